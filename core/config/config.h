@@ -1,0 +1,120 @@
+/*
+ * core/config/config.h - the typed configuration: TOML (through toml++
+ * behind a C shim) checked against schemas, with command-line overrides and
+ * the origin of every value.
+ *
+ * Life of a config:
+ *   dt_config_load(path)             parse; syntax errors give file:line:col
+ *   dt_config_override("a.b=v") ...  --set, value parsed as a TOML value
+ *                                    (a bare word is taken as a string)
+ *   dt_config_apply_schema(...)      once per table: the core's sections and
+ *                                    each selected plugin's table; types,
+ *                                    ranges, choices, required keys, unknown
+ *                                    keys with a did-you-mean; defaults fill
+ *                                    absent keys (origin "default")
+ *   dt_config_check_unclaimed(...)   any table no schema claimed is an
+ *                                    error with a did-you-mean
+ *   dt_config_get_*(...)             typed reads by "table.key"
+ *
+ * Errors are returned as DT_ERR_CONFIG with the message in dt_last_error():
+ *   "run.toml:12:1: unknown key 'gradient_clipp1ng' in [train]; did you
+ *    mean 'gradient_clipping'?"
+ * Values from --set are located as "--set train.lr=abc".
+ */
+#ifndef DT_CORE_CONFIG_H
+#define DT_CORE_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dtrain/plugin.h"
+
+typedef struct dt_config dt_config_t;
+
+typedef enum dt_origin {
+    DT_ORIGIN_DEFAULT = 0,
+    DT_ORIGIN_FILE = 1,
+    DT_ORIGIN_CLI = 2,    /* --set */
+    DT_ORIGIN_DERIVED = 3 /* computed by the core (e.g. grad_accum) */
+} dt_origin_t;
+
+/* Parse a TOML file.  *out is freed with dt_config_free. */
+int dt_config_load(const char *path, dt_config_t **out);
+/* Parse TOML text; `name` stands for the file name in messages. */
+int dt_config_load_string(const char *name, const char *text,
+                          dt_config_t **out);
+/* An empty config (every value will come from defaults). */
+int dt_config_new(dt_config_t **out);
+void dt_config_free(dt_config_t *c);
+
+/* Apply "table.key=value".  Checked against the schema when the table's
+ * schema is applied (so unknown keys in --set are caught with a
+ * did-you-mean too).  A value that does not parse as TOML is a string. */
+int dt_config_override(dt_config_t *c, const char *assignment);
+
+/* Validate table `table` ("train", or a plugin's name) against `keys` and
+ * fill defaults.  A missing table is created from defaults.  Nested tables
+ * inside are errors.  Calling it twice for one table is allowed (same
+ * keys).  Returns DT_ERR_CONFIG with file:line:col on the first problem. */
+int dt_config_apply_schema(dt_config_t *c, const char *table,
+                           const dt_config_key_t *keys, uint32_t n_keys);
+
+/* Error on any top-level table or key that no dt_config_apply_schema call
+ * claimed.  `hint` (may be NULL) is appended to the message for unknown
+ * tables, e.g. "plugin tables are named after a selected plugin". */
+int dt_config_check_unclaimed(const dt_config_t *c, const char *hint);
+
+/* True when the file (or --set) has table `table`. */
+int dt_config_has_table(const dt_config_t *c, const char *table);
+
+/* Typed reads of "table.key" after apply_schema.  DT_ERR_NOT_FOUND when no
+ * schema declared it; DT_ERR_INVALID on a type mismatch (ENUM reads as
+ * string; FLOAT accepts INT values).  Strings are owned by the config. */
+int dt_config_get_bool(const dt_config_t *c, const char *path, int *out);
+int dt_config_get_int(const dt_config_t *c, const char *path, int64_t *out);
+int dt_config_get_float(const dt_config_t *c, const char *path, double *out);
+int dt_config_get_string(const dt_config_t *c, const char *path,
+                         const char **out);
+/* Where "table.key" came from; DT_ORIGIN_DEFAULT when unknown. */
+dt_origin_t dt_config_origin(const dt_config_t *c, const char *path);
+
+/* Set a value computed by the core (origin "derived"); the key must have
+ * been declared by a schema. */
+int dt_config_set_int(dt_config_t *c, const char *path, int64_t v,
+                      dt_origin_t origin);
+int dt_config_set_float(dt_config_t *c, const char *path, double v,
+                        dt_origin_t origin);
+int dt_config_set_string(dt_config_t *c, const char *path, const char *v,
+                         dt_origin_t origin);
+
+/* Print the resolved config as TOML, every claimed table in claim order,
+ * each value followed by a comment with its origin:
+ *     lr = 0.0006            # file run.toml:14
+ *     warmup_steps = 0       # default
+ *     micro_batch = 4        # --set
+ *     grad_accum = 2         # derived                                    */
+void dt_config_print(const dt_config_t *c, FILE *f);
+
+/* A stable 64-bit hash of the resolved values (ranks compare it at start). */
+uint64_t dt_config_hash(const dt_config_t *c);
+
+/* The path the config was loaded from ("" for strings / new). */
+const char *dt_config_path(const dt_config_t *c);
+
+/* Levenshtein-based suggestion: the candidate closest to `word` within a
+ * distance that makes sense for its length, or NULL. */
+const char *dt_suggest(const char *word, const char *const *candidates,
+                       size_t n);
+
+/* The core's own sections (run, model, data, train, optimizer, parallel,
+ * launch, checkpoint): defined in schema.c. */
+typedef struct dt_config_section {
+    const char *table;
+    const dt_config_key_t *keys;
+    uint32_t n_keys;
+    const char *doc;
+} dt_config_section_t;
+extern const dt_config_section_t dt_core_sections[];
+extern const uint32_t dt_core_n_sections;
+
+#endif /* DT_CORE_CONFIG_H */

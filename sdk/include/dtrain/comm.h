@@ -1,0 +1,142 @@
+/*
+ * dtrain/comm.h - the communicator ABI (plugin kind "comm").
+ *
+ * A communicator connects the `size` ranks of a group.  Collectives and
+ * point-to-point transfers are started asynchronously and return a request
+ * that is waited on, so communication overlaps compute.  EVERY wait is
+ * bounded: a peer that died or stalled makes the wait fail with
+ * DT_ERR_TIMEOUT or DT_ERR_REMOTE and a message naming the peer rank and the
+ * operation (sequence number, op, bytes); never a hang.
+ *
+ * Ordering: every rank of a group must start the same collectives in the
+ * same order (as in MPI and NCCL).  Buffers passed to a started operation
+ * must stay valid and unmodified (send) / untouched (recv) until its wait
+ * returns.  Reduced dtypes (bf16, f16) are accumulated in f32.
+ *
+ * Streams: `stream` orders the operation after work already queued on that
+ * device stream (NCCL enqueues on its native handle; host-memory
+ * communicators synchronise it first).  NULL means the default stream.
+ */
+#ifndef DTRAIN_COMM_H
+#define DTRAIN_COMM_H
+
+#include <stdint.h>
+
+#include "dtrain/device.h"
+#include "dtrain/host.h"
+#include "dtrain/plugin.h"
+#include "dtrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DT_COMM_ABI_MAJOR 1
+#define DT_COMM_ABI_MINOR 0
+
+typedef struct dt_comm dt_comm_t;         /* a group of ranks, opaque */
+typedef struct dt_comm_req dt_comm_req_t; /* an operation in flight, opaque */
+
+typedef enum dt_reduce_op {
+    DT_OP_SUM = 0,
+    DT_OP_AVG = 1, /* sum divided by the group size */
+    DT_OP_MAX = 2,
+    DT_OP_MIN = 3
+} dt_reduce_op_t;
+
+/* `color` passed to split by ranks that join no new group. */
+#define DT_COMM_NO_COLOR (-1)
+
+/* Arguments to comm init (in; valid during init only). */
+typedef struct dt_comm_init_v1 {
+    uint32_t struct_size;    /* sizeof(dt_comm_init_v1_t) at the core's build */
+    int32_t rank;            /* this process's rank in [0, size) */
+    int32_t size;            /* number of ranks in the world */
+    int32_t local_rank;      /* rank on this machine */
+    int32_t local_size;      /* ranks on this machine */
+    int32_t reserved0;
+    const char *job_id;      /* unique per job: names shared resources */
+    const char *master_addr; /* rendezvous host (network comms), may be NULL */
+    int32_t master_port;     /* rendezvous port, 0 = none */
+    int32_t reserved1;
+    int64_t timeout_ms;      /* default bound for every wait, > 0 */
+    const dt_device_ops_v1_t *dev_ops; /* the compute device, for streams */
+    dt_device_t *dev;
+} dt_comm_init_v1_t;
+
+typedef struct dt_comm_ops_v1 {
+    dt_plugin_info_t info; /* base first; info.kind == DT_KIND_COMM */
+
+    /* ---- lifecycle (mandatory) ---- */
+    /* Join the world group: blocks until all `size` ranks arrived or
+     * timeout_ms expired (then DT_ERR_TIMEOUT naming the missing ranks). */
+    int (*init)(const dt_host_v1_t *host, const dt_comm_init_v1_t *args,
+                dt_comm_t **out);
+    /* Leave and free the group (and groups split from it are still valid
+     * until their own finalize).  Releases shared resources.  NULL ok. */
+    void (*finalize)(dt_comm_t *c);
+    /* This rank's index and the group size. */
+    int (*rank_size)(dt_comm_t *c, int32_t *rank, int32_t *size);
+
+    /* ---- collectives (mandatory).  `req` out: the started operation, to
+     * pass to wait.  Passing req == NULL makes the call blocking (waits with
+     * the default timeout).  Counts are ELEMENTS of `dtype`.  count == 0 is
+     * valid and still synchronises nothing. ---- */
+    /* recv[i] = op over ranks of send[i], (count); send == recv in place. */
+    int (*all_reduce)(dt_comm_t *c, const void *send, void *recv,
+                      uint64_t count, int dtype, int op, dt_stream_t *stream,
+                      dt_comm_req_t **req);
+    /* send (size * recv_count) is reduced; rank r receives block r
+     * (recv_count).  recv may alias send + r * recv_count. */
+    int (*reduce_scatter)(dt_comm_t *c, const void *send, void *recv,
+                          uint64_t recv_count, int dtype, int op,
+                          dt_stream_t *stream, dt_comm_req_t **req);
+    /* recv (size * send_count) = concatenation of every rank's send
+     * (send_count), rank order.  send may alias recv + rank * send_count. */
+    int (*all_gather)(dt_comm_t *c, const void *send, void *recv,
+                      uint64_t send_count, int dtype, dt_stream_t *stream,
+                      dt_comm_req_t **req);
+    /* buf (count) on `root` is copied to every rank's buf. */
+    int (*broadcast)(dt_comm_t *c, void *buf, uint64_t count, int dtype,
+                     int32_t root, dt_stream_t *stream, dt_comm_req_t **req);
+    /* recv on `root` = op over ranks of send (count); recv ignored elsewhere. */
+    int (*reduce)(dt_comm_t *c, const void *send, void *recv, uint64_t count,
+                  int dtype, int op, int32_t root, dt_stream_t *stream,
+                  dt_comm_req_t **req);
+    /* Point to point.  A send to `peer` matches the next recv from this rank
+     * on `peer` with the same `tag`. */
+    int (*send)(dt_comm_t *c, const void *buf, uint64_t count, int dtype,
+                int32_t peer, int32_t tag, dt_stream_t *stream,
+                dt_comm_req_t **req);
+    int (*recv)(dt_comm_t *c, void *buf, uint64_t count, int dtype,
+                int32_t peer, int32_t tag, dt_stream_t *stream,
+                dt_comm_req_t **req);
+    /* All ranks arrive before any leaves. */
+    int (*barrier)(dt_comm_t *c, dt_comm_req_t **req);
+    /* Wait for `req` to complete, at most timeout_ms (< 0: the group's
+     * default).  Frees req whatever the outcome.  On timeout the message
+     * names the ranks that did not arrive and the operation. */
+    int (*wait)(dt_comm_t *c, dt_comm_req_t *req, int64_t timeout_ms);
+
+    /* ---- groups (mandatory) ---- */
+    /* Collective over `c`: ranks with the same color form a new group,
+     * ordered by (key, rank).  color == DT_COMM_NO_COLOR gives *out = NULL. */
+    int (*split)(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out);
+
+    /* ---- failure (mandatory) ---- */
+    /* Mark the whole job failed with `reason`: every rank's pending and
+     * future waits fail promptly with DT_ERR_REMOTE naming this rank and the
+     * reason.  Safe to call from a signal-free error path; never blocks. */
+    int (*abort)(dt_comm_t *c, const char *reason);
+
+    /* ---- optional ---- */
+    /* Non-blocking completion check: *done = 1 when wait would return at once. */
+    int (*test)(dt_comm_t *c, dt_comm_req_t *req, int *done);
+
+    /* ---- minor 0 ends here; append only ---- */
+} dt_comm_ops_v1_t;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DTRAIN_COMM_H */

@@ -1,0 +1,229 @@
+/*
+ * dtrain/device.h - the compute backend ABI (plugin kind "device").
+ *
+ * A device owns memory (every allocation tagged, peaks kept per tag, an
+ * optional budget), ordered streams and events, copies, and the kernel
+ * table that models are built from.  Kernels are enqueued on a stream and
+ * may return before they finish (CUDA); a host-synchronous backend (cpu)
+ * runs them at once, which satisfies the same contract.
+ *
+ * Conventions (llm.c's): `<op>_forward` / `<op>_backward` pairs; gradient
+ * arguments are prefixed `d`; backward kernels ACCUMULATE (+=) into every
+ * gradient output, so callers zero gradients once per step.  Shapes are in
+ * comments: (N, C) means N rows of C contiguous elements (row-major).
+ * All pointers passed to kernels are device memory unless stated.  A NULL
+ * stream means the device's default stream.  Every function returns a
+ * dt_status_t; on failure the message is set through the host table.
+ */
+#ifndef DTRAIN_DEVICE_H
+#define DTRAIN_DEVICE_H
+
+#include <stdint.h>
+
+#include "dtrain/host.h"
+#include "dtrain/plugin.h"
+#include "dtrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DT_DEVICE_ABI_MAJOR 1
+#define DT_DEVICE_ABI_MINOR 0
+
+typedef struct dt_device dt_device_t; /* plugin instance, opaque */
+typedef struct dt_stream dt_stream_t; /* ordered queue of work, opaque */
+typedef struct dt_event dt_event_t;   /* a point in a stream, opaque */
+
+/* Arguments to device init (in; the core owns them, valid during init). */
+typedef struct dt_device_init_v1 {
+    uint32_t struct_size; /* sizeof(dt_device_init_v1_t) at the core's build */
+    int32_t rank;         /* global rank of this process */
+    int32_t local_rank;   /* rank among processes on this machine */
+    int32_t local_size;   /* processes on this machine */
+    int32_t device_index; /* which accelerator (-1: choose by local_rank) */
+    int32_t reserved0;
+} dt_device_init_v1_t;
+
+/* What a device reports about itself (out). */
+typedef struct dt_device_props_v1 {
+    char name[128];           /* "cpu (2 threads, OpenBLAS 0.3.21)", "NVIDIA H100" */
+    uint64_t total_memory;    /* bytes usable; 0 = unknown */
+    double peak_flops_f32;    /* FLOP/s for MFU estimates; 0 = unknown */
+    double peak_flops_bf16;   /* FLOP/s; 0 = unknown */
+    int32_t host_visible;     /* 1: device memory is host memory (cpu), so
+                               * the core may read/write it directly */
+    int32_t threads;          /* compute threads used (cpu); 0 = n/a */
+} dt_device_props_v1_t;
+
+/* Direction of a copy. */
+typedef enum dt_copy_kind {
+    DT_COPY_H2D = 0,
+    DT_COPY_D2H = 1,
+    DT_COPY_D2D = 2,
+    DT_COPY_H2H = 3
+} dt_copy_kind_t;
+
+typedef struct dt_device_ops_v1 {
+    dt_plugin_info_t info; /* base first; info.kind == DT_KIND_DEVICE */
+
+    /* ---- lifecycle (mandatory) ---- */
+    /* Create an instance.  `host` (per plugin, valid until finalize) gives
+     * logging, errors and this plugin's config.  *out owned by the plugin
+     * until finalize. */
+    int (*init)(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
+                dt_device_t **out);
+    /* Free everything the instance owns, after finishing queued work.
+     * finalize(NULL) is a no-op.  Never fails. */
+    void (*finalize)(dt_device_t *d);
+    int (*props)(dt_device_t *d, dt_device_props_v1_t *out);
+
+    /* ---- memory (mandatory) ---- */
+    /* Allocate `bytes` of device memory tagged `tag` (dt_mem_tag_t),
+     * aligned to at least 64 bytes, uninitialised.  bytes == 0 returns a
+     * unique non-NULL pointer.  Fails with DT_ERR_NOMEM, naming the tag,
+     * the request and the budget, when the budget would be exceeded. */
+    int (*alloc)(dt_device_t *d, uint64_t bytes, int tag, void **out);
+    /* Free memory from alloc (waits for queued work using it).  NULL ok. */
+    int (*free)(dt_device_t *d, void *ptr);
+    int (*mem_stats)(dt_device_t *d, dt_mem_stats_t *out);
+    /* Set every peak to its current value (start of a measured phase). */
+    int (*mem_reset_peaks)(dt_device_t *d);
+
+    /* ---- streams and events (mandatory) ---- */
+    int (*stream_create)(dt_device_t *d, dt_stream_t **out);
+    int (*stream_destroy)(dt_device_t *d, dt_stream_t *s);
+    /* Block until all work queued on `s` is done. */
+    int (*stream_sync)(dt_device_t *d, dt_stream_t *s);
+    int (*event_create)(dt_device_t *d, dt_event_t **out);
+    int (*event_destroy)(dt_device_t *d, dt_event_t *e);
+    /* Mark the current end of `s`; the event completes when work queued
+     * before it completes. */
+    int (*event_record)(dt_device_t *d, dt_event_t *e, dt_stream_t *s);
+    /* Work queued on `s` after this call waits for `e` (no host block). */
+    int (*stream_wait_event)(dt_device_t *d, dt_stream_t *s, dt_event_t *e);
+    /* Block the host until `e` completes. */
+    int (*event_sync)(dt_device_t *d, dt_event_t *e);
+    /* Block until all queued work on all streams is done. */
+    int (*synchronize)(dt_device_t *d);
+
+    /* ---- copies (mandatory) ---- */
+    /* Copy `bytes` from src to dst, ordered on `s`.  Host memory passed to
+     * H2D/D2H must stay valid until the stream reaches this point. */
+    int (*memcpy_async)(dt_device_t *d, void *dst, const void *src,
+                        uint64_t bytes, int kind, dt_stream_t *s);
+    /* Set `bytes` of device memory to the byte `value`. */
+    int (*memset_async)(dt_device_t *d, void *dst, int value, uint64_t bytes,
+                        dt_stream_t *s);
+
+    /* ---- kernels (mandatory) ---- */
+    /* out = inp @ weight^T + bias.  out (N, OC) f32; inp (N, C) f32;
+     * weight (OC, C) in `wdtype` (DT_F32 or DT_BF16); bias (OC) f32 or NULL. */
+    int (*matmul_forward)(dt_device_t *d, dt_stream_t *s, float *out,
+                          const float *inp, const void *weight,
+                          const float *bias, int wdtype, int64_t N, int64_t C,
+                          int64_t OC);
+    /* dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout.
+     * dinp (N, C), dweight (OC, C), dbias (OC): f32; any may be NULL to
+     * skip it.  dout (N, OC), inp (N, C) f32; weight (OC, C) in wdtype. */
+    int (*matmul_backward)(dt_device_t *d, dt_stream_t *s, float *dinp,
+                           float *dweight, float *dbias, const float *dout,
+                           const float *inp, const void *weight, int wdtype,
+                           int64_t N, int64_t C, int64_t OC);
+    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].  out (B, T, C); tokens
+     * (B, T) i32 in [0, V); wte (V, C); wpe (>= T, C).  Token range is the
+     * caller's check. */
+    int (*embedding_forward)(dt_device_t *d, dt_stream_t *s, float *out,
+                             const int32_t *tokens, const float *wte,
+                             const float *wpe, int64_t B, int64_t T,
+                             int64_t C);
+    /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. */
+    int (*embedding_backward)(dt_device_t *d, dt_stream_t *s, float *dwte,
+                              float *dwpe, const float *dout,
+                              const int32_t *tokens, int64_t B, int64_t T,
+                              int64_t C);
+    /* out = (inp - mean) * rstd * weight + bias over the last dim, eps 1e-5.
+     * out, inp (N, C); weight, bias (C); mean, rstd (N) written for backward. */
+    int (*layernorm_forward)(dt_device_t *d, dt_stream_t *s, float *out,
+                             float *mean, float *rstd, const float *inp,
+                             const float *weight, const float *bias,
+                             int64_t N, int64_t C);
+    int (*layernorm_backward)(dt_device_t *d, dt_stream_t *s, float *dinp,
+                              float *dweight, float *dbias, const float *dout,
+                              const float *inp, const float *weight,
+                              const float *mean, const float *rstd, int64_t N,
+                              int64_t C);
+    /* GELU, tanh approximation (GPT-2's).  (n) elements. */
+    int (*gelu_forward)(dt_device_t *d, dt_stream_t *s, float *out,
+                        const float *inp, int64_t n);
+    /* dinp += gelu'(inp) * dout. */
+    int (*gelu_backward)(dt_device_t *d, dt_stream_t *s, float *dinp,
+                         const float *inp, const float *dout, int64_t n);
+    /* Causal multi-head self-attention.  qkv (B, T, 3C) holding q, k, v
+     * each (B, T, NH, C/NH); out (B, T, C); att (B, NH, T, T) receives the
+     * softmax probabilities (entries above the diagonal are unspecified). */
+    int (*attention_forward)(dt_device_t *d, dt_stream_t *s, float *out,
+                             float *att, const float *qkv, int64_t B,
+                             int64_t T, int64_t C, int64_t NH);
+    /* dqkv += d(out)/d(qkv) applied to dout, using att from forward. */
+    int (*attention_backward)(dt_device_t *d, dt_stream_t *s, float *dqkv,
+                              const float *dout, const float *qkv,
+                              const float *att, int64_t B, int64_t T,
+                              int64_t C, int64_t NH);
+    /* out = a + b, (n) elements; out may alias a or b. */
+    int (*residual_forward)(dt_device_t *d, dt_stream_t *s, float *out,
+                            const float *a, const float *b, int64_t n);
+    /* y += alpha * x, (n) elements (residual backward, grad accumulation). */
+    int (*axpy)(dt_device_t *d, dt_stream_t *s, float *y, const float *x,
+                float alpha, int64_t n);
+    /* losses[i] = -log softmax(logits[i,:])[targets[i]]; probs = softmax.
+     * logits, probs (N, V); targets (N) i32 in [0, V); losses (N). */
+    int (*softmax_xent_forward)(dt_device_t *d, dt_stream_t *s,
+                                float *losses, float *probs,
+                                const float *logits, const int32_t *targets,
+                                int64_t N, int64_t V);
+    /* dlogits[i,:] += dloss * (probs[i,:] - onehot(targets[i])). */
+    int (*softmax_xent_backward)(dt_device_t *d, dt_stream_t *s,
+                                 float *dlogits, const float *probs,
+                                 const int32_t *targets, float dloss,
+                                 int64_t N, int64_t V);
+    /* AdamW on (n) f32 elements, decoupled weight decay (PyTorch's):
+     *   g = grad * grad_scale
+     *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+     *   param -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * param)
+     * t >= 1 is the 1-based step count. */
+    int (*adamw_update)(dt_device_t *d, dt_stream_t *s, float *param,
+                        const float *grad, float *m, float *v, int64_t n,
+                        float lr, float beta1, float beta2, float eps,
+                        float weight_decay, float grad_scale, int64_t t);
+    /* SGD with momentum (PyTorch's, no dampening):
+     *   g = grad * grad_scale + wd * param;  mom = mu mom + g;
+     *   param -= lr * (nesterov ? g + mu mom : mom) */
+    int (*sgd_update)(dt_device_t *d, dt_stream_t *s, float *param,
+                      const float *grad, float *mom, int64_t n, float lr,
+                      float momentum, float weight_decay, int nesterov,
+                      float grad_scale);
+    /* *out = sum of x[i]^2 over (n) elements of `dtype` (f32, bf16, f16),
+     * accumulated in double.  `out` is device memory (one double), written
+     * (not accumulated); NaN/Inf propagate. */
+    int (*sumsq)(dt_device_t *d, dt_stream_t *s, double *out, const void *x,
+                 int dtype, int64_t n);
+    /* x *= alpha, (n) f32 elements. */
+    int (*scale)(dt_device_t *d, dt_stream_t *s, float *x, float alpha,
+                 int64_t n);
+    /* dst = (dst_dtype) src, (n) elements; f32, bf16, f16 each way
+     * (round to nearest even). */
+    int (*cast)(dt_device_t *d, dt_stream_t *s, void *dst, int dst_dtype,
+                const void *src, int src_dtype, int64_t n);
+
+    /* Optional.  The backend's native handle of a stream (cudaStream_t for
+     * cuda) so a communicator can enqueue on it.  NULL stream: default. */
+    int (*native_stream)(dt_device_t *d, dt_stream_t *s, void **out);
+
+    /* ---- minor 0 ends here; append only ---- */
+} dt_device_ops_v1_t;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DTRAIN_DEVICE_H */

@@ -1,0 +1,21 @@
+/*
+ * dtrain/dtrain.h - the whole public plugin SDK in one include.
+ */
+#ifndef DTRAIN_DTRAIN_H
+#define DTRAIN_DTRAIN_H
+
+#include "dtrain/status.h"
+#include "dtrain/tensor.h"
+#include "dtrain/plugin.h"
+#include "dtrain/host.h"
+#include "dtrain/device.h"
+#include "dtrain/comm.h"
+#include "dtrain/offload.h"
+#include "dtrain/strategy.h"
+
+#define DTRAIN_VERSION_MAJOR 0
+#define DTRAIN_VERSION_MINOR 1
+#define DTRAIN_VERSION_PATCH 0
+#define DTRAIN_VERSION_STRING "0.1.0"
+
+#endif /* DTRAIN_DTRAIN_H */

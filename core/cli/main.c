@@ -1,2 +1,139 @@
+/*
+ * core/cli/main.c - `dtrain`: dispatch to subcommands, shared option
+ * parsing and exit codes.
+ */
 #include <stdio.h>
-int main(void){puts("stub");return 0;}
+#include <string.h>
+
+#include "cli/cli.h"
+#include "dtrain/dtrain.h"
+#include "util/error.h"
+
+static const dt_cli_cmd_t cmds[] = {
+    {"run", "train a model described by a config file", dt_cmd_run, dt_help_run},
+    {"check", "validate a config and print it resolved, with each value's origin",
+     dt_cmd_check, dt_help_check},
+    {"plugins", "list plugins found on the search path, or describe one",
+     dt_cmd_plugins, dt_help_plugins},
+    {"env", "report compiler, libraries, GPUs and plugins", dt_cmd_env, dt_help_env},
+    {"data", "prepare token files from text", dt_cmd_data, dt_help_data},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dtrain <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        fprintf(f, "  %-9s %s\n", cmds[i].name, cmds[i].summary);
+    fprintf(f, "\n'dtrain <command> --help' describes a command.\n"
+               "exit codes: 0 ok, 1 runtime failure, 2 usage or config error\n");
+}
+
+int dt_cli_exit_code(int status)
+{
+    switch (status) {
+    case DT_OK: return DT_EXIT_OK;
+    case DT_ERR_CONFIG: return DT_EXIT_USAGE;
+    default: return DT_EXIT_RUNTIME;
+    }
+}
+
+int dt_cli_fail(const char *cmd, int status)
+{
+    const char *msg = dt_last_error();
+    fprintf(stderr, "dtrain %s: error: %s\n", cmd, msg[0] ? msg : dt_status_name(status));
+    return dt_cli_exit_code(status);
+}
+
+int dt_cli_wants_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+            return 1;
+    return 0;
+}
+
+int dt_cli_parse_config_args(const char *cmd, int argc, char **argv,
+                             dt_cli_config_args_t *out,
+                             const char *const *value_opts, const char **values)
+{
+    memset(out, 0, sizeof *out);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *set = NULL;
+        if (strcmp(a, "--set") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "dtrain %s: error: --set needs table.key=value\n", cmd);
+                return DT_EXIT_USAGE;
+            }
+            set = argv[++i];
+        } else if (strncmp(a, "--set=", 6) == 0) {
+            set = a + 6;
+        }
+        if (set) {
+            if (out->n_sets == (int)(sizeof out->sets / sizeof out->sets[0])) {
+                fprintf(stderr, "dtrain %s: error: too many --set options\n", cmd);
+                return DT_EXIT_USAGE;
+            }
+            out->sets[out->n_sets++] = set;
+            continue;
+        }
+        int matched = 0;
+        for (int k = 0; value_opts && value_opts[k]; k++) {
+            if (strcmp(a, value_opts[k]) != 0)
+                continue;
+            if (i + 1 >= argc) {
+                fprintf(stderr, "dtrain %s: error: %s needs a value\n", cmd, a);
+                return DT_EXIT_USAGE;
+            }
+            values[k] = argv[++i];
+            matched = 1;
+        }
+        if (matched)
+            continue;
+        if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "dtrain %s: error: unknown option '%s' (see dtrain %s --help)\n",
+                    cmd, a, cmd);
+            return DT_EXIT_USAGE;
+        }
+        if (out->config) {
+            fprintf(stderr, "dtrain %s: error: more than one config file ('%s', '%s')\n",
+                    cmd, out->config, a);
+            return DT_EXIT_USAGE;
+        }
+        out->config = a;
+    }
+    if (!out->config) {
+        fprintf(stderr, "dtrain %s: error: missing CONFIG (see dtrain %s --help)\n", cmd, cmd);
+        return DT_EXIT_USAGE;
+    }
+    return DT_EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return DT_EXIT_USAGE;
+    }
+    const char *c = argv[1];
+    if (strcmp(c, "-h") == 0 || strcmp(c, "--help") == 0 || strcmp(c, "help") == 0) {
+        usage(stdout);
+        return DT_EXIT_OK;
+    }
+    if (strcmp(c, "--version") == 0 || strcmp(c, "version") == 0) {
+        printf("dtrain %s\n", DTRAIN_VERSION_STRING);
+        return DT_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        if (strcmp(c, cmds[i].name) != 0)
+            continue;
+        if (dt_cli_wants_help(argc - 1, argv + 1)) {
+            cmds[i].help(stdout);
+            return DT_EXIT_OK;
+        }
+        return cmds[i].main(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "dtrain: error: unknown command '%s'\n\n", c);
+    usage(stderr);
+    return DT_EXIT_USAGE;
+}

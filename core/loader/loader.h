@@ -68,6 +68,15 @@ void dt_plugin_unload(dt_plugin_t *p);
  * Returns rc. */
 int dt_plugin_failed(const dt_plugin_t *p, int rc, const char *what);
 
+/* Whether method `method` (a field name of the plugin's ops struct, e.g.
+ * "test") is present: inside the table's struct_size and non-NULL.  The
+ * by-name twin of DT_HAS_OP, for code that does not know the kind's type
+ * (`dtrain plugins --describe`).  0 for unknown names. */
+int dt_plugin_has_op(const dt_plugin_t *p, const char *method);
+/* DT_OK when present, else DT_ERR_UNSUPPORTED with "kind/name: optional
+ * method 'test' is not provided (...)" for a caller without a fallback. */
+int dt_plugin_require_op(const dt_plugin_t *p, const char *method);
+
 /* One discovered module, for `dtrain plugins` and `dtrain env`. */
 typedef struct dt_plugin_listing {
     char name[64];

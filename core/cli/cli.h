@@ -1,0 +1,56 @@
+/*
+ * core/cli/cli.h - shared pieces of the `dtrain` subcommands.
+ *
+ * Exit codes are part of the interface: 0 success, 1 runtime failure,
+ * 2 usage or configuration error.
+ */
+#ifndef DT_CLI_H
+#define DT_CLI_H
+
+#include <stdio.h>
+
+enum { DT_EXIT_OK = 0, DT_EXIT_RUNTIME = 1, DT_EXIT_USAGE = 2 };
+
+/* A subcommand: argv[0] is its name. */
+typedef struct dt_cli_cmd {
+    const char *name;
+    const char *summary;
+    int (*main)(int argc, char **argv);
+    void (*help)(FILE *f);
+} dt_cli_cmd_t;
+
+/* Map a dt_status_t to an exit code (config/usage errors -> 2). */
+int dt_cli_exit_code(int status);
+/* Print "dtrain <cmd>: error: <dt_last_error()>" to stderr and return the
+ * exit code for `status`. */
+int dt_cli_fail(const char *cmd, int status);
+/* True when argv has -h or --help. */
+int dt_cli_wants_help(int argc, char **argv);
+
+/* Parse the options every config-taking command shares: one CONFIG path
+ * and any number of `--set table.key=value` (also `--set=...`), plus the
+ * command's own options that take one value: `value_opts` is a NULL-ended
+ * list ("--metrics"), values[k] receives the value of value_opts[k] (left
+ * untouched when absent).  Unknown options are usage errors.  Returns 0,
+ * or 2 after printing why. */
+typedef struct dt_cli_config_args {
+    const char *config;
+    const char *sets[256];
+    int n_sets;
+} dt_cli_config_args_t;
+int dt_cli_parse_config_args(const char *cmd, int argc, char **argv,
+                             dt_cli_config_args_t *out,
+                             const char *const *value_opts, const char **values);
+
+int dt_cmd_check(int argc, char **argv);
+void dt_help_check(FILE *f);
+int dt_cmd_plugins(int argc, char **argv);
+void dt_help_plugins(FILE *f);
+int dt_cmd_env(int argc, char **argv);
+void dt_help_env(FILE *f);
+int dt_cmd_data(int argc, char **argv);
+void dt_help_data(FILE *f);
+int dt_cmd_run(int argc, char **argv);
+void dt_help_run(FILE *f);
+
+#endif /* DT_CLI_H */

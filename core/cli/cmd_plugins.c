@@ -1,0 +1,130 @@
+/*
+ * core/cli/cmd_plugins.c - `dtrain plugins [--describe NAME]`.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "loader/loader.h"
+#include "util/error.h"
+
+void dt_help_plugins(FILE *f)
+{
+    fprintf(f,
+            "usage: dtrain plugins [--describe NAME] [--path DIRS]\n\n"
+            "List every plugin module (dtrain_<name>.so) on the search path with its\n"
+            "kind, ABI, version and whether it loads (and why not).  --describe NAME\n"
+            "prints the keys of the plugin's config table [NAME] with type, default,\n"
+            "allowed values and documentation.\n\n"
+            "Search path, in order: $DTRAIN_PLUGIN_PATH, --path (as run.plugin_path\n"
+            "in a config), the build tree, the install folder.\n");
+}
+
+static const char *type_name(int t)
+{
+    switch (t) {
+    case DT_CFG_BOOL: return "bool";
+    case DT_CFG_INT: return "int";
+    case DT_CFG_FLOAT: return "float";
+    case DT_CFG_STRING: return "string";
+    case DT_CFG_ENUM: return "enum";
+    default: return "?";
+    }
+}
+
+static int describe(const char *name, const char *path)
+{
+    dt_plugin_listing_t *ls = NULL;
+    size_t n = 0;
+    int rc = dt_plugin_discover(path, &ls, &n);
+    if (rc)
+        return dt_cli_fail("plugins", rc);
+    int kind = -1;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(ls[i].name, name) == 0)
+            kind = ls[i].kind;
+    free(ls);
+    if (kind < 0) {
+        const char *dirs[32];
+        size_t nd = dt_plugin_search_path(path, dirs, 32);
+        char where[2048] = "";
+        for (size_t i = 0; i < nd; i++) {
+            size_t l = strlen(where);
+            snprintf(where + l, sizeof where - l, "%s%s", i ? ", " : "", dirs[i]);
+        }
+        return dt_cli_fail("plugins", dt_err_set(DT_ERR_NOT_FOUND,
+                                                 "plugin '%s' not found in: %s (files are "
+                                                 "named dtrain_<name>.so)",
+                                                 name, where));
+    }
+    dt_plugin_t *p = NULL;
+    if ((rc = dt_plugin_load(kind, name, NULL, &p)))
+        return dt_cli_fail("plugins", rc);
+    const dt_plugin_info_t *in = p->info;
+    printf("%s: %s plugin, ABI %u.%u, version %s\n  %s\n  file: %s\n\n", in->name,
+           dt_kind_name(kind), in->abi_major, in->abi_minor, in->version ? in->version : "?",
+           in->summary ? in->summary : "", p->path);
+    if (in->n_config_keys == 0) {
+        printf("[%s] takes no keys.\n", in->name);
+    } else {
+        printf("[%s]\n", in->name);
+        for (uint32_t i = 0; i < in->n_config_keys; i++) {
+            const dt_config_key_t *k = &in->config_keys[i];
+            printf("  %-18s %-6s default %s", k->name, type_name(k->type),
+                   k->def ? k->def : "(required)");
+            if ((k->type == DT_CFG_INT || k->type == DT_CFG_FLOAT) && k->min <= k->max)
+                printf(", range %g .. %g", k->min, k->max);
+            if (k->type == DT_CFG_ENUM && k->choices)
+                printf(", one of %s", k->choices);
+            printf("\n      %s\n", k->doc ? k->doc : "");
+        }
+    }
+    dt_plugin_unload(p);
+    return DT_EXIT_OK;
+}
+
+int dt_cmd_plugins(int argc, char **argv)
+{
+    const char *desc = NULL, *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--describe") == 0 && i + 1 < argc) {
+            desc = argv[++i];
+        } else if (strcmp(argv[i], "--path") == 0 && i + 1 < argc) {
+            path = argv[++i];
+        } else {
+            fprintf(stderr, "dtrain plugins: error: unexpected argument '%s' "
+                            "(see dtrain plugins --help)\n", argv[i]);
+            return DT_EXIT_USAGE;
+        }
+    }
+    if (desc)
+        return describe(desc, path);
+
+    dt_plugin_listing_t *ls = NULL;
+    size_t n = 0;
+    int rc = dt_plugin_discover(path, &ls, &n);
+    if (rc)
+        return dt_cli_fail("plugins", rc);
+    const char *dirs[32];
+    size_t nd = dt_plugin_search_path(path, dirs, 32);
+    printf("search path:");
+    for (size_t i = 0; i < nd; i++)
+        printf("%s %s", i ? "," : "", dirs[i]);
+    printf("\n\n%-10s %-9s %-5s %-8s %-10s %s\n", "NAME", "KIND", "ABI", "VERSION", "STATUS",
+           "PATH");
+    for (size_t i = 0; i < n; i++) {
+        char abi[16];
+        snprintf(abi, sizeof abi, "%u.%u", ls[i].abi_major, ls[i].abi_minor);
+        printf("%-10s %-9s %-5s %-8s %-10s %s\n", ls[i].name,
+               ls[i].kind >= 0 ? dt_kind_name(ls[i].kind) : "?", ls[i].kind >= 0 ? abi : "-",
+               ls[i].version[0] ? ls[i].version : "-", ls[i].loadable ? "loadable" : "BROKEN",
+               ls[i].path);
+        if (!ls[i].loadable)
+            printf("           why: %s\n", ls[i].why);
+    }
+    if (n == 0)
+        printf("(no plugins found)\n");
+    free(ls);
+    return DT_EXIT_OK;
+}

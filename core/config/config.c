@@ -1,0 +1,1311 @@
+/*
+ * core/config/config.c - the typed configuration: the parsed TOML tree,
+ * --set overrides, and per-table resolved values checked against schemas,
+ * each remembering where it came from.
+ *
+ * Nothing is read from the raw tree after dt_config_apply_schema: a table's
+ * schema turns it into resolved values (file, --set or default), and every
+ * getter, the printout and the hash look only at those.  That keeps one
+ * place where types, ranges and choices are enforced.
+ */
+#include "config/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/toml_shim.h"
+#include "util/error.h"
+
+/* One resolved key of a claimed table.  The schema's strings are copied:
+ * a plugin's static key table disappears when the plugin is unloaded, the
+ * config may outlive it. */
+typedef struct cval {
+    char *name;
+    int type;            /* dt_config_type_t */
+    double min, max;
+    char *choices;       /* ENUM only */
+    int64_t i;           /* INT */
+    double f;            /* FLOAT */
+    int b;               /* BOOL */
+    char *s;             /* STRING / ENUM */
+    dt_origin_t origin;
+    int line;            /* DT_ORIGIN_FILE: where the value is written */
+} cval_t;
+
+typedef struct ctable {
+    char *name;
+    cval_t *vals;
+    uint32_t n;
+} ctable_t;
+
+/* One --set, kept until its table's schema is applied. */
+typedef struct override {
+    char *assign;        /* the whole "train.lr=abc", for messages */
+    char *table, *key;
+    char *text;          /* the value as typed, trimmed */
+    dt_toml_node_t *node; /* parsed value; a STRING of `text` if bare */
+} override_t;
+
+struct dt_config {
+    char *name;          /* stands for the file in messages */
+    char *path;          /* "" unless loaded from a file */
+    dt_toml_node_t *root;
+    ctable_t *tables;    /* claim order */
+    size_t n_tables, cap_tables;
+    override_t *ovr;     /* command-line order; the last one wins */
+    size_t n_ovr, cap_ovr;
+};
+
+/* ------------------------------------------------------------------------
+ * Small helpers
+ * --------------------------------------------------------------------- */
+
+static char *xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+static char *xstrndup(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+static int nomem(const char *what)
+{
+    return dt_err_set(DT_ERR_NOMEM, "config: out of memory (%s)", what);
+}
+
+/* A value sink: the printout writes to a FILE, the hash folds bytes into
+ * FNV-1a, and the column alignment counts them, all from one formatter. */
+enum { SINK_FILE, SINK_HASH, SINK_COUNT, SINK_BUF };
+typedef struct sink {
+    int mode;
+    FILE *f;
+    uint64_t h;
+    size_t count;
+    char *buf;           /* SINK_BUF: NUL-terminated, cut at cap */
+    size_t cap;
+} sink_t;
+
+#define FNV_OFFSET 0xcbf29ce484222325ULL
+#define FNV_PRIME 0x100000001b3ULL
+
+static void sink_put(sink_t *s, const char *p, size_t n)
+{
+    switch (s->mode) {
+    case SINK_FILE:
+        fwrite(p, 1, n, s->f);
+        break;
+    case SINK_HASH:
+        for (size_t i = 0; i < n; i++) {
+            s->h ^= (unsigned char)p[i];
+            s->h *= FNV_PRIME;
+        }
+        break;
+    case SINK_BUF:
+        for (size_t i = 0; i < n && s->count + 1 < s->cap; i++)
+            s->buf[s->count++] = p[i];
+        s->buf[s->count] = '\0';
+        return;
+    default:
+        break;
+    }
+    s->count += n;
+}
+
+static void sink_str(sink_t *s, const char *p) { sink_put(s, p, strlen(p)); }
+
+/* A TOML basic string: quoted, with the escapes TOML defines.  Bytes of
+ * 0x80 and up pass through (UTF-8). */
+static void sink_quoted(sink_t *s, const char *p)
+{
+    sink_put(s, "\"", 1);
+    for (; *p; p++) {
+        unsigned char ch = (unsigned char)*p;
+        char esc[8];
+        switch (ch) {
+        case '"': sink_put(s, "\\\"", 2); break;
+        case '\\': sink_put(s, "\\\\", 2); break;
+        case '\b': sink_put(s, "\\b", 2); break;
+        case '\t': sink_put(s, "\\t", 2); break;
+        case '\n': sink_put(s, "\\n", 2); break;
+        case '\f': sink_put(s, "\\f", 2); break;
+        case '\r': sink_put(s, "\\r", 2); break;
+        default:
+            if (ch < 0x20 || ch == 0x7f) {
+                snprintf(esc, sizeof esc, "\\u%04X", ch);
+                sink_put(s, esc, 6);
+            } else {
+                sink_put(s, (const char *)p, 1);
+            }
+        }
+    }
+    sink_put(s, "\"", 1);
+}
+
+/* The shortest "%.Ng" that reads back as the same double.  With `toml`,
+ * the result is a TOML float literal: it always has a '.' or an exponent,
+ * and non-finite values are spelled inf / -inf / nan. */
+static void fmt_double(double v, char *buf, size_t n, int toml)
+{
+    if (isnan(v)) {
+        snprintf(buf, n, "nan");
+        return;
+    }
+    if (isinf(v)) {
+        snprintf(buf, n, v < 0 ? "-inf" : "inf");
+        return;
+    }
+    /* Whole numbers in plain digits: "10", not the "1e+01" of %.1g. */
+    if (v == floor(v) && fabs(v) < 1e15) {
+        snprintf(buf, n, "%.0f", v);
+        if (v == 0 && signbit(v) && n > 2)
+            snprintf(buf, n, "-0");
+    } else {
+        for (int prec = 1; prec <= 17; prec++) {
+            snprintf(buf, n, "%.*g", prec, v);
+            if (strtod(buf, NULL) == v)
+                break;
+        }
+    }
+    if (toml && !strpbrk(buf, ".eE")) {
+        size_t len = strlen(buf);
+        if (len + 2 < n)
+            memcpy(buf + len, ".0", 3);
+    }
+}
+
+static void sink_value(sink_t *s, const cval_t *v)
+{
+    char num[64];
+    switch (v->type) {
+    case DT_CFG_BOOL:
+        sink_str(s, v->b ? "true" : "false");
+        break;
+    case DT_CFG_INT:
+        snprintf(num, sizeof num, "%" PRId64, v->i);
+        sink_str(s, num);
+        break;
+    case DT_CFG_FLOAT:
+        fmt_double(v->f, num, sizeof num, 1);
+        sink_str(s, num);
+        break;
+    default:
+        sink_quoted(s, v->s ? v->s : "");
+        break;
+    }
+}
+
+/* "FILE:LINE:COL", "FILE" when the position is unknown. */
+static void fmt_loc(const dt_config_t *c, int line, int col, char *buf,
+                    size_t n)
+{
+    if (line > 0 && col > 0)
+        snprintf(buf, n, "%s:%d:%d", c->name, line, col);
+    else if (line > 0)
+        snprintf(buf, n, "%s:%d", c->name, line);
+    else
+        snprintf(buf, n, "%s", c->name);
+}
+
+/* Prefer the first known of two positions. */
+static void node_loc(const dt_config_t *c, const dt_toml_node_t *n,
+                     int prefer_key, char *buf, size_t size)
+{
+    int l1 = prefer_key ? n->key_line : n->line;
+    int c1 = prefer_key ? n->key_col : n->col;
+    int l2 = prefer_key ? n->line : n->key_line;
+    int c2 = prefer_key ? n->col : n->key_col;
+    if (l1 > 0)
+        fmt_loc(c, l1, c1, buf, size);
+    else
+        fmt_loc(c, l2, c2, buf, size);
+}
+
+/* What a TOML value is, for "got ..." in messages: string "abc",
+ * integer 5, float 2.5, boolean true, an array, a table, a date. */
+static void describe_node(const dt_toml_node_t *n, char *buf, size_t size)
+{
+    char num[64];
+    switch (n->type) {
+    case DT_TOML_STRING: {
+        /* Long strings are cut: the message should fit on a line. */
+        char cut[64];
+        size_t len = strlen(n->u.s);
+        int more = len > 40;
+        snprintf(cut, sizeof cut, "%.40s", n->u.s);
+        sink_t s = {.mode = SINK_BUF, .buf = buf, .cap = size};
+        sink_str(&s, "string ");
+        sink_quoted(&s, cut);
+        if (more)
+            sink_str(&s, "...");
+        break;
+    }
+    case DT_TOML_INT:
+        snprintf(buf, size, "integer %" PRId64, n->u.i);
+        break;
+    case DT_TOML_FLOAT:
+        fmt_double(n->u.f, num, sizeof num, 1);
+        snprintf(buf, size, "float %s", num);
+        break;
+    case DT_TOML_BOOL:
+        snprintf(buf, size, "boolean %s", n->u.b ? "true" : "false");
+        break;
+    case DT_TOML_ARRAY:
+        snprintf(buf, size, "an array");
+        break;
+    case DT_TOML_TABLE:
+        snprintf(buf, size, "a table");
+        break;
+    default:
+        snprintf(buf, size, "a %s", dt_toml_type_name(n->type));
+        break;
+    }
+}
+
+/* `"a", "b", "c"` from "a|b|c". */
+static void fmt_choices(const char *choices, char *buf, size_t size)
+{
+    sink_t s = {.mode = SINK_BUF, .buf = buf, .cap = size};
+    buf[0] = '\0';
+    const char *p = choices;
+    while (p && *p) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (p != choices)
+            sink_str(&s, ", ");
+        sink_put(&s, "\"", 1);
+        sink_put(&s, p, len);
+        sink_put(&s, "\"", 1);
+        p = bar ? bar + 1 : NULL;
+    }
+}
+
+/* Is `word` one of "a|b|c"? */
+static int in_choices(const char *choices, const char *word)
+{
+    size_t wl = strlen(word);
+    const char *p = choices;
+    while (p) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == wl && strncmp(p, word, len) == 0)
+            return 1;
+        p = bar ? bar + 1 : NULL;
+    }
+    return 0;
+}
+
+/* The did-you-mean among the choices of an ENUM (copied out of the
+ * '|'-separated list into fixed slots). */
+static void suggest_choice(const char *choices, const char *word, char *buf,
+                           size_t size)
+{
+    char words[32][64];
+    const char *ptrs[32];
+    size_t n = 0;
+    const char *p = choices;
+    buf[0] = '\0';
+    while (p && n < 32) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        snprintf(words[n], sizeof words[n], "%.*s", (int)len, p);
+        ptrs[n] = words[n];
+        n++;
+        p = bar ? bar + 1 : NULL;
+    }
+    const char *best = dt_suggest(word, ptrs, n);
+    if (best)
+        snprintf(buf, size, "; did you mean \"%s\"?", best);
+}
+
+static const char *type_noun(int type)
+{
+    switch (type) {
+    case DT_CFG_BOOL: return "a boolean";
+    case DT_CFG_INT: return "an integer";
+    case DT_CFG_FLOAT: return "a float";
+    case DT_CFG_STRING: return "a string";
+    default: return "an enum";
+    }
+}
+
+static int has_range(double min, double max) { return min <= max; }
+
+static void fmt_range(int type, double min, double max, char *buf, size_t n)
+{
+    char a[64], b[64];
+    if (type == DT_CFG_INT) {
+        snprintf(a, sizeof a, "%.0f", min);
+        snprintf(b, sizeof b, "%.0f", max);
+    } else {
+        fmt_double(min, a, sizeof a, 0);
+        fmt_double(max, b, sizeof b, 0);
+    }
+    snprintf(buf, n, "allowed %s .. %s", a, b);
+}
+
+static void free_cval(cval_t *v)
+{
+    free(v->name);
+    free(v->choices);
+    free(v->s);
+}
+
+static void free_table(ctable_t *t)
+{
+    for (uint32_t i = 0; i < t->n; i++)
+        free_cval(&t->vals[i]);
+    free(t->vals);
+    free(t->name);
+}
+
+static ctable_t *find_table(const dt_config_t *c, const char *name)
+{
+    for (size_t i = 0; i < c->n_tables; i++)
+        if (strcmp(c->tables[i].name, name) == 0)
+            return &c->tables[i];
+    return NULL;
+}
+
+static const dt_toml_node_t *root_child(const dt_config_t *c, const char *key)
+{
+    for (size_t i = 0; i < c->root->u.children.n; i++) {
+        const dt_toml_node_t *n = &c->root->u.children.items[i];
+        if (strcmp(n->key, key) == 0)
+            return n;
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * Creating and freeing
+ * --------------------------------------------------------------------- */
+
+static int config_alloc(const char *name, const char *path,
+                        dt_toml_node_t *root, dt_config_t **out)
+{
+    dt_config_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        dt_toml_free(root);
+        return nomem("config");
+    }
+    c->root = root;
+    c->name = xstrdup(name);
+    c->path = xstrdup(path);
+    if (!c->root)
+        c->root = calloc(1, sizeof *c->root); /* zeroed = empty table */
+    if (!c->name || !c->path || !c->root) {
+        dt_config_free(c);
+        return nomem("config");
+    }
+    *out = c;
+    return DT_OK;
+}
+
+void dt_config_free(dt_config_t *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->n_tables; i++)
+        free_table(&c->tables[i]);
+    free(c->tables);
+    for (size_t i = 0; i < c->n_ovr; i++) {
+        free(c->ovr[i].assign);
+        free(c->ovr[i].table);
+        free(c->ovr[i].key);
+        free(c->ovr[i].text);
+        dt_toml_free(c->ovr[i].node);
+    }
+    free(c->ovr);
+    dt_toml_free(c->root);
+    free(c->name);
+    free(c->path);
+    free(c);
+}
+
+int dt_config_new(dt_config_t **out)
+{
+    if (!out)
+        return dt_err_set(DT_ERR_INVALID, "dt_config_new: out is NULL");
+    *out = NULL;
+    return config_alloc("", "", NULL, out);
+}
+
+static int load_text(const char *name, const char *path, const char *text,
+                     size_t len, dt_config_t **out)
+{
+    dt_toml_node_t *root = NULL;
+    dt_toml_error_t err;
+    int rc = dt_toml_parse(text, len, name, &root, &err);
+    if (rc == DT_ERR_CONFIG) {
+        if (err.line > 0)
+            return dt_err_set(rc, "%s:%d:%d: TOML syntax error: %s", name,
+                              err.line, err.col, err.msg);
+        return dt_err_set(rc, "%s: TOML syntax error: %s", name, err.msg);
+    }
+    if (rc != DT_OK)
+        return dt_err_set(rc, "%s: %s", name, err.msg);
+    return config_alloc(name, path, root, out);
+}
+
+int dt_config_load_string(const char *name, const char *text,
+                          dt_config_t **out)
+{
+    if (!out || !text)
+        return dt_err_set(DT_ERR_INVALID, "dt_config_load_string: NULL argument");
+    *out = NULL;
+    return load_text(name && *name ? name : "<string>", "", text, strlen(text),
+                     out);
+}
+
+int dt_config_load(const char *path, dt_config_t **out)
+{
+    if (!out || !path)
+        return dt_err_set(DT_ERR_INVALID, "dt_config_load: NULL argument");
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return dt_err_set(errno == ENOENT ? DT_ERR_NOT_FOUND : DT_ERR_IO,
+                          "cannot open config file '%s': %s", path,
+                          strerror(errno));
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len == cap) {
+            size_t ncap = cap ? cap * 2 : 16384;
+            char *nb = realloc(buf, ncap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return nomem("reading the config file");
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    int read_err = ferror(f);
+    fclose(f);
+    if (read_err) {
+        free(buf);
+        return dt_err_set(DT_ERR_IO, "reading config file '%s' failed", path);
+    }
+    int rc = load_text(path, path, buf, len, out);
+    free(buf);
+    return rc;
+}
+
+const char *dt_config_path(const dt_config_t *c) { return c ? c->path : ""; }
+
+int dt_config_has_table(const dt_config_t *c, const char *table)
+{
+    if (!c || !table)
+        return 0;
+    if (root_child(c, table))
+        return 1;
+    for (size_t i = 0; i < c->n_ovr; i++)
+        if (strcmp(c->ovr[i].table, table) == 0)
+            return 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * --set overrides
+ * --------------------------------------------------------------------- */
+
+static int valid_name(const char *s, size_t n)
+{
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (!isalnum(ch) && ch != '_' && ch != '-')
+            return 0;
+    }
+    return 1;
+}
+
+int dt_config_override(dt_config_t *c, const char *assignment)
+{
+    if (!c || !assignment)
+        return dt_err_set(DT_ERR_INVALID, "dt_config_override: NULL argument");
+    const char *eq = strchr(assignment, '=');
+    const char *lhs = assignment, *lhs_end = eq ? eq : assignment;
+    while (lhs < lhs_end && isspace((unsigned char)*lhs))
+        lhs++;
+    while (lhs_end > lhs && isspace((unsigned char)lhs_end[-1]))
+        lhs_end--;
+    const char *dot = memchr(lhs, '.', (size_t)(lhs_end - lhs));
+    if (!eq || !dot || !valid_name(lhs, (size_t)(dot - lhs)) ||
+        !valid_name(dot + 1, (size_t)(lhs_end - dot - 1)))
+        return dt_err_set(DT_ERR_CONFIG,
+                          "--set %s: expected table.key=value "
+                          "(e.g. --set train.lr=3e-4)",
+                          assignment);
+
+    const char *v = eq + 1, *v_end = v + strlen(v);
+    while (v < v_end && isspace((unsigned char)*v))
+        v++;
+    while (v_end > v && isspace((unsigned char)v_end[-1]))
+        v_end--;
+
+    if (c->n_ovr == c->cap_ovr) {
+        size_t ncap = c->cap_ovr ? c->cap_ovr * 2 : 8;
+        override_t *no = realloc(c->ovr, ncap * sizeof *no);
+        if (!no)
+            return nomem("--set");
+        c->ovr = no;
+        c->cap_ovr = ncap;
+    }
+    override_t o = {0};
+    o.assign = xstrdup(assignment);
+    o.table = xstrndup(lhs, (size_t)(dot - lhs));
+    o.key = xstrndup(dot + 1, (size_t)(lhs_end - dot - 1));
+    o.text = xstrndup(v, (size_t)(v_end - v));
+    int rc = DT_ERR_NOMEM;
+    if (o.assign && o.table && o.key && o.text) {
+        rc = dt_toml_parse_value(o.text, &o.node);
+        if (rc == DT_ERR_CONFIG) {
+            /* Not a TOML value: a bare word, taken as a string. */
+            o.node = calloc(1, sizeof *o.node);
+            if (o.node) {
+                o.node->type = DT_TOML_STRING;
+                o.node->u.s = xstrdup(o.text);
+                rc = o.node->u.s ? DT_OK : DT_ERR_NOMEM;
+            } else {
+                rc = DT_ERR_NOMEM;
+            }
+        }
+    }
+    if (rc != DT_OK) {
+        free(o.assign);
+        free(o.table);
+        free(o.key);
+        free(o.text);
+        dt_toml_free(o.node);
+        return nomem("--set");
+    }
+    c->ovr[c->n_ovr++] = o;
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Applying a schema
+ * --------------------------------------------------------------------- */
+
+/* Where a candidate value comes from, for messages and origins. */
+typedef struct source {
+    dt_origin_t origin;
+    const char *loc;     /* "run.toml:3:6", "--set train.lr=abc", ... */
+    int line;
+    int fail;            /* status for a bad value: CONFIG, or INVALID for
+                          * a schema default (a bug, not user input) */
+} source_t;
+
+/* Check one value against its key and store it in `out`.  `raw` is the
+ * text of a --set (NULL otherwise): a --set for a string key keeps what
+ * was typed, so `--set run.name=42` names the run "42". */
+static int resolve_value(const char *table, const dt_config_key_t *k,
+                         const dt_toml_node_t *n, const char *raw,
+                         const source_t *src, cval_t *out)
+{
+    char got[160], ch[512], rng[160], num[64];
+    int t = k->type;
+    if (raw && (t == DT_CFG_STRING || t == DT_CFG_ENUM) &&
+        n->type != DT_TOML_STRING) {
+        dt_toml_node_t s = {.type = DT_TOML_STRING};
+        s.u.s = (char *)raw;
+        return resolve_value(table, k, &s, NULL, src, out);
+    }
+    describe_node(n, got, sizeof got);
+    switch (t) {
+    case DT_CFG_BOOL:
+        if (n->type != DT_TOML_BOOL)
+            goto wrong_type;
+        out->b = n->u.b;
+        break;
+    case DT_CFG_INT:
+        if (n->type != DT_TOML_INT)
+            goto wrong_type;
+        if (has_range(k->min, k->max) &&
+            ((double)n->u.i < k->min || (double)n->u.i > k->max)) {
+            fmt_range(t, k->min, k->max, rng, sizeof rng);
+            return dt_err_set(src->fail,
+                              "%s: [%s] %s = %" PRId64 " is out of range (%s)",
+                              src->loc, table, k->name, n->u.i, rng);
+        }
+        out->i = n->u.i;
+        break;
+    case DT_CFG_FLOAT: {
+        double f;
+        if (n->type == DT_TOML_FLOAT)
+            f = n->u.f;
+        else if (n->type == DT_TOML_INT)
+            f = (double)n->u.i;
+        else
+            goto wrong_type;
+        /* NaN fails every comparison, so test "inside" rather than
+         * "outside" the range. */
+        if (has_range(k->min, k->max) && !(f >= k->min && f <= k->max)) {
+            fmt_range(t, k->min, k->max, rng, sizeof rng);
+            fmt_double(f, num, sizeof num, 1);
+            return dt_err_set(src->fail, "%s: [%s] %s = %s is out of range (%s)",
+                              src->loc, table, k->name, num, rng);
+        }
+        out->f = f;
+        break;
+    }
+    case DT_CFG_STRING:
+        if (n->type != DT_TOML_STRING)
+            goto wrong_type;
+        break;
+    default: /* ENUM */
+        fmt_choices(k->choices, ch, sizeof ch);
+        if (n->type != DT_TOML_STRING)
+            return dt_err_set(src->fail, "%s: [%s] %s: expected one of %s, got %s",
+                              src->loc, table, k->name, ch, got);
+        if (!in_choices(k->choices, n->u.s)) {
+            char sug[128];
+            suggest_choice(k->choices, n->u.s, sug, sizeof sug);
+            return dt_err_set(src->fail,
+                              "%s: [%s] %s = %s is not one of %s%s", src->loc,
+                              table, k->name, got + strlen("string "), ch, sug);
+        }
+        break;
+    }
+    if (t == DT_CFG_STRING || t == DT_CFG_ENUM) {
+        out->s = xstrdup(n->u.s);
+        if (!out->s)
+            return nomem("config value");
+    }
+    out->origin = src->origin;
+    out->line = src->line;
+    return DT_OK;
+
+wrong_type:
+    return dt_err_set(src->fail, "%s: [%s] %s: expected %s, got %s", src->loc,
+                      table, k->name, type_noun(t), got);
+}
+
+/* A schema is code, not user input: a broken one is DT_ERR_INVALID. */
+static int check_schema(const char *table, const dt_config_key_t *keys,
+                        uint32_t n)
+{
+    if (n && !keys)
+        return dt_err_set(DT_ERR_INVALID, "config schema for [%s]: keys is NULL",
+                          table);
+    for (uint32_t i = 0; i < n; i++) {
+        const dt_config_key_t *k = &keys[i];
+        if (!k->name || !valid_name(k->name, strlen(k->name)))
+            return dt_err_set(DT_ERR_INVALID,
+                              "config schema for [%s]: key #%u has no valid name",
+                              table, i);
+        if (k->type < DT_CFG_BOOL || k->type > DT_CFG_ENUM)
+            return dt_err_set(DT_ERR_INVALID,
+                              "config schema for [%s]: key '%s' has unknown type %d",
+                              table, k->name, (int)k->type);
+        if (k->type == DT_CFG_ENUM && (!k->choices || !*k->choices))
+            return dt_err_set(DT_ERR_INVALID,
+                              "config schema for [%s]: enum key '%s' has no choices",
+                              table, k->name);
+        for (uint32_t j = 0; j < i; j++)
+            if (strcmp(keys[j].name, k->name) == 0)
+                return dt_err_set(DT_ERR_INVALID,
+                                  "config schema for [%s]: key '%s' declared twice",
+                                  table, k->name);
+    }
+    return DT_OK;
+}
+
+static const dt_config_key_t *schema_key(const dt_config_key_t *keys,
+                                         uint32_t n, const char *name)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(keys[i].name, name) == 0)
+            return &keys[i];
+    return NULL;
+}
+
+/* "; did you mean 'x'?" among the schema's keys, or "". */
+static void suggest_key(const dt_config_key_t *keys, uint32_t n,
+                        const char *word, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (n == 0)
+        return;
+    const char **names = malloc(n * sizeof *names);
+    if (!names)
+        return; /* the message is still right, only shorter */
+    for (uint32_t i = 0; i < n; i++)
+        names[i] = keys[i].name;
+    const char *best = dt_suggest(word, names, n);
+    if (best)
+        snprintf(buf, size, "; did you mean '%s'?", best);
+    free(names);
+}
+
+static int unknown_key(const char *loc, const char *table,
+                       const dt_config_key_t *keys, uint32_t n,
+                       const char *key)
+{
+    char sug[256];
+    if (n == 0)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "%s: unknown key '%s' in [%s]; [%s] takes no keys",
+                          loc, key, table, table);
+    suggest_key(keys, n, key, sug, sizeof sug);
+    return dt_err_set(DT_ERR_CONFIG, "%s: unknown key '%s' in [%s]%s", loc, key,
+                      table, sug);
+}
+
+static int same_schema(const ctable_t *t, const dt_config_key_t *keys,
+                       uint32_t n)
+{
+    if (t->n != n)
+        return 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(t->vals[i].name, keys[i].name) != 0 ||
+            t->vals[i].type != keys[i].type)
+            return 0;
+    return 1;
+}
+
+/* The last --set of table.key, or NULL. */
+static const override_t *find_override(const dt_config_t *c, const char *table,
+                                       const char *key)
+{
+    for (size_t i = c->n_ovr; i-- > 0;)
+        if (strcmp(c->ovr[i].table, table) == 0 &&
+            strcmp(c->ovr[i].key, key) == 0)
+            return &c->ovr[i];
+    return NULL;
+}
+
+/* Check the table as written in the file: shape, unknown keys, nesting. */
+static int check_file_table(const dt_config_t *c, const char *table,
+                            const dt_toml_node_t *tn,
+                            const dt_config_key_t *keys, uint32_t n)
+{
+    char loc[1200];
+    if (tn->type == DT_TOML_ARRAY) {
+        int all_tables = tn->u.children.n > 0;
+        for (size_t i = 0; i < tn->u.children.n; i++)
+            all_tables &= tn->u.children.items[i].type == DT_TOML_TABLE;
+        node_loc(c, tn, 0, loc, sizeof loc);
+        if (all_tables)
+            return dt_err_set(DT_ERR_CONFIG,
+                              "%s: [[%s]] is an array of tables; [%s] must be "
+                              "a single table",
+                              loc, table, table);
+    }
+    if (tn->type != DT_TOML_TABLE) {
+        char got[160];
+        describe_node(tn, got, sizeof got);
+        node_loc(c, tn, 1, loc, sizeof loc);
+        return dt_err_set(DT_ERR_CONFIG, "%s: '%s' must be a table ([%s]), got %s",
+                          loc, table, table, got);
+    }
+    for (size_t i = 0; i < tn->u.children.n; i++) {
+        const dt_toml_node_t *e = &tn->u.children.items[i];
+        if (e->type == DT_TOML_TABLE ||
+            (e->type == DT_TOML_ARRAY && e->u.children.n > 0 &&
+             e->u.children.items[0].type == DT_TOML_TABLE &&
+             !schema_key(keys, n, e->key))) {
+            node_loc(c, e, 0, loc, sizeof loc);
+            return dt_err_set(DT_ERR_CONFIG,
+                              "%s: [%s] %s: nested tables are not allowed in "
+                              "[%s] (no [%s.%s] headers or dotted keys "
+                              "'%s.x = ...'; every key is a plain value)",
+                              loc, table, e->key, table, table, e->key, e->key);
+        }
+        if (!schema_key(keys, n, e->key)) {
+            node_loc(c, e, 1, loc, sizeof loc);
+            return unknown_key(loc, table, keys, n, e->key);
+        }
+    }
+    return DT_OK;
+}
+
+int dt_config_apply_schema(dt_config_t *c, const char *table,
+                           const dt_config_key_t *keys, uint32_t n_keys)
+{
+    if (!c || !table || !*table)
+        return dt_err_set(DT_ERR_INVALID, "dt_config_apply_schema: NULL argument");
+    int rc = check_schema(table, keys, n_keys);
+    if (rc != DT_OK)
+        return rc;
+    const ctable_t *seen = find_table(c, table);
+    if (seen) {
+        if (same_schema(seen, keys, n_keys))
+            return DT_OK;
+        return dt_err_set(DT_ERR_INVALID,
+                          "config table [%s] was already claimed with other keys",
+                          table);
+    }
+
+    const dt_toml_node_t *tn = root_child(c, table);
+    if (tn && (rc = check_file_table(c, table, tn, keys, n_keys)) != DT_OK)
+        return rc;
+    for (size_t i = 0; i < c->n_ovr; i++) {
+        const override_t *o = &c->ovr[i];
+        if (strcmp(o->table, table) == 0 && !schema_key(keys, n_keys, o->key)) {
+            char loc[1200];
+            snprintf(loc, sizeof loc, "--set %s", o->assign);
+            return unknown_key(loc, table, keys, n_keys, o->key);
+        }
+    }
+
+    ctable_t t = {0};
+    t.name = xstrdup(table);
+    t.vals = n_keys ? calloc(n_keys, sizeof *t.vals) : NULL;
+    if (!t.name || (n_keys && !t.vals)) {
+        free_table(&t);
+        return nomem("config table");
+    }
+    for (uint32_t i = 0; i < n_keys && rc == DT_OK; i++) {
+        const dt_config_key_t *k = &keys[i];
+        cval_t *v = &t.vals[t.n++];
+        v->type = k->type;
+        v->min = k->min;
+        v->max = k->max;
+        v->name = xstrdup(k->name);
+        v->choices = k->choices ? xstrdup(k->choices) : NULL;
+        if (!v->name || (k->choices && !v->choices)) {
+            rc = nomem("config value");
+            break;
+        }
+        const override_t *o = find_override(c, table, k->name);
+        const dt_toml_node_t *fn = NULL;
+        for (size_t j = 0; tn && j < tn->u.children.n && !o; j++)
+            if (strcmp(tn->u.children.items[j].key, k->name) == 0)
+                fn = &tn->u.children.items[j];
+        char loc[1200];
+        source_t src = {.fail = DT_ERR_CONFIG, .loc = loc};
+        if (o) {
+            snprintf(loc, sizeof loc, "--set %s", o->assign);
+            src.origin = DT_ORIGIN_CLI;
+            rc = resolve_value(table, k, o->node, o->text, &src, v);
+        } else if (fn) {
+            node_loc(c, fn, 0, loc, sizeof loc);
+            src.origin = DT_ORIGIN_FILE;
+            src.line = fn->line > 0 ? fn->line : fn->key_line;
+            rc = resolve_value(table, k, fn, NULL, &src, v);
+        } else if (k->def) {
+            dt_toml_node_t *dn = NULL;
+            rc = dt_toml_parse_value(k->def, &dn);
+            if (rc == DT_ERR_NOMEM) {
+                rc = nomem("config default");
+            } else if (rc != DT_OK) {
+                rc = dt_err_set(DT_ERR_INVALID,
+                                "config schema for [%s]: default of '%s' is not "
+                                "a TOML value: %s",
+                                table, k->name, k->def);
+            } else {
+                snprintf(loc, sizeof loc, "config schema for [%s] (default)",
+                         table);
+                src.origin = DT_ORIGIN_DEFAULT;
+                src.fail = DT_ERR_INVALID;
+                rc = resolve_value(table, k, dn, NULL, &src, v);
+            }
+            dt_toml_free(dn);
+        } else {
+            if (tn)
+                node_loc(c, tn, 0, loc, sizeof loc);
+            else
+                snprintf(loc, sizeof loc, "%s", c->name);
+            rc = dt_err_set(DT_ERR_CONFIG,
+                            "%s%srequired key '%s.%s' is missing (add '%s = ...' "
+                            "under [%s] or pass --set %s.%s=VALUE)",
+                            loc, *loc ? ": " : "", table, k->name, k->name,
+                            table, table, k->name);
+        }
+    }
+    if (rc == DT_OK && c->n_tables == c->cap_tables) {
+        size_t ncap = c->cap_tables ? c->cap_tables * 2 : 16;
+        ctable_t *nt = realloc(c->tables, ncap * sizeof *nt);
+        if (!nt) {
+            rc = nomem("config table");
+        } else {
+            c->tables = nt;
+            c->cap_tables = ncap;
+        }
+    }
+    if (rc != DT_OK) {
+        free_table(&t);
+        return rc;
+    }
+    c->tables[c->n_tables++] = t;
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Unclaimed tables
+ * --------------------------------------------------------------------- */
+
+/* "; did you mean [train]?" among the claimed tables; or, with nothing
+ * close, the list of tables in use. */
+static void suggest_table(const dt_config_t *c, const char *word, char *buf,
+                          size_t size)
+{
+    buf[0] = '\0';
+    if (c->n_tables == 0)
+        return;
+    const char **names = malloc(c->n_tables * sizeof *names);
+    if (!names)
+        return;
+    for (size_t i = 0; i < c->n_tables; i++)
+        names[i] = c->tables[i].name;
+    const char *best = dt_suggest(word, names, c->n_tables);
+    if (best) {
+        snprintf(buf, size, "; did you mean [%s]?", best);
+    } else {
+        sink_t s = {.mode = SINK_BUF, .buf = buf, .cap = size};
+        sink_str(&s, "; the tables in use are");
+        for (size_t i = 0; i < c->n_tables; i++) {
+            sink_str(&s, i ? ", [" : " [");
+            sink_str(&s, names[i]);
+            sink_str(&s, "]");
+        }
+    }
+    free(names);
+}
+
+static int unknown_table(const dt_config_t *c, const char *loc,
+                         const char *table, const char *hint)
+{
+    char sug[2048];
+    suggest_table(c, table, sug, sizeof sug);
+    return dt_err_set(DT_ERR_CONFIG, "%s: unknown table [%s]%s%s%s%s", loc,
+                      table, sug, hint && *hint ? " (" : "", hint ? hint : "",
+                      hint && *hint ? ")" : "");
+}
+
+/* A key written above every [table] heading: name the claimed table that
+ * declares it (or a close one), since that is where it was meant to go. */
+static int stray_key(const dt_config_t *c, const char *loc, const char *key)
+{
+    const char *home = NULL, *close_key = NULL, *close_table = NULL;
+    for (size_t i = 0; i < c->n_tables && !home; i++) {
+        const ctable_t *t = &c->tables[i];
+        for (uint32_t j = 0; j < t->n; j++) {
+            if (strcmp(t->vals[j].name, key) == 0) {
+                home = t->name;
+                break;
+            }
+            const char *cand = t->vals[j].name;
+            if (!close_key && dt_suggest(key, &cand, 1)) {
+                close_key = cand;
+                close_table = t->name;
+            }
+        }
+    }
+    if (home)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "%s: key '%s' is outside any table; did you mean to "
+                          "put it under [%s]?",
+                          loc, key, home);
+    if (close_key)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "%s: key '%s' is outside any table; did you mean "
+                          "'%s' under [%s]?",
+                          loc, key, close_key, close_table);
+    return dt_err_set(DT_ERR_CONFIG,
+                      "%s: key '%s' is outside any table; every key belongs "
+                      "under a [table] heading",
+                      loc, key);
+}
+
+int dt_config_check_unclaimed(const dt_config_t *c, const char *hint)
+{
+    if (!c)
+        return dt_err_set(DT_ERR_INVALID, "dt_config_check_unclaimed: NULL config");
+    char loc[1200];
+    for (size_t i = 0; i < c->root->u.children.n; i++) {
+        const dt_toml_node_t *n = &c->root->u.children.items[i];
+        if (find_table(c, n->key))
+            continue;
+        if (n->type == DT_TOML_TABLE || n->type == DT_TOML_ARRAY) {
+            node_loc(c, n, 0, loc, sizeof loc);
+            return unknown_table(c, loc, n->key, hint);
+        }
+        node_loc(c, n, 1, loc, sizeof loc);
+        return stray_key(c, loc, n->key);
+    }
+    for (size_t i = 0; i < c->n_ovr; i++) {
+        if (find_table(c, c->ovr[i].table))
+            continue;
+        snprintf(loc, sizeof loc, "--set %s", c->ovr[i].assign);
+        return unknown_table(c, loc, c->ovr[i].table, hint);
+    }
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Reading and setting resolved values
+ * --------------------------------------------------------------------- */
+
+static cval_t *lookup(const dt_config_t *c, const char *path)
+{
+    if (!c || !path)
+        return NULL;
+    const char *dot = strchr(path, '.');
+    if (!dot)
+        return NULL;
+    size_t tl = (size_t)(dot - path);
+    for (size_t i = 0; i < c->n_tables; i++) {
+        ctable_t *t = &c->tables[i];
+        if (strlen(t->name) != tl || strncmp(t->name, path, tl) != 0)
+            continue;
+        for (uint32_t j = 0; j < t->n; j++)
+            if (strcmp(t->vals[j].name, dot + 1) == 0)
+                return &t->vals[j];
+    }
+    return NULL;
+}
+
+static int not_found(const char *path)
+{
+    return dt_err_set(DT_ERR_NOT_FOUND,
+                      "config key '%s' was not declared by any schema",
+                      path ? path : "(null)");
+}
+
+static int wrong_kind(const char *path, const cval_t *v, const char *want)
+{
+    return dt_err_set(DT_ERR_INVALID, "config key '%s' is %s, not %s", path,
+                      type_noun(v->type), want);
+}
+
+int dt_config_get_bool(const dt_config_t *c, const char *path, int *out)
+{
+    const cval_t *v = lookup(c, path);
+    if (!v)
+        return not_found(path);
+    if (v->type != DT_CFG_BOOL)
+        return wrong_kind(path, v, "a boolean");
+    *out = v->b;
+    return DT_OK;
+}
+
+int dt_config_get_int(const dt_config_t *c, const char *path, int64_t *out)
+{
+    const cval_t *v = lookup(c, path);
+    if (!v)
+        return not_found(path);
+    if (v->type != DT_CFG_INT)
+        return wrong_kind(path, v, "an integer");
+    *out = v->i;
+    return DT_OK;
+}
+
+int dt_config_get_float(const dt_config_t *c, const char *path, double *out)
+{
+    const cval_t *v = lookup(c, path);
+    if (!v)
+        return not_found(path);
+    if (v->type == DT_CFG_INT)
+        *out = (double)v->i;
+    else if (v->type == DT_CFG_FLOAT)
+        *out = v->f;
+    else
+        return wrong_kind(path, v, "a float");
+    return DT_OK;
+}
+
+int dt_config_get_string(const dt_config_t *c, const char *path,
+                         const char **out)
+{
+    const cval_t *v = lookup(c, path);
+    if (!v)
+        return not_found(path);
+    if (v->type != DT_CFG_STRING && v->type != DT_CFG_ENUM)
+        return wrong_kind(path, v, "a string");
+    *out = v->s;
+    return DT_OK;
+}
+
+dt_origin_t dt_config_origin(const dt_config_t *c, const char *path)
+{
+    const cval_t *v = lookup(c, path);
+    return v ? v->origin : DT_ORIGIN_DEFAULT;
+}
+
+static const char *origin_name(dt_origin_t o)
+{
+    switch (o) {
+    case DT_ORIGIN_FILE: return "file";
+    case DT_ORIGIN_CLI: return "--set";
+    case DT_ORIGIN_DERIVED: return "derived";
+    default: return "default";
+    }
+}
+
+/* The values the core sets pass the same range check as user input: a
+ * derived grad_accum of 0 is as wrong as a written one. */
+static int set_number(dt_config_t *c, const char *path, int is_int, int64_t i,
+                      double f, dt_origin_t origin)
+{
+    cval_t *v = lookup(c, path);
+    if (!v)
+        return not_found(path);
+    if (v->type != DT_CFG_FLOAT && !(is_int && v->type == DT_CFG_INT))
+        return wrong_kind(path, v, is_int ? "an integer" : "a float");
+    double d = is_int ? (double)i : f;
+    if (has_range(v->min, v->max) && !(d >= v->min && d <= v->max)) {
+        char rng[160], num[64];
+        fmt_range(v->type, v->min, v->max, rng, sizeof rng);
+        if (is_int)
+            snprintf(num, sizeof num, "%" PRId64, i);
+        else
+            fmt_double(f, num, sizeof num, 1);
+        const char *dot = strchr(path, '.');
+        return dt_err_set(DT_ERR_CONFIG, "[%.*s] %s = %s (%s) is out of range (%s)",
+                          (int)(dot - path), path, dot + 1, num,
+                          origin_name(origin), rng);
+    }
+    if (v->type == DT_CFG_INT)
+        v->i = i;
+    else
+        v->f = d;
+    v->origin = origin;
+    v->line = 0;
+    return DT_OK;
+}
+
+int dt_config_set_int(dt_config_t *c, const char *path, int64_t v,
+                      dt_origin_t origin)
+{
+    return set_number(c, path, 1, v, 0.0, origin);
+}
+
+int dt_config_set_float(dt_config_t *c, const char *path, double v,
+                        dt_origin_t origin)
+{
+    return set_number(c, path, 0, 0, v, origin);
+}
+
+int dt_config_set_string(dt_config_t *c, const char *path, const char *s,
+                         dt_origin_t origin)
+{
+    cval_t *v = lookup(c, path);
+    if (!v)
+        return not_found(path);
+    if (!s)
+        return dt_err_set(DT_ERR_INVALID, "dt_config_set_string: NULL value");
+    if (v->type != DT_CFG_STRING && v->type != DT_CFG_ENUM)
+        return wrong_kind(path, v, "a string");
+    if (v->type == DT_CFG_ENUM && !in_choices(v->choices, s)) {
+        char ch[512];
+        fmt_choices(v->choices, ch, sizeof ch);
+        const char *dot = strchr(path, '.');
+        return dt_err_set(DT_ERR_CONFIG, "[%.*s] %s = \"%s\" (%s) is not one of %s",
+                          (int)(dot - path), path, dot + 1, s,
+                          origin_name(origin), ch);
+    }
+    char *copy = xstrdup(s);
+    if (!copy)
+        return nomem("config value");
+    free(v->s);
+    v->s = copy;
+    v->origin = origin;
+    v->line = 0;
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Printing and hashing
+ * --------------------------------------------------------------------- */
+
+/* Comments start at this column unless a line is longer (then two spaces
+ * after it); very long values do not push every comment to the right. */
+#define PRINT_COMMENT_COL 23
+
+void dt_config_print(const dt_config_t *c, FILE *f)
+{
+    if (!c || !f)
+        return;
+    for (size_t ti = 0; ti < c->n_tables; ti++) {
+        const ctable_t *t = &c->tables[ti];
+        fprintf(f, "%s[%s]\n", ti ? "\n" : "", t->name);
+        for (uint32_t i = 0; i < t->n; i++) {
+            const cval_t *v = &t->vals[i];
+            sink_t count = {.mode = SINK_COUNT};
+            sink_value(&count, v);
+            size_t len = strlen(v->name) + 3 + count.count;
+            sink_t out = {.mode = SINK_FILE, .f = f};
+            fprintf(f, "%s = ", v->name);
+            sink_value(&out, v);
+            size_t pad = len + 2 > PRINT_COMMENT_COL ? 2 : PRINT_COMMENT_COL - len;
+            fprintf(f, "%*s# %s", (int)pad, "", origin_name(v->origin));
+            if (v->origin == DT_ORIGIN_FILE) {
+                if (v->line > 0)
+                    fprintf(f, " %s:%d", c->name, v->line);
+                else
+                    fprintf(f, " %s", c->name);
+            }
+            fputc('\n', f);
+        }
+    }
+}
+
+/* Items are visited in (table, key) order by repeated minimum search:
+ * quadratic, but a config has ~100 values and this way hashing cannot
+ * fail on memory. */
+static int item_less(const char *ta, const char *ka, const char *tb,
+                     const char *kb)
+{
+    int r = strcmp(ta, tb);
+    return r < 0 || (r == 0 && strcmp(ka, kb) < 0);
+}
+
+uint64_t dt_config_hash(const dt_config_t *c)
+{
+    sink_t s = {.mode = SINK_HASH, .h = FNV_OFFSET};
+    if (!c)
+        return s.h;
+    const char *last_t = NULL, *last_k = NULL;
+    for (;;) {
+        const ctable_t *bt = NULL;
+        const cval_t *bv = NULL;
+        for (size_t i = 0; i < c->n_tables; i++) {
+            const ctable_t *t = &c->tables[i];
+            for (uint32_t j = 0; j < t->n; j++) {
+                const cval_t *v = &t->vals[j];
+                if (last_t && !item_less(last_t, last_k, t->name, v->name))
+                    continue;
+                if (!bv || item_less(t->name, v->name, bt->name, bv->name)) {
+                    bt = t;
+                    bv = v;
+                }
+            }
+        }
+        if (!bv)
+            break;
+        sink_str(&s, bt->name);
+        sink_put(&s, ".", 1);
+        sink_str(&s, bv->name);
+        sink_put(&s, "=", 1);
+        sink_value(&s, bv);
+        sink_put(&s, "\n", 1);
+        last_t = bt->name;
+        last_k = bv->name;
+    }
+    return s.h;
+}

@@ -1,0 +1,117 @@
+/*
+ * core/config/schema.c - the core's own config sections: every key the
+ * core reads, its type, default, allowed range and a one-line doc.
+ *
+ * Plugins declare their tables the same way (dtrain/plugin.h); the engine
+ * applies these sections and each selected plugin's keys with
+ * dt_config_apply_schema.  Other code reads these keys by name, so a rename
+ * here is a rename everywhere.
+ */
+#include "config/config.h"
+
+/* min > max means "no range" (dtrain/plugin.h). */
+#define NO_RANGE 1, 0
+#define K_STR(n, d, doc) {n, DT_CFG_STRING, d, NO_RANGE, NULL, doc}
+#define K_INT(n, d, lo, hi, doc) {n, DT_CFG_INT, d, lo, hi, NULL, doc}
+#define K_FLT(n, d, lo, hi, doc) {n, DT_CFG_FLOAT, d, lo, hi, NULL, doc}
+#define K_BOOL(n, d, doc) {n, DT_CFG_BOOL, d, NO_RANGE, NULL, doc}
+#define K_ENUM(n, d, ch, doc) {n, DT_CFG_ENUM, d, NO_RANGE, ch, doc}
+
+static const dt_config_key_t run_keys[] = {
+    K_STR("name", "\"dtrain\"", "run name; outputs go to <out_dir>/<name>"),
+    K_INT("seed", "1337", 0, 2147483647.0, "random seed for init and data order"),
+    K_STR("out_dir", "\"runs\"", "folder for run outputs"),
+    K_STR("plugin_path", "\"\"", "':'-separated plugin folders searched first"),
+    K_STR("device", "\"cpu\"", "device plugin (compute backend)"),
+    K_STR("comm", "\"shm\"", "comm plugin (communicator)"),
+    K_INT("log_every", "1", 1, 1e9, "print a log line every N steps"),
+    K_STR("metrics", "\"\"", "JSON-lines metrics file; empty = none"),
+};
+
+static const dt_config_key_t model_keys[] = {
+    K_ENUM("arch", "\"gpt2\"", "gpt2|mlp", "model architecture"),
+    K_ENUM("preset", "\"custom\"",
+           "custom|gpt2-tiny|gpt2-small|gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1558m",
+           "named size; custom = use n_layer/n_head/n_embd"),
+    K_INT("n_layer", "2", 1, 1024, "transformer blocks"),
+    K_INT("n_head", "4", 1, 1024, "attention heads"),
+    K_INT("n_embd", "128", 1, 65536, "embedding width"),
+    K_INT("vocab_size", "256", 2, 16777216.0, "vocabulary size"),
+    K_INT("context", "64", 1, 1048576.0, "maximum sequence length"),
+    K_ENUM("dtype", "\"fp32\"", "fp32|bf16", "compute dtype"),
+    K_ENUM("activation_checkpointing", "\"none\"", "none|all|every",
+           "recompute activations in backward"),
+    K_INT("checkpoint_every", "2", 1, 1024,
+          "with activation_checkpointing = \"every\": recompute every k-th unit"),
+    K_INT("mlp_in", "16", 1, 1048576.0, "mlp: input features"),
+    K_INT("mlp_hidden", "64", 1, 1048576.0, "mlp: hidden width"),
+    K_INT("mlp_out", "8", 2, 1048576.0, "mlp: output classes"),
+};
+
+static const dt_config_key_t data_keys[] = {
+    K_STR("train", "\"\"", "training token file (llm.c format)"),
+    K_STR("val", "\"\"", "validation token file (llm.c format); empty = none"),
+    K_BOOL("shuffle", "true", "shuffle batch order each epoch"),
+};
+
+static const dt_config_key_t train_keys[] = {
+    K_INT("steps", "100", 1, 1e9, "optimizer steps"),
+    K_INT("micro_batch", "4", 1, 1048576.0, "sequences per rank per micro-step"),
+    K_INT("grad_accum", "0", 0, 1048576.0, "micro-steps per step; 0 = derive"),
+    K_INT("global_batch", "0", 0, 1073741824.0,
+          "sequences per step over all ranks; 0 = derive"),
+    K_INT("seq_len", "64", 1, 1048576.0, "tokens per sequence"),
+    K_FLT("lr", "6e-4", 0, 10, "peak learning rate"),
+    K_FLT("min_lr", "0.0", 0, 10, "learning rate at the end of decay"),
+    K_INT("warmup_steps", "0", 0, 1e9, "linear warmup steps"),
+    K_ENUM("decay", "\"cosine\"", "cosine|linear|constant", "lr decay after warmup"),
+    K_FLT("gradient_clipping", "1.0", 0, 1e9, "global-norm clip; 0 = off"),
+    K_INT("eval_every", "0", 0, 1e9, "validate every N steps; 0 = never"),
+    K_INT("eval_steps", "4", 1, 1e6, "batches per validation"),
+};
+
+static const dt_config_key_t optimizer_keys[] = {
+    K_ENUM("type", "\"adamw\"", "adamw|sgd", "optimizer"),
+    K_FLT("beta1", "0.9", 0, 0.999999999, "adamw: first-moment decay"),
+    K_FLT("beta2", "0.95", 0, 0.999999999, "adamw: second-moment decay"),
+    K_FLT("eps", "1e-8", 0, 1, "adamw: denominator epsilon"),
+    K_FLT("weight_decay", "0.1", 0, 10, "decoupled weight decay"),
+    K_FLT("momentum", "0.9", 0, 1, "sgd: momentum"),
+    K_BOOL("nesterov", "false", "sgd: Nesterov momentum"),
+};
+
+static const dt_config_key_t parallel_keys[] = {
+    K_STR("data", "\"ddp\"", "data-parallel strategy plugin"),
+    K_INT("tensor", "1", 1, 4096, "tensor-parallel degree"),
+    K_INT("pipeline", "1", 1, 4096, "pipeline stages"),
+    K_STR("offload", "\"none\"", "offload plugin, or \"none\""),
+};
+
+static const dt_config_key_t launch_keys[] = {
+    K_INT("nproc", "1", 1, 256, "local ranks to spawn"),
+    K_FLT("timeout", "300.0", 0.001, 1e6, "seconds any collective may wait"),
+    K_STR("master_addr", "\"127.0.0.1\"", "rendezvous address"),
+    K_INT("master_port", "29500", 0, 65535, "rendezvous port"),
+};
+
+static const dt_config_key_t checkpoint_keys[] = {
+    K_STR("dir", "\"\"", "checkpoint folder; empty = <out_dir>/<name>/ckpt"),
+    K_INT("every", "0", 0, 1e9, "save every N steps; 0 = no periodic saves"),
+    K_INT("keep", "2", 1, 1e6, "checkpoints kept"),
+    K_STR("resume", "\"\"", "\"\" = fresh start, \"latest\", or a checkpoint path"),
+};
+
+#define SECTION(t, k, d) {t, k, (uint32_t)DT_ARRAY_LEN(k), d}
+
+const dt_config_section_t dt_core_sections[] = {
+    SECTION("run", run_keys, "the run: name, outputs, plugins"),
+    SECTION("model", model_keys, "the model"),
+    SECTION("data", data_keys, "training and validation data"),
+    SECTION("train", train_keys, "the training loop and schedule"),
+    SECTION("optimizer", optimizer_keys, "the optimizer"),
+    SECTION("parallel", parallel_keys, "parallel strategies"),
+    SECTION("launch", launch_keys, "processes and rendezvous"),
+    SECTION("checkpoint", checkpoint_keys, "saving and resuming"),
+};
+
+const uint32_t dt_core_n_sections = (uint32_t)DT_ARRAY_LEN(dt_core_sections);

@@ -1,0 +1,49 @@
+/*
+ * core/loader/abi_tables.h - what the loader knows about each kind's ABI:
+ * the majors this dtrain speaks (newest first) and, per major's layout, the
+ * name and offset of every method, mandatory or optional.  The loader uses
+ * it to check a plugin once at load; `dtrain plugins` to describe one.
+ */
+#ifndef DT_CORE_ABI_TABLES_H
+#define DT_CORE_ABI_TABLES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One method slot of an ops table. */
+typedef struct dt_abi_method {
+    const char *name;  /* field name in dt_<kind>_ops_v<major>_t */
+    size_t offset;     /* offsetof that field */
+} dt_abi_method_t;
+
+/* The layout of one kind at one major. */
+typedef struct dt_abi_layout {
+    uint32_t major, minor;             /* DT_<KIND>_ABI_MAJOR / _MINOR */
+    size_t ops_size;                   /* sizeof the ops struct at our build */
+    const dt_abi_method_t *mandatory;  /* in struct order */
+    size_t n_mandatory;
+    const dt_abi_method_t *optional;   /* in struct order */
+    size_t n_optional;
+    /* Smallest struct_size that still holds every mandatory method. */
+    size_t min_size;
+} dt_abi_layout_t;
+
+/* The majors of `kind` this dtrain speaks, newest first (a test-only extra
+ * major from dt_loader_test_extra_major comes first).  Returns the count
+ * (written up to `cap`); 0 for an unknown kind. */
+size_t dt_abi_majors(int kind, uint32_t *out, size_t cap);
+
+/* The layout a table of `kind` probed at `major` is checked against; a
+ * test-only extra major maps to the newest real layout (identity adapter).
+ * NULL when this dtrain does not speak that major. */
+const dt_abi_layout_t *dt_abi_layout(int kind, uint32_t major);
+
+/* The entry symbol of `kind` at `major` ("dtrain_comm_v1"), the run-time
+ * twin of DT_ENTRY_STRING (a test checks they agree).  Returns `buf`. */
+const char *dt_abi_entry_name(int kind, uint32_t major, char *buf,
+                              size_t cap);
+
+/* Tests only (backs dt_loader_test_extra_major). */
+void dt_abi_set_extra_major(int kind, uint32_t major);
+
+#endif /* DT_CORE_ABI_TABLES_H */

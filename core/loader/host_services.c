@@ -1,0 +1,431 @@
+/*
+ * core/loader/host_services.c - the host services table each loaded plugin
+ * gets (dtrain/host.h), and the core's log line.
+ *
+ * One dt_host_state_t per plugin holds the table as its first member, so
+ * every host function finds its plugin from the table pointer it is given;
+ * the table's ctx points at the dt_plugin_t as host.h promises the core.
+ */
+#include "loader/host_services.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "util/error.h"
+
+/* ---------------------------------------------------------------- log -- */
+
+static atomic_int log_rank = -1;
+static atomic_int log_level = -1; /* -1: not yet read from DTRAIN_LOG */
+
+void dt_log_set_rank(int rank) { atomic_store(&log_rank, rank < 0 ? -1 : rank); }
+
+int dt_log_level_from_name(const char *name)
+{
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    if (!name)
+        return -1;
+    for (int i = 0; i < 4; i++)
+        if (strcasecmp(name, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+int dt_log_level(void)
+{
+    int lv = atomic_load(&log_level);
+    if (lv >= 0)
+        return lv;
+    const char *env = getenv("DTRAIN_LOG");
+    int parsed = (env && *env) ? dt_log_level_from_name(env) : DT_LOG_INFO;
+    int expected = -1;
+    int chosen = parsed < 0 ? DT_LOG_INFO : parsed;
+    /* Only the thread that settles the level complains, so a bad value is
+     * reported once. */
+    if (atomic_compare_exchange_strong(&log_level, &expected, chosen) &&
+        parsed < 0)
+        dt_log(DT_LOG_WARN, "dtrain",
+               "DTRAIN_LOG='%s' is not one of error|warn|info|debug; "
+               "using info", env);
+    return atomic_load(&log_level);
+}
+
+void dt_log_set_level(int level)
+{
+    if (level > DT_LOG_DEBUG)
+        level = DT_LOG_DEBUG;
+    atomic_store(&log_level, level < 0 ? -1 : level);
+}
+
+void dt_logv(int level, const char *who, const char *fmt, va_list ap)
+{
+    if (level > dt_log_level())
+        return;
+    char msg[DT_ERR_MAX];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n > 0 && msg[n - 1] == '\n')
+        msg[--n] = '\0';
+    char rank[16];
+    int r = atomic_load(&log_rank);
+    if (r < 0)
+        snprintf(rank, sizeof rank, "?");
+    else
+        snprintf(rank, sizeof rank, "%d", r);
+    /* One fprintf: stdio locks the stream per call, so concurrent lines do
+     * not mix. */
+    fprintf(stderr, "[rank %s] %s: %s\n", rank, who ? who : "dtrain", msg);
+}
+
+void dt_log(int level, const char *who, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    dt_logv(level, who, fmt, ap);
+    va_end(ap);
+}
+
+/* ------------------------------------------------------- host state -- */
+
+typedef struct dt_host_state {
+    dt_host_v1_t table;          /* first: (dt_host_state_t *)table */
+    dt_plugin_t *plugin;
+    char who[96];                /* "comm/shm" */
+    const dt_config_t *cfg;      /* what cfg_* read; may be own_cfg */
+    dt_config_t *own_cfg;        /* the plugin's declared defaults */
+    pthread_mutex_t lock;        /* guards mem */
+    dt_mem_stats_t mem;
+} dt_host_state_t;
+
+static dt_host_state_t *state_of(const dt_host_v1_t *h)
+{
+    return (dt_host_state_t *)(uintptr_t)h;
+}
+
+static void host_log(const dt_host_v1_t *h, int level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    dt_logv(level, state_of(h)->who, fmt, ap);
+    va_end(ap);
+}
+
+static int host_set_error(const dt_host_v1_t *h, int status, const char *fmt,
+                          ...)
+{
+    /* Format first: the arguments may point into the error buffer itself. */
+    char msg[DT_ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return dt_err_set(status, "%s: %s", state_of(h)->who, msg);
+}
+
+/* ---- tagged host memory ----
+ * Each block carries a 64-byte header in front of the pointer handed out,
+ * so free knows its size and tag and the user pointer keeps 64-byte
+ * alignment. */
+
+#define HOST_HDR 64u
+#define HOST_MAGIC UINT64_C(0x64747261696e4d31) /* "dtrainM1" */
+
+typedef struct host_block {
+    uint64_t magic;
+    uint64_t bytes;
+    const dt_host_state_t *owner;
+    int32_t tag;
+} host_block_t;
+_Static_assert(sizeof(host_block_t) <= HOST_HDR, "host block header");
+
+static void *host_alloc(const dt_host_v1_t *h, uint64_t bytes, int tag)
+{
+    dt_host_state_t *hs = state_of(h);
+    if (tag < 0 || tag >= DT_TAG_COUNT) {
+        dt_err_set(DT_ERR_INVALID,
+                   "%s: host alloc of %" PRIu64 " bytes: unknown memory tag %d "
+                   "(dt_mem_tag_t is 0..%d)", hs->who, bytes, tag,
+                   DT_TAG_COUNT - 1);
+        return NULL;
+    }
+    if (bytes > SIZE_MAX - HOST_HDR) {
+        dt_err_set(DT_ERR_NOMEM,
+                   "%s: host alloc of %" PRIu64 " bytes tagged '%s' failed: "
+                   "larger than the address space", hs->who, bytes,
+                   dt_mem_tag_name(tag));
+        return NULL;
+    }
+
+    /* Reserve under the lock before allocating, so concurrent allocations
+     * cannot together overrun the budget. */
+    pthread_mutex_lock(&hs->lock);
+    dt_mem_stats_t *m = &hs->mem;
+    if (m->limit && (bytes > m->limit || m->total_current > m->limit - bytes)) {
+        uint64_t used = m->total_current, limit = m->limit;
+        pthread_mutex_unlock(&hs->lock);
+        dt_err_set(DT_ERR_NOMEM,
+                   "%s: host alloc of %" PRIu64 " bytes tagged '%s' failed: "
+                   "over the host budget (limit %" PRIu64 " bytes, %" PRIu64
+                   " in use)", hs->who, bytes, dt_mem_tag_name(tag), limit,
+                   used);
+        return NULL;
+    }
+    m->current[tag] += bytes;
+    m->total_current += bytes;
+    if (m->current[tag] > m->peak[tag])
+        m->peak[tag] = m->current[tag];
+    if (m->total_current > m->total_peak)
+        m->total_peak = m->total_current;
+    pthread_mutex_unlock(&hs->lock);
+
+    void *raw = NULL;
+    if (posix_memalign(&raw, HOST_HDR, HOST_HDR + (size_t)bytes) != 0) {
+        pthread_mutex_lock(&hs->lock);
+        m->current[tag] -= bytes;
+        m->total_current -= bytes;
+        pthread_mutex_unlock(&hs->lock);
+        dt_err_set(DT_ERR_NOMEM,
+                   "%s: host alloc of %" PRIu64 " bytes tagged '%s' failed: "
+                   "out of memory", hs->who, bytes, dt_mem_tag_name(tag));
+        return NULL;
+    }
+    host_block_t *b = raw;
+    b->magic = HOST_MAGIC;
+    b->bytes = bytes;
+    b->owner = hs;
+    b->tag = tag;
+    return (char *)raw + HOST_HDR;
+}
+
+static void host_free(const dt_host_v1_t *h, void *ptr)
+{
+    if (!ptr)
+        return;
+    dt_host_state_t *hs = state_of(h);
+    host_block_t *b = (host_block_t *)(void *)((char *)ptr - HOST_HDR);
+    /* free cannot fail by contract; a foreign pointer is a plugin bug, so
+     * say so and leak it rather than corrupt the heap. */
+    if (b->magic != HOST_MAGIC || b->owner != hs) {
+        dt_log(DT_LOG_ERROR, hs->who,
+               "host free of %p: not a live block from this plugin's host "
+               "alloc (freed twice, or from another table); ignored", ptr);
+        return;
+    }
+    pthread_mutex_lock(&hs->lock);
+    hs->mem.current[b->tag] -= b->bytes;
+    hs->mem.total_current -= b->bytes;
+    pthread_mutex_unlock(&hs->lock);
+    b->magic = 0;
+    free(b);
+}
+
+/* ---- config ---- */
+
+/* "name.key" into buf; DT_ERR_INVALID when it does not fit. */
+static int cfg_path(const dt_host_state_t *hs, const char *key, char *buf,
+                    size_t cap)
+{
+    if (!key || !*key)
+        return dt_err_set(DT_ERR_INVALID, "%s: config read with an empty key",
+                          hs->who);
+    int n = snprintf(buf, cap, "%s.%s", hs->plugin->name, key);
+    if (n < 0 || (size_t)n >= cap)
+        return dt_err_set(DT_ERR_INVALID, "%s: config key '%.64s...' is too "
+                          "long", hs->who, key);
+    return DT_OK;
+}
+
+static int cfg_fail(const dt_host_state_t *hs, int rc, const char *path)
+{
+    return dt_err_context(rc, "%s: reading config '%s'", hs->who, path);
+}
+
+#define HOST_CFG_GETTER(fn, type, getter)                                      \
+    static int fn(const dt_host_v1_t *h, const char *key, type *out)           \
+    {                                                                          \
+        const dt_host_state_t *hs = state_of(h);                               \
+        char path[256];                                                        \
+        int rc = cfg_path(hs, key, path, sizeof path);                         \
+        if (rc != DT_OK)                                                       \
+            return rc;                                                         \
+        if (!out)                                                              \
+            return dt_err_set(DT_ERR_INVALID, "%s: reading config '%s': "      \
+                              "NULL out pointer", hs->who, path);              \
+        if (!hs->cfg)                                                          \
+            return dt_err_set(DT_ERR_NOT_FOUND, "%s: reading config '%s': "    \
+                              "no configuration is bound to this plugin",      \
+                              hs->who, path);                                  \
+        char saved[DT_ERR_MAX];                                                \
+        snprintf(saved, sizeof saved, "%s", dt_last_error());                  \
+        dt_err_clear();                                                        \
+        rc = getter(hs->cfg, path, out);                                       \
+        if (rc != DT_OK)                                                       \
+            return cfg_fail(hs, rc, path);                                     \
+        dt_err_set(DT_OK, "%s", saved); /* a read leaves no trace */           \
+        return DT_OK;                                                          \
+    }
+
+HOST_CFG_GETTER(host_cfg_bool, int, dt_config_get_bool)
+HOST_CFG_GETTER(host_cfg_int, int64_t, dt_config_get_int)
+HOST_CFG_GETTER(host_cfg_float, double, dt_config_get_float)
+HOST_CFG_GETTER(host_cfg_string, const char *, dt_config_get_string)
+
+static uint64_t host_now_ns(const dt_host_v1_t *h)
+{
+    (void)h;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+}
+
+/* -------------------------------------------------------- lifecycle -- */
+
+/* A config holding only the plugin's table, filled from its declared
+ * defaults, for plugins loaded without a resolved config.  NULL when the
+ * plugin declares no keys or a key has no default (then reads fail with
+ * "no configuration is bound"). */
+static dt_config_t *defaults_config(const dt_plugin_t *p)
+{
+    const dt_plugin_info_t *info = p->info;
+    if (!info || info->n_config_keys == 0 || !info->config_keys)
+        return NULL;
+    char saved[DT_ERR_MAX];
+    snprintf(saved, sizeof saved, "%s", dt_last_error());
+    dt_config_t *c = NULL;
+    if (dt_config_new(&c) != DT_OK ||
+        dt_config_apply_schema(c, p->name, info->config_keys,
+                               info->n_config_keys) != DT_OK) {
+        dt_log(DT_LOG_DEBUG, "loader", "%s/%s: no defaults config: %s",
+               dt_kind_name(p->kind), p->name, dt_last_error());
+        dt_config_free(c);
+        c = NULL;
+    }
+    /* Whatever happened here is not the caller's error. */
+    dt_err_set(DT_OK, "%s", saved);
+    return c;
+}
+
+int dt_host_create(dt_plugin_t *p, const dt_config_t *cfg)
+{
+    dt_host_state_t *hs = calloc(1, sizeof *hs);
+    if (!hs)
+        return dt_err_set(DT_ERR_NOMEM, "%s plugin '%s': out of memory for "
+                          "its host table", dt_kind_name(p->kind), p->name);
+    if (pthread_mutex_init(&hs->lock, NULL) != 0) {
+        free(hs);
+        return dt_err_set(DT_ERR_SYSTEM, "%s plugin '%s': cannot create a "
+                          "mutex", dt_kind_name(p->kind), p->name);
+    }
+    hs->plugin = p;
+    const char *kind = dt_kind_name(p->kind);
+    snprintf(hs->who, sizeof hs->who, "%s/%s", kind ? kind : "plugin",
+             p->name);
+    if (cfg) {
+        hs->cfg = cfg;
+    } else {
+        hs->own_cfg = defaults_config(p);
+        hs->cfg = hs->own_cfg;
+    }
+
+    dt_host_v1_t *t = &hs->table;
+    t->abi_major = DT_HOST_ABI_MAJOR;
+    t->abi_minor = DT_HOST_ABI_MINOR;
+    t->struct_size = (uint32_t)sizeof(dt_host_v1_t);
+    t->name = "dtrain";
+    t->version = DTRAIN_VERSION_STRING;
+    t->ctx = p;
+    t->log = host_log;
+    t->set_error = host_set_error;
+    t->alloc = host_alloc;
+    t->free = host_free;
+    t->cfg_bool = host_cfg_bool;
+    t->cfg_int = host_cfg_int;
+    t->cfg_float = host_cfg_float;
+    t->cfg_string = host_cfg_string;
+    t->now_ns = host_now_ns;
+    p->host = t;
+    return DT_OK;
+}
+
+void dt_host_destroy(dt_plugin_t *p)
+{
+    if (!p || !p->host)
+        return;
+    dt_host_state_t *hs = state_of(p->host);
+    if (hs->mem.total_current) {
+        char detail[512] = "";
+        size_t off = 0;
+        for (int t = 0; t < DT_TAG_COUNT; t++) {
+            if (!hs->mem.current[t] || off >= sizeof detail)
+                continue;
+            int n = snprintf(detail + off, sizeof detail - off, "%s%s %" PRIu64,
+                             off ? ", " : "", dt_mem_tag_name(t),
+                             hs->mem.current[t]);
+            if (n > 0)
+                off += (size_t)n;
+        }
+        dt_log(DT_LOG_WARN, hs->who,
+               "unloaded while holding %" PRIu64 " bytes of host memory (%s)",
+               hs->mem.total_current, detail);
+    }
+    dt_config_free(hs->own_cfg);
+    pthread_mutex_destroy(&hs->lock);
+    free(hs);
+    p->host = NULL;
+}
+
+int dt_plugin_host_bind_config(dt_plugin_t *p, const dt_config_t *cfg)
+{
+    if (!p || !p->host)
+        return dt_err_set(DT_ERR_INVALID, "bind config: plugin not loaded");
+    dt_host_state_t *hs = state_of(p->host);
+    if (cfg) {
+        hs->cfg = cfg;
+    } else {
+        if (!hs->own_cfg)
+            hs->own_cfg = defaults_config(p);
+        hs->cfg = hs->own_cfg;
+    }
+    return DT_OK;
+}
+
+int dt_plugin_host_mem_stats(const dt_plugin_t *p, dt_mem_stats_t *out)
+{
+    if (!p || !p->host || !out)
+        return dt_err_set(DT_ERR_INVALID, "host mem stats: NULL argument");
+    dt_host_state_t *hs = state_of(p->host);
+    pthread_mutex_lock(&hs->lock);
+    *out = hs->mem;
+    pthread_mutex_unlock(&hs->lock);
+    return DT_OK;
+}
+
+int dt_plugin_host_mem_reset_peaks(const dt_plugin_t *p)
+{
+    if (!p || !p->host)
+        return dt_err_set(DT_ERR_INVALID, "host mem reset: NULL plugin");
+    dt_host_state_t *hs = state_of(p->host);
+    pthread_mutex_lock(&hs->lock);
+    for (int t = 0; t < DT_TAG_COUNT; t++)
+        hs->mem.peak[t] = hs->mem.current[t];
+    hs->mem.total_peak = hs->mem.total_current;
+    pthread_mutex_unlock(&hs->lock);
+    return DT_OK;
+}
+
+int dt_plugin_host_set_mem_limit(const dt_plugin_t *p, uint64_t limit)
+{
+    if (!p || !p->host)
+        return dt_err_set(DT_ERR_INVALID, "host mem limit: NULL plugin");
+    dt_host_state_t *hs = state_of(p->host);
+    pthread_mutex_lock(&hs->lock);
+    hs->mem.limit = limit;
+    pthread_mutex_unlock(&hs->lock);
+    return DT_OK;
+}

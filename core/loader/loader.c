@@ -1,0 +1,751 @@
+/*
+ * core/loader/loader.c - finds plugin modules on the search path, loads
+ * them with libltdl, checks their entry and ops table against abi_tables,
+ * and gives each its host services table.
+ *
+ * Every refusal has one message that says what to do (loader.h lists
+ * them).  Two things libltdl does not give us are done by hand:
+ *   - whether the file exists: libltdl says "file not found" for any
+ *     failure, so we stat the file first and only then try to load it;
+ *   - why the load failed, and unresolved symbols: libltdl binds lazily
+ *     and drops dlerror()'s text, so the module is first opened with
+ *     dlopen(RTLD_NOW) - which both resolves every symbol now (a plugin
+ *     built against another dtrain fails here, not mid-training) and keeps
+ *     the loader's own error text - and then through libltdl, which gets the
+ *     same, already bound, object.
+ * libltdl is not thread-safe; one mutex serialises the loader.
+ */
+#include "loader/loader.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <ltdl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "loader/abi_tables.h"
+#include "loader/host_services.h"
+#include "util/error.h"
+
+#ifndef DT_BUILD_PLUGIN_DIR
+#define DT_BUILD_PLUGIN_DIR ""
+#endif
+#ifndef DT_INSTALL_PLUGIN_DIR
+#define DT_INSTALL_PLUGIN_DIR ""
+#endif
+
+/* Highest major looked at to tell "built against ABI N.x". */
+#define DT_MAX_PROBE_MAJOR 16u
+#define DT_MAX_SEARCH 64
+#define LOAD_HINT                                                              \
+    "(missing symbols usually mean it was built against another dtrain or a " \
+    "library is missing)"
+
+typedef void (*dt_any_fn_t)(void);
+typedef const void *(*dt_entry_fn_t)(void);
+
+/* What the loader keeps per plugin beside the public struct. */
+typedef struct plugin_box {
+    dt_plugin_t pub;
+    lt_dlhandle handle;
+} plugin_box_t;
+
+static pthread_mutex_t loader_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ------------------------------------------------------------ kinds -- */
+
+static const char *const kind_names[DT_KIND_COUNT] = {
+    [DT_KIND_DEVICE] = "device",
+    [DT_KIND_COMM] = "comm",
+    [DT_KIND_OFFLOAD] = "offload",
+    [DT_KIND_STRATEGY] = "strategy",
+};
+
+const char *dt_kind_name(int kind)
+{
+    return (kind >= 0 && kind < DT_KIND_COUNT) ? kind_names[kind] : NULL;
+}
+
+int dt_kind_from_name(const char *name)
+{
+    for (int k = 0; name && k < DT_KIND_COUNT; k++)
+        if (strcmp(name, kind_names[k]) == 0)
+            return k;
+    return -1;
+}
+
+void dt_loader_test_extra_major(int kind, uint32_t major)
+{
+    dt_abi_set_extra_major(kind, major);
+}
+
+/* ------------------------------------------------------ search path -- */
+
+typedef struct search_path {
+    size_t n;
+    const char *dirs[DT_MAX_SEARCH];
+    char store[DT_MAX_SEARCH * 256];
+    size_t used;
+} search_path_t;
+
+/* Append one entry (not NUL-terminated, `len` bytes).  Empty entries and
+ * repeats are skipped: a folder named twice is searched once. */
+static void sp_add(search_path_t *sp, const char *s, size_t len)
+{
+    while (len > 1 && s[len - 1] == '/')
+        len--;
+    if (len == 0 || sp->n == DT_MAX_SEARCH ||
+        sp->used + len + 1 > sizeof sp->store)
+        return;
+    for (size_t i = 0; i < sp->n; i++)
+        if (strlen(sp->dirs[i]) == len && memcmp(sp->dirs[i], s, len) == 0)
+            return;
+    char *dst = sp->store + sp->used;
+    memcpy(dst, s, len);
+    dst[len] = '\0';
+    sp->used += len + 1;
+    sp->dirs[sp->n++] = dst;
+}
+
+static void sp_add_list(search_path_t *sp, const char *list)
+{
+    while (list && *list) {
+        const char *colon = strchr(list, ':');
+        size_t len = colon ? (size_t)(colon - list) : strlen(list);
+        sp_add(sp, list, len);
+        list = colon ? colon + 1 : NULL;
+    }
+}
+
+static void sp_build(search_path_t *sp, const char *config_path)
+{
+    sp->n = 0;
+    sp->used = 0;
+    sp_add_list(sp, getenv("DTRAIN_PLUGIN_PATH"));
+    sp_add_list(sp, config_path);
+    sp_add_list(sp, DT_BUILD_PLUGIN_DIR);
+    sp_add_list(sp, DT_INSTALL_PLUGIN_DIR);
+}
+
+size_t dt_plugin_search_path(const char *config_path, const char **out,
+                             size_t cap)
+{
+    static search_path_t sp;
+    pthread_mutex_lock(&loader_lock);
+    sp_build(&sp, config_path);
+    size_t n = sp.n < cap ? sp.n : cap;
+    for (size_t i = 0; i < n; i++)
+        out[i] = sp.dirs[i];
+    pthread_mutex_unlock(&loader_lock);
+    return n;
+}
+
+/* run.plugin_path of the config, or NULL.  A config without that key is
+ * not an error here, so the error buffer is left as it was. */
+static const char *config_plugin_path(const dt_config_t *cfg)
+{
+    if (!cfg)
+        return NULL;
+    char saved[DT_ERR_MAX];
+    snprintf(saved, sizeof saved, "%s", dt_last_error());
+    const char *s = NULL;
+    if (dt_config_get_string(cfg, "run.plugin_path", &s) != DT_OK)
+        s = NULL;
+    dt_err_set(DT_OK, "%s", saved);
+    return s;
+}
+
+/* ------------------------------------------------------ messages -- */
+
+/* "comm plugin 'shm' at /a/dtrain_shm.so" (kind < 0: "plugin 'shm' ..."). */
+static void subject(char *buf, size_t cap, int kind, const char *name,
+                    const char *path)
+{
+    const char *k = dt_kind_name(kind);
+    snprintf(buf, cap, "%s%splugin '%s' at %s", k ? k : "", k ? " " : "",
+             name, path);
+}
+
+/* "1.x" or "2.x, 1.x": the majors this dtrain speaks for `kind`. */
+static void majors_text(int kind, char *buf, size_t cap)
+{
+    uint32_t majors[4];
+    size_t n = dt_abi_majors(kind, majors, 4), off = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && off < cap; i++) {
+        int w = snprintf(buf + off, cap - off, "%s%u.x", i ? ", " : "",
+                         (unsigned)majors[i]);
+        if (w > 0)
+            off += (size_t)w;
+    }
+}
+
+/* ------------------------------------------------------- modules -- */
+
+static dt_entry_fn_t find_entry(lt_dlhandle h, int kind, uint32_t major)
+{
+    char sym[64];
+    dt_abi_entry_name(kind, major, sym, sizeof sym);
+    void *addr = lt_dlsym(h, sym);
+    dt_entry_fn_t fn = NULL;
+    /* POSIX: a function's address may travel as void *. */
+    if (addr)
+        memcpy(&fn, &addr, sizeof fn);
+    return fn;
+}
+
+/* Open `path` (which exists) with every symbol bound now; see the file
+ * comment for why dlopen comes first.  Holds one lt_dlinit reference on
+ * success, released by close_module. */
+static int open_module(int kind, const char *name, const char *path,
+                       lt_dlhandle *out)
+{
+    char subj[4600];
+    *out = NULL;
+    dlerror();
+    void *pre = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!pre) {
+        const char *e = dlerror();
+        if (!e)
+            e = "unknown dlopen error";
+        /* glibc repeats the path; the message already has it. */
+        size_t pl = strlen(path);
+        if (strncmp(e, path, pl) == 0 && e[pl] == ':' && e[pl + 1] == ' ')
+            e += pl + 2;
+        subject(subj, sizeof subj, kind, name, path);
+        return dt_err_set(DT_ERR_SYSTEM, "%s exists but failed to load: %s "
+                          LOAD_HINT, subj, e);
+    }
+    if (lt_dlinit() != 0) {
+        const char *e = lt_dlerror();
+        dlclose(pre);
+        return dt_err_set(DT_ERR_SYSTEM, "cannot initialise libltdl: %s",
+                          e ? e : "unknown error");
+    }
+    lt_dladvise adv;
+    lt_dlhandle h = NULL;
+    if (lt_dladvise_init(&adv) == 0) {
+        /* RTLD_LOCAL: two plugins may define the same internal names. */
+        lt_dladvise_local(&adv);
+        h = lt_dlopenadvise(path, adv);
+        lt_dladvise_destroy(&adv);
+    }
+    dlclose(pre); /* libltdl holds its own reference now */
+    if (!h) {
+        const char *e = lt_dlerror();
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", e ? e : "unknown libltdl error");
+        lt_dlexit();
+        subject(subj, sizeof subj, kind, name, path);
+        return dt_err_set(DT_ERR_SYSTEM, "%s exists but failed to load: %s "
+                          LOAD_HINT, subj, msg);
+    }
+    *out = h;
+    return DT_OK;
+}
+
+static void close_module(lt_dlhandle h)
+{
+    if (!h)
+        return;
+    lt_dlclose(h);
+    lt_dlexit();
+}
+
+/* The highest major of `kind` the module exports, 0 if none. */
+static uint32_t any_major(lt_dlhandle h, int kind)
+{
+    for (uint32_t m = DT_MAX_PROBE_MAJOR; m >= 1; m--)
+        if (find_entry(h, kind, m))
+            return m;
+    return 0;
+}
+
+/* Find the entry of `kind` this dtrain speaks (newest first) and check the
+ * table it returns.  On success *major and *ops are set. */
+static int probe_and_check(int kind, const char *name, const char *path,
+                           lt_dlhandle h, uint32_t *major, const void **ops)
+{
+    char subj[4600], sym[64];
+    const char *kn = dt_kind_name(kind);
+    subject(subj, sizeof subj, kind, name, path);
+
+    uint32_t majors[4];
+    size_t nm = dt_abi_majors(kind, majors, 4);
+    dt_entry_fn_t fn = NULL;
+    uint32_t m = 0;
+    for (size_t i = 0; i < nm && !fn; i++) {
+        fn = find_entry(h, kind, majors[i]);
+        m = majors[i];
+    }
+
+    if (!fn) {
+        char speaks[64];
+        majors_text(kind, speaks, sizeof speaks);
+        uint32_t other = any_major(h, kind);
+        if (other)
+            return dt_err_set(DT_ERR_ABI, "%s was built against %s ABI %u.x, "
+                              "this dtrain speaks %s ABI %s", subj, kn,
+                              (unsigned)other, kn, speaks);
+        char looked[256];
+        size_t off = 0;
+        looked[0] = '\0';
+        for (size_t i = 0; i < nm && off < sizeof looked; i++) {
+            int w = snprintf(looked + off, sizeof looked - off, "%s%s",
+                             i ? ", " : "",
+                             dt_abi_entry_name(kind, majors[i], sym,
+                                               sizeof sym));
+            if (w > 0)
+                off += (size_t)w;
+        }
+        /* A plugin of another kind named by mistake is the common case;
+         * saying which kind it is saves a round trip. */
+        char hint[128] = "";
+        for (int k = 0; k < DT_KIND_COUNT; k++) {
+            uint32_t km = k == kind ? 0 : any_major(h, k);
+            if (km) {
+                snprintf(hint, sizeof hint, " (it exports %s: a %s plugin)",
+                         dt_abi_entry_name(k, km, sym, sizeof sym),
+                         dt_kind_name(k));
+                break;
+            }
+        }
+        return dt_err_set(DT_ERR_ABI, "%s exports no dtrain_%s_v<N> entry "
+                          "(looked for %s); is it a %s plugin?%s", subj, kn,
+                          looked, kn, hint);
+    }
+
+    dt_abi_entry_name(kind, m, sym, sizeof sym);
+    const void *table = fn();
+    if (!table)
+        return dt_err_set(DT_ERR_ABI, "%s: entry %s returned NULL", subj, sym);
+    const dt_plugin_info_t *info = table;
+    const dt_abi_layout_t *lay = dt_abi_layout(kind, m);
+
+    if (info->kind != (uint32_t)kind) {
+        const char *ik = dt_kind_name((int)info->kind);
+        return dt_err_set(DT_ERR_ABI, "%s: entry %s returns a table of kind "
+                          "'%s' (info.kind %u), expected '%s'", subj, sym,
+                          ik ? ik : "unknown", (unsigned)info->kind, kn);
+    }
+    if (info->abi_major != m)
+        return dt_err_set(DT_ERR_ABI, "%s: entry %s returns a table declaring "
+                          "%s ABI %u.%u (info.abi_major), expected major %u",
+                          subj, sym, kn, (unsigned)info->abi_major,
+                          (unsigned)info->abi_minor, (unsigned)m);
+    if (info->struct_size < lay->min_size)
+        return dt_err_set(DT_ERR_ABI, "%s: ops table is %u bytes "
+                          "(info.struct_size), too small for the mandatory "
+                          "methods of %s ABI %u.x (at least %zu bytes, up to "
+                          "'%s')", subj, (unsigned)info->struct_size, kn,
+                          (unsigned)m, lay->min_size,
+                          lay->mandatory[lay->n_mandatory - 1].name);
+    for (size_t i = 0; i < lay->n_mandatory; i++) {
+        dt_any_fn_t slot;
+        memcpy(&slot, (const char *)table + lay->mandatory[i].offset,
+               sizeof slot);
+        if (!slot)
+            return dt_err_set(DT_ERR_ABI, "%s: mandatory method '%s' is NULL",
+                              subj, lay->mandatory[i].name);
+    }
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (!info->name)
+        return dt_err_set(DT_ERR_ABI, "%s: file %s declares no name "
+                          "(info.name is NULL)", subj, base);
+    if (strcmp(info->name, name) != 0)
+        return dt_err_set(DT_ERR_ABI, "%s: file %s declares name '%s'", subj,
+                          base, info->name);
+    if (info->n_config_keys && !info->config_keys)
+        return dt_err_set(DT_ERR_ABI, "%s: info declares %u config keys but "
+                          "config_keys is NULL", subj,
+                          (unsigned)info->n_config_keys);
+    if (info->abi_minor > lay->minor)
+        dt_log(DT_LOG_DEBUG, "loader",
+               "%s was built against %s ABI %u.%u, newer than this dtrain's "
+               "%u.%u; methods added after %u.%u are not used", subj, kn,
+               (unsigned)info->abi_major, (unsigned)info->abi_minor,
+               (unsigned)m, (unsigned)lay->minor, (unsigned)m,
+               (unsigned)lay->minor);
+    *major = m;
+    *ops = table;
+    return DT_OK;
+}
+
+/* Load the module at `path` (known to exist) as plugin `name` of `kind`.
+ * Caller holds loader_lock. */
+static int load_file(int kind, const char *name, const char *path,
+                     const dt_config_t *cfg, dt_plugin_t **out)
+{
+    lt_dlhandle h;
+    int rc = open_module(kind, name, path, &h);
+    if (rc != DT_OK)
+        return rc;
+    uint32_t major = 0;
+    const void *ops = NULL;
+    rc = probe_and_check(kind, name, path, h, &major, &ops);
+    if (rc != DT_OK) {
+        close_module(h);
+        return rc;
+    }
+    plugin_box_t *box = calloc(1, sizeof *box);
+    if (!box) {
+        close_module(h);
+        return dt_err_set(DT_ERR_NOMEM, "%s plugin '%s': out of memory",
+                          dt_kind_name(kind), name);
+    }
+    dt_plugin_t *p = &box->pub;
+    p->kind = kind;
+    snprintf(p->name, sizeof p->name, "%s", name);
+    snprintf(p->path, sizeof p->path, "%s", path);
+    p->major = major;
+    p->info = ops;
+    p->ops = ops;
+    p->priv = box;
+    box->handle = h;
+    rc = dt_host_create(p, cfg);
+    if (rc != DT_OK) {
+        close_module(h);
+        free(box);
+        return rc;
+    }
+    dt_log(DT_LOG_DEBUG, "loader", "loaded %s plugin '%s' %s (ABI %u.%u) "
+           "from %s", dt_kind_name(kind), name,
+           p->info->version ? p->info->version : "?",
+           (unsigned)p->info->abi_major, (unsigned)p->info->abi_minor, path);
+    *out = p;
+    return DT_OK;
+}
+
+static void unload_locked(dt_plugin_t *p)
+{
+    plugin_box_t *box = p->priv;
+    dt_host_destroy(p);
+    close_module(box->handle);
+    free(box);
+}
+
+/* Plugin names become file names and config table names. */
+static int name_ok(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n >= sizeof(((dt_plugin_t *)0)->name))
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static int file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int dt_plugin_load(int kind, const char *name, const dt_config_t *cfg,
+                   dt_plugin_t **out)
+{
+    if (!out)
+        return dt_err_set(DT_ERR_INVALID, "dt_plugin_load: NULL out");
+    *out = NULL;
+    const char *kn = dt_kind_name(kind);
+    if (!kn)
+        return dt_err_set(DT_ERR_INVALID, "unknown plugin kind %d", kind);
+    if (!name_ok(name))
+        return dt_err_set(DT_ERR_INVALID, "%s plugin name '%s' is not valid "
+                          "(1 to 63 letters, digits, '_' or '-')", kn,
+                          name ? name : "(null)");
+
+    const char *cfg_path = config_plugin_path(cfg);
+    search_path_t *sp = malloc(sizeof *sp);
+    if (!sp)
+        return dt_err_set(DT_ERR_NOMEM, "loading %s plugin '%s': out of "
+                          "memory", kn, name);
+    char path[4096];
+    int rc = DT_ERR_NOT_FOUND, found = 0;
+    pthread_mutex_lock(&loader_lock);
+    sp_build(sp, cfg_path);
+    for (size_t i = 0; i < sp->n && !found; i++) {
+        int w = snprintf(path, sizeof path, "%s/dtrain_%s.so", sp->dirs[i],
+                         name);
+        /* The first folder holding the file decides, even when that file
+         * then fails: silently loading a different copy would hide it. */
+        if (w > 0 && (size_t)w < sizeof path && file_exists(path)) {
+            found = 1;
+            rc = load_file(kind, name, path, cfg, out);
+        }
+    }
+    if (!found) {
+        char list[DT_ERR_MAX];
+        size_t off = 0;
+        list[0] = '\0';
+        for (size_t i = 0; i < sp->n && off < sizeof list; i++) {
+            int w = snprintf(list + off, sizeof list - off, "%s%s",
+                             i ? ", " : "", sp->dirs[i]);
+            if (w > 0)
+                off += (size_t)w;
+        }
+        dt_err_set(DT_ERR_NOT_FOUND, "%s plugin '%s' not found in: %s (files "
+                   "are named dtrain_<name>.so)", kn, name, list);
+    }
+    pthread_mutex_unlock(&loader_lock);
+    free(sp);
+    return rc;
+}
+
+void dt_plugin_unload(dt_plugin_t *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&loader_lock);
+    unload_locked(p);
+    pthread_mutex_unlock(&loader_lock);
+}
+
+int dt_plugin_failed(const dt_plugin_t *p, int rc, const char *what)
+{
+    if (rc == DT_OK || !p)
+        return rc;
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "%s/%s: ", dt_kind_name(p->kind),
+             p->name);
+    const char *msg = dt_last_error();
+    if (!msg[0])
+        return dt_err_set(rc, "%s%s failed (%s) and gave no reason", prefix,
+                          what ? what : "a call", dt_status_name(rc));
+    if (strncmp(msg, prefix, strlen(prefix)) != 0)
+        return dt_err_context(rc, "%s/%s", dt_kind_name(p->kind), p->name);
+    return rc;
+}
+
+/* The slot of `method` in p's layout, or NULL for an unknown name. */
+static const dt_abi_method_t *find_slot(const dt_plugin_t *p,
+                                        const char *method, int *mandatory)
+{
+    const dt_abi_layout_t *lay = dt_abi_layout(p->kind, p->major);
+    for (size_t i = 0; lay && method && i < lay->n_mandatory; i++)
+        if (strcmp(lay->mandatory[i].name, method) == 0) {
+            *mandatory = 1;
+            return &lay->mandatory[i];
+        }
+    for (size_t i = 0; lay && method && i < lay->n_optional; i++)
+        if (strcmp(lay->optional[i].name, method) == 0) {
+            *mandatory = 0;
+            return &lay->optional[i];
+        }
+    return NULL;
+}
+
+int dt_plugin_has_op(const dt_plugin_t *p, const char *method)
+{
+    int mand = 0;
+    const dt_abi_method_t *m = p ? find_slot(p, method, &mand) : NULL;
+    if (!m || p->info->struct_size < m->offset + sizeof(dt_any_fn_t))
+        return 0;
+    dt_any_fn_t slot;
+    memcpy(&slot, (const char *)p->ops + m->offset, sizeof slot);
+    return slot != NULL;
+}
+
+int dt_plugin_require_op(const dt_plugin_t *p, const char *method)
+{
+    if (!p)
+        return dt_err_set(DT_ERR_INVALID, "dt_plugin_require_op: NULL plugin");
+    int mand = 0;
+    const dt_abi_method_t *m = find_slot(p, method, &mand);
+    const char *kn = dt_kind_name(p->kind);
+    if (!m)
+        return dt_err_set(DT_ERR_INVALID, "%s/%s: '%s' is not a method of "
+                          "the %s ABI %u.x", kn, p->name,
+                          method ? method : "(null)", kn, (unsigned)p->major);
+    if (dt_plugin_has_op(p, method))
+        return DT_OK;
+    if (p->info->struct_size < m->offset + sizeof(dt_any_fn_t))
+        return dt_err_set(DT_ERR_UNSUPPORTED, "%s/%s: optional method '%s' "
+                          "is not provided (the plugin's ops table is %u "
+                          "bytes and ends before it; built against %s ABI "
+                          "%u.%u)", kn, p->name, method,
+                          (unsigned)p->info->struct_size, kn,
+                          (unsigned)p->info->abi_major,
+                          (unsigned)p->info->abi_minor);
+    return dt_err_set(DT_ERR_UNSUPPORTED, "%s/%s: optional method '%s' is "
+                      "not provided (NULL)", kn, p->name, method);
+}
+
+/* ------------------------------------------------------ discovery -- */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Plugin name of a module file name ("dtrain_shm.so" -> "shm"), or 0. */
+static int module_name(const char *file, char *name, size_t cap)
+{
+    size_t n = strlen(file);
+    if (n <= 10 || strncmp(file, "dtrain_", 7) != 0 ||
+        strcmp(file + n - 3, ".so") != 0 || n - 10 >= cap)
+        return 0;
+    memcpy(name, file + 7, n - 10);
+    name[n - 10] = '\0';
+    return 1;
+}
+
+/* snprintf for listing fields, where cutting a long path is acceptable. */
+static void put(char *dst, size_t cap, const char *fmt, ...) DT_PRINTF(3, 4);
+static void put(char *dst, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dst, cap, fmt, ap);
+    va_end(ap);
+}
+
+/* Fill one listing for `path`; never fails (problems go to `why`). */
+static void probe_listing(dt_plugin_listing_t *L, const char *name,
+                          const char *path)
+{
+    memset(L, 0, sizeof *L);
+    put(L->name, sizeof L->name, "%s", name);
+    put(L->path, sizeof L->path, "%s", path);
+    L->kind = -1;
+
+    lt_dlhandle h;
+    if (open_module(-1, name, path, &h) != DT_OK) {
+        put(L->why, sizeof L->why, "%s", dt_last_error());
+        return;
+    }
+    uint32_t major = 0;
+    for (int k = 0; k < DT_KIND_COUNT && L->kind < 0; k++) {
+        major = any_major(h, k);
+        if (major)
+            L->kind = k;
+    }
+    if (L->kind < 0) {
+        put(L->why, sizeof L->why, "plugin '%s' at %s exports no "
+                 "dtrain_<kind>_v<N> entry; is it a dtrain plugin?", name,
+                 path);
+        close_module(h);
+        return;
+    }
+    /* What the newest exported table says about itself, even when it is
+     * not loadable (so `dtrain plugins` can show "ABI 2.0"). */
+    const dt_plugin_info_t *info = find_entry(h, L->kind, major)();
+    if (info) {
+        L->abi_major = info->abi_major;
+        L->abi_minor = info->abi_minor;
+        put(L->version, sizeof L->version, "%s",
+                 info->version ? info->version : "");
+    }
+    dt_plugin_t *p = NULL;
+    if (load_file(L->kind, name, path, NULL, &p) == DT_OK) {
+        L->loadable = 1;
+        L->abi_major = p->info->abi_major;
+        L->abi_minor = p->info->abi_minor;
+        put(L->version, sizeof L->version, "%s",
+                 p->info->version ? p->info->version : "");
+        unload_locked(p);
+    } else {
+        put(L->why, sizeof L->why, "%s", dt_last_error());
+    }
+    close_module(h);
+}
+
+int dt_plugin_discover(const char *config_path, dt_plugin_listing_t **out,
+                       size_t *n)
+{
+    if (!out || !n)
+        return dt_err_set(DT_ERR_INVALID, "dt_plugin_discover: NULL out");
+    *out = NULL;
+    *n = 0;
+    search_path_t *sp = malloc(sizeof *sp);
+    char *saved = malloc(DT_ERR_MAX);
+    if (!sp || !saved) {
+        free(sp);
+        free(saved);
+        return dt_err_set(DT_ERR_NOMEM, "discovering plugins: out of memory");
+    }
+    /* Probing sets messages for every broken module; they belong in the
+     * listings, not in the caller's error buffer. */
+    snprintf(saved, DT_ERR_MAX, "%s", dt_last_error());
+
+    dt_plugin_listing_t *list = NULL;
+    size_t count = 0, cap = 0;
+    int rc = DT_OK;
+    pthread_mutex_lock(&loader_lock);
+    sp_build(sp, config_path);
+    for (size_t d = 0; d < sp->n && rc == DT_OK; d++) {
+        DIR *dir = opendir(sp->dirs[d]);
+        if (!dir)
+            continue; /* a folder that does not exist holds no plugins */
+        char **files = NULL;
+        size_t nf = 0, fcap = 0;
+        struct dirent *e;
+        char name[64];
+        while ((e = readdir(dir)) != NULL) {
+            if (!module_name(e->d_name, name, sizeof name))
+                continue;
+            if (nf == fcap) {
+                fcap = fcap ? 2 * fcap : 16;
+                char **grown = realloc(files, fcap * sizeof *files);
+                if (!grown) {
+                    rc = DT_ERR_NOMEM;
+                    break;
+                }
+                files = grown;
+            }
+            if (!(files[nf] = strdup(e->d_name))) {
+                rc = DT_ERR_NOMEM;
+                break;
+            }
+            nf++;
+        }
+        closedir(dir);
+        /* readdir order is arbitrary; listings are not. */
+        qsort(files, nf, sizeof *files, cmp_str);
+        for (size_t f = 0; f < nf && rc == DT_OK; f++) {
+            module_name(files[f], name, sizeof name);
+            int seen = 0;
+            for (size_t i = 0; i < count && !seen; i++)
+                seen = strcmp(list[i].name, name) == 0;
+            if (seen)
+                continue; /* shadowed by an earlier folder, as in loading */
+            if (count == cap) {
+                cap = cap ? 2 * cap : 16;
+                dt_plugin_listing_t *grown = realloc(list, cap * sizeof *list);
+                if (!grown) {
+                    rc = DT_ERR_NOMEM;
+                    break;
+                }
+                list = grown;
+            }
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", sp->dirs[d], files[f]);
+            probe_listing(&list[count++], name, path);
+        }
+        for (size_t f = 0; f < nf; f++)
+            free(files[f]);
+        free(files);
+    }
+    pthread_mutex_unlock(&loader_lock);
+    free(sp);
+    if (rc != DT_OK) {
+        free(list);
+        free(saved);
+        return dt_err_set(rc, "discovering plugins: out of memory");
+    }
+    dt_err_set(DT_OK, "%s", saved);
+    free(saved);
+    *out = list;
+    *n = count;
+    return DT_OK;
+}

@@ -1,0 +1,703 @@
+/*
+ * plugins/cpu/cpu_device.c - the `cpu` device plugin: lifecycle, props,
+ * tagged memory with a budget, streams and events, copies, and the ops
+ * table.  Kernels live in cpu_kernels_*.c.
+ *
+ * Everything runs synchronously on the calling thread (with the plugin's
+ * thread pool and OpenBLAS's threads under it), which satisfies the
+ * asynchronous contract of dtrain/device.h: by the time a call returns its
+ * work is done, so every event is complete as soon as it is recorded.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "cpu_internal.h"
+
+#define CPU_TOMBSTONE ((void *)(uintptr_t)1)
+#define CPU_MAX_THREADS 1024
+#define CPU_MAX_LIMIT 4611686018427387904.0 /* 2^62 */
+
+/* ---------------------------------------------------------------- memory */
+
+/* "512 B", "4.0 KiB", "12.5 MiB", "3.2 GiB". */
+static const char *fmt_bytes(char buf[32], uint64_t b)
+{
+    if (b < 1024)
+        snprintf(buf, 32, "%" PRIu64 " B", b);
+    else if (b < (1ull << 20))
+        snprintf(buf, 32, "%.1f KiB", (double)b / 1024.0);
+    else if (b < (1ull << 30))
+        snprintf(buf, 32, "%.1f MiB", (double)b / (1024.0 * 1024.0));
+    else
+        snprintf(buf, 32, "%.1f GiB", (double)b / (1024.0 * 1024.0 * 1024.0));
+    return buf;
+}
+
+static uint64_t ptr_hash(const void *p)
+{
+    /* Blocks are 64-byte aligned: drop the always-zero bits, then mix. */
+    return ((uint64_t)(uintptr_t)p >> 6) * 0x9E3779B97F4A7C15ull;
+}
+
+/* Slot holding `p`, or NULL. */
+static cpu_block_t *block_find(dt_device_t *d, const void *p)
+{
+    if (!d->blocks)
+        return NULL;
+    uint64_t mask = d->nblocks_cap - 1;
+    for (uint64_t i = ptr_hash(p) & mask;; i = (i + 1) & mask) {
+        cpu_block_t *b = &d->blocks[i];
+        if (b->ptr == NULL)
+            return NULL;
+        if (b->ptr == p)
+            return b;
+    }
+}
+
+static void block_put(cpu_block_t *tab, uint64_t cap, void *p, uint64_t bytes,
+                      int tag)
+{
+    uint64_t mask = cap - 1;
+    uint64_t i = ptr_hash(p) & mask;
+    while (tab[i].ptr != NULL && tab[i].ptr != CPU_TOMBSTONE)
+        i = (i + 1) & mask;
+    tab[i] = (cpu_block_t){.ptr = p, .bytes = bytes, .tag = tag};
+}
+
+/* Make room for one more entry (keeps the load factor under 1/2). */
+static int blocks_reserve(dt_device_t *d)
+{
+    if ((d->nblocks_used + 1) * 2 <= d->nblocks_cap)
+        return 0;
+    uint64_t cap = d->nblocks_cap ? d->nblocks_cap : 64;
+    uint64_t live = 0;
+    for (uint64_t i = 0; i < d->nblocks_cap; i++)
+        if (d->blocks[i].ptr && d->blocks[i].ptr != CPU_TOMBSTONE)
+            live++;
+    while ((live + 1) * 4 > cap) /* rehash to at most 1/4 full */
+        cap *= 2;
+    cpu_block_t *tab = calloc(cap, sizeof *tab);
+    if (!tab)
+        return ENOMEM;
+    for (uint64_t i = 0; i < d->nblocks_cap; i++)
+        if (d->blocks[i].ptr && d->blocks[i].ptr != CPU_TOMBSTONE)
+            block_put(tab, cap, d->blocks[i].ptr, d->blocks[i].bytes,
+                      d->blocks[i].tag);
+    free(d->blocks);
+    d->blocks = tab;
+    d->nblocks_cap = cap;
+    d->nblocks_used = live;
+    return 0;
+}
+
+/* Called with mem_mu held: the budget error, with every tag in use.
+ * `who` ("matmul_forward: scratch") prefixes it when the plugin itself
+ * allocates; NULL for the ABI's alloc. */
+static int budget_error(dt_device_t *d, uint64_t bytes, int tag, const char *who)
+{
+    char req[32], tot[32], lim[32], one[32];
+    char tags[512] = "";
+    size_t len = 0;
+    for (int t = 0; t < DT_TAG_COUNT; t++) {
+        if (d->stats.current[t] == 0)
+            continue;
+        int w = snprintf(tags + len, sizeof tags - len, "%s%s %s",
+                         len ? ", " : "", dt_mem_tag_name(t),
+                         fmt_bytes(one, d->stats.current[t]));
+        if (w < 0 || (size_t)w >= sizeof tags - len)
+            break;
+        len += (size_t)w;
+    }
+    uint64_t total = d->stats.total_current + bytes;
+    if (total < bytes) /* wrapped: absurd request */
+        total = UINT64_MAX;
+    return d->host->set_error(
+        d->host, DT_ERR_NOMEM,
+        "%s%sout of memory budget: allocating %s (%" PRIu64 " bytes) for %s "
+        "would bring the total to %s, over memory_limit %s (in use: %s)",
+        who ? who : "", who ? ": " : "", fmt_bytes(req, bytes), bytes,
+        dt_mem_tag_name(tag), fmt_bytes(tot, total), fmt_bytes(lim, d->limit),
+        len ? tags : "nothing");
+}
+
+static int mem_alloc(dt_device_t *d, uint64_t bytes, int tag, void **out,
+                     const char *who)
+{
+    const char *sep = who ? ": " : "";
+    who = who ? who : "";
+    *out = NULL;
+    if (tag < 0 || tag >= DT_TAG_COUNT)
+        return CPU_INVALID(d, "%s%salloc: tag %d is not a dt_mem_tag_t (0..%d)",
+                           who, sep, tag, DT_TAG_COUNT - 1);
+    char req[32];
+    if (bytes > (uint64_t)SIZE_MAX - 64)
+        return d->host->set_error(d->host, DT_ERR_NOMEM,
+                                  "%s%salloc: %" PRIu64 " bytes for %s is more "
+                                  "than this machine can address",
+                                  who, sep, bytes, dt_mem_tag_name(tag));
+    pthread_mutex_lock(&d->mem_mu);
+    /* total_current never exceeds the limit, so this cannot wrap. */
+    if (d->limit && bytes > d->limit - d->stats.total_current) {
+        int rc = budget_error(d, bytes, tag, *who ? who : NULL);
+        pthread_mutex_unlock(&d->mem_mu);
+        return rc;
+    }
+    if (blocks_reserve(d) != 0) {
+        pthread_mutex_unlock(&d->mem_mu);
+        return d->host->set_error(d->host, DT_ERR_NOMEM,
+                                  "%s%salloc: no memory for the allocation "
+                                  "table", who, sep);
+    }
+    void *p = NULL;
+    /* bytes == 0 still gets a real (smallest) block, so the pointer is
+     * unique and can be freed like any other. */
+    int e = posix_memalign(&p, 64, bytes ? (size_t)bytes : 64);
+    if (e != 0) {
+        pthread_mutex_unlock(&d->mem_mu);
+        return d->host->set_error(d->host, DT_ERR_NOMEM,
+                                  "%s%sallocating %s for %s failed: %s", who,
+                                  sep, fmt_bytes(req, bytes),
+                                  dt_mem_tag_name(tag), strerror(e));
+    }
+    block_put(d->blocks, d->nblocks_cap, p, bytes, tag);
+    d->nblocks_used++;
+    dt_mem_stats_t *st = &d->stats;
+    st->current[tag] += bytes;
+    if (st->current[tag] > st->peak[tag])
+        st->peak[tag] = st->current[tag];
+    st->total_current += bytes;
+    if (st->total_current > st->total_peak)
+        st->total_peak = st->total_current;
+    pthread_mutex_unlock(&d->mem_mu);
+    *out = p;
+    return DT_OK;
+}
+
+int cpu_mem_alloc(dt_device_t *d, uint64_t bytes, int tag, void **out)
+{
+    return mem_alloc(d, bytes, tag, out, NULL);
+}
+
+int cpu_mem_free(dt_device_t *d, void *ptr)
+{
+    if (!ptr)
+        return DT_OK;
+    pthread_mutex_lock(&d->mem_mu);
+    cpu_block_t *b = block_find(d, ptr);
+    if (!b) {
+        pthread_mutex_unlock(&d->mem_mu);
+        return CPU_INVALID(d, "free: %p was not allocated by this device "
+                              "(or was already freed)", ptr);
+    }
+    d->stats.current[b->tag] -= b->bytes;
+    d->stats.total_current -= b->bytes;
+    b->ptr = CPU_TOMBSTONE;
+    pthread_mutex_unlock(&d->mem_mu);
+    free(ptr);
+    return DT_OK;
+}
+
+int cpu_scratch(dt_device_t *d, uint64_t bytes, void **out, const char *op)
+{
+    if (bytes <= d->scratch_bytes) {
+        *out = d->scratch;
+        return DT_OK;
+    }
+    if (d->scratch) {
+        cpu_mem_free(d, d->scratch);
+        d->scratch = NULL;
+        d->scratch_bytes = 0;
+    }
+    char who[96];
+    snprintf(who, sizeof who, "%s: scratch", op);
+    void *p = NULL;
+    int rc = mem_alloc(d, bytes, DT_TAG_STAGING, &p, who);
+    if (rc != DT_OK)
+        return rc;
+    d->scratch = p;
+    d->scratch_bytes = bytes;
+    *out = p;
+    return DT_OK;
+}
+
+int cpu_check_product(dt_device_t *d, const char *op, int64_t a, int64_t b,
+                      int64_t *out)
+{
+    if (a < 0 || b < 0 || (a && b > INT64_MAX / a))
+        return CPU_INVALID(d, "%s: size %lld x %lld overflows", op,
+                           (long long)a, (long long)b);
+    *out = a * b;
+    return DT_OK;
+}
+
+int cpu_check_stream(dt_device_t *d, dt_stream_t *s, const char *op)
+{
+    if (s && (s->magic != CPU_STREAM_MAGIC || s->dev != d))
+        return CPU_INVALID(d, "%s: stream %p is not a live stream of this "
+                              "device", op, (void *)s);
+    return DT_OK;
+}
+
+/* ---------------------------------------------------------------- config */
+
+static const dt_config_key_t cpu_keys[] = {
+    {.name = "threads", .type = DT_CFG_INT, .def = "0", .min = 0,
+     .max = CPU_MAX_THREADS, .choices = NULL,
+     .doc = "compute threads (kernels and OpenBLAS); 0 = online cores / "
+            "local ranks, at least 1"},
+    {.name = "memory_limit", .type = DT_CFG_INT, .def = "0", .min = 0,
+     .max = CPU_MAX_LIMIT, .choices = NULL,
+     .doc = "memory budget in bytes for device allocations; 0 = none"},
+};
+
+/* Read an INT key; absent (tests that pass no keys) means the default. */
+static int cfg_int_or(const dt_host_v1_t *host, const char *key, int64_t def,
+                      int64_t lo, int64_t hi, int64_t *out)
+{
+    int64_t v = def;
+    int rc = host->cfg_int(host, key, &v);
+    if (rc == DT_ERR_NOT_FOUND)
+        v = def;
+    else if (rc != DT_OK)
+        return host->set_error(host, DT_ERR_CONFIG,
+                               "config key %s: cannot read it as an integer "
+                               "(%s)", key, dt_status_name(rc));
+    if (v < lo || v > hi)
+        return host->set_error(host, DT_ERR_CONFIG,
+                               "config key %s = %lld is out of range [%lld, "
+                               "%lld]", key, (long long)v, (long long)lo,
+                               (long long)hi);
+    *out = v;
+    return DT_OK;
+}
+
+/* ----------------------------------------------------------------- props */
+
+/* Clock in GHz: the maximum from cpufreq when the kernel exposes it, else
+ * the current "cpu MHz" of /proc/cpuinfo, else 2 GHz. */
+static double cpu_ghz(void)
+{
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq", "r");
+    if (f) {
+        double khz = 0;
+        int ok = fscanf(f, "%lf", &khz) == 1;
+        fclose(f);
+        if (ok && khz > 0)
+            return khz / 1e6;
+    }
+    f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[256];
+        double mhz = 0;
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "cpu MHz", 7) == 0) {
+                const char *colon = strchr(line, ':');
+                if (colon)
+                    mhz = strtod(colon + 1, NULL);
+                break;
+            }
+        fclose(f);
+        if (mhz > 0)
+            return mhz / 1e3;
+    }
+    return 2.0;
+}
+
+/* Peak f32 FLOP/s, an ESTIMATE for MFU only: threads x clock x FLOP per
+ * cycle per core, where a core with AVX2 and FMA is taken to retire two
+ * 8-wide FMAs per cycle (32 FLOP) and anything older one 4-wide add plus
+ * one 4-wide multiply (8 FLOP).  AVX-512 parts are counted like AVX2 (some
+ * run 512-bit FMAs at half rate); turbo and SMT are ignored. */
+static double cpu_peak_flops(int threads)
+{
+    double per_cycle = 8.0;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        per_cycle = 32.0;
+#endif
+    return (double)threads * cpu_ghz() * 1e9 * per_cycle;
+}
+
+/* "0.3.21" from "OpenBLAS 0.3.21 DYNAMIC_ARCH ...". */
+static void openblas_version(char *buf, size_t n)
+{
+    const char *cfg = openblas_get_config();
+    snprintf(buf, n, "?");
+    if (!cfg)
+        return;
+    const char *v = strchr(cfg, ' ');
+    if (!v)
+        return;
+    v++;
+    size_t len = strcspn(v, " ");
+    snprintf(buf, n, "%.*s", (int)len, v);
+}
+
+/* ------------------------------------------------------------- lifecycle */
+
+static void cpu_finalize(dt_device_t *d)
+{
+    if (!d)
+        return;
+    if (d->scratch)
+        cpu_mem_free(d, d->scratch);
+    uint64_t leaked = 0, nleaked = 0;
+    for (uint64_t i = 0; i < d->nblocks_cap; i++) {
+        cpu_block_t *b = &d->blocks[i];
+        if (b->ptr && b->ptr != CPU_TOMBSTONE) {
+            leaked += b->bytes;
+            nleaked++;
+            free(b->ptr);
+        }
+    }
+    if (nleaked)
+        d->host->log(d->host, DT_LOG_DEBUG,
+                     "finalize: freed %" PRIu64 " blocks (%" PRIu64 " bytes) "
+                     "still allocated", nleaked, leaked);
+    cpu_pool_destroy(d->pool);
+    free(d->blocks);
+    pthread_mutex_destroy(&d->kmu);
+    pthread_mutex_destroy(&d->mem_mu);
+    free(d);
+}
+
+static int cpu_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
+                    dt_device_t **out)
+{
+    if (!host || !out)
+        return DT_ERR_INVALID;
+    *out = NULL;
+    int64_t threads = 0, limit = 0;
+    int rc = cfg_int_or(host, "threads", 0, 0, CPU_MAX_THREADS, &threads);
+    if (rc != DT_OK)
+        return rc;
+    rc = cfg_int_or(host, "memory_limit", 0, 0, (int64_t)1 << 62, &limit);
+    if (rc != DT_OK)
+        return rc;
+    int local_size = 1;
+    if (args && args->struct_size >= offsetof(dt_device_init_v1_t, local_size) +
+                                          sizeof(args->local_size) &&
+        args->local_size > 0)
+        local_size = args->local_size;
+    if (threads == 0) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = online > 0 ? online / local_size : 1;
+        if (threads < 1)
+            threads = 1;
+    }
+
+    dt_device_t *d = calloc(1, sizeof *d);
+    if (!d)
+        return host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
+    d->host = host;
+    d->threads = (int)threads;
+    d->limit = (uint64_t)limit;
+    d->stats.limit = d->limit;
+    d->default_stream = (struct dt_stream){.magic = CPU_STREAM_MAGIC, .dev = d};
+    pthread_mutex_init(&d->mem_mu, NULL);
+    pthread_mutex_init(&d->kmu, NULL);
+    int e = cpu_pool_create(d->threads, &d->pool);
+    if (e != 0) {
+        pthread_mutex_destroy(&d->kmu);
+        pthread_mutex_destroy(&d->mem_mu);
+        free(d);
+        return host->set_error(host, DT_ERR_SYSTEM,
+                               "init: starting %lld worker threads: %s",
+                               (long long)threads, strerror(e));
+    }
+    /* The pthread OpenBLAS keeps one process-wide thread count; the last
+     * device initialised in a process sets it. */
+    openblas_set_num_threads(d->threads);
+
+    char ver[32];
+    openblas_version(ver, sizeof ver);
+    snprintf(d->name, sizeof d->name, "cpu (%d thread%s, OpenBLAS %s)",
+             d->threads, d->threads == 1 ? "" : "s", ver);
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    d->total_memory = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
+    if (d->limit && (d->total_memory == 0 || d->limit < d->total_memory))
+        d->total_memory = d->limit;
+    d->peak_flops = cpu_peak_flops(d->threads);
+    host->log(host, DT_LOG_INFO, "%s, memory_limit %llu bytes", d->name,
+              (unsigned long long)d->limit);
+    *out = d;
+    return DT_OK;
+}
+
+static int cpu_props(dt_device_t *d, dt_device_props_v1_t *out)
+{
+    if (!d)
+        return DT_ERR_INVALID;
+    if (!out)
+        return CPU_INVALID(d, "props: out is NULL");
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", d->name);
+    out->total_memory = d->total_memory;
+    out->peak_flops_f32 = d->peak_flops;
+    /* bf16 weights are widened and multiplied in f32: same rate. */
+    out->peak_flops_bf16 = d->peak_flops;
+    out->host_visible = 1;
+    out->threads = d->threads;
+    return DT_OK;
+}
+
+/* --------------------------------------------------------- memory (ABI) */
+
+static int cpu_alloc(dt_device_t *d, uint64_t bytes, int tag, void **out)
+{
+    if (!d)
+        return DT_ERR_INVALID;
+    if (!out)
+        return CPU_INVALID(d, "alloc: out is NULL");
+    return cpu_mem_alloc(d, bytes, tag, out);
+}
+
+static int cpu_free(dt_device_t *d, void *ptr)
+{
+    if (!d)
+        return DT_ERR_INVALID;
+    return cpu_mem_free(d, ptr);
+}
+
+static int cpu_mem_stats(dt_device_t *d, dt_mem_stats_t *out)
+{
+    if (!d)
+        return DT_ERR_INVALID;
+    if (!out)
+        return CPU_INVALID(d, "mem_stats: out is NULL");
+    pthread_mutex_lock(&d->mem_mu);
+    *out = d->stats;
+    pthread_mutex_unlock(&d->mem_mu);
+    return DT_OK;
+}
+
+static int cpu_mem_reset_peaks(dt_device_t *d)
+{
+    if (!d)
+        return DT_ERR_INVALID;
+    pthread_mutex_lock(&d->mem_mu);
+    for (int t = 0; t < DT_TAG_COUNT; t++)
+        d->stats.peak[t] = d->stats.current[t];
+    d->stats.total_peak = d->stats.total_current;
+    pthread_mutex_unlock(&d->mem_mu);
+    return DT_OK;
+}
+
+/* ---------------------------------------------------- streams and events */
+
+static dt_stream_t *stream_of(dt_device_t *d, dt_stream_t *s)
+{
+    return s ? s : &d->default_stream;
+}
+
+static int check_event(dt_device_t *d, dt_event_t *e, const char *op)
+{
+    if (!e || e->magic != CPU_EVENT_MAGIC || e->dev != d)
+        return CPU_INVALID(d, "%s: event %p is not a live event of this device",
+                           op, (void *)e);
+    return DT_OK;
+}
+
+static int cpu_stream_create(dt_device_t *d, dt_stream_t **out)
+{
+    if (!d)
+        return DT_ERR_INVALID;
+    if (!out)
+        return CPU_INVALID(d, "stream_create: out is NULL");
+    dt_stream_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return d->host->set_error(d->host, DT_ERR_NOMEM,
+                                  "stream_create: out of memory");
+    s->magic = CPU_STREAM_MAGIC;
+    s->dev = d;
+    *out = s;
+    return DT_OK;
+}
+
+static int cpu_stream_destroy(dt_device_t *d, dt_stream_t *s)
+{
+    if (!d)
+        return DT_ERR_INVALID;
+    if (!s)
+        return CPU_INVALID(d, "stream_destroy: the default stream (NULL) "
+                              "cannot be destroyed");
+    int rc = cpu_check_stream(d, s, "stream_destroy");
+    if (rc != DT_OK)
+        return rc;
+    s->magic = 0;
+    free(s);
+    return DT_OK;
+}
+
+/* Waits for a kernel another thread may be running on this device; work
+ * issued from this thread is already done. */
+static int cpu_stream_sync(dt_device_t *d, dt_stream_t *s)
+{
+    if (!d)
+        return DT_ERR_INVALID;
+    int rc = cpu_check_stream(d, s, "stream_sync");
+    if (rc != DT_OK)
+        return rc;
+    cpu_lock(d);
+    cpu_unlock(d);
+    return DT_OK;
+}
+
+static int cpu_event_create(dt_device_t *d, dt_event_t **out)
+{
+    if (!d)
+        return DT_ERR_INVALID;
+    if (!out)
+        return CPU_INVALID(d, "event_create: out is NULL");
+    dt_event_t *e = calloc(1, sizeof *e);
+    if (!e)
+        return d->host->set_error(d->host, DT_ERR_NOMEM,
+                                  "event_create: out of memory");
+    e->magic = CPU_EVENT_MAGIC;
+    e->dev = d;
+    *out = e;
+    return DT_OK;
+}
+
+static int cpu_event_destroy(dt_device_t *d, dt_event_t *e)
+{
+    if (!d)
+        return DT_ERR_INVALID;
+    int rc = check_event(d, e, "event_destroy");
+    if (rc != DT_OK)
+        return rc;
+    e->magic = 0;
+    free(e);
+    return DT_OK;
+}
+
+static int cpu_event_record(dt_device_t *d, dt_event_t *e, dt_stream_t *s)
+{
+    if (!d)
+        return DT_ERR_INVALID;
+    int rc = check_event(d, e, "event_record");
+    if (rc == DT_OK)
+        rc = cpu_check_stream(d, s, "event_record");
+    if (rc != DT_OK)
+        return rc;
+    e->recorded = 1;
+    e->at = stream_of(d, s)->ops;
+    return DT_OK;
+}
+
+/* Everything before the event has already run, so there is nothing to
+ * order; the handles are still checked. */
+static int cpu_stream_wait_event(dt_device_t *d, dt_stream_t *s, dt_event_t *e)
+{
+    if (!d)
+        return DT_ERR_INVALID;
+    int rc = check_event(d, e, "stream_wait_event");
+    if (rc == DT_OK)
+        rc = cpu_check_stream(d, s, "stream_wait_event");
+    return rc;
+}
+
+/* An event never recorded counts as complete (CUDA's rule too). */
+static int cpu_event_sync(dt_device_t *d, dt_event_t *e)
+{
+    if (!d)
+        return DT_ERR_INVALID;
+    return check_event(d, e, "event_sync");
+}
+
+static int cpu_synchronize(dt_device_t *d)
+{
+    if (!d)
+        return DT_ERR_INVALID;
+    cpu_lock(d);
+    cpu_unlock(d);
+    return DT_OK;
+}
+
+/* ----------------------------------------------------------------- copies */
+
+static int cpu_memcpy_async(dt_device_t *d, void *dst, const void *src,
+                            uint64_t bytes, int kind, dt_stream_t *s)
+{
+    static const char op[] = "memcpy_async";
+    CPU_BEGIN(d, s, op);
+    if (kind < DT_COPY_H2D || kind > DT_COPY_H2H)
+        return CPU_INVALID(d, "%s: kind %d is not a dt_copy_kind_t", op, kind);
+    if (bytes && (!dst || !src))
+        return CPU_INVALID(d, "%s: %s is NULL (%" PRIu64 " bytes)", op,
+                           dst ? "src" : "dst", bytes);
+    /* Host and device memory are the same here; memmove because nothing in
+     * the contract forbids overlap and memcpy would be undefined. */
+    if (bytes)
+        memmove(dst, src, (size_t)bytes);
+    stream_of(d, s)->ops++;
+    return DT_OK;
+}
+
+static int cpu_memset_async(dt_device_t *d, void *dst, int value,
+                            uint64_t bytes, dt_stream_t *s)
+{
+    static const char op[] = "memset_async";
+    CPU_BEGIN(d, s, op);
+    if (bytes && !dst)
+        return CPU_INVALID(d, "%s: dst is NULL (%" PRIu64 " bytes)", op, bytes);
+    if (bytes)
+        memset(dst, value, (size_t)bytes);
+    stream_of(d, s)->ops++;
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------- ops table */
+
+static const dt_device_ops_v1_t cpu_ops = {
+    .info = DT_PLUGIN_INFO(DEVICE, dt_device_ops_v1_t, "cpu", "0.1.0",
+                           "host CPU: OpenBLAS sgemm plus threaded C kernels",
+                           cpu_keys),
+    .init = cpu_init,
+    .finalize = cpu_finalize,
+    .props = cpu_props,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .mem_stats = cpu_mem_stats,
+    .mem_reset_peaks = cpu_mem_reset_peaks,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .stream_sync = cpu_stream_sync,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .stream_wait_event = cpu_stream_wait_event,
+    .event_sync = cpu_event_sync,
+    .synchronize = cpu_synchronize,
+    .memcpy_async = cpu_memcpy_async,
+    .memset_async = cpu_memset_async,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .residual_forward = cpu_residual_forward,
+    .axpy = cpu_axpy,
+    .softmax_xent_forward = cpu_softmax_xent_forward,
+    .softmax_xent_backward = cpu_softmax_xent_backward,
+    .adamw_update = cpu_adamw_update,
+    .sgd_update = cpu_sgd_update,
+    .sumsq = cpu_sumsq,
+    .scale = cpu_scale,
+    .cast = cpu_cast,
+    .native_stream = NULL, /* optional; the cpu has no native queue */
+};
+
+DT_PLUGIN_ENTRY(device, 1, dt_device_ops_v1_t, &cpu_ops)

@@ -1,0 +1,183 @@
+/*
+ * plugins/cpu/cpu_internal.h - what the cpu device's source files share:
+ * the instance struct, the memory accounting used for scratch, argument
+ * checks, and the kernel entry points that cpu_device.c puts in the ops
+ * table.  Nothing here is exported from the module.
+ */
+#ifndef DT_CPU_INTERNAL_H
+#define DT_CPU_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "dtrain/device.h"
+#include "cpu_pool.h"
+
+#define CPU_STREAM_MAGIC 0x43505553u /* "CPUS" */
+#define CPU_EVENT_MAGIC 0x43505545u  /* "CPUE" */
+
+/* Kernels run at once on the calling thread, so a stream is only a
+ * counter of the work it has seen; it exists to check handles and to keep
+ * the contract's shape (events record a position, and that position is
+ * always already reached). */
+struct dt_stream {
+    uint32_t magic;
+    dt_device_t *dev;
+    uint64_t ops; /* kernels and copies issued on this stream */
+};
+
+struct dt_event {
+    uint32_t magic;
+    dt_device_t *dev;
+    int recorded;
+    uint64_t at; /* stream->ops when recorded */
+};
+
+/* One live allocation (open-addressing table keyed by pointer, so freeing
+ * a pointer we never handed out is detected without reading before it). */
+typedef struct cpu_block {
+    void *ptr; /* NULL: empty slot; CPU_TOMBSTONE: deleted */
+    uint64_t bytes;
+    int32_t tag;
+} cpu_block_t;
+
+struct dt_device {
+    const dt_host_v1_t *host;
+    int threads;
+    uint64_t limit; /* memory_limit, bytes; 0 = no budget */
+    cpu_pool_t *pool;
+
+    /* Memory accounting; guarded by mem_mu (alloc/free may come from any
+     * thread). */
+    pthread_mutex_t mem_mu;
+    dt_mem_stats_t stats;
+    cpu_block_t *blocks;
+    uint64_t nblocks_cap; /* power of two */
+    uint64_t nblocks_used; /* live + tombstones */
+
+    /* Kernels take kmu: the pool, the scratch buffer and OpenBLAS are used
+     * by one kernel at a time. */
+    pthread_mutex_t kmu;
+    void *scratch; /* tagged DT_TAG_STAGING, grown on demand */
+    uint64_t scratch_bytes;
+
+    struct dt_stream default_stream;
+
+    char name[128];
+    uint64_t total_memory;
+    double peak_flops;
+};
+
+/* Accounted allocation (also used for the plugin's own scratch). */
+int cpu_mem_alloc(dt_device_t *d, uint64_t bytes, int tag, void **out);
+int cpu_mem_free(dt_device_t *d, void *ptr);
+
+/* A scratch buffer of at least `bytes`, valid until the next call; call
+ * with kmu held.  Counted under DT_TAG_STAGING (and the budget). */
+int cpu_scratch(dt_device_t *d, uint64_t bytes, void **out, const char *op);
+
+/* Checks every kernel does before it runs: a live device and a stream of
+ * that device (NULL: default).  Sets the message and returns the status. */
+int cpu_check_stream(dt_device_t *d, dt_stream_t *s, const char *op);
+
+static inline void cpu_lock(dt_device_t *d) { pthread_mutex_lock(&d->kmu); }
+static inline void cpu_unlock(dt_device_t *d) { pthread_mutex_unlock(&d->kmu); }
+
+#define CPU_INVALID(d, ...) (d)->host->set_error((d)->host, DT_ERR_INVALID, __VA_ARGS__)
+
+/* Start of every kernel: device, stream. */
+#define CPU_BEGIN(d, s, op)                                                    \
+    do {                                                                       \
+        if (!(d))                                                              \
+            return DT_ERR_INVALID;                                             \
+        int rc_ = cpu_check_stream((d), (s), (op));                            \
+        if (rc_ != DT_OK)                                                      \
+            return rc_;                                                        \
+    } while (0)
+
+/* A size argument must be >= 0. */
+#define CPU_DIM(d, op, x)                                                      \
+    do {                                                                       \
+        if ((x) < 0)                                                           \
+            return CPU_INVALID((d), "%s: %s = %lld must be >= 0", (op), #x,    \
+                               (long long)(x));                                \
+    } while (0)
+
+/* A pointer must be non-NULL whenever it covers any element. */
+#define CPU_PTR(d, op, p, count)                                               \
+    do {                                                                       \
+        if (!(p) && (count) > 0)                                               \
+            return CPU_INVALID((d), "%s: %s is NULL (%lld elements)", (op),    \
+                               #p, (long long)(count));                        \
+    } while (0)
+
+/* Products of dimensions that must stay in int64 (and in BLAS's int). */
+int cpu_check_product(dt_device_t *d, const char *op, int64_t a, int64_t b,
+                      int64_t *out);
+
+/* ---- kernels (signatures are the ABI's; see dtrain/device.h) ---- */
+int cpu_matmul_forward(dt_device_t *d, dt_stream_t *s, float *out,
+                       const float *inp, const void *weight, const float *bias,
+                       int wdtype, int64_t N, int64_t C, int64_t OC);
+int cpu_matmul_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
+                        float *dweight, float *dbias, const float *dout,
+                        const float *inp, const void *weight, int wdtype,
+                        int64_t N, int64_t C, int64_t OC);
+int cpu_embedding_forward(dt_device_t *d, dt_stream_t *s, float *out,
+                          const int32_t *tokens, const float *wte,
+                          const float *wpe, int64_t B, int64_t T, int64_t C);
+int cpu_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte,
+                           float *dwpe, const float *dout,
+                           const int32_t *tokens, int64_t B, int64_t T,
+                           int64_t C);
+int cpu_layernorm_forward(dt_device_t *d, dt_stream_t *s, float *out,
+                          float *mean, float *rstd, const float *inp,
+                          const float *weight, const float *bias, int64_t N,
+                          int64_t C);
+int cpu_layernorm_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
+                           float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight,
+                           const float *mean, const float *rstd, int64_t N,
+                           int64_t C);
+int cpu_gelu_forward(dt_device_t *d, dt_stream_t *s, float *out,
+                     const float *inp, int64_t n);
+int cpu_gelu_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
+                      const float *inp, const float *dout, int64_t n);
+int cpu_attention_forward(dt_device_t *d, dt_stream_t *s, float *out,
+                          float *att, const float *qkv, int64_t B, int64_t T,
+                          int64_t C, int64_t NH);
+int cpu_attention_backward(dt_device_t *d, dt_stream_t *s, float *dqkv,
+                           const float *dout, const float *qkv,
+                           const float *att, int64_t B, int64_t T, int64_t C,
+                           int64_t NH);
+int cpu_residual_forward(dt_device_t *d, dt_stream_t *s, float *out,
+                         const float *a, const float *b, int64_t n);
+int cpu_axpy(dt_device_t *d, dt_stream_t *s, float *y, const float *x,
+             float alpha, int64_t n);
+int cpu_softmax_xent_forward(dt_device_t *d, dt_stream_t *s, float *losses,
+                             float *probs, const float *logits,
+                             const int32_t *targets, int64_t N, int64_t V);
+int cpu_softmax_xent_backward(dt_device_t *d, dt_stream_t *s, float *dlogits,
+                              const float *probs, const int32_t *targets,
+                              float dloss, int64_t N, int64_t V);
+int cpu_adamw_update(dt_device_t *d, dt_stream_t *s, float *param,
+                     const float *grad, float *m, float *v, int64_t n,
+                     float lr, float beta1, float beta2, float eps,
+                     float weight_decay, float grad_scale, int64_t t);
+int cpu_sgd_update(dt_device_t *d, dt_stream_t *s, float *param,
+                   const float *grad, float *mom, int64_t n, float lr,
+                   float momentum, float weight_decay, int nesterov,
+                   float grad_scale);
+int cpu_sumsq(dt_device_t *d, dt_stream_t *s, double *out, const void *x,
+              int dtype, int64_t n);
+int cpu_scale(dt_device_t *d, dt_stream_t *s, float *x, float alpha,
+              int64_t n);
+int cpu_cast(dt_device_t *d, dt_stream_t *s, void *dst, int dst_dtype,
+             const void *src, int src_dtype, int64_t n);
+
+/* Elements per parallel chunk below which waking a worker costs more than
+ * it saves (element-wise kernels). */
+#define CPU_GRAIN 16384
+
+#endif /* DT_CPU_INTERNAL_H */

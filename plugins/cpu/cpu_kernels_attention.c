@@ -1,0 +1,194 @@
+/*
+ * plugins/cpu/cpu_kernels_attention.c - causal multi-head self-attention
+ * (llm.c's formulation, plain loops).
+ *
+ * qkv (B, T, 3C): for position (b, t) the first C floats are q, then k,
+ * then v; head h owns channels [h*hs, (h+1)*hs) of each, hs = C / NH.
+ * att (B, NH, T, T) keeps the softmax for backward.
+ *
+ * Forward rows (b, h, t) are independent.  Backward works per (b, h):
+ * dk and dv of key t2 collect from every query t >= t2, and a (b, h) slab
+ * owns those rows of dqkv outright, so threads never share an output and
+ * each sum runs in the same order at any thread count.  The only scratch
+ * is one row of T floats per thread.
+ */
+#include <math.h>
+
+#include "cpu_internal.h"
+
+typedef struct {
+    float *out, *att, *dqkv, *scratch;
+    const float *qkv, *dout, *catt;
+    int64_t B, T, C, NH;
+} attn_t;
+
+static void attn_fwd_task(void *ctx, int64_t b0, int64_t e0, int tid)
+{
+    const attn_t *a = ctx;
+    int64_t T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
+    float scale = (float)(1.0 / sqrt((double)hs));
+    for (int64_t r = b0; r < e0; r++) {
+        int64_t t = r % T, h = (r / T) % NH, b = r / (T * NH);
+        const float *base = a->qkv + b * T * C3;
+        const float *restrict q = base + t * C3 + h * hs;
+        float *restrict row = a->att + r * T; /* r == (b*NH + h)*T + t */
+        float mx = -INFINITY;
+        for (int64_t t2 = 0; t2 <= t; t2++) {
+            const float *restrict k = base + t2 * C3 + C + h * hs;
+            float dot = 0.0f;
+            for (int64_t i = 0; i < hs; i++)
+                dot += q[i] * k[i];
+            dot *= scale;
+            row[t2] = dot;
+            mx = dot > mx ? dot : mx;
+        }
+        double sum = 0.0;
+        for (int64_t t2 = 0; t2 <= t; t2++) {
+            row[t2] = expf(row[t2] - mx);
+            sum += row[t2];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int64_t t2 = 0; t2 <= t; t2++)
+            row[t2] *= inv;
+        for (int64_t t2 = t + 1; t2 < T; t2++)
+            row[t2] = 0.0f; /* unspecified by the contract; zero is tidy */
+        float *restrict o = a->out + (b * T + t) * C + h * hs;
+        for (int64_t i = 0; i < hs; i++)
+            o[i] = 0.0f;
+        for (int64_t t2 = 0; t2 <= t; t2++) {
+            const float *restrict v = base + t2 * C3 + 2 * C + h * hs;
+            float p = row[t2];
+            for (int64_t i = 0; i < hs; i++)
+                o[i] += p * v[i];
+        }
+    }
+}
+
+/* For query t with probabilities p = att[t, :t+1] and upstream g = dout:
+ *   datt[t2] = g . v[t2]                 dv[t2] += p[t2] g
+ *   dpre[t2] = p[t2] (datt[t2] - sum_j p[j] datt[j])   (softmax backward)
+ *   dq += scale sum_t2 dpre[t2] k[t2]    dk[t2] += scale dpre[t2] q */
+static void attn_bwd_task(void *ctx, int64_t b0, int64_t e0, int tid)
+{
+    const attn_t *a = ctx;
+    int64_t T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
+    float scale = (float)(1.0 / sqrt((double)hs));
+    float *restrict datt = a->scratch + (int64_t)tid * T;
+    for (int64_t bh = b0; bh < e0; bh++) {
+        int64_t b = bh / NH, h = bh % NH;
+        const float *base = a->qkv + b * T * C3;
+        float *dbase = a->dqkv + b * T * C3;
+        for (int64_t t = 0; t < T; t++) {
+            const float *restrict p = a->catt + (bh * T + t) * T;
+            const float *restrict g = a->dout + (b * T + t) * C + h * hs;
+            const float *restrict q = base + t * C3 + h * hs;
+            float *restrict dq = dbase + t * C3 + h * hs;
+            double wsum = 0.0;
+            for (int64_t t2 = 0; t2 <= t; t2++) {
+                const float *restrict v = base + t2 * C3 + 2 * C + h * hs;
+                float *restrict dv = dbase + t2 * C3 + 2 * C + h * hs;
+                float dot = 0.0f;
+                for (int64_t i = 0; i < hs; i++)
+                    dot += g[i] * v[i];
+                datt[t2] = dot;
+                wsum += (double)p[t2] * dot;
+                float pt = p[t2];
+                for (int64_t i = 0; i < hs; i++)
+                    dv[i] += pt * g[i];
+            }
+            float ws = (float)wsum;
+            for (int64_t t2 = 0; t2 <= t; t2++) {
+                const float *restrict k = base + t2 * C3 + C + h * hs;
+                float *restrict dk = dbase + t2 * C3 + C + h * hs;
+                float dp = p[t2] * (datt[t2] - ws) * scale;
+                for (int64_t i = 0; i < hs; i++) {
+                    dq[i] += dp * k[i];
+                    dk[i] += dp * q[i];
+                }
+            }
+        }
+    }
+}
+
+static int check_attn(dt_device_t *d, const char *op, int64_t B, int64_t T,
+                      int64_t C, int64_t NH, int64_t *BTC3, int64_t *BNHTT)
+{
+    CPU_DIM(d, op, B);
+    CPU_DIM(d, op, T);
+    CPU_DIM(d, op, C);
+    CPU_DIM(d, op, NH);
+    if (NH == 0 || C % NH != 0)
+        return CPU_INVALID(d, "%s: C = %lld is not a multiple of NH = %lld",
+                           op, (long long)C, (long long)NH);
+    int64_t bt = 0, btc = 0, bnh = 0, bnht = 0;
+    *BTC3 = 0;
+    *BNHTT = 0;
+    int rc = cpu_check_product(d, op, B, T, &bt);
+    if (rc == DT_OK)
+        rc = cpu_check_product(d, op, bt, 3 * C, &btc);
+    if (rc == DT_OK)
+        rc = cpu_check_product(d, op, B, NH, &bnh);
+    if (rc == DT_OK)
+        rc = cpu_check_product(d, op, bnh, T, &bnht);
+    if (rc == DT_OK)
+        rc = cpu_check_product(d, op, bnht, T, BNHTT);
+    *BTC3 = btc;
+    return rc;
+}
+
+int cpu_attention_forward(dt_device_t *d, dt_stream_t *s, float *out,
+                          float *att, const float *qkv, int64_t B, int64_t T,
+                          int64_t C, int64_t NH)
+{
+    static const char op[] = "attention_forward";
+    CPU_BEGIN(d, s, op);
+    int64_t n3 = 0, natt = 0;
+    int rc = check_attn(d, op, B, T, C, NH, &n3, &natt);
+    if (rc != DT_OK)
+        return rc;
+    CPU_PTR(d, op, out, n3);
+    CPU_PTR(d, op, att, natt);
+    CPU_PTR(d, op, qkv, n3);
+    if (n3 == 0)
+        return DT_OK;
+    attn_t a = {.out = out, .att = att, .qkv = qkv, .B = B, .T = T, .C = C,
+                .NH = NH};
+    cpu_lock(d);
+    /* a row costs ~ t * hs; ask for a few hundred thousand flops a chunk */
+    cpu_pool_run(d->pool, B * NH * T, 1 + 65536 / (T * (C / NH) + 1),
+                 attn_fwd_task, &a);
+    cpu_unlock(d);
+    return DT_OK;
+}
+
+int cpu_attention_backward(dt_device_t *d, dt_stream_t *s, float *dqkv,
+                           const float *dout, const float *qkv,
+                           const float *att, int64_t B, int64_t T, int64_t C,
+                           int64_t NH)
+{
+    static const char op[] = "attention_backward";
+    CPU_BEGIN(d, s, op);
+    int64_t n3 = 0, natt = 0;
+    int rc = check_attn(d, op, B, T, C, NH, &n3, &natt);
+    if (rc != DT_OK)
+        return rc;
+    CPU_PTR(d, op, dqkv, n3);
+    CPU_PTR(d, op, dout, n3);
+    CPU_PTR(d, op, qkv, n3);
+    CPU_PTR(d, op, att, natt);
+    if (n3 == 0)
+        return DT_OK;
+    cpu_lock(d);
+    void *scratch = NULL;
+    rc = cpu_scratch(d, (uint64_t)d->threads * (uint64_t)T * sizeof(float),
+                     &scratch, op);
+    if (rc != DT_OK) {
+        cpu_unlock(d);
+        return rc;
+    }
+    attn_t a = {.dqkv = dqkv, .scratch = scratch, .dout = dout, .qkv = qkv,
+                .catt = att, .B = B, .T = T, .C = C, .NH = NH};
+    cpu_pool_run(d->pool, B * NH, 1, attn_bwd_task, &a);
+    cpu_unlock(d);
+    return DT_OK;
+}

@@ -1,0 +1,542 @@
+/*
+ * plugins/cpu/cpu_kernels_nn.c - the non-matmul layers of a GPT: token and
+ * position embedding, layernorm, GELU, residual add, axpy, and fused
+ * softmax + cross-entropy.
+ *
+ * Parallel work is split so that every output element is produced by
+ * exactly one thread in a fixed order: over rows where rows are
+ * independent, over columns where the backward pass sums over rows
+ * (layernorm's dweight, embedding's dwte).  Results are therefore the same
+ * bits at any thread count, and nothing needs atomics or per-thread copies
+ * of a gradient.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+
+/* Rows per chunk so one chunk holds at least CPU_GRAIN elements. */
+static int64_t row_grain(int64_t cols)
+{
+    return cols > 0 ? CPU_GRAIN / cols + 1 : CPU_GRAIN;
+}
+
+/* ------------------------------------------------------------- embedding */
+
+typedef struct {
+    float *out;
+    float *dwte, *dwpe;
+    const float *dout;
+    const int32_t *tokens;
+    const float *wte, *wpe;
+    int64_t B, T, C;
+} emb_t;
+
+static void emb_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const emb_t *a = ctx;
+    int64_t C = a->C;
+    for (int64_t bt = b; bt < e; bt++) {
+        int64_t t = bt % a->T;
+        float *restrict o = a->out + bt * C;
+        const float *restrict we = a->wte + (int64_t)a->tokens[bt] * C;
+        const float *restrict wp = a->wpe + t * C;
+        for (int64_t c = 0; c < C; c++)
+            o[c] = we[c] + wp[c];
+    }
+}
+
+/* Channels [b, e) of every position: a token repeated in the batch adds
+ * into the same dwte row, so threads split channels, not positions. */
+static void emb_bwd_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const emb_t *a = ctx;
+    int64_t C = a->C;
+    for (int64_t bt = 0; bt < a->B * a->T; bt++) {
+        const float *restrict g = a->dout + bt * C;
+        if (a->dwte) {
+            float *restrict dw = a->dwte + (int64_t)a->tokens[bt] * C;
+            for (int64_t c = b; c < e; c++)
+                dw[c] += g[c];
+        }
+        if (a->dwpe) {
+            float *restrict dp = a->dwpe + (bt % a->T) * C;
+            for (int64_t c = b; c < e; c++)
+                dp[c] += g[c];
+        }
+    }
+}
+
+static int check_tokens(dt_device_t *d, const char *op, const int32_t *tokens,
+                        int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0)
+            return CPU_INVALID(d, "%s: tokens[%lld] = %d is negative", op,
+                               (long long)i, (int)tokens[i]);
+    return DT_OK;
+}
+
+int cpu_embedding_forward(dt_device_t *d, dt_stream_t *s, float *out,
+                          const int32_t *tokens, const float *wte,
+                          const float *wpe, int64_t B, int64_t T, int64_t C)
+{
+    static const char op[] = "embedding_forward";
+    CPU_BEGIN(d, s, op);
+    CPU_DIM(d, op, B);
+    CPU_DIM(d, op, T);
+    CPU_DIM(d, op, C);
+    int64_t BT, BTC, TC;
+    int rc = cpu_check_product(d, op, B, T, &BT);
+    if (rc == DT_OK)
+        rc = cpu_check_product(d, op, BT, C, &BTC);
+    if (rc == DT_OK)
+        rc = cpu_check_product(d, op, T, C, &TC);
+    if (rc != DT_OK)
+        return rc;
+    CPU_PTR(d, op, out, BTC);
+    CPU_PTR(d, op, tokens, BT);
+    CPU_PTR(d, op, wte, BTC);
+    CPU_PTR(d, op, wpe, TC);
+    if (BTC == 0)
+        return DT_OK;
+    rc = check_tokens(d, op, tokens, BT);
+    if (rc != DT_OK)
+        return rc;
+    emb_t a = {.out = out, .tokens = tokens, .wte = wte, .wpe = wpe,
+               .B = B, .T = T, .C = C};
+    cpu_lock(d);
+    cpu_pool_run(d->pool, BT, row_grain(C), emb_fwd_task, &a);
+    cpu_unlock(d);
+    return DT_OK;
+}
+
+int cpu_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte,
+                           float *dwpe, const float *dout,
+                           const int32_t *tokens, int64_t B, int64_t T,
+                           int64_t C)
+{
+    static const char op[] = "embedding_backward";
+    CPU_BEGIN(d, s, op);
+    CPU_DIM(d, op, B);
+    CPU_DIM(d, op, T);
+    CPU_DIM(d, op, C);
+    int64_t BT, BTC;
+    int rc = cpu_check_product(d, op, B, T, &BT);
+    if (rc == DT_OK)
+        rc = cpu_check_product(d, op, BT, C, &BTC);
+    if (rc != DT_OK)
+        return rc;
+    CPU_PTR(d, op, dout, BTC);
+    CPU_PTR(d, op, tokens, BT);
+    if (BTC == 0 || (!dwte && !dwpe))
+        return DT_OK;
+    rc = check_tokens(d, op, tokens, BT);
+    if (rc != DT_OK)
+        return rc;
+    emb_t a = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens,
+               .B = B, .T = T, .C = C};
+    cpu_lock(d);
+    /* Each chunk walks all B*T rows: ask for enough channels to pay. */
+    cpu_pool_run(d->pool, C, BT >= CPU_GRAIN ? 16 : CPU_GRAIN / BT + 16,
+                 emb_bwd_task, &a);
+    cpu_unlock(d);
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------- layernorm */
+
+#define CPU_LN_EPS 1e-5
+
+typedef struct {
+    float *out, *mean, *rstd;
+    float *dinp, *dweight, *dbias;
+    const float *dout, *inp, *weight, *bias;
+    const float *cmean, *crstd;
+    int64_t N, C;
+} ln_t;
+
+static void ln_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const ln_t *a = ctx;
+    int64_t C = a->C;
+    const float *restrict w = a->weight;
+    const float *restrict bs = a->bias;
+    for (int64_t n = b; n < e; n++) {
+        const float *restrict x = a->inp + n * C;
+        float *restrict o = a->out + n * C;
+        /* Two passes in double: the mean first, then the variance around
+         * it, so large offsets do not cancel. */
+        double sum = 0.0;
+        for (int64_t c = 0; c < C; c++)
+            sum += x[c];
+        double mu = sum / (double)C;
+        double var = 0.0;
+        for (int64_t c = 0; c < C; c++) {
+            double dx = (double)x[c] - mu;
+            var += dx * dx;
+        }
+        var /= (double)C;
+        float m = (float)mu;
+        float rs = (float)(1.0 / sqrt(var + CPU_LN_EPS));
+        for (int64_t c = 0; c < C; c++)
+            o[c] = (x[c] - m) * rs * w[c] + bs[c];
+        a->mean[n] = m;
+        a->rstd[n] = rs;
+    }
+}
+
+int cpu_layernorm_forward(dt_device_t *d, dt_stream_t *s, float *out,
+                          float *mean, float *rstd, const float *inp,
+                          const float *weight, const float *bias, int64_t N,
+                          int64_t C)
+{
+    static const char op[] = "layernorm_forward";
+    CPU_BEGIN(d, s, op);
+    CPU_DIM(d, op, N);
+    CPU_DIM(d, op, C);
+    int64_t NC;
+    int rc = cpu_check_product(d, op, N, C, &NC);
+    if (rc != DT_OK)
+        return rc;
+    if (C == 0 && N > 0)
+        return CPU_INVALID(d, "%s: C = 0: nothing to normalise over", op);
+    CPU_PTR(d, op, out, NC);
+    CPU_PTR(d, op, inp, NC);
+    CPU_PTR(d, op, mean, N);
+    CPU_PTR(d, op, rstd, N);
+    CPU_PTR(d, op, weight, C);
+    CPU_PTR(d, op, bias, C);
+    ln_t a = {.out = out, .mean = mean, .rstd = rstd, .inp = inp,
+              .weight = weight, .bias = bias, .N = N, .C = C};
+    cpu_lock(d);
+    cpu_pool_run(d->pool, N, row_grain(C), ln_fwd_task, &a);
+    cpu_unlock(d);
+    return DT_OK;
+}
+
+/* dinp, row by row:
+ *   g = w * dout;  dinp += (g - mean(g) - norm * mean(g * norm)) * rstd */
+static void ln_bwd_rows_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const ln_t *a = ctx;
+    int64_t C = a->C;
+    const float *restrict w = a->weight;
+    for (int64_t n = b; n < e; n++) {
+        const float *restrict x = a->inp + n * C;
+        const float *restrict g = a->dout + n * C;
+        float *restrict dx = a->dinp + n * C;
+        float m = a->cmean[n], rs = a->crstd[n];
+        double sg = 0.0, sgn = 0.0;
+        for (int64_t c = 0; c < C; c++) {
+            float norm = (x[c] - m) * rs;
+            float wg = w[c] * g[c];
+            sg += wg;
+            sgn += (double)wg * norm;
+        }
+        float mg = (float)(sg / (double)C);
+        float mgn = (float)(sgn / (double)C);
+        for (int64_t c = 0; c < C; c++) {
+            float norm = (x[c] - m) * rs;
+            dx[c] += (w[c] * g[c] - mg - norm * mgn) * rs;
+        }
+    }
+}
+
+/* dweight/dbias for channels [b, e), summing rows in order. */
+static void ln_bwd_cols_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const ln_t *a = ctx;
+    int64_t C = a->C;
+    float *restrict dw = a->dweight;
+    float *restrict db = a->dbias;
+    for (int64_t n = 0; n < a->N; n++) {
+        const float *restrict x = a->inp + n * C;
+        const float *restrict g = a->dout + n * C;
+        float m = a->cmean[n], rs = a->crstd[n];
+        if (db)
+            for (int64_t c = b; c < e; c++)
+                db[c] += g[c];
+        if (dw)
+            for (int64_t c = b; c < e; c++)
+                dw[c] += (x[c] - m) * rs * g[c];
+    }
+}
+
+int cpu_layernorm_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
+                           float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight,
+                           const float *mean, const float *rstd, int64_t N,
+                           int64_t C)
+{
+    static const char op[] = "layernorm_backward";
+    CPU_BEGIN(d, s, op);
+    CPU_DIM(d, op, N);
+    CPU_DIM(d, op, C);
+    int64_t NC;
+    int rc = cpu_check_product(d, op, N, C, &NC);
+    if (rc != DT_OK)
+        return rc;
+    CPU_PTR(d, op, dout, NC);
+    CPU_PTR(d, op, inp, NC);
+    CPU_PTR(d, op, mean, N);
+    CPU_PTR(d, op, rstd, N);
+    if (dinp)
+        CPU_PTR(d, op, weight, C);
+    if (NC == 0)
+        return DT_OK;
+    ln_t a = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = dout,
+              .inp = inp, .weight = weight, .cmean = mean, .crstd = rstd,
+              .N = N, .C = C};
+    cpu_lock(d);
+    if (dinp)
+        cpu_pool_run(d->pool, N, row_grain(C), ln_bwd_rows_task, &a);
+    if (dweight || dbias)
+        cpu_pool_run(d->pool, C, N >= CPU_GRAIN ? 16 : CPU_GRAIN / N + 16,
+                     ln_bwd_cols_task, &a);
+    cpu_unlock(d);
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------------ GELU */
+
+#define CPU_GELU_S 0.7978845608028654f /* sqrt(2 / pi) */
+#define CPU_GELU_K 0.044715f
+
+typedef struct {
+    float *out;
+    const float *inp, *dout;
+    int64_t n;
+} ew_t;
+
+static void gelu_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const ew_t *a = ctx;
+    float *restrict o = a->out;
+    const float *restrict x = a->inp;
+    for (int64_t i = b; i < e; i++) {
+        float xi = x[i];
+        float u = CPU_GELU_S * (xi + CPU_GELU_K * xi * xi * xi);
+        o[i] = 0.5f * xi * (1.0f + tanhf(u));
+    }
+}
+
+/* d/dx [x/2 (1 + tanh u)] = (1 + tanh u)/2 + x/2 (1 - tanh^2 u) du/dx,
+ * du/dx = s (1 + 3k x^2).  1 - tanh^2 instead of 1/cosh^2: no overflow. */
+static void gelu_bwd_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const ew_t *a = ctx;
+    float *restrict dx = a->out;
+    const float *restrict x = a->inp;
+    const float *restrict g = a->dout;
+    for (int64_t i = b; i < e; i++) {
+        float xi = x[i];
+        float u = CPU_GELU_S * (xi + CPU_GELU_K * xi * xi * xi);
+        float th = tanhf(u);
+        float du = CPU_GELU_S * (1.0f + 3.0f * CPU_GELU_K * xi * xi);
+        float lg = 0.5f * (1.0f + th) + 0.5f * xi * (1.0f - th * th) * du;
+        dx[i] += lg * g[i];
+    }
+}
+
+int cpu_gelu_forward(dt_device_t *d, dt_stream_t *s, float *out,
+                     const float *inp, int64_t n)
+{
+    static const char op[] = "gelu_forward";
+    CPU_BEGIN(d, s, op);
+    CPU_DIM(d, op, n);
+    CPU_PTR(d, op, out, n);
+    CPU_PTR(d, op, inp, n);
+    ew_t a = {.out = out, .inp = inp, .n = n};
+    cpu_lock(d);
+    cpu_pool_run(d->pool, n, CPU_GRAIN, gelu_fwd_task, &a);
+    cpu_unlock(d);
+    return DT_OK;
+}
+
+int cpu_gelu_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
+                      const float *inp, const float *dout, int64_t n)
+{
+    static const char op[] = "gelu_backward";
+    CPU_BEGIN(d, s, op);
+    CPU_DIM(d, op, n);
+    CPU_PTR(d, op, dinp, n);
+    CPU_PTR(d, op, inp, n);
+    CPU_PTR(d, op, dout, n);
+    ew_t a = {.out = dinp, .inp = inp, .dout = dout, .n = n};
+    cpu_lock(d);
+    cpu_pool_run(d->pool, n, CPU_GRAIN, gelu_bwd_task, &a);
+    cpu_unlock(d);
+    return DT_OK;
+}
+
+/* ------------------------------------------------------- residual, axpy */
+
+typedef struct {
+    float *y;
+    const float *a, *b;
+    float alpha;
+} add_t;
+
+/* No restrict: out may alias a or b (the contract allows it). */
+static void residual_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const add_t *a = ctx;
+    float *o = a->y;
+    const float *x = a->a, *y = a->b;
+    for (int64_t i = b; i < e; i++)
+        o[i] = x[i] + y[i];
+}
+
+static void axpy_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const add_t *a = ctx;
+    float *restrict y = a->y;
+    const float *restrict x = a->a;
+    float alpha = a->alpha;
+    for (int64_t i = b; i < e; i++)
+        y[i] += alpha * x[i];
+}
+
+int cpu_residual_forward(dt_device_t *d, dt_stream_t *s, float *out,
+                         const float *a, const float *b, int64_t n)
+{
+    static const char op[] = "residual_forward";
+    CPU_BEGIN(d, s, op);
+    CPU_DIM(d, op, n);
+    CPU_PTR(d, op, out, n);
+    CPU_PTR(d, op, a, n);
+    CPU_PTR(d, op, b, n);
+    add_t t = {.y = out, .a = a, .b = b};
+    cpu_lock(d);
+    cpu_pool_run(d->pool, n, CPU_GRAIN, residual_task, &t);
+    cpu_unlock(d);
+    return DT_OK;
+}
+
+int cpu_axpy(dt_device_t *d, dt_stream_t *s, float *y, const float *x,
+             float alpha, int64_t n)
+{
+    static const char op[] = "axpy";
+    CPU_BEGIN(d, s, op);
+    CPU_DIM(d, op, n);
+    CPU_PTR(d, op, y, n);
+    CPU_PTR(d, op, x, n);
+    if (x == y && n > 0)
+        return CPU_INVALID(d, "%s: x and y are the same buffer", op);
+    add_t t = {.y = y, .a = x, .alpha = alpha};
+    cpu_lock(d);
+    cpu_pool_run(d->pool, n, CPU_GRAIN, axpy_task, &t);
+    cpu_unlock(d);
+    return DT_OK;
+}
+
+/* ------------------------------------------------- softmax cross-entropy */
+
+typedef struct {
+    float *losses, *probs, *dlogits;
+    const float *logits, *cprobs;
+    const int32_t *targets;
+    float dloss;
+    int64_t N, V;
+} xent_t;
+
+static void xent_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const xent_t *a = ctx;
+    int64_t V = a->V;
+    for (int64_t n = b; n < e; n++) {
+        const float *restrict x = a->logits + n * V;
+        float *restrict p = a->probs + n * V;
+        float mx = -INFINITY;
+        for (int64_t v = 0; v < V; v++)
+            mx = x[v] > mx ? x[v] : mx;
+        double sum = 0.0;
+        for (int64_t v = 0; v < V; v++) {
+            p[v] = expf(x[v] - mx);
+            sum += p[v];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int64_t v = 0; v < V; v++)
+            p[v] *= inv;
+        /* log-sum-exp form: stays finite when probs[target] underflows. */
+        a->losses[n] = (float)(log(sum) - ((double)x[a->targets[n]] - mx));
+    }
+}
+
+static void xent_bwd_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const xent_t *a = ctx;
+    int64_t V = a->V;
+    float dl = a->dloss;
+    for (int64_t n = b; n < e; n++) {
+        const float *restrict p = a->cprobs + n * V;
+        float *restrict g = a->dlogits + n * V;
+        for (int64_t v = 0; v < V; v++)
+            g[v] += dl * p[v];
+        g[a->targets[n]] -= dl;
+    }
+}
+
+static int check_targets(dt_device_t *d, const char *op,
+                         const int32_t *targets, int64_t N, int64_t V)
+{
+    for (int64_t i = 0; i < N; i++)
+        if (targets[i] < 0 || targets[i] >= V)
+            return CPU_INVALID(d, "%s: targets[%lld] = %d is outside [0, %lld)",
+                               op, (long long)i, (int)targets[i], (long long)V);
+    return DT_OK;
+}
+
+int cpu_softmax_xent_forward(dt_device_t *d, dt_stream_t *s, float *losses,
+                             float *probs, const float *logits,
+                             const int32_t *targets, int64_t N, int64_t V)
+{
+    static const char op[] = "softmax_xent_forward";
+    CPU_BEGIN(d, s, op);
+    CPU_DIM(d, op, N);
+    CPU_DIM(d, op, V);
+    int64_t NV;
+    int rc = cpu_check_product(d, op, N, V, &NV);
+    if (rc != DT_OK)
+        return rc;
+    CPU_PTR(d, op, losses, N);
+    CPU_PTR(d, op, probs, NV);
+    CPU_PTR(d, op, logits, NV);
+    CPU_PTR(d, op, targets, N);
+    rc = check_targets(d, op, targets, N, V);
+    if (rc != DT_OK)
+        return rc;
+    xent_t a = {.losses = losses, .probs = probs, .logits = logits,
+                .targets = targets, .N = N, .V = V};
+    cpu_lock(d);
+    cpu_pool_run(d->pool, N, row_grain(V), xent_fwd_task, &a);
+    cpu_unlock(d);
+    return DT_OK;
+}
+
+int cpu_softmax_xent_backward(dt_device_t *d, dt_stream_t *s, float *dlogits,
+                              const float *probs, const int32_t *targets,
+                              float dloss, int64_t N, int64_t V)
+{
+    static const char op[] = "softmax_xent_backward";
+    CPU_BEGIN(d, s, op);
+    CPU_DIM(d, op, N);
+    CPU_DIM(d, op, V);
+    int64_t NV;
+    int rc = cpu_check_product(d, op, N, V, &NV);
+    if (rc != DT_OK)
+        return rc;
+    CPU_PTR(d, op, dlogits, NV);
+    CPU_PTR(d, op, probs, NV);
+    CPU_PTR(d, op, targets, N);
+    rc = check_targets(d, op, targets, N, V);
+    if (rc != DT_OK)
+        return rc;
+    xent_t a = {.dlogits = dlogits, .cprobs = probs, .targets = targets,
+                .dloss = dloss, .N = N, .V = V};
+    cpu_lock(d);
+    cpu_pool_run(d->pool, N, row_grain(V), xent_bwd_task, &a);
+    cpu_unlock(d);
+    return DT_OK;
+}

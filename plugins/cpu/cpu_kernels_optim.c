@@ -1,0 +1,243 @@
+/*
+ * plugins/cpu/cpu_kernels_optim.c - optimizer updates (AdamW, SGD with
+ * momentum), the sum of squares behind global-norm clipping, and scale.
+ *
+ * All element-wise except sumsq; sumsq cuts the input into blocks whose
+ * size depends on n alone and adds the per-block double sums in block
+ * order, so the result has the same bits at any thread count.
+ */
+#include <math.h>
+
+#include "cpu_half.h"
+#include "cpu_internal.h"
+
+/* ------------------------------------------------------------------ AdamW */
+
+typedef struct {
+    float *param, *m, *v;
+    const float *grad;
+    float lr, b1, b2, eps, wd, gs, bc1, bc2;
+} adamw_t;
+
+static void adamw_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const adamw_t *a = ctx;
+    float *restrict p = a->param;
+    float *restrict m = a->m;
+    float *restrict v = a->v;
+    const float *restrict gr = a->grad;
+    const float lr = a->lr, b1 = a->b1, b2 = a->b2, eps = a->eps, wd = a->wd;
+    const float gs = a->gs, bc1 = a->bc1, bc2 = a->bc2;
+    for (int64_t i = b; i < e; i++) {
+        float g = gr[i] * gs;
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi / bc1;
+        float vhat = vi / bc2;
+        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    }
+}
+
+int cpu_adamw_update(dt_device_t *d, dt_stream_t *s, float *param,
+                     const float *grad, float *m, float *v, int64_t n,
+                     float lr, float beta1, float beta2, float eps,
+                     float weight_decay, float grad_scale, int64_t t)
+{
+    static const char op[] = "adamw_update";
+    CPU_BEGIN(d, s, op);
+    CPU_DIM(d, op, n);
+    if (t < 1)
+        return CPU_INVALID(d, "%s: step t = %lld; it is 1-based", op,
+                           (long long)t);
+    if (!(beta1 >= 0.0f && beta1 < 1.0f) || !(beta2 >= 0.0f && beta2 < 1.0f))
+        return CPU_INVALID(d, "%s: beta1 = %g, beta2 = %g must be in [0, 1)",
+                           op, (double)beta1, (double)beta2);
+    CPU_PTR(d, op, param, n);
+    CPU_PTR(d, op, grad, n);
+    CPU_PTR(d, op, m, n);
+    CPU_PTR(d, op, v, n);
+    /* Bias corrections once, in double: beta^t for large t underflows
+     * gracefully to 0 and the correction to 1. */
+    adamw_t a = {.param = param, .m = m, .v = v, .grad = grad, .lr = lr,
+                 .b1 = beta1, .b2 = beta2, .eps = eps, .wd = weight_decay,
+                 .gs = grad_scale,
+                 .bc1 = (float)(1.0 - pow((double)beta1, (double)t)),
+                 .bc2 = (float)(1.0 - pow((double)beta2, (double)t))};
+    cpu_lock(d);
+    cpu_pool_run(d->pool, n, CPU_GRAIN, adamw_task, &a);
+    cpu_unlock(d);
+    return DT_OK;
+}
+
+/* -------------------------------------------------------------------- SGD */
+
+typedef struct {
+    float *param, *mom;
+    const float *grad;
+    float lr, mu, wd, gs;
+    int nesterov;
+} sgd_t;
+
+static void sgd_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const sgd_t *a = ctx;
+    float *restrict p = a->param;
+    float *restrict mo = a->mom;
+    const float *restrict gr = a->grad;
+    const float lr = a->lr, mu = a->mu, wd = a->wd, gs = a->gs;
+    if (!mo) { /* momentum 0 without a buffer: plain SGD */
+        for (int64_t i = b; i < e; i++)
+            p[i] -= lr * (gr[i] * gs + wd * p[i]);
+        return;
+    }
+    if (a->nesterov) {
+        for (int64_t i = b; i < e; i++) {
+            float g = gr[i] * gs + wd * p[i];
+            float mi = mu * mo[i] + g;
+            mo[i] = mi;
+            p[i] -= lr * (g + mu * mi);
+        }
+    } else {
+        for (int64_t i = b; i < e; i++) {
+            float g = gr[i] * gs + wd * p[i];
+            float mi = mu * mo[i] + g;
+            mo[i] = mi;
+            p[i] -= lr * mi;
+        }
+    }
+}
+
+int cpu_sgd_update(dt_device_t *d, dt_stream_t *s, float *param,
+                   const float *grad, float *mom, int64_t n, float lr,
+                   float momentum, float weight_decay, int nesterov,
+                   float grad_scale)
+{
+    static const char op[] = "sgd_update";
+    CPU_BEGIN(d, s, op);
+    CPU_DIM(d, op, n);
+    CPU_PTR(d, op, param, n);
+    CPU_PTR(d, op, grad, n);
+    if (momentum != 0.0f)
+        CPU_PTR(d, op, mom, n);
+    sgd_t a = {.param = param, .mom = mom, .grad = grad, .lr = lr,
+               .mu = momentum, .wd = weight_decay, .gs = grad_scale,
+               .nesterov = nesterov};
+    cpu_lock(d);
+    cpu_pool_run(d->pool, n, CPU_GRAIN, sgd_task, &a);
+    cpu_unlock(d);
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------------ sumsq */
+
+#define CPU_SUMSQ_MAX_BLOCKS 1024
+#define CPU_SUMSQ_MIN_BLOCK 65536
+
+typedef struct {
+    const void *x;
+    int dtype;
+    int64_t n, block;
+    double partial[CPU_SUMSQ_MAX_BLOCKS];
+} sumsq_t;
+
+/* Eight running sums so the loop can be vectorised without reassociating
+ * (the order is fixed by the code, not by the compiler). */
+#define SUMSQ_LOOP(load)                                                       \
+    do {                                                                       \
+        double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};                             \
+        int64_t i = lo;                                                        \
+        for (; i + 8 <= hi; i += 8)                                            \
+            for (int j = 0; j < 8; j++) {                                      \
+                double xv = (double)(load(i + j));                             \
+                acc[j] += xv * xv;                                             \
+            }                                                                  \
+        for (int j = 0; i < hi; i++, j++) {                                    \
+            double xv = (double)(load(i));                                     \
+            acc[j] += xv * xv;                                                 \
+        }                                                                      \
+        sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +                        \
+              ((acc[4] + acc[5]) + (acc[6] + acc[7]));                         \
+    } while (0)
+
+static void sumsq_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    sumsq_t *a = ctx;
+    for (int64_t blk = b; blk < e; blk++) {
+        int64_t lo = blk * a->block;
+        int64_t hi = lo + a->block < a->n ? lo + a->block : a->n;
+        double sum = 0.0;
+        if (a->dtype == DT_F32) {
+            const float *restrict x = a->x;
+#define LOAD_F32(i) x[i]
+            SUMSQ_LOOP(LOAD_F32);
+        } else if (a->dtype == DT_BF16) {
+            const uint16_t *restrict x = a->x;
+#define LOAD_BF16(i) cpu_bf16_to_f32(x[i])
+            SUMSQ_LOOP(LOAD_BF16);
+        } else {
+            const uint16_t *restrict x = a->x;
+#define LOAD_F16(i) cpu_f16_to_f32(x[i])
+            SUMSQ_LOOP(LOAD_F16);
+        }
+        a->partial[blk] = sum;
+    }
+}
+
+int cpu_sumsq(dt_device_t *d, dt_stream_t *s, double *out, const void *x,
+              int dtype, int64_t n)
+{
+    static const char op[] = "sumsq";
+    CPU_BEGIN(d, s, op);
+    CPU_DIM(d, op, n);
+    if (!out)
+        return CPU_INVALID(d, "%s: out is NULL", op);
+    CPU_PTR(d, op, x, n);
+    if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
+        return d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
+                                  "%s: dtype %s; only f32, bf16, f16", op,
+                                  dt_dtype_name(dtype));
+    int64_t block = (n + CPU_SUMSQ_MAX_BLOCKS - 1) / CPU_SUMSQ_MAX_BLOCKS;
+    if (block < CPU_SUMSQ_MIN_BLOCK)
+        block = CPU_SUMSQ_MIN_BLOCK;
+    int64_t nblocks = (n + block - 1) / block;
+    sumsq_t a = {.x = x, .dtype = dtype, .n = n, .block = block};
+    cpu_lock(d);
+    cpu_pool_run(d->pool, nblocks, 1, sumsq_task, &a);
+    cpu_unlock(d);
+    double total = 0.0;
+    for (int64_t i = 0; i < nblocks; i++)
+        total += a.partial[i];
+    *out = total;
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------------ scale */
+
+typedef struct {
+    float *x;
+    float alpha;
+} scale_t;
+
+static void scale_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const scale_t *a = ctx;
+    float *restrict x = a->x;
+    float alpha = a->alpha;
+    for (int64_t i = b; i < e; i++)
+        x[i] *= alpha;
+}
+
+int cpu_scale(dt_device_t *d, dt_stream_t *s, float *x, float alpha, int64_t n)
+{
+    static const char op[] = "scale";
+    CPU_BEGIN(d, s, op);
+    CPU_DIM(d, op, n);
+    CPU_PTR(d, op, x, n);
+    scale_t a = {.x = x, .alpha = alpha};
+    cpu_lock(d);
+    cpu_pool_run(d->pool, n, CPU_GRAIN, scale_task, &a);
+    cpu_unlock(d);
+    return DT_OK;
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install everything dtrain needs to build, test and run its example, from
+# Debian packages by name.  Safe to run again.  Uses sudo when not root.
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libtomlplusplus-dev   # TOML 1.0 parser behind core/config/toml_shim.cpp
+  libltdl-dev           # plugin loading
+  libcmocka-dev         # unit tests
+  libopenblas-dev       # cpu device plugin: sgemm
+  libcjson-dev          # checkpoint manifests, safetensors headers
+  liburing-dev          # NVMe offload
+  libopenmpi-dev openmpi-bin  # MPI comparison benchmark, MPI launch
+  python3 python3-numpy # float64 reference implementation used by tests
+  fortunes              # the example's text corpus (/usr/share/games/fortunes)
+)
+sudo=""
+[ "$(id -u)" = 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+echo "install-deps: all ${#packages[@]} packages present"

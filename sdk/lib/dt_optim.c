@@ -1,0 +1,153 @@
+/*
+ * sdk/lib/dt_optim.c - the optimizer driven over a range of a unit's flat
+ * space (tensor by tensor, so weight decay follows each tensor's flags even
+ * when a shard cuts a tensor in two), the clip coefficient, and gradient
+ * norms.
+ */
+#include "dtrain/sdk_helpers.h"
+
+#include <math.h>
+
+uint32_t dt_optim_state_count(int kind)
+{
+    switch (kind) {
+    case DT_OPTIM_ADAMW: return 2;
+    case DT_OPTIM_SGD: return 1;
+    default: return 0;
+    }
+}
+
+float dt_clip_scale(double norm, float clip)
+{
+    if (!(clip > 0.0f))
+        return 1.0f;
+    double c = (double)clip / (norm + 1e-6);
+    return c < 1.0 ? (float)c : 1.0f;
+}
+
+/* One device call over [off, off + n) of the range (range-local indices). */
+static int optim_run(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
+                     dt_device_t *dev, dt_stream_t *s, const dt_unit_desc_v1_t *unit,
+                     const dt_param_desc_v1_t *first, uint64_t off, uint64_t n,
+                     float wd, float *param, const float *grad, float *m, float *v,
+                     const dt_optim_step_t *st)
+{
+    const dt_optim_desc_v1_t *o = st->desc;
+    int rc;
+    if (o->kind == DT_OPTIM_ADAMW)
+        rc = ops->adamw_update(dev, s, param + off, grad + off, m + off, v + off, (int64_t)n,
+                               st->lr, o->beta1, o->beta2, o->eps, wd, st->grad_scale, st->t);
+    else
+        rc = ops->sgd_update(dev, s, param + off, grad + off, m + off, (int64_t)n, st->lr,
+                             o->momentum, wd, o->nesterov, st->grad_scale);
+    if (rc != DT_OK)
+        host->log(host, DT_LOG_ERROR,
+                  "optimizer update of unit '%s' from tensor '%s' (%llu elements) failed: %s",
+                  unit->name, first->name ? first->name : "?", (unsigned long long)n,
+                  dt_status_name(rc));
+    return rc;
+}
+
+int dt_optim_range(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
+                   dt_device_t *dev, dt_stream_t *s,
+                   const dt_unit_desc_v1_t *unit, dt_range_t r, float *param,
+                   const float *grad, float *m, float *v,
+                   const dt_optim_step_t *st)
+{
+    const dt_optim_desc_v1_t *o = st->desc;
+    if (r.count > unit->numel || r.offset > unit->numel - r.count)
+        return host->set_error(host, DT_ERR_INVALID,
+                               "optimizer: range [%llu, +%llu) is outside unit '%s' (%u) of "
+                               "%llu elements",
+                               (unsigned long long)r.offset, (unsigned long long)r.count,
+                               unit->name, unit->index, (unsigned long long)unit->numel);
+    if (o->kind != DT_OPTIM_ADAMW && o->kind != DT_OPTIM_SGD)
+        return host->set_error(host, DT_ERR_INVALID, "optimizer: unknown kind %d (unit '%s')",
+                               o->kind, unit->name);
+    if (r.count == 0)
+        return DT_OK;
+    if (!param || !grad || !m || (o->kind == DT_OPTIM_ADAMW && !v))
+        return host->set_error(host, DT_ERR_INVALID,
+                               "optimizer: NULL %s buffer for unit '%s'",
+                               !param ? "param" : !grad ? "grad" : !m ? "first-moment" : "second-moment",
+                               unit->name);
+    if (o->kind == DT_OPTIM_ADAMW && st->t < 1)
+        return host->set_error(host, DT_ERR_INVALID,
+                               "optimizer: AdamW step count %lld for unit '%s' (must be >= 1)",
+                               (long long)st->t, unit->name);
+
+    /* Merge neighbouring pieces that share a decay: a GPT-2 block then costs
+     * a handful of launches instead of one per tensor. */
+    dt_piece_iter_t it;
+    dt_piece_t p;
+    dt_piece_iter_init(&it, unit, r);
+    const dt_param_desc_v1_t *run_first = NULL;
+    uint64_t run_off = 0, run_n = 0;
+    float run_wd = 0.0f;
+    while (dt_piece_iter_next(&it, &p)) {
+        float wd = (p.desc->flags & DT_PARAM_NO_DECAY) ? 0.0f : o->weight_decay;
+        if (run_first && wd == run_wd && run_off + run_n == p.range_offset) {
+            run_n += p.count;
+            continue;
+        }
+        if (run_first) {
+            int rc = optim_run(host, ops, dev, s, unit, run_first, run_off, run_n, run_wd,
+                               param, grad, m, v, st);
+            if (rc != DT_OK)
+                return rc;
+        }
+        run_first = p.desc;
+        run_off = p.range_offset;
+        run_n = p.count;
+        run_wd = wd;
+    }
+    if (run_first)
+        return optim_run(host, ops, dev, s, unit, run_first, run_off, run_n, run_wd, param,
+                         grad, m, v, st);
+    return DT_OK;
+}
+
+/* ---- norms ---- */
+
+int dt_norm_sumsq(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
+                  dt_device_t *dev, dt_stream_t *s, double *slot,
+                  const void *x, int dtype, int64_t n, double *out)
+{
+    double h = 0.0;
+    int rc = ops->sumsq(dev, s, slot, x, dtype, n);
+    if (rc == DT_OK)
+        rc = ops->memcpy_async(dev, &h, slot, sizeof h, DT_COPY_D2H, s);
+    if (rc == DT_OK)
+        rc = ops->stream_sync(dev, s);
+    if (rc != DT_OK) {
+        host->log(host, DT_LOG_ERROR, "sum of squares over %lld %s elements failed: %s",
+                  (long long)n, dt_dtype_name(dtype), dt_status_name(rc));
+        return rc;
+    }
+    *out = h;
+    return DT_OK;
+}
+
+int dt_norm_allreduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
+                      dt_comm_t *comm, const dt_device_ops_v1_t *ops,
+                      dt_device_t *dev, dt_stream_t *s, double *slot,
+                      double *sumsq)
+{
+    double h = *sumsq;
+    int rc = ops->memcpy_async(dev, slot, &h, sizeof h, DT_COPY_H2D, s);
+    if (rc == DT_OK)
+        rc = ops->stream_sync(dev, s); /* h lives on this stack frame */
+    if (rc == DT_OK)
+        rc = cops->all_reduce(comm, slot, slot, 1, DT_F64, DT_OP_SUM, s, NULL);
+    if (rc == DT_OK)
+        rc = ops->memcpy_async(dev, &h, slot, sizeof h, DT_COPY_D2H, s);
+    if (rc == DT_OK)
+        rc = ops->stream_sync(dev, s);
+    if (rc != DT_OK) {
+        host->log(host, DT_LOG_ERROR, "all-reducing the gradient norm failed: %s",
+                  dt_status_name(rc));
+        return rc;
+    }
+    *sumsq = h;
+    return DT_OK;
+}

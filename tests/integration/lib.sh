@@ -1,0 +1,18 @@
+# Shared helpers for the shell integration tests: each check prints one
+# line, failures are counted, and the script ends with the plain summary
+# "N passed, N failed" and a matching exit status.
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "ok   - $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL - $1"; [ -n "${2:-}" ] && printf '%s\n' "$2" | sed 's/^/       /'; }
+# expect_exit CODE NAME CMD...: run CMD, check its exit code; output in $out
+expect_exit() {
+  local want=$1 name=$2; shift 2
+  set +e; out=$("$@" 2>&1); local got=$?; set -e
+  if [ "$got" = "$want" ]; then ok "$name (exit $got)"; else bad "$name: exit $got, expected $want" "$out"; fi
+}
+# expect_out NAME FIXED-STRING: the last command's output contains it
+expect_out() {
+  if printf '%s' "$out" | grep -qF -- "$2"; then ok "$1"; else bad "$1: output lacks '$2'" "$out"; fi
+}
+finish() { echo "$pass passed, $fail failed"; [ "$fail" = 0 ]; }

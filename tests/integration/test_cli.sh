@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The `dtrain` CLI as a user meets it: help, exit codes (0 ok, 1 runtime,
+# 2 usage/config), `check` errors with file:line:col and did-you-mean,
+# --set overrides and provenance, plugin listing and description, env.
+set -euo pipefail
+bin=$1 work=$2
+. "$(dirname "$0")/lib.sh"
+rm -rf "$work"; mkdir -p "$work"; cd "$work"
+
+expect_exit 2 "no arguments is a usage error" "$bin"
+expect_exit 0 "--help" "$bin" --help
+expect_out "--help lists commands" "check"
+expect_exit 2 "unknown command" "$bin" frobnicate
+expect_out "unknown command named" "unknown command 'frobnicate'"
+for c in run check plugins env data; do
+  expect_exit 0 "$c --help" "$bin" "$c" --help
+  expect_out "$c --help shows usage" "usage: dtrain $c"
+done
+expect_exit 2 "check without CONFIG" "$bin" check
+expect_exit 2 "check with unknown option" "$bin" check x.toml --bogus
+expect_out "unknown option named" "unknown option '--bogus'"
+
+cat > typo.toml <<'T'
+[run]
+name = "typo"
+
+[train]
+lr = 3e-4
+gradient_clipp1ng = 1.0
+T
+expect_exit 2 "misspelt key is a config error" "$bin" check typo.toml
+expect_out "names file, line and column" "typo.toml:6:1"
+expect_out "suggests the right key" "did you mean 'gradient_clipping'"
+
+printf '[train]\nsteps = 0\n' > range.toml
+expect_exit 2 "out-of-range value" "$bin" check range.toml
+expect_out "range error located" "range.toml:2:"
+
+printf '[train\nsteps = 1\n' > syntax.toml
+expect_exit 2 "TOML syntax error" "$bin" check syntax.toml
+expect_out "syntax error located" "syntax.toml:1:"
+
+expect_exit 2 "missing file" "$bin" check does-not-exist.toml
+expect_out "missing file named" "does-not-exist.toml"
+
+printf '[trian]\nsteps = 3\n' > table.toml
+expect_exit 2 "unknown table" "$bin" check table.toml
+expect_out "unknown table suggestion" "did you mean [train]"
+
+printf '[parallel]\ndata = "zero9"\n' > plugin.toml
+expect_exit 2 "unknown strategy plugin" "$bin" check plugin.toml
+expect_out "plugin not found names where it looked" "not found in"
+
+printf '[run]\nname = "ok"\n[train]\nsteps = 7\n' > good.toml
+expect_exit 0 "valid config" "$bin" check good.toml --set train.lr=0.01 --set optimizer.type=sgd
+expect_out "file origin shown" "steps = 7"
+expect_out "--set value applied" "lr = 0.01"
+expect_out "bare word --set is a string" 'type = "sgd"'
+expect_out "default origin shown" "# default"
+expect_out "--set origin shown" "# --set"
+expect_exit 2 "--set with a misspelt key" "$bin" check good.toml --set train.stpes=3
+expect_out "--set did-you-mean" "did you mean 'steps'"
+
+expect_exit 0 "plugins lists" "$bin" plugins
+expect_out "plugins table header" "NAME"
+expect_exit 0 "env reports" "$bin" env
+expect_out "env reports GPUs" "GPUs"
+expect_out "env reports MPI" "MPI"
+finish

@@ -1,0 +1,150 @@
+/*
+ * tests/support/test_host.c - the unit tests' host services table.
+ */
+#include "test_host.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/error.h"
+
+static dt_test_host_t *th_of(const dt_host_v1_t *h) { return (dt_test_host_t *)h->ctx; }
+
+static void th_log(const dt_host_v1_t *h, int level, const char *fmt, ...)
+{
+    if (level > DT_LOG_WARN && !getenv("DT_TEST_VERBOSE"))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", th_of(h)->prefix);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static int th_set_error(const dt_host_v1_t *h, int status, const char *fmt, ...)
+{
+    char msg[DT_ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return dt_err_set(status, "%s: %.3900s", th_of(h)->prefix, msg);
+}
+
+/* Header in front of each block so free() knows size and tag. */
+typedef struct { uint64_t bytes; int32_t tag; int32_t pad; char align[48]; } th_hdr_t;
+
+static void *th_alloc(const dt_host_v1_t *h, uint64_t bytes, int tag)
+{
+    dt_test_host_t *th = th_of(h);
+    if (tag < 0 || tag >= DT_TAG_COUNT) {
+        th_set_error(h, DT_ERR_INVALID, "alloc: bad tag %d", tag);
+        return NULL;
+    }
+    th_hdr_t *p = NULL;
+    if (posix_memalign((void **)&p, 64, sizeof *p + bytes) != 0) {
+        th_set_error(h, DT_ERR_NOMEM, "alloc: %llu bytes (%s) failed",
+                     (unsigned long long)bytes, dt_mem_tag_name(tag));
+        return NULL;
+    }
+    p->bytes = bytes;
+    p->tag = tag;
+    th->mem.current[tag] += bytes;
+    th->mem.total_current += bytes;
+    if (th->mem.current[tag] > th->mem.peak[tag])
+        th->mem.peak[tag] = th->mem.current[tag];
+    if (th->mem.total_current > th->mem.total_peak)
+        th->mem.total_peak = th->mem.total_current;
+    return p + 1;
+}
+
+static void th_free(const dt_host_v1_t *h, void *ptr)
+{
+    if (!ptr)
+        return;
+    dt_test_host_t *th = th_of(h);
+    th_hdr_t *p = (th_hdr_t *)ptr - 1;
+    th->mem.current[p->tag] -= p->bytes;
+    th->mem.total_current -= p->bytes;
+    free(p);
+}
+
+static const char *th_find(const dt_host_v1_t *h, const char *key)
+{
+    const dt_test_kv_t *kv = th_of(h)->kv;
+    for (; kv && kv->key; kv++)
+        if (strcmp(kv->key, key) == 0)
+            return kv->value;
+    return NULL;
+}
+
+static int th_cfg_bool(const dt_host_v1_t *h, const char *key, int *out)
+{
+    const char *v = th_find(h, key);
+    if (!v)
+        return DT_ERR_NOT_FOUND;
+    *out = strcmp(v, "true") == 0;
+    return DT_OK;
+}
+
+static int th_cfg_int(const dt_host_v1_t *h, const char *key, int64_t *out)
+{
+    const char *v = th_find(h, key);
+    if (!v)
+        return DT_ERR_NOT_FOUND;
+    *out = strtoll(v, NULL, 10);
+    return DT_OK;
+}
+
+static int th_cfg_float(const dt_host_v1_t *h, const char *key, double *out)
+{
+    const char *v = th_find(h, key);
+    if (!v)
+        return DT_ERR_NOT_FOUND;
+    *out = strtod(v, NULL);
+    return DT_OK;
+}
+
+static int th_cfg_string(const dt_host_v1_t *h, const char *key, const char **out)
+{
+    const char *v = th_find(h, key);
+    if (!v)
+        return DT_ERR_NOT_FOUND;
+    *out = v;
+    return DT_OK;
+}
+
+static uint64_t th_now_ns(const dt_host_v1_t *h)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void dt_test_host_init(dt_test_host_t *th, const char *prefix, const dt_test_kv_t *kv)
+{
+    memset(th, 0, sizeof *th);
+    snprintf(th->prefix, sizeof th->prefix, "%s", prefix);
+    th->kv = kv;
+    th->host = (dt_host_v1_t){
+        .abi_major = DT_HOST_ABI_MAJOR,
+        .abi_minor = DT_HOST_ABI_MINOR,
+        .struct_size = sizeof(dt_host_v1_t),
+        .name = "dtrain-test",
+        .version = DTRAIN_VERSION_STRING,
+        .ctx = th,
+        .log = th_log,
+        .set_error = th_set_error,
+        .alloc = th_alloc,
+        .free = th_free,
+        .cfg_bool = th_cfg_bool,
+        .cfg_int = th_cfg_int,
+        .cfg_float = th_cfg_float,
+        .cfg_string = th_cfg_string,
+        .now_ns = th_now_ns,
+    };
+}

@@ -1,0 +1,791 @@
+/*
+ * tests/unit/test_config.c - the config module through its public API:
+ * parsing, schema checks and their exact messages (file:line:col, --set
+ * locations, did-you-mean), overrides, provenance, printing, hashing, and
+ * a mutation loop that feeds broken configs through everything.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "util/error.h"
+
+/* The message must contain `want`; on failure show the whole message. */
+#define ASSERT_MSG(want)                                                       \
+    do {                                                                       \
+        if (!strstr(dt_last_error(), (want)))                                  \
+            fail_msg("message \"%s\"\n  lacks \"%s\"", dt_last_error(),        \
+                     (want));                                                  \
+    } while (0)
+
+#define ASSERT_MSG_EQ(want)                                                    \
+    do {                                                                       \
+        if (strcmp(dt_last_error(), (want)) != 0)                              \
+            fail_msg("message \"%s\"\n  expected \"%s\"", dt_last_error(),     \
+                     (want));                                                  \
+    } while (0)
+
+static const dt_config_section_t *section(const char *table)
+{
+    for (uint32_t i = 0; i < dt_core_n_sections; i++)
+        if (strcmp(dt_core_sections[i].table, table) == 0)
+            return &dt_core_sections[i];
+    fail_msg("no core section [%s]", table);
+    return NULL;
+}
+
+static int apply(dt_config_t *c, const char *table)
+{
+    const dt_config_section_t *s = section(table);
+    return dt_config_apply_schema(c, s->table, s->keys, s->n_keys);
+}
+
+static int apply_core(dt_config_t *c)
+{
+    for (uint32_t i = 0; i < dt_core_n_sections; i++) {
+        const dt_config_section_t *s = &dt_core_sections[i];
+        int rc = dt_config_apply_schema(c, s->table, s->keys, s->n_keys);
+        if (rc != DT_OK)
+            return rc;
+    }
+    return DT_OK;
+}
+
+static dt_config_t *load(const char *text)
+{
+    dt_config_t *c = NULL;
+    int rc = dt_config_load_string("t.toml", text, &c);
+    if (rc != DT_OK)
+        fail_msg("load failed: %s", dt_last_error());
+    return c;
+}
+
+/* Load `text`, apply [table] and expect `status` with message `want`. */
+static void expect_apply_error(const char *text, const char *table,
+                               int status, const char *want)
+{
+    dt_config_t *c = load(text);
+    dt_err_clear();
+    assert_int_equal(apply(c, table), status);
+    ASSERT_MSG_EQ(want);
+    dt_config_free(c);
+}
+
+/* dt_config_print into a string (caller frees). */
+static char *print_to_string(const dt_config_t *c)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    dt_config_print(c, f);
+    fclose(f);
+    return buf;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void test_suggest(void **state)
+{
+    (void)state;
+    const char *keys[] = {"steps", "lr", "gradient_clipping", "seed", "grad_accum",
+                          "warmup_steps"};
+    size_t n = sizeof keys / sizeof keys[0];
+    assert_string_equal(dt_suggest("gradient_clipp1ng", keys, n), "gradient_clipping");
+    assert_string_equal(dt_suggest("gradient_clip", keys, n), "gradient_clipping");
+    assert_string_equal(dt_suggest("warmup", keys, n), "warmup_steps"); /* prefix */
+    assert_null(dt_suggest("war", keys, n)); /* too short to be a prefix hint */
+    assert_string_equal(dt_suggest("lrr", keys, n), "lr");
+    assert_string_equal(dt_suggest("LR", keys, n), "lr");
+    assert_string_equal(dt_suggest("stpes", keys, n), "steps"); /* transposition */
+    assert_string_equal(dt_suggest("sed", keys, n), "seed");
+    assert_null(dt_suggest("xyz", keys, n));
+    assert_null(dt_suggest("learning_rate", keys, n));
+    assert_null(dt_suggest("", keys, n));
+    assert_null(dt_suggest("lr", NULL, 0));
+    const char *tables[] = {"run", "model", "train", "data"};
+    assert_string_equal(dt_suggest("trian", tables, 4), "train");
+    assert_string_equal(dt_suggest("modle", tables, 4), "model");
+    assert_null(dt_suggest("optimizer", tables, 4));
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    dt_config_t *c = NULL;
+    assert_int_equal(dt_config_new(&c), DT_OK);
+    assert_int_equal(apply_core(c), DT_OK);
+    assert_int_equal(dt_config_check_unclaimed(c, NULL), DT_OK);
+    assert_string_equal(dt_config_path(c), "");
+
+    int64_t i;
+    double f;
+    int b;
+    const char *s;
+    assert_int_equal(dt_config_get_int(c, "run.seed", &i), DT_OK);
+    assert_int_equal(i, 1337);
+    assert_int_equal(dt_config_get_float(c, "train.lr", &f), DT_OK);
+    assert_true(f == 6e-4);
+    assert_int_equal(dt_config_get_float(c, "launch.timeout", &f), DT_OK);
+    assert_true(f == 300.0);
+    assert_int_equal(dt_config_get_int(c, "launch.master_port", &i), DT_OK);
+    assert_int_equal(i, 29500);
+    assert_int_equal(dt_config_get_bool(c, "data.shuffle", &b), DT_OK);
+    assert_int_equal(b, 1);
+    assert_int_equal(dt_config_get_bool(c, "optimizer.nesterov", &b), DT_OK);
+    assert_int_equal(b, 0);
+    assert_int_equal(dt_config_get_string(c, "model.preset", &s), DT_OK);
+    assert_string_equal(s, "custom");
+    assert_int_equal(dt_config_get_string(c, "launch.master_addr", &s), DT_OK);
+    assert_string_equal(s, "127.0.0.1");
+    assert_int_equal(dt_config_get_string(c, "parallel.data", &s), DT_OK);
+    assert_string_equal(s, "ddp");
+    assert_int_equal(dt_config_get_string(c, "checkpoint.resume", &s), DT_OK);
+    assert_string_equal(s, "");
+    assert_int_equal(dt_config_origin(c, "train.lr"), DT_ORIGIN_DEFAULT);
+
+    /* Reads: undeclared keys and type mismatches. */
+    assert_int_equal(dt_config_get_int(c, "train.lrr", &i), DT_ERR_NOT_FOUND);
+    ASSERT_MSG_EQ("config key 'train.lrr' was not declared by any schema");
+    assert_int_equal(dt_config_get_int(c, "nodot", &i), DT_ERR_NOT_FOUND);
+    assert_int_equal(dt_config_get_int(c, "train.lr", &i), DT_ERR_INVALID);
+    ASSERT_MSG_EQ("config key 'train.lr' is a float, not an integer");
+    assert_int_equal(dt_config_get_float(c, "train.steps", &f), DT_OK); /* INT as float */
+    assert_true(f == 100.0);
+    assert_int_equal(dt_config_get_string(c, "model.dtype", &s), DT_OK); /* ENUM */
+    assert_string_equal(s, "fp32");
+    assert_int_equal(dt_config_get_bool(c, "model.dtype", &b), DT_ERR_INVALID);
+    assert_int_equal(dt_config_get_string(c, "run.seed", &s), DT_ERR_INVALID);
+    dt_config_free(c);
+}
+
+static void test_syntax_error(void **state)
+{
+    (void)state;
+    dt_config_t *c = (dt_config_t *)1;
+    assert_int_equal(dt_config_load_string("t.toml", "[train]\nlr = = 1\n", &c),
+                     DT_ERR_CONFIG);
+    assert_null(c);
+    ASSERT_MSG("t.toml:2:6: TOML syntax error: ");
+    ASSERT_MSG("could not determine value type");
+
+    assert_int_equal(dt_config_load_string("t.toml", "[train]\nlr = 1\nlr = 2\n", &c),
+                     DT_ERR_CONFIG);
+    ASSERT_MSG("t.toml:3:");
+    ASSERT_MSG("cannot redefine existing integer 'lr'");
+
+    assert_int_equal(dt_config_load_string("t.toml", "[train\n", &c), DT_ERR_CONFIG);
+    ASSERT_MSG("t.toml:1:");
+    assert_int_equal(dt_config_load_string("t.toml", "name = \"open\n", &c),
+                     DT_ERR_CONFIG);
+    ASSERT_MSG("t.toml:1:");
+}
+
+static void test_file_load(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/dt_test_config_XXXXXX.toml";
+    int fd = mkstemps(path, 5);
+    assert_true(fd >= 0);
+    const char *text = "# a run\n[train]\nsteps = 12\nlr = \"abc\"\n";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+
+    dt_config_t *c = NULL;
+    assert_int_equal(dt_config_load(path, &c), DT_OK);
+    assert_string_equal(dt_config_path(c), path);
+    assert_int_equal(apply(c, "train"), DT_ERR_CONFIG);
+    char want[256];
+    snprintf(want, sizeof want,
+             "%s:4:6: [train] lr: expected a float, got string \"abc\"", path);
+    ASSERT_MSG_EQ(want);
+    dt_config_free(c);
+
+    /* A syntax error in a real file names the file too. */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("[train]\nsteps = 1\nlr = 0.1.2\n", f);
+    fclose(f);
+    assert_int_equal(dt_config_load(path, &c), DT_ERR_CONFIG);
+    snprintf(want, sizeof want, "%s:3:", path);
+    ASSERT_MSG(want);
+    unlink(path);
+
+    assert_int_equal(dt_config_load(path, &c), DT_ERR_NOT_FOUND);
+    snprintf(want, sizeof want, "cannot open config file '%s': ", path);
+    ASSERT_MSG(want);
+}
+
+static void test_unknown_key(void **state)
+{
+    (void)state;
+    expect_apply_error("[train]\nsteps = 10\ngradient_clipp1ng = 1.0\n", "train",
+                       DT_ERR_CONFIG,
+                       "t.toml:3:1: unknown key 'gradient_clipp1ng' in [train]; "
+                       "did you mean 'gradient_clipping'?");
+    /* Nothing close: no suggestion part. */
+    expect_apply_error("[train]\n  zzqqxx = 1\n", "train", DT_ERR_CONFIG,
+                       "t.toml:2:3: unknown key 'zzqqxx' in [train]");
+    /* A table whose schema has no keys. */
+    static const dt_config_key_t none[1];
+    dt_config_t *c = load("[ddp]\nbucket = 1\n");
+    assert_int_equal(dt_config_apply_schema(c, "ddp", none, 0), DT_ERR_CONFIG);
+    ASSERT_MSG_EQ("t.toml:2:1: unknown key 'bucket' in [ddp]; [ddp] takes no keys");
+    dt_config_free(c);
+}
+
+static void test_unknown_table(void **state)
+{
+    (void)state;
+    dt_config_t *c = load("[run]\nname = \"x\"\n\n[trian]\nsteps = 1\n");
+    assert_int_equal(apply_core(c), DT_OK);
+    assert_int_equal(dt_config_check_unclaimed(c, "plugin tables are named after "
+                                                  "a selected plugin"),
+                     DT_ERR_CONFIG);
+    ASSERT_MSG_EQ("t.toml:4:1: unknown table [trian]; did you mean [train]? "
+                  "(plugin tables are named after a selected plugin)");
+    assert_int_equal(dt_config_check_unclaimed(c, NULL), DT_ERR_CONFIG);
+    ASSERT_MSG_EQ("t.toml:4:1: unknown table [trian]; did you mean [train]?");
+    dt_config_free(c);
+
+    c = load("[zzzz]\na = 1\n");
+    assert_int_equal(apply(c, "run"), DT_OK);
+    assert_int_equal(apply(c, "train"), DT_OK);
+    assert_int_equal(dt_config_check_unclaimed(c, NULL), DT_ERR_CONFIG);
+    ASSERT_MSG_EQ("t.toml:1:1: unknown table [zzzz]; the tables in use are [run], [train]");
+    dt_config_free(c);
+
+    /* A key above every table heading. */
+    c = load("lr = 0.1\n[train]\nsteps = 2\n");
+    assert_int_equal(apply_core(c), DT_OK);
+    assert_int_equal(dt_config_check_unclaimed(c, NULL), DT_ERR_CONFIG);
+    ASSERT_MSG_EQ("t.toml:1:1: key 'lr' is outside any table; did you mean to put "
+                  "it under [train]?");
+    dt_config_free(c);
+    c = load("stepz = 1\n");
+    assert_int_equal(apply_core(c), DT_OK);
+    assert_int_equal(dt_config_check_unclaimed(c, NULL), DT_ERR_CONFIG);
+    ASSERT_MSG_EQ("t.toml:1:1: key 'stepz' is outside any table; did you mean "
+                  "'steps' under [train]?");
+    dt_config_free(c);
+
+    /* Top-level dotted keys are ordinary TOML for a table: accepted. */
+    c = load("train.lr = 0.5\n");
+    assert_int_equal(apply_core(c), DT_OK);
+    assert_int_equal(dt_config_check_unclaimed(c, NULL), DT_OK);
+    double f;
+    assert_int_equal(dt_config_get_float(c, "train.lr", &f), DT_OK);
+    assert_true(f == 0.5);
+    assert_true(dt_config_has_table(c, "train"));
+    assert_false(dt_config_has_table(c, "model"));
+    dt_config_free(c);
+}
+
+static void test_wrong_type(void **state)
+{
+    (void)state;
+    expect_apply_error("[train]\nlr = \"abc\"\n", "train", DT_ERR_CONFIG,
+                       "t.toml:2:6: [train] lr: expected a float, got string \"abc\"");
+    expect_apply_error("[train]\nsteps = 2.5\n", "train", DT_ERR_CONFIG,
+                       "t.toml:2:9: [train] steps: expected an integer, got float 2.5");
+    expect_apply_error("[data]\nshuffle = 1\n", "data", DT_ERR_CONFIG,
+                       "t.toml:2:11: [data] shuffle: expected a boolean, got integer 1");
+    expect_apply_error("[run]\nname = true\n", "run", DT_ERR_CONFIG,
+                       "t.toml:2:8: [run] name: expected a string, got boolean true");
+    expect_apply_error("[train]\nlr = [1, 2]\n", "train", DT_ERR_CONFIG,
+                       "t.toml:2:6: [train] lr: expected a float, got an array");
+    expect_apply_error("[train]\nlr = 2024-01-01\n", "train", DT_ERR_CONFIG,
+                       "t.toml:2:6: [train] lr: expected a float, got a date");
+    expect_apply_error("[train]\nlr = { a = 1 }\n", "train", DT_ERR_CONFIG,
+                       "t.toml:2:6: [train] lr: nested tables are not allowed in "
+                       "[train] (no [train.lr] headers or dotted keys 'lr.x = ...'; "
+                       "every key is a plain value)");
+
+    /* A float key takes an integer literal. */
+    dt_config_t *c = load("[train]\nlr = 1\n");
+    assert_int_equal(apply(c, "train"), DT_OK);
+    double f;
+    assert_int_equal(dt_config_get_float(c, "train.lr", &f), DT_OK);
+    assert_true(f == 1.0);
+    dt_config_free(c);
+}
+
+static void test_range(void **state)
+{
+    (void)state;
+    expect_apply_error("[train]\nsteps = 0\n", "train", DT_ERR_CONFIG,
+                       "t.toml:2:9: [train] steps = 0 is out of range "
+                       "(allowed 1 .. 1000000000)");
+    expect_apply_error("[optimizer]\nbeta1 = 1.0\n", "optimizer", DT_ERR_CONFIG,
+                       "t.toml:2:9: [optimizer] beta1 = 1.0 is out of range "
+                       "(allowed 0 .. 0.999999999)");
+    expect_apply_error("[train]\nlr = -1e-3\n", "train", DT_ERR_CONFIG,
+                       "t.toml:2:6: [train] lr = -0.001 is out of range "
+                       "(allowed 0 .. 10)");
+    expect_apply_error("[train]\nlr = nan\n", "train", DT_ERR_CONFIG,
+                       "t.toml:2:6: [train] lr = nan is out of range "
+                       "(allowed 0 .. 10)");
+    expect_apply_error("[launch]\ntimeout = 0\n", "launch", DT_ERR_CONFIG,
+                       "t.toml:2:11: [launch] timeout = 0.0 is out of range "
+                       "(allowed 0.001 .. 1000000)");
+    expect_apply_error("[run]\nseed = 2147483648\n", "run", DT_ERR_CONFIG,
+                       "t.toml:2:8: [run] seed = 2147483648 is out of range "
+                       "(allowed 0 .. 2147483647)");
+    /* The edges are inside. */
+    dt_config_t *c = load("[run]\nseed = 2147483647\n[launch]\nmaster_port = 0\n");
+    assert_int_equal(apply(c, "run"), DT_OK);
+    assert_int_equal(apply(c, "launch"), DT_OK);
+    dt_config_free(c);
+}
+
+static void test_enum(void **state)
+{
+    (void)state;
+    expect_apply_error("[model]\ndtype = \"fp61\"\n", "model", DT_ERR_CONFIG,
+                       "t.toml:2:9: [model] dtype = \"fp61\" is not one of "
+                       "\"fp32\", \"bf16\"; did you mean \"fp32\"?");
+    expect_apply_error("[optimizer]\ntype = \"lion\"\n", "optimizer", DT_ERR_CONFIG,
+                       "t.toml:2:8: [optimizer] type = \"lion\" is not one of "
+                       "\"adamw\", \"sgd\"");
+    expect_apply_error("[model]\ndtype = 16\n", "model", DT_ERR_CONFIG,
+                       "t.toml:2:9: [model] dtype: expected one of \"fp32\", "
+                       "\"bf16\", got integer 16");
+    dt_config_t *c = load("[model]\ndtype = \"bf16\"\npreset = \"gpt2-124m\"\n");
+    assert_int_equal(apply(c, "model"), DT_OK);
+    const char *s;
+    assert_int_equal(dt_config_get_string(c, "model.preset", &s), DT_OK);
+    assert_string_equal(s, "gpt2-124m");
+    dt_config_free(c);
+}
+
+static const dt_config_key_t zero_keys[] = {
+    {"stage", DT_CFG_INT, NULL, 1, 3, NULL, "ZeRO stage"},
+    {"overlap", DT_CFG_BOOL, "true", 1, 0, NULL, "overlap comm"},
+};
+
+static void test_required(void **state)
+{
+    (void)state;
+    dt_config_t *c = load("[zero]\noverlap = false\n");
+    assert_int_equal(dt_config_apply_schema(c, "zero", zero_keys, 2), DT_ERR_CONFIG);
+    ASSERT_MSG_EQ("t.toml:1:1: required key 'zero.stage' is missing (add "
+                  "'stage = ...' under [zero] or pass --set zero.stage=VALUE)");
+    dt_config_free(c);
+
+    c = load("[train]\n");
+    assert_int_equal(dt_config_apply_schema(c, "zero", zero_keys, 2), DT_ERR_CONFIG);
+    ASSERT_MSG("t.toml: required key 'zero.stage' is missing");
+    dt_config_free(c);
+
+    /* Given by --set: fine, and the override is range-checked. */
+    c = load("");
+    assert_int_equal(dt_config_override(c, "zero.stage=2"), DT_OK);
+    assert_true(dt_config_has_table(c, "zero"));
+    assert_int_equal(dt_config_apply_schema(c, "zero", zero_keys, 2), DT_OK);
+    int64_t i;
+    assert_int_equal(dt_config_get_int(c, "zero.stage", &i), DT_OK);
+    assert_int_equal(i, 2);
+    /* Applying the same schema again is allowed; other keys are not. */
+    assert_int_equal(dt_config_apply_schema(c, "zero", zero_keys, 2), DT_OK);
+    assert_int_equal(dt_config_apply_schema(c, "zero", zero_keys, 1), DT_ERR_INVALID);
+    ASSERT_MSG("config table [zero] was already claimed with other keys");
+    dt_config_free(c);
+}
+
+static void test_bad_schema(void **state)
+{
+    (void)state;
+    static const dt_config_key_t bad_default[] = {
+        {"n", DT_CFG_INT, "\"x\"", 1, 0, NULL, "doc"}};
+    static const dt_config_key_t dup[] = {
+        {"n", DT_CFG_INT, "1", 1, 0, NULL, "doc"},
+        {"n", DT_CFG_INT, "1", 1, 0, NULL, "doc"}};
+    static const dt_config_key_t no_choices[] = {
+        {"e", DT_CFG_ENUM, "\"a\"", 1, 0, NULL, "doc"}};
+    static const dt_config_key_t default_out_of_range[] = {
+        {"n", DT_CFG_INT, "9", 1, 3, NULL, "doc"}};
+    dt_config_t *c = NULL;
+    assert_int_equal(dt_config_new(&c), DT_OK);
+    assert_int_equal(dt_config_apply_schema(c, "p", bad_default, 1), DT_ERR_INVALID);
+    ASSERT_MSG_EQ("config schema for [p] (default): [p] n: expected an integer, "
+                  "got string \"x\"");
+    assert_int_equal(dt_config_apply_schema(c, "p", dup, 2), DT_ERR_INVALID);
+    ASSERT_MSG_EQ("config schema for [p]: key 'n' declared twice");
+    assert_int_equal(dt_config_apply_schema(c, "p", no_choices, 1), DT_ERR_INVALID);
+    ASSERT_MSG_EQ("config schema for [p]: enum key 'e' has no choices");
+    assert_int_equal(dt_config_apply_schema(c, "p", default_out_of_range, 1),
+                     DT_ERR_INVALID);
+    ASSERT_MSG("n = 9 is out of range (allowed 1 .. 3)");
+    /* A failed apply claims nothing. */
+    assert_int_equal(dt_config_check_unclaimed(c, NULL), DT_OK);
+    int64_t i;
+    assert_int_equal(dt_config_get_int(c, "p.n", &i), DT_ERR_NOT_FOUND);
+    dt_config_free(c);
+}
+
+static void test_nested(void **state)
+{
+    (void)state;
+    expect_apply_error("[train]\nsteps = 1\n[train.sub]\nx = 1\n", "train",
+                       DT_ERR_CONFIG,
+                       "t.toml:3:1: [train] sub: nested tables are not allowed in "
+                       "[train] (no [train.sub] headers or dotted keys 'sub.x = ...'; "
+                       "every key is a plain value)");
+    expect_apply_error("[train]\noptim.beta1 = 0.9\n", "train", DT_ERR_CONFIG,
+                       "t.toml:2:1: [train] optim: nested tables are not allowed in "
+                       "[train] (no [train.optim] headers or dotted keys "
+                       "'optim.x = ...'; every key is a plain value)");
+    expect_apply_error("[[train]]\nsteps = 1\n[[train]]\nsteps = 2\n", "train",
+                       DT_ERR_CONFIG,
+                       "t.toml:1:1: [[train]] is an array of tables; [train] must "
+                       "be a single table");
+    expect_apply_error("train = 5\n", "train", DT_ERR_CONFIG,
+                       "t.toml:1:1: 'train' must be a table ([train]), got integer 5");
+}
+
+static void test_override_values(void **state)
+{
+    (void)state;
+    dt_config_t *c = load("[train]\nsteps = 50\n");
+    assert_int_equal(dt_config_override(c, "train.steps=7"), DT_OK);
+    assert_int_equal(dt_config_override(c, "train.lr=3e-4"), DT_OK);
+    assert_int_equal(dt_config_override(c, "train.min_lr = 0"), DT_OK);
+    assert_int_equal(dt_config_override(c, "data.shuffle=false"), DT_OK);
+    assert_int_equal(dt_config_override(c, "run.name=\"my \\\"run\\\"\""), DT_OK);
+    assert_int_equal(dt_config_override(c, "run.device=cuda"), DT_OK);    /* bare */
+    assert_int_equal(dt_config_override(c, "run.out_dir=/tmp/x y"), DT_OK); /* bare */
+    assert_int_equal(dt_config_override(c, "run.comm=42"), DT_OK); /* string key */
+    assert_int_equal(dt_config_override(c, "model.dtype=bf16"), DT_OK);
+    assert_int_equal(dt_config_override(c, "model.n_layer=3"), DT_OK);
+    assert_int_equal(dt_config_override(c, "model.n_layer=5"), DT_OK); /* last wins */
+    assert_int_equal(dt_config_override(c, "checkpoint.resume="), DT_OK); /* empty */
+    assert_int_equal(apply_core(c), DT_OK);
+    assert_int_equal(dt_config_check_unclaimed(c, NULL), DT_OK);
+
+    int64_t i;
+    double f;
+    int b;
+    const char *s;
+    assert_int_equal(dt_config_get_int(c, "train.steps", &i), DT_OK);
+    assert_int_equal(i, 7);
+    assert_int_equal(dt_config_origin(c, "train.steps"), DT_ORIGIN_CLI);
+    assert_int_equal(dt_config_get_float(c, "train.lr", &f), DT_OK);
+    assert_true(f == 3e-4);
+    assert_int_equal(dt_config_get_float(c, "train.min_lr", &f), DT_OK);
+    assert_true(f == 0.0);
+    assert_int_equal(dt_config_get_bool(c, "data.shuffle", &b), DT_OK);
+    assert_int_equal(b, 0);
+    assert_int_equal(dt_config_get_string(c, "run.name", &s), DT_OK);
+    assert_string_equal(s, "my \"run\"");
+    assert_int_equal(dt_config_get_string(c, "run.device", &s), DT_OK);
+    assert_string_equal(s, "cuda");
+    assert_int_equal(dt_config_get_string(c, "run.out_dir", &s), DT_OK);
+    assert_string_equal(s, "/tmp/x y");
+    assert_int_equal(dt_config_get_string(c, "run.comm", &s), DT_OK);
+    assert_string_equal(s, "42");
+    assert_int_equal(dt_config_get_string(c, "model.dtype", &s), DT_OK);
+    assert_string_equal(s, "bf16");
+    assert_int_equal(dt_config_get_int(c, "model.n_layer", &i), DT_OK);
+    assert_int_equal(i, 5);
+    assert_int_equal(dt_config_get_string(c, "checkpoint.resume", &s), DT_OK);
+    assert_string_equal(s, "");
+    dt_config_free(c);
+
+    /* Malformed assignments. */
+    assert_int_equal(dt_config_new(&c), DT_OK);
+    assert_int_equal(dt_config_override(c, "trainlr=1"), DT_ERR_CONFIG);
+    ASSERT_MSG_EQ("--set trainlr=1: expected table.key=value (e.g. --set train.lr=3e-4)");
+    assert_int_equal(dt_config_override(c, "train.lr"), DT_ERR_CONFIG);
+    ASSERT_MSG("--set train.lr: expected table.key=value");
+    assert_int_equal(dt_config_override(c, "train.=1"), DT_ERR_CONFIG);
+    assert_int_equal(dt_config_override(c, ".lr=1"), DT_ERR_CONFIG);
+    assert_int_equal(dt_config_override(c, "train.a.b=1"), DT_ERR_CONFIG);
+    assert_false(dt_config_has_table(c, "train"));
+    dt_config_free(c);
+}
+
+static void test_override_errors(void **state)
+{
+    (void)state;
+    dt_config_t *c = load("[train]\nlr = 0.1\n");
+    assert_int_equal(dt_config_override(c, "train.lr=abc"), DT_OK);
+    assert_int_equal(apply(c, "train"), DT_ERR_CONFIG);
+    ASSERT_MSG_EQ("--set train.lr=abc: [train] lr: expected a float, got string \"abc\"");
+    dt_config_free(c);
+
+    c = load("");
+    assert_int_equal(dt_config_override(c, "train.steps=0"), DT_OK);
+    assert_int_equal(apply(c, "train"), DT_ERR_CONFIG);
+    ASSERT_MSG_EQ("--set train.steps=0: [train] steps = 0 is out of range "
+                  "(allowed 1 .. 1000000000)");
+    dt_config_free(c);
+
+    c = load("");
+    assert_int_equal(dt_config_override(c, "train.lrr=1"), DT_OK);
+    assert_int_equal(apply(c, "train"), DT_ERR_CONFIG);
+    ASSERT_MSG_EQ("--set train.lrr=1: unknown key 'lrr' in [train]; did you mean 'lr'?");
+    dt_config_free(c);
+
+    c = load("");
+    assert_int_equal(dt_config_override(c, "model.dtype=fp61"), DT_OK);
+    assert_int_equal(apply(c, "model"), DT_ERR_CONFIG);
+    ASSERT_MSG_EQ("--set model.dtype=fp61: [model] dtype = \"fp61\" is not one of "
+                  "\"fp32\", \"bf16\"; did you mean \"fp32\"?");
+    dt_config_free(c);
+
+    c = load("");
+    assert_int_equal(dt_config_override(c, "trian.lr=1"), DT_OK);
+    assert_true(dt_config_has_table(c, "trian"));
+    assert_int_equal(apply_core(c), DT_OK);
+    assert_int_equal(dt_config_check_unclaimed(c, "plugin tables are named after "
+                                                  "a selected plugin"),
+                     DT_ERR_CONFIG);
+    ASSERT_MSG_EQ("--set trian.lr=1: unknown table [trian]; did you mean [train]? "
+                  "(plugin tables are named after a selected plugin)");
+    dt_config_free(c);
+
+    /* A --set replaces a bad file value instead of tripping over it. */
+    c = load("[train]\nlr = \"oops\"\n");
+    assert_int_equal(dt_config_override(c, "train.lr=0.5"), DT_OK);
+    assert_int_equal(apply(c, "train"), DT_OK);
+    dt_config_free(c);
+}
+
+static void test_provenance_and_print(void **state)
+{
+    (void)state;
+    dt_config_t *c = load("[run]\nname = \"tab\\there\"\n\n[train]\n"
+                          "lr = 0.0006\nsteps = 20\n");
+    assert_int_equal(dt_config_override(c, "train.micro_batch=4"), DT_OK);
+    assert_int_equal(apply_core(c), DT_OK);
+    assert_int_equal(dt_config_set_int(c, "train.grad_accum", 2, DT_ORIGIN_DERIVED),
+                     DT_OK);
+    assert_int_equal(dt_config_set_float(c, "optimizer.eps", 1e-6, DT_ORIGIN_DERIVED),
+                     DT_OK);
+    assert_int_equal(dt_config_set_string(c, "model.dtype", "bf16", DT_ORIGIN_DERIVED),
+                     DT_OK);
+
+    assert_int_equal(dt_config_origin(c, "train.lr"), DT_ORIGIN_FILE);
+    assert_int_equal(dt_config_origin(c, "train.warmup_steps"), DT_ORIGIN_DEFAULT);
+    assert_int_equal(dt_config_origin(c, "train.micro_batch"), DT_ORIGIN_CLI);
+    assert_int_equal(dt_config_origin(c, "train.grad_accum"), DT_ORIGIN_DERIVED);
+    assert_int_equal(dt_config_origin(c, "no.such"), DT_ORIGIN_DEFAULT);
+
+    char *out = print_to_string(c);
+    const char *want[] = {
+        "[run]\nname = \"tab\\there\"     # file t.toml:2\n",
+        "\n[train]\nsteps = 20             # file t.toml:6\n",
+        "\nlr = 0.0006            # file t.toml:5\n",
+        "\nwarmup_steps = 0       # default\n",
+        "\nmicro_batch = 4        # --set\n",
+        "\ngrad_accum = 2         # derived\n",
+        "\neps = 1e-06            # derived\n",
+        "\ndtype = \"bf16\"         # derived\n",
+        "\ngradient_clipping = 1.0  # default\n",
+        "\nresume = \"\"            # default\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(out, want[i]))
+            fail_msg("printout lacks \"%s\":\n%s", want[i], out);
+    /* Claim order: [run] first, [checkpoint] last. */
+    assert_true(strncmp(out, "[run]\n", 6) == 0);
+    assert_true(strstr(out, "[model]") < strstr(out, "[train]"));
+
+    /* The printout is TOML that reads back to the same values. */
+    dt_config_t *back = NULL;
+    if (dt_config_load_string("printed", out, &back) != DT_OK)
+        fail_msg("printout does not parse: %s\n%s", dt_last_error(), out);
+    assert_int_equal(apply_core(back), DT_OK);
+    assert_true(dt_config_hash(back) == dt_config_hash(c));
+    const char *s;
+    assert_int_equal(dt_config_get_string(back, "run.name", &s), DT_OK);
+    assert_string_equal(s, "tab\there");
+    dt_config_free(back);
+    free(out);
+
+    /* Setting: undeclared, wrong type, out of range, bad choice. */
+    assert_int_equal(dt_config_set_int(c, "train.nope", 1, DT_ORIGIN_DERIVED),
+                     DT_ERR_NOT_FOUND);
+    assert_int_equal(dt_config_set_int(c, "run.name", 1, DT_ORIGIN_DERIVED),
+                     DT_ERR_INVALID);
+    assert_int_equal(dt_config_set_int(c, "train.grad_accum", -1, DT_ORIGIN_DERIVED),
+                     DT_ERR_CONFIG);
+    ASSERT_MSG_EQ("[train] grad_accum = -1 (derived) is out of range "
+                  "(allowed 0 .. 1048576)");
+    assert_int_equal(dt_config_set_string(c, "model.dtype", "fp8", DT_ORIGIN_DERIVED),
+                     DT_ERR_CONFIG);
+    ASSERT_MSG_EQ("[model] dtype = \"fp8\" (derived) is not one of \"fp32\", \"bf16\"");
+    int64_t i;
+    assert_int_equal(dt_config_get_int(c, "train.grad_accum", &i), DT_OK);
+    assert_int_equal(i, 2); /* unchanged by the failed set */
+    dt_config_free(c);
+}
+
+static void test_hash(void **state)
+{
+    (void)state;
+    /* Same values by different routes (order, file vs --set vs default). */
+    dt_config_t *a = load("[train]\nsteps = 20\nlr = 0.001\n[run]\nseed = 1337\n");
+    dt_config_t *b = load("[run]\n[train]\nlr = 1e-3\n");
+    assert_int_equal(dt_config_override(b, "train.steps=20"), DT_OK);
+    dt_config_t *d = load("[train]\nsteps = 20\nlr = 0.001\n[run]\nseed = 1338\n");
+    dt_config_t *e = load("[train]\nsteps = 20\nlr = 0.0010000000000000002\n");
+    assert_int_equal(apply_core(a), DT_OK);
+    assert_int_equal(apply_core(b), DT_OK);
+    assert_int_equal(apply_core(d), DT_OK);
+    assert_int_equal(apply_core(e), DT_OK);
+    uint64_t ha = dt_config_hash(a);
+    assert_true(ha == dt_config_hash(a)); /* stable */
+    assert_true(ha == dt_config_hash(b));
+    assert_true(ha != dt_config_hash(d));
+    assert_true(ha != dt_config_hash(e)); /* one ulp apart */
+    /* Claim order does not matter. */
+    dt_config_t *r = load("[train]\nsteps = 20\nlr = 0.001\n");
+    for (uint32_t i = dt_core_n_sections; i-- > 0;)
+        assert_int_equal(dt_config_apply_schema(r, dt_core_sections[i].table,
+                                                dt_core_sections[i].keys,
+                                                dt_core_sections[i].n_keys),
+                         DT_OK);
+    assert_true(ha == dt_config_hash(r));
+    /* A string "1" is not the integer 1. */
+    static const dt_config_key_t ks[] = {{"v", DT_CFG_STRING, "\"1\"", 1, 0, NULL, ""}};
+    static const dt_config_key_t ki[] = {{"v", DT_CFG_INT, "1", 1, 0, NULL, ""}};
+    dt_config_t *x = load(""), *y = load("");
+    assert_int_equal(dt_config_apply_schema(x, "p", ks, 1), DT_OK);
+    assert_int_equal(dt_config_apply_schema(y, "p", ki, 1), DT_OK);
+    assert_true(dt_config_hash(x) != dt_config_hash(y));
+    dt_config_free(x);
+    dt_config_free(y);
+    dt_config_free(a);
+    dt_config_free(b);
+    dt_config_free(d);
+    dt_config_free(e);
+    dt_config_free(r);
+}
+
+/* ------------------------------------------------------------------------
+ * Mutations: truncate, flip, insert and delete bytes of a valid config and
+ * push each variant through load + every core schema + unclaimed.  Nothing
+ * may crash or leak (run under ASan), and every failure must say where.
+ * --------------------------------------------------------------------- */
+
+static const char fuzz_base[] =
+    "# base\n"
+    "[run]\nname = \"fz\"\nseed = 7\n"
+    "[model]\narch = \"gpt2\"\nn_layer = 2\ndtype = \"fp32\"\n"
+    "[train]\nsteps = 10\nlr = 3e-4\ngradient_clipping = 1.0\n"
+    "[optimizer]\nbeta1 = 0.9\nnesterov = false\n"
+    "[data]\nshuffle = true\n"
+    "[launch]\nnproc = 2\ntimeout = 30.5\n";
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void test_mutations(void **state)
+{
+    (void)state;
+    static const char alphabet[] = "[]=.\"'#\n 0123456789aexz_-{},+";
+    uint64_t seed = 0x9e3779b97f4a7c15ULL;
+    size_t base_len = strlen(fuzz_base);
+    char buf[sizeof fuzz_base + 64];
+    int n_ok = 0, n_fail = 0;
+    for (int iter = 0; iter < 240; iter++) {
+        size_t len = base_len;
+        memcpy(buf, fuzz_base, base_len + 1);
+        int kind = iter % 4;
+        size_t pos = (size_t)(rng_next(&seed) % base_len);
+        char ch = alphabet[rng_next(&seed) % (sizeof alphabet - 1)];
+        if (kind == 0) { /* truncate */
+            len = pos;
+        } else if (kind == 1) { /* replace */
+            buf[pos] = ch;
+        } else if (kind == 2) { /* insert */
+            memmove(buf + pos + 1, buf + pos, len - pos);
+            buf[pos] = ch;
+            len++;
+        } else { /* delete */
+            memmove(buf + pos, buf + pos + 1, len - pos - 1);
+            len--;
+        }
+        buf[len] = '\0';
+
+        dt_config_t *c = NULL;
+        dt_err_clear();
+        int rc = dt_config_load_string("fz.toml", buf, &c);
+        if (rc == DT_OK) {
+            /* Some variants also pass their tail as a --set. */
+            if (iter % 7 == 0)
+                rc = dt_config_override(c, buf + pos);
+            if (rc == DT_OK)
+                rc = apply_core(c);
+            if (rc == DT_OK)
+                rc = dt_config_check_unclaimed(c, "hint");
+            if (rc == DT_OK) {
+                char *out = print_to_string(c);
+                dt_config_t *back = NULL;
+                if (dt_config_load_string("printed", out, &back) != DT_OK ||
+                    apply_core(back) != DT_OK ||
+                    dt_config_hash(back) != dt_config_hash(c))
+                    fail_msg("variant %d does not print back:\n%s\n%s", iter,
+                             dt_last_error(), out);
+                dt_config_free(back);
+                free(out);
+            }
+            dt_config_free(c);
+        } else {
+            assert_null(c);
+        }
+        if (rc == DT_OK) {
+            n_ok++;
+            continue;
+        }
+        n_fail++;
+        if (rc != DT_ERR_CONFIG)
+            fail_msg("variant %d: status %s: %s\n%s", iter, dt_status_name(rc),
+                     dt_last_error(), buf);
+        if (!dt_last_error()[0] || !strchr(dt_last_error(), ':'))
+            fail_msg("variant %d: message \"%s\" does not say where\n%s", iter,
+                     dt_last_error(), buf);
+    }
+    /* Both outcomes were exercised, or the loop proves little. */
+    assert_true(n_ok > 20);
+    assert_true(n_fail > 20);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_suggest),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_syntax_error),
+        cmocka_unit_test(test_file_load),
+        cmocka_unit_test(test_unknown_key),
+        cmocka_unit_test(test_unknown_table),
+        cmocka_unit_test(test_wrong_type),
+        cmocka_unit_test(test_range),
+        cmocka_unit_test(test_enum),
+        cmocka_unit_test(test_required),
+        cmocka_unit_test(test_bad_schema),
+        cmocka_unit_test(test_nested),
+        cmocka_unit_test(test_override_values),
+        cmocka_unit_test(test_override_errors),
+        cmocka_unit_test(test_provenance_and_print),
+        cmocka_unit_test(test_hash),
+        cmocka_unit_test(test_mutations),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,786 @@
+/*
+ * tests/unit/test_loader.c - the plugin loader against the fake plugins
+ * (tests/fake_plugins): every way a module can be refused, with its status
+ * and exact message; search path order; optional methods past struct_size;
+ * several majors; failures that must leave the process running; discovery.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config/config.h"
+#include "dtrain/dtrain.h"
+#include "loader/abi_tables.h"
+#include "loader/host_services.h"
+#include "loader/loader.h"
+#include "util/error.h"
+
+#ifndef DT_FAKE_PLUGIN_DIR
+#define DT_FAKE_PLUGIN_DIR DT_TEST_BINARY_DIR "/fake-plugins"
+#endif
+#define FAKE DT_FAKE_PLUGIN_DIR
+#define HINT                                                                   \
+    "(missing symbols usually mean it was built against another dtrain or a " \
+    "library is missing)"
+
+/* Exact-message assertion with both strings printed on failure. */
+#define assert_msg(expected)                                                   \
+    do {                                                                       \
+        if (strcmp(dt_last_error(), (expected)) != 0)                          \
+            fail_msg("message\n  got:      %s\n  expected: %s",                \
+                     dt_last_error(), (expected));                             \
+    } while (0)
+#define assert_msg_has(part)                                                   \
+    do {                                                                       \
+        if (!strstr(dt_last_error(), (part)))                                  \
+            fail_msg("message\n  got:      %s\n  lacks:    %s",                \
+                     dt_last_error(), (part));                                 \
+    } while (0)
+
+static int setup(void **state)
+{
+    setenv("DTRAIN_PLUGIN_PATH", FAKE, 1);
+    dt_loader_test_extra_major(DT_KIND_COMM, 0);
+    dt_log_set_level(DT_LOG_WARN);
+    dt_err_clear();
+    return 0;
+}
+
+/* Load `name` as a comm plugin expecting failure `rc`. */
+static void expect_load_fail(int kind, const char *name, int rc)
+{
+    dt_plugin_t *p = (dt_plugin_t *)(uintptr_t)1;
+    int got = dt_plugin_load(kind, name, NULL, &p);
+    if (got != rc)
+        fail_msg("loading '%s': status %s, expected %s (%s)", name,
+                 dt_status_name(got), dt_status_name(rc), dt_last_error());
+    assert_null(p);
+}
+
+/* ------------------------------------------------------------ tables -- */
+
+static void test_kind_names(void **state)
+{
+    const char *names[] = {"device", "comm", "offload", "strategy"};
+    for (int k = 0; k < DT_KIND_COUNT; k++) {
+        assert_string_equal(dt_kind_name(k), names[k]);
+        assert_int_equal(dt_kind_from_name(names[k]), k);
+    }
+    assert_null(dt_kind_name(DT_KIND_COUNT));
+    assert_null(dt_kind_name(-1));
+    assert_int_equal(dt_kind_from_name("com"), -1);
+    assert_int_equal(dt_kind_from_name(NULL), -1);
+}
+
+static void test_entry_names_match_macro(void **state)
+{
+    char buf[64];
+    assert_string_equal(dt_abi_entry_name(DT_KIND_DEVICE, 1, buf, sizeof buf),
+                        DT_ENTRY_STRING(device, 1));
+    assert_string_equal(dt_abi_entry_name(DT_KIND_COMM, 1, buf, sizeof buf),
+                        DT_ENTRY_STRING(comm, 1));
+    assert_string_equal(dt_abi_entry_name(DT_KIND_OFFLOAD, 1, buf, sizeof buf),
+                        DT_ENTRY_STRING(offload, 1));
+    assert_string_equal(dt_abi_entry_name(DT_KIND_STRATEGY, 12, buf,
+                                          sizeof buf),
+                        DT_ENTRY_STRING(strategy, 12));
+}
+
+/* Every slot after the info block is listed once, in struct order, and
+ * the lists end where the struct ends. */
+static void test_abi_layouts_cover_structs(void **state)
+{
+    const size_t fn = sizeof(void (*)(void));
+    const size_t sizes[DT_KIND_COUNT] = {
+        sizeof(dt_device_ops_v1_t), sizeof(dt_comm_ops_v1_t),
+        sizeof(dt_offload_ops_v1_t), sizeof(dt_strategy_ops_v1_t)};
+    for (int k = 0; k < DT_KIND_COUNT; k++) {
+        uint32_t majors[4];
+        assert_int_equal(dt_abi_majors(k, majors, 4), 1);
+        assert_int_equal(majors[0], 1);
+        const dt_abi_layout_t *l = dt_abi_layout(k, 1);
+        assert_non_null(l);
+        assert_null(dt_abi_layout(k, 2));
+        assert_int_equal(l->ops_size, sizes[k]);
+        size_t at = sizeof(dt_plugin_info_t);
+        for (size_t i = 0; i < l->n_mandatory; i++, at += fn)
+            assert_int_equal(l->mandatory[i].offset, at);
+        assert_int_equal(l->min_size, at);
+        for (size_t i = 0; i < l->n_optional; i++, at += fn)
+            assert_int_equal(l->optional[i].offset, at);
+        assert_int_equal(at, sizes[k]);
+    }
+    const dt_abi_layout_t *c = dt_abi_layout(DT_KIND_COMM, 1);
+    assert_int_equal(c->n_mandatory, 14);
+    assert_string_equal(c->mandatory[3].name, "all_reduce");
+    assert_int_equal(c->mandatory[3].offset,
+                     offsetof(dt_comm_ops_v1_t, all_reduce));
+    assert_int_equal(c->n_optional, 1);
+    assert_string_equal(c->optional[0].name, "test");
+    assert_int_equal(c->min_size, offsetof(dt_comm_ops_v1_t, test));
+    const dt_abi_layout_t *d = dt_abi_layout(DT_KIND_DEVICE, 1);
+    assert_int_equal(d->n_mandatory, 37);
+    assert_string_equal(d->mandatory[36].name, "cast");
+    assert_string_equal(d->optional[0].name, "native_stream");
+    const dt_abi_layout_t *o = dt_abi_layout(DT_KIND_OFFLOAD, 1);
+    assert_string_equal(o->optional[0].name, "host_ptr");
+    assert_int_equal(o->n_mandatory, 8);
+    const dt_abi_layout_t *s = dt_abi_layout(DT_KIND_STRATEGY, 1);
+    assert_string_equal(s->mandatory[s->n_mandatory - 1].name, "estimate");
+    assert_int_equal(s->n_optional, 3);
+    assert_string_equal(s->optional[0].name, "transform_model");
+    assert_string_equal(s->optional[1].name, "reduce_activation");
+    assert_string_equal(s->optional[2].name, "run_schedule");
+}
+
+/* --------------------------------------------------------- search path -- */
+
+static void test_search_path_order(void **state)
+{
+    const char *dirs[16];
+    setenv("DTRAIN_PLUGIN_PATH", "/env/a::/env/b/:", 1);
+    size_t n = dt_plugin_search_path("rel/dir::/env/a", dirs, 16);
+    assert_int_equal(n, 5);
+    assert_string_equal(dirs[0], "/env/a");
+    assert_string_equal(dirs[1], "/env/b");   /* trailing '/' dropped */
+    assert_string_equal(dirs[2], "rel/dir");  /* relative, as configured */
+    assert_string_equal(dirs[3], DT_TEST_PLUGIN_DIR);
+    assert_non_null(strstr(dirs[4], "/dtrain/plugins"));
+    /* "/env/a" named twice is searched once. */
+
+    /* Nothing configured: build and install folders only, never cwd. */
+    unsetenv("DTRAIN_PLUGIN_PATH");
+    n = dt_plugin_search_path(NULL, dirs, 16);
+    assert_int_equal(n, 2);
+    assert_string_equal(dirs[0], DT_TEST_PLUGIN_DIR);
+    for (size_t i = 0; i < n; i++) {
+        assert_string_not_equal(dirs[i], ".");
+        assert_string_not_equal(dirs[i], "");
+    }
+    /* cap limits what is written */
+    setenv("DTRAIN_PLUGIN_PATH", "/x:/y", 1);
+    assert_int_equal(dt_plugin_search_path(NULL, dirs, 1), 1);
+    assert_string_equal(dirs[0], "/x");
+}
+
+static void test_not_found_lists_every_folder(void **state)
+{
+    setenv("DTRAIN_PLUGIN_PATH", FAKE ":/nonexistent/dtrain-x", 1);
+    expect_load_fail(DT_KIND_COMM, "shmm", DT_ERR_NOT_FOUND);
+    const char *dirs[16];
+    size_t n = dt_plugin_search_path(NULL, dirs, 16);
+    assert_int_equal(n, 4);
+    char expect[8192];
+    size_t off = (size_t)snprintf(expect, sizeof expect,
+                                  "comm plugin 'shmm' not found in: ");
+    for (size_t i = 0; i < n; i++)
+        off += (size_t)snprintf(expect + off, sizeof expect - off, "%s%s",
+                                i ? ", " : "", dirs[i]);
+    snprintf(expect + off, sizeof expect - off,
+             " (files are named dtrain_<name>.so)");
+    assert_msg(expect);
+    assert_msg_has("not found in: " FAKE ", /nonexistent/dtrain-x, "
+                   DT_TEST_PLUGIN_DIR ", ");
+}
+
+static void test_current_dir_only_when_configured(void **state)
+{
+    char cwd[4096];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(FAKE), 0);
+    unsetenv("DTRAIN_PLUGIN_PATH");
+    /* dtrain_fake.so is right here, but cwd is not on the path. */
+    expect_load_fail(DT_KIND_COMM, "fake", DT_ERR_NOT_FOUND);
+
+    /* Named by the config's run.plugin_path (relative entries allowed). */
+    dt_config_t *cfg = NULL;
+    assert_int_equal(dt_config_load_string("run.toml",
+                                           "[run]\nplugin_path = \".\"\n",
+                                           &cfg), DT_OK);
+    const dt_config_section_t *run = NULL;
+    for (uint32_t i = 0; i < dt_core_n_sections; i++)
+        if (strcmp(dt_core_sections[i].table, "run") == 0)
+            run = &dt_core_sections[i];
+    assert_non_null(run);
+    assert_int_equal(dt_config_apply_schema(cfg, "run", run->keys, run->n_keys),
+                     DT_OK);
+    dt_plugin_t *p = NULL;
+    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", cfg, &p), DT_OK);
+    assert_string_equal(p->path, "./dtrain_fake.so");
+    dt_plugin_unload(p);
+    assert_int_equal(chdir(cwd), 0);
+    dt_config_free(cfg);
+}
+
+/* ------------------------------------------------------------ loading -- */
+
+static void test_load_valid_and_call(void **state)
+{
+    dt_plugin_t *p = NULL;
+    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", NULL, &p), DT_OK);
+    assert_non_null(p);
+    assert_int_equal(p->kind, DT_KIND_COMM);
+    assert_string_equal(p->name, "fake");
+    assert_string_equal(p->path, FAKE "/dtrain_fake.so");
+    assert_int_equal(p->major, 1);
+    assert_string_equal(p->info->name, "fake");
+    assert_string_equal(p->info->version, "0.1.0");
+    assert_ptr_equal(p->info, p->ops);
+    assert_non_null(p->host);
+    assert_ptr_equal(p->host->ctx, p);
+
+    const dt_comm_ops_v1_t *ops = p->ops;
+    dt_comm_init_v1_t args = {.struct_size = sizeof args, .rank = 0,
+                              .size = 1, .local_size = 1, .timeout_ms = 1000};
+    dt_comm_t *c = NULL;
+    assert_int_equal(ops->init(p->host, &args, &c), DT_OK);
+    int32_t rank = -1, size = -1;
+    assert_int_equal(ops->rank_size(c, &rank, &size), DT_OK);
+    assert_int_equal(rank, 0);
+    assert_int_equal(size, 1);
+    float send[5] = {1.5f, -2.0f, 3.25f, 1e-3f, 7.0f}, recv[5] = {0};
+    dt_comm_req_t *req = NULL;
+    assert_int_equal(ops->all_reduce(c, send, recv, 5, DT_F32, DT_OP_SUM, NULL,
+                                     &req), DT_OK);
+    assert_true(DT_HAS_OP(ops, test));
+    assert_true(dt_plugin_has_op(p, "test"));
+    int done = 0;
+    assert_int_equal(ops->test(c, req, &done), DT_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(ops->wait(c, req, -1), DT_OK);
+    assert_memory_equal(send, recv, sizeof send);
+
+    /* init took its state from the host allocator */
+    dt_mem_stats_t st;
+    assert_int_equal(dt_plugin_host_mem_stats(p, &st), DT_OK);
+    assert_true(st.current[DT_TAG_OTHER] > 0);
+    ops->finalize(c);
+    assert_int_equal(dt_plugin_host_mem_stats(p, &st), DT_OK);
+    assert_int_equal(st.current[DT_TAG_OTHER], 0);
+    assert_int_equal(st.total_current, 0);
+    assert_true(st.peak[DT_TAG_OTHER] > 0);
+    dt_plugin_unload(p);
+    dt_plugin_unload(NULL);
+}
+
+static void test_bad_arguments(void **state)
+{
+    dt_plugin_t *p = NULL;
+    assert_int_equal(dt_plugin_load(7, "fake", NULL, &p), DT_ERR_INVALID);
+    assert_msg("unknown plugin kind 7");
+    expect_load_fail(DT_KIND_COMM, "../fake", DT_ERR_INVALID);
+    assert_msg("comm plugin name '../fake' is not valid (1 to 63 letters, "
+               "digits, '_' or '-')");
+    expect_load_fail(DT_KIND_COMM, "", DT_ERR_INVALID);
+    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", NULL, NULL),
+                     DT_ERR_INVALID);
+}
+
+static void test_garbage_file(void **state)
+{
+    char dir[] = "/tmp/dt_loader_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[512];
+    snprintf(path, sizeof path, "%s/dtrain_garbage.so", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    for (int i = 0; i < 4096; i++)
+        fputc((i * 131 + 7) & 0xff, f);
+    fclose(f);
+    char env[1024];
+    snprintf(env, sizeof env, "%s:%s", dir, FAKE);
+    setenv("DTRAIN_PLUGIN_PATH", env, 1);
+
+    expect_load_fail(DT_KIND_COMM, "garbage", DT_ERR_SYSTEM);
+    char expect[1024];
+    snprintf(expect, sizeof expect,
+             "comm plugin 'garbage' at %s exists but failed to load: "
+             "invalid ELF header " HINT, path);
+    assert_msg(expect);
+    unlink(path);
+    rmdir(dir);
+}
+
+static void test_unresolved_symbol(void **state)
+{
+    /* libltdl binds lazily; the loader must still refuse this at load. */
+    expect_load_fail(DT_KIND_COMM, "fakeundef", DT_ERR_SYSTEM);
+    assert_msg("comm plugin 'fakeundef' at " FAKE "/dtrain_fakeundef.so "
+               "exists but failed to load: undefined symbol: "
+               "dt_fake_missing_symbol " HINT);
+}
+
+static void test_no_entry(void **state)
+{
+    expect_load_fail(DT_KIND_COMM, "fakenoentry", DT_ERR_ABI);
+    assert_msg("comm plugin 'fakenoentry' at " FAKE "/dtrain_fakenoentry.so "
+               "exports no dtrain_comm_v<N> entry (looked for "
+               "dtrain_comm_v1); is it a comm plugin?");
+}
+
+static void test_plugin_of_another_kind(void **state)
+{
+    expect_load_fail(DT_KIND_STRATEGY, "fake", DT_ERR_ABI);
+    assert_msg("strategy plugin 'fake' at " FAKE "/dtrain_fake.so exports no "
+               "dtrain_strategy_v<N> entry (looked for dtrain_strategy_v1); "
+               "is it a strategy plugin? (it exports dtrain_comm_v1: a comm "
+               "plugin)");
+}
+
+static void test_wrong_major(void **state)
+{
+    expect_load_fail(DT_KIND_COMM, "fakev2", DT_ERR_ABI);
+    assert_msg("comm plugin 'fakev2' at " FAKE "/dtrain_fakev2.so was built "
+               "against comm ABI 2.x, this dtrain speaks comm ABI 1.x");
+}
+
+static void test_null_mandatory_method(void **state)
+{
+    expect_load_fail(DT_KIND_COMM, "fakenull", DT_ERR_ABI);
+    assert_msg("comm plugin 'fakenull' at " FAKE "/dtrain_fakenull.so: "
+               "mandatory method 'all_reduce' is NULL");
+}
+
+static void test_table_too_small(void **state)
+{
+    expect_load_fail(DT_KIND_COMM, "faketiny", DT_ERR_ABI);
+    char expect[1024];
+    snprintf(expect, sizeof expect,
+             "comm plugin 'faketiny' at " FAKE "/dtrain_faketiny.so: ops "
+             "table is %zu bytes (info.struct_size), too small for the "
+             "mandatory methods of comm ABI 1.x (at least %zu bytes, up to "
+             "'abort')", offsetof(dt_comm_ops_v1_t, barrier),
+             offsetof(dt_comm_ops_v1_t, test));
+    assert_msg(expect);
+}
+
+static void test_kind_mismatch(void **state)
+{
+    expect_load_fail(DT_KIND_COMM, "fakekind", DT_ERR_ABI);
+    assert_msg("comm plugin 'fakekind' at " FAKE "/dtrain_fakekind.so: entry "
+               "dtrain_comm_v1 returns a table of kind 'device' (info.kind "
+               "0), expected 'comm'");
+}
+
+static void test_name_mismatch(void **state)
+{
+    expect_load_fail(DT_KIND_COMM, "fakemismatch", DT_ERR_ABI);
+    assert_msg("comm plugin 'fakemismatch' at " FAKE
+               "/dtrain_fakemismatch.so: file dtrain_fakemismatch.so "
+               "declares name 'fake'");
+}
+
+/* The core's side of an optional method: call it only when present, else
+ * fall back (wait blocks where test would poll). */
+static int comm_poll(const dt_comm_ops_v1_t *ops, dt_comm_t *c,
+                     dt_comm_req_t *req, int *done, int *used_test)
+{
+    if (DT_HAS_OP(ops, test)) {
+        *used_test = 1;
+        return ops->test(c, req, done);
+    }
+    *used_test = 0;
+    int rc = ops->wait(c, req, -1);
+    *done = rc == DT_OK;
+    return rc;
+}
+
+static void test_optional_method_past_struct_size(void **state)
+{
+    dt_plugin_t *p = NULL;
+    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fakesmall", NULL, &p),
+                     DT_OK);
+    const dt_comm_ops_v1_t *ops = p->ops;
+    assert_int_equal(ops->info.struct_size, offsetof(dt_comm_ops_v1_t, test));
+    /* The slot holds a pointer (the bytes past a real older table could be
+     * anything), but it lies past struct_size: absent. */
+    assert_non_null(ops->test);
+    assert_false(DT_HAS_OP(ops, test));
+    assert_false(dt_plugin_has_op(p, "test"));
+    assert_true(dt_plugin_has_op(p, "abort"));
+    assert_false(dt_plugin_has_op(p, "no_such_method"));
+    assert_int_equal(dt_plugin_require_op(p, "abort"), DT_OK);
+
+    dt_err_clear();
+    assert_int_equal(dt_plugin_require_op(p, "test"), DT_ERR_UNSUPPORTED);
+    char expect[512];
+    snprintf(expect, sizeof expect,
+             "comm/fakesmall: optional method 'test' is not provided (the "
+             "plugin's ops table is %zu bytes and ends before it; built "
+             "against comm ABI 1.0)", offsetof(dt_comm_ops_v1_t, test));
+    assert_msg(expect);
+    assert_int_equal(dt_plugin_require_op(p, "tset"), DT_ERR_INVALID);
+    assert_msg("comm/fakesmall: 'tset' is not a method of the comm ABI 1.x");
+
+    dt_comm_t *c = NULL;
+    dt_comm_init_v1_t args = {.struct_size = sizeof args, .size = 1};
+    assert_int_equal(ops->init(p->host, &args, &c), DT_OK);
+    dt_comm_req_t *req = NULL;
+    assert_int_equal(ops->barrier(c, &req), DT_OK);
+    int done = 0, used_test = -1;
+    assert_int_equal(comm_poll(ops, c, req, &done, &used_test), DT_OK);
+    assert_int_equal(used_test, 0);
+    assert_int_equal(done, 1);
+    ops->finalize(c);
+    dt_plugin_unload(p);
+
+    /* the full table takes the other branch */
+    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", NULL, &p), DT_OK);
+    ops = p->ops;
+    assert_int_equal(ops->init(p->host, &args, &c), DT_OK);
+    assert_int_equal(ops->barrier(c, &req), DT_OK);
+    assert_int_equal(comm_poll(ops, c, req, &done, &used_test), DT_OK);
+    assert_int_equal(used_test, 1);
+    ops->finalize(c);
+    dt_plugin_unload(p);
+}
+
+static void test_newer_minor_is_accepted(void **state)
+{
+    fflush(stderr);
+    FILE *cap = tmpfile();
+    assert_non_null(cap);
+    int saved = dup(2);
+    dup2(fileno(cap), 2);
+    dt_log_set_level(DT_LOG_DEBUG);
+    dt_log_set_rank(-1);
+    dt_plugin_t *p = NULL;
+    int rc = dt_plugin_load(DT_KIND_COMM, "fakenewer", NULL, &p);
+    dt_log_set_level(DT_LOG_WARN);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    assert_int_equal(rc, DT_OK);
+    assert_int_equal(p->info->abi_minor, DT_COMM_ABI_MINOR + 1);
+    assert_true(p->info->struct_size > sizeof(dt_comm_ops_v1_t));
+    assert_true(DT_HAS_OP((const dt_comm_ops_v1_t *)p->ops, test));
+    dt_plugin_unload(p);
+
+    char log[8192] = "";
+    rewind(cap);
+    size_t n = fread(log, 1, sizeof log - 1, cap);
+    log[n] = '\0';
+    fclose(cap);
+    const char *want = "[rank ?] loader: comm plugin 'fakenewer' at " FAKE
+                       "/dtrain_fakenewer.so was built against comm ABI "
+                       "1.1, newer than this dtrain's 1.0; methods added "
+                       "after 1.0 are not used\n";
+    if (!strstr(log, want))
+        fail_msg("debug log lacks\n  %s\ngot\n  %s", want, log);
+}
+
+static void test_two_majors(void **state)
+{
+    dt_plugin_t *p = NULL;
+    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "faketwo", NULL, &p), DT_OK);
+    assert_int_equal(p->major, 1);
+    assert_string_equal(p->info->version, "one");
+    dt_plugin_unload(p);
+
+    /* A dtrain that also speaks comm 2 prefers the newest table. */
+    dt_loader_test_extra_major(DT_KIND_COMM, 2);
+    uint32_t majors[4];
+    assert_int_equal(dt_abi_majors(DT_KIND_COMM, majors, 4), 2);
+    assert_int_equal(majors[0], 2);
+    assert_int_equal(majors[1], 1);
+    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "faketwo", NULL, &p), DT_OK);
+    assert_int_equal(p->major, 2);
+    assert_int_equal(p->info->abi_major, 2);
+    assert_string_equal(p->info->version, "two");
+    dt_plugin_unload(p);
+    /* v2-only now loads; v1-only still loads at 1 */
+    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fakev2", NULL, &p), DT_OK);
+    assert_int_equal(p->major, 2);
+    dt_plugin_unload(p);
+    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", NULL, &p), DT_OK);
+    assert_int_equal(p->major, 1);
+    dt_plugin_unload(p);
+    /* other kinds are unaffected */
+    assert_int_equal(dt_abi_majors(DT_KIND_DEVICE, majors, 4), 1);
+    expect_load_fail(DT_KIND_COMM, "fakenoentry", DT_ERR_ABI);
+    assert_msg_has("(looked for dtrain_comm_v2, dtrain_comm_v1)");
+
+    dt_loader_test_extra_major(DT_KIND_COMM, 0);
+    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "faketwo", NULL, &p), DT_OK);
+    assert_int_equal(p->major, 1);
+    dt_plugin_unload(p);
+}
+
+/* ------------------------------------------------------ init failures -- */
+
+static dt_config_t *fake_config(const char *text, dt_plugin_t *p)
+{
+    dt_config_t *cfg = NULL;
+    if (dt_config_load_string("run.toml", text, &cfg) != DT_OK)
+        fail_msg("config: %s", dt_last_error());
+    return cfg;
+}
+
+static int init_with(const char *toml, dt_plugin_t **pp, dt_config_t **cp)
+{
+    dt_config_t *cfg = fake_config(toml, NULL);
+    dt_plugin_t *p = NULL;
+    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", cfg, &p), DT_OK);
+    /* As the engine does: validate the plugin's table with its own keys
+     * once the plugin (and so its key list) is known. */
+    assert_int_equal(dt_config_apply_schema(cfg, "fake", p->info->config_keys,
+                                            p->info->n_config_keys), DT_OK);
+    const dt_comm_ops_v1_t *ops = p->ops;
+    dt_comm_init_v1_t args = {.struct_size = sizeof args, .size = 1};
+    dt_comm_t *c = NULL;
+    dt_err_clear();
+    int rc = ops->init(p->host, &args, &c);
+    if (rc == DT_OK)
+        ops->finalize(c);
+    *pp = p;
+    *cp = cfg;
+    return rc;
+}
+
+static void test_init_failure_message(void **state)
+{
+    dt_plugin_t *p;
+    dt_config_t *cfg;
+    int rc = init_with("[fake]\ninit_fail = \"message\"\n", &p, &cfg);
+    assert_int_equal(rc, DT_ERR_SYSTEM);
+    assert_int_equal(dt_plugin_failed(p, rc, "init"), DT_ERR_SYSTEM);
+    assert_msg("comm/fake: cannot open /dev/fake: No such device");
+    dt_plugin_unload(p);
+    dt_config_free(cfg);
+}
+
+static void test_init_failure_without_message(void **state)
+{
+    dt_plugin_t *p;
+    dt_config_t *cfg;
+    int rc = init_with("[fake]\ninit_fail = \"silent\"\n", &p, &cfg);
+    assert_int_equal(rc, DT_ERR_SYSTEM);
+    assert_string_equal(dt_last_error(), "");
+    assert_int_equal(dt_plugin_failed(p, rc, "init"), DT_ERR_SYSTEM);
+    assert_msg("comm/fake: init failed (DT_ERR_SYSTEM) and gave no reason");
+    dt_plugin_unload(p);
+    dt_config_free(cfg);
+}
+
+static void test_plugin_failed_prefixing(void **state)
+{
+    dt_plugin_t *p = NULL;
+    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", NULL, &p), DT_OK);
+    /* a message set without the prefix (e.g. by a library the plugin used)
+     * gets it */
+    dt_err_set(DT_ERR_IO, "disk full");
+    assert_int_equal(dt_plugin_failed(p, DT_ERR_IO, "store"), DT_ERR_IO);
+    assert_msg("comm/fake: disk full");
+    /* already prefixed: unchanged (no "comm/fake: comm/fake: ") */
+    assert_int_equal(dt_plugin_failed(p, DT_ERR_IO, "store"), DT_ERR_IO);
+    assert_msg("comm/fake: disk full");
+    /* another plugin's prefix is not ours */
+    dt_err_set(DT_ERR_REMOTE, "comm/fakex: peer 3 died");
+    dt_plugin_failed(p, DT_ERR_REMOTE, "wait");
+    assert_msg("comm/fake: comm/fakex: peer 3 died");
+    /* DT_OK changes nothing */
+    assert_int_equal(dt_plugin_failed(p, DT_OK, "wait"), DT_OK);
+    assert_msg("comm/fake: comm/fakex: peer 3 died");
+    dt_err_clear();
+    assert_int_equal(dt_plugin_failed(p, DT_ERR_TIMEOUT, "barrier"),
+                     DT_ERR_TIMEOUT);
+    assert_msg("comm/fake: barrier failed (DT_ERR_TIMEOUT) and gave no reason");
+    dt_plugin_unload(p);
+}
+
+/* --------------------------------------------------- process survival -- */
+
+static void test_failures_leave_process_usable(void **state)
+{
+    static const char *const broken[] = {
+        "fakenoentry", "fakev2", "faketiny", "fakenull", "fakekind",
+        "fakemismatch", "fakeundef", "nosuchplugin"};
+    for (int round = 0; round < 3; round++) {
+        for (size_t i = 0; i < DT_ARRAY_LEN(broken); i++) {
+            dt_plugin_t *p = NULL;
+            int rc = dt_plugin_load(DT_KIND_COMM, broken[i], NULL, &p);
+            assert_int_not_equal(rc, DT_OK);
+            assert_null(p);
+            assert_non_null(strstr(dt_last_error(), broken[i]));
+        }
+    }
+    /* load, unload, load again: the module comes back with a fresh state */
+    for (int round = 0; round < 3; round++) {
+        dt_plugin_t *p = NULL;
+        assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", NULL, &p),
+                         DT_OK);
+        const dt_comm_ops_v1_t *ops = p->ops;
+        dt_comm_t *c = NULL;
+        dt_comm_init_v1_t args = {.struct_size = sizeof args, .size = 1};
+        assert_int_equal(ops->init(p->host, &args, &c), DT_OK);
+        ops->finalize(c);
+        dt_plugin_unload(p);
+    }
+    /* the same plugin twice: separate host tables, unload in any order */
+    dt_plugin_t *a = NULL, *b = NULL;
+    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", NULL, &a), DT_OK);
+    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", NULL, &b), DT_OK);
+    assert_ptr_not_equal(a->host, b->host);
+    assert_ptr_equal(a->ops, b->ops); /* one module, one static table */
+    dt_plugin_unload(a);
+    const dt_comm_ops_v1_t *ops = b->ops;
+    dt_comm_t *c = NULL;
+    dt_comm_init_v1_t args = {.struct_size = sizeof args, .size = 1};
+    assert_int_equal(ops->init(b->host, &args, &c), DT_OK);
+    ops->finalize(c);
+    dt_plugin_unload(b);
+}
+
+/* ---------------------------------------------------------- discovery -- */
+
+static const dt_plugin_listing_t *find_listing(const dt_plugin_listing_t *l,
+                                               size_t n, const char *name)
+{
+    const dt_plugin_listing_t *hit = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(l[i].name, name) == 0) {
+            if (hit)
+                fail_msg("'%s' listed twice", name);
+            hit = &l[i];
+        }
+    if (!hit)
+        fail_msg("'%s' not listed", name);
+    return hit;
+}
+
+static void test_discover(void **state)
+{
+    /* A folder before the fakes that holds a garbage module and a garbage
+     * file shadowing fakenull: the first occurrence of a name wins. */
+    char dir[] = "/tmp/dt_discover_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const char *files[] = {"dtrain_garbage.so", "dtrain_fakenull.so",
+                           "not_a_plugin.so", "dtrain_.so"};
+    for (size_t i = 0; i < DT_ARRAY_LEN(files); i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        FILE *f = fopen(path, "wb");
+        assert_non_null(f);
+        fputs("this is not an ELF file\n", f);
+        fclose(f);
+    }
+    char env[1024];
+    snprintf(env, sizeof env, "%s:%s", dir, FAKE);
+    setenv("DTRAIN_PLUGIN_PATH", env, 1);
+
+    dt_err_set(DT_ERR_IO, "an earlier error");
+    dt_plugin_listing_t *l = NULL;
+    size_t n = 0;
+    assert_int_equal(dt_plugin_discover(NULL, &l, &n), DT_OK);
+    assert_msg("an earlier error"); /* probing failures stay in listings */
+
+    const dt_plugin_listing_t *e = find_listing(l, n, "fake");
+    assert_int_equal(e->kind, DT_KIND_COMM);
+    assert_int_equal(e->loadable, 1);
+    assert_int_equal(e->abi_major, 1);
+    assert_int_equal(e->abi_minor, 0);
+    assert_string_equal(e->version, "0.1.0");
+    assert_string_equal(e->path, FAKE "/dtrain_fake.so");
+    assert_string_equal(e->why, "");
+
+    e = find_listing(l, n, "fakesmall");
+    assert_int_equal(e->loadable, 1);
+    e = find_listing(l, n, "faketwo");
+    assert_int_equal(e->loadable, 1);
+    assert_string_equal(e->version, "one");
+    e = find_listing(l, n, "fakenewer");
+    assert_int_equal(e->loadable, 1);
+    assert_int_equal(e->abi_minor, 1);
+    assert_string_equal(e->version, "1.1.0");
+
+    e = find_listing(l, n, "fakev2");
+    assert_int_equal(e->kind, DT_KIND_COMM);
+    assert_int_equal(e->loadable, 0);
+    assert_int_equal(e->abi_major, 2);
+    assert_string_equal(e->why, "comm plugin 'fakev2' at " FAKE
+                        "/dtrain_fakev2.so was built against comm ABI 2.x, "
+                        "this dtrain speaks comm ABI 1.x");
+    e = find_listing(l, n, "fakemismatch");
+    assert_int_equal(e->kind, DT_KIND_COMM);
+    assert_int_equal(e->loadable, 0);
+    assert_non_null(strstr(e->why, "declares name 'fake'"));
+    e = find_listing(l, n, "fakekind");
+    assert_int_equal(e->loadable, 0);
+    e = find_listing(l, n, "faketiny");
+    assert_int_equal(e->loadable, 0);
+    e = find_listing(l, n, "fakeundef");
+    assert_int_equal(e->kind, -1);
+    assert_int_equal(e->loadable, 0);
+    assert_non_null(strstr(e->why, "undefined symbol: dt_fake_missing_symbol"));
+    e = find_listing(l, n, "fakenoentry");
+    assert_int_equal(e->kind, -1);
+    assert_int_equal(e->loadable, 0);
+    assert_string_equal(e->why, "plugin 'fakenoentry' at " FAKE
+                        "/dtrain_fakenoentry.so exports no "
+                        "dtrain_<kind>_v<N> entry; is it a dtrain plugin?");
+
+    char path[512];
+    e = find_listing(l, n, "fakenull"); /* the shadowing garbage file */
+    snprintf(path, sizeof path, "%s/dtrain_fakenull.so", dir);
+    assert_string_equal(e->path, path);
+    assert_int_equal(e->kind, -1);
+    assert_int_equal(e->loadable, 0);
+    assert_non_null(strstr(e->why, "exists but failed to load: "));
+    e = find_listing(l, n, "garbage");
+    assert_int_equal(e->loadable, 0);
+    assert_non_null(strstr(e->why, "plugin 'garbage' at "));
+    for (size_t i = 0; i < n; i++) {
+        assert_string_not_equal(l[i].name, "");        /* dtrain_.so */
+        assert_string_not_equal(l[i].name, "not_a_plugin");
+    }
+    /* the garbage folder comes first and is listed in name order */
+    assert_string_equal(l[0].name, "fakenull");
+    assert_string_equal(l[1].name, "garbage");
+    free(l);
+
+    for (size_t i = 0; i < DT_ARRAY_LEN(files); i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_kind_names, setup),
+        cmocka_unit_test_setup(test_entry_names_match_macro, setup),
+        cmocka_unit_test_setup(test_abi_layouts_cover_structs, setup),
+        cmocka_unit_test_setup(test_search_path_order, setup),
+        cmocka_unit_test_setup(test_not_found_lists_every_folder, setup),
+        cmocka_unit_test_setup(test_current_dir_only_when_configured, setup),
+        cmocka_unit_test_setup(test_load_valid_and_call, setup),
+        cmocka_unit_test_setup(test_bad_arguments, setup),
+        cmocka_unit_test_setup(test_garbage_file, setup),
+        cmocka_unit_test_setup(test_unresolved_symbol, setup),
+        cmocka_unit_test_setup(test_no_entry, setup),
+        cmocka_unit_test_setup(test_plugin_of_another_kind, setup),
+        cmocka_unit_test_setup(test_wrong_major, setup),
+        cmocka_unit_test_setup(test_null_mandatory_method, setup),
+        cmocka_unit_test_setup(test_table_too_small, setup),
+        cmocka_unit_test_setup(test_kind_mismatch, setup),
+        cmocka_unit_test_setup(test_name_mismatch, setup),
+        cmocka_unit_test_setup(test_optional_method_past_struct_size, setup),
+        cmocka_unit_test_setup(test_newer_minor_is_accepted, setup),
+        cmocka_unit_test_setup(test_two_majors, setup),
+        cmocka_unit_test_setup(test_init_failure_message, setup),
+        cmocka_unit_test_setup(test_init_failure_without_message, setup),
+        cmocka_unit_test_setup(test_plugin_failed_prefixing, setup),
+        cmocka_unit_test_setup(test_failures_leave_process_usable, setup),
+        cmocka_unit_test_setup(test_discover, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

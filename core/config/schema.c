@@ -68,6 +68,8 @@ static const dt_config_key_t train_keys[] = {
     K_FLT("gradient_clipping", "1.0", 0, 1e9, "global-norm clip; 0 = off"),
     K_INT("eval_every", "0", 0, 1e9, "validate every N steps; 0 = never"),
     K_INT("eval_steps", "4", 1, 1e6, "batches per validation"),
+    K_INT("stop_at", "0", 0, 1e9,
+          "stop after this step and checkpoint (0 = run all steps); the schedule still spans `steps`"),
 };
 
 static const dt_config_key_t optimizer_keys[] = {

@@ -214,7 +214,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
 
     /* ---- read the run's settings ---- */
     int64_t steps, micro, accum, global, seq_len, warmup, eval_every, eval_steps, log_every,
-        seed, ckpt_every;
+        seed, ckpt_every, stop_at;
     double lr, min_lr, clip;
     const char *decay, *train_path, *val_path, *metrics_path, *opt_type;
     int shuffle;
@@ -229,6 +229,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
         (rc = dt_config_get_int(cfg, "run.log_every", &log_every)) ||
         (rc = dt_config_get_int(cfg, "run.seed", &seed)) ||
         (rc = dt_config_get_int(cfg, "checkpoint.every", &ckpt_every)) ||
+        (rc = dt_config_get_int(cfg, "train.stop_at", &stop_at)) ||
         (rc = dt_config_get_float(cfg, "train.lr", &lr)) ||
         (rc = dt_config_get_float(cfg, "train.min_lr", &min_lr)) ||
         (rc = dt_config_get_float(cfg, "train.gradient_clipping", &clip)) ||
@@ -424,10 +425,13 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
             fprintf(R.metrics, "}\n");
             fflush(R.metrics);
         }
-        if ((ckpt_every > 0 && step % ckpt_every == 0) || step == steps) {
+        int stop = stop_at > 0 && step >= stop_at;
+        if ((ckpt_every > 0 && step % ckpt_every == 0) || step == steps || stop) {
             if ((rc = dt_ckpt_save(&R.world, cfg, R.strat_ops, R.strat, R.model, step)))
                 goto out;
         }
+        if (stop)
+            break;
     }
 
     /* ---- memory summary ---- */

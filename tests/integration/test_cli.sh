@@ -43,15 +43,15 @@ expect_out "syntax error located" "syntax.toml:1:"
 expect_exit 2 "missing file" "$bin" check does-not-exist.toml
 expect_out "missing file named" "does-not-exist.toml"
 
-printf '[trian]\nsteps = 3\n' > table.toml
+printf '[run]\ncomm = "self"\n[trian]\nsteps = 3\n' > table.toml
 expect_exit 2 "unknown table" "$bin" check table.toml
 expect_out "unknown table suggestion" "did you mean [train]"
 
-printf '[parallel]\ndata = "zero9"\n' > plugin.toml
+printf '[run]\ncomm = "self"\n[parallel]\ndata = "zero9"\n' > plugin.toml
 expect_exit 2 "unknown strategy plugin" "$bin" check plugin.toml
 expect_out "plugin not found names where it looked" "not found in"
 
-printf '[run]\nname = "ok"\n[train]\nsteps = 7\n' > good.toml
+printf '[run]\nname = "ok"\ncomm = "self"\n[train]\nsteps = 7\n' > good.toml
 expect_exit 0 "valid config" "$bin" check good.toml --set train.lr=0.01 --set optimizer.type=sgd
 expect_out "file origin shown" "steps = 7"
 expect_out "--set value applied" "lr = 0.01"

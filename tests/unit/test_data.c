@@ -34,14 +34,18 @@ static int teardown(void **state)
     return dt_fileutil_rm_rf(g_dir);
 }
 
+/* "<g_dir>/<name>" in a rotating buffer: valid for the next 7 calls; keep
+ * a path longer with strdup-free local copies (LOCAL_PATH). */
 static const char *tpath(const char *name)
 {
-    static char buf[4][512];
+    static char buf[8][512];
     static int k;
-    k = (k + 1) % 4;
+    k = (k + 1) % 8;
     snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
     return buf[k];
 }
+
+#define LOCAL_PATH(var, name) char var[512]; snprintf(var, sizeof var, "%s", tpath(name))
 
 #define ASSERT_MSG(sub)                                                        \
     do {                                                                       \
@@ -92,7 +96,7 @@ static void test_roundtrip(void **state)
     for (int i = 0; i < N; i++)
         tok[i] = (uint16_t)(i * 37 % 50257);
     tok[N - 1] = 50256;
-    const char *p = tpath("rt.bin");
+    LOCAL_PATH(p, "rt.bin");
     assert_int_equal(dt_data_write_tokens(p, tok, N), DT_OK);
     assert_no_tmp();
     dt_dataset_t *ds;
@@ -114,7 +118,7 @@ static void test_roundtrip(void **state)
 static void test_open_missing(void **state)
 {
     dt_dataset_t *ds = (void *)1;
-    const char *p = tpath("nope.bin");
+    LOCAL_PATH(p, "nope.bin");
     assert_int_equal(dt_data_open(p, &ds), DT_ERR_NOT_FOUND);
     assert_null(ds);
     char want[600];
@@ -125,7 +129,7 @@ static void test_open_missing(void **state)
 static void test_open_short_header(void **state)
 {
     char buf[100] = {0};
-    const char *p = tpath("short.bin");
+    LOCAL_PATH(p, "short.bin");
     write_raw(p, buf, sizeof buf);
     dt_dataset_t *ds;
     assert_int_equal(dt_data_open(p, &ds), DT_ERR_DATA);
@@ -137,7 +141,7 @@ static void test_open_short_header(void **state)
 
 static void test_open_bad_magic(void **state)
 {
-    const char *p = tpath("magic.bin");
+    LOCAL_PATH(p, "magic.bin");
     write_header_file(p, 123, 1, 4, 4);
     dt_dataset_t *ds;
     assert_int_equal(dt_data_open(p, &ds), DT_ERR_DATA);
@@ -146,7 +150,7 @@ static void test_open_bad_magic(void **state)
 
 static void test_open_bad_version(void **state)
 {
-    const char *p = tpath("ver.bin");
+    LOCAL_PATH(p, "ver.bin");
     write_header_file(p, DT_DATA_MAGIC, 7, 4, 4);
     dt_dataset_t *ds;
     assert_int_equal(dt_data_open(p, &ds), DT_ERR_DATA);
@@ -155,7 +159,7 @@ static void test_open_bad_version(void **state)
 
 static void test_open_count_mismatch(void **state)
 {
-    const char *p = tpath("count.bin");
+    LOCAL_PATH(p, "count.bin");
     dt_dataset_t *ds;
     write_header_file(p, DT_DATA_MAGIC, 1, 1000, 500);
     assert_int_equal(dt_data_open(p, &ds), DT_ERR_DATA);
@@ -178,7 +182,7 @@ static void test_vocab_check(void **state)
         tok[i] = (uint16_t)(i % 256);
     tok[1234] = 300;
     tok[4000] = 65535;
-    const char *p = tpath("vocab.bin");
+    LOCAL_PATH(p, "vocab.bin");
     assert_int_equal(dt_data_write_tokens(p, tok, N), DT_OK);
     dt_dataset_t *ds;
     assert_int_equal(dt_data_open(p, &ds), DT_OK);
@@ -216,7 +220,7 @@ static void test_prepare_split(void **state)
     unsigned char text[N];
     for (int i = 0; i < N; i++)
         text[i] = (unsigned char)(i * 7 + 200); /* includes bytes >= 128 */
-    const char *tp = tpath("in.txt");
+    LOCAL_PATH(tp, "in.txt");
     write_raw(tp, text, N);
     uint64_t nt = 0, nv = 0;
     assert_int_equal(dt_data_prepare(tp, tpath("tr.bin"), tpath("va.bin"), 0.1,
@@ -251,7 +255,7 @@ static void test_prepare_large_chunks(void **state)
     unsigned char *text = malloc(n);
     for (size_t i = 0; i < n; i++)
         text[i] = (unsigned char)((i * 2654435761u) >> 13);
-    const char *tp = tpath("big.txt");
+    LOCAL_PATH(tp, "big.txt");
     write_raw(tp, text, n);
     uint64_t nt, nv;
     assert_int_equal(dt_data_prepare(tp, tpath("btr.bin"), tpath("bva.bin"),
@@ -274,7 +278,7 @@ static void test_prepare_large_chunks(void **state)
 
 static void test_prepare_errors(void **state)
 {
-    const char *tp = tpath("e.txt");
+    LOCAL_PATH(tp, "e.txt");
     write_raw(tp, "", 0);
     assert_int_equal(dt_data_prepare(tp, tpath("o.bin"), NULL, 0, NULL, NULL),
                      DT_ERR_DATA);
@@ -297,7 +301,7 @@ static void test_prepare_errors(void **state)
 
 static void test_prepare_disk_full(void **state)
 {
-    const char *tp = tpath("df.txt");
+    LOCAL_PATH(tp, "df.txt");
     write_raw(tp, "old text", 8);
     assert_int_equal(dt_data_prepare(tp, tpath("df.bin"), NULL, 0, NULL, NULL),
                      DT_OK);

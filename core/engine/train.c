@@ -310,6 +310,14 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
         goto out;
 
     if (metrics_path[0] && R.world.rank == 0) {
+        char parent[4096];
+        snprintf(parent, sizeof parent, "%s", metrics_path);
+        char *slash = strrchr(parent, '/');
+        if (slash && slash != parent) {
+            *slash = '\0';
+            if ((rc = dt_fileutil_mkdir_p(parent)))
+                goto out;
+        }
         R.metrics = fopen(metrics_path, start_step > 0 ? "a" : "w");
         if (!R.metrics) {
             rc = dt_err_set(DT_ERR_IO, "opening metrics file '%s': %s", metrics_path,

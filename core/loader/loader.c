@@ -711,7 +711,8 @@ int dt_plugin_discover(const char *config_path, dt_plugin_listing_t **out,
         }
         closedir(dir);
         /* readdir order is arbitrary; listings are not. */
-        qsort(files, nf, sizeof *files, cmp_str);
+        if (nf > 1)
+            qsort(files, nf, sizeof *files, cmp_str);
         for (size_t f = 0; f < nf && rc == DT_OK; f++) {
             module_name(files[f], name, sizeof name);
             int seen = 0;

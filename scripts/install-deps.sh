@@ -9,6 +9,7 @@ packages=(
   libcmocka-dev         # unit tests
   libopenblas-dev       # cpu device plugin: sgemm
   libcjson-dev          # checkpoint manifests, safetensors headers
+  zlib1g-dev            # CRC-32 of checkpoint segments
   liburing-dev          # NVMe offload
   libopenmpi-dev openmpi-bin  # MPI comparison benchmark, MPI launch
   python3 python3-numpy # float64 reference implementation used by tests

@@ -123,11 +123,11 @@ int dt_ckpt_shard_begin(dt_ckpt_writer_t *w, const char *entry, int dtype,
         return dt_err_set(DT_ERR_INVALID, "%s: entry name '%s' is empty or "
                           "longer than %d bytes", w->file, entry,
                           DT_CKPT_NAME_MAX - 1);
-    if (count == 0 || offset + count > JSON_INT_MAX ||
-        count * es > JSON_INT_MAX)
+    if (offset > JSON_INT_MAX || count > JSON_INT_MAX / 8 ||
+        offset + count > JSON_INT_MAX)
         return dt_err_set(DT_ERR_INVALID, "%s: entry %s: segment [%" PRIu64
-                          ", +%" PRIu64 ") is empty or too large", w->file,
-                          entry, offset, count);
+                          ", +%" PRIu64 ") is too large", w->file, entry,
+                          offset, count);
     if (w->n == w->cap) {
         size_t nc = w->cap ? 2 * w->cap : 16;
         dt_ckpt_seg_t *s = realloc(w->segs, nc * sizeof *s);
@@ -171,7 +171,9 @@ int dt_ckpt_shard_end(dt_ckpt_writer_t *w)
                           " bytes still expected", w->file,
                           w->in_seg ? w->seg_left : 0);
     w->segs[w->n].crc32 = w->crc;
-    w->n++;
+    /* An empty range (a rank owning nothing of a unit) stores nothing. */
+    if (w->segs[w->n].count > 0)
+        w->n++;
     w->in_seg = 0;
     return DT_OK;
 }
@@ -552,6 +554,35 @@ int dt_ckpt_latest(const char *root, char *dir, size_t cap, uint64_t *step)
     if (step)
         *step = best;
     return dt_ckpt_step_dir(root, best, 0, dir, cap);
+}
+
+int dt_ckpt_clean_stale(const char *root)
+{
+    DIR *d = opendir(root);
+    if (!d)
+        return errno == ENOENT ? DT_OK
+                               : dt_err_set(DT_ERR_IO, "checkpoint folder "
+                                            "'%s': %s", root, strerror(errno));
+    int rc = DT_OK;
+    struct dirent *de;
+    while (!rc && (de = readdir(d))) {
+        const char *dot = strrchr(de->d_name, '.');
+        uint64_t step;
+        char base[256];
+        if (!dot || (strcmp(dot, ".tmp") != 0 && strcmp(dot, ".old") != 0) ||
+            (size_t)(dot - de->d_name) >= sizeof base)
+            continue;
+        memcpy(base, de->d_name, (size_t)(dot - de->d_name));
+        base[dot - de->d_name] = '\0';
+        if (!parse_step_name(base, &step))
+            continue;
+        char path[PATH_MAX];
+        rc = join(path, sizeof path, root, de->d_name);
+        if (!rc)
+            rc = dt_fileutil_rm_rf(path);
+    }
+    closedir(d);
+    return rc;
 }
 
 static int u64_desc(const void *a, const void *b)

@@ -111,7 +111,8 @@ typedef struct dt_ckpt_writer dt_ckpt_writer_t;
 int dt_ckpt_shard_open(const char *tmp_dir, uint32_t shard,
                        dt_ckpt_writer_t **out);
 /* Write one whole segment: `count` elements of `dtype` at global `offset`
- * of entry `entry`. */
+ * of entry `entry` (count 0 is accepted and records nothing).  On failure the writer stays open: the caller aborts
+ * it (and rank 0 aborts the whole save). */
 int dt_ckpt_shard_write(dt_ckpt_writer_t *w, const char *entry, int dtype,
                         uint64_t offset, uint64_t count, const void *data);
 /* The same, streamed: begin, then append exactly count * size bytes in any
@@ -152,6 +153,11 @@ int dt_ckpt_latest(const char *root, char *dir, size_t cap, uint64_t *step);
 /* Delete complete checkpoints beyond the `keep` newest (keep >= 1).
  * Incomplete and tmp directories are left alone (a save may be running). */
 int dt_ckpt_prune(const char *root, uint32_t keep);
+
+/* Remove leftovers of interrupted saves under root ("step-*.tmp", and
+ * "step-*.old" from replacing a step on filesystems without atomic
+ * exchange).  Call at startup, before this run saves anything. */
+int dt_ckpt_clean_stale(const char *root);
 
 /* ---- reading --------------------------------------------------------- */
 

@@ -38,7 +38,8 @@ int dt_safetensors_declare(dt_safetensors_writer_t *w, const char *name,
 int dt_safetensors_set_meta(dt_safetensors_writer_t *w, const char *key,
                             const char *value);
 /* Append data bytes: the declared tensors' bytes in declaration order,
- * split anywhere.  The first call writes the header. */
+ * split anywhere.  The first call writes the header.  On failure (or after
+ * a failed declare) the writer stays open: commit or abort it. */
 int dt_safetensors_write(dt_safetensors_writer_t *w, const void *data,
                          size_t nbytes);
 /* Check every declared byte arrived, then publish the file.  Frees `w`

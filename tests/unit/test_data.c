@@ -34,8 +34,8 @@ static int teardown(void **state)
     return dt_fileutil_rm_rf(g_dir);
 }
 
-/* "<g_dir>/<name>" in a rotating buffer: valid for the next 7 calls; keep
- * a path longer with strdup-free local copies (LOCAL_PATH). */
+/* "<g_dir>/<name>" in a rotating buffer, valid for the next 7 calls; a
+ * path a test keeps longer goes in a local copy (LOCAL_PATH). */
 static const char *tpath(const char *name)
 {
     static char buf[8][512];

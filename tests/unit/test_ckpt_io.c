@@ -1,0 +1,968 @@
+/*
+ * tests/unit/test_ckpt_io.c - atomic file writes (fileutil) and sharded
+ * checkpoints: a save by 3 "ranks" holding odd-sized ranges read back by
+ * arbitrary ranges; corruption, missing marker, missing or truncated
+ * shards and inconsistent manifests give messages naming the file and the
+ * entry; a disk that fills up (or fails fsync) at any point leaves the
+ * previous checkpoint loadable and no temp directory behind.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dtrain/tensor.h"
+#include "engine/ckpt_io.h"
+#include "engine/fileutil.h"
+#include "util/error.h"
+
+static char g_dir[256];
+
+static int setup(void **state)
+{
+    snprintf(g_dir, sizeof g_dir, "/tmp/dt_test_ckpt.XXXXXX");
+    return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    dt_fileutil_test_fail_after(-1);
+    dt_fileutil_test_fail_fsync_after(-1);
+    return dt_fileutil_rm_rf(g_dir);
+}
+
+#define ASSERT_MSG(sub)                                                        \
+    do {                                                                       \
+        if (!strstr(dt_last_error(), (sub)))                                   \
+            fail_msg("message '%s' lacks '%s'", dt_last_error(), (sub));       \
+    } while (0)
+
+/* A fresh folder under g_dir for one test. */
+static void subdir(char *buf, size_t cap, const char *name)
+{
+    snprintf(buf, cap, "%s/%s", g_dir, name);
+    assert_int_equal(dt_fileutil_rm_rf(buf), DT_OK);
+    assert_int_equal(dt_fileutil_mkdir_p(buf), DT_OK);
+}
+
+/* ---- fileutil -------------------------------------------------------- */
+
+static void test_crc32(void **state)
+{
+    /* The CRC-32 check value (zlib, gzip, Python's zlib.crc32). */
+    assert_int_equal(dt_fileutil_crc32(0, "123456789", 9), 0xCBF43926u);
+    uint32_t c = dt_fileutil_crc32(0, "1234", 4);
+    assert_int_equal(dt_fileutil_crc32(c, "56789", 5), 0xCBF43926u);
+    assert_int_equal(dt_fileutil_crc32(0, "", 0), 0);
+}
+
+static void test_mkdir_rm(void **state)
+{
+    char p[512], f[600];
+    snprintf(p, sizeof p, "%s/a/b/c/", g_dir);
+    assert_int_equal(dt_fileutil_mkdir_p(p), DT_OK);
+    assert_int_equal(dt_fileutil_mkdir_p(p), DT_OK); /* exists: fine */
+    snprintf(f, sizeof f, "%s/a/b/file", g_dir);
+    assert_int_equal(dt_fileutil_write_atomic(f, "x", 1), DT_OK);
+    snprintf(p, sizeof p, "%s/a/b/file/sub", g_dir);
+    assert_int_equal(dt_fileutil_mkdir_p(p), DT_ERR_IO);
+    ASSERT_MSG("Not a directory");
+    snprintf(p, sizeof p, "%s/a", g_dir);
+    assert_int_equal(dt_fileutil_rm_rf(p), DT_OK);
+    assert_int_equal(access(p, F_OK), -1);
+    assert_int_equal(dt_fileutil_rm_rf(p), DT_OK); /* missing: fine */
+}
+
+static void test_atomic_write(void **state)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/atomic.txt", g_dir);
+    assert_int_equal(dt_fileutil_write_atomic(p, "old", 3), DT_OK);
+    char *buf;
+    size_t n;
+    assert_int_equal(dt_fileutil_read_all(p, &buf, &n), DT_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(buf, "old");
+    free(buf);
+
+    /* Streamed: small writes coalesced, big ones passed through, mixed. */
+    size_t big = (3u << 20) + 7;
+    unsigned char *data = malloc(big);
+    for (size_t i = 0; i < big; i++)
+        data[i] = (unsigned char)(i * 131 + 7);
+    dt_afile_t *f;
+    assert_int_equal(dt_afile_open(p, &f), DT_OK);
+    size_t at = 0, pieces[] = {1, 10, 700000, 2, 2000000, 13};
+    for (size_t i = 0; i < 6; i++) {
+        assert_int_equal(dt_afile_write(f, data + at, pieces[i]), DT_OK);
+        at += pieces[i];
+    }
+    assert_int_equal(dt_afile_write(f, data + at, big - at), DT_OK);
+    assert_int_equal(dt_afile_offset(f), big);
+    /* Not visible before commit. */
+    assert_int_equal(dt_fileutil_read_all(p, &buf, &n), DT_OK);
+    assert_int_equal(n, 3);
+    free(buf);
+    assert_int_equal(dt_afile_commit(f), DT_OK);
+    assert_int_equal(dt_fileutil_read_all(p, &buf, &n), DT_OK);
+    assert_int_equal(n, big);
+    assert_memory_equal(buf, data, big);
+    free(buf);
+
+    /* Abort leaves the previous file. */
+    assert_int_equal(dt_afile_open(p, &f), DT_OK);
+    assert_int_equal(dt_afile_write(f, "zzz", 3), DT_OK);
+    dt_afile_abort(f);
+    assert_int_equal(dt_fileutil_read_all(p, &buf, &n), DT_OK);
+    assert_int_equal(n, big);
+    free(buf);
+    free(data);
+
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s/no/such/dir/x", g_dir);
+    assert_int_equal(dt_fileutil_write_atomic(missing, "x", 1), DT_ERR_IO);
+    char want[700];
+    snprintf(want, sizeof want, "writing '%s': No such file or directory",
+             missing);
+    ASSERT_MSG(want);
+}
+
+/* Names in dir containing ".tmp"; fails the test when any. */
+static void assert_no_tmp_in(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strstr(de->d_name, ".tmp"))
+            fail_msg("temp left behind in %s: %s", dir, de->d_name);
+    closedir(d);
+}
+
+static void test_atomic_write_enospc(void **state)
+{
+    char dir[512], p[600], want[700];
+    subdir(dir, sizeof dir, "enospc");
+    snprintf(p, sizeof p, "%s/f.bin", dir);
+    snprintf(want, sizeof want, "writing '%s': No space left on device", p);
+    assert_int_equal(dt_fileutil_write_atomic(p, "previous", 8), DT_OK);
+    size_t big = 3u << 20;
+    char *data = calloc(1, big);
+    /* Small write failing at the commit's flush; big write failing in
+     * write(2) itself; failing at the very first byte. */
+    size_t sizes[] = {1000, big, big};
+    int64_t budgets[] = {500, (int64_t)big / 2, 0};
+    for (int i = 0; i < 3; i++) {
+        dt_fileutil_test_fail_after(budgets[i]);
+        assert_int_equal(dt_fileutil_write_atomic(p, data, sizes[i]), DT_ERR_IO);
+        dt_fileutil_test_fail_after(-1);
+        ASSERT_MSG(want);
+        assert_no_tmp_in(dir);
+        char *buf;
+        size_t n;
+        assert_int_equal(dt_fileutil_read_all(p, &buf, &n), DT_OK);
+        assert_int_equal(n, 8);
+        assert_memory_equal(buf, "previous", 8);
+        free(buf);
+    }
+    /* fsync failing (first fsync: the file's own) */
+    dt_fileutil_test_fail_fsync_after(0);
+    assert_int_equal(dt_fileutil_write_atomic(p, data, 100), DT_ERR_IO);
+    dt_fileutil_test_fail_fsync_after(-1);
+    snprintf(want, sizeof want, "writing '%s': fsync: No space left on device",
+             p);
+    ASSERT_MSG(want);
+    assert_no_tmp_in(dir);
+    free(data);
+}
+
+/* The environment variable arms the hook too (checked in a fresh process,
+ * since the variable is read once). */
+static int env_child(void)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/envchild.bin", g_dir);
+    int rc = dt_fileutil_write_atomic(p, "0123456789abcdef", 16);
+    int ok = rc == DT_ERR_IO && strstr(dt_last_error(), "No space left") &&
+             access(p, F_OK) != 0;
+    return ok ? 0 : 1;
+}
+
+static void test_fault_env(void **state)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("DT_FAULT_WRITE_AFTER_BYTES", "10", 1);
+        execl("/proc/self/exe", "test_ckpt_io", "--env-child", g_dir,
+              (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* ---- a 3-rank checkpoint --------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    int dtype;
+    uint64_t numel;
+    int ndim;
+    int64_t shape[2];
+} ent_spec_t;
+
+static const ent_spec_t ENTS[] = {
+    {"embedding/params", DT_F32, 1000, 2, {10, 100}},
+    {"block.0/params", DT_F32, 777, 0, {0}},
+    {"block.0/exp_avg", DT_F32, 777, 0, {0}},
+    {"block.0/exp_avg_sq", DT_F32, 777, 0, {0}},
+    {"head/counter", DT_I64, 5, 1, {5}},
+    {"empty/params", DT_F32, 0, 0, {0}},
+};
+#define N_ENTS (sizeof ENTS / sizeof *ENTS)
+#define RANKS 3
+
+/* Element i of entry e for a save made with `seed`: exact in f32. */
+static float fval(size_t e, uint64_t i, int seed)
+{
+    return (float)seed * 0.5f + (float)e * 1000.0f + (float)i * 0.25f;
+}
+
+static int64_t ival(size_t e, uint64_t i, int seed)
+{
+    return (int64_t)seed * 1000000000000LL + (int64_t)e * 1000 + (int64_t)i;
+}
+
+static void fill(size_t e, uint64_t off, uint64_t n, int seed, void *dst)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        if (ENTS[e].dtype == DT_F32)
+            ((float *)dst)[i] = fval(e, off + i, seed);
+        else
+            ((int64_t *)dst)[i] = ival(e, off + i, seed);
+    }
+}
+
+/* Rank r's range of an entry of n elements: odd, uneven cuts. */
+static void rank_range(uint64_t n, int r, uint64_t *off, uint64_t *cnt)
+{
+    uint64_t c1 = n / 3 + 1, c2 = 2 * n / 3 > 1 ? 2 * n / 3 - 1 : 0;
+    if (c1 > n)
+        c1 = n;
+    if (c2 < c1)
+        c2 = c1;
+    uint64_t cut[4] = {0, c1, c2, n};
+    *off = cut[r];
+    *cnt = cut[r + 1] - cut[r];
+}
+
+static int write_seg(dt_ckpt_writer_t *w, size_t e, uint64_t off, uint64_t cnt,
+                     int seed)
+{
+    size_t es = dt_dtype_size(ENTS[e].dtype);
+    char *buf = malloc(cnt * es);
+    fill(e, off, cnt, seed, buf);
+    int rc;
+    if (cnt > 10) { /* streamed in two uneven pieces */
+        rc = dt_ckpt_shard_begin(w, ENTS[e].name, ENTS[e].dtype, off, cnt);
+        if (!rc)
+            rc = dt_ckpt_shard_append(w, buf, 7 * es + 3);
+        if (!rc)
+            rc = dt_ckpt_shard_append(w, buf + 7 * es + 3, cnt * es - 7 * es - 3);
+        if (!rc)
+            rc = dt_ckpt_shard_end(w);
+    } else {
+        rc = dt_ckpt_shard_write(w, ENTS[e].name, ENTS[e].dtype, off, cnt, buf);
+    }
+    free(buf);
+    return rc;
+}
+
+/* One rank's shard: rank 1 writes entries in order, rank 2 in reverse with
+ * each range split in two segments (second half first), rank 0 in order. */
+static int write_rank(const char *tmp, int r, int seed, dt_ckpt_seg_t **segs,
+                      size_t *n)
+{
+    dt_ckpt_writer_t *w;
+    int rc = dt_ckpt_shard_open(tmp, (uint32_t)r, &w);
+    if (rc)
+        return rc;
+    for (size_t k = 0; k < N_ENTS && !rc; k++) {
+        size_t e = r == 2 ? N_ENTS - 1 - k : k;
+        uint64_t off, cnt;
+        rank_range(ENTS[e].numel, r, &off, &cnt); /* may be empty */
+        if (r == 2 && cnt > 1) {
+            uint64_t h = cnt / 2;
+            rc = write_seg(w, e, off + h, cnt - h, seed);
+            if (!rc)
+                rc = write_seg(w, e, off, h, seed);
+        } else {
+            rc = write_seg(w, e, off, cnt, seed);
+        }
+    }
+    if (rc) {
+        dt_ckpt_shard_abort(w);
+        return rc;
+    }
+    return dt_ckpt_shard_close(w, segs, n);
+}
+
+static void entries_decl(dt_ckpt_entry_t *out)
+{
+    memset(out, 0, N_ENTS * sizeof *out);
+    for (size_t e = 0; e < N_ENTS; e++) {
+        snprintf(out[e].name, sizeof out[e].name, "%s", ENTS[e].name);
+        out[e].dtype = ENTS[e].dtype;
+        out[e].numel = ENTS[e].numel;
+        out[e].ndim = ENTS[e].ndim;
+        out[e].shape[0] = ENTS[e].shape[0];
+        out[e].shape[1] = ENTS[e].shape[1];
+    }
+}
+
+/* The whole save as the lead's loop will drive it; on failure the tmp dir
+ * is aborted and the status returned (message kept). */
+static int save(const char *root, uint64_t step, int seed)
+{
+    char tmp[600];
+    int rc = dt_ckpt_begin(root, step, tmp, sizeof tmp);
+    if (rc)
+        return rc;
+    dt_ckpt_seg_t *all = NULL;
+    size_t n_all = 0;
+    for (int r = 0; r < RANKS && !rc; r++) {
+        dt_ckpt_seg_t *segs;
+        size_t n;
+        rc = write_rank(tmp, r, seed, &segs, &n);
+        if (rc)
+            break;
+        /* "gather": the descriptors travel as plain bytes */
+        all = realloc(all, (n_all + n) * sizeof *all);
+        memcpy(all + n_all, segs, n * sizeof *segs);
+        n_all += n;
+        free(segs);
+    }
+    if (!rc) {
+        dt_ckpt_entry_t ents[N_ENTS];
+        entries_decl(ents);
+        cJSON *model = cJSON_CreateObject();
+        cJSON_AddStringToObject(model, "arch", "gpt2");
+        cJSON_AddNumberToObject(model, "n_layer", 1);
+        cJSON *extra = cJSON_CreateObject();
+        dt_ckpt_json_add_u64(extra, "rng", UINT64_MAX - (uint64_t)seed);
+        cJSON_AddNumberToObject(extra, "seed", seed);
+        dt_ckpt_info_t info = {.step = step, .world_size = RANKS,
+                               .strategy = "zero", .model = model,
+                               .extra = extra};
+        rc = dt_ckpt_write_manifest(tmp, &info, ents, N_ENTS, all, n_all);
+        cJSON_Delete(model);
+        cJSON_Delete(extra);
+    }
+    free(all);
+    if (!rc)
+        rc = dt_ckpt_commit(root, step);
+    if (rc) {
+        char keep[DT_ERR_MAX];
+        snprintf(keep, sizeof keep, "%s", dt_last_error());
+        assert_int_equal(dt_ckpt_abort(root, step), DT_OK);
+        dt_err_set(rc, "%s", keep);
+    }
+    return rc;
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Every entry fully and 300 random ranges match the values of `seed`. */
+static void check_ckpt(const char *dir, uint64_t step, int seed)
+{
+    dt_ckpt_reader_t *r;
+    if (dt_ckpt_open(dir, &r) != DT_OK)
+        fail_msg("open %s: %s", dir, dt_last_error());
+    assert_int_equal(dt_ckpt_reader_step(r), step);
+    assert_int_equal(dt_ckpt_reader_world_size(r), RANKS);
+    assert_string_equal(dt_ckpt_reader_strategy(r), "zero");
+    const cJSON *arch = cJSON_GetObjectItem(dt_ckpt_reader_model(r), "arch");
+    assert_true(cJSON_IsString(arch));
+    assert_string_equal(arch->valuestring, "gpt2");
+    uint64_t rng;
+    assert_int_equal(dt_ckpt_json_get_u64(dt_ckpt_reader_extra(r), "rng", &rng),
+                     DT_OK);
+    assert_true(rng == UINT64_MAX - (uint64_t)seed);
+    uint64_t sd;
+    assert_int_equal(dt_ckpt_json_get_u64(dt_ckpt_reader_extra(r), "seed", &sd),
+                     DT_OK);
+    assert_int_equal(sd, seed);
+    assert_int_equal(dt_ckpt_n_entries(r), N_ENTS);
+    for (size_t e = 0; e < N_ENTS; e++) {
+        const dt_ckpt_entry_t *ce = dt_ckpt_entry_at(r, e);
+        assert_string_equal(ce->name, ENTS[e].name); /* manifest order kept */
+        assert_int_equal(ce->dtype, ENTS[e].dtype);
+        assert_int_equal(ce->numel, ENTS[e].numel);
+        assert_int_equal(ce->ndim, ENTS[e].ndim);
+        if (ce->ndim)
+            assert_int_equal(ce->shape[0], ENTS[e].shape[0]);
+        assert_ptr_equal(dt_ckpt_find(r, ENTS[e].name), ce);
+    }
+    assert_null(dt_ckpt_find(r, "nope"));
+    uint64_t s = 88172645463325252ull + (uint64_t)seed;
+    for (int k = -(int)N_ENTS; k < 300; k++) {
+        size_t e = k < 0 ? (size_t)(k + (int)N_ENTS) : rnd(&s) % N_ENTS;
+        uint64_t n = ENTS[e].numel, off = 0, cnt = n;
+        if (k >= 0 && n > 0) {
+            off = rnd(&s) % n;
+            cnt = rnd(&s) % (n - off + 1);
+        }
+        size_t es = dt_dtype_size(ENTS[e].dtype);
+        char *got = malloc(cnt * es + 1), *want = malloc(cnt * es + 1);
+        fill(e, off, cnt, seed, want);
+        if (dt_ckpt_read(r, ENTS[e].name, off, cnt, got) != DT_OK)
+            fail_msg("read %s [%llu,+%llu): %s", ENTS[e].name,
+                     (unsigned long long)off, (unsigned long long)cnt,
+                     dt_last_error());
+        if (memcmp(got, want, cnt * es) != 0)
+            fail_msg("%s [%llu,+%llu) differs", ENTS[e].name,
+                     (unsigned long long)off, (unsigned long long)cnt);
+        free(got);
+        free(want);
+    }
+    float x;
+    assert_int_equal(dt_ckpt_read(r, "block.0/params", 777, 1, &x),
+                     DT_ERR_INVALID);
+    ASSERT_MSG("entry block.0/params: range [777, +1) is outside its 777 "
+               "elements");
+    assert_int_equal(dt_ckpt_read(r, "nope", 0, 1, &x), DT_ERR_NOT_FOUND);
+    assert_int_equal(dt_ckpt_verify(r), DT_OK);
+    dt_ckpt_close(r);
+}
+
+static void test_roundtrip_3ranks(void **state)
+{
+    char root[512], dir[600];
+    subdir(root, sizeof root, "rt");
+    assert_int_equal(save(root, 200, 1), DT_OK);
+    assert_no_tmp_in(root);
+    uint64_t step = 0;
+    assert_int_equal(dt_ckpt_latest(root, dir, sizeof dir, &step), DT_OK);
+    assert_int_equal(step, 200);
+    char want[600];
+    snprintf(want, sizeof want, "%s/step-00000200", root);
+    assert_string_equal(dir, want);
+    check_ckpt(dir, 200, 1);
+    /* the shard files are what 3 ranks wrote */
+    for (int r = 0; r < RANKS; r++) {
+        char p[700];
+        snprintf(p, sizeof p, "%s/shard-%05d.bin", dir, r);
+        assert_int_equal(access(p, F_OK), 0);
+    }
+
+    /* Saving the same step again replaces it atomically. */
+    assert_int_equal(save(root, 200, 5), DT_OK);
+    assert_no_tmp_in(root);
+    check_ckpt(dir, 200, 5);
+}
+
+/* The format is readable without dtrain: Python's json + zlib.crc32 verify
+ * every segment and assemble embedding/params. */
+static void test_python_reads_checkpoint(void **state)
+{
+    if (access("/usr/bin/python3", X_OK) != 0)
+        skip();
+    static const char script[] =
+        "import json, struct, sys, zlib\n"
+        "d = sys.argv[1]\n"
+        "m = json.load(open(d + '/manifest.json'))\n"
+        "assert m['format'] == 'dtrain-checkpoint' and m['step'] == 200\n"
+        "for f, info in m['files'].items():\n"
+        "    assert len(open(d + '/' + f, 'rb').read()) == info['bytes']\n"
+        "size = {'f32': 4, 'i64': 8}\n"
+        "out = {}\n"
+        "for name, e in m['entries'].items():\n"
+        "    es = size[e['dtype']]\n"
+        "    buf = bytearray(e['numel'] * es)\n"
+        "    for s in e['segments']:\n"
+        "        raw = open(d + '/' + s['file'], 'rb').read()\n"
+        "        seg = raw[s['byte_offset']:s['byte_offset'] + s['count'] * es]\n"
+        "        assert '%08x' % zlib.crc32(seg) == s['crc32'], (name, s)\n"
+        "        buf[s['offset'] * es:(s['offset'] + s['count']) * es] = seg\n"
+        "    out[name] = bytes(buf)\n"
+        "emb = struct.unpack('<1000f', out['embedding/params'])\n"
+        "assert list(emb) == [1 * 0.5 + 0 * 1000 + i * 0.25 for i in range(1000)]\n"
+        "assert list(struct.unpack('<5q', out['head/counter'])) == "
+        "[10**12 + 4000 + i for i in range(5)]\n";
+    char root[512], dir[600], sp[600], cmd[1400];
+    subdir(root, sizeof root, "py");
+    assert_int_equal(save(root, 200, 1), DT_OK);
+    assert_int_equal(dt_ckpt_step_dir(root, 200, 0, dir, sizeof dir), DT_OK);
+    snprintf(sp, sizeof sp, "%s/check.py", root);
+    assert_int_equal(dt_fileutil_write_atomic(sp, script, strlen(script)),
+                     DT_OK);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s'", sp, dir);
+    int st = system(cmd);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static void flip_byte(const char *path, long at)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, at, SEEK_SET), 0);
+    int c = fgetc(f);
+    assert_int_equal(fseek(f, at, SEEK_SET), 0);
+    fputc(c ^ 0x40, f);
+    fclose(f);
+}
+
+static void test_checksum_mismatch(void **state)
+{
+    char root[512], dir[600], shard[700];
+    subdir(root, sizeof root, "crc");
+    assert_int_equal(save(root, 200, 1), DT_OK);
+    assert_int_equal(dt_ckpt_step_dir(root, 200, 0, dir, sizeof dir), DT_OK);
+    /* Rank 1's first segment: embedding/params [334, 665), at byte 0. */
+    uint64_t off, cnt;
+    rank_range(1000, 1, &off, &cnt);
+    assert_int_equal(off, 334);
+    assert_int_equal(cnt, 331);
+    float *orig = malloc(cnt * 4);
+    fill(0, off, cnt, 1, orig);
+    uint32_t want_crc = dt_fileutil_crc32(0, orig, cnt * 4);
+    ((unsigned char *)orig)[100] ^= 0x40;
+    uint32_t got_crc = dt_fileutil_crc32(0, orig, cnt * 4);
+    free(orig);
+    snprintf(shard, sizeof shard, "%s/shard-00001.bin", dir);
+    flip_byte(shard, 100);
+
+    dt_ckpt_reader_t *r;
+    assert_int_equal(dt_ckpt_open(dir, &r), DT_OK); /* sizes still fine */
+    float buf[1000];
+    /* Ranges held only by intact segments still read. */
+    assert_int_equal(dt_ckpt_read(r, "embedding/params", 0, 300, buf), DT_OK);
+    assert_int_equal(dt_ckpt_read(r, "block.0/params", 0, 777, buf), DT_OK);
+    assert_int_equal(dt_ckpt_read(r, "embedding/params", 600, 10, buf),
+                     DT_ERR_DATA);
+    char want[1000];
+    snprintf(want, sizeof want, "checkpoint '%s': shard-00001.bin: entry "
+             "embedding/params: checksum mismatch (expected %08x, got %08x)",
+             dir, want_crc, got_crc);
+    ASSERT_MSG(want);
+    /* Reading again does not pass it off as verified. */
+    assert_int_equal(dt_ckpt_read(r, "embedding/params", 334, 1, buf),
+                     DT_ERR_DATA);
+    assert_int_equal(dt_ckpt_verify(r), DT_ERR_DATA);
+    ASSERT_MSG("shard-00001.bin: entry embedding/params: checksum mismatch");
+    dt_ckpt_close(r);
+}
+
+static void test_missing_marker(void **state)
+{
+    char root[512], dir[600], p[700];
+    subdir(root, sizeof root, "marker");
+    assert_int_equal(save(root, 100, 1), DT_OK);
+    assert_int_equal(save(root, 200, 2), DT_OK);
+    assert_int_equal(dt_ckpt_step_dir(root, 200, 0, dir, sizeof dir), DT_OK);
+    snprintf(p, sizeof p, "%s/COMPLETE", dir);
+    assert_int_equal(unlink(p), 0);
+    dt_ckpt_reader_t *r = (void *)1;
+    assert_int_equal(dt_ckpt_open(dir, &r), DT_ERR_DATA);
+    assert_null(r);
+    char want[800];
+    snprintf(want, sizeof want, "checkpoint '%s': incomplete (no COMPLETE "
+             "marker): the write was interrupted", dir);
+    ASSERT_MSG(want);
+    /* latest skips it */
+    uint64_t step;
+    assert_int_equal(dt_ckpt_latest(root, p, sizeof p, &step), DT_OK);
+    assert_int_equal(step, 100);
+    check_ckpt(p, 100, 1);
+}
+
+static void test_missing_and_truncated_shard(void **state)
+{
+    char root[512], dir[600], p[700];
+    subdir(root, sizeof root, "shard");
+    assert_int_equal(save(root, 300, 1), DT_OK);
+    assert_int_equal(dt_ckpt_step_dir(root, 300, 0, dir, sizeof dir), DT_OK);
+    dt_ckpt_reader_t *r;
+
+    snprintf(p, sizeof p, "%s/shard-00000.bin", dir);
+    struct stat st;
+    assert_int_equal(stat(p, &st), 0);
+    assert_int_equal(truncate(p, st.st_size - 4), 0);
+    assert_int_equal(dt_ckpt_open(dir, &r), DT_ERR_DATA);
+    char want[900];
+    snprintf(want, sizeof want, "checkpoint '%s': shard-00000.bin: the "
+             "manifest says %lld bytes but the file has %lld bytes", dir,
+             (long long)st.st_size, (long long)st.st_size - 4);
+    ASSERT_MSG(want);
+
+    assert_int_equal(save(root, 300, 1), DT_OK); /* a fresh, good copy */
+    snprintf(p, sizeof p, "%s/shard-00002.bin", dir);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(dt_ckpt_open(dir, &r), DT_ERR_DATA);
+    snprintf(want, sizeof want, "checkpoint '%s': shard-00002.bin: No such "
+             "file or directory", dir);
+    ASSERT_MSG(want);
+}
+
+/* Rewrite manifest.json through `edit`. */
+static void edit_manifest(const char *dir, void (*edit)(cJSON *))
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    char *text;
+    size_t n;
+    assert_int_equal(dt_fileutil_read_all(p, &text, &n), DT_OK);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    assert_non_null(j);
+    edit(j);
+    text = cJSON_Print(j);
+    assert_int_equal(dt_fileutil_write_atomic(p, text, strlen(text)), DT_OK);
+    cJSON_free(text);
+    cJSON_Delete(j);
+}
+
+static cJSON *first_seg(cJSON *j, const char *entry)
+{
+    cJSON *e = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "entries"), entry);
+    return cJSON_GetArrayItem(cJSON_GetObjectItem(e, "segments"), 0);
+}
+
+static void edit_gap(cJSON *j)
+{
+    cJSON *c = cJSON_GetObjectItem(first_seg(j, "embedding/params"), "count");
+    cJSON_SetNumberValue(c, c->valuedouble - 1);
+}
+
+static void edit_version(cJSON *j)
+{
+    cJSON_SetNumberValue(cJSON_GetObjectItem(j, "format_version"), 2);
+}
+
+static void edit_file_name(cJSON *j)
+{
+    cJSON *f = cJSON_GetObjectItem(first_seg(j, "block.0/params"), "file");
+    cJSON_SetValuestring(f, "shard-00009.bin");
+}
+
+static void edit_path_escape(cJSON *j)
+{
+    cJSON *files = cJSON_GetObjectItem(j, "files");
+    cJSON_AddItemToObject(files, "../x", cJSON_Parse("{\"bytes\": 1}"));
+}
+
+static void edit_seg_past_file(cJSON *j)
+{
+    cJSON *b = cJSON_GetObjectItem(first_seg(j, "block.0/params"),
+                                   "byte_offset");
+    cJSON_SetNumberValue(b, b->valuedouble + 1e6);
+}
+
+static void test_manifest_inconsistent(void **state)
+{
+    struct {
+        void (*edit)(cJSON *);
+        const char *msg;
+    } cases[] = {
+        {edit_gap, "manifest.json: entry embedding/params: elements [333, 334) "
+                   "are in no segment"},
+        {edit_version, "manifest.json: format_version 2 is not the one this "
+                       "dtrain reads (1)"},
+        {edit_file_name, "manifest.json: segment file 'shard-00009.bin' is not "
+                         "listed in \"files\""},
+        {edit_path_escape, "manifest.json: file name '../x' is not a plain "
+                           "file name"},
+        {edit_seg_past_file, "manifest.json: entry block.0/params: segment 0 "
+                             "needs bytes"},
+    };
+    char root[512], dir[600];
+    subdir(root, sizeof root, "manifest");
+    assert_int_equal(dt_ckpt_step_dir(root, 1, 0, dir, sizeof dir), DT_OK);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        assert_int_equal(save(root, 1, 1), DT_OK);
+        edit_manifest(dir, cases[i].edit);
+        dt_ckpt_reader_t *r;
+        assert_int_equal(dt_ckpt_open(dir, &r), DT_ERR_DATA);
+        char want[900];
+        snprintf(want, sizeof want, "checkpoint '%s': %s", dir, cases[i].msg);
+        ASSERT_MSG(want);
+    }
+    /* not JSON at all */
+    char p[700];
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    assert_int_equal(dt_fileutil_write_atomic(p, "{\"format\": ", 11), DT_OK);
+    dt_ckpt_reader_t *r;
+    assert_int_equal(dt_ckpt_open(dir, &r), DT_ERR_DATA);
+    ASSERT_MSG("manifest.json: not valid JSON");
+}
+
+static void test_manifest_writer_checks(void **state)
+{
+    char root[512], tmp[600];
+    subdir(root, sizeof root, "wcheck");
+    assert_int_equal(dt_ckpt_begin(root, 7, tmp, sizeof tmp), DT_OK);
+    dt_ckpt_entry_t e[1] = {{.name = "u/params", .dtype = DT_F32, .numel = 10}};
+    dt_ckpt_seg_t s[2] = {
+        {.entry = "u/params", .offset = 0, .count = 6, .dtype = DT_F32},
+        {.entry = "u/params", .offset = 5, .count = 5, .dtype = DT_F32,
+         .shard = 1},
+    };
+    dt_ckpt_info_t info = {.step = 7};
+    assert_int_equal(dt_ckpt_write_manifest(tmp, &info, e, 1, s, 2),
+                     DT_ERR_INVALID);
+    ASSERT_MSG("entry u/params: segments overlap at elements [5, 6)");
+    s[1].offset = 7;
+    s[1].count = 3;
+    assert_int_equal(dt_ckpt_write_manifest(tmp, &info, e, 1, s, 2),
+                     DT_ERR_INVALID);
+    ASSERT_MSG("entry u/params: elements [6, 7) are in no segment");
+    s[1].offset = 6;
+    s[1].count = 3;
+    assert_int_equal(dt_ckpt_write_manifest(tmp, &info, e, 1, s, 2),
+                     DT_ERR_INVALID);
+    ASSERT_MSG("entry u/params: elements [9, 10) are in no segment");
+    s[1].count = 4;
+    s[1].dtype = DT_BF16;
+    assert_int_equal(dt_ckpt_write_manifest(tmp, &info, e, 1, s, 2),
+                     DT_ERR_INVALID);
+    ASSERT_MSG("entry u/params is f32 but shard 1 wrote it as bf16");
+    s[1].dtype = DT_F32;
+    snprintf(s[1].entry, sizeof s[1].entry, "v/params");
+    assert_int_equal(dt_ckpt_write_manifest(tmp, &info, e, 1, s, 2),
+                     DT_ERR_INVALID);
+    ASSERT_MSG("segment of undeclared entry 'v/params' in shard 1");
+    /* commit refuses a directory without a manifest */
+    assert_int_equal(dt_ckpt_commit(root, 7), DT_ERR_INVALID);
+    ASSERT_MSG("commit without a manifest");
+
+    /* shard writer misuse */
+    dt_ckpt_writer_t *w;
+    assert_int_equal(dt_ckpt_shard_open(tmp, 0, &w), DT_OK);
+    float x[4] = {1, 2, 3, 4};
+    assert_int_equal(dt_ckpt_shard_begin(w, "u/params", DT_F32, 0, 2), DT_OK);
+    assert_int_equal(dt_ckpt_shard_append(w, x, 12), DT_ERR_INVALID);
+    ASSERT_MSG("shard-00000.bin: 12 bytes appended outside a segment or past "
+               "its end (8 left)");
+    assert_int_equal(dt_ckpt_shard_append(w, x, 4), DT_OK);
+    assert_int_equal(dt_ckpt_shard_end(w), DT_ERR_INVALID);
+    ASSERT_MSG("segment ended with 4 bytes still expected");
+    dt_ckpt_shard_abort(w);
+
+    /* an empty range is accepted and stores nothing */
+    assert_int_equal(dt_ckpt_shard_open(tmp, 0, &w), DT_OK);
+    assert_int_equal(dt_ckpt_shard_write(w, "u/params", DT_F32, 3, 0, x), DT_OK);
+    assert_int_equal(dt_ckpt_shard_write(w, "u/params", DT_F32, 0, 4, x), DT_OK);
+    dt_ckpt_seg_t *out;
+    size_t n_out;
+    assert_int_equal(dt_ckpt_shard_close(w, &out, &n_out), DT_OK);
+    assert_int_equal(n_out, 1);
+    assert_int_equal(out[0].count, 4);
+    assert_int_equal(out[0].byte_offset, 0);
+    assert_int_equal(out[0].crc32, dt_fileutil_crc32(0, x, sizeof x));
+    free(out);
+    assert_int_equal(dt_ckpt_abort(root, 7), DT_OK);
+    assert_no_tmp_in(root);
+}
+
+/* The newest complete checkpoint must be `step` and hold `seed`'s values;
+ * no tmp directory may remain. */
+static void assert_state(const char *root, uint64_t step, int seed)
+{
+    char dir[700];
+    uint64_t got;
+    assert_no_tmp_in(root);
+    assert_int_equal(dt_ckpt_latest(root, dir, sizeof dir, &got), DT_OK);
+    assert_int_equal(got, step);
+    check_ckpt(dir, step, seed);
+}
+
+static void test_disk_full(void **state)
+{
+    char root[512];
+    subdir(root, sizeof root, "full");
+    assert_int_equal(save(root, 100, 1), DT_OK);
+    /* Budgets from 0 up, growing ~1.5x, until the save fits: the failure
+     * lands in every stage (shards, segment data, manifest, marker). */
+    int failures = 0;
+    for (int64_t budget = 0;; budget = budget * 3 / 2 + 1) {
+        dt_fileutil_test_fail_after(budget);
+        int rc = save(root, 200, 2);
+        dt_fileutil_test_fail_after(-1);
+        if (rc == DT_OK)
+            break;
+        failures++;
+        assert_int_equal(rc, DT_ERR_IO);
+        ASSERT_MSG("No space left on device");
+        assert_state(root, 100, 1);
+    }
+    assert_true(failures > 15);
+    assert_state(root, 200, 2);
+
+    /* fsync failing at each point in turn. */
+    char dir[700];
+    assert_int_equal(dt_ckpt_step_dir(root, 300, 0, dir, sizeof dir), DT_OK);
+    for (int64_t n = 0;; n++) {
+        assert_true(n < 64);
+        dt_fileutil_test_fail_fsync_after(n);
+        int rc = save(root, 300, 3);
+        dt_fileutil_test_fail_fsync_after(-1);
+        if (rc == DT_OK)
+            break;
+        assert_int_equal(rc, DT_ERR_IO);
+        ASSERT_MSG("No space left on device");
+        if (access(dir, F_OK) == 0) {
+            /* Only the last sync (of the root, after the rename) can fail
+             * with the new checkpoint in place; it is complete and good. */
+            assert_state(root, 300, 3);
+            assert_int_equal(dt_fileutil_rm_rf(dir), DT_OK);
+        }
+        assert_state(root, 200, 2);
+    }
+    assert_state(root, 300, 3);
+}
+
+static void test_latest_and_prune(void **state)
+{
+    char root[512], dir[700], p[800];
+    subdir(root, sizeof root, "prune");
+    uint64_t step;
+    assert_int_equal(dt_ckpt_latest(root, dir, sizeof dir, &step),
+                     DT_ERR_NOT_FOUND);
+    char want[700];
+    snprintf(want, sizeof want, "no complete checkpoint in '%s'", root);
+    ASSERT_MSG(want);
+    snprintf(p, sizeof p, "%s/absent", root);
+    assert_int_equal(dt_ckpt_latest(p, dir, sizeof dir, &step),
+                     DT_ERR_NOT_FOUND);
+
+    uint64_t steps[] = {100, 400, 200, 300};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(save(root, steps[i], (int)i), DT_OK);
+    /* An incomplete final-named dir, a tmp dir, and unrelated names. */
+    snprintf(p, sizeof p, "%s/step-00000500", root);
+    assert_int_equal(dt_fileutil_mkdir_p(p), DT_OK);
+    snprintf(p, sizeof p, "%s/step-00000600.tmp", root);
+    assert_int_equal(dt_fileutil_mkdir_p(p), DT_OK);
+    snprintf(p, sizeof p, "%s/step-7", root);
+    assert_int_equal(dt_fileutil_mkdir_p(p), DT_OK);
+    snprintf(p, sizeof p, "%s/step-7/COMPLETE", root);
+    assert_int_equal(dt_fileutil_write_atomic(p, "", 0), DT_OK);
+
+    assert_int_equal(dt_ckpt_latest(root, dir, sizeof dir, &step), DT_OK);
+    assert_int_equal(step, 400);
+    assert_int_equal(dt_ckpt_prune(root, 0), DT_ERR_INVALID);
+    assert_int_equal(dt_ckpt_prune(root, 2), DT_OK);
+    const char *expect_present[] = {"step-00000300", "step-00000400",
+                                    "step-00000500", "step-00000600.tmp",
+                                    "step-7"};
+    const char *expect_gone[] = {"step-00000100", "step-00000200"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(p, sizeof p, "%s/%s", root, expect_present[i]);
+        assert_int_equal(access(p, F_OK), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", root, expect_gone[i]);
+        assert_int_equal(access(p, F_OK), -1);
+    }
+    snprintf(p, sizeof p, "%s/step-00000300", root);
+    check_ckpt(p, 300, 3);
+    /* begin removes a stale tmp of its own step */
+    char tmp[700];
+    assert_int_equal(dt_ckpt_begin(root, 600, tmp, sizeof tmp), DT_OK);
+    snprintf(p, sizeof p, "%s/stale", tmp);
+    assert_int_equal(dt_fileutil_write_atomic(p, "x", 1), DT_OK);
+    assert_int_equal(dt_ckpt_begin(root, 600, tmp, sizeof tmp), DT_OK);
+    assert_int_equal(access(p, F_OK), -1);
+    assert_int_equal(dt_ckpt_abort(root, 600), DT_OK);
+
+    /* startup cleanup: leftovers of interrupted saves go, the rest stays */
+    snprintf(p, sizeof p, "%s/step-00000700.tmp", root);
+    assert_int_equal(dt_fileutil_mkdir_p(p), DT_OK);
+    snprintf(p, sizeof p, "%s/step-00000300.old", root);
+    assert_int_equal(dt_fileutil_mkdir_p(p), DT_OK);
+    snprintf(p, sizeof p, "%s/notes.tmp", root);
+    assert_int_equal(dt_fileutil_write_atomic(p, "x", 1), DT_OK);
+    assert_int_equal(dt_ckpt_clean_stale(root), DT_OK);
+    const char *after_gone[] = {"step-00000700.tmp", "step-00000300.old"};
+    const char *after_kept[] = {"step-00000300", "step-00000400",
+                                "step-00000500", "step-7", "notes.tmp"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", root, after_gone[i]);
+        assert_int_equal(access(p, F_OK), -1);
+    }
+    for (int i = 0; i < 5; i++) {
+        snprintf(p, sizeof p, "%s/%s", root, after_kept[i]);
+        assert_int_equal(access(p, F_OK), 0);
+    }
+    snprintf(p, sizeof p, "%s/absent", root);
+    assert_int_equal(dt_ckpt_clean_stale(p), DT_OK);
+}
+
+static void test_json_u64(void **state)
+{
+    cJSON *o = cJSON_CreateObject();
+    assert_int_equal(dt_ckpt_json_add_u64(o, "a", UINT64_MAX), DT_OK);
+    cJSON_AddNumberToObject(o, "b", 12345);
+    cJSON_AddNumberToObject(o, "c", -1);
+    cJSON_AddStringToObject(o, "d", "12x");
+    /* through text and back */
+    char *t = cJSON_PrintUnformatted(o);
+    cJSON *p = cJSON_Parse(t);
+    uint64_t v;
+    assert_int_equal(dt_ckpt_json_get_u64(p, "a", &v), DT_OK);
+    assert_true(v == UINT64_MAX);
+    assert_int_equal(dt_ckpt_json_get_u64(p, "b", &v), DT_OK);
+    assert_int_equal(v, 12345);
+    assert_int_equal(dt_ckpt_json_get_u64(p, "c", &v), DT_ERR_DATA);
+    ASSERT_MSG("'c' is not an unsigned 64-bit integer");
+    assert_int_equal(dt_ckpt_json_get_u64(p, "d", &v), DT_ERR_DATA);
+    assert_int_equal(dt_ckpt_json_get_u64(p, "e", &v), DT_ERR_NOT_FOUND);
+    cJSON_free(t);
+    cJSON_Delete(o);
+    cJSON_Delete(p);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--env-child") == 0) {
+        snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
+        return env_child();
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_crc32),
+        cmocka_unit_test(test_mkdir_rm),
+        cmocka_unit_test(test_atomic_write),
+        cmocka_unit_test(test_atomic_write_enospc),
+        cmocka_unit_test(test_fault_env),
+        cmocka_unit_test(test_roundtrip_3ranks),
+        cmocka_unit_test(test_python_reads_checkpoint),
+        cmocka_unit_test(test_checksum_mismatch),
+        cmocka_unit_test(test_missing_marker),
+        cmocka_unit_test(test_missing_and_truncated_shard),
+        cmocka_unit_test(test_manifest_inconsistent),
+        cmocka_unit_test(test_manifest_writer_checks),
+        cmocka_unit_test(test_disk_full),
+        cmocka_unit_test(test_latest_and_prune),
+        cmocka_unit_test(test_json_u64),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -25,14 +25,17 @@
 
 #include "ddp_internal.h"
 
-static int check_hook(dt_strategy_t *s, const dt_hook_v1_t *h, const char *what)
+/* Forward hooks do not look at micro-steps (evaluation passes may leave
+ * them 0); backward hooks need them to find the final micro-step. */
+static int check_hook(dt_strategy_t *s, const dt_hook_v1_t *h, const char *what,
+                      int check_micro)
 {
     if (!h)
         return s->host->set_error(s->host, DT_ERR_INVALID, "%s: NULL hook", what);
     if (h->unit >= s->model->n_units)
         return s->host->set_error(s->host, DT_ERR_INVALID, "%s: unit %u out of range (model "
                                   "has %u units)", what, h->unit, s->model->n_units);
-    if (h->n_micro == 0 || h->micro >= h->n_micro)
+    if (check_micro && (h->n_micro == 0 || h->micro >= h->n_micro))
         return s->host->set_error(s->host, DT_ERR_INVALID,
                                   "%s: unit '%s': micro-step %u of %u", what,
                                   s->model->units[h->unit].name, h->micro, h->n_micro);
@@ -46,7 +49,7 @@ static const void *unit_params(dt_strategy_t *s, uint32_t u)
 
 int ddp_pre_forward(dt_strategy_t *s, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out)
 {
-    int rc = check_hook(s, h, "pre_forward");
+    int rc = check_hook(s, h, "pre_forward", 0);
     if (rc != DT_OK)
         return rc;
     s->fwd_depth[h->unit]++;
@@ -57,7 +60,7 @@ int ddp_pre_forward(dt_strategy_t *s, const dt_hook_v1_t *h, dt_unit_buffers_v1_
 
 int ddp_post_forward(dt_strategy_t *s, const dt_hook_v1_t *h)
 {
-    int rc = check_hook(s, h, "post_forward");
+    int rc = check_hook(s, h, "post_forward", 0);
     if (rc != DT_OK)
         return rc;
     if (s->fwd_depth[h->unit] == 0)
@@ -70,7 +73,7 @@ int ddp_post_forward(dt_strategy_t *s, const dt_hook_v1_t *h)
 
 int ddp_pre_backward(dt_strategy_t *s, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out)
 {
-    int rc = check_hook(s, h, "pre_backward");
+    int rc = check_hook(s, h, "pre_backward", 1);
     if (rc != DT_OK)
         return rc;
     if (h->flags & DT_HOOK_NO_GRAD)
@@ -172,7 +175,7 @@ static int launch_ready(dt_strategy_t *s)
 
 int ddp_post_backward(dt_strategy_t *s, const dt_hook_v1_t *h)
 {
-    int rc = check_hook(s, h, "post_backward");
+    int rc = check_hook(s, h, "post_backward", 1);
     if (rc != DT_OK)
         return rc;
     uint32_t u = h->unit;

@@ -99,7 +99,8 @@ static int blocks_reserve(dt_device_t *d)
 /* Called with mem_mu held: the budget error, with every tag in use.
  * `who` ("matmul_forward: scratch") prefixes it when the plugin itself
  * allocates; NULL for the ABI's alloc. */
-static int budget_error(dt_device_t *d, uint64_t bytes, int tag, const char *who)
+static int budget_error(dt_device_t *d, uint64_t bytes, int tag,
+                        const char *who)
 {
     char req[32], tot[32], lim[32], one[32];
     char tags[512] = "";
@@ -283,7 +284,8 @@ static int cfg_int_or(const dt_host_v1_t *host, const char *key, int64_t def,
  * the current "cpu MHz" of /proc/cpuinfo, else 2 GHz. */
 static double cpu_ghz(void)
 {
-    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq", "r");
+    FILE *f =
+        fopen("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq", "r");
     if (f) {
         double khz = 0;
         int ok = fscanf(f, "%lf", &khz) == 1;
@@ -310,10 +312,14 @@ static double cpu_ghz(void)
 }
 
 /* Peak f32 FLOP/s, an ESTIMATE for MFU only: threads x clock x FLOP per
- * cycle per core, where a core with AVX2 and FMA is taken to retire two
- * 8-wide FMAs per cycle (32 FLOP) and anything older one 4-wide add plus
- * one 4-wide multiply (8 FLOP).  AVX-512 parts are counted like AVX2 (some
- * run 512-bit FMAs at half rate); turbo and SMT are ignored. */
+ * cycle per core, where a core is taken to retire two FMAs per cycle: 64
+ * FLOP with AVX-512F (16 lanes), 32 with AVX2 + FMA (8 lanes); anything
+ * older one 4-wide add plus one 4-wide multiply (8 FLOP).  The clock is
+ * the nominal one (boost is invisible here), so this can be off either
+ * way: some AVX-512 parts run 512-bit FMAs at half rate but boost above
+ * nominal.  On the 2-core AMD EPYC (AVX-512, 2.6 GHz nominal) the bench
+ * was written on, one-thread sgemm reached ~120 of the 166 GFLOP/s this
+ * gives (bench/results/kernels.md). */
 static double cpu_peak_flops(int threads)
 {
     double per_cycle = 8.0;
@@ -321,6 +327,8 @@ static double cpu_peak_flops(int threads)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         per_cycle = 32.0;
+    if (__builtin_cpu_supports("avx512f"))
+        per_cycle = 64.0;
 #endif
     return (double)threads * cpu_ghz() * 1e9 * per_cycle;
 }
@@ -400,7 +408,6 @@ static int cpu_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
     d->threads = (int)threads;
     d->limit = (uint64_t)limit;
     d->stats.limit = d->limit;
-    d->default_stream = (struct dt_stream){.magic = CPU_STREAM_MAGIC, .dev = d};
     pthread_mutex_init(&d->mem_mu, NULL);
     pthread_mutex_init(&d->kmu, NULL);
     int e = cpu_pool_create(d->threads, &d->pool);
@@ -412,16 +419,17 @@ static int cpu_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
                                "init: starting %lld worker threads: %s",
                                (long long)threads, strerror(e));
     }
-    /* The pthread OpenBLAS keeps one process-wide thread count; the last
-     * device initialised in a process sets it. */
-    openblas_set_num_threads(d->threads);
+    /* OpenBLAS single-threaded: the pool splits each sgemm (see
+     * cpu_kernels_matmul.c for why).  Process-wide, like the setting. */
+    openblas_set_num_threads(1);
 
     char ver[32];
     openblas_version(ver, sizeof ver);
     snprintf(d->name, sizeof d->name, "cpu (%d thread%s, OpenBLAS %s)",
              d->threads, d->threads == 1 ? "" : "s", ver);
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-    d->total_memory = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
+    d->total_memory =
+        pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
     if (d->limit && (d->total_memory == 0 || d->limit < d->total_memory))
         d->total_memory = d->limit;
     d->peak_flops = cpu_peak_flops(d->threads);
@@ -491,11 +499,6 @@ static int cpu_mem_reset_peaks(dt_device_t *d)
 }
 
 /* ---------------------------------------------------- streams and events */
-
-static dt_stream_t *stream_of(dt_device_t *d, dt_stream_t *s)
-{
-    return s ? s : &d->default_stream;
-}
 
 static int check_event(dt_device_t *d, dt_event_t *e, const char *op)
 {
@@ -588,7 +591,6 @@ static int cpu_event_record(dt_device_t *d, dt_event_t *e, dt_stream_t *s)
     if (rc != DT_OK)
         return rc;
     e->recorded = 1;
-    e->at = stream_of(d, s)->ops;
     return DT_OK;
 }
 
@@ -637,7 +639,6 @@ static int cpu_memcpy_async(dt_device_t *d, void *dst, const void *src,
      * the contract forbids overlap and memcpy would be undefined. */
     if (bytes)
         memmove(dst, src, (size_t)bytes);
-    stream_of(d, s)->ops++;
     return DT_OK;
 }
 
@@ -650,7 +651,6 @@ static int cpu_memset_async(dt_device_t *d, void *dst, int value,
         return CPU_INVALID(d, "%s: dst is NULL (%" PRIu64 " bytes)", op, bytes);
     if (bytes)
         memset(dst, value, (size_t)bytes);
-    stream_of(d, s)->ops++;
     return DT_OK;
 }
 

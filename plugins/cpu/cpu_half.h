@@ -44,25 +44,18 @@ static inline uint16_t cpu_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
+/* Branch-free (selects only) so cast and sumsq loops vectorise. */
 static inline float cpu_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t e = (h >> 10) & 0x1Fu;
     uint32_t m = h & 0x3FFu;
-    if (e == 0x1F) /* inf / NaN, payload kept */
-        return cpu_bits_f32(sign | 0x7F800000u | (m << 13));
-    if (e == 0) {
-        if (m == 0)
-            return cpu_bits_f32(sign);
-        /* Subnormal f16 is a normal f32: shift the leading 1 into place. */
-        uint32_t fe = 113; /* f32 biased exponent of 2^-14 */
-        while (!(m & 0x400u)) {
-            m <<= 1;
-            fe--;
-        }
-        return cpu_bits_f32(sign | (fe << 23) | ((m & 0x3FFu) << 13));
-    }
-    return cpu_bits_f32(sign | ((e + 112) << 23) | (m << 13));
+    uint32_t normal = sign | ((e + 112) << 23) | (m << 13); /* rebias 15->127 */
+    uint32_t infnan = sign | 0x7F800000u | (m << 13);       /* payload kept */
+    /* subnormal (and zero): m * 2^-24, exact in f32 */
+    uint32_t sub = cpu_f32_bits((float)m * 0x1p-24f) | sign;
+    uint32_t u = e == 0x1Fu ? infnan : normal;
+    return cpu_bits_f32(e == 0 ? sub : u);
 }
 
 static inline uint16_t cpu_f32_to_f16(float f)
@@ -70,31 +63,21 @@ static inline uint16_t cpu_f32_to_f16(float f)
     uint32_t u = cpu_f32_bits(f);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t ax = u & 0x7FFFFFFFu;
-    if (ax >= 0x7F800000u) { /* inf or NaN */
-        if (ax > 0x7F800000u)
-            return (uint16_t)(sign | 0x7E00u | ((ax >> 13) & 0x3FFu));
-        return (uint16_t)(sign | 0x7C00u);
-    }
-    if (ax >= 0x477FF000u) /* >= 65520 rounds to inf */
-        return (uint16_t)(sign | 0x7C00u);
-    if (ax < 0x38800000u) { /* below 2^-14: f16 subnormal or zero */
-        if (ax < 0x33000000u) /* below 2^-25 (2^-25 itself ties to 0) */
-            return (uint16_t)sign;
-        uint32_t e = ax >> 23;
-        uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;
-        uint32_t shift = 126 - e; /* value / 2^-24 = m * 2^(e-126) */
-        uint32_t r = m >> shift;
-        uint32_t rem = m & ((1u << shift) - 1u);
-        uint32_t half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (r & 1u)))
-            r++;
-        return (uint16_t)(sign | r);
-    }
-    uint32_t h = (ax - 0x38000000u) >> 13; /* rebias 127 -> 15 */
+    /* normal range: rebias 127 -> 15, round the 13 dropped bits to nearest
+     * even (a carry into the exponent is the right answer) */
+    uint32_t hn = (ax - 0x38000000u) >> 13;
     uint32_t rem = ax & 0x1FFFu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
-        h++;
-    return (uint16_t)(sign | h);
+    hn += (uint32_t)(rem > 0x1000u) | ((uint32_t)(rem == 0x1000u) & hn & 1u);
+    /* below 2^-14: the f16 is a multiple of 2^-24, and |f| + 0.5 rounds |f|
+     * to a multiple of 2^-24 (the ulp of [0.5, 1)) to nearest even; the
+     * count of those units is the f16's bits (0x400 if it rounds up to the
+     * smallest normal) */
+    uint32_t hs = cpu_f32_bits(cpu_bits_f32(ax) + 0.5f) - 0x3F000000u;
+    uint32_t hh = ax < 0x38800000u ? hs : hn;
+    hh = ax >= 0x477FF000u ? 0x7C00u : hh; /* >= 65520 rounds to inf */
+    uint32_t nan = 0x7E00u | ((ax >> 13) & 0x3FFu); /* quiet, payload top */
+    hh = ax > 0x7F800000u ? nan : hh;
+    return (uint16_t)(sign | hh);
 }
 
 #endif /* DT_CPU_HALF_H */

@@ -17,21 +17,19 @@
 #define CPU_STREAM_MAGIC 0x43505553u /* "CPUS" */
 #define CPU_EVENT_MAGIC 0x43505545u  /* "CPUE" */
 
-/* Kernels run at once on the calling thread, so a stream is only a
- * counter of the work it has seen; it exists to check handles and to keep
- * the contract's shape (events record a position, and that position is
- * always already reached). */
+/* Kernels and copies run to completion before they return, so a stream
+ * has no queue: the handle exists so callers keep the asynchronous
+ * contract's shape and so misuse (another device's stream, a destroyed
+ * handle) is caught.  An event is complete as soon as it is recorded. */
 struct dt_stream {
     uint32_t magic;
     dt_device_t *dev;
-    uint64_t ops; /* kernels and copies issued on this stream */
 };
 
 struct dt_event {
     uint32_t magic;
     dt_device_t *dev;
-    int recorded;
-    uint64_t at; /* stream->ops when recorded */
+    int recorded; /* informational: every recorded point is reached */
 };
 
 /* One live allocation (open-addressing table keyed by pointer, so freeing
@@ -62,8 +60,6 @@ struct dt_device {
     void *scratch; /* tagged DT_TAG_STAGING, grown on demand */
     uint64_t scratch_bytes;
 
-    struct dt_stream default_stream;
-
     char name[128];
     uint64_t total_memory;
     double peak_flops;
@@ -84,7 +80,8 @@ int cpu_check_stream(dt_device_t *d, dt_stream_t *s, const char *op);
 static inline void cpu_lock(dt_device_t *d) { pthread_mutex_lock(&d->kmu); }
 static inline void cpu_unlock(dt_device_t *d) { pthread_mutex_unlock(&d->kmu); }
 
-#define CPU_INVALID(d, ...) (d)->host->set_error((d)->host, DT_ERR_INVALID, __VA_ARGS__)
+#define CPU_INVALID(d, ...)                                                    \
+    (d)->host->set_error((d)->host, DT_ERR_INVALID, __VA_ARGS__)
 
 /* Start of every kernel: device, stream. */
 #define CPU_BEGIN(d, s, op)                                                    \
@@ -175,6 +172,17 @@ int cpu_scale(dt_device_t *d, dt_stream_t *s, float *x, float alpha,
               int64_t n);
 int cpu_cast(dt_device_t *d, dt_stream_t *s, void *dst, int dst_dtype,
              const void *src, int src_dtype, int64_t n);
+
+/* Hot loops get an AVX2 clone, chosen once at load time (ifunc), beside
+ * the baseline x86-64 one, so the module still runs on any x86-64 CPU.
+ * "avx2" does not enable FMA and ISO C mode does not contract a * b + c,
+ * so both clones perform the same IEEE operations: the same bits on every
+ * machine. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(DT_CPU_NO_CLONES)
+#define CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CPU_CLONES
+#endif
 
 /* Elements per parallel chunk below which waking a worker costs more than
  * it saves (element-wise kernels). */

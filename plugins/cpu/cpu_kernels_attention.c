@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "cpu_internal.h"
+#include "cpu_math.h"
 
 typedef struct {
     float *out, *att, *dqkv, *scratch;
@@ -22,7 +23,7 @@ typedef struct {
     int64_t B, T, C, NH;
 } attn_t;
 
-static void attn_fwd_task(void *ctx, int64_t b0, int64_t e0, int tid)
+CPU_CLONES static void attn_fwd_task(void *ctx, int64_t b0, int64_t e0, int tid)
 {
     const attn_t *a = ctx;
     int64_t T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
@@ -35,18 +36,15 @@ static void attn_fwd_task(void *ctx, int64_t b0, int64_t e0, int tid)
         float mx = -INFINITY;
         for (int64_t t2 = 0; t2 <= t; t2++) {
             const float *restrict k = base + t2 * C3 + C + h * hs;
-            float dot = 0.0f;
-            for (int64_t i = 0; i < hs; i++)
-                dot += q[i] * k[i];
-            dot *= scale;
+            float dot = cpu_dot_f32(q, k, hs) * scale;
             row[t2] = dot;
             mx = dot > mx ? dot : mx;
         }
+        for (int64_t t2 = 0; t2 <= t; t2++)
+            row[t2] = cpu_expf(row[t2] - mx);
         double sum = 0.0;
-        for (int64_t t2 = 0; t2 <= t; t2++) {
-            row[t2] = expf(row[t2] - mx);
+        for (int64_t t2 = 0; t2 <= t; t2++)
             sum += row[t2];
-        }
         float inv = (float)(1.0 / sum);
         for (int64_t t2 = 0; t2 <= t; t2++)
             row[t2] *= inv;
@@ -68,7 +66,7 @@ static void attn_fwd_task(void *ctx, int64_t b0, int64_t e0, int tid)
  *   datt[t2] = g . v[t2]                 dv[t2] += p[t2] g
  *   dpre[t2] = p[t2] (datt[t2] - sum_j p[j] datt[j])   (softmax backward)
  *   dq += scale sum_t2 dpre[t2] k[t2]    dk[t2] += scale dpre[t2] q */
-static void attn_bwd_task(void *ctx, int64_t b0, int64_t e0, int tid)
+CPU_CLONES static void attn_bwd_task(void *ctx, int64_t b0, int64_t e0, int tid)
 {
     const attn_t *a = ctx;
     int64_t T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
@@ -87,9 +85,7 @@ static void attn_bwd_task(void *ctx, int64_t b0, int64_t e0, int tid)
             for (int64_t t2 = 0; t2 <= t; t2++) {
                 const float *restrict v = base + t2 * C3 + 2 * C + h * hs;
                 float *restrict dv = dbase + t2 * C3 + 2 * C + h * hs;
-                float dot = 0.0f;
-                for (int64_t i = 0; i < hs; i++)
-                    dot += g[i] * v[i];
+                float dot = cpu_dot_f32(g, v, hs);
                 datt[t2] = dot;
                 wsum += (double)p[t2] * dot;
                 float pt = p[t2];

@@ -16,7 +16,7 @@ typedef struct {
     int dt, st;
 } cast_t;
 
-static void cast_task(void *ctx, int64_t b, int64_t e, int tid)
+CPU_CLONES static void cast_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     const cast_t *a = ctx;
     if (a->st == DT_F32 && a->dt == DT_BF16) {

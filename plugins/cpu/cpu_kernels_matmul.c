@@ -2,10 +2,22 @@
  * plugins/cpu/cpu_kernels_matmul.c - matmul forward/backward on OpenBLAS.
  *
  * Row-major throughout: out (N, OC) = inp (N, C) @ weight (OC, C)^T.
- * OpenBLAS 0.3.21 (Debian's) declares cblas_sbgemm but does not export it,
- * and it would want both operands in bf16 anyway, so bf16 weights are
- * widened to f32 a block of rows at a time into the device's scratch
- * (tagged staging, a few MiB whatever the matrix) and fed to sgemm.
+ *
+ * Threading: OpenBLAS runs single-threaded (set at init) and the plugin's
+ * pool splits each product into column slices, one single-threaded sgemm
+ * per worker.  Letting the pthread OpenBLAS thread itself was measured to
+ * be worse: its workers busy-wait for ~2^28 cycles after every call, so
+ * the next non-BLAS kernel's workers queue behind spinning threads for a
+ * scheduler slice (2-thread sgemm fell from ~200 to mostly 70-110 GFLOP/s
+ * at the GPT-2 shapes of bench/bench_kernels.c, see
+ * bench/results/kernels.md).  With one pool every thread spins briefly
+ * and sleeps.
+ *
+ * bf16 weights: OpenBLAS 0.3.21 (Debian's) declares cblas_sbgemm but does
+ * not export it, and it would want both operands in bf16 anyway, so each
+ * worker widens a block of weight rows to f32 in its own slice of the
+ * device scratch (tagged staging, a few MiB per thread whatever the
+ * matrix) and feeds sgemm from there.
  */
 #include <limits.h>
 #include <string.h>
@@ -15,34 +27,116 @@
 #include "cpu_half.h"
 #include "cpu_internal.h"
 
-/* Rows of a bf16 weight widened per sgemm: ~8 MiB of f32. */
-#define CPU_BF16_CHUNK_FLOATS (2u << 20)
+/* f32 elements of widened bf16 weight per thread (4 MiB). */
+#define CPU_BF16_BLOCK_FLOATS (1 << 20)
+/* Columns are handed out in units of this many (keeps sgemm's panels
+ * whole) and a slice is worth a thread from this many flops. */
+#define CPU_MM_UNIT 16
+#define CPU_MM_MIN_FLOPS (4 << 20)
 
 typedef struct {
-    float *out;        /* (N, OC) */
-    const float *bias; /* (OC) */
-    int64_t OC;
-} bias_fill_t;
+    float *out, *dinp, *dweight;
+    const float *inp, *bias, *dout;
+    const void *weight;
+    int bf16;
+    float beta;
+    int64_t N, C, OC;
+    float *scratch;     /* bf16: `stride` floats per thread */
+    int64_t stride;     /* bf16: min(CPU_BF16_BLOCK_FLOATS, OC * C) */
+} mm_t;
 
-static void bias_fill_task(void *ctx, int64_t b, int64_t e, int tid)
+/* Columns [u0 * UNIT, u1 * UNIT) clipped to n. */
+static void unit_range(int64_t u0, int64_t u1, int64_t n, int64_t *c0,
+                       int64_t *c1)
 {
-    const bias_fill_t *a = ctx;
-    for (int64_t n = b; n < e; n++)
-        memcpy(a->out + n * a->OC, a->bias, (size_t)a->OC * sizeof(float));
+    *c0 = u0 * CPU_MM_UNIT;
+    *c1 = u1 * CPU_MM_UNIT < n ? u1 * CPU_MM_UNIT : n;
 }
 
-typedef struct {
-    float *restrict dst;
-    const uint16_t *restrict src;
-} widen_t;
+static int64_t units(int64_t n) { return (n + CPU_MM_UNIT - 1) / CPU_MM_UNIT; }
 
-static void widen_task(void *ctx, int64_t b, int64_t e, int tid)
+/* Units per slice so a slice does at least CPU_MM_MIN_FLOPS (in double:
+ * the flop count of a legal but huge product overflows int64). */
+static int64_t unit_grain(double flops_per_column)
 {
-    const widen_t *a = ctx;
-    float *restrict dst = a->dst;
-    const uint16_t *restrict src = a->src;
-    for (int64_t i = b; i < e; i++)
-        dst[i] = cpu_bf16_to_f32(src[i]);
+    double per_unit = flops_per_column * CPU_MM_UNIT;
+    if (per_unit >= CPU_MM_MIN_FLOPS)
+        return 1;
+    return (int64_t)(CPU_MM_MIN_FLOPS / per_unit) + 1;
+}
+
+CPU_CLONES static void widen(float *restrict dst,
+                             const uint16_t *restrict src, int64_t rows,
+                             int64_t cols, int64_t src_ld)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            dst[r * cols + c] = cpu_bf16_to_f32(src[r * src_ld + c]);
+}
+
+/* out[:, o0:o1] (= or +=) inp @ weight[o0:o1, :]^T */
+static void fwd_task(void *ctx, int64_t u0, int64_t u1, int tid)
+{
+    const mm_t *a = ctx;
+    int64_t o0, o1;
+    unit_range(u0, u1, a->OC, &o0, &o1);
+    int64_t N = a->N, C = a->C, OC = a->OC;
+    if (a->bias) /* bias rows first, then sgemm adds (beta = 1) */
+        for (int64_t n = 0; n < N; n++)
+            memcpy(a->out + n * OC + o0, a->bias + o0,
+                   (size_t)(o1 - o0) * sizeof(float));
+    if (!a->bf16) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N,
+                    (int)(o1 - o0), (int)C, 1.0f, a->inp, (int)C,
+                    (const float *)a->weight + o0 * C, (int)C, a->beta,
+                    a->out + o0, (int)OC);
+        return;
+    }
+    float *wf = a->scratch + (int64_t)tid * a->stride;
+    int64_t rows = a->stride / C; /* >= 1: stride >= C */
+    for (int64_t b = o0; b < o1; b += rows) {
+        int64_t r = o1 - b < rows ? o1 - b : rows;
+        widen(wf, (const uint16_t *)a->weight + b * C, r, C, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)r,
+                    (int)C, 1.0f, a->inp, (int)C, wf, (int)C, a->beta,
+                    a->out + b, (int)OC);
+    }
+}
+
+/* dweight[o0:o1, :] += dout[:, o0:o1]^T @ inp */
+static void dw_task(void *ctx, int64_t u0, int64_t u1, int tid)
+{
+    const mm_t *a = ctx;
+    int64_t o0, o1;
+    unit_range(u0, u1, a->OC, &o0, &o1);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(o1 - o0),
+                (int)a->C, (int)a->N, 1.0f, a->dout + o0, (int)a->OC, a->inp,
+                (int)a->C, 1.0f, a->dweight + o0 * a->C, (int)a->C);
+}
+
+/* dinp[:, c0:c1] += dout @ weight[:, c0:c1] */
+static void dinp_task(void *ctx, int64_t u0, int64_t u1, int tid)
+{
+    const mm_t *a = ctx;
+    int64_t c0, c1;
+    unit_range(u0, u1, a->C, &c0, &c1);
+    int64_t N = a->N, C = a->C, OC = a->OC, cw = c1 - c0;
+    if (!a->bf16) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)cw,
+                    (int)OC, 1.0f, a->dout, (int)OC,
+                    (const float *)a->weight + c0, (int)C, 1.0f, a->dinp + c0,
+                    (int)C);
+        return;
+    }
+    float *wf = a->scratch + (int64_t)tid * a->stride;
+    int64_t rows = a->stride / cw; /* >= 1: cw <= C <= stride */
+    for (int64_t b = 0; b < OC; b += rows) {
+        int64_t r = OC - b < rows ? OC - b : rows;
+        widen(wf, (const uint16_t *)a->weight + b * C + c0, r, cw, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)cw,
+                    (int)r, 1.0f, a->dout + b, (int)OC, wf, (int)cw, 1.0f,
+                    a->dinp + c0, (int)C);
+    }
 }
 
 typedef struct {
@@ -80,6 +174,11 @@ static int check_dims(dt_device_t *d, const char *op, int wdtype, int64_t N,
                                   "%s: N=%lld C=%lld OC=%lld: each must fit "
                                   "OpenBLAS's 32-bit int", op, (long long)N,
                                   (long long)C, (long long)OC);
+    if (wdtype == DT_BF16 && C > CPU_BF16_BLOCK_FLOATS)
+        return d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
+                                  "%s: bf16 weights with C = %lld > %d "
+                                  "columns", op, (long long)C,
+                                  CPU_BF16_BLOCK_FLOATS);
     int64_t p;
     int rc = cpu_check_product(d, op, N, C > OC ? C : OC, &p);
     if (rc == DT_OK)
@@ -87,27 +186,17 @@ static int check_dims(dt_device_t *d, const char *op, int wdtype, int64_t N,
     return rc;
 }
 
-/* Rows per widened block and the scratch holding it. */
-static int bf16_block(dt_device_t *d, const char *op, int64_t C, int64_t OC,
-                      int64_t *rows, float **buf)
+/* Per-thread bf16 widening space, with kmu held: at most a block, no
+ * more than the whole weight. */
+static int bf16_scratch(dt_device_t *d, const char *op, mm_t *a)
 {
-    int64_t r = (int64_t)CPU_BF16_CHUNK_FLOATS / C;
-    if (r < 1)
-        r = 1;
-    if (r > OC)
-        r = OC;
+    a->stride = a->OC * a->C < CPU_BF16_BLOCK_FLOATS ? a->OC * a->C
+                                                     : CPU_BF16_BLOCK_FLOATS;
     void *p = NULL;
-    int rc = cpu_scratch(d, (uint64_t)(r * C) * sizeof(float), &p, op);
-    *rows = r;
-    *buf = p;
+    int rc = cpu_scratch(d, (uint64_t)d->threads * (uint64_t)a->stride *
+                                sizeof(float), &p, op);
+    a->scratch = p;
     return rc;
-}
-
-static void widen_rows(dt_device_t *d, float *dst, const uint16_t *w,
-                       int64_t oc0, int64_t r, int64_t C)
-{
-    widen_t a = {.dst = dst, .src = w + oc0 * C};
-    cpu_pool_run(d->pool, r * C, CPU_GRAIN, widen_task, &a);
 }
 
 int cpu_matmul_forward(dt_device_t *d, dt_stream_t *s, float *out,
@@ -124,41 +213,28 @@ int cpu_matmul_forward(dt_device_t *d, dt_stream_t *s, float *out,
     CPU_PTR(d, op, weight, OC * C);
     if (N == 0 || OC == 0)
         return DT_OK;
-
-    cpu_lock(d);
-    float beta = 0.0f;
-    if (bias) {
-        bias_fill_t a = {.out = out, .bias = bias, .OC = OC};
-        cpu_pool_run(d->pool, N, CPU_GRAIN / OC + 1, bias_fill_task, &a);
-        beta = 1.0f;
-    } else if (C == 0) {
-        memset(out, 0, (size_t)(N * OC) * sizeof(float));
-    }
-    if (C == 0) {
-        cpu_unlock(d);
+    if (C == 0) { /* no products: out = bias (or 0) */
+        for (int64_t n = 0; n < N; n++) {
+            if (bias)
+                memcpy(out + n * OC, bias, (size_t)OC * sizeof(float));
+            else
+                memset(out + n * OC, 0, (size_t)OC * sizeof(float));
+        }
         return DT_OK;
     }
-    if (wdtype == DT_F32) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)OC,
-                    (int)C, 1.0f, inp, (int)C, weight, (int)C, beta, out,
-                    (int)OC);
-    } else {
-        int64_t rows;
-        float *wf;
-        rc = bf16_block(d, op, C, OC, &rows, &wf);
+    mm_t a = {.out = out, .inp = inp, .bias = bias, .weight = weight,
+              .bf16 = wdtype == DT_BF16, .beta = bias ? 1.0f : 0.0f, .N = N,
+              .C = C, .OC = OC};
+    cpu_lock(d);
+    if (a.bf16) {
+        rc = bf16_scratch(d, op, &a);
         if (rc != DT_OK) {
             cpu_unlock(d);
             return rc;
         }
-        for (int64_t oc0 = 0; oc0 < OC; oc0 += rows) {
-            int64_t r = OC - oc0 < rows ? OC - oc0 : rows;
-            widen_rows(d, wf, weight, oc0, r, C);
-            /* out[:, oc0:oc0+r] (N, r) with row stride OC */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)r,
-                        (int)C, 1.0f, inp, (int)C, wf, (int)C, beta,
-                        out + oc0, (int)OC);
-        }
     }
+    cpu_pool_run(d->pool, units(OC), unit_grain(2.0 * (double)N * (double)C),
+                 fwd_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }
@@ -181,38 +257,28 @@ int cpu_matmul_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
     if (N == 0 || OC == 0)
         return DT_OK; /* every gradient gets += 0 */
 
+    mm_t a = {.dinp = dinp, .dweight = dweight, .inp = inp, .dout = dout,
+              .weight = weight, .bf16 = wdtype == DT_BF16, .N = N, .C = C,
+              .OC = OC};
     cpu_lock(d);
-    if (dbias) {
-        colsum_t a = {.dbias = dbias, .dout = dout, .N = N, .OC = OC};
-        cpu_pool_run(d->pool, OC, 64, colsum_task, &a);
-    }
-    if (C > 0 && dweight) /* (OC, C) += dout^T (OC, N) @ inp (N, C) */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)OC, (int)C,
-                    (int)N, 1.0f, dout, (int)OC, inp, (int)C, 1.0f, dweight,
-                    (int)C);
-    if (C > 0 && dinp) { /* (N, C) += dout (N, OC) @ weight (OC, C) */
-        if (wdtype == DT_F32) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N,
-                        (int)C, (int)OC, 1.0f, dout, (int)OC, weight, (int)C,
-                        1.0f, dinp, (int)C);
-        } else {
-            int64_t rows;
-            float *wf;
-            rc = bf16_block(d, op, C, OC, &rows, &wf);
-            if (rc != DT_OK) {
-                cpu_unlock(d);
-                return rc;
-            }
-            for (int64_t oc0 = 0; oc0 < OC; oc0 += rows) {
-                int64_t r = OC - oc0 < rows ? OC - oc0 : rows;
-                widen_rows(d, wf, weight, oc0, r, C);
-                /* dinp += dout[:, oc0:oc0+r] (N, r) @ wf (r, C) */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N,
-                            (int)C, (int)r, 1.0f, dout + oc0, (int)OC, wf,
-                            (int)C, 1.0f, dinp, (int)C);
-            }
+    /* Scratch first: a budget failure must leave every gradient as it was. */
+    if (C > 0 && dinp && a.bf16) {
+        rc = bf16_scratch(d, op, &a);
+        if (rc != DT_OK) {
+            cpu_unlock(d);
+            return rc;
         }
     }
+    if (dbias) {
+        colsum_t cs = {.dbias = dbias, .dout = dout, .N = N, .OC = OC};
+        cpu_pool_run(d->pool, OC, CPU_GRAIN / N + 16, colsum_task, &cs);
+    }
+    if (C > 0 && dweight) /* (OC, C) += dout^T (OC, N) @ inp (N, C) */
+        cpu_pool_run(d->pool, units(OC),
+                     unit_grain(2.0 * (double)N * (double)C), dw_task, &a);
+    if (C > 0 && dinp) /* (N, C) += dout (N, OC) @ weight (OC, C) */
+        cpu_pool_run(d->pool, units(C),
+                     unit_grain(2.0 * (double)N * (double)OC), dinp_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }

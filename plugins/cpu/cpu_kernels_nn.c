@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cpu_internal.h"
+#include "cpu_math.h"
 
 /* Rows per chunk so one chunk holds at least CPU_GRAIN elements. */
 static int64_t row_grain(int64_t cols)
@@ -156,7 +157,7 @@ typedef struct {
     int64_t N, C;
 } ln_t;
 
-static void ln_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
+CPU_CLONES static void ln_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     const ln_t *a = ctx;
     int64_t C = a->C;
@@ -167,16 +168,8 @@ static void ln_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
         float *restrict o = a->out + n * C;
         /* Two passes in double: the mean first, then the variance around
          * it, so large offsets do not cancel. */
-        double sum = 0.0;
-        for (int64_t c = 0; c < C; c++)
-            sum += x[c];
-        double mu = sum / (double)C;
-        double var = 0.0;
-        for (int64_t c = 0; c < C; c++) {
-            double dx = (double)x[c] - mu;
-            var += dx * dx;
-        }
-        var /= (double)C;
+        double mu = cpu_sum_f32(x, C) / (double)C;
+        double var = cpu_sumsqdev_f32(x, mu, C) / (double)C;
         float m = (float)mu;
         float rs = (float)(1.0 / sqrt(var + CPU_LN_EPS));
         for (int64_t c = 0; c < C; c++)
@@ -217,7 +210,8 @@ int cpu_layernorm_forward(dt_device_t *d, dt_stream_t *s, float *out,
 
 /* dinp, row by row:
  *   g = w * dout;  dinp += (g - mean(g) - norm * mean(g * norm)) * rstd */
-static void ln_bwd_rows_task(void *ctx, int64_t b, int64_t e, int tid)
+CPU_CLONES static void ln_bwd_rows_task(void *ctx, int64_t b, int64_t e,
+                                        int tid)
 {
     const ln_t *a = ctx;
     int64_t C = a->C;
@@ -227,15 +221,27 @@ static void ln_bwd_rows_task(void *ctx, int64_t b, int64_t e, int tid)
         const float *restrict g = a->dout + n * C;
         float *restrict dx = a->dinp + n * C;
         float m = a->cmean[n], rs = a->crstd[n];
-        double sg = 0.0, sgn = 0.0;
-        for (int64_t c = 0; c < C; c++) {
-            float norm = (x[c] - m) * rs;
+        /* sums of w g and w g norm, eight double lanes each */
+        double sg[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        double sgn[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t c = 0;
+        for (; c + 8 <= C; c += 8)
+            for (int j = 0; j < 8; j++) {
+                float wg = w[c + j] * g[c + j];
+                sg[j] += wg;
+                sgn[j] += (double)wg * ((x[c + j] - m) * rs);
+            }
+        for (int j = 0; c < C; c++, j++) {
             float wg = w[c] * g[c];
-            sg += wg;
-            sgn += (double)wg * norm;
+            sg[j] += wg;
+            sgn[j] += (double)wg * ((x[c] - m) * rs);
         }
-        float mg = (float)(sg / (double)C);
-        float mgn = (float)(sgn / (double)C);
+        for (int j = 1; j < 8; j++) {
+            sg[0] += sg[j];
+            sgn[0] += sgn[j];
+        }
+        float mg = (float)(sg[0] / (double)C);
+        float mgn = (float)(sgn[0] / (double)C);
         for (int64_t c = 0; c < C; c++) {
             float norm = (x[c] - m) * rs;
             dx[c] += (w[c] * g[c] - mg - norm * mgn) * rs;
@@ -244,7 +250,8 @@ static void ln_bwd_rows_task(void *ctx, int64_t b, int64_t e, int tid)
 }
 
 /* dweight/dbias for channels [b, e), summing rows in order. */
-static void ln_bwd_cols_task(void *ctx, int64_t b, int64_t e, int tid)
+CPU_CLONES static void ln_bwd_cols_task(void *ctx, int64_t b, int64_t e,
+                                        int tid)
 {
     const ln_t *a = ctx;
     int64_t C = a->C;
@@ -309,7 +316,10 @@ typedef struct {
     int64_t n;
 } ew_t;
 
-static void gelu_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
+/* GPT-2's x/2 (1 + tanh u), u = S (x + K x^3), computed as the identical
+ * x sigmoid(2u) = x / (1 + exp(-2u)): one vectorisable exp, and no
+ * cancellation in 1 + tanh u for negative x. */
+CPU_CLONES static void gelu_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     const ew_t *a = ctx;
     float *restrict o = a->out;
@@ -317,13 +327,15 @@ static void gelu_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
     for (int64_t i = b; i < e; i++) {
         float xi = x[i];
         float u = CPU_GELU_S * (xi + CPU_GELU_K * xi * xi * xi);
-        o[i] = 0.5f * xi * (1.0f + tanhf(u));
+        o[i] = xi / (1.0f + cpu_expf(-2.0f * u));
     }
 }
 
-/* d/dx [x/2 (1 + tanh u)] = (1 + tanh u)/2 + x/2 (1 - tanh^2 u) du/dx,
- * du/dx = s (1 + 3k x^2).  1 - tanh^2 instead of 1/cosh^2: no overflow. */
-static void gelu_bwd_task(void *ctx, int64_t b, int64_t e, int tid)
+/* With s = sigmoid(2u) and du = S (1 + 3K x^2):
+ *   d/dx [x s] = s + 2 x s (1 - s) du,
+ * where 1 - s = exp(-2u) s without cancellation (1 when exp overflows and
+ * s is 0). */
+CPU_CLONES static void gelu_bwd_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     const ew_t *a = ctx;
     float *restrict dx = a->out;
@@ -332,9 +344,11 @@ static void gelu_bwd_task(void *ctx, int64_t b, int64_t e, int tid)
     for (int64_t i = b; i < e; i++) {
         float xi = x[i];
         float u = CPU_GELU_S * (xi + CPU_GELU_K * xi * xi * xi);
-        float th = tanhf(u);
+        float en = cpu_expf(-2.0f * u);
+        float sg = 1.0f / (1.0f + en);
+        float om = en < INFINITY ? en * sg : 1.0f;
         float du = CPU_GELU_S * (1.0f + 3.0f * CPU_GELU_K * xi * xi);
-        float lg = 0.5f * (1.0f + th) + 0.5f * xi * (1.0f - th * th) * du;
+        float lg = sg + 2.0f * xi * sg * om * du;
         dx[i] += lg * g[i];
     }
 }
@@ -441,21 +455,17 @@ typedef struct {
     int64_t N, V;
 } xent_t;
 
-static void xent_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
+CPU_CLONES static void xent_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     const xent_t *a = ctx;
     int64_t V = a->V;
     for (int64_t n = b; n < e; n++) {
         const float *restrict x = a->logits + n * V;
         float *restrict p = a->probs + n * V;
-        float mx = -INFINITY;
-        for (int64_t v = 0; v < V; v++)
-            mx = x[v] > mx ? x[v] : mx;
-        double sum = 0.0;
-        for (int64_t v = 0; v < V; v++) {
-            p[v] = expf(x[v] - mx);
-            sum += p[v];
-        }
+        float mx = cpu_max_f32(x, V);
+        for (int64_t v = 0; v < V; v++) /* vectorised */
+            p[v] = cpu_expf(x[v] - mx);
+        double sum = cpu_sum_f32(p, V);
         float inv = (float)(1.0 / sum);
         for (int64_t v = 0; v < V; v++)
             p[v] *= inv;
@@ -464,7 +474,7 @@ static void xent_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
     }
 }
 
-static void xent_bwd_task(void *ctx, int64_t b, int64_t e, int tid)
+CPU_CLONES static void xent_bwd_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     const xent_t *a = ctx;
     int64_t V = a->V;

@@ -19,7 +19,7 @@ typedef struct {
     float lr, b1, b2, eps, wd, gs, bc1, bc2;
 } adamw_t;
 
-static void adamw_task(void *ctx, int64_t b, int64_t e, int tid)
+CPU_CLONES static void adamw_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     const adamw_t *a = ctx;
     float *restrict p = a->param;
@@ -80,7 +80,7 @@ typedef struct {
     int nesterov;
 } sgd_t;
 
-static void sgd_task(void *ctx, int64_t b, int64_t e, int tid)
+CPU_CLONES static void sgd_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     const sgd_t *a = ctx;
     float *restrict p = a->param;
@@ -161,7 +161,7 @@ typedef struct {
               ((acc[4] + acc[5]) + (acc[6] + acc[7]));                         \
     } while (0)
 
-static void sumsq_task(void *ctx, int64_t b, int64_t e, int tid)
+CPU_CLONES static void sumsq_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     sumsq_t *a = ctx;
     for (int64_t blk = b; blk < e; blk++) {

@@ -85,7 +85,8 @@ static void *worker_main(void *arg)
         seen = g;
         if (w->tid < p->chunks)
             run_chunk(p, w->tid);
-        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
+        if (atomic_fetch_sub_explicit(&p->pending, 1,
+                                      memory_order_acq_rel) == 1) {
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->done);
             pthread_mutex_unlock(&p->mu);

@@ -1,0 +1,1242 @@
+/*
+ * tests/unit/test_cpu_kernels.c - every kernel of the cpu device, forward
+ * and backward, against the double-precision references of
+ * tests/support/ref_kernels.c on fresh seeded random inputs with odd
+ * shapes; the references' backward passes against central finite
+ * differences of their forward passes; accumulation (+=) of every gradient;
+ * optimizers over several steps; sumsq; casts bit-exact; and the same bits
+ * from 1 and 2 threads.
+ *
+ * Tolerances are |got - want| <= atol + rtol |want|, stated at each check
+ * with the reason.  u = 2^-24 ~ 6e-8 is the f32 unit roundoff.
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../plugins/cpu/cpu_math.h" /* header-only: test it directly */
+#include "dtrain/dtrain.h"
+#include "ref_kernels.h"
+#include "test_host.h"
+#include "util/error.h"
+
+/* ------------------------------------------------------------ harness */
+
+typedef struct {
+    dt_test_host_t th;
+    const dt_device_ops_v1_t *ops;
+    dt_device_t *dev;
+} cpu_t;
+
+static cpu_t g_t1, g_t2; /* threads = 1 and threads = 2 */
+
+static const dt_device_ops_v1_t *cpu_ops(void)
+{
+    static const dt_device_ops_v1_t *ops;
+    if (!ops) {
+        /* Never dlclosed: OpenBLAS threads live as long as the process. */
+        void *h = dlopen(DT_TEST_PLUGIN_DIR "/dtrain_cpu.so", RTLD_NOW | RTLD_LOCAL);
+        if (!h)
+            fail_msg("dlopen: %s", dlerror());
+        const dt_device_ops_v1_t *(*entry)(void) =
+            (const dt_device_ops_v1_t *(*)(void))dlsym(h, DT_ENTRY_STRING(device, 1));
+        if (!entry)
+            fail_msg("dlsym: %s", dlerror());
+        ops = entry();
+    }
+    return ops;
+}
+
+static const dt_test_kv_t kv_t1[] = {{"threads", "1"}, {NULL, NULL}};
+static const dt_test_kv_t kv_t2[] = {{"threads", "2"}, {NULL, NULL}};
+
+static int open_cpu(cpu_t *c, const dt_test_kv_t *kv)
+{
+    c->ops = cpu_ops();
+    dt_test_host_init(&c->th, "device/cpu", kv);
+    return c->ops->init(&c->th.host, NULL, &c->dev);
+}
+
+static int group_setup(void **state)
+{
+    if (open_cpu(&g_t1, kv_t1) != DT_OK || open_cpu(&g_t2, kv_t2) != DT_OK) {
+        fprintf(stderr, "init: %s\n", dt_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    g_t1.ops->finalize(g_t1.dev);
+    g_t2.ops->finalize(g_t2.dev);
+    return 0;
+}
+
+#define OK(expr)                                                               \
+    do {                                                                       \
+        int rc_ = (expr);                                                      \
+        if (rc_ != DT_OK)                                                      \
+            fail_msg("%s: %s: %s", #expr, dt_status_name(rc_),                 \
+                     dt_last_error());                                         \
+    } while (0)
+#define assert_status(expr, want)                                              \
+    do {                                                                       \
+        int rc_ = (expr);                                                      \
+        if (rc_ != (want))                                                     \
+            fail_msg("%s returned %s, expected %s (message: %s)", #expr,       \
+                     dt_status_name(rc_), dt_status_name(want),                \
+                     dt_last_error());                                         \
+    } while (0)
+#define assert_msg(expected)                                                   \
+    do {                                                                       \
+        if (strcmp(dt_last_error(), (expected)) != 0)                          \
+            fail_msg("message\n  got:      %s\n  expected: %s",                \
+                     dt_last_error(), (expected));                             \
+    } while (0)
+/* Float results vs a double reference. */
+#define CHECK(what, got, want, n, rtol, atol)                                  \
+    assert_int_equal(dt_ref_check((what), (got), (want), (n), (rtol), (atol)), 0)
+#define CHECK_D(what, got, want, n, rtol, atol)                                \
+    assert_int_equal(dt_ref_check_d((what), (got), (want), (n), (rtol), (atol)), 0)
+
+static void *dalloc(cpu_t *c, int64_t bytes)
+{
+    void *p = NULL;
+    OK(c->ops->alloc(c->dev, (uint64_t)bytes, DT_TAG_ACTIVATIONS, &p));
+    return p;
+}
+static void dfree(cpu_t *c, void *p) { OK(c->ops->free(c->dev, p)); }
+
+/* Device floats, uniform in [lo, hi). */
+static float *drand(cpu_t *c, dt_ref_rng_t *r, int64_t n, double lo, double hi)
+{
+    float *p = dalloc(c, n * (int64_t)sizeof(float));
+    dt_ref_fill_uniform(r, p, n, lo, hi);
+    return p;
+}
+
+/* Exact double copy of floats (host memory, free()). */
+static double *hd(const float *x, int64_t n)
+{
+    double *d = malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+    dt_ref_f2d(d, x, n);
+    return d;
+}
+static double *hzero(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(double)); }
+
+/* want[i] = g0[i] + k * grad[i]: the expected value of an accumulating
+ * gradient after k calls starting from g0. */
+static double *accum(const double *g0, const double *grad, double k, int64_t n)
+{
+    double *w = malloc((size_t)n * sizeof *w);
+    for (int64_t i = 0; i < n; i++)
+        w[i] = g0[i] + k * grad[i];
+    return w;
+}
+
+static double tol_sqrt(int64_t k) { return sqrt((double)k); }
+
+/* ------------------------------------------- finite-difference harness */
+
+typedef double (*loss_fn)(void *ctx);
+
+/* Central differences of L with respect to each x[i], against `analytic`.
+ * eps 1e-6: truncation ~eps^2 |L'''| ~ 1e-12; rounding ~ 1e-16 |L| / eps
+ * ~ 1e-9 for the |L| < 10 used here.  So rtol 1e-6 with atol 1e-8. */
+static void fd_check(const char *what, double *x, int64_t n,
+                     const double *analytic, loss_fn L, void *ctx)
+{
+    const double eps = 1e-6;
+    double *fd = malloc((size_t)n * sizeof *fd);
+    for (int64_t i = 0; i < n; i++) {
+        double xi = x[i];
+        x[i] = xi + eps;
+        double lp = L(ctx);
+        x[i] = xi - eps;
+        double lm = L(ctx);
+        x[i] = xi;
+        fd[i] = (lp - lm) / (2.0 * eps);
+    }
+    CHECK_D(what, analytic, fd, n, 1e-6, 1e-8);
+    free(fd);
+}
+
+static double dotd(const double *a, const double *b, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+/* ============================================================== cpu_expf */
+
+/* The plugin's own expf (GELU, softmaxes) within 2 ulp of exp (measured
+ * 1.78 over every 7th float), over a sweep of the whole range where exp is
+ * a normal or subnormal float, and exactly right at the specials. */
+static void test_expf_accuracy(void **state)
+{
+    double worst = 0.0;
+    float worst_x = 0.0f;
+    for (int64_t i = 0; i <= 4000000; i++) {
+        float x = (float)(-104.0 + 193.0 * (double)i / 4000000.0);
+        double want = exp((double)x);
+        float got = cpu_expf(x), wf = (float)want;
+        if (wf == 0.0f || isinf(wf)) {
+            if (got != wf)
+                fail_msg("expf(%a) = %a, want %a", (double)x, (double)got, (double)wf);
+            continue;
+        }
+        double ulp = (double)nextafterf(wf, INFINITY) - (double)wf;
+        double e = fabs((double)got - want) / ulp;
+        if (e > worst) {
+            worst = e;
+            worst_x = x;
+        }
+    }
+    if (worst > 2.0)
+        fail_msg("cpu_expf: %.2f ulp at %a", worst, (double)worst_x);
+    assert_true(isnan(cpu_expf(NAN)));
+    assert_true(cpu_expf(INFINITY) == INFINITY);
+    assert_true(cpu_expf(-INFINITY) == 0.0f);
+    assert_true(cpu_expf(0.0f) == 1.0f);
+    assert_true(cpu_expf(89.0f) == INFINITY);  /* > ln(FLT_MAX) */
+    assert_true(cpu_expf(-104.0f) == 0.0f);    /* < half the least subnormal */
+    assert_true(cpu_expf(-1000.0f) == 0.0f);
+    assert_true(cpu_expf(-100.0f) > 0.0f);     /* gradual underflow */
+}
+
+/* ================================================================ matmul */
+
+typedef struct {
+    double *inp, *w, *bias, *dout, *out;
+    int64_t N, C, OC;
+} mm_ctx_t;
+
+static double mm_loss(void *p)
+{
+    mm_ctx_t *c = p;
+    dt_ref_matmul_forward(c->out, c->inp, c->w, c->bias, c->N, c->C, c->OC);
+    return dotd(c->out, c->dout, c->N * c->OC);
+}
+
+static void test_ref_matmul_fd(void **state)
+{
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 101);
+    const int64_t N = 7, C = 13, OC = 9;
+    mm_ctx_t m = {.N = N, .C = C, .OC = OC};
+    double *bufs[5];
+    int64_t sz[5] = {N * C, OC * C, OC, N * OC, N * OC};
+    for (int i = 0; i < 5; i++) {
+        bufs[i] = hzero(sz[i]);
+        for (int64_t j = 0; j < sz[i]; j++)
+            bufs[i][j] = dt_ref_rng_uniform(&r, -1, 1);
+    }
+    m.inp = bufs[0], m.w = bufs[1], m.bias = bufs[2], m.dout = bufs[3];
+    m.out = bufs[4];
+    double *dinp = hzero(N * C), *dw = hzero(OC * C), *db = hzero(OC);
+    dt_ref_matmul_backward(dinp, dw, db, m.dout, m.inp, m.w, N, C, OC);
+    fd_check("ref matmul dinp", m.inp, N * C, dinp, mm_loss, &m);
+    fd_check("ref matmul dweight", m.w, OC * C, dw, mm_loss, &m);
+    fd_check("ref matmul dbias", m.bias, OC, db, mm_loss, &m);
+    for (int i = 0; i < 5; i++)
+        free(bufs[i]);
+    free(dinp), free(dw), free(db);
+}
+
+/* One forward + two backward calls at (N, C, OC) with weights in `wdtype`,
+ * against the reference. */
+static void matmul_case(cpu_t *c, uint64_t seed, int wdtype, int with_bias,
+                        int64_t N, int64_t C, int64_t OC)
+{
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, seed);
+    float *inp = drand(c, &r, N * C, -1, 1);
+    float *bias = with_bias ? drand(c, &r, OC, -1, 1) : NULL;
+    float *wf = drand(c, &r, OC * C, -1, 1);
+    double *wref = hzero(OC * C);
+    void *w = wf;
+    if (wdtype == DT_BF16) { /* the reference sees exactly the bf16 values */
+        uint16_t *wb = dalloc(c, OC * C * 2);
+        for (int64_t i = 0; i < OC * C; i++) {
+            wb[i] = dt_ref_f32_to_bf16(wf[i]);
+            wref[i] = dt_ref_bf16_to_double(wb[i]);
+        }
+        w = wb;
+    } else {
+        dt_ref_f2d(wref, wf, OC * C);
+    }
+    double *inpd = hd(inp, N * C), *biasd = bias ? hd(bias, OC) : NULL;
+
+    float *out = dalloc(c, N * OC * 4);
+    OK(c->ops->matmul_forward(c->dev, NULL, out, inp, w, bias, wdtype, N, C, OC));
+    double *outd = hzero(N * OC);
+    dt_ref_matmul_forward(outd, inpd, wref, biasd, N, C, OC);
+    /* A C-term dot product of |terms| < 1: f32 error grows ~ sqrt(C) u per
+     * unit of magnitude; atol 1e-6 sqrt(C) leaves > 10x margin. */
+    CHECK("matmul_forward out", out, outd, N * OC, 1e-5, 1e-6 * tol_sqrt(C));
+
+    float *dout = drand(c, &r, N * OC, -1, 1);
+    float *dinp = drand(c, &r, N * C, -1, 1); /* g0: backward must add */
+    float *dw = drand(c, &r, OC * C, -1, 1);
+    float *db = drand(c, &r, OC, -1, 1);
+    double *dinp0 = hd(dinp, N * C), *dw0 = hd(dw, OC * C), *db0 = hd(db, OC);
+    double *doutd = hd(dout, N * OC);
+    double *gi = hzero(N * C), *gw = hzero(OC * C), *gb = hzero(OC);
+    dt_ref_matmul_backward(gi, gw, gb, doutd, inpd, wref, N, C, OC);
+    for (int call = 1; call <= 2; call++) {
+        OK(c->ops->matmul_backward(c->dev, NULL, dinp, dw, with_bias ? db : NULL,
+                                   dout, inp, w, wdtype, N, C, OC));
+        double *wi = accum(dinp0, gi, call, N * C);
+        double *ww = accum(dw0, gw, call, OC * C);
+        double *wb = accum(db0, gb, call, OC);
+        /* dinp sums OC terms, dweight and dbias sum N terms (see forward). */
+        CHECK("matmul_backward dinp", dinp, wi, N * C, 1e-5, 1e-6 * tol_sqrt(OC) * call);
+        CHECK("matmul_backward dweight", dw, ww, OC * C, 1e-5, 1e-6 * tol_sqrt(N) * call);
+        if (with_bias)
+            CHECK("matmul_backward dbias", db, wb, OC, 1e-5, 1e-6 * tol_sqrt(N) * call);
+        else /* NULL dbias: untouched */
+            CHECK("matmul_backward dbias untouched", db, db0, OC, 0, 0);
+        free(wi), free(ww), free(wb);
+    }
+    if (w != wf)
+        dfree(c, w);
+    dfree(c, wf), dfree(c, inp), dfree(c, out), dfree(c, dout);
+    dfree(c, dinp), dfree(c, dw), dfree(c, db);
+    if (bias)
+        dfree(c, bias);
+    free(wref), free(inpd), free(biasd), free(outd), free(dinp0), free(dw0);
+    free(db0), free(doutd), free(gi), free(gw), free(gb);
+}
+
+static void test_matmul(void **state)
+{
+    matmul_case(&g_t1, 1, DT_F32, 1, 7, 13, 9);
+    matmul_case(&g_t2, 2, DT_F32, 0, 7, 13, 9);
+    matmul_case(&g_t1, 3, DT_BF16, 1, 7, 13, 9);
+    matmul_case(&g_t2, 4, DT_BF16, 0, 5, 17, 11);
+    /* Degenerate K: out = bias, gradients of inp/weight untouched. */
+    matmul_case(&g_t1, 5, DT_F32, 1, 3, 1, 4);
+}
+
+/* A bf16 weight larger than one widened block (2^21 floats): the block
+ * loop's boundary and its last partial block. */
+static void test_matmul_bf16_blocks(void **state)
+{
+    const int64_t C = 8, OC = (2 << 20) / 8 + 37;
+    matmul_case(&g_t2, 6, DT_BF16, 1, 3, C, OC);
+}
+
+static void test_matmul_errors(void **state)
+{
+    cpu_t *c = &g_t1;
+    float x[4] = {0};
+    assert_status(c->ops->matmul_forward(c->dev, NULL, x, x, x, NULL, DT_F16,
+                                         1, 2, 2),
+                  DT_ERR_UNSUPPORTED);
+    assert_msg("device/cpu: matmul_forward: weight dtype f16; only f32 and bf16");
+    assert_status(c->ops->matmul_forward(c->dev, NULL, x, x, x, NULL, DT_F32,
+                                         -1, 2, 2),
+                  DT_ERR_INVALID);
+    assert_msg("device/cpu: matmul_forward: N = -1 must be >= 0");
+    assert_status(c->ops->matmul_backward(c->dev, NULL, x, NULL, NULL, NULL, x,
+                                          x, DT_F32, 1, 2, 2),
+                  DT_ERR_INVALID);
+    assert_msg("device/cpu: matmul_backward: dout is NULL (2 elements)");
+    /* No rows: a no-op, only the weight (15 elements) must exist. */
+    OK(c->ops->matmul_forward(c->dev, NULL, NULL, NULL, x, NULL, DT_F32, 0, 5, 3));
+}
+
+/* ============================================================ embedding */
+
+typedef struct {
+    double *out, *wte, *wpe, *dout;
+    const int32_t *tok;
+    int64_t B, T, C;
+} emb_ctx_t;
+
+static double emb_loss(void *p)
+{
+    emb_ctx_t *e = p;
+    dt_ref_embedding_forward(e->out, e->tok, e->wte, e->wpe, e->B, e->T, e->C);
+    return dotd(e->out, e->dout, e->B * e->T * e->C);
+}
+
+static void test_embedding(void **state)
+{
+    const int64_t B = 2, T = 5, C = 12, V = 17;
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 11);
+    for (int pass = 0; pass < 2; pass++) {
+        cpu_t *c = pass ? &g_t2 : &g_t1;
+        int32_t *tok = dalloc(c, B * T * 4);
+        dt_ref_fill_int(&r, tok, B * T, (int32_t)V);
+        tok[7] = tok[2]; /* a repeated token: its dwte row sums two rows */
+        float *wte = drand(c, &r, V * C, -1, 1), *wpe = drand(c, &r, T * C, -1, 1);
+        float *out = dalloc(c, B * T * C * 4);
+        OK(c->ops->embedding_forward(c->dev, NULL, out, tok, wte, wpe, B, T, C));
+        double *wted = hd(wte, V * C), *wped = hd(wpe, T * C);
+        double *outd = hzero(B * T * C);
+        dt_ref_embedding_forward(outd, tok, wted, wped, B, T, C);
+        /* one rounded f32 add: exact to u */
+        CHECK("embedding_forward", out, outd, B * T * C, 1e-7, 0);
+
+        float *dout = drand(c, &r, B * T * C, -1, 1);
+        float *dwte = drand(c, &r, V * C, -1, 1), *dwpe = drand(c, &r, T * C, -1, 1);
+        double *dwte0 = hd(dwte, V * C), *dwpe0 = hd(dwpe, T * C);
+        double *doutd = hd(dout, B * T * C);
+        double *gte = hzero(V * C), *gpe = hzero(T * C);
+        dt_ref_embedding_backward(gte, gpe, doutd, tok, B, T, C);
+        for (int call = 1; call <= 2; call++) {
+            OK(c->ops->embedding_backward(c->dev, NULL, dwte, dwpe, dout, tok, B, T, C));
+            double *w1 = accum(dwte0, gte, call, V * C), *w2 = accum(dwpe0, gpe, call, T * C);
+            /* at most 2B + 1 rounded adds per element */
+            CHECK("embedding_backward dwte", dwte, w1, V * C, 1e-6, 1e-7);
+            CHECK("embedding_backward dwpe", dwpe, w2, T * C, 1e-6, 1e-7);
+            free(w1), free(w2);
+        }
+        if (pass == 0) {
+            emb_ctx_t e = {.out = outd, .wte = wted, .wpe = wped, .dout = doutd,
+                           .tok = tok, .B = B, .T = T, .C = C};
+            fd_check("ref embedding dwte", wted, V * C, gte, emb_loss, &e);
+            fd_check("ref embedding dwpe", wped, T * C, gpe, emb_loss, &e);
+        }
+        dfree(c, tok), dfree(c, wte), dfree(c, wpe), dfree(c, out), dfree(c, dout);
+        dfree(c, dwte), dfree(c, dwpe);
+        free(wted), free(wped), free(outd), free(dwte0), free(dwpe0), free(doutd);
+        free(gte), free(gpe);
+    }
+}
+
+/* ============================================================ layernorm */
+
+typedef struct {
+    double *out, *mean, *rstd, *inp, *w, *b, *dout;
+    int64_t N, C;
+} ln_ctx_t;
+
+static double ln_loss(void *p)
+{
+    ln_ctx_t *l = p;
+    dt_ref_layernorm_forward(l->out, l->mean, l->rstd, l->inp, l->w, l->b, l->N, l->C);
+    return dotd(l->out, l->dout, l->N * l->C);
+}
+
+static void test_layernorm(void **state)
+{
+    const int64_t N = 7, C = 13;
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 21);
+    for (int pass = 0; pass < 2; pass++) {
+        cpu_t *c = pass ? &g_t2 : &g_t1;
+        /* offset 3: the mean must really be subtracted */
+        float *inp = drand(c, &r, N * C, 1, 5);
+        float *w = drand(c, &r, C, 0.5, 1.5), *b = drand(c, &r, C, -1, 1);
+        float *out = dalloc(c, N * C * 4), *mean = dalloc(c, N * 4), *rstd = dalloc(c, N * 4);
+        OK(c->ops->layernorm_forward(c->dev, NULL, out, mean, rstd, inp, w, b, N, C));
+        double *inpd = hd(inp, N * C), *wd = hd(w, C), *bd = hd(b, C);
+        double *outd = hzero(N * C), *meand = hzero(N), *rstdd = hzero(N);
+        dt_ref_layernorm_forward(outd, meand, rstdd, inpd, wd, bd, N, C);
+        /* mean, rstd: computed in double, rounded once */
+        CHECK("layernorm_forward mean", mean, meand, N, 1e-7, 0);
+        CHECK("layernorm_forward rstd", rstd, rstdd, N, 1e-7, 0);
+        /* out: x - mean loses u |mean| ~ 3e-7 before scaling by rstd w
+         * (< 2.5), then a few roundings of |out| < 4 */
+        CHECK("layernorm_forward out", out, outd, N * C, 1e-5, 2e-6);
+
+        float *dout = drand(c, &r, N * C, -1, 1);
+        float *dinp = drand(c, &r, N * C, -1, 1), *dw = drand(c, &r, C, -1, 1);
+        float *db = drand(c, &r, C, -1, 1);
+        double *dinp0 = hd(dinp, N * C), *dw0 = hd(dw, C), *db0 = hd(db, C);
+        double *doutd = hd(dout, N * C);
+        double *gi = hzero(N * C), *gw = hzero(C), *gb = hzero(C);
+        dt_ref_layernorm_backward(gi, gw, gb, doutd, inpd, wd, meand, rstdd, N, C);
+        for (int call = 1; call <= 2; call++) {
+            OK(c->ops->layernorm_backward(c->dev, NULL, dinp, dw, db, dout, inp, w,
+                                          mean, rstd, N, C));
+            double *w1 = accum(dinp0, gi, call, N * C), *w2 = accum(dw0, gw, call, C);
+            double *w3 = accum(db0, gb, call, C);
+            /* dinp: two C-term means of |terms| < 1.5 times rstd (~0.9) plus
+             * the f32 mean/rstd from forward (rel u): atol 1e-6 sqrt(C) */
+            CHECK("layernorm_backward dinp", dinp, w1, N * C, 1e-5, 1e-6 * tol_sqrt(C) * call);
+            /* dweight, dbias: N-term sums */
+            CHECK("layernorm_backward dweight", dw, w2, C, 1e-5, 1e-6 * tol_sqrt(N) * call);
+            CHECK("layernorm_backward dbias", db, w3, C, 1e-5, 1e-6 * tol_sqrt(N) * call);
+            free(w1), free(w2), free(w3);
+        }
+        if (pass == 0) {
+            ln_ctx_t l = {.out = outd, .mean = meand, .rstd = rstdd, .inp = inpd,
+                          .w = wd, .b = bd, .dout = doutd, .N = N, .C = C};
+            /* fd_check re-runs the forward, overwriting mean/rstd: the
+             * analytic gradients above were taken first. */
+            double *mean_keep = hzero(N), *rstd_keep = hzero(N);
+            memcpy(mean_keep, meand, N * sizeof(double));
+            memcpy(rstd_keep, rstdd, N * sizeof(double));
+            l.mean = mean_keep;
+            l.rstd = rstd_keep;
+            fd_check("ref layernorm dinp", inpd, N * C, gi, ln_loss, &l);
+            fd_check("ref layernorm dweight", wd, C, gw, ln_loss, &l);
+            fd_check("ref layernorm dbias", bd, C, gb, ln_loss, &l);
+            free(mean_keep), free(rstd_keep);
+        }
+        dfree(c, inp), dfree(c, w), dfree(c, b), dfree(c, out), dfree(c, mean);
+        dfree(c, rstd), dfree(c, dout), dfree(c, dinp), dfree(c, dw), dfree(c, db);
+        free(inpd), free(wd), free(bd), free(outd), free(meand), free(rstdd);
+        free(dinp0), free(dw0), free(db0), free(doutd), free(gi), free(gw), free(gb);
+    }
+}
+
+/* ================================================================= GELU */
+
+typedef struct {
+    double *inp, *out, *dout;
+    int64_t n;
+} gelu_ctx_t;
+
+static double gelu_loss(void *p)
+{
+    gelu_ctx_t *g = p;
+    dt_ref_gelu_forward(g->out, g->inp, g->n);
+    return dotd(g->out, g->dout, g->n);
+}
+
+static void test_gelu(void **state)
+{
+    const int64_t n = 1001;
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 31);
+    cpu_t *c = &g_t2;
+    float *inp = drand(c, &r, n, -4, 4), *out = dalloc(c, n * 4);
+    /* the tails, where exp(-2u) over- and underflows */
+    static const float tails[] = {-100.0f, -30.0f, -10.0f, -5.5f, 0.0f,
+                                  -0.0f, 5.5f, 10.0f, 30.0f, 100.0f};
+    memcpy(inp + 500, tails, sizeof tails);
+    OK(c->ops->gelu_forward(c->dev, NULL, out, inp, n));
+    double *inpd = hd(inp, n), *outd = hzero(n);
+    dt_ref_gelu_forward(outd, inpd, n);
+    /* tanhf is within 2 ulp; for x < 0, 1 + tanh cancels, so the error
+     * is absolute: |x| 2 u < 1e-6 */
+    CHECK("gelu_forward", out, outd, n, 1e-5, 1e-6);
+
+    float *dout = drand(c, &r, n, -1, 1), *dinp = drand(c, &r, n, -1, 1);
+    double *dinp0 = hd(dinp, n), *doutd = hd(dout, n), *g = hzero(n);
+    dt_ref_gelu_backward(g, inpd, doutd, n);
+    for (int call = 1; call <= 2; call++) {
+        OK(c->ops->gelu_backward(c->dev, NULL, dinp, inp, dout, n));
+        double *w = accum(dinp0, g, call, n);
+        /* as forward; 1 - tanh^2 near |tanh| = 1 is absolute error too */
+        CHECK("gelu_backward", dinp, w, n, 1e-5, 1e-6 * call);
+        free(w);
+    }
+    /* the first 500 (before the tails, whose |gelu| ~ 100 would raise the
+     * rounding floor of L beyond fd_check's atol) */
+    gelu_ctx_t gc = {.inp = inpd, .out = outd, .dout = doutd, .n = 500};
+    fd_check("ref gelu dinp", inpd, 500, g, gelu_loss, &gc);
+    dfree(c, inp), dfree(c, out), dfree(c, dout), dfree(c, dinp);
+    free(inpd), free(outd), free(dinp0), free(doutd), free(g);
+}
+
+/* ============================================================ attention */
+
+typedef struct {
+    double *out, *att, *qkv, *dout;
+    int64_t B, T, C, NH;
+} attn_ctx_t;
+
+static double attn_loss(void *p)
+{
+    attn_ctx_t *a = p;
+    dt_ref_attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->C, a->NH);
+    return dotd(a->out, a->dout, a->B * a->T * a->C);
+}
+
+/* The causal part of att (the rest is unspecified by the contract). */
+static int64_t lower_tri(double *dst_d, float *dst_f, const double *src_d,
+                         const float *src_f, int64_t rows, int64_t T)
+{
+    int64_t k = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t t2 = 0; t2 <= r % T; t2++, k++) {
+            if (dst_d)
+                dst_d[k] = src_d[r * T + t2];
+            if (dst_f)
+                dst_f[k] = src_f[r * T + t2];
+        }
+    return k;
+}
+
+static void test_attention(void **state)
+{
+    const int64_t B = 2, T = 5, C = 12, NH = 3;
+    const int64_t n3 = B * T * 3 * C, natt = B * NH * T * T, no = B * T * C;
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 41);
+    for (int pass = 0; pass < 2; pass++) {
+        cpu_t *c = pass ? &g_t2 : &g_t1;
+        float *qkv = drand(c, &r, n3, -1.5, 1.5);
+        float *out = dalloc(c, no * 4), *att = dalloc(c, natt * 4);
+        OK(c->ops->attention_forward(c->dev, NULL, out, att, qkv, B, T, C, NH));
+        double *qkvd = hd(qkv, n3), *outd = hzero(no), *attd = hzero(natt);
+        dt_ref_attention_forward(outd, attd, qkvd, B, T, C, NH);
+        double *ld = hzero(natt);
+        float *lf = malloc(natt * sizeof(float));
+        int64_t nl = lower_tri(ld, lf, attd, att, B * NH * T, T);
+        /* softmax of hs=4-term dots: a few u relative per probability */
+        CHECK("attention_forward att", lf, ld, nl, 1e-5, 1e-7);
+        /* out: T-term weighted sums of |v| < 1.5 */
+        CHECK("attention_forward out", out, outd, no, 1e-5, 1e-6 * tol_sqrt(T));
+
+        float *dout = drand(c, &r, no, -1, 1), *dqkv = drand(c, &r, n3, -1, 1);
+        double *dqkv0 = hd(dqkv, n3), *doutd = hd(dout, no), *g = hzero(n3);
+        dt_ref_attention_backward(g, doutd, qkvd, attd, B, T, C, NH);
+        for (int call = 1; call <= 2; call++) {
+            OK(c->ops->attention_backward(c->dev, NULL, dqkv, dout, qkv, att, B, T, C, NH));
+            double *w = accum(dqkv0, g, call, n3);
+            /* sums over T keys of hs-term dots, using the f32 att: sqrt(T hs) */
+            CHECK("attention_backward dqkv", dqkv, w, n3, 1e-5,
+                  1e-6 * tol_sqrt(T * (C / NH)) * call);
+            free(w);
+        }
+        if (pass == 0) {
+            attn_ctx_t a = {.out = outd, .att = hzero(natt), .qkv = qkvd,
+                            .dout = doutd, .B = B, .T = T, .C = C, .NH = NH};
+            fd_check("ref attention dqkv", qkvd, n3, g, attn_loss, &a);
+            free(a.att);
+        }
+        dfree(c, qkv), dfree(c, out), dfree(c, att), dfree(c, dout), dfree(c, dqkv);
+        free(qkvd), free(outd), free(attd), free(ld), free(lf), free(dqkv0);
+        free(doutd), free(g);
+    }
+}
+
+static void test_attention_errors(void **state)
+{
+    cpu_t *c = &g_t1;
+    float x[64] = {0};
+    assert_status(c->ops->attention_forward(c->dev, NULL, x, x, x, 1, 2, 10, 3),
+                  DT_ERR_INVALID);
+    assert_msg("device/cpu: attention_forward: C = 10 is not a multiple of NH = 3");
+}
+
+/* ============================================== softmax + cross-entropy */
+
+typedef struct {
+    double *losses, *probs, *logits;
+    const int32_t *targets;
+    double dloss;
+    int64_t N, V;
+} xent_ctx_t;
+
+static double xent_loss(void *p)
+{
+    xent_ctx_t *x = p;
+    dt_ref_softmax_xent_forward(x->losses, x->probs, x->logits, x->targets, x->N, x->V);
+    double s = 0.0;
+    for (int64_t i = 0; i < x->N; i++)
+        s += x->losses[i];
+    return x->dloss * s;
+}
+
+static void test_softmax_xent(void **state)
+{
+    const int64_t N = 7, V = 17;
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 51);
+    for (int pass = 0; pass < 2; pass++) {
+        cpu_t *c = pass ? &g_t2 : &g_t1;
+        float *logits = drand(c, &r, N * V, -4, 4);
+        int32_t *tg = dalloc(c, N * 4);
+        dt_ref_fill_int(&r, tg, N, (int32_t)V);
+        float *losses = dalloc(c, N * 4), *probs = dalloc(c, N * V * 4);
+        OK(c->ops->softmax_xent_forward(c->dev, NULL, losses, probs, logits, tg, N, V));
+        double *ld = hd(logits, N * V), *lossd = hzero(N), *probd = hzero(N * V);
+        dt_ref_softmax_xent_forward(lossd, probd, ld, tg, N, V);
+        /* expf within 1 ulp, the sum in double: probs a few u relative */
+        CHECK("softmax_xent_forward probs", probs, probd, N * V, 1e-5, 1e-8);
+        /* log-sum-exp in double minus one f32 logit: absolute u |logit| */
+        CHECK("softmax_xent_forward losses", losses, lossd, N, 1e-5, 1e-6);
+
+        const float dloss = 1.0f / (float)N;
+        float *dl = drand(c, &r, N * V, -1, 1);
+        double *dl0 = hd(dl, N * V), *g = hzero(N * V);
+        double *probf = hd(probs, N * V);
+        dt_ref_softmax_xent_backward(g, probd, tg, dloss, N, V);
+        for (int call = 1; call <= 2; call++) {
+            OK(c->ops->softmax_xent_backward(c->dev, NULL, dl, probs, tg, dloss, N, V));
+            double *w = accum(dl0, g, call, N * V);
+            /* element-wise from the f32 probs: rel 1e-5 of |g| < 1/N, plus
+             * the final add into |g0| < 1 (u) */
+            CHECK("softmax_xent_backward", dl, w, N * V, 1e-5, 1e-7 * call);
+            free(w);
+        }
+        if (pass == 0) {
+            xent_ctx_t x = {.losses = hzero(N), .probs = hzero(N * V), .logits = ld,
+                            .targets = tg, .dloss = dloss, .N = N, .V = V};
+            fd_check("ref softmax_xent dlogits", ld, N * V, g, xent_loss, &x);
+            free(x.losses), free(x.probs);
+        }
+        dfree(c, logits), dfree(c, tg), dfree(c, losses), dfree(c, probs), dfree(c, dl);
+        free(ld), free(lossd), free(probd), free(dl0), free(g), free(probf);
+    }
+}
+
+static void test_softmax_xent_extremes(void **state)
+{
+    /* A logit 200 below the max: probs[target] underflows in f32, but the
+     * loss stays finite (log-sum-exp form): loss = 200 + log(1 + e^-200). */
+    cpu_t *c = &g_t1;
+    float *logits = dalloc(c, 3 * 4), *losses = dalloc(c, 4), *probs = dalloc(c, 3 * 4);
+    int32_t *tg = dalloc(c, 4);
+    logits[0] = 100.0f, logits[1] = -100.0f, logits[2] = 100.0f;
+    tg[0] = 1;
+    OK(c->ops->softmax_xent_forward(c->dev, NULL, losses, probs, logits, tg, 1, 3));
+    assert_true(fabsf(losses[0] - (200.0f + logf(2.0f))) < 1e-4f);
+    assert_true(probs[1] == 0.0f && fabsf(probs[0] - 0.5f) < 1e-7f);
+    tg[0] = 3;
+    assert_status(c->ops->softmax_xent_forward(c->dev, NULL, losses, probs, logits,
+                                               tg, 1, 3),
+                  DT_ERR_INVALID);
+    assert_msg("device/cpu: softmax_xent_forward: targets[0] = 3 is outside [0, 3)");
+    dfree(c, logits), dfree(c, losses), dfree(c, probs), dfree(c, tg);
+}
+
+/* ==================================================== residual and axpy */
+
+static void test_residual_axpy_scale(void **state)
+{
+    const int64_t n = 1003;
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 61);
+    cpu_t *c = &g_t2;
+    float *a = drand(c, &r, n, -2, 2), *b = drand(c, &r, n, -2, 2), *o = dalloc(c, n * 4);
+    OK(c->ops->residual_forward(c->dev, NULL, o, a, b, n));
+    /* one f32 add is correctly rounded, and so is the rounded double sum:
+     * bit-exact */
+    for (int64_t i = 0; i < n; i++)
+        assert_true(o[i] == (float)((double)a[i] + (double)b[i]));
+    /* in place (out aliases a) */
+    float *a2 = dalloc(c, n * 4);
+    memcpy(a2, a, n * 4);
+    OK(c->ops->residual_forward(c->dev, NULL, a2, a2, b, n));
+    assert_memory_equal(a2, o, n * 4);
+
+    double *yd = hd(a, n);
+    OK(c->ops->axpy(c->dev, NULL, a, b, -0.75f, n));
+    for (int64_t i = 0; i < n; i++)
+        yd[i] += -0.75 * (double)b[i];
+    /* a multiply and an add: two roundings of |y| < 4 */
+    CHECK("axpy", a, yd, n, 1e-6, 1e-6);
+    assert_status(c->ops->axpy(c->dev, NULL, a, a, 1.0f, n), DT_ERR_INVALID);
+    assert_msg("device/cpu: axpy: x and y are the same buffer");
+
+    memcpy(a2, b, n * 4);
+    OK(c->ops->scale(c->dev, NULL, a2, 0.3f, n));
+    for (int64_t i = 0; i < n; i++) /* one rounding: bit-exact */
+        assert_true(a2[i] == (float)((double)b[i] * (double)0.3f));
+    dfree(c, a), dfree(c, b), dfree(c, o), dfree(c, a2);
+    free(yd);
+}
+
+/* =========================================================== optimizers */
+
+static void test_adamw(void **state)
+{
+    const int64_t n = 1003;
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 71);
+    cpu_t *c = &g_t2;
+    float *p = drand(c, &r, n, -1, 1), *m = dalloc(c, n * 4), *v = dalloc(c, n * 4);
+    memset(m, 0, n * 4);
+    memset(v, 0, n * 4);
+    double *pd = hd(p, n), *md = hzero(n), *vd = hzero(n);
+    float *g = dalloc(c, n * 4);
+    for (int64_t t = 1; t <= 5; t++) {
+        dt_ref_fill_uniform(&r, g, n, -1, 1); /* fresh gradient each step */
+        double *gd = hd(g, n);
+        OK(c->ops->adamw_update(c->dev, NULL, p, g, m, v, n, lr, b1, b2, eps, wd, gs, t));
+        dt_ref_adamw_update(pd, gd, md, vd, n, lr, b1, b2, eps, wd, gs, t);
+        /* m: b1 m and (1-b1) g may cancel, so its error is absolute, u
+         * times the terms (< 0.5): atol 1e-7.  v: no cancellation, a few
+         * roundings a step, rel ~ 2 t u.  param: each step's
+         * update (~lr = 1e-2) is good to ~1e-5 relative, the stored param
+         * (|p| < 1.1) is rounded each step: 5 steps * u ~ 3e-7 absolute.
+         * A wrong bias correction or decay moves p by > 1e-4. */
+        CHECK("adamw m", m, md, n, 1e-5, 1e-7);
+        CHECK("adamw v", v, vd, n, 1e-5, 1e-12);
+        CHECK("adamw param", p, pd, n, 1e-6, 1e-6);
+        free(gd);
+    }
+    /* late step: bias corrections -> 1, still finite */
+    OK(c->ops->adamw_update(c->dev, NULL, p, g, m, v, n, lr, b1, b2, eps, wd, gs, 100000));
+    for (int64_t i = 0; i < n; i++)
+        assert_true(isfinite(p[i]));
+    assert_status(c->ops->adamw_update(c->dev, NULL, p, g, m, v, n, lr, b1, b2, eps,
+                                       wd, gs, 0),
+                  DT_ERR_INVALID);
+    assert_msg("device/cpu: adamw_update: step t = 0; it is 1-based");
+    assert_status(c->ops->adamw_update(c->dev, NULL, p, g, m, v, n, lr, 1.0f, b2, eps,
+                                       wd, gs, 1),
+                  DT_ERR_INVALID);
+    assert_msg("device/cpu: adamw_update: beta1 = 1, beta2 = 0.999 must be in [0, 1)");
+    dfree(c, p), dfree(c, m), dfree(c, v), dfree(c, g);
+    free(pd), free(md), free(vd);
+}
+
+static void sgd_case(int nesterov, float momentum, int with_buf)
+{
+    const int64_t n = 1003;
+    const float lr = 0.05f, wd = 0.01f, gs = 0.5f;
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 81 + (uint64_t)nesterov);
+    cpu_t *c = &g_t1;
+    float *p = drand(c, &r, n, -1, 1), *g = dalloc(c, n * 4);
+    float *mom = with_buf ? dalloc(c, n * 4) : NULL;
+    if (mom)
+        memset(mom, 0, n * 4);
+    double *pd = hd(p, n), *momd = with_buf ? hzero(n) : NULL;
+    for (int step = 0; step < 4; step++) {
+        dt_ref_fill_uniform(&r, g, n, -1, 1);
+        double *gd = hd(g, n);
+        OK(c->ops->sgd_update(c->dev, NULL, p, g, mom, n, lr, momentum, wd, nesterov, gs));
+        dt_ref_sgd_update(pd, gd, momd, n, lr, momentum, wd, nesterov, gs);
+        /* a few roundings per step of |p| < 1.5, |mom| < 2.5 */
+        CHECK("sgd param", p, pd, n, 1e-6, 1e-6);
+        if (mom)
+            CHECK("sgd momentum", mom, momd, n, 1e-5, 1e-6);
+        free(gd);
+    }
+    dfree(c, p), dfree(c, g);
+    if (mom)
+        dfree(c, mom);
+    free(pd), free(momd);
+}
+
+static void test_sgd(void **state)
+{
+    sgd_case(0, 0.9f, 1);
+    sgd_case(1, 0.9f, 1);
+    sgd_case(0, 0.0f, 0); /* no momentum buffer needed */
+    cpu_t *c = &g_t1;
+    float x[4] = {0};
+    assert_status(c->ops->sgd_update(c->dev, NULL, x, x, NULL, 4, 0.1f, 0.9f, 0, 0, 1),
+                  DT_ERR_INVALID);
+    assert_msg("device/cpu: sgd_update: mom is NULL (4 elements)");
+}
+
+/* ================================================================ sumsq */
+
+static void test_sumsq(void **state)
+{
+    const int64_t n = 100003;
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 91);
+    cpu_t *c = &g_t2;
+    float *x = drand(c, &r, n, -2, 2);
+    uint16_t *xb = dalloc(c, n * 2), *xh = dalloc(c, n * 2);
+    double want = 0.0, wantb = 0.0, wanth = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        xb[i] = dt_ref_f32_to_bf16(x[i]);
+        xh[i] = dt_ref_f32_to_f16(x[i]);
+        want += (double)x[i] * x[i];
+        wantb += dt_ref_bf16_to_double(xb[i]) * dt_ref_bf16_to_double(xb[i]);
+        wanth += dt_ref_f16_to_double(xh[i]) * dt_ref_f16_to_double(xh[i]);
+    }
+    double *out = dalloc(c, sizeof(double));
+    /* squares of floats are exact in double; the two sums differ only in
+     * double rounding: n 2^-53 ~ 1e-11 relative at worst */
+    OK(c->ops->sumsq(c->dev, NULL, out, x, DT_F32, n));
+    CHECK_D("sumsq f32", out, &want, 1, 1e-11, 0);
+    OK(c->ops->sumsq(c->dev, NULL, out, xb, DT_BF16, n));
+    CHECK_D("sumsq bf16", out, &wantb, 1, 1e-11, 0);
+    OK(c->ops->sumsq(c->dev, NULL, out, xh, DT_F16, n));
+    CHECK_D("sumsq f16", out, &wanth, 1, 1e-11, 0);
+    /* written, not accumulated */
+    *out = 12345.0;
+    OK(c->ops->sumsq(c->dev, NULL, out, x, DT_F32, 0));
+    assert_true(*out == 0.0);
+    /* NaN and Inf propagate */
+    float keep = x[777];
+    x[777] = NAN;
+    OK(c->ops->sumsq(c->dev, NULL, out, x, DT_F32, n));
+    assert_true(isnan(*out));
+    x[777] = INFINITY;
+    OK(c->ops->sumsq(c->dev, NULL, out, x, DT_F32, n));
+    assert_true(isinf(*out));
+    x[777] = keep;
+    xh[5] = 0x7C00; /* f16 +inf */
+    OK(c->ops->sumsq(c->dev, NULL, out, xh, DT_F16, n));
+    assert_true(isinf(*out));
+    xb[5] = 0x7FC1; /* bf16 NaN */
+    OK(c->ops->sumsq(c->dev, NULL, out, xb, DT_BF16, n));
+    assert_true(isnan(*out));
+    assert_status(c->ops->sumsq(c->dev, NULL, out, x, DT_F64, n), DT_ERR_UNSUPPORTED);
+    assert_msg("device/cpu: sumsq: dtype f64; only f32, bf16, f16");
+    dfree(c, x), dfree(c, xb), dfree(c, xh), dfree(c, out);
+}
+
+/* ================================================================ casts */
+
+static float bits_f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t f_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Cast one f32 through the device. */
+static uint16_t dev_to16(int dt, float x)
+{
+    cpu_t *c = &g_t1;
+    uint16_t o = 0xDEAD;
+    OK(c->ops->cast(c->dev, NULL, &o, dt, &x, DT_F32, 1));
+    return o;
+}
+
+static void test_cast_known_patterns(void **state)
+{
+    struct {
+        float x;
+        uint16_t bf, h;
+    } k[] = {
+        {1.0f, 0x3F80, 0x3C00},
+        {-2.0f, 0xC000, 0xC000},
+        {0.0f, 0x0000, 0x0000},
+        {-0.0f, 0x8000, 0x8000},
+        {65504.0f, 0x4780, 0x7BFF},    /* largest f16; bf16 rounds up */
+        {65519.9921875f, 0x4780, 0x7BFF}, /* just below the f16 tie */
+        {65520.0f, 0x4780, 0x7C00},    /* f16 tie -> even = inf */
+        {0x1.0p-24f, 0x3380, 0x0001},  /* smallest f16 subnormal */
+        {0x1.0p-25f, 0x3300, 0x0000},  /* f16 tie 0 / 1 -> 0 */
+        {0x1.8p-25f, 0x3340, 0x0001},  /* above the tie */
+        {0x1.8p-24f, 0x33C0, 0x0002},  /* f16 tie 1 / 2 -> 2 */
+        {0x1.0p-14f, 0x3880, 0x0400},  /* smallest f16 normal */
+        {0x1.FFCp-15f, 0x3880, 0x0400}, /* largest subnormal rounds up */
+        {1.0f + 0x1.0p-8f, 0x3F80, 0x3C04}, /* bf16 tie 0x3F80/81 -> 80 */
+        {1.0f + 0x1.8p-7f, 0x3F82, 0x3C0C}, /* bf16 tie 0x3F81/82 -> 82 */
+        {1.0f + 0x1.0p-11f, 0x3F80, 0x3C00}, /* f16 tie -> 0x3C00 */
+        {1.0f + 0x1.8p-10f, 0x3F80, 0x3C02}, /* f16 tie 01/02 -> 02 */
+        {INFINITY, 0x7F80, 0x7C00},
+        {-INFINITY, 0xFF80, 0xFC00},
+        {0x1.FFFFFEp127f, 0x7F80, 0x7C00}, /* FLT_MAX: bf16 rounds to inf */
+        {0x1.FEp127f, 0x7F7F, 0x7C00},     /* largest finite bf16 */
+        {0x1.0p-133f, 0x0001, 0x0000},     /* smallest bf16 subnormal */
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        uint16_t bf = dev_to16(DT_BF16, k[i].x), h = dev_to16(DT_F16, k[i].x);
+        if (bf != k[i].bf || h != k[i].h)
+            fail_msg("%a: bf16 0x%04X (want 0x%04X), f16 0x%04X (want 0x%04X)",
+                     (double)k[i].x, bf, k[i].bf, h, k[i].h);
+        /* the reference agrees on every pattern */
+        assert_int_equal(dt_ref_f32_to_bf16(k[i].x), k[i].bf);
+        assert_int_equal(dt_ref_f32_to_f16(k[i].x), k[i].h);
+    }
+    /* NaNs stay NaN with their sign, even with payload only in low bits
+     * (plain truncation would give bf16 inf). */
+    uint32_t nans[] = {0x7FC00000u, 0x7F800001u, 0xFF800001u, 0x7FBFFFFFu};
+    for (size_t i = 0; i < 4; i++) {
+        uint16_t bf = dev_to16(DT_BF16, bits_f(nans[i]));
+        uint16_t h = dev_to16(DT_F16, bits_f(nans[i]));
+        assert_true((bf & 0x7F80) == 0x7F80 && (bf & 0x007F) != 0);
+        assert_true((h & 0x7C00) == 0x7C00 && (h & 0x03FF) != 0);
+        assert_int_equal(bf >> 15, nans[i] >> 31);
+        assert_int_equal(h >> 15, nans[i] >> 31);
+    }
+}
+
+/* Every 16-bit pattern widens exactly; and every non-NaN pattern survives
+ * 16 -> f32 -> 16. */
+static void test_cast_exhaustive_16bit(void **state)
+{
+    cpu_t *c = &g_t2;
+    const int64_t n = 65536;
+    uint16_t *h = dalloc(c, n * 2), *back = dalloc(c, n * 2);
+    float *f = dalloc(c, n * 4);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = (uint16_t)i;
+    for (int pass = 0; pass < 2; pass++) {
+        int dt = pass ? DT_F16 : DT_BF16;
+        OK(c->ops->cast(c->dev, NULL, f, DT_F32, h, dt, n));
+        OK(c->ops->cast(c->dev, NULL, back, dt, f, DT_F32, n));
+        for (int64_t i = 0; i < n; i++) {
+            double want = pass ? dt_ref_f16_to_double((uint16_t)i)
+                               : dt_ref_bf16_to_double((uint16_t)i);
+            if (isnan(want)) {
+                assert_true(isnan(f[i]));
+                assert_int_equal(f_bits(f[i]) >> 31, (uint32_t)i >> 15);
+                continue;
+            }
+            if (!((double)f[i] == want && !!signbit(f[i]) == !!signbit(want)))
+                fail_msg("%s 0x%04X: got %a, want %a", dt_dtype_name(dt),
+                         (unsigned)i, (double)f[i], want);
+            if (back[i] != (uint16_t)i)
+                fail_msg("%s 0x%04X round trip gave 0x%04X", dt_dtype_name(dt),
+                         (unsigned)i, back[i]);
+        }
+    }
+    dfree(c, h), dfree(c, back), dfree(c, f);
+}
+
+/* f32 -> 16 bit against the frexp/nearbyint reference on: every f16 value
+ * and every midpoint between neighbours (the ties), the same for bf16's
+ * upper half-words, and random bit patterns. */
+static void test_cast_from_f32_vs_reference(void **state)
+{
+    cpu_t *c = &g_t2;
+    const int64_t nrand = 200000, n = 4 * 65536 + nrand;
+    float *x = dalloc(c, n * 4);
+    int64_t k = 0;
+    for (uint32_t i = 0; i < 65536; i++) {
+        double v = dt_ref_f16_to_double((uint16_t)i);
+        double vn = dt_ref_f16_to_double((uint16_t)(i + 1));
+        x[k++] = (float)v;
+        /* midpoint to the next pattern (exact in f32: f16 has 11 bits) */
+        x[k++] = isfinite(v) && isfinite(vn) && (i & 0x7FFF) != 0x7BFF && i != 0x7FFF
+                     ? (float)((v + vn) / 2)
+                     : 1.0f;
+        uint32_t b = i << 16;
+        x[k++] = bits_f(b);
+        x[k++] = bits_f(b | 0x8000u); /* bf16 tie */
+    }
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 99);
+    for (int64_t i = 0; i < nrand; i++)
+        x[k++] = bits_f((uint32_t)dt_ref_rng_u64(&r));
+    uint16_t *ob = dalloc(c, n * 2), *oh = dalloc(c, n * 2);
+    OK(c->ops->cast(c->dev, NULL, ob, DT_BF16, x, DT_F32, n));
+    OK(c->ops->cast(c->dev, NULL, oh, DT_F16, x, DT_F32, n));
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(x[i])) {
+            assert_true(isnan(dt_ref_bf16_to_double(ob[i])));
+            assert_true(isnan(dt_ref_f16_to_double(oh[i])));
+            continue;
+        }
+        uint16_t wb = dt_ref_f32_to_bf16(x[i]), wh = dt_ref_f32_to_f16(x[i]);
+        if (ob[i] != wb || oh[i] != wh)
+            fail_msg("%a (0x%08X): bf16 0x%04X want 0x%04X, f16 0x%04X want 0x%04X",
+                     (double)x[i], f_bits(x[i]), ob[i], wb, oh[i], wh);
+    }
+    /* bf16 <-> f16 is one rounding of the exact value */
+    uint16_t *hb = dalloc(c, n * 2), *bh = dalloc(c, n * 2);
+    OK(c->ops->cast(c->dev, NULL, hb, DT_F16, ob, DT_BF16, n));
+    OK(c->ops->cast(c->dev, NULL, bh, DT_BF16, oh, DT_F16, n));
+    for (int64_t i = 0; i < n; i++) {
+        double vb = dt_ref_bf16_to_double(ob[i]), vh = dt_ref_f16_to_double(oh[i]);
+        if (isnan(vb))
+            continue;
+        assert_int_equal(hb[i], dt_ref_f32_to_f16((float)vb));
+        assert_int_equal(bh[i], dt_ref_f32_to_bf16((float)vh));
+    }
+    /* same type: a copy */
+    OK(c->ops->cast(c->dev, NULL, hb, DT_BF16, ob, DT_BF16, n));
+    assert_memory_equal(hb, ob, n * 2);
+    dfree(c, x), dfree(c, ob), dfree(c, oh), dfree(c, hb), dfree(c, bh);
+}
+
+static void test_cast_errors(void **state)
+{
+    cpu_t *c = &g_t1;
+    float *x = dalloc(c, 64);
+    assert_status(c->ops->cast(c->dev, NULL, x, DT_I32, x, DT_F32, 4), DT_ERR_UNSUPPORTED);
+    assert_msg("device/cpu: cast: f32 -> i32; only f32, bf16, f16");
+    assert_status(c->ops->cast(c->dev, NULL, x, DT_BF16, x, DT_F32, 4), DT_ERR_INVALID);
+    assert_msg("device/cpu: cast: f32 -> bf16: dst and src overlap");
+    dfree(c, x);
+}
+
+/* ============================================ 1 thread vs 2 threads */
+
+/* Run the same inputs through both devices; every non-BLAS kernel must
+ * give identical bits (work is split so no sum changes order), and the
+ * sizes make every kernel split into at least two chunks. */
+static void test_threads_bitwise(void **state)
+{
+    dt_ref_rng_t r;
+    cpu_t *cs[2] = {&g_t1, &g_t2};
+    float *res[2][16];
+    int64_t len[16];
+    int nres = 0;
+    for (int d = 0; d < 2; d++) {
+        cpu_t *c = cs[d];
+        dt_ref_rng_seed(&r, 1234); /* same inputs on both */
+        int k = 0;
+        /* element-wise: n = 70001 > 2 x 16384 */
+        const int64_t n = 70001;
+        float *x = drand(c, &r, n, -3, 3), *y = drand(c, &r, n, -1, 1);
+        float *o = dalloc(c, n * 4);
+        OK(c->ops->gelu_forward(c->dev, NULL, o, x, n));
+        OK(c->ops->gelu_backward(c->dev, NULL, y, x, o, n));
+        OK(c->ops->residual_forward(c->dev, NULL, o, o, y, n));
+        OK(c->ops->axpy(c->dev, NULL, o, x, 0.3f, n));
+        OK(c->ops->scale(c->dev, NULL, o, 1.7f, n));
+        float *m = drand(c, &r, n, -0.1, 0.1), *v = drand(c, &r, n, 0, 0.1);
+        OK(c->ops->adamw_update(c->dev, NULL, o, y, m, v, n, 1e-3f, 0.9f, 0.95f,
+                                1e-8f, 0.1f, 0.5f, 3));
+        OK(c->ops->sgd_update(c->dev, NULL, x, y, m, n, 1e-2f, 0.9f, 0.01f, 1, 1.0f));
+        uint16_t *hb = dalloc(c, n * 2);
+        OK(c->ops->cast(c->dev, NULL, hb, DT_F16, o, DT_F32, n));
+        OK(c->ops->cast(c->dev, NULL, y, DT_F32, hb, DT_F16, n));
+        res[d][k] = o, len[k++] = n;
+        res[d][k] = x, len[k++] = n;
+        res[d][k] = y, len[k++] = n;
+        res[d][k] = v, len[k++] = n;
+
+        /* sumsq over several 64 Ki blocks */
+        const int64_t ns = 300007;
+        float *s = drand(c, &r, ns, -1, 1);
+        double *sq = dalloc(c, 8);
+        OK(c->ops->sumsq(c->dev, NULL, sq, s, DT_F32, ns));
+        res[d][k] = (float *)sq, len[k++] = 2;
+
+        /* layernorm (N, C) = (64, 768): rows and columns both split */
+        const int64_t N = 64, C = 768;
+        float *li = drand(c, &r, N * C, -2, 2), *lw = drand(c, &r, C, 0.5, 1.5);
+        float *lb = drand(c, &r, C, -1, 1), *lo = dalloc(c, N * C * 4);
+        float *lm = dalloc(c, N * 4), *lr = dalloc(c, N * 4);
+        float *ldo = drand(c, &r, N * C, -1, 1), *ldi = drand(c, &r, N * C, -1, 1);
+        float *ldw = drand(c, &r, C, -1, 1), *ldb = drand(c, &r, C, -1, 1);
+        OK(c->ops->layernorm_forward(c->dev, NULL, lo, lm, lr, li, lw, lb, N, C));
+        OK(c->ops->layernorm_backward(c->dev, NULL, ldi, ldw, ldb, ldo, li, lw, lm, lr, N, C));
+        res[d][k] = lo, len[k++] = N * C;
+        res[d][k] = ldi, len[k++] = N * C;
+        res[d][k] = ldw, len[k++] = C;
+        res[d][k] = ldb, len[k++] = C;
+
+        /* embedding (B, T, C) = (4, 64, 256), V = 50: repeats galore */
+        const int64_t B = 4, T = 64, EC = 256, V = 50;
+        int32_t *tok = dalloc(c, B * T * 4);
+        dt_ref_fill_int(&r, tok, B * T, (int32_t)V);
+        float *wte = drand(c, &r, V * EC, -1, 1), *wpe = drand(c, &r, T * EC, -1, 1);
+        float *eo = dalloc(c, B * T * EC * 4);
+        OK(c->ops->embedding_forward(c->dev, NULL, eo, tok, wte, wpe, B, T, EC));
+        OK(c->ops->embedding_backward(c->dev, NULL, wte, wpe, eo, tok, B, T, EC));
+        res[d][k] = eo, len[k++] = B * T * EC;
+        res[d][k] = wte, len[k++] = V * EC;
+
+        /* attention (B, T, C, NH) = (2, 64, 64, 4) */
+        const int64_t AB = 2, AT = 64, AC = 64, NH = 4;
+        float *qkv = drand(c, &r, AB * AT * 3 * AC, -1, 1);
+        float *ao = dalloc(c, AB * AT * AC * 4), *att = dalloc(c, AB * NH * AT * AT * 4);
+        float *dqkv = drand(c, &r, AB * AT * 3 * AC, -1, 1);
+        OK(c->ops->attention_forward(c->dev, NULL, ao, att, qkv, AB, AT, AC, NH));
+        OK(c->ops->attention_backward(c->dev, NULL, dqkv, ao, qkv, att, AB, AT, AC, NH));
+        res[d][k] = ao, len[k++] = AB * AT * AC;
+        res[d][k] = dqkv, len[k++] = AB * AT * 3 * AC;
+
+        /* softmax cross-entropy (64, 1000) */
+        const int64_t XN = 64, XV = 1000;
+        float *lg = drand(c, &r, XN * XV, -5, 5), *pr = dalloc(c, XN * XV * 4);
+        float *ls = dalloc(c, XN * 4);
+        int32_t *tg = dalloc(c, XN * 4);
+        dt_ref_fill_int(&r, tg, XN, (int32_t)XV);
+        OK(c->ops->softmax_xent_forward(c->dev, NULL, ls, pr, lg, tg, XN, XV));
+        OK(c->ops->softmax_xent_backward(c->dev, NULL, lg, pr, tg, 0.25f, XN, XV));
+        res[d][k] = ls, len[k++] = XN;
+        res[d][k] = lg, len[k++] = XN * XV;
+        nres = k;
+    }
+    static const char *names[] = {"gelu/residual/axpy/scale/adamw", "sgd param",
+                                  "gelu_backward/cast", "adamw v", "sumsq",
+                                  "layernorm out", "layernorm dinp",
+                                  "layernorm dweight", "layernorm dbias",
+                                  "embedding out", "embedding dwte",
+                                  "attention out", "attention dqkv",
+                                  "xent losses", "xent dlogits"};
+    for (int k = 0; k < nres; k++)
+        if (memcmp(res[0][k], res[1][k], (size_t)len[k] * 4) != 0)
+            fail_msg("%s differs between 1 and 2 threads", names[k]);
+    /* (device buffers are released with the devices at teardown) */
+}
+
+/* sgemm is OpenBLAS's, split by column slices over the pool: equal within
+ * rounding at 1 and 2 threads.  The shape is big enough that forward,
+ * dweight and dinp each split in two (CPU_MM_MIN_FLOPS per slice). */
+static void test_threads_matmul(void **state)
+{
+    const int64_t N = 64, C = 256, OC = 528;
+    for (int bf = 0; bf < 2; bf++) {
+        dt_ref_rng_t r;
+        float *res[2][4];
+        for (int d = 0; d < 2; d++) {
+            cpu_t *c = d ? &g_t2 : &g_t1;
+            dt_ref_rng_seed(&r, 4321);
+            float *inp = drand(c, &r, N * C, -1, 1), *w = drand(c, &r, OC * C, -1, 1);
+            float *b = drand(c, &r, OC, -1, 1), *dout = drand(c, &r, N * OC, -1, 1);
+            void *wt = w;
+            if (bf) {
+                wt = dalloc(c, OC * C * 2);
+                OK(c->ops->cast(c->dev, NULL, wt, DT_BF16, w, DT_F32, OC * C));
+            }
+            float *out = dalloc(c, N * OC * 4), *dinp = dalloc(c, N * C * 4);
+            float *dw = dalloc(c, OC * C * 4), *db = dalloc(c, OC * 4);
+            memset(dinp, 0, N * C * 4);
+            memset(dw, 0, OC * C * 4);
+            memset(db, 0, OC * 4);
+            int wdt = bf ? DT_BF16 : DT_F32;
+            OK(c->ops->matmul_forward(c->dev, NULL, out, inp, wt, b, wdt, N, C, OC));
+            OK(c->ops->matmul_backward(c->dev, NULL, dinp, dw, db, dout, inp, wt, wdt,
+                                       N, C, OC));
+            res[d][0] = out, res[d][1] = dinp, res[d][2] = dw, res[d][3] = db;
+            if (wt != w)
+                dfree(c, wt);
+            dfree(c, inp), dfree(c, w), dfree(c, b), dfree(c, dout);
+        }
+        const int64_t len[4] = {N * OC, N * C, OC * C, OC};
+        const int64_t k[4] = {C, OC, N, N}; /* terms per sum */
+        static const char *what[4] = {"matmul out", "matmul dinp", "matmul dweight",
+                                      "matmul dbias"};
+        for (int j = 0; j < 4; j++) {
+            double *ref = hd(res[0][j], len[j]);
+            /* both are k-term f32 dot products (see test_matmul) */
+            CHECK(what[j], res[1][j], ref, len[j], 1e-5, 1e-6 * tol_sqrt(k[j]));
+            free(ref);
+            dfree(&g_t1, res[0][j]);
+            dfree(&g_t2, res[1][j]);
+        }
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_expf_accuracy),
+        cmocka_unit_test(test_ref_matmul_fd),
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_matmul_bf16_blocks),
+        cmocka_unit_test(test_matmul_errors),
+        cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_errors),
+        cmocka_unit_test(test_softmax_xent),
+        cmocka_unit_test(test_softmax_xent_extremes),
+        cmocka_unit_test(test_residual_axpy_scale),
+        cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_sgd),
+        cmocka_unit_test(test_sumsq),
+        cmocka_unit_test(test_cast_known_patterns),
+        cmocka_unit_test(test_cast_exhaustive_16bit),
+        cmocka_unit_test(test_cast_from_f32_vs_reference),
+        cmocka_unit_test(test_cast_errors),
+        cmocka_unit_test(test_threads_bitwise),
+        cmocka_unit_test(test_threads_matmul),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

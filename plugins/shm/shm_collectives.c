@@ -1,0 +1,318 @@
+/*
+ * plugins/shm/shm_collectives.c - the collectives, run by a group's
+ * progress thread, one at a time, in the order they were started.
+ *
+ * Data moves in rounds through per-rank slots of SHM_NBUF pipeline buffers
+ * (chunk bytes each).  Every round posts exactly two phases on the rank's
+ * counter, A ("my buffer for this round is written") then R ("I am done
+ * reading everybody's buffers of the previous round"), so all ranks agree
+ * on phase numbers: round G posts 2G+1 and 2G+2, counting from the group's
+ * creation.  A rank writes its buffer for round G only after every rank
+ * posted R(G - SHM_NBUF + 1), i.e. finished with that buffer's previous
+ * contents; with 4 buffers this rarely waits, so rounds pipeline.
+ *
+ * all_reduce (and reduce): each rank copies its chunk in, except its own
+ * 1/N part; rank p reduces the p-th part over all slots (its own input
+ * read in place), in rank order, into its own slot; then every rank copies
+ * the N reduced parts out.  The copy-out of round G overlaps with the
+ * copy-in of round G+1.  Every
+ * output element is computed by exactly one rank in a fixed order, so all
+ * ranks get the same bits.
+ */
+#include <string.h>
+
+#include "shm_internal.h"
+#include "shm_sync.h"
+
+#define PH_A(G) ((uint32_t)(2u * (uint32_t)(G) + 1u))
+#define PH_R(G) ((uint32_t)(2u * (uint32_t)(G) + 2u))
+
+static const char *kind_name(uint32_t k)
+{
+    switch (k) {
+    case SHM_OP_ALL_REDUCE: return "all_reduce";
+    case SHM_OP_REDUCE_SCATTER: return "reduce_scatter";
+    case SHM_OP_ALL_GATHER: return "all_gather";
+    case SHM_OP_BROADCAST: return "broadcast";
+    case SHM_OP_REDUCE: return "reduce";
+    case SHM_OP_BARRIER: return "barrier";
+    default: return "?";
+    }
+}
+
+/* Begin round G: wait until every rank has finished reading this rank's
+ * buffer (and op record) from round G - SHM_NBUF. */
+static int round_begin(dt_comm_t *c, struct dt_comm_req *r, uint64_t G)
+{
+    if (G + 1 < SHM_NBUF)
+        return DT_OK;
+    return shm_wait_phase(c, r, PH_R(G + 1 - SHM_NBUF), -1);
+}
+
+static void put_desc(dt_comm_t *c, struct dt_comm_req *r, uint64_t G)
+{
+    shm_desc_t *d = &c->ranks[c->rank].desc[G % SHM_NBUF];
+    d->kind = (uint32_t)r->kind;
+    d->dtype = r->dtype;
+    d->op = r->op;
+    d->root = r->root;
+    d->count = r->count;
+    d->seq = r->seq;
+}
+
+/* After the A phase of an op's first round: every rank (or `only`) must
+ * be running the same collective with the same arguments. */
+static int check_desc(dt_comm_t *c, struct dt_comm_req *r, uint64_t G, int only)
+{
+    const shm_desc_t *me = &c->ranks[c->rank].desc[G % SHM_NBUF];
+    for (int p = 0; p < c->size; p++) {
+        if ((only >= 0 && p != only) || p == c->rank)
+            continue;
+        const shm_desc_t *d = &c->ranks[p].desc[G % SHM_NBUF];
+        if (d->kind == me->kind && d->dtype == me->dtype && d->op == me->op &&
+            d->root == me->root && d->count == me->count)
+            continue;
+        char desc[256], who[96];
+        shm_req_desc(c, r, desc, sizeof desc);
+        shm_fmt_rank(c, p, who, sizeof who);
+        snprintf(r->msg, sizeof r->msg,
+                 "%s: %s started %s #%llu (count %llu, %s, op %d, root %d) "
+                 "instead; every rank must start the same collectives with "
+                 "the same arguments in the same order",
+                 desc, who, kind_name(d->kind), (unsigned long long)d->seq,
+                 (unsigned long long)d->count, dt_dtype_name(d->dtype), d->op,
+                 d->root);
+        return DT_ERR_INVALID;
+    }
+    return DT_OK;
+}
+
+/* First element of part p when `n` elements are split over `parts`,
+ * boundaries aligned to `align` elements (64 bytes) against false sharing. */
+static uint64_t part_lo(uint64_t n, int p, int parts, uint64_t align)
+{
+    if (p >= parts)
+        return n;
+    uint64_t x = n * (uint64_t)p / (uint64_t)parts;
+    return x - x % align;
+}
+
+static uint64_t align_elems(size_t es) { return es >= 64 ? 1 : 64 / es; }
+
+/* all_reduce (root < 0) and reduce (only `root` copies out). */
+static int run_all_reduce(dt_comm_t *c, struct dt_comm_req *r, int root)
+{
+    const size_t es = r->esize;
+    const int N = c->size, me = c->rank;
+    const uint64_t total = r->count, ce_max = c->chunk / es;
+    const uint64_t nrounds = (total + ce_max - 1) / ce_max;
+    const uint64_t align = align_elems(es);
+    const unsigned char *send = r->send;
+    unsigned char *recv = r->recv;
+    const int out = root < 0 || root == me;
+    const int nt = total * es >= SHM_STREAM_MIN;
+    const void **srcs = c->srcs;
+    const uint64_t G0 = c->round;
+    int st;
+
+    for (uint64_t j = 0; j <= nrounds; j++) {
+        const uint64_t G = G0 + j;
+        uint64_t off = j * ce_max, ce = 0;
+        if (j < nrounds) {
+            ce = total - off < ce_max ? total - off : ce_max;
+            if ((st = round_begin(c, r, G)) != DT_OK)
+                return st;
+            /* Only the parts the others reduce: ours is read in place. */
+            uint64_t mlo = part_lo(ce, me, N, align), mhi = part_lo(ce, me + 1, N, align);
+            unsigned char *slot = shm_slot_buf(c, me, G);
+            memcpy(slot, send + off * es, mlo * es);
+            memcpy(slot + mhi * es, send + (off + mhi) * es, (ce - mhi) * es);
+            if (j == 0)
+                put_desc(c, r, G);
+            shm_post_phase(c, PH_A(G));
+        }
+        if (j > 0 && out) {
+            /* Finish round j-1: copy out the parts the others reduced. */
+            const uint64_t Gp = G - 1, offp = off - ce_max;
+            const uint64_t cep = total - offp < ce_max ? total - offp : ce_max;
+            if ((st = shm_wait_phase(c, r, PH_R(Gp), -1)) != DT_OK)
+                return st;
+            for (int p = 0; p < N; p++) {
+                if (p == me)
+                    continue;
+                uint64_t lo = part_lo(cep, p, N, align), hi = part_lo(cep, p + 1, N, align);
+                if (hi > lo)
+                    shm_copy_out(recv + (offp + lo) * es, shm_slot_buf(c, p, Gp) + lo * es,
+                                 (hi - lo) * es, nt);
+            }
+        }
+        if (j < nrounds) {
+            if ((st = shm_wait_phase(c, r, PH_A(G), -1)) != DT_OK)
+                return st;
+            if (j == 0 && (st = check_desc(c, r, G, -1)) != DT_OK)
+                return st;
+            uint64_t lo = part_lo(ce, me, N, align), hi = part_lo(ce, me + 1, N, align);
+            if (hi > lo) {
+                for (int p = 0; p < N; p++)
+                    srcs[p] = p == me ? send + (off + lo) * es : shm_slot_buf(c, p, G) + lo * es;
+                unsigned char *dst = shm_slot_buf(c, me, G) + lo * es;
+                shm_reduce2(dst, out ? recv + (off + lo) * es : NULL, srcs, N, hi - lo,
+                            r->dtype, r->op, N, nt);
+            }
+            shm_post_phase(c, PH_R(G));
+            c->round = G + 1;
+        }
+    }
+    return DT_OK;
+}
+
+/* reduce_scatter: round j moves piece j of every rank's N blocks; rank p
+ * reduces the pieces of block p straight into its recv. */
+static int run_reduce_scatter(dt_comm_t *c, struct dt_comm_req *r)
+{
+    const size_t es = r->esize;
+    const int N = c->size, me = c->rank;
+    const uint64_t rc = r->count, align = align_elems(es);
+    uint64_t pe_max = (c->chunk / es) / (uint64_t)N;
+    if (pe_max >= align)
+        pe_max -= pe_max % align;
+    const uint64_t nrounds = (rc + pe_max - 1) / pe_max;
+    const unsigned char *send = r->send;
+    unsigned char *recv = r->recv;
+    const void **srcs = c->srcs;
+    const uint64_t G0 = c->round;
+    int st;
+
+    for (uint64_t j = 0; j < nrounds; j++) {
+        const uint64_t G = G0 + j, off = j * pe_max;
+        const uint64_t pe = rc - off < pe_max ? rc - off : pe_max;
+        if ((st = round_begin(c, r, G)) != DT_OK)
+            return st;
+        unsigned char *buf = shm_slot_buf(c, me, G);
+        for (int b = 0; b < N; b++) /* our own block is read in place */
+            if (b != me)
+                memcpy(buf + (size_t)b * pe_max * es, send + ((uint64_t)b * rc + off) * es,
+                       pe * es);
+        if (j == 0)
+            put_desc(c, r, G);
+        shm_post_phase(c, PH_A(G));
+        if ((st = shm_wait_phase(c, r, PH_A(G), -1)) != DT_OK)
+            return st;
+        if (j == 0 && (st = check_desc(c, r, G, -1)) != DT_OK)
+            return st;
+        for (int p = 0; p < N; p++)
+            srcs[p] = p == me ? send + ((uint64_t)me * rc + off) * es
+                              : shm_slot_buf(c, p, G) + (size_t)me * pe_max * es;
+        shm_reduce(recv + off * es, srcs, N, pe, r->dtype, r->op, N);
+        shm_post_phase(c, PH_R(G));
+        c->round = G + 1;
+    }
+    return DT_OK;
+}
+
+static int run_all_gather(dt_comm_t *c, struct dt_comm_req *r)
+{
+    const size_t es = r->esize;
+    const int N = c->size, me = c->rank;
+    const uint64_t sc = r->count, ce_max = c->chunk / es;
+    const uint64_t nrounds = (sc + ce_max - 1) / ce_max;
+    const unsigned char *send = r->send;
+    unsigned char *recv = r->recv;
+    /* send may be our own block of recv: then it is already in place */
+    const int aliased = send == recv + (uint64_t)me * sc * es;
+    const int nt = (uint64_t)N * sc * es >= SHM_STREAM_MIN;
+    const uint64_t G0 = c->round;
+    int st;
+
+    for (uint64_t j = 0; j < nrounds; j++) {
+        const uint64_t G = G0 + j, off = j * ce_max;
+        const uint64_t ce = sc - off < ce_max ? sc - off : ce_max;
+        if ((st = round_begin(c, r, G)) != DT_OK)
+            return st;
+        /* our own block goes to recv on the way (unless it is already there) */
+        shm_copy2(shm_slot_buf(c, me, G), aliased ? NULL : recv + ((uint64_t)me * sc + off) * es,
+                  send + off * es, ce * es, nt);
+        if (j == 0)
+            put_desc(c, r, G);
+        shm_post_phase(c, PH_A(G));
+        if ((st = shm_wait_phase(c, r, PH_A(G), -1)) != DT_OK)
+            return st;
+        if (j == 0 && (st = check_desc(c, r, G, -1)) != DT_OK)
+            return st;
+        for (int p = 0; p < N; p++)
+            if (p != me)
+                shm_copy_out(recv + ((uint64_t)p * sc + off) * es, shm_slot_buf(c, p, G),
+                             ce * es, nt);
+        shm_post_phase(c, PH_R(G));
+        c->round = G + 1;
+    }
+    return DT_OK;
+}
+
+static int run_broadcast(dt_comm_t *c, struct dt_comm_req *r)
+{
+    const size_t es = r->esize;
+    const int me = c->rank, root = r->root;
+    const uint64_t count = r->count, ce_max = c->chunk / es;
+    const uint64_t nrounds = (count + ce_max - 1) / ce_max;
+    unsigned char *buf = r->recv;
+    const int nt = count * es >= SHM_STREAM_MIN;
+    const uint64_t G0 = c->round;
+    int st;
+
+    for (uint64_t j = 0; j < nrounds; j++) {
+        const uint64_t G = G0 + j, off = j * ce_max;
+        const uint64_t ce = count - off < ce_max ? count - off : ce_max;
+        if ((st = round_begin(c, r, G)) != DT_OK)
+            return st;
+        if (me == root)
+            memcpy(shm_slot_buf(c, root, G), buf + off * es, ce * es);
+        if (j == 0)
+            put_desc(c, r, G);
+        shm_post_phase(c, PH_A(G));
+        if (me != root) {
+            /* Only the root's data matters: the root runs ahead by up to
+             * SHM_NBUF - 1 rounds. */
+            if ((st = shm_wait_phase(c, r, PH_A(G), root)) != DT_OK)
+                return st;
+            if (j == 0 && (st = check_desc(c, r, G, root)) != DT_OK)
+                return st;
+            shm_copy_out(buf + off * es, shm_slot_buf(c, root, G), ce * es, nt);
+        }
+        shm_post_phase(c, PH_R(G));
+        c->round = G + 1;
+    }
+    return DT_OK;
+}
+
+static int run_barrier(dt_comm_t *c, struct dt_comm_req *r)
+{
+    const uint64_t G = c->round;
+    int st;
+    if ((st = round_begin(c, r, G)) != DT_OK)
+        return st;
+    put_desc(c, r, G);
+    shm_post_phase(c, PH_A(G));
+    if ((st = shm_wait_phase(c, r, PH_A(G), -1)) != DT_OK)
+        return st;
+    if ((st = check_desc(c, r, G, -1)) != DT_OK)
+        return st;
+    shm_post_phase(c, PH_R(G));
+    c->round = G + 1;
+    return DT_OK;
+}
+
+int shm_run_collective(dt_comm_t *c, struct dt_comm_req *r)
+{
+    switch (r->kind) {
+    case SHM_OP_ALL_REDUCE: return run_all_reduce(c, r, -1);
+    case SHM_OP_REDUCE: return run_all_reduce(c, r, r->root);
+    case SHM_OP_REDUCE_SCATTER: return run_reduce_scatter(c, r);
+    case SHM_OP_ALL_GATHER: return run_all_gather(c, r);
+    case SHM_OP_BROADCAST: return run_broadcast(c, r);
+    case SHM_OP_BARRIER: return run_barrier(c, r);
+    default:
+        snprintf(r->msg, sizeof r->msg, "internal error: unknown collective %d", r->kind);
+        return DT_ERR_INVALID;
+    }
+}

@@ -1,0 +1,385 @@
+/*
+ * plugins/shm/shm_internal.h - the shared-memory communicator's private
+ * types: the layout of a group's POSIX shared-memory segment, the
+ * process-local communicator and request structs, and the functions the
+ * plugin's source files share.
+ *
+ * One segment per group.  Every rank of the group maps it; nothing else
+ * crosses between processes.  Layout (all offsets page aligned):
+ *
+ *   shm_hdr_t            configuration, attach counters, job failure record
+ *   shm_rank_t[size]     per rank: pid, phase counter, doorbell, op records
+ *   shm_chan_t[size^2]   point-to-point channel control, (src * size + dst)
+ *   slots                per rank SHM_NBUF pipeline buffers of chunk bytes
+ *   p2p data             per ordered pair SHM_P2P_NBUF buffers of p2p_chunk
+ *
+ * Synchronisation is by monotone 32-bit counters in shared memory: a rank
+ * publishes progress by storing a larger value, peers compare with a signed
+ * difference (so the counters may wrap).  Sleepers wait on their own rank's
+ * doorbell word with FUTEX_WAIT (shared, not private: the word lives in a
+ * mapping of several processes) and whoever changes a counter rings the
+ * doorbells of ranks marked as sleeping.
+ */
+#ifndef DT_SHM_INTERNAL_H
+#define DT_SHM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "dtrain/comm.h"
+
+/* ------------------------------------------------------------------------
+ * Segment names.
+ *
+ * Every segment of a job is named from the job id only:
+ *     world group:        /dtrain-<job_id>
+ *     split of a group:   <parent name>-g<split number>c<color>
+ *                         e.g. /dtrain-j42-g1c0, /dtrain-j42-g1c0-g2c1
+ * so `rm /dev/shm/dtrain-<job_id>*` (what the launcher does after a crash)
+ * removes everything a job can leave.  Normally nothing is left: the first
+ * rank to see the whole group attached unlinks the name (attach, then
+ * unlink), and the memory goes away with the last mapping.
+ * --------------------------------------------------------------------- */
+#define SHM_NAME_MAX 240   /* below NAME_MAX (255) minus the "/dev/shm" part */
+#define SHM_JOB_ID_MAX 96  /* longest job id accepted */
+
+/* Write the world segment name for `job_id` into buf (cap bytes).
+ * Returns the length, or -1 when it does not fit. */
+static inline int shm_world_name(char *buf, size_t cap, const char *job_id)
+{
+    int n = snprintf(buf, cap, "/dtrain-%s", job_id);
+    return (n < 0 || (size_t)n >= cap) ? -1 : n;
+}
+
+/* Write the name of split number `split_no` (1-based, counted per parent)
+ * with `color` of the group named `parent`.  Returns the length, or -1. */
+static inline int shm_split_name(char *buf, size_t cap, const char *parent,
+                                 uint32_t split_no, int32_t color)
+{
+    int n = snprintf(buf, cap, "%s-g%uc%u", parent, split_no, (uint32_t)color);
+    return (n < 0 || (size_t)n >= cap) ? -1 : n;
+}
+
+/* ------------------------------------------------------------------------
+ * Tunables that are not configuration keys.
+ * --------------------------------------------------------------------- */
+#define SHM_NBUF 4          /* pipeline buffers per rank slot (>= 3 needed) */
+#define SHM_P2P_NBUF 4      /* buffers per point-to-point channel */
+#define SHM_LINE 128        /* false-sharing unit (adjacent-line prefetch) */
+#define SHM_SLICE_NS 10000000ull   /* longest single futex sleep: 10 ms */
+#define SHM_CHECK_NS 5000000ull    /* liveness/deadline checks: every 5 ms */
+/* After waking a sleeping peer, spin at least this long in the next wait
+ * (unless ranks outnumber cores): the woken peer needs tens of us (on a
+ * VM up to ~100 us) to run again, and if we went to sleep meanwhile it
+ * would have to wake us in turn, and so on: a convoy where every phase
+ * costs a wake-up. */
+#define SHM_WAKE_SPIN_NS 300000ull
+/* Longest timeout honoured (~115 days): keeps ms -> ns products in range. */
+#define SHM_TIMEOUT_MAX_MS 10000000000ll
+#define SHM_VERSION 1u
+#define SHM_MAGIC 0x31686d736e727464ull /* "dtrnshm1" little-endian */
+
+/* Default and limits of the config keys (also in the key table). */
+#define SHM_SLOT_DEFAULT (4ll << 20)
+#define SHM_SLOT_MIN (16ll << 10)
+#define SHM_SLOT_MAX (1ll << 30)
+#define SHM_SPIN_DEFAULT 50
+#define SHM_SPIN_MAX 1000000
+
+/* ------------------------------------------------------------------------
+ * Shared layout.
+ * --------------------------------------------------------------------- */
+
+/* Why the job failed (shm_fail_t.kind). */
+enum { SHM_FAIL_NONE = 0, SHM_FAIL_ABORT = 1, SHM_FAIL_DEAD = 2,
+       SHM_FAIL_LEFT = 3 };
+
+/* The job's first failure, kept in the WORLD segment and read by every
+ * group's waits: first writer wins (state 0 -> 1 -> 2). */
+typedef struct shm_fail {
+    _Atomic uint32_t state; /* 0 none, 1 being written, 2 published */
+    int32_t kind;           /* SHM_FAIL_* */
+    int32_t world_rank;     /* who failed / aborted */
+    int32_t pid;
+    char reason[384];
+} shm_fail_t;
+
+typedef struct shm_hdr {
+    _Atomic uint64_t magic;   /* SHM_MAGIC once initialised (stored last) */
+    uint32_t version;
+    _Atomic int32_t creator_pid; /* first thing the creator writes */
+    int32_t size;             /* ranks in the group */
+    uint32_t nbuf, p2p_nbuf;
+    uint32_t reserved0;
+    uint64_t chunk;           /* bytes of one pipeline buffer */
+    uint64_t p2p_chunk;       /* bytes of one channel buffer */
+    uint64_t total;           /* segment bytes */
+    uint64_t off_ranks, off_chans, off_slots, off_p2p;
+    _Alignas(SHM_LINE) _Atomic uint32_t attached; /* futex word */
+    _Atomic uint32_t detached;
+    _Atomic uint32_t unlinked; /* 1 once the name was removed */
+    _Atomic uint32_t stale;    /* 1 once found abandoned (see rendezvous) */
+    _Alignas(SHM_LINE) shm_fail_t fail; /* used in the world segment */
+} shm_hdr_t;
+
+/* What each rank says it is running, checked by peers at an op's first
+ * round (catches ranks calling different collectives). */
+typedef struct shm_desc {
+    uint32_t kind;
+    int32_t dtype;
+    int32_t op;
+    int32_t root;
+    uint64_t count;
+    uint64_t seq;
+} shm_desc_t;
+
+/* Slot state (shm_rank_t.state). */
+enum { SHM_RANK_EMPTY = 0, SHM_RANK_JOINED = 1, SHM_RANK_LEFT = 2 };
+
+typedef struct shm_rank {
+    /* written once by the owner at attach / finalize */
+    _Atomic int32_t pid;
+    int32_t world_rank;
+    _Atomic uint32_t state;
+    /* phases this rank has posted: the owner stores, everyone reads */
+    _Alignas(SHM_LINE) _Atomic uint32_t seq;
+    /* this rank's progress thread sleeps on `bell`; others ring it */
+    _Alignas(SHM_LINE) _Atomic uint32_t bell;
+    _Atomic uint32_t sleeping;
+    _Alignas(SHM_LINE) shm_desc_t desc[SHM_NBUF]; /* by round % SHM_NBUF */
+} shm_rank_t;
+
+/* One chunk's label in a point-to-point channel. */
+typedef struct shm_chunk_hdr {
+    int32_t tag;
+    uint32_t len;        /* bytes in this chunk */
+    uint64_t msg_bytes;  /* bytes of the whole message */
+    uint64_t offset;     /* of this chunk in the message */
+    uint64_t msg_no;     /* sender's send number (diagnostics) */
+} shm_chunk_hdr_t;
+
+/* Channel src -> dst: a ring of SHM_P2P_NBUF buffers. */
+typedef struct shm_chan {
+    _Atomic uint32_t posted;   /* chunks written by src */
+    _Alignas(SHM_LINE) _Atomic uint32_t consumed; /* chunks read by dst */
+    _Alignas(SHM_LINE) shm_chunk_hdr_t hdr[SHM_P2P_NBUF];
+} shm_chan_t;
+
+/* ------------------------------------------------------------------------
+ * Process-local state.
+ * --------------------------------------------------------------------- */
+
+/* Shared by every group of the job in this process: the world mapping,
+ * which holds the job's failure record.  Split groups keep it alive. */
+typedef struct shm_job {
+    _Atomic int refs;
+    shm_hdr_t *world;     /* world segment header (failure record) */
+    void *base;           /* world mapping */
+    size_t bytes;
+    int32_t world_rank;
+    int32_t world_size;
+    int oversubscribed;   /* more local ranks than usable cores */
+    char job_id[SHM_JOB_ID_MAX + 1];
+} shm_job_t;
+
+/* Operation kinds (also in shm_desc_t.kind). */
+enum {
+    SHM_OP_ALL_REDUCE = 1, SHM_OP_REDUCE_SCATTER, SHM_OP_ALL_GATHER,
+    SHM_OP_BROADCAST, SHM_OP_REDUCE, SHM_OP_BARRIER, SHM_OP_SEND,
+    SHM_OP_RECV, SHM_OP_KIND_END
+};
+
+/* Request states (a process-private futex word). */
+enum { SHM_REQ_QUEUED = 0, SHM_REQ_DONE = 1 };
+
+struct dt_comm_req {
+    struct dt_comm_req *next;     /* queue link */
+    struct dt_comm_req *live_prev, *live_next; /* not yet waited, qlock */
+    struct dt_comm_req *p2p_next; /* active point-to-point list link */
+    int kind;                     /* SHM_OP_* */
+    const void *send;
+    void *recv;
+    uint64_t count;               /* elements (see each op) */
+    int dtype, op;
+    int32_t root;                 /* root, or peer for send/recv */
+    int32_t tag;
+    size_t esize;
+    uint64_t seq;                 /* "#n": per group, collectives and p2p apart */
+    uint64_t id;                  /* enqueue order, for cancellation */
+    /* point-to-point progress (progress thread only) */
+    uint64_t done;                /* bytes moved */
+    uint64_t last_ns;             /* last progress, for the stall timeout */
+    int matched;                  /* recv: bound to a message in its channel */
+    /* completion */
+    _Atomic uint32_t state;
+    _Atomic uint32_t waiters;
+    int status;
+    char msg[640];
+};
+
+typedef struct dt_comm dt_comm_t;
+
+struct dt_comm {
+    const dt_host_v1_t *host;
+    shm_job_t *job;
+    char name[SHM_NAME_MAX + 16]; /* segment name, "/dtrain-..." */
+    char gname[160];              /* "world", "world/g1c0" for messages */
+    int32_t rank, size;
+    int is_world;
+    int64_t timeout_ms;
+    uint64_t spin_ns;
+    const dt_device_ops_v1_t *dev_ops;
+    dt_device_t *dev;
+
+    /* the mapping */
+    void *base;
+    size_t bytes;
+    shm_hdr_t *hdr;
+    shm_rank_t *ranks;
+    shm_chan_t *chans;
+    unsigned char *slots;
+    unsigned char *p2p;
+    uint64_t chunk, p2p_chunk;
+    int32_t *wranks;    /* world rank of each group rank */
+    int32_t *pids;      /* pid of each group rank */
+    int *pidfds;        /* -1 where pidfd_open is unavailable */
+    const void **srcs;  /* (size) reduction sources, progress thread */
+
+    /* progress thread and queue.  `exec` is held by whoever runs ops or
+     * moves point-to-point data: the progress thread, or a caller running
+     * a blocking collective inline while the thread has nothing to do
+     * (saves two thread hand-offs, each a futex wake-up of ~30 us on a
+     * VM).  Fields marked "executor" below need it. */
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t exec;
+    pthread_mutex_t qlock;
+    _Atomic uint32_t idle_word;     /* private futex: local events */
+    _Atomic uint32_t idle_sleeping; /* the thread sleeps on idle_word */
+    struct dt_comm_req *qhead, *qtail;
+    struct dt_comm_req *live;       /* every request not yet waited */
+    _Atomic int stop;
+    _Atomic uint64_t cancel_upto;   /* fail ops with id <= this */
+    _Atomic int64_t cancel_ms;      /* the wait limit that expired */
+    _Atomic uint64_t enqueued;      /* ops queued so far */
+    _Atomic uint64_t taken;         /* ops the progress thread dequeued */
+    uint64_t next_id;               /* caller side, under qlock */
+    uint64_t coll_seq, p2p_seq;     /* caller side, under qlock */
+    uint32_t split_no;              /* caller side */
+
+    /* executor state */
+    uint32_t phase;                 /* phases this rank posted == its seq */
+    uint64_t rang_ns;               /* when we last woke a sleeping peer */
+    uint64_t round;                 /* rounds begun */
+    _Atomic int broken;             /* set once; later ops fail at once */
+    int broken_status;
+    char broken_msg[640];
+    struct dt_comm_req *p2p_head, *p2p_tail; /* active sends/recvs */
+    _Atomic int p2p_active;         /* their number, readable without exec */
+    struct dt_comm_req **cur_send;  /* per peer: the send owning the channel */
+    struct dt_comm_req **cur_recv;  /* per peer: the recv bound to the head */
+    uint64_t p2p_next_check;
+};
+
+/* ------------------------------------------------------------------------
+ * Shared helpers (shm_comm.c).
+ * --------------------------------------------------------------------- */
+static inline shm_chan_t *shm_chan(dt_comm_t *c, int src, int dst)
+{
+    return &c->chans[(size_t)src * (size_t)c->size + (size_t)dst];
+}
+static inline unsigned char *shm_slot_buf(dt_comm_t *c, int r, uint64_t round)
+{
+    return c->slots + ((size_t)r * SHM_NBUF + (size_t)(round % SHM_NBUF)) *
+                          (size_t)c->chunk;
+}
+static inline unsigned char *shm_chan_buf(dt_comm_t *c, int src, int dst,
+                                          uint32_t i)
+{
+    size_t ch = (size_t)src * (size_t)c->size + (size_t)dst;
+    return c->p2p + (ch * SHM_P2P_NBUF + (i % SHM_P2P_NBUF)) *
+                        (size_t)c->p2p_chunk;
+}
+
+/* "all_reduce #17 (f32, 4194304 bytes) on group world" */
+void shm_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf,
+                  size_t cap);
+/* "rank 3" / "ranks 2, 3" in group terms, world ranks added for splits. */
+void shm_fmt_ranks(dt_comm_t *c, const int *list, int n, char *buf,
+                   size_t cap);
+/* How rank r (of this group) is named in messages. */
+void shm_fmt_rank(dt_comm_t *c, int r, char *buf, size_t cap);
+/* Publish the job's first failure (no-op when one is already published). */
+void shm_publish_fail(shm_job_t *job, int kind, int32_t world_rank,
+                      int32_t pid, const char *reason);
+/* Message for a published failure, e.g. "rank 2 (pid 4242) died". */
+int shm_fail_text(dt_comm_t *c, char *buf, size_t cap);
+
+/* Collectives (shm_collectives.c): run one op to completion on the
+ * progress thread.  Returns a status; on failure r->msg holds the text. */
+int shm_run_collective(dt_comm_t *c, struct dt_comm_req *r);
+
+/* Point-to-point (shm_p2p.c), executor only. */
+void shm_p2p_start(dt_comm_t *c, struct dt_comm_req *r);
+/* Advance every active send/recv; returns 1 when anything moved, 0 when
+ * nothing could, or -status when the group broke (message in broken_msg). */
+int shm_p2p_progress(dt_comm_t *c);
+/* Fail every active send/recv with `status` and text. */
+void shm_p2p_fail_all(dt_comm_t *c, int status, const char *text);
+
+/* Requests (shm_ops.c). */
+void shm_req_complete(struct dt_comm_req *r, int status);
+/* Mark the group unusable; the first cause is kept for later ops. */
+void shm_break(dt_comm_t *c, int status, const char *text);
+/* Wake this rank's progress thread for a local event (enqueue, cancel,
+ * finalize) wherever it sleeps. */
+void shm_wake_progress(dt_comm_t *c);
+/* The progress thread's body (arg: the dt_comm_t). */
+void *shm_progress_main(void *arg);
+/* The ABI's operations (shm_ops.c); see comm.h for their contracts. */
+int shm_op_rank_size(dt_comm_t *c, int32_t *rank, int32_t *size);
+int shm_op_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,
+                      int op, dt_stream_t *stream, dt_comm_req_t **req);
+int shm_op_reduce_scatter(dt_comm_t *c, const void *send, void *recv, uint64_t recv_count,
+                          int dtype, int op, dt_stream_t *stream, dt_comm_req_t **req);
+int shm_op_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t send_count,
+                      int dtype, dt_stream_t *stream, dt_comm_req_t **req);
+int shm_op_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t root,
+                     dt_stream_t *stream, dt_comm_req_t **req);
+int shm_op_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,
+                  int op, int32_t root, dt_stream_t *stream, dt_comm_req_t **req);
+int shm_op_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype, int32_t peer,
+                int32_t tag, dt_stream_t *stream, dt_comm_req_t **req);
+int shm_op_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
+                int32_t tag, dt_stream_t *stream, dt_comm_req_t **req);
+int shm_op_barrier(dt_comm_t *c, dt_comm_req_t **req);
+int shm_op_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms);
+int shm_op_test(dt_comm_t *c, dt_comm_req_t *r, int *done);
+
+/* Reduction kernels (shm_reduce.c).  dst[i] = op over srcs[0..n-1][i] in
+ * that order, accumulated in f32 for f32/bf16/f16 (rounded once to nearest
+ * even), f64 for f64, wrapping integer arithmetic for integers.  AVG
+ * divides the sum by `group` (integers: unsupported, checked earlier).
+ * dst may alias any src.  (count) elements each. */
+void shm_reduce(void *dst, const void *const *srcs, int nsrc, size_t count,
+                int dtype, int op, int group);
+/* shm_reduce into dst, and the same result copied into dst2 (a user
+ * buffer, may be NULL) while it is hot; `streaming` as in shm_copy_out. */
+void shm_reduce2(void *dst, void *dst2, const void *const *srcs, int nsrc, size_t count,
+                 int dtype, int op, int group, int streaming);
+/* memcpy src into dst (shared memory) and, when dst2 is not NULL, into
+ * dst2 (a user buffer) from the freshly written, cache-hot dst. */
+void shm_copy2(void *dst, void *dst2, const void *src, size_t n, int streaming);
+/* memcpy into a user buffer; `streaming` (for messages far larger than
+ * the caches) uses non-temporal stores where the CPU has them. */
+void shm_copy_out(void *dst, const void *src, size_t n, int streaming);
+/* Messages at least this large are copied out with streaming stores. */
+#define SHM_STREAM_MIN (16ull << 20)
+/* DT_OK when (dtype, op) can be reduced, else DT_ERR_UNSUPPORTED. */
+int shm_reduce_supported(int dtype, int op);
+
+#endif /* DT_SHM_INTERNAL_H */

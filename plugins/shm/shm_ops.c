@@ -1,0 +1,547 @@
+/*
+ * plugins/shm/shm_ops.c - the shared-memory communicator's operations as
+ * the ABI sees them: argument checks, the per-group queue, the progress
+ * thread, and wait/test.
+ *
+ * Every operation becomes a request queued to its group.  Whoever holds
+ * the group's `exec` lock runs requests in start order: normally the
+ * group's progress thread, so started operations overlap the caller's
+ * compute; but a caller that blocks (req == NULL, or wait with the default
+ * limit) while the thread has nothing in flight runs them itself, which
+ * saves two thread hand-offs per operation (a futex wake-up costs ~30 us
+ * on a VM).  Collectives run one at a time (shm_collectives.c); sends and
+ * recvs stay active side by side once started (shm_p2p.c).
+ *
+ * A failure breaks the group: the failed request carries the message,
+ * every later one fails at once with "not started: the group failed
+ * earlier: <first message>", since the ranks are out of step from then on.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shm_internal.h"
+#include "shm_sync.h"
+
+/* ---- requests ---------------------------------------------------------- */
+
+void shm_req_complete(struct dt_comm_req *r, int status)
+{
+    r->status = status;
+    /* seq_cst store then load of `waiters`, against the waiter's store of
+     * `waiters` then load of `state`: one of the two sees the other. */
+    atomic_store(&r->state, SHM_REQ_DONE);
+    if (atomic_load(&r->waiters))
+        shm_futex_wake_private(&r->state, INT_MAX);
+}
+
+void shm_break(dt_comm_t *c, int status, const char *text)
+{
+    if (!atomic_load(&c->broken)) {
+        c->broken_status = status;
+        snprintf(c->broken_msg, sizeof c->broken_msg, "%s", text);
+        atomic_store(&c->broken, 1);
+    }
+    if (c->p2p_head) {
+        char t[sizeof c->broken_msg + 32];
+        snprintf(t, sizeof t, "the group failed: %s", c->broken_msg);
+        shm_p2p_fail_all(c, c->broken_status, t);
+    }
+}
+
+static void fail_unstarted(dt_comm_t *c, struct dt_comm_req *r, int status,
+                           const char *why)
+{
+    char desc[256];
+    shm_req_desc(c, r, desc, sizeof desc);
+    snprintf(r->msg, sizeof r->msg, "%s: not started: %s", desc, why);
+    shm_req_complete(r, status);
+}
+
+/* Progress thread: take one dequeued op. */
+static void run_one(dt_comm_t *c, struct dt_comm_req *r)
+{
+    char text[700];
+    if (atomic_load(&c->broken)) {
+        snprintf(text, sizeof text, "the group failed earlier: %s", c->broken_msg);
+        fail_unstarted(c, r, c->broken_status, text);
+        return;
+    }
+    if (atomic_load(&c->job->world->fail.state) == 2) {
+        int st = shm_fail_text(c, text, sizeof text);
+        shm_break(c, st, text);
+        fail_unstarted(c, r, st, text);
+        return;
+    }
+    if (atomic_load(&c->stop)) {
+        fail_unstarted(c, r, DT_ERR_ABORTED, "the group was finalized first");
+        return;
+    }
+    if (atomic_load(&c->cancel_upto) >= r->id) {
+        snprintf(text, sizeof text, "timed out after %.1f s (the wait's limit) while "
+                 "earlier operations ran", (double)atomic_load(&c->cancel_ms) / 1000.0);
+        char desc[256], cause[sizeof r->msg];
+        shm_req_desc(c, r, desc, sizeof desc);
+        snprintf(cause, sizeof cause, "%s: not started: %s", desc, text);
+        /* the other ranks run it: this rank is out of step from now on
+         * (broken before the caller hears of it, so its next op fails at
+         * once) */
+        shm_break(c, DT_ERR_TIMEOUT, cause);
+        fail_unstarted(c, r, DT_ERR_TIMEOUT, text);
+        return;
+    }
+    if (r->kind == SHM_OP_SEND || r->kind == SHM_OP_RECV) {
+        shm_p2p_start(c, r);
+        return;
+    }
+    int st = shm_run_collective(c, r);
+    if (st == DT_OK) {
+        shm_req_complete(r, DT_OK);
+        return;
+    }
+    /* Break the group before the caller hears of the failure, so that
+     * its next op fails at once with this cause. */
+    shm_break(c, st, r->msg);
+    shm_req_complete(r, st); /* r may be freed from here on */
+}
+
+/* Wake our own progress thread for a local event (enqueue, cancel,
+ * finalize) wherever it sleeps: idle on its private word, or on the shared
+ * doorbell while it moves point-to-point data. */
+void shm_wake_progress(dt_comm_t *c)
+{
+    if (atomic_load(&c->idle_sleeping)) {
+        atomic_fetch_add(&c->idle_word, 1);
+        shm_futex_wake_private(&c->idle_word, 1);
+    }
+    shm_ring(c, c->rank, SHM_SLEEP_IDLE);
+}
+
+static int has_local_work(dt_comm_t *c)
+{
+    return atomic_load(&c->enqueued) != atomic_load(&c->taken) || atomic_load(&c->stop) ||
+           atomic_load(&c->p2p_active) > 0;
+}
+
+/* Nothing queued, nothing in flight: spin a little (the next op usually
+ * comes soon), then sleep until a local event. */
+static void idle_sleep(dt_comm_t *c)
+{
+    uint64_t spin_end = shm_now_ns() + c->spin_ns;
+    while (shm_now_ns() < spin_end) {
+        if (has_local_work(c))
+            return;
+        shm_cpu_relax();
+    }
+    uint32_t v = atomic_load(&c->idle_word);
+    /* seq_cst store, then the loads in has_local_work: pairs with
+     * wake_progress (the waker publishes work, then loads idle_sleeping) */
+    atomic_store(&c->idle_sleeping, 1);
+    if (!has_local_work(c))
+        shm_futex_wait_private(&c->idle_word, v, 0);
+    atomic_store(&c->idle_sleeping, 0);
+}
+
+/* Executor (holding exec): dequeue and run one op.  Returns 0 when the
+ * queue was empty. */
+static int run_next(dt_comm_t *c)
+{
+    pthread_mutex_lock(&c->qlock);
+    struct dt_comm_req *r = c->qhead;
+    if (r) {
+        c->qhead = r->next;
+        if (!c->qhead)
+            c->qtail = NULL;
+        r->next = NULL;
+        atomic_fetch_add(&c->taken, 1);
+    }
+    pthread_mutex_unlock(&c->qlock);
+    if (r)
+        run_one(c, r);
+    return r != NULL;
+}
+
+void *shm_progress_main(void *arg)
+{
+    dt_comm_t *c = arg;
+    for (;;) {
+        if (atomic_load(&c->enqueued) != atomic_load(&c->taken)) {
+            pthread_mutex_lock(&c->exec);
+            run_next(c);
+            pthread_mutex_unlock(&c->exec);
+            continue;
+        }
+        if (atomic_load(&c->stop))
+            break;
+        if (atomic_load(&c->p2p_active) > 0) {
+            pthread_mutex_lock(&c->exec);
+            shm_p2p_wait(c, NULL);
+            pthread_mutex_unlock(&c->exec);
+            continue;
+        }
+        idle_sleep(c);
+    }
+    pthread_mutex_lock(&c->exec);
+    shm_p2p_fail_all(c, DT_ERR_ABORTED,
+                     "the group was finalized while the operation was in flight");
+    pthread_mutex_unlock(&c->exec);
+    return NULL;
+}
+
+/* A waiting caller does the work itself when the progress thread is not
+ * busy (it may be asleep): run queued ops and move point-to-point data
+ * until r is done.  Holding exec, with nothing queued and nothing active,
+ * r is necessarily done. */
+static void help_until_done(dt_comm_t *c, struct dt_comm_req *r)
+{
+    while (atomic_load(&r->state) != SHM_REQ_DONE) {
+        if (run_next(c))
+            continue;
+        if (!c->p2p_head)
+            break;
+        shm_p2p_wait(c, &r->state);
+    }
+}
+
+/* Caller side: wait until r is done, at most timeout_ns (< 0: no limit);
+ * spins for spin_ns first (0 when ranks outnumber cores).  Returns 1 when
+ * done. */
+static int req_wait_done(dt_comm_t *c, struct dt_comm_req *r, int64_t timeout_ns)
+{
+    uint64_t t0 = shm_now_ns();
+    uint64_t spin_end = t0 + c->spin_ns;
+    for (;;) {
+        if (atomic_load(&r->state) == SHM_REQ_DONE)
+            return 1;
+        uint64_t now = shm_now_ns(), left = 0;
+        if (timeout_ns >= 0) {
+            if (now - t0 >= (uint64_t)timeout_ns)
+                return 0;
+            left = (uint64_t)timeout_ns - (now - t0);
+        }
+        if (now < spin_end) {
+            shm_cpu_relax();
+            continue;
+        }
+        atomic_store(&r->waiters, 1);
+        if (atomic_load(&r->state) != SHM_REQ_DONE)
+            shm_futex_wait_private(&r->state, SHM_REQ_QUEUED, left);
+    }
+}
+
+static void live_remove(dt_comm_t *c, struct dt_comm_req *r)
+{
+    if (r->live_prev)
+        r->live_prev->live_next = r->live_next;
+    else
+        c->live = r->live_next;
+    if (r->live_next)
+        r->live_next->live_prev = r->live_prev;
+}
+
+int shm_op_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
+{
+    if (!c || !r)
+        return c ? c->host->set_error(c->host, DT_ERR_INVALID, "wait: NULL request")
+                 : DT_ERR_INVALID;
+    if (timeout_ms < 0) {
+        /* Every step of the executor is bounded by the group timeout. */
+        if (atomic_load(&r->state) != SHM_REQ_DONE && pthread_mutex_trylock(&c->exec) == 0) {
+            help_until_done(c, r);
+            int more = atomic_load(&c->enqueued) != atomic_load(&c->taken) ||
+                       atomic_load(&c->p2p_active) > 0;
+            pthread_mutex_unlock(&c->exec);
+            if (more)
+                shm_wake_progress(c); /* sends/recvs still moving: hand them back */
+        }
+        req_wait_done(c, r, -1);
+    } else if (!req_wait_done(c, r, (timeout_ms < SHM_TIMEOUT_MAX_MS ? timeout_ms
+                                                                      : SHM_TIMEOUT_MAX_MS) *
+                                        1000000ll)) {
+        /* Our own limit expired: ask the progress thread to give up on
+         * everything up to this op (the rank is out of step with its
+         * peers from now on), and wait for it to let go of the buffers. */
+        atomic_store(&c->cancel_ms, timeout_ms);
+        uint64_t cur = atomic_load(&c->cancel_upto);
+        while (cur < r->id && !atomic_compare_exchange_weak(&c->cancel_upto, &cur, r->id))
+            ;
+        shm_wake_progress(c);
+        if (!req_wait_done(c, r, 2 * c->timeout_ms * 1000000ll + 10000000000ll)) {
+            char desc[256];
+            shm_req_desc(c, r, desc, sizeof desc);
+            /* Still running: leak the request rather than free it under
+             * the progress thread. */
+            return c->host->set_error(c->host, DT_ERR_TIMEOUT,
+                                      "%s: timed out after %.1f s and the progress "
+                                      "thread did not stop", desc, (double)timeout_ms / 1000.0);
+        }
+    }
+    int st = r->status;
+    if (st != DT_OK)
+        c->host->set_error(c->host, st, "%s", r->msg);
+    pthread_mutex_lock(&c->qlock);
+    live_remove(c, r);
+    pthread_mutex_unlock(&c->qlock);
+    free(r);
+    return st;
+}
+
+int shm_op_test(dt_comm_t *c, dt_comm_req_t *r, int *done)
+{
+    if (!c || !r || !done)
+        return c ? c->host->set_error(c->host, DT_ERR_INVALID, "test: NULL argument")
+                 : DT_ERR_INVALID;
+    *done = atomic_load(&r->state) == SHM_REQ_DONE;
+    return DT_OK;
+}
+
+/* Validate, queue, and either hand out the request or wait for it. */
+static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
+                  dt_comm_req_t **req)
+{
+    const dt_host_v1_t *h = c->host;
+    char desc[256], text[700];
+    if (req)
+        *req = NULL;
+    if (c->dev_ops && c->dev) {
+        /* Host-memory transport: data queued on the stream must be there
+         * before we read it. */
+        int st = c->dev_ops->stream_sync(c->dev, stream);
+        if (st != DT_OK)
+            return st;
+    }
+    if (atomic_load(&c->broken)) {
+        shm_req_desc(c, t, desc, sizeof desc);
+        return h->set_error(h, c->broken_status, "%s: not started: the group failed earlier: %s",
+                            desc, c->broken_msg);
+    }
+    if (atomic_load(&c->job->world->fail.state) == 2) {
+        int st = shm_fail_text(c, text, sizeof text);
+        shm_req_desc(c, t, desc, sizeof desc);
+        return h->set_error(h, st, "%s: not started: %s", desc, text);
+    }
+    if (!req && t->kind != SHM_OP_SEND && t->kind != SHM_OP_RECV &&
+        atomic_load(&c->enqueued) == atomic_load(&c->taken) &&
+        pthread_mutex_trylock(&c->exec) == 0) {
+        /* Blocking collective and the progress thread has nothing queued
+         * or in flight: run it here (in order: everything started before
+         * has finished, since we hold `exec` and the queue is empty). */
+        if (atomic_load(&c->enqueued) == atomic_load(&c->taken) && !c->p2p_head) {
+            struct dt_comm_req *r = malloc(sizeof *r);
+            if (r) {
+                *r = *t;
+                atomic_init(&r->state, SHM_REQ_QUEUED);
+                atomic_init(&r->waiters, 0);
+                pthread_mutex_lock(&c->qlock);
+                r->id = ++c->next_id;
+                r->seq = ++c->coll_seq;
+                pthread_mutex_unlock(&c->qlock);
+                run_one(c, r);
+                pthread_mutex_unlock(&c->exec);
+                int st = r->status;
+                if (st != DT_OK)
+                    h->set_error(h, st, "%s", r->msg);
+                free(r);
+                return st;
+            }
+        }
+        pthread_mutex_unlock(&c->exec);
+    }
+    struct dt_comm_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        shm_req_desc(c, t, desc, sizeof desc);
+        return h->set_error(h, DT_ERR_NOMEM, "%s: out of memory for the request", desc);
+    }
+    *r = *t;
+    atomic_init(&r->state, SHM_REQ_QUEUED);
+    atomic_init(&r->waiters, 0);
+    pthread_mutex_lock(&c->qlock);
+    r->id = ++c->next_id;
+    r->seq = (r->kind == SHM_OP_SEND || r->kind == SHM_OP_RECV) ? ++c->p2p_seq : ++c->coll_seq;
+    if (c->qtail)
+        c->qtail->next = r;
+    else
+        c->qhead = r;
+    c->qtail = r;
+    r->live_next = c->live;
+    if (c->live)
+        c->live->live_prev = r;
+    c->live = r;
+    pthread_mutex_unlock(&c->qlock);
+    atomic_fetch_add(&c->enqueued, 1);
+    shm_wake_progress(c);
+    if (!req)
+        return shm_op_wait(c, r, -1);
+    *req = r;
+    return DT_OK;
+}
+
+static int check_common(dt_comm_t *c, struct dt_comm_req *t, int reducing)
+{
+    const dt_host_v1_t *h = c->host;
+    char desc[256];
+    t->esize = dt_dtype_size(t->dtype);
+    if (t->esize == 0) {
+        t->esize = 1;
+        shm_req_desc(c, t, desc, sizeof desc);
+        return h->set_error(h, DT_ERR_INVALID, "%s: unknown dtype %d", desc, t->dtype);
+    }
+    if (reducing) {
+        int st = shm_reduce_supported(t->dtype, t->op);
+        if (st != DT_OK) {
+            shm_req_desc(c, t, desc, sizeof desc);
+            if (st == DT_ERR_UNSUPPORTED)
+                return h->set_error(h, st, "%s: op avg is not defined for integer dtype %s",
+                                    desc, dt_dtype_name(t->dtype));
+            return h->set_error(h, st, "%s: unknown reduction op %d", desc, t->op);
+        }
+    }
+    if (t->count > (UINT64_MAX / 16) / t->esize / (uint64_t)c->size) {
+        shm_req_desc(c, t, desc, sizeof desc);
+        return h->set_error(h, DT_ERR_INVALID, "%s: count %llu is too large", desc,
+                            (unsigned long long)t->count);
+    }
+    return DT_OK;
+}
+
+static int need_buf(dt_comm_t *c, struct dt_comm_req *t, const void *p, const char *what)
+{
+    if (p || t->count == 0)
+        return DT_OK;
+    char desc[256];
+    shm_req_desc(c, t, desc, sizeof desc);
+    return c->host->set_error(c->host, DT_ERR_INVALID, "%s: %s buffer is NULL", desc, what);
+}
+
+static int check_rank(dt_comm_t *c, struct dt_comm_req *t, int32_t r, const char *what)
+{
+    if (r >= 0 && r < c->size)
+        return DT_OK;
+    char desc[256];
+    shm_req_desc(c, t, desc, sizeof desc);
+    return c->host->set_error(c->host, DT_ERR_INVALID, "%s: %s %d is not a rank of the "
+                              "group [0, %d)", desc, what, (int)r, (int)c->size);
+}
+
+#define CHECK(x)                                                               \
+    do {                                                                       \
+        int st_ = (x);                                                         \
+        if (st_ != DT_OK)                                                      \
+            return st_;                                                        \
+    } while (0)
+
+int shm_op_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count,
+                          int dtype, int op, dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    struct dt_comm_req t = {.kind = SHM_OP_ALL_REDUCE, .send = send, .recv = recv,
+                            .count = count, .dtype = dtype, .op = op, .root = -1};
+    CHECK(check_common(c, &t, 1));
+    CHECK(need_buf(c, &t, send, "send"));
+    CHECK(need_buf(c, &t, recv, "recv"));
+    return submit(c, &t, stream, req);
+}
+
+int shm_op_reduce_scatter(dt_comm_t *c, const void *send, void *recv,
+                              uint64_t recv_count, int dtype, int op,
+                              dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    struct dt_comm_req t = {.kind = SHM_OP_REDUCE_SCATTER, .send = send, .recv = recv,
+                            .count = recv_count, .dtype = dtype, .op = op, .root = -1};
+    CHECK(check_common(c, &t, 1));
+    CHECK(need_buf(c, &t, send, "send"));
+    CHECK(need_buf(c, &t, recv, "recv"));
+    return submit(c, &t, stream, req);
+}
+
+int shm_op_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t send_count,
+                          int dtype, dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    struct dt_comm_req t = {.kind = SHM_OP_ALL_GATHER, .send = send, .recv = recv,
+                            .count = send_count, .dtype = dtype, .root = -1};
+    CHECK(check_common(c, &t, 0));
+    CHECK(need_buf(c, &t, send, "send"));
+    CHECK(need_buf(c, &t, recv, "recv"));
+    return submit(c, &t, stream, req);
+}
+
+int shm_op_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t root,
+                         dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    struct dt_comm_req t = {.kind = SHM_OP_BROADCAST, .send = buf, .recv = buf,
+                            .count = count, .dtype = dtype, .root = root};
+    CHECK(check_common(c, &t, 0));
+    CHECK(check_rank(c, &t, root, "root"));
+    CHECK(need_buf(c, &t, buf, "data"));
+    return submit(c, &t, stream, req);
+}
+
+int shm_op_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count,
+                         int dtype, int op, int32_t root, dt_stream_t *stream,
+                         dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    struct dt_comm_req t = {.kind = SHM_OP_REDUCE, .send = send, .recv = recv,
+                            .count = count, .dtype = dtype, .op = op, .root = root};
+    CHECK(check_common(c, &t, 1));
+    CHECK(check_rank(c, &t, root, "root"));
+    CHECK(need_buf(c, &t, send, "send"));
+    if (root == c->rank)
+        CHECK(need_buf(c, &t, recv, "recv"));
+    return submit(c, &t, stream, req);
+}
+
+int shm_op_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype, int32_t peer,
+                    int32_t tag, dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    struct dt_comm_req t = {.kind = SHM_OP_SEND, .send = buf, .count = count,
+                            .dtype = dtype, .root = peer, .tag = tag};
+    CHECK(check_common(c, &t, 0));
+    CHECK(check_rank(c, &t, peer, "peer"));
+    CHECK(need_buf(c, &t, buf, "send"));
+    return submit(c, &t, stream, req);
+}
+
+int shm_op_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
+                    int32_t tag, dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    struct dt_comm_req t = {.kind = SHM_OP_RECV, .recv = buf, .count = count,
+                            .dtype = dtype, .root = peer, .tag = tag};
+    CHECK(check_common(c, &t, 0));
+    CHECK(check_rank(c, &t, peer, "peer"));
+    CHECK(need_buf(c, &t, buf, "recv"));
+    return submit(c, &t, stream, req);
+}
+
+int shm_op_barrier(dt_comm_t *c, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    struct dt_comm_req t = {.kind = SHM_OP_BARRIER, .dtype = DT_U8, .esize = 1, .root = -1};
+    return submit(c, &t, NULL, req);
+}
+
+int shm_op_rank_size(dt_comm_t *c, int32_t *rank, int32_t *size)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    if (rank)
+        *rank = c->rank;
+    if (size)
+        *size = c->size;
+    return DT_OK;
+}

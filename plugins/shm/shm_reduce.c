@@ -1,0 +1,364 @@
+/*
+ * plugins/shm/shm_reduce.c - elementwise reduction kernels for the shared
+ * memory communicator.
+ *
+ * Every output element is op(src[0][i], src[1][i], ..., src[n-1][i]) taken
+ * in that (rank) order, so any rank computing it gets the same bits.
+ * bf16 and f16 are widened to f32, reduced in f32 and rounded once to
+ * nearest-even at the end (not after every addition: rounding n-1 times
+ * would lose precision with the group size).  Work goes in blocks of BLK
+ * elements through an f32 (f64) accumulator on the stack, which keeps the
+ * block in L1 and lets dst alias any source.
+ */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shm_internal.h"
+
+#define BLK 1024
+
+/* ---- conversions -------------------------------------------------------- */
+
+static inline float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float bf16_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+static inline uint16_t f32_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)           /* NaN: keep it quiet */
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);                /* round half to even */
+    return (uint16_t)(u >> 16);
+}
+
+static inline float f16_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t em = h & 0x7fffu;
+    if (em >= 0x7c00u)                              /* inf, NaN */
+        return bits_f32(sign | 0x7f800000u | ((em & 0x3ffu) << 13));
+    if (em >= 0x0400u)                              /* normal: rebias */
+        return bits_f32(sign | ((em << 13) + ((uint32_t)(127 - 15) << 23)));
+    /* zero and subnormals are exact multiples of 2^-24 */
+    return bits_f32(sign | f32_bits((float)em * 0x1p-24f));
+}
+
+static inline uint16_t f32_f16(float f)
+{
+    uint32_t u = f32_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u)                           /* inf, NaN (quiet) */
+        return (uint16_t)(sign | (a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x3ffu)
+                                                   : 0x7c00u));
+    if (a >= 0x477ff000u)                           /* >= 65520 rounds to inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) {                          /* below 2^-14: subnormal */
+        /* Adding 0.5 puts the f16 subnormal step (2^-24) at the float's
+         * last mantissa bit, so the FPU rounds to nearest-even for us. */
+        float m = bits_f32(a) + 0.5f;
+        return (uint16_t)(sign | (f32_bits(m) - 0x3f000000u));
+    }
+    a += ((uint32_t)(15 - 127) << 23) + 0xfffu + ((a >> 13) & 1u);
+    return (uint16_t)(sign | (a >> 13));
+}
+
+/* ---- kernels ------------------------------------------------------------ */
+
+/* Float kernels: T storage type, A accumulator, LD widen, ST narrow.  Max
+ * and min propagate NaN (a NaN anywhere gives NaN, as a sum would). */
+#define DEF_FLOAT_RED(fname, T, A, LD, ST)                                      \
+    static void fname(void *dst_, const void *const *src, int n, size_t cnt, \
+                      int op, int group)                                      \
+    {                                                                          \
+        T *dst = (T *)dst_;                                                    \
+        A acc[BLK];                                                            \
+        for (size_t b = 0; b < cnt; b += BLK) {                                \
+            size_t m = cnt - b < BLK ? cnt - b : BLK;                          \
+            const T *s0 = (const T *)src[0] + b;                               \
+            for (size_t j = 0; j < m; j++)                                     \
+                acc[j] = LD(s0[j]);                                            \
+            for (int k = 1; k < n; k++) {                                      \
+                const T *s = (const T *)src[k] + b;                            \
+                switch (op) {                                                  \
+                case DT_OP_MAX:                                                \
+                    for (size_t j = 0; j < m; j++) {                           \
+                        A x = LD(s[j]);                                        \
+                        acc[j] = (x > acc[j] || x != x) ? x : acc[j];          \
+                    }                                                          \
+                    break;                                                     \
+                case DT_OP_MIN:                                                \
+                    for (size_t j = 0; j < m; j++) {                           \
+                        A x = LD(s[j]);                                        \
+                        acc[j] = (x < acc[j] || x != x) ? x : acc[j];          \
+                    }                                                          \
+                    break;                                                     \
+                default: /* SUM, AVG */                                        \
+                    for (size_t j = 0; j < m; j++)                             \
+                        acc[j] += LD(s[j]);                                    \
+                    break;                                                     \
+                }                                                              \
+            }                                                                  \
+            if (op == DT_OP_AVG) {                                             \
+                A g = (A)group;                                                \
+                for (size_t j = 0; j < m; j++)                                 \
+                    acc[j] /= g;                                               \
+            }                                                                  \
+            for (size_t j = 0; j < m; j++)                                     \
+                dst[b + j] = ST(acc[j]);                                       \
+        }                                                                      \
+    }
+
+#define ID(x) (x)
+DEF_FLOAT_RED(red_f32, float, float, ID, ID)
+DEF_FLOAT_RED(red_f64, double, double, ID, ID)
+DEF_FLOAT_RED(red_bf16, uint16_t, float, bf16_f32, f32_bf16)
+DEF_FLOAT_RED(red_f16, uint16_t, float, f16_f32, f32_f16)
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SHM_HAVE_F16C_PATH 1
+
+/* f16 with the F16C conversions (8 at a time; the same IEEE round to
+ * nearest even as f32_f16, so results match the portable kernel bit for
+ * bit).  Chosen at run time: the module itself targets baseline x86-64. */
+__attribute__((target("avx,f16c"))) static void red_f16_f16c(void *dst_, const void *const *src,
+                                                             int n, size_t cnt, int op, int group)
+{
+    uint16_t *dst = (uint16_t *)dst_;
+    float acc[BLK] __attribute__((aligned(32)));
+    for (size_t b = 0; b < cnt; b += BLK) {
+        size_t m = cnt - b < BLK ? cnt - b : BLK, m8 = m & ~(size_t)7;
+        const uint16_t *s0 = (const uint16_t *)src[0] + b;
+        for (size_t j = 0; j < m8; j += 8)
+            _mm256_store_ps(acc + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s0 + j))));
+        for (size_t j = m8; j < m; j++)
+            acc[j] = f16_f32(s0[j]);
+        for (int k = 1; k < n; k++) {
+            const uint16_t *s = (const uint16_t *)src[k] + b;
+            for (size_t j = 0; j < m8; j += 8) {
+                __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + j)));
+                __m256 a = _mm256_load_ps(acc + j);
+                if (op == DT_OP_MAX || op == DT_OP_MIN) {
+                    __m256 better = op == DT_OP_MAX ? _mm256_cmp_ps(x, a, _CMP_GT_OQ)
+                                                    : _mm256_cmp_ps(x, a, _CMP_LT_OQ);
+                    __m256 take = _mm256_or_ps(better, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+                    a = _mm256_blendv_ps(a, x, take);
+                } else {
+                    a = _mm256_add_ps(a, x);
+                }
+                _mm256_store_ps(acc + j, a);
+            }
+            for (size_t j = m8; j < m; j++) {
+                float x = f16_f32(s[j]);
+                if (op == DT_OP_MAX)
+                    acc[j] = (x > acc[j] || x != x) ? x : acc[j];
+                else if (op == DT_OP_MIN)
+                    acc[j] = (x < acc[j] || x != x) ? x : acc[j];
+                else
+                    acc[j] += x;
+            }
+        }
+        if (op == DT_OP_AVG) {
+            __m256 g = _mm256_set1_ps((float)group);
+            for (size_t j = 0; j < m8; j += 8)
+                _mm256_store_ps(acc + j, _mm256_div_ps(_mm256_load_ps(acc + j), g));
+            for (size_t j = m8; j < m; j++)
+                acc[j] /= (float)group;
+        }
+        for (size_t j = 0; j < m8; j += 8)
+            _mm_storeu_si128((__m128i *)(dst + b + j),
+                             _mm256_cvtps_ph(_mm256_load_ps(acc + j), _MM_FROUND_TO_NEAREST_INT));
+        for (size_t j = m8; j < m; j++)
+            dst[b + j] = f32_f16(acc[j]);
+    }
+}
+
+/* DT_SHM_PORTABLE_KERNELS=1 forces the portable kernel (tests compare the
+ * two paths on machines that have F16C). */
+static int have_f16c(void)
+{
+    static _Atomic int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        const char *env = getenv("DT_SHM_PORTABLE_KERNELS");
+        v = !(env && env[0] == '1') && __builtin_cpu_supports("avx") &&
+            __builtin_cpu_supports("f16c");
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+#endif
+
+/* Integer kernels: sums wrap (done in the unsigned type U: no UB). */
+#define DEF_INT_RED(fname, T, U)                                               \
+    static void fname(void *dst_, const void *const *src, int n, size_t cnt, \
+                      int op, int group)                                      \
+    {                                                                          \
+        (void)group;                                                           \
+        T *dst = (T *)dst_;                                                    \
+        T acc[BLK];                                                            \
+        for (size_t b = 0; b < cnt; b += BLK) {                                \
+            size_t m = cnt - b < BLK ? cnt - b : BLK;                          \
+            memcpy(acc, (const T *)src[0] + b, m * sizeof(T));                 \
+            for (int k = 1; k < n; k++) {                                      \
+                const T *s = (const T *)src[k] + b;                            \
+                switch (op) {                                                  \
+                case DT_OP_MAX:                                                \
+                    for (size_t j = 0; j < m; j++)                             \
+                        acc[j] = s[j] > acc[j] ? s[j] : acc[j];                \
+                    break;                                                     \
+                case DT_OP_MIN:                                                \
+                    for (size_t j = 0; j < m; j++)                             \
+                        acc[j] = s[j] < acc[j] ? s[j] : acc[j];                \
+                    break;                                                     \
+                default:                                                       \
+                    for (size_t j = 0; j < m; j++)                             \
+                        acc[j] = (T)((U)acc[j] + (U)s[j]);                     \
+                    break;                                                     \
+                }                                                              \
+            }                                                                  \
+            memcpy(dst + b, acc, m * sizeof(T));                               \
+        }                                                                      \
+    }
+
+DEF_INT_RED(red_i32, int32_t, uint32_t)
+DEF_INT_RED(red_i64, int64_t, uint64_t)
+DEF_INT_RED(red_u16, uint16_t, uint32_t)
+DEF_INT_RED(red_u8, uint8_t, uint32_t)
+
+int shm_reduce_supported(int dtype, int op)
+{
+    if (op < DT_OP_SUM || op > DT_OP_MIN)
+        return DT_ERR_INVALID;
+    switch (dtype) {
+    case DT_F32: case DT_F64: case DT_BF16: case DT_F16:
+        return DT_OK;
+    case DT_I32: case DT_I64: case DT_U16: case DT_U8:
+        return op == DT_OP_AVG ? DT_ERR_UNSUPPORTED : DT_OK;
+    default:
+        return DT_ERR_INVALID;
+    }
+}
+
+void shm_reduce(void *dst, const void *const *srcs, int nsrc, size_t count,
+                int dtype, int op, int group)
+{
+    if (count == 0)
+        return;
+    switch (dtype) {
+    case DT_F32: red_f32(dst, srcs, nsrc, count, op, group); break;
+    case DT_F64: red_f64(dst, srcs, nsrc, count, op, group); break;
+    case DT_BF16: red_bf16(dst, srcs, nsrc, count, op, group); break;
+    case DT_F16:
+#ifdef SHM_HAVE_F16C_PATH
+        if (have_f16c()) {
+            red_f16_f16c(dst, srcs, nsrc, count, op, group);
+            break;
+        }
+#endif
+        red_f16(dst, srcs, nsrc, count, op, group);
+        break;
+    case DT_I32: red_i32(dst, srcs, nsrc, count, op, group); break;
+    case DT_I64: red_i64(dst, srcs, nsrc, count, op, group); break;
+    case DT_U16: red_u16(dst, srcs, nsrc, count, op, group); break;
+    case DT_U8: red_u8(dst, srcs, nsrc, count, op, group); break;
+    default: break;
+    }
+}
+
+/* ---- reduce into shared memory and a user buffer at once ------------------ */
+
+void shm_reduce2(void *dst, void *dst2, const void *const *srcs, int nsrc, size_t count,
+                 int dtype, int op, int group, int streaming)
+{
+    const size_t es = dt_dtype_size(dtype);
+    enum { PIECE = 16384, MAXSRC = 64 };
+    if (!dst2 || nsrc > MAXSRC || es == 0) {
+        shm_reduce(dst, srcs, nsrc, count, dtype, op, group);
+        if (dst2)
+            shm_copy_out(dst2, dst, count * es, streaming);
+        return;
+    }
+    /* Piece by piece, so the result is copied to dst2 while it is still in
+     * L1 instead of being read back from L2/L3 afterwards. */
+    const size_t step = PIECE / es;
+    const void *sub[MAXSRC];
+    for (size_t b = 0; b < count; b += step) {
+        size_t m = count - b < step ? count - b : step;
+        for (int k = 0; k < nsrc; k++)
+            sub[k] = (const unsigned char *)srcs[k] + b * es;
+        unsigned char *d = (unsigned char *)dst + b * es;
+        shm_reduce(d, sub, nsrc, m, dtype, op, group);
+        shm_copy_out((unsigned char *)dst2 + b * es, d, m * es, streaming);
+    }
+}
+
+/* ---- copies into user buffers -------------------------------------------- */
+
+void shm_copy2(void *dst, void *dst2, const void *src, size_t n, int streaming)
+{
+    enum { PIECE = 16384 };
+    for (size_t b = 0; b < n; b += PIECE) {
+        size_t m = n - b < PIECE ? n - b : PIECE;
+        memcpy((unsigned char *)dst + b, (const unsigned char *)src + b, m);
+        if (dst2) /* from L1, not from src again */
+            shm_copy_out((unsigned char *)dst2 + b, (unsigned char *)dst + b, m, streaming);
+    }
+}
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+void shm_copy_out(void *dst, const void *src, size_t n, int streaming)
+{
+#if defined(__SSE2__)
+    if (streaming && n >= 4096) {
+        /* Non-temporal stores: the destination is written once and not read
+         * back soon, so skip reading its lines into the cache first (the
+         * read-for-ownership is a third of the DRAM traffic of a large
+         * all_reduce). */
+        unsigned char *d = dst;
+        const unsigned char *s = src;
+        size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+        memcpy(d, s, head);
+        d += head;
+        s += head;
+        n -= head;
+        size_t i = 0;
+        for (; i + 64 <= n; i += 64) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+            __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+            __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+            __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+            _mm_stream_si128((__m128i *)(d + i), a);
+            _mm_stream_si128((__m128i *)(d + i + 16), b);
+            _mm_stream_si128((__m128i *)(d + i + 32), c);
+            _mm_stream_si128((__m128i *)(d + i + 48), e);
+        }
+        memcpy(d + i, s + i, n - i);
+        /* streaming stores are weakly ordered: make them visible before
+         * anything that says the data is there */
+        _mm_sfence();
+        return;
+    }
+#endif
+    (void)streaming;
+    memcpy(dst, src, n);
+}

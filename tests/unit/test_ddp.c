@@ -1,0 +1,1265 @@
+/*
+ * tests/unit/test_ddp.c - the `ddp` strategy plugin, loaded with dlopen and
+ * driven through its ops table the way the core's training loop drives it.
+ *
+ * Device: the real `cpu` plugin (host-visible memory: the test writes
+ * gradients straight into the buffers pre_backward hands out, as kernels
+ * would).  Comm: a recording fake of `size` ranks whose peers hold the same
+ * data as this rank (so AVG/MAX/MIN return the input), which shows WHEN and
+ * WHAT ddp reduces; and, for real multi-rank numbers, the `shm` plugin in
+ * forked processes (skipped when dtrain_shm.so is not built).
+ *
+ * The model: 3 units with odd sizes, GPT-2-like, the head tied to unit 0:
+ *   0 "embedding"  wte (7,5) + wpe (3,5)                       = 50
+ *   1 "block.0"    ln_1.w (5) ln_1.b (5) attn.w (9,5) attn.b (9)
+ *                  proj.w (5,3)                                = 79
+ *   2 "head"       ln_f.w (5) ln_f.b (5)                       = 10
+ * Biases and norms are NO_DECAY.  The flat layout aligns unit starts to 16
+ * elements: unit offsets 0, 64, 144, total 160.
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "dtrain/dtrain.h"
+#include "dtrain/sdk_helpers.h"
+#include "mp_harness.h"
+#include "test_host.h"
+#include "util/error.h"
+
+/* Checks usable both in cmocka's process and in forked ranks: a forked
+ * rank must never longjmp into cmocka (it would go on running the suite),
+ * so there a failure prints and exits with a distinctive status. */
+static int in_child;
+static void check_failed(int line, const char *what, int rc)
+{
+    /* a failed CHECK has no status: the error buffer would be stale */
+    const char *msg = rc != DT_OK ? dt_last_error() : "";
+    const char *st = rc != DT_OK ? dt_status_name(rc) : "false";
+    if (in_child) {
+        dt_mp_fail("test_ddp.c:%d: %s failed (%s) %s", line, what, st, msg);
+        _exit(1);
+    }
+    fail_msg("test_ddp.c:%d: %s failed (%s) %s", line, what, st, msg);
+}
+#define OK(expr)                                                               \
+    do {                                                                       \
+        int rc_ = (expr);                                                      \
+        if (rc_ != DT_OK)                                                      \
+            check_failed(__LINE__, #expr, rc_);                                \
+    } while (0)
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond))                                                           \
+            check_failed(__LINE__, #cond, DT_OK);                              \
+    } while (0)
+
+/* ---------------------------------------------------------------- plugins */
+
+static const dt_strategy_ops_v1_t *S;   /* ddp */
+static const dt_device_ops_v1_t *D;     /* cpu */
+static const dt_comm_ops_v1_t *SHM;     /* shm, or NULL */
+static void *h_ddp, *h_cpu, *h_shm;
+
+static void *load_entry(const char *file, const char *sym, void **handle)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", DT_TEST_PLUGIN_DIR, file);
+    *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!*handle)
+        return NULL;
+    void *(*entry)(void) = (void *(*)(void))dlsym(*handle, sym);
+    return entry ? entry() : NULL;
+}
+
+static int mp_map(void);
+
+static int group_setup(void **state)
+{
+    S = load_entry("dtrain_ddp.so", DT_ENTRY_STRING(strategy, 1), &h_ddp);
+    D = load_entry("dtrain_cpu.so", DT_ENTRY_STRING(device, 1), &h_cpu);
+    SHM = load_entry("dtrain_shm.so", DT_ENTRY_STRING(comm, 1), &h_shm);
+    if (mp_map() != 0)
+        return -1;
+    if (!S || !D) {
+        fprintf(stderr, "cannot load ddp/cpu plugins from %s: %s\n", DT_TEST_PLUGIN_DIR,
+                dlerror());
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ the model */
+
+static dt_param_desc_v1_t p_emb[] = {
+    {.name = "wte.weight", .offset = 0, .numel = 35, .ndim = 2, .shape = {7, 5}},
+    {.name = "wpe.weight", .offset = 35, .numel = 15, .ndim = 2, .shape = {3, 5}},
+};
+static dt_param_desc_v1_t p_blk[] = {
+    {.name = "h.0.ln_1.weight", .offset = 0, .numel = 5, .ndim = 1, .shape = {5},
+     .flags = DT_PARAM_NO_DECAY},
+    {.name = "h.0.ln_1.bias", .offset = 5, .numel = 5, .ndim = 1, .shape = {5},
+     .flags = DT_PARAM_NO_DECAY},
+    {.name = "h.0.attn.c_attn.weight", .offset = 10, .numel = 45, .ndim = 2, .shape = {9, 5}},
+    {.name = "h.0.attn.c_attn.bias", .offset = 55, .numel = 9, .ndim = 1, .shape = {9},
+     .flags = DT_PARAM_NO_DECAY},
+    {.name = "h.0.attn.c_proj.weight", .offset = 64, .numel = 15, .ndim = 2, .shape = {5, 3}},
+};
+static dt_param_desc_v1_t p_head[] = {
+    {.name = "ln_f.weight", .offset = 0, .numel = 5, .ndim = 1, .shape = {5},
+     .flags = DT_PARAM_NO_DECAY},
+    {.name = "ln_f.bias", .offset = 5, .numel = 5, .ndim = 1, .shape = {5},
+     .flags = DT_PARAM_NO_DECAY},
+};
+static dt_unit_desc_v1_t units[3] = {
+    {.name = "embedding", .index = 0, .n_params = 2, .params = p_emb, .numel = 50,
+     .act_bytes = 100},
+    {.name = "block.0", .index = 1, .n_params = 5, .params = p_blk, .numel = 79,
+     .act_bytes = 300},
+    {.name = "head", .index = 2, .n_params = 2, .params = p_head, .numel = 10,
+     .act_bytes = 50},
+};
+#define NU 3
+#define NUMEL 139
+#define TOTAL 160 /* with 16-element alignment */
+
+static dt_model_desc_v1_t make_model(int param_dtype)
+{
+    return (dt_model_desc_v1_t){.arch = "test", .n_units = NU, .units = units,
+                                .numel = NUMEL, .param_dtype = param_dtype};
+}
+
+static int no_decay(uint32_t u, uint64_t i)
+{
+    for (uint32_t k = 0; k < units[u].n_params; k++) {
+        const dt_param_desc_v1_t *p = &units[u].params[k];
+        if (i >= p->offset && i < p->offset + p->numel)
+            return (p->flags & DT_PARAM_NO_DECAY) != 0;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ fake comm */
+
+typedef struct {
+    uint64_t count;
+    int dtype, op;
+} ar_call_t;
+
+struct dt_comm {
+    int32_t rank, size;
+    ar_call_t calls[64];
+    int n_calls;
+    int n_bcast, n_started, n_waited;
+};
+static char fake_req_token;
+
+static int fc_rank_size(dt_comm_t *c, int32_t *r, int32_t *s)
+{
+    *r = c->rank;
+    *s = c->size;
+    return DT_OK;
+}
+
+/* Every peer holds the same data: AVG/MAX/MIN give the input back. */
+static int fc_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,
+                         int op, dt_stream_t *st, dt_comm_req_t **req)
+{
+    if (c->n_calls < 64)
+        c->calls[c->n_calls] = (ar_call_t){count, dtype, op};
+    c->n_calls++;
+    memmove(recv, send, count * dt_dtype_size(dtype));
+    if (op == DT_OP_SUM && dtype == DT_F32)
+        for (uint64_t i = 0; i < count; i++)
+            ((float *)recv)[i] *= (float)c->size;
+    if (req) {
+        *req = (dt_comm_req_t *)&fake_req_token;
+        c->n_started++;
+    }
+    return DT_OK;
+}
+
+static int fc_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t root,
+                        dt_stream_t *st, dt_comm_req_t **req)
+{
+    c->n_bcast++;
+    if (req) {
+        *req = (dt_comm_req_t *)&fake_req_token;
+        c->n_started++;
+    }
+    return DT_OK;
+}
+
+static int fc_wait(dt_comm_t *c, dt_comm_req_t *req, int64_t timeout_ms)
+{
+    assert_ptr_equal(req, &fake_req_token);
+    c->n_waited++;
+    return DT_OK;
+}
+
+static const dt_comm_ops_v1_t fake_comm = {
+    .info = {.abi_major = DT_COMM_ABI_MAJOR, .struct_size = sizeof(dt_comm_ops_v1_t),
+             .kind = DT_KIND_COMM, .name = "fake"},
+    .rank_size = fc_rank_size,
+    .all_reduce = fc_all_reduce,
+    .broadcast = fc_broadcast,
+    .wait = fc_wait,
+};
+
+/* ------------------------------------------------------- a test instance */
+
+typedef struct {
+    dt_test_host_t th_ddp, th_cpu, th_shm;
+    dt_device_t *dev;
+    dt_stream_t *cs;
+    struct dt_comm fc;
+    const dt_comm_ops_v1_t *cops;
+    dt_comm_t *comm;
+    dt_comm_t *shm;     /* a real shm group (forked ranks), or NULL */
+    dt_model_desc_v1_t model;
+    dt_strategy_t *s;
+} inst_t;
+
+static const dt_test_kv_t cpu_kv[] = {{"threads", "1"}, {NULL, NULL}};
+
+/* cpu device + ddp over the fake comm of `size`/`rank`, or, with `shm_job`,
+ * over a real shm group of that job.  Returns ddp init's status. */
+static int inst_open(inst_t *in, const dt_test_kv_t *kv, int param_dtype, int optim_kind,
+                     uint32_t n_micro, int32_t size, int32_t rank, const char *shm_job)
+{
+    memset(in, 0, sizeof *in);
+    dt_test_host_init(&in->th_cpu, "device/cpu", cpu_kv);
+    dt_test_host_init(&in->th_ddp, "strategy/ddp", kv);
+    dt_device_init_v1_t di = {.struct_size = sizeof di, .rank = rank, .local_rank = rank,
+                              .local_size = size, .device_index = -1};
+    OK(D->init(&in->th_cpu.host, &di, &in->dev));
+    OK(D->stream_create(in->dev, &in->cs));
+    in->fc.size = size;
+    in->fc.rank = rank;
+    in->cops = &fake_comm;
+    in->comm = &in->fc;
+    if (shm_job) {
+        dt_test_host_init(&in->th_shm, "comm/shm", NULL);
+        dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
+                                .local_rank = rank, .local_size = size, .job_id = shm_job,
+                                .timeout_ms = 20000, .dev_ops = D, .dev = in->dev};
+        OK(SHM->init(&in->th_shm.host, &ci, &in->shm));
+        in->cops = SHM;
+        in->comm = in->shm;
+    }
+    in->model = make_model(param_dtype);
+    dt_strategy_init_v1_t a = {
+        .struct_size = sizeof a,
+        .n_micro = n_micro,
+        .dev_ops = D,
+        .dev = in->dev,
+        .compute_stream = in->cs,
+        .comm_ops = in->cops,
+        .comm = in->comm,
+        .model = &in->model,
+        .optim = {.kind = optim_kind, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                  .weight_decay = 0.1f, .momentum = 0.9f, .nesterov = 0},
+    };
+    return S->init(&in->th_ddp.host, &a, &in->s);
+}
+
+static void inst_close(inst_t *in)
+{
+    S->finalize(in->s);
+    if (in->shm)
+        SHM->finalize(in->shm);
+    D->stream_destroy(in->dev, in->cs);
+    D->finalize(in->dev);
+}
+
+/* Deterministic values, distinct per rank / micro-step / unit / element.
+ * A gradient element keeps its sign across ranks and micro-steps and stays
+ * >= 0.02 in size, so sums and averages never cancel towards 0 (AdamW
+ * turns a rounding residue around 0 into a full lr-sized step). */
+static float pval(uint32_t u, uint64_t i)
+{
+    return (float)(0.02 * sin(1.0 + 0.37 * (double)i + 1.7 * u)) + (u == 1 ? 1.0f : 0.0f);
+}
+static double gsign(uint32_t u, uint64_t i)
+{
+    return ((i * 3 + u) % 2) ? 1.0 : -1.0;
+}
+static float gval(int rank, uint32_t micro, uint32_t u, uint64_t i)
+{
+    return (float)(gsign(u, i) *
+                   (0.02 + 0.005 * (double)((i * 7 + u * 13 + micro * 5 + (uint64_t)rank * 3) % 17)));
+}
+/* the head's contribution to the tied wte (unit 0, elements [0, 35)) */
+static float tval(int rank, uint32_t micro, uint64_t i)
+{
+    return (float)(gsign(0, i) * 0.004 * (double)(1 + (i + micro + (uint64_t)rank) % 5));
+}
+
+static void set_params(inst_t *in)
+{
+    for (uint32_t u = 0; u < NU; u++) {
+        float buf[80];
+        for (uint64_t i = 0; i < units[u].numel; i++)
+            buf[i] = pval(u, i);
+        OK(S->set_state(in->s, u, DT_STATE_PARAMS, (dt_range_t){0, units[u].numel}, buf));
+    }
+}
+
+/* Forward over all units, the head re-reading unit 0 (tied) nested. */
+static void forward(inst_t *in, uint32_t micro, uint32_t n_micro, const void *want[NU])
+{
+    dt_unit_buffers_v1_t b, b0;
+    for (uint32_t u = 0; u < NU; u++) {
+        dt_hook_v1_t h = {.unit = u, .micro = micro, .n_micro = n_micro};
+        OK(S->pre_forward(in->s, &h, &b));
+        CHECK(b.grads == NULL);
+        if (want)
+            CHECK(b.params == want[u]);
+        if (u == 2) {
+            dt_hook_v1_t h0 = {.unit = 0, .micro = micro, .n_micro = n_micro};
+            OK(S->pre_forward(in->s, &h0, &b0));
+            if (want)
+                CHECK(b0.params == want[0]);
+            OK(S->post_forward(in->s, &h0));
+        }
+        OK(S->post_forward(in->s, &h));
+    }
+}
+
+/* What one rank's backward of one micro-step adds to its gradient (in
+ * double): the head's own and its tied part of wte, then every unit's own. */
+static void ref_micro(int rank, uint32_t micro, double ref[NU][80])
+{
+    for (uint64_t i = 0; i < 35; i++)
+        ref[0][i] += tval(rank, micro, i);
+    for (uint32_t u = 0; u < NU; u++)
+        for (uint64_t i = 0; i < units[u].numel; i++)
+            ref[u][i] += gval(rank, micro, u, i);
+}
+
+/* One AdamW step of the reference (double), hyper-parameters of
+ * inst_open, with clipping and the NO_DECAY mask; returns the norm. */
+static double ref_adamw_step(double p[NU][80], double m[NU][80], double v[NU][80],
+                             double g[NU][80], int t, double lr, double clip)
+{
+    const double b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+    double ss = 0;
+    for (uint32_t u = 0; u < NU; u++)
+        for (uint64_t i = 0; i < units[u].numel; i++)
+            ss += g[u][i] * g[u][i];
+    double norm = sqrt(ss);
+    double scale = clip > 0 ? clip / (norm + 1e-6) : 1.0;
+    if (scale > 1)
+        scale = 1;
+    for (uint32_t u = 0; u < NU; u++)
+        for (uint64_t i = 0; i < units[u].numel; i++) {
+            double gi = g[u][i] * scale, w = no_decay(u, i) ? 0.0 : wd;
+            m[u][i] = b1 * m[u][i] + (1 - b1) * gi;
+            v[u][i] = b2 * v[u][i] + (1 - b2) * gi * gi;
+            double mh = m[u][i] / (1 - pow(b1, t)), vh = v[u][i] / (1 - pow(b2, t));
+            p[u][i] -= lr * (mh / (sqrt(vh) + eps) + w * p[u][i]);
+        }
+    return norm;
+}
+
+/* Backward of one micro-step: head (adds to its own grads and, nested, to
+ * unit 0's wte), block, embedding.  `ref` (NU x 80 doubles) accumulates the
+ * expected local gradient.  `after[k]` (may be NULL) receives the fake
+ * comm's all_reduce count after the k-th post_backward (4 per micro). */
+static void backward(inst_t *in, int rank, uint32_t micro, uint32_t n_micro,
+                     double ref[NU][80], int after[4])
+{
+    dt_unit_buffers_v1_t b, b0;
+    dt_hook_v1_t h = {.unit = 2, .micro = micro, .n_micro = n_micro};
+    dt_hook_v1_t h0 = {.unit = 0, .micro = micro, .n_micro = n_micro};
+    int k = 0;
+
+    if (ref)
+        ref_micro(rank, micro, ref);
+    OK(S->pre_backward(in->s, &h, &b));
+    OK(S->pre_backward(in->s, &h0, &b0));
+    for (uint64_t i = 0; i < 10; i++)
+        b.grads[i] += gval(rank, micro, 2, i);
+    for (uint64_t i = 0; i < 35; i++)
+        b0.grads[i] += tval(rank, micro, i);
+    h0.last_use = 0;
+    OK(S->post_backward(in->s, &h0));
+    if (after) after[k++] = in->fc.n_calls;
+    h.last_use = 1;
+    OK(S->post_backward(in->s, &h));
+    if (after) after[k++] = in->fc.n_calls;
+
+    for (uint32_t u = 2; u-- > 0;) {
+        dt_hook_v1_t hu = {.unit = u, .micro = micro, .n_micro = n_micro};
+        dt_unit_buffers_v1_t bu;
+        OK(S->pre_backward(in->s, &hu, &bu));
+        if (u == 0)
+            CHECK(bu.grads == b0.grads); /* the same buffer as nested */
+        for (uint64_t i = 0; i < units[u].numel; i++)
+            bu.grads[i] += gval(rank, micro, u, i);
+        hu.last_use = 1;
+        OK(S->post_backward(in->s, &hu));
+        if (after) after[k++] = in->fc.n_calls;
+    }
+}
+
+static void get_unit(inst_t *in, uint32_t u, int kind, float *buf)
+{
+    OK(S->get_state(in->s, u, kind, (dt_range_t){0, units[u].numel}, buf));
+}
+
+/* ----------------------------------------------------------- hook tests */
+
+static void test_hook_protocol(void **state)
+{
+    inst_t in;
+    assert_int_equal(inst_open(&in, NULL, DT_F32, DT_OPTIM_ADAMW, 1, 1, 0, NULL), DT_OK);
+    set_params(&in);
+    assert_int_equal(S->state_loaded(in.s), DT_OK);
+    assert_int_equal(S->begin_step(in.s, 1), DT_OK);
+
+    /* params of each unit: distinct, 64-byte aligned, stable across calls */
+    const void *pp[NU];
+    dt_unit_buffers_v1_t b;
+    for (uint32_t u = 0; u < NU; u++) {
+        dt_hook_v1_t h = {.unit = u, .n_micro = 1};
+        assert_int_equal(S->pre_forward(in.s, &h, &b), DT_OK);
+        pp[u] = b.params;
+        assert_int_equal((uintptr_t)pp[u] % 64, 0);
+        assert_true(((const float *)pp[u])[3] == pval(u, 3)); /* f32: the master itself */
+        assert_int_equal(S->post_forward(in.s, &h), DT_OK);
+    }
+    assert_ptr_equal((const float *)pp[1] - (const float *)pp[0], 64);
+    assert_ptr_equal((const float *)pp[2] - (const float *)pp[0], 144);
+    forward(&in, 0, 1, pp);
+    forward(&in, 0, 1, pp);
+    /* an evaluation pass may leave micro-steps at 0 */
+    dt_hook_v1_t ev = {.unit = 2, .flags = DT_HOOK_NO_GRAD};
+    assert_int_equal(S->pre_forward(in.s, &ev, &b), DT_OK);
+    assert_ptr_equal(b.params, pp[2]);
+    assert_int_equal(S->post_forward(in.s, &ev), DT_OK);
+
+    /* misuse, each named */
+    dt_hook_v1_t h = {.unit = 1, .n_micro = 1};
+    assert_int_equal(S->post_forward(in.s, &h), DT_ERR_INVALID);
+    assert_non_null(strstr(dt_last_error(), "strategy/ddp: post_forward: unit 'block.0' (1) "
+                                            "without a pre_forward"));
+    assert_int_equal(S->post_backward(in.s, &h), DT_ERR_INVALID);
+    assert_non_null(strstr(dt_last_error(), "post_backward: unit 'block.0' (1) without a "
+                                            "pre_backward"));
+    h.unit = 3;
+    assert_int_equal(S->pre_forward(in.s, &h, &b), DT_ERR_INVALID);
+    assert_non_null(strstr(dt_last_error(), "pre_forward: unit 3 out of range (model has 3 "
+                                            "units)"));
+    h = (dt_hook_v1_t){.unit = 0, .micro = 2, .n_micro = 2};
+    assert_int_equal(S->pre_backward(in.s, &h, &b), DT_ERR_INVALID);
+    assert_non_null(strstr(dt_last_error(), "pre_backward: unit 'embedding': micro-step 2 of 2"));
+    h = (dt_hook_v1_t){.unit = 0, .n_micro = 1, .flags = DT_HOOK_NO_GRAD};
+    assert_int_equal(S->pre_backward(in.s, &h, &b), DT_ERR_INVALID);
+    assert_non_null(strstr(dt_last_error(), "unit 'embedding' in a no-grad (evaluation) pass"));
+
+    /* a step inside an open hook is refused */
+    h = (dt_hook_v1_t){.unit = 1, .n_micro = 1};
+    assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
+    dt_step_args_v1_t sa = {.step = 1, .lr = 0.1f};
+    dt_step_result_v1_t r;
+    assert_int_equal(S->step(in.s, &sa, &r), DT_ERR_INVALID);
+    assert_non_null(strstr(dt_last_error(), "step: unit 'block.0' (1) is still inside a "
+                                            "pre_backward hook"));
+    /* twice-final is a protocol error */
+    h.last_use = 1;
+    assert_int_equal(S->post_backward(in.s, &h), DT_OK);
+    assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
+    assert_int_equal(S->post_backward(in.s, &h), DT_ERR_INVALID);
+    assert_non_null(strstr(dt_last_error(), "unit 'block.0' (1) reported last_use twice"));
+    inst_close(&in);
+}
+
+/* Gradients accumulate over micro-steps; nothing is reduced before the last
+ * one; then each bucket starts at its last unit's final post_backward. */
+static void test_accumulate_then_bucketed_reduce(void **state)
+{
+    /* 0.0003 MiB = 314 bytes: head (40 B), block (316 B), embedding (200 B)
+     * each alone.  Bucket spans: 16, 80, 64 elements (padded). */
+    const dt_test_kv_t kv[] = {{"bucket_cap_mb", "0.0003"}, {NULL, NULL}};
+    inst_t in;
+    assert_int_equal(inst_open(&in, kv, DT_F32, DT_OPTIM_ADAMW, 3, 2, 0, NULL), DT_OK);
+    set_params(&in);
+    assert_int_equal(S->state_loaded(in.s), DT_OK);
+    assert_int_equal(in.fc.n_calls, 2); /* init_check: MAX + MIN of the hash fields */
+    assert_int_equal(in.fc.calls[0].op, DT_OP_MAX);
+    assert_int_equal(in.fc.calls[1].op, DT_OP_MIN);
+    assert_int_equal(in.fc.calls[0].count, 4 * NU);
+    in.fc.n_calls = 0;
+
+    static double ref[NU][80];
+    memset(ref, 0, sizeof ref);
+    int after[4];
+    assert_int_equal(S->begin_step(in.s, 1), DT_OK);
+    for (uint32_t m = 0; m < 2; m++) {
+        forward(&in, m, 3, NULL);
+        backward(&in, 0, m, 3, ref, after);
+        for (int k = 0; k < 4; k++)
+            assert_int_equal(after[k], 0); /* accumulation micro-steps */
+    }
+    forward(&in, 2, 3, NULL);
+    backward(&in, 0, 2, 3, ref, after);
+    assert_int_equal(after[0], 0); /* nested unit-0 post (last_use 0) */
+    assert_int_equal(after[1], 1); /* head final -> bucket 0 */
+    assert_int_equal(after[2], 2); /* block final -> bucket 1 */
+    assert_int_equal(after[3], 3); /* embedding final -> bucket 2 */
+    const uint64_t want_count[3] = {16, 80, 64};
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(in.fc.calls[k].count, want_count[k]);
+        assert_int_equal(in.fc.calls[k].dtype, DT_F32);
+        assert_int_equal(in.fc.calls[k].op, DT_OP_AVG);
+    }
+    assert_int_equal(in.fc.n_started, 3);
+    assert_int_equal(in.fc.n_waited, 0); /* started during backward, waited in step */
+
+    /* the accumulated gradient, exactly (identical peers: AVG = identity) */
+    dt_unit_buffers_v1_t b;
+    for (uint32_t u = 0; u < NU; u++) {
+        dt_hook_v1_t h = {.unit = u, .micro = 0, .n_micro = 1};
+        assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
+        for (uint64_t i = 0; i < units[u].numel; i++)
+            assert_true(fabs(b.grads[i] - ref[u][i]) <= 1e-6);
+        assert_int_equal(S->post_backward(in.s, &h), DT_OK);
+    }
+    dt_step_args_v1_t sa = {.step = 1, .lr = 1e-3f, .clip = 1.0f};
+    dt_step_result_v1_t r;
+    assert_int_equal(S->step(in.s, &sa, &r), DT_OK);
+    assert_int_equal(in.fc.n_calls, 3);   /* nothing more in step */
+    assert_int_equal(in.fc.n_waited, 3);
+    inst_close(&in);
+}
+
+/* Bucket assignment by bucket_cap_mb, in backward order, and buckets start
+ * strictly in index order even when a later one completes first. */
+static void test_bucket_assignment_and_order(void **state)
+{
+    static double ref[NU][80];
+    struct { const char *cap; int n; uint64_t counts[3]; int after[4]; } cases[] = {
+        {"0.0003", 3, {16, 80, 64}, {0, 1, 2, 3}},
+        {"0.0004", 2, {96, 64}, {0, 0, 1, 2}},  /* 40 + 316 <= 419 < 556 */
+        {"25", 1, {160}, {0, 0, 0, 1}},
+    };
+    for (size_t c = 0; c < 3; c++) {
+        const dt_test_kv_t kv[] = {{"bucket_cap_mb", cases[c].cap}, {"init_check", "broadcast"},
+                                   {NULL, NULL}};
+        inst_t in;
+        assert_int_equal(inst_open(&in, kv, DT_F32, DT_OPTIM_ADAMW, 1, 2, 1, NULL), DT_OK);
+        set_params(&in);
+        assert_int_equal(S->state_loaded(in.s), DT_OK);
+        assert_int_equal(in.fc.n_bcast, 1);
+        assert_int_equal(in.fc.n_calls, 0);
+        assert_int_equal(S->begin_step(in.s, 1), DT_OK);
+        int after[4];
+        backward(&in, 1, 0, 1, ref, after);
+        for (int k = 0; k < 4; k++)
+            assert_int_equal(after[k], cases[c].after[k]);
+        assert_int_equal(in.fc.n_calls, cases[c].n);
+        for (int k = 0; k < cases[c].n; k++)
+            assert_int_equal(in.fc.calls[k].count, cases[c].counts[k]);
+        inst_close(&in);
+    }
+
+    /* embedding reports final first: its bucket (2) waits for 0 and 1 */
+    const dt_test_kv_t kv[] = {{"bucket_cap_mb", "0.0003"}, {NULL, NULL}};
+    inst_t in;
+    assert_int_equal(inst_open(&in, kv, DT_F32, DT_OPTIM_ADAMW, 1, 2, 0, NULL), DT_OK);
+    assert_int_equal(S->begin_step(in.s, 1), DT_OK);
+    dt_unit_buffers_v1_t b;
+    const uint32_t order[3] = {0, 2, 1};
+    const int want_after[3] = {0, 1, 3};
+    for (int k = 0; k < 3; k++) {
+        dt_hook_v1_t h = {.unit = order[k], .n_micro = 1, .last_use = 1};
+        assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
+        assert_int_equal(S->post_backward(in.s, &h), DT_OK);
+        assert_int_equal(in.fc.n_calls, want_after[k]);
+    }
+    assert_int_equal(in.fc.calls[0].count, 16);
+    assert_int_equal(in.fc.calls[1].count, 80);
+    assert_int_equal(in.fc.calls[2].count, 64);
+    inst_close(&in);
+}
+
+/* overlap = false reduces everything in step(); bf16 travels as bf16. */
+static uint16_t bf16_rne(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void test_no_overlap_and_bf16_reduce(void **state)
+{
+    static double ref[NU][80];
+    const dt_test_kv_t kv[] = {{"bucket_cap_mb", "0.0003"}, {"overlap", "false"},
+                               {"reduce_dtype", "bf16"}, {NULL, NULL}};
+    inst_t in;
+    assert_int_equal(inst_open(&in, kv, DT_F32, DT_OPTIM_SGD, 1, 2, 0, NULL), DT_OK);
+    set_params(&in);
+    assert_int_equal(S->state_loaded(in.s), DT_OK);
+    in.fc.n_calls = 0;
+    memset(ref, 0, sizeof ref);
+    assert_int_equal(S->begin_step(in.s, 1), DT_OK);
+    int after[4];
+    backward(&in, 0, 0, 1, ref, after);
+    assert_int_equal(after[3], 0);
+    dt_step_args_v1_t sa = {.step = 1, .lr = 0.0f}; /* lr 0: params stay */
+    dt_step_result_v1_t r;
+    assert_int_equal(S->step(in.s, &sa, &r), DT_OK);
+    assert_int_equal(in.fc.n_calls, 3);
+    const uint64_t want_count[3] = {16, 80, 64};
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(in.fc.calls[k].count, want_count[k]);
+        assert_int_equal(in.fc.calls[k].dtype, DT_BF16);
+        assert_int_equal(in.fc.calls[k].op, DT_OP_AVG);
+    }
+    assert_int_equal(in.fc.n_waited, in.fc.n_started);
+    /* the gradients went through bf16 and back: exactly bf16(g) */
+    dt_unit_buffers_v1_t b;
+    double sumsq = 0;
+    for (uint32_t u = 0; u < NU; u++) {
+        dt_hook_v1_t h = {.unit = u, .n_micro = 1};
+        assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
+        for (uint64_t i = 0; i < units[u].numel; i++) {
+            float want = bf16_to_f32(bf16_rne((float)ref[u][i]));
+            assert_true(b.grads[i] == want);
+            sumsq += (double)want * want;
+        }
+        assert_int_equal(S->post_backward(in.s, &h), DT_OK);
+    }
+    assert_true(fabs(r.grad_norm - sqrt(sumsq)) <= 1e-12 * sqrt(sumsq) + 1e-15);
+    inst_close(&in);
+}
+
+/* -------------------------------------------------------- the optimizer */
+
+/* AdamW over two steps of two micro-steps, the first clipped, against a
+ * double-precision reference with the NO_DECAY mask.  Tolerance: f32
+ * kernel vs double, rel 2e-5 + abs 1e-6 on params after 2 steps. */
+static void test_step_adamw_reference(void **state)
+{
+    inst_t in;
+    assert_int_equal(inst_open(&in, NULL, DT_F32, DT_OPTIM_ADAMW, 2, 1, 0, NULL), DT_OK);
+    set_params(&in);
+    assert_int_equal(S->state_loaded(in.s), DT_OK);
+    static double p[NU][80], m[NU][80], v[NU][80], g[NU][80];
+    memset(m, 0, sizeof m);
+    memset(v, 0, sizeof v);
+    for (uint32_t u = 0; u < NU; u++)
+        for (uint64_t i = 0; i < units[u].numel; i++)
+            p[u][i] = pval(u, i);
+    const float clips[2] = {0.05f, 100.0f}; /* clipped, then not */
+    const double lr = 1e-2;
+    for (int t = 1; t <= 2; t++) {
+        memset(g, 0, sizeof g);
+        assert_int_equal(S->begin_step(in.s, t), DT_OK);
+        for (uint32_t mi = 0; mi < 2; mi++) {
+            forward(&in, mi, 2, NULL);
+            backward(&in, t, mi, 2, g, NULL);
+        }
+        dt_step_args_v1_t sa = {.step = t, .lr = (float)lr, .clip = clips[t - 1]};
+        dt_step_result_v1_t r;
+        assert_int_equal(S->step(in.s, &sa, &r), DT_OK);
+        assert_int_equal(r.nonfinite, 0);
+        double norm = ref_adamw_step(p, m, v, g, t, lr, clips[t - 1]);
+        assert_true(fabs(r.grad_norm - norm) <= 1e-6 * norm);
+        if (t == 1)
+            assert_true(clips[0] / norm < 0.5); /* the clip really acts */
+    }
+    float got[80];
+    for (uint32_t u = 0; u < NU; u++) {
+        get_unit(&in, u, DT_STATE_PARAMS, got);
+        for (uint64_t i = 0; i < units[u].numel; i++)
+            assert_true(fabs(got[i] - p[u][i]) <= 1e-6 + 2e-5 * fabs(p[u][i]));
+        get_unit(&in, u, DT_STATE_EXP_AVG, got);
+        for (uint64_t i = 0; i < units[u].numel; i++)
+            assert_true(fabs(got[i] - m[u][i]) <= 1e-8 + 1e-5 * fabs(m[u][i]));
+        get_unit(&in, u, DT_STATE_EXP_AVG_SQ, got);
+        for (uint64_t i = 0; i < units[u].numel; i++)
+            assert_true(fabs(got[i] - v[u][i]) <= 1e-12 + 1e-5 * fabs(v[u][i]));
+    }
+    inst_close(&in);
+}
+
+/* A NaN gradient: nonfinite = 1, nothing changes; the next step works. */
+static void test_nonfinite_skips_update(void **state)
+{
+    inst_t in;
+    assert_int_equal(inst_open(&in, NULL, DT_F32, DT_OPTIM_ADAMW, 1, 1, 0, NULL), DT_OK);
+    set_params(&in);
+    assert_int_equal(S->state_loaded(in.s), DT_OK);
+    static double g[NU][80];
+    assert_int_equal(S->begin_step(in.s, 1), DT_OK);
+    backward(&in, 0, 0, 1, g, NULL);
+    dt_unit_buffers_v1_t b;
+    dt_hook_v1_t h = {.unit = 1, .n_micro = 1};
+    assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
+    b.grads[70] = INFINITY;
+    assert_int_equal(S->post_backward(in.s, &h), DT_OK);
+    float before[NU][80], after[80];
+    for (uint32_t u = 0; u < NU; u++)
+        get_unit(&in, u, DT_STATE_PARAMS, before[u]);
+    dt_step_args_v1_t sa = {.step = 1, .lr = 0.1f, .clip = 1.0f};
+    dt_step_result_v1_t r;
+    assert_int_equal(S->step(in.s, &sa, &r), DT_OK);
+    assert_int_equal(r.nonfinite, 1);
+    assert_true(isinf(r.grad_norm));
+    for (uint32_t u = 0; u < NU; u++) {
+        get_unit(&in, u, DT_STATE_PARAMS, after);
+        assert_memory_equal(after, before[u], units[u].numel * sizeof(float));
+        get_unit(&in, u, DT_STATE_EXP_AVG, after);
+        for (uint64_t i = 0; i < units[u].numel; i++)
+            assert_true(after[i] == 0.0f);
+    }
+    /* NaN too */
+    assert_int_equal(S->begin_step(in.s, 1), DT_OK);
+    assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
+    b.grads[0] = NAN;
+    assert_int_equal(S->post_backward(in.s, &h), DT_OK);
+    assert_int_equal(S->step(in.s, &sa, &r), DT_OK);
+    assert_int_equal(r.nonfinite, 1);
+    assert_true(isnan(r.grad_norm));
+    /* begin_step zeroed the bad gradient: a clean step updates */
+    assert_int_equal(S->begin_step(in.s, 1), DT_OK);
+    backward(&in, 0, 0, 1, g, NULL);
+    assert_int_equal(S->step(in.s, &sa, &r), DT_OK);
+    assert_int_equal(r.nonfinite, 0);
+    get_unit(&in, 1, DT_STATE_PARAMS, after);
+    assert_true(after[70] != before[1][70]);
+    inst_close(&in);
+}
+
+/* bf16 compute parameters: pre_* hand out bf16(master), refreshed by
+ * state_loaded and by every step. */
+static void test_bf16_compute_copy(void **state)
+{
+    inst_t in;
+    assert_int_equal(inst_open(&in, NULL, DT_BF16, DT_OPTIM_SGD, 1, 1, 0, NULL), DT_OK);
+    set_params(&in);
+    assert_int_equal(S->state_loaded(in.s), DT_OK);
+    dt_unit_buffers_v1_t b;
+    float master[80];
+    static double g[NU][80];
+    for (int round = 0; round < 2; round++) {
+        for (uint32_t u = 0; u < NU; u++) {
+            dt_hook_v1_t h = {.unit = u, .n_micro = 1};
+            assert_int_equal(S->pre_forward(in.s, &h, &b), DT_OK);
+            get_unit(&in, u, DT_STATE_PARAMS, master);
+            const uint16_t *c = b.params;
+            for (uint64_t i = 0; i < units[u].numel; i++)
+                assert_int_equal(c[i], bf16_rne(master[i]));
+            assert_int_equal(S->post_forward(in.s, &h), DT_OK);
+        }
+        assert_int_equal(S->begin_step(in.s, 1), DT_OK);
+        backward(&in, 0, 0, 1, g, NULL);
+        dt_step_args_v1_t sa = {.step = 1, .lr = 0.5f};
+        dt_step_result_v1_t r;
+        assert_int_equal(S->step(in.s, &sa, &r), DT_OK);
+    }
+    inst_close(&in);
+}
+
+/* ------------------------------------------------------------- state */
+
+static void test_state_roundtrip_and_errors(void **state)
+{
+    inst_t in;
+    assert_int_equal(inst_open(&in, NULL, DT_F32, DT_OPTIM_ADAMW, 1, 1, 0, NULL), DT_OK);
+    float in_buf[80], out_buf[80];
+    for (int kind = 0; kind < DT_STATE_COUNT; kind++)
+        for (uint32_t u = 0; u < NU; u++) {
+            for (int i = 0; i < 80; i++)
+                in_buf[i] = (float)(kind * 1000 + u * 100 + i) * 0.5f;
+            assert_int_equal(S->set_state(in.s, u, kind, (dt_range_t){0, units[u].numel},
+                                          in_buf), DT_OK);
+        }
+    for (int kind = 0; kind < DT_STATE_COUNT; kind++)
+        for (uint32_t u = 0; u < NU; u++) {
+            get_unit(&in, u, kind, out_buf);
+            for (uint64_t i = 0; i < units[u].numel; i++)
+                assert_true(out_buf[i] == (float)(kind * 1000 + u * 100 + i) * 0.5f);
+        }
+    /* a sub-range lands at its offset */
+    const float part[3] = {-1, -2, -3};
+    assert_int_equal(S->set_state(in.s, 1, DT_STATE_EXP_AVG, (dt_range_t){76, 3}, part), DT_OK);
+    get_unit(&in, 1, DT_STATE_EXP_AVG, out_buf);
+    assert_true(out_buf[75] == (1000 + 100 + 75) * 0.5f);
+    assert_true(out_buf[76] == -1 && out_buf[78] == -3);
+    assert_int_equal(S->get_state(in.s, 1, DT_STATE_EXP_AVG, (dt_range_t){77, 2}, out_buf),
+                     DT_OK);
+    assert_true(out_buf[0] == -2 && out_buf[1] == -3);
+
+    /* HELD: the whole unit, for every kind */
+    dt_range_t rr[2];
+    uint32_t n = 9;
+    for (int kind = 0; kind < DT_STATE_COUNT; kind++) {
+        assert_int_equal(S->state_ranges(in.s, 2, kind, DT_RANGES_HELD, rr, 2, &n), DT_OK);
+        assert_int_equal(n, 1);
+        assert_int_equal(rr[0].offset, 0);
+        assert_int_equal(rr[0].count, 10);
+    }
+    assert_int_equal(S->state_ranges(in.s, 2, 0, DT_RANGES_HELD, NULL, 0, &n), DT_OK);
+    assert_int_equal(n, 1); /* count only */
+
+    /* errors name unit, kind and range */
+    assert_int_equal(S->get_state(in.s, 1, DT_STATE_PARAMS, (dt_range_t){70, 10}, out_buf),
+                     DT_ERR_INVALID);
+    assert_non_null(strstr(dt_last_error(), "strategy/ddp: get_state: unit 'block.0' state "
+                                            "params: range [70, +10) outside the unit's 79 "
+                                            "elements"));
+    assert_int_equal(S->set_state(in.s, 3, DT_STATE_PARAMS, (dt_range_t){0, 1}, part),
+                     DT_ERR_INVALID);
+    assert_non_null(strstr(dt_last_error(), "set_state: unit 3 out of range"));
+    assert_int_equal(S->get_state(in.s, 0, 7, (dt_range_t){0, 1}, out_buf), DT_ERR_INVALID);
+    assert_non_null(strstr(dt_last_error(), "unit 'embedding': unknown state kind 7"));
+    assert_int_equal(S->state_ranges(in.s, 0, 0, 5, rr, 2, &n), DT_ERR_INVALID);
+    assert_non_null(strstr(dt_last_error(), "unknown purpose 5"));
+    inst_close(&in);
+
+    /* SGD: momentum is exp_avg; there is no exp_avg_sq */
+    assert_int_equal(inst_open(&in, NULL, DT_F32, DT_OPTIM_SGD, 1, 1, 0, NULL), DT_OK);
+    assert_int_equal(S->get_state(in.s, 1, DT_STATE_EXP_AVG_SQ, (dt_range_t){0, 1}, out_buf),
+                     DT_ERR_NOT_FOUND);
+    assert_non_null(strstr(dt_last_error(), "get_state: unit 'block.0': the sgd optimizer "
+                                            "keeps no exp_avg_sq"));
+    assert_int_equal(S->state_ranges(in.s, 1, DT_STATE_EXP_AVG_SQ, DT_RANGES_HELD, rr, 2, &n),
+                     DT_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(S->state_ranges(in.s, 1, DT_STATE_EXP_AVG, DT_RANGES_HELD, rr, 2, &n),
+                     DT_OK);
+    assert_int_equal(n, 1);
+    inst_close(&in);
+}
+
+/* SAVE ranges of all ranks partition each unit exactly once, balanced. */
+static void test_save_ranges_partition(void **state)
+{
+    for (int32_t size = 1; size <= 4; size++) {
+        uint64_t next[NU] = {0};
+        for (int32_t rank = 0; rank < size; rank++) {
+            inst_t in;
+            assert_int_equal(inst_open(&in, NULL, DT_F32, DT_OPTIM_ADAMW, 1, size, rank, NULL),
+                       DT_OK);
+            for (uint32_t u = 0; u < NU; u++) {
+                dt_range_t rr[2];
+                uint32_t n = 0;
+                assert_int_equal(S->state_ranges(in.s, u, DT_STATE_EXP_AVG_SQ, DT_RANGES_SAVE,
+                                                 rr, 2, &n), DT_OK);
+                assert_true(n <= 1);
+                uint64_t cnt = n ? rr[0].count : 0;
+                if (n)
+                    assert_int_equal(rr[0].offset, next[u]); /* contiguous, rank order */
+                uint64_t lo = units[u].numel / (uint64_t)size;
+                assert_true(cnt == lo || cnt == lo + 1);
+                next[u] += cnt;
+            }
+            inst_close(&in);
+        }
+        for (uint32_t u = 0; u < NU; u++)
+            assert_int_equal(next[u], units[u].numel);
+    }
+}
+
+/* ------------------------------------------------- config and estimate */
+
+static void test_config_errors(void **state)
+{
+    inst_t in;
+    const dt_test_kv_t k1[] = {{"bucket_cap_mb", "0"}, {NULL, NULL}};
+    assert_int_equal(inst_open(&in, k1, DT_F32, DT_OPTIM_ADAMW, 1, 1, 0, NULL),
+                     DT_ERR_CONFIG);
+    assert_non_null(strstr(dt_last_error(), "strategy/ddp: bucket_cap_mb = 0: must be in "
+                                            "(0, 1e6] MiB"));
+    assert_null(in.s);
+    D->stream_destroy(in.dev, in.cs);
+    D->finalize(in.dev);
+    const dt_test_kv_t k2[] = {{"reduce_dtype", "fp16"}, {NULL, NULL}};
+    assert_int_equal(inst_open(&in, k2, DT_F32, DT_OPTIM_ADAMW, 1, 1, 0, NULL),
+                     DT_ERR_CONFIG);
+    assert_non_null(strstr(dt_last_error(), "reduce_dtype = \"fp16\": must be \"fp32\" or "
+                                            "\"bf16\""));
+    D->stream_destroy(in.dev, in.cs);
+    D->finalize(in.dev);
+    const dt_test_kv_t k3[] = {{"init_check", "none"}, {NULL, NULL}};
+    assert_int_equal(inst_open(&in, k3, DT_F32, DT_OPTIM_ADAMW, 1, 1, 0, NULL),
+                     DT_ERR_CONFIG);
+    assert_non_null(strstr(dt_last_error(), "init_check = \"none\""));
+    D->stream_destroy(in.dev, in.cs);
+    D->finalize(in.dev);
+    /* f16 compute parameters are not a ddp thing */
+    assert_int_equal(inst_open(&in, NULL, DT_F16, DT_OPTIM_ADAMW, 1, 1, 0, NULL),
+                     DT_ERR_UNSUPPORTED);
+    assert_non_null(strstr(dt_last_error(), "param_dtype f16"));
+    D->stream_destroy(in.dev, in.cs);
+    D->finalize(in.dev);
+
+    /* the declared keys */
+    assert_int_equal(S->info.n_config_keys, 4);
+    assert_string_equal(S->info.config_keys[0].name, "bucket_cap_mb");
+    assert_string_equal(S->info.config_keys[1].choices, "fp32|bf16");
+    assert_string_equal(S->info.config_keys[3].def, "\"checksum\"");
+}
+
+/* The estimate matches what init allocates on the device, tag by tag. */
+static void test_estimate_matches_allocation(void **state)
+{
+    const dt_test_kv_t kv[] = {{"bucket_cap_mb", "0.0004"}, {"reduce_dtype", "bf16"},
+                               {NULL, NULL}};
+    dt_test_host_t th;
+    dt_test_host_init(&th, "strategy/ddp", kv);
+    dt_model_desc_v1_t model = make_model(DT_BF16);
+    dt_estimate_args_v1_t ea = {.struct_size = sizeof ea, .group_size = 4, .model = &model,
+                                .param_bytes = 2, .grad_bytes = 4, .optim_bytes = 12,
+                                .n_micro = 2, .act_bytes = 12345};
+    dt_estimate_v1_t est;
+    assert_int_equal(S->estimate(&th.host, &ea, &est), DT_OK);
+    assert_int_equal(est.bytes[DT_TAG_PARAMS], TOTAL * 2 + TOTAL * 4);
+    assert_int_equal(est.bytes[DT_TAG_GRADS], TOTAL * 4);
+    assert_int_equal(est.bytes[DT_TAG_OPTIMIZER], TOTAL * 12 - TOTAL * 4);
+    assert_int_equal(est.bytes[DT_TAG_COMM], 2 * 96 * 2); /* 2 slots x bucket {1,2} */
+    assert_int_equal(est.bytes[DT_TAG_ACTIVATIONS], 12345);
+    assert_int_equal(est.bytes[DT_TAG_OTHER], 8 + 3 * 16 * NU);
+    assert_int_equal(est.comm_bytes_per_step, 480); /* 2 * 3/4 * 160 * 2 */
+    assert_non_null(strstr(est.note, "2 bucket(s)"));
+    assert_non_null(strstr(est.note, "bf16"));
+
+    /* fp32 params, fp32 reduce, one rank: no master copy, no comm */
+    dt_test_host_init(&th, "strategy/ddp", NULL);
+    model = make_model(DT_F32);
+    ea.group_size = 1;
+    ea.param_bytes = 4;
+    ea.optim_bytes = 8;
+    assert_int_equal(S->estimate(&th.host, &ea, &est), DT_OK);
+    assert_int_equal(est.bytes[DT_TAG_PARAMS], TOTAL * 4);
+    assert_int_equal(est.bytes[DT_TAG_OPTIMIZER], TOTAL * 8);
+    assert_int_equal(est.bytes[DT_TAG_COMM], 0);
+    assert_int_equal(est.comm_bytes_per_step, 0);
+    assert_non_null(strstr(est.note, "1 bucket(s)"));
+    ea.group_size = 3;
+    assert_int_equal(S->estimate(&th.host, &ea, &est), DT_OK);
+    assert_int_equal(est.comm_bytes_per_step, (uint64_t)(2.0 * 2 / 3 * TOTAL * 4));
+    ea.group_size = 0;
+    assert_int_equal(S->estimate(&th.host, &ea, &est), DT_ERR_INVALID);
+    assert_non_null(strstr(dt_last_error(), "estimate: group_size 0"));
+
+    /* measured: init with the same config on a 2-rank fake group */
+    inst_t in;
+    assert_int_equal(inst_open(&in, kv, DT_BF16, DT_OPTIM_ADAMW, 2, 2, 0, NULL), DT_OK);
+    set_params(&in);
+    assert_int_equal(S->state_loaded(in.s), DT_OK); /* the checksum scratch peaks OTHER */
+    dt_test_host_init(&th, "strategy/ddp", kv);
+    ea = (dt_estimate_args_v1_t){.struct_size = sizeof ea, .group_size = 2, .model = &in.model,
+                                 .param_bytes = 2, .grad_bytes = 4, .optim_bytes = 12,
+                                 .n_micro = 2};
+    assert_int_equal(S->estimate(&th.host, &ea, &est), DT_OK);
+    dt_mem_stats_t ms;
+    assert_int_equal(D->mem_stats(in.dev, &ms), DT_OK);
+    const int tags[] = {DT_TAG_PARAMS, DT_TAG_GRADS, DT_TAG_OPTIMIZER, DT_TAG_COMM};
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(ms.current[tags[k]], est.bytes[tags[k]]);
+    assert_int_equal(ms.peak[DT_TAG_OTHER], est.bytes[DT_TAG_OTHER]);
+    inst_close(&in);
+}
+
+/* ------------------------------------------------------- multi-rank (shm)
+ *
+ * Each case forks `size` ranks; every rank runs ddp over a real shm group
+ * and writes what it saw to a shared mapping; the parent checks the
+ * numbers.  A rank reports failure by its exit status (never by cmocka). */
+
+#define MAXR 3
+typedef struct {
+    int rc[MAXR];
+    char msg[MAXR][512];
+    float params[MAXR][NU][80];
+    double norm[MAXR][2];
+    double f64sum[MAXR];
+} mp_out_t;
+
+typedef struct {
+    const dt_test_kv_t *kv;
+    int optim;
+    uint32_t n_micro;
+    int steps;
+    float lr;
+    float clip[2];
+    int perturb;        /* rank 1 changes, before state_loaded, parameters of
+                         * unit 1 (bit 0) and unit 0 (bit 1) */
+} mp_case_t;
+
+static mp_out_t *mp_out;
+
+/* Results come back through memory shared with the forked ranks. */
+static int mp_map(void)
+{
+    void *p = mmap(NULL, sizeof *mp_out, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                   -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    mp_out = p;
+    return 0;
+}
+
+typedef void (*mp_rank_fn_t)(int rank, int size, const char *job, const mp_case_t *c);
+typedef struct {
+    mp_rank_fn_t fn;
+    const mp_case_t *c;
+    const char *job;
+} mp_arg_t;
+
+static int mp_child(int rank, int nproc, void *arg)
+{
+    const mp_arg_t *a = arg;
+    in_child = 1;
+    a->fn(rank, nproc, a->job, a->c);
+    return 0;
+}
+
+/* Fork `size` ranks running fn (tests/support/mp_harness.h: bounded, 60 s)
+ * and require every one to exit 0. */
+static void run_ranks(int size, mp_rank_fn_t fn, const mp_case_t *c)
+{
+    static int seq;
+    static dt_mp_result_t res;
+    char job[64], why[4096];
+    snprintf(job, sizeof job, "ddptest%d-%d", (int)getpid(), ++seq);
+    memset(mp_out, 0, sizeof *mp_out);
+    mp_arg_t a = {.fn = fn, .c = c, .job = job};
+    assert_int_equal(dt_mp_run(size, mp_child, &a, 60.0, &res), 0);
+    if (!dt_mp_all_ok(&res, why, sizeof why))
+        fail_msg("%d ranks: %s", size, why);
+}
+
+/* Train `steps` steps with this rank's own gradients; report params, norms
+ * and a helper check (dt_norm_allreduce sums f64 over the group). */
+static void rank_train(int rank, int size, const char *job, const mp_case_t *c)
+{
+    inst_t in;
+    OK(inst_open(&in, c->kv, DT_F32, c->optim, c->n_micro, size, rank, job));
+    set_params(&in);
+    OK(S->state_loaded(in.s));
+    for (int t = 1; t <= c->steps; t++) {
+        OK(S->begin_step(in.s, t));
+        for (uint32_t m = 0; m < c->n_micro; m++) {
+            forward(&in, m, c->n_micro, NULL);
+            backward(&in, rank, m, c->n_micro, NULL, NULL);
+        }
+        dt_step_args_v1_t sa = {.step = t, .lr = c->lr, .clip = c->clip[t - 1]};
+        dt_step_result_v1_t r;
+        OK(S->step(in.s, &sa, &r));
+        CHECK(r.nonfinite == 0);
+        mp_out->norm[rank][t - 1] = r.grad_norm;
+    }
+    for (uint32_t u = 0; u < NU; u++)
+        OK(S->get_state(in.s, u, DT_STATE_PARAMS, (dt_range_t){0, units[u].numel},
+                        mp_out->params[rank][u]));
+    double *slot = NULL;
+    OK(D->alloc(in.dev, sizeof(double), DT_TAG_OTHER, (void **)&slot));
+    double x = rank + 1;
+    OK(dt_norm_allreduce(&in.th_ddp.host, in.cops, in.comm, D, in.dev, in.cs, slot, &x));
+    mp_out->f64sum[rank] = x;
+    OK(D->free(in.dev, slot));
+    inst_close(&in);
+}
+
+/* state_loaded after rank 1 changed one element of unit 1 and/or unit 0
+ * (c->perturb): report the status, message and params. */
+static void rank_init_check(int rank, int size, const char *job, const mp_case_t *c)
+{
+    inst_t in;
+    OK(inst_open(&in, c->kv, DT_F32, DT_OPTIM_ADAMW, 1, size, rank, job));
+    set_params(&in);
+    const float bump[1] = {pval(1, 7) + 1e-3f}, bump0[1] = {-5.0f};
+    if (rank == 1 && (c->perturb & 1))
+        OK(S->set_state(in.s, 1, DT_STATE_PARAMS, (dt_range_t){7, 1}, bump));
+    if (rank == 1 && (c->perturb & 2))
+        OK(S->set_state(in.s, 0, DT_STATE_PARAMS, (dt_range_t){49, 1}, bump0));
+    int rc = S->state_loaded(in.s);
+    mp_out->rc[rank] = rc;
+    snprintf(mp_out->msg[rank], sizeof mp_out->msg[rank], "%s", rc ? dt_last_error() : "");
+    for (uint32_t u = 0; u < NU; u++)
+        OK(S->get_state(in.s, u, DT_STATE_PARAMS, (dt_range_t){0, units[u].numel},
+                        mp_out->params[rank][u]));
+    inst_close(&in);
+}
+
+static void require_shm(void)
+{
+    if (!SHM) {
+        fprintf(stderr, "dtrain_shm.so not built: multi-rank case skipped\n");
+        skip();
+    }
+}
+
+/* The averaged-gradient reference for `size` ranks (double). */
+static void ref_avg_grads(int size, uint32_t n_micro, double g[NU][80])
+{
+    memset(g, 0, sizeof(double) * NU * 80);
+    for (int r = 0; r < size; r++)
+        for (uint32_t m = 0; m < n_micro; m++)
+            ref_micro(r, m, g);
+    for (uint32_t u = 0; u < NU; u++)
+        for (uint64_t i = 0; i < units[u].numel; i++)
+            g[u][i] /= size;
+}
+
+static void check_replicas_identical(int size)
+{
+    for (int r = 1; r < size; r++)
+        assert_memory_equal(mp_out->params[r], mp_out->params[0], sizeof mp_out->params[0]);
+}
+
+/* 2 ranks (one bucket) and 3 ranks (three buckets, overlapped), AdamW with
+ * clipping then without: every rank ends bitwise identical, equal to the
+ * single-process reference on the averaged gradient.  Tolerance: the
+ * gradient differs from the double reference only by f32 accumulation and
+ * reduction order (~1e-7 relative); params after 2 steps within rel 2e-5 +
+ * abs 1e-6, the norm within rel 1e-6. */
+static void test_mp_train_matches_reference(void **state)
+{
+    require_shm();
+    const dt_test_kv_t kv3[] = {{"bucket_cap_mb", "0.0003"}, {NULL, NULL}};
+    for (int size = 2; size <= 3; size++) {
+        mp_case_t c = {.kv = size == 3 ? kv3 : NULL, .optim = DT_OPTIM_ADAMW, .n_micro = 2,
+                       .steps = 2, .lr = 1e-2f, .clip = {0.05f, 100.0f}};
+        run_ranks(size, rank_train, &c);
+        check_replicas_identical(size);
+        static double p[NU][80], m[NU][80], v[NU][80], g[NU][80];
+        memset(m, 0, sizeof m);
+        memset(v, 0, sizeof v);
+        for (uint32_t u = 0; u < NU; u++)
+            for (uint64_t i = 0; i < units[u].numel; i++)
+                p[u][i] = pval(u, i);
+        ref_avg_grads(size, 2, g);
+        for (int t = 1; t <= 2; t++) {
+            double norm = ref_adamw_step(p, m, v, g, t, 1e-2, c.clip[t - 1]);
+            for (int r = 0; r < size; r++)
+                assert_true(fabs(mp_out->norm[r][t - 1] - norm) <= 1e-6 * norm);
+        }
+        for (uint32_t u = 0; u < NU; u++)
+            for (uint64_t i = 0; i < units[u].numel; i++) {
+                if (!(fabs(mp_out->params[0][u][i] - p[u][i]) <= 1e-6 + 2e-5 * fabs(p[u][i])))
+                    fprintf(stderr, "size %d unit %u [%llu]: got %.9g want %.9g (p0 %.9g)\n",
+                            size, u, (unsigned long long)i, mp_out->params[0][u][i], p[u][i],
+                            pval(u, i));
+                assert_true(fabs(mp_out->params[0][u][i] - p[u][i]) <=
+                            1e-6 + 2e-5 * fabs(p[u][i]));
+            }
+        for (int r = 0; r < size; r++)
+            assert_true(mp_out->f64sum[r] == size * (size + 1) / 2.0);
+    }
+}
+
+/* reduce_dtype = bf16, 3 ranks, 3 buckets over 2 reduction buffers, SGD:
+ * the update lr * avg(g) matches the reference within bf16 precision
+ * (two roundings to 8 significant bits: rel 1e-2 of the update). */
+static void test_mp_bf16_reduce(void **state)
+{
+    require_shm();
+    const dt_test_kv_t kv[] = {{"bucket_cap_mb", "0.0003"}, {"reduce_dtype", "bf16"},
+                               {NULL, NULL}};
+    mp_case_t c = {.kv = kv, .optim = DT_OPTIM_SGD, .n_micro = 2, .steps = 1, .lr = 0.1f};
+    run_ranks(3, rank_train, &c);
+    check_replicas_identical(3);
+    static double g[NU][80];
+    ref_avg_grads(3, 2, g);
+    double ss = 0;
+    for (uint32_t u = 0; u < NU; u++)
+        for (uint64_t i = 0; i < units[u].numel; i++) {
+            double p0 = pval(u, i), w = no_decay(u, i) ? 0.0 : 0.1;
+            double upd = 0.1 * (g[u][i] + w * p0); /* first SGD step: mom = g */
+            double got = p0 - mp_out->params[0][u][i];
+            assert_true(fabs(got - upd) <= 1e-2 * fabs(0.1 * g[u][i]) + 1e-6);
+            ss += g[u][i] * g[u][i];
+        }
+    assert_true(fabs(mp_out->norm[0][0] - sqrt(ss)) <= 1e-2 * sqrt(ss));
+}
+
+/* init_check = checksum: a rank whose parameters differ makes every rank
+ * fail, naming the first differing unit. */
+static void test_mp_init_check_detects(void **state)
+{
+    require_shm();
+    /* only unit 1 differs (by 1e-3 in one element), 3 ranks */
+    mp_case_t c = {.kv = NULL, .perturb = 1};
+    run_ranks(3, rank_init_check, &c);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(mp_out->rc[r], DT_ERR_DATA);
+        assert_non_null(strstr(mp_out->msg[r],
+                               "strategy/ddp: init_check: the parameters of unit 'block.0' "
+                               "(unit 1) differ across the 3 ranks of the data-parallel "
+                               "group"));
+        char who[32];
+        snprintf(who, sizeof who, "(rank %d's hash", r);
+        assert_non_null(strstr(mp_out->msg[r], who));
+        assert_non_null(strstr(mp_out->msg[r], "init_check = \"broadcast\""));
+    }
+    /* units 0 and 1 differ, 2 ranks: the FIRST differing unit is named */
+    const dt_test_kv_t kv[] = {{"init_check", "checksum"}, {NULL, NULL}};
+    c = (mp_case_t){.kv = kv, .perturb = 3};
+    run_ranks(2, rank_init_check, &c);
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(mp_out->rc[r], DT_ERR_DATA);
+        assert_non_null(strstr(mp_out->msg[r], "unit 'embedding' (unit 0) differ across the 2 "
+                                               "ranks"));
+    }
+}
+
+/* init_check = broadcast: rank 0's parameters win everywhere. */
+static void test_mp_init_broadcast(void **state)
+{
+    require_shm();
+    const dt_test_kv_t kv[] = {{"init_check", "broadcast"}, {NULL, NULL}};
+    mp_case_t c = {.kv = kv, .perturb = 3};
+    run_ranks(2, rank_init_check, &c);
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(mp_out->rc[r], DT_OK);
+        for (uint32_t u = 0; u < NU; u++)
+            for (uint64_t i = 0; i < units[u].numel; i++)
+                assert_true(mp_out->params[r][u][i] == pval(u, i));
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hook_protocol),
+        cmocka_unit_test(test_accumulate_then_bucketed_reduce),
+        cmocka_unit_test(test_bucket_assignment_and_order),
+        cmocka_unit_test(test_no_overlap_and_bf16_reduce),
+        cmocka_unit_test(test_step_adamw_reference),
+        cmocka_unit_test(test_nonfinite_skips_update),
+        cmocka_unit_test(test_bf16_compute_copy),
+        cmocka_unit_test(test_state_roundtrip_and_errors),
+        cmocka_unit_test(test_save_ranges_partition),
+        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_estimate_matches_allocation),
+        cmocka_unit_test(test_mp_train_matches_reference),
+        cmocka_unit_test(test_mp_bf16_reduce),
+        cmocka_unit_test(test_mp_init_check_detects),
+        cmocka_unit_test(test_mp_init_broadcast),
+    };
+    return cmocka_run_group_tests(tests, group_setup, NULL);
+}

@@ -1,0 +1,1279 @@
+/*
+ * tests/unit/test_shm.c - the `shm` communicator plugin, driven through its
+ * ABI table by forked rank processes (tests/support/mp_harness.h).
+ *
+ * Numbers: every rank generates deterministic inputs for every rank, so
+ * each child computes the reference locally: the op applied in rank order,
+ * in f32 for f32/bf16/f16 (rounded once to nearest-even at the end, with
+ * conversions written independently of the plugin's: f16 through the
+ * compiler's _Float16, bf16 by picking the nearer neighbour).  The plugin
+ * promises that exact order, so results are compared BITWISE (tolerance 0),
+ * which also proves every rank gets identical bits.
+ *
+ * Failures: a rank SIGKILLed mid-collective, a rank that never arrives, a
+ * rank that stalls, abort with a reason, mismatched collectives; each with
+ * the exact status, the message text, how long it took, and that nothing
+ * is left in /dev/shm.
+ */
+#include <dlfcn.h>
+#include <glob.h>
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "dtrain/dtrain.h"
+#include "mp_harness.h"
+#include "test_host.h"
+#include "util/error.h"
+/* white box: the segment naming helpers only (test_segment_names makes
+ * one of them truncate on purpose) */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#include "../../plugins/shm/shm_internal.h"
+
+#define PLUGIN_PATH DT_TEST_PLUGIN_DIR "/dtrain_shm.so"
+
+static const dt_comm_ops_v1_t *g_ops; /* loaded once in the parent, inherited */
+static void *g_dl;
+static char g_job_prefix[64];         /* "dtt<pid>" */
+static int g_job_no;
+
+/* ---- plumbing ---------------------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void new_job(char *buf, size_t cap, const char *what)
+{
+    snprintf(buf, cap, "%s-%d-%s", g_job_prefix, ++g_job_no, what);
+}
+
+/* Segments the job left in /dev/shm. */
+static int leftovers(const char *job)
+{
+    char pat[256];
+    snprintf(pat, sizeof pat, "/dev/shm/dtrain-%s*", job);
+    glob_t g;
+    int n = 0;
+    if (glob(pat, 0, NULL, &g) == 0) {
+        n = (int)g.gl_pathc;
+        for (size_t i = 0; i < g.gl_pathc; i++)
+            fprintf(stderr, "left behind: %s\n", g.gl_pathv[i]);
+        globfree(&g);
+    }
+    return n;
+}
+
+typedef struct run_args {
+    char job[128];
+    int64_t timeout_ms;
+    const dt_test_kv_t *kv;
+    int param;    /* scenario-specific */
+} run_args_t;
+
+/* In a child: join the world; returns a status, the message in *err. */
+static int join(const run_args_t *a, int rank, int size, dt_test_host_t *th, dt_comm_t **c)
+{
+    dt_test_host_init(th, "comm/shm", a->kv);
+    dt_comm_init_v1_t ia;
+    memset(&ia, 0, sizeof ia);
+    ia.struct_size = sizeof ia;
+    ia.rank = rank;
+    ia.size = size;
+    ia.local_rank = rank;
+    ia.local_size = size;
+    ia.job_id = a->job;
+    ia.timeout_ms = a->timeout_ms;
+    return g_ops->init(&th->host, &ia, c);
+}
+
+#define CHILD_CHECK(cond, ...)                                                  \
+    do {                                                                       \
+        if (!(cond))                                                           \
+            return dt_mp_fail(__VA_ARGS__);                                    \
+    } while (0)
+
+#define CHILD_OK(expr)                                                         \
+    do {                                                                       \
+        int rc_ = (expr);                                                      \
+        if (rc_ != DT_OK)                                                      \
+            return dt_mp_fail("%s:%d: %s -> %s: %s", __FILE__, __LINE__, #expr, \
+                              dt_status_name(rc_), dt_last_error());           \
+    } while (0)
+
+static void run_expect_ok(int nproc, dt_mp_fn_t fn, run_args_t *a, double deadline)
+{
+    dt_mp_result_t res;
+    assert_int_equal(dt_mp_run(nproc, fn, a, deadline, &res), 0);
+    char why[8192];
+    if (!dt_mp_all_ok(&res, why, sizeof why))
+        fail_msg("%s", why);
+    assert_int_equal(leftovers(a->job), 0);
+}
+
+/* ---- reference numbers ------------------------------------------------- */
+
+static uint32_t mix(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
+}
+
+/* Input value of `rank` at index i for test variant `salt`: f32 with a
+ * full mantissa in [-8, 8), so sums depend on the order of addition. */
+static float gen(int rank, uint64_t i, uint32_t salt)
+{
+    uint32_t h = mix((uint32_t)i * 2654435761U ^ mix((uint32_t)rank * 97U + salt) ^
+                     (uint32_t)(i >> 32));
+    return (float)((int32_t)(h >> 8) - (1 << 23)) * 0x1p-20f;
+}
+
+/* f32 -> bf16, round to nearest even, by picking the nearer of the two
+ * neighbours in double arithmetic (independent of the plugin's bit trick). */
+static uint16_t ref_bf16(float f)
+{
+    if (f != f)
+        return 0x7fc0;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
+    uint32_t lo = a & 0xffff0000u;
+    float flo;
+    memcpy(&flo, &lo, 4);
+    int e = (int)((lo >> 23) & 0xff);
+    double step = e == 0 ? ldexp(1.0, -133) : ldexp(1.0, e - 127 - 7);
+    double x = fabs((double)f), dl = x - (double)flo, dh = (double)flo + step - x;
+    uint32_t pick = dl < dh ? lo : dh < dl ? lo + 0x10000u : (((lo >> 16) & 1) ? lo + 0x10000u : lo);
+    if (isinf(f))
+        pick = 0x7f800000u;
+    return (uint16_t)((sign | pick) >> 16);
+}
+
+static float ref_bf16_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t ref_f16(float f)
+{
+    _Float16 h = (_Float16)f;
+    uint16_t u;
+    memcpy(&u, &h, 2);
+    return u;
+}
+
+static float ref_f16_f32(uint16_t u)
+{
+    _Float16 h;
+    memcpy(&h, &u, 2);
+    return (float)h;
+}
+
+/* Element i of rank r's input in dtype dt, as bytes (dt's size) at out. */
+static void input_elem(void *out, int dt, int rank, uint64_t i, uint32_t salt)
+{
+    switch (dt) {
+    case DT_F32: { float v = gen(rank, i, salt); memcpy(out, &v, 4); break; }
+    case DT_BF16: { uint16_t v = ref_bf16(gen(rank, i, salt)); memcpy(out, &v, 2); break; }
+    case DT_F16: { uint16_t v = ref_f16(gen(rank, i, salt)); memcpy(out, &v, 2); break; }
+    case DT_I32: {
+        int32_t v = (int32_t)mix((uint32_t)(i * 31 + (uint64_t)rank * 7 + salt));
+        memcpy(out, &v, 4);
+        break;
+    }
+    case DT_U8: *(uint8_t *)out = (uint8_t)mix((uint32_t)(i * 13 + (uint64_t)rank * 5 + salt)); break;
+    default: break;
+    }
+}
+
+/* dst[0..n) = rank's input elements 0..n-1. */
+static void fill(void *dst, int dt, int rank, uint64_t n, uint32_t salt)
+{
+    size_t es = dt_dtype_size(dt);
+    for (uint64_t i = 0; i < n; i++)
+        input_elem((unsigned char *)dst + i * es, dt, rank, i, salt);
+}
+
+static float widen(const void *p, int dt, uint64_t i)
+{
+    switch (dt) {
+    case DT_F32: return ((const float *)p)[i];
+    case DT_BF16: return ref_bf16_f32(((const uint16_t *)p)[i]);
+    case DT_F16: return ref_f16_f32(((const uint16_t *)p)[i]);
+    default: return 0;
+    }
+}
+
+/* Reference reduction of input element `idx` over ranks 0..n-1 in rank
+ * order, accumulated in f32, narrowed once to dt; returned as bits. */
+static uint32_t ref_reduce_bits(int dt, int op, int n, uint64_t idx, uint32_t salt)
+{
+    float acc = 0;
+    for (int r = 0; r < n; r++) {
+        float v = gen(r, idx, salt);
+        float x;
+        switch (dt) {
+        case DT_BF16: x = ref_bf16_f32(ref_bf16(v)); break;
+        case DT_F16: x = ref_f16_f32(ref_f16(v)); break;
+        default: x = v; break;
+        }
+        if (r == 0)
+            acc = x;
+        else if (op == DT_OP_MAX)
+            acc = x > acc ? x : acc;
+        else if (op == DT_OP_MIN)
+            acc = x < acc ? x : acc;
+        else
+            acc = acc + x;
+    }
+    if (op == DT_OP_AVG)
+        acc = acc / (float)n;
+    uint32_t bits;
+    switch (dt) {
+    case DT_BF16: return ref_bf16(acc);
+    case DT_F16: return ref_f16(acc);
+    default: memcpy(&bits, &acc, 4); return bits;
+    }
+}
+
+static uint32_t bits_at(const void *p, int dt, uint64_t i)
+{
+    if (dt == DT_F32) {
+        uint32_t u;
+        memcpy(&u, (const float *)p + i, 4);
+        return u;
+    }
+    return ((const uint16_t *)p)[i];
+}
+
+static const char *op_name(int op)
+{
+    static const char *names[] = {"sum", "avg", "max", "min"};
+    return op >= 0 && op < 4 ? names[op] : "?";
+}
+
+/* Compare `got` (n elements) with the reference of input indices
+ * base + i; fails the child with the first difference. */
+static int check_reduced(const void *got, int dt, int op, int nranks, uint64_t n,
+                         uint64_t base, uint32_t salt, const char *what)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t want = ref_reduce_bits(dt, op, nranks, base + i, salt);
+        uint32_t have = bits_at(got, dt, i);
+        if (want != have)
+            return dt_mp_fail("%s %s %s: element %llu: got bits 0x%x (%g), want 0x%x",
+                              what, dt_dtype_name(dt), op_name(op), (unsigned long long)i,
+                              have, (double)widen(got, dt, i), want);
+    }
+    return 0;
+}
+
+/* Compare a plain copy: got[i] == rank `src`'s input element base + i. */
+static int check_copy(const void *got, int dt, int src, uint64_t n, uint64_t base,
+                      uint32_t salt, const char *what)
+{
+    size_t es = dt_dtype_size(dt);
+    unsigned char want[8];
+    for (uint64_t i = 0; i < n; i++) {
+        input_elem(want, dt, src, base + i, salt);
+        if (memcmp((const unsigned char *)got + i * es, want, es) != 0)
+            return dt_mp_fail("%s %s: element %llu differs from rank %d's input", what,
+                              dt_dtype_name(dt), (unsigned long long)i, src);
+    }
+    return 0;
+}
+
+/* ---- the battery: every collective, dtype and op at one world size ---- */
+
+static const dt_test_kv_t small_slots[] = {{"slot_bytes", "65536"}, {NULL, NULL}};
+
+static int battery_reductions(dt_comm_t *c, int rank, int N)
+{
+    const int dts[] = {DT_F32, DT_BF16, DT_F16};
+    const uint64_t counts[] = {1, 1001, 4099 /* > one 16 KiB chunk of f32 */};
+    uint32_t salt = 100;
+    for (size_t d = 0; d < 3; d++) {
+        int dt = dts[d];
+        size_t es = dt_dtype_size(dt);
+        for (int op = DT_OP_SUM; op <= DT_OP_MIN; op++) {
+            for (size_t k = 0; k < 3; k++) {
+                uint64_t n = counts[k];
+                salt++;
+                void *in = malloc(n * es), *out = malloc(n * es);
+                fill(in, dt, rank, n, salt);
+                memset(out, 0xa5, n * es);
+                CHILD_OK(g_ops->all_reduce(c, in, out, n, dt, op, NULL, NULL));
+                if (check_reduced(out, dt, op, N, n, 0, salt, "all_reduce"))
+                    return 1;
+                /* in place */
+                CHILD_OK(g_ops->all_reduce(c, in, in, n, dt, op, NULL, NULL));
+                if (check_reduced(in, dt, op, N, n, 0, salt, "all_reduce in place"))
+                    return 1;
+                /* reduce to the last rank */
+                fill(in, dt, rank, n, salt);
+                memset(out, 0xa5, n * es);
+                CHILD_OK(g_ops->reduce(c, in, rank == N - 1 ? out : NULL, n, dt, op, N - 1,
+                                       NULL, NULL));
+                if (rank == N - 1 && check_reduced(out, dt, op, N, n, 0, salt, "reduce"))
+                    return 1;
+                free(in);
+                free(out);
+            }
+            /* reduce_scatter: rank r gets block r of the reduced N*rc */
+            const uint64_t rcs[] = {1, 333, 2100};
+            for (size_t k = 0; k < 3; k++) {
+                uint64_t rc = rcs[k];
+                salt++;
+                void *in = malloc((size_t)N * rc * es), *out = malloc(rc * es);
+                fill(in, dt, rank, (uint64_t)N * rc, salt);
+                memset(out, 0xa5, rc * es);
+                CHILD_OK(g_ops->reduce_scatter(c, in, out, rc, dt, op, NULL, NULL));
+                if (check_reduced(out, dt, op, N, rc, (uint64_t)rank * rc, salt, "reduce_scatter"))
+                    return 1;
+                /* in place: recv is our own block of send */
+                void *mine = (unsigned char *)in + (size_t)rank * rc * es;
+                CHILD_OK(g_ops->reduce_scatter(c, in, mine, rc, dt, op, NULL, NULL));
+                if (check_reduced(mine, dt, op, N, rc, (uint64_t)rank * rc, salt,
+                                  "reduce_scatter in place"))
+                    return 1;
+                free(in);
+                free(out);
+            }
+        }
+    }
+    return 0;
+}
+
+static int battery_copies(dt_comm_t *c, int rank, int N)
+{
+    const int dts[] = {DT_F32, DT_I32, DT_U8, DT_BF16};
+    const uint64_t counts[] = {1, 1001, 5000 /* > one chunk for 4-byte types */};
+    uint32_t salt = 900;
+    for (size_t d = 0; d < 4; d++) {
+        int dt = dts[d];
+        size_t es = dt_dtype_size(dt);
+        for (size_t k = 0; k < 3; k++) {
+            uint64_t n = counts[k];
+            salt++;
+            void *in = malloc(n * es), *out = malloc((size_t)N * n * es);
+            fill(in, dt, rank, n, salt);
+            memset(out, 0x5a, (size_t)N * n * es);
+            CHILD_OK(g_ops->all_gather(c, in, out, n, dt, NULL, NULL));
+            for (int p = 0; p < N; p++)
+                if (check_copy((unsigned char *)out + (size_t)p * n * es, dt, p, n, 0, salt,
+                               "all_gather"))
+                    return 1;
+            /* in place: send is our block of recv */
+            memset(out, 0x5a, (size_t)N * n * es);
+            memcpy((unsigned char *)out + (size_t)rank * n * es, in, n * es);
+            CHILD_OK(g_ops->all_gather(c, (unsigned char *)out + (size_t)rank * n * es, out, n,
+                                       dt, NULL, NULL));
+            for (int p = 0; p < N; p++)
+                if (check_copy((unsigned char *)out + (size_t)p * n * es, dt, p, n, 0, salt,
+                               "all_gather in place"))
+                    return 1;
+            /* broadcast from a root that moves with k */
+            int root = (int)(k + d) % N;
+            void *buf = malloc(n * es);
+            if (rank == root)
+                fill(buf, dt, rank, n, salt);
+            else
+                memset(buf, 0x77, n * es);
+            CHILD_OK(g_ops->broadcast(c, buf, n, dt, root, NULL, NULL));
+            if (check_copy(buf, dt, root, n, 0, salt, "broadcast"))
+                return 1;
+            free(buf);
+            free(in);
+            free(out);
+        }
+    }
+    return 0;
+}
+
+static int battery_zero_and_p2p(dt_comm_t *c, int rank, int N)
+{
+    /* count 0: valid everywhere, buffers may be NULL */
+    CHILD_OK(g_ops->all_reduce(c, NULL, NULL, 0, DT_F32, DT_OP_SUM, NULL, NULL));
+    CHILD_OK(g_ops->reduce_scatter(c, NULL, NULL, 0, DT_BF16, DT_OP_AVG, NULL, NULL));
+    CHILD_OK(g_ops->all_gather(c, NULL, NULL, 0, DT_U8, NULL, NULL));
+    CHILD_OK(g_ops->broadcast(c, NULL, 0, DT_I32, 0, NULL, NULL));
+    CHILD_OK(g_ops->reduce(c, NULL, NULL, 0, DT_F16, DT_OP_MAX, 0, NULL, NULL));
+    CHILD_OK(g_ops->send(c, NULL, 0, DT_F32, (rank + 1) % N, 0, NULL, NULL));
+    CHILD_OK(g_ops->recv(c, NULL, 0, DT_F32, (rank + N - 1) % N, 0, NULL, NULL));
+    CHILD_OK(g_ops->barrier(c, NULL));
+
+    /* ring: send right, receive from the left, both in flight at once;
+     * 100000 f32 is larger than a channel ring, so flow control runs */
+    const uint64_t sizes[] = {1, 1001, 100000};
+    for (size_t k = 0; k < 3; k++) {
+        uint64_t n = sizes[k];
+        uint32_t salt = 500 + (uint32_t)k;
+        float *out = malloc(n * 4), *in = malloc(n * 4);
+        fill(out, DT_F32, rank, n, salt);
+        memset(in, 0, n * 4);
+        dt_comm_req_t *rs, *rr;
+        int right = (rank + 1) % N, left = (rank + N - 1) % N;
+        CHILD_OK(g_ops->recv(c, in, n, DT_F32, left, 7, NULL, &rr));
+        CHILD_OK(g_ops->send(c, out, n, DT_F32, right, 7, NULL, &rs));
+        CHILD_OK(g_ops->wait(c, rs, -1));
+        CHILD_OK(g_ops->wait(c, rr, -1));
+        if (check_copy(in, DT_F32, left, n, 0, salt, "ring recv"))
+            return 1;
+        free(out);
+        free(in);
+    }
+    /* two tags to the same peer, received in the order sent */
+    if (N >= 2) {
+        int32_t a[3] = {1, 2, 3}, b[5] = {9, 8, 7, 6, 5}, ra[3], rb[5];
+        if (rank == 0) {
+            dt_comm_req_t *r1, *r2;
+            CHILD_OK(g_ops->send(c, a, 3, DT_I32, 1, 11, NULL, &r1));
+            CHILD_OK(g_ops->send(c, b, 5, DT_I32, 1, 12, NULL, &r2));
+            CHILD_OK(g_ops->wait(c, r1, -1));
+            CHILD_OK(g_ops->wait(c, r2, -1));
+        } else if (rank == 1) {
+            dt_comm_req_t *r1, *r2;
+            CHILD_OK(g_ops->recv(c, rb, 5, DT_I32, 0, 12, NULL, &r2));
+            CHILD_OK(g_ops->recv(c, ra, 3, DT_I32, 0, 11, NULL, &r1));
+            CHILD_OK(g_ops->wait(c, r2, -1));
+            CHILD_OK(g_ops->wait(c, r1, -1));
+            CHILD_CHECK(memcmp(a, ra, sizeof a) == 0 && memcmp(b, rb, sizeof b) == 0,
+                        "tagged messages arrived mixed up");
+        }
+    }
+    return 0;
+}
+
+/* Three ops in flight at once, waited in order. */
+static int battery_async(dt_comm_t *c, int rank, int N)
+{
+    const uint64_t n = 3000;
+    float *a_in = malloc(n * 4), *a_out = malloc(n * 4);
+    int32_t *g_in = malloc(n * 4), *g_out = malloc((size_t)N * n * 4);
+    uint16_t *b = malloc(n * 2);
+    fill(a_in, DT_F32, rank, n, 41);
+    fill(g_in, DT_I32, rank, n, 42);
+    if (rank == N / 2)
+        fill(b, DT_BF16, rank, n, 43);
+    dt_comm_req_t *r1, *r2, *r3;
+    CHILD_OK(g_ops->all_reduce(c, a_in, a_out, n, DT_F32, DT_OP_SUM, NULL, &r1));
+    CHILD_OK(g_ops->all_gather(c, g_in, g_out, n, DT_I32, NULL, &r2));
+    CHILD_OK(g_ops->broadcast(c, b, n, DT_BF16, N / 2, NULL, &r3));
+    int done = -1;
+    CHILD_OK(g_ops->test(c, r3, &done));
+    CHILD_CHECK(done == 0 || done == 1, "test gave done = %d", done);
+    CHILD_OK(g_ops->wait(c, r1, -1));
+    CHILD_OK(g_ops->wait(c, r2, 5000));
+    CHILD_OK(g_ops->wait(c, r3, -1));
+    if (check_reduced(a_out, DT_F32, DT_OP_SUM, N, n, 0, 41, "async all_reduce"))
+        return 1;
+    for (int p = 0; p < N; p++)
+        if (check_copy(g_out + (size_t)p * n, DT_I32, p, n, 0, 42, "async all_gather"))
+            return 1;
+    if (check_copy(b, DT_BF16, N / 2, n, 0, 43, "async broadcast"))
+        return 1;
+    free(a_in);
+    free(a_out);
+    free(g_in);
+    free(g_out);
+    free(b);
+    return 0;
+}
+
+static int child_battery(int rank, int N, void *arg)
+{
+    const run_args_t *a = arg;
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    CHILD_OK(join(a, rank, N, &th, &c));
+    int32_t r = -1, s = -1;
+    CHILD_OK(g_ops->rank_size(c, &r, &s));
+    CHILD_CHECK(r == rank && s == N, "rank_size gave %d/%d", r, s);
+    if (battery_reductions(c, rank, N) || battery_copies(c, rank, N) ||
+        battery_zero_and_p2p(c, rank, N) || battery_async(c, rank, N))
+        return 1;
+    g_ops->finalize(c);
+    return 0;
+}
+
+static void run_battery(int N)
+{
+    run_args_t a = {.timeout_ms = 20000, .kv = small_slots};
+    char what[16];
+    snprintf(what, sizeof what, "bat%d", N);
+    new_job(a.job, sizeof a.job, what);
+    run_expect_ok(N, child_battery, &a, 60.0);
+}
+
+static void test_world_1(void **state) { (void)state; run_battery(1); }
+static void test_world_2(void **state) { (void)state; run_battery(2); }
+static void test_world_3(void **state) { (void)state; run_battery(3); }
+static void test_world_4(void **state) { (void)state; run_battery(4); }
+static void test_world_5(void **state) { (void)state; run_battery(5); }
+static void test_world_6(void **state) { (void)state; run_battery(6); }
+static void test_world_7(void **state) { (void)state; run_battery(7); }
+static void test_world_8(void **state) { (void)state; run_battery(8); }
+
+/* ---- every f16 and bf16 bit pattern ----------------------------------- */
+
+static int is_nan16(int dt, uint16_t b)
+{
+    return dt == DT_F16 ? (b & 0x7c00) == 0x7c00 && (b & 0x3ff)
+                        : (b & 0x7f80) == 0x7f80 && (b & 0x7f);
+}
+
+/* Rank 0 holds all 65536 patterns, rank 1 a permutation of them (NaN
+ * inputs replaced by 1.0): sums cover subnormals, overflow to infinity,
+ * ties and inf - inf, all narrowed once and compared with the reference
+ * conversions (NaN matches any NaN). */
+static int child_half_patterns(int rank, int N, void *arg)
+{
+    const run_args_t *a = arg;
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    if (a->param)
+        setenv("DT_SHM_PORTABLE_KERNELS", "1", 1); /* no F16C even if present */
+    CHILD_OK(join(a, rank, N, &th, &c));
+    const int dts[] = {DT_F16, DT_BF16};
+    uint16_t *in[2], *out = malloc(65536 * 2);
+    in[0] = malloc(65536 * 2);
+    in[1] = malloc(65536 * 2);
+    for (int d = 0; d < 2; d++) {
+        int dt = dts[d];
+        uint16_t one = dt == DT_F16 ? 0x3c00 : 0x3f80;
+        for (uint32_t i = 0; i < 65536; i++) {
+            uint16_t p0 = (uint16_t)i, p1 = (uint16_t)(i * 40503u + 12345u);
+            in[0][i] = is_nan16(dt, p0) ? one : p0;
+            in[1][i] = is_nan16(dt, p1) ? one : p1;
+        }
+        for (int op = DT_OP_SUM; op <= DT_OP_MAX; op++) {
+            CHILD_OK(g_ops->all_reduce(c, in[rank], out, 65536, dt, op, NULL, NULL));
+            for (uint32_t i = 0; i < 65536; i++) {
+                float x = dt == DT_F16 ? ref_f16_f32(in[0][i]) : ref_bf16_f32(in[0][i]);
+                float y = dt == DT_F16 ? ref_f16_f32(in[1][i]) : ref_bf16_f32(in[1][i]);
+                float acc = op == DT_OP_MAX ? (y > x ? y : x) : x + y;
+                if (op == DT_OP_AVG)
+                    acc = acc / 2.0f;
+                uint16_t want = dt == DT_F16 ? ref_f16(acc) : ref_bf16(acc);
+                if (want == out[i] || (is_nan16(dt, want) && is_nan16(dt, out[i])))
+                    continue;
+                return dt_mp_fail("%s %s of patterns 0x%04x, 0x%04x: got 0x%04x, want 0x%04x",
+                                  dt_dtype_name(dt), op_name(op), in[0][i], in[1][i], out[i],
+                                  want);
+            }
+        }
+    }
+    free(in[0]);
+    free(in[1]);
+    free(out);
+    g_ops->finalize(c);
+    return 0;
+}
+
+static void test_half_precision_patterns(void **state)
+{
+    (void)state;
+    for (int portable = 0; portable <= 1; portable++) {
+        run_args_t a = {.timeout_ms = 10000, .kv = NULL, .param = portable};
+        new_job(a.job, sizeof a.job, "half");
+        run_expect_ok(2, child_half_patterns, &a, 30.0);
+    }
+}
+
+/* ---- 64 MiB: many rounds through the default 4 MiB slots ---------------- */
+
+static int child_large(int rank, int N, void *arg)
+{
+    const run_args_t *a = arg;
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    CHILD_OK(join(a, rank, N, &th, &c));
+    const uint64_t n = (64ull << 20) / 4 + 3; /* 64 MiB of f32 and a ragged end */
+    float *buf = malloc(n * 4);
+    CHILD_CHECK(buf, "out of memory");
+    fill(buf, DT_F32, rank, n, 7);
+    CHILD_OK(g_ops->all_reduce(c, buf, buf, n, DT_F32, DT_OP_SUM, NULL, NULL));
+    if (check_reduced(buf, DT_F32, DT_OP_SUM, N, n, 0, 7, "64 MiB all_reduce"))
+        return 1;
+    /* all_gather of 64 MiB in total */
+    const uint64_t sc = n / (uint64_t)N;
+    fill(buf + (size_t)rank * sc, DT_F32, rank, sc, 8);
+    CHILD_OK(g_ops->all_gather(c, buf + (size_t)rank * sc, buf, sc, DT_F32, NULL, NULL));
+    for (int p = 0; p < N; p++)
+        if (check_copy(buf + (size_t)p * sc, DT_F32, p, sc, 0, 8, "64 MiB all_gather"))
+            return 1;
+    free(buf);
+    g_ops->finalize(c);
+    return 0;
+}
+
+static void test_large_64mib(void **state)
+{
+    (void)state;
+    for (int N = 2; N <= 3; N++) {
+        run_args_t a = {.timeout_ms = 20000, .kv = NULL};
+        new_job(a.job, sizeof a.job, "large");
+        run_expect_ok(N, child_large, &a, 80.0);
+    }
+}
+
+/* ---- sub-groups -------------------------------------------------------- */
+
+/* World R x C, rank = row * C + col.  Rows and columns are split out, with
+ * keys that reverse the order in rows, and used concurrently. */
+static int child_grid(int rank, int N, void *arg)
+{
+    const run_args_t *a = arg;
+    const int C = a->param, R = N / C, row = rank / C, col = rank % C;
+    dt_test_host_t th;
+    dt_comm_t *w = NULL, *rowg = NULL, *colg = NULL, *none = (dt_comm_t *)1;
+    CHILD_OK(join(a, rank, N, &th, &w));
+    CHILD_OK(g_ops->split(w, row, C - 1 - col, &rowg));
+    CHILD_OK(g_ops->split(w, col, row, &colg));
+    /* rank 0 sits out of a third split */
+    CHILD_OK(g_ops->split(w, rank == 0 ? DT_COMM_NO_COLOR : 0, rank, &none));
+    int32_t r, s;
+    CHILD_OK(g_ops->rank_size(rowg, &r, &s));
+    CHILD_CHECK(r == C - 1 - col && s == C, "row group: rank %d size %d, want %d/%d", r, s,
+                C - 1 - col, C);
+    CHILD_OK(g_ops->rank_size(colg, &r, &s));
+    CHILD_CHECK(r == row && s == R, "column group: rank %d size %d", r, s);
+    CHILD_CHECK((rank == 0) == (none == NULL), "NO_COLOR split gave %p", (void *)none);
+
+    /* Concurrent all_reduce in the row group and all_gather in the column
+     * group, then a world all_reduce. */
+    const uint64_t n = 2500;
+    float *x = malloc(n * 4), *y = malloc(n * 4), *z = malloc(n * 4);
+    int32_t *g = malloc((size_t)R * n * 4);
+    fill(x, DT_F32, rank, n, 60);
+    fill(y, DT_I32, rank, n, 61);
+    dt_comm_req_t *q1, *q2;
+    CHILD_OK(g_ops->all_reduce(rowg, x, x, n, DT_F32, DT_OP_SUM, NULL, &q1));
+    CHILD_OK(g_ops->all_gather(colg, y, g, n, DT_I32, NULL, &q2));
+    CHILD_OK(g_ops->wait(colg, q2, -1));
+    CHILD_OK(g_ops->wait(rowg, q1, -1));
+    /* row group order is by key: group rank k is column C-1-k */
+    for (uint64_t i = 0; i < n; i++) {
+        float acc = 0;
+        for (int k = 0; k < C; k++) {
+            float v = gen(row * C + (C - 1 - k), i, 60);
+            acc = k ? acc + v : v;
+        }
+        CHILD_CHECK(memcmp(&acc, &x[i], 4) == 0, "row all_reduce element %llu: %g != %g",
+                    (unsigned long long)i, (double)x[i], (double)acc);
+    }
+    for (int k = 0; k < R; k++)
+        if (check_copy(g + (size_t)k * n, DT_I32, k * C + col, n, 0, 61, "column all_gather"))
+            return 1;
+    fill(z, DT_F32, rank, n, 62);
+    CHILD_OK(g_ops->all_reduce(w, z, z, n, DT_F32, DT_OP_MAX, NULL, NULL));
+    if (check_reduced(z, DT_F32, DT_OP_MAX, N, n, 0, 62, "world all_reduce after splits"))
+        return 1;
+    if (none) {
+        CHILD_OK(g_ops->barrier(none, NULL));
+        g_ops->finalize(none);
+    }
+    /* A split of a split, then the world goes first: groups stay valid. */
+    dt_comm_t *sub = NULL;
+    CHILD_OK(g_ops->split(rowg, 0, 0, &sub));
+    g_ops->finalize(w);
+    fill(x, DT_F32, rank, n, 63);
+    CHILD_OK(g_ops->all_reduce(sub, x, x, n, DT_F32, DT_OP_MIN, NULL, NULL));
+    for (uint64_t i = 0; i < n; i++) {
+        float acc = 0;
+        for (int k = 0; k < C; k++) {
+            float v = gen(row * C + (C - 1 - k), i, 63);
+            acc = k ? (v < acc ? v : acc) : v;
+        }
+        CHILD_CHECK(memcmp(&acc, &x[i], 4) == 0, "nested split all_reduce element %llu",
+                    (unsigned long long)i);
+    }
+    g_ops->finalize(sub);
+    g_ops->finalize(rowg);
+    g_ops->finalize(colg);
+    free(x);
+    free(y);
+    free(z);
+    free(g);
+    return 0;
+}
+
+static void test_split_grids(void **state)
+{
+    (void)state;
+    const int shapes[][2] = {{2, 2}, {2, 3}};
+    for (int k = 0; k < 2; k++) {
+        run_args_t a = {.timeout_ms = 10000, .kv = small_slots, .param = shapes[k][1]};
+        new_job(a.job, sizeof a.job, "grid");
+        run_expect_ok(shapes[k][0] * shapes[k][1], child_grid, &a, 40.0);
+    }
+}
+
+/* ---- point-to-point in flight with collectives ------------------------- */
+
+/* A pipeline's traffic: every rank streams 6 tagged messages (some larger
+ * than a channel ring) to the next rank while it receives 6 from the
+ * previous one, with world all_reduces started in between; everything is
+ * waited for in reverse order. */
+static int child_p2p_mix(int rank, int N, void *arg)
+{
+    const run_args_t *a = arg;
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    CHILD_OK(join(a, rank, N, &th, &c));
+    enum { M = 6 };
+    const uint64_t sizes[M] = {1, 300000, 17, 65536, 200001, 3};
+    float *out[M], *in[M], *ar[2];
+    dt_comm_req_t *req[3 * M];
+    int nreq = 0;
+    const int right = (rank + 1) % N, left = (rank + N - 1) % N;
+    for (int m = 0; m < M; m++) {
+        out[m] = malloc(sizes[m] * 4);
+        in[m] = malloc(sizes[m] * 4);
+        fill(out[m], DT_F32, rank, sizes[m], 700 + (uint32_t)m);
+        CHILD_OK(g_ops->recv(c, in[m], sizes[m], DT_F32, left, m, NULL, &req[nreq++]));
+    }
+    for (int m = 0; m < M; m++) {
+        CHILD_OK(g_ops->send(c, out[m], sizes[m], DT_F32, right, m, NULL, &req[nreq++]));
+        if (m == 1 || m == 4) {
+            float *x = ar[m == 4] = malloc(50000 * 4);
+            fill(x, DT_F32, rank, 50000, 800 + (uint32_t)m);
+            CHILD_OK(g_ops->all_reduce(c, x, x, 50000, DT_F32, DT_OP_SUM, NULL, &req[nreq++]));
+        }
+    }
+    for (int k = nreq - 1; k >= 0; k--)
+        CHILD_OK(g_ops->wait(c, req[k], -1));
+    for (int m = 0; m < M; m++) {
+        if (check_copy(in[m], DT_F32, left, sizes[m], 0, 700 + (uint32_t)m, "pipeline recv"))
+            return 1;
+        free(in[m]);
+        free(out[m]);
+    }
+    for (int k = 0; k < 2; k++) {
+        if (check_reduced(ar[k], DT_F32, DT_OP_SUM, N, 50000, 0, k ? 804 : 801,
+                          "all_reduce among sends"))
+            return 1;
+        free(ar[k]);
+    }
+    g_ops->finalize(c);
+    return 0;
+}
+
+static void test_p2p_with_collectives(void **state)
+{
+    (void)state;
+    for (int N = 2; N <= 4; N += 2) {
+        run_args_t a = {.timeout_ms = 10000, .kv = N == 4 ? small_slots : NULL};
+        new_job(a.job, sizeof a.job, "p2pmix");
+        run_expect_ok(N, child_p2p_mix, &a, 40.0);
+    }
+}
+
+/* ---- failures ---------------------------------------------------------- */
+
+/* Rank 2 of 4 is SIGKILLed while an all_reduce is moving data. */
+static int child_killed(int rank, int N, void *arg)
+{
+    const run_args_t *a = arg;
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    CHILD_OK(join(a, rank, N, &th, &c));
+    CHILD_OK(g_ops->barrier(c, NULL));
+    const uint64_t n = 8u << 20; /* 32 MiB: many rounds */
+    float *buf = malloc(n * 4);
+    fill(buf, DT_F32, rank, 1024, 3);
+    dt_comm_req_t *q;
+    double t0 = now_s();
+    CHILD_OK(g_ops->all_reduce(c, buf, buf, n, DT_F32, DT_OP_SUM, NULL, &q));
+    if (rank == 2) {
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+        kill(getpid(), SIGKILL);
+    }
+    int rc = g_ops->wait(c, q, -1);
+    double dt = now_s() - t0;
+    const char *msg = dt_last_error();
+    CHILD_CHECK(rc == DT_ERR_REMOTE, "wait gave %s: %s", dt_status_name(rc), msg);
+    CHILD_CHECK(strstr(msg, "comm/shm: all_reduce #2 (f32, 33554432 bytes) on group world: "
+                            "rank 2 (pid ") && strstr(msg, ") died"),
+                "message: %s", msg);
+    CHILD_CHECK(dt < 1.5, "noticed the death after %.2f s (timeout 3 s)", dt);
+    /* later operations fail at once, naming the same cause */
+    rc = g_ops->barrier(c, NULL);
+    CHILD_CHECK(rc == DT_ERR_REMOTE && strstr(dt_last_error(), "died"), "barrier after: %s: %s",
+                dt_status_name(rc), dt_last_error());
+    g_ops->finalize(c);
+    free(buf);
+    return 0;
+}
+
+static void test_rank_killed(void **state)
+{
+    (void)state;
+    run_args_t a = {.timeout_ms = 3000, .kv = NULL};
+    new_job(a.job, sizeof a.job, "kill");
+    dt_mp_result_t res;
+    assert_int_equal(dt_mp_run(4, child_killed, &a, 20.0, &res), 0);
+    for (int r = 0; r < 4; r++) {
+        char how[64];
+        if (r == 2) {
+            assert_true(res.child[r].signaled && res.child[r].term_signal == SIGKILL &&
+                        !res.child[r].killed);
+        } else if (!res.child[r].exited || res.child[r].exit_code != 0) {
+            fail_msg("rank %d: %s: %s", r, dt_mp_how(&res.child[r], how, sizeof how),
+                     res.child[r].msg);
+        }
+    }
+    assert_int_equal(leftovers(a.job), 0);
+}
+
+/* Ranks 2 and 3 of 4 never call init. */
+static int child_absent(int rank, int N, void *arg)
+{
+    const run_args_t *a = arg;
+    if (rank >= 2)
+        return 0;
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    double t0 = now_s();
+    int rc = join(a, rank, N, &th, &c);
+    double dt = now_s() - t0;
+    char want[256];
+    snprintf(want, sizeof want, "comm/shm: rendezvous for job '%s': timed out after 1.5 s "
+             "waiting for ranks 2, 3 of 4", a->job);
+    CHILD_CHECK(rc == DT_ERR_TIMEOUT && c == NULL, "init gave %s", dt_status_name(rc));
+    CHILD_CHECK(strcmp(dt_last_error(), want) == 0, "message: %s", dt_last_error());
+    CHILD_CHECK(dt >= 1.4 && dt < 3.0, "took %.2f s for a 1.5 s timeout", dt);
+    return 0;
+}
+
+static void test_rendezvous_timeout(void **state)
+{
+    (void)state;
+    run_args_t a = {.timeout_ms = 1500, .kv = NULL};
+    new_job(a.job, sizeof a.job, "absent");
+    run_expect_ok(4, child_absent, &a, 20.0);
+}
+
+/* Rank 1 of 2 is alive but never starts the collective. */
+static int child_stall(int rank, int N, void *arg)
+{
+    const run_args_t *a = arg;
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    CHILD_OK(join(a, rank, N, &th, &c));
+    if (rank == 1) {
+        struct timespec ts = {2, 500000000};
+        nanosleep(&ts, NULL);
+        g_ops->finalize(c);
+        return 0;
+    }
+    float x[1000] = {0};
+    double t0 = now_s();
+    int rc = g_ops->all_reduce(c, x, x, 1000, DT_F32, DT_OP_SUM, NULL, NULL);
+    double dt = now_s() - t0;
+    CHILD_CHECK(rc == DT_ERR_TIMEOUT, "gave %s: %s", dt_status_name(rc), dt_last_error());
+    CHILD_CHECK(strcmp(dt_last_error(), "comm/shm: all_reduce #1 (f32, 4000 bytes) on group "
+                       "world: timed out after 1.0 s waiting for rank 1") == 0,
+                "message: %s", dt_last_error());
+    CHILD_CHECK(dt >= 0.95 && dt < 2.0, "took %.2f s for a 1.0 s timeout", dt);
+    g_ops->finalize(c);
+    return 0;
+}
+
+static void test_stalled_rank(void **state)
+{
+    (void)state;
+    run_args_t a = {.timeout_ms = 1000, .kv = NULL};
+    new_job(a.job, sizeof a.job, "stall");
+    run_expect_ok(2, child_stall, &a, 20.0);
+}
+
+/* A wait's own, shorter limit; the group is unusable afterwards. */
+static int child_wait_limit(int rank, int N, void *arg)
+{
+    const run_args_t *a = arg;
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    CHILD_OK(join(a, rank, N, &th, &c));
+    if (rank == 1) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+        g_ops->finalize(c);
+        return 0;
+    }
+    int32_t v[10] = {0};
+    dt_comm_req_t *q;
+    CHILD_OK(g_ops->broadcast(c, v, 10, DT_I32, 1, NULL, &q));
+    double t0 = now_s();
+    int rc = g_ops->wait(c, q, 200);
+    double dt = now_s() - t0;
+    CHILD_CHECK(rc == DT_ERR_TIMEOUT, "gave %s: %s", dt_status_name(rc), dt_last_error());
+    CHILD_CHECK(strcmp(dt_last_error(), "comm/shm: broadcast #1 (i32, 40 bytes, root 1) on "
+                       "group world: timed out after 0.2 s (the wait's limit) waiting for "
+                       "rank 1") == 0, "message: %s", dt_last_error());
+    CHILD_CHECK(dt >= 0.19 && dt < 0.8, "took %.2f s for a 0.2 s limit", dt);
+    rc = g_ops->barrier(c, NULL);
+    CHILD_CHECK(rc == DT_ERR_TIMEOUT && strstr(dt_last_error(), "comm/shm: barrier on "
+                "group world: not started: the group failed earlier: broadcast #1"),
+                "after: %s: %s", dt_status_name(rc), dt_last_error());
+    g_ops->finalize(c);
+    return 0;
+}
+
+static void test_wait_limit(void **state)
+{
+    (void)state;
+    run_args_t a = {.timeout_ms = 3000, .kv = NULL};
+    new_job(a.job, sizeof a.job, "waitlim");
+    run_expect_ok(2, child_wait_limit, &a, 20.0);
+}
+
+/* Rank 1 of 3 aborts while the others wait in an all_reduce. */
+static int child_abort(int rank, int N, void *arg)
+{
+    const run_args_t *a = arg;
+    dt_test_host_t th;
+    dt_comm_t *c = NULL, *sub = NULL;
+    CHILD_OK(join(a, rank, N, &th, &c));
+    CHILD_OK(g_ops->split(c, rank == 1 ? DT_COMM_NO_COLOR : 0, 0, &sub));
+    float x[100] = {0};
+    if (rank == 1) {
+        struct timespec ts = {0, 200000000};
+        nanosleep(&ts, NULL);
+        CHILD_OK(g_ops->abort(c, "loss is NaN at step 7"));
+        int rc = g_ops->all_reduce(c, x, x, 100, DT_F32, DT_OP_SUM, NULL, NULL);
+        CHILD_CHECK(rc == DT_ERR_REMOTE && strstr(dt_last_error(),
+                    "rank 1 aborted: loss is NaN at step 7"), "own op after abort: %s: %s",
+                    dt_status_name(rc), dt_last_error());
+        g_ops->finalize(c);
+        return 0;
+    }
+    double t0 = now_s();
+    int rc = g_ops->all_reduce(c, x, x, 100, DT_F32, DT_OP_SUM, NULL, NULL);
+    double dt = now_s() - t0;
+    CHILD_CHECK(rc == DT_ERR_REMOTE, "gave %s: %s", dt_status_name(rc), dt_last_error());
+    CHILD_CHECK(strcmp(dt_last_error(), "comm/shm: all_reduce #2 (f32, 400 bytes) on group "
+                       "world: rank 1 aborted: loss is NaN at step 7") == 0,
+                "message: %s", dt_last_error());
+    CHILD_CHECK(dt < 1.0, "abort noticed after %.2f s", dt);
+    /* the sub-group (without rank 1) is failed too: the whole job is */
+    rc = g_ops->barrier(sub, NULL);
+    CHILD_CHECK(rc == DT_ERR_REMOTE && strstr(dt_last_error(),
+                "world rank 1 aborted: loss is NaN at step 7"), "sub-group: %s: %s",
+                dt_status_name(rc), dt_last_error());
+    g_ops->finalize(sub);
+    g_ops->finalize(c);
+    return 0;
+}
+
+static void test_abort(void **state)
+{
+    (void)state;
+    run_args_t a = {.timeout_ms = 3000, .kv = NULL};
+    new_job(a.job, sizeof a.job, "abort");
+    run_expect_ok(3, child_abort, &a, 20.0);
+}
+
+/* Ranks that call different collectives are told so. */
+static int child_mismatch(int rank, int N, void *arg)
+{
+    const run_args_t *a = arg;
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    CHILD_OK(join(a, rank, N, &th, &c));
+    float x[10] = {0};
+    int rc;
+    if (rank == 0)
+        rc = g_ops->all_reduce(c, x, x, 10, DT_F32, DT_OP_SUM, NULL, NULL);
+    else
+        rc = g_ops->broadcast(c, x, 10, DT_F32, 0, NULL, NULL);
+    CHILD_CHECK(rc == DT_ERR_INVALID, "gave %s: %s", dt_status_name(rc), dt_last_error());
+    const char *want = rank == 0 ? "rank 1 started broadcast #1 (count 10, f32, op 0, root 0) instead"
+                                 : "rank 0 started all_reduce #1 (count 10, f32, op 0, root -1) instead";
+    CHILD_CHECK(strstr(dt_last_error(), want), "message: %s", dt_last_error());
+    g_ops->finalize(c);
+    return 0;
+}
+
+static void test_mismatched_collectives(void **state)
+{
+    (void)state;
+    run_args_t a = {.timeout_ms = 3000, .kv = NULL};
+    new_job(a.job, sizeof a.job, "mismatch");
+    run_expect_ok(2, child_mismatch, &a, 20.0);
+}
+
+/* A send and a recv of different sizes. */
+static int child_p2p_size(int rank, int N, void *arg)
+{
+    const run_args_t *a = arg;
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    CHILD_OK(join(a, rank, N, &th, &c));
+    float x[20] = {0};
+    if (rank == 0) {
+        CHILD_OK(g_ops->send(c, x, 10, DT_F32, 1, 3, NULL, NULL));
+    } else {
+        int rc = g_ops->recv(c, x, 20, DT_F32, 0, 3, NULL, NULL);
+        CHILD_CHECK(rc == DT_ERR_INVALID && strstr(dt_last_error(),
+                    "comm/shm: recv #1 from rank 0 (tag 3, f32, 80 bytes) on group world: "
+                    "rank 0 sent 40 bytes with tag 3"), "gave %s: %s", dt_status_name(rc),
+                    dt_last_error());
+    }
+    g_ops->finalize(c);
+    return 0;
+}
+
+static void test_p2p_size_mismatch(void **state)
+{
+    (void)state;
+    run_args_t a = {.timeout_ms = 3000, .kv = NULL};
+    new_job(a.job, sizeof a.job, "p2psize");
+    run_expect_ok(2, child_p2p_size, &a, 20.0);
+}
+
+/* A segment left by a job whose process died mid-rendezvous does not stop
+ * a new job with the same id. */
+static int child_stale_ok(int rank, int N, void *arg)
+{
+    const run_args_t *a = arg;
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    CHILD_OK(join(a, rank, N, &th, &c));
+    float x[64];
+    fill(x, DT_F32, rank, 64, 5);
+    CHILD_OK(g_ops->all_reduce(c, x, x, 64, DT_F32, DT_OP_SUM, NULL, NULL));
+    if (check_reduced(x, DT_F32, DT_OP_SUM, N, 64, 0, 5, "after stale"))
+        return 1;
+    g_ops->finalize(c);
+    return 0;
+}
+
+static void test_stale_segment(void **state)
+{
+    (void)state;
+    run_args_t a = {.timeout_ms = 10000, .kv = NULL};
+    new_job(a.job, sizeof a.job, "stale");
+    char path[256];
+    snprintf(path, sizeof path, "/dev/shm/dtrain-%s", a.job);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dt_test_host_t th;
+        dt_comm_t *c;
+        join(&a, 0, 2, &th, &c); /* waits for a rank 1 that never comes */
+        _exit(0);
+    }
+    struct stat st;
+    double t0 = now_s();
+    while (stat(path, &st) != 0 && now_s() - t0 < 5.0) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    struct timespec ts = {0, 50000000};
+    nanosleep(&ts, NULL);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    assert_int_equal(stat(path, &st), 0); /* the crash left it behind */
+    run_expect_ok(2, child_stale_ok, &a, 20.0);
+}
+
+/* ---- argument checks (one rank) ------------------------------------------ */
+
+static int child_args(int rank, int N, void *arg)
+{
+    const run_args_t *a = arg;
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    int rc;
+    run_args_t bad = *a;
+    snprintf(bad.job, sizeof bad.job, "a/b");
+    rc = join(&bad, 0, 1, &th, &c);
+    CHILD_CHECK(rc == DT_ERR_INVALID && strstr(dt_last_error(), "comm/shm: init: job id 'a/b' must be"),
+                "bad job id: %s: %s", dt_status_name(rc), dt_last_error());
+    rc = join(a, 3, 2, &th, &c);
+    CHILD_CHECK(rc == DT_ERR_INVALID && strstr(dt_last_error(), "rank 3 is not in [0, 2)"),
+                "bad rank: %s", dt_last_error());
+    const dt_test_kv_t tiny[] = {{"slot_bytes", "100"}, {NULL, NULL}};
+    bad = *a;
+    bad.kv = tiny;
+    rc = join(&bad, 0, 1, &th, &c);
+    CHILD_CHECK(rc == DT_ERR_CONFIG && strstr(dt_last_error(),
+                "comm/shm: [shm] slot_bytes = 100 is outside [16384, 1073741824]"),
+                "bad slot_bytes: %s: %s", dt_status_name(rc), dt_last_error());
+
+    CHILD_OK(join(a, 0, 1, &th, &c));
+    float x[4] = {1, 2, 3, 4};
+    int32_t iv[4] = {0};
+    rc = g_ops->all_reduce(c, x, x, 4, 99, DT_OP_SUM, NULL, NULL);
+    CHILD_CHECK(rc == DT_ERR_INVALID && strstr(dt_last_error(), "unknown dtype 99"), "dtype: %s",
+                dt_last_error());
+    rc = g_ops->all_reduce(c, iv, iv, 4, DT_I32, DT_OP_AVG, NULL, NULL);
+    CHILD_CHECK(rc == DT_ERR_UNSUPPORTED && strstr(dt_last_error(),
+                "op avg is not defined for integer dtype i32"), "avg i32: %s", dt_last_error());
+    rc = g_ops->all_reduce(c, x, x, 4, DT_F32, 9, NULL, NULL);
+    CHILD_CHECK(rc == DT_ERR_INVALID && strstr(dt_last_error(), "unknown reduction op 9"),
+                "op: %s", dt_last_error());
+    rc = g_ops->broadcast(c, x, 4, DT_F32, 5, NULL, NULL);
+    CHILD_CHECK(rc == DT_ERR_INVALID && strstr(dt_last_error(),
+                "broadcast (f32, 16 bytes, root 5) on group world: root 5 is not a rank of "
+                "the group [0, 1)"), "root: %s", dt_last_error());
+    rc = g_ops->send(c, x, 4, DT_F32, -1, 0, NULL, NULL);
+    CHILD_CHECK(rc == DT_ERR_INVALID && strstr(dt_last_error(), "peer -1 is not a rank"),
+                "peer: %s", dt_last_error());
+    rc = g_ops->all_gather(c, NULL, x, 4, DT_F32, NULL, NULL);
+    CHILD_CHECK(rc == DT_ERR_INVALID && strstr(dt_last_error(), "send buffer is NULL"),
+                "NULL: %s", dt_last_error());
+    dt_comm_t *s = NULL;
+    rc = g_ops->split(c, -5, 0, &s);
+    CHILD_CHECK(rc == DT_ERR_INVALID && strstr(dt_last_error(), "color -5 must be >= 0"),
+                "color: %s", dt_last_error());
+    /* integer reductions are plain wrapping arithmetic at size 1: identity */
+    int32_t big[2] = {INT32_MAX, -7};
+    CHILD_OK(g_ops->all_reduce(c, big, iv, 2, DT_I32, DT_OP_SUM, NULL, NULL));
+    CHILD_CHECK(iv[0] == INT32_MAX && iv[1] == -7, "i32 sum at size 1: %d %d", iv[0], iv[1]);
+    /* a send to ourselves */
+    float y[4] = {0};
+    dt_comm_req_t *qs, *qr;
+    CHILD_OK(g_ops->send(c, x, 4, DT_F32, 0, 1, NULL, &qs));
+    CHILD_OK(g_ops->recv(c, y, 4, DT_F32, 0, 1, NULL, &qr));
+    CHILD_OK(g_ops->wait(c, qr, 2000));
+    CHILD_OK(g_ops->wait(c, qs, 2000));
+    CHILD_CHECK(memcmp(x, y, sizeof x) == 0, "self send");
+    /* test() until done, then a wait with limit 0 returns its status */
+    dt_comm_req_t *qb;
+    CHILD_OK(g_ops->barrier(c, &qb));
+    int done = 0;
+    for (double t0 = now_s(); !done && now_s() - t0 < 5.0;) {
+        CHILD_OK(g_ops->test(c, qb, &done));
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    CHILD_CHECK(done == 1, "barrier of one rank never completed");
+    CHILD_OK(g_ops->wait(c, qb, 0));
+    g_ops->finalize(c);
+    g_ops->finalize(NULL);
+    return 0;
+}
+
+static void test_arguments(void **state)
+{
+    (void)state;
+    run_args_t a = {.timeout_ms = 2000, .kv = NULL};
+    new_job(a.job, sizeof a.job, "args");
+    run_expect_ok(1, child_args, &a, 20.0);
+}
+
+static void test_plugin_info(void **state)
+{
+    (void)state;
+    const dt_plugin_info_t *in = &g_ops->info;
+    assert_int_equal(in->kind, DT_KIND_COMM);
+    assert_int_equal(in->abi_major, DT_COMM_ABI_MAJOR);
+    assert_int_equal(in->struct_size, sizeof(dt_comm_ops_v1_t));
+    assert_string_equal(in->name, "shm");
+    assert_int_equal(in->n_config_keys, 2);
+    assert_string_equal(in->config_keys[0].name, "slot_bytes");
+    assert_int_equal(in->config_keys[0].type, DT_CFG_INT);
+    assert_string_equal(in->config_keys[1].name, "spin_us");
+    assert_true(DT_HAS_OP(g_ops, test));
+    /* only the entry symbol is exported */
+    assert_null(dlsym(g_dl, "shm_reduce"));
+    assert_null(dlsym(g_dl, "shm_ops"));
+}
+
+static void test_segment_names(void **state)
+{
+    (void)state;
+    /* Every segment of a job starts with /dtrain-<job id>: the launcher's
+     * cleanup after a crash removes /dev/shm/dtrain-<job id>*. */
+    char w[SHM_NAME_MAX + 16], s1[SHM_NAME_MAX + 16], s2[SHM_NAME_MAX + 16];
+    assert_int_equal(shm_world_name(w, sizeof w, "j42"), 11);
+    assert_string_equal(w, "/dtrain-j42");
+    assert_true(shm_split_name(s1, sizeof s1, w, 1, 0) > 0);
+    assert_string_equal(s1, "/dtrain-j42-g1c0");
+    assert_true(shm_split_name(s2, sizeof s2, s1, 3, 12) > 0);
+    assert_string_equal(s2, "/dtrain-j42-g1c0-g3c12");
+    char small[12];
+    assert_int_equal(shm_world_name(small, sizeof small, "j42x"), -1);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    g_dl = dlopen(PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+    if (!g_dl) {
+        fprintf(stderr, "dlopen %s: %s\n", PLUGIN_PATH, dlerror());
+        return -1;
+    }
+    typedef const dt_comm_ops_v1_t *(*entry_t)(void);
+    entry_t e = (entry_t)dlsym(g_dl, DT_ENTRY_STRING(comm, 1));
+    if (!e)
+        return -1;
+    g_ops = e();
+    dt_mp_set_leak_check(1);
+    snprintf(g_job_prefix, sizeof g_job_prefix, "dtt%d", (int)getpid());
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (g_dl)
+        dlclose(g_dl);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plugin_info),
+        cmocka_unit_test(test_segment_names),
+        cmocka_unit_test(test_arguments),
+        cmocka_unit_test(test_world_1),
+        cmocka_unit_test(test_world_2),
+        cmocka_unit_test(test_world_3),
+        cmocka_unit_test(test_world_4),
+        cmocka_unit_test(test_world_5),
+        cmocka_unit_test(test_world_6),
+        cmocka_unit_test(test_world_7),
+        cmocka_unit_test(test_world_8),
+        cmocka_unit_test(test_half_precision_patterns),
+        cmocka_unit_test(test_large_64mib),
+        cmocka_unit_test(test_split_grids),
+        cmocka_unit_test(test_p2p_with_collectives),
+        cmocka_unit_test(test_rank_killed),
+        cmocka_unit_test(test_rendezvous_timeout),
+        cmocka_unit_test(test_stalled_rank),
+        cmocka_unit_test(test_wait_limit),
+        cmocka_unit_test(test_abort),
+        cmocka_unit_test(test_mismatched_collectives),
+        cmocka_unit_test(test_p2p_size_mismatch),
+        cmocka_unit_test(test_stale_segment),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

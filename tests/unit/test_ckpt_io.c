@@ -24,6 +24,7 @@
 #include "engine/ckpt_io.h"
 #include "engine/fileutil.h"
 #include "util/error.h"
+#include "test_assert.h"
 
 static char g_dir[256];
 
@@ -136,18 +137,6 @@ static void test_atomic_write(void **state)
     ASSERT_MSG(want);
 }
 
-/* Names in dir containing ".tmp"; fails the test when any. */
-static void assert_no_tmp_in(const char *dir)
-{
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (strstr(de->d_name, ".tmp"))
-            fail_msg("temp left behind in %s: %s", dir, de->d_name);
-    closedir(d);
-}
-
 static void test_atomic_write_enospc(void **state)
 {
     char dir[512], p[600], want[700];
@@ -166,7 +155,7 @@ static void test_atomic_write_enospc(void **state)
         assert_int_equal(dt_fileutil_write_atomic(p, data, sizes[i]), DT_ERR_IO);
         dt_fileutil_test_fail_after(-1);
         ASSERT_MSG(want);
-        assert_no_tmp_in(dir);
+        dt_test_assert_no_tmp(dir);
         char *buf;
         size_t n;
         assert_int_equal(dt_fileutil_read_all(p, &buf, &n), DT_OK);
@@ -181,7 +170,7 @@ static void test_atomic_write_enospc(void **state)
     snprintf(want, sizeof want, "writing '%s': fsync: No space left on device",
              p);
     ASSERT_MSG(want);
-    assert_no_tmp_in(dir);
+    dt_test_assert_no_tmp(dir);
     free(data);
 }
 
@@ -458,7 +447,7 @@ static void test_roundtrip_3ranks(void **state)
     char root[512], dir[600];
     subdir(root, sizeof root, "rt");
     assert_int_equal(save(root, 200, 1), DT_OK);
-    assert_no_tmp_in(root);
+    dt_test_assert_no_tmp(root);
     uint64_t step = 0;
     assert_int_equal(dt_ckpt_latest(root, dir, sizeof dir, &step), DT_OK);
     assert_int_equal(step, 200);
@@ -475,7 +464,7 @@ static void test_roundtrip_3ranks(void **state)
 
     /* Saving the same step again replaces it atomically. */
     assert_int_equal(save(root, 200, 5), DT_OK);
-    assert_no_tmp_in(root);
+    dt_test_assert_no_tmp(root);
     check_ckpt(dir, 200, 5);
 }
 
@@ -780,7 +769,7 @@ static void test_manifest_writer_checks(void **state)
     assert_int_equal(out[0].crc32, dt_fileutil_crc32(0, x, sizeof x));
     free(out);
     assert_int_equal(dt_ckpt_abort(root, 7), DT_OK);
-    assert_no_tmp_in(root);
+    dt_test_assert_no_tmp(root);
 }
 
 /* The newest complete checkpoint must be `step` and hold `seed`'s values;
@@ -789,7 +778,7 @@ static void assert_state(const char *root, uint64_t step, int seed)
 {
     char dir[700];
     uint64_t got;
-    assert_no_tmp_in(root);
+    dt_test_assert_no_tmp(root);
     assert_int_equal(dt_ckpt_latest(root, dir, sizeof dir, &got), DT_OK);
     assert_int_equal(got, step);
     check_ckpt(dir, step, seed);

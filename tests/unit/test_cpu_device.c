@@ -25,6 +25,8 @@
 #include "dtrain/dtrain.h"
 #include "test_host.h"
 #include "util/error.h"
+#include "test_assert.h"
+#include "test_plugin.h"
 
 #define MiB (1024ull * 1024ull)
 
@@ -32,17 +34,10 @@ static const dt_device_ops_v1_t *g_ops;
 
 static const dt_device_ops_v1_t *cpu_ops(void)
 {
-    if (!g_ops) {
-        /* Never dlclosed: OpenBLAS threads live as long as the process. */
-        void *h = dlopen(DT_TEST_PLUGIN_DIR "/dtrain_cpu.so", RTLD_NOW | RTLD_LOCAL);
-        if (!h)
-            fail_msg("dlopen: %s", dlerror());
-        const dt_device_ops_v1_t *(*entry)(void) =
-            (const dt_device_ops_v1_t *(*)(void))dlsym(h, DT_ENTRY_STRING(device, 1));
-        if (!entry)
-            fail_msg("dlsym %s: %s", DT_ENTRY_STRING(device, 1), dlerror());
-        g_ops = entry();
-    }
+    /* Never dlclosed: OpenBLAS threads live as long as the process. */
+    if (!g_ops && !(g_ops = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_cpu.so",
+                                                 DT_ENTRY_STRING(device, 1), NULL)))
+        fail_msg("%s", dt_last_error());
     return g_ops;
 }
 
@@ -77,27 +72,6 @@ static void cpu_close(cpu_t *c)
     c->dev = NULL;
 }
 
-#define assert_status(expr, want)                                              \
-    do {                                                                       \
-        int rc_ = (expr);                                                      \
-        if (rc_ != (want))                                                     \
-            fail_msg("%s returned %s, expected %s (message: %s)", #expr,       \
-                     dt_status_name(rc_), dt_status_name(want),                \
-                     dt_last_error());                                         \
-    } while (0)
-#define assert_ok(expr) assert_status((expr), DT_OK)
-#define assert_msg(expected)                                                   \
-    do {                                                                       \
-        if (strcmp(dt_last_error(), (expected)) != 0)                          \
-            fail_msg("message\n  got:      %s\n  expected: %s",                \
-                     dt_last_error(), (expected));                             \
-    } while (0)
-#define assert_msg_has(sub)                                                    \
-    do {                                                                       \
-        if (!strstr(dt_last_error(), (sub)))                                   \
-            fail_msg("message\n  got:          %s\n  should contain: %s",      \
-                     dt_last_error(), (sub));                                  \
-    } while (0)
 
 /* ------------------------------------------------------------ info/init */
 

@@ -27,6 +27,8 @@
 #include "ref_kernels.h"
 #include "test_host.h"
 #include "util/error.h"
+#include "test_assert.h"
+#include "test_plugin.h"
 
 /* ------------------------------------------------------------ harness */
 
@@ -41,17 +43,10 @@ static cpu_t g_t1, g_t2; /* threads = 1 and threads = 2 */
 static const dt_device_ops_v1_t *cpu_ops(void)
 {
     static const dt_device_ops_v1_t *ops;
-    if (!ops) {
-        /* Never dlclosed: OpenBLAS threads live as long as the process. */
-        void *h = dlopen(DT_TEST_PLUGIN_DIR "/dtrain_cpu.so", RTLD_NOW | RTLD_LOCAL);
-        if (!h)
-            fail_msg("dlopen: %s", dlerror());
-        const dt_device_ops_v1_t *(*entry)(void) =
-            (const dt_device_ops_v1_t *(*)(void))dlsym(h, DT_ENTRY_STRING(device, 1));
-        if (!entry)
-            fail_msg("dlsym: %s", dlerror());
-        ops = entry();
-    }
+    /* Never dlclosed: OpenBLAS threads live as long as the process. */
+    if (!ops && !(ops = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_cpu.so",
+                                             DT_ENTRY_STRING(device, 1), NULL)))
+        fail_msg("%s", dt_last_error());
     return ops;
 }
 
@@ -87,20 +82,6 @@ static int group_teardown(void **state)
         if (rc_ != DT_OK)                                                      \
             fail_msg("%s: %s: %s", #expr, dt_status_name(rc_),                 \
                      dt_last_error());                                         \
-    } while (0)
-#define assert_status(expr, want)                                              \
-    do {                                                                       \
-        int rc_ = (expr);                                                      \
-        if (rc_ != (want))                                                     \
-            fail_msg("%s returned %s, expected %s (message: %s)", #expr,       \
-                     dt_status_name(rc_), dt_status_name(want),                \
-                     dt_last_error());                                         \
-    } while (0)
-#define assert_msg(expected)                                                   \
-    do {                                                                       \
-        if (strcmp(dt_last_error(), (expected)) != 0)                          \
-            fail_msg("message\n  got:      %s\n  expected: %s",                \
-                     dt_last_error(), (expected));                             \
     } while (0)
 /* Float results vs a double reference. */
 #define CHECK(what, got, want, n, rtol, atol)                                  \

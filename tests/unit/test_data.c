@@ -19,6 +19,7 @@
 #include "engine/data.h"
 #include "engine/fileutil.h"
 #include "util/error.h"
+#include "test_assert.h"
 
 static char g_dir[256];
 
@@ -75,17 +76,6 @@ static void write_header_file(const char *path, int32_t magic, int32_t ver,
     free(buf);
 }
 
-/* No file in g_dir has ".tmp." in its name. */
-static void assert_no_tmp(void)
-{
-    DIR *d = opendir(g_dir);
-    assert_non_null(d);
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (strstr(de->d_name, ".tmp."))
-            fail_msg("temp file left behind: %s", de->d_name);
-    closedir(d);
-}
 
 /* ---- file format ----------------------------------------------------- */
 
@@ -98,7 +88,7 @@ static void test_roundtrip(void **state)
     tok[N - 1] = 50256;
     LOCAL_PATH(p, "rt.bin");
     assert_int_equal(dt_data_write_tokens(p, tok, N), DT_OK);
-    assert_no_tmp();
+    dt_test_assert_no_tmp(g_dir);
     dt_dataset_t *ds;
     assert_int_equal(dt_data_open(p, &ds), DT_OK);
     assert_int_equal(ds->ntok, N);
@@ -245,7 +235,7 @@ static void test_prepare_split(void **state)
                      DT_OK);
     assert_int_equal(nt, N);
     assert_int_equal(nv, 0);
-    assert_no_tmp();
+    dt_test_assert_no_tmp(g_dir);
 }
 
 static void test_prepare_large_chunks(void **state)
@@ -319,7 +309,7 @@ static void test_prepare_disk_full(void **state)
         snprintf(want, sizeof want, "writing '%s': No space left on device",
                  tpath("df.bin"));
         ASSERT_MSG(want);
-        assert_no_tmp();
+        dt_test_assert_no_tmp(g_dir);
         dt_dataset_t *ds; /* the previous file is intact */
         assert_int_equal(dt_data_open(tpath("df.bin"), &ds), DT_OK);
         assert_int_equal(ds->ntok, 8);

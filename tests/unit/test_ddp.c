@@ -36,6 +36,7 @@
 #include "mp_harness.h"
 #include "test_host.h"
 #include "util/error.h"
+#include "test_plugin.h"
 
 /* Checks usable both in cmocka's process and in forked ranks: a forked
  * rank must never longjmp into cmocka (it would go on running the suite),
@@ -75,11 +76,7 @@ static void *load_entry(const char *file, const char *sym, void **handle)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", DT_TEST_PLUGIN_DIR, file);
-    *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!*handle)
-        return NULL;
-    void *(*entry)(void) = (void *(*)(void))dlsym(*handle, sym);
-    return entry ? entry() : NULL;
+    return (void *)dt_test_plugin_entry(path, sym, handle);
 }
 
 static int mp_map(void);

@@ -22,23 +22,12 @@
 #include "loader/host_services.h"
 #include "loader/loader.h"
 #include "util/error.h"
+#include "test_assert.h"
 
 #ifndef DT_FAKE_PLUGIN_DIR
 #define DT_FAKE_PLUGIN_DIR DT_TEST_BINARY_DIR "/fake-plugins"
 #endif
 
-#define assert_msg(expected)                                                   \
-    do {                                                                       \
-        if (strcmp(dt_last_error(), (expected)) != 0)                          \
-            fail_msg("message\n  got:      %s\n  expected: %s",                \
-                     dt_last_error(), (expected));                             \
-    } while (0)
-#define assert_msg_starts(prefix)                                              \
-    do {                                                                       \
-        if (strncmp(dt_last_error(), (prefix), strlen(prefix)) != 0)           \
-            fail_msg("message\n  got:      %s\n  expected: %s...",             \
-                     dt_last_error(), (prefix));                               \
-    } while (0)
 
 static dt_plugin_t *load_fake(const dt_config_t *cfg)
 {

@@ -22,6 +22,7 @@
 #include "loader/host_services.h"
 #include "loader/loader.h"
 #include "util/error.h"
+#include "test_assert.h"
 
 #ifndef DT_FAKE_PLUGIN_DIR
 #define DT_FAKE_PLUGIN_DIR DT_TEST_BINARY_DIR "/fake-plugins"
@@ -31,19 +32,6 @@
     "(missing symbols usually mean it was built against another dtrain or a " \
     "library is missing)"
 
-/* Exact-message assertion with both strings printed on failure. */
-#define assert_msg(expected)                                                   \
-    do {                                                                       \
-        if (strcmp(dt_last_error(), (expected)) != 0)                          \
-            fail_msg("message\n  got:      %s\n  expected: %s",                \
-                     dt_last_error(), (expected));                             \
-    } while (0)
-#define assert_msg_has(part)                                                   \
-    do {                                                                       \
-        if (!strstr(dt_last_error(), (part)))                                  \
-            fail_msg("message\n  got:      %s\n  lacks:    %s",                \
-                     dt_last_error(), (part));                                 \
-    } while (0)
 
 static int setup(void **state)
 {

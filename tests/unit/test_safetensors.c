@@ -21,6 +21,7 @@
 #include "engine/fileutil.h"
 #include "engine/safetensors.h"
 #include "util/error.h"
+#include "test_assert.h"
 
 #define PYTHON "/usr/bin/python3"
 
@@ -270,16 +271,6 @@ static void test_reader_errors(void **state)
     dt_safetensors_close(st);
 }
 
-static void assert_no_tmp(void)
-{
-    DIR *d = opendir(g_dir);
-    assert_non_null(d);
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (strstr(de->d_name, ".tmp."))
-            fail_msg("temp left behind: %s", de->d_name);
-    closedir(d);
-}
 
 static void test_writer_misuse(void **state)
 {
@@ -307,7 +298,7 @@ static void test_writer_misuse(void **state)
     assert_int_equal(dt_safetensors_commit(w), DT_ERR_INVALID);
     ASSERT_MSG("4 of 8 declared data bytes written");
     assert_int_equal(access(p, F_OK), -1);
-    assert_no_tmp();
+    dt_test_assert_no_tmp(g_dir);
 }
 
 static void test_disk_full(void **state)
@@ -339,7 +330,7 @@ static void test_disk_full(void **state)
         char want[700];
         snprintf(want, sizeof want, "writing '%s': No space left on device", p);
         ASSERT_MSG(want);
-        assert_no_tmp();
+        dt_test_assert_no_tmp(g_dir);
         dt_safetensors_t *st;
         assert_int_equal(dt_safetensors_open(p, &st), DT_OK);
         assert_non_null(dt_safetensors_find(st, "old"));

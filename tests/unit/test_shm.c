@@ -41,6 +41,7 @@
  * one of them truncate on purpose) */
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #include "../../plugins/shm/shm_internal.h"
+#include "test_plugin.h"
 
 #define PLUGIN_PATH DT_TEST_PLUGIN_DIR "/dtrain_shm.so"
 
@@ -1225,16 +1226,11 @@ static void test_segment_names(void **state)
 static int setup(void **state)
 {
     (void)state;
-    g_dl = dlopen(PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
-    if (!g_dl) {
-        fprintf(stderr, "dlopen %s: %s\n", PLUGIN_PATH, dlerror());
+    g_ops = dt_test_plugin_entry(PLUGIN_PATH, DT_ENTRY_STRING(comm, 1), &g_dl);
+    if (!g_ops) {
+        fprintf(stderr, "%s\n", dt_last_error());
         return -1;
     }
-    typedef const dt_comm_ops_v1_t *(*entry_t)(void);
-    entry_t e = (entry_t)dlsym(g_dl, DT_ENTRY_STRING(comm, 1));
-    if (!e)
-        return -1;
-    g_ops = e();
     dt_mp_set_leak_check(1);
     snprintf(g_job_prefix, sizeof g_job_prefix, "dtt%d", (int)getpid());
     return 0;

@@ -1,0 +1,26 @@
+/*
+ * tests/support/test_plugin.c - load a plugin module and fetch its entry.
+ */
+#include "test_plugin.h"
+
+#include <dlfcn.h>
+
+#include "dtrain/status.h"
+#include "util/error.h"
+
+const void *dt_test_plugin_entry(const char *path, const char *entry, void **handle)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (handle)
+        *handle = h;
+    if (!h) {
+        dt_err_set(DT_ERR_NOT_FOUND, "dlopen %s: %s", path, dlerror());
+        return NULL;
+    }
+    const void *(*fn)(void) = (const void *(*)(void))dlsym(h, entry);
+    if (!fn) {
+        dt_err_set(DT_ERR_ABI, "dlsym %s in %s: %s", entry, path, dlerror());
+        return NULL;
+    }
+    return fn();
+}

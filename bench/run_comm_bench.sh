@@ -4,7 +4,7 @@
 # side-by-side markdown table (bench/results/comm.md keeps a copy).
 #
 #   bench/run_comm_bench.sh [BUILD_DIR] [NPROC] [SIZES]
-#       BUILD_DIR  cmake build folder with bench/bench_comm (default: build)
+#       BUILD_DIR  cmake build folder with dtrain and the plugins (default: build)
 #       NPROC      ranks (default: 2)
 #       SIZES      MIN:MAX, doubling (default: 4M:256M)
 #   environment:
@@ -12,7 +12,8 @@
 #                       reduce_scatter, broadcast, reduce)
 #       REPEAT=3        runs of each program; the table keeps each size's
 #                       best busbw (shared or virtual machines are noisy)
-#       SHM_ARGS=...    extra bench_comm arguments (e.g. --spin-us 200)
+#       SHM_ARGS=...    extra `dtrain bench comm` arguments (e.g. --bind,
+#                       --set shm.spin_us=200)
 #       MPIRUN=mpirun   launcher for the MPI program
 set -eu
 BUILD=${1:-build}
@@ -25,9 +26,9 @@ MPIRUN=${MPIRUN:-mpirun}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-SHM_BIN="$BUILD/bench/bench_comm"
+DTRAIN="$BUILD/dtrain"
 MPI_BIN="$BUILD/bench/mpi_allreduce"
-[ -x "$SHM_BIN" ] || { echo "no $SHM_BIN: build the bench_comm target first" >&2; exit 1; }
+[ -x "$DTRAIN" ] || { echo "no $DTRAIN: build the dtrain_cli and plugin_shm targets first" >&2; exit 1; }
 
 # best busbw per size over REPEAT runs of "$@": lines "size time algbw busbw"
 best_of() {
@@ -39,9 +40,9 @@ best_of() {
                 END { for (k in b) print k, t[k], a[k], b[k] }' | sort -n
 }
 
-echo "# shm: $SHM_BIN -n $NP --op $OP --sizes $SIZES $SHM_ARGS (best of $REPEAT)" >&2
+echo "# shm: $DTRAIN bench comm --nproc $NP --op $OP --sizes $SIZES $SHM_ARGS (best of $REPEAT)" >&2
 # shellcheck disable=SC2086
-best_of "$SHM_BIN" -n "$NP" --op "$OP" --sizes "$SIZES" $SHM_ARGS > "$TMP/shm"
+best_of "$DTRAIN" bench comm --comm shm --nproc "$NP" --op "$OP" --sizes "$SIZES" $SHM_ARGS > "$TMP/shm"
 
 if [ -x "$MPI_BIN" ] && command -v "$MPIRUN" > /dev/null 2>&1; then
     ROOT=""

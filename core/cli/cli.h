@@ -26,6 +26,9 @@ int dt_cli_exit_code(int status);
 int dt_cli_fail(const char *cmd, int status);
 /* True when argv has -h or --help. */
 int dt_cli_wants_help(int argc, char **argv);
+/* The whole command line main() got (NULL-terminated), which the launcher
+ * gives each rank it starts. */
+char *const *dt_cli_argv(void);
 
 /* Parse the options every config-taking command shares: one CONFIG path
  * and any number of `--set table.key=value` (also `--set=...`), plus the
@@ -52,5 +55,13 @@ int dt_cmd_data(int argc, char **argv);
 void dt_help_data(FILE *f);
 int dt_cmd_run(int argc, char **argv);
 void dt_help_run(FILE *f);
+int dt_cmd_bench(int argc, char **argv);
+void dt_help_bench(FILE *f);
+int dt_cmd_plan(int argc, char **argv);
+void dt_help_plan(FILE *f);
+int dt_cmd_ckpt(int argc, char **argv);
+void dt_help_ckpt(FILE *f);
+int dt_cmd_export(int argc, char **argv);
+void dt_help_export(FILE *f);
 
 #endif /* DT_CLI_H */

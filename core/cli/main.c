@@ -17,7 +17,18 @@ static const dt_cli_cmd_t cmds[] = {
      dt_cmd_plugins, dt_help_plugins},
     {"env", "report compiler, libraries, GPUs and plugins", dt_cmd_env, dt_help_env},
     {"data", "prepare token files from text", dt_cmd_data, dt_help_data},
+    {"plan", "predict per-rank memory and communication for every strategy", dt_cmd_plan,
+     dt_help_plan},
+    {"ckpt", "inspect, consolidate or export a checkpoint", dt_cmd_ckpt, dt_help_ckpt},
+    {"export", "write a checkpoint's weights as safetensors (GPT-2 names)", dt_cmd_export,
+     dt_help_export},
+    {"bench", "measure a communicator's collectives (nccl-tests style)", dt_cmd_bench,
+     dt_help_bench},
 };
+
+static char **g_argv;
+
+char *const *dt_cli_argv(void) { return g_argv; }
 
 static void usage(FILE *f)
 {
@@ -111,6 +122,7 @@ int dt_cli_parse_config_args(const char *cmd, int argc, char **argv,
 
 int main(int argc, char **argv)
 {
+    g_argv = argv;
     if (argc < 2) {
         usage(stderr);
         return DT_EXIT_USAGE;

@@ -1275,12 +1275,12 @@ static int item_less(const char *ta, const char *ka, const char *tb,
     return r < 0 || (r == 0 && strcmp(ka, kb) < 0);
 }
 
-uint64_t dt_config_hash(const dt_config_t *c)
+int dt_config_walk(const dt_config_t *c, dt_config_walk_fn fn, void *ctx)
 {
-    sink_t s = {.mode = SINK_HASH, .h = FNV_OFFSET};
     if (!c)
-        return s.h;
+        return DT_OK;
     const char *last_t = NULL, *last_k = NULL;
+    char text[512];
     for (;;) {
         const ctable_t *bt = NULL;
         const cval_t *bv = NULL;
@@ -1298,14 +1298,40 @@ uint64_t dt_config_hash(const dt_config_t *c)
         }
         if (!bv)
             break;
-        sink_str(&s, bt->name);
-        sink_put(&s, ".", 1);
-        sink_str(&s, bv->name);
-        sink_put(&s, "=", 1);
+        sink_t h = {.mode = SINK_HASH, .h = FNV_OFFSET};
+        sink_value(&h, bv);
+        sink_t s = {.mode = SINK_BUF, .buf = text, .cap = sizeof text};
+        text[0] = '\0';
         sink_value(&s, bv);
-        sink_put(&s, "\n", 1);
+        int rc = fn(bt->name, bv->name, text, h.h, ctx);
+        if (rc)
+            return rc;
         last_t = bt->name;
         last_k = bv->name;
     }
+    return DT_OK;
+}
+
+static int hash_item(const char *table, const char *key, const char *text, uint64_t vh,
+                     void *ctx)
+{
+    (void)text; /* may be cut short; the value's own hash covers all of it */
+    sink_t *s = ctx;
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(vh >> (8 * i));
+    sink_str(s, table);
+    sink_put(s, ".", 1);
+    sink_str(s, key);
+    sink_put(s, "=", 1);
+    sink_put(s, (const char *)b, sizeof b);
+    sink_put(s, "\n", 1);
+    return DT_OK;
+}
+
+uint64_t dt_config_hash(const dt_config_t *c)
+{
+    sink_t s = {.mode = SINK_HASH, .h = FNV_OFFSET};
+    dt_config_walk(c, hash_item, &s);
     return s.h;
 }

@@ -98,6 +98,13 @@ void dt_config_print(const dt_config_t *c, FILE *f);
 /* A stable 64-bit hash of the resolved values (ranks compare it at start). */
 uint64_t dt_config_hash(const dt_config_t *c);
 
+/* Visit every resolved value in sorted "table.key" order: `text` is the
+ * value as TOML (cut at 511 bytes), `value_hash` a hash of all of it.  A
+ * non-zero return from `fn` stops the walk and is returned. */
+typedef int (*dt_config_walk_fn)(const char *table, const char *key, const char *text,
+                                 uint64_t value_hash, void *ctx);
+int dt_config_walk(const dt_config_t *c, dt_config_walk_fn fn, void *ctx);
+
 /* The path the config was loaded from ("" for strings / new). */
 const char *dt_config_path(const dt_config_t *c);
 

@@ -29,23 +29,26 @@ static const dt_config_key_t run_keys[] = {
 };
 
 static const dt_config_key_t model_keys[] = {
-    K_ENUM("arch", "\"gpt2\"", "gpt2|mlp", "model architecture"),
+    K_ENUM("arch", "\"gpt2\"", "gpt2|mlp",
+           "model architecture: gpt2, or mlp (a bigram Linear+GELU stack, for testing)"),
     K_ENUM("preset", "\"custom\"",
            "custom|gpt2-tiny|gpt2-small|gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1558m",
-           "named size; custom = use n_layer/n_head/n_embd"),
-    K_INT("n_layer", "2", 1, 1024, "transformer blocks"),
-    K_INT("n_head", "4", 1, 1024, "attention heads"),
-    K_INT("n_embd", "128", 1, 65536, "embedding width"),
-    K_INT("vocab_size", "256", 2, 16777216.0, "vocabulary size"),
-    K_INT("context", "64", 1, 1048576.0, "maximum sequence length"),
-    K_ENUM("dtype", "\"fp32\"", "fp32|bf16", "compute dtype"),
+           "gpt2: named size; custom = use n_layer/n_head/n_embd"),
+    K_INT("n_layer", "2", 1, 1024, "gpt2: transformer blocks"),
+    K_INT("n_head", "4", 1, 1024, "gpt2: attention heads"),
+    K_INT("n_embd", "128", 1, 65536, "gpt2: embedding width"),
+    K_INT("vocab_size", "256", 2, 16777216.0, "vocabulary size (token ids and output classes)"),
+    K_INT("context", "64", 1, 1048576.0, "gpt2: maximum sequence length"),
+    K_ENUM("dtype", "\"fp32\"", "fp32|bf16",
+           "compute dtype of parameters (bf16: matmuls read bf16 weights; "
+           "gradients, activations and the optimizer stay fp32)"),
     K_ENUM("activation_checkpointing", "\"none\"", "none|all|every",
            "recompute activations in backward"),
     K_INT("checkpoint_every", "2", 1, 1024,
           "with activation_checkpointing = \"every\": recompute every k-th unit"),
-    K_INT("mlp_in", "16", 1, 1048576.0, "mlp: input features"),
+    K_INT("mlp_in", "16", 1, 1048576.0, "mlp: embedding width of each input token"),
     K_INT("mlp_hidden", "64", 1, 1048576.0, "mlp: hidden width"),
-    K_INT("mlp_out", "8", 2, 1048576.0, "mlp: output classes"),
+    K_INT("mlp_layers", "2", 0, 1024, "mlp: hidden Linear+GELU layers (units)"),
 };
 
 static const dt_config_key_t data_keys[] = {

@@ -3,6 +3,7 @@
  */
 #include "engine/ckpt.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,19 +53,89 @@ static int ranges(const dt_strategy_ops_v1_t *ops, dt_strategy_t *s, uint32_t un
     return DT_OK;
 }
 
+/* The manifest's "model": the architecture's hyper-parameters and every
+ * parameter tensor (unit, offset in the unit's flat space, global shape), so
+ * tools can export and check shapes without building the model. */
 static cJSON *model_json(dt_model_t *m)
 {
-    const dt_gpt2_shape_t *sh = dt_model_gpt2_shape(m);
-    cJSON *j = cJSON_CreateObject();
-    if (!j)
+    const dt_model_info_t *mi = dt_model_info(m);
+    const dt_model_desc_v1_t *d = dt_model_desc(m);
+    cJSON *j = cJSON_CreateObject(), *ts = cJSON_CreateArray();
+    if (!j || !ts) {
+        cJSON_Delete(j);
+        cJSON_Delete(ts);
         return NULL;
-    cJSON_AddStringToObject(j, "arch", dt_model_desc(m)->arch);
-    cJSON_AddNumberToObject(j, "n_layer", (double)sh->n_layer);
-    cJSON_AddNumberToObject(j, "n_head", (double)sh->n_head);
-    cJSON_AddNumberToObject(j, "n_embd", (double)sh->n_embd);
-    cJSON_AddNumberToObject(j, "vocab_size", (double)sh->vocab_size);
-    cJSON_AddNumberToObject(j, "context", (double)sh->context);
+    }
+    cJSON_AddStringToObject(j, "arch", d->arch);
+    for (uint32_t i = 0; i < mi->n_keys; i++)
+        cJSON_AddNumberToObject(j, mi->keys[i].key, (double)mi->keys[i].value);
+    cJSON_AddItemToObject(j, "tensors", ts);
+    for (uint32_t u = 0; u < d->n_units; u++)
+        for (uint32_t k = 0; k < d->units[u].n_params; k++) {
+            const dt_param_desc_v1_t *p = &d->units[u].params[k];
+            cJSON *t = cJSON_CreateObject();
+            if (!t || !cJSON_AddItemToArray(ts, t)) {
+                cJSON_Delete(t);
+                cJSON_Delete(j);
+                return NULL;
+            }
+            cJSON_AddStringToObject(t, "name", p->name);
+            cJSON_AddStringToObject(t, "unit", d->units[u].name);
+            cJSON_AddNumberToObject(t, "offset", (double)p->offset);
+            double shape[4];
+            for (int i = 0; i < p->ndim && i < 4; i++)
+                shape[i] = (double)p->shape[i];
+            cJSON_AddItemToObject(t, "shape", cJSON_CreateDoubleArray(shape, p->ndim));
+        }
     return j;
+}
+
+/* A checkpoint whose tensors do not match this model's: name the first. */
+static int check_tensors(const char *dir, const cJSON *mj, const dt_model_desc_v1_t *d)
+{
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(mj, "tensors");
+    if (!cJSON_IsArray(ts))
+        return DT_OK; /* written before tensors were recorded: unit sizes are checked */
+    for (uint32_t u = 0; u < d->n_units; u++)
+        for (uint32_t k = 0; k < d->units[u].n_params; k++) {
+            const dt_param_desc_v1_t *p = &d->units[u].params[k];
+            const cJSON *t, *found = NULL;
+            cJSON_ArrayForEach(t, ts)
+            {
+                const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
+                if (cJSON_IsString(nm) && strcmp(nm->valuestring, p->name) == 0) {
+                    found = t;
+                    break;
+                }
+            }
+            if (!found)
+                return dt_err_set(DT_ERR_DATA,
+                                  "checkpoint '%s' has no tensor %s: it was saved from another "
+                                  "model (arch or depth)",
+                                  dir, p->name);
+            const cJSON *sh = cJSON_GetObjectItemCaseSensitive(found, "shape");
+            int same = cJSON_IsArray(sh) && cJSON_GetArraySize(sh) == p->ndim;
+            for (int i = 0; same && i < p->ndim; i++) {
+                const cJSON *v = cJSON_GetArrayItem(sh, i);
+                same = cJSON_IsNumber(v) && (int64_t)v->valuedouble == p->shape[i];
+            }
+            if (!same) {
+                char want[96] = "", got[96] = "";
+                for (int i = 0; i < p->ndim; i++)
+                    snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld",
+                             i ? ", " : "", (long long)p->shape[i]);
+                const cJSON *v;
+                int i = 0;
+                cJSON_ArrayForEach(v, sh)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i++ ? ", " : "",
+                         (long long)(cJSON_IsNumber(v) ? v->valuedouble : -1));
+                return dt_err_set(DT_ERR_DATA,
+                                  "checkpoint '%s': tensor %s has shape [%s] there but [%s] in "
+                                  "this model: the checkpoint is from another model shape",
+                                  dir, p->name, got, want);
+            }
+        }
+    return DT_OK;
 }
 
 static int load(const dt_config_t *cfg, const dt_strategy_ops_v1_t *ops, dt_strategy_t *s,
@@ -77,6 +148,7 @@ static int load(const dt_config_t *cfg, const dt_strategy_ops_v1_t *ops, dt_stra
     dt_model_desc_v1_t *d = dt_model_desc(m);
     float *buf = NULL;
     dt_range_t *rg = NULL;
+    rc = check_tensors(dir, dt_ckpt_reader_model(rd), d);
     for (uint32_t u = 0; u < d->n_units && !rc; u++) {
         for (int k = 0; k < n_states(cfg) && !rc; k++) {
             char name[DT_CKPT_NAME_MAX];
@@ -183,47 +255,23 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_config_t *cfg,
     return DT_OK;
 }
 
-int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg, const dt_strategy_ops_v1_t *ops,
-                 dt_strategy_t *s, dt_model_t *m, int64_t step)
+/* Write this rank's SAVE ranges of every entry into shard `rank` of tmp. */
+static int write_shard(const dt_world_t *w, const dt_strategy_ops_v1_t *ops, dt_strategy_t *s,
+                       dt_model_t *m, int ns, const char *tmp, dt_ckpt_seg_t **segs,
+                       size_t *n_segs)
 {
-    if (w->size != 1)
-        return dt_err_set(DT_ERR_UNSUPPORTED,
-                          "saving a checkpoint from %d ranks is not implemented yet (needs "
-                          "the segment gather of the sharded checkpoint issue)",
-                          w->size);
-    char root[2048], tmp[4096];
-    int64_t keep;
-    int rc;
-    if ((rc = dt_ckpt_root(cfg, root, sizeof root)) ||
-        (rc = dt_config_get_int(cfg, "checkpoint.keep", &keep)))
-        return rc;
-    if ((rc = dt_ckpt_begin(root, (uint64_t)step, tmp, sizeof tmp)))
-        return dt_err_context(rc, "saving checkpoint of step %lld", (long long)step);
     dt_model_desc_v1_t *d = dt_model_desc(m);
-    const int ns = n_states(cfg);
     dt_ckpt_writer_t *wr = NULL;
-    dt_ckpt_entry_t *entries = calloc((size_t)d->n_units * (size_t)ns, sizeof *entries);
-    dt_ckpt_seg_t *segs = NULL;
-    size_t n_segs = 0;
     float *buf = NULL;
-    cJSON *mj = model_json(m), *extra = cJSON_CreateObject();
-    if (!entries || !mj || !extra) {
-        rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    dt_ckpt_json_add_u64(extra, "config_hash", dt_config_hash(cfg));
-    if ((rc = dt_ckpt_shard_open(tmp, (uint32_t)w->rank, &wr)))
-        goto fail;
-    for (uint32_t u = 0; u < d->n_units; u++) {
-        for (int k = 0; k < ns; k++) {
-            dt_ckpt_entry_t *e = &entries[u * (uint32_t)ns + (uint32_t)k];
-            snprintf(e->name, sizeof e->name, "%s/%s", d->units[u].name, state_names[k]);
-            e->dtype = DT_F32;
-            e->numel = d->units[u].numel;
+    int rc = dt_ckpt_shard_open(tmp, (uint32_t)w->rank, &wr);
+    for (uint32_t u = 0; u < d->n_units && !rc; u++) {
+        for (int k = 0; k < ns && !rc; k++) {
+            char name[DT_CKPT_NAME_MAX];
+            snprintf(name, sizeof name, "%s/%s", d->units[u].name, state_names[k]);
             dt_range_t *rg = NULL;
             uint32_t n = 0;
             if ((rc = ranges(ops, s, u, k, DT_RANGES_SAVE, &rg, &n)))
-                goto fail;
+                break;
             for (uint32_t i = 0; i < n && !rc; i++) {
                 float *b = realloc(buf, (rg[i].count ? rg[i].count : 1) * sizeof *buf);
                 if (!b) {
@@ -232,34 +280,164 @@ int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg, const dt_strategy_
                 }
                 buf = b;
                 if (!(rc = ops->get_state(s, u, k, rg[i], buf)))
-                    rc = dt_ckpt_shard_write(wr, e->name, DT_F32, rg[i].offset, rg[i].count,
-                                             buf);
+                    rc = dt_ckpt_shard_write(wr, name, DT_F32, rg[i].offset, rg[i].count, buf);
             }
             free(rg);
-            if (rc)
-                goto fail;
         }
     }
-    rc = dt_ckpt_shard_close(wr, &segs, &n_segs);
-    wr = NULL;
-    if (rc)
+    free(buf);
+    if (rc) {
+        dt_ckpt_shard_abort(wr);
+        return rc;
+    }
+    return dt_ckpt_shard_close(wr, segs, n_segs);
+}
+
+/* Every rank learns the lowest failing rank (or -1) of a local outcome. */
+static int agree(const dt_world_t *w, const dt_comm_ops_v1_t *cops, dt_comm_t *comm, int local_rc,
+                 int32_t *failed)
+{
+    int32_t v = local_rc ? w->rank : INT32_MAX;
+    if (w->size > 1) {
+        int rc = cops->all_reduce(comm, &v, &v, 1, DT_I32, DT_OP_MIN, NULL, NULL);
+        if (rc)
+            return rc;
+    }
+    *failed = v == INT32_MAX ? -1 : v;
+    return DT_OK;
+}
+
+/* Gather every rank's segment table to all ranks (rank 0 uses it). */
+static int gather_segs(const dt_world_t *w, const dt_comm_ops_v1_t *cops, dt_comm_t *comm,
+                       const dt_ckpt_seg_t *mine, size_t n_mine, dt_ckpt_seg_t **all,
+                       size_t *n_all)
+{
+    int64_t *counts = calloc((size_t)w->size, sizeof *counts);
+    int64_t nm = (int64_t)n_mine, most = 0, total = 0;
+    if (!counts)
+        return dt_err_set(DT_ERR_NOMEM, "out of memory");
+    int rc = cops->all_gather(comm, &nm, counts, 1, DT_I64, NULL, NULL);
+    for (int r = 0; r < w->size && !rc; r++) {
+        most = counts[r] > most ? counts[r] : most;
+        total += counts[r];
+    }
+    dt_ckpt_seg_t *pad = NULL, *gath = NULL;
+    if (!rc) {
+        pad = calloc(most ? (size_t)most : 1, sizeof *pad);
+        gath = calloc((size_t)w->size * (most ? (size_t)most : 1), sizeof *gath);
+        *all = calloc(total ? (size_t)total : 1, sizeof **all);
+        if (!pad || !gath || !*all)
+            rc = dt_err_set(DT_ERR_NOMEM, "out of memory gathering checkpoint segments");
+    }
+    if (!rc) {
+        memcpy(pad, mine, n_mine * sizeof *pad);
+        rc = cops->all_gather(comm, pad, gath, (uint64_t)most * sizeof *pad, DT_U8, NULL, NULL);
+    }
+    if (!rc) {
+        size_t k = 0;
+        for (int r = 0; r < w->size; r++)
+            for (int64_t i = 0; i < counts[r]; i++)
+                (*all)[k++] = gath[(size_t)r * (size_t)most + (size_t)i];
+        *n_all = k;
+    }
+    free(counts);
+    free(pad);
+    free(gath);
+    return rc;
+}
+
+int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg, const dt_comm_ops_v1_t *cops,
+                 dt_comm_t *comm, const dt_strategy_ops_v1_t *ops, dt_strategy_t *s,
+                 dt_model_t *m, int64_t step)
+{
+    char root[2048], tmp[4096];
+    int64_t keep, seed;
+    int rc;
+    if ((rc = dt_ckpt_root(cfg, root, sizeof root)) ||
+        (rc = dt_config_get_int(cfg, "checkpoint.keep", &keep)) ||
+        (rc = dt_config_get_int(cfg, "run.seed", &seed)))
+        return rc;
+    const int multi = w->size > 1;
+    int32_t failed = -1;
+    /* rank 0 makes the tmp dir; the others learn whether it could */
+    int32_t begin_rc = w->rank == 0 ? dt_ckpt_begin(root, (uint64_t)step, tmp, sizeof tmp)
+                                    : dt_ckpt_step_dir(root, (uint64_t)step, 1, tmp, sizeof tmp);
+    if ((rc = agree(w, cops, comm, begin_rc, &failed)))
+        return dt_err_context(rc, "saving checkpoint of step %lld", (long long)step);
+    if (failed >= 0) {
+        if (failed != w->rank)
+            dt_err_set(DT_ERR_IO, "rank %d could not start the checkpoint", (int)failed);
+        rc = begin_rc ? begin_rc : DT_ERR_IO;
+        return dt_err_context(rc, "saving checkpoint of step %lld", (long long)step);
+    }
+
+    dt_model_desc_v1_t *d = dt_model_desc(m);
+    const int ns = n_states(cfg);
+    const size_t n_entries = (size_t)d->n_units * (size_t)ns;
+    dt_ckpt_seg_t *segs = NULL, *all = NULL;
+    size_t n_segs = 0, n_all = 0;
+    dt_ckpt_entry_t *entries = NULL;
+    cJSON *mj = NULL, *extra = NULL;
+
+    int local = write_shard(w, ops, s, m, ns, tmp, &segs, &n_segs);
+    if ((rc = agree(w, cops, comm, local, &failed)))
         goto fail;
-    dt_ckpt_info_t info = {.step = (uint64_t)step, .world_size = (uint32_t)w->size,
-                           .strategy = NULL, .model = mj, .extra = extra};
-    if ((rc = dt_ckpt_write_manifest(tmp, &info, entries, (size_t)d->n_units * (size_t)ns, segs,
-                                     n_segs)) ||
-        (rc = dt_ckpt_commit(root, (uint64_t)step)))
+    if (failed >= 0) {
+        rc = local ? local : dt_err_set(DT_ERR_IO, "rank %d failed writing its shard", (int)failed);
         goto fail;
-    rc = dt_ckpt_prune(root, (uint32_t)keep);
+    }
+    if (multi) {
+        if ((rc = gather_segs(w, cops, comm, segs, n_segs, &all, &n_all)))
+            goto fail;
+    } else {
+        all = segs;
+        n_all = n_segs;
+        segs = NULL;
+    }
+
+    int32_t commit_rc = DT_OK;
+    if (w->rank == 0) {
+        entries = calloc(n_entries, sizeof *entries);
+        mj = model_json(m);
+        extra = cJSON_CreateObject();
+        if (!entries || !mj || !extra) {
+            commit_rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
+        } else {
+            dt_ckpt_json_add_u64(extra, "config_hash", dt_config_hash(cfg));
+            dt_ckpt_json_add_u64(extra, "seed", (uint64_t)seed);
+            for (uint32_t u = 0; u < d->n_units; u++)
+                for (int k = 0; k < ns; k++) {
+                    dt_ckpt_entry_t *e = &entries[u * (uint32_t)ns + (uint32_t)k];
+                    snprintf(e->name, sizeof e->name, "%s/%s", d->units[u].name,
+                             state_names[k]);
+                    e->dtype = DT_F32;
+                    e->numel = d->units[u].numel;
+                }
+            dt_ckpt_info_t info = {.step = (uint64_t)step, .world_size = (uint32_t)w->size,
+                                   .strategy = ops->info.name, .model = mj, .extra = extra};
+            if (!(commit_rc = dt_ckpt_write_manifest(tmp, &info, entries, n_entries, all, n_all)))
+                commit_rc = dt_ckpt_commit(root, (uint64_t)step);
+        }
+    }
+    if (multi && (rc = cops->broadcast(comm, &commit_rc, 1, DT_I32, 0, NULL, NULL)))
+        goto fail;
+    if (commit_rc) {
+        if (w->rank != 0)
+            dt_err_set(commit_rc, "rank 0 could not write the manifest or commit");
+        rc = commit_rc;
+        goto fail;
+    }
+    if (w->rank == 0)
+        rc = dt_ckpt_prune(root, (uint32_t)keep);
     goto done;
 fail:
-    dt_ckpt_shard_abort(wr);
-    dt_ckpt_abort(root, (uint64_t)step);
+    if (w->rank == 0)
+        dt_ckpt_abort(root, (uint64_t)step);
     dt_err_context(rc, "saving checkpoint of step %lld (the previous checkpoint is intact)",
                    (long long)step);
 done:
-    free(buf);
     free(segs);
+    free(all);
     free(entries);
     cJSON_Delete(mj);
     cJSON_Delete(extra);

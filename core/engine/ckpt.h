@@ -24,9 +24,14 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_config_t *cfg,
                            const dt_strategy_ops_v1_t *ops, dt_strategy_t *s,
                            dt_model_t *m, uint64_t seed, int64_t *start_step);
 
-/* Save the state after `step`, atomically, then keep checkpoint.keep. */
-int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg,
-                 const dt_strategy_ops_v1_t *ops, dt_strategy_t *s, dt_model_t *m,
-                 int64_t step);
+/* Save the state after `step`, atomically, then keep checkpoint.keep.
+ * Collective over `comm` (the world; may be NULL at world size 1): every
+ * rank writes its strategy's SAVE ranges to its own shard file in
+ * parallel, rank 0 gathers the segment tables, writes the manifest and
+ * commits.  Every rank returns the same outcome; on failure the temporary
+ * directory is removed and the previous checkpoint is untouched. */
+int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg, const dt_comm_ops_v1_t *cops,
+                 dt_comm_t *comm, const dt_strategy_ops_v1_t *ops, dt_strategy_t *s,
+                 dt_model_t *m, int64_t step);
 
 #endif /* DT_ENGINE_CKPT_H */

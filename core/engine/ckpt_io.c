@@ -960,6 +960,29 @@ const cJSON *dt_ckpt_reader_model(const dt_ckpt_reader_t *r) { return r->model; 
 const cJSON *dt_ckpt_reader_extra(const dt_ckpt_reader_t *r) { return r->extra; }
 size_t dt_ckpt_n_entries(const dt_ckpt_reader_t *r) { return r->n_entries; }
 
+size_t dt_ckpt_entry_n_segments(const dt_ckpt_reader_t *r, size_t i)
+{
+    return i < r->n_entries ? r->entries[i].n : 0;
+}
+
+const dt_ckpt_seg_t *dt_ckpt_segment_at(const dt_ckpt_reader_t *r, size_t entry, size_t k)
+{
+    if (entry >= r->n_entries || k >= r->entries[entry].n)
+        return NULL;
+    return &r->segs[r->entries[entry].first + k].s;
+}
+
+size_t dt_ckpt_n_files(const dt_ckpt_reader_t *r) { return r->n_files; }
+
+const char *dt_ckpt_file_at(const dt_ckpt_reader_t *r, size_t i, uint64_t *bytes)
+{
+    if (i >= r->n_files)
+        return NULL;
+    if (bytes)
+        *bytes = r->files[i].bytes;
+    return r->files[i].name;
+}
+
 const dt_ckpt_entry_t *dt_ckpt_entry_at(const dt_ckpt_reader_t *r, size_t i)
 {
     return i < r->n_entries ? &r->entries[i].e : NULL;

@@ -179,6 +179,13 @@ const cJSON *dt_ckpt_reader_extra(const dt_ckpt_reader_t *r);
 size_t dt_ckpt_n_entries(const dt_ckpt_reader_t *r);
 /* i-th entry in manifest order (NULL when out of range). */
 const dt_ckpt_entry_t *dt_ckpt_entry_at(const dt_ckpt_reader_t *r, size_t i);
+/* Segments of the i-th entry, ordered by offset: the count, and the k-th
+ * (NULL when out of range). */
+size_t dt_ckpt_entry_n_segments(const dt_ckpt_reader_t *r, size_t i);
+const dt_ckpt_seg_t *dt_ckpt_segment_at(const dt_ckpt_reader_t *r, size_t entry, size_t k);
+/* Shard files: the count, and the i-th's name and size. */
+size_t dt_ckpt_n_files(const dt_ckpt_reader_t *r);
+const char *dt_ckpt_file_at(const dt_ckpt_reader_t *r, size_t i, uint64_t *bytes);
 /* Entry by name, or NULL. */
 const dt_ckpt_entry_t *dt_ckpt_find(const dt_ckpt_reader_t *r,
                                     const char *name);

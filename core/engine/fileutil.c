@@ -5,6 +5,7 @@
 #include "engine/fileutil.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
@@ -65,6 +66,17 @@ static size_t fault_take_bytes(size_t n)
     }
 }
 
+/* DT_FAULT_STOP_ON_FULL=1: instead of failing, the process stops itself
+ * (SIGSTOP) where the disk would have filled, so a test can SIGKILL it from
+ * outside at a known point in the middle of a write: a crash, not an
+ * error path.  Never set outside tests. */
+static void fault_stop_here(void)
+{
+    const char *v = getenv("DT_FAULT_STOP_ON_FULL");
+    if (v && strcmp(v, "1") == 0)
+        raise(SIGSTOP);
+}
+
 static int fault_fsync_fails(void)
 {
     fault_read_env();
@@ -87,6 +99,7 @@ int dt_fileutil_write_fd(int fd, const void *buf, size_t n)
     while (n > 0) {
         size_t allowed = fault_take_bytes(n);
         if (allowed == 0) {
+            fault_stop_here();
             errno = ENOSPC;
             return -1;
         }

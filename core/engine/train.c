@@ -15,10 +15,13 @@
 #include <unistd.h>
 
 #include "engine/ckpt.h"
+#include "engine/consistency.h"
 #include "engine/data.h"
 #include "engine/fileutil.h"
 #include "engine/model.h"
+#include "engine/plan.h"
 #include "engine/world.h"
+#include "loader/host_services.h"
 #include "util/error.h"
 
 double dt_lr_at(int64_t step, int64_t steps, int64_t warmup, double lr, double min_lr,
@@ -174,6 +177,7 @@ static int setup(run_t *R)
     R->strat_ops = pstrat->ops;
     if ((rc = dt_world_from_env(cfg, &R->world)))
         return rc;
+    dt_log_set_rank(R->world.rank);
 
     dt_device_init_v1_t da = {.struct_size = sizeof da, .rank = R->world.rank,
                               .local_rank = R->world.local_rank,
@@ -193,6 +197,8 @@ static int setup(run_t *R)
                             .timeout_ms = (int64_t)(timeout_s * 1000.0),
                             .dev_ops = R->dev_ops, .dev = R->dev};
     if ((rc = plugin_rc(pcomm, R->comm_ops->init(pcomm->host, &ca, &R->comm), "init")))
+        return rc;
+    if ((rc = dt_consistency_check(&R->world, cfg, R->comm_ops, R->comm)))
         return rc;
 
     if ((rc = dt_model_create(cfg, &R->model)))
@@ -247,12 +253,12 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
         goto out;
     dt_config_set_int(cfg, "train.grad_accum", accum, DT_ORIGIN_DERIVED);
     dt_config_set_int(cfg, "train.global_batch", global, DT_ORIGIN_DERIVED);
-    const dt_gpt2_shape_t *shape = dt_model_gpt2_shape(R.model);
-    if (seq_len > shape->context) {
+    const dt_model_info_t *mi = dt_model_info(R.model);
+    if (mi->context > 0 && seq_len > mi->context) {
         rc = dt_err_set(DT_ERR_CONFIG,
                         "%s: [train] seq_len = %lld is longer than the model's context "
                         "(model.context = %lld)",
-                        cpath, (long long)seq_len, (long long)shape->context);
+                        cpath, (long long)seq_len, (long long)mi->context);
         goto out;
     }
 
@@ -263,10 +269,10 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
         goto out;
     }
     if ((rc = dt_data_open(train_path, &R.train)) ||
-        (rc = dt_data_check_vocab(R.train, (uint32_t)shape->vocab_size)))
+        (rc = dt_data_check_vocab(R.train, (uint32_t)mi->vocab_size)))
         goto out;
     if (val_path[0] && ((rc = dt_data_open(val_path, &R.val)) ||
-                        (rc = dt_data_check_vocab(R.val, (uint32_t)shape->vocab_size))))
+                        (rc = dt_data_check_vocab(R.val, (uint32_t)mi->vocab_size))))
         goto out;
     if ((rc = dt_sampler_init(&R.sampler, R.train, (uint32_t)seq_len, (uint32_t)micro,
                               (uint32_t)global, (uint64_t)seed, shuffle)))
@@ -435,31 +441,42 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
         }
         int stop = stop_at > 0 && step >= stop_at;
         if ((ckpt_every > 0 && step % ckpt_every == 0) || step == steps || stop) {
-            if ((rc = dt_ckpt_save(&R.world, cfg, R.strat_ops, R.strat, R.model, step)))
+            if ((rc = dt_ckpt_save(&R.world, cfg, R.comm_ops, R.comm, R.strat_ops, R.strat,
+                                    R.model, step)))
                 goto out;
         }
         if (stop)
             break;
     }
 
-    /* ---- memory summary ---- */
+    /* ---- memory summary: measured peaks beside the strategy's plan ---- */
     dt_mem_stats_t ms;
     memset(&ms, 0, sizeof ms);
     R.dev_ops->mem_stats(R.dev, &ms);
+    dt_estimate_v1_t plan;
+    if ((rc = dt_plan_strategy(pstrat, R.model, cfg, (int)dp, &plan)))
+        goto out;
+    uint64_t plan_total = 0;
+    for (int t = 0; t < DT_TAG_COUNT; t++)
+        plan_total += plan.bytes[t];
     if (R.world.rank == 0) {
-        printf("memory (rank %d, peak MiB):", R.world.rank);
+        printf("memory (rank %d, peak MiB measured / planned):", R.world.rank);
         for (int t = 0; t < DT_TAG_COUNT; t++)
-            printf(" %s %.2f%s", dt_mem_tag_name(t), mib(ms.peak[t]),
+            printf(" %s %.2f / %.2f%s", dt_mem_tag_name(t), mib(ms.peak[t]), mib(plan.bytes[t]),
                    t + 1 < DT_TAG_COUNT ? "," : "");
-        printf("; total %.2f\n", mib(ms.total_peak));
+        printf("; total %.2f / %.2f\n", mib(ms.total_peak), mib(plan_total));
     }
     if (R.metrics) {
         fprintf(R.metrics, "{\"memory\": {\"rank\": %d, \"peak_bytes\": {", R.world.rank);
         for (int t = 0; t < DT_TAG_COUNT; t++)
             fprintf(R.metrics, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
                     (unsigned long long)ms.peak[t]);
-        fprintf(R.metrics, "}, \"total_peak_bytes\": %llu}}\n",
-                (unsigned long long)ms.total_peak);
+        fprintf(R.metrics, "}, \"planned_bytes\": {");
+        for (int t = 0; t < DT_TAG_COUNT; t++)
+            fprintf(R.metrics, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
+                    (unsigned long long)plan.bytes[t]);
+        fprintf(R.metrics, "}, \"total_peak_bytes\": %llu, \"planned_total_bytes\": %llu}}\n",
+                (unsigned long long)ms.total_peak, (unsigned long long)plan_total);
     }
 out:
     run_free(&R);

@@ -34,22 +34,50 @@ static int from(const char *rank, const char *size, const char *lrank, const cha
                 dt_world_t *w, int *found)
 {
     int f1, f2, f3, f4, rc;
-    if ((rc = env_int(size, 1, 1 << 20, &w->size, &f2)))
+    dt_world_t t = *w;
+    if ((rc = env_int(size, 1, 1 << 20, &t.size, &f2)))
         return rc;
-    if ((rc = env_int(rank, 0, (1 << 20) - 1, &w->rank, &f1)))
+    if ((rc = env_int(rank, 0, (1 << 20) - 1, &t.rank, &f1)))
         return rc;
     *found = f1 && f2;
+    if (f1 != f2)
+        /* e.g. a stray WORLD_SIZE: guessing "single process" would start a
+         * run that later hangs or trains alone */
+        return dt_err_set(DT_ERR_CONFIG,
+                          "environment variable %s is set but %s is not: a launcher sets "
+                          "both (unset %s to run one process)",
+                          f1 ? rank : size, f1 ? size : rank, f1 ? rank : size);
     if (!*found)
         return DT_OK;
-    w->local_rank = w->rank;
-    w->local_size = w->size;
-    if ((rc = env_int(lrank, 0, (1 << 20) - 1, &w->local_rank, &f3)) ||
-        (rc = env_int(lsize, 1, 1 << 20, &w->local_size, &f4)))
+    t.local_rank = t.rank;
+    t.local_size = t.size;
+    if ((rc = env_int(lrank, 0, (1 << 20) - 1, &t.local_rank, &f3)) ||
+        (rc = env_int(lsize, 1, 1 << 20, &t.local_size, &f4)))
         return rc;
-    if (w->rank >= w->size)
-        return dt_err_set(DT_ERR_CONFIG, "%s = %d is not below %s = %d", rank, w->rank, size,
-                          w->size);
+    if (t.rank >= t.size)
+        return dt_err_set(DT_ERR_CONFIG, "%s = %d is not below %s = %d", rank, t.rank, size,
+                          t.size);
+    if (f4 && t.local_rank >= t.local_size)
+        return dt_err_set(DT_ERR_CONFIG, "%s = %d is not below %s = %d", lrank, t.local_rank,
+                          lsize, t.local_size);
+    t.size_var = size;
+    t.local_size_var = f4 ? lsize : NULL;
+    *w = t;
     return DT_OK;
+}
+
+void dt_world_sanitize_job_id(char *s)
+{
+    /* job ids name files (/dev/shm/dtrain-<id>): keep them to a portable set */
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+              (*s >= '0' && *s <= '9') || *s == '-' || *s == '_' || *s == '.'))
+            *s = '_';
+}
+
+int dt_world_from_launcher(const dt_world_t *w)
+{
+    return w->size_var != NULL;
 }
 
 int dt_world_from_env(const dt_config_t *cfg, dt_world_t *w)
@@ -69,12 +97,14 @@ int dt_world_from_env(const dt_config_t *cfg, dt_world_t *w)
         if (found)
             w->source = "torchrun";
     }
+    int ompi = 0;
     if (!found) {
         if ((rc = from("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                        "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", w, &found)))
             return rc;
         if (found)
             w->source = "Open MPI";
+        ompi = found;
     }
     const char *addr = NULL;
     int64_t port = 0;
@@ -92,9 +122,15 @@ int dt_world_from_env(const dt_config_t *cfg, dt_world_t *w)
     if (fp)
         w->master_port = p2;
     const char *job = getenv("DTRAIN_JOB_ID");
+    const char *ompi_job = getenv("OMPI_MCA_ess_base_jobid");
+    if (!ompi_job || !ompi_job[0])
+        ompi_job = getenv("PMIX_NAMESPACE");
     if (job && job[0]) {
-        snprintf(w->job_id, sizeof w->job_id, "%s", job);
-    } else if (w->size == 1) {
+        snprintf(w->job_id, sizeof w->job_id, "%.96s", job);
+    } else if (ompi && ompi_job && ompi_job[0]) {
+        /* two mpiruns on one machine share neither this id nor segments */
+        snprintf(w->job_id, sizeof w->job_id, "ompi-%d-%.64s", (int)getuid(), ompi_job);
+    } else if (!found || w->size == 1) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         snprintf(w->job_id, sizeof w->job_id, "%d-%lld%09ld", (int)getpid(),
@@ -105,5 +141,6 @@ int dt_world_from_env(const dt_config_t *cfg, dt_world_t *w)
         snprintf(w->job_id, sizeof w->job_id, "ext-%d-%.64s-%d", (int)getuid(), w->master_addr,
                  w->master_port);
     }
+    dt_world_sanitize_job_id(w->job_id);
     return DT_OK;
 }

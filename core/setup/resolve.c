@@ -73,6 +73,12 @@ static int role_plugin_name(const dt_config_t *cfg, dt_role_t role,
 int dt_resolve(const char *path, const char *const *sets, int n_sets,
                dt_resolved_t *out)
 {
+    return dt_resolve_ex(path, sets, n_sets, 0, out);
+}
+
+int dt_resolve_ex(const char *path, const char *const *sets, int n_sets, unsigned flags,
+                  dt_resolved_t *out)
+{
     memset(out, 0, sizeof *out);
     int rc = dt_config_load(path, &out->cfg);
     if (rc) {
@@ -112,6 +118,8 @@ int dt_resolve(const char *path, const char *const *sets, int n_sets,
         if (rc)
             goto fail;
     }
+    if (flags & DT_RESOLVE_OTHER_TABLES_OK)
+        return DT_OK;
     rc = dt_config_check_unclaimed(
         out->cfg, "a plugin's table is named after the plugin and only allowed "
                   "when the config selects it");

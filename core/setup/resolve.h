@@ -38,6 +38,14 @@ int dt_resolve(const char *path, const char *const *sets, int n_sets,
                dt_resolved_t *out);
 void dt_resolved_free(dt_resolved_t *r);
 
+/* dt_resolve with flags: DT_RESOLVE_OTHER_TABLES_OK skips the final
+ * unclaimed-table check, for tools that re-resolve one config with other
+ * plugins selected (`dtrain plan` selects each strategy in turn while the
+ * file may configure another). */
+#define DT_RESOLVE_OTHER_TABLES_OK 0x1u
+int dt_resolve_ex(const char *path, const char *const *sets, int n_sets, unsigned flags,
+                  dt_resolved_t *out);
+
 /* The plugin kind each role needs. */
 int dt_role_kind(dt_role_t role);
 const char *dt_role_name(dt_role_t role);

@@ -302,7 +302,8 @@ static int ddp_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
 /* Memory per rank, by tag, as init allocates it (same layout, same
  * buckets), so the planner's numbers match the device's peaks:
  *   params     = T * param_bytes, + T * 4 f32 master when param_bytes == 2
- *   grads      = T * 4 (f32 gradient buffers, whatever grad_bytes says)
+ *   grads      = T * grad_bytes (4 for the f32 buffers kernels accumulate
+ *                into; the planner passes 4, the ZeRO paper's check 2)
  *   optimizer  = T * optim_bytes - the master copy already counted in params
  *                (optim_bytes = "optimizer state + master copy" per param)
  *   comm       = bf16 reduction: n_slots * largest bucket * 2; f32 reduces
@@ -355,7 +356,7 @@ static int ddp_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *a
     uint64_t master = args->param_bytes == 2 ? T * 4 : 0;
     uint64_t optim = T * args->optim_bytes;
     out->bytes[DT_TAG_PARAMS] = T * args->param_bytes + master;
-    out->bytes[DT_TAG_GRADS] = T * 4;
+    out->bytes[DT_TAG_GRADS] = T * args->grad_bytes;
     out->bytes[DT_TAG_OPTIMIZER] = optim > master ? optim - master : 0;
     out->bytes[DT_TAG_ACTIVATIONS] = args->act_bytes;
     if (n > 1 && rdt == DT_BF16 && nb > 0) {

@@ -4,7 +4,11 @@
 pass=0
 fail=0
 ok() { pass=$((pass + 1)); echo "ok   - $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $1"; [ -n "${2:-}" ] && printf '%s\n' "$2" | sed 's/^/       /'; }
+bad() {
+  fail=$((fail + 1)); echo "FAIL - $1"
+  if [ -n "${2:-}" ]; then printf '%s\n' "$2" | sed 's/^/       /'; fi
+  return 0
+}
 # expect_exit CODE NAME CMD...: run CMD, check its exit code; output in $out
 expect_exit() {
   local want=$1 name=$2; shift 2

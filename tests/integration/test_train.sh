@@ -56,4 +56,47 @@ expect_exit 2 "sequence longer than the context" "$bin" run tiny.toml --set trai
 expect_out "context error explains" "longer than the model's context"
 expect_exit 2 "batch arithmetic mismatch" "$bin" run tiny.toml --set train.global_batch=10
 expect_out "batch error gives the numbers" "micro_batch (4) x grad_accum (2) x data-parallel size (1) = 8, but global_batch = 10"
+# A disk that fills up during the step-4 save: a clear error, exit 1, the
+# step-2 checkpoint intact and loadable.
+set +e
+out=$(DT_FAULT_WRITE_AFTER_BYTES=500000 "$bin" run tiny.toml --set run.name=full_disk \
+  --set checkpoint.every=2 2>&1); e=$?
+set -e
+[ $e = 1 ] && ok "disk full while checkpointing: exit 1" || bad "disk full: exit $e" "$out"
+expect_out "disk full: the reason" "No space left on device"
+expect_out "disk full: the step" "saving checkpoint of step 4 (the previous checkpoint is intact)"
+[ -f out/full_disk/ckpt/step-00000002/COMPLETE ] && [ ! -e out/full_disk/ckpt/step-00000004 ] &&
+  ! ls -d out/full_disk/ckpt/*.tmp >/dev/null 2>&1 &&
+  ok "disk full: step 2 complete, nothing of step 4 left" || bad "disk full: folder" "$(ls -la out/full_disk/ckpt)"
+expect_exit 0 "disk full: resume from step 2" "$bin" run tiny.toml --set run.name=full_disk \
+  --set checkpoint.resume=latest
+expect_out "disk full: resumed at step 2" "resumed from out/full_disk/ckpt/step-00000002"
+
+# A learning rate that blows the model up: the run stops at the first
+# non-finite step, names it, and the last checkpoint stays loadable.
+expect_exit 1 "non-finite loss stops the run" "$bin" run tiny.toml --set run.name=blowup \
+  --set optimizer.type=sgd --set train.lr=10 --set train.gradient_clipping=0 \
+  --set train.steps=40 --set checkpoint.every=2 --set train.grad_accum=1 --set train.warmup_steps=0
+expect_out "non-finite: names the step and says so" "is non-finite"
+expect_out "non-finite: last checkpoint intact" "the last checkpoint is intact"
+step=$(printf '%s' "$out" | grep -o 'error: step [0-9]*' | grep -o '[0-9]*$')
+last=$(ls out/blowup/ckpt | grep -o '[0-9]*$' | sort -n | tail -n 1)
+[ -n "$step" ] && [ -n "$last" ] && [ $((10#$last)) -lt "$step" ] &&
+  ok "non-finite at step $step; newest checkpoint is step $((10#$last))" ||
+  bad "non-finite: step '$step', newest checkpoint '$last'" "$out"
+expect_exit 0 "the checkpoint before the blow-up verifies" "$bin" ckpt inspect out/blowup/ckpt --verify
+
+# The other model and the other dtype train through the same loop.
+sed -e '/^\[model\]/,/^\[data\]/{/^\[/!d}' -e 's/^\[model\]/[model]\narch = "mlp"\nmlp_hidden = 64/' \
+  tiny.toml > mlp.toml
+expect_exit 0 "mlp model trains" "$bin" run mlp.toml --set run.name=mlp --set train.lr=3e-2 \
+  --metrics mlp.jsonl
+first=$(loss mlp.jsonl 1); last=$(loss mlp.jsonl 8)
+awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < a - 0.2)}' && ok "mlp loss falls ($first -> $last)" ||
+  bad "mlp loss did not fall ($first -> $last)"
+expect_exit 0 "bf16 compute trains" "$bin" run tiny.toml --set run.name=bf16 --set model.dtype=bf16 \
+  --metrics bf16.jsonl
+first=$(loss bf16.jsonl 8); last=$(loss full.jsonl 8)
+awk -v a="$first" -v b="$last" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(d < 0.05)}' &&
+  ok "bf16 final loss $first is within 0.05 of fp32's $last" || bad "bf16 loss $first vs fp32 $last"
 finish

@@ -178,7 +178,10 @@ typedef struct dt_estimate_args_v1 {
     int32_t group_size;          /* ranks along this strategy's dimension */
     const dt_model_desc_v1_t *model;
     uint32_t param_bytes;        /* bytes per compute parameter (2 or 4) */
-    uint32_t grad_bytes;         /* bytes per gradient element */
+    uint32_t grad_bytes;         /* bytes per gradient element as kept:
+                                  * 4 where kernels accumulate in f32 (the
+                                  * core passes this), 2 for the ZeRO
+                                  * paper's mixed-precision accounting */
     uint32_t optim_bytes;        /* bytes per parameter of optimizer state,
                                   * master copy included (12 for mixed-
                                   * precision Adam, 8 for fp32 Adam) */

@@ -1,0 +1,150 @@
+/*
+ * core/cli/cmd_ckpt.c - `dtrain ckpt inspect|consolidate|export` and its
+ * shorthand `dtrain export`: offline tools over a saved checkpoint.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "engine/ckpt_io.h"
+#include "engine/ckpt_tools.h"
+#include "util/error.h"
+
+void dt_help_ckpt(FILE *f)
+{
+    fprintf(f,
+            "usage: dtrain ckpt inspect CKPT [--verify]\n"
+            "       dtrain ckpt consolidate CKPT OUT_ROOT\n"
+            "       dtrain ckpt export CKPT OUT.safetensors [--layout hf|dtrain]\n\n"
+            "CKPT is a checkpoint directory (.../step-00000200) or a checkpoint root, which\n"
+            "means its newest complete checkpoint.  inspect describes the manifest (--verify\n"
+            "also checks every CRC); consolidate rewrites it as one shard under OUT_ROOT;\n"
+            "export writes the weights as safetensors with GPT-2 tensor names (--layout hf,\n"
+            "the default, stores Conv1D weights as (in, out) like Hugging Face's GPT-2;\n"
+            "dtrain keeps (out, in)).  Memory stays bounded by the largest tensor.\n"
+            "exit codes: 0 done, 1 unreadable or corrupt checkpoint, 2 usage error\n");
+}
+
+void dt_help_export(FILE *f)
+{
+    fprintf(f, "usage: dtrain export CKPT OUT.safetensors [--layout hf|dtrain]\n\n"
+               "Same as 'dtrain ckpt export' (see dtrain ckpt --help).\n");
+}
+
+/* A checkpoint root means its newest complete checkpoint. */
+static int resolve_dir(const char *arg, char *dir, size_t cap)
+{
+    char probe[4096];
+    struct stat st;
+    snprintf(probe, sizeof probe, "%s/manifest.json", arg);
+    if (stat(probe, &st) == 0 || stat(arg, &st) != 0) {
+        snprintf(dir, cap, "%s", arg);
+        return DT_OK;
+    }
+    uint64_t step;
+    int rc = dt_ckpt_latest(arg, dir, cap, &step);
+    if (rc == DT_ERR_NOT_FOUND)
+        return dt_err_set(DT_ERR_NOT_FOUND,
+                          "'%s' is neither a checkpoint (no manifest.json) nor a folder of "
+                          "complete checkpoints",
+                          arg);
+    return rc;
+}
+
+static int usage(const char *cmd, const char *why)
+{
+    fprintf(stderr, "dtrain %s: error: %s (see dtrain %s --help)\n", cmd, why, cmd);
+    return DT_EXIT_USAGE;
+}
+
+/* Split argv into positionals and the options this subcommand knows. */
+static int parse(const char *cmd, int argc, char **argv, const char **pos, int n_pos,
+                 int *verify, const char **layout)
+{
+    int got = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (verify && strcmp(a, "--verify") == 0) {
+            *verify = 1;
+        } else if (layout && strcmp(a, "--layout") == 0) {
+            if (++i == argc)
+                return usage(cmd, "--layout needs hf or dtrain");
+            *layout = argv[i];
+        } else if (a[0] == '-' && a[1]) {
+            char why[256];
+            snprintf(why, sizeof why, "unknown option '%s'", a);
+            return usage(cmd, why);
+        } else if (got == n_pos) {
+            char why[256];
+            snprintf(why, sizeof why, "unexpected argument '%s'", a);
+            return usage(cmd, why);
+        } else {
+            pos[got++] = a;
+        }
+    }
+    if (got != n_pos)
+        return usage(cmd, "missing arguments");
+    return DT_EXIT_OK;
+}
+
+static int do_export(const char *cmd, int argc, char **argv)
+{
+    const char *pos[2], *layout = "hf";
+    int ec = parse(cmd, argc, argv, pos, 2, NULL, &layout);
+    if (ec)
+        return ec;
+    int lay;
+    if (strcmp(layout, "hf") == 0)
+        lay = DT_EXPORT_HF;
+    else if (strcmp(layout, "dtrain") == 0)
+        lay = DT_EXPORT_NATIVE;
+    else
+        return usage(cmd, "--layout is hf or dtrain");
+    char dir[4096];
+    int rc = resolve_dir(pos[0], dir, sizeof dir);
+    if (!rc)
+        rc = dt_ckpt_export(dir, pos[1], lay);
+    if (rc)
+        return dt_cli_fail(cmd, rc);
+    printf("dtrain: exported %s to %s (%s layout)\n", dir, pos[1], layout);
+    return DT_EXIT_OK;
+}
+
+int dt_cmd_export(int argc, char **argv) { return do_export("export", argc, argv); }
+
+int dt_cmd_ckpt(int argc, char **argv)
+{
+    if (argc < 2)
+        return usage("ckpt", "missing action: inspect, consolidate or export");
+    const char *act = argv[1];
+    char dir[4096];
+    int rc;
+    if (strcmp(act, "inspect") == 0) {
+        const char *pos[1];
+        int verify = 0;
+        int ec = parse("ckpt inspect", argc - 1, argv + 1, pos, 1, &verify, NULL);
+        if (ec)
+            return ec;
+        if (!(rc = resolve_dir(pos[0], dir, sizeof dir)))
+            rc = dt_ckpt_inspect(dir, verify, stdout);
+        return rc ? dt_cli_fail("ckpt inspect", rc) : DT_EXIT_OK;
+    }
+    if (strcmp(act, "consolidate") == 0) {
+        const char *pos[2];
+        int ec = parse("ckpt consolidate", argc - 1, argv + 1, pos, 2, NULL, NULL);
+        if (ec)
+            return ec;
+        if (!(rc = resolve_dir(pos[0], dir, sizeof dir)))
+            rc = dt_ckpt_consolidate(dir, pos[1], 0);
+        if (rc)
+            return dt_cli_fail("ckpt consolidate", rc);
+        printf("dtrain: consolidated %s into one shard under %s\n", dir, pos[1]);
+        return DT_EXIT_OK;
+    }
+    if (strcmp(act, "export") == 0)
+        return do_export("ckpt export", argc - 1, argv + 1);
+    char why[256];
+    snprintf(why, sizeof why, "unknown action '%s': inspect, consolidate or export", act);
+    return usage("ckpt", why);
+}

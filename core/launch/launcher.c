@@ -1,0 +1,654 @@
+/*
+ * core/launch/launcher.c - spawn the local ranks, relay their output line by
+ * line, forward signals, stop the job when one rank fails, and remove the
+ * shared memory a crash left.  See launcher.h for the behaviour.
+ *
+ * The parent is one poll loop over a signalfd (SIGCHLD and the forwarded
+ * signals, blocked while it runs so none is lost between checks) and two
+ * pipes per rank.  Each pipe has a line buffer: only whole lines are
+ * written, each with one write(2), so lines of different ranks never mix.
+ */
+#include "launch/launcher.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/error.h"
+
+extern char **environ;
+
+#define LINE_CAP 8192  /* a longer line is relayed in pieces of this size */
+#define DRAIN_S 2.0    /* after the last rank exited, how long its pipes may
+                        * stay open (a grandchild may hold them) */
+#define LAST_CAP 400   /* a failed rank's last stderr line, for the summary */
+
+/* ------------------------------------------------------------ planning -- */
+
+int dt_launch_max_local(int *cpus)
+{
+    int n = 0;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        n = CPU_COUNT(&set);
+    if (n <= 0) {
+        long x = sysconf(_SC_NPROCESSORS_ONLN);
+        n = x > 0 ? (int)x : 1;
+    }
+    if (cpus)
+        *cpus = n;
+    long lim = (long)n * DT_LAUNCH_PER_CPU;
+    return lim > DT_LAUNCH_MAX ? DT_LAUNCH_MAX : (int)lim;
+}
+
+int dt_launch_plan(const dt_config_t *cfg, int64_t nproc, const char *nproc_name,
+                   const char *nproc_from, int explicit_, dt_launch_plan_t *out)
+{
+    memset(out, 0, sizeof *out);
+    int rc = dt_world_from_env(cfg, &out->world);
+    if (rc)
+        return rc;
+    const dt_world_t *w = &out->world;
+    if (dt_world_from_launcher(w)) {
+        out->nproc = w->local_size;
+        if (explicit_ && nproc > 1 && nproc != w->local_size) {
+            char sizes[160];
+            if (w->local_size_var)
+                snprintf(sizes, sizeof sizes, "%s = %d, %s = %d", w->local_size_var,
+                         w->local_size, w->size_var, w->size);
+            else
+                snprintf(sizes, sizeof sizes, "%s = %d", w->size_var, w->size);
+            return dt_err_set(DT_ERR_CONFIG,
+                              "%s = %lld (%s) asks for %lld local ranks, but %s started this "
+                              "process as one of %d local ranks (%s); under another launcher "
+                              "dtrain starts no ranks itself: remove %s or make the two agree",
+                              nproc_name, (long long)nproc, nproc_from, (long long)nproc,
+                              w->source, w->local_size, sizes, nproc_name);
+        }
+        return DT_OK;
+    }
+    if (nproc < 1 || nproc > DT_LAUNCH_MAX)
+        return dt_err_set(DT_ERR_CONFIG, "%s = %lld (%s) is outside [1, %d]", nproc_name,
+                          (long long)nproc, nproc_from, DT_LAUNCH_MAX);
+    out->nproc = (int)nproc;
+    if (nproc > 1) {
+        int cpus;
+        int lim = dt_launch_max_local(&cpus);
+        if (nproc > lim)
+            return dt_err_set(DT_ERR_CONFIG,
+                              "%s = %lld (%s) is more local ranks than this machine can run: "
+                              "the limit is %d (%d per CPU this process may use, %d CPU%s); "
+                              "oversubscribed ranks spend their time waiting for each other",
+                              nproc_name, (long long)nproc, nproc_from, lim, DT_LAUNCH_PER_CPU,
+                              cpus, cpus == 1 ? "" : "s");
+        out->spawn = 1;
+    }
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------- cleanup -- */
+
+int dt_launch_remove_shm(const char *job_id, int *removed)
+{
+    if (removed)
+        *removed = 0;
+    if (!job_id || !job_id[0] || strchr(job_id, '/'))
+        return dt_err_set(DT_ERR_INVALID, "removing shared memory: bad job id '%s'",
+                          job_id ? job_id : "(null)");
+    char base[192];
+    int n = snprintf(base, sizeof base, "dtrain-%s", job_id);
+    if (n < 0 || (size_t)n >= sizeof base)
+        return dt_err_set(DT_ERR_INVALID, "removing shared memory: job id '%s' is too long",
+                          job_id);
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return errno == ENOENT ? DT_OK
+                               : dt_err_set(DT_ERR_SYSTEM, "listing /dev/shm: %s",
+                                            strerror(errno));
+    int count = 0, rc = DT_OK;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, base, (size_t)n) != 0)
+            continue;
+        /* the world segment, or a split's "<world>-g<k>c<color>...": not
+         * another job whose id merely starts with ours */
+        const char *rest = e->d_name + n;
+        if (rest[0] && strncmp(rest, "-g", 2) != 0)
+            continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+            count++;
+        else if (errno != ENOENT && rc == DT_OK)
+            rc = dt_err_set(DT_ERR_SYSTEM, "removing /dev/shm/%s: %s", e->d_name,
+                            strerror(errno));
+    }
+    closedir(d);
+    if (removed)
+        *removed = count;
+    return rc;
+}
+
+/* ------------------------------------------------------------- running -- */
+
+typedef struct stream {
+    int fd;      /* read end; -1 once closed */
+    int rank;
+    int out_fd;  /* where its lines go: 1 or 2 */
+    int raw;     /* relayed without the prefix */
+    size_t len;
+    char buf[LINE_CAP];
+} stream_t;
+
+typedef struct rank_state {
+    pid_t pid;
+    int alive;
+    int status;              /* wait status once reaped */
+    char last[LAST_CAP];     /* its last non-empty stderr line */
+} rank_state_t;
+
+typedef struct launch {
+    const dt_launch_opts_t *o;
+    int n;
+    double grace_s;
+    rank_state_t *ranks;
+    stream_t *streams;       /* [2r] stdout, [2r + 1] stderr of rank r */
+    int n_alive;
+    int first_fail;          /* -1 until a rank fails on its own */
+    int n_stopped;           /* ranks still running when it failed */
+    int stop_sig;            /* first signal the launcher got */
+    int aborting;            /* could not start every rank */
+    double kill_at;          /* SIGKILL deadline (monotonic s); 0 = none */
+} launch_t;
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *sig_name(int sig, char *buf, size_t cap)
+{
+    static const struct { int sig; const char *name; } names[] = {
+        {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+        {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+        {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+        {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].sig == sig)
+            return names[i].name;
+    snprintf(buf, cap, "signal %d", sig);
+    return buf;
+}
+
+/* Write all of buf; output that cannot be written (a closed pipe) is
+ * dropped: the ranks keep running whether anyone reads or not. */
+static void write_all(int fd, const char *buf, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, buf, n);
+        if (w > 0) {
+            buf += w;
+            n -= (size_t)w;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && errno == EAGAIN) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            poll(&p, 1, 100);
+        } else {
+            return;
+        }
+    }
+}
+
+static void emit_line(launch_t *L, stream_t *s, const char *line, size_t len)
+{
+    char out[LINE_CAP + 32];
+    char prefix[24];
+    int pn = snprintf(prefix, sizeof prefix, "[rank %d] ", s->rank);
+    int tagged = len >= (size_t)pn && memcmp(line, prefix, (size_t)pn) == 0;
+    size_t k = 0;
+    if (!s->raw && !tagged) {
+        memcpy(out, prefix, (size_t)pn);
+        k = (size_t)pn;
+    }
+    memcpy(out + k, line, len);
+    k += len;
+    out[k++] = '\n';
+    write_all(s->out_fd, out, k);
+    if (s->out_fd == 2) {
+        if (tagged) {
+            line += pn;
+            len -= (size_t)pn;
+        }
+        while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' '))
+            len--;
+        if (len > 0) {
+            rank_state_t *r = &L->ranks[s->rank];
+            size_t c = len < LAST_CAP - 1 ? len : LAST_CAP - 1;
+            memcpy(r->last, line, c);
+            r->last[c] = '\0';
+        }
+    }
+}
+
+static void close_stream(launch_t *L, stream_t *s)
+{
+    if (s->len > 0)
+        emit_line(L, s, s->buf, s->len); /* a last line without '\n' */
+    s->len = 0;
+    if (s->fd >= 0)
+        close(s->fd);
+    s->fd = -1;
+}
+
+static void read_stream(launch_t *L, stream_t *s)
+{
+    ssize_t got = read(s->fd, s->buf + s->len, LINE_CAP - s->len);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (got <= 0) {
+        close_stream(L, s);
+        return;
+    }
+    s->len += (size_t)got;
+    size_t start = 0;
+    for (size_t i = s->len - (size_t)got; i < s->len; i++) {
+        if (s->buf[i] != '\n')
+            continue;
+        emit_line(L, s, s->buf + start, i - start);
+        start = i + 1;
+    }
+    if (start > 0) {
+        memmove(s->buf, s->buf + start, s->len - start);
+        s->len -= start;
+    }
+    if (s->len == LINE_CAP) { /* no newline in LINE_CAP bytes: relay a piece */
+        emit_line(L, s, s->buf, s->len);
+        s->len = 0;
+    }
+}
+
+static int signal_all(launch_t *L, int sig)
+{
+    int n = 0;
+    for (int r = 0; r < L->n; r++)
+        if (L->ranks[r].alive && kill(L->ranks[r].pid, sig) == 0)
+            n++;
+    return n;
+}
+
+static int failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+
+/* Reap every rank that has ended.  The first failure of the job stops the
+ * others: of several found at once, a rank killed by a signal is more
+ * likely the cause than one that exited after seeing its peer die. */
+static void reap(launch_t *L)
+{
+    int cause = -1;
+    for (int r = 0; r < L->n; r++) {
+        rank_state_t *k = &L->ranks[r];
+        if (!k->alive)
+            continue;
+        int st = 0;
+        pid_t w = waitpid(k->pid, &st, WNOHANG);
+        if (w == 0 || (w < 0 && errno == EINTR))
+            continue;
+        k->alive = 0;
+        /* w < 0: not our child any more (reaped elsewhere): count it lost,
+         * as if killed */
+        k->status = w < 0 ? SIGKILL : st;
+        L->n_alive--;
+        if (!failed(k->status) || L->first_fail >= 0 || L->stop_sig || L->aborting)
+            continue;
+        if (cause < 0 || (WIFSIGNALED(k->status) && !WIFSIGNALED(L->ranks[cause].status)))
+            cause = r;
+    }
+    if (cause < 0)
+        return;
+    L->first_fail = cause;
+    L->n_stopped = signal_all(L, SIGTERM);
+    if (L->n_stopped > 0)
+        L->kill_at = mono_s() + L->grace_s;
+}
+
+static void on_signal(launch_t *L, int sig)
+{
+    char b[32];
+    if (L->stop_sig || L->first_fail >= 0) {
+        /* asked again, or while stopping after a failure: no more grace */
+        if (signal_all(L, SIGKILL) > 0)
+            fprintf(stderr, "dtrain: %s again: killing the remaining ranks\n",
+                    sig_name(sig, b, sizeof b));
+        if (!L->stop_sig)
+            L->stop_sig = sig;
+        L->kill_at = 0;
+        return;
+    }
+    L->stop_sig = sig;
+    int n = signal_all(L, sig);
+    fprintf(stderr, "dtrain: got %s: passed it on to %d rank%s\n", sig_name(sig, b, sizeof b),
+            n, n == 1 ? "" : "s");
+    L->kill_at = mono_s() + L->grace_s;
+}
+
+/* Between fork and exec: only async-signal-safe calls. */
+static void child_exec(int out_w, int err_w, const char *exe, char *const *argv, char **envp,
+                       const char *fallback, const sigset_t *mask, pid_t parent)
+{
+    int nul = open("/dev/null", O_RDONLY);
+    if (nul >= 0 && nul != 0) {
+        dup2(nul, 0);
+        close(nul);
+    }
+    dup2(out_w, 1);
+    dup2(err_w, 2);
+    for (int fd = 0; fd < 3; fd++)
+        fcntl(fd, F_SETFD, 0);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGPIPE, &dfl, NULL);
+    sigprocmask(SIG_SETMASK, mask, NULL);
+    /* a launcher killed with SIGKILL takes its ranks with it */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(1);
+    execve(exe, argv, envp);
+    if (fallback)
+        execve(fallback, argv, envp);
+    static const char msg[] = "dtrain: cannot execute the rank's program\n";
+    ssize_t ignored = write(2, msg, sizeof msg - 1);
+    (void)ignored;
+    _exit(127); /* the forked copy of the launcher must not return */
+}
+
+static const char *const launch_vars[] = {"DTRAIN_RANK=", "DTRAIN_WORLD_SIZE=",
+                                          "DTRAIN_LOCAL_RANK=", "DTRAIN_LOCAL_SIZE=",
+                                          "DTRAIN_JOB_ID="};
+#define N_LAUNCH_VARS 5
+
+int dt_launch_run(const dt_launch_opts_t *o, dt_launch_result_t *res)
+{
+    memset(res, 0, sizeof *res);
+    res->failed_rank = -1;
+    if (!o || !o->argv || !o->argv[0] || o->nproc < 1 || o->nproc > DT_LAUNCH_MAX)
+        return dt_err_set(DT_ERR_INVALID, "launch: %d ranks or no command line",
+                          o ? o->nproc : 0);
+    launch_t L;
+    memset(&L, 0, sizeof L);
+    L.o = o;
+    L.n = o->nproc;
+    L.grace_s = o->grace_s > 0 ? o->grace_s : DT_LAUNCH_GRACE_S;
+    L.first_fail = -1;
+
+    /* the job id every rank gets */
+    const char *id = o->job_id && o->job_id[0] ? o->job_id : getenv("DTRAIN_JOB_ID");
+    if (id && id[0]) {
+        snprintf(res->job_id, sizeof res->job_id, "%.96s", id);
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        snprintf(res->job_id, sizeof res->job_id, "%d-%llx", (int)getpid(),
+                 (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+    }
+    dt_world_sanitize_job_id(res->job_id);
+
+    /* fds 0-2 open, so no pipe lands there and gets lost in dup2 */
+    for (int fd = 0; fd < 3; fd++)
+        if (fcntl(fd, F_GETFD) < 0)
+            open("/dev/null", O_RDWR);
+
+    /* the environment of each rank: ours, without launch variables of an
+     * outer job, plus this job's (rewritten per rank before each fork) */
+    size_t ne = 0;
+    while (environ && environ[ne])
+        ne++;
+    char **envp = calloc(ne + N_LAUNCH_VARS + 1, sizeof *envp);
+    L.ranks = calloc((size_t)L.n, sizeof *L.ranks);
+    L.streams = calloc((size_t)L.n * 2, sizeof *L.streams);
+    if (!envp || !L.ranks || !L.streams) {
+        free(envp);
+        free(L.ranks);
+        free(L.streams);
+        return dt_err_set(DT_ERR_NOMEM, "launch: out of memory for %d ranks", L.n);
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < ne; i++) {
+        int skip = 0;
+        for (int v = 0; v < N_LAUNCH_VARS; v++)
+            skip |= strncmp(environ[i], launch_vars[v], strlen(launch_vars[v])) == 0;
+        if (!skip)
+            envp[k++] = environ[i];
+    }
+    char vars[N_LAUNCH_VARS][160];
+    for (int v = 0; v < N_LAUNCH_VARS; v++)
+        envp[k + (size_t)v] = vars[v];
+    envp[k + N_LAUNCH_VARS] = NULL;
+    for (int i = 0; i < 2 * L.n; i++)
+        L.streams[i].fd = -1;
+
+    const char *exe = o->exe ? o->exe : "/proc/self/exe";
+    char exe_fallback[4096];
+    snprintf(exe_fallback, sizeof exe_fallback, "%s", o->argv[0]);
+    const char *fallback = !o->exe && strchr(exe_fallback, '/') ? exe_fallback : NULL;
+
+    sigset_t set, old_mask;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, &old_mask);
+    struct sigaction ign, old_pipe;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ign, &old_pipe);
+    int rc = DT_OK;
+    int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0)
+        rc = dt_err_set(DT_ERR_SYSTEM, "launch: signalfd: %s", strerror(errno));
+
+    fprintf(stderr, "dtrain: launching %d ranks (job %s)\n", L.n, res->job_id);
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t me = getpid();
+    for (int r = 0; r < L.n && rc == DT_OK; r++) {
+        int po[2], pe[2];
+        if (pipe2(po, O_CLOEXEC) != 0) {
+            rc = dt_err_set(DT_ERR_SYSTEM, "launch: pipe for rank %d: %s", r, strerror(errno));
+            break;
+        }
+        if (pipe2(pe, O_CLOEXEC) != 0) {
+            rc = dt_err_set(DT_ERR_SYSTEM, "launch: pipe for rank %d: %s", r, strerror(errno));
+            close(po[0]);
+            close(po[1]);
+            break;
+        }
+        snprintf(vars[0], sizeof vars[0], "DTRAIN_RANK=%d", r);
+        snprintf(vars[1], sizeof vars[1], "DTRAIN_WORLD_SIZE=%d", L.n);
+        snprintf(vars[2], sizeof vars[2], "DTRAIN_LOCAL_RANK=%d", r);
+        snprintf(vars[3], sizeof vars[3], "DTRAIN_LOCAL_SIZE=%d", L.n);
+        snprintf(vars[4], sizeof vars[4], "DTRAIN_JOB_ID=%s", res->job_id);
+        pid_t pid = fork();
+        if (pid == 0)
+            child_exec(po[1], pe[1], exe, o->argv, envp, fallback, &old_mask, me);
+        int err = errno;
+        close(po[1]);
+        close(pe[1]);
+        if (pid < 0) {
+            close(po[0]);
+            close(pe[0]);
+            rc = dt_err_set(DT_ERR_SYSTEM, "launch: fork of rank %d: %s", r, strerror(err));
+            break;
+        }
+        L.ranks[r].pid = pid;
+        L.ranks[r].alive = 1;
+        L.n_alive++;
+        stream_t *so = &L.streams[2 * r], *se = &L.streams[2 * r + 1];
+        so->fd = po[0];
+        so->rank = r;
+        so->out_fd = 1;
+        so->raw = r == o->raw_stdout_rank;
+        se->fd = pe[0];
+        se->rank = r;
+        se->out_fd = 2;
+        fcntl(po[0], F_SETFL, O_NONBLOCK);
+        fcntl(pe[0], F_SETFL, O_NONBLOCK);
+    }
+    if (rc != DT_OK) {
+        /* could not start them all: the started ones cannot form the job */
+        signal_all(&L, SIGKILL);
+        L.aborting = 1;
+    }
+
+    struct pollfd *pf = calloc((size_t)L.n * 2 + 1, sizeof *pf);
+    int *which = calloc((size_t)L.n * 2 + 1, sizeof *which);
+    if (!pf || !which) {
+        signal_all(&L, SIGKILL);
+        if (rc == DT_OK)
+            rc = dt_err_set(DT_ERR_NOMEM, "launch: out of memory");
+    }
+    double drain_until = 0;
+    for (;;) {
+        int open_streams = 0;
+        for (int i = 0; i < 2 * L.n; i++)
+            open_streams += L.streams[i].fd >= 0;
+        if (L.n_alive == 0 && (open_streams == 0 || !pf))
+            break;
+        double now = mono_s();
+        if (L.n_alive == 0 && drain_until == 0)
+            drain_until = now + DRAIN_S;
+        if (L.n_alive == 0 && now >= drain_until) {
+            for (int i = 0; i < 2 * L.n; i++)
+                if (L.streams[i].fd >= 0)
+                    close_stream(&L, &L.streams[i]);
+            break;
+        }
+        if (!pf) { /* no memory to poll: just wait for the ranks */
+            int st;
+            for (int r = 0; r < L.n; r++)
+                if (L.ranks[r].alive && waitpid(L.ranks[r].pid, &st, 0) == L.ranks[r].pid) {
+                    L.ranks[r].alive = 0;
+                    L.ranks[r].status = st;
+                    L.n_alive--;
+                }
+            continue;
+        }
+        /* wake at least once a second: reaping does not rely on SIGCHLD */
+        double until = now + 1.0;
+        if (L.n_alive > 0 && L.kill_at > 0 && L.kill_at < until)
+            until = L.kill_at;
+        if (L.n_alive == 0 && drain_until < until)
+            until = drain_until;
+        int timeout_ms = (int)((until - now) * 1000.0) + 1;
+        int np = 0;
+        if (sfd >= 0) {
+            pf[np] = (struct pollfd){.fd = sfd, .events = POLLIN};
+            which[np++] = -1;
+        }
+        for (int i = 0; i < 2 * L.n; i++)
+            if (L.streams[i].fd >= 0) {
+                pf[np] = (struct pollfd){.fd = L.streams[i].fd, .events = POLLIN};
+                which[np++] = i;
+            }
+        int pr = poll(pf, (nfds_t)np, timeout_ms);
+        if (pr < 0 && errno != EINTR) {
+            rc = dt_err_set(DT_ERR_SYSTEM, "launch: poll: %s", strerror(errno));
+            signal_all(&L, SIGKILL);
+            free(pf);
+            pf = NULL;
+            continue;
+        }
+        for (int i = 0; pr > 0 && i < np; i++) {
+            if (!pf[i].revents)
+                continue;
+            if (which[i] < 0) {
+                struct signalfd_siginfo si;
+                while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si)
+                    if ((int)si.ssi_signo != SIGCHLD)
+                        on_signal(&L, (int)si.ssi_signo);
+            } else {
+                read_stream(&L, &L.streams[which[i]]);
+            }
+        }
+        reap(&L);
+        if (L.n_alive > 0 && L.kill_at > 0 && mono_s() >= L.kill_at) {
+            for (int r = 0; r < L.n; r++)
+                if (L.ranks[r].alive && kill(L.ranks[r].pid, SIGKILL) == 0)
+                    fprintf(stderr, "dtrain: rank %d did not stop within %.0f s of being "
+                                    "asked to; killed it\n", r, L.grace_s);
+            L.kill_at = 0;
+        }
+    }
+    free(pf);
+    free(which);
+
+    /* restore the caller's signal state (a signal still pending is read
+     * first, so unblocking does not deliver it to us) */
+    if (sfd >= 0) {
+        struct signalfd_siginfo si;
+        while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si)
+            ;
+        close(sfd);
+    }
+    sigprocmask(SIG_SETMASK, &old_mask, NULL);
+    sigaction(SIGPIPE, &old_pipe, NULL);
+
+    char err_copy[DT_ERR_MAX];
+    snprintf(err_copy, sizeof err_copy, "%s", rc != DT_OK ? dt_last_error() : "");
+    int shm_rc = dt_launch_remove_shm(res->job_id, &res->shm_removed);
+    if (res->shm_removed > 0)
+        fprintf(stderr, "dtrain: removed %d shared-memory segment%s left by job %s "
+                        "(/dev/shm/dtrain-%s*)\n",
+                res->shm_removed, res->shm_removed == 1 ? "" : "s", res->job_id, res->job_id);
+    else if (shm_rc != DT_OK)
+        fprintf(stderr, "dtrain: warning: %s\n", dt_last_error());
+    if (rc != DT_OK)
+        dt_err_set(rc, "%s", err_copy);
+
+    char b[32];
+    if (L.first_fail >= 0) {
+        const rank_state_t *f = &L.ranks[L.first_fail];
+        char how[64];
+        if (WIFEXITED(f->status))
+            snprintf(how, sizeof how, "exit %d", WEXITSTATUS(f->status));
+        else
+            snprintf(how, sizeof how, "killed by %s%s",
+                     sig_name(WTERMSIG(f->status), b, sizeof b),
+                     WCOREDUMP(f->status) ? ", core dumped" : "");
+        char others[64] = "";
+        if (L.n_stopped > 0)
+            snprintf(others, sizeof others, "; stopped the other %d rank%s", L.n_stopped,
+                     L.n_stopped == 1 ? "" : "s");
+        /* its error line may have scrolled away under the others' reports */
+        if (WIFEXITED(f->status) && f->last[0])
+            fprintf(stderr, "dtrain: rank %d failed (%s)%s; its last error line: %s\n",
+                    L.first_fail, how, others, f->last);
+        else
+            fprintf(stderr, "dtrain: rank %d failed (%s)%s\n", L.first_fail, how, others);
+        res->failed_rank = L.first_fail;
+        res->exit_code = WIFEXITED(f->status) ? WEXITSTATUS(f->status) : 1;
+    } else if (L.stop_sig) {
+        fprintf(stderr, "dtrain: stopped by %s\n", sig_name(L.stop_sig, b, sizeof b));
+        res->signal = L.stop_sig;
+        res->exit_code = 128 + L.stop_sig;
+    } else {
+        res->exit_code = rc == DT_OK ? 0 : 1;
+    }
+    free(envp);
+    free(L.ranks);
+    free(L.streams);
+    return rc;
+}

@@ -1,0 +1,172 @@
+/*
+ * sdk/lib/dt_shard_state.c - the sharded engine's persistent state by
+ * global ranges: what a rank holds (its shard of each unit), what it
+ * saves, copying state in and out, and rebuilding the derived copies once
+ * loading is done.
+ *
+ * A rank HOLDS its shard of every unit (dt_shard_held) for every state
+ * kind, master parameters included: a checkpoint is then topology free,
+ * each rank reading the global ranges it holds whatever wrote them.  Its
+ * replicas (hybrid sharding) hold the same shard; to SAVE, they split it
+ * evenly, so over the whole group each element is written exactly once
+ * and the writes spread over every rank.
+ */
+#include <string.h>
+
+#include "dt_shard_internal.h"
+
+static const char *kind_name(int kind)
+{
+    switch (kind) {
+    case DT_STATE_PARAMS: return "params";
+    case DT_STATE_EXP_AVG: return "exp_avg";
+    case DT_STATE_EXP_AVG_SQ: return "exp_avg_sq";
+    default: return "unknown";
+    }
+}
+
+/* Check unit/kind; DT_ERR_NOT_FOUND (message set) for SGD's missing
+ * second moment. */
+static int check_kind(dt_shard_t *e, uint32_t unit, int kind, const char *what)
+{
+    const dt_host_v1_t *host = e->host;
+    if (unit >= e->model->n_units)
+        return host->set_error(host, DT_ERR_INVALID,
+                               "%s: unit %u out of range (model has %u units)", what, unit,
+                               e->model->n_units);
+    if (kind < 0 || kind >= DT_STATE_COUNT)
+        return host->set_error(host, DT_ERR_INVALID, "%s: unit '%s': unknown state kind %d",
+                               what, e->model->units[unit].name, kind);
+    if (kind == DT_STATE_EXP_AVG_SQ && !e->v)
+        return host->set_error(host, DT_ERR_NOT_FOUND,
+                               "%s: unit '%s': the sgd optimizer keeps no exp_avg_sq (second "
+                               "moment); its momentum is state exp_avg",
+                               what, e->model->units[unit].name);
+    return DT_OK;
+}
+
+int dt_shard_state_ranges(dt_shard_t *e, uint32_t unit, int kind, int purpose,
+                          dt_range_t *out, uint32_t cap, uint32_t *n)
+{
+    *n = 0;
+    if (purpose != DT_RANGES_HELD && purpose != DT_RANGES_SAVE)
+        return e->host->set_error(e->host, DT_ERR_INVALID, "state_ranges: unknown purpose %d",
+                                  purpose);
+    int rc = check_kind(e, unit, kind, "state_ranges");
+    if (rc == DT_ERR_NOT_FOUND)
+        return DT_OK; /* SGD has no second moment: nothing held or saved */
+    if (rc != DT_OK)
+        return rc;
+    dt_range_t r = dt_shard_held(&e->plan, unit, e->srank, NULL);
+    if (purpose == DT_RANGES_SAVE) {
+        dt_range_t part = dt_range_split(r.count, e->rsize, e->rrank);
+        r = (dt_range_t){r.offset + part.offset, part.count};
+    }
+    if (r.count == 0)
+        return DT_OK;
+    if (cap > 0 && out)
+        out[0] = r;
+    *n = 1;
+    return DT_OK;
+}
+
+/* Device pointer of state `kind` at global range r of `unit`, which must
+ * lie inside this rank's shard. */
+static float *state_ptr(dt_shard_t *e, uint32_t unit, int kind, dt_range_t r, const void *buf,
+                        const char *what, int *rc)
+{
+    const dt_host_v1_t *host = e->host;
+    if ((*rc = check_kind(e, unit, kind, what)) != DT_OK)
+        return NULL;
+    const dt_unit_desc_v1_t *u = &e->model->units[unit];
+    if (r.count > u->numel || r.offset > u->numel - r.count) {
+        *rc = host->set_error(host, DT_ERR_INVALID,
+                              "%s: unit '%s' state %s: range [%llu, +%llu) outside the unit's "
+                              "%llu elements", what, u->name, kind_name(kind),
+                              (unsigned long long)r.offset, (unsigned long long)r.count,
+                              (unsigned long long)u->numel);
+        return NULL;
+    }
+    uint64_t off;
+    dt_range_t h = dt_shard_held(&e->plan, unit, e->srank, &off);
+    if (r.count > 0 && (r.offset < h.offset || r.offset + r.count > h.offset + h.count)) {
+        *rc = host->set_error(host, DT_ERR_INVALID,
+                              "%s: unit '%s' state %s: range [%llu, +%llu) is not inside this "
+                              "rank's shard [%llu, +%llu) (shard rank %u of %u)", what, u->name,
+                              kind_name(kind), (unsigned long long)r.offset,
+                              (unsigned long long)r.count, (unsigned long long)h.offset,
+                              (unsigned long long)h.count, e->srank, e->ssize);
+        return NULL;
+    }
+    if (r.count > 0 && !buf) {
+        *rc = host->set_error(host, DT_ERR_INVALID, "%s: unit '%s' state %s: NULL buffer",
+                              what, u->name, kind_name(kind));
+        return NULL;
+    }
+    if (r.count == 0)
+        return e->m; /* any valid pointer: nothing is copied */
+    uint64_t at = off + (r.offset - h.offset); /* in the shard buffer */
+    uint32_t gi = e->plan.group_of_unit[unit];
+    switch (kind) {
+    case DT_STATE_PARAMS:
+        return dt_shard__master(e, gi) + (at - e->plan.groups[gi].shard_off);
+    case DT_STATE_EXP_AVG: return e->m + at;
+    default: return e->v + at;
+    }
+}
+
+static int copy_state(dt_shard_t *e, uint32_t unit, int kind, dt_range_t r, void *dst,
+                      const void *src, int dir, const char *what)
+{
+    const dt_device_ops_v1_t *d = e->dev_ops;
+    int rc = DT_OK;
+    if (r.count > 0) {
+        rc = d->memcpy_async(e->dev, dst, src, r.count * sizeof(float), dir, e->cs);
+        if (rc == DT_OK)
+            rc = d->stream_sync(e->dev, e->cs);
+    }
+    if (rc != DT_OK)
+        e->host->log(e->host, DT_LOG_ERROR,
+                     "%s: unit '%s' state %s [%llu, +%llu): copy failed", what,
+                     e->model->units[unit].name, kind_name(kind), (unsigned long long)r.offset,
+                     (unsigned long long)r.count);
+    return rc;
+}
+
+int dt_shard_get_state(dt_shard_t *e, uint32_t unit, int kind, dt_range_t r, float *buf)
+{
+    int rc;
+    float *p = state_ptr(e, unit, kind, r, buf, "get_state", &rc);
+    if (!p)
+        return rc;
+    return copy_state(e, unit, kind, r, buf, p, DT_COPY_D2H, "get_state");
+}
+
+int dt_shard_set_state(dt_shard_t *e, uint32_t unit, int kind, dt_range_t r, const float *buf)
+{
+    int rc;
+    float *p = state_ptr(e, unit, kind, r, buf, "set_state", &rc);
+    if (!p)
+        return rc;
+    return copy_state(e, unit, kind, r, p, buf, DT_COPY_H2D, "set_state");
+}
+
+int dt_shard_state_loaded(dt_shard_t *e)
+{
+    /* hooks may have gathered the old parameters (an evaluation before a
+     * load): drop those copies with everything else in flight */
+    int rc = dt_shard__drain(e, -1);
+    for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++) {
+        sh_group_t *g = &e->g[i];
+        if (g->transient && g->active == 0 && g->full) {
+            e->dev_ops->free(e->dev, g->full);
+            g->full = NULL;
+            g->pstate = SH_P_FREE;
+        }
+    }
+    if (rc == DT_OK)
+        rc = dt_shard__refresh_params(e, "state_loaded");
+    if (rc == DT_OK)
+        rc = e->dev_ops->stream_sync(e->dev, e->cs);
+    return rc;
+}

@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# `dtrain run` as the launcher of its local ranks, and `dtrain bench comm`:
+# output carries "[rank R] " prefixes, a rank that dies stops the job fast
+# with a line naming it and leaves no shared memory, SIGTERM (and SIGKILL)
+# to the launcher leaves no rank behind, bad nproc values and a clash with
+# an outer launcher's world size are config errors, ranks started
+# torchrun-style by hand join one job and train exactly like launched ones,
+# and the comm benchmark prints its table and catches a wrong result.
+set -euo pipefail
+bin=$1 work=$2
+. "$(dirname "$0")/lib.sh"
+rm -rf "$work"; mkdir -p "$work"; cd "$work"
+tag="lt$$"   # marks this run's processes and files
+export DTRAIN_LOG=info   # the device's info line is rank 1's only output in a run
+
+# wait_for FILE FIXED-STRING SECONDS: until FILE contains the string
+wait_for() {
+  local i=0
+  while ! grep -qF -- "$2" "$1" 2>/dev/null; do
+    i=$((i + 1)); [ "$i" -gt $(($3 * 20)) ] && return 1; sleep 0.05
+  done
+}
+# wait_gone PID SECONDS: until the process has ended
+wait_gone() {
+  local i=0
+  while kill -0 "$1" 2>/dev/null; do
+    i=$((i + 1)); [ "$i" -gt $(($2 * 20)) ] && return 1; sleep 0.05
+  done
+}
+# rank_pid LAUNCHER_PID RANK: the child running that rank
+rank_pid() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "DTRAIN_RANK=$2"; then
+      echo "$p"; return 0
+    fi
+  done
+  return 1
+}
+final_loss() { grep -o '"loss": [^,]*' "$1" | tail -n 1 | cut -d' ' -f2; }
+
+expect_exit 0 "data prepare" "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin
+cat > tiny.toml <<'T'
+[run]
+comm = "shm"
+out_dir = "out"
+log_every = 1
+[model]
+n_layer = 2
+n_head = 2
+n_embd = 32
+context = 32
+[data]
+train = "train.bin"
+[train]
+steps = 6
+micro_batch = 2
+seq_len = 32
+lr = 3e-3
+warmup_steps = 2
+[launch]
+timeout = 20.0
+[cpu]
+threads = 1
+T
+
+# ---- launched ranks train; every line carries its rank ----
+expect_exit 0 "nproc=2 run" "$bin" run tiny.toml --set launch.nproc=2 --set run.name=l2 \
+  --metrics l2.jsonl
+expect_out "launcher announces the job" "dtrain: launching 2 ranks (job "
+expect_out "rank 0's lines are prefixed" "[rank 0] step     6/6"
+expect_out "rank 1's lines are prefixed" "[rank 1] "
+expect_out "the run has 2 data-parallel ranks" "x dp 2)"
+stray=$(printf '%s\n' "$out" | grep -v -e '^\[rank [01]\] ' -e '^dtrain: ' || true)
+if [ -z "$stray" ]; then ok "no line without a rank prefix (no mid-line mixing)"
+else bad "lines without a rank prefix" "$stray"; fi
+if [ "$(printf '%s\n' "$out" | grep -c '^\[rank [01]\] \[rank')" = 0 ]; then
+  ok "log lines already tagged are not tagged twice"
+else bad "doubled prefix" "$out"; fi
+l2_loss=$(final_loss l2.jsonl)
+
+# ---- a rank that dies stops the job, named, without leftovers ----
+job="$tag-kill"
+: > "/dev/shm/dtrain-$job-g9c9"   # what a crashed split could leave
+start=$(date +%s)
+DTRAIN_JOB_ID=$job "$bin" run tiny.toml --set launch.nproc=2 --set run.name=kill \
+  --set train.steps=1000000 > kill.log 2>&1 & lpid=$!
+if wait_for kill.log "[rank 0] step     2/" 30 && victim=$(rank_pid "$lpid" 1); then
+  kill -KILL "$victim"
+  set +e; wait "$lpid"; code=$?; set -e
+  secs=$(( $(date +%s) - start ))
+  out=$(cat kill.log)
+  if [ "$code" = 1 ]; then ok "launcher exits 1 when rank 1 is killed"; else bad "exit $code, expected 1" "$out"; fi
+  if [ "$secs" -lt 20 ]; then ok "stopped within the timeout (${secs} s)"; else bad "took ${secs} s" "$out"; fi
+  # (rank 0 may notice the death itself before the launcher stops it, so
+  # "stopped the other 1 rank" is not asserted)
+  expect_out "names the failed rank and signal" "dtrain: rank 1 failed (killed by SIGKILL)"
+  expect_out "announces the shared-memory cleanup" "removed 1 shared-memory segment left by job $job"
+  left=$(ls /dev/shm | grep -F "dtrain-$job" || true)
+  if [ -z "$left" ]; then ok "no /dev/shm/dtrain-$job* left"; else bad "left: $left"; fi
+else
+  kill -KILL "$lpid" 2>/dev/null || true
+  bad "killed-rank run did not reach step 2" "$(cat kill.log)"
+fi
+rm -f "/dev/shm/dtrain-$job-g9c9"
+
+# ---- a rank that fails on its own: its exit code and error line ----
+expect_exit 1 "a rank's own failure ends the job with its code" "$bin" run tiny.toml \
+  --set launch.nproc=2 --set data.train=missing.bin
+# both ranks miss the file; whichever fails first is named, with its line
+if printf '%s\n' "$out" | grep -qE "^\[rank [01]\] dtrain run: error: data file 'missing.bin'"; then
+  ok "the rank's error line is relayed, prefixed"; else bad "no prefixed error line" "$out"; fi
+if printf '%s\n' "$out" | tail -n 1 | grep -qE "^dtrain: rank [01] failed \(exit 1\)(; stopped the other 1 rank)?; its last error line: dtrain run: error: data file 'missing.bin'"; then
+  ok "the last line names the rank and repeats its error"; else bad "bad summary line" "$out"; fi
+
+# ---- SIGTERM to the launcher stops every rank ----
+cp tiny.toml "sigterm-$tag.toml"
+"$bin" run "sigterm-$tag.toml" --set launch.nproc=2 --set run.name=term \
+  --set train.steps=1000000 > term.log 2>&1 & lpid=$!
+if wait_for term.log "[rank 0] step     2/" 30; then
+  kill -TERM "$lpid"
+  set +e; wait "$lpid"; code=$?; set -e
+  out=$(cat term.log)
+  if [ "$code" = 143 ]; then ok "SIGTERM: launcher exits 128+15"; else bad "exit $code, expected 143" "$out"; fi
+  expect_out "SIGTERM passed on" "dtrain: got SIGTERM: passed it on to 2 ranks"
+  expect_out "SIGTERM summary" "dtrain: stopped by SIGTERM"
+  if pgrep -f "sigterm-$tag" >/dev/null; then bad "ranks left running" "$(pgrep -af "sigterm-$tag")"
+  else ok "no rank left after SIGTERM"; fi
+else
+  kill -KILL "$lpid" 2>/dev/null || true
+  bad "SIGTERM run did not reach step 2" "$(cat term.log)"
+fi
+
+# ---- SIGKILL to the launcher: the ranks die with it ----
+cp tiny.toml "sigkill-$tag.toml"
+"$bin" run "sigkill-$tag.toml" --set launch.nproc=2 --set run.name=skill \
+  --set train.steps=1000000 > skill.log 2>&1 & lpid=$!
+if wait_for skill.log "[rank 0] step     2/" 30; then
+  kids=$(pgrep -P "$lpid" | tr '\n' ' ')
+  kill -KILL "$lpid"; wait "$lpid" 2>/dev/null || true
+  gone=1
+  for k in $kids; do wait_gone "$k" 10 || gone=0; done
+  if [ "$gone" = 1 ] && [ -n "$kids" ]; then ok "ranks die with a SIGKILLed launcher"
+  else bad "ranks survived the launcher" "$(pgrep -af "sigkill-$tag")"; pkill -KILL -f "sigkill-$tag" || true; fi
+else
+  kill -KILL "$lpid" 2>/dev/null || true
+  bad "SIGKILL run did not reach step 2" "$(cat skill.log)"
+fi
+
+# ---- bad nproc ----
+expect_exit 2 "nproc = 0" "$bin" run tiny.toml --set launch.nproc=0
+expect_out "nproc = 0 explained" "[launch] nproc = 0 is out of range (allowed 1 .. 256)"
+expect_exit 2 "nproc above 4 per CPU" taskset -c 0 "$bin" run tiny.toml --set launch.nproc=5
+expect_out "nproc limit explained" "launch.nproc = 5 (from --set) is more local ranks than this machine can run: the limit is 4"
+
+# ---- under another launcher: no spawning, and nproc must agree ----
+expect_exit 2 "nproc vs torchrun WORLD_SIZE" env RANK=0 WORLD_SIZE=2 "$bin" run tiny.toml \
+  --set launch.nproc=3
+expect_out "both numbers and their sources" "launch.nproc = 3 (from --set) asks for 3 local ranks, but torchrun started this process as one of 2 local ranks (WORLD_SIZE = 2)"
+sed 's/^\[launch\]$/[launch]\nnproc = 4/' tiny.toml > n4.toml
+expect_exit 2 "nproc in the file vs Open MPI" env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 \
+  "$bin" run n4.toml
+expect_out "file and Open MPI named" "launch.nproc = 4 (set in n4.toml) asks for 4 local ranks, but Open MPI started this process as one of 2 local ranks (OMPI_COMM_WORLD_SIZE = 2)"
+expect_exit 2 "half a launcher environment" env WORLD_SIZE=2 "$bin" run tiny.toml
+expect_out "half environment named" "WORLD_SIZE is set but RANK is not"
+
+# ---- torchrun-style ranks started by hand join one job ----
+port=$(( 20000 + $$ % 20000 ))
+for r in 0 1; do
+  env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+    MASTER_PORT=$port "$bin" run tiny.toml --set run.name=tr --metrics tr.jsonl \
+    > "tr$r.log" 2>&1 &
+  eval "tpid$r=\$!"
+done
+set +e; wait "$tpid0"; c0=$?; wait "$tpid1"; c1=$?; set -e
+if [ "$c0" = 0 ] && [ "$c1" = 0 ]; then ok "both torchrun-style ranks finish"
+else bad "torchrun-style ranks exited $c0 and $c1" "$(cat tr0.log tr1.log)"; fi
+out=$(cat tr0.log)
+expect_out "they form one 2-rank job" "x dp 2)"
+tr_loss=$(final_loss tr.jsonl)
+if [ -n "$tr_loss" ] && [ "$tr_loss" = "$l2_loss" ]; then
+  ok "same final loss as the launched run ($tr_loss)"
+else bad "final loss $tr_loss, launched run $l2_loss"; fi
+
+# ---- dtrain bench comm ----
+expect_exit 0 "bench comm, 2 ranks" "$bin" bench comm --nproc 2 --sizes 4K:1M
+expect_out "table header with busbw" "busbw(GB/s)"
+expect_out "largest size row" "     1048576       262144    f32    sum"
+rows=$(printf '%s\n' "$out" | grep -cE '^ +[0-9]+ +[0-9]+ +f32 +sum .* 0$' || true)
+if [ "$rows" = 9 ]; then ok "9 unprefixed, checked rows (4K..1M)"; else bad "$rows rows" "$out"; fi
+expect_exit 0 "bench comm, 3 ranks" "$bin" bench comm --nproc 3 --sizes 1M:1M --iters 20
+ratio=$(printf '%s\n' "$out" | awk '$1 == 1048572 || $1 == 1048576 { printf "%.3f", $7 / $6 }')
+if awk -v r="$ratio" 'BEGIN { exit !(r > 1.30 && r < 1.37) }'; then
+  ok "all_reduce busbw = algbw x 2(n-1)/n for n = 3 ($ratio)"
+else bad "busbw/algbw = $ratio, expected 1.333" "$out"; fi
+expect_exit 1 "a wrong result fails" env DTRAIN_TEST_BENCH_CORRUPT=1 "$bin" bench comm \
+  --nproc 2 --sizes 4K:8K --op all_gather
+expect_out "wrong result names op, size and rank" "rank 1: all_gather (f32) of 4096 bytes: 1 of 1024 elements wrong"
+expect_out "table marks it" "WRONG"
+expect_out "launcher names the rank" "dtrain: rank 1 failed (exit 1)"
+expect_out "rank 1's own (untagged) line gets its prefix" "[rank 1] dtrain bench comm: error: rank 1: all_gather"
+expect_exit 2 "bench comm: unknown op" "$bin" bench comm --op allreduce
+expect_out "unknown op named" "unknown --op 'allreduce'"
+expect_exit 2 "bench without a benchmark" "$bin" bench
+expect_exit 0 "bench --help" "$bin" bench --help
+expect_out "bench --help shows usage" "usage: dtrain bench comm"
+expect_exit 2 "bench comm --nproc above the limit" taskset -c 0 "$bin" bench comm --nproc 5
+expect_out "bench nproc limit explained" "--nproc = 5 (from the command line) is more local ranks than this machine can run: the limit is 4"
+finish

@@ -1,0 +1,273 @@
+#!/usr/bin/env bash
+# Multi-process training through `dtrain run`, ranks started the way an
+# external launcher starts them (DTRAIN_* environment, one process each):
+#  - DDP equivalence: N = 2 and 4 ranks, with and without accumulation, give
+#    the 1-rank losses and final parameters within fp32 reduction-order
+#    tolerance (losses 1e-5 absolute, parameters 2e-5 absolute: measured
+#    ~5e-7 and ~1.6e-6 over 20 AdamW steps at lr 3e-3);
+#  - checkpoints do not depend on topology: saved by 2 ranks, resumed by 1
+#    and by 4, the loss curve continues;
+#  - `dtrain ckpt inspect|consolidate|export` on a sharded checkpoint;
+#  - failures: configs that differ between ranks, a peer that never
+#    arrives, a rank killed in the middle of a checkpoint write, a rank
+#    whose disk fills: clear errors and the previous checkpoint intact.
+set -euo pipefail
+bin=$1 work=$2
+. "$(dirname "$0")/lib.sh"
+py=/usr/bin/python3
+rm -rf "$work"; mkdir -p "$work"; cd "$work"
+"$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
+cat > eq.toml <<'T'
+[run]
+comm = "shm"
+out_dir = "out"
+[model]
+n_layer = 2
+n_head = 2
+n_embd = 32
+context = 32
+[data]
+train = "train.bin"
+[train]
+steps = 20
+global_batch = 8
+seq_len = 32
+lr = 3e-3
+warmup_steps = 2
+[launch]
+timeout = 30.0
+[cpu]
+threads = 1
+T
+
+# ranks N ARGS...: start N ranks of `dtrain run ARGS` with one job id; rank
+# r's output goes to rank<r>.log; returns the first non-zero exit status.
+ranks() {
+  local n=$1; shift
+  local job="t$$-$RANDOM" pids=() rc=0
+  for ((r = 0; r < n; r++)); do
+    DTRAIN_RANK=$r DTRAIN_WORLD_SIZE=$n DTRAIN_LOCAL_RANK=$r DTRAIN_LOCAL_SIZE=$n \
+      DTRAIN_JOB_ID=$job "$bin" run "$@" >"rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || { local s=$?; [ $rc = 0 ] && rc=$s; }; done
+  return $rc
+}
+losses() { grep -o '"loss": [^,]*' "$1" | cut -d' ' -f2; }
+# same_losses NAME A.jsonl B.jsonl [FIRST_LINE_OF_B_TO_COMPARE]
+same_losses() {
+  local d
+  d=$(paste <(losses "$2") <(losses "$3") | awk 'NF == 2 { d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ }
+        END { if (n == 0) print "none"; else printf "%.3g %d\n", m, n }')
+  if [ "$d" != none ] && awk -v d="${d% *}" 'BEGIN { exit !(d <= 1e-5) }'; then
+    ok "$1: losses match (max diff ${d% *} over ${d#* } steps)"
+  else bad "$1: losses differ (max diff $d)" "$(paste <(losses "$2") <(losses "$3"))"; fi
+}
+cat > cmp.py <<'P'
+import json, struct, sys
+import numpy as np
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); d = b[8 + n:]
+    return {k: np.frombuffer(d[v["data_offsets"][0]:v["data_offsets"][1]], np.float32).reshape(v["shape"])
+            for k, v in h.items() if k != "__metadata__"}
+mode, a, b = sys.argv[1], load(sys.argv[2]), load(sys.argv[3])
+assert a.keys() == b.keys(), "different tensor names"
+if mode == "transposed":  # b is a's hf layout: Conv1D weights transposed
+    for k in a:
+        conv = k.endswith(("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"))
+        want = a[k].T if conv else a[k]
+        assert want.shape == b[k].shape and np.array_equal(want, b[k]), k
+    print("transposed ok")
+else:
+    tol = float(mode)
+    worst = max(float(np.max(np.abs(a[k] - b[k]))) for k in a)
+    print("max abs diff %.3g" % worst)
+    sys.exit(0 if worst <= tol else 1)
+P
+
+# ---- DDP equivalence -------------------------------------------------------
+expect_exit 0 "1 rank, micro-batch 8" "$bin" run eq.toml --set run.comm=self \
+  --set train.micro_batch=8 --set run.name=n1 --metrics n1.jsonl
+"$bin" export out/n1/ckpt n1.st --layout dtrain >/dev/null
+for v in "2 4 n2" "4 2 n4" "2 2 n2a" "4 1 n4a"; do
+  set -- $v
+  accum=$((8 / ($1 * $2)))
+  if ranks "$1" eq.toml --set train.micro_batch="$2" --set run.name="$3" --metrics "$3.jsonl"; then
+    ok "$1 ranks x micro-batch $2 x accumulation $accum trained"
+  else bad "$1 ranks x micro-batch $2 failed" "$(cat rank*.log)"; continue; fi
+  same_losses "$1 ranks, accumulation $accum vs 1 rank" n1.jsonl "$3.jsonl"
+  "$bin" export "out/$3/ckpt" "$3.st" --layout dtrain >/dev/null
+  if out=$($py cmp.py 2e-5 n1.st "$3.st" 2>&1); then ok "$1 ranks, accumulation $accum: final parameters ($out)"
+  else bad "$1 ranks, accumulation $accum: final parameters differ" "$out"; fi
+done
+
+# ---- topology-free checkpoints ---------------------------------------------
+if ranks 2 eq.toml --set train.micro_batch=4 --set run.name=s2 --set train.stop_at=10; then
+  ok "2 ranks stopped after step 10 with a checkpoint"
+else bad "2-rank run to step 10 failed" "$(cat rank*.log)"; fi
+expect_exit 0 "ckpt inspect --verify on a 2-rank checkpoint" "$bin" ckpt inspect out/s2/ckpt --verify
+expect_out "inspect names the writer" "written by 2 rank(s) with ddp"
+expect_out "inspect shows both shards" "shard-00001.bin"
+expect_out "inspect verifies CRCs" "verified: every segment's CRC-32 matches"
+mkdir -p out/r1 && cp -r out/s2/ckpt out/r1/
+expect_exit 0 "resumed by 1 rank" "$bin" run eq.toml --set run.comm=self --set train.micro_batch=8 \
+  --set run.name=r1 --set checkpoint.resume=latest --metrics r1.jsonl
+expect_out "1 rank resumed at step 10" "(step 10)"
+same_losses "saved by 2 ranks, resumed by 1" <(grep '"step"' n2.jsonl | tail -n 10) r1.jsonl
+mkdir -p out/r4 && cp -r out/s2/ckpt out/r4/
+if ranks 4 eq.toml --set train.micro_batch=2 --set run.name=r4 --set checkpoint.resume=latest \
+     --metrics r4.jsonl; then ok "resumed by 4 ranks"
+else bad "4-rank resume failed" "$(cat rank*.log)"; fi
+same_losses "saved by 2 ranks, resumed by 4" <(grep '"step"' n2.jsonl | tail -n 10) r4.jsonl
+
+expect_exit 0 "ckpt consolidate" "$bin" ckpt consolidate out/s2/ckpt/step-00000010 cons
+expect_exit 0 "consolidated checkpoint has one shard" "$bin" ckpt inspect cons --verify
+expect_out "consolidated: written by 1 rank" "written by 1 rank(s)"
+"$bin" export out/s2/ckpt s2.st --layout dtrain >/dev/null
+"$bin" export cons c.st --layout dtrain >/dev/null
+if out=$($py cmp.py 0 s2.st c.st 2>&1); then ok "consolidated weights equal the sharded ones ($out)"
+else bad "consolidated weights differ" "$out"; fi
+expect_exit 0 "dtrain export (hf layout)" "$bin" export out/s2/ckpt s2hf.st
+if out=$($py cmp.py transposed s2.st s2hf.st 2>&1); then ok "hf layout transposes exactly the Conv1D weights"
+else bad "hf layout is wrong" "$out"; fi
+expect_exit 2 "export: bad --layout" "$bin" export out/s2/ckpt x.st --layout torch
+expect_out "export names the choices" "--layout is hf or dtrain"
+expect_exit 1 "inspect: not a checkpoint" "$bin" ckpt inspect train.bin
+expect_exit 1 "resume from another model shape" "$bin" run eq.toml --set run.comm=self \
+  --set model.n_embd=64 --set checkpoint.resume=out/s2/ckpt/step-00000010 --set train.micro_batch=8
+expect_out "shape mismatch names the tensor" "tensor wte.weight has shape [256, 32] there but [256, 64] in this model"
+
+# ---- strategies and layouts: save by one, resume by another -----------------
+# Global batch 12 divides over 1-4 ranks.  Reference: ddp on 1 rank.  Each
+# sharded run is checked against it (losses 1e-5), its measured model-state
+# bytes (params + grads + optimizer peaks) against its plan (5%), and its
+# checkpoint at step 10 is resumed by another strategy at another world size.
+mt() { ranks "$@" --set train.global_batch=12; }
+expect_exit 0 "reference: ddp, 1 rank, batch 12" "$bin" run eq.toml --set run.comm=self \
+  --set train.global_batch=12 --set train.micro_batch=12 --set run.name=ref12 --metrics ref12.jsonl
+state_vs_plan() { # NAME METRICS: measured model-state bytes within 5% of the plan
+  local r
+  r=$($py - "$2" <<'P'
+import json, sys
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    if "memory" in j:
+        m = j["memory"]; k = ("params", "grads", "optimizer")
+        got = sum(m["peak_bytes"][t] for t in k); want = sum(m["planned_bytes"][t] for t in k)
+        print("%d %d %s" % (got, want, "ok" if abs(got - want) <= 0.05 * want else "off"))
+P
+)
+  case "$r" in *ok) ok "$1: model state measured ${r% *} bytes vs planned (within 5%)";;
+    *) bad "$1: model state vs plan: ${r:-no memory line}";; esac
+}
+for v in "zero 1 2 6 1" "zero 2 3 2 2" "zero 3 4 1 3" "fsdp FULL_SHARD 3 4 1" \
+         "fsdp SHARD_GRAD_OP 4 3 1" "fsdp NO_SHARD 2 6 1"; do
+  set -- $v
+  if [ "$1" = zero ]; then knob="zero.stage=$2"; else knob="fsdp.sharding_strategy=$2"; fi
+  name="$1-$2-$3"
+  if mt "$3" eq.toml --set parallel.data="$1" --set "$knob" --set train.micro_batch="$4" \
+       --set run.name="$name" --set checkpoint.every=10 --metrics "$name.jsonl"; then
+    ok "$1 $2 on $3 ranks (micro $4 x accum $5) trained"
+  else bad "$1 $2 on $3 ranks failed" "$(cat rank*.log)"; continue; fi
+  same_losses "$1 $2 on $3 ranks vs ddp on 1" ref12.jsonl "$name.jsonl"
+  state_vs_plan "$1 $2 on $3 ranks" "$name.jsonl"
+done
+# resume(SAVED_RUN, NEW_NAME, N, MICRO, STRATEGY SETS...)
+resume() {
+  local from=$1 name=$2 n=$3 micro=$4; shift 4
+  mkdir -p "out/$name" && rm -rf "out/$name/ckpt" && cp -r "out/$from/ckpt" "out/$name/ckpt"
+  rm -rf "out/$name/ckpt/step-00000020"
+  if mt "$n" eq.toml --set train.micro_batch="$micro" --set run.name="$name" \
+       --set checkpoint.resume=latest --metrics "$name.jsonl" "$@"; then
+    ok "$name: resumed $from's step 10 on $n ranks"
+  else bad "$name: resume failed" "$(cat rank*.log)"; return; fi
+  same_losses "$name continues the curve" <(grep '"step"' ref12.jsonl | tail -n 10) "$name.jsonl"
+}
+resume zero-3-4 z3to_ddp2 2 6 --set parallel.data=ddp
+resume zero-3-4 z3to_fsdp3 3 4 --set parallel.data=fsdp --set fsdp.sharding_strategy=FULL_SHARD
+resume fsdp-FULL_SHARD-3 f3to_z2x4 4 3 --set parallel.data=zero --set zero.stage=2
+resume zero-1-2 z1to_z3x1 1 12 --set parallel.data=zero --set zero.stage=3 --set run.comm=self
+
+# ---- failures ---------------------------------------------------------------
+set +e
+job="mm$$"
+DTRAIN_RANK=0 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=0 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
+  "$bin" run eq.toml --set run.name=mm >rank0.log 2>&1 &
+p0=$!
+DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
+  "$bin" run eq.toml --set run.name=mm --set train.lr=1e-3 >rank1.log 2>&1
+e1=$?; wait $p0; e0=$?
+set -e
+out=$(cat rank0.log rank1.log)
+if [ $e0 = 2 ] && [ $e1 = 2 ]; then ok "differing configs: both ranks exit 2"
+else bad "differing configs: exits $e0 and $e1, expected 2" "$out"; fi
+expect_out "the differing key is named with both values" \
+  "rank 1: train.lr = 0.001 (--set; rank 0: 0.003)"
+
+set +e
+out=$(DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 \
+  DTRAIN_JOB_ID="alone$$" "$bin" run eq.toml --set launch.timeout=1 2>&1); e=$?
+set -e
+[ $e = 1 ] && ok "a peer that never arrives: exit 1" || bad "lonely rank: exit $e, expected 1" "$out"
+expect_out "the missing rank is named" "waiting for rank 0 of 2"
+
+# A rank killed in the middle of writing its shard of the step-4
+# checkpoint (it stops itself where its byte budget runs out; the test
+# SIGKILLs it there): the other rank fails, the step-2 checkpoint survives.
+job="kill$$"
+DTRAIN_RANK=0 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=0 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
+  "$bin" run eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
+  --set checkpoint.every=2 --set launch.timeout=10 >rank0.log 2>&1 &
+p0=$!
+DT_FAULT_WRITE_AFTER_BYTES=300000 DT_FAULT_STOP_ON_FULL=1 \
+DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
+  "$bin" run eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
+  --set checkpoint.every=2 --set launch.timeout=10 >rank1.log 2>&1 &
+p1=$!
+for _ in $(seq 200); do
+  [ "$(ps -o stat= -p $p1 2>/dev/null | cut -c1)" = T ] && break
+  sleep 0.05
+done
+if [ "$(ps -o stat= -p $p1 2>/dev/null | cut -c1)" = T ]; then ok "rank 1 stopped mid-write"
+else bad "rank 1 never reached the fault point" "$(cat rank1.log)"; fi
+kill -KILL $p1 2>/dev/null || true
+set +e; { wait $p1; } 2>/dev/null; wait $p0; e0=$?; set -e
+out=$(cat rank0.log)
+[ $e0 = 1 ] && ok "rank 0 fails after rank 1 is killed (exit 1)" || bad "rank 0: exit $e0" "$out"
+expect_out "rank 0 names the dead rank" "rank 1"
+expect_out "rank 0 says the previous checkpoint is intact" "previous checkpoint is intact"
+if [ -f out/k/ckpt/step-00000002/COMPLETE ] && [ ! -e out/k/ckpt/step-00000004 ] &&
+   ! ls -d out/k/ckpt/*.tmp >/dev/null 2>&1; then
+  ok "step 2 complete, no step 4, no temporary directory left"
+else bad "checkpoint folder after the kill" "$(ls -la out/k/ckpt)"; fi
+if ranks 2 eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
+     --set checkpoint.resume=latest; then ok "the previous checkpoint loads and training finishes"
+else bad "resume after the kill failed" "$(cat rank*.log)"; fi
+grep -qF "resumed from out/k/ckpt/step-00000002" rank0.log && ok "resumed from step 2" ||
+  bad "resume did not start at step 2" "$(cat rank0.log)"
+
+# A rank whose disk fills while writing: every rank fails cleanly.
+job="full$$"
+DTRAIN_RANK=0 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=0 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
+  "$bin" run eq.toml --set train.micro_batch=4 --set run.name=f --set train.steps=4 \
+  --set checkpoint.every=2 >rank0.log 2>&1 &
+p0=$!
+set +e
+DT_FAULT_WRITE_AFTER_BYTES=300000 \
+DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
+  "$bin" run eq.toml --set train.micro_batch=4 --set run.name=f --set train.steps=4 \
+  --set checkpoint.every=2 >rank1.log 2>&1
+e1=$?; wait $p0; e0=$?
+set -e
+out=$(cat rank0.log rank1.log)
+[ $e0 = 1 ] && [ $e1 = 1 ] && ok "disk full on rank 1: both ranks exit 1" ||
+  bad "disk full: exits $e0 / $e1" "$out"
+expect_out "rank 1 says why" "No space left on device"
+expect_out "rank 0 names the failing rank" "rank 1 failed writing its shard"
+[ -f out/f/ckpt/step-00000002/COMPLETE ] && [ ! -e out/f/ckpt/step-00000004 ] &&
+  ok "disk full: step 2 intact, step 4 never appears" || bad "disk full: folder" "$(ls out/f/ckpt)"
+ls /dev/shm/dtrain-kill$$* /dev/shm/dtrain-full$$* >/dev/null 2>&1 &&
+  bad "shared memory left behind" "$(ls /dev/shm)" || ok "no shared memory left behind by the failed jobs"
+finish

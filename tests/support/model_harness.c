@@ -1,0 +1,579 @@
+/*
+ * tests/support/model_harness.c - a model on the cpu device with an
+ * in-test strategy, and comparison with a float64 reference (see
+ * model_harness.h).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "engine/safetensors.h"
+#include "model_harness.h"
+#include "test_host.h"
+#include "test_plugin.h"
+#include "util/error.h"
+
+/* ------------------------------------------------------------ strategy */
+
+struct dt_mh_strategy {
+    dt_mh_t *h;
+    uint32_t n_units, n_micro;
+    float **master;  /* host, f32 */
+    void **compute;  /* device, desc->param_dtype */
+    float **grads;   /* device, f32 */
+    int *fdepth, *bdepth;
+    uint8_t *done;   /* [micro * n_units + unit]: last_use seen */
+    uint8_t *bwd;    /* [micro]: any backward hook seen */
+    uint64_t n_fwd[2]; /* pre_forward calls without / with DT_HOOK_NO_GRAD */
+};
+
+static dt_mh_strategy_t *S_(dt_strategy_t *s) { return (dt_mh_strategy_t *)s; }
+
+static int violation(const char *fmt, ...) DT_PRINTF(1, 2);
+static int violation(const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return dt_err_set(DT_ERR_INVALID, "oracle strategy: hook contract: %s", buf);
+}
+
+static int check_hook(dt_mh_strategy_t *s, const dt_hook_v1_t *h, const char *what)
+{
+    if (h->unit >= s->n_units)
+        return violation("%s of unit %u; the model has %u", what, h->unit, s->n_units);
+    if (h->micro >= s->n_micro || h->n_micro != s->n_micro)
+        return violation("%s of unit %u: micro %u of %u, the step has %u", what, h->unit,
+                         h->micro, h->n_micro, s->n_micro);
+    return DT_OK;
+}
+
+static int mh_pre_forward(dt_strategy_t *st, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out)
+{
+    dt_mh_strategy_t *s = S_(st);
+    int rc = check_hook(s, h, "pre_forward");
+    if (rc)
+        return rc;
+    s->fdepth[h->unit]++;
+    s->n_fwd[(h->flags & DT_HOOK_NO_GRAD) ? 1 : 0]++;
+    out->params = s->compute[h->unit];
+    out->grads = NULL;
+    return DT_OK;
+}
+
+static int mh_post_forward(dt_strategy_t *st, const dt_hook_v1_t *h)
+{
+    dt_mh_strategy_t *s = S_(st);
+    int rc = check_hook(s, h, "post_forward");
+    if (rc)
+        return rc;
+    if (s->fdepth[h->unit] <= 0)
+        return violation("post_forward of unit %u without its pre_forward", h->unit);
+    s->fdepth[h->unit]--;
+    return DT_OK;
+}
+
+static int mh_pre_backward(dt_strategy_t *st, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out)
+{
+    dt_mh_strategy_t *s = S_(st);
+    int rc = check_hook(s, h, "pre_backward");
+    if (rc)
+        return rc;
+    if (h->flags & DT_HOOK_NO_GRAD)
+        return violation("pre_backward of unit %u flagged NO_GRAD", h->unit);
+    for (uint32_t u = 0; u < s->n_units; u++)
+        if (s->fdepth[u])
+            return violation("pre_backward of unit %u while unit %u is held for forward",
+                             h->unit, u);
+    if (s->done[h->micro * s->n_units + h->unit])
+        return violation("pre_backward of unit %u in micro-batch %u after its last_use",
+                         h->unit, h->micro);
+    s->bwd[h->micro] = 1;
+    s->bdepth[h->unit]++;
+    out->params = s->compute[h->unit];
+    out->grads = s->grads[h->unit];
+    return DT_OK;
+}
+
+static int mh_post_backward(dt_strategy_t *st, const dt_hook_v1_t *h)
+{
+    dt_mh_strategy_t *s = S_(st);
+    int rc = check_hook(s, h, "post_backward");
+    if (rc)
+        return rc;
+    if (s->bdepth[h->unit] <= 0)
+        return violation("post_backward of unit %u without its pre_backward", h->unit);
+    s->bdepth[h->unit]--;
+    if (h->last_use) {
+        if (s->bdepth[h->unit])
+            return violation("last_use of unit %u while an outer pre_backward holds it",
+                             h->unit);
+        s->done[h->micro * s->n_units + h->unit] = 1;
+    }
+    return DT_OK;
+}
+
+/* Only the unit hooks: the model calls nothing else. */
+static const dt_strategy_ops_v1_t mh_ops = {
+    .info = {.abi_major = DT_STRATEGY_ABI_MAJOR, .abi_minor = DT_STRATEGY_ABI_MINOR,
+             .struct_size = sizeof(dt_strategy_ops_v1_t), .kind = DT_KIND_STRATEGY,
+             .name = "oracle", .version = "0", .summary = "test strategy"},
+    .pre_forward = mh_pre_forward,
+    .post_forward = mh_post_forward,
+    .pre_backward = mh_pre_backward,
+    .post_backward = mh_post_backward,
+};
+
+/* ------------------------------------------------------------- harness */
+
+static const dt_test_kv_t cpu_kv[] = {{"threads", "2"}, {NULL, NULL}};
+static dt_test_host_t cpu_host;
+
+float *dt_mh_master(dt_mh_t *h, uint32_t u) { return h->strat->master[u]; }
+const float *dt_mh_grads(dt_mh_t *h, uint32_t u) { return h->strat->grads[u]; }
+
+void dt_mh_forward_hooks(const dt_mh_t *h, uint64_t *plain, uint64_t *no_grad)
+{
+    *plain = h->strat->n_fwd[0];
+    *no_grad = h->strat->n_fwd[1];
+}
+
+int dt_mh_sync_params(dt_mh_t *h)
+{
+    dt_mh_strategy_t *s = h->strat;
+    for (uint32_t u = 0; u < s->n_units; u++) {
+        const uint64_t n = h->desc->units[u].numel;
+        int rc = h->desc->param_dtype == DT_F32
+                     ? h->D->memcpy_async(h->dev, s->compute[u], s->master[u], n * 4,
+                                          DT_COPY_H2D, h->stream)
+                     : h->D->cast(h->dev, h->stream, s->compute[u], h->desc->param_dtype,
+                                  s->master[u], DT_F32, (int64_t)n);
+        if (rc)
+            return rc;
+    }
+    return h->D->stream_sync(h->dev, h->stream);
+}
+
+/* A uniform double in [0, 1) from a 64-bit LCG state (test data only). */
+static double urand(uint64_t *st)
+{
+    *st = *st * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(*st >> 11) * 0x1.0p-53;
+}
+
+void dt_mh_perturb(float *w, const dt_unit_desc_v1_t *u, uint64_t seed)
+{
+    uint64_t st = seed * 0x9E3779B97F4A7C15ull + u->index + 1;
+    for (uint32_t k = 0; k < u->n_params; k++) {
+        const dt_param_desc_v1_t *p = &u->params[k];
+        float *x = w + p->offset;
+        if (p->ndim == 2) {
+            double ss = 0;
+            for (uint64_t i = 0; i < p->numel; i++)
+                ss += (double)x[i] * x[i];
+            double sd = sqrt(ss / (double)p->numel);
+            double f = (1.0 / sqrt((double)p->shape[1])) / (sd > 0 ? sd : 1.0);
+            for (uint64_t i = 0; i < p->numel; i++)
+                x[i] = (float)(x[i] * f);
+            continue;
+        }
+        size_t n = strlen(p->name);
+        int is_weight = n > 7 && strcmp(p->name + n - 7, ".weight") == 0;
+        for (uint64_t i = 0; i < p->numel; i++)
+            x[i] = is_weight ? (float)(1.0 + (urand(&st) - 0.5))
+                             : (float)(0.6 * (urand(&st) - 0.5));
+    }
+}
+
+int dt_mh_open_at(dt_mh_t *h, const char *plugin_dir, const char *source_dir,
+                  const char *model_toml, int64_t B, int64_t T, uint64_t seed)
+{
+    memset(h, 0, sizeof *h);
+    h->source_dir = source_dir;
+    h->B = B;
+    h->T = T;
+    int rc;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/dtrain_cpu.so", plugin_dir);
+    /* never dlclosed: OpenBLAS threads live as long as the process */
+    h->D = dt_test_plugin_entry(path, DT_ENTRY_STRING(device, 1), NULL);
+    if (!h->D)
+        return DT_ERR_NOT_FOUND;
+    dt_test_host_init(&cpu_host, "device/cpu", cpu_kv);
+    if ((rc = h->D->init(&cpu_host.host, NULL, &h->dev)) ||
+        (rc = h->D->stream_create(h->dev, &h->stream)))
+        return rc;
+    if ((rc = dt_config_load_string("model.toml", model_toml, &h->cfg)))
+        return rc;
+    for (uint32_t i = 0; i < dt_core_n_sections; i++)
+        if (strcmp(dt_core_sections[i].table, "model") == 0 &&
+            (rc = dt_config_apply_schema(h->cfg, "model", dt_core_sections[i].keys,
+                                         dt_core_sections[i].n_keys)))
+            return rc;
+    if ((rc = dt_model_create(h->cfg, &h->model)))
+        return rc;
+    h->desc = dt_model_desc(h->model);
+    dt_mh_strategy_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return DT_ERR_NOMEM;
+    h->strat = s;
+    s->h = h;
+    s->n_units = h->desc->n_units;
+    s->master = calloc(s->n_units, sizeof *s->master);
+    s->compute = calloc(s->n_units, sizeof *s->compute);
+    s->grads = calloc(s->n_units, sizeof *s->grads);
+    s->fdepth = calloc(s->n_units, sizeof *s->fdepth);
+    s->bdepth = calloc(s->n_units, sizeof *s->bdepth);
+    if (!s->master || !s->compute || !s->grads || !s->fdepth || !s->bdepth)
+        return DT_ERR_NOMEM;
+    const size_t es = dt_dtype_size(h->desc->param_dtype);
+    for (uint32_t u = 0; u < s->n_units; u++) {
+        const dt_unit_desc_v1_t *ud = &h->desc->units[u];
+        if (!(s->master[u] = malloc(ud->numel * 4)))
+            return DT_ERR_NOMEM;
+        if ((rc = h->D->alloc(h->dev, ud->numel * es, DT_TAG_PARAMS, &s->compute[u])) ||
+            (rc = h->D->alloc(h->dev, ud->numel * 4, DT_TAG_GRADS, (void **)&s->grads[u])) ||
+            (rc = dt_model_init_unit(h->model, u, seed, s->master[u])))
+            return rc;
+        dt_mh_perturb(s->master[u], ud, seed);
+    }
+    h->ctx = (dt_model_ctx_t){h->D, h->dev, h->stream, &mh_ops, (dt_strategy_t *)s, "oracle"};
+    if ((rc = dt_model_alloc_acts(h->model, &h->ctx, B, T)) || (rc = dt_mh_sync_params(h)))
+        return rc;
+    return DT_OK;
+}
+
+void dt_mh_close(dt_mh_t *h)
+{
+    dt_mh_strategy_t *s = h->strat;
+    if (h->model)
+        dt_model_free(h->model, h->dev ? &h->ctx : NULL);
+    if (s) {
+        for (uint32_t u = 0; u < s->n_units; u++) {
+            free(s->master ? s->master[u] : NULL);
+            if (s->compute)
+                h->D->free(h->dev, s->compute[u]);
+            if (s->grads)
+                h->D->free(h->dev, s->grads[u]);
+        }
+        free(s->master), free(s->compute), free(s->grads);
+        free(s->fdepth), free(s->bdepth), free(s->done), free(s->bwd);
+        free(s);
+    }
+    if (h->dev) {
+        if (h->stream)
+            h->D->stream_destroy(h->dev, h->stream);
+        h->D->finalize(h->dev);
+    }
+    dt_config_free(h->cfg);
+    memset(h, 0, sizeof *h);
+}
+
+int dt_mh_begin_step(dt_mh_t *h, uint32_t n_micro)
+{
+    dt_mh_strategy_t *s = h->strat;
+    free(s->done);
+    free(s->bwd);
+    s->n_micro = n_micro;
+    s->done = calloc((size_t)n_micro * s->n_units, 1);
+    s->bwd = calloc(n_micro, 1);
+    if (!s->done || !s->bwd)
+        return DT_ERR_NOMEM;
+    for (uint32_t u = 0; u < s->n_units; u++) {
+        int rc = h->D->memset_async(h->dev, s->grads[u], 0, h->desc->units[u].numel * 4,
+                                    h->stream);
+        if (rc)
+            return rc;
+    }
+    return h->D->stream_sync(h->dev, h->stream);
+}
+
+int dt_mh_end_step(dt_mh_t *h)
+{
+    dt_mh_strategy_t *s = h->strat;
+    for (uint32_t u = 0; u < s->n_units; u++)
+        if (s->fdepth[u] || s->bdepth[u])
+            return violation("step ended with unit %u held (forward %d, backward %d)", u,
+                             s->fdepth[u], s->bdepth[u]);
+    for (uint32_t mi = 0; mi < s->n_micro; mi++)
+        for (uint32_t u = 0; s->bwd[mi] && u < s->n_units; u++)
+            if (!s->done[mi * s->n_units + u])
+                return violation("unit %u never got last_use in micro-batch %u", u, mi);
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------- files */
+
+/* f32 -> bf16 -> f32, round to nearest even (finite inputs). */
+static float round_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    u &= 0xFFFF0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+int dt_mh_write_params(dt_mh_t *h, const char *path, int as_bf16)
+{
+    dt_safetensors_writer_t *w;
+    int rc = dt_safetensors_writer_open(path, &w);
+    if (rc)
+        return rc;
+    for (uint32_t u = 0; u < h->desc->n_units; u++)
+        for (uint32_t k = 0; k < h->desc->units[u].n_params; k++) {
+            const dt_param_desc_v1_t *p = &h->desc->units[u].params[k];
+            if ((rc = dt_safetensors_declare(w, p->name, DT_F32, p->ndim, p->shape))) {
+                dt_safetensors_abort(w);
+                return rc;
+            }
+        }
+    for (uint32_t u = 0; u < h->desc->n_units; u++) {
+        const dt_unit_desc_v1_t *ud = &h->desc->units[u];
+        float *v = malloc(ud->numel * 4);
+        if (!v) {
+            dt_safetensors_abort(w);
+            return DT_ERR_NOMEM;
+        }
+        for (uint64_t i = 0; i < ud->numel; i++)
+            v[i] = as_bf16 ? round_bf16(h->strat->master[u][i]) : h->strat->master[u][i];
+        rc = dt_safetensors_write(w, v, ud->numel * 4);
+        free(v);
+        if (rc) {
+            dt_safetensors_abort(w);
+            return rc;
+        }
+    }
+    return dt_safetensors_commit(w);
+}
+
+int dt_mh_write_tokens(const char *path, int64_t B, int64_t T, const int32_t *inputs,
+                       const int32_t *targets)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return dt_err_set(DT_ERR_IO, "cannot write %s", path);
+    int32_t hdr[2] = {(int32_t)B, (int32_t)T};
+    size_t n = (size_t)(B * T);
+    int ok = fwrite(hdr, 4, 2, f) == 2 && fwrite(inputs, 4, n, f) == n &&
+             fwrite(targets, 4, n, f) == n;
+    if (fclose(f) != 0 || !ok)
+        return dt_err_set(DT_ERR_IO, "writing %s failed", path);
+    return DT_OK;
+}
+
+int dt_mh_python_ok(const char **why)
+{
+    if (access("/usr/bin/python3", X_OK) != 0) {
+        *why = "/usr/bin/python3 is missing (install python3-numpy)";
+        return 0;
+    }
+    if (system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0) {
+        *why = "/usr/bin/python3 cannot import numpy (install python3-numpy)";
+        return 0;
+    }
+    return 1;
+}
+
+int dt_mh_run_ref(const dt_mh_t *h, const char *script, const char *args)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/reference/%s %s", h->source_dir,
+             script, args);
+    int st = system(cmd);
+    if (st == -1 || !WIFEXITED(st)) {
+        fprintf(stderr, "could not run: %s\n", cmd);
+        return -1;
+    }
+    if (WEXITSTATUS(st) != 0)
+        fprintf(stderr, "exit %d: %s\n", WEXITSTATUS(st), cmd);
+    return WEXITSTATUS(st);
+}
+
+float *dt_mh_logits(dt_mh_t *h)
+{
+    const int64_t n = h->B * h->T * dt_model_info(h->model)->vocab_size;
+    float *out = malloc((size_t)n * 4);
+    if (!out)
+        return NULL;
+    if (h->D->memcpy_async(h->dev, out, dt_model_logits(h->model), (uint64_t)n * 4, DT_COPY_D2H,
+                           h->stream) ||
+        h->D->stream_sync(h->dev, h->stream)) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* ---------------------------------------------------------- comparing */
+
+/* "h.12.attn.c_attn.weight" -> "h.attn.c_attn.weight": numeric parts go. */
+static void type_of(const char *name, char *out, size_t cap)
+{
+    size_t o = 0;
+    const char *p = name;
+    while (*p) {
+        const char *e = strchr(p, '.');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        int digits = n > 0;
+        for (size_t i = 0; i < n; i++)
+            digits &= p[i] >= '0' && p[i] <= '9';
+        if (!digits) {
+            if (o && o + 1 < cap)
+                out[o++] = '.';
+            for (size_t i = 0; i < n && o + 1 < cap; i++)
+                out[o++] = p[i];
+        }
+        p += n;
+        if (*p == '.')
+            p++;
+    }
+    out[o] = 0;
+}
+
+static void merge(dt_mh_stats_t *st, const char *name, double rel)
+{
+    if (!st)
+        return;
+    char t[48];
+    type_of(name, t, sizeof t);
+    for (uint32_t i = 0; i < st->n_types; i++)
+        if (strcmp(st->type[i], t) == 0) {
+            if (rel > st->rel[i])
+                st->rel[i] = rel;
+            return;
+        }
+    if (st->n_types < DT_MH_MAX_TYPES) {
+        snprintf(st->type[st->n_types], sizeof st->type[0], "%s", t);
+        st->rel[st->n_types++] = rel;
+    }
+}
+
+static const dt_safetensors_tensor_t *ref_tensor(const dt_safetensors_t *f, const char *name,
+                                                 uint64_t numel)
+{
+    const dt_safetensors_tensor_t *t = dt_safetensors_find(f, name);
+    if (!t)
+        fail_msg("reference output lacks '%s'", name);
+    if (t->dtype != DT_F64 || t->numel != numel)
+        fail_msg("reference '%s': %s with %llu elements, expected F64 with %llu", name,
+                 dt_dtype_name(t->dtype), (unsigned long long)t->numel,
+                 (unsigned long long)numel);
+    return t;
+}
+
+/* max|got - ref| / max|ref| over n elements; fails above tol. */
+static double compare_one(const char *name, const float *got, const dt_safetensors_tensor_t *t,
+                          double tol)
+{
+    double *ref = malloc(t->numel * 8);
+    assert_non_null(ref);
+    memcpy(ref, t->data, t->numel * 8);
+    double rmax = 0, emax = 0;
+    uint64_t worst = 0;
+    for (uint64_t i = 0; i < t->numel; i++) {
+        if (fabs(ref[i]) > rmax)
+            rmax = fabs(ref[i]);
+        double e = fabs((double)got[i] - ref[i]);
+        if (!(e <= emax)) { /* NaN counts as the worst */
+            emax = e;
+            worst = i;
+        }
+    }
+    double rel = rmax > 0 ? emax / rmax : emax;
+    if (!(rel <= tol)) {
+        double r = ref[worst];
+        free(ref);
+        fail_msg("%s: max|got - ref| / max|ref| = %.3g > %.3g; worst [%llu] got %.9g, ref "
+                 "%.9g, max|ref| %.3g",
+                 name, rel, tol, (unsigned long long)worst, (double)got[worst], r, rmax);
+    }
+    free(ref);
+    return rel;
+}
+
+void dt_mh_compare(dt_mh_t *h, const char *ref_path, double loss, const float *logits,
+                   double loss_atol, double tol, dt_mh_stats_t *st)
+{
+    dt_safetensors_t *f = NULL;
+    if (dt_safetensors_open(ref_path, &f) != DT_OK)
+        fail_msg("%s", dt_last_error());
+    const dt_safetensors_tensor_t *t = ref_tensor(f, "loss", 1);
+    double rl;
+    memcpy(&rl, t->data, 8);
+    double le = fabs(loss - rl);
+    if (!(le <= loss_atol)) {
+        dt_safetensors_close(f);
+        fail_msg("loss %.9g, reference %.9g: |diff| %.3g > %.3g", loss, rl, le, loss_atol);
+    }
+    if (st && le > st->loss_err)
+        st->loss_err = le;
+    if (logits) {
+        uint64_t n = (uint64_t)(h->B * h->T * dt_model_info(h->model)->vocab_size);
+        double r = compare_one("logits", logits, ref_tensor(f, "logits", n), tol);
+        if (st && r > st->logits_rel)
+            st->logits_rel = r;
+        if (st)
+            st->logits_seen = 1;
+    }
+    for (uint32_t u = 0; u < h->desc->n_units; u++)
+        for (uint32_t k = 0; k < h->desc->units[u].n_params; k++) {
+            const dt_param_desc_v1_t *p = &h->desc->units[u].params[k];
+            char nm[160];
+            snprintf(nm, sizeof nm, "grad.%s", p->name);
+            double r = compare_one(nm, dt_mh_grads(h, u) + p->offset,
+                                   ref_tensor(f, nm, p->numel), tol);
+            merge(st, p->name, r);
+        }
+    dt_safetensors_close(f);
+}
+
+void dt_mh_print_stats(const char *what, const dt_mh_stats_t *st)
+{
+    if (st->logits_seen)
+        printf("%s: |loss - ref| %.3g, logits %.3g\n", what, st->loss_err, st->logits_rel);
+    else
+        printf("%s: |loss - ref| %.3g (logits not compared)\n", what, st->loss_err);
+    for (uint32_t i = 0; i < st->n_types; i++)
+        printf("%s:   grad %-22s %.3g\n", what, st->type[i], st->rel[i]);
+}
+
+/* ------------------------------------------------------------- folders */
+
+void dt_mh_tmpdir(char *out, size_t cap)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(out, cap, "%s/dt_model_XXXXXX", base && base[0] ? base : "/tmp");
+    if (!mkdtemp(out))
+        fail_msg("mkdtemp %s failed", out);
+}
+
+void dt_mh_rmdir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char p[1024];
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+    closedir(d);
+    rmdir(dir);
+}

@@ -1,0 +1,121 @@
+/*
+ * tests/support/model_harness.h - run one model (core/engine/model.h) on
+ * the real cpu device plugin with a minimal strategy that lives in the
+ * test, and compare its loss, logits and gradients with a float64 numpy
+ * reference (tests/reference/<arch>_ref.py) run as a subprocess.
+ *
+ * The strategy ("oracle strategy") holds, per unit, f32 master parameters,
+ * a compute copy in the model's param_dtype (cast with the device's cast
+ * kernel for bf16) and f32 gradients.  It also checks the hook contract of
+ * dtrain/strategy.h as the model drives it: every pre_* has its post_*,
+ * gradients only in backward, last_use exactly once per unit and
+ * micro-batch and no use after it; a violation fails the hook with
+ * DT_ERR_INVALID and a message saying what happened.
+ */
+#ifndef DT_TEST_MODEL_HARNESS_H
+#define DT_TEST_MODEL_HARNESS_H
+
+#include <stdint.h>
+
+#include "dtrain/dtrain.h"
+#include "engine/model.h"
+
+typedef struct dt_mh_strategy dt_mh_strategy_t;
+
+typedef struct dt_mh {
+    const dt_device_ops_v1_t *D;
+    dt_device_t *dev;
+    dt_stream_t *stream;
+    dt_config_t *cfg;
+    dt_model_t *model;
+    dt_model_desc_v1_t *desc;
+    dt_mh_strategy_t *strat;
+    dt_model_ctx_t ctx;
+    int64_t B, T;
+    const char *source_dir; /* DT_TEST_SOURCE_DIR of the test */
+} dt_mh_t;
+
+/* Load the cpu plugin (2 threads), build the model from TOML text holding
+ * a [model] table, allocate activations for B x T and the strategy, and
+ * set the parameters to dt_model_init_unit(seed) perturbed by
+ * dt_mh_perturb.  Returns DT_OK or a status with dt_last_error(). */
+int dt_mh_open_at(dt_mh_t *h, const char *plugin_dir, const char *source_dir,
+                  const char *model_toml, int64_t B, int64_t T, uint64_t seed);
+/* The test's own build folders (compile definitions of unit tests). */
+#define dt_mh_open(h, toml, B, T, seed)                                        \
+    dt_mh_open_at((h), DT_TEST_PLUGIN_DIR, DT_TEST_SOURCE_DIR, (toml), (B), (T), (seed))
+void dt_mh_close(dt_mh_t *h);
+
+/* Move the parameters away from init so every gradient path carries
+ * signal: 2-D tensors rescaled to std 1/sqrt(shape[1]) (attention is
+ * peaked, GELU is non-linear), 1-D ".weight" tensors (norms) to
+ * 1 + U(-0.5, 0.5), other 1-D tensors (biases) to U(-0.3, 0.3).  Host
+ * master values of unit u: h->strat's, via dt_mh_master. */
+void dt_mh_perturb(float *unit_params, const dt_unit_desc_v1_t *u, uint64_t seed);
+
+/* Host master parameters of unit u (unit.numel f32; writable: call
+ * dt_mh_sync_params after changing them). */
+float *dt_mh_master(dt_mh_t *h, uint32_t u);
+/* Rebuild the compute copies from the masters. */
+int dt_mh_sync_params(dt_mh_t *h);
+/* Gradients of unit u (unit.numel f32, device memory the cpu plugin lets
+ * the host read). */
+const float *dt_mh_grads(dt_mh_t *h, uint32_t u);
+
+/* How many pre_forward calls the strategy has seen since dt_mh_open,
+ * without and with DT_HOOK_NO_GRAD. */
+void dt_mh_forward_hooks(const dt_mh_t *h, uint64_t *plain, uint64_t *no_grad);
+
+/* Zero the gradients and reset the hook bookkeeping for a step of n_micro
+ * micro-batches; dt_mh_end_step checks every unit finished each of them. */
+int dt_mh_begin_step(dt_mh_t *h, uint32_t n_micro);
+int dt_mh_end_step(dt_mh_t *h);
+
+/* Write every parameter by name to a safetensors file as F32.  With
+ * `as_bf16`, each value is first rounded to bf16 (what a bf16 model
+ * computes with). */
+int dt_mh_write_params(dt_mh_t *h, const char *path, int as_bf16);
+/* T.bin of tests/reference: i32 B, T, B*T inputs, B*T targets. */
+int dt_mh_write_tokens(const char *path, int64_t B, int64_t T, const int32_t *inputs,
+                       const int32_t *targets);
+
+/* 1 when /usr/bin/python3 runs and imports numpy (the reference's only
+ * needs); otherwise 0 and *why says what is missing. */
+int dt_mh_python_ok(const char **why);
+/* Run `/usr/bin/python3 <h->source_dir>/tests/reference/<script> <args>`;
+ * its stderr goes to the test's output.  Returns the exit status (-1 when
+ * it could not run). */
+int dt_mh_run_ref(const dt_mh_t *h, const char *script, const char *args);
+
+/* What a comparison found, per tensor "type" (the name without layer
+ * numbers: "h.1.ln_1.weight" -> "ln_1.weight"): the largest
+ * max|got - ref| / max|ref| over tensors of that type. */
+#define DT_MH_MAX_TYPES 32
+typedef struct dt_mh_stats {
+    double loss_err;         /* |loss - ref| */
+    double logits_rel;       /* max|got - ref| / max|ref| */
+    int logits_seen;         /* logits were compared */
+    uint32_t n_types;
+    char type[DT_MH_MAX_TYPES][48];
+    double rel[DT_MH_MAX_TYPES];
+} dt_mh_stats_t;
+
+/* Compare with the reference output file `ref_path`: loss (`loss`, within
+ * loss_atol), logits (unless logits == NULL: then not compared) and the
+ * gradient of every parameter within `tol` relative to the tensor's max
+ * |ref|.  Fails the cmocka test on a mismatch, naming the tensor and the
+ * worst element.  Merges into *st (may be NULL). */
+void dt_mh_compare(dt_mh_t *h, const char *ref_path, double loss, const float *logits,
+                   double loss_atol, double tol, dt_mh_stats_t *st);
+/* Print stats as "what: type rel" lines. */
+void dt_mh_print_stats(const char *what, const dt_mh_stats_t *st);
+
+/* Host copy of the model's logits (B*T*V floats, malloc'ed). */
+float *dt_mh_logits(dt_mh_t *h);
+
+/* A fresh temporary folder (mkdtemp under $TMPDIR or /tmp) in `out`, and
+ * its removal with the files in it. */
+void dt_mh_tmpdir(char *out, size_t cap);
+void dt_mh_rmdir(const char *dir);
+
+#endif /* DT_TEST_MODEL_HARNESS_H */

@@ -1,0 +1,489 @@
+/*
+ * tests/support/toy_train.c - forked ranks training the toy model with a
+ * strategy plugin, and the parent's comparison with the float64
+ * reference (see toy_train.h).
+ */
+#include "toy_train.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "mp_check.h"
+#include "mp_harness.h"
+#include "util/error.h"
+
+dt_toy_run_t *dt_toy_run_alloc(void)
+{
+    return dt_mp_shared_alloc(sizeof(dt_toy_run_t));
+}
+
+static const dt_test_kv_t cpu_kv[] = {{"threads", "1"}, {NULL, NULL}};
+/* small pipeline slots: several groups (splits) per test stay cheap */
+static const dt_test_kv_t shm_kv[] = {{"slot_bytes", "65536"}, {NULL, NULL}};
+
+/* Load the initial state through HELD ranges, as the core's fresh start
+ * does: parameters from dt_toy_pval, moments zero. */
+static void load_fresh(const dt_strategy_ops_v1_t *S, dt_strategy_t *s)
+{
+    float full[DT_TOY_MAXN];
+    for (uint32_t u = 0; u < DT_TOY_NU; u++)
+        for (int k = 0; k < DT_STATE_COUNT; k++) {
+            for (uint64_t i = 0; i < dt_toy_unit(u)->numel; i++)
+                full[i] = k == DT_STATE_PARAMS ? dt_toy_pval(u, i) : 0.0f;
+            dt_range_t rg[8];
+            uint32_t n = 0;
+            DT_MP_OK(S->state_ranges(s, u, k, DT_RANGES_HELD, rg, 8, &n));
+            DT_MP_CHECK(n <= 8);
+            for (uint32_t j = 0; j < n; j++)
+                DT_MP_OK(S->set_state(s, u, k, rg[j], full + rg[j].offset));
+        }
+}
+
+static void report_state(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, dt_toy_rank_t *out)
+{
+    for (int k = 0; k < DT_STATE_COUNT; k++)
+        for (uint32_t u = 0; u < DT_TOY_NU; u++) {
+            dt_range_t rg[8];
+            uint32_t n = 0;
+            DT_MP_OK(S->state_ranges(s, u, k, DT_RANGES_HELD, rg, 8, &n));
+            DT_MP_CHECK(n <= 8);
+            for (uint32_t j = 0; j < n; j++) {
+                DT_MP_OK(S->get_state(s, u, k, rg[j], &out->state[k][u][rg[j].offset]));
+                memset(&out->held[k][u][rg[j].offset], 1, rg[j].count);
+            }
+            DT_MP_OK(S->state_ranges(s, u, k, DT_RANGES_SAVE, rg, 8, &n));
+            DT_MP_CHECK(n <= 1); /* the engine saves one range per unit */
+            out->n_save[k][u] = n;
+            if (n)
+                out->save[k][u] = rg[0];
+        }
+}
+
+int dt_toy_env_open(dt_toy_env_t *env, const dt_toy_run_t *run, int rank, int size,
+                    const char *job)
+{
+    memset(env, 0, sizeof *env);
+    dt_test_host_init(&env->th_cpu, "device/cpu", cpu_kv);
+    dt_test_host_init(&env->th_comm, "comm/shm", shm_kv);
+    dt_test_host_init(&env->th_s, run->prefix, run->kv);
+    const dt_device_ops_v1_t *D = run->D;
+    dt_device_init_v1_t di = {.struct_size = sizeof di, .rank = rank, .local_rank = rank,
+                              .local_size = size, .device_index = -1};
+    DT_MP_OK(D->init(&env->th_cpu.host, &di, &env->dev));
+    DT_MP_OK(D->stream_create(env->dev, &env->cs));
+    dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
+                            .local_rank = rank, .local_size = size, .job_id = job,
+                            .timeout_ms = 20000, .dev_ops = D, .dev = env->dev};
+    DT_MP_OK(run->C->init(&env->th_comm.host, &ci, &env->comm));
+    env->model = dt_toy_model(run->param_dtype);
+    dt_strategy_init_v1_t a = {.struct_size = sizeof a, .n_micro = run->n_micro,
+                               .dev_ops = D, .dev = env->dev, .compute_stream = env->cs,
+                               .comm_ops = run->C, .comm = env->comm, .model = &env->model,
+                               .optim = dt_toy_optim(run->optim)};
+    return run->S->init(&env->th_s.host, &a, &env->s);
+}
+
+void dt_toy_env_close(dt_toy_env_t *env, const dt_toy_run_t *run)
+{
+    if (env->s)
+        run->S->finalize(env->s);
+    run->C->finalize(env->comm);
+    run->D->stream_destroy(env->dev, env->cs);
+    run->D->finalize(env->dev);
+}
+
+void dt_toy_env_load(dt_toy_env_t *env, const dt_toy_run_t *run)
+{
+    load_fresh(run->S, env->s);
+    DT_MP_OK(run->S->state_loaded(env->s));
+}
+
+static int rank_main(int rank, int size, const char *job, void *arg)
+{
+    dt_toy_run_t *run = arg;
+    dt_toy_rank_t *out = &run->rank[rank];
+    const dt_strategy_ops_v1_t *S = run->S;
+    dt_toy_env_t env;
+    out->rc = dt_toy_env_open(&env, run, rank, size, job);
+    if (out->rc != DT_OK) {
+        snprintf(out->msg, sizeof out->msg, "%s", dt_last_error());
+    } else {
+        dt_strategy_t *s = env.s;
+        dt_toy_env_load(&env, run);
+        double l;
+        if (run->eval_first)
+            DT_MP_OK(dt_toy_forward(S, s, run->param_dtype, rank, 0, 0, DT_HOOK_NO_GRAD, &l));
+        for (int t = 1; t <= run->steps; t++) {
+            DT_MP_OK(S->begin_step(s, t));
+            for (uint32_t m = 0; m < run->n_micro; m++) {
+                DT_MP_OK(dt_toy_forward(S, s, run->param_dtype, rank, m, run->n_micro, 0,
+                                        &out->loss[t - 1][m]));
+                DT_MP_OK(dt_toy_backward(S, s, run->param_dtype, rank, m, run->n_micro));
+            }
+            dt_step_args_v1_t sa = {.step = t, .lr = run->lr, .clip = run->clip[t - 1]};
+            dt_step_result_v1_t r;
+            DT_MP_OK(S->step(s, &sa, &r));
+            out->norm[t - 1] = r.grad_norm;
+            out->nonfinite[t - 1] = r.nonfinite;
+        }
+        DT_MP_OK(run->D->mem_stats(env.dev, &out->mem));
+        report_state(S, s, out);
+    }
+    dt_toy_env_close(&env, run);
+    return 0;
+}
+
+static void trace_clear(void);
+
+void dt_toy_run(dt_toy_run_t *run, int size)
+{
+    assert_true(size >= 1 && size <= DT_TOY_MAX_RANKS);
+    assert_true(run->steps <= DT_TOY_MAX_STEPS && run->n_micro <= DT_TOY_MAX_MICRO);
+    memset(run->rank, 0, sizeof run->rank);
+    trace_clear();
+    dt_mp_run_ranks(size, rank_main, run, 60.0, "toy");
+}
+
+uint64_t dt_toy_held_count(const dt_toy_rank_t *r, int kind)
+{
+    uint64_t n = 0;
+    for (uint32_t u = 0; u < DT_TOY_NU; u++)
+        for (uint64_t i = 0; i < dt_toy_unit(u)->numel; i++)
+            n += r->held[kind][u][i];
+    return n;
+}
+
+static int close_to(double got, double want, double rel, double abs_)
+{
+    return fabs(got - want) <= abs_ + rel * fabs(want);
+}
+
+void dt_toy_check(const dt_toy_run_t *run, int size, const dt_toy_tol_t *tol)
+{
+    for (int r = 0; r < size; r++)
+        if (run->rank[r].rc != DT_OK)
+            fail_msg("rank %d: init failed (%s): %s", r, dt_status_name(run->rank[r].rc),
+                     run->rank[r].msg);
+    static dt_toy_ref_t ref;
+    static double loss[DT_TOY_MAX_RANKS][DT_TOY_MAX_MICRO];
+    dt_toy_ref_init(&ref);
+    for (int t = 1; t <= run->steps; t++) {
+        double norm = dt_toy_ref_step(&ref, run->optim, size, run->n_micro, t, run->lr,
+                                      run->clip[t - 1], loss);
+        for (int r = 0; r < size; r++) {
+            const dt_toy_rank_t *o = &run->rank[r];
+            if (!close_to(o->norm[t - 1], norm, tol->norm_rel, 0) || o->nonfinite[t - 1])
+                fail_msg("%d ranks, step %d, rank %d: norm %.9g, reference %.9g", size, t, r,
+                         o->norm[t - 1], norm);
+            for (uint32_t m = 0; m < run->n_micro; m++)
+                if (!close_to(o->loss[t - 1][m], loss[r][m], tol->loss_rel, tol->loss_abs))
+                    fail_msg("%d ranks, step %d, rank %d, micro %u: loss %.9g, reference "
+                             "%.9g", size, t, r, m, o->loss[t - 1][m], loss[r][m]);
+        }
+    }
+    int kinds = run->optim == DT_OPTIM_ADAMW ? 3 : 2;
+    for (int k = 0; k < kinds; k++)
+        for (uint32_t u = 0; u < DT_TOY_NU; u++) {
+            uint64_t numel = dt_toy_unit(u)->numel;
+            const double *want = k == 0 ? ref.p[u] : k == 1 ? ref.m[u] : ref.v[u];
+            for (uint64_t i = 0; i < numel; i++) {
+                int holder = -1;
+                for (int r = 0; r < size; r++) {
+                    if (!run->rank[r].held[k][u][i])
+                        continue;
+                    float got = run->rank[r].state[k][u][i];
+                    if (holder < 0) {
+                        holder = r;
+                        if (k == 0 ? !close_to(got, want[i], tol->p_rel, tol->p_abs)
+                                   : !close_to(got, want[i], tol->mom_rel, 1e-9))
+                            fail_msg("%d ranks: state %d of unit %u [%llu] on rank %d: %.9g, "
+                                     "reference %.9g", size, k, u, (unsigned long long)i, r,
+                                     got, want[i]);
+                    } else if (memcmp(&got, &run->rank[holder].state[k][u][i], 4) != 0) {
+                        fail_msg("%d ranks: state %d of unit %u [%llu]: rank %d holds %.9g, "
+                                 "rank %d %.9g", size, k, u, (unsigned long long)i, holder,
+                                 run->rank[holder].state[k][u][i], r, got);
+                    }
+                }
+                if (holder < 0)
+                    fail_msg("%d ranks: nobody holds state %d of unit %u [%llu]", size, k, u,
+                             (unsigned long long)i);
+            }
+            /* SAVE: inside HELD, every element exactly once */
+            uint8_t seen[DT_TOY_MAXN] = {0};
+            for (int r = 0; r < size; r++) {
+                const dt_toy_rank_t *o = &run->rank[r];
+                if (!o->n_save[k][u])
+                    continue;
+                dt_range_t sr = o->save[k][u];
+                assert_true(sr.count > 0 && sr.offset + sr.count <= numel);
+                for (uint64_t i = sr.offset; i < sr.offset + sr.count; i++) {
+                    if (!o->held[k][u][i])
+                        fail_msg("%d ranks: rank %d saves element %llu of unit %u it does not "
+                                 "hold", size, r, (unsigned long long)i, u);
+                    if (seen[i]++)
+                        fail_msg("%d ranks: element %llu of unit %u (state %d) saved twice",
+                                 size, (unsigned long long)i, u, k);
+                }
+            }
+            for (uint64_t i = 0; i < numel; i++)
+                if (!seen[i])
+                    fail_msg("%d ranks: element %llu of unit %u (state %d) saved by nobody",
+                             size, (unsigned long long)i, u, k);
+        }
+}
+
+dt_estimate_args_v1_t dt_toy_est_args(const dt_model_desc_v1_t *m, int size, int param_dtype,
+                                      int optim, uint32_t n_micro)
+{
+    uint32_t pb = param_dtype == DT_BF16 ? 2 : 4;
+    uint32_t states = optim == DT_OPTIM_ADAMW ? 8 : 4;
+    return (dt_estimate_args_v1_t){.struct_size = sizeof(dt_estimate_args_v1_t),
+                                   .group_size = size, .model = m, .param_bytes = pb,
+                                   .grad_bytes = 4, .optim_bytes = states + (pb == 2 ? 4 : 0),
+                                   .n_micro = n_micro};
+}
+
+void dt_toy_check_estimate(const dt_toy_run_t *run, int size)
+{
+    dt_test_host_t th;
+    dt_test_host_init(&th, run->prefix, run->kv);
+    dt_model_desc_v1_t m = dt_toy_model(run->param_dtype);
+    dt_estimate_args_v1_t ea = dt_toy_est_args(&m, size, run->param_dtype, run->optim,
+                                               run->n_micro);
+    dt_estimate_v1_t est;
+    int rc = run->S->estimate(&th.host, &ea, &est);
+    if (rc != DT_OK)
+        fail_msg("estimate: %s: %s", dt_status_name(rc), dt_last_error());
+    const int tags[] = {DT_TAG_PARAMS, DT_TAG_GRADS, DT_TAG_OPTIMIZER, DT_TAG_OTHER};
+    if (getenv("DT_TEST_VERBOSE")) {
+        const dt_mem_stats_t *ms = &run->rank[0].mem;
+        fprintf(stderr, "estimate %s x%d:", run->prefix, size);
+        for (const dt_test_kv_t *kv = run->kv; kv && kv->key; kv++)
+            fprintf(stderr, " %s=%s", kv->key, kv->value);
+        fprintf(stderr, "\n  measured/estimated bytes: params %llu/%llu grads %llu/%llu "
+                "optimizer %llu/%llu comm peak %llu/%llu other %llu/%llu; sends %llu B/step\n",
+                (unsigned long long)ms->current[DT_TAG_PARAMS],
+                (unsigned long long)est.bytes[DT_TAG_PARAMS],
+                (unsigned long long)ms->current[DT_TAG_GRADS],
+                (unsigned long long)est.bytes[DT_TAG_GRADS],
+                (unsigned long long)ms->current[DT_TAG_OPTIMIZER],
+                (unsigned long long)est.bytes[DT_TAG_OPTIMIZER],
+                (unsigned long long)ms->peak[DT_TAG_COMM],
+                (unsigned long long)est.bytes[DT_TAG_COMM],
+                (unsigned long long)ms->current[DT_TAG_OTHER],
+                (unsigned long long)est.bytes[DT_TAG_OTHER],
+                (unsigned long long)est.comm_bytes_per_step);
+    }
+    for (int k = 0; k < size; k++) {
+        const dt_mem_stats_t *ms = &run->rank[k].mem;
+        for (int t = 0; t < 4; t++)
+            if (ms->current[tags[t]] != est.bytes[tags[t]])
+                fail_msg("%d ranks, rank %d, %s: measured %llu bytes, estimated %llu", size, k,
+                         dt_mem_tag_name(tags[t]), (unsigned long long)ms->current[tags[t]],
+                         (unsigned long long)est.bytes[tags[t]]);
+        if (ms->current[DT_TAG_COMM] != 0)
+            fail_msg("%d ranks, rank %d: %llu comm bytes still allocated after the step", size,
+                     k, (unsigned long long)ms->current[DT_TAG_COMM]);
+        double peak = (double)ms->peak[DT_TAG_COMM], want = (double)est.bytes[DT_TAG_COMM];
+        if (fabs(peak - want) > 0.05 * want)
+            fail_msg("%d ranks, rank %d: comm peak %.0f bytes, estimated %.0f", size, k, peak,
+                     want);
+    }
+}
+
+/* ---------------------------------------------------------------- traces */
+
+#define TRACE_BYTES 16384
+static char *traces;                     /* DT_TOY_MAX_RANKS x TRACE_BYTES, shared */
+static const dt_strategy_ops_v1_t *tr_S; /* what the wrappers forward to */
+static const dt_comm_ops_v1_t *tr_C;
+
+static void tr_add(const char *fmt, ...)
+{
+    int r = dt_mp_rank();
+    if (!traces || r < 0 || r >= DT_TOY_MAX_RANKS)
+        return;
+    char *t = traces + (size_t)r * TRACE_BYTES;
+    size_t n = strlen(t);
+    if (n + 32 >= TRACE_BYTES)
+        return;
+    if (n)
+        t[n++] = ' ';
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t + n, TRACE_BYTES - n, fmt, ap);
+    va_end(ap);
+}
+
+static int tr_size(dt_comm_t *c)
+{
+    int32_t r = 0, n = 0;
+    tr_C->rank_size(c, &r, &n);
+    return n;
+}
+
+static int tc_all_reduce(dt_comm_t *c, const void *s, void *r, uint64_t n, int dt, int op,
+                         dt_stream_t *st, dt_comm_req_t **req)
+{
+    tr_add("AR%llu/%d", (unsigned long long)n, tr_size(c));
+    return tr_C->all_reduce(c, s, r, n, dt, op, st, req);
+}
+static int tc_reduce_scatter(dt_comm_t *c, const void *s, void *r, uint64_t n, int dt, int op,
+                             dt_stream_t *st, dt_comm_req_t **req)
+{
+    tr_add("RS%llu/%d", (unsigned long long)n, tr_size(c));
+    return tr_C->reduce_scatter(c, s, r, n, dt, op, st, req);
+}
+static int tc_all_gather(dt_comm_t *c, const void *s, void *r, uint64_t n, int dt,
+                         dt_stream_t *st, dt_comm_req_t **req)
+{
+    tr_add("AG%llu/%d", (unsigned long long)n, tr_size(c));
+    return tr_C->all_gather(c, s, r, n, dt, st, req);
+}
+static int tc_broadcast(dt_comm_t *c, void *b, uint64_t n, int dt, int32_t root,
+                        dt_stream_t *st, dt_comm_req_t **req)
+{
+    tr_add("BC%llu/%d", (unsigned long long)n, tr_size(c));
+    return tr_C->broadcast(c, b, n, dt, root, st, req);
+}
+static int tc_init(const dt_host_v1_t *h, const dt_comm_init_v1_t *a, dt_comm_t **out)
+{
+    return tr_C->init(h, a, out);
+}
+static void tc_finalize(dt_comm_t *c) { tr_C->finalize(c); }
+static int tc_rank_size(dt_comm_t *c, int32_t *r, int32_t *n) { return tr_C->rank_size(c, r, n); }
+static int tc_wait(dt_comm_t *c, dt_comm_req_t *req, int64_t t) { return tr_C->wait(c, req, t); }
+static int tc_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
+{
+    return tr_C->split(c, color, key, out);
+}
+static int tc_barrier(dt_comm_t *c, dt_comm_req_t **req) { return tr_C->barrier(c, req); }
+static int tc_abort(dt_comm_t *c, const char *why) { return tr_C->abort(c, why); }
+
+static const dt_comm_ops_v1_t trace_comm = {
+    .info = {.abi_major = DT_COMM_ABI_MAJOR, .abi_minor = DT_COMM_ABI_MINOR,
+             .struct_size = sizeof(dt_comm_ops_v1_t), .kind = DT_KIND_COMM, .name = "trace"},
+    .init = tc_init,
+    .finalize = tc_finalize,
+    .rank_size = tc_rank_size,
+    .all_reduce = tc_all_reduce,
+    .reduce_scatter = tc_reduce_scatter,
+    .all_gather = tc_all_gather,
+    .broadcast = tc_broadcast,
+    .barrier = tc_barrier,
+    .wait = tc_wait,
+    .split = tc_split,
+    .abort = tc_abort,
+};
+
+static int ts_init(const dt_host_v1_t *h, const dt_strategy_init_v1_t *a, dt_strategy_t **out)
+{
+    return tr_S->init(h, a, out);
+}
+static void ts_finalize(dt_strategy_t *s) { tr_S->finalize(s); }
+static int ts_begin_step(dt_strategy_t *s, int64_t step)
+{
+    tr_add("T");
+    return tr_S->begin_step(s, step);
+}
+static int ts_pre_forward(dt_strategy_t *s, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *o)
+{
+    tr_add("F%u", h->unit);
+    return tr_S->pre_forward(s, h, o);
+}
+static int ts_post_forward(dt_strategy_t *s, const dt_hook_v1_t *h)
+{
+    tr_add("f%u", h->unit);
+    return tr_S->post_forward(s, h);
+}
+static int ts_pre_backward(dt_strategy_t *s, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *o)
+{
+    tr_add("B%u", h->unit);
+    return tr_S->pre_backward(s, h, o);
+}
+static int ts_post_backward(dt_strategy_t *s, const dt_hook_v1_t *h)
+{
+    tr_add("b%u%s", h->unit, h->last_use ? "!" : "");
+    return tr_S->post_backward(s, h);
+}
+static int ts_step(dt_strategy_t *s, const dt_step_args_v1_t *a, dt_step_result_v1_t *o)
+{
+    tr_add("S");
+    return tr_S->step(s, a, o);
+}
+static int ts_state_ranges(dt_strategy_t *s, uint32_t u, int k, int p, dt_range_t *out,
+                           uint32_t cap, uint32_t *n)
+{
+    return tr_S->state_ranges(s, u, k, p, out, cap, n);
+}
+static int ts_get_state(dt_strategy_t *s, uint32_t u, int k, dt_range_t r, float *b)
+{
+    return tr_S->get_state(s, u, k, r, b);
+}
+static int ts_set_state(dt_strategy_t *s, uint32_t u, int k, dt_range_t r, const float *b)
+{
+    return tr_S->set_state(s, u, k, r, b);
+}
+static int ts_state_loaded(dt_strategy_t *s)
+{
+    int rc = tr_S->state_loaded(s);
+    tr_add("L");
+    return rc;
+}
+static int ts_estimate(const dt_host_v1_t *h, const dt_estimate_args_v1_t *a,
+                       dt_estimate_v1_t *o)
+{
+    return tr_S->estimate(h, a, o);
+}
+
+static dt_strategy_ops_v1_t trace_strategy = {
+    .init = ts_init,
+    .finalize = ts_finalize,
+    .begin_step = ts_begin_step,
+    .pre_forward = ts_pre_forward,
+    .post_forward = ts_post_forward,
+    .pre_backward = ts_pre_backward,
+    .post_backward = ts_post_backward,
+    .step = ts_step,
+    .state_ranges = ts_state_ranges,
+    .get_state = ts_get_state,
+    .set_state = ts_set_state,
+    .state_loaded = ts_state_loaded,
+    .estimate = ts_estimate,
+};
+
+static void trace_clear(void)
+{
+    if (traces)
+        memset(traces, 0, (size_t)DT_TOY_MAX_RANKS * TRACE_BYTES);
+}
+
+void dt_toy_trace_wrap(dt_toy_run_t *run)
+{
+    if (!traces)
+        traces = dt_mp_shared_alloc((size_t)DT_TOY_MAX_RANKS * TRACE_BYTES);
+    assert_non_null(traces);
+    if (run->S != &trace_strategy) {
+        tr_S = run->S;
+        trace_strategy.info = tr_S->info;
+        run->S = &trace_strategy;
+    }
+    if (run->C != &trace_comm) {
+        tr_C = run->C;
+        run->C = &trace_comm;
+    }
+}
+
+const char *dt_toy_trace(int rank)
+{
+    return traces && rank >= 0 && rank < DT_TOY_MAX_RANKS ? traces + (size_t)rank * TRACE_BYTES
+                                                          : "";
+}

@@ -1,0 +1,134 @@
+/*
+ * tests/support/toy_train.h - train the toy model (toy_model.h) with a
+ * data-parallel strategy plugin in forked ranks over a real communicator,
+ * and check the result against the float64 reference.
+ *
+ * Each rank opens the cpu device and the communicator, initialises the
+ * strategy from the config values `kv`, loads the initial state through
+ * its HELD ranges (as the core does), trains `steps` steps of n_micro
+ * micro-steps, and reports through shared memory: losses, norms, every
+ * state element it holds, its SAVE ranges and the device's memory by tag.
+ *
+ *     dt_toy_run_t *run = dt_toy_run_alloc();   // shared with the ranks
+ *     *run = (dt_toy_run_t){.S = zero, .D = cpu, .C = shm, .kv = kv, ...};
+ *     dt_toy_run(run, 3);                        // forks, fails the test
+ *     dt_toy_check(run, 3, &tol);                // against the reference
+ */
+#ifndef DT_TOY_TRAIN_H
+#define DT_TOY_TRAIN_H
+
+#include "dtrain/dtrain.h"
+#include "test_host.h"
+#include "toy_model.h"
+
+#define DT_TOY_MAX_RANKS 4
+#define DT_TOY_MAX_STEPS 4
+
+typedef struct dt_toy_rank {
+    int rc;                      /* the strategy's init status */
+    char msg[512];               /* its message when rc != DT_OK */
+    double loss[DT_TOY_MAX_STEPS][DT_TOY_MAX_MICRO];
+    double norm[DT_TOY_MAX_STEPS];
+    int nonfinite[DT_TOY_MAX_STEPS];
+    /* state this rank holds after training, by kind; held[][][] marks it */
+    float state[DT_STATE_COUNT][DT_TOY_NU][DT_TOY_MAXN];
+    uint8_t held[DT_STATE_COUNT][DT_TOY_NU][DT_TOY_MAXN];
+    dt_range_t save[DT_STATE_COUNT][DT_TOY_NU];
+    uint32_t n_save[DT_STATE_COUNT][DT_TOY_NU];
+    dt_mem_stats_t mem;          /* the device's, after the last step */
+} dt_toy_rank_t;
+
+typedef struct dt_toy_run {
+    /* in */
+    const dt_strategy_ops_v1_t *S;
+    const char *prefix;          /* "strategy/zero": the host's error prefix */
+    const dt_device_ops_v1_t *D; /* cpu */
+    const dt_comm_ops_v1_t *C;   /* shm */
+    const dt_test_kv_t *kv;      /* the strategy's config */
+    int param_dtype;             /* DT_F32 or DT_BF16 */
+    int optim;                   /* DT_OPTIM_* */
+    uint32_t n_micro;
+    int steps;
+    float lr;
+    float clip[DT_TOY_MAX_STEPS];
+    int eval_first;              /* a no-grad forward before training */
+    /* out */
+    dt_toy_rank_t rank[DT_TOY_MAX_RANKS];
+} dt_toy_run_t;
+
+/* One rank's open device, communicator and strategy (run->S from
+ * run->kv), for tests that drive a strategy by hand inside their own
+ * forked ranks (dt_mp_run_ranks). */
+typedef struct dt_toy_env {
+    dt_test_host_t th_cpu, th_comm, th_s;
+    dt_device_t *dev;
+    dt_stream_t *cs;
+    dt_comm_t *comm;
+    dt_model_desc_v1_t model;
+    dt_strategy_t *s;   /* NULL when init failed */
+} dt_toy_env_t;
+
+/* Open rank `rank` of `size` (job id `job`); returns the strategy init's
+ * status (device and comm failures fail the rank). */
+int dt_toy_env_open(dt_toy_env_t *env, const dt_toy_run_t *run, int rank, int size,
+                    const char *job);
+/* Finalize what dt_toy_env_open opened. */
+void dt_toy_env_close(dt_toy_env_t *env, const dt_toy_run_t *run);
+/* Load the initial state through HELD ranges, as the core's fresh start
+ * does (parameters dt_toy_pval, moments zero), then state_loaded. */
+void dt_toy_env_load(dt_toy_env_t *env, const dt_toy_run_t *run);
+
+/* A zeroed run in memory shared with forked ranks. */
+dt_toy_run_t *dt_toy_run_alloc(void);
+
+/* Fork `size` ranks that train as `run` says (outputs cleared first).
+ * Fails the calling cmocka test when a rank fails, except that a rank
+ * whose strategy init fails records rc/msg and exits cleanly (config
+ * error tests read them). */
+void dt_toy_run(dt_toy_run_t *run, int size);
+
+/* Tolerances of dt_toy_check (relative + absolute). */
+typedef struct dt_toy_tol {
+    double p_rel, p_abs;         /* parameters */
+    double mom_rel;              /* optimizer moments (+ 1e-9 absolute) */
+    double norm_rel, loss_rel;
+    double loss_abs;             /* added to loss_rel * |loss| */
+} dt_toy_tol_t;
+
+/* Check a finished run of `size` ranks (fails the cmocka test):
+ *  - every rank's init succeeded; losses and norms match the reference;
+ *  - HELD ranges together cover every element of every unit, ranks
+ *    holding the same element hold the same bits, and params and exp_avg
+ *    (and exp_avg_sq for AdamW) match the reference;
+ *  - SAVE ranges lie inside HELD ones and partition each unit exactly once. */
+void dt_toy_check(const dt_toy_run_t *run, int size, const dt_toy_tol_t *tol);
+
+/* Planner arguments for the toy model at `size` ranks as the engine runs
+ * it: param_bytes by dtype, grad_bytes 4 (f32 gradients), optim_bytes the
+ * optimizer's f32 states plus the f32 master when params are bf16. */
+dt_estimate_args_v1_t dt_toy_est_args(const dt_model_desc_v1_t *m, int size, int param_dtype,
+                                      int optim, uint32_t n_micro);
+
+/* run->S's estimate for the run's config (run->kv) equals what every
+ * rank's device held after training (fails the cmocka test): params,
+ * grads, optimizer and other exactly; the comm peak within 5%; no comm
+ * buffer left. */
+void dt_toy_check_estimate(const dt_toy_run_t *run, int size);
+
+/* Tracing: replace run->S and run->C with ops tables that forward to
+ * them and append, per rank, a token for every hook and every collective
+ * started to a trace the parent reads after dt_toy_run:
+ *   L state_loaded, T begin_step, S step,
+ *   F<u> / f<u> pre / post_forward, B<u> / b<u> pre / post_backward
+ *   (b<u>! with last_use), AG<n>/<g> all_gather of n elements per rank
+ *   in a group of g, RS<n>/<g> reduce_scatter (n per rank), AR<n>/<g>
+ *   all_reduce; tokens separated by one space.  A hook's token comes
+ *   before the collectives it starts. */
+void dt_toy_trace_wrap(dt_toy_run_t *run);
+/* Rank `rank`'s trace of the last dt_toy_run ("" when not traced). */
+const char *dt_toy_trace(int rank);
+
+/* Elements of each state kind this rank holds (from held[][][]). */
+uint64_t dt_toy_held_count(const dt_toy_rank_t *r, int kind);
+
+#endif /* DT_TOY_TRAIN_H */

@@ -1,0 +1,5 @@
+# test_fsdp dlopens the fsdp and zero strategies (FULL_SHARD is checked to
+# be ZeRO stage 3), the cpu device and the shm communicator (forked
+# multi-rank training) from the build's plugin folder.
+add_dependencies(test_fsdp plugin_fsdp plugin_zero plugin_cpu plugin_shm)
+set_tests_properties(unit.test_fsdp PROPERTIES TIMEOUT 120)

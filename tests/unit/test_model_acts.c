@@ -1,0 +1,314 @@
+/*
+ * tests/unit/test_model_acts.c - activation memory of the models
+ * (dt_model_act_bytes, dt_model_plan_acts, core/engine/model.h): the plan
+ * the planner reads must be what dt_model_alloc_acts allocates.
+ *
+ * For gpt2 and mlp, over micro-batch shapes, activation_checkpointing
+ * none / all / every 2 and dtype fp32 / bf16:
+ *   - the planned total equals, to the byte, what the cpu device reports
+ *     as current DT_TAG_ACTIVATIONS after dt_model_alloc_acts (nothing
+ *     else allocates that tag), and each unit's desc act_bytes equals the
+ *     plan's per-unit bytes;
+ *   - the plan equals a formula written out here from the tensors each
+ *     arch keeps (GPT-2 block: 15 (B,T,C) tensors, 4 (B,T) norm
+ *     statistics, the (B,NH,T,T) attention probabilities), so
+ *     checkpointing every block removes L - 1 blocks' worth exactly (one
+ *     block's worth comes back as the shared recompute buffer).
+ * Presets (gpt2-124m, gpt2-1558m) are planned from the description alone,
+ * with no device at all, and their numbers printed.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config.h"
+#include "dtrain/dtrain.h"
+#include "engine/model.h"
+#include "model_harness.h"
+#include "test_assert.h"
+#include "util/error.h"
+
+/* A small GPT-2 and MLP; sizes chosen unequal so a swapped term shows. */
+enum { GL = 3, GNH = 2, GC = 16, GV = 40, GCTX = 16 };
+enum { MV = 30, MD = 8, MH = 12, ML = 3 };
+
+static void gpt2_toml(char *out, size_t cap, const char *dtype, const char *ckpt)
+{
+    snprintf(out, cap,
+             "[model]\narch = \"gpt2\"\nn_layer = %d\nn_head = %d\nn_embd = %d\n"
+             "vocab_size = %d\ncontext = %d\ndtype = \"%s\"\n"
+             "activation_checkpointing = \"%s\"\ncheckpoint_every = 2\n",
+             GL, GNH, GC, GV, GCTX, dtype, ckpt);
+}
+
+static void mlp_toml(char *out, size_t cap, const char *dtype, const char *ckpt)
+{
+    snprintf(out, cap,
+             "[model]\narch = \"mlp\"\nvocab_size = %d\nmlp_in = %d\nmlp_hidden = %d\n"
+             "mlp_layers = %d\ndtype = \"%s\"\nactivation_checkpointing = \"%s\"\n"
+             "checkpoint_every = 2\n",
+             MV, MD, MH, ML, dtype, ckpt);
+}
+
+/* A model from TOML text, described only: no device, nothing allocated. */
+static dt_model_t *describe(const char *toml, dt_config_t **cfg)
+{
+    assert_ok(dt_config_load_string("model.toml", toml, cfg));
+    for (uint32_t i = 0; i < dt_core_n_sections; i++)
+        if (strcmp(dt_core_sections[i].table, "model") == 0)
+            assert_ok(dt_config_apply_schema(*cfg, "model", dt_core_sections[i].keys,
+                                             dt_core_sections[i].n_keys));
+    dt_model_t *m = NULL;
+    assert_ok(dt_model_create(*cfg, &m));
+    return m;
+}
+
+/* ---- the formulas, written out from the tensors each arch keeps ---- */
+
+static int is_ckpt(const char *ckpt, int l)
+{
+    return strcmp(ckpt, "all") == 0 || (strcmp(ckpt, "every") == 0 && l % 2 == 0);
+}
+
+static uint64_t gpt2_block(uint64_t B, uint64_t T)
+{
+    return 4 * (15 * B * T * GC + 4 * B * T + B * GNH * T * T);
+}
+
+/* Per-unit kept bytes and the workspace of the small GPT-2. */
+static void gpt2_expect(uint64_t B, uint64_t T, const char *dtype, const char *ckpt,
+                        uint64_t *unit, uint64_t *ws)
+{
+    const uint64_t BT = B * T;
+    int any = 0;
+    unit[0] = 4 * (BT + BT * GC); /* tokens, x[0] */
+    for (int l = 0; l < GL; l++) {
+        unit[l + 1] = 4 * BT * GC + (is_ckpt(ckpt, l) ? 0 : gpt2_block(B, T));
+        any |= is_ckpt(ckpt, l);
+    }
+    unit[GL + 1] = 4 * (BT + BT * GC + 2 * BT + BT * GV); /* targets, ln_f, probs */
+    /* recompute block, attproj + fcproj, logits, losses, dx dbuf_c dbuf_c2
+     * dqkv dfch dfch_gelu (14 C), dlogits, and bf16's view (wte + wpe) */
+    *ws = (any ? gpt2_block(B, T) : 0) + 4 * (2 * BT * GC + BT * GV + BT) +
+          4 * (14 * BT * GC + BT * GV) +
+          (strcmp(dtype, "bf16") == 0 ? 4 * (uint64_t)(GV + GCTX) * GC : 0);
+}
+
+static void mlp_expect(uint64_t B, uint64_t T, const char *dtype, const char *ckpt,
+                       uint64_t *unit, uint64_t *ws)
+{
+    const uint64_t BT = B * T;
+    int any = 0;
+    unit[0] = 4 * (BT + BT * MD); /* tokens, x0 */
+    for (int l = 0; l < ML; l++) {
+        unit[l + 1] = 4 * BT * MH * (is_ckpt(ckpt, l) ? 1 : 2); /* out, pre */
+        any |= is_ckpt(ckpt, l);
+    }
+    unit[ML + 1] = 4 * (BT + BT * MV); /* targets, probs */
+    /* recompute pre, zeros (T, D), da db (max(D, H) = H), dpre, dlogits,
+     * logits, losses; bf16's view holds the largest unit's f32-read
+     * tensors: embed.weight (V D) */
+    *ws = 4 * ((any ? BT * MH : 0) + T * MD + 2 * BT * MH + BT * MH + 2 * BT * MV + BT) +
+          (strcmp(dtype, "bf16") == 0 ? 4 * (uint64_t)MV * MD : 0);
+}
+
+/* ---- planned == allocated, planned == formula ---- */
+
+typedef struct combo {
+    int64_t B, T;
+    const char *dtype, *ckpt;
+} combo_t;
+
+static const combo_t combos[] = {
+    {2, 8, "fp32", "none"}, {2, 8, "fp32", "all"}, {3, 5, "fp32", "every"},
+    {1, 16, "fp32", "all"}, {4, 3, "bf16", "none"}, {2, 7, "bf16", "every"},
+};
+
+static void check_arch(int gpt2)
+{
+    for (size_t c = 0; c < sizeof combos / sizeof combos[0]; c++) {
+        const combo_t *k = &combos[c];
+        char toml[512];
+        if (gpt2)
+            gpt2_toml(toml, sizeof toml, k->dtype, k->ckpt);
+        else
+            mlp_toml(toml, sizeof toml, k->dtype, k->ckpt);
+        const uint32_t n = gpt2 ? GL + 2 : ML + 2;
+        uint64_t want[8], want_ws;
+        if (gpt2)
+            gpt2_expect((uint64_t)k->B, (uint64_t)k->T, k->dtype, k->ckpt, want, &want_ws);
+        else
+            mlp_expect((uint64_t)k->B, (uint64_t)k->T, k->dtype, k->ckpt, want, &want_ws);
+        uint64_t want_kept = 0;
+        for (uint32_t u = 0; u < n; u++)
+            want_kept += want[u];
+
+        /* planned, from the description alone */
+        dt_config_t *cfg = NULL;
+        dt_model_t *m = describe(toml, &cfg);
+        assert_int_equal(dt_model_desc(m)->n_units, n);
+        uint64_t unit[8];
+        dt_model_act_t plan;
+        assert_ok(dt_model_act_bytes(m, k->B, k->T, unit, &plan));
+        for (uint32_t u = 0; u < n; u++)
+            if (unit[u] != want[u])
+                fail_msg("%s %lldx%lld %s %s: unit %s plans %llu bytes, the formula %llu",
+                         gpt2 ? "gpt2" : "mlp", (long long)k->B, (long long)k->T, k->dtype,
+                         k->ckpt, dt_model_desc(m)->units[u].name,
+                         (unsigned long long)unit[u], (unsigned long long)want[u]);
+        assert_int_equal(plan.kept, want_kept);
+        assert_int_equal(plan.workspace, want_ws);
+        assert_int_equal(plan.total, want_kept + want_ws);
+        /* without unit_bytes, the same sums */
+        dt_model_act_t plan2;
+        assert_ok(dt_model_act_bytes(m, k->B, k->T, NULL, &plan2));
+        assert_memory_equal(&plan, &plan2, sizeof plan);
+        dt_model_free(m, NULL);
+        dt_config_free(cfg);
+
+        /* allocated, as the cpu device counts it */
+        dt_mh_t h;
+        if (dt_mh_open(&h, toml, k->B, k->T, 5) != DT_OK)
+            fail_msg("opening %s: %s", toml, dt_last_error());
+        dt_mem_stats_t ms;
+        assert_ok(h.D->mem_stats(h.dev, &ms));
+        printf("%s B=%lld T=%lld %s %-5s: kept %llu + workspace %llu = %llu bytes; device "
+               "activations %llu\n",
+               gpt2 ? "gpt2" : "mlp ", (long long)k->B, (long long)k->T, k->dtype, k->ckpt,
+               (unsigned long long)plan.kept, (unsigned long long)plan.workspace,
+               (unsigned long long)plan.total,
+               (unsigned long long)ms.current[DT_TAG_ACTIVATIONS]);
+        assert_int_equal(ms.current[DT_TAG_ACTIVATIONS], plan.total);
+        for (uint32_t u = 0; u < n; u++)
+            assert_int_equal(h.desc->units[u].act_bytes, want[u]);
+        dt_mh_close(&h);
+    }
+}
+
+static void test_gpt2_planned_is_allocated(void **state)
+{
+    (void)state;
+    check_arch(1);
+}
+
+static void test_mlp_planned_is_allocated(void **state)
+{
+    (void)state;
+    check_arch(0);
+}
+
+/* Checkpointing every block keeps each block's output only: L - 1 blocks
+ * less in total (the recompute buffer is one block), for any B, T. */
+static void test_gpt2_checkpointing_saves_blocks(void **state)
+{
+    (void)state;
+    char t_none[512], t_all[512];
+    gpt2_toml(t_none, sizeof t_none, "fp32", "none");
+    gpt2_toml(t_all, sizeof t_all, "fp32", "all");
+    dt_config_t *c1 = NULL, *c2 = NULL;
+    dt_model_t *none = describe(t_none, &c1), *all = describe(t_all, &c2);
+    for (int64_t B = 1; B <= 4; B++)
+        for (int64_t T = 1; T <= GCTX; T += 5) {
+            dt_model_act_t a, b;
+            assert_ok(dt_model_act_bytes(none, B, T, NULL, &a));
+            assert_ok(dt_model_act_bytes(all, B, T, NULL, &b));
+            assert_int_equal(a.total - b.total, (GL - 1) * gpt2_block((uint64_t)B, (uint64_t)T));
+            assert_int_equal(a.kept - b.kept, GL * gpt2_block((uint64_t)B, (uint64_t)T));
+        }
+    dt_model_free(none, NULL);
+    dt_model_free(all, NULL);
+    dt_config_free(c1);
+    dt_config_free(c2);
+}
+
+/* The planner's case: a preset planned from the description alone (no
+ * device: nothing can be allocated), set into the desc. */
+static void check_preset(const char *preset, int64_t L, int64_t NH, int64_t C)
+{
+    const uint64_t V = 50257, B = 8, T = 1024, BT = B * T;
+    const uint64_t block = 4 * (15 * BT * C + 4 * BT + B * NH * T * T);
+    const char *modes[] = {"none", "all"};
+    uint64_t totals[2];
+    for (int i = 0; i < 2; i++) {
+        char toml[256];
+        snprintf(toml, sizeof toml,
+                 "[model]\narch = \"gpt2\"\npreset = \"%s\"\nactivation_checkpointing = "
+                 "\"%s\"\n",
+                 preset, modes[i]);
+        dt_config_t *cfg = NULL;
+        dt_model_t *m = describe(toml, &cfg);
+        dt_model_act_t a;
+        assert_ok(dt_model_plan_acts(m, (int64_t)B, (int64_t)T, &a));
+        const dt_model_desc_v1_t *d = dt_model_desc(m);
+        assert_int_equal(d->n_units, (uint32_t)L + 2);
+        uint64_t sum = 0;
+        for (uint32_t u = 0; u < d->n_units; u++)
+            sum += d->units[u].act_bytes;
+        assert_int_equal(sum, a.kept);
+        /* a block keeps its output, plus its intermediates unless
+         * checkpointed */
+        assert_int_equal(d->units[1].act_bytes, 4 * BT * C + (i ? 0 : block));
+        assert_int_equal(d->units[L + 1].act_bytes, 4 * (BT + BT * C + 2 * BT + BT * V));
+        printf("%s B=%llu T=%llu %-4s: kept %.3f GiB + workspace %.3f GiB = %.3f GiB "
+               "(block %.1f MiB)\n",
+               preset, (unsigned long long)B, (unsigned long long)T, modes[i],
+               (double)a.kept / 1073741824.0, (double)a.workspace / 1073741824.0,
+               (double)a.total / 1073741824.0, (double)d->units[1].act_bytes / 1048576.0);
+        totals[i] = a.total;
+        dt_model_free(m, NULL);
+        dt_config_free(cfg);
+    }
+    assert_int_equal(totals[0] - totals[1], (uint64_t)(L - 1) * block);
+}
+
+static void test_presets_planned_without_a_device(void **state)
+{
+    (void)state;
+    check_preset("gpt2-124m", 12, 12, 768);
+    check_preset("gpt2-1558m", 48, 25, 1600);
+}
+
+static void test_bad_shapes(void **state)
+{
+    (void)state;
+    char toml[512];
+    gpt2_toml(toml, sizeof toml, "fp32", "none");
+    dt_config_t *cfg = NULL;
+    dt_model_t *m = describe(toml, &cfg);
+    dt_model_act_t a;
+    assert_status(dt_model_act_bytes(m, 0, 8, NULL, &a), DT_ERR_INVALID);
+    assert_msg("model: micro-batch 0 x 8 tokens");
+    assert_status(dt_model_act_bytes(m, 2, GCTX + 1, NULL, &a), DT_ERR_INVALID);
+    assert_msg("model: sequences of 17 tokens exceed the context of 16");
+    dt_model_free(m, NULL);
+    dt_config_free(cfg);
+
+    /* the mlp takes any length, but not more bytes than doubles count */
+    mlp_toml(toml, sizeof toml, "fp32", "none");
+    m = describe(toml, &cfg);
+    assert_status(dt_model_act_bytes(m, (int64_t)1 << 40, (int64_t)1 << 20, NULL, &a),
+                  DT_ERR_INVALID);
+    assert_msg_starts("model: activations of a 1099511627776 x 1048576 micro-batch would take ");
+    assert_msg_has(" bytes, beyond any device");
+    dt_model_free(m, NULL);
+    dt_config_free(cfg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpt2_planned_is_allocated),
+        cmocka_unit_test(test_mlp_planned_is_allocated),
+        cmocka_unit_test(test_gpt2_checkpointing_saves_blocks),
+        cmocka_unit_test(test_presets_planned_without_a_device),
+        cmocka_unit_test(test_bad_shapes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

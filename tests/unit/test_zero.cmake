@@ -1,0 +1,4 @@
+# test_zero dlopens the zero strategy, the cpu device and the shm
+# communicator (forked multi-rank training) from the build's plugin folder.
+add_dependencies(test_zero plugin_zero plugin_cpu plugin_shm)
+set_tests_properties(unit.test_zero PROPERTIES TIMEOUT 120)

@@ -1147,7 +1147,7 @@ dt_origin_t dt_config_origin(const dt_config_t *c, const char *path)
     return v ? v->origin : DT_ORIGIN_DEFAULT;
 }
 
-static const char *origin_name(dt_origin_t o)
+const char *dt_config_origin_name(dt_origin_t o)
 {
     switch (o) {
     case DT_ORIGIN_FILE: return "file";
@@ -1178,7 +1178,7 @@ static int set_number(dt_config_t *c, const char *path, int is_int, int64_t i,
         const char *dot = strchr(path, '.');
         return dt_err_set(DT_ERR_CONFIG, "[%.*s] %s = %s (%s) is out of range (%s)",
                           (int)(dot - path), path, dot + 1, num,
-                          origin_name(origin), rng);
+                          dt_config_origin_name(origin), rng);
     }
     if (v->type == DT_CFG_INT)
         v->i = i;
@@ -1217,7 +1217,7 @@ int dt_config_set_string(dt_config_t *c, const char *path, const char *s,
         const char *dot = strchr(path, '.');
         return dt_err_set(DT_ERR_CONFIG, "[%.*s] %s = \"%s\" (%s) is not one of %s",
                           (int)(dot - path), path, dot + 1, s,
-                          origin_name(origin), ch);
+                          dt_config_origin_name(origin), ch);
     }
     char *copy = xstrdup(s);
     if (!copy)
@@ -1253,7 +1253,7 @@ void dt_config_print(const dt_config_t *c, FILE *f)
             fprintf(f, "%s = ", v->name);
             sink_value(&out, v);
             size_t pad = len + 2 > PRINT_COMMENT_COL ? 2 : PRINT_COMMENT_COL - len;
-            fprintf(f, "%*s# %s", (int)pad, "", origin_name(v->origin));
+            fprintf(f, "%*s# %s", (int)pad, "", dt_config_origin_name(v->origin));
             if (v->origin == DT_ORIGIN_FILE) {
                 if (v->line > 0)
                     fprintf(f, " %s:%d", c->name, v->line);

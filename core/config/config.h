@@ -77,6 +77,8 @@ int dt_config_get_string(const dt_config_t *c, const char *path,
                          const char **out);
 /* Where "table.key" came from; DT_ORIGIN_DEFAULT when unknown. */
 dt_origin_t dt_config_origin(const dt_config_t *c, const char *path);
+/* "file", "--set", "derived" or "default". */
+const char *dt_config_origin_name(dt_origin_t o);
 
 /* Set a value computed by the core (origin "derived"); the key must have
  * been declared by a schema. */

@@ -51,16 +51,6 @@ static int collect(const char *table, const char *key, const char *text, uint64_
     return DT_OK;
 }
 
-static const char *origin_name(dt_origin_t o)
-{
-    switch (o) {
-    case DT_ORIGIN_FILE: return "file";
-    case DT_ORIGIN_CLI: return "--set";
-    case DT_ORIGIN_DERIVED: return "derived";
-    default: return "default";
-    }
-}
-
 __attribute__((format(printf, 3, 4))) static void appendf(char *buf, size_t cap,
                                                           const char *fmt, ...)
 {
@@ -88,7 +78,7 @@ static void diff(const dt_config_t *cfg, const list_t *mine, const item_t *r0, s
         if (b && b->value_hash == a->value_hash)
             continue;
         appendf(out, cap, "%s%s = %s (%s; rank 0: %s)", out[0] ? "; " : "", a->key, a->text,
-                origin_name(dt_config_origin(cfg, a->key)), b ? b->text : "not set");
+                dt_config_origin_name(dt_config_origin(cfg, a->key)), b ? b->text : "not set");
     }
     for (size_t j = 0; j < n0; j++) {
         int found = 0;

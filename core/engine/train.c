@@ -117,43 +117,6 @@ static void run_free(run_t *R)
         fclose(R->metrics);
 }
 
-/* Name the first parameter tensor holding a NaN/Inf (this rank's view). */
-static void first_nonfinite(run_t *R, char *out, size_t cap)
-{
-    snprintf(out, cap, "the loss (every parameter is finite)");
-    dt_model_desc_v1_t *d = dt_model_desc(R->model);
-    for (uint32_t u = 0; u < d->n_units; u++) {
-        dt_range_t rg[64];
-        uint32_t n = 0;
-        if (R->strat_ops->state_ranges(R->strat, u, DT_STATE_PARAMS, DT_RANGES_HELD, rg, 64, &n))
-            return;
-        for (uint32_t i = 0; i < n && i < 64; i++) {
-            float *buf = malloc(rg[i].count * sizeof *buf);
-            if (!buf)
-                return;
-            if (R->strat_ops->get_state(R->strat, u, DT_STATE_PARAMS, rg[i], buf) == DT_OK) {
-                for (uint64_t j = 0; j < rg[i].count; j++) {
-                    if (isfinite(buf[j]))
-                        continue;
-                    uint64_t g = rg[i].offset + j;
-                    const dt_unit_desc_v1_t *ud = &d->units[u];
-                    for (uint32_t k = 0; k < ud->n_params; k++)
-                        if (g >= ud->params[k].offset &&
-                            g < ud->params[k].offset + ud->params[k].numel) {
-                            snprintf(out, cap, "parameter %s (element %llu is %g)",
-                                     ud->params[k].name,
-                                     (unsigned long long)(g - ud->params[k].offset),
-                                     (double)buf[j]);
-                            free(buf);
-                            return;
-                        }
-                }
-            }
-            free(buf);
-        }
-    }
-}
-
 static int plugin_rc(const dt_plugin_t *p, int rc, const char *what)
 {
     return rc ? dt_plugin_failed(p, rc, what) : DT_OK;
@@ -379,8 +342,10 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
             goto out;
         double loss = dp > 1 ? (double)lbuf : loss_local[0];
         if (!isfinite(loss) || sres.nonfinite) {
-            char what[256];
-            first_nonfinite(&R, what, sizeof what);
+            char what[1024];
+            /* every rank: under a sharding strategy the forward's hooks are
+             * collective (the loss and the norm agree across ranks) */
+            dt_model_find_nonfinite(R.model, &ctx, R.inputs, R.targets, what, sizeof what);
             rc = dt_err_set(DT_ERR_NUMERIC,
                             "step %lld: %s is non-finite (loss %g, grad norm %g); first "
                             "non-finite tensor: %s; the last checkpoint is intact",

@@ -384,8 +384,8 @@ int dt_launch_run(const dt_launch_opts_t *o, dt_launch_result_t *res)
     memset(res, 0, sizeof *res);
     res->failed_rank = -1;
     if (!o || !o->argv || !o->argv[0] || o->nproc < 1 || o->nproc > DT_LAUNCH_MAX)
-        return dt_err_set(DT_ERR_INVALID, "launch: %d ranks or no command line",
-                          o ? o->nproc : 0);
+        return dt_err_set(DT_ERR_INVALID, "launch: needs 1 to %d ranks (got %d) and a "
+                          "command line", DT_LAUNCH_MAX, o ? o->nproc : 0);
     launch_t L;
     memset(&L, 0, sizeof L);
     L.o = o;
@@ -408,7 +408,7 @@ int dt_launch_run(const dt_launch_opts_t *o, dt_launch_result_t *res)
     /* fds 0-2 open, so no pipe lands there and gets lost in dup2 */
     for (int fd = 0; fd < 3; fd++)
         if (fcntl(fd, F_GETFD) < 0)
-            open("/dev/null", O_RDWR);
+            open("/dev/null", O_RDWR); /* takes the lowest free fd: this one; kept */
 
     /* the environment of each rank: ours, without launch variables of an
      * outer job, plus this job's (rewritten per rank before each fork) */
@@ -517,6 +517,7 @@ int dt_launch_run(const dt_launch_opts_t *o, dt_launch_result_t *res)
     int *which = calloc((size_t)L.n * 2 + 1, sizeof *which);
     if (!pf || !which) {
         signal_all(&L, SIGKILL);
+        L.aborting = 1;
         if (rc == DT_OK)
             rc = dt_err_set(DT_ERR_NOMEM, "launch: out of memory");
     }
@@ -567,6 +568,7 @@ int dt_launch_run(const dt_launch_opts_t *o, dt_launch_result_t *res)
         if (pr < 0 && errno != EINTR) {
             rc = dt_err_set(DT_ERR_SYSTEM, "launch: poll: %s", strerror(errno));
             signal_all(&L, SIGKILL);
+            L.aborting = 1;
             free(pf);
             pf = NULL;
             continue;
@@ -587,7 +589,7 @@ int dt_launch_run(const dt_launch_opts_t *o, dt_launch_result_t *res)
         if (L.n_alive > 0 && L.kill_at > 0 && mono_s() >= L.kill_at) {
             for (int r = 0; r < L.n; r++)
                 if (L.ranks[r].alive && kill(L.ranks[r].pid, SIGKILL) == 0)
-                    fprintf(stderr, "dtrain: rank %d did not stop within %.0f s of being "
+                    fprintf(stderr, "dtrain: rank %d did not stop within %g s of being "
                                     "asked to; killed it\n", r, L.grace_s);
             L.kill_at = 0;
         }

@@ -1,7 +1,9 @@
 /*
  * plugins/cpu/cpu_device.c - the `cpu` device plugin: lifecycle, props,
  * tagged memory with a budget, streams and events, copies, and the ops
- * table.  Kernels live in cpu_kernels_*.c.
+ * table.  Kernels live in cpu_kernels_*.c; the table points at their
+ * profiling entries in cpu_profile.c (straight through unless
+ * DTRAIN_CPU_PROFILE=1).
  *
  * Everything runs synchronously on the calling thread (with the plugin's
  * thread pool and OpenBLAS's threads under it), which satisfies the
@@ -354,6 +356,8 @@ static void cpu_finalize(dt_device_t *d)
 {
     if (!d)
         return;
+    cpu_prof_report(d->host, d->prof, d->name);
+    d->prof = NULL;
     if (d->scratch)
         cpu_mem_free(d, d->scratch);
     uint64_t leaked = 0, nleaked = 0;
@@ -433,8 +437,10 @@ static int cpu_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
     if (d->limit && (d->total_memory == 0 || d->limit < d->total_memory))
         d->total_memory = d->limit;
     d->peak_flops = cpu_peak_flops(d->threads);
-    host->log(host, DT_LOG_INFO, "%s, memory_limit %llu bytes", d->name,
-              (unsigned long long)d->limit);
+    d->prof = cpu_prof_create();
+    host->log(host, DT_LOG_INFO, "%s, memory_limit %llu bytes%s", d->name,
+              (unsigned long long)d->limit,
+              d->prof ? "; kernel profile on (DTRAIN_CPU_PROFILE)" : "");
     *out = d;
     return DT_OK;
 }
@@ -625,8 +631,8 @@ static int cpu_synchronize(dt_device_t *d)
 
 /* ----------------------------------------------------------------- copies */
 
-static int cpu_memcpy_async(dt_device_t *d, void *dst, const void *src,
-                            uint64_t bytes, int kind, dt_stream_t *s)
+int cpu_memcpy_async(dt_device_t *d, void *dst, const void *src,
+                     uint64_t bytes, int kind, dt_stream_t *s)
 {
     static const char op[] = "memcpy_async";
     CPU_BEGIN(d, s, op);
@@ -642,8 +648,8 @@ static int cpu_memcpy_async(dt_device_t *d, void *dst, const void *src,
     return DT_OK;
 }
 
-static int cpu_memset_async(dt_device_t *d, void *dst, int value,
-                            uint64_t bytes, dt_stream_t *s)
+int cpu_memset_async(dt_device_t *d, void *dst, int value, uint64_t bytes,
+                     dt_stream_t *s)
 {
     static const char op[] = "memset_async";
     CPU_BEGIN(d, s, op);
@@ -676,27 +682,27 @@ static const dt_device_ops_v1_t cpu_ops = {
     .stream_wait_event = cpu_stream_wait_event,
     .event_sync = cpu_event_sync,
     .synchronize = cpu_synchronize,
-    .memcpy_async = cpu_memcpy_async,
-    .memset_async = cpu_memset_async,
-    .matmul_forward = cpu_matmul_forward,
-    .matmul_backward = cpu_matmul_backward,
-    .embedding_forward = cpu_embedding_forward,
-    .embedding_backward = cpu_embedding_backward,
-    .layernorm_forward = cpu_layernorm_forward,
-    .layernorm_backward = cpu_layernorm_backward,
-    .gelu_forward = cpu_gelu_forward,
-    .gelu_backward = cpu_gelu_backward,
-    .attention_forward = cpu_attention_forward,
-    .attention_backward = cpu_attention_backward,
-    .residual_forward = cpu_residual_forward,
-    .axpy = cpu_axpy,
-    .softmax_xent_forward = cpu_softmax_xent_forward,
-    .softmax_xent_backward = cpu_softmax_xent_backward,
-    .adamw_update = cpu_adamw_update,
-    .sgd_update = cpu_sgd_update,
-    .sumsq = cpu_sumsq,
-    .scale = cpu_scale,
-    .cast = cpu_cast,
+    .memcpy_async = cpu_prof_memcpy_async,
+    .memset_async = cpu_prof_memset_async,
+    .matmul_forward = cpu_prof_matmul_forward,
+    .matmul_backward = cpu_prof_matmul_backward,
+    .embedding_forward = cpu_prof_embedding_forward,
+    .embedding_backward = cpu_prof_embedding_backward,
+    .layernorm_forward = cpu_prof_layernorm_forward,
+    .layernorm_backward = cpu_prof_layernorm_backward,
+    .gelu_forward = cpu_prof_gelu_forward,
+    .gelu_backward = cpu_prof_gelu_backward,
+    .attention_forward = cpu_prof_attention_forward,
+    .attention_backward = cpu_prof_attention_backward,
+    .residual_forward = cpu_prof_residual_forward,
+    .axpy = cpu_prof_axpy,
+    .softmax_xent_forward = cpu_prof_softmax_xent_forward,
+    .softmax_xent_backward = cpu_prof_softmax_xent_backward,
+    .adamw_update = cpu_prof_adamw_update,
+    .sgd_update = cpu_prof_sgd_update,
+    .sumsq = cpu_prof_sumsq,
+    .scale = cpu_prof_scale,
+    .cast = cpu_prof_cast,
     .native_stream = NULL, /* optional; the cpu has no native queue */
 };
 

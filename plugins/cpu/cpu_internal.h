@@ -13,6 +13,7 @@
 
 #include "dtrain/device.h"
 #include "cpu_pool.h"
+#include "cpu_profile.h"
 
 #define CPU_STREAM_MAGIC 0x43505553u /* "CPUS" */
 #define CPU_EVENT_MAGIC 0x43505545u  /* "CPUE" */
@@ -63,6 +64,10 @@ struct dt_device {
     char name[128];
     uint64_t total_memory;
     double peak_flops;
+
+    /* Kernel profile (cpu_profile.h); NULL unless DTRAIN_CPU_PROFILE
+     * asked for one.  Set at init, read-only afterwards. */
+    cpu_prof_t *prof;
 };
 
 /* Accounted allocation (also used for the plugin's own scratch). */
@@ -172,6 +177,10 @@ int cpu_scale(dt_device_t *d, dt_stream_t *s, float *x, float alpha,
               int64_t n);
 int cpu_cast(dt_device_t *d, dt_stream_t *s, void *dst, int dst_dtype,
              const void *src, int src_dtype, int64_t n);
+int cpu_memcpy_async(dt_device_t *d, void *dst, const void *src,
+                     uint64_t bytes, int kind, dt_stream_t *s);
+int cpu_memset_async(dt_device_t *d, void *dst, int value, uint64_t bytes,
+                     dt_stream_t *s);
 
 /* Hot loops get an AVX2 clone, chosen once at load time (ifunc), beside
  * the baseline x86-64 one, so the module still runs on any x86-64 CPU.

@@ -79,6 +79,7 @@ expect_exit 1 "non-finite loss stops the run" "$bin" run tiny.toml --set run.nam
   --set train.steps=40 --set checkpoint.every=2 --set train.grad_accum=1 --set train.warmup_steps=0
 expect_out "non-finite: names the step and says so" "is non-finite"
 expect_out "non-finite: last checkpoint intact" "the last checkpoint is intact"
+expect_out "non-finite: names the first tensor" "first non-finite tensor: activation h."
 step=$(printf '%s' "$out" | grep -o 'error: step [0-9]*' | grep -o '[0-9]*$')
 last=$(ls out/blowup/ckpt | grep -o '[0-9]*$' | sort -n | tail -n 1)
 [ -n "$step" ] && [ -n "$last" ] && [ $((10#$last)) -lt "$step" ] &&

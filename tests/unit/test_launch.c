@@ -1,0 +1,408 @@
+/*
+ * tests/unit/test_launch.c - core/launch and the rank environment
+ * (core/engine/world.c): which launcher's variables win and what job id
+ * they give, the launch decision and its errors, the shared-memory sweep,
+ * and dt_launch_run driving /bin/sh ranks: line relay with prefixes
+ * (partial, overlong and unterminated lines), exit codes, stopping the
+ * others when one fails, SIGKILL after the grace period.
+ */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "engine/world.h"
+#include "launch/launcher.h"
+#include "util/error.h"
+#include "test_assert.h"
+
+static const char *const env_vars[] = {
+    "DTRAIN_RANK", "DTRAIN_WORLD_SIZE", "DTRAIN_LOCAL_RANK", "DTRAIN_LOCAL_SIZE",
+    "DTRAIN_JOB_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+    "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid",
+    "PMIX_NAMESPACE"};
+
+static int clean_env(void **state)
+{
+    for (size_t i = 0; i < sizeof env_vars / sizeof env_vars[0]; i++)
+        unsetenv(env_vars[i]);
+    dt_err_clear();
+    return 0;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- world ---------------------------------------------------------------- */
+
+static void test_world_single(void **state)
+{
+    dt_world_t w;
+    assert_ok(dt_world_from_env(NULL, &w));
+    assert_int_equal(w.rank, 0);
+    assert_int_equal(w.size, 1);
+    assert_string_equal(w.source, "single process");
+    assert_false(dt_world_from_launcher(&w));
+    assert_non_null(strchr(w.job_id, '-')); /* "<pid>-<time>" */
+}
+
+static void test_world_torchrun(void **state)
+{
+    setenv("RANK", "3", 1);
+    setenv("WORLD_SIZE", "4", 1);
+    setenv("LOCAL_RANK", "1", 1);
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
+    setenv("MASTER_ADDR", "::1", 1);
+    setenv("MASTER_PORT", "29777", 1);
+    dt_world_t w;
+    assert_ok(dt_world_from_env(NULL, &w));
+    assert_int_equal(w.rank, 3);
+    assert_int_equal(w.size, 4);
+    assert_int_equal(w.local_rank, 1);
+    assert_int_equal(w.local_size, 2);
+    assert_string_equal(w.source, "torchrun");
+    assert_string_equal(w.size_var, "WORLD_SIZE");
+    assert_string_equal(w.local_size_var, "LOCAL_WORLD_SIZE");
+    assert_int_equal(w.master_port, 29777);
+    /* two independent processes derive the same id; ':' is not kept */
+    char want[128];
+    snprintf(want, sizeof want, "ext-%d-__1-29777", (int)getuid());
+    assert_string_equal(w.job_id, want);
+}
+
+static void test_world_dtrain_wins(void **state)
+{
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "8", 1);
+    setenv("DTRAIN_RANK", "1", 1);
+    setenv("DTRAIN_WORLD_SIZE", "2", 1);
+    setenv("DTRAIN_JOB_ID", "job/with space", 1);
+    dt_world_t w;
+    assert_ok(dt_world_from_env(NULL, &w));
+    assert_int_equal(w.rank, 1);
+    assert_int_equal(w.size, 2);
+    assert_int_equal(w.local_size, 2); /* defaults to the world */
+    assert_null(w.local_size_var);
+    assert_string_equal(w.source, "dtrain launcher");
+    assert_string_equal(w.job_id, "job_with_space");
+}
+
+static void test_world_ompi_job_id(void **state)
+{
+    setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    setenv("OMPI_MCA_ess_base_jobid", "982122497", 1);
+    dt_world_t w;
+    assert_ok(dt_world_from_env(NULL, &w));
+    assert_string_equal(w.source, "Open MPI");
+    char want[128];
+    snprintf(want, sizeof want, "ompi-%d-982122497", (int)getuid());
+    assert_string_equal(w.job_id, want);
+}
+
+static void test_world_bad_env(void **state)
+{
+    dt_world_t w;
+    setenv("WORLD_SIZE", "2", 1);
+    assert_status(dt_world_from_env(NULL, &w), DT_ERR_CONFIG);
+    assert_msg("environment variable WORLD_SIZE is set but RANK is not: a launcher sets both "
+               "(unset WORLD_SIZE to run one process)");
+    setenv("RANK", "2", 1);
+    assert_status(dt_world_from_env(NULL, &w), DT_ERR_CONFIG);
+    assert_msg("RANK = 2 is not below WORLD_SIZE = 2");
+    setenv("RANK", "x", 1);
+    assert_status(dt_world_from_env(NULL, &w), DT_ERR_CONFIG);
+    assert_msg_has("RANK = 'x' is not an integer");
+}
+
+/* ---- plan ----------------------------------------------------------------- */
+
+static void test_plan(void **state)
+{
+    dt_launch_plan_t p;
+    assert_ok(dt_launch_plan(NULL, 1, "launch.nproc", "the default", 0, &p));
+    assert_int_equal(p.spawn, 0);
+    assert_ok(dt_launch_plan(NULL, 2, "launch.nproc", "from --set", 1, &p));
+    assert_int_equal(p.spawn, 1);
+    assert_int_equal(p.nproc, 2);
+
+    int cpus;
+    int lim = dt_launch_max_local(&cpus);
+    assert_int_equal(lim, cpus * DT_LAUNCH_PER_CPU > DT_LAUNCH_MAX
+                              ? DT_LAUNCH_MAX : cpus * DT_LAUNCH_PER_CPU);
+    if (lim < DT_LAUNCH_MAX) {
+        char want[256];
+        snprintf(want, sizeof want,
+                 "launch.nproc = %d (from --set) is more local ranks than this machine can "
+                 "run: the limit is %d (4 per CPU this process may use, %d CPU",
+                 lim + 1, lim, cpus);
+        assert_status(dt_launch_plan(NULL, lim + 1, "launch.nproc", "from --set", 1, &p),
+                      DT_ERR_CONFIG);
+        assert_msg_starts(want);
+    }
+    assert_status(dt_launch_plan(NULL, 0, "--nproc", "from the command line", 1, &p),
+                  DT_ERR_CONFIG);
+    assert_msg("--nproc = 0 (from the command line) is outside [1, 256]");
+}
+
+static void test_plan_under_launcher(void **state)
+{
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    dt_launch_plan_t p;
+    /* the default or an agreeing nproc: join, never spawn */
+    assert_ok(dt_launch_plan(NULL, 1, "launch.nproc", "the default", 0, &p));
+    assert_int_equal(p.spawn, 0);
+    assert_int_equal(p.world.size, 2);
+    assert_ok(dt_launch_plan(NULL, 2, "launch.nproc", "set in a.toml", 1, &p));
+    assert_int_equal(p.spawn, 0);
+    assert_ok(dt_launch_plan(NULL, 1, "launch.nproc", "set in a.toml", 1, &p));
+    assert_status(dt_launch_plan(NULL, 3, "launch.nproc", "set in a.toml", 1, &p),
+                  DT_ERR_CONFIG);
+    assert_msg("launch.nproc = 3 (set in a.toml) asks for 3 local ranks, but torchrun started "
+               "this process as one of 2 local ranks (WORLD_SIZE = 2); under another launcher "
+               "dtrain starts no ranks itself: remove launch.nproc or make the two agree");
+}
+
+/* ---- shared memory sweep --------------------------------------------------- */
+
+static void touch(const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    int fd = open(path, O_CREAT | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+}
+
+static int exists(const char *name)
+{
+    char path[1024];
+    struct stat st;
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    return stat(path, &st) == 0;
+}
+
+static void test_remove_shm(void **state)
+{
+    char job[32], n[5][128];
+    snprintf(job, sizeof job, "ut-%d", (int)getpid());
+    snprintf(n[0], sizeof n[0], "dtrain-%s", job);          /* world */
+    snprintf(n[1], sizeof n[1], "dtrain-%s-g1c0", job);     /* split */
+    snprintf(n[2], sizeof n[2], "dtrain-%s-g1c0-g2c1", job);
+    snprintf(n[3], sizeof n[3], "dtrain-%s7", job);         /* job "ut-<pid>7" */
+    snprintf(n[4], sizeof n[4], "dtrain-%s-x", job);        /* not a split name */
+    for (int i = 0; i < 5; i++)
+        touch(n[i]);
+    int removed = -1;
+    assert_ok(dt_launch_remove_shm(job, &removed));
+    assert_int_equal(removed, 3);
+    for (int i = 0; i < 3; i++)
+        assert_false(exists(n[i]));
+    assert_true(exists(n[3]));
+    assert_true(exists(n[4]));
+    for (int i = 3; i < 5; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "/dev/shm/%s", n[i]);
+        unlink(path);
+    }
+    assert_ok(dt_launch_remove_shm(job, &removed));
+    assert_int_equal(removed, 0);
+    assert_status(dt_launch_remove_shm("../etc", &removed), DT_ERR_INVALID);
+}
+
+/* ---- running ranks --------------------------------------------------------- */
+
+typedef struct captured {
+    char out[65536], err[65536];
+    int rc;
+    dt_launch_result_t res;
+    double secs;
+} captured_t;
+
+static void slurp(int fd, char *buf, size_t cap)
+{
+    lseek(fd, 0, SEEK_SET);
+    ssize_t n = read(fd, buf, cap - 1);
+    buf[n > 0 ? n : 0] = '\0';
+    close(fd);
+}
+
+/* Run `script` in /bin/sh as each of `n` ranks, stdout and stderr captured. */
+static void run_sh(int n, const char *script, double grace_s, captured_t *c)
+{
+    char *argv[] = {"sh", "-c", (char *)script, NULL};
+    dt_launch_opts_t o = {.nproc = n, .exe = "/bin/sh", .argv = argv, .grace_s = grace_s,
+                          .raw_stdout_rank = -1};
+    char tout[] = "/tmp/dt-launch-out-XXXXXX", terr[] = "/tmp/dt-launch-err-XXXXXX";
+    int fo = mkstemp(tout), fe = mkstemp(terr);
+    assert_true(fo >= 0 && fe >= 0);
+    unlink(tout);
+    unlink(terr);
+    fflush(stdout);
+    fflush(stderr);
+    int so = dup(1), se = dup(2);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    double t0 = mono_s();
+    c->rc = dt_launch_run(&o, &c->res);
+    c->secs = mono_s() - t0;
+    fflush(stdout);
+    fflush(stderr);
+    dup2(so, 1);
+    dup2(se, 2);
+    close(so);
+    close(se);
+    slurp(fo, c->out, sizeof c->out);
+    slurp(fe, c->err, sizeof c->err);
+}
+
+static int count_lines(const char *text, const char *line)
+{
+    int n = 0;
+    size_t len = strlen(line);
+    for (const char *p = text; (p = strstr(p, line)); p += len)
+        if ((p == text || p[-1] == '\n') && p[len] == '\n')
+            n++;
+    return n;
+}
+
+static captured_t cap;
+
+static void test_run_relays_lines(void **state)
+{
+    /* a line written in three pieces, a line already tagged, an unterminated
+     * last line, a 10000-byte line, and stderr */
+    run_sh(2,
+           "printf 'hello from %s' $DTRAIN_RANK; sleep 0.05; printf ' of %s' "
+           "$DTRAIN_WORLD_SIZE; printf ' (%s)\\n' $DTRAIN_LOCAL_RANK/$DTRAIN_LOCAL_SIZE; "
+           "echo \"[rank $DTRAIN_RANK] tagged\"; echo \"job=$DTRAIN_JOB_ID\" >&2; "
+           "head -c 10000 /dev/zero | tr '\\0' x; echo; printf 'last'",
+           0, &cap);
+    assert_ok(cap.rc);
+    assert_int_equal(cap.res.exit_code, 0);
+    assert_int_equal(cap.res.failed_rank, -1);
+    for (int r = 0; r < 2; r++) {
+        char line[256];
+        snprintf(line, sizeof line, "[rank %d] hello from %d of 2 (%d/2)", r, r, r);
+        assert_int_equal(count_lines(cap.out, line), 1);
+        snprintf(line, sizeof line, "[rank %d] tagged", r);
+        assert_int_equal(count_lines(cap.out, line), 1);
+        snprintf(line, sizeof line, "[rank %d] last", r);
+        assert_int_equal(count_lines(cap.out, line), 1);
+        snprintf(line, sizeof line, "[rank %d] job=%s", r, cap.res.job_id);
+        assert_int_equal(count_lines(cap.err, line), 1);
+    }
+    /* 10000 x: a piece of 8192 and one of 1808, each a prefixed line */
+    char xs[8193];
+    memset(xs, 'x', 8192);
+    xs[8192] = '\0';
+    char piece[8300];
+    snprintf(piece, sizeof piece, "[rank 1] %s", xs);
+    assert_int_equal(count_lines(cap.out, piece), 1);
+    snprintf(piece, sizeof piece, "[rank 1] %.*s", 1808, xs);
+    assert_int_equal(count_lines(cap.out, piece), 1);
+    /* nothing else: every line has one of the prefixes */
+    int lines = 0;
+    for (const char *p = cap.out; *p; p = strchr(p, '\n') + 1) {
+        assert_true(strncmp(p, "[rank 0] ", 9) == 0 || strncmp(p, "[rank 1] ", 9) == 0);
+        lines++;
+        if (!strchr(p, '\n'))
+            break;
+    }
+    assert_int_equal(lines, 10);
+    assert_non_null(strstr(cap.err, "dtrain: launching 2 ranks (job "));
+}
+
+static void test_run_failure_stops_others(void **state)
+{
+    /* rank 1 fails at once; rank 0 would sleep 30 s */
+    run_sh(3,
+           "if [ $DTRAIN_RANK = 1 ]; then echo 'rank one: bad thing' >&2; exit 3; fi; "
+           "exec sleep 30",
+           0, &cap);
+    assert_ok(cap.rc);
+    assert_int_equal(cap.res.exit_code, 3);
+    assert_int_equal(cap.res.failed_rank, 1);
+    assert_true(cap.secs < 10);
+    assert_non_null(strstr(cap.err, "[rank 1] rank one: bad thing\n"));
+    assert_non_null(strstr(cap.err, "dtrain: rank 1 failed (exit 3); stopped the other 2 "
+                                    "ranks; its last error line: rank one: bad thing\n"));
+}
+
+static void test_run_signal_death(void **state)
+{
+    run_sh(2, "[ $DTRAIN_RANK = 0 ] && kill -USR1 $$; exit 0", 0, &cap);
+    assert_ok(cap.rc);
+    assert_int_equal(cap.res.exit_code, 1);
+    assert_int_equal(cap.res.failed_rank, 0);
+    assert_non_null(strstr(cap.err, "dtrain: rank 0 failed (killed by SIGUSR1"));
+}
+
+static void test_run_kill_after_grace(void **state)
+{
+    /* rank 0 ignores SIGTERM: SIGKILL after the 0.3 s grace */
+    run_sh(2,
+           "if [ $DTRAIN_RANK = 1 ]; then sleep 0.2; exit 1; fi; trap '' TERM; exec sleep 30",
+           0.3, &cap);
+    assert_ok(cap.rc);
+    assert_int_equal(cap.res.exit_code, 1);
+    assert_int_equal(cap.res.failed_rank, 1);
+    assert_true(cap.secs < 10);
+    assert_non_null(strstr(cap.err, "dtrain: rank 0 did not stop within 0.3 s of being asked "
+                                    "to; killed it\n"));
+    assert_non_null(strstr(cap.err, "dtrain: rank 1 failed (exit 1); stopped the other 1 "
+                                    "rank\n"));
+}
+
+static void test_run_cannot_exec(void **state)
+{
+    char *argv[] = {"nope", NULL};
+    dt_launch_opts_t o = {.nproc = 2, .exe = "/nonexistent/dtrain", .argv = argv,
+                          .raw_stdout_rank = -1};
+    fflush(stderr);
+    int se = dup(2), nul = open("/dev/null", O_WRONLY);
+    dup2(nul, 2);
+    dt_launch_result_t res;
+    int rc = dt_launch_run(&o, &res);
+    dup2(se, 2);
+    close(se);
+    close(nul);
+    assert_ok(rc);
+    assert_int_equal(res.exit_code, 127);
+    assert_true(res.failed_rank == 0 || res.failed_rank == 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_world_single, clean_env),
+        cmocka_unit_test_setup(test_world_torchrun, clean_env),
+        cmocka_unit_test_setup(test_world_dtrain_wins, clean_env),
+        cmocka_unit_test_setup(test_world_ompi_job_id, clean_env),
+        cmocka_unit_test_setup(test_world_bad_env, clean_env),
+        cmocka_unit_test_setup(test_plan, clean_env),
+        cmocka_unit_test_setup(test_plan_under_launcher, clean_env),
+        cmocka_unit_test_setup(test_remove_shm, clean_env),
+        cmocka_unit_test_setup(test_run_relays_lines, clean_env),
+        cmocka_unit_test_setup(test_run_failure_stops_others, clean_env),
+        cmocka_unit_test_setup(test_run_signal_death, clean_env),
+        cmocka_unit_test_setup(test_run_kill_after_grace, clean_env),
+        cmocka_unit_test_setup(test_run_cannot_exec, clean_env),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

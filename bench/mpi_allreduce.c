@@ -1,5 +1,5 @@
 /*
- * bench/mpi_allreduce.c - Open MPI's collectives timed the way bench_comm
+ * bench/mpi_allreduce.c - Open MPI's collectives timed the way `dtrain bench comm`
  * times a dtrain comm plugin, printing the same nccl-tests style table, so
  * the two can be compared side by side (bench/results/comm.md).
  *
@@ -11,7 +11,7 @@
  * all_gather (MPI_Allgather), broadcast (MPI_Bcast), reduce (MPI_Reduce).
  * Same sizes, iteration rule (1 GiB / size clamped to [10, 1000]), timing
  * (slowest rank's mean after a barrier), busbw factors and exact checks on
- * small-integer inputs as bench_comm.
+ * small-integer inputs as `dtrain bench comm`.
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -164,7 +164,7 @@ int main(int argc, char **argv)
         int iters = iters_opt > 0 ? iters_opt
                     : (int)((1ull << 30) / bytes < 10 ? 10
                             : (1ull << 30) / bytes > 1000 ? 1000 : (1ull << 30) / bytes);
-        /* inputs: the same rule as bench_comm */
+        /* inputs: the same rule as `dtrain bench comm` */
         if (op == OP_REDUCE_SCATTER)
             for (uint64_t i = 0; i < count * (uint64_t)n; i++)
                 put(a, f64, i, val(rank, i));

@@ -138,8 +138,53 @@ static int check_tensors(const char *dir, const cJSON *mj, const dt_model_desc_v
     return DT_OK;
 }
 
+/* The data loader's state: the sampler is a pure function of these and the
+ * step, so recording them is what makes the data order resumable (and a
+ * change to them on resume detectable). */
+static const char *const data_keys[] = {"run.seed", "train.global_batch", "train.seq_len",
+                                        "data.shuffle", "data.train"};
+
+static cJSON *data_json(const dt_config_t *cfg)
+{
+    cJSON *j = cJSON_CreateObject();
+    for (size_t i = 0; j && i < sizeof data_keys / sizeof data_keys[0]; i++) {
+        int64_t v;
+        int b;
+        const char *str;
+        if (dt_config_get_int(cfg, data_keys[i], &v) == DT_OK)
+            cJSON_AddNumberToObject(j, data_keys[i], (double)v);
+        else if (dt_config_get_bool(cfg, data_keys[i], &b) == DT_OK)
+            cJSON_AddBoolToObject(j, data_keys[i], b);
+        else if (dt_config_get_string(cfg, data_keys[i], &str) == DT_OK)
+            cJSON_AddStringToObject(j, data_keys[i], str);
+    }
+    return j;
+}
+
+/* Which data-loader settings differ from the checkpoint's, as "key (was
+ * X)" phrases; empty when none (or the checkpoint predates the record). */
+static void data_changes(const dt_config_t *cfg, const cJSON *extra, char *out, size_t cap)
+{
+    out[0] = '\0';
+    const cJSON *saved = cJSON_GetObjectItemCaseSensitive(extra, "data");
+    cJSON *now = data_json(cfg);
+    for (size_t i = 0; saved && now && i < sizeof data_keys / sizeof data_keys[0]; i++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(saved, data_keys[i]);
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(now, data_keys[i]);
+        if (!a || !b || cJSON_Compare(a, b, 1))
+            continue;
+        char *was = cJSON_PrintUnformatted(a);
+        size_t len = strlen(out);
+        snprintf(out + len, cap - len, "%s%s (was %s)", len ? ", " : "", data_keys[i],
+                 was ? was : "?");
+        cJSON_free(was);
+    }
+    cJSON_Delete(now);
+}
+
 static int load(const dt_config_t *cfg, const dt_strategy_ops_v1_t *ops, dt_strategy_t *s,
-                dt_model_t *m, const char *dir, int64_t *start_step)
+                dt_model_t *m, const char *dir, int64_t *start_step, char *changed,
+                size_t changed_cap)
 {
     dt_ckpt_reader_t *rd = NULL;
     int rc = dt_ckpt_open(dir, &rd);
@@ -186,8 +231,10 @@ static int load(const dt_config_t *cfg, const dt_strategy_ops_v1_t *ops, dt_stra
             rg = NULL;
         }
     }
-    if (!rc)
+    if (!rc) {
         *start_step = (int64_t)dt_ckpt_reader_step(rd);
+        data_changes(cfg, dt_ckpt_reader_extra(rd), changed, changed_cap);
+    }
     free(buf);
     dt_ckpt_close(rd);
     if (rc)
@@ -248,10 +295,16 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_config_t *cfg,
     } else {
         snprintf(dir, sizeof dir, "%s", resume);
     }
-    if ((rc = load(cfg, ops, s, m, dir, start_step)))
+    char changed[512];
+    if ((rc = load(cfg, ops, s, m, dir, start_step, changed, sizeof changed)))
         return rc;
-    if (w->rank == 0)
+    if (w->rank == 0) {
         printf("dtrain: resumed from %s (step %lld)\n", dir, (long long)*start_step);
+        if (changed[0])
+            printf("dtrain: note: the data order after step %lld differs from the saved run's: "
+                   "changed %s\n",
+                   (long long)*start_step, changed);
+    }
     return DT_OK;
 }
 
@@ -405,6 +458,9 @@ int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg, const dt_comm_ops_
         } else {
             dt_ckpt_json_add_u64(extra, "config_hash", dt_config_hash(cfg));
             dt_ckpt_json_add_u64(extra, "seed", (uint64_t)seed);
+            cJSON *data = data_json(cfg);
+            if (data)
+                cJSON_AddItemToObject(extra, "data", data);
             for (uint32_t u = 0; u < d->n_units; u++)
                 for (int k = 0; k < ns; k++) {
                     dt_ckpt_entry_t *e = &entries[u * (uint32_t)ns + (uint32_t)k];

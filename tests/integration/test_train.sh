@@ -87,6 +87,13 @@ last=$(ls out/blowup/ckpt | grep -o '[0-9]*$' | sort -n | tail -n 1)
   bad "non-finite: step '$step', newest checkpoint '$last'" "$out"
 expect_exit 0 "the checkpoint before the blow-up verifies" "$bin" ckpt inspect out/blowup/ckpt --verify
 
+# The data loader's state is in the manifest: resuming with another seed or
+# batch is allowed but said.
+expect_exit 0 "resume with another seed" "$bin" run tiny.toml --set run.name=reseed \
+  --set checkpoint.resume=out/full_disk/ckpt/step-00000002 --set run.seed=7 --set train.steps=3
+expect_out "the changed data order is noted" \
+  "note: the data order after step 2 differs from the saved run's: changed run.seed (was 1337)"
+
 # The other model and the other dtype train through the same loop.
 sed -e '/^\[model\]/,/^\[data\]/{/^\[/!d}' -e 's/^\[model\]/[model]\narch = "mlp"\nmlp_hidden = 64/' \
   tiny.toml > mlp.toml

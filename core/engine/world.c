@@ -66,6 +66,64 @@ static int from(const char *rank, const char *size, const char *lrank, const cha
     return DT_OK;
 }
 
+/* Slurm's "2(x3),1" task counts per node: the count of node `node`. */
+static int slurm_tasks_on_node(const char *spec, int node)
+{
+    int at = 0;
+    while (spec && *spec) {
+        char *end;
+        long n = strtol(spec, &end, 10), rep = 1;
+        if (end == spec || n < 1)
+            return 0;
+        if (strncmp(end, "(x", 2) == 0) {
+            rep = strtol(end + 2, &end, 10);
+            if (rep < 1 || *end != ')')
+                return 0;
+            end++;
+        }
+        if (node < at + rep)
+            return (int)n;
+        at += (int)rep;
+        spec = *end == ',' ? end + 1 : end;
+    }
+    return 0;
+}
+
+/* srun: one process per task.  Keyed on SLURM_STEP_NUM_TASKS (set for a
+ * job step, not for the batch script itself, which is one process even
+ * when the allocation has many tasks). */
+static int from_slurm(dt_world_t *w, int *found)
+{
+    int rc, fr, fs, fl, fn;
+    dt_world_t t = *w;
+    *found = 0;
+    if ((rc = env_int("SLURM_STEP_NUM_TASKS", 1, 1 << 20, &t.size, &fs)) || !fs)
+        return rc;
+    if ((rc = env_int("SLURM_PROCID", 0, (1 << 20) - 1, &t.rank, &fr)))
+        return rc;
+    if (!fr)
+        return dt_err_set(DT_ERR_CONFIG, "SLURM_STEP_NUM_TASKS is set but SLURM_PROCID is not");
+    int node = 0;
+    t.local_rank = t.rank;
+    t.local_size = t.size;
+    if ((rc = env_int("SLURM_LOCALID", 0, (1 << 20) - 1, &t.local_rank, &fl)) ||
+        (rc = env_int("SLURM_NODEID", 0, 1 << 20, &node, &fn)))
+        return rc;
+    int per = slurm_tasks_on_node(getenv("SLURM_STEP_TASKS_PER_NODE"), node);
+    if (per > 0)
+        t.local_size = per;
+    if (t.rank >= t.size || t.local_rank >= t.local_size)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "Slurm environment is inconsistent: SLURM_PROCID = %d of "
+                          "SLURM_STEP_NUM_TASKS = %d, SLURM_LOCALID = %d of %d on this node",
+                          t.rank, t.size, t.local_rank, t.local_size);
+    t.size_var = "SLURM_STEP_NUM_TASKS";
+    t.local_size_var = per > 0 ? "SLURM_STEP_TASKS_PER_NODE" : NULL;
+    *w = t;
+    *found = 1;
+    return DT_OK;
+}
+
 void dt_world_sanitize_job_id(char *s)
 {
     /* job ids name files (/dev/shm/dtrain-<id>): keep them to a portable set */
@@ -106,6 +164,14 @@ int dt_world_from_env(const dt_config_t *cfg, dt_world_t *w)
             w->source = "Open MPI";
         ompi = found;
     }
+    int slurm = 0;
+    if (!found) {
+        if ((rc = from_slurm(w, &found)))
+            return rc;
+        if (found)
+            w->source = "Slurm";
+        slurm = found;
+    }
     const char *addr = NULL;
     int64_t port = 0;
     if (cfg) {
@@ -130,6 +196,9 @@ int dt_world_from_env(const dt_config_t *cfg, dt_world_t *w)
     } else if (ompi && ompi_job && ompi_job[0]) {
         /* two mpiruns on one machine share neither this id nor segments */
         snprintf(w->job_id, sizeof w->job_id, "ompi-%d-%.64s", (int)getuid(), ompi_job);
+    } else if (slurm && getenv("SLURM_JOB_ID") && getenv("SLURM_STEP_ID")) {
+        snprintf(w->job_id, sizeof w->job_id, "slurm-%d-%.40s.%.20s", (int)getuid(),
+                 getenv("SLURM_JOB_ID"), getenv("SLURM_STEP_ID"));
     } else if (!found || w->size == 1) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);

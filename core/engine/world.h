@@ -9,6 +9,9 @@
  *                          MASTER_ADDR, MASTER_PORT
  *   Open MPI:              OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK,
  *                          _LOCAL_SIZE
+ *   Slurm (srun):          SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID,
+ *                          SLURM_NODEID + SLURM_STEP_TASKS_PER_NODE; the
+ *                          job id from SLURM_JOB_ID and SLURM_STEP_ID
  *   none of these:         a single process (rank 0 of 1)
  * A source counts only when both its rank and its size are set; one without
  * the other is a DT_ERR_CONFIG (a half-set environment is a mistake, not a
@@ -34,7 +37,8 @@ typedef struct dt_world {
     char job_id[128];
     char master_addr[256];
     int master_port;
-    const char *source; /* "single process", "dtrain launcher", "torchrun", "Open MPI" */
+    const char *source; /* "single process", "dtrain launcher", "torchrun", "Open MPI",
+                         * "Slurm" */
     /* The variables the sizes came from (for messages), e.g. "WORLD_SIZE"
      * and "LOCAL_WORLD_SIZE"; NULL for a single process, local_size_var
      * also NULL when the launcher did not set it (local_size = size). */

@@ -103,6 +103,19 @@ for v in "2 4 n2" "4 2 n4" "2 2 n2a" "4 1 n4a"; do
   else bad "$1 ranks, accumulation $accum: final parameters differ" "$out"; fi
 done
 
+# The same two ranks started the way srun starts them.
+pids=()
+for r in 0 1; do
+  SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=$r SLURM_LOCALID=$r SLURM_NODEID=0 \
+    SLURM_STEP_TASKS_PER_NODE=2 SLURM_JOB_ID=$$ SLURM_STEP_ID=0 \
+    "$bin" run eq.toml --set train.micro_batch=4 --set run.name=slurm --metrics slurm.jsonl \
+    >"rank$r.log" 2>&1 &
+  pids+=($!)
+done
+rc=0; for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+[ $rc = 0 ] && ok "2 ranks under a Slurm (srun) environment" || bad "Slurm ranks failed" "$(cat rank*.log)"
+same_losses "Slurm ranks vs dtrain's own" n2.jsonl slurm.jsonl
+
 # ---- topology-free checkpoints ---------------------------------------------
 if ranks 2 eq.toml --set train.micro_batch=4 --set run.name=s2 --set train.stop_at=10; then
   ok "2 ranks stopped after step 10 with a checkpoint"

@@ -122,6 +122,11 @@ static int plugin_rc(const dt_plugin_t *p, int rc, const char *what)
     return rc ? dt_plugin_failed(p, rc, what) : DT_OK;
 }
 
+/* Call into plugin `p`: the error buffer is cleared first, so a plugin
+ * that fails without a message is reported as such, never with a stale
+ * message from earlier. */
+#define PLUGIN_CALL(p, call, what) (dt_err_clear(), plugin_rc((p), (call), (what)))
+
 static int setup(run_t *R)
 {
     dt_resolved_t *r = R->r;
@@ -145,9 +150,9 @@ static int setup(run_t *R)
     dt_device_init_v1_t da = {.struct_size = sizeof da, .rank = R->world.rank,
                               .local_rank = R->world.local_rank,
                               .local_size = R->world.local_size, .device_index = -1};
-    if ((rc = plugin_rc(pdev, R->dev_ops->init(pdev->host, &da, &R->dev), "init")))
+    if ((rc = PLUGIN_CALL(pdev, R->dev_ops->init(pdev->host, &da, &R->dev), "init")))
         return rc;
-    if ((rc = plugin_rc(pdev, R->dev_ops->stream_create(R->dev, &R->stream), "stream_create")))
+    if ((rc = PLUGIN_CALL(pdev, R->dev_ops->stream_create(R->dev, &R->stream), "stream_create")))
         return rc;
     double timeout_s;
     if ((rc = dt_config_get_float(cfg, "launch.timeout", &timeout_s)))
@@ -159,7 +164,7 @@ static int setup(run_t *R)
                             .master_port = R->world.master_port,
                             .timeout_ms = (int64_t)(timeout_s * 1000.0),
                             .dev_ops = R->dev_ops, .dev = R->dev};
-    if ((rc = plugin_rc(pcomm, R->comm_ops->init(pcomm->host, &ca, &R->comm), "init")))
+    if ((rc = PLUGIN_CALL(pcomm, R->comm_ops->init(pcomm->host, &ca, &R->comm), "init")))
         return rc;
     if ((rc = dt_consistency_check(&R->world, cfg, R->comm_ops, R->comm)))
         return rc;
@@ -265,7 +270,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
         .nesterov = nesterov, .beta1 = (float)b1, .beta2 = (float)b2, .eps = (float)eps,
         .momentum = (float)mom, .weight_decay = (float)wd};
     dt_plugin_t *pstrat = r->plugin[DT_ROLE_DATA];
-    if ((rc = plugin_rc(pstrat, R.strat_ops->init(pstrat->host, &sa, &R.strat), "init")))
+    if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->init(pstrat->host, &sa, &R.strat), "init")))
         goto out;
     dt_model_ctx_t ctx = {R.dev_ops, R.dev, R.stream, R.strat_ops, R.strat, pstrat->name};
     if ((rc = dt_model_alloc_acts(R.model, &ctx, micro, seq_len)))
@@ -274,8 +279,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     if ((rc = dt_ckpt_init_or_resume(&R.world, cfg, R.strat_ops, R.strat, R.model,
                                      (uint64_t)seed, &start_step)))
         goto out;
-    rc = R.strat_ops->state_loaded(R.strat);
-    if ((rc = plugin_rc(pstrat, rc, "state_loaded")))
+    if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->state_loaded(R.strat), "state_loaded")))
         goto out;
 
     if (metrics_path[0] && R.world.rank == 0) {
@@ -310,7 +314,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     for (int64_t step = start_step + 1; step <= steps; step++) {
         double t0 = now_s();
         double lr_now = dt_lr_at(step, steps, warmup, lr, min_lr, decay);
-        if ((rc = plugin_rc(pstrat, R.strat_ops->begin_step(R.strat, step), "begin_step")))
+        if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->begin_step(R.strat, step), "begin_step")))
             goto out;
         double loss_sum = 0;
         for (uint32_t m = 0; m < (uint32_t)accum; m++) {
@@ -330,12 +334,12 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
         dt_step_args_v1_t sargs = {.step = step, .lr = (float)lr_now, .clip = (float)clip};
         dt_step_result_v1_t sres;
         memset(&sres, 0, sizeof sres);
-        if ((rc = plugin_rc(pstrat, R.strat_ops->step(R.strat, &sargs, &sres), "step")))
+        if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->step(R.strat, &sargs, &sres), "step")))
             goto out;
         /* the loss reported is the mean over the whole global batch */
         double loss_local[1] = {loss_sum / (double)accum};
         float lbuf = (float)loss_local[0];
-        if (dp > 1 && (rc = plugin_rc(r->plugin[DT_ROLE_COMM],
+        if (dp > 1 && (rc = PLUGIN_CALL(r->plugin[DT_ROLE_COMM],
                                       R.comm_ops->all_reduce(R.comm, &lbuf, &lbuf, 1, DT_F32,
                                                              DT_OP_AVG, NULL, NULL),
                                       "all_reduce of the loss")))

@@ -203,6 +203,21 @@ resume zero-3-4 z3to_fsdp3 3 4 --set parallel.data=fsdp --set fsdp.sharding_stra
 resume fsdp-FULL_SHARD-3 f3to_z2x4 4 3 --set parallel.data=zero --set zero.stage=2
 resume zero-1-2 z1to_z3x1 1 12 --set parallel.data=zero --set zero.stage=3 --set run.comm=self
 
+# ---- the planner -------------------------------------------------------------
+expect_exit 0 "plan every strategy at 4 ranks" "$bin" plan eq.toml --world 4
+for row in "ddp " "zero-1 " "zero-2 " "zero-3 " "fsdp FULL_SHARD " "fsdp SHARD_GRAD_OP " "fsdp NO_SHARD "; do
+  printf '%s\n' "$out" | grep -q "^$row.*MiB" && ok "plan has a row for ${row% }" ||
+    bad "plan lacks ${row% }" "$out"
+done
+expect_out "hybrid without a group size says why" "fsdp HYBRID_SHARD     not planned"
+expect_exit 0 "plan hybrid groups of 2" "$bin" plan eq.toml --world 4 --set fsdp.hybrid_group_size=2
+printf '%s\n' "$out" | grep -q '^fsdp HYBRID_SHARD .*MiB' && ok "hybrid planned with a group size" ||
+  bad "hybrid not planned" "$out"
+expect_exit 0 "plan a 1.5B preset without allocating it" "$bin" plan eq.toml --world 64 --model gpt2-1558m
+expect_out "the preset replaces the file's shape" "1557.61M parameters"
+expect_exit 2 "plan: bad --world" "$bin" plan eq.toml --world 0
+expect_out "plan: --world explained" "--world 0 is not a rank count"
+
 # ---- failures ---------------------------------------------------------------
 set +e
 job="mm$$"

@@ -117,13 +117,7 @@ static int read_shape(dt_config_t *cfg, dt_gpt2_shape_t *s)
         return dt_err_set(DT_ERR_CONFIG,
                           "%s: [model] n_embd = %lld is not divisible by n_head = %lld",
                           dt_model_cfg_name(cfg), (long long)s->n_embd, (long long)s->n_head);
-    if (s->vocab_size > 65536)
-        /* token files hold uint16 tokens */
-        return dt_err_set(DT_ERR_CONFIG,
-                          "%s: [model] vocab_size = %lld exceeds 65536, the largest "
-                          "vocabulary uint16 token files can address",
-                          dt_model_cfg_name(cfg), (long long)s->vocab_size);
-    return DT_OK;
+    return dt_model_check_vocab(cfg, s->vocab_size);
 }
 
 static int gpt2_create(dt_model_t *m, dt_config_t *cfg)
@@ -333,12 +327,6 @@ static double gpt2_flops_per_token(const dt_model_t *m, int64_t T)
 
 #define K (ctx->dev_ops)
 #define D ctx->dev, ctx->stream
-#define CHECK(call)                                                                            \
-    do {                                                                                       \
-        int rc_ = (call);                                                                      \
-        if (rc_)                                                                               \
-            return rc_;                                                                        \
-    } while (0)
 
 /* What dt_model_find_nonfinite calls each kernel output of block l:
  * "activation h.<l><tensor>", "<verb> h.<l><op>".  The attention
@@ -380,29 +368,29 @@ static int block_forward(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l,
     const gpt2_t *g = G(m);
     const int64_t B = m->B, T = m->T, C = g->s.n_embd, NH = g->s.n_head, BT = B * T;
     const int wd = m->wdtype;
-    CHECK(K->layernorm_forward(D, a->ln1, a->ln1_mean, a->ln1_rstd, x, v->f[LN1W], v->f[LN1B],
-                               BT, C));
-    CHECK(probe_block(m, ctx, l, P_LN1, a->ln1, BT * C));
-    CHECK(K->matmul_forward(D, a->qkv, a->ln1, v->w[ATTW], v->f[ATTB], wd, BT, C, 3 * C));
-    CHECK(probe_block(m, ctx, l, P_QKV, a->qkv, BT * 3 * C));
-    CHECK(K->attention_forward(D, a->atty, a->att, a->qkv, B, T, C, NH));
-    CHECK(probe_block(m, ctx, l, P_ATTY, a->atty, BT * C));
-    CHECK(K->matmul_forward(D, a->attproj, a->atty, v->w[PROJW], v->f[PROJB], wd, BT, C, C));
-    CHECK(probe_block(m, ctx, l, P_ATTPROJ, a->attproj, BT * C));
-    CHECK(K->residual_forward(D, a->res2, x, a->attproj, BT * C));
-    CHECK(probe_block(m, ctx, l, P_RES2, a->res2, BT * C));
-    CHECK(K->layernorm_forward(D, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, v->f[LN2W],
-                               v->f[LN2B], BT, C));
-    CHECK(probe_block(m, ctx, l, P_LN2, a->ln2, BT * C));
-    CHECK(K->matmul_forward(D, a->fch, a->ln2, v->w[FCW], v->f[FCB], wd, BT, C, 4 * C));
-    CHECK(probe_block(m, ctx, l, P_FCH, a->fch, BT * 4 * C));
-    CHECK(K->gelu_forward(D, a->fch_gelu, a->fch, BT * 4 * C));
-    CHECK(probe_block(m, ctx, l, P_GELU, a->fch_gelu, BT * 4 * C));
-    CHECK(K->matmul_forward(D, a->fcproj, a->fch_gelu, v->w[FCPW], v->f[FCPB], wd, BT, 4 * C,
-                            C));
-    CHECK(probe_block(m, ctx, l, P_FCPROJ, a->fcproj, BT * C));
-    CHECK(K->residual_forward(D, out, a->res2, a->fcproj, BT * C));
-    CHECK(probe_block(m, ctx, l, P_OUT, out, BT * C));
+    DT_TRY(K->layernorm_forward(D, a->ln1, a->ln1_mean, a->ln1_rstd, x, v->f[LN1W], v->f[LN1B],
+                                BT, C));
+    DT_TRY(probe_block(m, ctx, l, P_LN1, a->ln1, BT * C));
+    DT_TRY(K->matmul_forward(D, a->qkv, a->ln1, v->w[ATTW], v->f[ATTB], wd, BT, C, 3 * C));
+    DT_TRY(probe_block(m, ctx, l, P_QKV, a->qkv, BT * 3 * C));
+    DT_TRY(K->attention_forward(D, a->atty, a->att, a->qkv, B, T, C, NH));
+    DT_TRY(probe_block(m, ctx, l, P_ATTY, a->atty, BT * C));
+    DT_TRY(K->matmul_forward(D, a->attproj, a->atty, v->w[PROJW], v->f[PROJB], wd, BT, C, C));
+    DT_TRY(probe_block(m, ctx, l, P_ATTPROJ, a->attproj, BT * C));
+    DT_TRY(K->residual_forward(D, a->res2, x, a->attproj, BT * C));
+    DT_TRY(probe_block(m, ctx, l, P_RES2, a->res2, BT * C));
+    DT_TRY(K->layernorm_forward(D, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, v->f[LN2W],
+                                v->f[LN2B], BT, C));
+    DT_TRY(probe_block(m, ctx, l, P_LN2, a->ln2, BT * C));
+    DT_TRY(K->matmul_forward(D, a->fch, a->ln2, v->w[FCW], v->f[FCB], wd, BT, C, 4 * C));
+    DT_TRY(probe_block(m, ctx, l, P_FCH, a->fch, BT * 4 * C));
+    DT_TRY(K->gelu_forward(D, a->fch_gelu, a->fch, BT * 4 * C));
+    DT_TRY(probe_block(m, ctx, l, P_GELU, a->fch_gelu, BT * 4 * C));
+    DT_TRY(K->matmul_forward(D, a->fcproj, a->fch_gelu, v->w[FCPW], v->f[FCPB], wd, BT, 4 * C,
+                             C));
+    DT_TRY(probe_block(m, ctx, l, P_FCPROJ, a->fcproj, BT * C));
+    DT_TRY(K->residual_forward(D, out, a->res2, a->fcproj, BT * C));
+    DT_TRY(probe_block(m, ctx, l, P_OUT, out, BT * C));
     return DT_OK;
 }
 
@@ -416,38 +404,30 @@ static int block_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_uni
     const int wd = m->wdtype;
     float *dx = g->dx;
     /* fcproj: out = res2 + fcproj, so d(fcproj) = d(res2) partial = dx */
-    CHECK(K->memset_async(ctx->dev, g->dfch_gelu, 0, (uint64_t)BT * 4 * C * 4, ctx->stream));
-    CHECK(K->matmul_backward(D, g->dfch_gelu, gr + o[FCPW], gr + o[FCPB], dx, a->fch_gelu,
-                             v->w[FCPW], wd, BT, 4 * C, C));
-    CHECK(K->memset_async(ctx->dev, g->dfch, 0, (uint64_t)BT * 4 * C * 4, ctx->stream));
-    CHECK(K->gelu_backward(D, g->dfch, a->fch, g->dfch_gelu, BT * 4 * C));
-    CHECK(K->memset_async(ctx->dev, g->dbuf_c, 0, (uint64_t)BT * C * 4, ctx->stream));
-    CHECK(K->matmul_backward(D, g->dbuf_c, gr + o[FCW], gr + o[FCB], g->dfch, a->ln2, v->w[FCW],
-                             wd, BT, C, 4 * C));
+    DT_TRY(K->memset_async(ctx->dev, g->dfch_gelu, 0, (uint64_t)BT * 4 * C * 4, ctx->stream));
+    DT_TRY(K->matmul_backward(D, g->dfch_gelu, gr + o[FCPW], gr + o[FCPB], dx, a->fch_gelu,
+                              v->w[FCPW], wd, BT, 4 * C, C));
+    DT_TRY(K->memset_async(ctx->dev, g->dfch, 0, (uint64_t)BT * 4 * C * 4, ctx->stream));
+    DT_TRY(K->gelu_backward(D, g->dfch, a->fch, g->dfch_gelu, BT * 4 * C));
+    DT_TRY(K->memset_async(ctx->dev, g->dbuf_c, 0, (uint64_t)BT * C * 4, ctx->stream));
+    DT_TRY(K->matmul_backward(D, g->dbuf_c, gr + o[FCW], gr + o[FCB], g->dfch, a->ln2, v->w[FCW],
+                              wd, BT, C, 4 * C));
     /* dx becomes d(res2): the residual path plus the ln_2 path */
-    CHECK(K->layernorm_backward(D, dx, gr + o[LN2W], gr + o[LN2B], g->dbuf_c, a->res2,
-                                v->f[LN2W], a->ln2_mean, a->ln2_rstd, BT, C));
-    CHECK(K->memset_async(ctx->dev, g->dbuf_c2, 0, (uint64_t)BT * C * 4, ctx->stream));
-    CHECK(K->matmul_backward(D, g->dbuf_c2, gr + o[PROJW], gr + o[PROJB], dx, a->atty,
-                             v->w[PROJW], wd, BT, C, C));
-    CHECK(K->memset_async(ctx->dev, g->dqkv, 0, (uint64_t)BT * 3 * C * 4, ctx->stream));
-    CHECK(K->attention_backward(D, g->dqkv, g->dbuf_c2, a->qkv, a->att, B, T, C, NH));
-    CHECK(K->memset_async(ctx->dev, g->dbuf_c, 0, (uint64_t)BT * C * 4, ctx->stream));
-    CHECK(K->matmul_backward(D, g->dbuf_c, gr + o[ATTW], gr + o[ATTB], g->dqkv, a->ln1,
-                             v->w[ATTW], wd, BT, C, 3 * C));
+    DT_TRY(K->layernorm_backward(D, dx, gr + o[LN2W], gr + o[LN2B], g->dbuf_c, a->res2,
+                                 v->f[LN2W], a->ln2_mean, a->ln2_rstd, BT, C));
+    DT_TRY(K->memset_async(ctx->dev, g->dbuf_c2, 0, (uint64_t)BT * C * 4, ctx->stream));
+    DT_TRY(K->matmul_backward(D, g->dbuf_c2, gr + o[PROJW], gr + o[PROJB], dx, a->atty,
+                              v->w[PROJW], wd, BT, C, C));
+    DT_TRY(K->memset_async(ctx->dev, g->dqkv, 0, (uint64_t)BT * 3 * C * 4, ctx->stream));
+    DT_TRY(K->attention_backward(D, g->dqkv, g->dbuf_c2, a->qkv, a->att, B, T, C, NH));
+    DT_TRY(K->memset_async(ctx->dev, g->dbuf_c, 0, (uint64_t)BT * C * 4, ctx->stream));
+    DT_TRY(K->matmul_backward(D, g->dbuf_c, gr + o[ATTW], gr + o[ATTB], g->dqkv, a->ln1,
+                              v->w[ATTW], wd, BT, C, 3 * C));
     /* dx becomes d(x): the residual path plus the ln_1 path */
-    CHECK(K->layernorm_backward(D, dx, gr + o[LN1W], gr + o[LN1B], g->dbuf_c, x, v->f[LN1W],
-                                a->ln1_mean, a->ln1_rstd, BT, C));
+    DT_TRY(K->layernorm_backward(D, dx, gr + o[LN1W], gr + o[LN1B], g->dbuf_c, x, v->f[LN1W],
+                                 a->ln1_mean, a->ln1_rstd, BT, C));
     return DT_OK;
 }
-
-/* Kernel failures name the unit and the pass they happened in. */
-#define UNIT_CHECK(call, pass, unit)                                                           \
-    do {                                                                                       \
-        int rc_ = (call);                                                                      \
-        if (rc_)                                                                               \
-            return dt_err_context(rc_, "%s of unit %s", pass, m->desc.units[unit].name);      \
-    } while (0)
 
 static int gpt2_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_v1_t *h)
 {
@@ -457,46 +437,39 @@ static int gpt2_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_
     dt_unit_buffers_v1_t b0, bl, bh;
     dt_unit_view_t v0, vl, vh;
 
-    CHECK(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b0));
-    UNIT_CHECK(dt_model_view(m, ctx, 0, b0.params, 1, &v0), "forward", 0);
-    UNIT_CHECK(K->embedding_forward(D, g->x[0], m->tokens, v0.f[WTE], v0.f[WPE], B, T, C),
-               "forward", 0);
-    CHECK(dt_model_probe(m, ctx, "activation embedding output", 0,
-                         "the forward of wte.weight + wpe.weight", g->x[0], DT_F32,
-                         (uint64_t)(BT * C)));
-    CHECK(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
+    DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b0));
+    DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 1, &v0), "forward", 0);
+    DT_TRY_UNIT(K->embedding_forward(D, g->x[0], m->tokens, v0.f[WTE], v0.f[WPE], B, T, C),
+                "forward", 0);
+    DT_TRY(dt_model_probe(m, ctx, "activation embedding output", 0,
+                          "the forward of wte.weight + wpe.weight", g->x[0], DT_F32,
+                          (uint64_t)(BT * C)));
+    DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
     for (uint32_t l = 0; l < L; l++) {
-        CHECK(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, l + 1, 0, &bl));
-        UNIT_CHECK(dt_model_view(m, ctx, l + 1, bl.params, 1, &vl), "forward", l + 1);
-        UNIT_CHECK(block_forward(m, ctx, l, &vl, g->x[l], &g->acts[l], g->x[l + 1]), "forward",
-                   l + 1);
-        CHECK(dt_model_hook(m, ctx, DT_POST_FORWARD, h, l + 1, 0, NULL));
+        DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, l + 1, 0, &bl));
+        DT_TRY_UNIT(dt_model_view(m, ctx, l + 1, bl.params, 1, &vl), "forward", l + 1);
+        DT_TRY_UNIT(block_forward(m, ctx, l, &vl, g->x[l], &g->acts[l], g->x[l + 1]), "forward",
+                    l + 1);
+        DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, l + 1, 0, NULL));
     }
     /* the head, and unit 0 again for the tied LM head (matmul only) */
-    CHECK(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, head, 0, &bh));
-    CHECK(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b0));
-    UNIT_CHECK(dt_model_view(m, ctx, head, bh.params, 1, &vh), "forward", head);
-    UNIT_CHECK(dt_model_view(m, ctx, 0, b0.params, 0, &v0), "forward", head);
-    UNIT_CHECK(K->layernorm_forward(D, g->lnf, g->lnf_mean, g->lnf_rstd, g->x[L], vh.f[LNFW],
-                                    vh.f[LNFB], BT, C),
-               "forward", head);
-    CHECK(dt_model_probe(m, ctx, "activation ln_f output", head, "the forward of ln_f", g->lnf,
-                         DT_F32, (uint64_t)(BT * C)));
-    UNIT_CHECK(K->matmul_forward(D, m->logits, g->lnf, v0.w[WTE], NULL, m->wdtype, BT, C, V),
-               "forward", head);
-    CHECK(dt_model_probe(m, ctx, "logits", head,
-                         "the forward of the LM head (ln_f output @ wte.weight^T)", m->logits,
-                         DT_F32, (uint64_t)(BT * V)));
-    UNIT_CHECK(K->softmax_xent_forward(D, m->losses, m->probs, m->logits, m->targets, BT, V),
-               "forward", head);
-    CHECK(dt_model_probe(m, ctx, "activation probabilities", head,
-                         "the forward of the softmax cross-entropy", m->probs, DT_F32,
-                         (uint64_t)(BT * V)));
-    CHECK(dt_model_probe(m, ctx, "per-position loss", head,
-                         "the forward of the softmax cross-entropy", m->losses, DT_F32,
-                         (uint64_t)BT));
-    CHECK(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
-    CHECK(dt_model_hook(m, ctx, DT_POST_FORWARD, h, head, 0, NULL));
+    DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, head, 0, &bh));
+    DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b0));
+    DT_TRY_UNIT(dt_model_view(m, ctx, head, bh.params, 1, &vh), "forward", head);
+    DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 0, &v0), "forward", head);
+    DT_TRY_UNIT(K->layernorm_forward(D, g->lnf, g->lnf_mean, g->lnf_rstd, g->x[L], vh.f[LNFW],
+                                     vh.f[LNFB], BT, C),
+                "forward", head);
+    DT_TRY(dt_model_probe(m, ctx, "activation ln_f output", head, "the forward of ln_f", g->lnf,
+                          DT_F32, (uint64_t)(BT * C)));
+    DT_TRY_UNIT(K->matmul_forward(D, m->logits, g->lnf, v0.w[WTE], NULL, m->wdtype, BT, C, V),
+                "forward", head);
+    DT_TRY(dt_model_probe(m, ctx, "logits", head,
+                          "the forward of the LM head (ln_f output @ wte.weight^T)", m->logits,
+                          DT_F32, (uint64_t)(BT * V)));
+    DT_TRY(dt_model_loss_forward(m, ctx, head));
+    DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
+    DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, head, 0, NULL));
     return DT_OK;
 }
 
@@ -511,46 +484,42 @@ static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook
 
     /* head first (it also feeds wte's gradient), then the blocks, then the
      * embedding, whose post_backward ends unit 0's gradient */
-    CHECK(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, head, 0, &bh));
-    CHECK(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, 0, 0, &b0));
-    UNIT_CHECK(dt_model_view(m, ctx, head, bh.params, 1, &vh), "backward", head);
-    UNIT_CHECK(dt_model_view(m, ctx, 0, b0.params, 0, &v0), "backward", head);
-    UNIT_CHECK(K->memset_async(ctx->dev, g->dlogits, 0, (uint64_t)BT * V * 4, ctx->stream),
-               "backward", head);
-    UNIT_CHECK(K->softmax_xent_backward(D, g->dlogits, m->probs, m->targets,
-                                        loss_scale / (float)BT, BT, V),
-               "backward", head);
-    UNIT_CHECK(K->memset_async(ctx->dev, g->dbuf_c, 0, (uint64_t)BT * C * 4, ctx->stream),
-               "backward", head);
-    UNIT_CHECK(K->matmul_backward(D, g->dbuf_c, b0.grads, NULL, g->dlogits, g->lnf, v0.w[WTE],
-                                  m->wdtype, BT, C, V),
-               "backward", head);
-    CHECK(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 0, NULL));
-    UNIT_CHECK(K->memset_async(ctx->dev, g->dx, 0, (uint64_t)BT * C * 4, ctx->stream),
-               "backward", head);
-    UNIT_CHECK(K->layernorm_backward(D, g->dx, bh.grads, bh.grads + C, g->dbuf_c, g->x[L],
-                                     vh.f[LNFW], g->lnf_mean, g->lnf_rstd, BT, C),
-               "backward", head);
-    CHECK(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
+    DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, head, 0, &bh));
+    DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, 0, 0, &b0));
+    DT_TRY_UNIT(dt_model_view(m, ctx, head, bh.params, 1, &vh), "backward", head);
+    DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 0, &v0), "backward", head);
+    DT_TRY(dt_model_loss_backward(m, ctx, head, g->dlogits, loss_scale));
+    DT_TRY_UNIT(K->memset_async(ctx->dev, g->dbuf_c, 0, (uint64_t)BT * C * 4, ctx->stream),
+                "backward", head);
+    DT_TRY_UNIT(K->matmul_backward(D, g->dbuf_c, b0.grads, NULL, g->dlogits, g->lnf, v0.w[WTE],
+                                   m->wdtype, BT, C, V),
+                "backward", head);
+    DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 0, NULL));
+    DT_TRY_UNIT(K->memset_async(ctx->dev, g->dx, 0, (uint64_t)BT * C * 4, ctx->stream),
+                "backward", head);
+    DT_TRY_UNIT(K->layernorm_backward(D, g->dx, bh.grads, bh.grads + C, g->dbuf_c, g->x[L],
+                                      vh.f[LNFW], g->lnf_mean, g->lnf_rstd, BT, C),
+                "backward", head);
+    DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
     uint64_t o[NBLOCK];
     for (uint32_t l = L; l-- > 0;) {
         const dt_unit_desc_v1_t *ud = &m->desc.units[l + 1];
         for (int k = 0; k < NBLOCK; k++)
             o[k] = ud->params[k].offset;
-        CHECK(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, l + 1, 0, &bl));
-        UNIT_CHECK(dt_model_view(m, ctx, l + 1, bl.params, 1, &vl), "backward", l + 1);
+        DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, l + 1, 0, &bl));
+        DT_TRY_UNIT(dt_model_view(m, ctx, l + 1, bl.params, 1, &vl), "backward", l + 1);
         if (dt_model_is_ckpt(m, l)) /* recompute this block's activations into scratch */
-            UNIT_CHECK(block_forward(m, ctx, l, &vl, g->x[l], &g->scratch, g->dbuf_c2),
-                       "recompute", l + 1);
-        UNIT_CHECK(block_backward(m, ctx, &vl, bl.grads, o, g->x[l], &g->acts[l]), "backward",
-                   l + 1);
-        CHECK(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, l + 1, 1, NULL));
+            DT_TRY_UNIT(block_forward(m, ctx, l, &vl, g->x[l], &g->scratch, g->dbuf_c2),
+                        "recompute", l + 1);
+        DT_TRY_UNIT(block_backward(m, ctx, &vl, bl.grads, o, g->x[l], &g->acts[l]), "backward",
+                    l + 1);
+        DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, l + 1, 1, NULL));
     }
-    CHECK(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, 0, 0, &b0));
-    UNIT_CHECK(K->embedding_backward(D, b0.grads, b0.grads + m->desc.units[0].params[WPE].offset,
-                                     g->dx, m->tokens, B, T, C),
-               "backward", 0);
-    CHECK(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 1, NULL));
+    DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, 0, 0, &b0));
+    DT_TRY_UNIT(K->embedding_backward(D, b0.grads, b0.grads + m->desc.units[0].params[WPE].offset,
+                                      g->dx, m->tokens, B, T, C),
+                "backward", 0);
+    DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 1, NULL));
     return DT_OK;
 }
 

@@ -52,11 +52,8 @@ static int mlp_create(dt_model_t *m, dt_config_t *cfg)
         (rc = dt_config_get_int(cfg, "model.mlp_hidden", &p->H)) ||
         (rc = dt_config_get_int(cfg, "model.mlp_layers", &p->NL)))
         return rc;
-    if (p->V > 65536)
-        return dt_err_set(DT_ERR_CONFIG,
-                          "%s: [model] vocab_size = %lld exceeds 65536, the largest "
-                          "vocabulary uint16 token files can address",
-                          dt_model_cfg_name(cfg), (long long)p->V);
+    if ((rc = dt_model_check_vocab(cfg, p->V)))
+        return rc;
     dt_model_add_key(m, "vocab_size", p->V);
     dt_model_add_key(m, "mlp_in", p->D);
     dt_model_add_key(m, "mlp_hidden", p->H);
@@ -179,19 +176,6 @@ static double mlp_flops_per_token(const dt_model_t *m, int64_t T)
 
 #define K (ctx->dev_ops)
 #define D_ ctx->dev, ctx->stream
-#define CHECK(call)                                                                            \
-    do {                                                                                       \
-        int rc_ = (call);                                                                      \
-        if (rc_)                                                                               \
-            return rc_;                                                                        \
-    } while (0)
-#define UNIT_CHECK(call, pass, unit)                                                           \
-    do {                                                                                       \
-        int rc_ = (call);                                                                      \
-        if (rc_)                                                                               \
-            return dt_err_context(rc_, "%s of unit %s", pass, m->desc.units[unit].name);      \
-    } while (0)
-
 /* Input of hidden layer l (l == NL: of the head) and its width. */
 static const float *layer_in(const mlp_t *p, int64_t l, int64_t *width)
 {
@@ -208,51 +192,44 @@ static int mlp_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_v
     dt_unit_view_t v;
     int64_t in_w;
 
-    CHECK(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b));
-    UNIT_CHECK(dt_model_view(m, ctx, 0, b.params, 1, &v), "forward", 0);
-    UNIT_CHECK(K->embedding_forward(D_, p->x0, m->tokens, v.f[EMB], p->zeros, B, T, p->D),
-               "forward", 0);
-    CHECK(dt_model_probe(m, ctx, "activation embedding output", 0,
-                         "the forward of embed.weight", p->x0, DT_F32, (uint64_t)(BT * p->D)));
-    CHECK(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
+    DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b));
+    DT_TRY_UNIT(dt_model_view(m, ctx, 0, b.params, 1, &v), "forward", 0);
+    DT_TRY_UNIT(K->embedding_forward(D_, p->x0, m->tokens, v.f[EMB], p->zeros, B, T, p->D),
+                "forward", 0);
+    DT_TRY(dt_model_probe(m, ctx, "activation embedding output", 0,
+                          "the forward of embed.weight", p->x0, DT_F32, (uint64_t)(BT * p->D)));
+    DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
     for (int64_t l = 0; l < p->NL; l++) {
         const uint32_t u = (uint32_t)l + 1;
         const float *in = layer_in(p, l, &in_w);
-        CHECK(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, u, 0, &b));
-        UNIT_CHECK(dt_model_view(m, ctx, u, b.params, 1, &v), "forward", u);
-        UNIT_CHECK(K->matmul_forward(D_, p->pre[l], in, v.w[W], v.f[BIAS], m->wdtype, BT, in_w,
-                                     H),
-                   "forward", u);
+        DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, u, 0, &b));
+        DT_TRY_UNIT(dt_model_view(m, ctx, u, b.params, 1, &v), "forward", u);
+        DT_TRY_UNIT(K->matmul_forward(D_, p->pre[l], in, v.w[W], v.f[BIAS], m->wdtype, BT, in_w,
+                                      H),
+                    "forward", u);
         char what[64] = "", after[64] = "";
         if (dt_model_probing(m)) {
             snprintf(what, sizeof what, "activation fc.%lld output", (long long)l);
             snprintf(after, sizeof after, "the forward of fc.%lld", (long long)l);
         }
-        CHECK(dt_model_probe(m, ctx, what, u, after, p->pre[l], DT_F32, (uint64_t)(BT * H)));
-        UNIT_CHECK(K->gelu_forward(D_, p->out[l], p->pre[l], BT * H), "forward", u);
+        DT_TRY(dt_model_probe(m, ctx, what, u, after, p->pre[l], DT_F32, (uint64_t)(BT * H)));
+        DT_TRY_UNIT(K->gelu_forward(D_, p->out[l], p->pre[l], BT * H), "forward", u);
         if (dt_model_probing(m)) {
             snprintf(what, sizeof what, "activation fc.%lld.gelu output", (long long)l);
             snprintf(after, sizeof after, "the forward of fc.%lld's GELU", (long long)l);
         }
-        CHECK(dt_model_probe(m, ctx, what, u, after, p->out[l], DT_F32, (uint64_t)(BT * H)));
-        CHECK(dt_model_hook(m, ctx, DT_POST_FORWARD, h, u, 0, NULL));
+        DT_TRY(dt_model_probe(m, ctx, what, u, after, p->out[l], DT_F32, (uint64_t)(BT * H)));
+        DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, u, 0, NULL));
     }
     const float *in = layer_in(p, p->NL, &in_w);
-    CHECK(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, head, 0, &b));
-    UNIT_CHECK(dt_model_view(m, ctx, head, b.params, 1, &v), "forward", head);
-    UNIT_CHECK(K->matmul_forward(D_, m->logits, in, v.w[W], v.f[BIAS], m->wdtype, BT, in_w, V),
-               "forward", head);
-    CHECK(dt_model_probe(m, ctx, "logits", head, "the forward of head.weight, head.bias",
-                         m->logits, DT_F32, (uint64_t)(BT * V)));
-    UNIT_CHECK(K->softmax_xent_forward(D_, m->losses, m->probs, m->logits, m->targets, BT, V),
-               "forward", head);
-    CHECK(dt_model_probe(m, ctx, "activation probabilities", head,
-                         "the forward of the softmax cross-entropy", m->probs, DT_F32,
-                         (uint64_t)(BT * V)));
-    CHECK(dt_model_probe(m, ctx, "per-position loss", head,
-                         "the forward of the softmax cross-entropy", m->losses, DT_F32,
-                         (uint64_t)BT));
-    CHECK(dt_model_hook(m, ctx, DT_POST_FORWARD, h, head, 0, NULL));
+    DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, head, 0, &b));
+    DT_TRY_UNIT(dt_model_view(m, ctx, head, b.params, 1, &v), "forward", head);
+    DT_TRY_UNIT(K->matmul_forward(D_, m->logits, in, v.w[W], v.f[BIAS], m->wdtype, BT, in_w, V),
+                "forward", head);
+    DT_TRY(dt_model_probe(m, ctx, "logits", head, "the forward of head.weight, head.bias",
+                          m->logits, DT_F32, (uint64_t)(BT * V)));
+    DT_TRY(dt_model_loss_forward(m, ctx, head));
+    DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, head, 0, NULL));
     return DT_OK;
 }
 
@@ -269,49 +246,45 @@ static int mlp_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_
     float *dout = p->da, *din = p->db;
 
     const float *in = layer_in(p, p->NL, &in_w);
-    CHECK(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, head, 0, &b));
-    UNIT_CHECK(dt_model_view(m, ctx, head, b.params, 0, &v), "backward", head);
-    UNIT_CHECK(K->memset_async(ctx->dev, p->dlogits, 0, (uint64_t)(BT * V) * 4, ctx->stream),
-               "backward", head);
-    UNIT_CHECK(K->softmax_xent_backward(D_, p->dlogits, m->probs, m->targets,
-                                        loss_scale / (float)BT, BT, V),
-               "backward", head);
-    UNIT_CHECK(K->memset_async(ctx->dev, dout, 0, (uint64_t)(BT * in_w) * 4, ctx->stream),
-               "backward", head);
-    UNIT_CHECK(K->matmul_backward(D_, dout, b.grads + m->desc.units[head].params[W].offset,
-                                  b.grads + m->desc.units[head].params[BIAS].offset,
-                                  p->dlogits, in, v.w[W], m->wdtype, BT, in_w, V),
-               "backward", head);
-    CHECK(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
+    DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, head, 0, &b));
+    DT_TRY_UNIT(dt_model_view(m, ctx, head, b.params, 0, &v), "backward", head);
+    DT_TRY(dt_model_loss_backward(m, ctx, head, p->dlogits, loss_scale));
+    DT_TRY_UNIT(K->memset_async(ctx->dev, dout, 0, (uint64_t)(BT * in_w) * 4, ctx->stream),
+                "backward", head);
+    DT_TRY_UNIT(K->matmul_backward(D_, dout, b.grads + m->desc.units[head].params[W].offset,
+                                   b.grads + m->desc.units[head].params[BIAS].offset,
+                                   p->dlogits, in, v.w[W], m->wdtype, BT, in_w, V),
+                "backward", head);
+    DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
     for (int64_t l = p->NL; l-- > 0;) {
         const uint32_t u = (uint32_t)l + 1;
         const dt_unit_desc_v1_t *ud = &m->desc.units[u];
         in = layer_in(p, l, &in_w);
-        CHECK(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, u, 0, &b));
-        UNIT_CHECK(dt_model_view(m, ctx, u, b.params, dt_model_is_ckpt(m, l), &v), "backward",
-                   u);
+        DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, u, 0, &b));
+        DT_TRY_UNIT(dt_model_view(m, ctx, u, b.params, dt_model_is_ckpt(m, l), &v), "backward",
+                    u);
         if (dt_model_is_ckpt(m, l)) /* the pre-activation GELU's backward needs */
-            UNIT_CHECK(K->matmul_forward(D_, p->pre[l], in, v.w[W], v.f[BIAS], m->wdtype, BT,
-                                         in_w, H),
-                       "recompute", u);
-        UNIT_CHECK(K->memset_async(ctx->dev, p->dpre, 0, (uint64_t)(BT * H) * 4, ctx->stream),
-                   "backward", u);
-        UNIT_CHECK(K->gelu_backward(D_, p->dpre, p->pre[l], dout, BT * H), "backward", u);
-        UNIT_CHECK(K->memset_async(ctx->dev, din, 0, (uint64_t)(BT * in_w) * 4, ctx->stream),
-                   "backward", u);
-        UNIT_CHECK(K->matmul_backward(D_, din, b.grads + ud->params[W].offset,
-                                      b.grads + ud->params[BIAS].offset, p->dpre, in, v.w[W],
-                                      m->wdtype, BT, in_w, H),
-                   "backward", u);
-        CHECK(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, u, 1, NULL));
+            DT_TRY_UNIT(K->matmul_forward(D_, p->pre[l], in, v.w[W], v.f[BIAS], m->wdtype, BT,
+                                          in_w, H),
+                        "recompute", u);
+        DT_TRY_UNIT(K->memset_async(ctx->dev, p->dpre, 0, (uint64_t)(BT * H) * 4, ctx->stream),
+                    "backward", u);
+        DT_TRY_UNIT(K->gelu_backward(D_, p->dpre, p->pre[l], dout, BT * H), "backward", u);
+        DT_TRY_UNIT(K->memset_async(ctx->dev, din, 0, (uint64_t)(BT * in_w) * 4, ctx->stream),
+                    "backward", u);
+        DT_TRY_UNIT(K->matmul_backward(D_, din, b.grads + ud->params[W].offset,
+                                       b.grads + ud->params[BIAS].offset, p->dpre, in, v.w[W],
+                                       m->wdtype, BT, in_w, H),
+                    "backward", u);
+        DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, u, 1, NULL));
         float *t = dout;
         dout = din;
         din = t;
     }
-    CHECK(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, 0, 0, &b));
-    UNIT_CHECK(K->embedding_backward(D_, b.grads, NULL, dout, m->tokens, B, T, p->D),
-               "backward", 0);
-    CHECK(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 1, NULL));
+    DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, 0, 0, &b));
+    DT_TRY_UNIT(K->embedding_backward(D_, b.grads, NULL, dout, m->tokens, B, T, p->D),
+                "backward", 0);
+    DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 1, NULL));
     return DT_OK;
 }
 

@@ -20,6 +20,16 @@ const char *dt_model_cfg_name(const dt_config_t *cfg)
     return p && p[0] ? p : "config";
 }
 
+int dt_model_check_vocab(const dt_config_t *cfg, int64_t vocab_size)
+{
+    if (vocab_size > 65536) /* token files hold uint16 tokens */
+        return dt_err_set(DT_ERR_CONFIG,
+                          "%s: [model] vocab_size = %lld exceeds 65536, the largest "
+                          "vocabulary uint16 token files can address",
+                          dt_model_cfg_name(cfg), (long long)vocab_size);
+    return DT_OK;
+}
+
 static const dt_model_arch_t *const archs[] = {&dt_model_arch_gpt2, &dt_model_arch_mlp};
 
 /* [model] keys that only one arch reads: setting one for another arch is
@@ -595,6 +605,34 @@ int dt_model_probe(dt_model_t *m, const dt_model_ctx_t *ctx, const char *what, u
         p->found = 1;
         return DT_OK;
     }
+    return DT_OK;
+}
+
+int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head)
+{
+    const dt_device_ops_v1_t *K = ctx->dev_ops;
+    const int64_t BT = m->B * m->T, V = m->info.vocab_size;
+    DT_TRY_UNIT(K->softmax_xent_forward(ctx->dev, ctx->stream, m->losses, m->probs, m->logits,
+                                        m->targets, BT, V),
+                "forward", head);
+    DT_TRY(dt_model_probe(m, ctx, "activation probabilities", head,
+                          "the forward of the softmax cross-entropy", m->probs, DT_F32,
+                          (uint64_t)(BT * V)));
+    return dt_model_probe(m, ctx, "per-position loss", head,
+                          "the forward of the softmax cross-entropy", m->losses, DT_F32,
+                          (uint64_t)BT);
+}
+
+int dt_model_loss_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head,
+                           float *dlogits, float loss_scale)
+{
+    const dt_device_ops_v1_t *K = ctx->dev_ops;
+    const int64_t BT = m->B * m->T, V = m->info.vocab_size;
+    DT_TRY_UNIT(K->memset_async(ctx->dev, dlogits, 0, (uint64_t)(BT * V) * 4, ctx->stream),
+                "backward", head);
+    DT_TRY_UNIT(K->softmax_xent_backward(ctx->dev, ctx->stream, dlogits, m->probs, m->targets,
+                                         loss_scale / (float)BT, BT, V),
+                "backward", head);
     return DT_OK;
 }
 

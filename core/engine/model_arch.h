@@ -16,6 +16,7 @@
 #define DT_ENGINE_MODEL_ARCH_H
 
 #include "engine/model.h"
+#include "util/error.h" /* DT_TRY_UNIT */
 
 /* Most tensors one unit may have (GPT-2's block has 12). */
 #define DT_MODEL_MAX_PARAMS 16
@@ -158,5 +159,37 @@ static inline int dt_model_probing(const dt_model_t *m) { return m->probe != NUL
  * ranks whatever each rank finds.  DT_OK at once when not probing. */
 int dt_model_probe(dt_model_t *m, const dt_model_ctx_t *ctx, const char *what, uint32_t unit,
                    const char *after, const void *x, int dtype, uint64_t n);
+
+/* ---- what both archs' create, forward and backward share ---- */
+
+/* [model] vocab_size fits uint16 token files (<= 65536); DT_ERR_CONFIG
+ * naming the config otherwise. */
+int dt_model_check_vocab(const dt_config_t *cfg, int64_t vocab_size);
+
+/* Return a failing status as it is (hooks and probes set their own
+ * message). */
+#define DT_TRY(call)                                                                           \
+    do {                                                                                       \
+        int rc_ = (call);                                                                      \
+        if (rc_)                                                                               \
+            return rc_;                                                                        \
+    } while (0)
+/* Return a failing kernel's status naming the pass and the unit it
+ * happened in ("forward of unit block.3"); needs the model `m` in scope. */
+#define DT_TRY_UNIT(call, pass, unit)                                                          \
+    do {                                                                                       \
+        int rc_ = (call);                                                                      \
+        if (rc_)                                                                               \
+            return dt_err_context(rc_, "%s of unit %s", pass, m->desc.units[unit].name);      \
+    } while (0)
+
+/* The loss of the head's m->logits (B*T, vocab): softmax cross-entropy
+ * into m->probs and m->losses, both probed; a kernel failure names the
+ * forward of unit `head`. */
+int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head);
+/* Its backward: dlogits (B*T, vocab; overwritten) = the gradient of
+ * loss_scale x the mean loss over the B*T positions. */
+int dt_model_loss_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head,
+                           float *dlogits, float loss_scale);
 
 #endif /* DT_ENGINE_MODEL_ARCH_H */

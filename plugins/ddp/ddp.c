@@ -23,55 +23,42 @@ static const dt_config_key_t ddp_keys[] = {
      .doc = "initial replicas: verify identical by hash, or copy rank 0's"},
 };
 
-/* A missing key (a host that did not declare it) takes the default; any
- * other failure is a config error naming the key. */
-int ddp_read_config(const dt_host_v1_t *host, double *bucket_cap_mb,
-                    int32_t *reduce_dtype, int32_t *overlap, int32_t *init_broadcast)
+/* String key `key` (default: the first choice) as 0 for choice `a`, 1
+ * for `b`; anything else is a config error naming both. */
+static int read_pair(const dt_host_v1_t *host, const char *key, const char *a, const char *b,
+                     int *out)
 {
-    int rc;
-    double cap = 25.0;
-    if ((rc = host->cfg_float(host, "bucket_cap_mb", &cap)) != DT_OK && rc != DT_ERR_NOT_FOUND)
-        return host->set_error(host, DT_ERR_CONFIG, "bucket_cap_mb: cannot read (%s)",
-                               dt_status_name(rc));
+    const char *v;
+    int rc = dt_cfg_string(host, key, a, &v);
+    if (rc != DT_OK)
+        return rc;
+    if (strcmp(v, a) != 0 && strcmp(v, b) != 0)
+        return host->set_error(host, DT_ERR_CONFIG, "%s = \"%s\": must be \"%s\" or \"%s\"",
+                               key, v, a, b);
+    *out = strcmp(v, b) == 0;
+    return DT_OK;
+}
+
+/* The [ddp] table; a key the host did not declare takes its default. */
+static int ddp_read_config(const dt_host_v1_t *host, double *bucket_cap_mb,
+                           int32_t *reduce_dtype, int32_t *overlap, int32_t *init_broadcast)
+{
+    double cap;
+    int bf16, ov, bc;
+    int rc = dt_cfg_float(host, "bucket_cap_mb", 25.0, &cap);
+    if (rc != DT_OK)
+        return rc;
     if (!(cap > 0.0 && cap <= 1e6))
         return host->set_error(host, DT_ERR_CONFIG,
                                "bucket_cap_mb = %g: must be in (0, 1e6] MiB", cap);
-
-    const char *rd = "fp32";
-    if ((rc = host->cfg_string(host, "reduce_dtype", &rd)) != DT_OK && rc != DT_ERR_NOT_FOUND)
-        return host->set_error(host, DT_ERR_CONFIG, "reduce_dtype: cannot read (%s)",
-                               dt_status_name(rc));
-    int32_t dt;
-    if (strcmp(rd, "fp32") == 0)
-        dt = DT_F32;
-    else if (strcmp(rd, "bf16") == 0)
-        dt = DT_BF16;
-    else
-        return host->set_error(host, DT_ERR_CONFIG,
-                               "reduce_dtype = \"%s\": must be \"fp32\" or \"bf16\"", rd);
-
-    int ov = 1;
-    if ((rc = host->cfg_bool(host, "overlap", &ov)) != DT_OK && rc != DT_ERR_NOT_FOUND)
-        return host->set_error(host, DT_ERR_CONFIG, "overlap: cannot read (%s)",
-                               dt_status_name(rc));
-
-    const char *ic = "checksum";
-    if ((rc = host->cfg_string(host, "init_check", &ic)) != DT_OK && rc != DT_ERR_NOT_FOUND)
-        return host->set_error(host, DT_ERR_CONFIG, "init_check: cannot read (%s)",
-                               dt_status_name(rc));
-    int32_t bc;
-    if (strcmp(ic, "checksum") == 0)
-        bc = 0;
-    else if (strcmp(ic, "broadcast") == 0)
-        bc = 1;
-    else
-        return host->set_error(host, DT_ERR_CONFIG,
-                               "init_check = \"%s\": must be \"checksum\" or \"broadcast\"", ic);
-
-    if (bucket_cap_mb) *bucket_cap_mb = cap;
-    if (reduce_dtype) *reduce_dtype = dt;
-    if (overlap) *overlap = ov ? 1 : 0;
-    if (init_broadcast) *init_broadcast = bc;
+    if ((rc = read_pair(host, "reduce_dtype", "fp32", "bf16", &bf16)) != DT_OK ||
+        (rc = dt_cfg_bool(host, "overlap", 1, &ov)) != DT_OK ||
+        (rc = read_pair(host, "init_check", "checksum", "broadcast", &bc)) != DT_OK)
+        return rc;
+    *bucket_cap_mb = cap;
+    *reduce_dtype = bf16 ? DT_BF16 : DT_F32;
+    *overlap = ov;
+    *init_broadcast = bc;
     return DT_OK;
 }
 
@@ -106,29 +93,28 @@ static void ddp_finalize(dt_strategy_t *s)
 {
     if (!s)
         return;
-    const dt_host_v1_t *host = s->host;
-    const dt_device_ops_v1_t *d = s->dev_ops;
+    const dt_host_v1_t *host = s->dp.host;
+    const dt_device_ops_v1_t *d = s->dp.dev_ops;
     if (s->buckets)
         ddp_drain(s, 0); /* frees requests a failed step left behind */
-    if (s->dev) {
+    if (s->dp.dev) {
         if (s->compute && s->compute != (void *)s->master)
-            d->free(s->dev, s->compute);
-        d->free(s->dev, s->master);
-        d->free(s->dev, s->grads);
-        d->free(s->dev, s->m);
-        d->free(s->dev, s->v);
-        d->free(s->dev, s->comm_buf);
-        d->free(s->dev, s->norm_slot);
+            d->free(s->dp.dev, s->compute);
+        d->free(s->dp.dev, s->master);
+        d->free(s->dp.dev, s->grads);
+        d->free(s->dp.dev, s->m);
+        d->free(s->dp.dev, s->v);
+        d->free(s->dp.dev, s->comm_buf);
+        d->free(s->dp.dev, s->norm_slot);
         if (s->ev_grads)
-            d->event_destroy(s->dev, s->ev_grads);
+            d->event_destroy(s->dp.dev, s->ev_grads);
         if (s->ev_reduced)
-            d->event_destroy(s->dev, s->ev_reduced);
+            d->event_destroy(s->dp.dev, s->ev_reduced);
         if (s->comm_stream)
-            d->stream_destroy(s->dev, s->comm_stream);
+            d->stream_destroy(s->dp.dev, s->comm_stream);
     }
     dt_flat_layout_free(&s->layout, host);
-    host->free(host, s->fwd_depth);
-    host->free(host, s->bwd_depth);
+    dt_dp_free(&s->dp);
     host->free(host, s->final_done);
     host->free(host, s->buckets);
     host->free(host, s->bucket_of_unit);
@@ -138,14 +124,15 @@ static void ddp_finalize(dt_strategy_t *s)
 /* Allocate one flat buffer of the replica; logs what failed. */
 static int alloc_flat(dt_strategy_t *s, int dtype, int tag, const char *what, void **out)
 {
-    return dt_flat_alloc(s->host, s->dev_ops, s->dev, s->cs, &s->layout, dtype, tag, what, out);
+    return dt_flat_alloc(s->dp.host, s->dp.dev_ops, s->dp.dev, s->dp.cs, &s->layout, dtype, tag,
+                         what, out);
 }
 
 static int ddp_init_buffers(dt_strategy_t *s)
 {
-    const dt_host_v1_t *host = s->host;
-    const dt_device_ops_v1_t *d = s->dev_ops;
-    dt_model_desc_v1_t *model = s->model;
+    const dt_host_v1_t *host = s->dp.host;
+    const dt_device_ops_v1_t *d = s->dp.dev_ops;
+    dt_model_desc_v1_t *model = s->dp.model;
     uint32_t nu = model->n_units;
     int rc;
 
@@ -162,30 +149,25 @@ static int ddp_init_buffers(dt_strategy_t *s)
     if ((rc = alloc_flat(s, DT_F32, DT_TAG_GRADS, "grads", (void **)&s->grads)))
         return rc;
     if ((rc = alloc_flat(s, DT_F32, DT_TAG_OPTIMIZER,
-                         s->optim.kind == DT_OPTIM_ADAMW ? "adamw exp_avg" : "sgd momentum",
+                         s->dp.optim.kind == DT_OPTIM_ADAMW ? "adamw exp_avg" : "sgd momentum",
                          (void **)&s->m)))
         return rc;
-    if (s->optim.kind == DT_OPTIM_ADAMW &&
+    if (s->dp.optim.kind == DT_OPTIM_ADAMW &&
         (rc = alloc_flat(s, DT_F32, DT_TAG_OPTIMIZER, "adamw exp_avg_sq", (void **)&s->v)))
         return rc;
-    if ((rc = d->alloc(s->dev, sizeof(double), DT_TAG_OTHER, (void **)&s->norm_slot)) != DT_OK)
+    if ((rc = d->alloc(s->dp.dev, sizeof(double), DT_TAG_OTHER, (void **)&s->norm_slot)) != DT_OK)
         return rc;
 
     /* per-unit hook bookkeeping and the buckets */
     uint64_t nu1 = (uint64_t)nu + 1;
-    s->fwd_depth = host->alloc(host, nu1 * sizeof(uint32_t), DT_TAG_OTHER);
-    s->bwd_depth = host->alloc(host, nu1 * sizeof(uint32_t), DT_TAG_OTHER);
     s->final_done = host->alloc(host, nu1, DT_TAG_OTHER);
     s->bucket_of_unit = host->alloc(host, nu1 * sizeof(uint32_t), DT_TAG_OTHER);
     s->buckets = host->alloc(host, nu1 * sizeof(ddp_bucket_t), DT_TAG_OTHER);
     dt_bucket_span_t *spans = host->alloc(host, nu1 * sizeof(dt_bucket_span_t), DT_TAG_OTHER);
-    if (!s->fwd_depth || !s->bwd_depth || !s->final_done || !s->bucket_of_unit ||
-        !s->buckets || !spans) {
+    if (!s->final_done || !s->bucket_of_unit || !s->buckets || !spans) {
         host->free(host, spans);
         return host->set_error(host, DT_ERR_NOMEM, "bookkeeping for %u units", nu);
     }
-    memset(s->fwd_depth, 0, nu1 * sizeof(uint32_t));
-    memset(s->bwd_depth, 0, nu1 * sizeof(uint32_t));
     memset(s->final_done, 0, nu1);
     memset(s->buckets, 0, nu1 * sizeof(ddp_bucket_t));
     s->n_buckets = plan_buckets(host, model, s->bucket_cap_mb, spans, s->bucket_of_unit, &rc);
@@ -207,10 +189,10 @@ static int ddp_init_buffers(dt_strategy_t *s)
     host->free(host, spans);
 
     /* Communication machinery only where there is someone to talk to. */
-    if (s->size > 1) {
-        if ((rc = d->stream_create(s->dev, &s->comm_stream)) != DT_OK ||
-            (rc = d->event_create(s->dev, &s->ev_grads)) != DT_OK ||
-            (rc = d->event_create(s->dev, &s->ev_reduced)) != DT_OK) {
+    if (s->dp.size > 1) {
+        if ((rc = d->stream_create(s->dp.dev, &s->comm_stream)) != DT_OK ||
+            (rc = d->event_create(s->dp.dev, &s->ev_grads)) != DT_OK ||
+            (rc = d->event_create(s->dp.dev, &s->ev_reduced)) != DT_OK) {
             host->log(host, DT_LOG_ERROR, "creating the reduction stream/events failed");
             return rc;
         }
@@ -218,7 +200,7 @@ static int ddp_init_buffers(dt_strategy_t *s)
             s->n_slots = s->n_buckets < DDP_MAX_SLOTS ? s->n_buckets : DDP_MAX_SLOTS;
             s->slot_elems = max_count;
             uint64_t bytes = (uint64_t)s->n_slots * max_count * dt_dtype_size(DT_BF16);
-            if ((rc = d->alloc(s->dev, bytes, DT_TAG_COMM, &s->comm_buf)) != DT_OK) {
+            if ((rc = d->alloc(s->dp.dev, bytes, DT_TAG_COMM, &s->comm_buf)) != DT_OK) {
                 host->log(host, DT_LOG_ERROR, "allocating %u bf16 bucket buffers (%llu bytes) "
                           "failed", s->n_slots, (unsigned long long)bytes);
                 return rc;
@@ -229,71 +211,32 @@ static int ddp_init_buffers(dt_strategy_t *s)
         s->slot_bucket[k] = -1;
     /* the zeroing memsets are queued on the compute stream; make them land
      * before anyone reads state through get_state on another path */
-    return d->stream_sync(s->dev, s->cs);
+    return d->stream_sync(s->dp.dev, s->dp.cs);
 }
 
 static int ddp_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
                     dt_strategy_t **out)
 {
     *out = NULL;
-    if (!args || args->struct_size < sizeof(dt_strategy_init_v1_t))
-        return host->set_error(host, DT_ERR_ABI, "init args struct_size %u < %zu (core too old)",
-                               args ? args->struct_size : 0, sizeof(dt_strategy_init_v1_t));
-    if (!args->dev_ops || !args->dev || !args->comm_ops || !args->comm || !args->model)
-        return host->set_error(host, DT_ERR_INVALID,
-                               "init: NULL %s", !args->dev_ops ? "dev_ops" : !args->dev ? "dev"
-                               : !args->comm_ops ? "comm_ops" : !args->comm ? "comm" : "model");
-    if (args->n_micro < 1)
-        return host->set_error(host, DT_ERR_INVALID, "init: n_micro = 0");
-    const dt_model_desc_v1_t *model = args->model;
-    if (model->param_dtype != DT_F32 && model->param_dtype != DT_BF16)
-        return host->set_error(host, DT_ERR_UNSUPPORTED,
-                               "param_dtype %s: ddp keeps f32 or bf16 compute parameters",
-                               dt_dtype_name(model->param_dtype));
-    if (args->optim.kind != DT_OPTIM_ADAMW && args->optim.kind != DT_OPTIM_SGD)
-        return host->set_error(host, DT_ERR_INVALID, "init: unknown optimizer kind %d",
-                               args->optim.kind);
-    if (model->n_units > 0 && !model->units)
-        return host->set_error(host, DT_ERR_INVALID, "init: model has %u units but no table",
-                               model->n_units);
-    for (uint32_t u = 0; u < model->n_units; u++) {
-        if (model->units[u].index != u)
-            return host->set_error(host, DT_ERR_INVALID, "unit '%s' at position %u has index %u",
-                                   model->units[u].name, u, model->units[u].index);
-        int rc = dt_unit_validate(host, &model->units[u]);
-        if (rc != DT_OK)
-            return rc;
-    }
-
     dt_strategy_t *s = host->alloc(host, sizeof *s, DT_TAG_OTHER);
     if (!s)
         return host->set_error(host, DT_ERR_NOMEM, "init: instance");
     memset(s, 0, sizeof *s);
-    s->host = host;
-    s->dev_ops = args->dev_ops;
-    s->dev = args->dev;
-    s->cs = args->compute_stream;
-    s->comm_ops = args->comm_ops;
-    s->comm = args->comm;
-    s->model = args->model;
-    s->optim = args->optim;
-
-    int rc = ddp_read_config(host, &s->bucket_cap_mb, &s->reduce_dtype, &s->overlap,
+    int rc = dt_dp_init(&s->dp, host, args, "ddp");
+    if (rc == DT_OK)
+        rc = ddp_read_config(host, &s->bucket_cap_mb, &s->reduce_dtype, &s->overlap,
                              &s->init_broadcast);
-    if (rc == DT_OK && (rc = s->comm_ops->rank_size(s->comm, &s->rank, &s->size)) != DT_OK)
-        host->log(host, DT_LOG_ERROR, "init: comm rank_size failed");
-    if (rc == DT_OK && s->size < 1)
-        rc = host->set_error(host, DT_ERR_INVALID, "init: comm reports group size %d", s->size);
     if (rc == DT_OK)
         rc = ddp_init_buffers(s);
     if (rc != DT_OK) {
         ddp_finalize(s);
         return rc;
     }
+    const dt_model_desc_v1_t *model = s->dp.model;
     host->log(host, DT_LOG_DEBUG,
               "rank %d/%d: %llu parameters in %u units, %u bucket(s) of <= %g MiB, reduce %s%s",
-              s->rank, s->size, (unsigned long long)model->numel, model->n_units, s->n_buckets,
-              s->bucket_cap_mb, dt_dtype_name(s->reduce_dtype),
+              s->dp.rank, s->dp.size, (unsigned long long)model->numel, model->n_units,
+              s->n_buckets, s->bucket_cap_mb, dt_dtype_name(s->reduce_dtype),
               s->overlap ? ", overlapped" : "");
     *out = s;
     return DT_OK;
@@ -315,18 +258,12 @@ static int ddp_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *a
                         dt_estimate_v1_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (!args || args->struct_size < sizeof(dt_estimate_args_v1_t) || !args->model)
-        return host->set_error(host, DT_ERR_INVALID, "estimate: bad args (struct_size %u)",
-                               args ? args->struct_size : 0);
-    if (args->group_size < 1)
-        return host->set_error(host, DT_ERR_INVALID, "estimate: group_size %d",
-                               args->group_size);
-    if (args->param_bytes != 2 && args->param_bytes != 4)
-        return host->set_error(host, DT_ERR_INVALID, "estimate: param_bytes %u (want 2 or 4)",
-                               args->param_bytes);
+    int rc = dt_dp_estimate_check(host, args);
+    if (rc != DT_OK)
+        return rc;
     double cap_mb;
     int32_t rdt, overlap, bcast;
-    int rc = ddp_read_config(host, &cap_mb, &rdt, &overlap, &bcast);
+    rc = ddp_read_config(host, &cap_mb, &rdt, &overlap, &bcast);
     if (rc != DT_OK)
         return rc;
     const dt_model_desc_v1_t *model = args->model;
@@ -353,12 +290,7 @@ static int ddp_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *a
         return rc;
 
     int32_t n = args->group_size;
-    uint64_t master = args->param_bytes == 2 ? T * 4 : 0;
-    uint64_t optim = T * args->optim_bytes;
-    out->bytes[DT_TAG_PARAMS] = T * args->param_bytes + master;
-    out->bytes[DT_TAG_GRADS] = T * args->grad_bytes;
-    out->bytes[DT_TAG_OPTIMIZER] = optim > master ? optim - master : 0;
-    out->bytes[DT_TAG_ACTIVATIONS] = args->act_bytes;
+    dt_dp_estimate_state(args, T, T, T, out);
     if (n > 1 && rdt == DT_BF16 && nb > 0) {
         uint64_t slots = nb < DDP_MAX_SLOTS ? nb : DDP_MAX_SLOTS;
         out->bytes[DT_TAG_COMM] = slots * max_count * 2;

@@ -45,15 +45,8 @@ typedef struct ddp_bucket {
 } ddp_bucket_t;
 
 struct dt_strategy {
-    const dt_host_v1_t *host;
-    const dt_device_ops_v1_t *dev_ops;
-    dt_device_t *dev;
-    dt_stream_t *cs;            /* the core's compute stream */
-    const dt_comm_ops_v1_t *comm_ops;
-    dt_comm_t *comm;
-    int32_t rank, size;
-    dt_model_desc_v1_t *model;
-    dt_optim_desc_v1_t optim;
+    dt_dp_t dp;                 /* host, device, group, model, optimizer,
+                                 * hook depths (sdk_helpers.h) */
 
     /* config */
     double bucket_cap_mb;
@@ -69,7 +62,6 @@ struct dt_strategy {
     float *m, *v;               /* AdamW moments; SGD: m = momentum, v NULL */
 
     /* hook bookkeeping, per unit */
-    uint32_t *fwd_depth, *bwd_depth;
     uint8_t *final_done;        /* final post_backward seen this step */
 
     /* buckets */
@@ -105,9 +97,5 @@ int ddp_set_state(dt_strategy_t *s, uint32_t unit, int kind, dt_range_t r,
                   const float *buf);
 int ddp_state_loaded(dt_strategy_t *s);
 
-/* ddp.c */
-/* Read the plugin's config through `host` (defaults when not declared). */
-int ddp_read_config(const dt_host_v1_t *host, double *bucket_cap_mb,
-                    int32_t *reduce_dtype, int32_t *overlap, int32_t *init_broadcast);
 
 #endif /* DT_DDP_INTERNAL_H */

@@ -20,39 +20,20 @@
  *
  * With one rank nothing is communicated (reduce_dtype has no effect).
  */
-#include <math.h>
 #include <string.h>
 
 #include "ddp_internal.h"
 
-/* Forward hooks do not look at micro-steps (evaluation passes may leave
- * them 0); backward hooks need them to find the final micro-step. */
-static int check_hook(dt_strategy_t *s, const dt_hook_v1_t *h, const char *what,
-                      int check_micro)
-{
-    if (!h)
-        return s->host->set_error(s->host, DT_ERR_INVALID, "%s: NULL hook", what);
-    if (h->unit >= s->model->n_units)
-        return s->host->set_error(s->host, DT_ERR_INVALID, "%s: unit %u out of range (model "
-                                  "has %u units)", what, h->unit, s->model->n_units);
-    if (check_micro && (h->n_micro == 0 || h->micro >= h->n_micro))
-        return s->host->set_error(s->host, DT_ERR_INVALID,
-                                  "%s: unit '%s': micro-step %u of %u", what,
-                                  s->model->units[h->unit].name, h->micro, h->n_micro);
-    return DT_OK;
-}
-
 static const void *unit_params(dt_strategy_t *s, uint32_t u)
 {
-    return dt_flat_unit_ptr(s->compute, &s->layout, s->model->param_dtype, u);
+    return dt_flat_unit_ptr(s->compute, &s->layout, s->dp.model->param_dtype, u);
 }
 
 int ddp_pre_forward(dt_strategy_t *s, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out)
 {
-    int rc = check_hook(s, h, "pre_forward", 0);
+    int rc = dt_dp_hook_enter(&s->dp, h, 0);
     if (rc != DT_OK)
         return rc;
-    s->fwd_depth[h->unit]++;
     out->params = unit_params(s, h->unit);
     out->grads = NULL;
     return DT_OK;
@@ -60,27 +41,14 @@ int ddp_pre_forward(dt_strategy_t *s, const dt_hook_v1_t *h, dt_unit_buffers_v1_
 
 int ddp_post_forward(dt_strategy_t *s, const dt_hook_v1_t *h)
 {
-    int rc = check_hook(s, h, "post_forward", 0);
-    if (rc != DT_OK)
-        return rc;
-    if (s->fwd_depth[h->unit] == 0)
-        return s->host->set_error(s->host, DT_ERR_INVALID,
-                                  "post_forward: unit '%s' (%u) without a pre_forward",
-                                  s->model->units[h->unit].name, h->unit);
-    s->fwd_depth[h->unit]--;
-    return DT_OK;
+    return dt_dp_hook_leave(&s->dp, h, 0);
 }
 
 int ddp_pre_backward(dt_strategy_t *s, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out)
 {
-    int rc = check_hook(s, h, "pre_backward", 1);
+    int rc = dt_dp_hook_enter(&s->dp, h, 1);
     if (rc != DT_OK)
         return rc;
-    if (h->flags & DT_HOOK_NO_GRAD)
-        return s->host->set_error(s->host, DT_ERR_INVALID,
-                                  "pre_backward: unit '%s' in a no-grad (evaluation) pass",
-                                  s->model->units[h->unit].name);
-    s->bwd_depth[h->unit]++;
     out->params = unit_params(s, h->unit);
     out->grads = (float *)dt_flat_unit_ptr(s->grads, &s->layout, DT_F32, h->unit);
     return DT_OK;
@@ -95,12 +63,12 @@ static float *bucket_slot(dt_strategy_t *s, const ddp_bucket_t *b)
 static void log_bucket_failure(dt_strategy_t *s, uint32_t bi, const char *what, int rc)
 {
     const ddp_bucket_t *b = &s->buckets[bi];
-    s->host->log(s->host, DT_LOG_ERROR,
-                 "rank %d/%d: %s of gradient bucket %u (units '%s'..'%s', %llu %s elements) "
-                 "failed: %s",
-                 s->rank, s->size, what, bi, s->model->units[b->unit_lo].name,
-                 s->model->units[b->unit_hi].name, (unsigned long long)b->count,
-                 dt_dtype_name(s->reduce_dtype), dt_status_name(rc));
+    s->dp.host->log(s->dp.host, DT_LOG_ERROR,
+                    "rank %d/%d: %s of gradient bucket %u (units '%s'..'%s', %llu %s elements) "
+                    "failed: %s",
+                    s->dp.rank, s->dp.size, what, bi, s->dp.model->units[b->unit_lo].name,
+                    s->dp.model->units[b->unit_hi].name, (unsigned long long)b->count,
+                    dt_dtype_name(s->reduce_dtype), dt_status_name(rc));
 }
 
 /* Wait for bucket bi's all_reduce; a bf16 bucket is cast back into the f32
@@ -110,14 +78,14 @@ static int finish_bucket(dt_strategy_t *s, uint32_t bi, int64_t timeout_ms)
     ddp_bucket_t *b = &s->buckets[bi];
     if (b->state != DDP_B_INFLIGHT)
         return DT_OK;
-    int rc = s->comm_ops->wait(s->comm, b->req, timeout_ms); /* frees req */
+    int rc = s->dp.comm_ops->wait(s->dp.comm, b->req, timeout_ms); /* frees req */
     b->req = NULL;
     b->state = DDP_B_DONE;
     if (s->reduce_dtype == DT_BF16) {
         s->slot_bucket[b->slot] = -1;
         if (rc == DT_OK)
-            rc = s->dev_ops->cast(s->dev, s->comm_stream, s->grads + b->off, DT_F32,
-                                  bucket_slot(s, b), DT_BF16, (int64_t)b->count);
+            rc = s->dp.dev_ops->cast(s->dp.dev, s->comm_stream, s->grads + b->off, DT_F32,
+                                     bucket_slot(s, b), DT_BF16, (int64_t)b->count);
     }
     if (rc != DT_OK && timeout_ms != 0)
         log_bucket_failure(s, bi, "all_reduce", rc);
@@ -127,28 +95,28 @@ static int finish_bucket(dt_strategy_t *s, uint32_t bi, int64_t timeout_ms)
 static int launch_bucket(dt_strategy_t *s, uint32_t bi)
 {
     ddp_bucket_t *b = &s->buckets[bi];
-    const dt_device_ops_v1_t *d = s->dev_ops;
+    const dt_device_ops_v1_t *d = s->dp.dev_ops;
     int rc;
     /* the reduction stream starts after every gradient kernel queued so far */
-    if ((rc = d->event_record(s->dev, s->ev_grads, s->cs)) != DT_OK ||
-        (rc = d->stream_wait_event(s->dev, s->comm_stream, s->ev_grads)) != DT_OK) {
+    if ((rc = d->event_record(s->dp.dev, s->ev_grads, s->dp.cs)) != DT_OK ||
+        (rc = d->stream_wait_event(s->dp.dev, s->comm_stream, s->ev_grads)) != DT_OK) {
         log_bucket_failure(s, bi, "ordering after backward", rc);
         return rc;
     }
     float *g = s->grads + b->off;
     if (s->reduce_dtype == DT_F32) {
-        rc = s->comm_ops->all_reduce(s->comm, g, g, b->count, DT_F32, DT_OP_AVG,
-                                     s->comm_stream, &b->req);
+        rc = s->dp.comm_ops->all_reduce(s->dp.comm, g, g, b->count, DT_F32, DT_OP_AVG,
+                                        s->comm_stream, &b->req);
     } else {
         b->slot = bi % s->n_slots;
         int32_t prev = s->slot_bucket[b->slot];
         if (prev >= 0 && (rc = finish_bucket(s, (uint32_t)prev, -1)) != DT_OK)
             return rc;
         void *w = bucket_slot(s, b);
-        rc = d->cast(s->dev, s->comm_stream, w, DT_BF16, g, DT_F32, (int64_t)b->count);
+        rc = d->cast(s->dp.dev, s->comm_stream, w, DT_BF16, g, DT_F32, (int64_t)b->count);
         if (rc == DT_OK)
-            rc = s->comm_ops->all_reduce(s->comm, w, w, b->count, DT_BF16, DT_OP_AVG,
-                                         s->comm_stream, &b->req);
+            rc = s->dp.comm_ops->all_reduce(s->dp.comm, w, w, b->count, DT_BF16, DT_OP_AVG,
+                                            s->comm_stream, &b->req);
         if (rc == DT_OK)
             s->slot_bucket[b->slot] = (int32_t)bi;
     }
@@ -175,26 +143,22 @@ static int launch_ready(dt_strategy_t *s)
 
 int ddp_post_backward(dt_strategy_t *s, const dt_hook_v1_t *h)
 {
-    int rc = check_hook(s, h, "post_backward", 1);
+    int rc = dt_dp_hook_leave(&s->dp, h, 1);
     if (rc != DT_OK)
         return rc;
     uint32_t u = h->unit;
-    const char *name = s->model->units[u].name;
-    if (s->bwd_depth[u] == 0)
-        return s->host->set_error(s->host, DT_ERR_INVALID,
-                                  "post_backward: unit '%s' (%u) without a pre_backward", name, u);
-    s->bwd_depth[u]--;
+    const char *name = s->dp.model->units[u].name;
     if (!h->last_use || h->micro + 1 != h->n_micro)
         return DT_OK; /* accumulation micro-step, or the gradient is not final */
     if (s->final_done[u])
-        return s->host->set_error(s->host, DT_ERR_INVALID,
-                                  "post_backward: unit '%s' (%u) reported last_use twice in "
-                                  "the final micro-step", name, u);
+        return s->dp.host->set_error(s->dp.host, DT_ERR_INVALID,
+                                     "post_backward: unit '%s' (%u) reported last_use twice in "
+                                     "the final micro-step", name, u);
     s->final_done[u] = 1;
     ddp_bucket_t *b = &s->buckets[s->bucket_of_unit[u]];
     if (++b->n_ready == b->n_units && b->state == DDP_B_IDLE)
         b->state = DDP_B_READY;
-    if (s->size > 1 && s->overlap)
+    if (s->dp.size > 1 && s->overlap)
         return launch_ready(s);
     return DT_OK;
 }
@@ -224,21 +188,20 @@ int ddp_begin_step(dt_strategy_t *s, int64_t step)
         s->buckets[b].n_ready = 0;
     }
     s->next_launch = 0;
-    uint32_t nu = s->model->n_units;
-    memset(s->fwd_depth, 0, nu * sizeof(uint32_t));
-    memset(s->bwd_depth, 0, nu * sizeof(uint32_t));
-    memset(s->final_done, 0, nu);
-    rc = s->dev_ops->memset_async(s->dev, s->grads, 0, s->layout.total * sizeof(float), s->cs);
+    dt_dp_hooks_reset(&s->dp);
+    memset(s->final_done, 0, s->dp.model->n_units);
+    rc = s->dp.dev_ops->memset_async(s->dp.dev, s->grads, 0, s->layout.total * sizeof(float),
+                                     s->dp.cs);
     if (rc != DT_OK)
-        s->host->log(s->host, DT_LOG_ERROR, "begin_step %lld: zeroing gradients failed",
-                     (long long)step);
+        s->dp.host->log(s->dp.host, DT_LOG_ERROR, "begin_step %lld: zeroing gradients failed",
+                        (long long)step);
     return rc;
 }
 
 /* All buckets reduced and visible to the compute stream. */
 static int reduce_all(dt_strategy_t *s)
 {
-    if (s->size == 1)
+    if (s->dp.size == 1)
         return DT_OK;
     /* overlap = false, or units that never reported a final last_use: the
      * gradients are what they are; start what is left, in order */
@@ -252,64 +215,46 @@ static int reduce_all(dt_strategy_t *s)
     }
     if ((rc = ddp_drain(s, -1)) != DT_OK)
         return rc;
-    const dt_device_ops_v1_t *d = s->dev_ops;
-    if ((rc = d->event_record(s->dev, s->ev_reduced, s->comm_stream)) != DT_OK ||
-        (rc = d->stream_wait_event(s->dev, s->cs, s->ev_reduced)) != DT_OK)
-        s->host->log(s->host, DT_LOG_ERROR, "ordering the optimizer after the reductions "
-                     "failed");
+    const dt_device_ops_v1_t *d = s->dp.dev_ops;
+    if ((rc = d->event_record(s->dp.dev, s->ev_reduced, s->comm_stream)) != DT_OK ||
+        (rc = d->stream_wait_event(s->dp.dev, s->dp.cs, s->ev_reduced)) != DT_OK)
+        s->dp.host->log(s->dp.host, DT_LOG_ERROR, "ordering the optimizer after the reductions "
+                        "failed");
     return rc;
 }
 
 int ddp_step(dt_strategy_t *s, const dt_step_args_v1_t *args, dt_step_result_v1_t *out)
 {
-    const dt_host_v1_t *host = s->host;
-    memset(out, 0, sizeof *out);
-    if (s->optim.kind == DT_OPTIM_ADAMW && args->step < 1)
-        return host->set_error(host, DT_ERR_INVALID, "step: AdamW step count %lld (must be "
-                               ">= 1)", (long long)args->step);
-    for (uint32_t u = 0; u < s->model->n_units; u++)
-        if (s->bwd_depth[u] || s->fwd_depth[u])
-            return host->set_error(host, DT_ERR_INVALID, "step: unit '%s' (%u) is still inside "
-                                   "a pre_%s hook", s->model->units[u].name, u,
-                                   s->bwd_depth[u] ? "backward" : "forward");
-    int rc = reduce_all(s);
+    const dt_host_v1_t *host = s->dp.host;
+    int rc = dt_dp_step_check(&s->dp, args, out);
+    if (rc == DT_OK)
+        rc = reduce_all(s);
     if (rc != DT_OK)
         return rc;
 
     /* The gradients are replicated now, so the local norm IS the global one
      * (summing across ranks would count every element size times). */
     double sumsq = 0.0;
-    rc = dt_norm_sumsq(host, s->dev_ops, s->dev, s->cs, s->norm_slot, s->grads, DT_F32,
+    rc = dt_norm_sumsq(host, s->dp.dev_ops, s->dp.dev, s->dp.cs, s->norm_slot, s->grads, DT_F32,
                        (int64_t)s->layout.total, &sumsq);
     if (rc != DT_OK)
         return rc;
-    double norm = sqrt(sumsq);
-    out->grad_norm = norm;
-    if (!isfinite(norm)) {
-        out->nonfinite = 1;
-        host->log(host, DT_LOG_WARN, "step %lld: gradient norm is %g, update skipped",
-                  (long long)args->step, norm);
+    dt_optim_step_t st = dt_dp_step_norm(&s->dp, args, sumsq, out);
+    if (out->nonfinite)
         return DT_OK;
-    }
-
-    dt_optim_step_t st = {
-        .desc = &s->optim,
-        .lr = args->lr,
-        .grad_scale = dt_clip_scale(norm, args->clip),
-        .t = args->step,
-    };
-    for (uint32_t u = 0; u < s->model->n_units; u++) {
-        const dt_unit_desc_v1_t *unit = &s->model->units[u];
+    for (uint32_t u = 0; u < s->dp.model->n_units; u++) {
+        const dt_unit_desc_v1_t *unit = &s->dp.model->units[u];
         uint64_t off = s->layout.offset[u];
-        rc = dt_optim_range(host, s->dev_ops, s->dev, s->cs, unit, (dt_range_t){0, unit->numel},
+        rc = dt_optim_range(host, s->dp.dev_ops, s->dp.dev, s->dp.cs, unit,
+                            (dt_range_t){0, unit->numel},
                             s->master + off, s->grads + off, s->m + off,
                             s->v ? s->v + off : NULL, &st);
         if (rc != DT_OK)
             return rc;
     }
     if (s->compute != (void *)s->master) {
-        rc = s->dev_ops->cast(s->dev, s->cs, s->compute, DT_BF16, s->master, DT_F32,
-                              (int64_t)s->layout.total);
+        rc = s->dp.dev_ops->cast(s->dp.dev, s->dp.cs, s->compute, DT_BF16, s->master, DT_F32,
+                                 (int64_t)s->layout.total);
         if (rc != DT_OK)
             host->log(host, DT_LOG_ERROR, "step %lld: refreshing the bf16 parameters failed",
                       (long long)args->step);

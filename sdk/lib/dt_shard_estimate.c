@@ -263,7 +263,7 @@ static int hook(dt_shard_t *e, int phase, uint32_t unit, uint32_t micro, uint32_
  * last post_backward ending its gradient. */
 static int replay_step(dt_shard_t *e, uint32_t n_micro, int tied)
 {
-    uint32_t nu = e->model->n_units;
+    uint32_t nu = e->dp.model->n_units;
     int rc = dt_shard_begin_step(e, 1);
     for (uint32_t m = 0; rc == DT_OK && m < n_micro; m++) {
         for (uint32_t u = 0; rc == DT_OK && u < nu; u++) {
@@ -292,15 +292,9 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *arg
                       const dt_shard_cfg_t *cfg, dt_estimate_v1_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (!args || args->struct_size < sizeof(dt_estimate_args_v1_t) || !args->model)
-        return host->set_error(host, DT_ERR_INVALID, "estimate: bad args (struct_size %u)",
-                               args ? args->struct_size : 0);
-    if (args->group_size < 1)
-        return host->set_error(host, DT_ERR_INVALID, "estimate: group_size %d",
-                               args->group_size);
-    if (args->param_bytes != 2 && args->param_bytes != 4)
-        return host->set_error(host, DT_ERR_INVALID, "estimate: param_bytes %u (want 2 or 4)",
-                               args->param_bytes);
+    int rc = dt_dp_estimate_check(host, args);
+    if (rc != DT_OK)
+        return rc;
 
     /* the engine, on counting stand-ins, as rank 0 (whose shards are the
      * largest: padding falls on the last ranks) */
@@ -322,7 +316,7 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *arg
         .optim = {.kind = DT_OPTIM_ADAMW, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f},
     };
     dt_shard_t *e = NULL;
-    int rc = dt_shard_create(host, &ia, cfg, &e);
+    rc = dt_shard_create(host, &ia, cfg, &e);
     if (rc == DT_OK)
         rc = dt_shard_state_loaded(e);
     count.counting = 1;
@@ -341,13 +335,8 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *arg
     for (uint32_t i = 0; i < p->n_groups; i++)
         if (e->g[i].owns_full)
             persist += p->groups[i].padded;
-    uint64_t pb = args->param_bytes, gb = args->grad_bytes;
-    uint64_t master = pb == 2 ? S * 4 : 0, optim = S * args->optim_bytes;
-    uint64_t compute = cfg->params_replicated ? F : S + persist;
-    out->bytes[DT_TAG_PARAMS] = compute * pb + master;
-    out->bytes[DT_TAG_GRADS] = (cfg->grads_full ? F : S) * gb;
-    out->bytes[DT_TAG_OPTIMIZER] = optim > master ? optim - master : 0;
-    out->bytes[DT_TAG_ACTIVATIONS] = args->act_bytes;
+    dt_dp_estimate_state(args, cfg->params_replicated ? F : S + persist, S,
+                         cfg->grads_full ? F : S, out);
     out->bytes[DT_TAG_COMM] = dev.st.peak[DT_TAG_COMM];
     out->bytes[DT_TAG_OTHER] = dev.st.peak[DT_TAG_OTHER];
     out->comm_bytes_per_step = (uint64_t)(count.bytes + 0.5);

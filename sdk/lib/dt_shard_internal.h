@@ -6,6 +6,7 @@
  *                        the optimizer step
  *   dt_shard_state.c     checkpoint state by global ranges, state_loaded
  *   dt_shard_estimate.c  the planner's estimate (a replay of one step)
+ *   dt_shard_plugin.c    a strategy plugin's init and estimate over it
  *
  * Everything lives in flat buffers laid out by one dt_shard_plan_t: a
  * shard buffer (plan.shard_total) per persistent sharded state, a full
@@ -65,22 +66,16 @@ typedef struct sh_red {
     dt_comm_req_t *req;
 } sh_red_t;
 
-struct dt_shard {
-    const dt_host_v1_t *host;
-    const dt_device_ops_v1_t *dev_ops;
-    dt_device_t *dev;
-    dt_stream_t *cs;              /* the core's compute stream */
-    const dt_comm_ops_v1_t *comm_ops;
-    dt_comm_t *comm;              /* the whole data-parallel group */
-    dt_comm_t *scomm;             /* shard group (== comm, a split, or NULL
+/* dt_shard_t: the engine is the strategy instance of zero and fsdp. */
+struct dt_strategy {
+    dt_dp_t dp;                   /* host, device, the whole data-parallel
+                                   * group, model, optimizer, hook depths */
+    dt_comm_t *scomm;             /* shard group (== dp.comm, a split, or NULL
                                    * when shards are whole: ssize 1) */
     dt_comm_t *rcomm;             /* replicas of a shard (NULL when rsize 1) */
     int32_t own_scomm, own_rcomm; /* split here: finalize them */
-    int32_t rank, size;           /* in `comm` */
     uint32_t srank, ssize;        /* in the shard group */
     uint32_t rrank, rsize;        /* among the replicas */
-    dt_model_desc_v1_t *model;
-    dt_optim_desc_v1_t optim;
     dt_shard_cfg_t cfg;           /* spans pointer cleared after planning */
     int32_t pdtype;               /* model->param_dtype */
     uint32_t pes;                 /* its element size */
@@ -99,7 +94,6 @@ struct dt_shard {
     double *norm_slot;
 
     /* hooks */
-    uint32_t *fwd_depth, *bwd_depth; /* (n_units) */
     uint32_t *final_at;           /* (n_units) micro-step + 1 of the last
                                    * last_use seen this step, 0: none */
     uint32_t n_active;            /* groups with open hooks */

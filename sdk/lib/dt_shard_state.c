@@ -15,44 +15,10 @@
 
 #include "dt_shard_internal.h"
 
-static const char *kind_name(int kind)
-{
-    switch (kind) {
-    case DT_STATE_PARAMS: return "params";
-    case DT_STATE_EXP_AVG: return "exp_avg";
-    case DT_STATE_EXP_AVG_SQ: return "exp_avg_sq";
-    default: return "unknown";
-    }
-}
-
-/* Check unit/kind; DT_ERR_NOT_FOUND (message set) for SGD's missing
- * second moment. */
-static int check_kind(dt_shard_t *e, uint32_t unit, int kind, const char *what)
-{
-    const dt_host_v1_t *host = e->host;
-    if (unit >= e->model->n_units)
-        return host->set_error(host, DT_ERR_INVALID,
-                               "%s: unit %u out of range (model has %u units)", what, unit,
-                               e->model->n_units);
-    if (kind < 0 || kind >= DT_STATE_COUNT)
-        return host->set_error(host, DT_ERR_INVALID, "%s: unit '%s': unknown state kind %d",
-                               what, e->model->units[unit].name, kind);
-    if (kind == DT_STATE_EXP_AVG_SQ && !e->v)
-        return host->set_error(host, DT_ERR_NOT_FOUND,
-                               "%s: unit '%s': the sgd optimizer keeps no exp_avg_sq (second "
-                               "moment); its momentum is state exp_avg",
-                               what, e->model->units[unit].name);
-    return DT_OK;
-}
-
 int dt_shard_state_ranges(dt_shard_t *e, uint32_t unit, int kind, int purpose,
                           dt_range_t *out, uint32_t cap, uint32_t *n)
 {
-    *n = 0;
-    if (purpose != DT_RANGES_HELD && purpose != DT_RANGES_SAVE)
-        return e->host->set_error(e->host, DT_ERR_INVALID, "state_ranges: unknown purpose %d",
-                                  purpose);
-    int rc = check_kind(e, unit, kind, "state_ranges");
+    int rc = dt_dp_ranges_check(&e->dp, unit, kind, purpose, e->v != NULL, n);
     if (rc == DT_ERR_NOT_FOUND)
         return DT_OK; /* SGD has no second moment: nothing held or saved */
     if (rc != DT_OK)
@@ -62,12 +28,7 @@ int dt_shard_state_ranges(dt_shard_t *e, uint32_t unit, int kind, int purpose,
         dt_range_t part = dt_range_split(r.count, e->rsize, e->rrank);
         r = (dt_range_t){r.offset + part.offset, part.count};
     }
-    if (r.count == 0)
-        return DT_OK;
-    if (cap > 0 && out)
-        out[0] = r;
-    *n = 1;
-    return DT_OK;
+    return dt_dp_ranges_one(r, out, cap, n);
 }
 
 /* Device pointer of state `kind` at global range r of `unit`, which must
@@ -75,32 +36,18 @@ int dt_shard_state_ranges(dt_shard_t *e, uint32_t unit, int kind, int purpose,
 static float *state_ptr(dt_shard_t *e, uint32_t unit, int kind, dt_range_t r, const void *buf,
                         const char *what, int *rc)
 {
-    const dt_host_v1_t *host = e->host;
-    if ((*rc = check_kind(e, unit, kind, what)) != DT_OK)
+    if ((*rc = dt_dp_state_check(&e->dp, unit, kind, e->v != NULL, r, buf, what)) != DT_OK)
         return NULL;
-    const dt_unit_desc_v1_t *u = &e->model->units[unit];
-    if (r.count > u->numel || r.offset > u->numel - r.count) {
-        *rc = host->set_error(host, DT_ERR_INVALID,
-                              "%s: unit '%s' state %s: range [%llu, +%llu) outside the unit's "
-                              "%llu elements", what, u->name, kind_name(kind),
-                              (unsigned long long)r.offset, (unsigned long long)r.count,
-                              (unsigned long long)u->numel);
-        return NULL;
-    }
     uint64_t off;
     dt_range_t h = dt_shard_held(&e->plan, unit, e->srank, &off);
     if (r.count > 0 && (r.offset < h.offset || r.offset + r.count > h.offset + h.count)) {
-        *rc = host->set_error(host, DT_ERR_INVALID,
-                              "%s: unit '%s' state %s: range [%llu, +%llu) is not inside this "
-                              "rank's shard [%llu, +%llu) (shard rank %u of %u)", what, u->name,
-                              kind_name(kind), (unsigned long long)r.offset,
-                              (unsigned long long)r.count, (unsigned long long)h.offset,
-                              (unsigned long long)h.count, e->srank, e->ssize);
-        return NULL;
-    }
-    if (r.count > 0 && !buf) {
-        *rc = host->set_error(host, DT_ERR_INVALID, "%s: unit '%s' state %s: NULL buffer",
-                              what, u->name, kind_name(kind));
+        *rc = e->dp.host->set_error(e->dp.host, DT_ERR_INVALID,
+                                    "%s: unit '%s' state %s: range [%llu, +%llu) is not inside "
+                                    "this rank's shard [%llu, +%llu) (shard rank %u of %u)",
+                                    what, e->dp.model->units[unit].name,
+                                    dt_state_kind_name(kind), (unsigned long long)r.offset,
+                                    (unsigned long long)r.count, (unsigned long long)h.offset,
+                                    (unsigned long long)h.count, e->srank, e->ssize);
         return NULL;
     }
     if (r.count == 0)
@@ -115,31 +62,13 @@ static float *state_ptr(dt_shard_t *e, uint32_t unit, int kind, dt_range_t r, co
     }
 }
 
-static int copy_state(dt_shard_t *e, uint32_t unit, int kind, dt_range_t r, void *dst,
-                      const void *src, int dir, const char *what)
-{
-    const dt_device_ops_v1_t *d = e->dev_ops;
-    int rc = DT_OK;
-    if (r.count > 0) {
-        rc = d->memcpy_async(e->dev, dst, src, r.count * sizeof(float), dir, e->cs);
-        if (rc == DT_OK)
-            rc = d->stream_sync(e->dev, e->cs);
-    }
-    if (rc != DT_OK)
-        e->host->log(e->host, DT_LOG_ERROR,
-                     "%s: unit '%s' state %s [%llu, +%llu): copy failed", what,
-                     e->model->units[unit].name, kind_name(kind), (unsigned long long)r.offset,
-                     (unsigned long long)r.count);
-    return rc;
-}
-
 int dt_shard_get_state(dt_shard_t *e, uint32_t unit, int kind, dt_range_t r, float *buf)
 {
     int rc;
     float *p = state_ptr(e, unit, kind, r, buf, "get_state", &rc);
     if (!p)
         return rc;
-    return copy_state(e, unit, kind, r, buf, p, DT_COPY_D2H, "get_state");
+    return dt_dp_state_copy(&e->dp, unit, kind, r, buf, p, DT_COPY_D2H, "get_state");
 }
 
 int dt_shard_set_state(dt_shard_t *e, uint32_t unit, int kind, dt_range_t r, const float *buf)
@@ -148,7 +77,7 @@ int dt_shard_set_state(dt_shard_t *e, uint32_t unit, int kind, dt_range_t r, con
     float *p = state_ptr(e, unit, kind, r, buf, "set_state", &rc);
     if (!p)
         return rc;
-    return copy_state(e, unit, kind, r, p, buf, DT_COPY_H2D, "set_state");
+    return dt_dp_state_copy(&e->dp, unit, kind, r, p, buf, DT_COPY_H2D, "set_state");
 }
 
 int dt_shard_state_loaded(dt_shard_t *e)
@@ -159,7 +88,7 @@ int dt_shard_state_loaded(dt_shard_t *e)
     for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++) {
         sh_group_t *g = &e->g[i];
         if (g->transient && g->active == 0 && g->full) {
-            e->dev_ops->free(e->dev, g->full);
+            e->dp.dev_ops->free(e->dp.dev, g->full);
             g->full = NULL;
             g->pstate = SH_P_FREE;
         }
@@ -167,6 +96,6 @@ int dt_shard_state_loaded(dt_shard_t *e)
     if (rc == DT_OK)
         rc = dt_shard__refresh_params(e, "state_loaded");
     if (rc == DT_OK)
-        rc = e->dev_ops->stream_sync(e->dev, e->cs);
+        rc = e->dp.dev_ops->stream_sync(e->dp.dev, e->dp.cs);
     return rc;
 }

@@ -17,34 +17,33 @@
  * gathers and reductions start only at hooks (never on completion
  * polling), so the schedule depends on the hook sequence alone.
  */
-#include <math.h>
 #include <string.h>
 
 #include "dt_shard_internal.h"
 
 static const char *unit_name(const dt_shard_t *e, uint32_t u)
 {
-    const char *n = e->model->units[u].name;
+    const char *n = e->dp.model->units[u].name;
     return n ? n : "?";
 }
 
 static void log_group(dt_shard_t *e, uint32_t gi, const char *what, int rc)
 {
     const dt_shard_group_t *g = &e->plan.groups[gi];
-    e->host->log(e->host, DT_LOG_ERROR,
-                 "rank %d/%d: %s of shard group %u (units '%s'..'%s') failed: %s", e->rank,
-                 e->size, what, gi, unit_name(e, g->unit_lo), unit_name(e, g->unit_hi),
-                 dt_status_name(rc));
+    e->dp.host->log(e->dp.host, DT_LOG_ERROR,
+                    "rank %d/%d: %s of shard group %u (units '%s'..'%s') failed: %s", e->dp.rank,
+                    e->dp.size, what, gi, unit_name(e, g->unit_lo), unit_name(e, g->unit_hi),
+                    dt_status_name(rc));
 }
 
 /* Work started on the communication stream from now on follows the
  * compute stream's work so far (gradients written, shards updated). */
 static int comm_after_compute(dt_shard_t *e)
 {
-    const dt_device_ops_v1_t *d = e->dev_ops;
-    int rc = d->event_record(e->dev, e->ev_compute, e->cs);
+    const dt_device_ops_v1_t *d = e->dp.dev_ops;
+    int rc = d->event_record(e->dp.dev, e->ev_compute, e->dp.cs);
     if (rc == DT_OK)
-        rc = d->stream_wait_event(e->dev, e->comm_stream, e->ev_compute);
+        rc = d->stream_wait_event(e->dp.dev, e->comm_stream, e->ev_compute);
     return rc;
 }
 
@@ -53,10 +52,10 @@ static int compute_after_comm(dt_shard_t *e)
 {
     if (!e->comm_stream)
         return DT_OK;
-    const dt_device_ops_v1_t *d = e->dev_ops;
-    int rc = d->event_record(e->dev, e->ev_comm, e->comm_stream);
+    const dt_device_ops_v1_t *d = e->dp.dev_ops;
+    int rc = d->event_record(e->dp.dev, e->ev_comm, e->comm_stream);
     if (rc == DT_OK)
-        rc = d->stream_wait_event(e->dev, e->cs, e->ev_comm);
+        rc = d->stream_wait_event(e->dp.dev, e->dp.cs, e->ev_comm);
     return rc;
 }
 
@@ -67,7 +66,7 @@ static int gather_finish(dt_shard_t *e, uint32_t gi, int64_t timeout_ms)
     sh_group_t *g = &e->g[gi];
     if (g->pstate != SH_P_INFLIGHT)
         return DT_OK;
-    int rc = e->comm_ops->wait(e->scomm, g->greq, timeout_ms); /* frees greq */
+    int rc = e->dp.comm_ops->wait(e->scomm, g->greq, timeout_ms); /* frees greq */
     g->greq = NULL;
     e->n_gathers--;
     e->gather_inflight -= e->plan.groups[gi].padded;
@@ -107,7 +106,7 @@ static int gather_start(dt_shard_t *e, uint32_t gi)
             return rc;
     const dt_shard_group_t *gr = &e->plan.groups[gi];
     if (g->transient && !g->full) {
-        rc = e->dev_ops->alloc(e->dev, gr->padded * e->pes, DT_TAG_COMM, &g->full);
+        rc = e->dp.dev_ops->alloc(e->dp.dev, gr->padded * e->pes, DT_TAG_COMM, &g->full);
         if (rc != DT_OK) {
             g->full = NULL;
             log_group(e, gi, "allocating the gathered parameters", rc);
@@ -116,8 +115,8 @@ static int gather_start(dt_shard_t *e, uint32_t gi)
     }
     if ((rc = comm_after_compute(e)) != DT_OK)
         return rc;
-    rc = dt_shard_gather(e->host, e->comm_ops, e->scomm, &e->plan, gi, dt_shard__cshard(e, gi),
-                         g->full, e->pdtype, e->comm_stream, &g->greq);
+    rc = dt_shard_gather(e->dp.host, e->dp.comm_ops, e->scomm, &e->plan, gi,
+                         dt_shard__cshard(e, gi), g->full, e->pdtype, e->comm_stream, &g->greq);
     if (rc != DT_OK) {
         g->greq = NULL;
         return rc;
@@ -137,7 +136,7 @@ static int release_params(dt_shard_t *e, uint32_t gi)
         return DT_OK;
     int rc = gather_finish(e, gi, -1); /* never free under a collective */
     if (g->full)
-        e->dev_ops->free(e->dev, g->full);
+        e->dp.dev_ops->free(e->dp.dev, g->full);
     g->full = NULL;
     g->pstate = SH_P_FREE;
     return rc;
@@ -194,18 +193,18 @@ static int red_launch(dt_shard_t *e, uint32_t gi, int kind, float *buf, int then
     dt_comm_req_t *req = NULL;
     if (rc == DT_OK) {
         if (kind == SH_R_SCATTER_ADD) {
-            rc = dt_shard_reduce(e->host, e->comm_ops, e->scomm, &e->plan, gi, buf,
+            rc = dt_shard_reduce(e->dp.host, e->dp.comm_ops, e->scomm, &e->plan, gi, buf,
                                  buf + (uint64_t)e->srank * gr->shard, DT_OP_AVG,
                                  e->comm_stream, &req);
         } else if (kind == SH_R_SCATTER) {
             float *f = e->gfull + gr->full_off;
-            rc = dt_shard_reduce(e->host, e->comm_ops, e->scomm, &e->plan, gi, f,
+            rc = dt_shard_reduce(e->dp.host, e->dp.comm_ops, e->scomm, &e->plan, gi, f,
                                  f + (uint64_t)e->srank * gr->shard, DT_OP_AVG,
                                  e->comm_stream, &req);
         } else {
             float *s = dt_shard__gshard(e, gi);
-            rc = e->comm_ops->all_reduce(e->rcomm, s, s, gr->shard, DT_F32, DT_OP_AVG,
-                                         e->comm_stream, &req);
+            rc = e->dp.comm_ops->all_reduce(e->rcomm, s, s, gr->shard, DT_F32, DT_OP_AVG,
+                                            e->comm_stream, &req);
             if (rc != DT_OK)
                 log_group(e, gi, "all_reduce across replicas of the gradient shard", rc);
         }
@@ -213,7 +212,7 @@ static int red_launch(dt_shard_t *e, uint32_t gi, int kind, float *buf, int then
     if (rc != DT_OK) {
         e->failed = 1;
         if (buf)
-            e->dev_ops->free(e->dev, buf);
+            e->dp.dev_ops->free(e->dp.dev, buf);
         return rc;
     }
     sh_red_t *r = &e->red[(e->red_head + e->red_n) % e->red_cap];
@@ -233,13 +232,13 @@ static int red_finish_one(dt_shard_t *e, int64_t timeout_ms)
     e->red_numel -= r.numel;
     e->g[r.group].queued--;
     const dt_shard_group_t *gr = &e->plan.groups[r.group];
-    int rc = e->comm_ops->wait(red_comm(e, r.kind), r.req, timeout_ms); /* frees req */
+    int rc = e->dp.comm_ops->wait(red_comm(e, r.kind), r.req, timeout_ms); /* frees req */
     if (rc == DT_OK && r.kind == SH_R_SCATTER_ADD)
-        rc = e->dev_ops->axpy(e->dev, e->comm_stream, dt_shard__gshard(e, r.group),
-                              r.buf + (uint64_t)e->srank * gr->shard, 1.0f,
-                              (int64_t)gr->shard);
+        rc = e->dp.dev_ops->axpy(e->dp.dev, e->comm_stream, dt_shard__gshard(e, r.group),
+                                 r.buf + (uint64_t)e->srank * gr->shard, 1.0f,
+                                 (int64_t)gr->shard);
     if (r.buf)
-        e->dev_ops->free(e->dev, r.buf); /* waits for the axpy */
+        e->dp.dev_ops->free(e->dp.dev, r.buf); /* waits for the axpy */
     if (rc != DT_OK) {
         e->failed = 1;
         if (timeout_ms != 0)
@@ -337,20 +336,6 @@ static int grad_buffer(dt_shard_t *e, uint32_t gi)
 
 /* ------------------------------------------------------------ hooks */
 
-static int check_hook(dt_shard_t *e, const dt_hook_v1_t *h, const char *what, int check_micro)
-{
-    if (!h)
-        return e->host->set_error(e->host, DT_ERR_INVALID, "%s: NULL hook", what);
-    if (h->unit >= e->model->n_units)
-        return e->host->set_error(e->host, DT_ERR_INVALID,
-                                  "%s: unit %u out of range (model has %u units)", what,
-                                  h->unit, e->model->n_units);
-    if (check_micro && (h->n_micro == 0 || h->micro >= h->n_micro))
-        return e->host->set_error(e->host, DT_ERR_INVALID, "%s: unit '%s': micro-step %u of %u",
-                                  what, unit_name(e, h->unit), h->micro, h->n_micro);
-    return DT_OK;
-}
-
 static void enter(dt_shard_t *e, uint32_t gi)
 {
     if (e->g[gi].active++ == 0)
@@ -384,17 +369,16 @@ static int use_params(dt_shard_t *e, uint32_t gi, int dir, uint32_t count)
 
 int dt_shard_pre_forward(dt_shard_t *e, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out)
 {
-    int rc = check_hook(e, h, "pre_forward", 0);
+    int rc = dt_dp_hook_enter(&e->dp, h, 0);
     if (rc != DT_OK)
         return rc;
     uint32_t u = h->unit, gi = e->plan.group_of_unit[u];
     /* prefetch only from the outer unit: a nested one (the tied embedding
      * inside the head) is a detour, not the direction of the pass */
     uint32_t ahead = e->n_active == 0 ? e->cfg.prefetch_fwd : 0;
-    e->fwd_depth[u]++;
     enter(e, gi);
     if ((rc = use_params(e, gi, +1, ahead)) != DT_OK) {
-        e->fwd_depth[u]--;
+        e->dp.fwd_depth[u]--;
         leave(e, gi);
         return rc;
     }
@@ -405,15 +389,10 @@ int dt_shard_pre_forward(dt_shard_t *e, const dt_hook_v1_t *h, dt_unit_buffers_v
 
 int dt_shard_post_forward(dt_shard_t *e, const dt_hook_v1_t *h)
 {
-    int rc = check_hook(e, h, "post_forward", 0);
+    int rc = dt_dp_hook_leave(&e->dp, h, 0);
     if (rc != DT_OK)
         return rc;
-    uint32_t u = h->unit, gi = e->plan.group_of_unit[u];
-    if (e->fwd_depth[u] == 0)
-        return e->host->set_error(e->host, DT_ERR_INVALID,
-                                  "post_forward: unit '%s' (%u) without a pre_forward",
-                                  unit_name(e, u), u);
-    e->fwd_depth[u]--;
+    uint32_t gi = e->plan.group_of_unit[h->unit];
     leave(e, gi);
     if (e->g[gi].active == 0 && e->cfg.reshard_after_forward)
         return release_params(e, gi);
@@ -422,25 +401,20 @@ int dt_shard_post_forward(dt_shard_t *e, const dt_hook_v1_t *h)
 
 int dt_shard_pre_backward(dt_shard_t *e, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out)
 {
-    int rc = check_hook(e, h, "pre_backward", 1);
+    int rc = dt_dp_hook_enter(&e->dp, h, 1);
     if (rc != DT_OK)
         return rc;
     uint32_t u = h->unit, gi = e->plan.group_of_unit[u];
-    if (h->flags & DT_HOOK_NO_GRAD)
-        return e->host->set_error(e->host, DT_ERR_INVALID,
-                                  "pre_backward: unit '%s' in a no-grad (evaluation) pass",
-                                  unit_name(e, u));
     sh_group_t *g = &e->g[gi];
     uint32_t ahead = (e->n_active == 0 && !e->cfg.prefetch_bwd_post) ? e->cfg.prefetch_bwd : 0;
     if (g->active == 0)
         g->bwd_done = 0;
-    e->bwd_depth[u]++;
     enter(e, gi);
     rc = use_params(e, gi, -1, ahead);
     if (rc == DT_OK)
         rc = grad_buffer(e, gi);
     if (rc != DT_OK) {
-        e->bwd_depth[u]--;
+        e->dp.bwd_depth[u]--;
         leave(e, gi);
         return rc;
     }
@@ -451,22 +425,17 @@ int dt_shard_pre_backward(dt_shard_t *e, const dt_hook_v1_t *h, dt_unit_buffers_
 
 int dt_shard_post_backward(dt_shard_t *e, const dt_hook_v1_t *h)
 {
-    int rc = check_hook(e, h, "post_backward", 1);
+    int rc = dt_dp_hook_leave(&e->dp, h, 1);
     if (rc != DT_OK)
         return rc;
     uint32_t u = h->unit, gi = e->plan.group_of_unit[u];
     sh_group_t *g = &e->g[gi];
-    if (e->bwd_depth[u] == 0)
-        return e->host->set_error(e->host, DT_ERR_INVALID,
-                                  "post_backward: unit '%s' (%u) without a pre_backward",
-                                  unit_name(e, u), u);
-    e->bwd_depth[u]--;
     leave(e, gi);
     if (h->last_use) {
         if (e->final_at[u] == h->micro + 1)
-            return e->host->set_error(e->host, DT_ERR_INVALID,
-                                      "post_backward: unit '%s' (%u) reported last_use twice "
-                                      "in micro-step %u", unit_name(e, u), u, h->micro);
+            return e->dp.host->set_error(e->dp.host, DT_ERR_INVALID,
+                                         "post_backward: unit '%s' (%u) reported last_use twice "
+                                         "in micro-step %u", unit_name(e, u), u, h->micro);
         e->final_at[u] = h->micro + 1;
         if (++g->n_final == g->n_units &&
             (rc = group_complete(e, gi, h->micro + 1 == h->n_micro)) != DT_OK)
@@ -491,7 +460,7 @@ int dt_shard_begin_step(dt_shard_t *e, int64_t step)
     for (uint32_t i = 0; i < e->plan.n_groups; i++) {
         sh_group_t *g = &e->g[i];
         if (g->gbuf_transient) {
-            e->dev_ops->free(e->dev, g->gbuf);
+            e->dp.dev_ops->free(e->dp.dev, g->gbuf);
             g->gbuf = NULL;
             g->gbuf_transient = 0;
         }
@@ -501,16 +470,14 @@ int dt_shard_begin_step(dt_shard_t *e, int64_t step)
         g->active = 0;
     }
     e->n_active = 0;
-    uint32_t nu = e->model->n_units;
-    memset(e->fwd_depth, 0, nu * sizeof(uint32_t));
-    memset(e->bwd_depth, 0, nu * sizeof(uint32_t));
-    memset(e->final_at, 0, nu * sizeof(uint32_t));
+    dt_dp_hooks_reset(&e->dp);
+    memset(e->final_at, 0, e->dp.model->n_units * sizeof(uint32_t));
     float *grads = e->gfull ? e->gfull : e->gshard;
     uint64_t n = e->gfull ? e->plan.full_total : e->plan.shard_total;
-    rc = e->dev_ops->memset_async(e->dev, grads, 0, n * sizeof(float), e->cs);
+    rc = e->dp.dev_ops->memset_async(e->dp.dev, grads, 0, n * sizeof(float), e->dp.cs);
     if (rc != DT_OK)
-        e->host->log(e->host, DT_LOG_ERROR, "begin_step %lld: zeroing gradients failed",
-                     (long long)step);
+        e->dp.host->log(e->dp.host, DT_LOG_ERROR, "begin_step %lld: zeroing gradients failed",
+                        (long long)step);
     return rc;
 }
 
@@ -541,17 +508,17 @@ static int reduce_all(dt_shard_t *e)
 
 static int grad_sumsq(dt_shard_t *e, double *out)
 {
-    const dt_host_v1_t *host = e->host;
+    const dt_host_v1_t *host = e->dp.host;
     int rc;
     double ss = 0.0;
     if (e->gshard) {
-        rc = dt_norm_sumsq(host, e->dev_ops, e->dev, e->cs, e->norm_slot, e->gshard, DT_F32,
-                           (int64_t)e->plan.shard_total, &ss);
+        rc = dt_norm_sumsq(host, e->dp.dev_ops, e->dp.dev, e->dp.cs, e->norm_slot, e->gshard,
+                           DT_F32, (int64_t)e->plan.shard_total, &ss);
     } else {
         rc = DT_OK;
         for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++) {
             double part = 0.0;
-            rc = dt_norm_sumsq(host, e->dev_ops, e->dev, e->cs, e->norm_slot,
+            rc = dt_norm_sumsq(host, e->dp.dev_ops, e->dp.dev, e->dp.cs, e->norm_slot,
                                dt_shard__gshard(e, i), DT_F32,
                                (int64_t)e->plan.groups[i].shard, &part);
             ss += part;
@@ -560,27 +527,26 @@ static int grad_sumsq(dt_shard_t *e, double *out)
     /* each element is owned by one rank of the shard group; replicas of a
      * shard hold the same numbers and are not summed again */
     if (rc == DT_OK && e->ssize > 1)
-        rc = dt_norm_allreduce(host, e->comm_ops, e->scomm, e->dev_ops, e->dev, e->cs,
+        rc = dt_norm_allreduce(host, e->dp.comm_ops, e->scomm, e->dp.dev_ops, e->dp.dev, e->dp.cs,
                                e->norm_slot, &ss);
     *out = ss;
     return rc;
 }
 
-static int optimizer(dt_shard_t *e, const dt_step_args_v1_t *args, float grad_scale)
+static int optimizer(dt_shard_t *e, const dt_optim_step_t *st)
 {
-    dt_optim_step_t st = {.desc = &e->optim, .lr = args->lr, .grad_scale = grad_scale,
-                          .t = args->step};
-    for (uint32_t u = 0; u < e->model->n_units; u++) {
+    for (uint32_t u = 0; u < e->dp.model->n_units; u++) {
         uint64_t off;
         dt_range_t r = dt_shard_held(&e->plan, u, e->srank, &off);
         if (r.count == 0)
             continue;
         uint32_t gi = e->plan.group_of_unit[u];
         uint64_t local = off - e->plan.groups[gi].shard_off;
-        int rc = dt_optim_range(e->host, e->dev_ops, e->dev, e->cs, &e->model->units[u], r,
+        int rc = dt_optim_range(e->dp.host, e->dp.dev_ops, e->dp.dev, e->dp.cs,
+                                &e->dp.model->units[u], r,
                                 dt_shard__master(e, gi) + local,
                                 dt_shard__gshard(e, gi) + local, e->m + off,
-                                e->v ? e->v + off : NULL, &st);
+                                e->v ? e->v + off : NULL, st);
         if (rc != DT_OK)
             return rc;
     }
@@ -589,21 +555,21 @@ static int optimizer(dt_shard_t *e, const dt_step_args_v1_t *args, float grad_sc
 
 int dt_shard__refresh_params(dt_shard_t *e, const char *when)
 {
-    const dt_device_ops_v1_t *d = e->dev_ops;
+    const dt_device_ops_v1_t *d = e->dp.dev_ops;
     int rc = DT_OK;
     if (e->pdtype == DT_BF16) {
         if (e->replica) {
             for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++)
-                rc = d->cast(e->dev, e->cs, dt_shard__cshard(e, i), DT_BF16,
+                rc = d->cast(e->dp.dev, e->dp.cs, dt_shard__cshard(e, i), DT_BF16,
                              dt_shard__master(e, i), DT_F32,
                              (int64_t)e->plan.groups[i].shard);
         } else {
-            rc = d->cast(e->dev, e->cs, e->cshard, DT_BF16, e->master, DT_F32,
+            rc = d->cast(e->dp.dev, e->dp.cs, e->cshard, DT_BF16, e->master, DT_F32,
                          (int64_t)e->plan.shard_total);
         }
         if (rc != DT_OK) {
-            e->host->log(e->host, DT_LOG_ERROR, "%s: refreshing the bf16 parameters failed",
-                         when);
+            e->dp.host->log(e->dp.host, DT_LOG_ERROR, "%s: refreshing the bf16 parameters failed",
+                            when);
             return rc;
         }
     }
@@ -632,26 +598,18 @@ int dt_shard__refresh_params(dt_shard_t *e, const char *when)
         rc = rc2;
     if (rc != DT_OK) {
         e->failed = 1;
-        e->host->log(e->host, DT_LOG_ERROR, "%s: rank %d/%d: all-gathering the updated "
-                     "parameters failed", when, e->rank, e->size);
+        e->dp.host->log(e->dp.host, DT_LOG_ERROR, "%s: rank %d/%d: all-gathering the updated "
+                        "parameters failed", when, e->dp.rank, e->dp.size);
     }
     return rc;
 }
 
 int dt_shard_step(dt_shard_t *e, const dt_step_args_v1_t *args, dt_step_result_v1_t *out)
 {
-    const dt_host_v1_t *host = e->host;
-    memset(out, 0, sizeof *out);
-    if (e->optim.kind == DT_OPTIM_ADAMW && args->step < 1)
-        return host->set_error(host, DT_ERR_INVALID,
-                               "step: AdamW step count %lld (must be >= 1)",
-                               (long long)args->step);
-    for (uint32_t u = 0; u < e->model->n_units; u++)
-        if (e->bwd_depth[u] || e->fwd_depth[u])
-            return host->set_error(host, DT_ERR_INVALID,
-                                   "step: unit '%s' (%u) is still inside a pre_%s hook",
-                                   unit_name(e, u), u, e->bwd_depth[u] ? "backward" : "forward");
-    int rc = reduce_all(e);
+    int rc = dt_dp_step_check(&e->dp, args, out);
+    if (rc != DT_OK)
+        return rc;
+    rc = reduce_all(e);
     /* gathered copies go stale with the update (and were only a cache) */
     for (uint32_t i = 0; i < e->plan.n_groups; i++) {
         int rc2 = release_params(e, i);
@@ -668,15 +626,10 @@ int dt_shard_step(dt_shard_t *e, const dt_step_args_v1_t *args, dt_step_result_v
     double sumsq = 0.0;
     if ((rc = grad_sumsq(e, &sumsq)) != DT_OK)
         return rc;
-    double norm = sqrt(sumsq);
-    out->grad_norm = norm;
-    if (!isfinite(norm)) {
-        out->nonfinite = 1;
-        host->log(host, DT_LOG_WARN, "step %lld: gradient norm is %g, update skipped",
-                  (long long)args->step, norm);
+    dt_optim_step_t st = dt_dp_step_norm(&e->dp, args, sumsq, out);
+    if (out->nonfinite)
         return DT_OK;
-    }
-    if ((rc = optimizer(e, args, dt_clip_scale(norm, args->clip))) != DT_OK)
+    if ((rc = optimizer(e, &st)) != DT_OK)
         return rc;
     return dt_shard__refresh_params(e, "step");
 }

@@ -26,18 +26,27 @@ Exit status: 0 on success, 1 on bad input (message on stderr), 2 on bad usage.
 
 Only the standard library and numpy are used (no autograd), so the backward is
 an independent derivation that the self-check verifies by finite differences.
+File I/O, the input checks, linear, GELU and the cross-entropy are
+ref_common.py's (shared with mlp_ref.py).
 """
 
-import argparse
-import json
 import math
-import struct
+import os
 import sys
 
 import numpy as np
 
+sys.dont_write_bytecode = True  # keep the source tree clean
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ref_common  # noqa: E402
+from ref_common import (RefError, check_loss, check_names,  # noqa: E402
+                        check_shapes, check_token_range,
+                        cross_entropy_backward, cross_entropy_forward,
+                        gelu_backward, gelu_forward, linear_backward,
+                        linear_forward, load_safetensors, load_tokens,
+                        write_result)
+
 LN_EPS = 1e-5
-GELU_SCALE = math.sqrt(2.0 / math.pi)
 
 # Per-block tensor suffixes in the contract's unit order; the shape is filled
 # in from C by block_shapes().
@@ -49,120 +58,6 @@ BLOCK_SUFFIXES = (
     "mlp.c_fc.weight", "mlp.c_fc.bias",
     "mlp.c_proj.weight", "mlp.c_proj.bias",
 )
-
-_ST_DTYPES = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8")}
-
-
-class RefError(Exception):
-    """Bad input; the message is printed and the program exits with 1."""
-
-
-# --------------------------------------------------------------------------
-# safetensors I/O
-
-def load_safetensors(path):
-    """Returns {name: float64 ndarray} from a safetensors file.
-
-    Checks the header thoroughly because a malformed file written by the C
-    side should fail loudly here rather than produce a misleading oracle."""
-    try:
-        with open(path, "rb") as f:
-            blob = f.read()
-    except OSError as e:
-        raise RefError("cannot read %s: %s" % (path, e.strerror))
-    if len(blob) < 8:
-        raise RefError("%s: file too short for a safetensors header (%d bytes)"
-                       % (path, len(blob)))
-    (hlen,) = struct.unpack("<Q", blob[:8])
-    if hlen > len(blob) - 8:
-        raise RefError("%s: header length %d exceeds file size %d"
-                       % (path, hlen, len(blob)))
-    try:
-        header = json.loads(blob[8:8 + hlen].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise RefError("%s: header is not valid JSON: %s" % (path, e))
-    if not isinstance(header, dict):
-        raise RefError("%s: header is not a JSON object" % path)
-    data = memoryview(blob)[8 + hlen:]
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype_s = info["dtype"]
-            shape = [int(d) for d in info["shape"]]
-            begin, end = (int(o) for o in info["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise RefError("%s: tensor '%s': header entry needs dtype, shape "
-                           "and data_offsets" % (path, name))
-        if dtype_s not in _ST_DTYPES:
-            raise RefError("%s: tensor '%s': dtype %s not supported (F32 or "
-                           "F64 expected)" % (path, name, dtype_s))
-        dt = _ST_DTYPES[dtype_s]
-        n = 1
-        for d in shape:
-            if d < 0:
-                raise RefError("%s: tensor '%s': negative dimension in shape "
-                               "%s" % (path, name, shape))
-            n *= d
-        if not (0 <= begin <= end <= len(data)):
-            raise RefError("%s: tensor '%s': data_offsets [%d, %d] outside "
-                           "data of %d bytes" % (path, name, begin, end,
-                                                 len(data)))
-        if end - begin != n * dt.itemsize:
-            raise RefError("%s: tensor '%s': %d bytes for shape %s of %s "
-                           "(expected %d)" % (path, name, end - begin, shape,
-                                              dtype_s, n * dt.itemsize))
-        arr = np.frombuffer(data[begin:end], dtype=dt).astype(np.float64)
-        out[name] = arr.reshape(shape)
-    return out
-
-
-def save_safetensors(path, tensors):
-    """Writes [(name, ndarray)] as little-endian F64 safetensors, in order.
-
-    The header is padded with spaces so the data starts 8-byte aligned, as
-    the format requires."""
-    header = {}
-    chunks = []
-    offset = 0
-    for name, arr in tensors:
-        a = np.ascontiguousarray(arr, dtype="<f8")
-        raw = a.tobytes()
-        header[name] = {"dtype": "F64", "shape": list(a.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        chunks.append(raw)
-        offset += len(raw)
-    hjson = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hjson += b" " * ((-len(hjson)) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hjson)))
-        f.write(hjson)
-        for c in chunks:
-            f.write(c)
-
-
-def load_tokens(path):
-    """Returns (inputs, targets), each an int64 (B, T) array, from T.bin."""
-    try:
-        with open(path, "rb") as f:
-            blob = f.read()
-    except OSError as e:
-        raise RefError("cannot read %s: %s" % (path, e.strerror))
-    if len(blob) < 8:
-        raise RefError("%s: too short for the B, T header (%d bytes)"
-                       % (path, len(blob)))
-    B, T = struct.unpack("<ii", blob[:8])
-    if B <= 0 or T <= 0:
-        raise RefError("%s: B=%d, T=%d must both be positive" % (path, B, T))
-    want = 8 + 2 * B * T * 4
-    if len(blob) != want:
-        raise RefError("%s: %d bytes, expected %d for B=%d, T=%d (header + "
-                       "inputs + targets as int32)" % (path, len(blob), want,
-                                                       B, T))
-    toks = np.frombuffer(blob[8:], dtype="<i4").astype(np.int64)
-    return toks[:B * T].reshape(B, T), toks[B * T:].reshape(B, T)
-
 
 # --------------------------------------------------------------------------
 # model description
@@ -200,14 +95,7 @@ def check_params(params, n_layer, n_head):
         raise RefError("--n-layer must be >= 1 (got %d)" % n_layer)
     if n_head < 1:
         raise RefError("--n-head must be >= 1 (got %d)" % n_head)
-    names = param_names(n_layer)
-    for name in names:
-        if name not in params:
-            raise RefError("missing tensor '%s' in params" % name)
-    extra = sorted(set(params) - set(names))
-    if extra:
-        raise RefError("unexpected tensor '%s' in params (is --n-layer=%d "
-                       "right?)" % (extra[0], n_layer))
+    check_names(params, param_names(n_layer), "--n-layer=%d" % n_layer)
     wte, wpe = params["wte.weight"], params["wpe.weight"]
     if wte.ndim != 2:
         raise RefError("tensor 'wte.weight': shape %s, expected (V, C)"
@@ -220,11 +108,7 @@ def check_params(params, n_layer, n_head):
     if C % n_head != 0:
         raise RefError("channels C=%d not divisible by --n-head=%d"
                        % (C, n_head))
-    for name, want in param_shapes(n_layer, V, C, maxT).items():
-        got = tuple(params[name].shape)
-        if got != want:
-            raise RefError("tensor '%s': shape %s does not match expected %s"
-                           % (name, list(got), list(want)))
+    check_shapes(params, param_shapes(n_layer, V, C, maxT))
     return V, C, maxT
 
 
@@ -233,17 +117,13 @@ def check_tokens(inputs, targets, V, maxT):
     if T > maxT:
         raise RefError("sequence length T=%d exceeds wpe rows maxT=%d"
                        % (T, maxT))
-    for what, toks in (("input", inputs), ("target", targets)):
-        bad = np.flatnonzero((toks < 0) | (toks >= V))
-        if bad.size:
-            i = int(bad[0])
-            raise RefError("%s token %d at flat position %d out of range "
-                           "[0, %d)" % (what, int(toks.flat[i]), i, V))
+    check_token_range(inputs, targets, V)
 
 
 # --------------------------------------------------------------------------
-# layers: <op>_forward returns (out, cache); <op>_backward returns input grads
-# and adds parameter grads into the dict it is given.
+# layers GPT-2 adds to ref_common's (linear, GELU): <op>_forward returns
+# (out, cache); <op>_backward returns the input gradient (and the
+# parameters').
 
 def layernorm_forward(x, w, b):
     """x (..., C) -> (..., C); biased variance, eps LN_EPS."""
@@ -265,31 +145,6 @@ def layernorm_backward(dout, cache):
     dx = rstd * (dxhat - dxhat.mean(axis=-1, keepdims=True)
                  - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True))
     return dx, dw, db
-
-
-def linear_forward(x, w, b):
-    """x (..., in), w (out, in), b (out) -> (..., out)."""
-    return x @ w.T + b, (x, w)
-
-
-def linear_backward(dout, cache):
-    """Returns (dx, dw, db)."""
-    x, w = cache
-    x2 = x.reshape(-1, x.shape[-1])
-    d2 = dout.reshape(-1, dout.shape[-1])
-    return dout @ w, d2.T @ x2, d2.sum(axis=0)
-
-
-def gelu_forward(x):
-    """tanh approximation, as in GPT-2 / llm.c."""
-    t = np.tanh(GELU_SCALE * (x + 0.044715 * x ** 3))
-    return 0.5 * x * (1.0 + t), (x, t)
-
-
-def gelu_backward(dout, cache):
-    x, t = cache
-    du = GELU_SCALE * (1.0 + 3.0 * 0.044715 * x * x)
-    return dout * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
 
 
 def attention_forward(qkv, n_head):
@@ -364,34 +219,32 @@ def forward(params, n_layer, n_head, inputs, targets):
     lnf, c_lnf = layernorm_forward(x, params["ln_f.weight"],
                                    params["ln_f.bias"])
     logits = lnf @ wte.T                                # (B, T, V)
-    m = logits.max(axis=-1, keepdims=True)
-    e = np.exp(logits - m)
-    z = e.sum(axis=-1, keepdims=True)
-    logp = logits - m - np.log(z)
-    nll = -np.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
-    loss = float(nll.mean())
-    probs = e / z
+    loss, probs = cross_entropy_forward(logits, targets)
     return loss, logits, (inputs, targets, block_caches, c_lnf, lnf, probs)
+
+
+def add_grads(grads, name, result):
+    """result: a layer backward's (dx, dw, db); adds dw and db into
+    grads["<name>.weight"] and grads["<name>.bias"]; returns dx."""
+    dx, dw, db = result
+    grads[name + ".weight"] += dw
+    grads[name + ".bias"] += db
+    return dx
 
 
 def backward(params, n_layer, cache):
     """Returns {name: d(mean loss)/d(param)} for every parameter."""
     inputs, targets, block_caches, c_lnf, lnf, probs = cache
-    B, T = inputs.shape
+    T = inputs.shape[1]
     wte = params["wte.weight"]
     grads = {n: np.zeros_like(params[n]) for n in param_names(n_layer)}
 
-    dlogits = probs.copy()
-    bi, ti = np.meshgrid(np.arange(B), np.arange(T), indexing="ij")
-    dlogits[bi, ti, targets] -= 1.0
-    dlogits /= B * T
+    dlogits = cross_entropy_backward(probs, targets)
     # tied LM head: first contribution to wte
     grads["wte.weight"] += dlogits.reshape(-1, wte.shape[0]).T @ \
         lnf.reshape(-1, lnf.shape[-1])
     dlnf = dlogits @ wte
-    dx, dw, db = layernorm_backward(dlnf, c_lnf)
-    grads["ln_f.weight"] += dw
-    grads["ln_f.bias"] += db
+    dx = add_grads(grads, "ln_f", layernorm_backward(dlnf, c_lnf))
 
     for l in reversed(range(n_layer)):
         (c_ln1, c_qkv, c_att, c_proj, c_ln2, c_fc, c_gelu,
@@ -399,30 +252,19 @@ def backward(params, n_layer, cache):
         pre = "h.%d." % l
         # x3 = x2 + fcproj
         dx2 = dx.copy()
-        dg, dw, db = linear_backward(dx, c_fcp)
-        grads[pre + "mlp.c_proj.weight"] += dw
-        grads[pre + "mlp.c_proj.bias"] += db
+        dg = add_grads(grads, pre + "mlp.c_proj", linear_backward(dx, c_fcp))
         dfc = gelu_backward(dg, c_gelu)
-        dln2, dw, db = linear_backward(dfc, c_fc)
-        grads[pre + "mlp.c_fc.weight"] += dw
-        grads[pre + "mlp.c_fc.bias"] += db
-        d, dw, db = layernorm_backward(dln2, c_ln2)
-        grads[pre + "ln_2.weight"] += dw
-        grads[pre + "ln_2.bias"] += db
-        dx2 += d
+        dln2 = add_grads(grads, pre + "mlp.c_fc", linear_backward(dfc, c_fc))
+        dx2 += add_grads(grads, pre + "ln_2", layernorm_backward(dln2, c_ln2))
         # x2 = x + attproj
         dxin = dx2.copy()
-        datt, dw, db = linear_backward(dx2, c_proj)
-        grads[pre + "attn.c_proj.weight"] += dw
-        grads[pre + "attn.c_proj.bias"] += db
+        datt = add_grads(grads, pre + "attn.c_proj",
+                         linear_backward(dx2, c_proj))
         dqkv = attention_backward(datt, c_att)
-        dln1, dw, db = linear_backward(dqkv, c_qkv)
-        grads[pre + "attn.c_attn.weight"] += dw
-        grads[pre + "attn.c_attn.bias"] += db
-        d, dw, db = layernorm_backward(dln1, c_ln1)
-        grads[pre + "ln_1.weight"] += dw
-        grads[pre + "ln_1.bias"] += db
-        dx = dxin + d
+        dln1 = add_grads(grads, pre + "attn.c_attn",
+                         linear_backward(dqkv, c_qkv))
+        dx = dxin + add_grads(grads, pre + "ln_1",
+                              layernorm_backward(dln1, c_ln1))
 
     # embedding: second contribution to wte (rows may repeat, hence add.at)
     np.add.at(grads["wte.weight"], inputs.reshape(-1),
@@ -437,33 +279,15 @@ def run(params_path, tokens_path, out_path, n_layer, n_head):
     inputs, targets = load_tokens(tokens_path)
     check_tokens(inputs, targets, V, maxT)
     loss, logits, cache = forward(params, n_layer, n_head, inputs, targets)
-    if not math.isfinite(loss):
-        raise RefError("loss is not finite (%r); check the parameters"
-                       % loss)
+    check_loss(loss)
     grads = backward(params, n_layer, cache)
-    out = [("loss", np.array([loss])), ("logits", logits)]
-    out += [("grad." + n, grads[n]) for n in param_names(n_layer)]
-    try:
-        save_safetensors(out_path, out)
-    except OSError as e:
-        raise RefError("cannot write %s: %s" % (out_path, e.strerror))
+    write_result(out_path, loss, logits, grads, param_names(n_layer))
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(
-        description="float64 reference forward/backward of dtrain's GPT-2")
-    ap.add_argument("--params", required=True, help="input .safetensors")
-    ap.add_argument("--tokens", required=True, help="input T.bin (int32)")
-    ap.add_argument("--out", required=True, help="output .safetensors (F64)")
-    ap.add_argument("--n-layer", type=int, required=True)
-    ap.add_argument("--n-head", type=int, required=True)
-    a = ap.parse_args(argv)
-    try:
-        run(a.params, a.tokens, a.out, a.n_layer, a.n_head)
-    except RefError as e:
-        print("gpt2_ref: error: %s" % e, file=sys.stderr)
-        return 1
-    return 0
+    return ref_common.main(
+        "gpt2_ref", "float64 reference forward/backward of dtrain's GPT-2",
+        [("--n-layer", None), ("--n-head", None)], run, argv)
 
 
 if __name__ == "__main__":

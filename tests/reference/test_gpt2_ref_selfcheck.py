@@ -11,17 +11,16 @@ tests do, and checks:
   4. bad input exits with status 1 and a message naming the problem.
 
 Run: /usr/bin/python3 tests/reference/test_gpt2_ref_selfcheck.py
-Exit status 0 when every check passes.
+Exit status 0 when every check passes.  The fixtures (the F32 writer,
+running the oracle, finite differences, the PASS/FAIL driver) are
+ref_common.py's, shared with test_mlp_ref_selfcheck.py.
 """
 
-import json
 import math
 import os
 import struct
-import subprocess
 import sys
 import tempfile
-import traceback
 
 import numpy as np
 
@@ -30,19 +29,15 @@ SCRIPT = os.path.join(HERE, "gpt2_ref.py")
 sys.dont_write_bytecode = True  # keep the source tree clean
 sys.path.insert(0, HERE)
 import gpt2_ref  # noqa: E402
+import ref_common  # noqa: E402
 
 V, C, H, L, MAXT, B, T = 11, 8, 2, 2, 6, 2, 5
 
 # Forward vs naive: both are float64 evaluations of the same formula in a
 # different order, so they agree to a few ulps; 1e-12 absolute leaves ~1e3
-# ulps of slack on values of order 1-10.
+# ulps of slack on values of order 1-10.  Finite differences: ref_common's
+# FD_* (central, step 1e-6, |analytic - fd| <= max(1e-6 |fd|, 1e-9)).
 FWD_ATOL = 1e-12
-# Finite differences: central, step 1e-6.  Truncation error is O(eps^2) ~
-# 1e-12 and rounding error ~ ulp(loss)/eps ~ 1e-10, so an entry passes when
-# |analytic - fd| <= max(1e-6 * |fd|, 1e-9).
-FD_EPS = 1e-6
-FD_RTOL = 1e-6
-FD_ATOL = 1e-9
 
 
 # --------------------------------------------------------------------------
@@ -79,45 +74,15 @@ def make_tokens(seed=99):
 
 
 def write_params(path, params, drop=None, reshape=None):
-    """Writes F32 safetensors in the dtrain layout (with a __metadata__ key,
-    which the reader must ignore)."""
-    header = {"__metadata__": {"format": "pt"}}
-    chunks, off = [], 0
-    for name in gpt2_ref.param_names(L):
-        if name == drop:
-            continue
-        a = params[name].astype("<f4")
-        if reshape and name == reshape[0]:
-            a = a.reshape(reshape[1])
-        raw = a.tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
-                        "data_offsets": [off, off + len(raw)]}
-        chunks.append(raw)
-        off += len(raw)
-    h = json.dumps(header).encode()
-    h += b" " * ((-len(h)) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(chunks))
-
-
-def write_tokens(path, inputs, targets):
-    b, t = inputs.shape
-    with open(path, "wb") as f:
-        f.write(struct.pack("<ii", b, t))
-        f.write(np.asarray(inputs, dtype="<i4").tobytes())
-        f.write(np.asarray(targets, dtype="<i4").tobytes())
+    """F32 safetensors in the dtrain layout, with a __metadata__ key (which
+    the reader must ignore)."""
+    ref_common.write_params(path, params, gpt2_ref.param_names(L), drop,
+                            reshape, metadata={"format": "pt"})
 
 
 def run_ref(d, params_path, tokens_path, n_layer=L, n_head=H):
-    out = os.path.join(d, "out.safetensors")
-    if os.path.exists(out):
-        os.remove(out)
-    r = subprocess.run(
-        [sys.executable, SCRIPT, "--params", params_path, "--tokens",
-         tokens_path, "--out", out, "--n-layer", str(n_layer),
-         "--n-head", str(n_head)],
-        capture_output=True, text=True, timeout=60)
-    return r, out
+    return ref_common.run_script(SCRIPT, d, params_path, tokens_path,
+                                 ["--n-layer", n_layer, "--n-head", n_head])
 
 
 # --------------------------------------------------------------------------
@@ -193,15 +158,6 @@ def naive_forward(params, inputs, targets):
     return total / (nb * nt), logits
 
 
-def read_out(path):
-    """Returns (header dict, {name: array}) after checking the raw layout."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    (hlen,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + hlen])
-    return hlen, blob, header, gpt2_ref.load_safetensors(path)
-
-
 # --------------------------------------------------------------------------
 # checks
 
@@ -213,13 +169,13 @@ class Ctx:
         self.p_path = os.path.join(d, "P.safetensors")
         self.t_path = os.path.join(d, "T.bin")
         write_params(self.p_path, self.params)
-        write_tokens(self.t_path, self.inputs, self.targets)
+        ref_common.write_tokens(self.t_path, self.inputs, self.targets)
         r, out = run_ref(d, self.p_path, self.t_path)
         if r.returncode != 0:
             raise AssertionError("gpt2_ref.py failed (%d): %s"
                                  % (r.returncode, r.stderr))
         self.out_path = out
-        self.hlen, self.blob, self.header, self.out = read_out(out)
+        self.hlen, self.blob, self.header, self.out = ref_common.read_out(out)
 
 
 def check_forward_vs_naive(ctx):
@@ -241,29 +197,8 @@ def check_grads_vs_fd(ctx):
     def loss_of():
         return gpt2_ref.forward(params, L, H, ctx.inputs, ctx.targets)[0]
 
-    worst = (0.0, None)
-    nchecked = 0
-    for name in gpt2_ref.param_names(L):
-        g = ctx.out["grad." + name]
-        p = params[name]
-        assert g.shape == p.shape, "grad.%s shape %s vs param %s" % (
-            name, g.shape, p.shape)
-        for idx in np.ndindex(p.shape):  # every entry of every tensor
-            orig = p[idx]
-            p[idx] = orig + FD_EPS
-            lp = loss_of()
-            p[idx] = orig - FD_EPS
-            lm = loss_of()
-            p[idx] = orig
-            fd = (lp - lm) / (2 * FD_EPS)
-            diff = abs(g[idx] - fd)
-            tol = max(FD_RTOL * abs(fd), FD_ATOL)
-            assert diff <= tol, ("grad.%s%s: analytic %.12g vs fd %.12g "
-                                 "(diff %.3g > tol %.3g)"
-                                 % (name, list(idx), g[idx], fd, diff, tol))
-            if diff / tol > worst[0]:
-                worst = (diff / tol, "grad.%s%s" % (name, list(idx)))
-            nchecked += 1
+    nchecked, worst = ref_common.check_grads_fd(
+        ctx.out, params, gpt2_ref.param_names(L), loss_of)
     # wpe rows >= T get no gradient at all (positions never used)
     assert np.all(ctx.out["grad.wpe.weight"][T:] == 0.0)
     print("  %d entries checked; worst diff/tol %.3f at %s"
@@ -297,11 +232,9 @@ def check_bad_input(ctx):
     bad_t = os.path.join(d, "bad.bin")
 
     def expect(params_path, tokens_path, needle, n_layer=L, n_head=H):
-        r, out = run_ref(d, params_path, tokens_path, n_layer, n_head)
-        assert r.returncode == 1, "exit %d for %r, stderr %r" % (
-            r.returncode, needle, r.stderr)
-        assert needle in r.stderr, "%r not in stderr %r" % (needle, r.stderr)
-        assert not os.path.exists(out), "output written despite error"
+        ref_common.expect_error(
+            lambda: run_ref(d, params_path, tokens_path, n_layer, n_head),
+            needle)
 
     write_params(bad_p, ctx.params, drop="h.1.mlp.c_fc.bias")
     expect(bad_p, ctx.t_path, "missing tensor 'h.1.mlp.c_fc.bias'")
@@ -316,11 +249,11 @@ def check_bad_input(ctx):
     expect(ctx.p_path, ctx.t_path, "not divisible by --n-head=3", n_head=3)
     bad_in = ctx.inputs.copy()
     bad_in[1, 2] = V
-    write_tokens(bad_t, bad_in, ctx.targets)
+    ref_common.write_tokens(bad_t, bad_in, ctx.targets)
     expect(ctx.p_path, bad_t, "input token 11 at flat position 7 out of "
            "range [0, 11)")
     long_in = np.zeros((1, MAXT + 1), dtype=np.int64)
-    write_tokens(bad_t, long_in, long_in)
+    ref_common.write_tokens(bad_t, long_in, long_in)
     expect(ctx.p_path, bad_t, "T=7 exceeds wpe rows maxT=6")
     with open(bad_t, "wb") as f:
         f.write(struct.pack("<ii", B, T) + b"\0" * 12)
@@ -332,25 +265,9 @@ def check_bad_input(ctx):
 def main():
     checks = [check_forward_vs_naive, check_grads_vs_fd, check_output_format,
               check_bad_input]
-    passed = failed = 0
     with tempfile.TemporaryDirectory(prefix="gpt2_ref_") as d:
-        try:
-            ctx = Ctx(d)
-        except Exception:
-            traceback.print_exc()
-            print("gpt2_ref selfcheck: 0 passed, %d failed" % len(checks))
-            return 1
-        for chk in checks:
-            try:
-                chk(ctx)
-                print("PASS %s" % chk.__name__)
-                passed += 1
-            except Exception:
-                traceback.print_exc()
-                print("FAIL %s" % chk.__name__)
-                failed += 1
-    print("gpt2_ref selfcheck: %d passed, %d failed" % (passed, failed))
-    return 0 if failed == 0 else 1
+        return ref_common.run_checks("gpt2_ref",
+                                     [("", lambda: Ctx(d), checks)])
 
 
 if __name__ == "__main__":

@@ -13,17 +13,14 @@ checks:
 
 Run: /usr/bin/python3 tests/reference/test_mlp_ref_selfcheck.py
 (tests/unit/test_mlp.c runs it before trusting the oracle.)
-Exit status 0 when every check passes.
+Exit status 0 when every check passes.  The fixtures are ref_common.py's,
+shared with test_gpt2_ref_selfcheck.py.
 """
 
-import json
 import math
 import os
-import struct
-import subprocess
 import sys
 import tempfile
-import traceback
 
 import numpy as np
 
@@ -32,10 +29,10 @@ SCRIPT = os.path.join(HERE, "mlp_ref.py")
 sys.dont_write_bytecode = True  # keep the source tree clean
 sys.path.insert(0, HERE)
 import mlp_ref  # noqa: E402
+import ref_common  # noqa: E402
 
 V, D, H, B, T = 7, 3, 5, 2, 3
 FWD_ATOL = 1e-12
-FD_EPS, FD_RTOL, FD_ATOL = 1e-6, 1e-6, 1e-9
 
 
 def make_params(n_layers, seed=5):
@@ -54,40 +51,8 @@ def make_params(n_layers, seed=5):
             for k, v in params.items()}
 
 
-def write_params(path, params, names, drop=None, reshape=None):
-    header, chunks, off = {}, [], 0
-    for name in names:
-        if name == drop:
-            continue
-        a = params[name].astype("<f4")
-        if reshape and name == reshape[0]:
-            a = a.reshape(reshape[1])
-        raw = a.tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
-                        "data_offsets": [off, off + len(raw)]}
-        chunks.append(raw)
-        off += len(raw)
-    h = json.dumps(header).encode()
-    h += b" " * ((-len(h)) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(chunks))
-
-
-def write_tokens(path, inputs, targets):
-    with open(path, "wb") as f:
-        f.write(struct.pack("<ii", *inputs.shape))
-        f.write(np.asarray(inputs, dtype="<i4").tobytes())
-        f.write(np.asarray(targets, dtype="<i4").tobytes())
-
-
 def run_ref(d, p, t, n_layers):
-    out = os.path.join(d, "out.safetensors")
-    if os.path.exists(out):
-        os.remove(out)
-    r = subprocess.run([sys.executable, SCRIPT, "--params", p, "--tokens", t,
-                        "--out", out, "--mlp-layers", str(n_layers)],
-                       capture_output=True, text=True, timeout=60)
-    return r, out
+    return ref_common.run_script(SCRIPT, d, p, t, ["--mlp-layers", n_layers])
 
 
 def naive_forward(params, n_layers, inputs, targets):
@@ -127,17 +92,13 @@ class Ctx:
         self.inputs[1, 2] = self.inputs[0, 0]  # a repeated embedding row
         self.p_path = os.path.join(d, "P%d.safetensors" % n_layers)
         self.t_path = os.path.join(d, "T.bin")
-        write_params(self.p_path, self.params, self.names)
-        write_tokens(self.t_path, self.inputs, self.targets)
+        ref_common.write_params(self.p_path, self.params, self.names)
+        ref_common.write_tokens(self.t_path, self.inputs, self.targets)
         r, out = run_ref(d, self.p_path, self.t_path, n_layers)
         if r.returncode != 0:
             raise AssertionError("mlp_ref.py failed (%d): %s"
                                  % (r.returncode, r.stderr))
-        with open(out, "rb") as f:
-            blob = f.read()
-        (hlen,) = struct.unpack("<Q", blob[:8])
-        self.header = json.loads(blob[8:8 + hlen])
-        self.out = mlp_ref.load_safetensors(out)
+        _, _, self.header, self.out = ref_common.read_out(out)
 
 
 def check_forward_vs_naive(ctx):
@@ -153,25 +114,12 @@ def check_forward_vs_naive(ctx):
 
 def check_grads_vs_fd(ctx):
     params = {k: v.copy() for k, v in ctx.params.items()}
-    n = 0
-    for name in ctx.names:
-        g, p = ctx.out["grad." + name], params[name]
-        assert g.shape == p.shape
-        for idx in np.ndindex(p.shape):
-            orig = p[idx]
-            p[idx] = orig + FD_EPS
-            lp = mlp_ref.forward(params, ctx.n_layers, ctx.inputs,
-                                 ctx.targets)[0]
-            p[idx] = orig - FD_EPS
-            lm = mlp_ref.forward(params, ctx.n_layers, ctx.inputs,
-                                 ctx.targets)[0]
-            p[idx] = orig
-            fd = (lp - lm) / (2 * FD_EPS)
-            tol = max(FD_RTOL * abs(fd), FD_ATOL)
-            assert abs(g[idx] - fd) <= tol, (
-                "grad.%s%s: analytic %.12g vs fd %.12g"
-                % (name, list(idx), g[idx], fd))
-            n += 1
+
+    def loss_of():
+        return mlp_ref.forward(params, ctx.n_layers, ctx.inputs,
+                               ctx.targets)[0]
+
+    n, _ = ref_common.check_grads_fd(ctx.out, params, ctx.names, loss_of)
     print("  %d layers: %d gradient entries checked" % (ctx.n_layers, n))
 
 
@@ -190,50 +138,30 @@ def check_bad_input(ctx):
     bad_p, bad_t = os.path.join(d, "bad.safetensors"), os.path.join(d, "b.bin")
 
     def expect(p, t, needle, n_layers=ctx.n_layers):
-        r, out = run_ref(d, p, t, n_layers)
-        assert r.returncode == 1, "exit %d for %r: %r" % (r.returncode,
-                                                          needle, r.stderr)
-        assert needle in r.stderr, "%r not in stderr %r" % (needle, r.stderr)
-        assert not os.path.exists(out), "output written despite error"
+        ref_common.expect_error(lambda: run_ref(d, p, t, n_layers), needle)
 
-    write_params(bad_p, ctx.params, ctx.names, drop="fc.1.bias")
+    ref_common.write_params(bad_p, ctx.params, ctx.names, drop="fc.1.bias")
     expect(bad_p, ctx.t_path, "missing tensor 'fc.1.bias'")
-    write_params(bad_p, ctx.params, ctx.names, reshape=("fc.1.weight", (1, 25)))
+    ref_common.write_params(bad_p, ctx.params, ctx.names,
+                            reshape=("fc.1.weight", (1, 25)))
     expect(bad_p, ctx.t_path,
            "tensor 'fc.1.weight': shape [1, 25] does not match expected [5, 5]")
     expect(ctx.p_path, ctx.t_path, "unexpected tensor 'fc.1.bias'", 1)
     bad_in = ctx.targets.copy()
     bad_in[0, 1] = V
-    write_tokens(bad_t, ctx.inputs, bad_in)
+    ref_common.write_tokens(bad_t, ctx.inputs, bad_in)
     expect(ctx.p_path, bad_t,
            "target token 7 at flat position 1 out of range [0, 7)")
 
 
 def main():
-    passed = failed = 0
+    full = [check_forward_vs_naive, check_grads_vs_fd, check_output_format,
+            check_bad_input]
     with tempfile.TemporaryDirectory(prefix="mlp_ref_") as d:
-        for n_layers, checks in ((2, [check_forward_vs_naive,
-                                      check_grads_vs_fd, check_output_format,
-                                      check_bad_input]),
-                                 (0, [check_forward_vs_naive,
-                                      check_grads_vs_fd])):
-            try:
-                ctx = Ctx(d, n_layers)
-            except Exception:
-                traceback.print_exc()
-                failed += len(checks)
-                continue
-            for chk in checks:
-                try:
-                    chk(ctx)
-                    print("PASS %s (%d layers)" % (chk.__name__, n_layers))
-                    passed += 1
-                except Exception:
-                    traceback.print_exc()
-                    print("FAIL %s (%d layers)" % (chk.__name__, n_layers))
-                    failed += 1
-    print("mlp_ref selfcheck: %d passed, %d failed" % (passed, failed))
-    return 0 if failed == 0 else 1
+        return ref_common.run_checks("mlp_ref", [
+            (" (2 layers)", lambda: Ctx(d, 2), full),
+            (" (0 layers)", lambda: Ctx(d, 0),
+             [check_forward_vs_naive, check_grads_vs_fd])])
 
 
 if __name__ == "__main__":

@@ -577,3 +577,174 @@ void dt_mh_rmdir(const char *dir)
     closedir(d);
     rmdir(dir);
 }
+
+/* ------------------------------------------------------------ oracle tests */
+
+int dt_mh_oracle_setup(dt_mh_oracle_t *o)
+{
+    o->have_python = dt_mh_python_ok(&o->no_python_why);
+    if (!o->have_python)
+        return 0;
+    dt_mh_tmpdir(o->dir, sizeof o->dir);
+    snprintf(o->params, sizeof o->params, "%s/params.safetensors", o->dir);
+    snprintf(o->params_bf16, sizeof o->params_bf16, "%s/params_bf16.safetensors", o->dir);
+    snprintf(o->tok, sizeof o->tok, "%s/tokens.bin", o->dir);
+    snprintf(o->tok2, sizeof o->tok2, "%s/tokens2.bin", o->dir);
+    snprintf(o->ref, sizeof o->ref, "%s/ref.safetensors", o->dir);
+    snprintf(o->ref_bf16, sizeof o->ref_bf16, "%s/ref_bf16.safetensors", o->dir);
+    snprintf(o->ref_accum, sizeof o->ref_accum, "%s/ref_accum.safetensors", o->dir);
+
+    dt_mh_t h;
+    o->open(&h, "fp32", "none");
+    if (dt_mh_write_params(&h, o->params, 0) != DT_OK ||
+        dt_mh_write_params(&h, o->params_bf16, 1) != DT_OK ||
+        dt_mh_write_tokens(o->tok, h.B, h.T, o->inputs, o->targets) != DT_OK ||
+        /* both micro-batches as one batch of 2B: the mean over 2B*T
+         * positions is the mean of the two micro-batch means */
+        dt_mh_write_tokens(o->tok2, 2 * h.B, h.T, o->inputs, o->targets) != DT_OK)
+        fail_msg("writing the oracle's inputs: %s", dt_last_error());
+    dt_mh_ref(&h, o->script, o->params, o->tok, o->ref, o->args);
+    dt_mh_ref(&h, o->script, o->params_bf16, o->tok, o->ref_bf16, o->args);
+    dt_mh_ref(&h, o->script, o->params, o->tok2, o->ref_accum, o->args);
+    dt_mh_close(&h);
+    return 0;
+}
+
+int dt_mh_oracle_teardown(dt_mh_oracle_t *o)
+{
+    if (o->have_python)
+        dt_mh_rmdir(o->dir);
+    return 0;
+}
+
+void dt_mh_need_python(const dt_mh_oracle_t *o)
+{
+    if (!o->have_python) {
+        printf("SKIP: the float64 oracle needs numpy: %s\n", o->no_python_why);
+        skip();
+    }
+}
+
+void dt_mh_ref(const dt_mh_t *h, const char *script, const char *params, const char *tok,
+               const char *out, const char *args)
+{
+    char line[2048];
+    snprintf(line, sizeof line, "--params %s --tokens %s --out %s %s", params, tok, out, args);
+    if (dt_mh_run_ref(h, script, line) != 0)
+        fail_msg("%s failed (its message is above)", script);
+}
+
+void dt_mh_tokens(uint64_t seed, int32_t vocab, int n, int32_t *inputs, int32_t *targets)
+{
+    uint64_t st = seed;
+    for (int i = 0; i < n; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        inputs[i] = (int32_t)((st >> 33) % (uint64_t)vocab);
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        targets[i] = (int32_t)((st >> 33) % (uint64_t)vocab);
+    }
+}
+
+double dt_mh_step(dt_mh_t *h, const int32_t *inputs, const int32_t *targets, uint32_t n_micro,
+                  int no_grad)
+{
+    int64_t bt = h->B * h->T;
+    double sum = 0.0;
+    assert_int_equal(dt_mh_begin_step(h, n_micro), DT_OK);
+    for (uint32_t m = 0; m < n_micro; m++) {
+        double loss = NAN;
+        int rc = dt_model_step_micro(h->model, &h->ctx, inputs + m * bt, targets + m * bt, m,
+                                     n_micro, no_grad, 1.0f / (float)n_micro, &loss);
+        if (rc != DT_OK)
+            fail_msg("micro-batch %u of %u: %s", m, n_micro, dt_last_error());
+        sum += loss;
+    }
+    if (dt_mh_end_step(h) != DT_OK)
+        fail_msg("%s", dt_last_error());
+    return n_micro == 1 ? sum : sum / n_micro;
+}
+
+float *dt_mh_all_grads(dt_mh_t *h, uint64_t *n)
+{
+    *n = h->desc->numel;
+    float *g = malloc(*n * 4);
+    assert_non_null(g);
+    uint64_t o = 0;
+    for (uint32_t u = 0; u < h->desc->n_units; u++) {
+        memcpy(g + o, dt_mh_grads(h, u), h->desc->units[u].numel * 4);
+        o += h->desc->units[u].numel;
+    }
+    return g;
+}
+
+void dt_mh_check_checkpointing(const dt_mh_oracle_t *o, const char *label)
+{
+    dt_mh_need_python(o);
+    static const char *modes[] = {"none", "all", "every"};
+    float *first = NULL;
+    uint64_t n = 0;
+    dt_mh_stats_t st;
+    memset(&st, 0, sizeof st);
+    for (int i = 0; i < 3; i++) {
+        dt_mh_t h;
+        o->open(&h, "fp32", modes[i]);
+        double loss = dt_mh_step(&h, o->inputs, o->targets, 1, 0);
+        float *logits = dt_mh_logits(&h);
+        assert_non_null(logits);
+        dt_mh_compare(&h, o->ref, loss, logits, DT_MH_LOSS_ATOL_F32, DT_MH_TOL_F32, &st);
+        free(logits);
+        /* recomputation: the same kernels on the same inputs */
+        float *g = dt_mh_all_grads(&h, &n);
+        if (!first)
+            first = g;
+        else {
+            if (memcmp(first, g, n * 4) != 0)
+                fail_msg("activation_checkpointing = \"%s\" changed the gradients' bits",
+                         modes[i]);
+            free(g);
+        }
+        dt_mh_close(&h);
+    }
+    free(first);
+    char what[128];
+    snprintf(what, sizeof what, "%s fp32 (none/all/every)", label);
+    dt_mh_print_stats(what, &st);
+}
+
+void dt_mh_check_accumulation(const dt_mh_oracle_t *o, const char *ckpt, const char *label)
+{
+    dt_mh_need_python(o);
+    dt_mh_t h;
+    o->open(&h, "fp32", ckpt);
+    double loss = dt_mh_step(&h, o->inputs, o->targets, 2, 0);
+    dt_mh_stats_t st;
+    memset(&st, 0, sizeof st);
+    dt_mh_compare(&h, o->ref_accum, loss, NULL, DT_MH_LOSS_ATOL_F32, DT_MH_TOL_F32, &st);
+    char what[128];
+    snprintf(what, sizeof what, "%s fp32 accumulation", label);
+    dt_mh_print_stats(what, &st);
+    dt_mh_close(&h);
+}
+
+void dt_mh_check_bf16(const dt_mh_oracle_t *o, const char *label)
+{
+    dt_mh_need_python(o);
+    dt_mh_t h;
+    o->open(&h, "bf16", "every");
+    assert_int_equal(h.desc->param_dtype, DT_BF16);
+    double loss = dt_mh_step(&h, o->inputs, o->targets, 1, 0);
+    float *logits = dt_mh_logits(&h);
+    assert_non_null(logits);
+    dt_mh_stats_t exact, loose;
+    memset(&exact, 0, sizeof exact);
+    memset(&loose, 0, sizeof loose);
+    dt_mh_compare(&h, o->ref_bf16, loss, logits, DT_MH_LOSS_ATOL_F32, DT_MH_TOL_F32, &exact);
+    dt_mh_compare(&h, o->ref, loss, logits, DT_MH_LOSS_ATOL_BF16, DT_MH_TOL_BF16, &loose);
+    char what[128];
+    snprintf(what, sizeof what, "%s bf16 vs oracle on bf16-rounded params", label);
+    dt_mh_print_stats(what, &exact);
+    snprintf(what, sizeof what, "%s bf16 vs oracle on f32 params", label);
+    dt_mh_print_stats(what, &loose);
+    free(logits);
+    dt_mh_close(&h);
+}

@@ -118,4 +118,74 @@ float *dt_mh_logits(dt_mh_t *h);
 void dt_mh_tmpdir(char *out, size_t cap);
 void dt_mh_rmdir(const char *dir);
 
+/* ---------------------------------------------------------------------
+ * Oracle tests: what the model tests against a float64 reference
+ * (test_gpt2_oracle.c, test_mlp.c) share.
+ * ------------------------------------------------------------------ */
+
+/* Tolerances, |got - ref| relative to the tensor's largest |ref| and the
+ * loss absolute (each test states what it measured against them): f32
+ * computation (and bf16 against the oracle run on the bf16-rounded
+ * parameters), and bf16 against the oracle on the unrounded ones. */
+#define DT_MH_TOL_F32 2e-5
+#define DT_MH_LOSS_ATOL_F32 1e-5
+#define DT_MH_TOL_BF16 5e-2
+#define DT_MH_LOSS_ATOL_BF16 2e-2
+
+/* Open the test's model with `dtype` ("fp32", "bf16") and
+ * activation_checkpointing `ckpt`, or fail the cmocka test. */
+typedef void (*dt_mh_open_fn)(dt_mh_t *h, const char *dtype, const char *ckpt);
+
+typedef struct dt_mh_oracle {
+    /* in: the test's */
+    const char *script;              /* the reference, "gpt2_ref.py" */
+    const char *args;                /* its model arguments, "--n-layer 3" */
+    dt_mh_open_fn open;              /* the model (micro-batch B x T) */
+    const int32_t *inputs, *targets; /* (2, B, T): two micro-batches */
+    /* out: dt_mh_oracle_setup's */
+    int have_python;
+    const char *no_python_why;
+    char dir[512];                   /* the temporary folder */
+    char params[600], params_bf16[600]; /* f32, bf16-rounded */
+    char tok[600], tok2[600];        /* one micro-batch; both as one batch of 2B */
+    char ref[600], ref_bf16[600], ref_accum[600]; /* the oracle on (params, tok),
+                                      * (params_bf16, tok), (params, tok2) */
+} dt_mh_oracle_t;
+
+/* Group setup: unless python/numpy is missing (have_python 0: the tests
+ * skip), write the model's parameters (opened fp32, checkpointing "none")
+ * and the tokens to a temporary folder and run the oracle on them.
+ * Returns 0; failures fail the cmocka setup. */
+int dt_mh_oracle_setup(dt_mh_oracle_t *o);
+/* Group teardown: remove the folder. */
+int dt_mh_oracle_teardown(dt_mh_oracle_t *o);
+/* Skip the calling test, with the reason, when the oracle cannot run. */
+void dt_mh_need_python(const dt_mh_oracle_t *o);
+
+/* Run `script` (tests/reference) on `params` and `tok` into `out`, with
+ * model arguments `args`; fails the cmocka test when it fails. */
+void dt_mh_ref(const dt_mh_t *h, const char *script, const char *params, const char *tok,
+               const char *out, const char *args);
+/* Seeded tokens in [0, vocab): n inputs and n targets. */
+void dt_mh_tokens(uint64_t seed, int32_t vocab, int n, int32_t *inputs, int32_t *targets);
+/* One step of n_micro micro-batches (inputs/targets: (n_micro, B, T)) at
+ * loss_scale 1/n_micro, checking the hook contract; the mean loss. */
+double dt_mh_step(dt_mh_t *h, const int32_t *inputs, const int32_t *targets, uint32_t n_micro,
+                  int no_grad);
+/* The gradients of all units, concatenated (desc->numel f32, malloc'ed). */
+float *dt_mh_all_grads(dt_mh_t *h, uint64_t *n);
+
+/* The checks every oracle test makes (fail the cmocka test; stats
+ * printed under `label`):
+ *   checkpointing: "none", "all", "every" match ref (loss, logits, every
+ *     gradient) within the f32 tolerances, and recomputation gives
+ *     bit-identical gradients;
+ *   accumulation (checkpointing `ckpt`): two micro-batches at loss_scale
+ *     1/2 match ref_accum, the mean over both;
+ *   bf16 (checkpointing "every"): bf16 compute parameters match ref_bf16
+ *     within the f32 tolerances and ref within the bf16 ones. */
+void dt_mh_check_checkpointing(const dt_mh_oracle_t *o, const char *label);
+void dt_mh_check_accumulation(const dt_mh_oracle_t *o, const char *ckpt, const char *label);
+void dt_mh_check_bf16(const dt_mh_oracle_t *o, const char *label);
+
 #endif /* DT_TEST_MODEL_HARNESS_H */

@@ -69,20 +69,20 @@ float dt_toy_pval(uint32_t u, uint64_t i)
     return (float)(0.02 * sin(1.0 + 0.37 * (double)i + 1.7 * u)) + (u == 1 ? 1.0f : 0.0f);
 }
 
-static double gsign(uint32_t u, uint64_t i)
+double dt_toy_sign(uint32_t u, uint64_t i)
 {
     return ((i * 3 + u) % 2) ? 1.0 : -1.0;
 }
 
 double dt_toy_a(int rank, uint32_t micro, uint32_t u, uint64_t i)
 {
-    return gsign(u, i) *
+    return dt_toy_sign(u, i) *
            (0.02 + 0.005 * (double)((i * 7 + u * 13 + micro * 5 + (uint64_t)rank * 3) % 17));
 }
 
 double dt_toy_t(int rank, uint32_t micro, uint64_t i)
 {
-    return gsign(0, i) * (0.02 + 0.004 * (double)((i + micro + (uint64_t)rank) % 5));
+    return dt_toy_sign(0, i) * (0.02 + 0.004 * (double)((i + micro + (uint64_t)rank) % 5));
 }
 
 /* Element i of a parameter buffer of `dtype` (f32 or bf16). */
@@ -213,6 +213,12 @@ double dt_toy_ref_step(dt_toy_ref_t *r, int optim_kind, int size, uint32_t n_mic
             if (loss)
                 loss[k][mi] = l;
         }
+    return dt_toy_ref_update(r, optim_kind, g, t, lr, clip);
+}
+
+double dt_toy_ref_update(dt_toy_ref_t *r, int optim_kind, double g[DT_TOY_NU][DT_TOY_MAXN],
+                         int t, double lr, double clip)
+{
     double ss = 0;
     for (uint32_t u = 0; u < DT_TOY_NU; u++)
         for (uint64_t i = 0; i < units[u].numel; i++)
@@ -254,4 +260,17 @@ dt_model_desc_v1_t dt_toy_paper_model(int param_dtype)
     }
     return (dt_model_desc_v1_t){.arch = "paper", .n_units = 32, .units = paper_units,
                                 .numel = 7500000000ull, .param_dtype = param_dtype};
+}
+
+dt_estimate_args_v1_t dt_toy_paper_args(const dt_model_desc_v1_t *m)
+{
+    return (dt_estimate_args_v1_t){.struct_size = sizeof(dt_estimate_args_v1_t),
+                                   .group_size = 64, .model = m, .param_bytes = 2,
+                                   .grad_bytes = 2, .optim_bytes = 12, .n_micro = 1};
+}
+
+double dt_toy_model_state(const dt_estimate_v1_t *e)
+{
+    return (double)(e->bytes[DT_TAG_PARAMS] + e->bytes[DT_TAG_GRADS] +
+                    e->bytes[DT_TAG_OPTIMIZER]);
 }

@@ -45,6 +45,8 @@ int dt_toy_no_decay(uint32_t u, uint64_t i);
 
 /* Initial parameter value of element i of unit u. */
 float dt_toy_pval(uint32_t u, uint64_t i);
+/* The sign every coefficient of unit u's element i has (+1 or -1). */
+double dt_toy_sign(uint32_t u, uint64_t i);
 /* The loss's coefficients: a for unit u's own term, t for the tie. */
 double dt_toy_a(int rank, uint32_t micro, uint32_t u, uint64_t i);
 double dt_toy_t(int rank, uint32_t micro, uint64_t i);
@@ -75,10 +77,20 @@ void dt_toy_ref_init(dt_toy_ref_t *r);
  * be NULL).  Returns the gradient norm before clipping. */
 double dt_toy_ref_step(dt_toy_ref_t *r, int optim_kind, int size, uint32_t n_micro, int t,
                        double lr, double clip, double (*loss)[DT_TOY_MAX_MICRO]);
+/* The update half of dt_toy_ref_step for a given gradient `g`: clipped
+ * to global norm `clip` (<= 0: none), then AdamW or SGD (dt_toy_optim,
+ * per-element NO_DECAY) at step t.  Returns the norm before clipping. */
+double dt_toy_ref_update(dt_toy_ref_t *r, int optim_kind, double g[DT_TOY_NU][DT_TOY_MAXN],
+                         int t, double lr, double clip);
 
 /* The ZeRO paper's model for planner checks (never allocated): 7.5e9
  * parameters as 32 units of one 234,375,000-element tensor, arch "paper"
  * (no tied unit), compute dtype `param_dtype`. */
 dt_model_desc_v1_t dt_toy_paper_model(int param_dtype);
+/* Planner arguments for model `m` on the paper's 64 ranks with its
+ * mixed-precision Adam: 2 + 2 + 12 bytes per parameter. */
+dt_estimate_args_v1_t dt_toy_paper_args(const dt_model_desc_v1_t *m);
+/* Model state per rank of an estimate: params + grads + optimizer bytes. */
+double dt_toy_model_state(const dt_estimate_v1_t *e);
 
 #endif /* DT_TOY_MODEL_H */

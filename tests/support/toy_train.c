@@ -17,11 +17,33 @@
 
 #include "mp_check.h"
 #include "mp_harness.h"
+#include "test_plugin.h"
 #include "util/error.h"
 
 dt_toy_run_t *dt_toy_run_alloc(void)
 {
     return dt_mp_shared_alloc(sizeof(dt_toy_run_t));
+}
+
+int dt_toy_setup(const char *plugin_dir, const dt_device_ops_v1_t **D,
+                 const dt_comm_ops_v1_t **C, dt_toy_run_t **runs, int n_runs)
+{
+    char path[1024];
+    dt_mp_set_leak_check(1);
+    snprintf(path, sizeof path, "%s/dtrain_cpu.so", plugin_dir);
+    *D = dt_test_plugin_entry(path, DT_ENTRY_STRING(device, 1), NULL);
+    snprintf(path, sizeof path, "%s/dtrain_shm.so", plugin_dir);
+    *C = *D ? dt_test_plugin_entry(path, DT_ENTRY_STRING(comm, 1), NULL) : NULL;
+    if (!*D || !*C) {
+        fprintf(stderr, "cannot load cpu/shm from %s: %s\n", plugin_dir, dt_last_error());
+        return -1;
+    }
+    for (int k = 0; k < n_runs; k++)
+        if (!(runs[k] = dt_toy_run_alloc())) {
+            fprintf(stderr, "cannot map a shared run\n");
+            return -1;
+        }
+    return 0;
 }
 
 static const dt_test_kv_t cpu_kv[] = {{"threads", "1"}, {NULL, NULL}};
@@ -149,6 +171,18 @@ void dt_toy_run(dt_toy_run_t *run, int size)
     memset(run->rank, 0, sizeof run->rank);
     trace_clear();
     dt_mp_run_ranks(size, rank_main, run, 60.0, "toy");
+}
+
+const dt_toy_tol_t dt_toy_tol_f32 = {.p_rel = 2e-5, .p_abs = 1e-6, .mom_rel = 2e-5,
+                                     .norm_rel = 1e-5, .loss_rel = 1e-6};
+const dt_toy_tol_t dt_toy_tol_bf16 = {.p_rel = 0, .p_abs = 3e-4, .mom_rel = 5e-3,
+                                      .norm_rel = 1e-3, .loss_rel = 0, .loss_abs = 1e-2};
+
+void dt_toy_train_check(dt_toy_run_t *run, int size, const dt_toy_tol_t *tol)
+{
+    dt_toy_run(run, size);
+    dt_toy_check(run, size, tol);
+    dt_toy_check_estimate(run, size);
 }
 
 uint64_t dt_toy_held_count(const dt_toy_rank_t *r, int kind)
@@ -486,4 +520,14 @@ const char *dt_toy_trace(int rank)
 {
     return traces && rank >= 0 && rank < DT_TOY_MAX_RANKS ? traces + (size_t)rank * TRACE_BYTES
                                                           : "";
+}
+
+const char *dt_toy_trace_run(dt_toy_run_t *run, int size, uint32_t n_micro)
+{
+    run->n_micro = n_micro;
+    run->steps = 1;
+    dt_toy_trace_wrap(run);
+    dt_toy_run(run, size);
+    dt_toy_check(run, size, &dt_toy_tol_f32);
+    return dt_toy_trace(0);
 }

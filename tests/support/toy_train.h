@@ -81,6 +81,18 @@ void dt_toy_env_load(dt_toy_env_t *env, const dt_toy_run_t *run);
 /* A zeroed run in memory shared with forked ranks. */
 dt_toy_run_t *dt_toy_run_alloc(void);
 
+/* A strategy test's group setup: forked ranks leak-check under ASan, the
+ * cpu device (*D) and the shm communicator (*C) loaded from `plugin_dir`
+ * (the test's DT_TEST_PLUGIN_DIR), and `n_runs` runs from
+ * dt_toy_run_alloc into runs[].  0, or -1 with the reason on stderr. */
+int dt_toy_setup(const char *plugin_dir, const dt_device_ops_v1_t **D,
+                 const dt_comm_ops_v1_t **C, dt_toy_run_t **runs, int n_runs);
+
+/* The strategy tests' standard training (designated initializers of a
+ * dt_toy_run_t): two micro-steps, three steps at lr 1e-2, clipped in the
+ * first (0.5) and the third (1.0). */
+#define DT_TOY_RUN_STANDARD .n_micro = 2, .steps = 3, .lr = 1e-2f, .clip = {0.5f, 100.0f, 1.0f}
+
 /* Fork `size` ranks that train as `run` says (outputs cleared first).
  * Fails the calling cmocka test when a rank fails, except that a rank
  * whose strategy init fails records rc/msg and exits cleanly (config
@@ -94,6 +106,20 @@ typedef struct dt_toy_tol {
     double norm_rel, loss_rel;
     double loss_abs;             /* added to loss_rel * |loss| */
 } dt_toy_tol_t;
+
+/* f32 throughout: gradients differ from the float64 reference by f32
+ * accumulation and reduction order (~1e-7 relative); after three AdamW
+ * steps parameters agree to rel 2e-5 + abs 1e-6, norms and losses to
+ * 1e-5 / 1e-6 relative. */
+extern const dt_toy_tol_t dt_toy_tol_f32;
+/* bf16 compute parameters (f32 master shards): the loss and gradients see
+ * parameters rounded to bf16 (relative 2^-9).  The loss sums ~140 terms
+ * a p with sum |a p| < 5, so it moves by at most 5 x 2^-9 ~ 1e-2; a
+ * gradient element's C p term by 1e-2 x 2^-9 ~ 2e-5, up to 2e-3 of
+ * |g| >= 0.01: norms agree to 1e-3, moments (m ~ g, v ~ g^2) to 5e-3
+ * relative, parameters after three steps to 3e-4 (lr 1e-2 x a few % of
+ * AdamW's unit-sized step). */
+extern const dt_toy_tol_t dt_toy_tol_bf16;
 
 /* Check a finished run of `size` ranks (fails the cmocka test):
  *  - every rank's init succeeded; losses and norms match the reference;
@@ -127,6 +153,13 @@ void dt_toy_check_estimate(const dt_toy_run_t *run, int size);
 void dt_toy_trace_wrap(dt_toy_run_t *run);
 /* Rank `rank`'s trace of the last dt_toy_run ("" when not traced). */
 const char *dt_toy_trace(int rank);
+/* Trace one step of `n_micro` micro-steps at `size` ranks (the rest of
+ * `run` as set up), check it with dt_toy_tol_f32; rank 0's trace. */
+const char *dt_toy_trace_run(dt_toy_run_t *run, int size, uint32_t n_micro);
+
+/* Train as `run` says at `size` ranks, check the result with `tol` and
+ * the estimate against the device (dt_toy_check, dt_toy_check_estimate). */
+void dt_toy_train_check(dt_toy_run_t *run, int size, const dt_toy_tol_t *tol);
 
 /* Elements of each state kind this rank holds (from held[][][]). */
 uint64_t dt_toy_held_count(const dt_toy_rank_t *r, int kind);

@@ -9,15 +9,11 @@
  * WHAT ddp reduces; and, for real multi-rank numbers, the `shm` plugin in
  * forked processes (skipped when dtrain_shm.so is not built).
  *
- * The model: 3 units with odd sizes, GPT-2-like, the head tied to unit 0:
- *   0 "embedding"  wte (7,5) + wpe (3,5)                       = 50
- *   1 "block.0"    ln_1.w (5) ln_1.b (5) attn.w (9,5) attn.b (9)
- *                  proj.w (5,3)                                = 79
- *   2 "head"       ln_f.w (5) ln_f.b (5)                       = 10
- * Biases and norms are NO_DECAY.  The flat layout aligns unit starts to 16
- * elements: unit offsets 0, 64, 144, total 160.
+ * The model: the toy model's three units (tests/support/toy_model.h: 50,
+ * 79 and 10 parameters, GPT-2-like, the head tied to unit 0, biases and
+ * norms NO_DECAY), with gradients written by hand.  The flat layout aligns
+ * unit starts to 16 elements: unit offsets 0, 64, 144, total 160.
  */
-#include <dlfcn.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,44 +22,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "dtrain/dtrain.h"
 #include "dtrain/sdk_helpers.h"
+#include "mp_check.h"
 #include "mp_harness.h"
 #include "test_host.h"
-#include "util/error.h"
 #include "test_plugin.h"
-
-/* Checks usable both in cmocka's process and in forked ranks: a forked
- * rank must never longjmp into cmocka (it would go on running the suite),
- * so there a failure prints and exits with a distinctive status. */
-static int in_child;
-static void check_failed(int line, const char *what, int rc)
-{
-    /* a failed CHECK has no status: the error buffer would be stale */
-    const char *msg = rc != DT_OK ? dt_last_error() : "";
-    const char *st = rc != DT_OK ? dt_status_name(rc) : "false";
-    if (in_child) {
-        dt_mp_fail("test_ddp.c:%d: %s failed (%s) %s", line, what, st, msg);
-        _exit(1);
-    }
-    fail_msg("test_ddp.c:%d: %s failed (%s) %s", line, what, st, msg);
-}
-#define OK(expr)                                                               \
-    do {                                                                       \
-        int rc_ = (expr);                                                      \
-        if (rc_ != DT_OK)                                                      \
-            check_failed(__LINE__, #expr, rc_);                                \
-    } while (0)
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond))                                                           \
-            check_failed(__LINE__, #cond, DT_OK);                              \
-    } while (0)
+#include "toy_model.h"
+#include "util/error.h"
 
 /* ---------------------------------------------------------------- plugins */
 
@@ -72,76 +41,44 @@ static const dt_device_ops_v1_t *D;     /* cpu */
 static const dt_comm_ops_v1_t *SHM;     /* shm, or NULL */
 static void *h_ddp, *h_cpu, *h_shm;
 
-static void *load_entry(const char *file, const char *sym, void **handle)
+/* ------------------------------------------------------------ the model */
+
+static const dt_unit_desc_v1_t *units; /* the toy model's (DT_TOY_NU) */
+#define TOTAL 160 /* the flat layout's elements, with 16-element alignment */
+
+/* The toy model as ddp sees it: arch "test", not a model the core knows. */
+static dt_model_desc_v1_t make_model(int param_dtype)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", DT_TEST_PLUGIN_DIR, file);
-    return (void *)dt_test_plugin_entry(path, sym, handle);
+    dt_model_desc_v1_t m = dt_toy_model(param_dtype);
+    m.arch = "test";
+    return m;
 }
 
-static int mp_map(void);
+/* What forked ranks report (the multi-rank cases), in shared memory. */
+#define MAXR 3
+typedef struct {
+    int rc[MAXR];
+    char msg[MAXR][512];
+    float params[MAXR][DT_TOY_NU][80];
+    double norm[MAXR][2];
+    double f64sum[MAXR];
+} mp_out_t;
+static mp_out_t *mp_out;
 
 static int group_setup(void **state)
 {
-    S = load_entry("dtrain_ddp.so", DT_ENTRY_STRING(strategy, 1), &h_ddp);
-    D = load_entry("dtrain_cpu.so", DT_ENTRY_STRING(device, 1), &h_cpu);
-    SHM = load_entry("dtrain_shm.so", DT_ENTRY_STRING(comm, 1), &h_shm);
-    if (mp_map() != 0)
+    S = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_ddp.so", DT_ENTRY_STRING(strategy, 1),
+                             &h_ddp);
+    D = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_cpu.so", DT_ENTRY_STRING(device, 1),
+                             &h_cpu);
+    SHM = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_shm.so", DT_ENTRY_STRING(comm, 1),
+                               &h_shm);
+    units = dt_toy_model(DT_F32).units;
+    if (!(mp_out = dt_mp_shared_alloc(sizeof *mp_out)))
         return -1;
     if (!S || !D) {
-        fprintf(stderr, "cannot load ddp/cpu plugins from %s: %s\n", DT_TEST_PLUGIN_DIR,
-                dlerror());
+        fprintf(stderr, "cannot load ddp/cpu plugins from %s\n", DT_TEST_PLUGIN_DIR);
         return -1;
-    }
-    return 0;
-}
-
-/* ------------------------------------------------------------ the model */
-
-static dt_param_desc_v1_t p_emb[] = {
-    {.name = "wte.weight", .offset = 0, .numel = 35, .ndim = 2, .shape = {7, 5}},
-    {.name = "wpe.weight", .offset = 35, .numel = 15, .ndim = 2, .shape = {3, 5}},
-};
-static dt_param_desc_v1_t p_blk[] = {
-    {.name = "h.0.ln_1.weight", .offset = 0, .numel = 5, .ndim = 1, .shape = {5},
-     .flags = DT_PARAM_NO_DECAY},
-    {.name = "h.0.ln_1.bias", .offset = 5, .numel = 5, .ndim = 1, .shape = {5},
-     .flags = DT_PARAM_NO_DECAY},
-    {.name = "h.0.attn.c_attn.weight", .offset = 10, .numel = 45, .ndim = 2, .shape = {9, 5}},
-    {.name = "h.0.attn.c_attn.bias", .offset = 55, .numel = 9, .ndim = 1, .shape = {9},
-     .flags = DT_PARAM_NO_DECAY},
-    {.name = "h.0.attn.c_proj.weight", .offset = 64, .numel = 15, .ndim = 2, .shape = {5, 3}},
-};
-static dt_param_desc_v1_t p_head[] = {
-    {.name = "ln_f.weight", .offset = 0, .numel = 5, .ndim = 1, .shape = {5},
-     .flags = DT_PARAM_NO_DECAY},
-    {.name = "ln_f.bias", .offset = 5, .numel = 5, .ndim = 1, .shape = {5},
-     .flags = DT_PARAM_NO_DECAY},
-};
-static dt_unit_desc_v1_t units[3] = {
-    {.name = "embedding", .index = 0, .n_params = 2, .params = p_emb, .numel = 50,
-     .act_bytes = 100},
-    {.name = "block.0", .index = 1, .n_params = 5, .params = p_blk, .numel = 79,
-     .act_bytes = 300},
-    {.name = "head", .index = 2, .n_params = 2, .params = p_head, .numel = 10,
-     .act_bytes = 50},
-};
-#define NU 3
-#define NUMEL 139
-#define TOTAL 160 /* with 16-element alignment */
-
-static dt_model_desc_v1_t make_model(int param_dtype)
-{
-    return (dt_model_desc_v1_t){.arch = "test", .n_units = NU, .units = units,
-                                .numel = NUMEL, .param_dtype = param_dtype};
-}
-
-static int no_decay(uint32_t u, uint64_t i)
-{
-    for (uint32_t k = 0; k < units[u].n_params; k++) {
-        const dt_param_desc_v1_t *p = &units[u].params[k];
-        if (i >= p->offset && i < p->offset + p->numel)
-            return (p->flags & DT_PARAM_NO_DECAY) != 0;
     }
     return 0;
 }
@@ -239,8 +176,8 @@ static int inst_open(inst_t *in, const dt_test_kv_t *kv, int param_dtype, int op
     dt_test_host_init(&in->th_ddp, "strategy/ddp", kv);
     dt_device_init_v1_t di = {.struct_size = sizeof di, .rank = rank, .local_rank = rank,
                               .local_size = size, .device_index = -1};
-    OK(D->init(&in->th_cpu.host, &di, &in->dev));
-    OK(D->stream_create(in->dev, &in->cs));
+    DT_MP_OK(D->init(&in->th_cpu.host, &di, &in->dev));
+    DT_MP_OK(D->stream_create(in->dev, &in->cs));
     in->fc.size = size;
     in->fc.rank = rank;
     in->cops = &fake_comm;
@@ -250,7 +187,7 @@ static int inst_open(inst_t *in, const dt_test_kv_t *kv, int param_dtype, int op
         dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
                                 .local_rank = rank, .local_size = size, .job_id = shm_job,
                                 .timeout_ms = 20000, .dev_ops = D, .dev = in->dev};
-        OK(SHM->init(&in->th_shm.host, &ci, &in->shm));
+        DT_MP_OK(SHM->init(&in->th_shm.host, &ci, &in->shm));
         in->cops = SHM;
         in->comm = in->shm;
     }
@@ -264,8 +201,7 @@ static int inst_open(inst_t *in, const dt_test_kv_t *kv, int param_dtype, int op
         .comm_ops = in->cops,
         .comm = in->comm,
         .model = &in->model,
-        .optim = {.kind = optim_kind, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                  .weight_decay = 0.1f, .momentum = 0.9f, .nesterov = 0},
+        .optim = dt_toy_optim(optim_kind),
     };
     return S->init(&in->th_ddp.host, &a, &in->s);
 }
@@ -279,102 +215,69 @@ static void inst_close(inst_t *in)
     D->finalize(in->dev);
 }
 
-/* Deterministic values, distinct per rank / micro-step / unit / element.
- * A gradient element keeps its sign across ranks and micro-steps and stays
- * >= 0.02 in size, so sums and averages never cancel towards 0 (AdamW
- * turns a rounding residue around 0 into a full lr-sized step). */
-static float pval(uint32_t u, uint64_t i)
-{
-    return (float)(0.02 * sin(1.0 + 0.37 * (double)i + 1.7 * u)) + (u == 1 ? 1.0f : 0.0f);
-}
-static double gsign(uint32_t u, uint64_t i)
-{
-    return ((i * 3 + u) % 2) ? 1.0 : -1.0;
-}
+/* Gradients: the toy model's coefficients, distinct per rank / micro-step
+ * / unit / element, each keeping its sign and >= 0.02 in size, so sums and
+ * averages never cancel towards 0 (AdamW turns a rounding residue around 0
+ * into a full lr-sized step). */
 static float gval(int rank, uint32_t micro, uint32_t u, uint64_t i)
 {
-    return (float)(gsign(u, i) *
-                   (0.02 + 0.005 * (double)((i * 7 + u * 13 + micro * 5 + (uint64_t)rank * 3) % 17)));
+    return (float)dt_toy_a(rank, micro, u, i);
 }
 /* the head's contribution to the tied wte (unit 0, elements [0, 35)) */
 static float tval(int rank, uint32_t micro, uint64_t i)
 {
-    return (float)(gsign(0, i) * 0.004 * (double)(1 + (i + micro + (uint64_t)rank) % 5));
+    return (float)(dt_toy_sign(0, i) * 0.004 * (double)(1 + (i + micro + (uint64_t)rank) % 5));
 }
 
 static void set_params(inst_t *in)
 {
-    for (uint32_t u = 0; u < NU; u++) {
+    for (uint32_t u = 0; u < DT_TOY_NU; u++) {
         float buf[80];
         for (uint64_t i = 0; i < units[u].numel; i++)
-            buf[i] = pval(u, i);
-        OK(S->set_state(in->s, u, DT_STATE_PARAMS, (dt_range_t){0, units[u].numel}, buf));
+            buf[i] = dt_toy_pval(u, i);
+        DT_MP_OK(S->set_state(in->s, u, DT_STATE_PARAMS, (dt_range_t){0, units[u].numel}, buf));
     }
 }
 
 /* Forward over all units, the head re-reading unit 0 (tied) nested. */
-static void forward(inst_t *in, uint32_t micro, uint32_t n_micro, const void *want[NU])
+static void forward(inst_t *in, uint32_t micro, uint32_t n_micro, const void *want[DT_TOY_NU])
 {
     dt_unit_buffers_v1_t b, b0;
-    for (uint32_t u = 0; u < NU; u++) {
+    for (uint32_t u = 0; u < DT_TOY_NU; u++) {
         dt_hook_v1_t h = {.unit = u, .micro = micro, .n_micro = n_micro};
-        OK(S->pre_forward(in->s, &h, &b));
-        CHECK(b.grads == NULL);
+        DT_MP_OK(S->pre_forward(in->s, &h, &b));
+        DT_MP_CHECK(b.grads == NULL);
         if (want)
-            CHECK(b.params == want[u]);
+            DT_MP_CHECK(b.params == want[u]);
         if (u == 2) {
             dt_hook_v1_t h0 = {.unit = 0, .micro = micro, .n_micro = n_micro};
-            OK(S->pre_forward(in->s, &h0, &b0));
+            DT_MP_OK(S->pre_forward(in->s, &h0, &b0));
             if (want)
-                CHECK(b0.params == want[0]);
-            OK(S->post_forward(in->s, &h0));
+                DT_MP_CHECK(b0.params == want[0]);
+            DT_MP_OK(S->post_forward(in->s, &h0));
         }
-        OK(S->post_forward(in->s, &h));
+        DT_MP_OK(S->post_forward(in->s, &h));
     }
 }
 
 /* What one rank's backward of one micro-step adds to its gradient (in
  * double): the head's own and its tied part of wte, then every unit's own. */
-static void ref_micro(int rank, uint32_t micro, double ref[NU][80])
+static void ref_micro(int rank, uint32_t micro, double ref[DT_TOY_NU][80])
 {
     for (uint64_t i = 0; i < 35; i++)
         ref[0][i] += tval(rank, micro, i);
-    for (uint32_t u = 0; u < NU; u++)
+    for (uint32_t u = 0; u < DT_TOY_NU; u++)
         for (uint64_t i = 0; i < units[u].numel; i++)
             ref[u][i] += gval(rank, micro, u, i);
 }
 
-/* One AdamW step of the reference (double), hyper-parameters of
- * inst_open, with clipping and the NO_DECAY mask; returns the norm. */
-static double ref_adamw_step(double p[NU][80], double m[NU][80], double v[NU][80],
-                             double g[NU][80], int t, double lr, double clip)
-{
-    const double b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
-    double ss = 0;
-    for (uint32_t u = 0; u < NU; u++)
-        for (uint64_t i = 0; i < units[u].numel; i++)
-            ss += g[u][i] * g[u][i];
-    double norm = sqrt(ss);
-    double scale = clip > 0 ? clip / (norm + 1e-6) : 1.0;
-    if (scale > 1)
-        scale = 1;
-    for (uint32_t u = 0; u < NU; u++)
-        for (uint64_t i = 0; i < units[u].numel; i++) {
-            double gi = g[u][i] * scale, w = no_decay(u, i) ? 0.0 : wd;
-            m[u][i] = b1 * m[u][i] + (1 - b1) * gi;
-            v[u][i] = b2 * v[u][i] + (1 - b2) * gi * gi;
-            double mh = m[u][i] / (1 - pow(b1, t)), vh = v[u][i] / (1 - pow(b2, t));
-            p[u][i] -= lr * (mh / (sqrt(vh) + eps) + w * p[u][i]);
-        }
-    return norm;
-}
-
 /* Backward of one micro-step: head (adds to its own grads and, nested, to
- * unit 0's wte), block, embedding.  `ref` (NU x 80 doubles) accumulates the
- * expected local gradient.  `after[k]` (may be NULL) receives the fake
- * comm's all_reduce count after the k-th post_backward (4 per micro). */
+ * unit 0's wte), block, embedding.  `ref` (DT_TOY_NU x 80 doubles)
+ * accumulates the expected local gradient.  `after[k]` (may be NULL)
+ * receives the fake comm's all_reduce count after the k-th post_backward
+ * (4 per micro). */
 static void backward(inst_t *in, int rank, uint32_t micro, uint32_t n_micro,
-                     double ref[NU][80], int after[4])
+                     double ref[DT_TOY_NU][80], int after[4])
 {
     dt_unit_buffers_v1_t b, b0;
     dt_hook_v1_t h = {.unit = 2, .micro = micro, .n_micro = n_micro};
@@ -383,36 +286,36 @@ static void backward(inst_t *in, int rank, uint32_t micro, uint32_t n_micro,
 
     if (ref)
         ref_micro(rank, micro, ref);
-    OK(S->pre_backward(in->s, &h, &b));
-    OK(S->pre_backward(in->s, &h0, &b0));
+    DT_MP_OK(S->pre_backward(in->s, &h, &b));
+    DT_MP_OK(S->pre_backward(in->s, &h0, &b0));
     for (uint64_t i = 0; i < 10; i++)
         b.grads[i] += gval(rank, micro, 2, i);
     for (uint64_t i = 0; i < 35; i++)
         b0.grads[i] += tval(rank, micro, i);
     h0.last_use = 0;
-    OK(S->post_backward(in->s, &h0));
+    DT_MP_OK(S->post_backward(in->s, &h0));
     if (after) after[k++] = in->fc.n_calls;
     h.last_use = 1;
-    OK(S->post_backward(in->s, &h));
+    DT_MP_OK(S->post_backward(in->s, &h));
     if (after) after[k++] = in->fc.n_calls;
 
     for (uint32_t u = 2; u-- > 0;) {
         dt_hook_v1_t hu = {.unit = u, .micro = micro, .n_micro = n_micro};
         dt_unit_buffers_v1_t bu;
-        OK(S->pre_backward(in->s, &hu, &bu));
+        DT_MP_OK(S->pre_backward(in->s, &hu, &bu));
         if (u == 0)
-            CHECK(bu.grads == b0.grads); /* the same buffer as nested */
+            DT_MP_CHECK(bu.grads == b0.grads); /* the same buffer as nested */
         for (uint64_t i = 0; i < units[u].numel; i++)
             bu.grads[i] += gval(rank, micro, u, i);
         hu.last_use = 1;
-        OK(S->post_backward(in->s, &hu));
+        DT_MP_OK(S->post_backward(in->s, &hu));
         if (after) after[k++] = in->fc.n_calls;
     }
 }
 
 static void get_unit(inst_t *in, uint32_t u, int kind, float *buf)
 {
-    OK(S->get_state(in->s, u, kind, (dt_range_t){0, units[u].numel}, buf));
+    DT_MP_OK(S->get_state(in->s, u, kind, (dt_range_t){0, units[u].numel}, buf));
 }
 
 /* ----------------------------------------------------------- hook tests */
@@ -426,14 +329,14 @@ static void test_hook_protocol(void **state)
     assert_int_equal(S->begin_step(in.s, 1), DT_OK);
 
     /* params of each unit: distinct, 64-byte aligned, stable across calls */
-    const void *pp[NU];
+    const void *pp[DT_TOY_NU];
     dt_unit_buffers_v1_t b;
-    for (uint32_t u = 0; u < NU; u++) {
+    for (uint32_t u = 0; u < DT_TOY_NU; u++) {
         dt_hook_v1_t h = {.unit = u, .n_micro = 1};
         assert_int_equal(S->pre_forward(in.s, &h, &b), DT_OK);
         pp[u] = b.params;
         assert_int_equal((uintptr_t)pp[u] % 64, 0);
-        assert_true(((const float *)pp[u])[3] == pval(u, 3)); /* f32: the master itself */
+        assert_true(((const float *)pp[u])[3] == dt_toy_pval(u, 3)); /* f32: the master itself */
         assert_int_equal(S->post_forward(in.s, &h), DT_OK);
     }
     assert_ptr_equal((const float *)pp[1] - (const float *)pp[0], 64);
@@ -496,10 +399,10 @@ static void test_accumulate_then_bucketed_reduce(void **state)
     assert_int_equal(in.fc.n_calls, 2); /* init_check: MAX + MIN of the hash fields */
     assert_int_equal(in.fc.calls[0].op, DT_OP_MAX);
     assert_int_equal(in.fc.calls[1].op, DT_OP_MIN);
-    assert_int_equal(in.fc.calls[0].count, 4 * NU);
+    assert_int_equal(in.fc.calls[0].count, 4 * DT_TOY_NU);
     in.fc.n_calls = 0;
 
-    static double ref[NU][80];
+    static double ref[DT_TOY_NU][80];
     memset(ref, 0, sizeof ref);
     int after[4];
     assert_int_equal(S->begin_step(in.s, 1), DT_OK);
@@ -526,7 +429,7 @@ static void test_accumulate_then_bucketed_reduce(void **state)
 
     /* the accumulated gradient, exactly (identical peers: AVG = identity) */
     dt_unit_buffers_v1_t b;
-    for (uint32_t u = 0; u < NU; u++) {
+    for (uint32_t u = 0; u < DT_TOY_NU; u++) {
         dt_hook_v1_t h = {.unit = u, .micro = 0, .n_micro = 1};
         assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
         for (uint64_t i = 0; i < units[u].numel; i++)
@@ -545,7 +448,7 @@ static void test_accumulate_then_bucketed_reduce(void **state)
  * strictly in index order even when a later one completes first. */
 static void test_bucket_assignment_and_order(void **state)
 {
-    static double ref[NU][80];
+    static double ref[DT_TOY_NU][80];
     struct { const char *cap; int n; uint64_t counts[3]; int after[4]; } cases[] = {
         {"0.0003", 3, {16, 80, 64}, {0, 1, 2, 3}},
         {"0.0004", 2, {96, 64}, {0, 0, 1, 2}},  /* 40 + 316 <= 419 < 556 */
@@ -609,7 +512,7 @@ static float bf16_to_f32(uint16_t h)
 
 static void test_no_overlap_and_bf16_reduce(void **state)
 {
-    static double ref[NU][80];
+    static double ref[DT_TOY_NU][80];
     const dt_test_kv_t kv[] = {{"bucket_cap_mb", "0.0003"}, {"overlap", "false"},
                                {"reduce_dtype", "bf16"}, {NULL, NULL}};
     inst_t in;
@@ -636,7 +539,7 @@ static void test_no_overlap_and_bf16_reduce(void **state)
     /* the gradients went through bf16 and back: exactly bf16(g) */
     dt_unit_buffers_v1_t b;
     double sumsq = 0;
-    for (uint32_t u = 0; u < NU; u++) {
+    for (uint32_t u = 0; u < DT_TOY_NU; u++) {
         dt_hook_v1_t h = {.unit = u, .n_micro = 1};
         assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
         for (uint64_t i = 0; i < units[u].numel; i++) {
@@ -661,12 +564,9 @@ static void test_step_adamw_reference(void **state)
     assert_int_equal(inst_open(&in, NULL, DT_F32, DT_OPTIM_ADAMW, 2, 1, 0, NULL), DT_OK);
     set_params(&in);
     assert_int_equal(S->state_loaded(in.s), DT_OK);
-    static double p[NU][80], m[NU][80], v[NU][80], g[NU][80];
-    memset(m, 0, sizeof m);
-    memset(v, 0, sizeof v);
-    for (uint32_t u = 0; u < NU; u++)
-        for (uint64_t i = 0; i < units[u].numel; i++)
-            p[u][i] = pval(u, i);
+    static dt_toy_ref_t ref;
+    static double g[DT_TOY_NU][80];
+    dt_toy_ref_init(&ref);
     const float clips[2] = {0.05f, 100.0f}; /* clipped, then not */
     const double lr = 1e-2;
     for (int t = 1; t <= 2; t++) {
@@ -680,22 +580,22 @@ static void test_step_adamw_reference(void **state)
         dt_step_result_v1_t r;
         assert_int_equal(S->step(in.s, &sa, &r), DT_OK);
         assert_int_equal(r.nonfinite, 0);
-        double norm = ref_adamw_step(p, m, v, g, t, lr, clips[t - 1]);
+        double norm = dt_toy_ref_update(&ref, DT_OPTIM_ADAMW, g, t, lr, clips[t - 1]);
         assert_true(fabs(r.grad_norm - norm) <= 1e-6 * norm);
         if (t == 1)
             assert_true(clips[0] / norm < 0.5); /* the clip really acts */
     }
     float got[80];
-    for (uint32_t u = 0; u < NU; u++) {
+    for (uint32_t u = 0; u < DT_TOY_NU; u++) {
         get_unit(&in, u, DT_STATE_PARAMS, got);
         for (uint64_t i = 0; i < units[u].numel; i++)
-            assert_true(fabs(got[i] - p[u][i]) <= 1e-6 + 2e-5 * fabs(p[u][i]));
+            assert_true(fabs(got[i] - ref.p[u][i]) <= 1e-6 + 2e-5 * fabs(ref.p[u][i]));
         get_unit(&in, u, DT_STATE_EXP_AVG, got);
         for (uint64_t i = 0; i < units[u].numel; i++)
-            assert_true(fabs(got[i] - m[u][i]) <= 1e-8 + 1e-5 * fabs(m[u][i]));
+            assert_true(fabs(got[i] - ref.m[u][i]) <= 1e-8 + 1e-5 * fabs(ref.m[u][i]));
         get_unit(&in, u, DT_STATE_EXP_AVG_SQ, got);
         for (uint64_t i = 0; i < units[u].numel; i++)
-            assert_true(fabs(got[i] - v[u][i]) <= 1e-12 + 1e-5 * fabs(v[u][i]));
+            assert_true(fabs(got[i] - ref.v[u][i]) <= 1e-12 + 1e-5 * fabs(ref.v[u][i]));
     }
     inst_close(&in);
 }
@@ -707,7 +607,7 @@ static void test_nonfinite_skips_update(void **state)
     assert_int_equal(inst_open(&in, NULL, DT_F32, DT_OPTIM_ADAMW, 1, 1, 0, NULL), DT_OK);
     set_params(&in);
     assert_int_equal(S->state_loaded(in.s), DT_OK);
-    static double g[NU][80];
+    static double g[DT_TOY_NU][80];
     assert_int_equal(S->begin_step(in.s, 1), DT_OK);
     backward(&in, 0, 0, 1, g, NULL);
     dt_unit_buffers_v1_t b;
@@ -715,15 +615,15 @@ static void test_nonfinite_skips_update(void **state)
     assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
     b.grads[70] = INFINITY;
     assert_int_equal(S->post_backward(in.s, &h), DT_OK);
-    float before[NU][80], after[80];
-    for (uint32_t u = 0; u < NU; u++)
+    float before[DT_TOY_NU][80], after[80];
+    for (uint32_t u = 0; u < DT_TOY_NU; u++)
         get_unit(&in, u, DT_STATE_PARAMS, before[u]);
     dt_step_args_v1_t sa = {.step = 1, .lr = 0.1f, .clip = 1.0f};
     dt_step_result_v1_t r;
     assert_int_equal(S->step(in.s, &sa, &r), DT_OK);
     assert_int_equal(r.nonfinite, 1);
     assert_true(isinf(r.grad_norm));
-    for (uint32_t u = 0; u < NU; u++) {
+    for (uint32_t u = 0; u < DT_TOY_NU; u++) {
         get_unit(&in, u, DT_STATE_PARAMS, after);
         assert_memory_equal(after, before[u], units[u].numel * sizeof(float));
         get_unit(&in, u, DT_STATE_EXP_AVG, after);
@@ -758,9 +658,9 @@ static void test_bf16_compute_copy(void **state)
     assert_int_equal(S->state_loaded(in.s), DT_OK);
     dt_unit_buffers_v1_t b;
     float master[80];
-    static double g[NU][80];
+    static double g[DT_TOY_NU][80];
     for (int round = 0; round < 2; round++) {
-        for (uint32_t u = 0; u < NU; u++) {
+        for (uint32_t u = 0; u < DT_TOY_NU; u++) {
             dt_hook_v1_t h = {.unit = u, .n_micro = 1};
             assert_int_equal(S->pre_forward(in.s, &h, &b), DT_OK);
             get_unit(&in, u, DT_STATE_PARAMS, master);
@@ -786,14 +686,14 @@ static void test_state_roundtrip_and_errors(void **state)
     assert_int_equal(inst_open(&in, NULL, DT_F32, DT_OPTIM_ADAMW, 1, 1, 0, NULL), DT_OK);
     float in_buf[80], out_buf[80];
     for (int kind = 0; kind < DT_STATE_COUNT; kind++)
-        for (uint32_t u = 0; u < NU; u++) {
+        for (uint32_t u = 0; u < DT_TOY_NU; u++) {
             for (int i = 0; i < 80; i++)
                 in_buf[i] = (float)(kind * 1000 + u * 100 + i) * 0.5f;
             assert_int_equal(S->set_state(in.s, u, kind, (dt_range_t){0, units[u].numel},
                                           in_buf), DT_OK);
         }
     for (int kind = 0; kind < DT_STATE_COUNT; kind++)
-        for (uint32_t u = 0; u < NU; u++) {
+        for (uint32_t u = 0; u < DT_TOY_NU; u++) {
             get_unit(&in, u, kind, out_buf);
             for (uint64_t i = 0; i < units[u].numel; i++)
                 assert_true(out_buf[i] == (float)(kind * 1000 + u * 100 + i) * 0.5f);
@@ -854,12 +754,12 @@ static void test_state_roundtrip_and_errors(void **state)
 static void test_save_ranges_partition(void **state)
 {
     for (int32_t size = 1; size <= 4; size++) {
-        uint64_t next[NU] = {0};
+        uint64_t next[DT_TOY_NU] = {0};
         for (int32_t rank = 0; rank < size; rank++) {
             inst_t in;
             assert_int_equal(inst_open(&in, NULL, DT_F32, DT_OPTIM_ADAMW, 1, size, rank, NULL),
                        DT_OK);
-            for (uint32_t u = 0; u < NU; u++) {
+            for (uint32_t u = 0; u < DT_TOY_NU; u++) {
                 dt_range_t rr[2];
                 uint32_t n = 0;
                 assert_int_equal(S->state_ranges(in.s, u, DT_STATE_EXP_AVG_SQ, DT_RANGES_SAVE,
@@ -874,7 +774,7 @@ static void test_save_ranges_partition(void **state)
             }
             inst_close(&in);
         }
-        for (uint32_t u = 0; u < NU; u++)
+        for (uint32_t u = 0; u < DT_TOY_NU; u++)
             assert_int_equal(next[u], units[u].numel);
     }
 }
@@ -937,7 +837,7 @@ static void test_estimate_matches_allocation(void **state)
     assert_int_equal(est.bytes[DT_TAG_OPTIMIZER], TOTAL * 12 - TOTAL * 4);
     assert_int_equal(est.bytes[DT_TAG_COMM], 2 * 96 * 2); /* 2 slots x bucket {1,2} */
     assert_int_equal(est.bytes[DT_TAG_ACTIVATIONS], 12345);
-    assert_int_equal(est.bytes[DT_TAG_OTHER], 8 + 3 * 16 * NU);
+    assert_int_equal(est.bytes[DT_TAG_OTHER], 8 + 3 * 16 * DT_TOY_NU);
     assert_int_equal(est.comm_bytes_per_step, 480); /* 2 * 3/4 * 160 * 2 */
     assert_non_null(strstr(est.note, "2 bucket(s)"));
     assert_non_null(strstr(est.note, "bf16"));
@@ -986,15 +886,6 @@ static void test_estimate_matches_allocation(void **state)
  * and writes what it saw to a shared mapping; the parent checks the
  * numbers.  A rank reports failure by its exit status (never by cmocka). */
 
-#define MAXR 3
-typedef struct {
-    int rc[MAXR];
-    char msg[MAXR][512];
-    float params[MAXR][NU][80];
-    double norm[MAXR][2];
-    double f64sum[MAXR];
-} mp_out_t;
-
 typedef struct {
     const dt_test_kv_t *kv;
     int optim;
@@ -1006,100 +897,69 @@ typedef struct {
                          * unit 1 (bit 0) and unit 0 (bit 1) */
 } mp_case_t;
 
-static mp_out_t *mp_out;
-
-/* Results come back through memory shared with the forked ranks. */
-static int mp_map(void)
+/* Fork `size` ranks running fn on case c (bounded, 60 s) and require
+ * every one to exit 0. */
+static void run_ranks(int size, dt_mp_rank_fn_t fn, const mp_case_t *c)
 {
-    void *p = mmap(NULL, sizeof *mp_out, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
-    if (p == MAP_FAILED)
-        return -1;
-    mp_out = p;
-    return 0;
-}
-
-typedef void (*mp_rank_fn_t)(int rank, int size, const char *job, const mp_case_t *c);
-typedef struct {
-    mp_rank_fn_t fn;
-    const mp_case_t *c;
-    const char *job;
-} mp_arg_t;
-
-static int mp_child(int rank, int nproc, void *arg)
-{
-    const mp_arg_t *a = arg;
-    in_child = 1;
-    a->fn(rank, nproc, a->job, a->c);
-    return 0;
-}
-
-/* Fork `size` ranks running fn (tests/support/mp_harness.h: bounded, 60 s)
- * and require every one to exit 0. */
-static void run_ranks(int size, mp_rank_fn_t fn, const mp_case_t *c)
-{
-    static int seq;
-    static dt_mp_result_t res;
-    char job[64], why[4096];
-    snprintf(job, sizeof job, "ddptest%d-%d", (int)getpid(), ++seq);
     memset(mp_out, 0, sizeof *mp_out);
-    mp_arg_t a = {.fn = fn, .c = c, .job = job};
-    assert_int_equal(dt_mp_run(size, mp_child, &a, 60.0, &res), 0);
-    if (!dt_mp_all_ok(&res, why, sizeof why))
-        fail_msg("%d ranks: %s", size, why);
+    dt_mp_run_ranks(size, fn, (void *)c, 60.0, "ddptest");
 }
 
 /* Train `steps` steps with this rank's own gradients; report params, norms
  * and a helper check (dt_norm_allreduce sums f64 over the group). */
-static void rank_train(int rank, int size, const char *job, const mp_case_t *c)
+static int rank_train(int rank, int size, const char *job, void *arg)
 {
+    const mp_case_t *c = arg;
     inst_t in;
-    OK(inst_open(&in, c->kv, DT_F32, c->optim, c->n_micro, size, rank, job));
+    DT_MP_OK(inst_open(&in, c->kv, DT_F32, c->optim, c->n_micro, size, rank, job));
     set_params(&in);
-    OK(S->state_loaded(in.s));
+    DT_MP_OK(S->state_loaded(in.s));
     for (int t = 1; t <= c->steps; t++) {
-        OK(S->begin_step(in.s, t));
+        DT_MP_OK(S->begin_step(in.s, t));
         for (uint32_t m = 0; m < c->n_micro; m++) {
             forward(&in, m, c->n_micro, NULL);
             backward(&in, rank, m, c->n_micro, NULL, NULL);
         }
         dt_step_args_v1_t sa = {.step = t, .lr = c->lr, .clip = c->clip[t - 1]};
         dt_step_result_v1_t r;
-        OK(S->step(in.s, &sa, &r));
-        CHECK(r.nonfinite == 0);
+        DT_MP_OK(S->step(in.s, &sa, &r));
+        DT_MP_CHECK(r.nonfinite == 0);
         mp_out->norm[rank][t - 1] = r.grad_norm;
     }
-    for (uint32_t u = 0; u < NU; u++)
-        OK(S->get_state(in.s, u, DT_STATE_PARAMS, (dt_range_t){0, units[u].numel},
-                        mp_out->params[rank][u]));
+    for (uint32_t u = 0; u < DT_TOY_NU; u++)
+        DT_MP_OK(S->get_state(in.s, u, DT_STATE_PARAMS, (dt_range_t){0, units[u].numel},
+                              mp_out->params[rank][u]));
     double *slot = NULL;
-    OK(D->alloc(in.dev, sizeof(double), DT_TAG_OTHER, (void **)&slot));
+    DT_MP_OK(D->alloc(in.dev, sizeof(double), DT_TAG_OTHER, (void **)&slot));
     double x = rank + 1;
-    OK(dt_norm_allreduce(&in.th_ddp.host, in.cops, in.comm, D, in.dev, in.cs, slot, &x));
+    DT_MP_OK(dt_norm_allreduce(&in.th_ddp.host, in.cops, in.comm, D, in.dev, in.cs, slot, &x));
     mp_out->f64sum[rank] = x;
-    OK(D->free(in.dev, slot));
+    DT_MP_OK(D->free(in.dev, slot));
     inst_close(&in);
+    return 0;
 }
 
 /* state_loaded after rank 1 changed one element of unit 1 and/or unit 0
  * (c->perturb): report the status, message and params. */
-static void rank_init_check(int rank, int size, const char *job, const mp_case_t *c)
+static int rank_init_check(int rank, int size, const char *job, void *arg)
 {
+    const mp_case_t *c = arg;
     inst_t in;
-    OK(inst_open(&in, c->kv, DT_F32, DT_OPTIM_ADAMW, 1, size, rank, job));
+    DT_MP_OK(inst_open(&in, c->kv, DT_F32, DT_OPTIM_ADAMW, 1, size, rank, job));
     set_params(&in);
-    const float bump[1] = {pval(1, 7) + 1e-3f}, bump0[1] = {-5.0f};
+    const float bump[1] = {dt_toy_pval(1, 7) + 1e-3f}, bump0[1] = {-5.0f};
     if (rank == 1 && (c->perturb & 1))
-        OK(S->set_state(in.s, 1, DT_STATE_PARAMS, (dt_range_t){7, 1}, bump));
+        DT_MP_OK(S->set_state(in.s, 1, DT_STATE_PARAMS, (dt_range_t){7, 1}, bump));
     if (rank == 1 && (c->perturb & 2))
-        OK(S->set_state(in.s, 0, DT_STATE_PARAMS, (dt_range_t){49, 1}, bump0));
+        DT_MP_OK(S->set_state(in.s, 0, DT_STATE_PARAMS, (dt_range_t){49, 1}, bump0));
     int rc = S->state_loaded(in.s);
     mp_out->rc[rank] = rc;
     snprintf(mp_out->msg[rank], sizeof mp_out->msg[rank], "%s", rc ? dt_last_error() : "");
-    for (uint32_t u = 0; u < NU; u++)
-        OK(S->get_state(in.s, u, DT_STATE_PARAMS, (dt_range_t){0, units[u].numel},
-                        mp_out->params[rank][u]));
+    for (uint32_t u = 0; u < DT_TOY_NU; u++)
+        DT_MP_OK(S->get_state(in.s, u, DT_STATE_PARAMS, (dt_range_t){0, units[u].numel},
+                              mp_out->params[rank][u]));
     inst_close(&in);
+    return 0;
 }
 
 static void require_shm(void)
@@ -1111,13 +971,13 @@ static void require_shm(void)
 }
 
 /* The averaged-gradient reference for `size` ranks (double). */
-static void ref_avg_grads(int size, uint32_t n_micro, double g[NU][80])
+static void ref_avg_grads(int size, uint32_t n_micro, double g[DT_TOY_NU][80])
 {
-    memset(g, 0, sizeof(double) * NU * 80);
+    memset(g, 0, sizeof(double) * DT_TOY_NU * 80);
     for (int r = 0; r < size; r++)
         for (uint32_t m = 0; m < n_micro; m++)
             ref_micro(r, m, g);
-    for (uint32_t u = 0; u < NU; u++)
+    for (uint32_t u = 0; u < DT_TOY_NU; u++)
         for (uint64_t i = 0; i < units[u].numel; i++)
             g[u][i] /= size;
 }
@@ -1143,26 +1003,23 @@ static void test_mp_train_matches_reference(void **state)
                        .steps = 2, .lr = 1e-2f, .clip = {0.05f, 100.0f}};
         run_ranks(size, rank_train, &c);
         check_replicas_identical(size);
-        static double p[NU][80], m[NU][80], v[NU][80], g[NU][80];
-        memset(m, 0, sizeof m);
-        memset(v, 0, sizeof v);
-        for (uint32_t u = 0; u < NU; u++)
-            for (uint64_t i = 0; i < units[u].numel; i++)
-                p[u][i] = pval(u, i);
+        static dt_toy_ref_t ref;
+        static double g[DT_TOY_NU][80];
+        dt_toy_ref_init(&ref);
         ref_avg_grads(size, 2, g);
         for (int t = 1; t <= 2; t++) {
-            double norm = ref_adamw_step(p, m, v, g, t, 1e-2, c.clip[t - 1]);
+            double norm = dt_toy_ref_update(&ref, DT_OPTIM_ADAMW, g, t, 1e-2, c.clip[t - 1]);
             for (int r = 0; r < size; r++)
                 assert_true(fabs(mp_out->norm[r][t - 1] - norm) <= 1e-6 * norm);
         }
-        for (uint32_t u = 0; u < NU; u++)
+        for (uint32_t u = 0; u < DT_TOY_NU; u++)
             for (uint64_t i = 0; i < units[u].numel; i++) {
-                if (!(fabs(mp_out->params[0][u][i] - p[u][i]) <= 1e-6 + 2e-5 * fabs(p[u][i])))
+                double want = ref.p[u][i];
+                if (!(fabs(mp_out->params[0][u][i] - want) <= 1e-6 + 2e-5 * fabs(want)))
                     fprintf(stderr, "size %d unit %u [%llu]: got %.9g want %.9g (p0 %.9g)\n",
-                            size, u, (unsigned long long)i, mp_out->params[0][u][i], p[u][i],
-                            pval(u, i));
-                assert_true(fabs(mp_out->params[0][u][i] - p[u][i]) <=
-                            1e-6 + 2e-5 * fabs(p[u][i]));
+                            size, u, (unsigned long long)i, mp_out->params[0][u][i], want,
+                            dt_toy_pval(u, i));
+                assert_true(fabs(mp_out->params[0][u][i] - want) <= 1e-6 + 2e-5 * fabs(want));
             }
         for (int r = 0; r < size; r++)
             assert_true(mp_out->f64sum[r] == size * (size + 1) / 2.0);
@@ -1180,12 +1037,12 @@ static void test_mp_bf16_reduce(void **state)
     mp_case_t c = {.kv = kv, .optim = DT_OPTIM_SGD, .n_micro = 2, .steps = 1, .lr = 0.1f};
     run_ranks(3, rank_train, &c);
     check_replicas_identical(3);
-    static double g[NU][80];
+    static double g[DT_TOY_NU][80];
     ref_avg_grads(3, 2, g);
     double ss = 0;
-    for (uint32_t u = 0; u < NU; u++)
+    for (uint32_t u = 0; u < DT_TOY_NU; u++)
         for (uint64_t i = 0; i < units[u].numel; i++) {
-            double p0 = pval(u, i), w = no_decay(u, i) ? 0.0 : 0.1;
+            double p0 = dt_toy_pval(u, i), w = dt_toy_no_decay(u, i) ? 0.0 : 0.1;
             double upd = 0.1 * (g[u][i] + w * p0); /* first SGD step: mom = g */
             double got = p0 - mp_out->params[0][u][i];
             assert_true(fabs(got - upd) <= 1e-2 * fabs(0.1 * g[u][i]) + 1e-6);
@@ -1233,9 +1090,9 @@ static void test_mp_init_broadcast(void **state)
     run_ranks(2, rank_init_check, &c);
     for (int r = 0; r < 2; r++) {
         assert_int_equal(mp_out->rc[r], DT_OK);
-        for (uint32_t u = 0; u < NU; u++)
+        for (uint32_t u = 0; u < DT_TOY_NU; u++)
             for (uint64_t i = 0; i < units[u].numel; i++)
-                assert_true(mp_out->params[r][u][i] == pval(u, i));
+                assert_true(mp_out->params[r][u][i] == dt_toy_pval(u, i));
     }
 }
 

@@ -24,7 +24,6 @@
 #include "dtrain/dtrain.h"
 #include "test_assert.h"
 #include "test_host.h"
-#include "mp_harness.h"
 #include "test_plugin.h"
 #include "toy_train.h"
 
@@ -33,48 +32,36 @@ static const dt_device_ops_v1_t *D;
 static const dt_comm_ops_v1_t *SHM;
 static dt_toy_run_t *run, *run2;
 
-static const void *load(const char *file, const char *entry)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", DT_TEST_PLUGIN_DIR, file);
-    return dt_test_plugin_entry(path, entry, NULL);
-}
-
 static int group_setup(void **state)
 {
-    dt_mp_set_leak_check(1); /* forked ranks leak-check under ASan */
-    F = load("dtrain_fsdp.so", DT_ENTRY_STRING(strategy, 1));
-    Z = load("dtrain_zero.so", DT_ENTRY_STRING(strategy, 1));
-    D = load("dtrain_cpu.so", DT_ENTRY_STRING(device, 1));
-    SHM = load("dtrain_shm.so", DT_ENTRY_STRING(comm, 1));
-    run = dt_toy_run_alloc();
-    run2 = dt_toy_run_alloc();
-    if (!F || !Z || !D || !SHM || !run || !run2) {
-        fprintf(stderr, "cannot load fsdp/zero/cpu/shm from %s\n", DT_TEST_PLUGIN_DIR);
+    F = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_fsdp.so", DT_ENTRY_STRING(strategy, 1),
+                             NULL);
+    Z = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_zero.so", DT_ENTRY_STRING(strategy, 1),
+                             NULL);
+    if (!F || !Z) {
+        fprintf(stderr, "%s\n", dt_last_error());
         return -1;
     }
-    return 0;
+    dt_toy_run_t *runs[2];
+    int rc = dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &SHM, runs, 2);
+    run = runs[0];
+    run2 = runs[1];
+    return rc;
 }
 
-/* As test_zero: f32 accumulation and reduction order against float64. */
-static const dt_toy_tol_t tol_f32 = {.p_rel = 2e-5, .p_abs = 1e-6, .mom_rel = 2e-5,
-                                     .norm_rel = 1e-5, .loss_rel = 1e-6};
-
+/* The standard AdamW run (toy_train.h) of strategy S with `kv`. */
 static void setup_run(dt_toy_run_t *r, const dt_strategy_ops_v1_t *S, const char *prefix,
                       const dt_test_kv_t *kv, int param_dtype, int eval_first)
 {
     *r = (dt_toy_run_t){.S = S, .prefix = prefix, .D = D, .C = SHM, .kv = kv,
-                        .param_dtype = param_dtype, .optim = DT_OPTIM_ADAMW, .n_micro = 2,
-                        .steps = 3, .lr = 1e-2f, .clip = {0.5f, 100.0f, 1.0f},
-                        .eval_first = eval_first};
+                        .param_dtype = param_dtype, .optim = DT_OPTIM_ADAMW,
+                        .eval_first = eval_first, DT_TOY_RUN_STANDARD};
 }
 
 static void train_and_check(const dt_test_kv_t *kv, int size, int eval_first)
 {
     setup_run(run, F, "strategy/fsdp", kv, DT_F32, eval_first);
-    dt_toy_run(run, size);
-    dt_toy_check(run, size, &tol_f32);
-    dt_toy_check_estimate(run, size);
+    dt_toy_train_check(run, size, &dt_toy_tol_f32);
 }
 
 /* ------------------------------------------------ training, per strategy */
@@ -140,18 +127,14 @@ static void test_mp_hybrid_shard(void **state)
                      DT_TOY_NUMEL);
 }
 
-/* bf16 compute parameters under HYBRID_SHARD (tolerances as test_zero's
- * bf16 case: parameters rounded to 2^-9 relative in loss and gradient). */
+/* bf16 compute parameters under HYBRID_SHARD, within dt_toy_tol_bf16
+ * (parameters rounded to 2^-9 relative in loss and gradient). */
 static void test_mp_hybrid_bf16(void **state)
 {
-    const dt_toy_tol_t tol = {.p_rel = 0, .p_abs = 3e-4, .mom_rel = 5e-3, .norm_rel = 1e-3,
-                              .loss_rel = 0, .loss_abs = 1e-2};
     const dt_test_kv_t kv[] = {{"sharding_strategy", "HYBRID_SHARD"}, {"hybrid_group_size", "2"},
                                {NULL, NULL}};
     setup_run(run, F, "strategy/fsdp", kv, DT_BF16, 0);
-    dt_toy_run(run, 4);
-    dt_toy_check(run, 4, &tol);
-    dt_toy_check_estimate(run, 4);
+    dt_toy_train_check(run, 4, &dt_toy_tol_bf16);
 }
 
 /* FULL_SHARD is ZeRO stage 3 with other knobs: with prefetching off and
@@ -204,9 +187,7 @@ static void test_full_shard_is_zero3(void **state)
 static void test_paper_figures(void **state)
 {
     dt_model_desc_v1_t m = dt_toy_paper_model(DT_BF16);
-    dt_estimate_args_v1_t ea = {.struct_size = sizeof ea, .group_size = 64, .model = &m,
-                                .param_bytes = 2, .grad_bytes = 2, .optim_bytes = 12,
-                                .n_micro = 1};
+    dt_estimate_args_v1_t ea = dt_toy_paper_args(&m);
     struct { const char *strategy; double gb; } want[4] = {
         {"NO_SHARD", 120.0}, {"FULL_SHARD", 1.875}, {"SHARD_GRAD_OP", 1.875},
         {"HYBRID_SHARD", 15.0}};
@@ -217,8 +198,7 @@ static void test_paper_figures(void **state)
         dt_test_host_init(&th, "strategy/fsdp", kv);
         dt_estimate_v1_t est;
         assert_ok(F->estimate(&th.host, &ea, &est));
-        double gb = (double)(est.bytes[DT_TAG_PARAMS] + est.bytes[DT_TAG_GRADS] +
-                             est.bytes[DT_TAG_OPTIMIZER]) / 1e9;
+        double gb = dt_toy_model_state(&est) / 1e9;
         if (fabs(gb - want[k].gb) > 0.01 * want[k].gb)
             fail_msg("%s: %.4g GB per rank, want %.4g", want[k].strategy, gb, want[k].gb);
         assert_non_null(strstr(est.note, want[k].strategy));
@@ -293,12 +273,7 @@ static void test_config_errors(void **state)
 static const char *trace_run(const dt_test_kv_t *kv, int size, uint32_t n_micro)
 {
     setup_run(run, F, "strategy/fsdp", kv, DT_F32, 0);
-    run->n_micro = n_micro;
-    run->steps = 1;
-    dt_toy_trace_wrap(run);
-    dt_toy_run(run, size);
-    dt_toy_check(run, size, &tol_f32);
-    return dt_toy_trace(0);
+    return dt_toy_trace_run(run, size, n_micro);
 }
 
 /* Where communication happens, from rank 0's trace (toy_train.h tokens);

@@ -47,9 +47,10 @@ enum { L = 3, NH = 4, C = 48, V = 83, MAXT = 20, B = 3, T = 16 };
 static const uint64_t SEED = 4242;
 
 /*
- * Tolerances, |got - ref| relative to the tensor's largest |ref|:
+ * Tolerances (tests/support/model_harness.h DT_MH_*), |got - ref| relative
+ * to the tensor's largest |ref|:
  *
- * fp32 (TOL_F32 = 2e-5).  Every value is an f32 computation of a few
+ * fp32 (DT_MH_TOL_F32 = 2e-5).  Every value is an f32 computation of a few
  * hundred terms at most (C = 48 channels, 4C = 192 hidden, B*T = 48
  * positions, V = 83 classes; 512 and 256 in the gpt2-tiny shape), each
  * rounding at u = 6e-8; errors grow through the blocks' layernorm backward
@@ -62,27 +63,17 @@ static const uint64_t SEED = 4242;
  * Loss: a mean of 48 cross-entropies of size ~4.4 summed in double from f32
  * values: 1e-5 absolute (measured 6e-8).
  *
- * bf16 (TOL_F32 again against the oracle run on the bf16-rounded
+ * bf16 (DT_MH_TOL_F32 again against the oracle run on the bf16-rounded
  * parameters): the model computes with exactly those values (bf16 widens
  * to f32 without error), so it must match as tightly as fp32 (measured
  * 7.7e-7); this checks that every kernel reads the right bf16 tensor.
- * Against the oracle on the unrounded parameters (TOL_BF16 = 5e-2): bf16
- * keeps 8 significant bits (relative rounding up to 2^-9 = 2e-3 per
+ * Against the oracle on the unrounded parameters (DT_MH_TOL_BF16 = 5e-2):
+ * bf16 keeps 8 significant bits (relative rounding up to 2^-9 = 2e-3 per
  * parameter); those errors add up over the 3 blocks and are amplified by
  * the peaked attention and the normalisations.  Measured worst 1.6e-2
  * (ln_2.weight), loss 5.5e-4; bounds 5e-2 and 2e-2 absolute.
  */
-#define TOL_F32 2e-5
-#define LOSS_ATOL_F32 1e-5
-#define TOL_BF16 5e-2
-#define LOSS_ATOL_BF16 2e-2
 
-/* Files the group setup writes (params, tokens, oracle outputs). */
-static char dir[512];
-static char f_params[600], f_params_bf16[600], f_tok[600], f_tok2[600];
-static char f_ref[600], f_ref_bf16[600], f_ref_accum[600];
-static int have_python;
-static const char *no_python_why;
 /* two micro-batches of B sequences: inputs/targets (2, B, T) */
 static int32_t inputs[2 * B * T], targets[2 * B * T];
 
@@ -115,100 +106,36 @@ static void open_model(dt_mh_t *h, const char *dtype, const char *ckpt)
 static void run_ref(const dt_mh_t *h, const char *tok, const char *out, const char *params,
                     int l, int nh)
 {
-    char args[2048];
-    snprintf(args, sizeof args, "--params %s --tokens %s --out %s --n-layer %d --n-head %d",
-             params, tok, out, l, nh);
-    if (dt_mh_run_ref(h, "gpt2_ref.py", args) != 0)
-        fail_msg("gpt2_ref.py failed (its message is above)");
+    char args[64];
+    snprintf(args, sizeof args, "--n-layer %d --n-head %d", l, nh);
+    dt_mh_ref(h, "gpt2_ref.py", params, tok, out, args);
 }
+
+/* The oracle's files (model_harness.h): params, tokens, its outputs. */
+static dt_mh_oracle_t orc = {.script = "gpt2_ref.py", .open = open_model, .inputs = inputs,
+                             .targets = targets};
 
 static int group_setup(void **state)
 {
     (void)state;
-    have_python = dt_mh_python_ok(&no_python_why);
-    if (!have_python)
-        return 0;
-    dt_mh_tmpdir(dir, sizeof dir);
-    snprintf(f_params, sizeof f_params, "%s/params.safetensors", dir);
-    snprintf(f_params_bf16, sizeof f_params_bf16, "%s/params_bf16.safetensors", dir);
-    snprintf(f_tok, sizeof f_tok, "%s/tokens.bin", dir);
-    snprintf(f_tok2, sizeof f_tok2, "%s/tokens2.bin", dir);
-    snprintf(f_ref, sizeof f_ref, "%s/ref.safetensors", dir);
-    snprintf(f_ref_bf16, sizeof f_ref_bf16, "%s/ref_bf16.safetensors", dir);
-    snprintf(f_ref_accum, sizeof f_ref_accum, "%s/ref_accum.safetensors", dir);
-
+    static char args[64];
+    snprintf(args, sizeof args, "--n-layer %d --n-head %d", L, NH);
+    orc.args = args;
     /* tokens: seeded, with repeats inside and across sequences so the
      * embedding backward accumulates rows */
-    uint64_t st = 99;
-    for (int i = 0; i < 2 * B * T; i++) {
-        st = st * 6364136223846793005ull + 1442695040888963407ull;
-        inputs[i] = (int32_t)((st >> 33) % V);
-        st = st * 6364136223846793005ull + 1442695040888963407ull;
-        targets[i] = (int32_t)((st >> 33) % V);
-    }
+    dt_mh_tokens(99, V, 2 * B * T, inputs, targets);
     inputs[7] = inputs[2];
     inputs[T + 3] = inputs[2];
     inputs[B * T + 1] = inputs[2];
     targets[9] = V - 1;
     inputs[10] = V - 1;
-
-    dt_mh_t h;
-    open_model(&h, "fp32", "none");
-    assert_ok(dt_mh_write_params(&h, f_params, 0));
-    assert_ok(dt_mh_write_params(&h, f_params_bf16, 1));
-    assert_ok(dt_mh_write_tokens(f_tok, B, T, inputs, targets));
-    /* both micro-batches as one batch of 2B: the mean over 2B*T positions
-     * is the mean of the two micro-batch means (equal sizes) */
-    int32_t in2[2 * B * T], tg2[2 * B * T];
-    memcpy(in2, inputs, sizeof in2);
-    memcpy(tg2, targets, sizeof tg2);
-    assert_ok(dt_mh_write_tokens(f_tok2, 2 * B, T, in2, tg2));
-    run_ref(&h, f_tok, f_ref, f_params, L, NH);
-    run_ref(&h, f_tok, f_ref_bf16, f_params_bf16, L, NH);
-    run_ref(&h, f_tok2, f_ref_accum, f_params, L, NH);
-    dt_mh_close(&h);
-    return 0;
+    return dt_mh_oracle_setup(&orc);
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    if (have_python)
-        dt_mh_rmdir(dir);
-    return 0;
-}
-
-#define NEED_PYTHON()                                                                          \
-    do {                                                                                       \
-        if (!have_python) {                                                                    \
-            printf("SKIP: the float64 oracle needs numpy: %s\n", no_python_why);               \
-            skip();                                                                            \
-        }                                                                                      \
-    } while (0)
-
-/* One step of one micro-batch on `h`; returns the loss. */
-static double step1(dt_mh_t *h, int no_grad)
-{
-    double loss = NAN;
-    assert_ok(dt_mh_begin_step(h, 1));
-    assert_ok(dt_model_step_micro(h->model, &h->ctx, inputs, targets, 0, 1, no_grad, 1.0f,
-                                  &loss));
-    assert_ok(dt_mh_end_step(h));
-    return loss;
-}
-
-/* The gradients of all units, concatenated (malloc'ed). */
-static float *all_grads(dt_mh_t *h, uint64_t *n)
-{
-    *n = h->desc->numel;
-    float *g = malloc(*n * 4);
-    assert_non_null(g);
-    uint64_t o = 0;
-    for (uint32_t u = 0; u < h->desc->n_units; u++) {
-        memcpy(g + o, dt_mh_grads(h, u), h->desc->units[u].numel * 4);
-        o += h->desc->units[u].numel;
-    }
-    return g;
+    return dt_mh_oracle_teardown(&orc);
 }
 
 /* fp32: none, all, every 2 all match the oracle, and recomputation gives
@@ -216,33 +143,7 @@ static float *all_grads(dt_mh_t *h, uint64_t *n)
 static void test_fp32_checkpointing(void **state)
 {
     (void)state;
-    NEED_PYTHON();
-    static const char *modes[] = {"none", "all", "every"};
-    float *first = NULL;
-    uint64_t n = 0;
-    dt_mh_stats_t st;
-    memset(&st, 0, sizeof st);
-    for (int i = 0; i < 3; i++) {
-        dt_mh_t h;
-        open_model(&h, "fp32", modes[i]);
-        double loss = step1(&h, 0);
-        float *logits = dt_mh_logits(&h);
-        assert_non_null(logits);
-        dt_mh_compare(&h, f_ref, loss, logits, LOSS_ATOL_F32, TOL_F32, &st);
-        free(logits);
-        float *g = all_grads(&h, &n);
-        if (!first)
-            first = g;
-        else {
-            if (memcmp(first, g, n * 4) != 0)
-                fail_msg("activation_checkpointing = \"%s\" changed the gradients' bits",
-                         modes[i]);
-            free(g);
-        }
-        dt_mh_close(&h);
-    }
-    free(first);
-    dt_mh_print_stats("fp32 (none/all/every)", &st);
+    dt_mh_check_checkpointing(&orc, "gpt2");
 }
 
 /* Two micro-batches with loss_scale 1/2 accumulate the gradient of the
@@ -250,20 +151,7 @@ static void test_fp32_checkpointing(void **state)
 static void test_fp32_accumulation(void **state)
 {
     (void)state;
-    NEED_PYTHON();
-    dt_mh_t h;
-    open_model(&h, "fp32", "every");
-    double l0 = NAN, l1 = NAN;
-    assert_ok(dt_mh_begin_step(&h, 2));
-    assert_ok(dt_model_step_micro(h.model, &h.ctx, inputs, targets, 0, 2, 0, 0.5f, &l0));
-    assert_ok(dt_model_step_micro(h.model, &h.ctx, inputs + B * T, targets + B * T, 1, 2, 0,
-                                  0.5f, &l1));
-    assert_ok(dt_mh_end_step(&h));
-    dt_mh_stats_t st;
-    memset(&st, 0, sizeof st);
-    dt_mh_compare(&h, f_ref_accum, 0.5 * (l0 + l1), NULL, LOSS_ATOL_F32, TOL_F32, &st);
-    dt_mh_print_stats("fp32 accumulation", &st);
-    dt_mh_close(&h);
+    dt_mh_check_accumulation(&orc, "every", "gpt2");
 }
 
 /* The shape of the gpt2-tiny preset at full context (C = 128, V = 256,
@@ -273,12 +161,12 @@ static void test_fp32_accumulation(void **state)
 static void test_fp32_tiny_preset_shape(void **state)
 {
     (void)state;
-    NEED_PYTHON();
+    dt_mh_need_python(&orc);
     enum { L2 = 2, NH2 = 4, C2 = 128, V2 = 256, T2 = 64, B2 = 4 };
     char pp[600], tp[600], rp[600];
-    snprintf(pp, sizeof pp, "%s/tiny_params.safetensors", dir);
-    snprintf(tp, sizeof tp, "%s/tiny_tokens.bin", dir);
-    snprintf(rp, sizeof rp, "%s/tiny_ref.safetensors", dir);
+    snprintf(pp, sizeof pp, "%s/tiny_params.safetensors", orc.dir);
+    snprintf(tp, sizeof tp, "%s/tiny_tokens.bin", orc.dir);
+    snprintf(rp, sizeof rp, "%s/tiny_ref.safetensors", orc.dir);
     static int32_t in[B2 * T2], tg[B2 * T2];
     uint64_t st = 7;
     for (int i = 0; i < B2 * T2; i++) {
@@ -291,15 +179,12 @@ static void test_fp32_tiny_preset_shape(void **state)
     assert_ok(dt_mh_write_params(&h, pp, 0));
     assert_ok(dt_mh_write_tokens(tp, B2, T2, in, tg));
     run_ref(&h, tp, rp, pp, L2, NH2);
-    double loss = NAN;
-    assert_ok(dt_mh_begin_step(&h, 1));
-    assert_ok(dt_model_step_micro(h.model, &h.ctx, in, tg, 0, 1, 0, 1.0f, &loss));
-    assert_ok(dt_mh_end_step(&h));
+    double loss = dt_mh_step(&h, in, tg, 1, 0);
     float *logits = dt_mh_logits(&h);
     assert_non_null(logits);
     dt_mh_stats_t s;
     memset(&s, 0, sizeof s);
-    dt_mh_compare(&h, rp, loss, logits, LOSS_ATOL_F32, TOL_F32, &s);
+    dt_mh_compare(&h, rp, loss, logits, DT_MH_LOSS_ATOL_F32, DT_MH_TOL_F32, &s);
     dt_mh_print_stats("fp32 gpt2-tiny shape", &s);
     free(logits);
     dt_mh_close(&h);
@@ -310,15 +195,15 @@ static void test_fp32_tiny_preset_shape(void **state)
 static void test_eval_pass(void **state)
 {
     (void)state;
-    NEED_PYTHON();
+    dt_mh_need_python(&orc);
     dt_mh_t h;
     open_model(&h, "fp32", "all");
-    double loss = step1(&h, 1);
+    double loss = dt_mh_step(&h, inputs, targets, 1, 1);
     float *logits = dt_mh_logits(&h);
     assert_non_null(logits);
     /* no gradient was written */
     uint64_t n;
-    float *g = all_grads(&h, &n);
+    float *g = dt_mh_all_grads(&h, &n);
     for (uint64_t i = 0; i < n; i++)
         if (g[i] != 0.0f)
             fail_msg("gradient element %llu is %g after a no-grad pass", (unsigned long long)i,
@@ -326,9 +211,9 @@ static void test_eval_pass(void **state)
     free(g);
     /* then the oracle's loss and logits (and, from a training pass on the
      * same batch, its gradients) */
-    double loss2 = step1(&h, 0);
+    double loss2 = dt_mh_step(&h, inputs, targets, 1, 0);
     assert_true(loss2 == loss); /* same forward, same bits */
-    dt_mh_compare(&h, f_ref, loss, logits, LOSS_ATOL_F32, TOL_F32, NULL);
+    dt_mh_compare(&h, orc.ref, loss, logits, DT_MH_LOSS_ATOL_F32, DT_MH_TOL_F32, NULL);
     free(logits);
     dt_mh_close(&h);
 }
@@ -338,22 +223,7 @@ static void test_eval_pass(void **state)
 static void test_bf16(void **state)
 {
     (void)state;
-    NEED_PYTHON();
-    dt_mh_t h;
-    open_model(&h, "bf16", "every");
-    assert_int_equal(h.desc->param_dtype, DT_BF16);
-    double loss = step1(&h, 0);
-    float *logits = dt_mh_logits(&h);
-    assert_non_null(logits);
-    dt_mh_stats_t exact, loose;
-    memset(&exact, 0, sizeof exact);
-    memset(&loose, 0, sizeof loose);
-    dt_mh_compare(&h, f_ref_bf16, loss, logits, LOSS_ATOL_F32, TOL_F32, &exact);
-    dt_mh_compare(&h, f_ref, loss, logits, LOSS_ATOL_BF16, TOL_BF16, &loose);
-    dt_mh_print_stats("bf16 vs oracle on bf16-rounded params", &exact);
-    dt_mh_print_stats("bf16 vs oracle on f32 params", &loose);
-    free(logits);
-    dt_mh_close(&h);
+    dt_mh_check_bf16(&orc, "gpt2");
 }
 
 /* Tokens outside the vocabulary are refused before any kernel runs. */

@@ -39,25 +39,17 @@ enum { V = 83, DIN = 24, HID = 40, NL = 3, B = 3, T = 16 };
 static const uint64_t SEED = 777;
 
 /*
- * Tolerances, |got - ref| relative to the tensor's largest |ref|, as in
- * test_gpt2_oracle.c: fp32 sums here are short (at most 48 positions or 40
- * features) and there is no normalisation: measured worst 4.7e-7
- * (printed below), bound 2e-5, while any wrong derivative term is O(1)
- * off.  bf16 against the oracle on bf16-rounded parameters must be as
+ * Tolerances (tests/support/model_harness.h DT_MH_*), |got - ref| relative
+ * to the tensor's largest |ref|, as in test_gpt2_oracle.c: fp32 sums here
+ * are short (at most 48 positions or 40 features) and there is no
+ * normalisation: measured worst 4.7e-7 (printed below), bound 2e-5, while
+ * any wrong derivative term is O(1) off.  bf16 against the oracle on bf16-rounded parameters must be as
  * tight (measured 4.6e-7); against the f32 oracle, 8-bit mantissas (up to
  * 2^-9 relative per parameter) through 4 layers give 4.3e-3 (measured):
  * bound 5e-2 as for GPT-2, loss 2e-2 absolute (measured 5e-5).
  */
-#define TOL_F32 2e-5
-#define LOSS_ATOL_F32 1e-5
-#define TOL_BF16 5e-2
-#define LOSS_ATOL_BF16 2e-2
 
-static char dir[512];
-static char f_params[600], f_params_bf16[600], f_tok[600], f_tok2[600];
-static char f_ref[600], f_ref_bf16[600], f_ref_accum[600];
-static int have_python;
-static const char *no_python_why;
+/* two micro-batches of B sequences: inputs/targets (2, B, T) */
 static int32_t inputs[2 * B * T], targets[2 * B * T];
 
 static void model_toml(char *out, size_t cap, int layers, const char *dtype, const char *ckpt,
@@ -79,83 +71,46 @@ static void open_model(dt_mh_t *h, int layers, const char *dtype, const char *ck
                  dt_last_error());
 }
 
+static void open_fixed(dt_mh_t *h, const char *dtype, const char *ckpt)
+{
+    open_model(h, NL, dtype, ckpt);
+}
+
 static void run_ref(const dt_mh_t *h, const char *tok, const char *out, const char *params,
                     int layers)
 {
-    char args[2048];
-    snprintf(args, sizeof args, "--params %s --tokens %s --out %s --mlp-layers %d", params, tok,
-             out, layers);
-    if (dt_mh_run_ref(h, "mlp_ref.py", args) != 0)
-        fail_msg("mlp_ref.py failed (its message is above)");
+    char args[64];
+    snprintf(args, sizeof args, "--mlp-layers %d", layers);
+    dt_mh_ref(h, "mlp_ref.py", params, tok, out, args);
 }
+
+/* The oracle's files (model_harness.h): params, tokens, its outputs. */
+static dt_mh_oracle_t orc = {.script = "mlp_ref.py", .open = open_fixed, .inputs = inputs,
+                             .targets = targets};
 
 static int group_setup(void **state)
 {
     (void)state;
-    have_python = dt_mh_python_ok(&no_python_why);
-    if (!have_python)
-        return 0;
-    dt_mh_tmpdir(dir, sizeof dir);
-    snprintf(f_params, sizeof f_params, "%s/params.safetensors", dir);
-    snprintf(f_params_bf16, sizeof f_params_bf16, "%s/params_bf16.safetensors", dir);
-    snprintf(f_tok, sizeof f_tok, "%s/tokens.bin", dir);
-    snprintf(f_tok2, sizeof f_tok2, "%s/tokens2.bin", dir);
-    snprintf(f_ref, sizeof f_ref, "%s/ref.safetensors", dir);
-    snprintf(f_ref_bf16, sizeof f_ref_bf16, "%s/ref_bf16.safetensors", dir);
-    snprintf(f_ref_accum, sizeof f_ref_accum, "%s/ref_accum.safetensors", dir);
-    uint64_t st = 1234;
-    for (int i = 0; i < 2 * B * T; i++) {
-        st = st * 6364136223846793005ull + 1442695040888963407ull;
-        inputs[i] = (int32_t)((st >> 33) % V);
-        st = st * 6364136223846793005ull + 1442695040888963407ull;
-        targets[i] = (int32_t)((st >> 33) % V);
-    }
+    static char args[64];
+    snprintf(args, sizeof args, "--mlp-layers %d", NL);
+    orc.args = args;
+    dt_mh_tokens(1234, V, 2 * B * T, inputs, targets);
     inputs[5] = inputs[1]; /* repeated rows: the embedding backward adds */
     inputs[B * T + 2] = inputs[1];
-
-    dt_mh_t h;
-    open_model(&h, NL, "fp32", "none");
-    assert_ok(dt_mh_write_params(&h, f_params, 0));
-    assert_ok(dt_mh_write_params(&h, f_params_bf16, 1));
-    assert_ok(dt_mh_write_tokens(f_tok, B, T, inputs, targets));
-    assert_ok(dt_mh_write_tokens(f_tok2, 2 * B, T, inputs, targets));
-    run_ref(&h, f_tok, f_ref, f_params, NL);
-    run_ref(&h, f_tok, f_ref_bf16, f_params_bf16, NL);
-    run_ref(&h, f_tok2, f_ref_accum, f_params, NL);
-    dt_mh_close(&h);
-    return 0;
+    return dt_mh_oracle_setup(&orc);
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    if (have_python)
-        dt_mh_rmdir(dir);
-    return 0;
-}
-
-#define NEED_PYTHON()                                                                          \
-    do {                                                                                       \
-        if (!have_python) {                                                                    \
-            printf("SKIP: the float64 oracle needs numpy: %s\n", no_python_why);               \
-            skip();                                                                            \
-        }                                                                                      \
-    } while (0)
-
-static double step1(dt_mh_t *h)
-{
-    double loss = NAN;
-    assert_ok(dt_mh_begin_step(h, 1));
-    assert_ok(dt_model_step_micro(h->model, &h->ctx, inputs, targets, 0, 1, 0, 1.0f, &loss));
-    assert_ok(dt_mh_end_step(h));
-    return loss;
+    return dt_mh_oracle_teardown(&orc);
 }
 
 /* The oracle must pass its own checks before it judges the model. */
 static void test_oracle_selfcheck(void **state)
 {
     (void)state;
-    NEED_PYTHON();
+    dt_mh_need_python(&orc);
     dt_mh_t h = {.source_dir = DT_TEST_SOURCE_DIR};
     assert_int_equal(dt_mh_run_ref(&h, "test_mlp_ref_selfcheck.py", ">/dev/null"), 0);
 }
@@ -163,79 +118,34 @@ static void test_oracle_selfcheck(void **state)
 static void test_fp32_checkpointing(void **state)
 {
     (void)state;
-    NEED_PYTHON();
-    static const char *modes[] = {"none", "all", "every"};
-    float *first = NULL;
-    dt_mh_stats_t st;
-    memset(&st, 0, sizeof st);
-    for (int i = 0; i < 3; i++) {
-        dt_mh_t h;
-        open_model(&h, NL, "fp32", modes[i]);
-        double loss = step1(&h);
-        float *logits = dt_mh_logits(&h);
-        assert_non_null(logits);
-        dt_mh_compare(&h, f_ref, loss, logits, LOSS_ATOL_F32, TOL_F32, &st);
-        free(logits);
-        /* recomputation reproduces the stored pre-activations bit for bit */
-        uint64_t n = h.desc->numel, o = 0;
-        float *g = malloc(n * 4);
-        assert_non_null(g);
-        for (uint32_t u = 0; u < h.desc->n_units; u++) {
-            memcpy(g + o, dt_mh_grads(&h, u), h.desc->units[u].numel * 4);
-            o += h.desc->units[u].numel;
-        }
-        if (!first)
-            first = g;
-        else {
-            if (memcmp(first, g, n * 4) != 0)
-                fail_msg("activation_checkpointing = \"%s\" changed the gradients' bits",
-                         modes[i]);
-            free(g);
-        }
-        dt_mh_close(&h);
-    }
-    free(first);
-    dt_mh_print_stats("mlp fp32 (none/all/every)", &st);
+    dt_mh_check_checkpointing(&orc, "mlp");
 }
 
 static void test_fp32_accumulation(void **state)
 {
     (void)state;
-    NEED_PYTHON();
-    dt_mh_t h;
-    open_model(&h, NL, "fp32", "all");
-    double l0 = NAN, l1 = NAN;
-    assert_ok(dt_mh_begin_step(&h, 2));
-    assert_ok(dt_model_step_micro(h.model, &h.ctx, inputs, targets, 0, 2, 0, 0.5f, &l0));
-    assert_ok(dt_model_step_micro(h.model, &h.ctx, inputs + B * T, targets + B * T, 1, 2, 0,
-                                  0.5f, &l1));
-    assert_ok(dt_mh_end_step(&h));
-    dt_mh_stats_t st;
-    memset(&st, 0, sizeof st);
-    dt_mh_compare(&h, f_ref_accum, 0.5 * (l0 + l1), NULL, LOSS_ATOL_F32, TOL_F32, &st);
-    dt_mh_print_stats("mlp fp32 accumulation", &st);
-    dt_mh_close(&h);
+    dt_mh_check_accumulation(&orc, "all", "mlp");
 }
 
 /* No hidden layer: the head reads the embedding (a linear bigram model). */
 static void test_zero_layers(void **state)
 {
     (void)state;
-    NEED_PYTHON();
+    dt_mh_need_python(&orc);
     char pp[600], rp[600];
-    snprintf(pp, sizeof pp, "%s/params0.safetensors", dir);
-    snprintf(rp, sizeof rp, "%s/ref0.safetensors", dir);
+    snprintf(pp, sizeof pp, "%s/params0.safetensors", orc.dir);
+    snprintf(rp, sizeof rp, "%s/ref0.safetensors", orc.dir);
     dt_mh_t h;
     open_model(&h, 0, "fp32", "all");
     assert_int_equal(h.desc->n_units, 2);
     assert_int_equal(h.desc->units[1].params[0].shape[1], DIN);
     assert_ok(dt_mh_write_params(&h, pp, 0));
-    run_ref(&h, f_tok, rp, pp, 0);
-    double loss = step1(&h);
+    run_ref(&h, orc.tok, rp, pp, 0);
+    double loss = dt_mh_step(&h, inputs, targets, 1, 0);
     float *logits = dt_mh_logits(&h);
     dt_mh_stats_t st;
     memset(&st, 0, sizeof st);
-    dt_mh_compare(&h, rp, loss, logits, LOSS_ATOL_F32, TOL_F32, &st);
+    dt_mh_compare(&h, rp, loss, logits, DT_MH_LOSS_ATOL_F32, DT_MH_TOL_F32, &st);
     dt_mh_print_stats("mlp fp32 0 layers", &st);
     free(logits);
     dt_mh_close(&h);
@@ -244,22 +154,7 @@ static void test_zero_layers(void **state)
 static void test_bf16(void **state)
 {
     (void)state;
-    NEED_PYTHON();
-    dt_mh_t h;
-    open_model(&h, NL, "bf16", "every");
-    assert_int_equal(h.desc->param_dtype, DT_BF16);
-    double loss = step1(&h);
-    float *logits = dt_mh_logits(&h);
-    assert_non_null(logits);
-    dt_mh_stats_t exact, loose;
-    memset(&exact, 0, sizeof exact);
-    memset(&loose, 0, sizeof loose);
-    dt_mh_compare(&h, f_ref_bf16, loss, logits, LOSS_ATOL_F32, TOL_F32, &exact);
-    dt_mh_compare(&h, f_ref, loss, logits, LOSS_ATOL_BF16, TOL_BF16, &loose);
-    dt_mh_print_stats("mlp bf16 vs oracle on bf16-rounded params", &exact);
-    dt_mh_print_stats("mlp bf16 vs oracle on f32 params", &loose);
-    free(logits);
-    dt_mh_close(&h);
+    dt_mh_check_bf16(&orc, "mlp");
 }
 
 /* Units, names, shapes, flags, info keys; init rules; no context limit. */

@@ -28,7 +28,6 @@
 #include "mp_check.h"
 #include "test_assert.h"
 #include "test_host.h"
-#include "mp_harness.h"
 #include "test_plugin.h"
 #include "toy_train.h"
 
@@ -37,44 +36,30 @@ static const dt_device_ops_v1_t *D;
 static const dt_comm_ops_v1_t *SHM;
 static dt_toy_run_t *run;
 
-static const void *load(const char *file, const char *entry)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", DT_TEST_PLUGIN_DIR, file);
-    return dt_test_plugin_entry(path, entry, NULL);
-}
-
 static int group_setup(void **state)
 {
-    dt_mp_set_leak_check(1); /* forked ranks leak-check under ASan */
-    Z = load("dtrain_zero.so", DT_ENTRY_STRING(strategy, 1));
-    D = load("dtrain_cpu.so", DT_ENTRY_STRING(device, 1));
-    SHM = load("dtrain_shm.so", DT_ENTRY_STRING(comm, 1));
-    run = dt_toy_run_alloc();
-    if (!Z || !D || !SHM || !run) {
-        fprintf(stderr, "cannot load zero/cpu/shm from %s\n", DT_TEST_PLUGIN_DIR);
+    Z = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_zero.so", DT_ENTRY_STRING(strategy, 1),
+                             NULL);
+    if (!Z) {
+        fprintf(stderr, "%s\n", dt_last_error());
         return -1;
     }
-    return 0;
+    return dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &SHM, &run, 1);
 }
 
-/* f32 throughout: gradients differ from the float64 reference by f32
- * accumulation and reduction order (~1e-7 relative); after three AdamW
- * steps parameters agree to rel 2e-5 + abs 1e-6 (as test_ddp), norms and
- * losses to 1e-5 / 1e-6 relative. */
-static const dt_toy_tol_t tol_f32 = {.p_rel = 2e-5, .p_abs = 1e-6, .mom_rel = 2e-5,
-                                     .norm_rel = 1e-5, .loss_rel = 1e-6};
+/* The standard run (toy_train.h) of `kv` at `size` ranks. */
+static void setup_run(const dt_test_kv_t *kv, int param_dtype, int optim, int eval_first)
+{
+    *run = (dt_toy_run_t){.S = Z, .prefix = "strategy/zero", .D = D, .C = SHM, .kv = kv,
+                          .param_dtype = param_dtype, .optim = optim,
+                          .eval_first = eval_first, DT_TOY_RUN_STANDARD};
+}
 
 static void train_and_check(const dt_test_kv_t *kv, int size, int param_dtype, int optim,
                             int eval_first, const dt_toy_tol_t *tol)
 {
-    *run = (dt_toy_run_t){.S = Z, .prefix = "strategy/zero", .D = D, .C = SHM, .kv = kv,
-                          .param_dtype = param_dtype, .optim = optim, .n_micro = 2,
-                          .steps = 3, .lr = 1e-2f, .clip = {0.5f, 100.0f, 1.0f},
-                          .eval_first = eval_first};
-    dt_toy_run(run, size);
-    dt_toy_check(run, size, tol);
-    dt_toy_check_estimate(run, size);
+    setup_run(kv, param_dtype, optim, eval_first);
+    dt_toy_train_check(run, size, tol);
 }
 
 /* ------------------------------------------------ training, per stage */
@@ -87,9 +72,9 @@ static void test_mp_stage1(void **state)
     const dt_test_kv_t k3[] = {{"stage", "1"}, {"reduce_bucket_size", "60"},
                                {"allgather_bucket_size", "100"}, {NULL, NULL}};
     const dt_test_kv_t k4[] = {{"stage", "1"}, {NULL, NULL}};
-    train_and_check(k2, 2, DT_F32, DT_OPTIM_ADAMW, 0, &tol_f32);
-    train_and_check(k3, 3, DT_F32, DT_OPTIM_ADAMW, 0, &tol_f32);
-    train_and_check(k4, 4, DT_F32, DT_OPTIM_ADAMW, 1, &tol_f32);
+    train_and_check(k2, 2, DT_F32, DT_OPTIM_ADAMW, 0, &dt_toy_tol_f32);
+    train_and_check(k3, 3, DT_F32, DT_OPTIM_ADAMW, 0, &dt_toy_tol_f32);
+    train_and_check(k4, 4, DT_F32, DT_OPTIM_ADAMW, 1, &dt_toy_tol_f32);
 }
 
 /* Stage 2: one bucket, three buckets reduced blocking (no overlap), two
@@ -100,10 +85,10 @@ static void test_mp_stage2(void **state)
     const dt_test_kv_t k3[] = {{"stage", "2"}, {"reduce_bucket_size", "60"},
                                {"overlap_comm", "false"}, {NULL, NULL}};
     const dt_test_kv_t k4[] = {{"stage", "2"}, {"reduce_bucket_size", "100"}, {NULL, NULL}};
-    train_and_check(k2, 2, DT_F32, DT_OPTIM_ADAMW, 0, &tol_f32);
-    train_and_check(k3, 3, DT_F32, DT_OPTIM_ADAMW, 0, &tol_f32);
-    train_and_check(k4, 4, DT_F32, DT_OPTIM_ADAMW, 0, &tol_f32);
-    train_and_check(k2, 2, DT_F32, DT_OPTIM_SGD, 0, &tol_f32);
+    train_and_check(k2, 2, DT_F32, DT_OPTIM_ADAMW, 0, &dt_toy_tol_f32);
+    train_and_check(k3, 3, DT_F32, DT_OPTIM_ADAMW, 0, &dt_toy_tol_f32);
+    train_and_check(k4, 4, DT_F32, DT_OPTIM_ADAMW, 0, &dt_toy_tol_f32);
+    train_and_check(k2, 2, DT_F32, DT_OPTIM_SGD, 0, &dt_toy_tol_f32);
 }
 
 /* Stage 3: no prefetch and nothing persistent; the head persistent, all
@@ -119,28 +104,21 @@ static void test_mp_stage3(void **state)
     const dt_test_kv_t k4[] = {{"stage", "3"}, {"param_persistence_threshold", "0"},
                                {"prefetch_bucket_size", "100"}, {"overlap_comm", "false"},
                                {NULL, NULL}};
-    train_and_check(k2, 2, DT_F32, DT_OPTIM_ADAMW, 0, &tol_f32);
-    train_and_check(k3, 3, DT_F32, DT_OPTIM_ADAMW, 0, &tol_f32);
-    train_and_check(k4, 4, DT_F32, DT_OPTIM_ADAMW, 1, &tol_f32);
-    train_and_check(k3, 1, DT_F32, DT_OPTIM_ADAMW, 0, &tol_f32); /* one rank: no collective */
+    train_and_check(k2, 2, DT_F32, DT_OPTIM_ADAMW, 0, &dt_toy_tol_f32);
+    train_and_check(k3, 3, DT_F32, DT_OPTIM_ADAMW, 0, &dt_toy_tol_f32);
+    train_and_check(k4, 4, DT_F32, DT_OPTIM_ADAMW, 1, &dt_toy_tol_f32);
+    /* one rank: no collective */
+    train_and_check(k3, 1, DT_F32, DT_OPTIM_ADAMW, 0, &dt_toy_tol_f32);
 }
 
-/* bf16 compute parameters (f32 master shards): the loss and gradients see
- * parameters rounded to bf16 (relative 2^-9).  The loss sums ~140 terms
- * a p with sum |a p| < 5, so it moves by at most 5 x 2^-9 ~ 1e-2; a
- * gradient element's C p term by 1e-2 x 2^-9 ~ 2e-5, up to 2e-3 of
- * |g| >= 0.01: norms agree to 1e-3, moments (m ~ g, v ~ g^2) to 5e-3
- * relative, parameters after three steps to 3e-4 (lr 1e-2 x a few % of
- * AdamW's unit-sized step). */
+/* bf16 compute parameters (f32 master shards), within dt_toy_tol_bf16. */
 static void test_mp_bf16(void **state)
 {
-    const dt_toy_tol_t tol = {.p_rel = 0, .p_abs = 3e-4, .mom_rel = 5e-3, .norm_rel = 1e-3,
-                              .loss_rel = 0, .loss_abs = 1e-2};
     const dt_test_kv_t k3[] = {{"stage", "3"}, {"param_persistence_threshold", "20"},
                                {NULL, NULL}};
     const dt_test_kv_t k1[] = {{"stage", "1"}, {"reduce_bucket_size", "60"}, {NULL, NULL}};
-    train_and_check(k3, 3, DT_BF16, DT_OPTIM_ADAMW, 0, &tol);
-    train_and_check(k1, 2, DT_BF16, DT_OPTIM_ADAMW, 0, &tol);
+    train_and_check(k3, 3, DT_BF16, DT_OPTIM_ADAMW, 0, &dt_toy_tol_bf16);
+    train_and_check(k1, 2, DT_BF16, DT_OPTIM_ADAMW, 0, &dt_toy_tol_bf16);
 }
 
 /* ------------------------------------------------ memory per stage */
@@ -206,18 +184,10 @@ static void test_memory_per_stage(void **state)
  * GB = 1e9 bytes; within 1%.  And its communication claim: stages 1-2
  * send what an all-reduce does, stage 3 1.5 times that (f32 throughout,
  * no tied unit: arch "paper"). */
-static double model_state(const dt_estimate_v1_t *e)
-{
-    return (double)(e->bytes[DT_TAG_PARAMS] + e->bytes[DT_TAG_GRADS] +
-                    e->bytes[DT_TAG_OPTIMIZER]);
-}
-
 static void test_zero_paper_figures(void **state)
 {
     dt_model_desc_v1_t m = dt_toy_paper_model(DT_BF16);
-    dt_estimate_args_v1_t ea = {.struct_size = sizeof ea, .group_size = 64, .model = &m,
-                                .param_bytes = 2, .grad_bytes = 2, .optim_bytes = 12,
-                                .n_micro = 1};
+    dt_estimate_args_v1_t ea = dt_toy_paper_args(&m);
     const char *stages[3] = {"1", "2", "3"};
     const double paper[3] = {31.4e9, 16.6e9, 1.875e9};
     double comm[3];
@@ -230,7 +200,7 @@ static void test_zero_paper_figures(void **state)
         ea.grad_bytes = 2;
         ea.optim_bytes = 12;
         assert_ok(Z->estimate(&th.host, &ea, &est));
-        double gb = model_state(&est);
+        double gb = dt_toy_model_state(&est);
         if (fabs(gb - paper[k]) > 0.01 * paper[k])
             fail_msg("stage %s: %.4g GB per rank, the paper says %.4g", stages[k], gb / 1e9,
                      paper[k] / 1e9);
@@ -415,12 +385,8 @@ static void test_config_errors(void **state)
 
 static void trace_run(const dt_test_kv_t *kv, int size, uint32_t n_micro)
 {
-    *run = (dt_toy_run_t){.S = Z, .prefix = "strategy/zero", .D = D, .C = SHM, .kv = kv,
-                          .param_dtype = DT_F32, .optim = DT_OPTIM_ADAMW, .n_micro = n_micro,
-                          .steps = 1, .lr = 1e-2f, .clip = {0.5f}};
-    dt_toy_trace_wrap(run);
-    dt_toy_run(run, size);
-    dt_toy_check(run, size, &tol_f32);
+    setup_run(kv, DT_F32, DT_OPTIM_ADAMW, 0);
+    dt_toy_trace_run(run, size, n_micro);
 }
 
 /* Where communication happens, from rank 0's trace (toy_train.h tokens)

@@ -21,6 +21,9 @@
  *   shard     flat-shard plans (groups of units, padded equal shards),
  *             gather / reduce-scatter of a group, and the sharded engine
  *             behind the zero and fsdp plugins
+ *   cfg       reading a plugin's config values with defaults
+ *   dp        what every data-parallel strategy checks alike (init args,
+ *             hooks, the step's start and norm, state by range, estimate)
  *
  * Conventions: functions that can fail return a dt_status_t and set the
  * message through `host->set_error`, naming the unit/tensor/range.  When a
@@ -359,8 +362,9 @@ int dt_shard_reduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
 /* ------------------------------------------------------------------------
  * The sharded data-parallel engine: one implementation of ZeRO-1/2/3 and
  * FSDP's FULL_SHARD / SHARD_GRAD_OP / NO_SHARD / HYBRID_SHARD; a plugin
- * is a configuration over it (a dt_shard_cfg_t) and an ops table whose
- * functions forward to dt_shard_*.
+ * is a configuration over it (a dt_shard_configure_fn filling a
+ * dt_shard_cfg_t) and an ops table whose slots are the engine's own
+ * functions (DT_SHARD_STRATEGY_OPS, at the end of this header).
  *
  * What it keeps, per rank, with S = one shard buffer (plan.shard_total)
  * and F = a full layout (plan.full_total):
@@ -379,7 +383,10 @@ int dt_shard_reduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
  * split), shards replicated across them; a shard's gradient is
  * all-reduced across its replicas after the final micro-step.
  * --------------------------------------------------------------------- */
-typedef struct dt_shard dt_shard_t; /* opaque */
+/* Opaque.  The engine IS a strategy instance (dt_strategy_t), so its
+ * functions fit dt_strategy_ops_v1_t's slots as they are; a plugin built
+ * on it keeps no instance struct of its own. */
+typedef struct dt_strategy dt_shard_t;
 
 typedef struct dt_shard_cfg {
     const char *what;            /* "zero stage 3", for messages and notes */
@@ -455,6 +462,151 @@ void dt_shard_topology(const dt_shard_t *e, uint32_t *shard_rank, uint32_t *shar
  *   activations: args->act_bytes;  other: the norm slot. */
 int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *args,
                       const dt_shard_cfg_t *cfg, dt_estimate_v1_t *out);
+
+/* ------------------------------------------------------------------------
+ * Configuration values a plugin reads through host->cfg_* (its declared
+ * keys).  A key the host does not know (DT_ERR_NOT_FOUND) takes `def`;
+ * any other failure is DT_ERR_CONFIG "<key>: cannot read (<status>)".
+ * --------------------------------------------------------------------- */
+
+/* *out = the integer; DT_ERR_CONFIG "<key> = <v>: must be >= <min>" below. */
+int dt_cfg_int(const dt_host_v1_t *host, const char *key, int64_t def, int64_t min,
+               int64_t *out);
+/* *out = 0 or 1. */
+int dt_cfg_bool(const dt_host_v1_t *host, const char *key, int def, int *out);
+int dt_cfg_float(const dt_host_v1_t *host, const char *key, double def, double *out);
+/* *out: the core's string (valid until finalize), or `def`. */
+int dt_cfg_string(const dt_host_v1_t *host, const char *key, const char *def,
+                  const char **out);
+/* *out = the string's index in `choices` ("A|B|C"); another value is
+ * DT_ERR_CONFIG "<key> = \"<v>\" is not one of the valid choices: A, B, C". */
+int dt_cfg_enum(const dt_host_v1_t *host, const char *key, const char *def,
+                const char *choices, int *out);
+
+/* ------------------------------------------------------------------------
+ * Data-parallel basics: what every data-parallel strategy (ddp, the
+ * sharded engine) checks and keeps alike, so the checks and their messages
+ * are written once.  A strategy puts a dt_dp_t first in its instance.
+ * --------------------------------------------------------------------- */
+typedef struct dt_dp {
+    const dt_host_v1_t *host;
+    const dt_device_ops_v1_t *dev_ops;
+    dt_device_t *dev;
+    dt_stream_t *cs;                 /* the core's compute stream */
+    const dt_comm_ops_v1_t *comm_ops;
+    dt_comm_t *comm;                 /* the data-parallel group */
+    int32_t rank, size;              /* in comm */
+    dt_model_desc_v1_t *model;
+    dt_optim_desc_v1_t optim;
+    uint32_t *fwd_depth, *bwd_depth; /* (n_units) open pre_* hooks per unit */
+} dt_dp_t;
+
+/* Check `args` (struct_size, the NULL pointers, n_micro >= 1, param_dtype
+ * f32 or bf16 (DT_ERR_UNSUPPORTED "<what> keeps f32 or bf16 compute
+ * parameters"), the optimizer kind, every unit valid and at its index),
+ * then fill `b`: rank and size from the group, zeroed hook depths (host
+ * memory).  On failure `b` holds what was set; dt_dp_free it either way. */
+int dt_dp_init(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
+               const char *what);
+void dt_dp_free(dt_dp_t *b);
+
+/* Hook bookkeeping: enter (pre_forward / pre_backward) checks the hook
+ * (unit in range; backward: micro < n_micro, not a no-grad pass) and
+ * counts the unit open; leave (post_*) checks and closes it, refusing a
+ * post without its pre.  DT_ERR_INVALID naming the unit. */
+int dt_dp_hook_enter(dt_dp_t *b, const dt_hook_v1_t *h, int backward);
+int dt_dp_hook_leave(dt_dp_t *b, const dt_hook_v1_t *h, int backward);
+/* Close every hook (begin_step: an abandoned step may leave some open). */
+void dt_dp_hooks_reset(dt_dp_t *b);
+
+/* Start of step(): *out zeroed; DT_ERR_INVALID for an AdamW step count
+ * < 1 or a unit still inside a pre_* hook. */
+int dt_dp_step_check(const dt_dp_t *b, const dt_step_args_v1_t *args, dt_step_result_v1_t *out);
+/* The gradient norm sqrt(sumsq) into *out and the optimizer step it
+ * implies (lr and t from args, grad_scale the clip coefficient).  A
+ * non-finite norm sets out->nonfinite and logs that the update is skipped:
+ * the caller then returns DT_OK without updating. */
+dt_optim_step_t dt_dp_step_norm(const dt_dp_t *b, const dt_step_args_v1_t *args, double sumsq,
+                                dt_step_result_v1_t *out);
+
+/* "params", "exp_avg", "exp_avg_sq" ("unknown" otherwise). */
+const char *dt_state_kind_name(int kind);
+/* state_ranges' argument check (*n = 0 first): purpose HELD or SAVE,
+ * unit in range, kind known.  DT_ERR_NOT_FOUND (message set) for
+ * exp_avg_sq when the optimizer keeps none (has_v 0): nothing held, the
+ * caller answers DT_OK and no range. */
+int dt_dp_ranges_check(const dt_dp_t *b, uint32_t unit, int kind, int purpose, int has_v,
+                       uint32_t *n);
+/* state_ranges' answer of at most one range: *n = 0 when r is empty. */
+int dt_dp_ranges_one(dt_range_t r, dt_range_t *out, uint32_t cap, uint32_t *n);
+/* get/set_state's argument check: unit and kind as dt_dp_ranges_check
+ * (DT_ERR_NOT_FOUND for a missing exp_avg_sq), r inside the unit, `buf`
+ * not NULL when r is not empty.  `what`: "get_state" or "set_state". */
+int dt_dp_state_check(const dt_dp_t *b, uint32_t unit, int kind, int has_v, dt_range_t r,
+                      const void *buf, const char *what);
+/* Copy r.count f32 of state between host and device (`dir` DT_COPY_D2H
+ * or H2D) on the compute stream and wait; a failure is logged naming the
+ * unit, kind and range.  Blocking. */
+int dt_dp_state_copy(const dt_dp_t *b, uint32_t unit, int kind, dt_range_t r, void *dst,
+                     const void *src, int dir, const char *what);
+
+/* Check estimate arguments: struct_size, model, group_size >= 1,
+ * param_bytes 2 or 4.  DT_ERR_INVALID. */
+int dt_dp_estimate_check(const dt_host_v1_t *host, const dt_estimate_args_v1_t *args);
+/* The persistent state of a rank, in elements: `compute` parameters at
+ * param_bytes (+ `owned` f32 masters when param_bytes is 2), `grads` at
+ * grad_bytes, `owned` optimizer elements at optim_bytes less the master
+ * already counted; activations = act_bytes.  Sets those four tags only. */
+void dt_dp_estimate_state(const dt_estimate_args_v1_t *args, uint64_t compute, uint64_t owned,
+                          uint64_t grads, dt_estimate_v1_t *out);
+
+/* ------------------------------------------------------------------------
+ * A strategy plugin over the sharded engine: its config keys, a
+ * configure function, and
+ *
+ *     static int zero_init(const dt_host_v1_t *host,
+ *                          const dt_strategy_init_v1_t *args,
+ *                          dt_strategy_t **out)
+ *     {
+ *         return dt_shard_init(host, args, zero_configure, out);
+ *     }
+ *     (likewise zero_estimate with dt_shard_estimate_with)
+ *     static const dt_strategy_ops_v1_t zero_ops = {
+ *         .info = DT_PLUGIN_INFO(...), .init = zero_init,
+ *         .estimate = zero_estimate, DT_SHARD_STRATEGY_OPS};
+ * --------------------------------------------------------------------- */
+
+/* Read the plugin's keys through `host`, check them against a
+ * data-parallel group of `world` ranks (0: not known, init without a
+ * communicator) and fill `cfg` (zeroed) for `model`.
+ * `unit_numel` holds every unit's numel; `spans` (n_units entries) is
+ * scratch for cfg->spans, valid until the engine is created. */
+typedef int (*dt_shard_configure_fn)(const dt_host_v1_t *host,
+                                     const dt_model_desc_v1_t *model, int32_t world,
+                                     const uint64_t *unit_numel, dt_bucket_span_t *spans,
+                                     dt_shard_cfg_t *cfg);
+
+/* The plugin's init: check `args`, configure for the group's size, create
+ * the engine (*out is the instance). */
+int dt_shard_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
+                  dt_shard_configure_fn configure, dt_shard_t **out);
+/* The plugin's estimate: configure for args->group_size, dt_shard_estimate. */
+int dt_shard_estimate_with(const dt_host_v1_t *host, const dt_estimate_args_v1_t *args,
+                           dt_shard_configure_fn configure, dt_estimate_v1_t *out);
+
+/* The ops slots that are the engine's functions (designated initializers). */
+#define DT_SHARD_STRATEGY_OPS                         \
+    .finalize = dt_shard_destroy,                     \
+    .begin_step = dt_shard_begin_step,                \
+    .pre_forward = dt_shard_pre_forward,              \
+    .post_forward = dt_shard_post_forward,            \
+    .pre_backward = dt_shard_pre_backward,            \
+    .post_backward = dt_shard_post_backward,          \
+    .step = dt_shard_step,                            \
+    .state_ranges = dt_shard_state_ranges,            \
+    .get_state = dt_shard_get_state,                  \
+    .set_state = dt_shard_set_state,                  \
+    .state_loaded = dt_shard_state_loaded
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,103 @@
+/*
+ * sdk/lib/dt_cfg.c - reading a plugin's configuration values through the
+ * host table, with one rule for every plugin: a key the host did not
+ * declare takes its default, anything else that fails is a config error
+ * naming the key.
+ */
+#include "dtrain/sdk_helpers.h"
+
+#include <string.h>
+
+static int cannot_read(const dt_host_v1_t *host, const char *key, int rc)
+{
+    return host->set_error(host, DT_ERR_CONFIG, "%s: cannot read (%s)", key, dt_status_name(rc));
+}
+
+int dt_cfg_int(const dt_host_v1_t *host, const char *key, int64_t def, int64_t min,
+               int64_t *out)
+{
+    int64_t v = def;
+    int rc = host->cfg_int(host, key, &v);
+    if (rc != DT_OK && rc != DT_ERR_NOT_FOUND)
+        return cannot_read(host, key, rc);
+    if (v < min)
+        return host->set_error(host, DT_ERR_CONFIG, "%s = %lld: must be >= %lld", key,
+                               (long long)v, (long long)min);
+    *out = v;
+    return DT_OK;
+}
+
+int dt_cfg_bool(const dt_host_v1_t *host, const char *key, int def, int *out)
+{
+    int v = def;
+    int rc = host->cfg_bool(host, key, &v);
+    if (rc != DT_OK && rc != DT_ERR_NOT_FOUND)
+        return cannot_read(host, key, rc);
+    *out = v ? 1 : 0;
+    return DT_OK;
+}
+
+int dt_cfg_float(const dt_host_v1_t *host, const char *key, double def, double *out)
+{
+    double v = def;
+    int rc = host->cfg_float(host, key, &v);
+    if (rc != DT_OK && rc != DT_ERR_NOT_FOUND)
+        return cannot_read(host, key, rc);
+    *out = v;
+    return DT_OK;
+}
+
+int dt_cfg_string(const dt_host_v1_t *host, const char *key, const char *def,
+                  const char **out)
+{
+    const char *v = def;
+    int rc = host->cfg_string(host, key, &v);
+    if (rc != DT_OK && rc != DT_ERR_NOT_FOUND)
+        return cannot_read(host, key, rc);
+    *out = v;
+    return DT_OK;
+}
+
+/* Index of `v` in `choices` ("A|B|C"), or -1. */
+static int choice_index(const char *choices, const char *v)
+{
+    size_t n = strlen(v);
+    int i = 0;
+    for (const char *p = choices; *p; i++) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, v, n) == 0)
+            return i;
+        if (!bar)
+            break;
+        p = bar + 1;
+    }
+    return -1;
+}
+
+int dt_cfg_enum(const dt_host_v1_t *host, const char *key, const char *def,
+                const char *choices, int *out)
+{
+    const char *v = def;
+    int rc = dt_cfg_string(host, key, def, &v);
+    if (rc != DT_OK)
+        return rc;
+    int i = choice_index(choices, v);
+    if (i < 0) {
+        char list[160];
+        size_t n = 0;
+        for (const char *c = choices; *c && n + 3 < sizeof list; c++) {
+            if (*c == '|') {
+                list[n++] = ',';
+                list[n++] = ' ';
+            } else {
+                list[n++] = *c;
+            }
+        }
+        list[n] = 0;
+        return host->set_error(host, DT_ERR_CONFIG,
+                               "%s = \"%s\" is not one of the valid choices: %s", key, v, list);
+    }
+    *out = i;
+    return DT_OK;
+}

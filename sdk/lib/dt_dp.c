@@ -1,0 +1,301 @@
+/*
+ * sdk/lib/dt_dp.c - what every data-parallel strategy (the ddp plugin, the
+ * sharded engine behind zero and fsdp) checks and keeps alike: its init
+ * arguments, the hook protocol, the start and the norm of a step, state
+ * requests by global range, and the planner's persistent-state bytes.
+ * One copy, so the strategies refuse the same misuse with the same words.
+ */
+#include "dtrain/sdk_helpers.h"
+
+#include <math.h>
+#include <string.h>
+
+static const char *unit_name(const dt_dp_t *b, uint32_t u)
+{
+    const char *n = b->model->units[u].name;
+    return n ? n : "?";
+}
+
+/* ------------------------------------------------------------ init */
+
+static int check_args(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
+                      const char *what)
+{
+    if (!args || args->struct_size < sizeof(dt_strategy_init_v1_t))
+        return host->set_error(host, DT_ERR_ABI, "init args struct_size %u < %zu (core too old)",
+                               args ? args->struct_size : 0, sizeof(dt_strategy_init_v1_t));
+    if (!args->dev_ops || !args->dev || !args->comm_ops || !args->comm || !args->model)
+        return host->set_error(host, DT_ERR_INVALID, "init: NULL %s",
+                               !args->dev_ops ? "dev_ops" : !args->dev ? "dev"
+                               : !args->comm_ops ? "comm_ops" : !args->comm ? "comm" : "model");
+    if (args->n_micro < 1)
+        return host->set_error(host, DT_ERR_INVALID, "init: n_micro = 0");
+    const dt_model_desc_v1_t *model = args->model;
+    if (model->param_dtype != DT_F32 && model->param_dtype != DT_BF16)
+        return host->set_error(host, DT_ERR_UNSUPPORTED,
+                               "param_dtype %s: %s keeps f32 or bf16 compute parameters",
+                               dt_dtype_name(model->param_dtype), what);
+    if (args->optim.kind != DT_OPTIM_ADAMW && args->optim.kind != DT_OPTIM_SGD)
+        return host->set_error(host, DT_ERR_INVALID, "init: unknown optimizer kind %d",
+                               args->optim.kind);
+    if (model->n_units > 0 && !model->units)
+        return host->set_error(host, DT_ERR_INVALID, "init: model has %u units but no table",
+                               model->n_units);
+    for (uint32_t u = 0; u < model->n_units; u++) {
+        if (model->units[u].index != u)
+            return host->set_error(host, DT_ERR_INVALID, "unit '%s' at position %u has index %u",
+                                   model->units[u].name, u, model->units[u].index);
+        int rc = dt_unit_validate(host, &model->units[u]);
+        if (rc != DT_OK)
+            return rc;
+    }
+    return DT_OK;
+}
+
+int dt_dp_init(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
+               const char *what)
+{
+    memset(b, 0, sizeof *b);
+    b->host = host;
+    int rc = check_args(host, args, what);
+    if (rc != DT_OK)
+        return rc;
+    b->dev_ops = args->dev_ops;
+    b->dev = args->dev;
+    b->cs = args->compute_stream;
+    b->comm_ops = args->comm_ops;
+    b->comm = args->comm;
+    b->model = args->model;
+    b->optim = args->optim;
+    if ((rc = b->comm_ops->rank_size(b->comm, &b->rank, &b->size)) != DT_OK) {
+        host->log(host, DT_LOG_ERROR, "init: comm rank_size failed");
+        return rc;
+    }
+    if (b->size < 1 || b->rank < 0 || b->rank >= b->size)
+        return host->set_error(host, DT_ERR_INVALID, "init: comm reports rank %d of %d", b->rank,
+                               b->size);
+    uint64_t bytes = ((uint64_t)b->model->n_units + 1) * sizeof(uint32_t);
+    b->fwd_depth = host->alloc(host, bytes, DT_TAG_OTHER);
+    b->bwd_depth = host->alloc(host, bytes, DT_TAG_OTHER);
+    if (!b->fwd_depth || !b->bwd_depth)
+        return host->set_error(host, DT_ERR_NOMEM, "hook bookkeeping for %u units",
+                               b->model->n_units);
+    memset(b->fwd_depth, 0, bytes);
+    memset(b->bwd_depth, 0, bytes);
+    return DT_OK;
+}
+
+void dt_dp_free(dt_dp_t *b)
+{
+    if (!b || !b->host)
+        return;
+    b->host->free(b->host, b->fwd_depth);
+    b->host->free(b->host, b->bwd_depth);
+    b->fwd_depth = b->bwd_depth = NULL;
+}
+
+/* ------------------------------------------------------------ hooks */
+
+/* Forward hooks do not look at micro-steps (evaluation passes may leave
+ * them 0); backward hooks need them to find the final micro-step. */
+static int hook_check(const dt_dp_t *b, const dt_hook_v1_t *h, const char *what,
+                      int check_micro)
+{
+    const dt_host_v1_t *host = b->host;
+    if (!h)
+        return host->set_error(host, DT_ERR_INVALID, "%s: NULL hook", what);
+    if (h->unit >= b->model->n_units)
+        return host->set_error(host, DT_ERR_INVALID,
+                               "%s: unit %u out of range (model has %u units)", what, h->unit,
+                               b->model->n_units);
+    if (check_micro && (h->n_micro == 0 || h->micro >= h->n_micro))
+        return host->set_error(host, DT_ERR_INVALID, "%s: unit '%s': micro-step %u of %u", what,
+                               unit_name(b, h->unit), h->micro, h->n_micro);
+    return DT_OK;
+}
+
+int dt_dp_hook_enter(dt_dp_t *b, const dt_hook_v1_t *h, int backward)
+{
+    int rc = hook_check(b, h, backward ? "pre_backward" : "pre_forward", backward);
+    if (rc != DT_OK)
+        return rc;
+    if (backward && (h->flags & DT_HOOK_NO_GRAD))
+        return b->host->set_error(b->host, DT_ERR_INVALID,
+                                  "pre_backward: unit '%s' in a no-grad (evaluation) pass",
+                                  unit_name(b, h->unit));
+    (backward ? b->bwd_depth : b->fwd_depth)[h->unit]++;
+    return DT_OK;
+}
+
+int dt_dp_hook_leave(dt_dp_t *b, const dt_hook_v1_t *h, int backward)
+{
+    const char *what = backward ? "post_backward" : "post_forward";
+    int rc = hook_check(b, h, what, backward);
+    if (rc != DT_OK)
+        return rc;
+    uint32_t *depth = backward ? b->bwd_depth : b->fwd_depth;
+    if (depth[h->unit] == 0)
+        return b->host->set_error(b->host, DT_ERR_INVALID, "%s: unit '%s' (%u) without a %s",
+                                  what, unit_name(b, h->unit), h->unit,
+                                  backward ? "pre_backward" : "pre_forward");
+    depth[h->unit]--;
+    return DT_OK;
+}
+
+void dt_dp_hooks_reset(dt_dp_t *b)
+{
+    uint32_t nu = b->model->n_units;
+    memset(b->fwd_depth, 0, nu * sizeof(uint32_t));
+    memset(b->bwd_depth, 0, nu * sizeof(uint32_t));
+}
+
+/* ------------------------------------------------------------ the step */
+
+int dt_dp_step_check(const dt_dp_t *b, const dt_step_args_v1_t *args, dt_step_result_v1_t *out)
+{
+    const dt_host_v1_t *host = b->host;
+    memset(out, 0, sizeof *out);
+    if (b->optim.kind == DT_OPTIM_ADAMW && args->step < 1)
+        return host->set_error(host, DT_ERR_INVALID,
+                               "step: AdamW step count %lld (must be >= 1)",
+                               (long long)args->step);
+    for (uint32_t u = 0; u < b->model->n_units; u++)
+        if (b->bwd_depth[u] || b->fwd_depth[u])
+            return host->set_error(host, DT_ERR_INVALID,
+                                   "step: unit '%s' (%u) is still inside a pre_%s hook",
+                                   unit_name(b, u), u, b->bwd_depth[u] ? "backward" : "forward");
+    return DT_OK;
+}
+
+dt_optim_step_t dt_dp_step_norm(const dt_dp_t *b, const dt_step_args_v1_t *args, double sumsq,
+                                dt_step_result_v1_t *out)
+{
+    double norm = sqrt(sumsq);
+    dt_optim_step_t st = {.desc = &b->optim, .lr = args->lr, .grad_scale = 0.0f, .t = args->step};
+    out->grad_norm = norm;
+    if (!isfinite(norm)) {
+        out->nonfinite = 1;
+        b->host->log(b->host, DT_LOG_WARN, "step %lld: gradient norm is %g, update skipped",
+                     (long long)args->step, norm);
+        return st;
+    }
+    st.grad_scale = dt_clip_scale(norm, args->clip);
+    return st;
+}
+
+/* ------------------------------------------------------------ state */
+
+const char *dt_state_kind_name(int kind)
+{
+    switch (kind) {
+    case DT_STATE_PARAMS: return "params";
+    case DT_STATE_EXP_AVG: return "exp_avg";
+    case DT_STATE_EXP_AVG_SQ: return "exp_avg_sq";
+    default: return "unknown";
+    }
+}
+
+/* Unit and kind; DT_ERR_NOT_FOUND (message set) for SGD's missing second
+ * moment. */
+static int kind_check(const dt_dp_t *b, uint32_t unit, int kind, int has_v, const char *what)
+{
+    const dt_host_v1_t *host = b->host;
+    if (unit >= b->model->n_units)
+        return host->set_error(host, DT_ERR_INVALID,
+                               "%s: unit %u out of range (model has %u units)", what, unit,
+                               b->model->n_units);
+    if (kind < 0 || kind >= DT_STATE_COUNT)
+        return host->set_error(host, DT_ERR_INVALID, "%s: unit '%s': unknown state kind %d",
+                               what, unit_name(b, unit), kind);
+    if (kind == DT_STATE_EXP_AVG_SQ && !has_v)
+        return host->set_error(host, DT_ERR_NOT_FOUND,
+                               "%s: unit '%s': the sgd optimizer keeps no exp_avg_sq (second "
+                               "moment); its momentum is state exp_avg",
+                               what, unit_name(b, unit));
+    return DT_OK;
+}
+
+int dt_dp_ranges_check(const dt_dp_t *b, uint32_t unit, int kind, int purpose, int has_v,
+                       uint32_t *n)
+{
+    *n = 0;
+    if (purpose != DT_RANGES_HELD && purpose != DT_RANGES_SAVE)
+        return b->host->set_error(b->host, DT_ERR_INVALID, "state_ranges: unknown purpose %d",
+                                  purpose);
+    return kind_check(b, unit, kind, has_v, "state_ranges");
+}
+
+int dt_dp_ranges_one(dt_range_t r, dt_range_t *out, uint32_t cap, uint32_t *n)
+{
+    *n = 0;
+    if (r.count == 0)
+        return DT_OK;
+    if (cap > 0 && out)
+        out[0] = r;
+    *n = 1;
+    return DT_OK;
+}
+
+int dt_dp_state_check(const dt_dp_t *b, uint32_t unit, int kind, int has_v, dt_range_t r,
+                      const void *buf, const char *what)
+{
+    const dt_host_v1_t *host = b->host;
+    int rc = kind_check(b, unit, kind, has_v, what);
+    if (rc != DT_OK)
+        return rc;
+    const dt_unit_desc_v1_t *u = &b->model->units[unit];
+    if (r.count > u->numel || r.offset > u->numel - r.count)
+        return host->set_error(host, DT_ERR_INVALID,
+                               "%s: unit '%s' state %s: range [%llu, +%llu) outside the unit's "
+                               "%llu elements", what, unit_name(b, unit), dt_state_kind_name(kind),
+                               (unsigned long long)r.offset, (unsigned long long)r.count,
+                               (unsigned long long)u->numel);
+    if (r.count > 0 && !buf)
+        return host->set_error(host, DT_ERR_INVALID, "%s: unit '%s' state %s: NULL buffer", what,
+                               unit_name(b, unit), dt_state_kind_name(kind));
+    return DT_OK;
+}
+
+int dt_dp_state_copy(const dt_dp_t *b, uint32_t unit, int kind, dt_range_t r, void *dst,
+                     const void *src, int dir, const char *what)
+{
+    const dt_device_ops_v1_t *d = b->dev_ops;
+    int rc = DT_OK;
+    if (r.count > 0) {
+        rc = d->memcpy_async(b->dev, dst, src, r.count * sizeof(float), dir, b->cs);
+        if (rc == DT_OK)
+            rc = d->stream_sync(b->dev, b->cs);
+    }
+    if (rc != DT_OK)
+        b->host->log(b->host, DT_LOG_ERROR, "%s: unit '%s' state %s [%llu, +%llu): copy failed",
+                     what, unit_name(b, unit), dt_state_kind_name(kind),
+                     (unsigned long long)r.offset, (unsigned long long)r.count);
+    return rc;
+}
+
+/* ------------------------------------------------------------ estimate */
+
+int dt_dp_estimate_check(const dt_host_v1_t *host, const dt_estimate_args_v1_t *args)
+{
+    if (!args || args->struct_size < sizeof(dt_estimate_args_v1_t) || !args->model)
+        return host->set_error(host, DT_ERR_INVALID, "estimate: bad args (struct_size %u)",
+                               args ? args->struct_size : 0);
+    if (args->group_size < 1)
+        return host->set_error(host, DT_ERR_INVALID, "estimate: group_size %d",
+                               args->group_size);
+    if (args->param_bytes != 2 && args->param_bytes != 4)
+        return host->set_error(host, DT_ERR_INVALID, "estimate: param_bytes %u (want 2 or 4)",
+                               args->param_bytes);
+    return DT_OK;
+}
+
+void dt_dp_estimate_state(const dt_estimate_args_v1_t *args, uint64_t compute, uint64_t owned,
+                          uint64_t grads, dt_estimate_v1_t *out)
+{
+    uint64_t pb = args->param_bytes;
+    uint64_t master = pb == 2 ? owned * 4 : 0, optim = owned * args->optim_bytes;
+    out->bytes[DT_TAG_PARAMS] = compute * pb + master;
+    out->bytes[DT_TAG_GRADS] = grads * args->grad_bytes;
+    out->bytes[DT_TAG_OPTIMIZER] = optim > master ? optim - master : 0;
+    out->bytes[DT_TAG_ACTIVATIONS] = args->act_bytes;
+}

@@ -6,8 +6,9 @@
  * Each entry checks d->prof first and, when it is NULL (profiling off),
  * tail-calls the kernel: no clock read, no atomic, so the default path
  * costs a load and a branch per kernel call (kernels run for micro- to
- * milliseconds).  On, each call reads the monotonic clock twice (vDSO,
- * tens of ns) and adds to two or three relaxed atomics.
+ * milliseconds).  On, each call past the skipped passes reads the
+ * monotonic clock twice (vDSO, tens of ns) and adds to two or three
+ * relaxed atomics.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -56,9 +57,52 @@ cpu_prof_t *cpu_prof_create(void)
                   strcasecmp(env, "yes") == 0 || strcasecmp(env, "on") == 0))
         return NULL;
     cpu_prof_t *p = calloc(1, sizeof *p);
-    if (p)
-        p->t_init_ns = prof_now();
+    if (!p)
+        return NULL;
+    const char *skip = getenv("DTRAIN_CPU_PROFILE_SKIP");
+    if (skip && *skip >= '0' && *skip <= '9') {
+        char *end = NULL;
+        unsigned long long v = strtoull(skip, &end, 10);
+        if (end && *end == '\0')
+            p->skip = v;
+    }
+    p->t_start_ns = prof_now();
+    atomic_init(&p->passes, 0);
+    atomic_init(&p->active, p->skip == 0);
     return p;
+}
+
+static void counts_copy(cpu_prof_counts_t *dst, cpu_prof_counts_t *src)
+{
+    for (int k = 0; k < CPU_PK_COUNT; k++) {
+        atomic_store_explicit(&dst->ns[k], atomic_load(&src->ns[k]), memory_order_relaxed);
+        atomic_store_explicit(&dst->calls[k], atomic_load(&src->calls[k]),
+                              memory_order_relaxed);
+        atomic_store_explicit(&dst->flops[k], atomic_load(&src->flops[k]),
+                              memory_order_relaxed);
+        atomic_store_explicit(&dst->bytes[k], atomic_load(&src->bytes[k]),
+                              memory_order_relaxed);
+    }
+}
+
+/* A forward pass begins (embedding_forward): start counting at pass
+ * skip + 1; at every later pass, close the whole passes so far. */
+static void prof_pass(cpu_prof_t *p)
+{
+    uint64_t n = atomic_fetch_add(&p->passes, 1) + 1;
+    if (n <= p->skip)
+        return;
+    uint64_t t = prof_now();
+    if (n == p->skip + 1) {
+        if (p->skip > 0) {
+            p->t_start_ns = t;
+            atomic_store(&p->active, 1);
+        }
+        return;
+    }
+    counts_copy(&p->at_pass, &p->live);
+    p->at_pass_ns = t;
+    p->whole_passes = n - 1 - p->skip;
 }
 
 /* Add one call of `kind` that began at t0 (flops and bytes may be 0). */
@@ -66,12 +110,13 @@ static void prof_add(cpu_prof_t *p, int kind, uint64_t t0, uint64_t flops,
                      uint64_t bytes)
 {
     uint64_t dt = prof_now() - t0;
-    atomic_fetch_add_explicit(&p->ns[kind], dt, memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->calls[kind], 1, memory_order_relaxed);
+    cpu_prof_counts_t *c = &p->live;
+    atomic_fetch_add_explicit(&c->ns[kind], dt, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->calls[kind], 1, memory_order_relaxed);
     if (flops)
-        atomic_fetch_add_explicit(&p->flops[kind], flops, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->flops[kind], flops, memory_order_relaxed);
     if (bytes)
-        atomic_fetch_add_explicit(&p->bytes[kind], bytes, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->bytes[kind], bytes, memory_order_relaxed);
 }
 
 void cpu_prof_report(const dt_host_v1_t *host, cpu_prof_t *p,
@@ -79,47 +124,74 @@ void cpu_prof_report(const dt_host_v1_t *host, cpu_prof_t *p,
 {
     if (!p)
         return;
-    double wall = (double)(prof_now() - p->t_init_ns) * 1e-9;
+    uint64_t passes = atomic_load(&p->passes);
+    if (!atomic_load(&p->active)) {
+        host->log(host, DT_LOG_INFO,
+                  "profile (%s): nothing measured: %llu forward pass(es), all "
+                  "left out by DTRAIN_CPU_PROFILE_SKIP=%llu", device_name,
+                  (unsigned long long)passes, (unsigned long long)p->skip);
+        free(p);
+        return;
+    }
+    /* whole passes when there are any, else everything up to now */
+    cpu_prof_counts_t *c = p->whole_passes ? &p->at_pass : &p->live;
+    uint64_t t_end = p->whole_passes ? p->at_pass_ns : prof_now();
+    double wall = (double)(t_end - p->t_start_ns) * 1e-9;
+    double per = p->whole_passes ? (double)p->whole_passes : 1.0;
+    char span[160];
+    if (p->whole_passes)
+        snprintf(span, sizeof span, "forward passes %llu..%llu of %llu (%llu whole)",
+                 (unsigned long long)p->skip + 1,
+                 (unsigned long long)(p->skip + p->whole_passes),
+                 (unsigned long long)passes, (unsigned long long)p->whole_passes);
+    else if (p->skip)
+        snprintf(span, sizeof span, "forward pass %llu to finalize (%llu passes)",
+                 (unsigned long long)p->skip + 1, (unsigned long long)passes);
+    else
+        snprintf(span, sizeof span, "init to finalize (%llu forward passes)",
+                 (unsigned long long)passes);
+    const char *unit = p->whole_passes ? "per pass" : "in total";
+
     double tot = 0, mm = 0;
     int order[CPU_PK_COUNT], n = 0;
     for (int k = 0; k < CPU_PK_COUNT; k++) {
-        double s = (double)atomic_load(&p->ns[k]) * 1e-9;
+        double s = (double)atomic_load(&c->ns[k]) * 1e-9;
         tot += s;
         if (k == CPU_PK_MATMUL_FWD || k == CPU_PK_MATMUL_BWD)
             mm += s;
-        if (atomic_load(&p->calls[k]))
+        if (atomic_load(&c->calls[k]))
             order[n++] = k;
     }
     /* most expensive first (insertion sort: at most CPU_PK_COUNT rows) */
     for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && atomic_load(&p->ns[order[j]]) >
-                                     atomic_load(&p->ns[order[j - 1]]); j--) {
+        for (int j = i; j > 0 && atomic_load(&c->ns[order[j]]) >
+                                     atomic_load(&c->ns[order[j - 1]]); j--) {
             int t = order[j];
             order[j] = order[j - 1];
             order[j - 1] = t;
         }
-    const double pct_k = tot > 0 ? 100.0 / tot : 0, pct_w = wall > 0 ? 100.0 / wall : 0;
+    const double pct_w = wall > 0 ? 100.0 / wall : 0;
     host->log(host, DT_LOG_INFO,
-              "profile (%s): %.3f s since init, %.3f s in kernels and copies "
-              "(%.1f%%); matmul %.3f s = %.1f%% of kernel time, outside matmul "
-              "%.1f%% of kernel time", device_name, wall, tot, tot * pct_w, mm,
-              mm * pct_k, (tot - mm) * pct_k);
-    host->log(host, DT_LOG_INFO, "profile: %-17s %9s %11s %9s %10s %9s",
-              "kind", "calls", "total ms", "% kernel", "us/call", "rate");
+              "profile (%s): %s: %.2f ms %s, kernels and copies %.2f ms "
+              "(%.1f%%), matmul %.2f ms (%.1f%%), outside matmul %.1f%%",
+              device_name, span, wall * 1e3 / per, unit, tot * 1e3 / per, tot * pct_w,
+              mm * 1e3 / per, mm * pct_w, 100.0 - mm * pct_w);
+    host->log(host, DT_LOG_INFO, "profile: %-17s %9s %11s %10s %7s %10s  %s",
+              "kind", "calls", "total ms", "ms/pass", "% wall", "us/call", "rate");
     for (int i = 0; i < n; i++) {
         int k = order[i];
-        uint64_t calls = atomic_load(&p->calls[k]);
-        double s = (double)atomic_load(&p->ns[k]) * 1e-9;
-        double fl = (double)atomic_load(&p->flops[k]);
-        double by = (double)atomic_load(&p->bytes[k]);
+        uint64_t calls = atomic_load(&c->calls[k]);
+        double s = (double)atomic_load(&c->ns[k]) * 1e-9;
+        double fl = (double)atomic_load(&c->flops[k]);
+        double by = (double)atomic_load(&c->bytes[k]);
         char rate[48] = "";
         if (fl > 0 && s > 0)
             snprintf(rate, sizeof rate, "%.1f GFLOP/s", fl / s * 1e-9);
         else if (by > 0 && s > 0)
             snprintf(rate, sizeof rate, "%.2f GB/s", by / s * 1e-9);
         host->log(host, DT_LOG_INFO,
-                  "profile: %-17s %9" PRIu64 " %11.2f %9.1f %10.1f %s",
-                  kind_names[k], calls, s * 1e3, s * pct_k,
+                  "profile: %-17s %9" PRIu64 " %11.2f %10.2f %7.1f %10.1f  %s",
+                  kind_names[k], calls, s * 1e3, s * 1e3 / per, s * pct_w,
                   s * 1e6 / (double)calls, rate);
     }
     free(p);
@@ -128,7 +200,8 @@ void cpu_prof_report(const dt_host_v1_t *host, cpu_prof_t *p,
 /* The entry body: kernel straight through when off, timed when on. */
 #define PROF_CALL(kind, flops, bytes, call)                                    \
     do {                                                                       \
-        if (!d || !d->prof)                                                    \
+        if (!d || !d->prof ||                                                  \
+            !atomic_load_explicit(&d->prof->active, memory_order_relaxed))     \
             return call;                                                       \
         uint64_t t0_ = prof_now();                                             \
         int rc_ = call;                                                        \
@@ -173,6 +246,8 @@ int cpu_prof_embedding_forward(dt_device_t *d, dt_stream_t *s, float *out,
                                const float *wpe, int64_t B, int64_t T,
                                int64_t C)
 {
+    if (d && d->prof)
+        prof_pass(d->prof);
     PROF_CALL(CPU_PK_EMBEDDING_FWD, 0, 0,
               cpu_embedding_forward(d, s, out, tokens, wte, wpe, B, T, C));
 }

@@ -8,6 +8,16 @@
  * default) the ops table's entries cost one predictable branch on a NULL
  * pointer before the kernel itself: nothing is timed or counted.
  *
+ * Forward passes are counted at each embedding_forward, the first kernel
+ * of every forward pass of the built-in models (with one micro-batch per
+ * step, passes are steps).  When the run had at least two passes the
+ * table covers whole passes only, from the start of the first counted one
+ * to the start of the last one: the last pass and whatever follows it
+ * (a final checkpoint's copies, teardown) are left out, and so are the
+ * first DTRAIN_CPU_PROFILE_SKIP=N passes (a run's first steps are slow:
+ * page faults on fresh activations, gradients and optimizer state).
+ * Otherwise it covers everything from init (or pass N+1) to finalize.
+ *
  * An environment variable rather than a [cpu] key so that it can be turned
  * on for any run (also ranks started by a launcher, which inherit it)
  * without touching the config.
@@ -31,14 +41,27 @@ enum {
     CPU_PK_MEMSET, CPU_PK_COUNT
 };
 
-/* Totals since init.  Atomic: kernels may come from several threads (a
- * strategy's reduction stream casts on the comm thread). */
-typedef struct cpu_prof {
-    uint64_t t_init_ns;
+/* Per-kind totals. */
+typedef struct cpu_prof_counts {
     _Atomic uint64_t ns[CPU_PK_COUNT];
     _Atomic uint64_t calls[CPU_PK_COUNT];
     _Atomic uint64_t flops[CPU_PK_COUNT]; /* matmuls only */
     _Atomic uint64_t bytes[CPU_PK_COUNT]; /* memcpy, memset */
+} cpu_prof_counts_t;
+
+/* Atomic: kernels may come from several threads (a strategy's reduction
+ * stream casts on the comm thread). */
+typedef struct cpu_prof {
+    uint64_t skip;                /* passes left out */
+    _Atomic uint64_t passes;      /* embedding_forward calls so far */
+    _Atomic int active;           /* counting (pass skip+1 has begun) */
+    uint64_t t_start_ns;          /* when counting began (init or pass skip+1) */
+    cpu_prof_counts_t live;       /* since t_start_ns */
+    /* `live` as it was when the latest pass after skip+1 began (written by
+     * the thread running embedding_forward; read at finalize) */
+    cpu_prof_counts_t at_pass;
+    uint64_t at_pass_ns;
+    uint64_t whole_passes;        /* passes between t_start_ns and at_pass_ns */
 } cpu_prof_t;
 
 /* A profile when DTRAIN_CPU_PROFILE asks for one ("1", "true", "yes",

@@ -288,6 +288,8 @@ static int rdv_error(dt_comm_t *c, const char *what, int status, const char *fmt
 
 /* Create or join the segment c->name and wait for all c->size ranks.
  * `what` names the rendezvous in messages. */
+static void set_mid_range(dt_comm_t *c);
+
 static int rendezvous(dt_comm_t *c, const char *what, uint64_t chunk, uint64_t p2p_chunk)
 {
     const pid_t me = getpid();
@@ -374,6 +376,15 @@ static int rendezvous(dt_comm_t *c, const char *what, uint64_t chunk, uint64_t p
                 retry = 1;
             } else if (!ready) {
                 retry = 1; /* being initialised */
+            } else if (h->version != SHM_VERSION) {
+                uint32_t hv = h->version;
+                munmap(h, hdr_bytes);
+                close(fd);
+                return rdv_error(c, what, DT_ERR_INVALID,
+                                 "%s was created by pid %d with layout version %u of the "
+                                 "shm plugin; this rank's plugin has version %u (ranks of "
+                                 "one job must load the same dtrain_shm)",
+                                 c->name, (int)creator, (unsigned)hv, (unsigned)SHM_VERSION);
             } else if (h->size != c->size) {
                 int32_t hs = h->size;
                 munmap(h, hdr_bytes);
@@ -415,6 +426,7 @@ static int rendezvous(dt_comm_t *c, const char *what, uint64_t chunk, uint64_t p
         c->p2p = (unsigned char *)c->base + h->off_p2p;
         c->chunk = h->chunk;
         c->p2p_chunk = h->p2p_chunk;
+        set_mid_range(c);
         if (c->is_world) {
             c->job->world = h;
             c->job->base = c->base;
@@ -437,6 +449,16 @@ static int rendezvous(dt_comm_t *c, const char *what, uint64_t chunk, uint64_t p
             continue;
         }
         rk->world_rank = c->wranks[c->rank];
+        cpu_set_t mine;
+        CPU_ZERO(&mine);
+        memset(rk->cpus, 0, sizeof rk->cpus);
+        if (sched_getaffinity(0, sizeof mine, &mine) == 0) {
+            for (int cpu = 0; cpu < SHM_CPU_WORDS * 64 && cpu < CPU_SETSIZE; cpu++)
+                if (CPU_ISSET(cpu, &mine))
+                    rk->cpus[cpu / 64] |= 1ull << (cpu % 64);
+        } else {
+            memset(rk->cpus, 0xff, sizeof rk->cpus); /* unknown: any */
+        }
         atomic_store(&rk->state, SHM_RANK_JOINED);
         atomic_fetch_add(&h->attached, 1);
         shm_futex_wake(&h->attached, INT_MAX);
@@ -557,7 +579,31 @@ static dt_comm_t *comm_alloc(const dt_host_v1_t *host, int32_t rank, int32_t siz
     }
     for (size_t i = 0; i < n; i++)
         c->pidfds[i] = -1;
+    const char *stats = getenv("DTRAIN_SHM_STATS");
+    c->stats.on = stats && strcmp(stats, "1") == 0;
     return c;
+}
+
+/* DTRAIN_SHM_STATS=1: one line per group at finalize. */
+static void log_stats(dt_comm_t *c)
+{
+    const shm_stats_t *s = &c->stats;
+    if (!s->on)
+        return;
+    double coll_ms = (double)s->coll_ns * 1e-6, wait_ms = (double)s->wait_ns * 1e-6;
+    double sleep_ms = (double)s->sleep_ns * 1e-6;
+    c->host->log(c->host, DT_LOG_INFO,
+                 "stats, group %s, rank %d: %llu collectives (%llu on the caller's thread), "
+                 "%.1f MB, %.1f ms executing (%.2f GB/s); %llu phase waits not ready at once: "
+                 "%.1f ms, of which %.1f ms asleep (%llu sleeps) and %.1f ms spinning; "
+                 "callers waited on %llu unfinished requests for %.1f ms",
+                 c->gname, (int)c->rank, (unsigned long long)s->coll_ops,
+                 (unsigned long long)s->coll_inline, (double)s->coll_bytes * 1e-6, coll_ms,
+                 coll_ms > 0 ? (double)s->coll_bytes / (double)s->coll_ns : 0.0,
+                 (unsigned long long)s->waits, wait_ms, sleep_ms,
+                 (unsigned long long)s->sleeps, wait_ms - sleep_ms,
+                 (unsigned long long)atomic_load(&s->req_waits),
+                 (double)atomic_load(&s->req_wait_ns) * 1e-6);
 }
 
 static int start_thread(dt_comm_t *c)
@@ -601,6 +647,59 @@ static void chunk_sizes(int64_t slot_bytes, int32_t size, uint64_t *chunk, uint6
     *p2p = pc;
 }
 
+/* Bytes of the last-level cache CPU 0 sees, from sysfs (sysconf's
+ * _SC_LEVEL3_CACHE_SIZE reports the whole package's on some VMs, e.g.
+ * 384 MiB where one core's L3 is 32 MiB); SHM_LLC_DEFAULT if unknown. */
+static uint64_t llc_bytes(void)
+{
+    uint64_t best = 0;
+    int best_level = 0;
+    for (int i = 0; i < 10; i++) {
+        char path[96], buf[32];
+        int level = 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            break;
+        int ok = fscanf(f, "%d", &level) == 1;
+        fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        f = fopen(path, "r");
+        if (!f || !ok)
+            continue;
+        ok = fgets(buf, sizeof buf, f) != NULL;
+        fclose(f);
+        if (!ok || level < best_level)
+            continue;
+        char *end = NULL;
+        unsigned long long v = strtoull(buf, &end, 10);
+        if (end && (*end == 'K' || *end == 'k'))
+            v <<= 10;
+        else if (end && *end == 'M')
+            v <<= 20;
+        if (v > 0) {
+            best = v;
+            best_level = level;
+        }
+    }
+    return best ? best : SHM_LLC_DEFAULT;
+}
+
+/* Message sizes whose reductions use SHM_MID_CHUNK rounds: 2 x size x
+ * bytes between one and two last-level caches. */
+static void set_mid_range(dt_comm_t *c)
+{
+    static _Atomic uint64_t llc;
+    uint64_t l = atomic_load(&llc);
+    if (!l) {
+        l = llc_bytes();
+        atomic_store(&llc, l);
+    }
+    uint64_t n = 2 * (uint64_t)(c->size > 0 ? c->size : 1);
+    c->mid_lo = l / n;
+    c->mid_hi = 2 * l / n;
+}
+
 /* Finish a comm after its rendezvous succeeded. */
 static int comm_start(dt_comm_t *c)
 {
@@ -611,7 +710,9 @@ static int comm_start(dt_comm_t *c)
                  "joined group %s as rank %d of %d (segment %s, %.1f MiB, %llu-byte "
                  "chunks, %s)", c->gname, (int)c->rank, (int)c->size, c->name,
                  (double)c->bytes / 1048576.0, (unsigned long long)c->chunk,
-                 c->spin_ns ? "spinning then sleeping" : "sleeping at once");
+                 c->spin_ns ? (c->caller_one_cpu ? "waits spin then sleep, callers sleep at once"
+                                                 : "waits spin then sleep")
+                            : "waits sleep at once (ranks share CPUs)");
     return DT_OK;
 }
 
@@ -634,6 +735,21 @@ static int usable_cpus(void)
         return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
+}
+
+/* CPUs the group's ranks may run on together (the union of the masks they
+ * published at the rendezvous).  Ranks bound one per core (by the cpu
+ * device, mpirun, taskset) each see one CPU, yet do not share any. */
+static int group_cpus(dt_comm_t *c)
+{
+    int n = 0;
+    for (int w = 0; w < SHM_CPU_WORDS; w++) {
+        uint64_t u = 0;
+        for (int p = 0; p < c->size; p++)
+            u |= c->ranks[p].cpus[w];
+        n += __builtin_popcountll(u);
+    }
+    return n;
 }
 
 static int read_int(const dt_host_v1_t *h, const char *key, int64_t def, int64_t lo,
@@ -709,13 +825,11 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *a, dt_com
     job->world_rank = a->rank;
     job->world_size = a->size;
     snprintf(job->job_id, sizeof job->job_id, "%s", a->job_id);
-    int local = a->local_size > 0 ? a->local_size : a->size;
-    job->oversubscribed = local > usable_cpus();
 
     c->job = job;
     c->is_world = 1;
     c->timeout_ms = a->timeout_ms < SHM_TIMEOUT_MAX_MS ? a->timeout_ms : SHM_TIMEOUT_MAX_MS;
-    c->spin_ns = job->oversubscribed ? 0 : (uint64_t)spin * 1000ull;
+    c->caller_one_cpu = usable_cpus() == 1;
     c->dev_ops = dev_ops;
     c->dev = dev;
     snprintf(c->gname, sizeof c->gname, "world");
@@ -728,8 +842,12 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *a, dt_com
     char what[160];
     snprintf(what, sizeof what, "rendezvous for job '%s'", a->job_id);
     st = rendezvous(c, what, chunk, p2p);
-    if (st == DT_OK)
+    if (st == DT_OK) {
+        /* Spinning only pays when every rank has a CPU of its own. */
+        job->oversubscribed = c->size > group_cpus(c);
+        c->spin_ns = job->oversubscribed ? 0 : (uint64_t)spin * 1000ull;
         st = comm_start(c);
+    }
     if (st != DT_OK) {
         if (c->hdr)
             leave_failed(c);
@@ -750,6 +868,7 @@ static void shm_finalize(dt_comm_t *c)
         shm_wake_progress(c);
         pthread_join(c->thread, NULL);
     }
+    log_stats(c);
     /* Requests never waited for: nobody can wait for them any more. */
     struct dt_comm_req *r = c->live;
     int leaked = 0;
@@ -840,6 +959,7 @@ static int shm_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
     g->is_world = 0;
     g->timeout_ms = c->timeout_ms;
     g->spin_ns = c->spin_ns;
+    g->caller_one_cpu = usable_cpus() == 1;
     g->dev_ops = c->dev_ops;
     g->dev = c->dev;
     snprintf(g->gname, sizeof g->gname, "%.120s/g%uc%u", c->gname, no, (uint32_t)color);

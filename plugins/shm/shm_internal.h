@@ -68,6 +68,11 @@ static inline int shm_split_name(char *buf, size_t cap, const char *parent,
  * Tunables that are not configuration keys.
  * --------------------------------------------------------------------- */
 #define SHM_NBUF 4          /* pipeline buffers per rank slot (>= 3 needed) */
+/* Reductions of cache-sized messages move SHM_MID_CHUNK-byte pieces per
+ * round (see round_elems in shm_collectives.c); SHM_LLC_DEFAULT is the
+ * last-level cache assumed where sysfs does not say. */
+#define SHM_MID_CHUNK (256u << 10)
+#define SHM_LLC_DEFAULT (32ull << 20)
 #define SHM_P2P_NBUF 4      /* buffers per point-to-point channel */
 #define SHM_LINE 128        /* false-sharing unit (adjacent-line prefetch) */
 #define SHM_SLICE_NS 10000000ull   /* longest single futex sleep: 10 ms */
@@ -80,7 +85,7 @@ static inline int shm_split_name(char *buf, size_t cap, const char *parent,
 #define SHM_WAKE_SPIN_NS 300000ull
 /* Longest timeout honoured (~115 days): keeps ms -> ns products in range. */
 #define SHM_TIMEOUT_MAX_MS 10000000000ll
-#define SHM_VERSION 1u
+#define SHM_VERSION 2u
 #define SHM_MAGIC 0x31686d736e727464ull /* "dtrnshm1" little-endian */
 
 /* Default and limits of the config keys (also in the key table). */
@@ -140,11 +145,16 @@ typedef struct shm_desc {
 /* Slot state (shm_rank_t.state). */
 enum { SHM_RANK_EMPTY = 0, SHM_RANK_JOINED = 1, SHM_RANK_LEFT = 2 };
 
+#define SHM_CPU_WORDS 16 /* CPUs 0..1023 in a rank's affinity mask */
+
 typedef struct shm_rank {
     /* written once by the owner at attach / finalize */
     _Atomic int32_t pid;
     int32_t world_rank;
     _Atomic uint32_t state;
+    /* the CPUs this rank's threads may run on (bit c of word c / 64),
+     * written before `attached` is incremented */
+    uint64_t cpus[SHM_CPU_WORDS];
     /* phases this rank has posted: the owner stores, everyone reads */
     _Alignas(SHM_LINE) _Atomic uint32_t seq;
     /* this rank's progress thread sleeps on `bell`; others ring it */
@@ -182,7 +192,7 @@ typedef struct shm_job {
     size_t bytes;
     int32_t world_rank;
     int32_t world_size;
-    int oversubscribed;   /* more local ranks than usable cores */
+    int oversubscribed;   /* more ranks than the CPUs they may run on together */
     char job_id[SHM_JOB_ID_MAX + 1];
 } shm_job_t;
 
@@ -221,6 +231,22 @@ struct dt_comm_req {
     char msg[640];
 };
 
+/* Opt-in counters (DTRAIN_SHM_STATS=1 in the environment), logged at
+ * finalize: where a group's time goes, e.g. whether ranks spin or sleep
+ * while they wait for each other, and how long callers wait for requests
+ * (the communication a training step did not hide).  Off, the counting
+ * sites cost one branch each. */
+typedef struct shm_stats {
+    int on;
+    /* executor (holding exec) */
+    uint64_t coll_ops, coll_inline, coll_bytes, coll_ns;
+    uint64_t waits;          /* phase waits that were not satisfied at once */
+    uint64_t wait_ns;        /* their time, spinning and sleeping */
+    uint64_t sleeps, sleep_ns;
+    /* callers: waits on requests that were not done yet */
+    _Atomic uint64_t req_waits, req_wait_ns;
+} shm_stats_t;
+
 typedef struct dt_comm dt_comm_t;
 
 struct dt_comm {
@@ -231,7 +257,16 @@ struct dt_comm {
     int32_t rank, size;
     int is_world;
     int64_t timeout_ms;
-    uint64_t spin_ns;
+    uint64_t spin_ns;     /* wait spin budget; 0 when oversubscribed */
+    /* The thread that initialised the group may run on one CPU only (bound
+     * by mpirun, taskset, ...): then its waits for the progress thread
+     * sleep at once, since that thread inherited the same CPU and a
+     * spinning caller would only keep it off it. */
+    int caller_one_cpu;
+    /* Callers blocked in a wait on this group's requests.  The progress
+     * thread spins in its phase waits only while one is (otherwise the
+     * caller is computing and a spin would take its CPU). */
+    _Atomic int callers_waiting;
     const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
 
@@ -244,6 +279,7 @@ struct dt_comm {
     unsigned char *slots;
     unsigned char *p2p;
     uint64_t chunk, p2p_chunk;
+    uint64_t mid_lo, mid_hi; /* message bytes that use SHM_MID_CHUNK rounds */
     int32_t *wranks;    /* world rank of each group rank */
     int32_t *pids;      /* pid of each group rank */
     int *pidfds;        /* -1 where pidfd_open is unavailable */
@@ -283,6 +319,8 @@ struct dt_comm {
     struct dt_comm_req **cur_send;  /* per peer: the send owning the channel */
     struct dt_comm_req **cur_recv;  /* per peer: the recv bound to the head */
     uint64_t p2p_next_check;
+
+    shm_stats_t stats;
 };
 
 /* ------------------------------------------------------------------------
@@ -340,6 +378,18 @@ void shm_break(dt_comm_t *c, int status, const char *text);
 void shm_wake_progress(dt_comm_t *c);
 /* The progress thread's body (arg: the dt_comm_t). */
 void *shm_progress_main(void *arg);
+/* 1 on a group's progress thread, 0 on callers' threads. */
+extern _Thread_local int shm_on_progress_thread;
+/* How long an executor's wait may spin: the configured spin, except on
+ * the progress thread while no caller waits for the group (the caller is
+ * computing then, and the spin would take its CPU). */
+static inline uint64_t shm_exec_spin_ns(dt_comm_t *c)
+{
+    if (shm_on_progress_thread && atomic_load_explicit(&c->callers_waiting,
+                                                       memory_order_relaxed) == 0)
+        return 0;
+    return c->spin_ns;
+}
 /* The ABI's operations (shm_ops.c); see comm.h for their contracts. */
 int shm_op_rank_size(dt_comm_t *c, int32_t *rank, int32_t *size);
 int shm_op_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,

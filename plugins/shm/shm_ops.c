@@ -96,7 +96,13 @@ static void run_one(dt_comm_t *c, struct dt_comm_req *r)
         shm_p2p_start(c, r);
         return;
     }
+    uint64_t t0 = c->stats.on ? shm_now_ns() : 0;
     int st = shm_run_collective(c, r);
+    if (c->stats.on) {
+        c->stats.coll_ops++;
+        c->stats.coll_bytes += r->count * r->esize;
+        c->stats.coll_ns += shm_now_ns() - t0;
+    }
     if (st == DT_OK) {
         shm_req_complete(r, DT_OK);
         return;
@@ -163,9 +169,12 @@ static int run_next(dt_comm_t *c)
     return r != NULL;
 }
 
+_Thread_local int shm_on_progress_thread;
+
 void *shm_progress_main(void *arg)
 {
     dt_comm_t *c = arg;
+    shm_on_progress_thread = 1;
     for (;;) {
         if (atomic_load(&c->enqueued) != atomic_load(&c->taken)) {
             pthread_mutex_lock(&c->exec);
@@ -206,19 +215,28 @@ static void help_until_done(dt_comm_t *c, struct dt_comm_req *r)
 }
 
 /* Caller side: wait until r is done, at most timeout_ns (< 0: no limit);
- * spins for spin_ns first (0 when ranks outnumber cores).  Returns 1 when
+ * spins for spin_ns first (0 when ranks outnumber cores, or when this
+ * thread has one CPU, which it shares with the progress thread).  While it
+ * waits, the progress thread may spin (shm_exec_spin_ns).  Returns 1 when
  * done. */
 static int req_wait_done(dt_comm_t *c, struct dt_comm_req *r, int64_t timeout_ns)
 {
+    if (atomic_load(&r->state) == SHM_REQ_DONE)
+        return 1;
     uint64_t t0 = shm_now_ns();
-    uint64_t spin_end = t0 + c->spin_ns;
+    uint64_t spin_end = t0 + (c->caller_one_cpu ? 0 : c->spin_ns);
+    atomic_fetch_add(&c->callers_waiting, 1);
     for (;;) {
-        if (atomic_load(&r->state) == SHM_REQ_DONE)
+        if (atomic_load(&r->state) == SHM_REQ_DONE) {
+            atomic_fetch_sub(&c->callers_waiting, 1);
             return 1;
+        }
         uint64_t now = shm_now_ns(), left = 0;
         if (timeout_ns >= 0) {
-            if (now - t0 >= (uint64_t)timeout_ns)
+            if (now - t0 >= (uint64_t)timeout_ns) {
+                atomic_fetch_sub(&c->callers_waiting, 1);
                 return 0;
+            }
             left = (uint64_t)timeout_ns - (now - t0);
         }
         if (now < spin_end) {
@@ -246,6 +264,9 @@ int shm_op_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
     if (!c || !r)
         return c ? c->host->set_error(c->host, DT_ERR_INVALID, "wait: NULL request")
                  : DT_ERR_INVALID;
+    uint64_t t_wait = 0;
+    if (c->stats.on && atomic_load(&r->state) != SHM_REQ_DONE)
+        t_wait = shm_now_ns();
     if (timeout_ms < 0) {
         /* Every step of the executor is bounded by the group timeout. */
         if (atomic_load(&r->state) != SHM_REQ_DONE && pthread_mutex_trylock(&c->exec) == 0) {
@@ -277,6 +298,10 @@ int shm_op_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
                                       "%s: timed out after %.1f s and the progress "
                                       "thread did not stop", desc, (double)timeout_ms / 1000.0);
         }
+    }
+    if (t_wait) {
+        atomic_fetch_add(&c->stats.req_waits, 1);
+        atomic_fetch_add(&c->stats.req_wait_ns, shm_now_ns() - t_wait);
     }
     int st = r->status;
     if (st != DT_OK)
@@ -339,6 +364,8 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
                 r->seq = ++c->coll_seq;
                 pthread_mutex_unlock(&c->qlock);
                 run_one(c, r);
+                if (c->stats.on)
+                    c->stats.coll_inline++;
                 pthread_mutex_unlock(&c->exec);
                 int st = r->status;
                 if (st != DT_OK)

@@ -210,16 +210,32 @@ static int check_failures(dt_comm_t *c, struct dt_comm_req *r,
     return DT_OK;
 }
 
+static int wait_phase_slow(dt_comm_t *c, struct dt_comm_req *r, phase_cond_t *pcp);
+
 int shm_wait_phase(dt_comm_t *c, struct dt_comm_req *r, uint32_t target,
                    int32_t only)
 {
     phase_cond_t pc = {.target = target, .only = only, .next = 0};
     if (phase_ready(c, &pc))
         return DT_OK;
+    if (!c->stats.on)
+        return wait_phase_slow(c, r, &pc);
+    uint64_t t0 = shm_now_ns();
+    int st = wait_phase_slow(c, r, &pc);
+    c->stats.waits++;
+    c->stats.wait_ns += shm_now_ns() - t0;
+    return st;
+}
+
+/* shm_wait_phase when the target was not reached at once. */
+static int wait_phase_slow(dt_comm_t *c, struct dt_comm_req *r, phase_cond_t *pcp)
+{
+    phase_cond_t pc = *pcp;
     shm_rank_t *me = &c->ranks[c->rank];
     uint64_t t0 = shm_now_ns(), now = t0;
-    uint64_t spin_end = t0 + c->spin_ns;
-    if (c->spin_ns && c->rang_ns + SHM_WAKE_SPIN_NS > spin_end)
+    const uint64_t spin = shm_exec_spin_ns(c);
+    uint64_t spin_end = t0 + spin;
+    if (spin && c->rang_ns + SHM_WAKE_SPIN_NS > spin_end)
         spin_end = c->rang_ns + SHM_WAKE_SPIN_NS; /* a peer we woke is on its way */
     uint64_t next_check = t0 + SHM_CHECK_NS;
     uint64_t limit = (uint64_t)c->timeout_ms * 1000000ull;
@@ -255,7 +271,12 @@ int shm_wait_phase(dt_comm_t *c, struct dt_comm_req *r, uint32_t target,
             shm_futex_wait(&me->bell, v, left < SHM_SLICE_NS ? left : SHM_SLICE_NS);
         }
         atomic_store(&me->sleeping, SHM_AWAKE);
+        uint64_t before = now;
         now = shm_now_ns();
+        if (c->stats.on && !again) {
+            c->stats.sleeps++;
+            c->stats.sleep_ns += now - before;
+        }
         st = check_failures(c, r, &pc, now, t0, &next_check, 1);
         if (st != DT_OK)
             return st;
@@ -265,9 +286,10 @@ int shm_wait_phase(dt_comm_t *c, struct dt_comm_req *r, uint32_t target,
 void shm_p2p_wait(dt_comm_t *c, _Atomic uint32_t *done)
 {
     shm_rank_t *me = &c->ranks[c->rank];
-    uint64_t spin_end = shm_now_ns() + c->spin_ns;
+    const uint64_t spin = shm_exec_spin_ns(c);
+    uint64_t spin_end = shm_now_ns() + spin;
     for (;;) {
-        if (c->spin_ns && c->rang_ns + SHM_WAKE_SPIN_NS > spin_end)
+        if (spin && c->rang_ns + SHM_WAKE_SPIN_NS > spin_end)
             spin_end = c->rang_ns + SHM_WAKE_SPIN_NS; /* a peer we woke is on its way */
         if (atomic_load(&c->enqueued) != atomic_load(&c->taken) || atomic_load(&c->stop) ||
             !c->p2p_head || (done && atomic_load(done) == SHM_REQ_DONE))

@@ -6,6 +6,15 @@
  * at most SHM_SLICE_NS so that it notices, even without a wake-up, a peer
  * that died (pidfd, else kill(pid, 0)), a failure published by any rank of
  * the job (abort, death), a cancelled wait, and its own deadline.
+ *
+ * Who may spin (shm_exec_spin_ns): nobody when the group's ranks can run on
+ * fewer CPUs together than there are ranks; a caller running an operation
+ * itself; the progress thread only while a caller waits for one of the
+ * group's requests.  While the caller computes (a data-parallel backward
+ * pass with its all_reduces in flight) the progress thread sleeps at once
+ * instead, so its waits for the peers leave the CPU to the compute
+ * threads: every core is busy then, and a spin would only take one from
+ * them.
  */
 #ifndef DT_SHM_SYNC_H
 #define DT_SHM_SYNC_H

@@ -2,3 +2,8 @@
 # up to 8 rank processes per case.
 add_dependencies(test_shm plugin_shm)
 set_tests_properties(unit.test_shm PROPERTIES TIMEOUT 240 LABELS "unit;comm")
+# The same battery on the portable (pre-AVX2) reduction kernels, which are
+# what machines without AVX2 run.
+add_test(NAME unit.test_shm_portable COMMAND test_shm)
+set_tests_properties(unit.test_shm_portable PROPERTIES TIMEOUT 240 LABELS "unit;comm"
+  ENVIRONMENT "CMOCKA_MESSAGE_OUTPUT=STDOUT;DT_SHM_PORTABLE_KERNELS=1")

@@ -129,6 +129,47 @@ static int budget_error(dt_device_t *d, uint64_t bytes, int tag,
         len ? tags : "nothing");
 }
 
+/* A cached block of exactly `bytes`, or NULL.  Called with mem_mu held. */
+static void *cache_take(dt_device_t *d, uint64_t bytes)
+{
+    if (bytes < CPU_CACHE_MIN_BYTES)
+        return NULL;
+    for (int i = 0; i < CPU_CACHE_SLOTS; i++)
+        if (d->cache[i].ptr && d->cache[i].bytes == bytes) {
+            void *p = d->cache[i].ptr;
+            d->cache[i].ptr = NULL;
+            d->cached_bytes -= bytes;
+            return p;
+        }
+    return NULL;
+}
+
+/* Keep a freed block for reuse when it is large and fits the cache (and
+ * the budget: live + cached stays within memory_limit); 0 when the caller
+ * must free it.  Called with mem_mu held. */
+static int cache_put(dt_device_t *d, void *p, uint64_t bytes)
+{
+    if (bytes < CPU_CACHE_MIN_BYTES || d->cached_bytes + bytes > CPU_CACHE_MAX_BYTES ||
+        (d->limit && d->stats.total_current + d->cached_bytes + bytes > d->limit))
+        return 0;
+    for (int i = 0; i < CPU_CACHE_SLOTS; i++)
+        if (!d->cache[i].ptr) {
+            d->cache[i] = (cpu_cached_t){p, bytes};
+            d->cached_bytes += bytes;
+            return 1;
+        }
+    return 0;
+}
+
+static void cache_release(dt_device_t *d)
+{
+    for (int i = 0; i < CPU_CACHE_SLOTS; i++) {
+        free(d->cache[i].ptr);
+        d->cache[i].ptr = NULL;
+    }
+    d->cached_bytes = 0;
+}
+
 static int mem_alloc(dt_device_t *d, uint64_t bytes, int tag, void **out,
                      const char *who)
 {
@@ -157,10 +198,17 @@ static int mem_alloc(dt_device_t *d, uint64_t bytes, int tag, void **out,
                                   "%s%salloc: no memory for the allocation "
                                   "table", who, sep);
     }
-    void *p = NULL;
+    void *p = cache_take(d, bytes);
+    /* the budget emulates a device's memory: cached blocks give way */
+    if (!p && d->limit && d->stats.total_current + d->cached_bytes + bytes > d->limit)
+        cache_release(d);
     /* bytes == 0 still gets a real (smallest) block, so the pointer is
      * unique and can be freed like any other. */
-    int e = posix_memalign(&p, 64, bytes ? (size_t)bytes : 64);
+    int e = p ? 0 : posix_memalign(&p, 64, bytes ? (size_t)bytes : 64);
+    if (e != 0 && d->cached_bytes) { /* the host is short: give the cache back */
+        cache_release(d);
+        e = posix_memalign(&p, 64, bytes ? (size_t)bytes : 64);
+    }
     if (e != 0) {
         pthread_mutex_unlock(&d->mem_mu);
         return d->host->set_error(d->host, DT_ERR_NOMEM,
@@ -201,8 +249,10 @@ int cpu_mem_free(dt_device_t *d, void *ptr)
     d->stats.current[b->tag] -= b->bytes;
     d->stats.total_current -= b->bytes;
     b->ptr = CPU_TOMBSTONE;
+    int kept = cache_put(d, ptr, b->bytes);
     pthread_mutex_unlock(&d->mem_mu);
-    free(ptr);
+    if (!kept)
+        free(ptr);
     return DT_OK;
 }
 
@@ -373,6 +423,7 @@ static void cpu_finalize(dt_device_t *d)
         d->host->log(d->host, DT_LOG_DEBUG,
                      "finalize: freed %" PRIu64 " blocks (%" PRIu64 " bytes) "
                      "still allocated", nleaked, leaked);
+    cache_release(d);
     cpu_pool_destroy(d->pool);
     free(d->blocks);
     pthread_mutex_destroy(&d->kmu);

@@ -41,6 +41,16 @@ typedef struct cpu_block {
     int32_t tag;
 } cpu_block_t;
 
+/* Freed large blocks kept for reuse (see cpu_device.c mem_alloc). */
+#define CPU_CACHE_SLOTS 64
+#define CPU_CACHE_MIN_BYTES (1u << 20)
+#define CPU_CACHE_MAX_BYTES ((uint64_t)1 << 30)
+
+typedef struct cpu_cached {
+    void *ptr;
+    uint64_t bytes;
+} cpu_cached_t;
+
 struct dt_device {
     const dt_host_v1_t *host;
     int threads;
@@ -54,6 +64,14 @@ struct dt_device {
     cpu_block_t *blocks;
     uint64_t nblocks_cap; /* power of two */
     uint64_t nblocks_used; /* live + tombstones */
+    /* Freed blocks of at least CPU_CACHE_MIN_BYTES, reused by an
+     * allocation of exactly their size: sharded strategies free and
+     * re-allocate the same gather and gradient buffers every unit, and a
+     * fresh block costs a page fault per 4 KiB on first touch.  Not
+     * counted as in use; at most CPU_CACHE_MAX_BYTES, and never more than
+     * memory_limit leaves free. */
+    cpu_cached_t cache[CPU_CACHE_SLOTS];
+    uint64_t cached_bytes;
 
     /* Kernels take kmu: the pool, the scratch buffer and OpenBLAS are used
      * by one kernel at a time. */

@@ -343,6 +343,46 @@ static void test_budget(void **state)
     cpu_close(&c);
 }
 
+/* Freed large blocks are reused by the next allocation of the same size
+ * (no page faults for sharded strategies' per-unit buffers) while the
+ * accounting counts only live bytes; with a budget the cache gives way. */
+static void test_block_cache(void **state)
+{
+    (void)state;
+    cpu_t c;
+    cpu_open(&c, NULL);
+    void *a, *b, *small1, *small2;
+    assert_ok(c.ops->alloc(c.dev, 2 * MiB, DT_TAG_PARAMS, &a));
+    assert_ok(c.ops->free(c.dev, a));
+    assert_ok(c.ops->alloc(c.dev, 2 * MiB, DT_TAG_COMM, &b));
+    assert_ptr_equal(a, b); /* the same block, re-tagged */
+    dt_mem_stats_t st;
+    assert_ok(c.ops->mem_stats(c.dev, &st));
+    assert_int_equal(st.current[DT_TAG_PARAMS], 0);
+    assert_int_equal(st.current[DT_TAG_COMM], 2 * MiB);
+    assert_int_equal(st.total_current, 2 * MiB);
+    assert_int_equal(st.total_peak, 2 * MiB);
+    assert_ok(c.ops->free(c.dev, b));
+    /* small blocks go straight back to the C library */
+    assert_ok(c.ops->alloc(c.dev, 4096, DT_TAG_PARAMS, &small1));
+    assert_ok(c.ops->free(c.dev, small1));
+    assert_ok(c.ops->alloc(c.dev, 4096, DT_TAG_PARAMS, &small2));
+    assert_ok(c.ops->free(c.dev, small2));
+    cpu_close(&c);
+
+    /* budget 4 MiB: a cached 2 MiB block must not make a live 3 MiB
+     * allocation fail, nor count against it */
+    static const dt_test_kv_t kv[] = {{"memory_limit", "4194304"}, {NULL, NULL}};
+    cpu_open(&c, kv);
+    assert_ok(c.ops->alloc(c.dev, 2 * MiB, DT_TAG_PARAMS, &a));
+    assert_ok(c.ops->free(c.dev, a));
+    assert_ok(c.ops->alloc(c.dev, 3 * MiB, DT_TAG_PARAMS, &b));
+    assert_ok(c.ops->mem_stats(c.dev, &st));
+    assert_int_equal(st.total_current, 3 * MiB);
+    assert_ok(c.ops->free(c.dev, b));
+    cpu_close(&c);
+}
+
 /* The plugin's own scratch (bf16 weights widened for sgemm) is counted as
  * staging and is subject to the budget, with the kernel named. */
 static void test_scratch_is_staging_and_budgeted(void **state)
@@ -576,6 +616,7 @@ int main(void)
         cmocka_unit_test(test_free_unknown_pointer),
         cmocka_unit_test(test_alloc_bad_tag),
         cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_block_cache),
         cmocka_unit_test(test_scratch_is_staging_and_budgeted),
         cmocka_unit_test(test_many_blocks),
         cmocka_unit_test(test_concurrent_alloc),

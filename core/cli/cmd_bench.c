@@ -36,6 +36,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "dtrain/half.h"
 #include "config/config.h"
 #include "launch/launcher.h"
 #include "loader/host_services.h"
@@ -96,21 +97,13 @@ void dt_help_bench(FILE *f)
 /* Small integers: every sum is exact in any order and any dtype here. */
 static int val(int rank, uint64_t i) { return (int)((i * 7 + (uint64_t)rank * 3) % 5) - 2; }
 
-static uint16_t to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 static void put(void *p, int dt, uint64_t i, float v)
 {
     switch (dt) {
     case DT_F32: ((float *)p)[i] = v; break;
     case DT_F64: ((double *)p)[i] = v; break;
-    case DT_BF16: ((uint16_t *)p)[i] = to_bf16(v); break;
-    case DT_F16: { _Float16 h = (_Float16)v; memcpy((uint16_t *)p + i, &h, 2); break; }
+    case DT_BF16: ((uint16_t *)p)[i] = dt_f32_to_bf16(v); break;
+    case DT_F16: ((uint16_t *)p)[i] = dt_f32_to_f16(v); break;
     case DT_I32: ((int32_t *)p)[i] = (int32_t)v; break;
     case DT_I64: ((int64_t *)p)[i] = (int64_t)v; break;
     case DT_U16: ((uint16_t *)p)[i] = (uint16_t)(int)v; break;
@@ -125,17 +118,8 @@ static double get(const void *p, int dt, uint64_t i)
     switch (dt) {
     case DT_F32: return ((const float *)p)[i];
     case DT_F64: return ((const double *)p)[i];
-    case DT_BF16: {
-        uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    case DT_F16: {
-        _Float16 h;
-        memcpy(&h, (const uint16_t *)p + i, 2);
-        return (double)h;
-    }
+    case DT_BF16: return dt_bf16_to_f32(((const uint16_t *)p)[i]);
+    case DT_F16: return dt_f16_to_f32(((const uint16_t *)p)[i]);
     case DT_I32: return ((const int32_t *)p)[i];
     case DT_I64: return (double)((const int64_t *)p)[i];
     case DT_U16: return ((const uint16_t *)p)[i];

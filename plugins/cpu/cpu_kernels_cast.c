@@ -1,13 +1,13 @@
 /*
  * plugins/cpu/cpu_kernels_cast.c - element type conversion between f32,
- * bf16 and f16, round to nearest even (bit rules in cpu_half.h).
+ * bf16 and f16, round to nearest even (bit rules in dtrain/half.h).
  *
  * bf16 <-> f16 goes through f32, which is exact on the way in (both embed
  * in f32), so the one rounding step is still round-to-nearest-even.
  */
 #include <string.h>
 
-#include "cpu_half.h"
+#include "dtrain/half.h"
 #include "cpu_internal.h"
 
 typedef struct {
@@ -23,32 +23,32 @@ CPU_CLONES static void cast_task(void *ctx, int64_t b, int64_t e, int tid)
         const float *restrict s = a->src;
         uint16_t *restrict o = a->dst;
         for (int64_t i = b; i < e; i++)
-            o[i] = cpu_f32_to_bf16(s[i]);
+            o[i] = dt_f32_to_bf16(s[i]);
     } else if (a->st == DT_F32 && a->dt == DT_F16) {
         const float *restrict s = a->src;
         uint16_t *restrict o = a->dst;
         for (int64_t i = b; i < e; i++)
-            o[i] = cpu_f32_to_f16(s[i]);
+            o[i] = dt_f32_to_f16(s[i]);
     } else if (a->st == DT_BF16 && a->dt == DT_F32) {
         const uint16_t *restrict s = a->src;
         float *restrict o = a->dst;
         for (int64_t i = b; i < e; i++)
-            o[i] = cpu_bf16_to_f32(s[i]);
+            o[i] = dt_bf16_to_f32(s[i]);
     } else if (a->st == DT_F16 && a->dt == DT_F32) {
         const uint16_t *restrict s = a->src;
         float *restrict o = a->dst;
         for (int64_t i = b; i < e; i++)
-            o[i] = cpu_f16_to_f32(s[i]);
+            o[i] = dt_f16_to_f32(s[i]);
     } else if (a->st == DT_BF16 && a->dt == DT_F16) {
         const uint16_t *restrict s = a->src;
         uint16_t *restrict o = a->dst;
         for (int64_t i = b; i < e; i++)
-            o[i] = cpu_f32_to_f16(cpu_bf16_to_f32(s[i]));
+            o[i] = dt_f32_to_f16(dt_bf16_to_f32(s[i]));
     } else { /* f16 -> bf16 */
         const uint16_t *restrict s = a->src;
         uint16_t *restrict o = a->dst;
         for (int64_t i = b; i < e; i++)
-            o[i] = cpu_f32_to_bf16(cpu_f16_to_f32(s[i]));
+            o[i] = dt_f32_to_bf16(dt_f16_to_f32(s[i]));
     }
 }
 

@@ -24,7 +24,7 @@
 
 #include <cblas.h>
 
-#include "cpu_half.h"
+#include "dtrain/half.h"
 #include "cpu_internal.h"
 
 /* f32 elements of widened bf16 weight per thread (4 MiB). */
@@ -71,7 +71,7 @@ CPU_CLONES static void widen(float *restrict dst,
 {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++)
-            dst[r * cols + c] = cpu_bf16_to_f32(src[r * src_ld + c]);
+            dst[r * cols + c] = dt_bf16_to_f32(src[r * src_ld + c]);
 }
 
 /* out[:, o0:o1] (= or +=) inp @ weight[o0:o1, :]^T */

@@ -8,7 +8,7 @@
  */
 #include <math.h>
 
-#include "cpu_half.h"
+#include "dtrain/half.h"
 #include "cpu_internal.h"
 
 /* ------------------------------------------------------------------ AdamW */
@@ -174,11 +174,11 @@ CPU_CLONES static void sumsq_task(void *ctx, int64_t b, int64_t e, int tid)
             SUMSQ_LOOP(LOAD_F32);
         } else if (a->dtype == DT_BF16) {
             const uint16_t *restrict x = a->x;
-#define LOAD_BF16(i) cpu_bf16_to_f32(x[i])
+#define LOAD_BF16(i) dt_bf16_to_f32(x[i])
             SUMSQ_LOOP(LOAD_BF16);
         } else {
             const uint16_t *restrict x = a->x;
-#define LOAD_F16(i) cpu_f16_to_f32(x[i])
+#define LOAD_F16(i) dt_f16_to_f32(x[i])
             SUMSQ_LOOP(LOAD_F16);
         }
         a->partial[blk] = sum;

@@ -24,7 +24,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "cpu_half.h"
+#include "dtrain/half.h"
 
 static inline float cpu_expf(float x)
 {
@@ -36,7 +36,7 @@ static inline float cpu_expf(float x)
     float n = t - 12582912.0f;
     /* n as an integer, in unsigned arithmetic (for NaN x it is garbage,
      * wraps harmlessly, and only scales a NaN) */
-    uint32_t nu = cpu_f32_bits(t) - 0x4B400000u;
+    uint32_t nu = dt_f32_bits(t) - 0x4B400000u;
     float r = xc - n * 0.693359375f;      /* LN2_HI: 9 bits, n * it is exact */
     r = r - n * -2.12194440054690583e-4f; /* LN2_LO = ln 2 - LN2_HI */
     /* Taylor to r^7 by Estrin's scheme: a shallow dependency tree instead
@@ -51,8 +51,8 @@ static inline float cpu_expf(float x)
     /* 2^n = 2^h 2^(n-h) with h = (n + 128) / 2 - 64, both in [-75, 64];
      * hu = h + 64, and a float 2^k has bits (k + 127) << 23. */
     uint32_t hu = (nu + 128u) >> 1;
-    float s1 = cpu_bits_f32((hu + 63u) << 23);
-    float s2 = cpu_bits_f32((nu - hu + 191u) << 23);
+    float s1 = dt_bits_f32((hu + 63u) << 23);
+    float s2 = dt_bits_f32((nu - hu + 191u) << 23);
     return (p * s1) * s2;
 }
 

@@ -27,19 +27,6 @@
 #define PH_A(G) ((uint32_t)(2u * (uint32_t)(G) + 1u))
 #define PH_R(G) ((uint32_t)(2u * (uint32_t)(G) + 2u))
 
-static const char *kind_name(uint32_t k)
-{
-    switch (k) {
-    case SHM_OP_ALL_REDUCE: return "all_reduce";
-    case SHM_OP_REDUCE_SCATTER: return "reduce_scatter";
-    case SHM_OP_ALL_GATHER: return "all_gather";
-    case SHM_OP_BROADCAST: return "broadcast";
-    case SHM_OP_REDUCE: return "reduce";
-    case SHM_OP_BARRIER: return "barrier";
-    default: return "?";
-    }
-}
-
 /* Begin round G: wait until every rank has finished reading this rank's
  * buffer (and op record) from round G - SHM_NBUF. */
 static int round_begin(dt_comm_t *c, struct dt_comm_req *r, uint64_t G)
@@ -79,7 +66,7 @@ static int check_desc(dt_comm_t *c, struct dt_comm_req *r, uint64_t G, int only)
                  "%s: %s started %s #%llu (count %llu, %s, op %d, root %d) "
                  "instead; every rank must start the same collectives with "
                  "the same arguments in the same order",
-                 desc, who, kind_name(d->kind), (unsigned long long)d->seq,
+                 desc, who, shm_op_name((int)d->kind), (unsigned long long)d->seq,
                  (unsigned long long)d->count, dt_dtype_name(d->dtype), d->op,
                  d->root);
         return DT_ERR_INVALID;

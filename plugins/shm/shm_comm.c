@@ -61,7 +61,7 @@ static const dt_config_key_t shm_keys[] = {
 
 /* ---- messages ---------------------------------------------------------- */
 
-static const char *op_kind_name(int k)
+const char *shm_op_name(int k)
 {
     switch (k) {
     case SHM_OP_ALL_REDUCE: return "all_reduce";
@@ -72,7 +72,7 @@ static const char *op_kind_name(int k)
     case SHM_OP_BARRIER: return "barrier";
     case SHM_OP_SEND: return "send";
     case SHM_OP_RECV: return "recv";
-    default: return "op";
+    default: return "?"; /* a peer's descriptor may hold anything */
     }
 }
 
@@ -127,7 +127,7 @@ void shm_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t c
         char who[96];
         shm_fmt_rank(c, r->root, who, sizeof who);
         snprintf(buf, cap, "%s%s %s %s (tag %d, %s, %llu bytes) on group %s",
-                 op_kind_name(r->kind), seq, r->kind == SHM_OP_SEND ? "to" : "from",
+                 shm_op_name(r->kind), seq, r->kind == SHM_OP_SEND ? "to" : "from",
                  who, (int)r->tag, dt, bytes, c->gname);
         break;
     }
@@ -148,7 +148,7 @@ void shm_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t c
                  seq, dt, red_op_name(r->op), bytes, c->gname);
         break;
     default:
-        snprintf(buf, cap, "%s%s (%s, %llu bytes) on group %s", op_kind_name(r->kind),
+        snprintf(buf, cap, "%s%s (%s, %llu bytes) on group %s", shm_op_name(r->kind),
                  seq, dt, bytes, c->gname);
         break;
     }

@@ -344,6 +344,9 @@ static inline unsigned char *shm_chan_buf(dt_comm_t *c, int src, int dst,
 }
 
 /* "all_reduce #17 (f32, 4194304 bytes) on group world" */
+/* "all_reduce", "send", ...; "?" for a kind that is not one (a peer's
+ * descriptor is read from shared memory). */
+const char *shm_op_name(int k);
 void shm_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf,
                   size_t cap);
 /* "rank 3" / "ranks 2, 3" in group terms, world ranks added for splits. */

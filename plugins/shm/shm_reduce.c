@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtrain/half.h"
 #include "shm_internal.h"
 
 #define BLK 1024
@@ -38,64 +39,7 @@
 #define SHM_CLONES
 #endif
 
-/* ---- conversions -------------------------------------------------------- */
-
-static inline float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float bf16_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
-
-static inline uint16_t f32_bf16(float f)
-{
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)           /* NaN: keep it quiet */
-        return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);                /* round half to even */
-    return (uint16_t)(u >> 16);
-}
-
-static inline float f16_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t em = h & 0x7fffu;
-    if (em >= 0x7c00u)                              /* inf, NaN */
-        return bits_f32(sign | 0x7f800000u | ((em & 0x3ffu) << 13));
-    if (em >= 0x0400u)                              /* normal: rebias */
-        return bits_f32(sign | ((em << 13) + ((uint32_t)(127 - 15) << 23)));
-    /* zero and subnormals are exact multiples of 2^-24 */
-    return bits_f32(sign | f32_bits((float)em * 0x1p-24f));
-}
-
-static inline uint16_t f32_f16(float f)
-{
-    uint32_t u = f32_bits(f);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    uint32_t a = u & 0x7fffffffu;
-    if (a >= 0x7f800000u)                           /* inf, NaN (quiet) */
-        return (uint16_t)(sign | (a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x3ffu)
-                                                   : 0x7c00u));
-    if (a >= 0x477ff000u)                           /* >= 65520 rounds to inf */
-        return (uint16_t)(sign | 0x7c00u);
-    if (a < 0x38800000u) {                          /* below 2^-14: subnormal */
-        /* Adding 0.5 puts the f16 subnormal step (2^-24) at the float's
-         * last mantissa bit, so the FPU rounds to nearest-even for us. */
-        float m = bits_f32(a) + 0.5f;
-        return (uint16_t)(sign | (f32_bits(m) - 0x3f000000u));
-    }
-    a += ((uint32_t)(15 - 127) << 23) + 0xfffu + ((a >> 13) & 1u);
-    return (uint16_t)(sign | (a >> 13));
-}
+/* Conversions: dtrain/half.h (shared with the cpu device, same bits). */
 
 /* ---- kernels ------------------------------------------------------------ */
 
@@ -146,15 +90,15 @@ static inline uint16_t f32_f16(float f)
 #define ID(x) (x)
 DEF_FLOAT_RED(red_f32, float, float, ID, ID)
 DEF_FLOAT_RED(red_f64, double, double, ID, ID)
-DEF_FLOAT_RED(red_bf16, uint16_t, float, bf16_f32, f32_bf16)
-DEF_FLOAT_RED(red_f16, uint16_t, float, f16_f32, f32_f16)
+DEF_FLOAT_RED(red_bf16, uint16_t, float, dt_bf16_to_f32, dt_f32_to_bf16)
+DEF_FLOAT_RED(red_f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16)
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define SHM_HAVE_F16C_PATH 1
 
 /* f16 with the F16C conversions (8 at a time; the same IEEE round to
- * nearest even as f32_f16, so results match the portable kernel bit for
+ * nearest even as dt_f32_to_f16, so results match the portable kernel bit for
  * bit).  Chosen at run time: the module itself targets baseline x86-64. */
 __attribute__((target("avx,f16c"))) static void red_f16_f16c(void *dst_, const void *const *src,
                                                              int n, size_t cnt, int op, int group)
@@ -167,7 +111,7 @@ __attribute__((target("avx,f16c"))) static void red_f16_f16c(void *dst_, const v
         for (size_t j = 0; j < m8; j += 8)
             _mm256_store_ps(acc + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s0 + j))));
         for (size_t j = m8; j < m; j++)
-            acc[j] = f16_f32(s0[j]);
+            acc[j] = dt_f16_to_f32(s0[j]);
         for (int k = 1; k < n; k++) {
             const uint16_t *s = (const uint16_t *)src[k] + b;
             for (size_t j = 0; j < m8; j += 8) {
@@ -184,7 +128,7 @@ __attribute__((target("avx,f16c"))) static void red_f16_f16c(void *dst_, const v
                 _mm256_store_ps(acc + j, a);
             }
             for (size_t j = m8; j < m; j++) {
-                float x = f16_f32(s[j]);
+                float x = dt_f16_to_f32(s[j]);
                 if (op == DT_OP_MAX)
                     acc[j] = (x > acc[j] || x != x) ? x : acc[j];
                 else if (op == DT_OP_MIN)
@@ -204,7 +148,7 @@ __attribute__((target("avx,f16c"))) static void red_f16_f16c(void *dst_, const v
             _mm_storeu_si128((__m128i *)(dst + b + j),
                              _mm256_cvtps_ph(_mm256_load_ps(acc + j), _MM_FROUND_TO_NEAREST_INT));
         for (size_t j = m8; j < m; j++)
-            dst[b + j] = f32_f16(acc[j]);
+            dst[b + j] = dt_f32_to_f16(acc[j]);
     }
 }
 

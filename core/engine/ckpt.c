@@ -58,82 +58,72 @@ static int ranges(const dt_strategy_ops_v1_t *ops, dt_strategy_t *s, uint32_t un
  * 16 MiB of host memory, not the unit's size. */
 #define PIECE_ELEMS (4u << 20)
 
-/* What to do with the ranges of one (unit, state kind). */
+/* One (unit, state kind) moving between the strategy and a checkpoint
+ * entry: rd when loading, wr when saving. */
+typedef struct state_io {
+    const dt_strategy_ops_v1_t *ops;
+    dt_strategy_t *s;
+    uint32_t u;
+    int k;
+    const char *entry; /* "<unit>/<state>" */
+    dt_ckpt_reader_t *rd;
+    dt_ckpt_writer_t *wr;
+} state_io_t;
+
+/* What to do with each range (begin/end may be NULL) and each piece. */
 typedef struct piece_ops {
-    int (*begin)(void *ctx, dt_range_t r); /* a range starts; may be NULL */
-    int (*piece)(void *ctx, dt_range_t p, float *buf); /* each piece, in order */
-    int (*end)(void *ctx);                 /* the range is done; may be NULL */
+    int (*begin)(const state_io_t *io, dt_range_t r);
+    int (*piece)(const state_io_t *io, dt_range_t p, float *buf);
+    int (*end)(const state_io_t *io);
 } piece_ops_t;
 
-/* Visit the `purpose` ranges of unit `u`, state `k`, in pieces, with one
- * staging buffer (*buf, grown as needed, freed by the caller). */
-static int each_piece(const dt_strategy_ops_v1_t *ops, dt_strategy_t *s, uint32_t u, int k,
-                      int purpose, const piece_ops_t *po, void *ctx, float **buf)
+/* Visit the `purpose` ranges of io's unit and state in pieces, with one
+ * staging buffer (*buf, allocated on first use, freed by the caller). */
+static int each_piece(const state_io_t *io, int purpose, const piece_ops_t *po, float **buf)
 {
     dt_range_t *rg = NULL;
     uint32_t n = 0;
-    int rc = ranges(ops, s, u, k, purpose, &rg, &n);
+    int rc = ranges(io->ops, io->s, io->u, io->k, purpose, &rg, &n);
     for (uint32_t i = 0; i < n && !rc; i++) {
         if (!rg[i].count)
             continue;
-        if (po->begin && (rc = po->begin(ctx, rg[i])))
+        if (po->begin && (rc = po->begin(io, rg[i])))
             break;
         for (uint64_t off = 0; off < rg[i].count && !rc; off += PIECE_ELEMS) {
             uint64_t c = rg[i].count - off < PIECE_ELEMS ? rg[i].count - off : PIECE_ELEMS;
             if (!*buf && !(*buf = malloc(PIECE_ELEMS * sizeof **buf)))
                 rc = dt_err_set(DT_ERR_NOMEM, "out of memory staging checkpoint state");
             else
-                rc = po->piece(ctx, (dt_range_t){.offset = rg[i].offset + off, .count = c},
+                rc = po->piece(io, (dt_range_t){.offset = rg[i].offset + off, .count = c},
                                *buf);
         }
         if (!rc && po->end)
-            rc = po->end(ctx);
+            rc = po->end(io);
     }
     free(rg);
     return rc;
 }
 
 /* Loading: checkpoint entry -> strategy (set_state). */
-typedef struct load_ctx {
-    dt_ckpt_reader_t *rd;
-    const char *entry;
-    const dt_strategy_ops_v1_t *ops;
-    dt_strategy_t *s;
-    uint32_t u;
-    int k;
-} load_ctx_t;
-
-static int load_piece(void *ctx, dt_range_t p, float *buf)
+static int load_piece(const state_io_t *io, dt_range_t p, float *buf)
 {
-    load_ctx_t *c = ctx;
-    int rc = dt_ckpt_read(c->rd, c->entry, p.offset, p.count, buf);
-    return rc ? rc : c->ops->set_state(c->s, c->u, c->k, p, buf);
+    int rc = dt_ckpt_read(io->rd, io->entry, p.offset, p.count, buf);
+    return rc ? rc : io->ops->set_state(io->s, io->u, io->k, p, buf);
 }
 
 /* Saving: strategy (get_state) -> one segment per range of the shard. */
-typedef struct save_ctx {
-    dt_ckpt_writer_t *wr;
-    const char *entry;
-    const dt_strategy_ops_v1_t *ops;
-    dt_strategy_t *s;
-    uint32_t u;
-    int k;
-} save_ctx_t;
-
-static int save_begin(void *ctx, dt_range_t r)
+static int save_begin(const state_io_t *io, dt_range_t r)
 {
-    save_ctx_t *c = ctx;
-    return dt_ckpt_shard_begin(c->wr, c->entry, DT_F32, r.offset, r.count);
+    return dt_ckpt_shard_begin(io->wr, io->entry, DT_F32, r.offset, r.count);
 }
 
-static int save_piece(void *ctx, dt_range_t p, float *buf)
+static int save_piece(const state_io_t *io, dt_range_t p, float *buf)
 {
-    save_ctx_t *c = ctx;
-    int rc = c->ops->get_state(c->s, c->u, c->k, p, buf);
-    return rc ? rc : dt_ckpt_shard_append(c->wr, buf, (size_t)p.count * sizeof *buf);
+    int rc = io->ops->get_state(io->s, io->u, io->k, p, buf);
+    return rc ? rc : dt_ckpt_shard_append(io->wr, buf, (size_t)p.count * sizeof *buf);
 }
 
-static int save_end(void *ctx) { return dt_ckpt_shard_end(((save_ctx_t *)ctx)->wr); }
+static int save_end(const state_io_t *io) { return dt_ckpt_shard_end(io->wr); }
 
 /* The manifest's "model": the architecture's hyper-parameters and every
  * parameter tensor (unit, offset in the unit's flat space, global shape), so
@@ -295,9 +285,9 @@ static int load(const dt_config_t *cfg, const dt_strategy_ops_v1_t *ops, dt_stra
                                 (unsigned long long)d->units[u].numel);
                 break;
             }
-            load_ctx_t lc = {rd, name, ops, s, u, k};
+            const state_io_t io = {ops, s, u, k, name, rd, NULL};
             static const piece_ops_t lo = {NULL, load_piece, NULL};
-            rc = each_piece(ops, s, u, k, DT_RANGES_HELD, &lo, &lc, &buf);
+            rc = each_piece(&io, DT_RANGES_HELD, &lo, &buf);
         }
     }
     if (!rc) {
@@ -390,9 +380,9 @@ static int write_shard(const dt_world_t *w, const dt_strategy_ops_v1_t *ops, dt_
         for (int k = 0; k < ns && !rc; k++) {
             char name[DT_CKPT_NAME_MAX];
             snprintf(name, sizeof name, "%s/%s", d->units[u].name, state_names[k]);
-            save_ctx_t sc = {wr, name, ops, s, u, k};
+            const state_io_t io = {ops, s, u, k, name, NULL, wr};
             static const piece_ops_t so = {save_begin, save_piece, save_end};
-            rc = each_piece(ops, s, u, k, DT_RANGES_SAVE, &so, &sc, &buf);
+            rc = each_piece(&io, DT_RANGES_SAVE, &so, &buf);
         }
     }
     free(buf);

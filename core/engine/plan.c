@@ -21,6 +21,9 @@ int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_config_t 
         (rc = dt_config_get_int(cfg, "train.global_batch", &global)) ||
         (rc = dt_config_get_string(cfg, "optimizer.type", &opt)))
         return rc;
+    /* not dt_batch_resolve: a plan for another world size than the config's
+     * batch was written for is the point of planning, so a global batch
+     * that does not divide there is planned as one micro-step, not refused */
     if (accum == 0)
         accum = global > 0 && global % (micro * world) == 0 ? global / (micro * world) : 1;
     const dt_model_info_t *mi = dt_model_info(m);

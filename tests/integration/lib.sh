@@ -19,4 +19,6 @@ expect_exit() {
 expect_out() {
   if printf '%s' "$out" | grep -qF -- "$2"; then ok "$1"; else bad "$1: output lacks '$2'" "$out"; fi
 }
+# losses METRICS.jsonl: the "loss" of every step line, one per line
+losses() { grep -o '"loss": [^,]*' "$1" | cut -d' ' -f2; }
 finish() { echo "$pass passed, $fail failed"; [ "$fail" = 0 ]; }

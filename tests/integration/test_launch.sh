@@ -37,7 +37,7 @@ rank_pid() {
   done
   return 1
 }
-final_loss() { grep -o '"loss": [^,]*' "$1" | tail -n 1 | cut -d' ' -f2; }
+final_loss() { losses "$1" | tail -n 1; }
 
 expect_exit 0 "data prepare" "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin
 cat > tiny.toml <<'T'

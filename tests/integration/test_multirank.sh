@@ -53,8 +53,7 @@ ranks() {
   for p in "${pids[@]}"; do wait "$p" || { local s=$?; [ $rc = 0 ] && rc=$s; }; done
   return $rc
 }
-losses() { grep -o '"loss": [^,]*' "$1" | cut -d' ' -f2; }
-# same_losses NAME A.jsonl B.jsonl [FIRST_LINE_OF_B_TO_COMPARE]
+# same_losses NAME A.jsonl B.jsonl: line by line within 1e-5
 same_losses() {
   local d
   d=$(paste <(losses "$2") <(losses "$3") | awk 'NF == 2 { d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ }

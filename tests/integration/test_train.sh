@@ -30,7 +30,7 @@ warmup_steps = 2
 [cpu]
 threads = 1
 T
-loss() { grep -o '"loss": [^,]*' "$1" | sed -n "${2}p" | cut -d' ' -f2; }
+loss() { losses "$1" | sed -n "${2}p"; }
 expect_exit 0 "uninterrupted 8-step run" "$bin" run tiny.toml --metrics full.jsonl --set run.name=full
 first=$(loss full.jsonl 1); last=$(loss full.jsonl 8)
 if awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < a - 0.3)}'; then ok "loss falls ($first -> $last)"

@@ -41,12 +41,6 @@ static int teardown(void **state)
     return dt_fileutil_rm_rf(g_dir);
 }
 
-#define ASSERT_MSG(sub)                                                        \
-    do {                                                                       \
-        if (!strstr(dt_last_error(), (sub)))                                   \
-            fail_msg("message '%s' lacks '%s'", dt_last_error(), (sub));       \
-    } while (0)
-
 /* A fresh folder under g_dir for one test. */
 static void subdir(char *buf, size_t cap, const char *name)
 {
@@ -76,7 +70,7 @@ static void test_mkdir_rm(void **state)
     assert_int_equal(dt_fileutil_write_atomic(f, "x", 1), DT_OK);
     snprintf(p, sizeof p, "%s/a/b/file/sub", g_dir);
     assert_int_equal(dt_fileutil_mkdir_p(p), DT_ERR_IO);
-    ASSERT_MSG("Not a directory");
+    assert_msg_has("Not a directory");
     snprintf(p, sizeof p, "%s/a", g_dir);
     assert_int_equal(dt_fileutil_rm_rf(p), DT_OK);
     assert_int_equal(access(p, F_OK), -1);
@@ -134,7 +128,7 @@ static void test_atomic_write(void **state)
     char want[700];
     snprintf(want, sizeof want, "writing '%s': No such file or directory",
              missing);
-    ASSERT_MSG(want);
+    assert_msg_has(want);
 }
 
 static void test_atomic_write_enospc(void **state)
@@ -154,7 +148,7 @@ static void test_atomic_write_enospc(void **state)
         dt_fileutil_test_fail_after(budgets[i]);
         assert_int_equal(dt_fileutil_write_atomic(p, data, sizes[i]), DT_ERR_IO);
         dt_fileutil_test_fail_after(-1);
-        ASSERT_MSG(want);
+        assert_msg_has(want);
         dt_test_assert_no_tmp(dir);
         char *buf;
         size_t n;
@@ -169,7 +163,7 @@ static void test_atomic_write_enospc(void **state)
     dt_fileutil_test_fail_fsync_after(-1);
     snprintf(want, sizeof want, "writing '%s': fsync: No space left on device",
              p);
-    ASSERT_MSG(want);
+    assert_msg_has(want);
     dt_test_assert_no_tmp(dir);
     free(data);
 }
@@ -435,7 +429,7 @@ static void check_ckpt(const char *dir, uint64_t step, int seed)
     float x;
     assert_int_equal(dt_ckpt_read(r, "block.0/params", 777, 1, &x),
                      DT_ERR_INVALID);
-    ASSERT_MSG("entry block.0/params: range [777, +1) is outside its 777 "
+    assert_msg_has("entry block.0/params: range [777, +1) is outside its 777 "
                "elements");
     assert_int_equal(dt_ckpt_read(r, "nope", 0, 1, &x), DT_ERR_NOT_FOUND);
     assert_int_equal(dt_ckpt_verify(r), DT_OK);
@@ -552,12 +546,12 @@ static void test_checksum_mismatch(void **state)
     snprintf(want, sizeof want, "checkpoint '%s': shard-00001.bin: entry "
              "embedding/params: checksum mismatch (expected %08x, got %08x)",
              dir, want_crc, got_crc);
-    ASSERT_MSG(want);
+    assert_msg_has(want);
     /* Reading again does not pass it off as verified. */
     assert_int_equal(dt_ckpt_read(r, "embedding/params", 334, 1, buf),
                      DT_ERR_DATA);
     assert_int_equal(dt_ckpt_verify(r), DT_ERR_DATA);
-    ASSERT_MSG("shard-00001.bin: entry embedding/params: checksum mismatch");
+    assert_msg_has("shard-00001.bin: entry embedding/params: checksum mismatch");
     dt_ckpt_close(r);
 }
 
@@ -576,7 +570,7 @@ static void test_missing_marker(void **state)
     char want[800];
     snprintf(want, sizeof want, "checkpoint '%s': incomplete (no COMPLETE "
              "marker): the write was interrupted", dir);
-    ASSERT_MSG(want);
+    assert_msg_has(want);
     /* latest skips it */
     uint64_t step;
     assert_int_equal(dt_ckpt_latest(root, p, sizeof p, &step), DT_OK);
@@ -601,7 +595,7 @@ static void test_missing_and_truncated_shard(void **state)
     snprintf(want, sizeof want, "checkpoint '%s': shard-00000.bin: the "
              "manifest says %lld bytes but the file has %lld bytes", dir,
              (long long)st.st_size, (long long)st.st_size - 4);
-    ASSERT_MSG(want);
+    assert_msg_has(want);
 
     assert_int_equal(save(root, 300, 1), DT_OK); /* a fresh, good copy */
     snprintf(p, sizeof p, "%s/shard-00002.bin", dir);
@@ -609,7 +603,7 @@ static void test_missing_and_truncated_shard(void **state)
     assert_int_equal(dt_ckpt_open(dir, &r), DT_ERR_DATA);
     snprintf(want, sizeof want, "checkpoint '%s': shard-00002.bin: No such "
              "file or directory", dir);
-    ASSERT_MSG(want);
+    assert_msg_has(want);
 }
 
 /* Rewrite manifest.json through `edit`. */
@@ -693,7 +687,7 @@ static void test_manifest_inconsistent(void **state)
         assert_int_equal(dt_ckpt_open(dir, &r), DT_ERR_DATA);
         char want[900];
         snprintf(want, sizeof want, "checkpoint '%s': %s", dir, cases[i].msg);
-        ASSERT_MSG(want);
+        assert_msg_has(want);
     }
     /* not JSON at all */
     char p[700];
@@ -701,7 +695,7 @@ static void test_manifest_inconsistent(void **state)
     assert_int_equal(dt_fileutil_write_atomic(p, "{\"format\": ", 11), DT_OK);
     dt_ckpt_reader_t *r;
     assert_int_equal(dt_ckpt_open(dir, &r), DT_ERR_DATA);
-    ASSERT_MSG("manifest.json: not valid JSON");
+    assert_msg_has("manifest.json: not valid JSON");
 }
 
 static void test_manifest_writer_checks(void **state)
@@ -718,30 +712,30 @@ static void test_manifest_writer_checks(void **state)
     dt_ckpt_info_t info = {.step = 7};
     assert_int_equal(dt_ckpt_write_manifest(tmp, &info, e, 1, s, 2),
                      DT_ERR_INVALID);
-    ASSERT_MSG("entry u/params: segments overlap at elements [5, 6)");
+    assert_msg_has("entry u/params: segments overlap at elements [5, 6)");
     s[1].offset = 7;
     s[1].count = 3;
     assert_int_equal(dt_ckpt_write_manifest(tmp, &info, e, 1, s, 2),
                      DT_ERR_INVALID);
-    ASSERT_MSG("entry u/params: elements [6, 7) are in no segment");
+    assert_msg_has("entry u/params: elements [6, 7) are in no segment");
     s[1].offset = 6;
     s[1].count = 3;
     assert_int_equal(dt_ckpt_write_manifest(tmp, &info, e, 1, s, 2),
                      DT_ERR_INVALID);
-    ASSERT_MSG("entry u/params: elements [9, 10) are in no segment");
+    assert_msg_has("entry u/params: elements [9, 10) are in no segment");
     s[1].count = 4;
     s[1].dtype = DT_BF16;
     assert_int_equal(dt_ckpt_write_manifest(tmp, &info, e, 1, s, 2),
                      DT_ERR_INVALID);
-    ASSERT_MSG("entry u/params is f32 but shard 1 wrote it as bf16");
+    assert_msg_has("entry u/params is f32 but shard 1 wrote it as bf16");
     s[1].dtype = DT_F32;
     snprintf(s[1].entry, sizeof s[1].entry, "v/params");
     assert_int_equal(dt_ckpt_write_manifest(tmp, &info, e, 1, s, 2),
                      DT_ERR_INVALID);
-    ASSERT_MSG("segment of undeclared entry 'v/params' in shard 1");
+    assert_msg_has("segment of undeclared entry 'v/params' in shard 1");
     /* commit refuses a directory without a manifest */
     assert_int_equal(dt_ckpt_commit(root, 7), DT_ERR_INVALID);
-    ASSERT_MSG("commit without a manifest");
+    assert_msg_has("commit without a manifest");
 
     /* shard writer misuse */
     dt_ckpt_writer_t *w;
@@ -749,11 +743,11 @@ static void test_manifest_writer_checks(void **state)
     float x[4] = {1, 2, 3, 4};
     assert_int_equal(dt_ckpt_shard_begin(w, "u/params", DT_F32, 0, 2), DT_OK);
     assert_int_equal(dt_ckpt_shard_append(w, x, 12), DT_ERR_INVALID);
-    ASSERT_MSG("shard-00000.bin: 12 bytes appended outside a segment or past "
+    assert_msg_has("shard-00000.bin: 12 bytes appended outside a segment or past "
                "its end (8 left)");
     assert_int_equal(dt_ckpt_shard_append(w, x, 4), DT_OK);
     assert_int_equal(dt_ckpt_shard_end(w), DT_ERR_INVALID);
-    ASSERT_MSG("segment ended with 4 bytes still expected");
+    assert_msg_has("segment ended with 4 bytes still expected");
     dt_ckpt_shard_abort(w);
 
     /* an empty range is accepted and stores nothing */
@@ -800,7 +794,7 @@ static void test_disk_full(void **state)
             break;
         failures++;
         assert_int_equal(rc, DT_ERR_IO);
-        ASSERT_MSG("No space left on device");
+        assert_msg_has("No space left on device");
         assert_state(root, 100, 1);
     }
     assert_true(failures > 15);
@@ -817,7 +811,7 @@ static void test_disk_full(void **state)
         if (rc == DT_OK)
             break;
         assert_int_equal(rc, DT_ERR_IO);
-        ASSERT_MSG("No space left on device");
+        assert_msg_has("No space left on device");
         if (access(dir, F_OK) == 0) {
             /* Only the last sync (of the root, after the rename) can fail
              * with the new checkpoint in place; it is complete and good. */
@@ -838,7 +832,7 @@ static void test_latest_and_prune(void **state)
                      DT_ERR_NOT_FOUND);
     char want[700];
     snprintf(want, sizeof want, "no complete checkpoint in '%s'", root);
-    ASSERT_MSG(want);
+    assert_msg_has(want);
     snprintf(p, sizeof p, "%s/absent", root);
     assert_int_equal(dt_ckpt_latest(p, dir, sizeof dir, &step),
                      DT_ERR_NOT_FOUND);
@@ -922,7 +916,7 @@ static void test_json_u64(void **state)
     assert_int_equal(dt_ckpt_json_get_u64(p, "b", &v), DT_OK);
     assert_int_equal(v, 12345);
     assert_int_equal(dt_ckpt_json_get_u64(p, "c", &v), DT_ERR_DATA);
-    ASSERT_MSG("'c' is not an unsigned 64-bit integer");
+    assert_msg_has("'c' is not an unsigned 64-bit integer");
     assert_int_equal(dt_ckpt_json_get_u64(p, "d", &v), DT_ERR_DATA);
     assert_int_equal(dt_ckpt_json_get_u64(p, "e", &v), DT_ERR_NOT_FOUND);
     cJSON_free(t);

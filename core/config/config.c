@@ -64,25 +64,6 @@ struct dt_config {
  * Small helpers
  * --------------------------------------------------------------------- */
 
-static char *xstrdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *p = malloc(n);
-    if (p)
-        memcpy(p, s, n);
-    return p;
-}
-
-static char *xstrndup(const char *s, size_t n)
-{
-    char *p = malloc(n + 1);
-    if (p) {
-        memcpy(p, s, n);
-        p[n] = '\0';
-    }
-    return p;
-}
-
 static int nomem(const char *what)
 {
     return dt_err_set(DT_ERR_NOMEM, "config: out of memory (%s)", what);
@@ -404,8 +385,8 @@ static int config_alloc(const char *name, const char *path,
         return nomem("config");
     }
     c->root = root;
-    c->name = xstrdup(name);
-    c->path = xstrdup(path);
+    c->name = strdup(name);
+    c->path = strdup(path);
     if (!c->root)
         c->root = calloc(1, sizeof *c->root); /* zeroed = empty table */
     if (!c->name || !c->path || !c->root) {
@@ -575,10 +556,10 @@ int dt_config_override(dt_config_t *c, const char *assignment)
         c->cap_ovr = ncap;
     }
     override_t o = {0};
-    o.assign = xstrdup(assignment);
-    o.table = xstrndup(lhs, (size_t)(dot - lhs));
-    o.key = xstrndup(dot + 1, (size_t)(lhs_end - dot - 1));
-    o.text = xstrndup(v, (size_t)(v_end - v));
+    o.assign = strdup(assignment);
+    o.table = strndup(lhs, (size_t)(dot - lhs));
+    o.key = strndup(dot + 1, (size_t)(lhs_end - dot - 1));
+    o.text = strndup(v, (size_t)(v_end - v));
     int rc = DT_ERR_NOMEM;
     if (o.assign && o.table && o.key && o.text) {
         rc = dt_toml_parse_value(o.text, &o.node);
@@ -587,7 +568,7 @@ int dt_config_override(dt_config_t *c, const char *assignment)
             o.node = calloc(1, sizeof *o.node);
             if (o.node) {
                 o.node->type = DT_TOML_STRING;
-                o.node->u.s = xstrdup(o.text);
+                o.node->u.s = strdup(o.text);
                 rc = o.node->u.s ? DT_OK : DT_ERR_NOMEM;
             } else {
                 rc = DT_ERR_NOMEM;
@@ -691,7 +672,7 @@ static int resolve_value(const char *table, const dt_config_key_t *k,
         break;
     }
     if (t == DT_CFG_STRING || t == DT_CFG_ENUM) {
-        out->s = xstrdup(n->u.s);
+        out->s = strdup(n->u.s);
         if (!out->s)
             return nomem("config value");
     }
@@ -873,7 +854,7 @@ int dt_config_apply_schema(dt_config_t *c, const char *table,
     }
 
     ctable_t t = {0};
-    t.name = xstrdup(table);
+    t.name = strdup(table);
     t.vals = n_keys ? calloc(n_keys, sizeof *t.vals) : NULL;
     if (!t.name || (n_keys && !t.vals)) {
         free_table(&t);
@@ -885,8 +866,8 @@ int dt_config_apply_schema(dt_config_t *c, const char *table,
         v->type = k->type;
         v->min = k->min;
         v->max = k->max;
-        v->name = xstrdup(k->name);
-        v->choices = k->choices ? xstrdup(k->choices) : NULL;
+        v->name = strdup(k->name);
+        v->choices = k->choices ? strdup(k->choices) : NULL;
         if (!v->name || (k->choices && !v->choices)) {
             rc = nomem("config value");
             break;
@@ -1219,7 +1200,7 @@ int dt_config_set_string(dt_config_t *c, const char *path, const char *s,
                           (int)(dot - path), path, dot + 1, s,
                           dt_config_origin_name(origin), ch);
     }
-    char *copy = xstrdup(s);
+    char *copy = strdup(s);
     if (!copy)
         return nomem("config value");
     free(v->s);

@@ -159,15 +159,6 @@ double dt_model_flops_per_token(const dt_model_t *m, int64_t T)
 
 /* ---- describing ---- */
 
-static char *xstrdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 int dt_model_alloc_units(dt_model_t *m, uint32_t n)
 {
     m->desc.units = calloc(n, sizeof *m->desc.units);
@@ -188,7 +179,7 @@ int dt_model_alloc_units(dt_model_t *m, uint32_t n)
 
 int dt_model_name_unit(dt_model_t *m, uint32_t unit, const char *name)
 {
-    if (!(m->desc.units[unit].name = xstrdup(name)))
+    if (!(m->desc.units[unit].name = strdup(name)))
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     return DT_OK;
 }
@@ -203,7 +194,7 @@ int dt_model_add_param(dt_model_t *m, uint32_t unit, const char *name, int ndim,
     uint32_t k = u->n_params;
     dt_param_desc_v1_t *p = &u->params[k];
     memset(p, 0, sizeof *p);
-    if (!(p->name = xstrdup(name)))
+    if (!(p->name = strdup(name)))
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     u->n_params++;
     p->offset = u->numel;

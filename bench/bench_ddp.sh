@@ -20,13 +20,16 @@
 #       --set2 K=V     passed on to the parallel run only
 #       --detail       per-kind kernel time per step of both best rounds
 #
+# Prints both best rounds, the speed-up best against best, and each
+# round's own speed-up with their median.
+#
 # Each run is bench/bench_gpt2.sh (same folder): engine step_ms from the
 # metrics file, GFLOP/s from the engine's FLOPs per token, the outside-
 # matmul share from the cpu device's profile; tokens/s counts the tokens of
 # all ranks.  The speed-up is (N-rank tokens/s) / (1-rank tokens/s).
 set -eu
 
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -ge 1 ] || usage
 case "$1" in -h|--help) usage ;; esac
 DTRAIN=$1
@@ -88,6 +91,21 @@ TN=$(sed -n 1p "$BN" | awk -F'|' '{ print $4 + 0 }')
 echo
 awk -v a="$T1" -v b="$TN" -v n="$NPROC" \
     'BEGIN { printf "Speed-up, %d ranks over 1: %.2fx tokens/s (%.0f%% scaling efficiency)\n", n, b / a, 100 * b / a / n }'
+# Each round's own speed-up (its N-rank run against the 1-rank run just
+# before it, so a slow spell of the machine that spans both cancels out),
+# and their median.
+j=1 ROUNDS=""
+while [ "$j" -le "$REPEAT" ]; do
+    r=$(awk -F'|' 'NR == FNR { if (FNR == 1) a = $4; next }
+                   FNR == 1 { printf "%.2f", ($4 + 0) / a }' \
+        "$TMP/base.$j" "$TMP/par.$j")
+    ROUNDS="$ROUNDS $r"
+    j=$((j + 1))
+done
+echo "$ROUNDS" | tr ' ' '\n' | sed '/^$/d' | sort -n | awk -v all="$ROUNDS" '
+    { v[NR] = $1 }
+    END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+          printf "Per round:%s; median %.2fx\n", all, m }'
 if [ -n "$DETAIL" ]; then
     sed -n '2,$p' "$B1"
     sed -n '2,$p' "$BN"

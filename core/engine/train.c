@@ -331,12 +331,12 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
             }
             loss_sum += loss;
         }
-        dt_step_args_v1_t sargs = {.step = step, .lr = (float)lr_now, .clip = (float)clip};
-        dt_step_result_v1_t sres;
-        memset(&sres, 0, sizeof sres);
-        if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->step(R.strat, &sargs, &sres), "step")))
-            goto out;
-        /* the loss reported is the mean over the whole global batch */
+        /* The loss reported is the mean over the whole global batch.  It is
+         * reduced before the strategy's step, where the ranks meet anyway
+         * (the gradients' reductions), not after it: a strategy may finish
+         * its step at different times on different ranks (ddp's staggered
+         * update), and a collective there would make them wait for each
+         * other. */
         double loss_local[1] = {loss_sum / (double)accum};
         float lbuf = (float)loss_local[0];
         if (dp > 1 && (rc = PLUGIN_CALL(r->plugin[DT_ROLE_COMM],
@@ -345,6 +345,11 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
                                       "all_reduce of the loss")))
             goto out;
         double loss = dp > 1 ? (double)lbuf : loss_local[0];
+        dt_step_args_v1_t sargs = {.step = step, .lr = (float)lr_now, .clip = (float)clip};
+        dt_step_result_v1_t sres;
+        memset(&sres, 0, sizeof sres);
+        if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->step(R.strat, &sargs, &sres), "step")))
+            goto out;
         if (!isfinite(loss) || sres.nonfinite) {
             char what[1024];
             /* every rank: under a sharding strategy the forward's hooks are

@@ -21,6 +21,9 @@ static const dt_config_key_t ddp_keys[] = {
     {.name = "init_check", .type = DT_CFG_ENUM, .def = "\"checksum\"", .min = 1, .max = 0,
      .choices = "checksum|broadcast",
      .doc = "initial replicas: verify identical by hash, or copy rank 0's"},
+    {.name = "stagger_update", .type = DT_CFG_BOOL, .def = "true", .min = 1, .max = 0,
+     .doc = "odd ranks apply each unit's optimizer update at its next forward, so ranks "
+            "sharing memory bandwidth do not all update at once (same results)"},
 };
 
 /* String key `key` (default: the first choice) as 0 for choice `a`, 1
@@ -41,10 +44,11 @@ static int read_pair(const dt_host_v1_t *host, const char *key, const char *a, c
 
 /* The [ddp] table; a key the host did not declare takes its default. */
 static int ddp_read_config(const dt_host_v1_t *host, double *bucket_cap_mb,
-                           int32_t *reduce_dtype, int32_t *overlap, int32_t *init_broadcast)
+                           int32_t *reduce_dtype, int32_t *overlap, int32_t *init_broadcast,
+                           int32_t *stagger)
 {
     double cap;
-    int bf16, ov, bc;
+    int bf16, ov, bc, st;
     int rc = dt_cfg_float(host, "bucket_cap_mb", 25.0, &cap);
     if (rc != DT_OK)
         return rc;
@@ -53,8 +57,10 @@ static int ddp_read_config(const dt_host_v1_t *host, double *bucket_cap_mb,
                                "bucket_cap_mb = %g: must be in (0, 1e6] MiB", cap);
     if ((rc = read_pair(host, "reduce_dtype", "fp32", "bf16", &bf16)) != DT_OK ||
         (rc = dt_cfg_bool(host, "overlap", 1, &ov)) != DT_OK ||
-        (rc = read_pair(host, "init_check", "checksum", "broadcast", &bc)) != DT_OK)
+        (rc = read_pair(host, "init_check", "checksum", "broadcast", &bc)) != DT_OK ||
+        (rc = dt_cfg_bool(host, "stagger_update", 1, &st)) != DT_OK)
         return rc;
+    *stagger = st;
     *bucket_cap_mb = cap;
     *reduce_dtype = bf16 ? DT_BF16 : DT_F32;
     *overlap = ov;
@@ -116,6 +122,7 @@ static void ddp_finalize(dt_strategy_t *s)
     dt_flat_layout_free(&s->layout, host);
     dt_dp_free(&s->dp);
     host->free(host, s->final_done);
+    host->free(host, s->pending);
     host->free(host, s->buckets);
     host->free(host, s->bucket_of_unit);
     host->free(host, s);
@@ -161,14 +168,16 @@ static int ddp_init_buffers(dt_strategy_t *s)
     /* per-unit hook bookkeeping and the buckets */
     uint64_t nu1 = (uint64_t)nu + 1;
     s->final_done = host->alloc(host, nu1, DT_TAG_OTHER);
+    s->pending = host->alloc(host, nu1, DT_TAG_OTHER);
     s->bucket_of_unit = host->alloc(host, nu1 * sizeof(uint32_t), DT_TAG_OTHER);
     s->buckets = host->alloc(host, nu1 * sizeof(ddp_bucket_t), DT_TAG_OTHER);
     dt_bucket_span_t *spans = host->alloc(host, nu1 * sizeof(dt_bucket_span_t), DT_TAG_OTHER);
-    if (!s->final_done || !s->bucket_of_unit || !s->buckets || !spans) {
+    if (!s->final_done || !s->pending || !s->bucket_of_unit || !s->buckets || !spans) {
         host->free(host, spans);
         return host->set_error(host, DT_ERR_NOMEM, "bookkeeping for %u units", nu);
     }
     memset(s->final_done, 0, nu1);
+    memset(s->pending, 0, nu1);
     memset(s->buckets, 0, nu1 * sizeof(ddp_bucket_t));
     s->n_buckets = plan_buckets(host, model, s->bucket_cap_mb, spans, s->bucket_of_unit, &rc);
     if (rc != DT_OK) {
@@ -225,7 +234,8 @@ static int ddp_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
     int rc = dt_dp_init(&s->dp, host, args, "ddp");
     if (rc == DT_OK)
         rc = ddp_read_config(host, &s->bucket_cap_mb, &s->reduce_dtype, &s->overlap,
-                             &s->init_broadcast);
+                             &s->init_broadcast, &s->stagger);
+    s->defer = s->stagger && s->dp.size > 1 && s->dp.rank % 2 == 1;
     if (rc == DT_OK)
         rc = ddp_init_buffers(s);
     if (rc != DT_OK) {
@@ -234,10 +244,10 @@ static int ddp_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
     }
     const dt_model_desc_v1_t *model = s->dp.model;
     host->log(host, DT_LOG_DEBUG,
-              "rank %d/%d: %llu parameters in %u units, %u bucket(s) of <= %g MiB, reduce %s%s",
+              "rank %d/%d: %llu parameters in %u units, %u bucket(s) of <= %g MiB, reduce %s%s%s",
               s->dp.rank, s->dp.size, (unsigned long long)model->numel, model->n_units,
               s->n_buckets, s->bucket_cap_mb, dt_dtype_name(s->reduce_dtype),
-              s->overlap ? ", overlapped" : "");
+              s->overlap ? ", overlapped" : "", s->defer ? ", update deferred to next use" : "");
     *out = s;
     return DT_OK;
 }
@@ -262,8 +272,8 @@ static int ddp_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *a
     if (rc != DT_OK)
         return rc;
     double cap_mb;
-    int32_t rdt, overlap, bcast;
-    rc = ddp_read_config(host, &cap_mb, &rdt, &overlap, &bcast);
+    int32_t rdt, overlap, bcast, stagger;
+    rc = ddp_read_config(host, &cap_mb, &rdt, &overlap, &bcast, &stagger);
     if (rc != DT_OK)
         return rc;
     const dt_model_desc_v1_t *model = args->model;
@@ -302,9 +312,10 @@ static int ddp_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *a
     out->comm_bytes_per_step =
         n > 1 ? (uint64_t)((2.0 * (double)(n - 1) / (double)n) * (double)(T * rbytes)) : 0;
     snprintf(out->note, sizeof out->note,
-             "full replica per rank; grads all-reduced in %u bucket(s) <= %g MiB, %s%s", nb,
+             "full replica per rank; grads all-reduced in %u bucket(s) <= %g MiB, %s%s%s", nb,
              cap_mb, rdt == DT_BF16 ? "bf16" : "fp32",
-             n > 1 ? (overlap ? ", overlapped with backward" : ", in step") : ", 1 rank: none");
+             n > 1 ? (overlap ? ", overlapped with backward" : ", in step") : ", 1 rank: none",
+             n > 1 && stagger ? "; odd ranks update at next use" : "");
     return DT_OK;
 }
 

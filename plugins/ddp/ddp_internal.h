@@ -53,6 +53,14 @@ struct dt_strategy {
     int32_t reduce_dtype;       /* DT_F32 or DT_BF16 */
     int32_t overlap;
     int32_t init_broadcast;     /* 0: checksum, 1: broadcast */
+    int32_t stagger;            /* stagger_update */
+
+    /* staggered update: this rank (odd rank of a group of > 1, with
+     * stagger) applies each unit's update at the unit's next use */
+    int32_t defer;
+    uint8_t *pending;           /* per unit: last step's update not applied */
+    uint32_t n_pending;
+    dt_optim_step_t pending_st; /* the step those updates belong to */
 
     /* replicated state, one flat buffer each (layout.total elements) */
     dt_flat_layout_t layout;
@@ -88,6 +96,8 @@ int ddp_post_backward(dt_strategy_t *s, const dt_hook_v1_t *h);
 int ddp_step(dt_strategy_t *s, const dt_step_args_v1_t *args, dt_step_result_v1_t *out);
 /* Wait for (or, after a failure, drop) every started reduction. */
 int ddp_drain(dt_strategy_t *s, int64_t timeout_ms);
+/* Apply unit u's deferred update, if any (no-op otherwise). */
+int ddp_apply_pending(dt_strategy_t *s, uint32_t u);
 
 /* ddp_state.c */
 int ddp_state_ranges(dt_strategy_t *s, uint32_t unit, int kind, int purpose,

@@ -35,6 +35,8 @@ int ddp_state_ranges(dt_strategy_t *s, uint32_t unit, int kind, int purpose,
 int ddp_get_state(dt_strategy_t *s, uint32_t unit, int kind, dt_range_t r, float *buf)
 {
     int rc = dt_dp_state_check(&s->dp, unit, kind, s->v != NULL, r, buf, "get_state");
+    if (rc == DT_OK)
+        rc = ddp_apply_pending(s, unit);
     if (rc != DT_OK)
         return rc;
     const float *p = state_buffer(s, kind) + s->layout.offset[unit] + r.offset;
@@ -44,6 +46,8 @@ int ddp_get_state(dt_strategy_t *s, uint32_t unit, int kind, dt_range_t r, float
 int ddp_set_state(dt_strategy_t *s, uint32_t unit, int kind, dt_range_t r, const float *buf)
 {
     int rc = dt_dp_state_check(&s->dp, unit, kind, s->v != NULL, r, buf, "set_state");
+    if (rc == DT_OK)
+        rc = ddp_apply_pending(s, unit); /* the state set replaces the updated one */
     if (rc != DT_OK)
         return rc;
     float *p = state_buffer(s, kind) + s->layout.offset[unit] + r.offset;

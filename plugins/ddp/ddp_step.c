@@ -19,6 +19,19 @@
  * everything, then runs the optimizer on the compute stream.
  *
  * With one rank nothing is communicated (reduce_dtype has no effect).
+ *
+ * Staggered update (stagger_update, groups of more than one rank).  The
+ * optimizer update is memory bound (AdamW streams 28 bytes per parameter)
+ * and ddp's step synchronises the ranks, so ranks sharing one machine's
+ * memory would all run it at the same moment, each at a fraction of the
+ * bandwidth.  Odd ranks therefore keep the update pending and apply each
+ * unit's part at the unit's next use (pre_forward or pre_backward), spread
+ * over their forward, while even ranks update everything in step(),
+ * starting with the last unit (the one odd ranks reach last).  The update
+ * is elementwise, so every rank ends with the same bits either way; state
+ * read through get_state, and a unit nobody used by the next step(), get
+ * their pending update first.  A unit's gradient is zeroed right after its
+ * deferred update rather than in begin_step.
  */
 #include <string.h>
 
@@ -29,9 +42,69 @@ static const void *unit_params(dt_strategy_t *s, uint32_t u)
     return dt_flat_unit_ptr(s->compute, &s->layout, s->dp.model->param_dtype, u);
 }
 
+/* Elements of unit u's slice of the flat buffers, alignment padding included. */
+static uint64_t unit_span(const dt_strategy_t *s, uint32_t u)
+{
+    return s->layout.offset[u + 1] - s->layout.offset[u];
+}
+
+/* The optimizer update of unit u (on the compute stream). */
+static int update_unit(dt_strategy_t *s, uint32_t u, const dt_optim_step_t *st)
+{
+    const dt_unit_desc_v1_t *unit = &s->dp.model->units[u];
+    uint64_t off = s->layout.offset[u];
+    return dt_optim_range(s->dp.host, s->dp.dev_ops, s->dp.dev, s->dp.cs, unit,
+                          (dt_range_t){0, unit->numel}, s->master + off, s->grads + off,
+                          s->m + off, s->v ? s->v + off : NULL, st);
+}
+
+/* The bf16 compute copy of units [lo, hi) from the masters. */
+static int refresh_compute(dt_strategy_t *s, uint32_t lo, uint32_t hi)
+{
+    if (s->compute == (void *)s->master || lo >= hi)
+        return DT_OK;
+    uint64_t off = s->layout.offset[lo];
+    return s->dp.dev_ops->cast(s->dp.dev, s->dp.cs,
+                               (char *)s->compute + off * dt_dtype_size(DT_BF16), DT_BF16,
+                               s->master + off, DT_F32,
+                               (int64_t)(s->layout.offset[hi] - off));
+}
+
+int ddp_apply_pending(dt_strategy_t *s, uint32_t u)
+{
+    if (!s->n_pending || !s->pending[u])
+        return DT_OK;
+    int rc = update_unit(s, u, &s->pending_st);
+    if (rc == DT_OK)
+        rc = refresh_compute(s, u, u + 1);
+    if (rc == DT_OK)
+        rc = s->dp.dev_ops->memset_async(s->dp.dev, s->grads + s->layout.offset[u], 0,
+                                         unit_span(s, u) * sizeof(float), s->dp.cs);
+    if (rc != DT_OK) {
+        s->dp.host->log(s->dp.host, DT_LOG_ERROR,
+                        "rank %d/%d: the deferred update of step %lld for unit '%s' failed",
+                        s->dp.rank, s->dp.size, (long long)s->pending_st.t,
+                        s->dp.model->units[u].name);
+        return rc;
+    }
+    s->pending[u] = 0;
+    s->n_pending--;
+    return DT_OK;
+}
+
+static int apply_all_pending(dt_strategy_t *s)
+{
+    int rc = DT_OK;
+    for (uint32_t u = 0; rc == DT_OK && s->n_pending && u < s->dp.model->n_units; u++)
+        rc = ddp_apply_pending(s, u);
+    return rc;
+}
+
 int ddp_pre_forward(dt_strategy_t *s, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out)
 {
     int rc = dt_dp_hook_enter(&s->dp, h, 0);
+    if (rc == DT_OK)
+        rc = ddp_apply_pending(s, h->unit);
     if (rc != DT_OK)
         return rc;
     out->params = unit_params(s, h->unit);
@@ -47,6 +120,8 @@ int ddp_post_forward(dt_strategy_t *s, const dt_hook_v1_t *h)
 int ddp_pre_backward(dt_strategy_t *s, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out)
 {
     int rc = dt_dp_hook_enter(&s->dp, h, 1);
+    if (rc == DT_OK)
+        rc = ddp_apply_pending(s, h->unit); /* a unit used without a forward */
     if (rc != DT_OK)
         return rc;
     out->params = unit_params(s, h->unit);
@@ -189,9 +264,23 @@ int ddp_begin_step(dt_strategy_t *s, int64_t step)
     }
     s->next_launch = 0;
     dt_dp_hooks_reset(&s->dp);
-    memset(s->final_done, 0, s->dp.model->n_units);
-    rc = s->dp.dev_ops->memset_async(s->dp.dev, s->grads, 0, s->layout.total * sizeof(float),
-                                     s->dp.cs);
+    uint32_t nu = s->dp.model->n_units;
+    memset(s->final_done, 0, nu);
+    /* zero the gradients, but not those a deferred update still needs (that
+     * update zeroes them): runs of units without a pending update */
+    for (uint32_t lo = 0; rc == DT_OK && lo < nu;) {
+        if (s->n_pending && s->pending[lo]) {
+            lo++;
+            continue;
+        }
+        uint32_t hi = lo + 1;
+        while (hi < nu && !(s->n_pending && s->pending[hi]))
+            hi++;
+        uint64_t off = s->layout.offset[lo];
+        rc = s->dp.dev_ops->memset_async(s->dp.dev, s->grads + off, 0,
+                                         (s->layout.offset[hi] - off) * sizeof(float), s->dp.cs);
+        lo = hi;
+    }
     if (rc != DT_OK)
         s->dp.host->log(s->dp.host, DT_LOG_ERROR, "begin_step %lld: zeroing gradients failed",
                         (long long)step);
@@ -228,36 +317,46 @@ int ddp_step(dt_strategy_t *s, const dt_step_args_v1_t *args, dt_step_result_v1_
     const dt_host_v1_t *host = s->dp.host;
     int rc = dt_dp_step_check(&s->dp, args, out);
     if (rc == DT_OK)
+        rc = apply_all_pending(s); /* units this step never used */
+    if (rc == DT_OK)
         rc = reduce_all(s);
     if (rc != DT_OK)
         return rc;
 
-    /* The gradients are replicated now, so the local norm IS the global one
-     * (summing across ranks would count every element size times). */
+    /* The gradients are replicated now.  Rather than every rank reading all
+     * of them (a memory-bound pass the ranks would run at the same moment),
+     * each sums the squares of its 1/size of the flat buffer and one f64
+     * all_reduce adds the parts; the communicator gives every rank the same
+     * bits. */
     double sumsq = 0.0;
-    rc = dt_norm_sumsq(host, s->dp.dev_ops, s->dp.dev, s->dp.cs, s->norm_slot, s->grads, DT_F32,
-                       (int64_t)s->layout.total, &sumsq);
+    dt_range_t part = dt_range_split(s->layout.total, (uint32_t)s->dp.size,
+                                     (uint32_t)s->dp.rank);
+    rc = dt_norm_sumsq(host, s->dp.dev_ops, s->dp.dev, s->dp.cs, s->norm_slot,
+                       s->grads + part.offset, DT_F32, (int64_t)part.count, &sumsq);
+    if (rc == DT_OK && s->dp.size > 1)
+        rc = dt_norm_allreduce(host, s->dp.comm_ops, s->dp.comm, s->dp.dev_ops, s->dp.dev,
+                               s->dp.cs, s->norm_slot, &sumsq);
     if (rc != DT_OK)
         return rc;
     dt_optim_step_t st = dt_dp_step_norm(&s->dp, args, sumsq, out);
     if (out->nonfinite)
         return DT_OK;
-    for (uint32_t u = 0; u < s->dp.model->n_units; u++) {
-        const dt_unit_desc_v1_t *unit = &s->dp.model->units[u];
-        uint64_t off = s->layout.offset[u];
-        rc = dt_optim_range(host, s->dp.dev_ops, s->dp.dev, s->dp.cs, unit,
-                            (dt_range_t){0, unit->numel},
-                            s->master + off, s->grads + off, s->m + off,
-                            s->v ? s->v + off : NULL, &st);
+    uint32_t nu = s->dp.model->n_units;
+    if (s->defer) {
+        s->pending_st = st;
+        memset(s->pending, 1, nu);
+        s->n_pending = nu;
+        return DT_OK;
+    }
+    /* last unit first when staggered: the deferring ranks start at unit 0 */
+    for (uint32_t k = 0; k < nu; k++) {
+        rc = update_unit(s, s->stagger && s->dp.size > 1 ? nu - 1 - k : k, &st);
         if (rc != DT_OK)
             return rc;
     }
-    if (s->compute != (void *)s->master) {
-        rc = s->dp.dev_ops->cast(s->dp.dev, s->dp.cs, s->compute, DT_BF16, s->master, DT_F32,
-                                 (int64_t)s->layout.total);
-        if (rc != DT_OK)
-            host->log(host, DT_LOG_ERROR, "step %lld: refreshing the bf16 parameters failed",
-                      (long long)args->step);
-    }
+    rc = refresh_compute(s, 0, nu);
+    if (rc != DT_OK)
+        host->log(host, DT_LOG_ERROR, "step %lld: refreshing the bf16 parameters failed",
+                  (long long)args->step);
     return rc;
 }

@@ -236,7 +236,10 @@ typedef struct dt_strategy_ops_v1 {
     /* Finish the step: wait for gradient reductions, compute the global
      * norm, clip, run the optimizer on what this rank owns, and make the
      * next forward see updated parameters.  Blocking, bounded by comm
-     * timeouts.  A non-finite norm skips the update and sets nonfinite. */
+     * timeouts.  A non-finite norm skips the update and sets nonfinite.
+     * A strategy may defer a unit's update to the unit's next pre_forward
+     * or pre_backward (ddp's stagger_update), provided get_state and
+     * set_state apply it first: nothing outside sees the difference. */
     int (*step)(dt_strategy_t *s, const dt_step_args_v1_t *args,
                 dt_step_result_v1_t *out);
 

@@ -74,6 +74,32 @@ static int check_desc(dt_comm_t *c, struct dt_comm_req *r, uint64_t G, int only)
     return DT_OK;
 }
 
+/* Round G's buffer of this rank is written: publish it, with the op's
+ * record on the op's first round (j == 0). */
+static void round_publish(dt_comm_t *c, struct dt_comm_req *r, uint64_t G, uint64_t j)
+{
+    if (j == 0)
+        put_desc(c, r, G);
+    shm_post_phase(c, PH_A(G));
+}
+
+/* Wait until every rank (or `only`) published round G; on the op's first
+ * round, check they all run this op. */
+static int round_await(dt_comm_t *c, struct dt_comm_req *r, uint64_t G, uint64_t j, int only)
+{
+    int st = shm_wait_phase(c, r, PH_A(G), only);
+    if (st == DT_OK && j == 0)
+        st = check_desc(c, r, G, only);
+    return st;
+}
+
+/* Done reading everybody's round-G buffers. */
+static void round_end(dt_comm_t *c, uint64_t G)
+{
+    shm_post_phase(c, PH_R(G));
+    c->round = G + 1;
+}
+
 /* First element of part p when `n` elements are split over `parts`,
  * boundaries aligned to `align` elements (64 bytes) against false sharing. */
 static uint64_t part_lo(uint64_t n, int p, int parts, uint64_t align)
@@ -132,9 +158,7 @@ static int run_all_reduce(dt_comm_t *c, struct dt_comm_req *r, int root)
             unsigned char *slot = shm_slot_buf(c, me, G);
             memcpy(slot, send + off * es, mlo * es);
             memcpy(slot + mhi * es, send + (off + mhi) * es, (ce - mhi) * es);
-            if (j == 0)
-                put_desc(c, r, G);
-            shm_post_phase(c, PH_A(G));
+            round_publish(c, r, G, j);
         }
         if (j > 0 && out) {
             /* Finish round j-1: copy out the parts the others reduced. */
@@ -152,9 +176,7 @@ static int run_all_reduce(dt_comm_t *c, struct dt_comm_req *r, int root)
             }
         }
         if (j < nrounds) {
-            if ((st = shm_wait_phase(c, r, PH_A(G), -1)) != DT_OK)
-                return st;
-            if (j == 0 && (st = check_desc(c, r, G, -1)) != DT_OK)
+            if ((st = round_await(c, r, G, j, -1)) != DT_OK)
                 return st;
             uint64_t lo = part_lo(ce, me, N, align), hi = part_lo(ce, me + 1, N, align);
             if (hi > lo) {
@@ -164,8 +186,7 @@ static int run_all_reduce(dt_comm_t *c, struct dt_comm_req *r, int root)
                 shm_reduce2(dst, out ? recv + (off + lo) * es : NULL, srcs, N, hi - lo,
                             r->dtype, r->op, N, nt);
             }
-            shm_post_phase(c, PH_R(G));
-            c->round = G + 1;
+            round_end(c, G);
         }
     }
     return DT_OK;
@@ -198,19 +219,14 @@ static int run_reduce_scatter(dt_comm_t *c, struct dt_comm_req *r)
             if (b != me)
                 memcpy(buf + (size_t)b * pe_max * es, send + ((uint64_t)b * rc + off) * es,
                        pe * es);
-        if (j == 0)
-            put_desc(c, r, G);
-        shm_post_phase(c, PH_A(G));
-        if ((st = shm_wait_phase(c, r, PH_A(G), -1)) != DT_OK)
-            return st;
-        if (j == 0 && (st = check_desc(c, r, G, -1)) != DT_OK)
+        round_publish(c, r, G, j);
+        if ((st = round_await(c, r, G, j, -1)) != DT_OK)
             return st;
         for (int p = 0; p < N; p++)
             srcs[p] = p == me ? send + ((uint64_t)me * rc + off) * es
                               : shm_slot_buf(c, p, G) + (size_t)me * pe_max * es;
         shm_reduce(recv + off * es, srcs, N, pe, r->dtype, r->op, N);
-        shm_post_phase(c, PH_R(G));
-        c->round = G + 1;
+        round_end(c, G);
     }
     return DT_OK;
 }
@@ -237,19 +253,14 @@ static int run_all_gather(dt_comm_t *c, struct dt_comm_req *r)
         /* our own block goes to recv on the way (unless it is already there) */
         shm_copy2(shm_slot_buf(c, me, G), aliased ? NULL : recv + ((uint64_t)me * sc + off) * es,
                   send + off * es, ce * es, nt);
-        if (j == 0)
-            put_desc(c, r, G);
-        shm_post_phase(c, PH_A(G));
-        if ((st = shm_wait_phase(c, r, PH_A(G), -1)) != DT_OK)
-            return st;
-        if (j == 0 && (st = check_desc(c, r, G, -1)) != DT_OK)
+        round_publish(c, r, G, j);
+        if ((st = round_await(c, r, G, j, -1)) != DT_OK)
             return st;
         for (int p = 0; p < N; p++)
             if (p != me)
                 shm_copy_out(recv + ((uint64_t)p * sc + off) * es, shm_slot_buf(c, p, G),
                              ce * es, nt);
-        shm_post_phase(c, PH_R(G));
-        c->round = G + 1;
+        round_end(c, G);
     }
     return DT_OK;
 }
@@ -272,20 +283,15 @@ static int run_broadcast(dt_comm_t *c, struct dt_comm_req *r)
             return st;
         if (me == root)
             memcpy(shm_slot_buf(c, root, G), buf + off * es, ce * es);
-        if (j == 0)
-            put_desc(c, r, G);
-        shm_post_phase(c, PH_A(G));
+        round_publish(c, r, G, j);
         if (me != root) {
             /* Only the root's data matters: the root runs ahead by up to
              * SHM_NBUF - 1 rounds. */
-            if ((st = shm_wait_phase(c, r, PH_A(G), root)) != DT_OK)
-                return st;
-            if (j == 0 && (st = check_desc(c, r, G, root)) != DT_OK)
+            if ((st = round_await(c, r, G, j, root)) != DT_OK)
                 return st;
             shm_copy_out(buf + off * es, shm_slot_buf(c, root, G), ce * es, nt);
         }
-        shm_post_phase(c, PH_R(G));
-        c->round = G + 1;
+        round_end(c, G);
     }
     return DT_OK;
 }
@@ -296,14 +302,10 @@ static int run_barrier(dt_comm_t *c, struct dt_comm_req *r)
     int st;
     if ((st = round_begin(c, r, G)) != DT_OK)
         return st;
-    put_desc(c, r, G);
-    shm_post_phase(c, PH_A(G));
-    if ((st = shm_wait_phase(c, r, PH_A(G), -1)) != DT_OK)
+    round_publish(c, r, G, 0);
+    if ((st = round_await(c, r, G, 0, -1)) != DT_OK)
         return st;
-    if ((st = check_desc(c, r, G, -1)) != DT_OK)
-        return st;
-    shm_post_phase(c, PH_R(G));
-    c->round = G + 1;
+    round_end(c, G);
     return DT_OK;
 }
 

@@ -426,7 +426,7 @@ int main(int argc, char **argv)
         dt_device_init_v1_t args = {
             .struct_size = sizeof args, .local_size = 1, .device_index = -1};
         CK(ops->init(&g_host, &args, &dev));
-        dt_device_props_v1_t p;
+        dt_device_props_v1_t p = {.struct_size = sizeof(dt_device_props_v1_t)};
         CK(ops->props(dev, &p));
         printf(
             "\n### %s\n\npeak_flops_f32 estimate: %.1f GFLOP/s; B=%lld T=%lld "

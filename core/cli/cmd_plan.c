@@ -110,7 +110,7 @@ int dt_cmd_plan(int argc, char **argv)
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
         dt_resolved_t r;
         dt_model_t *m = NULL;
-        dt_estimate_v1_t e;
+        dt_estimate_v1_t e = {.struct_size = sizeof(dt_estimate_v1_t)};
         int rc = plan_one(&a, &variants[i], vals[1], &world, &r, &m, &e);
         if (rc == DT_OK && !printed_header) {
             const dt_model_info_t *mi = dt_model_info(m);

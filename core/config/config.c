@@ -324,7 +324,8 @@ static const char *type_noun(int type)
     }
 }
 
-static int has_range(double min, double max) { return min <= max; }
+/* No range when both bounds are 0 or min > max (dtrain/plugin.h). */
+static int has_range(double min, double max) { return !(min == 0 && max == 0) && min <= max; }
 
 static void fmt_range(int type, double min, double max, char *buf, size_t n)
 {

@@ -9,8 +9,8 @@
  */
 #include "config/config.h"
 
-/* min > max means "no range" (dtrain/plugin.h). */
-#define NO_RANGE 1, 0
+/* min = max = 0 means "no range" (dtrain/plugin.h). */
+#define NO_RANGE 0, 0
 #define K_STR(n, d, doc) {n, DT_CFG_STRING, d, NO_RANGE, NULL, doc}
 #define K_INT(n, d, lo, hi, doc) {n, DT_CFG_INT, d, lo, hi, NULL, doc}
 #define K_FLT(n, d, lo, hi, doc) {n, DT_CFG_FLOAT, d, lo, hi, NULL, doc}

@@ -434,7 +434,8 @@ static int gpt2_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_
     gpt2_t *g = G(m);
     const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = g->s.vocab_size, BT = B * T;
     const uint32_t L = (uint32_t)g->s.n_layer, head = L + 1;
-    dt_unit_buffers_v1_t b0, bl, bh;
+    dt_unit_buffers_v1_t b0 = {.struct_size = sizeof b0}, bl = {.struct_size = sizeof bl},
+                         bh = {.struct_size = sizeof bh};
     dt_unit_view_t v0, vl, vh;
 
     DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b0));
@@ -479,7 +480,8 @@ static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook
     gpt2_t *g = G(m);
     const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = g->s.vocab_size, BT = B * T;
     const uint32_t L = (uint32_t)g->s.n_layer, head = L + 1;
-    dt_unit_buffers_v1_t b0, bl, bh;
+    dt_unit_buffers_v1_t b0 = {.struct_size = sizeof b0}, bl = {.struct_size = sizeof bl},
+                         bh = {.struct_size = sizeof bh};
     dt_unit_view_t v0, vl, vh;
 
     /* head first (it also feeds wte's gradient), then the blocks, then the

@@ -188,7 +188,7 @@ static int mlp_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_v
     mlp_t *p = P(m);
     const int64_t B = m->B, T = m->T, BT = B * T, H = p->H, V = p->V;
     const uint32_t head = (uint32_t)p->NL + 1;
-    dt_unit_buffers_v1_t b;
+    dt_unit_buffers_v1_t b = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
     dt_unit_view_t v;
     int64_t in_w;
 
@@ -239,7 +239,7 @@ static int mlp_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_
     mlp_t *p = P(m);
     const int64_t B = m->B, T = m->T, BT = B * T, H = p->H, V = p->V;
     const uint32_t head = (uint32_t)p->NL + 1;
-    dt_unit_buffers_v1_t b;
+    dt_unit_buffers_v1_t b = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
     dt_unit_view_t v;
     int64_t in_w;
     /* d(layer output) arrives in `dout`; d(layer input) goes to `din` */

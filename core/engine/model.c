@@ -81,6 +81,7 @@ int dt_model_create(dt_config_t *cfg, dt_model_t **out)
     if (!m)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     m->arch = a;
+    m->desc.struct_size = sizeof m->desc;
     m->desc.arch = a->name;
     m->info.arch = a->name;
     if (strcmp(dtype, "fp32") == 0) {
@@ -203,7 +204,6 @@ int dt_model_add_param(dt_model_t *m, uint32_t unit, const char *name, int ndim,
     p->shape[1] = ndim > 1 ? d1 : 0;
     p->numel = (uint64_t)d0 * (uint64_t)(ndim > 1 ? d1 : 1);
     p->flags = kind == DT_TENSOR_BIAS || kind == DT_TENSOR_NORM ? DT_PARAM_NO_DECAY : 0u;
-    p->split_dim = -1;
     dt_tensor_extra_t *e = &m->extra[unit][k];
     e->kind = kind;
     e->std = std;
@@ -516,7 +516,9 @@ int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t 
         (rc = K->memcpy_async(ctx->dev, m->targets, targets, (uint64_t)BT * 4, DT_COPY_H2D,
                               ctx->stream)))
         return rc;
-    dt_hook_v1_t h = {.micro = micro, .n_micro = n_micro,
+    dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t),
+                      .micro = micro,
+                      .n_micro = n_micro,
                       .flags = no_grad ? DT_HOOK_NO_GRAD : 0u};
     if ((rc = m->arch->forward(m, ctx, &h)))
         return rc;
@@ -644,7 +646,8 @@ static int probed_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_
         (rc = K->memcpy_async(ctx->dev, m->targets, targets, bytes, DT_COPY_H2D, ctx->stream)))
         return rc;
     /* an evaluation pass: strategies gather and release as for one */
-    const dt_hook_v1_t h = {.micro = 0, .n_micro = 1, .flags = DT_HOOK_NO_GRAD};
+    const dt_hook_v1_t h = {
+        .struct_size = sizeof(dt_hook_v1_t), .micro = 0, .n_micro = 1, .flags = DT_HOOK_NO_GRAD};
     m->probe = p;
     rc = m->arch->forward(m, ctx, &h);
     m->probe = NULL;

@@ -40,6 +40,7 @@ int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_config_t 
                                .n_micro = (uint32_t)accum, .act_bytes = act.total};
     const dt_strategy_ops_v1_t *ops = strat->ops;
     memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
     rc = ops->estimate(strat->host, &a, out);
     if (rc)
         return dt_plugin_failed(strat, rc, "estimate");

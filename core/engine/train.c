@@ -265,10 +265,16 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     dt_config_get_float(cfg, "optimizer.weight_decay", &wd);
     dt_config_get_float(cfg, "optimizer.momentum", &mom);
     dt_config_get_bool(cfg, "optimizer.nesterov", &nesterov);
-    sa.optim = (dt_optim_desc_v1_t){
-        .kind = strcmp(opt_type, "sgd") == 0 ? DT_OPTIM_SGD : DT_OPTIM_ADAMW,
-        .nesterov = nesterov, .beta1 = (float)b1, .beta2 = (float)b2, .eps = (float)eps,
-        .momentum = (float)mom, .weight_decay = (float)wd};
+    const dt_optim_desc_v1_t optim = {.struct_size = sizeof optim,
+                                      .kind = strcmp(opt_type, "sgd") == 0 ? DT_OPTIM_SGD
+                                                                           : DT_OPTIM_ADAMW,
+                                      .nesterov = nesterov,
+                                      .beta1 = (float)b1,
+                                      .beta2 = (float)b2,
+                                      .eps = (float)eps,
+                                      .momentum = (float)mom,
+                                      .weight_decay = (float)wd};
+    sa.optim = &optim;
     dt_plugin_t *pstrat = r->plugin[DT_ROLE_DATA];
     if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->init(pstrat->host, &sa, &R.strat), "init")))
         goto out;
@@ -298,8 +304,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
             goto out;
         }
     }
-    dt_device_props_v1_t props;
-    memset(&props, 0, sizeof props);
+    dt_device_props_v1_t props = {.struct_size = sizeof(dt_device_props_v1_t)};
     R.dev_ops->props(R.dev, &props);
     const double flops_tok = dt_model_flops_per_token(R.model, seq_len);
     if (R.world.rank == 0)
@@ -345,9 +350,11 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
                                       "all_reduce of the loss")))
             goto out;
         double loss = dp > 1 ? (double)lbuf : loss_local[0];
-        dt_step_args_v1_t sargs = {.step = step, .lr = (float)lr_now, .clip = (float)clip};
-        dt_step_result_v1_t sres;
-        memset(&sres, 0, sizeof sres);
+        dt_step_args_v1_t sargs = {.struct_size = sizeof(dt_step_args_v1_t),
+                                   .step = step,
+                                   .lr = (float)lr_now,
+                                   .clip = (float)clip};
+        dt_step_result_v1_t sres = {.struct_size = sizeof(dt_step_result_v1_t)};
         if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->step(R.strat, &sargs, &sres), "step")))
             goto out;
         if (!isfinite(loss) || sres.nonfinite) {
@@ -367,8 +374,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
         double mfu = props.peak_flops_f32 > 0
                          ? tok_s * flops_tok / ((double)dp * props.peak_flops_f32)
                          : 0;
-        dt_mem_stats_t ms;
-        memset(&ms, 0, sizeof ms);
+        dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
         R.dev_ops->mem_stats(R.dev, &ms);
         double eval_loss = NAN;
         if (R.val && eval_every > 0 && (step % eval_every == 0 || step == steps)) {
@@ -424,10 +430,9 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     }
 
     /* ---- memory summary: measured peaks beside the strategy's plan ---- */
-    dt_mem_stats_t ms;
-    memset(&ms, 0, sizeof ms);
+    dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
     R.dev_ops->mem_stats(R.dev, &ms);
-    dt_estimate_v1_t plan;
+    dt_estimate_v1_t plan = {.struct_size = sizeof(dt_estimate_v1_t)};
     if ((rc = dt_plan_strategy(pstrat, R.model, cfg, (int)dp, &plan)))
         goto out;
     uint64_t plan_total = 0;

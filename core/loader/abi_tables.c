@@ -56,7 +56,8 @@ static const dt_abi_method_t device_v1_optional[] = {
 };
 DT_LAYOUT_CHECK(device, 38);
 
-/* comm v1: only the non-blocking completion check is optional. */
+/* comm v1: the non-blocking completion check and the crash cleanup are
+ * optional. */
 static const dt_abi_method_t comm_v1_mandatory[] = {
     M(comm, init), M(comm, finalize), M(comm, rank_size), M(comm, all_reduce),
     M(comm, reduce_scatter), M(comm, all_gather), M(comm, broadcast),
@@ -64,9 +65,9 @@ static const dt_abi_method_t comm_v1_mandatory[] = {
     M(comm, wait), M(comm, split), M(comm, abort),
 };
 static const dt_abi_method_t comm_v1_optional[] = {
-    M(comm, test),
+    M(comm, test), M(comm, cleanup_job),
 };
-DT_LAYOUT_CHECK(comm, 15);
+DT_LAYOUT_CHECK(comm, 16);
 
 /* offload v1: host_ptr is a shortcut for host-memory tiers only. */
 static const dt_abi_method_t offload_v1_mandatory[] = {
@@ -75,11 +76,11 @@ static const dt_abi_method_t offload_v1_mandatory[] = {
     M(offload, wait),
 };
 static const dt_abi_method_t offload_v1_optional[] = {
-    M(offload, host_ptr),
+    M(offload, host_ptr), M(offload, cleanup_job),
 };
-DT_LAYOUT_CHECK(offload, 9);
+DT_LAYOUT_CHECK(offload, 10);
 
-/* strategy v1: model-parallel and pipeline slots are optional. */
+/* strategy v1: only the planner's presets are optional. */
 static const dt_abi_method_t strategy_v1_mandatory[] = {
     M(strategy, init), M(strategy, finalize), M(strategy, begin_step),
     M(strategy, pre_forward), M(strategy, post_forward),
@@ -88,10 +89,9 @@ static const dt_abi_method_t strategy_v1_mandatory[] = {
     M(strategy, state_loaded), M(strategy, estimate),
 };
 static const dt_abi_method_t strategy_v1_optional[] = {
-    M(strategy, transform_model), M(strategy, reduce_activation),
-    M(strategy, run_schedule),
+    M(strategy, plan_presets),
 };
-DT_LAYOUT_CHECK(strategy, 16);
+DT_LAYOUT_CHECK(strategy, 14);
 
 /* Mandatory slots are contiguous from the first one, so the minimum size is
  * where the last mandatory slot ends. */

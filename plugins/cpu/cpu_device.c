@@ -437,18 +437,18 @@ static int cpu_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
     if (!host || !out)
         return DT_ERR_INVALID;
     *out = NULL;
+    dt_device_init_v1_t a;
+    int rc = dt_args_read(host, "init args", &a, sizeof a, args, DT_DEVICE_INIT_V1_SIZE0);
+    if (rc != DT_OK)
+        return rc;
     int64_t threads = 0, limit = 0;
-    int rc = cfg_int_or(host, "threads", 0, 0, CPU_MAX_THREADS, &threads);
+    rc = cfg_int_or(host, "threads", 0, 0, CPU_MAX_THREADS, &threads);
     if (rc != DT_OK)
         return rc;
     rc = cfg_int_or(host, "memory_limit", 0, 0, (int64_t)1 << 62, &limit);
     if (rc != DT_OK)
         return rc;
-    int local_size = 1;
-    if (args && args->struct_size >= offsetof(dt_device_init_v1_t, local_size) +
-                                          sizeof(args->local_size) &&
-        args->local_size > 0)
-        local_size = args->local_size;
+    int local_size = a.local_size > 0 ? a.local_size : 1;
     if (threads == 0) {
         long online = sysconf(_SC_NPROCESSORS_ONLN);
         threads = online > 0 ? online / local_size : 1;
@@ -502,15 +502,15 @@ static int cpu_props(dt_device_t *d, dt_device_props_v1_t *out)
         return DT_ERR_INVALID;
     if (!out)
         return CPU_INVALID(d, "props: out is NULL");
-    memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", d->name);
-    out->total_memory = d->total_memory;
-    out->peak_flops_f32 = d->peak_flops;
+    dt_device_props_v1_t p = {.struct_size = sizeof p};
+    snprintf(p.name, sizeof p.name, "%s", d->name);
+    p.total_memory = d->total_memory;
+    p.peak_flops_f32 = d->peak_flops;
     /* bf16 weights are widened and multiplied in f32: same rate. */
-    out->peak_flops_bf16 = d->peak_flops;
-    out->host_visible = 1;
-    out->threads = d->threads;
-    return DT_OK;
+    p.peak_flops_bf16 = d->peak_flops;
+    p.host_visible = 1;
+    p.threads = d->threads;
+    return dt_result_write(d->host, "props", out, &p, sizeof p, DT_DEVICE_PROPS_V1_SIZE0);
 }
 
 /* --------------------------------------------------------- memory (ABI) */
@@ -538,9 +538,11 @@ static int cpu_mem_stats(dt_device_t *d, dt_mem_stats_t *out)
     if (!out)
         return CPU_INVALID(d, "mem_stats: out is NULL");
     pthread_mutex_lock(&d->mem_mu);
-    *out = d->stats;
+    dt_mem_stats_v1_t st = d->stats;
     pthread_mutex_unlock(&d->mem_mu);
-    return DT_OK;
+    st.struct_size = sizeof st;
+    st.n_tags = DT_TAG_COUNT;
+    return dt_result_write(d->host, "mem_stats", out, &st, sizeof st, DT_MEM_STATS_V1_SIZE0);
 }
 
 static int cpu_mem_reset_peaks(dt_device_t *d)

@@ -12,16 +12,29 @@
 #include "ddp_internal.h"
 
 static const dt_config_key_t ddp_keys[] = {
-    {.name = "bucket_cap_mb", .type = DT_CFG_FLOAT, .def = "25", .min = 0.0, .max = 1e6,
+    {.name = "bucket_cap_mb",
+     .type = DT_CFG_FLOAT,
+     .def = "25",
+     .min = 0.0,
+     .max = 1e6,
      .doc = "gradient bucket size in MiB of f32 gradients (> 0); units are never split"},
-    {.name = "reduce_dtype", .type = DT_CFG_ENUM, .def = "\"fp32\"", .min = 1, .max = 0,
-     .choices = "fp32|bf16", .doc = "dtype gradients travel in (bf16 halves the bytes)"},
-    {.name = "overlap", .type = DT_CFG_BOOL, .def = "true", .min = 1, .max = 0,
+    {.name = "reduce_dtype",
+     .type = DT_CFG_ENUM,
+     .def = "\"fp32\"",
+     .choices = "fp32|bf16",
+     .doc = "dtype gradients travel in (bf16 halves the bytes)"},
+    {.name = "overlap",
+     .type = DT_CFG_BOOL,
+     .def = "true",
      .doc = "start a bucket's all-reduce during backward (false: all in step)"},
-    {.name = "init_check", .type = DT_CFG_ENUM, .def = "\"checksum\"", .min = 1, .max = 0,
+    {.name = "init_check",
+     .type = DT_CFG_ENUM,
+     .def = "\"checksum\"",
      .choices = "checksum|broadcast",
      .doc = "initial replicas: verify identical by hash, or copy rank 0's"},
-    {.name = "stagger_update", .type = DT_CFG_BOOL, .def = "true", .min = 1, .max = 0,
+    {.name = "stagger_update",
+     .type = DT_CFG_BOOL,
+     .def = "true",
      .doc = "odd ranks apply each unit's optimizer update at its next forward, so ranks "
             "sharing memory bandwidth do not all update at once (same results)"},
 };
@@ -139,7 +152,7 @@ static int ddp_init_buffers(dt_strategy_t *s)
 {
     const dt_host_v1_t *host = s->dp.host;
     const dt_device_ops_v1_t *d = s->dp.dev_ops;
-    dt_model_desc_v1_t *model = s->dp.model;
+    const dt_model_desc_v1_t *model = s->dp.model;
     uint32_t nu = model->n_units;
     int rc;
 
@@ -264,13 +277,17 @@ static int ddp_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
  *   activations= act_bytes (micro-batches run one after another)
  *   other      = one double for the norm (+ the replica check's scratch)
  * T = the model's numel plus the 64-byte alignment between unit slices. */
-static int ddp_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *args,
-                        dt_estimate_v1_t *out)
+static int ddp_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
+                        dt_estimate_v1_t *res)
 {
-    memset(out, 0, sizeof *out);
-    int rc = dt_dp_estimate_check(host, args);
+    dt_estimate_args_v1_t a;
+    dt_model_desc_v1_t model_desc = {.struct_size = sizeof(dt_model_desc_v1_t)};
+    int rc = dt_dp_estimate_read(host, in, &a, &model_desc);
     if (rc != DT_OK)
         return rc;
+    const dt_estimate_args_v1_t *args = &a;
+    dt_estimate_v1_t est, *out = &est;
+    dt_estimate_begin(out);
     double cap_mb;
     int32_t rdt, overlap, bcast, stagger;
     rc = ddp_read_config(host, &cap_mb, &rdt, &overlap, &bcast, &stagger);
@@ -316,7 +333,7 @@ static int ddp_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *a
              cap_mb, rdt == DT_BF16 ? "bf16" : "fp32",
              n > 1 ? (overlap ? ", overlapped with backward" : ", in step") : ", 1 rank: none",
              n > 1 && stagger ? "; odd ranks update at next use" : "");
-    return DT_OK;
+    return dt_result_write(host, "estimate", res, out, sizeof *out, DT_ESTIMATE_V1_SIZE0);
 }
 
 static const dt_strategy_ops_v1_t ddp_ops = {

@@ -102,7 +102,7 @@ static int apply_all_pending(dt_strategy_t *s)
 
 int ddp_pre_forward(dt_strategy_t *s, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out)
 {
-    int rc = dt_dp_hook_enter(&s->dp, h, 0);
+    int rc = dt_dp_hook_enter(&s->dp, h, 0, out);
     if (rc == DT_OK)
         rc = ddp_apply_pending(s, h->unit);
     if (rc != DT_OK)
@@ -119,7 +119,7 @@ int ddp_post_forward(dt_strategy_t *s, const dt_hook_v1_t *h)
 
 int ddp_pre_backward(dt_strategy_t *s, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out)
 {
-    int rc = dt_dp_hook_enter(&s->dp, h, 1);
+    int rc = dt_dp_hook_enter(&s->dp, h, 1, out);
     if (rc == DT_OK)
         rc = ddp_apply_pending(s, h->unit); /* a unit used without a forward */
     if (rc != DT_OK)

@@ -769,17 +769,18 @@ static int read_int(const dt_host_v1_t *h, const char *key, int64_t def, int64_t
     return DT_OK;
 }
 
-static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *a, dt_comm_t **out)
+static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_comm_t **out)
 {
     if (!host)
         return DT_ERR_INVALID;
-    if (!out || !a)
+    if (!out || !in)
         return host->set_error(host, DT_ERR_INVALID, "init: NULL %s", out ? "args" : "out");
     *out = NULL;
-    if (a->struct_size < offsetof(dt_comm_init_v1_t, timeout_ms) + sizeof(a->timeout_ms))
-        return host->set_error(host, DT_ERR_ABI, "init: argument struct of %u bytes is "
-                               "too small (built against another dtrain?)",
-                               (unsigned)a->struct_size);
+    dt_comm_init_v1_t args;
+    int rc = dt_args_read(host, "init args", &args, sizeof args, in, DT_COMM_INIT_V1_SIZE0);
+    if (rc != DT_OK)
+        return rc;
+    const dt_comm_init_v1_t *a = &args;
     if (a->size < 1 || a->rank < 0 || a->rank >= a->size)
         return host->set_error(host, DT_ERR_INVALID, "init: rank %d is not in [0, %d)",
                                (int)a->rank, (int)a->size);
@@ -798,15 +799,10 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *a, dt_com
     if (st != DT_OK)
         return st;
 
-    const dt_device_ops_v1_t *dev_ops = NULL;
-    dt_device_t *dev = NULL;
-    if (a->struct_size >= offsetof(dt_comm_init_v1_t, dev) + sizeof(a->dev)) {
-        dev_ops = a->dev_ops;
-        dev = a->dev;
-    }
+    const dt_device_ops_v1_t *dev_ops = a->dev_ops;
+    dt_device_t *dev = a->dev;
     if (dev_ops && dev) {
-        dt_device_props_v1_t props;
-        memset(&props, 0, sizeof props);
+        dt_device_props_v1_t props = {.struct_size = sizeof(dt_device_props_v1_t)};
         if (dev_ops->props(dev, &props) == DT_OK && !props.host_visible)
             return host->set_error(host, DT_ERR_UNSUPPORTED,
                                    "device '%s' memory is not host memory; shm moves host "

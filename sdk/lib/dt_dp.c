@@ -8,6 +8,7 @@
 #include "dtrain/sdk_helpers.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *unit_name(const dt_dp_t *b, uint32_t u)
@@ -18,16 +19,39 @@ static const char *unit_name(const dt_dp_t *b, uint32_t u)
 
 /* ------------------------------------------------------------ init */
 
-static int check_args(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
-                      const char *what)
+int dt_strategy_args_read(const dt_host_v1_t *host, const dt_strategy_init_v1_t *in,
+                          dt_strategy_args_t *out)
 {
-    if (!args || args->struct_size < sizeof(dt_strategy_init_v1_t))
-        return host->set_error(host, DT_ERR_ABI, "init args struct_size %u < %zu (core too old)",
-                               args ? args->struct_size : 0, sizeof(dt_strategy_init_v1_t));
-    if (!args->dev_ops || !args->dev || !args->comm_ops || !args->comm || !args->model)
+    memset(out, 0, sizeof *out);
+    dt_strategy_init_v1_t *args = &out->init;
+    int rc = dt_args_read(host, "init args", args, sizeof *args, in, DT_STRATEGY_INIT_V1_SIZE0);
+    if (rc != DT_OK)
+        return rc;
+    if (!args->model || !args->optim)
+        return host->set_error(host, DT_ERR_INVALID, "init: NULL %s",
+                               !args->model ? "model" : "optim");
+    if ((rc = dt_args_read(host, "init args: model", &out->model, sizeof out->model,
+                           args->model, DT_MODEL_DESC_V1_SIZE0)) != DT_OK ||
+        (rc = dt_args_read(host, "init args: optim", &out->optim, sizeof out->optim,
+                           args->optim, DT_OPTIM_DESC_V1_SIZE0)) != DT_OK)
+        return rc;
+    args->model = &out->model;
+    args->optim = &out->optim;
+    return DT_OK;
+}
+
+/* Read `in` into b->args and check it. */
+static int read_args(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_init_v1_t *in,
+                     const char *what)
+{
+    int rc = dt_strategy_args_read(host, in, &b->args);
+    if (rc != DT_OK)
+        return rc;
+    const dt_strategy_init_v1_t *args = &b->args.init;
+    if (!args->dev_ops || !args->dev || !args->comm_ops || !args->comm)
         return host->set_error(host, DT_ERR_INVALID, "init: NULL %s",
                                !args->dev_ops ? "dev_ops" : !args->dev ? "dev"
-                               : !args->comm_ops ? "comm_ops" : !args->comm ? "comm" : "model");
+                               : !args->comm_ops ? "comm_ops" : "comm");
     if (args->n_micro < 1)
         return host->set_error(host, DT_ERR_INVALID, "init: n_micro = 0");
     const dt_model_desc_v1_t *model = args->model;
@@ -35,9 +59,9 @@ static int check_args(const dt_host_v1_t *host, const dt_strategy_init_v1_t *arg
         return host->set_error(host, DT_ERR_UNSUPPORTED,
                                "param_dtype %s: %s keeps f32 or bf16 compute parameters",
                                dt_dtype_name(model->param_dtype), what);
-    if (args->optim.kind != DT_OPTIM_ADAMW && args->optim.kind != DT_OPTIM_SGD)
+    if (args->optim->kind != DT_OPTIM_ADAMW && args->optim->kind != DT_OPTIM_SGD)
         return host->set_error(host, DT_ERR_INVALID, "init: unknown optimizer kind %d",
-                               args->optim.kind);
+                               args->optim->kind);
     if (model->n_units > 0 && !model->units)
         return host->set_error(host, DT_ERR_INVALID, "init: model has %u units but no table",
                                model->n_units);
@@ -57,16 +81,16 @@ int dt_dp_init(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_init_v1_t
 {
     memset(b, 0, sizeof *b);
     b->host = host;
-    int rc = check_args(host, args, what);
+    int rc = read_args(b, host, args, what);
     if (rc != DT_OK)
         return rc;
-    b->dev_ops = args->dev_ops;
-    b->dev = args->dev;
-    b->cs = args->compute_stream;
-    b->comm_ops = args->comm_ops;
-    b->comm = args->comm;
-    b->model = args->model;
-    b->optim = args->optim;
+    b->dev_ops = b->args.init.dev_ops;
+    b->dev = b->args.init.dev;
+    b->cs = b->args.init.compute_stream;
+    b->comm_ops = b->args.init.comm_ops;
+    b->comm = b->args.init.comm;
+    b->model = &b->args.model;
+    b->optim = b->args.optim;
     if ((rc = b->comm_ops->rank_size(b->comm, &b->rank, &b->size)) != DT_OK) {
         host->log(host, DT_LOG_ERROR, "init: comm rank_size failed");
         return rc;
@@ -104,6 +128,11 @@ static int hook_check(const dt_dp_t *b, const dt_hook_v1_t *h, const char *what,
     const dt_host_v1_t *host = b->host;
     if (!h)
         return host->set_error(host, DT_ERR_INVALID, "%s: NULL hook", what);
+    char name[48];
+    snprintf(name, sizeof name, "%s: hook", what);
+    int rc = dt_args_check(host, name, h, sizeof *h, DT_HOOK_V1_SIZE0);
+    if (rc != DT_OK)
+        return rc;
     if (h->unit >= b->model->n_units)
         return host->set_error(host, DT_ERR_INVALID,
                                "%s: unit %u out of range (model has %u units)", what, h->unit,
@@ -114,11 +143,21 @@ static int hook_check(const dt_dp_t *b, const dt_hook_v1_t *h, const char *what,
     return DT_OK;
 }
 
-int dt_dp_hook_enter(dt_dp_t *b, const dt_hook_v1_t *h, int backward)
+int dt_dp_hook_enter(dt_dp_t *b, const dt_hook_v1_t *h, int backward,
+                     dt_unit_buffers_v1_t *out)
 {
-    int rc = hook_check(b, h, backward ? "pre_backward" : "pre_forward", backward);
+    const char *what = backward ? "pre_backward" : "pre_forward";
+    int rc = hook_check(b, h, what, backward);
     if (rc != DT_OK)
         return rc;
+    if (!out)
+        return b->host->set_error(b->host, DT_ERR_INVALID, "%s: NULL buffers", what);
+    /* the engine writes minor-0 fields only: the caller's size must span them */
+    if ((rc = dt_args_check(b->host, backward ? "pre_backward: buffers" : "pre_forward: buffers",
+                            out, out->struct_size, DT_UNIT_BUFFERS_V1_SIZE0)) != DT_OK)
+        return rc;
+    out->params = NULL;
+    out->grads = NULL;
     if (backward && (h->flags & DT_HOOK_NO_GRAD))
         return b->host->set_error(b->host, DT_ERR_INVALID,
                                   "pre_backward: unit '%s' in a no-grad (evaluation) pass",
@@ -154,7 +193,15 @@ void dt_dp_hooks_reset(dt_dp_t *b)
 int dt_dp_step_check(const dt_dp_t *b, const dt_step_args_v1_t *args, dt_step_result_v1_t *out)
 {
     const dt_host_v1_t *host = b->host;
-    memset(out, 0, sizeof *out);
+    if (!args || !out)
+        return host->set_error(host, DT_ERR_INVALID, "step: NULL %s", args ? "result" : "args");
+    int rc = dt_args_check(host, "step args", args, sizeof *args, DT_STEP_ARGS_V1_SIZE0);
+    if (rc == DT_OK)
+        rc = dt_args_check(host, "step result", out, out->struct_size, DT_STEP_RESULT_V1_SIZE0);
+    if (rc != DT_OK)
+        return rc;
+    out->grad_norm = 0.0;
+    out->nonfinite = 0;
     if (b->optim.kind == DT_OPTIM_ADAMW && args->step < 1)
         return host->set_error(host, DT_ERR_INVALID,
                                "step: AdamW step count %lld (must be >= 1)",
@@ -275,11 +322,19 @@ int dt_dp_state_copy(const dt_dp_t *b, uint32_t unit, int kind, dt_range_t r, vo
 
 /* ------------------------------------------------------------ estimate */
 
-int dt_dp_estimate_check(const dt_host_v1_t *host, const dt_estimate_args_v1_t *args)
+int dt_dp_estimate_read(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
+                        dt_estimate_args_v1_t *args, dt_model_desc_v1_t *model)
 {
-    if (!args || args->struct_size < sizeof(dt_estimate_args_v1_t) || !args->model)
-        return host->set_error(host, DT_ERR_INVALID, "estimate: bad args (struct_size %u)",
-                               args ? args->struct_size : 0);
+    int rc = dt_args_read(host, "estimate args", args, sizeof *args, in,
+                          DT_ESTIMATE_ARGS_V1_SIZE0);
+    if (rc != DT_OK)
+        return rc;
+    if (!args->model)
+        return host->set_error(host, DT_ERR_INVALID, "estimate: NULL model");
+    if ((rc = dt_args_read(host, "estimate args: model", model, sizeof *model, args->model,
+                           DT_MODEL_DESC_V1_SIZE0)) != DT_OK)
+        return rc;
+    args->model = model;
     if (args->group_size < 1)
         return host->set_error(host, DT_ERR_INVALID, "estimate: group_size %d",
                                args->group_size);
@@ -287,6 +342,13 @@ int dt_dp_estimate_check(const dt_host_v1_t *host, const dt_estimate_args_v1_t *
         return host->set_error(host, DT_ERR_INVALID, "estimate: param_bytes %u (want 2 or 4)",
                                args->param_bytes);
     return DT_OK;
+}
+
+void dt_estimate_begin(dt_estimate_v1_t *e)
+{
+    memset(e, 0, sizeof *e);
+    e->struct_size = (uint32_t)sizeof *e;
+    e->n_tags = DT_TAG_COUNT;
 }
 
 void dt_dp_estimate_state(const dt_estimate_args_v1_t *args, uint64_t compute, uint64_t owned,

@@ -106,17 +106,15 @@ int dt_unit_validate(const dt_host_v1_t *host, const dt_unit_desc_v1_t *u)
             return host->set_error(host, DT_ERR_INVALID,
                                    "unit '%s' (%u): tensor '%s' has ndim %d (want 1..4)",
                                    u->name, u->index, nm, p->ndim);
-        if (p->split_parts <= 1) {
-            uint64_t prod = 1;
-            for (int32_t d = 0; d < p->ndim; d++)
-                prod *= (uint64_t)(p->shape[d] > 0 ? p->shape[d] : 0);
-            if (prod != p->numel)
-                return host->set_error(host, DT_ERR_INVALID,
-                                       "unit '%s' (%u): tensor '%s' has numel %llu but its "
-                                       "shape holds %llu",
-                                       u->name, u->index, nm, (unsigned long long)p->numel,
-                                       (unsigned long long)prod);
-        }
+        uint64_t prod = 1;
+        for (int32_t d = 0; d < p->ndim; d++)
+            prod *= (uint64_t)(p->shape[d] > 0 ? p->shape[d] : 0);
+        if (prod != p->numel)
+            return host->set_error(host, DT_ERR_INVALID,
+                                   "unit '%s' (%u): tensor '%s' has numel %llu but its "
+                                   "shape holds %llu",
+                                   u->name, u->index, nm, (unsigned long long)p->numel,
+                                   (unsigned long long)prod);
         end = p->offset + p->numel;
     }
     return DT_OK;

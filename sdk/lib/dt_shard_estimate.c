@@ -247,8 +247,12 @@ static int ec_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
 static int hook(dt_shard_t *e, int phase, uint32_t unit, uint32_t micro, uint32_t n_micro,
                 int last_use)
 {
-    dt_hook_v1_t h = {.unit = unit, .micro = micro, .n_micro = n_micro, .last_use = last_use};
-    dt_unit_buffers_v1_t b;
+    dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t),
+                      .unit = unit,
+                      .micro = micro,
+                      .n_micro = n_micro,
+                      .last_use = last_use};
+    dt_unit_buffers_v1_t b = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
     switch (phase) {
     case 0: return dt_shard_pre_forward(e, &h, &b);
     case 1: return dt_shard_post_forward(e, &h);
@@ -281,20 +285,25 @@ static int replay_step(dt_shard_t *e, uint32_t n_micro, int tied)
                 rc = hook(e, 3, u, m, n_micro, 1);
         }
     }
-    dt_step_args_v1_t sa = {.step = 1, .lr = 0.0f, .clip = 0.0f};
-    dt_step_result_v1_t res;
+    dt_step_args_v1_t sa = {
+        .struct_size = sizeof(dt_step_args_v1_t), .step = 1, .lr = 0.0f, .clip = 0.0f};
+    dt_step_result_v1_t res = {.struct_size = sizeof(dt_step_result_v1_t)};
     if (rc == DT_OK)
         rc = dt_shard_step(e, &sa, &res);
     return rc;
 }
 
-int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *args,
-                      const dt_shard_cfg_t *cfg, dt_estimate_v1_t *out)
+int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
+                      const dt_shard_cfg_t *cfg, dt_estimate_v1_t *res)
 {
-    memset(out, 0, sizeof *out);
-    int rc = dt_dp_estimate_check(host, args);
+    dt_estimate_args_v1_t a;
+    dt_model_desc_v1_t model_desc = {.struct_size = sizeof(dt_model_desc_v1_t)};
+    int rc = dt_dp_estimate_read(host, in, &a, &model_desc);
     if (rc != DT_OK)
         return rc;
+    const dt_estimate_args_v1_t *args = &a;
+    dt_estimate_v1_t est, *out = &est;
+    dt_estimate_begin(out);
 
     /* the engine, on counting stand-ins, as rank 0 (whose shards are the
      * largest: padding falls on the last ranks) */
@@ -304,6 +313,11 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *arg
     est_count_t count = {0, 0.0};
     struct dt_comm comm = {.host = host, .size = args->group_size, .count = &count,
                            .shard = cfg->shard_ranks ? cfg->shard_ranks : 1};
+    const dt_optim_desc_v1_t optim = {.struct_size = sizeof optim,
+                                      .kind = DT_OPTIM_ADAMW,
+                                      .beta1 = 0.9f,
+                                      .beta2 = 0.999f,
+                                      .eps = 1e-8f};
     dt_strategy_init_v1_t ia = {
         .struct_size = sizeof ia,
         .n_micro = args->n_micro ? args->n_micro : 1,
@@ -313,7 +327,7 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *arg
         .comm_ops = &est_comm_ops,
         .comm = &comm,
         .model = &model,
-        .optim = {.kind = DT_OPTIM_ADAMW, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f},
+        .optim = &optim,
     };
     dt_shard_t *e = NULL;
     rc = dt_shard_create(host, &ia, cfg, &e);
@@ -348,5 +362,5 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *arg
              cfg->grads_full ? "full" : "sharded", (double)dev.st.peak[DT_TAG_COMM] / 1e6);
     dt_shard_destroy(e);
     host->free(host, dev.blk);
-    return DT_OK;
+    return dt_result_write(host, "estimate", res, out, sizeof *out, DT_ESTIMATE_V1_SIZE0);
 }

@@ -32,24 +32,26 @@ static int configure_model(const dt_host_v1_t *host, const dt_model_desc_v1_t *m
     return rc;
 }
 
-int dt_shard_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
+int dt_shard_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *in,
                   dt_shard_configure_fn configure, dt_shard_t **out)
 {
     *out = NULL;
-    if (!args || !args->model)
-        return host->set_error(host, DT_ERR_INVALID, "init: NULL %s", args ? "model" : "args");
+    dt_strategy_args_t read;
+    int rc = dt_strategy_args_read(host, in, &read);
+    if (rc != DT_OK)
+        return rc;
+    const dt_strategy_init_v1_t *args = &read.init;
     /* the config is checked (and its errors reported) before the rest of
      * args; without a communicator it is checked for no group (world 0)
      * and dt_shard_create refuses the missing one */
     int32_t rank = 0, world = 0;
     if (args->comm_ops && args->comm) {
-        int rc = args->comm_ops->rank_size(args->comm, &rank, &world);
+        rc = args->comm_ops->rank_size(args->comm, &rank, &world);
         if (rc != DT_OK) {
             host->log(host, DT_LOG_ERROR, "init: comm rank_size failed");
             return rc;
         }
     }
-    int rc;
     dt_shard_cfg_t cfg;
     dt_bucket_span_t *spans = NULL;
     rc = configure_model(host, args->model, world, configure, &cfg, &spans);
@@ -59,16 +61,18 @@ int dt_shard_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
     return rc;
 }
 
-int dt_shard_estimate_with(const dt_host_v1_t *host, const dt_estimate_args_v1_t *args,
+int dt_shard_estimate_with(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
                            dt_shard_configure_fn configure, dt_estimate_v1_t *out)
 {
-    memset(out, 0, sizeof *out);
-    if (!args || args->struct_size < sizeof(dt_estimate_args_v1_t) || !args->model)
-        return host->set_error(host, DT_ERR_INVALID, "estimate: bad args (struct_size %u)",
-                               args ? args->struct_size : 0);
+    dt_estimate_args_v1_t a;
+    dt_model_desc_v1_t model_desc = {.struct_size = sizeof(dt_model_desc_v1_t)};
+    int rc = dt_dp_estimate_read(host, in, &a, &model_desc);
+    if (rc != DT_OK)
+        return rc;
+    const dt_estimate_args_v1_t *args = &a;
     dt_shard_cfg_t cfg;
     dt_bucket_span_t *spans = NULL;
-    int rc = configure_model(host, args->model, args->group_size, configure, &cfg, &spans);
+    rc = configure_model(host, args->model, args->group_size, configure, &cfg, &spans);
     if (rc == DT_OK)
         rc = dt_shard_estimate(host, args, &cfg, out);
     host->free(host, spans);

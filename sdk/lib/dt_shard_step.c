@@ -369,7 +369,7 @@ static int use_params(dt_shard_t *e, uint32_t gi, int dir, uint32_t count)
 
 int dt_shard_pre_forward(dt_shard_t *e, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out)
 {
-    int rc = dt_dp_hook_enter(&e->dp, h, 0);
+    int rc = dt_dp_hook_enter(&e->dp, h, 0, out);
     if (rc != DT_OK)
         return rc;
     uint32_t u = h->unit, gi = e->plan.group_of_unit[u];
@@ -401,7 +401,7 @@ int dt_shard_post_forward(dt_shard_t *e, const dt_hook_v1_t *h)
 
 int dt_shard_pre_backward(dt_shard_t *e, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out)
 {
-    int rc = dt_dp_hook_enter(&e->dp, h, 1);
+    int rc = dt_dp_hook_enter(&e->dp, h, 1, out);
     if (rc != DT_OK)
         return rc;
     uint32_t u = h->unit, gi = e->plan.group_of_unit[u];

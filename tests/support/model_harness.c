@@ -213,7 +213,9 @@ int dt_mh_open_at(dt_mh_t *h, const char *plugin_dir, const char *source_dir,
     if (!h->D)
         return DT_ERR_NOT_FOUND;
     dt_test_host_init(&cpu_host, "device/cpu", cpu_kv);
-    if ((rc = h->D->init(&cpu_host.host, NULL, &h->dev)) ||
+    const dt_device_init_v1_t da = {.struct_size = sizeof da, .local_size = 1,
+                                    .device_index = -1};
+    if ((rc = h->D->init(&cpu_host.host, &da, &h->dev)) ||
         (rc = h->D->stream_create(h->dev, &h->stream)))
         return rc;
     if ((rc = dt_config_load_string("model.toml", model_toml, &h->cfg)))

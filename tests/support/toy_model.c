@@ -39,14 +39,24 @@ static dt_unit_desc_v1_t units[DT_TOY_NU] = {
 
 dt_optim_desc_v1_t dt_toy_optim(int kind)
 {
-    return (dt_optim_desc_v1_t){.kind = kind, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                                .weight_decay = 0.1f, .momentum = 0.9f, .nesterov = 0};
+    return (dt_optim_desc_v1_t){.struct_size = sizeof(dt_optim_desc_v1_t),
+                                .kind = kind,
+                                .beta1 = 0.9f,
+                                .beta2 = 0.95f,
+                                .eps = 1e-8f,
+                                .weight_decay = 0.1f,
+                                .momentum = 0.9f,
+                                .nesterov = 0};
 }
 
 dt_model_desc_v1_t dt_toy_model(int param_dtype)
 {
-    return (dt_model_desc_v1_t){.arch = "gpt2", .n_units = DT_TOY_NU, .units = units,
-                                .numel = DT_TOY_NUMEL, .param_dtype = param_dtype};
+    return (dt_model_desc_v1_t){.struct_size = sizeof(dt_model_desc_v1_t),
+                                .arch = "gpt2",
+                                .n_units = DT_TOY_NU,
+                                .units = units,
+                                .numel = DT_TOY_NUMEL,
+                                .param_dtype = param_dtype};
 }
 
 const dt_unit_desc_v1_t *dt_toy_unit(uint32_t u)
@@ -120,16 +130,24 @@ static double tie_loss(const void *p0, int dtype, int rank, uint32_t micro)
 int dt_toy_forward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, int param_dtype,
                    int rank, uint32_t micro, uint32_t n_micro, uint32_t flags, double *loss)
 {
-    dt_unit_buffers_v1_t b, b0;
+    dt_unit_buffers_v1_t b = {.struct_size = sizeof b}, b0 = {.struct_size = sizeof b0};
     double l = 0;
     int rc = DT_OK;
     for (uint32_t u = 0; rc == DT_OK && u < DT_TOY_NU; u++) {
-        dt_hook_v1_t h = {.unit = u, .micro = micro, .n_micro = n_micro, .flags = flags};
+        dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t),
+                          .unit = u,
+                          .micro = micro,
+                          .n_micro = n_micro,
+                          .flags = flags};
         if ((rc = S->pre_forward(s, &h, &b)) != DT_OK)
             break;
         l += unit_loss(b.params, param_dtype, rank, micro, u);
         if (u == DT_TOY_NU - 1) {
-            dt_hook_v1_t h0 = {.unit = 0, .micro = micro, .n_micro = n_micro, .flags = flags};
+            dt_hook_v1_t h0 = {.struct_size = sizeof(dt_hook_v1_t),
+                               .unit = 0,
+                               .micro = micro,
+                               .n_micro = n_micro,
+                               .flags = flags};
             if ((rc = S->pre_forward(s, &h0, &b0)) != DT_OK)
                 break;
             l += tie_loss(b0.params, param_dtype, rank, micro);
@@ -156,10 +174,12 @@ static void add_grad(float *g, const void *p, int dtype, int rank, uint32_t micr
 int dt_toy_backward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, int param_dtype,
                     int rank, uint32_t micro, uint32_t n_micro)
 {
-    dt_unit_buffers_v1_t b, b0;
+    dt_unit_buffers_v1_t b = {.struct_size = sizeof b}, b0 = {.struct_size = sizeof b0};
     const uint32_t head = DT_TOY_NU - 1;
-    dt_hook_v1_t h = {.unit = head, .micro = micro, .n_micro = n_micro};
-    dt_hook_v1_t h0 = {.unit = 0, .micro = micro, .n_micro = n_micro};
+    dt_hook_v1_t h = {
+        .struct_size = sizeof(dt_hook_v1_t), .unit = head, .micro = micro, .n_micro = n_micro};
+    dt_hook_v1_t h0 = {
+        .struct_size = sizeof(dt_hook_v1_t), .unit = 0, .micro = micro, .n_micro = n_micro};
     int rc;
     if ((rc = S->pre_backward(s, &h, &b)) != DT_OK ||
         (rc = S->pre_backward(s, &h0, &b0)) != DT_OK)
@@ -172,7 +192,8 @@ int dt_toy_backward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, int param_d
     if ((rc = S->post_backward(s, &h)) != DT_OK)
         return rc;
     for (uint32_t u = head; u-- > 0;) {
-        dt_hook_v1_t hu = {.unit = u, .micro = micro, .n_micro = n_micro};
+        dt_hook_v1_t hu = {
+            .struct_size = sizeof(dt_hook_v1_t), .unit = u, .micro = micro, .n_micro = n_micro};
         if ((rc = S->pre_backward(s, &hu, &b)) != DT_OK)
             return rc;
         add_grad(b.grads, b.params, param_dtype, rank, micro, u, 0);
@@ -258,8 +279,12 @@ dt_model_desc_v1_t dt_toy_paper_model(int param_dtype)
         paper_units[u] = (dt_unit_desc_v1_t){.name = "layer", .index = u, .n_params = 1,
                                              .params = &paper_params[u], .numel = 234375000};
     }
-    return (dt_model_desc_v1_t){.arch = "paper", .n_units = 32, .units = paper_units,
-                                .numel = 7500000000ull, .param_dtype = param_dtype};
+    return (dt_model_desc_v1_t){.struct_size = sizeof(dt_model_desc_v1_t),
+                                .arch = "paper",
+                                .n_units = 32,
+                                .units = paper_units,
+                                .numel = 7500000000ull,
+                                .param_dtype = param_dtype};
 }
 
 dt_estimate_args_v1_t dt_toy_paper_args(const dt_model_desc_v1_t *m)

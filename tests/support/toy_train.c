@@ -105,10 +105,16 @@ int dt_toy_env_open(dt_toy_env_t *env, const dt_toy_run_t *run, int rank, int si
                             .timeout_ms = 20000, .dev_ops = D, .dev = env->dev};
     DT_MP_OK(run->C->init(&env->th_comm.host, &ci, &env->comm));
     env->model = dt_toy_model(run->param_dtype);
-    dt_strategy_init_v1_t a = {.struct_size = sizeof a, .n_micro = run->n_micro,
-                               .dev_ops = D, .dev = env->dev, .compute_stream = env->cs,
-                               .comm_ops = run->C, .comm = env->comm, .model = &env->model,
-                               .optim = dt_toy_optim(run->optim)};
+    env->optim = dt_toy_optim(run->optim);
+    dt_strategy_init_v1_t a = {.struct_size = sizeof a,
+                               .n_micro = run->n_micro,
+                               .dev_ops = D,
+                               .dev = env->dev,
+                               .compute_stream = env->cs,
+                               .comm_ops = run->C,
+                               .comm = env->comm,
+                               .model = &env->model,
+                               .optim = &env->optim};
     return run->S->init(&env->th_s.host, &a, &env->s);
 }
 
@@ -149,12 +155,16 @@ static int rank_main(int rank, int size, const char *job, void *arg)
                                         &out->loss[t - 1][m]));
                 DT_MP_OK(dt_toy_backward(S, s, run->param_dtype, rank, m, run->n_micro));
             }
-            dt_step_args_v1_t sa = {.step = t, .lr = run->lr, .clip = run->clip[t - 1]};
-            dt_step_result_v1_t r;
+            dt_step_args_v1_t sa = {.struct_size = sizeof(dt_step_args_v1_t),
+                                    .step = t,
+                                    .lr = run->lr,
+                                    .clip = run->clip[t - 1]};
+            dt_step_result_v1_t r = {.struct_size = sizeof(dt_step_result_v1_t)};
             DT_MP_OK(S->step(s, &sa, &r));
             out->norm[t - 1] = r.grad_norm;
             out->nonfinite[t - 1] = r.nonfinite;
         }
+        out->mem.struct_size = sizeof out->mem;
         DT_MP_OK(run->D->mem_stats(env.dev, &out->mem));
         report_state(S, s, out);
     }
@@ -292,7 +302,7 @@ void dt_toy_check_estimate(const dt_toy_run_t *run, int size)
     dt_model_desc_v1_t m = dt_toy_model(run->param_dtype);
     dt_estimate_args_v1_t ea = dt_toy_est_args(&m, size, run->param_dtype, run->optim,
                                                run->n_micro);
-    dt_estimate_v1_t est;
+    dt_estimate_v1_t est = {.struct_size = sizeof(dt_estimate_v1_t)};
     int rc = run->S->estimate(&th.host, &ea, &est);
     if (rc != DT_OK)
         fail_msg("estimate: %s: %s", dt_status_name(rc), dt_last_error());

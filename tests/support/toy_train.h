@@ -65,6 +65,7 @@ typedef struct dt_toy_env {
     dt_stream_t *cs;
     dt_comm_t *comm;
     dt_model_desc_v1_t model;
+    dt_optim_desc_v1_t optim;
     dt_strategy_t *s;   /* NULL when init failed */
 } dt_toy_env_t;
 

@@ -53,7 +53,9 @@ static int cpu_open_args(cpu_t *c, const dt_test_kv_t *kv,
     c->ops = cpu_ops();
     dt_test_host_init(&c->th, "device/cpu", kv);
     c->dev = NULL;
-    return c->ops->init(&c->th.host, args, &c->dev);
+    const dt_device_init_v1_t def = {.struct_size = sizeof def, .local_size = 1,
+                                     .device_index = -1};
+    return c->ops->init(&c->th.host, args ? args : &def, &c->dev);
 }
 
 static void cpu_open(cpu_t *c, const dt_test_kv_t *kv)
@@ -97,7 +99,7 @@ static void test_info_and_keys(void **state)
     assert_non_null(ops->init);
     assert_non_null(ops->cast);
     assert_non_null(ops->attention_backward);
-    assert_false(DT_HAS_OP(ops, native_stream));
+    assert_false(DT_HAS_OP(dt_device_ops_v1_t, ops, native_stream));
     ops->finalize(NULL); /* documented no-op */
 }
 
@@ -105,7 +107,7 @@ static void test_props_default_threads(void **state)
 {
     cpu_t c;
     cpu_open(&c, NULL); /* no keys at all: defaults */
-    dt_device_props_v1_t p;
+    dt_device_props_v1_t p = {.struct_size = sizeof(dt_device_props_v1_t)};
     assert_ok(c.ops->props(c.dev, &p));
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     int want = online > 0 ? (int)online : 1;
@@ -118,7 +120,7 @@ static void test_props_default_threads(void **state)
     assert_int_equal(p.host_visible, 1);
     assert_true(p.peak_flops_f32 > 1e8); /* an estimate, but never zero */
     assert_true(p.total_memory >= 64 * MiB);
-    dt_mem_stats_t st;
+    dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_ok(c.ops->mem_stats(c.dev, &st));
     assert_int_equal(st.limit, 0);
     assert_int_equal(st.total_current, 0);
@@ -128,7 +130,7 @@ static void test_props_default_threads(void **state)
 static void test_threads_from_config_and_local_size(void **state)
 {
     cpu_t c;
-    dt_device_props_v1_t p;
+    dt_device_props_v1_t p = {.struct_size = sizeof(dt_device_props_v1_t)};
     static const dt_test_kv_t one[] = {{"threads", "1"}, {NULL, NULL}};
     cpu_open(&c, one);
     assert_ok(c.ops->props(c.dev, &p));
@@ -196,7 +198,7 @@ static void test_alloc_per_tag_and_peaks(void **state)
     memset(p3, 3, 500);
     memset(p4, 4, 77);
 
-    dt_mem_stats_t st;
+    dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_ok(c.ops->mem_stats(c.dev, &st));
     assert_int_equal(st.current[DT_TAG_PARAMS], 1500);
     assert_int_equal(st.current[DT_TAG_GRADS], 3000);
@@ -245,7 +247,7 @@ static void test_alloc_zero_bytes(void **state)
     assert_non_null(b);
     assert_ptr_not_equal(a, b);
     assert_int_equal((uintptr_t)a % 64, 0);
-    dt_mem_stats_t st;
+    dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_ok(c.ops->mem_stats(c.dev, &st));
     assert_int_equal(st.current[DT_TAG_ACTIVATIONS], 0);
     assert_ok(c.ops->free(c.dev, a));
@@ -275,7 +277,7 @@ static void test_free_unknown_pointer(void **state)
              "this device (or was already freed)", (void *)mine);
     assert_msg(want);
     free(foreign);
-    dt_mem_stats_t st;
+    dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_ok(c.ops->mem_stats(c.dev, &st));
     assert_int_equal(st.total_current, 0);
     cpu_close(&c);
@@ -288,7 +290,7 @@ static void test_alloc_bad_tag(void **state)
     void *p = (void *)1;
     assert_status(c.ops->alloc(c.dev, 8, DT_TAG_COUNT, &p), DT_ERR_INVALID);
     assert_null(p);
-    assert_msg("device/cpu: alloc: tag 7 is not a dt_mem_tag_t (0..6)");
+    assert_msg("device/cpu: alloc: tag 8 is not a dt_mem_tag_t (0..7)");
     assert_status(c.ops->alloc(c.dev, 8, -1, &p), DT_ERR_INVALID);
     cpu_close(&c);
 }
@@ -300,7 +302,7 @@ static void test_budget(void **state)
     static const dt_test_kv_t kv[] = {{"memory_limit", "10485760"}, /* 10 MiB */
                                       {NULL, NULL}};
     cpu_open(&c, kv);
-    dt_device_props_v1_t p;
+    dt_device_props_v1_t p = {.struct_size = sizeof(dt_device_props_v1_t)};
     assert_ok(c.ops->props(c.dev, &p));
     assert_int_equal(p.total_memory, 10 * MiB); /* usable = the budget */
 
@@ -315,7 +317,7 @@ static void test_budget(void **state)
                "memory_limit 10.0 MiB (in use: params 4.0 MiB, grads 4.0 MiB)");
 
     /* The failure changed nothing; exactly up to the limit still fits. */
-    dt_mem_stats_t st;
+    dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_ok(c.ops->mem_stats(c.dev, &st));
     assert_int_equal(st.limit, 10 * MiB);
     assert_int_equal(st.total_current, 8 * MiB);
@@ -356,7 +358,7 @@ static void test_block_cache(void **state)
     assert_ok(c.ops->free(c.dev, a));
     assert_ok(c.ops->alloc(c.dev, 2 * MiB, DT_TAG_COMM, &b));
     assert_ptr_equal(a, b); /* the same block, re-tagged */
-    dt_mem_stats_t st;
+    dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_ok(c.ops->mem_stats(c.dev, &st));
     assert_int_equal(st.current[DT_TAG_PARAMS], 0);
     assert_int_equal(st.current[DT_TAG_COMM], 2 * MiB);
@@ -417,7 +419,7 @@ static void test_scratch_is_staging_and_budgeted(void **state)
     memset(w, 0, OC * C * 2);
     assert_ok(c.ops->matmul_forward(c.dev, NULL, out, inp, w, NULL, DT_BF16, N,
                                     C, OC));
-    dt_mem_stats_t st;
+    dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_ok(c.ops->mem_stats(c.dev, &st));
     assert_int_equal(st.current[DT_TAG_STAGING], OC * C * 4);
     cpu_close(&c); /* finalize frees the scratch and the leaked blocks */
@@ -437,7 +439,7 @@ static void test_many_blocks(void **state)
         want += bytes;
         assert_ok(c.ops->alloc(c.dev, bytes, i % DT_TAG_COUNT, &p[i]));
     }
-    dt_mem_stats_t st;
+    dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_ok(c.ops->mem_stats(c.dev, &st));
     assert_int_equal(st.total_current, want);
     for (int k = 0; k < NB; k++) {
@@ -487,7 +489,7 @@ static void test_concurrent_alloc(void **state)
         pthread_join(th[i], &ret);
         assert_null(ret);
     }
-    dt_mem_stats_t st;
+    dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_ok(c.ops->mem_stats(c.dev, &st));
     assert_int_equal(st.total_current, 0);
     for (int i = 0; i < 4; i++)

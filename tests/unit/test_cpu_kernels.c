@@ -57,7 +57,8 @@ static int open_cpu(cpu_t *c, const dt_test_kv_t *kv)
 {
     c->ops = cpu_ops();
     dt_test_host_init(&c->th, "device/cpu", kv);
-    return c->ops->init(&c->th.host, NULL, &c->dev);
+    const dt_device_init_v1_t a = {.struct_size = sizeof a, .local_size = 1, .device_index = -1};
+    return c->ops->init(&c->th.host, &a, &c->dev);
 }
 
 static int group_setup(void **state)

@@ -161,6 +161,7 @@ typedef struct {
     dt_comm_t *comm;
     dt_comm_t *shm;     /* a real shm group (forked ranks), or NULL */
     dt_model_desc_v1_t model;
+    dt_optim_desc_v1_t optim;
     dt_strategy_t *s;
 } inst_t;
 
@@ -192,6 +193,7 @@ static int inst_open(inst_t *in, const dt_test_kv_t *kv, int param_dtype, int op
         in->comm = in->shm;
     }
     in->model = make_model(param_dtype);
+    in->optim = dt_toy_optim(optim_kind);
     dt_strategy_init_v1_t a = {
         .struct_size = sizeof a,
         .n_micro = n_micro,
@@ -201,7 +203,7 @@ static int inst_open(inst_t *in, const dt_test_kv_t *kv, int param_dtype, int op
         .comm_ops = in->cops,
         .comm = in->comm,
         .model = &in->model,
-        .optim = dt_toy_optim(optim_kind),
+        .optim = &in->optim,
     };
     return S->init(&in->th_ddp.host, &a, &in->s);
 }
@@ -242,15 +244,17 @@ static void set_params(inst_t *in)
 /* Forward over all units, the head re-reading unit 0 (tied) nested. */
 static void forward(inst_t *in, uint32_t micro, uint32_t n_micro, const void *want[DT_TOY_NU])
 {
-    dt_unit_buffers_v1_t b, b0;
+    dt_unit_buffers_v1_t b = {.struct_size = sizeof b}, b0 = {.struct_size = sizeof b0};
     for (uint32_t u = 0; u < DT_TOY_NU; u++) {
-        dt_hook_v1_t h = {.unit = u, .micro = micro, .n_micro = n_micro};
+        dt_hook_v1_t h = {
+            .struct_size = sizeof(dt_hook_v1_t), .unit = u, .micro = micro, .n_micro = n_micro};
         DT_MP_OK(S->pre_forward(in->s, &h, &b));
         DT_MP_CHECK(b.grads == NULL);
         if (want)
             DT_MP_CHECK(b.params == want[u]);
         if (u == 2) {
-            dt_hook_v1_t h0 = {.unit = 0, .micro = micro, .n_micro = n_micro};
+            dt_hook_v1_t h0 = {
+                .struct_size = sizeof(dt_hook_v1_t), .unit = 0, .micro = micro, .n_micro = n_micro};
             DT_MP_OK(S->pre_forward(in->s, &h0, &b0));
             if (want)
                 DT_MP_CHECK(b0.params == want[0]);
@@ -279,9 +283,11 @@ static void ref_micro(int rank, uint32_t micro, double ref[DT_TOY_NU][80])
 static void backward(inst_t *in, int rank, uint32_t micro, uint32_t n_micro,
                      double ref[DT_TOY_NU][80], int after[4])
 {
-    dt_unit_buffers_v1_t b, b0;
-    dt_hook_v1_t h = {.unit = 2, .micro = micro, .n_micro = n_micro};
-    dt_hook_v1_t h0 = {.unit = 0, .micro = micro, .n_micro = n_micro};
+    dt_unit_buffers_v1_t b = {.struct_size = sizeof b}, b0 = {.struct_size = sizeof b0};
+    dt_hook_v1_t h = {
+        .struct_size = sizeof(dt_hook_v1_t), .unit = 2, .micro = micro, .n_micro = n_micro};
+    dt_hook_v1_t h0 = {
+        .struct_size = sizeof(dt_hook_v1_t), .unit = 0, .micro = micro, .n_micro = n_micro};
     int k = 0;
 
     if (ref)
@@ -300,8 +306,9 @@ static void backward(inst_t *in, int rank, uint32_t micro, uint32_t n_micro,
     if (after) after[k++] = in->fc.n_calls;
 
     for (uint32_t u = 2; u-- > 0;) {
-        dt_hook_v1_t hu = {.unit = u, .micro = micro, .n_micro = n_micro};
-        dt_unit_buffers_v1_t bu;
+        dt_hook_v1_t hu = {
+            .struct_size = sizeof(dt_hook_v1_t), .unit = u, .micro = micro, .n_micro = n_micro};
+        dt_unit_buffers_v1_t bu = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
         DT_MP_OK(S->pre_backward(in->s, &hu, &bu));
         if (u == 0)
             DT_MP_CHECK(bu.grads == b0.grads); /* the same buffer as nested */
@@ -330,9 +337,9 @@ static void test_hook_protocol(void **state)
 
     /* params of each unit: distinct, 64-byte aligned, stable across calls */
     const void *pp[DT_TOY_NU];
-    dt_unit_buffers_v1_t b;
+    dt_unit_buffers_v1_t b = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
     for (uint32_t u = 0; u < DT_TOY_NU; u++) {
-        dt_hook_v1_t h = {.unit = u, .n_micro = 1};
+        dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t), .unit = u, .n_micro = 1};
         assert_int_equal(S->pre_forward(in.s, &h, &b), DT_OK);
         pp[u] = b.params;
         assert_int_equal((uintptr_t)pp[u] % 64, 0);
@@ -344,13 +351,13 @@ static void test_hook_protocol(void **state)
     forward(&in, 0, 1, pp);
     forward(&in, 0, 1, pp);
     /* an evaluation pass may leave micro-steps at 0 */
-    dt_hook_v1_t ev = {.unit = 2, .flags = DT_HOOK_NO_GRAD};
+    dt_hook_v1_t ev = {.struct_size = sizeof(dt_hook_v1_t), .unit = 2, .flags = DT_HOOK_NO_GRAD};
     assert_int_equal(S->pre_forward(in.s, &ev, &b), DT_OK);
     assert_ptr_equal(b.params, pp[2]);
     assert_int_equal(S->post_forward(in.s, &ev), DT_OK);
 
     /* misuse, each named */
-    dt_hook_v1_t h = {.unit = 1, .n_micro = 1};
+    dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t), .unit = 1, .n_micro = 1};
     assert_int_equal(S->post_forward(in.s, &h), DT_ERR_INVALID);
     assert_non_null(strstr(dt_last_error(), "strategy/ddp: post_forward: unit 'block.0' (1) "
                                             "without a pre_forward"));
@@ -361,18 +368,19 @@ static void test_hook_protocol(void **state)
     assert_int_equal(S->pre_forward(in.s, &h, &b), DT_ERR_INVALID);
     assert_non_null(strstr(dt_last_error(), "pre_forward: unit 3 out of range (model has 3 "
                                             "units)"));
-    h = (dt_hook_v1_t){.unit = 0, .micro = 2, .n_micro = 2};
+    h = (dt_hook_v1_t){.struct_size = sizeof(dt_hook_v1_t), .unit = 0, .micro = 2, .n_micro = 2};
     assert_int_equal(S->pre_backward(in.s, &h, &b), DT_ERR_INVALID);
     assert_non_null(strstr(dt_last_error(), "pre_backward: unit 'embedding': micro-step 2 of 2"));
-    h = (dt_hook_v1_t){.unit = 0, .n_micro = 1, .flags = DT_HOOK_NO_GRAD};
+    h = (dt_hook_v1_t){
+        .struct_size = sizeof(dt_hook_v1_t), .unit = 0, .n_micro = 1, .flags = DT_HOOK_NO_GRAD};
     assert_int_equal(S->pre_backward(in.s, &h, &b), DT_ERR_INVALID);
     assert_non_null(strstr(dt_last_error(), "unit 'embedding' in a no-grad (evaluation) pass"));
 
     /* a step inside an open hook is refused */
-    h = (dt_hook_v1_t){.unit = 1, .n_micro = 1};
+    h = (dt_hook_v1_t){.struct_size = sizeof(dt_hook_v1_t), .unit = 1, .n_micro = 1};
     assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
-    dt_step_args_v1_t sa = {.step = 1, .lr = 0.1f};
-    dt_step_result_v1_t r;
+    dt_step_args_v1_t sa = {.struct_size = sizeof(dt_step_args_v1_t), .step = 1, .lr = 0.1f};
+    dt_step_result_v1_t r = {.struct_size = sizeof(dt_step_result_v1_t)};
     assert_int_equal(S->step(in.s, &sa, &r), DT_ERR_INVALID);
     assert_non_null(strstr(dt_last_error(), "step: unit 'block.0' (1) is still inside a "
                                             "pre_backward hook"));
@@ -428,16 +436,17 @@ static void test_accumulate_then_bucketed_reduce(void **state)
     assert_int_equal(in.fc.n_waited, 0); /* started during backward, waited in step */
 
     /* the accumulated gradient, exactly (identical peers: AVG = identity) */
-    dt_unit_buffers_v1_t b;
+    dt_unit_buffers_v1_t b = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
     for (uint32_t u = 0; u < DT_TOY_NU; u++) {
-        dt_hook_v1_t h = {.unit = u, .micro = 0, .n_micro = 1};
+        dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t), .unit = u, .micro = 0, .n_micro = 1};
         assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
         for (uint64_t i = 0; i < units[u].numel; i++)
             assert_true(fabs(b.grads[i] - ref[u][i]) <= 1e-6);
         assert_int_equal(S->post_backward(in.s, &h), DT_OK);
     }
-    dt_step_args_v1_t sa = {.step = 1, .lr = 1e-3f, .clip = 1.0f};
-    dt_step_result_v1_t r;
+    dt_step_args_v1_t sa = {
+        .struct_size = sizeof(dt_step_args_v1_t), .step = 1, .lr = 1e-3f, .clip = 1.0f};
+    dt_step_result_v1_t r = {.struct_size = sizeof(dt_step_result_v1_t)};
     assert_int_equal(S->step(in.s, &sa, &r), DT_OK);
     assert_int_equal(in.fc.n_calls, 4);   /* step adds the norm's parts only */
     assert_int_equal(in.fc.calls[3].count, 1);
@@ -482,11 +491,12 @@ static void test_bucket_assignment_and_order(void **state)
     inst_t in;
     assert_int_equal(inst_open(&in, kv, DT_F32, DT_OPTIM_ADAMW, 1, 2, 0, NULL), DT_OK);
     assert_int_equal(S->begin_step(in.s, 1), DT_OK);
-    dt_unit_buffers_v1_t b;
+    dt_unit_buffers_v1_t b = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
     const uint32_t order[3] = {0, 2, 1};
     const int want_after[3] = {0, 1, 3};
     for (int k = 0; k < 3; k++) {
-        dt_hook_v1_t h = {.unit = order[k], .n_micro = 1, .last_use = 1};
+        dt_hook_v1_t h = {
+            .struct_size = sizeof(dt_hook_v1_t), .unit = order[k], .n_micro = 1, .last_use = 1};
         assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
         assert_int_equal(S->post_backward(in.s, &h), DT_OK);
         assert_int_equal(in.fc.n_calls, want_after[k]);
@@ -528,8 +538,9 @@ static void test_no_overlap_and_bf16_reduce(void **state)
     int after[4];
     backward(&in, 0, 0, 1, ref, after);
     assert_int_equal(after[3], 0);
-    dt_step_args_v1_t sa = {.step = 1, .lr = 0.0f}; /* lr 0: params stay */
-    dt_step_result_v1_t r;
+    dt_step_args_v1_t sa = {
+        .struct_size = sizeof(dt_step_args_v1_t), .step = 1, .lr = 0.0f}; /* lr 0: params stay */
+    dt_step_result_v1_t r = {.struct_size = sizeof(dt_step_result_v1_t)};
     assert_int_equal(S->step(in.s, &sa, &r), DT_OK);
     assert_int_equal(in.fc.n_calls, 4); /* 3 buckets, then the norm's parts */
     const uint64_t want_count[3] = {16, 80, 64};
@@ -542,9 +553,9 @@ static void test_no_overlap_and_bf16_reduce(void **state)
     /* the gradients went through bf16 and back: exactly bf16(g) */
     /* (the norm: each rank sums its half and the fake comm cannot add the
      * other's; test_mp_bf16_reduce checks it over real ranks) */
-    dt_unit_buffers_v1_t b;
+    dt_unit_buffers_v1_t b = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
     for (uint32_t u = 0; u < DT_TOY_NU; u++) {
-        dt_hook_v1_t h = {.unit = u, .n_micro = 1};
+        dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t), .unit = u, .n_micro = 1};
         assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
         for (uint64_t i = 0; i < units[u].numel; i++) {
             float want = bf16_to_f32(bf16_rne((float)ref[u][i]));
@@ -578,8 +589,11 @@ static void test_step_adamw_reference(void **state)
             forward(&in, mi, 2, NULL);
             backward(&in, t, mi, 2, g, NULL);
         }
-        dt_step_args_v1_t sa = {.step = t, .lr = (float)lr, .clip = clips[t - 1]};
-        dt_step_result_v1_t r;
+        dt_step_args_v1_t sa = {.struct_size = sizeof(dt_step_args_v1_t),
+                                .step = t,
+                                .lr = (float)lr,
+                                .clip = clips[t - 1]};
+        dt_step_result_v1_t r = {.struct_size = sizeof(dt_step_result_v1_t)};
         assert_int_equal(S->step(in.s, &sa, &r), DT_OK);
         assert_int_equal(r.nonfinite, 0);
         double norm = dt_toy_ref_update(&ref, DT_OPTIM_ADAMW, g, t, lr, clips[t - 1]);
@@ -612,16 +626,17 @@ static void test_nonfinite_skips_update(void **state)
     static double g[DT_TOY_NU][80];
     assert_int_equal(S->begin_step(in.s, 1), DT_OK);
     backward(&in, 0, 0, 1, g, NULL);
-    dt_unit_buffers_v1_t b;
-    dt_hook_v1_t h = {.unit = 1, .n_micro = 1};
+    dt_unit_buffers_v1_t b = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
+    dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t), .unit = 1, .n_micro = 1};
     assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
     b.grads[70] = INFINITY;
     assert_int_equal(S->post_backward(in.s, &h), DT_OK);
     float before[DT_TOY_NU][80], after[80];
     for (uint32_t u = 0; u < DT_TOY_NU; u++)
         get_unit(&in, u, DT_STATE_PARAMS, before[u]);
-    dt_step_args_v1_t sa = {.step = 1, .lr = 0.1f, .clip = 1.0f};
-    dt_step_result_v1_t r;
+    dt_step_args_v1_t sa = {
+        .struct_size = sizeof(dt_step_args_v1_t), .step = 1, .lr = 0.1f, .clip = 1.0f};
+    dt_step_result_v1_t r = {.struct_size = sizeof(dt_step_result_v1_t)};
     assert_int_equal(S->step(in.s, &sa, &r), DT_OK);
     assert_int_equal(r.nonfinite, 1);
     assert_true(isinf(r.grad_norm));
@@ -680,15 +695,16 @@ static void test_staggered_update(void **state)
                 backward(&in[k], t, mi, 2, g, NULL);
             }
             for (uint32_t u = 0; u < DT_TOY_NU; u++) {
-                dt_unit_buffers_v1_t b;
-                dt_hook_v1_t h = {.unit = u, .n_micro = 1};
+                dt_unit_buffers_v1_t b = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
+                dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t), .unit = u, .n_micro = 1};
                 assert_int_equal(S->pre_forward(in[k].s, &h, &b), DT_OK);
                 assert_int_equal(S->post_forward(in[k].s, &h), DT_OK);
                 cp[k][u] = b.params;
                 memcpy(before[k][u], b.params, units[u].numel * 2);
             }
-            dt_step_args_v1_t sa = {.step = t, .lr = 1e-2f};
-            dt_step_result_v1_t r;
+            dt_step_args_v1_t sa = {
+                .struct_size = sizeof(dt_step_args_v1_t), .step = t, .lr = 1e-2f};
+            dt_step_result_v1_t r = {.struct_size = sizeof(dt_step_result_v1_t)};
             assert_int_equal(S->step(in[k].s, &sa, &r), DT_OK);
             assert_int_equal(r.nonfinite, 0);
         }
@@ -702,8 +718,8 @@ static void test_staggered_update(void **state)
         if (t % 2 == 0)
             continue; /* step t + 1's forward applies it, after begin_step */
         /* rank 1's first use of unit 0 updates unit 0 only */
-        dt_unit_buffers_v1_t b;
-        dt_hook_v1_t h0 = {.unit = 0, .n_micro = 1};
+        dt_unit_buffers_v1_t b = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
+        dt_hook_v1_t h0 = {.struct_size = sizeof(dt_hook_v1_t), .unit = 0, .n_micro = 1};
         assert_int_equal(S->pre_forward(in[1].s, &h0, &b), DT_OK);
         assert_int_equal(S->post_forward(in[1].s, &h0), DT_OK);
         assert_memory_equal(cp[1][0], cp[0][0], units[0].numel * 2);
@@ -731,8 +747,8 @@ static void test_staggered_update(void **state)
         assert_int_equal(S->begin_step(in[k].s, 5), DT_OK);
         backward(&in[k], 5, 0, 2, g, NULL);
         backward(&in[k], 5, 1, 2, g, NULL);
-        dt_step_args_v1_t sa = {.step = 5, .lr = 1e-2f};
-        dt_step_result_v1_t r;
+        dt_step_args_v1_t sa = {.struct_size = sizeof(dt_step_args_v1_t), .step = 5, .lr = 1e-2f};
+        dt_step_result_v1_t r = {.struct_size = sizeof(dt_step_result_v1_t)};
         assert_int_equal(S->step(in[k].s, &sa, &r), DT_OK);
     }
     for (uint32_t u = DT_TOY_NU; u-- > 0;) {
@@ -756,12 +772,12 @@ static void test_bf16_compute_copy(void **state)
     assert_int_equal(inst_open(&in, NULL, DT_BF16, DT_OPTIM_SGD, 1, 1, 0, NULL), DT_OK);
     set_params(&in);
     assert_int_equal(S->state_loaded(in.s), DT_OK);
-    dt_unit_buffers_v1_t b;
+    dt_unit_buffers_v1_t b = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
     float master[80];
     static double g[DT_TOY_NU][80];
     for (int round = 0; round < 2; round++) {
         for (uint32_t u = 0; u < DT_TOY_NU; u++) {
-            dt_hook_v1_t h = {.unit = u, .n_micro = 1};
+            dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t), .unit = u, .n_micro = 1};
             assert_int_equal(S->pre_forward(in.s, &h, &b), DT_OK);
             get_unit(&in, u, DT_STATE_PARAMS, master);
             const uint16_t *c = b.params;
@@ -771,8 +787,8 @@ static void test_bf16_compute_copy(void **state)
         }
         assert_int_equal(S->begin_step(in.s, 1), DT_OK);
         backward(&in, 0, 0, 1, g, NULL);
-        dt_step_args_v1_t sa = {.step = 1, .lr = 0.5f};
-        dt_step_result_v1_t r;
+        dt_step_args_v1_t sa = {.struct_size = sizeof(dt_step_args_v1_t), .step = 1, .lr = 0.5f};
+        dt_step_result_v1_t r = {.struct_size = sizeof(dt_step_result_v1_t)};
         assert_int_equal(S->step(in.s, &sa, &r), DT_OK);
     }
     inst_close(&in);
@@ -932,7 +948,7 @@ static void test_estimate_matches_allocation(void **state)
     dt_estimate_args_v1_t ea = {.struct_size = sizeof ea, .group_size = 4, .model = &model,
                                 .param_bytes = 2, .grad_bytes = 4, .optim_bytes = 12,
                                 .n_micro = 2, .act_bytes = 12345};
-    dt_estimate_v1_t est;
+    dt_estimate_v1_t est = {.struct_size = sizeof(dt_estimate_v1_t)};
     assert_int_equal(S->estimate(&th.host, &ea, &est), DT_OK);
     assert_int_equal(est.bytes[DT_TAG_PARAMS], TOTAL * 2 + TOTAL * 4);
     assert_int_equal(est.bytes[DT_TAG_GRADS], TOTAL * 4);
@@ -973,7 +989,7 @@ static void test_estimate_matches_allocation(void **state)
                                  .param_bytes = 2, .grad_bytes = 4, .optim_bytes = 12,
                                  .n_micro = 2};
     assert_int_equal(S->estimate(&th.host, &ea, &est), DT_OK);
-    dt_mem_stats_t ms;
+    dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_int_equal(D->mem_stats(in.dev, &ms), DT_OK);
     const int tags[] = {DT_TAG_PARAMS, DT_TAG_GRADS, DT_TAG_OPTIMIZER, DT_TAG_COMM};
     for (int k = 0; k < 4; k++)
@@ -1022,8 +1038,11 @@ static int rank_train(int rank, int size, const char *job, void *arg)
             forward(&in, m, c->n_micro, NULL);
             backward(&in, rank, m, c->n_micro, NULL, NULL);
         }
-        dt_step_args_v1_t sa = {.step = t, .lr = c->lr, .clip = c->clip[t - 1]};
-        dt_step_result_v1_t r;
+        dt_step_args_v1_t sa = {.struct_size = sizeof(dt_step_args_v1_t),
+                                .step = t,
+                                .lr = c->lr,
+                                .clip = c->clip[t - 1]};
+        dt_step_result_v1_t r = {.struct_size = sizeof(dt_step_result_v1_t)};
         DT_MP_OK(S->step(in.s, &sa, &r));
         DT_MP_CHECK(r.nonfinite == 0);
         mp_out->norm[rank][t - 1] = r.grad_norm;

@@ -154,7 +154,7 @@ static void test_full_shard_is_zero3(void **state)
     dt_model_desc_v1_t m = dt_toy_model(DT_F32);
     for (int size = 2; size <= 4; size++) {
         dt_estimate_args_v1_t ea = dt_toy_est_args(&m, size, DT_F32, DT_OPTIM_ADAMW, 2);
-        dt_estimate_v1_t ef, ez;
+        dt_estimate_v1_t ef = {.struct_size = sizeof ef}, ez = {.struct_size = sizeof ez};
         assert_ok(F->estimate(&thf.host, &ea, &ef));
         assert_ok(Z->estimate(&thz.host, &ea, &ez));
         const int tags[] = {DT_TAG_PARAMS, DT_TAG_GRADS, DT_TAG_OPTIMIZER, DT_TAG_OTHER};
@@ -196,7 +196,7 @@ static void test_paper_figures(void **state)
                                    {"hybrid_group_size", "8"}, {NULL, NULL}};
         dt_test_host_t th;
         dt_test_host_init(&th, "strategy/fsdp", kv);
-        dt_estimate_v1_t est;
+        dt_estimate_v1_t est = {.struct_size = sizeof(dt_estimate_v1_t)};
         assert_ok(F->estimate(&th.host, &ea, &est));
         double gb = dt_toy_model_state(&est) / 1e9;
         if (fabs(gb - want[k].gb) > 0.01 * want[k].gb)
@@ -224,12 +224,15 @@ static const dt_comm_ops_v1_t fake_comm = {
     .rank_size = fc_rank_size,
 };
 
+static const dt_optim_desc_v1_t toy_optim = {.struct_size = sizeof toy_optim,
+                                               .kind = DT_OPTIM_ADAMW};
+
 static void test_config_errors(void **state)
 {
     struct dt_comm four = {4};
     dt_model_desc_v1_t m = dt_toy_model(DT_F32);
     dt_strategy_init_v1_t a = {.struct_size = sizeof a, .n_micro = 1, .model = &m,
-                               .comm_ops = &fake_comm, .comm = &four};
+                               .comm_ops = &fake_comm, .comm = &four, .optim = &toy_optim};
     dt_estimate_args_v1_t ea = dt_toy_est_args(&m, 4, DT_F32, DT_OPTIM_ADAMW, 1);
     struct { dt_test_kv_t kv[3]; const char *msg; } cases[] = {
         {{{"sharding_strategy", "ZERO3"}, {NULL, NULL}},
@@ -255,7 +258,7 @@ static void test_config_errors(void **state)
         assert_status(F->init(&th.host, &a, &s), DT_ERR_CONFIG);
         assert_msg_has(cases[k].msg);
         assert_null(s);
-        dt_estimate_v1_t est;
+        dt_estimate_v1_t est = {.struct_size = sizeof(dt_estimate_v1_t)};
         assert_status(F->estimate(&th.host, &ea, &est), DT_ERR_CONFIG);
         assert_msg_has(cases[k].msg);
         assert_int_equal(th.mem.current[DT_TAG_OTHER], 0);

@@ -102,7 +102,7 @@ static void test_set_error_prefixes(void **state)
 static void check_stats(const dt_plugin_t *p, int tag, uint64_t cur,
                         uint64_t peak, uint64_t total, uint64_t total_peak)
 {
-    dt_mem_stats_t st;
+    dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_int_equal(dt_plugin_host_mem_stats(p, &st), DT_OK);
     if (st.current[tag] != cur || st.peak[tag] != peak ||
         st.total_current != total || st.total_peak != total_peak)
@@ -174,7 +174,7 @@ static void test_alloc_failures(void **state)
     const dt_host_v1_t *h = p->host;
     assert_null(h->alloc(h, 8, 99));
     assert_msg("comm/fake: host alloc of 8 bytes: unknown memory tag 99 "
-               "(dt_mem_tag_t is 0..6)");
+               "(dt_mem_tag_t is 0..7)");
     assert_null(h->alloc(h, 8, -1));
     assert_msg_starts("comm/fake: host alloc of 8 bytes: unknown memory tag -1");
 
@@ -188,7 +188,7 @@ static void test_alloc_failures(void **state)
                "use)");
     /* a failed request changes no statistics */
     check_stats(p, DT_TAG_OPTIMIZER, 0, 0, 1000, 1000);
-    dt_mem_stats_t st;
+    dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_int_equal(dt_plugin_host_mem_stats(p, &st), DT_OK);
     assert_int_equal(st.limit, 4096);
     /* exactly up to the limit is fine */
@@ -235,7 +235,7 @@ static void test_alloc_threads(void **state)
         assert_int_equal(pthread_join(t[i], &ret), 0);
         assert_null(ret);
     }
-    dt_mem_stats_t st;
+    dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_int_equal(dt_plugin_host_mem_stats(p, &st), DT_OK);
     assert_int_equal(st.total_current, 0);
     for (int tag = 0; tag < DT_TAG_COUNT; tag++) {

@@ -177,7 +177,7 @@ static void check_arch(int gpt2)
         dt_mh_t h;
         if (dt_mh_open(&h, toml, k->B, k->T, 5) != DT_OK)
             fail_msg("opening %s: %s", toml, dt_last_error());
-        dt_mem_stats_t ms;
+        dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
         assert_ok(h.D->mem_stats(h.dev, &ms));
         printf("%s B=%lld T=%lld %s %-5s: kept %llu + workspace %llu = %llu bytes; device "
                "activations %llu\n",

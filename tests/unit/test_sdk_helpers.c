@@ -315,7 +315,8 @@ static void test_flat_layout(void **state)
     /* from a model, and a per-tensor pointer */
     dt_unit_desc_v1_t units[2] = {test_unit, test_unit};
     units[1].index = 1;
-    dt_model_desc_v1_t model = {.n_units = 2, .units = units, .numel = 40};
+    dt_model_desc_v1_t model = {
+        .struct_size = sizeof(dt_model_desc_v1_t), .n_units = 2, .units = units, .numel = 40};
     assert_int_equal(dt_flat_layout_model(&l, &th.host, &model, 16), DT_OK);
     assert_int_equal(l.offset[1], 32);
     assert_int_equal(l.total, 64);
@@ -400,8 +401,12 @@ static void ref_adamw(double *p, double g, double *m, double *v, double lr, doub
 static void test_optim_range_adamw(void **state)
 {
     struct dt_device dev = {0};
-    const dt_optim_desc_v1_t od = {.kind = DT_OPTIM_ADAMW, .beta1 = 0.9f, .beta2 = 0.95f,
-                                   .eps = 1e-8f, .weight_decay = 0.1f};
+    const dt_optim_desc_v1_t od = {.struct_size = sizeof(dt_optim_desc_v1_t),
+                                   .kind = DT_OPTIM_ADAMW,
+                                   .beta1 = 0.9f,
+                                   .beta2 = 0.95f,
+                                   .eps = 1e-8f,
+                                   .weight_decay = 0.1f};
     /* a shard [4, 17) held in buffers of 13 elements */
     float p[13], g[13], m[13] = {0}, v[13] = {0};
     double rp[13], rm[13] = {0}, rv[13] = {0};
@@ -475,7 +480,10 @@ static void test_optim_range_adamw(void **state)
 static void test_optim_range_sgd_whole_unit(void **state)
 {
     struct dt_device dev = {0};
-    const dt_optim_desc_v1_t od = {.kind = DT_OPTIM_SGD, .momentum = 0.9f, .nesterov = 1,
+    const dt_optim_desc_v1_t od = {.struct_size = sizeof(dt_optim_desc_v1_t),
+                                   .kind = DT_OPTIM_SGD,
+                                   .momentum = 0.9f,
+                                   .nesterov = 1,
                                    .weight_decay = 0.01f};
     float p[20], g[20], mom[20] = {0};
     double rp[20], rmom[20] = {0};

@@ -60,7 +60,11 @@ static dt_unit_desc_v1_t pu[PU] = {
     {.name = "u2", .index = 2, .n_params = 1, .params = &pp[2], .numel = 5},
     {.name = "u3", .index = 3, .n_params = 1, .params = &pp[3], .numel = 64},
 };
-static dt_model_desc_v1_t pmodel = {.arch = "test", .n_units = PU, .units = pu, .numel = 108,
+static dt_model_desc_v1_t pmodel = {.struct_size = sizeof(dt_model_desc_v1_t),
+                                    .arch = "test",
+                                    .n_units = PU,
+                                    .units = pu,
+                                    .numel = 108,
                                     .param_dtype = DT_F32};
 /* units {0,1} and {2,3} merged */
 static const dt_bucket_span_t merged[2] = {{.unit_lo = 2, .unit_hi = 3},

@@ -1201,7 +1201,7 @@ static void test_plugin_info(void **state)
     assert_string_equal(in->config_keys[0].name, "slot_bytes");
     assert_int_equal(in->config_keys[0].type, DT_CFG_INT);
     assert_string_equal(in->config_keys[1].name, "spin_us");
-    assert_true(DT_HAS_OP(g_ops, test));
+    assert_true(DT_HAS_OP(dt_comm_ops_v1_t, g_ops, test));
     /* only the entry symbol is exported */
     assert_null(dlsym(g_dl, "shm_reduce"));
     assert_null(dlsym(g_dl, "shm_ops"));

@@ -141,7 +141,7 @@ static void test_memory_per_stage(void **state)
                                    {"param_persistence_threshold", "0"}, {NULL, NULL}};
         dt_test_host_t th;
         dt_test_host_init(&th, "strategy/zero", kv);
-        dt_estimate_v1_t est;
+        dt_estimate_v1_t est = {.struct_size = sizeof(dt_estimate_v1_t)};
         assert_ok(Z->estimate(&th.host, &ea, &est));
         assert_int_equal(est.bytes[DT_TAG_PARAMS], want[k].params);
         assert_int_equal(est.bytes[DT_TAG_GRADS], want[k].grads);
@@ -195,7 +195,7 @@ static void test_zero_paper_figures(void **state)
         const dt_test_kv_t kv[] = {{"stage", stages[k]}, {NULL, NULL}};
         dt_test_host_t th;
         dt_test_host_init(&th, "strategy/zero", kv);
-        dt_estimate_v1_t est;
+        dt_estimate_v1_t est = {.struct_size = sizeof(dt_estimate_v1_t)};
         ea.param_bytes = 2;
         ea.grad_bytes = 2;
         ea.optim_bytes = 12;
@@ -260,23 +260,25 @@ static int rank_protocol(int rank, int size, const char *job, void *arg)
     DT_MP_CHECK(strstr(dt_last_error(), "set_state: unit 3 out of range (model has 3 units)"));
 
     /* hook misuse, each named */
-    dt_unit_buffers_v1_t b;
-    dt_hook_v1_t h = {.unit = 1, .n_micro = 1};
+    dt_unit_buffers_v1_t b = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
+    dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t), .unit = 1, .n_micro = 1};
     DT_MP_OK(Z->begin_step(s, 1));
     DT_MP_CHECK(Z->post_forward(s, &h) == DT_ERR_INVALID);
     DT_MP_CHECK(strstr(dt_last_error(), "post_forward: unit 'block.0' (1) without a "
                                         "pre_forward"));
-    dt_hook_v1_t ng = {.unit = 0, .n_micro = 1, .flags = DT_HOOK_NO_GRAD};
+    dt_hook_v1_t ng = {
+        .struct_size = sizeof(dt_hook_v1_t), .unit = 0, .n_micro = 1, .flags = DT_HOOK_NO_GRAD};
     DT_MP_CHECK(Z->pre_backward(s, &ng, &b) == DT_ERR_INVALID);
     DT_MP_CHECK(strstr(dt_last_error(), "unit 'embedding' in a no-grad (evaluation) pass"));
-    dt_hook_v1_t bad = {.unit = 0, .micro = 1, .n_micro = 1};
+    dt_hook_v1_t bad = {.struct_size = sizeof(dt_hook_v1_t), .unit = 0, .micro = 1, .n_micro = 1};
     DT_MP_CHECK(Z->pre_backward(s, &bad, &b) == DT_ERR_INVALID);
     DT_MP_CHECK(strstr(dt_last_error(), "pre_backward: unit 'embedding': micro-step 1 of 1"));
     DT_MP_OK(Z->pre_backward(s, &h, &b));
     DT_MP_CHECK((uintptr_t)b.params % 64 == 0 && (uintptr_t)b.grads % 64 == 0);
     DT_MP_CHECK(((const float *)b.params)[78] == dt_toy_pval(1, 78)); /* gathered */
-    dt_step_args_v1_t sa = {.step = 1, .lr = 0.1f, .clip = 1.0f};
-    dt_step_result_v1_t r;
+    dt_step_args_v1_t sa = {
+        .struct_size = sizeof(dt_step_args_v1_t), .step = 1, .lr = 0.1f, .clip = 1.0f};
+    dt_step_result_v1_t r = {.struct_size = sizeof(dt_step_result_v1_t)};
     DT_MP_CHECK(Z->step(s, &sa, &r) == DT_ERR_INVALID);
     DT_MP_CHECK(strstr(dt_last_error(), "step: unit 'block.0' (1) is still inside a "
                                         "pre_backward hook"));
@@ -297,7 +299,7 @@ static int rank_protocol(int rank, int size, const char *job, void *arg)
     DT_MP_OK(Z->begin_step(s, 1));
     double l;
     DT_MP_OK(dt_toy_forward(Z, s, DT_F32, rank, 0, 1, 0, &l));
-    dt_hook_v1_t h2 = {.unit = 2, .n_micro = 1, .last_use = 1};
+    dt_hook_v1_t h2 = {.struct_size = sizeof(dt_hook_v1_t), .unit = 2, .n_micro = 1, .last_use = 1};
     DT_MP_OK(Z->pre_backward(s, &h2, &b));
     b.grads[3] = rank == 1 ? NAN : 0.5f;
     DT_MP_OK(Z->post_backward(s, &h2));
@@ -334,10 +336,14 @@ static void test_mp_protocol_and_state(void **state)
 
 /* ------------------------------------------------ configuration */
 
+static const dt_optim_desc_v1_t toy_optim = {.struct_size = sizeof toy_optim,
+                                             .kind = DT_OPTIM_ADAMW};
+
 static void test_config_errors(void **state)
 {
     dt_model_desc_v1_t m = dt_toy_model(DT_F32);
-    dt_strategy_init_v1_t a = {.struct_size = sizeof a, .n_micro = 1, .model = &m};
+    dt_strategy_init_v1_t a = {
+        .struct_size = sizeof a, .n_micro = 1, .model = &m, .optim = &toy_optim};
     dt_strategy_t *s = (dt_strategy_t *)&a; /* must be reset to NULL */
     struct { const char *key, *value, *msg; } cases[] = {
         {"stage", "4", "strategy/zero: stage = 4 is not a ZeRO stage: valid stages are 1 "
@@ -355,7 +361,7 @@ static void test_config_errors(void **state)
         assert_null(s);
         /* the planner refuses it the same way */
         dt_estimate_args_v1_t ea = dt_toy_est_args(&m, 2, DT_F32, DT_OPTIM_ADAMW, 1);
-        dt_estimate_v1_t est;
+        dt_estimate_v1_t est = {.struct_size = sizeof(dt_estimate_v1_t)};
         assert_status(Z->estimate(&th.host, &ea, &est), DT_ERR_CONFIG);
         assert_msg_has(cases[k].msg);
     }

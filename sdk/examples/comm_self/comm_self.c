@@ -134,8 +134,7 @@ static int self_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
 static int self_abort(dt_comm_t *c, const char *reason) { return DT_OK; }
 
 static const dt_config_key_t self_keys[] = {
-    {.name = "verbose", .type = DT_CFG_BOOL, .def = "false", .min = 1, .max = 0,
-     .doc = "an example key: log each call"},
+    {.name = "verbose", .type = DT_CFG_BOOL, .def = "false", .doc = "an example key: log each call"},
 };
 
 static const dt_comm_ops_v1_t self_ops = {

@@ -16,6 +16,14 @@
  * Streams: `stream` orders the operation after work already queued on that
  * device stream (NCCL enqueues on its native handle; host-memory
  * communicators synchronise it first).  NULL means the default stream.
+ *
+ * Thread safety: a group (dt_comm_t) is driven by one thread at a time:
+ * starting operations, wait, test, split and finalize are never called
+ * concurrently on the same group (the order of collectives is part of the
+ * contract, and concurrent starts would have none).  Different groups
+ * (split from the same world) may be driven from different threads.
+ * `abort` is the exception: any thread, any time, even while another
+ * thread waits on the group.  cleanup_job needs no instance.
  */
 #ifndef DTRAIN_COMM_H
 #define DTRAIN_COMM_H
@@ -47,7 +55,8 @@ typedef enum dt_reduce_op {
 /* `color` passed to split by ranks that join no new group. */
 #define DT_COMM_NO_COLOR (-1)
 
-/* Arguments to comm init (in; valid during init only). */
+/* Arguments to comm init (in; valid during init only; read with
+ * dt_args_read). */
 typedef struct dt_comm_init_v1 {
     uint32_t struct_size;    /* sizeof(dt_comm_init_v1_t) at the core's build */
     int32_t rank;            /* this process's rank in [0, size) */
@@ -62,7 +71,9 @@ typedef struct dt_comm_init_v1 {
     int64_t timeout_ms;      /* default bound for every wait, > 0 */
     const dt_device_ops_v1_t *dev_ops; /* the compute device, for streams */
     dt_device_t *dev;
+    /* ---- minor 0 ends here; append only ---- */
 } dt_comm_init_v1_t;
+#define DT_COMM_INIT_V1_SIZE0 DT_FIELD_END(dt_comm_init_v1_t, dev)
 
 typedef struct dt_comm_ops_v1 {
     dt_plugin_info_t info; /* base first; info.kind == DT_KIND_COMM */
@@ -132,9 +143,20 @@ typedef struct dt_comm_ops_v1 {
     /* ---- optional ---- */
     /* Non-blocking completion check: *done = 1 when wait would return at once. */
     int (*test)(dt_comm_t *c, dt_comm_req_t *req, int *done);
+    /* Remove what ranks of job `job_id` left behind when they died before
+     * finalize (shared-memory segments, socket files).  No instance: the
+     * launcher calls it once after every local rank has exited, with this
+     * plugin's host table (its config).  Removes only what this plugin
+     * creates for that job and the calling user owns; nothing to remove is
+     * DT_OK.  Idempotent. */
+    int (*cleanup_job)(const dt_host_v1_t *host, const char *job_id);
 
     /* ---- minor 0 ends here; append only ---- */
 } dt_comm_ops_v1_t;
+
+/* Current-version names. */
+typedef dt_comm_ops_v1_t dt_comm_ops_t;
+typedef dt_comm_init_v1_t dt_comm_init_t;
 
 #ifdef __cplusplus
 }

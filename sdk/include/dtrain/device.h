@@ -14,6 +14,17 @@
  * All pointers passed to kernels are device memory unless stated.  A NULL
  * stream means the device's default stream.  Every function returns a
  * dt_status_t; on failure the message is set through the host table.
+ *
+ * Thread safety (a contract for callers; a backend may serialise inside):
+ *  - init and finalize: one thread, nothing else in flight on the instance.
+ *  - memory (alloc, free, mem_stats, mem_reset_peaks, props) and waiting
+ *    (stream_sync, event_sync, synchronize): from any thread at any time; a
+ *    comm's progress thread waits on the compute stream this way.
+ *  - everything that ENQUEUES (kernels, copies, memset, event_record,
+ *    stream_wait_event, stream create/destroy): one thread at a time per
+ *    stream; different streams may be fed from different threads at once.
+ *    Work on one stream runs in the order it was enqueued; nothing orders
+ *    two streams but events.
  */
 #ifndef DTRAIN_DEVICE_H
 #define DTRAIN_DEVICE_H
@@ -35,7 +46,8 @@ typedef struct dt_device dt_device_t; /* plugin instance, opaque */
 typedef struct dt_stream dt_stream_t; /* ordered queue of work, opaque */
 typedef struct dt_event dt_event_t;   /* a point in a stream, opaque */
 
-/* Arguments to device init (in; the core owns them, valid during init). */
+/* Arguments to device init (in; the core owns them, valid during init;
+ * read with dt_args_read). */
 typedef struct dt_device_init_v1 {
     uint32_t struct_size; /* sizeof(dt_device_init_v1_t) at the core's build */
     int32_t rank;         /* global rank of this process */
@@ -43,10 +55,15 @@ typedef struct dt_device_init_v1 {
     int32_t local_size;   /* processes on this machine */
     int32_t device_index; /* which accelerator (-1: choose by local_rank) */
     int32_t reserved0;
+    /* ---- minor 0 ends here; append only ---- */
 } dt_device_init_v1_t;
+#define DT_DEVICE_INIT_V1_SIZE0 DT_FIELD_END(dt_device_init_v1_t, reserved0)
 
-/* What a device reports about itself (out). */
+/* What a device reports about itself (out: the caller zero-fills it and
+ * sets struct_size; the plugin fills it with dt_result_write). */
 typedef struct dt_device_props_v1 {
+    uint32_t struct_size;     /* sizeof(dt_device_props_v1_t), caller's build */
+    uint32_t reserved0;
     char name[128];           /* "cpu (2 threads, OpenBLAS 0.3.21)", "NVIDIA H100" */
     uint64_t total_memory;    /* bytes usable; 0 = unknown */
     double peak_flops_f32;    /* FLOP/s for MFU estimates; 0 = unknown */
@@ -54,7 +71,9 @@ typedef struct dt_device_props_v1 {
     int32_t host_visible;     /* 1: device memory is host memory (cpu), so
                                * the core may read/write it directly */
     int32_t threads;          /* compute threads used (cpu); 0 = n/a */
+    /* ---- minor 0 ends here; append only ---- */
 } dt_device_props_v1_t;
+#define DT_DEVICE_PROPS_V1_SIZE0 DT_FIELD_END(dt_device_props_v1_t, threads)
 
 /* Direction of a copy. */
 typedef enum dt_copy_kind {
@@ -86,7 +105,8 @@ typedef struct dt_device_ops_v1 {
     int (*alloc)(dt_device_t *d, uint64_t bytes, int tag, void **out);
     /* Free memory from alloc (waits for queued work using it).  NULL ok. */
     int (*free)(dt_device_t *d, void *ptr);
-    int (*mem_stats)(dt_device_t *d, dt_mem_stats_t *out);
+    /* Per-tag bytes (out: caller-set struct_size; see dt_mem_stats_v1_t). */
+    int (*mem_stats)(dt_device_t *d, dt_mem_stats_v1_t *out);
     /* Set every peak to its current value (start of a measured phase). */
     int (*mem_reset_peaks)(dt_device_t *d);
 
@@ -222,6 +242,12 @@ typedef struct dt_device_ops_v1 {
 
     /* ---- minor 0 ends here; append only ---- */
 } dt_device_ops_v1_t;
+
+/* Current-version names (NCCL's habit): core and plugins spell these, so a
+ * new minor or major changes one line here, not every user. */
+typedef dt_device_ops_v1_t dt_device_ops_t;
+typedef dt_device_init_v1_t dt_device_init_t;
+typedef dt_device_props_v1_t dt_device_props_t;
 
 #ifdef __cplusplus
 }

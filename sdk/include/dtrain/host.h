@@ -7,9 +7,9 @@
  * writing its own name.  Every function takes the table itself as its first
  * argument.  The table stays valid until the plugin's `finalize` returns.
  *
- * Thread safety: all functions may be called from any thread.  The error
- * buffer is thread-local: a plugin sets it on the thread that returns the
- * failing status.
+ * Thread safety: every function may be called from any thread, at the
+ * same time.  The error buffer is thread-local: a plugin sets it on the
+ * thread that returns the failing status.
  */
 #ifndef DTRAIN_HOST_H
 #define DTRAIN_HOST_H
@@ -85,6 +85,65 @@ typedef struct dt_host_v1 {
 
     /* ---- minor 0 ends here; append only ---- */
 } dt_host_v1_t;
+
+/* The current version's name; plugin and core code spell this. */
+typedef dt_host_v1_t dt_host_t;
+
+/* True when the host table `h` has slot `field` (a core of an older minor
+ * has fewer): check before calling a slot added after minor 0. */
+#define DT_HOST_HAS(h, field)                                                  \
+    (DT_SIZE_HAS((h)->struct_size, dt_host_v1_t, field) && (h)->field != NULL)
+
+/* Check a caller's argument struct in place under the growth rule
+ * (abi.h, rule 3), with the message set through `h`: `what` names the
+ * struct in it ("init args"); `known_size` is sizeof the struct at the
+ * reader's build.  Returns DT_OK, DT_ERR_ABI or DT_ERR_UNSUPPORTED. */
+static inline int dt_args_check(const dt_host_v1_t *h, const char *what,
+                                const void *src, size_t known_size,
+                                size_t min_size)
+{
+    int rc = dt_struct_check(src, known_size, min_size);
+    uint32_t got = src ? *(const uint32_t *)src : 0;
+    if (rc == DT_ERR_ABI)
+        return h->set_error(h, rc,
+                            "%s: struct_size %u is below the %u bytes of "
+                            "its minor 0 (caller built against another ABI)",
+                            what, (unsigned)got, (unsigned)min_size);
+    if (rc == DT_ERR_UNSUPPORTED)
+        return h->set_error(h, rc,
+                            "%s: the caller (struct_size %u) set fields "
+                            "past the %u bytes this plugin knows; it needs "
+                            "a newer plugin",
+                            what, (unsigned)got, (unsigned)known_size);
+    return rc;
+}
+
+/* The same, copying the struct into the reader's own `dst` (dst_size
+ * bytes): fields an older caller did not have read as zero. */
+static inline int dt_args_read(const dt_host_v1_t *h, const char *what,
+                               void *dst, size_t dst_size, const void *src,
+                               size_t min_size)
+{
+    int rc = dt_args_check(h, what, src, dst_size, min_size);
+    if (rc == DT_OK)
+        rc = dt_struct_read(dst, dst_size, src, min_size);
+    return rc;
+}
+
+/* Fill a caller's result struct under the growth rule (abi.h, rule 4). */
+static inline int dt_result_write(const dt_host_v1_t *h, const char *what,
+                                  void *dst, const void *src, size_t src_size,
+                                  size_t min_size)
+{
+    int rc = dt_struct_write(dst, src, src_size, min_size);
+    if (rc != DT_OK)
+        return h->set_error(h, rc,
+                            "%s: struct_size %u is below the %u bytes of "
+                            "its minor 0 (caller built against another ABI)",
+                            what, dst ? (unsigned)*(const uint32_t *)dst : 0u,
+                            (unsigned)min_size);
+    return rc;
+}
 
 #ifdef __cplusplus
 }

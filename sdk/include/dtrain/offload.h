@@ -6,6 +6,10 @@
  * queued I/O (offload_nvme).  Strategies keep optimizer state or parameters
  * there and move them in and out around use.  Transfers are asynchronous:
  * store/load return a request that is waited on with a bounded timeout.
+ *
+ * Thread safety: one thread at a time drives an instance (alloc, free,
+ * store, load, wait, capacity); transfers progress in the background.
+ * cleanup_job needs no instance.
  */
 #ifndef DTRAIN_OFFLOAD_H
 #define DTRAIN_OFFLOAD_H
@@ -28,6 +32,7 @@ typedef struct dt_offload dt_offload_t;         /* the tier instance */
 typedef struct dt_offload_buf dt_offload_buf_t; /* a region held there */
 typedef struct dt_offload_req dt_offload_req_t; /* a transfer in flight */
 
+/* Arguments to offload init (in; valid during init; dt_args_read). */
 typedef struct dt_offload_init_v1 {
     uint32_t struct_size; /* sizeof(dt_offload_init_v1_t) at the core's build */
     int32_t rank;
@@ -37,7 +42,9 @@ typedef struct dt_offload_init_v1 {
     int64_t timeout_ms;   /* default bound for every wait */
     const dt_device_ops_v1_t *dev_ops; /* for copies to/from the device */
     dt_device_t *dev;
+    /* ---- minor 0 ends here; append only ---- */
 } dt_offload_init_v1_t;
+#define DT_OFFLOAD_INIT_V1_SIZE0 DT_FIELD_END(dt_offload_init_v1_t, dev)
 
 typedef struct dt_offload_ops_v1 {
     dt_plugin_info_t info; /* base first; info.kind == DT_KIND_OFFLOAD */
@@ -73,9 +80,16 @@ typedef struct dt_offload_ops_v1 {
      * (offload_cpu), so an optimizer can update state in place.  Absent or
      * DT_ERR_UNSUPPORTED: use load/store. */
     int (*host_ptr)(dt_offload_t *o, dt_offload_buf_t *buf, void **out);
+    /* Remove files a crashed job `job_id` left in the tier (comm.h's
+     * cleanup_job, same contract). */
+    int (*cleanup_job)(const dt_host_v1_t *host, const char *job_id);
 
     /* ---- minor 0 ends here; append only ---- */
 } dt_offload_ops_v1_t;
+
+/* Current-version names. */
+typedef dt_offload_ops_v1_t dt_offload_ops_t;
+typedef dt_offload_init_v1_t dt_offload_init_t;
 
 #ifdef __cplusplus
 }

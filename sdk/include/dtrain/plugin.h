@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/abi.h"
 #include "dtrain/status.h"
 
 #ifdef __cplusplus
@@ -54,15 +55,22 @@ typedef struct dt_config_key {
     int32_t type;         /* dt_config_type_t */
     const char *def;      /* default, in TOML literal syntax ("1", "2.5",
                            * "true", "\"fp32\""); NULL = required key */
-    double min, max;      /* inclusive range for INT/FLOAT; min > max = none */
+    double min, max;      /* inclusive range for INT/FLOAT.  No range when
+                           * both are 0 (leave them out) or min > max; set
+                           * one with DT_CFG_RANGE(lo, hi) */
     const char *choices;  /* ENUM: "a|b|c"; NULL otherwise */
     const char *doc;      /* one line, shown by `dtrain plugins --describe` */
 } dt_config_key_t;
 
+/* An inclusive range for a key: {.name = "stage", ..., DT_CFG_RANGE(1, 3)}.
+ * Leaving min and max out (both 0) means no range. */
+#define DT_CFG_RANGE(lo, hi) .min = (double)(lo), .max = (double)(hi)
+
 /* ------------------------------------------------------------------------
  * The info block every ops table starts with (the "base first" rule: each
  * kind's ops struct has this as its first member, so the loader can check
- * any table before it knows its kind's layout).
+ * any table before it knows its kind's layout).  Frozen for the major: its
+ * struct_size is the size of the whole ops table, which grows (abi.h).
  * --------------------------------------------------------------------- */
 typedef struct dt_plugin_info {
     uint32_t abi_major;    /* DT_<KIND>_ABI_MAJOR the plugin was built with */
@@ -142,13 +150,13 @@ typedef struct dt_plugin_info {
         .reserved0 = 0,                                                        \
     }
 
-/* True when the ops table `ops` (any kind) is large enough to contain
- * `field` and the field is non-NULL.  Call optional methods only after this
- * check (libfabric's FI_CHECK_OP):
- *     if (DT_HAS_OP(comm_ops, split)) comm_ops->split(...);               */
-#define DT_HAS_OP(ops, field)                                                  \
-    ((ops)->info.struct_size >= offsetof(__typeof__(*(ops)), field) +          \
-                                    sizeof((ops)->field) &&                   \
+/* True when the ops table `ops` (of type `type`) is large enough to contain
+ * `field` and the field is non-NULL: call optional methods only after this
+ * check (libfabric's FI_CHECK_OP).  The type is explicit, so the macro is
+ * plain C99:
+ *     if (DT_HAS_OP(dt_comm_ops_t, comm_ops, test)) comm_ops->test(...);  */
+#define DT_HAS_OP(type, ops, field)                                            \
+    (DT_SIZE_HAS((ops)->info.struct_size, type, field) &&                     \
      (ops)->field != NULL)
 
 #ifdef __cplusplus

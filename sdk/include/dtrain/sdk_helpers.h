@@ -488,6 +488,20 @@ int dt_cfg_enum(const dt_host_v1_t *host, const char *key, const char *def,
  * sharded engine) checks and keeps alike, so the checks and their messages
  * are written once.  A strategy puts a dt_dp_t first in its instance.
  * --------------------------------------------------------------------- */
+/* A strategy's init arguments read under the growth rule (abi.h), with
+ * the model and optimizer descriptions they point to: init.model and
+ * init.optim point at the copies here, so nothing reads the caller's
+ * structs past their struct_size. */
+typedef struct dt_strategy_args {
+    dt_strategy_init_v1_t init;
+    dt_model_desc_v1_t model;
+    dt_optim_desc_v1_t optim;
+} dt_strategy_args_t;
+/* DT_ERR_ABI / DT_ERR_UNSUPPORTED from the rule; DT_ERR_INVALID for a NULL
+ * model or optim.  Checks nothing else. */
+int dt_strategy_args_read(const dt_host_v1_t *host, const dt_strategy_init_v1_t *in,
+                          dt_strategy_args_t *out);
+
 typedef struct dt_dp {
     const dt_host_v1_t *host;
     const dt_device_ops_v1_t *dev_ops;
@@ -496,8 +510,9 @@ typedef struct dt_dp {
     const dt_comm_ops_v1_t *comm_ops;
     dt_comm_t *comm;                 /* the data-parallel group */
     int32_t rank, size;              /* in comm */
-    dt_model_desc_v1_t *model;
-    dt_optim_desc_v1_t optim;
+    const dt_model_desc_v1_t *model; /* == &args.model */
+    dt_optim_desc_v1_t optim;        /* == args.optim */
+    dt_strategy_args_t args;         /* the init args as read */
     uint32_t *fwd_depth, *bwd_depth; /* (n_units) open pre_* hooks per unit */
 } dt_dp_t;
 
@@ -510,16 +525,20 @@ int dt_dp_init(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_init_v1_t
                const char *what);
 void dt_dp_free(dt_dp_t *b);
 
-/* Hook bookkeeping: enter (pre_forward / pre_backward) checks the hook
+/* Hook bookkeeping: every hook and the buffers `out` enter fills are
+ * checked under the growth rule (abi.h; out's params and grads cleared);
+ * enter (pre_forward / pre_backward) checks the hook
  * (unit in range; backward: micro < n_micro, not a no-grad pass) and
  * counts the unit open; leave (post_*) checks and closes it, refusing a
  * post without its pre.  DT_ERR_INVALID naming the unit. */
-int dt_dp_hook_enter(dt_dp_t *b, const dt_hook_v1_t *h, int backward);
+int dt_dp_hook_enter(dt_dp_t *b, const dt_hook_v1_t *h, int backward,
+                     dt_unit_buffers_v1_t *out);
 int dt_dp_hook_leave(dt_dp_t *b, const dt_hook_v1_t *h, int backward);
 /* Close every hook (begin_step: an abandoned step may leave some open). */
 void dt_dp_hooks_reset(dt_dp_t *b);
 
-/* Start of step(): *out zeroed; DT_ERR_INVALID for an AdamW step count
+/* Start of step(): args and *out checked under the growth rule, out's
+ * fields zeroed; DT_ERR_INVALID for an AdamW step count
  * < 1 or a unit still inside a pre_* hook. */
 int dt_dp_step_check(const dt_dp_t *b, const dt_step_args_v1_t *args, dt_step_result_v1_t *out);
 /* The gradient norm sqrt(sumsq) into *out and the optimizer step it
@@ -550,9 +569,14 @@ int dt_dp_state_check(const dt_dp_t *b, uint32_t unit, int kind, int has_v, dt_r
 int dt_dp_state_copy(const dt_dp_t *b, uint32_t unit, int kind, dt_range_t r, void *dst,
                      const void *src, int dir, const char *what);
 
-/* Check estimate arguments: struct_size, model, group_size >= 1,
- * param_bytes 2 or 4.  DT_ERR_INVALID. */
-int dt_dp_estimate_check(const dt_host_v1_t *host, const dt_estimate_args_v1_t *args);
+/* Read estimate arguments under the growth rule into *args, and the model
+ * they point to into *model (args->model = model), then check them: a
+ * model, group_size >= 1, param_bytes 2 or 4 (DT_ERR_INVALID). */
+int dt_dp_estimate_read(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
+                        dt_estimate_args_v1_t *args, dt_model_desc_v1_t *model);
+/* A zeroed estimate with struct_size and n_tags of this build: a strategy
+ * fills it, then hands it to the caller with dt_result_write (host.h). */
+void dt_estimate_begin(dt_estimate_v1_t *e);
 /* The persistent state of a rank, in elements: `compute` parameters at
  * param_bytes (+ `owned` f32 masters when param_bytes is 2), `grads` at
  * grad_bytes, `owned` optimizer elements at optim_bytes less the master

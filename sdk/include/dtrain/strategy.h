@@ -24,6 +24,17 @@
  *
  * Kernels run on the core's compute stream (init args); a strategy that
  * communicates on its own orders itself after that stream with events.
+ *
+ * Thread safety: the core drives an instance from one thread; the hooks,
+ * step and state calls never overlap.  A strategy may run its own threads
+ * against the device and comm tables it was given, under their contracts
+ * (device.h, comm.h).  estimate and plan_presets need no instance and may
+ * be called from any thread.
+ *
+ * Model-parallel slots (a strategy rewriting the model for tensor
+ * parallelism, or driving a pipeline schedule) are not part of v1.0: the
+ * pipeline and tensor plugins define them, in a later minor, with the
+ * stream, dtype and asynchronous request they need.
  */
 #ifndef DTRAIN_STRATEGY_H
 #define DTRAIN_STRATEGY_H
@@ -53,7 +64,8 @@ typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 /* Flags of a parameter tensor. */
 #define DT_PARAM_NO_DECAY 0x1u /* exempt from weight decay (biases, norms) */
 
-/* One parameter tensor inside a unit's flat buffer. */
+/* One parameter tensor inside a unit's flat buffer.  Frozen for the major
+ * (an array element): growth goes through `ext`. */
 typedef struct dt_param_desc_v1 {
     const char *name;   /* global name, GPT-2's ("h.3.attn.c_attn.weight") */
     uint64_t offset;    /* first element in the unit's flat buffer */
@@ -61,15 +73,11 @@ typedef struct dt_param_desc_v1 {
     int32_t ndim;       /* 1..4 */
     uint32_t flags;     /* DT_PARAM_* */
     int64_t shape[4];   /* global shape, row-major */
-    /* Tensor parallelism (set by a strategy's transform_model; 0 / -1 when
-     * unsplit): this rank holds part `split_index` of `split_parts` along
-     * dimension `split_dim` of `shape`. */
-    int32_t split_dim;
-    int32_t split_parts;
-    int32_t split_index;
-    int32_t reserved0;
+    const void *ext;    /* NULL in v1.0; a later minor may point it at a
+                         * struct starting with struct_size */
 } dt_param_desc_v1_t;
 
+/* One unit.  Frozen for the major (an array element): growth through ext. */
 typedef struct dt_unit_desc_v1 {
     const char *name;        /* "embedding", "block.3", "head" */
     uint32_t index;          /* position in the model, 0-based */
@@ -78,31 +86,36 @@ typedef struct dt_unit_desc_v1 {
     uint64_t numel;          /* flat length: sum of params' numel */
     uint64_t act_bytes;      /* activation bytes one micro-batch keeps for
                               * backward (planner estimate) */
-    int32_t stage;           /* pipeline stage owning this unit (0 if none) */
-    int32_t reserved0;
+    const void *ext;         /* NULL in v1.0 (see dt_param_desc_v1_t) */
 } dt_unit_desc_v1_t;
 
+/* The model (in; owned by the core, read-only for strategies). */
 typedef struct dt_model_desc_v1 {
-    const char *arch;        /* "gpt2", "mlp" */
+    uint32_t struct_size;    /* sizeof(dt_model_desc_v1_t), core's build */
     uint32_t n_units;
-    uint32_t reserved0;
+    const char *arch;        /* "gpt2", "mlp" */
     dt_unit_desc_v1_t *units;
     uint64_t numel;          /* all units */
     int32_t param_dtype;     /* dtype of parameters kernels read (f32/bf16) */
-    int32_t reserved1;
+    int32_t reserved0;
+    /* ---- minor 0 ends here; append only ---- */
 } dt_model_desc_v1_t;
+#define DT_MODEL_DESC_V1_SIZE0 DT_FIELD_END(dt_model_desc_v1_t, reserved0)
 
 /* Optimizer selection and hyper-parameters (learning rate comes per step). */
 typedef enum dt_optim_kind { DT_OPTIM_ADAMW = 0, DT_OPTIM_SGD = 1 } dt_optim_kind_t;
 
+/* (in; owned by the core) */
 typedef struct dt_optim_desc_v1 {
+    uint32_t struct_size; /* sizeof(dt_optim_desc_v1_t), core's build */
     int32_t kind;         /* dt_optim_kind_t */
     int32_t nesterov;     /* SGD */
     float beta1, beta2, eps; /* AdamW */
     float momentum;       /* SGD */
     float weight_decay;   /* applied to params without DT_PARAM_NO_DECAY */
-    float reserved0;
+    /* ---- minor 0 ends here; append only ---- */
 } dt_optim_desc_v1_t;
+#define DT_OPTIM_DESC_V1_SIZE0 DT_FIELD_END(dt_optim_desc_v1_t, weight_decay)
 
 /* The kinds of persistent per-parameter state, each in the unit's flat
  * index space, all f32. */
@@ -123,6 +136,7 @@ typedef enum dt_range_purpose {
 /* ------------------------------------------------------------------------
  * Arguments.
  * --------------------------------------------------------------------- */
+/* (in; valid during init, except `model` and `optim`: until finalize) */
 typedef struct dt_strategy_init_v1 {
     uint32_t struct_size;      /* sizeof(dt_strategy_init_v1_t), core's build */
     uint32_t n_micro;          /* accumulation micro-steps per step */
@@ -133,48 +147,66 @@ typedef struct dt_strategy_init_v1 {
     dt_comm_t *comm;           /* this strategy's group (dp, tp or pp) */
     const dt_offload_ops_v1_t *offload_ops; /* NULL: no offload tier */
     dt_offload_t *offload;
-    dt_model_desc_v1_t *model; /* valid until finalize; read-only after
-                                * transform_model */
-    dt_optim_desc_v1_t optim;
+    const dt_model_desc_v1_t *model; /* valid until finalize */
+    const dt_optim_desc_v1_t *optim; /* valid until finalize (a pointer, so
+                                      * either struct grows on its own) */
+    /* ---- minor 0 ends here; append only ---- */
 } dt_strategy_init_v1_t;
+#define DT_STRATEGY_INIT_V1_SIZE0 DT_FIELD_END(dt_strategy_init_v1_t, optim)
 
 /* Passed to every unit hook. */
 #define DT_HOOK_NO_GRAD 0x1u /* evaluation pass: no backward follows */
 
+/* (in, per call; the core's) */
 typedef struct dt_hook_v1 {
+    uint32_t struct_size; /* sizeof(dt_hook_v1_t), core's build */
     uint32_t unit;       /* unit index */
     uint32_t micro;      /* micro-batch in [0, n_micro) */
     uint32_t n_micro;
     uint32_t flags;      /* DT_HOOK_* */
     int32_t last_use;    /* post_backward: 1 when the unit's gradient for
                           * this micro-batch is complete */
-    int32_t reserved0;
+    /* ---- minor 0 ends here; append only ---- */
 } dt_hook_v1_t;
+#define DT_HOOK_V1_SIZE0 DT_FIELD_END(dt_hook_v1_t, last_use)
 
 /* What pre_forward / pre_backward hand the core: the unit's full flat
  * parameters (in model->param_dtype) and, in backward, its full flat f32
- * gradient buffer that kernels accumulate into. */
+ * gradient buffer that kernels accumulate into.  (out: the core zero-fills
+ * it and sets struct_size; the strategy fills it with dt_result_write.) */
 typedef struct dt_unit_buffers_v1 {
+    uint32_t struct_size; /* sizeof(dt_unit_buffers_v1_t), core's build */
+    uint32_t reserved0;
     const void *params;  /* (unit.numel) device memory */
     float *grads;        /* (unit.numel) device memory; NULL in forward */
+    /* ---- minor 0 ends here; append only ---- */
 } dt_unit_buffers_v1_t;
+#define DT_UNIT_BUFFERS_V1_SIZE0 DT_FIELD_END(dt_unit_buffers_v1_t, grads)
 
+/* (in, per step; the core's) */
 typedef struct dt_step_args_v1 {
+    uint32_t struct_size; /* sizeof(dt_step_args_v1_t), core's build */
+    uint32_t reserved0;
     int64_t step;        /* 1-based optimizer step (AdamW bias correction) */
     float lr;
     float clip;          /* max global grad norm; <= 0: no clipping */
+    /* ---- minor 0 ends here; append only ---- */
 } dt_step_args_v1_t;
+#define DT_STEP_ARGS_V1_SIZE0 DT_FIELD_END(dt_step_args_v1_t, clip)
 
+/* (out: core zero-fills and sets struct_size; dt_result_write) */
 typedef struct dt_step_result_v1 {
+    uint32_t struct_size; /* sizeof(dt_step_result_v1_t), core's build */
+    int32_t nonfinite;   /* 1: the norm was NaN/Inf and no update was made */
     double grad_norm;    /* global L2 norm before clipping, over the whole
                           * model and all ranks (each element once) */
-    int32_t nonfinite;   /* 1: the norm was NaN/Inf and no update was made */
-    int32_t reserved0;
+    /* ---- minor 0 ends here; append only ---- */
 } dt_step_result_v1_t;
+#define DT_STEP_RESULT_V1_SIZE0 DT_FIELD_END(dt_step_result_v1_t, grad_norm)
 
-/* Planner input: what a strategy needs to predict per-rank memory. */
+/* Planner input: what a strategy needs to predict per-rank memory (in). */
 typedef struct dt_estimate_args_v1 {
-    uint32_t struct_size;
+    uint32_t struct_size;        /* sizeof(dt_estimate_args_v1_t), core's build */
     int32_t group_size;          /* ranks along this strategy's dimension */
     const dt_model_desc_v1_t *model;
     uint32_t param_bytes;        /* bytes per compute parameter (2 or 4) */
@@ -187,38 +219,37 @@ typedef struct dt_estimate_args_v1 {
                                   * precision Adam, 8 for fp32 Adam) */
     uint32_t n_micro;
     uint64_t act_bytes;          /* activations of one micro-batch, whole model */
+    /* ---- minor 0 ends here; append only ---- */
 } dt_estimate_args_v1_t;
+#define DT_ESTIMATE_ARGS_V1_SIZE0 DT_FIELD_END(dt_estimate_args_v1_t, act_bytes)
 
+/* Planner output (out: core zero-fills and sets struct_size). */
 typedef struct dt_estimate_v1 {
-    uint64_t bytes[DT_TAG_COUNT]; /* predicted peak per rank, per tag */
+    uint32_t struct_size;         /* sizeof(dt_estimate_v1_t), core's build */
+    uint32_t n_tags;              /* entries of bytes[] the strategy filled */
+    uint64_t bytes[DT_TAG_CAPACITY]; /* predicted peak per rank, per tag */
     uint64_t comm_bytes_per_step; /* bytes this rank sends per step */
     char note[160];               /* e.g. "params gathered per unit (3x 1 unit)" */
+    /* ---- minor 0 ends here; append only ---- */
 } dt_estimate_v1_t;
+#define DT_ESTIMATE_V1_SIZE0 DT_FIELD_END(dt_estimate_v1_t, note)
 
-/* Pipeline schedules (optional run_schedule slot).  The core supplies
- * these callbacks; the strategy decides their order (GPipe, 1F1B) and moves
- * boundary activations between stages with its comm's send/recv. */
-typedef struct dt_schedule_v1 {
-    void *ctx;
-    uint32_t n_micro;
-    uint32_t reserved0;
-    uint64_t act_numel;  /* f32 elements of one boundary activation */
-    /* Run this stage's units forward on micro-batch m.  `in` is the
-     * previous stage's output (NULL on the first stage); `out` receives this
-     * stage's output (NULL on the last stage, which computes the loss). */
-    int (*forward)(void *ctx, uint32_t m, const float *in, float *out);
-    /* Backward on micro-batch m: `dout` is the gradient of this stage's
-     * output (NULL on the last stage); `din` receives the gradient of its
-     * input (NULL on the first stage). */
-    int (*backward)(void *ctx, uint32_t m, const float *dout, float *din);
-} dt_schedule_v1_t;
+/* A row `dtrain plan` prints for a strategy: its label and the settings of
+ * the plugin's own table that select it.  Frozen for the major (an array
+ * element). */
+typedef struct dt_plan_preset_v1 {
+    const char *label;   /* "zero-2", "fsdp FULL_SHARD" */
+    const char *set;     /* "key=value" assignments in the plugin's table,
+                          * separated by spaces ("stage=2"); NULL or "": the
+                          * defaults */
+} dt_plan_preset_v1_t;
 
 typedef struct dt_strategy_ops_v1 {
     dt_plugin_info_t info; /* base first; info.kind == DT_KIND_STRATEGY */
 
     /* ---- lifecycle (mandatory) ---- */
-    /* Create the instance and allocate its state for `args->model` (after
-     * transform_model, if the strategy has one).  Parameters are undefined
+    /* Create the instance and allocate its state for `args->model`
+     * (dt_args_read the args).  Parameters are undefined
      * until the core calls set_state(DT_STATE_PARAMS) and state_loaded. */
     int (*init)(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
                 dt_strategy_t **out);
@@ -267,22 +298,28 @@ typedef struct dt_strategy_ops_v1 {
                     dt_estimate_v1_t *out);
 
     /* ---- optional slots ---- */
-    /* Model-parallel strategies: rewrite `model` before init (tensor: set
-     * split fields and shrink numel; pipeline: assign units to stages).
-     * Called once with the world's comm for this dimension. */
-    int (*transform_model)(const dt_host_v1_t *host, dt_comm_t *comm,
-                           const dt_comm_ops_v1_t *comm_ops,
-                           dt_model_desc_v1_t *model);
-    /* Tensor parallelism: all-reduce a partial activation (forward, after a
-     * row-parallel matmul) or activation gradient (backward, before a
-     * column-parallel one) across the group.  (n) f32 in place. */
-    int (*reduce_activation)(dt_strategy_t *s, float *buf, uint64_t n);
-    /* Pipelines: drive the micro-batches of one step through `sched`
-     * instead of the core's plain loop. */
-    int (*run_schedule)(dt_strategy_t *s, const dt_schedule_v1_t *sched);
+    /* The rows `dtrain plan` prints for this strategy (ZeRO's stages, FSDP's
+     * sharding strategies): *out a static array of *n presets, valid while
+     * the plugin is loaded.  Absent: one row, the plugin's defaults. */
+    int (*plan_presets)(const dt_plan_preset_v1_t **out, uint32_t *n);
 
     /* ---- minor 0 ends here; append only ---- */
 } dt_strategy_ops_v1_t;
+
+/* Current-version names. */
+typedef dt_strategy_ops_v1_t dt_strategy_ops_t;
+typedef dt_strategy_init_v1_t dt_strategy_init_t;
+typedef dt_param_desc_v1_t dt_param_desc_t;
+typedef dt_unit_desc_v1_t dt_unit_desc_t;
+typedef dt_model_desc_v1_t dt_model_desc_t;
+typedef dt_optim_desc_v1_t dt_optim_desc_t;
+typedef dt_hook_v1_t dt_hook_t;
+typedef dt_unit_buffers_v1_t dt_unit_buffers_t;
+typedef dt_step_args_v1_t dt_step_args_t;
+typedef dt_step_result_v1_t dt_step_result_t;
+typedef dt_estimate_args_v1_t dt_estimate_args_t;
+typedef dt_estimate_v1_t dt_estimate_t;
+typedef dt_plan_preset_v1_t dt_plan_preset_t;
 
 #ifdef __cplusplus
 }

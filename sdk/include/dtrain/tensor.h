@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/abi.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -74,8 +76,16 @@ typedef enum dt_mem_tag {
     DT_TAG_COMM = 4,        /* communication buckets and gather buffers */
     DT_TAG_STAGING = 5,     /* host<->device or offload staging */
     DT_TAG_OTHER = 6,       /* anything else (bookkeeping) */
-    DT_TAG_COUNT
+    DT_TAG_OFFLOAD = 7,     /* state held in an offload tier (pinned host
+                             * memory, NVMe files) */
+    DT_TAG_COUNT            /* tags THIS build knows; grows with the enum */
 } dt_mem_tag_t;
+
+/* Per-tag arrays inside ABI structs have this fixed capacity and carry the
+ * count of tags their writer knew (n_tags <= DT_TAG_CAPACITY): a newer tag
+ * never moves a field.  Readers treat tags at or past n_tags as 0. */
+#define DT_TAG_CAPACITY 16
+DT_ABI_CHECK_(dt_tag_capacity_check_, DT_TAG_COUNT <= DT_TAG_CAPACITY);
 
 static inline const char *dt_mem_tag_name(int tag)
 {
@@ -87,18 +97,35 @@ static inline const char *dt_mem_tag_name(int tag)
     case DT_TAG_COMM: return "comm";
     case DT_TAG_STAGING: return "staging";
     case DT_TAG_OTHER: return "other";
+    case DT_TAG_OFFLOAD: return "offload";
     default: return "unknown";
     }
 }
 
-/* Per-tag memory statistics, in bytes. */
-typedef struct dt_mem_stats {
-    uint64_t current[DT_TAG_COUNT]; /* bytes allocated now, per tag */
-    uint64_t peak[DT_TAG_COUNT];    /* highest `current` seen, per tag */
-    uint64_t total_current;         /* sum over tags, now */
-    uint64_t total_peak;            /* highest total seen (not the sum of peaks) */
-    uint64_t limit;                 /* configured budget, 0 = none */
-} dt_mem_stats_t;
+/* Per-tag memory statistics, in bytes (out; the caller zero-fills it and
+ * sets struct_size; the writer fills it with dt_struct_write, plugin.h). */
+typedef struct dt_mem_stats_v1 {
+    uint32_t struct_size;   /* sizeof(dt_mem_stats_v1_t) at the caller's build */
+    uint32_t n_tags;        /* entries of current/peak the writer filled */
+    uint64_t total_current; /* sum over tags, now */
+    uint64_t total_peak;    /* highest total seen (not the sum of peaks) */
+    uint64_t limit;         /* configured budget, 0 = none */
+    uint64_t current[DT_TAG_CAPACITY]; /* bytes allocated now, per tag */
+    uint64_t peak[DT_TAG_CAPACITY];    /* highest `current` seen, per tag */
+    /* ---- minor 0 ends here; append only ---- */
+} dt_mem_stats_v1_t;
+typedef dt_mem_stats_v1_t dt_mem_stats_t;
+#define DT_MEM_STATS_V1_SIZE0 DT_FIELD_END(dt_mem_stats_v1_t, peak)
+
+/* Bytes of tag `tag` in a per-tag array that holds `n_tags` entries: 0 for
+ * a tag its writer did not know. */
+static inline uint64_t dt_tag_bytes(const uint64_t *per_tag, uint32_t n_tags,
+                                    int tag)
+{
+    return (tag >= 0 && (uint32_t)tag < n_tags && tag < DT_TAG_CAPACITY)
+               ? per_tag[tag]
+               : 0;
+}
 
 /* A non-owning view of a contiguous run of elements. */
 typedef struct dt_tensor {
@@ -108,7 +135,8 @@ typedef struct dt_tensor {
     int32_t space;   /* dt_mem_space_t */
 } dt_tensor_t;
 
-/* A range [offset, offset + count) of elements in some flat index space. */
+/* A range [offset, offset + count) of elements in some flat index space.
+ * Frozen for the major (passed in arrays). */
 typedef struct dt_range {
     uint64_t offset;
     uint64_t count;

@@ -1,14 +1,14 @@
 /*
- * core/engine/ckpt.c - save and resume training state by global ranges.
+ * core/ckpt/ckpt.c - save and resume training state by global ranges.
  */
-#include "engine/ckpt.h"
+#include "ckpt/ckpt.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/ckpt_io.h"
+#include "ckpt/ckpt_io.h"
 #include "util/error.h"
 
 static const char *const state_names[DT_STATE_COUNT] = {"params", "exp_avg", "exp_avg_sq"};

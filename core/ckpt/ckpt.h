@@ -1,5 +1,5 @@
 /*
- * core/engine/ckpt.h - training state to and from checkpoints, through a
+ * core/ckpt/ckpt.h - training state to and from checkpoints, through a
  * strategy's global ranges (so what is saved does not depend on who saved
  * it), and the first initialisation of parameters.
  *
@@ -10,8 +10,8 @@
 
 #include "config/config.h"
 #include "dtrain/dtrain.h"
-#include "engine/model.h"
-#include "engine/world.h"
+#include "model/model.h"
+#include "launch/world.h"
 
 /* The checkpoint root: checkpoint.dir, or <run.out_dir>/<run.name>/ckpt. */
 int dt_ckpt_root(const dt_config_t *cfg, char *buf, size_t cap);

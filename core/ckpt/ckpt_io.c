@@ -1,9 +1,9 @@
 /*
- * core/engine/ckpt_io.c - sharded checkpoint directories: shard writers,
+ * core/ckpt/ckpt_io.c - sharded checkpoint directories: shard writers,
  * the manifest, the COMPLETE marker and atomic directory rename, and a
  * reader that assembles any global range from whichever segments hold it.
  */
-#include "engine/ckpt_io.h"
+#include "ckpt/ckpt_io.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "dtrain/tensor.h"
-#include "engine/fileutil.h"
+#include "util/fileutil.h"
 #include "util/error.h"
 
 #define MANIFEST "manifest.json"

@@ -1,5 +1,5 @@
 /*
- * core/engine/ckpt_io.h - the on-disk checkpoint format: sharded, described
+ * core/ckpt/ckpt_io.h - the on-disk checkpoint format: sharded, described
  * by global ranges, so any strategy at any world size can load it.
  *
  * Layout of one checkpoint:

@@ -1,16 +1,16 @@
 /*
- * core/engine/ckpt_tools.c - inspect, consolidate and export a checkpoint
+ * core/ckpt/ckpt_tools.c - inspect, consolidate and export a checkpoint
  * from its manifest and shards alone.
  */
-#include "engine/ckpt_tools.h"
+#include "ckpt/ckpt_tools.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dtrain/tensor.h"
-#include "engine/ckpt_io.h"
-#include "engine/safetensors.h"
+#include "ckpt/ckpt_io.h"
+#include "ckpt/safetensors.h"
 #include "util/error.h"
 
 #define DEFAULT_CHUNK (4u << 20)

@@ -1,5 +1,5 @@
 /*
- * core/engine/ckpt_tools.h - offline operations on a saved checkpoint:
+ * core/ckpt/ckpt_tools.h - offline operations on a saved checkpoint:
  * describe it, merge its shards into one, export its weights.
  *
  * All of them read only the manifest and the shard files (no model is

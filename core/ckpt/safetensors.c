@@ -1,8 +1,8 @@
 /*
- * core/engine/safetensors.c - streaming safetensors writer and a validating
+ * core/ckpt/safetensors.c - streaming safetensors writer and a validating
  * reader (memory-mapped).
  */
-#include "engine/safetensors.h"
+#include "ckpt/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 #include <cjson/cJSON.h>
 
 #include "dtrain/tensor.h"
-#include "engine/fileutil.h"
+#include "util/fileutil.h"
 #include "util/error.h"
 
 #define META_KEY "__metadata__"

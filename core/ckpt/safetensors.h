@@ -1,5 +1,5 @@
 /*
- * core/engine/safetensors.h - the safetensors format (Hugging Face), for
+ * core/ckpt/safetensors.h - the safetensors format (Hugging Face), for
  * exporting weights other tools can load, and reading them back.
  *
  * Layout: u64 little-endian N, then N bytes of JSON

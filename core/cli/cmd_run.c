@@ -11,7 +11,7 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
-#include "engine/train.h"
+#include "train/train.h"
 #include "launch/launcher.h"
 #include "loader/host_services.h"
 #include "setup/resolve.h"

@@ -1,8 +1,8 @@
 /*
- * core/engine/data.c - llm.c token files (open, validate, write, prepare
+ * core/data/data.c - llm.c token files (open, validate, write, prepare
  * from text) and the deterministic, dp-size-independent batch sampler.
  */
-#include "engine/data.h"
+#include "data/data.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/fileutil.h"
+#include "util/fileutil.h"
 #include "util/error.h"
 
 /* ---- opening and validating ------------------------------------------ */

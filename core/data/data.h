@@ -1,5 +1,5 @@
 /*
- * core/engine/data.h - training data: llm.c token files, their preparation
+ * core/data/data.h - training data: llm.c token files, their preparation
  * from text, and the sampler that turns them into per-rank micro-batches.
  *
  * File format (llm.c's, so its prepared datasets load unchanged):

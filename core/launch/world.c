@@ -1,7 +1,7 @@
 /*
- * core/engine/world.c - rank and world size from the environment.
+ * core/launch/world.c - rank and world size from the environment.
  */
-#include "engine/world.h"
+#include "launch/world.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * core/engine/world.h - who this process is in the job: rank, world size,
+ * core/launch/world.h - who this process is in the job: rank, world size,
  * local rank, and the job id that names shared resources.
  *
  * Read from the environment, in this order of precedence:

@@ -1,5 +1,5 @@
 /*
- * core/engine/gpt2.c - the GPT-2 family as units: embedding, one unit per
+ * core/model/gpt2.c - the GPT-2 family as units: embedding, one unit per
  * transformer block, head (final layernorm; the LM head is tied to the
  * embedding's wte and re-uses unit 0).  Forward and backward follow llm.c's
  * train_gpt2.c, built from the device kernel table, with per-block
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/model_arch.h"
+#include "model/model_arch.h"
 #include "util/error.h"
 
 /* Tensors of each unit, in their order in the unit's flat buffer. */

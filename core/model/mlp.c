@@ -1,5 +1,5 @@
 /*
- * core/engine/mlp.c - arch = "mlp": a bigram language model as units, so
+ * core/model/mlp.c - arch = "mlp": a bigram language model as units, so
  * every strategy can be exercised on a shape that is not a transformer
  * (no tied unit, no attention, units of very different sizes) while
  * training on the same token files.
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/model_arch.h"
+#include "model/model_arch.h"
 #include "util/error.h"
 
 enum { EMB = 0 };    /* unit 0 */

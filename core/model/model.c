@@ -1,5 +1,5 @@
 /*
- * core/engine/model.c - the part of every model that does not depend on its
+ * core/model/model.c - the part of every model that does not depend on its
  * architecture: [model] config dispatch, the unit/tensor description
  * builder, deterministic initialisation, device allocations, strategy hook
  * calls, the f32 views of bf16 parameters, and the micro-step around an
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/model_arch.h"
+#include "model/model_arch.h"
 #include "util/error.h"
 
 const char *dt_model_cfg_name(const dt_config_t *cfg)

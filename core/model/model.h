@@ -1,5 +1,5 @@
 /*
- * core/engine/model.h - models as ordered lists of units, built from the
+ * core/model/model.h - models as ordered lists of units, built from the
  * device's kernel table and driven through a strategy's unit hooks.
  *
  * The model never owns parameters or their gradients: a strategy does.
@@ -9,13 +9,13 @@
  * offloaded.  The model owns activations, tagged DT_TAG_ACTIVATIONS.
  *
  * Architectures ([model] arch):
- *   "gpt2"  core/engine/gpt2.c: embedding, one unit per transformer block,
+ *   "gpt2"  core/model/gpt2.c: embedding, one unit per transformer block,
  *           head (final layernorm; the LM head is tied to wte)
- *   "mlp"   core/engine/mlp.c: a bigram model on the same token data:
+ *   "mlp"   core/model/mlp.c: a bigram model on the same token data:
  *           embedding, mlp_layers Linear+GELU units, a Linear head to the
  *           vocabulary (a non-transformer shape for testing strategies)
  * Common machinery (config dispatch, init, activations, the bf16 parameter
- * views) is in core/engine/model.c.
+ * views) is in core/model/model.c.
  *
  * [model] dtype = "bf16": the strategy holds compute parameters in bf16
  * (desc.param_dtype); matmuls read the weights as bf16 (the device's

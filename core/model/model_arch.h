@@ -1,5 +1,5 @@
 /*
- * core/engine/model_arch.h - what an architecture (gpt2.c, mlp.c) plugs
+ * core/model/model_arch.h - what an architecture (gpt2.c, mlp.c) plugs
  * into the arch-independent model code (model.c), and the helpers it may
  * use: describing units and tensors, device allocations the model frees,
  * strategy hooks with context in messages, and parameter views.
@@ -15,7 +15,7 @@
 #ifndef DT_ENGINE_MODEL_ARCH_H
 #define DT_ENGINE_MODEL_ARCH_H
 
-#include "engine/model.h"
+#include "model/model.h"
 #include "util/error.h" /* DT_TRY_UNIT */
 
 /* Most tensors one unit may have (GPT-2's block has 12). */

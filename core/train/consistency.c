@@ -1,5 +1,5 @@
 /*
- * core/engine/consistency.c - every rank must run the same resolved config;
+ * core/train/consistency.c - every rank must run the same resolved config;
  * check it once at start and name the keys that differ.
  *
  * The common case costs one tiny all_gather of the config hash.  Only when
@@ -7,7 +7,7 @@
  * its own against it, and the descriptions get gathered so that every rank
  * fails with the same message.
  */
-#include "engine/consistency.h"
+#include "train/consistency.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * core/engine/consistency.h - checks that every rank of a job agrees before
+ * core/train/consistency.h - checks that every rank of a job agrees before
  * training starts.
  */
 #ifndef DT_ENGINE_CONSISTENCY_H
@@ -7,7 +7,7 @@
 
 #include "config/config.h"
 #include "dtrain/dtrain.h"
-#include "engine/world.h"
+#include "launch/world.h"
 
 /* Collective over `comm` (the world): all ranks resolved the same config.
  * Otherwise DT_ERR_CONFIG on every rank, naming each differing rank's keys

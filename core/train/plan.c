@@ -1,8 +1,8 @@
 /*
- * core/engine/plan.c - assembling a strategy's estimate arguments from the
+ * core/train/plan.c - assembling a strategy's estimate arguments from the
  * config and the model.
  */
-#include "engine/plan.h"
+#include "train/plan.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * core/engine/plan.h - predicted per-rank memory and communication of a
+ * core/train/plan.h - predicted per-rank memory and communication of a
  * strategy for a model, from the strategy plugin's estimate() and the
  * model's activation plan: what `dtrain plan` prints for every strategy,
  * and what a run prints beside the bytes it measured.
@@ -9,7 +9,7 @@
 
 #include "config/config.h"
 #include "dtrain/dtrain.h"
-#include "engine/model.h"
+#include "model/model.h"
 #include "loader/loader.h"
 
 /* The estimate of strategy plugin `strat` (its host carries its resolved

@@ -1,10 +1,10 @@
 /*
- * core/engine/train.c - the training loop.
+ * core/train/train.c - the training loop.
  *
  * Knows the four interfaces, not their implementations: whatever device,
  * communicator and strategy the config names are driven the same way.
  */
-#include "engine/train.h"
+#include "train/train.h"
 
 #include <errno.h>
 #include <math.h>
@@ -14,13 +14,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/ckpt.h"
-#include "engine/consistency.h"
-#include "engine/data.h"
-#include "engine/fileutil.h"
-#include "engine/model.h"
-#include "engine/plan.h"
-#include "engine/world.h"
+#include "ckpt/ckpt.h"
+#include "train/consistency.h"
+#include "data/data.h"
+#include "util/fileutil.h"
+#include "model/model.h"
+#include "train/plan.h"
+#include "launch/world.h"
 #include "loader/host_services.h"
 #include "util/error.h"
 

@@ -1,5 +1,5 @@
 /*
- * core/engine/train.h - the training run: plugins brought up in order
+ * core/train/train.h - the training run: plugins brought up in order
  * (device, comm, strategy), the model initialised identically on every
  * rank, then steps of micro-batches with accumulation, clipping, schedule,
  * evaluation, metrics and checkpoints.

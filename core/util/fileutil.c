@@ -1,8 +1,8 @@
 /*
- * core/engine/fileutil.c - atomic file writes (temp + fsync + rename), a few
+ * core/util/fileutil.c - atomic file writes (temp + fsync + rename), a few
  * filesystem helpers, CRC-32, and the ENOSPC fault hooks tests use.
  */
-#include "engine/fileutil.h"
+#include "util/fileutil.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -1,5 +1,5 @@
 /*
- * core/engine/fileutil.h - durable file writes for everything the engine
+ * core/util/fileutil.h - durable file writes for everything the engine
  * leaves on disk (token files, checkpoints, safetensors exports).
  *
  * A file is never written in place: bytes go to "<path>.tmp.<pid>", which is

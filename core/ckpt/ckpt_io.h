@@ -50,6 +50,12 @@
  * block.3/params: checksum mismatch (expected 9f12ab34, got 41aa0c11)"
  * (DT_ERR_DATA); a missing COMPLETE marker is DT_ERR_DATA "incomplete (no
  * COMPLETE marker): the write was interrupted"; I/O failures are DT_ERR_IO.
+ *
+ * Implemented in core/ckpt/: ckpt_format.c (shard names, the tiling rule,
+ * exact JSON integers, the JSON helpers below), ckpt_write.c (shard
+ * writers, the manifest), ckpt_dir.c (step directories: begin, commit,
+ * abort, finding and pruning) and ckpt_read.c (the reader); what they
+ * share is in ckpt_internal.h.
  */
 #ifndef DT_ENGINE_CKPT_IO_H
 #define DT_ENGINE_CKPT_IO_H

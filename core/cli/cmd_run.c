@@ -13,7 +13,7 @@
 #include "cli/cli.h"
 #include "train/train.h"
 #include "launch/launcher.h"
-#include "loader/host_services.h"
+#include "util/log.h"
 #include "setup/resolve.h"
 #include "util/error.h"
 

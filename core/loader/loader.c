@@ -31,6 +31,7 @@
 #include "loader/abi_tables.h"
 #include "loader/host_services.h"
 #include "util/error.h"
+#include "util/log.h"
 
 #ifndef DT_BUILD_PLUGIN_DIR
 #define DT_BUILD_PLUGIN_DIR ""

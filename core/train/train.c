@@ -21,7 +21,7 @@
 #include "model/model.h"
 #include "train/plan.h"
 #include "launch/world.h"
-#include "loader/host_services.h"
+#include "util/log.h"
 #include "util/error.h"
 
 double dt_lr_at(int64_t step, int64_t steps, int64_t warmup, double lr, double min_lr,

@@ -14,7 +14,7 @@
 
 #include "config/config.h"
 #include "dtrain/dtrain.h"
-#include "loader/loader.h"
+#include "loader/plugin_handle.h"
 
 /* Build p's host table (p->kind, p->name and p->info must be set) and
  * point p->host at it.  `cfg` may be NULL: then cfg_* read the defaults the

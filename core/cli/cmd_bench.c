@@ -39,7 +39,7 @@
 #include "dtrain/half.h"
 #include "config/config.h"
 #include "launch/launcher.h"
-#include "loader/host_services.h"
+#include "util/log.h"
 #include "loader/loader.h"
 #include "util/error.h"
 

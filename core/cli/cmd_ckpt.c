@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
-#include "engine/ckpt_io.h"
-#include "engine/ckpt_tools.h"
+#include "ckpt/ckpt_io.h"
+#include "ckpt/ckpt_tools.h"
 #include "util/error.h"
 
 void dt_help_ckpt(FILE *f)

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "engine/data.h"
+#include "data/data.h"
 #include "util/error.h"
 
 void dt_help_data(FILE *f)

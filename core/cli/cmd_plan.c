@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "engine/model.h"
-#include "engine/plan.h"
+#include "model/model.h"
+#include "train/plan.h"
 #include "setup/resolve.h"
 #include "util/error.h"
 

@@ -11,9 +11,9 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
-#include "engine/train.h"
+#include "train/train.h"
 #include "launch/launcher.h"
-#include "loader/host_services.h"
+#include "util/log.h"
 #include "setup/resolve.h"
 #include "util/error.h"
 

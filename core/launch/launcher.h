@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
-#include "engine/world.h"
+#include "launch/world.h"
 
 /* Most local ranks one launcher starts (the schema's bound on nproc). */
 #define DT_LAUNCH_MAX 256

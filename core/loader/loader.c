@@ -31,6 +31,7 @@
 #include "loader/abi_tables.h"
 #include "loader/host_services.h"
 #include "util/error.h"
+#include "util/log.h"
 
 #ifndef DT_BUILD_PLUGIN_DIR
 #define DT_BUILD_PLUGIN_DIR ""
@@ -57,27 +58,7 @@ typedef struct plugin_box {
 
 static pthread_mutex_t loader_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* ------------------------------------------------------------ kinds -- */
-
-static const char *const kind_names[DT_KIND_COUNT] = {
-    [DT_KIND_DEVICE] = "device",
-    [DT_KIND_COMM] = "comm",
-    [DT_KIND_OFFLOAD] = "offload",
-    [DT_KIND_STRATEGY] = "strategy",
-};
-
-const char *dt_kind_name(int kind)
-{
-    return (kind >= 0 && kind < DT_KIND_COUNT) ? kind_names[kind] : NULL;
-}
-
-int dt_kind_from_name(const char *name)
-{
-    for (int k = 0; name && k < DT_KIND_COUNT; k++)
-        if (strcmp(name, kind_names[k]) == 0)
-            return k;
-    return -1;
-}
+/* -------------------------------------------------------- test hook -- */
 
 void dt_loader_test_extra_major(int kind, uint32_t major)
 {

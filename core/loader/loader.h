@@ -32,22 +32,7 @@
 
 #include "config/config.h"
 #include "dtrain/dtrain.h"
-
-typedef struct dt_plugin {
-    int kind;                    /* dt_plugin_kind_t */
-    char name[64];
-    char path[4096];             /* file it came from */
-    uint32_t major;              /* ABI major chosen */
-    const dt_plugin_info_t *info;
-    const void *ops;             /* cast to dt_<kind>_ops_v<major>_t */
-    const dt_host_v1_t *host;    /* this plugin's host table */
-    void *priv;                  /* loader-private */
-} dt_plugin_t;
-
-/* "device", "comm", "offload", "strategy"; NULL for an unknown kind. */
-const char *dt_kind_name(int kind);
-/* Inverse of dt_kind_name; -1 when unknown. */
-int dt_kind_from_name(const char *name);
+#include "loader/plugin_handle.h"
 
 /* The directories searched, in order, given the config's plugin_path
  * (may be NULL).  Writes up to `cap` entries (owned by the loader until the

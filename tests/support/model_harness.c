@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
-#include "engine/safetensors.h"
+#include "ckpt/safetensors.h"
 #include "model_harness.h"
 #include "test_host.h"
 #include "test_plugin.h"

@@ -1,5 +1,5 @@
 /*
- * tests/support/model_harness.h - run one model (core/engine/model.h) on
+ * tests/support/model_harness.h - run one model (core/model/model.h) on
  * the real cpu device plugin with a minimal strategy that lives in the
  * test, and compare its loss, logits and gradients with a float64 numpy
  * reference (tests/reference/<arch>_ref.py) run as a subprocess.
@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "dtrain/dtrain.h"
-#include "engine/model.h"
+#include "model/model.h"
 
 typedef struct dt_mh_strategy dt_mh_strategy_t;
 

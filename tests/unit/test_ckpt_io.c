@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "dtrain/tensor.h"
-#include "engine/ckpt_io.h"
-#include "engine/fileutil.h"
+#include "ckpt/ckpt_io.h"
+#include "util/fileutil.h"
 #include "util/error.h"
 #include "test_assert.h"
 

@@ -16,8 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/data.h"
-#include "engine/fileutil.h"
+#include "data/data.h"
+#include "util/fileutil.h"
 #include "util/error.h"
 #include "test_assert.h"
 

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_gpt2_oracle.c - the GPT-2 model (core/engine/gpt2.c) on
+ * tests/unit/test_gpt2_oracle.c - the GPT-2 model (core/model/gpt2.c) on
  * the real cpu device against tests/reference/gpt2_ref.py, an independent
  * float64 numpy GPT-2 with a hand-written backward (itself checked by
  * finite differences in test_gpt2_ref_selfcheck.py).
@@ -38,7 +38,7 @@
 #include <string.h>
 
 #include "dtrain/dtrain.h"
-#include "engine/model.h"
+#include "model/model.h"
 #include "model_harness.h"
 #include "test_assert.h"
 #include "util/error.h"

@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_launch.c - core/launch and the rank environment
- * (core/engine/world.c): which launcher's variables win and what job id
+ * (core/launch/world.c): which launcher's variables win and what job id
  * they give, the launch decision and its errors, the shared-memory sweep,
  * and dt_launch_run driving /bin/sh ranks: line relay with prefixes
  * (partial, overlong and unterminated lines), exit codes, stopping the
@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "engine/world.h"
+#include "launch/world.h"
 #include "launch/launcher.h"
 #include "util/error.h"
 #include "test_assert.h"

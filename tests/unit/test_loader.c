@@ -22,6 +22,7 @@
 #include "loader/host_services.h"
 #include "loader/loader.h"
 #include "util/error.h"
+#include "util/log.h"
 #include "test_assert.h"
 
 #ifndef DT_FAKE_PLUGIN_DIR

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_mlp.c - the arch = "mlp" model (core/engine/mlp.c): its
+ * tests/unit/test_mlp.c - the arch = "mlp" model (core/model/mlp.c): its
  * description and config rules, and one forward+backward on the real cpu
  * device against tests/reference/mlp_ref.py (float64 numpy, hand-written
  * backward, itself checked first by test_mlp_ref_selfcheck.py: naive loop
@@ -30,7 +30,7 @@
 
 #include "config/config.h"
 #include "dtrain/dtrain.h"
-#include "engine/model.h"
+#include "model/model.h"
 #include "model_harness.h"
 #include "test_assert.h"
 #include "util/error.h"

@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_model_acts.c - activation memory of the models
- * (dt_model_act_bytes, dt_model_plan_acts, core/engine/model.h): the plan
+ * (dt_model_act_bytes, dt_model_plan_acts, core/model/model.h): the plan
  * the planner reads must be what dt_model_alloc_acts allocates.
  *
  * For gpt2 and mlp, over micro-batch shapes, activation_checkpointing
@@ -30,7 +30,7 @@
 
 #include "config/config.h"
 #include "dtrain/dtrain.h"
-#include "engine/model.h"
+#include "model/model.h"
 #include "model_harness.h"
 #include "test_assert.h"
 #include "util/error.h"

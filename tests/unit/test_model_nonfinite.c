@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_model_nonfinite.c - dt_model_find_nonfinite
- * (core/engine/model.h): after a non-finite loss, the engine re-runs the
+ * (core/model/model.h): after a non-finite loss, the engine re-runs the
  * forward of the last micro-batch and names the first parameter or
  * activation holding a NaN/Inf.
  *
@@ -35,7 +35,7 @@
 
 #include "config/config.h"
 #include "dtrain/dtrain.h"
-#include "engine/model.h"
+#include "model/model.h"
 #include "model_harness.h"
 #include "test_assert.h"
 #include "util/error.h"

@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "dtrain/tensor.h"
-#include "engine/fileutil.h"
-#include "engine/safetensors.h"
+#include "util/fileutil.h"
+#include "ckpt/safetensors.h"
 #include "util/error.h"
 #include "test_assert.h"
 

@@ -1,0 +1,548 @@
+/*
+ * core/ckpt/ckpt.c - save and resume training state by global ranges.
+ */
+#include "ckpt/ckpt.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt_io.h"
+#include "util/error.h"
+
+static const char *const state_names[DT_STATE_COUNT] = {"params", "exp_avg", "exp_avg_sq"};
+
+int dt_ckpt_root(const dt_config_t *cfg, char *buf, size_t cap)
+{
+    const char *dir, *out, *name;
+    int rc;
+    if ((rc = dt_config_get_string(cfg, "checkpoint.dir", &dir)) ||
+        (rc = dt_config_get_string(cfg, "run.out_dir", &out)) ||
+        (rc = dt_config_get_string(cfg, "run.name", &name)))
+        return rc;
+    int n = dir[0] ? snprintf(buf, cap, "%s", dir) : snprintf(buf, cap, "%s/%s/ckpt", out, name);
+    if (n < 0 || (size_t)n >= cap)
+        return dt_err_set(DT_ERR_CONFIG, "checkpoint directory path is too long");
+    return DT_OK;
+}
+
+/* The states this optimizer keeps (SGD has no second moment). */
+static int n_states(const dt_config_t *cfg)
+{
+    const char *t = "adamw";
+    dt_config_get_string(cfg, "optimizer.type", &t);
+    return strcmp(t, "sgd") == 0 ? 2 : 3;
+}
+
+/* Ranges of `unit`/`kind` for `purpose`, malloc'd into *out. */
+static int ranges(const dt_strategy_ops_v1_t *ops, dt_strategy_t *s, uint32_t unit, int kind,
+                  int purpose, dt_range_t **out, uint32_t *n)
+{
+    int rc = ops->state_ranges(s, unit, kind, purpose, NULL, 0, n);
+    if (rc)
+        return rc;
+    *out = calloc(*n ? *n : 1, sizeof **out);
+    if (!*out)
+        return dt_err_set(DT_ERR_NOMEM, "out of memory");
+    uint32_t n2 = 0;
+    if ((rc = ops->state_ranges(s, unit, kind, purpose, *out, *n, &n2))) {
+        free(*out);
+        return rc;
+    }
+    return DT_OK;
+}
+
+/* Host staging for state copies: ranges are moved in pieces of at most
+ * this many elements, so saving or loading a 1.5B-parameter unit needs
+ * 16 MiB of host memory, not the unit's size. */
+#define PIECE_ELEMS (4u << 20)
+
+/* One (unit, state kind) moving between the strategy and a checkpoint
+ * entry: rd when loading, wr when saving. */
+typedef struct state_io {
+    const dt_strategy_ops_v1_t *ops;
+    dt_strategy_t *s;
+    uint32_t u;
+    int k;
+    const char *entry; /* "<unit>/<state>" */
+    dt_ckpt_reader_t *rd;
+    dt_ckpt_writer_t *wr;
+} state_io_t;
+
+/* What to do with each range (begin/end may be NULL) and each piece. */
+typedef struct piece_ops {
+    int (*begin)(const state_io_t *io, dt_range_t r);
+    int (*piece)(const state_io_t *io, dt_range_t p, float *buf);
+    int (*end)(const state_io_t *io);
+} piece_ops_t;
+
+/* Visit the `purpose` ranges of io's unit and state in pieces, with one
+ * staging buffer (*buf, allocated on first use, freed by the caller). */
+static int each_piece(const state_io_t *io, int purpose, const piece_ops_t *po, float **buf)
+{
+    dt_range_t *rg = NULL;
+    uint32_t n = 0;
+    int rc = ranges(io->ops, io->s, io->u, io->k, purpose, &rg, &n);
+    for (uint32_t i = 0; i < n && !rc; i++) {
+        if (!rg[i].count)
+            continue;
+        if (po->begin && (rc = po->begin(io, rg[i])))
+            break;
+        for (uint64_t off = 0; off < rg[i].count && !rc; off += PIECE_ELEMS) {
+            uint64_t c = rg[i].count - off < PIECE_ELEMS ? rg[i].count - off : PIECE_ELEMS;
+            if (!*buf && !(*buf = malloc(PIECE_ELEMS * sizeof **buf)))
+                rc = dt_err_set(DT_ERR_NOMEM, "out of memory staging checkpoint state");
+            else
+                rc = po->piece(io, (dt_range_t){.offset = rg[i].offset + off, .count = c},
+                               *buf);
+        }
+        if (!rc && po->end)
+            rc = po->end(io);
+    }
+    free(rg);
+    return rc;
+}
+
+/* Loading: checkpoint entry -> strategy (set_state). */
+static int load_piece(const state_io_t *io, dt_range_t p, float *buf)
+{
+    int rc = dt_ckpt_read(io->rd, io->entry, p.offset, p.count, buf);
+    return rc ? rc : io->ops->set_state(io->s, io->u, io->k, p, buf);
+}
+
+/* Saving: strategy (get_state) -> one segment per range of the shard. */
+static int save_begin(const state_io_t *io, dt_range_t r)
+{
+    return dt_ckpt_shard_begin(io->wr, io->entry, DT_F32, r.offset, r.count);
+}
+
+static int save_piece(const state_io_t *io, dt_range_t p, float *buf)
+{
+    int rc = io->ops->get_state(io->s, io->u, io->k, p, buf);
+    return rc ? rc : dt_ckpt_shard_append(io->wr, buf, (size_t)p.count * sizeof *buf);
+}
+
+static int save_end(const state_io_t *io) { return dt_ckpt_shard_end(io->wr); }
+
+/* The manifest's "model": the architecture's hyper-parameters and every
+ * parameter tensor (unit, offset in the unit's flat space, global shape), so
+ * tools can export and check shapes without building the model. */
+static cJSON *model_json(dt_model_t *m)
+{
+    const dt_model_info_t *mi = dt_model_info(m);
+    const dt_model_desc_v1_t *d = dt_model_desc(m);
+    cJSON *j = cJSON_CreateObject(), *ts = cJSON_CreateArray();
+    if (!j || !ts) {
+        cJSON_Delete(j);
+        cJSON_Delete(ts);
+        return NULL;
+    }
+    cJSON_AddStringToObject(j, "arch", d->arch);
+    for (uint32_t i = 0; i < mi->n_keys; i++)
+        cJSON_AddNumberToObject(j, mi->keys[i].key, (double)mi->keys[i].value);
+    cJSON_AddItemToObject(j, "tensors", ts);
+    for (uint32_t u = 0; u < d->n_units; u++)
+        for (uint32_t k = 0; k < d->units[u].n_params; k++) {
+            const dt_param_desc_v1_t *p = &d->units[u].params[k];
+            cJSON *t = cJSON_CreateObject();
+            if (!t || !cJSON_AddItemToArray(ts, t)) {
+                cJSON_Delete(t);
+                cJSON_Delete(j);
+                return NULL;
+            }
+            cJSON_AddStringToObject(t, "name", p->name);
+            cJSON_AddStringToObject(t, "unit", d->units[u].name);
+            cJSON_AddNumberToObject(t, "offset", (double)p->offset);
+            double shape[4];
+            for (int i = 0; i < p->ndim && i < 4; i++)
+                shape[i] = (double)p->shape[i];
+            cJSON_AddItemToObject(t, "shape", cJSON_CreateDoubleArray(shape, p->ndim));
+        }
+    return j;
+}
+
+/* A checkpoint whose tensors do not match this model's: name the first. */
+static int check_tensors(const char *dir, const cJSON *mj, const dt_model_desc_v1_t *d)
+{
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(mj, "tensors");
+    if (!cJSON_IsArray(ts))
+        return DT_OK; /* written before tensors were recorded: unit sizes are checked */
+    for (uint32_t u = 0; u < d->n_units; u++)
+        for (uint32_t k = 0; k < d->units[u].n_params; k++) {
+            const dt_param_desc_v1_t *p = &d->units[u].params[k];
+            const cJSON *t, *found = NULL;
+            cJSON_ArrayForEach(t, ts)
+            {
+                const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
+                if (cJSON_IsString(nm) && strcmp(nm->valuestring, p->name) == 0) {
+                    found = t;
+                    break;
+                }
+            }
+            if (!found)
+                return dt_err_set(DT_ERR_DATA,
+                                  "checkpoint '%s' has no tensor %s: it was saved from another "
+                                  "model (arch or depth)",
+                                  dir, p->name);
+            const cJSON *sh = cJSON_GetObjectItemCaseSensitive(found, "shape");
+            int same = cJSON_IsArray(sh) && cJSON_GetArraySize(sh) == p->ndim;
+            for (int i = 0; same && i < p->ndim; i++) {
+                const cJSON *v = cJSON_GetArrayItem(sh, i);
+                same = cJSON_IsNumber(v) && (int64_t)v->valuedouble == p->shape[i];
+            }
+            if (!same) {
+                char want[96] = "", got[96] = "";
+                for (int i = 0; i < p->ndim; i++)
+                    snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld",
+                             i ? ", " : "", (long long)p->shape[i]);
+                const cJSON *v;
+                int i = 0;
+                cJSON_ArrayForEach(v, sh)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i++ ? ", " : "",
+                         (long long)(cJSON_IsNumber(v) ? v->valuedouble : -1));
+                return dt_err_set(DT_ERR_DATA,
+                                  "checkpoint '%s': tensor %s has shape [%s] there but [%s] in "
+                                  "this model: the checkpoint is from another model shape",
+                                  dir, p->name, got, want);
+            }
+        }
+    return DT_OK;
+}
+
+/* The data loader's state: the sampler is a pure function of these and the
+ * step, so recording them is what makes the data order resumable (and a
+ * change to them on resume detectable). */
+static const char *const data_keys[] = {"run.seed", "train.global_batch", "train.seq_len",
+                                        "data.shuffle", "data.train"};
+
+static cJSON *data_json(const dt_config_t *cfg)
+{
+    cJSON *j = cJSON_CreateObject();
+    for (size_t i = 0; j && i < sizeof data_keys / sizeof data_keys[0]; i++) {
+        int64_t v;
+        int b;
+        const char *str;
+        if (dt_config_get_int(cfg, data_keys[i], &v) == DT_OK)
+            cJSON_AddNumberToObject(j, data_keys[i], (double)v);
+        else if (dt_config_get_bool(cfg, data_keys[i], &b) == DT_OK)
+            cJSON_AddBoolToObject(j, data_keys[i], b);
+        else if (dt_config_get_string(cfg, data_keys[i], &str) == DT_OK)
+            cJSON_AddStringToObject(j, data_keys[i], str);
+    }
+    return j;
+}
+
+/* Which data-loader settings differ from the checkpoint's, as "key (was
+ * X)" phrases; empty when none (or the checkpoint predates the record). */
+static void data_changes(const dt_config_t *cfg, const cJSON *extra, char *out, size_t cap)
+{
+    out[0] = '\0';
+    const cJSON *saved = cJSON_GetObjectItemCaseSensitive(extra, "data");
+    cJSON *now = data_json(cfg);
+    for (size_t i = 0; saved && now && i < sizeof data_keys / sizeof data_keys[0]; i++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(saved, data_keys[i]);
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(now, data_keys[i]);
+        if (!a || !b || cJSON_Compare(a, b, 1))
+            continue;
+        char *was = cJSON_PrintUnformatted(a);
+        size_t len = strlen(out);
+        snprintf(out + len, cap - len, "%s%s (was %s)", len ? ", " : "", data_keys[i],
+                 was ? was : "?");
+        cJSON_free(was);
+    }
+    cJSON_Delete(now);
+}
+
+static int load(const dt_config_t *cfg, const dt_strategy_ops_v1_t *ops, dt_strategy_t *s,
+                dt_model_t *m, const char *dir, int64_t *start_step, char *changed,
+                size_t changed_cap)
+{
+    dt_ckpt_reader_t *rd = NULL;
+    int rc = dt_ckpt_open(dir, &rd);
+    if (rc)
+        return rc;
+    dt_model_desc_v1_t *d = dt_model_desc(m);
+    float *buf = NULL;
+    rc = check_tensors(dir, dt_ckpt_reader_model(rd), d);
+    for (uint32_t u = 0; u < d->n_units && !rc; u++) {
+        for (int k = 0; k < n_states(cfg) && !rc; k++) {
+            char name[DT_CKPT_NAME_MAX];
+            snprintf(name, sizeof name, "%s/%s", d->units[u].name, state_names[k]);
+            const dt_ckpt_entry_t *e = dt_ckpt_find(rd, name);
+            if (!e) {
+                rc = dt_err_set(DT_ERR_DATA,
+                                "checkpoint '%s' has no entry %s: it was saved from another "
+                                "model or optimizer",
+                                dir, name);
+                break;
+            }
+            if (e->numel != d->units[u].numel) {
+                rc = dt_err_set(DT_ERR_DATA,
+                                "checkpoint '%s': entry %s has %llu elements but this model's "
+                                "unit %s has %llu: the checkpoint is from another model shape",
+                                dir, name, (unsigned long long)e->numel, d->units[u].name,
+                                (unsigned long long)d->units[u].numel);
+                break;
+            }
+            const state_io_t io = {ops, s, u, k, name, rd, NULL};
+            static const piece_ops_t lo = {NULL, load_piece, NULL};
+            rc = each_piece(&io, DT_RANGES_HELD, &lo, &buf);
+        }
+    }
+    if (!rc) {
+        *start_step = (int64_t)dt_ckpt_reader_step(rd);
+        data_changes(cfg, dt_ckpt_reader_extra(rd), changed, changed_cap);
+    }
+    free(buf);
+    dt_ckpt_close(rd);
+    if (rc)
+        dt_err_context(rc, "resuming from '%s'", dir);
+    return rc;
+}
+
+static int fresh(const dt_config_t *cfg, const dt_strategy_ops_v1_t *ops, dt_strategy_t *s,
+                 dt_model_t *m, uint64_t seed)
+{
+    dt_model_desc_v1_t *d = dt_model_desc(m);
+    int rc = DT_OK;
+    for (uint32_t u = 0; u < d->n_units && !rc; u++) {
+        float *full = malloc((d->units[u].numel ? d->units[u].numel : 1) * sizeof *full);
+        if (!full)
+            return dt_err_set(DT_ERR_NOMEM, "out of memory initialising unit %s",
+                              d->units[u].name);
+        rc = dt_model_init_unit(m, u, seed, full);
+        for (int k = 0; k < n_states(cfg) && !rc; k++) {
+            if (k == DT_STATE_EXP_AVG)
+                memset(full, 0, d->units[u].numel * sizeof *full);
+            dt_range_t *rg = NULL;
+            uint32_t n = 0;
+            if ((rc = ranges(ops, s, u, k, DT_RANGES_HELD, &rg, &n)))
+                break;
+            for (uint32_t i = 0; i < n && !rc; i++)
+                rc = ops->set_state(s, u, k, rg[i], full + rg[i].offset);
+            free(rg);
+        }
+        free(full);
+    }
+    return rc;
+}
+
+int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_config_t *cfg,
+                           const dt_strategy_ops_v1_t *ops, dt_strategy_t *s, dt_model_t *m,
+                           uint64_t seed, int64_t *start_step)
+{
+    *start_step = 0;
+    const char *resume;
+    char root[2048], dir[4096];
+    int rc;
+    if ((rc = dt_config_get_string(cfg, "checkpoint.resume", &resume)) ||
+        (rc = dt_ckpt_root(cfg, root, sizeof root)))
+        return rc;
+    if (!resume[0])
+        return fresh(cfg, ops, s, m, seed);
+    if (strcmp(resume, "latest") == 0) {
+        uint64_t step;
+        rc = dt_ckpt_latest(root, dir, sizeof dir, &step);
+        if (rc == DT_ERR_NOT_FOUND) {
+            if (w->rank == 0)
+                printf("dtrain: no complete checkpoint under %s; starting fresh\n", root);
+            return fresh(cfg, ops, s, m, seed);
+        }
+        if (rc)
+            return rc;
+    } else {
+        snprintf(dir, sizeof dir, "%s", resume);
+    }
+    char changed[512];
+    if ((rc = load(cfg, ops, s, m, dir, start_step, changed, sizeof changed)))
+        return rc;
+    if (w->rank == 0) {
+        printf("dtrain: resumed from %s (step %lld)\n", dir, (long long)*start_step);
+        if (changed[0])
+            printf("dtrain: note: the data order after step %lld differs from the saved run's: "
+                   "changed %s\n",
+                   (long long)*start_step, changed);
+    }
+    return DT_OK;
+}
+
+/* Write this rank's SAVE ranges of every entry into shard `rank` of tmp. */
+static int write_shard(const dt_world_t *w, const dt_strategy_ops_v1_t *ops, dt_strategy_t *s,
+                       dt_model_t *m, int ns, const char *tmp, dt_ckpt_seg_t **segs,
+                       size_t *n_segs)
+{
+    dt_model_desc_v1_t *d = dt_model_desc(m);
+    dt_ckpt_writer_t *wr = NULL;
+    float *buf = NULL;
+    int rc = dt_ckpt_shard_open(tmp, (uint32_t)w->rank, &wr);
+    for (uint32_t u = 0; u < d->n_units && !rc; u++) {
+        for (int k = 0; k < ns && !rc; k++) {
+            char name[DT_CKPT_NAME_MAX];
+            snprintf(name, sizeof name, "%s/%s", d->units[u].name, state_names[k]);
+            const state_io_t io = {ops, s, u, k, name, NULL, wr};
+            static const piece_ops_t so = {save_begin, save_piece, save_end};
+            rc = each_piece(&io, DT_RANGES_SAVE, &so, &buf);
+        }
+    }
+    free(buf);
+    if (rc) {
+        dt_ckpt_shard_abort(wr);
+        return rc;
+    }
+    return dt_ckpt_shard_close(wr, segs, n_segs);
+}
+
+/* Every rank learns the lowest failing rank (or -1) of a local outcome. */
+static int agree(const dt_world_t *w, const dt_comm_ops_v1_t *cops, dt_comm_t *comm, int local_rc,
+                 int32_t *failed)
+{
+    int32_t v = local_rc ? w->rank : INT32_MAX;
+    if (w->size > 1) {
+        int rc = cops->all_reduce(comm, &v, &v, 1, DT_I32, DT_OP_MIN, NULL, NULL);
+        if (rc)
+            return rc;
+    }
+    *failed = v == INT32_MAX ? -1 : v;
+    return DT_OK;
+}
+
+/* Gather every rank's segment table to all ranks (rank 0 uses it). */
+static int gather_segs(const dt_world_t *w, const dt_comm_ops_v1_t *cops, dt_comm_t *comm,
+                       const dt_ckpt_seg_t *mine, size_t n_mine, dt_ckpt_seg_t **all,
+                       size_t *n_all)
+{
+    int64_t *counts = calloc((size_t)w->size, sizeof *counts);
+    int64_t nm = (int64_t)n_mine, most = 0, total = 0;
+    if (!counts)
+        return dt_err_set(DT_ERR_NOMEM, "out of memory");
+    int rc = cops->all_gather(comm, &nm, counts, 1, DT_I64, NULL, NULL);
+    for (int r = 0; r < w->size && !rc; r++) {
+        most = counts[r] > most ? counts[r] : most;
+        total += counts[r];
+    }
+    dt_ckpt_seg_t *pad = NULL, *gath = NULL;
+    if (!rc) {
+        pad = calloc(most ? (size_t)most : 1, sizeof *pad);
+        gath = calloc((size_t)w->size * (most ? (size_t)most : 1), sizeof *gath);
+        *all = calloc(total ? (size_t)total : 1, sizeof **all);
+        if (!pad || !gath || !*all)
+            rc = dt_err_set(DT_ERR_NOMEM, "out of memory gathering checkpoint segments");
+    }
+    if (!rc) {
+        memcpy(pad, mine, n_mine * sizeof *pad);
+        rc = cops->all_gather(comm, pad, gath, (uint64_t)most * sizeof *pad, DT_U8, NULL, NULL);
+    }
+    if (!rc) {
+        size_t k = 0;
+        for (int r = 0; r < w->size; r++)
+            for (int64_t i = 0; i < counts[r]; i++)
+                (*all)[k++] = gath[(size_t)r * (size_t)most + (size_t)i];
+        *n_all = k;
+    }
+    free(counts);
+    free(pad);
+    free(gath);
+    return rc;
+}
+
+int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg, const dt_comm_ops_v1_t *cops,
+                 dt_comm_t *comm, const dt_strategy_ops_v1_t *ops, dt_strategy_t *s,
+                 dt_model_t *m, int64_t step)
+{
+    char root[2048], tmp[4096];
+    int64_t keep, seed;
+    int rc;
+    if ((rc = dt_ckpt_root(cfg, root, sizeof root)) ||
+        (rc = dt_config_get_int(cfg, "checkpoint.keep", &keep)) ||
+        (rc = dt_config_get_int(cfg, "run.seed", &seed)))
+        return rc;
+    const int multi = w->size > 1;
+    int32_t failed = -1;
+    /* rank 0 makes the tmp dir; the others learn whether it could */
+    int32_t begin_rc = w->rank == 0 ? dt_ckpt_begin(root, (uint64_t)step, tmp, sizeof tmp)
+                                    : dt_ckpt_step_dir(root, (uint64_t)step, 1, tmp, sizeof tmp);
+    if ((rc = agree(w, cops, comm, begin_rc, &failed)))
+        return dt_err_context(rc, "saving checkpoint of step %lld", (long long)step);
+    if (failed >= 0) {
+        if (failed != w->rank)
+            dt_err_set(DT_ERR_IO, "rank %d could not start the checkpoint", (int)failed);
+        rc = begin_rc ? begin_rc : DT_ERR_IO;
+        return dt_err_context(rc, "saving checkpoint of step %lld", (long long)step);
+    }
+
+    dt_model_desc_v1_t *d = dt_model_desc(m);
+    const int ns = n_states(cfg);
+    const size_t n_entries = (size_t)d->n_units * (size_t)ns;
+    dt_ckpt_seg_t *segs = NULL, *all = NULL;
+    size_t n_segs = 0, n_all = 0;
+    dt_ckpt_entry_t *entries = NULL;
+    cJSON *mj = NULL, *extra = NULL;
+
+    int local = write_shard(w, ops, s, m, ns, tmp, &segs, &n_segs);
+    if ((rc = agree(w, cops, comm, local, &failed)))
+        goto fail;
+    if (failed >= 0) {
+        rc = local ? local : dt_err_set(DT_ERR_IO, "rank %d failed writing its shard", (int)failed);
+        goto fail;
+    }
+    if (multi) {
+        if ((rc = gather_segs(w, cops, comm, segs, n_segs, &all, &n_all)))
+            goto fail;
+    } else {
+        all = segs;
+        n_all = n_segs;
+        segs = NULL;
+    }
+
+    int32_t commit_rc = DT_OK;
+    if (w->rank == 0) {
+        entries = calloc(n_entries, sizeof *entries);
+        mj = model_json(m);
+        extra = cJSON_CreateObject();
+        if (!entries || !mj || !extra) {
+            commit_rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
+        } else {
+            dt_ckpt_json_add_u64(extra, "config_hash", dt_config_hash(cfg));
+            dt_ckpt_json_add_u64(extra, "seed", (uint64_t)seed);
+            cJSON *data = data_json(cfg);
+            if (data)
+                cJSON_AddItemToObject(extra, "data", data);
+            for (uint32_t u = 0; u < d->n_units; u++)
+                for (int k = 0; k < ns; k++) {
+                    dt_ckpt_entry_t *e = &entries[u * (uint32_t)ns + (uint32_t)k];
+                    snprintf(e->name, sizeof e->name, "%s/%s", d->units[u].name,
+                             state_names[k]);
+                    e->dtype = DT_F32;
+                    e->numel = d->units[u].numel;
+                }
+            dt_ckpt_info_t info = {.step = (uint64_t)step, .world_size = (uint32_t)w->size,
+                                   .strategy = ops->info.name, .model = mj, .extra = extra};
+            if (!(commit_rc = dt_ckpt_write_manifest(tmp, &info, entries, n_entries, all, n_all)))
+                commit_rc = dt_ckpt_commit(root, (uint64_t)step);
+        }
+    }
+    if (multi && (rc = cops->broadcast(comm, &commit_rc, 1, DT_I32, 0, NULL, NULL)))
+        goto fail;
+    if (commit_rc) {
+        if (w->rank != 0)
+            dt_err_set(commit_rc, "rank 0 could not write the manifest or commit");
+        rc = commit_rc;
+        goto fail;
+    }
+    if (w->rank == 0)
+        rc = dt_ckpt_prune(root, (uint32_t)keep);
+    goto done;
+fail:
+    if (w->rank == 0)
+        dt_ckpt_abort(root, (uint64_t)step);
+    dt_err_context(rc, "saving checkpoint of step %lld (the previous checkpoint is intact)",
+                   (long long)step);
+done:
+    free(segs);
+    free(all);
+    free(entries);
+    cJSON_Delete(mj);
+    cJSON_Delete(extra);
+    return rc;
+}

@@ -1,0 +1,255 @@
+/*
+ * core/ckpt/ckpt_dir.c - checkpoint directories under a root (ckpt_io.h):
+ * step directory names, a save's tmp directory, its commit (COMPLETE
+ * marker, then an atomic rename into place) or abort, and finding the
+ * latest complete checkpoint, pruning old ones and cleaning up what
+ * interrupted saves left.
+ */
+#include "ckpt/ckpt_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/error.h"
+#include "util/fileutil.h"
+
+int dt_ckpt_step_dir(const char *root, uint64_t step, int tmp, char *buf,
+                     size_t cap)
+{
+    int n = snprintf(buf, cap, "%s/step-%08" PRIu64 "%s", root, step,
+                     tmp ? ".tmp" : "");
+    if (n < 0 || (size_t)n >= cap)
+        return dt_err_set(DT_ERR_INVALID, "checkpoint path under '%s' is too "
+                          "long", root);
+    return DT_OK;
+}
+
+/* ---- begin / commit / abort ------------------------------------------ */
+
+int dt_ckpt_begin(const char *root, uint64_t step, char *tmp_dir, size_t cap)
+{
+    int rc = dt_fileutil_mkdir_p(root);
+    if (!rc)
+        rc = dt_ckpt_step_dir(root, step, 1, tmp_dir, cap);
+    if (!rc)
+        rc = dt_fileutil_rm_rf(tmp_dir);
+    if (!rc && mkdir(tmp_dir, 0755) != 0)
+        rc = dt_err_set(DT_ERR_IO, "creating directory '%s': %s", tmp_dir,
+                        strerror(errno));
+    if (rc)
+        return dt_err_context(rc, "saving checkpoint step %" PRIu64, step);
+    return DT_OK;
+}
+
+int dt_ckpt_commit(const char *root, uint64_t step)
+{
+    char tmp[PATH_MAX], fin[PATH_MAX], path[PATH_MAX];
+    int rc = dt_ckpt_step_dir(root, step, 1, tmp, sizeof tmp);
+    if (!rc)
+        rc = dt_ckpt_step_dir(root, step, 0, fin, sizeof fin);
+    if (!rc)
+        rc = dt_ckpt_join(path, sizeof path, tmp, MANIFEST);
+    if (rc)
+        return rc;
+    if (access(path, F_OK) != 0)
+        return dt_err_set(DT_ERR_INVALID, "checkpoint '%s': commit without a "
+                          "manifest", tmp);
+    static const char marker[] = "dtrain checkpoint complete\n";
+    rc = dt_ckpt_join(path, sizeof path, tmp, MARKER);
+    if (!rc)
+        rc = dt_fileutil_write_atomic(path, marker, sizeof marker - 1);
+    if (rc)
+        return rc;
+    /* Shards were fsynced by their writers; the directory's own entries
+     * (file names) were synced by each atomic write's directory fsync. */
+    if (rename(tmp, fin) != 0) {
+        if (errno != ENOTEMPTY && errno != EEXIST)
+            return dt_err_set(DT_ERR_IO, "checkpoint '%s': renaming from "
+                              "'%s': %s", fin, tmp, strerror(errno));
+        /* The step was saved before (a resumed run saving it again): swap
+         * atomically so the step directory always holds a complete
+         * checkpoint, then drop the old one, which now sits at tmp. */
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) != 0) {
+            /* No RENAME_EXCHANGE on this filesystem: move the old aside.
+             * A crash in between leaves no step dir, but the aside copy and
+             * the tmp dir both survive for manual recovery. */
+            char old[PATH_MAX + 8];
+            snprintf(old, sizeof old, "%s.old", fin);
+            if (dt_fileutil_rm_rf(old) || rename(fin, old) != 0 ||
+                rename(tmp, fin) != 0)
+                return dt_err_set(DT_ERR_IO, "checkpoint '%s': replacing the "
+                                  "earlier save of this step: %s", fin,
+                                  strerror(errno));
+            rc = dt_fileutil_fsync_dir(root);
+            int rm = dt_fileutil_rm_rf(old);
+            return rc ? rc : rm;
+        }
+        rc = dt_fileutil_fsync_dir(root);
+        int rm = dt_fileutil_rm_rf(tmp);
+        return rc ? rc : rm;
+    }
+    return dt_fileutil_fsync_dir(root);
+}
+
+int dt_ckpt_abort(const char *root, uint64_t step)
+{
+    char tmp[PATH_MAX];
+    int rc = dt_ckpt_step_dir(root, step, 1, tmp, sizeof tmp);
+    if (!rc)
+        rc = dt_fileutil_rm_rf(tmp);
+    return rc;
+}
+
+/* ---- finding and pruning --------------------------------------------- */
+
+/* "step-" then at least 8 digits and nothing else. */
+static int parse_step_name(const char *name, uint64_t *step)
+{
+    if (strncmp(name, "step-", 5) != 0)
+        return 0;
+    const char *p = name + 5;
+    size_t nd = strspn(p, "0123456789");
+    if (nd < 8 || nd > 19 || p[nd] != '\0')
+        return 0;
+    *step = strtoull(p, NULL, 10);
+    return 1;
+}
+
+static int is_complete(const char *root, const char *name)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s/" MARKER, root, name) >=
+        (int)sizeof path)
+        return 0;
+    return access(path, F_OK) == 0;
+}
+
+/* Steps of complete checkpoints under root, malloc'd, unsorted. */
+static int list_complete(const char *root, uint64_t **steps, size_t *n)
+{
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(root);
+    if (!d)
+        return dt_err_set(errno == ENOENT ? DT_ERR_NOT_FOUND : DT_ERR_IO,
+                          "checkpoint folder '%s': %s", root, strerror(errno));
+    size_t cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        uint64_t s;
+        if (!parse_step_name(de->d_name, &s) || !is_complete(root, de->d_name))
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            uint64_t *ns = realloc(*steps, cap * sizeof *ns);
+            if (!ns) {
+                closedir(d);
+                free(*steps);
+                *steps = NULL;
+                *n = 0;
+                return dt_err_set(DT_ERR_NOMEM, "listing '%s': out of memory",
+                                  root);
+            }
+            *steps = ns;
+        }
+        (*steps)[(*n)++] = s;
+    }
+    closedir(d);
+    return DT_OK;
+}
+
+int dt_ckpt_latest(const char *root, char *dir, size_t cap, uint64_t *step)
+{
+    uint64_t *steps;
+    size_t n;
+    int rc = list_complete(root, &steps, &n);
+    if (rc == DT_ERR_NOT_FOUND || (!rc && n == 0)) {
+        free(steps);
+        return dt_err_set(DT_ERR_NOT_FOUND, "no complete checkpoint in '%s'",
+                          root);
+    }
+    if (rc)
+        return rc;
+    uint64_t best = steps[0];
+    for (size_t i = 1; i < n; i++)
+        best = steps[i] > best ? steps[i] : best;
+    free(steps);
+    if (step)
+        *step = best;
+    return dt_ckpt_step_dir(root, best, 0, dir, cap);
+}
+
+int dt_ckpt_clean_stale(const char *root)
+{
+    DIR *d = opendir(root);
+    if (!d)
+        return errno == ENOENT ? DT_OK
+                               : dt_err_set(DT_ERR_IO, "checkpoint folder "
+                                            "'%s': %s", root, strerror(errno));
+    int rc = DT_OK;
+    struct dirent *de;
+    while (!rc && (de = readdir(d))) {
+        const char *dot = strrchr(de->d_name, '.');
+        uint64_t step;
+        char base[256];
+        if (!dot || (strcmp(dot, ".tmp") != 0 && strcmp(dot, ".old") != 0) ||
+            (size_t)(dot - de->d_name) >= sizeof base)
+            continue;
+        memcpy(base, de->d_name, (size_t)(dot - de->d_name));
+        base[dot - de->d_name] = '\0';
+        if (!parse_step_name(base, &step))
+            continue;
+        char path[PATH_MAX];
+        rc = dt_ckpt_join(path, sizeof path, root, de->d_name);
+        if (!rc)
+            rc = dt_fileutil_rm_rf(path);
+    }
+    closedir(d);
+    return rc;
+}
+
+static int u64_desc(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int dt_ckpt_prune(const char *root, uint32_t keep)
+{
+    if (keep == 0)
+        return dt_err_set(DT_ERR_INVALID, "checkpoint prune: keep must be at "
+                          "least 1");
+    uint64_t *steps;
+    size_t n;
+    int rc = list_complete(root, &steps, &n);
+    if (rc == DT_ERR_NOT_FOUND)
+        return DT_OK;
+    if (rc)
+        return rc;
+    qsort(steps, n, sizeof *steps, u64_desc);
+    for (size_t i = keep; i < n && !rc; i++) {
+        char dir[PATH_MAX];
+        rc = dt_ckpt_step_dir(root, steps[i], 0, dir, sizeof dir);
+        /* Remove the marker first: a crash mid-delete then leaves an
+         * incomplete directory that is never loaded, not a torn one. */
+        char marker[PATH_MAX + 16];
+        snprintf(marker, sizeof marker, "%s/" MARKER, dir);
+        if (!rc && unlink(marker) != 0 && errno != ENOENT)
+            rc = dt_err_set(DT_ERR_IO, "pruning '%s': %s", dir,
+                            strerror(errno));
+        if (!rc)
+            rc = dt_fileutil_rm_rf(dir);
+    }
+    free(steps);
+    if (!rc)
+        rc = dt_fileutil_fsync_dir(root);
+    return rc;
+}

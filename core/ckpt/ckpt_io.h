@@ -1,0 +1,218 @@
+/*
+ * core/ckpt/ckpt_io.h - the on-disk checkpoint format: sharded, described
+ * by global ranges, so any strategy at any world size can load it.
+ *
+ * Layout of one checkpoint:
+ *
+ *   <root>/step-00000200/
+ *       shard-00000.bin   raw concatenated segments written by rank 0
+ *       shard-00001.bin   ... one file per writing rank
+ *       manifest.json     what every segment is (below)
+ *       COMPLETE          written last; a directory without it is never read
+ *
+ * An ENTRY is one named flat array, e.g. "block.3/params" (a unit's state
+ * kind).  A SEGMENT is a contiguous global element range [offset,
+ * offset+count) of one entry, stored contiguously at some byte offset of one
+ * shard file, with its CRC-32 (zlib's).  Across all shards the segments of
+ * an entry partition [0, numel) exactly once; the writer and the reader
+ * both check it.  Nothing in the format depends on how many ranks wrote it
+ * or how they split the state: a reader asks for any global range and gets
+ * it assembled from whichever segments overlap.
+ *
+ * manifest.json:
+ *   { "format": "dtrain-checkpoint", "format_version": 1, "step": 200,
+ *     "written_by": {"world_size": 3, "strategy": "fsdp"},  (informational)
+ *     "model": {...caller's...}, "extra": {...caller's...},
+ *     "files": {"shard-00000.bin": {"bytes": 4096}, ...},
+ *     "entries": {"block.3/params": {"dtype": "f32", "numel": 1024,
+ *         "shape": [32, 32],                                  (optional)
+ *         "segments": [{"offset": 0, "count": 512,
+ *                       "file": "shard-00000.bin", "byte_offset": 0,
+ *                       "crc32": "9f12ab34"}, ...]}, ...} }
+ *   Integers are exact JSON numbers up to 2^53.
+ *
+ * Writing (the directory is built as "step-XXXXXXXX.tmp" and renamed into
+ * place after COMPLETE, so an interrupted or failed save never looks
+ * complete and the previous checkpoint survives):
+ *
+ *   rank 0:     dt_ckpt_begin(root, step, tmp_dir)         -> barrier
+ *   every rank: dt_ckpt_shard_open(tmp_dir, rank) ; dt_ckpt_shard_write* ;
+ *               dt_ckpt_shard_close -> its dt_ckpt_seg_t[] -> gather to 0
+ *   rank 0:     dt_ckpt_write_manifest(tmp_dir, info, entries, all segs)
+ *               dt_ckpt_commit(root, step)
+ *   on any failure, rank 0: dt_ckpt_abort(root, step) removes the tmp dir.
+ *
+ * dt_ckpt_seg_t and dt_ckpt_entry_t are plain fixed-size structs (no
+ * pointers) so they can be sent between ranks as bytes.
+ *
+ * Errors: reading names the checkpoint, the file and the entry,
+ * "checkpoint 'runs/x/ckpt/step-00000200': shard-00000.bin: entry
+ * block.3/params: checksum mismatch (expected 9f12ab34, got 41aa0c11)"
+ * (DT_ERR_DATA); a missing COMPLETE marker is DT_ERR_DATA "incomplete (no
+ * COMPLETE marker): the write was interrupted"; I/O failures are DT_ERR_IO.
+ *
+ * Implemented in core/ckpt/: ckpt_format.c (shard names, the tiling rule,
+ * exact JSON integers, the JSON helpers below), ckpt_write.c (shard
+ * writers, the manifest), ckpt_dir.c (step directories: begin, commit,
+ * abort, finding and pruning) and ckpt_read.c (the reader); what they
+ * share is in ckpt_internal.h.
+ */
+#ifndef DT_ENGINE_CKPT_IO_H
+#define DT_ENGINE_CKPT_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#define DT_CKPT_FORMAT "dtrain-checkpoint"
+#define DT_CKPT_FORMAT_VERSION 1
+#define DT_CKPT_NAME_MAX 128 /* entry names, NUL included */
+#define DT_CKPT_MAX_DIMS 8
+
+/* One named flat array. */
+typedef struct dt_ckpt_entry {
+    char name[DT_CKPT_NAME_MAX]; /* "block.3/params" */
+    int32_t dtype;               /* dt_dtype_t */
+    int32_t ndim;                /* 0: no shape recorded */
+    uint64_t numel;              /* global elements */
+    int64_t shape[DT_CKPT_MAX_DIMS]; /* global shape, row-major */
+} dt_ckpt_entry_t;
+
+/* One stored range of an entry (what a shard writer returns). */
+typedef struct dt_ckpt_seg {
+    char entry[DT_CKPT_NAME_MAX];
+    uint64_t offset;      /* first element, in the entry's global space */
+    uint64_t count;       /* elements */
+    uint64_t byte_offset; /* where the data starts in the shard file */
+    uint32_t shard;       /* the file: shard-<shard, 5 digits>.bin */
+    uint32_t crc32;       /* of the count * dtype-size bytes */
+    int32_t dtype;        /* dt_dtype_t, equal to the entry's */
+    int32_t reserved0;
+} dt_ckpt_seg_t;
+
+/* What the manifest records besides entries. */
+typedef struct dt_ckpt_info {
+    uint64_t step;
+    uint32_t world_size;   /* informational: who wrote it */
+    const char *strategy;  /* informational; NULL = "" */
+    const cJSON *model;    /* arch / hyper-parameters; copied; NULL = {} */
+    const cJSON *extra;    /* RNG, data loader, optimizer step...; copied;
+                            * NULL = {} */
+} dt_ckpt_info_t;
+
+/* ---- writing --------------------------------------------------------- */
+
+/* "<root>/step-%08llu" (and with ".tmp" when tmp) into buf[cap]. */
+int dt_ckpt_step_dir(const char *root, uint64_t step, int tmp, char *buf,
+                     size_t cap);
+
+/* Create <root> if needed and a fresh "<root>/step-XXXXXXXX.tmp" (a stale
+ * one from an earlier crash is removed); its path goes to tmp_dir[cap]. */
+int dt_ckpt_begin(const char *root, uint64_t step, char *tmp_dir, size_t cap);
+
+typedef struct dt_ckpt_writer dt_ckpt_writer_t;
+
+/* Start shard file `shard` (normally the rank) inside tmp_dir. */
+int dt_ckpt_shard_open(const char *tmp_dir, uint32_t shard,
+                       dt_ckpt_writer_t **out);
+/* Write one whole segment: `count` elements of `dtype` at global `offset`
+ * of entry `entry` (count 0 is accepted and records nothing).  On failure the writer stays open: the caller aborts
+ * it (and rank 0 aborts the whole save). */
+int dt_ckpt_shard_write(dt_ckpt_writer_t *w, const char *entry, int dtype,
+                        uint64_t offset, uint64_t count, const void *data);
+/* The same, streamed: begin, then append exactly count * size bytes in any
+ * pieces (e.g. as they come off a device), then end. */
+int dt_ckpt_shard_begin(dt_ckpt_writer_t *w, const char *entry, int dtype,
+                        uint64_t offset, uint64_t count);
+int dt_ckpt_shard_append(dt_ckpt_writer_t *w, const void *data,
+                         size_t nbytes);
+int dt_ckpt_shard_end(dt_ckpt_writer_t *w);
+/* Make the shard durable and hand back its segments (*segs malloc'd, the
+ * caller frees it; *n may be 0).  Frees `w` whatever happens; on failure
+ * nothing of the shard is left. */
+int dt_ckpt_shard_close(dt_ckpt_writer_t *w, dt_ckpt_seg_t **segs,
+                        size_t *n);
+/* Drop the shard (no file left).  abort(NULL) is a no-op. */
+void dt_ckpt_shard_abort(dt_ckpt_writer_t *w);
+
+/* Rank 0: check that the segments partition every entry exactly (names,
+ * dtypes, no gap, no overlap; DT_ERR_INVALID naming the entry and range
+ * otherwise) and write manifest.json into tmp_dir. */
+int dt_ckpt_write_manifest(const char *tmp_dir, const dt_ckpt_info_t *info,
+                           const dt_ckpt_entry_t *entries, size_t n_entries,
+                           const dt_ckpt_seg_t *segs, size_t n_segs);
+
+/* Rank 0, last: write COMPLETE, sync, and rename the tmp dir to
+ * "<root>/step-XXXXXXXX" (replacing an older save of the same step). */
+int dt_ckpt_commit(const char *root, uint64_t step);
+
+/* Remove "<root>/step-XXXXXXXX.tmp" (after a failed save). */
+int dt_ckpt_abort(const char *root, uint64_t step);
+
+/* ---- finding and pruning --------------------------------------------- */
+
+/* The complete checkpoint with the highest step under root: its directory
+ * into dir[cap] and its step into *step.  DT_ERR_NOT_FOUND when none. */
+int dt_ckpt_latest(const char *root, char *dir, size_t cap, uint64_t *step);
+
+/* Delete complete checkpoints beyond the `keep` newest (keep >= 1).
+ * Incomplete and tmp directories are left alone (a save may be running). */
+int dt_ckpt_prune(const char *root, uint32_t keep);
+
+/* Remove leftovers of interrupted saves under root ("step-*.tmp", and
+ * "step-*.old" from replacing a step on filesystems without atomic
+ * exchange).  Call at startup, before this run saves anything. */
+int dt_ckpt_clean_stale(const char *root);
+
+/* ---- reading --------------------------------------------------------- */
+
+typedef struct dt_ckpt_reader dt_ckpt_reader_t;
+
+/* Open a checkpoint directory (a "step-XXXXXXXX"): COMPLETE present,
+ * manifest valid, every shard file present with the size the manifest says,
+ * segments partitioning each entry.  CRCs are checked as data is read. */
+int dt_ckpt_open(const char *dir, dt_ckpt_reader_t **out);
+void dt_ckpt_close(dt_ckpt_reader_t *r);
+
+uint64_t dt_ckpt_reader_step(const dt_ckpt_reader_t *r);
+uint32_t dt_ckpt_reader_world_size(const dt_ckpt_reader_t *r);
+const char *dt_ckpt_reader_strategy(const dt_ckpt_reader_t *r);
+/* The caller's JSON, owned by the reader (valid until close). */
+const cJSON *dt_ckpt_reader_model(const dt_ckpt_reader_t *r);
+const cJSON *dt_ckpt_reader_extra(const dt_ckpt_reader_t *r);
+
+size_t dt_ckpt_n_entries(const dt_ckpt_reader_t *r);
+/* i-th entry in manifest order (NULL when out of range). */
+const dt_ckpt_entry_t *dt_ckpt_entry_at(const dt_ckpt_reader_t *r, size_t i);
+/* Segments of the i-th entry, ordered by offset: the count, and the k-th
+ * (NULL when out of range). */
+size_t dt_ckpt_entry_n_segments(const dt_ckpt_reader_t *r, size_t i);
+const dt_ckpt_seg_t *dt_ckpt_segment_at(const dt_ckpt_reader_t *r, size_t entry, size_t k);
+/* Shard files: the count, and the i-th's name and size. */
+size_t dt_ckpt_n_files(const dt_ckpt_reader_t *r);
+const char *dt_ckpt_file_at(const dt_ckpt_reader_t *r, size_t i, uint64_t *bytes);
+/* Entry by name, or NULL. */
+const dt_ckpt_entry_t *dt_ckpt_find(const dt_ckpt_reader_t *r,
+                                    const char *name);
+
+/* Read global elements [offset, offset+count) of `entry` into dst (raw,
+ * in the entry's dtype).  Each segment's CRC is verified the first time any
+ * part of it is read (the whole segment is streamed once for that).  Not
+ * thread-safe: one reader per thread. */
+int dt_ckpt_read(dt_ckpt_reader_t *r, const char *entry, uint64_t offset,
+                 uint64_t count, void *dst);
+
+/* Verify every segment's CRC (for `dtrain ckpt verify`). */
+int dt_ckpt_verify(dt_ckpt_reader_t *r);
+
+/* ---- JSON helpers for 64-bit values in model/extra ------------------- */
+
+/* JSON numbers are doubles: 64-bit values (RNG states, token counters) are
+ * stored as decimal strings.  get accepts such a string or an integral
+ * number; DT_ERR_NOT_FOUND when the key is absent, DT_ERR_DATA when it is
+ * not an unsigned 64-bit integer. */
+int dt_ckpt_json_add_u64(cJSON *obj, const char *key, uint64_t v);
+int dt_ckpt_json_get_u64(const cJSON *obj, const char *key, uint64_t *v);
+
+#endif /* DT_ENGINE_CKPT_IO_H */

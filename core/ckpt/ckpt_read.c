@@ -1,0 +1,509 @@
+/*
+ * core/ckpt/ckpt_read.c - the reading side of a checkpoint (ckpt_io.h):
+ * open a complete checkpoint, validate its manifest and shard files, and
+ * assemble any global range of an entry from whichever segments hold it,
+ * checking each segment's CRC-32 the first time it is read.
+ */
+#include "ckpt/ckpt_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dtrain/tensor.h"
+#include "util/error.h"
+#include "util/fileutil.h"
+
+/* Read size when streaming a segment through its CRC. */
+#define VERIFY_CHUNK ((size_t)4 << 20)
+
+static int dtype_parse(const char *s)
+{
+    for (int d = 0; d < DT_DTYPE_COUNT; d++)
+        if (strcmp(s, dt_dtype_name(d)) == 0)
+            return d;
+    return -1;
+}
+
+typedef struct {
+    char *name;     /* "shard-00000.bin" */
+    uint64_t bytes; /* as the manifest says, checked against the file */
+    int fd;         /* opened at dt_ckpt_open */
+} rfile_t;
+
+typedef struct {
+    dt_ckpt_seg_t s;
+    uint32_t file;  /* index into files */
+    int verified;
+} rseg_t;
+
+typedef struct {
+    dt_ckpt_entry_t e;
+    size_t first, n; /* its segments in segs[], sorted by offset */
+} rentry_t;
+
+struct dt_ckpt_reader {
+    char *dir;
+    cJSON *json;
+    uint64_t step;
+    uint32_t world_size;
+    const char *strategy;
+    const cJSON *model, *extra;
+    rentry_t *entries;
+    size_t n_entries;
+    rseg_t *segs;
+    size_t n_segs;
+    rfile_t *files;
+    size_t n_files;
+};
+
+/* Errors while opening carry "checkpoint '<dir>': manifest.json: ". */
+#define MERR(r, ...) dt_err_context(dt_err_set(DT_ERR_DATA, __VA_ARGS__), \
+                                    "checkpoint '%s': " MANIFEST, (r)->dir)
+
+void dt_ckpt_close(dt_ckpt_reader_t *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->n_files; i++) {
+        if (r->files[i].fd >= 0)
+            close(r->files[i].fd);
+        free(r->files[i].name);
+    }
+    free(r->files);
+    free(r->segs);
+    free(r->entries);
+    cJSON_Delete(r->json);
+    free(r->dir);
+    free(r);
+}
+
+static int rseg_cmp(const void *a, const void *b)
+{
+    const rseg_t *x = a, *y = b;
+    return x->s.offset < y->s.offset ? -1 : x->s.offset > y->s.offset;
+}
+
+/* Find or add a shard file by name; names must be plain file names. */
+static int reader_file(dt_ckpt_reader_t *r, const char *name, uint32_t *idx)
+{
+    for (size_t i = 0; i < r->n_files; i++)
+        if (strcmp(r->files[i].name, name) == 0) {
+            *idx = (uint32_t)i;
+            return DT_OK;
+        }
+    return MERR(r, "segment file '%s' is not listed in \"files\"", name);
+}
+
+static int reader_parse(dt_ckpt_reader_t *r)
+{
+    const cJSON *j = r->json;
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
+    uint64_t ver;
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, DT_CKPT_FORMAT) != 0)
+        return MERR(r, "not a dtrain checkpoint (\"format\" is not \""
+                    DT_CKPT_FORMAT "\")");
+    if (!dt_ckpt_json_uint(j, "format_version", &ver))
+        return MERR(r, "missing or bad \"format_version\"");
+    if (ver != DT_CKPT_FORMAT_VERSION)
+        return MERR(r, "format_version %" PRIu64 " is not the one this dtrain "
+                    "reads (%d)", ver, DT_CKPT_FORMAT_VERSION);
+    if (!dt_ckpt_json_uint(j, "step", &r->step))
+        return MERR(r, "missing or bad \"step\"");
+    const cJSON *wb = cJSON_GetObjectItemCaseSensitive(j, "written_by");
+    uint64_t ws = 0;
+    if (cJSON_IsObject(wb) && dt_ckpt_json_uint(wb, "world_size", &ws))
+        r->world_size = (uint32_t)ws;
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(wb, "strategy");
+    r->strategy = cJSON_IsString(st) ? st->valuestring : "";
+    r->model = cJSON_GetObjectItemCaseSensitive(j, "model");
+    r->extra = cJSON_GetObjectItemCaseSensitive(j, "extra");
+    if (!cJSON_IsObject(r->model) || !cJSON_IsObject(r->extra))
+        return MERR(r, "\"model\" and \"extra\" must be objects");
+
+    /* files */
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
+    if (!cJSON_IsObject(files))
+        return MERR(r, "missing \"files\"");
+    size_t nf = (size_t)cJSON_GetArraySize(files);
+    r->files = calloc(nf + 1, sizeof *r->files);
+    if (!r->files)
+        return dt_err_set(DT_ERR_NOMEM, "checkpoint '%s': out of memory", r->dir);
+    const cJSON *f;
+    cJSON_ArrayForEach(f, files) {
+        rfile_t *rf = &r->files[r->n_files];
+        const char *name = f->string;
+        if (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 ||
+            strcmp(name, "..") == 0)
+            return MERR(r, "file name '%s' is not a plain file name", name);
+        for (size_t i = 0; i < r->n_files; i++)
+            if (strcmp(r->files[i].name, name) == 0)
+                return MERR(r, "file '%s' listed twice", name);
+        if (!cJSON_IsObject(f) || !dt_ckpt_json_uint(f, "bytes", &rf->bytes))
+            return MERR(r, "file '%s': missing or bad \"bytes\"", name);
+        rf->fd = -1;
+        if (!(rf->name = strdup(name)))
+            return dt_err_set(DT_ERR_NOMEM, "checkpoint '%s': out of memory",
+                              r->dir);
+        r->n_files++;
+    }
+
+    /* entries: count segments first to size one array */
+    const cJSON *ents = cJSON_GetObjectItemCaseSensitive(j, "entries");
+    if (!cJSON_IsObject(ents))
+        return MERR(r, "missing \"entries\"");
+    size_t ne = (size_t)cJSON_GetArraySize(ents), ns = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, ents) {
+        const cJSON *sg = cJSON_GetObjectItemCaseSensitive(e, "segments");
+        if (!cJSON_IsArray(sg))
+            return MERR(r, "entry %s: missing \"segments\"", e->string);
+        ns += (size_t)cJSON_GetArraySize(sg);
+    }
+    r->entries = calloc(ne + 1, sizeof *r->entries);
+    r->segs = calloc(ns + 1, sizeof *r->segs);
+    if (!r->entries || !r->segs)
+        return dt_err_set(DT_ERR_NOMEM, "checkpoint '%s': out of memory", r->dir);
+    cJSON_ArrayForEach(e, ents) {
+        rentry_t *re = &r->entries[r->n_entries];
+        const char *name = e->string;
+        if (strlen(name) >= DT_CKPT_NAME_MAX)
+            return MERR(r, "entry name '%.40s...' is too long", name);
+        for (size_t i = 0; i < r->n_entries; i++)
+            if (strcmp(r->entries[i].e.name, name) == 0)
+                return MERR(r, "entry %s listed twice", name);
+        memcpy(re->e.name, name, strlen(name) + 1);
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+        re->e.dtype = cJSON_IsString(dt) ? dtype_parse(dt->valuestring) : -1;
+        if (re->e.dtype < 0)
+            return MERR(r, "entry %s: missing or unknown \"dtype\"", name);
+        if (!dt_ckpt_json_uint(e, "numel", &re->e.numel))
+            return MERR(r, "entry %s: missing or bad \"numel\"", name);
+        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
+        if (sh) {
+            int nd = cJSON_GetArraySize(sh);
+            if (!cJSON_IsArray(sh) || nd > DT_CKPT_MAX_DIMS)
+                return MERR(r, "entry %s: bad \"shape\"", name);
+            uint64_t prod = 1;
+            const cJSON *d;
+            cJSON_ArrayForEach(d, sh) {
+                if (!cJSON_IsNumber(d) || d->valuedouble < 0 ||
+                    d->valuedouble > (double)JSON_INT_MAX)
+                    return MERR(r, "entry %s: bad \"shape\"", name);
+                re->e.shape[re->e.ndim++] = (int64_t)d->valuedouble;
+                prod *= (uint64_t)d->valuedouble;
+            }
+            if (prod != re->e.numel)
+                return MERR(r, "entry %s: shape holds %" PRIu64 " elements "
+                            "but numel is %" PRIu64, name, prod, re->e.numel);
+        }
+        re->first = r->n_segs;
+        const cJSON *s;
+        int k = 0;
+        cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(e, "segments")) {
+            rseg_t *rs = &r->segs[r->n_segs];
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(s, "file");
+            const cJSON *crc = cJSON_GetObjectItemCaseSensitive(s, "crc32");
+            char *endp = NULL;
+            if (!dt_ckpt_json_uint(s, "offset", &rs->s.offset) ||
+                !dt_ckpt_json_uint(s, "count", &rs->s.count) ||
+                !dt_ckpt_json_uint(s, "byte_offset", &rs->s.byte_offset) ||
+                !cJSON_IsString(fn) || !cJSON_IsString(crc))
+                return MERR(r, "entry %s: segment %d: needs offset, count, "
+                            "file, byte_offset and crc32", name, k);
+            unsigned long cv = strtoul(crc->valuestring, &endp, 16);
+            if (strlen(crc->valuestring) != 8 || *endp != '\0')
+                return MERR(r, "entry %s: segment %d: bad crc32 '%s'", name, k,
+                            crc->valuestring);
+            int rc = reader_file(r, fn->valuestring, &rs->file);
+            if (rc)
+                return rc;
+            memcpy(rs->s.entry, name, strlen(name) + 1);
+            rs->s.crc32 = (uint32_t)cv;
+            rs->s.dtype = re->e.dtype;
+            rs->s.shard = UINT32_MAX;
+            sscanf(fn->valuestring, "shard-%" SCNu32 ".bin", &rs->s.shard);
+            uint64_t end = rs->s.byte_offset + dt_ckpt_seg_bytes(&rs->s);
+            if (rs->s.count > JSON_INT_MAX / 8 || end > r->files[rs->file].bytes)
+                return MERR(r, "entry %s: segment %d needs bytes [%" PRIu64
+                            ", %" PRIu64 ") of %s but the manifest gives the "
+                            "file %" PRIu64 " bytes", name, k,
+                            rs->s.byte_offset, end, fn->valuestring,
+                            r->files[rs->file].bytes);
+            r->n_segs++;
+            k++;
+        }
+        re->n = r->n_segs - re->first;
+        qsort(r->segs + re->first, re->n, sizeof *r->segs, rseg_cmp);
+        /* Reuse the writer's tiling check through pointer views. */
+        const dt_ckpt_seg_t **view = malloc((re->n + 1) * sizeof *view);
+        if (!view)
+            return dt_err_set(DT_ERR_NOMEM, "checkpoint '%s': out of memory",
+                              r->dir);
+        for (size_t i = 0; i < re->n; i++)
+            view[i] = &r->segs[re->first + i].s;
+        char where[PATH_MAX + 32];
+        snprintf(where, sizeof where, "checkpoint '%s': " MANIFEST ": ", r->dir);
+        int rc = dt_ckpt_check_tiling(where, name, re->e.numel, view, re->n);
+        free(view);
+        if (rc)
+            return rc;
+        r->n_entries++;
+    }
+    return DT_OK;
+}
+
+/* Open every shard file and compare its size with the manifest. */
+static int reader_open_files(dt_ckpt_reader_t *r)
+{
+    for (size_t i = 0; i < r->n_files; i++) {
+        rfile_t *f = &r->files[i];
+        char path[PATH_MAX];
+        int rc = dt_ckpt_join(path, sizeof path, r->dir, f->name);
+        if (rc)
+            return rc;
+        f->fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (f->fd < 0)
+            return dt_err_set(errno == ENOENT ? DT_ERR_DATA : DT_ERR_IO,
+                              "checkpoint '%s': %s: %s", r->dir, f->name,
+                              strerror(errno));
+        struct stat st;
+        if (fstat(f->fd, &st) != 0)
+            return dt_err_set(DT_ERR_IO, "checkpoint '%s': %s: %s", r->dir,
+                              f->name, strerror(errno));
+        if ((uint64_t)st.st_size != f->bytes)
+            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': %s: the manifest "
+                              "says %" PRIu64 " bytes but the file has %" PRIu64
+                              " bytes", r->dir, f->name, f->bytes,
+                              (uint64_t)st.st_size);
+    }
+    return DT_OK;
+}
+
+int dt_ckpt_open(const char *dir, dt_ckpt_reader_t **out)
+{
+    *out = NULL;
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return dt_err_set(errno == ENOENT ? DT_ERR_NOT_FOUND : DT_ERR_IO,
+                          "checkpoint '%s': %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return dt_err_set(DT_ERR_DATA, "checkpoint '%s': not a directory", dir);
+    char path[PATH_MAX];
+    int rc = dt_ckpt_join(path, sizeof path, dir, MARKER);
+    if (rc)
+        return rc;
+    if (access(path, F_OK) != 0)
+        return dt_err_set(DT_ERR_DATA, "checkpoint '%s': incomplete (no "
+                          MARKER " marker): the write was interrupted", dir);
+    dt_ckpt_reader_t *r = calloc(1, sizeof *r);
+    if (!r || !(r->dir = strdup(dir))) {
+        free(r);
+        return dt_err_set(DT_ERR_NOMEM, "checkpoint '%s': out of memory", dir);
+    }
+    char *text = NULL;
+    size_t len;
+    rc = dt_ckpt_join(path, sizeof path, dir, MANIFEST);
+    if (!rc) {
+        rc = dt_fileutil_read_all(path, &text, &len);
+        if (rc == DT_ERR_NOT_FOUND)
+            rc = DT_ERR_DATA; /* COMPLETE without manifest: corrupt */
+        if (rc)
+            dt_err_context(rc, "checkpoint '%s'", dir);
+    }
+    if (!rc) {
+        r->json = cJSON_ParseWithLength(text, len);
+        if (!r->json || !cJSON_IsObject(r->json)) {
+            const char *at = cJSON_GetErrorPtr();
+            rc = dt_err_set(DT_ERR_DATA, "checkpoint '%s': " MANIFEST ": not "
+                            "valid JSON (near byte %td)", dir,
+                            at && at >= text && at <= text + len ? at - text
+                                                                 : (ptrdiff_t)0);
+        }
+    }
+    free(text);
+    if (!rc)
+        rc = reader_parse(r);
+    if (!rc)
+        rc = reader_open_files(r);
+    if (rc) {
+        dt_ckpt_close(r);
+        return rc;
+    }
+    *out = r;
+    return DT_OK;
+}
+
+uint64_t dt_ckpt_reader_step(const dt_ckpt_reader_t *r) { return r->step; }
+uint32_t dt_ckpt_reader_world_size(const dt_ckpt_reader_t *r)
+{
+    return r->world_size;
+}
+const char *dt_ckpt_reader_strategy(const dt_ckpt_reader_t *r)
+{
+    return r->strategy;
+}
+const cJSON *dt_ckpt_reader_model(const dt_ckpt_reader_t *r) { return r->model; }
+const cJSON *dt_ckpt_reader_extra(const dt_ckpt_reader_t *r) { return r->extra; }
+size_t dt_ckpt_n_entries(const dt_ckpt_reader_t *r) { return r->n_entries; }
+
+size_t dt_ckpt_entry_n_segments(const dt_ckpt_reader_t *r, size_t i)
+{
+    return i < r->n_entries ? r->entries[i].n : 0;
+}
+
+const dt_ckpt_seg_t *dt_ckpt_segment_at(const dt_ckpt_reader_t *r, size_t entry, size_t k)
+{
+    if (entry >= r->n_entries || k >= r->entries[entry].n)
+        return NULL;
+    return &r->segs[r->entries[entry].first + k].s;
+}
+
+size_t dt_ckpt_n_files(const dt_ckpt_reader_t *r) { return r->n_files; }
+
+const char *dt_ckpt_file_at(const dt_ckpt_reader_t *r, size_t i, uint64_t *bytes)
+{
+    if (i >= r->n_files)
+        return NULL;
+    if (bytes)
+        *bytes = r->files[i].bytes;
+    return r->files[i].name;
+}
+
+const dt_ckpt_entry_t *dt_ckpt_entry_at(const dt_ckpt_reader_t *r, size_t i)
+{
+    return i < r->n_entries ? &r->entries[i].e : NULL;
+}
+
+static rentry_t *entry_find(const dt_ckpt_reader_t *r, const char *name)
+{
+    for (size_t i = 0; i < r->n_entries; i++)
+        if (strcmp(r->entries[i].e.name, name) == 0)
+            return &r->entries[i];
+    return NULL;
+}
+
+const dt_ckpt_entry_t *dt_ckpt_find(const dt_ckpt_reader_t *r,
+                                    const char *name)
+{
+    rentry_t *e = entry_find(r, name);
+    return e ? &e->e : NULL;
+}
+
+/* pread exactly n bytes or fail with the file and entry named. */
+static int read_exact(dt_ckpt_reader_t *r, const rseg_t *s, void *dst,
+                      size_t n, uint64_t at)
+{
+    const rfile_t *f = &r->files[s->file];
+    char *p = dst;
+    while (n > 0) {
+        ssize_t got = pread(f->fd, p, n, (off_t)at);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return dt_err_set(DT_ERR_IO, "checkpoint '%s': %s: entry %s: %s",
+                              r->dir, f->name, s->s.entry,
+                              got < 0 ? strerror(errno)
+                                      : "file shrank while reading");
+        p += got;
+        n -= (size_t)got;
+        at += (uint64_t)got;
+    }
+    return DT_OK;
+}
+
+/* Stream a whole segment through its CRC, copying element range
+ * [lo, hi) (relative to the segment) into dst on the way (dst may be NULL:
+ * verify only). */
+static int seg_verify(dt_ckpt_reader_t *r, rseg_t *s, uint64_t lo,
+                      uint64_t hi, char *dst)
+{
+    size_t es = dt_dtype_size(s->s.dtype);
+    uint64_t total = s->s.count * es, blo = lo * es, bhi = hi * es;
+    size_t cap = total < VERIFY_CHUNK ? (size_t)total : VERIFY_CHUNK;
+    char *buf = malloc(cap ? cap : 1);
+    if (!buf)
+        return dt_err_set(DT_ERR_NOMEM, "checkpoint '%s': out of memory",
+                          r->dir);
+    uint32_t crc = 0;
+    int rc = DT_OK;
+    for (uint64_t at = 0; at < total && !rc; at += cap) {
+        size_t n = total - at < cap ? (size_t)(total - at) : cap;
+        rc = read_exact(r, s, buf, n, s->s.byte_offset + at);
+        if (rc)
+            break;
+        crc = dt_fileutil_crc32(crc, buf, n);
+        /* overlap of [at, at+n) with the wanted [blo, bhi) */
+        uint64_t a = at > blo ? at : blo, b = at + n < bhi ? at + n : bhi;
+        if (dst && a < b)
+            memcpy(dst + (a - blo), buf + (a - at), (size_t)(b - a));
+    }
+    free(buf);
+    if (rc)
+        return rc;
+    if (crc != s->s.crc32)
+        return dt_err_set(DT_ERR_DATA, "checkpoint '%s': %s: entry %s: "
+                          "checksum mismatch (expected %08" PRIx32 ", got %08"
+                          PRIx32 ")", r->dir, r->files[s->file].name,
+                          s->s.entry, s->s.crc32, crc);
+    s->verified = 1;
+    return DT_OK;
+}
+
+int dt_ckpt_read(dt_ckpt_reader_t *r, const char *entry, uint64_t offset,
+                 uint64_t count, void *dst)
+{
+    rentry_t *e = entry_find(r, entry);
+    if (!e)
+        return dt_err_set(DT_ERR_NOT_FOUND, "checkpoint '%s': no entry %s",
+                          r->dir, entry);
+    if (offset > e->e.numel || count > e->e.numel - offset)
+        return dt_err_set(DT_ERR_INVALID, "checkpoint '%s': entry %s: range "
+                          "[%" PRIu64 ", +%" PRIu64 ") is outside its %" PRIu64
+                          " elements", r->dir, entry, offset, count,
+                          e->e.numel);
+    size_t es = dt_dtype_size(e->e.dtype);
+    rseg_t *segs = r->segs + e->first;
+    /* First segment ending after `offset` (segments tile the entry). */
+    size_t lo = 0, hi = e->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (segs[mid].s.offset + segs[mid].s.count <= offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    uint64_t end = offset + count;
+    for (size_t i = lo; i < e->n && segs[i].s.offset < end; i++) {
+        rseg_t *s = &segs[i];
+        uint64_t a = s->s.offset > offset ? s->s.offset : offset;
+        uint64_t b = s->s.offset + s->s.count < end ? s->s.offset + s->s.count
+                                                    : end;
+        char *d = (char *)dst + (a - offset) * es;
+        int rc = s->verified
+                     ? read_exact(r, s, d, (size_t)((b - a) * es),
+                                  s->s.byte_offset + (a - s->s.offset) * es)
+                     : seg_verify(r, s, a - s->s.offset, b - s->s.offset, d);
+        if (rc)
+            return rc;
+    }
+    return DT_OK;
+}
+
+int dt_ckpt_verify(dt_ckpt_reader_t *r)
+{
+    for (size_t i = 0; i < r->n_segs; i++) {
+        if (r->segs[i].verified)
+            continue;
+        int rc = seg_verify(r, &r->segs[i], 0, 0, NULL);
+        if (rc)
+            return rc;
+    }
+    return DT_OK;
+}

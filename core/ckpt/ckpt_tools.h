@@ -1,0 +1,35 @@
+/*
+ * core/ckpt/ckpt_tools.h - offline operations on a saved checkpoint:
+ * describe it, merge its shards into one, export its weights.
+ *
+ * All of them read only the manifest and the shard files (no model is
+ * built, no plugin is loaded) and stream: memory stays bounded by the
+ * largest parameter tensor (export) or a fixed chunk (consolidate),
+ * whatever the model size.
+ */
+#ifndef DT_ENGINE_CKPT_TOOLS_H
+#define DT_ENGINE_CKPT_TOOLS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* Print the manifest in words: step, writer, model, entries with their
+ * segments and shard files.  verify != 0 also checks every CRC. */
+int dt_ckpt_inspect(const char *dir, int verify, FILE *out);
+
+/* Rewrite checkpoint `dir` as one shard under `out_root`
+ * (out_root/step-XXXXXXXX, written atomically like any save), in chunks of
+ * at most `chunk_elems` elements (0: a default of 4M). */
+int dt_ckpt_consolidate(const char *dir, const char *out_root, uint64_t chunk_elems);
+
+/* Layout of exported weight matrices. */
+typedef enum dt_export_layout {
+    DT_EXPORT_HF = 0,    /* Hugging Face GPT-2: Conv1D weights as (in, out) */
+    DT_EXPORT_NATIVE = 1 /* dtrain's (out, in), every tensor as stored */
+} dt_export_layout_t;
+
+/* Write the parameters of checkpoint `dir` to a safetensors file, one
+ * tensor per model parameter under its GPT-2 name, f32. */
+int dt_ckpt_export(const char *dir, const char *out_path, int layout);
+
+#endif /* DT_ENGINE_CKPT_TOOLS_H */

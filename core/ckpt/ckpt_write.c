@@ -1,0 +1,321 @@
+/*
+ * core/ckpt/ckpt_write.c - the writing side of a checkpoint (ckpt_io.h):
+ * shard writers that stream segments into one file per rank with their
+ * CRC-32, and rank 0's manifest, checked to describe every entry exactly.
+ */
+#include "ckpt/ckpt_internal.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/tensor.h"
+#include "util/error.h"
+#include "util/fileutil.h"
+
+/* ---- writing shards -------------------------------------------------- */
+
+struct dt_ckpt_writer {
+    dt_afile_t *f;
+    char file[32];           /* "shard-00003.bin" */
+    uint32_t shard;
+    dt_ckpt_seg_t *segs;
+    size_t n, cap;
+    int in_seg;              /* between begin and end */
+    uint64_t seg_left;       /* bytes the open segment still expects */
+    uint32_t crc;
+};
+
+int dt_ckpt_shard_open(const char *tmp_dir, uint32_t shard,
+                       dt_ckpt_writer_t **out)
+{
+    *out = NULL;
+    dt_ckpt_writer_t *w = calloc(1, sizeof *w);
+    if (!w)
+        return dt_err_set(DT_ERR_NOMEM, "checkpoint shard: out of memory");
+    w->shard = shard;
+    dt_ckpt_shard_name(shard, w->file, sizeof w->file);
+    char path[PATH_MAX];
+    int rc = dt_ckpt_join(path, sizeof path, tmp_dir, w->file);
+    if (!rc)
+        rc = dt_afile_open(path, &w->f);
+    if (rc) {
+        free(w);
+        return rc;
+    }
+    *out = w;
+    return DT_OK;
+}
+
+int dt_ckpt_shard_begin(dt_ckpt_writer_t *w, const char *entry, int dtype,
+                        uint64_t offset, uint64_t count)
+{
+    if (w->in_seg)
+        return dt_err_set(DT_ERR_INVALID, "%s: entry %s: segment begun while "
+                          "another is open", w->file, entry);
+    size_t es = dt_dtype_size(dtype);
+    if (es == 0)
+        return dt_err_set(DT_ERR_INVALID, "%s: entry %s: unknown dtype %d",
+                          w->file, entry, dtype);
+    if (strlen(entry) >= DT_CKPT_NAME_MAX || entry[0] == '\0')
+        return dt_err_set(DT_ERR_INVALID, "%s: entry name '%s' is empty or "
+                          "longer than %d bytes", w->file, entry,
+                          DT_CKPT_NAME_MAX - 1);
+    if (offset > JSON_INT_MAX || count > JSON_INT_MAX / 8 ||
+        offset + count > JSON_INT_MAX)
+        return dt_err_set(DT_ERR_INVALID, "%s: entry %s: segment [%" PRIu64
+                          ", +%" PRIu64 ") is too large", w->file, entry,
+                          offset, count);
+    if (w->n == w->cap) {
+        size_t nc = w->cap ? 2 * w->cap : 16;
+        dt_ckpt_seg_t *s = realloc(w->segs, nc * sizeof *s);
+        if (!s)
+            return dt_err_set(DT_ERR_NOMEM, "%s: out of memory", w->file);
+        w->segs = s;
+        w->cap = nc;
+    }
+    dt_ckpt_seg_t *s = &w->segs[w->n];
+    memset(s, 0, sizeof *s);
+    memcpy(s->entry, entry, strlen(entry) + 1);
+    s->offset = offset;
+    s->count = count;
+    s->byte_offset = dt_afile_offset(w->f);
+    s->shard = w->shard;
+    s->dtype = dtype;
+    w->in_seg = 1;
+    w->seg_left = count * es;
+    w->crc = 0;
+    return DT_OK;
+}
+
+int dt_ckpt_shard_append(dt_ckpt_writer_t *w, const void *data, size_t nbytes)
+{
+    if (!w->in_seg || nbytes > w->seg_left)
+        return dt_err_set(DT_ERR_INVALID, "%s: %zu bytes appended outside a "
+                          "segment or past its end (%" PRIu64 " left)",
+                          w->file, nbytes, w->in_seg ? w->seg_left : 0);
+    int rc = dt_afile_write(w->f, data, nbytes);
+    if (rc)
+        return rc;
+    w->crc = dt_fileutil_crc32(w->crc, data, nbytes);
+    w->seg_left -= nbytes;
+    return DT_OK;
+}
+
+int dt_ckpt_shard_end(dt_ckpt_writer_t *w)
+{
+    if (!w->in_seg || w->seg_left)
+        return dt_err_set(DT_ERR_INVALID, "%s: segment ended with %" PRIu64
+                          " bytes still expected", w->file,
+                          w->in_seg ? w->seg_left : 0);
+    w->segs[w->n].crc32 = w->crc;
+    /* An empty range (a rank owning nothing of a unit) stores nothing. */
+    if (w->segs[w->n].count > 0)
+        w->n++;
+    w->in_seg = 0;
+    return DT_OK;
+}
+
+int dt_ckpt_shard_write(dt_ckpt_writer_t *w, const char *entry, int dtype,
+                        uint64_t offset, uint64_t count, const void *data)
+{
+    int rc = dt_ckpt_shard_begin(w, entry, dtype, offset, count);
+    if (!rc)
+        rc = dt_ckpt_shard_append(w, data, (size_t)(count * dt_dtype_size(dtype)));
+    if (!rc)
+        rc = dt_ckpt_shard_end(w);
+    return rc;
+}
+
+void dt_ckpt_shard_abort(dt_ckpt_writer_t *w)
+{
+    if (!w)
+        return;
+    dt_afile_abort(w->f);
+    free(w->segs);
+    free(w);
+}
+
+int dt_ckpt_shard_close(dt_ckpt_writer_t *w, dt_ckpt_seg_t **segs, size_t *n)
+{
+    *segs = NULL;
+    *n = 0;
+    if (w->in_seg) {
+        int rc = dt_err_set(DT_ERR_INVALID, "%s: closed inside a segment "
+                            "(entry %s)", w->file, w->segs[w->n].entry);
+        dt_ckpt_shard_abort(w);
+        return rc;
+    }
+    int rc = dt_afile_commit(w->f);
+    w->f = NULL;
+    if (rc) {
+        free(w->segs);
+        free(w);
+        return rc;
+    }
+    *segs = w->segs;
+    *n = w->n;
+    free(w);
+    return DT_OK;
+}
+
+/* ---- the manifest ---------------------------------------------------- */
+
+static int seg_cmp(const void *a, const void *b)
+{
+    const dt_ckpt_seg_t *x = *(const dt_ckpt_seg_t *const *)a;
+    const dt_ckpt_seg_t *y = *(const dt_ckpt_seg_t *const *)b;
+    int c = strcmp(x->entry, y->entry);
+    if (c)
+        return c;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+static cJSON *add_num(cJSON *o, const char *k, uint64_t v)
+{
+    return cJSON_AddNumberToObject(o, k, (double)v);
+}
+
+int dt_ckpt_write_manifest(const char *tmp_dir, const dt_ckpt_info_t *info,
+                           const dt_ckpt_entry_t *entries, size_t n_entries,
+                           const dt_ckpt_seg_t *segs, size_t n_segs)
+{
+    int rc = DT_OK;
+    const dt_ckpt_seg_t **sorted = malloc((n_segs + 1) * sizeof *sorted);
+    cJSON *root = cJSON_CreateObject();
+    char *text = NULL;
+    if (!sorted || !root) {
+        rc = dt_err_set(DT_ERR_NOMEM, "checkpoint manifest: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n_segs; i++)
+        sorted[i] = &segs[i];
+    qsort(sorted, n_segs, sizeof *sorted, seg_cmp);
+
+    /* Every segment must belong to a declared entry of its dtype. */
+    for (size_t i = 0; i < n_segs && !rc; i++) {
+        const dt_ckpt_seg_t *s = sorted[i];
+        const dt_ckpt_entry_t *e = NULL;
+        for (size_t j = 0; j < n_entries && !e; j++)
+            if (strcmp(entries[j].name, s->entry) == 0)
+                e = &entries[j];
+        if (!e)
+            rc = dt_err_set(DT_ERR_INVALID, "checkpoint manifest: segment of "
+                            "undeclared entry '%s' in shard %" PRIu32,
+                            s->entry, s->shard);
+        else if (e->dtype != s->dtype)
+            rc = dt_err_set(DT_ERR_INVALID, "checkpoint manifest: entry %s is "
+                            "%s but shard %" PRIu32 " wrote it as %s",
+                            s->entry, dt_dtype_name(e->dtype), s->shard,
+                            dt_dtype_name(s->dtype));
+    }
+
+    cJSON_AddStringToObject(root, "format", DT_CKPT_FORMAT);
+    add_num(root, "format_version", DT_CKPT_FORMAT_VERSION);
+    add_num(root, "step", info->step);
+    cJSON *wb = cJSON_AddObjectToObject(root, "written_by");
+    add_num(wb, "world_size", info->world_size);
+    cJSON_AddStringToObject(wb, "strategy", info->strategy ? info->strategy : "");
+    cJSON_AddItemToObject(root, "model", info->model
+                              ? cJSON_Duplicate(info->model, 1)
+                              : cJSON_CreateObject());
+    cJSON_AddItemToObject(root, "extra", info->extra
+                              ? cJSON_Duplicate(info->extra, 1)
+                              : cJSON_CreateObject());
+    cJSON *files = cJSON_AddObjectToObject(root, "files");
+    cJSON *jents = cJSON_AddObjectToObject(root, "entries");
+
+    /* Shard sizes: segments of one shard are contiguous from byte 0, so
+     * the file ends where its last segment ends. */
+    for (size_t i = 0; i < n_segs && !rc; i++) {
+        char fname[32];
+        dt_ckpt_shard_name(segs[i].shard, fname, sizeof fname);
+        uint64_t end = segs[i].byte_offset + dt_ckpt_seg_bytes(&segs[i]);
+        cJSON *f = cJSON_GetObjectItemCaseSensitive(files, fname);
+        if (!f) {
+            f = cJSON_AddObjectToObject(files, fname);
+            add_num(f, "bytes", end);
+        } else if (end > (uint64_t)cJSON_GetObjectItem(f, "bytes")->valuedouble) {
+            cJSON_SetNumberValue(cJSON_GetObjectItem(f, "bytes"), (double)end);
+        }
+    }
+
+    for (size_t j = 0; j < n_entries && !rc; j++) {
+        const dt_ckpt_entry_t *e = &entries[j];
+        if (dt_dtype_size(e->dtype) == 0 || e->numel > JSON_INT_MAX ||
+            e->ndim < 0 || e->ndim > DT_CKPT_MAX_DIMS ||
+            cJSON_GetObjectItemCaseSensitive(jents, e->name)) {
+            rc = dt_err_set(DT_ERR_INVALID, "checkpoint manifest: entry %s: "
+                            "bad or duplicate declaration (dtype %d, ndim %d)",
+                            e->name, e->dtype, e->ndim);
+            break;
+        }
+        if (e->ndim > 0) {
+            uint64_t prod = 1;
+            for (int d = 0; d < e->ndim; d++)
+                prod *= (uint64_t)e->shape[d];
+            if (prod != e->numel) {
+                rc = dt_err_set(DT_ERR_INVALID, "checkpoint manifest: entry "
+                                "%s: shape holds %" PRIu64 " elements but "
+                                "numel is %" PRIu64, e->name, prod, e->numel);
+                break;
+            }
+        }
+        /* This entry's segments are a run in the sorted array. */
+        size_t lo = 0;
+        while (lo < n_segs && strcmp(sorted[lo]->entry, e->name) < 0)
+            lo++;
+        size_t hi = lo;
+        while (hi < n_segs && strcmp(sorted[hi]->entry, e->name) == 0)
+            hi++;
+        rc = dt_ckpt_check_tiling("checkpoint manifest: ", e->name, e->numel,
+                                  sorted + lo, hi - lo);
+        if (rc) {
+            rc = DT_ERR_INVALID; /* a bug in the caller, not bad data */
+            break;
+        }
+        cJSON *je = cJSON_AddObjectToObject(jents, e->name);
+        cJSON_AddStringToObject(je, "dtype", dt_dtype_name(e->dtype));
+        add_num(je, "numel", e->numel);
+        if (e->ndim > 0) {
+            cJSON *sh = cJSON_AddArrayToObject(je, "shape");
+            for (int d = 0; d < e->ndim; d++)
+                cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)e->shape[d]));
+        }
+        cJSON *js = cJSON_AddArrayToObject(je, "segments");
+        for (size_t i = lo; i < hi; i++) {
+            const dt_ckpt_seg_t *s = sorted[i];
+            char fname[32], crc[16];
+            dt_ckpt_shard_name(s->shard, fname, sizeof fname);
+            snprintf(crc, sizeof crc, "%08" PRIx32, s->crc32);
+            cJSON *o = cJSON_CreateObject();
+            add_num(o, "offset", s->offset);
+            add_num(o, "count", s->count);
+            cJSON_AddStringToObject(o, "file", fname);
+            add_num(o, "byte_offset", s->byte_offset);
+            cJSON_AddStringToObject(o, "crc32", crc);
+            cJSON_AddItemToArray(js, o);
+        }
+    }
+    if (rc)
+        goto out;
+    text = cJSON_Print(root);
+    if (!text) {
+        rc = dt_err_set(DT_ERR_NOMEM, "checkpoint manifest: out of memory");
+        goto out;
+    }
+    char path[PATH_MAX];
+    rc = dt_ckpt_join(path, sizeof path, tmp_dir, MANIFEST);
+    if (!rc) {
+        size_t len = strlen(text);
+        text[len] = '\n'; /* replace the NUL: files end with a newline */
+        rc = dt_fileutil_write_atomic(path, text, len + 1);
+    }
+out:
+    free(sorted);
+    cJSON_Delete(root);
+    cJSON_free(text);
+    return rc;
+}

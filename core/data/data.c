@@ -1,0 +1,514 @@
+/*
+ * core/data/data.c - llm.c token files (open, validate, write, prepare
+ * from text) and the deterministic, dp-size-independent batch sampler.
+ */
+#include "data/data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/fileutil.h"
+#include "util/error.h"
+
+/* ---- opening and validating ------------------------------------------ */
+
+/* Largest token.  Blocks of fixed length let GCC vectorize the inner max
+ * even at -O2; the values are biased into int16 because SSE2 (the x86-64
+ * baseline) has a signed 16-bit max (pmaxsw) but no unsigned one.  About
+ * 25 GB/s on one core, so the open-time scan costs nothing noticeable. */
+static uint16_t max_token(const uint16_t *p, uint64_t n)
+{
+    enum { BLK = 128 };
+    uint16_t m = 0;
+    uint64_t i = 0;
+    for (; i + BLK <= n; i += BLK) {
+        int16_t bm = INT16_MIN;
+        for (int j = 0; j < BLK; j++) {
+            int16_t v = (int16_t)(p[i + j] ^ 0x8000u);
+            bm = v > bm ? v : bm;
+        }
+        uint16_t ub = (uint16_t)((uint16_t)bm ^ 0x8000u);
+        m = ub > m ? ub : m;
+    }
+    for (; i < n; i++)
+        m = p[i] > m ? p[i] : m;
+    return m;
+}
+
+void dt_data_close(dt_dataset_t *ds)
+{
+    if (!ds)
+        return;
+    if (ds->map)
+        munmap(ds->map, ds->map_bytes);
+    free(ds->path);
+    free(ds);
+}
+
+int dt_data_open(const char *path, dt_dataset_t **out)
+{
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return dt_err_set(errno == ENOENT ? DT_ERR_NOT_FOUND : DT_ERR_IO,
+                          "data file '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return dt_err_set(DT_ERR_IO, "data file '%s': %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return dt_err_set(DT_ERR_IO, "data file '%s': not a regular file",
+                          path);
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size < DT_DATA_HEADER_BYTES) {
+        close(fd);
+        return dt_err_set(DT_ERR_DATA,
+                          "data file '%s': truncated: %llu bytes, header "
+                          "needs %d", path, (unsigned long long)size,
+                          DT_DATA_HEADER_BYTES);
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd); /* the mapping keeps the file */
+    if (map == MAP_FAILED)
+        return dt_err_set(DT_ERR_IO, "data file '%s': mmap: %s", path,
+                          strerror(e));
+    const int32_t *hdr = map;
+    int rc = DT_OK;
+    if (hdr[0] != DT_DATA_MAGIC) {
+        rc = dt_err_set(DT_ERR_DATA, "data file '%s': bad magic %d (expected "
+                        "%d): not an llm.c token file", path, hdr[0],
+                        DT_DATA_MAGIC);
+    } else if (hdr[1] != DT_DATA_VERSION) {
+        rc = dt_err_set(DT_ERR_DATA, "data file '%s': unsupported version %d "
+                        "(expected %d: uint16 tokens)", path, hdr[1],
+                        DT_DATA_VERSION);
+    } else if (hdr[2] < 0) {
+        rc = dt_err_set(DT_ERR_DATA, "data file '%s': negative token count "
+                        "%d in header", path, hdr[2]);
+    } else {
+        uint64_t want = DT_DATA_HEADER_BYTES + 2 * (uint64_t)hdr[2];
+        if (size < want)
+            rc = dt_err_set(DT_ERR_DATA, "data file '%s': truncated: header "
+                            "says %d tokens (%llu bytes) but the file has "
+                            "%llu bytes", path, hdr[2],
+                            (unsigned long long)want, (unsigned long long)size);
+        else if (size > want)
+            rc = dt_err_set(DT_ERR_DATA, "data file '%s': header says %d "
+                            "tokens (%llu bytes) but the file has %llu bytes "
+                            "(trailing data)", path, hdr[2],
+                            (unsigned long long)want, (unsigned long long)size);
+    }
+    if (rc) {
+        munmap(map, size);
+        return rc;
+    }
+    dt_dataset_t *ds = calloc(1, sizeof *ds);
+    if (!ds || !(ds->path = strdup(path))) {
+        free(ds);
+        munmap(map, size);
+        return dt_err_set(DT_ERR_NOMEM, "data file '%s': out of memory", path);
+    }
+    ds->map = map;
+    ds->map_bytes = size;
+    ds->tokens = (const uint16_t *)((const char *)map + DT_DATA_HEADER_BYTES);
+    ds->ntok = (uint64_t)hdr[2];
+    /* Training reads the file front to back in random sequence order. */
+    madvise(map, size, MADV_WILLNEED);
+    ds->max_token = max_token(ds->tokens, ds->ntok);
+    *out = ds;
+    return DT_OK;
+}
+
+int dt_data_check_vocab(const dt_dataset_t *ds, uint32_t vocab_size)
+{
+    if (ds->ntok == 0 || ds->max_token < vocab_size)
+        return DT_OK;
+    /* Only on failure: find the first offender for the message. */
+    for (uint64_t i = 0; i < ds->ntok; i++)
+        if (ds->tokens[i] >= vocab_size)
+            return dt_err_set(DT_ERR_DATA, "data file '%s': token %u at "
+                              "position %llu is outside the vocabulary "
+                              "(vocab_size %u)", ds->path,
+                              (unsigned)ds->tokens[i], (unsigned long long)i,
+                              vocab_size);
+    return DT_OK; /* unreachable: max_token said otherwise */
+}
+
+/* ---- writing --------------------------------------------------------- */
+
+static int header_write(dt_afile_t *f, const char *path, uint64_t n)
+{
+    if (n > INT32_MAX)
+        return dt_err_set(DT_ERR_INVALID, "data file '%s': %llu tokens do "
+                          "not fit the llm.c header (at most %d)", path,
+                          (unsigned long long)n, INT32_MAX);
+    int32_t hdr[DT_DATA_HEADER_INTS] = {0};
+    hdr[0] = DT_DATA_MAGIC;
+    hdr[1] = DT_DATA_VERSION;
+    hdr[2] = (int32_t)n;
+    return dt_afile_write(f, hdr, sizeof hdr);
+}
+
+int dt_data_write_tokens(const char *path, const uint16_t *tok, uint64_t n)
+{
+    dt_afile_t *f;
+    int rc = dt_afile_open(path, &f);
+    if (rc)
+        return rc;
+    rc = header_write(f, path, n);
+    if (!rc)
+        rc = dt_afile_write(f, tok, (size_t)n * sizeof *tok);
+    if (rc) {
+        dt_afile_abort(f);
+        return rc;
+    }
+    return dt_afile_commit(f);
+}
+
+int dt_data_prepare(const char *text_path, const char *out_train,
+                    const char *out_val, double val_fraction,
+                    uint64_t *n_train, uint64_t *n_val)
+{
+    if (n_train)
+        *n_train = 0;
+    if (n_val)
+        *n_val = 0;
+    if (!(val_fraction >= 0.0 && val_fraction < 1.0))
+        return dt_err_set(DT_ERR_INVALID, "data prepare: val fraction %g is "
+                          "outside [0, 1)", val_fraction);
+    if ((val_fraction > 0.0) != (out_val != NULL))
+        return dt_err_set(DT_ERR_INVALID, "data prepare: a val file needs a "
+                          "val fraction > 0 and the reverse (fraction %g, val "
+                          "file %s)", val_fraction, out_val ? out_val : "none");
+    int fd = open(text_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return dt_err_set(errno == ENOENT ? DT_ERR_NOT_FOUND : DT_ERR_IO,
+                          "text file '%s': %s", text_path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return dt_err_set(DT_ERR_IO, "text file '%s': %s", text_path,
+                          strerror(e));
+    }
+    uint64_t n = (uint64_t)st.st_size;
+    uint64_t nv = (uint64_t)floor((double)n * val_fraction);
+    uint64_t nt = n - nv;
+    int rc = DT_OK;
+    if (n == 0)
+        rc = dt_err_set(DT_ERR_DATA, "text file '%s' is empty", text_path);
+    else if (out_val && nv == 0)
+        rc = dt_err_set(DT_ERR_DATA, "text file '%s': val fraction %g of %llu "
+                        "bytes leaves no val tokens", text_path, val_fraction,
+                        (unsigned long long)n);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+
+    enum { CHUNK = 1 << 20 };
+    unsigned char *in = malloc(CHUNK);
+    uint16_t *tok = malloc(CHUNK * sizeof *tok);
+    dt_afile_t *ft = NULL, *fv = NULL;
+    if (!in || !tok)
+        rc = dt_err_set(DT_ERR_NOMEM, "data prepare: out of memory");
+    if (!rc)
+        rc = dt_afile_open(out_train, &ft);
+    if (!rc)
+        rc = header_write(ft, out_train, nt);
+    if (!rc && out_val)
+        rc = dt_afile_open(out_val, &fv);
+    if (!rc && fv)
+        rc = header_write(fv, out_val, nv);
+    uint64_t done = 0;
+    while (!rc && done < n) {
+        size_t want = n - done < CHUNK ? (size_t)(n - done) : CHUNK;
+        ssize_t got = read(fd, in, want);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            rc = got < 0 ? dt_err_set(DT_ERR_IO, "text file '%s': %s",
+                                      text_path, strerror(errno))
+                         : dt_err_set(DT_ERR_IO, "text file '%s': shrank to "
+                                      "%llu bytes while reading (expected "
+                                      "%llu)", text_path,
+                                      (unsigned long long)done,
+                                      (unsigned long long)n);
+            break;
+        }
+        for (ssize_t i = 0; i < got; i++)
+            tok[i] = in[i];
+        /* The split point may fall inside this chunk. */
+        size_t to_train = done >= nt ? 0
+                        : (nt - done < (uint64_t)got ? (size_t)(nt - done)
+                                                     : (size_t)got);
+        if (to_train)
+            rc = dt_afile_write(ft, tok, to_train * sizeof *tok);
+        if (!rc && (size_t)got > to_train)
+            rc = dt_afile_write(fv, tok + to_train,
+                                ((size_t)got - to_train) * sizeof *tok);
+        done += (uint64_t)got;
+    }
+    close(fd);
+    free(in);
+    free(tok);
+    /* Commit val first: a crash in between leaves a new val beside an old
+     * train file at worst, never a train file whose val split is missing. */
+    if (!rc && fv) {
+        rc = dt_afile_commit(fv);
+        fv = NULL;
+    }
+    if (!rc) {
+        rc = dt_afile_commit(ft);
+        ft = NULL;
+    }
+    dt_afile_abort(ft);
+    dt_afile_abort(fv);
+    if (rc)
+        return rc;
+    if (n_train)
+        *n_train = nt;
+    if (n_val)
+        *n_val = nv;
+    return DT_OK;
+}
+
+/* ---- sampler --------------------------------------------------------- */
+
+/* splitmix64: seeds the generator from (seed, epoch) so that nearby seeds
+ * and epochs still give unrelated streams. */
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* xoshiro256** (Blackman & Vigna), public-domain algorithm. */
+typedef struct { uint64_t s[4]; } rng_t;
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(rng_t *r)
+{
+    uint64_t *s = r->s;
+    uint64_t out = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return out;
+}
+
+/* Uniform in [0, bound) without modulo bias. */
+static uint64_t rng_below(rng_t *r, uint64_t bound)
+{
+    uint64_t threshold = (0 - bound) % bound; /* 2^64 mod bound */
+    for (;;) {
+        uint64_t x = rng_next(r);
+        if (x >= threshold)
+            return x % bound;
+    }
+}
+
+static void rng_seed(rng_t *r, uint64_t seed, uint64_t epoch)
+{
+    uint64_t x = seed;
+    uint64_t mixed = splitmix64(&x) ^ epoch;
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&mixed);
+}
+
+/* Two cached epochs: a step's global batch spans at most an epoch boundary
+ * (when G <= n_seq), so steady state regenerates once per epoch. */
+typedef struct {
+    uint64_t epoch;
+    uint32_t *perm; /* (n_seq,) or NULL when empty */
+} perm_slot_t;
+
+struct dt_sampler {
+    const dt_dataset_t *ds;
+    uint32_t seq_len, micro_batch, global_batch;
+    int shuffle;
+    uint64_t seed;
+    uint64_t n_seq;
+    perm_slot_t slot[2];
+    unsigned next_victim;
+};
+
+int dt_sampler_init(dt_sampler_t **out, const dt_dataset_t *ds,
+                    uint32_t seq_len, uint32_t micro_batch,
+                    uint32_t global_batch, uint64_t seed, int shuffle)
+{
+    *out = NULL;
+    if (seq_len == 0 || micro_batch == 0 || global_batch == 0)
+        return dt_err_set(DT_ERR_INVALID, "data file '%s': seq_len %u, "
+                          "micro_batch %u and global_batch %u must all be "
+                          "positive", ds->path, seq_len, micro_batch,
+                          global_batch);
+    if (global_batch % micro_batch)
+        return dt_err_set(DT_ERR_INVALID, "data file '%s': global batch %u "
+                          "sequences is not a multiple of micro_batch %u",
+                          ds->path, global_batch, micro_batch);
+    if (ds->ntok < (uint64_t)seq_len + 1)
+        return dt_err_set(DT_ERR_DATA, "data file '%s': %llu tokens hold no "
+                          "full sequence of seq_len %u (need at least %llu "
+                          "tokens)", ds->path, (unsigned long long)ds->ntok,
+                          seq_len, (unsigned long long)seq_len + 1);
+    uint64_t n_seq = (ds->ntok - 1) / seq_len;
+    if (shuffle && n_seq > UINT32_MAX)
+        return dt_err_set(DT_ERR_UNSUPPORTED, "data file '%s': %llu sequences "
+                          "are more than the shuffler handles (%u)", ds->path,
+                          (unsigned long long)n_seq, UINT32_MAX);
+    dt_sampler_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return dt_err_set(DT_ERR_NOMEM, "sampler: out of memory");
+    s->ds = ds;
+    s->seq_len = seq_len;
+    s->micro_batch = micro_batch;
+    s->global_batch = global_batch;
+    s->shuffle = shuffle;
+    s->seed = seed;
+    s->n_seq = n_seq;
+    *out = s;
+    return DT_OK;
+}
+
+void dt_sampler_free(dt_sampler_t *s)
+{
+    if (!s)
+        return;
+    free(s->slot[0].perm);
+    free(s->slot[1].perm);
+    free(s);
+}
+
+uint64_t dt_sampler_n_seq(const dt_sampler_t *s) { return s->n_seq; }
+
+uint64_t dt_sampler_epoch(const dt_sampler_t *s, uint64_t step)
+{
+    return step * s->global_batch / s->n_seq;
+}
+
+uint32_t dt_sampler_grad_accum(const dt_sampler_t *s, uint32_t dp_size)
+{
+    uint64_t per = (uint64_t)s->micro_batch * dp_size;
+    if (dp_size == 0 || s->global_batch % per)
+        return 0;
+    return (uint32_t)(s->global_batch / per);
+}
+
+static const uint32_t *perm_get(dt_sampler_t *s, uint64_t epoch)
+{
+    for (int i = 0; i < 2; i++)
+        if (s->slot[i].perm && s->slot[i].epoch == epoch)
+            return s->slot[i].perm;
+    perm_slot_t *v = &s->slot[s->next_victim];
+    s->next_victim ^= 1;
+    if (!v->perm && !(v->perm = malloc(s->n_seq * sizeof *v->perm)))
+        return NULL;
+    uint32_t *p = v->perm;
+    for (uint64_t i = 0; i < s->n_seq; i++)
+        p[i] = (uint32_t)i;
+    rng_t r;
+    rng_seed(&r, s->seed, epoch);
+    for (uint64_t i = s->n_seq - 1; i > 0; i--) {
+        uint64_t j = rng_below(&r, i + 1);
+        uint32_t t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+    v->epoch = epoch;
+    return p;
+}
+
+/* Copy sequence `seq` widened to int32: inputs (T,), targets (T,). */
+static void seq_copy(const dt_dataset_t *ds, uint32_t T, uint64_t seq,
+                     int32_t *inputs, int32_t *targets)
+{
+    const uint16_t *t = ds->tokens + seq * T;
+    for (uint32_t i = 0; i < T; i++)
+        inputs[i] = t[i];
+    for (uint32_t i = 0; i < T; i++)
+        targets[i] = t[i + 1];
+}
+
+int dt_sampler_fill(dt_sampler_t *s, uint64_t step, uint32_t micro,
+                    uint32_t dp_rank, uint32_t dp_size, int32_t *inputs,
+                    int32_t *targets)
+{
+    uint32_t accum = dt_sampler_grad_accum(s, dp_size);
+    if (accum == 0)
+        return dt_err_set(DT_ERR_INVALID, "sampler: global batch %u sequences "
+                          "does not split into micro_batch %u x dp_size %u",
+                          s->global_batch, s->micro_batch, dp_size);
+    if (dp_rank >= dp_size || micro >= accum)
+        return dt_err_set(DT_ERR_INVALID, "sampler: micro-step %u of %u, rank "
+                          "%u of %u is out of range", micro, accum, dp_rank,
+                          dp_size);
+    uint32_t B = s->micro_batch, T = s->seq_len;
+    uint64_t p0 = step * s->global_batch + ((uint64_t)micro * dp_size + dp_rank) * B;
+    for (uint32_t b = 0; b < B; b++) {
+        uint64_t p = p0 + b;
+        uint64_t idx = p % s->n_seq;
+        uint64_t seq = idx;
+        if (s->shuffle) {
+            const uint32_t *perm = perm_get(s, p / s->n_seq);
+            if (!perm)
+                return dt_err_set(DT_ERR_NOMEM, "sampler: out of memory for "
+                                  "a permutation of %llu sequences",
+                                  (unsigned long long)s->n_seq);
+            seq = perm[idx];
+        }
+        seq_copy(s->ds, T, seq, inputs + (uint64_t)b * T,
+                 targets + (uint64_t)b * T);
+    }
+    return DT_OK;
+}
+
+/* ---- evaluation ------------------------------------------------------ */
+
+uint64_t dt_data_eval_batches(const dt_dataset_t *ds, uint32_t seq_len,
+                              uint32_t micro_batch, uint32_t dp_size)
+{
+    if (seq_len == 0 || micro_batch == 0 || dp_size == 0 ||
+        ds->ntok < (uint64_t)seq_len + 1)
+        return 0;
+    uint64_t n_seq = (ds->ntok - 1) / seq_len;
+    return n_seq / ((uint64_t)micro_batch * dp_size);
+}
+
+int dt_data_eval_fill(const dt_dataset_t *ds, uint32_t seq_len,
+                      uint32_t micro_batch, uint64_t batch, uint32_t dp_rank,
+                      uint32_t dp_size, int32_t *inputs, int32_t *targets)
+{
+    uint64_t nb = dt_data_eval_batches(ds, seq_len, micro_batch, dp_size);
+    if (dp_rank >= dp_size || batch >= nb)
+        return dt_err_set(DT_ERR_INVALID, "eval data '%s': batch %llu (rank %u "
+                          "of %u) is out of range: %llu tokens give %llu "
+                          "batches of %u x %u tokens per rank", ds->path,
+                          (unsigned long long)batch, dp_rank, dp_size,
+                          (unsigned long long)ds->ntok, (unsigned long long)nb,
+                          micro_batch, seq_len);
+    uint64_t first = (batch * dp_size + dp_rank) * micro_batch;
+    for (uint32_t b = 0; b < micro_batch; b++)
+        seq_copy(ds, seq_len, first + b, inputs + (uint64_t)b * seq_len,
+                 targets + (uint64_t)b * seq_len);
+    return DT_OK;
+}

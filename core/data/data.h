@@ -1,0 +1,114 @@
+/*
+ * core/data/data.h - training data: llm.c token files, their preparation
+ * from text, and the sampler that turns them into per-rank micro-batches.
+ *
+ * File format (llm.c's, so its prepared datasets load unchanged):
+ *   int32 header[256]: [0] = 20240520 (magic), [1] = 1 (version: uint16
+ *   tokens), [2] = number of tokens; the rest zero.  Then header[2] uint16
+ *   tokens.  Everything little-endian (as llm.c; dtrain targets LE hosts).
+ *
+ * Sampling (llm.c's cut): the token stream is cut into sequences of
+ * seq_len + 1 tokens taken at stride seq_len, so sequence k covers tokens
+ * [k*T, k*T + T] and n_seq = (ntok - 1) / T.  inputs are the first T tokens,
+ * targets the same shifted by one.  Sequences are served as an infinite
+ * stream: position p is sequence perm_e[p % n_seq] with epoch e = p / n_seq,
+ * where perm_e is a Fisher-Yates permutation seeded by (seed, e), or the
+ * identity without shuffling.  Step s owns positions [s*G, (s+1)*G) for a
+ * global batch of G sequences; data-parallel rank r at micro-step m takes
+ * the B = micro_batch positions starting at (m*dp_size + r)*B of that slice.
+ * The union over ranks and micro-steps is exactly the global batch, whatever
+ * dp_size is: N ranks see the same data as 1 rank with N times the
+ * accumulation, which is what makes DDP equivalence testable.  The only
+ * state is the step number, so resuming needs nothing else.
+ */
+#ifndef DT_ENGINE_DATA_H
+#define DT_ENGINE_DATA_H
+
+#include <stdint.h>
+
+#define DT_DATA_MAGIC 20240520
+#define DT_DATA_VERSION 1
+#define DT_DATA_HEADER_INTS 256
+#define DT_DATA_HEADER_BYTES (DT_DATA_HEADER_INTS * 4)
+
+/* An opened (memory-mapped, read-only) token file.  Fields are read-only
+ * for callers; shared freely between threads. */
+typedef struct dt_dataset {
+    char *path;
+    const uint16_t *tokens; /* (ntok,) into the mapping */
+    uint64_t ntok;
+    uint16_t max_token;     /* largest token in the file (0 when empty) */
+    void *map;              /* the whole file */
+    uint64_t map_bytes;
+} dt_dataset_t;
+
+/* Map and validate a token file: header size, magic, version, token count
+ * against the file size (DT_ERR_DATA), or a missing / unreadable file
+ * (DT_ERR_NOT_FOUND / DT_ERR_IO).  Messages start "data file '<path>': ".
+ * Also finds the largest token once, so vocab checks are O(1). */
+int dt_data_open(const char *path, dt_dataset_t **out);
+void dt_data_close(dt_dataset_t *ds);
+
+/* DT_ERR_DATA when any token is >= vocab_size, naming the first one:
+ * "data file 'x': token 70000 at position 1234 is outside the vocabulary
+ * (vocab_size 256)". */
+int dt_data_check_vocab(const dt_dataset_t *ds, uint32_t vocab_size);
+
+/* Write `n` tokens as a token file, atomically (fileutil). */
+int dt_data_write_tokens(const char *path, const uint16_t *tok /* (n,) */,
+                         uint64_t n);
+
+/* Byte-level tokenization for `dtrain data prepare`: every byte of
+ * text_path becomes one token (vocab 256).  With val_fraction in (0, 1) the
+ * last floor(n * val_fraction) bytes go to out_val instead (out_val must
+ * then be non-NULL, and NULL when val_fraction is 0).  Streams in chunks,
+ * so any file size works.  n_train / n_val (may be NULL) receive the token
+ * counts written. */
+int dt_data_prepare(const char *text_path, const char *out_train,
+                    const char *out_val, double val_fraction,
+                    uint64_t *n_train, uint64_t *n_val);
+
+/* ---- sampler --------------------------------------------------------- */
+
+typedef struct dt_sampler dt_sampler_t;
+
+/* A sampler over `ds` (which must outlive it).  global_batch G is in
+ * sequences; it must be a multiple of micro_batch.  Fails with DT_ERR_DATA
+ * when the file holds no full sequence of seq_len + 1 tokens.  A sampler
+ * caches permutations: use one per thread. */
+int dt_sampler_init(dt_sampler_t **out, const dt_dataset_t *ds,
+                    uint32_t seq_len, uint32_t micro_batch,
+                    uint32_t global_batch, uint64_t seed, int shuffle);
+void dt_sampler_free(dt_sampler_t *s);
+
+/* Sequences in one epoch. */
+uint64_t dt_sampler_n_seq(const dt_sampler_t *s);
+/* The epoch step `step` starts in. */
+uint64_t dt_sampler_epoch(const dt_sampler_t *s, uint64_t step);
+/* Micro-steps per step for `dp_size` ranks: G / (micro_batch * dp_size),
+ * or 0 when that does not divide (dt_sampler_fill then explains why). */
+uint32_t dt_sampler_grad_accum(const dt_sampler_t *s, uint32_t dp_size);
+
+/* The micro-batch of rank `dp_rank` of `dp_size` at micro-step `micro` of
+ * step `step`: tokens widened to int32.  DT_ERR_INVALID when G is not a
+ * multiple of micro_batch * dp_size or micro/rank are out of range. */
+int dt_sampler_fill(dt_sampler_t *s, uint64_t step, uint32_t micro,
+                    uint32_t dp_rank, uint32_t dp_size,
+                    int32_t *inputs /* (B, T) */,
+                    int32_t *targets /* (B, T) */);
+
+/* ---- evaluation ------------------------------------------------------ */
+
+/* Evaluation walks a (validation) file in order, without shuffling:
+ * eval batch i of rank r takes sequences [(i*dp_size + r)*B, +B), so all
+ * ranks together cover (i*dp_size)*B .. and every rank sees the same number
+ * of batches.  Number of such full batches (0 when the file is too small
+ * for even one; check before use). */
+uint64_t dt_data_eval_batches(const dt_dataset_t *ds, uint32_t seq_len,
+                              uint32_t micro_batch, uint32_t dp_size);
+int dt_data_eval_fill(const dt_dataset_t *ds, uint32_t seq_len,
+                      uint32_t micro_batch, uint64_t batch, uint32_t dp_rank,
+                      uint32_t dp_size, int32_t *inputs /* (B, T) */,
+                      int32_t *targets /* (B, T) */);
+
+#endif /* DT_ENGINE_DATA_H */

@@ -1,0 +1,537 @@
+/*
+ * core/model/gpt2.c - the GPT-2 family as units: embedding, one unit per
+ * transformer block, head (final layernorm; the LM head is tied to the
+ * embedding's wte and re-uses unit 0).  Forward and backward follow llm.c's
+ * train_gpt2.c, built from the device kernel table, with per-block
+ * activation checkpointing (recompute the block in backward).
+ *
+ * Checked against tests/reference/gpt2_ref.py (float64 numpy) by
+ * tests/unit/test_gpt2_oracle.c: loss, logits and every gradient.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_arch.h"
+#include "util/error.h"
+
+/* Tensors of each unit, in their order in the unit's flat buffer. */
+enum { WTE, WPE };
+enum { LN1W, LN1B, ATTW, ATTB, PROJW, PROJB, LN2W, LN2B, FCW, FCB, FCPW, FCPB, NBLOCK };
+enum { LNFW, LNFB };
+
+/* Activations of one block: what its backward reads (kept per block, or
+ * recomputed into shared scratch when checkpointed), and the two
+ * projections that only feed a residual add, which every block shares. */
+typedef struct block_acts {
+    float *ln1, *ln1_mean, *ln1_rstd; /* (B,T,C) (B,T) (B,T) */
+    float *qkv;                       /* (B,T,3C) */
+    float *atty;                      /* (B,T,C) */
+    float *att;                       /* (B,NH,T,T) */
+    float *res2;                      /* (B,T,C) */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (B,T,C) (B,T) (B,T) */
+    float *fch, *fch_gelu;            /* (B,T,4C) */
+    float *attproj, *fcproj;          /* (B,T,C) shared, forward only */
+} block_acts_t;
+
+typedef struct gpt2 {
+    dt_gpt2_shape_t s;
+    float **x;            /* L+1 residual streams (B,T,C): x[0] embeddings */
+    block_acts_t *acts;   /* per block; checkpointed blocks share `scratch` */
+    block_acts_t scratch; /* for checkpointed blocks and recompute */
+    float *attproj, *fcproj;          /* (B,T,C) every block's */
+    float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C) (B,T) (B,T) */
+    /* gradient scratch */
+    float *dx, *dbuf_c, *dbuf_c2;     /* (B,T,C) */
+    float *dqkv;                      /* (B,T,3C) */
+    float *dfch, *dfch_gelu;          /* (B,T,4C) */
+    float *dlogits;                   /* (B,T,V) */
+} gpt2_t;
+
+static gpt2_t *G(const dt_model_t *m) { return m->arch_state; }
+
+uint64_t dt_gpt2_param_count(const dt_gpt2_shape_t *s)
+{
+    uint64_t C = (uint64_t)s->n_embd;
+    uint64_t block = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C +
+                     4 * C * C + C;
+    return (uint64_t)s->vocab_size * C + (uint64_t)s->context * C +
+           (uint64_t)s->n_layer * block + 2 * C;
+}
+
+const dt_gpt2_shape_t *dt_model_gpt2_shape(const dt_model_t *m)
+{
+    return m->arch == &dt_model_arch_gpt2 ? &G(m)->s : NULL;
+}
+
+/* ---- description ---- */
+
+static const struct {
+    const char *name;
+    dt_gpt2_shape_t s;
+} presets[] = {
+    {"gpt2-tiny", {2, 4, 128, 256, 64}},
+    {"gpt2-small", {4, 4, 256, 256, 128}},
+    {"gpt2-124m", {12, 12, 768, 50257, 1024}},
+    {"gpt2-350m", {24, 16, 1024, 50257, 1024}},
+    {"gpt2-774m", {36, 20, 1280, 50257, 1024}},
+    {"gpt2-1558m", {48, 25, 1600, 50257, 1024}},
+};
+
+int dt_gpt2_preset(const char *name, dt_gpt2_shape_t *out)
+{
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (strcmp(name, presets[i].name) == 0) {
+            *out = presets[i].s;
+            return DT_OK;
+        }
+    return DT_ERR_NOT_FOUND;
+}
+
+static int read_shape(dt_config_t *cfg, dt_gpt2_shape_t *s)
+{
+    const char *preset;
+    int rc = dt_config_get_string(cfg, "model.preset", &preset);
+    if (rc)
+        return rc;
+    static const char *keys[] = {"model.n_layer", "model.n_head", "model.n_embd",
+                                 "model.vocab_size", "model.context"};
+    int64_t *dst[] = {&s->n_layer, &s->n_head, &s->n_embd, &s->vocab_size, &s->context};
+    const dt_gpt2_shape_t *p = NULL;
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (strcmp(preset, presets[i].name) == 0)
+            p = &presets[i].s;
+    const int64_t pv[] = {p ? p->n_layer : 0, p ? p->n_head : 0, p ? p->n_embd : 0,
+                          p ? p->vocab_size : 0, p ? p->context : 0};
+    for (int i = 0; i < 5; i++) {
+        if ((rc = dt_config_get_int(cfg, keys[i], dst[i])))
+            return rc;
+        /* A preset supplies every shape key the user did not write. */
+        if (p && dt_config_origin(cfg, keys[i]) == DT_ORIGIN_DEFAULT) {
+            *dst[i] = pv[i];
+            dt_config_set_int(cfg, keys[i], pv[i], DT_ORIGIN_DERIVED);
+        }
+    }
+    if (s->n_embd % s->n_head != 0)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "%s: [model] n_embd = %lld is not divisible by n_head = %lld",
+                          dt_model_cfg_name(cfg), (long long)s->n_embd, (long long)s->n_head);
+    return dt_model_check_vocab(cfg, s->vocab_size);
+}
+
+static int gpt2_create(dt_model_t *m, dt_config_t *cfg)
+{
+    gpt2_t *g = calloc(1, sizeof *g);
+    if (!g)
+        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    m->arch_state = g;
+    int rc = read_shape(cfg, &g->s);
+    if (rc)
+        return rc;
+    const int64_t L = g->s.n_layer, C = g->s.n_embd, V = g->s.vocab_size, maxT = g->s.context;
+    dt_model_add_key(m, "n_layer", L);
+    dt_model_add_key(m, "n_head", g->s.n_head);
+    dt_model_add_key(m, "n_embd", C);
+    dt_model_add_key(m, "vocab_size", V);
+    dt_model_add_key(m, "context", maxT);
+    m->info.vocab_size = V;
+    m->info.context = maxT;
+
+    if ((rc = dt_model_alloc_units(m, (uint32_t)L + 2)) ||
+        (rc = dt_model_name_unit(m, 0, "embedding")) ||
+        (rc = dt_model_add_param(m, 0, "wte.weight", 2, V, C, DT_TENSOR_EMBED, 0.02)) ||
+        (rc = dt_model_add_param(m, 0, "wpe.weight", 2, maxT, C, DT_TENSOR_EMBED, 0.02)))
+        return rc;
+    /* GPT-2's scaled init of the projections into the residual stream */
+    const double resid_std = 0.02 / sqrt(2.0 * (double)L);
+    static const struct {
+        const char *suffix;
+        int ndim;
+        int64_t r, c; /* multiples of C (c == 0: 1-D) */
+        int kind;
+        int resid;
+    } t[NBLOCK] = {
+        {"ln_1.weight", 1, 1, 0, DT_TENSOR_NORM, 0},
+        {"ln_1.bias", 1, 1, 0, DT_TENSOR_BIAS, 0},
+        {"attn.c_attn.weight", 2, 3, 1, DT_TENSOR_MATRIX, 0},
+        {"attn.c_attn.bias", 1, 3, 0, DT_TENSOR_BIAS, 0},
+        {"attn.c_proj.weight", 2, 1, 1, DT_TENSOR_MATRIX, 1},
+        {"attn.c_proj.bias", 1, 1, 0, DT_TENSOR_BIAS, 0},
+        {"ln_2.weight", 1, 1, 0, DT_TENSOR_NORM, 0},
+        {"ln_2.bias", 1, 1, 0, DT_TENSOR_BIAS, 0},
+        {"mlp.c_fc.weight", 2, 4, 1, DT_TENSOR_MATRIX, 0},
+        {"mlp.c_fc.bias", 1, 4, 0, DT_TENSOR_BIAS, 0},
+        {"mlp.c_proj.weight", 2, 1, 4, DT_TENSOR_MATRIX, 1},
+        {"mlp.c_proj.bias", 1, 1, 0, DT_TENSOR_BIAS, 0},
+    };
+    for (int64_t l = 0; l < L; l++) {
+        const uint32_t u = (uint32_t)l + 1;
+        char nm[96];
+        snprintf(nm, sizeof nm, "block.%lld", (long long)l);
+        if ((rc = dt_model_name_unit(m, u, nm)))
+            return rc;
+        for (int k = 0; k < NBLOCK; k++) {
+            snprintf(nm, sizeof nm, "h.%lld.%s", (long long)l, t[k].suffix);
+            if ((rc = dt_model_add_param(m, u, nm, t[k].ndim, t[k].r * C, t[k].c * C, t[k].kind,
+                                         t[k].resid ? resid_std : 0.02)))
+                return rc;
+        }
+    }
+    const uint32_t head = (uint32_t)L + 1;
+    if ((rc = dt_model_name_unit(m, head, "head")) ||
+        (rc = dt_model_add_param(m, head, "ln_f.weight", 1, C, 0, DT_TENSOR_NORM, 0)) ||
+        (rc = dt_model_add_param(m, head, "ln_f.bias", 1, C, 0, DT_TENSOR_BIAS, 0)))
+        return rc;
+    return DT_OK;
+}
+
+static void gpt2_free(dt_model_t *m)
+{
+    gpt2_t *g = G(m);
+    if (!g)
+        return;
+    free(g->x);
+    free(g->acts);
+    free(g);
+    m->arch_state = NULL;
+}
+
+/* ---- activations ---- */
+
+/* f32 elements of a block's kept activations (alloc_block's sizes):
+ * ln1, qkv, atty, res2, ln2, fch, fch_gelu are 15 (B,T,C)-sized, the
+ * norms' mean and rstd 4 (B,T), the attention probabilities (B,NH,T,T). */
+static double block_numel(double B, double T, double C, double NH)
+{
+    return 15.0 * B * T * C + 4.0 * B * T + B * NH * T * T;
+}
+
+static int alloc_block(dt_model_t *m, const dt_model_ctx_t *ctx, block_acts_t *a)
+{
+    const int64_t BT = m->B * m->T, C = G(m)->s.n_embd, NH = G(m)->s.n_head, T = m->T;
+    int rc;
+    if ((rc = dt_model_dalloc(m, ctx, BT * C, 4, &a->ln1)) ||
+        (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln1_mean)) ||
+        (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln1_rstd)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * 3 * C, 4, &a->qkv)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * C, 4, &a->atty)) ||
+        (rc = dt_model_dalloc(m, ctx, m->B * NH * T * T, 4, &a->att)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * C, 4, &a->res2)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * C, 4, &a->ln2)) ||
+        (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln2_mean)) ||
+        (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln2_rstd)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, 4, &a->fch)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, 4, &a->fch_gelu)))
+        return rc;
+    a->attproj = G(m)->attproj;
+    a->fcproj = G(m)->fcproj;
+    return DT_OK;
+}
+
+/* Unit u keeps its output: x[0] for the embedding, x[l+1] for block l
+ * (the next unit's input, read by its backward); a block not checkpointed
+ * also keeps its intermediates; the head keeps ln_f's output and
+ * statistics and the probabilities (the loss backward reads them).  All
+ * else is workspace. */
+static void gpt2_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *unit,
+                           double *ws)
+{
+    const gpt2_t *g = G(m);
+    const double B = (double)B_, T = (double)T_, BT = B * T, C = (double)g->s.n_embd,
+                 NH = (double)g->s.n_head, V = (double)g->s.vocab_size;
+    const int64_t L = g->s.n_layer;
+    const double block = 4.0 * block_numel(B, T, C, NH);
+    int any_ckpt = 0;
+    unit[0] += 4.0 * BT * C;
+    for (int64_t l = 0; l < L; l++) {
+        unit[l + 1] += 4.0 * BT * C;
+        if (dt_model_is_ckpt(m, l))
+            any_ckpt = 1;
+        else
+            unit[l + 1] += block;
+    }
+    unit[L + 1] += 4.0 * (BT * C + 2.0 * BT + BT * V);
+    /* recompute scratch, the shared projections, logits and losses, and
+     * the gradient scratch: dx dbuf_c dbuf_c2 (C), dqkv (3C), dfch
+     * dfch_gelu (4C), dlogits (V) */
+    *ws += (any_ckpt ? block : 0.0) + 4.0 * (2.0 * BT * C + BT * V + BT) +
+           4.0 * (BT * C * (3.0 + 3.0 + 8.0) + BT * V);
+}
+
+static int gpt2_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
+{
+    gpt2_t *g = G(m);
+    const int64_t L = g->s.n_layer, C = g->s.n_embd, V = g->s.vocab_size, BT = m->B * m->T;
+    const uint32_t head = (uint32_t)L + 1;
+    g->x = calloc((size_t)L + 1, sizeof *g->x);
+    g->acts = calloc((size_t)L, sizeof *g->acts);
+    if (!g->x || !g->acts)
+        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    int rc;
+    m->act_owner = DT_ACT_WORKSPACE;
+    if ((rc = dt_model_dalloc(m, ctx, BT * C, 4, &g->attproj)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * C, 4, &g->fcproj)))
+        return rc;
+    for (int64_t l = 0; l <= L; l++) {
+        m->act_owner = (uint32_t)l; /* x[l] is unit l's output */
+        if ((rc = dt_model_dalloc(m, ctx, BT * C, 4, &g->x[l])))
+            return rc;
+    }
+    int need_scratch = 0;
+    for (int64_t l = 0; l < L; l++) {
+        if (dt_model_is_ckpt(m, l)) {
+            need_scratch = 1;
+            continue;
+        }
+        m->act_owner = (uint32_t)l + 1;
+        if ((rc = alloc_block(m, ctx, &g->acts[l])))
+            return rc;
+    }
+    m->act_owner = DT_ACT_WORKSPACE;
+    if (need_scratch && (rc = alloc_block(m, ctx, &g->scratch)))
+        return rc;
+    for (int64_t l = 0; l < L; l++)
+        if (dt_model_is_ckpt(m, l))
+            g->acts[l] = g->scratch;
+    m->act_owner = head;
+    if ((rc = dt_model_dalloc(m, ctx, BT * C, 4, &g->lnf)) ||
+        (rc = dt_model_dalloc(m, ctx, BT, 4, &g->lnf_mean)) ||
+        (rc = dt_model_dalloc(m, ctx, BT, 4, &g->lnf_rstd)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * V, 4, &m->probs)))
+        return rc;
+    m->act_owner = DT_ACT_WORKSPACE;
+    if ((rc = dt_model_dalloc(m, ctx, BT * V, 4, &m->logits)) ||
+        (rc = dt_model_dalloc(m, ctx, BT, 4, &m->losses)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * C, 4, &g->dx)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * C, 4, &g->dbuf_c)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * C, 4, &g->dbuf_c2)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * 3 * C, 4, &g->dqkv)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, 4, &g->dfch)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, 4, &g->dfch_gelu)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * V, 4, &g->dlogits)))
+        return rc;
+    return DT_OK;
+}
+
+static double gpt2_flops_per_token(const dt_model_t *m, int64_t T)
+{
+    /* 6 FLOPs per parameter per token (fwd 2 + bwd 4, the tied head counted
+     * once through wte) plus attention's 6 * L * T * C (PaLM appendix B). */
+    const dt_gpt2_shape_t *s = &G(m)->s;
+    double N = (double)dt_gpt2_param_count(s) - (double)s->context * (double)s->n_embd;
+    return 6.0 * N + 6.0 * (double)s->n_layer * (double)T * (double)s->n_embd;
+}
+
+/* ---- forward / backward ---- */
+
+#define K (ctx->dev_ops)
+#define D ctx->dev, ctx->stream
+
+/* What dt_model_find_nonfinite calls each kernel output of block l:
+ * "activation h.<l><tensor>", "<verb> h.<l><op>".  The attention
+ * probabilities are not probed: the entries above the diagonal are
+ * unspecified by the kernel contract, and a NaN in the rest reaches the
+ * weighted values, which are. */
+enum { P_LN1, P_QKV, P_ATTY, P_ATTPROJ, P_RES2, P_LN2, P_FCH, P_GELU, P_FCPROJ, P_OUT };
+static const struct {
+    const char *tensor, *verb, *op;
+} block_probe[] = {
+    [P_LN1] = {".ln_1 output", "the forward of", ".ln_1"},
+    [P_QKV] = {".attn.c_attn output", "the forward of", ".attn.c_attn"},
+    [P_ATTY] = {".attn weighted values", "the forward of", ".attn (causal softmax attention)"},
+    [P_ATTPROJ] = {".attn output", "the forward of", ".attn.c_proj"},
+    [P_RES2] = {" residual stream after attn", "the residual add of", ".attn"},
+    [P_LN2] = {".ln_2 output", "the forward of", ".ln_2"},
+    [P_FCH] = {".mlp.c_fc output", "the forward of", ".mlp.c_fc"},
+    [P_GELU] = {".mlp.gelu output", "the forward of", ".mlp.gelu"},
+    [P_FCPROJ] = {".mlp output", "the forward of", ".mlp.c_proj"},
+    [P_OUT] = {" output (residual stream after the block)", "the residual add of", ".mlp"},
+};
+
+static int probe_block(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l, int which,
+                       const float *x, int64_t n)
+{
+    if (!dt_model_probing(m))
+        return DT_OK;
+    char what[128], after[128];
+    snprintf(what, sizeof what, "activation h.%lld%s", (long long)l, block_probe[which].tensor);
+    snprintf(after, sizeof after, "%s h.%lld%s", block_probe[which].verb, (long long)l,
+             block_probe[which].op);
+    return dt_model_probe(m, ctx, what, (uint32_t)l + 1, after, x, DT_F32, (uint64_t)n);
+}
+
+/* Forward of block l with parameters `v`, input x, output `out`. */
+static int block_forward(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l,
+                         const dt_unit_view_t *v, const float *x, block_acts_t *a, float *out)
+{
+    const gpt2_t *g = G(m);
+    const int64_t B = m->B, T = m->T, C = g->s.n_embd, NH = g->s.n_head, BT = B * T;
+    const int wd = m->wdtype;
+    DT_TRY(K->layernorm_forward(D, a->ln1, a->ln1_mean, a->ln1_rstd, x, v->f[LN1W], v->f[LN1B],
+                                BT, C));
+    DT_TRY(probe_block(m, ctx, l, P_LN1, a->ln1, BT * C));
+    DT_TRY(K->matmul_forward(D, a->qkv, a->ln1, v->w[ATTW], v->f[ATTB], wd, BT, C, 3 * C));
+    DT_TRY(probe_block(m, ctx, l, P_QKV, a->qkv, BT * 3 * C));
+    DT_TRY(K->attention_forward(D, a->atty, a->att, a->qkv, B, T, C, NH));
+    DT_TRY(probe_block(m, ctx, l, P_ATTY, a->atty, BT * C));
+    DT_TRY(K->matmul_forward(D, a->attproj, a->atty, v->w[PROJW], v->f[PROJB], wd, BT, C, C));
+    DT_TRY(probe_block(m, ctx, l, P_ATTPROJ, a->attproj, BT * C));
+    DT_TRY(K->residual_forward(D, a->res2, x, a->attproj, BT * C));
+    DT_TRY(probe_block(m, ctx, l, P_RES2, a->res2, BT * C));
+    DT_TRY(K->layernorm_forward(D, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, v->f[LN2W],
+                                v->f[LN2B], BT, C));
+    DT_TRY(probe_block(m, ctx, l, P_LN2, a->ln2, BT * C));
+    DT_TRY(K->matmul_forward(D, a->fch, a->ln2, v->w[FCW], v->f[FCB], wd, BT, C, 4 * C));
+    DT_TRY(probe_block(m, ctx, l, P_FCH, a->fch, BT * 4 * C));
+    DT_TRY(K->gelu_forward(D, a->fch_gelu, a->fch, BT * 4 * C));
+    DT_TRY(probe_block(m, ctx, l, P_GELU, a->fch_gelu, BT * 4 * C));
+    DT_TRY(K->matmul_forward(D, a->fcproj, a->fch_gelu, v->w[FCPW], v->f[FCPB], wd, BT, 4 * C,
+                             C));
+    DT_TRY(probe_block(m, ctx, l, P_FCPROJ, a->fcproj, BT * C));
+    DT_TRY(K->residual_forward(D, out, a->res2, a->fcproj, BT * C));
+    DT_TRY(probe_block(m, ctx, l, P_OUT, out, BT * C));
+    return DT_OK;
+}
+
+/* Backward of a block: g->dx holds d(out) on entry and d(x) on return;
+ * `gr` is the unit's flat gradient (offsets as in the description). */
+static int block_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_unit_view_t *v,
+                          float *gr, const uint64_t *o, const float *x, const block_acts_t *a)
+{
+    gpt2_t *g = G(m);
+    const int64_t B = m->B, T = m->T, C = g->s.n_embd, NH = g->s.n_head, BT = B * T;
+    const int wd = m->wdtype;
+    float *dx = g->dx;
+    /* fcproj: out = res2 + fcproj, so d(fcproj) = d(res2) partial = dx */
+    DT_TRY(K->memset_async(ctx->dev, g->dfch_gelu, 0, (uint64_t)BT * 4 * C * 4, ctx->stream));
+    DT_TRY(K->matmul_backward(D, g->dfch_gelu, gr + o[FCPW], gr + o[FCPB], dx, a->fch_gelu,
+                              v->w[FCPW], wd, BT, 4 * C, C));
+    DT_TRY(K->memset_async(ctx->dev, g->dfch, 0, (uint64_t)BT * 4 * C * 4, ctx->stream));
+    DT_TRY(K->gelu_backward(D, g->dfch, a->fch, g->dfch_gelu, BT * 4 * C));
+    DT_TRY(K->memset_async(ctx->dev, g->dbuf_c, 0, (uint64_t)BT * C * 4, ctx->stream));
+    DT_TRY(K->matmul_backward(D, g->dbuf_c, gr + o[FCW], gr + o[FCB], g->dfch, a->ln2, v->w[FCW],
+                              wd, BT, C, 4 * C));
+    /* dx becomes d(res2): the residual path plus the ln_2 path */
+    DT_TRY(K->layernorm_backward(D, dx, gr + o[LN2W], gr + o[LN2B], g->dbuf_c, a->res2,
+                                 v->f[LN2W], a->ln2_mean, a->ln2_rstd, BT, C));
+    DT_TRY(K->memset_async(ctx->dev, g->dbuf_c2, 0, (uint64_t)BT * C * 4, ctx->stream));
+    DT_TRY(K->matmul_backward(D, g->dbuf_c2, gr + o[PROJW], gr + o[PROJB], dx, a->atty,
+                              v->w[PROJW], wd, BT, C, C));
+    DT_TRY(K->memset_async(ctx->dev, g->dqkv, 0, (uint64_t)BT * 3 * C * 4, ctx->stream));
+    DT_TRY(K->attention_backward(D, g->dqkv, g->dbuf_c2, a->qkv, a->att, B, T, C, NH));
+    DT_TRY(K->memset_async(ctx->dev, g->dbuf_c, 0, (uint64_t)BT * C * 4, ctx->stream));
+    DT_TRY(K->matmul_backward(D, g->dbuf_c, gr + o[ATTW], gr + o[ATTB], g->dqkv, a->ln1,
+                              v->w[ATTW], wd, BT, C, 3 * C));
+    /* dx becomes d(x): the residual path plus the ln_1 path */
+    DT_TRY(K->layernorm_backward(D, dx, gr + o[LN1W], gr + o[LN1B], g->dbuf_c, x, v->f[LN1W],
+                                 a->ln1_mean, a->ln1_rstd, BT, C));
+    return DT_OK;
+}
+
+static int gpt2_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_v1_t *h)
+{
+    gpt2_t *g = G(m);
+    const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = g->s.vocab_size, BT = B * T;
+    const uint32_t L = (uint32_t)g->s.n_layer, head = L + 1;
+    dt_unit_buffers_v1_t b0 = {.struct_size = sizeof b0}, bl = {.struct_size = sizeof bl},
+                         bh = {.struct_size = sizeof bh};
+    dt_unit_view_t v0, vl, vh;
+
+    DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b0));
+    DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 1, &v0), "forward", 0);
+    DT_TRY_UNIT(K->embedding_forward(D, g->x[0], m->tokens, v0.f[WTE], v0.f[WPE], B, T, C),
+                "forward", 0);
+    DT_TRY(dt_model_probe(m, ctx, "activation embedding output", 0,
+                          "the forward of wte.weight + wpe.weight", g->x[0], DT_F32,
+                          (uint64_t)(BT * C)));
+    DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
+    for (uint32_t l = 0; l < L; l++) {
+        DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, l + 1, 0, &bl));
+        DT_TRY_UNIT(dt_model_view(m, ctx, l + 1, bl.params, 1, &vl), "forward", l + 1);
+        DT_TRY_UNIT(block_forward(m, ctx, l, &vl, g->x[l], &g->acts[l], g->x[l + 1]), "forward",
+                    l + 1);
+        DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, l + 1, 0, NULL));
+    }
+    /* the head, and unit 0 again for the tied LM head (matmul only) */
+    DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, head, 0, &bh));
+    DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b0));
+    DT_TRY_UNIT(dt_model_view(m, ctx, head, bh.params, 1, &vh), "forward", head);
+    DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 0, &v0), "forward", head);
+    DT_TRY_UNIT(K->layernorm_forward(D, g->lnf, g->lnf_mean, g->lnf_rstd, g->x[L], vh.f[LNFW],
+                                     vh.f[LNFB], BT, C),
+                "forward", head);
+    DT_TRY(dt_model_probe(m, ctx, "activation ln_f output", head, "the forward of ln_f", g->lnf,
+                          DT_F32, (uint64_t)(BT * C)));
+    DT_TRY_UNIT(K->matmul_forward(D, m->logits, g->lnf, v0.w[WTE], NULL, m->wdtype, BT, C, V),
+                "forward", head);
+    DT_TRY(dt_model_probe(m, ctx, "logits", head,
+                          "the forward of the LM head (ln_f output @ wte.weight^T)", m->logits,
+                          DT_F32, (uint64_t)(BT * V)));
+    DT_TRY(dt_model_loss_forward(m, ctx, head));
+    DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
+    DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, head, 0, NULL));
+    return DT_OK;
+}
+
+static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_v1_t *h,
+                         float loss_scale)
+{
+    gpt2_t *g = G(m);
+    const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = g->s.vocab_size, BT = B * T;
+    const uint32_t L = (uint32_t)g->s.n_layer, head = L + 1;
+    dt_unit_buffers_v1_t b0 = {.struct_size = sizeof b0}, bl = {.struct_size = sizeof bl},
+                         bh = {.struct_size = sizeof bh};
+    dt_unit_view_t v0, vl, vh;
+
+    /* head first (it also feeds wte's gradient), then the blocks, then the
+     * embedding, whose post_backward ends unit 0's gradient */
+    DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, head, 0, &bh));
+    DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, 0, 0, &b0));
+    DT_TRY_UNIT(dt_model_view(m, ctx, head, bh.params, 1, &vh), "backward", head);
+    DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 0, &v0), "backward", head);
+    DT_TRY(dt_model_loss_backward(m, ctx, head, g->dlogits, loss_scale));
+    DT_TRY_UNIT(K->memset_async(ctx->dev, g->dbuf_c, 0, (uint64_t)BT * C * 4, ctx->stream),
+                "backward", head);
+    DT_TRY_UNIT(K->matmul_backward(D, g->dbuf_c, b0.grads, NULL, g->dlogits, g->lnf, v0.w[WTE],
+                                   m->wdtype, BT, C, V),
+                "backward", head);
+    DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 0, NULL));
+    DT_TRY_UNIT(K->memset_async(ctx->dev, g->dx, 0, (uint64_t)BT * C * 4, ctx->stream),
+                "backward", head);
+    DT_TRY_UNIT(K->layernorm_backward(D, g->dx, bh.grads, bh.grads + C, g->dbuf_c, g->x[L],
+                                      vh.f[LNFW], g->lnf_mean, g->lnf_rstd, BT, C),
+                "backward", head);
+    DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
+    uint64_t o[NBLOCK];
+    for (uint32_t l = L; l-- > 0;) {
+        const dt_unit_desc_v1_t *ud = &m->desc.units[l + 1];
+        for (int k = 0; k < NBLOCK; k++)
+            o[k] = ud->params[k].offset;
+        DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, l + 1, 0, &bl));
+        DT_TRY_UNIT(dt_model_view(m, ctx, l + 1, bl.params, 1, &vl), "backward", l + 1);
+        if (dt_model_is_ckpt(m, l)) /* recompute this block's activations into scratch */
+            DT_TRY_UNIT(block_forward(m, ctx, l, &vl, g->x[l], &g->scratch, g->dbuf_c2),
+                        "recompute", l + 1);
+        DT_TRY_UNIT(block_backward(m, ctx, &vl, bl.grads, o, g->x[l], &g->acts[l]), "backward",
+                    l + 1);
+        DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, l + 1, 1, NULL));
+    }
+    DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, 0, 0, &b0));
+    DT_TRY_UNIT(K->embedding_backward(D, b0.grads, b0.grads + m->desc.units[0].params[WPE].offset,
+                                      g->dx, m->tokens, B, T, C),
+                "backward", 0);
+    DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 1, NULL));
+    return DT_OK;
+}
+
+const dt_model_arch_t dt_model_arch_gpt2 = {
+    .name = "gpt2",
+    .create = gpt2_create,
+    .act_bytes = gpt2_act_bytes,
+    .alloc_acts = gpt2_alloc_acts,
+    .forward = gpt2_forward,
+    .backward = gpt2_backward,
+    .flops_per_token = gpt2_flops_per_token,
+    .free = gpt2_free,
+};

@@ -1,0 +1,671 @@
+/*
+ * core/model/model.c - the part of every model that does not depend on its
+ * architecture: [model] config dispatch, the unit/tensor description
+ * builder, deterministic initialisation, device allocations, strategy hook
+ * calls, the f32 views of bf16 parameters, and the micro-step around an
+ * arch's forward and backward (token checks, copies, the mean loss).
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_arch.h"
+#include "util/error.h"
+
+const char *dt_model_cfg_name(const dt_config_t *cfg)
+{
+    const char *p = dt_config_path(cfg);
+    return p && p[0] ? p : "config";
+}
+
+int dt_model_check_vocab(const dt_config_t *cfg, int64_t vocab_size)
+{
+    if (vocab_size > 65536) /* token files hold uint16 tokens */
+        return dt_err_set(DT_ERR_CONFIG,
+                          "%s: [model] vocab_size = %lld exceeds 65536, the largest "
+                          "vocabulary uint16 token files can address",
+                          dt_model_cfg_name(cfg), (long long)vocab_size);
+    return DT_OK;
+}
+
+static const dt_model_arch_t *const archs[] = {&dt_model_arch_gpt2, &dt_model_arch_mlp};
+
+/* [model] keys that only one arch reads: setting one for another arch is
+ * an error, so a config never carries a value that silently does nothing. */
+static const struct {
+    const char *key, *arch;
+} arch_keys[] = {
+    {"preset", "gpt2"},  {"n_layer", "gpt2"},    {"n_head", "gpt2"},
+    {"n_embd", "gpt2"},  {"context", "gpt2"},    {"mlp_in", "mlp"},
+    {"mlp_hidden", "mlp"}, {"mlp_layers", "mlp"},
+};
+
+static int check_arch_keys(dt_config_t *cfg, const char *arch)
+{
+    for (size_t i = 0; i < sizeof arch_keys / sizeof arch_keys[0]; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "model.%s", arch_keys[i].key);
+        dt_origin_t o = dt_config_origin(cfg, path);
+        if (strcmp(arch_keys[i].arch, arch) != 0 &&
+            (o == DT_ORIGIN_FILE || o == DT_ORIGIN_CLI))
+            return dt_err_set(DT_ERR_CONFIG,
+                              "%s: [model] %s is set (%s) but only arch = \"%s\" reads it; "
+                              "this model is arch = \"%s\"",
+                              dt_model_cfg_name(cfg), arch_keys[i].key,
+                              o == DT_ORIGIN_CLI ? "--set" : "in the file", arch_keys[i].arch,
+                              arch);
+    }
+    return DT_OK;
+}
+
+int dt_model_create(dt_config_t *cfg, dt_model_t **out)
+{
+    const char *arch, *dtype, *ckpt;
+    int rc;
+    if ((rc = dt_config_get_string(cfg, "model.arch", &arch)) ||
+        (rc = dt_config_get_string(cfg, "model.dtype", &dtype)) ||
+        (rc = dt_config_get_string(cfg, "model.activation_checkpointing", &ckpt)))
+        return rc;
+    const dt_model_arch_t *a = NULL;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (strcmp(arch, archs[i]->name) == 0)
+            a = archs[i];
+    if (!a) /* the schema's choices and this table disagree */
+        return dt_err_set(DT_ERR_CONFIG, "%s: [model] arch = \"%s\" has no implementation",
+                          dt_model_cfg_name(cfg), arch);
+    if ((rc = check_arch_keys(cfg, arch)))
+        return rc;
+    dt_model_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    m->arch = a;
+    m->desc.struct_size = sizeof m->desc;
+    m->desc.arch = a->name;
+    m->info.arch = a->name;
+    if (strcmp(dtype, "fp32") == 0) {
+        m->wdtype = DT_F32;
+        m->info.dtype = "fp32";
+    } else if (strcmp(dtype, "bf16") == 0) {
+        m->wdtype = DT_BF16;
+        m->info.dtype = "bf16";
+    } else {
+        rc = dt_err_set(DT_ERR_CONFIG, "%s: [model] dtype = \"%s\": fp32 or bf16",
+                        dt_model_cfg_name(cfg), dtype);
+        goto fail;
+    }
+    m->desc.param_dtype = m->wdtype;
+    m->ckpt_mode = strcmp(ckpt, "all") == 0     ? DT_CKPT_ALL
+                   : strcmp(ckpt, "every") == 0 ? DT_CKPT_EVERY
+                                                : DT_CKPT_NONE;
+    if ((rc = dt_config_get_int(cfg, "model.checkpoint_every", &m->ckpt_every)) ||
+        (rc = a->create(m, cfg)))
+        goto fail;
+    for (uint32_t u = 0; u < m->desc.n_units; u++) {
+        const dt_unit_desc_v1_t *ud = &m->desc.units[u];
+        if (!ud->name) {
+            rc = dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+            goto fail;
+        }
+        m->desc.numel += ud->numel;
+        uint64_t v = 0;
+        for (uint32_t k = 0; k < ud->n_params; k++)
+            if (m->extra[u][k].kind != DT_TENSOR_MATRIX)
+                v += ud->params[k].numel;
+        if (v > m->view_numel)
+            m->view_numel = v;
+    }
+    *out = m;
+    return DT_OK;
+fail:
+    dt_model_free(m, NULL);
+    return rc;
+}
+
+void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->n_allocs; i++)
+        if (ctx)
+            ctx->dev_ops->free(ctx->dev, m->allocs[i]);
+    free(m->allocs);
+    free(m->act_got);
+    free(m->host_losses);
+    if (m->arch->free)
+        m->arch->free(m);
+    for (uint32_t i = 0; m->desc.units && i < m->desc.n_units; i++) {
+        dt_unit_desc_v1_t *u = &m->desc.units[i];
+        for (uint32_t k = 0; k < u->n_params; k++)
+            free((char *)u->params[k].name);
+        free(u->params);
+        free((char *)u->name);
+        if (m->extra)
+            free(m->extra[i]);
+    }
+    free(m->extra);
+    free(m->desc.units);
+    free(m);
+}
+
+dt_model_desc_v1_t *dt_model_desc(dt_model_t *m) { return &m->desc; }
+const dt_model_info_t *dt_model_info(const dt_model_t *m) { return &m->info; }
+const float *dt_model_logits(const dt_model_t *m) { return m->logits; }
+
+double dt_model_flops_per_token(const dt_model_t *m, int64_t T)
+{
+    return m->arch->flops_per_token(m, T);
+}
+
+/* ---- describing ---- */
+
+int dt_model_alloc_units(dt_model_t *m, uint32_t n)
+{
+    m->desc.units = calloc(n, sizeof *m->desc.units);
+    m->extra = calloc(n, sizeof *m->extra);
+    if (!m->desc.units || !m->extra)
+        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    m->desc.n_units = n;
+    for (uint32_t i = 0; i < n; i++) {
+        dt_unit_desc_v1_t *u = &m->desc.units[i];
+        u->index = i;
+        u->params = calloc(DT_MODEL_MAX_PARAMS, sizeof *u->params);
+        m->extra[i] = calloc(DT_MODEL_MAX_PARAMS, sizeof *m->extra[i]);
+        if (!u->params || !m->extra[i])
+            return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    }
+    return DT_OK;
+}
+
+int dt_model_name_unit(dt_model_t *m, uint32_t unit, const char *name)
+{
+    if (!(m->desc.units[unit].name = strdup(name)))
+        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    return DT_OK;
+}
+
+int dt_model_add_param(dt_model_t *m, uint32_t unit, const char *name, int ndim, int64_t d0,
+                       int64_t d1, int kind, double std)
+{
+    dt_unit_desc_v1_t *u = &m->desc.units[unit];
+    if (u->n_params == DT_MODEL_MAX_PARAMS) /* a programming error in an arch */
+        return dt_err_set(DT_ERR_INVALID, "model: unit %u has more than %d tensors", unit,
+                          DT_MODEL_MAX_PARAMS);
+    uint32_t k = u->n_params;
+    dt_param_desc_v1_t *p = &u->params[k];
+    memset(p, 0, sizeof *p);
+    if (!(p->name = strdup(name)))
+        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    u->n_params++;
+    p->offset = u->numel;
+    p->ndim = ndim;
+    p->shape[0] = d0;
+    p->shape[1] = ndim > 1 ? d1 : 0;
+    p->numel = (uint64_t)d0 * (uint64_t)(ndim > 1 ? d1 : 1);
+    p->flags = kind == DT_TENSOR_BIAS || kind == DT_TENSOR_NORM ? DT_PARAM_NO_DECAY : 0u;
+    dt_tensor_extra_t *e = &m->extra[unit][k];
+    e->kind = kind;
+    e->std = std;
+    /* f32-read tensors sit compactly in the view, in unit order */
+    e->view_off = 0;
+    for (uint32_t j = 0; j < k; j++)
+        if (m->extra[unit][j].kind != DT_TENSOR_MATRIX)
+            e->view_off += u->params[j].numel;
+    u->numel += p->numel;
+    return DT_OK;
+}
+
+void dt_model_add_key(dt_model_t *m, const char *key, int64_t value)
+{
+    if (m->info.n_keys < DT_MODEL_MAX_KEYS)
+        m->info.keys[m->info.n_keys++] = (dt_model_key_t){key, value};
+}
+
+/* ---- deterministic initialisation ---- */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t hash_name(uint64_t seed, const char *s)
+{
+    uint64_t h = 1469598103934665603ull ^ seed;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+int dt_model_init_unit(const dt_model_t *m, uint32_t unit, uint64_t seed, float *out)
+{
+    if (unit >= m->desc.n_units)
+        return dt_err_set(DT_ERR_INVALID, "model: init of unit %u; the model has %u units",
+                          unit, m->desc.n_units);
+    const dt_unit_desc_v1_t *u = &m->desc.units[unit];
+    for (uint32_t k = 0; k < u->n_params; k++) {
+        const dt_param_desc_v1_t *p = &u->params[k];
+        const dt_tensor_extra_t *e = &m->extra[unit][k];
+        float *w = out + p->offset;
+        if (e->kind == DT_TENSOR_BIAS) {
+            memset(w, 0, p->numel * sizeof *w);
+            continue;
+        }
+        if (e->kind == DT_TENSOR_NORM) {
+            for (uint64_t i = 0; i < p->numel; i++)
+                w[i] = 1.0f;
+            continue;
+        }
+        uint64_t st = hash_name(seed, p->name);
+        for (uint64_t i = 0; i < p->numel; i += 2) {
+            /* Box-Muller on 53-bit uniforms in (0, 1] */
+            double u1 = ((double)(splitmix64(&st) >> 11) + 1.0) * 0x1.0p-53;
+            double u2 = (double)(splitmix64(&st) >> 11) * 0x1.0p-53;
+            double r = sqrt(-2.0 * log(u1));
+            w[i] = (float)(e->std * r * cos(2.0 * M_PI * u2));
+            if (i + 1 < p->numel)
+                w[i + 1] = (float)(e->std * r * sin(2.0 * M_PI * u2));
+        }
+    }
+    return DT_OK;
+}
+
+/* ---- running ---- */
+
+int dt_model_dalloc(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t n, size_t es, void *out)
+{
+    if (m->n_allocs == m->cap_allocs) {
+        size_t cap = m->cap_allocs ? 2 * m->cap_allocs : 64;
+        void **a = realloc(m->allocs, cap * sizeof *a);
+        if (!a)
+            return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+        m->allocs = a;
+        m->cap_allocs = cap;
+    }
+    void *p = NULL;
+    int rc = ctx->dev_ops->alloc(ctx->dev, (uint64_t)n * es, DT_TAG_ACTIVATIONS, &p);
+    if (rc)
+        return dt_err_context(rc, "allocating activations (%lld x %zu bytes)", (long long)n, es);
+    m->allocs[m->n_allocs++] = p;
+    if (m->act_got)
+        m->act_got[m->act_owner == DT_ACT_WORKSPACE ? m->desc.n_units : m->act_owner] +=
+            (uint64_t)n * es;
+    *(void **)out = p;
+    return DT_OK;
+}
+
+int dt_model_is_ckpt(const dt_model_t *m, int64_t l)
+{
+    if (m->ckpt_mode == DT_CKPT_ALL)
+        return 1;
+    if (m->ckpt_mode == DT_CKPT_EVERY)
+        return (l % m->ckpt_every) == 0;
+    return 0;
+}
+
+int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
+                  const dt_hook_v1_t *h, uint32_t unit, int last_use, dt_unit_buffers_v1_t *buf)
+{
+    static const char *names[] = {"pre_forward", "post_forward", "pre_backward", "post_backward"};
+    dt_hook_v1_t hk = *h;
+    hk.unit = unit;
+    hk.last_use = last_use;
+    const dt_strategy_ops_v1_t *s = ctx->strat_ops;
+    int rc;
+    switch (phase) {
+    case DT_PRE_FORWARD: rc = s->pre_forward(ctx->strat, &hk, buf); break;
+    case DT_POST_FORWARD: rc = s->post_forward(ctx->strat, &hk); break;
+    case DT_PRE_BACKWARD: rc = s->pre_backward(ctx->strat, &hk, buf); break;
+    default: rc = s->post_backward(ctx->strat, &hk); break;
+    }
+    if (rc)
+        return dt_err_context(rc, "%s of unit %u (%s), micro-batch %u", names[phase], unit,
+                              m->desc.units[unit].name, h->micro);
+    if ((phase == DT_PRE_FORWARD || phase == DT_PRE_BACKWARD) &&
+        (!buf->params || (phase == DT_PRE_BACKWARD && !buf->grads)))
+        return dt_err_set(DT_ERR_INVALID, "strategy %s: %s of unit %u (%s) gave no %s",
+                          ctx->strat_name ? ctx->strat_name : "?", names[phase], unit,
+                          m->desc.units[unit].name, buf->params ? "gradients" : "parameters");
+    return DT_OK;
+}
+
+int dt_model_view(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, const void *params,
+                  int need_f32, dt_unit_view_t *v)
+{
+    const dt_unit_desc_v1_t *u = &m->desc.units[unit];
+    const dt_tensor_extra_t *e = m->extra[unit];
+    const size_t es = dt_dtype_size(m->wdtype);
+    memset(v, 0, sizeof *v);
+    for (uint32_t k = 0; k < u->n_params; k++) {
+        v->w[k] = (const char *)params + u->params[k].offset * es;
+        if (m->wdtype == DT_F32)
+            v->f[k] = v->w[k];
+        else if (need_f32 && e[k].kind != DT_TENSOR_MATRIX)
+            v->f[k] = m->view + e[k].view_off;
+        if (dt_model_probing(m)) {
+            /* what the kernels read: the strategy's compute copy, which a
+             * finite master can still overflow (bf16 rounding, a bad
+             * gather) */
+            char what[160];
+            snprintf(what, sizeof what, "parameter %s as the forward reads it",
+                     u->params[k].name);
+            int rc = dt_model_probe(m, ctx, what, unit, NULL, v->w[k], m->wdtype,
+                                    u->params[k].numel);
+            if (rc)
+                return rc;
+        }
+    }
+    if (m->wdtype == DT_F32 || !need_f32)
+        return DT_OK;
+    /* One cast per run of adjacent f32-read tensors: they are contiguous
+     * in the strategy's buffer and in the view alike. */
+    for (uint32_t k = 0; k < u->n_params;) {
+        if (e[k].kind == DT_TENSOR_MATRIX) {
+            k++;
+            continue;
+        }
+        uint32_t j = k;
+        uint64_t n = 0;
+        while (j < u->n_params && e[j].kind != DT_TENSOR_MATRIX)
+            n += u->params[j++].numel;
+        int rc = ctx->dev_ops->cast(ctx->dev, ctx->stream, (void *)v->f[k], DT_F32, v->w[k],
+                                    m->wdtype, (int64_t)n);
+        if (rc)
+            return dt_err_context(rc, "widening %s.. of unit %s to f32", u->params[k].name,
+                                  u->name);
+        k = j;
+    }
+    return DT_OK;
+}
+
+/* ---- activation memory ---- */
+
+/* Beyond 2^53 bytes the double counts may be inexact, and no device is
+ * that large: refuse rather than plan with a wrong number. */
+#define ACT_BYTES_MAX 0x1p53
+
+int dt_model_act_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *unit_bytes,
+                       dt_model_act_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (B < 1 || T < 1)
+        return dt_err_set(DT_ERR_INVALID, "model: micro-batch %lld x %lld tokens", (long long)B,
+                          (long long)T);
+    if (m->info.context > 0 && T > m->info.context)
+        return dt_err_set(DT_ERR_INVALID,
+                          "model: sequences of %lld tokens exceed the context of %lld",
+                          (long long)T, (long long)m->info.context);
+    const uint32_t n = m->desc.n_units;
+    double *u = calloc((size_t)n, sizeof *u);
+    if (!u)
+        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    /* common to every arch: its first unit embeds the input tokens and its
+     * last computes the loss against the targets; a bf16 model widens one
+     * unit's f32-read tensors at a time into the view */
+    const double BT = (double)B * (double)T;
+    double ws = m->wdtype == DT_F32 ? 0.0 : 4.0 * (double)m->view_numel;
+    u[0] += 4.0 * BT;
+    u[n - 1] += 4.0 * BT;
+    m->arch->act_bytes(m, B, T, u, &ws);
+    double kept = 0;
+    for (uint32_t i = 0; i < n; i++)
+        kept += u[i];
+    if (!(kept + ws < ACT_BYTES_MAX)) {
+        free(u);
+        return dt_err_set(DT_ERR_INVALID,
+                          "model: activations of a %lld x %lld micro-batch would take %.3g "
+                          "bytes, beyond any device",
+                          (long long)B, (long long)T, kept + ws);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (unit_bytes)
+            unit_bytes[i] = (uint64_t)u[i];
+        out->kept += (uint64_t)u[i];
+    }
+    out->workspace = (uint64_t)ws;
+    out->total = out->kept + out->workspace;
+    free(u);
+    return DT_OK;
+}
+
+int dt_model_plan_acts(dt_model_t *m, int64_t B, int64_t T, dt_model_act_t *out)
+{
+    uint64_t *u = malloc((size_t)m->desc.n_units * sizeof *u);
+    if (!u)
+        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    int rc = dt_model_act_bytes(m, B, T, u, out);
+    for (uint32_t i = 0; rc == DT_OK && i < m->desc.n_units; i++)
+        m->desc.units[i].act_bytes = u[i];
+    free(u);
+    return rc;
+}
+
+int dt_model_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t B, int64_t T)
+{
+    if (m->tokens)
+        return dt_err_set(DT_ERR_INVALID, "model: activations are already allocated");
+    dt_model_act_t plan;
+    int rc = dt_model_plan_acts(m, B, T, &plan);
+    if (rc)
+        return rc;
+    const int64_t BT = B * T;
+    const uint32_t n = m->desc.n_units;
+    m->B = B;
+    m->T = T;
+    if (!(m->host_losses = malloc((size_t)BT * sizeof(float))) ||
+        !(m->act_got = calloc((size_t)n + 1, sizeof *m->act_got)))
+        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    m->act_owner = 0;
+    if ((rc = dt_model_dalloc(m, ctx, BT, 4, &m->tokens)))
+        return rc;
+    m->act_owner = n - 1;
+    if ((rc = dt_model_dalloc(m, ctx, BT, 4, &m->targets)))
+        return rc;
+    m->act_owner = DT_ACT_WORKSPACE;
+    if ((m->wdtype != DT_F32 &&
+         (rc = dt_model_dalloc(m, ctx, (int64_t)m->view_numel, 4, &m->view))) ||
+        (rc = m->arch->alloc_acts(m, ctx)))
+        return rc;
+    /* The plan is what the planner and strategies were told: an arch whose
+     * allocations drift from its act_bytes is a bug to report, not to run. */
+    for (uint32_t i = 0; i <= n; i++) {
+        const uint64_t want = i < n ? m->desc.units[i].act_bytes : plan.workspace;
+        if (m->act_got[i] != want)
+            return dt_err_set(DT_ERR_INVALID,
+                              "model: arch %s allocated %llu activation bytes for %s%s, its "
+                              "act_bytes plans %llu (B %lld, T %lld)",
+                              m->arch->name, (unsigned long long)m->act_got[i],
+                              i < n ? "unit " : "the workspace", i < n ? m->desc.units[i].name : "",
+                              (unsigned long long)want, (long long)B, (long long)T);
+    }
+    free(m->act_got);
+    m->act_got = NULL;
+    return DT_OK;
+}
+
+static int check_tokens(const dt_model_t *m, const char *what, const int32_t *tok)
+{
+    for (int64_t i = 0; i < m->B * m->T; i++)
+        if (tok[i] < 0 || tok[i] >= m->info.vocab_size)
+            return dt_err_set(DT_ERR_INVALID,
+                              "model: %s token %d at sequence %lld, position %lld is outside "
+                              "the vocabulary [0, %lld)",
+                              what, (int)tok[i], (long long)(i / m->T), (long long)(i % m->T),
+                              (long long)m->info.vocab_size);
+    return DT_OK;
+}
+
+int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t *inputs,
+                        const int32_t *targets, uint32_t micro, uint32_t n_micro, int no_grad,
+                        float loss_scale, double *loss)
+{
+    if (!m->tokens)
+        return dt_err_set(DT_ERR_INVALID, "model: step before dt_model_alloc_acts");
+    const int64_t BT = m->B * m->T;
+    int rc;
+    /* The kernels index embeddings with these: a bad token would read
+     * outside the table (and the device only checks for negatives). */
+    if ((rc = check_tokens(m, "input", inputs)) || (rc = check_tokens(m, "target", targets)))
+        return rc;
+    const dt_device_ops_v1_t *K = ctx->dev_ops;
+    if ((rc = K->memcpy_async(ctx->dev, m->tokens, inputs, (uint64_t)BT * 4, DT_COPY_H2D,
+                              ctx->stream)) ||
+        (rc = K->memcpy_async(ctx->dev, m->targets, targets, (uint64_t)BT * 4, DT_COPY_H2D,
+                              ctx->stream)))
+        return rc;
+    dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t),
+                      .micro = micro,
+                      .n_micro = n_micro,
+                      .flags = no_grad ? DT_HOOK_NO_GRAD : 0u};
+    if ((rc = m->arch->forward(m, ctx, &h)))
+        return rc;
+    if ((rc = K->memcpy_async(ctx->dev, m->host_losses, m->losses, (uint64_t)BT * 4,
+                              DT_COPY_D2H, ctx->stream)) ||
+        (rc = K->stream_sync(ctx->dev, ctx->stream)))
+        return rc;
+    double sum = 0;
+    for (int64_t i = 0; i < BT; i++)
+        sum += m->host_losses[i];
+    *loss = sum / (double)BT;
+    if (no_grad)
+        return DT_OK;
+    h.flags = 0;
+    return m->arch->backward(m, ctx, &h, loss_scale);
+}
+
+/* ---- finding the first non-finite tensor ---- */
+
+struct dt_model_probe {
+    int found;
+    void *host;       /* PROBE_CHUNK elements of the largest dtype */
+    char *what;       /* the phrase, once found */
+    size_t cap;
+};
+
+/* Host copies go through a fixed buffer: a (B, T, V) logits tensor of a
+ * large run does not fit twice in host memory. */
+#define PROBE_CHUNK ((uint64_t)1 << 16)
+
+/* Index of the first non-finite element of x[0, n) (n when none). */
+static uint64_t first_bad(const void *x, int dtype, uint64_t n, double *val)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        float f;
+        if (dtype == DT_F32) {
+            f = ((const float *)x)[i];
+        } else { /* bf16: the high half of an f32 */
+            uint32_t b = (uint32_t)((const uint16_t *)x)[i] << 16;
+            memcpy(&f, &b, 4);
+        }
+        if (!isfinite(f)) {
+            *val = f;
+            return i;
+        }
+    }
+    return n;
+}
+
+int dt_model_probe(dt_model_t *m, const dt_model_ctx_t *ctx, const char *what, uint32_t unit,
+                   const char *after, const void *x, int dtype, uint64_t n)
+{
+    dt_model_probe_t *p = m->probe;
+    if (!p || p->found)
+        return DT_OK;
+    if (dtype != DT_F32 && dtype != DT_BF16)
+        return dt_err_set(DT_ERR_INVALID, "model: probing %s: dtype %s is not f32 or bf16", what,
+                          dt_dtype_name(dtype));
+    const size_t es = dt_dtype_size(dtype);
+    for (uint64_t at = 0; at < n; at += PROBE_CHUNK) {
+        const uint64_t k = n - at < PROBE_CHUNK ? n - at : PROBE_CHUNK;
+        int rc = ctx->dev_ops->memcpy_async(ctx->dev, p->host, (const char *)x + at * es, k * es,
+                                            DT_COPY_D2H, ctx->stream);
+        if (!rc)
+            rc = ctx->dev_ops->stream_sync(ctx->dev, ctx->stream);
+        if (rc)
+            return dt_err_context(rc, "copying %s of unit %s to the host", what,
+                                  m->desc.units[unit].name);
+        double v = 0;
+        const uint64_t i = first_bad(p->host, dtype, k, &v);
+        if (i == k)
+            continue;
+        snprintf(p->what, p->cap, "%s (unit %s)%s%s: element %llu of %llu is %s", what,
+                 m->desc.units[unit].name, after ? ", after " : "", after ? after : "",
+                 (unsigned long long)(at + i), (unsigned long long)n,
+                 isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+        p->found = 1;
+        return DT_OK;
+    }
+    return DT_OK;
+}
+
+int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head)
+{
+    const dt_device_ops_v1_t *K = ctx->dev_ops;
+    const int64_t BT = m->B * m->T, V = m->info.vocab_size;
+    DT_TRY_UNIT(K->softmax_xent_forward(ctx->dev, ctx->stream, m->losses, m->probs, m->logits,
+                                        m->targets, BT, V),
+                "forward", head);
+    DT_TRY(dt_model_probe(m, ctx, "activation probabilities", head,
+                          "the forward of the softmax cross-entropy", m->probs, DT_F32,
+                          (uint64_t)(BT * V)));
+    return dt_model_probe(m, ctx, "per-position loss", head,
+                          "the forward of the softmax cross-entropy", m->losses, DT_F32,
+                          (uint64_t)BT);
+}
+
+int dt_model_loss_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head,
+                           float *dlogits, float loss_scale)
+{
+    const dt_device_ops_v1_t *K = ctx->dev_ops;
+    const int64_t BT = m->B * m->T, V = m->info.vocab_size;
+    DT_TRY_UNIT(K->memset_async(ctx->dev, dlogits, 0, (uint64_t)(BT * V) * 4, ctx->stream),
+                "backward", head);
+    DT_TRY_UNIT(K->softmax_xent_backward(ctx->dev, ctx->stream, dlogits, m->probs, m->targets,
+                                         loss_scale / (float)BT, BT, V),
+                "backward", head);
+    return DT_OK;
+}
+
+/* The probed forward of dt_model_find_nonfinite; p->found says whether
+ * p->what was written. */
+static int probed_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t *inputs,
+                          const int32_t *targets, dt_model_probe_t *p)
+{
+    if (!m->tokens)
+        return dt_err_set(DT_ERR_INVALID,
+                          "model: dt_model_find_nonfinite before dt_model_alloc_acts");
+    int rc;
+    if ((rc = check_tokens(m, "input", inputs)) || (rc = check_tokens(m, "target", targets)))
+        return rc;
+    const uint64_t bytes = (uint64_t)(m->B * m->T) * 4;
+    const dt_device_ops_v1_t *K = ctx->dev_ops;
+    if ((rc = K->memcpy_async(ctx->dev, m->tokens, inputs, bytes, DT_COPY_H2D, ctx->stream)) ||
+        (rc = K->memcpy_async(ctx->dev, m->targets, targets, bytes, DT_COPY_H2D, ctx->stream)))
+        return rc;
+    /* an evaluation pass: strategies gather and release as for one */
+    const dt_hook_v1_t h = {
+        .struct_size = sizeof(dt_hook_v1_t), .micro = 0, .n_micro = 1, .flags = DT_HOOK_NO_GRAD};
+    m->probe = p;
+    rc = m->arch->forward(m, ctx, &h);
+    m->probe = NULL;
+    return rc ? rc : K->stream_sync(ctx->dev, ctx->stream);
+}
+
+int dt_model_find_nonfinite(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t *inputs,
+                            const int32_t *targets, char *out, size_t cap)
+{
+    dt_model_probe_t p = {.found = 0, .host = malloc(PROBE_CHUNK * 4), .what = out, .cap = cap};
+    int rc = p.host ? probed_forward(m, ctx, inputs, targets, &p)
+                    : dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    free(p.host);
+    if (rc) {
+        rc = dt_err_context(rc, "re-running the forward to find the first non-finite tensor");
+        snprintf(out, cap, "unknown (the search failed: %s)", dt_last_error());
+    } else if (!p.found) {
+        snprintf(out, cap, "%s", DT_MODEL_FORWARD_FINITE);
+    }
+    return rc;
+}

@@ -1,0 +1,172 @@
+/*
+ * core/model/model.h - models as ordered lists of units, built from the
+ * device's kernel table and driven through a strategy's unit hooks.
+ *
+ * The model never owns parameters or their gradients: a strategy does.
+ * Around each use of a unit the model asks the strategy for that unit's
+ * buffers (pre_forward / pre_backward) and hands them back (post_*), so the
+ * same model code runs replicated (ddp), sharded (zero-3, fsdp) or
+ * offloaded.  The model owns activations, tagged DT_TAG_ACTIVATIONS.
+ *
+ * Architectures ([model] arch):
+ *   "gpt2"  core/model/gpt2.c: embedding, one unit per transformer block,
+ *           head (final layernorm; the LM head is tied to wte)
+ *   "mlp"   core/model/mlp.c: a bigram model on the same token data:
+ *           embedding, mlp_layers Linear+GELU units, a Linear head to the
+ *           vocabulary (a non-transformer shape for testing strategies)
+ * Common machinery (config dispatch, init, activations, the bf16 parameter
+ * views) is in core/model/model.c.
+ *
+ * [model] dtype = "bf16": the strategy holds compute parameters in bf16
+ * (desc.param_dtype); matmuls read the weights as bf16 (the device's
+ * wdtype), and the model widens the tensors other kernels read (norms,
+ * biases, embedding tables) into an f32 scratch with the device's cast
+ * kernel at each use.  The scratch holds one unit's such tensors (tagged
+ * activations; for GPT-2 the largest is the embedding's wte + wpe).
+ * Gradients, activations and the optimizer's master copy stay f32.
+ */
+#ifndef DT_ENGINE_MODEL_H
+#define DT_ENGINE_MODEL_H
+
+#include <stdint.h>
+
+#include "config/config.h"
+#include "dtrain/dtrain.h"
+
+typedef struct dt_model dt_model_t;
+
+/* The compute context the model runs in. */
+typedef struct dt_model_ctx {
+    const dt_device_ops_v1_t *dev_ops;
+    dt_device_t *dev;
+    dt_stream_t *stream;
+    const dt_strategy_ops_v1_t *strat_ops;
+    dt_strategy_t *strat;
+    const char *strat_name; /* for messages */
+} dt_model_ctx_t;
+
+/* One [model] key that fixes the parameter shapes. */
+typedef struct dt_model_key {
+    const char *key;  /* the [model] key's name: "n_layer", "mlp_hidden" */
+    int64_t value;
+} dt_model_key_t;
+
+#define DT_MODEL_MAX_KEYS 8
+
+/* What the rest of the engine needs to know about any model. */
+typedef struct dt_model_info {
+    const char *arch;     /* "gpt2", "mlp" */
+    const char *dtype;    /* "fp32", "bf16": [model] dtype */
+    int64_t vocab_size;   /* tokens are in [0, vocab_size) */
+    int64_t context;      /* longest sequence it takes; 0 = any length */
+    /* The keys that, with arch, determine every parameter's shape, in
+     * schema order: what a checkpoint manifest records ("model" object)
+     * and a loader compares.  gpt2: n_layer n_head n_embd vocab_size
+     * context; mlp: vocab_size mlp_in mlp_hidden mlp_layers. */
+    uint32_t n_keys;
+    dt_model_key_t keys[DT_MODEL_MAX_KEYS];
+} dt_model_info_t;
+
+/* Shape of a GPT-2 family model. */
+typedef struct dt_gpt2_shape {
+    int64_t n_layer, n_head, n_embd, vocab_size, context;
+} dt_gpt2_shape_t;
+
+/* Build the description (units, tensors) from the resolved config's
+ * [model] table; presets fill the shape and are shown as "derived". */
+int dt_model_create(dt_config_t *cfg, dt_model_t **out);
+/* Frees the description and, with `ctx` (may be NULL when no activations
+ * were allocated), the device memory the model allocated. */
+void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx);
+
+/* The description strategies see (valid while the model lives). */
+dt_model_desc_v1_t *dt_model_desc(dt_model_t *m);
+/* Arch, vocabulary, context and shape keys, for any arch. */
+const dt_model_info_t *dt_model_info(const dt_model_t *m);
+/* GPT-2's shape; NULL when the arch is not "gpt2" (use dt_model_info for
+ * what every arch has). */
+const dt_gpt2_shape_t *dt_model_gpt2_shape(const dt_model_t *m);
+/* The shape of a named GPT-2 preset ("gpt2-124m"); DT_ERR_NOT_FOUND (no
+ * message) for another name. */
+int dt_gpt2_preset(const char *name, dt_gpt2_shape_t *out);
+/* Parameter count of a preset without building a model (planner, docs). */
+uint64_t dt_gpt2_param_count(const dt_gpt2_shape_t *s);
+
+/* Deterministic initial values of unit `unit` (host memory, unit.numel
+ * floats), a function of (seed, tensor name) only: identical for any world
+ * size or strategy.  Matrices and embeddings normal(0, 0.02) (GPT-2's
+ * residual projections 0.02 / sqrt(2 n_layer)), biases 0, norm weights 1. */
+int dt_model_init_unit(const dt_model_t *m, uint32_t unit, uint64_t seed, float *out);
+
+/* Activation memory of one micro-batch of B sequences of T tokens: what
+ * dt_model_alloc_acts allocates, tagged DT_TAG_ACTIVATIONS, under the
+ * model's activation_checkpointing and dtype, counted without allocating
+ * anything (the planner sizes 1.5B-parameter models with it).  Every
+ * activation is f32 whatever the dtype; a bf16 model adds the workspace
+ * that widens one unit's norm/bias/embedding tensors to f32. */
+typedef struct dt_model_act {
+    uint64_t kept;      /* bytes the units keep from forward to backward:
+                         * the sum of the units' act_bytes */
+    uint64_t workspace; /* bytes reused across units and passes: gradient
+                         * scratch, logits and their gradient, the
+                         * recompute buffers of checkpointed units, the
+                         * bf16 view */
+    uint64_t total;     /* kept + workspace */
+} dt_model_act_t;
+
+/* The activation bytes for B x T.  `unit_bytes` (NULL, or desc.n_units
+ * entries) receives each unit's kept bytes: its output (the next unit's
+ * input), and unless the unit is checkpointed, the intermediate tensors
+ * its backward reads; the embedding also counts the input tokens, the
+ * head the targets.  DT_ERR_INVALID naming the bad B or T. */
+int dt_model_act_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *unit_bytes,
+                       dt_model_act_t *out);
+/* dt_model_act_bytes, and set every unit's desc.units[u].act_bytes to
+ * its kept bytes (the planner's dt_estimate_args_v1_t.act_bytes is
+ * out->total).  dt_model_alloc_acts does this itself. */
+int dt_model_plan_acts(dt_model_t *m, int64_t B, int64_t T, dt_model_act_t *out);
+
+/* Allocate activations for micro-batches of B sequences of T tokens and
+ * set the units' act_bytes (dt_model_plan_acts): the bytes allocated are
+ * exactly the plan's total (checked, per unit). */
+int dt_model_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t B, int64_t T);
+
+/* One micro-batch: forward (and, unless `no_grad`, backward) of
+ * inputs/targets (B, T) i32 host arrays, every token in [0, vocab_size).
+ * *loss receives the mean loss of this micro-batch.  Backward scales the
+ * loss gradient by `loss_scale` (1 / n_micro for gradient accumulation). */
+int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t *inputs,
+                        const int32_t *targets, uint32_t micro, uint32_t n_micro,
+                        int no_grad, float loss_scale, double *loss);
+
+/* After a non-finite loss or gradient: re-run the forward of the
+ * micro-batch inputs/targets (B, T of dt_model_alloc_acts) like an
+ * evaluation pass (hooks flagged DT_HOOK_NO_GRAD, micro-batch 0 of 1, no
+ * backward, no gradient touched), copying each parameter tensor as the
+ * kernels read it and each kernel's output to the host, and write to
+ * `out` a phrase naming the first that holds a NaN or Inf, e.g.
+ *   "activation h.1.mlp.c_fc output (unit block.1), after the forward of
+ *    h.1.mlp.c_fc: element 37 of 4096 is inf"
+ *   "parameter h.0.attn.c_attn.weight as the forward reads it (unit
+ *    block.0): element 5 of 768 is nan" (the strategy's compute copy)
+ * or, when all of it is finite, DT_MODEL_FORWARD_FINITE.  Overwrites the
+ * activations (and dt_model_logits) as an evaluation pass does; with a
+ * sharding strategy the hooks are collective, so every rank of the group
+ * must call it.  Slow (a host copy of every tensor): for diagnosis only.
+ * On failure returns the status and `out` says the search failed. */
+int dt_model_find_nonfinite(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t *inputs,
+                            const int32_t *targets, char *out, size_t cap);
+#define DT_MODEL_FORWARD_FINITE                                                                \
+    "none in the forward of this rank's last micro-batch (every parameter and activation "     \
+    "is finite): the gradient went non-finite in backward, or another micro-batch or rank "    \
+    "went non-finite"
+
+/* The logits of the last forward, (B, T, vocab_size) f32 device memory,
+ * valid until the next step_micro (evaluation tools, tests). */
+const float *dt_model_logits(const dt_model_t *m);
+
+/* FLOPs of one forward+backward token (for MFU): 6 per matmul parameter,
+ * plus attention's for GPT-2. */
+double dt_model_flops_per_token(const dt_model_t *m, int64_t T);
+
+#endif /* DT_ENGINE_MODEL_H */

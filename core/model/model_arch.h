@@ -1,0 +1,195 @@
+/*
+ * core/model/model_arch.h - what an architecture (gpt2.c, mlp.c) plugs
+ * into the arch-independent model code (model.c), and the helpers it may
+ * use: describing units and tensors, device allocations the model frees,
+ * strategy hooks with context in messages, and parameter views.
+ *
+ * model.c owns the common step: token checks and copies, the loss mean
+ * from per-position losses, and freeing.  An arch describes its units in
+ * `create`, counts its activation bytes in `act_bytes`, allocates them in
+ * `alloc_acts` (model.c checks the two agree, unit by unit), and runs
+ * `forward` (ending with m->losses filled) and `backward` through the
+ * hooks.  `forward` passes each kernel's output to dt_model_probe, which
+ * does nothing except inside dt_model_find_nonfinite.
+ */
+#ifndef DT_ENGINE_MODEL_ARCH_H
+#define DT_ENGINE_MODEL_ARCH_H
+
+#include "model/model.h"
+#include "util/error.h" /* DT_TRY_UNIT */
+
+/* Most tensors one unit may have (GPT-2's block has 12). */
+#define DT_MODEL_MAX_PARAMS 16
+
+/* How a tensor is initialised and which kernels read it. */
+typedef enum dt_tensor_kind {
+    DT_TENSOR_MATRIX = 0, /* normal(0, std), decays; read only by matmuls,
+                           * straight from the strategy's buffer */
+    DT_TENSOR_EMBED = 1,  /* normal(0, std), decays; an embedding lookup
+                           * reads it as f32 (and a tied head may matmul it) */
+    DT_TENSOR_BIAS = 2,   /* zeros, NO_DECAY; read as f32 */
+    DT_TENSOR_NORM = 3    /* ones, NO_DECAY; read as f32 (norm weights) */
+} dt_tensor_kind_t;
+
+/* Per tensor, beside its dt_param_desc_v1_t. */
+typedef struct dt_tensor_extra {
+    int kind;          /* dt_tensor_kind_t */
+    double std;        /* MATRIX, EMBED */
+    uint64_t view_off; /* non-MATRIX: offset in the unit's f32 view */
+} dt_tensor_extra_t;
+
+/* A unit's parameters as kernels read them.  `w[k]` is tensor k in the
+ * strategy's buffer (desc.param_dtype: pass m->wdtype to matmuls); `f[k]`
+ * is tensor k as f32: the same memory for f32 models, for bf16 a copy in
+ * the model's view scratch (NULL for matrices and when not asked for). */
+typedef struct dt_unit_view {
+    const void *w[DT_MODEL_MAX_PARAMS];
+    const float *f[DT_MODEL_MAX_PARAMS];
+} dt_unit_view_t;
+
+enum { DT_CKPT_NONE = 0, DT_CKPT_ALL = 1, DT_CKPT_EVERY = 2 };
+
+/* dt_model_dalloc's bytes count for m->act_owner: a unit index, or this
+ * for the workspace (memory no unit keeps from forward to backward). */
+#define DT_ACT_WORKSPACE UINT32_MAX
+
+typedef struct dt_model_probe dt_model_probe_t; /* model.c */
+
+/* Hook phases, in the order a unit sees them. */
+enum { DT_PRE_FORWARD = 0, DT_POST_FORWARD = 1, DT_PRE_BACKWARD = 2, DT_POST_BACKWARD = 3 };
+
+typedef struct dt_model_arch {
+    const char *name; /* [model] arch */
+    /* Describe the units (dt_model_alloc_units, dt_model_add_param) and
+     * fill m->info's shape keys; the config's [model] table is applied. */
+    int (*create)(dt_model_t *m, dt_config_t *cfg);
+    /* The f32 bytes alloc_acts allocates for B x T under m's checkpointing,
+     * without allocating: adds to unit[u] what unit u keeps from forward to
+     * backward and to *workspace the rest (gradient scratch, logits, the
+     * recompute buffers of checkpointed units).  Doubles: every count is an
+     * integer, exact below 2^53 bytes (model.c refuses larger totals). */
+    void (*act_bytes)(const dt_model_t *m, int64_t B, int64_t T, double *unit,
+                      double *workspace);
+    /* Activations for m->B x m->T through dt_model_dalloc, with
+     * m->act_owner set to the unit (or DT_ACT_WORKSPACE) each allocation
+     * counts for, as act_bytes counts it; must set m->logits (BT, V),
+     * m->probs (BT, V) and m->losses (BT). */
+    int (*alloc_acts)(dt_model_t *m, const dt_model_ctx_t *ctx);
+    /* Forward of the micro-batch in m->tokens / m->targets (device). */
+    int (*forward)(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_v1_t *h);
+    /* Backward; the loss gradient is dloss = loss_scale / (B T) per
+     * position (mean loss). */
+    int (*backward)(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_v1_t *h,
+                    float loss_scale);
+    double (*flops_per_token)(const dt_model_t *m, int64_t T);
+    void (*free)(dt_model_t *m); /* host state in m->arch_state; NULL ok */
+} dt_model_arch_t;
+
+extern const dt_model_arch_t dt_model_arch_gpt2;
+extern const dt_model_arch_t dt_model_arch_mlp;
+
+struct dt_model {
+    dt_model_desc_v1_t desc;
+    dt_model_info_t info;
+    const dt_model_arch_t *arch;
+    void *arch_state;
+    dt_tensor_extra_t **extra; /* [unit][param] */
+    int wdtype;                /* desc.param_dtype: DT_F32 or DT_BF16 */
+    int ckpt_mode;             /* DT_CKPT_* */
+    int64_t ckpt_every;
+    /* activations, common to every arch (B, T of dt_model_alloc_acts) */
+    int64_t B, T;
+    int32_t *tokens, *targets; /* (B, T) device */
+    float *logits, *probs;     /* (B, T, V) */
+    float *losses;             /* (B, T) */
+    float *host_losses;        /* (B, T) host */
+    float *view;               /* bf16: f32 view scratch, view_numel */
+    uint64_t view_numel;       /* largest unit's f32-read tensors */
+    void **allocs;             /* device memory to free */
+    size_t n_allocs, cap_allocs;
+    uint32_t act_owner;        /* who dt_model_dalloc's bytes count for */
+    uint64_t *act_got;         /* [n_units + 1] bytes allocated per owner,
+                                * the workspace last (alloc_acts only) */
+    dt_model_probe_t *probe;   /* set only inside dt_model_find_nonfinite */
+};
+
+/* ---- describing (create) ---- */
+
+/* The config's file for messages ("config" when it came from a string). */
+const char *dt_model_cfg_name(const dt_config_t *cfg);
+
+/* n units, each with room for DT_MODEL_MAX_PARAMS tensors; names later. */
+int dt_model_alloc_units(dt_model_t *m, uint32_t n);
+int dt_model_name_unit(dt_model_t *m, uint32_t unit, const char *name);
+/* Append a tensor to unit `unit`: (d0) when ndim == 1, (d0, d1) when 2.
+ * Flags and init follow `kind`; `std` is for MATRIX and EMBED. */
+int dt_model_add_param(dt_model_t *m, uint32_t unit, const char *name, int ndim, int64_t d0,
+                       int64_t d1, int kind, double std);
+/* Set the shape key `key` of m->info (in the order they are added). */
+void dt_model_add_key(dt_model_t *m, const char *key, int64_t value);
+
+/* ---- running ---- */
+
+/* Device memory of n * es bytes tagged activations, freed with the model,
+ * counted for m->act_owner. */
+int dt_model_dalloc(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t n, size_t es, void *out);
+/* Whether unit-level activation checkpointing applies to the l-th of an
+ * arch's checkpointable units (GPT-2 blocks, MLP hidden layers). */
+int dt_model_is_ckpt(const dt_model_t *m, int64_t l);
+/* Call the strategy's `phase` hook for unit `unit`, with the micro-batch
+ * and flags of `h`; `buf` receives the buffers for pre_* phases. */
+int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
+                  const dt_hook_v1_t *h, uint32_t unit, int last_use, dt_unit_buffers_v1_t *buf);
+/* The view of unit `unit`'s parameters `params` (from a pre_* hook).  With
+ * `need_f32` on a bf16 model, widens the f32-read tensors into m->view,
+ * which holds one unit's view at a time: the previous one is gone. */
+int dt_model_view(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, const void *params,
+                  int need_f32, dt_unit_view_t *v);
+
+/* ---- finding the first non-finite tensor (dt_model_find_nonfinite) ---- */
+
+/* 1 inside dt_model_find_nonfinite's forward: archs format probe names
+ * only then. */
+static inline int dt_model_probing(const dt_model_t *m) { return m->probe != NULL; }
+/* After a kernel wrote `x` (n elements of `dtype`, device memory): when
+ * probing and nothing non-finite was found yet, copy it to the host and
+ * check it; the first NaN/Inf is recorded as "<what> (unit <name>),
+ * after <after>: element i of n is v".  `after` may be NULL.  Never
+ * changes control flow: a strategy's collectives stay matched across
+ * ranks whatever each rank finds.  DT_OK at once when not probing. */
+int dt_model_probe(dt_model_t *m, const dt_model_ctx_t *ctx, const char *what, uint32_t unit,
+                   const char *after, const void *x, int dtype, uint64_t n);
+
+/* ---- what both archs' create, forward and backward share ---- */
+
+/* [model] vocab_size fits uint16 token files (<= 65536); DT_ERR_CONFIG
+ * naming the config otherwise. */
+int dt_model_check_vocab(const dt_config_t *cfg, int64_t vocab_size);
+
+/* Return a failing status as it is (hooks and probes set their own
+ * message). */
+#define DT_TRY(call)                                                                           \
+    do {                                                                                       \
+        int rc_ = (call);                                                                      \
+        if (rc_)                                                                               \
+            return rc_;                                                                        \
+    } while (0)
+/* Return a failing kernel's status naming the pass and the unit it
+ * happened in ("forward of unit block.3"); needs the model `m` in scope. */
+#define DT_TRY_UNIT(call, pass, unit)                                                          \
+    do {                                                                                       \
+        int rc_ = (call);                                                                      \
+        if (rc_)                                                                               \
+            return dt_err_context(rc_, "%s of unit %s", pass, m->desc.units[unit].name);      \
+    } while (0)
+
+/* The loss of the head's m->logits (B*T, vocab): softmax cross-entropy
+ * into m->probs and m->losses, both probed; a kernel failure names the
+ * forward of unit `head`. */
+int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head);
+/* Its backward: dlogits (B*T, vocab; overwritten) = the gradient of
+ * loss_scale x the mean loss over the B*T positions. */
+int dt_model_loss_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head,
+                           float *dlogits, float loss_scale);
+
+#endif /* DT_ENGINE_MODEL_ARCH_H */

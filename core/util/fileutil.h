@@ -1,0 +1,79 @@
+/*
+ * core/util/fileutil.h - durable file writes for everything the engine
+ * leaves on disk (token files, checkpoints, safetensors exports).
+ *
+ * A file is never written in place: bytes go to "<path>.tmp.<pid>", which is
+ * fsynced, renamed over <path>, and the directory fsynced.  A crash or a full
+ * disk therefore leaves either the old file or the new one, never a torn one,
+ * and a failed write removes its temp file.  Errors are DT_ERR_IO with
+ * "writing '<path>': <strerror>" (e.g. "No space left on device").
+ *
+ * Fault injection (tests): dt_fileutil_test_fail_after(n), or the
+ * environment variable DT_FAULT_WRITE_AFTER_BYTES=n read at the first write,
+ * lets n more bytes through every write made here (process-wide, summed over
+ * files) and then fails writes with ENOSPC, as a disk that fills up would.
+ * dt_fileutil_test_fail_fsync_after(n) / DT_FAULT_FSYNC_AFTER=n does the same
+ * for fsync (n more fsyncs succeed, then ENOSPC), since on NFS and thin
+ * provisioned storage a full disk often shows up only at fsync.  With
+ * DT_FAULT_STOP_ON_FULL=1 the process SIGSTOPs itself at that point instead,
+ * so a test can SIGKILL it mid-write (a crash rather than an error).
+ *
+ * Checksums are CRC-32 (ISO-HDLC, zlib's crc32: the value Python's
+ * zlib.crc32 and `gzip` compute), so a checkpoint shard can be verified with
+ * standard tools.
+ *
+ * Thread safety: every function may be called from any thread; one
+ * dt_afile_t is used by one thread at a time.
+ */
+#ifndef DT_ENGINE_FILEUTIL_H
+#define DT_ENGINE_FILEUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* An atomic streaming writer: the target appears only at commit. */
+typedef struct dt_afile dt_afile_t;
+
+/* Start writing `path` (its directory must exist).  *out is released by
+ * exactly one of dt_afile_commit / dt_afile_abort. */
+int dt_afile_open(const char *path, dt_afile_t **out);
+/* Append `n` bytes.  On failure the writer stays open (the caller still
+ * aborts it) and the error names the target path. */
+int dt_afile_write(dt_afile_t *f, const void *buf, size_t n);
+/* Bytes appended so far (the offset the next write lands at). */
+uint64_t dt_afile_offset(const dt_afile_t *f);
+/* Flush, fsync, rename over the target, fsync the directory; frees `f`.
+ * On failure the temp file is removed and any previous file is untouched. */
+int dt_afile_commit(dt_afile_t *f);
+/* Remove the temp file and free `f`; the previous file is untouched.
+ * abort(NULL) is a no-op. */
+void dt_afile_abort(dt_afile_t *f);
+
+/* Write `n` bytes as the whole content of `path`, atomically. */
+int dt_fileutil_write_atomic(const char *path, const void *buf, size_t n);
+/* Read a whole file into a malloc'd buffer (NUL-terminated for text
+ * callers; *n excludes the NUL).  Caller frees *buf. */
+int dt_fileutil_read_all(const char *path, char **buf, size_t *n);
+
+/* mkdir -p with mode 0755; an existing directory is fine. */
+int dt_fileutil_mkdir_p(const char *path);
+/* Remove a file or a directory tree (rm -rf); a missing path is fine. */
+int dt_fileutil_rm_rf(const char *path);
+/* fsync a directory so a rename or create inside it is durable. */
+int dt_fileutil_fsync_dir(const char *dir);
+/* fsync an open file descriptor, through the fault hook; `what` names the
+ * file in the error. */
+int dt_fileutil_fsync_fd(int fd, const char *what);
+/* Write all of buf to fd (EINTR and short writes handled), through the
+ * fault hook.  Sets errno and returns -1 on failure, else 0. */
+int dt_fileutil_write_fd(int fd, const void *buf, size_t n);
+
+/* CRC-32 (zlib's polynomial).  Start with crc = 0; chain by passing the
+ * previous result. */
+uint32_t dt_fileutil_crc32(uint32_t crc, const void *buf, size_t n);
+
+/* Fault hooks; a negative value disarms.  See the top of this file. */
+void dt_fileutil_test_fail_after(int64_t bytes);
+void dt_fileutil_test_fail_fsync_after(int64_t n_fsyncs);
+
+#endif /* DT_ENGINE_FILEUTIL_H */

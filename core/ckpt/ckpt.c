@@ -36,7 +36,7 @@ static int n_states(const dt_config_t *cfg)
 }
 
 /* Ranges of `unit`/`kind` for `purpose`, malloc'd into *out. */
-static int ranges(const dt_strategy_ops_v1_t *ops, dt_strategy_t *s, uint32_t unit, int kind,
+static int ranges(const dt_strategy_ops_t *ops, dt_strategy_t *s, uint32_t unit, int kind,
                   int purpose, dt_range_t **out, uint32_t *n)
 {
     int rc = ops->state_ranges(s, unit, kind, purpose, NULL, 0, n);
@@ -61,7 +61,7 @@ static int ranges(const dt_strategy_ops_v1_t *ops, dt_strategy_t *s, uint32_t un
 /* One (unit, state kind) moving between the strategy and a checkpoint
  * entry: rd when loading, wr when saving. */
 typedef struct state_io {
-    const dt_strategy_ops_v1_t *ops;
+    const dt_strategy_ops_t *ops;
     dt_strategy_t *s;
     uint32_t u;
     int k;
@@ -131,7 +131,7 @@ static int save_end(const state_io_t *io) { return dt_ckpt_shard_end(io->wr); }
 static cJSON *model_json(dt_model_t *m)
 {
     const dt_model_info_t *mi = dt_model_info(m);
-    const dt_model_desc_v1_t *d = dt_model_desc(m);
+    const dt_model_desc_t *d = dt_model_desc(m);
     cJSON *j = cJSON_CreateObject(), *ts = cJSON_CreateArray();
     if (!j || !ts) {
         cJSON_Delete(j);
@@ -144,7 +144,7 @@ static cJSON *model_json(dt_model_t *m)
     cJSON_AddItemToObject(j, "tensors", ts);
     for (uint32_t u = 0; u < d->n_units; u++)
         for (uint32_t k = 0; k < d->units[u].n_params; k++) {
-            const dt_param_desc_v1_t *p = &d->units[u].params[k];
+            const dt_param_desc_t *p = &d->units[u].params[k];
             cJSON *t = cJSON_CreateObject();
             if (!t || !cJSON_AddItemToArray(ts, t)) {
                 cJSON_Delete(t);
@@ -163,14 +163,14 @@ static cJSON *model_json(dt_model_t *m)
 }
 
 /* A checkpoint whose tensors do not match this model's: name the first. */
-static int check_tensors(const char *dir, const cJSON *mj, const dt_model_desc_v1_t *d)
+static int check_tensors(const char *dir, const cJSON *mj, const dt_model_desc_t *d)
 {
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(mj, "tensors");
     if (!cJSON_IsArray(ts))
         return DT_OK; /* written before tensors were recorded: unit sizes are checked */
     for (uint32_t u = 0; u < d->n_units; u++)
         for (uint32_t k = 0; k < d->units[u].n_params; k++) {
-            const dt_param_desc_v1_t *p = &d->units[u].params[k];
+            const dt_param_desc_t *p = &d->units[u].params[k];
             const cJSON *t, *found = NULL;
             cJSON_ArrayForEach(t, ts)
             {
@@ -254,7 +254,7 @@ static void data_changes(const dt_config_t *cfg, const cJSON *extra, char *out, 
     cJSON_Delete(now);
 }
 
-static int load(const dt_config_t *cfg, const dt_strategy_ops_v1_t *ops, dt_strategy_t *s,
+static int load(const dt_config_t *cfg, const dt_strategy_ops_t *ops, dt_strategy_t *s,
                 dt_model_t *m, const char *dir, int64_t *start_step, char *changed,
                 size_t changed_cap)
 {
@@ -262,7 +262,7 @@ static int load(const dt_config_t *cfg, const dt_strategy_ops_v1_t *ops, dt_stra
     int rc = dt_ckpt_open(dir, &rd);
     if (rc)
         return rc;
-    dt_model_desc_v1_t *d = dt_model_desc(m);
+    dt_model_desc_t *d = dt_model_desc(m);
     float *buf = NULL;
     rc = check_tensors(dir, dt_ckpt_reader_model(rd), d);
     for (uint32_t u = 0; u < d->n_units && !rc; u++) {
@@ -301,10 +301,10 @@ static int load(const dt_config_t *cfg, const dt_strategy_ops_v1_t *ops, dt_stra
     return rc;
 }
 
-static int fresh(const dt_config_t *cfg, const dt_strategy_ops_v1_t *ops, dt_strategy_t *s,
+static int fresh(const dt_config_t *cfg, const dt_strategy_ops_t *ops, dt_strategy_t *s,
                  dt_model_t *m, uint64_t seed)
 {
-    dt_model_desc_v1_t *d = dt_model_desc(m);
+    dt_model_desc_t *d = dt_model_desc(m);
     int rc = DT_OK;
     for (uint32_t u = 0; u < d->n_units && !rc; u++) {
         float *full = malloc((d->units[u].numel ? d->units[u].numel : 1) * sizeof *full);
@@ -329,7 +329,7 @@ static int fresh(const dt_config_t *cfg, const dt_strategy_ops_v1_t *ops, dt_str
 }
 
 int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_config_t *cfg,
-                           const dt_strategy_ops_v1_t *ops, dt_strategy_t *s, dt_model_t *m,
+                           const dt_strategy_ops_t *ops, dt_strategy_t *s, dt_model_t *m,
                            uint64_t seed, int64_t *start_step)
 {
     *start_step = 0;
@@ -368,11 +368,11 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_config_t *cfg,
 }
 
 /* Write this rank's SAVE ranges of every entry into shard `rank` of tmp. */
-static int write_shard(const dt_world_t *w, const dt_strategy_ops_v1_t *ops, dt_strategy_t *s,
+static int write_shard(const dt_world_t *w, const dt_strategy_ops_t *ops, dt_strategy_t *s,
                        dt_model_t *m, int ns, const char *tmp, dt_ckpt_seg_t **segs,
                        size_t *n_segs)
 {
-    dt_model_desc_v1_t *d = dt_model_desc(m);
+    dt_model_desc_t *d = dt_model_desc(m);
     dt_ckpt_writer_t *wr = NULL;
     float *buf = NULL;
     int rc = dt_ckpt_shard_open(tmp, (uint32_t)w->rank, &wr);
@@ -394,7 +394,7 @@ static int write_shard(const dt_world_t *w, const dt_strategy_ops_v1_t *ops, dt_
 }
 
 /* Every rank learns the lowest failing rank (or -1) of a local outcome. */
-static int agree(const dt_world_t *w, const dt_comm_ops_v1_t *cops, dt_comm_t *comm, int local_rc,
+static int agree(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t *comm, int local_rc,
                  int32_t *failed)
 {
     int32_t v = local_rc ? w->rank : INT32_MAX;
@@ -408,7 +408,7 @@ static int agree(const dt_world_t *w, const dt_comm_ops_v1_t *cops, dt_comm_t *c
 }
 
 /* Gather every rank's segment table to all ranks (rank 0 uses it). */
-static int gather_segs(const dt_world_t *w, const dt_comm_ops_v1_t *cops, dt_comm_t *comm,
+static int gather_segs(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t *comm,
                        const dt_ckpt_seg_t *mine, size_t n_mine, dt_ckpt_seg_t **all,
                        size_t *n_all)
 {
@@ -446,8 +446,8 @@ static int gather_segs(const dt_world_t *w, const dt_comm_ops_v1_t *cops, dt_com
     return rc;
 }
 
-int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg, const dt_comm_ops_v1_t *cops,
-                 dt_comm_t *comm, const dt_strategy_ops_v1_t *ops, dt_strategy_t *s,
+int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg, const dt_comm_ops_t *cops,
+                 dt_comm_t *comm, const dt_strategy_ops_t *ops, dt_strategy_t *s,
                  dt_model_t *m, int64_t step)
 {
     char root[2048], tmp[4096];
@@ -471,7 +471,7 @@ int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg, const dt_comm_ops_
         return dt_err_context(rc, "saving checkpoint of step %lld", (long long)step);
     }
 
-    dt_model_desc_v1_t *d = dt_model_desc(m);
+    dt_model_desc_t *d = dt_model_desc(m);
     const int ns = n_states(cfg);
     const size_t n_entries = (size_t)d->n_units * (size_t)ns;
     dt_ckpt_seg_t *segs = NULL, *all = NULL;

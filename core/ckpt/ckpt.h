@@ -21,7 +21,7 @@ int dt_ckpt_root(const dt_config_t *cfg, char *buf, size_t cap);
  * none; a path names one), else from the model's seeded initialisation.
  * *start_step is the step the loaded checkpoint ended (0 when fresh). */
 int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_config_t *cfg,
-                           const dt_strategy_ops_v1_t *ops, dt_strategy_t *s,
+                           const dt_strategy_ops_t *ops, dt_strategy_t *s,
                            dt_model_t *m, uint64_t seed, int64_t *start_step);
 
 /* Save the state after `step`, atomically, then keep checkpoint.keep.
@@ -30,8 +30,8 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_config_t *cfg,
  * parallel, rank 0 gathers the segment tables, writes the manifest and
  * commits.  Every rank returns the same outcome; on failure the temporary
  * directory is removed and the previous checkpoint is untouched. */
-int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg, const dt_comm_ops_v1_t *cops,
-                 dt_comm_t *comm, const dt_strategy_ops_v1_t *ops, dt_strategy_t *s,
+int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg, const dt_comm_ops_t *cops,
+                 dt_comm_t *comm, const dt_strategy_ops_t *ops, dt_strategy_t *s,
                  dt_model_t *m, int64_t step);
 
 #endif /* DT_ENGINE_CKPT_H */

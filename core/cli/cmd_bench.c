@@ -179,7 +179,7 @@ static void count_wrong(const void *got, int dt, uint64_t n, uint64_t base, int 
 typedef struct rank_ctx {
     const bench_opts_t *o;
     const dt_plugin_t *plugin;
-    const dt_comm_ops_v1_t *ops;
+    const dt_comm_ops_t *ops;
     dt_comm_t *c;
     int rank, n;
 } rank_ctx_t;
@@ -204,7 +204,7 @@ static uint64_t count_for(int op, uint64_t bytes, size_t es, int n)
 
 static int run_op(rank_ctx_t *x, void *a, void *b, uint64_t count)
 {
-    const dt_comm_ops_v1_t *ops = x->ops;
+    const dt_comm_ops_t *ops = x->ops;
     const bench_opts_t *o = x->o;
     dt_comm_t *c = x->c;
     switch (o->op) {
@@ -334,7 +334,7 @@ static int bench_sizes(rank_ctx_t *x, void *a, void *b, int *any_wrong)
 {
     const bench_opts_t *o = x->o;
     const size_t es = dt_dtype_size(o->dtype);
-    const dt_comm_ops_v1_t *ops = x->ops;
+    const dt_comm_ops_t *ops = x->ops;
     const char *hook = getenv("DTRAIN_TEST_BENCH_CORRUPT");
     int corrupt = hook && hook[0] && atoi(hook) == x->rank;
     int rc = DT_OK;
@@ -438,7 +438,7 @@ static int bench_rank(const bench_opts_t *o, dt_config_t *cfg, const dt_world_t 
     }
     rank_ctx_t x = {.o = o, .plugin = p, .ops = p->ops, .rank = world->rank,
                     .n = world->size};
-    dt_comm_init_v1_t ia = {.struct_size = sizeof ia, .rank = world->rank,
+    dt_comm_init_t ia = {.struct_size = sizeof ia, .rank = world->rank,
                             .size = world->size, .local_rank = world->local_rank,
                             .local_size = world->local_size, .job_id = world->job_id,
                             .master_addr = world->master_addr,

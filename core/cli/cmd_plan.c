@@ -51,7 +51,7 @@ static const variant_t variants[] = {
 /* Resolve with the variant selected and estimate; *m receives the model
  * (the caller prints its header from the first one). */
 static int plan_one(const dt_cli_config_args_t *a, const variant_t *v, const char *preset,
-                    int64_t *world, dt_resolved_t *r, dt_model_t **m, dt_estimate_v1_t *e)
+                    int64_t *world, dt_resolved_t *r, dt_model_t **m, dt_estimate_t *e)
 {
     const char *sets[264];
     char data[96], pre[96], shape[5][64];
@@ -110,7 +110,7 @@ int dt_cmd_plan(int argc, char **argv)
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
         dt_resolved_t r;
         dt_model_t *m = NULL;
-        dt_estimate_v1_t e = {.struct_size = sizeof(dt_estimate_v1_t)};
+        dt_estimate_t e = {.struct_size = sizeof(dt_estimate_t)};
         int rc = plan_one(&a, &variants[i], vals[1], &world, &r, &m, &e);
         if (rc == DT_OK && !printed_header) {
             const dt_model_info_t *mi = dt_model_info(m);

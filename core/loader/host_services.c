@@ -21,7 +21,7 @@
 /* ------------------------------------------------------- host state -- */
 
 typedef struct dt_host_state {
-    dt_host_v1_t table;          /* first: (dt_host_state_t *)table */
+    dt_host_t table;          /* first: (dt_host_state_t *)table */
     dt_plugin_t *plugin;
     char who[96];                /* "comm/shm" */
     const dt_config_t *cfg;      /* what cfg_* read; may be own_cfg */
@@ -30,12 +30,12 @@ typedef struct dt_host_state {
     dt_mem_stats_t mem;
 } dt_host_state_t;
 
-static dt_host_state_t *state_of(const dt_host_v1_t *h)
+static dt_host_state_t *state_of(const dt_host_t *h)
 {
     return (dt_host_state_t *)(uintptr_t)h;
 }
 
-static void host_log(const dt_host_v1_t *h, int level, const char *fmt, ...)
+static void host_log(const dt_host_t *h, int level, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -43,7 +43,7 @@ static void host_log(const dt_host_v1_t *h, int level, const char *fmt, ...)
     va_end(ap);
 }
 
-static int host_set_error(const dt_host_v1_t *h, int status, const char *fmt,
+static int host_set_error(const dt_host_t *h, int status, const char *fmt,
                           ...)
 {
     /* Format first: the arguments may point into the error buffer itself. */
@@ -71,7 +71,7 @@ typedef struct host_block {
 } host_block_t;
 _Static_assert(sizeof(host_block_t) <= HOST_HDR, "host block header");
 
-static void *host_alloc(const dt_host_v1_t *h, uint64_t bytes, int tag)
+static void *host_alloc(const dt_host_t *h, uint64_t bytes, int tag)
 {
     dt_host_state_t *hs = state_of(h);
     if (tag < 0 || tag >= DT_TAG_COUNT) {
@@ -130,7 +130,7 @@ static void *host_alloc(const dt_host_v1_t *h, uint64_t bytes, int tag)
     return (char *)raw + HOST_HDR;
 }
 
-static void host_free(const dt_host_v1_t *h, void *ptr)
+static void host_free(const dt_host_t *h, void *ptr)
 {
     if (!ptr)
         return;
@@ -174,7 +174,7 @@ static int cfg_fail(const dt_host_state_t *hs, int rc, const char *path)
 }
 
 #define HOST_CFG_GETTER(fn, type, getter)                                      \
-    static int fn(const dt_host_v1_t *h, const char *key, type *out)           \
+    static int fn(const dt_host_t *h, const char *key, type *out)           \
     {                                                                          \
         const dt_host_state_t *hs = state_of(h);                               \
         char path[256];                                                        \
@@ -203,7 +203,7 @@ HOST_CFG_GETTER(host_cfg_int, int64_t, dt_config_get_int)
 HOST_CFG_GETTER(host_cfg_float, double, dt_config_get_float)
 HOST_CFG_GETTER(host_cfg_string, const char *, dt_config_get_string)
 
-static uint64_t host_now_ns(const dt_host_v1_t *h)
+static uint64_t host_now_ns(const dt_host_t *h)
 {
     (void)h;
     struct timespec ts;
@@ -260,10 +260,10 @@ int dt_host_create(dt_plugin_t *p, const dt_config_t *cfg)
         hs->cfg = hs->own_cfg;
     }
 
-    dt_host_v1_t *t = &hs->table;
+    dt_host_t *t = &hs->table;
     t->abi_major = DT_HOST_ABI_MAJOR;
     t->abi_minor = DT_HOST_ABI_MINOR;
-    t->struct_size = (uint32_t)sizeof(dt_host_v1_t);
+    t->struct_size = (uint32_t)sizeof(dt_host_t);
     t->name = "dtrain";
     t->version = DTRAIN_VERSION_STRING;
     t->ctx = p;

@@ -2,7 +2,7 @@
  * core/loader/host_services.h - the per-plugin host services table
  * (dtrain/host.h).
  *
- * The loader builds one dt_host_v1_t per loaded plugin: its set_error and
+ * The loader builds one dt_host_t per loaded plugin: its set_error and
  * log know the plugin ("comm/shm: "), its alloc accounts host memory per
  * tag for that plugin, its cfg_* read the plugin's own config table.  Its
  * log writes the core's log line (util/log.h).

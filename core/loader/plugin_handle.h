@@ -21,7 +21,7 @@ typedef struct dt_plugin {
     uint32_t major;              /* ABI major chosen */
     const dt_plugin_info_t *info;
     const void *ops;             /* cast to dt_<kind>_ops_v<major>_t */
-    const dt_host_v1_t *host;    /* this plugin's host table */
+    const dt_host_t *host;    /* this plugin's host table */
     void *priv;                  /* loader-private */
 } dt_plugin_t;
 

@@ -429,12 +429,12 @@ static int block_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_uni
     return DT_OK;
 }
 
-static int gpt2_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_v1_t *h)
+static int gpt2_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h)
 {
     gpt2_t *g = G(m);
     const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = g->s.vocab_size, BT = B * T;
     const uint32_t L = (uint32_t)g->s.n_layer, head = L + 1;
-    dt_unit_buffers_v1_t b0 = {.struct_size = sizeof b0}, bl = {.struct_size = sizeof bl},
+    dt_unit_buffers_t b0 = {.struct_size = sizeof b0}, bl = {.struct_size = sizeof bl},
                          bh = {.struct_size = sizeof bh};
     dt_unit_view_t v0, vl, vh;
 
@@ -474,13 +474,13 @@ static int gpt2_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_
     return DT_OK;
 }
 
-static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_v1_t *h,
+static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
                          float loss_scale)
 {
     gpt2_t *g = G(m);
     const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = g->s.vocab_size, BT = B * T;
     const uint32_t L = (uint32_t)g->s.n_layer, head = L + 1;
-    dt_unit_buffers_v1_t b0 = {.struct_size = sizeof b0}, bl = {.struct_size = sizeof bl},
+    dt_unit_buffers_t b0 = {.struct_size = sizeof b0}, bl = {.struct_size = sizeof bl},
                          bh = {.struct_size = sizeof bh};
     dt_unit_view_t v0, vl, vh;
 
@@ -505,7 +505,7 @@ static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook
     DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
     uint64_t o[NBLOCK];
     for (uint32_t l = L; l-- > 0;) {
-        const dt_unit_desc_v1_t *ud = &m->desc.units[l + 1];
+        const dt_unit_desc_t *ud = &m->desc.units[l + 1];
         for (int k = 0; k < NBLOCK; k++)
             o[k] = ud->params[k].offset;
         DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, l + 1, 0, &bl));

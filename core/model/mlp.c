@@ -183,12 +183,12 @@ static const float *layer_in(const mlp_t *p, int64_t l, int64_t *width)
     return l ? p->out[l - 1] : p->x0;
 }
 
-static int mlp_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_v1_t *h)
+static int mlp_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h)
 {
     mlp_t *p = P(m);
     const int64_t B = m->B, T = m->T, BT = B * T, H = p->H, V = p->V;
     const uint32_t head = (uint32_t)p->NL + 1;
-    dt_unit_buffers_v1_t b = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
+    dt_unit_buffers_t b = {.struct_size = sizeof(dt_unit_buffers_t)};
     dt_unit_view_t v;
     int64_t in_w;
 
@@ -233,13 +233,13 @@ static int mlp_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_v
     return DT_OK;
 }
 
-static int mlp_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_v1_t *h,
+static int mlp_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
                         float loss_scale)
 {
     mlp_t *p = P(m);
     const int64_t B = m->B, T = m->T, BT = B * T, H = p->H, V = p->V;
     const uint32_t head = (uint32_t)p->NL + 1;
-    dt_unit_buffers_v1_t b = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
+    dt_unit_buffers_t b = {.struct_size = sizeof(dt_unit_buffers_t)};
     dt_unit_view_t v;
     int64_t in_w;
     /* d(layer output) arrives in `dout`; d(layer input) goes to `din` */
@@ -258,7 +258,7 @@ static int mlp_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_
     DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
     for (int64_t l = p->NL; l-- > 0;) {
         const uint32_t u = (uint32_t)l + 1;
-        const dt_unit_desc_v1_t *ud = &m->desc.units[u];
+        const dt_unit_desc_t *ud = &m->desc.units[u];
         in = layer_in(p, l, &in_w);
         DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, u, 0, &b));
         DT_TRY_UNIT(dt_model_view(m, ctx, u, b.params, dt_model_is_ckpt(m, l), &v), "backward",

@@ -103,7 +103,7 @@ int dt_model_create(dt_config_t *cfg, dt_model_t **out)
         (rc = a->create(m, cfg)))
         goto fail;
     for (uint32_t u = 0; u < m->desc.n_units; u++) {
-        const dt_unit_desc_v1_t *ud = &m->desc.units[u];
+        const dt_unit_desc_t *ud = &m->desc.units[u];
         if (!ud->name) {
             rc = dt_err_set(DT_ERR_NOMEM, "model: out of memory");
             goto fail;
@@ -136,7 +136,7 @@ void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx)
     if (m->arch->free)
         m->arch->free(m);
     for (uint32_t i = 0; m->desc.units && i < m->desc.n_units; i++) {
-        dt_unit_desc_v1_t *u = &m->desc.units[i];
+        dt_unit_desc_t *u = &m->desc.units[i];
         for (uint32_t k = 0; k < u->n_params; k++)
             free((char *)u->params[k].name);
         free(u->params);
@@ -149,7 +149,7 @@ void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx)
     free(m);
 }
 
-dt_model_desc_v1_t *dt_model_desc(dt_model_t *m) { return &m->desc; }
+dt_model_desc_t *dt_model_desc(dt_model_t *m) { return &m->desc; }
 const dt_model_info_t *dt_model_info(const dt_model_t *m) { return &m->info; }
 const float *dt_model_logits(const dt_model_t *m) { return m->logits; }
 
@@ -168,7 +168,7 @@ int dt_model_alloc_units(dt_model_t *m, uint32_t n)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     m->desc.n_units = n;
     for (uint32_t i = 0; i < n; i++) {
-        dt_unit_desc_v1_t *u = &m->desc.units[i];
+        dt_unit_desc_t *u = &m->desc.units[i];
         u->index = i;
         u->params = calloc(DT_MODEL_MAX_PARAMS, sizeof *u->params);
         m->extra[i] = calloc(DT_MODEL_MAX_PARAMS, sizeof *m->extra[i]);
@@ -188,12 +188,12 @@ int dt_model_name_unit(dt_model_t *m, uint32_t unit, const char *name)
 int dt_model_add_param(dt_model_t *m, uint32_t unit, const char *name, int ndim, int64_t d0,
                        int64_t d1, int kind, double std)
 {
-    dt_unit_desc_v1_t *u = &m->desc.units[unit];
+    dt_unit_desc_t *u = &m->desc.units[unit];
     if (u->n_params == DT_MODEL_MAX_PARAMS) /* a programming error in an arch */
         return dt_err_set(DT_ERR_INVALID, "model: unit %u has more than %d tensors", unit,
                           DT_MODEL_MAX_PARAMS);
     uint32_t k = u->n_params;
-    dt_param_desc_v1_t *p = &u->params[k];
+    dt_param_desc_t *p = &u->params[k];
     memset(p, 0, sizeof *p);
     if (!(p->name = strdup(name)))
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
@@ -245,9 +245,9 @@ int dt_model_init_unit(const dt_model_t *m, uint32_t unit, uint64_t seed, float 
     if (unit >= m->desc.n_units)
         return dt_err_set(DT_ERR_INVALID, "model: init of unit %u; the model has %u units",
                           unit, m->desc.n_units);
-    const dt_unit_desc_v1_t *u = &m->desc.units[unit];
+    const dt_unit_desc_t *u = &m->desc.units[unit];
     for (uint32_t k = 0; k < u->n_params; k++) {
-        const dt_param_desc_v1_t *p = &u->params[k];
+        const dt_param_desc_t *p = &u->params[k];
         const dt_tensor_extra_t *e = &m->extra[unit][k];
         float *w = out + p->offset;
         if (e->kind == DT_TENSOR_BIAS) {
@@ -307,13 +307,13 @@ int dt_model_is_ckpt(const dt_model_t *m, int64_t l)
 }
 
 int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
-                  const dt_hook_v1_t *h, uint32_t unit, int last_use, dt_unit_buffers_v1_t *buf)
+                  const dt_hook_t *h, uint32_t unit, int last_use, dt_unit_buffers_t *buf)
 {
     static const char *names[] = {"pre_forward", "post_forward", "pre_backward", "post_backward"};
-    dt_hook_v1_t hk = *h;
+    dt_hook_t hk = *h;
     hk.unit = unit;
     hk.last_use = last_use;
-    const dt_strategy_ops_v1_t *s = ctx->strat_ops;
+    const dt_strategy_ops_t *s = ctx->strat_ops;
     int rc;
     switch (phase) {
     case DT_PRE_FORWARD: rc = s->pre_forward(ctx->strat, &hk, buf); break;
@@ -335,7 +335,7 @@ int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
 int dt_model_view(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, const void *params,
                   int need_f32, dt_unit_view_t *v)
 {
-    const dt_unit_desc_v1_t *u = &m->desc.units[unit];
+    const dt_unit_desc_t *u = &m->desc.units[unit];
     const dt_tensor_extra_t *e = m->extra[unit];
     const size_t es = dt_dtype_size(m->wdtype);
     memset(v, 0, sizeof *v);
@@ -510,13 +510,13 @@ int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t 
      * outside the table (and the device only checks for negatives). */
     if ((rc = check_tokens(m, "input", inputs)) || (rc = check_tokens(m, "target", targets)))
         return rc;
-    const dt_device_ops_v1_t *K = ctx->dev_ops;
+    const dt_device_ops_t *K = ctx->dev_ops;
     if ((rc = K->memcpy_async(ctx->dev, m->tokens, inputs, (uint64_t)BT * 4, DT_COPY_H2D,
                               ctx->stream)) ||
         (rc = K->memcpy_async(ctx->dev, m->targets, targets, (uint64_t)BT * 4, DT_COPY_H2D,
                               ctx->stream)))
         return rc;
-    dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t),
+    dt_hook_t h = {.struct_size = sizeof(dt_hook_t),
                       .micro = micro,
                       .n_micro = n_micro,
                       .flags = no_grad ? DT_HOOK_NO_GRAD : 0u};
@@ -603,7 +603,7 @@ int dt_model_probe(dt_model_t *m, const dt_model_ctx_t *ctx, const char *what, u
 
 int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head)
 {
-    const dt_device_ops_v1_t *K = ctx->dev_ops;
+    const dt_device_ops_t *K = ctx->dev_ops;
     const int64_t BT = m->B * m->T, V = m->info.vocab_size;
     DT_TRY_UNIT(K->softmax_xent_forward(ctx->dev, ctx->stream, m->losses, m->probs, m->logits,
                                         m->targets, BT, V),
@@ -619,7 +619,7 @@ int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t hea
 int dt_model_loss_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head,
                            float *dlogits, float loss_scale)
 {
-    const dt_device_ops_v1_t *K = ctx->dev_ops;
+    const dt_device_ops_t *K = ctx->dev_ops;
     const int64_t BT = m->B * m->T, V = m->info.vocab_size;
     DT_TRY_UNIT(K->memset_async(ctx->dev, dlogits, 0, (uint64_t)(BT * V) * 4, ctx->stream),
                 "backward", head);
@@ -641,13 +641,13 @@ static int probed_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_
     if ((rc = check_tokens(m, "input", inputs)) || (rc = check_tokens(m, "target", targets)))
         return rc;
     const uint64_t bytes = (uint64_t)(m->B * m->T) * 4;
-    const dt_device_ops_v1_t *K = ctx->dev_ops;
+    const dt_device_ops_t *K = ctx->dev_ops;
     if ((rc = K->memcpy_async(ctx->dev, m->tokens, inputs, bytes, DT_COPY_H2D, ctx->stream)) ||
         (rc = K->memcpy_async(ctx->dev, m->targets, targets, bytes, DT_COPY_H2D, ctx->stream)))
         return rc;
     /* an evaluation pass: strategies gather and release as for one */
-    const dt_hook_v1_t h = {
-        .struct_size = sizeof(dt_hook_v1_t), .micro = 0, .n_micro = 1, .flags = DT_HOOK_NO_GRAD};
+    const dt_hook_t h = {
+        .struct_size = sizeof(dt_hook_t), .micro = 0, .n_micro = 1, .flags = DT_HOOK_NO_GRAD};
     m->probe = p;
     rc = m->arch->forward(m, ctx, &h);
     m->probe = NULL;

@@ -37,10 +37,10 @@ typedef struct dt_model dt_model_t;
 
 /* The compute context the model runs in. */
 typedef struct dt_model_ctx {
-    const dt_device_ops_v1_t *dev_ops;
+    const dt_device_ops_t *dev_ops;
     dt_device_t *dev;
     dt_stream_t *stream;
-    const dt_strategy_ops_v1_t *strat_ops;
+    const dt_strategy_ops_t *strat_ops;
     dt_strategy_t *strat;
     const char *strat_name; /* for messages */
 } dt_model_ctx_t;
@@ -80,7 +80,7 @@ int dt_model_create(dt_config_t *cfg, dt_model_t **out);
 void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx);
 
 /* The description strategies see (valid while the model lives). */
-dt_model_desc_v1_t *dt_model_desc(dt_model_t *m);
+dt_model_desc_t *dt_model_desc(dt_model_t *m);
 /* Arch, vocabulary, context and shape keys, for any arch. */
 const dt_model_info_t *dt_model_info(const dt_model_t *m);
 /* GPT-2's shape; NULL when the arch is not "gpt2" (use dt_model_info for
@@ -122,7 +122,7 @@ typedef struct dt_model_act {
 int dt_model_act_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *unit_bytes,
                        dt_model_act_t *out);
 /* dt_model_act_bytes, and set every unit's desc.units[u].act_bytes to
- * its kept bytes (the planner's dt_estimate_args_v1_t.act_bytes is
+ * its kept bytes (the planner's dt_estimate_args_t.act_bytes is
  * out->total).  dt_model_alloc_acts does this itself. */
 int dt_model_plan_acts(dt_model_t *m, int64_t B, int64_t T, dt_model_act_t *out);
 

@@ -31,7 +31,7 @@ typedef enum dt_tensor_kind {
     DT_TENSOR_NORM = 3    /* ones, NO_DECAY; read as f32 (norm weights) */
 } dt_tensor_kind_t;
 
-/* Per tensor, beside its dt_param_desc_v1_t. */
+/* Per tensor, beside its dt_param_desc_t. */
 typedef struct dt_tensor_extra {
     int kind;          /* dt_tensor_kind_t */
     double std;        /* MATRIX, EMBED */
@@ -76,10 +76,10 @@ typedef struct dt_model_arch {
      * m->probs (BT, V) and m->losses (BT). */
     int (*alloc_acts)(dt_model_t *m, const dt_model_ctx_t *ctx);
     /* Forward of the micro-batch in m->tokens / m->targets (device). */
-    int (*forward)(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_v1_t *h);
+    int (*forward)(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h);
     /* Backward; the loss gradient is dloss = loss_scale / (B T) per
      * position (mean loss). */
-    int (*backward)(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_v1_t *h,
+    int (*backward)(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
                     float loss_scale);
     double (*flops_per_token)(const dt_model_t *m, int64_t T);
     void (*free)(dt_model_t *m); /* host state in m->arch_state; NULL ok */
@@ -89,7 +89,7 @@ extern const dt_model_arch_t dt_model_arch_gpt2;
 extern const dt_model_arch_t dt_model_arch_mlp;
 
 struct dt_model {
-    dt_model_desc_v1_t desc;
+    dt_model_desc_t desc;
     dt_model_info_t info;
     const dt_model_arch_t *arch;
     void *arch_state;
@@ -139,7 +139,7 @@ int dt_model_is_ckpt(const dt_model_t *m, int64_t l);
 /* Call the strategy's `phase` hook for unit `unit`, with the micro-batch
  * and flags of `h`; `buf` receives the buffers for pre_* phases. */
 int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
-                  const dt_hook_v1_t *h, uint32_t unit, int last_use, dt_unit_buffers_v1_t *buf);
+                  const dt_hook_t *h, uint32_t unit, int last_use, dt_unit_buffers_t *buf);
 /* The view of unit `unit`'s parameters `params` (from a pre_* hook).  With
  * `need_f32` on a bf16 model, widens the f32-read tensors into m->view,
  * which holds one unit's view at a time: the previous one is gone. */

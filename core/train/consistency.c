@@ -93,7 +93,7 @@ static void diff(const dt_config_t *cfg, const list_t *mine, const item_t *r0, s
 }
 
 int dt_consistency_check(const dt_world_t *w, const dt_config_t *cfg,
-                         const dt_comm_ops_v1_t *ops, dt_comm_t *comm)
+                         const dt_comm_ops_t *ops, dt_comm_t *comm)
 {
     if (w->size <= 1)
         return DT_OK;

@@ -10,7 +10,7 @@
 #include "util/error.h"
 
 int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_config_t *cfg,
-                     int world, dt_estimate_v1_t *out)
+                     int world, dt_estimate_t *out)
 {
     int64_t micro, seq_len, accum, global;
     const char *opt;
@@ -34,11 +34,11 @@ int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_config_t 
     /* what this implementation keeps: compute params in the model dtype
      * (plus f32 masters for bf16), f32 gradients, f32 optimizer moments */
     const uint32_t moments = strcmp(opt, "sgd") == 0 ? 1 : 2;
-    dt_estimate_args_v1_t a = {.struct_size = sizeof a, .group_size = world,
+    dt_estimate_args_t a = {.struct_size = sizeof a, .group_size = world,
                                .model = dt_model_desc(m), .param_bytes = bf16 ? 2 : 4,
                                .grad_bytes = 4, .optim_bytes = 4 * moments + (bf16 ? 4 : 0),
                                .n_micro = (uint32_t)accum, .act_bytes = act.total};
-    const dt_strategy_ops_v1_t *ops = strat->ops;
+    const dt_strategy_ops_t *ops = strat->ops;
     memset(out, 0, sizeof *out);
     out->struct_size = sizeof *out;
     rc = ops->estimate(strat->host, &a, out);
@@ -47,7 +47,7 @@ int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_config_t 
     return DT_OK;
 }
 
-uint64_t dt_plan_model_state(const dt_estimate_v1_t *e)
+uint64_t dt_plan_model_state(const dt_estimate_t *e)
 {
     return e->bytes[DT_TAG_PARAMS] + e->bytes[DT_TAG_GRADS] + e->bytes[DT_TAG_OPTIMIZER];
 }

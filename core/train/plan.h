@@ -17,10 +17,10 @@
  * micro_batch x seq_len, accumulation) on a data-parallel group of
  * `world` ranks.  Sets the units' act_bytes as a side effect. */
 int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_config_t *cfg,
-                     int world, dt_estimate_v1_t *out);
+                     int world, dt_estimate_t *out);
 
 /* Model-state bytes (params + grads + optimizer) of an estimate. */
-uint64_t dt_plan_model_state(const dt_estimate_v1_t *e);
+uint64_t dt_plan_model_state(const dt_estimate_t *e);
 
 /* `b` as "12.34 MiB" below 1 GiB and "1.92 GiB" above; returns buf. */
 const char *dt_plan_bytes(uint64_t b, char *buf, size_t cap);

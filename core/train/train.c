@@ -81,9 +81,9 @@ static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 typedef struct run {
     dt_resolved_t *r;
     dt_world_t world;
-    const dt_device_ops_v1_t *dev_ops;
-    const dt_comm_ops_v1_t *comm_ops;
-    const dt_strategy_ops_v1_t *strat_ops;
+    const dt_device_ops_t *dev_ops;
+    const dt_comm_ops_t *comm_ops;
+    const dt_strategy_ops_t *strat_ops;
     dt_device_t *dev;
     dt_stream_t *stream;
     dt_comm_t *comm;
@@ -147,7 +147,7 @@ static int setup(run_t *R)
         return rc;
     dt_log_set_rank(R->world.rank);
 
-    dt_device_init_v1_t da = {.struct_size = sizeof da, .rank = R->world.rank,
+    dt_device_init_t da = {.struct_size = sizeof da, .rank = R->world.rank,
                               .local_rank = R->world.local_rank,
                               .local_size = R->world.local_size, .device_index = -1};
     if ((rc = PLUGIN_CALL(pdev, R->dev_ops->init(pdev->host, &da, &R->dev), "init")))
@@ -157,7 +157,7 @@ static int setup(run_t *R)
     double timeout_s;
     if ((rc = dt_config_get_float(cfg, "launch.timeout", &timeout_s)))
         return rc;
-    dt_comm_init_v1_t ca = {.struct_size = sizeof ca, .rank = R->world.rank,
+    dt_comm_init_t ca = {.struct_size = sizeof ca, .rank = R->world.rank,
                             .size = R->world.size, .local_rank = R->world.local_rank,
                             .local_size = R->world.local_size, .job_id = R->world.job_id,
                             .master_addr = R->world.master_addr,
@@ -253,7 +253,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     }
 
     /* ---- strategy and parameters ---- */
-    dt_strategy_init_v1_t sa = {
+    dt_strategy_init_t sa = {
         .struct_size = sizeof sa, .n_micro = (uint32_t)accum, .dev_ops = R.dev_ops,
         .dev = R.dev, .compute_stream = R.stream, .comm_ops = R.comm_ops, .comm = R.comm,
         .model = dt_model_desc(R.model)};
@@ -265,7 +265,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     dt_config_get_float(cfg, "optimizer.weight_decay", &wd);
     dt_config_get_float(cfg, "optimizer.momentum", &mom);
     dt_config_get_bool(cfg, "optimizer.nesterov", &nesterov);
-    const dt_optim_desc_v1_t optim = {.struct_size = sizeof optim,
+    const dt_optim_desc_t optim = {.struct_size = sizeof optim,
                                       .kind = strcmp(opt_type, "sgd") == 0 ? DT_OPTIM_SGD
                                                                            : DT_OPTIM_ADAMW,
                                       .nesterov = nesterov,
@@ -304,7 +304,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
             goto out;
         }
     }
-    dt_device_props_v1_t props = {.struct_size = sizeof(dt_device_props_v1_t)};
+    dt_device_props_t props = {.struct_size = sizeof(dt_device_props_t)};
     R.dev_ops->props(R.dev, &props);
     const double flops_tok = dt_model_flops_per_token(R.model, seq_len);
     if (R.world.rank == 0)
@@ -350,11 +350,11 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
                                       "all_reduce of the loss")))
             goto out;
         double loss = dp > 1 ? (double)lbuf : loss_local[0];
-        dt_step_args_v1_t sargs = {.struct_size = sizeof(dt_step_args_v1_t),
+        dt_step_args_t sargs = {.struct_size = sizeof(dt_step_args_t),
                                    .step = step,
                                    .lr = (float)lr_now,
                                    .clip = (float)clip};
-        dt_step_result_v1_t sres = {.struct_size = sizeof(dt_step_result_v1_t)};
+        dt_step_result_t sres = {.struct_size = sizeof(dt_step_result_t)};
         if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->step(R.strat, &sargs, &sres), "step")))
             goto out;
         if (!isfinite(loss) || sres.nonfinite) {
@@ -432,7 +432,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     /* ---- memory summary: measured peaks beside the strategy's plan ---- */
     dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
     R.dev_ops->mem_stats(R.dev, &ms);
-    dt_estimate_v1_t plan = {.struct_size = sizeof(dt_estimate_v1_t)};
+    dt_estimate_t plan = {.struct_size = sizeof(dt_estimate_t)};
     if ((rc = dt_plan_strategy(pstrat, R.model, cfg, (int)dp, &plan)))
         goto out;
     uint64_t plan_total = 0;

@@ -375,6 +375,23 @@ static void test_hook_protocol(void **state)
         .struct_size = sizeof(dt_hook_v1_t), .unit = 0, .n_micro = 1, .flags = DT_HOOK_NO_GRAD};
     assert_int_equal(S->pre_backward(in.s, &h, &b), DT_ERR_INVALID);
     assert_non_null(strstr(dt_last_error(), "unit 'embedding' in a no-grad (evaluation) pass"));
+    /* the growth rule (abi.h): a hook or buffers below minor 0, a newer
+     * core's field this plugin does not know */
+    h = (dt_hook_v1_t){.struct_size = 4, .unit = 0, .n_micro = 1};
+    assert_int_equal(S->pre_forward(in.s, &h, &b), DT_ERR_ABI);
+    assert_non_null(strstr(dt_last_error(), "strategy/ddp: pre_forward: hook: struct_size 4 is "
+                                            "below the 24 bytes of its minor 0"));
+    struct {
+        dt_hook_v1_t h;
+        uint32_t later;
+    } nh = {.h = {.struct_size = sizeof nh, .unit = 0, .n_micro = 1}, .later = 1};
+    assert_int_equal(S->pre_forward(in.s, &nh.h, &b), DT_ERR_UNSUPPORTED);
+    assert_non_null(strstr(dt_last_error(), "pre_forward: hook: the caller (struct_size 28) set "
+                                            "fields past the 24 bytes this plugin knows"));
+    dt_unit_buffers_v1_t small = {.struct_size = 8};
+    h = (dt_hook_v1_t){.struct_size = sizeof h, .unit = 0, .n_micro = 1};
+    assert_int_equal(S->pre_forward(in.s, &h, &small), DT_ERR_ABI);
+    assert_non_null(strstr(dt_last_error(), "pre_forward: buffers: struct_size 8 is below"));
 
     /* a step inside an open hook is refused */
     h = (dt_hook_v1_t){.struct_size = sizeof(dt_hook_v1_t), .unit = 1, .n_micro = 1};

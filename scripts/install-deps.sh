@@ -4,6 +4,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
+  clang                 # second compiler: run-tests.sh builds with GCC and Clang (clang 14 on Debian 12)
   procps                # ps, pgrep, pkill in the integration tests (absent from minimal images)
   libtomlplusplus-dev   # TOML 1.0 parser behind core/config/toml_shim.cpp
   libltdl-dev           # plugin loading

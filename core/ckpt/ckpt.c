@@ -35,21 +35,34 @@ static int n_states(const dt_config_t *cfg)
     return strcmp(t, "sgd") == 0 ? 2 : 3;
 }
 
-/* Ranges of `unit`/`kind` for `purpose`, malloc'd into *out. */
+/* Ranges of `unit`/`kind` for `purpose`, malloc'd into *out (the caller
+ * frees it).  On failure *out is NULL and *n 0: ranges frees what it
+ * allocated and hands the caller nothing to free. */
 static int ranges(const dt_strategy_ops_t *ops, dt_strategy_t *s, uint32_t unit, int kind,
                   int purpose, dt_range_t **out, uint32_t *n)
 {
-    int rc = ops->state_ranges(s, unit, kind, purpose, NULL, 0, n);
+    *out = NULL;
+    *n = 0;
+    uint32_t count = 0, n2 = 0;
+    int rc = ops->state_ranges(s, unit, kind, purpose, NULL, 0, &count);
     if (rc)
         return rc;
-    *out = calloc(*n ? *n : 1, sizeof **out);
-    if (!*out)
+    dt_range_t *rg = calloc(count ? count : 1, sizeof *rg);
+    if (!rg)
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
-    uint32_t n2 = 0;
-    if ((rc = ops->state_ranges(s, unit, kind, purpose, *out, *n, &n2))) {
-        free(*out);
+    if ((rc = ops->state_ranges(s, unit, kind, purpose, rg, count, &n2))) {
+        free(rg);
         return rc;
     }
+    if (n2 != count) {
+        free(rg);
+        return dt_err_set(DT_ERR_INVALID,
+                          "state_ranges of unit %u, %s: %u ranges, then %u for the same query",
+                          unit, kind == 0 ? "params" : kind == 1 ? "exp_avg" : "exp_avg_sq",
+                          count, n2);
+    }
+    *out = rg;
+    *n = count;
     return DT_OK;
 }
 

@@ -94,15 +94,18 @@ static const dt_abi_method_t strategy_v1_optional[] = {
 DT_LAYOUT_CHECK(strategy, 14);
 
 /* Mandatory slots are contiguous from the first one, so the minimum size is
- * where the last mandatory slot ends. */
+ * where the last mandatory slot ends: the info block plus one pointer per
+ * mandatory slot (test_loader checks every listed offset against that).
+ * Counted, not read from the array: an array element is not a constant
+ * expression in C, and clang rejects it in a static initializer. */
 #define LAYOUT(kind, KIND)                                                     \
     {                                                                          \
         DT_##KIND##_ABI_MAJOR, DT_##KIND##_ABI_MINOR,                          \
         sizeof(dt_##kind##_ops_v1_t), kind##_v1_mandatory,                     \
         DT_ARRAY_LEN(kind##_v1_mandatory), kind##_v1_optional,                 \
         DT_ARRAY_LEN(kind##_v1_optional),                                      \
-        kind##_v1_mandatory[DT_ARRAY_LEN(kind##_v1_mandatory) - 1].offset +   \
-            sizeof(dt_any_fn_t)                                                \
+        sizeof(dt_plugin_info_t) +                                             \
+            DT_ARRAY_LEN(kind##_v1_mandatory) * sizeof(dt_any_fn_t)            \
     }
 
 /* Indexed by kind; one layout each while every kind is at major 1.  A

@@ -94,6 +94,7 @@ DEF_FLOAT_RED(red_bf16, uint16_t, float, dt_bf16_to_f32, dt_f32_to_bf16)
 DEF_FLOAT_RED(red_f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16)
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define SHM_HAVE_F16C_PATH 1
 
@@ -203,6 +204,14 @@ __attribute__((target("avx2"))) static void red2_f32_avx2(float *dst, float *dst
     }
 }
 
+/* F16C from CPUID leaf 1 (clang 14's __builtin_cpu_supports knows no
+ * "f16c"); "avx" below also proves the OS saves the YMM registers. */
+static int cpuid_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 /* DT_SHM_PORTABLE_KERNELS=1 forces the portable kernel (tests compare the
  * two paths on machines that have F16C). */
 static int have_f16c(void)
@@ -211,8 +220,7 @@ static int have_f16c(void)
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v < 0) {
         const char *env = getenv("DT_SHM_PORTABLE_KERNELS");
-        v = !(env && env[0] == '1') && __builtin_cpu_supports("avx") &&
-            __builtin_cpu_supports("f16c");
+        v = !(env && env[0] == '1') && __builtin_cpu_supports("avx") && cpuid_f16c();
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
     return v;

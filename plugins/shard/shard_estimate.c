@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dt_shard_internal.h"
+#include "shard_internal.h"
 
 /* ------------------------------------------------ a counting device */
 

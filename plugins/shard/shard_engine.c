@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "dt_shard_internal.h"
+#include "shard_internal.h"
 
 /* ------------------------------------------------------------ buffers */
 

@@ -13,7 +13,7 @@
  */
 #include <string.h>
 
-#include "dt_shard_internal.h"
+#include "shard_internal.h"
 
 int dt_shard_state_ranges(dt_shard_t *e, uint32_t unit, int kind, int purpose,
                           dt_range_t *out, uint32_t cap, uint32_t *n)

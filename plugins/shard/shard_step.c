@@ -19,7 +19,7 @@
  */
 #include <string.h>
 
-#include "dt_shard_internal.h"
+#include "shard_internal.h"
 
 static const char *unit_name(const dt_shard_t *e, uint32_t u)
 {

@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "dt_shard_internal.h"
+#include "shard_internal.h"
 
 /* Configure for `model` over `world` ranks, with the scratch tables the
  * configure function may point cfg->spans at; free them with

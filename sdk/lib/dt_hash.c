@@ -1,5 +1,5 @@
 /*
- * sdk/lib/dt_replica.c - proving that replicated state really is the same
+ * sdk/lib/dt_hash.c - proving that replicated state really is the same
  * on every rank: a content hash of device memory and a collective
  * comparison of hashes that needs nothing but f32 MAX/MIN all-reduces
  * (which every communicator has; 64-bit integer reductions are not

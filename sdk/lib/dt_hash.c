@@ -5,7 +5,7 @@
  * (which every communicator has; 64-bit integer reductions are not
  * guaranteed).
  */
-#include "dtrain/sdk_helpers.h"
+#include "dtrain/sdk/hash.h"
 
 #include <string.h>
 

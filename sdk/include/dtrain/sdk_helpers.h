@@ -20,6 +20,10 @@
  *   dtrain/sdk/dp.h       the data-parallel core every strategy checks and
  *                         keeps alike (init args, hooks, the step's start
  *                         and norm, state by range, estimate)
+ *   dtrain/sdk/replica.h  the replica machinery: replicated flat state,
+ *                         bucketed gradient all-reduce overlapped with
+ *                         backward, state by range, the init check - what
+ *                         ddp, local SGD, DiLoCo or EMA strategies share
  *
  * Link the static library `dtrain_sdk` (libdtrain_sdk.a: CMake target
  * dtrain::dtrain_sdk, which dtrain_add_plugin links for every plugin;
@@ -46,5 +50,6 @@
 #include "dtrain/sdk/norm.h"
 #include "dtrain/sdk/optim.h"
 #include "dtrain/sdk/ranges.h"
+#include "dtrain/sdk/replica.h"
 
 #endif /* DTRAIN_SDK_HELPERS_H */

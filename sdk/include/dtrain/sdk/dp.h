@@ -1,11 +1,12 @@
 /*
  * dtrain/sdk/dp.h - the data-parallel core: what every data-parallel
- * strategy (ddp, the sharded engine behind zero and fsdp) checks and
- * keeps alike, so the checks and their messages are written once: its
- * init arguments read under the growth rule, the hook protocol, the start
- * and the norm of a step, state requests by global range, and the
- * planner's persistent-state bytes.  A strategy puts a dt_dp_t first in
- * its instance (or in the base it builds on).
+ * strategy (the replica machinery under ddp, the sharded engine behind
+ * zero and fsdp) checks and keeps alike, so the checks and their messages
+ * are written once: its init arguments read under the growth rule, the
+ * hook protocol, the start and the norm of a step, state requests by
+ * global range, and the planner's persistent-state bytes.  A strategy
+ * puts a dt_dp_t first in its instance, or the base it builds on does
+ * (dt_replica_t, the shard engine).
  *
  * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
  * it and the conventions every helper follows).

@@ -34,6 +34,7 @@
 #include <stddef.h>
 
 #include "dtrain/dtrain.h"
+#include "dtrain/sdk/cfg.h"
 #include "shard.h"
 
 #define FSDP_STRATEGIES "FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD"

@@ -28,7 +28,12 @@
 #include <stdint.h>
 
 #include "dtrain/dtrain.h"
-#include "dtrain/sdk_helpers.h"
+#include "dtrain/sdk/buckets.h"
+#include "dtrain/sdk/dp.h"
+#include "dtrain/sdk/flat.h"
+#include "dtrain/sdk/norm.h"
+#include "dtrain/sdk/optim.h"
+#include "dtrain/sdk/ranges.h"
 
 /* ------------------------------------------------------------------------
  * The plan (shard_plan.c): flat shards.

@@ -32,6 +32,7 @@
 #include <stddef.h>
 
 #include "dtrain/dtrain.h"
+#include "dtrain/sdk/cfg.h"
 #include "shard.h"
 
 static const dt_config_key_t zero_keys[] = {

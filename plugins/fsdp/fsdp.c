@@ -1,9 +1,11 @@
 /*
  * plugins/fsdp/fsdp.c - the `fsdp` strategy: PyTorch FSDP's sharding
  * strategies, configured as its users know them.  The algorithm is the
- * SDK's sharded engine (sdk/lib/dt_shard_*.c): FULL_SHARD is ZeRO stage 3
- * with other knobs; this file turns the [fsdp] table into its
- * configuration and the engine's functions are its ops.
+ * sharded engine in plugins/shard (shared with zero: a flat parameter's
+ * all-gather in shard_gather.c, its gradient's reduce-scatter in
+ * shard_reduce.c); FULL_SHARD is ZeRO stage 3 with other knobs.  This file
+ * turns the [fsdp] table into the engine's configuration, and its ops are
+ * the engine's, through the wrappers of shard.h.
  *
  *   FULL_SHARD     parameters, gradients and optimizer state sharded over
  *                  the data-parallel group; a flat parameter is all-gathered
@@ -29,8 +31,11 @@
  * reduce-scatters are in flight (each holds its group's unsharded
  * gradient until it completes).
  */
+#include <stddef.h>
+
 #include "dtrain/dtrain.h"
-#include "dtrain/sdk_helpers.h"
+#include "dtrain/sdk/cfg.h"
+#include "shard.h"
 
 #define FSDP_STRATEGIES "FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD"
 #define FSDP_PREFETCHES "BACKWARD_PRE|BACKWARD_POST|NONE"
@@ -146,16 +151,23 @@ static int fsdp_configure(const dt_host_v1_t *host, const dt_model_desc_v1_t *mo
     return DT_OK;
 }
 
+/* A fsdp instance: the engine, first (DT_SHARD_STRATEGY_OPS's slots
+ * cast the instance to it). */
+struct dt_strategy {
+    dt_shard_engine_t engine;
+};
+_Static_assert(offsetof(struct dt_strategy, engine) == 0, "the engine comes first");
+
 static int fsdp_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
                      dt_strategy_t **out)
 {
-    return dt_shard_init(host, args, fsdp_configure, out);
+    return dt_shard_strategy_init(host, args, fsdp_configure, sizeof(dt_strategy_t), out);
 }
 
 static int fsdp_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *args,
                          dt_estimate_v1_t *out)
 {
-    return dt_shard_estimate_with(host, args, fsdp_configure, out);
+    return dt_shard_strategy_estimate(host, args, fsdp_configure, out);
 }
 
 static const dt_strategy_ops_v1_t fsdp_ops = {

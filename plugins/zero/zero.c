@@ -2,9 +2,11 @@
  * plugins/zero/zero.c - the `zero` strategy: ZeRO (Rajbhandari et al.,
  * "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models")
  * stages 1-3, configured as DeepSpeed users know them.  The algorithm is
- * the SDK's sharded engine (sdk/lib/dt_shard_*.c, shared with fsdp); this
- * file turns the [zero] table into its configuration and the engine's
- * functions are its ops.
+ * the sharded engine in plugins/shard (shared with fsdp: the parameter
+ * all-gather in shard_gather.c, the gradient reduce-scatter in
+ * shard_reduce.c, the optimizer step on each rank's shard in
+ * shard_step.c); this file turns the [zero] table into its configuration,
+ * and its ops are the engine's, through the wrappers of shard.h.
  *
  *   stage 1  optimizer state and the f32 master sharded.  Full f32
  *            gradients accumulate over micro-steps; in the final one each
@@ -27,8 +29,11 @@
  *            flight.  This is FSDP's FULL_SHARD with other knobs.
  * A stage is never lowered silently: anything but 1, 2 or 3 is an error.
  */
+#include <stddef.h>
+
 #include "dtrain/dtrain.h"
-#include "dtrain/sdk_helpers.h"
+#include "dtrain/sdk/cfg.h"
+#include "shard.h"
 
 static const dt_config_key_t zero_keys[] = {
     {.name = "stage",
@@ -130,16 +135,23 @@ static int zero_configure(const dt_host_v1_t *host, const dt_model_desc_v1_t *mo
     return DT_OK;
 }
 
+/* A zero instance: the engine, first (DT_SHARD_STRATEGY_OPS's slots
+ * cast the instance to it). */
+struct dt_strategy {
+    dt_shard_engine_t engine;
+};
+_Static_assert(offsetof(struct dt_strategy, engine) == 0, "the engine comes first");
+
 static int zero_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
                      dt_strategy_t **out)
 {
-    return dt_shard_init(host, args, zero_configure, out);
+    return dt_shard_strategy_init(host, args, zero_configure, sizeof(dt_strategy_t), out);
 }
 
 static int zero_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *args,
                          dt_estimate_v1_t *out)
 {
-    return dt_shard_estimate_with(host, args, zero_configure, out);
+    return dt_shard_strategy_estimate(host, args, zero_configure, out);
 }
 
 static const dt_strategy_ops_v1_t zero_ops = {

@@ -4,7 +4,7 @@
  * declare takes its default, anything else that fails is a config error
  * naming the key.
  */
-#include "dtrain/sdk_helpers.h"
+#include "dtrain/sdk/cfg.h"
 
 #include <string.h>
 

@@ -5,7 +5,8 @@
  * requests by global range, and the planner's persistent-state bytes.
  * One copy, so the strategies refuse the same misuse with the same words.
  */
-#include "dtrain/sdk_helpers.h"
+#include "dtrain/sdk/dp.h"
+#include "dtrain/sdk/ranges.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,10 +1,10 @@
 /*
  * sdk/lib/dt_optim.c - the optimizer driven over a range of a unit's flat
  * space (tensor by tensor, so weight decay follows each tensor's flags even
- * when a shard cuts a tensor in two), the clip coefficient, and gradient
- * norms.
+ * when a shard cuts a tensor in two), and the clip coefficient.
  */
-#include "dtrain/sdk_helpers.h"
+#include "dtrain/sdk/optim.h"
+#include "dtrain/sdk/ranges.h"
 
 #include <math.h>
 
@@ -104,50 +104,5 @@ int dt_optim_range(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
     if (run_first)
         return optim_run(host, ops, dev, s, unit, run_first, run_off, run_n, run_wd, param,
                          grad, m, v, st);
-    return DT_OK;
-}
-
-/* ---- norms ---- */
-
-int dt_norm_sumsq(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
-                  dt_device_t *dev, dt_stream_t *s, double *slot,
-                  const void *x, int dtype, int64_t n, double *out)
-{
-    double h = 0.0;
-    int rc = ops->sumsq(dev, s, slot, x, dtype, n);
-    if (rc == DT_OK)
-        rc = ops->memcpy_async(dev, &h, slot, sizeof h, DT_COPY_D2H, s);
-    if (rc == DT_OK)
-        rc = ops->stream_sync(dev, s);
-    if (rc != DT_OK) {
-        host->log(host, DT_LOG_ERROR, "sum of squares over %lld %s elements failed: %s",
-                  (long long)n, dt_dtype_name(dtype), dt_status_name(rc));
-        return rc;
-    }
-    *out = h;
-    return DT_OK;
-}
-
-int dt_norm_allreduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
-                      dt_comm_t *comm, const dt_device_ops_v1_t *ops,
-                      dt_device_t *dev, dt_stream_t *s, double *slot,
-                      double *sumsq)
-{
-    double h = *sumsq;
-    int rc = ops->memcpy_async(dev, slot, &h, sizeof h, DT_COPY_H2D, s);
-    if (rc == DT_OK)
-        rc = ops->stream_sync(dev, s); /* h lives on this stack frame */
-    if (rc == DT_OK)
-        rc = cops->all_reduce(comm, slot, slot, 1, DT_F64, DT_OP_SUM, s, NULL);
-    if (rc == DT_OK)
-        rc = ops->memcpy_async(dev, &h, slot, sizeof h, DT_COPY_D2H, s);
-    if (rc == DT_OK)
-        rc = ops->stream_sync(dev, s);
-    if (rc != DT_OK) {
-        host->log(host, DT_LOG_ERROR, "all-reducing the gradient norm failed: %s",
-                  dt_status_name(rc));
-        return rc;
-    }
-    *sumsq = h;
     return DT_OK;
 }

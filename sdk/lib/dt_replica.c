@@ -1,103 +1,277 @@
 /*
- * sdk/lib/dt_replica.c - proving that replicated state really is the same
- * on every rank: a content hash of device memory and a collective
- * comparison of hashes that needs nothing but f32 MAX/MIN all-reduces
- * (which every communicator has; 64-bit integer reductions are not
- * guaranteed).
+ * sdk/lib/dt_replica.c - the replica machinery's configuration, setting a
+ * replica up (flat buffers, buckets, the reduction stream) and freeing it,
+ * and the planner's estimate of what it allocates.  Gradients and their
+ * buckets: dt_replica_reduce.c; the update: dt_replica_step.c; state by
+ * range and the init check: dt_replica_state.c.
  */
-#include "dtrain/sdk_helpers.h"
+#include "dtrain/sdk/replica.h"
 
 #include <string.h>
 
-#define FNV64_PRIME 0x100000001b3ull
+#include "dtrain/sdk/buckets.h"
+#include "dtrain/sdk/cfg.h"
 
-uint64_t dt_hash64_update(uint64_t h, const void *p, size_t bytes)
-{
-    const unsigned char *b = p;
-    size_t i = 0;
-    for (; i + 4 <= bytes; i += 4) {
-        /* assembled by hand: same value on any host byte order */
-        uint32_t w = (uint32_t)b[i] | (uint32_t)b[i + 1] << 8 | (uint32_t)b[i + 2] << 16 |
-                     (uint32_t)b[i + 3] << 24;
-        h = (h ^ w) * FNV64_PRIME;
-    }
-    for (; i < bytes; i++)
-        h = (h ^ b[i]) * FNV64_PRIME;
-    return h;
-}
+/* ------------------------------------------------------------ config */
 
-int dt_hash_device(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
-                   dt_device_t *dev, dt_stream_t *s, const void *x,
-                   uint64_t bytes, void *staging, uint64_t staging_bytes,
-                   uint64_t *h)
+/* String key `key` (default: the first choice) as 0 for choice `a`, 1
+ * for `b`; anything else is a config error naming both. */
+static int read_pair(const dt_host_v1_t *host, const char *key, const char *a, const char *b,
+                     int *out)
 {
-    uint64_t chunk = staging_bytes / 8 * 8; /* keeps every chunk word-aligned */
-    if (chunk == 0)
-        return host->set_error(host, DT_ERR_INVALID, "hash: staging buffer of %llu bytes "
-                               "(need >= 8)", (unsigned long long)staging_bytes);
-    uint64_t acc = *h;
-    for (uint64_t off = 0; off < bytes; off += chunk) {
-        uint64_t n = bytes - off < chunk ? bytes - off : chunk;
-        int rc = ops->memcpy_async(dev, staging, (const char *)x + off, n, DT_COPY_D2H, s);
-        if (rc == DT_OK)
-            rc = ops->stream_sync(dev, s);
-        if (rc != DT_OK) {
-            host->log(host, DT_LOG_ERROR, "hash: copying %llu bytes at +%llu to the host failed",
-                      (unsigned long long)n, (unsigned long long)off);
-            return rc;
-        }
-        acc = dt_hash64_update(acc, staging, (size_t)n);
-    }
-    *h = acc;
+    const char *v;
+    int rc = dt_cfg_string(host, key, a, &v);
+    if (rc != DT_OK)
+        return rc;
+    if (strcmp(v, a) != 0 && strcmp(v, b) != 0)
+        return host->set_error(host, DT_ERR_CONFIG, "%s = \"%s\": must be \"%s\" or \"%s\"",
+                               key, v, a, b);
+    *out = strcmp(v, b) == 0;
     return DT_OK;
 }
 
-int dt_replica_check(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
-                     dt_comm_t *comm, const dt_device_ops_v1_t *ops,
-                     dt_device_t *dev, dt_stream_t *s, const uint64_t *hashes,
-                     uint32_t n, uint32_t *first_diff)
+int dt_replica_read_config(const dt_host_v1_t *host, dt_replica_cfg_t *cfg)
 {
-    *first_diff = n;
-    if (n == 0)
-        return DT_OK;
-    uint64_t nf = (uint64_t)n * 4;      /* four 16-bit fields per hash */
-    uint64_t bytes = nf * sizeof(float);
-    float *hbuf = host->alloc(host, 3 * bytes, DT_TAG_OTHER); /* mine | max | min */
-    if (!hbuf)
-        return host->set_error(host, DT_ERR_NOMEM, "replica check: %llu host bytes",
-                               (unsigned long long)(3 * bytes));
-    void *dbuf = NULL;
-    int rc = ops->alloc(dev, 3 * bytes, DT_TAG_OTHER, &dbuf);
+    double cap;
+    int bf16, ov, bc;
+    memset(cfg, 0, sizeof *cfg);
+    int rc = dt_cfg_float(host, "bucket_cap_mb", 25.0, &cap);
+    if (rc != DT_OK)
+        return rc;
+    if (!(cap > 0.0 && cap <= 1e6))
+        return host->set_error(host, DT_ERR_CONFIG,
+                               "bucket_cap_mb = %g: must be in (0, 1e6] MiB", cap);
+    if ((rc = read_pair(host, "reduce_dtype", "fp32", "bf16", &bf16)) != DT_OK ||
+        (rc = dt_cfg_bool(host, "overlap", 1, &ov)) != DT_OK ||
+        (rc = read_pair(host, "init_check", "checksum", "broadcast", &bc)) != DT_OK)
+        return rc;
+    cfg->bucket_cap_mb = cap;
+    cfg->reduce_grads = 1;
+    cfg->reduce_dtype = bf16 ? DT_BF16 : DT_F32;
+    cfg->overlap = ov;
+    cfg->init_broadcast = bc;
+    return DT_OK;
+}
+
+/* Bucket spans for `model` (unit sizes counted as f32 gradient bytes,
+ * whatever reduce_dtype says, so switching the wire dtype keeps the same
+ * buckets).  `spans` and `bucket_of_unit` (may be NULL) have n_units
+ * entries. */
+static int plan_buckets(const dt_host_v1_t *host, const dt_model_desc_v1_t *model,
+                        double cap_mb, dt_bucket_span_t *spans, uint32_t *bucket_of_unit,
+                        uint32_t *n_buckets)
+{
+    uint64_t *bytes = host->alloc(host, ((uint64_t)model->n_units + 1) * sizeof(uint64_t),
+                                  DT_TAG_OTHER);
+    if (!bytes)
+        return host->set_error(host, DT_ERR_NOMEM, "bucket plan for %u units", model->n_units);
+    for (uint32_t u = 0; u < model->n_units; u++)
+        bytes[u] = model->units[u].numel * sizeof(float);
+    *n_buckets = dt_bucket_plan(bytes, model->n_units, (uint64_t)(cap_mb * 1048576.0), spans,
+                                bucket_of_unit);
+    host->free(host, bytes);
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+void dt_replica_free(dt_replica_t *r)
+{
+    if (!r || !r->dp.host)
+        return;
+    const dt_host_v1_t *host = r->dp.host;
+    const dt_device_ops_v1_t *d = r->dp.dev_ops;
+    if (r->buckets)
+        dt_replica_drain(r, 0); /* frees requests a failed step left behind */
+    if (r->dp.dev) {
+        if (r->compute && r->compute != (void *)r->master)
+            d->free(r->dp.dev, r->compute);
+        d->free(r->dp.dev, r->master);
+        d->free(r->dp.dev, r->grads);
+        d->free(r->dp.dev, r->m);
+        d->free(r->dp.dev, r->v);
+        d->free(r->dp.dev, r->comm_buf);
+        d->free(r->dp.dev, r->norm_slot);
+        if (r->ev_grads)
+            d->event_destroy(r->dp.dev, r->ev_grads);
+        if (r->ev_reduced)
+            d->event_destroy(r->dp.dev, r->ev_reduced);
+        if (r->comm_stream)
+            d->stream_destroy(r->dp.dev, r->comm_stream);
+    }
+    dt_flat_layout_free(&r->layout, host);
+    dt_dp_free(&r->dp);
+    host->free(host, r->final_done);
+    host->free(host, r->buckets);
+    host->free(host, r->bucket_of_unit);
+    memset(r, 0, sizeof *r);
+}
+
+/* One flat buffer of the replica, zeroed; logs what failed. */
+static int alloc_flat(dt_replica_t *r, int dtype, int tag, const char *what, void **out)
+{
+    return dt_flat_alloc(r->dp.host, r->dp.dev_ops, r->dp.dev, r->dp.cs, &r->layout, dtype, tag,
+                         what, out);
+}
+
+static int alloc_state(dt_replica_t *r)
+{
+    const dt_model_desc_v1_t *model = r->dp.model;
+    int rc;
+    if ((rc = dt_flat_layout_model(&r->layout, r->dp.host, model, DT_REPLICA_ALIGN)) != DT_OK)
+        return rc;
+    if ((rc = alloc_flat(r, DT_F32, DT_TAG_PARAMS, "master params", (void **)&r->master)))
+        return rc;
+    if (model->param_dtype == DT_BF16) {
+        if ((rc = alloc_flat(r, DT_BF16, DT_TAG_PARAMS, "bf16 compute params", &r->compute)))
+            return rc;
+    } else {
+        r->compute = r->master;
+    }
+    if ((rc = alloc_flat(r, DT_F32, DT_TAG_GRADS, "grads", (void **)&r->grads)))
+        return rc;
+    if ((rc = alloc_flat(r, DT_F32, DT_TAG_OPTIMIZER,
+                         r->dp.optim.kind == DT_OPTIM_ADAMW ? "adamw exp_avg" : "sgd momentum",
+                         (void **)&r->m)))
+        return rc;
+    if (r->dp.optim.kind == DT_OPTIM_ADAMW &&
+        (rc = alloc_flat(r, DT_F32, DT_TAG_OPTIMIZER, "adamw exp_avg_sq", (void **)&r->v)))
+        return rc;
+    return r->dp.dev_ops->alloc(r->dp.dev, sizeof(double), DT_TAG_OTHER, (void **)&r->norm_slot);
+}
+
+/* The buckets over the layout and, where there is someone to talk to, the
+ * reduction stream, its events and the bf16 slots. */
+static int make_buckets(dt_replica_t *r)
+{
+    const dt_host_v1_t *host = r->dp.host;
+    const dt_device_ops_v1_t *d = r->dp.dev_ops;
+    uint32_t nu = r->dp.model->n_units;
+    uint64_t nu1 = (uint64_t)nu + 1;
+    r->bucket_of_unit = host->alloc(host, nu1 * sizeof(uint32_t), DT_TAG_OTHER);
+    r->buckets = host->alloc(host, nu1 * sizeof(dt_replica_bucket_t), DT_TAG_OTHER);
+    dt_bucket_span_t *spans = host->alloc(host, nu1 * sizeof(dt_bucket_span_t), DT_TAG_OTHER);
+    if (!r->bucket_of_unit || !r->buckets || !spans) {
+        host->free(host, spans);
+        return host->set_error(host, DT_ERR_NOMEM, "buckets for %u units", nu);
+    }
+    memset(r->buckets, 0, nu1 * sizeof(dt_replica_bucket_t));
+    int rc = plan_buckets(host, r->dp.model, r->cfg.bucket_cap_mb, spans, r->bucket_of_unit,
+                          &r->n_buckets);
     if (rc != DT_OK) {
-        host->free(host, hbuf);
-        host->log(host, DT_LOG_ERROR, "replica check: allocating %llu device bytes failed",
-                  (unsigned long long)(3 * bytes));
+        host->free(host, spans);
         return rc;
     }
-    for (uint32_t i = 0; i < n; i++)
-        for (int f = 0; f < 4; f++)
-            hbuf[(uint64_t)i * 4 + f] = (float)((hashes[i] >> (16 * f)) & 0xffffu);
-    float *dmine = dbuf, *dmax = dmine + nf, *dmin = dmax + nf;
-    rc = ops->memcpy_async(dev, dmine, hbuf, bytes, DT_COPY_H2D, s);
-    if (rc == DT_OK)
-        rc = cops->all_reduce(comm, dmine, dmax, nf, DT_F32, DT_OP_MAX, s, NULL);
-    if (rc == DT_OK)
-        rc = cops->all_reduce(comm, dmine, dmin, nf, DT_F32, DT_OP_MIN, s, NULL);
-    if (rc == DT_OK)
-        rc = ops->memcpy_async(dev, hbuf + nf, dmax, 2 * bytes, DT_COPY_D2H, s);
-    if (rc == DT_OK)
-        rc = ops->stream_sync(dev, s);
-    if (rc == DT_OK) {
-        for (uint64_t k = 0; k < nf; k++)
-            if (hbuf[nf + k] != hbuf[2 * nf + k]) {
-                *first_diff = (uint32_t)(k / 4);
-                break;
-            }
-    } else {
-        host->log(host, DT_LOG_ERROR, "replica check: comparing %u hashes across ranks "
-                  "failed: %s", n, dt_status_name(rc));
+    uint64_t max_count = 0;
+    for (uint32_t b = 0; b < r->n_buckets; b++) {
+        dt_replica_bucket_t *bk = &r->buckets[b];
+        bk->unit_lo = spans[b].unit_lo;
+        bk->unit_hi = spans[b].unit_hi;
+        bk->off = r->layout.offset[bk->unit_lo];
+        bk->count = r->layout.offset[bk->unit_hi + 1] - bk->off;
+        bk->n_units = bk->unit_hi - bk->unit_lo + 1;
+        if (bk->count > max_count)
+            max_count = bk->count;
     }
-    ops->free(dev, dbuf);
-    host->free(host, hbuf);
-    return rc;
+    host->free(host, spans);
+    if (r->dp.size == 1)
+        return DT_OK;
+    if ((rc = d->stream_create(r->dp.dev, &r->comm_stream)) != DT_OK ||
+        (rc = d->event_create(r->dp.dev, &r->ev_grads)) != DT_OK ||
+        (rc = d->event_create(r->dp.dev, &r->ev_reduced)) != DT_OK) {
+        host->log(host, DT_LOG_ERROR, "creating the reduction stream/events failed");
+        return rc;
+    }
+    if (r->cfg.reduce_dtype == DT_BF16 && r->n_buckets > 0) {
+        r->n_slots = r->n_buckets < DT_REPLICA_MAX_SLOTS ? r->n_buckets : DT_REPLICA_MAX_SLOTS;
+        r->slot_elems = max_count;
+        uint64_t bytes = (uint64_t)r->n_slots * max_count * dt_dtype_size(DT_BF16);
+        if ((rc = d->alloc(r->dp.dev, bytes, DT_TAG_COMM, &r->comm_buf)) != DT_OK) {
+            host->log(host, DT_LOG_ERROR, "allocating %u bf16 bucket buffers (%llu bytes) "
+                      "failed", r->n_slots, (unsigned long long)bytes);
+            return rc;
+        }
+    }
+    return DT_OK;
+}
+
+int dt_replica_init(dt_replica_t *r, const dt_host_v1_t *host,
+                    const dt_strategy_init_v1_t *args, const dt_replica_cfg_t *cfg,
+                    const char *what)
+{
+    memset(r, 0, sizeof *r);
+    r->cfg = *cfg;
+    for (uint32_t k = 0; k < DT_REPLICA_MAX_SLOTS; k++)
+        r->slot_bucket[k] = -1;
+    int rc = dt_dp_init(&r->dp, host, args, what);
+    if (rc == DT_OK)
+        rc = alloc_state(r);
+    if (rc == DT_OK) {
+        uint64_t nu1 = (uint64_t)r->dp.model->n_units + 1;
+        if (!(r->final_done = host->alloc(host, nu1, DT_TAG_OTHER)))
+            rc = host->set_error(host, DT_ERR_NOMEM, "bookkeeping for %u units",
+                                 r->dp.model->n_units);
+        else
+            memset(r->final_done, 0, nu1);
+    }
+    if (rc == DT_OK && r->cfg.reduce_grads)
+        rc = make_buckets(r);
+    /* the zeroing memsets are queued on the compute stream; make them land
+     * before anyone reads state through get_state on another path */
+    if (rc == DT_OK)
+        rc = r->dp.dev_ops->stream_sync(r->dp.dev, r->dp.cs);
+    if (rc != DT_OK) {
+        dt_replica_free(r);
+        return rc;
+    }
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------ estimate */
+
+int dt_replica_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *args,
+                        const dt_replica_cfg_t *cfg, dt_estimate_v1_t *out,
+                        uint32_t *n_buckets)
+{
+    const dt_model_desc_v1_t *model = args->model;
+    dt_flat_layout_t l;
+    int rc = dt_flat_layout_model(&l, host, model, DT_REPLICA_ALIGN);
+    if (rc != DT_OK)
+        return rc;
+    uint64_t T = l.total;
+    uint64_t nu1 = (uint64_t)model->n_units + 1;
+    uint32_t nb = 0;
+    uint64_t max_count = 0;
+    dt_bucket_span_t *spans = host->alloc(host, nu1 * sizeof *spans, DT_TAG_OTHER);
+    if (!spans)
+        rc = host->set_error(host, DT_ERR_NOMEM, "estimate: bucket plan");
+    if (rc == DT_OK && cfg->reduce_grads)
+        rc = plan_buckets(host, model, cfg->bucket_cap_mb, spans, NULL, &nb);
+    for (uint32_t b = 0; rc == DT_OK && b < nb; b++) {
+        uint64_t c = l.offset[spans[b].unit_hi + 1] - l.offset[spans[b].unit_lo];
+        if (c > max_count)
+            max_count = c;
+    }
+    host->free(host, spans);
+    dt_flat_layout_free(&l, host);
+    if (rc != DT_OK)
+        return rc;
+
+    int32_t n = args->group_size;
+    int reduces = cfg->reduce_grads && n > 1;
+    dt_dp_estimate_state(args, T, T, T, out);
+    if (reduces && cfg->reduce_dtype == DT_BF16 && nb > 0) {
+        uint64_t slots = nb < DT_REPLICA_MAX_SLOTS ? nb : DT_REPLICA_MAX_SLOTS;
+        out->bytes[DT_TAG_COMM] = slots * max_count * 2;
+    }
+    out->bytes[DT_TAG_OTHER] =
+        sizeof(double) +
+        (n > 1 && !cfg->init_broadcast ? 3ull * 4 * sizeof(float) * model->n_units : 0);
+    /* ring all-reduce: each rank sends 2 (n-1)/n of the buffer */
+    uint64_t rbytes = dt_dtype_size(cfg->reduce_dtype);
+    out->comm_bytes_per_step =
+        reduces ? (uint64_t)((2.0 * (double)(n - 1) / (double)n) * (double)(T * rbytes)) : 0;
+    if (n_buckets)
+        *n_buckets = nb;
+    return DT_OK;
 }

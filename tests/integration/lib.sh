@@ -22,3 +22,26 @@ expect_out() {
 # losses METRICS.jsonl: the "loss" of every step line, one per line
 losses() { grep -o '"loss": [^,]*' "$1" | cut -d' ' -f2; }
 finish() { echo "$pass passed, $fail failed"; [ "$fail" = 0 ]; }
+# ranks N ARGS...: start N ranks of `$bin run ARGS` with one job id, the way
+# an external launcher starts them (DTRAIN_* environment, one process each);
+# rank r's output goes to rank<r>.log; returns the first non-zero exit status.
+ranks() {
+  local n=$1; shift
+  local job="t$$-$RANDOM" pids=() rc=0
+  for ((r = 0; r < n; r++)); do
+    DTRAIN_RANK=$r DTRAIN_WORLD_SIZE=$n DTRAIN_LOCAL_RANK=$r DTRAIN_LOCAL_SIZE=$n \
+      DTRAIN_JOB_ID=$job "$bin" run "$@" >"rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || { local s=$?; [ $rc = 0 ] && rc=$s; }; done
+  return $rc
+}
+# same_losses NAME A.jsonl B.jsonl [TOL]: line by line within TOL (1e-5)
+same_losses() {
+  local d tol=${4:-1e-5}
+  d=$(paste <(losses "$2") <(losses "$3") | awk 'NF == 2 { d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ }
+        END { if (n == 0) print "none"; else printf "%.3g %d\n", m, n }')
+  if [ "$d" != none ] && awk -v d="${d% *}" -v t="$tol" 'BEGIN { exit !(d <= t) }'; then
+    ok "$1: losses match within $tol (max diff ${d% *} over ${d#* } steps)"
+  else bad "$1: losses differ by more than $tol (max diff $d)" "$(paste <(losses "$2") <(losses "$3"))"; fi
+}

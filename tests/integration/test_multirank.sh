@@ -40,28 +40,6 @@ timeout = 30.0
 threads = 1
 T
 
-# ranks N ARGS...: start N ranks of `dtrain run ARGS` with one job id; rank
-# r's output goes to rank<r>.log; returns the first non-zero exit status.
-ranks() {
-  local n=$1; shift
-  local job="t$$-$RANDOM" pids=() rc=0
-  for ((r = 0; r < n; r++)); do
-    DTRAIN_RANK=$r DTRAIN_WORLD_SIZE=$n DTRAIN_LOCAL_RANK=$r DTRAIN_LOCAL_SIZE=$n \
-      DTRAIN_JOB_ID=$job "$bin" run "$@" >"rank$r.log" 2>&1 &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p" || { local s=$?; [ $rc = 0 ] && rc=$s; }; done
-  return $rc
-}
-# same_losses NAME A.jsonl B.jsonl: line by line within 1e-5
-same_losses() {
-  local d
-  d=$(paste <(losses "$2") <(losses "$3") | awk 'NF == 2 { d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ }
-        END { if (n == 0) print "none"; else printf "%.3g %d\n", m, n }')
-  if [ "$d" != none ] && awk -v d="${d% *}" 'BEGIN { exit !(d <= 1e-5) }'; then
-    ok "$1: losses match (max diff ${d% *} over ${d#* } steps)"
-  else bad "$1: losses differ (max diff $d)" "$(paste <(losses "$2") <(losses "$3"))"; fi
-}
 cat > cmp.py <<'P'
 import json, struct, sys
 import numpy as np

@@ -334,7 +334,7 @@ static void test_flat_layout(void **state)
     free(p);
     assert_int_equal(dt_flat_alloc(&th.host, &fake_dev_ops, &dev, NULL, &l, 99,
                                    DT_TAG_GRADS, "grads", (void **)&p), DT_ERR_INVALID);
-    assert_non_null(strstr(dt_last_error(), "flat buffer 'grads': unknown dtype 99"));
+    assert_non_null(strstr(dt_last_error(), "allocating 'grads': unknown dtype 99"));
     dt_flat_layout_free(&l, &th.host);
 }
 

@@ -1,10 +1,11 @@
 /*
- * tests/unit/test_shard.c - the SDK's flat-shard mechanism (sdk_helpers.h
- * "Flat shards"): grouping units (wrap and bucket plans), the group layout
- * (alignment, padding, equal shards), the ranges each rank holds (every
- * element exactly once, also when a unit is smaller than the world), and
- * gather / reduce-scatter of groups over the real shm communicator in
- * forked ranks at world sizes 1-4, several started before any is waited.
+ * tests/unit/test_shard.c - the sharded engine's plan and group
+ * collectives (plugins/shard/shard.h "The plan"): grouping units (wrap and
+ * bucket plans), the group layout (alignment, padding, equal shards), the
+ * ranges each rank holds (every element exactly once, also when a unit is
+ * smaller than the world), and gather / reduce-scatter of groups over the
+ * real shm communicator in forked ranks at world sizes 1-4, several started
+ * before any is waited.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -19,9 +20,10 @@
 #include "dtrain/dtrain.h"
 #include "dtrain/sdk_helpers.h"
 #include "mp_check.h"
+#include "mp_harness.h"
+#include "shard.h"
 #include "test_assert.h"
 #include "test_host.h"
-#include "mp_harness.h"
 #include "test_plugin.h"
 #include "toy_model.h"
 

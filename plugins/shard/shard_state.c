@@ -1,5 +1,5 @@
 /*
- * sdk/lib/dt_shard_state.c - the sharded engine's persistent state by
+ * plugins/shard/shard_state.c - the sharded engine's persistent state by
  * global ranges: what a rank holds (its shard of each unit), what it
  * saves, copying state in and out, and rebuilding the derived copies once
  * loading is done.
@@ -13,9 +13,9 @@
  */
 #include <string.h>
 
-#include "dt_shard_internal.h"
+#include "shard_internal.h"
 
-int dt_shard_state_ranges(dt_shard_t *e, uint32_t unit, int kind, int purpose,
+int dt_shard_state_ranges(dt_shard_engine_t *e, uint32_t unit, int kind, int purpose,
                           dt_range_t *out, uint32_t cap, uint32_t *n)
 {
     int rc = dt_dp_ranges_check(&e->dp, unit, kind, purpose, e->v != NULL, n);
@@ -33,7 +33,7 @@ int dt_shard_state_ranges(dt_shard_t *e, uint32_t unit, int kind, int purpose,
 
 /* Device pointer of state `kind` at global range r of `unit`, which must
  * lie inside this rank's shard. */
-static float *state_ptr(dt_shard_t *e, uint32_t unit, int kind, dt_range_t r, const void *buf,
+static float *state_ptr(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_t r, const void *buf,
                         const char *what, int *rc)
 {
     if ((*rc = dt_dp_state_check(&e->dp, unit, kind, e->v != NULL, r, buf, what)) != DT_OK)
@@ -56,13 +56,13 @@ static float *state_ptr(dt_shard_t *e, uint32_t unit, int kind, dt_range_t r, co
     uint32_t gi = e->plan.group_of_unit[unit];
     switch (kind) {
     case DT_STATE_PARAMS:
-        return dt_shard__master(e, gi) + (at - e->plan.groups[gi].shard_off);
+        return shard_master(e, gi) + (at - e->plan.groups[gi].shard_off);
     case DT_STATE_EXP_AVG: return e->m + at;
     default: return e->v + at;
     }
 }
 
-int dt_shard_get_state(dt_shard_t *e, uint32_t unit, int kind, dt_range_t r, float *buf)
+int dt_shard_get_state(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_t r, float *buf)
 {
     int rc;
     float *p = state_ptr(e, unit, kind, r, buf, "get_state", &rc);
@@ -71,7 +71,7 @@ int dt_shard_get_state(dt_shard_t *e, uint32_t unit, int kind, dt_range_t r, flo
     return dt_dp_state_copy(&e->dp, unit, kind, r, buf, p, DT_COPY_D2H, "get_state");
 }
 
-int dt_shard_set_state(dt_shard_t *e, uint32_t unit, int kind, dt_range_t r, const float *buf)
+int dt_shard_set_state(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_t r, const float *buf)
 {
     int rc;
     float *p = state_ptr(e, unit, kind, r, buf, "set_state", &rc);
@@ -80,11 +80,11 @@ int dt_shard_set_state(dt_shard_t *e, uint32_t unit, int kind, dt_range_t r, con
     return dt_dp_state_copy(&e->dp, unit, kind, r, p, buf, DT_COPY_H2D, "set_state");
 }
 
-int dt_shard_state_loaded(dt_shard_t *e)
+int dt_shard_state_loaded(dt_shard_engine_t *e)
 {
     /* hooks may have gathered the old parameters (an evaluation before a
      * load): drop those copies with everything else in flight */
-    int rc = dt_shard__drain(e, -1);
+    int rc = shard_drain(e, -1);
     for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++) {
         sh_group_t *g = &e->g[i];
         if (g->transient && g->active == 0 && g->full) {
@@ -94,7 +94,7 @@ int dt_shard_state_loaded(dt_shard_t *e)
         }
     }
     if (rc == DT_OK)
-        rc = dt_shard__refresh_params(e, "state_loaded");
+        rc = shard_refresh_params(e, "state_loaded");
     if (rc == DT_OK)
         rc = e->dp.dev_ops->stream_sync(e->dp.dev, e->dp.cs);
     return rc;

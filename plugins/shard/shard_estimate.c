@@ -1,5 +1,5 @@
 /*
- * sdk/lib/dt_shard_estimate.c - the planner's estimate for the sharded
+ * plugins/shard/shard_estimate.c - the planner's estimate for the sharded
  * engine, without a device or a communicator.
  *
  * Persistent state (parameters, gradients, optimizer) follows from the
@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dt_shard_internal.h"
+#include "shard_internal.h"
 
 /* ------------------------------------------------ a counting device */
 
@@ -228,7 +228,7 @@ static const dt_comm_ops_v1_t est_comm_ops = {
     .split = ec_split,
 };
 
-/* The engine splits (dt_shard_engine.c make_groups) first by rank / g,
+/* The engine splits (shard_engine.c make_groups) first by rank / g,
  * rank 0's shard group of g ranks, then by rank % g, its size / g
  * replicas. */
 static int ec_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
@@ -244,7 +244,7 @@ static int ec_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
 
 /* ------------------------------------------------ the replay */
 
-static int hook(dt_shard_t *e, int phase, uint32_t unit, uint32_t micro, uint32_t n_micro,
+static int hook(dt_shard_engine_t *e, int phase, uint32_t unit, uint32_t micro, uint32_t n_micro,
                 int last_use)
 {
     dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t),
@@ -265,7 +265,7 @@ static int hook(dt_shard_t *e, int phase, uint32_t unit, uint32_t micro, uint32_
  * unit forward; gpt2's head re-reads unit 0 (the tied embedding) inside
  * its own hooks, forward and backward; backward in reverse, each unit's
  * last post_backward ending its gradient. */
-static int replay_step(dt_shard_t *e, uint32_t n_micro, int tied)
+static int replay_step(dt_shard_engine_t *e, uint32_t n_micro, int tied)
 {
     uint32_t nu = e->dp.model->n_units;
     int rc = dt_shard_begin_step(e, 1);
@@ -329,8 +329,8 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
         .model = &model,
         .optim = &optim,
     };
-    dt_shard_t *e = NULL;
-    rc = dt_shard_create(host, &ia, cfg, &e);
+    dt_shard_engine_t engine, *e = &engine;
+    rc = dt_shard_engine_init(e, host, &ia, cfg);
     if (rc == DT_OK)
         rc = dt_shard_state_loaded(e);
     count.counting = 1;
@@ -339,7 +339,7 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
         rc = replay_step(e, ia.n_micro, tied);
     count.counting = 0;
     if (rc != DT_OK) {
-        dt_shard_destroy(e);
+        dt_shard_engine_free(e);
         host->free(host, dev.blk);
         return rc;
     }
@@ -360,7 +360,7 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
              cfg->what ? cfg->what : "sharded", p->n_groups, e->ssize, e->rsize,
              cfg->params_replicated ? "replicated" : "sharded",
              cfg->grads_full ? "full" : "sharded", (double)dev.st.peak[DT_TAG_COMM] / 1e6);
-    dt_shard_destroy(e);
+    dt_shard_engine_free(e);
     host->free(host, dev.blk);
     return dt_result_write(host, "estimate", res, out, sizeof *out, DT_ESTIMATE_V1_SIZE0);
 }

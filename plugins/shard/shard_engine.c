@@ -1,86 +1,20 @@
 /*
- * sdk/lib/dt_shard_engine.c - the sharded data-parallel engine behind the
- * zero and fsdp plugins: creating it (shard and replica groups, the plan,
- * its persistent buffers), destroying it, and where a group's slices live
- * in those buffers.  The step is dt_shard_step.c.
+ * plugins/shard/shard_engine.c - setting up and freeing a sharded engine:
+ * the shard and replica groups (comm splits for HYBRID_SHARD), the plan,
+ * the persistent buffers and each group's place in them.
  */
 #include <string.h>
 
-#include "dt_shard_internal.h"
+#include "shard_internal.h"
 
-/* ------------------------------------------------------------ buffers */
-
-float *dt_shard__master(dt_shard_t *e, uint32_t g)
+void dt_shard_engine_free(dt_shard_engine_t *e)
 {
-    const dt_shard_group_t *gr = &e->plan.groups[g];
-    if (e->master)
-        return e->master + gr->shard_off;
-    if (e->replica)
-        return (float *)e->replica + gr->full_off + (uint64_t)e->srank * gr->shard;
-    return (float *)e->cshard + gr->shard_off;
-}
-
-void *dt_shard__cshard(dt_shard_t *e, uint32_t g)
-{
-    const dt_shard_group_t *gr = &e->plan.groups[g];
-    if (e->replica)
-        return (char *)e->replica + (gr->full_off + (uint64_t)e->srank * gr->shard) * e->pes;
-    return (char *)e->cshard + gr->shard_off * e->pes;
-}
-
-float *dt_shard__gshard(dt_shard_t *e, uint32_t g)
-{
-    const dt_shard_group_t *gr = &e->plan.groups[g];
-    if (e->gfull)
-        return e->gfull + gr->full_off + (uint64_t)e->srank * gr->shard;
-    return e->gshard + gr->shard_off;
-}
-
-int dt_shard__alloc_zeroed(dt_shard_t *e, uint64_t elems, int dtype, int tag, const char *what,
-                           void **out)
-{
-    const dt_device_ops_v1_t *d = e->dp.dev_ops;
-    uint64_t bytes = elems * dt_dtype_size(dtype);
-    int rc = d->alloc(e->dp.dev, bytes, tag, out);
-    if (rc != DT_OK) {
-        *out = NULL;
-        e->dp.host->log(e->dp.host, DT_LOG_ERROR, "allocating %s (%llu bytes, tag %s) failed", what,
-                        (unsigned long long)bytes, dt_mem_tag_name(tag));
-        return rc;
-    }
-    rc = d->memset_async(e->dp.dev, *out, 0, bytes, e->dp.cs);
-    if (rc != DT_OK) {
-        d->free(e->dp.dev, *out);
-        *out = NULL;
-        e->dp.host->log(e->dp.host, DT_LOG_ERROR, "zeroing %s failed", what);
-    }
-    return rc;
-}
-
-/* ------------------------------------------------------------ lifecycle */
-
-const dt_shard_plan_t *dt_shard_get_plan(const dt_shard_t *e)
-{
-    return &e->plan;
-}
-
-void dt_shard_topology(const dt_shard_t *e, uint32_t *shard_rank, uint32_t *shard_ranks,
-                       uint32_t *replica, uint32_t *replicas)
-{
-    if (shard_rank) *shard_rank = e->srank;
-    if (shard_ranks) *shard_ranks = e->ssize;
-    if (replica) *replica = e->rrank;
-    if (replicas) *replicas = e->rsize;
-}
-
-void dt_shard_destroy(dt_shard_t *e)
-{
-    if (!e)
+    if (!e || !e->dp.host)
         return;
     const dt_host_v1_t *host = e->dp.host;
     const dt_device_ops_v1_t *d = e->dp.dev_ops;
     if (e->red)
-        dt_shard__drain(e, e->failed ? 0 : -1);
+        shard_drain(e, e->failed ? 0 : -1);
     if (e->dp.dev) {
         for (uint32_t i = 0; e->g && i < e->plan.n_groups; i++) {
             sh_group_t *g = &e->g[i];
@@ -113,12 +47,12 @@ void dt_shard_destroy(dt_shard_t *e)
     host->free(host, e->red);
     dt_dp_free(&e->dp);
     host->free(host, e->final_at);
-    host->free(host, e);
+    memset(e, 0, sizeof *e);
 }
 
 /* Shard and replica groups: split only when both have more than one rank
  * (collective: every rank of the group makes the same two calls). */
-static int make_groups(dt_shard_t *e)
+static int make_groups(dt_shard_engine_t *e)
 {
     const dt_host_v1_t *host = e->dp.host;
     uint32_t size = (uint32_t)e->dp.size, rank = (uint32_t)e->dp.rank;
@@ -163,7 +97,7 @@ static int make_groups(dt_shard_t *e)
     return DT_OK;
 }
 
-static int make_buffers(dt_shard_t *e)
+static int make_buffers(dt_shard_engine_t *e)
 {
     const dt_host_v1_t *host = e->dp.host;
     const dt_device_ops_v1_t *d = e->dp.dev_ops;
@@ -171,28 +105,28 @@ static int make_buffers(dt_shard_t *e)
     uint64_t S = p->shard_total, F = p->full_total;
     int rc;
     if (e->cfg.params_replicated)
-        rc = dt_shard__alloc_zeroed(e, F, e->pdtype, DT_TAG_PARAMS, "the parameter replica",
+        rc = shard_alloc_zeroed(e, F, e->pdtype, DT_TAG_PARAMS, "the parameter replica",
                                     &e->replica);
     else
-        rc = dt_shard__alloc_zeroed(e, S, e->pdtype, DT_TAG_PARAMS, "the parameter shard",
+        rc = shard_alloc_zeroed(e, S, e->pdtype, DT_TAG_PARAMS, "the parameter shard",
                                     &e->cshard);
     if (rc == DT_OK && e->pdtype == DT_BF16)
-        rc = dt_shard__alloc_zeroed(e, S, DT_F32, DT_TAG_PARAMS, "the f32 master shard",
+        rc = shard_alloc_zeroed(e, S, DT_F32, DT_TAG_PARAMS, "the f32 master shard",
                           (void **)&e->master);
     if (rc == DT_OK) {
         if (e->cfg.grads_full)
-            rc = dt_shard__alloc_zeroed(e, F, DT_F32, DT_TAG_GRADS, "the full gradients",
+            rc = shard_alloc_zeroed(e, F, DT_F32, DT_TAG_GRADS, "the full gradients",
                               (void **)&e->gfull);
         else
-            rc = dt_shard__alloc_zeroed(e, S, DT_F32, DT_TAG_GRADS, "the gradient shard",
+            rc = shard_alloc_zeroed(e, S, DT_F32, DT_TAG_GRADS, "the gradient shard",
                               (void **)&e->gshard);
     }
     if (rc == DT_OK)
-        rc = dt_shard__alloc_zeroed(e, S, DT_F32, DT_TAG_OPTIMIZER,
+        rc = shard_alloc_zeroed(e, S, DT_F32, DT_TAG_OPTIMIZER,
                           e->dp.optim.kind == DT_OPTIM_ADAMW ? "adamw exp_avg" : "sgd momentum",
                           (void **)&e->m);
     if (rc == DT_OK && e->dp.optim.kind == DT_OPTIM_ADAMW)
-        rc = dt_shard__alloc_zeroed(e, S, DT_F32, DT_TAG_OPTIMIZER, "adamw exp_avg_sq",
+        rc = shard_alloc_zeroed(e, S, DT_F32, DT_TAG_OPTIMIZER, "adamw exp_avg_sq",
                                     (void **)&e->v);
     if (rc == DT_OK)
         rc = d->alloc(e->dp.dev, sizeof(double), DT_TAG_OTHER, (void **)&e->norm_slot);
@@ -222,7 +156,7 @@ static int make_buffers(dt_shard_t *e)
             g->persistent = 1;
             g->pstate = SH_P_READY;
         } else if (gr->numel < e->cfg.persist_numel) {
-            if ((rc = dt_shard__alloc_zeroed(e, gr->padded, e->pdtype, DT_TAG_PARAMS,
+            if ((rc = shard_alloc_zeroed(e, gr->padded, e->pdtype, DT_TAG_PARAMS,
                                    "a persistent gathered group", &g->full)) != DT_OK)
                 return rc;
             g->persistent = 1;
@@ -247,14 +181,10 @@ static int make_buffers(dt_shard_t *e)
     return d->stream_sync(e->dp.dev, e->dp.cs);
 }
 
-int dt_shard_create(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
-                    const dt_shard_cfg_t *cfg, dt_shard_t **out)
+int dt_shard_engine_init(dt_shard_engine_t *e, const dt_host_v1_t *host,
+                         const dt_strategy_init_v1_t *args, const dt_shard_cfg_t *cfg)
 {
-    *out = NULL;
     const char *what = cfg->what ? cfg->what : "sharding";
-    dt_shard_t *e = host->alloc(host, sizeof *e, DT_TAG_OTHER);
-    if (!e)
-        return host->set_error(host, DT_ERR_NOMEM, "init: instance");
     memset(e, 0, sizeof *e);
     e->cfg = *cfg;
     e->cfg.spans = NULL; /* planned below; not kept */
@@ -271,7 +201,7 @@ int dt_shard_create(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
         rc = make_buffers(e);
     if (rc != DT_OK) {
         e->failed = 1;
-        dt_shard_destroy(e);
+        dt_shard_engine_free(e);
         return rc;
     }
     host->log(host, DT_LOG_DEBUG,
@@ -279,6 +209,5 @@ int dt_shard_create(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
               "shard rank(s) x %u replica(s)", e->dp.rank, e->dp.size, what,
               (unsigned long long)e->dp.model->numel, e->plan.n_groups,
               (unsigned long long)e->plan.shard_total, e->ssize, e->rsize);
-    *out = e;
     return DT_OK;
 }

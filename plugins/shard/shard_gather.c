@@ -1,0 +1,210 @@
+/*
+ * plugins/shard/shard_gather.c - parameters: moving a group from its
+ * sharded form to its full form.  The all-gather of one group (FSDP's
+ * unit all-gather, ZeRO-3's parameter gather) started before the group's
+ * forward or backward hook needs it, prefetching of the groups that come
+ * next, freeing a gathered copy again (resharding), and after the
+ * optimizer step the all-gather of every group's updated shard into the
+ * replica (ZeRO-1/2) or marking sharded copies stale (ZeRO-3, FSDP).
+ *
+ * Gathers run on the communication stream, ordered after the compute
+ * stream by an event when they start; the compute stream waits for the
+ * communication stream when one finishes, before it reads the copy.  They
+ * start only at hooks and in the step, never on completion polling, so
+ * every rank makes the same calls in the same order.
+ */
+#include "shard_internal.h"
+
+int dt_shard_gather(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
+                    dt_comm_t *comm, const dt_shard_plan_t *p, uint32_t group,
+                    const void *shard, void *full, int dtype,
+                    dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (group >= p->n_groups)
+        return host->set_error(host, DT_ERR_INVALID, "gather: group %u of %u", group,
+                               p->n_groups);
+    int rc = cops->all_gather(comm, shard, full, p->groups[group].shard, dtype, stream, req);
+    if (rc != DT_OK)
+        shard_plan_log(host, p, group, "all_gather", rc);
+    return rc;
+}
+
+int shard_gather_finish(dt_shard_engine_t *e, uint32_t gi, int64_t timeout_ms)
+{
+    sh_group_t *g = &e->g[gi];
+    if (g->pstate != SH_P_INFLIGHT)
+        return DT_OK;
+    int rc = e->dp.comm_ops->wait(e->scomm, g->greq, timeout_ms); /* frees greq */
+    g->greq = NULL;
+    e->n_gathers--;
+    e->gather_inflight -= e->plan.groups[gi].padded;
+    g->pstate = SH_P_FREE;
+    if (rc == DT_OK)
+        rc = shard_compute_after_comm(e);
+    if (rc != DT_OK) {
+        if (timeout_ms != 0)
+            shard_log_group(e, gi, "all_gather of the parameters", rc);
+        return rc;
+    }
+    g->pstate = SH_P_READY;
+    return DT_OK;
+}
+
+/* The gather started first among those in flight. */
+static uint32_t oldest_gather(const dt_shard_engine_t *e)
+{
+    uint32_t best = UINT32_MAX;
+    uint64_t seq = UINT64_MAX;
+    for (uint32_t i = 0; i < e->plan.n_groups; i++)
+        if (e->g[i].pstate == SH_P_INFLIGHT && e->g[i].gseq < seq) {
+            seq = e->g[i].gseq;
+            best = i;
+        }
+    return best;
+}
+
+int shard_gather_start(dt_shard_engine_t *e, uint32_t gi)
+{
+    sh_group_t *g = &e->g[gi];
+    if (g->pstate != SH_P_FREE)
+        return DT_OK;
+    int rc;
+    while (e->cfg.max_gathers && e->n_gathers >= e->cfg.max_gathers)
+        if ((rc = shard_gather_finish(e, oldest_gather(e), -1)) != DT_OK)
+            return rc;
+    const dt_shard_group_t *gr = &e->plan.groups[gi];
+    if (g->transient && !g->full) {
+        rc = e->dp.dev_ops->alloc(e->dp.dev, gr->padded * e->pes, DT_TAG_COMM, &g->full);
+        if (rc != DT_OK) {
+            g->full = NULL;
+            shard_log_group(e, gi, "allocating the gathered parameters", rc);
+            return rc;
+        }
+    }
+    if ((rc = shard_comm_after_compute(e)) != DT_OK)
+        return rc;
+    rc = dt_shard_gather(e->dp.host, e->dp.comm_ops, e->scomm, &e->plan, gi, shard_cshard(e, gi),
+                         g->full, e->pdtype, e->comm_stream, &g->greq);
+    if (rc != DT_OK) {
+        g->greq = NULL;
+        return rc;
+    }
+    g->pstate = SH_P_INFLIGHT;
+    g->gseq = ++e->gseq;
+    e->n_gathers++;
+    e->gather_inflight += gr->padded;
+    return DT_OK;
+}
+
+int shard_release_params(dt_shard_engine_t *e, uint32_t gi)
+{
+    sh_group_t *g = &e->g[gi];
+    if (!g->transient)
+        return DT_OK;
+    int rc = shard_gather_finish(e, gi, -1); /* never free under a collective */
+    if (g->full)
+        e->dp.dev_ops->free(e->dp.dev, g->full);
+    g->full = NULL;
+    g->pstate = SH_P_FREE;
+    return rc;
+}
+
+int shard_prefetch(dt_shard_engine_t *e, uint32_t gi, int dir, uint32_t count)
+{
+    if (count == 0 || e->ssize == 1 || e->cfg.params_replicated)
+        return DT_OK;
+    uint64_t ahead = 0;
+    for (uint32_t k = 1; k <= count; k++) {
+        int64_t j = (int64_t)gi + (int64_t)dir * (int64_t)k;
+        if (j < 0 || j >= (int64_t)e->plan.n_groups)
+            break;
+        uint64_t padded = e->plan.groups[j].padded;
+        if (e->cfg.prefetch_numel && ahead + padded > e->cfg.prefetch_numel)
+            break;
+        ahead += padded;
+        if (e->g[j].pstate != SH_P_FREE)
+            continue;
+        if (e->cfg.max_gathers && e->n_gathers >= e->cfg.max_gathers)
+            break;
+        int rc = shard_gather_start(e, (uint32_t)j);
+        if (rc != DT_OK)
+            return rc;
+    }
+    return DT_OK;
+}
+
+int shard_use_params(dt_shard_engine_t *e, uint32_t gi, int dir, uint32_t count)
+{
+    /* its own gather first, so the wire takes it before the prefetches */
+    int rc = shard_gather_start(e, gi);
+    if (rc == DT_OK)
+        rc = shard_prefetch(e, gi, dir, count);
+    if (rc == DT_OK)
+        rc = shard_gather_finish(e, gi, -1);
+    if (rc != DT_OK)
+        e->failed = 1;
+    return rc;
+}
+
+int shard_gathers_finish(dt_shard_engine_t *e, int64_t timeout_ms)
+{
+    int first = DT_OK;
+    for (uint32_t i = 0; e->g && i < e->plan.n_groups; i++) {
+        int rc = shard_gather_finish(e, i, timeout_ms);
+        if (rc != DT_OK && first == DT_OK) {
+            first = rc;
+            timeout_ms = 0; /* failing: free the rest, wait no more */
+        }
+    }
+    return first;
+}
+
+int shard_refresh_params(dt_shard_engine_t *e, const char *when)
+{
+    const dt_device_ops_v1_t *d = e->dp.dev_ops;
+    int rc = DT_OK;
+    if (e->pdtype == DT_BF16) {
+        if (e->replica) {
+            for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++)
+                rc = d->cast(e->dp.dev, e->dp.cs, shard_cshard(e, i), DT_BF16,
+                             shard_master(e, i), DT_F32, (int64_t)e->plan.groups[i].shard);
+        } else {
+            rc = d->cast(e->dp.dev, e->dp.cs, e->cshard, DT_BF16, e->master, DT_F32,
+                         (int64_t)e->plan.shard_total);
+        }
+        if (rc != DT_OK) {
+            e->dp.host->log(e->dp.host, DT_LOG_ERROR, "%s: refreshing the bf16 parameters failed",
+                            when);
+            return rc;
+        }
+    }
+    if (e->ssize == 1)
+        return DT_OK; /* the compute copy is the shard itself */
+    if (!e->cfg.params_replicated) {
+        for (uint32_t i = 0; i < e->plan.n_groups; i++)
+            if (e->g[i].persistent)
+                e->g[i].pstate = SH_P_FREE; /* stale: gathered again on use */
+        return DT_OK;
+    }
+    /* replicas: every rank's updated shard to everyone, in place, at most
+     * gather_numel elements in flight */
+    for (uint32_t i = 0; i < e->plan.n_groups; i++)
+        e->g[i].pstate = SH_P_FREE;
+    for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++) {
+        uint64_t padded = e->plan.groups[i].padded;
+        while (rc == DT_OK && e->n_gathers > 0 && e->cfg.gather_numel &&
+               e->gather_inflight + padded > e->cfg.gather_numel)
+            rc = shard_gather_finish(e, oldest_gather(e), -1);
+        if (rc == DT_OK)
+            rc = shard_gather_start(e, i);
+    }
+    int rc2 = shard_gathers_finish(e, rc == DT_OK ? -1 : 0);
+    if (rc == DT_OK)
+        rc = rc2;
+    if (rc != DT_OK) {
+        e->failed = 1;
+        e->dp.host->log(e->dp.host, DT_LOG_ERROR, "%s: rank %d/%d: all-gathering the updated "
+                        "parameters failed", when, e->dp.rank, e->dp.size);
+    }
+    return rc;
+}

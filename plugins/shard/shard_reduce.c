@@ -1,0 +1,210 @@
+/*
+ * plugins/shard/shard_reduce.c - gradients: moving a group from its full
+ * form to its sharded form.  The reduce-scatter of one group's gradient
+ * (ZeRO-2/3 and FSDP: as soon as backward completes the group, every
+ * micro-step; ZeRO-1: once, in the final micro-step, in place in the full
+ * gradient buffer), the all-reduce of a gradient shard across its replicas
+ * (HYBRID_SHARD), and the queue of reductions in flight.
+ *
+ * Gradient averaging.  The core accumulates, over a step's micro-steps,
+ * gradients of each micro-batch's mean loss already scaled by 1/n_micro,
+ * so all that is left is the mean across ranks: reduce_scatter with
+ * DT_OP_AVG inside a shard group, then (hybrid) all_reduce AVG across the
+ * replicas of a shard; a mean of means of equal groups is the mean.
+ *
+ * Reductions run on the communication stream, ordered after the compute
+ * stream by an event when they start, and complete oldest first; they
+ * start only at hooks and in the step, so every rank makes the same calls
+ * in the same order.
+ */
+#include "shard_internal.h"
+
+int dt_shard_reduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
+                    dt_comm_t *comm, const dt_shard_plan_t *p, uint32_t group,
+                    const float *full, float *shard, int op,
+                    dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (group >= p->n_groups)
+        return host->set_error(host, DT_ERR_INVALID, "reduce: group %u of %u", group,
+                               p->n_groups);
+    int rc = cops->reduce_scatter(comm, full, shard, p->groups[group].shard, DT_F32, op,
+                                  stream, req);
+    if (rc != DT_OK)
+        shard_plan_log(host, p, group, "reduce_scatter", rc);
+    return rc;
+}
+
+static dt_comm_t *red_comm(const dt_shard_engine_t *e, int kind)
+{
+    return kind == SH_R_REPLICAS ? e->rcomm : e->scomm;
+}
+
+static int red_finish_one(dt_shard_engine_t *e, int64_t timeout_ms);
+
+/* Queue a reduction of group gi: `kind` SH_R_*, `buf` the transient
+ * buffer of a SCATTER_ADD (freed here on failure), `then_replicas` an
+ * all-reduce across replicas to follow it.  Waits for older reductions
+ * while the queue is over its caps. */
+static int red_launch(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf, int then_replicas)
+{
+    const dt_shard_group_t *gr = &e->plan.groups[gi];
+    uint64_t numel = kind == SH_R_REPLICAS ? gr->shard : gr->padded;
+    int rc = DT_OK;
+    while (e->red_n > 0 && (e->red_n == e->red_cap ||
+                            (e->cfg.max_reduces && e->red_n >= e->cfg.max_reduces) ||
+                            (e->cfg.max_reduce_numel &&
+                             e->red_numel + numel > e->cfg.max_reduce_numel)))
+        if ((rc = red_finish_one(e, -1)) != DT_OK)
+            break;
+    if (rc == DT_OK)
+        rc = shard_comm_after_compute(e);
+    dt_comm_req_t *req = NULL;
+    if (rc == DT_OK) {
+        if (kind == SH_R_SCATTER_ADD) {
+            rc = dt_shard_reduce(e->dp.host, e->dp.comm_ops, e->scomm, &e->plan, gi, buf,
+                                 buf + (uint64_t)e->srank * gr->shard, DT_OP_AVG,
+                                 e->comm_stream, &req);
+        } else if (kind == SH_R_SCATTER) {
+            float *f = e->gfull + gr->full_off;
+            rc = dt_shard_reduce(e->dp.host, e->dp.comm_ops, e->scomm, &e->plan, gi, f,
+                                 f + (uint64_t)e->srank * gr->shard, DT_OP_AVG,
+                                 e->comm_stream, &req);
+        } else {
+            float *s = shard_gshard(e, gi);
+            rc = e->dp.comm_ops->all_reduce(e->rcomm, s, s, gr->shard, DT_F32, DT_OP_AVG,
+                                            e->comm_stream, &req);
+            if (rc != DT_OK)
+                shard_log_group(e, gi, "all_reduce across replicas of the gradient shard", rc);
+        }
+    }
+    if (rc != DT_OK) {
+        e->failed = 1;
+        if (buf)
+            e->dp.dev_ops->free(e->dp.dev, buf);
+        return rc;
+    }
+    sh_red_t *r = &e->red[(e->red_head + e->red_n) % e->red_cap];
+    *r = (sh_red_t){.group = gi, .kind = kind, .then_replicas = then_replicas,
+                    .numel = numel, .buf = buf, .req = req};
+    e->red_n++;
+    e->red_numel += numel;
+    e->g[gi].queued++;
+    return DT_OK;
+}
+
+/* Complete the oldest reduction: a SCATTER_ADD adds its block to the
+ * gradient shard and frees its buffer; a chain goes on to the replicas. */
+static int red_finish_one(dt_shard_engine_t *e, int64_t timeout_ms)
+{
+    sh_red_t r = e->red[e->red_head];
+    e->red_head = (e->red_head + 1) % e->red_cap;
+    e->red_n--;
+    e->red_numel -= r.numel;
+    e->g[r.group].queued--;
+    const dt_shard_group_t *gr = &e->plan.groups[r.group];
+    int rc = e->dp.comm_ops->wait(red_comm(e, r.kind), r.req, timeout_ms); /* frees req */
+    if (rc == DT_OK && r.kind == SH_R_SCATTER_ADD)
+        rc = e->dp.dev_ops->axpy(e->dp.dev, e->comm_stream, shard_gshard(e, r.group),
+                                 r.buf + (uint64_t)e->srank * gr->shard, 1.0f,
+                                 (int64_t)gr->shard);
+    if (r.buf)
+        e->dp.dev_ops->free(e->dp.dev, r.buf); /* waits for the axpy */
+    if (rc != DT_OK) {
+        e->failed = 1;
+        if (timeout_ms != 0)
+            shard_log_group(e, r.group, r.kind == SH_R_REPLICAS ? "all_reduce across replicas"
+                                                                : "reduce_scatter of the gradients",
+                            rc);
+        return rc;
+    }
+    if (r.then_replicas)
+        return red_launch(e, r.group, SH_R_REPLICAS, NULL, 0);
+    return DT_OK;
+}
+
+int shard_reductions_finish(dt_shard_engine_t *e, int64_t timeout_ms)
+{
+    int first = DT_OK;
+    while (e->red_n > 0) {
+        int rc = red_finish_one(e, timeout_ms);
+        if (rc != DT_OK && first == DT_OK) {
+            first = rc;
+            timeout_ms = 0; /* failing: free the rest, wait no more */
+        }
+    }
+    return first;
+}
+
+/* The reduction that ends a group's gradient for the step, for gradient
+ * buffers that persist across micro-steps (full gradients; whole shards). */
+static int launch_final(dt_shard_engine_t *e, uint32_t gi)
+{
+    e->g[gi].final_sent = 1;
+    if (e->gfull && e->ssize > 1)
+        return red_launch(e, gi, SH_R_SCATTER, NULL, e->rsize > 1);
+    if (e->rsize > 1)
+        return red_launch(e, gi, SH_R_REPLICAS, NULL, 0);
+    return DT_OK;
+}
+
+int shard_group_complete(dt_shard_engine_t *e, uint32_t gi, int final_micro)
+{
+    sh_group_t *g = &e->g[gi];
+    g->n_final = 0;
+    g->bwd_done = 1;
+    int rc = DT_OK;
+    if (g->gbuf_transient) {
+        float *buf = g->gbuf;
+        g->gbuf = NULL;
+        g->gbuf_transient = 0;
+        if (final_micro)
+            g->final_sent = 1;
+        rc = red_launch(e, gi, SH_R_SCATTER_ADD, buf, final_micro && e->rsize > 1);
+        if (rc == DT_OK && !e->cfg.overlap)
+            rc = shard_reductions_finish(e, -1);
+    } else if (final_micro && e->cfg.overlap) {
+        rc = launch_final(e, gi);
+    }
+    return rc;
+}
+
+int shard_grad_buffer(dt_shard_engine_t *e, uint32_t gi)
+{
+    sh_group_t *g = &e->g[gi];
+    if (g->gbuf)
+        return DT_OK;
+    /* at most one transient buffer per group: the previous micro-step's
+     * must be reduced (and freed) first */
+    int rc = DT_OK;
+    while (rc == DT_OK && g->queued > 0)
+        rc = red_finish_one(e, -1);
+    if (rc == DT_OK)
+        rc = shard_alloc_zeroed(e, e->plan.groups[gi].padded, DT_F32, DT_TAG_COMM,
+                                "a group's gradient buffer", (void **)&g->gbuf);
+    if (rc != DT_OK)
+        return rc;
+    g->gbuf_transient = 1;
+    return DT_OK;
+}
+
+int shard_reduce_all(dt_shard_engine_t *e)
+{
+    int rc = DT_OK;
+    /* groups whose gradient never reported complete, or whose reduction
+     * waits for the step (overlap off): in backward order, the same on
+     * every rank */
+    for (uint32_t i = e->plan.n_groups; rc == DT_OK && i-- > 0;) {
+        sh_group_t *g = &e->g[i];
+        if (g->gbuf_transient) {
+            float *buf = g->gbuf;
+            g->gbuf = NULL;
+            g->gbuf_transient = 0;
+            g->final_sent = 1;
+            rc = red_launch(e, i, SH_R_SCATTER_ADD, buf, e->rsize > 1);
+        } else if (!g->final_sent) {
+            rc = launch_final(e, i);
+        }
+    }
+    int rc2 = shard_reductions_finish(e, rc == DT_OK ? -1 : 0);
+    return rc != DT_OK ? rc : rc2;
+}

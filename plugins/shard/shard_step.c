@@ -1,0 +1,88 @@
+/*
+ * plugins/shard/shard_step.c - the sharded optimizer step: wait for every
+ * gradient reduction (shard_reduce.c), the global gradient norm from each
+ * rank's shard, the clip coefficient, AdamW or SGD over exactly the part
+ * of every unit this rank holds (dt_shard_held), and the updated
+ * parameters made visible to the next forward (shard_gather.c).
+ */
+#include "shard_internal.h"
+
+/* The sum of squares of the whole gradient: each rank's shard, summed
+ * over the shard group. */
+static int grad_sumsq(dt_shard_engine_t *e, double *out)
+{
+    const dt_host_v1_t *host = e->dp.host;
+    int rc;
+    double ss = 0.0;
+    if (e->gshard) {
+        rc = dt_norm_sumsq(host, e->dp.dev_ops, e->dp.dev, e->dp.cs, e->norm_slot, e->gshard,
+                           DT_F32, (int64_t)e->plan.shard_total, &ss);
+    } else {
+        rc = DT_OK;
+        for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++) {
+            double part = 0.0;
+            rc = dt_norm_sumsq(host, e->dp.dev_ops, e->dp.dev, e->dp.cs, e->norm_slot,
+                               shard_gshard(e, i), DT_F32, (int64_t)e->plan.groups[i].shard,
+                               &part);
+            ss += part;
+        }
+    }
+    /* each element is owned by one rank of the shard group; replicas of a
+     * shard hold the same numbers and are not summed again */
+    if (rc == DT_OK && e->ssize > 1)
+        rc = dt_norm_allreduce(host, e->dp.comm_ops, e->scomm, e->dp.dev_ops, e->dp.dev, e->dp.cs,
+                               e->norm_slot, &ss);
+    *out = ss;
+    return rc;
+}
+
+/* The update of every unit's held part, tensor by tensor (dt_optim_range
+ * applies each tensor's weight decay even where the shard cuts it). */
+static int optimizer(dt_shard_engine_t *e, const dt_optim_step_t *st)
+{
+    for (uint32_t u = 0; u < e->dp.model->n_units; u++) {
+        uint64_t off;
+        dt_range_t r = dt_shard_held(&e->plan, u, e->srank, &off);
+        if (r.count == 0)
+            continue;
+        uint32_t gi = e->plan.group_of_unit[u];
+        uint64_t local = off - e->plan.groups[gi].shard_off;
+        int rc = dt_optim_range(e->dp.host, e->dp.dev_ops, e->dp.dev, e->dp.cs,
+                                &e->dp.model->units[u], r, shard_master(e, gi) + local,
+                                shard_gshard(e, gi) + local, e->m + off,
+                                e->v ? e->v + off : NULL, st);
+        if (rc != DT_OK)
+            return rc;
+    }
+    return DT_OK;
+}
+
+int dt_shard_step(dt_shard_engine_t *e, const dt_step_args_v1_t *args, dt_step_result_v1_t *out)
+{
+    int rc = dt_dp_step_check(&e->dp, args, out);
+    if (rc != DT_OK)
+        return rc;
+    rc = shard_reduce_all(e);
+    /* gathered copies go stale with the update (and were only a cache) */
+    for (uint32_t i = 0; i < e->plan.n_groups; i++) {
+        int rc2 = shard_release_params(e, i);
+        if (rc == DT_OK)
+            rc = rc2;
+    }
+    if (rc == DT_OK)
+        rc = shard_compute_after_comm(e);
+    if (rc != DT_OK) {
+        e->failed = 1;
+        return rc;
+    }
+
+    double sumsq = 0.0;
+    if ((rc = grad_sumsq(e, &sumsq)) != DT_OK)
+        return rc;
+    dt_optim_step_t st = dt_dp_step_norm(&e->dp, args, sumsq, out);
+    if (out->nonfinite)
+        return DT_OK;
+    if ((rc = optimizer(e, &st)) != DT_OK)
+        return rc;
+    return shard_refresh_params(e, "step");
+}

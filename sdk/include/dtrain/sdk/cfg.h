@@ -1,0 +1,38 @@
+/*
+ * dtrain/sdk/cfg.h - reading a plugin's configuration values through
+ * host->cfg_* (its declared keys), with one rule for every plugin: a key
+ * the host does not know (DT_ERR_NOT_FOUND) takes `def`; any other failure
+ * is DT_ERR_CONFIG "<key>: cannot read (<status>)".
+ *
+ * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
+ * it and the conventions every helper follows).
+ */
+#ifndef DTRAIN_SDK_CFG_H
+#define DTRAIN_SDK_CFG_H
+
+#include <stdint.h>
+
+#include "dtrain/host.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* *out = the integer; DT_ERR_CONFIG "<key> = <v>: must be >= <min>" below. */
+int dt_cfg_int(const dt_host_v1_t *host, const char *key, int64_t def, int64_t min,
+               int64_t *out);
+/* *out = 0 or 1. */
+int dt_cfg_bool(const dt_host_v1_t *host, const char *key, int def, int *out);
+int dt_cfg_float(const dt_host_v1_t *host, const char *key, double def, double *out);
+/* *out: the core's string (valid until finalize), or `def`. */
+int dt_cfg_string(const dt_host_v1_t *host, const char *key, const char *def,
+                  const char **out);
+/* *out = the string's index in `choices` ("A|B|C"); another value is
+ * DT_ERR_CONFIG "<key> = \"<v>\" is not one of the valid choices: A, B, C". */
+int dt_cfg_enum(const dt_host_v1_t *host, const char *key, const char *def,
+                const char *choices, int *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DTRAIN_SDK_CFG_H */

@@ -1,0 +1,129 @@
+/*
+ * dtrain/sdk/dp.h - the data-parallel core: what every data-parallel
+ * strategy (the replica machinery under ddp, the sharded engine behind
+ * zero and fsdp) checks and keeps alike, so the checks and their messages
+ * are written once: its init arguments read under the growth rule, the
+ * hook protocol, the start and the norm of a step, state requests by
+ * global range, and the planner's persistent-state bytes.  A strategy
+ * puts a dt_dp_t first in its instance, or the base it builds on does
+ * (dt_replica_t, the shard engine).
+ *
+ * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
+ * it and the conventions every helper follows).
+ */
+#ifndef DTRAIN_SDK_DP_H
+#define DTRAIN_SDK_DP_H
+
+#include <stdint.h>
+
+#include "dtrain/comm.h"
+#include "dtrain/device.h"
+#include "dtrain/host.h"
+#include "dtrain/sdk/optim.h"
+#include "dtrain/strategy.h"
+#include "dtrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A strategy's init arguments read under the growth rule (abi.h), with
+ * the model and optimizer descriptions they point to: init.model and
+ * init.optim point at the copies here, so nothing reads the caller's
+ * structs past their struct_size. */
+typedef struct dt_strategy_args {
+    dt_strategy_init_v1_t init;
+    dt_model_desc_v1_t model;
+    dt_optim_desc_v1_t optim;
+} dt_strategy_args_t;
+/* DT_ERR_ABI / DT_ERR_UNSUPPORTED from the rule; DT_ERR_INVALID for a NULL
+ * model or optim.  Checks nothing else. */
+int dt_strategy_args_read(const dt_host_v1_t *host, const dt_strategy_init_v1_t *in,
+                          dt_strategy_args_t *out);
+
+typedef struct dt_dp {
+    const dt_host_v1_t *host;
+    const dt_device_ops_v1_t *dev_ops;
+    dt_device_t *dev;
+    dt_stream_t *cs;                 /* the core's compute stream */
+    const dt_comm_ops_v1_t *comm_ops;
+    dt_comm_t *comm;                 /* the data-parallel group */
+    int32_t rank, size;              /* in comm */
+    const dt_model_desc_v1_t *model; /* == &args.model */
+    dt_optim_desc_v1_t optim;        /* == args.optim */
+    dt_strategy_args_t args;         /* the init args as read */
+    uint32_t *fwd_depth, *bwd_depth; /* (n_units) open pre_* hooks per unit */
+} dt_dp_t;
+
+/* Check `args` (struct_size, the NULL pointers, n_micro >= 1, param_dtype
+ * f32 or bf16 (DT_ERR_UNSUPPORTED "<what> keeps f32 or bf16 compute
+ * parameters"), the optimizer kind, every unit valid and at its index),
+ * then fill `b`: rank and size from the group, zeroed hook depths (host
+ * memory).  On failure `b` holds what was set; dt_dp_free it either way. */
+int dt_dp_init(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
+               const char *what);
+void dt_dp_free(dt_dp_t *b);
+
+/* Hook bookkeeping: every hook and the buffers `out` enter fills are
+ * checked under the growth rule (abi.h; out's params and grads cleared);
+ * enter (pre_forward / pre_backward) checks the hook
+ * (unit in range; backward: micro < n_micro, not a no-grad pass) and
+ * counts the unit open; leave (post_*) checks and closes it, refusing a
+ * post without its pre.  DT_ERR_INVALID naming the unit. */
+int dt_dp_hook_enter(dt_dp_t *b, const dt_hook_v1_t *h, int backward,
+                     dt_unit_buffers_v1_t *out);
+int dt_dp_hook_leave(dt_dp_t *b, const dt_hook_v1_t *h, int backward);
+/* Close every hook (begin_step: an abandoned step may leave some open). */
+void dt_dp_hooks_reset(dt_dp_t *b);
+
+/* Start of step(): args and *out checked under the growth rule, out's
+ * fields zeroed; DT_ERR_INVALID for an AdamW step count
+ * < 1 or a unit still inside a pre_* hook. */
+int dt_dp_step_check(const dt_dp_t *b, const dt_step_args_v1_t *args, dt_step_result_v1_t *out);
+/* The gradient norm sqrt(sumsq) into *out and the optimizer step it
+ * implies (lr and t from args, grad_scale the clip coefficient).  A
+ * non-finite norm sets out->nonfinite and logs that the update is skipped:
+ * the caller then returns DT_OK without updating. */
+dt_optim_step_t dt_dp_step_norm(const dt_dp_t *b, const dt_step_args_v1_t *args, double sumsq,
+                                dt_step_result_v1_t *out);
+
+/* "params", "exp_avg", "exp_avg_sq" ("unknown" otherwise). */
+const char *dt_state_kind_name(int kind);
+/* state_ranges' argument check (*n = 0 first): purpose HELD or SAVE,
+ * unit in range, kind known.  DT_ERR_NOT_FOUND (message set) for
+ * exp_avg_sq when the optimizer keeps none (has_v 0): nothing held, the
+ * caller answers DT_OK and no range. */
+int dt_dp_ranges_check(const dt_dp_t *b, uint32_t unit, int kind, int purpose, int has_v,
+                       uint32_t *n);
+/* state_ranges' answer of at most one range: *n = 0 when r is empty. */
+int dt_dp_ranges_one(dt_range_t r, dt_range_t *out, uint32_t cap, uint32_t *n);
+/* get/set_state's argument check: unit and kind as dt_dp_ranges_check
+ * (DT_ERR_NOT_FOUND for a missing exp_avg_sq), r inside the unit, `buf`
+ * not NULL when r is not empty.  `what`: "get_state" or "set_state". */
+int dt_dp_state_check(const dt_dp_t *b, uint32_t unit, int kind, int has_v, dt_range_t r,
+                      const void *buf, const char *what);
+/* Copy r.count f32 of state between host and device (`dir` DT_COPY_D2H
+ * or H2D) on the compute stream and wait; a failure is logged naming the
+ * unit, kind and range.  Blocking. */
+int dt_dp_state_copy(const dt_dp_t *b, uint32_t unit, int kind, dt_range_t r, void *dst,
+                     const void *src, int dir, const char *what);
+
+/* Read estimate arguments under the growth rule into *args, and the model
+ * they point to into *model (args->model = model), then check them: a
+ * model, group_size >= 1, param_bytes 2 or 4 (DT_ERR_INVALID). */
+int dt_dp_estimate_read(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
+                        dt_estimate_args_v1_t *args, dt_model_desc_v1_t *model);
+/* A zeroed estimate with struct_size and n_tags of this build: a strategy
+ * fills it, then hands it to the caller with dt_result_write (host.h). */
+void dt_estimate_begin(dt_estimate_v1_t *e);
+/* The persistent state of a rank, in elements: `compute` parameters at
+ * param_bytes (+ `owned` f32 masters when param_bytes is 2), `grads` at
+ * grad_bytes, `owned` optimizer elements at optim_bytes less the master
+ * already counted; activations = act_bytes.  Sets those four tags only. */
+void dt_dp_estimate_state(const dt_estimate_args_v1_t *args, uint64_t compute, uint64_t owned,
+                          uint64_t grads, dt_estimate_v1_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DTRAIN_SDK_DP_H */

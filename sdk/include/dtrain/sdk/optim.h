@@ -1,0 +1,57 @@
+/*
+ * dtrain/sdk/optim.h - the optimizer driven over a range of a unit's flat
+ * space: AdamW or SGD, tensor by tensor, so weight decay follows each
+ * tensor's flags even where a shard cuts a tensor in two; and the
+ * gradient-clipping coefficient.
+ *
+ * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
+ * it and the conventions every helper follows).
+ */
+#ifndef DTRAIN_SDK_OPTIM_H
+#define DTRAIN_SDK_OPTIM_H
+
+#include <stdint.h>
+
+#include "dtrain/device.h"
+#include "dtrain/host.h"
+#include "dtrain/strategy.h"
+#include "dtrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* f32 state buffers per parameter: AdamW 2 (m, v), SGD 1 (momentum),
+ * unknown kind 0. */
+uint32_t dt_optim_state_count(int kind);
+
+/* PyTorch's clip_grad_norm_ coefficient: min(1, clip / (norm + 1e-6)) when
+ * clip > 0, else 1.  Computed in double, returned as the optimizer kernels'
+ * grad_scale. */
+float dt_clip_scale(double norm, float clip);
+
+typedef struct dt_optim_step {
+    const dt_optim_desc_v1_t *desc; /* kind and hyper-parameters */
+    float lr;
+    float grad_scale;   /* multiplies every gradient (clip coefficient) */
+    int64_t t;          /* 1-based step (AdamW bias correction), >= 1 */
+} dt_optim_step_t;
+
+/* Update elements `r` of `unit`'s flat space, enqueued on stream `s`.
+ * Buffers hold ONLY the range: param[0] is element r.offset (for a replica
+ * pass unit pointer + r.offset).  param, grad, m: (r.count) f32; v:
+ * (r.count) f32 for AdamW, ignored (may be NULL) for SGD, whose momentum is
+ * `m`.  Each tensor piece gets weight decay desc->weight_decay, or 0 when
+ * the tensor has DT_PARAM_NO_DECAY; neighbouring pieces with the same decay
+ * go to the device in one call.  DT_ERR_INVALID when r is outside the
+ * unit, the kind is unknown, or a needed buffer is NULL. */
+int dt_optim_range(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
+                   dt_device_t *dev, dt_stream_t *s,
+                   const dt_unit_desc_v1_t *unit, dt_range_t r, float *param,
+                   const float *grad, float *m, float *v,
+                   const dt_optim_step_t *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DTRAIN_SDK_OPTIM_H */

@@ -1,0 +1,48 @@
+/*
+ * sdk/lib/dt_norm.c - gradient norms: a sum of squares on the device
+ * brought to the host, and its sum across a group.
+ */
+#include "dtrain/sdk/norm.h"
+
+int dt_norm_sumsq(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
+                  dt_device_t *dev, dt_stream_t *s, double *slot,
+                  const void *x, int dtype, int64_t n, double *out)
+{
+    double h = 0.0;
+    int rc = ops->sumsq(dev, s, slot, x, dtype, n);
+    if (rc == DT_OK)
+        rc = ops->memcpy_async(dev, &h, slot, sizeof h, DT_COPY_D2H, s);
+    if (rc == DT_OK)
+        rc = ops->stream_sync(dev, s);
+    if (rc != DT_OK) {
+        host->log(host, DT_LOG_ERROR, "sum of squares over %lld %s elements failed: %s",
+                  (long long)n, dt_dtype_name(dtype), dt_status_name(rc));
+        return rc;
+    }
+    *out = h;
+    return DT_OK;
+}
+
+int dt_norm_allreduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
+                      dt_comm_t *comm, const dt_device_ops_v1_t *ops,
+                      dt_device_t *dev, dt_stream_t *s, double *slot,
+                      double *sumsq)
+{
+    double h = *sumsq;
+    int rc = ops->memcpy_async(dev, slot, &h, sizeof h, DT_COPY_H2D, s);
+    if (rc == DT_OK)
+        rc = ops->stream_sync(dev, s); /* h lives on this stack frame */
+    if (rc == DT_OK)
+        rc = cops->all_reduce(comm, slot, slot, 1, DT_F64, DT_OP_SUM, s, NULL);
+    if (rc == DT_OK)
+        rc = ops->memcpy_async(dev, &h, slot, sizeof h, DT_COPY_D2H, s);
+    if (rc == DT_OK)
+        rc = ops->stream_sync(dev, s);
+    if (rc != DT_OK) {
+        host->log(host, DT_LOG_ERROR, "all-reducing the gradient norm failed: %s",
+                  dt_status_name(rc));
+        return rc;
+    }
+    *sumsq = h;
+    return DT_OK;
+}

@@ -1,0 +1,270 @@
+/*
+ * sdk/lib/dt_replica_reduce.c - a replica's gradients through a step: the
+ * unit hooks, the buckets and their all-reduce overlapped with backward,
+ * and the gradient norm.
+ *
+ * Gradient averaging.  The core accumulates, over the n_micro micro-steps,
+ * the gradients of each micro-batch's MEAN loss, having scaled its loss
+ * gradient by 1/n_micro; so after backward each rank holds the gradient of
+ * its own mean loss over all its micro-batches.  The only averaging left
+ * is across ranks: all_reduce with DT_OP_AVG (sum over the group divided
+ * by its size; the communicator accumulates bf16 in f32 and rounds once).
+ *
+ * Buckets.  On every micro-step but the last, gradients only accumulate
+ * locally.  On the last one a unit's gradient is final at its
+ * post_backward with last_use == 1; when every unit of a bucket is final
+ * the bucket's all_reduce starts on the reduction stream, ordered after
+ * the compute stream by an event.  Buckets start strictly in index order
+ * (the same on every rank, as collectives require), a later bucket that is
+ * ready first waits for its predecessors.  dt_replica_reduce starts
+ * whatever is left and waits for everything.
+ *
+ * With one rank, or when the strategy keeps every rank's own gradient
+ * (cfg.reduce_grads 0), nothing is communicated.
+ */
+#include "dtrain/sdk/replica.h"
+
+#include <string.h>
+
+#include "dtrain/sdk/norm.h"
+#include "dtrain/sdk/ranges.h"
+
+/* Gradients travel between ranks. */
+static int reduces(const dt_replica_t *r)
+{
+    return r->cfg.reduce_grads && r->dp.size > 1;
+}
+
+/* ------------------------------------------------------------ hooks */
+
+int dt_replica_pre_forward(dt_replica_t *r, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out)
+{
+    int rc = dt_dp_hook_enter(&r->dp, h, 0, out);
+    if (rc != DT_OK)
+        return rc;
+    out->params = dt_replica_unit_params(r, h->unit);
+    out->grads = NULL;
+    return DT_OK;
+}
+
+int dt_replica_post_forward(dt_replica_t *r, const dt_hook_v1_t *h)
+{
+    return dt_dp_hook_leave(&r->dp, h, 0);
+}
+
+int dt_replica_pre_backward(dt_replica_t *r, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out)
+{
+    int rc = dt_dp_hook_enter(&r->dp, h, 1, out);
+    if (rc != DT_OK)
+        return rc;
+    out->params = dt_replica_unit_params(r, h->unit);
+    out->grads = dt_replica_unit_grads(r, h->unit);
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------ buckets */
+
+static float *bucket_slot(dt_replica_t *r, const dt_replica_bucket_t *b)
+{
+    return (float *)((char *)r->comm_buf +
+                     (uint64_t)b->slot * r->slot_elems * dt_dtype_size(DT_BF16));
+}
+
+static void log_bucket_failure(dt_replica_t *r, uint32_t bi, const char *what, int rc)
+{
+    const dt_replica_bucket_t *b = &r->buckets[bi];
+    r->dp.host->log(r->dp.host, DT_LOG_ERROR,
+                    "rank %d/%d: %s of gradient bucket %u (units '%s'..'%s', %llu %s elements) "
+                    "failed: %s",
+                    r->dp.rank, r->dp.size, what, bi, r->dp.model->units[b->unit_lo].name,
+                    r->dp.model->units[b->unit_hi].name, (unsigned long long)b->count,
+                    dt_dtype_name(r->cfg.reduce_dtype), dt_status_name(rc));
+}
+
+/* Wait for bucket bi's all_reduce; a bf16 bucket is cast back into the f32
+ * gradients (ordered on the reduction stream). */
+static int finish_bucket(dt_replica_t *r, uint32_t bi, int64_t timeout_ms)
+{
+    dt_replica_bucket_t *b = &r->buckets[bi];
+    if (b->state != DT_REPLICA_BUCKET_INFLIGHT)
+        return DT_OK;
+    int rc = r->dp.comm_ops->wait(r->dp.comm, b->req, timeout_ms); /* frees req */
+    b->req = NULL;
+    b->state = DT_REPLICA_BUCKET_DONE;
+    if (r->cfg.reduce_dtype == DT_BF16) {
+        r->slot_bucket[b->slot] = -1;
+        if (rc == DT_OK)
+            rc = r->dp.dev_ops->cast(r->dp.dev, r->comm_stream, r->grads + b->off, DT_F32,
+                                     bucket_slot(r, b), DT_BF16, (int64_t)b->count);
+    }
+    if (rc != DT_OK && timeout_ms != 0)
+        log_bucket_failure(r, bi, "all_reduce", rc);
+    return rc;
+}
+
+static int launch_bucket(dt_replica_t *r, uint32_t bi)
+{
+    dt_replica_bucket_t *b = &r->buckets[bi];
+    const dt_device_ops_v1_t *d = r->dp.dev_ops;
+    int rc;
+    /* the reduction stream starts after every gradient kernel queued so far */
+    if ((rc = d->event_record(r->dp.dev, r->ev_grads, r->dp.cs)) != DT_OK ||
+        (rc = d->stream_wait_event(r->dp.dev, r->comm_stream, r->ev_grads)) != DT_OK) {
+        log_bucket_failure(r, bi, "ordering after backward", rc);
+        return rc;
+    }
+    float *g = r->grads + b->off;
+    if (r->cfg.reduce_dtype == DT_F32) {
+        rc = r->dp.comm_ops->all_reduce(r->dp.comm, g, g, b->count, DT_F32, DT_OP_AVG,
+                                        r->comm_stream, &b->req);
+    } else {
+        b->slot = bi % r->n_slots;
+        int32_t prev = r->slot_bucket[b->slot];
+        if (prev >= 0 && (rc = finish_bucket(r, (uint32_t)prev, -1)) != DT_OK)
+            return rc;
+        void *w = bucket_slot(r, b);
+        rc = d->cast(r->dp.dev, r->comm_stream, w, DT_BF16, g, DT_F32, (int64_t)b->count);
+        if (rc == DT_OK)
+            rc = r->dp.comm_ops->all_reduce(r->dp.comm, w, w, b->count, DT_BF16, DT_OP_AVG,
+                                            r->comm_stream, &b->req);
+        if (rc == DT_OK)
+            r->slot_bucket[b->slot] = (int32_t)bi;
+    }
+    if (rc != DT_OK) {
+        b->req = NULL;
+        log_bucket_failure(r, bi, "starting the all_reduce", rc);
+        return rc;
+    }
+    b->state = DT_REPLICA_BUCKET_INFLIGHT;
+    return DT_OK;
+}
+
+/* Start ready buckets in index order, stopping at the first not ready. */
+static int launch_ready(dt_replica_t *r)
+{
+    while (r->next_launch < r->n_buckets &&
+           r->buckets[r->next_launch].state == DT_REPLICA_BUCKET_READY) {
+        int rc = launch_bucket(r, r->next_launch);
+        if (rc != DT_OK)
+            return rc;
+        r->next_launch++;
+    }
+    return DT_OK;
+}
+
+int dt_replica_post_backward(dt_replica_t *r, const dt_hook_v1_t *h)
+{
+    int rc = dt_dp_hook_leave(&r->dp, h, 1);
+    if (rc != DT_OK)
+        return rc;
+    uint32_t u = h->unit;
+    if (!h->last_use || h->micro + 1 != h->n_micro)
+        return DT_OK; /* accumulation micro-step, or the gradient is not final */
+    if (r->final_done[u])
+        return r->dp.host->set_error(r->dp.host, DT_ERR_INVALID,
+                                     "post_backward: unit '%s' (%u) reported last_use twice in "
+                                     "the final micro-step", r->dp.model->units[u].name, u);
+    r->final_done[u] = 1;
+    if (!r->cfg.reduce_grads)
+        return DT_OK;
+    dt_replica_bucket_t *b = &r->buckets[r->bucket_of_unit[u]];
+    if (++b->n_ready == b->n_units && b->state == DT_REPLICA_BUCKET_IDLE)
+        b->state = DT_REPLICA_BUCKET_READY;
+    if (reduces(r) && r->cfg.overlap)
+        return launch_ready(r);
+    return DT_OK;
+}
+
+int dt_replica_drain(dt_replica_t *r, int64_t timeout_ms)
+{
+    int first = DT_OK;
+    for (uint32_t b = 0; b < r->n_buckets; b++) {
+        int rc = finish_bucket(r, b, timeout_ms);
+        if (rc != DT_OK && first == DT_OK) {
+            first = rc;
+            timeout_ms = 0; /* the job is failing: free the rest, wait no more */
+        }
+    }
+    return first;
+}
+
+/* ------------------------------------------------------------ the step */
+
+int dt_replica_begin_step(dt_replica_t *r, int64_t step, const uint8_t *keep)
+{
+    /* A step abandoned after backward leaves reductions running; they
+     * touch the gradients, so finish them before zeroing. */
+    int rc = dt_replica_drain(r, -1);
+    if (rc != DT_OK)
+        return rc;
+    for (uint32_t b = 0; b < r->n_buckets; b++) {
+        r->buckets[b].state = DT_REPLICA_BUCKET_IDLE;
+        r->buckets[b].n_ready = 0;
+    }
+    r->next_launch = 0;
+    dt_dp_hooks_reset(&r->dp);
+    uint32_t nu = r->dp.model->n_units;
+    memset(r->final_done, 0, nu);
+    /* zero the gradients in runs of units not kept */
+    for (uint32_t lo = 0; rc == DT_OK && lo < nu;) {
+        if (keep && keep[lo]) {
+            lo++;
+            continue;
+        }
+        uint32_t hi = lo + 1;
+        while (hi < nu && !(keep && keep[hi]))
+            hi++;
+        rc = dt_replica_zero_grads(r, lo, hi);
+        lo = hi;
+    }
+    if (rc != DT_OK)
+        r->dp.host->log(r->dp.host, DT_LOG_ERROR, "begin_step %lld: zeroing gradients failed",
+                        (long long)step);
+    return rc;
+}
+
+int dt_replica_reduce(dt_replica_t *r)
+{
+    if (!reduces(r))
+        return DT_OK;
+    /* overlap off, or units that never reported a final last_use: the
+     * gradients are what they are; start what is left, in order */
+    for (uint32_t b = r->next_launch; b < r->n_buckets; b++)
+        if (r->buckets[b].state == DT_REPLICA_BUCKET_IDLE)
+            r->buckets[b].state = DT_REPLICA_BUCKET_READY;
+    int rc = launch_ready(r);
+    if (rc != DT_OK) {
+        dt_replica_drain(r, 0);
+        return rc;
+    }
+    if ((rc = dt_replica_drain(r, -1)) != DT_OK)
+        return rc;
+    const dt_device_ops_v1_t *d = r->dp.dev_ops;
+    if ((rc = d->event_record(r->dp.dev, r->ev_reduced, r->comm_stream)) != DT_OK ||
+        (rc = d->stream_wait_event(r->dp.dev, r->dp.cs, r->ev_reduced)) != DT_OK)
+        r->dp.host->log(r->dp.host, DT_LOG_ERROR, "ordering the optimizer after the reductions "
+                        "failed");
+    return rc;
+}
+
+int dt_replica_grad_sumsq(dt_replica_t *r, double *sumsq)
+{
+    const dt_host_v1_t *host = r->dp.host;
+    *sumsq = 0.0;
+    if (!reduces(r))
+        return dt_norm_sumsq(host, r->dp.dev_ops, r->dp.dev, r->dp.cs, r->norm_slot, r->grads,
+                             DT_F32, (int64_t)r->layout.total, sumsq);
+    /* The gradients are replicated now.  Rather than every rank reading all
+     * of them (a memory-bound pass the ranks would run at the same moment),
+     * each sums the squares of its 1/size of the flat buffer and one f64
+     * all_reduce adds the parts; the communicator gives every rank the same
+     * bits. */
+    dt_range_t part = dt_range_split(r->layout.total, (uint32_t)r->dp.size,
+                                     (uint32_t)r->dp.rank);
+    int rc = dt_norm_sumsq(host, r->dp.dev_ops, r->dp.dev, r->dp.cs, r->norm_slot,
+                           r->grads + part.offset, DT_F32, (int64_t)part.count, sumsq);
+    if (rc == DT_OK)
+        rc = dt_norm_allreduce(host, r->dp.comm_ops, r->dp.comm, r->dp.dev_ops, r->dp.dev,
+                               r->dp.cs, r->norm_slot, sumsq);
+    return rc;
+}

@@ -142,8 +142,9 @@ dt_estimate_args_v1_t dt_toy_est_args(const dt_model_desc_v1_t *m, int size, int
  * buffer left. */
 void dt_toy_check_estimate(const dt_toy_run_t *run, int size);
 
-/* Tracing: replace run->S and run->C with ops tables that forward to
- * them and append, per rank, a token for every hook and every collective
+/* Tracing: replace run->S with an ops table that forwards to it and
+ * run->C with the comm interposer over it (core/interpose/interpose.h),
+ * both appending, per rank, a token for every hook and every collective
  * started to a trace the parent reads after dt_toy_run:
  *   L state_loaded, T begin_step, S step,
  *   F<u> / f<u> pre / post_forward, B<u> / b<u> pre / post_backward

@@ -103,7 +103,8 @@ int dt_toy_env_open(dt_toy_env_t *env, const dt_toy_run_t *run, int rank, int si
     DT_MP_OK(D->stream_create(env->dev, &env->cs));
     dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
                             .local_rank = rank, .local_size = size, .job_id = job,
-                            .timeout_ms = 20000, .dev_ops = D, .dev = env->dev};
+                            .timeout_ms = run->timeout_ms ? run->timeout_ms : 20000,
+                            .dev_ops = D, .dev = env->dev};
     DT_MP_OK(run->C->init(&env->th_comm.host, &ci, &env->comm));
     env->model = dt_toy_model(run->param_dtype);
     env->optim = dt_toy_optim(run->optim);

@@ -52,6 +52,7 @@ typedef struct dt_toy_run {
     float lr;
     float clip[DT_TOY_MAX_STEPS];
     int eval_first;              /* a no-grad forward before training */
+    int64_t timeout_ms;          /* the communicator's bound on waits; 0: 20 s */
     /* out */
     dt_toy_rank_t rank[DT_TOY_MAX_RANKS];
 } dt_toy_run_t;

@@ -94,7 +94,9 @@ int ddp_post_forward(dt_strategy_t *s, const dt_hook_v1_t *h);
 int ddp_pre_backward(dt_strategy_t *s, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *out);
 int ddp_post_backward(dt_strategy_t *s, const dt_hook_v1_t *h);
 int ddp_step(dt_strategy_t *s, const dt_step_args_v1_t *args, dt_step_result_v1_t *out);
-/* Wait for (or, after a failure, drop) every started reduction. */
+/* Wait for every started reduction, stopping at the first failure (the
+ * rest stay in flight, the message stays the failure's); timeout_ms 0
+ * drops them all (finalize). */
 int ddp_drain(dt_strategy_t *s, int64_t timeout_ms);
 /* Apply unit u's deferred update, if any (no-op otherwise). */
 int ddp_apply_pending(dt_strategy_t *s, uint32_t u);

@@ -243,10 +243,13 @@ int ddp_drain(dt_strategy_t *s, int64_t timeout_ms)
     int first = DT_OK;
     for (uint32_t b = 0; b < s->n_buckets; b++) {
         int rc = finish_bucket(s, b, timeout_ms);
-        if (rc != DT_OK && first == DT_OK) {
+        /* The job is failing: leave the rest in flight for finalize's
+         * drain (timeout 0 frees them).  Cancelling them here would
+         * replace the first failure's message with a later one's. */
+        if (rc != DT_OK && timeout_ms != 0)
+            return rc;
+        if (rc != DT_OK && first == DT_OK)
             first = rc;
-            timeout_ms = 0; /* the job is failing: free the rest, wait no more */
-        }
     }
     return first;
 }
@@ -298,10 +301,8 @@ static int reduce_all(dt_strategy_t *s)
         if (s->buckets[b].state == DDP_B_IDLE)
             s->buckets[b].state = DDP_B_READY;
     int rc = launch_ready(s);
-    if (rc != DT_OK) {
-        ddp_drain(s, 0);
-        return rc;
-    }
+    if (rc != DT_OK)
+        return rc; /* what was started is finalize's to drop (ddp_drain) */
     if ((rc = ddp_drain(s, -1)) != DT_OK)
         return rc;
     const dt_device_ops_v1_t *d = s->dp.dev_ops;

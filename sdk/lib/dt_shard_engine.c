@@ -79,8 +79,10 @@ void dt_shard_destroy(dt_shard_t *e)
         return;
     const dt_host_v1_t *host = e->dp.host;
     const dt_device_ops_v1_t *d = e->dp.dev_ops;
-    if (e->red)
-        dt_shard__drain(e, e->failed ? 0 : -1);
+    /* nothing may be freed under a collective: a failing drain leaves
+     * requests in flight, dropped then */
+    if (e->red && (e->failed || dt_shard__drain(e, -1) != DT_OK))
+        dt_shard__drain(e, 0);
     if (e->dp.dev) {
         for (uint32_t i = 0; e->g && i < e->plan.n_groups; i++) {
             sh_group_t *g = &e->g[i];

@@ -128,7 +128,9 @@ int dt_shard__alloc_zeroed(dt_shard_t *e, uint64_t elems, int dtype, int tag, co
  * replicated parameters, all-gather every group; sharded groups become
  * stale (gathered again on next use).  Blocking. */
 int dt_shard__refresh_params(dt_shard_t *e, const char *when);
-/* Wait for (timeout_ms 0 after a failure: drop) every request in flight. */
+/* Wait for every request in flight, stopping at the first failure (the
+ * rest stay in flight, the message stays the failure's); timeout_ms 0
+ * drops them all (destroy after a failure). */
 int dt_shard__drain(dt_shard_t *e, int64_t timeout_ms);
 
 #endif /* DT_SHARD_INTERNAL_H */

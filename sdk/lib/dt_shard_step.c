@@ -247,20 +247,23 @@ static int red_finish_one(dt_shard_t *e, int64_t timeout_ms)
                       rc);
         return rc;
     }
-    if (r.then_replicas)
+    if (r.then_replicas && timeout_ms != 0) /* dropping starts nothing new */
         return red_launch(e, r.group, SH_R_REPLICAS, NULL, 0);
     return DT_OK;
 }
 
+/* After a failure (timeout_ms != 0) the rest stay queued for destroy,
+ * which drops them (timeout_ms 0): cancelling them here would replace the
+ * first failure's message with a later one's. */
 static int red_finish_all(dt_shard_t *e, int64_t timeout_ms)
 {
     int first = DT_OK;
     while (e->red_n > 0) {
         int rc = red_finish_one(e, timeout_ms);
-        if (rc != DT_OK && first == DT_OK) {
+        if (rc != DT_OK && timeout_ms != 0)
+            return rc;
+        if (rc != DT_OK && first == DT_OK)
             first = rc;
-            timeout_ms = 0; /* failing: free the rest, wait no more */
-        }
     }
     return first;
 }
@@ -268,14 +271,14 @@ static int red_finish_all(dt_shard_t *e, int64_t timeout_ms)
 int dt_shard__drain(dt_shard_t *e, int64_t timeout_ms)
 {
     int first = red_finish_all(e, timeout_ms);
-    if (first != DT_OK)
-        timeout_ms = 0;
+    if (first != DT_OK && timeout_ms != 0)
+        return first;
     for (uint32_t i = 0; e->g && i < e->plan.n_groups; i++) {
         int rc = gather_finish(e, i, timeout_ms);
-        if (rc != DT_OK && first == DT_OK) {
+        if (rc != DT_OK && timeout_ms != 0)
+            return rc;
+        if (rc != DT_OK && first == DT_OK)
             first = rc;
-            timeout_ms = 0;
-        }
     }
     return first;
 }
@@ -502,8 +505,8 @@ static int reduce_all(dt_shard_t *e)
             rc = launch_final(e, i);
         }
     }
-    int rc2 = red_finish_all(e, rc == DT_OK ? -1 : 0);
-    return rc != DT_OK ? rc : rc2;
+    /* after a failure, what is queued is destroy's to drop */
+    return rc != DT_OK ? rc : red_finish_all(e, -1);
 }
 
 static int grad_sumsq(dt_shard_t *e, double *out)
@@ -593,9 +596,8 @@ int dt_shard__refresh_params(dt_shard_t *e, const char *when)
         if (rc == DT_OK)
             rc = gather_start(e, i);
     }
-    int rc2 = dt_shard__drain(e, rc == DT_OK ? -1 : 0);
     if (rc == DT_OK)
-        rc = rc2;
+        rc = dt_shard__drain(e, -1); /* after a failure: destroy's to drop */
     if (rc != DT_OK) {
         e->failed = 1;
         e->dp.host->log(e->dp.host, DT_LOG_ERROR, "%s: rank %d/%d: all-gathering the updated "
@@ -610,12 +612,10 @@ int dt_shard_step(dt_shard_t *e, const dt_step_args_v1_t *args, dt_step_result_v
     if (rc != DT_OK)
         return rc;
     rc = reduce_all(e);
-    /* gathered copies go stale with the update (and were only a cache) */
-    for (uint32_t i = 0; i < e->plan.n_groups; i++) {
-        int rc2 = release_params(e, i);
-        if (rc == DT_OK)
-            rc = rc2;
-    }
+    /* gathered copies go stale with the update (and were only a cache);
+     * after a failure destroy frees them, after their gathers */
+    for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++)
+        rc = release_params(e, i);
     if (rc == DT_OK)
         rc = compute_after_comm(e);
     if (rc != DT_OK) {

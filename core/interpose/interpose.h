@@ -66,6 +66,7 @@
 #define DT_CORE_INTERPOSE_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dtrain/dtrain.h"
 
@@ -115,6 +116,23 @@ typedef struct dt_interpose_hooks {
 
 /* Monotonic clock the interposers time calls with, nanoseconds. */
 uint64_t dt_interpose_now_ns(void);
+
+/* ---- a profiler: hooks for any kind's interposer ---------------------- */
+
+/* Per operation (call->op): calls of its own slot, the bytes they moved,
+ * the time the plugin spent in them AND in the waits/tests that complete
+ * them, those waits, and the calls that failed.  Thread safe. */
+typedef struct dt_interpose_profile dt_interpose_profile_t;
+
+/* NULL when out of memory (message set). */
+dt_interpose_profile_t *dt_interpose_profile_create(void);
+/* Hooks that record into `p` (an `after` only: nothing is injected). */
+dt_interpose_hooks_t dt_interpose_profile_hooks(dt_interpose_profile_t *p);
+/* `title`, then one line per operation in order of first use:
+ *   "  all_reduce            40       20480      12.345     20      0"
+ * (op, calls, bytes, time in ms, waits, errors) under a header line. */
+void dt_interpose_profile_print(dt_interpose_profile_t *p, FILE *f, const char *title);
+void dt_interpose_profile_free(dt_interpose_profile_t *p);
 
 /* ------------------------------------------------------------------ comm */
 

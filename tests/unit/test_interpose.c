@@ -4,7 +4,8 @@
  * hooks see each call with the right slot, name and data, an injected
  * failure is returned without calling the plugin, split groups are
  * wrapped, and an older plugin's smaller table gives a wrapper without
- * the slots it lacks.
+ * the slots it lacks; the profiler hooks count calls, bytes, waits and
+ * errors per operation.
  *
  * Most cases wrap a recording fake (below): each of its slots records its
  * arguments and answers with values the test chose, so "unchanged" is
@@ -16,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -775,6 +777,64 @@ static void test_stacked(void **state)
     dt_interpose_comm_destroy(outer);
 }
 
+/* The profiler's table: per operation, calls of its slot, bytes, waits
+ * charged to it and errors, in order of first use. */
+static void test_profile(void **state)
+{
+    dt_interpose_profile_t *prof = dt_interpose_profile_create();
+    assert_non_null(prof);
+    dt_interpose_hooks_t hooks = dt_interpose_profile_hooks(prof);
+    assert_null(hooks.before);
+    dt_interpose_comm_t *ip = NULL;
+    assert_ok(dt_interpose_comm_create(&fake_ops, &hooks, &ip));
+    const dt_comm_ops_t *P = dt_interpose_comm_ops(ip);
+    dt_comm_init_t a = {.struct_size = sizeof a, .rank = 0, .size = 5, .timeout_ms = 1};
+    dt_comm_t *c = NULL;
+    assert_ok(P->init(&th.host, &a, &c));
+    float buf[8];
+    dt_comm_req_t *req;
+    for (int i = 0; i < 3; i++) {
+        assert_ok(P->all_reduce(c, buf, buf, 8, DT_F32, DT_OP_SUM, NULL, &req));
+        assert_ok(P->wait(c, req, -1));
+    }
+    assert_ok(P->all_gather(c, buf, buf, 2, DT_BF16, NULL, NULL));
+    fake_rc = DT_ERR_TIMEOUT;
+    assert_status(P->all_gather(c, buf, buf, 2, DT_BF16, NULL, NULL), DT_ERR_TIMEOUT);
+    fake_rc = DT_OK;
+    P->finalize(c);
+    dt_interpose_comm_destroy(ip);
+
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    dt_interpose_profile_print(prof, f, "comm profile (test):");
+    fclose(f);
+    dt_interpose_profile_free(prof);
+    /* the time column varies: compare the rest */
+    const char *want[] = {"init 1 0 0 0", "all_reduce 3 96 3 0", "all_gather 2 8 0 1",
+                          "finalize 1 0 0 0"};
+    char *line = strtok(text, "\n");
+    assert_string_equal(line, "comm profile (test):");
+    line = strtok(NULL, "\n");
+    assert_non_null(strstr(line, "op"));
+    assert_non_null(strstr(line, "errors"));
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        line = strtok(NULL, "\n");
+        assert_non_null(line);
+        char op[32], got[96];
+        unsigned long long calls, bytes, waits, errors;
+        double ms;
+        assert_int_equal(sscanf(line, "%31s %llu %llu %lf %llu %llu", op, &calls, &bytes, &ms,
+                                &waits, &errors), 6);
+        assert_true(ms >= 0.0);
+        snprintf(got, sizeof got, "%s %llu %llu %llu %llu", op, calls, bytes, waits, errors);
+        assert_string_equal(got, want[i]);
+    }
+    assert_null(strtok(NULL, "\n"));
+    free(text);
+}
+
 /* ---- the real shm plugin in forked ranks --------------------------------- */
 
 static const dt_comm_ops_t *SHM;
@@ -897,6 +957,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_older_and_newer_tables, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stacked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_profile, setup, teardown),
         cmocka_unit_test(test_shm_through_the_wrapper),
         cmocka_unit_test(test_shm_abort_passes_through),
     };

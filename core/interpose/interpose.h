@@ -33,8 +33,8 @@
  * A kind is one file, interpose_<kind>.c, and nothing here changes:
  *  - its slot enum and names in this header (DT_INTERPOSE_<KIND>_SLOTS,
  *    names only; the .c proves at compile time that the enum follows the
- *    ops struct field by field, so a slot appended to the ABI must be
- *    added here before the file compiles without warnings);
+ *    ops struct field by field and covers it, so a slot appended to the
+ *    ABI fails the build until it is listed here and wrapped there);
  *  - each slot's signature written once, in an X-macro list in the .c,
  *    from which the pass-through functions (before, clock, plugin call,
  *    after) and the table (present iff the plugin's slot is) are

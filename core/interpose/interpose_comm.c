@@ -439,7 +439,8 @@ int dt_interpose_comm_create(const dt_comm_ops_t *inner, const dt_interpose_hook
         ic->ops.info.abi_minor = DT_COMM_ABI_MINOR;
     }
 #define IC_HAS(field) DT_HAS_OP(dt_comm_ops_t, inner, field)
-#define IC_SET(up, field, params, args, describe) ic->ops.field = IC_HAS(field) ? ic_##field : NULL;
+#define IC_SET(up, field, params, args, describe)                              \
+    ic->ops.field = IC_HAS(field) ? ic_##field : NULL;
     IC_PLAIN_SLOTS(IC_SET)
     ic->ops.init = IC_HAS(init) ? ic_tramps[pool].init : NULL;
     ic->ops.finalize = IC_HAS(finalize) ? ic_finalize : NULL;

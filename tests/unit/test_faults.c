@@ -363,7 +363,8 @@ static void test_zero_stage1(void **state)
     const dt_test_kv_t kn[] = {{"stage", "1"}, {"reduce_bucket_size", "60"},
                                {"overlap_comm", "false"}, {NULL, NULL}};
     ZERO_CASE(.kv = kn, .size = 2, .phase = PH_STEP,
-              .fault = fail_nth(DT_ICOMM_ALL_GATHER, 3, DT_ERR_TIMEOUT), .collective = "all_gather");
+              .fault = fail_nth(DT_ICOMM_ALL_GATHER, 3, DT_ERR_TIMEOUT),
+              .collective = "all_gather");
     ZERO_CASE(.kv = kn, .size = 2, .phase = PH_STEP,
               .fault = fail_nth(DT_ICOMM_REDUCE_SCATTER, 2, DT_ERR_REMOTE),
               .collective = "reduce_scatter");
@@ -397,7 +398,8 @@ static void test_zero_stage3(void **state)
     ZERO_CASE(.kv = kv, .size = 2, .phase = PH_BACKWARD,
               .fault = abort_nth(DT_ICOMM_REDUCE_SCATTER, 2), .collective = "reduce_scatter");
     ZERO_CASE(.kv = kv, .size = 2, .phase = PH_STEP,
-              .fault = fail_nth(DT_ICOMM_ALL_REDUCE, 1, DT_ERR_TIMEOUT), .collective = "all_reduce");
+              .fault = fail_nth(DT_ICOMM_ALL_REDUCE, 1, DT_ERR_TIMEOUT),
+              .collective = "all_reduce");
     ZERO_CASE(.kv = kv, .size = 2, .phase = PH_FORWARD,
               .fault = fail_nth(DT_ICOMM_ALL_GATHER, 2, DT_ERR_REMOTE), .collective = "all_gather");
     ZERO_CASE(.kv = kv, .size = 2, .phase = PH_BACKWARD,
@@ -416,7 +418,8 @@ static void test_fsdp(void **state)
     const dt_test_kv_t kh[] = {{"sharding_strategy", "HYBRID_SHARD"},
                                {"hybrid_group_size", "2"}, {NULL, NULL}};
     FSDP_CASE(.kv = kf, .size = 2, .phase = PH_BACKWARD,
-              .fault = fail_nth(DT_ICOMM_ALL_GATHER, 1, DT_ERR_TIMEOUT), .collective = "all_gather");
+              .fault = fail_nth(DT_ICOMM_ALL_GATHER, 1, DT_ERR_TIMEOUT),
+              .collective = "all_gather");
     FSDP_CASE(.kv = kf, .size = 2, .phase = PH_BACKWARD,
               .fault = fail_nth(DT_ICOMM_REDUCE_SCATTER, 2, DT_ERR_REMOTE),
               .collective = "reduce_scatter");

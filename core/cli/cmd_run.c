@@ -9,8 +9,10 @@
  * find are reported by every rank and end the job with their exit code.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli/cli.h"
+#include "interpose/interpose.h"
 #include "train/train.h"
 #include "launch/launcher.h"
 #include "util/log.h"
@@ -20,9 +22,12 @@
 void dt_help_run(FILE *f)
 {
     fprintf(f,
-            "usage: dtrain run CONFIG [--set table.key=value ...] [--metrics FILE]\n\n"
+            "usage: dtrain run CONFIG [--set table.key=value ...] [--metrics FILE]\n"
+            "                  [--profile comm]\n\n"
             "Train the model CONFIG describes.  --metrics writes one JSON object per\n"
-            "step.\n\n"
+            "step.  --profile comm wraps the communicator (any comm plugin) and, at the\n"
+            "end of the run, prints on every rank per operation: calls, bytes, time in\n"
+            "ms (the plugin's, waits for the operation included), waits, errors.\n\n"
             "Multi-process: with [launch] nproc = N > 1 (or --set launch.nproc=N) this\n"
             "command starts N ranks of itself on this machine and relays their output,\n"
             "each line prefixed \"[rank R] \".  Ctrl-C/SIGTERM/SIGHUP are passed on to\n"
@@ -73,14 +78,64 @@ static int plan_launch(const dt_cli_config_args_t *a, dt_launch_plan_t *plan)
     return rc;
 }
 
+/* --profile comm: for the run, the comm plugin's table is the interposer
+ * over it with the profiler's hooks (the core and the strategy see it as
+ * the plugin's); afterwards the table is printed and the plugin's own
+ * table put back. */
+typedef struct comm_profile {
+    dt_plugin_t *plugin;
+    const void *ops;             /* the plugin's table */
+    dt_interpose_profile_t *prof;
+    dt_interpose_comm_t *ic;
+} comm_profile_t;
+
+static int comm_profile_begin(dt_resolved_t *r, comm_profile_t *cp)
+{
+    memset(cp, 0, sizeof *cp);
+    dt_plugin_t *p = r->plugin[DT_ROLE_COMM];
+    if (!p)
+        return DT_OK;
+    if (!(cp->prof = dt_interpose_profile_create()))
+        return DT_ERR_NOMEM;
+    dt_interpose_hooks_t hooks = dt_interpose_profile_hooks(cp->prof);
+    int rc = dt_interpose_comm_create(p->ops, &hooks, &cp->ic);
+    if (rc != DT_OK) {
+        dt_interpose_profile_free(cp->prof);
+        cp->prof = NULL;
+        return rc;
+    }
+    cp->plugin = p;
+    cp->ops = p->ops;
+    p->ops = dt_interpose_comm_ops(cp->ic);
+    return DT_OK;
+}
+
+static void comm_profile_end(comm_profile_t *cp, int rank)
+{
+    if (!cp->plugin)
+        return;
+    char title[160];
+    snprintf(title, sizeof title, "comm profile (rank %d, %s):", rank, cp->plugin->name);
+    dt_interpose_profile_print(cp->prof, stdout, title);
+    fflush(stdout);
+    cp->plugin->ops = cp->ops;
+    dt_interpose_comm_destroy(cp->ic);
+    dt_interpose_profile_free(cp->prof);
+}
+
 int dt_cmd_run(int argc, char **argv)
 {
-    static const char *const opts[] = {"--metrics", NULL};
-    const char *vals[1] = {NULL};
+    static const char *const opts[] = {"--metrics", "--profile", NULL};
+    const char *vals[2] = {NULL, NULL};
     dt_cli_config_args_t a;
     int ec = dt_cli_parse_config_args("run", argc, argv, &a, opts, vals);
     if (ec)
         return ec;
+    if (vals[1] && strcmp(vals[1], "comm") != 0) {
+        fprintf(stderr, "dtrain run: error: --profile '%s': unknown (one of: comm)\n",
+                vals[1]);
+        return DT_EXIT_USAGE;
+    }
     dt_launch_plan_t plan;
     int rc = plan_launch(&a, &plan);
     if (rc)
@@ -102,8 +157,14 @@ int dt_cmd_run(int argc, char **argv)
     rc = dt_resolve(a.config, a.sets, a.n_sets, &r);
     if (rc)
         return dt_cli_fail("run", rc);
+    comm_profile_t cp = {0};
+    if (vals[1] && (rc = comm_profile_begin(&r, &cp)) != DT_OK) {
+        dt_resolved_free(&r);
+        return dt_cli_fail("run", rc);
+    }
     dt_train_opts_t o = {.metrics_path = vals[0]};
     rc = dt_train(&r, &o);
+    comm_profile_end(&cp, plan.world.rank);
     dt_resolved_free(&r);
     return rc ? dt_cli_fail("run", rc) : DT_EXIT_OK;
 }

@@ -13,8 +13,10 @@ void dt_shard_engine_free(dt_shard_engine_t *e)
         return;
     const dt_host_v1_t *host = e->dp.host;
     const dt_device_ops_v1_t *d = e->dp.dev_ops;
-    if (e->red)
-        shard_drain(e, e->failed ? 0 : -1);
+    /* nothing may be freed under a collective: a failing drain leaves
+     * requests in flight, dropped then */
+    if (e->red && (e->failed || shard_drain(e, -1) != DT_OK))
+        shard_drain(e, 0);
     if (e->dp.dev) {
         for (uint32_t i = 0; e->g && i < e->plan.n_groups; i++) {
             sh_group_t *g = &e->g[i];

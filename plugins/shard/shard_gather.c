@@ -151,10 +151,13 @@ int shard_gathers_finish(dt_shard_engine_t *e, int64_t timeout_ms)
     int first = DT_OK;
     for (uint32_t i = 0; e->g && i < e->plan.n_groups; i++) {
         int rc = shard_gather_finish(e, i, timeout_ms);
-        if (rc != DT_OK && first == DT_OK) {
+        /* After a failure (timeout_ms != 0) the rest stay queued for
+         * destroy, which drops them (timeout_ms 0): cancelling them here
+         * would replace the first failure's message with a later one's. */
+        if (rc != DT_OK && timeout_ms != 0)
+            return rc;
+        if (rc != DT_OK && first == DT_OK)
             first = rc;
-            timeout_ms = 0; /* failing: free the rest, wait no more */
-        }
     }
     return first;
 }
@@ -198,9 +201,8 @@ int shard_refresh_params(dt_shard_engine_t *e, const char *when)
         if (rc == DT_OK)
             rc = shard_gather_start(e, i);
     }
-    int rc2 = shard_gathers_finish(e, rc == DT_OK ? -1 : 0);
     if (rc == DT_OK)
-        rc = rc2;
+        rc = shard_gathers_finish(e, -1); /* after a failure: destroy's to drop */
     if (rc != DT_OK) {
         e->failed = 1;
         e->dp.host->log(e->dp.host, DT_LOG_ERROR, "%s: rank %d/%d: all-gathering the updated "

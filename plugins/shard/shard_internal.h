@@ -195,14 +195,19 @@ int shard_group_complete(dt_shard_engine_t *e, uint32_t gi, int final_micro);
 /* The step's end: start every reduction not started yet, in backward
  * order, and wait for all; the gradient shards are then final. */
 int shard_reduce_all(dt_shard_engine_t *e);
-/* Wait for (timeout_ms 0: drop) every reduction in flight. */
+/* Wait for every reduction in flight, stopping at the first failure (the
+ * rest stay queued, the message stays the failure's); timeout_ms 0 drops
+ * them all (destroy). */
 int shard_reductions_finish(dt_shard_engine_t *e, int64_t timeout_ms);
 
-/* Wait for (after a failure: drop) every collective in flight. */
+/* Wait for every collective in flight, stopping at the first failure;
+ * timeout_ms 0 drops them all (destroy). */
 static inline int shard_drain(dt_shard_engine_t *e, int64_t timeout_ms)
 {
     int first = shard_reductions_finish(e, timeout_ms);
-    int rc = shard_gathers_finish(e, first == DT_OK ? timeout_ms : 0);
+    if (first != DT_OK && timeout_ms != 0)
+        return first;
+    int rc = shard_gathers_finish(e, timeout_ms);
     return first != DT_OK ? first : rc;
 }
 

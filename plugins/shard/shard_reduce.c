@@ -117,7 +117,7 @@ static int red_finish_one(dt_shard_engine_t *e, int64_t timeout_ms)
                             rc);
         return rc;
     }
-    if (r.then_replicas)
+    if (r.then_replicas && timeout_ms != 0) /* dropping starts nothing new */
         return red_launch(e, r.group, SH_R_REPLICAS, NULL, 0);
     return DT_OK;
 }
@@ -127,10 +127,13 @@ int shard_reductions_finish(dt_shard_engine_t *e, int64_t timeout_ms)
     int first = DT_OK;
     while (e->red_n > 0) {
         int rc = red_finish_one(e, timeout_ms);
-        if (rc != DT_OK && first == DT_OK) {
+        /* After a failure (timeout_ms != 0) the rest stay queued for
+         * destroy, which drops them (timeout_ms 0): cancelling them here
+         * would replace the first failure's message with a later one's. */
+        if (rc != DT_OK && timeout_ms != 0)
+            return rc;
+        if (rc != DT_OK && first == DT_OK)
             first = rc;
-            timeout_ms = 0; /* failing: free the rest, wait no more */
-        }
     }
     return first;
 }
@@ -205,6 +208,6 @@ int shard_reduce_all(dt_shard_engine_t *e)
             rc = launch_final(e, i);
         }
     }
-    int rc2 = shard_reductions_finish(e, rc == DT_OK ? -1 : 0);
-    return rc != DT_OK ? rc : rc2;
+    /* after a failure, what is queued is destroy's to drop */
+    return rc != DT_OK ? rc : shard_reductions_finish(e, -1);
 }

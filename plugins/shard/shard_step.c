@@ -63,12 +63,10 @@ int dt_shard_step(dt_shard_engine_t *e, const dt_step_args_v1_t *args, dt_step_r
     if (rc != DT_OK)
         return rc;
     rc = shard_reduce_all(e);
-    /* gathered copies go stale with the update (and were only a cache) */
-    for (uint32_t i = 0; i < e->plan.n_groups; i++) {
-        int rc2 = shard_release_params(e, i);
-        if (rc == DT_OK)
-            rc = rc2;
-    }
+    /* gathered copies go stale with the update (and were only a cache);
+     * after a failure destroy frees them, after their gathers */
+    for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++)
+        rc = shard_release_params(e, i);
     if (rc == DT_OK)
         rc = shard_compute_after_comm(e);
     if (rc != DT_OK) {

@@ -180,10 +180,13 @@ int dt_replica_drain(dt_replica_t *r, int64_t timeout_ms)
     int first = DT_OK;
     for (uint32_t b = 0; b < r->n_buckets; b++) {
         int rc = finish_bucket(r, b, timeout_ms);
-        if (rc != DT_OK && first == DT_OK) {
+        /* The job is failing: leave the rest in flight for finalize's
+         * drain (timeout 0 frees them).  Cancelling them here would
+         * replace the first failure's message with a later one's. */
+        if (rc != DT_OK && timeout_ms != 0)
+            return rc;
+        if (rc != DT_OK && first == DT_OK)
             first = rc;
-            timeout_ms = 0; /* the job is failing: free the rest, wait no more */
-        }
     }
     return first;
 }
@@ -233,10 +236,8 @@ int dt_replica_reduce(dt_replica_t *r)
         if (r->buckets[b].state == DT_REPLICA_BUCKET_IDLE)
             r->buckets[b].state = DT_REPLICA_BUCKET_READY;
     int rc = launch_ready(r);
-    if (rc != DT_OK) {
-        dt_replica_drain(r, 0);
-        return rc;
-    }
+    if (rc != DT_OK)
+        return rc; /* what was started is finalize's to drop (dt_replica_drain) */
     if ((rc = dt_replica_drain(r, -1)) != DT_OK)
         return rc;
     const dt_device_ops_v1_t *d = r->dp.dev_ops;

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "interpose/interpose.h"
 #include "mp_check.h"
 #include "mp_harness.h"
 #include "test_plugin.h"
@@ -102,7 +103,8 @@ int dt_toy_env_open(dt_toy_env_t *env, const dt_toy_run_t *run, int rank, int si
     DT_MP_OK(D->stream_create(env->dev, &env->cs));
     dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
                             .local_rank = rank, .local_size = size, .job_id = job,
-                            .timeout_ms = 20000, .dev_ops = D, .dev = env->dev};
+                            .timeout_ms = run->timeout_ms ? run->timeout_ms : 20000,
+                            .dev_ops = D, .dev = env->dev};
     DT_MP_OK(run->C->init(&env->th_comm.host, &ci, &env->comm));
     env->model = dt_toy_model(run->param_dtype);
     env->optim = dt_toy_optim(run->optim);
@@ -347,8 +349,8 @@ void dt_toy_check_estimate(const dt_toy_run_t *run, int size)
 
 #define TRACE_BYTES 16384
 static char *traces;                     /* DT_TOY_MAX_RANKS x TRACE_BYTES, shared */
-static const dt_strategy_ops_v1_t *tr_S; /* what the wrappers forward to */
-static const dt_comm_ops_v1_t *tr_C;
+static const dt_strategy_ops_v1_t *tr_S; /* what trace_strategy forwards to */
+static dt_interpose_comm_t *tr_C;        /* the comm, interposed */
 
 static void tr_add(const char *fmt, ...)
 {
@@ -367,66 +369,18 @@ static void tr_add(const char *fmt, ...)
     va_end(ap);
 }
 
-static int tr_size(dt_comm_t *c)
+/* Collectives, from the comm interposer's before hook. */
+static int tr_comm(void *ctx, const dt_interpose_call_t *call)
 {
-    int32_t r = 0, n = 0;
-    tr_C->rank_size(c, &r, &n);
-    return n;
+    (void)ctx;
+    const dt_interpose_comm_call_t *k = (const dt_interpose_comm_call_t *)call;
+    static const char *const token[DT_ICOMM_SLOT_COUNT] = {
+        [DT_ICOMM_ALL_REDUCE] = "AR", [DT_ICOMM_REDUCE_SCATTER] = "RS",
+        [DT_ICOMM_ALL_GATHER] = "AG", [DT_ICOMM_BROADCAST] = "BC"};
+    if (token[call->slot])
+        tr_add("%s%llu/%d", token[call->slot], (unsigned long long)k->count, k->group_size);
+    return DT_OK;
 }
-
-static int tc_all_reduce(dt_comm_t *c, const void *s, void *r, uint64_t n, int dt, int op,
-                         dt_stream_t *st, dt_comm_req_t **req)
-{
-    tr_add("AR%llu/%d", (unsigned long long)n, tr_size(c));
-    return tr_C->all_reduce(c, s, r, n, dt, op, st, req);
-}
-static int tc_reduce_scatter(dt_comm_t *c, const void *s, void *r, uint64_t n, int dt, int op,
-                             dt_stream_t *st, dt_comm_req_t **req)
-{
-    tr_add("RS%llu/%d", (unsigned long long)n, tr_size(c));
-    return tr_C->reduce_scatter(c, s, r, n, dt, op, st, req);
-}
-static int tc_all_gather(dt_comm_t *c, const void *s, void *r, uint64_t n, int dt,
-                         dt_stream_t *st, dt_comm_req_t **req)
-{
-    tr_add("AG%llu/%d", (unsigned long long)n, tr_size(c));
-    return tr_C->all_gather(c, s, r, n, dt, st, req);
-}
-static int tc_broadcast(dt_comm_t *c, void *b, uint64_t n, int dt, int32_t root,
-                        dt_stream_t *st, dt_comm_req_t **req)
-{
-    tr_add("BC%llu/%d", (unsigned long long)n, tr_size(c));
-    return tr_C->broadcast(c, b, n, dt, root, st, req);
-}
-static int tc_init(const dt_host_v1_t *h, const dt_comm_init_v1_t *a, dt_comm_t **out)
-{
-    return tr_C->init(h, a, out);
-}
-static void tc_finalize(dt_comm_t *c) { tr_C->finalize(c); }
-static int tc_rank_size(dt_comm_t *c, int32_t *r, int32_t *n) { return tr_C->rank_size(c, r, n); }
-static int tc_wait(dt_comm_t *c, dt_comm_req_t *req, int64_t t) { return tr_C->wait(c, req, t); }
-static int tc_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
-{
-    return tr_C->split(c, color, key, out);
-}
-static int tc_barrier(dt_comm_t *c, dt_comm_req_t **req) { return tr_C->barrier(c, req); }
-static int tc_abort(dt_comm_t *c, const char *why) { return tr_C->abort(c, why); }
-
-static const dt_comm_ops_v1_t trace_comm = {
-    .info = {.abi_major = DT_COMM_ABI_MAJOR, .abi_minor = DT_COMM_ABI_MINOR,
-             .struct_size = sizeof(dt_comm_ops_v1_t), .kind = DT_KIND_COMM, .name = "trace"},
-    .init = tc_init,
-    .finalize = tc_finalize,
-    .rank_size = tc_rank_size,
-    .all_reduce = tc_all_reduce,
-    .reduce_scatter = tc_reduce_scatter,
-    .all_gather = tc_all_gather,
-    .broadcast = tc_broadcast,
-    .barrier = tc_barrier,
-    .wait = tc_wait,
-    .split = tc_split,
-    .abort = tc_abort,
-};
 
 static int ts_init(const dt_host_v1_t *h, const dt_strategy_init_v1_t *a, dt_strategy_t **out)
 {
@@ -520,9 +474,12 @@ void dt_toy_trace_wrap(dt_toy_run_t *run)
         trace_strategy.info = tr_S->info;
         run->S = &trace_strategy;
     }
-    if (run->C != &trace_comm) {
-        tr_C = run->C;
-        run->C = &trace_comm;
+    if (!tr_C || run->C != dt_interpose_comm_ops(tr_C)) {
+        dt_interpose_comm_destroy(tr_C); /* no handle of it is alive here */
+        dt_interpose_hooks_t hooks = {.before = tr_comm};
+        if (dt_interpose_comm_create(run->C, &hooks, &tr_C) != DT_OK)
+            fail_msg("%s", dt_last_error());
+        run->C = dt_interpose_comm_ops(tr_C);
     }
 }
 

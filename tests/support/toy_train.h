@@ -52,6 +52,7 @@ typedef struct dt_toy_run {
     float lr;
     float clip[DT_TOY_MAX_STEPS];
     int eval_first;              /* a no-grad forward before training */
+    int64_t timeout_ms;          /* the communicator's bound on waits; 0: 20 s */
     /* out */
     dt_toy_rank_t rank[DT_TOY_MAX_RANKS];
 } dt_toy_run_t;
@@ -142,8 +143,9 @@ dt_estimate_args_v1_t dt_toy_est_args(const dt_model_desc_v1_t *m, int size, int
  * buffer left. */
 void dt_toy_check_estimate(const dt_toy_run_t *run, int size);
 
-/* Tracing: replace run->S and run->C with ops tables that forward to
- * them and append, per rank, a token for every hook and every collective
+/* Tracing: replace run->S with an ops table that forwards to it and
+ * run->C with the comm interposer over it (core/interpose/interpose.h),
+ * both appending, per rank, a token for every hook and every collective
  * started to a trace the parent reads after dt_toy_run:
  *   L state_loaded, T begin_step, S step,
  *   F<u> / f<u> pre / post_forward, B<u> / b<u> pre / post_backward

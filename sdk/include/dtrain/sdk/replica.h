@@ -201,7 +201,9 @@ int dt_replica_post_backward(dt_replica_t *r, const dt_hook_v1_t *h);
  * order the compute stream after them: the gradients are then the group's
  * average.  A no-op when gradients are not reduced.  Blocking. */
 int dt_replica_reduce(dt_replica_t *r);
-/* Wait for (timeout_ms 0: drop, after a failure) every started reduction. */
+/* Wait for every started reduction, stopping at the first failure (the
+ * rest stay in flight, the message stays the failure's); timeout_ms 0
+ * drops them all (finalize). */
 int dt_replica_drain(dt_replica_t *r, int64_t timeout_ms);
 /* *sumsq = the squared L2 norm of the gradient.  Averaged gradients are
  * the same on every rank: each sums 1/size of the buffer and one f64

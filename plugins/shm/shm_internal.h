@@ -2,7 +2,10 @@
  * plugins/shm/shm_internal.h - the shared-memory communicator's private
  * types: the layout of a group's POSIX shared-memory segment, the
  * process-local communicator and request structs, and the functions the
- * plugin's source files share.
+ * plugin's source files share.  Two concerns that need none of this have
+ * their own headers, so nothing depends on the group lifecycle for them:
+ * shm_msg.h (message texts, the failure record) and shm_reduce.h (the
+ * arithmetic).
  *
  * One segment per group.  Every rank of the group maps it; nothing else
  * crosses between processes.  Layout (all offsets page aligned):
@@ -324,7 +327,7 @@ struct dt_comm {
 };
 
 /* ------------------------------------------------------------------------
- * Shared helpers (shm_comm.c).
+ * Where a rank's buffers lie in the mapping.
  * --------------------------------------------------------------------- */
 static inline shm_chan_t *shm_chan(dt_comm_t *c, int src, int dst)
 {
@@ -342,23 +345,6 @@ static inline unsigned char *shm_chan_buf(dt_comm_t *c, int src, int dst,
     return c->p2p + (ch * SHM_P2P_NBUF + (i % SHM_P2P_NBUF)) *
                         (size_t)c->p2p_chunk;
 }
-
-/* "all_reduce #17 (f32, 4194304 bytes) on group world" */
-/* "all_reduce", "send", ...; "?" for a kind that is not one (a peer's
- * descriptor is read from shared memory). */
-const char *shm_op_name(int k);
-void shm_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf,
-                  size_t cap);
-/* "rank 3" / "ranks 2, 3" in group terms, world ranks added for splits. */
-void shm_fmt_ranks(dt_comm_t *c, const int *list, int n, char *buf,
-                   size_t cap);
-/* How rank r (of this group) is named in messages. */
-void shm_fmt_rank(dt_comm_t *c, int r, char *buf, size_t cap);
-/* Publish the job's first failure (no-op when one is already published). */
-void shm_publish_fail(shm_job_t *job, int kind, int32_t world_rank,
-                      int32_t pid, const char *reason);
-/* Message for a published failure, e.g. "rank 2 (pid 4242) died". */
-int shm_fail_text(dt_comm_t *c, char *buf, size_t cap);
 
 /* Collectives (shm_collectives.c): run one op to completion on the
  * progress thread.  Returns a status; on failure r->msg holds the text. */
@@ -412,27 +398,5 @@ int shm_op_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer
 int shm_op_barrier(dt_comm_t *c, dt_comm_req_t **req);
 int shm_op_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms);
 int shm_op_test(dt_comm_t *c, dt_comm_req_t *r, int *done);
-
-/* Reduction kernels (shm_reduce.c).  dst[i] = op over srcs[0..n-1][i] in
- * that order, accumulated in f32 for f32/bf16/f16 (rounded once to nearest
- * even), f64 for f64, wrapping integer arithmetic for integers.  AVG
- * divides the sum by `group` (integers: unsupported, checked earlier).
- * dst may alias any src.  (count) elements each. */
-void shm_reduce(void *dst, const void *const *srcs, int nsrc, size_t count,
-                int dtype, int op, int group);
-/* shm_reduce into dst, and the same result copied into dst2 (a user
- * buffer, may be NULL) while it is hot; `streaming` as in shm_copy_out. */
-void shm_reduce2(void *dst, void *dst2, const void *const *srcs, int nsrc, size_t count,
-                 int dtype, int op, int group, int streaming);
-/* memcpy src into dst (shared memory) and, when dst2 is not NULL, into
- * dst2 (a user buffer) from the freshly written, cache-hot dst. */
-void shm_copy2(void *dst, void *dst2, const void *src, size_t n, int streaming);
-/* memcpy into a user buffer; `streaming` (for messages far larger than
- * the caches) uses non-temporal stores where the CPU has them. */
-void shm_copy_out(void *dst, const void *src, size_t n, int streaming);
-/* Messages at least this large are copied out with streaming stores. */
-#define SHM_STREAM_MIN (16ull << 20)
-/* DT_OK when (dtype, op) can be reduced, else DT_ERR_UNSUPPORTED. */
-int shm_reduce_supported(int dtype, int op);
 
 #endif /* DT_SHM_INTERNAL_H */

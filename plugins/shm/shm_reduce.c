@@ -19,13 +19,15 @@
  * registers.  Every path performs the same IEEE operations on each element
  * in the same order, so results are bitwise identical whichever runs.
  */
+#include "shm_reduce.h"
+
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtrain/comm.h"
 #include "dtrain/half.h"
-#include "shm_internal.h"
 
 #define BLK 1024
 

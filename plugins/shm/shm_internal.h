@@ -346,6 +346,18 @@ static inline unsigned char *shm_chan_buf(dt_comm_t *c, int src, int dst,
                         (size_t)c->p2p_chunk;
 }
 
+/* Rendezvous (shm_rendezvous.c).  Create or join the segment c->name for
+ * a group of c->size ranks (pipeline and channel buffers of chunk and
+ * p2p_chunk bytes when we create it) and wait until every rank is in, at
+ * most c->timeout_ms; then the name is removed and c maps the segment.
+ * `what` names the rendezvous in messages.  On failure nothing of ours is
+ * left mapped. */
+int shm_rendezvous(dt_comm_t *c, const char *what, uint64_t chunk,
+                   uint64_t p2p_chunk);
+/* Give up the segment c is attached to when the group cannot start: the
+ * job is failing, so remove the name now (nobody else should join it). */
+void shm_leave_failed(dt_comm_t *c);
+
 /* Collectives (shm_collectives.c): run one op to completion on the
  * progress thread.  Returns a status; on failure r->msg holds the text. */
 int shm_run_collective(dt_comm_t *c, struct dt_comm_req *r);

@@ -19,7 +19,8 @@
  *
  * Rendezvous (shm_rendezvous.c): each rank creates or joins the group's
  * segment and waits for the others; once all are in, the name is removed,
- * so a crash later leaves nothing in /dev/shm.
+ * so a crash later leaves nothing in /dev/shm.  A crash before that can
+ * leave a segment behind: cleanup_job (shm_cleanup.c) removes it.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -236,18 +237,6 @@ static int comm_start(dt_comm_t *c)
     return DT_OK;
 }
 
-static int valid_job_id(const char *s)
-{
-    size_t n = 0;
-    for (; s[n]; n++) {
-        char ch = s[n];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-              (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.'))
-            return 0;
-    }
-    return n > 0 && n <= SHM_JOB_ID_MAX;
-}
-
 static int usable_cpus(void)
 {
     cpu_set_t set;
@@ -304,11 +293,8 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     if (a->size < 1 || a->rank < 0 || a->rank >= a->size)
         return host->set_error(host, DT_ERR_INVALID, "init: rank %d is not in [0, %d)",
                                (int)a->rank, (int)a->size);
-    if (!a->job_id || !valid_job_id(a->job_id))
-        return host->set_error(host, DT_ERR_INVALID,
-                               "init: job id '%s' must be 1..%d letters, digits, '.', '_' "
-                               "or '-' (it names /dev/shm/dtrain-<job id>)",
-                               a->job_id ? a->job_id : "(null)", SHM_JOB_ID_MAX);
+    if (!a->job_id || !shm_valid_job_id(a->job_id))
+        return shm_bad_job_id(host, "init", a->job_id);
     if (a->timeout_ms <= 0)
         return host->set_error(host, DT_ERR_INVALID, "init: timeout_ms must be > 0 (got %lld)",
                                (long long)a->timeout_ms);
@@ -539,6 +525,7 @@ static const dt_comm_ops_v1_t shm_ops = {
     .split = shm_split,
     .abort = shm_abort,
     .test = shm_op_test,
+    .cleanup_job = shm_cleanup_job,
 };
 
 DT_PLUGIN_ENTRY(comm, 1, dt_comm_ops_v1_t, &shm_ops)

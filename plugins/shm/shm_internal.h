@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "dtrain/comm.h"
@@ -42,13 +43,33 @@
  *     world group:        /dtrain-<job_id>
  *     split of a group:   <parent name>-g<split number>c<color>
  *                         e.g. /dtrain-j42-g1c0, /dtrain-j42-g1c0-g2c1
- * so `rm /dev/shm/dtrain-<job_id>*` (what the launcher does after a crash)
- * removes everything a job can leave.  Normally nothing is left: the first
- * rank to see the whole group attached unlinks the name (attach, then
- * unlink), and the memory goes away with the last mapping.
+ * so the job's segments are exactly the names shm_is_job_segment accepts,
+ * which is what cleanup_job removes after a crash (shm_cleanup.c).
+ * Normally nothing is left: the first rank to see the whole group
+ * attached unlinks the name (attach, then unlink), and the memory goes
+ * away with the last mapping.
+ *
+ * A job id is 1..SHM_JOB_ID_MAX letters, digits, '.', '_' or '-': it is
+ * part of a file name.  (A job id that itself ends like a split, "j4-g1c0",
+ * names the same file as job "j4"'s first split: launchers derive ids that
+ * do not, and two jobs of one user sharing a prefix that way would collide
+ * at the rendezvous anyway.)
  * --------------------------------------------------------------------- */
 #define SHM_NAME_MAX 240   /* below NAME_MAX (255) minus the "/dev/shm" part */
 #define SHM_JOB_ID_MAX 96  /* longest job id accepted */
+
+/* 1 when `s` is a valid job id (see above). */
+static inline int shm_valid_job_id(const char *s)
+{
+    size_t n = 0;
+    for (; s[n]; n++) {
+        char ch = s[n];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+              (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.'))
+            return 0;
+    }
+    return n > 0 && n <= SHM_JOB_ID_MAX;
+}
 
 /* Write the world segment name for `job_id` into buf (cap bytes).
  * Returns the length, or -1 when it does not fit. */
@@ -65,6 +86,29 @@ static inline int shm_split_name(char *buf, size_t cap, const char *parent,
 {
     int n = snprintf(buf, cap, "%s-g%uc%u", parent, split_no, (uint32_t)color);
     return (n < 0 || (size_t)n >= cap) ? -1 : n;
+}
+
+/* 1 when `file` (an entry of /dev/shm, no slash) is a name this plugin
+ * gives a segment of job `job_id`: the world's "dtrain-<job_id>" or a
+ * split's, that followed by one or more "-g<digits>c<digits>".  Another
+ * job whose id merely starts with ours ("j42" for "j4", "j4-x") is not
+ * matched. */
+static inline int shm_is_job_segment(const char *file, const char *job_id)
+{
+    size_t n = strlen(job_id);
+    if (strncmp(file, "dtrain-", 7) != 0 || strncmp(file + 7, job_id, n) != 0)
+        return 0;
+    for (const char *p = file + 7 + n; *p;) {
+        if (p[0] != '-' || p[1] != 'g' || !(p[2] >= '0' && p[2] <= '9'))
+            return 0;
+        for (p += 2; *p >= '0' && *p <= '9'; p++)
+            ;
+        if (p[0] != 'c' || !(p[1] >= '0' && p[1] <= '9'))
+            return 0;
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            ;
+    }
+    return 1;
 }
 
 /* ------------------------------------------------------------------------
@@ -357,6 +401,11 @@ int shm_rendezvous(dt_comm_t *c, const char *what, uint64_t chunk,
 /* Give up the segment c is attached to when the group cannot start: the
  * job is failing, so remove the name now (nobody else should join it). */
 void shm_leave_failed(dt_comm_t *c);
+
+/* The ABI's cleanup_job (shm_cleanup.c; see comm.h): remove the segments
+ * of job `job_id` its ranks left in /dev/shm, only regular files the
+ * caller owns. */
+int shm_cleanup_job(const dt_host_v1_t *host, const char *job_id);
 
 /* Collectives (shm_collectives.c): run one op to completion on the
  * progress thread.  Returns a status; on failure r->msg holds the text. */

@@ -132,3 +132,11 @@ int shm_fail_text(dt_comm_t *c, char *buf, size_t cap)
     }
     return DT_ERR_REMOTE;
 }
+
+int shm_bad_job_id(const dt_host_v1_t *host, const char *what, const char *job_id)
+{
+    return host->set_error(host, DT_ERR_INVALID,
+                           "%s: job id '%s' must be 1..%d letters, digits, '.', '_' "
+                           "or '-' (it names /dev/shm/dtrain-<job id>)",
+                           what, job_id ? job_id : "(null)", SHM_JOB_ID_MAX);
+}

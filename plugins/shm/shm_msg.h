@@ -30,6 +30,9 @@ void shm_fmt_rank(dt_comm_t *c, int r, char *buf, size_t cap);
 /* Publish the job's first failure (no-op when one is already published). */
 void shm_publish_fail(shm_job_t *job, int kind, int32_t world_rank,
                       int32_t pid, const char *reason);
+/* Fail `what` ("init", "cleanup_job") for an invalid job id (see
+ * shm_valid_job_id) through host->set_error; returns DT_ERR_INVALID. */
+int shm_bad_job_id(const dt_host_v1_t *host, const char *what, const char *job_id);
 /* Message for a published failure, e.g. "rank 2 (pid 4242) died";
  * returns DT_ERR_REMOTE. */
 int shm_fail_text(dt_comm_t *c, char *buf, size_t cap);

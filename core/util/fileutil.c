@@ -1,6 +1,7 @@
 /*
  * core/util/fileutil.c - atomic file writes (temp + fsync + rename), a few
- * filesystem helpers, CRC-32, and the ENOSPC fault hooks tests use.
+ * filesystem helpers, CRC-32, and (DTRAIN_TEST_HOOKS builds only) the
+ * ENOSPC fault hooks tests use.
  */
 #include "util/fileutil.h"
 
@@ -20,6 +21,7 @@
 #include "util/error.h"
 
 /* ---- fault injection ------------------------------------------------- */
+#ifdef DTRAIN_TEST_HOOKS
 
 /* Budgets left before writes / fsyncs fail with ENOSPC; -1 = disarmed.
  * The environment is read once, lazily, so tests can also set it from a
@@ -90,6 +92,11 @@ static int fault_fsync_fails(void)
             return 0;
     }
 }
+#else /* no hooks: every byte and every fsync goes through */
+static size_t fault_take_bytes(size_t n) { return n; }
+static void fault_stop_here(void) {}
+static int fault_fsync_fails(void) { return 0; }
+#endif
 
 /* ---- low-level ------------------------------------------------------- */
 

@@ -21,4 +21,8 @@ expect_out() {
 }
 # losses METRICS.jsonl: the "loss" of every step line, one per line
 losses() { grep -o '"loss": [^,]*' "$1" | cut -d' ' -f2; }
+# skip NAME WHY: a check this build cannot make (counted neither way)
+skip() { echo "skip - $1: $2"; }
+# has_test_hooks BIN: BIN was built with DTRAIN_TEST_HOOKS (`dtrain env`)
+has_test_hooks() { "$1" env 2>/dev/null | grep -q '^  hooks      test hooks compiled in'; }
 finish() { echo "$pass passed, $fail failed"; [ "$fail" = 0 ]; }

@@ -274,58 +274,66 @@ expect_out "the missing rank is named" "waiting for rank 0 of 2"
 # A rank killed in the middle of writing its shard of the step-4
 # checkpoint (it stops itself where its byte budget runs out; the test
 # SIGKILLs it there): the other rank fails, the step-2 checkpoint survives.
-job="kill$$"
-DTRAIN_RANK=0 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=0 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
-  "$bin" run eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
-  --set checkpoint.every=2 --set launch.timeout=10 >rank0.log 2>&1 &
-p0=$!
-DT_FAULT_WRITE_AFTER_BYTES=300000 DT_FAULT_STOP_ON_FULL=1 \
-DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
-  "$bin" run eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
-  --set checkpoint.every=2 --set launch.timeout=10 >rank1.log 2>&1 &
-p1=$!
-for _ in $(seq 200); do
-  [ "$(ps -o stat= -p $p1 2>/dev/null | cut -c1)" = T ] && break
-  sleep 0.05
-done
-if [ "$(ps -o stat= -p $p1 2>/dev/null | cut -c1)" = T ]; then ok "rank 1 stopped mid-write"
-else bad "rank 1 never reached the fault point" "$(cat rank1.log)"; fi
-kill -KILL $p1 2>/dev/null || true
-set +e; { wait $p1; } 2>/dev/null; wait $p0; e0=$?; set -e
-out=$(cat rank0.log)
-[ $e0 = 1 ] && ok "rank 0 fails after rank 1 is killed (exit 1)" || bad "rank 0: exit $e0" "$out"
-expect_out "rank 0 names the dead rank" "rank 1"
-expect_out "rank 0 says the previous checkpoint is intact" "previous checkpoint is intact"
-if [ -f out/k/ckpt/step-00000002/COMPLETE ] && [ ! -e out/k/ckpt/step-00000004 ] &&
-   ! ls -d out/k/ckpt/*.tmp >/dev/null 2>&1; then
-  ok "step 2 complete, no step 4, no temporary directory left"
-else bad "checkpoint folder after the kill" "$(ls -la out/k/ckpt)"; fi
-if ranks 2 eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
-     --set checkpoint.resume=latest; then ok "the previous checkpoint loads and training finishes"
-else bad "resume after the kill failed" "$(cat rank*.log)"; fi
-grep -qF "resumed from out/k/ckpt/step-00000002" rank0.log && ok "resumed from step 2" ||
-  bad "resume did not start at step 2" "$(cat rank0.log)"
+if has_test_hooks "$bin"; then
+  job="kill$$"
+  DTRAIN_RANK=0 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=0 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
+    "$bin" run eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
+    --set checkpoint.every=2 --set launch.timeout=10 >rank0.log 2>&1 &
+  p0=$!
+  DT_FAULT_WRITE_AFTER_BYTES=300000 DT_FAULT_STOP_ON_FULL=1 \
+  DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
+    "$bin" run eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
+    --set checkpoint.every=2 --set launch.timeout=10 >rank1.log 2>&1 &
+  p1=$!
+  for _ in $(seq 200); do
+    [ "$(ps -o stat= -p $p1 2>/dev/null | cut -c1)" = T ] && break
+    sleep 0.05
+  done
+  if [ "$(ps -o stat= -p $p1 2>/dev/null | cut -c1)" = T ]; then ok "rank 1 stopped mid-write"
+  else bad "rank 1 never reached the fault point" "$(cat rank1.log)"; fi
+  kill -KILL $p1 2>/dev/null || true
+  set +e; { wait $p1; } 2>/dev/null; wait $p0; e0=$?; set -e
+  out=$(cat rank0.log)
+  [ $e0 = 1 ] && ok "rank 0 fails after rank 1 is killed (exit 1)" || bad "rank 0: exit $e0" "$out"
+  expect_out "rank 0 names the dead rank" "rank 1"
+  expect_out "rank 0 says the previous checkpoint is intact" "previous checkpoint is intact"
+  if [ -f out/k/ckpt/step-00000002/COMPLETE ] && [ ! -e out/k/ckpt/step-00000004 ] &&
+     ! ls -d out/k/ckpt/*.tmp >/dev/null 2>&1; then
+    ok "step 2 complete, no step 4, no temporary directory left"
+  else bad "checkpoint folder after the kill" "$(ls -la out/k/ckpt)"; fi
+  if ranks 2 eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
+       --set checkpoint.resume=latest; then ok "the previous checkpoint loads and training finishes"
+  else bad "resume after the kill failed" "$(cat rank*.log)"; fi
+  grep -qF "resumed from out/k/ckpt/step-00000002" rank0.log && ok "resumed from step 2" ||
+    bad "resume did not start at step 2" "$(cat rank0.log)"
+else
+  skip "a rank killed mid-write" "test hooks (DTRAIN_FAULT_*) compiled out of $bin"
+fi
 
 # A rank whose disk fills while writing: every rank fails cleanly.
-job="full$$"
-DTRAIN_RANK=0 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=0 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
-  "$bin" run eq.toml --set train.micro_batch=4 --set run.name=f --set train.steps=4 \
-  --set checkpoint.every=2 >rank0.log 2>&1 &
-p0=$!
-set +e
-DT_FAULT_WRITE_AFTER_BYTES=300000 \
-DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
-  "$bin" run eq.toml --set train.micro_batch=4 --set run.name=f --set train.steps=4 \
-  --set checkpoint.every=2 >rank1.log 2>&1
-e1=$?; wait $p0; e0=$?
-set -e
-out=$(cat rank0.log rank1.log)
-[ $e0 = 1 ] && [ $e1 = 1 ] && ok "disk full on rank 1: both ranks exit 1" ||
-  bad "disk full: exits $e0 / $e1" "$out"
-expect_out "rank 1 says why" "No space left on device"
-expect_out "rank 0 names the failing rank" "rank 1 failed writing its shard"
-[ -f out/f/ckpt/step-00000002/COMPLETE ] && [ ! -e out/f/ckpt/step-00000004 ] &&
-  ok "disk full: step 2 intact, step 4 never appears" || bad "disk full: folder" "$(ls out/f/ckpt)"
+if has_test_hooks "$bin"; then
+  job="full$$"
+  DTRAIN_RANK=0 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=0 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
+    "$bin" run eq.toml --set train.micro_batch=4 --set run.name=f --set train.steps=4 \
+    --set checkpoint.every=2 >rank0.log 2>&1 &
+  p0=$!
+  set +e
+  DT_FAULT_WRITE_AFTER_BYTES=300000 \
+  DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
+    "$bin" run eq.toml --set train.micro_batch=4 --set run.name=f --set train.steps=4 \
+    --set checkpoint.every=2 >rank1.log 2>&1
+  e1=$?; wait $p0; e0=$?
+  set -e
+  out=$(cat rank0.log rank1.log)
+  [ $e0 = 1 ] && [ $e1 = 1 ] && ok "disk full on rank 1: both ranks exit 1" ||
+    bad "disk full: exits $e0 / $e1" "$out"
+  expect_out "rank 1 says why" "No space left on device"
+  expect_out "rank 0 names the failing rank" "rank 1 failed writing its shard"
+  [ -f out/f/ckpt/step-00000002/COMPLETE ] && [ ! -e out/f/ckpt/step-00000004 ] &&
+    ok "disk full: step 2 intact, step 4 never appears" || bad "disk full: folder" "$(ls out/f/ckpt)"
+else
+  skip "a rank whose disk fills" "test hooks (DTRAIN_FAULT_*) compiled out of $bin"
+fi
 ls /dev/shm/dtrain-kill$$* /dev/shm/dtrain-full$$* >/dev/null 2>&1 &&
   bad "shared memory left behind" "$(ls /dev/shm)" || ok "no shared memory left behind by the failed jobs"
 finish

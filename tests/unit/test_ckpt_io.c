@@ -25,6 +25,7 @@
 #include "util/fileutil.h"
 #include "util/error.h"
 #include "test_assert.h"
+#include "test_hooks.h"
 
 static char g_dir[256];
 
@@ -182,6 +183,7 @@ static int env_child(void)
 
 static void test_fault_env(void **state)
 {
+    dt_test_require_hooks("DT_FAULT_WRITE_AFTER_BYTES");
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {

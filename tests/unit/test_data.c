@@ -20,6 +20,7 @@
 #include "util/fileutil.h"
 #include "util/error.h"
 #include "test_assert.h"
+#include "test_hooks.h"
 
 static char g_dir[256];
 

@@ -22,6 +22,7 @@
 #include "ckpt/safetensors.h"
 #include "util/error.h"
 #include "test_assert.h"
+#include "test_hooks.h"
 
 #define PYTHON "/usr/bin/python3"
 

@@ -34,10 +34,10 @@ static void fault_read_env(void)
 {
     if (atomic_flag_test_and_set(&fault_env_read))
         return;
-    const char *w = getenv("DT_FAULT_WRITE_AFTER_BYTES");
+    const char *w = getenv("DTRAIN_FAULT_WRITE_AFTER_BYTES");
     if (w && *w)
         atomic_store(&fault_write_left, strtoll(w, NULL, 10));
-    const char *s = getenv("DT_FAULT_FSYNC_AFTER");
+    const char *s = getenv("DTRAIN_FAULT_FSYNC_AFTER");
     if (s && *s)
         atomic_store(&fault_fsync_left, strtoll(s, NULL, 10));
 }
@@ -68,13 +68,13 @@ static size_t fault_take_bytes(size_t n)
     }
 }
 
-/* DT_FAULT_STOP_ON_FULL=1: instead of failing, the process stops itself
+/* DTRAIN_FAULT_STOP_ON_FULL=1: instead of failing, the process stops itself
  * (SIGSTOP) where the disk would have filled, so a test can SIGKILL it from
  * outside at a known point in the middle of a write: a crash, not an
  * error path.  Never set outside tests. */
 static void fault_stop_here(void)
 {
-    const char *v = getenv("DT_FAULT_STOP_ON_FULL");
+    const char *v = getenv("DTRAIN_FAULT_STOP_ON_FULL");
     if (v && strcmp(v, "1") == 0)
         raise(SIGSTOP);
 }

@@ -9,15 +9,16 @@
  * "writing '<path>': <strerror>" (e.g. "No space left on device").
  *
  * Fault injection (tests; compiled in only with DTRAIN_TEST_HOOKS, never
- * in a Release build): dt_fileutil_test_fail_after(n), or the
- * environment variable DT_FAULT_WRITE_AFTER_BYTES=n read at the first write,
- * lets n more bytes through every write made here (process-wide, summed over
+ * in a Release build): dt_fileutil_test_fail_after(n), or the environment
+ * variable DTRAIN_FAULT_WRITE_AFTER_BYTES=n read at the first write, lets
+ * n more bytes through every write made here (process-wide, summed over
  * files) and then fails writes with ENOSPC, as a disk that fills up would.
- * dt_fileutil_test_fail_fsync_after(n) / DT_FAULT_FSYNC_AFTER=n does the same
- * for fsync (n more fsyncs succeed, then ENOSPC), since on NFS and thin
- * provisioned storage a full disk often shows up only at fsync.  With
- * DT_FAULT_STOP_ON_FULL=1 the process SIGSTOPs itself at that point instead,
- * so a test can SIGKILL it mid-write (a crash rather than an error).
+ * dt_fileutil_test_fail_fsync_after(n) / DTRAIN_FAULT_FSYNC_AFTER=n does
+ * the same for fsync (n more fsyncs succeed, then ENOSPC), since on NFS
+ * and thin provisioned storage a full disk often shows up only at fsync.
+ * With DTRAIN_FAULT_STOP_ON_FULL=1 the process SIGSTOPs itself at that
+ * point instead, so a test can SIGKILL it mid-write (a crash rather than
+ * an error).
  *
  * Checksums are CRC-32 (ISO-HDLC, zlib's crc32: the value Python's
  * zlib.crc32 and `gzip` compute), so a checkpoint shard can be verified with

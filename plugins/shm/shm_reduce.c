@@ -205,15 +205,20 @@ __attribute__((target("avx2"))) static void red2_f32_avx2(float *dst, float *dst
     }
 }
 
-/* DT_SHM_PORTABLE_KERNELS=1 forces the portable kernel (tests compare the
- * two paths on machines that have F16C). */
+/* DTRAIN_SHM_PORTABLE_KERNELS=1 forces the portable kernels (tests compare
+ * the two paths on machines that have F16C and AVX2). */
+static int portable_forced(void)
+{
+    const char *env = getenv("DTRAIN_SHM_PORTABLE_KERNELS");
+    return env && env[0] == '1';
+}
+
 static int have_f16c(void)
 {
     static _Atomic int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v < 0) {
-        const char *env = getenv("DT_SHM_PORTABLE_KERNELS");
-        v = !(env && env[0] == '1') && __builtin_cpu_supports("avx") &&
+        v = !portable_forced() && __builtin_cpu_supports("avx") &&
             __builtin_cpu_supports("f16c");
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
@@ -226,8 +231,7 @@ static int have_avx2(void)
     static _Atomic int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v < 0) {
-        const char *env = getenv("DT_SHM_PORTABLE_KERNELS");
-        v = !(env && env[0] == '1') && __builtin_cpu_supports("avx2");
+        v = !portable_forced() && __builtin_cpu_supports("avx2");
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
     return v;

@@ -280,7 +280,7 @@ if has_test_hooks "$bin"; then
     "$bin" run eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
     --set checkpoint.every=2 --set launch.timeout=10 >rank0.log 2>&1 &
   p0=$!
-  DT_FAULT_WRITE_AFTER_BYTES=300000 DT_FAULT_STOP_ON_FULL=1 \
+  DTRAIN_FAULT_WRITE_AFTER_BYTES=300000 DTRAIN_FAULT_STOP_ON_FULL=1 \
   DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
     "$bin" run eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
     --set checkpoint.every=2 --set launch.timeout=10 >rank1.log 2>&1 &
@@ -318,7 +318,7 @@ if has_test_hooks "$bin"; then
     --set checkpoint.every=2 >rank0.log 2>&1 &
   p0=$!
   set +e
-  DT_FAULT_WRITE_AFTER_BYTES=300000 \
+  DTRAIN_FAULT_WRITE_AFTER_BYTES=300000 \
   DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
     "$bin" run eq.toml --set train.micro_batch=4 --set run.name=f --set train.steps=4 \
     --set checkpoint.every=2 >rank1.log 2>&1

@@ -60,7 +60,7 @@ expect_out "batch error gives the numbers" "micro_batch (4) x grad_accum (2) x d
 # step-2 checkpoint intact and loadable.
 if has_test_hooks "$bin"; then
   set +e
-  out=$(DT_FAULT_WRITE_AFTER_BYTES=500000 "$bin" run tiny.toml --set run.name=full_disk \
+  out=$(DTRAIN_FAULT_WRITE_AFTER_BYTES=500000 "$bin" run tiny.toml --set run.name=full_disk \
     --set checkpoint.every=2 2>&1); e=$?
   set -e
   [ $e = 1 ] && ok "disk full while checkpointing: exit 1" || bad "disk full: exit $e" "$out"

@@ -183,11 +183,11 @@ static int env_child(void)
 
 static void test_fault_env(void **state)
 {
-    dt_test_require_hooks("DT_FAULT_WRITE_AFTER_BYTES");
+    dt_test_require_hooks("DTRAIN_FAULT_WRITE_AFTER_BYTES");
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        setenv("DT_FAULT_WRITE_AFTER_BYTES", "10", 1);
+        setenv("DTRAIN_FAULT_WRITE_AFTER_BYTES", "10", 1);
         execl("/proc/self/exe", "test_ckpt_io", "--env-child", g_dir,
               (char *)NULL);
         _exit(127);

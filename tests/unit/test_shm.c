@@ -556,7 +556,7 @@ static int child_half_patterns(int rank, int N, void *arg)
     dt_test_host_t th;
     dt_comm_t *c = NULL;
     if (a->param)
-        setenv("DT_SHM_PORTABLE_KERNELS", "1", 1); /* no F16C even if present */
+        setenv("DTRAIN_SHM_PORTABLE_KERNELS", "1", 1); /* no F16C even if present */
     CHILD_OK(join(a, rank, N, &th, &c));
     const int dts[] = {DT_F16, DT_BF16};
     uint16_t *in[2], *out = malloc(65536 * 2);

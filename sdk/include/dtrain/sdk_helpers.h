@@ -63,10 +63,6 @@ dt_range_t dt_range_split(uint64_t n, uint32_t parts, uint32_t index);
  * all_gather need, the flat space being padded to parts * shard. */
 uint64_t dt_shard_size(uint64_t n, uint32_t parts, uint64_t align);
 
-/* The real (unpadded) elements of shard `index` of length `shard`:
- * [index * shard, (index + 1) * shard) clipped to [0, n); count may be 0. */
-dt_range_t dt_range_shard(uint64_t n, uint64_t shard, uint32_t index);
-
 /* Intersection of two ranges; count 0 (offset = max start) when disjoint. */
 dt_range_t dt_range_intersect(dt_range_t a, dt_range_t b);
 
@@ -190,10 +186,6 @@ uint32_t dt_bucket_plan(const uint64_t *unit_bytes, uint32_t n_units,
 /* ------------------------------------------------------------------------
  * Optimizer over a range.
  * --------------------------------------------------------------------- */
-
-/* f32 state buffers per parameter: AdamW 2 (m, v), SGD 1 (momentum),
- * unknown kind 0. */
-uint32_t dt_optim_state_count(int kind);
 
 /* PyTorch's clip_grad_norm_ coefficient: min(1, clip / (norm + 1e-6)) when
  * clip > 0, else 1.  Computed in double, returned as the optimizer kernels'

@@ -48,6 +48,7 @@ static int ranges(const dt_strategy_ops_t *ops, dt_strategy_t *s, uint32_t unit,
     uint32_t n2 = 0;
     if ((rc = ops->state_ranges(s, unit, kind, purpose, *out, *n, &n2))) {
         free(*out);
+        *out = NULL; /* the caller frees *out whatever the status */
         return rc;
     }
     return DT_OK;

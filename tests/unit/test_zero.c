@@ -159,7 +159,7 @@ static void test_memory_per_stage(void **state)
     dt_test_host_t th;
     dt_test_host_init(&th, "strategy/zero", kv);
     ea = dt_toy_est_args(&m, 4, DT_F32, DT_OPTIM_ADAMW, 1);
-    dt_estimate_v1_t est, est2;
+    dt_estimate_v1_t est = {.struct_size = sizeof est}, est2 = {.struct_size = sizeof est2};
     assert_ok(Z->estimate(&th.host, &ea, &est));
     assert_int_equal(est.bytes[DT_TAG_COMM], 1536);
     /* prefetching everything ahead keeps more gathered */

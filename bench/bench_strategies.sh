@@ -5,7 +5,8 @@
 # and N = 4 local ranks over shm, 1 cpu thread per rank.
 #
 #   bench/bench_strategies.sh BUILD/dtrain [STEPS] > table.md
-#   NPROCS="2" STRATEGIES="ddp|zero 3" bench/bench_strategies.sh ...   # a subset
+#   DTRAIN_BENCH_NPROCS="2" DTRAIN_BENCH_STRATEGIES="ddp|zero 3" \
+#     bench/bench_strategies.sh ...                                   # a subset
 #
 # Targets (issue 5): at N = 4 zero-3's model state <= 0.3x ddp's; at N = 2
 # zero-3's step time <= 1.3x ddp's.  Step time is the median step_ms of
@@ -51,8 +52,8 @@ P
 }
 echo "| N | strategy | model state / rank (MiB) | planned (MiB) | vs ddp | peak total / rank (MiB) | step (ms) | vs ddp |"
 echo "|--:|---|--:|--:|--:|--:|--:|--:|"
-IFS='|' read -r -a strategies <<<"${STRATEGIES:-ddp|zero 1|zero 2|zero 3|fsdp FULL_SHARD|fsdp SHARD_GRAD_OP}"
-for n in ${NPROCS:-2 4}; do
+IFS='|' read -r -a strategies <<<"${DTRAIN_BENCH_STRATEGIES:-ddp|zero 1|zero 2|zero 3|fsdp FULL_SHARD|fsdp SHARD_GRAD_OP}"
+for n in ${DTRAIN_BENCH_NPROCS:-2 4}; do
   ddp_state=0 ddp_ms=0
   for v in "${strategies[@]}"; do
     set -- $v

@@ -8,21 +8,22 @@
 #       NPROC      ranks (default: 2)
 #       SIZES      MIN:MAX, doubling (default: 4M:256M)
 #   environment:
-#       OP=all_reduce   any op both programs know (all_reduce, all_gather,
-#                       reduce_scatter, broadcast, reduce)
-#       REPEAT=3        runs of each program; the table keeps each size's
-#                       best busbw (shared or virtual machines are noisy)
-#       SHM_ARGS=...    extra `dtrain bench comm` arguments (e.g. --bind,
-#                       --set shm.spin_us=200)
-#       MPIRUN=mpirun   launcher for the MPI program
+#       DTRAIN_BENCH_OP=all_reduce   any op both programs know (all_reduce,
+#                       all_gather, reduce_scatter, broadcast, reduce)
+#       DTRAIN_BENCH_REPEAT=3        runs of each program; the table keeps
+#                       each size's best busbw (shared or virtual machines
+#                       are noisy)
+#       DTRAIN_BENCH_SHM_ARGS=...    extra `dtrain bench comm` arguments
+#                       (e.g. --bind, --set shm.spin_us=200)
+#       DTRAIN_BENCH_MPIRUN=mpirun   launcher for the MPI program
 set -eu
 BUILD=${1:-build}
 NP=${2:-2}
 SIZES=${3:-4M:256M}
-OP=${OP:-all_reduce}
-REPEAT=${REPEAT:-3}
-SHM_ARGS=${SHM_ARGS:-}
-MPIRUN=${MPIRUN:-mpirun}
+OP=${DTRAIN_BENCH_OP:-all_reduce}
+REPEAT=${DTRAIN_BENCH_REPEAT:-3}
+SHM_ARGS=${DTRAIN_BENCH_SHM_ARGS:-}
+MPIRUN=${DTRAIN_BENCH_MPIRUN:-mpirun}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 

@@ -89,24 +89,3 @@ int dt_ckpt_json_add_u64(cJSON *obj, const char *key, uint64_t v)
         return dt_err_set(DT_ERR_NOMEM, "json: adding '%s': out of memory", key);
     return DT_OK;
 }
-
-int dt_ckpt_json_get_u64(const cJSON *obj, const char *key, uint64_t *v)
-{
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!it)
-        return dt_err_set(DT_ERR_NOT_FOUND, "json: no key '%s'", key);
-    if (dt_ckpt_json_uint(obj, key, v))
-        return DT_OK;
-    if (cJSON_IsString(it)) {
-        const char *s = it->valuestring;
-        char *endp;
-        errno = 0;
-        unsigned long long x = strtoull(s, &endp, 10);
-        if (s[0] >= '0' && s[0] <= '9' && *endp == '\0' && errno == 0) {
-            *v = x;
-            return DT_OK;
-        }
-    }
-    return dt_err_set(DT_ERR_DATA, "json: '%s' is not an unsigned 64-bit "
-                      "integer", key);
-}

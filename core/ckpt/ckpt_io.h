@@ -36,7 +36,8 @@
  * complete and the previous checkpoint survives):
  *
  *   rank 0:     dt_ckpt_begin(root, step, tmp_dir)         -> barrier
- *   every rank: dt_ckpt_shard_open(tmp_dir, rank) ; dt_ckpt_shard_write* ;
+ *   every rank: dt_ckpt_shard_open(tmp_dir, rank) ; dt_ckpt_shard_begin,
+ *               _append*, _end per segment ;
  *               dt_ckpt_shard_close -> its dt_ckpt_seg_t[] -> gather to 0
  *   rank 0:     dt_ckpt_write_manifest(tmp_dir, info, entries, all segs)
  *               dt_ckpt_commit(root, step)
@@ -116,13 +117,11 @@ typedef struct dt_ckpt_writer dt_ckpt_writer_t;
 /* Start shard file `shard` (normally the rank) inside tmp_dir. */
 int dt_ckpt_shard_open(const char *tmp_dir, uint32_t shard,
                        dt_ckpt_writer_t **out);
-/* Write one whole segment: `count` elements of `dtype` at global `offset`
- * of entry `entry` (count 0 is accepted and records nothing).  On failure the writer stays open: the caller aborts
- * it (and rank 0 aborts the whole save). */
-int dt_ckpt_shard_write(dt_ckpt_writer_t *w, const char *entry, int dtype,
-                        uint64_t offset, uint64_t count, const void *data);
-/* The same, streamed: begin, then append exactly count * size bytes in any
- * pieces (e.g. as they come off a device), then end. */
+/* Write one segment, streamed: `count` elements of `dtype` at global
+ * `offset` of entry `entry` (count 0 is accepted and records nothing):
+ * begin, then append exactly count * size bytes in any pieces (e.g. as
+ * they come off a device), then end.  On failure the writer stays open:
+ * the caller aborts it (and rank 0 aborts the whole save). */
 int dt_ckpt_shard_begin(dt_ckpt_writer_t *w, const char *entry, int dtype,
                         uint64_t offset, uint64_t count);
 int dt_ckpt_shard_append(dt_ckpt_writer_t *w, const void *data,
@@ -209,10 +208,7 @@ int dt_ckpt_verify(dt_ckpt_reader_t *r);
 /* ---- JSON helpers for 64-bit values in model/extra ------------------- */
 
 /* JSON numbers are doubles: 64-bit values (RNG states, token counters) are
- * stored as decimal strings.  get accepts such a string or an integral
- * number; DT_ERR_NOT_FOUND when the key is absent, DT_ERR_DATA when it is
- * not an unsigned 64-bit integer. */
+ * stored as decimal strings. */
 int dt_ckpt_json_add_u64(cJSON *obj, const char *key, uint64_t v);
-int dt_ckpt_json_get_u64(const cJSON *obj, const char *key, uint64_t *v);
 
 #endif /* DT_ENGINE_CKPT_IO_H */

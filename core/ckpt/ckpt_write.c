@@ -118,17 +118,6 @@ int dt_ckpt_shard_end(dt_ckpt_writer_t *w)
     return DT_OK;
 }
 
-int dt_ckpt_shard_write(dt_ckpt_writer_t *w, const char *entry, int dtype,
-                        uint64_t offset, uint64_t count, const void *data)
-{
-    int rc = dt_ckpt_shard_begin(w, entry, dtype, offset, count);
-    if (!rc)
-        rc = dt_ckpt_shard_append(w, data, (size_t)(count * dt_dtype_size(dtype)));
-    if (!rc)
-        rc = dt_ckpt_shard_end(w);
-    return rc;
-}
-
 void dt_ckpt_shard_abort(dt_ckpt_writer_t *w)
 {
     if (!w)

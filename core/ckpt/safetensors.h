@@ -1,6 +1,7 @@
 /*
  * core/ckpt/safetensors.h - the safetensors format (Hugging Face), for
- * exporting weights other tools can load, and reading them back.
+ * exporting weights other tools can load.  (The tests read exports back
+ * with their own validating reader, tests/support/safetensors_read.h.)
  *
  * Layout: u64 little-endian N, then N bytes of JSON
  *   {"<name>": {"dtype": "F32", "shape": [768, 3072],
@@ -22,9 +23,8 @@
 #include <stdint.h>
 
 #define DT_SAFETENSORS_MAX_DIMS 8
-/* Headers larger than this are refused when reading (the reference
- * implementation's limit too), so a corrupt length cannot ask for GBs. */
-#define DT_SAFETENSORS_MAX_HEADER (100u << 20)
+/* The header's reserved key for string metadata. */
+#define DT_SAFETENSORS_META_KEY "__metadata__"
 
 typedef struct dt_safetensors_writer dt_safetensors_writer_t;
 
@@ -47,36 +47,6 @@ int dt_safetensors_write(dt_safetensors_writer_t *w, const void *data,
 int dt_safetensors_commit(dt_safetensors_writer_t *w);
 /* Drop everything (no file left, a previous one untouched); NULL ok. */
 void dt_safetensors_abort(dt_safetensors_writer_t *w);
-
-/* ---- reading --------------------------------------------------------- */
-
-typedef struct dt_safetensors_tensor {
-    const char *name;
-    int32_t dtype;     /* dt_dtype_t */
-    int32_t ndim;
-    int64_t shape[DT_SAFETENSORS_MAX_DIMS];
-    uint64_t numel;
-    const void *data;  /* into the file mapping; valid until close.  Only
-                        * 8-byte alignment of the buffer start is promised;
-                        * memcpy before typed access. */
-    uint64_t nbytes;
-} dt_safetensors_tensor_t;
-
-typedef struct dt_safetensors dt_safetensors_t;
-
-/* Map and validate a file: header length, JSON, known dtypes, offsets that
- * match shapes and tile the data buffer exactly.  Errors are DT_ERR_DATA
- * "safetensors '<path>': ..." (DT_ERR_NOT_FOUND for a missing file). */
-int dt_safetensors_open(const char *path, dt_safetensors_t **out);
-void dt_safetensors_close(dt_safetensors_t *st);
-/* Tensors in header order. */
-size_t dt_safetensors_count(const dt_safetensors_t *st);
-const dt_safetensors_tensor_t *dt_safetensors_at(const dt_safetensors_t *st,
-                                                 size_t i);
-const dt_safetensors_tensor_t *dt_safetensors_find(const dt_safetensors_t *st,
-                                                   const char *name);
-/* A "__metadata__" value, or NULL. */
-const char *dt_safetensors_meta(const dt_safetensors_t *st, const char *key);
 
 /* "F32" etc. for a dt_dtype_t; NULL when safetensors has no such name. */
 const char *dt_safetensors_dtype_name(int dtype);

@@ -23,9 +23,9 @@
  * otherwise (the bandwidth each rank's link would need, comparable across
  * rank counts).  GB/s are 1e9 bytes per second.
  *
- * Test hook: DTRAIN_TEST_BENCH_CORRUPT=R makes rank R change one element of
- * its checked output at the first size, so the tests can prove that a
- * wrong result is caught.
+ * Test hook (DTRAIN_TEST_HOOKS builds only): DTRAIN_TEST_BENCH_CORRUPT=R
+ * makes rank R change one element of its checked output at the first
+ * size, so the tests can prove that a wrong result is caught.
  */
 #include <errno.h>
 #include <sched.h>
@@ -335,8 +335,12 @@ static int bench_sizes(rank_ctx_t *x, void *a, void *b, int *any_wrong)
     const bench_opts_t *o = x->o;
     const size_t es = dt_dtype_size(o->dtype);
     const dt_comm_ops_t *ops = x->ops;
+#ifdef DTRAIN_TEST_HOOKS
     const char *hook = getenv("DTRAIN_TEST_BENCH_CORRUPT");
     int corrupt = hook && hook[0] && atoi(hook) == x->rank;
+#else
+    int corrupt = 0;
+#endif
     int rc = DT_OK;
     *any_wrong = 0;
     for (uint64_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 2) {

@@ -18,9 +18,10 @@
 void dt_help_env(FILE *f)
 {
     fprintf(f, "usage: dtrain env\n\n"
-               "Report the build (compiler, BLAS), the machine (cores, memory), optional\n"
-               "runtimes found or not (CUDA driver and GPUs, cuBLAS, NCCL, MPI) and every\n"
-               "plugin on the search path with whether it loads, or why not.\n");
+               "Report the build (compiler, BLAS, whether test hooks are compiled in), the\n"
+               "machine (cores, memory), optional runtimes found or not (CUDA driver and\n"
+               "GPUs, cuBLAS, NCCL, MPI) and every plugin on the search path with whether it\n"
+               "loads, or why not.\n");
 }
 
 static void *try_open(const char *const *names, const char **which)
@@ -84,6 +85,12 @@ int dt_cmd_env(int argc, char **argv)
            "ABI", DT_DEVICE_ABI_MAJOR, DT_DEVICE_ABI_MINOR, DT_COMM_ABI_MAJOR,
            DT_COMM_ABI_MINOR, DT_OFFLOAD_ABI_MAJOR, DT_OFFLOAD_ABI_MINOR,
            DT_STRATEGY_ABI_MAJOR, DT_STRATEGY_ABI_MINOR, DT_HOST_ABI_MAJOR, DT_HOST_ABI_MINOR);
+#ifdef DTRAIN_TEST_HOOKS
+    printf("  %-10s test hooks compiled in (DTRAIN_TEST_HOOKS): a test build, not for "
+           "production\n", "hooks");
+#else
+    printf("  %-10s none\n", "hooks");
+#endif
     printf("machine\n  %-10s %s %s %s\n  %-10s %ld online\n  %-10s %.1f GiB\n", "system",
            u.sysname, u.release, u.machine, "cores", sysconf(_SC_NPROCESSORS_ONLN), "memory",
            (double)pages * (double)psz / (1024.0 * 1024.0 * 1024.0));

@@ -3,16 +3,23 @@
  * per-rank memory by tag and communication per step for every
  * data-parallel strategy, predicted without running anything.
  *
- * Each row resolves the config again with that strategy selected, so the
- * numbers come from the strategy plugin's own estimate() with its knobs as
- * the config sets them; a strategy that is not installed, or that refuses
- * the layout (a hybrid group that does not divide the world), shows why.
+ * The rows: every strategy plugin on the plugin search path (the config's
+ * run.plugin_path included) and the config's own parallel.data, one row
+ * per preset the plugin lists (plan_presets: ZeRO's stages, FSDP's
+ * sharding strategies), one row with its defaults when it lists none.
+ * Each row resolves the config again with that strategy and preset
+ * selected, so the numbers come from the strategy plugin's own estimate()
+ * with its knobs as the config sets them; a strategy that does not load,
+ * or that refuses the layout (a hybrid group that does not divide the
+ * world), shows why.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "config/config.h"
+#include "loader/loader.h"
 #include "model/model.h"
 #include "train/plan.h"
 #include "setup/resolve.h"
@@ -22,46 +29,215 @@ void dt_help_plan(FILE *f)
 {
     fprintf(f,
             "usage: dtrain plan CONFIG [--world N] [--model PRESET] [--set table.key=value ...]\n\n"
-            "Predict, for every data-parallel strategy (ddp, zero stages 1-3, fsdp's sharding\n"
-            "strategies), the peak bytes per rank by tag (params, grads, optimizer,\n"
-            "activations, comm buffers), the model state per rank, and the bytes each rank\n"
-            "sends per step, for the model and batch CONFIG describes.  --world defaults to\n"
-            "launch.nproc; --model picks a preset (gpt2-124m ... gpt2-1558m).  Nothing is\n"
-            "allocated, so any size can be planned on any machine.\n"
+            "Predict, for every data-parallel strategy, the peak bytes per rank by tag\n"
+            "(params, grads, optimizer, activations, comm buffers), the model state per\n"
+            "rank, and the bytes each rank sends per step, for the model and batch CONFIG\n"
+            "describes.  The strategies: every strategy plugin on the plugin search path\n"
+            "and the config's parallel.data, one row per preset a plugin lists (zero's\n"
+            "stages 1-3, fsdp's sharding strategies), else one with its defaults.\n"
+            "--world defaults to launch.nproc; --model picks a preset (gpt2-124m ...\n"
+            "gpt2-1558m).  Nothing is allocated, so any size can be planned on any machine.\n"
             "exit codes: 0 planned, 2 usage or config error\n");
 }
 
+/* A row: strategy plugin `plugin` with the settings of its table that
+ * select the row ("zero.stage=1"). */
+#define PLAN_MAX_SETS 8
 typedef struct variant {
-    const char *label;
-    const char *plugin;
-    const char *set; /* one extra assignment, or NULL */
+    char label[64];
+    char plugin[64];
+    char sets[PLAN_MAX_SETS][160];
+    int n_sets;
+    char err[512]; /* the plugin's presets could not be read: why */
 } variant_t;
 
-static const variant_t variants[] = {
-    {"ddp", "ddp", NULL},
-    {"zero-1", "zero", "zero.stage=1"},
-    {"zero-2", "zero", "zero.stage=2"},
-    {"zero-3", "zero", "zero.stage=3"},
-    {"fsdp NO_SHARD", "fsdp", "fsdp.sharding_strategy=NO_SHARD"},
-    {"fsdp SHARD_GRAD_OP", "fsdp", "fsdp.sharding_strategy=SHARD_GRAD_OP"},
-    {"fsdp FULL_SHARD", "fsdp", "fsdp.sharding_strategy=FULL_SHARD"},
-    {"fsdp HYBRID_SHARD", "fsdp", "fsdp.sharding_strategy=HYBRID_SHARD"},
-};
+typedef struct variants {
+    variant_t *v;
+    size_t n, cap;
+} variants_t;
+
+static variant_t *variant_add(variants_t *vs, const char *plugin, const char *label)
+{
+    if (vs->n == vs->cap) {
+        size_t cap = vs->cap ? 2 * vs->cap : 16;
+        variant_t *grown = realloc(vs->v, cap * sizeof *grown);
+        if (!grown)
+            return NULL;
+        vs->v = grown;
+        vs->cap = cap;
+    }
+    variant_t *v = &vs->v[vs->n++];
+    memset(v, 0, sizeof *v);
+    snprintf(v->plugin, sizeof v->plugin, "%s", plugin);
+    snprintf(v->label, sizeof v->label, "%s", label);
+    return v;
+}
+
+/* A preset's "key=value key2=value2" as --set assignments of table
+ * `plugin` into v; 0 when malformed. */
+static int preset_sets(variant_t *v, const char *set)
+{
+    const char *p = set ? set : "";
+    while (*p) {
+        while (*p == ' ')
+            p++;
+        size_t len = strcspn(p, " ");
+        if (!len)
+            break;
+        const char *eq = memchr(p, '=', len);
+        if (!eq || eq == p || v->n_sets == PLAN_MAX_SETS)
+            return 0;
+        int n = snprintf(v->sets[v->n_sets], sizeof v->sets[0], "%s.%.*s", v->plugin,
+                         (int)len, p);
+        if (n < 0 || (size_t)n >= sizeof v->sets[0])
+            return 0;
+        v->n_sets++;
+        p += len;
+    }
+    return 1;
+}
+
+/* The rows of strategy plugin `name`: one per preset it lists, or one
+ * with its defaults.  A plugin that does not load gets one row, which
+ * fails to resolve and so says why. */
+static int add_strategy(variants_t *vs, const char *name, const dt_config_t *cfg)
+{
+    dt_plugin_t *p = NULL;
+    const dt_plan_preset_t *pre = NULL;
+    uint32_t n = 0;
+    int rc = dt_plugin_load(DT_KIND_STRATEGY, name, cfg, &p);
+    if (rc == DT_OK) {
+        const dt_strategy_ops_t *ops = p->ops;
+        if (DT_HAS_OP(dt_strategy_ops_t, ops, plan_presets) &&
+            (rc = ops->plan_presets(&pre, &n)) != DT_OK)
+            dt_plugin_failed(p, rc, "plan_presets");
+    }
+    if (rc != DT_OK || n == 0 || !pre) {
+        variant_t *v = variant_add(vs, name, name);
+        if (!v) {
+            dt_plugin_unload(p);
+            return DT_ERR_NOMEM;
+        }
+        if (p && rc != DT_OK)
+            snprintf(v->err, sizeof v->err, "%s", dt_last_error());
+        dt_plugin_unload(p);
+        return DT_OK;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        variant_t *v = variant_add(vs, name, pre[i].label && pre[i].label[0] ? pre[i].label
+                                                                            : name);
+        if (!v) {
+            dt_plugin_unload(p);
+            return DT_ERR_NOMEM;
+        }
+        if (!preset_sets(v, pre[i].set))
+            snprintf(v->err, sizeof v->err,
+                     "strategy/%s: plan preset '%s' sets \"%s\", not up to %d "
+                     "key=value assignments separated by spaces",
+                     name, v->label, pre[i].set, PLAN_MAX_SETS);
+    }
+    dt_plugin_unload(p); /* labels and settings were copied */
+    return DT_OK;
+}
+
+/* The strategies dtrain ships come first, in the order its documentation
+ * introduces them (replicated, then ZeRO's stages, then FSDP's); every
+ * other strategy follows by name.  Only the order of the rows: nothing
+ * else here depends on which strategy a plugin is. */
+static int display_rank(const char *name)
+{
+    static const char *const shipped[] = {"ddp", "zero", "fsdp"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, shipped[i]) == 0)
+            return i;
+    return 3;
+}
+
+static int cmp_strategy(const void *a, const void *b)
+{
+    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+    int rx = display_rank(x), ry = display_rank(y);
+    return rx != ry ? rx - ry : strcmp(x, y);
+}
+
+/* Read the config as far as the core's own sections (no plugin loaded,
+ * so a strategy the file configures badly still gets its rows, each
+ * saying why) for parallel.data and run.plugin_path. */
+static int read_selection(const dt_cli_config_args_t *a, dt_config_t **out)
+{
+    dt_config_t *cfg = NULL;
+    int rc = dt_config_load(a->config, &cfg);
+    if (rc)
+        return rc == DT_ERR_NOMEM ? rc : DT_ERR_CONFIG;
+    for (int i = 0; i < a->n_sets && rc == DT_OK; i++)
+        rc = dt_config_override(cfg, a->sets[i]);
+    for (uint32_t i = 0; i < dt_core_n_sections && rc == DT_OK; i++)
+        rc = dt_config_apply_schema(cfg, dt_core_sections[i].table, dt_core_sections[i].keys,
+                                    dt_core_sections[i].n_keys);
+    if (rc) {
+        dt_config_free(cfg);
+        return rc;
+    }
+    *out = cfg;
+    return DT_OK;
+}
+
+/* Every row, in display order. */
+static int plan_variants(const dt_cli_config_args_t *a, variants_t *vs)
+{
+    dt_config_t *cfg = NULL;
+    int rc = read_selection(a, &cfg);
+    if (rc)
+        return rc;
+    const char *own = "", *path = "";
+    dt_config_get_string(cfg, "parallel.data", &own);
+    dt_config_get_string(cfg, "run.plugin_path", &path);
+    dt_plugin_listing_t *ls = NULL;
+    size_t n = 0;
+    if ((rc = dt_plugin_discover(path[0] ? path : NULL, &ls, &n))) {
+        dt_config_free(cfg);
+        return rc;
+    }
+    const char **names = malloc((n + 1) * sizeof *names);
+    size_t nn = 0;
+    int own_listed = !own[0] || strcmp(own, "none") == 0;
+    for (size_t i = 0; names && i < n; i++)
+        if (ls[i].kind == DT_KIND_STRATEGY) {
+            names[nn++] = ls[i].name;
+            own_listed |= strcmp(ls[i].name, own) == 0;
+        }
+    if (names && !own_listed)
+        names[nn++] = own; /* not found: its row says so */
+    if (!names)
+        rc = dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
+    else
+        qsort(names, nn, sizeof *names, cmp_strategy);
+    for (size_t i = 0; rc == DT_OK && i < nn; i++)
+        rc = add_strategy(vs, names[i], cfg);
+    if (rc == DT_ERR_NOMEM)
+        dt_err_set(rc, "plan: out of memory");
+    free(names);
+    free(ls);
+    dt_config_free(cfg);
+    return rc;
+}
 
 /* Resolve with the variant selected and estimate; *m receives the model
  * (the caller prints its header from the first one). */
 static int plan_one(const dt_cli_config_args_t *a, const variant_t *v, const char *preset,
                     int64_t *world, dt_resolved_t *r, dt_model_t **m, dt_estimate_t *e)
 {
-    const char *sets[264];
+    const char *sets[256 + PLAN_MAX_SETS + 8];
     char data[96], pre[96], shape[5][64];
     int n = 0;
     for (int i = 0; i < a->n_sets && n < 256; i++)
         sets[n++] = a->sets[i];
+    if (v->err[0])
+        return dt_err_set(DT_ERR_INVALID, "%s", v->err);
     snprintf(data, sizeof data, "parallel.data=%s", v->plugin);
     sets[n++] = data;
-    if (v->set)
-        sets[n++] = v->set;
+    for (int k = 0; k < v->n_sets; k++)
+        sets[n++] = v->sets[k];
     if (preset) {
         /* --model replaces the file's shape, not just its defaults */
         dt_gpt2_shape_t s;
@@ -105,10 +281,17 @@ int dt_cmd_plan(int argc, char **argv)
             return DT_EXIT_USAGE;
         }
     }
+    variants_t vs = {0};
+    int rc0 = plan_variants(&a, &vs);
+    if (rc0) {
+        free(vs.v);
+        return dt_cli_fail("plan", rc0);
+    }
+    const variant_t *variants = vs.v;
     int printed_header = 0, planned = 0, first_rc = DT_OK;
     char b[DT_TAG_COUNT + 2][32];
-    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
-        dt_resolved_t r;
+    for (size_t i = 0; i < vs.n; i++) {
+        dt_resolved_t r = {0};
         dt_model_t *m = NULL;
         dt_estimate_t e = {.struct_size = sizeof(dt_estimate_t)};
         int rc = plan_one(&a, &variants[i], vals[1], &world, &r, &m, &e);
@@ -146,11 +329,12 @@ int dt_cmd_plan(int argc, char **argv)
                 printf("%-19s   %s\n", "", e.note);
             planned++;
         } else if (i == 0) {
-            /* ddp is always there: a failure here is the config's, say it
-             * once as `check` would */
+            /* the first row (ddp, when installed) failing is the config's
+             * failure: say it once as `check` would */
             if (m)
                 dt_model_free(m, NULL);
             dt_resolved_free(&r);
+            free(vs.v);
             return dt_cli_fail("plan", rc);
         } else {
             printf("%-19s   not planned: %s\n", variants[i].label, dt_last_error());
@@ -161,6 +345,7 @@ int dt_cmd_plan(int argc, char **argv)
             dt_model_free(m, NULL);
         dt_resolved_free(&r);
     }
+    free(vs.v);
     if (!planned)
         return dt_cli_fail("plan", first_rc);
     return DT_EXIT_OK;

@@ -496,18 +496,6 @@ int dt_config_load(const char *path, dt_config_t **out)
 
 const char *dt_config_path(const dt_config_t *c) { return c ? c->path : ""; }
 
-int dt_config_has_table(const dt_config_t *c, const char *table)
-{
-    if (!c || !table)
-        return 0;
-    if (root_child(c, table))
-        return 1;
-    for (size_t i = 0; i < c->n_ovr; i++)
-        if (strcmp(c->ovr[i].table, table) == 0)
-            return 1;
-    return 0;
-}
-
 /* ------------------------------------------------------------------------
  * --set overrides
  * --------------------------------------------------------------------- */
@@ -1141,22 +1129,19 @@ const char *dt_config_origin_name(dt_origin_t o)
 
 /* The values the core sets pass the same range check as user input: a
  * derived grad_accum of 0 is as wrong as a written one. */
-static int set_number(dt_config_t *c, const char *path, int is_int, int64_t i,
-                      double f, dt_origin_t origin)
+int dt_config_set_int(dt_config_t *c, const char *path, int64_t i,
+                      dt_origin_t origin)
 {
     cval_t *v = lookup(c, path);
     if (!v)
         return not_found(path);
-    if (v->type != DT_CFG_FLOAT && !(is_int && v->type == DT_CFG_INT))
-        return wrong_kind(path, v, is_int ? "an integer" : "a float");
-    double d = is_int ? (double)i : f;
+    if (v->type != DT_CFG_FLOAT && v->type != DT_CFG_INT)
+        return wrong_kind(path, v, "an integer");
+    double d = (double)i;
     if (has_range(v->min, v->max) && !(d >= v->min && d <= v->max)) {
         char rng[160], num[64];
         fmt_range(v->type, v->min, v->max, rng, sizeof rng);
-        if (is_int)
-            snprintf(num, sizeof num, "%" PRId64, i);
-        else
-            fmt_double(f, num, sizeof num, 1);
+        snprintf(num, sizeof num, "%" PRId64, i);
         const char *dot = strchr(path, '.');
         return dt_err_set(DT_ERR_CONFIG, "[%.*s] %s = %s (%s) is out of range (%s)",
                           (int)(dot - path), path, dot + 1, num,
@@ -1166,46 +1151,6 @@ static int set_number(dt_config_t *c, const char *path, int is_int, int64_t i,
         v->i = i;
     else
         v->f = d;
-    v->origin = origin;
-    v->line = 0;
-    return DT_OK;
-}
-
-int dt_config_set_int(dt_config_t *c, const char *path, int64_t v,
-                      dt_origin_t origin)
-{
-    return set_number(c, path, 1, v, 0.0, origin);
-}
-
-int dt_config_set_float(dt_config_t *c, const char *path, double v,
-                        dt_origin_t origin)
-{
-    return set_number(c, path, 0, 0, v, origin);
-}
-
-int dt_config_set_string(dt_config_t *c, const char *path, const char *s,
-                         dt_origin_t origin)
-{
-    cval_t *v = lookup(c, path);
-    if (!v)
-        return not_found(path);
-    if (!s)
-        return dt_err_set(DT_ERR_INVALID, "dt_config_set_string: NULL value");
-    if (v->type != DT_CFG_STRING && v->type != DT_CFG_ENUM)
-        return wrong_kind(path, v, "a string");
-    if (v->type == DT_CFG_ENUM && !in_choices(v->choices, s)) {
-        char ch[512];
-        fmt_choices(v->choices, ch, sizeof ch);
-        const char *dot = strchr(path, '.');
-        return dt_err_set(DT_ERR_CONFIG, "[%.*s] %s = \"%s\" (%s) is not one of %s",
-                          (int)(dot - path), path, dot + 1, s,
-                          dt_config_origin_name(origin), ch);
-    }
-    char *copy = strdup(s);
-    if (!copy)
-        return nomem("config value");
-    free(v->s);
-    v->s = copy;
     v->origin = origin;
     v->line = 0;
     return DT_OK;

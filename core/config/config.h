@@ -64,9 +64,6 @@ int dt_config_apply_schema(dt_config_t *c, const char *table,
  * tables, e.g. "plugin tables are named after a selected plugin". */
 int dt_config_check_unclaimed(const dt_config_t *c, const char *hint);
 
-/* True when the file (or --set) has table `table`. */
-int dt_config_has_table(const dt_config_t *c, const char *table);
-
 /* Typed reads of "table.key" after apply_schema.  DT_ERR_NOT_FOUND when no
  * schema declared it; DT_ERR_INVALID on a type mismatch (ENUM reads as
  * string; FLOAT accepts INT values).  Strings are owned by the config. */
@@ -80,14 +77,10 @@ dt_origin_t dt_config_origin(const dt_config_t *c, const char *path);
 /* "file", "--set", "derived" or "default". */
 const char *dt_config_origin_name(dt_origin_t o);
 
-/* Set a value computed by the core (origin "derived"); the key must have
- * been declared by a schema. */
+/* Set an integer computed by the core (origin "derived"); the key must
+ * have been declared by a schema (range-checked like a file value). */
 int dt_config_set_int(dt_config_t *c, const char *path, int64_t v,
                       dt_origin_t origin);
-int dt_config_set_float(dt_config_t *c, const char *path, double v,
-                        dt_origin_t origin);
-int dt_config_set_string(dt_config_t *c, const char *path, const char *v,
-                         dt_origin_t origin);
 
 /* Print the resolved config as TOML, every claimed table in claim order,
  * each value followed by a comment with its origin:

@@ -161,22 +161,6 @@ static int header_write(dt_afile_t *f, const char *path, uint64_t n)
     return dt_afile_write(f, hdr, sizeof hdr);
 }
 
-int dt_data_write_tokens(const char *path, const uint16_t *tok, uint64_t n)
-{
-    dt_afile_t *f;
-    int rc = dt_afile_open(path, &f);
-    if (rc)
-        return rc;
-    rc = header_write(f, path, n);
-    if (!rc)
-        rc = dt_afile_write(f, tok, (size_t)n * sizeof *tok);
-    if (rc) {
-        dt_afile_abort(f);
-        return rc;
-    }
-    return dt_afile_commit(f);
-}
-
 int dt_data_prepare(const char *text_path, const char *out_train,
                     const char *out_val, double val_fraction,
                     uint64_t *n_train, uint64_t *n_val)
@@ -397,13 +381,6 @@ void dt_sampler_free(dt_sampler_t *s)
     free(s->slot[0].perm);
     free(s->slot[1].perm);
     free(s);
-}
-
-uint64_t dt_sampler_n_seq(const dt_sampler_t *s) { return s->n_seq; }
-
-uint64_t dt_sampler_epoch(const dt_sampler_t *s, uint64_t step)
-{
-    return step * s->global_batch / s->n_seq;
 }
 
 uint32_t dt_sampler_grad_accum(const dt_sampler_t *s, uint32_t dp_size)

@@ -54,10 +54,6 @@ void dt_data_close(dt_dataset_t *ds);
  * (vocab_size 256)". */
 int dt_data_check_vocab(const dt_dataset_t *ds, uint32_t vocab_size);
 
-/* Write `n` tokens as a token file, atomically (fileutil). */
-int dt_data_write_tokens(const char *path, const uint16_t *tok /* (n,) */,
-                         uint64_t n);
-
 /* Byte-level tokenization for `dtrain data prepare`: every byte of
  * text_path becomes one token (vocab 256).  With val_fraction in (0, 1) the
  * last floor(n * val_fraction) bytes go to out_val instead (out_val must
@@ -81,10 +77,6 @@ int dt_sampler_init(dt_sampler_t **out, const dt_dataset_t *ds,
                     uint32_t global_batch, uint64_t seed, int shuffle);
 void dt_sampler_free(dt_sampler_t *s);
 
-/* Sequences in one epoch. */
-uint64_t dt_sampler_n_seq(const dt_sampler_t *s);
-/* The epoch step `step` starts in. */
-uint64_t dt_sampler_epoch(const dt_sampler_t *s, uint64_t step);
 /* Micro-steps per step for `dp_size` ranks: G / (micro_batch * dp_size),
  * or 0 when that does not divide (dt_sampler_fill then explains why). */
 uint32_t dt_sampler_grad_accum(const dt_sampler_t *s, uint32_t dp_size);

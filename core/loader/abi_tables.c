@@ -117,8 +117,24 @@ static const dt_abi_layout_t layouts_v1[DT_KIND_COUNT] = {
     [DT_KIND_STRATEGY] = LAYOUT(strategy, STRATEGY),
 };
 
+#ifdef DTRAIN_TEST_HOOKS
 /* Test-only pretend majors, per kind (0: none). */
 static _Atomic uint32_t extra_major[DT_KIND_COUNT];
+
+void dt_abi_set_extra_major(int kind, uint32_t major)
+{
+    if (kind >= 0 && kind < DT_KIND_COUNT)
+        atomic_store(&extra_major[kind], major);
+}
+
+static uint32_t get_extra_major(int kind) { return atomic_load(&extra_major[kind]); }
+#else
+static uint32_t get_extra_major(int kind)
+{
+    (void)kind;
+    return 0;
+}
+#endif
 
 size_t dt_abi_majors(int kind, uint32_t *out, size_t cap)
 {
@@ -126,7 +142,7 @@ size_t dt_abi_majors(int kind, uint32_t *out, size_t cap)
         return 0;
     uint32_t all[2];
     size_t n = 0;
-    uint32_t extra = atomic_load(&extra_major[kind]);
+    uint32_t extra = get_extra_major(kind);
     if (extra != 0 && extra != layouts_v1[kind].major)
         all[n++] = extra;
     all[n++] = layouts_v1[kind].major;
@@ -139,16 +155,9 @@ const dt_abi_layout_t *dt_abi_layout(int kind, uint32_t major)
 {
     if (kind < 0 || kind >= DT_KIND_COUNT || major == 0)
         return NULL;
-    if (major == layouts_v1[kind].major ||
-        major == atomic_load(&extra_major[kind]))
+    if (major == layouts_v1[kind].major || major == get_extra_major(kind))
         return &layouts_v1[kind];
     return NULL;
-}
-
-void dt_abi_set_extra_major(int kind, uint32_t major)
-{
-    if (kind >= 0 && kind < DT_KIND_COUNT)
-        atomic_store(&extra_major[kind], major);
 }
 
 const char *dt_abi_entry_name(int kind, uint32_t major, char *buf, size_t cap)

@@ -29,7 +29,7 @@ typedef struct dt_abi_layout {
 } dt_abi_layout_t;
 
 /* The majors of `kind` this dtrain speaks, newest first (a test-only extra
- * major from dt_loader_test_extra_major comes first).  Returns the count
+ * major from dt_abi_set_extra_major comes first).  Returns the count
  * (written up to `cap`); 0 for an unknown kind. */
 size_t dt_abi_majors(int kind, uint32_t *out, size_t cap);
 
@@ -43,7 +43,11 @@ const dt_abi_layout_t *dt_abi_layout(int kind, uint32_t major);
 const char *dt_abi_entry_name(int kind, uint32_t major, char *buf,
                               size_t cap);
 
-/* Tests only (backs dt_loader_test_extra_major). */
+#ifdef DTRAIN_TEST_HOOKS
+/* Test hook (DTRAIN_TEST_HOOKS builds only): pretend this dtrain also
+ * speaks `major` of `kind`, with the major-1 layout (adapter = identity).
+ * Reset with major == 0. */
 void dt_abi_set_extra_major(int kind, uint32_t major);
+#endif
 
 #endif /* DT_CORE_ABI_TABLES_H */

@@ -89,20 +89,9 @@ static void *host_alloc(const dt_host_t *h, uint64_t bytes, int tag)
         return NULL;
     }
 
-    /* Reserve under the lock before allocating, so concurrent allocations
-     * cannot together overrun the budget. */
+    /* Counted before allocating, undone below if the allocation fails. */
     pthread_mutex_lock(&hs->lock);
     dt_mem_stats_t *m = &hs->mem;
-    if (m->limit && (bytes > m->limit || m->total_current > m->limit - bytes)) {
-        uint64_t used = m->total_current, limit = m->limit;
-        pthread_mutex_unlock(&hs->lock);
-        dt_err_set(DT_ERR_NOMEM,
-                   "%s: host alloc of %" PRIu64 " bytes tagged '%s' failed: "
-                   "over the host budget (limit %" PRIu64 " bytes, %" PRIu64
-                   " in use)", hs->who, bytes, dt_mem_tag_name(tag), limit,
-                   used);
-        return NULL;
-    }
     m->current[tag] += bytes;
     m->total_current += bytes;
     if (m->current[tag] > m->peak[tag])
@@ -307,21 +296,6 @@ void dt_host_destroy(dt_plugin_t *p)
     p->host = NULL;
 }
 
-int dt_plugin_host_bind_config(dt_plugin_t *p, const dt_config_t *cfg)
-{
-    if (!p || !p->host)
-        return dt_err_set(DT_ERR_INVALID, "bind config: plugin not loaded");
-    dt_host_state_t *hs = state_of(p->host);
-    if (cfg) {
-        hs->cfg = cfg;
-    } else {
-        if (!hs->own_cfg)
-            hs->own_cfg = defaults_config(p);
-        hs->cfg = hs->own_cfg;
-    }
-    return DT_OK;
-}
-
 int dt_plugin_host_mem_stats(const dt_plugin_t *p, dt_mem_stats_t *out)
 {
     if (!p || !p->host || !out)
@@ -333,26 +307,3 @@ int dt_plugin_host_mem_stats(const dt_plugin_t *p, dt_mem_stats_t *out)
     return DT_OK;
 }
 
-int dt_plugin_host_mem_reset_peaks(const dt_plugin_t *p)
-{
-    if (!p || !p->host)
-        return dt_err_set(DT_ERR_INVALID, "host mem reset: NULL plugin");
-    dt_host_state_t *hs = state_of(p->host);
-    pthread_mutex_lock(&hs->lock);
-    for (int t = 0; t < DT_TAG_COUNT; t++)
-        hs->mem.peak[t] = hs->mem.current[t];
-    hs->mem.total_peak = hs->mem.total_current;
-    pthread_mutex_unlock(&hs->lock);
-    return DT_OK;
-}
-
-int dt_plugin_host_set_mem_limit(const dt_plugin_t *p, uint64_t limit)
-{
-    if (!p || !p->host)
-        return dt_err_set(DT_ERR_INVALID, "host mem limit: NULL plugin");
-    dt_host_state_t *hs = state_of(p->host);
-    pthread_mutex_lock(&hs->lock);
-    hs->mem.limit = limit;
-    pthread_mutex_unlock(&hs->lock);
-    return DT_OK;
-}

@@ -23,16 +23,7 @@ int dt_host_create(dt_plugin_t *p, const dt_config_t *cfg);
 /* Free p's host table; warns when the plugin still holds host memory. */
 void dt_host_destroy(dt_plugin_t *p);
 
-/* Re-point the plugin's cfg_* at `cfg` (NULL: back to declared defaults),
- * e.g. when the config is resolved after the plugin was loaded. */
-int dt_plugin_host_bind_config(dt_plugin_t *p, const dt_config_t *cfg);
-
 /* Host memory the plugin holds through its table, per tag, with peaks. */
 int dt_plugin_host_mem_stats(const dt_plugin_t *p, dt_mem_stats_t *out);
-/* Start a measured phase: every peak becomes its current value. */
-int dt_plugin_host_mem_reset_peaks(const dt_plugin_t *p);
-/* Host memory budget for this plugin in bytes (0 = none); alloc past it
- * fails with DT_ERR_NOMEM. */
-int dt_plugin_host_set_mem_limit(const dt_plugin_t *p, uint64_t limit);
 
 #endif /* DT_CORE_HOST_SERVICES_H */

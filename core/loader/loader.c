@@ -58,13 +58,6 @@ typedef struct plugin_box {
 
 static pthread_mutex_t loader_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* -------------------------------------------------------- test hook -- */
-
-void dt_loader_test_extra_major(int kind, uint32_t major)
-{
-    dt_abi_set_extra_major(kind, major);
-}
-
 /* ------------------------------------------------------ search path -- */
 
 typedef struct search_path {

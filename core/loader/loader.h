@@ -79,8 +79,4 @@ typedef struct dt_plugin_listing {
 int dt_plugin_discover(const char *config_path, dt_plugin_listing_t **out,
                        size_t *n);
 
-/* Tests only: pretend this dtrain also speaks `major` of `kind`, with the
- * major-1 layout (adapter = identity).  Reset with major == 0. */
-void dt_loader_test_extra_major(int kind, uint32_t major);
-
 #endif /* DT_CORE_LOADER_H */

@@ -17,11 +17,3 @@ const char *dt_kind_name(int kind)
 {
     return (kind >= 0 && kind < DT_KIND_COUNT) ? kind_names[kind] : NULL;
 }
-
-int dt_kind_from_name(const char *name)
-{
-    for (int k = 0; name && k < DT_KIND_COUNT; k++)
-        if (strcmp(name, kind_names[k]) == 0)
-            return k;
-    return -1;
-}

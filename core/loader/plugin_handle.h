@@ -27,7 +27,5 @@ typedef struct dt_plugin {
 
 /* "device", "comm", "offload", "strategy"; NULL for an unknown kind. */
 const char *dt_kind_name(int kind);
-/* Inverse of dt_kind_name; -1 when unknown. */
-int dt_kind_from_name(const char *name);
 
 #endif /* DT_CORE_PLUGIN_HANDLE_H */

@@ -1,6 +1,7 @@
 /*
  * core/util/fileutil.c - atomic file writes (temp + fsync + rename), a few
- * filesystem helpers, CRC-32, and the ENOSPC fault hooks tests use.
+ * filesystem helpers, CRC-32, and (DTRAIN_TEST_HOOKS builds only) the
+ * ENOSPC fault hooks tests use.
  */
 #include "util/fileutil.h"
 
@@ -20,6 +21,7 @@
 #include "util/error.h"
 
 /* ---- fault injection ------------------------------------------------- */
+#ifdef DTRAIN_TEST_HOOKS
 
 /* Budgets left before writes / fsyncs fail with ENOSPC; -1 = disarmed.
  * The environment is read once, lazily, so tests can also set it from a
@@ -32,10 +34,10 @@ static void fault_read_env(void)
 {
     if (atomic_flag_test_and_set(&fault_env_read))
         return;
-    const char *w = getenv("DT_FAULT_WRITE_AFTER_BYTES");
+    const char *w = getenv("DTRAIN_FAULT_WRITE_AFTER_BYTES");
     if (w && *w)
         atomic_store(&fault_write_left, strtoll(w, NULL, 10));
-    const char *s = getenv("DT_FAULT_FSYNC_AFTER");
+    const char *s = getenv("DTRAIN_FAULT_FSYNC_AFTER");
     if (s && *s)
         atomic_store(&fault_fsync_left, strtoll(s, NULL, 10));
 }
@@ -66,13 +68,13 @@ static size_t fault_take_bytes(size_t n)
     }
 }
 
-/* DT_FAULT_STOP_ON_FULL=1: instead of failing, the process stops itself
+/* DTRAIN_FAULT_STOP_ON_FULL=1: instead of failing, the process stops itself
  * (SIGSTOP) where the disk would have filled, so a test can SIGKILL it from
  * outside at a known point in the middle of a write: a crash, not an
  * error path.  Never set outside tests. */
 static void fault_stop_here(void)
 {
-    const char *v = getenv("DT_FAULT_STOP_ON_FULL");
+    const char *v = getenv("DTRAIN_FAULT_STOP_ON_FULL");
     if (v && strcmp(v, "1") == 0)
         raise(SIGSTOP);
 }
@@ -90,6 +92,11 @@ static int fault_fsync_fails(void)
             return 0;
     }
 }
+#else /* no hooks: every byte and every fsync goes through */
+static size_t fault_take_bytes(size_t n) { return n; }
+static void fault_stop_here(void) {}
+static int fault_fsync_fails(void) { return 0; }
+#endif
 
 /* ---- low-level ------------------------------------------------------- */
 

@@ -8,15 +8,17 @@
  * and a failed write removes its temp file.  Errors are DT_ERR_IO with
  * "writing '<path>': <strerror>" (e.g. "No space left on device").
  *
- * Fault injection (tests): dt_fileutil_test_fail_after(n), or the
- * environment variable DT_FAULT_WRITE_AFTER_BYTES=n read at the first write,
- * lets n more bytes through every write made here (process-wide, summed over
+ * Fault injection (tests; compiled in only with DTRAIN_TEST_HOOKS, never
+ * in a Release build): dt_fileutil_test_fail_after(n), or the environment
+ * variable DTRAIN_FAULT_WRITE_AFTER_BYTES=n read at the first write, lets
+ * n more bytes through every write made here (process-wide, summed over
  * files) and then fails writes with ENOSPC, as a disk that fills up would.
- * dt_fileutil_test_fail_fsync_after(n) / DT_FAULT_FSYNC_AFTER=n does the same
- * for fsync (n more fsyncs succeed, then ENOSPC), since on NFS and thin
- * provisioned storage a full disk often shows up only at fsync.  With
- * DT_FAULT_STOP_ON_FULL=1 the process SIGSTOPs itself at that point instead,
- * so a test can SIGKILL it mid-write (a crash rather than an error).
+ * dt_fileutil_test_fail_fsync_after(n) / DTRAIN_FAULT_FSYNC_AFTER=n does
+ * the same for fsync (n more fsyncs succeed, then ENOSPC), since on NFS
+ * and thin provisioned storage a full disk often shows up only at fsync.
+ * With DTRAIN_FAULT_STOP_ON_FULL=1 the process SIGSTOPs itself at that
+ * point instead, so a test can SIGKILL it mid-write (a crash rather than
+ * an error).
  *
  * Checksums are CRC-32 (ISO-HDLC, zlib's crc32: the value Python's
  * zlib.crc32 and `gzip` compute), so a checkpoint shard can be verified with
@@ -72,8 +74,10 @@ int dt_fileutil_write_fd(int fd, const void *buf, size_t n);
  * previous result. */
 uint32_t dt_fileutil_crc32(uint32_t crc, const void *buf, size_t n);
 
+#ifdef DTRAIN_TEST_HOOKS
 /* Fault hooks; a negative value disarms.  See the top of this file. */
 void dt_fileutil_test_fail_after(int64_t bytes);
 void dt_fileutil_test_fail_fsync_after(int64_t n_fsyncs);
+#endif
 
 #endif /* DT_ENGINE_FILEUTIL_H */

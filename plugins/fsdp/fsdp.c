@@ -170,6 +170,23 @@ static int fsdp_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *
     return dt_shard_strategy_estimate(host, args, fsdp_configure, out);
 }
 
+/* `dtrain plan` shows every sharding strategy. */
+static const dt_plan_preset_v1_t fsdp_presets[] = {
+    {.label = "fsdp NO_SHARD", .set = "sharding_strategy=NO_SHARD"},
+    {.label = "fsdp SHARD_GRAD_OP", .set = "sharding_strategy=SHARD_GRAD_OP"},
+    {.label = "fsdp FULL_SHARD", .set = "sharding_strategy=FULL_SHARD"},
+    {.label = "fsdp HYBRID_SHARD", .set = "sharding_strategy=HYBRID_SHARD"},
+};
+
+static int fsdp_plan_presets(const dt_plan_preset_v1_t **out, uint32_t *n)
+{
+    if (!out || !n)
+        return DT_ERR_INVALID;
+    *out = fsdp_presets;
+    *n = (uint32_t)DT_ARRAY_LEN(fsdp_presets);
+    return DT_OK;
+}
+
 static const dt_strategy_ops_v1_t fsdp_ops = {
     .info = DT_PLUGIN_INFO(STRATEGY, dt_strategy_ops_v1_t, "fsdp", "0.1.0",
                            "fully sharded data parallel: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, "
@@ -177,6 +194,7 @@ static const dt_strategy_ops_v1_t fsdp_ops = {
                            fsdp_keys),
     .init = fsdp_init,
     .estimate = fsdp_estimate,
+    .plan_presets = fsdp_plan_presets,
     DT_SHARD_STRATEGY_OPS,
 };
 

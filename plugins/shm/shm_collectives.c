@@ -22,6 +22,8 @@
 #include <string.h>
 
 #include "shm_internal.h"
+#include "shm_msg.h"
+#include "shm_reduce.h"
 #include "shm_sync.h"
 
 #define PH_A(G) ((uint32_t)(2u * (uint32_t)(G) + 1u))

@@ -2,12 +2,12 @@
  * plugins/shm/shm_comm.c - the `shm` communicator plugin: ranks of one
  * machine exchange data through a POSIX shared-memory segment per group.
  *
- * This file holds the plugin table and config keys, the messages that
- * name operations and ranks, and the group lifecycle: init (rendezvous),
- * split, abort, finalize.  The operations themselves, their queue and the
- * progress thread are in shm_ops.c; the data movement in
- * shm_collectives.c and shm_p2p.c; waiting in shm_sync.c; arithmetic in
- * shm_reduce.c.
+ * This file holds the plugin table and config keys and the group
+ * lifecycle: init (rendezvous), split, abort, finalize.  The operations
+ * themselves, their queue and the progress thread are in shm_ops.c; the
+ * data movement in shm_collectives.c and shm_p2p.c; waiting in
+ * shm_sync.c; arithmetic in shm_reduce.c; the text of messages and the
+ * job's failure record in shm_msg.c.
  *
  * Failure handling: every wait is bounded by the group's timeout (a stall
  * fails with DT_ERR_TIMEOUT naming the ranks waited for).  A peer whose
@@ -17,35 +17,21 @@
  * DT_ERR_REMOTE naming the rank ("rank 2 (pid 4242) died", "rank 1
  * aborted: <reason>").
  *
- * Rendezvous: each rank tries to create the segment with O_CREAT|O_EXCL
- * (mode 0600); the winner sizes and initialises it, the others open it and
- * wait for its magic.  Each rank claims its slot with its pid and counts
- * itself in; once all `size` are in, the first rank to notice unlinks the
- * name, so a crash later leaves nothing in /dev/shm.
- *
- * A stale segment (same name, left by a crashed earlier job that was never
- * cleaned up) is recognised by its creator's pid no longer existing (or a
- * slot claimed by a dead pid): the first rank to notice marks it stale in
- * the segment itself (so exactly one rank unlinks it), and everybody
- * retries with a fresh segment.  A segment whose creator is alive but whose
- * group size differs, or whose slot for our rank is held by a live process,
- * means the job id is in use twice: that fails with a message saying so.
+ * Rendezvous (shm_rendezvous.c): each rank creates or joins the group's
+ * segment and waits for the others; once all are in, the name is removed,
+ * so a crash later leaves nothing in /dev/shm.  A crash before that can
+ * leave a segment behind: cleanup_job (shm_cleanup.c) removes it.
  */
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "shm_internal.h"
+#include "shm_msg.h"
 #include "shm_sync.h"
 
 static const dt_config_key_t shm_keys[] = {
@@ -58,472 +44,6 @@ static const dt_config_key_t shm_keys[] = {
      .doc = "microseconds a wait spins before sleeping on a futex "
             "(ignored, 0, when ranks outnumber cores)"},
 };
-
-/* ---- messages ---------------------------------------------------------- */
-
-const char *shm_op_name(int k)
-{
-    switch (k) {
-    case SHM_OP_ALL_REDUCE: return "all_reduce";
-    case SHM_OP_REDUCE_SCATTER: return "reduce_scatter";
-    case SHM_OP_ALL_GATHER: return "all_gather";
-    case SHM_OP_BROADCAST: return "broadcast";
-    case SHM_OP_REDUCE: return "reduce";
-    case SHM_OP_BARRIER: return "barrier";
-    case SHM_OP_SEND: return "send";
-    case SHM_OP_RECV: return "recv";
-    default: return "?"; /* a peer's descriptor may hold anything */
-    }
-}
-
-static const char *red_op_name(int op)
-{
-    switch (op) {
-    case DT_OP_SUM: return "sum";
-    case DT_OP_AVG: return "avg";
-    case DT_OP_MAX: return "max";
-    case DT_OP_MIN: return "min";
-    default: return "?";
-    }
-}
-
-void shm_fmt_rank(dt_comm_t *c, int r, char *buf, size_t cap)
-{
-    if (c->is_world || !c->wranks)
-        snprintf(buf, cap, "rank %d", r);
-    else
-        snprintf(buf, cap, "rank %d (world rank %d)", r, (int)c->wranks[r]);
-}
-
-void shm_fmt_ranks(dt_comm_t *c, const int *list, int n, char *buf, size_t cap)
-{
-    if (n <= 0) {
-        snprintf(buf, cap, "no rank (the condition was met meanwhile)");
-        return;
-    }
-    size_t len = (size_t)snprintf(buf, cap, "%s", n == 1 ? "rank " : "ranks ");
-    for (int i = 0; i < n && len < cap; i++) {
-        if (c->is_world || !c->wranks)
-            len += (size_t)snprintf(buf + len, cap - len, "%s%d", i ? ", " : "", list[i]);
-        else
-            len += (size_t)snprintf(buf + len, cap - len, "%s%d (world rank %d)",
-                                    i ? ", " : "", list[i], (int)c->wranks[list[i]]);
-    }
-}
-
-void shm_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap)
-{
-    char seq[32] = "";
-    if (r->seq)
-        snprintf(seq, sizeof seq, " #%llu", (unsigned long long)r->seq);
-    unsigned long long bytes = (unsigned long long)(r->count * r->esize);
-    const char *dt = dt_dtype_name(r->dtype);
-    switch (r->kind) {
-    case SHM_OP_BARRIER:
-        snprintf(buf, cap, "barrier%s on group %s", seq, c->gname);
-        break;
-    case SHM_OP_SEND:
-    case SHM_OP_RECV: {
-        char who[96];
-        shm_fmt_rank(c, r->root, who, sizeof who);
-        snprintf(buf, cap, "%s%s %s %s (tag %d, %s, %llu bytes) on group %s",
-                 shm_op_name(r->kind), seq, r->kind == SHM_OP_SEND ? "to" : "from",
-                 who, (int)r->tag, dt, bytes, c->gname);
-        break;
-    }
-    case SHM_OP_BROADCAST:
-        snprintf(buf, cap, "broadcast%s (%s, %llu bytes, root %d) on group %s", seq, dt,
-                 bytes, (int)r->root, c->gname);
-        break;
-    case SHM_OP_REDUCE:
-        snprintf(buf, cap, "reduce%s (%s %s, %llu bytes, root %d) on group %s", seq, dt,
-                 red_op_name(r->op), bytes, (int)r->root, c->gname);
-        break;
-    case SHM_OP_ALL_GATHER:
-        snprintf(buf, cap, "all_gather%s (%s, %llu bytes per rank) on group %s", seq, dt,
-                 bytes, c->gname);
-        break;
-    case SHM_OP_REDUCE_SCATTER:
-        snprintf(buf, cap, "reduce_scatter%s (%s %s, %llu bytes per rank) on group %s",
-                 seq, dt, red_op_name(r->op), bytes, c->gname);
-        break;
-    default:
-        snprintf(buf, cap, "%s%s (%s, %llu bytes) on group %s", shm_op_name(r->kind),
-                 seq, dt, bytes, c->gname);
-        break;
-    }
-}
-
-void shm_publish_fail(shm_job_t *job, int kind, int32_t world_rank, int32_t pid,
-                      const char *reason)
-{
-    shm_fail_t *f = &job->world->fail;
-    uint32_t expect = 0;
-    if (!atomic_compare_exchange_strong(&f->state, &expect, 1))
-        return; /* somebody was first */
-    f->kind = kind;
-    f->world_rank = world_rank;
-    f->pid = pid;
-    snprintf(f->reason, sizeof f->reason, "%s", reason ? reason : "");
-    atomic_store(&f->state, 2);
-}
-
-int shm_fail_text(dt_comm_t *c, char *buf, size_t cap)
-{
-    const shm_fail_t *f = &c->job->world->fail;
-    const char *who = c->is_world ? "rank" : "world rank";
-    switch (f->kind) {
-    case SHM_FAIL_ABORT:
-        snprintf(buf, cap, "%s %d aborted: %s", who, (int)f->world_rank, f->reason);
-        break;
-    case SHM_FAIL_DEAD:
-        snprintf(buf, cap, "%s %d (pid %d) died", who, (int)f->world_rank, (int)f->pid);
-        break;
-    default:
-        snprintf(buf, cap, "%s %d failed: %s", who, (int)f->world_rank, f->reason);
-        break;
-    }
-    return DT_ERR_REMOTE;
-}
-
-/* ---- segments and rendezvous -------------------------------------------- */
-
-static size_t page_up(size_t n)
-{
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    return (n + pg - 1) / pg * pg;
-}
-
-static void layout(shm_hdr_t *h, int32_t size, uint64_t chunk, uint64_t p2p_chunk)
-{
-    size_t n = (size_t)size, off = page_up(sizeof(shm_hdr_t));
-    h->off_ranks = off;
-    off += page_up(n * sizeof(shm_rank_t));
-    h->off_chans = off;
-    off += page_up(n * n * sizeof(shm_chan_t));
-    h->off_slots = off;
-    off += n * SHM_NBUF * chunk;
-    h->off_p2p = off;
-    off += n * n * SHM_P2P_NBUF * p2p_chunk;
-    h->total = off;
-    h->size = size;
-    h->chunk = chunk;
-    h->p2p_chunk = p2p_chunk;
-    h->nbuf = SHM_NBUF;
-    h->p2p_nbuf = SHM_P2P_NBUF;
-    h->version = SHM_VERSION;
-}
-
-static int pid_alive(pid_t pid)
-{
-    return pid > 0 && !(kill(pid, 0) != 0 && errno == ESRCH);
-}
-
-static int sys_pidfd_open(pid_t pid)
-{
-#ifdef SYS_pidfd_open
-    return (int)syscall(SYS_pidfd_open, pid, 0);
-#else
-    (void)pid;
-    errno = ENOSYS;
-    return -1;
-#endif
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)ms * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* Drop our mapping of c's segment (the job's, for the world group). */
-static void unmap_seg(dt_comm_t *c)
-{
-    if (c->base)
-        munmap(c->base, c->bytes);
-    if (c->is_world && c->job && c->job->base == c->base) {
-        c->job->base = NULL;
-        c->job->world = NULL;
-    }
-    c->base = NULL;
-    c->hdr = NULL;
-    c->ranks = NULL;
-}
-
-/* Give up a segment we are attached to after a failed rendezvous: the job
- * is failing, so remove the name now (nobody else should join it). */
-static void leave_failed(dt_comm_t *c)
-{
-    if (!c->hdr)
-        return;
-    if (c->ranks && atomic_load(&c->ranks[c->rank].pid) == (int32_t)getpid())
-        atomic_store(&c->ranks[c->rank].state, SHM_RANK_LEFT);
-    atomic_fetch_add(&c->hdr->detached, 1);
-    uint32_t z = 0;
-    if (atomic_compare_exchange_strong(&c->hdr->unlinked, &z, 1))
-        shm_unlink(c->name);
-    unmap_seg(c);
-}
-
-/* Mark a segment found abandoned; the first rank to do so unlinks it. */
-static void drop_stale(const char *name, shm_hdr_t *h)
-{
-    uint32_t z = 0;
-    if (atomic_compare_exchange_strong(&h->stale, &z, 1))
-        shm_unlink(name);
-}
-
-static int rdv_error(dt_comm_t *c, const char *what, int status, const char *fmt, ...)
-    DT_PRINTF(4, 5);
-
-static int rdv_error(dt_comm_t *c, const char *what, int status, const char *fmt, ...)
-{
-    char text[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    return c->host->set_error(c->host, status, "%s: %s", what, text);
-}
-
-/* Create or join the segment c->name and wait for all c->size ranks.
- * `what` names the rendezvous in messages. */
-static void set_mid_range(dt_comm_t *c);
-
-static int rendezvous(dt_comm_t *c, const char *what, uint64_t chunk, uint64_t p2p_chunk)
-{
-    const pid_t me = getpid();
-    const uint64_t t0 = shm_now_ns();
-    const uint64_t limit = (uint64_t)c->timeout_ms * 1000000ull;
-    const size_t hdr_bytes = page_up(sizeof(shm_hdr_t));
-    int fd = -1;
-
-    for (;;) {
-        if (shm_now_ns() - t0 > limit)
-            return rdv_error(c, what, DT_ERR_TIMEOUT,
-                             "timed out after %.1f s trying to create or open %s "
-                             "(it exists but was never initialised: a stale segment "
-                             "from a crashed job? remove /dev/shm%s)",
-                             (double)c->timeout_ms / 1000.0, c->name, c->name);
-        fd = shm_open(c->name, O_RDWR | O_CREAT | O_EXCL, 0600);
-        if (fd >= 0) {
-            shm_hdr_t tmp;
-            memset(&tmp, 0, sizeof tmp);
-            layout(&tmp, c->size, chunk, p2p_chunk);
-            int err = ftruncate(fd, (off_t)tmp.total) != 0 ? errno : 0;
-            if (!err)
-                err = posix_fallocate(fd, 0, (off_t)tmp.total);
-            void *base = err ? MAP_FAILED
-                             : mmap(NULL, tmp.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-            if (!err && base == MAP_FAILED)
-                err = errno;
-            if (err) {
-                shm_unlink(c->name);
-                close(fd);
-                return rdv_error(c, what, err == ENOSPC ? DT_ERR_NOMEM : DT_ERR_SYSTEM,
-                                 "cannot reserve %.1f MiB of shared memory for %s: %s "
-                                 "(enlarge /dev/shm, e.g. docker --shm-size, or lower "
-                                 "[shm] slot_bytes)",
-                                 (double)tmp.total / 1048576.0, c->name, strerror(err));
-            }
-            shm_hdr_t *h = base;
-            atomic_store(&h->creator_pid, (int32_t)me);
-            h->version = tmp.version;
-            h->size = tmp.size;
-            h->nbuf = tmp.nbuf;
-            h->p2p_nbuf = tmp.p2p_nbuf;
-            h->chunk = tmp.chunk;
-            h->p2p_chunk = tmp.p2p_chunk;
-            h->total = tmp.total;
-            h->off_ranks = tmp.off_ranks;
-            h->off_chans = tmp.off_chans;
-            h->off_slots = tmp.off_slots;
-            h->off_p2p = tmp.off_p2p;
-            atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
-            c->base = base;
-            c->bytes = tmp.total;
-        } else if (errno == EEXIST) {
-            fd = shm_open(c->name, O_RDWR, 0);
-            if (fd < 0) {
-                if (errno == ENOENT) /* unlinked meanwhile (stale): retry */
-                    continue;
-                return rdv_error(c, what, DT_ERR_SYSTEM, "cannot open %s: %s", c->name,
-                                 strerror(errno));
-            }
-            struct stat stbuf;
-            if (fstat(fd, &stbuf) != 0 || (size_t)stbuf.st_size < hdr_bytes) {
-                /* The creator is between shm_open and ftruncate. */
-                close(fd);
-                sleep_ms(1);
-                continue;
-            }
-            shm_hdr_t *h = mmap(NULL, hdr_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-            if (h == MAP_FAILED) {
-                int e = errno;
-                close(fd);
-                return rdv_error(c, what, DT_ERR_SYSTEM, "cannot map %s: %s", c->name,
-                                 strerror(e));
-            }
-            int retry = 0;
-            pid_t creator = atomic_load(&h->creator_pid);
-            int ready = atomic_load_explicit(&h->magic, memory_order_acquire) == SHM_MAGIC;
-            if (atomic_load(&h->stale)) {
-                retry = 1;
-            } else if (creator > 0 && !pid_alive(creator) &&
-                       (!ready || atomic_load(&h->attached) < (uint32_t)h->size)) {
-                /* its creator died before the group was complete */
-                drop_stale(c->name, h);
-                retry = 1;
-            } else if (!ready) {
-                retry = 1; /* being initialised */
-            } else if (h->version != SHM_VERSION) {
-                uint32_t hv = h->version;
-                munmap(h, hdr_bytes);
-                close(fd);
-                return rdv_error(c, what, DT_ERR_INVALID,
-                                 "%s was created by pid %d with layout version %u of the "
-                                 "shm plugin; this rank's plugin has version %u (ranks of "
-                                 "one job must load the same dtrain_shm)",
-                                 c->name, (int)creator, (unsigned)hv, (unsigned)SHM_VERSION);
-            } else if (h->size != c->size) {
-                int32_t hs = h->size;
-                munmap(h, hdr_bytes);
-                close(fd);
-                return rdv_error(c, what, DT_ERR_INVALID,
-                                 "%s was created for %d ranks by pid %d, but this rank "
-                                 "was told the group has %d (is the job id used twice?)",
-                                 c->name, (int)hs, (int)creator, (int)c->size);
-            }
-            if (retry) {
-                munmap(h, hdr_bytes);
-                close(fd);
-                sleep_ms(1);
-                continue;
-            }
-            size_t total = h->total;
-            munmap(h, hdr_bytes);
-            void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-            if (base == MAP_FAILED) {
-                int e = errno;
-                close(fd);
-                return rdv_error(c, what, DT_ERR_SYSTEM, "cannot map %zu bytes of %s: %s",
-                                 total, c->name, strerror(e));
-            }
-            c->base = base;
-            c->bytes = total;
-        } else {
-            return rdv_error(c, what, DT_ERR_SYSTEM, "cannot create %s: %s", c->name,
-                             strerror(errno));
-        }
-        close(fd);
-        fd = -1;
-
-        shm_hdr_t *h = c->base;
-        c->hdr = h;
-        c->ranks = (shm_rank_t *)((unsigned char *)c->base + h->off_ranks);
-        c->chans = (shm_chan_t *)((unsigned char *)c->base + h->off_chans);
-        c->slots = (unsigned char *)c->base + h->off_slots;
-        c->p2p = (unsigned char *)c->base + h->off_p2p;
-        c->chunk = h->chunk;
-        c->p2p_chunk = h->p2p_chunk;
-        set_mid_range(c);
-        if (c->is_world) {
-            c->job->world = h;
-            c->job->base = c->base;
-            c->job->bytes = c->bytes;
-        }
-
-        /* Claim our slot. */
-        shm_rank_t *rk = &c->ranks[c->rank];
-        int32_t prev = 0;
-        if (!atomic_compare_exchange_strong(&rk->pid, &prev, (int32_t)me)) {
-            if (pid_alive(prev)) {
-                unmap_seg(c);
-                return rdv_error(c, what, DT_ERR_INVALID,
-                                 "rank %d of %s is already taken by pid %d (two processes "
-                                 "with the same rank, or the job id used twice)",
-                                 (int)c->rank, c->name, (int)prev);
-            }
-            drop_stale(c->name, h);
-            unmap_seg(c);
-            continue;
-        }
-        rk->world_rank = c->wranks[c->rank];
-        cpu_set_t mine;
-        CPU_ZERO(&mine);
-        memset(rk->cpus, 0, sizeof rk->cpus);
-        if (sched_getaffinity(0, sizeof mine, &mine) == 0) {
-            for (int cpu = 0; cpu < SHM_CPU_WORDS * 64 && cpu < CPU_SETSIZE; cpu++)
-                if (CPU_ISSET(cpu, &mine))
-                    rk->cpus[cpu / 64] |= 1ull << (cpu % 64);
-        } else {
-            memset(rk->cpus, 0xff, sizeof rk->cpus); /* unknown: any */
-        }
-        atomic_store(&rk->state, SHM_RANK_JOINED);
-        atomic_fetch_add(&h->attached, 1);
-        shm_futex_wake(&h->attached, INT_MAX);
-        break;
-    }
-
-    /* Wait for everybody. */
-    shm_hdr_t *h = c->hdr;
-    uint64_t next_check = 0;
-    for (;;) {
-        uint32_t n = atomic_load(&h->attached);
-        if (n >= (uint32_t)c->size)
-            break;
-        uint64_t now = shm_now_ns();
-        if (now >= next_check) {
-            next_check = now + SHM_CHECK_NS;
-            for (int p = 0; p < c->size; p++) {
-                pid_t pp = atomic_load(&c->ranks[p].pid);
-                /* A rank that gave up (its own timeout) is not a death:
-                 * keep waiting and name the ranks that never came. */
-                if (pp > 0 && p != c->rank && !pid_alive(pp) &&
-                    atomic_load(&c->ranks[p].state) != SHM_RANK_LEFT) {
-                    char who[96];
-                    shm_fmt_rank(c, p, who, sizeof who);
-                    leave_failed(c);
-                    return rdv_error(c, what, DT_ERR_REMOTE, "%s (pid %d) died before "
-                                     "all ranks arrived", who, (int)pp);
-                }
-            }
-            if (!c->is_world && atomic_load(&c->job->world->fail.state) == 2) {
-                char text[512];
-                int st = shm_fail_text(c, text, sizeof text);
-                leave_failed(c);
-                return rdv_error(c, what, st, "%s", text);
-            }
-        }
-        if (now - t0 >= limit) {
-            int miss_n = 0;
-            int *miss = malloc(sizeof(int) * (size_t)c->size);
-            for (int p = 0; miss && p < c->size; p++)
-                if (atomic_load(&c->ranks[p].pid) == 0)
-                    miss[miss_n++] = p;
-            char who[1024];
-            shm_fmt_ranks(c, miss, miss_n, who, sizeof who);
-            free(miss);
-            leave_failed(c);
-            return rdv_error(c, what, DT_ERR_TIMEOUT,
-                             "timed out after %.1f s waiting for %s of %d",
-                             (double)c->timeout_ms / 1000.0, who, (int)c->size);
-        }
-        uint64_t left = limit - (now - t0);
-        shm_futex_wait(&h->attached, n, left < SHM_SLICE_NS ? left : SHM_SLICE_NS);
-    }
-
-    /* All attached: remove the name (attach, then unlink). */
-    uint32_t z = 0;
-    if (atomic_compare_exchange_strong(&h->unlinked, &z, 1))
-        shm_unlink(c->name);
-    for (int p = 0; p < c->size; p++) {
-        c->pids[p] = atomic_load(&c->ranks[p].pid);
-        c->wranks[p] = c->ranks[p].world_rank;
-        c->pidfds[p] = p == c->rank ? -1 : sys_pidfd_open(c->pids[p]);
-    }
-    return DT_OK;
-}
 
 /* ---- groups ------------------------------------------------------------ */
 
@@ -703,6 +223,7 @@ static void set_mid_range(dt_comm_t *c)
 /* Finish a comm after its rendezvous succeeded. */
 static int comm_start(dt_comm_t *c)
 {
+    set_mid_range(c);
     int st = start_thread(c);
     if (st != DT_OK)
         return st;
@@ -714,18 +235,6 @@ static int comm_start(dt_comm_t *c)
                                                  : "waits spin then sleep")
                             : "waits sleep at once (ranks share CPUs)");
     return DT_OK;
-}
-
-static int valid_job_id(const char *s)
-{
-    size_t n = 0;
-    for (; s[n]; n++) {
-        char ch = s[n];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-              (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.'))
-            return 0;
-    }
-    return n > 0 && n <= SHM_JOB_ID_MAX;
 }
 
 static int usable_cpus(void)
@@ -784,11 +293,8 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     if (a->size < 1 || a->rank < 0 || a->rank >= a->size)
         return host->set_error(host, DT_ERR_INVALID, "init: rank %d is not in [0, %d)",
                                (int)a->rank, (int)a->size);
-    if (!a->job_id || !valid_job_id(a->job_id))
-        return host->set_error(host, DT_ERR_INVALID,
-                               "init: job id '%s' must be 1..%d letters, digits, '.', '_' "
-                               "or '-' (it names /dev/shm/dtrain-<job id>)",
-                               a->job_id ? a->job_id : "(null)", SHM_JOB_ID_MAX);
+    if (!a->job_id || !shm_valid_job_id(a->job_id))
+        return shm_bad_job_id(host, "init", a->job_id);
     if (a->timeout_ms <= 0)
         return host->set_error(host, DT_ERR_INVALID, "init: timeout_ms must be > 0 (got %lld)",
                                (long long)a->timeout_ms);
@@ -837,7 +343,7 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     chunk_sizes(slot, c->size, &chunk, &p2p);
     char what[160];
     snprintf(what, sizeof what, "rendezvous for job '%s'", a->job_id);
-    st = rendezvous(c, what, chunk, p2p);
+    st = shm_rendezvous(c, what, chunk, p2p);
     if (st == DT_OK) {
         /* Spinning only pays when every rank has a CPU of its own. */
         job->oversubscribed = c->size > group_cpus(c);
@@ -846,7 +352,7 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     }
     if (st != DT_OK) {
         if (c->hdr)
-            leave_failed(c);
+            shm_leave_failed(c);
         comm_free(c);
         job_unref(job);
         return st;
@@ -973,12 +479,12 @@ static int shm_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
     char what[256];
     snprintf(what, sizeof what, "split of group %s (color %d): rendezvous of group %s",
              c->gname, (int)color, g->gname);
-    st = rendezvous(g, what, chunk, p2p);
+    st = shm_rendezvous(g, what, chunk, p2p);
     if (st == DT_OK)
         st = comm_start(g);
     if (st != DT_OK) {
         if (g->hdr)
-            leave_failed(g);
+            shm_leave_failed(g);
         job_unref(g->job);
         comm_free(g);
         return st;
@@ -1019,6 +525,7 @@ static const dt_comm_ops_v1_t shm_ops = {
     .split = shm_split,
     .abort = shm_abort,
     .test = shm_op_test,
+    .cleanup_job = shm_cleanup_job,
 };
 
 DT_PLUGIN_ENTRY(comm, 1, dt_comm_ops_v1_t, &shm_ops)

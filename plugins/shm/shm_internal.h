@@ -2,7 +2,10 @@
  * plugins/shm/shm_internal.h - the shared-memory communicator's private
  * types: the layout of a group's POSIX shared-memory segment, the
  * process-local communicator and request structs, and the functions the
- * plugin's source files share.
+ * plugin's source files share.  Two concerns that need none of this have
+ * their own headers, so nothing depends on the group lifecycle for them:
+ * shm_msg.h (message texts, the failure record) and shm_reduce.h (the
+ * arithmetic).
  *
  * One segment per group.  Every rank of the group maps it; nothing else
  * crosses between processes.  Layout (all offsets page aligned):
@@ -28,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "dtrain/comm.h"
@@ -39,13 +43,33 @@
  *     world group:        /dtrain-<job_id>
  *     split of a group:   <parent name>-g<split number>c<color>
  *                         e.g. /dtrain-j42-g1c0, /dtrain-j42-g1c0-g2c1
- * so `rm /dev/shm/dtrain-<job_id>*` (what the launcher does after a crash)
- * removes everything a job can leave.  Normally nothing is left: the first
- * rank to see the whole group attached unlinks the name (attach, then
- * unlink), and the memory goes away with the last mapping.
+ * so the job's segments are exactly the names shm_is_job_segment accepts,
+ * which is what cleanup_job removes after a crash (shm_cleanup.c).
+ * Normally nothing is left: the first rank to see the whole group
+ * attached unlinks the name (attach, then unlink), and the memory goes
+ * away with the last mapping.
+ *
+ * A job id is 1..SHM_JOB_ID_MAX letters, digits, '.', '_' or '-': it is
+ * part of a file name.  (A job id that itself ends like a split, "j4-g1c0",
+ * names the same file as job "j4"'s first split: launchers derive ids that
+ * do not, and two jobs of one user sharing a prefix that way would collide
+ * at the rendezvous anyway.)
  * --------------------------------------------------------------------- */
 #define SHM_NAME_MAX 240   /* below NAME_MAX (255) minus the "/dev/shm" part */
 #define SHM_JOB_ID_MAX 96  /* longest job id accepted */
+
+/* 1 when `s` is a valid job id (see above). */
+static inline int shm_valid_job_id(const char *s)
+{
+    size_t n = 0;
+    for (; s[n]; n++) {
+        char ch = s[n];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+              (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.'))
+            return 0;
+    }
+    return n > 0 && n <= SHM_JOB_ID_MAX;
+}
 
 /* Write the world segment name for `job_id` into buf (cap bytes).
  * Returns the length, or -1 when it does not fit. */
@@ -62,6 +86,29 @@ static inline int shm_split_name(char *buf, size_t cap, const char *parent,
 {
     int n = snprintf(buf, cap, "%s-g%uc%u", parent, split_no, (uint32_t)color);
     return (n < 0 || (size_t)n >= cap) ? -1 : n;
+}
+
+/* 1 when `file` (an entry of /dev/shm, no slash) is a name this plugin
+ * gives a segment of job `job_id`: the world's "dtrain-<job_id>" or a
+ * split's, that followed by one or more "-g<digits>c<digits>".  Another
+ * job whose id merely starts with ours ("j42" for "j4", "j4-x") is not
+ * matched. */
+static inline int shm_is_job_segment(const char *file, const char *job_id)
+{
+    size_t n = strlen(job_id);
+    if (strncmp(file, "dtrain-", 7) != 0 || strncmp(file + 7, job_id, n) != 0)
+        return 0;
+    for (const char *p = file + 7 + n; *p;) {
+        if (p[0] != '-' || p[1] != 'g' || !(p[2] >= '0' && p[2] <= '9'))
+            return 0;
+        for (p += 2; *p >= '0' && *p <= '9'; p++)
+            ;
+        if (p[0] != 'c' || !(p[1] >= '0' && p[1] <= '9'))
+            return 0;
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            ;
+    }
+    return 1;
 }
 
 /* ------------------------------------------------------------------------
@@ -324,7 +371,7 @@ struct dt_comm {
 };
 
 /* ------------------------------------------------------------------------
- * Shared helpers (shm_comm.c).
+ * Where a rank's buffers lie in the mapping.
  * --------------------------------------------------------------------- */
 static inline shm_chan_t *shm_chan(dt_comm_t *c, int src, int dst)
 {
@@ -343,22 +390,22 @@ static inline unsigned char *shm_chan_buf(dt_comm_t *c, int src, int dst,
                         (size_t)c->p2p_chunk;
 }
 
-/* "all_reduce #17 (f32, 4194304 bytes) on group world" */
-/* "all_reduce", "send", ...; "?" for a kind that is not one (a peer's
- * descriptor is read from shared memory). */
-const char *shm_op_name(int k);
-void shm_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf,
-                  size_t cap);
-/* "rank 3" / "ranks 2, 3" in group terms, world ranks added for splits. */
-void shm_fmt_ranks(dt_comm_t *c, const int *list, int n, char *buf,
-                   size_t cap);
-/* How rank r (of this group) is named in messages. */
-void shm_fmt_rank(dt_comm_t *c, int r, char *buf, size_t cap);
-/* Publish the job's first failure (no-op when one is already published). */
-void shm_publish_fail(shm_job_t *job, int kind, int32_t world_rank,
-                      int32_t pid, const char *reason);
-/* Message for a published failure, e.g. "rank 2 (pid 4242) died". */
-int shm_fail_text(dt_comm_t *c, char *buf, size_t cap);
+/* Rendezvous (shm_rendezvous.c).  Create or join the segment c->name for
+ * a group of c->size ranks (pipeline and channel buffers of chunk and
+ * p2p_chunk bytes when we create it) and wait until every rank is in, at
+ * most c->timeout_ms; then the name is removed and c maps the segment.
+ * `what` names the rendezvous in messages.  On failure nothing of ours is
+ * left mapped. */
+int shm_rendezvous(dt_comm_t *c, const char *what, uint64_t chunk,
+                   uint64_t p2p_chunk);
+/* Give up the segment c is attached to when the group cannot start: the
+ * job is failing, so remove the name now (nobody else should join it). */
+void shm_leave_failed(dt_comm_t *c);
+
+/* The ABI's cleanup_job (shm_cleanup.c; see comm.h): remove the segments
+ * of job `job_id` its ranks left in /dev/shm, only regular files the
+ * caller owns. */
+int shm_cleanup_job(const dt_host_v1_t *host, const char *job_id);
 
 /* Collectives (shm_collectives.c): run one op to completion on the
  * progress thread.  Returns a status; on failure r->msg holds the text. */
@@ -412,27 +459,5 @@ int shm_op_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer
 int shm_op_barrier(dt_comm_t *c, dt_comm_req_t **req);
 int shm_op_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms);
 int shm_op_test(dt_comm_t *c, dt_comm_req_t *r, int *done);
-
-/* Reduction kernels (shm_reduce.c).  dst[i] = op over srcs[0..n-1][i] in
- * that order, accumulated in f32 for f32/bf16/f16 (rounded once to nearest
- * even), f64 for f64, wrapping integer arithmetic for integers.  AVG
- * divides the sum by `group` (integers: unsupported, checked earlier).
- * dst may alias any src.  (count) elements each. */
-void shm_reduce(void *dst, const void *const *srcs, int nsrc, size_t count,
-                int dtype, int op, int group);
-/* shm_reduce into dst, and the same result copied into dst2 (a user
- * buffer, may be NULL) while it is hot; `streaming` as in shm_copy_out. */
-void shm_reduce2(void *dst, void *dst2, const void *const *srcs, int nsrc, size_t count,
-                 int dtype, int op, int group, int streaming);
-/* memcpy src into dst (shared memory) and, when dst2 is not NULL, into
- * dst2 (a user buffer) from the freshly written, cache-hot dst. */
-void shm_copy2(void *dst, void *dst2, const void *src, size_t n, int streaming);
-/* memcpy into a user buffer; `streaming` (for messages far larger than
- * the caches) uses non-temporal stores where the CPU has them. */
-void shm_copy_out(void *dst, const void *src, size_t n, int streaming);
-/* Messages at least this large are copied out with streaming stores. */
-#define SHM_STREAM_MIN (16ull << 20)
-/* DT_OK when (dtype, op) can be reduced, else DT_ERR_UNSUPPORTED. */
-int shm_reduce_supported(int dtype, int op);
 
 #endif /* DT_SHM_INTERNAL_H */

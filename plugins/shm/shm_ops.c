@@ -23,6 +23,8 @@
 #include <string.h>
 
 #include "shm_internal.h"
+#include "shm_msg.h"
+#include "shm_reduce.h"
 #include "shm_sync.h"
 
 /* ---- requests ---------------------------------------------------------- */

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "shm_internal.h"
+#include "shm_msg.h"
 #include "shm_sync.h"
 
 void shm_p2p_start(dt_comm_t *c, struct dt_comm_req *r)

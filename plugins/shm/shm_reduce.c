@@ -19,13 +19,15 @@
  * registers.  Every path performs the same IEEE operations on each element
  * in the same order, so results are bitwise identical whichever runs.
  */
+#include "shm_reduce.h"
+
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtrain/comm.h"
 #include "dtrain/half.h"
-#include "shm_internal.h"
 
 #define BLK 1024
 
@@ -212,15 +214,20 @@ static int cpuid_f16c(void)
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
 
-/* DT_SHM_PORTABLE_KERNELS=1 forces the portable kernel (tests compare the
- * two paths on machines that have F16C). */
+/* DTRAIN_SHM_PORTABLE_KERNELS=1 forces the portable kernels (tests compare
+ * the two paths on machines that have F16C and AVX2). */
+static int portable_forced(void)
+{
+    const char *env = getenv("DTRAIN_SHM_PORTABLE_KERNELS");
+    return env && env[0] == '1';
+}
+
 static int have_f16c(void)
 {
     static _Atomic int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v < 0) {
-        const char *env = getenv("DT_SHM_PORTABLE_KERNELS");
-        v = !(env && env[0] == '1') && __builtin_cpu_supports("avx") && cpuid_f16c();
+        v = !portable_forced() && __builtin_cpu_supports("avx") && cpuid_f16c();
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
     return v;
@@ -232,8 +239,7 @@ static int have_avx2(void)
     static _Atomic int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v < 0) {
-        const char *env = getenv("DT_SHM_PORTABLE_KERNELS");
-        v = !(env && env[0] == '1') && __builtin_cpu_supports("avx2");
+        v = !portable_forced() && __builtin_cpu_supports("avx2");
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
     return v;

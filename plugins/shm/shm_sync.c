@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shm_msg.h"
+
 uint64_t shm_now_ns(void)
 {
     struct timespec ts;

@@ -154,12 +154,29 @@ static int zero_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *
     return dt_shard_strategy_estimate(host, args, zero_configure, out);
 }
 
+/* `dtrain plan` shows every stage. */
+static const dt_plan_preset_v1_t zero_presets[] = {
+    {.label = "zero-1", .set = "stage=1"},
+    {.label = "zero-2", .set = "stage=2"},
+    {.label = "zero-3", .set = "stage=3"},
+};
+
+static int zero_plan_presets(const dt_plan_preset_v1_t **out, uint32_t *n)
+{
+    if (!out || !n)
+        return DT_ERR_INVALID;
+    *out = zero_presets;
+    *n = (uint32_t)DT_ARRAY_LEN(zero_presets);
+    return DT_OK;
+}
+
 static const dt_strategy_ops_v1_t zero_ops = {
     .info = DT_PLUGIN_INFO(STRATEGY, dt_strategy_ops_v1_t, "zero", "0.1.0",
                            "ZeRO stages 1-3: optimizer state, gradients, parameters sharded",
                            zero_keys),
     .init = zero_init,
     .estimate = zero_estimate,
+    .plan_presets = zero_plan_presets,
     DT_SHARD_STRATEGY_OPS,
 };
 

@@ -8,15 +8,6 @@
 
 #include <math.h>
 
-uint32_t dt_optim_state_count(int kind)
-{
-    switch (kind) {
-    case DT_OPTIM_ADAMW: return 2;
-    case DT_OPTIM_SGD: return 1;
-    default: return 0;
-    }
-}
-
 float dt_clip_scale(double norm, float clip)
 {
     if (!(clip > 0.0f))

@@ -24,15 +24,6 @@ uint64_t dt_shard_size(uint64_t n, uint32_t parts, uint64_t align)
     return s;
 }
 
-dt_range_t dt_range_shard(uint64_t n, uint64_t shard, uint32_t index)
-{
-    uint64_t lo = (uint64_t)index * shard;
-    if (lo >= n)
-        return (dt_range_t){n, 0};
-    uint64_t hi = lo + shard < n ? lo + shard : n;
-    return (dt_range_t){lo, hi - lo};
-}
-
 dt_range_t dt_range_intersect(dt_range_t a, dt_range_t b)
 {
     uint64_t lo = a.offset > b.offset ? a.offset : b.offset;

@@ -8,11 +8,12 @@
 #  - checkpoints do not depend on topology: saved by 2 ranks, resumed by 1
 #    and by 4, the loss curve continues;
 #  - `dtrain ckpt inspect|consolidate|export` on a sharded checkpoint;
+#  - the planner: a row per strategy preset, a third-party strategy's row;
 #  - failures: configs that differ between ranks, a peer that never
 #    arrives, a rank killed in the middle of a checkpoint write, a rank
 #    whose disk fills: clear errors and the previous checkpoint intact.
 set -euo pipefail
-bin=$1 work=$2
+bin=$1 work=$2 fakes=$3   # fakes: the fake plugins' folder (a strategy without plan presets)
 . "$(dirname "$0")/lib.sh"
 py=/usr/bin/python3
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
@@ -199,6 +200,27 @@ expect_out "hybrid without a group size says why" "fsdp HYBRID_SHARD     not pla
 expect_exit 0 "plan hybrid groups of 2" "$bin" plan eq.toml --world 4 --set fsdp.hybrid_group_size=2
 printf '%s\n' "$out" | grep -q '^fsdp HYBRID_SHARD .*MiB' && ok "hybrid planned with a group size" ||
   bad "hybrid not planned" "$out"
+# a strategy the core has never heard of, without plan presets: one row
+# with its defaults (its table's values from --set), after the shipped ones
+# in their order; found through DTRAIN_PLUGIN_PATH or the config's
+# run.plugin_path (then it is also the config's parallel.data: one row)
+expect_exit 0 "plan with a third-party strategy on the path" \
+  env DTRAIN_PLUGIN_PATH="$fakes" "$bin" plan eq.toml --world 4 --set fakestrat.note=from-the-config
+rows=$(printf '%s\n' "$out" | sed -n '/^strategy /,$p' | grep -v '^ ' | tail -n +2 |
+       sed -E 's/ +([0-9.]+ [MG]iB|not planned).*//' | paste -sd'|')
+want="ddp|zero-1|zero-2|zero-3|fsdp NO_SHARD|fsdp SHARD_GRAD_OP|fsdp FULL_SHARD|fsdp HYBRID_SHARD|fakestrat"
+if [ "$rows" = "$want" ]; then ok "rows in order, the third-party strategy last"
+else bad "rows: $rows, expected $want" "$out"; fi
+printf '%s\n' "$out" | grep -A1 '^fakestrat .*MiB' | grep -q '^ *from-the-config$' &&
+  ok "the third-party row is its own estimate, with its table's values" ||
+  bad "no planned fakestrat row with its note" "$out"
+expect_exit 0 "plan a config whose strategy is found through run.plugin_path" \
+  "$bin" plan eq.toml --world 4 --set run.plugin_path="$fakes" --set parallel.data=fakestrat
+n=$(printf '%s\n' "$out" | grep -c '^fakestrat .*MiB' || true)
+if [ "$n" = 1 ]; then ok "the config's own strategy has one row"; else bad "$n fakestrat rows" "$out"; fi
+expect_exit 0 "plan names a strategy that is not installed" "$bin" plan eq.toml --world 4 \
+  --set parallel.data=nosuch
+expect_out "its row says why" "nosuch                not planned: eq.toml: parallel.data = \"nosuch\": strategy plugin 'nosuch' not found in:"
 expect_exit 0 "plan a 1.5B preset without allocating it" "$bin" plan eq.toml --world 64 --model gpt2-1558m
 expect_out "the preset replaces the file's shape" "1557.61M parameters"
 expect_exit 2 "plan: bad --world" "$bin" plan eq.toml --world 0
@@ -230,58 +252,66 @@ expect_out "the missing rank is named" "waiting for rank 0 of 2"
 # A rank killed in the middle of writing its shard of the step-4
 # checkpoint (it stops itself where its byte budget runs out; the test
 # SIGKILLs it there): the other rank fails, the step-2 checkpoint survives.
-job="kill$$"
-DTRAIN_RANK=0 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=0 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
-  "$bin" run eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
-  --set checkpoint.every=2 --set launch.timeout=10 >rank0.log 2>&1 &
-p0=$!
-DT_FAULT_WRITE_AFTER_BYTES=300000 DT_FAULT_STOP_ON_FULL=1 \
-DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
-  "$bin" run eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
-  --set checkpoint.every=2 --set launch.timeout=10 >rank1.log 2>&1 &
-p1=$!
-for _ in $(seq 200); do
-  [ "$(ps -o stat= -p $p1 2>/dev/null | cut -c1)" = T ] && break
-  sleep 0.05
-done
-if [ "$(ps -o stat= -p $p1 2>/dev/null | cut -c1)" = T ]; then ok "rank 1 stopped mid-write"
-else bad "rank 1 never reached the fault point" "$(cat rank1.log)"; fi
-kill -KILL $p1 2>/dev/null || true
-set +e; { wait $p1; } 2>/dev/null; wait $p0; e0=$?; set -e
-out=$(cat rank0.log)
-[ $e0 = 1 ] && ok "rank 0 fails after rank 1 is killed (exit 1)" || bad "rank 0: exit $e0" "$out"
-expect_out "rank 0 names the dead rank" "rank 1"
-expect_out "rank 0 says the previous checkpoint is intact" "previous checkpoint is intact"
-if [ -f out/k/ckpt/step-00000002/COMPLETE ] && [ ! -e out/k/ckpt/step-00000004 ] &&
-   ! ls -d out/k/ckpt/*.tmp >/dev/null 2>&1; then
-  ok "step 2 complete, no step 4, no temporary directory left"
-else bad "checkpoint folder after the kill" "$(ls -la out/k/ckpt)"; fi
-if ranks 2 eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
-     --set checkpoint.resume=latest; then ok "the previous checkpoint loads and training finishes"
-else bad "resume after the kill failed" "$(cat rank*.log)"; fi
-grep -qF "resumed from out/k/ckpt/step-00000002" rank0.log && ok "resumed from step 2" ||
-  bad "resume did not start at step 2" "$(cat rank0.log)"
+if has_test_hooks "$bin"; then
+  job="kill$$"
+  DTRAIN_RANK=0 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=0 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
+    "$bin" run eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
+    --set checkpoint.every=2 --set launch.timeout=10 >rank0.log 2>&1 &
+  p0=$!
+  DTRAIN_FAULT_WRITE_AFTER_BYTES=300000 DTRAIN_FAULT_STOP_ON_FULL=1 \
+  DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
+    "$bin" run eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
+    --set checkpoint.every=2 --set launch.timeout=10 >rank1.log 2>&1 &
+  p1=$!
+  for _ in $(seq 200); do
+    [ "$(ps -o stat= -p $p1 2>/dev/null | cut -c1)" = T ] && break
+    sleep 0.05
+  done
+  if [ "$(ps -o stat= -p $p1 2>/dev/null | cut -c1)" = T ]; then ok "rank 1 stopped mid-write"
+  else bad "rank 1 never reached the fault point" "$(cat rank1.log)"; fi
+  kill -KILL $p1 2>/dev/null || true
+  set +e; { wait $p1; } 2>/dev/null; wait $p0; e0=$?; set -e
+  out=$(cat rank0.log)
+  [ $e0 = 1 ] && ok "rank 0 fails after rank 1 is killed (exit 1)" || bad "rank 0: exit $e0" "$out"
+  expect_out "rank 0 names the dead rank" "rank 1"
+  expect_out "rank 0 says the previous checkpoint is intact" "previous checkpoint is intact"
+  if [ -f out/k/ckpt/step-00000002/COMPLETE ] && [ ! -e out/k/ckpt/step-00000004 ] &&
+     ! ls -d out/k/ckpt/*.tmp >/dev/null 2>&1; then
+    ok "step 2 complete, no step 4, no temporary directory left"
+  else bad "checkpoint folder after the kill" "$(ls -la out/k/ckpt)"; fi
+  if ranks 2 eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
+       --set checkpoint.resume=latest; then ok "the previous checkpoint loads and training finishes"
+  else bad "resume after the kill failed" "$(cat rank*.log)"; fi
+  grep -qF "resumed from out/k/ckpt/step-00000002" rank0.log && ok "resumed from step 2" ||
+    bad "resume did not start at step 2" "$(cat rank0.log)"
+else
+  skip "a rank killed mid-write" "test hooks (DTRAIN_FAULT_*) compiled out of $bin"
+fi
 
 # A rank whose disk fills while writing: every rank fails cleanly.
-job="full$$"
-DTRAIN_RANK=0 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=0 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
-  "$bin" run eq.toml --set train.micro_batch=4 --set run.name=f --set train.steps=4 \
-  --set checkpoint.every=2 >rank0.log 2>&1 &
-p0=$!
-set +e
-DT_FAULT_WRITE_AFTER_BYTES=300000 \
-DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
-  "$bin" run eq.toml --set train.micro_batch=4 --set run.name=f --set train.steps=4 \
-  --set checkpoint.every=2 >rank1.log 2>&1
-e1=$?; wait $p0; e0=$?
-set -e
-out=$(cat rank0.log rank1.log)
-[ $e0 = 1 ] && [ $e1 = 1 ] && ok "disk full on rank 1: both ranks exit 1" ||
-  bad "disk full: exits $e0 / $e1" "$out"
-expect_out "rank 1 says why" "No space left on device"
-expect_out "rank 0 names the failing rank" "rank 1 failed writing its shard"
-[ -f out/f/ckpt/step-00000002/COMPLETE ] && [ ! -e out/f/ckpt/step-00000004 ] &&
-  ok "disk full: step 2 intact, step 4 never appears" || bad "disk full: folder" "$(ls out/f/ckpt)"
+if has_test_hooks "$bin"; then
+  job="full$$"
+  DTRAIN_RANK=0 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=0 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
+    "$bin" run eq.toml --set train.micro_batch=4 --set run.name=f --set train.steps=4 \
+    --set checkpoint.every=2 >rank0.log 2>&1 &
+  p0=$!
+  set +e
+  DTRAIN_FAULT_WRITE_AFTER_BYTES=300000 \
+  DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
+    "$bin" run eq.toml --set train.micro_batch=4 --set run.name=f --set train.steps=4 \
+    --set checkpoint.every=2 >rank1.log 2>&1
+  e1=$?; wait $p0; e0=$?
+  set -e
+  out=$(cat rank0.log rank1.log)
+  [ $e0 = 1 ] && [ $e1 = 1 ] && ok "disk full on rank 1: both ranks exit 1" ||
+    bad "disk full: exits $e0 / $e1" "$out"
+  expect_out "rank 1 says why" "No space left on device"
+  expect_out "rank 0 names the failing rank" "rank 1 failed writing its shard"
+  [ -f out/f/ckpt/step-00000002/COMPLETE ] && [ ! -e out/f/ckpt/step-00000004 ] &&
+    ok "disk full: step 2 intact, step 4 never appears" || bad "disk full: folder" "$(ls out/f/ckpt)"
+else
+  skip "a rank whose disk fills" "test hooks (DTRAIN_FAULT_*) compiled out of $bin"
+fi
 ls /dev/shm/dtrain-kill$$* /dev/shm/dtrain-full$$* >/dev/null 2>&1 &&
   bad "shared memory left behind" "$(ls /dev/shm)" || ok "no shared memory left behind by the failed jobs"
 finish

@@ -19,6 +19,7 @@
 
 #include "config/config.h"
 #include "ckpt/safetensors.h"
+#include "safetensors_read.h"
 #include "model_harness.h"
 #include "test_host.h"
 #include "test_plugin.h"
@@ -465,10 +466,10 @@ static void merge(dt_mh_stats_t *st, const char *name, double rel)
     }
 }
 
-static const dt_safetensors_tensor_t *ref_tensor(const dt_safetensors_t *f, const char *name,
+static const dt_test_st_tensor_t *ref_tensor(const dt_test_st_t *f, const char *name,
                                                  uint64_t numel)
 {
-    const dt_safetensors_tensor_t *t = dt_safetensors_find(f, name);
+    const dt_test_st_tensor_t *t = dt_test_st_find(f, name);
     if (!t)
         fail_msg("reference output lacks '%s'", name);
     if (t->dtype != DT_F64 || t->numel != numel)
@@ -479,7 +480,7 @@ static const dt_safetensors_tensor_t *ref_tensor(const dt_safetensors_t *f, cons
 }
 
 /* max|got - ref| / max|ref| over n elements; fails above tol. */
-static double compare_one(const char *name, const float *got, const dt_safetensors_tensor_t *t,
+static double compare_one(const char *name, const float *got, const dt_test_st_tensor_t *t,
                           double tol)
 {
     double *ref = malloc(t->numel * 8);
@@ -511,15 +512,15 @@ static double compare_one(const char *name, const float *got, const dt_safetenso
 void dt_mh_compare(dt_mh_t *h, const char *ref_path, double loss, const float *logits,
                    double loss_atol, double tol, dt_mh_stats_t *st)
 {
-    dt_safetensors_t *f = NULL;
-    if (dt_safetensors_open(ref_path, &f) != DT_OK)
+    dt_test_st_t *f = NULL;
+    if (dt_test_st_open(ref_path, &f) != DT_OK)
         fail_msg("%s", dt_last_error());
-    const dt_safetensors_tensor_t *t = ref_tensor(f, "loss", 1);
+    const dt_test_st_tensor_t *t = ref_tensor(f, "loss", 1);
     double rl;
     memcpy(&rl, t->data, 8);
     double le = fabs(loss - rl);
     if (!(le <= loss_atol)) {
-        dt_safetensors_close(f);
+        dt_test_st_close(f);
         fail_msg("loss %.9g, reference %.9g: |diff| %.3g > %.3g", loss, rl, le, loss_atol);
     }
     if (st && le > st->loss_err)
@@ -541,7 +542,7 @@ void dt_mh_compare(dt_mh_t *h, const char *ref_path, double loss, const float *l
                                    ref_tensor(f, nm, p->numel), tol);
             merge(st, p->name, r);
         }
-    dt_safetensors_close(f);
+    dt_test_st_close(f);
 }
 
 void dt_mh_print_stats(const char *what, const dt_mh_stats_t *st)

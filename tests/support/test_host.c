@@ -15,7 +15,7 @@ static dt_test_host_t *th_of(const dt_host_v1_t *h) { return (dt_test_host_t *)h
 
 static void th_log(const dt_host_v1_t *h, int level, const char *fmt, ...)
 {
-    if (level > DT_LOG_WARN && !getenv("DT_TEST_VERBOSE"))
+    if (level > DT_LOG_WARN && !getenv("DTRAIN_TEST_VERBOSE"))
         return;
     va_list ap;
     va_start(ap, fmt);

@@ -309,7 +309,7 @@ void dt_toy_check_estimate(const dt_toy_run_t *run, int size)
     if (rc != DT_OK)
         fail_msg("estimate: %s: %s", dt_status_name(rc), dt_last_error());
     const int tags[] = {DT_TAG_PARAMS, DT_TAG_GRADS, DT_TAG_OPTIMIZER, DT_TAG_OTHER};
-    if (getenv("DT_TEST_VERBOSE")) {
+    if (getenv("DTRAIN_TEST_VERBOSE")) {
         const dt_mem_stats_t *ms = &run->rank[0].mem;
         fprintf(stderr, "estimate %s x%d:", run->prefix, size);
         for (const dt_test_kv_t *kv = run->kv; kv && kv->key; kv++)

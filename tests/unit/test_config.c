@@ -272,8 +272,6 @@ static void test_unknown_table(void **state)
     double f;
     assert_int_equal(dt_config_get_float(c, "train.lr", &f), DT_OK);
     assert_true(f == 0.5);
-    assert_true(dt_config_has_table(c, "train"));
-    assert_false(dt_config_has_table(c, "model"));
     dt_config_free(c);
 }
 
@@ -376,7 +374,6 @@ static void test_required(void **state)
     /* Given by --set: fine, and the override is range-checked. */
     c = load("");
     assert_int_equal(dt_config_override(c, "zero.stage=2"), DT_OK);
-    assert_true(dt_config_has_table(c, "zero"));
     assert_int_equal(dt_config_apply_schema(c, "zero", zero_keys, 2), DT_OK);
     int64_t i;
     assert_int_equal(dt_config_get_int(c, "zero.stage", &i), DT_OK);
@@ -496,7 +493,6 @@ static void test_override_values(void **state)
     assert_int_equal(dt_config_override(c, "train.=1"), DT_ERR_CONFIG);
     assert_int_equal(dt_config_override(c, ".lr=1"), DT_ERR_CONFIG);
     assert_int_equal(dt_config_override(c, "train.a.b=1"), DT_ERR_CONFIG);
-    assert_false(dt_config_has_table(c, "train"));
     dt_config_free(c);
 }
 
@@ -531,7 +527,6 @@ static void test_override_errors(void **state)
 
     c = load("");
     assert_int_equal(dt_config_override(c, "trian.lr=1"), DT_OK);
-    assert_true(dt_config_has_table(c, "trian"));
     assert_int_equal(apply_core(c), DT_OK);
     assert_int_equal(dt_config_check_unclaimed(c, "plugin tables are named after "
                                                   "a selected plugin"),
@@ -556,10 +551,6 @@ static void test_provenance_and_print(void **state)
     assert_int_equal(apply_core(c), DT_OK);
     assert_int_equal(dt_config_set_int(c, "train.grad_accum", 2, DT_ORIGIN_DERIVED),
                      DT_OK);
-    assert_int_equal(dt_config_set_float(c, "optimizer.eps", 1e-6, DT_ORIGIN_DERIVED),
-                     DT_OK);
-    assert_int_equal(dt_config_set_string(c, "model.dtype", "bf16", DT_ORIGIN_DERIVED),
-                     DT_OK);
 
     assert_int_equal(dt_config_origin(c, "train.lr"), DT_ORIGIN_FILE);
     assert_int_equal(dt_config_origin(c, "train.warmup_steps"), DT_ORIGIN_DEFAULT);
@@ -575,8 +566,6 @@ static void test_provenance_and_print(void **state)
         "\nwarmup_steps = 0       # default\n",
         "\nmicro_batch = 4        # --set\n",
         "\ngrad_accum = 2         # derived\n",
-        "\neps = 1e-06            # derived\n",
-        "\ndtype = \"bf16\"         # derived\n",
         "\ngradient_clipping = 1.0  # default\n",
         "\nresume = \"\"            # default\n",
     };
@@ -599,7 +588,7 @@ static void test_provenance_and_print(void **state)
     dt_config_free(back);
     free(out);
 
-    /* Setting: undeclared, wrong type, out of range, bad choice. */
+    /* Setting: undeclared, wrong type, out of range. */
     assert_int_equal(dt_config_set_int(c, "train.nope", 1, DT_ORIGIN_DERIVED),
                      DT_ERR_NOT_FOUND);
     assert_int_equal(dt_config_set_int(c, "run.name", 1, DT_ORIGIN_DERIVED),
@@ -608,9 +597,6 @@ static void test_provenance_and_print(void **state)
                      DT_ERR_CONFIG);
     assert_msg("[train] grad_accum = -1 (derived) is out of range "
                   "(allowed 0 .. 1048576)");
-    assert_int_equal(dt_config_set_string(c, "model.dtype", "fp8", DT_ORIGIN_DERIVED),
-                     DT_ERR_CONFIG);
-    assert_msg("[model] dtype = \"fp8\" (derived) is not one of \"fp32\", \"bf16\"");
     int64_t i;
     assert_int_equal(dt_config_get_int(c, "train.grad_accum", &i), DT_OK);
     assert_int_equal(i, 2); /* unchanged by the failed set */

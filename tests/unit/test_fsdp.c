@@ -273,6 +273,41 @@ static void test_config_errors(void **state)
     assert_string_equal(F->info.config_keys[4].choices, "BACKWARD_PRE|BACKWARD_POST|NONE");
 }
 
+/* `dtrain plan`'s rows: one per sharding strategy, in the order the
+ * table shows them, each of whose settings selects that strategy through
+ * the plugin's own table (the estimate's note names it). */
+static void test_plan_presets(void **state)
+{
+    assert_true(DT_HAS_OP(dt_strategy_ops_v1_t, F, plan_presets));
+    const dt_plan_preset_v1_t *p = NULL;
+    uint32_t n = 0;
+    assert_ok(F->plan_presets(&p, &n));
+    static const char *const names[] = {"NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD",
+                                        "HYBRID_SHARD"};
+    assert_int_equal(n, 4);
+    dt_model_desc_v1_t m = dt_toy_model(DT_F32);
+    dt_estimate_args_v1_t ea = dt_toy_est_args(&m, 4, DT_F32, DT_OPTIM_ADAMW, 1);
+    for (uint32_t i = 0; i < n; i++) {
+        char label[32], set[64];
+        snprintf(label, sizeof label, "fsdp %s", names[i]);
+        snprintf(set, sizeof set, "sharding_strategy=%s", names[i]);
+        assert_string_equal(p[i].label, label);
+        assert_string_equal(p[i].set, set);
+        /* the settings select that strategy through the plugin's table */
+        char key[32];
+        const char *eq = strchr(p[i].set, '=');
+        assert_non_null(eq);
+        snprintf(key, sizeof key, "%.*s", (int)(eq - p[i].set), p[i].set);
+        const dt_test_kv_t kv[] = {{key, eq + 1}, {"hybrid_group_size", "2"}, {NULL, NULL}};
+        dt_test_host_t th;
+        dt_test_host_init(&th, "strategy/fsdp", kv);
+        dt_estimate_v1_t e = {.struct_size = sizeof e};
+        assert_ok(F->estimate(&th.host, &ea, &e));
+        assert_non_null(strstr(e.note, label));
+    }
+    assert_status(F->plan_presets(&p, NULL), DT_ERR_INVALID);
+}
+
 static const char *trace_run(const dt_test_kv_t *kv, int size, uint32_t n_micro)
 {
     setup_run(run, F, "strategy/fsdp", kv, DT_F32, 0);
@@ -325,6 +360,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_plan_presets),
         cmocka_unit_test(test_paper_figures),
         cmocka_unit_test(test_mp_full_shard),
         cmocka_unit_test(test_mp_shard_grad_op),

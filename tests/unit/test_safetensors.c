@@ -1,8 +1,9 @@
 /*
  * tests/unit/test_safetensors.c - the safetensors writer checked by an
- * independent parser (/usr/bin/python3 with json + struct), a file written
- * by Python read by our reader, the reader's validation errors, writer
- * misuse, and a full disk during export.
+ * independent parser (/usr/bin/python3 with json + struct), writer misuse,
+ * and a full disk during export; and the tests' own reader
+ * (tests/support/safetensors_read.h, which the model tests load their
+ * reference files with) on a file Python wrote and on malformed files.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,8 +21,10 @@
 #include "dtrain/tensor.h"
 #include "util/fileutil.h"
 #include "ckpt/safetensors.h"
+#include "safetensors_read.h"
 #include "util/error.h"
 #include "test_assert.h"
+#include "test_hooks.h"
 
 #define PYTHON "/usr/bin/python3"
 
@@ -134,27 +137,27 @@ static void test_write_checked_by_python(void **state)
     assert_int_equal(run_python(script, p), 0);
 
     /* and our own reader agrees */
-    dt_safetensors_t *st;
-    assert_int_equal(dt_safetensors_open(p, &st), DT_OK);
-    assert_int_equal(dt_safetensors_count(st), 5);
-    const dt_safetensors_tensor_t *t = dt_safetensors_find(st, "wte");
+    dt_test_st_t *st;
+    assert_int_equal(dt_test_st_open(p, &st), DT_OK);
+    assert_int_equal(dt_test_st_count(st), 5);
+    const dt_test_st_tensor_t *t = dt_test_st_find(st, "wte");
     assert_non_null(t);
     assert_int_equal(t->dtype, DT_F32);
     assert_int_equal(t->ndim, 2);
     assert_int_equal(t->shape[1], 7);
     assert_int_equal(t->numel, 35);
     assert_memory_equal(t->data, wte, sizeof wte);
-    t = dt_safetensors_find(st, "scalar");
+    t = dt_test_st_find(st, "scalar");
     assert_int_equal(t->ndim, 0);
     assert_int_equal(t->numel, 1);
-    t = dt_safetensors_find(st, "empty");
+    t = dt_test_st_find(st, "empty");
     assert_int_equal(t->numel, 0);
     assert_int_equal(t->nbytes, 0);
-    assert_string_equal(dt_safetensors_at(st, 4)->name, "half");
-    assert_string_equal(dt_safetensors_meta(st, "dtrain_step"), "123");
-    assert_null(dt_safetensors_meta(st, "nope"));
-    assert_null(dt_safetensors_find(st, "nope"));
-    dt_safetensors_close(st);
+    assert_string_equal(dt_test_st_at(st, 4)->name, "half");
+    assert_string_equal(dt_test_st_meta(st, "dtrain_step"), "123");
+    assert_null(dt_test_st_meta(st, "nope"));
+    assert_null(dt_test_st_find(st, "nope"));
+    dt_test_st_close(st);
 }
 
 static void test_read_python_file(void **state)
@@ -173,12 +176,12 @@ static void test_read_python_file(void **state)
     char p[512];
     path_of(p, sizeof p, "py.safetensors");
     assert_int_equal(run_python(script, p), 0);
-    dt_safetensors_t *st;
-    if (dt_safetensors_open(p, &st) != DT_OK)
+    dt_test_st_t *st;
+    if (dt_test_st_open(p, &st) != DT_OK)
         fail_msg("%s", dt_last_error());
-    assert_int_equal(dt_safetensors_count(st), 2);
-    const dt_safetensors_tensor_t *a = dt_safetensors_find(st, "a");
-    const dt_safetensors_tensor_t *b = dt_safetensors_find(st, "b");
+    assert_int_equal(dt_test_st_count(st), 2);
+    const dt_test_st_tensor_t *a = dt_test_st_find(st, "a");
+    const dt_test_st_tensor_t *b = dt_test_st_find(st, "b");
     float av[6], aw[6] = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -0.5f};
     int32_t bv[3], bw[3] = {7, -8, 9};
     assert_int_equal(a->nbytes, sizeof av);
@@ -188,7 +191,7 @@ static void test_read_python_file(void **state)
     assert_memory_equal(bv, bw, sizeof bv);
     assert_int_equal(a->shape[0], 2);
     assert_int_equal(b->dtype, DT_I32);
-    dt_safetensors_close(st);
+    dt_test_st_close(st);
 }
 
 /* Write a file: u64 length of `hdr`, `hdr`, then `ndata` zero bytes. */
@@ -208,7 +211,7 @@ static void test_reader_errors(void **state)
 {
     char p[512];
     path_of(p, sizeof p, "bad.safetensors");
-    dt_safetensors_t *st = (void *)1;
+    dt_test_st_t *st = (void *)1;
     struct {
         const char *hdr;
         size_t ndata;
@@ -240,7 +243,7 @@ static void test_reader_errors(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         write_st(p, cases[i].hdr, cases[i].ndata);
-        assert_int_equal(dt_safetensors_open(p, &st), DT_ERR_DATA);
+        assert_int_equal(dt_test_st_open(p, &st), DT_ERR_DATA);
         assert_null(st);
         char want[800];
         snprintf(want, sizeof want, "safetensors '%s': %s", p, cases[i].msg);
@@ -249,20 +252,20 @@ static void test_reader_errors(void **state)
     /* length field larger than the file */
     unsigned char b[16] = {0xff, 0xff, 0, 0, 0, 0, 0, 0, '{', '}'};
     assert_int_equal(dt_fileutil_write_atomic(p, b, sizeof b), DT_OK);
-    assert_int_equal(dt_safetensors_open(p, &st), DT_ERR_DATA);
+    assert_int_equal(dt_test_st_open(p, &st), DT_ERR_DATA);
     assert_msg_has("header length 65535 exceeds the file (16 bytes)");
     assert_int_equal(dt_fileutil_write_atomic(p, b, 5), DT_OK);
-    assert_int_equal(dt_safetensors_open(p, &st), DT_ERR_DATA);
+    assert_int_equal(dt_test_st_open(p, &st), DT_ERR_DATA);
     assert_msg_has("truncated: 5 bytes, the header length alone needs 8");
     path_of(p, sizeof p, "missing.safetensors");
-    assert_int_equal(dt_safetensors_open(p, &st), DT_ERR_NOT_FOUND);
+    assert_int_equal(dt_test_st_open(p, &st), DT_ERR_NOT_FOUND);
     assert_msg_has("missing.safetensors': No such file or directory");
     /* an empty model is valid */
     path_of(p, sizeof p, "empty.safetensors");
     write_st(p, "{}      ", 0);
-    assert_int_equal(dt_safetensors_open(p, &st), DT_OK);
-    assert_int_equal(dt_safetensors_count(st), 0);
-    dt_safetensors_close(st);
+    assert_int_equal(dt_test_st_open(p, &st), DT_OK);
+    assert_int_equal(dt_test_st_count(st), 0);
+    dt_test_st_close(st);
 }
 
 
@@ -325,10 +328,10 @@ static void test_disk_full(void **state)
         snprintf(want, sizeof want, "writing '%s': No space left on device", p);
         assert_msg_has(want);
         dt_test_assert_no_tmp(g_dir);
-        dt_safetensors_t *st;
-        assert_int_equal(dt_safetensors_open(p, &st), DT_OK);
-        assert_non_null(dt_safetensors_find(st, "old"));
-        dt_safetensors_close(st);
+        dt_test_st_t *st;
+        assert_int_equal(dt_test_st_open(p, &st), DT_OK);
+        assert_non_null(dt_test_st_find(st, "old"));
+        dt_test_st_close(st);
     }
     free(x);
 }

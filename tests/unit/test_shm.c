@@ -17,6 +17,7 @@
  * is left in /dev/shm.
  */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <math.h>
 #include <setjmp.h>
@@ -549,7 +550,7 @@ static int child_half_patterns(int rank, int N, void *arg)
     dt_test_host_t th;
     dt_comm_t *c = NULL;
     if (a->param)
-        setenv("DT_SHM_PORTABLE_KERNELS", "1", 1); /* no F16C even if present */
+        setenv("DTRAIN_SHM_PORTABLE_KERNELS", "1", 1); /* no F16C even if present */
     CHILD_OK(join(a, rank, N, &th, &c));
     const int dts[] = {DT_F16, DT_BF16};
     uint16_t *in[2], *out = malloc(65536 * 2);
@@ -1204,8 +1205,8 @@ static void test_plugin_info(void **state)
 static void test_segment_names(void **state)
 {
     (void)state;
-    /* Every segment of a job starts with /dtrain-<job id>: the launcher's
-     * cleanup after a crash removes /dev/shm/dtrain-<job id>*. */
+    /* Every segment of a job is named from /dtrain-<job id>: cleanup_job
+     * finds a crashed job's by name. */
     char w[SHM_NAME_MAX + 16], s1[SHM_NAME_MAX + 16], s2[SHM_NAME_MAX + 16];
     assert_int_equal(shm_world_name(w, sizeof w, "j42"), 11);
     assert_string_equal(w, "/dtrain-j42");
@@ -1215,6 +1216,116 @@ static void test_segment_names(void **state)
     assert_string_equal(s2, "/dtrain-j42-g1c0-g3c12");
     char small[12];
     assert_int_equal(shm_world_name(small, sizeof small, "j42x"), -1);
+    /* what cleanup_job takes for job j42's: those names, nothing else */
+    assert_true(shm_is_job_segment("dtrain-j42", "j42"));
+    assert_true(shm_is_job_segment("dtrain-j42-g1c0", "j42"));
+    assert_true(shm_is_job_segment("dtrain-j42-g1c0-g3c12", "j42"));
+    assert_false(shm_is_job_segment("dtrain-j4", "j42"));
+    assert_false(shm_is_job_segment("dtrain-j421", "j42"));     /* job j421 */
+    assert_false(shm_is_job_segment("dtrain-j42-x", "j42"));    /* job j42-x */
+    assert_false(shm_is_job_segment("dtrain-j42-g1", "j42"));
+    assert_false(shm_is_job_segment("dtrain-j42-g1c", "j42"));
+    assert_false(shm_is_job_segment("dtrain-j42-gc0", "j42"));
+    assert_false(shm_is_job_segment("dtrain-j42-g1c0x", "j42"));
+    assert_false(shm_is_job_segment("xdtrain-j42", "j42"));
+    assert_true(shm_valid_job_id("t-1_a.b"));
+    assert_false(shm_valid_job_id(""));
+    assert_false(shm_valid_job_id("a/b"));
+    assert_false(shm_valid_job_id("../x"));
+}
+
+/* ---- cleanup_job ------------------------------------------------------- */
+
+static void plant(const char *name, uid_t owner)
+{
+    char path[512];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    int fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    if (owner != geteuid())
+        assert_int_equal(chown(path, owner, (gid_t)-1), 0);
+}
+
+static int shm_entry_exists(const char *name)
+{
+    char path[512];
+    struct stat st;
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    return lstat(path, &st) == 0;
+}
+
+static void unlink_shm_entry(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    unlink(path);
+}
+
+static void test_cleanup_job(void **state)
+{
+    (void)state;
+    assert_true(DT_HAS_OP(dt_comm_ops_v1_t, g_ops, cleanup_job));
+    char job[128], mine[3][192], other[3][192], link[192], foreign[192], target[256];
+    new_job(job, sizeof job, "clean");
+    /* what a crash of job `job` can leave: the world and nested splits */
+    snprintf(mine[0], sizeof mine[0], "dtrain-%s", job);
+    snprintf(mine[1], sizeof mine[1], "dtrain-%s-g1c0", job);
+    snprintf(mine[2], sizeof mine[2], "dtrain-%s-g1c0-g2c1", job);
+    /* other jobs whose ids start with ours, and a name no split has */
+    snprintf(other[0], sizeof other[0], "dtrain-%s7", job);
+    snprintf(other[1], sizeof other[1], "dtrain-%s-x", job);
+    snprintf(other[2], sizeof other[2], "dtrain-%s-g3", job);
+    for (int i = 0; i < 3; i++) {
+        plant(mine[i], geteuid());
+        plant(other[i], geteuid());
+    }
+    /* a symlink under one of our names, pointing at a file of ours */
+    snprintf(target, sizeof target, "/tmp/%s-target", job);
+    int fd = open(target, O_CREAT | O_EXCL | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    snprintf(link, sizeof link, "dtrain-%s-g4c0", job);
+    char link_path[512];
+    snprintf(link_path, sizeof link_path, "/dev/shm/%s", link);
+    assert_int_equal(symlink(target, link_path), 0);
+    /* one of our names owned by another user (only root can plant it) */
+    snprintf(foreign, sizeof foreign, "dtrain-%s-g5c0", job);
+    int as_root = geteuid() == 0;
+    if (as_root)
+        plant(foreign, 65534);
+    else
+        fprintf(stderr, "test_cleanup_job: not root: the case of a file another user "
+                        "owns is not checked\n");
+
+    dt_test_host_t th;
+    dt_test_host_init(&th, "comm/shm", NULL);
+    assert_int_equal(g_ops->cleanup_job(&th.host, job), DT_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_false(shm_entry_exists(mine[i]));
+        assert_true(shm_entry_exists(other[i]));
+    }
+    struct stat st;
+    assert_int_equal(lstat(link_path, &st), 0); /* the link itself is kept */
+    assert_true(S_ISLNK(st.st_mode));
+    assert_int_equal(stat(target, &st), 0);     /* and was not followed */
+    if (as_root)
+        assert_true(shm_entry_exists(foreign));
+    /* idempotent: nothing (of ours) left is DT_OK */
+    assert_int_equal(g_ops->cleanup_job(&th.host, job), DT_OK);
+
+    /* the job id is checked as init checks it */
+    assert_int_equal(g_ops->cleanup_job(&th.host, "../x"), DT_ERR_INVALID);
+    assert_string_equal(dt_last_error(), "comm/shm: cleanup_job: job id '../x' must be "
+                        "1..96 letters, digits, '.', '_' or '-' (it names "
+                        "/dev/shm/dtrain-<job id>)");
+    assert_int_equal(g_ops->cleanup_job(&th.host, NULL), DT_ERR_INVALID);
+
+    for (int i = 0; i < 3; i++)
+        unlink_shm_entry(other[i]);
+    unlink_shm_entry(link);
+    unlink_shm_entry(foreign);
+    unlink(target);
 }
 
 static int setup(void **state)
@@ -1243,6 +1354,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plugin_info),
         cmocka_unit_test(test_segment_names),
+        cmocka_unit_test(test_cleanup_job),
         cmocka_unit_test(test_arguments),
         cmocka_unit_test(test_world_1),
         cmocka_unit_test(test_world_2),

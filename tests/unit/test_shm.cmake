@@ -6,4 +6,4 @@ set_tests_properties(unit.test_shm PROPERTIES TIMEOUT 240 LABELS "unit;comm")
 # what machines without AVX2 run.
 add_test(NAME unit.test_shm_portable COMMAND test_shm)
 set_tests_properties(unit.test_shm_portable PROPERTIES TIMEOUT 240 LABELS "unit;comm"
-  ENVIRONMENT "CMOCKA_MESSAGE_OUTPUT=STDOUT;DT_SHM_PORTABLE_KERNELS=1")
+  ENVIRONMENT "CMOCKA_MESSAGE_OUTPUT=STDOUT;DTRAIN_SHM_PORTABLE_KERNELS=1")

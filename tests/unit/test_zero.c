@@ -159,7 +159,7 @@ static void test_memory_per_stage(void **state)
     dt_test_host_t th;
     dt_test_host_init(&th, "strategy/zero", kv);
     ea = dt_toy_est_args(&m, 4, DT_F32, DT_OPTIM_ADAMW, 1);
-    dt_estimate_v1_t est, est2;
+    dt_estimate_v1_t est = {.struct_size = sizeof est}, est2 = {.struct_size = sizeof est2};
     assert_ok(Z->estimate(&th.host, &ea, &est));
     assert_int_equal(est.bytes[DT_TAG_COMM], 1536);
     /* prefetching everything ahead keeps more gathered */
@@ -389,6 +389,39 @@ static void test_config_errors(void **state)
         assert_string_equal(Z->info.config_keys[k + 1].name, names[k]);
 }
 
+/* `dtrain plan`'s rows: one per stage, each of whose settings selects
+ * that stage through the plugin's own table (the estimate's note names
+ * it). */
+static void test_plan_presets(void **state)
+{
+    assert_true(DT_HAS_OP(dt_strategy_ops_v1_t, Z, plan_presets));
+    const dt_plan_preset_v1_t *p = NULL;
+    uint32_t n = 0;
+    assert_ok(Z->plan_presets(&p, &n));
+    assert_int_equal(n, 3);
+    dt_model_desc_v1_t m = dt_toy_model(DT_F32);
+    dt_estimate_args_v1_t ea = dt_toy_est_args(&m, 4, DT_F32, DT_OPTIM_ADAMW, 1);
+    for (uint32_t i = 0; i < n; i++) {
+        char label[32], set[32], note[32];
+        snprintf(label, sizeof label, "zero-%u", i + 1);
+        snprintf(set, sizeof set, "stage=%u", i + 1);
+        snprintf(note, sizeof note, "zero stage %u", i + 1);
+        assert_string_equal(p[i].label, label);
+        assert_string_equal(p[i].set, set);
+        char key[32];
+        const char *eq = strchr(p[i].set, '=');
+        assert_non_null(eq);
+        snprintf(key, sizeof key, "%.*s", (int)(eq - p[i].set), p[i].set);
+        const dt_test_kv_t kv[] = {{key, eq + 1}, {NULL, NULL}};
+        dt_test_host_t th;
+        dt_test_host_init(&th, "strategy/zero", kv);
+        dt_estimate_v1_t e = {.struct_size = sizeof e};
+        assert_ok(Z->estimate(&th.host, &ea, &e));
+        assert_non_null(strstr(e.note, note));
+    }
+    assert_status(Z->plan_presets(NULL, &n), DT_ERR_INVALID);
+}
+
 static void trace_run(const dt_test_kv_t *kv, int size, uint32_t n_micro)
 {
     setup_run(kv, DT_F32, DT_OPTIM_ADAMW, 0);
@@ -455,6 +488,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_plan_presets),
         cmocka_unit_test(test_memory_per_stage),
         cmocka_unit_test(test_zero_paper_figures),
         cmocka_unit_test(test_mp_stage1),

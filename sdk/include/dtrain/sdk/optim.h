@@ -21,9 +21,6 @@
 extern "C" {
 #endif
 
-/* f32 state buffers per parameter: AdamW 2 (m, v), SGD 1 (momentum),
- * unknown kind 0. */
-uint32_t dt_optim_state_count(int kind);
 
 /* PyTorch's clip_grad_norm_ coefficient: min(1, clip / (norm + 1e-6)) when
  * clip > 0, else 1.  Computed in double, returned as the optimizer kernels'

@@ -30,10 +30,6 @@ dt_range_t dt_range_split(uint64_t n, uint32_t parts, uint32_t index);
  * all_gather need, the flat space being padded to parts * shard. */
 uint64_t dt_shard_size(uint64_t n, uint32_t parts, uint64_t align);
 
-/* The real (unpadded) elements of shard `index` of length `shard`:
- * [index * shard, (index + 1) * shard) clipped to [0, n); count may be 0. */
-dt_range_t dt_range_shard(uint64_t n, uint64_t shard, uint32_t index);
-
 /* Intersection of two ranges; count 0 (offset = max start) when disjoint. */
 dt_range_t dt_range_intersect(dt_range_t a, dt_range_t b);
 

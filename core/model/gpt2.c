@@ -22,7 +22,7 @@ enum { LN1W, LN1B, ATTW, ATTB, PROJW, PROJB, LN2W, LN2B, FCW, FCB, FCPW, FCPB, N
 enum { LNFW, LNFB };
 
 /* Activations of one block: what its backward reads (kept per block, or
- * recomputed into shared scratch when checkpointed), and the two
+ * recomputed into shared scratch when the block is recomputed), and the two
  * projections that only feed a residual add, which every block shares. */
 typedef struct block_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* (B,T,C) (B,T) (B,T) */
@@ -38,8 +38,8 @@ typedef struct block_acts {
 typedef struct gpt2 {
     dt_gpt2_shape_t s;
     float **x;            /* L+1 residual streams (B,T,C): x[0] embeddings */
-    block_acts_t *acts;   /* per block; checkpointed blocks share `scratch` */
-    block_acts_t scratch; /* for checkpointed blocks and recompute */
+    block_acts_t *acts;   /* per block; recomputed blocks share `scratch` */
+    block_acts_t scratch; /* for recomputed blocks */
     float *attproj, *fcproj;          /* (B,T,C) every block's */
     float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C) (B,T) (B,T) */
     /* gradient scratch */
@@ -230,7 +230,7 @@ static int alloc_block(dt_model_t *m, const dt_model_ctx_t *ctx, block_acts_t *a
 }
 
 /* Unit u keeps its output: x[0] for the embedding, x[l+1] for block l
- * (the next unit's input, read by its backward); a block not checkpointed
+ * (the next unit's input, read by its backward); a block not recomputed
  * also keeps its intermediates; the head keeps ln_f's output and
  * statistics and the probabilities (the loss backward reads them).  All
  * else is workspace. */
@@ -242,12 +242,12 @@ static void gpt2_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *
                  NH = (double)g->s.n_head, V = (double)g->s.vocab_size;
     const int64_t L = g->s.n_layer;
     const double block = 4.0 * block_numel(B, T, C, NH);
-    int any_ckpt = 0;
+    int any_recompute = 0;
     unit[0] += 4.0 * BT * C;
     for (int64_t l = 0; l < L; l++) {
         unit[l + 1] += 4.0 * BT * C;
-        if (dt_model_is_ckpt(m, l))
-            any_ckpt = 1;
+        if (dt_model_recomputes(m, l))
+            any_recompute = 1;
         else
             unit[l + 1] += block;
     }
@@ -255,7 +255,7 @@ static void gpt2_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *
     /* recompute scratch, the shared projections, logits and losses, and
      * the gradient scratch: dx dbuf_c dbuf_c2 (C), dqkv (3C), dfch
      * dfch_gelu (4C), dlogits (V) */
-    *ws += (any_ckpt ? block : 0.0) + 4.0 * (2.0 * BT * C + BT * V + BT) +
+    *ws += (any_recompute ? block : 0.0) + 4.0 * (2.0 * BT * C + BT * V + BT) +
            4.0 * (BT * C * (3.0 + 3.0 + 8.0) + BT * V);
 }
 
@@ -280,7 +280,7 @@ static int gpt2_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
     }
     int need_scratch = 0;
     for (int64_t l = 0; l < L; l++) {
-        if (dt_model_is_ckpt(m, l)) {
+        if (dt_model_recomputes(m, l)) {
             need_scratch = 1;
             continue;
         }
@@ -292,7 +292,7 @@ static int gpt2_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
     if (need_scratch && (rc = alloc_block(m, ctx, &g->scratch)))
         return rc;
     for (int64_t l = 0; l < L; l++)
-        if (dt_model_is_ckpt(m, l))
+        if (dt_model_recomputes(m, l))
             g->acts[l] = g->scratch;
     m->act_owner = head;
     if ((rc = dt_model_dalloc(m, ctx, BT * C, 4, &g->lnf)) ||
@@ -510,7 +510,7 @@ static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook
             o[k] = ud->params[k].offset;
         DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, l + 1, 0, &bl));
         DT_TRY_UNIT(dt_model_view(m, ctx, l + 1, bl.params, 1, &vl), "backward", l + 1);
-        if (dt_model_is_ckpt(m, l)) /* recompute this block's activations into scratch */
+        if (dt_model_recomputes(m, l)) /* recompute this block's activations into scratch */
             DT_TRY_UNIT(block_forward(m, ctx, l, &vl, g->x[l], &g->scratch, g->dbuf_c2),
                         "recompute", l + 1);
         DT_TRY_UNIT(block_backward(m, ctx, &vl, bl.grads, o, g->x[l], &g->acts[l]), "backward",

@@ -12,7 +12,7 @@
  *   loss: mean softmax cross-entropy of the target token at every position
  * Each position sees only its own token (a bigram model), so any sequence
  * length works.  Activation checkpointing applies to the hidden layers:
- * a checkpointed layer keeps its output and recomputes its pre-activation.
+ * a recomputed layer keeps its output and recomputes its pre-activation.
  *
  * Checked against tests/reference/mlp_ref.py (float64 numpy) by
  * tests/unit/test_mlp.c.
@@ -32,7 +32,7 @@ typedef struct mlp {
     float *zeros;        /* (T, D): the embedding kernel's position table */
     float *x0;           /* (B,T,D) embeddings */
     float **pre, **out;  /* per layer (B,T,H): before and after GELU */
-    float *pre_scratch;  /* (B,T,H) for checkpointed layers */
+    float *pre_scratch;  /* (B,T,H) for recomputed layers */
     float *da, *db;      /* (B,T,max(D,H)) gradients of layer inputs/outputs */
     float *dpre;         /* (B,T,H) */
     float *dlogits;      /* (B,T,V) */
@@ -113,7 +113,7 @@ static int mlp_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
         return rc;
     for (int64_t l = 0; l < p->NL; l++) {
         m->act_owner = (uint32_t)l + 1;
-        if (dt_model_is_ckpt(m, l))
+        if (dt_model_recomputes(m, l))
             need_scratch = 1;
         else if ((rc = dt_model_dalloc(m, ctx, BT * H, 4, &p->pre[l])))
             return rc;
@@ -127,7 +127,7 @@ static int mlp_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
     if (need_scratch && (rc = dt_model_dalloc(m, ctx, BT * H, 4, &p->pre_scratch)))
         return rc;
     for (int64_t l = 0; l < p->NL; l++)
-        if (dt_model_is_ckpt(m, l))
+        if (dt_model_recomputes(m, l))
             p->pre[l] = p->pre_scratch;
     if ((rc = dt_model_dalloc(m, ctx, m->T * D, 4, &p->zeros)) ||
         (rc = ctx->dev_ops->memset_async(ctx->dev, p->zeros, 0, (uint64_t)(m->T * D) * 4,
@@ -143,7 +143,7 @@ static int mlp_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
 }
 
 /* Unit u keeps its output (the next unit's input): the embeddings, each
- * layer's GELU output, and unless the layer is checkpointed its
+ * layer's GELU output, and unless the layer is recomputed its
  * pre-activation (GELU's backward reads it); the head keeps the
  * probabilities.  The rest is workspace. */
 static void mlp_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *unit, double *ws)
@@ -151,19 +151,19 @@ static void mlp_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *u
     const mlp_t *p = P(m);
     const double BT = (double)B_ * (double)T_, D = (double)p->D, H = (double)p->H,
                  V = (double)p->V, wide = D > H ? D : H;
-    int any_ckpt = 0;
+    int any_recompute = 0;
     unit[0] += 4.0 * BT * D;
     for (int64_t l = 0; l < p->NL; l++) {
         unit[l + 1] += 4.0 * BT * H;
-        if (dt_model_is_ckpt(m, l))
-            any_ckpt = 1;
+        if (dt_model_recomputes(m, l))
+            any_recompute = 1;
         else
             unit[l + 1] += 4.0 * BT * H;
     }
     unit[p->NL + 1] += 4.0 * BT * V;
     /* the recompute buffer, the zero position table (T, D), da db (wide),
      * dpre (H), dlogits and logits (V), losses */
-    *ws += 4.0 * ((any_ckpt ? BT * H : 0.0) + (double)T_ * D + 2.0 * BT * wide + BT * H +
+    *ws += 4.0 * ((any_recompute ? BT * H : 0.0) + (double)T_ * D + 2.0 * BT * wide + BT * H +
                   2.0 * BT * V + BT);
 }
 
@@ -261,9 +261,9 @@ static int mlp_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_
         const dt_unit_desc_t *ud = &m->desc.units[u];
         in = layer_in(p, l, &in_w);
         DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, u, 0, &b));
-        DT_TRY_UNIT(dt_model_view(m, ctx, u, b.params, dt_model_is_ckpt(m, l), &v), "backward",
+        DT_TRY_UNIT(dt_model_view(m, ctx, u, b.params, dt_model_recomputes(m, l), &v), "backward",
                     u);
-        if (dt_model_is_ckpt(m, l)) /* the pre-activation GELU's backward needs */
+        if (dt_model_recomputes(m, l)) /* the pre-activation GELU's backward needs */
             DT_TRY_UNIT(K->matmul_forward(D_, p->pre[l], in, v.w[W], v.f[BIAS], m->wdtype, BT,
                                           in_w, H),
                         "recompute", u);

@@ -62,11 +62,11 @@ static int check_arch_keys(dt_config_t *cfg, const char *arch)
 
 int dt_model_create(dt_config_t *cfg, dt_model_t **out)
 {
-    const char *arch, *dtype, *ckpt;
+    const char *arch, *dtype, *recompute;
     int rc;
     if ((rc = dt_config_get_string(cfg, "model.arch", &arch)) ||
         (rc = dt_config_get_string(cfg, "model.dtype", &dtype)) ||
-        (rc = dt_config_get_string(cfg, "model.activation_checkpointing", &ckpt)))
+        (rc = dt_config_get_string(cfg, "model.activation_checkpointing", &recompute)))
         return rc;
     const dt_model_arch_t *a = NULL;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
@@ -96,10 +96,11 @@ int dt_model_create(dt_config_t *cfg, dt_model_t **out)
         goto fail;
     }
     m->desc.param_dtype = m->wdtype;
-    m->ckpt_mode = strcmp(ckpt, "all") == 0     ? DT_CKPT_ALL
-                   : strcmp(ckpt, "every") == 0 ? DT_CKPT_EVERY
-                                                : DT_CKPT_NONE;
-    if ((rc = dt_config_get_int(cfg, "model.checkpoint_every", &m->ckpt_every)) ||
+    /* [model] activation_checkpointing: which units backward recomputes */
+    m->recompute_mode = strcmp(recompute, "all") == 0     ? DT_RECOMPUTE_ALL
+                        : strcmp(recompute, "every") == 0 ? DT_RECOMPUTE_EVERY
+                                                          : DT_RECOMPUTE_NONE;
+    if ((rc = dt_config_get_int(cfg, "model.checkpoint_every", &m->recompute_every)) ||
         (rc = a->create(m, cfg)))
         goto fail;
     for (uint32_t u = 0; u < m->desc.n_units; u++) {
@@ -297,12 +298,12 @@ int dt_model_dalloc(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t n, size_t 
     return DT_OK;
 }
 
-int dt_model_is_ckpt(const dt_model_t *m, int64_t l)
+int dt_model_recomputes(const dt_model_t *m, int64_t l)
 {
-    if (m->ckpt_mode == DT_CKPT_ALL)
+    if (m->recompute_mode == DT_RECOMPUTE_ALL)
         return 1;
-    if (m->ckpt_mode == DT_CKPT_EVERY)
-        return (l % m->ckpt_every) == 0;
+    if (m->recompute_mode == DT_RECOMPUTE_EVERY)
+        return (l % m->recompute_every) == 0;
     return 0;
 }
 

@@ -109,14 +109,14 @@ typedef struct dt_model_act {
                          * the sum of the units' act_bytes */
     uint64_t workspace; /* bytes reused across units and passes: gradient
                          * scratch, logits and their gradient, the
-                         * recompute buffers of checkpointed units, the
+                         * recompute buffers of recomputed units, the
                          * bf16 view */
     uint64_t total;     /* kept + workspace */
 } dt_model_act_t;
 
 /* The activation bytes for B x T.  `unit_bytes` (NULL, or desc.n_units
  * entries) receives each unit's kept bytes: its output (the next unit's
- * input), and unless the unit is checkpointed, the intermediate tensors
+ * input), and unless backward recomputes the unit, the intermediate tensors
  * its backward reads; the embedding also counts the input tokens, the
  * head the targets.  DT_ERR_INVALID naming the bad B or T. */
 int dt_model_act_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *unit_bytes,

@@ -47,7 +47,11 @@ typedef struct dt_unit_view {
     const float *f[DT_MODEL_MAX_PARAMS];
 } dt_unit_view_t;
 
-enum { DT_CKPT_NONE = 0, DT_CKPT_ALL = 1, DT_CKPT_EVERY = 2 };
+/* Which units backward recomputes instead of keeping their activations
+ * ("activation checkpointing", [model] activation_checkpointing: none,
+ * all, every checkpoint_every-th).  Named recompute, not checkpoint: model
+ * checkpoints are core/ckpt/'s. */
+enum { DT_RECOMPUTE_NONE = 0, DT_RECOMPUTE_ALL = 1, DT_RECOMPUTE_EVERY = 2 };
 
 /* dt_model_dalloc's bytes count for m->act_owner: a unit index, or this
  * for the workspace (memory no unit keeps from forward to backward). */
@@ -63,10 +67,10 @@ typedef struct dt_model_arch {
     /* Describe the units (dt_model_alloc_units, dt_model_add_param) and
      * fill m->info's shape keys; the config's [model] table is applied. */
     int (*create)(dt_model_t *m, dt_config_t *cfg);
-    /* The f32 bytes alloc_acts allocates for B x T under m's checkpointing,
+    /* The f32 bytes alloc_acts allocates for B x T under m's recompute mode,
      * without allocating: adds to unit[u] what unit u keeps from forward to
      * backward and to *workspace the rest (gradient scratch, logits, the
-     * recompute buffers of checkpointed units).  Doubles: every count is an
+     * recompute buffers of recomputed units).  Doubles: every count is an
      * integer, exact below 2^53 bytes (model.c refuses larger totals). */
     void (*act_bytes)(const dt_model_t *m, int64_t B, int64_t T, double *unit,
                       double *workspace);
@@ -95,8 +99,8 @@ struct dt_model {
     void *arch_state;
     dt_tensor_extra_t **extra; /* [unit][param] */
     int wdtype;                /* desc.param_dtype: DT_F32 or DT_BF16 */
-    int ckpt_mode;             /* DT_CKPT_* */
-    int64_t ckpt_every;
+    int recompute_mode;        /* DT_RECOMPUTE_* */
+    int64_t recompute_every;   /* [model] checkpoint_every */
     /* activations, common to every arch (B, T of dt_model_alloc_acts) */
     int64_t B, T;
     int32_t *tokens, *targets; /* (B, T) device */
@@ -133,9 +137,9 @@ void dt_model_add_key(dt_model_t *m, const char *key, int64_t value);
 /* Device memory of n * es bytes tagged activations, freed with the model,
  * counted for m->act_owner. */
 int dt_model_dalloc(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t n, size_t es, void *out);
-/* Whether unit-level activation checkpointing applies to the l-th of an
- * arch's checkpointable units (GPT-2 blocks, MLP hidden layers). */
-int dt_model_is_ckpt(const dt_model_t *m, int64_t l);
+/* Whether backward recomputes the l-th of an arch's recomputable units
+ * (GPT-2 blocks, MLP hidden layers) instead of keeping its activations. */
+int dt_model_recomputes(const dt_model_t *m, int64_t l);
 /* Call the strategy's `phase` hook for unit `unit`, with the micro-batch
  * and flags of `h`; `buf` receives the buffers for pre_* phases. */
 int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,

@@ -325,7 +325,7 @@ static double gpt2_flops_per_token(const dt_model_t *m, int64_t T)
 
 /* ---- forward / backward ---- */
 
-#define K (ctx->dev_ops)
+#define K (m->kern)
 #define D ctx->dev, ctx->stream
 
 /* What dt_model_find_nonfinite calls each kernel output of block l:
@@ -404,23 +404,23 @@ static int block_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_uni
     const int wd = m->wdtype;
     float *dx = g->dx;
     /* fcproj: out = res2 + fcproj, so d(fcproj) = d(res2) partial = dx */
-    DT_TRY(K->memset_async(ctx->dev, g->dfch_gelu, 0, (uint64_t)BT * 4 * C * 4, ctx->stream));
+    DT_TRY(dt_model_zero(ctx, g->dfch_gelu, (uint64_t)BT * 4 * C * 4));
     DT_TRY(K->matmul_backward(D, g->dfch_gelu, gr + o[FCPW], gr + o[FCPB], dx, a->fch_gelu,
                               v->w[FCPW], wd, BT, 4 * C, C));
-    DT_TRY(K->memset_async(ctx->dev, g->dfch, 0, (uint64_t)BT * 4 * C * 4, ctx->stream));
+    DT_TRY(dt_model_zero(ctx, g->dfch, (uint64_t)BT * 4 * C * 4));
     DT_TRY(K->gelu_backward(D, g->dfch, a->fch, g->dfch_gelu, BT * 4 * C));
-    DT_TRY(K->memset_async(ctx->dev, g->dbuf_c, 0, (uint64_t)BT * C * 4, ctx->stream));
+    DT_TRY(dt_model_zero(ctx, g->dbuf_c, (uint64_t)BT * C * 4));
     DT_TRY(K->matmul_backward(D, g->dbuf_c, gr + o[FCW], gr + o[FCB], g->dfch, a->ln2, v->w[FCW],
                               wd, BT, C, 4 * C));
     /* dx becomes d(res2): the residual path plus the ln_2 path */
     DT_TRY(K->layernorm_backward(D, dx, gr + o[LN2W], gr + o[LN2B], g->dbuf_c, a->res2,
                                  v->f[LN2W], a->ln2_mean, a->ln2_rstd, BT, C));
-    DT_TRY(K->memset_async(ctx->dev, g->dbuf_c2, 0, (uint64_t)BT * C * 4, ctx->stream));
+    DT_TRY(dt_model_zero(ctx, g->dbuf_c2, (uint64_t)BT * C * 4));
     DT_TRY(K->matmul_backward(D, g->dbuf_c2, gr + o[PROJW], gr + o[PROJB], dx, a->atty,
                               v->w[PROJW], wd, BT, C, C));
-    DT_TRY(K->memset_async(ctx->dev, g->dqkv, 0, (uint64_t)BT * 3 * C * 4, ctx->stream));
+    DT_TRY(dt_model_zero(ctx, g->dqkv, (uint64_t)BT * 3 * C * 4));
     DT_TRY(K->attention_backward(D, g->dqkv, g->dbuf_c2, a->qkv, a->att, B, T, C, NH));
-    DT_TRY(K->memset_async(ctx->dev, g->dbuf_c, 0, (uint64_t)BT * C * 4, ctx->stream));
+    DT_TRY(dt_model_zero(ctx, g->dbuf_c, (uint64_t)BT * C * 4));
     DT_TRY(K->matmul_backward(D, g->dbuf_c, gr + o[ATTW], gr + o[ATTB], g->dqkv, a->ln1,
                               v->w[ATTW], wd, BT, C, 3 * C));
     /* dx becomes d(x): the residual path plus the ln_1 path */
@@ -491,13 +491,13 @@ static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook
     DT_TRY_UNIT(dt_model_view(m, ctx, head, bh.params, 1, &vh), "backward", head);
     DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 0, &v0), "backward", head);
     DT_TRY(dt_model_loss_backward(m, ctx, head, g->dlogits, loss_scale));
-    DT_TRY_UNIT(K->memset_async(ctx->dev, g->dbuf_c, 0, (uint64_t)BT * C * 4, ctx->stream),
+    DT_TRY_UNIT(dt_model_zero(ctx, g->dbuf_c, (uint64_t)BT * C * 4),
                 "backward", head);
     DT_TRY_UNIT(K->matmul_backward(D, g->dbuf_c, b0.grads, NULL, g->dlogits, g->lnf, v0.w[WTE],
                                    m->wdtype, BT, C, V),
                 "backward", head);
     DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 0, NULL));
-    DT_TRY_UNIT(K->memset_async(ctx->dev, g->dx, 0, (uint64_t)BT * C * 4, ctx->stream),
+    DT_TRY_UNIT(dt_model_zero(ctx, g->dx, (uint64_t)BT * C * 4),
                 "backward", head);
     DT_TRY_UNIT(K->layernorm_backward(D, g->dx, bh.grads, bh.grads + C, g->dbuf_c, g->x[L],
                                       vh.f[LNFW], g->lnf_mean, g->lnf_rstd, BT, C),
@@ -525,6 +525,17 @@ static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook
     return DT_OK;
 }
 
+/* Beyond the core set: norms, attention, residual adds. */
+static int gpt2_need_kernels(const dt_model_t *m)
+{
+    DT_MODEL_NEED(m, layernorm_forward);
+    DT_MODEL_NEED(m, layernorm_backward);
+    DT_MODEL_NEED(m, attention_forward);
+    DT_MODEL_NEED(m, attention_backward);
+    DT_MODEL_NEED(m, residual_forward);
+    return DT_OK;
+}
+
 const dt_model_arch_t dt_model_arch_gpt2 = {
     .name = "gpt2",
     .create = gpt2_create,
@@ -534,4 +545,5 @@ const dt_model_arch_t dt_model_arch_gpt2 = {
     .backward = gpt2_backward,
     .flops_per_token = gpt2_flops_per_token,
     .free = gpt2_free,
+    .need_kernels = gpt2_need_kernels,
 };

@@ -130,8 +130,7 @@ static int mlp_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
         if (dt_model_recomputes(m, l))
             p->pre[l] = p->pre_scratch;
     if ((rc = dt_model_dalloc(m, ctx, m->T * D, 4, &p->zeros)) ||
-        (rc = ctx->dev_ops->memset_async(ctx->dev, p->zeros, 0, (uint64_t)(m->T * D) * 4,
-                                         ctx->stream)) ||
+        (rc = dt_model_zero(ctx, p->zeros, (uint64_t)(m->T * D) * 4)) ||
         (rc = dt_model_dalloc(m, ctx, BT * wide, 4, &p->da)) ||
         (rc = dt_model_dalloc(m, ctx, BT * wide, 4, &p->db)) ||
         (rc = dt_model_dalloc(m, ctx, BT * H, 4, &p->dpre)) ||
@@ -174,7 +173,7 @@ static double mlp_flops_per_token(const dt_model_t *m, int64_t T)
     return 6.0 * (double)(m->desc.numel - m->desc.units[0].numel);
 }
 
-#define K (ctx->dev_ops)
+#define K (m->kern)
 #define D_ ctx->dev, ctx->stream
 /* Input of hidden layer l (l == NL: of the head) and its width. */
 static const float *layer_in(const mlp_t *p, int64_t l, int64_t *width)
@@ -249,7 +248,7 @@ static int mlp_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_
     DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, head, 0, &b));
     DT_TRY_UNIT(dt_model_view(m, ctx, head, b.params, 0, &v), "backward", head);
     DT_TRY(dt_model_loss_backward(m, ctx, head, p->dlogits, loss_scale));
-    DT_TRY_UNIT(K->memset_async(ctx->dev, dout, 0, (uint64_t)(BT * in_w) * 4, ctx->stream),
+    DT_TRY_UNIT(dt_model_zero(ctx, dout, (uint64_t)(BT * in_w) * 4),
                 "backward", head);
     DT_TRY_UNIT(K->matmul_backward(D_, dout, b.grads + m->desc.units[head].params[W].offset,
                                    b.grads + m->desc.units[head].params[BIAS].offset,
@@ -267,10 +266,10 @@ static int mlp_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_
             DT_TRY_UNIT(K->matmul_forward(D_, p->pre[l], in, v.w[W], v.f[BIAS], m->wdtype, BT,
                                           in_w, H),
                         "recompute", u);
-        DT_TRY_UNIT(K->memset_async(ctx->dev, p->dpre, 0, (uint64_t)(BT * H) * 4, ctx->stream),
+        DT_TRY_UNIT(dt_model_zero(ctx, p->dpre, (uint64_t)(BT * H) * 4),
                     "backward", u);
         DT_TRY_UNIT(K->gelu_backward(D_, p->dpre, p->pre[l], dout, BT * H), "backward", u);
-        DT_TRY_UNIT(K->memset_async(ctx->dev, din, 0, (uint64_t)(BT * in_w) * 4, ctx->stream),
+        DT_TRY_UNIT(dt_model_zero(ctx, din, (uint64_t)(BT * in_w) * 4),
                     "backward", u);
         DT_TRY_UNIT(K->matmul_backward(D_, din, b.grads + ud->params[W].offset,
                                        b.grads + ud->params[BIAS].offset, p->dpre, in, v.w[W],
@@ -297,4 +296,5 @@ const dt_model_arch_t dt_model_arch_mlp = {
     .backward = mlp_backward,
     .flops_per_token = mlp_flops_per_token,
     .free = mlp_free,
+    .need_kernels = NULL, /* the core set: embedding, matmul, GELU, loss */
 };

@@ -60,7 +60,16 @@ static int check_arch_keys(dt_config_t *cfg, const char *arch)
     return DT_OK;
 }
 
-int dt_model_create(dt_config_t *cfg, dt_model_t **out)
+int dt_model_missing_kernel(const dt_model_t *m, const char *kernel)
+{
+    return dt_err_set(DT_ERR_UNSUPPORTED,
+                      "device '%s' has no kernel '%s' (%s activations, %s weights); arch %s "
+                      "needs it",
+                      m->dev_name, kernel, dt_dtype_name(m->adtype), dt_dtype_name(m->wdtype),
+                      m->arch->name);
+}
+
+int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, dt_model_t **out)
 {
     const char *arch, *dtype, *recompute;
     int rc;
@@ -81,6 +90,9 @@ int dt_model_create(dt_config_t *cfg, dt_model_t **out)
     if (!m)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     m->arch = a;
+    m->kern = dev->kernels();
+    m->dev_name = dev->info.name ? dev->info.name : "?";
+    m->adtype = DT_F32;
     m->desc.struct_size = sizeof m->desc;
     m->desc.arch = a->name;
     m->info.arch = a->name;
@@ -101,7 +113,7 @@ int dt_model_create(dt_config_t *cfg, dt_model_t **out)
                         : strcmp(recompute, "every") == 0 ? DT_RECOMPUTE_EVERY
                                                           : DT_RECOMPUTE_NONE;
     if ((rc = dt_config_get_int(cfg, "model.checkpoint_every", &m->recompute_every)) ||
-        (rc = a->create(m, cfg)))
+        (rc = a->create(m, cfg)) || (a->need_kernels && (rc = a->need_kernels(m))))
         goto fail;
     for (uint32_t u = 0; u < m->desc.n_units; u++) {
         const dt_unit_desc_t *ud = &m->desc.units[u];
@@ -372,8 +384,8 @@ int dt_model_view(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, const
         uint64_t n = 0;
         while (j < u->n_params && e[j].kind != DT_TENSOR_MATRIX)
             n += u->params[j++].numel;
-        int rc = ctx->dev_ops->cast(ctx->dev, ctx->stream, (void *)v->f[k], DT_F32, v->w[k],
-                                    m->wdtype, (int64_t)n);
+        int rc = m->kern->cast(ctx->dev, ctx->stream, (void *)v->f[k], DT_F32, v->w[k],
+                               m->wdtype, (int64_t)n);
         if (rc)
             return dt_err_context(rc, "widening %s.. of unit %s to f32", u->params[k].name,
                                   u->name);
@@ -448,6 +460,10 @@ int dt_model_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t B, int
 {
     if (m->tokens)
         return dt_err_set(DT_ERR_INVALID, "model: activations are already allocated");
+    if (ctx->dev_ops->kernels() != m->kern)
+        return dt_err_set(DT_ERR_INVALID,
+                          "model: created for device '%s', run on an instance of device '%s'",
+                          m->dev_name, ctx->dev_ops->info.name ? ctx->dev_ops->info.name : "?");
     dt_model_act_t plan;
     int rc = dt_model_plan_acts(m, B, T, &plan);
     if (rc)
@@ -511,10 +527,10 @@ int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t 
      * outside the table (and the device only checks for negatives). */
     if ((rc = check_tokens(m, "input", inputs)) || (rc = check_tokens(m, "target", targets)))
         return rc;
-    const dt_device_ops_t *K = ctx->dev_ops;
-    if ((rc = K->memcpy_async(ctx->dev, m->tokens, inputs, (uint64_t)BT * 4, DT_COPY_H2D,
+    const dt_device_ops_t *R = ctx->dev_ops;
+    if ((rc = R->memcpy_async(ctx->dev, m->tokens, inputs, (uint64_t)BT * 4, DT_COPY_H2D,
                               ctx->stream)) ||
-        (rc = K->memcpy_async(ctx->dev, m->targets, targets, (uint64_t)BT * 4, DT_COPY_H2D,
+        (rc = R->memcpy_async(ctx->dev, m->targets, targets, (uint64_t)BT * 4, DT_COPY_H2D,
                               ctx->stream)))
         return rc;
     dt_hook_t h = {.struct_size = sizeof(dt_hook_t),
@@ -523,9 +539,9 @@ int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t 
                       .flags = no_grad ? DT_HOOK_NO_GRAD : 0u};
     if ((rc = m->arch->forward(m, ctx, &h)))
         return rc;
-    if ((rc = K->memcpy_async(ctx->dev, m->host_losses, m->losses, (uint64_t)BT * 4,
+    if ((rc = R->memcpy_async(ctx->dev, m->host_losses, m->losses, (uint64_t)BT * 4,
                               DT_COPY_D2H, ctx->stream)) ||
-        (rc = K->stream_sync(ctx->dev, ctx->stream)))
+        (rc = R->stream_sync(ctx->dev, ctx->stream)))
         return rc;
     double sum = 0;
     for (int64_t i = 0; i < BT; i++)
@@ -604,7 +620,7 @@ int dt_model_probe(dt_model_t *m, const dt_model_ctx_t *ctx, const char *what, u
 
 int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head)
 {
-    const dt_device_ops_t *K = ctx->dev_ops;
+    const dt_kernels_t *K = m->kern;
     const int64_t BT = m->B * m->T, V = m->info.vocab_size;
     DT_TRY_UNIT(K->softmax_xent_forward(ctx->dev, ctx->stream, m->losses, m->probs, m->logits,
                                         m->targets, BT, V),
@@ -620,10 +636,9 @@ int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t hea
 int dt_model_loss_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head,
                            float *dlogits, float loss_scale)
 {
-    const dt_device_ops_t *K = ctx->dev_ops;
+    const dt_kernels_t *K = m->kern;
     const int64_t BT = m->B * m->T, V = m->info.vocab_size;
-    DT_TRY_UNIT(K->memset_async(ctx->dev, dlogits, 0, (uint64_t)(BT * V) * 4, ctx->stream),
-                "backward", head);
+    DT_TRY_UNIT(dt_model_zero(ctx, dlogits, (uint64_t)(BT * V) * 4), "backward", head);
     DT_TRY_UNIT(K->softmax_xent_backward(ctx->dev, ctx->stream, dlogits, m->probs, m->targets,
                                          loss_scale / (float)BT, BT, V),
                 "backward", head);
@@ -642,9 +657,9 @@ static int probed_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_
     if ((rc = check_tokens(m, "input", inputs)) || (rc = check_tokens(m, "target", targets)))
         return rc;
     const uint64_t bytes = (uint64_t)(m->B * m->T) * 4;
-    const dt_device_ops_t *K = ctx->dev_ops;
-    if ((rc = K->memcpy_async(ctx->dev, m->tokens, inputs, bytes, DT_COPY_H2D, ctx->stream)) ||
-        (rc = K->memcpy_async(ctx->dev, m->targets, targets, bytes, DT_COPY_H2D, ctx->stream)))
+    const dt_device_ops_t *R = ctx->dev_ops;
+    if ((rc = R->memcpy_async(ctx->dev, m->tokens, inputs, bytes, DT_COPY_H2D, ctx->stream)) ||
+        (rc = R->memcpy_async(ctx->dev, m->targets, targets, bytes, DT_COPY_H2D, ctx->stream)))
         return rc;
     /* an evaluation pass: strategies gather and release as for one */
     const dt_hook_t h = {
@@ -652,7 +667,7 @@ static int probed_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_
     m->probe = p;
     rc = m->arch->forward(m, ctx, &h);
     m->probe = NULL;
-    return rc ? rc : K->stream_sync(ctx->dev, ctx->stream);
+    return rc ? rc : R->stream_sync(ctx->dev, ctx->stream);
 }
 
 int dt_model_find_nonfinite(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t *inputs,

@@ -35,7 +35,8 @@
 
 typedef struct dt_model dt_model_t;
 
-/* The compute context the model runs in. */
+/* The compute context the model runs in: an instance of the device the
+ * model was created for (dt_model_create), a stream of it, the strategy. */
 typedef struct dt_model_ctx {
     const dt_device_ops_t *dev_ops;
     dt_device_t *dev;
@@ -73,8 +74,12 @@ typedef struct dt_gpt2_shape {
 } dt_gpt2_shape_t;
 
 /* Build the description (units, tensors) from the resolved config's
- * [model] table; presets fill the shape and are shown as "derived". */
-int dt_model_create(dt_config_t *cfg, dt_model_t **out);
+ * [model] table; presets fill the shape and are shown as "derived".  The
+ * model runs on the kernel table of device plugin `dev` (its runtime
+ * table; no instance is needed, so a planner describes models without
+ * one): one lacking an optional kernel the arch needs is refused here
+ * with DT_ERR_UNSUPPORTED naming the device, the kernel and the dtypes. */
+int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, dt_model_t **out);
 /* Frees the description and, with `ctx` (may be NULL when no activations
  * were allocated), the device memory the model allocated. */
 void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx);

@@ -87,6 +87,10 @@ typedef struct dt_model_arch {
                     float loss_scale);
     double (*flops_per_token)(const dt_model_t *m, int64_t T);
     void (*free)(dt_model_t *m); /* host state in m->arch_state; NULL ok */
+    /* The optional kernels (beyond the kernel table's core set) the arch
+     * calls, checked once by dt_model_create with DT_MODEL_NEED; NULL when
+     * the core set is enough. */
+    int (*need_kernels)(const dt_model_t *m);
 } dt_model_arch_t;
 
 extern const dt_model_arch_t dt_model_arch_gpt2;
@@ -98,7 +102,10 @@ struct dt_model {
     const dt_model_arch_t *arch;
     void *arch_state;
     dt_tensor_extra_t **extra; /* [unit][param] */
+    const dt_kernels_t *kern;  /* the device's kernel table */
+    const char *dev_name;      /* its plugin's name, for messages */
     int wdtype;                /* desc.param_dtype: DT_F32 or DT_BF16 */
+    int adtype;                /* activations' dtype: DT_F32 */
     int recompute_mode;        /* DT_RECOMPUTE_* */
     int64_t recompute_every;   /* [model] checkpoint_every */
     /* activations, common to every arch (B, T of dt_model_alloc_acts) */
@@ -132,7 +139,25 @@ int dt_model_add_param(dt_model_t *m, uint32_t unit, const char *name, int ndim,
 /* Set the shape key `key` of m->info (in the order they are added). */
 void dt_model_add_key(dt_model_t *m, const char *key, int64_t value);
 
+/* Refuse a device lacking optional kernel `kernel` the arch needs:
+ * DT_ERR_UNSUPPORTED, "device 'X' has no kernel 'attention_forward' (f32
+ * activations, bf16 weights); arch gpt2 needs it". */
+int dt_model_missing_kernel(const dt_model_t *m, const char *kernel);
+/* In an arch's need_kernels: return that refusal unless m's kernel table
+ * has `field`. */
+#define DT_MODEL_NEED(m, field)                                                                \
+    do {                                                                                       \
+        if (!DT_HAS_OP(dt_kernels_t, (m)->kern, field))                                        \
+            return dt_model_missing_kernel((m), #field);                                       \
+    } while (0)
+
 /* ---- running ---- */
+
+/* Zero `bytes` of device memory at p on the model's stream. */
+static inline int dt_model_zero(const dt_model_ctx_t *ctx, void *p, uint64_t bytes)
+{
+    return ctx->dev_ops->memset_async(ctx->dev, p, 0, bytes, ctx->stream);
+}
 
 /* Device memory of n * es bytes tagged activations, freed with the model,
  * counted for m->act_owner. */

@@ -1,9 +1,9 @@
 /*
  * plugins/cpu/cpu_device.c - the `cpu` device plugin: lifecycle, props,
- * tagged memory with a budget, streams and events, copies, and the ops
- * table.  Kernels live in cpu_kernels_*.c; the table points at their
- * profiling entries in cpu_profile.c (straight through unless
- * DTRAIN_CPU_PROFILE=1).
+ * tagged memory with a budget, streams and events, copies, the runtime
+ * table and the kernel table.  Kernels live in cpu_kernels_*.c; the kernel
+ * table points at their profiling entries in cpu_profile.c (straight
+ * through unless DTRAIN_CPU_PROFILE=1).
  *
  * Everything runs synchronously on the calling thread (with the plugin's
  * thread pool and OpenBLAS's threads under it), which satisfies the
@@ -713,7 +713,33 @@ int cpu_memset_async(dt_device_t *d, void *dst, int value, uint64_t bytes,
     return DT_OK;
 }
 
-/* ------------------------------------------------------------- ops table */
+/* ----------------------------------------------------------------- tables */
+
+/* Every kernel the ABI has: the core set and all the optional ones. */
+static const dt_kernels_v1_t cpu_kernels = {
+    .info = DT_KERNELS_INFO(dt_kernels_v1_t),
+    .matmul_forward = cpu_prof_matmul_forward,
+    .matmul_backward = cpu_prof_matmul_backward,
+    .embedding_forward = cpu_prof_embedding_forward,
+    .embedding_backward = cpu_prof_embedding_backward,
+    .gelu_forward = cpu_prof_gelu_forward,
+    .gelu_backward = cpu_prof_gelu_backward,
+    .softmax_xent_forward = cpu_prof_softmax_xent_forward,
+    .softmax_xent_backward = cpu_prof_softmax_xent_backward,
+    .axpy = cpu_prof_axpy,
+    .sumsq = cpu_prof_sumsq,
+    .cast = cpu_prof_cast,
+    .layernorm_forward = cpu_prof_layernorm_forward,
+    .layernorm_backward = cpu_prof_layernorm_backward,
+    .attention_forward = cpu_prof_attention_forward,
+    .attention_backward = cpu_prof_attention_backward,
+    .residual_forward = cpu_prof_residual_forward,
+    .scale = cpu_prof_scale,
+    .adamw_update = cpu_prof_adamw_update,
+    .sgd_update = cpu_prof_sgd_update,
+};
+
+static const dt_kernels_v1_t *cpu_kernel_table(void) { return &cpu_kernels; }
 
 static const dt_device_ops_v1_t cpu_ops = {
     .info = DT_PLUGIN_INFO(DEVICE, dt_device_ops_v1_t, "cpu", "0.1.0",
@@ -722,6 +748,7 @@ static const dt_device_ops_v1_t cpu_ops = {
     .init = cpu_init,
     .finalize = cpu_finalize,
     .props = cpu_props,
+    .kernels = cpu_kernel_table,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .mem_stats = cpu_mem_stats,
@@ -737,25 +764,6 @@ static const dt_device_ops_v1_t cpu_ops = {
     .synchronize = cpu_synchronize,
     .memcpy_async = cpu_prof_memcpy_async,
     .memset_async = cpu_prof_memset_async,
-    .matmul_forward = cpu_prof_matmul_forward,
-    .matmul_backward = cpu_prof_matmul_backward,
-    .embedding_forward = cpu_prof_embedding_forward,
-    .embedding_backward = cpu_prof_embedding_backward,
-    .layernorm_forward = cpu_prof_layernorm_forward,
-    .layernorm_backward = cpu_prof_layernorm_backward,
-    .gelu_forward = cpu_prof_gelu_forward,
-    .gelu_backward = cpu_prof_gelu_backward,
-    .attention_forward = cpu_prof_attention_forward,
-    .attention_backward = cpu_prof_attention_backward,
-    .residual_forward = cpu_prof_residual_forward,
-    .axpy = cpu_prof_axpy,
-    .softmax_xent_forward = cpu_prof_softmax_xent_forward,
-    .softmax_xent_backward = cpu_prof_softmax_xent_backward,
-    .adamw_update = cpu_prof_adamw_update,
-    .sgd_update = cpu_prof_sgd_update,
-    .sumsq = cpu_prof_sumsq,
-    .scale = cpu_prof_scale,
-    .cast = cpu_prof_cast,
     .native_stream = NULL, /* optional; the cpu has no native queue */
 };
 

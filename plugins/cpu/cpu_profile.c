@@ -1,7 +1,7 @@
 /*
  * plugins/cpu/cpu_profile.c - the opt-in kernel profiler (cpu_profile.h):
- * the ops table's kernel entries, which time the real kernels when a
- * profile exists, and the table finalize logs.
+ * the kernel table's entries and the copies, which time the real kernels
+ * when a profile exists, and the table finalize logs.
  *
  * Each entry checks d->prof first and, when it is NULL (profiling off),
  * tail-calls the kernel: no clock read, no atomic, so the default path

@@ -1,12 +1,13 @@
 /*
  * plugins/cpu/cpu_profile.h - the cpu device's opt-in kernel profiler.
  *
- * With DTRAIN_CPU_PROFILE=1 in the environment, every kernel and copy of
- * the ops table adds its wall time (and, for matmuls, its FLOPs) to a
- * per-kind total, and finalize logs the table through host->log, e.g. to
- * see how much of a training step is spent outside matmul.  Off (the
- * default) the ops table's entries cost one predictable branch on a NULL
- * pointer before the kernel itself: nothing is timed or counted.
+ * With DTRAIN_CPU_PROFILE=1 in the environment, every kernel of the kernel
+ * table and every copy of the runtime table adds its wall time (and, for
+ * matmuls, its FLOPs) to a per-kind total, and finalize logs the table
+ * through host->log, e.g. to see how much of a training step is spent
+ * outside matmul.  Off (the default) these entries cost one predictable
+ * branch on a NULL pointer before the kernel itself: nothing is timed or
+ * counted.
  *
  * Forward passes are counted at each embedding_forward, the first kernel
  * of every forward pass of the built-in models (with one micro-batch per
@@ -71,7 +72,7 @@ cpu_prof_t *cpu_prof_create(void);
 void cpu_prof_report(const dt_host_v1_t *host, cpu_prof_t *p,
                      const char *device_name);
 
-/* ---- the ops table's kernel entries (profiling wrappers) ---- */
+/* ---- the kernel table's entries and the copies (profiling wrappers) ---- */
 int cpu_prof_matmul_forward(dt_device_t *d, dt_stream_t *s, float *out,
                             const float *inp, const void *weight,
                             const float *bias, int wdtype, int64_t N,

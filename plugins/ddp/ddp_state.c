@@ -112,8 +112,8 @@ int ddp_state_loaded(dt_strategy_t *s)
         }
     }
     if (s->compute != (void *)s->master) {
-        rc = d->cast(s->dp.dev, s->dp.cs, s->compute, DT_BF16, s->master, DT_F32,
-                     (int64_t)s->layout.total);
+        rc = d->kernels()->cast(s->dp.dev, s->dp.cs, s->compute, DT_BF16, s->master, DT_F32,
+                                (int64_t)s->layout.total);
         if (rc != DT_OK) {
             host->log(host, DT_LOG_ERROR, "state_loaded: building the bf16 parameters failed");
             return rc;

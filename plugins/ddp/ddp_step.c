@@ -64,10 +64,10 @@ static int refresh_compute(dt_strategy_t *s, uint32_t lo, uint32_t hi)
     if (s->compute == (void *)s->master || lo >= hi)
         return DT_OK;
     uint64_t off = s->layout.offset[lo];
-    return s->dp.dev_ops->cast(s->dp.dev, s->dp.cs,
-                               (char *)s->compute + off * dt_dtype_size(DT_BF16), DT_BF16,
-                               s->master + off, DT_F32,
-                               (int64_t)(s->layout.offset[hi] - off));
+    return s->dp.dev_ops->kernels()->cast(s->dp.dev, s->dp.cs,
+                                          (char *)s->compute + off * dt_dtype_size(DT_BF16),
+                                          DT_BF16, s->master + off, DT_F32,
+                                          (int64_t)(s->layout.offset[hi] - off));
 }
 
 int ddp_apply_pending(dt_strategy_t *s, uint32_t u)
@@ -159,8 +159,9 @@ static int finish_bucket(dt_strategy_t *s, uint32_t bi, int64_t timeout_ms)
     if (s->reduce_dtype == DT_BF16) {
         s->slot_bucket[b->slot] = -1;
         if (rc == DT_OK)
-            rc = s->dp.dev_ops->cast(s->dp.dev, s->comm_stream, s->grads + b->off, DT_F32,
-                                     bucket_slot(s, b), DT_BF16, (int64_t)b->count);
+            rc = s->dp.dev_ops->kernels()->cast(s->dp.dev, s->comm_stream, s->grads + b->off,
+                                                DT_F32, bucket_slot(s, b), DT_BF16,
+                                                (int64_t)b->count);
     }
     if (rc != DT_OK && timeout_ms != 0)
         log_bucket_failure(s, bi, "all_reduce", rc);
@@ -188,7 +189,8 @@ static int launch_bucket(dt_strategy_t *s, uint32_t bi)
         if (prev >= 0 && (rc = finish_bucket(s, (uint32_t)prev, -1)) != DT_OK)
             return rc;
         void *w = bucket_slot(s, b);
-        rc = d->cast(s->dp.dev, s->comm_stream, w, DT_BF16, g, DT_F32, (int64_t)b->count);
+        rc = d->kernels()->cast(s->dp.dev, s->comm_stream, w, DT_BF16, g, DT_F32,
+                                (int64_t)b->count);
         if (rc == DT_OK)
             rc = s->dp.comm_ops->all_reduce(s->dp.comm, w, w, b->count, DT_BF16, DT_OP_AVG,
                                             s->comm_stream, &b->req);

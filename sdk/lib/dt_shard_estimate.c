@@ -132,10 +132,21 @@ static int ed_cast(dt_device_t *d, dt_stream_t *s, void *dst, int ddt, const voi
 }
 
 /* Only what the engine calls; the rest stays NULL. */
+static const dt_kernels_v1_t est_kernels = {
+    .info = DT_KERNELS_INFO(dt_kernels_v1_t),
+    .axpy = ed_axpy,
+    .adamw_update = ed_adamw,
+    .sgd_update = ed_sgd,
+    .sumsq = ed_sumsq,
+    .cast = ed_cast,
+};
+static const dt_kernels_v1_t *ed_kernels(void) { return &est_kernels; }
+
 static const dt_device_ops_v1_t est_dev_ops = {
     .info = {.abi_major = DT_DEVICE_ABI_MAJOR, .abi_minor = DT_DEVICE_ABI_MINOR,
              .struct_size = sizeof(dt_device_ops_v1_t), .kind = DT_KIND_DEVICE,
              .name = "estimate"},
+    .kernels = ed_kernels,
     .alloc = ed_alloc,
     .free = ed_free,
     .stream_create = ed_ok_stream,
@@ -147,11 +158,6 @@ static const dt_device_ops_v1_t est_dev_ops = {
     .stream_wait_event = ed_ok_se,
     .memcpy_async = ed_memcpy,
     .memset_async = ed_memset,
-    .axpy = ed_axpy,
-    .adamw_update = ed_adamw,
-    .sgd_update = ed_sgd,
-    .sumsq = ed_sumsq,
-    .cast = ed_cast,
 };
 
 /* ------------------------------------------------ a counting comm */

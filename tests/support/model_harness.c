@@ -159,8 +159,9 @@ int dt_mh_sync_params(dt_mh_t *h)
         int rc = h->desc->param_dtype == DT_F32
                      ? h->D->memcpy_async(h->dev, s->compute[u], s->master[u], n * 4,
                                           DT_COPY_H2D, h->stream)
-                     : h->D->cast(h->dev, h->stream, s->compute[u], h->desc->param_dtype,
-                                  s->master[u], DT_F32, (int64_t)n);
+                     : h->D->kernels()->cast(h->dev, h->stream, s->compute[u],
+                                             h->desc->param_dtype, s->master[u], DT_F32,
+                                             (int64_t)n);
         if (rc)
             return rc;
     }
@@ -225,7 +226,7 @@ int dt_mh_open_at(dt_mh_t *h, const char *plugin_dir, const char *source_dir,
             (rc = dt_config_apply_schema(h->cfg, "model", dt_core_sections[i].keys,
                                          dt_core_sections[i].n_keys)))
             return rc;
-    if ((rc = dt_model_create(h->cfg, &h->model)))
+    if ((rc = dt_model_create(h->cfg, h->D, &h->model)))
         return rc;
     h->desc = dt_model_desc(h->model);
     dt_mh_strategy_t *s = calloc(1, sizeof *s);

@@ -44,6 +44,7 @@ static const dt_device_ops_v1_t *cpu_ops(void)
 typedef struct {
     dt_test_host_t th;
     const dt_device_ops_v1_t *ops;
+    const dt_kernels_v1_t *K;
     dt_device_t *dev;
 } cpu_t;
 
@@ -51,6 +52,7 @@ static int cpu_open_args(cpu_t *c, const dt_test_kv_t *kv,
                          const dt_device_init_v1_t *args)
 {
     c->ops = cpu_ops();
+    c->K = c->ops->kernels();
     dt_test_host_init(&c->th, "device/cpu", kv);
     c->dev = NULL;
     const dt_device_init_v1_t def = {.struct_size = sizeof def, .local_size = 1,
@@ -97,10 +99,43 @@ static void test_info_and_keys(void **state)
     assert_true(k[1].min == 0.0 && k[1].max == 4611686018427387904.0);
     /* Every mandatory slot filled; the optional native_stream absent. */
     assert_non_null(ops->init);
-    assert_non_null(ops->cast);
-    assert_non_null(ops->attention_backward);
     assert_false(DT_HAS_OP(dt_device_ops_v1_t, ops, native_stream));
     ops->finalize(NULL); /* documented no-op */
+}
+
+/* The kernel table: its own head (major, minor, size), the same static
+ * table on every call, every kernel the ABI has (the cpu provides the
+ * optional ones too). */
+static void test_kernel_table(void **state)
+{
+    const dt_kernels_v1_t *k = cpu_ops()->kernels();
+    assert_non_null(k);
+    assert_ptr_equal(cpu_ops()->kernels(), k);
+    assert_int_equal(k->info.abi_major, DT_KERNELS_ABI_MAJOR);
+    assert_int_equal(k->info.abi_minor, DT_KERNELS_ABI_MINOR);
+    assert_int_equal(k->info.struct_size, sizeof(dt_kernels_v1_t));
+    assert_int_equal(k->info.reserved0, 0);
+    assert_non_null(k->matmul_forward);
+    assert_non_null(k->cast);
+    assert_true(DT_HAS_OP(dt_kernels_t, k, layernorm_forward));
+    assert_true(DT_HAS_OP(dt_kernels_t, k, attention_backward));
+    assert_true(DT_HAS_OP(dt_kernels_t, k, sgd_update));
+}
+
+/* DT_HAS_OP on a kernel table: a kernel past struct_size is absent even
+ * when bytes lie there (a plugin built against an older kernel minor), and
+ * so is a NULL one. */
+static void test_optional_kernel_guard(void **state)
+{
+    dt_kernels_v1_t k = *cpu_ops()->kernels();
+    k.info.struct_size = (uint32_t)offsetof(dt_kernels_v1_t, sgd_update);
+    assert_non_null(k.sgd_update);
+    assert_false(DT_HAS_OP(dt_kernels_t, &k, sgd_update));
+    assert_true(DT_HAS_OP(dt_kernels_t, &k, adamw_update));
+    k.info.struct_size = (uint32_t)sizeof k;
+    assert_true(DT_HAS_OP(dt_kernels_t, &k, sgd_update));
+    k.attention_forward = NULL;
+    assert_false(DT_HAS_OP(dt_kernels_t, &k, attention_forward));
 }
 
 static void test_props_default_threads(void **state)
@@ -402,7 +437,7 @@ static void test_scratch_is_staging_and_budgeted(void **state)
     assert_ok(c.ops->alloc(c.dev, OC * C * 2, DT_TAG_PARAMS, (void **)&w));
     memset(inp, 0, N * C * 4);
     memset(w, 0, OC * C * 2);
-    assert_status(c.ops->matmul_forward(c.dev, NULL, out, inp, w, NULL, DT_BF16,
+    assert_status(c.K->matmul_forward(c.dev, NULL, out, inp, w, NULL, DT_BF16,
                                         N, C, OC),
                   DT_ERR_NOMEM);
     assert_msg("device/cpu: matmul_forward: scratch: out of memory budget: "
@@ -417,7 +452,7 @@ static void test_scratch_is_staging_and_budgeted(void **state)
     assert_ok(c.ops->alloc(c.dev, OC * C * 2, DT_TAG_PARAMS, (void **)&w));
     memset(inp, 0, N * C * 4);
     memset(w, 0, OC * C * 2);
-    assert_ok(c.ops->matmul_forward(c.dev, NULL, out, inp, w, NULL, DT_BF16, N,
+    assert_ok(c.K->matmul_forward(c.dev, NULL, out, inp, w, NULL, DT_BF16, N,
                                     C, OC));
     dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_ok(c.ops->mem_stats(c.dev, &st));
@@ -519,10 +554,10 @@ static void test_streams_and_events(void **state)
     assert_ok(c.ops->alloc(c.dev, 1000 * 4, DT_TAG_ACTIVATIONS, (void **)&x));
     for (int i = 0; i < 1000; i++)
         x[i] = (float)i;
-    assert_ok(c.ops->scale(c.dev, s1, x, 2.0f, 1000));
+    assert_ok(c.K->scale(c.dev, s1, x, 2.0f, 1000));
     assert_ok(c.ops->event_record(c.dev, e, s1));
     assert_ok(c.ops->stream_wait_event(c.dev, s2, e));
-    assert_ok(c.ops->axpy(c.dev, s2, x, x + 500, 1.0f, 500));
+    assert_ok(c.K->axpy(c.dev, s2, x, x + 500, 1.0f, 500));
     assert_ok(c.ops->event_sync(c.dev, e));
     assert_ok(c.ops->stream_sync(c.dev, s2));
     assert_ok(c.ops->stream_sync(c.dev, NULL));
@@ -538,7 +573,7 @@ static void test_streams_and_events(void **state)
     assert_status(c.ops->stream_destroy(c.dev, NULL), DT_ERR_INVALID);
     assert_msg("device/cpu: stream_destroy: the default stream (NULL) cannot "
                "be destroyed");
-    assert_status(c.ops->scale(c.dev, foreign, x, 1.0f, 10), DT_ERR_INVALID);
+    assert_status(c.K->scale(c.dev, foreign, x, 1.0f, 10), DT_ERR_INVALID);
     assert_msg_has("scale: stream ");
     assert_msg_has(" is not a live stream of this device");
     assert_status(c.ops->event_record(c.dev, NULL, s1), DT_ERR_INVALID);
@@ -610,6 +645,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_info_and_keys),
+        cmocka_unit_test(test_kernel_table),
+        cmocka_unit_test(test_optional_kernel_guard),
         cmocka_unit_test(test_props_default_threads),
         cmocka_unit_test(test_threads_from_config_and_local_size),
         cmocka_unit_test(test_config_out_of_range),

@@ -164,7 +164,8 @@ void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx)
 
 dt_model_desc_t *dt_model_desc(dt_model_t *m) { return &m->desc; }
 const dt_model_info_t *dt_model_info(const dt_model_t *m) { return &m->info; }
-const float *dt_model_logits(const dt_model_t *m) { return m->logits; }
+const void *dt_model_logits(const dt_model_t *m) { return m->logits; }
+int dt_model_act_dtype(const dt_model_t *m) { return m->adtype; }
 
 double dt_model_flops_per_token(const dt_model_t *m, int64_t T)
 {
@@ -346,18 +347,18 @@ int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
 }
 
 int dt_model_view(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, const void *params,
-                  int need_f32, dt_unit_view_t *v)
+                  int need_act, dt_unit_view_t *v)
 {
     const dt_unit_desc_t *u = &m->desc.units[unit];
     const dt_tensor_extra_t *e = m->extra[unit];
-    const size_t es = dt_dtype_size(m->wdtype);
+    const size_t es = dt_dtype_size(m->wdtype), aes = dt_model_act_size(m);
     memset(v, 0, sizeof *v);
     for (uint32_t k = 0; k < u->n_params; k++) {
         v->w[k] = (const char *)params + u->params[k].offset * es;
-        if (m->wdtype == DT_F32)
-            v->f[k] = v->w[k];
-        else if (need_f32 && e[k].kind != DT_TENSOR_MATRIX)
-            v->f[k] = m->view + e[k].view_off;
+        if (m->wdtype == m->adtype)
+            v->a[k] = v->w[k];
+        else if (need_act && e[k].kind != DT_TENSOR_MATRIX)
+            v->a[k] = (const char *)m->view + e[k].view_off * aes;
         if (dt_model_probing(m)) {
             /* what the kernels read: the strategy's compute copy, which a
              * finite master can still overflow (bf16 rounding, a bad
@@ -371,9 +372,9 @@ int dt_model_view(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, const
                 return rc;
         }
     }
-    if (m->wdtype == DT_F32 || !need_f32)
+    if (m->wdtype == m->adtype || !need_act)
         return DT_OK;
-    /* One cast per run of adjacent f32-read tensors: they are contiguous
+    /* One cast per run of adjacent non-matrix tensors: they are contiguous
      * in the strategy's buffer and in the view alike. */
     for (uint32_t k = 0; k < u->n_params;) {
         if (e[k].kind == DT_TENSOR_MATRIX) {
@@ -384,11 +385,11 @@ int dt_model_view(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, const
         uint64_t n = 0;
         while (j < u->n_params && e[j].kind != DT_TENSOR_MATRIX)
             n += u->params[j++].numel;
-        int rc = m->kern->cast(ctx->dev, ctx->stream, (void *)v->f[k], DT_F32, v->w[k],
+        int rc = m->kern->cast(ctx->dev, ctx->stream, (void *)v->a[k], m->adtype, v->w[k],
                                m->wdtype, (int64_t)n);
         if (rc)
-            return dt_err_context(rc, "widening %s.. of unit %s to f32", u->params[k].name,
-                                  u->name);
+            return dt_err_context(rc, "casting %s.. of unit %s to %s", u->params[k].name,
+                                  u->name, dt_dtype_name(m->adtype));
         k = j;
     }
     return DT_OK;
@@ -415,11 +416,14 @@ int dt_model_act_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *unit
     double *u = calloc((size_t)n, sizeof *u);
     if (!u)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
-    /* common to every arch: its first unit embeds the input tokens and its
-     * last computes the loss against the targets; a bf16 model widens one
-     * unit's f32-read tensors at a time into the view */
+    /* common to every arch: its first unit embeds the (i32) input tokens
+     * and its last computes the loss against the targets; a model whose
+     * parameter and activation dtypes differ casts one unit's non-matrix
+     * tensors at a time into the view */
     const double BT = (double)B * (double)T;
-    double ws = m->wdtype == DT_F32 ? 0.0 : 4.0 * (double)m->view_numel;
+    double ws = m->wdtype == m->adtype
+                    ? 0.0
+                    : (double)dt_model_act_size(m) * (double)m->view_numel;
     u[0] += 4.0 * BT;
     u[n - 1] += 4.0 * BT;
     m->arch->act_bytes(m, B, T, u, &ws);
@@ -482,8 +486,9 @@ int dt_model_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t B, int
     if ((rc = dt_model_dalloc(m, ctx, BT, 4, &m->targets)))
         return rc;
     m->act_owner = DT_ACT_WORKSPACE;
-    if ((m->wdtype != DT_F32 &&
-         (rc = dt_model_dalloc(m, ctx, (int64_t)m->view_numel, 4, &m->view))) ||
+    if ((m->wdtype != m->adtype &&
+         (rc = dt_model_dalloc(m, ctx, (int64_t)m->view_numel, dt_model_act_size(m),
+                               &m->view))) ||
         (rc = m->arch->alloc_acts(m, ctx)))
         return rc;
     /* The plan is what the planner and strategies were told: an arch whose
@@ -623,10 +628,10 @@ int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t hea
     const dt_kernels_t *K = m->kern;
     const int64_t BT = m->B * m->T, V = m->info.vocab_size;
     DT_TRY_UNIT(K->softmax_xent_forward(ctx->dev, ctx->stream, m->losses, m->probs, m->logits,
-                                        m->targets, BT, V),
+                                        m->targets, m->adtype, BT, V),
                 "forward", head);
     DT_TRY(dt_model_probe(m, ctx, "activation probabilities", head,
-                          "the forward of the softmax cross-entropy", m->probs, DT_F32,
+                          "the forward of the softmax cross-entropy", m->probs, m->adtype,
                           (uint64_t)(BT * V)));
     return dt_model_probe(m, ctx, "per-position loss", head,
                           "the forward of the softmax cross-entropy", m->losses, DT_F32,
@@ -634,13 +639,14 @@ int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t hea
 }
 
 int dt_model_loss_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head,
-                           float *dlogits, float loss_scale)
+                           void *dlogits, float loss_scale)
 {
     const dt_kernels_t *K = m->kern;
     const int64_t BT = m->B * m->T, V = m->info.vocab_size;
-    DT_TRY_UNIT(dt_model_zero(ctx, dlogits, (uint64_t)(BT * V) * 4), "backward", head);
+    DT_TRY_UNIT(dt_model_zero(ctx, dlogits, (uint64_t)(BT * V) * dt_model_act_size(m)),
+                "backward", head);
     DT_TRY_UNIT(K->softmax_xent_backward(ctx->dev, ctx->stream, dlogits, m->probs, m->targets,
-                                         loss_scale / (float)BT, BT, V),
+                                         m->adtype, loss_scale / (float)BT, BT, V),
                 "backward", head);
     return DT_OK;
 }

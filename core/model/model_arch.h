@@ -26,25 +26,29 @@ typedef enum dt_tensor_kind {
     DT_TENSOR_MATRIX = 0, /* normal(0, std), decays; read only by matmuls,
                            * straight from the strategy's buffer */
     DT_TENSOR_EMBED = 1,  /* normal(0, std), decays; an embedding lookup
-                           * reads it as f32 (and a tied head may matmul it) */
-    DT_TENSOR_BIAS = 2,   /* zeros, NO_DECAY; read as f32 */
-    DT_TENSOR_NORM = 3    /* ones, NO_DECAY; read as f32 (norm weights) */
+                           * reads it in the activation dtype (and a tied
+                           * head may matmul it) */
+    DT_TENSOR_BIAS = 2,   /* zeros, NO_DECAY; read in the activation dtype */
+    DT_TENSOR_NORM = 3    /* ones, NO_DECAY; read in the activation dtype
+                           * (norm weights) */
 } dt_tensor_kind_t;
 
 /* Per tensor, beside its dt_param_desc_t. */
 typedef struct dt_tensor_extra {
     int kind;          /* dt_tensor_kind_t */
     double std;        /* MATRIX, EMBED */
-    uint64_t view_off; /* non-MATRIX: offset in the unit's f32 view */
+    uint64_t view_off; /* non-MATRIX: offset (elements) in the unit's view */
 } dt_tensor_extra_t;
 
 /* A unit's parameters as kernels read them.  `w[k]` is tensor k in the
- * strategy's buffer (desc.param_dtype: pass m->wdtype to matmuls); `f[k]`
- * is tensor k as f32: the same memory for f32 models, for bf16 a copy in
- * the model's view scratch (NULL for matrices and when not asked for). */
+ * strategy's buffer (desc.param_dtype: pass m->wdtype to matmuls); `a[k]`
+ * is tensor k in the activation dtype (m->adtype), as every kernel but a
+ * matmul's weight reads it: the same memory when the two dtypes agree,
+ * else a copy in the model's view scratch (NULL for matrices and when not
+ * asked for). */
 typedef struct dt_unit_view {
     const void *w[DT_MODEL_MAX_PARAMS];
-    const float *f[DT_MODEL_MAX_PARAMS];
+    const void *a[DT_MODEL_MAX_PARAMS];
 } dt_unit_view_t;
 
 /* Which units backward recomputes instead of keeping their activations
@@ -67,7 +71,7 @@ typedef struct dt_model_arch {
     /* Describe the units (dt_model_alloc_units, dt_model_add_param) and
      * fill m->info's shape keys; the config's [model] table is applied. */
     int (*create)(dt_model_t *m, dt_config_t *cfg);
-    /* The f32 bytes alloc_acts allocates for B x T under m's recompute mode,
+    /* The bytes alloc_acts allocates for B x T under m's recompute mode,
      * without allocating: adds to unit[u] what unit u keeps from forward to
      * backward and to *workspace the rest (gradient scratch, logits, the
      * recompute buffers of recomputed units).  Doubles: every count is an
@@ -105,17 +109,21 @@ struct dt_model {
     const dt_kernels_t *kern;  /* the device's kernel table */
     const char *dev_name;      /* its plugin's name, for messages */
     int wdtype;                /* desc.param_dtype: DT_F32 or DT_BF16 */
-    int adtype;                /* activations' dtype: DT_F32 */
+    /* Activations, their gradients and the non-matrix parameters as the
+     * kernels read them: DT_F32 (the dtype every call states; a [model]
+     * key chooses it once a device runs bf16 activations). */
+    int adtype;
     int recompute_mode;        /* DT_RECOMPUTE_* */
     int64_t recompute_every;   /* [model] checkpoint_every */
     /* activations, common to every arch (B, T of dt_model_alloc_acts) */
     int64_t B, T;
     int32_t *tokens, *targets; /* (B, T) device */
-    float *logits, *probs;     /* (B, T, V) */
+    void *logits, *probs;      /* (B, T, V) adtype */
     float *losses;             /* (B, T) */
     float *host_losses;        /* (B, T) host */
-    float *view;               /* bf16: f32 view scratch, view_numel */
-    uint64_t view_numel;       /* largest unit's f32-read tensors */
+    void *view;                /* wdtype != adtype: view scratch, view_numel
+                                * elements of adtype */
+    uint64_t view_numel;       /* largest unit's non-matrix tensors */
     void **allocs;             /* device memory to free */
     size_t n_allocs, cap_allocs;
     uint32_t act_owner;        /* who dt_model_dalloc's bytes count for */
@@ -153,6 +161,9 @@ int dt_model_missing_kernel(const dt_model_t *m, const char *kernel);
 
 /* ---- running ---- */
 
+/* Bytes of one activation element (of m->adtype). */
+static inline size_t dt_model_act_size(const dt_model_t *m) { return dt_dtype_size(m->adtype); }
+
 /* Zero `bytes` of device memory at p on the model's stream. */
 static inline int dt_model_zero(const dt_model_ctx_t *ctx, void *p, uint64_t bytes)
 {
@@ -170,10 +181,11 @@ int dt_model_recomputes(const dt_model_t *m, int64_t l);
 int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
                   const dt_hook_t *h, uint32_t unit, int last_use, dt_unit_buffers_t *buf);
 /* The view of unit `unit`'s parameters `params` (from a pre_* hook).  With
- * `need_f32` on a bf16 model, widens the f32-read tensors into m->view,
- * which holds one unit's view at a time: the previous one is gone. */
+ * `need_act` when the parameter and activation dtypes differ (a bf16
+ * model), casts the non-matrix tensors into m->view, which holds one
+ * unit's view at a time: the previous one is gone. */
 int dt_model_view(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, const void *params,
-                  int need_f32, dt_unit_view_t *v);
+                  int need_act, dt_unit_view_t *v);
 
 /* ---- finding the first non-finite tensor (dt_model_find_nonfinite) ---- */
 
@@ -216,9 +228,9 @@ int dt_model_check_vocab(const dt_config_t *cfg, int64_t vocab_size);
  * into m->probs and m->losses, both probed; a kernel failure names the
  * forward of unit `head`. */
 int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head);
-/* Its backward: dlogits (B*T, vocab; overwritten) = the gradient of
- * loss_scale x the mean loss over the B*T positions. */
+/* Its backward: dlogits (B*T, vocab, adtype; overwritten) = the gradient
+ * of loss_scale x the mean loss over the B*T positions. */
 int dt_model_loss_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head,
-                           float *dlogits, float loss_scale);
+                           void *dlogits, float loss_scale);
 
 #endif /* DT_ENGINE_MODEL_ARCH_H */

@@ -279,6 +279,14 @@ int cpu_scratch(dt_device_t *d, uint64_t bytes, void **out, const char *op)
     return DT_OK;
 }
 
+int cpu_dtype_refused(dt_device_t *d, const char *op, const char *got,
+                      const char *runs)
+{
+    return d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
+                              "%s: %s: unsupported (the cpu device runs %s)", op,
+                              got, runs);
+}
+
 int cpu_check_product(dt_device_t *d, const char *op, int64_t a, int64_t b,
                       int64_t *out)
 {

@@ -132,12 +132,13 @@ static int check_attn(dt_device_t *d, const char *op, int64_t B, int64_t T,
     return rc;
 }
 
-int cpu_attention_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                          float *att, const float *qkv, int64_t B, int64_t T,
-                          int64_t C, int64_t NH)
+int cpu_attention_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                          float *att, const void *qkv, int dtype, int64_t B,
+                          int64_t T, int64_t C, int64_t NH)
 {
     static const char op[] = "attention_forward";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act(d, op, dtype));
     int64_t n3 = 0, natt = 0;
     int rc = check_attn(d, op, B, T, C, NH, &n3, &natt);
     if (rc != DT_OK)
@@ -157,13 +158,14 @@ int cpu_attention_forward(dt_device_t *d, dt_stream_t *s, float *out,
     return DT_OK;
 }
 
-int cpu_attention_backward(dt_device_t *d, dt_stream_t *s, float *dqkv,
-                           const float *dout, const float *qkv,
-                           const float *att, int64_t B, int64_t T, int64_t C,
-                           int64_t NH)
+int cpu_attention_backward(dt_device_t *d, dt_stream_t *s, void *dqkv,
+                           const void *dout, const void *qkv,
+                           const float *att, int dtype, int64_t B, int64_t T,
+                           int64_t C, int64_t NH)
 {
     static const char op[] = "attention_backward";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act(d, op, dtype));
     int64_t n3 = 0, natt = 0;
     int rc = check_attn(d, op, B, T, C, NH, &n3, &natt);
     if (rc != DT_OK)

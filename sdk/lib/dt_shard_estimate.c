@@ -105,17 +105,18 @@ static int ed_memset(dt_device_t *d, void *dst, int v, uint64_t bytes, dt_stream
 {
     return DT_OK;
 }
-static int ed_axpy(dt_device_t *d, dt_stream_t *s, float *y, const float *x, float a, int64_t n)
+static int ed_axpy(dt_device_t *d, dt_stream_t *s, void *y, const void *x, int dt, float a,
+                   int64_t n)
 {
     return DT_OK;
 }
-static int ed_adamw(dt_device_t *d, dt_stream_t *s, float *p, const float *g, float *m, float *v,
-                    int64_t n, float lr, float b1, float b2, float eps, float wd, float gs,
-                    int64_t t)
+static int ed_adamw(dt_device_t *d, dt_stream_t *s, float *p, const void *g, float *m, float *v,
+                    int gdt, int64_t n, float lr, float b1, float b2, float eps, float wd,
+                    float gs, int64_t t)
 {
     return DT_OK;
 }
-static int ed_sgd(dt_device_t *d, dt_stream_t *s, float *p, const float *g, float *mom,
+static int ed_sgd(dt_device_t *d, dt_stream_t *s, float *p, const void *g, float *mom, int gdt,
                   int64_t n, float lr, float mu, float wd, int nest, float gs)
 {
     return DT_OK;

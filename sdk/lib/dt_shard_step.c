@@ -236,8 +236,8 @@ static int red_finish_one(dt_shard_t *e, int64_t timeout_ms)
     if (rc == DT_OK && r.kind == SH_R_SCATTER_ADD)
         rc = e->dp.dev_ops->kernels()->axpy(e->dp.dev, e->comm_stream,
                                             dt_shard__gshard(e, r.group),
-                                            r.buf + (uint64_t)e->srank * gr->shard, 1.0f,
-                                            (int64_t)gr->shard);
+                                            r.buf + (uint64_t)e->srank * gr->shard, DT_F32,
+                                            1.0f, (int64_t)gr->shard);
     if (r.buf)
         e->dp.dev_ops->free(e->dp.dev, r.buf); /* waits for the axpy */
     if (rc != DT_OK) {

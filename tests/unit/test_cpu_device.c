@@ -437,7 +437,7 @@ static void test_scratch_is_staging_and_budgeted(void **state)
     assert_ok(c.ops->alloc(c.dev, OC * C * 2, DT_TAG_PARAMS, (void **)&w));
     memset(inp, 0, N * C * 4);
     memset(w, 0, OC * C * 2);
-    assert_status(c.K->matmul_forward(c.dev, NULL, out, inp, w, NULL, DT_BF16,
+    assert_status(c.K->matmul_forward(c.dev, NULL, out, inp, w, NULL, DT_F32, DT_BF16,
                                         N, C, OC),
                   DT_ERR_NOMEM);
     assert_msg("device/cpu: matmul_forward: scratch: out of memory budget: "
@@ -452,7 +452,7 @@ static void test_scratch_is_staging_and_budgeted(void **state)
     assert_ok(c.ops->alloc(c.dev, OC * C * 2, DT_TAG_PARAMS, (void **)&w));
     memset(inp, 0, N * C * 4);
     memset(w, 0, OC * C * 2);
-    assert_ok(c.K->matmul_forward(c.dev, NULL, out, inp, w, NULL, DT_BF16, N,
+    assert_ok(c.K->matmul_forward(c.dev, NULL, out, inp, w, NULL, DT_F32, DT_BF16, N,
                                     C, OC));
     dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_ok(c.ops->mem_stats(c.dev, &st));
@@ -554,10 +554,10 @@ static void test_streams_and_events(void **state)
     assert_ok(c.ops->alloc(c.dev, 1000 * 4, DT_TAG_ACTIVATIONS, (void **)&x));
     for (int i = 0; i < 1000; i++)
         x[i] = (float)i;
-    assert_ok(c.K->scale(c.dev, s1, x, 2.0f, 1000));
+    assert_ok(c.K->scale(c.dev, s1, x, DT_F32, 2.0f, 1000));
     assert_ok(c.ops->event_record(c.dev, e, s1));
     assert_ok(c.ops->stream_wait_event(c.dev, s2, e));
-    assert_ok(c.K->axpy(c.dev, s2, x, x + 500, 1.0f, 500));
+    assert_ok(c.K->axpy(c.dev, s2, x, x + 500, DT_F32, 1.0f, 500));
     assert_ok(c.ops->event_sync(c.dev, e));
     assert_ok(c.ops->stream_sync(c.dev, s2));
     assert_ok(c.ops->stream_sync(c.dev, NULL));
@@ -573,7 +573,7 @@ static void test_streams_and_events(void **state)
     assert_status(c.ops->stream_destroy(c.dev, NULL), DT_ERR_INVALID);
     assert_msg("device/cpu: stream_destroy: the default stream (NULL) cannot "
                "be destroyed");
-    assert_status(c.K->scale(c.dev, foreign, x, 1.0f, 10), DT_ERR_INVALID);
+    assert_status(c.K->scale(c.dev, foreign, x, DT_F32, 1.0f, 10), DT_ERR_INVALID);
     assert_msg_has("scale: stream ");
     assert_msg_has(" is not a live stream of this device");
     assert_status(c.ops->event_record(c.dev, NULL, s1), DT_ERR_INVALID);

@@ -57,10 +57,11 @@ static int fd_memset(dt_device_t *d, void *dst, int v, uint64_t bytes, dt_stream
 }
 static int fd_sync(dt_device_t *d, dt_stream_t *s) { return DT_OK; }
 
-static int fd_adamw(dt_device_t *d, dt_stream_t *s, float *p, const float *g, float *m,
-                    float *v, int64_t n, float lr, float b1, float b2, float eps, float wd,
-                    float gs, int64_t t)
+static int fd_adamw(dt_device_t *d, dt_stream_t *s, float *p, const void *gv, float *m,
+                    float *v, int gdt, int64_t n, float lr, float b1, float b2, float eps,
+                    float wd, float gs, int64_t t)
 {
+    const float *g = gv;
     if (d->fail_adamw)
         return DT_ERR_SYSTEM;
     d->calls[d->n_calls++] = (call_t){0, p - d->base, n, wd, gs, lr, t};
@@ -75,9 +76,10 @@ static int fd_adamw(dt_device_t *d, dt_stream_t *s, float *p, const float *g, fl
     return DT_OK;
 }
 
-static int fd_sgd(dt_device_t *d, dt_stream_t *s, float *p, const float *g, float *mom,
-                  int64_t n, float lr, float mu, float wd, int nesterov, float gs)
+static int fd_sgd(dt_device_t *d, dt_stream_t *s, float *p, const void *gv, float *mom,
+                  int gdt, int64_t n, float lr, float mu, float wd, int nesterov, float gs)
 {
+    const float *g = gv;
     d->calls[d->n_calls++] = (call_t){1, p - d->base, n, wd, gs, lr, 0};
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i] * gs + wd * p[i];

@@ -121,59 +121,80 @@ DT_ABI_CHECK_(dt_kernels_info_size_at_, offsetof(dt_kernels_info_t, struct_size)
     }
 
 /* The kernels models and strategies are built from.  Every kernel is
- * enqueued on stream `s` of instance `d` (thread safety: as everything
- * that enqueues, see the top of this file). */
+ * enqueued on stream `s` of instance `d` and may return before it runs
+ * (thread safety: as everything that enqueues, see the top of this file).
+ *
+ * Element types.  Every call states the types of its buffers:
+ *  - `float *` is f32, always: parameter gradients (strategies hold them in
+ *    f32, strategy.h), norm statistics, losses, optimizer state;
+ *  - `void *` holds elements of the dtype the call names: `dtype`, the
+ *    activation dtype, covers activations, their gradients, and the
+ *    parameters a layer reads other than matmul weights (biases, norm
+ *    weights, embedding tables); `wdtype` covers matmul weights;
+ *    grad_dtype, dst_dtype, src_dtype say what their names say.
+ * A kernel refuses a combination it does not run with DT_ERR_UNSUPPORTED,
+ * naming itself and the dtypes ("matmul_forward: bf16 activations with
+ * f32 weights: unsupported (...)"), before touching any buffer.  The cpu
+ * device runs f32 activations with f32 or bf16 weights; a GPU backend may
+ * run bf16 activations. */
 typedef struct dt_kernels_v1 {
     dt_kernels_info_t info; /* first: DT_HAS_OP(dt_kernels_t, k, field) works */
 
     /* ---- the core set (mandatory): what every model and strategy of
      * dtrain needs, whatever the config ---- */
 
-    /* out = inp @ weight^T + bias.  out (N, OC) f32; inp (N, C) f32;
-     * weight (OC, C) in `wdtype` (DT_F32 or DT_BF16); bias (OC) f32 or NULL. */
-    int (*matmul_forward)(dt_device_t *d, dt_stream_t *s, float *out,
-                          const float *inp, const void *weight,
-                          const float *bias, int wdtype, int64_t N, int64_t C,
-                          int64_t OC);
+    /* out = inp @ weight^T + bias.  out (N, OC), inp (N, C), bias (OC) or
+     * NULL: dtype; weight (OC, C): wdtype. */
+    int (*matmul_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                          const void *inp, const void *weight,
+                          const void *bias, int dtype, int wdtype, int64_t N,
+                          int64_t C, int64_t OC);
     /* dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout.
-     * dinp (N, C), dweight (OC, C), dbias (OC): f32; any may be NULL to
-     * skip it.  dout (N, OC), inp (N, C) f32; weight (OC, C) in wdtype. */
-    int (*matmul_backward)(dt_device_t *d, dt_stream_t *s, float *dinp,
-                           float *dweight, float *dbias, const float *dout,
-                           const float *inp, const void *weight, int wdtype,
-                           int64_t N, int64_t C, int64_t OC);
-    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].  out (B, T, C); tokens
-     * (B, T) i32 in [0, V); wte (V, C); wpe (>= T, C).  Token range is the
-     * caller's check. */
-    int (*embedding_forward)(dt_device_t *d, dt_stream_t *s, float *out,
-                             const int32_t *tokens, const float *wte,
-                             const float *wpe, int64_t B, int64_t T,
-                             int64_t C);
-    /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. */
+     * dinp (N, C), dout (N, OC), inp (N, C): dtype; dweight (OC, C), dbias
+     * (OC): f32; weight (OC, C): wdtype.  dinp, dweight, dbias may each be
+     * NULL to skip it. */
+    int (*matmul_backward)(dt_device_t *d, dt_stream_t *s, void *dinp,
+                           float *dweight, float *dbias, const void *dout,
+                           const void *inp, const void *weight, int dtype,
+                           int wdtype, int64_t N, int64_t C, int64_t OC);
+    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].  out (B, T, C), wte (V,
+     * C), wpe (>= T, C): dtype; tokens (B, T) i32 in [0, V) (the range is
+     * the caller's check). */
+    int (*embedding_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                             const int32_t *tokens, const void *wte,
+                             const void *wpe, int dtype, int64_t B,
+                             int64_t T, int64_t C);
+    /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:].  dout
+     * (B, T, C): dtype; dwte (V, C), dwpe (>= T, C): f32, either may be
+     * NULL to skip it. */
     int (*embedding_backward)(dt_device_t *d, dt_stream_t *s, float *dwte,
-                              float *dwpe, const float *dout,
-                              const int32_t *tokens, int64_t B, int64_t T,
-                              int64_t C);
-    /* GELU, tanh approximation (GPT-2's).  (n) elements. */
-    int (*gelu_forward)(dt_device_t *d, dt_stream_t *s, float *out,
-                        const float *inp, int64_t n);
-    /* dinp += gelu'(inp) * dout. */
-    int (*gelu_backward)(dt_device_t *d, dt_stream_t *s, float *dinp,
-                         const float *inp, const float *dout, int64_t n);
-    /* losses[i] = -log softmax(logits[i,:])[targets[i]]; probs = softmax.
-     * logits, probs (N, V); targets (N) i32 in [0, V); losses (N). */
+                              float *dwpe, const void *dout,
+                              const int32_t *tokens, int dtype, int64_t B,
+                              int64_t T, int64_t C);
+    /* GELU, tanh approximation (GPT-2's).  out, inp (n): dtype. */
+    int (*gelu_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                        const void *inp, int dtype, int64_t n);
+    /* dinp += gelu'(inp) * dout.  dinp, inp, dout (n): dtype. */
+    int (*gelu_backward)(dt_device_t *d, dt_stream_t *s, void *dinp,
+                         const void *inp, const void *dout, int dtype,
+                         int64_t n);
+    /* losses[i] = -log softmax(logits[i,:])[targets[i]]; probs = softmax
+     * (kept for backward).  logits, probs (N, V): dtype; targets (N) i32 in
+     * [0, V); losses (N): f32. */
     int (*softmax_xent_forward)(dt_device_t *d, dt_stream_t *s,
-                                float *losses, float *probs,
-                                const float *logits, const int32_t *targets,
-                                int64_t N, int64_t V);
-    /* dlogits[i,:] += dloss * (probs[i,:] - onehot(targets[i])). */
+                                float *losses, void *probs,
+                                const void *logits, const int32_t *targets,
+                                int dtype, int64_t N, int64_t V);
+    /* dlogits[i,:] += dloss * (probs[i,:] - onehot(targets[i])).  dlogits,
+     * probs (N, V): dtype. */
     int (*softmax_xent_backward)(dt_device_t *d, dt_stream_t *s,
-                                 float *dlogits, const float *probs,
-                                 const int32_t *targets, float dloss,
-                                 int64_t N, int64_t V);
-    /* y += alpha * x, (n) elements (gradient accumulation). */
-    int (*axpy)(dt_device_t *d, dt_stream_t *s, float *y, const float *x,
-                float alpha, int64_t n);
+                                 void *dlogits, const void *probs,
+                                 const int32_t *targets, int dtype,
+                                 float dloss, int64_t N, int64_t V);
+    /* y += alpha * x, (n) elements of dtype (gradient accumulation); x and
+     * y must not overlap. */
+    int (*axpy)(dt_device_t *d, dt_stream_t *s, void *y, const void *x,
+                int dtype, float alpha, int64_t n);
     /* *out = sum of x[i]^2 over (n) elements of `dtype` (f32, bf16, f16),
      * accumulated in double.  `out` is device memory (one double), written
      * (not accumulated); NaN/Inf propagate. */
@@ -188,50 +209,61 @@ typedef struct dt_kernels_v1 {
      * optimizer needs.  A caller without a fallback fails with
      * DT_ERR_UNSUPPORTED naming the kernel and the dtypes it wanted. ---- */
 
-    /* out = (inp - mean) * rstd * weight + bias over the last dim, eps 1e-5.
-     * out, inp (N, C); weight, bias (C); mean, rstd (N) written for backward. */
-    int (*layernorm_forward)(dt_device_t *d, dt_stream_t *s, float *out,
-                             float *mean, float *rstd, const float *inp,
-                             const float *weight, const float *bias,
+    /* out = (inp - mean) * rstd * weight + bias over the last dim, eps
+     * 1e-5.  out, inp (N, C), weight, bias (C): dtype; mean, rstd (N): f32,
+     * written for backward. */
+    int (*layernorm_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                             float *mean, float *rstd, const void *inp,
+                             const void *weight, const void *bias, int dtype,
                              int64_t N, int64_t C);
-    int (*layernorm_backward)(dt_device_t *d, dt_stream_t *s, float *dinp,
-                              float *dweight, float *dbias, const float *dout,
-                              const float *inp, const float *weight,
-                              const float *mean, const float *rstd, int64_t N,
-                              int64_t C);
+    /* dinp += d(out)/d(inp) . dout; dweight, dbias += their gradients.
+     * dinp, dout, inp (N, C), weight (C): dtype; dweight, dbias (C): f32,
+     * each may be NULL to skip it; mean, rstd (N): f32 from forward. */
+    int (*layernorm_backward)(dt_device_t *d, dt_stream_t *s, void *dinp,
+                              float *dweight, float *dbias, const void *dout,
+                              const void *inp, const void *weight,
+                              const float *mean, const float *rstd, int dtype,
+                              int64_t N, int64_t C);
     /* Causal multi-head self-attention.  qkv (B, T, 3C) holding q, k, v
-     * each (B, T, NH, C/NH); out (B, T, C); att (B, NH, T, T) receives the
-     * softmax probabilities (entries above the diagonal are unspecified). */
-    int (*attention_forward)(dt_device_t *d, dt_stream_t *s, float *out,
-                             float *att, const float *qkv, int64_t B,
-                             int64_t T, int64_t C, int64_t NH);
-    /* dqkv += d(out)/d(qkv) applied to dout, using att from forward. */
-    int (*attention_backward)(dt_device_t *d, dt_stream_t *s, float *dqkv,
-                              const float *dout, const float *qkv,
-                              const float *att, int64_t B, int64_t T,
-                              int64_t C, int64_t NH);
-    /* out = a + b, (n) elements; out may alias a or b. */
-    int (*residual_forward)(dt_device_t *d, dt_stream_t *s, float *out,
-                            const float *a, const float *b, int64_t n);
-    /* x *= alpha, (n) f32 elements. */
-    int (*scale)(dt_device_t *d, dt_stream_t *s, float *x, float alpha,
-                 int64_t n);
-    /* AdamW on (n) f32 elements, decoupled weight decay (PyTorch's):
+     * each (B, T, NH, C/NH), out (B, T, C): dtype; att (B, NH, T, T) f32
+     * receives the softmax probabilities (entries above the diagonal are
+     * unspecified). */
+    int (*attention_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                             float *att, const void *qkv, int dtype,
+                             int64_t B, int64_t T, int64_t C, int64_t NH);
+    /* dqkv += d(out)/d(qkv) applied to dout, using att from forward.
+     * dqkv (B, T, 3C), dout (B, T, C), qkv: dtype. */
+    int (*attention_backward)(dt_device_t *d, dt_stream_t *s, void *dqkv,
+                              const void *dout, const void *qkv,
+                              const float *att, int dtype, int64_t B,
+                              int64_t T, int64_t C, int64_t NH);
+    /* out = a + b, (n) elements of dtype; out may alias a or b. */
+    int (*residual_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                            const void *a, const void *b, int dtype,
+                            int64_t n);
+    /* x *= alpha, (n) elements of dtype. */
+    int (*scale)(dt_device_t *d, dt_stream_t *s, void *x, int dtype,
+                 float alpha, int64_t n);
+    /* AdamW on (n) elements, decoupled weight decay (PyTorch's):
      *   g = grad * grad_scale
      *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
      *   param -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * param)
-     * t >= 1 is the 1-based step count. */
+     * param (the f32 master), m, v: f32; grad: grad_dtype.  t >= 1 is the
+     * 1-based step count. */
     int (*adamw_update)(dt_device_t *d, dt_stream_t *s, float *param,
-                        const float *grad, float *m, float *v, int64_t n,
-                        float lr, float beta1, float beta2, float eps,
-                        float weight_decay, float grad_scale, int64_t t);
+                        const void *grad, float *m, float *v, int grad_dtype,
+                        int64_t n, float lr, float beta1, float beta2,
+                        float eps, float weight_decay, float grad_scale,
+                        int64_t t);
     /* SGD with momentum (PyTorch's, no dampening):
      *   g = grad * grad_scale + wd * param;  mom = mu mom + g;
-     *   param -= lr * (nesterov ? g + mu mom : mom) */
+     *   param -= lr * (nesterov ? g + mu mom : mom)
+     * param, mom: f32 (mom may be NULL when momentum is 0); grad:
+     * grad_dtype. */
     int (*sgd_update)(dt_device_t *d, dt_stream_t *s, float *param,
-                      const float *grad, float *mom, int64_t n, float lr,
-                      float momentum, float weight_decay, int nesterov,
-                      float grad_scale);
+                      const void *grad, float *mom, int grad_dtype,
+                      int64_t n, float lr, float momentum,
+                      float weight_decay, int nesterov, float grad_scale);
 
     /* ---- minor 0 ends here; append only ---- */
 } dt_kernels_v1_t;

@@ -277,7 +277,7 @@ KFN(k_gelu_b,
     CK(K->gelu_backward(dev, NULL, k->z, k->x, k->y, DT_F32, k->B * k->T * 4 * k->C)))
 KFN(k_attn_f, CK(K->attention_forward(dev, NULL, k->y, k->att, k->qkv, DT_F32, k->B,
                                         k->T, k->C, k->NH)))
-KFN(k_attn_b, CK(K->attention_backward(dev, NULL, k->dqkv, k->y, k->qkv,
+KFN(k_attn_b, CK(K->attention_backward(dev, NULL, k->dqkv, k->y, k->qkv, k->y,
                                          k->att, DT_F32, k->B, k->T, k->C, k->NH)))
 KFN(k_res,
     CK(K->residual_forward(dev, NULL, k->z, k->x, k->y, DT_F32, k->B * k->T * k->C)))

@@ -30,7 +30,9 @@ typedef struct block_acts {
     float *ln1_mean, *ln1_rstd;       /* (B,T) (B,T) */
     void *qkv;                        /* (B,T,3C) */
     void *atty;                       /* (B,T,C) */
-    float *att;                       /* (B,NH,T,T) */
+    void *att_state;                  /* attention's saved state, the
+                                       * device's own layout (cpu: the
+                                       * (B,NH,T,T) f32 probabilities) */
     void *res2;                       /* (B,T,C) */
     void *ln2;                        /* (B,T,C) */
     float *ln2_mean, *ln2_rstd;       /* (B,T) (B,T) */
@@ -203,26 +205,42 @@ static void gpt2_free(dt_model_t *m)
 
 /* ---- activations ---- */
 
+/* The bytes of attention's saved state for B x T, as the device sizes it
+ * (the one query both the plan and the allocation use). */
+static int attn_state_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *out)
+{
+    const gpt2_t *g = G(m);
+    int rc = m->kern->attention_state_bytes(B, T, g->s.n_embd, g->s.n_head, m->adtype, out);
+    if (rc)
+        return dt_err_set(rc,
+                          "model: device '%s' refused attention_state_bytes for B %lld, T %lld, "
+                          "C %lld, NH %lld, %s activations (%s)",
+                          m->dev_name, (long long)B, (long long)T, (long long)g->s.n_embd,
+                          (long long)g->s.n_head, dt_dtype_name(m->adtype), dt_status_name(rc));
+    return DT_OK;
+}
+
 /* Bytes of a block's kept activations (alloc_block's sizes): ln1, qkv,
  * atty, res2, ln2, fch, fch_gelu are 15 (B,T,C)-sized of `es` bytes, the
- * norms' mean and rstd 4 (B,T) f32, the attention probabilities
- * (B,NH,T,T) f32. */
-static double block_bytes(double B, double T, double C, double NH, double es)
+ * norms' mean and rstd 4 (B,T) f32, and attention's saved state. */
+static double block_bytes(double B, double T, double C, double es, uint64_t att_state)
 {
-    return es * 15.0 * B * T * C + 4.0 * (4.0 * B * T + B * NH * T * T);
+    return es * 15.0 * B * T * C + 4.0 * 4.0 * B * T + (double)att_state;
 }
 
 static int alloc_block(dt_model_t *m, const dt_model_ctx_t *ctx, block_acts_t *a)
 {
-    const int64_t BT = m->B * m->T, C = G(m)->s.n_embd, NH = G(m)->s.n_head, T = m->T;
+    const int64_t BT = m->B * m->T, C = G(m)->s.n_embd;
     const size_t es = dt_model_act_size(m);
+    uint64_t att_state;
     int rc;
-    if ((rc = dt_model_dalloc(m, ctx, BT * C, es, &a->ln1)) ||
+    if ((rc = attn_state_bytes(m, m->B, m->T, &att_state)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->ln1)) ||
         (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln1_mean)) ||
         (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln1_rstd)) ||
         (rc = dt_model_dalloc(m, ctx, BT * 3 * C, es, &a->qkv)) ||
         (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->atty)) ||
-        (rc = dt_model_dalloc(m, ctx, m->B * NH * T * T, 4, &a->att)) ||
+        (rc = dt_model_dalloc(m, ctx, (int64_t)att_state, 1, &a->att_state)) ||
         (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->res2)) ||
         (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->ln2)) ||
         (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln2_mean)) ||
@@ -240,15 +258,18 @@ static int alloc_block(dt_model_t *m, const dt_model_ctx_t *ctx, block_acts_t *a
  * also keeps its intermediates; the head keeps ln_f's output and
  * statistics and the probabilities (the loss backward reads them).  All
  * else is workspace. */
-static void gpt2_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *unit,
-                           double *ws)
+static int gpt2_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *unit,
+                          double *ws)
 {
     const gpt2_t *g = G(m);
     const double B = (double)B_, T = (double)T_, BT = B * T, C = (double)g->s.n_embd,
-                 NH = (double)g->s.n_head, V = (double)g->s.vocab_size,
-                 es = (double)dt_model_act_size(m);
+                 V = (double)g->s.vocab_size, es = (double)dt_model_act_size(m);
     const int64_t L = g->s.n_layer;
-    const double block = block_bytes(B, T, C, NH, es);
+    uint64_t att_state;
+    int rc = attn_state_bytes(m, B_, T_, &att_state);
+    if (rc)
+        return rc;
+    const double block = block_bytes(B, T, C, es, att_state);
     int any_recompute = 0;
     unit[0] += es * BT * C;
     for (int64_t l = 0; l < L; l++) {
@@ -264,6 +285,7 @@ static void gpt2_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *
      * dfch_gelu (4C), dlogits (V) */
     *ws += (any_recompute ? block : 0.0) + es * (2.0 * BT * C + BT * V) + 4.0 * BT +
            es * (BT * C * (3.0 + 3.0 + 8.0) + BT * V);
+    return DT_OK;
 }
 
 static int gpt2_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
@@ -337,10 +359,9 @@ static double gpt2_flops_per_token(const dt_model_t *m, int64_t T)
 #define D ctx->dev, ctx->stream
 
 /* What dt_model_find_nonfinite calls each kernel output of block l:
- * "activation h.<l><tensor>", "<verb> h.<l><op>".  The attention
- * probabilities are not probed: the entries above the diagonal are
- * unspecified by the kernel contract, and a NaN in the rest reaches the
- * weighted values, which are. */
+ * "activation h.<l><tensor>", "<verb> h.<l><op>".  Attention's saved state
+ * is not probed: its layout is the device's own, and a NaN in it reaches
+ * the weighted values, which are. */
 enum { P_LN1, P_QKV, P_ATTY, P_ATTPROJ, P_RES2, P_LN2, P_FCH, P_GELU, P_FCPROJ, P_OUT };
 static const struct {
     const char *tensor, *verb, *op;
@@ -381,7 +402,7 @@ static int block_forward(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l,
     DT_TRY(probe_block(m, ctx, l, P_LN1, a->ln1, BT * C));
     DT_TRY(K->matmul_forward(D, a->qkv, a->ln1, v->w[ATTW], v->a[ATTB], ad, wd, BT, C, 3 * C));
     DT_TRY(probe_block(m, ctx, l, P_QKV, a->qkv, BT * 3 * C));
-    DT_TRY(K->attention_forward(D, a->atty, a->att, a->qkv, ad, B, T, C, NH));
+    DT_TRY(K->attention_forward(D, a->atty, a->att_state, a->qkv, ad, B, T, C, NH));
     DT_TRY(probe_block(m, ctx, l, P_ATTY, a->atty, BT * C));
     DT_TRY(K->matmul_forward(D, a->attproj, a->atty, v->w[PROJW], v->a[PROJB], ad, wd, BT, C,
                              C));
@@ -429,7 +450,8 @@ static int block_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_uni
     DT_TRY(K->matmul_backward(D, g->dbuf_c2, gr + o[PROJW], gr + o[PROJB], dx, a->atty,
                               v->w[PROJW], ad, wd, BT, C, C));
     DT_TRY(dt_model_zero(ctx, g->dqkv, (uint64_t)BT * 3 * C * es));
-    DT_TRY(K->attention_backward(D, g->dqkv, g->dbuf_c2, a->qkv, a->att, ad, B, T, C, NH));
+    DT_TRY(K->attention_backward(D, g->dqkv, g->dbuf_c2, a->qkv, a->atty, a->att_state, ad, B, T,
+                                 C, NH));
     DT_TRY(dt_model_zero(ctx, g->dbuf_c, (uint64_t)BT * C * es));
     DT_TRY(K->matmul_backward(D, g->dbuf_c, gr + o[ATTW], gr + o[ATTB], g->dqkv, a->ln1,
                               v->w[ATTW], ad, wd, BT, C, 3 * C));
@@ -542,6 +564,7 @@ static int gpt2_need_kernels(const dt_model_t *m)
 {
     DT_MODEL_NEED(m, layernorm_forward);
     DT_MODEL_NEED(m, layernorm_backward);
+    DT_MODEL_NEED(m, attention_state_bytes);
     DT_MODEL_NEED(m, attention_forward);
     DT_MODEL_NEED(m, attention_backward);
     DT_MODEL_NEED(m, residual_forward);

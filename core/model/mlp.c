@@ -147,7 +147,7 @@ static int mlp_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
  * layer's GELU output, and unless the layer is recomputed its
  * pre-activation (GELU's backward reads it); the head keeps the
  * probabilities.  The rest is workspace. */
-static void mlp_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *unit, double *ws)
+static int mlp_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *unit, double *ws)
 {
     const mlp_t *p = P(m);
     const double BT = (double)B_ * (double)T_, D = (double)p->D, H = (double)p->H,
@@ -167,6 +167,7 @@ static void mlp_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *u
     *ws += es * ((any_recompute ? BT * H : 0.0) + (double)T_ * D + 2.0 * BT * wide + BT * H +
                  2.0 * BT * V) +
            4.0 * BT;
+    return DT_OK;
 }
 
 static double mlp_flops_per_token(const dt_model_t *m, int64_t T)

@@ -426,7 +426,11 @@ int dt_model_act_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *unit
                     : (double)dt_model_act_size(m) * (double)m->view_numel;
     u[0] += 4.0 * BT;
     u[n - 1] += 4.0 * BT;
-    m->arch->act_bytes(m, B, T, u, &ws);
+    int rc = m->arch->act_bytes(m, B, T, u, &ws);
+    if (rc) {
+        free(u);
+        return rc;
+    }
     double kept = 0;
     for (uint32_t i = 0; i < n; i++)
         kept += u[i];

@@ -74,10 +74,14 @@ typedef struct dt_model_arch {
     /* The bytes alloc_acts allocates for B x T under m's recompute mode,
      * without allocating: adds to unit[u] what unit u keeps from forward to
      * backward and to *workspace the rest (gradient scratch, logits, the
-     * recompute buffers of recomputed units).  Doubles: every count is an
-     * integer, exact below 2^53 bytes (model.c refuses larger totals). */
-    void (*act_bytes)(const dt_model_t *m, int64_t B, int64_t T, double *unit,
-                      double *workspace);
+     * recompute buffers of recomputed units).  Sizes the device decides
+     * (attention's saved state) come from the same kernel-table queries
+     * alloc_acts uses, so plan and allocation agree to the byte.  Doubles:
+     * every count is an integer, exact below 2^53 bytes (model.c refuses
+     * larger totals).  DT_OK, or a failing query's status with the
+     * message set. */
+    int (*act_bytes)(const dt_model_t *m, int64_t B, int64_t T, double *unit,
+                     double *workspace);
     /* Activations for m->B x m->T through dt_model_dalloc, with
      * m->act_owner set to the unit (or DT_ACT_WORKSPACE) each allocation
      * counts for, as act_bytes counts it; must set m->logits (BT, V),

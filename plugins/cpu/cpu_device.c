@@ -739,6 +739,7 @@ static const dt_kernels_v1_t cpu_kernels = {
     .cast = cpu_prof_cast,
     .layernorm_forward = cpu_prof_layernorm_forward,
     .layernorm_backward = cpu_prof_layernorm_backward,
+    .attention_state_bytes = cpu_attention_state_bytes, /* no kernel: not timed */
     .attention_forward = cpu_prof_attention_forward,
     .attention_backward = cpu_prof_attention_backward,
     .residual_forward = cpu_prof_residual_forward,

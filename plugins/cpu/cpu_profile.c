@@ -337,20 +337,21 @@ int cpu_prof_layernorm_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
 }
 
 int cpu_prof_attention_forward(dt_device_t *d, dt_stream_t *s, void *out,
-                               float *att, const void *qkv, int dtype,
+                               void *state, const void *qkv, int dtype,
                                int64_t B, int64_t T, int64_t C, int64_t NH)
 {
     PROF_CALL(CPU_PK_ATTENTION_FWD, 0, 0,
-              cpu_attention_forward(d, s, out, att, qkv, dtype, B, T, C, NH));
+              cpu_attention_forward(d, s, out, state, qkv, dtype, B, T, C, NH));
 }
 
 int cpu_prof_attention_backward(dt_device_t *d, dt_stream_t *s, void *dqkv,
                                 const void *dout, const void *qkv,
-                                const float *att, int dtype, int64_t B,
-                                int64_t T, int64_t C, int64_t NH)
+                                const void *out, const void *state, int dtype,
+                                int64_t B, int64_t T, int64_t C, int64_t NH)
 {
     PROF_CALL(CPU_PK_ATTENTION_BWD, 0, 0,
-              cpu_attention_backward(d, s, dqkv, dout, qkv, att, dtype, B, T, C, NH));
+              cpu_attention_backward(d, s, dqkv, dout, qkv, out, state, dtype, B, T, C,
+                                     NH));
 }
 
 int cpu_prof_residual_forward(dt_device_t *d, dt_stream_t *s, void *out,

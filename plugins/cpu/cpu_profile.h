@@ -120,12 +120,12 @@ int cpu_prof_layernorm_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
                                 const float *rstd, int dtype, int64_t N,
                                 int64_t C);
 int cpu_prof_attention_forward(dt_device_t *d, dt_stream_t *s, void *out,
-                               float *att, const void *qkv, int dtype,
+                               void *state, const void *qkv, int dtype,
                                int64_t B, int64_t T, int64_t C, int64_t NH);
 int cpu_prof_attention_backward(dt_device_t *d, dt_stream_t *s, void *dqkv,
                                 const void *dout, const void *qkv,
-                                const float *att, int dtype, int64_t B,
-                                int64_t T, int64_t C, int64_t NH);
+                                const void *out, const void *state, int dtype,
+                                int64_t B, int64_t T, int64_t C, int64_t NH);
 int cpu_prof_residual_forward(dt_device_t *d, dt_stream_t *s, void *out,
                               const void *a, const void *b, int dtype,
                               int64_t n);

@@ -555,17 +555,29 @@ static int64_t lower_tri(double *dst_d, float *dst_f, const double *src_d,
     return k;
 }
 
+/* The cpu's attention state is the (B, NH, T, T) f32 probabilities: the
+ * test reads them as such (the layout is the cpu's own, device.h).  The
+ * buffer is sized by attention_state_bytes, with guard bytes after it
+ * that forward must leave alone. */
 static void test_attention(void **state)
 {
     const int64_t B = 2, T = 5, C = 12, NH = 3;
     const int64_t n3 = B * T * 3 * C, natt = B * NH * T * T, no = B * T * C;
+    enum { GUARD = 64 };
     dt_ref_rng_t r;
     dt_ref_rng_seed(&r, 41);
     for (int pass = 0; pass < 2; pass++) {
         cpu_t *c = pass ? &g_t2 : &g_t1;
+        uint64_t sb = 0;
+        OK(c->K->attention_state_bytes(B, T, C, NH, DT_F32, &sb));
+        assert_int_equal(sb, natt * 4);
         float *qkv = drand(c, &r, n3, -1.5, 1.5);
-        float *out = dalloc(c, no * 4), *att = dalloc(c, natt * 4);
+        float *out = dalloc(c, no * 4), *att = dalloc(c, (int64_t)sb + GUARD);
+        unsigned char *guard = (unsigned char *)att + sb;
+        memset(guard, 0xA5, GUARD);
         OK(c->K->attention_forward(c->dev, NULL, out, att, qkv, DT_F32, B, T, C, NH));
+        for (int i = 0; i < GUARD; i++)
+            assert_int_equal(guard[i], 0xA5);
         double *qkvd = hd(qkv, n3), *outd = hzero(no), *attd = hzero(natt);
         dt_ref_attention_forward(outd, attd, qkvd, B, T, C, NH);
         double *ld = hzero(natt);
@@ -580,7 +592,8 @@ static void test_attention(void **state)
         double *dqkv0 = hd(dqkv, n3), *doutd = hd(dout, no), *g = hzero(n3);
         dt_ref_attention_backward(g, doutd, qkvd, attd, B, T, C, NH);
         for (int call = 1; call <= 2; call++) {
-            OK(c->K->attention_backward(c->dev, NULL, dqkv, dout, qkv, att, DT_F32, B, T, C, NH));
+            OK(c->K->attention_backward(c->dev, NULL, dqkv, dout, qkv, out, att, DT_F32, B, T, C,
+                                        NH));
             double *w = accum(dqkv0, g, call, n3);
             /* sums over T keys of hs-term dots, using the f32 att: sqrt(T hs) */
             CHECK("attention_backward dqkv", dqkv, w, n3, 1e-5,
@@ -606,6 +619,34 @@ static void test_attention_errors(void **state)
     assert_status(c->K->attention_forward(c->dev, NULL, x, x, x, DT_F32, 1, 2, 10, 3),
                   DT_ERR_INVALID);
     assert_msg("device/cpu: attention_forward: C = 10 is not a multiple of NH = 3");
+    assert_status(c->K->attention_backward(c->dev, NULL, x, x, x, NULL, x, DT_F32, 1, 2, 6, 3),
+                  DT_ERR_INVALID);
+    assert_msg("device/cpu: attention_backward: out is NULL (36 elements)");
+}
+
+/* What the cpu's attention keeps, asked without an instance: B NH T^2
+ * floats for any C; refusals without a message (nothing to set it on). */
+static void test_attention_state_bytes(void **state)
+{
+    const dt_kernels_v1_t *K = cpu_ops()->kernels();
+    static const int64_t shapes[][4] = {
+        {1, 1, 1, 1}, {2, 5, 12, 3}, {8, 1024, 768, 12}, {3, 7, 0, 1}, {0, 9, 4, 2}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t *s = shapes[i];
+        uint64_t sb = 1;
+        OK(K->attention_state_bytes(s[0], s[1], s[2], s[3], DT_F32, &sb));
+        assert_int_equal(sb, (uint64_t)(s[0] * s[3] * s[1] * s[1]) * 4);
+    }
+    uint64_t sb = 123;
+    assert_int_equal(K->attention_state_bytes(2, 5, 12, 3, DT_BF16, &sb), DT_ERR_UNSUPPORTED);
+    assert_int_equal(K->attention_state_bytes(2, 5, 10, 3, DT_F32, &sb), DT_ERR_INVALID);
+    assert_int_equal(K->attention_state_bytes(2, 5, 12, 0, DT_F32, &sb), DT_ERR_INVALID);
+    assert_int_equal(K->attention_state_bytes(-1, 5, 12, 3, DT_F32, &sb), DT_ERR_INVALID);
+    assert_int_equal(K->attention_state_bytes((int64_t)1 << 40, (int64_t)1 << 20, 12, 3, DT_F32,
+                                              &sb),
+                     DT_ERR_INVALID);
+    assert_int_equal(sb, 123); /* untouched on refusal */
+    assert_int_equal(K->attention_state_bytes(2, 5, 12, 3, DT_F32, NULL), DT_ERR_INVALID);
 }
 
 /* ============================================== softmax + cross-entropy */
@@ -1097,7 +1138,7 @@ static void test_dtype_refusals(void **state)
             ACTS("layernorm_backward"));
     REFUSED(K->attention_forward(d, NULL, y, st, x, DT_BF16, 1, 2, 2, 1),
             ACTS("attention_forward"));
-    REFUSED(K->attention_backward(d, NULL, y, x, x, x, DT_BF16, 1, 2, 2, 1),
+    REFUSED(K->attention_backward(d, NULL, y, x, x, x, x, DT_BF16, 1, 2, 2, 1),
             ACTS("attention_backward"));
     REFUSED(K->residual_forward(d, NULL, y, x, x, DT_F16, 4),
             "residual_forward: f16 activations: unsupported (the cpu device runs f32 "
@@ -1192,7 +1233,8 @@ static void test_threads_bitwise(void **state)
         float *ao = dalloc(c, AB * AT * AC * 4), *att = dalloc(c, AB * NH * AT * AT * 4);
         float *dqkv = drand(c, &r, AB * AT * 3 * AC, -1, 1);
         OK(c->K->attention_forward(c->dev, NULL, ao, att, qkv, DT_F32, AB, AT, AC, NH));
-        OK(c->K->attention_backward(c->dev, NULL, dqkv, ao, qkv, att, DT_F32, AB, AT, AC, NH));
+        OK(c->K->attention_backward(c->dev, NULL, dqkv, ao, qkv, ao, att, DT_F32, AB, AT, AC,
+                                    NH));
         res[d][k] = ao, len[k++] = AB * AT * AC;
         res[d][k] = dqkv, len[k++] = AB * AT * 3 * AC;
 
@@ -1282,6 +1324,7 @@ int main(void)
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_errors),
+        cmocka_unit_test(test_attention_state_bytes),
         cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_softmax_xent_extremes),
         cmocka_unit_test(test_residual_axpy_scale),

@@ -323,6 +323,7 @@ static void test_device_lacking_a_kernel(void **state)
     } need[] = {
         {offsetof(dt_kernels_v1_t, layernorm_forward), "layernorm_forward"},
         {offsetof(dt_kernels_v1_t, layernorm_backward), "layernorm_backward"},
+        {offsetof(dt_kernels_v1_t, attention_state_bytes), "attention_state_bytes"},
         {offsetof(dt_kernels_v1_t, attention_forward), "attention_forward"},
         {offsetof(dt_kernels_v1_t, attention_backward), "attention_backward"},
         {offsetof(dt_kernels_v1_t, residual_forward), "residual_forward"},
@@ -350,6 +351,92 @@ static void test_device_lacking_a_kernel(void **state)
     dt_config_t *cfg = model_config(toml);
     dt_model_t *m = NULL;
     assert_ok(dt_model_create(cfg, &dev, &m));
+    dt_model_free(m, NULL);
+    dt_config_free(cfg);
+}
+
+/* A flash-attention backend keeps the (B, NH, T) f32 log-sum-exp, not the
+ * probabilities: the plan follows the device's attention_state_bytes (the
+ * query alloc_acts sizes the buffer with), so only the state term of each
+ * block changes.  Planned only: the cpu kernels behind it keep
+ * probabilities and would not fit. */
+static int lse_state_bytes(int64_t B, int64_t T, int64_t C, int64_t NH, int dtype,
+                           uint64_t *out)
+{
+    if (dtype != DT_F32)
+        return DT_ERR_UNSUPPORTED;
+    *out = (uint64_t)(B * NH * T) * 4;
+    return DT_OK;
+}
+static dt_kernels_v1_t g_flash;
+static const dt_kernels_v1_t *flash_kernels(void)
+{
+    g_flash = *cpu_ops()->kernels();
+    g_flash.attention_state_bytes = lse_state_bytes;
+    return &g_flash;
+}
+
+static void test_attention_state_is_the_devices(void **state)
+{
+    (void)state;
+    dt_device_ops_t dev = *cpu_ops();
+    dev.info.name = "flash";
+    dev.kernels = flash_kernels;
+    char toml[512];
+    gpt2_toml(toml, sizeof toml, "fp32", "none");
+    dt_config_t *cfg = model_config(toml), *cfg2 = NULL;
+    dt_model_t *flash = NULL, *cpu = describe(toml, &cfg2);
+    assert_ok(dt_model_create(cfg, &dev, &flash));
+    const uint64_t B = 3, T = 11;
+    uint64_t uf[GL + 2], uc[GL + 2];
+    dt_model_act_t af, ac;
+    assert_ok(dt_model_act_bytes(flash, (int64_t)B, (int64_t)T, uf, &af));
+    assert_ok(dt_model_act_bytes(cpu, (int64_t)B, (int64_t)T, uc, &ac));
+    const uint64_t probs = 4 * B * GNH * T * T, lse = 4 * B * GNH * T;
+    for (int l = 0; l < GL; l++) {
+        assert_int_equal(uc[l + 1], 4 * B * T * GC + gpt2_block(B, T));
+        assert_int_equal(uf[l + 1], uc[l + 1] - probs + lse);
+    }
+    assert_int_equal(uf[0], uc[0]);
+    assert_int_equal(uf[GL + 1], uc[GL + 1]);
+    assert_int_equal(af.workspace, ac.workspace);
+    assert_int_equal(ac.total - af.total, GL * (probs - lse));
+    dt_model_free(flash, NULL);
+    dt_model_free(cpu, NULL);
+    dt_config_free(cfg);
+    dt_config_free(cfg2);
+}
+
+/* A device refusing the state query (here: the dtype) fails the plan
+ * with the query named. */
+static int refusing_state_bytes(int64_t B, int64_t T, int64_t C, int64_t NH, int dtype,
+                                uint64_t *out)
+{
+    return DT_ERR_UNSUPPORTED;
+}
+static dt_kernels_v1_t g_refusing;
+static const dt_kernels_v1_t *refusing_kernels(void)
+{
+    g_refusing = *cpu_ops()->kernels();
+    g_refusing.attention_state_bytes = refusing_state_bytes;
+    return &g_refusing;
+}
+
+static void test_attention_state_refused(void **state)
+{
+    (void)state;
+    dt_device_ops_t dev = *cpu_ops();
+    dev.info.name = "picky";
+    dev.kernels = refusing_kernels;
+    char toml[512];
+    gpt2_toml(toml, sizeof toml, "fp32", "none");
+    dt_config_t *cfg = model_config(toml);
+    dt_model_t *m = NULL;
+    assert_ok(dt_model_create(cfg, &dev, &m));
+    dt_model_act_t a;
+    assert_status(dt_model_act_bytes(m, 2, 8, NULL, &a), DT_ERR_UNSUPPORTED);
+    assert_msg("model: device 'picky' refused attention_state_bytes for B 2, T 8, C 16, NH 2, "
+               "f32 activations (DT_ERR_UNSUPPORTED)");
     dt_model_free(m, NULL);
     dt_config_free(cfg);
 }
@@ -388,6 +475,8 @@ int main(void)
         cmocka_unit_test(test_gpt2_checkpointing_saves_blocks),
         cmocka_unit_test(test_presets_planned_without_a_device),
         cmocka_unit_test(test_device_lacking_a_kernel),
+        cmocka_unit_test(test_attention_state_is_the_devices),
+        cmocka_unit_test(test_attention_state_refused),
         cmocka_unit_test(test_bad_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -224,19 +224,34 @@ typedef struct dt_kernels_v1 {
                               const void *inp, const void *weight,
                               const float *mean, const float *rstd, int dtype,
                               int64_t N, int64_t C);
+    /* Attention keeps what its backward needs in a state buffer whose
+     * layout is the backend's own: the cpu keeps the (B, NH, T, T) f32
+     * softmax probabilities, a flash-attention backend the (B, NH, T) f32
+     * log-sum-exp.  *out receives its size in bytes for (B, T, C, NH) and
+     * activations of `dtype`; the caller allocates that much device memory
+     * (alloc's alignment) and passes it to attention_forward, which writes
+     * it, and to attention_backward, which reads it.  A pure function of
+     * its arguments, asked with no instance (a planner sizes activations
+     * before any device exists), so it sets no message: DT_ERR_INVALID for
+     * a bad or overflowing shape or a NULL out, DT_ERR_UNSUPPORTED for a
+     * dtype attention_forward refuses; the caller names the kernel.  A
+     * backend with attention_forward has this too. */
+    int (*attention_state_bytes)(int64_t B, int64_t T, int64_t C, int64_t NH,
+                                 int dtype, uint64_t *out);
     /* Causal multi-head self-attention.  qkv (B, T, 3C) holding q, k, v
-     * each (B, T, NH, C/NH), out (B, T, C): dtype; att (B, NH, T, T) f32
-     * receives the softmax probabilities (entries above the diagonal are
-     * unspecified). */
+     * each (B, T, NH, C/NH), out (B, T, C): dtype; state: the
+     * attention_state_bytes(B, T, C, NH, dtype) bytes of device memory the
+     * caller allocated, written with what backward needs. */
     int (*attention_forward)(dt_device_t *d, dt_stream_t *s, void *out,
-                             float *att, const void *qkv, int dtype,
+                             void *state, const void *qkv, int dtype,
                              int64_t B, int64_t T, int64_t C, int64_t NH);
-    /* dqkv += d(out)/d(qkv) applied to dout, using att from forward.
-     * dqkv (B, T, 3C), dout (B, T, C), qkv: dtype. */
+    /* dqkv += d(out)/d(qkv) applied to dout.  dqkv (B, T, 3C), dout (B, T,
+     * C), qkv and out (the forward's input and output): dtype; state: what
+     * that forward wrote, unchanged since. */
     int (*attention_backward)(dt_device_t *d, dt_stream_t *s, void *dqkv,
                               const void *dout, const void *qkv,
-                              const float *att, int dtype, int64_t B,
-                              int64_t T, int64_t C, int64_t NH);
+                              const void *out, const void *state, int dtype,
+                              int64_t B, int64_t T, int64_t C, int64_t NH);
     /* out = a + b, (n) elements of dtype; out may alias a or b. */
     int (*residual_forward)(dt_device_t *d, dt_stream_t *s, void *out,
                             const void *a, const void *b, int dtype,

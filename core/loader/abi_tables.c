@@ -76,7 +76,8 @@ static const dt_abi_layout_t kernels_v1_layout =
 static const dt_abi_method_t device_v1_mandatory[] = {
     M(device, init), M(device, finalize), M(device, props), M(device, kernels),
     M(device, alloc), M(device, free), M(device, mem_stats),
-    M(device, mem_reset_peaks), M(device, stream_create),
+    M(device, mem_reset_peaks), M(device, host_alloc), M(device, host_free),
+    M(device, stream_create),
     M(device, stream_destroy), M(device, stream_sync), M(device, event_create),
     M(device, event_destroy), M(device, event_record),
     M(device, stream_wait_event), M(device, event_sync), M(device, synchronize),
@@ -85,7 +86,7 @@ static const dt_abi_method_t device_v1_mandatory[] = {
 static const dt_abi_method_t device_v1_optional[] = {
     M(device, native_stream),
 };
-DT_LAYOUT_CHECK(device, 20);
+DT_LAYOUT_CHECK(device, 22);
 static const dt_abi_subtable_t device_v1_sub[] = {
     {"kernels", offsetof(dt_device_ops_v1_t, kernels), &kernels_v1_layout},
 };

@@ -40,6 +40,7 @@ typedef struct cpu_block {
     void *ptr; /* NULL: empty slot; CPU_TOMBSTONE: deleted */
     uint64_t bytes;
     int32_t tag;
+    int32_t pinned; /* 1: host_alloc's (pinned host memory), 0: alloc's */
 } cpu_block_t;
 
 /* Freed large blocks kept for reuse (see cpu_device.c mem_alloc). */
@@ -59,7 +60,9 @@ struct dt_device {
     cpu_pool_t *pool;
 
     /* Memory accounting; guarded by mem_mu (alloc/free may come from any
-     * thread). */
+     * thread).  Device memory in stats.current/peak/total_*, pinned host
+     * memory (host_alloc: plain host memory here, as device memory is) in
+     * stats.pinned_*; only the first counts against `limit`. */
     pthread_mutex_t mem_mu;
     dt_mem_stats_t stats;
     cpu_block_t *blocks;

@@ -370,6 +370,8 @@ static const dt_device_ops_v1_t fake_device_ops = {
     STUB(dt_device_ops_v1_t, free),
     STUB(dt_device_ops_v1_t, mem_stats),
     STUB(dt_device_ops_v1_t, mem_reset_peaks),
+    STUB(dt_device_ops_v1_t, host_alloc),
+    STUB(dt_device_ops_v1_t, host_free),
     STUB(dt_device_ops_v1_t, stream_create),
     STUB(dt_device_ops_v1_t, stream_destroy),
     STUB(dt_device_ops_v1_t, stream_sync),

@@ -641,6 +641,98 @@ static void test_copies(void **state)
     cpu_close(&c);
 }
 
+/* Pinned host memory: host_alloc'd buffers are the host side of async
+ * copies; they are accounted per tag in the pinned_* fields, apart from
+ * device memory and outside its budget, with their own peaks. */
+static void test_pinned_host_memory(void **state)
+{
+    cpu_t c;
+    /* a device budget of 64 KiB, which pinned memory does not count in */
+    static const dt_test_kv_t kv[] = {{"memory_limit", "65536"}, {NULL, NULL}};
+    cpu_open(&c, kv);
+    enum { NB = 100000 }; /* more than the device budget */
+    unsigned char *pin, *back, *stage, *dev;
+    assert_ok(c.ops->host_alloc(c.dev, NB, DT_TAG_OFFLOAD, (void **)&pin));
+    assert_ok(c.ops->host_alloc(c.dev, NB, DT_TAG_OFFLOAD, (void **)&back));
+    assert_ok(c.ops->host_alloc(c.dev, 300, DT_TAG_STAGING, (void **)&stage));
+    assert_int_equal((uintptr_t)pin % 64, 0);
+    assert_int_equal((uintptr_t)back % 64, 0);
+    assert_int_equal((uintptr_t)stage % 64, 0);
+    assert_ok(c.ops->alloc(c.dev, 4096, DT_TAG_PARAMS, (void **)&dev));
+
+    dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
+    assert_ok(c.ops->mem_stats(c.dev, &st));
+    assert_int_equal(st.pinned_current[DT_TAG_OFFLOAD], 2 * NB);
+    assert_int_equal(st.pinned_current[DT_TAG_STAGING], 300);
+    assert_int_equal(st.pinned_total_current, 2 * NB + 300);
+    assert_int_equal(st.pinned_total_peak, 2 * NB + 300);
+    assert_int_equal(st.pinned_peak[DT_TAG_OFFLOAD], 2 * NB);
+    /* device memory is counted alone */
+    assert_int_equal(st.current[DT_TAG_PARAMS], 4096);
+    assert_int_equal(st.current[DT_TAG_OFFLOAD], 0);
+    assert_int_equal(st.current[DT_TAG_STAGING], 0);
+    assert_int_equal(st.total_current, 4096);
+    assert_int_equal(st.limit, 65536);
+
+    /* host -> pinned -> device -> pinned, in 4 KiB pieces on a stream */
+    for (int i = 0; i < NB; i++)
+        pin[i] = (unsigned char)(i * 13 + 5);
+    memset(back, 0, NB);
+    dt_stream_t *s;
+    assert_ok(c.ops->stream_create(c.dev, &s));
+    for (int off = 0; off < NB; off += 4096) {
+        const int n = NB - off < 4096 ? NB - off : 4096;
+        assert_ok(c.ops->memcpy_async(c.dev, dev, pin + off, (uint64_t)n, DT_COPY_H2D, s));
+        assert_ok(c.ops->memcpy_async(c.dev, back + off, dev, (uint64_t)n, DT_COPY_D2H, s));
+    }
+    assert_ok(c.ops->stream_sync(c.dev, s));
+    assert_memory_equal(back, pin, NB);
+    assert_ok(c.ops->stream_destroy(c.dev, s));
+
+    /* the kinds do not mix: each free takes its own */
+    assert_status(c.ops->free(c.dev, pin), DT_ERR_INVALID);
+    assert_msg_has("free: ");
+    assert_msg_has(" is pinned host memory from host_alloc (free it with host_free)");
+    assert_status(c.ops->host_free(c.dev, dev), DT_ERR_INVALID);
+    assert_msg_has(" is device memory from alloc (free it with free)");
+    int local;
+    assert_status(c.ops->host_free(c.dev, &local), DT_ERR_INVALID);
+    assert_msg_has(" was not allocated by this device (or was already freed)");
+    void *none = &local;
+    assert_status(c.ops->host_alloc(c.dev, 8, DT_TAG_COUNT, &none), DT_ERR_INVALID);
+    assert_msg_has("host_alloc: tag 8 is not a dt_mem_tag_t");
+    assert_null(none);
+    assert_ok(c.ops->host_free(c.dev, NULL));
+
+    /* freeing gives the bytes back; peaks stay until reset */
+    assert_ok(c.ops->host_free(c.dev, back));
+    assert_ok(c.ops->mem_stats(c.dev, &st));
+    assert_int_equal(st.pinned_current[DT_TAG_OFFLOAD], NB);
+    assert_int_equal(st.pinned_peak[DT_TAG_OFFLOAD], 2 * NB);
+    assert_int_equal(st.pinned_total_peak, 2 * NB + 300);
+    assert_ok(c.ops->mem_reset_peaks(c.dev));
+    assert_ok(c.ops->mem_stats(c.dev, &st));
+    assert_int_equal(st.pinned_peak[DT_TAG_OFFLOAD], NB);
+    assert_int_equal(st.pinned_total_peak, NB + 300);
+    /* zero bytes: a unique pointer, freed like any other */
+    void *z1, *z2;
+    assert_ok(c.ops->host_alloc(c.dev, 0, DT_TAG_STAGING, &z1));
+    assert_ok(c.ops->host_alloc(c.dev, 0, DT_TAG_STAGING, &z2));
+    assert_non_null(z1);
+    assert_ptr_not_equal(z1, z2);
+    assert_ok(c.ops->host_free(c.dev, z1));
+    assert_ok(c.ops->host_free(c.dev, z2));
+    assert_ok(c.ops->host_free(c.dev, pin));
+    assert_ok(c.ops->host_free(c.dev, stage));
+    assert_ok(c.ops->free(c.dev, dev));
+    assert_ok(c.ops->mem_stats(c.dev, &st));
+    assert_int_equal(st.pinned_total_current, 0);
+    assert_int_equal(st.total_current, 0);
+    for (int t = 0; t < DT_TAG_COUNT; t++)
+        assert_int_equal(st.pinned_current[t], 0);
+    cpu_close(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -661,6 +753,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_alloc),
         cmocka_unit_test(test_streams_and_events),
         cmocka_unit_test(test_copies),
+        cmocka_unit_test(test_pinned_host_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

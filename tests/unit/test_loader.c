@@ -117,9 +117,11 @@ static void test_abi_layouts_cover_structs(void **state)
     assert_string_equal(c->optional[1].name, "cleanup_job");
     assert_int_equal(c->min_size, offsetof(dt_comm_ops_v1_t, test));
     const dt_abi_layout_t *d = dt_abi_layout(DT_KIND_DEVICE, 1);
-    assert_int_equal(d->n_mandatory, 19);
+    assert_int_equal(d->n_mandatory, 21);
     assert_string_equal(d->mandatory[3].name, "kernels");
-    assert_string_equal(d->mandatory[18].name, "memset_async");
+    assert_string_equal(d->mandatory[8].name, "host_alloc");
+    assert_string_equal(d->mandatory[9].name, "host_free");
+    assert_string_equal(d->mandatory[20].name, "memset_async");
     assert_int_equal(d->n_optional, 1);
     assert_string_equal(d->optional[0].name, "native_stream");
     /* the device hands out its kernel table through `kernels`, whose

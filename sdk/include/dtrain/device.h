@@ -3,8 +3,9 @@
  * runtime table and, separately sized and versioned, a kernel table.
  *
  * The runtime (dt_device_ops_v1_t, the plugin's entry) owns memory (every
- * allocation tagged, peaks kept per tag, an optional budget), ordered
- * streams and events, and copies.  Its mandatory `kernels` slot hands out
+ * allocation tagged, peaks kept per tag, an optional budget), pinned host
+ * memory for asynchronous copies (offload tiers), ordered streams and
+ * events, and copies.  Its mandatory `kernels` slot hands out
  * the kernel table (dt_kernels_v1_t) the models and strategies are built
  * from: its own head (major, minor, struct_size), so kernels are added
  * without touching the runtime (NCCL's net vs collNet).  A core set of
@@ -24,9 +25,10 @@
  *
  * Thread safety (a contract for callers; a backend may serialise inside):
  *  - init and finalize: one thread, nothing else in flight on the instance.
- *  - memory (alloc, free, mem_stats, mem_reset_peaks, props) and waiting
- *    (stream_sync, event_sync, synchronize): from any thread at any time; a
- *    comm's progress thread waits on the compute stream this way.
+ *  - memory (alloc, free, host_alloc, host_free, mem_stats,
+ *    mem_reset_peaks, props) and waiting (stream_sync, event_sync,
+ *    synchronize): from any thread at any time; a comm's progress thread
+ *    waits on the compute stream this way.
  *  - kernels (the table): from any thread; the table is immutable.
  *  - everything that ENQUEUES (kernels, copies, memset, event_record,
  *    stream_wait_event, stream create/destroy): one thread at a time per
@@ -311,10 +313,29 @@ typedef struct dt_device_ops_v1 {
     int (*alloc)(dt_device_t *d, uint64_t bytes, int tag, void **out);
     /* Free memory from alloc (waits for queued work using it).  NULL ok. */
     int (*free)(dt_device_t *d, void *ptr);
-    /* Per-tag bytes (out: caller-set struct_size; see dt_mem_stats_v1_t). */
+    /* Per-tag bytes of device memory and of pinned host memory (out:
+     * caller-set struct_size; see dt_mem_stats_v1_t). */
     int (*mem_stats)(dt_device_t *d, dt_mem_stats_v1_t *out);
-    /* Set every peak to its current value (start of a measured phase). */
+    /* Set every peak, device and pinned, to its current value (start of a
+     * measured phase). */
     int (*mem_reset_peaks)(dt_device_t *d);
+
+    /* ---- pinned host memory (mandatory) ---- */
+    /* Allocate `bytes` of HOST memory tagged `tag` (dt_mem_tag_t; offload
+     * tiers and staging use DT_TAG_OFFLOAD / DT_TAG_STAGING) that this
+     * device copies to and from asynchronously: memcpy_async H2D / D2H with
+     * it may overlap compute (CUDA: cudaHostAlloc; the cpu: plain host
+     * memory).  The host reads and writes it directly, at least 64-byte
+     * aligned, uninitialised; bytes == 0 gives a unique non-NULL pointer.
+     * Accounted per tag in mem_stats' pinned_* fields, never in the
+     * device-memory fields nor against the device's budget.  DT_ERR_NOMEM
+     * naming the tag and the size when the host has none.  *out is the
+     * caller's until host_free. */
+    int (*host_alloc)(dt_device_t *d, uint64_t bytes, int tag, void **out);
+    /* Free memory from host_alloc, after the copies queued on it finish.
+     * NULL is a no-op; a pointer host_alloc did not hand out (device memory
+     * included) fails with DT_ERR_INVALID. */
+    int (*host_free)(dt_device_t *d, void *ptr);
 
     /* ---- streams and events (mandatory) ---- */
     int (*stream_create)(dt_device_t *d, dt_stream_t **out);

@@ -1,8 +1,9 @@
 /*
  * tests/unit/test_cpu_device.c - the cpu device plugin's non-kernel half,
- * driven through its ops table: info and config keys, init from config,
- * props, tagged memory with per-tag peaks and the budget message, zero-byte
- * and unknown-pointer frees, streams and events, copies, and accounting
+ * driven through its runtime table: info and config keys, the kernel
+ * table's head and DT_HAS_OP on it, init from config, props, tagged memory
+ * with per-tag peaks and the budget message, zero-byte and unknown-pointer
+ * frees, pinned host memory, streams and events, copies, and accounting
  * under concurrent allocation.
  *
  * The module is dlopen'ed from the build's plugin folder and driven with

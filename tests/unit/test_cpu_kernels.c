@@ -4,8 +4,9 @@
  * tests/support/ref_kernels.c on fresh seeded random inputs with odd
  * shapes; the references' backward passes against central finite
  * differences of their forward passes; accumulation (+=) of every gradient;
- * optimizers over several steps; sumsq; casts bit-exact; and the same bits
- * from 1 and 2 threads.
+ * optimizers over several steps; sumsq; casts bit-exact; attention's saved
+ * state size; the refusal of every dtype combination the cpu does not run;
+ * and the same bits from 1 and 2 threads.
  *
  * Tolerances are |got - want| <= atol + rtol |want|, stated at each check
  * with the reason.  u = 2^-24 ~ 6e-8 is the f32 unit roundoff.

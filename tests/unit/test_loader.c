@@ -1,8 +1,9 @@
 /*
  * tests/unit/test_loader.c - the plugin loader against the fake plugins
  * (tests/fake_plugins): every way a module can be refused, with its status
- * and exact message; search path order; optional methods past struct_size;
- * several majors; failures that must leave the process running; discovery.
+ * and exact message (a device's kernel table included); search path order;
+ * optional methods past struct_size; several majors; failures that must
+ * leave the process running; discovery.
  */
 #include <setjmp.h>
 #include <stdarg.h>

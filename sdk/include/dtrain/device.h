@@ -5,15 +5,17 @@
  * The runtime (dt_device_ops_v1_t, the plugin's entry) owns memory (every
  * allocation tagged, peaks kept per tag, an optional budget), pinned host
  * memory for asynchronous copies (offload tiers), ordered streams and
- * events, and copies.  Its mandatory `kernels` slot hands out
- * the kernel table (dt_kernels_v1_t) the models and strategies are built
- * from: its own head (major, minor, struct_size), so kernels are added
- * without touching the runtime (NCCL's net vs collNet).  A core set of
- * kernels is mandatory and checked by the loader with the runtime's
- * mandatory slots; the rest are optional (DT_HAS_OP(dt_kernels_t, k, f)).
- * Kernels are enqueued on a stream and may return before they finish
- * (CUDA); a host-synchronous backend (cpu) runs them at once, which
- * satisfies the same contract.
+ * events, and copies.  Its mandatory `kernels` slot hands out the kernel
+ * table (dt_kernels_v1_t) the models and strategies are built from, with
+ * its own head (major, minor, struct_size): kernels are added without
+ * touching the runtime (NCCL's net vs collNet).  A core set of kernels is
+ * mandatory, checked by the loader with the runtime's mandatory slots; the
+ * rest are optional (DT_HAS_OP(dt_kernels_t, k, field)).  Every kernel call
+ * states the dtypes of its buffers, and attention keeps its saved state in
+ * a buffer whose size and layout the backend decides.  Kernels are
+ * enqueued on a stream and may return before they finish (CUDA); a
+ * host-synchronous backend (cpu) runs them at once, which satisfies the
+ * same contract.
  *
  * Conventions (llm.c's): `<op>_forward` / `<op>_backward` pairs; gradient
  * arguments are prefixed `d`; backward kernels ACCUMULATE (+=) into every
@@ -29,7 +31,8 @@
  *    mem_reset_peaks, props) and waiting (stream_sync, event_sync,
  *    synchronize): from any thread at any time; a comm's progress thread
  *    waits on the compute stream this way.
- *  - kernels (the table): from any thread; the table is immutable.
+ *  - `kernels` and attention_state_bytes: from any thread at any time (the
+ *    table is immutable, the query a pure function).
  *  - everything that ENQUEUES (kernels, copies, memset, event_record,
  *    stream_wait_event, stream create/destroy): one thread at a time per
  *    stream; different streams may be fed from different threads at once.
@@ -298,11 +301,13 @@ typedef struct dt_device_ops_v1 {
      * finalize(NULL) is a no-op.  Never fails. */
     void (*finalize)(dt_device_t *d);
     int (*props)(dt_device_t *d, dt_device_props_v1_t *out);
-    /* The plugin's kernel table (below): a `static const` table, the same
+    /* The plugin's kernel table (above): a `static const` table, the same
      * pointer on every call, valid and unchanged while the plugin is
      * loaded.  Needs no instance (the planner sizes activations before any
      * device exists).  The loader checks its mandatory kernels when it
-     * loads the plugin, so a caller uses them without checking. */
+     * loads the plugin, so a caller uses them without checking.  A later
+     * kernel ABI major is handed out by a slot appended for it; this one
+     * keeps handing out v1. */
     const dt_kernels_v1_t *(*kernels)(void);
 
     /* ---- memory (mandatory) ---- */
@@ -356,7 +361,9 @@ typedef struct dt_device_ops_v1 {
 
     /* ---- copies (mandatory) ---- */
     /* Copy `bytes` from src to dst, ordered on `s`.  Host memory passed to
-     * H2D/D2H must stay valid until the stream reaches this point. */
+     * H2D/D2H must stay valid until the stream reaches this point; with
+     * host_alloc memory the copy overlaps other work, with any other host
+     * memory a backend may stage it or block. */
     int (*memcpy_async)(dt_device_t *d, void *dst, const void *src,
                         uint64_t bytes, int kind, dt_stream_t *s);
     /* Set `bytes` of device memory to the byte `value`. */

@@ -103,6 +103,7 @@ static const dt_host_v1_t g_host = {
 /* ---------------------------------------------------------- plumbing */
 
 static const dt_device_ops_v1_t *ops;
+static const dt_kernels_v1_t *K;
 static dt_device_t *dev;
 static double g_min_time = 0.3;
 
@@ -179,15 +180,15 @@ typedef struct {
 static void mm_fwd(void *p)
 {
     mm_t *m = p;
-    CK(ops->matmul_forward(dev, NULL, m->out, m->inp, m->w, m->bias, m->wdtype,
+    CK(K->matmul_forward(dev, NULL, m->out, m->inp, m->w, m->bias, DT_F32, m->wdtype,
                            m->N, m->C, m->OC));
 }
 
 static void mm_bwd(void *p)
 {
     mm_t *m = p;
-    CK(ops->matmul_backward(dev, NULL, m->dinp, m->dw, m->db, m->dout, m->inp,
-                            m->w, m->wdtype, m->N, m->C, m->OC));
+    CK(K->matmul_backward(dev, NULL, m->dinp, m->dw, m->db, m->dout, m->inp,
+                            m->w, DT_F32, m->wdtype, m->N, m->C, m->OC));
 }
 
 static void bench_matmul(int64_t N)
@@ -215,7 +216,7 @@ static void bench_matmul(int64_t N)
             m.w = wf;
             if (bf) {
                 m.w = dalloc(OC * C * 2, DT_TAG_PARAMS);
-                CK(ops->cast(dev, NULL, m.w, DT_BF16, wf, DT_F32, OC * C));
+                CK(K->cast(dev, NULL, m.w, DT_BF16, wf, DT_F32, OC * C));
             }
             m.bias = drand(OC, -1, 1, 3);
             m.out = dalloc(N * OC * 4, DT_TAG_ACTIVATIONS);
@@ -261,38 +262,38 @@ typedef struct {
         k_t *k = ctx;                                                          \
         body;                                                                  \
     }
-KFN(k_emb_f, CK(ops->embedding_forward(dev, NULL, k->x, k->tok, k->wte, k->wpe,
+KFN(k_emb_f, CK(K->embedding_forward(dev, NULL, k->x, k->tok, k->wte, k->wpe, DT_F32,
                                        k->B, k->T, k->C)))
-KFN(k_emb_b, CK(ops->embedding_backward(dev, NULL, k->wte, k->wpe, k->x, k->tok,
+KFN(k_emb_b, CK(K->embedding_backward(dev, NULL, k->wte, k->wpe, k->x, k->tok, DT_F32,
                                         k->B, k->T, k->C)))
-KFN(k_ln_f, CK(ops->layernorm_forward(dev, NULL, k->y, k->mean, k->rstd, k->x,
-                                      k->w, k->b, k->B * k->T, k->C)))
+KFN(k_ln_f, CK(K->layernorm_forward(dev, NULL, k->y, k->mean, k->rstd, k->x,
+                                      k->w, k->b, DT_F32, k->B * k->T, k->C)))
 KFN(k_ln_b,
-    CK(ops->layernorm_backward(dev, NULL, k->z, k->w, k->b, k->y, k->x, k->w,
-                               k->mean, k->rstd, k->B * k->T, k->C)))
+    CK(K->layernorm_backward(dev, NULL, k->z, k->w, k->b, k->y, k->x, k->w,
+                               k->mean, k->rstd, DT_F32, k->B * k->T, k->C)))
 KFN(k_gelu_f,
-    CK(ops->gelu_forward(dev, NULL, k->y, k->x, k->B * k->T * 4 * k->C)))
+    CK(K->gelu_forward(dev, NULL, k->y, k->x, DT_F32, k->B * k->T * 4 * k->C)))
 KFN(k_gelu_b,
-    CK(ops->gelu_backward(dev, NULL, k->z, k->x, k->y, k->B * k->T * 4 * k->C)))
-KFN(k_attn_f, CK(ops->attention_forward(dev, NULL, k->y, k->att, k->qkv, k->B,
+    CK(K->gelu_backward(dev, NULL, k->z, k->x, k->y, DT_F32, k->B * k->T * 4 * k->C)))
+KFN(k_attn_f, CK(K->attention_forward(dev, NULL, k->y, k->att, k->qkv, DT_F32, k->B,
                                         k->T, k->C, k->NH)))
-KFN(k_attn_b, CK(ops->attention_backward(dev, NULL, k->dqkv, k->y, k->qkv,
-                                         k->att, k->B, k->T, k->C, k->NH)))
+KFN(k_attn_b, CK(K->attention_backward(dev, NULL, k->dqkv, k->y, k->qkv, k->y,
+                                         k->att, DT_F32, k->B, k->T, k->C, k->NH)))
 KFN(k_res,
-    CK(ops->residual_forward(dev, NULL, k->z, k->x, k->y, k->B * k->T * k->C)))
-KFN(k_axpy, CK(ops->axpy(dev, NULL, k->z, k->x, 0.5f, k->B * k->T * k->C)))
+    CK(K->residual_forward(dev, NULL, k->z, k->x, k->y, DT_F32, k->B * k->T * k->C)))
+KFN(k_axpy, CK(K->axpy(dev, NULL, k->z, k->x, DT_F32, 0.5f, k->B * k->T * k->C)))
 KFN(k_xent_f,
-    CK(ops->softmax_xent_forward(dev, NULL, k->losses, k->probs, k->logits,
-                                 k->tok, k->B * k->T, k->V)))
-KFN(k_xent_b, CK(ops->softmax_xent_backward(dev, NULL, k->logits, k->probs,
-                                            k->tok, 1e-3f, k->B * k->T, k->V)))
-KFN(k_adamw, CK(ops->adamw_update(dev, NULL, k->p, k->g, k->m, k->v, k->P,
+    CK(K->softmax_xent_forward(dev, NULL, k->losses, k->probs, k->logits,
+                                 k->tok, DT_F32, k->B * k->T, k->V)))
+KFN(k_xent_b, CK(K->softmax_xent_backward(dev, NULL, k->logits, k->probs,
+                                            k->tok, DT_F32, 1e-3f, k->B * k->T, k->V)))
+KFN(k_adamw, CK(K->adamw_update(dev, NULL, k->p, k->g, k->m, k->v, DT_F32, k->P,
                                   1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 10)))
-KFN(k_sgd, CK(ops->sgd_update(dev, NULL, k->p, k->g, k->m, k->P, 1e-4f, 0.9f,
+KFN(k_sgd, CK(K->sgd_update(dev, NULL, k->p, k->g, k->m, DT_F32, k->P, 1e-4f, 0.9f,
                               0.0f, 0, 1.0f)))
-KFN(k_sumsq, CK(ops->sumsq(dev, NULL, k->sq, k->g, DT_F32, k->P)))
-KFN(k_scale, CK(ops->scale(dev, NULL, k->g, 1.0f, k->P)))
-KFN(k_cast, CK(ops->cast(dev, NULL, k->h, DT_BF16, k->p, DT_F32, k->P)))
+KFN(k_sumsq, CK(K->sumsq(dev, NULL, k->sq, k->g, DT_F32, k->P)))
+KFN(k_scale, CK(K->scale(dev, NULL, k->g, DT_F32, 1.0f, k->P)))
+KFN(k_cast, CK(K->cast(dev, NULL, k->h, DT_BF16, k->p, DT_F32, k->P)))
 
 static void bench_others(int64_t B, int64_t T)
 {
@@ -322,10 +323,10 @@ static void bench_others(int64_t B, int64_t T)
     k.v = drand(k.P, 0, 0, 29);
     k.h = dalloc(k.P * 2, DT_TAG_PARAMS);
     k.sq = dalloc(8, DT_TAG_OTHER);
-    CK(ops->layernorm_forward(dev, NULL, k.y, k.mean, k.rstd, k.x, k.w, k.b, N,
+    CK(K->layernorm_forward(dev, NULL, k.y, k.mean, k.rstd, k.x, k.w, k.b, DT_F32, N,
                               C));
-    CK(ops->attention_forward(dev, NULL, k.y, k.att, k.qkv, B, T, C, k.NH));
-    CK(ops->softmax_xent_forward(dev, NULL, k.losses, k.probs, k.logits, k.tok,
+    CK(K->attention_forward(dev, NULL, k.y, k.att, k.qkv, DT_F32, B, T, C, k.NH));
+    CK(K->softmax_xent_forward(dev, NULL, k.losses, k.probs, k.logits, k.tok, DT_F32,
                                  N, k.V));
 
     char s_btc[64], s_n4c[64], s_attn[64], s_nv[64], s_p[64];
@@ -419,6 +420,7 @@ int main(int argc, char **argv)
         return 1;
     }
     ops = entry();
+    K = ops->kernels();
     char list[64];
     snprintf(list, sizeof list, "%s", threads_list);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {

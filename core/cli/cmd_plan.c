@@ -258,7 +258,7 @@ static int plan_one(const dt_cli_config_args_t *a, const variant_t *v, const cha
         return rc;
     if (*world <= 0 && (rc = dt_config_get_int(r->cfg, "launch.nproc", world)))
         return rc;
-    if ((rc = dt_model_create(r->cfg, m)))
+    if ((rc = dt_model_create(r->cfg, r->plugin[DT_ROLE_DEVICE]->ops, m)))
         return rc;
     return dt_plan_strategy(r->plugin[DT_ROLE_DATA], *m, r->cfg, (int)*world, e);
 }

@@ -1,6 +1,8 @@
 /*
  * core/loader/abi_tables.c - the majors this dtrain speaks per kind and the
- * method slots of each layout, taken with offsetof from the SDK headers.
+ * method slots of each layout, taken with offsetof from the SDK headers;
+ * also the slots of the tables an ops table hands out (the device's kernel
+ * table).
  *
  * The lists are written out by hand (which slot is mandatory is a decision,
  * not something the compiler knows), so DT_LAYOUT_CHECK makes the build
@@ -16,45 +18,80 @@
 
 #define M(kind, field)                                                         \
     { #field, offsetof(dt_##kind##_ops_v1_t, field) }
+#define K(field)                                                               \
+    { #field, offsetof(dt_kernels_v1_t, field) }
 
 typedef void (*dt_any_fn_t)(void);
 
-/* Every slot after the info block is one function pointer, so the count of
- * listed slots fixes the struct's size; the last optional slot must end the
- * struct. */
-#define DT_LAYOUT_CHECK(kind, n_fields)                                        \
-    _Static_assert(sizeof(dt_##kind##_ops_v1_t) ==                             \
-                       sizeof(dt_plugin_info_t) +                              \
-                           (n_fields) * sizeof(dt_any_fn_t),                   \
-                   "dt_" #kind "_ops_v1_t changed: update abi_tables.c");      \
-    _Static_assert(DT_ARRAY_LEN(kind##_v1_mandatory) +                         \
-                           DT_ARRAY_LEN(kind##_v1_optional) ==                 \
+/* Every slot after the head (`head`: the info block) is one function
+ * pointer, so the count of listed slots fixes the struct's size; the last
+ * optional slot must end the struct. */
+#define DT_LAYOUT_CHECK_TABLE(type, head, list, n_fields)                      \
+    _Static_assert(sizeof(type) == sizeof(head) +                              \
+                                       (n_fields) * sizeof(dt_any_fn_t),       \
+                   #type " changed: update abi_tables.c");                     \
+    _Static_assert(DT_ARRAY_LEN(list##_mandatory) +                            \
+                           DT_ARRAY_LEN(list##_optional) ==                    \
                        (n_fields),                                             \
-                   "abi_tables.c: " #kind " slot lists incomplete")
+                   "abi_tables.c: " #list " slot lists incomplete")
+#define DT_LAYOUT_CHECK(kind, n_fields)                                        \
+    DT_LAYOUT_CHECK_TABLE(dt_##kind##_ops_v1_t, dt_plugin_info_t, kind##_v1,  \
+                          n_fields)
 
-/* device v1: everything but the native stream handle is mandatory. */
+/* Mandatory slots are contiguous from the first one and the optional ones
+ * end the table (DT_LAYOUT_CHECK_TABLE proves every slot is listed), so
+ * the minimum size is the table less its optional slots.  Counted, not
+ * read from the array: an array element is not a constant expression in
+ * C, and clang rejects it in a static initializer. */
+#define LAYOUT_OF(type, list, MAJOR, MINOR, table, abi, slot, sub_, n_sub_)    \
+    {                                                                          \
+        MAJOR, MINOR, sizeof(type), list##_mandatory,                          \
+        DT_ARRAY_LEN(list##_mandatory), list##_optional,                       \
+        DT_ARRAY_LEN(list##_optional),                                         \
+        sizeof(type) - DT_ARRAY_LEN(list##_optional) * sizeof(dt_any_fn_t),   \
+        table, abi, slot, sub_, n_sub_                                         \
+    }
+
+/* kernels v1 (the device's kernel table, from its `kernels` slot): the
+ * core set every model and strategy needs is mandatory; what one arch
+ * (GPT-2's norms, attention, residual adds) or one optimizer needs is
+ * optional, checked where it is needed. */
+static const dt_abi_method_t kernels_v1_mandatory[] = {
+    K(matmul_forward), K(matmul_backward), K(embedding_forward),
+    K(embedding_backward), K(gelu_forward), K(gelu_backward),
+    K(softmax_xent_forward), K(softmax_xent_backward), K(axpy), K(sumsq),
+    K(cast),
+};
+static const dt_abi_method_t kernels_v1_optional[] = {
+    K(layernorm_forward), K(layernorm_backward), K(attention_state_bytes),
+    K(attention_forward), K(attention_backward), K(residual_forward),
+    K(scale), K(adamw_update), K(sgd_update),
+};
+DT_LAYOUT_CHECK_TABLE(dt_kernels_v1_t, dt_kernels_info_t, kernels_v1, 20);
+static const dt_abi_layout_t kernels_v1_layout =
+    LAYOUT_OF(dt_kernels_v1_t, kernels_v1, DT_KERNELS_ABI_MAJOR,
+              DT_KERNELS_ABI_MINOR, "kernel table", "kernel", "kernel", NULL,
+              0);
+
+/* device v1 (the runtime): everything but the native stream handle is
+ * mandatory; `kernels` hands out the kernel table. */
 static const dt_abi_method_t device_v1_mandatory[] = {
-    M(device, init), M(device, finalize), M(device, props), M(device, alloc),
-    M(device, free), M(device, mem_stats), M(device, mem_reset_peaks),
-    M(device, stream_create), M(device, stream_destroy),
-    M(device, stream_sync), M(device, event_create), M(device, event_destroy),
-    M(device, event_record), M(device, stream_wait_event),
-    M(device, event_sync), M(device, synchronize), M(device, memcpy_async),
-    M(device, memset_async), M(device, matmul_forward),
-    M(device, matmul_backward), M(device, embedding_forward),
-    M(device, embedding_backward), M(device, layernorm_forward),
-    M(device, layernorm_backward), M(device, gelu_forward),
-    M(device, gelu_backward), M(device, attention_forward),
-    M(device, attention_backward), M(device, residual_forward),
-    M(device, axpy), M(device, softmax_xent_forward),
-    M(device, softmax_xent_backward), M(device, adamw_update),
-    M(device, sgd_update), M(device, sumsq), M(device, scale),
-    M(device, cast),
+    M(device, init), M(device, finalize), M(device, props), M(device, kernels),
+    M(device, alloc), M(device, free), M(device, mem_stats),
+    M(device, mem_reset_peaks), M(device, host_alloc), M(device, host_free),
+    M(device, stream_create),
+    M(device, stream_destroy), M(device, stream_sync), M(device, event_create),
+    M(device, event_destroy), M(device, event_record),
+    M(device, stream_wait_event), M(device, event_sync), M(device, synchronize),
+    M(device, memcpy_async), M(device, memset_async),
 };
 static const dt_abi_method_t device_v1_optional[] = {
     M(device, native_stream),
 };
-DT_LAYOUT_CHECK(device, 38);
+DT_LAYOUT_CHECK(device, 22);
+static const dt_abi_subtable_t device_v1_sub[] = {
+    {"kernels", offsetof(dt_device_ops_v1_t, kernels), &kernels_v1_layout},
+};
 
 /* comm v1: the non-blocking completion check and the crash cleanup are
  * optional. */
@@ -93,28 +130,19 @@ static const dt_abi_method_t strategy_v1_optional[] = {
 };
 DT_LAYOUT_CHECK(strategy, 14);
 
-/* Mandatory slots are contiguous from the first one, so the minimum size is
- * where the last mandatory slot ends: the info block plus one pointer per
- * mandatory slot (test_loader checks every listed offset against that).
- * Counted, not read from the array: an array element is not a constant
- * expression in C, and clang rejects it in a static initializer. */
-#define LAYOUT(kind, KIND)                                                     \
-    {                                                                          \
-        DT_##KIND##_ABI_MAJOR, DT_##KIND##_ABI_MINOR,                          \
-        sizeof(dt_##kind##_ops_v1_t), kind##_v1_mandatory,                     \
-        DT_ARRAY_LEN(kind##_v1_mandatory), kind##_v1_optional,                 \
-        DT_ARRAY_LEN(kind##_v1_optional),                                      \
-        sizeof(dt_plugin_info_t) +                                             \
-            DT_ARRAY_LEN(kind##_v1_mandatory) * sizeof(dt_any_fn_t)            \
-    }
+#define LAYOUT(kind, KIND, sub_, n_sub_)                                       \
+    LAYOUT_OF(dt_##kind##_ops_v1_t, kind##_v1, DT_##KIND##_ABI_MAJOR,          \
+              DT_##KIND##_ABI_MINOR, "ops table", #kind, "method", sub_,     \
+              n_sub_)
 
 /* Indexed by kind; one layout each while every kind is at major 1.  A
  * second major adds a row per kind and an adapter in the loader. */
 static const dt_abi_layout_t layouts_v1[DT_KIND_COUNT] = {
-    [DT_KIND_DEVICE] = LAYOUT(device, DEVICE),
-    [DT_KIND_COMM] = LAYOUT(comm, COMM),
-    [DT_KIND_OFFLOAD] = LAYOUT(offload, OFFLOAD),
-    [DT_KIND_STRATEGY] = LAYOUT(strategy, STRATEGY),
+    [DT_KIND_DEVICE] = LAYOUT(device, DEVICE, device_v1_sub,
+                              DT_ARRAY_LEN(device_v1_sub)),
+    [DT_KIND_COMM] = LAYOUT(comm, COMM, NULL, 0),
+    [DT_KIND_OFFLOAD] = LAYOUT(offload, OFFLOAD, NULL, 0),
+    [DT_KIND_STRATEGY] = LAYOUT(strategy, STRATEGY, NULL, 0),
 };
 
 #ifdef DTRAIN_TEST_HOOKS

@@ -240,6 +240,71 @@ static uint32_t any_major(lt_dlhandle h, int kind)
     return 0;
 }
 
+/* "built against a newer minor" (debug): methods past ours go unused. */
+static void log_newer_minor(const char *subj, const dt_plugin_info_t *info,
+                            const dt_abi_layout_t *lay, uint32_t major)
+{
+    if (info->abi_minor > lay->minor)
+        dt_log(DT_LOG_DEBUG, "loader",
+               "%s was built against %s ABI %u.%u, newer than this dtrain's "
+               "%u.%u; %ss added after %u.%u are not used", subj, lay->abi_name,
+               (unsigned)info->abi_major, (unsigned)info->abi_minor,
+               (unsigned)major, (unsigned)lay->minor, lay->slot_noun,
+               (unsigned)major, (unsigned)lay->minor);
+}
+
+/* The slots of `table` (an ops table, or a table one hands out: both start
+ * with abi_major, abi_minor, struct_size) against `lay`: struct_size holds
+ * every mandatory slot and none of them is NULL. */
+static int check_table(const char *subj, const void *table,
+                       const dt_abi_layout_t *lay, uint32_t major)
+{
+    const dt_plugin_info_t *info = table; /* the three shared fields only */
+    if (info->struct_size < lay->min_size)
+        return dt_err_set(DT_ERR_ABI, "%s: %s is %u bytes "
+                          "(info.struct_size), too small for the mandatory "
+                          "%ss of %s ABI %u.x (at least %zu bytes, up to "
+                          "'%s')", subj, lay->table_noun,
+                          (unsigned)info->struct_size, lay->slot_noun,
+                          lay->abi_name, (unsigned)major, lay->min_size,
+                          lay->mandatory[lay->n_mandatory - 1].name);
+    for (size_t i = 0; i < lay->n_mandatory; i++) {
+        dt_any_fn_t slot;
+        memcpy(&slot, (const char *)table + lay->mandatory[i].offset,
+               sizeof slot);
+        if (!slot)
+            return dt_err_set(DT_ERR_ABI, "%s: mandatory %s '%s' is NULL",
+                              subj, lay->slot_noun, lay->mandatory[i].name);
+    }
+    return DT_OK;
+}
+
+/* A table the ops table hands out through the (mandatory, so present)
+ * slot sub->slot, checked like the ops table: the device's kernel table,
+ * so a device missing a mandatory kernel is refused at load, naming it. */
+static int check_subtable(const char *subj, const void *ops,
+                          const dt_abi_subtable_t *sub)
+{
+    const dt_abi_layout_t *lay = sub->layout;
+    dt_entry_fn_t get;
+    memcpy(&get, (const char *)ops + sub->slot_offset, sizeof get);
+    const dt_plugin_info_t *info = get(); /* the three shared fields only */
+    if (!info)
+        return dt_err_set(DT_ERR_ABI, "%s: '%s' returned no %s (NULL)", subj,
+                          sub->slot, lay->table_noun);
+    if (info->abi_major != lay->major)
+        return dt_err_set(DT_ERR_ABI, "%s: '%s' returned a %s of %s ABI "
+                          "%u.%u (info.abi_major), this dtrain speaks %s "
+                          "ABI %u.x", subj, sub->slot, lay->table_noun,
+                          lay->abi_name, (unsigned)info->abi_major,
+                          (unsigned)info->abi_minor, lay->abi_name,
+                          (unsigned)lay->major);
+    int rc = check_table(subj, info, lay, lay->major);
+    if (rc == DT_OK)
+        log_newer_minor(subj, info, lay, lay->major);
+    return rc;
+}
+
 /* Find the entry of `kind` this dtrain speaks (newest first) and check the
  * table it returns.  On success *major and *ops are set. */
 static int probe_and_check(int kind, const char *name, const char *path,
@@ -312,21 +377,9 @@ static int probe_and_check(int kind, const char *name, const char *path,
                           "%s ABI %u.%u (info.abi_major), expected major %u",
                           subj, sym, kn, (unsigned)info->abi_major,
                           (unsigned)info->abi_minor, (unsigned)m);
-    if (info->struct_size < lay->min_size)
-        return dt_err_set(DT_ERR_ABI, "%s: ops table is %u bytes "
-                          "(info.struct_size), too small for the mandatory "
-                          "methods of %s ABI %u.x (at least %zu bytes, up to "
-                          "'%s')", subj, (unsigned)info->struct_size, kn,
-                          (unsigned)m, lay->min_size,
-                          lay->mandatory[lay->n_mandatory - 1].name);
-    for (size_t i = 0; i < lay->n_mandatory; i++) {
-        dt_any_fn_t slot;
-        memcpy(&slot, (const char *)table + lay->mandatory[i].offset,
-               sizeof slot);
-        if (!slot)
-            return dt_err_set(DT_ERR_ABI, "%s: mandatory method '%s' is NULL",
-                              subj, lay->mandatory[i].name);
-    }
+    int rc = check_table(subj, table, lay, m);
+    if (rc != DT_OK)
+        return rc;
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     if (!info->name)
@@ -339,13 +392,10 @@ static int probe_and_check(int kind, const char *name, const char *path,
         return dt_err_set(DT_ERR_ABI, "%s: info declares %u config keys but "
                           "config_keys is NULL", subj,
                           (unsigned)info->n_config_keys);
-    if (info->abi_minor > lay->minor)
-        dt_log(DT_LOG_DEBUG, "loader",
-               "%s was built against %s ABI %u.%u, newer than this dtrain's "
-               "%u.%u; methods added after %u.%u are not used", subj, kn,
-               (unsigned)info->abi_major, (unsigned)info->abi_minor,
-               (unsigned)m, (unsigned)lay->minor, (unsigned)m,
-               (unsigned)lay->minor);
+    log_newer_minor(subj, info, lay, m);
+    for (size_t i = 0; i < lay->n_sub; i++)
+        if ((rc = check_subtable(subj, table, &lay->sub[i])) != DT_OK)
+            return rc;
     *major = m;
     *ops = table;
     return DT_OK;

@@ -8,9 +8,10 @@
  *
  * Loading probes the kind's entry symbols newest supported major first
  * (DT_ENTRY_NAME(kind, major)), checks the info block (kind, major, minor,
- * struct_size, name == NAME) and every mandatory method of that kind, and
- * builds the plugin's own host services table (host.h) whose set_error
- * prefixes "kind/name: ".  Each failure has one message a user can act on:
+ * struct_size, name == NAME) and every mandatory method of that kind (and
+ * of the tables it hands out: a device's kernel table), and builds the
+ * plugin's own host services table (host.h) whose set_error prefixes
+ * "kind/name: ".  Each failure has one message a user can act on:
  *
  *   not found:      "comm plugin 'shmm' not found in: /a, /b, /c (files are
  *                    named dtrain_<name>.so)"
@@ -23,6 +24,9 @@
  *   wrong major:    "... was built against comm ABI 2.x, this dtrain speaks
  *                    comm ABI 1.x"
  *   NULL method:    "... mandatory method 'all_reduce' is NULL"
+ *   NULL kernel:    "device plugin 'x' at ...: mandatory kernel 'gelu_backward'
+ *                    is NULL" (a device's kernel table, from its `kernels`
+ *                    slot, is checked as its ops table is)
  *   name mismatch:  "... file dtrain_shm.so declares name 'mpi'"
  */
 #ifndef DT_CORE_LOADER_H

@@ -22,31 +22,37 @@ enum { LN1W, LN1B, ATTW, ATTB, PROJW, PROJB, LN2W, LN2B, FCW, FCB, FCPW, FCPB, N
 enum { LNFW, LNFB };
 
 /* Activations of one block: what its backward reads (kept per block, or
- * recomputed into shared scratch when checkpointed), and the two
- * projections that only feed a residual add, which every block shares. */
+ * recomputed into shared scratch when the block is recomputed), and the two
+ * projections that only feed a residual add, which every block shares.
+ * void * tensors are in the activation dtype (m->adtype), float * are f32. */
 typedef struct block_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* (B,T,C) (B,T) (B,T) */
-    float *qkv;                       /* (B,T,3C) */
-    float *atty;                      /* (B,T,C) */
-    float *att;                       /* (B,NH,T,T) */
-    float *res2;                      /* (B,T,C) */
-    float *ln2, *ln2_mean, *ln2_rstd; /* (B,T,C) (B,T) (B,T) */
-    float *fch, *fch_gelu;            /* (B,T,4C) */
-    float *attproj, *fcproj;          /* (B,T,C) shared, forward only */
+    void *ln1;                        /* (B,T,C) */
+    float *ln1_mean, *ln1_rstd;       /* (B,T) (B,T) */
+    void *qkv;                        /* (B,T,3C) */
+    void *atty;                       /* (B,T,C) */
+    void *att_state;                  /* attention's saved state, the
+                                       * device's own layout (cpu: the
+                                       * (B,NH,T,T) f32 probabilities) */
+    void *res2;                       /* (B,T,C) */
+    void *ln2;                        /* (B,T,C) */
+    float *ln2_mean, *ln2_rstd;       /* (B,T) (B,T) */
+    void *fch, *fch_gelu;             /* (B,T,4C) */
+    void *attproj, *fcproj;           /* (B,T,C) shared, forward only */
 } block_acts_t;
 
 typedef struct gpt2 {
     dt_gpt2_shape_t s;
-    float **x;            /* L+1 residual streams (B,T,C): x[0] embeddings */
-    block_acts_t *acts;   /* per block; checkpointed blocks share `scratch` */
-    block_acts_t scratch; /* for checkpointed blocks and recompute */
-    float *attproj, *fcproj;          /* (B,T,C) every block's */
-    float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C) (B,T) (B,T) */
-    /* gradient scratch */
-    float *dx, *dbuf_c, *dbuf_c2;     /* (B,T,C) */
-    float *dqkv;                      /* (B,T,3C) */
-    float *dfch, *dfch_gelu;          /* (B,T,4C) */
-    float *dlogits;                   /* (B,T,V) */
+    void **x;             /* L+1 residual streams (B,T,C): x[0] embeddings */
+    block_acts_t *acts;   /* per block; recomputed blocks share `scratch` */
+    block_acts_t scratch; /* for recomputed blocks */
+    void *attproj, *fcproj;           /* (B,T,C) every block's */
+    void *lnf;                        /* (B,T,C) */
+    float *lnf_mean, *lnf_rstd;       /* (B,T) (B,T) */
+    /* gradient scratch, in the activation dtype */
+    void *dx, *dbuf_c, *dbuf_c2;      /* (B,T,C) */
+    void *dqkv;                       /* (B,T,3C) */
+    void *dfch, *dfch_gelu;           /* (B,T,4C) */
+    void *dlogits;                    /* (B,T,V) */
 } gpt2_t;
 
 static gpt2_t *G(const dt_model_t *m) { return m->arch_state; }
@@ -199,30 +205,48 @@ static void gpt2_free(dt_model_t *m)
 
 /* ---- activations ---- */
 
-/* f32 elements of a block's kept activations (alloc_block's sizes):
- * ln1, qkv, atty, res2, ln2, fch, fch_gelu are 15 (B,T,C)-sized, the
- * norms' mean and rstd 4 (B,T), the attention probabilities (B,NH,T,T). */
-static double block_numel(double B, double T, double C, double NH)
+/* The bytes of attention's saved state for B x T, as the device sizes it
+ * (the one query both the plan and the allocation use). */
+static int attn_state_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *out)
 {
-    return 15.0 * B * T * C + 4.0 * B * T + B * NH * T * T;
+    const gpt2_t *g = G(m);
+    int rc = m->kern->attention_state_bytes(B, T, g->s.n_embd, g->s.n_head, m->adtype, out);
+    if (rc)
+        return dt_err_set(rc,
+                          "model: device '%s' refused attention_state_bytes for B %lld, T %lld, "
+                          "C %lld, NH %lld, %s activations (%s)",
+                          m->dev_name, (long long)B, (long long)T, (long long)g->s.n_embd,
+                          (long long)g->s.n_head, dt_dtype_name(m->adtype), dt_status_name(rc));
+    return DT_OK;
+}
+
+/* Bytes of a block's kept activations (alloc_block's sizes): ln1, qkv,
+ * atty, res2, ln2, fch, fch_gelu are 15 (B,T,C)-sized of `es` bytes, the
+ * norms' mean and rstd 4 (B,T) f32, and attention's saved state. */
+static double block_bytes(double B, double T, double C, double es, uint64_t att_state)
+{
+    return es * 15.0 * B * T * C + 4.0 * 4.0 * B * T + (double)att_state;
 }
 
 static int alloc_block(dt_model_t *m, const dt_model_ctx_t *ctx, block_acts_t *a)
 {
-    const int64_t BT = m->B * m->T, C = G(m)->s.n_embd, NH = G(m)->s.n_head, T = m->T;
+    const int64_t BT = m->B * m->T, C = G(m)->s.n_embd;
+    const size_t es = dt_model_act_size(m);
+    uint64_t att_state;
     int rc;
-    if ((rc = dt_model_dalloc(m, ctx, BT * C, 4, &a->ln1)) ||
+    if ((rc = attn_state_bytes(m, m->B, m->T, &att_state)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->ln1)) ||
         (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln1_mean)) ||
         (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln1_rstd)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * 3 * C, 4, &a->qkv)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * C, 4, &a->atty)) ||
-        (rc = dt_model_dalloc(m, ctx, m->B * NH * T * T, 4, &a->att)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * C, 4, &a->res2)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * C, 4, &a->ln2)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * 3 * C, es, &a->qkv)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->atty)) ||
+        (rc = dt_model_dalloc(m, ctx, (int64_t)att_state, 1, &a->att_state)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->res2)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->ln2)) ||
         (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln2_mean)) ||
         (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln2_rstd)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, 4, &a->fch)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, 4, &a->fch_gelu)))
+        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, es, &a->fch)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, es, &a->fch_gelu)))
         return rc;
     a->attproj = G(m)->attproj;
     a->fcproj = G(m)->fcproj;
@@ -230,33 +254,38 @@ static int alloc_block(dt_model_t *m, const dt_model_ctx_t *ctx, block_acts_t *a
 }
 
 /* Unit u keeps its output: x[0] for the embedding, x[l+1] for block l
- * (the next unit's input, read by its backward); a block not checkpointed
+ * (the next unit's input, read by its backward); a block not recomputed
  * also keeps its intermediates; the head keeps ln_f's output and
  * statistics and the probabilities (the loss backward reads them).  All
  * else is workspace. */
-static void gpt2_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *unit,
-                           double *ws)
+static int gpt2_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *unit,
+                          double *ws)
 {
     const gpt2_t *g = G(m);
     const double B = (double)B_, T = (double)T_, BT = B * T, C = (double)g->s.n_embd,
-                 NH = (double)g->s.n_head, V = (double)g->s.vocab_size;
+                 V = (double)g->s.vocab_size, es = (double)dt_model_act_size(m);
     const int64_t L = g->s.n_layer;
-    const double block = 4.0 * block_numel(B, T, C, NH);
-    int any_ckpt = 0;
-    unit[0] += 4.0 * BT * C;
+    uint64_t att_state;
+    int rc = attn_state_bytes(m, B_, T_, &att_state);
+    if (rc)
+        return rc;
+    const double block = block_bytes(B, T, C, es, att_state);
+    int any_recompute = 0;
+    unit[0] += es * BT * C;
     for (int64_t l = 0; l < L; l++) {
-        unit[l + 1] += 4.0 * BT * C;
-        if (dt_model_is_ckpt(m, l))
-            any_ckpt = 1;
+        unit[l + 1] += es * BT * C;
+        if (dt_model_recomputes(m, l))
+            any_recompute = 1;
         else
             unit[l + 1] += block;
     }
-    unit[L + 1] += 4.0 * (BT * C + 2.0 * BT + BT * V);
-    /* recompute scratch, the shared projections, logits and losses, and
-     * the gradient scratch: dx dbuf_c dbuf_c2 (C), dqkv (3C), dfch
+    unit[L + 1] += es * (BT * C + BT * V) + 4.0 * 2.0 * BT;
+    /* recompute scratch, the shared projections, logits and (f32) losses,
+     * and the gradient scratch: dx dbuf_c dbuf_c2 (C), dqkv (3C), dfch
      * dfch_gelu (4C), dlogits (V) */
-    *ws += (any_ckpt ? block : 0.0) + 4.0 * (2.0 * BT * C + BT * V + BT) +
-           4.0 * (BT * C * (3.0 + 3.0 + 8.0) + BT * V);
+    *ws += (any_recompute ? block : 0.0) + es * (2.0 * BT * C + BT * V) + 4.0 * BT +
+           es * (BT * C * (3.0 + 3.0 + 8.0) + BT * V);
+    return DT_OK;
 }
 
 static int gpt2_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
@@ -264,23 +293,24 @@ static int gpt2_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
     gpt2_t *g = G(m);
     const int64_t L = g->s.n_layer, C = g->s.n_embd, V = g->s.vocab_size, BT = m->B * m->T;
     const uint32_t head = (uint32_t)L + 1;
+    const size_t es = dt_model_act_size(m);
     g->x = calloc((size_t)L + 1, sizeof *g->x);
     g->acts = calloc((size_t)L, sizeof *g->acts);
     if (!g->x || !g->acts)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     int rc;
     m->act_owner = DT_ACT_WORKSPACE;
-    if ((rc = dt_model_dalloc(m, ctx, BT * C, 4, &g->attproj)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * C, 4, &g->fcproj)))
+    if ((rc = dt_model_dalloc(m, ctx, BT * C, es, &g->attproj)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * C, es, &g->fcproj)))
         return rc;
     for (int64_t l = 0; l <= L; l++) {
         m->act_owner = (uint32_t)l; /* x[l] is unit l's output */
-        if ((rc = dt_model_dalloc(m, ctx, BT * C, 4, &g->x[l])))
+        if ((rc = dt_model_dalloc(m, ctx, BT * C, es, &g->x[l])))
             return rc;
     }
     int need_scratch = 0;
     for (int64_t l = 0; l < L; l++) {
-        if (dt_model_is_ckpt(m, l)) {
+        if (dt_model_recomputes(m, l)) {
             need_scratch = 1;
             continue;
         }
@@ -292,24 +322,24 @@ static int gpt2_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
     if (need_scratch && (rc = alloc_block(m, ctx, &g->scratch)))
         return rc;
     for (int64_t l = 0; l < L; l++)
-        if (dt_model_is_ckpt(m, l))
+        if (dt_model_recomputes(m, l))
             g->acts[l] = g->scratch;
     m->act_owner = head;
-    if ((rc = dt_model_dalloc(m, ctx, BT * C, 4, &g->lnf)) ||
+    if ((rc = dt_model_dalloc(m, ctx, BT * C, es, &g->lnf)) ||
         (rc = dt_model_dalloc(m, ctx, BT, 4, &g->lnf_mean)) ||
         (rc = dt_model_dalloc(m, ctx, BT, 4, &g->lnf_rstd)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * V, 4, &m->probs)))
+        (rc = dt_model_dalloc(m, ctx, BT * V, es, &m->probs)))
         return rc;
     m->act_owner = DT_ACT_WORKSPACE;
-    if ((rc = dt_model_dalloc(m, ctx, BT * V, 4, &m->logits)) ||
+    if ((rc = dt_model_dalloc(m, ctx, BT * V, es, &m->logits)) ||
         (rc = dt_model_dalloc(m, ctx, BT, 4, &m->losses)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * C, 4, &g->dx)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * C, 4, &g->dbuf_c)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * C, 4, &g->dbuf_c2)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * 3 * C, 4, &g->dqkv)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, 4, &g->dfch)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, 4, &g->dfch_gelu)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * V, 4, &g->dlogits)))
+        (rc = dt_model_dalloc(m, ctx, BT * C, es, &g->dx)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * C, es, &g->dbuf_c)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * C, es, &g->dbuf_c2)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * 3 * C, es, &g->dqkv)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, es, &g->dfch)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, es, &g->dfch_gelu)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * V, es, &g->dlogits)))
         return rc;
     return DT_OK;
 }
@@ -325,14 +355,13 @@ static double gpt2_flops_per_token(const dt_model_t *m, int64_t T)
 
 /* ---- forward / backward ---- */
 
-#define K (ctx->dev_ops)
+#define K (m->kern)
 #define D ctx->dev, ctx->stream
 
 /* What dt_model_find_nonfinite calls each kernel output of block l:
- * "activation h.<l><tensor>", "<verb> h.<l><op>".  The attention
- * probabilities are not probed: the entries above the diagonal are
- * unspecified by the kernel contract, and a NaN in the rest reaches the
- * weighted values, which are. */
+ * "activation h.<l><tensor>", "<verb> h.<l><op>".  Attention's saved state
+ * is not probed: its layout is the device's own, and a NaN in it reaches
+ * the weighted values, which are. */
 enum { P_LN1, P_QKV, P_ATTY, P_ATTPROJ, P_RES2, P_LN2, P_FCH, P_GELU, P_FCPROJ, P_OUT };
 static const struct {
     const char *tensor, *verb, *op;
@@ -350,7 +379,7 @@ static const struct {
 };
 
 static int probe_block(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l, int which,
-                       const float *x, int64_t n)
+                       const void *x, int64_t n)
 {
     if (!dt_model_probing(m))
         return DT_OK;
@@ -358,38 +387,39 @@ static int probe_block(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l, int 
     snprintf(what, sizeof what, "activation h.%lld%s", (long long)l, block_probe[which].tensor);
     snprintf(after, sizeof after, "%s h.%lld%s", block_probe[which].verb, (long long)l,
              block_probe[which].op);
-    return dt_model_probe(m, ctx, what, (uint32_t)l + 1, after, x, DT_F32, (uint64_t)n);
+    return dt_model_probe(m, ctx, what, (uint32_t)l + 1, after, x, m->adtype, (uint64_t)n);
 }
 
 /* Forward of block l with parameters `v`, input x, output `out`. */
 static int block_forward(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l,
-                         const dt_unit_view_t *v, const float *x, block_acts_t *a, float *out)
+                         const dt_unit_view_t *v, const void *x, block_acts_t *a, void *out)
 {
     const gpt2_t *g = G(m);
     const int64_t B = m->B, T = m->T, C = g->s.n_embd, NH = g->s.n_head, BT = B * T;
-    const int wd = m->wdtype;
-    DT_TRY(K->layernorm_forward(D, a->ln1, a->ln1_mean, a->ln1_rstd, x, v->f[LN1W], v->f[LN1B],
-                                BT, C));
+    const int ad = m->adtype, wd = m->wdtype;
+    DT_TRY(K->layernorm_forward(D, a->ln1, a->ln1_mean, a->ln1_rstd, x, v->a[LN1W], v->a[LN1B],
+                                ad, BT, C));
     DT_TRY(probe_block(m, ctx, l, P_LN1, a->ln1, BT * C));
-    DT_TRY(K->matmul_forward(D, a->qkv, a->ln1, v->w[ATTW], v->f[ATTB], wd, BT, C, 3 * C));
+    DT_TRY(K->matmul_forward(D, a->qkv, a->ln1, v->w[ATTW], v->a[ATTB], ad, wd, BT, C, 3 * C));
     DT_TRY(probe_block(m, ctx, l, P_QKV, a->qkv, BT * 3 * C));
-    DT_TRY(K->attention_forward(D, a->atty, a->att, a->qkv, B, T, C, NH));
+    DT_TRY(K->attention_forward(D, a->atty, a->att_state, a->qkv, ad, B, T, C, NH));
     DT_TRY(probe_block(m, ctx, l, P_ATTY, a->atty, BT * C));
-    DT_TRY(K->matmul_forward(D, a->attproj, a->atty, v->w[PROJW], v->f[PROJB], wd, BT, C, C));
-    DT_TRY(probe_block(m, ctx, l, P_ATTPROJ, a->attproj, BT * C));
-    DT_TRY(K->residual_forward(D, a->res2, x, a->attproj, BT * C));
-    DT_TRY(probe_block(m, ctx, l, P_RES2, a->res2, BT * C));
-    DT_TRY(K->layernorm_forward(D, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, v->f[LN2W],
-                                v->f[LN2B], BT, C));
-    DT_TRY(probe_block(m, ctx, l, P_LN2, a->ln2, BT * C));
-    DT_TRY(K->matmul_forward(D, a->fch, a->ln2, v->w[FCW], v->f[FCB], wd, BT, C, 4 * C));
-    DT_TRY(probe_block(m, ctx, l, P_FCH, a->fch, BT * 4 * C));
-    DT_TRY(K->gelu_forward(D, a->fch_gelu, a->fch, BT * 4 * C));
-    DT_TRY(probe_block(m, ctx, l, P_GELU, a->fch_gelu, BT * 4 * C));
-    DT_TRY(K->matmul_forward(D, a->fcproj, a->fch_gelu, v->w[FCPW], v->f[FCPB], wd, BT, 4 * C,
+    DT_TRY(K->matmul_forward(D, a->attproj, a->atty, v->w[PROJW], v->a[PROJB], ad, wd, BT, C,
                              C));
+    DT_TRY(probe_block(m, ctx, l, P_ATTPROJ, a->attproj, BT * C));
+    DT_TRY(K->residual_forward(D, a->res2, x, a->attproj, ad, BT * C));
+    DT_TRY(probe_block(m, ctx, l, P_RES2, a->res2, BT * C));
+    DT_TRY(K->layernorm_forward(D, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, v->a[LN2W],
+                                v->a[LN2B], ad, BT, C));
+    DT_TRY(probe_block(m, ctx, l, P_LN2, a->ln2, BT * C));
+    DT_TRY(K->matmul_forward(D, a->fch, a->ln2, v->w[FCW], v->a[FCB], ad, wd, BT, C, 4 * C));
+    DT_TRY(probe_block(m, ctx, l, P_FCH, a->fch, BT * 4 * C));
+    DT_TRY(K->gelu_forward(D, a->fch_gelu, a->fch, ad, BT * 4 * C));
+    DT_TRY(probe_block(m, ctx, l, P_GELU, a->fch_gelu, BT * 4 * C));
+    DT_TRY(K->matmul_forward(D, a->fcproj, a->fch_gelu, v->w[FCPW], v->a[FCPB], ad, wd, BT,
+                             4 * C, C));
     DT_TRY(probe_block(m, ctx, l, P_FCPROJ, a->fcproj, BT * C));
-    DT_TRY(K->residual_forward(D, out, a->res2, a->fcproj, BT * C));
+    DT_TRY(K->residual_forward(D, out, a->res2, a->fcproj, ad, BT * C));
     DT_TRY(probe_block(m, ctx, l, P_OUT, out, BT * C));
     return DT_OK;
 }
@@ -397,35 +427,37 @@ static int block_forward(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l,
 /* Backward of a block: g->dx holds d(out) on entry and d(x) on return;
  * `gr` is the unit's flat gradient (offsets as in the description). */
 static int block_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_unit_view_t *v,
-                          float *gr, const uint64_t *o, const float *x, const block_acts_t *a)
+                          float *gr, const uint64_t *o, const void *x, const block_acts_t *a)
 {
     gpt2_t *g = G(m);
     const int64_t B = m->B, T = m->T, C = g->s.n_embd, NH = g->s.n_head, BT = B * T;
-    const int wd = m->wdtype;
-    float *dx = g->dx;
+    const int ad = m->adtype, wd = m->wdtype;
+    const uint64_t es = dt_model_act_size(m);
+    void *dx = g->dx;
     /* fcproj: out = res2 + fcproj, so d(fcproj) = d(res2) partial = dx */
-    DT_TRY(K->memset_async(ctx->dev, g->dfch_gelu, 0, (uint64_t)BT * 4 * C * 4, ctx->stream));
+    DT_TRY(dt_model_zero(ctx, g->dfch_gelu, (uint64_t)BT * 4 * C * es));
     DT_TRY(K->matmul_backward(D, g->dfch_gelu, gr + o[FCPW], gr + o[FCPB], dx, a->fch_gelu,
-                              v->w[FCPW], wd, BT, 4 * C, C));
-    DT_TRY(K->memset_async(ctx->dev, g->dfch, 0, (uint64_t)BT * 4 * C * 4, ctx->stream));
-    DT_TRY(K->gelu_backward(D, g->dfch, a->fch, g->dfch_gelu, BT * 4 * C));
-    DT_TRY(K->memset_async(ctx->dev, g->dbuf_c, 0, (uint64_t)BT * C * 4, ctx->stream));
+                              v->w[FCPW], ad, wd, BT, 4 * C, C));
+    DT_TRY(dt_model_zero(ctx, g->dfch, (uint64_t)BT * 4 * C * es));
+    DT_TRY(K->gelu_backward(D, g->dfch, a->fch, g->dfch_gelu, ad, BT * 4 * C));
+    DT_TRY(dt_model_zero(ctx, g->dbuf_c, (uint64_t)BT * C * es));
     DT_TRY(K->matmul_backward(D, g->dbuf_c, gr + o[FCW], gr + o[FCB], g->dfch, a->ln2, v->w[FCW],
-                              wd, BT, C, 4 * C));
+                              ad, wd, BT, C, 4 * C));
     /* dx becomes d(res2): the residual path plus the ln_2 path */
     DT_TRY(K->layernorm_backward(D, dx, gr + o[LN2W], gr + o[LN2B], g->dbuf_c, a->res2,
-                                 v->f[LN2W], a->ln2_mean, a->ln2_rstd, BT, C));
-    DT_TRY(K->memset_async(ctx->dev, g->dbuf_c2, 0, (uint64_t)BT * C * 4, ctx->stream));
+                                 v->a[LN2W], a->ln2_mean, a->ln2_rstd, ad, BT, C));
+    DT_TRY(dt_model_zero(ctx, g->dbuf_c2, (uint64_t)BT * C * es));
     DT_TRY(K->matmul_backward(D, g->dbuf_c2, gr + o[PROJW], gr + o[PROJB], dx, a->atty,
-                              v->w[PROJW], wd, BT, C, C));
-    DT_TRY(K->memset_async(ctx->dev, g->dqkv, 0, (uint64_t)BT * 3 * C * 4, ctx->stream));
-    DT_TRY(K->attention_backward(D, g->dqkv, g->dbuf_c2, a->qkv, a->att, B, T, C, NH));
-    DT_TRY(K->memset_async(ctx->dev, g->dbuf_c, 0, (uint64_t)BT * C * 4, ctx->stream));
+                              v->w[PROJW], ad, wd, BT, C, C));
+    DT_TRY(dt_model_zero(ctx, g->dqkv, (uint64_t)BT * 3 * C * es));
+    DT_TRY(K->attention_backward(D, g->dqkv, g->dbuf_c2, a->qkv, a->atty, a->att_state, ad, B, T,
+                                 C, NH));
+    DT_TRY(dt_model_zero(ctx, g->dbuf_c, (uint64_t)BT * C * es));
     DT_TRY(K->matmul_backward(D, g->dbuf_c, gr + o[ATTW], gr + o[ATTB], g->dqkv, a->ln1,
-                              v->w[ATTW], wd, BT, C, 3 * C));
+                              v->w[ATTW], ad, wd, BT, C, 3 * C));
     /* dx becomes d(x): the residual path plus the ln_1 path */
-    DT_TRY(K->layernorm_backward(D, dx, gr + o[LN1W], gr + o[LN1B], g->dbuf_c, x, v->f[LN1W],
-                                 a->ln1_mean, a->ln1_rstd, BT, C));
+    DT_TRY(K->layernorm_backward(D, dx, gr + o[LN1W], gr + o[LN1B], g->dbuf_c, x, v->a[LN1W],
+                                 a->ln1_mean, a->ln1_rstd, ad, BT, C));
     return DT_OK;
 }
 
@@ -434,16 +466,17 @@ static int gpt2_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_
     gpt2_t *g = G(m);
     const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = g->s.vocab_size, BT = B * T;
     const uint32_t L = (uint32_t)g->s.n_layer, head = L + 1;
+    const int ad = m->adtype;
     dt_unit_buffers_t b0 = {.struct_size = sizeof b0}, bl = {.struct_size = sizeof bl},
                          bh = {.struct_size = sizeof bh};
     dt_unit_view_t v0, vl, vh;
 
     DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b0));
     DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 1, &v0), "forward", 0);
-    DT_TRY_UNIT(K->embedding_forward(D, g->x[0], m->tokens, v0.f[WTE], v0.f[WPE], B, T, C),
+    DT_TRY_UNIT(K->embedding_forward(D, g->x[0], m->tokens, v0.a[WTE], v0.a[WPE], ad, B, T, C),
                 "forward", 0);
     DT_TRY(dt_model_probe(m, ctx, "activation embedding output", 0,
-                          "the forward of wte.weight + wpe.weight", g->x[0], DT_F32,
+                          "the forward of wte.weight + wpe.weight", g->x[0], ad,
                           (uint64_t)(BT * C)));
     DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
     for (uint32_t l = 0; l < L; l++) {
@@ -458,16 +491,17 @@ static int gpt2_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_
     DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b0));
     DT_TRY_UNIT(dt_model_view(m, ctx, head, bh.params, 1, &vh), "forward", head);
     DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 0, &v0), "forward", head);
-    DT_TRY_UNIT(K->layernorm_forward(D, g->lnf, g->lnf_mean, g->lnf_rstd, g->x[L], vh.f[LNFW],
-                                     vh.f[LNFB], BT, C),
+    DT_TRY_UNIT(K->layernorm_forward(D, g->lnf, g->lnf_mean, g->lnf_rstd, g->x[L], vh.a[LNFW],
+                                     vh.a[LNFB], ad, BT, C),
                 "forward", head);
     DT_TRY(dt_model_probe(m, ctx, "activation ln_f output", head, "the forward of ln_f", g->lnf,
-                          DT_F32, (uint64_t)(BT * C)));
-    DT_TRY_UNIT(K->matmul_forward(D, m->logits, g->lnf, v0.w[WTE], NULL, m->wdtype, BT, C, V),
+                          ad, (uint64_t)(BT * C)));
+    DT_TRY_UNIT(K->matmul_forward(D, m->logits, g->lnf, v0.w[WTE], NULL, ad, m->wdtype, BT, C,
+                                  V),
                 "forward", head);
     DT_TRY(dt_model_probe(m, ctx, "logits", head,
                           "the forward of the LM head (ln_f output @ wte.weight^T)", m->logits,
-                          DT_F32, (uint64_t)(BT * V)));
+                          ad, (uint64_t)(BT * V)));
     DT_TRY(dt_model_loss_forward(m, ctx, head));
     DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
     DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, head, 0, NULL));
@@ -480,6 +514,8 @@ static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook
     gpt2_t *g = G(m);
     const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = g->s.vocab_size, BT = B * T;
     const uint32_t L = (uint32_t)g->s.n_layer, head = L + 1;
+    const int ad = m->adtype;
+    const uint64_t es = dt_model_act_size(m);
     dt_unit_buffers_t b0 = {.struct_size = sizeof b0}, bl = {.struct_size = sizeof bl},
                          bh = {.struct_size = sizeof bh};
     dt_unit_view_t v0, vl, vh;
@@ -491,16 +527,14 @@ static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook
     DT_TRY_UNIT(dt_model_view(m, ctx, head, bh.params, 1, &vh), "backward", head);
     DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 0, &v0), "backward", head);
     DT_TRY(dt_model_loss_backward(m, ctx, head, g->dlogits, loss_scale));
-    DT_TRY_UNIT(K->memset_async(ctx->dev, g->dbuf_c, 0, (uint64_t)BT * C * 4, ctx->stream),
-                "backward", head);
+    DT_TRY_UNIT(dt_model_zero(ctx, g->dbuf_c, (uint64_t)BT * C * es), "backward", head);
     DT_TRY_UNIT(K->matmul_backward(D, g->dbuf_c, b0.grads, NULL, g->dlogits, g->lnf, v0.w[WTE],
-                                   m->wdtype, BT, C, V),
+                                   ad, m->wdtype, BT, C, V),
                 "backward", head);
     DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 0, NULL));
-    DT_TRY_UNIT(K->memset_async(ctx->dev, g->dx, 0, (uint64_t)BT * C * 4, ctx->stream),
-                "backward", head);
+    DT_TRY_UNIT(dt_model_zero(ctx, g->dx, (uint64_t)BT * C * es), "backward", head);
     DT_TRY_UNIT(K->layernorm_backward(D, g->dx, bh.grads, bh.grads + C, g->dbuf_c, g->x[L],
-                                      vh.f[LNFW], g->lnf_mean, g->lnf_rstd, BT, C),
+                                      vh.a[LNFW], g->lnf_mean, g->lnf_rstd, ad, BT, C),
                 "backward", head);
     DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
     uint64_t o[NBLOCK];
@@ -510,7 +544,7 @@ static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook
             o[k] = ud->params[k].offset;
         DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, l + 1, 0, &bl));
         DT_TRY_UNIT(dt_model_view(m, ctx, l + 1, bl.params, 1, &vl), "backward", l + 1);
-        if (dt_model_is_ckpt(m, l)) /* recompute this block's activations into scratch */
+        if (dt_model_recomputes(m, l)) /* recompute this block's activations into scratch */
             DT_TRY_UNIT(block_forward(m, ctx, l, &vl, g->x[l], &g->scratch, g->dbuf_c2),
                         "recompute", l + 1);
         DT_TRY_UNIT(block_backward(m, ctx, &vl, bl.grads, o, g->x[l], &g->acts[l]), "backward",
@@ -519,9 +553,21 @@ static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook
     }
     DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, 0, 0, &b0));
     DT_TRY_UNIT(K->embedding_backward(D, b0.grads, b0.grads + m->desc.units[0].params[WPE].offset,
-                                      g->dx, m->tokens, B, T, C),
+                                      g->dx, m->tokens, ad, B, T, C),
                 "backward", 0);
     DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 1, NULL));
+    return DT_OK;
+}
+
+/* Beyond the core set: norms, attention, residual adds. */
+static int gpt2_need_kernels(const dt_model_t *m)
+{
+    DT_MODEL_NEED(m, layernorm_forward);
+    DT_MODEL_NEED(m, layernorm_backward);
+    DT_MODEL_NEED(m, attention_state_bytes);
+    DT_MODEL_NEED(m, attention_forward);
+    DT_MODEL_NEED(m, attention_backward);
+    DT_MODEL_NEED(m, residual_forward);
     return DT_OK;
 }
 
@@ -534,4 +580,5 @@ const dt_model_arch_t dt_model_arch_gpt2 = {
     .backward = gpt2_backward,
     .flops_per_token = gpt2_flops_per_token,
     .free = gpt2_free,
+    .need_kernels = gpt2_need_kernels,
 };

@@ -12,7 +12,7 @@
  *   loss: mean softmax cross-entropy of the target token at every position
  * Each position sees only its own token (a bigram model), so any sequence
  * length works.  Activation checkpointing applies to the hidden layers:
- * a checkpointed layer keeps its output and recomputes its pre-activation.
+ * a recomputed layer keeps its output and recomputes its pre-activation.
  *
  * Checked against tests/reference/mlp_ref.py (float64 numpy) by
  * tests/unit/test_mlp.c.
@@ -27,15 +27,16 @@
 enum { EMB = 0 };    /* unit 0 */
 enum { W = 0, BIAS }; /* layers and head */
 
+/* Activations and their gradients, in the activation dtype (m->adtype). */
 typedef struct mlp {
     int64_t D, H, NL, V; /* mlp_in, mlp_hidden, mlp_layers, vocab_size */
-    float *zeros;        /* (T, D): the embedding kernel's position table */
-    float *x0;           /* (B,T,D) embeddings */
-    float **pre, **out;  /* per layer (B,T,H): before and after GELU */
-    float *pre_scratch;  /* (B,T,H) for checkpointed layers */
-    float *da, *db;      /* (B,T,max(D,H)) gradients of layer inputs/outputs */
-    float *dpre;         /* (B,T,H) */
-    float *dlogits;      /* (B,T,V) */
+    void *zeros;         /* (T, D): the embedding kernel's position table */
+    void *x0;            /* (B,T,D) embeddings */
+    void **pre, **out;   /* per layer (B,T,H): before and after GELU */
+    void *pre_scratch;   /* (B,T,H) for recomputed layers */
+    void *da, *db;       /* (B,T,max(D,H)) gradients of layer inputs/outputs */
+    void *dpre;          /* (B,T,H) */
+    void *dlogits;       /* (B,T,V) */
 } mlp_t;
 
 static mlp_t *P(const dt_model_t *m) { return m->arch_state; }
@@ -103,68 +104,70 @@ static int mlp_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
 {
     mlp_t *p = P(m);
     const int64_t BT = m->B * m->T, H = p->H, V = p->V, D = p->D, wide = D > H ? D : H;
+    const size_t es = dt_model_act_size(m);
     p->pre = calloc((size_t)p->NL + 1, sizeof *p->pre);
     p->out = calloc((size_t)p->NL + 1, sizeof *p->out);
     if (!p->pre || !p->out)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     int rc, need_scratch = 0;
     m->act_owner = 0;
-    if ((rc = dt_model_dalloc(m, ctx, BT * D, 4, &p->x0)))
+    if ((rc = dt_model_dalloc(m, ctx, BT * D, es, &p->x0)))
         return rc;
     for (int64_t l = 0; l < p->NL; l++) {
         m->act_owner = (uint32_t)l + 1;
-        if (dt_model_is_ckpt(m, l))
+        if (dt_model_recomputes(m, l))
             need_scratch = 1;
-        else if ((rc = dt_model_dalloc(m, ctx, BT * H, 4, &p->pre[l])))
+        else if ((rc = dt_model_dalloc(m, ctx, BT * H, es, &p->pre[l])))
             return rc;
-        if ((rc = dt_model_dalloc(m, ctx, BT * H, 4, &p->out[l])))
+        if ((rc = dt_model_dalloc(m, ctx, BT * H, es, &p->out[l])))
             return rc;
     }
     m->act_owner = (uint32_t)p->NL + 1;
-    if ((rc = dt_model_dalloc(m, ctx, BT * V, 4, &m->probs)))
+    if ((rc = dt_model_dalloc(m, ctx, BT * V, es, &m->probs)))
         return rc;
     m->act_owner = DT_ACT_WORKSPACE;
-    if (need_scratch && (rc = dt_model_dalloc(m, ctx, BT * H, 4, &p->pre_scratch)))
+    if (need_scratch && (rc = dt_model_dalloc(m, ctx, BT * H, es, &p->pre_scratch)))
         return rc;
     for (int64_t l = 0; l < p->NL; l++)
-        if (dt_model_is_ckpt(m, l))
+        if (dt_model_recomputes(m, l))
             p->pre[l] = p->pre_scratch;
-    if ((rc = dt_model_dalloc(m, ctx, m->T * D, 4, &p->zeros)) ||
-        (rc = ctx->dev_ops->memset_async(ctx->dev, p->zeros, 0, (uint64_t)(m->T * D) * 4,
-                                         ctx->stream)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * wide, 4, &p->da)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * wide, 4, &p->db)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * H, 4, &p->dpre)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * V, 4, &p->dlogits)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * V, 4, &m->logits)) ||
+    if ((rc = dt_model_dalloc(m, ctx, m->T * D, es, &p->zeros)) ||
+        (rc = dt_model_zero(ctx, p->zeros, (uint64_t)(m->T * D) * es)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * wide, es, &p->da)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * wide, es, &p->db)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * H, es, &p->dpre)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * V, es, &p->dlogits)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * V, es, &m->logits)) ||
         (rc = dt_model_dalloc(m, ctx, BT, 4, &m->losses)))
         return rc;
     return DT_OK;
 }
 
 /* Unit u keeps its output (the next unit's input): the embeddings, each
- * layer's GELU output, and unless the layer is checkpointed its
+ * layer's GELU output, and unless the layer is recomputed its
  * pre-activation (GELU's backward reads it); the head keeps the
  * probabilities.  The rest is workspace. */
-static void mlp_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *unit, double *ws)
+static int mlp_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *unit, double *ws)
 {
     const mlp_t *p = P(m);
     const double BT = (double)B_ * (double)T_, D = (double)p->D, H = (double)p->H,
-                 V = (double)p->V, wide = D > H ? D : H;
-    int any_ckpt = 0;
-    unit[0] += 4.0 * BT * D;
+                 V = (double)p->V, wide = D > H ? D : H, es = (double)dt_model_act_size(m);
+    int any_recompute = 0;
+    unit[0] += es * BT * D;
     for (int64_t l = 0; l < p->NL; l++) {
-        unit[l + 1] += 4.0 * BT * H;
-        if (dt_model_is_ckpt(m, l))
-            any_ckpt = 1;
+        unit[l + 1] += es * BT * H;
+        if (dt_model_recomputes(m, l))
+            any_recompute = 1;
         else
-            unit[l + 1] += 4.0 * BT * H;
+            unit[l + 1] += es * BT * H;
     }
-    unit[p->NL + 1] += 4.0 * BT * V;
+    unit[p->NL + 1] += es * BT * V;
     /* the recompute buffer, the zero position table (T, D), da db (wide),
-     * dpre (H), dlogits and logits (V), losses */
-    *ws += 4.0 * ((any_ckpt ? BT * H : 0.0) + (double)T_ * D + 2.0 * BT * wide + BT * H +
-                  2.0 * BT * V + BT);
+     * dpre (H), dlogits and logits (V), and the f32 losses */
+    *ws += es * ((any_recompute ? BT * H : 0.0) + (double)T_ * D + 2.0 * BT * wide + BT * H +
+                 2.0 * BT * V) +
+           4.0 * BT;
+    return DT_OK;
 }
 
 static double mlp_flops_per_token(const dt_model_t *m, int64_t T)
@@ -174,10 +177,10 @@ static double mlp_flops_per_token(const dt_model_t *m, int64_t T)
     return 6.0 * (double)(m->desc.numel - m->desc.units[0].numel);
 }
 
-#define K (ctx->dev_ops)
+#define K (m->kern)
 #define D_ ctx->dev, ctx->stream
 /* Input of hidden layer l (l == NL: of the head) and its width. */
-static const float *layer_in(const mlp_t *p, int64_t l, int64_t *width)
+static const void *layer_in(const mlp_t *p, int64_t l, int64_t *width)
 {
     *width = l ? p->H : p->D;
     return l ? p->out[l - 1] : p->x0;
@@ -188,46 +191,46 @@ static int mlp_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t
     mlp_t *p = P(m);
     const int64_t B = m->B, T = m->T, BT = B * T, H = p->H, V = p->V;
     const uint32_t head = (uint32_t)p->NL + 1;
+    const int ad = m->adtype, wd = m->wdtype;
     dt_unit_buffers_t b = {.struct_size = sizeof(dt_unit_buffers_t)};
     dt_unit_view_t v;
     int64_t in_w;
 
     DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b));
     DT_TRY_UNIT(dt_model_view(m, ctx, 0, b.params, 1, &v), "forward", 0);
-    DT_TRY_UNIT(K->embedding_forward(D_, p->x0, m->tokens, v.f[EMB], p->zeros, B, T, p->D),
+    DT_TRY_UNIT(K->embedding_forward(D_, p->x0, m->tokens, v.a[EMB], p->zeros, ad, B, T, p->D),
                 "forward", 0);
     DT_TRY(dt_model_probe(m, ctx, "activation embedding output", 0,
-                          "the forward of embed.weight", p->x0, DT_F32, (uint64_t)(BT * p->D)));
+                          "the forward of embed.weight", p->x0, ad, (uint64_t)(BT * p->D)));
     DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
     for (int64_t l = 0; l < p->NL; l++) {
         const uint32_t u = (uint32_t)l + 1;
-        const float *in = layer_in(p, l, &in_w);
+        const void *in = layer_in(p, l, &in_w);
         DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, u, 0, &b));
         DT_TRY_UNIT(dt_model_view(m, ctx, u, b.params, 1, &v), "forward", u);
-        DT_TRY_UNIT(K->matmul_forward(D_, p->pre[l], in, v.w[W], v.f[BIAS], m->wdtype, BT, in_w,
-                                      H),
+        DT_TRY_UNIT(K->matmul_forward(D_, p->pre[l], in, v.w[W], v.a[BIAS], ad, wd, BT, in_w, H),
                     "forward", u);
         char what[64] = "", after[64] = "";
         if (dt_model_probing(m)) {
             snprintf(what, sizeof what, "activation fc.%lld output", (long long)l);
             snprintf(after, sizeof after, "the forward of fc.%lld", (long long)l);
         }
-        DT_TRY(dt_model_probe(m, ctx, what, u, after, p->pre[l], DT_F32, (uint64_t)(BT * H)));
-        DT_TRY_UNIT(K->gelu_forward(D_, p->out[l], p->pre[l], BT * H), "forward", u);
+        DT_TRY(dt_model_probe(m, ctx, what, u, after, p->pre[l], ad, (uint64_t)(BT * H)));
+        DT_TRY_UNIT(K->gelu_forward(D_, p->out[l], p->pre[l], ad, BT * H), "forward", u);
         if (dt_model_probing(m)) {
             snprintf(what, sizeof what, "activation fc.%lld.gelu output", (long long)l);
             snprintf(after, sizeof after, "the forward of fc.%lld's GELU", (long long)l);
         }
-        DT_TRY(dt_model_probe(m, ctx, what, u, after, p->out[l], DT_F32, (uint64_t)(BT * H)));
+        DT_TRY(dt_model_probe(m, ctx, what, u, after, p->out[l], ad, (uint64_t)(BT * H)));
         DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, u, 0, NULL));
     }
-    const float *in = layer_in(p, p->NL, &in_w);
+    const void *in = layer_in(p, p->NL, &in_w);
     DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, head, 0, &b));
     DT_TRY_UNIT(dt_model_view(m, ctx, head, b.params, 1, &v), "forward", head);
-    DT_TRY_UNIT(K->matmul_forward(D_, m->logits, in, v.w[W], v.f[BIAS], m->wdtype, BT, in_w, V),
+    DT_TRY_UNIT(K->matmul_forward(D_, m->logits, in, v.w[W], v.a[BIAS], ad, wd, BT, in_w, V),
                 "forward", head);
     DT_TRY(dt_model_probe(m, ctx, "logits", head, "the forward of head.weight, head.bias",
-                          m->logits, DT_F32, (uint64_t)(BT * V)));
+                          m->logits, ad, (uint64_t)(BT * V)));
     DT_TRY(dt_model_loss_forward(m, ctx, head));
     DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, head, 0, NULL));
     return DT_OK;
@@ -239,21 +242,22 @@ static int mlp_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_
     mlp_t *p = P(m);
     const int64_t B = m->B, T = m->T, BT = B * T, H = p->H, V = p->V;
     const uint32_t head = (uint32_t)p->NL + 1;
+    const int ad = m->adtype, wd = m->wdtype;
+    const uint64_t es = dt_model_act_size(m);
     dt_unit_buffers_t b = {.struct_size = sizeof(dt_unit_buffers_t)};
     dt_unit_view_t v;
     int64_t in_w;
     /* d(layer output) arrives in `dout`; d(layer input) goes to `din` */
-    float *dout = p->da, *din = p->db;
+    void *dout = p->da, *din = p->db;
 
-    const float *in = layer_in(p, p->NL, &in_w);
+    const void *in = layer_in(p, p->NL, &in_w);
     DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, head, 0, &b));
     DT_TRY_UNIT(dt_model_view(m, ctx, head, b.params, 0, &v), "backward", head);
     DT_TRY(dt_model_loss_backward(m, ctx, head, p->dlogits, loss_scale));
-    DT_TRY_UNIT(K->memset_async(ctx->dev, dout, 0, (uint64_t)(BT * in_w) * 4, ctx->stream),
-                "backward", head);
+    DT_TRY_UNIT(dt_model_zero(ctx, dout, (uint64_t)(BT * in_w) * es), "backward", head);
     DT_TRY_UNIT(K->matmul_backward(D_, dout, b.grads + m->desc.units[head].params[W].offset,
                                    b.grads + m->desc.units[head].params[BIAS].offset,
-                                   p->dlogits, in, v.w[W], m->wdtype, BT, in_w, V),
+                                   p->dlogits, in, v.w[W], ad, wd, BT, in_w, V),
                 "backward", head);
     DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
     for (int64_t l = p->NL; l-- > 0;) {
@@ -261,28 +265,26 @@ static int mlp_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_
         const dt_unit_desc_t *ud = &m->desc.units[u];
         in = layer_in(p, l, &in_w);
         DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, u, 0, &b));
-        DT_TRY_UNIT(dt_model_view(m, ctx, u, b.params, dt_model_is_ckpt(m, l), &v), "backward",
+        DT_TRY_UNIT(dt_model_view(m, ctx, u, b.params, dt_model_recomputes(m, l), &v), "backward",
                     u);
-        if (dt_model_is_ckpt(m, l)) /* the pre-activation GELU's backward needs */
-            DT_TRY_UNIT(K->matmul_forward(D_, p->pre[l], in, v.w[W], v.f[BIAS], m->wdtype, BT,
-                                          in_w, H),
+        if (dt_model_recomputes(m, l)) /* the pre-activation GELU's backward needs */
+            DT_TRY_UNIT(K->matmul_forward(D_, p->pre[l], in, v.w[W], v.a[BIAS], ad, wd, BT, in_w,
+                                          H),
                         "recompute", u);
-        DT_TRY_UNIT(K->memset_async(ctx->dev, p->dpre, 0, (uint64_t)(BT * H) * 4, ctx->stream),
-                    "backward", u);
-        DT_TRY_UNIT(K->gelu_backward(D_, p->dpre, p->pre[l], dout, BT * H), "backward", u);
-        DT_TRY_UNIT(K->memset_async(ctx->dev, din, 0, (uint64_t)(BT * in_w) * 4, ctx->stream),
-                    "backward", u);
+        DT_TRY_UNIT(dt_model_zero(ctx, p->dpre, (uint64_t)(BT * H) * es), "backward", u);
+        DT_TRY_UNIT(K->gelu_backward(D_, p->dpre, p->pre[l], dout, ad, BT * H), "backward", u);
+        DT_TRY_UNIT(dt_model_zero(ctx, din, (uint64_t)(BT * in_w) * es), "backward", u);
         DT_TRY_UNIT(K->matmul_backward(D_, din, b.grads + ud->params[W].offset,
                                        b.grads + ud->params[BIAS].offset, p->dpre, in, v.w[W],
-                                       m->wdtype, BT, in_w, H),
+                                       ad, wd, BT, in_w, H),
                     "backward", u);
         DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, u, 1, NULL));
-        float *t = dout;
+        void *t = dout;
         dout = din;
         din = t;
     }
     DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, 0, 0, &b));
-    DT_TRY_UNIT(K->embedding_backward(D_, b.grads, NULL, dout, m->tokens, B, T, p->D),
+    DT_TRY_UNIT(K->embedding_backward(D_, b.grads, NULL, dout, m->tokens, ad, B, T, p->D),
                 "backward", 0);
     DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 1, NULL));
     return DT_OK;
@@ -297,4 +299,5 @@ const dt_model_arch_t dt_model_arch_mlp = {
     .backward = mlp_backward,
     .flops_per_token = mlp_flops_per_token,
     .free = mlp_free,
+    .need_kernels = NULL, /* the core set: embedding, matmul, GELU, loss */
 };

@@ -60,13 +60,22 @@ static int check_arch_keys(dt_config_t *cfg, const char *arch)
     return DT_OK;
 }
 
-int dt_model_create(dt_config_t *cfg, dt_model_t **out)
+int dt_model_missing_kernel(const dt_model_t *m, const char *kernel)
 {
-    const char *arch, *dtype, *ckpt;
+    return dt_err_set(DT_ERR_UNSUPPORTED,
+                      "device '%s' has no kernel '%s' (%s activations, %s weights); arch %s "
+                      "needs it",
+                      m->dev_name, kernel, dt_dtype_name(m->adtype), dt_dtype_name(m->wdtype),
+                      m->arch->name);
+}
+
+int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, dt_model_t **out)
+{
+    const char *arch, *dtype, *recompute;
     int rc;
     if ((rc = dt_config_get_string(cfg, "model.arch", &arch)) ||
         (rc = dt_config_get_string(cfg, "model.dtype", &dtype)) ||
-        (rc = dt_config_get_string(cfg, "model.activation_checkpointing", &ckpt)))
+        (rc = dt_config_get_string(cfg, "model.activation_checkpointing", &recompute)))
         return rc;
     const dt_model_arch_t *a = NULL;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
@@ -81,6 +90,9 @@ int dt_model_create(dt_config_t *cfg, dt_model_t **out)
     if (!m)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     m->arch = a;
+    m->kern = dev->kernels();
+    m->dev_name = dev->info.name ? dev->info.name : "?";
+    m->adtype = DT_F32;
     m->desc.struct_size = sizeof m->desc;
     m->desc.arch = a->name;
     m->info.arch = a->name;
@@ -96,11 +108,12 @@ int dt_model_create(dt_config_t *cfg, dt_model_t **out)
         goto fail;
     }
     m->desc.param_dtype = m->wdtype;
-    m->ckpt_mode = strcmp(ckpt, "all") == 0     ? DT_CKPT_ALL
-                   : strcmp(ckpt, "every") == 0 ? DT_CKPT_EVERY
-                                                : DT_CKPT_NONE;
-    if ((rc = dt_config_get_int(cfg, "model.checkpoint_every", &m->ckpt_every)) ||
-        (rc = a->create(m, cfg)))
+    /* [model] activation_checkpointing: which units backward recomputes */
+    m->recompute_mode = strcmp(recompute, "all") == 0     ? DT_RECOMPUTE_ALL
+                        : strcmp(recompute, "every") == 0 ? DT_RECOMPUTE_EVERY
+                                                          : DT_RECOMPUTE_NONE;
+    if ((rc = dt_config_get_int(cfg, "model.checkpoint_every", &m->recompute_every)) ||
+        (rc = a->create(m, cfg)) || (a->need_kernels && (rc = a->need_kernels(m))))
         goto fail;
     for (uint32_t u = 0; u < m->desc.n_units; u++) {
         const dt_unit_desc_t *ud = &m->desc.units[u];
@@ -151,7 +164,8 @@ void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx)
 
 dt_model_desc_t *dt_model_desc(dt_model_t *m) { return &m->desc; }
 const dt_model_info_t *dt_model_info(const dt_model_t *m) { return &m->info; }
-const float *dt_model_logits(const dt_model_t *m) { return m->logits; }
+const void *dt_model_logits(const dt_model_t *m) { return m->logits; }
+int dt_model_act_dtype(const dt_model_t *m) { return m->adtype; }
 
 double dt_model_flops_per_token(const dt_model_t *m, int64_t T)
 {
@@ -297,12 +311,12 @@ int dt_model_dalloc(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t n, size_t 
     return DT_OK;
 }
 
-int dt_model_is_ckpt(const dt_model_t *m, int64_t l)
+int dt_model_recomputes(const dt_model_t *m, int64_t l)
 {
-    if (m->ckpt_mode == DT_CKPT_ALL)
+    if (m->recompute_mode == DT_RECOMPUTE_ALL)
         return 1;
-    if (m->ckpt_mode == DT_CKPT_EVERY)
-        return (l % m->ckpt_every) == 0;
+    if (m->recompute_mode == DT_RECOMPUTE_EVERY)
+        return (l % m->recompute_every) == 0;
     return 0;
 }
 
@@ -333,18 +347,18 @@ int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
 }
 
 int dt_model_view(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, const void *params,
-                  int need_f32, dt_unit_view_t *v)
+                  int need_act, dt_unit_view_t *v)
 {
     const dt_unit_desc_t *u = &m->desc.units[unit];
     const dt_tensor_extra_t *e = m->extra[unit];
-    const size_t es = dt_dtype_size(m->wdtype);
+    const size_t es = dt_dtype_size(m->wdtype), aes = dt_model_act_size(m);
     memset(v, 0, sizeof *v);
     for (uint32_t k = 0; k < u->n_params; k++) {
         v->w[k] = (const char *)params + u->params[k].offset * es;
-        if (m->wdtype == DT_F32)
-            v->f[k] = v->w[k];
-        else if (need_f32 && e[k].kind != DT_TENSOR_MATRIX)
-            v->f[k] = m->view + e[k].view_off;
+        if (m->wdtype == m->adtype)
+            v->a[k] = v->w[k];
+        else if (need_act && e[k].kind != DT_TENSOR_MATRIX)
+            v->a[k] = (const char *)m->view + e[k].view_off * aes;
         if (dt_model_probing(m)) {
             /* what the kernels read: the strategy's compute copy, which a
              * finite master can still overflow (bf16 rounding, a bad
@@ -358,9 +372,9 @@ int dt_model_view(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, const
                 return rc;
         }
     }
-    if (m->wdtype == DT_F32 || !need_f32)
+    if (m->wdtype == m->adtype || !need_act)
         return DT_OK;
-    /* One cast per run of adjacent f32-read tensors: they are contiguous
+    /* One cast per run of adjacent non-matrix tensors: they are contiguous
      * in the strategy's buffer and in the view alike. */
     for (uint32_t k = 0; k < u->n_params;) {
         if (e[k].kind == DT_TENSOR_MATRIX) {
@@ -371,11 +385,11 @@ int dt_model_view(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, const
         uint64_t n = 0;
         while (j < u->n_params && e[j].kind != DT_TENSOR_MATRIX)
             n += u->params[j++].numel;
-        int rc = ctx->dev_ops->cast(ctx->dev, ctx->stream, (void *)v->f[k], DT_F32, v->w[k],
-                                    m->wdtype, (int64_t)n);
+        int rc = m->kern->cast(ctx->dev, ctx->stream, (void *)v->a[k], m->adtype, v->w[k],
+                               m->wdtype, (int64_t)n);
         if (rc)
-            return dt_err_context(rc, "widening %s.. of unit %s to f32", u->params[k].name,
-                                  u->name);
+            return dt_err_context(rc, "casting %s.. of unit %s to %s", u->params[k].name,
+                                  u->name, dt_dtype_name(m->adtype));
         k = j;
     }
     return DT_OK;
@@ -402,14 +416,21 @@ int dt_model_act_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *unit
     double *u = calloc((size_t)n, sizeof *u);
     if (!u)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
-    /* common to every arch: its first unit embeds the input tokens and its
-     * last computes the loss against the targets; a bf16 model widens one
-     * unit's f32-read tensors at a time into the view */
+    /* common to every arch: its first unit embeds the (i32) input tokens
+     * and its last computes the loss against the targets; a model whose
+     * parameter and activation dtypes differ casts one unit's non-matrix
+     * tensors at a time into the view */
     const double BT = (double)B * (double)T;
-    double ws = m->wdtype == DT_F32 ? 0.0 : 4.0 * (double)m->view_numel;
+    double ws = m->wdtype == m->adtype
+                    ? 0.0
+                    : (double)dt_model_act_size(m) * (double)m->view_numel;
     u[0] += 4.0 * BT;
     u[n - 1] += 4.0 * BT;
-    m->arch->act_bytes(m, B, T, u, &ws);
+    int rc = m->arch->act_bytes(m, B, T, u, &ws);
+    if (rc) {
+        free(u);
+        return rc;
+    }
     double kept = 0;
     for (uint32_t i = 0; i < n; i++)
         kept += u[i];
@@ -447,6 +468,10 @@ int dt_model_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t B, int
 {
     if (m->tokens)
         return dt_err_set(DT_ERR_INVALID, "model: activations are already allocated");
+    if (ctx->dev_ops->kernels() != m->kern)
+        return dt_err_set(DT_ERR_INVALID,
+                          "model: created for device '%s', run on an instance of device '%s'",
+                          m->dev_name, ctx->dev_ops->info.name ? ctx->dev_ops->info.name : "?");
     dt_model_act_t plan;
     int rc = dt_model_plan_acts(m, B, T, &plan);
     if (rc)
@@ -465,8 +490,9 @@ int dt_model_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t B, int
     if ((rc = dt_model_dalloc(m, ctx, BT, 4, &m->targets)))
         return rc;
     m->act_owner = DT_ACT_WORKSPACE;
-    if ((m->wdtype != DT_F32 &&
-         (rc = dt_model_dalloc(m, ctx, (int64_t)m->view_numel, 4, &m->view))) ||
+    if ((m->wdtype != m->adtype &&
+         (rc = dt_model_dalloc(m, ctx, (int64_t)m->view_numel, dt_model_act_size(m),
+                               &m->view))) ||
         (rc = m->arch->alloc_acts(m, ctx)))
         return rc;
     /* The plan is what the planner and strategies were told: an arch whose
@@ -510,10 +536,10 @@ int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t 
      * outside the table (and the device only checks for negatives). */
     if ((rc = check_tokens(m, "input", inputs)) || (rc = check_tokens(m, "target", targets)))
         return rc;
-    const dt_device_ops_t *K = ctx->dev_ops;
-    if ((rc = K->memcpy_async(ctx->dev, m->tokens, inputs, (uint64_t)BT * 4, DT_COPY_H2D,
+    const dt_device_ops_t *R = ctx->dev_ops;
+    if ((rc = R->memcpy_async(ctx->dev, m->tokens, inputs, (uint64_t)BT * 4, DT_COPY_H2D,
                               ctx->stream)) ||
-        (rc = K->memcpy_async(ctx->dev, m->targets, targets, (uint64_t)BT * 4, DT_COPY_H2D,
+        (rc = R->memcpy_async(ctx->dev, m->targets, targets, (uint64_t)BT * 4, DT_COPY_H2D,
                               ctx->stream)))
         return rc;
     dt_hook_t h = {.struct_size = sizeof(dt_hook_t),
@@ -522,9 +548,9 @@ int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t 
                       .flags = no_grad ? DT_HOOK_NO_GRAD : 0u};
     if ((rc = m->arch->forward(m, ctx, &h)))
         return rc;
-    if ((rc = K->memcpy_async(ctx->dev, m->host_losses, m->losses, (uint64_t)BT * 4,
+    if ((rc = R->memcpy_async(ctx->dev, m->host_losses, m->losses, (uint64_t)BT * 4,
                               DT_COPY_D2H, ctx->stream)) ||
-        (rc = K->stream_sync(ctx->dev, ctx->stream)))
+        (rc = R->stream_sync(ctx->dev, ctx->stream)))
         return rc;
     double sum = 0;
     for (int64_t i = 0; i < BT; i++)
@@ -603,13 +629,13 @@ int dt_model_probe(dt_model_t *m, const dt_model_ctx_t *ctx, const char *what, u
 
 int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head)
 {
-    const dt_device_ops_t *K = ctx->dev_ops;
+    const dt_kernels_t *K = m->kern;
     const int64_t BT = m->B * m->T, V = m->info.vocab_size;
     DT_TRY_UNIT(K->softmax_xent_forward(ctx->dev, ctx->stream, m->losses, m->probs, m->logits,
-                                        m->targets, BT, V),
+                                        m->targets, m->adtype, BT, V),
                 "forward", head);
     DT_TRY(dt_model_probe(m, ctx, "activation probabilities", head,
-                          "the forward of the softmax cross-entropy", m->probs, DT_F32,
+                          "the forward of the softmax cross-entropy", m->probs, m->adtype,
                           (uint64_t)(BT * V)));
     return dt_model_probe(m, ctx, "per-position loss", head,
                           "the forward of the softmax cross-entropy", m->losses, DT_F32,
@@ -617,14 +643,14 @@ int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t hea
 }
 
 int dt_model_loss_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head,
-                           float *dlogits, float loss_scale)
+                           void *dlogits, float loss_scale)
 {
-    const dt_device_ops_t *K = ctx->dev_ops;
+    const dt_kernels_t *K = m->kern;
     const int64_t BT = m->B * m->T, V = m->info.vocab_size;
-    DT_TRY_UNIT(K->memset_async(ctx->dev, dlogits, 0, (uint64_t)(BT * V) * 4, ctx->stream),
+    DT_TRY_UNIT(dt_model_zero(ctx, dlogits, (uint64_t)(BT * V) * dt_model_act_size(m)),
                 "backward", head);
     DT_TRY_UNIT(K->softmax_xent_backward(ctx->dev, ctx->stream, dlogits, m->probs, m->targets,
-                                         loss_scale / (float)BT, BT, V),
+                                         m->adtype, loss_scale / (float)BT, BT, V),
                 "backward", head);
     return DT_OK;
 }
@@ -641,9 +667,9 @@ static int probed_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_
     if ((rc = check_tokens(m, "input", inputs)) || (rc = check_tokens(m, "target", targets)))
         return rc;
     const uint64_t bytes = (uint64_t)(m->B * m->T) * 4;
-    const dt_device_ops_t *K = ctx->dev_ops;
-    if ((rc = K->memcpy_async(ctx->dev, m->tokens, inputs, bytes, DT_COPY_H2D, ctx->stream)) ||
-        (rc = K->memcpy_async(ctx->dev, m->targets, targets, bytes, DT_COPY_H2D, ctx->stream)))
+    const dt_device_ops_t *R = ctx->dev_ops;
+    if ((rc = R->memcpy_async(ctx->dev, m->tokens, inputs, bytes, DT_COPY_H2D, ctx->stream)) ||
+        (rc = R->memcpy_async(ctx->dev, m->targets, targets, bytes, DT_COPY_H2D, ctx->stream)))
         return rc;
     /* an evaluation pass: strategies gather and release as for one */
     const dt_hook_t h = {
@@ -651,7 +677,7 @@ static int probed_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_
     m->probe = p;
     rc = m->arch->forward(m, ctx, &h);
     m->probe = NULL;
-    return rc ? rc : K->stream_sync(ctx->dev, ctx->stream);
+    return rc ? rc : R->stream_sync(ctx->dev, ctx->stream);
 }
 
 int dt_model_find_nonfinite(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t *inputs,

@@ -19,11 +19,13 @@
  *
  * [model] dtype = "bf16": the strategy holds compute parameters in bf16
  * (desc.param_dtype); matmuls read the weights as bf16 (the device's
- * wdtype), and the model widens the tensors other kernels read (norms,
- * biases, embedding tables) into an f32 scratch with the device's cast
- * kernel at each use.  The scratch holds one unit's such tensors (tagged
- * activations; for GPT-2 the largest is the embedding's wte + wpe).
- * Gradients, activations and the optimizer's master copy stay f32.
+ * wdtype), and the model casts the tensors other kernels read (norms,
+ * biases, embedding tables) to the activation dtype in a scratch with the
+ * device's cast kernel at each use.  The scratch holds one unit's such
+ * tensors (tagged activations; for GPT-2 the largest is the embedding's
+ * wte + wpe).  Every kernel call states its dtypes: activations (f32),
+ * weights (desc.param_dtype), f32 gradients.  Gradients and the
+ * optimizer's master copy are f32.
  */
 #ifndef DT_ENGINE_MODEL_H
 #define DT_ENGINE_MODEL_H
@@ -35,7 +37,8 @@
 
 typedef struct dt_model dt_model_t;
 
-/* The compute context the model runs in. */
+/* The compute context the model runs in: an instance of the device the
+ * model was created for (dt_model_create), a stream of it, the strategy. */
 typedef struct dt_model_ctx {
     const dt_device_ops_t *dev_ops;
     dt_device_t *dev;
@@ -73,8 +76,12 @@ typedef struct dt_gpt2_shape {
 } dt_gpt2_shape_t;
 
 /* Build the description (units, tensors) from the resolved config's
- * [model] table; presets fill the shape and are shown as "derived". */
-int dt_model_create(dt_config_t *cfg, dt_model_t **out);
+ * [model] table; presets fill the shape and are shown as "derived".  The
+ * model runs on the kernel table of device plugin `dev` (its runtime
+ * table; no instance is needed, so a planner describes models without
+ * one): one lacking an optional kernel the arch needs is refused here
+ * with DT_ERR_UNSUPPORTED naming the device, the kernel and the dtypes. */
+int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, dt_model_t **out);
 /* Frees the description and, with `ctx` (may be NULL when no activations
  * were allocated), the device memory the model allocated. */
 void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx);
@@ -101,22 +108,23 @@ int dt_model_init_unit(const dt_model_t *m, uint32_t unit, uint64_t seed, float 
 /* Activation memory of one micro-batch of B sequences of T tokens: what
  * dt_model_alloc_acts allocates, tagged DT_TAG_ACTIVATIONS, under the
  * model's activation_checkpointing and dtype, counted without allocating
- * anything (the planner sizes 1.5B-parameter models with it).  Every
- * activation is f32 whatever the dtype; a bf16 model adds the workspace
- * that widens one unit's norm/bias/embedding tensors to f32. */
+ * anything (the planner sizes 1.5B-parameter models with it).  Activations
+ * are in the activation dtype (f32) whatever the parameter dtype; norm
+ * statistics and losses are f32; a bf16 model adds the workspace that
+ * casts one unit's norm/bias/embedding tensors to the activation dtype. */
 typedef struct dt_model_act {
     uint64_t kept;      /* bytes the units keep from forward to backward:
                          * the sum of the units' act_bytes */
     uint64_t workspace; /* bytes reused across units and passes: gradient
                          * scratch, logits and their gradient, the
-                         * recompute buffers of checkpointed units, the
+                         * recompute buffers of recomputed units, the
                          * bf16 view */
     uint64_t total;     /* kept + workspace */
 } dt_model_act_t;
 
 /* The activation bytes for B x T.  `unit_bytes` (NULL, or desc.n_units
  * entries) receives each unit's kept bytes: its output (the next unit's
- * input), and unless the unit is checkpointed, the intermediate tensors
+ * input), and unless backward recomputes the unit, the intermediate tensors
  * its backward reads; the embedding also counts the input tokens, the
  * head the targets.  DT_ERR_INVALID naming the bad B or T. */
 int dt_model_act_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *unit_bytes,
@@ -161,9 +169,12 @@ int dt_model_find_nonfinite(dt_model_t *m, const dt_model_ctx_t *ctx, const int3
     "is finite): the gradient went non-finite in backward, or another micro-batch or rank "    \
     "went non-finite"
 
-/* The logits of the last forward, (B, T, vocab_size) f32 device memory,
- * valid until the next step_micro (evaluation tools, tests). */
-const float *dt_model_logits(const dt_model_t *m);
+/* The logits of the last forward, (B, T, vocab_size) device memory in the
+ * activation dtype (dt_model_act_dtype), valid until the next step_micro
+ * (evaluation tools, tests). */
+const void *dt_model_logits(const dt_model_t *m);
+/* The dtype activations (and logits) are held and computed in: DT_F32. */
+int dt_model_act_dtype(const dt_model_t *m);
 
 /* FLOPs of one forward+backward token (for MFU): 6 per matmul parameter,
  * plus attention's for GPT-2. */

@@ -26,28 +26,36 @@ typedef enum dt_tensor_kind {
     DT_TENSOR_MATRIX = 0, /* normal(0, std), decays; read only by matmuls,
                            * straight from the strategy's buffer */
     DT_TENSOR_EMBED = 1,  /* normal(0, std), decays; an embedding lookup
-                           * reads it as f32 (and a tied head may matmul it) */
-    DT_TENSOR_BIAS = 2,   /* zeros, NO_DECAY; read as f32 */
-    DT_TENSOR_NORM = 3    /* ones, NO_DECAY; read as f32 (norm weights) */
+                           * reads it in the activation dtype (and a tied
+                           * head may matmul it) */
+    DT_TENSOR_BIAS = 2,   /* zeros, NO_DECAY; read in the activation dtype */
+    DT_TENSOR_NORM = 3    /* ones, NO_DECAY; read in the activation dtype
+                           * (norm weights) */
 } dt_tensor_kind_t;
 
 /* Per tensor, beside its dt_param_desc_t. */
 typedef struct dt_tensor_extra {
     int kind;          /* dt_tensor_kind_t */
     double std;        /* MATRIX, EMBED */
-    uint64_t view_off; /* non-MATRIX: offset in the unit's f32 view */
+    uint64_t view_off; /* non-MATRIX: offset (elements) in the unit's view */
 } dt_tensor_extra_t;
 
 /* A unit's parameters as kernels read them.  `w[k]` is tensor k in the
- * strategy's buffer (desc.param_dtype: pass m->wdtype to matmuls); `f[k]`
- * is tensor k as f32: the same memory for f32 models, for bf16 a copy in
- * the model's view scratch (NULL for matrices and when not asked for). */
+ * strategy's buffer (desc.param_dtype: pass m->wdtype to matmuls); `a[k]`
+ * is tensor k in the activation dtype (m->adtype), as every kernel but a
+ * matmul's weight reads it: the same memory when the two dtypes agree,
+ * else a copy in the model's view scratch (NULL for matrices and when not
+ * asked for). */
 typedef struct dt_unit_view {
     const void *w[DT_MODEL_MAX_PARAMS];
-    const float *f[DT_MODEL_MAX_PARAMS];
+    const void *a[DT_MODEL_MAX_PARAMS];
 } dt_unit_view_t;
 
-enum { DT_CKPT_NONE = 0, DT_CKPT_ALL = 1, DT_CKPT_EVERY = 2 };
+/* Which units backward recomputes instead of keeping their activations
+ * ("activation checkpointing", [model] activation_checkpointing: none,
+ * all, every checkpoint_every-th).  Named recompute, not checkpoint: model
+ * checkpoints are core/ckpt/'s. */
+enum { DT_RECOMPUTE_NONE = 0, DT_RECOMPUTE_ALL = 1, DT_RECOMPUTE_EVERY = 2 };
 
 /* dt_model_dalloc's bytes count for m->act_owner: a unit index, or this
  * for the workspace (memory no unit keeps from forward to backward). */
@@ -63,13 +71,17 @@ typedef struct dt_model_arch {
     /* Describe the units (dt_model_alloc_units, dt_model_add_param) and
      * fill m->info's shape keys; the config's [model] table is applied. */
     int (*create)(dt_model_t *m, dt_config_t *cfg);
-    /* The f32 bytes alloc_acts allocates for B x T under m's checkpointing,
+    /* The bytes alloc_acts allocates for B x T under m's recompute mode,
      * without allocating: adds to unit[u] what unit u keeps from forward to
      * backward and to *workspace the rest (gradient scratch, logits, the
-     * recompute buffers of checkpointed units).  Doubles: every count is an
-     * integer, exact below 2^53 bytes (model.c refuses larger totals). */
-    void (*act_bytes)(const dt_model_t *m, int64_t B, int64_t T, double *unit,
-                      double *workspace);
+     * recompute buffers of recomputed units).  Sizes the device decides
+     * (attention's saved state) come from the same kernel-table queries
+     * alloc_acts uses, so plan and allocation agree to the byte.  Doubles:
+     * every count is an integer, exact below 2^53 bytes (model.c refuses
+     * larger totals).  DT_OK, or a failing query's status with the
+     * message set. */
+    int (*act_bytes)(const dt_model_t *m, int64_t B, int64_t T, double *unit,
+                     double *workspace);
     /* Activations for m->B x m->T through dt_model_dalloc, with
      * m->act_owner set to the unit (or DT_ACT_WORKSPACE) each allocation
      * counts for, as act_bytes counts it; must set m->logits (BT, V),
@@ -83,6 +95,10 @@ typedef struct dt_model_arch {
                     float loss_scale);
     double (*flops_per_token)(const dt_model_t *m, int64_t T);
     void (*free)(dt_model_t *m); /* host state in m->arch_state; NULL ok */
+    /* The optional kernels (beyond the kernel table's core set) the arch
+     * calls, checked once by dt_model_create with DT_MODEL_NEED; NULL when
+     * the core set is enough. */
+    int (*need_kernels)(const dt_model_t *m);
 } dt_model_arch_t;
 
 extern const dt_model_arch_t dt_model_arch_gpt2;
@@ -94,17 +110,24 @@ struct dt_model {
     const dt_model_arch_t *arch;
     void *arch_state;
     dt_tensor_extra_t **extra; /* [unit][param] */
+    const dt_kernels_t *kern;  /* the device's kernel table */
+    const char *dev_name;      /* its plugin's name, for messages */
     int wdtype;                /* desc.param_dtype: DT_F32 or DT_BF16 */
-    int ckpt_mode;             /* DT_CKPT_* */
-    int64_t ckpt_every;
+    /* Activations, their gradients and the non-matrix parameters as the
+     * kernels read them: DT_F32 (the dtype every call states; a [model]
+     * key chooses it once a device runs bf16 activations). */
+    int adtype;
+    int recompute_mode;        /* DT_RECOMPUTE_* */
+    int64_t recompute_every;   /* [model] checkpoint_every */
     /* activations, common to every arch (B, T of dt_model_alloc_acts) */
     int64_t B, T;
     int32_t *tokens, *targets; /* (B, T) device */
-    float *logits, *probs;     /* (B, T, V) */
+    void *logits, *probs;      /* (B, T, V) adtype */
     float *losses;             /* (B, T) */
     float *host_losses;        /* (B, T) host */
-    float *view;               /* bf16: f32 view scratch, view_numel */
-    uint64_t view_numel;       /* largest unit's f32-read tensors */
+    void *view;                /* wdtype != adtype: view scratch, view_numel
+                                * elements of adtype */
+    uint64_t view_numel;       /* largest unit's non-matrix tensors */
     void **allocs;             /* device memory to free */
     size_t n_allocs, cap_allocs;
     uint32_t act_owner;        /* who dt_model_dalloc's bytes count for */
@@ -128,23 +151,45 @@ int dt_model_add_param(dt_model_t *m, uint32_t unit, const char *name, int ndim,
 /* Set the shape key `key` of m->info (in the order they are added). */
 void dt_model_add_key(dt_model_t *m, const char *key, int64_t value);
 
+/* Refuse a device lacking optional kernel `kernel` the arch needs:
+ * DT_ERR_UNSUPPORTED, "device 'X' has no kernel 'attention_forward' (f32
+ * activations, bf16 weights); arch gpt2 needs it". */
+int dt_model_missing_kernel(const dt_model_t *m, const char *kernel);
+/* In an arch's need_kernels: return that refusal unless m's kernel table
+ * has `field`. */
+#define DT_MODEL_NEED(m, field)                                                                \
+    do {                                                                                       \
+        if (!DT_HAS_OP(dt_kernels_t, (m)->kern, field))                                        \
+            return dt_model_missing_kernel((m), #field);                                       \
+    } while (0)
+
 /* ---- running ---- */
+
+/* Bytes of one activation element (of m->adtype). */
+static inline size_t dt_model_act_size(const dt_model_t *m) { return dt_dtype_size(m->adtype); }
+
+/* Zero `bytes` of device memory at p on the model's stream. */
+static inline int dt_model_zero(const dt_model_ctx_t *ctx, void *p, uint64_t bytes)
+{
+    return ctx->dev_ops->memset_async(ctx->dev, p, 0, bytes, ctx->stream);
+}
 
 /* Device memory of n * es bytes tagged activations, freed with the model,
  * counted for m->act_owner. */
 int dt_model_dalloc(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t n, size_t es, void *out);
-/* Whether unit-level activation checkpointing applies to the l-th of an
- * arch's checkpointable units (GPT-2 blocks, MLP hidden layers). */
-int dt_model_is_ckpt(const dt_model_t *m, int64_t l);
+/* Whether backward recomputes the l-th of an arch's recomputable units
+ * (GPT-2 blocks, MLP hidden layers) instead of keeping its activations. */
+int dt_model_recomputes(const dt_model_t *m, int64_t l);
 /* Call the strategy's `phase` hook for unit `unit`, with the micro-batch
  * and flags of `h`; `buf` receives the buffers for pre_* phases. */
 int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
                   const dt_hook_t *h, uint32_t unit, int last_use, dt_unit_buffers_t *buf);
 /* The view of unit `unit`'s parameters `params` (from a pre_* hook).  With
- * `need_f32` on a bf16 model, widens the f32-read tensors into m->view,
- * which holds one unit's view at a time: the previous one is gone. */
+ * `need_act` when the parameter and activation dtypes differ (a bf16
+ * model), casts the non-matrix tensors into m->view, which holds one
+ * unit's view at a time: the previous one is gone. */
 int dt_model_view(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, const void *params,
-                  int need_f32, dt_unit_view_t *v);
+                  int need_act, dt_unit_view_t *v);
 
 /* ---- finding the first non-finite tensor (dt_model_find_nonfinite) ---- */
 
@@ -187,9 +232,9 @@ int dt_model_check_vocab(const dt_config_t *cfg, int64_t vocab_size);
  * into m->probs and m->losses, both probed; a kernel failure names the
  * forward of unit `head`. */
 int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head);
-/* Its backward: dlogits (B*T, vocab; overwritten) = the gradient of
- * loss_scale x the mean loss over the B*T positions. */
+/* Its backward: dlogits (B*T, vocab, adtype; overwritten) = the gradient
+ * of loss_scale x the mean loss over the B*T positions. */
 int dt_model_loss_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head,
-                           float *dlogits, float loss_scale);
+                           void *dlogits, float loss_scale);
 
 #endif /* DT_ENGINE_MODEL_ARCH_H */

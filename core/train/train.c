@@ -169,7 +169,7 @@ static int setup(run_t *R)
     if ((rc = dt_consistency_check(&R->world, cfg, R->comm_ops, R->comm)))
         return rc;
 
-    if ((rc = dt_model_create(cfg, &R->model)))
+    if ((rc = dt_model_create(cfg, R->dev_ops, &R->model)))
         return rc;
 
     return DT_OK;
@@ -275,6 +275,18 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
                                       .momentum = (float)mom,
                                       .weight_decay = (float)wd};
     sa.optim = &optim;
+    /* the optimizer's update is an optional kernel: refuse a device without
+     * it now, not at the end of the first step */
+    const dt_kernels_t *kern = R.dev_ops->kernels();
+    if (optim.kind == DT_OPTIM_SGD ? !DT_HAS_OP(dt_kernels_t, kern, sgd_update)
+                                   : !DT_HAS_OP(dt_kernels_t, kern, adamw_update)) {
+        rc = dt_err_set(DT_ERR_UNSUPPORTED,
+                        "%s: [optimizer] type = \"%s\": device '%s' has no kernel '%s' "
+                        "(f32 parameters and gradients)",
+                        cpath, opt_type, r->plugin[DT_ROLE_DEVICE]->name,
+                        optim.kind == DT_OPTIM_SGD ? "sgd_update" : "adamw_update");
+        goto out;
+    }
     dt_plugin_t *pstrat = r->plugin[DT_ROLE_DATA];
     if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->init(pstrat->host, &sa, &R.strat), "init")))
         goto out;

@@ -1,9 +1,9 @@
 /*
  * plugins/cpu/cpu_device.c - the `cpu` device plugin: lifecycle, props,
- * tagged memory with a budget, streams and events, copies, and the ops
- * table.  Kernels live in cpu_kernels_*.c; the table points at their
- * profiling entries in cpu_profile.c (straight through unless
- * DTRAIN_CPU_PROFILE=1).
+ * tagged memory with a budget, streams and events, copies, the runtime
+ * table and the kernel table.  Kernels live in cpu_kernels_*.c; the kernel
+ * table points at their profiling entries in cpu_profile.c (straight
+ * through unless DTRAIN_CPU_PROFILE=1).
  *
  * Everything runs synchronously on the calling thread (with the plugin's
  * thread pool and OpenBLAS's threads under it), which satisfies the
@@ -63,13 +63,13 @@ static cpu_block_t *block_find(dt_device_t *d, const void *p)
 }
 
 static void block_put(cpu_block_t *tab, uint64_t cap, void *p, uint64_t bytes,
-                      int tag)
+                      int tag, int pinned)
 {
     uint64_t mask = cap - 1;
     uint64_t i = ptr_hash(p) & mask;
     while (tab[i].ptr != NULL && tab[i].ptr != CPU_TOMBSTONE)
         i = (i + 1) & mask;
-    tab[i] = (cpu_block_t){.ptr = p, .bytes = bytes, .tag = tag};
+    tab[i] = (cpu_block_t){.ptr = p, .bytes = bytes, .tag = tag, .pinned = pinned};
 }
 
 /* Make room for one more entry (keeps the load factor under 1/2). */
@@ -90,7 +90,7 @@ static int blocks_reserve(dt_device_t *d)
     for (uint64_t i = 0; i < d->nblocks_cap; i++)
         if (d->blocks[i].ptr && d->blocks[i].ptr != CPU_TOMBSTONE)
             block_put(tab, cap, d->blocks[i].ptr, d->blocks[i].bytes,
-                      d->blocks[i].tag);
+                      d->blocks[i].tag, d->blocks[i].pinned);
     free(d->blocks);
     d->blocks = tab;
     d->nblocks_cap = cap;
@@ -170,24 +170,27 @@ static void cache_release(dt_device_t *d)
     d->cached_bytes = 0;
 }
 
-static int mem_alloc(dt_device_t *d, uint64_t bytes, int tag, void **out,
-                     const char *who)
+/* Device memory (pinned = 0: the budget and the block cache apply) or
+ * pinned host memory (pinned = 1: accounted apart, outside the budget). */
+static int mem_alloc(dt_device_t *d, uint64_t bytes, int tag, int pinned,
+                     void **out, const char *who)
 {
     const char *sep = who ? ": " : "";
+    const char *fn = pinned ? "host_alloc" : "alloc";
     who = who ? who : "";
     *out = NULL;
     if (tag < 0 || tag >= DT_TAG_COUNT)
-        return CPU_INVALID(d, "%s%salloc: tag %d is not a dt_mem_tag_t (0..%d)",
-                           who, sep, tag, DT_TAG_COUNT - 1);
+        return CPU_INVALID(d, "%s%s%s: tag %d is not a dt_mem_tag_t (0..%d)",
+                           who, sep, fn, tag, DT_TAG_COUNT - 1);
     char req[32];
     if (bytes > (uint64_t)SIZE_MAX - 64)
         return d->host->set_error(d->host, DT_ERR_NOMEM,
-                                  "%s%salloc: %" PRIu64 " bytes for %s is more "
+                                  "%s%s%s: %" PRIu64 " bytes for %s is more "
                                   "than this machine can address",
-                                  who, sep, bytes, dt_mem_tag_name(tag));
+                                  who, sep, fn, bytes, dt_mem_tag_name(tag));
     pthread_mutex_lock(&d->mem_mu);
     /* total_current never exceeds the limit, so this cannot wrap. */
-    if (d->limit && bytes > d->limit - d->stats.total_current) {
+    if (!pinned && d->limit && bytes > d->limit - d->stats.total_current) {
         int rc = budget_error(d, bytes, tag, *who ? who : NULL);
         pthread_mutex_unlock(&d->mem_mu);
         return rc;
@@ -195,12 +198,13 @@ static int mem_alloc(dt_device_t *d, uint64_t bytes, int tag, void **out,
     if (blocks_reserve(d) != 0) {
         pthread_mutex_unlock(&d->mem_mu);
         return d->host->set_error(d->host, DT_ERR_NOMEM,
-                                  "%s%salloc: no memory for the allocation "
-                                  "table", who, sep);
+                                  "%s%s%s: no memory for the allocation "
+                                  "table", who, sep, fn);
     }
-    void *p = cache_take(d, bytes);
+    void *p = pinned ? NULL : cache_take(d, bytes);
     /* the budget emulates a device's memory: cached blocks give way */
-    if (!p && d->limit && d->stats.total_current + d->cached_bytes + bytes > d->limit)
+    if (!p && !pinned && d->limit &&
+        d->stats.total_current + d->cached_bytes + bytes > d->limit)
         cache_release(d);
     /* bytes == 0 still gets a real (smallest) block, so the pointer is
      * unique and can be freed like any other. */
@@ -212,19 +216,23 @@ static int mem_alloc(dt_device_t *d, uint64_t bytes, int tag, void **out,
     if (e != 0) {
         pthread_mutex_unlock(&d->mem_mu);
         return d->host->set_error(d->host, DT_ERR_NOMEM,
-                                  "%s%sallocating %s for %s failed: %s", who,
-                                  sep, fmt_bytes(req, bytes),
+                                  "%s%s%s: allocating %s for %s failed: %s",
+                                  who, sep, fn, fmt_bytes(req, bytes),
                                   dt_mem_tag_name(tag), strerror(e));
     }
-    block_put(d->blocks, d->nblocks_cap, p, bytes, tag);
+    block_put(d->blocks, d->nblocks_cap, p, bytes, tag, pinned);
     d->nblocks_used++;
     dt_mem_stats_t *st = &d->stats;
-    st->current[tag] += bytes;
-    if (st->current[tag] > st->peak[tag])
-        st->peak[tag] = st->current[tag];
-    st->total_current += bytes;
-    if (st->total_current > st->total_peak)
-        st->total_peak = st->total_current;
+    uint64_t *cur = pinned ? st->pinned_current : st->current;
+    uint64_t *peak = pinned ? st->pinned_peak : st->peak;
+    uint64_t *tot = pinned ? &st->pinned_total_current : &st->total_current;
+    uint64_t *tot_peak = pinned ? &st->pinned_total_peak : &st->total_peak;
+    cur[tag] += bytes;
+    if (cur[tag] > peak[tag])
+        peak[tag] = cur[tag];
+    *tot += bytes;
+    if (*tot > *tot_peak)
+        *tot_peak = *tot;
     pthread_mutex_unlock(&d->mem_mu);
     *out = p;
     return DT_OK;
@@ -232,29 +240,41 @@ static int mem_alloc(dt_device_t *d, uint64_t bytes, int tag, void **out,
 
 int cpu_mem_alloc(dt_device_t *d, uint64_t bytes, int tag, void **out)
 {
-    return mem_alloc(d, bytes, tag, out, NULL);
+    return mem_alloc(d, bytes, tag, 0, out, NULL);
 }
 
-int cpu_mem_free(dt_device_t *d, void *ptr)
+/* Free a block of the kind `pinned` says; the other kind is refused (a
+ * pinned block freed as device memory would be counted wrong). */
+static int mem_free(dt_device_t *d, void *ptr, int pinned)
 {
+    const char *fn = pinned ? "host_free" : "free";
     if (!ptr)
         return DT_OK;
     pthread_mutex_lock(&d->mem_mu);
     cpu_block_t *b = block_find(d, ptr);
-    if (!b) {
+    if (!b || b->pinned != pinned) {
+        int other = b != NULL;
         pthread_mutex_unlock(&d->mem_mu);
-        return CPU_INVALID(d, "free: %p was not allocated by this device "
-                              "(or was already freed)", ptr);
+        if (other)
+            return CPU_INVALID(d, "%s: %p is %s (free it with %s)", fn, ptr,
+                               pinned ? "device memory from alloc"
+                                      : "pinned host memory from host_alloc",
+                               pinned ? "free" : "host_free");
+        return CPU_INVALID(d, "%s: %p was not allocated by this device "
+                              "(or was already freed)", fn, ptr);
     }
-    d->stats.current[b->tag] -= b->bytes;
-    d->stats.total_current -= b->bytes;
+    dt_mem_stats_t *st = &d->stats;
+    (pinned ? st->pinned_current : st->current)[b->tag] -= b->bytes;
+    *(pinned ? &st->pinned_total_current : &st->total_current) -= b->bytes;
     b->ptr = CPU_TOMBSTONE;
-    int kept = cache_put(d, ptr, b->bytes);
+    int kept = !pinned && cache_put(d, ptr, b->bytes);
     pthread_mutex_unlock(&d->mem_mu);
     if (!kept)
         free(ptr);
     return DT_OK;
 }
+
+int cpu_mem_free(dt_device_t *d, void *ptr) { return mem_free(d, ptr, 0); }
 
 int cpu_scratch(dt_device_t *d, uint64_t bytes, void **out, const char *op)
 {
@@ -270,13 +290,21 @@ int cpu_scratch(dt_device_t *d, uint64_t bytes, void **out, const char *op)
     char who[96];
     snprintf(who, sizeof who, "%s: scratch", op);
     void *p = NULL;
-    int rc = mem_alloc(d, bytes, DT_TAG_STAGING, &p, who);
+    int rc = mem_alloc(d, bytes, DT_TAG_STAGING, 0, &p, who);
     if (rc != DT_OK)
         return rc;
     d->scratch = p;
     d->scratch_bytes = bytes;
     *out = p;
     return DT_OK;
+}
+
+int cpu_dtype_refused(dt_device_t *d, const char *op, const char *got,
+                      const char *runs)
+{
+    return d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
+                              "%s: %s: unsupported (the cpu device runs %s)", op,
+                              got, runs);
 }
 
 int cpu_check_product(dt_device_t *d, const char *op, int64_t a, int64_t b,
@@ -531,6 +559,22 @@ static int cpu_free(dt_device_t *d, void *ptr)
     return cpu_mem_free(d, ptr);
 }
 
+static int cpu_host_alloc(dt_device_t *d, uint64_t bytes, int tag, void **out)
+{
+    if (!d)
+        return DT_ERR_INVALID;
+    if (!out)
+        return CPU_INVALID(d, "host_alloc: out is NULL");
+    return mem_alloc(d, bytes, tag, 1, out, NULL);
+}
+
+static int cpu_host_free(dt_device_t *d, void *ptr)
+{
+    if (!d)
+        return DT_ERR_INVALID;
+    return mem_free(d, ptr, 1);
+}
+
 static int cpu_mem_stats(dt_device_t *d, dt_mem_stats_t *out)
 {
     if (!d)
@@ -550,9 +594,12 @@ static int cpu_mem_reset_peaks(dt_device_t *d)
     if (!d)
         return DT_ERR_INVALID;
     pthread_mutex_lock(&d->mem_mu);
-    for (int t = 0; t < DT_TAG_COUNT; t++)
+    for (int t = 0; t < DT_TAG_COUNT; t++) {
         d->stats.peak[t] = d->stats.current[t];
+        d->stats.pinned_peak[t] = d->stats.pinned_current[t];
+    }
     d->stats.total_peak = d->stats.total_current;
+    d->stats.pinned_total_peak = d->stats.pinned_total_current;
     pthread_mutex_unlock(&d->mem_mu);
     return DT_OK;
 }
@@ -713,7 +760,34 @@ int cpu_memset_async(dt_device_t *d, void *dst, int value, uint64_t bytes,
     return DT_OK;
 }
 
-/* ------------------------------------------------------------- ops table */
+/* ----------------------------------------------------------------- tables */
+
+/* Every kernel the ABI has: the core set and all the optional ones. */
+static const dt_kernels_v1_t cpu_kernels = {
+    .info = DT_KERNELS_INFO(dt_kernels_v1_t),
+    .matmul_forward = cpu_prof_matmul_forward,
+    .matmul_backward = cpu_prof_matmul_backward,
+    .embedding_forward = cpu_prof_embedding_forward,
+    .embedding_backward = cpu_prof_embedding_backward,
+    .gelu_forward = cpu_prof_gelu_forward,
+    .gelu_backward = cpu_prof_gelu_backward,
+    .softmax_xent_forward = cpu_prof_softmax_xent_forward,
+    .softmax_xent_backward = cpu_prof_softmax_xent_backward,
+    .axpy = cpu_prof_axpy,
+    .sumsq = cpu_prof_sumsq,
+    .cast = cpu_prof_cast,
+    .layernorm_forward = cpu_prof_layernorm_forward,
+    .layernorm_backward = cpu_prof_layernorm_backward,
+    .attention_state_bytes = cpu_attention_state_bytes, /* no kernel: not timed */
+    .attention_forward = cpu_prof_attention_forward,
+    .attention_backward = cpu_prof_attention_backward,
+    .residual_forward = cpu_prof_residual_forward,
+    .scale = cpu_prof_scale,
+    .adamw_update = cpu_prof_adamw_update,
+    .sgd_update = cpu_prof_sgd_update,
+};
+
+static const dt_kernels_v1_t *cpu_kernel_table(void) { return &cpu_kernels; }
 
 static const dt_device_ops_v1_t cpu_ops = {
     .info = DT_PLUGIN_INFO(DEVICE, dt_device_ops_v1_t, "cpu", "0.1.0",
@@ -722,10 +796,13 @@ static const dt_device_ops_v1_t cpu_ops = {
     .init = cpu_init,
     .finalize = cpu_finalize,
     .props = cpu_props,
+    .kernels = cpu_kernel_table,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .mem_stats = cpu_mem_stats,
     .mem_reset_peaks = cpu_mem_reset_peaks,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
     .stream_create = cpu_stream_create,
     .stream_destroy = cpu_stream_destroy,
     .stream_sync = cpu_stream_sync,
@@ -737,25 +814,6 @@ static const dt_device_ops_v1_t cpu_ops = {
     .synchronize = cpu_synchronize,
     .memcpy_async = cpu_prof_memcpy_async,
     .memset_async = cpu_prof_memset_async,
-    .matmul_forward = cpu_prof_matmul_forward,
-    .matmul_backward = cpu_prof_matmul_backward,
-    .embedding_forward = cpu_prof_embedding_forward,
-    .embedding_backward = cpu_prof_embedding_backward,
-    .layernorm_forward = cpu_prof_layernorm_forward,
-    .layernorm_backward = cpu_prof_layernorm_backward,
-    .gelu_forward = cpu_prof_gelu_forward,
-    .gelu_backward = cpu_prof_gelu_backward,
-    .attention_forward = cpu_prof_attention_forward,
-    .attention_backward = cpu_prof_attention_backward,
-    .residual_forward = cpu_prof_residual_forward,
-    .axpy = cpu_prof_axpy,
-    .softmax_xent_forward = cpu_prof_softmax_xent_forward,
-    .softmax_xent_backward = cpu_prof_softmax_xent_backward,
-    .adamw_update = cpu_prof_adamw_update,
-    .sgd_update = cpu_prof_sgd_update,
-    .sumsq = cpu_prof_sumsq,
-    .scale = cpu_prof_scale,
-    .cast = cpu_prof_cast,
     .native_stream = NULL, /* optional; the cpu has no native queue */
 };
 

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dtrain/device.h"
 #include "cpu_pool.h"
@@ -39,6 +40,7 @@ typedef struct cpu_block {
     void *ptr; /* NULL: empty slot; CPU_TOMBSTONE: deleted */
     uint64_t bytes;
     int32_t tag;
+    int32_t pinned; /* 1: host_alloc's (pinned host memory), 0: alloc's */
 } cpu_block_t;
 
 /* Freed large blocks kept for reuse (see cpu_device.c mem_alloc). */
@@ -58,7 +60,9 @@ struct dt_device {
     cpu_pool_t *pool;
 
     /* Memory accounting; guarded by mem_mu (alloc/free may come from any
-     * thread). */
+     * thread).  Device memory in stats.current/peak/total_*, pinned host
+     * memory (host_alloc: plain host memory here, as device memory is) in
+     * stats.pinned_*; only the first counts against `limit`. */
     pthread_mutex_t mem_mu;
     dt_mem_stats_t stats;
     cpu_block_t *blocks;
@@ -136,65 +140,123 @@ static inline void cpu_unlock(dt_device_t *d) { pthread_mutex_unlock(&d->kmu); }
 int cpu_check_product(dt_device_t *d, const char *op, int64_t a, int64_t b,
                       int64_t *out);
 
+/* ---- dtypes: the cpu runs f32 activations, f32 or bf16 matmul weights,
+ * f32 gradients.  Each check returns DT_OK or DT_ERR_UNSUPPORTED with
+ * "<op>: <what it got>: unsupported (the cpu device runs <what it runs>)". */
+int cpu_dtype_refused(dt_device_t *d, const char *op, const char *got,
+                      const char *runs);
+/* Activations (and a layer's non-matrix parameters) must be f32. */
+static inline int cpu_check_act(dt_device_t *d, const char *op, int dtype)
+{
+    if (dtype == DT_F32)
+        return DT_OK;
+    char got[64];
+    snprintf(got, sizeof got, "%s activations", dt_dtype_name(dtype));
+    return cpu_dtype_refused(d, op, got, "f32 activations");
+}
+/* A matmul: f32 activations with f32 or bf16 weights. */
+static inline int cpu_check_act_weight(dt_device_t *d, const char *op,
+                                       int dtype, int wdtype)
+{
+    if (dtype == DT_F32 && (wdtype == DT_F32 || wdtype == DT_BF16))
+        return DT_OK;
+    char got[96];
+    snprintf(got, sizeof got, "%s activations with %s weights",
+             dt_dtype_name(dtype), dt_dtype_name(wdtype));
+    return cpu_dtype_refused(d, op, got,
+                             "f32 activations with f32 or bf16 weights");
+}
+/* Element-wise arithmetic (axpy, scale): f32. */
+static inline int cpu_check_elems(dt_device_t *d, const char *op, int dtype)
+{
+    if (dtype == DT_F32)
+        return DT_OK;
+    char got[64];
+    snprintf(got, sizeof got, "%s elements", dt_dtype_name(dtype));
+    return cpu_dtype_refused(d, op, got, "f32 elements");
+}
+/* Optimizer updates: f32 gradients. */
+static inline int cpu_check_grad(dt_device_t *d, const char *op, int dtype)
+{
+    if (dtype == DT_F32)
+        return DT_OK;
+    char got[64];
+    snprintf(got, sizeof got, "%s gradients", dt_dtype_name(dtype));
+    return cpu_dtype_refused(d, op, got, "f32 gradients");
+}
+/* Return the check's refusal. */
+#define CPU_DTYPES(check)                                                      \
+    do {                                                                       \
+        int rc_ = (check);                                                     \
+        if (rc_ != DT_OK)                                                      \
+            return rc_;                                                        \
+    } while (0)
+
 /* ---- kernels (signatures are the ABI's; see dtrain/device.h) ---- */
-int cpu_matmul_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                       const float *inp, const void *weight, const float *bias,
-                       int wdtype, int64_t N, int64_t C, int64_t OC);
-int cpu_matmul_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
-                        float *dweight, float *dbias, const float *dout,
-                        const float *inp, const void *weight, int wdtype,
-                        int64_t N, int64_t C, int64_t OC);
-int cpu_embedding_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                          const int32_t *tokens, const float *wte,
-                          const float *wpe, int64_t B, int64_t T, int64_t C);
-int cpu_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte,
-                           float *dwpe, const float *dout,
-                           const int32_t *tokens, int64_t B, int64_t T,
-                           int64_t C);
-int cpu_layernorm_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                          float *mean, float *rstd, const float *inp,
-                          const float *weight, const float *bias, int64_t N,
+int cpu_matmul_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                       const void *inp, const void *weight, const void *bias,
+                       int dtype, int wdtype, int64_t N, int64_t C,
+                       int64_t OC);
+int cpu_matmul_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                        float *dweight, float *dbias, const void *dout,
+                        const void *inp, const void *weight, int dtype,
+                        int wdtype, int64_t N, int64_t C, int64_t OC);
+int cpu_embedding_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                          const int32_t *tokens, const void *wte,
+                          const void *wpe, int dtype, int64_t B, int64_t T,
                           int64_t C);
-int cpu_layernorm_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
-                           float *dweight, float *dbias, const float *dout,
-                           const float *inp, const float *weight,
-                           const float *mean, const float *rstd, int64_t N,
-                           int64_t C);
-int cpu_gelu_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                     const float *inp, int64_t n);
-int cpu_gelu_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
-                      const float *inp, const float *dout, int64_t n);
-int cpu_attention_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                          float *att, const float *qkv, int64_t B, int64_t T,
-                          int64_t C, int64_t NH);
-int cpu_attention_backward(dt_device_t *d, dt_stream_t *s, float *dqkv,
-                           const float *dout, const float *qkv,
-                           const float *att, int64_t B, int64_t T, int64_t C,
-                           int64_t NH);
-int cpu_residual_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                         const float *a, const float *b, int64_t n);
-int cpu_axpy(dt_device_t *d, dt_stream_t *s, float *y, const float *x,
-             float alpha, int64_t n);
+int cpu_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte,
+                           float *dwpe, const void *dout,
+                           const int32_t *tokens, int dtype, int64_t B,
+                           int64_t T, int64_t C);
+int cpu_gelu_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                     const void *inp, int dtype, int64_t n);
+int cpu_gelu_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                      const void *inp, const void *dout, int dtype,
+                      int64_t n);
 int cpu_softmax_xent_forward(dt_device_t *d, dt_stream_t *s, float *losses,
-                             float *probs, const float *logits,
-                             const int32_t *targets, int64_t N, int64_t V);
-int cpu_softmax_xent_backward(dt_device_t *d, dt_stream_t *s, float *dlogits,
-                              const float *probs, const int32_t *targets,
-                              float dloss, int64_t N, int64_t V);
-int cpu_adamw_update(dt_device_t *d, dt_stream_t *s, float *param,
-                     const float *grad, float *m, float *v, int64_t n,
-                     float lr, float beta1, float beta2, float eps,
-                     float weight_decay, float grad_scale, int64_t t);
-int cpu_sgd_update(dt_device_t *d, dt_stream_t *s, float *param,
-                   const float *grad, float *mom, int64_t n, float lr,
-                   float momentum, float weight_decay, int nesterov,
-                   float grad_scale);
+                             void *probs, const void *logits,
+                             const int32_t *targets, int dtype, int64_t N,
+                             int64_t V);
+int cpu_softmax_xent_backward(dt_device_t *d, dt_stream_t *s, void *dlogits,
+                              const void *probs, const int32_t *targets,
+                              int dtype, float dloss, int64_t N, int64_t V);
+int cpu_axpy(dt_device_t *d, dt_stream_t *s, void *y, const void *x,
+             int dtype, float alpha, int64_t n);
 int cpu_sumsq(dt_device_t *d, dt_stream_t *s, double *out, const void *x,
               int dtype, int64_t n);
-int cpu_scale(dt_device_t *d, dt_stream_t *s, float *x, float alpha,
-              int64_t n);
 int cpu_cast(dt_device_t *d, dt_stream_t *s, void *dst, int dst_dtype,
              const void *src, int src_dtype, int64_t n);
+int cpu_layernorm_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                          float *mean, float *rstd, const void *inp,
+                          const void *weight, const void *bias, int dtype,
+                          int64_t N, int64_t C);
+int cpu_layernorm_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                           float *dweight, float *dbias, const void *dout,
+                           const void *inp, const void *weight,
+                           const float *mean, const float *rstd, int dtype,
+                           int64_t N, int64_t C);
+int cpu_attention_state_bytes(int64_t B, int64_t T, int64_t C, int64_t NH,
+                              int dtype, uint64_t *out);
+int cpu_attention_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                          void *state, const void *qkv, int dtype, int64_t B,
+                          int64_t T, int64_t C, int64_t NH);
+int cpu_attention_backward(dt_device_t *d, dt_stream_t *s, void *dqkv,
+                           const void *dout, const void *qkv, const void *out,
+                           const void *state, int dtype, int64_t B, int64_t T,
+                           int64_t C, int64_t NH);
+int cpu_residual_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                         const void *a, const void *b, int dtype, int64_t n);
+int cpu_scale(dt_device_t *d, dt_stream_t *s, void *x, int dtype, float alpha,
+              int64_t n);
+int cpu_adamw_update(dt_device_t *d, dt_stream_t *s, float *param,
+                     const void *grad, float *m, float *v, int grad_dtype,
+                     int64_t n, float lr, float beta1, float beta2, float eps,
+                     float weight_decay, float grad_scale, int64_t t);
+int cpu_sgd_update(dt_device_t *d, dt_stream_t *s, float *param,
+                   const void *grad, float *mom, int grad_dtype, int64_t n,
+                   float lr, float momentum, float weight_decay, int nesterov,
+                   float grad_scale);
 int cpu_memcpy_async(dt_device_t *d, void *dst, const void *src,
                      uint64_t bytes, int kind, dt_stream_t *s);
 int cpu_memset_async(dt_device_t *d, void *dst, int value, uint64_t bytes,

@@ -4,7 +4,9 @@
  *
  * qkv (B, T, 3C): for position (b, t) the first C floats are q, then k,
  * then v; head h owns channels [h*hs, (h+1)*hs) of each, hs = C / NH.
- * att (B, NH, T, T) keeps the softmax for backward.
+ * The saved state (dtrain/device.h: attention_state_bytes) is the softmax
+ * att (B, NH, T, T), f32, row (b, h, t) holding the probabilities of query
+ * t over keys 0..t (the rest of the row zero).
  *
  * Forward rows (b, h, t) are independent.  Backward works per (b, h):
  * dk and dv of key t2 collect from every query t >= t2, and a (b, h) slab
@@ -132,18 +134,43 @@ static int check_attn(dt_device_t *d, const char *op, int64_t B, int64_t T,
     return rc;
 }
 
-int cpu_attention_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                          float *att, const float *qkv, int64_t B, int64_t T,
-                          int64_t C, int64_t NH)
+/* The state is att (B, NH, T, T) f32, whatever else the shape holds. */
+int cpu_attention_state_bytes(int64_t B, int64_t T, int64_t C, int64_t NH,
+                              int dtype, uint64_t *out)
+{
+    if (!out || B < 0 || T < 0 || C < 0 || NH < 1 || C % NH != 0)
+        return DT_ERR_INVALID;
+    if (dtype != DT_F32)
+        return DT_ERR_UNSUPPORTED;
+    /* B * NH * T * T floats, each product within int64 as the kernels
+     * check it (check_attn) */
+    int64_t n = B;
+    const int64_t f[3] = {NH, T, T};
+    for (int i = 0; i < 3; i++) {
+        if (f[i] && n > INT64_MAX / f[i])
+            return DT_ERR_INVALID;
+        n *= f[i];
+    }
+    if (n > INT64_MAX / (int64_t)sizeof(float))
+        return DT_ERR_INVALID;
+    *out = (uint64_t)n * sizeof(float);
+    return DT_OK;
+}
+
+int cpu_attention_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                          void *state, const void *qkv, int dtype, int64_t B,
+                          int64_t T, int64_t C, int64_t NH)
 {
     static const char op[] = "attention_forward";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act(d, op, dtype));
+    float *att = state;
     int64_t n3 = 0, natt = 0;
     int rc = check_attn(d, op, B, T, C, NH, &n3, &natt);
     if (rc != DT_OK)
         return rc;
     CPU_PTR(d, op, out, n3);
-    CPU_PTR(d, op, att, natt);
+    CPU_PTR(d, op, state, natt);
     CPU_PTR(d, op, qkv, n3);
     if (n3 == 0)
         return DT_OK;
@@ -157,13 +184,15 @@ int cpu_attention_forward(dt_device_t *d, dt_stream_t *s, float *out,
     return DT_OK;
 }
 
-int cpu_attention_backward(dt_device_t *d, dt_stream_t *s, float *dqkv,
-                           const float *dout, const float *qkv,
-                           const float *att, int64_t B, int64_t T, int64_t C,
-                           int64_t NH)
+int cpu_attention_backward(dt_device_t *d, dt_stream_t *s, void *dqkv,
+                           const void *dout, const void *qkv, const void *out,
+                           const void *state, int dtype, int64_t B, int64_t T,
+                           int64_t C, int64_t NH)
 {
     static const char op[] = "attention_backward";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act(d, op, dtype));
+    const float *att = state; /* out is not needed: the probabilities are */
     int64_t n3 = 0, natt = 0;
     int rc = check_attn(d, op, B, T, C, NH, &n3, &natt);
     if (rc != DT_OK)
@@ -171,7 +200,8 @@ int cpu_attention_backward(dt_device_t *d, dt_stream_t *s, float *dqkv,
     CPU_PTR(d, op, dqkv, n3);
     CPU_PTR(d, op, dout, n3);
     CPU_PTR(d, op, qkv, n3);
-    CPU_PTR(d, op, att, natt);
+    CPU_PTR(d, op, out, n3);
+    CPU_PTR(d, op, state, natt);
     if (n3 == 0)
         return DT_OK;
     cpu_lock(d);

@@ -165,10 +165,6 @@ static int check_dims(dt_device_t *d, const char *op, int wdtype, int64_t N,
     CPU_DIM(d, op, N);
     CPU_DIM(d, op, C);
     CPU_DIM(d, op, OC);
-    if (wdtype != DT_F32 && wdtype != DT_BF16)
-        return d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
-                                  "%s: weight dtype %s; only f32 and bf16",
-                                  op, dt_dtype_name(wdtype));
     if (N > INT_MAX || C > INT_MAX || OC > INT_MAX)
         return d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
                                   "%s: N=%lld C=%lld OC=%lld: each must fit "
@@ -199,12 +195,15 @@ static int bf16_scratch(dt_device_t *d, const char *op, mm_t *a)
     return rc;
 }
 
-int cpu_matmul_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                       const float *inp, const void *weight, const float *bias,
-                       int wdtype, int64_t N, int64_t C, int64_t OC)
+int cpu_matmul_forward(dt_device_t *d, dt_stream_t *s, void *out_,
+                       const void *inp, const void *weight, const void *bias_,
+                       int dtype, int wdtype, int64_t N, int64_t C, int64_t OC)
 {
     static const char op[] = "matmul_forward";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act_weight(d, op, dtype, wdtype));
+    float *out = out_;
+    const float *bias = bias_;
     int rc = check_dims(d, op, wdtype, N, C, OC);
     if (rc != DT_OK)
         return rc;
@@ -239,13 +238,15 @@ int cpu_matmul_forward(dt_device_t *d, dt_stream_t *s, float *out,
     return DT_OK;
 }
 
-int cpu_matmul_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
-                        float *dweight, float *dbias, const float *dout,
-                        const float *inp, const void *weight, int wdtype,
-                        int64_t N, int64_t C, int64_t OC)
+int cpu_matmul_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                        float *dweight, float *dbias, const void *dout_,
+                        const void *inp, const void *weight, int dtype,
+                        int wdtype, int64_t N, int64_t C, int64_t OC)
 {
     static const char op[] = "matmul_backward";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act_weight(d, op, dtype, wdtype));
+    const float *dout = dout_;
     int rc = check_dims(d, op, wdtype, N, C, OC);
     if (rc != DT_OK)
         return rc;

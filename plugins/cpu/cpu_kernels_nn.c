@@ -78,12 +78,14 @@ static int check_tokens(dt_device_t *d, const char *op, const int32_t *tokens,
     return DT_OK;
 }
 
-int cpu_embedding_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                          const int32_t *tokens, const float *wte,
-                          const float *wpe, int64_t B, int64_t T, int64_t C)
+int cpu_embedding_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                          const int32_t *tokens, const void *wte,
+                          const void *wpe, int dtype, int64_t B, int64_t T,
+                          int64_t C)
 {
     static const char op[] = "embedding_forward";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act(d, op, dtype));
     CPU_DIM(d, op, B);
     CPU_DIM(d, op, T);
     CPU_DIM(d, op, C);
@@ -113,12 +115,13 @@ int cpu_embedding_forward(dt_device_t *d, dt_stream_t *s, float *out,
 }
 
 int cpu_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte,
-                           float *dwpe, const float *dout,
-                           const int32_t *tokens, int64_t B, int64_t T,
-                           int64_t C)
+                           float *dwpe, const void *dout,
+                           const int32_t *tokens, int dtype, int64_t B,
+                           int64_t T, int64_t C)
 {
     static const char op[] = "embedding_backward";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act(d, op, dtype));
     CPU_DIM(d, op, B);
     CPU_DIM(d, op, T);
     CPU_DIM(d, op, C);
@@ -179,13 +182,14 @@ CPU_CLONES static void ln_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
     }
 }
 
-int cpu_layernorm_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                          float *mean, float *rstd, const float *inp,
-                          const float *weight, const float *bias, int64_t N,
-                          int64_t C)
+int cpu_layernorm_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                          float *mean, float *rstd, const void *inp,
+                          const void *weight, const void *bias, int dtype,
+                          int64_t N, int64_t C)
 {
     static const char op[] = "layernorm_forward";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act(d, op, dtype));
     CPU_DIM(d, op, N);
     CPU_DIM(d, op, C);
     int64_t NC;
@@ -270,14 +274,15 @@ CPU_CLONES static void ln_bwd_cols_task(void *ctx, int64_t b, int64_t e,
     }
 }
 
-int cpu_layernorm_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
-                           float *dweight, float *dbias, const float *dout,
-                           const float *inp, const float *weight,
-                           const float *mean, const float *rstd, int64_t N,
-                           int64_t C)
+int cpu_layernorm_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                           float *dweight, float *dbias, const void *dout,
+                           const void *inp, const void *weight,
+                           const float *mean, const float *rstd, int dtype,
+                           int64_t N, int64_t C)
 {
     static const char op[] = "layernorm_backward";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act(d, op, dtype));
     CPU_DIM(d, op, N);
     CPU_DIM(d, op, C);
     int64_t NC;
@@ -353,11 +358,12 @@ CPU_CLONES static void gelu_bwd_task(void *ctx, int64_t b, int64_t e, int tid)
     }
 }
 
-int cpu_gelu_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                     const float *inp, int64_t n)
+int cpu_gelu_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                     const void *inp, int dtype, int64_t n)
 {
     static const char op[] = "gelu_forward";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act(d, op, dtype));
     CPU_DIM(d, op, n);
     CPU_PTR(d, op, out, n);
     CPU_PTR(d, op, inp, n);
@@ -368,11 +374,12 @@ int cpu_gelu_forward(dt_device_t *d, dt_stream_t *s, float *out,
     return DT_OK;
 }
 
-int cpu_gelu_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
-                      const float *inp, const float *dout, int64_t n)
+int cpu_gelu_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                      const void *inp, const void *dout, int dtype, int64_t n)
 {
     static const char op[] = "gelu_backward";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act(d, op, dtype));
     CPU_DIM(d, op, n);
     CPU_PTR(d, op, dinp, n);
     CPU_PTR(d, op, inp, n);
@@ -412,11 +419,12 @@ static void axpy_task(void *ctx, int64_t b, int64_t e, int tid)
         y[i] += alpha * x[i];
 }
 
-int cpu_residual_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                         const float *a, const float *b, int64_t n)
+int cpu_residual_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                         const void *a, const void *b, int dtype, int64_t n)
 {
     static const char op[] = "residual_forward";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act(d, op, dtype));
     CPU_DIM(d, op, n);
     CPU_PTR(d, op, out, n);
     CPU_PTR(d, op, a, n);
@@ -428,11 +436,12 @@ int cpu_residual_forward(dt_device_t *d, dt_stream_t *s, float *out,
     return DT_OK;
 }
 
-int cpu_axpy(dt_device_t *d, dt_stream_t *s, float *y, const float *x,
-             float alpha, int64_t n)
+int cpu_axpy(dt_device_t *d, dt_stream_t *s, void *y, const void *x,
+             int dtype, float alpha, int64_t n)
 {
     static const char op[] = "axpy";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_elems(d, op, dtype));
     CPU_DIM(d, op, n);
     CPU_PTR(d, op, y, n);
     CPU_PTR(d, op, x, n);
@@ -499,11 +508,13 @@ static int check_targets(dt_device_t *d, const char *op,
 }
 
 int cpu_softmax_xent_forward(dt_device_t *d, dt_stream_t *s, float *losses,
-                             float *probs, const float *logits,
-                             const int32_t *targets, int64_t N, int64_t V)
+                             void *probs, const void *logits,
+                             const int32_t *targets, int dtype, int64_t N,
+                             int64_t V)
 {
     static const char op[] = "softmax_xent_forward";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act(d, op, dtype));
     CPU_DIM(d, op, N);
     CPU_DIM(d, op, V);
     int64_t NV;
@@ -525,12 +536,13 @@ int cpu_softmax_xent_forward(dt_device_t *d, dt_stream_t *s, float *losses,
     return DT_OK;
 }
 
-int cpu_softmax_xent_backward(dt_device_t *d, dt_stream_t *s, float *dlogits,
-                              const float *probs, const int32_t *targets,
-                              float dloss, int64_t N, int64_t V)
+int cpu_softmax_xent_backward(dt_device_t *d, dt_stream_t *s, void *dlogits,
+                              const void *probs, const int32_t *targets,
+                              int dtype, float dloss, int64_t N, int64_t V)
 {
     static const char op[] = "softmax_xent_backward";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act(d, op, dtype));
     CPU_DIM(d, op, N);
     CPU_DIM(d, op, V);
     int64_t NV;

@@ -41,12 +41,13 @@ CPU_CLONES static void adamw_task(void *ctx, int64_t b, int64_t e, int tid)
 }
 
 int cpu_adamw_update(dt_device_t *d, dt_stream_t *s, float *param,
-                     const float *grad, float *m, float *v, int64_t n,
-                     float lr, float beta1, float beta2, float eps,
+                     const void *grad, float *m, float *v, int grad_dtype,
+                     int64_t n, float lr, float beta1, float beta2, float eps,
                      float weight_decay, float grad_scale, int64_t t)
 {
     static const char op[] = "adamw_update";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_grad(d, op, grad_dtype));
     CPU_DIM(d, op, n);
     if (t < 1)
         return CPU_INVALID(d, "%s: step t = %lld; it is 1-based", op,
@@ -110,12 +111,13 @@ CPU_CLONES static void sgd_task(void *ctx, int64_t b, int64_t e, int tid)
 }
 
 int cpu_sgd_update(dt_device_t *d, dt_stream_t *s, float *param,
-                   const float *grad, float *mom, int64_t n, float lr,
-                   float momentum, float weight_decay, int nesterov,
+                   const void *grad, float *mom, int grad_dtype, int64_t n,
+                   float lr, float momentum, float weight_decay, int nesterov,
                    float grad_scale)
 {
     static const char op[] = "sgd_update";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_grad(d, op, grad_dtype));
     CPU_DIM(d, op, n);
     CPU_PTR(d, op, param, n);
     CPU_PTR(d, op, grad, n);
@@ -229,10 +231,12 @@ static void scale_task(void *ctx, int64_t b, int64_t e, int tid)
         x[i] *= alpha;
 }
 
-int cpu_scale(dt_device_t *d, dt_stream_t *s, float *x, float alpha, int64_t n)
+int cpu_scale(dt_device_t *d, dt_stream_t *s, void *x, int dtype, float alpha,
+              int64_t n)
 {
     static const char op[] = "scale";
     CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_elems(d, op, dtype));
     CPU_DIM(d, op, n);
     CPU_PTR(d, op, x, n);
     scale_t a = {.x = x, .alpha = alpha};

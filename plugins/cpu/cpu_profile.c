@@ -1,7 +1,7 @@
 /*
  * plugins/cpu/cpu_profile.c - the opt-in kernel profiler (cpu_profile.h):
- * the ops table's kernel entries, which time the real kernels when a
- * profile exists, and the table finalize logs.
+ * the kernel table's entries and the copies, which time the real kernels
+ * when a profile exists, and the table finalize logs.
  *
  * Each entry checks d->prof first and, when it is NULL (profiling off),
  * tail-calls the kernel: no clock read, no atomic, so the default path
@@ -221,143 +221,85 @@ static uint64_t mm_flops(double mult, int64_t N, int64_t C, int64_t OC)
     return f < 1.8e19 ? (uint64_t)f : 0;
 }
 
-int cpu_prof_matmul_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                            const float *inp, const void *weight,
-                            const float *bias, int wdtype, int64_t N,
+int cpu_prof_matmul_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                            const void *inp, const void *weight,
+                            const void *bias, int dtype, int wdtype, int64_t N,
                             int64_t C, int64_t OC)
 {
     PROF_CALL(CPU_PK_MATMUL_FWD, mm_flops(2.0, N, C, OC), 0,
-              cpu_matmul_forward(d, s, out, inp, weight, bias, wdtype, N, C, OC));
+              cpu_matmul_forward(d, s, out, inp, weight, bias, dtype, wdtype, N, C,
+                                 OC));
 }
 
-int cpu_prof_matmul_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
-                             float *dweight, float *dbias, const float *dout,
-                             const float *inp, const void *weight, int wdtype,
-                             int64_t N, int64_t C, int64_t OC)
+int cpu_prof_matmul_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                             float *dweight, float *dbias, const void *dout,
+                             const void *inp, const void *weight, int dtype,
+                             int wdtype, int64_t N, int64_t C, int64_t OC)
 {
     PROF_CALL(CPU_PK_MATMUL_BWD,
               mm_flops(2.0 * ((dinp != NULL) + (dweight != NULL)), N, C, OC), 0,
               cpu_matmul_backward(d, s, dinp, dweight, dbias, dout, inp, weight,
-                                  wdtype, N, C, OC));
+                                  dtype, wdtype, N, C, OC));
 }
 
-int cpu_prof_embedding_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                               const int32_t *tokens, const float *wte,
-                               const float *wpe, int64_t B, int64_t T,
-                               int64_t C)
+int cpu_prof_embedding_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                               const int32_t *tokens, const void *wte,
+                               const void *wpe, int dtype, int64_t B,
+                               int64_t T, int64_t C)
 {
     if (d && d->prof)
         prof_pass(d->prof);
     PROF_CALL(CPU_PK_EMBEDDING_FWD, 0, 0,
-              cpu_embedding_forward(d, s, out, tokens, wte, wpe, B, T, C));
+              cpu_embedding_forward(d, s, out, tokens, wte, wpe, dtype, B, T, C));
 }
 
 int cpu_prof_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte,
-                                float *dwpe, const float *dout,
-                                const int32_t *tokens, int64_t B, int64_t T,
-                                int64_t C)
+                                float *dwpe, const void *dout,
+                                const int32_t *tokens, int dtype, int64_t B,
+                                int64_t T, int64_t C)
 {
     PROF_CALL(CPU_PK_EMBEDDING_BWD, 0, 0,
-              cpu_embedding_backward(d, s, dwte, dwpe, dout, tokens, B, T, C));
+              cpu_embedding_backward(d, s, dwte, dwpe, dout, tokens, dtype, B, T, C));
 }
 
-int cpu_prof_layernorm_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                               float *mean, float *rstd, const float *inp,
-                               const float *weight, const float *bias,
-                               int64_t N, int64_t C)
+int cpu_prof_gelu_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                          const void *inp, int dtype, int64_t n)
 {
-    PROF_CALL(CPU_PK_LAYERNORM_FWD, 0, 0,
-              cpu_layernorm_forward(d, s, out, mean, rstd, inp, weight, bias, N, C));
+    PROF_CALL(CPU_PK_GELU_FWD, 0, 0, cpu_gelu_forward(d, s, out, inp, dtype, n));
 }
 
-int cpu_prof_layernorm_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
-                                float *dweight, float *dbias,
-                                const float *dout, const float *inp,
-                                const float *weight, const float *mean,
-                                const float *rstd, int64_t N, int64_t C)
+int cpu_prof_gelu_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                           const void *inp, const void *dout, int dtype,
+                           int64_t n)
 {
-    PROF_CALL(CPU_PK_LAYERNORM_BWD, 0, 0,
-              cpu_layernorm_backward(d, s, dinp, dweight, dbias, dout, inp, weight,
-                                     mean, rstd, N, C));
-}
-
-int cpu_prof_gelu_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                          const float *inp, int64_t n)
-{
-    PROF_CALL(CPU_PK_GELU_FWD, 0, 0, cpu_gelu_forward(d, s, out, inp, n));
-}
-
-int cpu_prof_gelu_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
-                           const float *inp, const float *dout, int64_t n)
-{
-    PROF_CALL(CPU_PK_GELU_BWD, 0, 0, cpu_gelu_backward(d, s, dinp, inp, dout, n));
-}
-
-int cpu_prof_attention_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                               float *att, const float *qkv, int64_t B,
-                               int64_t T, int64_t C, int64_t NH)
-{
-    PROF_CALL(CPU_PK_ATTENTION_FWD, 0, 0,
-              cpu_attention_forward(d, s, out, att, qkv, B, T, C, NH));
-}
-
-int cpu_prof_attention_backward(dt_device_t *d, dt_stream_t *s, float *dqkv,
-                                const float *dout, const float *qkv,
-                                const float *att, int64_t B, int64_t T,
-                                int64_t C, int64_t NH)
-{
-    PROF_CALL(CPU_PK_ATTENTION_BWD, 0, 0,
-              cpu_attention_backward(d, s, dqkv, dout, qkv, att, B, T, C, NH));
-}
-
-int cpu_prof_residual_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                              const float *a, const float *b, int64_t n)
-{
-    PROF_CALL(CPU_PK_RESIDUAL, 0, 0, cpu_residual_forward(d, s, out, a, b, n));
-}
-
-int cpu_prof_axpy(dt_device_t *d, dt_stream_t *s, float *y, const float *x,
-                  float alpha, int64_t n)
-{
-    PROF_CALL(CPU_PK_AXPY, 0, 0, cpu_axpy(d, s, y, x, alpha, n));
+    PROF_CALL(CPU_PK_GELU_BWD, 0, 0,
+              cpu_gelu_backward(d, s, dinp, inp, dout, dtype, n));
 }
 
 int cpu_prof_softmax_xent_forward(dt_device_t *d, dt_stream_t *s,
-                                  float *losses, float *probs,
-                                  const float *logits, const int32_t *targets,
-                                  int64_t N, int64_t V)
+                                  float *losses, void *probs,
+                                  const void *logits, const int32_t *targets,
+                                  int dtype, int64_t N, int64_t V)
 {
     PROF_CALL(CPU_PK_SOFTMAX_XENT_FWD, 0, 0,
-              cpu_softmax_xent_forward(d, s, losses, probs, logits, targets, N, V));
+              cpu_softmax_xent_forward(d, s, losses, probs, logits, targets, dtype,
+                                       N, V));
 }
 
 int cpu_prof_softmax_xent_backward(dt_device_t *d, dt_stream_t *s,
-                                   float *dlogits, const float *probs,
-                                   const int32_t *targets, float dloss,
-                                   int64_t N, int64_t V)
+                                   void *dlogits, const void *probs,
+                                   const int32_t *targets, int dtype,
+                                   float dloss, int64_t N, int64_t V)
 {
     PROF_CALL(CPU_PK_SOFTMAX_XENT_BWD, 0, 0,
-              cpu_softmax_xent_backward(d, s, dlogits, probs, targets, dloss, N, V));
+              cpu_softmax_xent_backward(d, s, dlogits, probs, targets, dtype, dloss,
+                                        N, V));
 }
 
-int cpu_prof_adamw_update(dt_device_t *d, dt_stream_t *s, float *param,
-                          const float *grad, float *m, float *v, int64_t n,
-                          float lr, float beta1, float beta2, float eps,
-                          float weight_decay, float grad_scale, int64_t t)
+int cpu_prof_axpy(dt_device_t *d, dt_stream_t *s, void *y, const void *x,
+                  int dtype, float alpha, int64_t n)
 {
-    PROF_CALL(CPU_PK_ADAMW, 0, 0,
-              cpu_adamw_update(d, s, param, grad, m, v, n, lr, beta1, beta2, eps,
-                               weight_decay, grad_scale, t));
-}
-
-int cpu_prof_sgd_update(dt_device_t *d, dt_stream_t *s, float *param,
-                        const float *grad, float *mom, int64_t n, float lr,
-                        float momentum, float weight_decay, int nesterov,
-                        float grad_scale)
-{
-    PROF_CALL(CPU_PK_SGD, 0, 0,
-              cpu_sgd_update(d, s, param, grad, mom, n, lr, momentum, weight_decay,
-                             nesterov, grad_scale));
+    PROF_CALL(CPU_PK_AXPY, 0, 0, cpu_axpy(d, s, y, x, dtype, alpha, n));
 }
 
 int cpu_prof_sumsq(dt_device_t *d, dt_stream_t *s, double *out, const void *x,
@@ -366,16 +308,84 @@ int cpu_prof_sumsq(dt_device_t *d, dt_stream_t *s, double *out, const void *x,
     PROF_CALL(CPU_PK_SUMSQ, 0, 0, cpu_sumsq(d, s, out, x, dtype, n));
 }
 
-int cpu_prof_scale(dt_device_t *d, dt_stream_t *s, float *x, float alpha,
-                   int64_t n)
-{
-    PROF_CALL(CPU_PK_SCALE, 0, 0, cpu_scale(d, s, x, alpha, n));
-}
-
 int cpu_prof_cast(dt_device_t *d, dt_stream_t *s, void *dst, int dst_dtype,
                   const void *src, int src_dtype, int64_t n)
 {
     PROF_CALL(CPU_PK_CAST, 0, 0, cpu_cast(d, s, dst, dst_dtype, src, src_dtype, n));
+}
+
+int cpu_prof_layernorm_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                               float *mean, float *rstd, const void *inp,
+                               const void *weight, const void *bias, int dtype,
+                               int64_t N, int64_t C)
+{
+    PROF_CALL(CPU_PK_LAYERNORM_FWD, 0, 0,
+              cpu_layernorm_forward(d, s, out, mean, rstd, inp, weight, bias, dtype,
+                                    N, C));
+}
+
+int cpu_prof_layernorm_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                                float *dweight, float *dbias,
+                                const void *dout, const void *inp,
+                                const void *weight, const float *mean,
+                                const float *rstd, int dtype, int64_t N,
+                                int64_t C)
+{
+    PROF_CALL(CPU_PK_LAYERNORM_BWD, 0, 0,
+              cpu_layernorm_backward(d, s, dinp, dweight, dbias, dout, inp, weight,
+                                     mean, rstd, dtype, N, C));
+}
+
+int cpu_prof_attention_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                               void *state, const void *qkv, int dtype,
+                               int64_t B, int64_t T, int64_t C, int64_t NH)
+{
+    PROF_CALL(CPU_PK_ATTENTION_FWD, 0, 0,
+              cpu_attention_forward(d, s, out, state, qkv, dtype, B, T, C, NH));
+}
+
+int cpu_prof_attention_backward(dt_device_t *d, dt_stream_t *s, void *dqkv,
+                                const void *dout, const void *qkv,
+                                const void *out, const void *state, int dtype,
+                                int64_t B, int64_t T, int64_t C, int64_t NH)
+{
+    PROF_CALL(CPU_PK_ATTENTION_BWD, 0, 0,
+              cpu_attention_backward(d, s, dqkv, dout, qkv, out, state, dtype, B, T, C,
+                                     NH));
+}
+
+int cpu_prof_residual_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                              const void *a, const void *b, int dtype,
+                              int64_t n)
+{
+    PROF_CALL(CPU_PK_RESIDUAL, 0, 0, cpu_residual_forward(d, s, out, a, b, dtype, n));
+}
+
+int cpu_prof_scale(dt_device_t *d, dt_stream_t *s, void *x, int dtype,
+                   float alpha, int64_t n)
+{
+    PROF_CALL(CPU_PK_SCALE, 0, 0, cpu_scale(d, s, x, dtype, alpha, n));
+}
+
+int cpu_prof_adamw_update(dt_device_t *d, dt_stream_t *s, float *param,
+                          const void *grad, float *m, float *v, int grad_dtype,
+                          int64_t n, float lr, float beta1, float beta2,
+                          float eps, float weight_decay, float grad_scale,
+                          int64_t t)
+{
+    PROF_CALL(CPU_PK_ADAMW, 0, 0,
+              cpu_adamw_update(d, s, param, grad, m, v, grad_dtype, n, lr, beta1,
+                               beta2, eps, weight_decay, grad_scale, t));
+}
+
+int cpu_prof_sgd_update(dt_device_t *d, dt_stream_t *s, float *param,
+                        const void *grad, float *mom, int grad_dtype,
+                        int64_t n, float lr, float momentum,
+                        float weight_decay, int nesterov, float grad_scale)
+{
+    PROF_CALL(CPU_PK_SGD, 0, 0,
+              cpu_sgd_update(d, s, param, grad, mom, grad_dtype, n, lr, momentum,
+                             weight_decay, nesterov, grad_scale));
 }
 
 int cpu_prof_memcpy_async(dt_device_t *d, void *dst, const void *src,

@@ -1,12 +1,13 @@
 /*
  * plugins/cpu/cpu_profile.h - the cpu device's opt-in kernel profiler.
  *
- * With DTRAIN_CPU_PROFILE=1 in the environment, every kernel and copy of
- * the ops table adds its wall time (and, for matmuls, its FLOPs) to a
- * per-kind total, and finalize logs the table through host->log, e.g. to
- * see how much of a training step is spent outside matmul.  Off (the
- * default) the ops table's entries cost one predictable branch on a NULL
- * pointer before the kernel itself: nothing is timed or counted.
+ * With DTRAIN_CPU_PROFILE=1 in the environment, every kernel of the kernel
+ * table and every copy of the runtime table adds its wall time (and, for
+ * matmuls, its FLOPs) to a per-kind total, and finalize logs the table
+ * through host->log, e.g. to see how much of a training step is spent
+ * outside matmul.  Off (the default) these entries cost one predictable
+ * branch on a NULL pointer before the kernel itself: nothing is timed or
+ * counted.
  *
  * Forward passes are counted at each embedding_forward, the first kernel
  * of every forward pass of the built-in models (with one micro-batch per
@@ -71,69 +72,74 @@ cpu_prof_t *cpu_prof_create(void);
 void cpu_prof_report(const dt_host_v1_t *host, cpu_prof_t *p,
                      const char *device_name);
 
-/* ---- the ops table's kernel entries (profiling wrappers) ---- */
-int cpu_prof_matmul_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                            const float *inp, const void *weight,
-                            const float *bias, int wdtype, int64_t N,
+/* ---- the kernel table's entries and the copies (profiling wrappers;
+ * signatures are the ABI's, dtrain/device.h) ---- */
+int cpu_prof_matmul_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                            const void *inp, const void *weight,
+                            const void *bias, int dtype, int wdtype, int64_t N,
                             int64_t C, int64_t OC);
-int cpu_prof_matmul_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
-                             float *dweight, float *dbias, const float *dout,
-                             const float *inp, const void *weight, int wdtype,
-                             int64_t N, int64_t C, int64_t OC);
-int cpu_prof_embedding_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                               const int32_t *tokens, const float *wte,
-                               const float *wpe, int64_t B, int64_t T,
-                               int64_t C);
+int cpu_prof_matmul_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                             float *dweight, float *dbias, const void *dout,
+                             const void *inp, const void *weight, int dtype,
+                             int wdtype, int64_t N, int64_t C, int64_t OC);
+int cpu_prof_embedding_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                               const int32_t *tokens, const void *wte,
+                               const void *wpe, int dtype, int64_t B,
+                               int64_t T, int64_t C);
 int cpu_prof_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte,
-                                float *dwpe, const float *dout,
-                                const int32_t *tokens, int64_t B, int64_t T,
-                                int64_t C);
-int cpu_prof_layernorm_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                               float *mean, float *rstd, const float *inp,
-                               const float *weight, const float *bias,
-                               int64_t N, int64_t C);
-int cpu_prof_layernorm_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
-                                float *dweight, float *dbias,
-                                const float *dout, const float *inp,
-                                const float *weight, const float *mean,
-                                const float *rstd, int64_t N, int64_t C);
-int cpu_prof_gelu_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                          const float *inp, int64_t n);
-int cpu_prof_gelu_backward(dt_device_t *d, dt_stream_t *s, float *dinp,
-                           const float *inp, const float *dout, int64_t n);
-int cpu_prof_attention_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                               float *att, const float *qkv, int64_t B,
-                               int64_t T, int64_t C, int64_t NH);
-int cpu_prof_attention_backward(dt_device_t *d, dt_stream_t *s, float *dqkv,
-                                const float *dout, const float *qkv,
-                                const float *att, int64_t B, int64_t T,
-                                int64_t C, int64_t NH);
-int cpu_prof_residual_forward(dt_device_t *d, dt_stream_t *s, float *out,
-                              const float *a, const float *b, int64_t n);
-int cpu_prof_axpy(dt_device_t *d, dt_stream_t *s, float *y, const float *x,
-                  float alpha, int64_t n);
+                                float *dwpe, const void *dout,
+                                const int32_t *tokens, int dtype, int64_t B,
+                                int64_t T, int64_t C);
+int cpu_prof_gelu_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                          const void *inp, int dtype, int64_t n);
+int cpu_prof_gelu_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                           const void *inp, const void *dout, int dtype,
+                           int64_t n);
 int cpu_prof_softmax_xent_forward(dt_device_t *d, dt_stream_t *s,
-                                  float *losses, float *probs,
-                                  const float *logits, const int32_t *targets,
-                                  int64_t N, int64_t V);
+                                  float *losses, void *probs,
+                                  const void *logits, const int32_t *targets,
+                                  int dtype, int64_t N, int64_t V);
 int cpu_prof_softmax_xent_backward(dt_device_t *d, dt_stream_t *s,
-                                   float *dlogits, const float *probs,
-                                   const int32_t *targets, float dloss,
-                                   int64_t N, int64_t V);
-int cpu_prof_adamw_update(dt_device_t *d, dt_stream_t *s, float *param,
-                          const float *grad, float *m, float *v, int64_t n,
-                          float lr, float beta1, float beta2, float eps,
-                          float weight_decay, float grad_scale, int64_t t);
-int cpu_prof_sgd_update(dt_device_t *d, dt_stream_t *s, float *param,
-                        const float *grad, float *mom, int64_t n, float lr,
-                        float momentum, float weight_decay, int nesterov,
-                        float grad_scale);
+                                   void *dlogits, const void *probs,
+                                   const int32_t *targets, int dtype,
+                                   float dloss, int64_t N, int64_t V);
+int cpu_prof_axpy(dt_device_t *d, dt_stream_t *s, void *y, const void *x,
+                  int dtype, float alpha, int64_t n);
 int cpu_prof_sumsq(dt_device_t *d, dt_stream_t *s, double *out, const void *x,
                    int dtype, int64_t n);
-int cpu_prof_scale(dt_device_t *d, dt_stream_t *s, float *x, float alpha,
-                   int64_t n);
 int cpu_prof_cast(dt_device_t *d, dt_stream_t *s, void *dst, int dst_dtype,
                   const void *src, int src_dtype, int64_t n);
+int cpu_prof_layernorm_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                               float *mean, float *rstd, const void *inp,
+                               const void *weight, const void *bias, int dtype,
+                               int64_t N, int64_t C);
+int cpu_prof_layernorm_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                                float *dweight, float *dbias,
+                                const void *dout, const void *inp,
+                                const void *weight, const float *mean,
+                                const float *rstd, int dtype, int64_t N,
+                                int64_t C);
+int cpu_prof_attention_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                               void *state, const void *qkv, int dtype,
+                               int64_t B, int64_t T, int64_t C, int64_t NH);
+int cpu_prof_attention_backward(dt_device_t *d, dt_stream_t *s, void *dqkv,
+                                const void *dout, const void *qkv,
+                                const void *out, const void *state, int dtype,
+                                int64_t B, int64_t T, int64_t C, int64_t NH);
+int cpu_prof_residual_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                              const void *a, const void *b, int dtype,
+                              int64_t n);
+int cpu_prof_scale(dt_device_t *d, dt_stream_t *s, void *x, int dtype,
+                   float alpha, int64_t n);
+int cpu_prof_adamw_update(dt_device_t *d, dt_stream_t *s, float *param,
+                          const void *grad, float *m, float *v, int grad_dtype,
+                          int64_t n, float lr, float beta1, float beta2,
+                          float eps, float weight_decay, float grad_scale,
+                          int64_t t);
+int cpu_prof_sgd_update(dt_device_t *d, dt_stream_t *s, float *param,
+                        const void *grad, float *mom, int grad_dtype,
+                        int64_t n, float lr, float momentum,
+                        float weight_decay, int nesterov, float grad_scale);
 int cpu_prof_memcpy_async(dt_device_t *d, void *dst, const void *src,
                           uint64_t bytes, int kind, dt_stream_t *s);
 int cpu_prof_memset_async(dt_device_t *d, void *dst, int value,

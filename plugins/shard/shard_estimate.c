@@ -105,17 +105,18 @@ static int ed_memset(dt_device_t *d, void *dst, int v, uint64_t bytes, dt_stream
 {
     return DT_OK;
 }
-static int ed_axpy(dt_device_t *d, dt_stream_t *s, float *y, const float *x, float a, int64_t n)
+static int ed_axpy(dt_device_t *d, dt_stream_t *s, void *y, const void *x, int dt, float a,
+                   int64_t n)
 {
     return DT_OK;
 }
-static int ed_adamw(dt_device_t *d, dt_stream_t *s, float *p, const float *g, float *m, float *v,
-                    int64_t n, float lr, float b1, float b2, float eps, float wd, float gs,
-                    int64_t t)
+static int ed_adamw(dt_device_t *d, dt_stream_t *s, float *p, const void *g, float *m, float *v,
+                    int gdt, int64_t n, float lr, float b1, float b2, float eps, float wd,
+                    float gs, int64_t t)
 {
     return DT_OK;
 }
-static int ed_sgd(dt_device_t *d, dt_stream_t *s, float *p, const float *g, float *mom,
+static int ed_sgd(dt_device_t *d, dt_stream_t *s, float *p, const void *g, float *mom, int gdt,
                   int64_t n, float lr, float mu, float wd, int nest, float gs)
 {
     return DT_OK;
@@ -132,10 +133,21 @@ static int ed_cast(dt_device_t *d, dt_stream_t *s, void *dst, int ddt, const voi
 }
 
 /* Only what the engine calls; the rest stays NULL. */
+static const dt_kernels_v1_t est_kernels = {
+    .info = DT_KERNELS_INFO(dt_kernels_v1_t),
+    .axpy = ed_axpy,
+    .adamw_update = ed_adamw,
+    .sgd_update = ed_sgd,
+    .sumsq = ed_sumsq,
+    .cast = ed_cast,
+};
+static const dt_kernels_v1_t *ed_kernels(void) { return &est_kernels; }
+
 static const dt_device_ops_v1_t est_dev_ops = {
     .info = {.abi_major = DT_DEVICE_ABI_MAJOR, .abi_minor = DT_DEVICE_ABI_MINOR,
              .struct_size = sizeof(dt_device_ops_v1_t), .kind = DT_KIND_DEVICE,
              .name = "estimate"},
+    .kernels = ed_kernels,
     .alloc = ed_alloc,
     .free = ed_free,
     .stream_create = ed_ok_stream,
@@ -147,11 +159,6 @@ static const dt_device_ops_v1_t est_dev_ops = {
     .stream_wait_event = ed_ok_se,
     .memcpy_async = ed_memcpy,
     .memset_async = ed_memset,
-    .axpy = ed_axpy,
-    .adamw_update = ed_adamw,
-    .sgd_update = ed_sgd,
-    .sumsq = ed_sumsq,
-    .cast = ed_cast,
 };
 
 /* ------------------------------------------------ a counting comm */

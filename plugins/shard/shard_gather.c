@@ -169,10 +169,10 @@ int shard_refresh_params(dt_shard_engine_t *e, const char *when)
     if (e->pdtype == DT_BF16) {
         if (e->replica) {
             for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++)
-                rc = d->cast(e->dp.dev, e->dp.cs, shard_cshard(e, i), DT_BF16,
+                rc = d->kernels()->cast(e->dp.dev, e->dp.cs, shard_cshard(e, i), DT_BF16,
                              shard_master(e, i), DT_F32, (int64_t)e->plan.groups[i].shard);
         } else {
-            rc = d->cast(e->dp.dev, e->dp.cs, e->cshard, DT_BF16, e->master, DT_F32,
+            rc = d->kernels()->cast(e->dp.dev, e->dp.cs, e->cshard, DT_BF16, e->master, DT_F32,
                          (int64_t)e->plan.shard_total);
         }
         if (rc != DT_OK) {

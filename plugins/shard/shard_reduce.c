@@ -104,9 +104,9 @@ static int red_finish_one(dt_shard_engine_t *e, int64_t timeout_ms)
     const dt_shard_group_t *gr = &e->plan.groups[r.group];
     int rc = e->dp.comm_ops->wait(red_comm(e, r.kind), r.req, timeout_ms); /* frees req */
     if (rc == DT_OK && r.kind == SH_R_SCATTER_ADD)
-        rc = e->dp.dev_ops->axpy(e->dp.dev, e->comm_stream, shard_gshard(e, r.group),
-                                 r.buf + (uint64_t)e->srank * gr->shard, 1.0f,
-                                 (int64_t)gr->shard);
+        rc = e->dp.dev_ops->kernels()->axpy(e->dp.dev, e->comm_stream, shard_gshard(e, r.group),
+                                            r.buf + (uint64_t)e->srank * gr->shard, DT_F32,
+                                            1.0f, (int64_t)gr->shard);
     if (r.buf)
         e->dp.dev_ops->free(e->dp.dev, r.buf); /* waits for the axpy */
     if (rc != DT_OK) {

@@ -9,7 +9,7 @@ int dt_norm_sumsq(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
                   const void *x, int dtype, int64_t n, double *out)
 {
     double h = 0.0;
-    int rc = ops->sumsq(dev, s, slot, x, dtype, n);
+    int rc = ops->kernels()->sumsq(dev, s, slot, x, dtype, n);
     if (rc == DT_OK)
         rc = ops->memcpy_async(dev, &h, slot, sizeof h, DT_COPY_D2H, s);
     if (rc == DT_OK)

@@ -24,13 +24,23 @@ static int optim_run(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
                      const dt_optim_step_t *st)
 {
     const dt_optim_desc_v1_t *o = st->desc;
+    const dt_kernels_t *k = ops->kernels();
     int rc;
+    if (o->kind == DT_OPTIM_ADAMW ? !DT_HAS_OP(dt_kernels_t, k, adamw_update)
+                                  : !DT_HAS_OP(dt_kernels_t, k, sgd_update))
+        return host->set_error(host, DT_ERR_UNSUPPORTED,
+                               "optimizer: device '%s' has no kernel '%s' (f32 parameters "
+                               "and gradients; unit '%s')",
+                               ops->info.name ? ops->info.name : "?",
+                               o->kind == DT_OPTIM_ADAMW ? "adamw_update" : "sgd_update",
+                               unit->name);
     if (o->kind == DT_OPTIM_ADAMW)
-        rc = ops->adamw_update(dev, s, param + off, grad + off, m + off, v + off, (int64_t)n,
-                               st->lr, o->beta1, o->beta2, o->eps, wd, st->grad_scale, st->t);
+        rc = k->adamw_update(dev, s, param + off, grad + off, m + off, v + off, DT_F32,
+                             (int64_t)n, st->lr, o->beta1, o->beta2, o->eps, wd, st->grad_scale,
+                             st->t);
     else
-        rc = ops->sgd_update(dev, s, param + off, grad + off, m + off, (int64_t)n, st->lr,
-                             o->momentum, wd, o->nesterov, st->grad_scale);
+        rc = k->sgd_update(dev, s, param + off, grad + off, m + off, DT_F32, (int64_t)n,
+                           st->lr, o->momentum, wd, o->nesterov, st->grad_scale);
     if (rc != DT_OK)
         host->log(host, DT_LOG_ERROR,
                   "optimizer update of unit '%s' from tensor '%s' (%llu elements) failed: %s",

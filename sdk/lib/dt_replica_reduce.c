@@ -94,7 +94,7 @@ static int finish_bucket(dt_replica_t *r, uint32_t bi, int64_t timeout_ms)
     if (r->cfg.reduce_dtype == DT_BF16) {
         r->slot_bucket[b->slot] = -1;
         if (rc == DT_OK)
-            rc = r->dp.dev_ops->cast(r->dp.dev, r->comm_stream, r->grads + b->off, DT_F32,
+            rc = r->dp.dev_ops->kernels()->cast(r->dp.dev, r->comm_stream, r->grads + b->off, DT_F32,
                                      bucket_slot(r, b), DT_BF16, (int64_t)b->count);
     }
     if (rc != DT_OK && timeout_ms != 0)
@@ -123,7 +123,7 @@ static int launch_bucket(dt_replica_t *r, uint32_t bi)
         if (prev >= 0 && (rc = finish_bucket(r, (uint32_t)prev, -1)) != DT_OK)
             return rc;
         void *w = bucket_slot(r, b);
-        rc = d->cast(r->dp.dev, r->comm_stream, w, DT_BF16, g, DT_F32, (int64_t)b->count);
+        rc = d->kernels()->cast(r->dp.dev, r->comm_stream, w, DT_BF16, g, DT_F32, (int64_t)b->count);
         if (rc == DT_OK)
             rc = r->dp.comm_ops->all_reduce(r->dp.comm, w, w, b->count, DT_BF16, DT_OP_AVG,
                                             r->comm_stream, &b->req);

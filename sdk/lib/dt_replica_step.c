@@ -22,7 +22,7 @@ int dt_replica_refresh(dt_replica_t *r, uint32_t lo, uint32_t hi)
     if (r->compute == (void *)r->master || lo >= hi)
         return DT_OK;
     uint64_t off = r->layout.offset[lo];
-    return r->dp.dev_ops->cast(r->dp.dev, r->dp.cs,
+    return r->dp.dev_ops->kernels()->cast(r->dp.dev, r->dp.cs,
                                (char *)r->compute + off * dt_dtype_size(DT_BF16), DT_BF16,
                                r->master + off, DT_F32, (int64_t)(r->layout.offset[hi] - off));
 }

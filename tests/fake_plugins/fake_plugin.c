@@ -1,7 +1,8 @@
 /*
- * tests/fake_plugins/fake_plugin.c - one comm plugin source built many
- * times with -D switches, each build a way of being a (broken) plugin the
- * loader must refuse with the right message (tests/unit/test_loader.c).
+ * tests/fake_plugins/fake_plugin.c - one plugin source built many times
+ * with -D switches, each build a way of being a (broken) plugin the loader
+ * must refuse with the right message (tests/unit/test_loader.c).  A comm
+ * plugin unless FAKE_DEVICE (see the device part below for its switches).
  *
  *   FAKE_NAME="x"        name declared in info (the build passes the file's
  *                        name, except for the name-mismatch build)
@@ -32,6 +33,8 @@
 #ifndef FAKE_MAJOR
 #define FAKE_MAJOR 1
 #endif
+
+#ifndef FAKE_DEVICE
 
 struct dt_comm {
     const dt_host_v1_t *host;
@@ -286,3 +289,100 @@ static const dt_comm_ops_v1_t fake_ops_v2 = FAKE_OPS(2, "two");
 DT_PLUGIN_ENTRY(comm, 2, dt_comm_ops_v1_t, &fake_ops_v2)
 #endif
 #endif
+#endif /* !FAKE_DEVICE */
+
+#ifdef FAKE_DEVICE
+/* ------------------------------------------------------------------------
+ * A device plugin: the runtime and the kernel table it hands out through
+ * `kernels`, with the core set of kernels and none of the optional ones.
+ * The loader only checks the tables; nothing here is ever called but
+ * `kernels`, so every other slot is one stub.
+ *
+ *   FAKE_NULL_KERNEL     the mandatory kernel gelu_backward is NULL
+ *   FAKE_KERNELS_TINY    the kernel table's struct_size ends before the
+ *                        mandatory `cast` (too small for the core set)
+ *   FAKE_KERNELS_NONE    `kernels` returns NULL
+ *   FAKE_KERNELS_MAJOR=2 the kernel table declares kernel ABI 2.0
+ *   FAKE_NULL_RUNTIME    the mandatory runtime slot `kernels` is NULL
+ */
+struct dt_device {
+    int unused;
+};
+
+static int fake_unused(void) { return DT_ERR_UNSUPPORTED; }
+/* `fake_unused` as the type of slot `field` of `type`, through void (*)(void)
+ * (the one function type that converts to any other without a warning). */
+#define STUB(type, field)                                                      \
+    .field = (__typeof__(((type *)0)->field))(void (*)(void))fake_unused
+
+#ifndef FAKE_KERNELS_MAJOR
+#define FAKE_KERNELS_MAJOR DT_KERNELS_ABI_MAJOR
+#endif
+#ifdef FAKE_KERNELS_TINY
+#define FAKE_KERNELS_SIZE offsetof(dt_kernels_v1_t, cast)
+#else
+#define FAKE_KERNELS_SIZE sizeof(dt_kernels_v1_t)
+#endif
+
+#ifndef FAKE_NULL_RUNTIME
+static const dt_kernels_v1_t fake_kernels = {
+    .info = {.abi_major = FAKE_KERNELS_MAJOR,
+             .abi_minor = DT_KERNELS_ABI_MINOR,
+             .struct_size = (uint32_t)FAKE_KERNELS_SIZE},
+    STUB(dt_kernels_v1_t, matmul_forward),
+    STUB(dt_kernels_v1_t, matmul_backward),
+    STUB(dt_kernels_v1_t, embedding_forward),
+    STUB(dt_kernels_v1_t, embedding_backward),
+    STUB(dt_kernels_v1_t, gelu_forward),
+#ifndef FAKE_NULL_KERNEL
+    STUB(dt_kernels_v1_t, gelu_backward),
+#endif
+    STUB(dt_kernels_v1_t, softmax_xent_forward),
+    STUB(dt_kernels_v1_t, softmax_xent_backward),
+    STUB(dt_kernels_v1_t, axpy),
+    STUB(dt_kernels_v1_t, sumsq),
+    /* Set even in the FAKE_KERNELS_TINY build: a slot past struct_size is
+     * absent whatever bytes lie there. */
+    STUB(dt_kernels_v1_t, cast),
+};
+
+static const dt_kernels_v1_t *fake_kernel_table(void)
+{
+#ifdef FAKE_KERNELS_NONE
+    (void)fake_kernels;
+    return NULL;
+#else
+    return &fake_kernels;
+#endif
+}
+#endif
+
+static const dt_device_ops_v1_t fake_device_ops = {
+    .info = DT_PLUGIN_INFO_NOKEYS(DEVICE, dt_device_ops_v1_t, FAKE_NAME, "0.1.0",
+                                  "loader test double (" FAKE_NAME ")"),
+    STUB(dt_device_ops_v1_t, init),
+    STUB(dt_device_ops_v1_t, finalize),
+    STUB(dt_device_ops_v1_t, props),
+#ifndef FAKE_NULL_RUNTIME
+    .kernels = fake_kernel_table,
+#endif
+    STUB(dt_device_ops_v1_t, alloc),
+    STUB(dt_device_ops_v1_t, free),
+    STUB(dt_device_ops_v1_t, mem_stats),
+    STUB(dt_device_ops_v1_t, mem_reset_peaks),
+    STUB(dt_device_ops_v1_t, host_alloc),
+    STUB(dt_device_ops_v1_t, host_free),
+    STUB(dt_device_ops_v1_t, stream_create),
+    STUB(dt_device_ops_v1_t, stream_destroy),
+    STUB(dt_device_ops_v1_t, stream_sync),
+    STUB(dt_device_ops_v1_t, event_create),
+    STUB(dt_device_ops_v1_t, event_destroy),
+    STUB(dt_device_ops_v1_t, event_record),
+    STUB(dt_device_ops_v1_t, stream_wait_event),
+    STUB(dt_device_ops_v1_t, event_sync),
+    STUB(dt_device_ops_v1_t, synchronize),
+    STUB(dt_device_ops_v1_t, memcpy_async),
+    STUB(dt_device_ops_v1_t, memset_async),
+};
+DT_PLUGIN_ENTRY(device, 1, dt_device_ops_v1_t, &fake_device_ops)
+#endif /* FAKE_DEVICE */

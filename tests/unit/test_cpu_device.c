@@ -1,8 +1,9 @@
 /*
  * tests/unit/test_cpu_device.c - the cpu device plugin's non-kernel half,
- * driven through its ops table: info and config keys, init from config,
- * props, tagged memory with per-tag peaks and the budget message, zero-byte
- * and unknown-pointer frees, streams and events, copies, and accounting
+ * driven through its runtime table: info and config keys, the kernel
+ * table's head and DT_HAS_OP on it, init from config, props, tagged memory
+ * with per-tag peaks and the budget message, zero-byte and unknown-pointer
+ * frees, pinned host memory, streams and events, copies, and accounting
  * under concurrent allocation.
  *
  * The module is dlopen'ed from the build's plugin folder and driven with
@@ -44,6 +45,7 @@ static const dt_device_ops_v1_t *cpu_ops(void)
 typedef struct {
     dt_test_host_t th;
     const dt_device_ops_v1_t *ops;
+    const dt_kernels_v1_t *K;
     dt_device_t *dev;
 } cpu_t;
 
@@ -51,6 +53,7 @@ static int cpu_open_args(cpu_t *c, const dt_test_kv_t *kv,
                          const dt_device_init_v1_t *args)
 {
     c->ops = cpu_ops();
+    c->K = c->ops->kernels();
     dt_test_host_init(&c->th, "device/cpu", kv);
     c->dev = NULL;
     const dt_device_init_v1_t def = {.struct_size = sizeof def, .local_size = 1,
@@ -97,10 +100,43 @@ static void test_info_and_keys(void **state)
     assert_true(k[1].min == 0.0 && k[1].max == 4611686018427387904.0);
     /* Every mandatory slot filled; the optional native_stream absent. */
     assert_non_null(ops->init);
-    assert_non_null(ops->cast);
-    assert_non_null(ops->attention_backward);
     assert_false(DT_HAS_OP(dt_device_ops_v1_t, ops, native_stream));
     ops->finalize(NULL); /* documented no-op */
+}
+
+/* The kernel table: its own head (major, minor, size), the same static
+ * table on every call, every kernel the ABI has (the cpu provides the
+ * optional ones too). */
+static void test_kernel_table(void **state)
+{
+    const dt_kernels_v1_t *k = cpu_ops()->kernels();
+    assert_non_null(k);
+    assert_ptr_equal(cpu_ops()->kernels(), k);
+    assert_int_equal(k->info.abi_major, DT_KERNELS_ABI_MAJOR);
+    assert_int_equal(k->info.abi_minor, DT_KERNELS_ABI_MINOR);
+    assert_int_equal(k->info.struct_size, sizeof(dt_kernels_v1_t));
+    assert_int_equal(k->info.reserved0, 0);
+    assert_non_null(k->matmul_forward);
+    assert_non_null(k->cast);
+    assert_true(DT_HAS_OP(dt_kernels_t, k, layernorm_forward));
+    assert_true(DT_HAS_OP(dt_kernels_t, k, attention_backward));
+    assert_true(DT_HAS_OP(dt_kernels_t, k, sgd_update));
+}
+
+/* DT_HAS_OP on a kernel table: a kernel past struct_size is absent even
+ * when bytes lie there (a plugin built against an older kernel minor), and
+ * so is a NULL one. */
+static void test_optional_kernel_guard(void **state)
+{
+    dt_kernels_v1_t k = *cpu_ops()->kernels();
+    k.info.struct_size = (uint32_t)offsetof(dt_kernels_v1_t, sgd_update);
+    assert_non_null(k.sgd_update);
+    assert_false(DT_HAS_OP(dt_kernels_t, &k, sgd_update));
+    assert_true(DT_HAS_OP(dt_kernels_t, &k, adamw_update));
+    k.info.struct_size = (uint32_t)sizeof k;
+    assert_true(DT_HAS_OP(dt_kernels_t, &k, sgd_update));
+    k.attention_forward = NULL;
+    assert_false(DT_HAS_OP(dt_kernels_t, &k, attention_forward));
 }
 
 static void test_props_default_threads(void **state)
@@ -402,7 +438,7 @@ static void test_scratch_is_staging_and_budgeted(void **state)
     assert_ok(c.ops->alloc(c.dev, OC * C * 2, DT_TAG_PARAMS, (void **)&w));
     memset(inp, 0, N * C * 4);
     memset(w, 0, OC * C * 2);
-    assert_status(c.ops->matmul_forward(c.dev, NULL, out, inp, w, NULL, DT_BF16,
+    assert_status(c.K->matmul_forward(c.dev, NULL, out, inp, w, NULL, DT_F32, DT_BF16,
                                         N, C, OC),
                   DT_ERR_NOMEM);
     assert_msg("device/cpu: matmul_forward: scratch: out of memory budget: "
@@ -417,7 +453,7 @@ static void test_scratch_is_staging_and_budgeted(void **state)
     assert_ok(c.ops->alloc(c.dev, OC * C * 2, DT_TAG_PARAMS, (void **)&w));
     memset(inp, 0, N * C * 4);
     memset(w, 0, OC * C * 2);
-    assert_ok(c.ops->matmul_forward(c.dev, NULL, out, inp, w, NULL, DT_BF16, N,
+    assert_ok(c.K->matmul_forward(c.dev, NULL, out, inp, w, NULL, DT_F32, DT_BF16, N,
                                     C, OC));
     dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_ok(c.ops->mem_stats(c.dev, &st));
@@ -519,10 +555,10 @@ static void test_streams_and_events(void **state)
     assert_ok(c.ops->alloc(c.dev, 1000 * 4, DT_TAG_ACTIVATIONS, (void **)&x));
     for (int i = 0; i < 1000; i++)
         x[i] = (float)i;
-    assert_ok(c.ops->scale(c.dev, s1, x, 2.0f, 1000));
+    assert_ok(c.K->scale(c.dev, s1, x, DT_F32, 2.0f, 1000));
     assert_ok(c.ops->event_record(c.dev, e, s1));
     assert_ok(c.ops->stream_wait_event(c.dev, s2, e));
-    assert_ok(c.ops->axpy(c.dev, s2, x, x + 500, 1.0f, 500));
+    assert_ok(c.K->axpy(c.dev, s2, x, x + 500, DT_F32, 1.0f, 500));
     assert_ok(c.ops->event_sync(c.dev, e));
     assert_ok(c.ops->stream_sync(c.dev, s2));
     assert_ok(c.ops->stream_sync(c.dev, NULL));
@@ -538,7 +574,7 @@ static void test_streams_and_events(void **state)
     assert_status(c.ops->stream_destroy(c.dev, NULL), DT_ERR_INVALID);
     assert_msg("device/cpu: stream_destroy: the default stream (NULL) cannot "
                "be destroyed");
-    assert_status(c.ops->scale(c.dev, foreign, x, 1.0f, 10), DT_ERR_INVALID);
+    assert_status(c.K->scale(c.dev, foreign, x, DT_F32, 1.0f, 10), DT_ERR_INVALID);
     assert_msg_has("scale: stream ");
     assert_msg_has(" is not a live stream of this device");
     assert_status(c.ops->event_record(c.dev, NULL, s1), DT_ERR_INVALID);
@@ -606,10 +642,104 @@ static void test_copies(void **state)
     cpu_close(&c);
 }
 
+/* Pinned host memory: host_alloc'd buffers are the host side of async
+ * copies; they are accounted per tag in the pinned_* fields, apart from
+ * device memory and outside its budget, with their own peaks. */
+static void test_pinned_host_memory(void **state)
+{
+    cpu_t c;
+    /* a device budget of 64 KiB, which pinned memory does not count in */
+    static const dt_test_kv_t kv[] = {{"memory_limit", "65536"}, {NULL, NULL}};
+    cpu_open(&c, kv);
+    enum { NB = 100000 }; /* more than the device budget */
+    unsigned char *pin, *back, *stage, *dev;
+    assert_ok(c.ops->host_alloc(c.dev, NB, DT_TAG_OFFLOAD, (void **)&pin));
+    assert_ok(c.ops->host_alloc(c.dev, NB, DT_TAG_OFFLOAD, (void **)&back));
+    assert_ok(c.ops->host_alloc(c.dev, 300, DT_TAG_STAGING, (void **)&stage));
+    assert_int_equal((uintptr_t)pin % 64, 0);
+    assert_int_equal((uintptr_t)back % 64, 0);
+    assert_int_equal((uintptr_t)stage % 64, 0);
+    assert_ok(c.ops->alloc(c.dev, 4096, DT_TAG_PARAMS, (void **)&dev));
+
+    dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
+    assert_ok(c.ops->mem_stats(c.dev, &st));
+    assert_int_equal(st.pinned_current[DT_TAG_OFFLOAD], 2 * NB);
+    assert_int_equal(st.pinned_current[DT_TAG_STAGING], 300);
+    assert_int_equal(st.pinned_total_current, 2 * NB + 300);
+    assert_int_equal(st.pinned_total_peak, 2 * NB + 300);
+    assert_int_equal(st.pinned_peak[DT_TAG_OFFLOAD], 2 * NB);
+    /* device memory is counted alone */
+    assert_int_equal(st.current[DT_TAG_PARAMS], 4096);
+    assert_int_equal(st.current[DT_TAG_OFFLOAD], 0);
+    assert_int_equal(st.current[DT_TAG_STAGING], 0);
+    assert_int_equal(st.total_current, 4096);
+    assert_int_equal(st.limit, 65536);
+
+    /* host -> pinned -> device -> pinned, in 4 KiB pieces on a stream */
+    for (int i = 0; i < NB; i++)
+        pin[i] = (unsigned char)(i * 13 + 5);
+    memset(back, 0, NB);
+    dt_stream_t *s;
+    assert_ok(c.ops->stream_create(c.dev, &s));
+    for (int off = 0; off < NB; off += 4096) {
+        const int n = NB - off < 4096 ? NB - off : 4096;
+        assert_ok(c.ops->memcpy_async(c.dev, dev, pin + off, (uint64_t)n, DT_COPY_H2D, s));
+        assert_ok(c.ops->memcpy_async(c.dev, back + off, dev, (uint64_t)n, DT_COPY_D2H, s));
+    }
+    assert_ok(c.ops->stream_sync(c.dev, s));
+    assert_memory_equal(back, pin, NB);
+    assert_ok(c.ops->stream_destroy(c.dev, s));
+
+    /* the kinds do not mix: each free takes its own */
+    assert_status(c.ops->free(c.dev, pin), DT_ERR_INVALID);
+    assert_msg_has("free: ");
+    assert_msg_has(" is pinned host memory from host_alloc (free it with host_free)");
+    assert_status(c.ops->host_free(c.dev, dev), DT_ERR_INVALID);
+    assert_msg_has(" is device memory from alloc (free it with free)");
+    int local;
+    assert_status(c.ops->host_free(c.dev, &local), DT_ERR_INVALID);
+    assert_msg_has(" was not allocated by this device (or was already freed)");
+    void *none = &local;
+    assert_status(c.ops->host_alloc(c.dev, 8, DT_TAG_COUNT, &none), DT_ERR_INVALID);
+    assert_msg_has("host_alloc: tag 8 is not a dt_mem_tag_t");
+    assert_null(none);
+    assert_ok(c.ops->host_free(c.dev, NULL));
+
+    /* freeing gives the bytes back; peaks stay until reset */
+    assert_ok(c.ops->host_free(c.dev, back));
+    assert_ok(c.ops->mem_stats(c.dev, &st));
+    assert_int_equal(st.pinned_current[DT_TAG_OFFLOAD], NB);
+    assert_int_equal(st.pinned_peak[DT_TAG_OFFLOAD], 2 * NB);
+    assert_int_equal(st.pinned_total_peak, 2 * NB + 300);
+    assert_ok(c.ops->mem_reset_peaks(c.dev));
+    assert_ok(c.ops->mem_stats(c.dev, &st));
+    assert_int_equal(st.pinned_peak[DT_TAG_OFFLOAD], NB);
+    assert_int_equal(st.pinned_total_peak, NB + 300);
+    /* zero bytes: a unique pointer, freed like any other */
+    void *z1, *z2;
+    assert_ok(c.ops->host_alloc(c.dev, 0, DT_TAG_STAGING, &z1));
+    assert_ok(c.ops->host_alloc(c.dev, 0, DT_TAG_STAGING, &z2));
+    assert_non_null(z1);
+    assert_ptr_not_equal(z1, z2);
+    assert_ok(c.ops->host_free(c.dev, z1));
+    assert_ok(c.ops->host_free(c.dev, z2));
+    assert_ok(c.ops->host_free(c.dev, pin));
+    assert_ok(c.ops->host_free(c.dev, stage));
+    assert_ok(c.ops->free(c.dev, dev));
+    assert_ok(c.ops->mem_stats(c.dev, &st));
+    assert_int_equal(st.pinned_total_current, 0);
+    assert_int_equal(st.total_current, 0);
+    for (int t = 0; t < DT_TAG_COUNT; t++)
+        assert_int_equal(st.pinned_current[t], 0);
+    cpu_close(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_info_and_keys),
+        cmocka_unit_test(test_kernel_table),
+        cmocka_unit_test(test_optional_kernel_guard),
         cmocka_unit_test(test_props_default_threads),
         cmocka_unit_test(test_threads_from_config_and_local_size),
         cmocka_unit_test(test_config_out_of_range),
@@ -624,6 +754,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_alloc),
         cmocka_unit_test(test_streams_and_events),
         cmocka_unit_test(test_copies),
+        cmocka_unit_test(test_pinned_host_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,8 +4,9 @@
  * tests/support/ref_kernels.c on fresh seeded random inputs with odd
  * shapes; the references' backward passes against central finite
  * differences of their forward passes; accumulation (+=) of every gradient;
- * optimizers over several steps; sumsq; casts bit-exact; and the same bits
- * from 1 and 2 threads.
+ * optimizers over several steps; sumsq; casts bit-exact; attention's saved
+ * state size; the refusal of every dtype combination the cpu does not run;
+ * and the same bits from 1 and 2 threads.
  *
  * Tolerances are |got - want| <= atol + rtol |want|, stated at each check
  * with the reason.  u = 2^-24 ~ 6e-8 is the f32 unit roundoff.
@@ -35,6 +36,7 @@
 typedef struct {
     dt_test_host_t th;
     const dt_device_ops_v1_t *ops;
+    const dt_kernels_v1_t *K;
     dt_device_t *dev;
 } cpu_t;
 
@@ -56,6 +58,7 @@ static const dt_test_kv_t kv_t2[] = {{"threads", "2"}, {NULL, NULL}};
 static int open_cpu(cpu_t *c, const dt_test_kv_t *kv)
 {
     c->ops = cpu_ops();
+    c->K = c->ops->kernels();
     dt_test_host_init(&c->th, "device/cpu", kv);
     const dt_device_init_v1_t a = {.struct_size = sizeof a, .local_size = 1, .device_index = -1};
     return c->ops->init(&c->th.host, &a, &c->dev);
@@ -261,7 +264,7 @@ static void matmul_case(cpu_t *c, uint64_t seed, int wdtype, int with_bias,
     double *inpd = hd(inp, N * C), *biasd = bias ? hd(bias, OC) : NULL;
 
     float *out = dalloc(c, N * OC * 4);
-    OK(c->ops->matmul_forward(c->dev, NULL, out, inp, w, bias, wdtype, N, C, OC));
+    OK(c->K->matmul_forward(c->dev, NULL, out, inp, w, bias, DT_F32, wdtype, N, C, OC));
     double *outd = hzero(N * OC);
     dt_ref_matmul_forward(outd, inpd, wref, biasd, N, C, OC);
     /* A C-term dot product of |terms| < 1: f32 error grows ~ sqrt(C) u per
@@ -277,8 +280,8 @@ static void matmul_case(cpu_t *c, uint64_t seed, int wdtype, int with_bias,
     double *gi = hzero(N * C), *gw = hzero(OC * C), *gb = hzero(OC);
     dt_ref_matmul_backward(gi, gw, gb, doutd, inpd, wref, N, C, OC);
     for (int call = 1; call <= 2; call++) {
-        OK(c->ops->matmul_backward(c->dev, NULL, dinp, dw, with_bias ? db : NULL,
-                                   dout, inp, w, wdtype, N, C, OC));
+        OK(c->K->matmul_backward(c->dev, NULL, dinp, dw, with_bias ? db : NULL,
+                                   dout, inp, w, DT_F32, wdtype, N, C, OC));
         double *wi = accum(dinp0, gi, call, N * C);
         double *ww = accum(dw0, gw, call, OC * C);
         double *wb = accum(db0, gb, call, OC);
@@ -323,20 +326,16 @@ static void test_matmul_errors(void **state)
 {
     cpu_t *c = &g_t1;
     float x[4] = {0};
-    assert_status(c->ops->matmul_forward(c->dev, NULL, x, x, x, NULL, DT_F16,
-                                         1, 2, 2),
-                  DT_ERR_UNSUPPORTED);
-    assert_msg("device/cpu: matmul_forward: weight dtype f16; only f32 and bf16");
-    assert_status(c->ops->matmul_forward(c->dev, NULL, x, x, x, NULL, DT_F32,
-                                         -1, 2, 2),
+    assert_status(c->K->matmul_forward(c->dev, NULL, x, x, x, NULL, DT_F32, DT_F32,
+                                       -1, 2, 2),
                   DT_ERR_INVALID);
     assert_msg("device/cpu: matmul_forward: N = -1 must be >= 0");
-    assert_status(c->ops->matmul_backward(c->dev, NULL, x, NULL, NULL, NULL, x,
-                                          x, DT_F32, 1, 2, 2),
+    assert_status(c->K->matmul_backward(c->dev, NULL, x, NULL, NULL, NULL, x,
+                                        x, DT_F32, DT_F32, 1, 2, 2),
                   DT_ERR_INVALID);
     assert_msg("device/cpu: matmul_backward: dout is NULL (2 elements)");
     /* No rows: a no-op, only the weight (15 elements) must exist. */
-    OK(c->ops->matmul_forward(c->dev, NULL, NULL, NULL, x, NULL, DT_F32, 0, 5, 3));
+    OK(c->K->matmul_forward(c->dev, NULL, NULL, NULL, x, NULL, DT_F32, DT_F32, 0, 5, 3));
 }
 
 /* ============================================================ embedding */
@@ -366,7 +365,7 @@ static void test_embedding(void **state)
         tok[7] = tok[2]; /* a repeated token: its dwte row sums two rows */
         float *wte = drand(c, &r, V * C, -1, 1), *wpe = drand(c, &r, T * C, -1, 1);
         float *out = dalloc(c, B * T * C * 4);
-        OK(c->ops->embedding_forward(c->dev, NULL, out, tok, wte, wpe, B, T, C));
+        OK(c->K->embedding_forward(c->dev, NULL, out, tok, wte, wpe, DT_F32, B, T, C));
         double *wted = hd(wte, V * C), *wped = hd(wpe, T * C);
         double *outd = hzero(B * T * C);
         dt_ref_embedding_forward(outd, tok, wted, wped, B, T, C);
@@ -380,7 +379,7 @@ static void test_embedding(void **state)
         double *gte = hzero(V * C), *gpe = hzero(T * C);
         dt_ref_embedding_backward(gte, gpe, doutd, tok, B, T, C);
         for (int call = 1; call <= 2; call++) {
-            OK(c->ops->embedding_backward(c->dev, NULL, dwte, dwpe, dout, tok, B, T, C));
+            OK(c->K->embedding_backward(c->dev, NULL, dwte, dwpe, dout, tok, DT_F32, B, T, C));
             double *w1 = accum(dwte0, gte, call, V * C), *w2 = accum(dwpe0, gpe, call, T * C);
             /* at most 2B + 1 rounded adds per element */
             CHECK("embedding_backward dwte", dwte, w1, V * C, 1e-6, 1e-7);
@@ -425,7 +424,7 @@ static void test_layernorm(void **state)
         float *inp = drand(c, &r, N * C, 1, 5);
         float *w = drand(c, &r, C, 0.5, 1.5), *b = drand(c, &r, C, -1, 1);
         float *out = dalloc(c, N * C * 4), *mean = dalloc(c, N * 4), *rstd = dalloc(c, N * 4);
-        OK(c->ops->layernorm_forward(c->dev, NULL, out, mean, rstd, inp, w, b, N, C));
+        OK(c->K->layernorm_forward(c->dev, NULL, out, mean, rstd, inp, w, b, DT_F32, N, C));
         double *inpd = hd(inp, N * C), *wd = hd(w, C), *bd = hd(b, C);
         double *outd = hzero(N * C), *meand = hzero(N), *rstdd = hzero(N);
         dt_ref_layernorm_forward(outd, meand, rstdd, inpd, wd, bd, N, C);
@@ -444,8 +443,8 @@ static void test_layernorm(void **state)
         double *gi = hzero(N * C), *gw = hzero(C), *gb = hzero(C);
         dt_ref_layernorm_backward(gi, gw, gb, doutd, inpd, wd, meand, rstdd, N, C);
         for (int call = 1; call <= 2; call++) {
-            OK(c->ops->layernorm_backward(c->dev, NULL, dinp, dw, db, dout, inp, w,
-                                          mean, rstd, N, C));
+            OK(c->K->layernorm_backward(c->dev, NULL, dinp, dw, db, dout, inp, w,
+                                          mean, rstd, DT_F32, N, C));
             double *w1 = accum(dinp0, gi, call, N * C), *w2 = accum(dw0, gw, call, C);
             double *w3 = accum(db0, gb, call, C);
             /* dinp: two C-term means of |terms| < 1.5 times rstd (~0.9) plus
@@ -503,7 +502,7 @@ static void test_gelu(void **state)
     static const float tails[] = {-100.0f, -30.0f, -10.0f, -5.5f, 0.0f,
                                   -0.0f, 5.5f, 10.0f, 30.0f, 100.0f};
     memcpy(inp + 500, tails, sizeof tails);
-    OK(c->ops->gelu_forward(c->dev, NULL, out, inp, n));
+    OK(c->K->gelu_forward(c->dev, NULL, out, inp, DT_F32, n));
     double *inpd = hd(inp, n), *outd = hzero(n);
     dt_ref_gelu_forward(outd, inpd, n);
     /* tanhf is within 2 ulp; for x < 0, 1 + tanh cancels, so the error
@@ -514,7 +513,7 @@ static void test_gelu(void **state)
     double *dinp0 = hd(dinp, n), *doutd = hd(dout, n), *g = hzero(n);
     dt_ref_gelu_backward(g, inpd, doutd, n);
     for (int call = 1; call <= 2; call++) {
-        OK(c->ops->gelu_backward(c->dev, NULL, dinp, inp, dout, n));
+        OK(c->K->gelu_backward(c->dev, NULL, dinp, inp, dout, DT_F32, n));
         double *w = accum(dinp0, g, call, n);
         /* as forward; 1 - tanh^2 near |tanh| = 1 is absolute error too */
         CHECK("gelu_backward", dinp, w, n, 1e-5, 1e-6 * call);
@@ -557,17 +556,29 @@ static int64_t lower_tri(double *dst_d, float *dst_f, const double *src_d,
     return k;
 }
 
+/* The cpu's attention state is the (B, NH, T, T) f32 probabilities: the
+ * test reads them as such (the layout is the cpu's own, device.h).  The
+ * buffer is sized by attention_state_bytes, with guard bytes after it
+ * that forward must leave alone. */
 static void test_attention(void **state)
 {
     const int64_t B = 2, T = 5, C = 12, NH = 3;
     const int64_t n3 = B * T * 3 * C, natt = B * NH * T * T, no = B * T * C;
+    enum { GUARD = 64 };
     dt_ref_rng_t r;
     dt_ref_rng_seed(&r, 41);
     for (int pass = 0; pass < 2; pass++) {
         cpu_t *c = pass ? &g_t2 : &g_t1;
+        uint64_t sb = 0;
+        OK(c->K->attention_state_bytes(B, T, C, NH, DT_F32, &sb));
+        assert_int_equal(sb, natt * 4);
         float *qkv = drand(c, &r, n3, -1.5, 1.5);
-        float *out = dalloc(c, no * 4), *att = dalloc(c, natt * 4);
-        OK(c->ops->attention_forward(c->dev, NULL, out, att, qkv, B, T, C, NH));
+        float *out = dalloc(c, no * 4), *att = dalloc(c, (int64_t)sb + GUARD);
+        unsigned char *guard = (unsigned char *)att + sb;
+        memset(guard, 0xA5, GUARD);
+        OK(c->K->attention_forward(c->dev, NULL, out, att, qkv, DT_F32, B, T, C, NH));
+        for (int i = 0; i < GUARD; i++)
+            assert_int_equal(guard[i], 0xA5);
         double *qkvd = hd(qkv, n3), *outd = hzero(no), *attd = hzero(natt);
         dt_ref_attention_forward(outd, attd, qkvd, B, T, C, NH);
         double *ld = hzero(natt);
@@ -582,7 +593,8 @@ static void test_attention(void **state)
         double *dqkv0 = hd(dqkv, n3), *doutd = hd(dout, no), *g = hzero(n3);
         dt_ref_attention_backward(g, doutd, qkvd, attd, B, T, C, NH);
         for (int call = 1; call <= 2; call++) {
-            OK(c->ops->attention_backward(c->dev, NULL, dqkv, dout, qkv, att, B, T, C, NH));
+            OK(c->K->attention_backward(c->dev, NULL, dqkv, dout, qkv, out, att, DT_F32, B, T, C,
+                                        NH));
             double *w = accum(dqkv0, g, call, n3);
             /* sums over T keys of hs-term dots, using the f32 att: sqrt(T hs) */
             CHECK("attention_backward dqkv", dqkv, w, n3, 1e-5,
@@ -605,9 +617,37 @@ static void test_attention_errors(void **state)
 {
     cpu_t *c = &g_t1;
     float x[64] = {0};
-    assert_status(c->ops->attention_forward(c->dev, NULL, x, x, x, 1, 2, 10, 3),
+    assert_status(c->K->attention_forward(c->dev, NULL, x, x, x, DT_F32, 1, 2, 10, 3),
                   DT_ERR_INVALID);
     assert_msg("device/cpu: attention_forward: C = 10 is not a multiple of NH = 3");
+    assert_status(c->K->attention_backward(c->dev, NULL, x, x, x, NULL, x, DT_F32, 1, 2, 6, 3),
+                  DT_ERR_INVALID);
+    assert_msg("device/cpu: attention_backward: out is NULL (36 elements)");
+}
+
+/* What the cpu's attention keeps, asked without an instance: B NH T^2
+ * floats for any C; refusals without a message (nothing to set it on). */
+static void test_attention_state_bytes(void **state)
+{
+    const dt_kernels_v1_t *K = cpu_ops()->kernels();
+    static const int64_t shapes[][4] = {
+        {1, 1, 1, 1}, {2, 5, 12, 3}, {8, 1024, 768, 12}, {3, 7, 0, 1}, {0, 9, 4, 2}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t *s = shapes[i];
+        uint64_t sb = 1;
+        OK(K->attention_state_bytes(s[0], s[1], s[2], s[3], DT_F32, &sb));
+        assert_int_equal(sb, (uint64_t)(s[0] * s[3] * s[1] * s[1]) * 4);
+    }
+    uint64_t sb = 123;
+    assert_int_equal(K->attention_state_bytes(2, 5, 12, 3, DT_BF16, &sb), DT_ERR_UNSUPPORTED);
+    assert_int_equal(K->attention_state_bytes(2, 5, 10, 3, DT_F32, &sb), DT_ERR_INVALID);
+    assert_int_equal(K->attention_state_bytes(2, 5, 12, 0, DT_F32, &sb), DT_ERR_INVALID);
+    assert_int_equal(K->attention_state_bytes(-1, 5, 12, 3, DT_F32, &sb), DT_ERR_INVALID);
+    assert_int_equal(K->attention_state_bytes((int64_t)1 << 40, (int64_t)1 << 20, 12, 3, DT_F32,
+                                              &sb),
+                     DT_ERR_INVALID);
+    assert_int_equal(sb, 123); /* untouched on refusal */
+    assert_int_equal(K->attention_state_bytes(2, 5, 12, 3, DT_F32, NULL), DT_ERR_INVALID);
 }
 
 /* ============================================== softmax + cross-entropy */
@@ -640,7 +680,7 @@ static void test_softmax_xent(void **state)
         int32_t *tg = dalloc(c, N * 4);
         dt_ref_fill_int(&r, tg, N, (int32_t)V);
         float *losses = dalloc(c, N * 4), *probs = dalloc(c, N * V * 4);
-        OK(c->ops->softmax_xent_forward(c->dev, NULL, losses, probs, logits, tg, N, V));
+        OK(c->K->softmax_xent_forward(c->dev, NULL, losses, probs, logits, tg, DT_F32, N, V));
         double *ld = hd(logits, N * V), *lossd = hzero(N), *probd = hzero(N * V);
         dt_ref_softmax_xent_forward(lossd, probd, ld, tg, N, V);
         /* expf within 1 ulp, the sum in double: probs a few u relative */
@@ -654,7 +694,7 @@ static void test_softmax_xent(void **state)
         double *probf = hd(probs, N * V);
         dt_ref_softmax_xent_backward(g, probd, tg, dloss, N, V);
         for (int call = 1; call <= 2; call++) {
-            OK(c->ops->softmax_xent_backward(c->dev, NULL, dl, probs, tg, dloss, N, V));
+            OK(c->K->softmax_xent_backward(c->dev, NULL, dl, probs, tg, DT_F32, dloss, N, V));
             double *w = accum(dl0, g, call, N * V);
             /* element-wise from the f32 probs: rel 1e-5 of |g| < 1/N, plus
              * the final add into |g0| < 1 (u) */
@@ -681,12 +721,12 @@ static void test_softmax_xent_extremes(void **state)
     int32_t *tg = dalloc(c, 4);
     logits[0] = 100.0f, logits[1] = -100.0f, logits[2] = 100.0f;
     tg[0] = 1;
-    OK(c->ops->softmax_xent_forward(c->dev, NULL, losses, probs, logits, tg, 1, 3));
+    OK(c->K->softmax_xent_forward(c->dev, NULL, losses, probs, logits, tg, DT_F32, 1, 3));
     assert_true(fabsf(losses[0] - (200.0f + logf(2.0f))) < 1e-4f);
     assert_true(probs[1] == 0.0f && fabsf(probs[0] - 0.5f) < 1e-7f);
     tg[0] = 3;
-    assert_status(c->ops->softmax_xent_forward(c->dev, NULL, losses, probs, logits,
-                                               tg, 1, 3),
+    assert_status(c->K->softmax_xent_forward(c->dev, NULL, losses, probs, logits,
+                                               tg, DT_F32, 1, 3),
                   DT_ERR_INVALID);
     assert_msg("device/cpu: softmax_xent_forward: targets[0] = 3 is outside [0, 3)");
     dfree(c, logits), dfree(c, losses), dfree(c, probs), dfree(c, tg);
@@ -701,7 +741,7 @@ static void test_residual_axpy_scale(void **state)
     dt_ref_rng_seed(&r, 61);
     cpu_t *c = &g_t2;
     float *a = drand(c, &r, n, -2, 2), *b = drand(c, &r, n, -2, 2), *o = dalloc(c, n * 4);
-    OK(c->ops->residual_forward(c->dev, NULL, o, a, b, n));
+    OK(c->K->residual_forward(c->dev, NULL, o, a, b, DT_F32, n));
     /* one f32 add is correctly rounded, and so is the rounded double sum:
      * bit-exact */
     for (int64_t i = 0; i < n; i++)
@@ -709,20 +749,20 @@ static void test_residual_axpy_scale(void **state)
     /* in place (out aliases a) */
     float *a2 = dalloc(c, n * 4);
     memcpy(a2, a, n * 4);
-    OK(c->ops->residual_forward(c->dev, NULL, a2, a2, b, n));
+    OK(c->K->residual_forward(c->dev, NULL, a2, a2, b, DT_F32, n));
     assert_memory_equal(a2, o, n * 4);
 
     double *yd = hd(a, n);
-    OK(c->ops->axpy(c->dev, NULL, a, b, -0.75f, n));
+    OK(c->K->axpy(c->dev, NULL, a, b, DT_F32, -0.75f, n));
     for (int64_t i = 0; i < n; i++)
         yd[i] += -0.75 * (double)b[i];
     /* a multiply and an add: two roundings of |y| < 4 */
     CHECK("axpy", a, yd, n, 1e-6, 1e-6);
-    assert_status(c->ops->axpy(c->dev, NULL, a, a, 1.0f, n), DT_ERR_INVALID);
+    assert_status(c->K->axpy(c->dev, NULL, a, a, DT_F32, 1.0f, n), DT_ERR_INVALID);
     assert_msg("device/cpu: axpy: x and y are the same buffer");
 
     memcpy(a2, b, n * 4);
-    OK(c->ops->scale(c->dev, NULL, a2, 0.3f, n));
+    OK(c->K->scale(c->dev, NULL, a2, DT_F32, 0.3f, n));
     for (int64_t i = 0; i < n; i++) /* one rounding: bit-exact */
         assert_true(a2[i] == (float)((double)b[i] * (double)0.3f));
     dfree(c, a), dfree(c, b), dfree(c, o), dfree(c, a2);
@@ -746,7 +786,7 @@ static void test_adamw(void **state)
     for (int64_t t = 1; t <= 5; t++) {
         dt_ref_fill_uniform(&r, g, n, -1, 1); /* fresh gradient each step */
         double *gd = hd(g, n);
-        OK(c->ops->adamw_update(c->dev, NULL, p, g, m, v, n, lr, b1, b2, eps, wd, gs, t));
+        OK(c->K->adamw_update(c->dev, NULL, p, g, m, v, DT_F32, n, lr, b1, b2, eps, wd, gs, t));
         dt_ref_adamw_update(pd, gd, md, vd, n, lr, b1, b2, eps, wd, gs, t);
         /* m: b1 m and (1-b1) g may cancel, so its error is absolute, u
          * times the terms (< 0.5): atol 1e-7.  v: no cancellation, a few
@@ -760,14 +800,14 @@ static void test_adamw(void **state)
         free(gd);
     }
     /* late step: bias corrections -> 1, still finite */
-    OK(c->ops->adamw_update(c->dev, NULL, p, g, m, v, n, lr, b1, b2, eps, wd, gs, 100000));
+    OK(c->K->adamw_update(c->dev, NULL, p, g, m, v, DT_F32, n, lr, b1, b2, eps, wd, gs, 100000));
     for (int64_t i = 0; i < n; i++)
         assert_true(isfinite(p[i]));
-    assert_status(c->ops->adamw_update(c->dev, NULL, p, g, m, v, n, lr, b1, b2, eps,
+    assert_status(c->K->adamw_update(c->dev, NULL, p, g, m, v, DT_F32, n, lr, b1, b2, eps,
                                        wd, gs, 0),
                   DT_ERR_INVALID);
     assert_msg("device/cpu: adamw_update: step t = 0; it is 1-based");
-    assert_status(c->ops->adamw_update(c->dev, NULL, p, g, m, v, n, lr, 1.0f, b2, eps,
+    assert_status(c->K->adamw_update(c->dev, NULL, p, g, m, v, DT_F32, n, lr, 1.0f, b2, eps,
                                        wd, gs, 1),
                   DT_ERR_INVALID);
     assert_msg("device/cpu: adamw_update: beta1 = 1, beta2 = 0.999 must be in [0, 1)");
@@ -790,7 +830,7 @@ static void sgd_case(int nesterov, float momentum, int with_buf)
     for (int step = 0; step < 4; step++) {
         dt_ref_fill_uniform(&r, g, n, -1, 1);
         double *gd = hd(g, n);
-        OK(c->ops->sgd_update(c->dev, NULL, p, g, mom, n, lr, momentum, wd, nesterov, gs));
+        OK(c->K->sgd_update(c->dev, NULL, p, g, mom, DT_F32, n, lr, momentum, wd, nesterov, gs));
         dt_ref_sgd_update(pd, gd, momd, n, lr, momentum, wd, nesterov, gs);
         /* a few roundings per step of |p| < 1.5, |mom| < 2.5 */
         CHECK("sgd param", p, pd, n, 1e-6, 1e-6);
@@ -811,7 +851,7 @@ static void test_sgd(void **state)
     sgd_case(0, 0.0f, 0); /* no momentum buffer needed */
     cpu_t *c = &g_t1;
     float x[4] = {0};
-    assert_status(c->ops->sgd_update(c->dev, NULL, x, x, NULL, 4, 0.1f, 0.9f, 0, 0, 1),
+    assert_status(c->K->sgd_update(c->dev, NULL, x, x, NULL, DT_F32, 4, 0.1f, 0.9f, 0, 0, 1),
                   DT_ERR_INVALID);
     assert_msg("device/cpu: sgd_update: mom is NULL (4 elements)");
 }
@@ -837,32 +877,32 @@ static void test_sumsq(void **state)
     double *out = dalloc(c, sizeof(double));
     /* squares of floats are exact in double; the two sums differ only in
      * double rounding: n 2^-53 ~ 1e-11 relative at worst */
-    OK(c->ops->sumsq(c->dev, NULL, out, x, DT_F32, n));
+    OK(c->K->sumsq(c->dev, NULL, out, x, DT_F32, n));
     CHECK_D("sumsq f32", out, &want, 1, 1e-11, 0);
-    OK(c->ops->sumsq(c->dev, NULL, out, xb, DT_BF16, n));
+    OK(c->K->sumsq(c->dev, NULL, out, xb, DT_BF16, n));
     CHECK_D("sumsq bf16", out, &wantb, 1, 1e-11, 0);
-    OK(c->ops->sumsq(c->dev, NULL, out, xh, DT_F16, n));
+    OK(c->K->sumsq(c->dev, NULL, out, xh, DT_F16, n));
     CHECK_D("sumsq f16", out, &wanth, 1, 1e-11, 0);
     /* written, not accumulated */
     *out = 12345.0;
-    OK(c->ops->sumsq(c->dev, NULL, out, x, DT_F32, 0));
+    OK(c->K->sumsq(c->dev, NULL, out, x, DT_F32, 0));
     assert_true(*out == 0.0);
     /* NaN and Inf propagate */
     float keep = x[777];
     x[777] = NAN;
-    OK(c->ops->sumsq(c->dev, NULL, out, x, DT_F32, n));
+    OK(c->K->sumsq(c->dev, NULL, out, x, DT_F32, n));
     assert_true(isnan(*out));
     x[777] = INFINITY;
-    OK(c->ops->sumsq(c->dev, NULL, out, x, DT_F32, n));
+    OK(c->K->sumsq(c->dev, NULL, out, x, DT_F32, n));
     assert_true(isinf(*out));
     x[777] = keep;
     xh[5] = 0x7C00; /* f16 +inf */
-    OK(c->ops->sumsq(c->dev, NULL, out, xh, DT_F16, n));
+    OK(c->K->sumsq(c->dev, NULL, out, xh, DT_F16, n));
     assert_true(isinf(*out));
     xb[5] = 0x7FC1; /* bf16 NaN */
-    OK(c->ops->sumsq(c->dev, NULL, out, xb, DT_BF16, n));
+    OK(c->K->sumsq(c->dev, NULL, out, xb, DT_BF16, n));
     assert_true(isnan(*out));
-    assert_status(c->ops->sumsq(c->dev, NULL, out, x, DT_F64, n), DT_ERR_UNSUPPORTED);
+    assert_status(c->K->sumsq(c->dev, NULL, out, x, DT_F64, n), DT_ERR_UNSUPPORTED);
     assert_msg("device/cpu: sumsq: dtype f64; only f32, bf16, f16");
     dfree(c, x), dfree(c, xb), dfree(c, xh), dfree(c, out);
 }
@@ -887,7 +927,7 @@ static uint16_t dev_to16(int dt, float x)
 {
     cpu_t *c = &g_t1;
     uint16_t o = 0xDEAD;
-    OK(c->ops->cast(c->dev, NULL, &o, dt, &x, DT_F32, 1));
+    OK(c->K->cast(c->dev, NULL, &o, dt, &x, DT_F32, 1));
     return o;
 }
 
@@ -954,8 +994,8 @@ static void test_cast_exhaustive_16bit(void **state)
         h[i] = (uint16_t)i;
     for (int pass = 0; pass < 2; pass++) {
         int dt = pass ? DT_F16 : DT_BF16;
-        OK(c->ops->cast(c->dev, NULL, f, DT_F32, h, dt, n));
-        OK(c->ops->cast(c->dev, NULL, back, dt, f, DT_F32, n));
+        OK(c->K->cast(c->dev, NULL, f, DT_F32, h, dt, n));
+        OK(c->K->cast(c->dev, NULL, back, dt, f, DT_F32, n));
         for (int64_t i = 0; i < n; i++) {
             double want = pass ? dt_ref_f16_to_double((uint16_t)i)
                                : dt_ref_bf16_to_double((uint16_t)i);
@@ -1001,8 +1041,8 @@ static void test_cast_from_f32_vs_reference(void **state)
     for (int64_t i = 0; i < nrand; i++)
         x[k++] = bits_f((uint32_t)dt_ref_rng_u64(&r));
     uint16_t *ob = dalloc(c, n * 2), *oh = dalloc(c, n * 2);
-    OK(c->ops->cast(c->dev, NULL, ob, DT_BF16, x, DT_F32, n));
-    OK(c->ops->cast(c->dev, NULL, oh, DT_F16, x, DT_F32, n));
+    OK(c->K->cast(c->dev, NULL, ob, DT_BF16, x, DT_F32, n));
+    OK(c->K->cast(c->dev, NULL, oh, DT_F16, x, DT_F32, n));
     for (int64_t i = 0; i < n; i++) {
         if (isnan(x[i])) {
             assert_true(isnan(dt_ref_bf16_to_double(ob[i])));
@@ -1016,8 +1056,8 @@ static void test_cast_from_f32_vs_reference(void **state)
     }
     /* bf16 <-> f16 is one rounding of the exact value */
     uint16_t *hb = dalloc(c, n * 2), *bh = dalloc(c, n * 2);
-    OK(c->ops->cast(c->dev, NULL, hb, DT_F16, ob, DT_BF16, n));
-    OK(c->ops->cast(c->dev, NULL, bh, DT_BF16, oh, DT_F16, n));
+    OK(c->K->cast(c->dev, NULL, hb, DT_F16, ob, DT_BF16, n));
+    OK(c->K->cast(c->dev, NULL, bh, DT_BF16, oh, DT_F16, n));
     for (int64_t i = 0; i < n; i++) {
         double vb = dt_ref_bf16_to_double(ob[i]), vh = dt_ref_f16_to_double(oh[i]);
         if (isnan(vb))
@@ -1026,7 +1066,7 @@ static void test_cast_from_f32_vs_reference(void **state)
         assert_int_equal(bh[i], dt_ref_f32_to_bf16((float)vh));
     }
     /* same type: a copy */
-    OK(c->ops->cast(c->dev, NULL, hb, DT_BF16, ob, DT_BF16, n));
+    OK(c->K->cast(c->dev, NULL, hb, DT_BF16, ob, DT_BF16, n));
     assert_memory_equal(hb, ob, n * 2);
     dfree(c, x), dfree(c, ob), dfree(c, oh), dfree(c, hb), dfree(c, bh);
 }
@@ -1035,9 +1075,9 @@ static void test_cast_errors(void **state)
 {
     cpu_t *c = &g_t1;
     float *x = dalloc(c, 64);
-    assert_status(c->ops->cast(c->dev, NULL, x, DT_I32, x, DT_F32, 4), DT_ERR_UNSUPPORTED);
+    assert_status(c->K->cast(c->dev, NULL, x, DT_I32, x, DT_F32, 4), DT_ERR_UNSUPPORTED);
     assert_msg("device/cpu: cast: f32 -> i32; only f32, bf16, f16");
-    assert_status(c->ops->cast(c->dev, NULL, x, DT_BF16, x, DT_F32, 4), DT_ERR_INVALID);
+    assert_status(c->K->cast(c->dev, NULL, x, DT_BF16, x, DT_F32, 4), DT_ERR_INVALID);
     assert_msg("device/cpu: cast: f32 -> bf16: dst and src overlap");
     dfree(c, x);
 }
@@ -1047,6 +1087,82 @@ static void test_cast_errors(void **state)
 /* Run the same inputs through both devices; every non-BLAS kernel must
  * give identical bits (work is split so no sum changes order), and the
  * sizes make every kernel split into at least two chunks. */
+/* ============================================================== dtypes */
+
+/* Every kernel states its dtypes; the cpu runs f32 activations with f32 or
+ * bf16 matmul weights and f32 gradients, and refuses anything else with
+ * DT_ERR_UNSUPPORTED naming the kernel and the dtypes, before it touches a
+ * buffer (checked: every output still holds its sentinel). */
+static void test_dtype_refusals(void **state)
+{
+    cpu_t *c = &g_t1;
+    enum { NB = 64 };
+    float *y = dalloc(c, NB * 4), *x = dalloc(c, NB * 4), *z = dalloc(c, NB * 4);
+    float *st = dalloc(c, NB * 4);
+    int32_t *tok = dalloc(c, 4 * 4);
+    double *sq = dalloc(c, 8);
+    for (int i = 0; i < NB; i++)
+        y[i] = x[i] = z[i] = st[i] = 7.0f;
+    memset(tok, 0, 4 * 4);
+    dt_device_t *d = c->dev;
+    const dt_kernels_v1_t *K = c->K;
+#define REFUSED(call, msg)                                                     \
+    do {                                                                       \
+        assert_status((call), DT_ERR_UNSUPPORTED);                            \
+        assert_msg("device/cpu: " msg);                                        \
+    } while (0)
+#define ACTS(op) op ": bf16 activations: unsupported (the cpu device runs f32 activations)"
+    /* matmul: the activation and weight dtypes together */
+    REFUSED(K->matmul_forward(d, NULL, y, x, z, NULL, DT_F32, DT_F16, 2, 2, 2),
+            "matmul_forward: f32 activations with f16 weights: unsupported (the cpu device "
+            "runs f32 activations with f32 or bf16 weights)");
+    REFUSED(K->matmul_forward(d, NULL, y, x, z, NULL, DT_BF16, DT_BF16, 2, 2, 2),
+            "matmul_forward: bf16 activations with bf16 weights: unsupported (the cpu "
+            "device runs f32 activations with f32 or bf16 weights)");
+    REFUSED(K->matmul_backward(d, NULL, y, z, st, x, x, x, DT_BF16, DT_F32, 2, 2, 2),
+            "matmul_backward: bf16 activations with f32 weights: unsupported (the cpu "
+            "device runs f32 activations with f32 or bf16 weights)");
+    /* the activation dtype of every layer kernel */
+    REFUSED(K->embedding_forward(d, NULL, y, tok, x, x, DT_BF16, 1, 2, 2),
+            ACTS("embedding_forward"));
+    REFUSED(K->embedding_backward(d, NULL, z, st, x, tok, DT_BF16, 1, 2, 2),
+            ACTS("embedding_backward"));
+    REFUSED(K->gelu_forward(d, NULL, y, x, DT_BF16, 4), ACTS("gelu_forward"));
+    REFUSED(K->gelu_backward(d, NULL, y, x, x, DT_BF16, 4), ACTS("gelu_backward"));
+    REFUSED(K->softmax_xent_forward(d, NULL, st, y, x, tok, DT_BF16, 2, 2),
+            ACTS("softmax_xent_forward"));
+    REFUSED(K->softmax_xent_backward(d, NULL, y, x, tok, DT_BF16, 1.0f, 2, 2),
+            ACTS("softmax_xent_backward"));
+    REFUSED(K->layernorm_forward(d, NULL, y, z, st, x, x, x, DT_BF16, 2, 2),
+            ACTS("layernorm_forward"));
+    REFUSED(K->layernorm_backward(d, NULL, y, z, st, x, x, x, x, x, DT_BF16, 2, 2),
+            ACTS("layernorm_backward"));
+    REFUSED(K->attention_forward(d, NULL, y, st, x, DT_BF16, 1, 2, 2, 1),
+            ACTS("attention_forward"));
+    REFUSED(K->attention_backward(d, NULL, y, x, x, x, x, DT_BF16, 1, 2, 2, 1),
+            ACTS("attention_backward"));
+    REFUSED(K->residual_forward(d, NULL, y, x, x, DT_F16, 4),
+            "residual_forward: f16 activations: unsupported (the cpu device runs f32 "
+            "activations)");
+    /* element-wise arithmetic and the optimizers */
+    REFUSED(K->axpy(d, NULL, y, x, DT_BF16, 1.0f, 4),
+            "axpy: bf16 elements: unsupported (the cpu device runs f32 elements)");
+    REFUSED(K->scale(d, NULL, y, DT_F64, 2.0f, 4),
+            "scale: f64 elements: unsupported (the cpu device runs f32 elements)");
+    REFUSED(K->adamw_update(d, NULL, y, x, z, st, DT_BF16, 4, 0.1f, 0.9f, 0.99f, 1e-8f, 0.0f,
+                            1.0f, 1),
+            "adamw_update: bf16 gradients: unsupported (the cpu device runs f32 gradients)");
+    REFUSED(K->sgd_update(d, NULL, y, x, z, DT_F16, 4, 0.1f, 0.9f, 0.0f, 0, 1.0f),
+            "sgd_update: f16 gradients: unsupported (the cpu device runs f32 gradients)");
+    REFUSED(K->sumsq(d, NULL, sq, x, DT_F64, 4), "sumsq: dtype f64; only f32, bf16, f16");
+#undef ACTS
+#undef REFUSED
+    for (int i = 0; i < NB; i++)
+        if (y[i] != 7.0f || x[i] != 7.0f || z[i] != 7.0f || st[i] != 7.0f)
+            fail_msg("a refused kernel wrote element %d", i);
+    dfree(c, y), dfree(c, x), dfree(c, z), dfree(c, st), dfree(c, tok), dfree(c, sq);
+}
+
 static void test_threads_bitwise(void **state)
 {
     dt_ref_rng_t r;
@@ -1062,18 +1178,18 @@ static void test_threads_bitwise(void **state)
         const int64_t n = 70001;
         float *x = drand(c, &r, n, -3, 3), *y = drand(c, &r, n, -1, 1);
         float *o = dalloc(c, n * 4);
-        OK(c->ops->gelu_forward(c->dev, NULL, o, x, n));
-        OK(c->ops->gelu_backward(c->dev, NULL, y, x, o, n));
-        OK(c->ops->residual_forward(c->dev, NULL, o, o, y, n));
-        OK(c->ops->axpy(c->dev, NULL, o, x, 0.3f, n));
-        OK(c->ops->scale(c->dev, NULL, o, 1.7f, n));
+        OK(c->K->gelu_forward(c->dev, NULL, o, x, DT_F32, n));
+        OK(c->K->gelu_backward(c->dev, NULL, y, x, o, DT_F32, n));
+        OK(c->K->residual_forward(c->dev, NULL, o, o, y, DT_F32, n));
+        OK(c->K->axpy(c->dev, NULL, o, x, DT_F32, 0.3f, n));
+        OK(c->K->scale(c->dev, NULL, o, DT_F32, 1.7f, n));
         float *m = drand(c, &r, n, -0.1, 0.1), *v = drand(c, &r, n, 0, 0.1);
-        OK(c->ops->adamw_update(c->dev, NULL, o, y, m, v, n, 1e-3f, 0.9f, 0.95f,
+        OK(c->K->adamw_update(c->dev, NULL, o, y, m, v, DT_F32, n, 1e-3f, 0.9f, 0.95f,
                                 1e-8f, 0.1f, 0.5f, 3));
-        OK(c->ops->sgd_update(c->dev, NULL, x, y, m, n, 1e-2f, 0.9f, 0.01f, 1, 1.0f));
+        OK(c->K->sgd_update(c->dev, NULL, x, y, m, DT_F32, n, 1e-2f, 0.9f, 0.01f, 1, 1.0f));
         uint16_t *hb = dalloc(c, n * 2);
-        OK(c->ops->cast(c->dev, NULL, hb, DT_F16, o, DT_F32, n));
-        OK(c->ops->cast(c->dev, NULL, y, DT_F32, hb, DT_F16, n));
+        OK(c->K->cast(c->dev, NULL, hb, DT_F16, o, DT_F32, n));
+        OK(c->K->cast(c->dev, NULL, y, DT_F32, hb, DT_F16, n));
         res[d][k] = o, len[k++] = n;
         res[d][k] = x, len[k++] = n;
         res[d][k] = y, len[k++] = n;
@@ -1083,7 +1199,7 @@ static void test_threads_bitwise(void **state)
         const int64_t ns = 300007;
         float *s = drand(c, &r, ns, -1, 1);
         double *sq = dalloc(c, 8);
-        OK(c->ops->sumsq(c->dev, NULL, sq, s, DT_F32, ns));
+        OK(c->K->sumsq(c->dev, NULL, sq, s, DT_F32, ns));
         res[d][k] = (float *)sq, len[k++] = 2;
 
         /* layernorm (N, C) = (64, 768): rows and columns both split */
@@ -1093,8 +1209,9 @@ static void test_threads_bitwise(void **state)
         float *lm = dalloc(c, N * 4), *lr = dalloc(c, N * 4);
         float *ldo = drand(c, &r, N * C, -1, 1), *ldi = drand(c, &r, N * C, -1, 1);
         float *ldw = drand(c, &r, C, -1, 1), *ldb = drand(c, &r, C, -1, 1);
-        OK(c->ops->layernorm_forward(c->dev, NULL, lo, lm, lr, li, lw, lb, N, C));
-        OK(c->ops->layernorm_backward(c->dev, NULL, ldi, ldw, ldb, ldo, li, lw, lm, lr, N, C));
+        OK(c->K->layernorm_forward(c->dev, NULL, lo, lm, lr, li, lw, lb, DT_F32, N, C));
+        OK(c->K->layernorm_backward(c->dev, NULL, ldi, ldw, ldb, ldo, li, lw, lm, lr, DT_F32,
+                                    N, C));
         res[d][k] = lo, len[k++] = N * C;
         res[d][k] = ldi, len[k++] = N * C;
         res[d][k] = ldw, len[k++] = C;
@@ -1106,8 +1223,8 @@ static void test_threads_bitwise(void **state)
         dt_ref_fill_int(&r, tok, B * T, (int32_t)V);
         float *wte = drand(c, &r, V * EC, -1, 1), *wpe = drand(c, &r, T * EC, -1, 1);
         float *eo = dalloc(c, B * T * EC * 4);
-        OK(c->ops->embedding_forward(c->dev, NULL, eo, tok, wte, wpe, B, T, EC));
-        OK(c->ops->embedding_backward(c->dev, NULL, wte, wpe, eo, tok, B, T, EC));
+        OK(c->K->embedding_forward(c->dev, NULL, eo, tok, wte, wpe, DT_F32, B, T, EC));
+        OK(c->K->embedding_backward(c->dev, NULL, wte, wpe, eo, tok, DT_F32, B, T, EC));
         res[d][k] = eo, len[k++] = B * T * EC;
         res[d][k] = wte, len[k++] = V * EC;
 
@@ -1116,8 +1233,9 @@ static void test_threads_bitwise(void **state)
         float *qkv = drand(c, &r, AB * AT * 3 * AC, -1, 1);
         float *ao = dalloc(c, AB * AT * AC * 4), *att = dalloc(c, AB * NH * AT * AT * 4);
         float *dqkv = drand(c, &r, AB * AT * 3 * AC, -1, 1);
-        OK(c->ops->attention_forward(c->dev, NULL, ao, att, qkv, AB, AT, AC, NH));
-        OK(c->ops->attention_backward(c->dev, NULL, dqkv, ao, qkv, att, AB, AT, AC, NH));
+        OK(c->K->attention_forward(c->dev, NULL, ao, att, qkv, DT_F32, AB, AT, AC, NH));
+        OK(c->K->attention_backward(c->dev, NULL, dqkv, ao, qkv, ao, att, DT_F32, AB, AT, AC,
+                                    NH));
         res[d][k] = ao, len[k++] = AB * AT * AC;
         res[d][k] = dqkv, len[k++] = AB * AT * 3 * AC;
 
@@ -1127,8 +1245,8 @@ static void test_threads_bitwise(void **state)
         float *ls = dalloc(c, XN * 4);
         int32_t *tg = dalloc(c, XN * 4);
         dt_ref_fill_int(&r, tg, XN, (int32_t)XV);
-        OK(c->ops->softmax_xent_forward(c->dev, NULL, ls, pr, lg, tg, XN, XV));
-        OK(c->ops->softmax_xent_backward(c->dev, NULL, lg, pr, tg, 0.25f, XN, XV));
+        OK(c->K->softmax_xent_forward(c->dev, NULL, ls, pr, lg, tg, DT_F32, XN, XV));
+        OK(c->K->softmax_xent_backward(c->dev, NULL, lg, pr, tg, DT_F32, 0.25f, XN, XV));
         res[d][k] = ls, len[k++] = XN;
         res[d][k] = lg, len[k++] = XN * XV;
         nres = k;
@@ -1163,7 +1281,7 @@ static void test_threads_matmul(void **state)
             void *wt = w;
             if (bf) {
                 wt = dalloc(c, OC * C * 2);
-                OK(c->ops->cast(c->dev, NULL, wt, DT_BF16, w, DT_F32, OC * C));
+                OK(c->K->cast(c->dev, NULL, wt, DT_BF16, w, DT_F32, OC * C));
             }
             float *out = dalloc(c, N * OC * 4), *dinp = dalloc(c, N * C * 4);
             float *dw = dalloc(c, OC * C * 4), *db = dalloc(c, OC * 4);
@@ -1171,8 +1289,8 @@ static void test_threads_matmul(void **state)
             memset(dw, 0, OC * C * 4);
             memset(db, 0, OC * 4);
             int wdt = bf ? DT_BF16 : DT_F32;
-            OK(c->ops->matmul_forward(c->dev, NULL, out, inp, wt, b, wdt, N, C, OC));
-            OK(c->ops->matmul_backward(c->dev, NULL, dinp, dw, db, dout, inp, wt, wdt,
+            OK(c->K->matmul_forward(c->dev, NULL, out, inp, wt, b, DT_F32, wdt, N, C, OC));
+            OK(c->K->matmul_backward(c->dev, NULL, dinp, dw, db, dout, inp, wt, DT_F32, wdt,
                                        N, C, OC));
             res[d][0] = out, res[d][1] = dinp, res[d][2] = dw, res[d][3] = db;
             if (wt != w)
@@ -1207,6 +1325,7 @@ int main(void)
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_errors),
+        cmocka_unit_test(test_attention_state_bytes),
         cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_softmax_xent_extremes),
         cmocka_unit_test(test_residual_axpy_scale),
@@ -1217,6 +1336,7 @@ int main(void)
         cmocka_unit_test(test_cast_exhaustive_16bit),
         cmocka_unit_test(test_cast_from_f32_vs_reference),
         cmocka_unit_test(test_cast_errors),
+        cmocka_unit_test(test_dtype_refusals),
         cmocka_unit_test(test_threads_bitwise),
         cmocka_unit_test(test_threads_matmul),
     };

@@ -1,8 +1,9 @@
 /*
  * tests/unit/test_loader.c - the plugin loader against the fake plugins
  * (tests/fake_plugins): every way a module can be refused, with its status
- * and exact message; search path order; optional methods past struct_size;
- * several majors; failures that must leave the process running; discovery.
+ * and exact message (a device's kernel table included); search path order;
+ * optional methods past struct_size; several majors; failures that must
+ * leave the process running; discovery.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -114,9 +115,38 @@ static void test_abi_layouts_cover_structs(void **state)
     assert_string_equal(c->optional[1].name, "cleanup_job");
     assert_int_equal(c->min_size, offsetof(dt_comm_ops_v1_t, test));
     const dt_abi_layout_t *d = dt_abi_layout(DT_KIND_DEVICE, 1);
-    assert_int_equal(d->n_mandatory, 37);
-    assert_string_equal(d->mandatory[36].name, "cast");
+    assert_int_equal(d->n_mandatory, 21);
+    assert_string_equal(d->mandatory[3].name, "kernels");
+    assert_string_equal(d->mandatory[8].name, "host_alloc");
+    assert_string_equal(d->mandatory[9].name, "host_free");
+    assert_string_equal(d->mandatory[20].name, "memset_async");
+    assert_int_equal(d->n_optional, 1);
     assert_string_equal(d->optional[0].name, "native_stream");
+    /* the device hands out its kernel table through `kernels`, whose
+     * layout is its own: after its head, the core set, then the optional
+     * kernels, ending where the struct ends */
+    assert_int_equal(d->n_sub, 1);
+    assert_string_equal(d->sub[0].slot, "kernels");
+    assert_int_equal(d->sub[0].slot_offset, offsetof(dt_device_ops_v1_t, kernels));
+    const dt_abi_layout_t *k = d->sub[0].layout;
+    assert_int_equal(k->major, DT_KERNELS_ABI_MAJOR);
+    assert_int_equal(k->minor, DT_KERNELS_ABI_MINOR);
+    assert_int_equal(k->ops_size, sizeof(dt_kernels_v1_t));
+    size_t at = sizeof(dt_kernels_info_t);
+    for (size_t i = 0; i < k->n_mandatory; i++, at += fn)
+        assert_int_equal(k->mandatory[i].offset, at);
+    assert_int_equal(k->min_size, at);
+    for (size_t i = 0; i < k->n_optional; i++, at += fn)
+        assert_int_equal(k->optional[i].offset, at);
+    assert_int_equal(at, sizeof(dt_kernels_v1_t));
+    assert_int_equal(k->n_mandatory, 11);
+    assert_string_equal(k->mandatory[0].name, "matmul_forward");
+    assert_string_equal(k->mandatory[10].name, "cast");
+    assert_int_equal(k->min_size, offsetof(dt_kernels_v1_t, layernorm_forward));
+    assert_string_equal(k->optional[0].name, "layernorm_forward");
+    assert_string_equal(k->optional[k->n_optional - 1].name, "sgd_update");
+    assert_null(k->sub);
+    assert_null(c->sub);
     const dt_abi_layout_t *o = dt_abi_layout(DT_KIND_OFFLOAD, 1);
     assert_string_equal(o->optional[0].name, "host_ptr");
     assert_string_equal(o->optional[1].name, "cleanup_job");
@@ -346,6 +376,62 @@ static void test_table_too_small(void **state)
              "'abort')", offsetof(dt_comm_ops_v1_t, barrier),
              offsetof(dt_comm_ops_v1_t, test));
     assert_msg(expect);
+}
+
+/* ------------------------------------------------- the kernel table -- */
+
+/* A device with the core set of kernels loads; its optional kernels read
+ * as absent through DT_HAS_OP. */
+static void test_device_core_kernels_only(void **state)
+{
+    dt_plugin_t *p = NULL;
+    assert_int_equal(dt_plugin_load(DT_KIND_DEVICE, "fakedev", NULL, &p), DT_OK);
+    const dt_device_ops_v1_t *ops = p->ops;
+    const dt_kernels_v1_t *k = ops->kernels();
+    assert_int_equal(k->info.struct_size, sizeof(dt_kernels_v1_t));
+    assert_true(DT_HAS_OP(dt_kernels_t, k, cast));
+    assert_false(DT_HAS_OP(dt_kernels_t, k, layernorm_forward));
+    assert_false(DT_HAS_OP(dt_kernels_t, k, attention_forward));
+    assert_false(DT_HAS_OP(dt_kernels_t, k, sgd_update));
+    dt_plugin_unload(p);
+}
+
+static void test_device_null_mandatory_kernel(void **state)
+{
+    expect_load_fail(DT_KIND_DEVICE, "fakedevnullk", DT_ERR_ABI);
+    assert_msg("device plugin 'fakedevnullk' at " FAKE "/dtrain_fakedevnullk.so: "
+               "mandatory kernel 'gelu_backward' is NULL");
+}
+
+static void test_device_kernel_table_too_small(void **state)
+{
+    expect_load_fail(DT_KIND_DEVICE, "fakedevtinyk", DT_ERR_ABI);
+    char expect[1024];
+    snprintf(expect, sizeof expect,
+             "device plugin 'fakedevtinyk' at " FAKE "/dtrain_fakedevtinyk.so: "
+             "kernel table is %zu bytes (info.struct_size), too small for the "
+             "mandatory kernels of kernel ABI 1.x (at least %zu bytes, up to "
+             "'cast')", offsetof(dt_kernels_v1_t, cast),
+             offsetof(dt_kernels_v1_t, layernorm_forward));
+    assert_msg(expect);
+}
+
+static void test_device_without_kernel_table(void **state)
+{
+    expect_load_fail(DT_KIND_DEVICE, "fakedevnok", DT_ERR_ABI);
+    assert_msg("device plugin 'fakedevnok' at " FAKE "/dtrain_fakedevnok.so: "
+               "'kernels' returned no kernel table (NULL)");
+    expect_load_fail(DT_KIND_DEVICE, "fakedevnullrt", DT_ERR_ABI);
+    assert_msg("device plugin 'fakedevnullrt' at " FAKE
+               "/dtrain_fakedevnullrt.so: mandatory method 'kernels' is NULL");
+}
+
+static void test_device_kernel_table_wrong_major(void **state)
+{
+    expect_load_fail(DT_KIND_DEVICE, "fakedevk2", DT_ERR_ABI);
+    assert_msg("device plugin 'fakedevk2' at " FAKE "/dtrain_fakedevk2.so: "
+               "'kernels' returned a kernel table of kernel ABI 2.0 "
+               "(info.abi_major), this dtrain speaks kernel ABI 1.x");
 }
 
 static void test_kind_mismatch(void **state)
@@ -757,6 +843,11 @@ int main(void)
         cmocka_unit_test_setup(test_wrong_major, setup),
         cmocka_unit_test_setup(test_null_mandatory_method, setup),
         cmocka_unit_test_setup(test_table_too_small, setup),
+        cmocka_unit_test_setup(test_device_core_kernels_only, setup),
+        cmocka_unit_test_setup(test_device_null_mandatory_kernel, setup),
+        cmocka_unit_test_setup(test_device_kernel_table_too_small, setup),
+        cmocka_unit_test_setup(test_device_without_kernel_table, setup),
+        cmocka_unit_test_setup(test_device_kernel_table_wrong_major, setup),
         cmocka_unit_test_setup(test_kind_mismatch, setup),
         cmocka_unit_test_setup(test_name_mismatch, setup),
         cmocka_unit_test_setup(test_optional_method_past_struct_size, setup),

@@ -14,8 +14,10 @@
  *     statistics, the (B,NH,T,T) attention probabilities), so
  *     checkpointing every block removes L - 1 blocks' worth exactly (one
  *     block's worth comes back as the shared recompute buffer).
- * Presets (gpt2-124m, gpt2-1558m) are planned from the description alone,
- * with no device at all, and their numbers printed.
+ * Presets (gpt2-124m, gpt2-1558m) are planned from the description and
+ * the cpu plugin's kernel table alone, with no device instance, and their
+ * numbers printed.  A device without a kernel GPT-2 needs is refused when
+ * the model is created, naming the kernel.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,6 +35,7 @@
 #include "model/model.h"
 #include "model_harness.h"
 #include "test_assert.h"
+#include "test_plugin.h"
 #include "util/error.h"
 
 /* A small GPT-2 and MLP; sizes chosen unequal so a swapped term shows. */
@@ -57,16 +60,35 @@ static void mlp_toml(char *out, size_t cap, const char *dtype, const char *ckpt)
              MV, MD, MH, ML, dtype, ckpt);
 }
 
-/* A model from TOML text, described only: no device, nothing allocated. */
-static dt_model_t *describe(const char *toml, dt_config_t **cfg)
+/* The cpu plugin's runtime table (never dlclosed). */
+static const dt_device_ops_t *cpu_ops(void)
 {
-    assert_ok(dt_config_load_string("model.toml", toml, cfg));
+    static const dt_device_ops_t *ops;
+    if (!ops && !(ops = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_cpu.so",
+                                             DT_ENTRY_STRING(device, 1), NULL)))
+        fail_msg("%s", dt_last_error());
+    return ops;
+}
+
+/* The config of TOML text with the [model] schema applied. */
+static dt_config_t *model_config(const char *toml)
+{
+    dt_config_t *cfg = NULL;
+    assert_ok(dt_config_load_string("model.toml", toml, &cfg));
     for (uint32_t i = 0; i < dt_core_n_sections; i++)
         if (strcmp(dt_core_sections[i].table, "model") == 0)
-            assert_ok(dt_config_apply_schema(*cfg, "model", dt_core_sections[i].keys,
+            assert_ok(dt_config_apply_schema(cfg, "model", dt_core_sections[i].keys,
                                              dt_core_sections[i].n_keys));
+    return cfg;
+}
+
+/* A model from TOML text, described only: the cpu plugin's kernel table,
+ * no device instance, nothing allocated. */
+static dt_model_t *describe(const char *toml, dt_config_t **cfg)
+{
+    *cfg = model_config(toml);
     dt_model_t *m = NULL;
-    assert_ok(dt_model_create(*cfg, &m));
+    assert_ok(dt_model_create(*cfg, cpu_ops(), &m));
     return m;
 }
 
@@ -229,7 +251,7 @@ static void test_gpt2_checkpointing_saves_blocks(void **state)
 }
 
 /* The planner's case: a preset planned from the description alone (no
- * device: nothing can be allocated), set into the desc. */
+ * device instance: nothing can be allocated), set into the desc. */
 static void check_preset(const char *preset, int64_t L, int64_t NH, int64_t C)
 {
     const uint64_t V = 50257, B = 8, T = 1024, BT = B * T;
@@ -275,6 +297,150 @@ static void test_presets_planned_without_a_device(void **state)
     check_preset("gpt2-1558m", 48, 25, 1600);
 }
 
+/* The cpu's kernel table without one kernel GPT-2 needs: `missing` is
+ * the offset of the slot cleared. */
+static size_t g_missing;
+static dt_kernels_v1_t g_lacking;
+static const dt_kernels_v1_t *lacking_kernels(void)
+{
+    g_lacking = *cpu_ops()->kernels();
+    memset((char *)&g_lacking + g_missing, 0, sizeof(void (*)(void)));
+    return &g_lacking;
+}
+
+/* A device without an optional kernel the arch calls is refused when the
+ * model is created, naming the device, the kernel and the dtypes; the MLP,
+ * which needs the core set only, is not. */
+static void test_device_lacking_a_kernel(void **state)
+{
+    (void)state;
+    dt_device_ops_t dev = *cpu_ops();
+    dev.info.name = "lacking";
+    dev.kernels = lacking_kernels;
+    static const struct {
+        size_t offset;
+        const char *name;
+    } need[] = {
+        {offsetof(dt_kernels_v1_t, layernorm_forward), "layernorm_forward"},
+        {offsetof(dt_kernels_v1_t, layernorm_backward), "layernorm_backward"},
+        {offsetof(dt_kernels_v1_t, attention_state_bytes), "attention_state_bytes"},
+        {offsetof(dt_kernels_v1_t, attention_forward), "attention_forward"},
+        {offsetof(dt_kernels_v1_t, attention_backward), "attention_backward"},
+        {offsetof(dt_kernels_v1_t, residual_forward), "residual_forward"},
+    };
+    char toml[512], want[256];
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        gpt2_toml(toml, sizeof toml, bf16 ? "bf16" : "fp32", "none");
+        for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+            g_missing = need[i].offset;
+            dt_config_t *cfg = model_config(toml);
+            dt_model_t *m = NULL;
+            assert_status(dt_model_create(cfg, &dev, &m), DT_ERR_UNSUPPORTED);
+            assert_null(m);
+            snprintf(want, sizeof want,
+                     "device 'lacking' has no kernel '%s' (f32 activations, %s weights); "
+                     "arch gpt2 needs it",
+                     need[i].name, bf16 ? "bf16" : "f32");
+            assert_msg(want);
+            dt_config_free(cfg);
+        }
+    }
+    /* the MLP runs on the core set */
+    g_missing = offsetof(dt_kernels_v1_t, attention_forward);
+    mlp_toml(toml, sizeof toml, "fp32", "none");
+    dt_config_t *cfg = model_config(toml);
+    dt_model_t *m = NULL;
+    assert_ok(dt_model_create(cfg, &dev, &m));
+    dt_model_free(m, NULL);
+    dt_config_free(cfg);
+}
+
+/* A flash-attention backend keeps the (B, NH, T) f32 log-sum-exp, not the
+ * probabilities: the plan follows the device's attention_state_bytes (the
+ * query alloc_acts sizes the buffer with), so only the state term of each
+ * block changes.  Planned only: the cpu kernels behind it keep
+ * probabilities and would not fit. */
+static int lse_state_bytes(int64_t B, int64_t T, int64_t C, int64_t NH, int dtype,
+                           uint64_t *out)
+{
+    if (dtype != DT_F32)
+        return DT_ERR_UNSUPPORTED;
+    *out = (uint64_t)(B * NH * T) * 4;
+    return DT_OK;
+}
+static dt_kernels_v1_t g_flash;
+static const dt_kernels_v1_t *flash_kernels(void)
+{
+    g_flash = *cpu_ops()->kernels();
+    g_flash.attention_state_bytes = lse_state_bytes;
+    return &g_flash;
+}
+
+static void test_attention_state_is_the_devices(void **state)
+{
+    (void)state;
+    dt_device_ops_t dev = *cpu_ops();
+    dev.info.name = "flash";
+    dev.kernels = flash_kernels;
+    char toml[512];
+    gpt2_toml(toml, sizeof toml, "fp32", "none");
+    dt_config_t *cfg = model_config(toml), *cfg2 = NULL;
+    dt_model_t *flash = NULL, *cpu = describe(toml, &cfg2);
+    assert_ok(dt_model_create(cfg, &dev, &flash));
+    const uint64_t B = 3, T = 11;
+    uint64_t uf[GL + 2], uc[GL + 2];
+    dt_model_act_t af, ac;
+    assert_ok(dt_model_act_bytes(flash, (int64_t)B, (int64_t)T, uf, &af));
+    assert_ok(dt_model_act_bytes(cpu, (int64_t)B, (int64_t)T, uc, &ac));
+    const uint64_t probs = 4 * B * GNH * T * T, lse = 4 * B * GNH * T;
+    for (int l = 0; l < GL; l++) {
+        assert_int_equal(uc[l + 1], 4 * B * T * GC + gpt2_block(B, T));
+        assert_int_equal(uf[l + 1], uc[l + 1] - probs + lse);
+    }
+    assert_int_equal(uf[0], uc[0]);
+    assert_int_equal(uf[GL + 1], uc[GL + 1]);
+    assert_int_equal(af.workspace, ac.workspace);
+    assert_int_equal(ac.total - af.total, GL * (probs - lse));
+    dt_model_free(flash, NULL);
+    dt_model_free(cpu, NULL);
+    dt_config_free(cfg);
+    dt_config_free(cfg2);
+}
+
+/* A device refusing the state query (here: the dtype) fails the plan
+ * with the query named. */
+static int refusing_state_bytes(int64_t B, int64_t T, int64_t C, int64_t NH, int dtype,
+                                uint64_t *out)
+{
+    return DT_ERR_UNSUPPORTED;
+}
+static dt_kernels_v1_t g_refusing;
+static const dt_kernels_v1_t *refusing_kernels(void)
+{
+    g_refusing = *cpu_ops()->kernels();
+    g_refusing.attention_state_bytes = refusing_state_bytes;
+    return &g_refusing;
+}
+
+static void test_attention_state_refused(void **state)
+{
+    (void)state;
+    dt_device_ops_t dev = *cpu_ops();
+    dev.info.name = "picky";
+    dev.kernels = refusing_kernels;
+    char toml[512];
+    gpt2_toml(toml, sizeof toml, "fp32", "none");
+    dt_config_t *cfg = model_config(toml);
+    dt_model_t *m = NULL;
+    assert_ok(dt_model_create(cfg, &dev, &m));
+    dt_model_act_t a;
+    assert_status(dt_model_act_bytes(m, 2, 8, NULL, &a), DT_ERR_UNSUPPORTED);
+    assert_msg("model: device 'picky' refused attention_state_bytes for B 2, T 8, C 16, NH 2, "
+               "f32 activations (DT_ERR_UNSUPPORTED)");
+    dt_model_free(m, NULL);
+    dt_config_free(cfg);
+}
+
 static void test_bad_shapes(void **state)
 {
     (void)state;
@@ -308,6 +474,9 @@ int main(void)
         cmocka_unit_test(test_mlp_planned_is_allocated),
         cmocka_unit_test(test_gpt2_checkpointing_saves_blocks),
         cmocka_unit_test(test_presets_planned_without_a_device),
+        cmocka_unit_test(test_device_lacking_a_kernel),
+        cmocka_unit_test(test_attention_state_is_the_devices),
+        cmocka_unit_test(test_attention_state_refused),
         cmocka_unit_test(test_bad_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -57,10 +57,11 @@ static int fd_memset(dt_device_t *d, void *dst, int v, uint64_t bytes, dt_stream
 }
 static int fd_sync(dt_device_t *d, dt_stream_t *s) { return DT_OK; }
 
-static int fd_adamw(dt_device_t *d, dt_stream_t *s, float *p, const float *g, float *m,
-                    float *v, int64_t n, float lr, float b1, float b2, float eps, float wd,
-                    float gs, int64_t t)
+static int fd_adamw(dt_device_t *d, dt_stream_t *s, float *p, const void *gv, float *m,
+                    float *v, int gdt, int64_t n, float lr, float b1, float b2, float eps,
+                    float wd, float gs, int64_t t)
 {
+    const float *g = gv;
     if (d->fail_adamw)
         return DT_ERR_SYSTEM;
     d->calls[d->n_calls++] = (call_t){0, p - d->base, n, wd, gs, lr, t};
@@ -75,9 +76,10 @@ static int fd_adamw(dt_device_t *d, dt_stream_t *s, float *p, const float *g, fl
     return DT_OK;
 }
 
-static int fd_sgd(dt_device_t *d, dt_stream_t *s, float *p, const float *g, float *mom,
-                  int64_t n, float lr, float mu, float wd, int nesterov, float gs)
+static int fd_sgd(dt_device_t *d, dt_stream_t *s, float *p, const void *gv, float *mom,
+                  int gdt, int64_t n, float lr, float mu, float wd, int nesterov, float gs)
 {
+    const float *g = gv;
     d->calls[d->n_calls++] = (call_t){1, p - d->base, n, wd, gs, lr, 0};
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i] * gs + wd * p[i];
@@ -97,17 +99,23 @@ static int fd_sumsq(dt_device_t *d, dt_stream_t *s, double *out, const void *x, 
     return DT_OK;
 }
 
+static const dt_kernels_v1_t fake_kernels = {
+    .info = DT_KERNELS_INFO(dt_kernels_v1_t),
+    .adamw_update = fd_adamw,
+    .sgd_update = fd_sgd,
+    .sumsq = fd_sumsq,
+};
+static const dt_kernels_v1_t *fd_kernels(void) { return &fake_kernels; }
+
 static const dt_device_ops_v1_t fake_dev_ops = {
     .info = {.abi_major = DT_DEVICE_ABI_MAJOR, .struct_size = sizeof(dt_device_ops_v1_t),
              .kind = DT_KIND_DEVICE, .name = "fake"},
+    .kernels = fd_kernels,
     .alloc = fd_alloc,
     .free = fd_free,
     .memcpy_async = fd_memcpy,
     .memset_async = fd_memset,
     .stream_sync = fd_sync,
-    .adamw_update = fd_adamw,
-    .sgd_update = fd_sgd,
-    .sumsq = fd_sumsq,
 };
 
 /* A comm of `size` ranks where every other rank holds this rank's data,
@@ -508,6 +516,33 @@ static void test_optim_range_sgd_whole_unit(void **state)
     assert_int_equal(dev.n_calls, 0);
 }
 
+/* The optimizer updates are optional kernels: a device without the one
+ * asked for is refused, naming it, and nothing is called. */
+static const dt_kernels_v1_t adamw_only_kernels = {
+    .info = DT_KERNELS_INFO(dt_kernels_v1_t),
+    .adamw_update = fd_adamw,
+};
+static const dt_kernels_v1_t *fd_adamw_only(void) { return &adamw_only_kernels; }
+
+static void test_optim_range_kernel_missing(void **state)
+{
+    dt_device_ops_v1_t ops = fake_dev_ops;
+    ops.kernels = fd_adamw_only;
+    struct dt_device dev = {0};
+    const dt_optim_desc_v1_t od = {.struct_size = sizeof(dt_optim_desc_v1_t),
+                                   .kind = DT_OPTIM_SGD};
+    float p[20] = {0}, g[20] = {0}, mom[20] = {0};
+    dev.base = p;
+    dt_optim_step_t st = {.desc = &od, .lr = 0.1f, .grad_scale = 1.0f, .t = 1};
+    assert_int_equal(dt_optim_range(&th.host, &ops, &dev, NULL, &test_unit,
+                                    (dt_range_t){0, 20}, p, g, mom, NULL, &st),
+                     DT_ERR_UNSUPPORTED);
+    assert_string_equal(dt_last_error(), "strategy/test: optimizer: device 'fake' has no "
+                                         "kernel 'sgd_update' (f32 parameters and "
+                                         "gradients; unit 'block.0')");
+    assert_int_equal(dev.n_calls, 0);
+}
+
 static void test_norms(void **state)
 {
     struct dt_device dev = {0};
@@ -598,6 +633,7 @@ int main(void)
         cmocka_unit_test_setup(test_clip_scale, setup),
         cmocka_unit_test_setup(test_optim_range_adamw, setup),
         cmocka_unit_test_setup(test_optim_range_sgd_whole_unit, setup),
+        cmocka_unit_test_setup(test_optim_range_kernel_missing, setup),
         cmocka_unit_test_setup(test_norms, setup),
         cmocka_unit_test_setup(test_hash, setup),
         cmocka_unit_test_setup(test_replica_check, setup),

@@ -1,11 +1,21 @@
 /*
- * dtrain/device.h - the compute backend ABI (plugin kind "device").
+ * dtrain/device.h - the compute backend ABI (plugin kind "device"): a
+ * runtime table and, separately sized and versioned, a kernel table.
  *
- * A device owns memory (every allocation tagged, peaks kept per tag, an
- * optional budget), ordered streams and events, copies, and the kernel
- * table that models are built from.  Kernels are enqueued on a stream and
- * may return before they finish (CUDA); a host-synchronous backend (cpu)
- * runs them at once, which satisfies the same contract.
+ * The runtime (dt_device_ops_v1_t, the plugin's entry) owns memory (every
+ * allocation tagged, peaks kept per tag, an optional budget), pinned host
+ * memory for asynchronous copies (offload tiers), ordered streams and
+ * events, and copies.  Its mandatory `kernels` slot hands out the kernel
+ * table (dt_kernels_v1_t) the models and strategies are built from, with
+ * its own head (major, minor, struct_size): kernels are added without
+ * touching the runtime (NCCL's net vs collNet).  A core set of kernels is
+ * mandatory, checked by the loader with the runtime's mandatory slots; the
+ * rest are optional (DT_HAS_OP(dt_kernels_t, k, field)).  Every kernel call
+ * states the dtypes of its buffers, and attention keeps its saved state in
+ * a buffer whose size and layout the backend decides.  Kernels are
+ * enqueued on a stream and may return before they finish (CUDA); a
+ * host-synchronous backend (cpu) runs them at once, which satisfies the
+ * same contract.
  *
  * Conventions (llm.c's): `<op>_forward` / `<op>_backward` pairs; gradient
  * arguments are prefixed `d`; backward kernels ACCUMULATE (+=) into every
@@ -17,9 +27,12 @@
  *
  * Thread safety (a contract for callers; a backend may serialise inside):
  *  - init and finalize: one thread, nothing else in flight on the instance.
- *  - memory (alloc, free, mem_stats, mem_reset_peaks, props) and waiting
- *    (stream_sync, event_sync, synchronize): from any thread at any time; a
- *    comm's progress thread waits on the compute stream this way.
+ *  - memory (alloc, free, host_alloc, host_free, mem_stats,
+ *    mem_reset_peaks, props) and waiting (stream_sync, event_sync,
+ *    synchronize): from any thread at any time; a comm's progress thread
+ *    waits on the compute stream this way.
+ *  - `kernels` and attention_state_bytes: from any thread at any time (the
+ *    table is immutable, the query a pure function).
  *  - everything that ENQUEUES (kernels, copies, memset, event_record,
  *    stream_wait_event, stream create/destroy): one thread at a time per
  *    stream; different streams may be fed from different threads at once.
@@ -41,6 +54,10 @@ extern "C" {
 
 #define DT_DEVICE_ABI_MAJOR 1
 #define DT_DEVICE_ABI_MINOR 0
+/* The kernel table versions on its own (NCCL's net vs collNet): a kernel
+ * added is a kernel minor, not a device one. */
+#define DT_KERNELS_ABI_MAJOR 1
+#define DT_KERNELS_ABI_MINOR 0
 
 typedef struct dt_device dt_device_t; /* plugin instance, opaque */
 typedef struct dt_stream dt_stream_t; /* ordered queue of work, opaque */
@@ -83,6 +100,194 @@ typedef enum dt_copy_kind {
     DT_COPY_H2H = 3
 } dt_copy_kind_t;
 
+/* The head of the kernel table.  Its first three fields are those of
+ * dt_plugin_info_t, in the same places: the loader reads both alike. */
+typedef struct dt_kernels_info {
+    uint32_t abi_major;   /* DT_KERNELS_ABI_MAJOR the plugin was built with */
+    uint32_t abi_minor;   /* DT_KERNELS_ABI_MINOR the plugin was built with */
+    uint32_t struct_size; /* sizeof(dt_kernels_v1_t) at the plugin's build:
+                           * kernels past it are absent */
+    uint32_t reserved0;
+} dt_kernels_info_t;
+DT_ABI_CHECK_(dt_kernels_info_major_at_, offsetof(dt_kernels_info_t, abi_major) ==
+                                             offsetof(dt_plugin_info_t, abi_major));
+DT_ABI_CHECK_(dt_kernels_info_minor_at_, offsetof(dt_kernels_info_t, abi_minor) ==
+                                             offsetof(dt_plugin_info_t, abi_minor));
+DT_ABI_CHECK_(dt_kernels_info_size_at_, offsetof(dt_kernels_info_t, struct_size) ==
+                                            offsetof(dt_plugin_info_t, struct_size));
+
+/* Fill a kernel table's head: .info = DT_KERNELS_INFO(dt_kernels_v1_t). */
+#define DT_KERNELS_INFO(type)                                                  \
+    {                                                                          \
+        .abi_major = DT_KERNELS_ABI_MAJOR,                                     \
+        .abi_minor = DT_KERNELS_ABI_MINOR,                                     \
+        .struct_size = (uint32_t)sizeof(type),                                 \
+        .reserved0 = 0,                                                        \
+    }
+
+/* The kernels models and strategies are built from.  Every kernel is
+ * enqueued on stream `s` of instance `d` and may return before it runs
+ * (thread safety: as everything that enqueues, see the top of this file).
+ *
+ * Element types.  Every call states the types of its buffers:
+ *  - `float *` is f32, always: parameter gradients (strategies hold them in
+ *    f32, strategy.h), norm statistics, losses, optimizer state;
+ *  - `void *` holds elements of the dtype the call names: `dtype`, the
+ *    activation dtype, covers activations, their gradients, and the
+ *    parameters a layer reads other than matmul weights (biases, norm
+ *    weights, embedding tables); `wdtype` covers matmul weights;
+ *    grad_dtype, dst_dtype, src_dtype say what their names say.
+ * A kernel refuses a combination it does not run with DT_ERR_UNSUPPORTED,
+ * naming itself and the dtypes ("matmul_forward: bf16 activations with
+ * f32 weights: unsupported (...)"), before touching any buffer.  The cpu
+ * device runs f32 activations with f32 or bf16 weights; a GPU backend may
+ * run bf16 activations. */
+typedef struct dt_kernels_v1 {
+    dt_kernels_info_t info; /* first: DT_HAS_OP(dt_kernels_t, k, field) works */
+
+    /* ---- the core set (mandatory): what every model and strategy of
+     * dtrain needs, whatever the config ---- */
+
+    /* out = inp @ weight^T + bias.  out (N, OC), inp (N, C), bias (OC) or
+     * NULL: dtype; weight (OC, C): wdtype. */
+    int (*matmul_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                          const void *inp, const void *weight,
+                          const void *bias, int dtype, int wdtype, int64_t N,
+                          int64_t C, int64_t OC);
+    /* dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout.
+     * dinp (N, C), dout (N, OC), inp (N, C): dtype; dweight (OC, C), dbias
+     * (OC): f32; weight (OC, C): wdtype.  dinp, dweight, dbias may each be
+     * NULL to skip it. */
+    int (*matmul_backward)(dt_device_t *d, dt_stream_t *s, void *dinp,
+                           float *dweight, float *dbias, const void *dout,
+                           const void *inp, const void *weight, int dtype,
+                           int wdtype, int64_t N, int64_t C, int64_t OC);
+    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].  out (B, T, C), wte (V,
+     * C), wpe (>= T, C): dtype; tokens (B, T) i32 in [0, V) (the range is
+     * the caller's check). */
+    int (*embedding_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                             const int32_t *tokens, const void *wte,
+                             const void *wpe, int dtype, int64_t B,
+                             int64_t T, int64_t C);
+    /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:].  dout
+     * (B, T, C): dtype; dwte (V, C), dwpe (>= T, C): f32, either may be
+     * NULL to skip it. */
+    int (*embedding_backward)(dt_device_t *d, dt_stream_t *s, float *dwte,
+                              float *dwpe, const void *dout,
+                              const int32_t *tokens, int dtype, int64_t B,
+                              int64_t T, int64_t C);
+    /* GELU, tanh approximation (GPT-2's).  out, inp (n): dtype. */
+    int (*gelu_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                        const void *inp, int dtype, int64_t n);
+    /* dinp += gelu'(inp) * dout.  dinp, inp, dout (n): dtype. */
+    int (*gelu_backward)(dt_device_t *d, dt_stream_t *s, void *dinp,
+                         const void *inp, const void *dout, int dtype,
+                         int64_t n);
+    /* losses[i] = -log softmax(logits[i,:])[targets[i]]; probs = softmax
+     * (kept for backward).  logits, probs (N, V): dtype; targets (N) i32 in
+     * [0, V); losses (N): f32. */
+    int (*softmax_xent_forward)(dt_device_t *d, dt_stream_t *s,
+                                float *losses, void *probs,
+                                const void *logits, const int32_t *targets,
+                                int dtype, int64_t N, int64_t V);
+    /* dlogits[i,:] += dloss * (probs[i,:] - onehot(targets[i])).  dlogits,
+     * probs (N, V): dtype. */
+    int (*softmax_xent_backward)(dt_device_t *d, dt_stream_t *s,
+                                 void *dlogits, const void *probs,
+                                 const int32_t *targets, int dtype,
+                                 float dloss, int64_t N, int64_t V);
+    /* y += alpha * x, (n) elements of dtype (gradient accumulation); x and
+     * y must not overlap. */
+    int (*axpy)(dt_device_t *d, dt_stream_t *s, void *y, const void *x,
+                int dtype, float alpha, int64_t n);
+    /* *out = sum of x[i]^2 over (n) elements of `dtype` (f32, bf16, f16),
+     * accumulated in double.  `out` is device memory (one double), written
+     * (not accumulated); NaN/Inf propagate. */
+    int (*sumsq)(dt_device_t *d, dt_stream_t *s, double *out, const void *x,
+                 int dtype, int64_t n);
+    /* dst = (dst_dtype) src, (n) elements; f32, bf16, f16 each way
+     * (round to nearest even). */
+    int (*cast)(dt_device_t *d, dt_stream_t *s, void *dst, int dst_dtype,
+                const void *src, int src_dtype, int64_t n);
+
+    /* ---- optional (DT_HAS_OP before use): what one architecture or one
+     * optimizer needs.  A caller without a fallback fails with
+     * DT_ERR_UNSUPPORTED naming the kernel and the dtypes it wanted. ---- */
+
+    /* out = (inp - mean) * rstd * weight + bias over the last dim, eps
+     * 1e-5.  out, inp (N, C), weight, bias (C): dtype; mean, rstd (N): f32,
+     * written for backward. */
+    int (*layernorm_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                             float *mean, float *rstd, const void *inp,
+                             const void *weight, const void *bias, int dtype,
+                             int64_t N, int64_t C);
+    /* dinp += d(out)/d(inp) . dout; dweight, dbias += their gradients.
+     * dinp, dout, inp (N, C), weight (C): dtype; dweight, dbias (C): f32,
+     * each may be NULL to skip it; mean, rstd (N): f32 from forward. */
+    int (*layernorm_backward)(dt_device_t *d, dt_stream_t *s, void *dinp,
+                              float *dweight, float *dbias, const void *dout,
+                              const void *inp, const void *weight,
+                              const float *mean, const float *rstd, int dtype,
+                              int64_t N, int64_t C);
+    /* Attention keeps what its backward needs in a state buffer whose
+     * layout is the backend's own: the cpu keeps the (B, NH, T, T) f32
+     * softmax probabilities, a flash-attention backend the (B, NH, T) f32
+     * log-sum-exp.  *out receives its size in bytes for (B, T, C, NH) and
+     * activations of `dtype`; the caller allocates that much device memory
+     * (alloc's alignment) and passes it to attention_forward, which writes
+     * it, and to attention_backward, which reads it.  A pure function of
+     * its arguments, asked with no instance (a planner sizes activations
+     * before any device exists), so it sets no message: DT_ERR_INVALID for
+     * a bad or overflowing shape or a NULL out, DT_ERR_UNSUPPORTED for a
+     * dtype attention_forward refuses; the caller names the kernel.  A
+     * backend with attention_forward has this too. */
+    int (*attention_state_bytes)(int64_t B, int64_t T, int64_t C, int64_t NH,
+                                 int dtype, uint64_t *out);
+    /* Causal multi-head self-attention.  qkv (B, T, 3C) holding q, k, v
+     * each (B, T, NH, C/NH), out (B, T, C): dtype; state: the
+     * attention_state_bytes(B, T, C, NH, dtype) bytes of device memory the
+     * caller allocated, written with what backward needs. */
+    int (*attention_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                             void *state, const void *qkv, int dtype,
+                             int64_t B, int64_t T, int64_t C, int64_t NH);
+    /* dqkv += d(out)/d(qkv) applied to dout.  dqkv (B, T, 3C), dout (B, T,
+     * C), qkv and out (the forward's input and output): dtype; state: what
+     * that forward wrote, unchanged since. */
+    int (*attention_backward)(dt_device_t *d, dt_stream_t *s, void *dqkv,
+                              const void *dout, const void *qkv,
+                              const void *out, const void *state, int dtype,
+                              int64_t B, int64_t T, int64_t C, int64_t NH);
+    /* out = a + b, (n) elements of dtype; out may alias a or b. */
+    int (*residual_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                            const void *a, const void *b, int dtype,
+                            int64_t n);
+    /* x *= alpha, (n) elements of dtype. */
+    int (*scale)(dt_device_t *d, dt_stream_t *s, void *x, int dtype,
+                 float alpha, int64_t n);
+    /* AdamW on (n) elements, decoupled weight decay (PyTorch's):
+     *   g = grad * grad_scale
+     *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+     *   param -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * param)
+     * param (the f32 master), m, v: f32; grad: grad_dtype.  t >= 1 is the
+     * 1-based step count. */
+    int (*adamw_update)(dt_device_t *d, dt_stream_t *s, float *param,
+                        const void *grad, float *m, float *v, int grad_dtype,
+                        int64_t n, float lr, float beta1, float beta2,
+                        float eps, float weight_decay, float grad_scale,
+                        int64_t t);
+    /* SGD with momentum (PyTorch's, no dampening):
+     *   g = grad * grad_scale + wd * param;  mom = mu mom + g;
+     *   param -= lr * (nesterov ? g + mu mom : mom)
+     * param, mom: f32 (mom may be NULL when momentum is 0); grad:
+     * grad_dtype. */
+    int (*sgd_update)(dt_device_t *d, dt_stream_t *s, float *param,
+                      const void *grad, float *mom, int grad_dtype,
+                      int64_t n, float lr, float momentum,
+                      float weight_decay, int nesterov, float grad_scale);
+
+    /* ---- minor 0 ends here; append only ---- */
+} dt_kernels_v1_t;
+
 typedef struct dt_device_ops_v1 {
     dt_plugin_info_t info; /* base first; info.kind == DT_KIND_DEVICE */
 
@@ -96,6 +301,14 @@ typedef struct dt_device_ops_v1 {
      * finalize(NULL) is a no-op.  Never fails. */
     void (*finalize)(dt_device_t *d);
     int (*props)(dt_device_t *d, dt_device_props_v1_t *out);
+    /* The plugin's kernel table (above): a `static const` table, the same
+     * pointer on every call, valid and unchanged while the plugin is
+     * loaded.  Needs no instance (the planner sizes activations before any
+     * device exists).  The loader checks its mandatory kernels when it
+     * loads the plugin, so a caller uses them without checking.  A later
+     * kernel ABI major is handed out by a slot appended for it; this one
+     * keeps handing out v1. */
+    const dt_kernels_v1_t *(*kernels)(void);
 
     /* ---- memory (mandatory) ---- */
     /* Allocate `bytes` of device memory tagged `tag` (dt_mem_tag_t),
@@ -105,10 +318,29 @@ typedef struct dt_device_ops_v1 {
     int (*alloc)(dt_device_t *d, uint64_t bytes, int tag, void **out);
     /* Free memory from alloc (waits for queued work using it).  NULL ok. */
     int (*free)(dt_device_t *d, void *ptr);
-    /* Per-tag bytes (out: caller-set struct_size; see dt_mem_stats_v1_t). */
+    /* Per-tag bytes of device memory and of pinned host memory (out:
+     * caller-set struct_size; see dt_mem_stats_v1_t). */
     int (*mem_stats)(dt_device_t *d, dt_mem_stats_v1_t *out);
-    /* Set every peak to its current value (start of a measured phase). */
+    /* Set every peak, device and pinned, to its current value (start of a
+     * measured phase). */
     int (*mem_reset_peaks)(dt_device_t *d);
+
+    /* ---- pinned host memory (mandatory) ---- */
+    /* Allocate `bytes` of HOST memory tagged `tag` (dt_mem_tag_t; offload
+     * tiers and staging use DT_TAG_OFFLOAD / DT_TAG_STAGING) that this
+     * device copies to and from asynchronously: memcpy_async H2D / D2H with
+     * it may overlap compute (CUDA: cudaHostAlloc; the cpu: plain host
+     * memory).  The host reads and writes it directly, at least 64-byte
+     * aligned, uninitialised; bytes == 0 gives a unique non-NULL pointer.
+     * Accounted per tag in mem_stats' pinned_* fields, never in the
+     * device-memory fields nor against the device's budget.  DT_ERR_NOMEM
+     * naming the tag and the size when the host has none.  *out is the
+     * caller's until host_free. */
+    int (*host_alloc)(dt_device_t *d, uint64_t bytes, int tag, void **out);
+    /* Free memory from host_alloc, after the copies queued on it finish.
+     * NULL is a no-op; a pointer host_alloc did not hand out (device memory
+     * included) fails with DT_ERR_INVALID. */
+    int (*host_free)(dt_device_t *d, void *ptr);
 
     /* ---- streams and events (mandatory) ---- */
     int (*stream_create)(dt_device_t *d, dt_stream_t **out);
@@ -129,112 +361,14 @@ typedef struct dt_device_ops_v1 {
 
     /* ---- copies (mandatory) ---- */
     /* Copy `bytes` from src to dst, ordered on `s`.  Host memory passed to
-     * H2D/D2H must stay valid until the stream reaches this point. */
+     * H2D/D2H must stay valid until the stream reaches this point; with
+     * host_alloc memory the copy overlaps other work, with any other host
+     * memory a backend may stage it or block. */
     int (*memcpy_async)(dt_device_t *d, void *dst, const void *src,
                         uint64_t bytes, int kind, dt_stream_t *s);
     /* Set `bytes` of device memory to the byte `value`. */
     int (*memset_async)(dt_device_t *d, void *dst, int value, uint64_t bytes,
                         dt_stream_t *s);
-
-    /* ---- kernels (mandatory) ---- */
-    /* out = inp @ weight^T + bias.  out (N, OC) f32; inp (N, C) f32;
-     * weight (OC, C) in `wdtype` (DT_F32 or DT_BF16); bias (OC) f32 or NULL. */
-    int (*matmul_forward)(dt_device_t *d, dt_stream_t *s, float *out,
-                          const float *inp, const void *weight,
-                          const float *bias, int wdtype, int64_t N, int64_t C,
-                          int64_t OC);
-    /* dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout.
-     * dinp (N, C), dweight (OC, C), dbias (OC): f32; any may be NULL to
-     * skip it.  dout (N, OC), inp (N, C) f32; weight (OC, C) in wdtype. */
-    int (*matmul_backward)(dt_device_t *d, dt_stream_t *s, float *dinp,
-                           float *dweight, float *dbias, const float *dout,
-                           const float *inp, const void *weight, int wdtype,
-                           int64_t N, int64_t C, int64_t OC);
-    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].  out (B, T, C); tokens
-     * (B, T) i32 in [0, V); wte (V, C); wpe (>= T, C).  Token range is the
-     * caller's check. */
-    int (*embedding_forward)(dt_device_t *d, dt_stream_t *s, float *out,
-                             const int32_t *tokens, const float *wte,
-                             const float *wpe, int64_t B, int64_t T,
-                             int64_t C);
-    /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. */
-    int (*embedding_backward)(dt_device_t *d, dt_stream_t *s, float *dwte,
-                              float *dwpe, const float *dout,
-                              const int32_t *tokens, int64_t B, int64_t T,
-                              int64_t C);
-    /* out = (inp - mean) * rstd * weight + bias over the last dim, eps 1e-5.
-     * out, inp (N, C); weight, bias (C); mean, rstd (N) written for backward. */
-    int (*layernorm_forward)(dt_device_t *d, dt_stream_t *s, float *out,
-                             float *mean, float *rstd, const float *inp,
-                             const float *weight, const float *bias,
-                             int64_t N, int64_t C);
-    int (*layernorm_backward)(dt_device_t *d, dt_stream_t *s, float *dinp,
-                              float *dweight, float *dbias, const float *dout,
-                              const float *inp, const float *weight,
-                              const float *mean, const float *rstd, int64_t N,
-                              int64_t C);
-    /* GELU, tanh approximation (GPT-2's).  (n) elements. */
-    int (*gelu_forward)(dt_device_t *d, dt_stream_t *s, float *out,
-                        const float *inp, int64_t n);
-    /* dinp += gelu'(inp) * dout. */
-    int (*gelu_backward)(dt_device_t *d, dt_stream_t *s, float *dinp,
-                         const float *inp, const float *dout, int64_t n);
-    /* Causal multi-head self-attention.  qkv (B, T, 3C) holding q, k, v
-     * each (B, T, NH, C/NH); out (B, T, C); att (B, NH, T, T) receives the
-     * softmax probabilities (entries above the diagonal are unspecified). */
-    int (*attention_forward)(dt_device_t *d, dt_stream_t *s, float *out,
-                             float *att, const float *qkv, int64_t B,
-                             int64_t T, int64_t C, int64_t NH);
-    /* dqkv += d(out)/d(qkv) applied to dout, using att from forward. */
-    int (*attention_backward)(dt_device_t *d, dt_stream_t *s, float *dqkv,
-                              const float *dout, const float *qkv,
-                              const float *att, int64_t B, int64_t T,
-                              int64_t C, int64_t NH);
-    /* out = a + b, (n) elements; out may alias a or b. */
-    int (*residual_forward)(dt_device_t *d, dt_stream_t *s, float *out,
-                            const float *a, const float *b, int64_t n);
-    /* y += alpha * x, (n) elements (residual backward, grad accumulation). */
-    int (*axpy)(dt_device_t *d, dt_stream_t *s, float *y, const float *x,
-                float alpha, int64_t n);
-    /* losses[i] = -log softmax(logits[i,:])[targets[i]]; probs = softmax.
-     * logits, probs (N, V); targets (N) i32 in [0, V); losses (N). */
-    int (*softmax_xent_forward)(dt_device_t *d, dt_stream_t *s,
-                                float *losses, float *probs,
-                                const float *logits, const int32_t *targets,
-                                int64_t N, int64_t V);
-    /* dlogits[i,:] += dloss * (probs[i,:] - onehot(targets[i])). */
-    int (*softmax_xent_backward)(dt_device_t *d, dt_stream_t *s,
-                                 float *dlogits, const float *probs,
-                                 const int32_t *targets, float dloss,
-                                 int64_t N, int64_t V);
-    /* AdamW on (n) f32 elements, decoupled weight decay (PyTorch's):
-     *   g = grad * grad_scale
-     *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
-     *   param -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * param)
-     * t >= 1 is the 1-based step count. */
-    int (*adamw_update)(dt_device_t *d, dt_stream_t *s, float *param,
-                        const float *grad, float *m, float *v, int64_t n,
-                        float lr, float beta1, float beta2, float eps,
-                        float weight_decay, float grad_scale, int64_t t);
-    /* SGD with momentum (PyTorch's, no dampening):
-     *   g = grad * grad_scale + wd * param;  mom = mu mom + g;
-     *   param -= lr * (nesterov ? g + mu mom : mom) */
-    int (*sgd_update)(dt_device_t *d, dt_stream_t *s, float *param,
-                      const float *grad, float *mom, int64_t n, float lr,
-                      float momentum, float weight_decay, int nesterov,
-                      float grad_scale);
-    /* *out = sum of x[i]^2 over (n) elements of `dtype` (f32, bf16, f16),
-     * accumulated in double.  `out` is device memory (one double), written
-     * (not accumulated); NaN/Inf propagate. */
-    int (*sumsq)(dt_device_t *d, dt_stream_t *s, double *out, const void *x,
-                 int dtype, int64_t n);
-    /* x *= alpha, (n) f32 elements. */
-    int (*scale)(dt_device_t *d, dt_stream_t *s, float *x, float alpha,
-                 int64_t n);
-    /* dst = (dst_dtype) src, (n) elements; f32, bf16, f16 each way
-     * (round to nearest even). */
-    int (*cast)(dt_device_t *d, dt_stream_t *s, void *dst, int dst_dtype,
-                const void *src, int src_dtype, int64_t n);
 
     /* Optional.  The backend's native handle of a stream (cudaStream_t for
      * cuda) so a communicator can enqueue on it.  NULL stream: default. */
@@ -246,6 +380,7 @@ typedef struct dt_device_ops_v1 {
 /* Current-version names (NCCL's habit): core and plugins spell these, so a
  * new minor or major changes one line here, not every user. */
 typedef dt_device_ops_v1_t dt_device_ops_t;
+typedef dt_kernels_v1_t dt_kernels_t;
 typedef dt_device_init_v1_t dt_device_init_t;
 typedef dt_device_props_v1_t dt_device_props_t;
 

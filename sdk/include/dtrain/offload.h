@@ -40,7 +40,9 @@ typedef struct dt_offload_init_v1 {
     int32_t reserved0;
     const char *job_id;   /* unique per job: names files */
     int64_t timeout_ms;   /* default bound for every wait */
-    const dt_device_ops_v1_t *dev_ops; /* for copies to/from the device */
+    const dt_device_ops_v1_t *dev_ops; /* for copies to/from the device;
+                                        * pinned host buffers come from its
+                                        * host_alloc */
     dt_device_t *dev;
     /* ---- minor 0 ends here; append only ---- */
 } dt_offload_init_v1_t;

@@ -103,19 +103,27 @@ static inline const char *dt_mem_tag_name(int tag)
 }
 
 /* Per-tag memory statistics, in bytes (out; the caller zero-fills it and
- * sets struct_size; the writer fills it with dt_struct_write, plugin.h). */
+ * sets struct_size; the writer fills it with dt_struct_write, plugin.h).
+ * A device reports its own memory (alloc) in current/peak/total_* and the
+ * pinned host memory it handed out (host_alloc, device.h) in pinned_*: the
+ * two never mix, and only the first counts against the device's budget.
+ * Other writers (the host services' tagged host memory) leave pinned_* 0. */
 typedef struct dt_mem_stats_v1 {
     uint32_t struct_size;   /* sizeof(dt_mem_stats_v1_t) at the caller's build */
-    uint32_t n_tags;        /* entries of current/peak the writer filled */
+    uint32_t n_tags;        /* entries of the per-tag arrays the writer filled */
     uint64_t total_current; /* sum over tags, now */
     uint64_t total_peak;    /* highest total seen (not the sum of peaks) */
     uint64_t limit;         /* configured budget, 0 = none */
     uint64_t current[DT_TAG_CAPACITY]; /* bytes allocated now, per tag */
     uint64_t peak[DT_TAG_CAPACITY];    /* highest `current` seen, per tag */
+    uint64_t pinned_total_current;     /* pinned host bytes now, all tags */
+    uint64_t pinned_total_peak;        /* highest pinned_total_current seen */
+    uint64_t pinned_current[DT_TAG_CAPACITY]; /* pinned host bytes now */
+    uint64_t pinned_peak[DT_TAG_CAPACITY];    /* highest pinned_current */
     /* ---- minor 0 ends here; append only ---- */
 } dt_mem_stats_v1_t;
 typedef dt_mem_stats_v1_t dt_mem_stats_t;
-#define DT_MEM_STATS_V1_SIZE0 DT_FIELD_END(dt_mem_stats_v1_t, peak)
+#define DT_MEM_STATS_V1_SIZE0 DT_FIELD_END(dt_mem_stats_v1_t, pinned_peak)
 
 /* Bytes of tag `tag` in a per-tag array that holds `n_tags` entries: 0 for
  * a tag its writer did not know. */

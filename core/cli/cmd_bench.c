@@ -422,7 +422,14 @@ static int bench_rank(const bench_opts_t *o, dt_config_t *cfg, const dt_world_t 
     if (o->bind)
         bind_rank(world->local_rank);
     dt_plugin_t *p = NULL;
-    int rc = dt_plugin_load(DT_KIND_COMM, o->comm, cfg, &p);
+    dt_search_path_t *sp = NULL;
+    const char *plugin_path;
+    int rc = dt_config_get_string(cfg, "run.plugin_path", &plugin_path);
+    if (rc == DT_OK)
+        rc = dt_search_path_new(plugin_path, &sp);
+    if (rc == DT_OK)
+        rc = dt_plugin_open(sp, DT_KIND_COMM, o->comm, &p);
+    dt_search_path_free(sp);
     if (rc) {
         if (rc == DT_ERR_NOT_FOUND)
             rc = DT_ERR_CONFIG;
@@ -432,6 +439,8 @@ static int bench_rank(const bench_opts_t *o, dt_config_t *cfg, const dt_world_t 
     if (rc == DT_OK)
         rc = dt_config_check_unclaimed(cfg, "--set may name the core's tables and the "
                                             "comm plugin's");
+    if (rc == DT_OK)
+        rc = dt_plugin_bind(p, cfg);
     if (rc) {
         dt_plugin_unload(p);
         return rc;

@@ -307,29 +307,22 @@ void dt_host_destroy(dt_plugin_t *p)
     p->host = NULL;
 }
 
-int dt_plugin_host_bind_config(dt_plugin_t *p, const dt_config_t *cfg)
-{
-    if (!p || !p->host)
-        return dt_err_set(DT_ERR_INVALID, "bind config: plugin not loaded");
-    dt_host_state_t *hs = state_of(p->host);
-    if (cfg) {
-        hs->cfg = cfg;
-    } else {
-        if (!hs->own_cfg)
-            hs->own_cfg = defaults_config(p);
-        hs->cfg = hs->own_cfg;
-    }
-    return DT_OK;
-}
-
 int dt_plugin_host_mem_stats(const dt_plugin_t *p, dt_mem_stats_t *out)
 {
     if (!p || !p->host || !out)
         return dt_err_set(DT_ERR_INVALID, "host mem stats: NULL argument");
     dt_host_state_t *hs = state_of(p->host);
     pthread_mutex_lock(&hs->lock);
-    *out = hs->mem;
+    dt_mem_stats_t m = hs->mem;
     pthread_mutex_unlock(&hs->lock);
+    m.struct_size = (uint32_t)sizeof m;
+    m.n_tags = DT_TAG_COUNT;
+    int rc = dt_struct_write(out, &m, sizeof m, DT_MEM_STATS_V1_SIZE0);
+    if (rc != DT_OK)
+        return dt_err_set(rc, "host mem stats of %s: struct_size %u is below the "
+                          "%u bytes of its minor 0", hs->who,
+                          (unsigned)out->struct_size,
+                          (unsigned)DT_MEM_STATS_V1_SIZE0);
     return DT_OK;
 }
 

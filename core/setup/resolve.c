@@ -32,6 +32,7 @@ void dt_resolved_free(dt_resolved_t *r)
         return;
     for (int i = 0; i < DT_ROLE_COUNT; i++)
         dt_plugin_unload(r->plugin[i]);
+    dt_search_path_free(r->search);
     dt_config_free(r->cfg);
     memset(r, 0, sizeof *r);
 }
@@ -95,13 +96,17 @@ int dt_resolve_ex(const char *path, const char *const *sets, int n_sets, unsigne
         if ((rc = dt_config_apply_schema(out->cfg, s->table, s->keys, s->n_keys)))
             goto fail;
     }
+    const char *plugin_path;
+    if ((rc = dt_config_get_string(out->cfg, "run.plugin_path", &plugin_path)) ||
+        (rc = dt_search_path_new(plugin_path, &out->search)))
+        goto fail;
     for (int role = 0; role < DT_ROLE_COUNT; role++) {
         const char *name;
         if ((rc = role_plugin_name(out->cfg, (dt_role_t)role, &name)))
             goto fail;
         if (!name)
             continue;
-        rc = dt_plugin_load(roles[role].kind, name, out->cfg, &out->plugin[role]);
+        rc = dt_plugin_open(out->search, roles[role].kind, name, &out->plugin[role]);
         if (rc) {
             /* naming a plugin that does not exist is a config error; one
              * that exists but is broken is the installation's problem */
@@ -115,7 +120,7 @@ int dt_resolve_ex(const char *path, const char *const *sets, int n_sets, unsigne
         const dt_plugin_info_t *info = out->plugin[role]->info;
         rc = dt_config_apply_schema(out->cfg, name, info->config_keys,
                                     info->n_config_keys);
-        if (rc)
+        if (rc || (rc = dt_plugin_bind(out->plugin[role], out->cfg)))
             goto fail;
     }
     if (flags & DT_RESOLVE_OTHER_TABLES_OK)

@@ -28,6 +28,7 @@ typedef enum dt_role {
 
 typedef struct dt_resolved {
     dt_config_t *cfg;
+    dt_search_path_t *search;           /* where plugins are looked for */
     dt_plugin_t *plugin[DT_ROLE_COUNT]; /* NULL when the role is unused */
 } dt_resolved_t;
 

@@ -3,10 +3,11 @@
  * per-rank memory by tag and communication per step for every
  * data-parallel strategy, predicted without running anything.
  *
- * Each row resolves the config again with that strategy selected, so the
- * numbers come from the strategy plugin's own estimate() with its knobs as
- * the config sets them; a strategy that is not installed, or that refuses
- * the layout (a hybrid group that does not divide the world), shows why.
+ * The config is parsed once; each row selects its strategy (and that
+ * strategy's settings) on it and loads what it then selects, so the numbers
+ * come from the strategy plugin's own estimate() with its knobs as the
+ * config sets them; a strategy that is not installed, or that refuses the
+ * layout (a hybrid group that does not divide the world), shows why.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,43 +49,65 @@ static const variant_t variants[] = {
     {"fsdp HYBRID_SHARD", "fsdp", "fsdp.sharding_strategy=HYBRID_SHARD"},
 };
 
-/* Resolve with the variant selected and estimate; *m receives the model
- * (the caller prints its header from the first one). */
-static int plan_one(const dt_cli_config_args_t *a, const variant_t *v, const char *preset,
-                    int64_t *world, dt_resolved_t *r, dt_model_t **m, dt_estimate_t *e)
+/* The assignments --model PRESET stands for, into sets[] from *n on:
+ * --model replaces the file's shape, not just its defaults. */
+static void preset_sets(const char *preset, char buf[6][96], const char **sets, int *n)
 {
-    const char *sets[264];
-    char data[96], pre[96], shape[5][64];
-    int n = 0;
-    for (int i = 0; i < a->n_sets && n < 256; i++)
-        sets[n++] = a->sets[i];
+    dt_gpt2_shape_t s;
+    snprintf(buf[0], 96, "model.preset=%s", preset);
+    sets[(*n)++] = buf[0];
+    if (dt_gpt2_preset(preset, &s) != DT_OK)
+        return;
+    snprintf(buf[1], 96, "model.n_layer=%lld", (long long)s.n_layer);
+    snprintf(buf[2], 96, "model.n_head=%lld", (long long)s.n_head);
+    snprintf(buf[3], 96, "model.n_embd=%lld", (long long)s.n_embd);
+    snprintf(buf[4], 96, "model.vocab_size=%lld", (long long)s.vocab_size);
+    snprintf(buf[5], 96, "model.context=%lld", (long long)s.context);
+    for (int k = 1; k < 6; k++)
+        sets[(*n)++] = buf[k];
+}
+
+/* Select the variant on the one resolved config (its strategy and that
+ * strategy's settings) and load what the config then selects. */
+static int select_variant(dt_resolved_t *r, const variant_t *v)
+{
+    char data[96];
     snprintf(data, sizeof data, "parallel.data=%s", v->plugin);
-    sets[n++] = data;
-    if (v->set)
-        sets[n++] = v->set;
-    if (preset) {
-        /* --model replaces the file's shape, not just its defaults */
-        dt_gpt2_shape_t s;
-        snprintf(pre, sizeof pre, "model.preset=%s", preset);
-        sets[n++] = pre;
-        if (dt_gpt2_preset(preset, &s) == DT_OK) {
-            snprintf(shape[0], 64, "model.n_layer=%lld", (long long)s.n_layer);
-            snprintf(shape[1], 64, "model.n_head=%lld", (long long)s.n_head);
-            snprintf(shape[2], 64, "model.n_embd=%lld", (long long)s.n_embd);
-            snprintf(shape[3], 64, "model.vocab_size=%lld", (long long)s.vocab_size);
-            snprintf(shape[4], 64, "model.context=%lld", (long long)s.context);
-            for (int k = 0; k < 5; k++)
-                sets[n++] = shape[k];
-        }
-    }
-    int rc = dt_resolve_ex(a->config, sets, n, DT_RESOLVE_OTHER_TABLES_OK, r);
-    if (rc)
-        return rc;
-    if (*world <= 0 && (rc = dt_config_get_int(r->cfg, "launch.nproc", world)))
-        return rc;
-    if ((rc = dt_model_create(r->cfg, m)))
-        return rc;
-    return dt_plan_strategy(r->plugin[DT_ROLE_DATA], *m, r->cfg, (int)*world, e);
+    int rc = dt_resolve_set(r, data);
+    if (rc == DT_OK && v->set)
+        rc = dt_resolve_set(r, v->set);
+    return rc ? rc : dt_resolve_plugins(r);
+}
+
+static void print_header(const dt_resolved_t *r, dt_model_t *m, int64_t world)
+{
+    const dt_model_info_t *mi = dt_model_info(m);
+    printf("plan: %s, %.2fM parameters, %s, %s; %lld rank(s); micro-batch %lld x %lld "
+           "tokens\n\n",
+           mi->arch, (double)dt_model_desc(m)->numel / 1e6, mi->dtype,
+           dt_optim_name(r->set.optimizer.type), (long long)world,
+           (long long)r->set.train.micro_batch, (long long)r->set.train.seq_len);
+    printf("%-19s %11s %11s %11s %11s %11s %11s %12s %12s\n", "strategy", "params",
+           "grads", "optimizer", "activations", "comm bufs", "model state",
+           "total/rank", "sent/step");
+}
+
+static void print_row(const char *label, const dt_estimate_t *e)
+{
+    char b[8][32];
+    uint64_t total = 0;
+    for (int t = 0; t < DT_TAG_COUNT; t++)
+        total += e->bytes[t];
+    printf("%-19s %11s %11s %11s %11s %11s %11s %12s %12s\n", label,
+           dt_plan_bytes(e->bytes[DT_TAG_PARAMS], b[0], 32),
+           dt_plan_bytes(e->bytes[DT_TAG_GRADS], b[1], 32),
+           dt_plan_bytes(e->bytes[DT_TAG_OPTIMIZER], b[2], 32),
+           dt_plan_bytes(e->bytes[DT_TAG_ACTIVATIONS], b[3], 32),
+           dt_plan_bytes(e->bytes[DT_TAG_COMM], b[4], 32),
+           dt_plan_bytes(dt_plan_model_state(e), b[5], 32), dt_plan_bytes(total, b[6], 32),
+           dt_plan_bytes(e->comm_bytes_per_step, b[7], 32));
+    if (e->note[0])
+        printf("%-19s   %s\n", "", e->note);
 }
 
 int dt_cmd_plan(int argc, char **argv)
@@ -105,63 +128,45 @@ int dt_cmd_plan(int argc, char **argv)
             return DT_EXIT_USAGE;
         }
     }
-    int printed_header = 0, planned = 0, first_rc = DT_OK;
-    char b[DT_TAG_COUNT + 2][32];
+    const char *sets[DT_ARRAY_LEN(a.sets) + 6];
+    char preset[6][96];
+    int n = 0;
+    for (int i = 0; i < a.n_sets; i++)
+        sets[n++] = a.sets[i];
+    if (vals[1])
+        preset_sets(vals[1], preset, sets, &n);
+    /* one parse of the file; each variant changes the selection on it */
+    dt_resolved_t r;
+    int rc = dt_resolve_core(a.config, sets, n, &r);
+    if (rc)
+        return dt_cli_fail("plan", rc);
+    if (world <= 0)
+        world = r.set.launch.nproc;
+    dt_model_t *m = NULL;
+    int planned = 0, first_rc = DT_OK;
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
-        dt_resolved_t r;
-        dt_model_t *m = NULL;
         dt_estimate_t e = {.struct_size = sizeof(dt_estimate_t)};
-        int rc = plan_one(&a, &variants[i], vals[1], &world, &r, &m, &e);
-        if (rc == DT_OK && !printed_header) {
-            const dt_model_info_t *mi = dt_model_info(m);
-            int64_t micro = 0, T = 0, accum = 0;
-            const char *opt = "";
-            dt_config_get_int(r.cfg, "train.micro_batch", &micro);
-            dt_config_get_int(r.cfg, "train.seq_len", &T);
-            dt_config_get_int(r.cfg, "train.grad_accum", &accum);
-            dt_config_get_string(r.cfg, "optimizer.type", &opt);
-            printf("plan: %s, %.2fM parameters, %s, %s; %lld rank(s); micro-batch %lld x %lld "
-                   "tokens\n\n",
-                   mi->arch, (double)dt_model_desc(m)->numel / 1e6, mi->dtype, opt,
-                   (long long)world, (long long)micro, (long long)T);
-            printf("%-19s %11s %11s %11s %11s %11s %11s %12s %12s\n", "strategy", "params",
-                   "grads", "optimizer", "activations", "comm bufs", "model state",
-                   "total/rank", "sent/step");
-            printed_header = 1;
-        }
+        rc = select_variant(&r, &variants[i]);
+        if (rc == DT_OK && !m && (rc = dt_model_create(r.cfg, &m)) == DT_OK)
+            print_header(&r, m, world);
+        if (rc == DT_OK)
+            rc = dt_plan_strategy(r.plugin[DT_ROLE_DATA], m, r.cfg, (int)world, &e);
         if (rc == DT_OK) {
-            uint64_t total = 0;
-            for (int t = 0; t < DT_TAG_COUNT; t++)
-                total += e.bytes[t];
-            printf("%-19s %11s %11s %11s %11s %11s %11s %12s %12s\n", variants[i].label,
-                   dt_plan_bytes(e.bytes[DT_TAG_PARAMS], b[0], 32),
-                   dt_plan_bytes(e.bytes[DT_TAG_GRADS], b[1], 32),
-                   dt_plan_bytes(e.bytes[DT_TAG_OPTIMIZER], b[2], 32),
-                   dt_plan_bytes(e.bytes[DT_TAG_ACTIVATIONS], b[3], 32),
-                   dt_plan_bytes(e.bytes[DT_TAG_COMM], b[4], 32),
-                   dt_plan_bytes(dt_plan_model_state(&e), b[5], 32),
-                   dt_plan_bytes(total, b[6], 32),
-                   dt_plan_bytes(e.comm_bytes_per_step, b[7], 32));
-            if (e.note[0])
-                printf("%-19s   %s\n", "", e.note);
+            print_row(variants[i].label, &e);
             planned++;
         } else if (i == 0) {
             /* ddp is always there: a failure here is the config's, say it
              * once as `check` would */
-            if (m)
-                dt_model_free(m, NULL);
-            dt_resolved_free(&r);
-            return dt_cli_fail("plan", rc);
+            break;
         } else {
             printf("%-19s   not planned: %s\n", variants[i].label, dt_last_error());
             if (!first_rc)
                 first_rc = rc;
         }
-        if (m)
-            dt_model_free(m, NULL);
-        dt_resolved_free(&r);
     }
-    if (!planned)
-        return dt_cli_fail("plan", first_rc);
-    return DT_EXIT_OK;
+    ec = planned ? DT_EXIT_OK : dt_cli_fail("plan", first_rc ? first_rc : rc);
+    if (m)
+        dt_model_free(m, NULL);
+    dt_resolved_free(&r);
+    return ec;
 }

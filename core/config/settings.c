@@ -72,6 +72,8 @@ const char *dt_lr_decay_name(dt_lr_decay_t d)
                                                                      : "unknown";
 }
 
+const char *dt_optim_name(int type) { return type == DT_OPTIM_SGD ? "sgd" : "adamw"; }
+
 static int read_field(const dt_config_t *cfg, const struct field *f, dt_settings_t *s)
 {
     void *dst = (char *)s + f->offset;
@@ -100,7 +102,8 @@ int dt_settings_read(const dt_config_t *cfg, dt_settings_t *out)
     for (int d = 0; d < (int)(sizeof decay_names / sizeof decay_names[0]); d++)
         if (strcmp(decay, decay_names[d]) == 0)
             s.train.decay = (dt_lr_decay_t)d;
-    s.optimizer.type = strcmp(opt, "sgd") == 0 ? DT_OPTIM_SGD : DT_OPTIM_ADAMW;
+    s.optimizer.type = strcmp(opt, dt_optim_name(DT_OPTIM_SGD)) == 0 ? DT_OPTIM_SGD
+                                                                     : DT_OPTIM_ADAMW;
     *out = s;
     return DT_OK;
 }

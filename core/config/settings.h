@@ -102,5 +102,7 @@ int dt_settings_read(const dt_config_t *cfg, dt_settings_t *out);
 
 /* "cosine", "linear", "constant". */
 const char *dt_lr_decay_name(dt_lr_decay_t d);
+/* "adamw", "sgd": the [optimizer] type of a dt_optim_kind_t. */
+const char *dt_optim_name(int type);
 
 #endif /* DT_CORE_SETTINGS_H */

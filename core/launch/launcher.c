@@ -52,11 +52,12 @@ int dt_launch_max_local(int *cpus)
     return lim > DT_LAUNCH_MAX ? DT_LAUNCH_MAX : (int)lim;
 }
 
-int dt_launch_plan(const dt_config_t *cfg, int64_t nproc, const char *nproc_name,
-                   const char *nproc_from, int explicit_, dt_launch_plan_t *out)
+int dt_launch_plan(const dt_launch_settings_t *launch, int64_t nproc,
+                   const char *nproc_name, const char *nproc_from, int explicit_,
+                   dt_launch_plan_t *out)
 {
     memset(out, 0, sizeof *out);
-    int rc = dt_world_from_env(cfg, &out->world);
+    int rc = dt_world_from_env(launch, &out->world);
     if (rc)
         return rc;
     const dt_world_t *w = &out->world;

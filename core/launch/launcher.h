@@ -27,7 +27,7 @@
 
 #include <stdint.h>
 
-#include "config/config.h"
+#include "config/settings.h"
 #include "launch/world.h"
 
 /* Most local ranks one launcher starts (the schema's bound on nproc). */
@@ -45,7 +45,7 @@ typedef struct dt_launch_plan {
 } dt_launch_plan_t;
 
 /* Decide whether this process launches ranks.
- *   cfg          the parsed config (may be NULL): rendezvous defaults
+ *   launch       the [launch] settings (may be NULL): rendezvous defaults
  *   nproc        local ranks asked for
  *   nproc_name   how the user spells it, for messages ("launch.nproc")
  *   nproc_from   where the value came from ("set in run.toml", "--set")
@@ -55,8 +55,9 @@ typedef struct dt_launch_plan {
  * local size is a DT_ERR_CONFIG naming both numbers and their sources.
  * Otherwise nproc > 1 spawns, up to dt_launch_max_local() (DT_ERR_CONFIG
  * beyond, naming the value and the limit). */
-int dt_launch_plan(const dt_config_t *cfg, int64_t nproc, const char *nproc_name,
-                   const char *nproc_from, int explicit_, dt_launch_plan_t *out);
+int dt_launch_plan(const dt_launch_settings_t *launch, int64_t nproc,
+                   const char *nproc_name, const char *nproc_from, int explicit_,
+                   dt_launch_plan_t *out);
 
 /* DT_LAUNCH_PER_CPU x the CPUs this process may run on, at most
  * DT_LAUNCH_MAX.  *cpus (may be NULL) receives the CPU count. */

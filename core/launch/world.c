@@ -138,7 +138,7 @@ int dt_world_from_launcher(const dt_world_t *w)
     return w->size_var != NULL;
 }
 
-int dt_world_from_env(const dt_config_t *cfg, dt_world_t *w)
+int dt_world_from_env(const dt_launch_settings_t *launch, dt_world_t *w)
 {
     memset(w, 0, sizeof *w);
     w->size = w->local_size = 1;
@@ -172,12 +172,8 @@ int dt_world_from_env(const dt_config_t *cfg, dt_world_t *w)
             w->source = "Slurm";
         slurm = found;
     }
-    const char *addr = NULL;
-    int64_t port = 0;
-    if (cfg) {
-        dt_config_get_string(cfg, "launch.master_addr", &addr);
-        dt_config_get_int(cfg, "launch.master_port", &port);
-    }
+    const char *addr = launch ? launch->master_addr : NULL;
+    int64_t port = launch ? launch->master_port : 0;
     if (getenv("MASTER_ADDR"))
         addr = getenv("MASTER_ADDR");
     snprintf(w->master_addr, sizeof w->master_addr, "%s", addr ? addr : "127.0.0.1");

@@ -30,7 +30,7 @@
 #ifndef DT_ENGINE_WORLD_H
 #define DT_ENGINE_WORLD_H
 
-#include "config/config.h"
+#include "config/settings.h"
 
 typedef struct dt_world {
     int rank, size, local_rank, local_size;
@@ -45,10 +45,10 @@ typedef struct dt_world {
     const char *size_var, *local_size_var;
 } dt_world_t;
 
-/* Fill *w from the environment; `cfg` (may be NULL) gives the rendezvous
- * defaults.  DT_ERR_CONFIG for a malformed or half-set environment, naming
- * the variables. */
-int dt_world_from_env(const dt_config_t *cfg, dt_world_t *w);
+/* Fill *w from the environment; `launch` (may be NULL) gives the
+ * rendezvous defaults ([launch] master_addr, master_port).  DT_ERR_CONFIG
+ * for a malformed or half-set environment, naming the variables. */
+int dt_world_from_env(const dt_launch_settings_t *launch, dt_world_t *w);
 
 /* True when w came from a launcher's environment (not a single process). */
 int dt_world_from_launcher(const dt_world_t *w);

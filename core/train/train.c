@@ -143,7 +143,7 @@ static int setup(run_t *R)
     R->dev_ops = pdev->ops;
     R->comm_ops = pcomm->ops;
     R->strat_ops = pstrat->ops;
-    if ((rc = dt_world_from_env(cfg, &R->world)))
+    if ((rc = dt_world_from_env(&r->set.launch, &R->world)))
         return rc;
     dt_log_set_rank(R->world.rank);
 

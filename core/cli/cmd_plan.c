@@ -150,7 +150,7 @@ int dt_cmd_plan(int argc, char **argv)
         if (rc == DT_OK && !m && (rc = dt_model_create(r.cfg, &m)) == DT_OK)
             print_header(&r, m, world);
         if (rc == DT_OK)
-            rc = dt_plan_strategy(r.plugin[DT_ROLE_DATA], m, r.cfg, (int)world, &e);
+            rc = dt_plan_strategy(r.plugin[DT_ROLE_DATA], m, &r.set, (int)world, &e);
         if (rc == DT_OK) {
             print_row(variants[i].label, &e);
             planned++;

@@ -25,16 +25,16 @@
 #include "util/error.h"
 
 double dt_lr_at(int64_t step, int64_t steps, int64_t warmup, double lr, double min_lr,
-                const char *decay)
+                dt_lr_decay_t decay)
 {
     if (warmup > 0 && step <= warmup)
         return lr * (double)step / (double)warmup;
-    if (strcmp(decay, "constant") == 0 || steps <= warmup)
+    if (decay == DT_DECAY_CONSTANT || steps <= warmup)
         return lr;
     double p = (double)(step - warmup) / (double)(steps - warmup);
     if (p > 1)
         p = 1;
-    if (strcmp(decay, "linear") == 0)
+    if (decay == DT_DECAY_LINEAR)
         return lr - (lr - min_lr) * p;
     return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(M_PI * p));
 }
@@ -154,15 +154,12 @@ static int setup(run_t *R)
         return rc;
     if ((rc = PLUGIN_CALL(pdev, R->dev_ops->stream_create(R->dev, &R->stream), "stream_create")))
         return rc;
-    double timeout_s;
-    if ((rc = dt_config_get_float(cfg, "launch.timeout", &timeout_s)))
-        return rc;
     dt_comm_init_t ca = {.struct_size = sizeof ca, .rank = R->world.rank,
                             .size = R->world.size, .local_rank = R->world.local_rank,
                             .local_size = R->world.local_size, .job_id = R->world.job_id,
                             .master_addr = R->world.master_addr,
                             .master_port = R->world.master_port,
-                            .timeout_ms = (int64_t)(timeout_s * 1000.0),
+                            .timeout_ms = (int64_t)(r->set.launch.timeout_s * 1000.0),
                             .dev_ops = R->dev_ops, .dev = R->dev};
     if ((rc = PLUGIN_CALL(pcomm, R->comm_ops->init(pcomm->host, &ca, &R->comm), "init")))
         return rc;
@@ -186,41 +183,26 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     if (rc)
         goto out;
 
-    /* ---- read the run's settings ---- */
-    int64_t steps, micro, accum, global, seq_len, warmup, eval_every, eval_steps, log_every,
-        seed, ckpt_every, stop_at;
-    double lr, min_lr, clip;
-    const char *decay, *train_path, *val_path, *metrics_path, *opt_type;
-    int shuffle;
-    if ((rc = dt_config_get_int(cfg, "train.steps", &steps)) ||
-        (rc = dt_config_get_int(cfg, "train.micro_batch", &micro)) ||
-        (rc = dt_config_get_int(cfg, "train.grad_accum", &accum)) ||
-        (rc = dt_config_get_int(cfg, "train.global_batch", &global)) ||
-        (rc = dt_config_get_int(cfg, "train.seq_len", &seq_len)) ||
-        (rc = dt_config_get_int(cfg, "train.warmup_steps", &warmup)) ||
-        (rc = dt_config_get_int(cfg, "train.eval_every", &eval_every)) ||
-        (rc = dt_config_get_int(cfg, "train.eval_steps", &eval_steps)) ||
-        (rc = dt_config_get_int(cfg, "run.log_every", &log_every)) ||
-        (rc = dt_config_get_int(cfg, "run.seed", &seed)) ||
-        (rc = dt_config_get_int(cfg, "checkpoint.every", &ckpt_every)) ||
-        (rc = dt_config_get_int(cfg, "train.stop_at", &stop_at)) ||
-        (rc = dt_config_get_float(cfg, "train.lr", &lr)) ||
-        (rc = dt_config_get_float(cfg, "train.min_lr", &min_lr)) ||
-        (rc = dt_config_get_float(cfg, "train.gradient_clipping", &clip)) ||
-        (rc = dt_config_get_string(cfg, "train.decay", &decay)) ||
-        (rc = dt_config_get_string(cfg, "data.train", &train_path)) ||
-        (rc = dt_config_get_string(cfg, "data.val", &val_path)) ||
-        (rc = dt_config_get_string(cfg, "run.metrics", &metrics_path)) ||
-        (rc = dt_config_get_string(cfg, "optimizer.type", &opt_type)) ||
-        (rc = dt_config_get_bool(cfg, "data.shuffle", &shuffle)))
-        goto out;
+    /* ---- the run's settings ---- */
+    dt_settings_t *set = &r->set;
+    const int64_t steps = set->train.steps, micro = set->train.micro_batch,
+                  seq_len = set->train.seq_len, eval_every = set->train.eval_every,
+                  eval_steps = set->train.eval_steps, log_every = set->run.log_every,
+                  ckpt_every = set->checkpoint.every, stop_at = set->train.stop_at;
+    int64_t accum = set->train.grad_accum, global = set->train.global_batch;
+    const char *metrics_path = set->run.metrics;
     if (opts && opts->metrics_path)
         metrics_path = opts->metrics_path;
     const int64_t dp = R.world.size;
     if ((rc = dt_batch_resolve(cpath, micro, &accum, &global, dp)))
         goto out;
-    dt_config_set_int(cfg, "train.grad_accum", accum, DT_ORIGIN_DERIVED);
-    dt_config_set_int(cfg, "train.global_batch", global, DT_ORIGIN_DERIVED);
+    /* derived values are part of the resolved config (its printout, its
+     * hash, the checkpoint's record of the data order) */
+    if ((rc = dt_config_set_int(cfg, "train.grad_accum", accum, DT_ORIGIN_DERIVED)) ||
+        (rc = dt_config_set_int(cfg, "train.global_batch", global, DT_ORIGIN_DERIVED)))
+        goto out;
+    set->train.grad_accum = accum;
+    set->train.global_batch = global;
     const dt_model_info_t *mi = dt_model_info(R.model);
     if (mi->context > 0 && seq_len > mi->context) {
         rc = dt_err_set(DT_ERR_CONFIG,
@@ -231,19 +213,20 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     }
 
     /* ---- data ---- */
-    if (!train_path[0]) {
+    if (!set->data.train[0]) {
         rc = dt_err_set(DT_ERR_CONFIG, "%s: [data] train is empty: name a token file "
                                        "(make one with 'dtrain data prepare TEXT OUT')", cpath);
         goto out;
     }
-    if ((rc = dt_data_open(train_path, &R.train)) ||
+    if ((rc = dt_data_open(set->data.train, &R.train)) ||
         (rc = dt_data_check_vocab(R.train, (uint32_t)mi->vocab_size)))
         goto out;
-    if (val_path[0] && ((rc = dt_data_open(val_path, &R.val)) ||
+    if (set->data.val[0] && ((rc = dt_data_open(set->data.val, &R.val)) ||
                         (rc = dt_data_check_vocab(R.val, (uint32_t)mi->vocab_size))))
         goto out;
     if ((rc = dt_sampler_init(&R.sampler, R.train, (uint32_t)seq_len, (uint32_t)micro,
-                              (uint32_t)global, (uint64_t)seed, shuffle)))
+                              (uint32_t)global, (uint64_t)set->run.seed,
+                              set->data.shuffle)))
         goto out;
     R.inputs = malloc((size_t)(micro * seq_len) * sizeof *R.inputs);
     R.targets = malloc((size_t)(micro * seq_len) * sizeof *R.targets);
@@ -257,23 +240,15 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
         .struct_size = sizeof sa, .n_micro = (uint32_t)accum, .dev_ops = R.dev_ops,
         .dev = R.dev, .compute_stream = R.stream, .comm_ops = R.comm_ops, .comm = R.comm,
         .model = dt_model_desc(R.model)};
-    double b1, b2, eps, wd, mom;
-    int nesterov;
-    dt_config_get_float(cfg, "optimizer.beta1", &b1);
-    dt_config_get_float(cfg, "optimizer.beta2", &b2);
-    dt_config_get_float(cfg, "optimizer.eps", &eps);
-    dt_config_get_float(cfg, "optimizer.weight_decay", &wd);
-    dt_config_get_float(cfg, "optimizer.momentum", &mom);
-    dt_config_get_bool(cfg, "optimizer.nesterov", &nesterov);
+    const dt_optimizer_settings_t *os = &set->optimizer;
     const dt_optim_desc_t optim = {.struct_size = sizeof optim,
-                                      .kind = strcmp(opt_type, "sgd") == 0 ? DT_OPTIM_SGD
-                                                                           : DT_OPTIM_ADAMW,
-                                      .nesterov = nesterov,
-                                      .beta1 = (float)b1,
-                                      .beta2 = (float)b2,
-                                      .eps = (float)eps,
-                                      .momentum = (float)mom,
-                                      .weight_decay = (float)wd};
+                                   .kind = os->type,
+                                   .nesterov = os->nesterov,
+                                   .beta1 = (float)os->beta1,
+                                   .beta2 = (float)os->beta2,
+                                   .eps = (float)os->eps,
+                                   .momentum = (float)os->momentum,
+                                   .weight_decay = (float)os->weight_decay};
     sa.optim = &optim;
     dt_plugin_t *pstrat = r->plugin[DT_ROLE_DATA];
     if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->init(pstrat->host, &sa, &R.strat), "init")))
@@ -282,8 +257,8 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     if ((rc = dt_model_alloc_acts(R.model, &ctx, micro, seq_len)))
         goto out;
     int64_t start_step = 0;
-    if ((rc = dt_ckpt_init_or_resume(&R.world, cfg, R.strat_ops, R.strat, R.model,
-                                     (uint64_t)seed, &start_step)))
+    if ((rc = dt_ckpt_init_or_resume(&R.world, set, R.strat_ops, R.strat, R.model,
+                                     &start_step)))
         goto out;
     if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->state_loaded(R.strat), "state_loaded")))
         goto out;
@@ -318,7 +293,8 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     /* ---- steps ---- */
     for (int64_t step = start_step + 1; step <= steps; step++) {
         double t0 = now_s();
-        double lr_now = dt_lr_at(step, steps, warmup, lr, min_lr, decay);
+        double lr_now = dt_lr_at(step, steps, set->train.warmup_steps, set->train.lr,
+                                 set->train.min_lr, set->train.decay);
         if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->begin_step(R.strat, step), "begin_step")))
             goto out;
         double loss_sum = 0;
@@ -353,7 +329,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
         dt_step_args_t sargs = {.struct_size = sizeof(dt_step_args_t),
                                    .step = step,
                                    .lr = (float)lr_now,
-                                   .clip = (float)clip};
+                                   .clip = (float)set->train.gradient_clipping};
         dt_step_result_t sres = {.struct_size = sizeof(dt_step_result_t)};
         if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->step(R.strat, &sargs, &sres), "step")))
             goto out;
@@ -421,8 +397,8 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
         }
         int stop = stop_at > 0 && step >= stop_at;
         if ((ckpt_every > 0 && step % ckpt_every == 0) || step == steps || stop) {
-            if ((rc = dt_ckpt_save(&R.world, cfg, R.comm_ops, R.comm, R.strat_ops, R.strat,
-                                    R.model, step)))
+            if ((rc = dt_ckpt_save(&R.world, set, dt_config_hash(cfg), R.comm_ops, R.comm,
+                                   R.strat_ops, R.strat, R.model, step)))
                 goto out;
         }
         if (stop)
@@ -433,7 +409,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
     R.dev_ops->mem_stats(R.dev, &ms);
     dt_estimate_t plan = {.struct_size = sizeof(dt_estimate_t)};
-    if ((rc = dt_plan_strategy(pstrat, R.model, cfg, (int)dp, &plan)))
+    if ((rc = dt_plan_strategy(pstrat, R.model, set, (int)dp, &plan)))
         goto out;
     uint64_t plan_total = 0;
     for (int t = 0; t < DT_TAG_COUNT; t++)

@@ -4,9 +4,10 @@
  * Knows the four interfaces, not their implementations: whatever device,
  * communicator and strategy the config names are driven the same way.
  * dt_train reads top to bottom as a run goes: plugins up, model, batch
- * arithmetic, data, strategy, resume, metrics, then each step (micro-
- * batches, evaluation, the log line, checkpoints), then the memory report;
- * each of those is one function below, in that order.
+ * arithmetic, data, strategy, interrupted saves removed, resume, metrics,
+ * then each step (micro-batches, evaluation, the log line, checkpoints),
+ * then the memory report; each of those is one function below, in that
+ * order.
  */
 #include "train/train.h"
 
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/ckpt_io.h"
 #include "train/consistency.h"
 #include "data/data.h"
 #include "util/fileutil.h"
@@ -274,6 +276,20 @@ static int init_strategy(run_t *R)
                               R->pstrat->name};
     return dt_model_alloc_acts(R->model, &R->ctx, R->set->train.micro_batch,
                                R->set->train.seq_len);
+}
+
+/* Leftovers of saves a crash interrupted ("step-N.tmp", "step-N.old")
+ * pile up otherwise: rank 0, which begins and commits every save, removes
+ * them before this run saves anything. */
+static int clean_stale_checkpoints(run_t *R)
+{
+    char root[2048];
+    int rc;
+    if (R->world.rank != 0)
+        return DT_OK;
+    if ((rc = dt_ckpt_root(R->set, root, sizeof root)) || (rc = dt_ckpt_clean_stale(root)))
+        return dt_err_context(rc, "removing interrupted saves from the checkpoint folder");
+    return DT_OK;
 }
 
 /* The strategy's state from the checkpoint to resume, or freshly
@@ -535,6 +551,8 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
         rc = open_data(&R);
     if (rc == DT_OK)
         rc = init_strategy(&R);
+    if (rc == DT_OK)
+        rc = clean_stale_checkpoints(&R);
     if (rc == DT_OK)
         rc = load_state(&R);
     if (rc == DT_OK)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Single-process training end to end on real text (the GPL-3 licence every
 # Debian system ships): the loss falls, a run stopped and resumed from its
-# checkpoint reproduces the uninterrupted run's losses bit for bit, and bad
-# input (corrupt checkpoint, missing data, context too long) fails clearly.
+# checkpoint reproduces the uninterrupted run's losses bit for bit, a run
+# removes the saves a crash interrupted, and bad input (corrupt checkpoint,
+# missing data, context too long) fails clearly.
 set -euo pipefail
 bin=$1 work=$2
 . "$(dirname "$0")/lib.sh"
@@ -71,6 +72,25 @@ expect_out "disk full: the step" "saving checkpoint of step 4 (the previous chec
 expect_exit 0 "disk full: resume from step 2" "$bin" run tiny.toml --set run.name=full_disk \
   --set checkpoint.resume=latest
 expect_out "disk full: resumed at step 2" "resumed from out/full_disk/ckpt/step-00000002"
+
+# Saves a crash interrupted ("step-N.tmp", "step-N.old" folders) are
+# removed when the next run starts; complete checkpoints and folders that
+# are not a save's are left alone.
+expect_exit 0 "a run that leaves step 2" "$bin" run tiny.toml --set run.name=stale \
+  --set train.stop_at=2
+root=out/stale/ckpt
+before=$(cd $root/step-00000002 && md5sum COMPLETE manifest.json shard-00000.bin)
+mkdir -p $root/step-00000003.tmp $root/step-00000002.old $root/notes.tmp
+: > $root/step-00000003.tmp/shard-00000.bin
+expect_exit 0 "the next run starts" "$bin" run tiny.toml --set run.name=stale \
+  --set checkpoint.resume=latest --set train.steps=3 --set checkpoint.keep=5
+[ ! -e $root/step-00000003.tmp ] && [ ! -e $root/step-00000002.old ] &&
+  ok "interrupted saves removed" || bad "interrupted saves left" "$(ls -la $root)"
+[ -d $root/notes.tmp ] && ok "a folder that is not a save's is kept" ||
+  bad "notes.tmp removed" "$(ls -la $root)"
+after=$(cd $root/step-00000002 && md5sum COMPLETE manifest.json shard-00000.bin)
+[ "$before" = "$after" ] && [ -f $root/step-00000003/COMPLETE ] &&
+  ok "complete step 2 untouched, step 3 saved" || bad "checkpoints changed" "$(ls -laR $root)"
 
 # A learning rate that blows the model up: the run stops at the first
 # non-finite step, names it, and the last checkpoint stays loadable.

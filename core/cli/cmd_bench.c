@@ -652,7 +652,8 @@ static int bench_comm(int argc, char **argv)
                         o.nproc_given, &plan);
     if (rc == DT_OK && plan.spawn) {
         dt_launch_opts_t lo = {.nproc = plan.nproc, .argv = dt_cli_argv(),
-                               .raw_stdout_rank = 0};
+                               .raw_stdout_rank = 0, .cleanup = dt_resolve_cleanup_job,
+                               .cleanup_ctx = &r};
         dt_launch_result_t res;
         rc = dt_launch_run(&lo, &res);
         ec = rc ? dt_cli_fail("bench comm", rc) : res.exit_code;

@@ -71,7 +71,8 @@ int dt_cmd_run(int argc, char **argv)
     rc = plan_launch(&r, &plan);
     if (rc == DT_OK && plan.spawn) {
         dt_launch_opts_t lo = {.nproc = plan.nproc, .argv = dt_cli_argv(),
-                               .raw_stdout_rank = -1};
+                               .raw_stdout_rank = -1, .cleanup = dt_resolve_cleanup_job,
+                               .cleanup_ctx = &r};
         dt_launch_result_t res;
         rc = dt_launch_run(&lo, &res);
         ec = rc ? dt_cli_fail("run", rc) : res.exit_code;

@@ -126,7 +126,7 @@ static int from_slurm(dt_world_t *w, int *found)
 
 void dt_world_sanitize_job_id(char *s)
 {
-    /* job ids name files (/dev/shm/dtrain-<id>): keep them to a portable set */
+    /* plugins name files after job ids: keep them to a portable set */
     for (; *s; s++)
         if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
               (*s >= '0' && *s <= '9') || *s == '-' || *s == '_' || *s == '.'))

@@ -17,9 +17,9 @@
  * the other is a DT_ERR_CONFIG (a half-set environment is a mistake, not a
  * single process).
  *
- * The job id names the job's shared resources (the shm communicator's
- * /dev/shm/dtrain-<job id>*), so every rank of a job must derive the same
- * one without talking: DTRAIN_JOB_ID when set; under Open MPI its job id
+ * The job id names the job's shared resources (what a comm plugin creates
+ * for the job, and removes in its cleanup_job), so every rank of a job must
+ * derive the same one without talking: DTRAIN_JOB_ID when set; under Open MPI its job id
  * (OMPI_MCA_ess_base_jobid / PMIX_NAMESPACE); otherwise, for ranks of an
  * external launcher, the rendezvous address and port (MASTER_ADDR,
  * MASTER_PORT, else [launch] master_addr / master_port), which are unique

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "util/error.h"
+#include "util/log.h"
 
 static const struct {
     const char *name;
@@ -172,4 +173,16 @@ int dt_resolve(const char *path, const char *const *sets, int n_sets,
     if ((rc = dt_resolve_plugins(out)) || (rc = dt_resolve_finish(out, NULL)))
         dt_resolved_free(out);
     return rc;
+}
+
+int dt_resolve_cleanup_job(void *resolved, const char *job_id)
+{
+    dt_resolved_t *r = resolved;
+    if (!r->plugin[DT_ROLE_COMM] && dt_resolve_plugin(r, DT_ROLE_COMM, NULL, NULL) != DT_OK) {
+        dt_log(DT_LOG_DEBUG, "launch", "no cleanup after job %s: %s", job_id,
+               dt_last_error());
+        dt_err_clear();
+        return DT_OK;
+    }
+    return dt_plugin_cleanup_job(r->plugin[DT_ROLE_COMM], job_id);
 }

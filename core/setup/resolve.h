@@ -78,6 +78,12 @@ int dt_resolve(const char *path, const char *const *sets, int n_sets,
                dt_resolved_t *out);
 void dt_resolved_free(dt_resolved_t *r);
 
+/* For dt_launch_opts_t.cleanup, with `resolved` a dt_resolved_t after the
+ * core stage: call the selected comm plugin's cleanup_job for `job_id`
+ * (loading the plugin when it is not yet; nothing when it has no such
+ * slot, or cannot be loaded, since then no rank could have used it). */
+int dt_resolve_cleanup_job(void *resolved, const char *job_id);
+
 /* The plugin kind each role needs. */
 int dt_role_kind(dt_role_t role);
 const char *dt_role_name(dt_role_t role);

@@ -6,8 +6,8 @@
  * dt_train reads top to bottom as a run goes: plugins up, model, batch
  * arithmetic, data, strategy, interrupted saves removed, resume, metrics,
  * then each step (micro-batches, evaluation, the log line, checkpoints),
- * then the memory report; each of those is one function below, in that
- * order.
+ * then the memory reports (device, and host memory per plugin); each of
+ * those is one function below, in that order.
  */
 #include "train/train.h"
 
@@ -27,6 +27,7 @@
 #include "model/model.h"
 #include "train/plan.h"
 #include "launch/world.h"
+#include "loader/host_services.h"
 #include "util/log.h"
 #include "util/error.h"
 
@@ -499,6 +500,51 @@ static int train_steps(run_t *R)
 
 /* ---- end: measured peaks beside the strategy's plan ---- */
 
+/* Host memory each plugin allocated through its host table, by tag (its
+ * peaks since it was loaded): rank 0's line names the plugins that used
+ * any, the metrics file has every plugin and tag. */
+static void report_host_memory(const run_t *R)
+{
+    dt_mem_stats_t st[DT_ROLE_COUNT];
+    const dt_plugin_t *p[DT_ROLE_COUNT];
+    int n = 0;
+    for (int role = 0; role < DT_ROLE_COUNT; role++) {
+        const dt_plugin_t *q = R->r->plugin[role];
+        st[n] = (dt_mem_stats_t){.struct_size = sizeof(dt_mem_stats_t)};
+        if (q && dt_plugin_host_mem_stats(q, &st[n]) == DT_OK)
+            p[n++] = q;
+    }
+    if (R->world.rank == 0) {
+        int shown = 0;
+        printf("host memory (rank %d, peak MiB by plugin):", R->world.rank);
+        for (int i = 0; i < n; i++) {
+            if (!st[i].total_peak)
+                continue;
+            printf("%s %s/%s %.3f (", shown++ ? ";" : "", dt_kind_name(p[i]->kind),
+                   p[i]->name, mib(st[i].total_peak));
+            for (int t = 0, k = 0; t < DT_TAG_COUNT; t++) {
+                uint64_t b = dt_tag_bytes(st[i].peak, st[i].n_tags, t);
+                if (b)
+                    printf("%s%s %.3f", k++ ? ", " : "", dt_mem_tag_name(t), mib(b));
+            }
+            printf(")");
+        }
+        printf("%s\n", shown ? "" : " none");
+    }
+    if (!R->metrics)
+        return;
+    fprintf(R->metrics, "{\"host_memory\": {\"rank\": %d, \"peak_bytes\": {", R->world.rank);
+    for (int i = 0; i < n; i++) {
+        fprintf(R->metrics, "%s\"%s/%s\": {", i ? ", " : "", dt_kind_name(p[i]->kind),
+                p[i]->name);
+        for (int t = 0; t < DT_TAG_COUNT; t++)
+            fprintf(R->metrics, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
+                    (unsigned long long)dt_tag_bytes(st[i].peak, st[i].n_tags, t));
+        fprintf(R->metrics, ", \"total\": %llu}", (unsigned long long)st[i].total_peak);
+    }
+    fprintf(R->metrics, "}}}\n");
+}
+
 static int report_memory(run_t *R)
 {
     dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
@@ -532,6 +578,7 @@ static int report_memory(run_t *R)
         fprintf(R->metrics, "}, \"total_peak_bytes\": %llu, \"planned_total_bytes\": %llu}}\n",
                 (unsigned long long)ms.total_peak, (unsigned long long)plan_total);
     }
+    report_host_memory(R);
     return DT_OK;
 }
 

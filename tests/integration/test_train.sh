@@ -2,8 +2,9 @@
 # Single-process training end to end on real text (the GPL-3 licence every
 # Debian system ships): the loss falls, a run stopped and resumed from its
 # checkpoint reproduces the uninterrupted run's losses bit for bit, a run
-# removes the saves a crash interrupted, and bad input (corrupt checkpoint,
-# missing data, context too long) fails clearly.
+# reports its plugins' host memory and removes the saves a crash
+# interrupted, and bad input (corrupt checkpoint, missing data, context too
+# long) fails clearly.
 set -euo pipefail
 bin=$1 work=$2
 . "$(dirname "$0")/lib.sh"
@@ -36,6 +37,20 @@ expect_exit 0 "uninterrupted 8-step run" "$bin" run tiny.toml --metrics full.jso
 first=$(loss full.jsonl 1); last=$(loss full.jsonl 8)
 if awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < a - 0.3)}'; then ok "loss falls ($first -> $last)"
 else bad "loss did not fall by 0.3 ($first -> $last)"; fi
+# Host memory the plugins allocate through their host tables is reported
+# per plugin and tag: ddp keeps its bookkeeping there.
+expect_out "host memory line names the strategy" "host memory (rank 0, peak MiB by plugin): strategy/ddp "
+if /usr/bin/python3 - full.jsonl <<'P'
+import json, sys
+h = [json.loads(l)["host_memory"] for l in open(sys.argv[1]) if '"host_memory"' in l]
+assert len(h) == 1 and h[0]["rank"] == 0, h
+p = h[0]["peak_bytes"]
+assert sorted(p) == ["comm/self", "device/cpu", "strategy/ddp"], sorted(p)
+for name, tags in p.items():
+    assert tags["total"] <= sum(v for k, v in tags.items() if k != "total"), (name, tags)
+assert p["strategy/ddp"]["other"] > 0, p
+P
+then ok "metrics: host peak bytes per plugin and tag"; else bad "metrics: host memory record"; fi
 expect_exit 0 "run stopped after step 4" "$bin" run tiny.toml --metrics part.jsonl \
   --set run.name=part --set train.stop_at=4
 expect_exit 0 "resume from the latest checkpoint" "$bin" run tiny.toml --metrics part.jsonl \

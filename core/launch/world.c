@@ -178,7 +178,7 @@ int dt_world_from_env(const dt_launch_settings_t *launch, dt_world_t *w)
         addr = getenv("MASTER_ADDR");
     snprintf(w->master_addr, sizeof w->master_addr, "%s", addr ? addr : "127.0.0.1");
     w->master_port = (int)port;
-    int p2, fp;
+    int p2 = 0, fp = 0;
     if ((rc = env_int("MASTER_PORT", 0, 65535, &p2, &fp)))
         return rc;
     if (fp)

@@ -484,8 +484,11 @@ static int checkpoint(run_t *R, int64_t step, int *stop)
                         R->strat_ops, R->strat, R->model, step);
 }
 
+/* The header line, then every step from the one after a resumed
+ * checkpoint; ends early at train.stop_at. */
 static int train_steps(run_t *R)
 {
+    print_header(R);
     for (int64_t step = R->start_step + 1; step <= R->set->train.steps; step++) {
         step_report_t rep;
         int stop = 0, rc;
@@ -582,6 +585,15 @@ static int report_memory(run_t *R)
     return DT_OK;
 }
 
+/* The model the config describes, on no device yet. */
+static int create_model(run_t *R) { return dt_model_create(R->r->cfg, &R->model); }
+
+/* A run, in order; each stage runs only when every earlier one succeeded. */
+static int (*const stages[])(run_t *) = {
+    start_plugins, create_model, resolve_batch, open_data, init_strategy,
+    clean_stale_checkpoints, load_state, open_metrics, train_steps, report_memory,
+};
+
 int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
 {
     run_t R;
@@ -589,27 +601,9 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     R.r = r;
     R.set = &r->set;
     R.metrics_path = opts && opts->metrics_path ? opts->metrics_path : r->set.run.metrics;
-    int rc = start_plugins(&R);
-    if (rc == DT_OK)
-        rc = dt_model_create(r->cfg, &R.model);
-    if (rc == DT_OK)
-        rc = resolve_batch(&R);
-    if (rc == DT_OK)
-        rc = open_data(&R);
-    if (rc == DT_OK)
-        rc = init_strategy(&R);
-    if (rc == DT_OK)
-        rc = clean_stale_checkpoints(&R);
-    if (rc == DT_OK)
-        rc = load_state(&R);
-    if (rc == DT_OK)
-        rc = open_metrics(&R);
-    if (rc == DT_OK) {
-        print_header(&R);
-        rc = train_steps(&R);
-    }
-    if (rc == DT_OK)
-        rc = report_memory(&R);
+    int rc = DT_OK;
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0] && rc == DT_OK; i++)
+        rc = stages[i](&R);
     run_free(&R);
     return rc;
 }

@@ -13,26 +13,20 @@
 
 static const char *const state_names[DT_STATE_COUNT] = {"params", "exp_avg", "exp_avg_sq"};
 
-int dt_ckpt_root(const dt_config_t *cfg, char *buf, size_t cap)
+int dt_ckpt_root(const dt_settings_t *set, char *buf, size_t cap)
 {
-    const char *dir, *out, *name;
-    int rc;
-    if ((rc = dt_config_get_string(cfg, "checkpoint.dir", &dir)) ||
-        (rc = dt_config_get_string(cfg, "run.out_dir", &out)) ||
-        (rc = dt_config_get_string(cfg, "run.name", &name)))
-        return rc;
-    int n = dir[0] ? snprintf(buf, cap, "%s", dir) : snprintf(buf, cap, "%s/%s/ckpt", out, name);
+    const char *dir = set->checkpoint.dir;
+    int n = dir[0] ? snprintf(buf, cap, "%s", dir)
+                   : snprintf(buf, cap, "%s/%s/ckpt", set->run.out_dir, set->run.name);
     if (n < 0 || (size_t)n >= cap)
         return dt_err_set(DT_ERR_CONFIG, "checkpoint directory path is too long");
     return DT_OK;
 }
 
 /* The states this optimizer keeps (SGD has no second moment). */
-static int n_states(const dt_config_t *cfg)
+static int n_states(const dt_settings_t *set)
 {
-    const char *t = "adamw";
-    dt_config_get_string(cfg, "optimizer.type", &t);
-    return strcmp(t, "sgd") == 0 ? 2 : 3;
+    return set->optimizer.type == DT_OPTIM_SGD ? 2 : 3;
 }
 
 /* Ranges of `unit`/`kind` for `purpose`, malloc'd into *out (the caller
@@ -229,30 +223,27 @@ static int check_tensors(const char *dir, const cJSON *mj, const dt_model_desc_t
 static const char *const data_keys[] = {"run.seed", "train.global_batch", "train.seq_len",
                                         "data.shuffle", "data.train"};
 
-static cJSON *data_json(const dt_config_t *cfg)
+static cJSON *data_json(const dt_settings_t *set)
 {
     cJSON *j = cJSON_CreateObject();
-    for (size_t i = 0; j && i < sizeof data_keys / sizeof data_keys[0]; i++) {
-        int64_t v;
-        int b;
-        const char *str;
-        if (dt_config_get_int(cfg, data_keys[i], &v) == DT_OK)
-            cJSON_AddNumberToObject(j, data_keys[i], (double)v);
-        else if (dt_config_get_bool(cfg, data_keys[i], &b) == DT_OK)
-            cJSON_AddBoolToObject(j, data_keys[i], b);
-        else if (dt_config_get_string(cfg, data_keys[i], &str) == DT_OK)
-            cJSON_AddStringToObject(j, data_keys[i], str);
+    if (j) {
+        cJSON_AddNumberToObject(j, data_keys[0], (double)set->run.seed);
+        cJSON_AddNumberToObject(j, data_keys[1], (double)set->train.global_batch);
+        cJSON_AddNumberToObject(j, data_keys[2], (double)set->train.seq_len);
+        cJSON_AddBoolToObject(j, data_keys[3], set->data.shuffle);
+        cJSON_AddStringToObject(j, data_keys[4], set->data.train);
     }
     return j;
 }
 
 /* Which data-loader settings differ from the checkpoint's, as "key (was
  * X)" phrases; empty when none (or the checkpoint predates the record). */
-static void data_changes(const dt_config_t *cfg, const cJSON *extra, char *out, size_t cap)
+static void data_changes(const dt_settings_t *set, const cJSON *extra, char *out,
+                         size_t cap)
 {
     out[0] = '\0';
     const cJSON *saved = cJSON_GetObjectItemCaseSensitive(extra, "data");
-    cJSON *now = data_json(cfg);
+    cJSON *now = data_json(set);
     for (size_t i = 0; saved && now && i < sizeof data_keys / sizeof data_keys[0]; i++) {
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(saved, data_keys[i]);
         const cJSON *b = cJSON_GetObjectItemCaseSensitive(now, data_keys[i]);
@@ -267,7 +258,7 @@ static void data_changes(const dt_config_t *cfg, const cJSON *extra, char *out, 
     cJSON_Delete(now);
 }
 
-static int load(const dt_config_t *cfg, const dt_strategy_ops_t *ops, dt_strategy_t *s,
+static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strategy_t *s,
                 dt_model_t *m, const char *dir, int64_t *start_step, char *changed,
                 size_t changed_cap)
 {
@@ -279,7 +270,7 @@ static int load(const dt_config_t *cfg, const dt_strategy_ops_t *ops, dt_strateg
     float *buf = NULL;
     rc = check_tensors(dir, dt_ckpt_reader_model(rd), d);
     for (uint32_t u = 0; u < d->n_units && !rc; u++) {
-        for (int k = 0; k < n_states(cfg) && !rc; k++) {
+        for (int k = 0; k < n_states(set) && !rc; k++) {
             char name[DT_CKPT_NAME_MAX];
             snprintf(name, sizeof name, "%s/%s", d->units[u].name, state_names[k]);
             const dt_ckpt_entry_t *e = dt_ckpt_find(rd, name);
@@ -305,7 +296,7 @@ static int load(const dt_config_t *cfg, const dt_strategy_ops_t *ops, dt_strateg
     }
     if (!rc) {
         *start_step = (int64_t)dt_ckpt_reader_step(rd);
-        data_changes(cfg, dt_ckpt_reader_extra(rd), changed, changed_cap);
+        data_changes(set, dt_ckpt_reader_extra(rd), changed, changed_cap);
     }
     free(buf);
     dt_ckpt_close(rd);
@@ -314,8 +305,8 @@ static int load(const dt_config_t *cfg, const dt_strategy_ops_t *ops, dt_strateg
     return rc;
 }
 
-static int fresh(const dt_config_t *cfg, const dt_strategy_ops_t *ops, dt_strategy_t *s,
-                 dt_model_t *m, uint64_t seed)
+static int fresh(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strategy_t *s,
+                 dt_model_t *m)
 {
     dt_model_desc_t *d = dt_model_desc(m);
     int rc = DT_OK;
@@ -324,8 +315,8 @@ static int fresh(const dt_config_t *cfg, const dt_strategy_ops_t *ops, dt_strate
         if (!full)
             return dt_err_set(DT_ERR_NOMEM, "out of memory initialising unit %s",
                               d->units[u].name);
-        rc = dt_model_init_unit(m, u, seed, full);
-        for (int k = 0; k < n_states(cfg) && !rc; k++) {
+        rc = dt_model_init_unit(m, u, (uint64_t)set->run.seed, full);
+        for (int k = 0; k < n_states(set) && !rc; k++) {
             if (k == DT_STATE_EXP_AVG)
                 memset(full, 0, d->units[u].numel * sizeof *full);
             dt_range_t *rg = NULL;
@@ -341,26 +332,25 @@ static int fresh(const dt_config_t *cfg, const dt_strategy_ops_t *ops, dt_strate
     return rc;
 }
 
-int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_config_t *cfg,
+int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
                            const dt_strategy_ops_t *ops, dt_strategy_t *s, dt_model_t *m,
-                           uint64_t seed, int64_t *start_step)
+                           int64_t *start_step)
 {
     *start_step = 0;
-    const char *resume;
+    const char *resume = set->checkpoint.resume;
     char root[2048], dir[4096];
     int rc;
-    if ((rc = dt_config_get_string(cfg, "checkpoint.resume", &resume)) ||
-        (rc = dt_ckpt_root(cfg, root, sizeof root)))
+    if ((rc = dt_ckpt_root(set, root, sizeof root)))
         return rc;
     if (!resume[0])
-        return fresh(cfg, ops, s, m, seed);
+        return fresh(set, ops, s, m);
     if (strcmp(resume, "latest") == 0) {
         uint64_t step;
         rc = dt_ckpt_latest(root, dir, sizeof dir, &step);
         if (rc == DT_ERR_NOT_FOUND) {
             if (w->rank == 0)
                 printf("dtrain: no complete checkpoint under %s; starting fresh\n", root);
-            return fresh(cfg, ops, s, m, seed);
+            return fresh(set, ops, s, m);
         }
         if (rc)
             return rc;
@@ -368,7 +358,7 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_config_t *cfg,
         snprintf(dir, sizeof dir, "%s", resume);
     }
     char changed[512];
-    if ((rc = load(cfg, ops, s, m, dir, start_step, changed, sizeof changed)))
+    if ((rc = load(set, ops, s, m, dir, start_step, changed, sizeof changed)))
         return rc;
     if (w->rank == 0) {
         printf("dtrain: resumed from %s (step %lld)\n", dir, (long long)*start_step);
@@ -459,16 +449,13 @@ static int gather_segs(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t
     return rc;
 }
 
-int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg, const dt_comm_ops_t *cops,
-                 dt_comm_t *comm, const dt_strategy_ops_t *ops, dt_strategy_t *s,
-                 dt_model_t *m, int64_t step)
+int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
+                 const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
+                 dt_strategy_t *s, dt_model_t *m, int64_t step)
 {
     char root[2048], tmp[4096];
-    int64_t keep, seed;
     int rc;
-    if ((rc = dt_ckpt_root(cfg, root, sizeof root)) ||
-        (rc = dt_config_get_int(cfg, "checkpoint.keep", &keep)) ||
-        (rc = dt_config_get_int(cfg, "run.seed", &seed)))
+    if ((rc = dt_ckpt_root(set, root, sizeof root)))
         return rc;
     const int multi = w->size > 1;
     int32_t failed = -1;
@@ -485,7 +472,7 @@ int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg, const dt_comm_ops_
     }
 
     dt_model_desc_t *d = dt_model_desc(m);
-    const int ns = n_states(cfg);
+    const int ns = n_states(set);
     const size_t n_entries = (size_t)d->n_units * (size_t)ns;
     dt_ckpt_seg_t *segs = NULL, *all = NULL;
     size_t n_segs = 0, n_all = 0;
@@ -516,9 +503,9 @@ int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg, const dt_comm_ops_
         if (!entries || !mj || !extra) {
             commit_rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
         } else {
-            dt_ckpt_json_add_u64(extra, "config_hash", dt_config_hash(cfg));
-            dt_ckpt_json_add_u64(extra, "seed", (uint64_t)seed);
-            cJSON *data = data_json(cfg);
+            dt_ckpt_json_add_u64(extra, "config_hash", config_hash);
+            dt_ckpt_json_add_u64(extra, "seed", (uint64_t)set->run.seed);
+            cJSON *data = data_json(set);
             if (data)
                 cJSON_AddItemToObject(extra, "data", data);
             for (uint32_t u = 0; u < d->n_units; u++)
@@ -544,7 +531,7 @@ int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg, const dt_comm_ops_
         goto fail;
     }
     if (w->rank == 0)
-        rc = dt_ckpt_prune(root, (uint32_t)keep);
+        rc = dt_ckpt_prune(root, (uint32_t)set->checkpoint.keep);
     goto done;
 fail:
     if (w->rank == 0)

@@ -8,30 +8,32 @@
 #ifndef DT_ENGINE_CKPT_H
 #define DT_ENGINE_CKPT_H
 
-#include "config/config.h"
+#include "config/settings.h"
 #include "dtrain/dtrain.h"
 #include "model/model.h"
 #include "launch/world.h"
 
 /* The checkpoint root: checkpoint.dir, or <run.out_dir>/<run.name>/ckpt. */
-int dt_ckpt_root(const dt_config_t *cfg, char *buf, size_t cap);
+int dt_ckpt_root(const dt_settings_t *set, char *buf, size_t cap);
 
 /* Fill the strategy's state: from checkpoint.resume ("latest" picks the
  * newest complete checkpoint under the root, starting fresh when there is
- * none; a path names one), else from the model's seeded initialisation.
- * *start_step is the step the loaded checkpoint ended (0 when fresh). */
-int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_config_t *cfg,
+ * none; a path names one), else from the model's initialisation seeded
+ * with run.seed.  *start_step is the step the loaded checkpoint ended (0
+ * when fresh). */
+int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
                            const dt_strategy_ops_t *ops, dt_strategy_t *s,
-                           dt_model_t *m, uint64_t seed, int64_t *start_step);
+                           dt_model_t *m, int64_t *start_step);
 
 /* Save the state after `step`, atomically, then keep checkpoint.keep.
  * Collective over `comm` (the world; may be NULL at world size 1): every
  * rank writes its strategy's SAVE ranges to its own shard file in
- * parallel, rank 0 gathers the segment tables, writes the manifest and
- * commits.  Every rank returns the same outcome; on failure the temporary
- * directory is removed and the previous checkpoint is untouched. */
-int dt_ckpt_save(const dt_world_t *w, const dt_config_t *cfg, const dt_comm_ops_t *cops,
-                 dt_comm_t *comm, const dt_strategy_ops_t *ops, dt_strategy_t *s,
-                 dt_model_t *m, int64_t step);
+ * parallel, rank 0 gathers the segment tables, writes the manifest (with
+ * `config_hash`, the resolved config's dt_config_hash) and commits.  Every
+ * rank returns the same outcome; on failure the temporary directory is
+ * removed and the previous checkpoint is untouched. */
+int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
+                 const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
+                 dt_strategy_t *s, dt_model_t *m, int64_t step);
 
 #endif /* DT_ENGINE_CKPT_H */

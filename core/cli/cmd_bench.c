@@ -37,11 +37,10 @@
 
 #include "cli/cli.h"
 #include "dtrain/half.h"
-#include "config/config.h"
 #include "launch/launcher.h"
-#include "util/log.h"
-#include "loader/loader.h"
+#include "setup/resolve.h"
 #include "util/error.h"
+#include "util/log.h"
 
 enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BROADCAST, OP_REDUCE,
        OP_SENDRECV, OP_COUNT };
@@ -421,25 +420,19 @@ static int bench_sizes(rank_ctx_t *x, void *a, void *b, int *any_wrong)
     return rc;
 }
 
-static int bench_rank(const bench_opts_t *o, dt_config_t *cfg, const dt_world_t *world)
+static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, const dt_world_t *world)
 {
     if (o->bind)
         bind_rank(world->local_rank);
-    dt_plugin_t *p = NULL;
-    int rc = dt_plugin_load(DT_KIND_COMM, o->comm, cfg, &p);
-    if (rc) {
-        if (rc == DT_ERR_NOT_FOUND)
-            rc = DT_ERR_CONFIG;
-        return dt_err_context(rc, "--comm %s", o->comm);
-    }
-    rc = dt_config_apply_schema(cfg, o->comm, p->info->config_keys, p->info->n_config_keys);
+    char named_by[96];
+    snprintf(named_by, sizeof named_by, "--comm %s", o->comm);
+    int rc = dt_resolve_plugin(r, DT_ROLE_COMM, o->comm, named_by);
     if (rc == DT_OK)
-        rc = dt_config_check_unclaimed(cfg, "--set may name the core's tables and the "
-                                            "comm plugin's");
-    if (rc) {
-        dt_plugin_unload(p);
+        rc = dt_resolve_finish(r, "--set may name the core's tables and the comm "
+                                  "plugin's");
+    if (rc)
         return rc;
-    }
+    const dt_plugin_t *p = r->plugin[DT_ROLE_COMM];
     rank_ctx_t x = {.o = o, .plugin = p, .ops = p->ops, .rank = world->rank,
                     .n = world->size};
     dt_comm_init_t ia = {.struct_size = sizeof ia, .rank = world->rank,
@@ -449,11 +442,8 @@ static int bench_rank(const bench_opts_t *o, dt_config_t *cfg, const dt_world_t 
                             .master_port = world->master_port,
                             .timeout_ms = (int64_t)(o->timeout_s * 1000.0)};
     rc = x.ops->init(p->host, &ia, &x.c);
-    if (rc) {
-        dt_plugin_failed(p, rc, "init");
-        dt_plugin_unload(p);
-        return rc;
-    }
+    if (rc)
+        return dt_plugin_failed(p, rc, "init");
     const size_t es = dt_dtype_size(o->dtype);
     /* largest buffers: a holds the input, b the output */
     uint64_t max_count = count_for(o->op, o->max_bytes, es, x.n);
@@ -491,7 +481,6 @@ static int bench_rank(const bench_opts_t *o, dt_config_t *cfg, const dt_world_t 
     free(a);
     free(b);
     x.ops->finalize(x.c);
-    dt_plugin_unload(p);
     return rc;
 }
 
@@ -642,49 +631,49 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
     return DT_EXIT_OK;
 }
 
-/* A config with the core's defaults and the --set values. */
-static int make_config(const bench_opts_t *o, dt_config_t **out)
-{
-    int rc = dt_config_new(out);
-    for (int i = 0; i < o->sets.n_sets && rc == DT_OK; i++)
-        rc = dt_config_override(*out, o->sets.sets[i]);
-    for (uint32_t i = 0; i < dt_core_n_sections && rc == DT_OK; i++) {
-        const dt_config_section_t *s = &dt_core_sections[i];
-        rc = dt_config_apply_schema(*out, s->table, s->keys, s->n_keys);
-    }
-    return rc;
-}
-
 static int bench_comm(int argc, char **argv)
 {
     bench_opts_t o;
     int ec = parse_args(argc, argv, &o);
     if (ec)
         return ec;
-    dt_config_t *cfg = NULL;
-    int rc = make_config(&o, &cfg);
+    /* the core's defaults, the --set values, and --comm as run.comm (last,
+     * so it wins) */
+    const char *sets[DT_ARRAY_LEN(o.sets.sets) + 1];
+    char comm_set[96];
+    int n = 0;
+    for (int i = 0; i < o.sets.n_sets; i++)
+        sets[n++] = o.sets.sets[i];
+    snprintf(comm_set, sizeof comm_set, "run.comm=%s", o.comm);
+    sets[n++] = comm_set;
+    dt_resolved_t r;
+    int rc = dt_resolve_core(NULL, sets, n, &r);
+    if (rc)
+        return dt_cli_fail("bench comm", rc);
     dt_launch_plan_t plan;
-    if (rc == DT_OK)
-        rc = dt_launch_plan(cfg, o.nproc, "--nproc",
-                            o.nproc_given ? "from the command line" : "the default",
-                            o.nproc_given, &plan);
+    rc = dt_launch_plan(&r.set.launch, o.nproc, "--nproc",
+                        o.nproc_given ? "from the command line" : "the default",
+                        o.nproc_given, &plan);
     if (rc == DT_OK && plan.spawn) {
-        dt_config_free(cfg);
         dt_launch_opts_t lo = {.nproc = plan.nproc, .argv = dt_cli_argv(),
-                               .raw_stdout_rank = 0};
+                               .raw_stdout_rank = 0, .cleanup = dt_resolve_cleanup_job,
+                               .cleanup_ctx = &r};
         dt_launch_result_t res;
         rc = dt_launch_run(&lo, &res);
-        return rc ? dt_cli_fail("bench comm", rc) : res.exit_code;
+        ec = rc ? dt_cli_fail("bench comm", rc) : res.exit_code;
+        dt_resolved_free(&r);
+        return ec;
     }
     if (rc == DT_OK) {
         if (plan.world.size > 1) {
             dt_log_set_rank(plan.world.rank);
             setvbuf(stdout, NULL, _IOLBF, 0);
         }
-        rc = bench_rank(&o, cfg, &plan.world);
+        rc = bench_rank(&o, &r, &plan.world);
     }
-    dt_config_free(cfg);
-    return rc ? dt_cli_fail("bench comm", rc) : DT_EXIT_OK;
+    ec = rc ? dt_cli_fail("bench comm", rc) : DT_EXIT_OK;
+    dt_resolved_free(&r);
+    return ec;
 }
 
 int dt_cmd_bench(int argc, char **argv)

@@ -14,6 +14,7 @@
 #include "cli/cli.h"
 #include "dtrain/dtrain.h"
 #include "loader/loader.h"
+#include "util/error.h"
 
 void dt_help_env(FILE *f)
 {
@@ -109,13 +110,16 @@ int dt_cmd_env(int argc, char **argv)
     report_lib("MPI", mpi);
 
     printf("plugins\n");
-    const char *dirs[32];
-    size_t nd = dt_plugin_search_path(NULL, dirs, 32);
-    for (size_t i = 0; i < nd; i++)
-        printf("  search     %s\n", dirs[i]);
+    dt_search_path_t *sp = NULL;
+    if (dt_search_path_new(NULL, &sp) != DT_OK) {
+        printf("  (%s)\n", dt_last_error());
+        return DT_EXIT_OK;
+    }
+    for (size_t i = 0; i < dt_search_path_count(sp); i++)
+        printf("  search     %s\n", dt_search_path_dir(sp, i));
     dt_plugin_listing_t *ls = NULL;
     size_t n = 0;
-    if (dt_plugin_discover(NULL, &ls, &n) == DT_OK) {
+    if (dt_plugin_discover(sp, &ls, &n) == DT_OK) {
         for (size_t i = 0; i < n; i++) {
             printf("  %-10s %-8s %s\n", ls[i].name,
                    ls[i].kind >= 0 ? dt_kind_name(ls[i].kind) : "?",
@@ -125,5 +129,6 @@ int dt_cmd_env(int argc, char **argv)
             printf("  (none found)\n");
         free(ls);
     }
+    dt_search_path_free(sp);
     return DT_EXIT_OK;
 }

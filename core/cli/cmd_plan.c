@@ -7,11 +7,11 @@
  * run.plugin_path included) and the config's own parallel.data, one row
  * per preset the plugin lists (plan_presets: ZeRO's stages, FSDP's
  * sharding strategies), one row with its defaults when it lists none.
- * Each row resolves the config again with that strategy and preset
- * selected, so the numbers come from the strategy plugin's own estimate()
- * with its knobs as the config sets them; a strategy that does not load,
- * or that refuses the layout (a hybrid group that does not divide the
- * world), shows why.
+ * The config is parsed once; each row selects its strategy and preset on
+ * it and loads what it then selects, so the numbers come from the strategy
+ * plugin's own estimate() with its knobs as the config sets them; a
+ * strategy that does not load, or that refuses the layout (a hybrid group
+ * that does not divide the world), shows why.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,7 +75,7 @@ static variant_t *variant_add(variants_t *vs, const char *plugin, const char *la
 
 /* A preset's "key=value key2=value2" as --set assignments of table
  * `plugin` into v; 0 when malformed. */
-static int preset_sets(variant_t *v, const char *set)
+static int variant_sets(variant_t *v, const char *set)
 {
     const char *p = set ? set : "";
     while (*p) {
@@ -100,12 +100,13 @@ static int preset_sets(variant_t *v, const char *set)
 /* The rows of strategy plugin `name`: one per preset it lists, or one
  * with its defaults.  A plugin that does not load gets one row, which
  * fails to resolve and so says why. */
-static int add_strategy(variants_t *vs, const char *name, const dt_config_t *cfg)
+static int add_strategy(variants_t *vs, const char *name, const dt_search_path_t *sp)
 {
     dt_plugin_t *p = NULL;
     const dt_plan_preset_t *pre = NULL;
     uint32_t n = 0;
-    int rc = dt_plugin_load(DT_KIND_STRATEGY, name, cfg, &p);
+    /* presets need no instance and no config: open, never bind */
+    int rc = dt_plugin_open(sp, DT_KIND_STRATEGY, name, &p);
     if (rc == DT_OK) {
         const dt_strategy_ops_t *ops = p->ops;
         if (DT_HAS_OP(dt_strategy_ops_t, ops, plan_presets) &&
@@ -130,7 +131,7 @@ static int add_strategy(variants_t *vs, const char *name, const dt_config_t *cfg
             dt_plugin_unload(p);
             return DT_ERR_NOMEM;
         }
-        if (!preset_sets(v, pre[i].set))
+        if (!variant_sets(v, pre[i].set))
             snprintf(v->err, sizeof v->err,
                      "strategy/%s: plan preset '%s' sets \"%s\", not up to %d "
                      "key=value assignments separated by spaces",
@@ -160,44 +161,36 @@ static int cmp_strategy(const void *a, const void *b)
     return rx != ry ? rx - ry : strcmp(x, y);
 }
 
-/* Read the config as far as the core's own sections (no plugin loaded,
- * so a strategy the file configures badly still gets its rows, each
- * saying why) for parallel.data and run.plugin_path. */
-static int read_selection(const dt_cli_config_args_t *a, dt_config_t **out)
+/* The strategies dtrain ships come first, in the order its documentation
+ * introduces them (replicated, then ZeRO's stages, then FSDP's); every
+ * other strategy follows by name.  Only the order of the rows: nothing
+ * else here depends on which strategy a plugin is. */
+static int display_rank(const char *name)
 {
-    dt_config_t *cfg = NULL;
-    int rc = dt_config_load(a->config, &cfg);
-    if (rc)
-        return rc == DT_ERR_NOMEM ? rc : DT_ERR_CONFIG;
-    for (int i = 0; i < a->n_sets && rc == DT_OK; i++)
-        rc = dt_config_override(cfg, a->sets[i]);
-    for (uint32_t i = 0; i < dt_core_n_sections && rc == DT_OK; i++)
-        rc = dt_config_apply_schema(cfg, dt_core_sections[i].table, dt_core_sections[i].keys,
-                                    dt_core_sections[i].n_keys);
-    if (rc) {
-        dt_config_free(cfg);
-        return rc;
-    }
-    *out = cfg;
-    return DT_OK;
+    static const char *const shipped[] = {"ddp", "zero", "fsdp"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, shipped[i]) == 0)
+            return i;
+    return 3;
 }
 
-/* Every row, in display order. */
-static int plan_variants(const dt_cli_config_args_t *a, variants_t *vs)
+static int cmp_strategy(const void *a, const void *b)
 {
-    dt_config_t *cfg = NULL;
-    int rc = read_selection(a, &cfg);
-    if (rc)
-        return rc;
-    const char *own = "", *path = "";
-    dt_config_get_string(cfg, "parallel.data", &own);
-    dt_config_get_string(cfg, "run.plugin_path", &path);
+    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+    int rx = display_rank(x), ry = display_rank(y);
+    return rx != ry ? rx - ry : strcmp(x, y);
+}
+
+/* Every row, in display order: the strategy plugins on the search path
+ * and the config's own parallel.data. */
+static int plan_variants(const dt_resolved_t *r, variants_t *vs)
+{
+    const char *own = r->set.parallel.data ? r->set.parallel.data : "";
     dt_plugin_listing_t *ls = NULL;
     size_t n = 0;
-    if ((rc = dt_plugin_discover(path[0] ? path : NULL, &ls, &n))) {
-        dt_config_free(cfg);
+    int rc = dt_plugin_discover(r->search, &ls, &n);
+    if (rc)
         return rc;
-    }
     const char **names = malloc((n + 1) * sizeof *names);
     size_t nn = 0;
     int own_listed = !own[0] || strcmp(own, "none") == 0;
@@ -213,54 +206,75 @@ static int plan_variants(const dt_cli_config_args_t *a, variants_t *vs)
     else
         qsort(names, nn, sizeof *names, cmp_strategy);
     for (size_t i = 0; rc == DT_OK && i < nn; i++)
-        rc = add_strategy(vs, names[i], cfg);
+        rc = add_strategy(vs, names[i], r->search);
     if (rc == DT_ERR_NOMEM)
         dt_err_set(rc, "plan: out of memory");
     free(names);
     free(ls);
-    dt_config_free(cfg);
     return rc;
 }
 
-/* Resolve with the variant selected and estimate; *m receives the model
- * (the caller prints its header from the first one). */
-static int plan_one(const dt_cli_config_args_t *a, const variant_t *v, const char *preset,
-                    int64_t *world, dt_resolved_t *r, dt_model_t **m, dt_estimate_t *e)
+/* The assignments --model PRESET stands for, into sets[] from *n on:
+ * --model replaces the file's shape, not just its defaults. */
+static void preset_sets(const char *preset, char buf[6][96], const char **sets, int *n)
 {
-    const char *sets[256 + PLAN_MAX_SETS + 8];
-    char data[96], pre[96], shape[5][64];
-    int n = 0;
-    for (int i = 0; i < a->n_sets && n < 256; i++)
-        sets[n++] = a->sets[i];
+    dt_gpt2_shape_t s;
+    snprintf(buf[0], 96, "model.preset=%s", preset);
+    sets[(*n)++] = buf[0];
+    if (dt_gpt2_preset(preset, &s) != DT_OK)
+        return;
+    snprintf(buf[1], 96, "model.n_layer=%lld", (long long)s.n_layer);
+    snprintf(buf[2], 96, "model.n_head=%lld", (long long)s.n_head);
+    snprintf(buf[3], 96, "model.n_embd=%lld", (long long)s.n_embd);
+    snprintf(buf[4], 96, "model.vocab_size=%lld", (long long)s.vocab_size);
+    snprintf(buf[5], 96, "model.context=%lld", (long long)s.context);
+    for (int k = 1; k < 6; k++)
+        sets[(*n)++] = buf[k];
+}
+
+/* Select the variant on the one resolved config (its strategy and that
+ * strategy's settings) and load what the config then selects. */
+static int select_variant(dt_resolved_t *r, const variant_t *v)
+{
     if (v->err[0])
         return dt_err_set(DT_ERR_INVALID, "%s", v->err);
+    char data[96];
     snprintf(data, sizeof data, "parallel.data=%s", v->plugin);
-    sets[n++] = data;
-    for (int k = 0; k < v->n_sets; k++)
-        sets[n++] = v->sets[k];
-    if (preset) {
-        /* --model replaces the file's shape, not just its defaults */
-        dt_gpt2_shape_t s;
-        snprintf(pre, sizeof pre, "model.preset=%s", preset);
-        sets[n++] = pre;
-        if (dt_gpt2_preset(preset, &s) == DT_OK) {
-            snprintf(shape[0], 64, "model.n_layer=%lld", (long long)s.n_layer);
-            snprintf(shape[1], 64, "model.n_head=%lld", (long long)s.n_head);
-            snprintf(shape[2], 64, "model.n_embd=%lld", (long long)s.n_embd);
-            snprintf(shape[3], 64, "model.vocab_size=%lld", (long long)s.vocab_size);
-            snprintf(shape[4], 64, "model.context=%lld", (long long)s.context);
-            for (int k = 0; k < 5; k++)
-                sets[n++] = shape[k];
-        }
-    }
-    int rc = dt_resolve_ex(a->config, sets, n, DT_RESOLVE_OTHER_TABLES_OK, r);
-    if (rc)
-        return rc;
-    if (*world <= 0 && (rc = dt_config_get_int(r->cfg, "launch.nproc", world)))
-        return rc;
-    if ((rc = dt_model_create(r->cfg, r->plugin[DT_ROLE_DEVICE]->ops, m)))
-        return rc;
-    return dt_plan_strategy(r->plugin[DT_ROLE_DATA], *m, r->cfg, (int)*world, e);
+    int rc = dt_resolve_set(r, data);
+    for (int k = 0; rc == DT_OK && k < v->n_sets; k++)
+        rc = dt_resolve_set(r, v->sets[k]);
+    return rc ? rc : dt_resolve_plugins(r);
+}
+
+static void print_header(const dt_resolved_t *r, dt_model_t *m, int64_t world)
+{
+    const dt_model_info_t *mi = dt_model_info(m);
+    printf("plan: %s, %.2fM parameters, %s, %s; %lld rank(s); micro-batch %lld x %lld "
+           "tokens\n\n",
+           mi->arch, (double)dt_model_desc(m)->numel / 1e6, mi->dtype,
+           dt_optim_name(r->set.optimizer.type), (long long)world,
+           (long long)r->set.train.micro_batch, (long long)r->set.train.seq_len);
+    printf("%-19s %11s %11s %11s %11s %11s %11s %12s %12s\n", "strategy", "params",
+           "grads", "optimizer", "activations", "comm bufs", "model state",
+           "total/rank", "sent/step");
+}
+
+static void print_row(const char *label, const dt_estimate_t *e)
+{
+    char b[8][32];
+    uint64_t total = 0;
+    for (int t = 0; t < DT_TAG_COUNT; t++)
+        total += e->bytes[t];
+    printf("%-19s %11s %11s %11s %11s %11s %11s %12s %12s\n", label,
+           dt_plan_bytes(e->bytes[DT_TAG_PARAMS], b[0], 32),
+           dt_plan_bytes(e->bytes[DT_TAG_GRADS], b[1], 32),
+           dt_plan_bytes(e->bytes[DT_TAG_OPTIMIZER], b[2], 32),
+           dt_plan_bytes(e->bytes[DT_TAG_ACTIVATIONS], b[3], 32),
+           dt_plan_bytes(e->bytes[DT_TAG_COMM], b[4], 32),
+           dt_plan_bytes(dt_plan_model_state(e), b[5], 32), dt_plan_bytes(total, b[6], 32),
+           dt_plan_bytes(e->comm_bytes_per_step, b[7], 32));
+    if (e->note[0])
+        printf("%-19s   %s\n", "", e->note);
 }
 
 int dt_cmd_plan(int argc, char **argv)
@@ -281,72 +295,54 @@ int dt_cmd_plan(int argc, char **argv)
             return DT_EXIT_USAGE;
         }
     }
+    const char *sets[DT_ARRAY_LEN(a.sets) + 6];
+    char preset[6][96];
+    int n = 0;
+    for (int i = 0; i < a.n_sets; i++)
+        sets[n++] = a.sets[i];
+    if (vals[1])
+        preset_sets(vals[1], preset, sets, &n);
+    /* one parse of the file; each variant changes the selection on it */
+    dt_resolved_t r;
+    int rc = dt_resolve_core(a.config, sets, n, &r);
+    if (rc)
+        return dt_cli_fail("plan", rc);
+    if (world <= 0)
+        world = r.set.launch.nproc;
     variants_t vs = {0};
-    int rc0 = plan_variants(&a, &vs);
-    if (rc0) {
+    if ((rc = plan_variants(&r, &vs)) != DT_OK) {
         free(vs.v);
-        return dt_cli_fail("plan", rc0);
+        dt_resolved_free(&r);
+        return dt_cli_fail("plan", rc);
     }
     const variant_t *variants = vs.v;
-    int printed_header = 0, planned = 0, first_rc = DT_OK;
-    char b[DT_TAG_COUNT + 2][32];
+    dt_model_t *m = NULL;
+    int planned = 0, first_rc = DT_OK;
     for (size_t i = 0; i < vs.n; i++) {
-        dt_resolved_t r = {0};
-        dt_model_t *m = NULL;
         dt_estimate_t e = {.struct_size = sizeof(dt_estimate_t)};
-        int rc = plan_one(&a, &variants[i], vals[1], &world, &r, &m, &e);
-        if (rc == DT_OK && !printed_header) {
-            const dt_model_info_t *mi = dt_model_info(m);
-            int64_t micro = 0, T = 0, accum = 0;
-            const char *opt = "";
-            dt_config_get_int(r.cfg, "train.micro_batch", &micro);
-            dt_config_get_int(r.cfg, "train.seq_len", &T);
-            dt_config_get_int(r.cfg, "train.grad_accum", &accum);
-            dt_config_get_string(r.cfg, "optimizer.type", &opt);
-            printf("plan: %s, %.2fM parameters, %s, %s; %lld rank(s); micro-batch %lld x %lld "
-                   "tokens\n\n",
-                   mi->arch, (double)dt_model_desc(m)->numel / 1e6, mi->dtype, opt,
-                   (long long)world, (long long)micro, (long long)T);
-            printf("%-19s %11s %11s %11s %11s %11s %11s %12s %12s\n", "strategy", "params",
-                   "grads", "optimizer", "activations", "comm bufs", "model state",
-                   "total/rank", "sent/step");
-            printed_header = 1;
-        }
+        rc = select_variant(&r, &variants[i]);
+        if (rc == DT_OK && !m &&
+            (rc = dt_model_create(r.cfg, r.plugin[DT_ROLE_DEVICE]->ops, &m)) == DT_OK)
+            print_header(&r, m, world);
+        if (rc == DT_OK)
+            rc = dt_plan_strategy(r.plugin[DT_ROLE_DATA], m, &r.set, (int)world, &e);
         if (rc == DT_OK) {
-            uint64_t total = 0;
-            for (int t = 0; t < DT_TAG_COUNT; t++)
-                total += e.bytes[t];
-            printf("%-19s %11s %11s %11s %11s %11s %11s %12s %12s\n", variants[i].label,
-                   dt_plan_bytes(e.bytes[DT_TAG_PARAMS], b[0], 32),
-                   dt_plan_bytes(e.bytes[DT_TAG_GRADS], b[1], 32),
-                   dt_plan_bytes(e.bytes[DT_TAG_OPTIMIZER], b[2], 32),
-                   dt_plan_bytes(e.bytes[DT_TAG_ACTIVATIONS], b[3], 32),
-                   dt_plan_bytes(e.bytes[DT_TAG_COMM], b[4], 32),
-                   dt_plan_bytes(dt_plan_model_state(&e), b[5], 32),
-                   dt_plan_bytes(total, b[6], 32),
-                   dt_plan_bytes(e.comm_bytes_per_step, b[7], 32));
-            if (e.note[0])
-                printf("%-19s   %s\n", "", e.note);
+            print_row(variants[i].label, &e);
             planned++;
         } else if (i == 0) {
-            /* the first row (ddp, when installed) failing is the config's
-             * failure: say it once as `check` would */
-            if (m)
-                dt_model_free(m, NULL);
-            dt_resolved_free(&r);
-            free(vs.v);
-            return dt_cli_fail("plan", rc);
+            /* the first row (ddp, when installed) failing is the
+             * config's failure: say it once as `check` would */
+            break;
         } else {
             printf("%-19s   not planned: %s\n", variants[i].label, dt_last_error());
             if (!first_rc)
                 first_rc = rc;
         }
-        if (m)
-            dt_model_free(m, NULL);
-        dt_resolved_free(&r);
     }
+    ec = planned ? DT_EXIT_OK : dt_cli_fail("plan", first_rc ? first_rc : rc);
+    if (m)
+        dt_model_free(m, NULL);
     free(vs.v);
-    if (!planned)
-        return dt_cli_fail("plan", first_rc);
-    return DT_EXIT_OK;
+    dt_resolved_free(&r);
+    return ec;
 }

@@ -33,11 +33,11 @@ static const char *type_name(int t)
     }
 }
 
-static int describe(const char *name, const char *path)
+static int describe(const char *name, const dt_search_path_t *sp)
 {
     dt_plugin_listing_t *ls = NULL;
     size_t n = 0;
-    int rc = dt_plugin_discover(path, &ls, &n);
+    int rc = dt_plugin_discover(sp, &ls, &n);
     if (rc)
         return dt_cli_fail("plugins", rc);
     int kind = -1;
@@ -46,12 +46,11 @@ static int describe(const char *name, const char *path)
             kind = ls[i].kind;
     free(ls);
     if (kind < 0) {
-        const char *dirs[32];
-        size_t nd = dt_plugin_search_path(path, dirs, 32);
         char where[2048] = "";
-        for (size_t i = 0; i < nd; i++) {
+        for (size_t i = 0; i < dt_search_path_count(sp); i++) {
             size_t l = strlen(where);
-            snprintf(where + l, sizeof where - l, "%s%s", i ? ", " : "", dirs[i]);
+            snprintf(where + l, sizeof where - l, "%s%s", i ? ", " : "",
+                     dt_search_path_dir(sp, i));
         }
         return dt_cli_fail("plugins", dt_err_set(DT_ERR_NOT_FOUND,
                                                  "plugin '%s' not found in: %s (files are "
@@ -59,7 +58,7 @@ static int describe(const char *name, const char *path)
                                                  name, where));
     }
     dt_plugin_t *p = NULL;
-    if ((rc = dt_plugin_load(kind, name, NULL, &p)))
+    if ((rc = dt_plugin_open(sp, kind, name, &p)))
         return dt_cli_fail("plugins", rc);
     const dt_plugin_info_t *in = p->info;
     printf("%s: %s plugin, ABI %u.%u, version %s\n  %s\n  file: %s\n\n", in->name,
@@ -98,19 +97,26 @@ int dt_cmd_plugins(int argc, char **argv)
             return DT_EXIT_USAGE;
         }
     }
-    if (desc)
-        return describe(desc, path);
+    dt_search_path_t *sp = NULL;
+    int rc = dt_search_path_new(path, &sp);
+    if (rc)
+        return dt_cli_fail("plugins", rc);
+    if (desc) {
+        int ec = describe(desc, sp);
+        dt_search_path_free(sp);
+        return ec;
+    }
 
     dt_plugin_listing_t *ls = NULL;
     size_t n = 0;
-    int rc = dt_plugin_discover(path, &ls, &n);
-    if (rc)
+    rc = dt_plugin_discover(sp, &ls, &n);
+    if (rc) {
+        dt_search_path_free(sp);
         return dt_cli_fail("plugins", rc);
-    const char *dirs[32];
-    size_t nd = dt_plugin_search_path(path, dirs, 32);
+    }
     printf("search path:");
-    for (size_t i = 0; i < nd; i++)
-        printf("%s %s", i ? "," : "", dirs[i]);
+    for (size_t i = 0; i < dt_search_path_count(sp); i++)
+        printf("%s %s", i ? "," : "", dt_search_path_dir(sp, i));
     printf("\n\n%-10s %-9s %-5s %-8s %-10s %s\n", "NAME", "KIND", "ABI", "VERSION", "STATUS",
            "PATH");
     for (size_t i = 0; i < n; i++) {
@@ -126,5 +132,6 @@ int dt_cmd_plugins(int argc, char **argv)
     if (n == 0)
         printf("(no plugins found)\n");
     free(ls);
+    dt_search_path_free(sp);
     return DT_EXIT_OK;
 }

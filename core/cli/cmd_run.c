@@ -3,10 +3,11 @@
  * or, with [launch] nproc > 1 and no launcher around, start the local
  * ranks and watch them (core/launch).
  *
- * The launching parent only parses the config and checks the core's
- * sections: it loads no plugin and builds no model, so N ranks cost N
- * processes, not N + 1 copies of the model.  Errors that only a plugin can
- * find are reported by every rank and end the job with their exit code.
+ * The config file is parsed once (core/setup's staged resolve).  The
+ * launching parent stops after the core's sections: it loads no plugin and
+ * builds no model, so N ranks cost N processes, not N + 1 copies of the
+ * model.  Errors that only a plugin can find are reported by every rank and
+ * end the job with their exit code.
  */
 #include <stdio.h>
 #include <string.h>
@@ -43,39 +44,20 @@ void dt_help_run(FILE *f)
             DT_LAUNCH_GRACE_S, DT_LAUNCH_PER_CPU);
 }
 
-/* Parse the config and check the core's sections (no plugin is loaded),
- * then decide whether this process launches ranks. */
-static int plan_launch(const dt_cli_config_args_t *a, dt_launch_plan_t *plan)
+/* Decide, from the core stage of the config (no plugin loaded), whether
+ * this process launches ranks. */
+static int plan_launch(const dt_resolved_t *r, dt_launch_plan_t *plan)
 {
-    dt_config_t *cfg = NULL;
-    int rc = dt_config_load(a->config, &cfg);
-    if (rc) {
-        dt_config_free(cfg);
-        return rc == DT_ERR_NOMEM ? rc : DT_ERR_CONFIG;
-    }
-    for (int i = 0; i < a->n_sets && rc == DT_OK; i++)
-        rc = dt_config_override(cfg, a->sets[i]);
-    for (uint32_t i = 0; i < dt_core_n_sections && rc == DT_OK; i++) {
-        const dt_config_section_t *s = &dt_core_sections[i];
-        rc = dt_config_apply_schema(cfg, s->table, s->keys, s->n_keys);
-    }
-    int64_t nproc = 1;
-    if (rc == DT_OK)
-        rc = dt_config_get_int(cfg, "launch.nproc", &nproc);
-    if (rc == DT_OK) {
-        dt_origin_t origin = dt_config_origin(cfg, "launch.nproc");
-        char from[4200];
-        if (origin == DT_ORIGIN_CLI)
-            snprintf(from, sizeof from, "from --set");
-        else if (origin == DT_ORIGIN_FILE)
-            snprintf(from, sizeof from, "set in %s", dt_config_path(cfg));
-        else
-            snprintf(from, sizeof from, "the default");
-        rc = dt_launch_plan(cfg, nproc, "launch.nproc", from, origin != DT_ORIGIN_DEFAULT,
-                            plan);
-    }
-    dt_config_free(cfg);
-    return rc;
+    dt_origin_t origin = dt_config_origin(r->cfg, "launch.nproc");
+    char from[4200];
+    if (origin == DT_ORIGIN_CLI)
+        snprintf(from, sizeof from, "from --set");
+    else if (origin == DT_ORIGIN_FILE)
+        snprintf(from, sizeof from, "set in %s", r->set.config_path);
+    else
+        snprintf(from, sizeof from, "the default");
+    return dt_launch_plan(&r->set.launch, r->set.launch.nproc, "launch.nproc", from,
+                          origin != DT_ORIGIN_DEFAULT, plan);
 }
 
 /* --profile comm: for the run, the comm plugin's table is the interposer
@@ -136,35 +118,38 @@ int dt_cmd_run(int argc, char **argv)
                 vals[1]);
         return DT_EXIT_USAGE;
     }
-    dt_launch_plan_t plan;
-    int rc = plan_launch(&a, &plan);
+    dt_resolved_t r;
+    int rc = dt_resolve_core(a.config, a.sets, a.n_sets, &r);
     if (rc)
         return dt_cli_fail("run", rc);
-    if (plan.spawn) {
+    dt_launch_plan_t plan;
+    rc = plan_launch(&r, &plan);
+    if (rc == DT_OK && plan.spawn) {
         dt_launch_opts_t lo = {.nproc = plan.nproc, .argv = dt_cli_argv(),
-                               .raw_stdout_rank = -1};
+                               .raw_stdout_rank = -1, .cleanup = dt_resolve_cleanup_job,
+                               .cleanup_ctx = &r};
         dt_launch_result_t res;
         rc = dt_launch_run(&lo, &res);
-        return rc ? dt_cli_fail("run", rc) : res.exit_code;
+        ec = rc ? dt_cli_fail("run", rc) : res.exit_code;
+        dt_resolved_free(&r);
+        return ec;
     }
-    if (plan.world.size > 1) {
+    if (rc == DT_OK && plan.world.size > 1) {
         /* one rank of several: log lines carry the rank, and lines reach
          * the launcher (a pipe) as they are written */
         dt_log_set_rank(plan.world.rank);
         setvbuf(stdout, NULL, _IOLBF, 0);
     }
-    dt_resolved_t r;
-    rc = dt_resolve(a.config, a.sets, a.n_sets, &r);
-    if (rc)
-        return dt_cli_fail("run", rc);
-    comm_profile_t cp = {0};
-    if (vals[1] && (rc = comm_profile_begin(&r, &cp)) != DT_OK) {
-        dt_resolved_free(&r);
-        return dt_cli_fail("run", rc);
+    if (rc == DT_OK && (rc = dt_resolve_plugins(&r)) == DT_OK &&
+        (rc = dt_resolve_finish(&r, NULL)) == DT_OK) {
+        comm_profile_t cp = {0};
+        if (!vals[1] || (rc = comm_profile_begin(&r, &cp)) == DT_OK) {
+            dt_train_opts_t o = {.metrics_path = vals[0]};
+            rc = dt_train(&r, &o);
+            comm_profile_end(&cp, plan.world.rank);
+        }
     }
-    dt_train_opts_t o = {.metrics_path = vals[0]};
-    rc = dt_train(&r, &o);
-    comm_profile_end(&cp, plan.world.rank);
+    ec = rc ? dt_cli_fail("run", rc) : DT_EXIT_OK;
     dt_resolved_free(&r);
-    return rc ? dt_cli_fail("run", rc) : DT_EXIT_OK;
+    return ec;
 }

@@ -500,6 +500,8 @@ const char *dt_config_path(const dt_config_t *c) { return c ? c->path : ""; }
  * --set overrides
  * --------------------------------------------------------------------- */
 
+static int apply_to_claimed(ctable_t *t, const override_t *o);
+
 static int valid_name(const char *s, size_t n)
 {
     if (n == 0)
@@ -573,7 +575,8 @@ int dt_config_override(dt_config_t *c, const char *assignment)
         return nomem("--set");
     }
     c->ovr[c->n_ovr++] = o;
-    return DT_OK;
+    ctable_t *t = find_table(c, o.table);
+    return t ? apply_to_claimed(t, &c->ovr[c->n_ovr - 1]) : DT_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -923,6 +926,47 @@ int dt_config_apply_schema(dt_config_t *c, const char *table,
     }
     c->tables[c->n_tables++] = t;
     return DT_OK;
+}
+
+/* A --set of a table already claimed takes effect at once, checked as it
+ * would have been before the claim: unknown keys with a did-you-mean,
+ * types, ranges and choices.  The schema's keys are rebuilt from the
+ * table's values, which keep everything the check needs. */
+static int apply_to_claimed(ctable_t *t, const override_t *o)
+{
+    dt_config_key_t *keys = calloc(t->n ? t->n : 1, sizeof *keys);
+    if (!keys)
+        return nomem("--set");
+    uint32_t at = t->n;
+    for (uint32_t i = 0; i < t->n; i++) {
+        const cval_t *v = &t->vals[i];
+        keys[i] = (dt_config_key_t){.name = v->name, .type = v->type, .min = v->min,
+                                    .max = v->max, .choices = v->choices};
+        if (strcmp(v->name, o->key) == 0)
+            at = i;
+    }
+    char loc[1200];
+    snprintf(loc, sizeof loc, "--set %s", o->assign);
+    int rc;
+    if (at == t->n) {
+        rc = unknown_key(loc, t->name, keys, t->n, o->key);
+    } else {
+        cval_t v = t->vals[at];
+        v.s = NULL;
+        source_t src = {.origin = DT_ORIGIN_CLI, .loc = loc, .fail = DT_ERR_CONFIG};
+        rc = resolve_value(t->name, &keys[at], o->node, o->text, &src, &v);
+        if (rc == DT_OK) {
+            free(t->vals[at].s);
+            t->vals[at] = v;
+        }
+    }
+    free(keys);
+    return rc;
+}
+
+int dt_config_claimed(const dt_config_t *c, const char *table)
+{
+    return c && table && find_table(c, table) != NULL;
 }
 
 /* ------------------------------------------------------------------------

@@ -14,7 +14,9 @@
  *                                    absent keys (origin "default")
  *   dt_config_check_unclaimed(...)   any table no schema claimed is an
  *                                    error with a did-you-mean
- *   dt_config_get_*(...)             typed reads by "table.key"
+ *   dt_config_get_*(...)             typed reads by "table.key"; the
+ *                                    core's own sections are read once
+ *                                    into typed structs (settings.h)
  *
  * Errors are returned as DT_ERR_CONFIG with the message in dt_last_error():
  *   "run.toml:12:1: unknown key 'gradient_clipp1ng' in [train]; did you
@@ -49,7 +51,9 @@ void dt_config_free(dt_config_t *c);
 
 /* Apply "table.key=value".  Checked against the schema when the table's
  * schema is applied (so unknown keys in --set are caught with a
- * did-you-mean too).  A value that does not parse as TOML is a string. */
+ * did-you-mean too), or at once when it already was (the value replaces
+ * the resolved one, origin "--set").  A value that does not parse as TOML
+ * is a string. */
 int dt_config_override(dt_config_t *c, const char *assignment);
 
 /* Validate table `table` ("train", or a plugin's name) against `keys` and
@@ -63,6 +67,9 @@ int dt_config_apply_schema(dt_config_t *c, const char *table,
  * claimed.  `hint` (may be NULL) is appended to the message for unknown
  * tables, e.g. "plugin tables are named after a selected plugin". */
 int dt_config_check_unclaimed(const dt_config_t *c, const char *hint);
+
+/* True when dt_config_apply_schema claimed `table`. */
+int dt_config_claimed(const dt_config_t *c, const char *table);
 
 /* Typed reads of "table.key" after apply_schema.  DT_ERR_NOT_FOUND when no
  * schema declared it; DT_ERR_INVALID on a type mismatch (ENUM reads as

@@ -2,10 +2,10 @@
  * core/config/schema.c - the core's own config sections: every key the
  * core reads, its type, default, allowed range and a one-line doc.
  *
- * Plugins declare their tables the same way (dtrain/plugin.h); the engine
- * applies these sections and each selected plugin's keys with
- * dt_config_apply_schema.  Other code reads these keys by name, so a rename
- * here is a rename everywhere.
+ * Plugins declare their tables the same way (dtrain/plugin.h); the staged
+ * resolve (core/setup) applies these sections and each selected plugin's
+ * keys with dt_config_apply_schema.  settings.c reads these keys into typed
+ * structs and the model reads [model]: a rename here is a rename there.
  */
 #include "config/config.h"
 

@@ -1,7 +1,8 @@
 /*
  * core/launch/launcher.c - spawn the local ranks, relay their output line by
- * line, forward signals, stop the job when one rank fails, and remove the
- * shared memory a crash left.  See launcher.h for the behaviour.
+ * line, forward signals, stop the job when one rank fails, and have what a
+ * crash left removed (the caller's cleanup hook).  See launcher.h for the
+ * behaviour.
  *
  * The parent is one poll loop over a signalfd (SIGCHLD and the forwarded
  * signals, blocked while it runs so none is lost between checks) and two
@@ -10,7 +11,6 @@
  */
 #include "launch/launcher.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -52,11 +52,12 @@ int dt_launch_max_local(int *cpus)
     return lim > DT_LAUNCH_MAX ? DT_LAUNCH_MAX : (int)lim;
 }
 
-int dt_launch_plan(const dt_config_t *cfg, int64_t nproc, const char *nproc_name,
-                   const char *nproc_from, int explicit_, dt_launch_plan_t *out)
+int dt_launch_plan(const dt_launch_settings_t *launch, int64_t nproc,
+                   const char *nproc_name, const char *nproc_from, int explicit_,
+                   dt_launch_plan_t *out)
 {
     memset(out, 0, sizeof *out);
-    int rc = dt_world_from_env(cfg, &out->world);
+    int rc = dt_world_from_env(launch, &out->world);
     if (rc)
         return rc;
     const dt_world_t *w = &out->world;
@@ -97,47 +98,6 @@ int dt_launch_plan(const dt_config_t *cfg, int64_t nproc, const char *nproc_name
     return DT_OK;
 }
 
-/* ------------------------------------------------------------- cleanup -- */
-
-int dt_launch_remove_shm(const char *job_id, int *removed)
-{
-    if (removed)
-        *removed = 0;
-    if (!job_id || !job_id[0] || strchr(job_id, '/'))
-        return dt_err_set(DT_ERR_INVALID, "removing shared memory: bad job id '%s'",
-                          job_id ? job_id : "(null)");
-    char base[192];
-    int n = snprintf(base, sizeof base, "dtrain-%s", job_id);
-    if (n < 0 || (size_t)n >= sizeof base)
-        return dt_err_set(DT_ERR_INVALID, "removing shared memory: job id '%s' is too long",
-                          job_id);
-    DIR *d = opendir("/dev/shm");
-    if (!d)
-        return errno == ENOENT ? DT_OK
-                               : dt_err_set(DT_ERR_SYSTEM, "listing /dev/shm: %s",
-                                            strerror(errno));
-    int count = 0, rc = DT_OK;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (strncmp(e->d_name, base, (size_t)n) != 0)
-            continue;
-        /* the world segment, or a split's "<world>-g<k>c<color>...": not
-         * another job whose id merely starts with ours */
-        const char *rest = e->d_name + n;
-        if (rest[0] && strncmp(rest, "-g", 2) != 0)
-            continue;
-        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
-            count++;
-        else if (errno != ENOENT && rc == DT_OK)
-            rc = dt_err_set(DT_ERR_SYSTEM, "removing /dev/shm/%s: %s", e->d_name,
-                            strerror(errno));
-    }
-    closedir(d);
-    if (removed)
-        *removed = count;
-    return rc;
-}
-
 /* ------------------------------------------------------------- running -- */
 
 typedef struct stream {
@@ -156,10 +116,16 @@ typedef struct rank_state {
     char last[LAST_CAP];     /* its last non-empty stderr line */
 } rank_state_t;
 
+static const char *const launch_vars[] = {"DTRAIN_RANK=", "DTRAIN_WORLD_SIZE=",
+                                          "DTRAIN_LOCAL_RANK=", "DTRAIN_LOCAL_SIZE=",
+                                          "DTRAIN_JOB_ID="};
+#define N_LAUNCH_VARS 5
+
 typedef struct launch {
     const dt_launch_opts_t *o;
     int n;
     double grace_s;
+    char job_id[128];
     rank_state_t *ranks;
     stream_t *streams;       /* [2r] stdout, [2r + 1] stderr of rank r */
     int n_alive;
@@ -168,6 +134,19 @@ typedef struct launch {
     int stop_sig;            /* first signal the launcher got */
     int aborting;            /* could not start every rank */
     double kill_at;          /* SIGKILL deadline (monotonic s); 0 = none */
+    /* what each rank is started with */
+    char **envp;             /* ours minus an outer job's launch variables,
+                              * then `vars` (rewritten before each fork) */
+    char vars[N_LAUNCH_VARS][160];
+    const char *exe, *fallback;
+    char exe_fallback[4096];
+    /* the signals the launcher takes over while it runs */
+    int sfd;                 /* signalfd; -1 when it could not be made */
+    sigset_t old_mask;
+    struct sigaction old_pipe;
+    /* the poll set: the signalfd, then every open stream */
+    struct pollfd *pf;
+    int *which;              /* stream index of pf[i]; -1: the signalfd */
 } launch_t;
 
 static double mono_s(void)
@@ -374,37 +353,32 @@ static void child_exec(int out_w, int err_w, const char *exe, char *const *argv,
     _exit(127); /* the forked copy of the launcher must not return */
 }
 
-static const char *const launch_vars[] = {"DTRAIN_RANK=", "DTRAIN_WORLD_SIZE=",
-                                          "DTRAIN_LOCAL_RANK=", "DTRAIN_LOCAL_SIZE=",
-                                          "DTRAIN_JOB_ID="};
-#define N_LAUNCH_VARS 5
-
-int dt_launch_run(const dt_launch_opts_t *o, dt_launch_result_t *res)
+/* Stop everything that started: the started ranks cannot form the job. */
+static void abort_launch(launch_t *L)
 {
-    memset(res, 0, sizeof *res);
-    res->failed_rank = -1;
-    if (!o || !o->argv || !o->argv[0] || o->nproc < 1 || o->nproc > DT_LAUNCH_MAX)
-        return dt_err_set(DT_ERR_INVALID, "launch: needs 1 to %d ranks (got %d) and a "
-                          "command line", DT_LAUNCH_MAX, o ? o->nproc : 0);
-    launch_t L;
-    memset(&L, 0, sizeof L);
-    L.o = o;
-    L.n = o->nproc;
-    L.grace_s = o->grace_s > 0 ? o->grace_s : DT_LAUNCH_GRACE_S;
-    L.first_fail = -1;
+    signal_all(L, SIGKILL);
+    L->aborting = 1;
+}
 
-    /* the job id every rank gets */
+/* The job id every rank gets: the caller's, $DTRAIN_JOB_ID, or a new one. */
+static void make_job_id(launch_t *L)
+{
+    const dt_launch_opts_t *o = L->o;
     const char *id = o->job_id && o->job_id[0] ? o->job_id : getenv("DTRAIN_JOB_ID");
     if (id && id[0]) {
-        snprintf(res->job_id, sizeof res->job_id, "%.96s", id);
+        snprintf(L->job_id, sizeof L->job_id, "%.96s", id);
     } else {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        snprintf(res->job_id, sizeof res->job_id, "%d-%llx", (int)getpid(),
+        snprintf(L->job_id, sizeof L->job_id, "%d-%llx", (int)getpid(),
                  (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
     }
-    dt_world_sanitize_job_id(res->job_id);
+    dt_world_sanitize_job_id(L->job_id);
+}
 
+/* Per-rank state, the environment and the program each rank runs. */
+static int prepare(launch_t *L)
+{
     /* fds 0-2 open, so no pipe lands there and gets lost in dup2 */
     for (int fd = 0; fd < 3; fd++)
         if (fcntl(fd, F_GETFD) < 0)
@@ -415,214 +389,229 @@ int dt_launch_run(const dt_launch_opts_t *o, dt_launch_result_t *res)
     size_t ne = 0;
     while (environ && environ[ne])
         ne++;
-    char **envp = calloc(ne + N_LAUNCH_VARS + 1, sizeof *envp);
-    L.ranks = calloc((size_t)L.n, sizeof *L.ranks);
-    L.streams = calloc((size_t)L.n * 2, sizeof *L.streams);
-    if (!envp || !L.ranks || !L.streams) {
-        free(envp);
-        free(L.ranks);
-        free(L.streams);
-        return dt_err_set(DT_ERR_NOMEM, "launch: out of memory for %d ranks", L.n);
-    }
+    L->envp = calloc(ne + N_LAUNCH_VARS + 1, sizeof *L->envp);
+    L->ranks = calloc((size_t)L->n, sizeof *L->ranks);
+    L->streams = calloc((size_t)L->n * 2, sizeof *L->streams);
+    L->pf = calloc((size_t)L->n * 2 + 1, sizeof *L->pf);
+    L->which = calloc((size_t)L->n * 2 + 1, sizeof *L->which);
+    if (!L->envp || !L->ranks || !L->streams || !L->pf || !L->which)
+        return dt_err_set(DT_ERR_NOMEM, "launch: out of memory for %d ranks", L->n);
     size_t k = 0;
     for (size_t i = 0; i < ne; i++) {
         int skip = 0;
         for (int v = 0; v < N_LAUNCH_VARS; v++)
             skip |= strncmp(environ[i], launch_vars[v], strlen(launch_vars[v])) == 0;
         if (!skip)
-            envp[k++] = environ[i];
+            L->envp[k++] = environ[i];
     }
-    char vars[N_LAUNCH_VARS][160];
     for (int v = 0; v < N_LAUNCH_VARS; v++)
-        envp[k + (size_t)v] = vars[v];
-    envp[k + N_LAUNCH_VARS] = NULL;
-    for (int i = 0; i < 2 * L.n; i++)
-        L.streams[i].fd = -1;
+        L->envp[k + (size_t)v] = L->vars[v];
+    L->envp[k + N_LAUNCH_VARS] = NULL;
+    for (int i = 0; i < 2 * L->n; i++)
+        L->streams[i].fd = -1;
 
-    const char *exe = o->exe ? o->exe : "/proc/self/exe";
-    char exe_fallback[4096];
-    snprintf(exe_fallback, sizeof exe_fallback, "%s", o->argv[0]);
-    const char *fallback = !o->exe && strchr(exe_fallback, '/') ? exe_fallback : NULL;
+    const dt_launch_opts_t *o = L->o;
+    L->exe = o->exe ? o->exe : "/proc/self/exe";
+    snprintf(L->exe_fallback, sizeof L->exe_fallback, "%s", o->argv[0]);
+    L->fallback = !o->exe && strchr(L->exe_fallback, '/') ? L->exe_fallback : NULL;
+    return DT_OK;
+}
 
-    sigset_t set, old_mask;
+/* Block SIGCHLD and the forwarded signals (read from a signalfd, so none
+ * is lost between checks) and ignore SIGPIPE; restore_signals undoes it. */
+static int take_signals(launch_t *L)
+{
+    sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGCHLD);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGHUP);
-    sigprocmask(SIG_BLOCK, &set, &old_mask);
-    struct sigaction ign, old_pipe;
+    sigprocmask(SIG_BLOCK, &set, &L->old_mask);
+    struct sigaction ign;
     memset(&ign, 0, sizeof ign);
     ign.sa_handler = SIG_IGN;
-    sigaction(SIGPIPE, &ign, &old_pipe);
-    int rc = DT_OK;
-    int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sfd < 0)
-        rc = dt_err_set(DT_ERR_SYSTEM, "launch: signalfd: %s", strerror(errno));
+    sigaction(SIGPIPE, &ign, &L->old_pipe);
+    L->sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (L->sfd < 0)
+        return dt_err_set(DT_ERR_SYSTEM, "launch: signalfd: %s", strerror(errno));
+    return DT_OK;
+}
 
-    fprintf(stderr, "dtrain: launching %d ranks (job %s)\n", L.n, res->job_id);
-    fflush(stdout);
-    fflush(stderr);
-    const pid_t me = getpid();
-    for (int r = 0; r < L.n && rc == DT_OK; r++) {
-        int po[2], pe[2];
-        if (pipe2(po, O_CLOEXEC) != 0) {
-            rc = dt_err_set(DT_ERR_SYSTEM, "launch: pipe for rank %d: %s", r, strerror(errno));
-            break;
-        }
-        if (pipe2(pe, O_CLOEXEC) != 0) {
-            rc = dt_err_set(DT_ERR_SYSTEM, "launch: pipe for rank %d: %s", r, strerror(errno));
-            close(po[0]);
-            close(po[1]);
-            break;
-        }
-        snprintf(vars[0], sizeof vars[0], "DTRAIN_RANK=%d", r);
-        snprintf(vars[1], sizeof vars[1], "DTRAIN_WORLD_SIZE=%d", L.n);
-        snprintf(vars[2], sizeof vars[2], "DTRAIN_LOCAL_RANK=%d", r);
-        snprintf(vars[3], sizeof vars[3], "DTRAIN_LOCAL_SIZE=%d", L.n);
-        snprintf(vars[4], sizeof vars[4], "DTRAIN_JOB_ID=%s", res->job_id);
-        pid_t pid = fork();
-        if (pid == 0)
-            child_exec(po[1], pe[1], exe, o->argv, envp, fallback, &old_mask, me);
-        int err = errno;
-        close(po[1]);
-        close(pe[1]);
-        if (pid < 0) {
-            close(po[0]);
-            close(pe[0]);
-            rc = dt_err_set(DT_ERR_SYSTEM, "launch: fork of rank %d: %s", r, strerror(err));
-            break;
-        }
-        L.ranks[r].pid = pid;
-        L.ranks[r].alive = 1;
-        L.n_alive++;
-        stream_t *so = &L.streams[2 * r], *se = &L.streams[2 * r + 1];
-        so->fd = po[0];
-        so->rank = r;
-        so->out_fd = 1;
-        so->raw = r == o->raw_stdout_rank;
-        se->fd = pe[0];
-        se->rank = r;
-        se->out_fd = 2;
-        fcntl(po[0], F_SETFL, O_NONBLOCK);
-        fcntl(pe[0], F_SETFL, O_NONBLOCK);
-    }
-    if (rc != DT_OK) {
-        /* could not start them all: the started ones cannot form the job */
-        signal_all(&L, SIGKILL);
-        L.aborting = 1;
-    }
-
-    struct pollfd *pf = calloc((size_t)L.n * 2 + 1, sizeof *pf);
-    int *which = calloc((size_t)L.n * 2 + 1, sizeof *which);
-    if (!pf || !which) {
-        signal_all(&L, SIGKILL);
-        L.aborting = 1;
-        if (rc == DT_OK)
-            rc = dt_err_set(DT_ERR_NOMEM, "launch: out of memory");
-    }
-    double drain_until = 0;
-    for (;;) {
-        int open_streams = 0;
-        for (int i = 0; i < 2 * L.n; i++)
-            open_streams += L.streams[i].fd >= 0;
-        if (L.n_alive == 0 && (open_streams == 0 || !pf))
-            break;
-        double now = mono_s();
-        if (L.n_alive == 0 && drain_until == 0)
-            drain_until = now + DRAIN_S;
-        if (L.n_alive == 0 && now >= drain_until) {
-            for (int i = 0; i < 2 * L.n; i++)
-                if (L.streams[i].fd >= 0)
-                    close_stream(&L, &L.streams[i]);
-            break;
-        }
-        if (!pf) { /* no memory to poll: just wait for the ranks */
-            int st;
-            for (int r = 0; r < L.n; r++)
-                if (L.ranks[r].alive && waitpid(L.ranks[r].pid, &st, 0) == L.ranks[r].pid) {
-                    L.ranks[r].alive = 0;
-                    L.ranks[r].status = st;
-                    L.n_alive--;
-                }
-            continue;
-        }
-        /* wake at least once a second: reaping does not rely on SIGCHLD */
-        double until = now + 1.0;
-        if (L.n_alive > 0 && L.kill_at > 0 && L.kill_at < until)
-            until = L.kill_at;
-        if (L.n_alive == 0 && drain_until < until)
-            until = drain_until;
-        int timeout_ms = (int)((until - now) * 1000.0) + 1;
-        int np = 0;
-        if (sfd >= 0) {
-            pf[np] = (struct pollfd){.fd = sfd, .events = POLLIN};
-            which[np++] = -1;
-        }
-        for (int i = 0; i < 2 * L.n; i++)
-            if (L.streams[i].fd >= 0) {
-                pf[np] = (struct pollfd){.fd = L.streams[i].fd, .events = POLLIN};
-                which[np++] = i;
-            }
-        int pr = poll(pf, (nfds_t)np, timeout_ms);
-        if (pr < 0 && errno != EINTR) {
-            rc = dt_err_set(DT_ERR_SYSTEM, "launch: poll: %s", strerror(errno));
-            signal_all(&L, SIGKILL);
-            L.aborting = 1;
-            free(pf);
-            pf = NULL;
-            continue;
-        }
-        for (int i = 0; pr > 0 && i < np; i++) {
-            if (!pf[i].revents)
-                continue;
-            if (which[i] < 0) {
-                struct signalfd_siginfo si;
-                while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si)
-                    if ((int)si.ssi_signo != SIGCHLD)
-                        on_signal(&L, (int)si.ssi_signo);
-            } else {
-                read_stream(&L, &L.streams[which[i]]);
-            }
-        }
-        reap(&L);
-        if (L.n_alive > 0 && L.kill_at > 0 && mono_s() >= L.kill_at) {
-            for (int r = 0; r < L.n; r++)
-                if (L.ranks[r].alive && kill(L.ranks[r].pid, SIGKILL) == 0)
-                    fprintf(stderr, "dtrain: rank %d did not stop within %g s of being "
-                                    "asked to; killed it\n", r, L.grace_s);
-            L.kill_at = 0;
-        }
-    }
-    free(pf);
-    free(which);
-
-    /* restore the caller's signal state (a signal still pending is read
-     * first, so unblocking does not deliver it to us) */
-    if (sfd >= 0) {
+/* Restore the caller's signal state (a signal still pending is read first,
+ * so unblocking does not deliver it to us). */
+static void restore_signals(launch_t *L)
+{
+    if (L->sfd >= 0) {
         struct signalfd_siginfo si;
-        while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si)
+        while (read(L->sfd, &si, sizeof si) == (ssize_t)sizeof si)
             ;
-        close(sfd);
+        close(L->sfd);
     }
-    sigprocmask(SIG_SETMASK, &old_mask, NULL);
-    sigaction(SIGPIPE, &old_pipe, NULL);
+    sigprocmask(SIG_SETMASK, &L->old_mask, NULL);
+    sigaction(SIGPIPE, &L->old_pipe, NULL);
+}
 
+/* Fork rank r with its output on two pipes. */
+static int start_rank(launch_t *L, int r)
+{
+    int po[2], pe[2];
+    if (pipe2(po, O_CLOEXEC) != 0)
+        return dt_err_set(DT_ERR_SYSTEM, "launch: pipe for rank %d: %s", r, strerror(errno));
+    if (pipe2(pe, O_CLOEXEC) != 0) {
+        int err = errno;
+        close(po[0]);
+        close(po[1]);
+        return dt_err_set(DT_ERR_SYSTEM, "launch: pipe for rank %d: %s", r, strerror(err));
+    }
+    snprintf(L->vars[0], sizeof L->vars[0], "DTRAIN_RANK=%d", r);
+    snprintf(L->vars[1], sizeof L->vars[1], "DTRAIN_WORLD_SIZE=%d", L->n);
+    snprintf(L->vars[2], sizeof L->vars[2], "DTRAIN_LOCAL_RANK=%d", r);
+    snprintf(L->vars[3], sizeof L->vars[3], "DTRAIN_LOCAL_SIZE=%d", L->n);
+    snprintf(L->vars[4], sizeof L->vars[4], "DTRAIN_JOB_ID=%s", L->job_id);
+    const pid_t me = getpid();
+    pid_t pid = fork();
+    if (pid == 0)
+        child_exec(po[1], pe[1], L->exe, L->o->argv, L->envp, L->fallback, &L->old_mask, me);
+    int err = errno;
+    close(po[1]);
+    close(pe[1]);
+    if (pid < 0) {
+        close(po[0]);
+        close(pe[0]);
+        return dt_err_set(DT_ERR_SYSTEM, "launch: fork of rank %d: %s", r, strerror(err));
+    }
+    L->ranks[r].pid = pid;
+    L->ranks[r].alive = 1;
+    L->n_alive++;
+    stream_t *so = &L->streams[2 * r], *se = &L->streams[2 * r + 1];
+    so->fd = po[0];
+    so->rank = r;
+    so->out_fd = 1;
+    so->raw = r == L->o->raw_stdout_rank;
+    se->fd = pe[0];
+    se->rank = r;
+    se->out_fd = 2;
+    fcntl(po[0], F_SETFL, O_NONBLOCK);
+    fcntl(pe[0], F_SETFL, O_NONBLOCK);
+    return DT_OK;
+}
+
+/* One round of watching: wait (at most a second) for output, a signal or
+ * a deadline, then relay, forward, reap, and kill what outlived its grace.
+ * Returns 1 when every rank is gone and its output drained. */
+static int watch_once(launch_t *L, double *drain_until, int *rc)
+{
+    int open_streams = 0;
+    for (int i = 0; i < 2 * L->n; i++)
+        open_streams += L->streams[i].fd >= 0;
+    if (L->n_alive == 0 && open_streams == 0)
+        return 1;
+    double now = mono_s();
+    if (L->n_alive == 0 && *drain_until == 0)
+        *drain_until = now + DRAIN_S;
+    if (L->n_alive == 0 && now >= *drain_until) {
+        for (int i = 0; i < 2 * L->n; i++)
+            if (L->streams[i].fd >= 0)
+                close_stream(L, &L->streams[i]);
+        return 1;
+    }
+    /* wake at least once a second: reaping does not rely on SIGCHLD */
+    double until = now + 1.0;
+    if (L->n_alive > 0 && L->kill_at > 0 && L->kill_at < until)
+        until = L->kill_at;
+    if (L->n_alive == 0 && *drain_until < until)
+        until = *drain_until;
+    int timeout_ms = (int)((until - now) * 1000.0) + 1;
+    int np = 0;
+    if (L->sfd >= 0) {
+        L->pf[np] = (struct pollfd){.fd = L->sfd, .events = POLLIN};
+        L->which[np++] = -1;
+    }
+    for (int i = 0; i < 2 * L->n; i++)
+        if (L->streams[i].fd >= 0) {
+            L->pf[np] = (struct pollfd){.fd = L->streams[i].fd, .events = POLLIN};
+            L->which[np++] = i;
+        }
+    int pr = poll(L->pf, (nfds_t)np, timeout_ms);
+    if (pr < 0 && errno != EINTR) {
+        /* nothing left to watch with: stop the ranks and just reap them */
+        *rc = dt_err_set(DT_ERR_SYSTEM, "launch: poll: %s", strerror(errno));
+        abort_launch(L);
+        return -1;
+    }
+    for (int i = 0; pr > 0 && i < np; i++) {
+        if (!L->pf[i].revents)
+            continue;
+        if (L->which[i] < 0) {
+            struct signalfd_siginfo si;
+            while (read(L->sfd, &si, sizeof si) == (ssize_t)sizeof si)
+                if ((int)si.ssi_signo != SIGCHLD)
+                    on_signal(L, (int)si.ssi_signo);
+        } else {
+            read_stream(L, &L->streams[L->which[i]]);
+        }
+    }
+    reap(L);
+    if (L->n_alive > 0 && L->kill_at > 0 && mono_s() >= L->kill_at) {
+        for (int r = 0; r < L->n; r++)
+            if (L->ranks[r].alive && kill(L->ranks[r].pid, SIGKILL) == 0)
+                fprintf(stderr, "dtrain: rank %d did not stop within %g s of being asked "
+                                "to; killed it\n", r, L->grace_s);
+        L->kill_at = 0;
+    }
+    return 0;
+}
+
+/* Relay and watch until every rank is gone; without a poll set (poll
+ * failed), only wait for the ranks. */
+static int watch(launch_t *L)
+{
+    double drain_until = 0;
+    int rc = DT_OK, done = 0;
+    while (!done) {
+        done = watch_once(L, &drain_until, &rc);
+        if (done < 0) {
+            int st;
+            for (int r = 0; r < L->n; r++)
+                if (L->ranks[r].alive && waitpid(L->ranks[r].pid, &st, 0) == L->ranks[r].pid) {
+                    L->ranks[r].alive = 0;
+                    L->ranks[r].status = st;
+                    L->n_alive--;
+                }
+            for (int i = 0; i < 2 * L->n; i++)
+                if (L->streams[i].fd >= 0)
+                    close_stream(L, &L->streams[i]);
+            done = 1;
+        }
+    }
+    return rc;
+}
+
+/* Every rank has exited: the caller's hook removes what they left behind
+ * (a crashed rank never ran its plugins' finalize).  Its failure is a
+ * warning, not the job's outcome; the launcher's own error stays set. */
+static void cleanup_job(launch_t *L, int rc)
+{
+    if (!L->o->cleanup)
+        return;
     char err_copy[DT_ERR_MAX];
     snprintf(err_copy, sizeof err_copy, "%s", rc != DT_OK ? dt_last_error() : "");
-    int shm_rc = dt_launch_remove_shm(res->job_id, &res->shm_removed);
-    if (res->shm_removed > 0)
-        fprintf(stderr, "dtrain: removed %d shared-memory segment%s left by job %s "
-                        "(/dev/shm/dtrain-%s*)\n",
-                res->shm_removed, res->shm_removed == 1 ? "" : "s", res->job_id, res->job_id);
-    else if (shm_rc != DT_OK)
-        fprintf(stderr, "dtrain: warning: %s\n", dt_last_error());
+    dt_err_clear();
+    if (L->o->cleanup(L->o->cleanup_ctx, L->job_id) != DT_OK)
+        fprintf(stderr, "dtrain: warning: cleaning up after job %s: %s\n", L->job_id,
+                dt_last_error());
     if (rc != DT_OK)
         dt_err_set(rc, "%s", err_copy);
+}
 
+/* The last line: which rank failed and how, or the signal that stopped the
+ * job; and the exit code that goes with it. */
+static void summarize(const launch_t *L, int rc, dt_launch_result_t *res)
+{
     char b[32];
-    if (L.first_fail >= 0) {
-        const rank_state_t *f = &L.ranks[L.first_fail];
+    if (L->first_fail >= 0) {
+        const rank_state_t *f = &L->ranks[L->first_fail];
         char how[64];
         if (WIFEXITED(f->status))
             snprintf(how, sizeof how, "exit %d", WEXITSTATUS(f->status));
@@ -631,26 +620,67 @@ int dt_launch_run(const dt_launch_opts_t *o, dt_launch_result_t *res)
                      sig_name(WTERMSIG(f->status), b, sizeof b),
                      WCOREDUMP(f->status) ? ", core dumped" : "");
         char others[64] = "";
-        if (L.n_stopped > 0)
-            snprintf(others, sizeof others, "; stopped the other %d rank%s", L.n_stopped,
-                     L.n_stopped == 1 ? "" : "s");
+        if (L->n_stopped > 0)
+            snprintf(others, sizeof others, "; stopped the other %d rank%s", L->n_stopped,
+                     L->n_stopped == 1 ? "" : "s");
         /* its error line may have scrolled away under the others' reports */
         if (WIFEXITED(f->status) && f->last[0])
             fprintf(stderr, "dtrain: rank %d failed (%s)%s; its last error line: %s\n",
-                    L.first_fail, how, others, f->last);
+                    L->first_fail, how, others, f->last);
         else
-            fprintf(stderr, "dtrain: rank %d failed (%s)%s\n", L.first_fail, how, others);
-        res->failed_rank = L.first_fail;
+            fprintf(stderr, "dtrain: rank %d failed (%s)%s\n", L->first_fail, how, others);
+        res->failed_rank = L->first_fail;
         res->exit_code = WIFEXITED(f->status) ? WEXITSTATUS(f->status) : 1;
-    } else if (L.stop_sig) {
-        fprintf(stderr, "dtrain: stopped by %s\n", sig_name(L.stop_sig, b, sizeof b));
-        res->signal = L.stop_sig;
-        res->exit_code = 128 + L.stop_sig;
+    } else if (L->stop_sig) {
+        fprintf(stderr, "dtrain: stopped by %s\n", sig_name(L->stop_sig, b, sizeof b));
+        res->signal = L->stop_sig;
+        res->exit_code = 128 + L->stop_sig;
     } else {
         res->exit_code = rc == DT_OK ? 0 : 1;
     }
-    free(envp);
-    free(L.ranks);
-    free(L.streams);
+}
+
+int dt_launch_run(const dt_launch_opts_t *o, dt_launch_result_t *res)
+{
+    memset(res, 0, sizeof *res);
+    res->failed_rank = -1;
+    if (!o || !o->argv || !o->argv[0] || o->nproc < 1 || o->nproc > DT_LAUNCH_MAX)
+        return dt_err_set(DT_ERR_INVALID, "launch: needs 1 to %d ranks (got %d) and a "
+                          "command line", DT_LAUNCH_MAX, o ? o->nproc : 0);
+    launch_t *L = calloc(1, sizeof *L);
+    if (!L)
+        return dt_err_set(DT_ERR_NOMEM, "launch: out of memory");
+    L->o = o;
+    L->n = o->nproc;
+    L->grace_s = o->grace_s > 0 ? o->grace_s : DT_LAUNCH_GRACE_S;
+    L->first_fail = -1;
+    L->sfd = -1;
+    make_job_id(L);
+    snprintf(res->job_id, sizeof res->job_id, "%s", L->job_id);
+    int rc = prepare(L);
+    if (rc != DT_OK)
+        goto out;
+    rc = take_signals(L);
+
+    fprintf(stderr, "dtrain: launching %d ranks (job %s)\n", L->n, L->job_id);
+    fflush(stdout);
+    fflush(stderr);
+    for (int r = 0; r < L->n && rc == DT_OK; r++)
+        rc = start_rank(L, r);
+    if (rc != DT_OK)
+        abort_launch(L); /* could not start them all */
+    int wrc = watch(L);
+    if (rc == DT_OK)
+        rc = wrc;
+    restore_signals(L);
+    cleanup_job(L, rc);
+    summarize(L, rc, res);
+out:
+    free(L->envp);
+    free(L->ranks);
+    free(L->streams);
+    free(L->pf);
+    free(L->which);
+    free(L);
     return rc;
 }

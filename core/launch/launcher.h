@@ -15,8 +15,10 @@
  *   failure  the first rank that exits non-zero or by a signal makes the
  *            launcher send SIGTERM to the others, then SIGKILL after a
  *            grace period; the last line says which rank failed and how
- *   cleanup  when every rank is gone, /dev/shm/dtrain-<job id>* segments
- *            that a crash left behind are removed
+ *   cleanup  when every rank is gone, the caller's cleanup hook removes
+ *            what a crashed rank left behind (`dtrain run`: the comm
+ *            plugin's cleanup_job, through the loader); the launcher itself
+ *            knows nothing of what a plugin creates
  *
  * Whether to launch at all is dt_launch_plan's decision: never when another
  * launcher (torchrun, mpirun, dtrain's own) already made this process one
@@ -27,7 +29,7 @@
 
 #include <stdint.h>
 
-#include "config/config.h"
+#include "config/settings.h"
 #include "launch/world.h"
 
 /* Most local ranks one launcher starts (the schema's bound on nproc). */
@@ -45,7 +47,7 @@ typedef struct dt_launch_plan {
 } dt_launch_plan_t;
 
 /* Decide whether this process launches ranks.
- *   cfg          the parsed config (may be NULL): rendezvous defaults
+ *   launch       the [launch] settings (may be NULL): rendezvous defaults
  *   nproc        local ranks asked for
  *   nproc_name   how the user spells it, for messages ("launch.nproc")
  *   nproc_from   where the value came from ("set in run.toml", "--set")
@@ -55,8 +57,9 @@ typedef struct dt_launch_plan {
  * local size is a DT_ERR_CONFIG naming both numbers and their sources.
  * Otherwise nproc > 1 spawns, up to dt_launch_max_local() (DT_ERR_CONFIG
  * beyond, naming the value and the limit). */
-int dt_launch_plan(const dt_config_t *cfg, int64_t nproc, const char *nproc_name,
-                   const char *nproc_from, int explicit_, dt_launch_plan_t *out);
+int dt_launch_plan(const dt_launch_settings_t *launch, int64_t nproc,
+                   const char *nproc_name, const char *nproc_from, int explicit_,
+                   dt_launch_plan_t *out);
 
 /* DT_LAUNCH_PER_CPU x the CPUs this process may run on, at most
  * DT_LAUNCH_MAX.  *cpus (may be NULL) receives the CPU count. */
@@ -71,6 +74,13 @@ typedef struct dt_launch_opts {
     double grace_s;       /* SIGTERM -> SIGKILL; <= 0: DT_LAUNCH_GRACE_S */
     int raw_stdout_rank;  /* this rank's stdout is relayed without the
                            * prefix (a table for scripts); -1: none */
+    /* Called once, after every rank has exited and before the last line,
+     * with `cleanup_ctx` and the job id, to remove what the ranks left
+     * (dt_resolve_cleanup_job).  A failure is printed as "dtrain: warning:
+     * cleaning up after job <id>: <message>" and changes no exit code.
+     * NULL: nothing to clean. */
+    int (*cleanup)(void *ctx, const char *job_id);
+    void *cleanup_ctx;
 } dt_launch_opts_t;
 
 typedef struct dt_launch_result {
@@ -79,7 +89,6 @@ typedef struct dt_launch_result {
                        * signal), or 128 + the signal the launcher got */
     int failed_rank;  /* first rank that failed; -1 when none */
     int signal;       /* signal that stopped the launcher; 0 when none */
-    int shm_removed;  /* leftover segments removed */
     char job_id[128];
 } dt_launch_result_t;
 
@@ -90,9 +99,5 @@ typedef struct dt_launch_result {
  * prefixed "dtrain: ".  Blocks SIGCHLD, SIGINT, SIGTERM, SIGHUP and ignores
  * SIGPIPE while it runs; restores them before returning. */
 int dt_launch_run(const dt_launch_opts_t *o, dt_launch_result_t *res);
-
-/* Remove /dev/shm/dtrain-<job_id> and the segments of its splits
- * (dtrain-<job_id>-g...).  *removed (may be NULL) counts them. */
-int dt_launch_remove_shm(const char *job_id, int *removed);
 
 #endif /* DT_LAUNCH_LAUNCHER_H */

@@ -126,7 +126,7 @@ static int from_slurm(dt_world_t *w, int *found)
 
 void dt_world_sanitize_job_id(char *s)
 {
-    /* job ids name files (/dev/shm/dtrain-<id>): keep them to a portable set */
+    /* plugins name files after job ids: keep them to a portable set */
     for (; *s; s++)
         if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
               (*s >= '0' && *s <= '9') || *s == '-' || *s == '_' || *s == '.'))
@@ -138,7 +138,7 @@ int dt_world_from_launcher(const dt_world_t *w)
     return w->size_var != NULL;
 }
 
-int dt_world_from_env(const dt_config_t *cfg, dt_world_t *w)
+int dt_world_from_env(const dt_launch_settings_t *launch, dt_world_t *w)
 {
     memset(w, 0, sizeof *w);
     w->size = w->local_size = 1;
@@ -172,17 +172,13 @@ int dt_world_from_env(const dt_config_t *cfg, dt_world_t *w)
             w->source = "Slurm";
         slurm = found;
     }
-    const char *addr = NULL;
-    int64_t port = 0;
-    if (cfg) {
-        dt_config_get_string(cfg, "launch.master_addr", &addr);
-        dt_config_get_int(cfg, "launch.master_port", &port);
-    }
+    const char *addr = launch ? launch->master_addr : NULL;
+    int64_t port = launch ? launch->master_port : 0;
     if (getenv("MASTER_ADDR"))
         addr = getenv("MASTER_ADDR");
     snprintf(w->master_addr, sizeof w->master_addr, "%s", addr ? addr : "127.0.0.1");
     w->master_port = (int)port;
-    int p2 = 0, fp;
+    int p2 = 0, fp = 0;
     if ((rc = env_int("MASTER_PORT", 0, 65535, &p2, &fp)))
         return rc;
     if (fp)

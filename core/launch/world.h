@@ -17,9 +17,9 @@
  * the other is a DT_ERR_CONFIG (a half-set environment is a mistake, not a
  * single process).
  *
- * The job id names the job's shared resources (the shm communicator's
- * /dev/shm/dtrain-<job id>*), so every rank of a job must derive the same
- * one without talking: DTRAIN_JOB_ID when set; under Open MPI its job id
+ * The job id names the job's shared resources (what a comm plugin creates
+ * for the job, and removes in its cleanup_job), so every rank of a job must
+ * derive the same one without talking: DTRAIN_JOB_ID when set; under Open MPI its job id
  * (OMPI_MCA_ess_base_jobid / PMIX_NAMESPACE); otherwise, for ranks of an
  * external launcher, the rendezvous address and port (MASTER_ADDR,
  * MASTER_PORT, else [launch] master_addr / master_port), which are unique
@@ -30,7 +30,7 @@
 #ifndef DT_ENGINE_WORLD_H
 #define DT_ENGINE_WORLD_H
 
-#include "config/config.h"
+#include "config/settings.h"
 
 typedef struct dt_world {
     int rank, size, local_rank, local_size;
@@ -45,10 +45,10 @@ typedef struct dt_world {
     const char *size_var, *local_size_var;
 } dt_world_t;
 
-/* Fill *w from the environment; `cfg` (may be NULL) gives the rendezvous
- * defaults.  DT_ERR_CONFIG for a malformed or half-set environment, naming
- * the variables. */
-int dt_world_from_env(const dt_config_t *cfg, dt_world_t *w);
+/* Fill *w from the environment; `launch` (may be NULL) gives the
+ * rendezvous defaults ([launch] master_addr, master_port).  DT_ERR_CONFIG
+ * for a malformed or half-set environment, naming the variables. */
+int dt_world_from_env(const dt_launch_settings_t *launch, dt_world_t *w);
 
 /* True when w came from a launcher's environment (not a single process). */
 int dt_world_from_launcher(const dt_world_t *w);

@@ -302,8 +302,16 @@ int dt_plugin_host_mem_stats(const dt_plugin_t *p, dt_mem_stats_t *out)
         return dt_err_set(DT_ERR_INVALID, "host mem stats: NULL argument");
     dt_host_state_t *hs = state_of(p->host);
     pthread_mutex_lock(&hs->lock);
-    *out = hs->mem;
+    dt_mem_stats_t m = hs->mem;
     pthread_mutex_unlock(&hs->lock);
+    m.struct_size = (uint32_t)sizeof m;
+    m.n_tags = DT_TAG_COUNT;
+    int rc = dt_struct_write(out, &m, sizeof m, DT_MEM_STATS_V1_SIZE0);
+    if (rc != DT_OK)
+        return dt_err_set(rc, "host mem stats of %s: struct_size %u is below the "
+                          "%u bytes of its minor 0", hs->who,
+                          (unsigned)out->struct_size,
+                          (unsigned)DT_MEM_STATS_V1_SIZE0);
     return DT_OK;
 }
 

@@ -17,13 +17,17 @@
 #include "loader/plugin_handle.h"
 
 /* Build p's host table (p->kind, p->name and p->info must be set) and
- * point p->host at it.  `cfg` may be NULL: then cfg_* read the defaults the
- * plugin declares (when every key has one).  Freed by dt_host_destroy. */
+ * point p->host at it; the loader's dt_plugin_bind does, once the plugin's
+ * config table is checked.  `cfg` may be NULL: then cfg_* read the defaults
+ * the plugin declares (when every key has one).  Freed by
+ * dt_host_destroy. */
 int dt_host_create(dt_plugin_t *p, const dt_config_t *cfg);
 /* Free p's host table; warns when the plugin still holds host memory. */
 void dt_host_destroy(dt_plugin_t *p);
 
-/* Host memory the plugin holds through its table, per tag, with peaks. */
+/* Host memory the plugin holds through its table, per tag, with peaks
+ * (n_tags = DT_TAG_COUNT).  `out` is the caller's: zero-filled with
+ * struct_size set; written under the growth rule (abi.h rule 4). */
 int dt_plugin_host_mem_stats(const dt_plugin_t *p, dt_mem_stats_t *out);
 
 #endif /* DT_CORE_HOST_SERVICES_H */

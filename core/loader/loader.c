@@ -1,7 +1,8 @@
 /*
- * core/loader/loader.c - finds plugin modules on the search path, loads
- * them with libltdl, checks their entry and ops table against abi_tables,
- * and gives each its host services table.
+ * core/loader/loader.c - finds plugin modules on an explicit search path,
+ * loads them with libltdl, checks their entry and ops table against
+ * abi_tables, gives each its host services table once its config table is
+ * checked, and calls their cleanup_job.
  *
  * Every refusal has one message that says what to do (loader.h lists
  * them).  Two things libltdl does not give us are done by hand:
@@ -60,16 +61,16 @@ static pthread_mutex_t loader_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ------------------------------------------------------ search path -- */
 
-typedef struct search_path {
+struct dt_search_path {
     size_t n;
     const char *dirs[DT_MAX_SEARCH];
     char store[DT_MAX_SEARCH * 256];
     size_t used;
-} search_path_t;
+};
 
 /* Append one entry (not NUL-terminated, `len` bytes).  Empty entries and
  * repeats are skipped: a folder named twice is searched once. */
-static void sp_add(search_path_t *sp, const char *s, size_t len)
+static void sp_add(dt_search_path_t *sp, const char *s, size_t len)
 {
     while (len > 1 && s[len - 1] == '/')
         len--;
@@ -86,7 +87,7 @@ static void sp_add(search_path_t *sp, const char *s, size_t len)
     sp->dirs[sp->n++] = dst;
 }
 
-static void sp_add_list(search_path_t *sp, const char *list)
+static void sp_add_list(dt_search_path_t *sp, const char *list)
 {
     while (list && *list) {
         const char *colon = strchr(list, ':');
@@ -96,42 +97,41 @@ static void sp_add_list(search_path_t *sp, const char *list)
     }
 }
 
-static void sp_build(search_path_t *sp, const char *config_path)
+int dt_search_path_new(const char *config_dirs, dt_search_path_t **out)
 {
-    sp->n = 0;
-    sp->used = 0;
+    if (!out)
+        return dt_err_set(DT_ERR_INVALID, "dt_search_path_new: NULL out");
+    dt_search_path_t *sp = calloc(1, sizeof *sp);
+    *out = sp;
+    if (!sp)
+        return dt_err_set(DT_ERR_NOMEM, "plugin search path: out of memory");
     sp_add_list(sp, getenv("DTRAIN_PLUGIN_PATH"));
-    sp_add_list(sp, config_path);
+    sp_add_list(sp, config_dirs);
     sp_add_list(sp, DT_BUILD_PLUGIN_DIR);
     sp_add_list(sp, DT_INSTALL_PLUGIN_DIR);
+    return DT_OK;
 }
 
-size_t dt_plugin_search_path(const char *config_path, const char **out,
-                             size_t cap)
+void dt_search_path_free(dt_search_path_t *sp) { free(sp); }
+
+size_t dt_search_path_count(const dt_search_path_t *sp) { return sp ? sp->n : 0; }
+
+const char *dt_search_path_dir(const dt_search_path_t *sp, size_t i)
 {
-    static search_path_t sp;
-    pthread_mutex_lock(&loader_lock);
-    sp_build(&sp, config_path);
-    size_t n = sp.n < cap ? sp.n : cap;
-    for (size_t i = 0; i < n; i++)
-        out[i] = sp.dirs[i];
-    pthread_mutex_unlock(&loader_lock);
-    return n;
+    return sp && i < sp->n ? sp->dirs[i] : NULL;
 }
 
-/* run.plugin_path of the config, or NULL.  A config without that key is
- * not an error here, so the error buffer is left as it was. */
-static const char *config_plugin_path(const dt_config_t *cfg)
+/* "a, b, c": every folder, for "not found in: ..." messages. */
+static void sp_list(const dt_search_path_t *sp, char *buf, size_t cap)
 {
-    if (!cfg)
-        return NULL;
-    char saved[DT_ERR_MAX];
-    snprintf(saved, sizeof saved, "%s", dt_last_error());
-    const char *s = NULL;
-    if (dt_config_get_string(cfg, "run.plugin_path", &s) != DT_OK)
-        s = NULL;
-    dt_err_set(DT_OK, "%s", saved);
-    return s;
+    size_t off = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sp->n && off < cap; i++) {
+        int w = snprintf(buf + off, cap - off, "%s%s", i ? ", " : "",
+                         sp->dirs[i]);
+        if (w > 0)
+            off += (size_t)w;
+    }
 }
 
 /* ------------------------------------------------------ messages -- */
@@ -401,10 +401,10 @@ static int probe_and_check(int kind, const char *name, const char *path,
     return DT_OK;
 }
 
-/* Load the module at `path` (known to exist) as plugin `name` of `kind`.
- * Caller holds loader_lock. */
+/* Load the module at `path` (known to exist) as plugin `name` of `kind`,
+ * without a host table yet.  Caller holds loader_lock. */
 static int load_file(int kind, const char *name, const char *path,
-                     const dt_config_t *cfg, dt_plugin_t **out)
+                     dt_plugin_t **out)
 {
     lt_dlhandle h;
     int rc = open_module(kind, name, path, &h);
@@ -432,12 +432,6 @@ static int load_file(int kind, const char *name, const char *path,
     p->ops = ops;
     p->priv = box;
     box->handle = h;
-    rc = dt_host_create(p, cfg);
-    if (rc != DT_OK) {
-        close_module(h);
-        free(box);
-        return rc;
-    }
     dt_log(DT_LOG_DEBUG, "loader", "loaded %s plugin '%s' %s (ABI %u.%u) "
            "from %s", dt_kind_name(kind), name,
            p->info->version ? p->info->version : "?",
@@ -475,29 +469,26 @@ static int file_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
-int dt_plugin_load(int kind, const char *name, const dt_config_t *cfg,
+int dt_plugin_open(const dt_search_path_t *sp, int kind, const char *name,
                    dt_plugin_t **out)
 {
     if (!out)
-        return dt_err_set(DT_ERR_INVALID, "dt_plugin_load: NULL out");
+        return dt_err_set(DT_ERR_INVALID, "dt_plugin_open: NULL out");
     *out = NULL;
     const char *kn = dt_kind_name(kind);
     if (!kn)
         return dt_err_set(DT_ERR_INVALID, "unknown plugin kind %d", kind);
+    if (!sp)
+        return dt_err_set(DT_ERR_INVALID, "loading %s plugin '%s': no search "
+                          "path", kn, name ? name : "(null)");
     if (!name_ok(name))
         return dt_err_set(DT_ERR_INVALID, "%s plugin name '%s' is not valid "
                           "(1 to 63 letters, digits, '_' or '-')", kn,
                           name ? name : "(null)");
 
-    const char *cfg_path = config_plugin_path(cfg);
-    search_path_t *sp = malloc(sizeof *sp);
-    if (!sp)
-        return dt_err_set(DT_ERR_NOMEM, "loading %s plugin '%s': out of "
-                          "memory", kn, name);
     char path[4096];
     int rc = DT_ERR_NOT_FOUND, found = 0;
     pthread_mutex_lock(&loader_lock);
-    sp_build(sp, cfg_path);
     for (size_t i = 0; i < sp->n && !found; i++) {
         int w = snprintf(path, sizeof path, "%s/dtrain_%s.so", sp->dirs[i],
                          name);
@@ -505,24 +496,45 @@ int dt_plugin_load(int kind, const char *name, const dt_config_t *cfg,
          * then fails: silently loading a different copy would hide it. */
         if (w > 0 && (size_t)w < sizeof path && file_exists(path)) {
             found = 1;
-            rc = load_file(kind, name, path, cfg, out);
+            rc = load_file(kind, name, path, out);
         }
     }
+    pthread_mutex_unlock(&loader_lock);
     if (!found) {
         char list[DT_ERR_MAX];
-        size_t off = 0;
-        list[0] = '\0';
-        for (size_t i = 0; i < sp->n && off < sizeof list; i++) {
-            int w = snprintf(list + off, sizeof list - off, "%s%s",
-                             i ? ", " : "", sp->dirs[i]);
-            if (w > 0)
-                off += (size_t)w;
-        }
+        sp_list(sp, list, sizeof list);
         dt_err_set(DT_ERR_NOT_FOUND, "%s plugin '%s' not found in: %s (files "
                    "are named dtrain_<name>.so)", kn, name, list);
     }
-    pthread_mutex_unlock(&loader_lock);
-    free(sp);
+    return rc;
+}
+
+int dt_plugin_bind(dt_plugin_t *p, const dt_config_t *cfg)
+{
+    if (!p)
+        return dt_err_set(DT_ERR_INVALID, "dt_plugin_bind: NULL plugin");
+    const char *kn = dt_kind_name(p->kind);
+    if (p->host)
+        return dt_err_set(DT_ERR_INVALID, "%s/%s: already has its host table",
+                          kn, p->name);
+    /* The host table reads only checked values: a table whose schema was
+     * not applied would hand the plugin defaults while the file says
+     * otherwise. */
+    if (cfg && !dt_config_claimed(cfg, p->name))
+        return dt_err_set(DT_ERR_INVALID, "%s/%s: config table [%s] was not "
+                          "checked against the plugin's keys before binding",
+                          kn, p->name, p->name);
+    return dt_host_create(p, cfg);
+}
+
+int dt_plugin_load(const dt_search_path_t *sp, int kind, const char *name,
+                   dt_plugin_t **out)
+{
+    int rc = dt_plugin_open(sp, kind, name, out);
+    if (rc == DT_OK && (rc = dt_plugin_bind(*out, NULL)) != DT_OK) {
+        dt_plugin_unload(*out);
+        *out = NULL;
+    }
     return rc;
 }
 
@@ -605,6 +617,25 @@ int dt_plugin_require_op(const dt_plugin_t *p, const char *method)
                       "not provided (NULL)", kn, p->name, method);
 }
 
+/* The one signature every kind's cleanup_job slot has (comm.h, offload.h). */
+typedef int (*dt_cleanup_fn_t)(const dt_host_t *host, const char *job_id);
+
+int dt_plugin_cleanup_job(const dt_plugin_t *p, const char *job_id)
+{
+    if (!p || !p->host || !job_id || !job_id[0])
+        return dt_err_set(DT_ERR_INVALID, "dt_plugin_cleanup_job: %s",
+                          !p ? "NULL plugin" : !p->host ? "plugin not bound"
+                                                        : "empty job id");
+    int mand = 0;
+    const dt_abi_method_t *m = find_slot(p, "cleanup_job", &mand);
+    if (!m || !dt_plugin_has_op(p, "cleanup_job"))
+        return DT_OK; /* nothing of this plugin to remove */
+    dt_cleanup_fn_t fn;
+    memcpy(&fn, (const char *)p->ops + m->offset, sizeof fn);
+    dt_err_clear();
+    return dt_plugin_failed(p, fn(p->host, job_id), "cleanup_job");
+}
+
 /* ------------------------------------------------------ discovery -- */
 
 static int cmp_str(const void *a, const void *b)
@@ -671,7 +702,7 @@ static void probe_listing(dt_plugin_listing_t *L, const char *name,
                  info->version ? info->version : "");
     }
     dt_plugin_t *p = NULL;
-    if (load_file(L->kind, name, path, NULL, &p) == DT_OK) {
+    if (load_file(L->kind, name, path, &p) == DT_OK) {
         L->loadable = 1;
         L->abi_major = p->info->abi_major;
         L->abi_minor = p->info->abi_minor;
@@ -684,20 +715,16 @@ static void probe_listing(dt_plugin_listing_t *L, const char *name,
     close_module(h);
 }
 
-int dt_plugin_discover(const char *config_path, dt_plugin_listing_t **out,
+int dt_plugin_discover(const dt_search_path_t *sp, dt_plugin_listing_t **out,
                        size_t *n)
 {
-    if (!out || !n)
-        return dt_err_set(DT_ERR_INVALID, "dt_plugin_discover: NULL out");
+    if (!out || !n || !sp)
+        return dt_err_set(DT_ERR_INVALID, "dt_plugin_discover: NULL argument");
     *out = NULL;
     *n = 0;
-    search_path_t *sp = malloc(sizeof *sp);
     char *saved = malloc(DT_ERR_MAX);
-    if (!sp || !saved) {
-        free(sp);
-        free(saved);
+    if (!saved)
         return dt_err_set(DT_ERR_NOMEM, "discovering plugins: out of memory");
-    }
     /* Probing sets messages for every broken module; they belong in the
      * listings, not in the caller's error buffer. */
     snprintf(saved, DT_ERR_MAX, "%s", dt_last_error());
@@ -706,7 +733,6 @@ int dt_plugin_discover(const char *config_path, dt_plugin_listing_t **out,
     size_t count = 0, cap = 0;
     int rc = DT_OK;
     pthread_mutex_lock(&loader_lock);
-    sp_build(sp, config_path);
     for (size_t d = 0; d < sp->n && rc == DT_OK; d++) {
         DIR *dir = opendir(sp->dirs[d]);
         if (!dir)
@@ -762,7 +788,6 @@ int dt_plugin_discover(const char *config_path, dt_plugin_listing_t **out,
         free(files);
     }
     pthread_mutex_unlock(&loader_lock);
-    free(sp);
     if (rc != DT_OK) {
         free(list);
         free(saved);

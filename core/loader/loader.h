@@ -1,17 +1,22 @@
 /*
  * core/loader/loader.h - finds, loads and checks plugins (libltdl).
  *
- * A plugin named NAME is the module file `dtrain_NAME.so`.  The search path,
- * in order: each entry of $DTRAIN_PLUGIN_PATH (':'-separated), each entry of
- * the config's run.plugin_path, the build tree's plugin folder, the install
- * folder.  Never the current directory unless one of those names it.
+ * A plugin named NAME is the module file `dtrain_NAME.so`, looked for in
+ * the folders of an explicit search path, built once (dt_search_path_new)
+ * from, in order: each entry of $DTRAIN_PLUGIN_PATH (':'-separated), the
+ * config's run.plugin_path (the caller passes it), the build tree's plugin
+ * folder, the install folder.  Never the current directory unless one of
+ * those names it.
  *
- * Loading probes the kind's entry symbols newest supported major first
- * (DT_ENTRY_NAME(kind, major)), checks the info block (kind, major, minor,
- * struct_size, name == NAME) and every mandatory method of that kind (and
- * of the tables it hands out: a device's kernel table), and builds the
- * plugin's own host services table (host.h) whose set_error prefixes
- * "kind/name: ".  Each failure has one message a user can act on:
+ * Loading is two steps, so that a plugin's host table only ever reads
+ * checked values: dt_plugin_open probes the kind's entry symbols newest
+ * supported major first (DT_ENTRY_NAME(kind, major)), checks the info
+ * block (kind, major, minor, struct_size, name == NAME) and every mandatory
+ * method of that kind (and of the tables it hands out: a device's kernel
+ * table); then, once the plugin's config table was checked
+ * against the keys it declares, dt_plugin_bind builds the plugin's own host
+ * services table (host.h) whose set_error prefixes "kind/name: " and whose
+ * cfg_* read that table.  Each failure has one message a user can act on:
  *
  *   not found:      "comm plugin 'shmm' not found in: /a, /b, /c (files are
  *                    named dtrain_<name>.so)"
@@ -38,18 +43,41 @@
 #include "dtrain/dtrain.h"
 #include "loader/plugin_handle.h"
 
-/* The directories searched, in order, given the config's plugin_path
- * (may be NULL).  Writes up to `cap` entries (owned by the loader until the
- * next call) and returns the count. */
-size_t dt_plugin_search_path(const char *config_path, const char **out,
-                             size_t cap);
+/* The folders plugins are looked for in (opaque; see the top). */
+typedef struct dt_search_path dt_search_path_t;
 
-/* Load plugin `name` of `kind`.  `cfg` (may be NULL) is the resolved config
- * that the plugin's host cfg_* functions read from table `name`; the
- * caller keeps it alive until dt_plugin_unload. */
-int dt_plugin_load(int kind, const char *name, const dt_config_t *cfg,
+/* Build the search path: $DTRAIN_PLUGIN_PATH, `config_dirs` (run.plugin_path,
+ * ':'-separated; may be NULL), the build tree, the install folder.  Empty
+ * entries and repeats are dropped, trailing '/' removed. */
+int dt_search_path_new(const char *config_dirs, dt_search_path_t **out);
+void dt_search_path_free(dt_search_path_t *sp);
+/* The number of folders, and the i-th (NULL past the end). */
+size_t dt_search_path_count(const dt_search_path_t *sp);
+const char *dt_search_path_dir(const dt_search_path_t *sp, size_t i);
+
+/* Find plugin `name` of `kind` on `sp`, load it and check its ABI.  The
+ * plugin has no host table yet (p->host is NULL): bind it before calling
+ * into it.  Free with dt_plugin_unload. */
+int dt_plugin_open(const dt_search_path_t *sp, int kind, const char *name,
+                   dt_plugin_t **out);
+/* Build p's host table.  Its cfg_* read table p->name of `cfg`, which must
+ * already be claimed with the plugin's keys (dt_config_apply_schema with
+ * p->info->config_keys: DT_ERR_INVALID otherwise); the caller keeps cfg
+ * alive until dt_plugin_unload.  cfg == NULL: the keys' declared defaults.
+ * Once per plugin. */
+int dt_plugin_bind(dt_plugin_t *p, const dt_config_t *cfg);
+/* dt_plugin_open + dt_plugin_bind(NULL): for tools and tests that use a
+ * plugin with its defaults. */
+int dt_plugin_load(const dt_search_path_t *sp, int kind, const char *name,
                    dt_plugin_t **out);
 void dt_plugin_unload(dt_plugin_t *p);
+
+/* Call the plugin's optional cleanup_job(host, job_id) (comm.h, offload.h):
+ * remove what ranks of job `job_id` left behind.  DT_OK without calling
+ * anything when the plugin has no such slot (its kind has none, or its
+ * table ends before it, or it is NULL); otherwise the slot's status, with
+ * the message prefixed "kind/name: ".  p must be bound. */
+int dt_plugin_cleanup_job(const dt_plugin_t *p, const char *job_id);
 
 /* After a plugin method returned `rc` != DT_OK: make sure the message is
  * prefixed "kind/name: " and says what failed, even if the plugin set no
@@ -73,14 +101,14 @@ typedef struct dt_plugin_listing {
     int kind;            /* -1 when it could not be determined */
     uint32_t abi_major, abi_minor;
     char version[32];
-    int loadable;        /* 1: dt_plugin_load succeeds */
+    int loadable;        /* 1: dt_plugin_open succeeds */
     char why[1024];      /* when not loadable */
 } dt_plugin_listing_t;
 
 /* Scan the search path for dtrain_*.so (first hit of a name wins, as in
  * loading) and probe each.  Returns a malloc'd array in *out (free()) and
  * its length in *n. */
-int dt_plugin_discover(const char *config_path, dt_plugin_listing_t **out,
+int dt_plugin_discover(const dt_search_path_t *sp, dt_plugin_listing_t **out,
                        size_t *n);
 
 #endif /* DT_CORE_LOADER_H */

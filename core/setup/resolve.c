@@ -1,7 +1,9 @@
 /*
- * core/setup/resolve.c - parse, override, validate, load plugins, validate
- * their tables.  Knows which config keys select plugins; knows nothing
- * about any particular plugin.
+ * core/setup/resolve.c - the staged resolve: parse once, override,
+ * validate the core's sections into typed settings, load the selected
+ * plugins and validate their tables before they get their host tables.
+ * Knows which settings select plugins; knows nothing about any particular
+ * plugin.
  */
 #include "setup/resolve.h"
 
@@ -9,11 +11,12 @@
 #include <string.h>
 
 #include "util/error.h"
+#include "util/log.h"
 
 static const struct {
     const char *name;
     int kind;
-    const char *key; /* config key naming the plugin */
+    const char *key; /* config key naming the plugin, for messages */
 } roles[DT_ROLE_COUNT] = {
     [DT_ROLE_DEVICE] = {"device", DT_KIND_DEVICE, "run.device"},
     [DT_ROLE_COMM] = {"comm", DT_KIND_COMM, "run.comm"},
@@ -22,6 +25,10 @@ static const struct {
     [DT_ROLE_PIPELINE] = {"pipeline strategy", DT_KIND_STRATEGY, NULL},
     [DT_ROLE_OFFLOAD] = {"offload tier", DT_KIND_OFFLOAD, "parallel.offload"},
 };
+
+#define DEFAULT_HINT                                                            \
+    "a plugin's table is named after the plugin and only allowed when the "   \
+    "config selects it"
 
 int dt_role_kind(dt_role_t role) { return roles[role].kind; }
 const char *dt_role_name(dt_role_t role) { return roles[role].name; }
@@ -32,55 +39,16 @@ void dt_resolved_free(dt_resolved_t *r)
         return;
     for (int i = 0; i < DT_ROLE_COUNT; i++)
         dt_plugin_unload(r->plugin[i]);
+    dt_search_path_free(r->search);
     dt_config_free(r->cfg);
     memset(r, 0, sizeof *r);
 }
 
-/* The plugin name a role selects, or NULL when the role is unused. */
-static int role_plugin_name(const dt_config_t *cfg, dt_role_t role,
-                            const char **name)
-{
-    *name = NULL;
-    if (role == DT_ROLE_TENSOR || role == DT_ROLE_PIPELINE) {
-        int64_t n = 1;
-        int rc = dt_config_get_int(
-            cfg, role == DT_ROLE_TENSOR ? "parallel.tensor" : "parallel.pipeline", &n);
-        if (rc)
-            return rc;
-        if (n > 1)
-            *name = role == DT_ROLE_TENSOR ? "tensor" : "pipeline";
-        return DT_OK;
-    }
-    const char *v = NULL;
-    int rc = dt_config_get_string(cfg, roles[role].key, &v);
-    if (rc)
-        return rc;
-    if (role == DT_ROLE_OFFLOAD && strcmp(v, "none") == 0)
-        return DT_OK;
-    if (role == DT_ROLE_DATA && strcmp(v, "none") == 0)
-        return dt_err_set(DT_ERR_CONFIG,
-                          "%s: parallel.data = \"none\": a data-parallel strategy is "
-                          "required to hold parameters (use \"ddp\", which is exact "
-                          "for one process)",
-                          dt_config_path(cfg));
-    if (!v[0])
-        return dt_err_set(DT_ERR_CONFIG, "%s: %s is empty: name a %s plugin",
-                          dt_config_path(cfg), roles[role].key, roles[role].name);
-    *name = v;
-    return DT_OK;
-}
-
-int dt_resolve(const char *path, const char *const *sets, int n_sets,
-               dt_resolved_t *out)
-{
-    return dt_resolve_ex(path, sets, n_sets, 0, out);
-}
-
-int dt_resolve_ex(const char *path, const char *const *sets, int n_sets, unsigned flags,
-                  dt_resolved_t *out)
+int dt_resolve_core(const char *path, const char *const *sets, int n_sets,
+                    dt_resolved_t *out)
 {
     memset(out, 0, sizeof *out);
-    int rc = dt_config_load(path, &out->cfg);
+    int rc = path ? dt_config_load(path, &out->cfg) : dt_config_new(&out->cfg);
     if (rc) {
         /* a config that cannot be read is the user's input, like a bad one */
         if (rc != DT_ERR_NOMEM)
@@ -95,38 +63,126 @@ int dt_resolve_ex(const char *path, const char *const *sets, int n_sets, unsigne
         if ((rc = dt_config_apply_schema(out->cfg, s->table, s->keys, s->n_keys)))
             goto fail;
     }
-    for (int role = 0; role < DT_ROLE_COUNT; role++) {
-        const char *name;
-        if ((rc = role_plugin_name(out->cfg, (dt_role_t)role, &name)))
-            goto fail;
-        if (!name)
-            continue;
-        rc = dt_plugin_load(roles[role].kind, name, out->cfg, &out->plugin[role]);
-        if (rc) {
-            /* naming a plugin that does not exist is a config error; one
-             * that exists but is broken is the installation's problem */
-            if (rc == DT_ERR_NOT_FOUND)
-                rc = DT_ERR_CONFIG;
-            if (roles[role].key)
-                dt_err_context(rc, "%s: %s = \"%s\"", dt_config_path(out->cfg),
-                               roles[role].key, name);
-            goto fail;
-        }
-        const dt_plugin_info_t *info = out->plugin[role]->info;
-        rc = dt_config_apply_schema(out->cfg, name, info->config_keys,
-                                    info->n_config_keys);
-        if (rc)
-            goto fail;
-    }
-    if (flags & DT_RESOLVE_OTHER_TABLES_OK)
-        return DT_OK;
-    rc = dt_config_check_unclaimed(
-        out->cfg, "a plugin's table is named after the plugin and only allowed "
-                  "when the config selects it");
-    if (rc)
+    if ((rc = dt_settings_read(out->cfg, &out->set)) ||
+        (rc = dt_search_path_new(out->set.run.plugin_path, &out->search)))
         goto fail;
     return DT_OK;
 fail:
     dt_resolved_free(out);
     return rc;
+}
+
+int dt_resolve_set(dt_resolved_t *r, const char *assignment)
+{
+    int rc = dt_config_override(r->cfg, assignment);
+    return rc ? rc : dt_settings_read(r->cfg, &r->set);
+}
+
+/* The plugin the settings select for `role`, or NULL when the role is
+ * unused. */
+static int role_plugin_name(const dt_resolved_t *r, dt_role_t role, const char **name)
+{
+    const dt_settings_t *s = &r->set;
+    const char *v = NULL;
+    *name = NULL;
+    switch (role) {
+    case DT_ROLE_DEVICE: v = s->run.device; break;
+    case DT_ROLE_COMM: v = s->run.comm; break;
+    case DT_ROLE_DATA: v = s->parallel.data; break;
+    case DT_ROLE_OFFLOAD: v = s->parallel.offload; break;
+    case DT_ROLE_TENSOR:
+        *name = s->parallel.tensor > 1 ? "tensor" : NULL;
+        return DT_OK;
+    default: /* DT_ROLE_PIPELINE */
+        *name = s->parallel.pipeline > 1 ? "pipeline" : NULL;
+        return DT_OK;
+    }
+    if (role == DT_ROLE_OFFLOAD && strcmp(v, "none") == 0)
+        return DT_OK;
+    if (role == DT_ROLE_DATA && strcmp(v, "none") == 0)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "%s: parallel.data = \"none\": a data-parallel strategy is "
+                          "required to hold parameters (use \"ddp\", which is exact "
+                          "for one process)",
+                          s->config_path);
+    if (!v[0])
+        return dt_err_set(DT_ERR_CONFIG, "%s: %s is empty: name a %s plugin",
+                          s->config_path, roles[role].key, roles[role].name);
+    *name = v;
+    return DT_OK;
+}
+
+int dt_resolve_plugin(dt_resolved_t *r, dt_role_t role, const char *name,
+                      const char *named_by)
+{
+    int rc = DT_OK;
+    if (!name && (rc = role_plugin_name(r, role, &name)))
+        return rc;
+    dt_plugin_t *have = r->plugin[role];
+    if (have && name && strcmp(have->name, name) == 0)
+        return DT_OK;
+    r->plugin[role] = NULL;
+    dt_plugin_unload(have);
+    if (!name)
+        return DT_OK;
+    dt_plugin_t *p = NULL;
+    rc = dt_plugin_open(r->search, roles[role].kind, name, &p);
+    if (rc) {
+        /* naming a plugin that does not exist is a config error; one that
+         * exists but is broken is the installation's problem */
+        if (rc == DT_ERR_NOT_FOUND)
+            rc = DT_ERR_CONFIG;
+        if (named_by)
+            dt_err_context(rc, "%s", named_by);
+        else if (roles[role].key)
+            dt_err_context(rc, "%s: %s = \"%s\"", r->set.config_path, roles[role].key,
+                           name);
+        return rc;
+    }
+    /* the table is checked before the plugin gets a host table to read it */
+    rc = dt_config_apply_schema(r->cfg, name, p->info->config_keys, p->info->n_config_keys);
+    if (rc == DT_OK)
+        rc = dt_plugin_bind(p, r->cfg);
+    if (rc) {
+        dt_plugin_unload(p);
+        return rc;
+    }
+    r->plugin[role] = p;
+    return DT_OK;
+}
+
+int dt_resolve_plugins(dt_resolved_t *r)
+{
+    int rc = DT_OK;
+    for (int role = 0; role < DT_ROLE_COUNT && rc == DT_OK; role++)
+        rc = dt_resolve_plugin(r, (dt_role_t)role, NULL, NULL);
+    return rc;
+}
+
+int dt_resolve_finish(const dt_resolved_t *r, const char *hint)
+{
+    return dt_config_check_unclaimed(r->cfg, hint ? hint : DEFAULT_HINT);
+}
+
+int dt_resolve(const char *path, const char *const *sets, int n_sets,
+               dt_resolved_t *out)
+{
+    int rc = dt_resolve_core(path, sets, n_sets, out);
+    if (rc)
+        return rc;
+    if ((rc = dt_resolve_plugins(out)) || (rc = dt_resolve_finish(out, NULL)))
+        dt_resolved_free(out);
+    return rc;
+}
+
+int dt_resolve_cleanup_job(void *resolved, const char *job_id)
+{
+    dt_resolved_t *r = resolved;
+    if (!r->plugin[DT_ROLE_COMM] && dt_resolve_plugin(r, DT_ROLE_COMM, NULL, NULL) != DT_OK) {
+        dt_log(DT_LOG_DEBUG, "launch", "no cleanup after job %s: %s", job_id,
+               dt_last_error());
+        dt_err_clear();
+        return DT_OK;
+    }
+    return dt_plugin_cleanup_job(r->plugin[DT_ROLE_COMM], job_id);
 }

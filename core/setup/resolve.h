@@ -1,18 +1,29 @@
 /*
  * core/setup/resolve.h - from a config file to a validated configuration
- * with its plugins loaded.
+ * with its plugins loaded, in stages, the file parsed once.
  *
- * Resolution: parse the TOML, apply --set overrides, check the core's
- * sections, find which plugins the config selects (run.device, run.comm,
- * parallel.data, parallel.offload, and tensor/pipeline when their sizes are
- * above 1), load each one (which checks its ABI), check each plugin's table
- * against the keys it declares, and finally reject any table nothing
- * claimed.  `dtrain check` stops here; `dtrain run` goes on to train.
+ *   dt_resolve_core     parse the TOML (or start empty), apply the --set
+ *                       overrides, check the core's sections, read them into
+ *                       typed settings (config/settings.h) and build the
+ *                       plugin search path (run.plugin_path)
+ *   dt_resolve_plugins  for each role the settings select (run.device,
+ *                       run.comm, parallel.data, parallel.offload, and
+ *                       tensor/pipeline when their sizes are above 1): load
+ *                       the plugin (which checks its ABI), check its table
+ *                       against the keys it declares, then give it its host
+ *                       table; dt_resolve_plugin does one role
+ *   dt_resolve_finish   reject any table nothing claimed
+ *
+ * `dtrain check` and `dtrain run` go through every stage (dt_resolve); the
+ * launching parent of `dtrain run` stops after the core stage; `dtrain
+ * plan` changes the selection between estimates (dt_resolve_set) and skips
+ * the last stage; `dtrain bench comm` loads only a comm plugin.
  */
 #ifndef DT_SETUP_RESOLVE_H
 #define DT_SETUP_RESOLVE_H
 
 #include "config/config.h"
+#include "config/settings.h"
 #include "loader/loader.h"
 
 /* Roles a plugin plays in a run. */
@@ -28,23 +39,50 @@ typedef enum dt_role {
 
 typedef struct dt_resolved {
     dt_config_t *cfg;
-    dt_plugin_t *plugin[DT_ROLE_COUNT]; /* NULL when the role is unused */
+    dt_settings_t set;                  /* the core's sections, typed */
+    dt_search_path_t *search;           /* where plugins are looked for */
+    dt_plugin_t *plugin[DT_ROLE_COUNT]; /* NULL when the role is unused
+                                         * or not resolved yet */
 } dt_resolved_t;
 
-/* Resolve `path` with `n_sets` "--set" assignments.  On failure everything
- * is released and the message says what is wrong; the status is
- * DT_ERR_CONFIG for bad input, another code for system failures. */
+/* The core stage of `path` (NULL: no file, the core's defaults) with
+ * `n_sets` "--set" assignments.  On failure everything is released and the
+ * message says what is wrong; the status is DT_ERR_CONFIG for bad input
+ * (an unreadable file included), another code for system failures. */
+int dt_resolve_core(const char *path, const char *const *sets, int n_sets,
+                    dt_resolved_t *out);
+
+/* Apply one more "table.key=value" after the core stage (dt_config_override:
+ * a table already claimed changes at once) and read the settings again.
+ * The search path stays as built. */
+int dt_resolve_set(dt_resolved_t *r, const char *assignment);
+
+/* Resolve `role`: its plugin `name`, or the one the settings select when
+ * `name` is NULL (none: the role is left empty).  A plugin already loaded
+ * for the role under that name is kept; another is unloaded first.
+ * Messages about a plugin that cannot be loaded start with `named_by`
+ * ("--comm shmm"), or by default "<file>: run.comm = \"shmm\"".  On
+ * failure the role is empty and the rest of *r stays valid. */
+int dt_resolve_plugin(dt_resolved_t *r, dt_role_t role, const char *name,
+                      const char *named_by);
+/* dt_resolve_plugin for every role, from the settings. */
+int dt_resolve_plugins(dt_resolved_t *r);
+
+/* Reject any table no stage claimed; `hint` (NULL: the default, that a
+ * plugin's table is only allowed when the config selects the plugin) ends
+ * the message. */
+int dt_resolve_finish(const dt_resolved_t *r, const char *hint);
+
+/* Every stage; on failure everything is released. */
 int dt_resolve(const char *path, const char *const *sets, int n_sets,
                dt_resolved_t *out);
 void dt_resolved_free(dt_resolved_t *r);
 
-/* dt_resolve with flags: DT_RESOLVE_OTHER_TABLES_OK skips the final
- * unclaimed-table check, for tools that re-resolve one config with other
- * plugins selected (`dtrain plan` selects each strategy in turn while the
- * file may configure another). */
-#define DT_RESOLVE_OTHER_TABLES_OK 0x1u
-int dt_resolve_ex(const char *path, const char *const *sets, int n_sets, unsigned flags,
-                  dt_resolved_t *out);
+/* For dt_launch_opts_t.cleanup, with `resolved` a dt_resolved_t after the
+ * core stage: call the selected comm plugin's cleanup_job for `job_id`
+ * (loading the plugin when it is not yet; nothing when it has no such
+ * slot, or cannot be loaded, since then no rank could have used it). */
+int dt_resolve_cleanup_job(void *resolved, const char *job_id);
 
 /* The plugin kind each role needs. */
 int dt_role_kind(dt_role_t role);

@@ -1,6 +1,6 @@
 /*
  * core/train/plan.c - assembling a strategy's estimate arguments from the
- * config and the model.
+ * typed settings and the model.
  */
 #include "train/plan.h"
 
@@ -9,18 +9,13 @@
 
 #include "util/error.h"
 
-int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_config_t *cfg,
+int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *set,
                      int world, dt_estimate_t *out)
 {
-    int64_t micro, seq_len, accum, global;
-    const char *opt;
+    const int64_t micro = set->train.micro_batch, seq_len = set->train.seq_len,
+                  global = set->train.global_batch;
+    int64_t accum = set->train.grad_accum;
     int rc;
-    if ((rc = dt_config_get_int(cfg, "train.micro_batch", &micro)) ||
-        (rc = dt_config_get_int(cfg, "train.seq_len", &seq_len)) ||
-        (rc = dt_config_get_int(cfg, "train.grad_accum", &accum)) ||
-        (rc = dt_config_get_int(cfg, "train.global_batch", &global)) ||
-        (rc = dt_config_get_string(cfg, "optimizer.type", &opt)))
-        return rc;
     /* not dt_batch_resolve: a plan for another world size than the config's
      * batch was written for is the point of planning, so a global batch
      * that does not divide there is planned as one micro-step, not refused */
@@ -33,7 +28,7 @@ int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_config_t 
         return rc;
     /* what this implementation keeps: compute params in the model dtype
      * (plus f32 masters for bf16), f32 gradients, f32 optimizer moments */
-    const uint32_t moments = strcmp(opt, "sgd") == 0 ? 1 : 2;
+    const uint32_t moments = set->optimizer.type == DT_OPTIM_SGD ? 1 : 2;
     dt_estimate_args_t a = {.struct_size = sizeof a, .group_size = world,
                                .model = dt_model_desc(m), .param_bytes = bf16 ? 2 : 4,
                                .grad_bytes = 4, .optim_bytes = 4 * moments + (bf16 ? 4 : 0),

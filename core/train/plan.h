@@ -7,16 +7,16 @@
 #ifndef DT_ENGINE_PLAN_H
 #define DT_ENGINE_PLAN_H
 
-#include "config/config.h"
+#include "config/settings.h"
 #include "dtrain/dtrain.h"
 #include "model/model.h"
 #include "loader/loader.h"
 
 /* The estimate of strategy plugin `strat` (its host carries its resolved
- * config) for model `m` trained as `cfg` says (dtype, optimizer,
- * micro_batch x seq_len, accumulation) on a data-parallel group of
- * `world` ranks.  Sets the units' act_bytes as a side effect. */
-int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_config_t *cfg,
+ * config) for model `m` trained as `set` says (optimizer, micro_batch x
+ * seq_len, accumulation; the dtype is the model's) on a data-parallel
+ * group of `world` ranks.  Sets the units' act_bytes as a side effect. */
+int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *set,
                      int world, dt_estimate_t *out);
 
 /* Model-state bytes (params + grads + optimizer) of an estimate. */

@@ -3,6 +3,11 @@
  *
  * Knows the four interfaces, not their implementations: whatever device,
  * communicator and strategy the config names are driven the same way.
+ * dt_train reads top to bottom as a run goes: plugins up, model, batch
+ * arithmetic, data, strategy, interrupted saves removed, resume, metrics,
+ * then each step (micro-batches, evaluation, the log line, checkpoints),
+ * then the memory reports (device, and host memory per plugin); each of
+ * those is one function below, in that order.
  */
 #include "train/train.h"
 
@@ -15,26 +20,28 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/ckpt_io.h"
 #include "train/consistency.h"
 #include "data/data.h"
 #include "util/fileutil.h"
 #include "model/model.h"
 #include "train/plan.h"
 #include "launch/world.h"
+#include "loader/host_services.h"
 #include "util/log.h"
 #include "util/error.h"
 
 double dt_lr_at(int64_t step, int64_t steps, int64_t warmup, double lr, double min_lr,
-                const char *decay)
+                dt_lr_decay_t decay)
 {
     if (warmup > 0 && step <= warmup)
         return lr * (double)step / (double)warmup;
-    if (strcmp(decay, "constant") == 0 || steps <= warmup)
+    if (decay == DT_DECAY_CONSTANT || steps <= warmup)
         return lr;
     double p = (double)(step - warmup) / (double)(steps - warmup);
     if (p > 1)
         p = 1;
-    if (strcmp(decay, "linear") == 0)
+    if (decay == DT_DECAY_LINEAR)
         return lr - (lr - min_lr) * p;
     return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(M_PI * p));
 }
@@ -80,7 +87,11 @@ static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 /* Everything a run holds, released by run_free. */
 typedef struct run {
     dt_resolved_t *r;
+    dt_settings_t *set;       /* r->set; the batch values resolved here */
+    const char *metrics_path; /* --metrics, else run.metrics; "" = none */
     dt_world_t world;
+    int64_t dp;               /* data-parallel ranks (the world, for now) */
+    const dt_plugin_t *pdev, *pcomm, *pstrat;
     const dt_device_ops_t *dev_ops;
     const dt_comm_ops_t *comm_ops;
     const dt_strategy_ops_t *strat_ops;
@@ -88,12 +99,28 @@ typedef struct run {
     dt_stream_t *stream;
     dt_comm_t *comm;
     dt_strategy_t *strat;
+    dt_optim_desc_t optim;    /* the strategy keeps a pointer until finalize */
     dt_model_t *model;
+    dt_model_ctx_t ctx;       /* where the model's kernels and hooks run */
     dt_dataset_t *train, *val;
     dt_sampler_t *sampler;
-    int32_t *inputs, *targets;
+    int32_t *inputs, *targets; /* (micro_batch, seq_len) token ids */
+    dt_device_props_t props;
+    double flops_per_token;
+    int64_t start_step;       /* the step a resumed checkpoint ended; 0 */
     FILE *metrics;
 } run_t;
+
+/* What one step measured, for the log line and the metrics file. */
+typedef struct step_report {
+    int64_t step;
+    double loss;       /* mean over the global batch */
+    double lr, grad_norm;
+    double step_s;     /* wall time of the step, evaluation excluded */
+    double tokens_per_s, mfu;
+    uint64_t mem_now;  /* device bytes allocated after the step */
+    double eval_loss;  /* NAN when not evaluated this step */
+} step_report_t;
 
 static void run_free(run_t *R)
 {
@@ -127,349 +154,470 @@ static int plugin_rc(const dt_plugin_t *p, int rc, const char *what)
  * message from earlier. */
 #define PLUGIN_CALL(p, call, what) (dt_err_clear(), plugin_rc((p), (call), (what)))
 
-static int setup(run_t *R)
+/* ---- start: plugins, model, batch, data, strategy, resume, metrics ---- */
+
+/* The roles this loop drives, who this rank is, the device and its
+ * stream, the communicator, and every rank agreeing on the config. */
+static int start_plugins(run_t *R)
 {
     dt_resolved_t *r = R->r;
-    dt_config_t *cfg = r->cfg;
-    dt_plugin_t *pdev = r->plugin[DT_ROLE_DEVICE], *pcomm = r->plugin[DT_ROLE_COMM],
-                *pstrat = r->plugin[DT_ROLE_DATA];
     int rc;
     if (r->plugin[DT_ROLE_TENSOR] || r->plugin[DT_ROLE_PIPELINE] || r->plugin[DT_ROLE_OFFLOAD])
         return dt_err_set(DT_ERR_CONFIG,
                           "%s: tensor/pipeline parallelism and offload tiers are not part of "
                           "this build's training loop yet (parallel.tensor = 1, "
                           "parallel.pipeline = 1, parallel.offload = \"none\")",
-                          dt_config_path(cfg));
-    R->dev_ops = pdev->ops;
-    R->comm_ops = pcomm->ops;
-    R->strat_ops = pstrat->ops;
-    if ((rc = dt_world_from_env(cfg, &R->world)))
+                          R->set->config_path);
+    R->pdev = r->plugin[DT_ROLE_DEVICE];
+    R->pcomm = r->plugin[DT_ROLE_COMM];
+    R->pstrat = r->plugin[DT_ROLE_DATA];
+    R->dev_ops = R->pdev->ops;
+    R->comm_ops = R->pcomm->ops;
+    R->strat_ops = R->pstrat->ops;
+    if ((rc = dt_world_from_env(&R->set->launch, &R->world)))
         return rc;
     dt_log_set_rank(R->world.rank);
+    R->dp = R->world.size;
 
     dt_device_init_t da = {.struct_size = sizeof da, .rank = R->world.rank,
-                              .local_rank = R->world.local_rank,
-                              .local_size = R->world.local_size, .device_index = -1};
-    if ((rc = PLUGIN_CALL(pdev, R->dev_ops->init(pdev->host, &da, &R->dev), "init")))
-        return rc;
-    if ((rc = PLUGIN_CALL(pdev, R->dev_ops->stream_create(R->dev, &R->stream), "stream_create")))
-        return rc;
-    double timeout_s;
-    if ((rc = dt_config_get_float(cfg, "launch.timeout", &timeout_s)))
+                           .local_rank = R->world.local_rank,
+                           .local_size = R->world.local_size, .device_index = -1};
+    if ((rc = PLUGIN_CALL(R->pdev, R->dev_ops->init(R->pdev->host, &da, &R->dev), "init")) ||
+        (rc = PLUGIN_CALL(R->pdev, R->dev_ops->stream_create(R->dev, &R->stream),
+                          "stream_create")))
         return rc;
     dt_comm_init_t ca = {.struct_size = sizeof ca, .rank = R->world.rank,
-                            .size = R->world.size, .local_rank = R->world.local_rank,
-                            .local_size = R->world.local_size, .job_id = R->world.job_id,
-                            .master_addr = R->world.master_addr,
-                            .master_port = R->world.master_port,
-                            .timeout_ms = (int64_t)(timeout_s * 1000.0),
-                            .dev_ops = R->dev_ops, .dev = R->dev};
-    if ((rc = PLUGIN_CALL(pcomm, R->comm_ops->init(pcomm->host, &ca, &R->comm), "init")))
+                         .size = R->world.size, .local_rank = R->world.local_rank,
+                         .local_size = R->world.local_size, .job_id = R->world.job_id,
+                         .master_addr = R->world.master_addr,
+                         .master_port = R->world.master_port,
+                         .timeout_ms = (int64_t)(R->set->launch.timeout_s * 1000.0),
+                         .dev_ops = R->dev_ops, .dev = R->dev};
+    if ((rc = PLUGIN_CALL(R->pcomm, R->comm_ops->init(R->pcomm->host, &ca, &R->comm), "init")))
         return rc;
-    if ((rc = dt_consistency_check(&R->world, cfg, R->comm_ops, R->comm)))
-        return rc;
+    return dt_consistency_check(&R->world, R->r->cfg, R->comm_ops, R->comm);
+}
 
-    if ((rc = dt_model_create(cfg, R->dev_ops, &R->model)))
+/* micro x accumulation x dp = global, written back as derived values, and
+ * sequences that fit the model's context. */
+static int resolve_batch(run_t *R)
+{
+    dt_train_settings_t *t = &R->set->train;
+    int64_t accum = t->grad_accum, global = t->global_batch;
+    int rc = dt_batch_resolve(R->set->config_path, t->micro_batch, &accum, &global, R->dp);
+    /* derived values are part of the resolved config (its printout, its
+     * hash, the checkpoint's record of the data order) */
+    if (rc || (rc = dt_config_set_int(R->r->cfg, "train.grad_accum", accum,
+                                      DT_ORIGIN_DERIVED)) ||
+        (rc = dt_config_set_int(R->r->cfg, "train.global_batch", global, DT_ORIGIN_DERIVED)))
         return rc;
-
+    t->grad_accum = accum;
+    t->global_batch = global;
+    const dt_model_info_t *mi = dt_model_info(R->model);
+    if (mi->context > 0 && t->seq_len > mi->context)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "%s: [train] seq_len = %lld is longer than the model's context "
+                          "(model.context = %lld)",
+                          R->set->config_path, (long long)t->seq_len, (long long)mi->context);
     return DT_OK;
 }
+
+/* The token files, checked against the vocabulary; the sampler; the
+ * host buffers one micro-batch is read into. */
+static int open_data(run_t *R)
+{
+    const dt_data_settings_t *d = &R->set->data;
+    const dt_train_settings_t *t = &R->set->train;
+    const uint32_t vocab = (uint32_t)dt_model_info(R->model)->vocab_size;
+    int rc;
+    if (!d->train[0])
+        return dt_err_set(DT_ERR_CONFIG, "%s: [data] train is empty: name a token file "
+                                         "(make one with 'dtrain data prepare TEXT OUT')",
+                          R->set->config_path);
+    if ((rc = dt_data_open(d->train, &R->train)) ||
+        (rc = dt_data_check_vocab(R->train, vocab)))
+        return rc;
+    if (d->val[0] && ((rc = dt_data_open(d->val, &R->val)) ||
+                      (rc = dt_data_check_vocab(R->val, vocab))))
+        return rc;
+    if ((rc = dt_sampler_init(&R->sampler, R->train, (uint32_t)t->seq_len,
+                              (uint32_t)t->micro_batch, (uint32_t)t->global_batch,
+                              (uint64_t)R->set->run.seed, d->shuffle)))
+        return rc;
+    R->inputs = malloc((size_t)(t->micro_batch * t->seq_len) * sizeof *R->inputs);
+    R->targets = malloc((size_t)(t->micro_batch * t->seq_len) * sizeof *R->targets);
+    if (!R->inputs || !R->targets)
+        return dt_err_set(DT_ERR_NOMEM, "out of memory");
+    return DT_OK;
+}
+
+/* The optimizer, the strategy instance over the model, and the model's
+ * activations for one micro-batch. */
+static int init_strategy(run_t *R)
+{
+    const dt_optimizer_settings_t *os = &R->set->optimizer;
+    R->optim = (dt_optim_desc_t){.struct_size = sizeof R->optim,
+                                 .kind = os->type,
+                                 .nesterov = os->nesterov,
+                                 .beta1 = (float)os->beta1,
+                                 .beta2 = (float)os->beta2,
+                                 .eps = (float)os->eps,
+                                 .momentum = (float)os->momentum,
+                                 .weight_decay = (float)os->weight_decay};
+    /* the optimizer's update is an optional kernel: refuse a device without
+     * it now, not at the end of the first step */
+    const dt_kernels_t *kern = R->dev_ops->kernels();
+    if (R->optim.kind == DT_OPTIM_SGD ? !DT_HAS_OP(dt_kernels_t, kern, sgd_update)
+                                      : !DT_HAS_OP(dt_kernels_t, kern, adamw_update))
+        return dt_err_set(DT_ERR_UNSUPPORTED,
+                          "%s: [optimizer] type = \"%s\": device '%s' has no kernel '%s' "
+                          "(f32 parameters and gradients)",
+                          R->set->config_path, dt_optim_name(os->type),
+                          R->r->plugin[DT_ROLE_DEVICE]->name,
+                          R->optim.kind == DT_OPTIM_SGD ? "sgd_update" : "adamw_update");
+    dt_strategy_init_t sa = {
+        .struct_size = sizeof sa, .n_micro = (uint32_t)R->set->train.grad_accum,
+        .dev_ops = R->dev_ops, .dev = R->dev, .compute_stream = R->stream,
+        .comm_ops = R->comm_ops, .comm = R->comm, .model = dt_model_desc(R->model),
+        .optim = &R->optim};
+    int rc = PLUGIN_CALL(R->pstrat, R->strat_ops->init(R->pstrat->host, &sa, &R->strat),
+                         "init");
+    if (rc)
+        return rc;
+    R->ctx = (dt_model_ctx_t){R->dev_ops, R->dev, R->stream, R->strat_ops, R->strat,
+                              R->pstrat->name};
+    return dt_model_alloc_acts(R->model, &R->ctx, R->set->train.micro_batch,
+                               R->set->train.seq_len);
+}
+
+/* Leftovers of saves a crash interrupted ("step-N.tmp", "step-N.old")
+ * pile up otherwise: rank 0, which begins and commits every save, removes
+ * them before this run saves anything. */
+static int clean_stale_checkpoints(run_t *R)
+{
+    char root[2048];
+    int rc;
+    if (R->world.rank != 0)
+        return DT_OK;
+    if ((rc = dt_ckpt_root(R->set, root, sizeof root)) || (rc = dt_ckpt_clean_stale(root)))
+        return dt_err_context(rc, "removing interrupted saves from the checkpoint folder");
+    return DT_OK;
+}
+
+/* The strategy's state from the checkpoint to resume, or freshly
+ * initialised. */
+static int load_state(run_t *R)
+{
+    int rc = dt_ckpt_init_or_resume(&R->world, R->set, R->strat_ops, R->strat, R->model,
+                                    &R->start_step);
+    return rc ? rc : PLUGIN_CALL(R->pstrat, R->strat_ops->state_loaded(R->strat),
+                                 "state_loaded");
+}
+
+/* Rank 0's metrics file: appended to when resuming, else new. */
+static int open_metrics(run_t *R)
+{
+    const char *path = R->metrics_path;
+    if (!path[0] || R->world.rank != 0)
+        return DT_OK;
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", path);
+    char *slash = strrchr(parent, '/');
+    int rc;
+    if (slash && slash != parent) {
+        *slash = '\0';
+        if ((rc = dt_fileutil_mkdir_p(parent)))
+            return rc;
+    }
+    R->metrics = fopen(path, R->start_step > 0 ? "a" : "w");
+    if (!R->metrics)
+        return dt_err_set(DT_ERR_IO, "opening metrics file '%s': %s", path, strerror(errno));
+    return DT_OK;
+}
+
+/* The device's properties (for MFU) and rank 0's line saying what runs. */
+static void print_header(run_t *R)
+{
+    const dt_train_settings_t *t = &R->set->train;
+    R->props = (dt_device_props_t){.struct_size = sizeof(dt_device_props_t)};
+    R->dev_ops->props(R->dev, &R->props);
+    R->flops_per_token = dt_model_flops_per_token(R->model, t->seq_len);
+    if (R->world.rank != 0)
+        return;
+    const dt_model_desc_t *d = dt_model_desc(R->model);
+    printf("dtrain: %s, %.2fM parameters (%u units), %lld steps of %lld sequences x %lld "
+           "tokens (micro %lld x accum %lld x dp %lld); device %s; strategy %s\n",
+           d->arch, (double)d->numel / 1e6, d->n_units, (long long)t->steps,
+           (long long)t->global_batch, (long long)t->seq_len, (long long)t->micro_batch,
+           (long long)t->grad_accum, (long long)R->dp, R->props.name, R->pstrat->name);
+}
+
+/* ---- one step ---- */
+
+/* The micro-batches of `step`, the loss over the global batch, and the
+ * strategy's optimizer step; a non-finite loss or gradient stops the run
+ * naming the first non-finite tensor. */
+static int train_step(run_t *R, int64_t step, step_report_t *rep)
+{
+    const dt_train_settings_t *t = &R->set->train;
+    const uint32_t accum = (uint32_t)t->grad_accum;
+    double t0 = now_s();
+    memset(rep, 0, sizeof *rep);
+    rep->step = step;
+    rep->eval_loss = NAN;
+    rep->lr = dt_lr_at(step, t->steps, t->warmup_steps, t->lr, t->min_lr, t->decay);
+    int rc = PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step), "begin_step");
+    if (rc)
+        return rc;
+    double loss_sum = 0;
+    for (uint32_t m = 0; m < accum; m++) {
+        if ((rc = dt_sampler_fill(R->sampler, (uint64_t)(step - 1), m, (uint32_t)R->world.rank,
+                                  (uint32_t)R->dp, R->inputs, R->targets)))
+            return rc;
+        double loss;
+        rc = dt_model_step_micro(R->model, &R->ctx, R->inputs, R->targets, m, accum, 0,
+                                 1.0f / (float)accum, &loss);
+        if (rc)
+            return dt_err_context(rc, "step %lld, micro-batch %u", (long long)step, m);
+        loss_sum += loss;
+    }
+    /* The loss reported is the mean over the whole global batch.  It is
+     * reduced before the strategy's step, where the ranks meet anyway (the
+     * gradients' reductions), not after it: a strategy may finish its step
+     * at different times on different ranks (ddp's staggered update), and a
+     * collective there would make them wait for each other. */
+    double loss_local = loss_sum / (double)accum;
+    float lbuf = (float)loss_local;
+    if (R->dp > 1 && (rc = PLUGIN_CALL(R->pcomm,
+                                       R->comm_ops->all_reduce(R->comm, &lbuf, &lbuf, 1, DT_F32,
+                                                               DT_OP_AVG, NULL, NULL),
+                                       "all_reduce of the loss")))
+        return rc;
+    rep->loss = R->dp > 1 ? (double)lbuf : loss_local;
+    dt_step_args_t sargs = {.struct_size = sizeof(dt_step_args_t), .step = step,
+                            .lr = (float)rep->lr, .clip = (float)t->gradient_clipping};
+    dt_step_result_t sres = {.struct_size = sizeof(dt_step_result_t)};
+    if ((rc = PLUGIN_CALL(R->pstrat, R->strat_ops->step(R->strat, &sargs, &sres), "step")))
+        return rc;
+    rep->grad_norm = sres.grad_norm;
+    if (!isfinite(rep->loss) || sres.nonfinite) {
+        char what[1024];
+        /* every rank: under a sharding strategy the forward's hooks are
+         * collective (the loss and the norm agree across ranks) */
+        dt_model_find_nonfinite(R->model, &R->ctx, R->inputs, R->targets, what, sizeof what);
+        return dt_err_set(DT_ERR_NUMERIC,
+                          "step %lld: %s is non-finite (loss %g, grad norm %g); first "
+                          "non-finite tensor: %s; the last checkpoint is intact",
+                          (long long)step, isfinite(rep->loss) ? "the gradient" : "the loss",
+                          rep->loss, sres.grad_norm, what);
+    }
+    rep->step_s = now_s() - t0;
+    rep->tokens_per_s = (double)(t->global_batch * t->seq_len) / rep->step_s;
+    rep->mfu = R->props.peak_flops_f32 > 0
+                   ? rep->tokens_per_s * R->flops_per_token /
+                         ((double)R->dp * R->props.peak_flops_f32)
+                   : 0;
+    dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
+    R->dev_ops->mem_stats(R->dev, &ms);
+    rep->mem_now = ms.total_current;
+    return DT_OK;
+}
+
+/* The validation loss, averaged over the ranks, every eval_every steps and
+ * at the last one (when there is validation data). */
+static int evaluate(run_t *R, int64_t step, double *eval_loss)
+{
+    const dt_train_settings_t *t = &R->set->train;
+    if (!R->val || t->eval_every <= 0 || (step % t->eval_every != 0 && step != t->steps))
+        return DT_OK;
+    uint64_t nb = dt_data_eval_batches(R->val, (uint32_t)t->seq_len, (uint32_t)t->micro_batch,
+                                       (uint32_t)R->dp);
+    if (nb > (uint64_t)t->eval_steps)
+        nb = (uint64_t)t->eval_steps;
+    double es = 0;
+    int rc;
+    for (uint64_t b = 0; b < nb; b++) {
+        double l;
+        if ((rc = dt_data_eval_fill(R->val, (uint32_t)t->seq_len, (uint32_t)t->micro_batch, b,
+                                    (uint32_t)R->world.rank, (uint32_t)R->dp, R->inputs,
+                                    R->targets)) ||
+            (rc = dt_model_step_micro(R->model, &R->ctx, R->inputs, R->targets, 0, 1, 1, 1.0f,
+                                      &l)))
+            return rc;
+        es += l;
+    }
+    float ebuf = nb ? (float)(es / (double)nb) : NAN;
+    if (R->dp > 1 && (rc = R->comm_ops->all_reduce(R->comm, &ebuf, &ebuf, 1, DT_F32, DT_OP_AVG,
+                                                   NULL, NULL)))
+        return rc;
+    *eval_loss = ebuf;
+    return DT_OK;
+}
+
+/* Rank 0's log line (every log_every steps, the first and the last) and
+ * the step's line in the metrics file. */
+static void report_step(run_t *R, const step_report_t *rep)
+{
+    const int64_t step = rep->step, steps = R->set->train.steps;
+    if (R->world.rank == 0 && (step % R->set->run.log_every == 0 || step == steps || step == 1)) {
+        printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms | "
+               "mfu %.1f%% | mem %.1f MiB",
+               (long long)step, (long long)steps, rep->loss, rep->lr, rep->grad_norm,
+               rep->tokens_per_s, rep->step_s * 1e3, rep->mfu * 100, mib(rep->mem_now));
+        if (!isnan(rep->eval_loss))
+            printf(" | val %.4f", rep->eval_loss);
+        printf("\n");
+        fflush(stdout);
+    }
+    if (R->metrics) {
+        fprintf(R->metrics,
+                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"mfu\": %.6g",
+                (long long)step, rep->loss, rep->lr, rep->grad_norm, rep->tokens_per_s,
+                rep->step_s * 1e3, rep->mfu);
+        if (!isnan(rep->eval_loss))
+            fprintf(R->metrics, ", \"val_loss\": %.9g", rep->eval_loss);
+        fprintf(R->metrics, "}\n");
+        fflush(R->metrics);
+    }
+}
+
+/* A checkpoint every checkpoint.every steps, at the last step and at
+ * train.stop_at (then *stop). */
+static int checkpoint(run_t *R, int64_t step, int *stop)
+{
+    const dt_settings_t *set = R->set;
+    *stop = set->train.stop_at > 0 && step >= set->train.stop_at;
+    if (!(set->checkpoint.every > 0 && step % set->checkpoint.every == 0) &&
+        step != set->train.steps && !*stop)
+        return DT_OK;
+    return dt_ckpt_save(&R->world, set, dt_config_hash(R->r->cfg), R->comm_ops, R->comm,
+                        R->strat_ops, R->strat, R->model, step);
+}
+
+/* The header line, then every step from the one after a resumed
+ * checkpoint; ends early at train.stop_at. */
+static int train_steps(run_t *R)
+{
+    print_header(R);
+    for (int64_t step = R->start_step + 1; step <= R->set->train.steps; step++) {
+        step_report_t rep;
+        int stop = 0, rc;
+        if ((rc = train_step(R, step, &rep)) || (rc = evaluate(R, step, &rep.eval_loss)))
+            return rc;
+        report_step(R, &rep);
+        if ((rc = checkpoint(R, step, &stop)) || stop)
+            return rc;
+    }
+    return DT_OK;
+}
+
+/* ---- end: measured peaks beside the strategy's plan ---- */
+
+/* Host memory each plugin allocated through its host table, by tag (its
+ * peaks since it was loaded): rank 0's line names the plugins that used
+ * any, the metrics file has every plugin and tag. */
+static void report_host_memory(const run_t *R)
+{
+    dt_mem_stats_t st[DT_ROLE_COUNT];
+    const dt_plugin_t *p[DT_ROLE_COUNT];
+    int n = 0;
+    for (int role = 0; role < DT_ROLE_COUNT; role++) {
+        const dt_plugin_t *q = R->r->plugin[role];
+        st[n] = (dt_mem_stats_t){.struct_size = sizeof(dt_mem_stats_t)};
+        if (q && dt_plugin_host_mem_stats(q, &st[n]) == DT_OK)
+            p[n++] = q;
+    }
+    if (R->world.rank == 0) {
+        int shown = 0;
+        printf("host memory (rank %d, peak MiB by plugin):", R->world.rank);
+        for (int i = 0; i < n; i++) {
+            if (!st[i].total_peak)
+                continue;
+            printf("%s %s/%s %.3f (", shown++ ? ";" : "", dt_kind_name(p[i]->kind),
+                   p[i]->name, mib(st[i].total_peak));
+            for (int t = 0, k = 0; t < DT_TAG_COUNT; t++) {
+                uint64_t b = dt_tag_bytes(st[i].peak, st[i].n_tags, t);
+                if (b)
+                    printf("%s%s %.3f", k++ ? ", " : "", dt_mem_tag_name(t), mib(b));
+            }
+            printf(")");
+        }
+        printf("%s\n", shown ? "" : " none");
+    }
+    if (!R->metrics)
+        return;
+    fprintf(R->metrics, "{\"host_memory\": {\"rank\": %d, \"peak_bytes\": {", R->world.rank);
+    for (int i = 0; i < n; i++) {
+        fprintf(R->metrics, "%s\"%s/%s\": {", i ? ", " : "", dt_kind_name(p[i]->kind),
+                p[i]->name);
+        for (int t = 0; t < DT_TAG_COUNT; t++)
+            fprintf(R->metrics, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
+                    (unsigned long long)dt_tag_bytes(st[i].peak, st[i].n_tags, t));
+        fprintf(R->metrics, ", \"total\": %llu}", (unsigned long long)st[i].total_peak);
+    }
+    fprintf(R->metrics, "}}}\n");
+}
+
+static int report_memory(run_t *R)
+{
+    dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
+    R->dev_ops->mem_stats(R->dev, &ms);
+    dt_estimate_t plan = {.struct_size = sizeof(dt_estimate_t)};
+    int rc = dt_plan_strategy(R->pstrat, R->model, R->set, (int)R->dp, &plan);
+    if (rc)
+        return rc;
+    uint64_t peak[DT_TAG_COUNT], planned[DT_TAG_COUNT], plan_total = 0;
+    for (int t = 0; t < DT_TAG_COUNT; t++) {
+        peak[t] = dt_tag_bytes(ms.peak, ms.n_tags, t);
+        planned[t] = dt_tag_bytes(plan.bytes, plan.n_tags, t);
+        plan_total += planned[t];
+    }
+    if (R->world.rank == 0) {
+        printf("memory (rank %d, peak MiB measured / planned):", R->world.rank);
+        for (int t = 0; t < DT_TAG_COUNT; t++)
+            printf(" %s %.2f / %.2f%s", dt_mem_tag_name(t), mib(peak[t]), mib(planned[t]),
+                   t + 1 < DT_TAG_COUNT ? "," : "");
+        printf("; total %.2f / %.2f\n", mib(ms.total_peak), mib(plan_total));
+    }
+    if (R->metrics) {
+        fprintf(R->metrics, "{\"memory\": {\"rank\": %d, \"peak_bytes\": {", R->world.rank);
+        for (int t = 0; t < DT_TAG_COUNT; t++)
+            fprintf(R->metrics, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
+                    (unsigned long long)peak[t]);
+        fprintf(R->metrics, "}, \"planned_bytes\": {");
+        for (int t = 0; t < DT_TAG_COUNT; t++)
+            fprintf(R->metrics, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
+                    (unsigned long long)planned[t]);
+        fprintf(R->metrics, "}, \"total_peak_bytes\": %llu, \"planned_total_bytes\": %llu}}\n",
+                (unsigned long long)ms.total_peak, (unsigned long long)plan_total);
+    }
+    report_host_memory(R);
+    return DT_OK;
+}
+
+/* The model the config describes, on no device yet. */
+static int create_model(run_t *R)
+{
+    return dt_model_create(R->r->cfg, R->dev_ops, &R->model);
+}
+
+/* A run, in order; each stage runs only when every earlier one succeeded. */
+static int (*const stages[])(run_t *) = {
+    start_plugins, create_model, resolve_batch, open_data, init_strategy,
+    clean_stale_checkpoints, load_state, open_metrics, train_steps, report_memory,
+};
 
 int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
 {
     run_t R;
     memset(&R, 0, sizeof R);
     R.r = r;
-    dt_config_t *cfg = r->cfg;
-    const char *cpath = dt_config_path(cfg);
-    int rc = setup(&R);
-    if (rc)
-        goto out;
-
-    /* ---- read the run's settings ---- */
-    int64_t steps, micro, accum, global, seq_len, warmup, eval_every, eval_steps, log_every,
-        seed, ckpt_every, stop_at;
-    double lr, min_lr, clip;
-    const char *decay, *train_path, *val_path, *metrics_path, *opt_type;
-    int shuffle;
-    if ((rc = dt_config_get_int(cfg, "train.steps", &steps)) ||
-        (rc = dt_config_get_int(cfg, "train.micro_batch", &micro)) ||
-        (rc = dt_config_get_int(cfg, "train.grad_accum", &accum)) ||
-        (rc = dt_config_get_int(cfg, "train.global_batch", &global)) ||
-        (rc = dt_config_get_int(cfg, "train.seq_len", &seq_len)) ||
-        (rc = dt_config_get_int(cfg, "train.warmup_steps", &warmup)) ||
-        (rc = dt_config_get_int(cfg, "train.eval_every", &eval_every)) ||
-        (rc = dt_config_get_int(cfg, "train.eval_steps", &eval_steps)) ||
-        (rc = dt_config_get_int(cfg, "run.log_every", &log_every)) ||
-        (rc = dt_config_get_int(cfg, "run.seed", &seed)) ||
-        (rc = dt_config_get_int(cfg, "checkpoint.every", &ckpt_every)) ||
-        (rc = dt_config_get_int(cfg, "train.stop_at", &stop_at)) ||
-        (rc = dt_config_get_float(cfg, "train.lr", &lr)) ||
-        (rc = dt_config_get_float(cfg, "train.min_lr", &min_lr)) ||
-        (rc = dt_config_get_float(cfg, "train.gradient_clipping", &clip)) ||
-        (rc = dt_config_get_string(cfg, "train.decay", &decay)) ||
-        (rc = dt_config_get_string(cfg, "data.train", &train_path)) ||
-        (rc = dt_config_get_string(cfg, "data.val", &val_path)) ||
-        (rc = dt_config_get_string(cfg, "run.metrics", &metrics_path)) ||
-        (rc = dt_config_get_string(cfg, "optimizer.type", &opt_type)) ||
-        (rc = dt_config_get_bool(cfg, "data.shuffle", &shuffle)))
-        goto out;
-    if (opts && opts->metrics_path)
-        metrics_path = opts->metrics_path;
-    const int64_t dp = R.world.size;
-    if ((rc = dt_batch_resolve(cpath, micro, &accum, &global, dp)))
-        goto out;
-    dt_config_set_int(cfg, "train.grad_accum", accum, DT_ORIGIN_DERIVED);
-    dt_config_set_int(cfg, "train.global_batch", global, DT_ORIGIN_DERIVED);
-    const dt_model_info_t *mi = dt_model_info(R.model);
-    if (mi->context > 0 && seq_len > mi->context) {
-        rc = dt_err_set(DT_ERR_CONFIG,
-                        "%s: [train] seq_len = %lld is longer than the model's context "
-                        "(model.context = %lld)",
-                        cpath, (long long)seq_len, (long long)mi->context);
-        goto out;
-    }
-
-    /* ---- data ---- */
-    if (!train_path[0]) {
-        rc = dt_err_set(DT_ERR_CONFIG, "%s: [data] train is empty: name a token file "
-                                       "(make one with 'dtrain data prepare TEXT OUT')", cpath);
-        goto out;
-    }
-    if ((rc = dt_data_open(train_path, &R.train)) ||
-        (rc = dt_data_check_vocab(R.train, (uint32_t)mi->vocab_size)))
-        goto out;
-    if (val_path[0] && ((rc = dt_data_open(val_path, &R.val)) ||
-                        (rc = dt_data_check_vocab(R.val, (uint32_t)mi->vocab_size))))
-        goto out;
-    if ((rc = dt_sampler_init(&R.sampler, R.train, (uint32_t)seq_len, (uint32_t)micro,
-                              (uint32_t)global, (uint64_t)seed, shuffle)))
-        goto out;
-    R.inputs = malloc((size_t)(micro * seq_len) * sizeof *R.inputs);
-    R.targets = malloc((size_t)(micro * seq_len) * sizeof *R.targets);
-    if (!R.inputs || !R.targets) {
-        rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-
-    /* ---- strategy and parameters ---- */
-    dt_strategy_init_t sa = {
-        .struct_size = sizeof sa, .n_micro = (uint32_t)accum, .dev_ops = R.dev_ops,
-        .dev = R.dev, .compute_stream = R.stream, .comm_ops = R.comm_ops, .comm = R.comm,
-        .model = dt_model_desc(R.model)};
-    double b1, b2, eps, wd, mom;
-    int nesterov;
-    dt_config_get_float(cfg, "optimizer.beta1", &b1);
-    dt_config_get_float(cfg, "optimizer.beta2", &b2);
-    dt_config_get_float(cfg, "optimizer.eps", &eps);
-    dt_config_get_float(cfg, "optimizer.weight_decay", &wd);
-    dt_config_get_float(cfg, "optimizer.momentum", &mom);
-    dt_config_get_bool(cfg, "optimizer.nesterov", &nesterov);
-    const dt_optim_desc_t optim = {.struct_size = sizeof optim,
-                                      .kind = strcmp(opt_type, "sgd") == 0 ? DT_OPTIM_SGD
-                                                                           : DT_OPTIM_ADAMW,
-                                      .nesterov = nesterov,
-                                      .beta1 = (float)b1,
-                                      .beta2 = (float)b2,
-                                      .eps = (float)eps,
-                                      .momentum = (float)mom,
-                                      .weight_decay = (float)wd};
-    sa.optim = &optim;
-    /* the optimizer's update is an optional kernel: refuse a device without
-     * it now, not at the end of the first step */
-    const dt_kernels_t *kern = R.dev_ops->kernels();
-    if (optim.kind == DT_OPTIM_SGD ? !DT_HAS_OP(dt_kernels_t, kern, sgd_update)
-                                   : !DT_HAS_OP(dt_kernels_t, kern, adamw_update)) {
-        rc = dt_err_set(DT_ERR_UNSUPPORTED,
-                        "%s: [optimizer] type = \"%s\": device '%s' has no kernel '%s' "
-                        "(f32 parameters and gradients)",
-                        cpath, opt_type, r->plugin[DT_ROLE_DEVICE]->name,
-                        optim.kind == DT_OPTIM_SGD ? "sgd_update" : "adamw_update");
-        goto out;
-    }
-    dt_plugin_t *pstrat = r->plugin[DT_ROLE_DATA];
-    if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->init(pstrat->host, &sa, &R.strat), "init")))
-        goto out;
-    dt_model_ctx_t ctx = {R.dev_ops, R.dev, R.stream, R.strat_ops, R.strat, pstrat->name};
-    if ((rc = dt_model_alloc_acts(R.model, &ctx, micro, seq_len)))
-        goto out;
-    int64_t start_step = 0;
-    if ((rc = dt_ckpt_init_or_resume(&R.world, cfg, R.strat_ops, R.strat, R.model,
-                                     (uint64_t)seed, &start_step)))
-        goto out;
-    if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->state_loaded(R.strat), "state_loaded")))
-        goto out;
-
-    if (metrics_path[0] && R.world.rank == 0) {
-        char parent[4096];
-        snprintf(parent, sizeof parent, "%s", metrics_path);
-        char *slash = strrchr(parent, '/');
-        if (slash && slash != parent) {
-            *slash = '\0';
-            if ((rc = dt_fileutil_mkdir_p(parent)))
-                goto out;
-        }
-        R.metrics = fopen(metrics_path, start_step > 0 ? "a" : "w");
-        if (!R.metrics) {
-            rc = dt_err_set(DT_ERR_IO, "opening metrics file '%s': %s", metrics_path,
-                            strerror(errno));
-            goto out;
-        }
-    }
-    dt_device_props_t props = {.struct_size = sizeof(dt_device_props_t)};
-    R.dev_ops->props(R.dev, &props);
-    const double flops_tok = dt_model_flops_per_token(R.model, seq_len);
-    if (R.world.rank == 0)
-        printf("dtrain: %s, %.2fM parameters (%u units), %lld steps of %lld sequences x %lld "
-               "tokens (micro %lld x accum %lld x dp %lld); device %s; strategy %s\n",
-               dt_model_desc(R.model)->arch, (double)dt_model_desc(R.model)->numel / 1e6,
-               dt_model_desc(R.model)->n_units, (long long)steps, (long long)global,
-               (long long)seq_len, (long long)micro, (long long)accum, (long long)dp,
-               props.name, pstrat->name);
-
-    /* ---- steps ---- */
-    for (int64_t step = start_step + 1; step <= steps; step++) {
-        double t0 = now_s();
-        double lr_now = dt_lr_at(step, steps, warmup, lr, min_lr, decay);
-        if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->begin_step(R.strat, step), "begin_step")))
-            goto out;
-        double loss_sum = 0;
-        for (uint32_t m = 0; m < (uint32_t)accum; m++) {
-            if ((rc = dt_sampler_fill(R.sampler, (uint64_t)(step - 1), m,
-                                      (uint32_t)R.world.rank, (uint32_t)dp, R.inputs,
-                                      R.targets)))
-                goto out;
-            double loss;
-            rc = dt_model_step_micro(R.model, &ctx, R.inputs, R.targets, m, (uint32_t)accum, 0,
-                                     1.0f / (float)accum, &loss);
-            if (rc) {
-                dt_err_context(rc, "step %lld, micro-batch %u", (long long)step, m);
-                goto out;
-            }
-            loss_sum += loss;
-        }
-        /* The loss reported is the mean over the whole global batch.  It is
-         * reduced before the strategy's step, where the ranks meet anyway
-         * (the gradients' reductions), not after it: a strategy may finish
-         * its step at different times on different ranks (ddp's staggered
-         * update), and a collective there would make them wait for each
-         * other. */
-        double loss_local[1] = {loss_sum / (double)accum};
-        float lbuf = (float)loss_local[0];
-        if (dp > 1 && (rc = PLUGIN_CALL(r->plugin[DT_ROLE_COMM],
-                                      R.comm_ops->all_reduce(R.comm, &lbuf, &lbuf, 1, DT_F32,
-                                                             DT_OP_AVG, NULL, NULL),
-                                      "all_reduce of the loss")))
-            goto out;
-        double loss = dp > 1 ? (double)lbuf : loss_local[0];
-        dt_step_args_t sargs = {.struct_size = sizeof(dt_step_args_t),
-                                   .step = step,
-                                   .lr = (float)lr_now,
-                                   .clip = (float)clip};
-        dt_step_result_t sres = {.struct_size = sizeof(dt_step_result_t)};
-        if ((rc = PLUGIN_CALL(pstrat, R.strat_ops->step(R.strat, &sargs, &sres), "step")))
-            goto out;
-        if (!isfinite(loss) || sres.nonfinite) {
-            char what[1024];
-            /* every rank: under a sharding strategy the forward's hooks are
-             * collective (the loss and the norm agree across ranks) */
-            dt_model_find_nonfinite(R.model, &ctx, R.inputs, R.targets, what, sizeof what);
-            rc = dt_err_set(DT_ERR_NUMERIC,
-                            "step %lld: %s is non-finite (loss %g, grad norm %g); first "
-                            "non-finite tensor: %s; the last checkpoint is intact",
-                            (long long)step, isfinite(loss) ? "the gradient" : "the loss",
-                            loss, sres.grad_norm, what);
-            goto out;
-        }
-        double dt_s = now_s() - t0;
-        double tok_s = (double)(global * seq_len) / dt_s;
-        double mfu = props.peak_flops_f32 > 0
-                         ? tok_s * flops_tok / ((double)dp * props.peak_flops_f32)
-                         : 0;
-        dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
-        R.dev_ops->mem_stats(R.dev, &ms);
-        double eval_loss = NAN;
-        if (R.val && eval_every > 0 && (step % eval_every == 0 || step == steps)) {
-            uint64_t nb = dt_data_eval_batches(R.val, (uint32_t)seq_len, (uint32_t)micro,
-                                               (uint32_t)dp);
-            if (nb > (uint64_t)eval_steps)
-                nb = (uint64_t)eval_steps;
-            double es = 0;
-            for (uint64_t b = 0; b < nb; b++) {
-                double l;
-                if ((rc = dt_data_eval_fill(R.val, (uint32_t)seq_len, (uint32_t)micro, b,
-                                            (uint32_t)R.world.rank, (uint32_t)dp, R.inputs,
-                                            R.targets)) ||
-                    (rc = dt_model_step_micro(R.model, &ctx, R.inputs, R.targets, 0, 1, 1, 1.0f,
-                                              &l)))
-                    goto out;
-                es += l;
-            }
-            float ebuf = nb ? (float)(es / (double)nb) : NAN;
-            if (dp > 1 && (rc = R.comm_ops->all_reduce(R.comm, &ebuf, &ebuf, 1, DT_F32,
-                                                       DT_OP_AVG, NULL, NULL)))
-                goto out;
-            eval_loss = ebuf;
-        }
-        if (R.world.rank == 0 && (step % log_every == 0 || step == steps || step == 1)) {
-            printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms | "
-                   "mfu %.1f%% | mem %.1f MiB",
-                   (long long)step, (long long)steps, loss, lr_now, sres.grad_norm, tok_s,
-                   dt_s * 1e3, mfu * 100, mib(ms.total_current));
-            if (!isnan(eval_loss))
-                printf(" | val %.4f", eval_loss);
-            printf("\n");
-            fflush(stdout);
-        }
-        if (R.metrics) {
-            fprintf(R.metrics,
-                    "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                    "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"mfu\": %.6g",
-                    (long long)step, loss, lr_now, sres.grad_norm, tok_s, dt_s * 1e3, mfu);
-            if (!isnan(eval_loss))
-                fprintf(R.metrics, ", \"val_loss\": %.9g", eval_loss);
-            fprintf(R.metrics, "}\n");
-            fflush(R.metrics);
-        }
-        int stop = stop_at > 0 && step >= stop_at;
-        if ((ckpt_every > 0 && step % ckpt_every == 0) || step == steps || stop) {
-            if ((rc = dt_ckpt_save(&R.world, cfg, R.comm_ops, R.comm, R.strat_ops, R.strat,
-                                    R.model, step)))
-                goto out;
-        }
-        if (stop)
-            break;
-    }
-
-    /* ---- memory summary: measured peaks beside the strategy's plan ---- */
-    dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
-    R.dev_ops->mem_stats(R.dev, &ms);
-    dt_estimate_t plan = {.struct_size = sizeof(dt_estimate_t)};
-    if ((rc = dt_plan_strategy(pstrat, R.model, cfg, (int)dp, &plan)))
-        goto out;
-    uint64_t plan_total = 0;
-    for (int t = 0; t < DT_TAG_COUNT; t++)
-        plan_total += plan.bytes[t];
-    if (R.world.rank == 0) {
-        printf("memory (rank %d, peak MiB measured / planned):", R.world.rank);
-        for (int t = 0; t < DT_TAG_COUNT; t++)
-            printf(" %s %.2f / %.2f%s", dt_mem_tag_name(t), mib(ms.peak[t]), mib(plan.bytes[t]),
-                   t + 1 < DT_TAG_COUNT ? "," : "");
-        printf("; total %.2f / %.2f\n", mib(ms.total_peak), mib(plan_total));
-    }
-    if (R.metrics) {
-        fprintf(R.metrics, "{\"memory\": {\"rank\": %d, \"peak_bytes\": {", R.world.rank);
-        for (int t = 0; t < DT_TAG_COUNT; t++)
-            fprintf(R.metrics, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
-                    (unsigned long long)ms.peak[t]);
-        fprintf(R.metrics, "}, \"planned_bytes\": {");
-        for (int t = 0; t < DT_TAG_COUNT; t++)
-            fprintf(R.metrics, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
-                    (unsigned long long)plan.bytes[t]);
-        fprintf(R.metrics, "}, \"total_peak_bytes\": %llu, \"planned_total_bytes\": %llu}}\n",
-                (unsigned long long)ms.total_peak, (unsigned long long)plan_total);
-    }
-out:
+    R.set = &r->set;
+    R.metrics_path = opts && opts->metrics_path ? opts->metrics_path : r->set.run.metrics;
+    int rc = DT_OK;
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0] && rc == DT_OK; i++)
+        rc = stages[i](&R);
     run_free(&R);
     return rc;
 }

@@ -20,9 +20,12 @@
  *   FAKE_UNDEF           calls a function no library defines
  *
  * The valid build's init reads its config key `init_fail`: "message" makes
- * init fail through host->set_error, "silent" without a message.
+ * init fail through host->set_error, "silent" without a message.  Its
+ * cleanup_job leaves an empty file <cleanup_dir>/<job id> when the key
+ * `cleanup_dir` is set, so a test sees the call and the config it read.
  */
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "dtrain/dtrain.h"
@@ -53,6 +56,8 @@ static const dt_config_key_t fake_keys[] = {
     {"count", DT_CFG_INT, "3", 1, 10, NULL, "an integer in [1, 10]"},
     {"ratio", DT_CFG_FLOAT, "0.5", 0, 1, NULL, "a float in [0, 1]"},
     {"verbose", DT_CFG_BOOL, "false", 1, 0, NULL, "a bool"},
+    {"cleanup_dir", DT_CFG_STRING, "\"\"", 1, 0, NULL,
+     "folder where cleanup_job records its calls; empty = nowhere"},
 };
 
 #ifdef FAKE_UNDEF
@@ -197,6 +202,27 @@ static int fake_test(dt_comm_t *c, dt_comm_req_t *req, int *is_done)
     return DT_OK;
 }
 
+static int fake_cleanup_job(const dt_host_v1_t *host, const char *job_id)
+{
+    const char *dir = "";
+    int rc = host->cfg_string(host, "cleanup_dir", &dir);
+    if (rc != DT_OK)
+        return rc;
+    if (strchr(job_id, '/'))
+        return host->set_error(host, DT_ERR_INVALID,
+                               "cleanup of job '%s': not a job id", job_id);
+    if (!dir[0])
+        return DT_OK;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, job_id);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return host->set_error(host, DT_ERR_IO, "cleanup of job %s: cannot "
+                               "write %s", job_id, path);
+    fclose(f);
+    return DT_OK;
+}
+
 /* A comm ABI 1.1 that appended one slot (FAKE_NEWER). */
 typedef struct fake_ops_v1_1 {
     dt_comm_ops_v1_t v1_0;
@@ -247,7 +273,7 @@ typedef struct fake_ops_v1_1 {
         .abort = fake_abort,                                                   \
         /* Set even in the FAKE_SMALL build: a slot past struct_size must be   \
          * treated as absent whatever bytes lie there. */                      \
-        .test = fake_test,                                                     \
+        .test = fake_test, .cleanup_job = fake_cleanup_job,                    \
     }
 
 #ifdef FAKE_NULL_METHOD

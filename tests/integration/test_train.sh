@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Single-process training end to end on real text (the GPL-3 licence every
 # Debian system ships): the loss falls, a run stopped and resumed from its
-# checkpoint reproduces the uninterrupted run's losses bit for bit, and bad
-# input (corrupt checkpoint, missing data, context too long) fails clearly.
+# checkpoint reproduces the uninterrupted run's losses bit for bit, a run
+# reports its plugins' host memory and removes the saves a crash
+# interrupted, and bad input (corrupt checkpoint, missing data, context too
+# long) fails clearly.
 set -euo pipefail
 bin=$1 work=$2
 . "$(dirname "$0")/lib.sh"
@@ -35,6 +37,20 @@ expect_exit 0 "uninterrupted 8-step run" "$bin" run tiny.toml --metrics full.jso
 first=$(loss full.jsonl 1); last=$(loss full.jsonl 8)
 if awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < a - 0.3)}'; then ok "loss falls ($first -> $last)"
 else bad "loss did not fall by 0.3 ($first -> $last)"; fi
+# Host memory the plugins allocate through their host tables is reported
+# per plugin and tag: ddp keeps its bookkeeping there.
+expect_out "host memory line names the strategy" "host memory (rank 0, peak MiB by plugin): strategy/ddp "
+if /usr/bin/python3 - full.jsonl <<'P'
+import json, sys
+h = [json.loads(l)["host_memory"] for l in open(sys.argv[1]) if '"host_memory"' in l]
+assert len(h) == 1 and h[0]["rank"] == 0, h
+p = h[0]["peak_bytes"]
+assert sorted(p) == ["comm/self", "device/cpu", "strategy/ddp"], sorted(p)
+for name, tags in p.items():
+    assert tags["total"] <= sum(v for k, v in tags.items() if k != "total"), (name, tags)
+assert p["strategy/ddp"]["other"] > 0, p
+P
+then ok "metrics: host peak bytes per plugin and tag"; else bad "metrics: host memory record"; fi
 expect_exit 0 "run stopped after step 4" "$bin" run tiny.toml --metrics part.jsonl \
   --set run.name=part --set train.stop_at=4
 expect_exit 0 "resume from the latest checkpoint" "$bin" run tiny.toml --metrics part.jsonl \
@@ -78,6 +94,25 @@ else
   "$bin" run tiny.toml --set run.name=full_disk --set checkpoint.every=2 --set train.steps=2 \
     >/dev/null 2>&1 || bad "the step-2 checkpoint for the resume test" ""
 fi
+
+# Saves a crash interrupted ("step-N.tmp", "step-N.old" folders) are
+# removed when the next run starts; complete checkpoints and folders that
+# are not a save's are left alone.
+expect_exit 0 "a run that leaves step 2" "$bin" run tiny.toml --set run.name=stale \
+  --set train.stop_at=2
+root=out/stale/ckpt
+before=$(cd $root/step-00000002 && md5sum COMPLETE manifest.json shard-00000.bin)
+mkdir -p $root/step-00000003.tmp $root/step-00000002.old $root/notes.tmp
+: > $root/step-00000003.tmp/shard-00000.bin
+expect_exit 0 "the next run starts" "$bin" run tiny.toml --set run.name=stale \
+  --set checkpoint.resume=latest --set train.steps=3 --set checkpoint.keep=5
+[ ! -e $root/step-00000003.tmp ] && [ ! -e $root/step-00000002.old ] &&
+  ok "interrupted saves removed" || bad "interrupted saves left" "$(ls -la $root)"
+[ -d $root/notes.tmp ] && ok "a folder that is not a save's is kept" ||
+  bad "notes.tmp removed" "$(ls -la $root)"
+after=$(cd $root/step-00000002 && md5sum COMPLETE manifest.json shard-00000.bin)
+[ "$before" = "$after" ] && [ -f $root/step-00000003/COMPLETE ] &&
+  ok "complete step 2 untouched, step 3 saved" || bad "checkpoints changed" "$(ls -laR $root)"
 
 # A learning rate that blows the model up: the run stops at the first
 # non-finite step, names it, and the last checkpoint stays loadable.

@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "config/settings.h"
+#include "dtrain/strategy.h"
 #include "util/error.h"
 #include "test_assert.h"
 
@@ -542,6 +544,132 @@ static void test_override_errors(void **state)
     dt_config_free(c);
 }
 
+/* A --set given after its table was claimed (dtrain plan selecting a
+ * strategy's variant) replaces the resolved value at once, with the same
+ * checks and messages as one given before. */
+static void test_override_after_claim(void **state)
+{
+    (void)state;
+    dt_config_t *c = load("[train]\nsteps = 50\n");
+    assert_int_equal(apply_core(c), DT_OK);
+    assert_true(dt_config_claimed(c, "train"));
+    assert_false(dt_config_claimed(c, "zero"));
+    assert_false(dt_config_claimed(NULL, "train"));
+    int64_t i;
+    const char *s;
+    assert_int_equal(dt_config_override(c, "train.steps=7"), DT_OK);
+    assert_int_equal(dt_config_get_int(c, "train.steps", &i), DT_OK);
+    assert_int_equal(i, 7);
+    assert_int_equal(dt_config_origin(c, "train.steps"), DT_ORIGIN_CLI);
+    assert_int_equal(dt_config_override(c, "parallel.data=zero"), DT_OK); /* bare */
+    assert_int_equal(dt_config_get_string(c, "parallel.data", &s), DT_OK);
+    assert_string_equal(s, "zero");
+    assert_int_equal(dt_config_override(c, "model.dtype=bf16"), DT_OK);
+    assert_int_equal(dt_config_get_string(c, "model.dtype", &s), DT_OK);
+    assert_string_equal(s, "bf16");
+
+    /* refused values leave the resolved one as it was */
+    assert_int_equal(dt_config_override(c, "train.steps=0"), DT_ERR_CONFIG);
+    assert_msg("--set train.steps=0: [train] steps = 0 is out of range "
+               "(allowed 1 .. 1000000000)");
+    assert_int_equal(dt_config_override(c, "model.dtype=fp61"), DT_ERR_CONFIG);
+    assert_msg("--set model.dtype=fp61: [model] dtype = \"fp61\" is not one of "
+               "\"fp32\", \"bf16\"; did you mean \"fp32\"?");
+    assert_int_equal(dt_config_override(c, "train.stpes=3"), DT_ERR_CONFIG);
+    assert_msg("--set train.stpes=3: unknown key 'stpes' in [train]; did you mean 'steps'?");
+    assert_int_equal(dt_config_get_int(c, "train.steps", &i), DT_OK);
+    assert_int_equal(i, 7);
+    assert_int_equal(dt_config_get_string(c, "model.dtype", &s), DT_OK);
+    assert_string_equal(s, "bf16");
+    /* a table not claimed yet still waits for its schema */
+    assert_int_equal(dt_config_override(c, "zero.stage=9"), DT_OK);
+    dt_config_free(c);
+}
+
+/* Every core key reaches its typed field, enums included. */
+static void test_settings(void **state)
+{
+    (void)state;
+    dt_config_t *c = load("[run]\nname = \"n\"\nseed = 5\nout_dir = \"o\"\n"
+                          "plugin_path = \"/p:/q\"\ndevice = \"cuda\"\ncomm = \"nccl\"\n"
+                          "log_every = 3\nmetrics = \"m.jsonl\"\n"
+                          "[data]\ntrain = \"t.bin\"\nval = \"v.bin\"\nshuffle = false\n"
+                          "[train]\nsteps = 11\nmicro_batch = 2\ngrad_accum = 4\n"
+                          "global_batch = 16\nseq_len = 32\nlr = 0.25\nmin_lr = 0.125\n"
+                          "warmup_steps = 6\ndecay = \"linear\"\ngradient_clipping = 0.5\n"
+                          "eval_every = 7\neval_steps = 8\nstop_at = 9\n"
+                          "[optimizer]\ntype = \"sgd\"\nbeta1 = 0.5\nbeta2 = 0.75\n"
+                          "eps = 0.001\nweight_decay = 0.0625\nmomentum = 0.875\n"
+                          "nesterov = true\n"
+                          "[parallel]\ndata = \"zero\"\ntensor = 2\npipeline = 3\n"
+                          "offload = \"cpu_offload\"\n"
+                          "[launch]\nnproc = 4\ntimeout = 1.5\nmaster_addr = \"h\"\n"
+                          "master_port = 1234\n"
+                          "[checkpoint]\ndir = \"ck\"\nevery = 10\nkeep = 3\n"
+                          "resume = \"latest\"\n");
+    assert_int_equal(apply_core(c), DT_OK);
+    dt_settings_t s;
+    assert_ok(dt_settings_read(c, &s));
+    assert_string_equal(s.config_path, "");
+    assert_string_equal(s.run.name, "n");
+    assert_int_equal(s.run.seed, 5);
+    assert_string_equal(s.run.out_dir, "o");
+    assert_string_equal(s.run.plugin_path, "/p:/q");
+    assert_string_equal(s.run.device, "cuda");
+    assert_string_equal(s.run.comm, "nccl");
+    assert_int_equal(s.run.log_every, 3);
+    assert_string_equal(s.run.metrics, "m.jsonl");
+    assert_string_equal(s.data.train, "t.bin");
+    assert_string_equal(s.data.val, "v.bin");
+    assert_int_equal(s.data.shuffle, 0);
+    assert_int_equal(s.train.steps, 11);
+    assert_int_equal(s.train.micro_batch, 2);
+    assert_int_equal(s.train.grad_accum, 4);
+    assert_int_equal(s.train.global_batch, 16);
+    assert_int_equal(s.train.seq_len, 32);
+    assert_true(s.train.lr == 0.25 && s.train.min_lr == 0.125);
+    assert_int_equal(s.train.warmup_steps, 6);
+    assert_int_equal(s.train.decay, DT_DECAY_LINEAR);
+    assert_string_equal(dt_lr_decay_name(s.train.decay), "linear");
+    assert_true(s.train.gradient_clipping == 0.5);
+    assert_int_equal(s.train.eval_every, 7);
+    assert_int_equal(s.train.eval_steps, 8);
+    assert_int_equal(s.train.stop_at, 9);
+    assert_int_equal(s.optimizer.type, DT_OPTIM_SGD);
+    assert_true(s.optimizer.beta1 == 0.5 && s.optimizer.beta2 == 0.75);
+    assert_true(s.optimizer.eps == 0.001 && s.optimizer.weight_decay == 0.0625);
+    assert_true(s.optimizer.momentum == 0.875);
+    assert_int_equal(s.optimizer.nesterov, 1);
+    assert_string_equal(s.parallel.data, "zero");
+    assert_int_equal(s.parallel.tensor, 2);
+    assert_int_equal(s.parallel.pipeline, 3);
+    assert_string_equal(s.parallel.offload, "cpu_offload");
+    assert_int_equal(s.launch.nproc, 4);
+    assert_true(s.launch.timeout_s == 1.5);
+    assert_string_equal(s.launch.master_addr, "h");
+    assert_int_equal(s.launch.master_port, 1234);
+    assert_string_equal(s.checkpoint.dir, "ck");
+    assert_int_equal(s.checkpoint.every, 10);
+    assert_int_equal(s.checkpoint.keep, 3);
+    assert_string_equal(s.checkpoint.resume, "latest");
+    dt_config_free(c);
+
+    /* the defaults: AdamW, cosine */
+    assert_int_equal(dt_config_new(&c), DT_OK);
+    assert_int_equal(apply_core(c), DT_OK);
+    assert_ok(dt_settings_read(c, &s));
+    assert_int_equal(s.optimizer.type, DT_OPTIM_ADAMW);
+    assert_int_equal(s.train.decay, DT_DECAY_COSINE);
+    assert_string_equal(dt_lr_decay_name(DT_DECAY_CONSTANT), "constant");
+    dt_config_free(c);
+
+    /* sections not applied: the caller's bug, said */
+    assert_int_equal(dt_config_new(&c), DT_OK);
+    assert_status(dt_settings_read(c, &s), DT_ERR_NOT_FOUND);
+    assert_msg("config key 'run.name' was not declared by any schema");
+    dt_config_free(c);
+}
+
 static void test_provenance_and_print(void **state)
 {
     (void)state;
@@ -756,6 +884,8 @@ int main(void)
         cmocka_unit_test(test_nested),
         cmocka_unit_test(test_override_values),
         cmocka_unit_test(test_override_errors),
+        cmocka_unit_test(test_override_after_claim),
+        cmocka_unit_test(test_settings),
         cmocka_unit_test(test_provenance_and_print),
         cmocka_unit_test(test_hash),
         cmocka_unit_test(test_mutations),

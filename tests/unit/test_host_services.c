@@ -30,11 +30,28 @@
 #endif
 
 
+/* dt_plugin_load on the environment's search path. */
+static int load_plugin(int kind, const char *name, dt_plugin_t **out)
+{
+    dt_search_path_t *sp = NULL;
+    int rc = dt_search_path_new(NULL, &sp);
+    if (rc == DT_OK)
+        rc = dt_plugin_load(sp, kind, name, out);
+    dt_search_path_free(sp);
+    return rc;
+}
+
+/* The fake plugin bound to `cfg` (its table already checked), or to its
+ * declared defaults when cfg is NULL. */
 static dt_plugin_t *load_fake(const dt_config_t *cfg)
 {
     dt_plugin_t *p = NULL;
-    if (dt_plugin_load(DT_KIND_COMM, "fake", cfg, &p) != DT_OK)
+    dt_search_path_t *sp = NULL;
+    if (dt_search_path_new(NULL, &sp) != DT_OK ||
+        dt_plugin_open(sp, DT_KIND_COMM, "fake", &p) != DT_OK ||
+        dt_plugin_bind(p, cfg) != DT_OK)
         fail_msg("loading fake: %s", dt_last_error());
+    dt_search_path_free(sp);
     return p;
 }
 
@@ -93,7 +110,7 @@ static void test_set_error_prefixes(void **state)
 
     /* two plugins, two prefixes */
     dt_plugin_t *q = NULL;
-    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fakesmall", NULL, &q),
+    assert_int_equal(load_plugin(DT_KIND_COMM, "fakesmall", &q),
                      DT_OK);
     q->host->set_error(q->host, DT_ERR_IO, "short read");
     assert_msg("comm/fakesmall: short read");
@@ -105,6 +122,8 @@ static void check_stats(const dt_plugin_t *p, int tag, uint64_t cur,
 {
     dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
     assert_int_equal(dt_plugin_host_mem_stats(p, &st), DT_OK);
+    assert_int_equal(st.struct_size, sizeof st);
+    assert_int_equal(st.n_tags, DT_TAG_COUNT);
     if (st.current[tag] != cur || st.peak[tag] != peak ||
         st.total_current != total || st.total_peak != total_peak)
         fail_msg("tag %s: current %llu peak %llu total %llu total_peak %llu; "
@@ -148,6 +167,11 @@ static void test_alloc_accounting(void **state)
     unsigned char *o = h->alloc(h, 4000, DT_TAG_OPTIMIZER);
     assert_non_null(o);
     check_stats(p, DT_TAG_OPTIMIZER, 4000, 4000, 5000, 6048);
+
+    /* a caller's struct below minor 0 is refused, not overrun */
+    dt_mem_stats_t small = {.struct_size = DT_MEM_STATS_V1_SIZE0 - 8};
+    assert_status(dt_plugin_host_mem_stats(p, &small), DT_ERR_ABI);
+    assert_int_equal(small.total_current, 0);
 
     /* zero bytes: a unique non-NULL pointer, accounted as 0 */
     void *z1 = h->alloc(h, 0, DT_TAG_OTHER), *z2 = h->alloc(h, 0, DT_TAG_OTHER);
@@ -224,7 +248,7 @@ static void test_alloc_threads(void **state)
 static void test_alloc_is_per_plugin(void **state)
 {
     dt_plugin_t *p = *state, *q = NULL;
-    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fakesmall", NULL, &q),
+    assert_int_equal(load_plugin(DT_KIND_COMM, "fakesmall", &q),
                      DT_OK);
     void *x = q->host->alloc(q->host, 777, DT_TAG_COMM);
     assert_non_null(x);
@@ -339,6 +363,17 @@ static void test_cfg_defaults_without_config(void **state)
     assert_true(f == 0.5);
     assert_int_equal(h->cfg_bool(h, "verbose", &b), DT_OK);
     assert_int_equal(b, 0);
+
+    /* the same plugin bound to a resolved config reads that instead */
+    dt_plugin_t *p = *state;
+    dt_config_t *cfg = config_for(p, "[fake]\ncount = 9\n", DT_OK);
+    dt_plugin_t *q = load_fake(cfg);
+    assert_int_equal(q->host->cfg_int(q->host, "count", &i), DT_OK);
+    assert_int_equal(i, 9);
+    assert_int_equal(h->cfg_int(h, "count", &i), DT_OK);
+    assert_int_equal(i, 3);
+    dt_plugin_unload(q);
+    dt_config_free(cfg);
 }
 
 /* ---------------------------------------------------------------- log -- */

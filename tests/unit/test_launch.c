@@ -1,12 +1,13 @@
 /*
  * tests/unit/test_launch.c - core/launch and the rank environment
  * (core/launch/world.c): which launcher's variables win and what job id
- * they give, the launch decision and its errors, the shared-memory sweep,
- * and dt_launch_run driving /bin/sh ranks: line relay with prefixes
- * (partial, overlong and unterminated lines), exit codes, stopping the
- * others when one fails, SIGKILL after the grace period.
+ * they give, the launch decision and its errors, and dt_launch_run driving
+ * /bin/sh ranks: line relay with prefixes (partial, overlong and
+ * unterminated lines), exit codes, stopping the others when one fails,
+ * SIGKILL after the grace period, the cleanup hook after every rank.
  */
 #include <fcntl.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,11 +32,17 @@ static const char *const env_vars[] = {
     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid",
     "PMIX_NAMESPACE"};
 
+/* The cleanup hook run_sh passes (NULL: none; reset before every test). */
+static int (*g_cleanup)(void *ctx, const char *job_id);
+static void *g_cleanup_ctx;
+
 static int clean_env(void **state)
 {
     for (size_t i = 0; i < sizeof env_vars / sizeof env_vars[0]; i++)
         unsetenv(env_vars[i]);
     dt_err_clear();
+    g_cleanup = NULL;
+    g_cleanup_ctx = NULL;
     return 0;
 }
 
@@ -178,53 +184,6 @@ static void test_plan_under_launcher(void **state)
                "dtrain starts no ranks itself: remove launch.nproc or make the two agree");
 }
 
-/* ---- shared memory sweep --------------------------------------------------- */
-
-static void touch(const char *name)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "/dev/shm/%s", name);
-    int fd = open(path, O_CREAT | O_WRONLY, 0600);
-    assert_true(fd >= 0);
-    close(fd);
-}
-
-static int exists(const char *name)
-{
-    char path[1024];
-    struct stat st;
-    snprintf(path, sizeof path, "/dev/shm/%s", name);
-    return stat(path, &st) == 0;
-}
-
-static void test_remove_shm(void **state)
-{
-    char job[32], n[5][128];
-    snprintf(job, sizeof job, "ut-%d", (int)getpid());
-    snprintf(n[0], sizeof n[0], "dtrain-%s", job);          /* world */
-    snprintf(n[1], sizeof n[1], "dtrain-%s-g1c0", job);     /* split */
-    snprintf(n[2], sizeof n[2], "dtrain-%s-g1c0-g2c1", job);
-    snprintf(n[3], sizeof n[3], "dtrain-%s7", job);         /* job "ut-<pid>7" */
-    snprintf(n[4], sizeof n[4], "dtrain-%s-x", job);        /* not a split name */
-    for (int i = 0; i < 5; i++)
-        touch(n[i]);
-    int removed = -1;
-    assert_ok(dt_launch_remove_shm(job, &removed));
-    assert_int_equal(removed, 3);
-    for (int i = 0; i < 3; i++)
-        assert_false(exists(n[i]));
-    assert_true(exists(n[3]));
-    assert_true(exists(n[4]));
-    for (int i = 3; i < 5; i++) {
-        char path[1024];
-        snprintf(path, sizeof path, "/dev/shm/%s", n[i]);
-        unlink(path);
-    }
-    assert_ok(dt_launch_remove_shm(job, &removed));
-    assert_int_equal(removed, 0);
-    assert_status(dt_launch_remove_shm("../etc", &removed), DT_ERR_INVALID);
-}
-
 /* ---- running ranks --------------------------------------------------------- */
 
 typedef struct captured {
@@ -247,7 +206,8 @@ static void run_sh(int n, const char *script, double grace_s, captured_t *c)
 {
     char *argv[] = {"sh", "-c", (char *)script, NULL};
     dt_launch_opts_t o = {.nproc = n, .exe = "/bin/sh", .argv = argv, .grace_s = grace_s,
-                          .raw_stdout_rank = -1};
+                          .raw_stdout_rank = -1, .cleanup = g_cleanup,
+                          .cleanup_ctx = g_cleanup_ctx};
     char tout[] = "/tmp/dt-launch-out-XXXXXX", terr[] = "/tmp/dt-launch-err-XXXXXX";
     int fo = mkstemp(tout), fe = mkstemp(terr);
     assert_true(fo >= 0 && fe >= 0);
@@ -387,6 +347,92 @@ static void test_run_cannot_exec(void **state)
     assert_true(res.failed_rank == 0 || res.failed_rank == 1);
 }
 
+/* ---- cleanup after the ranks ------------------------------------------------ */
+
+typedef struct cleanup_seen {
+    char dir[64];      /* where the ranks write "pid-<rank>" */
+    int n;
+    int status;        /* what the hook returns */
+    int calls;
+    char job_id[128];
+    int alive;         /* ranks whose process still existed at the call */
+} cleanup_seen_t;
+
+static int record_cleanup(void *ctx, const char *job_id)
+{
+    cleanup_seen_t *c = ctx;
+    c->calls++;
+    snprintf(c->job_id, sizeof c->job_id, "%s", job_id);
+    for (int r = 0; r < c->n; r++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/pid-%d", c->dir, r);
+        FILE *f = fopen(path, "r");
+        long pid = 0;
+        if (f && fscanf(f, "%ld", &pid) == 1 && pid > 0 && kill((pid_t)pid, 0) == 0)
+            c->alive++;
+        if (f)
+            fclose(f);
+        unlink(path);
+    }
+    if (c->status)
+        return dt_err_set(c->status, "comm/x: cannot remove /dev/x-%s: Permission denied",
+                          job_id);
+    return DT_OK;
+}
+
+/* The last line of `text`. */
+static const char *last_line(const char *text)
+{
+    size_t n = strlen(text);
+    while (n > 0 && text[n - 1] == '\n')
+        n--;
+    while (n > 0 && text[n - 1] != '\n')
+        n--;
+    return text + n;
+}
+
+static void test_run_cleanup_after_every_rank(void **state)
+{
+    /* rank 1 fails after 0.2 s; rank 0 would sleep 30 s and is stopped */
+    static cleanup_seen_t seen;
+    memset(&seen, 0, sizeof seen);
+    snprintf(seen.dir, sizeof seen.dir, "/tmp/dt-launch-clean-XXXXXX");
+    assert_non_null(mkdtemp(seen.dir));
+    seen.n = 2;
+    g_cleanup = record_cleanup;
+    g_cleanup_ctx = &seen;
+    char script[512];
+    snprintf(script, sizeof script,
+             "echo $$ > %s/pid-$DTRAIN_RANK; "
+             "if [ $DTRAIN_RANK = 1 ]; then sleep 0.2; exit 3; fi; exec sleep 30",
+             seen.dir);
+    run_sh(2, script, 0, &cap);
+    assert_ok(cap.rc);
+    assert_int_equal(cap.res.exit_code, 3);
+    assert_int_equal(cap.res.failed_rank, 1);
+    assert_int_equal(seen.calls, 1);
+    assert_string_equal(seen.job_id, cap.res.job_id);
+    assert_int_equal(seen.alive, 0); /* called after every rank was reaped */
+    assert_string_equal(last_line(cap.err), "dtrain: rank 1 failed (exit 3); stopped the "
+                                            "other 1 rank\n");
+
+    /* a failing hook is a warning before the last line; the job's outcome
+     * stands */
+    seen.status = DT_ERR_IO;
+    seen.calls = 0;
+    snprintf(script, sizeof script, "echo $$ > %s/pid-$DTRAIN_RANK", seen.dir);
+    run_sh(2, script, 0, &cap);
+    assert_ok(cap.rc);
+    assert_int_equal(cap.res.exit_code, 0);
+    assert_int_equal(seen.calls, 1);
+    assert_int_equal(seen.alive, 0);
+    char want[512];
+    snprintf(want, sizeof want, "dtrain: warning: cleaning up after job %s: comm/x: cannot "
+             "remove /dev/x-%s: Permission denied\n", cap.res.job_id, cap.res.job_id);
+    assert_string_equal(last_line(cap.err), want);
+    rmdir(seen.dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -397,12 +443,12 @@ int main(void)
         cmocka_unit_test_setup(test_world_bad_env, clean_env),
         cmocka_unit_test_setup(test_plan, clean_env),
         cmocka_unit_test_setup(test_plan_under_launcher, clean_env),
-        cmocka_unit_test_setup(test_remove_shm, clean_env),
         cmocka_unit_test_setup(test_run_relays_lines, clean_env),
         cmocka_unit_test_setup(test_run_failure_stops_others, clean_env),
         cmocka_unit_test_setup(test_run_signal_death, clean_env),
         cmocka_unit_test_setup(test_run_kill_after_grace, clean_env),
         cmocka_unit_test_setup(test_run_cannot_exec, clean_env),
+        cmocka_unit_test_setup(test_run_cleanup_after_every_rank, clean_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -45,11 +45,29 @@ static int setup(void **state)
     return 0;
 }
 
+/* The search path built from the environment as it is now. */
+static dt_search_path_t *env_path(const char *config_dirs)
+{
+    dt_search_path_t *sp = NULL;
+    if (dt_search_path_new(config_dirs, &sp) != DT_OK)
+        fail_msg("search path: %s", dt_last_error());
+    return sp;
+}
+
+/* dt_plugin_load on the environment's search path. */
+static int load_plugin(int kind, const char *name, dt_plugin_t **out)
+{
+    dt_search_path_t *sp = env_path(NULL);
+    int rc = dt_plugin_load(sp, kind, name, out);
+    dt_search_path_free(sp);
+    return rc;
+}
+
 /* Load `name` as a comm plugin expecting failure `rc`. */
 static void expect_load_fail(int kind, const char *name, int rc)
 {
     dt_plugin_t *p = (dt_plugin_t *)(uintptr_t)1;
-    int got = dt_plugin_load(kind, name, NULL, &p);
+    int got = load_plugin(kind, name, &p);
     if (got != rc)
         fail_msg("loading '%s': status %s, expected %s (%s)", name,
                  dt_status_name(got), dt_status_name(rc), dt_last_error());
@@ -161,50 +179,59 @@ static void test_abi_layouts_cover_structs(void **state)
 
 static void test_search_path_order(void **state)
 {
-    const char *dirs[16];
     setenv("DTRAIN_PLUGIN_PATH", "/env/a::/env/b/:", 1);
-    size_t n = dt_plugin_search_path("rel/dir::/env/a", dirs, 16);
-    assert_int_equal(n, 5);
-    assert_string_equal(dirs[0], "/env/a");
-    assert_string_equal(dirs[1], "/env/b");   /* trailing '/' dropped */
-    assert_string_equal(dirs[2], "rel/dir");  /* relative, as configured */
-    assert_string_equal(dirs[3], DT_TEST_PLUGIN_DIR);
-    assert_non_null(strstr(dirs[4], "/dtrain/plugins"));
+    dt_search_path_t *sp = env_path("rel/dir::/env/a");
+    assert_int_equal(dt_search_path_count(sp), 5);
+    assert_string_equal(dt_search_path_dir(sp, 0), "/env/a");
+    assert_string_equal(dt_search_path_dir(sp, 1), "/env/b");  /* trailing '/' dropped */
+    assert_string_equal(dt_search_path_dir(sp, 2), "rel/dir"); /* relative, as configured */
+    assert_string_equal(dt_search_path_dir(sp, 3), DT_TEST_PLUGIN_DIR);
+    assert_non_null(strstr(dt_search_path_dir(sp, 4), "/dtrain/plugins"));
+    assert_null(dt_search_path_dir(sp, 5));
     /* "/env/a" named twice is searched once. */
+    dt_search_path_free(sp);
 
     /* Nothing configured: build and install folders only, never cwd. */
     unsetenv("DTRAIN_PLUGIN_PATH");
-    n = dt_plugin_search_path(NULL, dirs, 16);
-    assert_int_equal(n, 2);
-    assert_string_equal(dirs[0], DT_TEST_PLUGIN_DIR);
-    for (size_t i = 0; i < n; i++) {
-        assert_string_not_equal(dirs[i], ".");
-        assert_string_not_equal(dirs[i], "");
+    sp = env_path(NULL);
+    assert_int_equal(dt_search_path_count(sp), 2);
+    assert_string_equal(dt_search_path_dir(sp, 0), DT_TEST_PLUGIN_DIR);
+    for (size_t i = 0; i < dt_search_path_count(sp); i++) {
+        assert_string_not_equal(dt_search_path_dir(sp, i), ".");
+        assert_string_not_equal(dt_search_path_dir(sp, i), "");
     }
-    /* cap limits what is written */
+    dt_search_path_free(sp);
+
+    /* Built once: a later change of the environment does not move it. */
     setenv("DTRAIN_PLUGIN_PATH", "/x:/y", 1);
-    assert_int_equal(dt_plugin_search_path(NULL, dirs, 1), 1);
-    assert_string_equal(dirs[0], "/x");
+    sp = env_path(NULL);
+    setenv("DTRAIN_PLUGIN_PATH", "/z", 1);
+    assert_int_equal(dt_search_path_count(sp), 4);
+    assert_string_equal(dt_search_path_dir(sp, 0), "/x");
+    dt_search_path_free(sp);
+    assert_null(dt_search_path_dir(NULL, 0));
+    assert_int_equal(dt_search_path_count(NULL), 0);
 }
 
 static void test_not_found_lists_every_folder(void **state)
 {
     setenv("DTRAIN_PLUGIN_PATH", FAKE ":/nonexistent/dtrain-x", 1);
     expect_load_fail(DT_KIND_COMM, "shmm", DT_ERR_NOT_FOUND);
-    const char *dirs[16];
-    size_t n = dt_plugin_search_path(NULL, dirs, 16);
+    dt_search_path_t *sp = env_path(NULL);
+    size_t n = dt_search_path_count(sp);
     assert_int_equal(n, 4);
     char expect[8192];
     size_t off = (size_t)snprintf(expect, sizeof expect,
                                   "comm plugin 'shmm' not found in: ");
     for (size_t i = 0; i < n; i++)
         off += (size_t)snprintf(expect + off, sizeof expect - off, "%s%s",
-                                i ? ", " : "", dirs[i]);
+                                i ? ", " : "", dt_search_path_dir(sp, i));
     snprintf(expect + off, sizeof expect - off,
              " (files are named dtrain_<name>.so)");
     assert_msg(expect);
     assert_msg_has("not found in: " FAKE ", /nonexistent/dtrain-x, "
                    DT_TEST_PLUGIN_DIR ", ");
+    dt_search_path_free(sp);
 }
 
 static void test_current_dir_only_when_configured(void **state)
@@ -217,23 +244,45 @@ static void test_current_dir_only_when_configured(void **state)
     expect_load_fail(DT_KIND_COMM, "fake", DT_ERR_NOT_FOUND);
 
     /* Named by the config's run.plugin_path (relative entries allowed). */
-    dt_config_t *cfg = NULL;
-    assert_int_equal(dt_config_load_string("run.toml",
-                                           "[run]\nplugin_path = \".\"\n",
-                                           &cfg), DT_OK);
-    const dt_config_section_t *run = NULL;
-    for (uint32_t i = 0; i < dt_core_n_sections; i++)
-        if (strcmp(dt_core_sections[i].table, "run") == 0)
-            run = &dt_core_sections[i];
-    assert_non_null(run);
-    assert_int_equal(dt_config_apply_schema(cfg, "run", run->keys, run->n_keys),
-                     DT_OK);
+    dt_search_path_t *sp = env_path(".");
     dt_plugin_t *p = NULL;
-    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", cfg, &p), DT_OK);
+    assert_int_equal(dt_plugin_load(sp, DT_KIND_COMM, "fake", &p), DT_OK);
     assert_string_equal(p->path, "./dtrain_fake.so");
     dt_plugin_unload(p);
+    dt_search_path_free(sp);
     assert_int_equal(chdir(cwd), 0);
+}
+
+/* Opened plugins have no host table until bound, and bind only to a config
+ * whose table was checked against the plugin's keys. */
+static void test_bind_after_schema(void **state)
+{
+    dt_search_path_t *sp = env_path(NULL);
+    dt_plugin_t *p = NULL;
+    assert_ok(dt_plugin_open(sp, DT_KIND_COMM, "fake", &p));
+    assert_null(p->host);
+    dt_config_t *cfg = NULL;
+    assert_ok(dt_config_load_string("run.toml", "[fake]\ncount = 7\n", &cfg));
+    assert_status(dt_plugin_bind(p, cfg), DT_ERR_INVALID);
+    assert_msg("comm/fake: config table [fake] was not checked against the "
+               "plugin's keys before binding");
+    assert_null(p->host);
+    assert_ok(dt_config_apply_schema(cfg, "fake", p->info->config_keys,
+                                     p->info->n_config_keys));
+    assert_ok(dt_plugin_bind(p, cfg));
+    assert_non_null(p->host);
+    int64_t count = 0;
+    assert_ok(p->host->cfg_int(p->host, "count", &count));
+    assert_int_equal(count, 7);
+    assert_status(dt_plugin_bind(p, cfg), DT_ERR_INVALID);
+    assert_msg("comm/fake: already has its host table");
+    dt_plugin_unload(p);
     dt_config_free(cfg);
+
+    assert_status(dt_plugin_open(NULL, DT_KIND_COMM, "fake", &p), DT_ERR_INVALID);
+    assert_msg("loading comm plugin 'fake': no search path");
+    assert_null(p);
+    dt_search_path_free(sp);
 }
 
 /* ------------------------------------------------------------ loading -- */
@@ -241,7 +290,7 @@ static void test_current_dir_only_when_configured(void **state)
 static void test_load_valid_and_call(void **state)
 {
     dt_plugin_t *p = NULL;
-    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", NULL, &p), DT_OK);
+    assert_int_equal(load_plugin(DT_KIND_COMM, "fake", &p), DT_OK);
     assert_non_null(p);
     assert_int_equal(p->kind, DT_KIND_COMM);
     assert_string_equal(p->name, "fake");
@@ -290,13 +339,13 @@ static void test_load_valid_and_call(void **state)
 static void test_bad_arguments(void **state)
 {
     dt_plugin_t *p = NULL;
-    assert_int_equal(dt_plugin_load(7, "fake", NULL, &p), DT_ERR_INVALID);
+    assert_int_equal(load_plugin(7, "fake", &p), DT_ERR_INVALID);
     assert_msg("unknown plugin kind 7");
     expect_load_fail(DT_KIND_COMM, "../fake", DT_ERR_INVALID);
     assert_msg("comm plugin name '../fake' is not valid (1 to 63 letters, "
                "digits, '_' or '-')");
     expect_load_fail(DT_KIND_COMM, "", DT_ERR_INVALID);
-    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", NULL, NULL),
+    assert_int_equal(load_plugin(DT_KIND_COMM, "fake", NULL),
                      DT_ERR_INVALID);
 }
 
@@ -385,7 +434,7 @@ static void test_table_too_small(void **state)
 static void test_device_core_kernels_only(void **state)
 {
     dt_plugin_t *p = NULL;
-    assert_int_equal(dt_plugin_load(DT_KIND_DEVICE, "fakedev", NULL, &p), DT_OK);
+    assert_int_equal(load_plugin(DT_KIND_DEVICE, "fakedev", &p), DT_OK);
     const dt_device_ops_v1_t *ops = p->ops;
     const dt_kernels_v1_t *k = ops->kernels();
     assert_int_equal(k->info.struct_size, sizeof(dt_kernels_v1_t));
@@ -468,7 +517,7 @@ static int comm_poll(const dt_comm_ops_v1_t *ops, dt_comm_t *c,
 static void test_optional_method_past_struct_size(void **state)
 {
     dt_plugin_t *p = NULL;
-    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fakesmall", NULL, &p),
+    assert_int_equal(load_plugin(DT_KIND_COMM, "fakesmall", &p),
                      DT_OK);
     const dt_comm_ops_v1_t *ops = p->ops;
     assert_int_equal(ops->info.struct_size, offsetof(dt_comm_ops_v1_t, test));
@@ -505,7 +554,7 @@ static void test_optional_method_past_struct_size(void **state)
     dt_plugin_unload(p);
 
     /* the full table takes the other branch */
-    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", NULL, &p), DT_OK);
+    assert_int_equal(load_plugin(DT_KIND_COMM, "fake", &p), DT_OK);
     ops = p->ops;
     assert_int_equal(ops->init(p->host, &args, &c), DT_OK);
     assert_int_equal(ops->barrier(c, &req), DT_OK);
@@ -525,7 +574,7 @@ static void test_newer_minor_is_accepted(void **state)
     dt_log_set_level(DT_LOG_DEBUG);
     dt_log_set_rank(-1);
     dt_plugin_t *p = NULL;
-    int rc = dt_plugin_load(DT_KIND_COMM, "fakenewer", NULL, &p);
+    int rc = load_plugin(DT_KIND_COMM, "fakenewer", &p);
     dt_log_set_level(DT_LOG_WARN);
     fflush(stderr);
     dup2(saved, 2);
@@ -552,7 +601,7 @@ static void test_newer_minor_is_accepted(void **state)
 static void test_two_majors(void **state)
 {
     dt_plugin_t *p = NULL;
-    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "faketwo", NULL, &p), DT_OK);
+    assert_int_equal(load_plugin(DT_KIND_COMM, "faketwo", &p), DT_OK);
     assert_int_equal(p->major, 1);
     assert_string_equal(p->info->version, "one");
     dt_plugin_unload(p);
@@ -563,16 +612,16 @@ static void test_two_majors(void **state)
     assert_int_equal(dt_abi_majors(DT_KIND_COMM, majors, 4), 2);
     assert_int_equal(majors[0], 2);
     assert_int_equal(majors[1], 1);
-    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "faketwo", NULL, &p), DT_OK);
+    assert_int_equal(load_plugin(DT_KIND_COMM, "faketwo", &p), DT_OK);
     assert_int_equal(p->major, 2);
     assert_int_equal(p->info->abi_major, 2);
     assert_string_equal(p->info->version, "two");
     dt_plugin_unload(p);
     /* v2-only now loads; v1-only still loads at 1 */
-    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fakev2", NULL, &p), DT_OK);
+    assert_int_equal(load_plugin(DT_KIND_COMM, "fakev2", &p), DT_OK);
     assert_int_equal(p->major, 2);
     dt_plugin_unload(p);
-    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", NULL, &p), DT_OK);
+    assert_int_equal(load_plugin(DT_KIND_COMM, "fake", &p), DT_OK);
     assert_int_equal(p->major, 1);
     dt_plugin_unload(p);
     /* other kinds are unaffected */
@@ -581,7 +630,7 @@ static void test_two_majors(void **state)
     assert_msg_has("(looked for dtrain_comm_v2, dtrain_comm_v1)");
 
     dt_abi_set_extra_major(DT_KIND_COMM, 0);
-    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "faketwo", NULL, &p), DT_OK);
+    assert_int_equal(load_plugin(DT_KIND_COMM, "faketwo", &p), DT_OK);
     assert_int_equal(p->major, 1);
     dt_plugin_unload(p);
 }
@@ -600,11 +649,14 @@ static int init_with(const char *toml, dt_plugin_t **pp, dt_config_t **cp)
 {
     dt_config_t *cfg = fake_config(toml, NULL);
     dt_plugin_t *p = NULL;
-    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", cfg, &p), DT_OK);
+    dt_search_path_t *sp = env_path(NULL);
+    assert_int_equal(dt_plugin_open(sp, DT_KIND_COMM, "fake", &p), DT_OK);
+    dt_search_path_free(sp);
     /* As the engine does: validate the plugin's table with its own keys
-     * once the plugin (and so its key list) is known. */
+     * once the plugin (and so its key list) is known, then bind. */
     assert_int_equal(dt_config_apply_schema(cfg, "fake", p->info->config_keys,
                                             p->info->n_config_keys), DT_OK);
+    assert_ok(dt_plugin_bind(p, cfg));
     const dt_comm_ops_v1_t *ops = p->ops;
     dt_comm_init_v1_t args = {.struct_size = sizeof args, .size = 1};
     dt_comm_t *c = NULL;
@@ -645,7 +697,7 @@ static void test_init_failure_without_message(void **state)
 static void test_plugin_failed_prefixing(void **state)
 {
     dt_plugin_t *p = NULL;
-    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", NULL, &p), DT_OK);
+    assert_int_equal(load_plugin(DT_KIND_COMM, "fake", &p), DT_OK);
     /* a message set without the prefix (e.g. by a library the plugin used)
      * gets it */
     dt_err_set(DT_ERR_IO, "disk full");
@@ -668,6 +720,49 @@ static void test_plugin_failed_prefixing(void **state)
     dt_plugin_unload(p);
 }
 
+/* ------------------------------------------------------- cleanup_job -- */
+
+/* The loader calls a comm's optional cleanup_job with the plugin's host
+ * table (so its config); a plugin without the slot is a no-op. */
+static void test_cleanup_job(void **state)
+{
+    char dir[] = "/tmp/dt_cleanup_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char toml[256], mark[512];
+    snprintf(toml, sizeof toml, "[fake]\ncleanup_dir = \"%s\"\n", dir);
+    dt_config_t *cfg = fake_config(toml, NULL);
+    dt_search_path_t *sp = env_path(NULL);
+    dt_plugin_t *p = NULL;
+    assert_ok(dt_plugin_open(sp, DT_KIND_COMM, "fake", &p));
+    assert_status(dt_plugin_cleanup_job(p, "job-1"), DT_ERR_INVALID);
+    assert_msg("dt_plugin_cleanup_job: plugin not bound");
+    assert_ok(dt_config_apply_schema(cfg, "fake", p->info->config_keys,
+                                     p->info->n_config_keys));
+    assert_ok(dt_plugin_bind(p, cfg));
+    assert_true(dt_plugin_has_op(p, "cleanup_job"));
+    assert_ok(dt_plugin_cleanup_job(p, "job-1"));
+    snprintf(mark, sizeof mark, "%s/job-1", dir);
+    assert_int_equal(access(mark, F_OK), 0);
+    unlink(mark);
+    /* a failure comes back with the plugin's prefix */
+    assert_status(dt_plugin_cleanup_job(p, "a/b"), DT_ERR_INVALID);
+    assert_msg("comm/fake: cleanup of job 'a/b': not a job id");
+    assert_status(dt_plugin_cleanup_job(p, ""), DT_ERR_INVALID);
+    assert_msg("dt_plugin_cleanup_job: empty job id");
+    dt_plugin_unload(p);
+
+    /* fakesmall's table ends before the slot: nothing is called */
+    assert_ok(dt_plugin_load(sp, DT_KIND_COMM, "fakesmall", &p));
+    assert_false(dt_plugin_has_op(p, "cleanup_job"));
+    dt_err_set(DT_ERR_IO, "earlier");
+    assert_ok(dt_plugin_cleanup_job(p, "job-2"));
+    assert_msg("earlier");
+    dt_plugin_unload(p);
+    dt_search_path_free(sp);
+    dt_config_free(cfg);
+    rmdir(dir);
+}
+
 /* --------------------------------------------------- process survival -- */
 
 static void test_failures_leave_process_usable(void **state)
@@ -678,7 +773,7 @@ static void test_failures_leave_process_usable(void **state)
     for (int round = 0; round < 3; round++) {
         for (size_t i = 0; i < DT_ARRAY_LEN(broken); i++) {
             dt_plugin_t *p = NULL;
-            int rc = dt_plugin_load(DT_KIND_COMM, broken[i], NULL, &p);
+            int rc = load_plugin(DT_KIND_COMM, broken[i], &p);
             assert_int_not_equal(rc, DT_OK);
             assert_null(p);
             assert_non_null(strstr(dt_last_error(), broken[i]));
@@ -687,7 +782,7 @@ static void test_failures_leave_process_usable(void **state)
     /* load, unload, load again: the module comes back with a fresh state */
     for (int round = 0; round < 3; round++) {
         dt_plugin_t *p = NULL;
-        assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", NULL, &p),
+        assert_int_equal(load_plugin(DT_KIND_COMM, "fake", &p),
                          DT_OK);
         const dt_comm_ops_v1_t *ops = p->ops;
         dt_comm_t *c = NULL;
@@ -698,8 +793,8 @@ static void test_failures_leave_process_usable(void **state)
     }
     /* the same plugin twice: separate host tables, unload in any order */
     dt_plugin_t *a = NULL, *b = NULL;
-    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", NULL, &a), DT_OK);
-    assert_int_equal(dt_plugin_load(DT_KIND_COMM, "fake", NULL, &b), DT_OK);
+    assert_int_equal(load_plugin(DT_KIND_COMM, "fake", &a), DT_OK);
+    assert_int_equal(load_plugin(DT_KIND_COMM, "fake", &b), DT_OK);
     assert_ptr_not_equal(a->host, b->host);
     assert_ptr_equal(a->ops, b->ops); /* one module, one static table */
     dt_plugin_unload(a);
@@ -751,7 +846,9 @@ static void test_discover(void **state)
     dt_err_set(DT_ERR_IO, "an earlier error");
     dt_plugin_listing_t *l = NULL;
     size_t n = 0;
-    assert_int_equal(dt_plugin_discover(NULL, &l, &n), DT_OK);
+    dt_search_path_t *sp = env_path(NULL);
+    assert_int_equal(dt_plugin_discover(sp, &l, &n), DT_OK);
+    dt_search_path_free(sp);
     assert_msg("an earlier error"); /* probing failures stay in listings */
 
     const dt_plugin_listing_t *e = find_listing(l, n, "fake");
@@ -834,6 +931,7 @@ int main(void)
         cmocka_unit_test_setup(test_search_path_order, setup),
         cmocka_unit_test_setup(test_not_found_lists_every_folder, setup),
         cmocka_unit_test_setup(test_current_dir_only_when_configured, setup),
+        cmocka_unit_test_setup(test_bind_after_schema, setup),
         cmocka_unit_test_setup(test_load_valid_and_call, setup),
         cmocka_unit_test_setup(test_bad_arguments, setup),
         cmocka_unit_test_setup(test_garbage_file, setup),
@@ -856,6 +954,7 @@ int main(void)
         cmocka_unit_test_setup(test_init_failure_message, setup),
         cmocka_unit_test_setup(test_init_failure_without_message, setup),
         cmocka_unit_test_setup(test_plugin_failed_prefixing, setup),
+        cmocka_unit_test_setup(test_cleanup_job, setup),
         cmocka_unit_test_setup(test_failures_leave_process_usable, setup),
         cmocka_unit_test_setup(test_discover, setup),
     };

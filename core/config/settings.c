@@ -1,0 +1,109 @@
+/*
+ * core/config/settings.c - the core's sections read once into typed
+ * structs.  One table maps every key of schema.c the core uses to its
+ * field, so the key names are spelled here and in schema.c only.
+ */
+#include "config/settings.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "dtrain/strategy.h"
+#include "util/error.h"
+
+enum { F_STRING, F_INT, F_FLOAT, F_BOOL };
+
+#define FIELD(path, type, member) {path, type, offsetof(dt_settings_t, member)}
+
+static const struct field {
+    const char *path;
+    int type;
+    size_t offset;
+} fields[] = {
+    FIELD("run.name", F_STRING, run.name),
+    FIELD("run.seed", F_INT, run.seed),
+    FIELD("run.out_dir", F_STRING, run.out_dir),
+    FIELD("run.plugin_path", F_STRING, run.plugin_path),
+    FIELD("run.device", F_STRING, run.device),
+    FIELD("run.comm", F_STRING, run.comm),
+    FIELD("run.log_every", F_INT, run.log_every),
+    FIELD("run.metrics", F_STRING, run.metrics),
+    FIELD("data.train", F_STRING, data.train),
+    FIELD("data.val", F_STRING, data.val),
+    FIELD("data.shuffle", F_BOOL, data.shuffle),
+    FIELD("train.steps", F_INT, train.steps),
+    FIELD("train.micro_batch", F_INT, train.micro_batch),
+    FIELD("train.grad_accum", F_INT, train.grad_accum),
+    FIELD("train.global_batch", F_INT, train.global_batch),
+    FIELD("train.seq_len", F_INT, train.seq_len),
+    FIELD("train.lr", F_FLOAT, train.lr),
+    FIELD("train.min_lr", F_FLOAT, train.min_lr),
+    FIELD("train.warmup_steps", F_INT, train.warmup_steps),
+    FIELD("train.gradient_clipping", F_FLOAT, train.gradient_clipping),
+    FIELD("train.eval_every", F_INT, train.eval_every),
+    FIELD("train.eval_steps", F_INT, train.eval_steps),
+    FIELD("train.stop_at", F_INT, train.stop_at),
+    FIELD("optimizer.beta1", F_FLOAT, optimizer.beta1),
+    FIELD("optimizer.beta2", F_FLOAT, optimizer.beta2),
+    FIELD("optimizer.eps", F_FLOAT, optimizer.eps),
+    FIELD("optimizer.weight_decay", F_FLOAT, optimizer.weight_decay),
+    FIELD("optimizer.momentum", F_FLOAT, optimizer.momentum),
+    FIELD("optimizer.nesterov", F_BOOL, optimizer.nesterov),
+    FIELD("parallel.data", F_STRING, parallel.data),
+    FIELD("parallel.tensor", F_INT, parallel.tensor),
+    FIELD("parallel.pipeline", F_INT, parallel.pipeline),
+    FIELD("parallel.offload", F_STRING, parallel.offload),
+    FIELD("launch.nproc", F_INT, launch.nproc),
+    FIELD("launch.timeout", F_FLOAT, launch.timeout_s),
+    FIELD("launch.master_addr", F_STRING, launch.master_addr),
+    FIELD("launch.master_port", F_INT, launch.master_port),
+    FIELD("checkpoint.dir", F_STRING, checkpoint.dir),
+    FIELD("checkpoint.every", F_INT, checkpoint.every),
+    FIELD("checkpoint.keep", F_INT, checkpoint.keep),
+    FIELD("checkpoint.resume", F_STRING, checkpoint.resume),
+};
+
+/* The schema's ENUM choices, in dt_lr_decay_t order. */
+static const char *const decay_names[] = {"cosine", "linear", "constant"};
+
+const char *dt_lr_decay_name(dt_lr_decay_t d)
+{
+    return (unsigned)d < sizeof decay_names / sizeof decay_names[0] ? decay_names[d]
+                                                                     : "unknown";
+}
+
+const char *dt_optim_name(int type) { return type == DT_OPTIM_SGD ? "sgd" : "adamw"; }
+
+static int read_field(const dt_config_t *cfg, const struct field *f, dt_settings_t *s)
+{
+    void *dst = (char *)s + f->offset;
+    switch (f->type) {
+    case F_STRING: return dt_config_get_string(cfg, f->path, (const char **)dst);
+    case F_INT: return dt_config_get_int(cfg, f->path, (int64_t *)dst);
+    case F_FLOAT: return dt_config_get_float(cfg, f->path, (double *)dst);
+    default: return dt_config_get_bool(cfg, f->path, (int *)dst);
+    }
+}
+
+int dt_settings_read(const dt_config_t *cfg, dt_settings_t *out)
+{
+    dt_settings_t s;
+    memset(&s, 0, sizeof s);
+    s.config_path = dt_config_path(cfg);
+    int rc;
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if ((rc = read_field(cfg, &fields[i], &s)))
+            return rc;
+    const char *decay, *opt;
+    if ((rc = dt_config_get_string(cfg, "train.decay", &decay)) ||
+        (rc = dt_config_get_string(cfg, "optimizer.type", &opt)))
+        return rc;
+    s.train.decay = DT_DECAY_COSINE;
+    for (int d = 0; d < (int)(sizeof decay_names / sizeof decay_names[0]); d++)
+        if (strcmp(decay, decay_names[d]) == 0)
+            s.train.decay = (dt_lr_decay_t)d;
+    s.optimizer.type = strcmp(opt, dt_optim_name(DT_OPTIM_SGD)) == 0 ? DT_OPTIM_SGD
+                                                                     : DT_OPTIM_ADAMW;
+    *out = s;
+    return DT_OK;
+}

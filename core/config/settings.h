@@ -1,0 +1,108 @@
+/*
+ * core/config/settings.h - the core's own sections (schema.c) as typed
+ * structs, read from the resolved config once (dt_settings_read) and passed
+ * to the engine, the launcher and the planner, so no one else reads the
+ * core's keys by name.
+ *
+ * Strings point into the config: they are valid while it lives and until
+ * one of their keys is changed (dt_resolve_set re-reads the settings after
+ * a change).  Plugin tables are not here: a plugin reads its own table
+ * through its host services (dtrain/host.h), and the model reads [model]
+ * itself (core/model), because a preset derives its shape there.
+ */
+#ifndef DT_CORE_SETTINGS_H
+#define DT_CORE_SETTINGS_H
+
+#include <stdint.h>
+
+#include "config/config.h"
+
+/* [train] decay */
+typedef enum dt_lr_decay {
+    DT_DECAY_COSINE = 0,
+    DT_DECAY_LINEAR = 1,
+    DT_DECAY_CONSTANT = 2
+} dt_lr_decay_t;
+
+typedef struct dt_run_settings {
+    const char *name;
+    int64_t seed;
+    const char *out_dir;
+    const char *plugin_path; /* ':'-separated folders; "" = none */
+    const char *device;      /* device plugin */
+    const char *comm;        /* comm plugin */
+    int64_t log_every;
+    const char *metrics;     /* JSON-lines file; "" = none */
+} dt_run_settings_t;
+
+typedef struct dt_data_settings {
+    const char *train; /* token file; "" = not given */
+    const char *val;   /* "" = none */
+    int shuffle;
+} dt_data_settings_t;
+
+typedef struct dt_train_settings {
+    int64_t steps;
+    int64_t micro_batch;  /* sequences per rank per micro-step */
+    int64_t grad_accum;   /* 0 = derive (dt_batch_resolve) */
+    int64_t global_batch; /* 0 = derive */
+    int64_t seq_len;      /* tokens */
+    double lr, min_lr;
+    int64_t warmup_steps;
+    dt_lr_decay_t decay;
+    double gradient_clipping; /* 0 = off */
+    int64_t eval_every;       /* 0 = never */
+    int64_t eval_steps;
+    int64_t stop_at;          /* 0 = run every step */
+} dt_train_settings_t;
+
+typedef struct dt_optimizer_settings {
+    int type; /* dt_optim_kind_t (dtrain/strategy.h) */
+    double beta1, beta2, eps, weight_decay, momentum;
+    int nesterov;
+} dt_optimizer_settings_t;
+
+typedef struct dt_parallel_settings {
+    const char *data;    /* data-parallel strategy plugin */
+    int64_t tensor;      /* degree; > 1 selects the "tensor" plugin */
+    int64_t pipeline;    /* stages; > 1 selects the "pipeline" plugin */
+    const char *offload; /* offload plugin, "none" = no tier */
+} dt_parallel_settings_t;
+
+typedef struct dt_launch_settings {
+    int64_t nproc;
+    double timeout_s;     /* bound of every collective wait, seconds */
+    const char *master_addr;
+    int64_t master_port;
+} dt_launch_settings_t;
+
+typedef struct dt_checkpoint_settings {
+    const char *dir; /* "" = <run.out_dir>/<run.name>/ckpt */
+    int64_t every;   /* 0 = no periodic saves */
+    int64_t keep;
+    const char *resume; /* "", "latest" or a checkpoint path */
+} dt_checkpoint_settings_t;
+
+typedef struct dt_settings {
+    const char *config_path; /* the file they came from ("" = none), for
+                              * messages */
+    dt_run_settings_t run;
+    dt_data_settings_t data;
+    dt_train_settings_t train;
+    dt_optimizer_settings_t optimizer;
+    dt_parallel_settings_t parallel;
+    dt_launch_settings_t launch;
+    dt_checkpoint_settings_t checkpoint;
+} dt_settings_t;
+
+/* Read the core's sections of `cfg` (after their schemas were applied, as
+ * dt_resolve_core does).  DT_ERR_NOT_FOUND / DT_ERR_INVALID when a section
+ * was not applied: a bug in the caller, not user input. */
+int dt_settings_read(const dt_config_t *cfg, dt_settings_t *out);
+
+/* "cosine", "linear", "constant". */
+const char *dt_lr_decay_name(dt_lr_decay_t d);
+/* "adamw", "sgd": the [optimizer] type of a dt_optim_kind_t. */
+const char *dt_optim_name(int type);
+
+#endif /* DT_CORE_SETTINGS_H */

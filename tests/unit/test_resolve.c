@@ -1,0 +1,209 @@
+/*
+ * tests/unit/test_resolve.c - the staged resolve (core/setup/resolve.c):
+ * the core stage's typed settings and search path (run.plugin_path), one
+ * role at a time with the plugin's table checked before its host table
+ * reads it, switching a role's plugin, errors that leave the rest usable,
+ * the final unclaimed-table check, and every stage at once.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "setup/resolve.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "test_assert.h"
+
+#ifndef DT_FAKE_PLUGIN_DIR
+#define DT_FAKE_PLUGIN_DIR DT_TEST_BINARY_DIR "/fake-plugins"
+#endif
+
+static char path[64];
+
+/* Write `body` after a [run] table that finds the fakes through
+ * run.plugin_path (not the environment). */
+static const char *config(const char *run_extra, const char *body)
+{
+    if (path[0])
+        unlink(path);
+    snprintf(path, sizeof path, "/tmp/dt_resolve_XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    fprintf(f, "[run]\nplugin_path = \"%s\"\ncomm = \"fake\"\n%s%s", DT_FAKE_PLUGIN_DIR,
+            run_extra, body);
+    fclose(f);
+    return path;
+}
+
+static int setup(void **state)
+{
+    unsetenv("DTRAIN_PLUGIN_PATH");
+    dt_log_set_level(DT_LOG_WARN);
+    dt_err_clear();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    unlink(path);
+    return 0;
+}
+
+static void test_core_stage(void **state)
+{
+    const char *sets[] = {"train.steps=7", "parallel.data=zero"};
+    dt_resolved_t r;
+    assert_ok(dt_resolve_core(config("", "[train]\nsteps = 3\nlr = 0.5\n"), sets, 2, &r));
+    assert_string_equal(r.set.config_path, path);
+    assert_int_equal(r.set.train.steps, 7); /* --set beats the file */
+    assert_true(r.set.train.lr == 0.5);
+    assert_string_equal(r.set.parallel.data, "zero");
+    assert_string_equal(r.set.run.comm, "fake");
+    /* run.plugin_path leads the search path when the environment names none */
+    assert_string_equal(dt_search_path_dir(r.search, 0), DT_FAKE_PLUGIN_DIR);
+    for (int i = 0; i < DT_ROLE_COUNT; i++)
+        assert_null(r.plugin[i]);
+    assert_true(dt_config_claimed(r.cfg, "launch"));
+    assert_false(dt_config_claimed(r.cfg, "fake"));
+
+    /* a change after the core stage is seen by the settings */
+    assert_ok(dt_resolve_set(&r, "train.steps=9"));
+    assert_int_equal(r.set.train.steps, 9);
+    assert_status(dt_resolve_set(&r, "train.steps=x"), DT_ERR_CONFIG);
+    assert_msg("--set train.steps=x: [train] steps: expected an integer, got string \"x\"");
+    assert_int_equal(r.set.train.steps, 9);
+    dt_resolved_free(&r);
+
+    /* no file: the core's defaults */
+    assert_ok(dt_resolve_core(NULL, NULL, 0, &r));
+    assert_string_equal(r.set.config_path, "");
+    assert_string_equal(r.set.run.comm, "shm");
+    assert_int_equal(r.set.launch.nproc, 1);
+    dt_resolved_free(&r);
+
+    /* an unreadable file is the user's input: a config error, all freed */
+    assert_status(dt_resolve_core("/nonexistent/x.toml", NULL, 0, &r), DT_ERR_CONFIG);
+    assert_msg_starts("cannot open config file '/nonexistent/x.toml': ");
+    assert_null(r.cfg);
+    assert_null(r.search);
+    config("", "[train]\nsteps = 0\n");
+    assert_status(dt_resolve_core(path, NULL, 0, &r), DT_ERR_CONFIG);
+    assert_msg_has(":5:9: [train] steps = 0 is out of range");
+}
+
+static void test_plugin_stage(void **state)
+{
+    dt_resolved_t r;
+    assert_ok(dt_resolve_core(config("", "[fake]\ncount = 7\n"), NULL, 0, &r));
+    assert_ok(dt_resolve_plugin(&r, DT_ROLE_COMM, NULL, NULL));
+    dt_plugin_t *p = r.plugin[DT_ROLE_COMM];
+    assert_non_null(p);
+    assert_string_equal(p->name, "fake");
+    assert_string_equal(p->path, DT_FAKE_PLUGIN_DIR "/dtrain_fake.so");
+    /* its table was checked (defaults filled) before its host table */
+    assert_true(dt_config_claimed(r.cfg, "fake"));
+    int64_t count = 0;
+    const char *s = NULL;
+    assert_ok(p->host->cfg_int(p->host, "count", &count));
+    assert_int_equal(count, 7);
+    assert_ok(p->host->cfg_string(p->host, "greeting", &s));
+    assert_string_equal(s, "hello");
+    /* the same plugin again: kept */
+    assert_ok(dt_resolve_plugin(&r, DT_ROLE_COMM, NULL, NULL));
+    assert_ptr_equal(r.plugin[DT_ROLE_COMM], p);
+    /* another one: the first is unloaded, the new one has its own table */
+    assert_ok(dt_resolve_set(&r, "run.comm=fakesmall"));
+    assert_ok(dt_resolve_plugin(&r, DT_ROLE_COMM, NULL, NULL));
+    assert_string_equal(r.plugin[DT_ROLE_COMM]->name, "fakesmall");
+    assert_true(dt_config_claimed(r.cfg, "fakesmall"));
+    /* a role the settings leave unused stays empty */
+    assert_ok(dt_resolve_plugin(&r, DT_ROLE_OFFLOAD, NULL, NULL));
+    assert_ok(dt_resolve_plugin(&r, DT_ROLE_TENSOR, NULL, NULL));
+    assert_null(r.plugin[DT_ROLE_OFFLOAD]);
+    assert_null(r.plugin[DT_ROLE_TENSOR]);
+    /* a name given by the caller wins over the settings */
+    assert_ok(dt_resolve_plugin(&r, DT_ROLE_COMM, "fake", "--comm fake"));
+    assert_string_equal(r.plugin[DT_ROLE_COMM]->name, "fake");
+    dt_resolved_free(&r);
+}
+
+static void test_plugin_errors(void **state)
+{
+    dt_resolved_t r;
+    assert_ok(dt_resolve_core(config("", "[fake]\ncounnt = 2\n"), NULL, 0, &r));
+    assert_status(dt_resolve_plugin(&r, DT_ROLE_COMM, NULL, NULL), DT_ERR_CONFIG);
+    char want[512];
+    snprintf(want, sizeof want, "%s:5:1: unknown key 'counnt' in [fake]; did you mean "
+             "'count'?", path);
+    assert_msg(want);
+    assert_null(r.plugin[DT_ROLE_COMM]);
+
+    /* not installed: a config error naming the key, or the caller's words */
+    assert_ok(dt_resolve_set(&r, "run.comm=nope"));
+    assert_status(dt_resolve_plugin(&r, DT_ROLE_COMM, NULL, NULL), DT_ERR_CONFIG);
+    snprintf(want, sizeof want, "%s: run.comm = \"nope\": comm plugin 'nope' not found "
+             "in: " DT_FAKE_PLUGIN_DIR ", ", path);
+    assert_msg_starts(want);
+    assert_status(dt_resolve_plugin(&r, DT_ROLE_COMM, "nope", "--comm nope"),
+                  DT_ERR_CONFIG);
+    assert_msg_starts("--comm nope: comm plugin 'nope' not found in: ");
+    /* the rest of the resolve is still usable */
+    assert_ok(dt_resolve_set(&r, "parallel.data=none"));
+    assert_status(dt_resolve_plugin(&r, DT_ROLE_DATA, NULL, NULL), DT_ERR_CONFIG);
+    snprintf(want, sizeof want, "%s: parallel.data = \"none\": a data-parallel strategy is "
+             "required to hold parameters (use \"ddp\", which is exact for one process)",
+             path);
+    assert_msg(want);
+    assert_ok(dt_resolve_set(&r, "run.device="));
+    assert_status(dt_resolve_plugin(&r, DT_ROLE_DEVICE, NULL, NULL), DT_ERR_CONFIG);
+    snprintf(want, sizeof want, "%s: run.device is empty: name a device plugin", path);
+    assert_msg(want);
+    dt_resolved_free(&r);
+}
+
+static void test_every_stage(void **state)
+{
+    /* cpu and ddp come from the build tree, after run.plugin_path */
+    dt_resolved_t r;
+    assert_ok(dt_resolve(config("", "[fake]\nverbose = true\n"), NULL, 0, &r));
+    assert_string_equal(r.plugin[DT_ROLE_DEVICE]->name, "cpu");
+    assert_string_equal(r.plugin[DT_ROLE_COMM]->name, "fake");
+    assert_string_equal(r.plugin[DT_ROLE_DATA]->name, "ddp");
+    assert_null(r.plugin[DT_ROLE_OFFLOAD]);
+    dt_resolved_free(&r);
+
+    /* a table of a plugin the config does not select */
+    assert_status(dt_resolve(config("", "[zero]\nstage = 2\n"), NULL, 0, &r), DT_ERR_CONFIG);
+    char want[512];
+    snprintf(want, sizeof want, "%s:4:1: unknown table [zero]", path);
+    assert_msg_starts(want);
+    assert_msg_has("(a plugin's table is named after the plugin and only allowed when the "
+                   "config selects it)");
+    assert_null(r.cfg);
+
+    /* the last stage alone, with the caller's hint */
+    assert_ok(dt_resolve_core(path, NULL, 0, &r));
+    assert_status(dt_resolve_finish(&r, "only the core's tables here"), DT_ERR_CONFIG);
+    assert_msg_has("(only the core's tables here)");
+    dt_resolved_free(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_core_stage, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_plugin_stage, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_plugin_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_every_stage, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -274,8 +274,9 @@ static int job_failed(dt_comm_t *c, const char *what)
 
 /* ---- checking a segment somebody else created --------------------------- */
 
-/* The file itself: a regular file of ours that nobody else may open.
- * DT_OK, or the refusal (DT_ERR_DATA). */
+/* The file itself: a regular file of ours with one name (a hard link
+ * would make some other file of ours this segment) that nobody else may
+ * open.  DT_OK, or the refusal (DT_ERR_DATA). */
 static int check_file(dt_comm_t *c, const char *what, const char *path,
                       const struct stat *st)
 {
@@ -287,6 +288,10 @@ static int check_file(dt_comm_t *c, const char *what, const char *path,
         return refuse(c, what, DT_ERR_DATA, path, st,
                       "not a regular file (shm creates only regular files); refusing it "
                       "(remove it: rm %s)", path);
+    if (st->st_nlink != 1)
+        return refuse(c, what, DT_ERR_DATA, path, st,
+                      "has %lu names (hard links) where a segment has one; refusing it "
+                      "(remove this one: rm %s)", (unsigned long)st->st_nlink, path);
     if (st->st_uid != geteuid())
         return refuse(c, what, DT_ERR_DATA, path, st,
                       "owned by another user, not by this one (uid %u); refusing to join a "

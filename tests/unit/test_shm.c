@@ -1378,6 +1378,34 @@ static void test_planted_symlink(void **state)
     free(img);
 }
 
+/* A second name (hard link) of another file of ours: of another job's
+ * segment, say.  /tmp may be another file system, so the file is in
+ * /dev/shm under a name no job uses. */
+static void test_planted_hard_link(void **state)
+{
+    (void)state;
+    refuse_args_t ra = {.run = {.timeout_ms = PLANT_TIMEOUT_MS, .kv = small_slots},
+                        .status = DT_ERR_DATA};
+    new_job(ra.run.job, sizeof ra.run.job, "hard");
+    char path[256], other[256];
+    seg_path_of(path, sizeof path, ra.run.job);
+    snprintf(other, sizeof other, "/dev/shm/%s-other", ra.run.job);
+    unsigned char *img = live_image_copy();
+    int fd = open(other, O_CREAT | O_EXCL | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, img, g_image_bytes), (ssize_t)g_image_bytes);
+    close(fd);
+    assert_int_equal(link(other, path), 0);
+    want_refusal(&ra, geteuid(), 0600, "has 2 names (hard links) where a segment has one; "
+                 "refusing it (remove this one: rm %s)", path);
+    run_refused(&ra);
+    assert_untouched(other, img, g_image_bytes, 0600, geteuid());
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(leftovers(ra.run.job), 0);
+    unlink(other);
+    free(img);
+}
+
 /* How a case changes the template's header (h) and what is refused. */
 typedef struct corruption {
     const char *name;
@@ -2177,6 +2205,7 @@ int main(void)
         cmocka_unit_test(test_planted_foreign_owner),
         cmocka_unit_test(test_planted_open_mode),
         cmocka_unit_test(test_planted_symlink),
+        cmocka_unit_test(test_planted_hard_link),
         cmocka_unit_test(test_planted_corrupt_header),
         cmocka_unit_test(test_planted_valid_stale),
         cmocka_unit_test(test_planted_garbage),

@@ -161,26 +161,6 @@ static int cmp_strategy(const void *a, const void *b)
     return rx != ry ? rx - ry : strcmp(x, y);
 }
 
-/* The strategies dtrain ships come first, in the order its documentation
- * introduces them (replicated, then ZeRO's stages, then FSDP's); every
- * other strategy follows by name.  Only the order of the rows: nothing
- * else here depends on which strategy a plugin is. */
-static int display_rank(const char *name)
-{
-    static const char *const shipped[] = {"ddp", "zero", "fsdp"};
-    for (int i = 0; i < 3; i++)
-        if (strcmp(name, shipped[i]) == 0)
-            return i;
-    return 3;
-}
-
-static int cmp_strategy(const void *a, const void *b)
-{
-    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
-    int rx = display_rank(x), ry = display_rank(y);
-    return rx != ry ? rx - ry : strcmp(x, y);
-}
-
 /* Every row, in display order: the strategy plugins on the search path
  * and the config's own parallel.data. */
 static int plan_variants(const dt_resolved_t *r, variants_t *vs)

@@ -22,8 +22,6 @@
 #include "shm_internal.h"
 #include "shm_msg.h"
 
-#define SHM_DIR "/dev/shm"
-
 /* Remove /dev/shm/<name> when it is a regular file owned by us: 1 when
  * removed, 0 when skipped or already gone, -errno on failure. */
 static int remove_if_ours(const dt_host_v1_t *host, int dfd, const char *name)

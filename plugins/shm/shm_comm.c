@@ -17,10 +17,12 @@
  * DT_ERR_REMOTE naming the rank ("rank 2 (pid 4242) died", "rank 1
  * aborted: <reason>").
  *
- * Rendezvous (shm_rendezvous.c): each rank creates or joins the group's
- * segment and waits for the others; once all are in, the name is removed,
- * so a crash later leaves nothing in /dev/shm.  A crash before that can
- * leave a segment behind: cleanup_job (shm_cleanup.c) removes it.
+ * Rendezvous (shm_rendezvous.c): rank 0 creates the group's segment, the
+ * others join it once they checked it (trusting nothing a name may lead
+ * to; with the job secret, if any) and wait for the others; once all are
+ * in, the name is removed, so a crash later leaves nothing in /dev/shm.  A
+ * crash before that can leave a segment behind: cleanup_job
+ * (shm_cleanup.c) removes it.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -53,6 +55,7 @@ static void job_unref(shm_job_t *job)
         return;
     if (job->base)
         munmap(job->base, job->bytes);
+    explicit_bzero(job->secret_key, sizeof job->secret_key);
     free(job);
 }
 
@@ -147,11 +150,8 @@ static int start_thread(dt_comm_t *c)
 static void chunk_sizes(int64_t slot_bytes, int32_t size, uint64_t *chunk, uint64_t *p2p)
 {
     uint64_t ch = (uint64_t)slot_bytes / SHM_NBUF;
-    ch -= ch % 4096;
-    uint64_t need = (uint64_t)size * 64; /* one aligned piece per rank */
-    need = (need + 4095) / 4096 * 4096;
-    if (ch < 4096)
-        ch = 4096;
+    ch -= ch % SHM_CHUNK_ALIGN;
+    uint64_t need = shm_chunk_min(size); /* one aligned piece per rank */
     if (ch < need)
         ch = need;
     *chunk = ch;
@@ -159,11 +159,11 @@ static void chunk_sizes(int64_t slot_bytes, int32_t size, uint64_t *chunk, uint6
      * 16 KiB..256 KiB per buffer. */
     uint64_t pairs = (uint64_t)size * (uint64_t)size * SHM_P2P_NBUF;
     uint64_t pc = (16ull << 20) / pairs;
-    pc -= pc % 4096;
-    if (pc < (16u << 10))
-        pc = 16u << 10;
-    if (pc > (256u << 10))
-        pc = 256u << 10;
+    pc -= pc % SHM_CHUNK_ALIGN;
+    if (pc < SHM_P2P_CHUNK_MIN)
+        pc = SHM_P2P_CHUNK_MIN;
+    if (pc > SHM_P2P_CHUNK_MAX)
+        pc = SHM_P2P_CHUNK_MAX;
     *p2p = pc;
 }
 
@@ -298,6 +298,9 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     if (a->timeout_ms <= 0)
         return host->set_error(host, DT_ERR_INVALID, "init: timeout_ms must be > 0 (got %lld)",
                                (long long)a->timeout_ms);
+    if (a->job_secret && !a->job_secret[0])
+        return host->set_error(host, DT_ERR_INVALID, "init: job_secret is empty (NULL "
+                               "means none)");
     int64_t slot, spin;
     int st = read_int(host, "slot_bytes", SHM_SLOT_DEFAULT, SHM_SLOT_MIN, SHM_SLOT_MAX, &slot);
     if (st == DT_OK)
@@ -327,6 +330,10 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     job->world_rank = a->rank;
     job->world_size = a->size;
     snprintf(job->job_id, sizeof job->job_id, "%s", a->job_id);
+    if (a->job_secret) {
+        job->has_secret = 1;
+        shm_secret_key(a->job_secret, job->secret_key);
+    }
 
     c->job = job;
     c->is_world = 1;

@@ -35,6 +35,7 @@
 #include <sys/types.h>
 
 #include "dtrain/comm.h"
+#include "shm_secret.h"
 
 /* ------------------------------------------------------------------------
  * Segment names.
@@ -55,6 +56,7 @@
  * do not, and two jobs of one user sharing a prefix that way would collide
  * at the rendezvous anyway.)
  * --------------------------------------------------------------------- */
+#define SHM_DIR "/dev/shm" /* where glibc's shm_open puts POSIX segments */
 #define SHM_NAME_MAX 240   /* below NAME_MAX (255) minus the "/dev/shm" part */
 #define SHM_JOB_ID_MAX 96  /* longest job id accepted */
 
@@ -132,7 +134,7 @@ static inline int shm_is_job_segment(const char *file, const char *job_id)
 #define SHM_WAKE_SPIN_NS 300000ull
 /* Longest timeout honoured (~115 days): keeps ms -> ns products in range. */
 #define SHM_TIMEOUT_MAX_MS 10000000000ll
-#define SHM_VERSION 2u
+#define SHM_VERSION 3u
 #define SHM_MAGIC 0x31686d736e727464ull /* "dtrnshm1" little-endian */
 
 /* Default and limits of the config keys (also in the key table). */
@@ -141,6 +143,20 @@ static inline int shm_is_job_segment(const char *file, const char *job_id)
 #define SHM_SLOT_MAX (1ll << 30)
 #define SHM_SPIN_DEFAULT 50
 #define SHM_SPIN_MAX 1000000
+
+/* Bounds of a segment's buffer sizes (shm_comm.c picks them, the
+ * rendezvous checks a segment it did not create against them).  A
+ * pipeline buffer holds at least one 64-byte piece per rank; both kinds
+ * are whole multiples of SHM_CHUNK_ALIGN bytes. */
+#define SHM_CHUNK_ALIGN 4096u
+#define SHM_CHUNK_MAX ((uint64_t)SHM_SLOT_MAX / SHM_NBUF)
+#define SHM_P2P_CHUNK_MIN (16u << 10)
+#define SHM_P2P_CHUNK_MAX (256u << 10)
+static inline uint64_t shm_chunk_min(int32_t size)
+{
+    uint64_t need = (uint64_t)(size > 0 ? size : 1) * 64;
+    return (need + SHM_CHUNK_ALIGN - 1) / SHM_CHUNK_ALIGN * SHM_CHUNK_ALIGN;
+}
 
 /* ------------------------------------------------------------------------
  * Shared layout.
@@ -160,17 +176,31 @@ typedef struct shm_fail {
     char reason[384];
 } shm_fail_t;
 
+/* Whether a segment's creator was given a job secret (shm_hdr_t.secret). */
+enum { SHM_SECRET_NONE = 0, SHM_SECRET_HMAC_SHA256 = 1 };
+
+/* Written completely by the creator before the segment gets its name (see
+ * shm_rendezvous.c): nobody ever sees a half-written one.  Everything up
+ * to `tag` is fixed from then on; a joiner checks all of it against the
+ * file before computing any pointer. */
 typedef struct shm_hdr {
-    _Atomic uint64_t magic;   /* SHM_MAGIC once initialised (stored last) */
-    uint32_t version;
-    _Atomic int32_t creator_pid; /* first thing the creator writes */
+    _Atomic uint64_t magic;   /* SHM_MAGIC */
+    uint32_t version;         /* SHM_VERSION: the layout of all the rest */
+    _Atomic int32_t creator_pid;
     int32_t size;             /* ranks in the group */
     uint32_t nbuf, p2p_nbuf;
-    uint32_t reserved0;
+    uint32_t secret;          /* SHM_SECRET_* */
+    /* the creator's start time (/proc/<pid>/stat field 22, clock ticks
+     * since boot; 0 unknown): tells it from a later process with its pid */
+    uint64_t creator_start;
     uint64_t chunk;           /* bytes of one pipeline buffer */
     uint64_t p2p_chunk;       /* bytes of one channel buffer */
     uint64_t total;           /* segment bytes */
     uint64_t off_ranks, off_chans, off_slots, off_p2p;
+    /* SHM_SECRET_HMAC_SHA256: shm_secret_tag of the creator's key for this
+     * segment's name and salt (shm_secret.h); zero otherwise */
+    uint8_t salt[SHM_SALT_BYTES];
+    uint8_t tag[SHM_SHA256_BYTES];
     _Alignas(SHM_LINE) _Atomic uint32_t attached; /* futex word */
     _Atomic uint32_t detached;
     _Atomic uint32_t unlinked; /* 1 once the name was removed */
@@ -240,6 +270,8 @@ typedef struct shm_job {
     int32_t world_rank;
     int32_t world_size;
     int oversubscribed;   /* more ranks than the CPUs they may run on together */
+    int has_secret;       /* init was given a job secret ... */
+    uint8_t secret_key[SHM_SHA256_BYTES]; /* ... reduced to this key */
     char job_id[SHM_JOB_ID_MAX + 1];
 } shm_job_t;
 

@@ -120,14 +120,17 @@ int shm_fail_text(dt_comm_t *c, char *buf, size_t cap)
     const shm_fail_t *f = &c->job->world->fail;
     const char *who = c->is_world ? "rank" : "world rank";
     switch (f->kind) {
+    /* the reason is read from shared memory: never past its array */
     case SHM_FAIL_ABORT:
-        snprintf(buf, cap, "%s %d aborted: %s", who, (int)f->world_rank, f->reason);
+        snprintf(buf, cap, "%s %d aborted: %.*s", who, (int)f->world_rank,
+                 (int)sizeof f->reason, f->reason);
         break;
     case SHM_FAIL_DEAD:
         snprintf(buf, cap, "%s %d (pid %d) died", who, (int)f->world_rank, (int)f->pid);
         break;
     default:
-        snprintf(buf, cap, "%s %d failed: %s", who, (int)f->world_rank, f->reason);
+        snprintf(buf, cap, "%s %d failed: %.*s", who, (int)f->world_rank,
+                 (int)sizeof f->reason, f->reason);
         break;
     }
     return DT_ERR_REMOTE;

@@ -71,9 +71,17 @@ typedef struct dt_comm_init_v1 {
     int64_t timeout_ms;      /* default bound for every wait, > 0 */
     const dt_device_ops_v1_t *dev_ops; /* the compute device, for streams */
     dt_device_t *dev;
+    /* A secret shared by the ranks of this job and nobody else (NUL-ended,
+     * non-empty, any bytes; NULL: none).  Knowing job_id is then not
+     * enough to join: a communicator that meets its peers through a named
+     * resource refuses one whose creator had another secret (or none),
+     * naming the resource, never the secret.  It stores or sends only a
+     * keyed hash of it, never the secret itself.  The launcher generates
+     * one per job (DTRAIN_JOB_SECRET); ranks of one job pass the same. */
+    const char *job_secret;
     /* ---- minor 0 ends here; append only ---- */
 } dt_comm_init_v1_t;
-#define DT_COMM_INIT_V1_SIZE0 DT_FIELD_END(dt_comm_init_v1_t, dev)
+#define DT_COMM_INIT_V1_SIZE0 DT_FIELD_END(dt_comm_init_v1_t, job_secret)
 
 typedef struct dt_comm_ops_v1 {
     dt_plugin_info_t info; /* base first; info.kind == DT_KIND_COMM */

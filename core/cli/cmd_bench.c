@@ -438,6 +438,7 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, const dt_world_t 
     dt_comm_init_t ia = {.struct_size = sizeof ia, .rank = world->rank,
                             .size = world->size, .local_rank = world->local_rank,
                             .local_size = world->local_size, .job_id = world->job_id,
+                            .job_secret = world->job_secret[0] ? world->job_secret : NULL,
                             .master_addr = world->master_addr,
                             .master_port = world->master_port,
                             .timeout_ms = (int64_t)(o->timeout_s * 1000.0)};

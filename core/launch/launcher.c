@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -118,14 +119,15 @@ typedef struct rank_state {
 
 static const char *const launch_vars[] = {"DTRAIN_RANK=", "DTRAIN_WORLD_SIZE=",
                                           "DTRAIN_LOCAL_RANK=", "DTRAIN_LOCAL_SIZE=",
-                                          "DTRAIN_JOB_ID="};
-#define N_LAUNCH_VARS 5
+                                          "DTRAIN_JOB_ID=", "DTRAIN_JOB_SECRET="};
+#define N_LAUNCH_VARS 6
 
 typedef struct launch {
     const dt_launch_opts_t *o;
     int n;
     double grace_s;
     char job_id[128];
+    char job_secret[DT_JOB_SECRET_MAX]; /* what every rank proves it knows */
     rank_state_t *ranks;
     stream_t *streams;       /* [2r] stdout, [2r + 1] stderr of rank r */
     int n_alive;
@@ -137,7 +139,7 @@ typedef struct launch {
     /* what each rank is started with */
     char **envp;             /* ours minus an outer job's launch variables,
                               * then `vars` (rewritten before each fork) */
-    char vars[N_LAUNCH_VARS][160];
+    char vars[N_LAUNCH_VARS][160]; /* "NAME=value"; the secret's fits */
     const char *exe, *fallback;
     char exe_fallback[4096];
     /* the signals the launcher takes over while it runs */
@@ -376,6 +378,35 @@ static void make_job_id(launch_t *L)
     dt_world_sanitize_job_id(L->job_id);
 }
 
+/* The secret the ranks present to join each other (shm keeps only a keyed
+ * hash of it): $DTRAIN_JOB_SECRET when the caller chose one, else 32
+ * random bytes, so that knowing the job id is not enough to join. */
+static int make_job_secret(launch_t *L)
+{
+    const char *s = getenv("DTRAIN_JOB_SECRET");
+    if (s && s[0]) {
+        if (strlen(s) >= sizeof L->job_secret)
+            return dt_err_set(DT_ERR_CONFIG, "DTRAIN_JOB_SECRET is %zu characters long; at "
+                              "most %zu", strlen(s), sizeof L->job_secret - 1);
+        snprintf(L->job_secret, sizeof L->job_secret, "%s", s);
+        return DT_OK;
+    }
+    unsigned char b[32];
+    size_t got = 0;
+    while (got < sizeof b) {
+        ssize_t n = getrandom(b + got, sizeof b - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return dt_err_set(DT_ERR_SYSTEM, "launch: getrandom for the job secret: %s",
+                              strerror(errno));
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < sizeof b; i++)
+        snprintf(L->job_secret + 2 * i, 3, "%02x", b[i]);
+    return DT_OK;
+}
+
 /* Per-rank state, the environment and the program each rank runs. */
 static int prepare(launch_t *L)
 {
@@ -469,6 +500,7 @@ static int start_rank(launch_t *L, int r)
     snprintf(L->vars[2], sizeof L->vars[2], "DTRAIN_LOCAL_RANK=%d", r);
     snprintf(L->vars[3], sizeof L->vars[3], "DTRAIN_LOCAL_SIZE=%d", L->n);
     snprintf(L->vars[4], sizeof L->vars[4], "DTRAIN_JOB_ID=%s", L->job_id);
+    snprintf(L->vars[5], sizeof L->vars[5], "DTRAIN_JOB_SECRET=%s", L->job_secret);
     const pid_t me = getpid();
     pid_t pid = fork();
     if (pid == 0)
@@ -657,7 +689,9 @@ int dt_launch_run(const dt_launch_opts_t *o, dt_launch_result_t *res)
     L->sfd = -1;
     make_job_id(L);
     snprintf(res->job_id, sizeof res->job_id, "%s", L->job_id);
-    int rc = prepare(L);
+    int rc = make_job_secret(L);
+    if (rc == DT_OK)
+        rc = prepare(L);
     if (rc != DT_OK)
         goto out;
     rc = take_signals(L);

@@ -183,6 +183,11 @@ int dt_world_from_env(const dt_launch_settings_t *launch, dt_world_t *w)
         return rc;
     if (fp)
         w->master_port = p2;
+    const char *secret = getenv("DTRAIN_JOB_SECRET");
+    if (secret && strlen(secret) >= sizeof w->job_secret)
+        return dt_err_set(DT_ERR_CONFIG, "DTRAIN_JOB_SECRET is %zu characters long; at most %zu",
+                          strlen(secret), sizeof w->job_secret - 1);
+    snprintf(w->job_secret, sizeof w->job_secret, "%s", secret ? secret : "");
     const char *job = getenv("DTRAIN_JOB_ID");
     const char *ompi_job = getenv("OMPI_MCA_ess_base_jobid");
     if (!ompi_job || !ompi_job[0])

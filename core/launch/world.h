@@ -32,9 +32,16 @@
 
 #include "config/settings.h"
 
+/* Bytes of a job secret, its terminating NUL included. */
+#define DT_JOB_SECRET_MAX 128
+
 typedef struct dt_world {
     int rank, size, local_rank, local_size;
     char job_id[128];
+    /* DTRAIN_JOB_SECRET ("" = none): what this job's ranks present to join
+     * each other (the launcher makes one per job; under another launcher
+     * the user may set it for every rank) */
+    char job_secret[DT_JOB_SECRET_MAX];
     char master_addr[256];
     int master_port;
     const char *source; /* "single process", "dtrain launcher", "torchrun", "Open MPI",

@@ -189,6 +189,7 @@ static int start_plugins(run_t *R)
     dt_comm_init_t ca = {.struct_size = sizeof ca, .rank = R->world.rank,
                          .size = R->world.size, .local_rank = R->world.local_rank,
                          .local_size = R->world.local_size, .job_id = R->world.job_id,
+                         .job_secret = R->world.job_secret[0] ? R->world.job_secret : NULL,
                          .master_addr = R->world.master_addr,
                          .master_port = R->world.master_port,
                          .timeout_ms = (int64_t)(R->set->launch.timeout_s * 1000.0),

@@ -27,7 +27,7 @@
 
 static const char *const env_vars[] = {
     "DTRAIN_RANK", "DTRAIN_WORLD_SIZE", "DTRAIN_LOCAL_RANK", "DTRAIN_LOCAL_SIZE",
-    "DTRAIN_JOB_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+    "DTRAIN_JOB_ID", "DTRAIN_JOB_SECRET", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
     "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid",
     "PMIX_NAMESPACE"};
@@ -133,6 +133,23 @@ static void test_world_bad_env(void **state)
     setenv("RANK", "x", 1);
     assert_status(dt_world_from_env(NULL, &w), DT_ERR_CONFIG);
     assert_msg_has("RANK = 'x' is not an integer");
+}
+
+/* The job secret: read from DTRAIN_JOB_SECRET, bounded. */
+static void test_world_job_secret(void **state)
+{
+    dt_world_t w;
+    assert_ok(dt_world_from_env(NULL, &w));
+    assert_string_equal(w.job_secret, "");
+    setenv("DTRAIN_JOB_SECRET", "s3cr3t", 1);
+    assert_ok(dt_world_from_env(NULL, &w));
+    assert_string_equal(w.job_secret, "s3cr3t");
+    char big[DT_JOB_SECRET_MAX + 1];
+    memset(big, 'k', DT_JOB_SECRET_MAX);
+    big[DT_JOB_SECRET_MAX] = '\0';
+    setenv("DTRAIN_JOB_SECRET", big, 1);
+    assert_status(dt_world_from_env(NULL, &w), DT_ERR_CONFIG);
+    assert_msg("DTRAIN_JOB_SECRET is 128 characters long; at most 127");
 }
 
 /* ---- plan ----------------------------------------------------------------- */
@@ -288,6 +305,37 @@ static void test_run_relays_lines(void **state)
     assert_non_null(strstr(cap.err, "dtrain: launching 2 ranks (job "));
 }
 
+/* Every rank of a launch gets the same fresh 64-hex-digit secret; another
+ * launch gets another one; a secret the caller set is passed on. */
+static void test_run_job_secret(void **state)
+{
+    const char *script = "echo \"secret=$DTRAIN_JOB_SECRET\"";
+    char first[128] = "";
+    for (int k = 0; k < 2; k++) {
+        run_sh(2, script, 0, &cap);
+        assert_ok(cap.rc);
+        assert_int_equal(cap.res.exit_code, 0);
+        char want[160];
+        const char *at = strstr(cap.out, "[rank 0] secret=");
+        assert_non_null(at);
+        char s0[128];
+        assert_int_equal(sscanf(at, "[rank 0] secret=%127s", s0), 1);
+        assert_int_equal(strlen(s0), 64);
+        assert_true(strspn(s0, "0123456789abcdef") == 64);
+        snprintf(want, sizeof want, "[rank 1] secret=%s", s0);
+        assert_int_equal(count_lines(cap.out, want), 1);
+        if (k == 0)
+            snprintf(first, sizeof first, "%s", s0);
+        else
+            assert_string_not_equal(first, s0);
+    }
+    setenv("DTRAIN_JOB_SECRET", "chosen", 1);
+    run_sh(2, script, 0, &cap);
+    assert_ok(cap.rc);
+    assert_int_equal(count_lines(cap.out, "[rank 0] secret=chosen"), 1);
+    assert_int_equal(count_lines(cap.out, "[rank 1] secret=chosen"), 1);
+}
+
 static void test_run_failure_stops_others(void **state)
 {
     /* rank 1 fails at once; rank 0 would sleep 30 s */
@@ -437,6 +485,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_world_single, clean_env),
+        cmocka_unit_test_setup(test_world_job_secret, clean_env),
         cmocka_unit_test_setup(test_world_torchrun, clean_env),
         cmocka_unit_test_setup(test_world_dtrain_wins, clean_env),
         cmocka_unit_test_setup(test_world_ompi_job_id, clean_env),
@@ -444,6 +493,7 @@ int main(void)
         cmocka_unit_test_setup(test_plan, clean_env),
         cmocka_unit_test_setup(test_plan_under_launcher, clean_env),
         cmocka_unit_test_setup(test_run_relays_lines, clean_env),
+        cmocka_unit_test_setup(test_run_job_secret, clean_env),
         cmocka_unit_test_setup(test_run_failure_stops_others, clean_env),
         cmocka_unit_test_setup(test_run_signal_death, clean_env),
         cmocka_unit_test_setup(test_run_kill_after_grace, clean_env),

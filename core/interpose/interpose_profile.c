@@ -74,8 +74,8 @@ void dt_interpose_profile_passes(dt_interpose_profile_t *p, const char *op, uint
 
 static profile_row_t *row_of(profile_rows_t *r, const char *op)
 {
-    for (uint32_t i = 0; i < r->n; i++)
-        if (strcmp(r->rows[i].op, op) == 0)
+    for (uint32_t i = 0; i < r->n; i++) /* names are static: pointers first */
+        if (r->rows[i].op == op || strcmp(r->rows[i].op, op) == 0)
             return &r->rows[i];
     if (r->n == DT_PROFILE_ROWS)
         return &r->rows[DT_PROFILE_ROWS];
@@ -108,11 +108,11 @@ static void profile_after(void *ctx, const dt_interpose_call_t *call, int status
                          ? ((const dt_interpose_device_call_t *)call)->flops
                          : 0;
     pthread_mutex_lock(&p->lock);
-    if (p->pass_op && strcmp(call->op, p->pass_op) == 0)
+    if (p->pass_op && (call->op == p->pass_op || strcmp(call->op, p->pass_op) == 0))
         pass_begins(p, dt_interpose_now_ns() - elapsed_ns);
     if (p->active) {
         profile_row_t *r = row_of(&p->live, call->op);
-        if (strcmp(call->op, call->name) == 0)
+        if (call->op == call->name || strcmp(call->op, call->name) == 0)
             r->calls++;
         else
             r->waits++;

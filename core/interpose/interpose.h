@@ -61,8 +61,10 @@
  * and device pointers pass through like comm requests.  The hooks, the
  * call base, the per-slot call counts and the callbacks written against
  * them (a tracer, the profiler below, a countdown fault injector) work for
- * every kind unchanged: `dtrain run --profile device` is the profiler over
- * the device interposer, for every device plugin at once.
+ * every kind unchanged (the profiler also sums the FLOPs a device call's
+ * record carries): `dtrain run --profile device` is the profiler over the
+ * device interposer, for every device plugin at once (core/cli/
+ * run_profile.c); it replaced the cpu plugin's own profiler.
  *
  * Thread safety: the interposer adds none of its own constraints.  Hooks
  * are called on the caller's thread, concurrently when the plugin's calls

@@ -25,8 +25,8 @@
 #
 # Each run is bench/bench_gpt2.sh (same folder): engine step_ms from the
 # metrics file, GFLOP/s from the engine's FLOPs per token, the outside-
-# matmul share from the cpu device's profile; tokens/s counts the tokens of
-# all ranks.  The speed-up is (N-rank tokens/s) / (1-rank tokens/s).
+# matmul share from the device profile (--profile device); tokens/s counts
+# the tokens of all ranks.  The speed-up is (N-rank tokens/s) / (1-rank tokens/s).
 set -eu
 
 usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }

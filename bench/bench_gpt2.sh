@@ -17,7 +17,7 @@
 #       --warmup N     untimed steps first (default 1: page faults, caches)
 #       --repeat N     runs; the row keeps the run with the lowest mean
 #                      step time (default 3)
-#       --no-profile   skip the kernel profile (DTRAIN_CPU_PROFILE) and the
+#       --no-profile   skip the kernel profile (--profile device) and the
 #                      outside-matmul column
 #       --label TEXT   first column (default "B=.. T=.., N thread(s) x M
 #                      rank(s), COMM")
@@ -33,12 +33,13 @@
 # per token (core/model/gpt2.c: 6 x non-position parameters + 6 L T C, the
 # FLOPs behind the run's "mfu") x the tokens of one step over all ranks.
 #
-# The outside-matmul share: with DTRAIN_CPU_PROFILE=1 the cpu device logs,
-# per kernel kind, its time per forward pass (one pass per step here) over
-# whole passes after the first DTRAIN_CPU_PROFILE_SKIP=<warm-up> ones, and
-# the wall time per pass over the same window (see plugins/cpu/
-# cpu_profile.h); outside matmul = 1 - matmul ms / wall ms of rank 0.
-# Profiling adds two clock reads per kernel call (~100 calls a step).
+# The outside-matmul share: with `dtrain run --profile device:skip=<warm-up>`
+# every rank prints, per kernel and device call, its time per forward pass
+# (one pass per step here) over whole passes after the warm-up ones, and
+# the wall time per pass over the same window (the device interposer's
+# profiler, core/interpose/interpose.h); outside matmul = 1 - matmul ms /
+# wall ms of rank 0.  Profiling adds two clock reads and a mutex per
+# device call (a few hundred calls a step).
 #
 # Timings are only meaningful on an otherwise idle machine: the row carries
 # the highest CPU use (all cores, %) seen in the second before any of its
@@ -139,9 +140,11 @@ LOAD0=$(cut -d' ' -f1 /proc/loadavg)
 # output in $WORK/TAG.log.  The checkpoint (1.5 GB) is removed at once.
 run_once() {
     note_busy
+    prof=""
+    [ "$2" = 1 ] && prof="--profile device:skip=$WARMUP"
     # shellcheck disable=SC2086
-    if ! env DTRAIN_CPU_PROFILE="$2" DTRAIN_CPU_PROFILE_SKIP="$WARMUP" "$DTRAIN" run "$WORK/gpt2.toml" \
-        --set train.steps="$1" $SETS --metrics "$WORK/$3.jsonl" > "$WORK/$3.log" 2>&1; then
+    if ! "$DTRAIN" run "$WORK/gpt2.toml" --set train.steps="$1" $SETS $prof \
+        --metrics "$WORK/$3.jsonl" > "$WORK/$3.log" 2>&1; then
         echo "bench_gpt2: run failed (output: $WORK/$3.log):" >&2
         tail -5 "$WORK/$3.log" >&2
         [ -n "$KEEP" ] || cp "$WORK/$3.log" "${TMPDIR:-/tmp}/bench_gpt2_failed.log"
@@ -161,20 +164,23 @@ mean_step_ms() {
          END { if (n) printf "%.1f\n", sum / n; else print "nan" }' "$1"
 }
 
-# "kind ms_per_pass" per kernel kind of rank 0's profile table
-prof_table() {
-    awk '/profile: [a-z_]+ +[0-9]+ +[0-9.]+ / && ($0 !~ /^\[rank [1-9]/) {
-            for (i = 1; i <= NF; i++) if ($i == "profile:") { print $(i + 1), $(i + 4); break } }' "$1"
+# Rank 0's lines of a run's output, without the launcher's "[rank 0] ".
+rank0() {
+    awk '{ l = $0; if (!sub(/^\[rank 0\] /, "", l) && l ~ /^\[rank [0-9]+\] /) next; print l }' "$1"
 }
 
-# rank 0's summary: "wall_ms_per_pass outside_matmul_percent"
-prof_summary() {
-    awk '/profile \(/ && /ms per pass/ && ($0 !~ /^\[rank [1-9]/) {
-            for (i = 1; i <= NF; i++) {
-                if ($i == "ms" && $(i + 1) == "per") w = $(i - 1)
-                if ($i == "outside" && $(i + 1) == "matmul") { o = $(i + 2); sub(/%/, "", o) }
-            }
-            print w, o; exit }' "$1"
+# "op ms_per_pass" per row of rank 0's device profile table (the indented
+# lines after its title; the header row has no number of calls)
+prof_table() {
+    rank0 "$1" | awk '/^device profile \(/ { t = 1; next }
+        t && !/^  / { t = 0 }
+        t && $2 ~ /^[0-9]+$/ { print $1, $4 }'
+}
+
+# rank 0's wall time per whole pass: "... (N whole; ...): W ms per pass, ..."
+prof_pass_ms() {
+    rank0 "$1" | awk '/^device profile \(/ && / whole; / {
+            for (i = 1; i <= NF; i++) if ($i == "ms" && $(i + 1) == "per") { print $(i - 1); exit } }'
 }
 
 TOTAL=$((WARMUP + STEPS))
@@ -205,15 +211,14 @@ EOF
 MM_MS="-" OUTSIDE="-"
 if [ "$PROFILE" = 1 ]; then
     prof_table "$WORK/$BEST_TAG.log" | sort -k2,2 -nr > "$WORK/prof_step"
-    read -r PASS_MS OUTSIDE << EOF
-$(prof_summary "$WORK/$BEST_TAG.log")
-EOF
-    if [ ! -s "$WORK/prof_step" ] || [ -z "$OUTSIDE" ]; then
+    PASS_MS=$(prof_pass_ms "$WORK/$BEST_TAG.log")
+    if [ ! -s "$WORK/prof_step" ] || [ -z "$PASS_MS" ]; then
         echo "bench_gpt2: no whole-pass profile in $WORK/$BEST_TAG.log (--steps must be >= 2)" >&2
         exit 1
     fi
-    read -r MM_MS KERN_MS << EOF
-$(awk '{ k += $2; if ($1 ~ /^matmul_/) m += $2 } END { printf "%.1f %.1f\n", m, k }' "$WORK/prof_step")
+    read -r MM_MS KERN_MS OUTSIDE << EOF
+$(awk -v w="$PASS_MS" '{ k += $2; if ($1 ~ /^matmul_/) m += $2 }
+    END { printf "%.1f %.1f %.1f\n", m, k, 100 * (1 - m / w) }' "$WORK/prof_step")
 EOF
     OUTSIDE="$OUTSIDE %"
 fi
@@ -227,12 +232,12 @@ echo "| $LABEL | $BEST | $TOKS | $GFLOPS | $MM_MS | $OUTSIDE | $MAXBUSY % | $LOA
 if [ "$DETAIL" = 1 ] && [ "$PROFILE" = 1 ]; then
     echo
     echo "Kernel time per step, $LABEL (rank 0, whole steps after the warm-up of the best run;"
-    echo "kernels $KERN_MS ms of $PASS_MS ms wall per step there):"
+    echo "device calls $KERN_MS ms of $PASS_MS ms wall per step there):"
     echo
     echo "| kind | ms/step | % of step |"
     echo "|:-----|--------:|----------:|"
     awk -v ms="$PASS_MS" '$2 >= 0.05 { printf "| %s | %.1f | %.1f |\n", $1, $2, 100 * $2 / ms }' \
         "$WORK/prof_step"
     awk -v ms="$PASS_MS" -v k="$KERN_MS" \
-        'BEGIN { printf "| (outside kernels) | %.1f | %.1f |\n", ms - k, 100 * (ms - k) / ms }'
+        'BEGIN { printf "| (outside device calls) | %.1f | %.1f |\n", ms - k, 100 * (ms - k) / ms }'
 fi

@@ -10,10 +10,9 @@
  * end the job with their exit code.
  */
 #include <stdio.h>
-#include <string.h>
 
 #include "cli/cli.h"
-#include "interpose/interpose.h"
+#include "cli/run_profile.h"
 #include "train/train.h"
 #include "launch/launcher.h"
 #include "util/log.h"
@@ -24,11 +23,17 @@ void dt_help_run(FILE *f)
 {
     fprintf(f,
             "usage: dtrain run CONFIG [--set table.key=value ...] [--metrics FILE]\n"
-            "                  [--profile comm]\n\n"
+            "                  [--profile comm|device[:skip=N][:sync]|comm,device]\n\n"
             "Train the model CONFIG describes.  --metrics writes one JSON object per\n"
             "step.  --profile comm wraps the communicator (any comm plugin) and, at the\n"
             "end of the run, prints on every rank per operation: calls, bytes, time in\n"
-            "ms (the plugin's, waits for the operation included), waits, errors.\n\n"
+            "ms (the plugin's, waits for the operation included), waits, errors.\n"
+            "--profile device wraps the device (any device plugin) and prints per kernel\n"
+            "and runtime call: calls, time, ms per pass, share of the pass, us per call,\n"
+            "GFLOP/s, GB/s, errors, over whole forward passes (one per step with one\n"
+            "micro-batch a step; skip=N leaves out the first N).  Times are the calls'\n"
+            "own: a device that only enqueues (CUDA) is timed for the enqueue unless\n"
+            "sync waits for each kernel's stream around it.  comm,device does both.\n\n"
             "Multi-process: with [launch] nproc = N > 1 (or --set launch.nproc=N) this\n"
             "command starts N ranks of itself on this machine and relays their output,\n"
             "each line prefixed \"[rank R] \".  Ctrl-C/SIGTERM/SIGHUP are passed on to\n"
@@ -60,51 +65,6 @@ static int plan_launch(const dt_resolved_t *r, dt_launch_plan_t *plan)
                           origin != DT_ORIGIN_DEFAULT, plan);
 }
 
-/* --profile comm: for the run, the comm plugin's table is the interposer
- * over it with the profiler's hooks (the core and the strategy see it as
- * the plugin's); afterwards the table is printed and the plugin's own
- * table put back. */
-typedef struct comm_profile {
-    dt_plugin_t *plugin;
-    const void *ops;             /* the plugin's table */
-    dt_interpose_profile_t *prof;
-    dt_interpose_comm_t *ic;
-} comm_profile_t;
-
-static int comm_profile_begin(dt_resolved_t *r, comm_profile_t *cp)
-{
-    memset(cp, 0, sizeof *cp);
-    dt_plugin_t *p = r->plugin[DT_ROLE_COMM];
-    if (!p)
-        return DT_OK;
-    if (!(cp->prof = dt_interpose_profile_create()))
-        return DT_ERR_NOMEM;
-    dt_interpose_hooks_t hooks = dt_interpose_profile_hooks(cp->prof);
-    int rc = dt_interpose_comm_create(p->ops, &hooks, &cp->ic);
-    if (rc != DT_OK) {
-        dt_interpose_profile_free(cp->prof);
-        cp->prof = NULL;
-        return rc;
-    }
-    cp->plugin = p;
-    cp->ops = p->ops;
-    p->ops = dt_interpose_comm_ops(cp->ic);
-    return DT_OK;
-}
-
-static void comm_profile_end(comm_profile_t *cp, int rank)
-{
-    if (!cp->plugin)
-        return;
-    char title[160];
-    snprintf(title, sizeof title, "comm profile (rank %d, %s):", rank, cp->plugin->name);
-    dt_interpose_profile_print(cp->prof, stdout, title);
-    fflush(stdout);
-    cp->plugin->ops = cp->ops;
-    dt_interpose_comm_destroy(cp->ic);
-    dt_interpose_profile_free(cp->prof);
-}
-
 int dt_cmd_run(int argc, char **argv)
 {
     static const char *const opts[] = {"--metrics", "--profile", NULL};
@@ -113,11 +73,9 @@ int dt_cmd_run(int argc, char **argv)
     int ec = dt_cli_parse_config_args("run", argc, argv, &a, opts, vals);
     if (ec)
         return ec;
-    if (vals[1] && strcmp(vals[1], "comm") != 0) {
-        fprintf(stderr, "dtrain run: error: --profile '%s': unknown (one of: comm)\n",
-                vals[1]);
-        return DT_EXIT_USAGE;
-    }
+    dt_run_profile_t prof;
+    if ((ec = dt_run_profile_parse(vals[1], &prof)))
+        return ec;
     dt_resolved_t r;
     int rc = dt_resolve_core(a.config, a.sets, a.n_sets, &r);
     if (rc)
@@ -141,13 +99,11 @@ int dt_cmd_run(int argc, char **argv)
         setvbuf(stdout, NULL, _IOLBF, 0);
     }
     if (rc == DT_OK && (rc = dt_resolve_plugins(&r)) == DT_OK &&
-        (rc = dt_resolve_finish(&r, NULL)) == DT_OK) {
-        comm_profile_t cp = {0};
-        if (!vals[1] || (rc = comm_profile_begin(&r, &cp)) == DT_OK) {
-            dt_train_opts_t o = {.metrics_path = vals[0]};
-            rc = dt_train(&r, &o);
-            comm_profile_end(&cp, plan.world.rank);
-        }
+        (rc = dt_resolve_finish(&r, NULL)) == DT_OK &&
+        (rc = dt_run_profile_begin(&prof, &r)) == DT_OK) {
+        dt_train_opts_t o = {.metrics_path = vals[0]};
+        rc = dt_train(&r, &o);
+        dt_run_profile_end(&prof, plan.world.rank);
     }
     ec = rc ? dt_cli_fail("run", rc) : DT_EXIT_OK;
     dt_resolved_free(&r);

@@ -20,6 +20,10 @@
  *     C->finalize(comm);
  *     dt_interpose_comm_destroy(ic);    // after every handle is finalized
  *
+ * The device's works the same way (dt_interpose_device_create, _ops,
+ * _destroy); its runtime table's `kernels` hands out the interposer's
+ * kernel table, so kernels go through the hooks too.
+ *
  * Interposers stack: the table of one may be wrapped by another.
  *
  * The wrapper table mirrors the plugin's: its info block is the plugin's
@@ -29,7 +33,7 @@
  * and slots of a newer plugin this build does not know are left out
  * (info.struct_size is clamped to this build's struct).
  *
- * ---- How a kind plugs in (the comm is the first; the device next) ----
+ * ---- How a kind plugs in (comm and device so far) ----
  * A kind is one file, interpose_<kind>.c, and nothing here changes:
  *  - its slot enum and names in this header (DT_INTERPOSE_<KIND>_SLOTS,
  *    names only; the .c proves at compile time that the enum follows the
@@ -43,19 +47,24 @@
  *    kind's arguments;
  *  - the wrapped handle: the interposer's own struct carrying the inner
  *    table and handle;
- *  - slots without an instance (comm init, cleanup_job; device init)
- *    reach their interposer through a small pool of trampolines, since a
- *    C function pointer carries no closure.
- * The device (being redesigned as a runtime table plus a separately sized
- * kernel table) gets interpose_device.c with TWO slot lists, one per
- * table, each clamped to its own struct_size: a wrapped dt_device_t
- * carries the inner runtime handle and the inner kernel table; streams,
- * events and device pointers pass through like comm requests.  The hooks,
- * the call base, the per-slot call counts and the callbacks written
- * against them (a tracer, a profiler keyed by call->op, a countdown fault
- * injector) work for it unchanged; the cpu plugin's own profiler
- * (plugins/cpu/cpu_profile.c) is then replaced by the profiler over the
- * device interposer, for every device plugin at once.
+ *  - slots without an instance (comm init, cleanup_job; device init,
+ *    kernels, attention_state_bytes) reach their interposer through a
+ *    small pool of trampolines, since a C function pointer carries no
+ *    closure.
+ * A kind whose plugin hands out a second, separately sized table (the
+ * device: a runtime table whose `kernels` slot returns the kernel table)
+ * has one slot list per table, each clamped to its own struct_size and
+ * numbered in one enum (the second list's slots after the first's), so
+ * call->slot names one slot of the kind.  interpose_device.c is that
+ * case: its wrapped dt_device_t carries the plugin's handle, its kernel
+ * table is built once at create from the plugin's, and streams, events
+ * and device pointers pass through like comm requests.  The hooks, the
+ * call base, the per-slot call counts and the callbacks written against
+ * them (a tracer, the profiler below, a countdown fault injector) work for
+ * every kind unchanged (the profiler also sums the FLOPs a device call's
+ * record carries): `dtrain run --profile device` is the profiler over the
+ * device interposer, for every device plugin at once (core/cli/
+ * run_profile.c); it replaced the cpu plugin's own profiler.
  *
  * Thread safety: the interposer adds none of its own constraints.  Hooks
  * are called on the caller's thread, concurrently when the plugin's calls
@@ -74,23 +83,33 @@
 #define DT_ICALL_COLLECTIVE 0x1u /* every rank of the group calls it */
 #define DT_ICALL_P2P 0x2u        /* point to point */
 #define DT_ICALL_START 0x4u      /* starts an operation (hands out a request) */
-#define DT_ICALL_WAIT 0x8u       /* completes or polls a started operation */
+#define DT_ICALL_WAIT 0x8u       /* completes or polls a started operation
+                                  * (device: waits for a stream, an event,
+                                  * the whole device) */
+#define DT_ICALL_KERNEL 0x10u    /* a slot of the device's kernel table */
+#define DT_ICALL_ENQUEUE 0x20u   /* puts work on a stream and may return
+                                  * before it runs (device kernels, copies,
+                                  * memset) */
 
 /* One call through an interposer, as the hooks see it.  A kind's record
  * extends it (base first): for kind DT_KIND_COMM the hook may cast it to
  * const dt_interpose_comm_call_t *.  Valid during the hook only. */
 typedef struct dt_interpose_call {
     uint32_t kind;    /* dt_plugin_kind_t */
-    uint32_t slot;    /* the kind's slot (dt_interpose_comm_slot_t) */
+    uint32_t slot;    /* the kind's slot (dt_interpose_comm_slot_t,
+                       * dt_interpose_device_slot_t) */
     const char *name; /* the slot's field name: "all_reduce" */
     uint32_t flags;   /* DT_ICALL_* */
-    int32_t rank;     /* world rank of the instance (comm: init's rank; -1
-                       * before init has read it) */
+    int32_t rank;     /* world rank of the instance (init's rank; -1
+                       * before init has read it, and for slots without an
+                       * instance) */
     uint64_t seq;     /* 1 for the first call of this slot through this
                        * interposer (every instance, every thread), 2, ... */
-    uint64_t bytes;   /* payload: count x element size, count as the slot
-                       * defines it (all_gather: elements each rank sends;
-                       * reduce_scatter: each rank receives); 0 none */
+    uint64_t bytes;   /* comm: payload, count x element size, count as
+                       * the slot defines it (all_gather: elements each
+                       * rank sends; reduce_scatter: each rank receives);
+                       * device: the memory the call reads and writes
+                       * (dt_interpose_device_call_t); 0 none */
     const char *op;   /* the operation the call's time belongs to: `name`,
                        * except for a wait or test, which belongs to the
                        * slot that started its request ("all_reduce"; the
@@ -104,10 +123,11 @@ typedef struct dt_interpose_hooks {
      * plugin is NOT called and the status is what the caller gets (inject
      * a failure; set its message through the kind's record, e.g. the comm
      * record's host->set_error).  Exceptions, where skipping the plugin
-     * would break the contract: a `finalize` is always called (the status
-     * is ignored), and a comm `wait` is always called (it frees the
-     * request whatever the outcome) and the injected status replaces its
-     * result.  A start slot that fails hands out no request. */
+     * would break the contract: a `finalize` and the device's `kernels`
+     * are always called (the status is ignored: neither can fail), and a
+     * comm `wait` is always called (it frees the request whatever the
+     * outcome) and the injected status replaces its result.  A start slot
+     * that fails hands out no request. */
     int (*before)(void *ctx, const dt_interpose_call_t *call);
     /* After the slot: `status` is what the caller gets, `elapsed_ns` the
      * plugin's time (0 when the failure was injected). */
@@ -120,6 +140,7 @@ uint64_t dt_interpose_now_ns(void);
 /* ---- a profiler: hooks for any kind's interposer ---------------------- */
 
 /* Per operation (call->op): calls of its own slot, the bytes they moved,
+ * the FLOPs they did (device kernels: dt_interpose_device_call_t.flops),
  * the time the plugin spent in them AND in the waits/tests that complete
  * them, those waits, and the calls that failed.  Thread safe. */
 typedef struct dt_interpose_profile dt_interpose_profile_t;
@@ -128,10 +149,33 @@ typedef struct dt_interpose_profile dt_interpose_profile_t;
 dt_interpose_profile_t *dt_interpose_profile_create(void);
 /* Hooks that record into `p` (an `after` only: nothing is injected). */
 dt_interpose_hooks_t dt_interpose_profile_hooks(dt_interpose_profile_t *p);
+/* Count passes: a pass begins at each call of operation `op` (a static
+ * string; the device's "embedding_forward" is the first kernel of every
+ * forward pass of the built-in models, so a pass is a training step when
+ * a step has one micro-batch and no evaluation).  Nothing is recorded
+ * until pass skip + 1 begins; from then on, once a later pass has begun,
+ * the totals dt_interpose_profile_print_passes reports cover whole passes
+ * only (from the start of pass skip + 1 to the start of the latest pass),
+ * so the last pass and what follows it (a checkpoint, teardown) are left
+ * out.  Call before the hooks record anything. */
+void dt_interpose_profile_passes(dt_interpose_profile_t *p, const char *op, uint64_t skip);
 /* `title`, then one line per operation in order of first use:
  *   "  all_reduce            40       20480      12.345     20      0"
- * (op, calls, bytes, time in ms, waits, errors) under a header line. */
+ * (op, calls, bytes, time in ms, waits, errors) under a header line:
+ * everything recorded. */
 void dt_interpose_profile_print(dt_interpose_profile_t *p, FILE *f, const char *title);
+/* Over the passes of dt_interpose_profile_passes: `title` and the window
+ *   "device profile (rank 0, cpu): passes 2..4 of 5 (3 whole; a pass
+ *    begins at each embedding_forward): 1080.71 ms per pass, in calls
+ *    1080.24 ms (100.0%)"
+ * then one line per operation, most time first:
+ *   "  matmul_forward  147  948.57  316.19  29.3  6452.9  200.00  3.21  0"
+ * (op, calls, total ms, ms per pass, % of the pass's wall time, us per
+ * call, GFLOP/s, GB/s ("-" when the calls did no FLOPs or moved no
+ * bytes), errors) under a header line.  With one pass begun the window
+ * runs from its start to now ("per pass" is that one); with none past
+ * the skipped ones it says so and prints no table. */
+void dt_interpose_profile_print_passes(dt_interpose_profile_t *p, FILE *f, const char *title);
 void dt_interpose_profile_free(dt_interpose_profile_t *p);
 
 /* ------------------------------------------------------------------ comm */
@@ -200,5 +244,161 @@ int dt_interpose_comm_create(const dt_comm_ops_t *inner, const dt_interpose_hook
 const dt_comm_ops_t *dt_interpose_comm_ops(const dt_interpose_comm_t *ic);
 /* Free it.  Every handle its table handed out must be finalized first. */
 void dt_interpose_comm_destroy(dt_interpose_comm_t *ic);
+
+/* ---------------------------------------------------------------- device */
+
+/* The runtime table's slots in field order (dt_device_ops_t), as
+ * X(ENUM, field, DT_ICALL_*). */
+#define DT_INTERPOSE_DEVICE_SLOTS(X)                                           \
+    X(INIT, init, 0)                                                           \
+    X(FINALIZE, finalize, 0)                                                   \
+    X(PROPS, props, 0)                                                         \
+    X(KERNELS, kernels, 0)                                                     \
+    X(ALLOC, alloc, 0)                                                         \
+    X(FREE, free, 0)                                                           \
+    X(MEM_STATS, mem_stats, 0)                                                 \
+    X(MEM_RESET_PEAKS, mem_reset_peaks, 0)                                     \
+    X(HOST_ALLOC, host_alloc, 0)                                               \
+    X(HOST_FREE, host_free, 0)                                                 \
+    X(STREAM_CREATE, stream_create, 0)                                         \
+    X(STREAM_DESTROY, stream_destroy, 0)                                       \
+    X(STREAM_SYNC, stream_sync, DT_ICALL_WAIT)                                 \
+    X(EVENT_CREATE, event_create, 0)                                           \
+    X(EVENT_DESTROY, event_destroy, 0)                                         \
+    X(EVENT_RECORD, event_record, 0)                                           \
+    X(STREAM_WAIT_EVENT, stream_wait_event, 0)                                 \
+    X(EVENT_SYNC, event_sync, DT_ICALL_WAIT)                                   \
+    X(SYNCHRONIZE, synchronize, DT_ICALL_WAIT)                                 \
+    X(MEMCPY_ASYNC, memcpy_async, DT_ICALL_ENQUEUE)                            \
+    X(MEMSET_ASYNC, memset_async, DT_ICALL_ENQUEUE)                            \
+    X(NATIVE_STREAM, native_stream, 0)
+
+/* The kernel table's slots in field order (dt_kernels_t). */
+#define DT_IKERN_FLAGS_ (DT_ICALL_KERNEL | DT_ICALL_ENQUEUE)
+#define DT_INTERPOSE_KERNEL_SLOTS(X)                                           \
+    X(MATMUL_FORWARD, matmul_forward, DT_IKERN_FLAGS_)                         \
+    X(MATMUL_BACKWARD, matmul_backward, DT_IKERN_FLAGS_)                       \
+    X(EMBEDDING_FORWARD, embedding_forward, DT_IKERN_FLAGS_)                   \
+    X(EMBEDDING_BACKWARD, embedding_backward, DT_IKERN_FLAGS_)                 \
+    X(GELU_FORWARD, gelu_forward, DT_IKERN_FLAGS_)                             \
+    X(GELU_BACKWARD, gelu_backward, DT_IKERN_FLAGS_)                           \
+    X(SOFTMAX_XENT_FORWARD, softmax_xent_forward, DT_IKERN_FLAGS_)             \
+    X(SOFTMAX_XENT_BACKWARD, softmax_xent_backward, DT_IKERN_FLAGS_)           \
+    X(AXPY, axpy, DT_IKERN_FLAGS_)                                             \
+    X(SUMSQ, sumsq, DT_IKERN_FLAGS_)                                           \
+    X(CAST, cast, DT_IKERN_FLAGS_)                                             \
+    X(LAYERNORM_FORWARD, layernorm_forward, DT_IKERN_FLAGS_)                   \
+    X(LAYERNORM_BACKWARD, layernorm_backward, DT_IKERN_FLAGS_)                 \
+    X(ATTENTION_STATE_BYTES, attention_state_bytes, DT_ICALL_KERNEL)           \
+    X(ATTENTION_FORWARD, attention_forward, DT_IKERN_FLAGS_)                   \
+    X(ATTENTION_BACKWARD, attention_backward, DT_IKERN_FLAGS_)                 \
+    X(RESIDUAL_FORWARD, residual_forward, DT_IKERN_FLAGS_)                     \
+    X(SCALE, scale, DT_IKERN_FLAGS_)                                           \
+    X(ADAMW_UPDATE, adamw_update, DT_IKERN_FLAGS_)                             \
+    X(SGD_UPDATE, sgd_update, DT_IKERN_FLAGS_)
+
+/* One enum for both tables: the runtime's slots (DT_IDEV_*), then the
+ * kernel table's (DT_IKERN_*), so call->slot names one slot of the kind;
+ * a kernel's position in its table is DT_IKERN_x - DT_IKERN_FIRST. */
+#define DT_INTERPOSE_ENUM_(up, field, flags) DT_IDEV_##up,
+#define DT_INTERPOSE_KENUM_(up, field, flags) DT_IKERN_##up,
+typedef enum dt_interpose_device_slot {
+    DT_INTERPOSE_DEVICE_SLOTS(DT_INTERPOSE_ENUM_) DT_IDEV_RUNTIME_COUNT,
+    DT_IKERN_FIRST = DT_IDEV_RUNTIME_COUNT,
+    DT_IKERN_BEFORE_FIRST_ = DT_IKERN_FIRST - 1,
+    DT_INTERPOSE_KERNEL_SLOTS(DT_INTERPOSE_KENUM_) DT_IDEV_SLOT_COUNT
+} dt_interpose_device_slot_t;
+#undef DT_INTERPOSE_ENUM_
+#undef DT_INTERPOSE_KENUM_
+#define DT_IKERN_COUNT (DT_IDEV_SLOT_COUNT - DT_IKERN_FIRST)
+
+/* A device call as the hooks see it (base first).  Fields a slot does not
+ * have are 0 (NULL), or -1 for the ints.  Streams, events and pointers are
+ * the plugin's own: they pass through the interposer untouched.
+ *
+ * What a kernel costs, from its arguments (the one place dtrain knows it;
+ * a = the size of an element of `dtype`, w of `wdtype`, g of grad_dtype):
+ *   flops: the multiply-adds of the matrix products a kernel does, 2 FLOPs
+ *     each; a kernel without one (elementwise, norms, embedding, the
+ *     optimizers) counts 0 and is measured by its bytes.
+ *       matmul_forward      2 N C OC
+ *       matmul_backward     2 N C OC per product asked (dinp, dweight)
+ *       attention_forward   2 B C T (T+1): Q K^T over the causal half (T
+ *                           (T+1)/2 dot products of C/NH per head) and the
+ *                           same for P V
+ *       attention_backward  4 B C T (T+1): dP, dV, dQ, dK
+ *   base.bytes: every buffer read once and written once, gradients that
+ *     are accumulated (+=) read and written, f32 statistics and indices
+ *     counted, e.g.
+ *       matmul_forward      a (N C + N OC) + w OC C [+ a OC bias]
+ *       matmul_backward     a N OC [+ 2a N C + w OC C for dinp]
+ *                           [+ a N C + 8 OC C for dweight] [+ 8 OC dbias]
+ *       attention_forward   4a B T C + state
+ *       attention_backward  11a B T C + state
+ *     where state is the plugin's attention_state_bytes for the shape;
+ *     adamw_update n (24 + g); memcpy_async and memset_async their `bytes`
+ *     (the copy's size, as copy bandwidths are quoted); the other runtime
+ *     slots 0. */
+typedef struct dt_interpose_device_call {
+    dt_interpose_call_t base;
+    const dt_device_ops_t *ops;   /* the plugin's runtime table: a hook may
+                                   * call it (stream_sync, mem_stats) */
+    const dt_kernels_t *kernels;  /* the plugin's kernel table */
+    dt_device_t *dev;             /* the plugin's handle; NULL for init
+                                   * (before), kernels and
+                                   * attention_state_bytes */
+    const dt_host_t *host;        /* the host init was given, for messages:
+                                   * "device/cpu: ..."; NULL for kernels and
+                                   * attention_state_bytes */
+    dt_stream_t *stream;          /* the stream the call enqueues on, waits
+                                   * for or (stream_create, in `after`)
+                                   * created; NULL: the default or none */
+    dt_event_t *event;            /* event slots (event_create: in `after`) */
+    void *ptr;                    /* free, host_free: the pointer;
+                                   * memcpy_async, memset_async: dst;
+                                   * alloc, host_alloc, native_stream: in
+                                   * `after`, what the plugin handed out */
+    uint64_t size;                /* alloc, host_alloc: bytes asked;
+                                   * memcpy_async, memset_async: bytes */
+    int32_t tag;                  /* alloc, host_alloc: dt_mem_tag_t */
+    int32_t copy_kind;            /* memcpy_async: dt_copy_kind_t */
+    int32_t dtype;                /* kernels: `dtype`, cast's dst_dtype,
+                                   * the optimizers' grad_dtype */
+    int32_t dtype2;               /* matmul: wdtype; cast: src_dtype */
+    uint32_t n_dims;              /* kernels: the sizes they take, in their
+                                   * argument order (matmul N, C, OC;
+                                   * attention B, T, C, NH; embedding B, T,
+                                   * C; softmax_xent N, V; layernorm N, C;
+                                   * the others n) */
+    int64_t dims[4];
+    uint64_t flops;               /* kernels: FLOPs, as above */
+} dt_interpose_device_call_t;
+
+/* dt_interpose_device_create flags. */
+/* Synchronize: each kernel, copy and memset (DT_ICALL_ENQUEUE) waits for
+ * its stream before it is timed and again after it, inside the time, so
+ * the time is the work's own.  A backend whose calls run before they
+ * return (cpu) needs none of it; one that only enqueues (CUDA) is timed
+ * for the enqueue alone without it (the work's time then shows up in
+ * whatever waits for it: stream_sync, event_sync, synchronize, a
+ * blocking copy). */
+#define DT_INTERPOSE_DEVICE_SYNC 0x1u
+
+typedef struct dt_interpose_device dt_interpose_device_t;
+
+/* An interposer over `inner` (a device runtime table of ABI major 1, as
+ * the loader accepted it, whose kernels() hands out a kernel table of
+ * major 1) calling `hooks` (copied), with DT_INTERPOSE_DEVICE_* `flags`.
+ * DT_ERR_INVALID for a table of another kind or major, or unknown flags;
+ * DT_ERR_UNSUPPORTED when DT_INTERPOSE_DEVICE_MAX interposers are alive.
+ * The message is set. */
+#define DT_INTERPOSE_DEVICE_MAX 8
+int dt_interpose_device_create(const dt_device_ops_t *inner, const dt_interpose_hooks_t *hooks,
+                               uint32_t flags, dt_interpose_device_t **out);
+/* Its runtime table (whose kernels() hands out its kernel table): valid
+ * until dt_interpose_device_destroy. */
+const dt_device_ops_t *dt_interpose_device_ops(const dt_interpose_device_t *id);
+/* Free it.  Every instance its table handed out must be finalized first. */
+void dt_interpose_device_destroy(dt_interpose_device_t *id);
 
 #endif /* DT_CORE_INTERPOSE_H */

@@ -1,9 +1,9 @@
 /*
  * plugins/cpu/cpu_device.c - the `cpu` device plugin: lifecycle, props,
  * tagged memory with a budget, streams and events, copies, the runtime
- * table and the kernel table.  Kernels live in cpu_kernels_*.c; the kernel
- * table points at their profiling entries in cpu_profile.c (straight
- * through unless DTRAIN_CPU_PROFILE=1).
+ * table and the kernel table.  Kernels live in cpu_kernels_*.c.  (Timing
+ * them is the device interposer's work, for every device plugin:
+ * `dtrain run --profile device`, core/interpose.)
  *
  * Everything runs synchronously on the calling thread (with the plugin's
  * thread pool and OpenBLAS's threads under it), which satisfies the
@@ -434,8 +434,6 @@ static void cpu_finalize(dt_device_t *d)
 {
     if (!d)
         return;
-    cpu_prof_report(d->host, d->prof, d->name);
-    d->prof = NULL;
     if (d->scratch)
         cpu_mem_free(d, d->scratch);
     uint64_t leaked = 0, nleaked = 0;
@@ -516,10 +514,8 @@ static int cpu_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
     if (d->limit && (d->total_memory == 0 || d->limit < d->total_memory))
         d->total_memory = d->limit;
     d->peak_flops = cpu_peak_flops(d->threads);
-    d->prof = cpu_prof_create();
-    host->log(host, DT_LOG_INFO, "%s, memory_limit %llu bytes%s", d->name,
-              (unsigned long long)d->limit,
-              d->prof ? "; kernel profile on (DTRAIN_CPU_PROFILE)" : "");
+    host->log(host, DT_LOG_INFO, "%s, memory_limit %llu bytes", d->name,
+              (unsigned long long)d->limit);
     *out = d;
     return DT_OK;
 }
@@ -765,26 +761,26 @@ int cpu_memset_async(dt_device_t *d, void *dst, int value, uint64_t bytes,
 /* Every kernel the ABI has: the core set and all the optional ones. */
 static const dt_kernels_v1_t cpu_kernels = {
     .info = DT_KERNELS_INFO(dt_kernels_v1_t),
-    .matmul_forward = cpu_prof_matmul_forward,
-    .matmul_backward = cpu_prof_matmul_backward,
-    .embedding_forward = cpu_prof_embedding_forward,
-    .embedding_backward = cpu_prof_embedding_backward,
-    .gelu_forward = cpu_prof_gelu_forward,
-    .gelu_backward = cpu_prof_gelu_backward,
-    .softmax_xent_forward = cpu_prof_softmax_xent_forward,
-    .softmax_xent_backward = cpu_prof_softmax_xent_backward,
-    .axpy = cpu_prof_axpy,
-    .sumsq = cpu_prof_sumsq,
-    .cast = cpu_prof_cast,
-    .layernorm_forward = cpu_prof_layernorm_forward,
-    .layernorm_backward = cpu_prof_layernorm_backward,
-    .attention_state_bytes = cpu_attention_state_bytes, /* no kernel: not timed */
-    .attention_forward = cpu_prof_attention_forward,
-    .attention_backward = cpu_prof_attention_backward,
-    .residual_forward = cpu_prof_residual_forward,
-    .scale = cpu_prof_scale,
-    .adamw_update = cpu_prof_adamw_update,
-    .sgd_update = cpu_prof_sgd_update,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .softmax_xent_forward = cpu_softmax_xent_forward,
+    .softmax_xent_backward = cpu_softmax_xent_backward,
+    .axpy = cpu_axpy,
+    .sumsq = cpu_sumsq,
+    .cast = cpu_cast,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .attention_state_bytes = cpu_attention_state_bytes,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .residual_forward = cpu_residual_forward,
+    .scale = cpu_scale,
+    .adamw_update = cpu_adamw_update,
+    .sgd_update = cpu_sgd_update,
 };
 
 static const dt_kernels_v1_t *cpu_kernel_table(void) { return &cpu_kernels; }
@@ -812,8 +808,8 @@ static const dt_device_ops_v1_t cpu_ops = {
     .stream_wait_event = cpu_stream_wait_event,
     .event_sync = cpu_event_sync,
     .synchronize = cpu_synchronize,
-    .memcpy_async = cpu_prof_memcpy_async,
-    .memset_async = cpu_prof_memset_async,
+    .memcpy_async = cpu_memcpy_async,
+    .memset_async = cpu_memset_async,
     .native_stream = NULL, /* optional; the cpu has no native queue */
 };
 

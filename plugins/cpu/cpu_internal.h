@@ -14,7 +14,6 @@
 
 #include "dtrain/device.h"
 #include "cpu_pool.h"
-#include "cpu_profile.h"
 
 #define CPU_STREAM_MAGIC 0x43505553u /* "CPUS" */
 #define CPU_EVENT_MAGIC 0x43505545u  /* "CPUE" */
@@ -86,10 +85,6 @@ struct dt_device {
     char name[128];
     uint64_t total_memory;
     double peak_flops;
-
-    /* Kernel profile (cpu_profile.h); NULL unless DTRAIN_CPU_PROFILE
-     * asked for one.  Set at init, read-only afterwards. */
-    cpu_prof_t *prof;
 };
 
 /* Accounted allocation (also used for the plugin's own scratch). */

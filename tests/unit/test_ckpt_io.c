@@ -169,6 +169,81 @@ static void test_atomic_write_enospc(void **state)
     free(data);
 }
 
+/* Links another user planted where a writer might put its temp file (the
+ * old "<path>.tmp.<pid>", other guessable names) or at the target itself
+ * are never written through: what they point to is untouched (or never
+ * created), and the target comes out a regular file of ours, mode 0600. */
+static void test_atomic_write_planted_links(void **state)
+{
+    char dir[512], victim[600], out[600], absent[600];
+    subdir(dir, sizeof dir, "planted");
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    snprintf(out, sizeof out, "%s/out.bin", dir);
+    snprintf(absent, sizeof absent, "%s/created-through-a-link", dir);
+    assert_int_equal(dt_fileutil_write_atomic(victim, "victim's bytes", 14), DT_OK);
+    /* round 0: the links point at the victim; round 1: nowhere (a dangling
+     * link would make O_CREAT create its target) */
+    for (int round = 0; round < 2; round++) {
+        const char *to = round == 0 ? victim : absent;
+        char links[5][700];
+        snprintf(links[0], sizeof links[0], "%s.tmp.%ld", out, (long)getpid());
+        snprintf(links[1], sizeof links[1], "%s.tmp.%ld", out, (long)getpid() + 1);
+        snprintf(links[2], sizeof links[2], "%s.tmp", out);
+        snprintf(links[3], sizeof links[3], "%s.tmp.0", out);
+        snprintf(links[4], sizeof links[4], "%s/.out.bin.tmp", dir);
+        for (int i = 0; i < 5; i++) {
+            unlink(links[i]);
+            assert_int_equal(symlink(to, links[i]), 0);
+        }
+        assert_int_equal(dt_fileutil_write_atomic(out, "fresh", 5), DT_OK);
+        dt_afile_t *f; /* a streamed write that is aborted */
+        assert_int_equal(dt_afile_open(out, &f), DT_OK);
+        assert_int_equal(dt_afile_write(f, "aborted", 7), DT_OK);
+        dt_afile_abort(f);
+
+        char *buf;
+        size_t n;
+        assert_int_equal(dt_fileutil_read_all(victim, &buf, &n), DT_OK);
+        assert_int_equal(n, 14);
+        assert_memory_equal(buf, "victim's bytes", 14);
+        free(buf);
+        assert_int_equal(access(absent, F_OK), -1);
+        assert_int_equal(dt_fileutil_read_all(out, &buf, &n), DT_OK);
+        assert_int_equal(n, 5);
+        assert_memory_equal(buf, "fresh", 5);
+        free(buf);
+        struct stat st;
+        assert_int_equal(lstat(out, &st), 0);
+        assert_true(S_ISREG(st.st_mode));
+        assert_int_equal(st.st_mode & 0777, 0600);
+        for (int i = 0; i < 5; i++) {
+            assert_int_equal(lstat(links[i], &st), 0);
+            assert_true(S_ISLNK(st.st_mode));
+        }
+        /* nothing else appeared: victim, out.bin and the five links */
+        DIR *d = opendir(dir);
+        assert_non_null(d);
+        int entries = 0;
+        struct dirent *de;
+        while ((de = readdir(d)))
+            entries += de->d_name[0] != '.' || strcmp(de->d_name, ".out.bin.tmp") == 0;
+        closedir(d);
+        assert_int_equal(entries, 7);
+    }
+    /* A link at the target itself is replaced, not written through. */
+    assert_int_equal(unlink(out), 0);
+    assert_int_equal(symlink(victim, out), 0);
+    assert_int_equal(dt_fileutil_write_atomic(out, "fresh", 5), DT_OK);
+    struct stat st;
+    assert_int_equal(lstat(out, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    char *buf;
+    size_t n;
+    assert_int_equal(dt_fileutil_read_all(victim, &buf, &n), DT_OK);
+    assert_memory_equal(buf, "victim's bytes", 14);
+    free(buf);
+}
+
 /* The environment variable arms the hook too (checked in a fresh process,
  * since the variable is read once). */
 static int env_child(void)
@@ -951,6 +1026,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_mkdir_rm),
         cmocka_unit_test(test_atomic_write),
         cmocka_unit_test(test_atomic_write_enospc),
+        cmocka_unit_test(test_atomic_write_planted_links),
         cmocka_unit_test(test_fault_env),
         cmocka_unit_test(test_roundtrip_3ranks),
         cmocka_unit_test(test_python_reads_checkpoint),

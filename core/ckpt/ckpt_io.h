@@ -152,11 +152,18 @@ int dt_ckpt_abort(const char *root, uint64_t step);
 /* ---- finding and pruning --------------------------------------------- */
 
 /* The complete checkpoint with the highest step under root: its directory
- * into dir[cap] and its step into *step.  DT_ERR_NOT_FOUND when none. */
+ * into dir[cap] and its step into *step.  DT_ERR_NOT_FOUND when none.
+ * Only real directories owned by this user count: a step name that is a
+ * symbolic link (say, to another run's checkpoint), a file, or another
+ * user's directory is skipped with a warning on the log ("checkpoint
+ * folder '<root>': ignoring 'step-00000009': a symbolic link, not a
+ * directory"). */
 int dt_ckpt_latest(const char *root, char *dir, size_t cap, uint64_t *step);
 
-/* Delete complete checkpoints beyond the `keep` newest (keep >= 1).
- * Incomplete and tmp directories are left alone (a save may be running). */
+/* Delete complete checkpoints beyond the `keep` newest (keep >= 1), the
+ * same ones dt_ckpt_latest counts: what it skips is never touched, and
+ * removal never follows a link.  Incomplete and tmp directories are left
+ * alone (a save may be running). */
 int dt_ckpt_prune(const char *root, uint32_t keep);
 
 /* Remove leftovers of interrupted saves under root ("step-*.tmp", and

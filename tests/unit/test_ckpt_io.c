@@ -999,6 +999,99 @@ static void test_latest_and_prune(void **state)
     assert_int_equal(dt_ckpt_clean_stale(p), DT_OK);
 }
 
+/* Assert that `log` (captured stderr) has the warning about `name` under
+ * `root`, ending in `why`. */
+static void assert_ignored(const char *log, const char *root, const char *name,
+                           const char *why)
+{
+    char want[900];
+    snprintf(want, sizeof want, "ckpt: warning: checkpoint folder '%s': "
+             "ignoring '%s': %s\n", root, name, why);
+    if (!strstr(log, want))
+        fail_msg("log\n  got:   %s\n  lacks: %s", log, want);
+}
+
+/* A step name that is not a real directory of ours (a link to another
+ * run's checkpoint, a file, another user's directory) is neither the
+ * latest nor pruned, and removal never reaches through a link: pruning
+ * with keep = 1 leaves the other run whole. */
+static void test_links_in_ckpt_root(void **state)
+{
+    char other[512], root[512], target[600], p[700], q[800];
+    subdir(other, sizeof other, "other_run");
+    subdir(root, sizeof root, "linked_run");
+    assert_ok(save(other, 1, 7));
+    assert_ok(save(root, 2, 2));
+    assert_ok(save(root, 3, 3));
+    assert_ok(dt_ckpt_step_dir(other, 1, 0, target, sizeof target));
+    /* links at an older and at a newer step than ours, a file at another */
+    snprintf(p, sizeof p, "%s/step-00000001", root);
+    assert_int_equal(symlink(target, p), 0);
+    snprintf(p, sizeof p, "%s/step-00000009", root);
+    assert_int_equal(symlink(target, p), 0);
+    snprintf(p, sizeof p, "%s/step-00000008", root);
+    assert_ok(dt_fileutil_write_atomic(p, "x", 1));
+    /* inside our step 2, which keep = 1 prunes: links to the other run's
+     * directory and to its shard */
+    snprintf(p, sizeof p, "%s/step-00000002/elsewhere", root);
+    assert_int_equal(symlink(target, p), 0);
+    snprintf(p, sizeof p, "%s/step-00000002/shard-link", root);
+    snprintf(q, sizeof q, "%s/shard-00000.bin", target);
+    assert_int_equal(symlink(q, p), 0);
+
+    char dir[700];
+    uint64_t step = 0;
+    dt_test_stderr_begin();
+    int rc = dt_ckpt_latest(root, dir, sizeof dir, &step);
+    char *log = dt_test_stderr_end();
+    assert_ok(rc);
+    assert_int_equal(step, 3);
+    assert_ignored(log, root, "step-00000009", "a symbolic link, not a directory");
+    assert_ignored(log, root, "step-00000001", "a symbolic link, not a directory");
+    assert_ignored(log, root, "step-00000008", "not a directory");
+    free(log);
+
+    dt_test_stderr_begin();
+    rc = dt_ckpt_prune(root, 1);
+    free(dt_test_stderr_end());
+    assert_ok(rc);
+    check_ckpt(target, 1, 7); /* the other run: COMPLETE, shard and all */
+    snprintf(p, sizeof p, "%s/step-00000002", root);
+    assert_int_equal(access(p, F_OK), -1);
+    snprintf(p, sizeof p, "%s/step-00000003", root);
+    check_ckpt(p, 3, 3);
+    const char *links[] = {"step-00000001", "step-00000009"};
+    for (int i = 0; i < 2; i++) {
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", root, links[i]);
+        assert_int_equal(lstat(p, &st), 0);
+        assert_true(S_ISLNK(st.st_mode));
+    }
+
+    /* startup cleanup removes a leftover name that is a link as a link */
+    snprintf(p, sizeof p, "%s/step-00000004.tmp", root);
+    assert_int_equal(symlink(target, p), 0);
+    assert_ok(dt_ckpt_clean_stale(root));
+    struct stat st;
+    assert_int_equal(lstat(p, &st), -1);
+    check_ckpt(target, 1, 7);
+
+    /* another user's directory, complete and newest (needs root to make) */
+    if (geteuid() == 0) {
+        assert_ok(save(root, 10, 10));
+        snprintf(p, sizeof p, "%s/step-00000010", root);
+        assert_int_equal(chown(p, 65534, 65534), 0);
+        dt_test_stderr_begin();
+        rc = dt_ckpt_latest(root, dir, sizeof dir, &step);
+        log = dt_test_stderr_end();
+        assert_ok(rc);
+        assert_int_equal(step, 3);
+        assert_ignored(log, root, "step-00000010",
+                       "owned by uid 65534, not by this user (uid 0)");
+        free(log);
+    }
+}
+
 /* 64-bit values do not fit a JSON number (a double): add_u64 stores the
  * exact decimal string. */
 static void test_json_u64(void **state)
@@ -1037,6 +1130,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_manifest_writer_checks),
         cmocka_unit_test(test_disk_full),
         cmocka_unit_test(test_latest_and_prune),
+        cmocka_unit_test(test_links_in_ckpt_root),
         cmocka_unit_test(test_json_u64),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -62,13 +62,23 @@ int dt_ckpt_commit(const char *root, uint64_t step)
         rc = dt_ckpt_join(path, sizeof path, tmp, MANIFEST);
     if (rc)
         return rc;
-    if (access(path, F_OK) != 0)
+    /* The marker vouches for the manifest as it is on disk. */
+    char *text;
+    size_t len;
+    rc = dt_fileutil_read_all(path, &text, &len);
+    if (rc == DT_ERR_NOT_FOUND)
         return dt_err_set(DT_ERR_INVALID, "checkpoint '%s': commit without a "
                           "manifest", tmp);
-    static const char marker[] = "dtrain checkpoint complete\n";
+    if (rc)
+        return rc;
+    char marker[sizeof MARKER_LINE + 64];
+    int mn = snprintf(marker, sizeof marker, MARKER_LINE MARKER_SUM_FMT,
+                      (unsigned long long)len,
+                      (unsigned)dt_fileutil_crc32(0, text, len));
+    free(text);
     rc = dt_ckpt_join(path, sizeof path, tmp, MARKER);
     if (!rc)
-        rc = dt_fileutil_write_atomic(path, marker, sizeof marker - 1);
+        rc = dt_fileutil_write_atomic(path, marker, (size_t)mn);
     if (rc)
         return rc;
     /* Shards were fsynced by their writers; the directory's own entries

@@ -272,7 +272,9 @@ static int reader_parse(dt_ckpt_reader_t *r)
 static int span_cmp(const void *a, const void *b)
 {
     const dt_ckpt_span_t *x = a, *y = b;
-    return x->offset < y->offset ? -1 : x->offset > y->offset;
+    if (x->offset != y->offset)
+        return x->offset < y->offset ? -1 : 1;
+    return strcmp(x->name, y->name); /* ties: the same message every time */
 }
 
 /* The tensor table ("model"."tensors"), when there is one: every tensor

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,18 +270,37 @@ static int reader_parse(dt_ckpt_reader_t *r)
     return DT_OK;
 }
 
-static int span_cmp(const void *a, const void *b)
+/* A tensor's span with its entry, sorted by entry, offset, then name (so
+ * a message naming two tensors at one offset is always the same). */
+typedef struct {
+    const char *entry;
+    dt_ckpt_span_t s;
+} tspan_t;
+
+static int tspan_cmp(const void *a, const void *b)
 {
-    const dt_ckpt_span_t *x = a, *y = b;
-    if (x->offset != y->offset)
-        return x->offset < y->offset ? -1 : 1;
-    return strcmp(x->name, y->name); /* ties: the same message every time */
+    const tspan_t *x = a, *y = b;
+    int c = strcmp(x->entry, y->entry);
+    if (c)
+        return c;
+    if (x->s.offset != y->s.offset)
+        return x->s.offset < y->s.offset ? -1 : 1;
+    return strcmp(x->s.name, y->s.name);
+}
+
+_Static_assert(offsetof(dt_ckpt_entry_t, name) == 0,
+               "reader_parse_tensors finds an entry from its name's address");
+
+static int str_ptr_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 /* The tensor table ("model"."tensors"), when there is one: every tensor
  * well formed and inside an existing "<unit>/params" entry, and the
  * tensors of each such entry tiling it exactly once.  Kept in manifest
- * order. */
+ * order.  O(n log n) in tensors and entries: a manifest is checked before
+ * anything in it is trusted, its size included. */
 static int reader_parse_tensors(dt_ckpt_reader_t *r)
 {
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(r->model, "tensors");
@@ -291,12 +311,23 @@ static int reader_parse_tensors(dt_ckpt_reader_t *r)
     r->has_tensors = 1;
     size_t n = (size_t)cJSON_GetArraySize(ts);
     r->tensors = calloc(n + 1, sizeof *r->tensors);
-    if (!r->tensors)
-        return dt_err_set(DT_ERR_NOMEM, "checkpoint '%s': out of memory", r->dir);
+    tspan_t *sp = calloc(n + 1, sizeof *sp);
+    dt_ckpt_span_t *run = calloc(n + 1, sizeof *run);
+    const char **names = calloc((n > r->n_entries ? n : r->n_entries) + 1,
+                                sizeof *names);
+    int rc = DT_OK;
+    if (!r->tensors || !sp || !run || !names) {
+        rc = dt_err_set(DT_ERR_NOMEM, "checkpoint '%s': out of memory", r->dir);
+        goto out;
+    }
+    /* Entry names, sorted, to look tensors' entries up (each points at
+     * its dt_ckpt_entry_t, whose first member it is). */
+    for (size_t i = 0; i < r->n_entries; i++)
+        names[i] = r->entries[i].e.name;
+    qsort(names, r->n_entries, sizeof *names, str_ptr_cmp);
     const cJSON *t;
     cJSON_ArrayForEach(t, ts) {
         dt_ckpt_tensor_t *x = &r->tensors[r->n_tensors];
-        size_t k = r->n_tensors;
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
         const cJSON *un = cJSON_GetObjectItemCaseSensitive(t, "unit");
         const cJSON *sh = cJSON_GetObjectItemCaseSensitive(t, "shape");
@@ -306,60 +337,83 @@ static int reader_parse_tensors(dt_ckpt_reader_t *r)
             !cJSON_IsString(un) || !un->valuestring[0] ||
             strlen(un->valuestring) + sizeof "/params" > DT_CKPT_NAME_MAX ||
             !dt_ckpt_json_uint(t, "offset", &x->offset) || nd < 1 ||
-            nd > DT_CKPT_MAX_DIMS)
-            return MERR(r, "tensor %zu of \"model\".\"tensors\" lacks a name, "
-                        "a unit, an offset or a shape of 1 to %d dimensions",
-                        k, DT_CKPT_MAX_DIMS);
+            nd > DT_CKPT_MAX_DIMS) {
+            rc = MERR(r, "tensor %zu of \"model\".\"tensors\" lacks a name, a "
+                      "unit, an offset or a shape of 1 to %d dimensions",
+                      r->n_tensors, DT_CKPT_MAX_DIMS);
+            goto out;
+        }
         memcpy(x->name, nm->valuestring, strlen(nm->valuestring) + 1);
         snprintf(x->entry, sizeof x->entry, "%s/params", un->valuestring);
-        x->ndim = 0;
         x->numel = 1;
         const cJSON *d;
         cJSON_ArrayForEach(d, sh) {
             double v = cJSON_IsNumber(d) ? d->valuedouble : -1;
             if (!(v >= 1 && v <= (double)JSON_INT_MAX) ||
                 v != (double)(uint64_t)v ||
-                x->numel > JSON_INT_MAX / (uint64_t)v)
-                return MERR(r, "tensor %s: bad \"shape\" (dimensions are "
-                            "whole numbers >= 1, their product at most 2^53)",
-                            x->name);
+                x->numel > JSON_INT_MAX / (uint64_t)v) {
+                rc = MERR(r, "tensor %s: bad \"shape\" (dimensions are whole "
+                          "numbers >= 1, their product at most 2^53)", x->name);
+                goto out;
+            }
             x->shape[x->ndim++] = (int64_t)v;
             x->numel *= (uint64_t)v;
         }
-        for (size_t i = 0; i < k; i++)
-            if (strcmp(r->tensors[i].name, x->name) == 0)
-                return MERR(r, "tensor %s listed twice", x->name);
-        const dt_ckpt_entry_t *e = dt_ckpt_find(r, x->entry);
-        if (!e)
-            return MERR(r, "tensor %s: no entry %s", x->name, x->entry);
-        if (x->offset > e->numel || x->numel > e->numel - x->offset)
-            return MERR(r, "tensor %s: elements [%" PRIu64 ", %" PRIu64 ") lie "
-                        "outside entry %s (%" PRIu64 " elements)", x->name,
-                        x->offset, x->offset + x->numel, x->entry, e->numel);
+        const char *key = x->entry;
+        const char **hit = bsearch(&key, names, r->n_entries, sizeof *names,
+                                   str_ptr_cmp);
+        /* name is the first member: its address is the entry's */
+        const dt_ckpt_entry_t *e = hit ? (const dt_ckpt_entry_t *)(const void *)*hit
+                                       : NULL;
+        if (!e) {
+            rc = MERR(r, "tensor %s: no entry %s", x->name, x->entry);
+            goto out;
+        }
+        if (x->offset > e->numel || x->numel > e->numel - x->offset) {
+            rc = MERR(r, "tensor %s: elements [%" PRIu64 ", %" PRIu64 ") lie "
+                      "outside entry %s (%" PRIu64 " elements)", x->name,
+                      x->offset, x->offset + x->numel, x->entry, e->numel);
+            goto out;
+        }
+        sp[r->n_tensors] = (tspan_t){x->entry, {x->offset, x->numel, x->name}};
         r->n_tensors++;
     }
-    /* Every "<unit>/params" entry is tiled by its tensors (none: a gap). */
+    /* Names unique: adjacent once sorted. */
+    for (size_t i = 0; i < r->n_tensors; i++)
+        names[i] = r->tensors[i].name;
+    qsort(names, r->n_tensors, sizeof *names, str_ptr_cmp);
+    for (size_t i = 1; i < r->n_tensors; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            rc = MERR(r, "tensor %s listed twice", names[i]);
+            goto out;
+        }
+    /* Every "<unit>/params" entry, in manifest order, is tiled by its
+     * tensors (a run of the sorted spans; none at all is a gap). */
+    qsort(sp, r->n_tensors, sizeof *sp, tspan_cmp);
     char where[PATH_MAX + 32];
     snprintf(where, sizeof where, "checkpoint '%s': " MANIFEST ": ", r->dir);
-    dt_ckpt_span_t *spans = malloc((r->n_tensors + 1) * sizeof *spans);
-    if (!spans)
-        return dt_err_set(DT_ERR_NOMEM, "checkpoint '%s': out of memory", r->dir);
-    int rc = DT_OK;
     for (size_t i = 0; i < r->n_entries && !rc; i++) {
         const dt_ckpt_entry_t *e = &r->entries[i].e;
         size_t len = strlen(e->name);
         if (len < 7 || strcmp(e->name + len - 7, "/params") != 0)
             continue;
+        size_t lo = 0, hi = r->n_tensors; /* first span of entry e */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (strcmp(sp[mid].entry, e->name) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
         size_t m = 0;
-        for (size_t k = 0; k < r->n_tensors; k++)
-            if (strcmp(r->tensors[k].entry, e->name) == 0)
-                spans[m++] = (dt_ckpt_span_t){r->tensors[k].offset,
-                                              r->tensors[k].numel,
-                                              r->tensors[k].name};
-        qsort(spans, m, sizeof *spans, span_cmp);
-        rc = dt_ckpt_check_tiling(where, e->name, e->numel, "tensor", spans, m);
+        for (size_t k = lo; k < r->n_tensors && strcmp(sp[k].entry, e->name) == 0; k++)
+            run[m++] = sp[k].s;
+        rc = dt_ckpt_check_tiling(where, e->name, e->numel, "tensor", run, m);
     }
-    free(spans);
+out:
+    free(sp);
+    free(run);
+    free(names);
     return rc;
 }
 

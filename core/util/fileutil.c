@@ -269,7 +269,7 @@ int dt_afile_open(const char *path, dt_afile_t **out)
                     i < AFILE_TRIES; i++) {
         char sfx[13];
         random_suffix(sfx);
-        sprintf(f->tmp_base, "%s.tmp.%s", base, sfx);
+        snprintf(f->tmp_base, strlen(base) + 32, "%s.tmp.%s", base, sfx);
         /* O_EXCL: never an existing file, and (with O_CREAT) never through
          * a link; O_NOFOLLOW says the same to a reader of this line. */
         f->fd = openat(f->dirfd, f->tmp_base, O_WRONLY | O_CREAT | O_EXCL |
@@ -411,7 +411,8 @@ int dt_fileutil_open_input(const char *path, int flags, const char *what,
     else if (!S_ISREG(st.st_mode))
         rc = dt_err_set(DT_ERR_IO, "%s: not a regular file (%s)", what,
                         file_type(st.st_mode));
-    else if (fcntl(f, F_SETFL, fcntl(f, F_GETFL) & ~O_NONBLOCK) != 0)
+    else if ((of = fcntl(f, F_GETFL)) < 0 ||
+             fcntl(f, F_SETFL, of & ~O_NONBLOCK) != 0)
         rc = dt_err_set(DT_ERR_IO, "%s: %s", what, strerror(errno));
     if (rc) {
         close(f);

@@ -169,50 +169,48 @@ static cJSON *model_json(dt_model_t *m)
     return j;
 }
 
-/* A checkpoint whose tensors do not match this model's: name the first. */
-static int check_tensors(const char *dir, const cJSON *mj, const dt_model_desc_t *d)
+/* A checkpoint whose tensors do not match this model's: name the first.
+ * The reader has checked the table itself (it tiles every unit); here it
+ * must also be this model's layout, since state is loaded unit by unit:
+ * the same shape at another place would load scrambled. */
+static int check_tensors(const char *dir, const dt_ckpt_reader_t *rd, const dt_model_desc_t *d)
 {
-    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(mj, "tensors");
-    if (!cJSON_IsArray(ts))
+    if (!dt_ckpt_has_tensors(rd))
         return DT_OK; /* written before tensors were recorded: unit sizes are checked */
     for (uint32_t u = 0; u < d->n_units; u++)
         for (uint32_t k = 0; k < d->units[u].n_params; k++) {
             const dt_param_desc_t *p = &d->units[u].params[k];
-            const cJSON *t, *found = NULL;
-            cJSON_ArrayForEach(t, ts)
-            {
-                const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
-                if (cJSON_IsString(nm) && strcmp(nm->valuestring, p->name) == 0) {
-                    found = t;
-                    break;
-                }
-            }
-            if (!found)
+            const dt_ckpt_tensor_t *t = dt_ckpt_find_tensor(rd, p->name);
+            if (!t)
                 return dt_err_set(DT_ERR_DATA,
                                   "checkpoint '%s' has no tensor %s: it was saved from another "
                                   "model (arch or depth)",
                                   dir, p->name);
-            const cJSON *sh = cJSON_GetObjectItemCaseSensitive(found, "shape");
-            int same = cJSON_IsArray(sh) && cJSON_GetArraySize(sh) == p->ndim;
-            for (int i = 0; same && i < p->ndim; i++) {
-                const cJSON *v = cJSON_GetArrayItem(sh, i);
-                same = cJSON_IsNumber(v) && (int64_t)v->valuedouble == p->shape[i];
-            }
+            int same = t->ndim == p->ndim;
+            for (int i = 0; same && i < p->ndim; i++)
+                same = t->shape[i] == p->shape[i];
             if (!same) {
                 char want[96] = "", got[96] = "";
                 for (int i = 0; i < p->ndim; i++)
                     snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld",
                              i ? ", " : "", (long long)p->shape[i]);
-                const cJSON *v;
-                int i = 0;
-                cJSON_ArrayForEach(v, sh)
-                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i++ ? ", " : "",
-                         (long long)(cJSON_IsNumber(v) ? v->valuedouble : -1));
+                for (int i = 0; i < t->ndim; i++)
+                    snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld",
+                             i ? ", " : "", (long long)t->shape[i]);
                 return dt_err_set(DT_ERR_DATA,
                                   "checkpoint '%s': tensor %s has shape [%s] there but [%s] in "
                                   "this model: the checkpoint is from another model shape",
                                   dir, p->name, got, want);
             }
+            char entry[DT_CKPT_NAME_MAX];
+            snprintf(entry, sizeof entry, "%s/params", d->units[u].name);
+            if (strcmp(t->entry, entry) != 0 || t->offset != p->offset)
+                return dt_err_set(DT_ERR_DATA,
+                                  "checkpoint '%s': tensor %s is at element %llu of %s there "
+                                  "but at element %llu of %s in this model: the checkpoint is "
+                                  "from another model layout",
+                                  dir, p->name, (unsigned long long)t->offset, t->entry,
+                                  (unsigned long long)p->offset, entry);
         }
     return DT_OK;
 }
@@ -268,7 +266,7 @@ static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strat
         return rc;
     dt_model_desc_t *d = dt_model_desc(m);
     float *buf = NULL;
-    rc = check_tensors(dir, dt_ckpt_reader_model(rd), d);
+    rc = check_tensors(dir, rd, d);
     for (uint32_t u = 0; u < d->n_units && !rc; u++) {
         for (int k = 0; k < n_states(set) && !rc; k++) {
             char name[DT_CKPT_NAME_MAX];

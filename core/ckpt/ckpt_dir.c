@@ -3,7 +3,9 @@
  * step directory names, a save's tmp directory, its commit (COMPLETE
  * marker, then an atomic rename into place) or abort, and finding the
  * latest complete checkpoint, pruning old ones and cleaning up what
- * interrupted saves left.
+ * interrupted saves left.  Nothing here follows a symbolic link: a step
+ * name that is a link, a file or another user's directory is skipped with
+ * a warning, and removal never reaches through a link.
  */
 #include "ckpt/ckpt_internal.h"
 
@@ -20,6 +22,7 @@
 
 #include "util/error.h"
 #include "util/fileutil.h"
+#include "util/log.h"
 
 int dt_ckpt_step_dir(const char *root, uint64_t step, int tmp, char *buf,
                      size_t cap)
@@ -59,13 +62,23 @@ int dt_ckpt_commit(const char *root, uint64_t step)
         rc = dt_ckpt_join(path, sizeof path, tmp, MANIFEST);
     if (rc)
         return rc;
-    if (access(path, F_OK) != 0)
+    /* The marker vouches for the manifest as it is on disk. */
+    char *text;
+    size_t len;
+    rc = dt_fileutil_read_all(path, &text, &len);
+    if (rc == DT_ERR_NOT_FOUND)
         return dt_err_set(DT_ERR_INVALID, "checkpoint '%s': commit without a "
                           "manifest", tmp);
-    static const char marker[] = "dtrain checkpoint complete\n";
+    if (rc)
+        return rc;
+    char marker[sizeof MARKER_LINE + 64];
+    int mn = snprintf(marker, sizeof marker, MARKER_LINE MARKER_SUM_FMT,
+                      (unsigned long long)len,
+                      (unsigned)dt_fileutil_crc32(0, text, len));
+    free(text);
     rc = dt_ckpt_join(path, sizeof path, tmp, MARKER);
     if (!rc)
-        rc = dt_fileutil_write_atomic(path, marker, sizeof marker - 1);
+        rc = dt_fileutil_write_atomic(path, marker, (size_t)mn);
     if (rc)
         return rc;
     /* Shards were fsynced by their writers; the directory's own entries
@@ -123,13 +136,41 @@ static int parse_step_name(const char *name, uint64_t *step)
     return 1;
 }
 
-static int is_complete(const char *root, const char *name)
+/* A step entry of root's directory `dfd` that is a real directory owned by
+ * this user, holding a COMPLETE file (links are not followed anywhere).
+ * Anything else under a step name was not made by a save of ours: a link
+ * to another run's checkpoint, a file, someone else's directory.  It is
+ * never loaded or pruned, and said once per scan (incomplete directories
+ * are normal, interrupted saves, and pass silently). */
+static int step_is_ours_and_complete(int dfd, const char *root,
+                                     const char *name)
 {
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/%s/" MARKER, root, name) >=
-        (int)sizeof path)
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
         return 0;
-    return access(path, F_OK) == 0;
+    const char *why = NULL;
+    char buf[96];
+    if (S_ISLNK(st.st_mode)) {
+        why = "a symbolic link, not a directory";
+    } else if (!S_ISDIR(st.st_mode)) {
+        why = "not a directory";
+    } else if (st.st_uid != geteuid()) {
+        snprintf(buf, sizeof buf, "owned by uid %u, not by this user (uid %u)",
+                 (unsigned)st.st_uid, (unsigned)geteuid());
+        why = buf;
+    }
+    if (why) {
+        dt_log(DT_LOG_WARN, "ckpt", "warning: checkpoint folder '%s': "
+               "ignoring '%s': %s", root, name, why);
+        return 0;
+    }
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int ok = fstatat(fd, MARKER, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+             S_ISREG(st.st_mode);
+    close(fd);
+    return ok;
 }
 
 /* Steps of complete checkpoints under root, malloc'd, unsorted. */
@@ -145,7 +186,8 @@ static int list_complete(const char *root, uint64_t **steps, size_t *n)
     struct dirent *de;
     while ((de = readdir(d))) {
         uint64_t s;
-        if (!parse_step_name(de->d_name, &s) || !is_complete(root, de->d_name))
+        if (!parse_step_name(de->d_name, &s) ||
+            !step_is_ours_and_complete(dirfd(d), root, de->d_name))
             continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
@@ -239,12 +281,19 @@ int dt_ckpt_prune(const char *root, uint32_t keep)
         char dir[PATH_MAX];
         rc = dt_ckpt_step_dir(root, steps[i], 0, dir, sizeof dir);
         /* Remove the marker first: a crash mid-delete then leaves an
-         * incomplete directory that is never loaded, not a torn one. */
-        char marker[PATH_MAX + 16];
-        snprintf(marker, sizeof marker, "%s/" MARKER, dir);
-        if (!rc && unlink(marker) != 0 && errno != ENOENT)
+         * incomplete directory that is never loaded, not a torn one.  The
+         * directory is opened without following a link (list_complete
+         * skipped links; this closes the window since). */
+        int fd = rc ? -1 : open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                                O_CLOEXEC);
+        if (!rc && fd < 0)
             rc = dt_err_set(DT_ERR_IO, "pruning '%s': %s", dir,
                             strerror(errno));
+        if (!rc && unlinkat(fd, MARKER, 0) != 0 && errno != ENOENT)
+            rc = dt_err_set(DT_ERR_IO, "pruning '%s': %s", dir,
+                            strerror(errno));
+        if (fd >= 0)
+            close(fd);
         if (!rc)
             rc = dt_fileutil_rm_rf(dir);
     }

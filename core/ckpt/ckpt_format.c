@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dtrain/tensor.h"
 #include "util/error.h"
@@ -30,33 +31,43 @@ int dt_ckpt_join(char *buf, size_t cap, const char *dir, const char *name)
 
 /* ---- segments -------------------------------------------------------- */
 
-/* Segments of one entry, sorted by offset, must tile [0, numel).  `where`
+/* Spans of one entry, sorted by offset, must tile [0, numel).  `where`
  * prefixes the message. */
 int dt_ckpt_check_tiling(const char *where, const char *entry, uint64_t numel,
-                         const dt_ckpt_seg_t *const *s, size_t n)
+                         const char *noun, const dt_ckpt_span_t *s, size_t n)
 {
     uint64_t next = 0;
+    const char *prev = NULL; /* the span that ends at `next` */
     for (size_t i = 0; i < n; i++) {
-        if (s[i]->offset > next)
+        if (s[i].offset > next)
             return dt_err_set(DT_ERR_DATA, "%sentry %s: elements [%" PRIu64
-                              ", %" PRIu64 ") are in no segment", where, entry,
-                              next, s[i]->offset);
-        if (s[i]->offset < next)
-            return dt_err_set(DT_ERR_DATA, "%sentry %s: segments overlap at "
-                              "elements [%" PRIu64 ", %" PRIu64 ")", where,
-                              entry, s[i]->offset,
-                              next < s[i]->offset + s[i]->count
-                                  ? next : s[i]->offset + s[i]->count);
-        next = s[i]->offset + s[i]->count;
+                              ", %" PRIu64 ") are in no %s", where, entry,
+                              next, s[i].offset, noun);
+        if (s[i].offset < next) {
+            uint64_t end = s[i].offset + s[i].count;
+            char who[2 * DT_CKPT_NAME_MAX + 16] = "";
+            if (s[i].name && prev)
+                snprintf(who, sizeof who, " (%s and %s)", prev, s[i].name);
+            return dt_err_set(DT_ERR_DATA, "%sentry %s: %ss overlap at "
+                              "elements [%" PRIu64 ", %" PRIu64 ")%s", where,
+                              entry, noun, s[i].offset,
+                              next < end ? next : end, who);
+        }
+        next = s[i].offset + s[i].count;
+        prev = s[i].name;
     }
-    if (next > numel)
-        return dt_err_set(DT_ERR_DATA, "%sentry %s: segments reach element %"
-                          PRIu64 " but numel is %" PRIu64, where, entry, next,
-                          numel);
+    if (next > numel) {
+        char who[DT_CKPT_NAME_MAX + 8] = "";
+        if (prev)
+            snprintf(who, sizeof who, " (%s)", prev);
+        return dt_err_set(DT_ERR_DATA, "%sentry %s: %ss reach element %"
+                          PRIu64 " but numel is %" PRIu64 "%s", where, entry,
+                          noun, next, numel, who);
+    }
     if (next < numel)
         return dt_err_set(DT_ERR_DATA, "%sentry %s: elements [%" PRIu64 ", %"
-                          PRIu64 ") are in no segment", where, entry, next,
-                          numel);
+                          PRIu64 ") are in no %s", where, entry, next, numel,
+                          noun);
     return DT_OK;
 }
 

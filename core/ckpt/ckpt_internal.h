@@ -1,7 +1,8 @@
 /*
  * core/ckpt/ckpt_internal.h - what the four files behind ckpt_io.h share:
- * the names inside a checkpoint directory, the rule that segments tile an
- * entry, and exact JSON integers.  Internal to core/ckpt (ckpt_format.c,
+ * the names inside a checkpoint directory and the COMPLETE marker's
+ * lines, the rule that segments (and tensors) tile an entry, and exact
+ * JSON integers.  Internal to core/ckpt (ckpt_format.c,
  * ckpt_write.c, ckpt_dir.c, ckpt_read.c); everyone else uses ckpt_io.h.
  */
 #ifndef DT_CKPT_INTERNAL_H
@@ -25,11 +26,29 @@ void dt_ckpt_shard_name(uint32_t shard, char *buf, size_t cap);
 /* "<dir>/<name>" into buf[cap]; DT_ERR_INVALID when it does not fit. */
 int dt_ckpt_join(char *buf, size_t cap, const char *dir, const char *name);
 
-/* Segments of one entry, sorted by offset, must tile [0, numel): DT_OK, or
- * DT_ERR_DATA naming the gap or overlap, prefixed by `where`.  The writer
- * checks what the manifest will record, the reader what it records. */
+/* One element range of an entry for the tiling check: a segment (name
+ * NULL) or a tensor of the tensor table (its name, said in messages). */
+typedef struct dt_ckpt_span {
+    uint64_t offset, count;
+    const char *name;
+} dt_ckpt_span_t;
+
+/* Spans of one entry, sorted by offset, must tile [0, numel) exactly once:
+ * DT_OK, or DT_ERR_DATA naming the gap or overlap (and the tensors), e.g.
+ * "<where>entry block.0/params: tensors overlap at elements [64, 96)
+ * (h.0.ln_1.bias and h.0.attn.c_attn.weight)"; `noun` is "segment" or
+ * "tensor".  The writer checks the segments the manifest will record, the
+ * reader the segments and tensors it records. */
 int dt_ckpt_check_tiling(const char *where, const char *entry, uint64_t numel,
-                         const dt_ckpt_seg_t *const *s, size_t n);
+                         const char *noun, const dt_ckpt_span_t *s, size_t n);
+
+/* The first line of COMPLETE, and the second, which vouches for the
+ * manifest: "manifest.json <bytes> bytes crc32 <8 hex digits>".  Markers
+ * of older dtrains hold the first line only. */
+#define MARKER_LINE "dtrain checkpoint complete\n"
+#define MARKER_SUM_FMT MANIFEST " %llu bytes crc32 %08x\n"
+#define MARKER_MAX 4096           /* bytes of COMPLETE read, at most */
+#define MANIFEST_MAX (UINT64_C(1) << 30) /* bytes of manifest.json */
 
 /* Segment bytes (count * dtype size); dtype already validated. */
 uint64_t dt_ckpt_seg_bytes(const dt_ckpt_seg_t *s);

@@ -8,7 +8,15 @@
  *       shard-00000.bin   raw concatenated segments written by rank 0
  *       shard-00001.bin   ... one file per writing rank
  *       manifest.json     what every segment is (below)
- *       COMPLETE          written last; a directory without it is never read
+ *       COMPLETE          written last; a directory without it is never
+ *                         loaded.  Two lines: "dtrain checkpoint complete"
+ *                         and "manifest.json <bytes> bytes crc32 <8 hex>",
+ *                         the manifest's size and CRC-32, checked when the
+ *                         checkpoint is opened ("checksum mismatch ...: it
+ *                         was edited or damaged after the save").  Markers
+ *                         of older dtrains have the first line only: such
+ *                         checkpoints load, with a warning, their manifest
+ *                         checked for consistency alone.
  *
  * An ENTRY is one named flat array, e.g. "block.3/params" (a unit's state
  * kind).  A SEGMENT is a contiguous global element range [offset,
@@ -30,6 +38,15 @@
  *                       "file": "shard-00000.bin", "byte_offset": 0,
  *                       "crc32": "9f12ab34"}, ...]}, ...} }
  *   Integers are exact JSON numbers up to 2^53.
+ *   "model" is the caller's, except one key the format reads: "tensors",
+ *   the tensor table, an optional array of {"name", "unit", "offset",
+ *   "shape"} placing parameter tensors in the entries "<unit>/params".
+ *   When present it is checked at open: names unique, shapes of whole
+ *   dimensions >= 1, each tensor inside an existing entry, and the tensors
+ *   of every "<unit>/params" entry covering each of its elements exactly
+ *   once ("entry block.0/params: tensors overlap at elements [64, 96)
+ *   (h.0.ln_1.bias and h.0.attn.c_attn.weight)"; an empty table leaves
+ *   every such entry uncovered, also an error).
  *
  * Writing (the directory is built as "step-XXXXXXXX.tmp" and renamed into
  * place after COMPLETE, so an interrupted or failed save never looks
@@ -50,7 +67,9 @@
  * "checkpoint 'runs/x/ckpt/step-00000200': shard-00000.bin: entry
  * block.3/params: checksum mismatch (expected 9f12ab34, got 41aa0c11)"
  * (DT_ERR_DATA); a missing COMPLETE marker is DT_ERR_DATA "incomplete (no
- * COMPLETE marker): the write was interrupted"; I/O failures are DT_ERR_IO.
+ * COMPLETE marker): the write was interrupted" (offline tools may read
+ * such a checkpoint anyway, warned: DT_CKPT_OPEN_INCOMPLETE); I/O failures
+ * are DT_ERR_IO.
  *
  * Implemented in core/ckpt/: ckpt_format.c (shard names, the tiling rule,
  * exact JSON integers, the JSON helpers below), ckpt_write.c (shard
@@ -142,7 +161,8 @@ int dt_ckpt_write_manifest(const char *tmp_dir, const dt_ckpt_info_t *info,
                            const dt_ckpt_entry_t *entries, size_t n_entries,
                            const dt_ckpt_seg_t *segs, size_t n_segs);
 
-/* Rank 0, last: write COMPLETE, sync, and rename the tmp dir to
+/* Rank 0, last: write COMPLETE (with the manifest's size and CRC-32, read
+ * back from the file), sync, and rename the tmp dir to
  * "<root>/step-XXXXXXXX" (replacing an older save of the same step). */
 int dt_ckpt_commit(const char *root, uint64_t step);
 
@@ -152,11 +172,18 @@ int dt_ckpt_abort(const char *root, uint64_t step);
 /* ---- finding and pruning --------------------------------------------- */
 
 /* The complete checkpoint with the highest step under root: its directory
- * into dir[cap] and its step into *step.  DT_ERR_NOT_FOUND when none. */
+ * into dir[cap] and its step into *step.  DT_ERR_NOT_FOUND when none.
+ * Only real directories owned by this user count: a step name that is a
+ * symbolic link (say, to another run's checkpoint), a file, or another
+ * user's directory is skipped with a warning on the log ("checkpoint
+ * folder '<root>': ignoring 'step-00000009': a symbolic link, not a
+ * directory"). */
 int dt_ckpt_latest(const char *root, char *dir, size_t cap, uint64_t *step);
 
-/* Delete complete checkpoints beyond the `keep` newest (keep >= 1).
- * Incomplete and tmp directories are left alone (a save may be running). */
+/* Delete complete checkpoints beyond the `keep` newest (keep >= 1), the
+ * same ones dt_ckpt_latest counts: what it skips is never touched, and
+ * removal never follows a link.  Incomplete and tmp directories are left
+ * alone (a save may be running). */
 int dt_ckpt_prune(const char *root, uint32_t keep);
 
 /* Remove leftovers of interrupted saves under root ("step-*.tmp", and
@@ -168,10 +195,18 @@ int dt_ckpt_clean_stale(const char *root);
 
 typedef struct dt_ckpt_reader dt_ckpt_reader_t;
 
-/* Open a checkpoint directory (a "step-XXXXXXXX"): COMPLETE present,
- * manifest valid, every shard file present with the size the manifest says,
- * segments partitioning each entry.  CRCs are checked as data is read. */
+/* Open a checkpoint directory (a "step-XXXXXXXX"): COMPLETE present and
+ * its checksum of manifest.json matching, manifest valid, every shard file
+ * present with the size the manifest says, segments partitioning each
+ * entry, the tensor table (if any) tiling each "<unit>/params" entry.
+ * CRCs are checked as data is read.  Every file is opened without
+ * following a link or blocking (a link, a FIFO: DT_ERR_IO naming it). */
 int dt_ckpt_open(const char *dir, dt_ckpt_reader_t **out);
+/* dt_ckpt_open's flags. */
+#define DT_CKPT_OPEN_INCOMPLETE 1u /* offline tools: read a checkpoint
+                                    * without COMPLETE, after a warning on
+                                    * the log that it may be partial */
+int dt_ckpt_open_flags(const char *dir, unsigned flags, dt_ckpt_reader_t **out);
 void dt_ckpt_close(dt_ckpt_reader_t *r);
 
 uint64_t dt_ckpt_reader_step(const dt_ckpt_reader_t *r);
@@ -194,6 +229,26 @@ const char *dt_ckpt_file_at(const dt_ckpt_reader_t *r, size_t i, uint64_t *bytes
 /* Entry by name, or NULL. */
 const dt_ckpt_entry_t *dt_ckpt_find(const dt_ckpt_reader_t *r,
                                     const char *name);
+
+/* One parameter tensor of the tensor table: where it lies in its entry. */
+typedef struct dt_ckpt_tensor {
+    char name[DT_CKPT_NAME_MAX];  /* "h.0.attn.c_attn.weight" */
+    char entry[DT_CKPT_NAME_MAX]; /* "<unit>/params": "block.0/params" */
+    uint64_t offset;              /* first element in the entry */
+    uint64_t numel;               /* product of shape */
+    int32_t ndim;                 /* 1 .. DT_CKPT_MAX_DIMS */
+    int32_t reserved0;
+    int64_t shape[DT_CKPT_MAX_DIMS]; /* row-major, each >= 1 */
+} dt_ckpt_tensor_t;
+
+/* Whether the manifest has a tensor table (older ones do not). */
+int dt_ckpt_has_tensors(const dt_ckpt_reader_t *r);
+/* Its tensors in manifest order: the count, the i-th (NULL when out of
+ * range), and one by name (NULL when absent). */
+size_t dt_ckpt_n_tensors(const dt_ckpt_reader_t *r);
+const dt_ckpt_tensor_t *dt_ckpt_tensor_at(const dt_ckpt_reader_t *r, size_t i);
+const dt_ckpt_tensor_t *dt_ckpt_find_tensor(const dt_ckpt_reader_t *r,
+                                            const char *name);
 
 /* Read global elements [offset, offset+count) of `entry` into dst (raw,
  * in the entry's dtype).  Each segment's CRC is verified the first time any

@@ -1,8 +1,11 @@
 /*
  * core/ckpt/ckpt_read.c - the reading side of a checkpoint (ckpt_io.h):
- * open a complete checkpoint, validate its manifest and shard files, and
- * assemble any global range of an entry from whichever segments hold it,
- * checking each segment's CRC-32 the first time it is read.
+ * open a complete checkpoint, check its manifest against the checksum in
+ * COMPLETE, validate the manifest (segments, tensor table) and the shard
+ * files, and assemble any global range of an entry from whichever
+ * segments hold it, checking each segment's CRC-32 the first time it is
+ * read.  Every file is opened without following a link and without
+ * blocking, and must be a regular file.
  */
 #include "ckpt/ckpt_internal.h"
 
@@ -10,6 +13,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +23,7 @@
 #include "dtrain/tensor.h"
 #include "util/error.h"
 #include "util/fileutil.h"
+#include "util/log.h"
 
 /* Read size when streaming a segment through its CRC. */
 #define VERIFY_CHUNK ((size_t)4 << 20)
@@ -51,6 +56,9 @@ typedef struct {
 struct dt_ckpt_reader {
     char *dir;
     cJSON *json;
+    int has_tensors;         /* "model" has a "tensors" table */
+    dt_ckpt_tensor_t *tensors;
+    size_t n_tensors;
     uint64_t step;
     uint32_t world_size;
     const char *strategy;
@@ -77,6 +85,7 @@ void dt_ckpt_close(dt_ckpt_reader_t *r)
         free(r->files[i].name);
     }
     free(r->files);
+    free(r->tensors);
     free(r->segs);
     free(r->entries);
     cJSON_Delete(r->json);
@@ -241,17 +250,19 @@ static int reader_parse(dt_ckpt_reader_t *r)
         }
         re->n = r->n_segs - re->first;
         qsort(r->segs + re->first, re->n, sizeof *r->segs, rseg_cmp);
-        /* Reuse the writer's tiling check through pointer views. */
-        const dt_ckpt_seg_t **view = malloc((re->n + 1) * sizeof *view);
-        if (!view)
+        /* The writer's tiling check, over spans of the segments. */
+        dt_ckpt_span_t *spans = malloc((re->n + 1) * sizeof *spans);
+        if (!spans)
             return dt_err_set(DT_ERR_NOMEM, "checkpoint '%s': out of memory",
                               r->dir);
         for (size_t i = 0; i < re->n; i++)
-            view[i] = &r->segs[re->first + i].s;
+            spans[i] = (dt_ckpt_span_t){r->segs[re->first + i].s.offset,
+                                        r->segs[re->first + i].s.count, NULL};
         char where[PATH_MAX + 32];
         snprintf(where, sizeof where, "checkpoint '%s': " MANIFEST ": ", r->dir);
-        int rc = dt_ckpt_check_tiling(where, name, re->e.numel, view, re->n);
-        free(view);
+        int rc = dt_ckpt_check_tiling(where, name, re->e.numel, "segment",
+                                      spans, re->n);
+        free(spans);
         if (rc)
             return rc;
         r->n_entries++;
@@ -259,34 +270,245 @@ static int reader_parse(dt_ckpt_reader_t *r)
     return DT_OK;
 }
 
-/* Open every shard file and compare its size with the manifest. */
+/* A tensor's span with its entry, sorted by entry, offset, then name (so
+ * a message naming two tensors at one offset is always the same). */
+typedef struct {
+    const char *entry;
+    dt_ckpt_span_t s;
+} tspan_t;
+
+static int tspan_cmp(const void *a, const void *b)
+{
+    const tspan_t *x = a, *y = b;
+    int c = strcmp(x->entry, y->entry);
+    if (c)
+        return c;
+    if (x->s.offset != y->s.offset)
+        return x->s.offset < y->s.offset ? -1 : 1;
+    return strcmp(x->s.name, y->s.name);
+}
+
+_Static_assert(offsetof(dt_ckpt_entry_t, name) == 0,
+               "reader_parse_tensors finds an entry from its name's address");
+
+static int str_ptr_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The tensor table ("model"."tensors"), when there is one: every tensor
+ * well formed and inside an existing "<unit>/params" entry, and the
+ * tensors of each such entry tiling it exactly once.  Kept in manifest
+ * order.  O(n log n) in tensors and entries: a manifest is checked before
+ * anything in it is trusted, its size included. */
+static int reader_parse_tensors(dt_ckpt_reader_t *r)
+{
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(r->model, "tensors");
+    if (!ts)
+        return DT_OK;
+    if (!cJSON_IsArray(ts))
+        return MERR(r, "\"model\".\"tensors\" is not an array");
+    r->has_tensors = 1;
+    size_t n = (size_t)cJSON_GetArraySize(ts);
+    r->tensors = calloc(n + 1, sizeof *r->tensors);
+    tspan_t *sp = calloc(n + 1, sizeof *sp);
+    dt_ckpt_span_t *run = calloc(n + 1, sizeof *run);
+    const char **names = calloc((n > r->n_entries ? n : r->n_entries) + 1,
+                                sizeof *names);
+    int rc = DT_OK;
+    if (!r->tensors || !sp || !run || !names) {
+        rc = dt_err_set(DT_ERR_NOMEM, "checkpoint '%s': out of memory", r->dir);
+        goto out;
+    }
+    /* Entry names, sorted, to look tensors' entries up (each points at
+     * its dt_ckpt_entry_t, whose first member it is). */
+    for (size_t i = 0; i < r->n_entries; i++)
+        names[i] = r->entries[i].e.name;
+    qsort(names, r->n_entries, sizeof *names, str_ptr_cmp);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, ts) {
+        dt_ckpt_tensor_t *x = &r->tensors[r->n_tensors];
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
+        const cJSON *un = cJSON_GetObjectItemCaseSensitive(t, "unit");
+        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(t, "shape");
+        int nd = cJSON_IsArray(sh) ? cJSON_GetArraySize(sh) : 0;
+        if (!cJSON_IsString(nm) || !nm->valuestring[0] ||
+            strlen(nm->valuestring) >= DT_CKPT_NAME_MAX ||
+            !cJSON_IsString(un) || !un->valuestring[0] ||
+            strlen(un->valuestring) + sizeof "/params" > DT_CKPT_NAME_MAX ||
+            !dt_ckpt_json_uint(t, "offset", &x->offset) || nd < 1 ||
+            nd > DT_CKPT_MAX_DIMS) {
+            rc = MERR(r, "tensor %zu of \"model\".\"tensors\" lacks a name, a "
+                      "unit, an offset or a shape of 1 to %d dimensions",
+                      r->n_tensors, DT_CKPT_MAX_DIMS);
+            goto out;
+        }
+        memcpy(x->name, nm->valuestring, strlen(nm->valuestring) + 1);
+        snprintf(x->entry, sizeof x->entry, "%s/params", un->valuestring);
+        x->numel = 1;
+        const cJSON *d;
+        cJSON_ArrayForEach(d, sh) {
+            double v = cJSON_IsNumber(d) ? d->valuedouble : -1;
+            if (!(v >= 1 && v <= (double)JSON_INT_MAX) ||
+                v != (double)(uint64_t)v ||
+                x->numel > JSON_INT_MAX / (uint64_t)v) {
+                rc = MERR(r, "tensor %s: bad \"shape\" (dimensions are whole "
+                          "numbers >= 1, their product at most 2^53)", x->name);
+                goto out;
+            }
+            x->shape[x->ndim++] = (int64_t)v;
+            x->numel *= (uint64_t)v;
+        }
+        const char *key = x->entry;
+        const char **hit = bsearch(&key, names, r->n_entries, sizeof *names,
+                                   str_ptr_cmp);
+        /* name is the first member: its address is the entry's */
+        const dt_ckpt_entry_t *e = hit ? (const dt_ckpt_entry_t *)(const void *)*hit
+                                       : NULL;
+        if (!e) {
+            rc = MERR(r, "tensor %s: no entry %s", x->name, x->entry);
+            goto out;
+        }
+        if (x->offset > e->numel || x->numel > e->numel - x->offset) {
+            rc = MERR(r, "tensor %s: elements [%" PRIu64 ", %" PRIu64 ") lie "
+                      "outside entry %s (%" PRIu64 " elements)", x->name,
+                      x->offset, x->offset + x->numel, x->entry, e->numel);
+            goto out;
+        }
+        sp[r->n_tensors] = (tspan_t){x->entry, {x->offset, x->numel, x->name}};
+        r->n_tensors++;
+    }
+    /* Names unique: adjacent once sorted. */
+    for (size_t i = 0; i < r->n_tensors; i++)
+        names[i] = r->tensors[i].name;
+    qsort(names, r->n_tensors, sizeof *names, str_ptr_cmp);
+    for (size_t i = 1; i < r->n_tensors; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            rc = MERR(r, "tensor %s listed twice", names[i]);
+            goto out;
+        }
+    /* Every "<unit>/params" entry, in manifest order, is tiled by its
+     * tensors (a run of the sorted spans; none at all is a gap). */
+    qsort(sp, r->n_tensors, sizeof *sp, tspan_cmp);
+    char where[PATH_MAX + 32];
+    snprintf(where, sizeof where, "checkpoint '%s': " MANIFEST ": ", r->dir);
+    for (size_t i = 0; i < r->n_entries && !rc; i++) {
+        const dt_ckpt_entry_t *e = &r->entries[i].e;
+        size_t len = strlen(e->name);
+        if (len < 7 || strcmp(e->name + len - 7, "/params") != 0)
+            continue;
+        size_t lo = 0, hi = r->n_tensors; /* first span of entry e */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (strcmp(sp[mid].entry, e->name) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        size_t m = 0;
+        for (size_t k = lo; k < r->n_tensors && strcmp(sp[k].entry, e->name) == 0; k++)
+            run[m++] = sp[k].s;
+        rc = dt_ckpt_check_tiling(where, e->name, e->numel, "tensor", run, m);
+    }
+out:
+    free(sp);
+    free(run);
+    free(names);
+    return rc;
+}
+
+/* Open every shard file (a regular file, not a link: a save never makes
+ * one) and compare its size with the manifest. */
 static int reader_open_files(dt_ckpt_reader_t *r)
 {
     for (size_t i = 0; i < r->n_files; i++) {
         rfile_t *f = &r->files[i];
-        char path[PATH_MAX];
+        char path[PATH_MAX], what[2 * PATH_MAX];
         int rc = dt_ckpt_join(path, sizeof path, r->dir, f->name);
         if (rc)
             return rc;
-        f->fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (f->fd < 0)
-            return dt_err_set(errno == ENOENT ? DT_ERR_DATA : DT_ERR_IO,
-                              "checkpoint '%s': %s: %s", r->dir, f->name,
-                              strerror(errno));
-        struct stat st;
-        if (fstat(f->fd, &st) != 0)
-            return dt_err_set(DT_ERR_IO, "checkpoint '%s': %s: %s", r->dir,
-                              f->name, strerror(errno));
-        if ((uint64_t)st.st_size != f->bytes)
+        snprintf(what, sizeof what, "checkpoint '%s': %s", r->dir, f->name);
+        uint64_t size;
+        rc = dt_fileutil_open_input(path, DT_FILEUTIL_NOFOLLOW, what, &f->fd,
+                                    &size);
+        if (rc)
+            return rc == DT_ERR_NOT_FOUND ? DT_ERR_DATA : rc;
+        if (size != f->bytes)
             return dt_err_set(DT_ERR_DATA, "checkpoint '%s': %s: the manifest "
                               "says %" PRIu64 " bytes but the file has %" PRIu64
-                              " bytes", r->dir, f->name, f->bytes,
-                              (uint64_t)st.st_size);
+                              " bytes", r->dir, f->name, f->bytes, size);
     }
     return DT_OK;
 }
 
+/* Read `name` of the checkpoint (a regular file, not a link) whole, at
+ * most `max` bytes: DT_ERR_NOT_FOUND when absent. */
+static int read_member(const char *dir, const char *name, uint64_t max,
+                       char **text, size_t *len)
+{
+    char path[PATH_MAX], what[2 * PATH_MAX];
+    int rc = dt_ckpt_join(path, sizeof path, dir, name);
+    if (rc)
+        return rc;
+    snprintf(what, sizeof what, "checkpoint '%s': %s", dir, name);
+    int fd;
+    uint64_t size;
+    rc = dt_fileutil_open_input(path, DT_FILEUTIL_NOFOLLOW, what, &fd, &size);
+    if (rc)
+        return rc;
+    rc = dt_fileutil_read_fd(fd, size, max, what, text, len);
+    close(fd);
+    return rc;
+}
+
+/* The COMPLETE marker: *sealed = 1 with the manifest's size and CRC-32 it
+ * records, 0 for an older dtrain's marker (no checksum), -1 when absent. */
+static int read_marker(const char *dir, int *sealed, uint64_t *bytes,
+                       uint32_t *crc)
+{
+    char *text;
+    size_t len;
+    int rc = read_member(dir, MARKER, MARKER_MAX, &text, &len);
+    if (rc == DT_ERR_NOT_FOUND) {
+        *sealed = -1;
+        return DT_OK;
+    }
+    if (rc)
+        return rc;
+    size_t l1 = strlen(MARKER_LINE);
+    unsigned long long b = 0;
+    unsigned c = 0;
+    int used = 0;
+    rc = DT_OK;
+    if (len < l1 || memcmp(text, MARKER_LINE, l1) != 0) {
+        rc = DT_ERR_DATA;
+    } else if (len == l1) {
+        *sealed = 0;
+    } else if (sscanf(text + l1, MANIFEST " %llu bytes crc32 %8x\n%n", &b, &c,
+                      &used) == 2 && used > 0 && l1 + (size_t)used == len) {
+        char again[128]; /* canonical form only: nothing added or changed */
+        snprintf(again, sizeof again, MARKER_SUM_FMT, b, c);
+        if (strcmp(again, text + l1) != 0)
+            rc = DT_ERR_DATA;
+        *sealed = 1;
+        *bytes = b;
+        *crc = c;
+    } else {
+        rc = DT_ERR_DATA;
+    }
+    free(text);
+    if (rc)
+        return dt_err_set(DT_ERR_DATA, "checkpoint '%s': " MARKER ": not a "
+                          "completion marker this dtrain reads", dir);
+    return DT_OK;
+}
+
 int dt_ckpt_open(const char *dir, dt_ckpt_reader_t **out)
+{
+    return dt_ckpt_open_flags(dir, 0, out);
+}
+
+int dt_ckpt_open_flags(const char *dir, unsigned flags, dt_ckpt_reader_t **out)
 {
     *out = NULL;
     struct stat st;
@@ -295,27 +517,43 @@ int dt_ckpt_open(const char *dir, dt_ckpt_reader_t **out)
                           "checkpoint '%s': %s", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))
         return dt_err_set(DT_ERR_DATA, "checkpoint '%s': not a directory", dir);
-    char path[PATH_MAX];
-    int rc = dt_ckpt_join(path, sizeof path, dir, MARKER);
+    int sealed = -1;
+    uint64_t sum_bytes = 0;
+    uint32_t sum_crc = 0;
+    int rc = read_marker(dir, &sealed, &sum_bytes, &sum_crc);
     if (rc)
         return rc;
-    if (access(path, F_OK) != 0)
+    if (sealed < 0 && !(flags & DT_CKPT_OPEN_INCOMPLETE))
         return dt_err_set(DT_ERR_DATA, "checkpoint '%s': incomplete (no "
                           MARKER " marker): the write was interrupted", dir);
+    if (sealed < 0)
+        dt_log(DT_LOG_WARN, "ckpt", "warning: checkpoint '%s' has no " MARKER
+               " marker: it may be partial (a save that was interrupted), and "
+               MANIFEST " has no checksum to be checked against; reading it "
+               "anyway", dir);
+    else if (sealed == 0)
+        dt_log(DT_LOG_WARN, "ckpt", "warning: checkpoint '%s': " MARKER
+               " holds no checksum of " MANIFEST " (written by an older "
+               "dtrain): the manifest is checked for consistency only", dir);
     dt_ckpt_reader_t *r = calloc(1, sizeof *r);
     if (!r || !(r->dir = strdup(dir))) {
         free(r);
         return dt_err_set(DT_ERR_NOMEM, "checkpoint '%s': out of memory", dir);
     }
     char *text = NULL;
-    size_t len;
-    rc = dt_ckpt_join(path, sizeof path, dir, MANIFEST);
-    if (!rc) {
-        rc = dt_fileutil_read_all(path, &text, &len);
-        if (rc == DT_ERR_NOT_FOUND)
-            rc = DT_ERR_DATA; /* COMPLETE without manifest: corrupt */
-        if (rc)
-            dt_err_context(rc, "checkpoint '%s'", dir);
+    size_t len = 0;
+    rc = read_member(dir, MANIFEST, MANIFEST_MAX, &text, &len);
+    if (rc == DT_ERR_NOT_FOUND)
+        rc = DT_ERR_DATA; /* COMPLETE without manifest: corrupt */
+    if (!rc && sealed > 0) {
+        uint32_t crc = dt_fileutil_crc32(0, text, len);
+        if (len != sum_bytes || crc != sum_crc)
+            rc = dt_err_set(DT_ERR_DATA, "checkpoint '%s': " MANIFEST ": "
+                            "checksum mismatch (" MARKER " records %" PRIu64
+                            " bytes with crc32 %08" PRIx32 ", the file has %zu "
+                            "bytes with crc32 %08" PRIx32 "): it was edited or "
+                            "damaged after the save", dir, sum_bytes, sum_crc,
+                            len, crc);
     }
     if (!rc) {
         r->json = cJSON_ParseWithLength(text, len);
@@ -330,6 +568,8 @@ int dt_ckpt_open(const char *dir, dt_ckpt_reader_t **out)
     free(text);
     if (!rc)
         rc = reader_parse(r);
+    if (!rc)
+        rc = reader_parse_tensors(r);
     if (!rc)
         rc = reader_open_files(r);
     if (rc) {
@@ -394,6 +634,23 @@ const dt_ckpt_entry_t *dt_ckpt_find(const dt_ckpt_reader_t *r,
 {
     rentry_t *e = entry_find(r, name);
     return e ? &e->e : NULL;
+}
+
+int dt_ckpt_has_tensors(const dt_ckpt_reader_t *r) { return r->has_tensors; }
+size_t dt_ckpt_n_tensors(const dt_ckpt_reader_t *r) { return r->n_tensors; }
+
+const dt_ckpt_tensor_t *dt_ckpt_tensor_at(const dt_ckpt_reader_t *r, size_t i)
+{
+    return i < r->n_tensors ? &r->tensors[i] : NULL;
+}
+
+const dt_ckpt_tensor_t *dt_ckpt_find_tensor(const dt_ckpt_reader_t *r,
+                                            const char *name)
+{
+    for (size_t i = 0; i < r->n_tensors; i++)
+        if (strcmp(r->tensors[i].name, name) == 0)
+            return &r->tensors[i];
+    return NULL;
 }
 
 /* pread exactly n bytes or fail with the file and entry named. */

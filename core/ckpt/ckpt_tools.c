@@ -30,7 +30,7 @@ static void print_json_scalars(FILE *out, const char *indent, const cJSON *obj)
 int dt_ckpt_inspect(const char *dir, int verify, FILE *out)
 {
     dt_ckpt_reader_t *r = NULL;
-    int rc = dt_ckpt_open(dir, &r);
+    int rc = dt_ckpt_open_flags(dir, DT_CKPT_OPEN_INCOMPLETE, &r);
     if (rc)
         return rc;
     const char *strat = dt_ckpt_reader_strategy(r);
@@ -39,9 +39,8 @@ int dt_ckpt_inspect(const char *dir, int verify, FILE *out)
             strat);
     fprintf(out, "model:\n");
     print_json_scalars(out, "  ", dt_ckpt_reader_model(r));
-    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(dt_ckpt_reader_model(r), "tensors");
-    if (cJSON_IsArray(ts))
-        fprintf(out, "  tensors = %d\n", cJSON_GetArraySize(ts));
+    if (dt_ckpt_has_tensors(r))
+        fprintf(out, "  tensors = %zu\n", dt_ckpt_n_tensors(r));
     fprintf(out, "extra:\n");
     print_json_scalars(out, "  ", dt_ckpt_reader_extra(r));
     uint64_t total = 0;
@@ -78,7 +77,7 @@ int dt_ckpt_inspect(const char *dir, int verify, FILE *out)
 int dt_ckpt_consolidate(const char *dir, const char *out_root, uint64_t chunk_elems)
 {
     dt_ckpt_reader_t *r = NULL;
-    int rc = dt_ckpt_open(dir, &r);
+    int rc = dt_ckpt_open_flags(dir, DT_CKPT_OPEN_INCOMPLETE, &r);
     if (rc)
         return rc;
     if (!chunk_elems)
@@ -150,66 +149,32 @@ static int hf_conv1d(const char *name)
     return 0;
 }
 
-typedef struct xtensor {
-    const char *name, *unit;
-    uint64_t offset, numel;
-    int ndim;
-    int64_t shape[4];
-    int transpose;
-} xtensor_t;
-
-/* The manifest's tensor table, checked against the entries it points into. */
-static int read_tensors(dt_ckpt_reader_t *r, const char *dir, int layout, xtensor_t **out,
-                        size_t *n, uint64_t *largest)
+/* Stored transposed in the export: HF layout, a GPT-2 Conv1D weight. */
+static int transposed(const dt_ckpt_tensor_t *t, int layout, int gpt2)
 {
-    const cJSON *model = dt_ckpt_reader_model(r);
-    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(model, "tensors");
-    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(model, "arch");
-    if (!cJSON_IsArray(ts))
+    return layout == DT_EXPORT_HF && gpt2 && t->ndim == 2 && hf_conv1d(t->name);
+}
+
+/* The manifest's tensor table (checked by the reader: inside the entries,
+ * tiling them) as export needs it: f32 entries, at most 4 dimensions. */
+static int export_tensors(dt_ckpt_reader_t *r, const char *dir, uint64_t *largest)
+{
+    if (!dt_ckpt_has_tensors(r))
         return dt_err_set(DT_ERR_DATA,
                           "checkpoint '%s': manifest.json has no \"model\".\"tensors\" table "
                           "(written by an older dtrain); resume it once and save again",
                           dir);
-    const int gpt2 = cJSON_IsString(arch) && strcmp(arch->valuestring, "gpt2") == 0;
-    *n = (size_t)cJSON_GetArraySize(ts);
-    *out = calloc(*n ? *n : 1, sizeof **out);
-    if (!*out)
-        return dt_err_set(DT_ERR_NOMEM, "out of memory");
     *largest = 0;
-    size_t i = 0;
-    const cJSON *t;
-    cJSON_ArrayForEach(t, ts)
-    {
-        xtensor_t *x = &(*out)[i++];
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
-        const cJSON *un = cJSON_GetObjectItemCaseSensitive(t, "unit");
-        const cJSON *of = cJSON_GetObjectItemCaseSensitive(t, "offset");
-        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(t, "shape");
-        if (!cJSON_IsString(nm) || !cJSON_IsString(un) || !cJSON_IsNumber(of) ||
-            !cJSON_IsArray(sh) || cJSON_GetArraySize(sh) < 1 || cJSON_GetArraySize(sh) > 4)
+    for (size_t i = 0; i < dt_ckpt_n_tensors(r); i++) {
+        const dt_ckpt_tensor_t *t = dt_ckpt_tensor_at(r, i);
+        const dt_ckpt_entry_t *e = dt_ckpt_find(r, t->entry);
+        if (e->dtype != DT_F32 || t->ndim > 4)
             return dt_err_set(DT_ERR_DATA,
-                              "checkpoint '%s': manifest.json: tensor %zu of \"model\"."
-                              "\"tensors\" lacks name, unit, offset or a 1-4 dim shape",
-                              dir, i - 1);
-        x->name = nm->valuestring;
-        x->unit = un->valuestring;
-        x->offset = (uint64_t)of->valuedouble;
-        x->ndim = cJSON_GetArraySize(sh);
-        x->numel = 1;
-        for (int d = 0; d < x->ndim; d++) {
-            x->shape[d] = (int64_t)cJSON_GetArrayItem(sh, d)->valuedouble;
-            x->numel *= (uint64_t)x->shape[d];
-        }
-        x->transpose = layout == DT_EXPORT_HF && gpt2 && x->ndim == 2 && hf_conv1d(x->name);
-        char entry[DT_CKPT_NAME_MAX];
-        snprintf(entry, sizeof entry, "%s/params", x->unit);
-        const dt_ckpt_entry_t *e = dt_ckpt_find(r, entry);
-        if (!e || e->dtype != DT_F32 || x->offset + x->numel > e->numel)
-            return dt_err_set(DT_ERR_DATA,
-                              "checkpoint '%s': tensor %s lies outside entry %s (%s)", dir,
-                              x->name, entry, e ? "out of range or not f32" : "missing");
-        if (x->numel > *largest)
-            *largest = x->numel;
+                              "checkpoint '%s': tensor %s: export takes f32 tensors of 1 to 4 "
+                              "dimensions, not %s with %d",
+                              dir, t->name, dt_dtype_name(e->dtype), (int)t->ndim);
+        if (t->numel > *largest)
+            *largest = t->numel;
     }
     return DT_OK;
 }
@@ -217,15 +182,16 @@ static int read_tensors(dt_ckpt_reader_t *r, const char *dir, int layout, xtenso
 int dt_ckpt_export(const char *dir, const char *out_path, int layout)
 {
     dt_ckpt_reader_t *r = NULL;
-    int rc = dt_ckpt_open(dir, &r);
+    int rc = dt_ckpt_open_flags(dir, DT_CKPT_OPEN_INCOMPLETE, &r);
     if (rc)
         return rc;
-    xtensor_t *xs = NULL;
-    size_t n = 0;
     uint64_t largest = 0;
     float *buf = NULL, *tr = NULL;
     dt_safetensors_writer_t *w = NULL;
-    if ((rc = read_tensors(r, dir, layout, &xs, &n, &largest)))
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(dt_ckpt_reader_model(r), "arch");
+    const int gpt2 = cJSON_IsString(arch) && strcmp(arch->valuestring, "gpt2") == 0;
+    const size_t n = dt_ckpt_n_tensors(r);
+    if ((rc = export_tensors(r, dir, &largest)))
         goto out;
     buf = malloc((largest ? largest : 1) * sizeof *buf);
     tr = malloc((largest ? largest : 1) * sizeof *tr);
@@ -243,28 +209,28 @@ int dt_ckpt_export(const char *dir, const char *out_path, int layout)
         (rc = dt_safetensors_set_meta(w, "dtrain_layout", layout == DT_EXPORT_HF ? "hf" : "dtrain")))
         goto fail;
     for (size_t i = 0; i < n && !rc; i++) {
+        const dt_ckpt_tensor_t *t = dt_ckpt_tensor_at(r, i);
         int64_t shape[4];
-        memcpy(shape, xs[i].shape, sizeof shape);
-        if (xs[i].transpose) {
-            shape[0] = xs[i].shape[1];
-            shape[1] = xs[i].shape[0];
+        memcpy(shape, t->shape, sizeof shape);
+        if (transposed(t, layout, gpt2)) {
+            shape[0] = t->shape[1];
+            shape[1] = t->shape[0];
         }
-        rc = dt_safetensors_declare(w, xs[i].name, DT_F32, xs[i].ndim, shape);
+        rc = dt_safetensors_declare(w, t->name, DT_F32, t->ndim, shape);
     }
     for (size_t i = 0; i < n && !rc; i++) {
-        char entry[DT_CKPT_NAME_MAX];
-        snprintf(entry, sizeof entry, "%s/params", xs[i].unit);
-        if ((rc = dt_ckpt_read(r, entry, xs[i].offset, xs[i].numel, buf)))
+        const dt_ckpt_tensor_t *t = dt_ckpt_tensor_at(r, i);
+        if ((rc = dt_ckpt_read(r, t->entry, t->offset, t->numel, buf)))
             break;
         const float *src = buf;
-        if (xs[i].transpose) {
-            const int64_t rows = xs[i].shape[0], cols = xs[i].shape[1];
+        if (transposed(t, layout, gpt2)) {
+            const int64_t rows = t->shape[0], cols = t->shape[1];
             for (int64_t a = 0; a < rows; a++)
                 for (int64_t b = 0; b < cols; b++)
                     tr[b * rows + a] = buf[a * cols + b];
             src = tr;
         }
-        rc = dt_safetensors_write(w, src, (size_t)xs[i].numel * sizeof *src);
+        rc = dt_safetensors_write(w, src, (size_t)t->numel * sizeof *src);
     }
     if (rc)
         goto fail;
@@ -276,7 +242,6 @@ fail:
 out:
     if (rc)
         dt_err_context(rc, "exporting '%s' to '%s'", dir, out_path);
-    free(xs);
     free(buf);
     free(tr);
     dt_ckpt_close(r);

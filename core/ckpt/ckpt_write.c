@@ -259,8 +259,17 @@ int dt_ckpt_write_manifest(const char *tmp_dir, const dt_ckpt_info_t *info,
         size_t hi = lo;
         while (hi < n_segs && strcmp(sorted[hi]->entry, e->name) == 0)
             hi++;
+        dt_ckpt_span_t *spans = malloc((hi - lo + 1) * sizeof *spans);
+        if (!spans) {
+            rc = dt_err_set(DT_ERR_NOMEM, "checkpoint manifest: out of memory");
+            break;
+        }
+        for (size_t i = lo; i < hi; i++)
+            spans[i - lo] = (dt_ckpt_span_t){sorted[i]->offset, sorted[i]->count,
+                                             NULL};
         rc = dt_ckpt_check_tiling("checkpoint manifest: ", e->name, e->numel,
-                                  sorted + lo, hi - lo);
+                                  "segment", spans, hi - lo);
+        free(spans);
         if (rc) {
             rc = DT_ERR_INVALID; /* a bug in the caller, not bad data */
             break;

@@ -1,16 +1,17 @@
 /*
- * core/data/data.c - llm.c token files (open, validate, write, prepare
- * from text) and the deterministic, dp-size-independent batch sampler.
+ * core/data/data.c - llm.c token files (open, validate, read with pread,
+ * prepare from text) and the deterministic, dp-size-independent batch
+ * sampler.
  */
 #include "data/data.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,87 +47,127 @@ void dt_data_close(dt_dataset_t *ds)
 {
     if (!ds)
         return;
-    if (ds->map)
-        munmap(ds->map, ds->map_bytes);
+    if (ds->fd >= 0)
+        close(ds->fd);
     free(ds->path);
     free(ds);
+}
+
+/* pread exactly n bytes at `at`: DT_OK, DT_ERR_IO for a failed read, or
+ * DT_ERR_DATA when the file ends first (it was truncated after the header
+ * and size were checked).  `path` names it. */
+static int read_at(int fd, const char *path, void *dst, size_t n, uint64_t at)
+{
+    char *p = dst;
+    while (n > 0) {
+        ssize_t got = pread(fd, p, n, (off_t)at);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return dt_err_set(DT_ERR_IO, "data file '%s': %s", path,
+                              strerror(errno));
+        if (got == 0) {
+            struct stat st;
+            unsigned long long now = fstat(fd, &st) == 0
+                                         ? (unsigned long long)st.st_size : 0;
+            return dt_err_set(DT_ERR_DATA, "data file '%s': changed while in "
+                              "use: it now has %llu bytes, too few for bytes "
+                              "[%llu, %llu) it had when opened", path, now,
+                              (unsigned long long)at,
+                              (unsigned long long)(at + n));
+        }
+        p += got;
+        n -= (size_t)got;
+        at += (uint64_t)got;
+    }
+    return DT_OK;
+}
+
+/* Tokens [first, first + n) of the file into dst. */
+static int tokens_read(const dt_dataset_t *ds, uint64_t first, size_t n,
+                       uint16_t *dst)
+{
+    return read_at(ds->fd, ds->path, dst, n * sizeof *dst,
+                   DT_DATA_HEADER_BYTES + first * sizeof *dst);
+}
+
+/* Token reads in pieces of this many (1 MiB) when scanning a whole file. */
+#define SCAN_TOKENS ((size_t)1 << 19)
+
+/* The header's magic, version and count against the file's size. */
+static int header_check(const char *path, const int32_t *hdr, uint64_t size)
+{
+    if (hdr[0] != DT_DATA_MAGIC)
+        return dt_err_set(DT_ERR_DATA, "data file '%s': bad magic %d (expected "
+                          "%d): not an llm.c token file", path, hdr[0],
+                          DT_DATA_MAGIC);
+    if (hdr[1] != DT_DATA_VERSION)
+        return dt_err_set(DT_ERR_DATA, "data file '%s': unsupported version %d "
+                          "(expected %d: uint16 tokens)", path, hdr[1],
+                          DT_DATA_VERSION);
+    if (hdr[2] < 0)
+        return dt_err_set(DT_ERR_DATA, "data file '%s': negative token count "
+                          "%d in header", path, hdr[2]);
+    uint64_t want = DT_DATA_HEADER_BYTES + 2 * (uint64_t)hdr[2];
+    if (size < want)
+        return dt_err_set(DT_ERR_DATA, "data file '%s': truncated: header "
+                          "says %d tokens (%llu bytes) but the file has "
+                          "%llu bytes", path, hdr[2],
+                          (unsigned long long)want, (unsigned long long)size);
+    if (size > want)
+        return dt_err_set(DT_ERR_DATA, "data file '%s': header says %d "
+                          "tokens (%llu bytes) but the file has %llu bytes "
+                          "(trailing data)", path, hdr[2],
+                          (unsigned long long)want, (unsigned long long)size);
+    return DT_OK;
 }
 
 int dt_data_open(const char *path, dt_dataset_t **out)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dt_err_set(errno == ENOENT ? DT_ERR_NOT_FOUND : DT_ERR_IO,
-                          "data file '%s': %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return dt_err_set(DT_ERR_IO, "data file '%s': %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return dt_err_set(DT_ERR_IO, "data file '%s': not a regular file",
-                          path);
-    }
-    uint64_t size = (uint64_t)st.st_size;
-    if (size < DT_DATA_HEADER_BYTES) {
-        close(fd);
-        return dt_err_set(DT_ERR_DATA,
-                          "data file '%s': truncated: %llu bytes, header "
-                          "needs %d", path, (unsigned long long)size,
-                          DT_DATA_HEADER_BYTES);
-    }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd); /* the mapping keeps the file */
-    if (map == MAP_FAILED)
-        return dt_err_set(DT_ERR_IO, "data file '%s': mmap: %s", path,
-                          strerror(e));
-    const int32_t *hdr = map;
-    int rc = DT_OK;
-    if (hdr[0] != DT_DATA_MAGIC) {
-        rc = dt_err_set(DT_ERR_DATA, "data file '%s': bad magic %d (expected "
-                        "%d): not an llm.c token file", path, hdr[0],
-                        DT_DATA_MAGIC);
-    } else if (hdr[1] != DT_DATA_VERSION) {
-        rc = dt_err_set(DT_ERR_DATA, "data file '%s': unsupported version %d "
-                        "(expected %d: uint16 tokens)", path, hdr[1],
-                        DT_DATA_VERSION);
-    } else if (hdr[2] < 0) {
-        rc = dt_err_set(DT_ERR_DATA, "data file '%s': negative token count "
-                        "%d in header", path, hdr[2]);
-    } else {
-        uint64_t want = DT_DATA_HEADER_BYTES + 2 * (uint64_t)hdr[2];
-        if (size < want)
-            rc = dt_err_set(DT_ERR_DATA, "data file '%s': truncated: header "
-                            "says %d tokens (%llu bytes) but the file has "
-                            "%llu bytes", path, hdr[2],
-                            (unsigned long long)want, (unsigned long long)size);
-        else if (size > want)
-            rc = dt_err_set(DT_ERR_DATA, "data file '%s': header says %d "
-                            "tokens (%llu bytes) but the file has %llu bytes "
-                            "(trailing data)", path, hdr[2],
-                            (unsigned long long)want, (unsigned long long)size);
-    }
-    if (rc) {
-        munmap(map, size);
-        return rc;
-    }
     dt_dataset_t *ds = calloc(1, sizeof *ds);
     if (!ds || !(ds->path = strdup(path))) {
         free(ds);
-        munmap(map, size);
         return dt_err_set(DT_ERR_NOMEM, "data file '%s': out of memory", path);
     }
-    ds->map = map;
-    ds->map_bytes = size;
-    ds->tokens = (const uint16_t *)((const char *)map + DT_DATA_HEADER_BYTES);
-    ds->ntok = (uint64_t)hdr[2];
-    /* Training reads the file front to back in random sequence order. */
-    madvise(map, size, MADV_WILLNEED);
-    ds->max_token = max_token(ds->tokens, ds->ntok);
+    ds->fd = -1;
+    char what[PATH_MAX + 16];
+    snprintf(what, sizeof what, "data file '%s'", path);
+    uint64_t size = 0;
+    int rc = dt_fileutil_open_input(path, 0, what, &ds->fd, &size);
+    if (!rc && size < DT_DATA_HEADER_BYTES)
+        rc = dt_err_set(DT_ERR_DATA,
+                        "data file '%s': truncated: %llu bytes, header "
+                        "needs %d", path, (unsigned long long)size,
+                        DT_DATA_HEADER_BYTES);
+    int32_t hdr[DT_DATA_HEADER_INTS];
+    if (!rc)
+        rc = read_at(ds->fd, path, hdr, sizeof hdr, 0);
+    if (!rc)
+        rc = header_check(path, hdr, size);
+    if (!rc) {
+        ds->ntok = (uint64_t)hdr[2];
+        /* The largest token, read front to back in big pieces (a pass the
+         * page cache then serves training from). */
+        uint16_t *buf = malloc(SCAN_TOKENS * sizeof *buf);
+        if (!buf)
+            rc = dt_err_set(DT_ERR_NOMEM, "data file '%s': out of memory",
+                            path);
+        for (uint64_t at = 0; !rc && at < ds->ntok; at += SCAN_TOKENS) {
+            size_t n = ds->ntok - at < SCAN_TOKENS ? (size_t)(ds->ntok - at)
+                                                   : SCAN_TOKENS;
+            rc = tokens_read(ds, at, n, buf);
+            if (!rc) {
+                uint16_t m = max_token(buf, n);
+                ds->max_token = m > ds->max_token ? m : ds->max_token;
+            }
+        }
+        free(buf);
+    }
+    if (rc) {
+        dt_data_close(ds);
+        return rc;
+    }
     *out = ds;
     return DT_OK;
 }
@@ -136,14 +177,29 @@ int dt_data_check_vocab(const dt_dataset_t *ds, uint32_t vocab_size)
     if (ds->ntok == 0 || ds->max_token < vocab_size)
         return DT_OK;
     /* Only on failure: find the first offender for the message. */
-    for (uint64_t i = 0; i < ds->ntok; i++)
-        if (ds->tokens[i] >= vocab_size)
-            return dt_err_set(DT_ERR_DATA, "data file '%s': token %u at "
-                              "position %llu is outside the vocabulary "
-                              "(vocab_size %u)", ds->path,
-                              (unsigned)ds->tokens[i], (unsigned long long)i,
-                              vocab_size);
-    return DT_OK; /* unreachable: max_token said otherwise */
+    uint16_t *buf = malloc(SCAN_TOKENS * sizeof *buf);
+    if (!buf)
+        return dt_err_set(DT_ERR_NOMEM, "data file '%s': out of memory",
+                          ds->path);
+    int rc = DT_OK;
+    for (uint64_t at = 0; !rc && at < ds->ntok; at += SCAN_TOKENS) {
+        size_t n = ds->ntok - at < SCAN_TOKENS ? (size_t)(ds->ntok - at)
+                                               : SCAN_TOKENS;
+        rc = tokens_read(ds, at, n, buf);
+        for (size_t i = 0; !rc && i < n; i++)
+            if (buf[i] >= vocab_size)
+                rc = dt_err_set(DT_ERR_DATA, "data file '%s': token %u at "
+                                "position %llu is outside the vocabulary "
+                                "(vocab_size %u)", ds->path, (unsigned)buf[i],
+                                (unsigned long long)(at + i), vocab_size);
+    }
+    free(buf);
+    if (!rc) /* the offender open() saw is gone: the file changed since */
+        rc = dt_err_set(DT_ERR_DATA, "data file '%s': changed while in use: "
+                        "its largest token was %u when opened, outside "
+                        "vocab_size %u, and is no longer there", ds->path,
+                        (unsigned)ds->max_token, vocab_size);
+    return rc;
 }
 
 /* ---- writing --------------------------------------------------------- */
@@ -176,21 +232,15 @@ int dt_data_prepare(const char *text_path, const char *out_train,
         return dt_err_set(DT_ERR_INVALID, "data prepare: a val file needs a "
                           "val fraction > 0 and the reverse (fraction %g, val "
                           "file %s)", val_fraction, out_val ? out_val : "none");
-    int fd = open(text_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dt_err_set(errno == ENOENT ? DT_ERR_NOT_FOUND : DT_ERR_IO,
-                          "text file '%s': %s", text_path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return dt_err_set(DT_ERR_IO, "text file '%s': %s", text_path,
-                          strerror(e));
-    }
-    uint64_t n = (uint64_t)st.st_size;
+    char what[PATH_MAX + 16];
+    snprintf(what, sizeof what, "text file '%s'", text_path);
+    int fd;
+    uint64_t n;
+    int rc = dt_fileutil_open_input(text_path, 0, what, &fd, &n);
+    if (rc)
+        return rc;
     uint64_t nv = (uint64_t)floor((double)n * val_fraction);
     uint64_t nt = n - nv;
-    int rc = DT_OK;
     if (n == 0)
         rc = dt_err_set(DT_ERR_DATA, "text file '%s' is empty", text_path);
     else if (out_val && nv == 0)
@@ -336,6 +386,18 @@ struct dt_sampler {
     unsigned next_victim;
 };
 
+/* A file too short for one sequence: the same error for training and
+ * validation data. */
+static int seq_check(const dt_dataset_t *ds, uint32_t seq_len)
+{
+    if (ds->ntok < (uint64_t)seq_len + 1)
+        return dt_err_set(DT_ERR_DATA, "data file '%s': %llu tokens hold no "
+                          "full sequence of seq_len %u (need at least %llu "
+                          "tokens)", ds->path, (unsigned long long)ds->ntok,
+                          seq_len, (unsigned long long)seq_len + 1);
+    return DT_OK;
+}
+
 int dt_sampler_init(dt_sampler_t **out, const dt_dataset_t *ds,
                     uint32_t seq_len, uint32_t micro_batch,
                     uint32_t global_batch, uint64_t seed, int shuffle)
@@ -350,11 +412,9 @@ int dt_sampler_init(dt_sampler_t **out, const dt_dataset_t *ds,
         return dt_err_set(DT_ERR_INVALID, "data file '%s': global batch %u "
                           "sequences is not a multiple of micro_batch %u",
                           ds->path, global_batch, micro_batch);
-    if (ds->ntok < (uint64_t)seq_len + 1)
-        return dt_err_set(DT_ERR_DATA, "data file '%s': %llu tokens hold no "
-                          "full sequence of seq_len %u (need at least %llu "
-                          "tokens)", ds->path, (unsigned long long)ds->ntok,
-                          seq_len, (unsigned long long)seq_len + 1);
+    int rc = seq_check(ds, seq_len);
+    if (rc)
+        return rc;
     uint64_t n_seq = (ds->ntok - 1) / seq_len;
     if (shuffle && n_seq > UINT32_MAX)
         return dt_err_set(DT_ERR_UNSUPPORTED, "data file '%s': %llu sequences "
@@ -415,15 +475,38 @@ static const uint32_t *perm_get(dt_sampler_t *s, uint64_t epoch)
     return p;
 }
 
-/* Copy sequence `seq` widened to int32: inputs (T,), targets (T,). */
-static void seq_copy(const dt_dataset_t *ds, uint32_t T, uint64_t seq,
-                     int32_t *inputs, int32_t *targets)
+/* Sequence `seq` (tokens [seq*T, seq*T + T]) widened to int32: inputs
+ * (T,), targets (T,).  Read in pieces through a small buffer; a token the
+ * vocabulary check never saw (larger than the file's largest when opened)
+ * means the file was rewritten under us, and is refused. */
+static int seq_read(const dt_dataset_t *ds, uint32_t T, uint64_t seq,
+                    int32_t *inputs, int32_t *targets)
 {
-    const uint16_t *t = ds->tokens + seq * T;
-    for (uint32_t i = 0; i < T; i++)
-        inputs[i] = t[i];
-    for (uint32_t i = 0; i < T; i++)
-        targets[i] = t[i + 1];
+    enum { PIECE = 2048 };
+    uint16_t buf[PIECE];
+    const uint64_t first = seq * T, total = (uint64_t)T + 1;
+    for (uint64_t done = 0; done < total; done += PIECE) {
+        size_t n = total - done < PIECE ? (size_t)(total - done) : PIECE;
+        int rc = tokens_read(ds, first + done, n, buf);
+        if (rc)
+            return rc;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t t = buf[i];
+            if (t > ds->max_token)
+                return dt_err_set(DT_ERR_DATA, "data file '%s': changed while "
+                                  "in use: token %u at position %llu is larger "
+                                  "than any it held when opened (%u)", ds->path,
+                                  (unsigned)t,
+                                  (unsigned long long)(first + done + i),
+                                  (unsigned)ds->max_token);
+            uint64_t k = done + i;
+            if (k < T)
+                inputs[k] = t;
+            if (k > 0)
+                targets[k - 1] = t;
+        }
+    }
+    return DT_OK;
 }
 
 int dt_sampler_fill(dt_sampler_t *s, uint64_t step, uint32_t micro,
@@ -453,8 +536,10 @@ int dt_sampler_fill(dt_sampler_t *s, uint64_t step, uint32_t micro,
                                   (unsigned long long)s->n_seq);
             seq = perm[idx];
         }
-        seq_copy(s->ds, T, seq, inputs + (uint64_t)b * T,
-                 targets + (uint64_t)b * T);
+        int rc = seq_read(s->ds, T, seq, inputs + (uint64_t)b * T,
+                          targets + (uint64_t)b * T);
+        if (rc)
+            return rc;
     }
     return DT_OK;
 }
@@ -471,6 +556,27 @@ uint64_t dt_data_eval_batches(const dt_dataset_t *ds, uint32_t seq_len,
     return n_seq / ((uint64_t)micro_batch * dp_size);
 }
 
+int dt_data_eval_check(const dt_dataset_t *ds, uint32_t seq_len,
+                       uint32_t micro_batch, uint32_t dp_size)
+{
+    if (seq_len == 0 || micro_batch == 0 || dp_size == 0)
+        return dt_err_set(DT_ERR_INVALID, "eval data '%s': seq_len %u, "
+                          "micro_batch %u and dp_size %u must all be positive",
+                          ds->path, seq_len, micro_batch, dp_size);
+    int rc = seq_check(ds, seq_len);
+    if (rc || dt_data_eval_batches(ds, seq_len, micro_batch, dp_size) > 0)
+        return rc;
+    uint64_t want = (uint64_t)micro_batch * dp_size;
+    return dt_err_set(DT_ERR_DATA, "data file '%s': %llu tokens hold %llu "
+                      "sequences of seq_len %u, fewer than one evaluation "
+                      "batch of micro_batch %u x %u rank(s) = %llu sequences "
+                      "(need at least %llu tokens)", ds->path,
+                      (unsigned long long)ds->ntok,
+                      (unsigned long long)((ds->ntok - 1) / seq_len), seq_len,
+                      micro_batch, dp_size, (unsigned long long)want,
+                      (unsigned long long)(want * seq_len + 1));
+}
+
 int dt_data_eval_fill(const dt_dataset_t *ds, uint32_t seq_len,
                       uint32_t micro_batch, uint64_t batch, uint32_t dp_rank,
                       uint32_t dp_size, int32_t *inputs, int32_t *targets)
@@ -484,8 +590,12 @@ int dt_data_eval_fill(const dt_dataset_t *ds, uint32_t seq_len,
                           (unsigned long long)ds->ntok, (unsigned long long)nb,
                           micro_batch, seq_len);
     uint64_t first = (batch * dp_size + dp_rank) * micro_batch;
-    for (uint32_t b = 0; b < micro_batch; b++)
-        seq_copy(ds, seq_len, first + b, inputs + (uint64_t)b * seq_len,
-                 targets + (uint64_t)b * seq_len);
+    for (uint32_t b = 0; b < micro_batch; b++) {
+        int rc = seq_read(ds, seq_len, first + b,
+                          inputs + (uint64_t)b * seq_len,
+                          targets + (uint64_t)b * seq_len);
+        if (rc)
+            return rc;
+    }
     return DT_OK;
 }

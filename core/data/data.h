@@ -31,21 +31,28 @@
 #define DT_DATA_HEADER_INTS 256
 #define DT_DATA_HEADER_BYTES (DT_DATA_HEADER_INTS * 4)
 
-/* An opened (memory-mapped, read-only) token file.  Fields are read-only
- * for callers; shared freely between threads. */
+/* An opened token file.  Fields are read-only for callers; shared freely
+ * between threads (reads are pread on one descriptor).
+ *
+ * The file is read, not memory-mapped: a token file truncated while a run
+ * uses it would kill a mapping's reader with SIGBUS and no message.  Read,
+ * it gives DT_ERR_DATA "data file '<path>': changed while in use: ...",
+ * and so does a token larger than any the file held when opened (which
+ * the vocabulary check vouched for).  One pread per sequence costs a few
+ * microseconds per micro-batch, next to milliseconds of compute. */
 typedef struct dt_dataset {
     char *path;
-    const uint16_t *tokens; /* (ntok,) into the mapping */
+    int fd;                 /* the open file */
     uint64_t ntok;
     uint16_t max_token;     /* largest token in the file (0 when empty) */
-    void *map;              /* the whole file */
-    uint64_t map_bytes;
 } dt_dataset_t;
 
-/* Map and validate a token file: header size, magic, version, token count
+/* Open and validate a token file: header size, magic, version, token count
  * against the file size (DT_ERR_DATA), or a missing / unreadable file
- * (DT_ERR_NOT_FOUND / DT_ERR_IO).  Messages start "data file '<path>': ".
- * Also finds the largest token once, so vocab checks are O(1). */
+ * (DT_ERR_NOT_FOUND / DT_ERR_IO; a FIFO, a directory or a device in its
+ * place is DT_ERR_IO "not a regular file (a FIFO)" at once, never a hang).
+ * Messages start "data file '<path>': ".  Also reads every token once to
+ * find the largest, so vocab checks are O(1). */
 int dt_data_open(const char *path, dt_dataset_t **out);
 void dt_data_close(dt_dataset_t *ds);
 
@@ -55,7 +62,8 @@ void dt_data_close(dt_dataset_t *ds);
 int dt_data_check_vocab(const dt_dataset_t *ds, uint32_t vocab_size);
 
 /* Byte-level tokenization for `dtrain data prepare`: every byte of
- * text_path becomes one token (vocab 256).  With val_fraction in (0, 1) the
+ * text_path (a regular file; anything else is refused without blocking)
+ * becomes one token (vocab 256).  With val_fraction in (0, 1) the
  * last floor(n * val_fraction) bytes go to out_val instead (out_val must
  * then be non-NULL, and NULL when val_fraction is 0).  Streams in chunks,
  * so any file size works.  n_train / n_val (may be NULL) receive the token
@@ -83,7 +91,8 @@ uint32_t dt_sampler_grad_accum(const dt_sampler_t *s, uint32_t dp_size);
 
 /* The micro-batch of rank `dp_rank` of `dp_size` at micro-step `micro` of
  * step `step`: tokens widened to int32.  DT_ERR_INVALID when G is not a
- * multiple of micro_batch * dp_size or micro/rank are out of range. */
+ * multiple of micro_batch * dp_size or micro/rank are out of range;
+ * DT_ERR_DATA when the file changed since it was opened (above). */
 int dt_sampler_fill(dt_sampler_t *s, uint64_t step, uint32_t micro,
                     uint32_t dp_rank, uint32_t dp_size,
                     int32_t *inputs /* (B, T) */,
@@ -95,9 +104,20 @@ int dt_sampler_fill(dt_sampler_t *s, uint64_t step, uint32_t micro,
  * eval batch i of rank r takes sequences [(i*dp_size + r)*B, +B), so all
  * ranks together cover (i*dp_size)*B .. and every rank sees the same number
  * of batches.  Number of such full batches (0 when the file is too small
- * for even one; check before use). */
+ * for even one: dt_data_eval_check says so as an error). */
 uint64_t dt_data_eval_batches(const dt_dataset_t *ds, uint32_t seq_len,
                               uint32_t micro_batch, uint32_t dp_size);
+/* DT_OK when `ds` holds at least one evaluation batch, else DT_ERR_DATA
+ * naming the file and the sizes, the same message a training file gets
+ * for too few tokens ("data file 'v.bin': 10 tokens hold no full sequence
+ * of seq_len 16 (need at least 17 tokens)"), or, with whole sequences but
+ * fewer than micro_batch x dp_size of them, "data file 'v.bin': 50 tokens
+ * hold 3 sequences of seq_len 16, fewer than one evaluation batch of
+ * micro_batch 2 x 2 rank(s) = 4 sequences (need at least 65 tokens)".
+ * Call it when the file is opened, so a too-small file is an error rather
+ * than a run without a validation loss. */
+int dt_data_eval_check(const dt_dataset_t *ds, uint32_t seq_len,
+                       uint32_t micro_batch, uint32_t dp_size);
 int dt_data_eval_fill(const dt_dataset_t *ds, uint32_t seq_len,
                       uint32_t micro_batch, uint64_t batch, uint32_t dp_rank,
                       uint32_t dp_size, int32_t *inputs /* (B, T) */,

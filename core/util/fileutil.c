@@ -5,16 +5,18 @@
  */
 #include "util/fileutil.h"
 
+#include <dirent.h>
 #include <errno.h>
-#include <signal.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -140,40 +142,54 @@ int dt_fileutil_fsync_fd(int fd, const char *what)
     return DT_OK;
 }
 
+/* fsync an open directory, through the fault hook; `dir` names it. */
+static int fsync_dirfd(int fd, const char *dir)
+{
+    if (fault_fsync_fails())
+        return dt_err_set(DT_ERR_IO, "syncing directory '%s': %s", dir,
+                          strerror(ENOSPC));
+    if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS)
+        /* EINVAL: the filesystem cannot sync directories; nothing to do */
+        return dt_err_set(DT_ERR_IO, "syncing directory '%s': %s", dir,
+                          strerror(errno));
+    return DT_OK;
+}
+
 int dt_fileutil_fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return dt_err_set(DT_ERR_IO, "opening directory '%s': %s", dir,
                           strerror(errno));
-    int rc = DT_OK;
-    if (fault_fsync_fails()) {
-        rc = dt_err_set(DT_ERR_IO, "syncing directory '%s': %s", dir,
-                        strerror(ENOSPC));
-    } else if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
-        /* EINVAL: the filesystem cannot sync directories; nothing to do */
-        rc = dt_err_set(DT_ERR_IO, "syncing directory '%s': %s", dir,
-                        strerror(errno));
-    }
+    int rc = fsync_dirfd(fd, dir);
     close(fd);
     return rc;
 }
 
-/* The directory part of `path` ("." when none) into out[cap]. */
-static void dir_of(const char *path, char *out, size_t cap)
+/* Split `path` into its directory ("." when none) and its last component
+ * (trailing slashes dropped), into dir[cap] and base[cap].  DT_ERR_INVALID
+ * naming `path` when either does not fit or there is no last component. */
+static int split_path(const char *path, char *dir, char *base, size_t cap)
 {
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        snprintf(out, cap, ".");
-    } else if (slash == path) {
-        snprintf(out, cap, "/");
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/')
+        b--;
+    size_t dn = b == 0 ? 0 : (b == 1 ? 1 : b - 1); /* "/x" keeps its "/" */
+    if (n - b == 0 || n - b >= cap || dn >= cap)
+        return dt_err_set(DT_ERR_INVALID, "path '%s': no file name, or too "
+                          "long", path);
+    memcpy(base, path + b, n - b);
+    base[n - b] = '\0';
+    if (dn == 0) {
+        snprintf(dir, cap, ".");
     } else {
-        size_t n = (size_t)(slash - path);
-        if (n >= cap)
-            n = cap - 1;
-        memcpy(out, path, n);
-        out[n] = '\0';
+        memcpy(dir, path, dn);
+        dir[dn] = '\0';
     }
+    return DT_OK;
 }
 
 /* ---- the atomic writer ----------------------------------------------- */
@@ -181,45 +197,92 @@ static void dir_of(const char *path, char *out, size_t cap)
 /* Small writes (headers, manifests) are coalesced; large ones go straight
  * through so streaming a multi-GB shard costs no extra copy. */
 #define AFILE_BUF (1u << 20)
+/* Names drawn before giving up: a collision means someone is planting
+ * files at our random names, which 48 random bits make hopeless. */
+#define AFILE_TRIES 64
 
 struct dt_afile {
     int fd;
+    int dirfd;        /* the target's directory, held open until the end */
     uint64_t offset;  /* bytes accepted so far */
     size_t buf_used;
-    char *path;
-    char *tmp;
+    char *path;       /* the target, as given (for messages) */
+    char *base;       /* its name inside dirfd */
+    char *tmp_base;   /* the temp file's name inside dirfd */
+    char *tmp;        /* the temp file's path (for messages) */
     char *buf;        /* AFILE_BUF bytes */
 };
+
+static void afile_free(dt_afile_t *f)
+{
+    if (f->dirfd >= 0)
+        close(f->dirfd);
+    free(f->path);
+    free(f->base);
+    free(f->tmp_base);
+    free(f->tmp);
+    free(f->buf);
+    free(f);
+}
+
+/* 48 unpredictable bits as 12 hex digits: getrandom, or (no entropy
+ * source) time and address bits: unpredictability is a second line of
+ * defence, O_EXCL | O_NOFOLLOW is the first. */
+static void random_suffix(char out[13])
+{
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        r = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^
+            (uint64_t)(uintptr_t)out ^ ((uint64_t)getpid() << 40);
+    }
+    snprintf(out, 13, "%012llx", (unsigned long long)(r & 0xffffffffffffull));
+}
 
 int dt_afile_open(const char *path, dt_afile_t **out)
 {
     *out = NULL;
+    char dir[PATH_MAX], base[PATH_MAX];
+    int rc = split_path(path, dir, base, sizeof dir);
+    if (rc)
+        return dt_err_context(rc, "writing '%s'", path);
     dt_afile_t *f = calloc(1, sizeof *f);
     size_t tn = strlen(path) + 32;
     if (f) {
+        f->fd = -1;
+        f->dirfd = -1;
         f->path = strdup(path);
+        f->base = strdup(base);
+        f->tmp_base = malloc(strlen(base) + 32);
         f->tmp = malloc(tn);
         f->buf = malloc(AFILE_BUF);
     }
-    if (!f || !f->path || !f->tmp || !f->buf) {
-        if (f) {
-            free(f->path);
-            free(f->tmp);
-            free(f->buf);
-            free(f);
-        }
+    if (!f || !f->path || !f->base || !f->tmp_base || !f->tmp || !f->buf) {
+        if (f)
+            afile_free(f);
         return dt_err_set(DT_ERR_NOMEM, "writing '%s': out of memory", path);
     }
-    snprintf(f->tmp, tn, "%s.tmp.%ld", path, (long)getpid());
-    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    f->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int e = f->dirfd < 0 ? errno : EEXIST;
+    for (int i = 0; f->dirfd >= 0 && f->fd < 0 && e == EEXIST &&
+                    i < AFILE_TRIES; i++) {
+        char sfx[13];
+        random_suffix(sfx);
+        snprintf(f->tmp_base, strlen(base) + 32, "%s.tmp.%s", base, sfx);
+        /* O_EXCL: never an existing file, and (with O_CREAT) never through
+         * a link; O_NOFOLLOW says the same to a reader of this line. */
+        f->fd = openat(f->dirfd, f->tmp_base, O_WRONLY | O_CREAT | O_EXCL |
+                       O_NOFOLLOW | O_CLOEXEC, 0600);
+        e = errno;
+    }
     if (f->fd < 0) {
-        int e = errno;
-        free(f->path);
-        free(f->tmp);
-        free(f->buf);
-        free(f);
+        afile_free(f);
         return dt_err_set(DT_ERR_IO, "writing '%s': %s", path, strerror(e));
     }
+    snprintf(f->tmp, tn, "%s%s%s", strcmp(dir, ".") == 0 ? "" : dir,
+             strcmp(dir, ".") == 0 || strcmp(dir, "/") == 0 ? "" : "/",
+             f->tmp_base);
     *out = f;
     return DT_OK;
 }
@@ -261,21 +324,13 @@ int dt_afile_write(dt_afile_t *f, const void *buf, size_t n)
 
 uint64_t dt_afile_offset(const dt_afile_t *f) { return f->offset; }
 
-static void afile_free(dt_afile_t *f)
-{
-    free(f->path);
-    free(f->tmp);
-    free(f->buf);
-    free(f);
-}
-
 void dt_afile_abort(dt_afile_t *f)
 {
     if (!f)
         return;
     if (f->fd >= 0)
         close(f->fd);
-    unlink(f->tmp);
+    unlinkat(f->dirfd, f->tmp_base, 0);
     afile_free(f);
 }
 
@@ -291,19 +346,23 @@ int dt_afile_commit(dt_afile_t *f)
             rc = dt_err_set(DT_ERR_IO, "writing '%s': %s", f->path,
                             strerror(errno));
     }
-    if (!rc && rename(f->tmp, f->path) != 0)
+    /* rename replaces whatever is at the target, a link included, and
+     * never writes through it. */
+    if (!rc && renameat(f->dirfd, f->tmp_base, f->dirfd, f->base) != 0)
         rc = dt_err_set(DT_ERR_IO, "writing '%s': rename from '%s': %s",
                         f->path, f->tmp, strerror(errno));
     if (rc) {
         dt_afile_abort(f);
         return rc;
     }
-    char dir[PATH_MAX];
-    dir_of(f->path, dir, sizeof dir);
-    afile_free(f);
     /* The new file is in place; a failed directory sync only means the
      * rename might not survive a power cut, which the caller must hear. */
-    return dt_fileutil_fsync_dir(dir);
+    char dir[PATH_MAX], base[PATH_MAX];
+    rc = split_path(f->path, dir, base, sizeof dir);
+    if (!rc)
+        rc = fsync_dirfd(f->dirfd, dir);
+    afile_free(f);
+    return rc;
 }
 
 int dt_fileutil_write_atomic(const char *path, const void *buf, size_t n)
@@ -320,48 +379,100 @@ int dt_fileutil_write_atomic(const char *path, const void *buf, size_t n)
     return dt_afile_commit(f);
 }
 
-int dt_fileutil_read_all(const char *path, char **buf, size_t *n)
+/* ---- reading inputs -------------------------------------------------- */
+
+static const char *file_type(mode_t m)
+{
+    return S_ISFIFO(m) ? "a FIFO" : S_ISDIR(m) ? "a directory"
+         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link"
+         : "of an unknown type";
+}
+
+int dt_fileutil_open_input(const char *path, int flags, const char *what,
+                           int *fd, uint64_t *size)
+{
+    *fd = -1;
+    int of = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+    if (flags & DT_FILEUTIL_NOFOLLOW)
+        of |= O_NOFOLLOW;
+    int f = open(path, of);
+    if (f < 0) {
+        int e = errno;
+        if (e == ELOOP && (flags & DT_FILEUTIL_NOFOLLOW))
+            return dt_err_set(DT_ERR_IO, "%s: a symbolic link, refused", what);
+        return dt_err_set(e == ENOENT ? DT_ERR_NOT_FOUND : DT_ERR_IO, "%s: %s",
+                          what, strerror(e));
+    }
+    struct stat st;
+    int rc = DT_OK;
+    if (fstat(f, &st) != 0)
+        rc = dt_err_set(DT_ERR_IO, "%s: %s", what, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        rc = dt_err_set(DT_ERR_IO, "%s: not a regular file (%s)", what,
+                        file_type(st.st_mode));
+    else if ((of = fcntl(f, F_GETFL)) < 0 ||
+             fcntl(f, F_SETFL, of & ~O_NONBLOCK) != 0)
+        rc = dt_err_set(DT_ERR_IO, "%s: %s", what, strerror(errno));
+    if (rc) {
+        close(f);
+        return rc;
+    }
+    *fd = f;
+    if (size)
+        *size = (uint64_t)st.st_size;
+    return DT_OK;
+}
+
+int dt_fileutil_read_fd(int fd, uint64_t size, uint64_t max, const char *what,
+                        char **buf, size_t *n)
 {
     *buf = NULL;
     *n = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dt_err_set(errno == ENOENT ? DT_ERR_NOT_FOUND : DT_ERR_IO,
-                          "reading '%s': %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return dt_err_set(DT_ERR_IO, "reading '%s': %s", path, strerror(e));
-    }
-    size_t size = (size_t)st.st_size;
-    char *b = malloc(size + 1);
-    if (!b) {
-        close(fd);
-        return dt_err_set(DT_ERR_NOMEM, "reading '%s': out of memory (%zu bytes)",
-                          path, size);
-    }
+    if (size > max || size >= SIZE_MAX)
+        return dt_err_set(DT_ERR_DATA, "%s: %llu bytes, more than the %llu "
+                          "expected", what, (unsigned long long)size,
+                          (unsigned long long)max);
+    char *b = malloc((size_t)size + 1);
+    if (!b)
+        return dt_err_set(DT_ERR_NOMEM, "%s: out of memory (%llu bytes)", what,
+                          (unsigned long long)size);
     size_t got = 0;
     while (got < size) {
-        ssize_t r = read(fd, b + got, size - got);
+        ssize_t r = pread(fd, b + got, (size_t)size - got, (off_t)got);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0) {
             int e = r < 0 ? errno : 0;
             free(b);
-            close(fd);
             if (e)
-                return dt_err_set(DT_ERR_IO, "reading '%s': %s", path, strerror(e));
-            return dt_err_set(DT_ERR_IO, "reading '%s': file shrank from %zu to "
-                              "%zu bytes while reading", path, size, got);
+                return dt_err_set(DT_ERR_IO, "%s: %s", what, strerror(e));
+            return dt_err_set(DT_ERR_IO, "%s: file shrank from %llu to %zu "
+                              "bytes while reading", what,
+                              (unsigned long long)size, got);
         }
         got += (size_t)r;
     }
-    close(fd);
     b[size] = '\0';
     *buf = b;
-    *n = size;
+    *n = (size_t)size;
     return DT_OK;
+}
+
+int dt_fileutil_read_all(const char *path, char **buf, size_t *n)
+{
+    *buf = NULL;
+    *n = 0;
+    char what[PATH_MAX + 16];
+    snprintf(what, sizeof what, "reading '%s'", path);
+    int fd;
+    uint64_t size;
+    int rc = dt_fileutil_open_input(path, 0, what, &fd, &size);
+    if (rc)
+        return rc;
+    rc = dt_fileutil_read_fd(fd, size, UINT64_MAX, what, buf, n);
+    close(fd);
+    return rc;
 }
 
 /* ---- directories ----------------------------------------------------- */
@@ -397,26 +508,84 @@ int dt_fileutil_mkdir_p(const char *path)
     return DT_OK;
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag,
-                  struct FTW *ftw)
+/* Deeper trees than this are refused (ELOOP) rather than walked: what
+ * dtrain removes is two or three levels deep, and each level holds one
+ * descriptor. */
+#define RM_MAX_DEPTH 32
+
+/* Remove entry `name` of the open directory `parent`, never following a
+ * link.  0, or -1 with errno set.  A missing entry is fine (something else
+ * removed it first). */
+static int rm_at(int parent, const char *name, int depth)
 {
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(p) != 0 && errno != ENOENT ? -1 : 0;
+    struct stat st;
+    if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode))
+        return unlinkat(parent, name, 0) == 0 || errno == ENOENT ? 0 : -1;
+    if (depth >= RM_MAX_DEPTH) {
+        errno = ELOOP;
+        return -1;
+    }
+    /* O_NOFOLLOW: if the directory was swapped for a link since fstatat,
+     * the open fails instead of walking into someone else's tree. */
+    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                    O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -1;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    /* Entries removed while reading a directory may shift the ones not yet
+     * read on some filesystems: read it again until it is empty (bounded;
+     * each pass removes at least what it saw). */
+    int rc = 0, e = 0;
+    for (int pass = 0; pass < 4 && rc == 0; pass++) {
+        int removed = 0;
+        struct dirent *de;
+        rewinddir(d);
+        while (rc == 0 && (errno = 0, de = readdir(d))) {
+            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                continue;
+            rc = rm_at(dirfd(d), de->d_name, depth + 1);
+            removed++;
+        }
+        if (rc == 0 && errno != 0)
+            rc = -1;
+        e = errno;
+        if (rc || removed == 0)
+            break;
+    }
+    closedir(d);
+    if (rc) {
+        errno = e;
+        return -1;
+    }
+    return unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -1;
 }
 
 int dt_fileutil_rm_rf(const char *path)
 {
-    struct stat st;
-    if (lstat(path, &st) != 0)
+    char dir[PATH_MAX], base[PATH_MAX];
+    int rc = split_path(path, dir, base, sizeof dir);
+    if (rc)
+        return dt_err_context(rc, "removing '%s'", path);
+    if (strcmp(base, ".") == 0 || strcmp(base, "..") == 0 || strcmp(base, "/") == 0)
+        return dt_err_set(DT_ERR_INVALID, "removing '%s': refusing to remove "
+                          "'%s'", path, base);
+    int parent = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (parent < 0)
         return errno == ENOENT ? DT_OK
                                : dt_err_set(DT_ERR_IO, "removing '%s': %s",
                                             path, strerror(errno));
-    if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0)
-        return dt_err_set(DT_ERR_IO, "removing '%s': %s", path,
-                          strerror(errno));
-    return DT_OK;
+    if (rm_at(parent, base, 0) != 0)
+        rc = dt_err_set(DT_ERR_IO, "removing '%s': %s", path, strerror(errno));
+    close(parent);
+    return rc;
 }
 
 /* ---- checksums ------------------------------------------------------- */

@@ -2,11 +2,23 @@
  * core/util/fileutil.h - durable file writes for everything the engine
  * leaves on disk (token files, checkpoints, safetensors exports).
  *
- * A file is never written in place: bytes go to "<path>.tmp.<pid>", which is
- * fsynced, renamed over <path>, and the directory fsynced.  A crash or a full
- * disk therefore leaves either the old file or the new one, never a torn one,
- * and a failed write removes its temp file.  Errors are DT_ERR_IO with
- * "writing '<path>': <strerror>" (e.g. "No space left on device").
+ * A file is never written in place: bytes go to a new temp file beside it,
+ * "<path>.tmp.<12 random hex digits>", created with O_EXCL | O_NOFOLLOW and
+ * mode 0600 (so a link or file another user planted there, at this or any
+ * guessable name, is never opened: the name is drawn again), which is
+ * fsynced, renamed over <path> (replacing a link there, never writing
+ * through it), and the directory fsynced.  The directory is held open from
+ * start to commit, so the temp file and the rename stay in the same one.
+ * A crash or a full disk therefore leaves either the old file or the new
+ * one, never a torn one, and a failed write removes its temp file.  Files
+ * written here are the owner's alone (0600, less the umask).  Errors are
+ * DT_ERR_IO with "writing '<path>': <strerror>" (e.g. "No space left on
+ * device").
+ *
+ * Reading an input (a token file, a checkpoint's manifest and shards)
+ * starts with dt_fileutil_open_input, which opens without blocking and
+ * refuses anything but a regular file, so a FIFO or a device in place of a
+ * file is an error, not a hang.
  *
  * Fault injection (tests; compiled in only with DTRAIN_TEST_HOOKS, never
  * in a Release build): dt_fileutil_test_fail_after(n), or the environment
@@ -53,13 +65,39 @@ void dt_afile_abort(dt_afile_t *f);
 
 /* Write `n` bytes as the whole content of `path`, atomically. */
 int dt_fileutil_write_atomic(const char *path, const void *buf, size_t n);
-/* Read a whole file into a malloc'd buffer (NUL-terminated for text
- * callers; *n excludes the NUL).  Caller frees *buf. */
+
+/* dt_fileutil_open_input's flags. */
+#define DT_FILEUTIL_NOFOLLOW 1 /* a symbolic link at `path` is refused */
+
+/* Open `path` read-only as an input: opened with O_NONBLOCK (a FIFO or a
+ * device cannot block the open), checked with fstat to be a regular file,
+ * then switched back to blocking reads.  *fd (close-on-exec) and *size
+ * (bytes; may be NULL) on success.  Errors, each prefixed "<what>: ":
+ * DT_ERR_NOT_FOUND "No such file or directory"; DT_ERR_IO "not a regular
+ * file (a FIFO)" (or a directory, a character device, a block device, a
+ * socket), "a symbolic link, refused" (with DT_FILEUTIL_NOFOLLOW), or the
+ * strerror of a failed open. */
+int dt_fileutil_open_input(const char *path, int flags, const char *what,
+                           int *fd, uint64_t *size);
+/* Read a whole input file (dt_fileutil_open_input, so never blocking on a
+ * FIFO) into a malloc'd buffer (NUL-terminated for text callers; *n
+ * excludes the NUL).  Caller frees *buf.  Messages start "reading
+ * '<path>': ". */
 int dt_fileutil_read_all(const char *path, char **buf, size_t *n);
+/* The same from an fd opened by dt_fileutil_open_input, `size` bytes as
+ * its fstat said, at most `max` (larger: DT_ERR_DATA "... is N bytes, more
+ * than the M expected"); `what` prefixes messages.  The fd stays open. */
+int dt_fileutil_read_fd(int fd, uint64_t size, uint64_t max, const char *what,
+                        char **buf, size_t *n);
 
 /* mkdir -p with mode 0755; an existing directory is fine. */
 int dt_fileutil_mkdir_p(const char *path);
-/* Remove a file or a directory tree (rm -rf); a missing path is fine. */
+/* Remove a file or a directory tree (rm -rf); a missing path is fine.
+ * Symbolic links are never followed: a link (at `path` or anywhere inside)
+ * is removed as a link and what it points to is untouched; directories are
+ * walked through descriptors (openat with O_NOFOLLOW | O_DIRECTORY,
+ * fstatat with AT_SYMLINK_NOFOLLOW, unlinkat), so a directory swapped for
+ * a link during the walk is not followed either. */
 int dt_fileutil_rm_rf(const char *path);
 /* fsync a directory so a rename or create inside it is durable. */
 int dt_fileutil_fsync_dir(const char *dir);

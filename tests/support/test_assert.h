@@ -46,4 +46,15 @@
  * its temporary file ("x.tmp.<pid>") or directory ("step-N.tmp") behind. */
 void dt_test_assert_no_tmp(const char *dir);
 
+/* Capture what the process writes to stderr (the core's log lines) from
+ * begin to end; end restores stderr and returns the text (malloc'd, NUL
+ * terminated; the caller frees it). */
+void dt_test_stderr_begin(void);
+char *dt_test_stderr_end(void);
+
+/* Bound a test that could hang: after `seconds` the process prints
+ * "test deadline of N s passed: <what>" and exits 1 (a failure, not a
+ * hang until ctest's timeout).  seconds 0 disarms. */
+void dt_test_deadline(unsigned seconds, const char *what);
+
 #endif /* DT_TEST_ASSERT_H */

@@ -2,9 +2,12 @@
  * tests/unit/test_ckpt_io.c - atomic file writes (fileutil) and sharded
  * checkpoints: a save by 3 "ranks" holding odd-sized ranges read back by
  * arbitrary ranges; corruption, missing marker, missing or truncated
- * shards and inconsistent manifests give messages naming the file and the
- * entry; a disk that fills up (or fails fsync) at any point leaves the
- * previous checkpoint loadable and no temp directory behind.
+ * shards, inconsistent manifests and tensor tables, a manifest edited
+ * after the save, links and FIFOs where files should be give messages
+ * naming the file and the entry; a disk that fills up (or fails fsync) at
+ * any point leaves the previous checkpoint loadable and no temp directory
+ * behind; links planted by someone else are never written or deleted
+ * through.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -167,6 +170,81 @@ static void test_atomic_write_enospc(void **state)
     assert_msg_has(want);
     dt_test_assert_no_tmp(dir);
     free(data);
+}
+
+/* Links another user planted where a writer might put its temp file (the
+ * old "<path>.tmp.<pid>", other guessable names) or at the target itself
+ * are never written through: what they point to is untouched (or never
+ * created), and the target comes out a regular file of ours, mode 0600. */
+static void test_atomic_write_planted_links(void **state)
+{
+    char dir[512], victim[600], out[600], absent[600];
+    subdir(dir, sizeof dir, "planted");
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    snprintf(out, sizeof out, "%s/out.bin", dir);
+    snprintf(absent, sizeof absent, "%s/created-through-a-link", dir);
+    assert_int_equal(dt_fileutil_write_atomic(victim, "victim's bytes", 14), DT_OK);
+    /* round 0: the links point at the victim; round 1: nowhere (a dangling
+     * link would make O_CREAT create its target) */
+    for (int round = 0; round < 2; round++) {
+        const char *to = round == 0 ? victim : absent;
+        char links[5][700];
+        snprintf(links[0], sizeof links[0], "%s.tmp.%ld", out, (long)getpid());
+        snprintf(links[1], sizeof links[1], "%s.tmp.%ld", out, (long)getpid() + 1);
+        snprintf(links[2], sizeof links[2], "%s.tmp", out);
+        snprintf(links[3], sizeof links[3], "%s.tmp.0", out);
+        snprintf(links[4], sizeof links[4], "%s/.out.bin.tmp", dir);
+        for (int i = 0; i < 5; i++) {
+            unlink(links[i]);
+            assert_int_equal(symlink(to, links[i]), 0);
+        }
+        assert_int_equal(dt_fileutil_write_atomic(out, "fresh", 5), DT_OK);
+        dt_afile_t *f; /* a streamed write that is aborted */
+        assert_int_equal(dt_afile_open(out, &f), DT_OK);
+        assert_int_equal(dt_afile_write(f, "aborted", 7), DT_OK);
+        dt_afile_abort(f);
+
+        char *buf;
+        size_t n;
+        assert_int_equal(dt_fileutil_read_all(victim, &buf, &n), DT_OK);
+        assert_int_equal(n, 14);
+        assert_memory_equal(buf, "victim's bytes", 14);
+        free(buf);
+        assert_int_equal(access(absent, F_OK), -1);
+        assert_int_equal(dt_fileutil_read_all(out, &buf, &n), DT_OK);
+        assert_int_equal(n, 5);
+        assert_memory_equal(buf, "fresh", 5);
+        free(buf);
+        struct stat st;
+        assert_int_equal(lstat(out, &st), 0);
+        assert_true(S_ISREG(st.st_mode));
+        assert_int_equal(st.st_mode & 0777, 0600);
+        for (int i = 0; i < 5; i++) {
+            assert_int_equal(lstat(links[i], &st), 0);
+            assert_true(S_ISLNK(st.st_mode));
+        }
+        /* nothing else appeared: victim, out.bin and the five links */
+        DIR *d = opendir(dir);
+        assert_non_null(d);
+        int entries = 0;
+        struct dirent *de;
+        while ((de = readdir(d)))
+            entries += de->d_name[0] != '.' || strcmp(de->d_name, ".out.bin.tmp") == 0;
+        closedir(d);
+        assert_int_equal(entries, 7);
+    }
+    /* A link at the target itself is replaced, not written through. */
+    assert_int_equal(unlink(out), 0);
+    assert_int_equal(symlink(victim, out), 0);
+    assert_int_equal(dt_fileutil_write_atomic(out, "fresh", 5), DT_OK);
+    struct stat st;
+    assert_int_equal(lstat(out, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    char *buf;
+    size_t n;
+    assert_int_equal(dt_fileutil_read_all(victim, &buf, &n), DT_OK);
+    assert_memory_equal(buf, "victim's bytes", 14);
+    free(buf);
 }
 
 /* The environment variable arms the hook too (checked in a fresh process,
@@ -630,8 +708,25 @@ static void test_missing_and_truncated_shard(void **state)
     assert_msg_has(want);
 }
 
-/* Rewrite manifest.json through `edit`. */
-static void edit_manifest(const char *dir, void (*edit)(cJSON *))
+/* Write COMPLETE as a save does, vouching for manifest.json as it now is
+ * (size and zlib CRC-32), so a test's edit reaches the manifest checks. */
+static void reseal(const char *dir)
+{
+    char p[700], marker[128];
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    char *text;
+    size_t n;
+    assert_ok(dt_fileutil_read_all(p, &text, &n));
+    int mn = snprintf(marker, sizeof marker, "dtrain checkpoint complete\n"
+                      "manifest.json %zu bytes crc32 %08x\n", n,
+                      (unsigned)dt_fileutil_crc32(0, text, n));
+    free(text);
+    snprintf(p, sizeof p, "%s/COMPLETE", dir);
+    assert_ok(dt_fileutil_write_atomic(p, marker, (size_t)mn));
+}
+
+/* Rewrite manifest.json through `edit`, then COMPLETE when `sealed`. */
+static void rewrite_manifest(const char *dir, void (*edit)(cJSON *), int sealed)
 {
     char p[700];
     snprintf(p, sizeof p, "%s/manifest.json", dir);
@@ -646,6 +741,13 @@ static void edit_manifest(const char *dir, void (*edit)(cJSON *))
     assert_int_equal(dt_fileutil_write_atomic(p, text, strlen(text)), DT_OK);
     cJSON_free(text);
     cJSON_Delete(j);
+    if (sealed)
+        reseal(dir);
+}
+
+static void edit_manifest(const char *dir, void (*edit)(cJSON *))
+{
+    rewrite_manifest(dir, edit, 1);
 }
 
 static cJSON *first_seg(cJSON *j, const char *entry)
@@ -717,9 +819,224 @@ static void test_manifest_inconsistent(void **state)
     char p[700];
     snprintf(p, sizeof p, "%s/manifest.json", dir);
     assert_int_equal(dt_fileutil_write_atomic(p, "{\"format\": ", 11), DT_OK);
+    reseal(dir);
     dt_ckpt_reader_t *r;
     assert_int_equal(dt_ckpt_open(dir, &r), DT_ERR_DATA);
     assert_msg_has("manifest.json: not valid JSON");
+}
+
+/* ---- the manifest's checksum and tensor table ------------------------ */
+
+static void edit_step(cJSON *j)
+{
+    cJSON_SetNumberValue(cJSON_GetObjectItem(j, "step"), 2);
+}
+
+/* manifest.json edited (or rotted) after the save, with COMPLETE not
+ * rewritten to match: caught, naming the file, before anything in it is
+ * believed.  An older dtrain's marker (no checksum) still loads, warned. */
+static void test_manifest_checksum(void **state)
+{
+    char root[512], dir[600], p[700], want[1200];
+    subdir(root, sizeof root, "sum");
+    assert_ok(save(root, 1, 1));
+    assert_ok(dt_ckpt_step_dir(root, 1, 0, dir, sizeof dir));
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    char *text;
+    size_t n;
+    assert_ok(dt_fileutil_read_all(p, &text, &n));
+    uint32_t crc = dt_fileutil_crc32(0, text, n);
+    free(text);
+
+    rewrite_manifest(dir, edit_step, 0); /* valid JSON, consistent, edited */
+    assert_ok(dt_fileutil_read_all(p, &text, &n));
+    uint32_t now = dt_fileutil_crc32(0, text, n);
+    size_t now_n = n;
+    free(text);
+    dt_ckpt_reader_t *r = (void *)1;
+    assert_status(dt_ckpt_open(dir, &r), DT_ERR_DATA);
+    assert_null(r);
+    /* the marker still records the saved manifest's size and CRC */
+    snprintf(p, sizeof p, "%s/COMPLETE", dir);
+    assert_ok(dt_fileutil_read_all(p, &text, &n));
+    unsigned long long rec_n = 0;
+    unsigned rec_crc = 0;
+    assert_int_equal(sscanf(text, "dtrain checkpoint complete\nmanifest.json "
+                            "%llu bytes crc32 %8x\n", &rec_n, &rec_crc), 2);
+    free(text);
+    assert_int_equal(rec_crc, crc);
+    snprintf(want, sizeof want, "checkpoint '%s': manifest.json: checksum "
+             "mismatch (COMPLETE records %llu bytes with crc32 %08x, the file "
+             "has %zu bytes with crc32 %08x): it was edited or damaged after "
+             "the save", dir, rec_n, crc, now_n, now);
+    assert_msg(want);
+
+    /* a marker this dtrain did not write */
+    assert_ok(dt_fileutil_write_atomic(p, "done\n", 5));
+    assert_status(dt_ckpt_open(dir, &r), DT_ERR_DATA);
+    snprintf(want, sizeof want, "checkpoint '%s': COMPLETE: not a completion "
+             "marker this dtrain reads", dir);
+    assert_msg(want);
+    assert_ok(dt_fileutil_write_atomic(p, "dtrain checkpoint complete\n"
+                                       "manifest.json 12 bytes crc32 0000000g\n", 65));
+    assert_status(dt_ckpt_open(dir, &r), DT_ERR_DATA);
+    assert_msg(want);
+
+    /* an older dtrain's marker: loads, with a warning */
+    assert_ok(dt_fileutil_write_atomic(p, "dtrain checkpoint complete\n", 27));
+    dt_test_stderr_begin();
+    int rc = dt_ckpt_open(dir, &r);
+    char *log = dt_test_stderr_end();
+    assert_ok(rc);
+    assert_int_equal(dt_ckpt_reader_step(r), 2);
+    dt_ckpt_close(r);
+    snprintf(want, sizeof want, "ckpt: warning: checkpoint '%s': COMPLETE holds "
+             "no checksum of manifest.json (written by an older dtrain): the "
+             "manifest is checked for consistency only\n", dir);
+    if (!strstr(log, want))
+        fail_msg("log\n  got:   %s\n  lacks: %s", log, want);
+    free(log);
+}
+
+/* Files of a checkpoint that a save never makes: a link in place of a
+ * shard or the manifest, a FIFO (which would block open forever). */
+static void test_ckpt_members_not_regular(void **state)
+{
+    char root[512], dir[600], p[700], q[800], want[1200];
+    subdir(root, sizeof root, "members");
+    assert_ok(save(root, 1, 1));
+    assert_ok(dt_ckpt_step_dir(root, 1, 0, dir, sizeof dir));
+    dt_ckpt_reader_t *r;
+
+    /* shard-00001.bin a link to an identical copy: still refused */
+    snprintf(p, sizeof p, "%s/shard-00001.bin", dir);
+    snprintf(q, sizeof q, "%s/copy.bin", root);
+    assert_int_equal(rename(p, q), 0);
+    assert_int_equal(symlink(q, p), 0);
+    assert_status(dt_ckpt_open(dir, &r), DT_ERR_IO);
+    snprintf(want, sizeof want, "checkpoint '%s': shard-00001.bin: a symbolic "
+             "link, refused", dir);
+    assert_msg(want);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(rename(q, p), 0);
+    check_ckpt(dir, 1, 1);
+
+    /* manifest.json a FIFO */
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(mkfifo(p, 0600), 0);
+    dt_test_deadline(10, "opening a checkpoint whose manifest is a FIFO blocked");
+    assert_status(dt_ckpt_open(dir, &r), DT_ERR_IO);
+    dt_test_deadline(0, NULL);
+    snprintf(want, sizeof want, "checkpoint '%s': manifest.json: not a regular "
+             "file (a FIFO)", dir);
+    assert_msg(want);
+}
+
+/* Without COMPLETE a checkpoint is never loaded, but offline tools may
+ * read it after a warning that it may be partial. */
+static void test_open_incomplete_warns(void **state)
+{
+    char root[512], dir[600], p[700], want[1200];
+    subdir(root, sizeof root, "partial");
+    assert_ok(save(root, 5, 5));
+    assert_ok(dt_ckpt_step_dir(root, 5, 0, dir, sizeof dir));
+    snprintf(p, sizeof p, "%s/COMPLETE", dir);
+    assert_int_equal(unlink(p), 0);
+    dt_ckpt_reader_t *r;
+    assert_status(dt_ckpt_open(dir, &r), DT_ERR_DATA);
+    dt_test_stderr_begin();
+    int rc = dt_ckpt_open_flags(dir, DT_CKPT_OPEN_INCOMPLETE, &r);
+    char *log = dt_test_stderr_end();
+    assert_ok(rc);
+    assert_int_equal(dt_ckpt_verify(r), DT_OK);
+    dt_ckpt_close(r);
+    snprintf(want, sizeof want, "ckpt: warning: checkpoint '%s' has no COMPLETE "
+             "marker: it may be partial (a save that was interrupted), and "
+             "manifest.json has no checksum to be checked against; reading it "
+             "anyway\n", dir);
+    if (!strstr(log, want))
+        fail_msg("log\n  got:   %s\n  lacks: %s", log, want);
+    free(log);
+}
+
+/* A tensor table of 3 tensors over the save's entries: a (10, 50) and b
+ * (500) tile embedding/params (1000), c (777) tiles block.0/params. */
+static const char TABLE[] =
+    "[{\"name\": \"a\", \"unit\": \"embedding\", \"offset\": 0, \"shape\": [10, 50]},"
+    " {\"name\": \"b\", \"unit\": \"embedding\", \"offset\": 500, \"shape\": [500]},"
+    " {\"name\": \"c\", \"unit\": \"block.0\", \"offset\": 0, \"shape\": [777]}]";
+static const char *g_table;
+
+static void edit_table(cJSON *j)
+{
+    cJSON *m = cJSON_GetObjectItem(j, "model");
+    cJSON_DeleteItemFromObject(m, "tensors");
+    cJSON_AddItemToObject(m, "tensors", cJSON_Parse(g_table));
+}
+
+static void test_tensor_table(void **state)
+{
+    char root[512], dir[600], want[1200];
+    subdir(root, sizeof root, "tensors");
+    assert_ok(dt_ckpt_step_dir(root, 1, 0, dir, sizeof dir));
+    assert_ok(save(root, 1, 1));
+    g_table = TABLE;
+    edit_manifest(dir, edit_table);
+    dt_ckpt_reader_t *r;
+    assert_ok(dt_ckpt_open(dir, &r));
+    assert_true(dt_ckpt_has_tensors(r));
+    assert_int_equal(dt_ckpt_n_tensors(r), 3);
+    const dt_ckpt_tensor_t *t = dt_ckpt_tensor_at(r, 0); /* manifest order */
+    assert_string_equal(t->name, "a");
+    assert_string_equal(t->entry, "embedding/params");
+    assert_int_equal(t->numel, 500);
+    assert_int_equal(t->ndim, 2);
+    assert_int_equal(t->shape[1], 50);
+    assert_ptr_equal(dt_ckpt_find_tensor(r, "c"), dt_ckpt_tensor_at(r, 2));
+    assert_null(dt_ckpt_find_tensor(r, "d"));
+    dt_ckpt_close(r);
+
+    struct {
+        const char *table, *msg;
+    } cases[] = {
+        {"[{\"name\": \"a\", \"unit\": \"embedding\", \"offset\": 0, \"shape\": [10, 50]},"
+         " {\"name\": \"b\", \"unit\": \"embedding\", \"offset\": 499, \"shape\": [501]},"
+         " {\"name\": \"c\", \"unit\": \"block.0\", \"offset\": 0, \"shape\": [777]}]",
+         "entry embedding/params: tensors overlap at elements [499, 500) (a and b)"},
+        {"[]", "entry embedding/params: elements [0, 1000) are in no tensor"},
+        {"[{\"name\": \"a\", \"unit\": \"embedding\", \"offset\": 0, \"shape\": [10, 49]},"
+         " {\"name\": \"b\", \"unit\": \"embedding\", \"offset\": 500, \"shape\": [500]},"
+         " {\"name\": \"c\", \"unit\": \"block.0\", \"offset\": 0, \"shape\": [777]}]",
+         "entry embedding/params: elements [490, 500) are in no tensor"},
+        {"[{\"name\": \"a\", \"unit\": \"embedding\", \"offset\": 0, \"shape\": [10, 50]},"
+         " {\"name\": \"b\", \"unit\": \"embedding\", \"offset\": 500, \"shape\": [500]},"
+         " {\"name\": \"c\", \"unit\": \"block.0\", \"offset\": 1, \"shape\": [777]}]",
+         "tensor c: elements [1, 778) lie outside entry block.0/params (777 elements)"},
+        {"[{\"name\": \"a\", \"unit\": \"embedding\", \"offset\": 0, \"shape\": [10, 50]},"
+         " {\"name\": \"a\", \"unit\": \"embedding\", \"offset\": 500, \"shape\": [500]}]",
+         "tensor a listed twice"},
+        {"[{\"name\": \"c\", \"unit\": \"nope\", \"offset\": 0, \"shape\": [777]}]",
+         "tensor c: no entry nope/params"},
+        {"[{\"name\": \"a\", \"unit\": \"embedding\", \"offset\": 0, \"shape\": [0, 50]}]",
+         "tensor a: bad \"shape\" (dimensions are whole numbers >= 1, their product at most "
+         "2^53)"},
+        {"[{\"name\": \"a\", \"unit\": \"embedding\", \"shape\": [10]}]",
+         "tensor 0 of \"model\".\"tensors\" lacks a name, a unit, an offset or a shape of 1 "
+         "to 8 dimensions"},
+        {"{}", "\"model\".\"tensors\" is not an array"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        assert_ok(save(root, 1, 1));
+        g_table = cases[i].table;
+        edit_manifest(dir, edit_table);
+        r = (void *)1;
+        assert_status(dt_ckpt_open(dir, &r), DT_ERR_DATA);
+        assert_null(r);
+        snprintf(want, sizeof want, "checkpoint '%s': manifest.json: %s", dir,
+                 cases[i].msg);
+        assert_msg(want);
+    }
 }
 
 static void test_manifest_writer_checks(void **state)
@@ -924,6 +1241,99 @@ static void test_latest_and_prune(void **state)
     assert_int_equal(dt_ckpt_clean_stale(p), DT_OK);
 }
 
+/* Assert that `log` (captured stderr) has the warning about `name` under
+ * `root`, ending in `why`. */
+static void assert_ignored(const char *log, const char *root, const char *name,
+                           const char *why)
+{
+    char want[900];
+    snprintf(want, sizeof want, "ckpt: warning: checkpoint folder '%s': "
+             "ignoring '%s': %s\n", root, name, why);
+    if (!strstr(log, want))
+        fail_msg("log\n  got:   %s\n  lacks: %s", log, want);
+}
+
+/* A step name that is not a real directory of ours (a link to another
+ * run's checkpoint, a file, another user's directory) is neither the
+ * latest nor pruned, and removal never reaches through a link: pruning
+ * with keep = 1 leaves the other run whole. */
+static void test_links_in_ckpt_root(void **state)
+{
+    char other[512], root[512], target[600], p[700], q[800];
+    subdir(other, sizeof other, "other_run");
+    subdir(root, sizeof root, "linked_run");
+    assert_ok(save(other, 1, 7));
+    assert_ok(save(root, 2, 2));
+    assert_ok(save(root, 3, 3));
+    assert_ok(dt_ckpt_step_dir(other, 1, 0, target, sizeof target));
+    /* links at an older and at a newer step than ours, a file at another */
+    snprintf(p, sizeof p, "%s/step-00000001", root);
+    assert_int_equal(symlink(target, p), 0);
+    snprintf(p, sizeof p, "%s/step-00000009", root);
+    assert_int_equal(symlink(target, p), 0);
+    snprintf(p, sizeof p, "%s/step-00000008", root);
+    assert_ok(dt_fileutil_write_atomic(p, "x", 1));
+    /* inside our step 2, which keep = 1 prunes: links to the other run's
+     * directory and to its shard */
+    snprintf(p, sizeof p, "%s/step-00000002/elsewhere", root);
+    assert_int_equal(symlink(target, p), 0);
+    snprintf(p, sizeof p, "%s/step-00000002/shard-link", root);
+    snprintf(q, sizeof q, "%s/shard-00000.bin", target);
+    assert_int_equal(symlink(q, p), 0);
+
+    char dir[700];
+    uint64_t step = 0;
+    dt_test_stderr_begin();
+    int rc = dt_ckpt_latest(root, dir, sizeof dir, &step);
+    char *log = dt_test_stderr_end();
+    assert_ok(rc);
+    assert_int_equal(step, 3);
+    assert_ignored(log, root, "step-00000009", "a symbolic link, not a directory");
+    assert_ignored(log, root, "step-00000001", "a symbolic link, not a directory");
+    assert_ignored(log, root, "step-00000008", "not a directory");
+    free(log);
+
+    dt_test_stderr_begin();
+    rc = dt_ckpt_prune(root, 1);
+    free(dt_test_stderr_end());
+    assert_ok(rc);
+    check_ckpt(target, 1, 7); /* the other run: COMPLETE, shard and all */
+    snprintf(p, sizeof p, "%s/step-00000002", root);
+    assert_int_equal(access(p, F_OK), -1);
+    snprintf(p, sizeof p, "%s/step-00000003", root);
+    check_ckpt(p, 3, 3);
+    const char *links[] = {"step-00000001", "step-00000009"};
+    for (int i = 0; i < 2; i++) {
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", root, links[i]);
+        assert_int_equal(lstat(p, &st), 0);
+        assert_true(S_ISLNK(st.st_mode));
+    }
+
+    /* startup cleanup removes a leftover name that is a link as a link */
+    snprintf(p, sizeof p, "%s/step-00000004.tmp", root);
+    assert_int_equal(symlink(target, p), 0);
+    assert_ok(dt_ckpt_clean_stale(root));
+    struct stat st;
+    assert_int_equal(lstat(p, &st), -1);
+    check_ckpt(target, 1, 7);
+
+    /* another user's directory, complete and newest (needs root to make) */
+    if (geteuid() == 0) {
+        assert_ok(save(root, 10, 10));
+        snprintf(p, sizeof p, "%s/step-00000010", root);
+        assert_int_equal(chown(p, 65534, 65534), 0);
+        dt_test_stderr_begin();
+        rc = dt_ckpt_latest(root, dir, sizeof dir, &step);
+        log = dt_test_stderr_end();
+        assert_ok(rc);
+        assert_int_equal(step, 3);
+        assert_ignored(log, root, "step-00000010",
+                       "owned by uid 65534, not by this user (uid 0)");
+        free(log);
+    }
+}
+
 /* 64-bit values do not fit a JSON number (a double): add_u64 stores the
  * exact decimal string. */
 static void test_json_u64(void **state)
@@ -951,6 +1361,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_mkdir_rm),
         cmocka_unit_test(test_atomic_write),
         cmocka_unit_test(test_atomic_write_enospc),
+        cmocka_unit_test(test_atomic_write_planted_links),
         cmocka_unit_test(test_fault_env),
         cmocka_unit_test(test_roundtrip_3ranks),
         cmocka_unit_test(test_python_reads_checkpoint),
@@ -958,9 +1369,14 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_missing_marker),
         cmocka_unit_test(test_missing_and_truncated_shard),
         cmocka_unit_test(test_manifest_inconsistent),
+        cmocka_unit_test(test_manifest_checksum),
+        cmocka_unit_test(test_ckpt_members_not_regular),
+        cmocka_unit_test(test_open_incomplete_warns),
+        cmocka_unit_test(test_tensor_table),
         cmocka_unit_test(test_manifest_writer_checks),
         cmocka_unit_test(test_disk_full),
         cmocka_unit_test(test_latest_and_prune),
+        cmocka_unit_test(test_links_in_ckpt_root),
         cmocka_unit_test(test_json_u64),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -2,7 +2,9 @@
  * tests/unit/test_data.c - llm.c token files (every format error with its
  * exact message), byte-level preparation, and the sampler's promises:
  * dp-size-independent global batches, full disjoint epoch coverage,
- * determinism per seed, fresh order per epoch.
+ * determinism per seed, fresh order per epoch; and files that are not
+ * what they should be (a FIFO, a file truncated or rewritten while in
+ * use, a validation file too small for one batch) fail with the file named.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "data/data.h"
@@ -70,6 +73,24 @@ static void write_tokens(const char *path, const uint16_t *tok, uint64_t n)
     assert_int_equal(fclose(f), 0);
 }
 
+/* The whole file `path`, malloc'd (the caller frees it); *n its size. */
+static unsigned char *slurp(const char *path, size_t *n)
+{
+    char *b;
+    assert_ok(dt_fileutil_read_all(path, &b, n));
+    return (unsigned char *)b;
+}
+
+/* The tokens of a token file as its bytes say (llm.c's layout), read
+ * independently of the core's reader; the caller frees *raw. */
+static const uint16_t *file_tokens(const char *path, unsigned char **raw)
+{
+    size_t n;
+    *raw = slurp(path, &n);
+    assert_true(n >= DT_DATA_HEADER_BYTES);
+    return (const uint16_t *)(*raw + DT_DATA_HEADER_BYTES);
+}
+
 /* A token file whose header says `claimed` tokens but holds `real`. */
 static void write_header_file(const char *path, int32_t magic, int32_t ver,
                               int32_t claimed, size_t real)
@@ -99,7 +120,17 @@ static void test_roundtrip(void **state)
     dt_dataset_t *ds;
     assert_int_equal(dt_data_open(p, &ds), DT_OK);
     assert_int_equal(ds->ntok, N);
-    assert_memory_equal(ds->tokens, tok, sizeof tok);
+    /* read back as one sequence of N - 1 tokens: inputs tok[0..N-2],
+     * targets tok[1..N-1] */
+    int32_t *in = malloc(sizeof(int32_t) * (N - 1));
+    int32_t *tg = malloc(sizeof(int32_t) * (N - 1));
+    assert_ok(dt_data_eval_fill(ds, N - 1, 1, 0, 0, 1, in, tg));
+    for (int i = 0; i < N - 1; i++) {
+        assert_int_equal(in[i], tok[i]);
+        assert_int_equal(tg[i], tok[i + 1]);
+    }
+    free(in);
+    free(tg);
     assert_int_equal(ds->max_token, 50256);
     assert_int_equal(dt_data_check_vocab(ds, 50257), DT_OK);
     dt_data_close(ds);
@@ -223,16 +254,21 @@ static void test_prepare_split(void **state)
     assert_int_equal(tr->ntok, 900);
     assert_int_equal(va->ntok, 100);
     /* the header is llm.c's byte for byte */
-    const int32_t *h = tr->map;
+    unsigned char *rt, *rv;
+    const uint16_t *tt = file_tokens(tpath("tr.bin"), &rt);
+    const uint16_t *tv = file_tokens(tpath("va.bin"), &rv);
+    const int32_t *h = (const int32_t *)rt;
     assert_int_equal(h[0], 20240520);
     assert_int_equal(h[1], 1);
     assert_int_equal(h[2], 900);
     for (int i = 3; i < 256; i++)
         assert_int_equal(h[i], 0);
     for (int i = 0; i < 900; i++)
-        assert_int_equal(tr->tokens[i], text[i]);
+        assert_int_equal(tt[i], text[i]);
     for (int i = 0; i < 100; i++)
-        assert_int_equal(va->tokens[i], text[900 + i]);
+        assert_int_equal(tv[i], text[900 + i]);
+    free(rt);
+    free(rv);
     assert_int_equal(dt_data_check_vocab(tr, 256), DT_OK);
     dt_data_close(tr);
     dt_data_close(va);
@@ -262,12 +298,19 @@ static void test_prepare_large_chunks(void **state)
     dt_dataset_t *tr, *va;
     assert_int_equal(dt_data_open(tpath("btr.bin"), &tr), DT_OK);
     assert_int_equal(dt_data_open(tpath("bva.bin"), &va), DT_OK);
+    assert_int_equal(tr->ntok, nt);
+    assert_int_equal(va->ntok, nv);
+    unsigned char *rt, *rv;
+    const uint16_t *tt = file_tokens(tpath("btr.bin"), &rt);
+    const uint16_t *tv = file_tokens(tpath("bva.bin"), &rv);
     for (size_t i = 0; i < nt; i++)
-        if (tr->tokens[i] != text[i])
-            fail_msg("train token %zu: %u != %u", i, tr->tokens[i], text[i]);
+        if (tt[i] != text[i])
+            fail_msg("train token %zu: %u != %u", i, tt[i], text[i]);
     for (size_t i = 0; i < nv; i++)
-        if (va->tokens[i] != text[nt + i])
+        if (tv[i] != text[nt + i])
             fail_msg("val token %zu differs", i);
+    free(rt);
+    free(rv);
     dt_data_close(tr);
     dt_data_close(va);
     free(text);
@@ -320,7 +363,9 @@ static void test_prepare_disk_full(void **state)
         dt_dataset_t *ds; /* the previous file is intact */
         assert_int_equal(dt_data_open(tpath("df.bin"), &ds), DT_OK);
         assert_int_equal(ds->ntok, 8);
-        assert_int_equal(ds->tokens[0], 'o');
+        int32_t in[7], tg[7];
+        assert_ok(dt_data_eval_fill(ds, 7, 1, 0, 0, 1, in, tg));
+        assert_int_equal(in[0], 'o');
         dt_data_close(ds);
     }
 }
@@ -530,6 +575,132 @@ static void test_eval_in_order(void **state)
     dt_data_close(ds);
 }
 
+/* ---- files that are not what they were ------------------------------ */
+
+/* A FIFO (or a directory) where a token or text file should be is an
+ * error at once: opening a FIFO for reading would otherwise block until a
+ * writer comes, which is forever. */
+static void test_fifo_inputs(void **state)
+{
+    LOCAL_PATH(fifo, "fifo.bin");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    char want[700];
+    dt_dataset_t *ds = (void *)1;
+    dt_test_deadline(10, "opening a FIFO as a token file blocked");
+    assert_status(dt_data_open(fifo, &ds), DT_ERR_IO);
+    dt_test_deadline(0, NULL);
+    assert_null(ds);
+    snprintf(want, sizeof want, "data file '%s': not a regular file (a FIFO)",
+             fifo);
+    assert_msg(want);
+
+    dt_test_deadline(10, "opening a FIFO as a text file blocked");
+    assert_status(dt_data_prepare(fifo, tpath("out.bin"), NULL, 0, NULL, NULL),
+                  DT_ERR_IO);
+    dt_test_deadline(0, NULL);
+    snprintf(want, sizeof want, "text file '%s': not a regular file (a FIFO)",
+             fifo);
+    assert_msg(want);
+    assert_int_equal(access(tpath("out.bin"), F_OK), -1);
+
+    assert_status(dt_data_open(g_dir, &ds), DT_ERR_IO);
+    snprintf(want, sizeof want, "data file '%s': not a regular file (a "
+             "directory)", g_dir);
+    assert_msg(want);
+}
+
+/* A token file truncated while a run reads it: the next batch that needs
+ * the missing bytes is an error naming the file (a mapping would have
+ * died of SIGBUS instead, with no message). */
+static void test_truncated_while_in_use(void **state)
+{
+    enum { N = 10000, T = 8, B = 2 };
+    dt_dataset_t *ds = iota_dataset("shrinks.bin", N);
+    LOCAL_PATH(p, "shrinks.bin");
+    dt_sampler_t *s;
+    assert_ok(dt_sampler_init(&s, ds, T, B, B, 1, 0));
+    int32_t in[B * T], tg[B * T];
+    assert_ok(dt_sampler_fill(s, 300, 0, 0, 1, in, tg));
+    assert_int_equal(in[0], 600 * T);
+    /* the file keeps its header and 1000 tokens: 3024 bytes */
+    assert_int_equal(truncate(p, DT_DATA_HEADER_BYTES + 2 * 1000), 0);
+    assert_ok(dt_sampler_fill(s, 10, 0, 0, 1, in, tg)); /* still there */
+    assert_int_equal(in[0], 20 * T);
+    /* step 300 is sequence 600: tokens [4800, 4809), bytes [10624, 10642) */
+    assert_status(dt_sampler_fill(s, 300, 0, 0, 1, in, tg), DT_ERR_DATA);
+    char want[700];
+    snprintf(want, sizeof want, "data file '%s': changed while in use: it now "
+             "has 3024 bytes, too few for bytes [10624, 10642) it had when "
+             "opened", p);
+    assert_msg(want);
+    assert_status(dt_data_eval_fill(ds, T, B, 300, 0, 1, in, tg), DT_ERR_DATA);
+    assert_msg(want);
+    dt_sampler_free(s);
+    dt_data_close(ds);
+}
+
+/* A token file rewritten in place with a token the vocabulary check never
+ * saw: refused, since the model would index its embedding with it. */
+static void test_rewritten_while_in_use(void **state)
+{
+    enum { N = 100, T = 8 };
+    uint16_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint16_t)(i % 50);
+    tok[N - 1] = 199;
+    LOCAL_PATH(p, "rewritten.bin");
+    write_tokens(p, tok, N);
+    dt_dataset_t *ds;
+    assert_ok(dt_data_open(p, &ds));
+    assert_int_equal(ds->max_token, 199);
+    assert_ok(dt_data_check_vocab(ds, 256));
+    uint16_t big = 300;
+    FILE *f = fopen(p, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, DT_DATA_HEADER_BYTES + 2 * 19, SEEK_SET), 0);
+    assert_int_equal(fwrite(&big, 2, 1, f), 1);
+    assert_int_equal(fclose(f), 0);
+    int32_t in[T], tg[T];
+    assert_ok(dt_data_eval_fill(ds, T, 1, 0, 0, 1, in, tg)); /* tokens 0-8 */
+    assert_status(dt_data_eval_fill(ds, T, 1, 2, 0, 1, in, tg), DT_ERR_DATA);
+    char want[700];
+    snprintf(want, sizeof want, "data file '%s': changed while in use: token "
+             "300 at position 19 is larger than any it held when opened (199)",
+             p);
+    assert_msg(want);
+    dt_data_close(ds);
+}
+
+/* A validation file too small for one evaluation batch is an error naming
+ * the file and the sizes, as the same file is for training, not a run
+ * that silently has no validation loss. */
+static void test_eval_check(void **state)
+{
+    dt_dataset_t *ds = iota_dataset("val_short.bin", 10);
+    assert_status(dt_data_eval_check(ds, 16, 1, 1), DT_ERR_DATA);
+    char want[700];
+    snprintf(want, sizeof want, "data file '%s': 10 tokens hold no full "
+             "sequence of seq_len 16 (need at least 17 tokens)",
+             tpath("val_short.bin"));
+    assert_msg(want);
+    dt_sampler_t *s; /* the training side says the same words */
+    assert_status(dt_sampler_init(&s, ds, 16, 1, 1, 0, 0), DT_ERR_DATA);
+    assert_msg(want);
+    dt_data_close(ds);
+
+    ds = iota_dataset("val_few.bin", 50); /* 3 sequences of 16 */
+    assert_ok(dt_data_eval_check(ds, 16, 3, 1));
+    assert_ok(dt_data_eval_check(ds, 16, 1, 3));
+    assert_status(dt_data_eval_check(ds, 16, 2, 2), DT_ERR_DATA);
+    snprintf(want, sizeof want, "data file '%s': 50 tokens hold 3 sequences of "
+             "seq_len 16, fewer than one evaluation batch of micro_batch 2 x 2 "
+             "rank(s) = 4 sequences (need at least 65 tokens)",
+             tpath("val_few.bin"));
+    assert_msg(want);
+    assert_status(dt_data_eval_check(ds, 0, 2, 2), DT_ERR_INVALID);
+    dt_data_close(ds);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -549,6 +720,10 @@ int main(void)
         cmocka_unit_test(test_sampler_epochs),
         cmocka_unit_test(test_sampler_shuffle_uniform),
         cmocka_unit_test(test_eval_in_order),
+        cmocka_unit_test(test_fifo_inputs),
+        cmocka_unit_test(test_truncated_while_in_use),
+        cmocka_unit_test(test_rewritten_while_in_use),
+        cmocka_unit_test(test_eval_check),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

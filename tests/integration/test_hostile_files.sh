@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Files dtrain did not make, as a hostile neighbour on the machine (or bit
+# rot) leaves them: links planted where dtrain writes or prunes, FIFOs
+# where it reads, a token file truncated during training, a checkpoint
+# whose manifest was edited or whose tensor table is inconsistent, one
+# without its COMPLETE marker.  Each must end in a clear error naming the
+# file (exit 1), or a warning, never a hang, a crash or someone else's
+# file overwritten or deleted.
+set -euo pipefail
+bin=$1 work=$2
+. "$(dirname "$0")/lib.sh"
+rm -rf "$work"; mkdir -p "$work"; cd "$work"
+
+printf 'the text this run trains on, repeated. %.0s' $(seq 400) > text.txt
+expect_exit 0 "data prepare" "$bin" data prepare text.txt train.bin
+cat > tiny.toml <<'T'
+[run]
+comm = "self"
+out_dir = "out"
+log_every = 1
+[model]
+n_layer = 1
+n_head = 2
+n_embd = 16
+context = 16
+[data]
+train = "train.bin"
+[train]
+steps = 2
+micro_batch = 2
+grad_accum = 1
+seq_len = 16
+lr = 1e-3
+warmup_steps = 1
+[cpu]
+threads = 1
+T
+printf "another user's file\n" > victim; chmod 600 victim; cp victim victim.orig
+intact() { cmp -s victim victim.orig && ok "$1: the linked-to file is untouched" ||
+  bad "$1: the linked-to file changed" "$(ls -l victim)"; }
+
+# -- 1. a link at the temp name an atomic write used to pick ("OUT.tmp.<pid>";
+# exec keeps the shell's pid, so the link sits at exactly that name)
+expect_exit 0 "data prepare with a link at OUT.tmp.<pid>" \
+  bash -c 'ln -s victim "$1.tmp.$$" && exec "$0" data prepare text.txt "$1"' "$bin" prepared.bin
+intact "data prepare"
+[ -f prepared.bin ] && [ ! -L prepared.bin ] && [ "$(stat -c %a prepared.bin)" = 600 ] &&
+  ok "data prepare: the output is a regular file of mode 600" ||
+  bad "data prepare: output" "$(ls -l prepared.bin)"
+expect_exit 0 "a run saving step 2" "$bin" run tiny.toml --set run.name=a
+expect_exit 0 "export with a link at OUT.tmp.<pid>" \
+  bash -c 'ln -s victim "$1.tmp.$$" && exec "$0" export out/a/ckpt "$1"' "$bin" a.st
+intact "export"
+
+# -- 2. another run's checkpoint linked into our checkpoint folder
+expect_exit 0 "another run saves step 1" "$bin" run tiny.toml --set run.name=other \
+  --set train.steps=1
+mkdir -p out/mine/ckpt
+ln -s "$PWD/out/other/ckpt/step-00000001" out/mine/ckpt/step-00000000
+expect_exit 0 "a run pruning to keep = 1 beside a linked step" "$bin" run tiny.toml \
+  --set run.name=mine --set train.steps=3 --set checkpoint.keep=1
+expect_out "pruning warns about the link" \
+  "ckpt: warning: checkpoint folder 'out/mine/ckpt': ignoring 'step-00000000': a symbolic link, not a directory"
+[ -f out/other/ckpt/step-00000001/COMPLETE ] && [ -L out/mine/ckpt/step-00000000 ] &&
+  [ -d out/mine/ckpt/step-00000003 ] && [ ! -e out/mine/ckpt/step-00000002 ] &&
+  ok "prune removed our step 2, left the link and the other run alone" ||
+  bad "prune: folders" "$(ls -l out/mine/ckpt out/other/ckpt/step-00000001)"
+expect_exit 0 "the other run's checkpoint still verifies" "$bin" ckpt inspect \
+  out/other/ckpt/step-00000001 --verify
+ln -s "$PWD/out/other/ckpt/step-00000001" out/mine/ckpt/step-00000099
+expect_exit 0 "resume latest beside a newer linked step" "$bin" run tiny.toml \
+  --set run.name=mine --set train.steps=4 --set checkpoint.resume=latest
+expect_out "resume takes our newest, not the link" "resumed from out/mine/ckpt/step-00000003"
+expect_out "resume warns about the link" "ignoring 'step-00000099': a symbolic link, not a directory"
+
+# -- 3. the manifest: edited after the save; inconsistent tensor tables
+ck=out/a/ckpt/step-00000002
+cp -r "$ck" edited
+python3 - edited <<'P'
+import json, sys
+p = sys.argv[1] + "/manifest.json"
+m = json.load(open(p))
+m["step"] = 7
+open(p, "w").write(json.dumps(m, indent=1))
+P
+expect_exit 1 "export of a checkpoint whose manifest was edited" "$bin" export edited e.st
+expect_out "the edit is caught as a checksum mismatch of manifest.json" \
+  "checkpoint 'edited': manifest.json: checksum mismatch (COMPLETE records"
+expect_out "... and says what it means" "it was edited or damaged after the save"
+[ ! -e e.st ] && ok "nothing exported" || bad "an export was written" ""
+# table: make tensor 1 start where tensor 0 does; empty it; then reseal
+# COMPLETE the way a save does, so only the table is wrong
+table_case() {
+  rm -rf "$1"; cp -r "$ck" "$1"
+  python3 - "$1" "$2" <<'P'
+import json, sys, zlib
+d, how = sys.argv[1], sys.argv[2]
+m = json.load(open(d + "/manifest.json"))
+ts = m["model"]["tensors"]
+if how == "overlap":
+    ts[1]["offset"] = ts[0]["offset"]
+else:
+    m["model"]["tensors"] = []
+raw = json.dumps(m, indent=1).encode()
+open(d + "/manifest.json", "wb").write(raw)
+open(d + "/COMPLETE", "w").write("dtrain checkpoint complete\nmanifest.json %d bytes crc32 %08x\n"
+                                 % (len(raw), zlib.crc32(raw)))
+P
+}
+table_case overlap overlap
+expect_exit 1 "export with overlapping tensors" "$bin" export overlap o.st
+expect_out "overlap named with both tensors" \
+  "checkpoint 'overlap': manifest.json: entry embedding/params: tensors overlap at elements [0, 256) (wpe.weight and wte.weight)"
+expect_exit 1 "inspect --verify with overlapping tensors" "$bin" ckpt inspect overlap --verify
+expect_out "inspect names the overlap" "tensors overlap at elements [0, 256) (wpe.weight and wte.weight)"
+table_case empty empty
+expect_exit 1 "export with an empty tensor list" "$bin" export empty x.st
+expect_out "empty table: the uncovered unit named" \
+  "checkpoint 'empty': manifest.json: entry embedding/params: elements [0, 4352) are in no tensor"
+[ ! -e o.st ] && [ ! -e x.st ] && ok "nothing exported from a bad table" || bad "an export was written" ""
+
+# -- 4. no COMPLETE marker: tools read it, warned; training never loads it
+cp -r "$ck" partial; rm partial/COMPLETE
+partial_warning="ckpt: warning: checkpoint 'partial' has no COMPLETE marker: it may be partial"
+expect_exit 0 "inspect a checkpoint without COMPLETE" "$bin" ckpt inspect partial --verify
+expect_out "inspect warns it may be partial" "$partial_warning"
+expect_exit 0 "export a checkpoint without COMPLETE" "$bin" export partial p.st
+expect_out "export warns it may be partial" "$partial_warning"
+expect_exit 0 "consolidate a checkpoint without COMPLETE" "$bin" ckpt consolidate partial cons
+expect_out "consolidate warns it may be partial" "$partial_warning"
+expect_exit 1 "resume from a checkpoint without COMPLETE" "$bin" run tiny.toml --set run.name=p \
+  --set checkpoint.resume=partial
+expect_out "resume refuses it" "checkpoint 'partial': incomplete (no COMPLETE marker)"
+
+# -- 5. FIFOs where files are read: an error at once, not a hang (bounded)
+mkfifo fifo.bin fifo.txt
+expect_exit 1 "a FIFO as data.train" timeout 20 "$bin" run tiny.toml --set data.train=fifo.bin
+expect_out "FIFO data file named" "data file 'fifo.bin': not a regular file (a FIFO)"
+expect_exit 1 "a FIFO as the text to prepare" timeout 20 "$bin" data prepare fifo.txt f.bin
+expect_out "FIFO text file named" "text file 'fifo.txt': not a regular file (a FIFO)"
+cp -r "$ck" fifockpt; rm fifockpt/manifest.json; mkfifo fifockpt/manifest.json
+expect_exit 1 "a FIFO as a checkpoint's manifest" timeout 20 "$bin" ckpt inspect fifockpt
+expect_out "FIFO manifest named" "checkpoint 'fifockpt': manifest.json: not a regular file (a FIFO)"
+
+# -- 6. the token file truncated while training reads it: a clean error
+cp train.bin shrink.bin
+timeout 120 "$bin" run tiny.toml --set run.name=shrink --set data.train=shrink.bin \
+  --set train.steps=100000 --set checkpoint.every=0 >shrink.log 2>&1 &
+pid=$!
+for _ in $(seq 600); do grep -q "step     3/" shrink.log && break; sleep 0.05; done
+truncate -s 1100 shrink.bin
+set +e; wait $pid; e=$?; set -e
+out=$(cat shrink.log)
+[ $e = 1 ] && ok "truncated during training: exit 1" || bad "truncated during training: exit $e" "$out"
+expect_out "truncated during training: the file named" "data file 'shrink.bin': changed while in use: it now has 1100 bytes"
+finish

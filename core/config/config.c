@@ -16,9 +16,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config/toml_shim.h"
 #include "util/error.h"
+#include "util/fileutil.h"
 
 /* One resolved key of a claimed table.  The schema's strings are copied:
  * a plugin's static key table disappears when the plugin is unloaded, the
@@ -459,37 +461,23 @@ int dt_config_load(const char *path, dt_config_t **out)
     if (!out || !path)
         return dt_err_set(DT_ERR_INVALID, "dt_config_load: NULL argument");
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return dt_err_set(errno == ENOENT ? DT_ERR_NOT_FOUND : DT_ERR_IO,
-                          "cannot open config file '%s': %s", path,
-                          strerror(errno));
+    /* opened as an input: a FIFO or a device named as the config is an
+     * error, never a hang (dt_fileutil_open_input) */
+    char what[4200];
+    snprintf(what, sizeof what, "cannot open config file '%s'", path);
+    int fd = -1;
+    uint64_t size = 0;
+    int rc = dt_fileutil_open_input(path, 0, what, &fd, &size);
+    if (rc)
+        return rc;
     char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len == cap) {
-            size_t ncap = cap ? cap * 2 : 16384;
-            char *nb = realloc(buf, ncap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return nomem("reading the config file");
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
-    }
-    int read_err = ferror(f);
-    fclose(f);
-    if (read_err) {
-        free(buf);
-        return dt_err_set(DT_ERR_IO, "reading config file '%s' failed", path);
-    }
-    int rc = load_text(path, path, buf, len, out);
+    size_t len = 0;
+    snprintf(what, sizeof what, "reading config file '%s'", path);
+    rc = dt_fileutil_read_fd(fd, size, (uint64_t)64 << 20, what, &buf, &len);
+    close(fd);
+    if (rc)
+        return rc;
+    rc = load_text(path, path, buf, len, out);
     free(buf);
     return rc;
 }

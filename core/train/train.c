@@ -12,6 +12,7 @@
 #include "train/train.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,8 +239,12 @@ static int open_data(run_t *R)
     if ((rc = dt_data_open(d->train, &R->train)) ||
         (rc = dt_data_check_vocab(R->train, vocab)))
         return rc;
+    /* a validation file too short for one evaluation batch is an error, as
+     * the same file is for training: never a run with no val loss */
     if (d->val[0] && ((rc = dt_data_open(d->val, &R->val)) ||
-                      (rc = dt_data_check_vocab(R->val, vocab))))
+                      (rc = dt_data_check_vocab(R->val, vocab)) ||
+                      (rc = dt_data_eval_check(R->val, (uint32_t)t->seq_len,
+                                               (uint32_t)t->micro_batch, (uint32_t)R->dp))))
         return rc;
     if ((rc = dt_sampler_init(&R->sampler, R->train, (uint32_t)t->seq_len,
                               (uint32_t)t->micro_batch, (uint32_t)t->global_batch,
@@ -330,9 +335,16 @@ static int open_metrics(run_t *R)
         if ((rc = dt_fileutil_mkdir_p(parent)))
             return rc;
     }
-    R->metrics = fopen(path, R->start_step > 0 ? "a" : "w");
-    if (!R->metrics)
-        return dt_err_set(DT_ERR_IO, "opening metrics file '%s': %s", path, strerror(errno));
+    /* ours alone (0600), and never written through a link planted there */
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC |
+                            (R->start_step > 0 ? O_APPEND : O_TRUNC), 0600);
+    if (fd < 0 || !(R->metrics = fdopen(fd, R->start_step > 0 ? "a" : "w"))) {
+        int err = errno;
+        if (fd >= 0)
+            close(fd);
+        return dt_err_set(DT_ERR_IO, "opening metrics file '%s': %s", path,
+                          err == ELOOP ? "a symbolic link, refused" : strerror(err));
+    }
     return DT_OK;
 }
 

@@ -153,4 +153,26 @@ set +e; wait $pid; e=$?; set -e
 out=$(cat shrink.log)
 [ $e = 1 ] && ok "truncated during training: exit 1" || bad "truncated during training: exit $e" "$out"
 expect_out "truncated during training: the file named" "data file 'shrink.bin': changed while in use: it now has 1100 bytes"
+
+# -- a validation file shorter than one sequence: an error as for training
+head -c 10 text.txt > short.txt
+expect_exit 0 "data prepare of a 10-byte text" "$bin" data prepare short.txt short.bin
+expect_exit 1 "a run with a too-short val file" "$bin" run tiny.toml --set run.name=sv \
+  --set data.val=short.bin --set train.eval_every=1
+expect_out "too-short val file named" \
+  "data file 'short.bin': 10 tokens hold no full sequence of seq_len 16 (need at least 17 tokens)"
+
+# -- a link planted at the metrics file: refused, the linked-to file intact
+ln -s victim planted-metrics.jsonl
+expect_exit 1 "a run whose metrics file is a planted link" "$bin" run tiny.toml \
+  --set run.name=pm --metrics planted-metrics.jsonl
+expect_out "metrics link named" \
+  "opening metrics file 'planted-metrics.jsonl': a symbolic link, refused"
+intact "metrics"
+
+# -- a FIFO as the config file: an error, never a hang
+mkfifo fifo.toml
+expect_exit 2 "a FIFO as the config file" timeout 20 "$bin" check fifo.toml
+expect_out "FIFO config named" \
+  "cannot open config file 'fifo.toml': not a regular file (a FIFO)"
 finish

@@ -796,8 +796,12 @@ static int row(const char *text, const char *op, unsigned long long *calls, char
 
 static char *print_passes(dt_interpose_profile_t *p)
 {
-    char *text = NULL;
-    size_t len = 0;
+    /* static: the stream keeps the addresses until fclose, and GCC -O3
+     * (-Wdangling-pointer) cannot see that fclose is the end of it */
+    static char *text;
+    static size_t len;
+    text = NULL;
+    len = 0;
     FILE *f = open_memstream(&text, &len);
     assert_non_null(f);
     dt_interpose_profile_print_passes(p, f, "device profile (test):");

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,7 +110,9 @@ typedef struct run {
     dt_device_props_t props;
     double flops_per_token;
     int64_t start_step;       /* the step a resumed checkpoint ended; 0 */
+    int ckpt_lock;            /* rank 0: the checkpoint folder's lock; -1 */
     FILE *metrics;
+    int metrics_errno;        /* the first failed write to it; 0 */
 } run_t;
 
 /* What one step measured, for the log line and the metrics file. */
@@ -143,6 +146,8 @@ static void run_free(run_t *R)
     free(R->targets);
     if (R->metrics)
         fclose(R->metrics);
+    if (R->ckpt_lock >= 0)
+        close(R->ckpt_lock);
 }
 
 static int plugin_rc(const dt_plugin_t *p, int rc, const char *what)
@@ -296,18 +301,38 @@ static int init_strategy(run_t *R)
                                R->set->train.seq_len);
 }
 
-/* Leftovers of saves a crash interrupted ("step-N.tmp", "step-N.old")
- * pile up otherwise: rank 0, which begins and commits every save, removes
- * them before this run saves anything. */
-static int clean_stale_checkpoints(run_t *R)
+/* Rank 0, which begins and commits every save, claims the checkpoint
+ * folder for this run: its lock, held to the end (two runs never write
+ * one folder), then the leftovers of saves a crash interrupted
+ * ("step-N.tmp", "step-N.old") removed, and, for a fresh start, no other
+ * run's checkpoints left there for a later resume = "latest" to continue
+ * (refused, or removed with checkpoint.overwrite).  Every rank learns
+ * rank 0's outcome. */
+static int claim_checkpoints(run_t *R)
 {
     char root[2048];
-    int rc;
-    if (R->world.rank != 0)
-        return DT_OK;
-    if ((rc = dt_ckpt_root(R->set, root, sizeof root)) || (rc = dt_ckpt_clean_stale(root)))
-        return dt_err_context(rc, "removing interrupted saves from the checkpoint folder");
-    return DT_OK;
+    int rc = DT_OK;
+    if (R->world.rank == 0) {
+        rc = dt_ckpt_root(R->set, root, sizeof root);
+        if (!rc)
+            rc = dt_ckpt_lock(root, &R->ckpt_lock);
+        if (!rc && (rc = dt_ckpt_clean_stale(root)))
+            dt_err_context(rc, "removing interrupted saves from the checkpoint folder");
+        if (!rc && !R->set->checkpoint.resume[0])
+            rc = dt_ckpt_claim_fresh(root, (int)R->set->checkpoint.overwrite,
+                                     R->set->config_path);
+    }
+    if (R->dp <= 1)
+        return rc;
+    int32_t v = rc, mine = rc;
+    int arc = PLUGIN_CALL(R->pcomm, R->comm_ops->all_reduce(R->comm, &v, &v, 1, DT_I32,
+                                                            DT_OP_MAX, NULL, NULL),
+                          "all_reduce of the checkpoint folder's claim");
+    if (arc)
+        return arc;
+    if (v && !mine)
+        return dt_err_set(v, "rank 0 could not claim the checkpoint folder");
+    return mine;
 }
 
 /* The strategy's state from the checkpoint to resume, or freshly
@@ -467,9 +492,33 @@ static int evaluate(run_t *R, int64_t step, double *eval_loss)
     return DT_OK;
 }
 
+/* Append to the metrics file; the first failure is kept for
+ * metrics_line_end. */
+static void DT_PRINTF(2, 3) metrics_printf(run_t *R, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (vfprintf(R->metrics, fmt, ap) < 0 && !R->metrics_errno)
+        R->metrics_errno = errno ? errno : EIO;
+    va_end(ap);
+}
+
+/* A line of the metrics file is complete: flushed, so a reader (or a
+ * crash) sees whole lines, and any failed write since the last line is
+ * the run's error (a full disk, /dev/full), naming the file. */
+static int metrics_line_end(run_t *R)
+{
+    if (fflush(R->metrics) != 0 && !R->metrics_errno)
+        R->metrics_errno = errno ? errno : EIO;
+    if (!R->metrics_errno)
+        return DT_OK;
+    return dt_err_set(DT_ERR_IO, "writing metrics file '%s': %s", R->metrics_path,
+                      strerror(R->metrics_errno));
+}
+
 /* Rank 0's log line (every log_every steps, the first and the last) and
  * the step's line in the metrics file. */
-static void report_step(run_t *R, const step_report_t *rep)
+static int report_step(run_t *R, const step_report_t *rep)
 {
     const int64_t step = rep->step, steps = R->set->train.steps;
     if (R->world.rank == 0 && (step % R->set->run.log_every == 0 || step == steps || step == 1)) {
@@ -482,17 +531,17 @@ static void report_step(run_t *R, const step_report_t *rep)
         printf("\n");
         fflush(stdout);
     }
-    if (R->metrics) {
-        fprintf(R->metrics,
-                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"mfu\": %.6g",
-                (long long)step, rep->loss, rep->lr, rep->grad_norm, rep->tokens_per_s,
-                rep->step_s * 1e3, rep->mfu);
-        if (!isnan(rep->eval_loss))
-            fprintf(R->metrics, ", \"val_loss\": %.9g", rep->eval_loss);
-        fprintf(R->metrics, "}\n");
-        fflush(R->metrics);
-    }
+    if (!R->metrics)
+        return DT_OK;
+    metrics_printf(R,
+                   "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                   "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"mfu\": %.6g",
+                   (long long)step, rep->loss, rep->lr, rep->grad_norm, rep->tokens_per_s,
+                   rep->step_s * 1e3, rep->mfu);
+    if (!isnan(rep->eval_loss))
+        metrics_printf(R, ", \"val_loss\": %.9g", rep->eval_loss);
+    metrics_printf(R, "}\n");
+    return metrics_line_end(R);
 }
 
 /* A checkpoint every checkpoint.every steps, at the last step and at
@@ -518,8 +567,7 @@ static int train_steps(run_t *R)
         int stop = 0, rc;
         if ((rc = train_step(R, step, &rep)) || (rc = evaluate(R, step, &rep.eval_loss)))
             return rc;
-        report_step(R, &rep);
-        if ((rc = checkpoint(R, step, &stop)) || stop)
+        if ((rc = report_step(R, &rep)) || (rc = checkpoint(R, step, &stop)) || stop)
             return rc;
     }
     return DT_OK;
@@ -530,7 +578,7 @@ static int train_steps(run_t *R)
 /* Host memory each plugin allocated through its host table, by tag (its
  * peaks since it was loaded): rank 0's line names the plugins that used
  * any, the metrics file has every plugin and tag. */
-static void report_host_memory(const run_t *R)
+static int report_host_memory(run_t *R)
 {
     dt_mem_stats_t st[DT_ROLE_COUNT];
     const dt_plugin_t *p[DT_ROLE_COUNT];
@@ -559,17 +607,18 @@ static void report_host_memory(const run_t *R)
         printf("%s\n", shown ? "" : " none");
     }
     if (!R->metrics)
-        return;
-    fprintf(R->metrics, "{\"host_memory\": {\"rank\": %d, \"peak_bytes\": {", R->world.rank);
+        return DT_OK;
+    metrics_printf(R, "{\"host_memory\": {\"rank\": %d, \"peak_bytes\": {", R->world.rank);
     for (int i = 0; i < n; i++) {
-        fprintf(R->metrics, "%s\"%s/%s\": {", i ? ", " : "", dt_kind_name(p[i]->kind),
-                p[i]->name);
+        metrics_printf(R, "%s\"%s/%s\": {", i ? ", " : "", dt_kind_name(p[i]->kind),
+                       p[i]->name);
         for (int t = 0; t < DT_TAG_COUNT; t++)
-            fprintf(R->metrics, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
-                    (unsigned long long)dt_tag_bytes(st[i].peak, st[i].n_tags, t));
-        fprintf(R->metrics, ", \"total\": %llu}", (unsigned long long)st[i].total_peak);
+            metrics_printf(R, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
+                           (unsigned long long)dt_tag_bytes(st[i].peak, st[i].n_tags, t));
+        metrics_printf(R, ", \"total\": %llu}", (unsigned long long)st[i].total_peak);
     }
-    fprintf(R->metrics, "}}}\n");
+    metrics_printf(R, "}}}\n");
+    return metrics_line_end(R);
 }
 
 static int report_memory(run_t *R)
@@ -594,19 +643,20 @@ static int report_memory(run_t *R)
         printf("; total %.2f / %.2f\n", mib(ms.total_peak), mib(plan_total));
     }
     if (R->metrics) {
-        fprintf(R->metrics, "{\"memory\": {\"rank\": %d, \"peak_bytes\": {", R->world.rank);
+        metrics_printf(R, "{\"memory\": {\"rank\": %d, \"peak_bytes\": {", R->world.rank);
         for (int t = 0; t < DT_TAG_COUNT; t++)
-            fprintf(R->metrics, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
-                    (unsigned long long)peak[t]);
-        fprintf(R->metrics, "}, \"planned_bytes\": {");
+            metrics_printf(R, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
+                           (unsigned long long)peak[t]);
+        metrics_printf(R, "}, \"planned_bytes\": {");
         for (int t = 0; t < DT_TAG_COUNT; t++)
-            fprintf(R->metrics, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
-                    (unsigned long long)planned[t]);
-        fprintf(R->metrics, "}, \"total_peak_bytes\": %llu, \"planned_total_bytes\": %llu}}\n",
-                (unsigned long long)ms.total_peak, (unsigned long long)plan_total);
+            metrics_printf(R, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
+                           (unsigned long long)planned[t]);
+        metrics_printf(R, "}, \"total_peak_bytes\": %llu, \"planned_total_bytes\": %llu}}\n",
+                       (unsigned long long)ms.total_peak, (unsigned long long)plan_total);
+        if ((rc = metrics_line_end(R)))
+            return rc;
     }
-    report_host_memory(R);
-    return DT_OK;
+    return report_host_memory(R);
 }
 
 /* The model the config describes, on no device yet. */
@@ -618,7 +668,7 @@ static int create_model(run_t *R)
 /* A run, in order; each stage runs only when every earlier one succeeded. */
 static int (*const stages[])(run_t *) = {
     start_plugins, create_model, resolve_batch, open_data, init_strategy,
-    clean_stale_checkpoints, load_state, open_metrics, train_steps, report_memory,
+    claim_checkpoints, load_state, open_metrics, train_steps, report_memory,
 };
 
 int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
@@ -627,6 +677,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     memset(&R, 0, sizeof R);
     R.r = r;
     R.set = &r->set;
+    R.ckpt_lock = -1;
     R.metrics_path = opts && opts->metrics_path ? opts->metrics_path : r->set.run.metrics;
     int rc = DT_OK;
     for (size_t i = 0; i < sizeof stages / sizeof stages[0] && rc == DT_OK; i++)

@@ -3,7 +3,9 @@
  * step directory names, a save's tmp directory, its commit (COMPLETE
  * marker, then an atomic rename into place) or abort, and finding the
  * latest complete checkpoint, pruning old ones and cleaning up what
- * interrupted saves left.  Nothing here follows a symbolic link: a step
+ * interrupted saves left (a save's tmp directory is also registered for
+ * removal on SIGINT/SIGTERM), and one run per folder: its LOCK, and a
+ * fresh run refused over (or, asked to, removing) existing checkpoints.  Nothing here follows a symbolic link: a step
  * name that is a link, a file or another user's directory is skipped with
  * a warning, and removal never reaches through a link.
  */

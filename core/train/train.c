@@ -4,7 +4,8 @@
  * Knows the four interfaces, not their implementations: whatever device,
  * communicator and strategy the config names are driven the same way.
  * dt_train reads top to bottom as a run goes: plugins up, model, batch
- * arithmetic, data, strategy, interrupted saves removed, resume, metrics,
+ * arithmetic, data, strategy, the checkpoint folder claimed (its lock,
+ * interrupted saves removed, no other run's checkpoints), resume, metrics,
  * then each step (micro-batches, evaluation, the log line, checkpoints),
  * then the memory reports (device, and host memory per plugin); each of
  * those is one function below, in that order.
@@ -324,15 +325,23 @@ static int claim_checkpoints(run_t *R)
     }
     if (R->dp <= 1)
         return rc;
-    int32_t v = rc, mine = rc;
-    int arc = PLUGIN_CALL(R->pcomm, R->comm_ops->all_reduce(R->comm, &v, &v, 1, DT_I32,
-                                                            DT_OP_MAX, NULL, NULL),
-                          "all_reduce of the checkpoint folder's claim");
+    /* rank 0's outcome and, on failure, its message: every rank then says
+     * why (the launcher reports whichever rank ends first) */
+    int32_t v = rc;
+    char msg[2048] = "";
+    if (rc)
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+    int arc = PLUGIN_CALL(R->pcomm, R->comm_ops->broadcast(R->comm, &v, 1, DT_I32, 0, NULL,
+                                                           NULL),
+                          "broadcast of the checkpoint folder's claim");
+    if (!arc && v)
+        arc = PLUGIN_CALL(R->pcomm, R->comm_ops->broadcast(R->comm, msg, sizeof msg, DT_U8, 0,
+                                                           NULL, NULL),
+                          "broadcast of the checkpoint folder's claim");
     if (arc)
         return arc;
-    if (v && !mine)
-        return dt_err_set(v, "rank 0 could not claim the checkpoint folder");
-    return mine;
+    /* (the broadcasts cleared rank 0's own message: set it again) */
+    return v ? dt_err_set(v, "%s", msg) : DT_OK;
 }
 
 /* The strategy's state from the checkpoint to resume, or freshly

@@ -3,7 +3,9 @@
  * step directory names, a save's tmp directory, its commit (COMPLETE
  * marker, then an atomic rename into place) or abort, and finding the
  * latest complete checkpoint, pruning old ones and cleaning up what
- * interrupted saves left.  Nothing here follows a symbolic link: a step
+ * interrupted saves left (a save's tmp directory is also registered for
+ * removal on SIGINT/SIGTERM), and one run per folder: its LOCK, and a
+ * fresh run refused over (or, asked to, removing) existing checkpoints.  Nothing here follows a symbolic link: a step
  * name that is a link, a file or another user's directory is skipped with
  * a warning, and removal never reaches through a link.
  */
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,12 +50,16 @@ int dt_ckpt_begin(const char *root, uint64_t step, char *tmp_dir, size_t cap)
     if (!rc && mkdir(tmp_dir, 0755) != 0)
         rc = dt_err_set(DT_ERR_IO, "creating directory '%s': %s", tmp_dir,
                         strerror(errno));
+    if (!rc) /* removed on SIGINT/SIGTERM until commit or abort */
+        dt_cleanup_add(tmp_dir, 1);
     if (rc)
         return dt_err_context(rc, "saving checkpoint step %" PRIu64, step);
     return DT_OK;
 }
 
-int dt_ckpt_commit(const char *root, uint64_t step)
+/* The rename into place and the directory sync; commit without the
+ * registry's bookkeeping. */
+static int commit_dir(const char *root, uint64_t step)
 {
     char tmp[PATH_MAX], fin[PATH_MAX], path[PATH_MAX];
     int rc = dt_ckpt_step_dir(root, step, 1, tmp, sizeof tmp);
@@ -112,12 +119,26 @@ int dt_ckpt_commit(const char *root, uint64_t step)
     return dt_fileutil_fsync_dir(root);
 }
 
+int dt_ckpt_commit(const char *root, uint64_t step)
+{
+    int rc = commit_dir(root, step);
+    char tmp[PATH_MAX];
+    /* committed: the temp name is gone (or holds the replaced earlier
+     * save, already removed); failed: the caller aborts, which removes
+     * it.  Either way the registry no longer needs it. */
+    if (dt_ckpt_step_dir(root, step, 1, tmp, sizeof tmp) == DT_OK && !rc)
+        dt_cleanup_remove(tmp);
+    return rc;
+}
+
 int dt_ckpt_abort(const char *root, uint64_t step)
 {
     char tmp[PATH_MAX];
     int rc = dt_ckpt_step_dir(root, step, 1, tmp, sizeof tmp);
     if (!rc)
         rc = dt_fileutil_rm_rf(tmp);
+    if (!rc)
+        dt_cleanup_remove(tmp);
     return rc;
 }
 
@@ -264,11 +285,9 @@ static int u64_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-int dt_ckpt_prune(const char *root, uint32_t keep)
+/* Remove all but the `keep` newest complete checkpoints (keep may be 0). */
+static int remove_beyond(const char *root, uint32_t keep)
 {
-    if (keep == 0)
-        return dt_err_set(DT_ERR_INVALID, "checkpoint prune: keep must be at "
-                          "least 1");
     uint64_t *steps;
     size_t n;
     int rc = list_complete(root, &steps, &n);
@@ -301,4 +320,93 @@ int dt_ckpt_prune(const char *root, uint32_t keep)
     if (!rc)
         rc = dt_fileutil_fsync_dir(root);
     return rc;
+}
+
+int dt_ckpt_prune(const char *root, uint32_t keep)
+{
+    if (keep == 0)
+        return dt_err_set(DT_ERR_INVALID, "checkpoint prune: keep must be at "
+                          "least 1");
+    return remove_beyond(root, keep);
+}
+
+/* ---- one run per folder ---------------------------------------------- */
+
+int dt_ckpt_lock(const char *root, int *fd_out)
+{
+    *fd_out = -1;
+    char path[PATH_MAX];
+    int rc = dt_fileutil_mkdir_p(root);
+    if (!rc)
+        rc = dt_ckpt_join(path, sizeof path, root, LOCK_FILE);
+    if (rc)
+        return rc;
+    /* never through a link planted at the name; ours alone */
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return dt_err_set(DT_ERR_IO, "checkpoint folder '%s': opening '%s': %s",
+                          root, path, errno == ELOOP ? "a symbolic link, refused"
+                                                     : strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return dt_err_set(DT_ERR_IO, "checkpoint folder '%s': '%s' is not a "
+                          "regular file", root, path);
+    }
+    /* flock: released by the kernel when this process ends, however */
+    int r;
+    while ((r = flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR)
+        ;
+    if (r != 0) {
+        int e = errno;
+        char buf[32] = "";
+        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+        close(fd);
+        if (e != EWOULDBLOCK)
+            return dt_err_set(DT_ERR_IO, "checkpoint folder '%s': locking '%s': "
+                              "%s", root, path, strerror(e));
+        long pid = n > 0 ? strtol(buf, NULL, 10) : 0;
+        char who[48] = "another process";
+        if (pid > 0)
+            snprintf(who, sizeof who, "process %ld", pid);
+        return dt_err_set(DT_ERR_IO, "checkpoint folder '%s' is in use by "
+                          "another run (%s holds '%s'): two runs never write "
+                          "one checkpoint folder; wait for it to end, or give "
+                          "this run another run.name or checkpoint.dir",
+                          root, who, path);
+    }
+    char pid[32];
+    int pn = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)pn, 0) != pn) {
+        int e = errno;
+        close(fd);
+        return dt_err_set(DT_ERR_IO, "checkpoint folder '%s': writing '%s': %s",
+                          root, path, strerror(e));
+    }
+    *fd_out = fd;
+    return DT_OK;
+}
+
+int dt_ckpt_claim_fresh(const char *root, int overwrite, const char *cfg_path)
+{
+    char dir[PATH_MAX];
+    uint64_t step;
+    int rc = dt_ckpt_latest(root, dir, sizeof dir, &step);
+    if (rc == DT_ERR_NOT_FOUND) {
+        dt_err_clear();
+        return DT_OK;
+    }
+    if (rc)
+        return rc;
+    if (!overwrite)
+        return dt_err_set(DT_ERR_CONFIG, "%s: [checkpoint] resume = \"\" starts a "
+                          "fresh run, but the checkpoint folder '%s' already "
+                          "holds checkpoints (the newest: step %" PRIu64 "): set "
+                          "checkpoint.resume = \"latest\" to continue them, "
+                          "another run.name (or checkpoint.dir) to keep them "
+                          "apart, or checkpoint.overwrite = true to remove them",
+                          cfg_path, root, step);
+    dt_log(DT_LOG_WARN, "ckpt", "warning: checkpoint.overwrite = true: removing "
+           "the checkpoints in '%s' (the newest: step %" PRIu64 ")", root, step);
+    return remove_beyond(root, 0);
 }

@@ -17,6 +17,7 @@
 
 #define MANIFEST "manifest.json"
 #define MARKER "COMPLETE"
+#define LOCK_FILE "LOCK" /* held by the run writing the folder */
 /* Largest integer a JSON number (a double) holds exactly. */
 #define JSON_INT_MAX (UINT64_C(1) << 53)
 

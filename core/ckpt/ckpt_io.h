@@ -191,6 +191,21 @@ int dt_ckpt_prune(const char *root, uint32_t keep);
  * exchange).  Call at startup, before this run saves anything. */
 int dt_ckpt_clean_stale(const char *root);
 
+/* Hold root's lock for as long as this process keeps *fd open (closing it,
+ * or the process ending however, releases it): "<root>/LOCK", created
+ * 0600 and never through a link, flock'ed exclusively without waiting,
+ * this process's pid written in it.  Creates root.  A second holder gets
+ * DT_ERR_IO "checkpoint folder 'R' is in use by another run (process P
+ * holds 'R/LOCK'): ...". */
+int dt_ckpt_lock(const char *root, int *fd);
+
+/* A fresh run (no resume) is about to save into root: with complete
+ * checkpoints there (those dt_ckpt_latest would resume from), DT_ERR_CONFIG
+ * naming the folder and the three ways on (prefixed "<cfg_path>: "), or,
+ * with `overwrite`, they are removed (links are skipped, never followed).
+ * An empty or missing folder: DT_OK. */
+int dt_ckpt_claim_fresh(const char *root, int overwrite, const char *cfg_path);
+
 /* ---- reading --------------------------------------------------------- */
 
 typedef struct dt_ckpt_reader dt_ckpt_reader_t;

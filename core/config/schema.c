@@ -104,6 +104,9 @@ static const dt_config_key_t checkpoint_keys[] = {
     K_INT("every", "0", 0, 1e9, "save every N steps; 0 = no periodic saves"),
     K_INT("keep", "2", 1, 1e6, "checkpoints kept"),
     K_STR("resume", "\"\"", "\"\" = fresh start, \"latest\", or a checkpoint path"),
+    K_BOOL("overwrite", "false",
+           "a fresh start (resume = \"\") into a folder holding checkpoints removes them "
+           "first; false = refused"),
 };
 
 #define SECTION(t, k, d) {t, k, (uint32_t)DT_ARRAY_LEN(k), d}

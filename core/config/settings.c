@@ -61,6 +61,7 @@ static const struct field {
     FIELD("checkpoint.every", F_INT, checkpoint.every),
     FIELD("checkpoint.keep", F_INT, checkpoint.keep),
     FIELD("checkpoint.resume", F_STRING, checkpoint.resume),
+    FIELD("checkpoint.overwrite", F_BOOL, checkpoint.overwrite),
 };
 
 /* The schema's ENUM choices, in dt_lr_decay_t order. */

@@ -81,6 +81,7 @@ typedef struct dt_checkpoint_settings {
     int64_t every;   /* 0 = no periodic saves */
     int64_t keep;
     const char *resume; /* "", "latest" or a checkpoint path */
+    int overwrite;      /* a fresh start removes the folder's checkpoints */
 } dt_checkpoint_settings_t;
 
 typedef struct dt_settings {

@@ -33,6 +33,7 @@ extern char **environ;
 #define LINE_CAP 8192  /* a longer line is relayed in pieces of this size */
 #define DRAIN_S 2.0    /* after the last rank exited, how long its pipes may
                         * stay open (a grandchild may hold them) */
+#define N_STOP 2       /* the signals that stop a job: stop_signals */
 #define LAST_CAP 400   /* a failed rank's last stderr line, for the summary */
 
 /* ------------------------------------------------------------ planning -- */
@@ -146,6 +147,7 @@ typedef struct launch {
     int sfd;                 /* signalfd; -1 when it could not be made */
     sigset_t old_mask;
     struct sigaction old_pipe;
+    struct sigaction old_stop[N_STOP]; /* SIGINT, SIGTERM as the caller had them */
     /* the poll set: the signalfd, then every open stream */
     struct pollfd *pf;
     int *which;              /* stream index of pf[i]; -1: the signalfd */
@@ -324,6 +326,10 @@ static void on_signal(launch_t *L, int sig)
     L->kill_at = mono_s() + L->grace_s;
 }
 
+/* The signals that stop a job, which neither the launcher nor a rank may
+ * leave ignored. */
+static const int stop_signals[N_STOP] = {SIGINT, SIGTERM};
+
 /* Between fork and exec: only async-signal-safe calls. */
 static void child_exec(int out_w, int err_w, const char *exe, char *const *argv, char **envp,
                        const char *fallback, const sigset_t *mask, pid_t parent)
@@ -341,6 +347,10 @@ static void child_exec(int out_w, int err_w, const char *exe, char *const *argv,
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
     sigaction(SIGPIPE, &dfl, NULL);
+    /* an ignored SIGINT/SIGTERM is inherited through exec: a rank would
+     * train on after Ctrl-C and the launcher's forwarding */
+    for (int i = 0; i < N_STOP; i++)
+        sigaction(stop_signals[i], &dfl, NULL);
     sigprocmask(SIG_SETMASK, mask, NULL);
     /* a launcher killed with SIGKILL takes its ranks with it */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -463,6 +473,16 @@ static int take_signals(launch_t *L)
     memset(&ign, 0, sizeof ign);
     ign.sa_handler = SIG_IGN;
     sigaction(SIGPIPE, &ign, &L->old_pipe);
+    /* an ignored signal is dropped, never pending: the signalfd would not
+     * see it (blocked, the default action does not run) */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int i = 0; i < N_STOP; i++) {
+        sigaction(stop_signals[i], NULL, &L->old_stop[i]);
+        if (!(L->old_stop[i].sa_flags & SA_SIGINFO) && L->old_stop[i].sa_handler == SIG_IGN)
+            sigaction(stop_signals[i], &dfl, NULL);
+    }
     L->sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     if (L->sfd < 0)
         return dt_err_set(DT_ERR_SYSTEM, "launch: signalfd: %s", strerror(errno));
@@ -479,6 +499,8 @@ static void restore_signals(launch_t *L)
             ;
         close(L->sfd);
     }
+    for (int i = 0; i < N_STOP; i++)
+        sigaction(stop_signals[i], &L->old_stop[i], NULL);
     sigprocmask(SIG_SETMASK, &L->old_mask, NULL);
     sigaction(SIGPIPE, &L->old_pipe, NULL);
 }

@@ -11,7 +11,12 @@
  *            already starts with "[rank R] " for that rank (the core's log
  *            lines) is relayed as it is, so it is not tagged twice
  *   signals  SIGINT, SIGTERM and SIGHUP are forwarded to every rank; a
- *            second one kills them at once
+ *            second one kills them at once.  SIGINT and SIGTERM reach the
+ *            launcher and the ranks even when the launcher was started with
+ *            them ignored (a background job of a script, `trap '' INT`):
+ *            the launcher takes them while it runs, and each rank starts
+ *            with both at their default action (SIGHUP keeps what nohup
+ *            set)
  *   failure  the first rank that exits non-zero or by a signal makes the
  *            launcher send SIGTERM to the others, then SIGKILL after a
  *            grace period; the last line says which rank failed and how
@@ -96,8 +101,10 @@ typedef struct dt_launch_result {
  * DT_OK when the ranks were started and waited for (how they ended is in
  * *res), or a system error (pipe, fork) with the message set; ranks already
  * started are then killed and reaped.  Prints its own lines to stderr
- * prefixed "dtrain: ".  Blocks SIGCHLD, SIGINT, SIGTERM, SIGHUP and ignores
- * SIGPIPE while it runs; restores them before returning. */
+ * prefixed "dtrain: ".  Blocks SIGCHLD, SIGINT, SIGTERM, SIGHUP, ignores
+ * SIGPIPE and gives an ignored SIGINT or SIGTERM its default action while
+ * it runs (so the blocked signal is read, not dropped); restores them all
+ * before returning. */
 int dt_launch_run(const dt_launch_opts_t *o, dt_launch_result_t *res);
 
 #endif /* DT_LAUNCH_LAUNCHER_H */

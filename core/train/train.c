@@ -4,7 +4,8 @@
  * Knows the four interfaces, not their implementations: whatever device,
  * communicator and strategy the config names are driven the same way.
  * dt_train reads top to bottom as a run goes: plugins up, model, batch
- * arithmetic, data, strategy, interrupted saves removed, resume, metrics,
+ * arithmetic, data, strategy, the checkpoint folder claimed (its lock,
+ * interrupted saves removed, no other run's checkpoints), resume, metrics,
  * then each step (micro-batches, evaluation, the log line, checkpoints),
  * then the memory reports (device, and host memory per plugin); each of
  * those is one function below, in that order.
@@ -14,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,7 +111,9 @@ typedef struct run {
     dt_device_props_t props;
     double flops_per_token;
     int64_t start_step;       /* the step a resumed checkpoint ended; 0 */
+    int ckpt_lock;            /* rank 0: the checkpoint folder's lock; -1 */
     FILE *metrics;
+    int metrics_errno;        /* the first failed write to it; 0 */
 } run_t;
 
 /* What one step measured, for the log line and the metrics file. */
@@ -143,6 +147,8 @@ static void run_free(run_t *R)
     free(R->targets);
     if (R->metrics)
         fclose(R->metrics);
+    if (R->ckpt_lock >= 0)
+        close(R->ckpt_lock);
 }
 
 static int plugin_rc(const dt_plugin_t *p, int rc, const char *what)
@@ -296,18 +302,46 @@ static int init_strategy(run_t *R)
                                R->set->train.seq_len);
 }
 
-/* Leftovers of saves a crash interrupted ("step-N.tmp", "step-N.old")
- * pile up otherwise: rank 0, which begins and commits every save, removes
- * them before this run saves anything. */
-static int clean_stale_checkpoints(run_t *R)
+/* Rank 0, which begins and commits every save, claims the checkpoint
+ * folder for this run: its lock, held to the end (two runs never write
+ * one folder), then the leftovers of saves a crash interrupted
+ * ("step-N.tmp", "step-N.old") removed, and, for a fresh start, no other
+ * run's checkpoints left there for a later resume = "latest" to continue
+ * (refused, or removed with checkpoint.overwrite).  Every rank learns
+ * rank 0's outcome. */
+static int claim_checkpoints(run_t *R)
 {
     char root[2048];
-    int rc;
-    if (R->world.rank != 0)
-        return DT_OK;
-    if ((rc = dt_ckpt_root(R->set, root, sizeof root)) || (rc = dt_ckpt_clean_stale(root)))
-        return dt_err_context(rc, "removing interrupted saves from the checkpoint folder");
-    return DT_OK;
+    int rc = DT_OK;
+    if (R->world.rank == 0) {
+        rc = dt_ckpt_root(R->set, root, sizeof root);
+        if (!rc)
+            rc = dt_ckpt_lock(root, &R->ckpt_lock);
+        if (!rc && (rc = dt_ckpt_clean_stale(root)))
+            dt_err_context(rc, "removing interrupted saves from the checkpoint folder");
+        if (!rc && !R->set->checkpoint.resume[0])
+            rc = dt_ckpt_claim_fresh(root, (int)R->set->checkpoint.overwrite,
+                                     R->set->config_path);
+    }
+    if (R->dp <= 1)
+        return rc;
+    /* rank 0's outcome and, on failure, its message: every rank then says
+     * why (the launcher reports whichever rank ends first) */
+    int32_t v = rc;
+    char msg[2048] = "";
+    if (rc)
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+    int arc = PLUGIN_CALL(R->pcomm, R->comm_ops->broadcast(R->comm, &v, 1, DT_I32, 0, NULL,
+                                                           NULL),
+                          "broadcast of the checkpoint folder's claim");
+    if (!arc && v)
+        arc = PLUGIN_CALL(R->pcomm, R->comm_ops->broadcast(R->comm, msg, sizeof msg, DT_U8, 0,
+                                                           NULL, NULL),
+                          "broadcast of the checkpoint folder's claim");
+    if (arc)
+        return arc;
+    /* (the broadcasts cleared rank 0's own message: set it again) */
+    return v ? dt_err_set(v, "%s", msg) : DT_OK;
 }
 
 /* The strategy's state from the checkpoint to resume, or freshly
@@ -467,9 +501,33 @@ static int evaluate(run_t *R, int64_t step, double *eval_loss)
     return DT_OK;
 }
 
+/* Append to the metrics file; the first failure is kept for
+ * metrics_line_end. */
+static void DT_PRINTF(2, 3) metrics_printf(run_t *R, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (vfprintf(R->metrics, fmt, ap) < 0 && !R->metrics_errno)
+        R->metrics_errno = errno ? errno : EIO;
+    va_end(ap);
+}
+
+/* A line of the metrics file is complete: flushed, so a reader (or a
+ * crash) sees whole lines, and any failed write since the last line is
+ * the run's error (a full disk, /dev/full), naming the file. */
+static int metrics_line_end(run_t *R)
+{
+    if (fflush(R->metrics) != 0 && !R->metrics_errno)
+        R->metrics_errno = errno ? errno : EIO;
+    if (!R->metrics_errno)
+        return DT_OK;
+    return dt_err_set(DT_ERR_IO, "writing metrics file '%s': %s", R->metrics_path,
+                      strerror(R->metrics_errno));
+}
+
 /* Rank 0's log line (every log_every steps, the first and the last) and
  * the step's line in the metrics file. */
-static void report_step(run_t *R, const step_report_t *rep)
+static int report_step(run_t *R, const step_report_t *rep)
 {
     const int64_t step = rep->step, steps = R->set->train.steps;
     if (R->world.rank == 0 && (step % R->set->run.log_every == 0 || step == steps || step == 1)) {
@@ -482,17 +540,17 @@ static void report_step(run_t *R, const step_report_t *rep)
         printf("\n");
         fflush(stdout);
     }
-    if (R->metrics) {
-        fprintf(R->metrics,
-                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"mfu\": %.6g",
-                (long long)step, rep->loss, rep->lr, rep->grad_norm, rep->tokens_per_s,
-                rep->step_s * 1e3, rep->mfu);
-        if (!isnan(rep->eval_loss))
-            fprintf(R->metrics, ", \"val_loss\": %.9g", rep->eval_loss);
-        fprintf(R->metrics, "}\n");
-        fflush(R->metrics);
-    }
+    if (!R->metrics)
+        return DT_OK;
+    metrics_printf(R,
+                   "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                   "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"mfu\": %.6g",
+                   (long long)step, rep->loss, rep->lr, rep->grad_norm, rep->tokens_per_s,
+                   rep->step_s * 1e3, rep->mfu);
+    if (!isnan(rep->eval_loss))
+        metrics_printf(R, ", \"val_loss\": %.9g", rep->eval_loss);
+    metrics_printf(R, "}\n");
+    return metrics_line_end(R);
 }
 
 /* A checkpoint every checkpoint.every steps, at the last step and at
@@ -518,8 +576,7 @@ static int train_steps(run_t *R)
         int stop = 0, rc;
         if ((rc = train_step(R, step, &rep)) || (rc = evaluate(R, step, &rep.eval_loss)))
             return rc;
-        report_step(R, &rep);
-        if ((rc = checkpoint(R, step, &stop)) || stop)
+        if ((rc = report_step(R, &rep)) || (rc = checkpoint(R, step, &stop)) || stop)
             return rc;
     }
     return DT_OK;
@@ -530,7 +587,7 @@ static int train_steps(run_t *R)
 /* Host memory each plugin allocated through its host table, by tag (its
  * peaks since it was loaded): rank 0's line names the plugins that used
  * any, the metrics file has every plugin and tag. */
-static void report_host_memory(const run_t *R)
+static int report_host_memory(run_t *R)
 {
     dt_mem_stats_t st[DT_ROLE_COUNT];
     const dt_plugin_t *p[DT_ROLE_COUNT];
@@ -559,17 +616,18 @@ static void report_host_memory(const run_t *R)
         printf("%s\n", shown ? "" : " none");
     }
     if (!R->metrics)
-        return;
-    fprintf(R->metrics, "{\"host_memory\": {\"rank\": %d, \"peak_bytes\": {", R->world.rank);
+        return DT_OK;
+    metrics_printf(R, "{\"host_memory\": {\"rank\": %d, \"peak_bytes\": {", R->world.rank);
     for (int i = 0; i < n; i++) {
-        fprintf(R->metrics, "%s\"%s/%s\": {", i ? ", " : "", dt_kind_name(p[i]->kind),
-                p[i]->name);
+        metrics_printf(R, "%s\"%s/%s\": {", i ? ", " : "", dt_kind_name(p[i]->kind),
+                       p[i]->name);
         for (int t = 0; t < DT_TAG_COUNT; t++)
-            fprintf(R->metrics, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
-                    (unsigned long long)dt_tag_bytes(st[i].peak, st[i].n_tags, t));
-        fprintf(R->metrics, ", \"total\": %llu}", (unsigned long long)st[i].total_peak);
+            metrics_printf(R, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
+                           (unsigned long long)dt_tag_bytes(st[i].peak, st[i].n_tags, t));
+        metrics_printf(R, ", \"total\": %llu}", (unsigned long long)st[i].total_peak);
     }
-    fprintf(R->metrics, "}}}\n");
+    metrics_printf(R, "}}}\n");
+    return metrics_line_end(R);
 }
 
 static int report_memory(run_t *R)
@@ -594,19 +652,20 @@ static int report_memory(run_t *R)
         printf("; total %.2f / %.2f\n", mib(ms.total_peak), mib(plan_total));
     }
     if (R->metrics) {
-        fprintf(R->metrics, "{\"memory\": {\"rank\": %d, \"peak_bytes\": {", R->world.rank);
+        metrics_printf(R, "{\"memory\": {\"rank\": %d, \"peak_bytes\": {", R->world.rank);
         for (int t = 0; t < DT_TAG_COUNT; t++)
-            fprintf(R->metrics, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
-                    (unsigned long long)peak[t]);
-        fprintf(R->metrics, "}, \"planned_bytes\": {");
+            metrics_printf(R, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
+                           (unsigned long long)peak[t]);
+        metrics_printf(R, "}, \"planned_bytes\": {");
         for (int t = 0; t < DT_TAG_COUNT; t++)
-            fprintf(R->metrics, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
-                    (unsigned long long)planned[t]);
-        fprintf(R->metrics, "}, \"total_peak_bytes\": %llu, \"planned_total_bytes\": %llu}}\n",
-                (unsigned long long)ms.total_peak, (unsigned long long)plan_total);
+            metrics_printf(R, "%s\"%s\": %llu", t ? ", " : "", dt_mem_tag_name(t),
+                           (unsigned long long)planned[t]);
+        metrics_printf(R, "}, \"total_peak_bytes\": %llu, \"planned_total_bytes\": %llu}}\n",
+                       (unsigned long long)ms.total_peak, (unsigned long long)plan_total);
+        if ((rc = metrics_line_end(R)))
+            return rc;
     }
-    report_host_memory(R);
-    return DT_OK;
+    return report_host_memory(R);
 }
 
 /* The model the config describes, on no device yet. */
@@ -618,7 +677,7 @@ static int create_model(run_t *R)
 /* A run, in order; each stage runs only when every earlier one succeeded. */
 static int (*const stages[])(run_t *) = {
     start_plugins, create_model, resolve_batch, open_data, init_strategy,
-    clean_stale_checkpoints, load_state, open_metrics, train_steps, report_memory,
+    claim_checkpoints, load_state, open_metrics, train_steps, report_memory,
 };
 
 int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
@@ -627,6 +686,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     memset(&R, 0, sizeof R);
     R.r = r;
     R.set = &r->set;
+    R.ckpt_lock = -1;
     R.metrics_path = opts && opts->metrics_path ? opts->metrics_path : r->set.run.metrics;
     int rc = DT_OK;
     for (size_t i = 0; i < sizeof stages / sizeof stages[0] && rc == DT_OK; i++)

@@ -1,7 +1,8 @@
 /*
- * core/util/fileutil.c - atomic file writes (temp + fsync + rename), a few
- * filesystem helpers, CRC-32, and (DTRAIN_TEST_HOOKS builds only) the
- * ENOSPC fault hooks tests use.
+ * core/util/fileutil.c - atomic file writes (temp + fsync + rename), the
+ * registry of temp paths removed on SIGINT/SIGTERM, a few filesystem
+ * helpers, CRC-32, and (DTRAIN_TEST_HOOKS builds only) the ENOSPC fault
+ * hooks tests use.
  */
 #include "util/fileutil.h"
 
@@ -99,6 +100,120 @@ static size_t fault_take_bytes(size_t n) { return n; }
 static void fault_stop_here(void) {}
 static int fault_fsync_fails(void) { return 0; }
 #endif
+
+/* ---- temp paths removed on a signal ----------------------------------- */
+
+/* A slot is FREE, being FILLED by dt_cleanup_add (the handler skips it),
+ * or ARMED (the handler removes its path).  Only lock-free atomics and
+ * system calls are touched from the handler. */
+enum { SLOT_FREE, SLOT_FILLING, SLOT_ARMED };
+#define CLEANUP_SLOTS 32
+
+static struct cleanup_slot {
+    _Atomic int state;
+    int is_dir;
+    char path[PATH_MAX];
+} cleanup_slots[CLEANUP_SLOTS];
+static atomic_flag cleanup_installed = ATOMIC_FLAG_INIT;
+static const int cleanup_signals[] = {SIGINT, SIGTERM};
+
+/* The entries of directory `path`, then the directory itself; one level
+ * (what dtrain puts in a temp directory are files), links removed as
+ * links.  Async-signal-safe: getdents64 into a stack buffer, no stdio, no
+ * malloc.  A few passes, for entries a peer process adds meanwhile. */
+static void cleanup_remove_dir(const char *path)
+{
+    for (int pass = 0; pass < 4; pass++) {
+        int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            return;
+        char buf[4096];
+        ssize_t n;
+        while ((n = getdents64(fd, buf, sizeof buf)) > 0) {
+            for (ssize_t off = 0; off < n;) {
+                struct dirent64 *de = (struct dirent64 *)(void *)(buf + off);
+                off += de->d_reclen;
+                if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+                    unlinkat(fd, de->d_name, 0);
+            }
+        }
+        close(fd);
+        if (rmdir(path) == 0 || errno != ENOTEMPTY)
+            return;
+    }
+}
+
+static void cleanup_on_signal(int sig)
+{
+    int saved = errno;
+    for (int i = 0; i < CLEANUP_SLOTS; i++) {
+        struct cleanup_slot *s = &cleanup_slots[i];
+        if (atomic_load(&s->state) != SLOT_ARMED)
+            continue;
+        if (s->is_dir)
+            cleanup_remove_dir(s->path);
+        else
+            unlink(s->path);
+    }
+    /* die of the signal, as without this handler, so the exit status
+     * says which one */
+    signal(sig, SIG_DFL);
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    sigprocmask(SIG_UNBLOCK, &one, NULL);
+    raise(sig);
+    errno = saved;
+}
+
+/* Once per process: the handler for SIGINT and SIGTERM, only where the
+ * signal has its default action (a program's own handler, or a signal it
+ * ignores, is left as it is). */
+static void cleanup_install(void)
+{
+    if (atomic_flag_test_and_set(&cleanup_installed))
+        return;
+    for (size_t i = 0; i < sizeof cleanup_signals / sizeof *cleanup_signals; i++) {
+        struct sigaction old, sa;
+        if (sigaction(cleanup_signals[i], NULL, &old) != 0 ||
+            (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL)
+            continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = cleanup_on_signal;
+        sigfillset(&sa.sa_mask); /* one handler run at a time */
+        sigaction(cleanup_signals[i], &sa, NULL);
+    }
+}
+
+void dt_cleanup_add(const char *path, int is_dir)
+{
+    size_t n = strlen(path);
+    if (n >= PATH_MAX)
+        return;
+    cleanup_install();
+    for (int i = 0; i < CLEANUP_SLOTS; i++) {
+        int want = SLOT_FREE;
+        if (!atomic_compare_exchange_strong(&cleanup_slots[i].state, &want, SLOT_FILLING))
+            continue;
+        memcpy(cleanup_slots[i].path, path, n + 1);
+        cleanup_slots[i].is_dir = is_dir;
+        atomic_store(&cleanup_slots[i].state, SLOT_ARMED);
+        return;
+    }
+}
+
+void dt_cleanup_remove(const char *path)
+{
+    for (int i = 0; i < CLEANUP_SLOTS; i++) {
+        struct cleanup_slot *s = &cleanup_slots[i];
+        int want = SLOT_ARMED;
+        if (atomic_load(&s->state) != SLOT_ARMED || strcmp(s->path, path) != 0 ||
+            !atomic_compare_exchange_strong(&s->state, &want, SLOT_FILLING))
+            continue;
+        atomic_store(&s->state, SLOT_FREE);
+        return;
+    }
+}
 
 /* ---- low-level ------------------------------------------------------- */
 
@@ -283,6 +398,7 @@ int dt_afile_open(const char *path, dt_afile_t **out)
     snprintf(f->tmp, tn, "%s%s%s", strcmp(dir, ".") == 0 ? "" : dir,
              strcmp(dir, ".") == 0 || strcmp(dir, "/") == 0 ? "" : "/",
              f->tmp_base);
+    dt_cleanup_add(f->tmp, 0);
     *out = f;
     return DT_OK;
 }
@@ -331,6 +447,7 @@ void dt_afile_abort(dt_afile_t *f)
     if (f->fd >= 0)
         close(f->fd);
     unlinkat(f->dirfd, f->tmp_base, 0);
+    dt_cleanup_remove(f->tmp);
     afile_free(f);
 }
 
@@ -355,6 +472,7 @@ int dt_afile_commit(dt_afile_t *f)
         dt_afile_abort(f);
         return rc;
     }
+    dt_cleanup_remove(f->tmp); /* renamed: nothing left at the temp name */
     /* The new file is in place; a failed directory sync only means the
      * rename might not survive a power cut, which the caller must hear. */
     char dir[PATH_MAX], base[PATH_MAX];

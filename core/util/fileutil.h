@@ -15,6 +15,17 @@
  * DT_ERR_IO with "writing '<path>': <strerror>" (e.g. "No space left on
  * device").
  *
+ * An interrupted write leaves nothing either: every temp path (the
+ * writer's temp file, a checkpoint's "step-N.tmp" directory) is put in a
+ * small registry while it exists (dt_cleanup_add / dt_cleanup_remove), and
+ * SIGINT and SIGTERM, where they have their default action, get a handler
+ * that removes what is registered and then dies of the same signal (the
+ * exit status still says "killed by SIGTERM": 128 + 15 in a shell).  The
+ * handler is installed at the first registration; a program with its own
+ * handler, or one that ignores the signal, keeps it.  SIGKILL cannot be
+ * caught: what it leaves, the next run's start removes (checkpoints) or it
+ * stays at its random temp name.
+ *
  * Reading an input (a token file, a checkpoint's manifest and shards)
  * starts with dt_fileutil_open_input, which opens without blocking and
  * refuses anything but a regular file, so a FIFO or a device in place of a
@@ -62,6 +73,15 @@ int dt_afile_commit(dt_afile_t *f);
 /* Remove the temp file and free `f`; the previous file is untouched.
  * abort(NULL) is a no-op. */
 void dt_afile_abort(dt_afile_t *f);
+
+/* Remove `path` (a file; with is_dir, a directory and the files in it,
+ * one level, links as links) should the process get SIGINT or SIGTERM
+ * before dt_cleanup_remove(path).  At most 32 paths at once (more are not
+ * registered, and are only left behind as without the registry); a path
+ * longer than PATH_MAX is not registered. */
+void dt_cleanup_add(const char *path, int is_dir);
+/* Forget `path` (the string given to dt_cleanup_add); unknown: a no-op. */
+void dt_cleanup_remove(const char *path);
 
 /* Write `n` bytes as the whole content of `path`, atomically. */
 int dt_fileutil_write_atomic(const char *path, const void *buf, size_t n);

@@ -67,7 +67,8 @@ else bad "a collective failed" "$r0"; fi
 # "calls GFLOP/s errors" of a device row (rank 0's table, no rank prefix)
 dev_row() { printf '%s\n' "$out" | awk -v op="$1" '$1 == op && NF == 9 {print $2, $7, $9}'; }
 expect_exit 0 "1 rank with --profile device:skip=1" "$bin" run p.toml --set launch.nproc=1 \
-  --set run.comm=self --set train.micro_batch=8 --profile device:skip=1
+  --set run.comm=self --set train.micro_batch=8 --set checkpoint.overwrite=true \
+  --profile device:skip=1
 expect_out "the table covers step 2" "device profile (rank 0, cpu): passes 2..2 of 3 (1 whole; a pass begins at each embedding_forward)"
 for op in matmul_forward matmul_backward; do
   r=$(dev_row $op)
@@ -80,7 +81,8 @@ if printf '%s\n' "$r" | awk '$1 > 0 && $2 == "-" {f = 1} END {exit !f}'
 then ok "adamw_update: called, no FLOP rate (memory bound: bytes only)"
 else bad "adamw_update row" "$out"; fi
 expect_exit 0 "--profile device:sync" "$bin" run p.toml --set launch.nproc=1 \
-  --set run.comm=self --set train.micro_batch=8 --profile device:sync:skip=1
+  --set run.comm=self --set train.micro_batch=8 --set checkpoint.overwrite=true \
+  --profile device:sync:skip=1
 expect_out "the title says synchronized" "device profile (rank 0, cpu, synchronized): passes 2..2 of 3"
 
 expect_exit 2 "an unknown --profile value" "$bin" run p.toml --profile disk

@@ -377,6 +377,33 @@ static void test_run_kill_after_grace(void **state)
                                     "rank\n"));
 }
 
+/* A launcher started with SIGINT and SIGTERM ignored (a script's
+ * background job, `trap '' INT`) starts its ranks with both at their
+ * default action, so Ctrl-C and the launcher's forwarding reach them; its
+ * own dispositions are restored when it returns. */
+static void test_run_ranks_not_ignoring_stop_signals(void **state)
+{
+    struct sigaction ign = {.sa_handler = SIG_IGN}, old_int, old_term, now;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGINT, &ign, &old_int);
+    sigaction(SIGTERM, &ign, &old_term);
+    run_sh(1, "grep '^SigIgn:' /proc/$$/status", 0, &cap);
+    sigaction(SIGINT, NULL, &now);
+    assert_true(now.sa_handler == SIG_IGN);
+    sigaction(SIGTERM, NULL, &now);
+    assert_true(now.sa_handler == SIG_IGN);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    assert_ok(cap.rc);
+    assert_int_equal(cap.res.exit_code, 0);
+    unsigned long long ignored = ~0ull;
+    const char *at = strstr(cap.out, "[rank 0] SigIgn:");
+    assert_non_null(at);
+    assert_int_equal(sscanf(at, "[rank 0] SigIgn: %llx", &ignored), 1);
+    assert_int_equal((ignored >> (SIGINT - 1)) & 1, 0);
+    assert_int_equal((ignored >> (SIGTERM - 1)) & 1, 0);
+}
+
 static void test_run_cannot_exec(void **state)
 {
     char *argv[] = {"nope", NULL};
@@ -497,6 +524,7 @@ int main(void)
         cmocka_unit_test_setup(test_run_failure_stops_others, clean_env),
         cmocka_unit_test_setup(test_run_signal_death, clean_env),
         cmocka_unit_test_setup(test_run_kill_after_grace, clean_env),
+        cmocka_unit_test_setup(test_run_ranks_not_ignoring_stop_signals, clean_env),
         cmocka_unit_test_setup(test_run_cannot_exec, clean_env),
         cmocka_unit_test_setup(test_run_cleanup_after_every_rank, clean_env),
     };

@@ -15,9 +15,11 @@ expect_exit() {
   set +e; out=$("$@" 2>&1); local got=$?; set -e
   if [ "$got" = "$want" ]; then ok "$name (exit $got)"; else bad "$name: exit $got, expected $want" "$out"; fi
 }
-# expect_out NAME FIXED-STRING: the last command's output contains it
+# expect_out NAME FIXED-STRING: the last command's output contains it (a
+# here-string, not a pipe: grep -q stops reading at the first match, and
+# under pipefail a printf killed by SIGPIPE would fail the check)
 expect_out() {
-  if printf '%s' "$out" | grep -qF -- "$2"; then ok "$1"; else bad "$1: output lacks '$2'" "$out"; fi
+  if grep -qF -- "$2" <<<"$out"; then ok "$1"; else bad "$1: output lacks '$2'" "$out"; fi
 }
 # losses METRICS.jsonl: the "loss" of every step line, one per line
 losses() { grep -o '"loss": [^,]*' "$1" | cut -d' ' -f2; }
@@ -53,3 +55,4 @@ same_losses() {
     ok "$1: losses match within $tol (max diff ${d% *} over ${d#* } steps)"
   else bad "$1: losses differ by more than $tol (max diff $d)" "$(paste <(losses "$2") <(losses "$3"))"; fi
 }
+

@@ -120,9 +120,8 @@ int dt_cli_parse_config_args(const char *cmd, int argc, char **argv,
     return DT_EXIT_OK;
 }
 
-int main(int argc, char **argv)
+static int dispatch(int argc, char **argv)
 {
-    g_argv = argv;
     if (argc < 2) {
         usage(stderr);
         return DT_EXIT_USAGE;
@@ -148,4 +147,16 @@ int main(int argc, char **argv)
     fprintf(stderr, "dtrain: error: unknown command '%s'\n\n", c);
     usage(stderr);
     return DT_EXIT_USAGE;
+}
+
+/* Output is flushed before main returns: a sanitizer's report at exit (a
+ * leak in a library `dtrain env` loaded) ends the process with _exit, and
+ * whatever stdio still buffered for a pipe would be lost. */
+int main(int argc, char **argv)
+{
+    g_argv = argv;
+    int rc = dispatch(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    return rc;
 }

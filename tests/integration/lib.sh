@@ -15,9 +15,11 @@ expect_exit() {
   set +e; out=$("$@" 2>&1); local got=$?; set -e
   if [ "$got" = "$want" ]; then ok "$name (exit $got)"; else bad "$name: exit $got, expected $want" "$out"; fi
 }
-# expect_out NAME FIXED-STRING: the last command's output contains it
+# expect_out NAME FIXED-STRING: the last command's output contains it (a
+# here-string, not a pipe: grep -q stops reading at the first match, and
+# under pipefail a printf killed by SIGPIPE would fail the check)
 expect_out() {
-  if printf '%s' "$out" | grep -qF -- "$2"; then ok "$1"; else bad "$1: output lacks '$2'" "$out"; fi
+  if grep -qF -- "$2" <<<"$out"; then ok "$1"; else bad "$1: output lacks '$2'" "$out"; fi
 }
 # losses METRICS.jsonl: the "loss" of every step line, one per line
 losses() { grep -o '"loss": [^,]*' "$1" | cut -d' ' -f2; }
@@ -52,4 +54,41 @@ same_losses() {
   if [ "$d" != none ] && awk -v d="${d% *}" -v t="$tol" 'BEGIN { exit !(d <= t) }'; then
     ok "$1: losses match within $tol (max diff ${d% *} over ${d#* } steps)"
   else bad "$1: losses differ by more than $tol (max diff $d)" "$(paste <(losses "$2") <(losses "$3"))"; fi
+}
+
+# ---- after a fault: the post-conditions every fault case states ----------
+# ckpt_sums DIR: one "sha256  ./path" line per file under DIR, sorted; taken
+# before a fault and compared after it by after_fault
+ckpt_sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0r sha256sum); }
+# after_fault NAME JOBS CKPT_DIR STEP_DIR SUMS [LOG...]: what a fault must
+# not leave behind, checked one line each:
+#  - no sanitizer report in the LOG files (in $out when none are given);
+#  - no /dev/shm/dtrain-<job>* of any job in JOBS (space separated);
+#  - no *.tmp* anywhere under CKPT_DIR (the run's checkpoint folder);
+#  - STEP_DIR, the checkpoint saved before the fault, passes
+#    `$bin ckpt inspect --verify` and its files match SUMS (ckpt_sums of
+#    it taken before the fault) byte for byte.
+# Empty JOBS, CKPT_DIR or STEP_DIR skip that check.
+after_fault() {
+  local name=$1 jobs=$2 ckpt=$3 step=$4 sums=$5 text j left v
+  shift 5
+  if [ $# -gt 0 ]; then text=$(cat "$@"); else text=$out; fi
+  if grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY: (Address|Leak|Undefined)' <<<"$text"
+  then bad "$name: a sanitizer report" "$text"; else ok "$name: no sanitizer report"; fi
+  if [ -n "$jobs" ]; then
+    left=""
+    for j in $jobs; do left+=$(find /dev/shm -maxdepth 1 -name "dtrain-$j*" 2>/dev/null); done
+    [ -z "$left" ] && ok "$name: nothing left in /dev/shm" || bad "$name: left in /dev/shm" "$left"
+  fi
+  if [ -n "$ckpt" ]; then
+    left=$(find "$ckpt" -name '*.tmp*' 2>/dev/null)
+    [ -z "$left" ] && ok "$name: no temporary file in $ckpt" || bad "$name: temporary files left" "$left"
+  fi
+  if [ -n "$step" ]; then
+    set +e; v=$("$bin" ckpt inspect "$step" --verify 2>&1); local e=$?; set -e
+    [ "$e" = 0 ] && ok "$name: $step verifies" || bad "$name: $step fails --verify (exit $e)" "$v"
+    if [ -n "$sums" ] && [ "$(ckpt_sums "$step")" = "$sums" ]; then
+      ok "$name: $step unchanged byte for byte"
+    else bad "$name: $step changed" "$(diff <(printf '%s\n' "$sums") <(ckpt_sums "$step"))"; fi
+  fi
 }

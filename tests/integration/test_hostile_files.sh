@@ -5,7 +5,9 @@
 # whose manifest was edited or whose tensor table is inconsistent, one
 # without its COMPLETE marker.  Each must end in a clear error naming the
 # file (exit 1), or a warning, never a hang, a crash or someone else's
-# file overwritten or deleted.
+# file overwritten or deleted.  After each failure, after_fault (lib.sh)
+# checks: no sanitizer report, no temporary file under out/, and the
+# step-2 checkpoint of run "a" verifies and is unchanged byte for byte.
 set -euo pipefail
 bin=$1 work=$2
 . "$(dirname "$0")/lib.sh"
@@ -48,6 +50,8 @@ intact "data prepare"
   ok "data prepare: the output is a regular file of mode 600" ||
   bad "data prepare: output" "$(ls -l prepared.bin)"
 expect_exit 0 "a run saving step 2" "$bin" run tiny.toml --set run.name=a
+ck=out/a/ckpt/step-00000002 ck_sums=$(ckpt_sums out/a/ckpt/step-00000002)
+clean_after() { after_fault "$1" "" out "$ck" "$ck_sums"; }
 expect_exit 0 "export with a link at OUT.tmp.<pid>" \
   bash -c 'ln -s victim "$1.tmp.$$" && exec "$0" export out/a/ckpt "$1"' "$bin" a.st
 intact "export"
@@ -74,7 +78,6 @@ expect_out "resume takes our newest, not the link" "resumed from out/mine/ckpt/s
 expect_out "resume warns about the link" "ignoring 'step-00000099': a symbolic link, not a directory"
 
 # -- 3. the manifest: edited after the save; inconsistent tensor tables
-ck=out/a/ckpt/step-00000002
 cp -r "$ck" edited
 python3 - edited <<'P'
 import json, sys
@@ -88,6 +91,7 @@ expect_out "the edit is caught as a checksum mismatch of manifest.json" \
   "checkpoint 'edited': manifest.json: checksum mismatch (COMPLETE records"
 expect_out "... and says what it means" "it was edited or damaged after the save"
 [ ! -e e.st ] && ok "nothing exported" || bad "an export was written" ""
+clean_after "manifest edited"
 # table: make tensor 1 start where tensor 0 does; empty it; then reseal
 # COMPLETE the way a save does, so only the table is wrong
 table_case() {
@@ -113,11 +117,13 @@ expect_out "overlap named with both tensors" \
   "checkpoint 'overlap': manifest.json: entry embedding/params: tensors overlap at elements [0, 256) (wpe.weight and wte.weight)"
 expect_exit 1 "inspect --verify with overlapping tensors" "$bin" ckpt inspect overlap --verify
 expect_out "inspect names the overlap" "tensors overlap at elements [0, 256) (wpe.weight and wte.weight)"
+clean_after "overlapping tensors"
 table_case empty empty
 expect_exit 1 "export with an empty tensor list" "$bin" export empty x.st
 expect_out "empty table: the uncovered unit named" \
   "checkpoint 'empty': manifest.json: entry embedding/params: elements [0, 4352) are in no tensor"
 [ ! -e o.st ] && [ ! -e x.st ] && ok "nothing exported from a bad table" || bad "an export was written" ""
+clean_after "empty tensor list"
 
 # -- 4. no COMPLETE marker: tools read it, warned; training never loads it
 cp -r "$ck" partial; rm partial/COMPLETE
@@ -131,16 +137,20 @@ expect_out "consolidate warns it may be partial" "$partial_warning"
 expect_exit 1 "resume from a checkpoint without COMPLETE" "$bin" run tiny.toml --set run.name=p \
   --set checkpoint.resume=partial
 expect_out "resume refuses it" "checkpoint 'partial': incomplete (no COMPLETE marker)"
+clean_after "resume without COMPLETE"
 
 # -- 5. FIFOs where files are read: an error at once, not a hang (bounded)
 mkfifo fifo.bin fifo.txt
 expect_exit 1 "a FIFO as data.train" timeout 20 "$bin" run tiny.toml --set data.train=fifo.bin
 expect_out "FIFO data file named" "data file 'fifo.bin': not a regular file (a FIFO)"
+clean_after "a FIFO as data.train"
 expect_exit 1 "a FIFO as the text to prepare" timeout 20 "$bin" data prepare fifo.txt f.bin
 expect_out "FIFO text file named" "text file 'fifo.txt': not a regular file (a FIFO)"
+clean_after "a FIFO as the text"
 cp -r "$ck" fifockpt; rm fifockpt/manifest.json; mkfifo fifockpt/manifest.json
 expect_exit 1 "a FIFO as a checkpoint's manifest" timeout 20 "$bin" ckpt inspect fifockpt
 expect_out "FIFO manifest named" "checkpoint 'fifockpt': manifest.json: not a regular file (a FIFO)"
+clean_after "a FIFO as a manifest"
 
 # -- 6. the token file truncated while training reads it: a clean error
 cp train.bin shrink.bin
@@ -153,6 +163,7 @@ set +e; wait $pid; e=$?; set -e
 out=$(cat shrink.log)
 [ $e = 1 ] && ok "truncated during training: exit 1" || bad "truncated during training: exit $e" "$out"
 expect_out "truncated during training: the file named" "data file 'shrink.bin': changed while in use: it now has 1100 bytes"
+clean_after "truncated during training"
 
 # -- a validation file shorter than one sequence: an error as for training
 head -c 10 text.txt > short.txt
@@ -161,6 +172,7 @@ expect_exit 1 "a run with a too-short val file" "$bin" run tiny.toml --set run.n
   --set data.val=short.bin --set train.eval_every=1
 expect_out "too-short val file named" \
   "data file 'short.bin': 10 tokens hold no full sequence of seq_len 16 (need at least 17 tokens)"
+clean_after "a too-short val file"
 
 # -- a link planted at the metrics file: refused, the linked-to file intact
 ln -s victim planted-metrics.jsonl
@@ -169,10 +181,12 @@ expect_exit 1 "a run whose metrics file is a planted link" "$bin" run tiny.toml 
 expect_out "metrics link named" \
   "opening metrics file 'planted-metrics.jsonl': a symbolic link, refused"
 intact "metrics"
+clean_after "a planted metrics link"
 
 # -- a FIFO as the config file: an error, never a hang
 mkfifo fifo.toml
 expect_exit 2 "a FIFO as the config file" timeout 20 "$bin" check fifo.toml
 expect_out "FIFO config named" \
   "cannot open config file 'fifo.toml': not a regular file (a FIFO)"
+clean_after "a FIFO as the config"
 finish

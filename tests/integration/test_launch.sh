@@ -99,8 +99,7 @@ if wait_for kill.log "[rank 0] step     2/" 30 && victim=$(rank_pid "$lpid" 1); 
   # (rank 0 may notice the death itself before the launcher stops it, so
   # "stopped the other 1 rank" is not asserted)
   expect_out "names the failed rank and signal" "dtrain: rank 1 failed (killed by SIGKILL)"
-  left=$(ls /dev/shm | grep -F "dtrain-$job" || true)
-  if [ -z "$left" ]; then ok "no /dev/shm/dtrain-$job* left"; else bad "left: $left"; fi
+  after_fault "rank 1 killed" "$job" out "" ""
 else
   kill -KILL "$lpid" 2>/dev/null || true
   bad "killed-rank run did not reach step 2" "$(cat kill.log)"
@@ -132,7 +131,7 @@ if printf '%s\n' "$out" | tail -n 1 | grep -qE "^dtrain: rank [01] failed \(exit
 
 # ---- SIGTERM to the launcher stops every rank ----
 cp tiny.toml "sigterm-$tag.toml"
-"$bin" run "sigterm-$tag.toml" --set launch.nproc=2 --set run.name=term \
+DTRAIN_JOB_ID=$tag-term "$bin" run "sigterm-$tag.toml" --set launch.nproc=2 --set run.name=term \
   --set train.steps=1000000 > term.log 2>&1 & lpid=$!
 if wait_for term.log "[rank 0] step     2/" 30; then
   kill -TERM "$lpid"
@@ -143,6 +142,7 @@ if wait_for term.log "[rank 0] step     2/" 30; then
   expect_out "SIGTERM summary" "dtrain: stopped by SIGTERM"
   if pgrep -f "sigterm-$tag" >/dev/null; then bad "ranks left running" "$(pgrep -af "sigterm-$tag")"
   else ok "no rank left after SIGTERM"; fi
+  after_fault "SIGTERM" "$tag-term" out "" ""
 else
   kill -KILL "$lpid" 2>/dev/null || true
   bad "SIGTERM run did not reach step 2" "$(cat term.log)"

@@ -12,8 +12,12 @@
 #  - failures: configs that differ between ranks, a peer that never
 #    arrives, a rank killed in the middle of a checkpoint write, a rank
 #    whose disk fills: clear errors and the previous checkpoint intact.
+# PART (4th argument) "main" runs everything but the failures, "faults" only
+# the failures (ctest's integration.multirank_faults, label faults); each
+# failure ends with after_fault's post-conditions (lib.sh).
 set -euo pipefail
 bin=$1 work=$2 fakes=$3   # fakes: the fake plugins' folder (a strategy without plan presets)
+part=${4:-all}
 . "$(dirname "$0")/lib.sh"
 py=/usr/bin/python3
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
@@ -41,6 +45,7 @@ timeout = 30.0
 threads = 1
 T
 
+if [ "$part" != faults ]; then   # (not indented: the main part is most of the file)
 cat > cmp.py <<'P'
 import json, struct, sys
 import numpy as np
@@ -226,7 +231,10 @@ expect_out "the preset replaces the file's shape" "1557.61M parameters"
 expect_exit 2 "plan: bad --world" "$bin" plan eq.toml --world 0
 expect_out "plan: --world explained" "--world 0 is not a rank count"
 
+fi   # part != faults
+
 # ---- failures ---------------------------------------------------------------
+if [ "$part" != main ]; then
 set +e
 job="mm$$"
 DTRAIN_RANK=0 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=0 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
@@ -241,6 +249,7 @@ if [ $e0 = 2 ] && [ $e1 = 2 ]; then ok "differing configs: both ranks exit 2"
 else bad "differing configs: exits $e0 and $e1, expected 2" "$out"; fi
 expect_out "the differing key is named with both values" \
   "rank 1: train.lr = 0.001 (--set; rank 0: 0.003)"
+after_fault "differing configs" "$job" "" "" "" rank0.log rank1.log
 
 set +e
 out=$(DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 \
@@ -248,6 +257,7 @@ out=$(DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 
 set -e
 [ $e = 1 ] && ok "a peer that never arrives: exit 1" || bad "lonely rank: exit $e, expected 1" "$out"
 expect_out "the missing rank is named" "waiting for rank 0 of 2"
+after_fault "a peer that never arrives" "alone$$" "" "" ""
 
 # A rank killed in the middle of writing its shard of the step-4
 # checkpoint (it stops itself where its byte budget runs out; the test
@@ -269,6 +279,7 @@ if has_test_hooks "$bin"; then
   done
   if [ "$(ps -o stat= -p $p1 2>/dev/null | cut -c1)" = T ]; then ok "rank 1 stopped mid-write"
   else bad "rank 1 never reached the fault point" "$(cat rank1.log)"; fi
+  sums=$(ckpt_sums out/k/ckpt/step-00000002)   # step 2 is complete: rank 1 writes step 4
   kill -KILL $p1 2>/dev/null || true
   set +e; { wait $p1; } 2>/dev/null; wait $p0; e0=$?; set -e
   out=$(cat rank0.log)
@@ -279,6 +290,8 @@ if has_test_hooks "$bin"; then
      ! ls -d out/k/ckpt/*.tmp >/dev/null 2>&1; then
     ok "step 2 complete, no step 4, no temporary directory left"
   else bad "checkpoint folder after the kill" "$(ls -la out/k/ckpt)"; fi
+  after_fault "a rank killed mid-write" "$job" out/k/ckpt out/k/ckpt/step-00000002 "$sums" \
+    rank0.log
   if ranks 2 eq.toml --set train.micro_batch=4 --set run.name=k --set train.steps=6 \
        --set checkpoint.resume=latest; then ok "the previous checkpoint loads and training finishes"
   else bad "resume after the kill failed" "$(cat rank*.log)"; fi
@@ -288,18 +301,23 @@ else
   skip "a rank killed mid-write" "test hooks (DTRAIN_FAULT_*) compiled out of $bin"
 fi
 
-# A rank whose disk fills while writing: every rank fails cleanly.
+# A rank whose disk fills while writing: every rank fails cleanly.  Step 2
+# is saved by a run of its own first, so its checksums are known before the
+# fault; the faulty run resumes from it.
 if has_test_hooks "$bin"; then
+  ranks 2 eq.toml --set train.micro_batch=4 --set run.name=f --set train.steps=2 \
+    --set checkpoint.every=2 || bad "disk full: the run saving step 2 failed" "$(cat rank*.log)"
+  sums=$(ckpt_sums out/f/ckpt/step-00000002)
   job="full$$"
   DTRAIN_RANK=0 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=0 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
     "$bin" run eq.toml --set train.micro_batch=4 --set run.name=f --set train.steps=4 \
-    --set checkpoint.every=2 >rank0.log 2>&1 &
+    --set checkpoint.every=2 --set checkpoint.resume=latest >rank0.log 2>&1 &
   p0=$!
-  set +e
-  DTRAIN_FAULT_WRITE_AFTER_BYTES=300000 \
+  set +e   # a shard of step 4 is more than 150000 bytes (step 2 and half of step 4 were not)
+  DTRAIN_FAULT_WRITE_AFTER_BYTES=100000 \
   DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
     "$bin" run eq.toml --set train.micro_batch=4 --set run.name=f --set train.steps=4 \
-    --set checkpoint.every=2 >rank1.log 2>&1
+    --set checkpoint.every=2 --set checkpoint.resume=latest >rank1.log 2>&1
   e1=$?; wait $p0; e0=$?
   set -e
   out=$(cat rank0.log rank1.log)
@@ -309,9 +327,9 @@ if has_test_hooks "$bin"; then
   expect_out "rank 0 names the failing rank" "rank 1 failed writing its shard"
   [ -f out/f/ckpt/step-00000002/COMPLETE ] && [ ! -e out/f/ckpt/step-00000004 ] &&
     ok "disk full: step 2 intact, step 4 never appears" || bad "disk full: folder" "$(ls out/f/ckpt)"
+  after_fault "disk full" "$job" out/f/ckpt out/f/ckpt/step-00000002 "$sums" rank0.log rank1.log
 else
   skip "a rank whose disk fills" "test hooks (DTRAIN_FAULT_*) compiled out of $bin"
 fi
-ls /dev/shm/dtrain-kill$$* /dev/shm/dtrain-full$$* >/dev/null 2>&1 &&
-  bad "shared memory left behind" "$(ls /dev/shm)" || ok "no shared memory left behind by the failed jobs"
+fi   # part != main
 finish

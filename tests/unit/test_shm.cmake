@@ -7,3 +7,8 @@ set_tests_properties(unit.test_shm PROPERTIES TIMEOUT 240 LABELS "unit;comm")
 add_test(NAME unit.test_shm_portable COMMAND test_shm)
 set_tests_properties(unit.test_shm_portable PROPERTIES TIMEOUT 240 LABELS "unit;comm"
   ENVIRONMENT "CMOCKA_MESSAGE_OUTPUT=STDOUT;DTRAIN_SHM_PORTABLE_KERNELS=1")
+# The planted-segment cases alone (a foreign owner, links, a corrupt or
+# stale header at the job's name), for the fault-injection suite.
+add_test(NAME unit.test_shm_planted COMMAND test_shm)
+set_tests_properties(unit.test_shm_planted PROPERTIES TIMEOUT 120 LABELS "comm;faults"
+  ENVIRONMENT "CMOCKA_MESSAGE_OUTPUT=STDOUT;DT_TEST_FILTER=test_planted_*")

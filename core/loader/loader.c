@@ -240,6 +240,13 @@ static uint32_t any_major(lt_dlhandle h, int kind)
     return 0;
 }
 
+/* Whether `info`'s struct_size covers the whole info block: before that
+ * is known, only abi_major, abi_minor and struct_size may be read. */
+static int info_block_present(const dt_plugin_info_t *info)
+{
+    return info->struct_size >= sizeof(dt_plugin_info_t);
+}
+
 /* "built against a newer minor" (debug): methods past ours go unused. */
 static void log_newer_minor(const char *subj, const dt_plugin_info_t *info,
                             const dt_abi_layout_t *lay, uint32_t major)
@@ -366,6 +373,14 @@ static int probe_and_check(int kind, const char *name, const char *path,
     const dt_plugin_info_t *info = table;
     const dt_abi_layout_t *lay = dt_abi_layout(kind, m);
 
+    /* struct_size first: until it says the info block is there, only the
+     * three fields every table starts with may be read. */
+    if (!info_block_present(info))
+        return dt_err_set(DT_ERR_ABI, "%s: entry %s returns a table of %u "
+                          "bytes (info.struct_size), too small for the info "
+                          "block every table starts with (%zu bytes)", subj,
+                          sym, (unsigned)info->struct_size,
+                          sizeof(dt_plugin_info_t));
     if (info->kind != (uint32_t)kind) {
         const char *ik = dt_kind_name((int)info->kind);
         return dt_err_set(DT_ERR_ABI, "%s: entry %s returns a table of kind "
@@ -698,8 +713,9 @@ static void probe_listing(dt_plugin_listing_t *L, const char *name,
     if (info) {
         L->abi_major = info->abi_major;
         L->abi_minor = info->abi_minor;
-        put(L->version, sizeof L->version, "%s",
-                 info->version ? info->version : "");
+        if (info_block_present(info))
+            put(L->version, sizeof L->version, "%s",
+                info->version ? info->version : "");
     }
     dt_plugin_t *p = NULL;
     if (load_file(L->kind, name, path, &p) == DT_OK) {

@@ -463,8 +463,7 @@ static void unload_locked(dt_plugin_t *p)
     free(box);
 }
 
-/* Plugin names become file names and config table names. */
-static int name_ok(const char *name)
+int dt_plugin_name_ok(const char *name)
 {
     size_t n = name ? strlen(name) : 0;
     if (n == 0 || n >= sizeof(((dt_plugin_t *)0)->name))
@@ -496,7 +495,7 @@ int dt_plugin_open(const dt_search_path_t *sp, int kind, const char *name,
     if (!sp)
         return dt_err_set(DT_ERR_INVALID, "loading %s plugin '%s': no search "
                           "path", kn, name ? name : "(null)");
-    if (!name_ok(name))
+    if (!dt_plugin_name_ok(name))
         return dt_err_set(DT_ERR_INVALID, "%s plugin name '%s' is not valid "
                           "(1 to 63 letters, digits, '_' or '-')", kn,
                           name ? name : "(null)");

@@ -147,25 +147,36 @@ static void test_plugin_errors(void **state)
     assert_msg(want);
     assert_null(r.plugin[DT_ROLE_COMM]);
 
-    /* not installed: a config error naming the key, or the caller's words */
+    /* not installed: a config error naming where the value came from (the
+     * --set as typed, not the file), or the caller's words */
     assert_ok(dt_resolve_set(&r, "run.comm=nope"));
     assert_status(dt_resolve_plugin(&r, DT_ROLE_COMM, NULL, NULL), DT_ERR_CONFIG);
-    snprintf(want, sizeof want, "%s: run.comm = \"nope\": comm plugin 'nope' not found "
-             "in: " DT_FAKE_PLUGIN_DIR ", ", path);
-    assert_msg_starts(want);
+    assert_msg_starts("--set run.comm=nope: comm plugin 'nope' not found in: "
+                      DT_FAKE_PLUGIN_DIR ", ");
+    /* a name no plugin can have is the config's fault too (exit 2) */
+    assert_ok(dt_resolve_set(&r, "parallel.data=../../x"));
+    assert_status(dt_resolve_plugin(&r, DT_ROLE_DATA, NULL, NULL), DT_ERR_CONFIG);
+    assert_msg("--set parallel.data=../../x: strategy plugin name '../../x' is not "
+               "valid (1 to 63 letters, digits, '_' or '-')");
     assert_status(dt_resolve_plugin(&r, DT_ROLE_COMM, "nope", "--comm nope"),
                   DT_ERR_CONFIG);
     assert_msg_starts("--comm nope: comm plugin 'nope' not found in: ");
     /* the rest of the resolve is still usable */
     assert_ok(dt_resolve_set(&r, "parallel.data=none"));
     assert_status(dt_resolve_plugin(&r, DT_ROLE_DATA, NULL, NULL), DT_ERR_CONFIG);
-    snprintf(want, sizeof want, "%s: parallel.data = \"none\": a data-parallel strategy is "
-             "required to hold parameters (use \"ddp\", which is exact for one process)",
-             path);
-    assert_msg(want);
+    assert_msg("--set parallel.data=none: a data-parallel strategy is required to hold "
+               "parameters (use \"ddp\", which is exact for one process)");
     assert_ok(dt_resolve_set(&r, "run.device="));
     assert_status(dt_resolve_plugin(&r, DT_ROLE_DEVICE, NULL, NULL), DT_ERR_CONFIG);
-    snprintf(want, sizeof want, "%s: run.device is empty: name a device plugin", path);
+    assert_msg("--set run.device=: run.device is empty: name a device plugin");
+    dt_resolved_free(&r);
+
+    /* written in the file: its line and the value as written */
+    assert_ok(dt_resolve_core(config("", "[parallel]\ndata = \"../x\"\n"), NULL, 0, &r));
+    assert_status(dt_resolve_plugin(&r, DT_ROLE_COMM, NULL, NULL), DT_OK);
+    assert_status(dt_resolve_plugin(&r, DT_ROLE_DATA, NULL, NULL), DT_ERR_CONFIG);
+    snprintf(want, sizeof want, "%s:5: parallel.data = \"../x\": strategy plugin name "
+             "'../x' is not valid (1 to 63 letters, digits, '_' or '-')", path);
     assert_msg(want);
     dt_resolved_free(&r);
 }

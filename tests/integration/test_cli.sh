@@ -51,6 +51,18 @@ printf '[run]\ncomm = "self"\n[parallel]\ndata = "zero9"\n' > plugin.toml
 expect_exit 2 "unknown strategy plugin" "$bin" check plugin.toml
 expect_out "plugin not found names where it looked" "not found in"
 
+# a bad plugin name or run name is the config's fault (2), blamed where it
+# was written: the --set as typed, or file:line
+expect_exit 2 "invalid plugin name from --set" "$bin" check plugin.toml --set parallel.data=../../x
+expect_out "invalid plugin name located" "dtrain check: error: --set parallel.data=../../x: strategy plugin name '../../x' is not valid (1 to 63 letters, digits, '_' or '-')"
+expect_exit 2 "unknown plugin from --set" "$bin" check plugin.toml --set run.comm=shmm
+expect_out "--set blamed, not the file" "dtrain check: error: --set run.comm=shmm: comm plugin 'shmm' not found in: "
+expect_exit 2 "unknown plugin from the file" "$bin" check plugin.toml
+expect_out "file line blamed" "dtrain check: error: plugin.toml:4: parallel.data = \"zero9\": strategy plugin 'zero9' not found in: "
+printf '[run]\ncomm = "self"\nname = "../../x"\n' > name.toml
+expect_exit 2 "run.name outside out_dir" "$bin" check name.toml
+expect_out "run.name refused" "dtrain check: error: name.toml:3: run.name = \"../../x\": run.name must be a plain name, 1 to 64 letters, digits, '.', '_' or '-', not \".\" or \"..\" (it names the folder <run.out_dir>/<run.name>)"
+
 printf '[run]\nname = "ok"\ncomm = "self"\n[train]\nsteps = 7\n' > good.toml
 expect_exit 0 "valid config" "$bin" check good.toml --set train.lr=0.01 --set optimizer.type=sgd
 expect_out "file origin shown" "steps = 7"

@@ -181,6 +181,36 @@ static void test_plugin_errors(void **state)
     dt_resolved_free(&r);
 }
 
+/* run.name is a folder under out_dir: only a plain name, refused at the
+ * core stage with where it was written. */
+static void test_run_name(void **state)
+{
+    dt_resolved_t r;
+    const char *bad[] = {"run.name=../../x"};
+    assert_status(dt_resolve_core(config("", ""), bad, 1, &r), DT_ERR_CONFIG);
+    assert_msg("--set run.name=../../x: run.name must be a plain name, 1 to 64 letters, "
+               "digits, '.', '_' or '-', not \".\" or \"..\" (it names the folder "
+               "<run.out_dir>/<run.name>)");
+    assert_status(dt_resolve_core(config("name = \"..\"\n", ""), NULL, 0, &r), DT_ERR_CONFIG);
+    char want[512];
+    snprintf(want, sizeof want, "%s:4: run.name = \"..\": run.name must be a plain name, 1 "
+             "to 64 letters, digits, '.', '_' or '-', not \".\" or \"..\" (it names the "
+             "folder <run.out_dir>/<run.name>)", path);
+    assert_msg(want);
+    char long_name[80] = "run.name=";
+    memset(long_name + 9, 'a', 65);
+    const char *too_long[] = {long_name};
+    assert_status(dt_resolve_core(config("", ""), too_long, 1, &r), DT_ERR_CONFIG);
+    assert_msg_has(": run.name must be a plain name, 1 to 64 letters");
+    long_name[9 + 64] = '\0'; /* 64 characters: allowed, as is a dot inside */
+    const char *ok[] = {long_name, "run.name=gpt2.v1-b_2"};
+    assert_ok(dt_resolve_core(config("", ""), ok, 1, &r));
+    dt_resolved_free(&r);
+    assert_ok(dt_resolve_core(config("", ""), ok + 1, 1, &r));
+    assert_string_equal(r.set.run.name, "gpt2.v1-b_2");
+    dt_resolved_free(&r);
+}
+
 static void test_every_stage(void **state)
 {
     /* cpu and ddp come from the build tree, after run.plugin_path */
@@ -215,6 +245,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_plugin_stage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plugin_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_every_stage, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_name, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,6 +23,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_io.h"
 #include "train/consistency.h"
+#include "setup/output_dir.h"
 #include "data/data.h"
 #include "util/fileutil.h"
 #include "model/model.h"
@@ -628,7 +629,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     R.r = r;
     R.set = &r->set;
     R.metrics_path = opts && opts->metrics_path ? opts->metrics_path : r->set.run.metrics;
-    int rc = DT_OK;
+    int rc = dt_setup_output_dir(&r->set);
     for (size_t i = 0; i < sizeof stages / sizeof stages[0] && rc == DT_OK; i++)
         rc = stages[i](&R);
     run_free(&R);

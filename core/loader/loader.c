@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "loader/abi_tables.h"
 #include "loader/host_services.h"
@@ -477,6 +478,59 @@ int dt_plugin_name_ok(const char *name)
     return 1;
 }
 
+/* ------------------------------------------------- loose permissions -- */
+
+/* Folders already warned about (loader_lock held): once per folder. */
+static char warned[DT_MAX_SEARCH][256];
+static size_t n_warned;
+
+/* Why `st` lets someone other than us (or root) change what is loaded, or
+ * "" when it does not: "writable by group and others (mode 0777)", "owned
+ * by uid 1234 (mode 0755)". */
+static void loose_why(const struct stat *st, char *buf, size_t cap)
+{
+    unsigned mode = (unsigned)st->st_mode & 07777;
+    const char *w = (st->st_mode & S_IWGRP) && (st->st_mode & S_IWOTH) ? "group and others"
+                    : (st->st_mode & S_IWGRP)                          ? "group"
+                    : (st->st_mode & S_IWOTH)                          ? "others"
+                                                                       : NULL;
+    buf[0] = '\0';
+    if (w)
+        snprintf(buf, cap, "writable by %s (mode %04o)", w, mode);
+    else if (st->st_uid != 0 && st->st_uid != geteuid())
+        snprintf(buf, cap, "owned by uid %u, not by this user or root (mode %04o)",
+                 (unsigned)st->st_uid, mode);
+}
+
+/* Warn, as ssh does for keys, when the folder `dir` or the module `path`
+ * found in it could be replaced by another user: code loaded from there
+ * runs as us.  Loading goes on (shared setups may mean it); once per
+ * folder.  Caller holds loader_lock. */
+static void warn_loose(int kind, const char *name, const char *dir, const char *path)
+{
+    for (size_t i = 0; i < n_warned; i++)
+        if (strcmp(warned[i], dir) == 0)
+            return;
+    struct stat st;
+    char why[160];
+    const char *what = "plugin folder", *where = dir;
+    why[0] = '\0';
+    if (stat(dir, &st) == 0)
+        loose_why(&st, why, sizeof why);
+    if (!why[0] && stat(path, &st) == 0) {
+        loose_why(&st, why, sizeof why);
+        what = "plugin file";
+        where = path;
+    }
+    if (!why[0])
+        return;
+    if (n_warned < DT_MAX_SEARCH)
+        snprintf(warned[n_warned++], sizeof warned[0], "%s", dir);
+    dt_log(DT_LOG_WARN, "loader", "warning: %s %s is %s: another user could replace the "
+           "%s plugin '%s' loaded from it (chmod go-w, or move it)", what, where, why,
+           dt_kind_name(kind), name);
+}
+
 static int file_exists(const char *path)
 {
     struct stat st;
@@ -510,6 +564,7 @@ int dt_plugin_open(const dt_search_path_t *sp, int kind, const char *name,
          * then fails: silently loading a different copy would hide it. */
         if (w > 0 && (size_t)w < sizeof path && file_exists(path)) {
             found = 1;
+            warn_loose(kind, name, sp->dirs[i], path);
             rc = load_file(kind, name, path, out);
         }
     }

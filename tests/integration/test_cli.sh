@@ -73,6 +73,20 @@ expect_out "--set origin shown" "# --set"
 expect_exit 2 "--set with a misspelt key" "$bin" check good.toml --set train.stpes=3
 expect_out "--set did-you-mean" "did you mean 'steps'"
 
+# plugins from a folder another user can write are loaded with a warning
+# (once per folder), as ssh warns about loose key permissions
+plugdir=$(dirname "$bin")/plugins-out
+mkdir -p loose; cp "$plugdir/dtrain_self.so" loose/; chmod 0777 loose
+expect_exit 0 "plugin from a world-writable folder still loads" env DTRAIN_PLUGIN_PATH="$PWD/loose" "$bin" check good.toml
+expect_out "world-writable folder warned" "[rank ?] loader: warning: plugin folder $PWD/loose is writable by group and others (mode 0777): another user could replace the comm plugin 'self' loaded from it (chmod go-w, or move it)"
+[ "$(grep -c 'plugin folder' <<<"$out")" = 1 ] && ok "warned once" || bad "warned once" "$out"
+chmod 0755 loose; chmod 0666 loose/dtrain_self.so
+expect_exit 0 "plugin file writable by others" env DTRAIN_PLUGIN_PATH="$PWD/loose" "$bin" check good.toml
+expect_out "writable plugin file warned" "[rank ?] loader: warning: plugin file $PWD/loose/dtrain_self.so is writable by group and others (mode 0666): another user"
+chmod 0644 loose/dtrain_self.so
+expect_exit 0 "a tight folder" env DTRAIN_PLUGIN_PATH="$PWD/loose" "$bin" check good.toml
+case $out in *warning*) bad "no warning for a tight folder" "$out";; *) ok "no warning for a tight folder";; esac
+
 expect_exit 0 "plugins lists" "$bin" plugins
 expect_out "plugins table header" "NAME"
 expect_exit 0 "env reports" "$bin" env

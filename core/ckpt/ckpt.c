@@ -532,10 +532,20 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
         rc = dt_ckpt_prune(root, (uint32_t)set->checkpoint.keep);
     goto done;
 fail:
-    if (w->rank == 0)
+    if (w->rank == 0) {
         dt_ckpt_abort(root, (uint64_t)step);
-    dt_err_context(rc, "saving checkpoint of step %lld (the previous checkpoint is intact)",
-                   (long long)step);
+        /* "intact" only when there is one: the first save has none; looking
+         * must not replace the reason the save failed */
+        char why[DT_ERR_MAX], last[4096];
+        snprintf(why, sizeof why, "%s", dt_last_error());
+        int have = dt_ckpt_latest(root, last, sizeof last, NULL) == DT_OK;
+        dt_err_set(rc, "%s", why);
+        dt_err_context(rc, "saving checkpoint of step %lld (%s)", (long long)step,
+                       have ? "the previous checkpoint is intact"
+                            : "there is no earlier checkpoint to fall back on");
+    } else {
+        dt_err_context(rc, "saving checkpoint of step %lld", (long long)step);
+    }
 done:
     free(segs);
     free(all);

@@ -214,7 +214,7 @@ static void preset_sets(const char *preset, char buf[6][96], const char **sets, 
 
 /* Select the variant on the one resolved config (its strategy and that
  * strategy's settings) and load what the config then selects. */
-static int select_variant(dt_resolved_t *r, const variant_t *v)
+static int select_variant(dt_resolved_t *r, const variant_t *v, const char *own)
 {
     if (v->err[0])
         return dt_err_set(DT_ERR_INVALID, "%s", v->err);
@@ -223,6 +223,13 @@ static int select_variant(dt_resolved_t *r, const variant_t *v)
     int rc = dt_resolve_set(r, data);
     for (int k = 0; rc == DT_OK && k < v->n_sets; k++)
         rc = dt_resolve_set(r, v->sets[k]);
+    /* the config's own strategy is blamed where the config names it; a row
+     * plan added is plan's, never a --set the user did not give */
+    char by[160];
+    snprintf(by, sizeof by, "dtrain plan's row for strategy '%s'", v->plugin);
+    if (rc == DT_OK)
+        rc = dt_resolve_plugin(r, DT_ROLE_DATA, NULL,
+                               strcmp(v->plugin, own) == 0 ? NULL : by);
     return rc ? rc : dt_resolve_plugins(r);
 }
 
@@ -296,11 +303,13 @@ int dt_cmd_plan(int argc, char **argv)
         return dt_cli_fail("plan", rc);
     }
     const variant_t *variants = vs.v;
+    char own[96];
+    snprintf(own, sizeof own, "%s", r.set.parallel.data ? r.set.parallel.data : "");
     dt_model_t *m = NULL;
     int planned = 0, first_rc = DT_OK;
     for (size_t i = 0; i < vs.n; i++) {
         dt_estimate_t e = {.struct_size = sizeof(dt_estimate_t)};
-        rc = select_variant(&r, &variants[i]);
+        rc = select_variant(&r, &variants[i], own);
         if (rc == DT_OK && !m &&
             (rc = dt_model_create(r.cfg, r.plugin[DT_ROLE_DEVICE]->ops, &m)) == DT_OK)
             print_header(&r, m, world);

@@ -1149,6 +1149,36 @@ dt_origin_t dt_config_origin(const dt_config_t *c, const char *path)
     return v ? v->origin : DT_ORIGIN_DEFAULT;
 }
 
+void dt_config_where(const dt_config_t *c, const char *path, char *buf,
+                     size_t cap)
+{
+    const cval_t *v = lookup(c, path);
+    const char *dot = path ? strchr(path, '.') : NULL;
+    const override_t *o = NULL;
+    if (v && v->origin == DT_ORIGIN_CLI && dot) {
+        char table[256];
+        snprintf(table, sizeof table, "%.*s", (int)(dot - path), path);
+        o = find_override(c, table, dot + 1);
+    }
+    if (o) {
+        snprintf(buf, cap, "--set %s", o->assign);
+        return;
+    }
+    char val[512] = "";
+    if (v) {
+        sink_t s = {.mode = SINK_BUF, .buf = val, .cap = sizeof val};
+        sink_value(&s, v);
+    }
+    if (v && v->origin == DT_ORIGIN_FILE) {
+        char loc[1100];
+        fmt_loc(c, v->line, 0, loc, sizeof loc);
+        snprintf(buf, cap, "%s: %s = %s", loc, path, val);
+    } else {
+        snprintf(buf, cap, "%s = %s (%s)", path ? path : "(null)", val,
+                 dt_config_origin_name(v ? v->origin : DT_ORIGIN_DEFAULT));
+    }
+}
+
 const char *dt_config_origin_name(dt_origin_t o)
 {
     switch (o) {

@@ -81,6 +81,11 @@ int dt_config_get_string(const dt_config_t *c, const char *path,
                          const char **out);
 /* Where "table.key" came from; DT_ORIGIN_DEFAULT when unknown. */
 dt_origin_t dt_config_origin(const dt_config_t *c, const char *path);
+/* Where "table.key" came from and what it is, for messages that blame a
+ * value: "--set run.comm=shmm" (as typed), "run.toml:3: run.comm = \"shmm\""
+ * (its line in the file), or "run.comm = \"shm\" (default)" ("derived"). */
+void dt_config_where(const dt_config_t *c, const char *path, char *buf,
+                     size_t cap);
 /* "file", "--set", "derived" or "default". */
 const char *dt_config_origin_name(dt_origin_t o);
 

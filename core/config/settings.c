@@ -86,6 +86,28 @@ static int read_field(const dt_config_t *cfg, const struct field *f, dt_settings
     }
 }
 
+/* run.name names the folder <out_dir>/<name>: a plain name, so outputs
+ * cannot land outside out_dir ("../../x") or in it ("."). */
+static int check_run_name(const dt_config_t *cfg, const char *name)
+{
+    size_t n = strlen(name);
+    int ok = n > 0 && n <= DT_RUN_NAME_MAX && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        char c = name[i];
+        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '.' || c == '_' || c == '-';
+    }
+    if (ok)
+        return DT_OK;
+    char where[1400];
+    dt_config_where(cfg, "run.name", where, sizeof where);
+    return dt_err_set(DT_ERR_CONFIG,
+                      "%s: run.name must be a plain name, 1 to %d letters, digits, '.', "
+                      "'_' or '-', not \".\" or \"..\" (it names the folder "
+                      "<run.out_dir>/<run.name>)",
+                      where, DT_RUN_NAME_MAX);
+}
+
 int dt_settings_read(const dt_config_t *cfg, dt_settings_t *out)
 {
     dt_settings_t s;
@@ -95,6 +117,8 @@ int dt_settings_read(const dt_config_t *cfg, dt_settings_t *out)
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if ((rc = read_field(cfg, &fields[i], &s)))
             return rc;
+    if ((rc = check_run_name(cfg, s.run.name)))
+        return rc;
     const char *decay, *opt;
     if ((rc = dt_config_get_string(cfg, "train.decay", &decay)) ||
         (rc = dt_config_get_string(cfg, "optimizer.type", &opt)))

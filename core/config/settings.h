@@ -24,8 +24,12 @@ typedef enum dt_lr_decay {
     DT_DECAY_CONSTANT = 2
 } dt_lr_decay_t;
 
+/* The longest run.name: a plain name ([A-Za-z0-9._-], not "." or "..")
+ * that names the folder <run.out_dir>/<run.name>. */
+#define DT_RUN_NAME_MAX 64
+
 typedef struct dt_run_settings {
-    const char *name;
+    const char *name;        /* checked: a plain name (DT_RUN_NAME_MAX) */
     int64_t seed;
     const char *out_dir;
     const char *plugin_path; /* ':'-separated folders; "" = none */

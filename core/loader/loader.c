@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "loader/abi_tables.h"
 #include "loader/host_services.h"
@@ -240,6 +241,13 @@ static uint32_t any_major(lt_dlhandle h, int kind)
     return 0;
 }
 
+/* Whether `info`'s struct_size covers the whole info block: before that
+ * is known, only abi_major, abi_minor and struct_size may be read. */
+static int info_block_present(const dt_plugin_info_t *info)
+{
+    return info->struct_size >= sizeof(dt_plugin_info_t);
+}
+
 /* "built against a newer minor" (debug): methods past ours go unused. */
 static void log_newer_minor(const char *subj, const dt_plugin_info_t *info,
                             const dt_abi_layout_t *lay, uint32_t major)
@@ -366,6 +374,14 @@ static int probe_and_check(int kind, const char *name, const char *path,
     const dt_plugin_info_t *info = table;
     const dt_abi_layout_t *lay = dt_abi_layout(kind, m);
 
+    /* struct_size first: until it says the info block is there, only the
+     * three fields every table starts with may be read. */
+    if (!info_block_present(info))
+        return dt_err_set(DT_ERR_ABI, "%s: entry %s returns a table of %u "
+                          "bytes (info.struct_size), too small for the info "
+                          "block every table starts with (%zu bytes)", subj,
+                          sym, (unsigned)info->struct_size,
+                          sizeof(dt_plugin_info_t));
     if (info->kind != (uint32_t)kind) {
         const char *ik = dt_kind_name((int)info->kind);
         return dt_err_set(DT_ERR_ABI, "%s: entry %s returns a table of kind "
@@ -448,8 +464,7 @@ static void unload_locked(dt_plugin_t *p)
     free(box);
 }
 
-/* Plugin names become file names and config table names. */
-static int name_ok(const char *name)
+int dt_plugin_name_ok(const char *name)
 {
     size_t n = name ? strlen(name) : 0;
     if (n == 0 || n >= sizeof(((dt_plugin_t *)0)->name))
@@ -461,6 +476,59 @@ static int name_ok(const char *name)
             return 0;
     }
     return 1;
+}
+
+/* ------------------------------------------------- loose permissions -- */
+
+/* Folders already warned about (loader_lock held): once per folder. */
+static char warned[DT_MAX_SEARCH][256];
+static size_t n_warned;
+
+/* Why `st` lets someone other than us (or root) change what is loaded, or
+ * "" when it does not: "writable by group and others (mode 0777)", "owned
+ * by uid 1234 (mode 0755)". */
+static void loose_why(const struct stat *st, char *buf, size_t cap)
+{
+    unsigned mode = (unsigned)st->st_mode & 07777;
+    const char *w = (st->st_mode & S_IWGRP) && (st->st_mode & S_IWOTH) ? "group and others"
+                    : (st->st_mode & S_IWGRP)                          ? "group"
+                    : (st->st_mode & S_IWOTH)                          ? "others"
+                                                                       : NULL;
+    buf[0] = '\0';
+    if (w)
+        snprintf(buf, cap, "writable by %s (mode %04o)", w, mode);
+    else if (st->st_uid != 0 && st->st_uid != geteuid())
+        snprintf(buf, cap, "owned by uid %u, not by this user or root (mode %04o)",
+                 (unsigned)st->st_uid, mode);
+}
+
+/* Warn, as ssh does for keys, when the folder `dir` or the module `path`
+ * found in it could be replaced by another user: code loaded from there
+ * runs as us.  Loading goes on (shared setups may mean it); once per
+ * folder.  Caller holds loader_lock. */
+static void warn_loose(int kind, const char *name, const char *dir, const char *path)
+{
+    for (size_t i = 0; i < n_warned; i++)
+        if (strcmp(warned[i], dir) == 0)
+            return;
+    struct stat st;
+    char why[160];
+    const char *what = "plugin folder", *where = dir;
+    why[0] = '\0';
+    if (stat(dir, &st) == 0)
+        loose_why(&st, why, sizeof why);
+    if (!why[0] && stat(path, &st) == 0) {
+        loose_why(&st, why, sizeof why);
+        what = "plugin file";
+        where = path;
+    }
+    if (!why[0])
+        return;
+    if (n_warned < DT_MAX_SEARCH)
+        snprintf(warned[n_warned++], sizeof warned[0], "%s", dir);
+    dt_log(DT_LOG_WARN, "loader", "warning: %s %s is %s: another user could replace the "
+           "%s plugin '%s' loaded from it (chmod go-w, or move it)", what, where, why,
+           dt_kind_name(kind), name);
 }
 
 static int file_exists(const char *path)
@@ -481,7 +549,7 @@ int dt_plugin_open(const dt_search_path_t *sp, int kind, const char *name,
     if (!sp)
         return dt_err_set(DT_ERR_INVALID, "loading %s plugin '%s': no search "
                           "path", kn, name ? name : "(null)");
-    if (!name_ok(name))
+    if (!dt_plugin_name_ok(name))
         return dt_err_set(DT_ERR_INVALID, "%s plugin name '%s' is not valid "
                           "(1 to 63 letters, digits, '_' or '-')", kn,
                           name ? name : "(null)");
@@ -496,6 +564,7 @@ int dt_plugin_open(const dt_search_path_t *sp, int kind, const char *name,
          * then fails: silently loading a different copy would hide it. */
         if (w > 0 && (size_t)w < sizeof path && file_exists(path)) {
             found = 1;
+            warn_loose(kind, name, sp->dirs[i], path);
             rc = load_file(kind, name, path, out);
         }
     }
@@ -698,8 +767,9 @@ static void probe_listing(dt_plugin_listing_t *L, const char *name,
     if (info) {
         L->abi_major = info->abi_major;
         L->abi_minor = info->abi_minor;
-        put(L->version, sizeof L->version, "%s",
-                 info->version ? info->version : "");
+        if (info_block_present(info))
+            put(L->version, sizeof L->version, "%s",
+                info->version ? info->version : "");
     }
     dt_plugin_t *p = NULL;
     if (load_file(L->kind, name, path, &p) == DT_OK) {

@@ -55,6 +55,11 @@ void dt_search_path_free(dt_search_path_t *sp);
 size_t dt_search_path_count(const dt_search_path_t *sp);
 const char *dt_search_path_dir(const dt_search_path_t *sp, size_t i);
 
+/* Whether `name` can name a plugin: 1 to 63 letters, digits, '_' or '-'
+ * (names become file names and config table names; dt_plugin_open refuses
+ * others with DT_ERR_INVALID). */
+int dt_plugin_name_ok(const char *name);
+
 /* Find plugin `name` of `kind` on `sp`, load it and check its ABI.  The
  * plugin has no host table yet (p->host is NULL): bind it before calling
  * into it.  Free with dt_plugin_unload. */

@@ -99,15 +99,16 @@ static int role_plugin_name(const dt_resolved_t *r, dt_role_t role, const char *
     }
     if (role == DT_ROLE_OFFLOAD && strcmp(v, "none") == 0)
         return DT_OK;
+    char where[1400];
+    dt_config_where(r->cfg, roles[role].key, where, sizeof where);
     if (role == DT_ROLE_DATA && strcmp(v, "none") == 0)
         return dt_err_set(DT_ERR_CONFIG,
-                          "%s: parallel.data = \"none\": a data-parallel strategy is "
-                          "required to hold parameters (use \"ddp\", which is exact "
-                          "for one process)",
-                          s->config_path);
+                          "%s: a data-parallel strategy is required to hold "
+                          "parameters (use \"ddp\", which is exact for one process)",
+                          where);
     if (!v[0])
-        return dt_err_set(DT_ERR_CONFIG, "%s: %s is empty: name a %s plugin",
-                          s->config_path, roles[role].key, roles[role].name);
+        return dt_err_set(DT_ERR_CONFIG, "%s: %s is empty: name a %s plugin", where,
+                          roles[role].key, roles[role].name);
     *name = v;
     return DT_OK;
 }
@@ -128,15 +129,19 @@ int dt_resolve_plugin(dt_resolved_t *r, dt_role_t role, const char *name,
     dt_plugin_t *p = NULL;
     rc = dt_plugin_open(r->search, roles[role].kind, name, &p);
     if (rc) {
-        /* naming a plugin that does not exist is a config error; one that
-         * exists but is broken is the installation's problem */
-        if (rc == DT_ERR_NOT_FOUND)
+        /* naming a plugin that does not exist, or by a name no plugin can
+         * have, is a config error; one that exists but is broken is the
+         * installation's problem */
+        if (rc == DT_ERR_NOT_FOUND || !dt_plugin_name_ok(name))
             rc = DT_ERR_CONFIG;
-        if (named_by)
+        if (named_by) {
             dt_err_context(rc, "%s", named_by);
-        else if (roles[role].key)
-            dt_err_context(rc, "%s: %s = \"%s\"", r->set.config_path, roles[role].key,
-                           name);
+        } else if (roles[role].key) {
+            /* blame the value where it was written: the file, or --set */
+            char where[1400];
+            dt_config_where(r->cfg, roles[role].key, where, sizeof where);
+            dt_err_context(rc, "%s", where);
+        }
         return rc;
     }
     /* the table is checked before the plugin gets a host table to read it */

@@ -25,6 +25,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_io.h"
 #include "train/consistency.h"
+#include "setup/output_dir.h"
 #include "data/data.h"
 #include "util/fileutil.h"
 #include "model/model.h"
@@ -688,7 +689,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     R.set = &r->set;
     R.ckpt_lock = -1;
     R.metrics_path = opts && opts->metrics_path ? opts->metrics_path : r->set.run.metrics;
-    int rc = DT_OK;
+    int rc = dt_setup_output_dir(&r->set);
     for (size_t i = 0; i < sizeof stages / sizeof stages[0] && rc == DT_OK; i++)
         rc = stages[i](&R);
     run_free(&R);

@@ -18,6 +18,10 @@
  *   FAKE_NEWER           built against a newer minor: abi_minor + 1 and a
  *                        larger struct with a slot this dtrain does not know
  *   FAKE_UNDEF           calls a function no library defines
+ *   FAKE_INFO_TINY       the entry returns a 12-byte table: abi_major,
+ *                        abi_minor and struct_size (4) only, no room for
+ *                        the rest of the info block (the loader must not
+ *                        read info.kind before it checked struct_size)
  *
  * The valid build's init reads its config key `init_fail`: "message" makes
  * init fail through host->set_error, "silent" without a message.  Its
@@ -282,7 +286,20 @@ typedef struct fake_ops_v1_1 {
 #define FAKE_ALL_REDUCE fake_all_reduce
 #endif
 
-#if defined(FAKE_NO_ENTRY)
+#if defined(FAKE_INFO_TINY)
+/* The three fields every table starts with, and nothing after them: an
+ * object of exactly that size, so reading past it is a sanitizer error. */
+static const struct {
+    uint32_t abi_major, abi_minor, struct_size;
+} fake_tiny = {1, DT_COMM_ABI_MINOR, 4};
+DT_PLUGIN_ENTRY(comm, 1, void, &fake_tiny)
+/* The methods exist (so the build has no unused functions) but nothing
+ * exported reaches them. */
+static const dt_comm_ops_v1_t fake_ops = FAKE_OPS(1, "0.1.0");
+const dt_comm_ops_v1_t *fake_unexported(void);
+const dt_comm_ops_v1_t *fake_unexported(void) { return &fake_ops; }
+
+#elif defined(FAKE_NO_ENTRY)
 /* Looks like a plugin, but nothing is exported. */
 static const dt_comm_ops_v1_t fake_ops = FAKE_OPS(1, "0.1.0");
 const dt_comm_ops_v1_t *fake_unexported(void);

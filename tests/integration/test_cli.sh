@@ -51,6 +51,18 @@ printf '[run]\ncomm = "self"\n[parallel]\ndata = "zero9"\n' > plugin.toml
 expect_exit 2 "unknown strategy plugin" "$bin" check plugin.toml
 expect_out "plugin not found names where it looked" "not found in"
 
+# a bad plugin name or run name is the config's fault (2), blamed where it
+# was written: the --set as typed, or file:line
+expect_exit 2 "invalid plugin name from --set" "$bin" check plugin.toml --set parallel.data=../../x
+expect_out "invalid plugin name located" "dtrain check: error: --set parallel.data=../../x: strategy plugin name '../../x' is not valid (1 to 63 letters, digits, '_' or '-')"
+expect_exit 2 "unknown plugin from --set" "$bin" check plugin.toml --set run.comm=shmm
+expect_out "--set blamed, not the file" "dtrain check: error: --set run.comm=shmm: comm plugin 'shmm' not found in: "
+expect_exit 2 "unknown plugin from the file" "$bin" check plugin.toml
+expect_out "file line blamed" "dtrain check: error: plugin.toml:4: parallel.data = \"zero9\": strategy plugin 'zero9' not found in: "
+printf '[run]\ncomm = "self"\nname = "../../x"\n' > name.toml
+expect_exit 2 "run.name outside out_dir" "$bin" check name.toml
+expect_out "run.name refused" "dtrain check: error: name.toml:3: run.name = \"../../x\": run.name must be a plain name, 1 to 64 letters, digits, '.', '_' or '-', not \".\" or \"..\" (it names the folder <run.out_dir>/<run.name>)"
+
 printf '[run]\nname = "ok"\ncomm = "self"\n[train]\nsteps = 7\n' > good.toml
 expect_exit 0 "valid config" "$bin" check good.toml --set train.lr=0.01 --set optimizer.type=sgd
 expect_out "file origin shown" "steps = 7"
@@ -60,6 +72,20 @@ expect_out "default origin shown" "# default"
 expect_out "--set origin shown" "# --set"
 expect_exit 2 "--set with a misspelt key" "$bin" check good.toml --set train.stpes=3
 expect_out "--set did-you-mean" "did you mean 'steps'"
+
+# plugins from a folder another user can write are loaded with a warning
+# (once per folder), as ssh warns about loose key permissions
+plugdir=$(dirname "$bin")/plugins-out
+mkdir -p loose; cp "$plugdir/dtrain_self.so" loose/; chmod 0777 loose
+expect_exit 0 "plugin from a world-writable folder still loads" env DTRAIN_PLUGIN_PATH="$PWD/loose" "$bin" check good.toml
+expect_out "world-writable folder warned" "[rank ?] loader: warning: plugin folder $PWD/loose is writable by group and others (mode 0777): another user could replace the comm plugin 'self' loaded from it (chmod go-w, or move it)"
+[ "$(grep -c 'plugin folder' <<<"$out")" = 1 ] && ok "warned once" || bad "warned once" "$out"
+chmod 0755 loose; chmod 0666 loose/dtrain_self.so
+expect_exit 0 "plugin file writable by others" env DTRAIN_PLUGIN_PATH="$PWD/loose" "$bin" check good.toml
+expect_out "writable plugin file warned" "[rank ?] loader: warning: plugin file $PWD/loose/dtrain_self.so is writable by group and others (mode 0666): another user"
+chmod 0644 loose/dtrain_self.so
+expect_exit 0 "a tight folder" env DTRAIN_PLUGIN_PATH="$PWD/loose" "$bin" check good.toml
+case $out in *warning*) bad "no warning for a tight folder" "$out";; *) ok "no warning for a tight folder";; esac
 
 expect_exit 0 "plugins lists" "$bin" plugins
 expect_out "plugins table header" "NAME"

@@ -225,7 +225,7 @@ n=$(printf '%s\n' "$out" | grep -c '^fakestrat .*MiB' || true)
 if [ "$n" = 1 ]; then ok "the config's own strategy has one row"; else bad "$n fakestrat rows" "$out"; fi
 expect_exit 0 "plan names a strategy that is not installed" "$bin" plan eq.toml --world 4 \
   --set parallel.data=nosuch
-expect_out "its row says why" "nosuch                not planned: eq.toml: parallel.data = \"nosuch\": strategy plugin 'nosuch' not found in:"
+expect_out "its row says why" "nosuch                not planned: --set parallel.data=nosuch: strategy plugin 'nosuch' not found in:"
 expect_exit 0 "plan a 1.5B preset without allocating it" "$bin" plan eq.toml --world 64 --model gpt2-1558m
 expect_out "the preset replaces the file's shape" "1557.61M parameters"
 expect_exit 2 "plan: bad --world" "$bin" plan eq.toml --world 0

@@ -427,6 +427,21 @@ static void test_table_too_small(void **state)
     assert_msg(expect);
 }
 
+/* A table whose struct_size does not even cover the info block is refused
+ * before any field past struct_size (kind, name, ...) is read: the table
+ * is 12 bytes, so under ASan a read of info.kind is an overflow. */
+static void test_info_block_too_small(void **state)
+{
+    expect_load_fail(DT_KIND_COMM, "fakeinfotiny", DT_ERR_ABI);
+    char expect[1024];
+    snprintf(expect, sizeof expect,
+             "comm plugin 'fakeinfotiny' at " FAKE "/dtrain_fakeinfotiny.so: "
+             "entry dtrain_comm_v1 returns a table of 4 bytes "
+             "(info.struct_size), too small for the info block every table "
+             "starts with (%zu bytes)", sizeof(dt_plugin_info_t));
+    assert_msg(expect);
+}
+
 /* ------------------------------------------------- the kernel table -- */
 
 /* A device with the core set of kernels loads; its optional kernels read
@@ -896,6 +911,14 @@ static void test_discover(void **state)
                         "/dtrain_fakenoentry.so exports no "
                         "dtrain_<kind>_v<N> entry; is it a dtrain plugin?");
 
+    /* a table too small for its info block: listed without reading past
+     * it (no version), refused with the loader's message */
+    e = find_listing(l, n, "fakeinfotiny");
+    assert_int_equal(e->kind, DT_KIND_COMM);
+    assert_int_equal(e->loadable, 0);
+    assert_string_equal(e->version, "");
+    assert_non_null(strstr(e->why, "too small for the info block"));
+
     char path[512];
     e = find_listing(l, n, "fakenull"); /* the shadowing garbage file */
     snprintf(path, sizeof path, "%s/dtrain_fakenull.so", dir);
@@ -957,6 +980,7 @@ int main(void)
         cmocka_unit_test_setup(test_cleanup_job, setup),
         cmocka_unit_test_setup(test_failures_leave_process_usable, setup),
         cmocka_unit_test_setup(test_discover, setup),
+        cmocka_unit_test_setup(test_info_block_too_small, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -147,26 +147,67 @@ static void test_plugin_errors(void **state)
     assert_msg(want);
     assert_null(r.plugin[DT_ROLE_COMM]);
 
-    /* not installed: a config error naming the key, or the caller's words */
+    /* not installed: a config error naming where the value came from (the
+     * --set as typed, not the file), or the caller's words */
     assert_ok(dt_resolve_set(&r, "run.comm=nope"));
     assert_status(dt_resolve_plugin(&r, DT_ROLE_COMM, NULL, NULL), DT_ERR_CONFIG);
-    snprintf(want, sizeof want, "%s: run.comm = \"nope\": comm plugin 'nope' not found "
-             "in: " DT_FAKE_PLUGIN_DIR ", ", path);
-    assert_msg_starts(want);
+    assert_msg_starts("--set run.comm=nope: comm plugin 'nope' not found in: "
+                      DT_FAKE_PLUGIN_DIR ", ");
+    /* a name no plugin can have is the config's fault too (exit 2) */
+    assert_ok(dt_resolve_set(&r, "parallel.data=../../x"));
+    assert_status(dt_resolve_plugin(&r, DT_ROLE_DATA, NULL, NULL), DT_ERR_CONFIG);
+    assert_msg("--set parallel.data=../../x: strategy plugin name '../../x' is not "
+               "valid (1 to 63 letters, digits, '_' or '-')");
     assert_status(dt_resolve_plugin(&r, DT_ROLE_COMM, "nope", "--comm nope"),
                   DT_ERR_CONFIG);
     assert_msg_starts("--comm nope: comm plugin 'nope' not found in: ");
     /* the rest of the resolve is still usable */
     assert_ok(dt_resolve_set(&r, "parallel.data=none"));
     assert_status(dt_resolve_plugin(&r, DT_ROLE_DATA, NULL, NULL), DT_ERR_CONFIG);
-    snprintf(want, sizeof want, "%s: parallel.data = \"none\": a data-parallel strategy is "
-             "required to hold parameters (use \"ddp\", which is exact for one process)",
-             path);
-    assert_msg(want);
+    assert_msg("--set parallel.data=none: a data-parallel strategy is required to hold "
+               "parameters (use \"ddp\", which is exact for one process)");
     assert_ok(dt_resolve_set(&r, "run.device="));
     assert_status(dt_resolve_plugin(&r, DT_ROLE_DEVICE, NULL, NULL), DT_ERR_CONFIG);
-    snprintf(want, sizeof want, "%s: run.device is empty: name a device plugin", path);
+    assert_msg("--set run.device=: run.device is empty: name a device plugin");
+    dt_resolved_free(&r);
+
+    /* written in the file: its line and the value as written */
+    assert_ok(dt_resolve_core(config("", "[parallel]\ndata = \"../x\"\n"), NULL, 0, &r));
+    assert_status(dt_resolve_plugin(&r, DT_ROLE_COMM, NULL, NULL), DT_OK);
+    assert_status(dt_resolve_plugin(&r, DT_ROLE_DATA, NULL, NULL), DT_ERR_CONFIG);
+    snprintf(want, sizeof want, "%s:5: parallel.data = \"../x\": strategy plugin name "
+             "'../x' is not valid (1 to 63 letters, digits, '_' or '-')", path);
     assert_msg(want);
+    dt_resolved_free(&r);
+}
+
+/* run.name is a folder under out_dir: only a plain name, refused at the
+ * core stage with where it was written. */
+static void test_run_name(void **state)
+{
+    dt_resolved_t r;
+    const char *bad[] = {"run.name=../../x"};
+    assert_status(dt_resolve_core(config("", ""), bad, 1, &r), DT_ERR_CONFIG);
+    assert_msg("--set run.name=../../x: run.name must be a plain name, 1 to 64 letters, "
+               "digits, '.', '_' or '-', not \".\" or \"..\" (it names the folder "
+               "<run.out_dir>/<run.name>)");
+    assert_status(dt_resolve_core(config("name = \"..\"\n", ""), NULL, 0, &r), DT_ERR_CONFIG);
+    char want[512];
+    snprintf(want, sizeof want, "%s:4: run.name = \"..\": run.name must be a plain name, 1 "
+             "to 64 letters, digits, '.', '_' or '-', not \".\" or \"..\" (it names the "
+             "folder <run.out_dir>/<run.name>)", path);
+    assert_msg(want);
+    char long_name[80] = "run.name=";
+    memset(long_name + 9, 'a', 65);
+    const char *too_long[] = {long_name};
+    assert_status(dt_resolve_core(config("", ""), too_long, 1, &r), DT_ERR_CONFIG);
+    assert_msg_has(": run.name must be a plain name, 1 to 64 letters");
+    long_name[9 + 64] = '\0'; /* 64 characters: allowed, as is a dot inside */
+    const char *ok[] = {long_name, "run.name=gpt2.v1-b_2"};
+    assert_ok(dt_resolve_core(config("", ""), ok, 1, &r));
+    dt_resolved_free(&r);
+    assert_ok(dt_resolve_core(config("", ""), ok + 1, 1, &r));
+    assert_string_equal(r.set.run.name, "gpt2.v1-b_2");
     dt_resolved_free(&r);
 }
 
@@ -204,6 +245,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_plugin_stage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plugin_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_every_stage, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_name, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

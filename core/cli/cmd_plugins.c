@@ -16,9 +16,11 @@ void dt_help_plugins(FILE *f)
             "List every plugin module (dtrain_<name>.so) on the search path with its\n"
             "kind, ABI, version and whether it loads (and why not).  --describe NAME\n"
             "prints the keys of the plugin's config table [NAME] with type, default,\n"
-            "allowed values and documentation.\n\n"
+            "allowed values and documentation.  Exits 1 when no plugin is found.\n\n"
             "Search path, in order: $DTRAIN_PLUGIN_PATH, --path (as run.plugin_path\n"
-            "in a config), the build tree, the install folder.\n");
+            "in a config), then dtrain's own plugins: the build tree's for a dtrain\n"
+            "run from its build tree, else ../lib/dtrain/plugins beside the\n"
+            "installed dtrain program.\n");
 }
 
 static const char *type_name(int t)
@@ -114,6 +116,18 @@ int dt_cmd_plugins(int argc, char **argv)
         dt_search_path_free(sp);
         return dt_cli_fail("plugins", rc);
     }
+    if (n == 0) {
+        /* Nothing to list is a failure: usually an install whose plugins
+         * went elsewhere, or a DTRAIN_PLUGIN_PATH with a typo. */
+        fprintf(stderr, "dtrain plugins: error: no plugins found in:");
+        for (size_t i = 0; i < dt_search_path_count(sp); i++)
+            fprintf(stderr, "%s %s", i ? "," : "", dt_search_path_dir(sp, i));
+        fprintf(stderr, " (files are named dtrain_<name>.so; add folders with "
+                        "DTRAIN_PLUGIN_PATH or --path)\n");
+        free(ls);
+        dt_search_path_free(sp);
+        return DT_EXIT_RUNTIME;
+    }
     printf("search path:");
     for (size_t i = 0; i < dt_search_path_count(sp); i++)
         printf("%s %s", i ? "," : "", dt_search_path_dir(sp, i));
@@ -129,8 +143,6 @@ int dt_cmd_plugins(int argc, char **argv)
         if (!ls[i].loadable)
             printf("           why: %s\n", ls[i].why);
     }
-    if (n == 0)
-        printf("(no plugins found)\n");
     free(ls);
     dt_search_path_free(sp);
     return DT_EXIT_OK;

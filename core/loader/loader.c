@@ -21,6 +21,8 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
+#include <link.h>
 #include <ltdl.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -35,8 +37,26 @@
 #include "util/error.h"
 #include "util/log.h"
 
+/* Where plugins are, set by core/CMakeLists.txt:
+ *   DT_BUILD_PLUGIN_DIR     the build tree's plugin folder, searched only by
+ *                           a program or library that runs from one of
+ *   DT_BUILD_RUN_DIRS       the build tree's output folders (':'-separated);
+ *   DT_PLUGIN_DIR_FROM_BIN  the install layout's plugin folder relative to
+ *   DT_PLUGIN_DIR_FROM_LIB  its bin and lib folders, searched by an
+ *                           installed copy wherever the prefix was put;
+ *   DT_INSTALL_PLUGIN_DIR   the configured install folder, only when the
+ *                           running file cannot be found. */
 #ifndef DT_BUILD_PLUGIN_DIR
 #define DT_BUILD_PLUGIN_DIR ""
+#endif
+#ifndef DT_BUILD_RUN_DIRS
+#define DT_BUILD_RUN_DIRS ""
+#endif
+#ifndef DT_PLUGIN_DIR_FROM_BIN
+#define DT_PLUGIN_DIR_FROM_BIN "../lib/dtrain/plugins"
+#endif
+#ifndef DT_PLUGIN_DIR_FROM_LIB
+#define DT_PLUGIN_DIR_FROM_LIB "dtrain/plugins"
 #endif
 #ifndef DT_INSTALL_PLUGIN_DIR
 #define DT_INSTALL_PLUGIN_DIR ""
@@ -98,6 +118,99 @@ static void sp_add_list(dt_search_path_t *sp, const char *list)
     }
 }
 
+/* The folder of the file this code runs from - the dtrain program, or
+ * libdtrain when a program embeds it - symlinks resolved, into `dir`
+ * (PATH_MAX bytes); *is_exe says which.  0 when it cannot be told. */
+static int running_dir(char *dir, int *is_exe)
+{
+    Dl_info info;
+    struct link_map *lm = NULL;
+    char file[PATH_MAX];
+    if (!dladdr1((void *)&loader_lock, &info, (void **)&lm, RTLD_DL_LINKMAP) ||
+        !lm)
+        return 0;
+    /* The main program's link map has no name. */
+    *is_exe = lm->l_name[0] == '\0';
+    if (!realpath(*is_exe ? "/proc/self/exe" : lm->l_name, file))
+        return 0;
+    char *slash = strrchr(file, '/');
+    if (!slash)
+        return 0;
+    *slash = '\0';
+    memcpy(dir, file, (size_t)(slash - file) + 1);
+    if (dir[0] == '\0')
+        strcpy(dir, "/");
+    return 1;
+}
+
+/* Whether `dir` (resolved) is one of the build tree's output folders. */
+static int in_build_tree(const char *dir)
+{
+    const char *list = DT_BUILD_RUN_DIRS;
+    while (*list) {
+        const char *colon = strchr(list, ':');
+        size_t len = colon ? (size_t)(colon - list) : strlen(list);
+        char one[PATH_MAX], real[PATH_MAX];
+        if (len > 0 && len < sizeof one) {
+            memcpy(one, list, len);
+            one[len] = '\0';
+            if (realpath(one, real) && strcmp(real, dir) == 0)
+                return 1;
+        }
+        if (!colon)
+            break;
+        list = colon + 1;
+    }
+    return 0;
+}
+
+/* `dir` joined with the relative path `rel`, its leading "../" taken off
+ * `dir`, into `out` (PATH_MAX bytes; empty when it would not fit). */
+static void join_relative(const char *dir, const char *rel, char *out)
+{
+    char base[PATH_MAX];
+    snprintf(base, sizeof base, "%s", dir);
+    while (strncmp(rel, "../", 3) == 0 || strcmp(rel, "..") == 0) {
+        char *slash = strrchr(base, '/');
+        if (slash && slash != base)
+            *slash = '\0';
+        else
+            strcpy(base, "/");
+        rel += rel[2] ? 3 : 2;
+    }
+    while (strncmp(rel, "./", 2) == 0)
+        rel += 2;
+    int w;
+    if (strcmp(rel, ".") == 0 || rel[0] == '\0')
+        w = snprintf(out, PATH_MAX, "%s", base);
+    else
+        w = snprintf(out, PATH_MAX, "%s%s%s", base,
+                     strcmp(base, "/") == 0 ? "" : "/", rel);
+    if (w < 0 || w >= PATH_MAX)
+        out[0] = '\0';
+}
+
+/* The folder dtrain's own plugins are in: the build tree's for a build-tree
+ * program, else the install layout's beside the running file (so an
+ * installed prefix finds its plugins wherever it was installed or moved
+ * to, and never the build tree it came from). */
+static void sp_add_own(dt_search_path_t *sp)
+{
+    char dir[PATH_MAX], plugins[PATH_MAX];
+    int is_exe = 0;
+    if (!running_dir(dir, &is_exe)) {
+        sp_add_list(sp, DT_INSTALL_PLUGIN_DIR);
+        return;
+    }
+    if (in_build_tree(dir)) {
+        sp_add_list(sp, DT_BUILD_PLUGIN_DIR);
+        return;
+    }
+    join_relative(dir, is_exe ? DT_PLUGIN_DIR_FROM_BIN : DT_PLUGIN_DIR_FROM_LIB,
+                  plugins);
+    sp_add(sp, plugins, strlen(plugins));
+}
+
 int dt_search_path_new(const char *config_dirs, dt_search_path_t **out)
 {
     if (!out)
@@ -108,8 +221,7 @@ int dt_search_path_new(const char *config_dirs, dt_search_path_t **out)
         return dt_err_set(DT_ERR_NOMEM, "plugin search path: out of memory");
     sp_add_list(sp, getenv("DTRAIN_PLUGIN_PATH"));
     sp_add_list(sp, config_dirs);
-    sp_add_list(sp, DT_BUILD_PLUGIN_DIR);
-    sp_add_list(sp, DT_INSTALL_PLUGIN_DIR);
+    sp_add_own(sp);
     return DT_OK;
 }
 

@@ -4,9 +4,13 @@
  * A plugin named NAME is the module file `dtrain_NAME.so`, looked for in
  * the folders of an explicit search path, built once (dt_search_path_new)
  * from, in order: each entry of $DTRAIN_PLUGIN_PATH (':'-separated), the
- * config's run.plugin_path (the caller passes it), the build tree's plugin
- * folder, the install folder.  Never the current directory unless one of
- * those names it.
+ * config's run.plugin_path (the caller passes it), then dtrain's own
+ * plugin folder: the build tree's for a program run from the build tree,
+ * else the install layout's found from the running file (the dtrain
+ * program: <bindir>/../lib/dtrain/plugins; libdtrain:
+ * <libdir>/dtrain/plugins), so an installed copy never searches the build
+ * tree it came from.  Never the current directory unless one of those
+ * names it.
  *
  * Loading is two steps, so that a plugin's host table only ever reads
  * checked values: dt_plugin_open probes the kind's entry symbols newest
@@ -47,7 +51,7 @@
 typedef struct dt_search_path dt_search_path_t;
 
 /* Build the search path: $DTRAIN_PLUGIN_PATH, `config_dirs` (run.plugin_path,
- * ':'-separated; may be NULL), the build tree, the install folder.  Empty
+ * ':'-separated; may be NULL), dtrain's own plugin folder.  Empty
  * entries and repeats are dropped, trailing '/' removed. */
 int dt_search_path_new(const char *config_dirs, dt_search_path_t **out);
 void dt_search_path_free(dt_search_path_t *sp);

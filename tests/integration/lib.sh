@@ -92,3 +92,22 @@ after_fault() {
     else bad "$name: $step changed" "$(diff <(printf '%s\n' "$sums") <(ckpt_sums "$step"))"; fi
   fi
 }
+# install_alone BUILD PREFIX: `cmake --install BUILD --prefix PREFIX`, then
+# move the build tree's plugin folder (BUILD/plugins-out) aside until this
+# script exits, so the installed copy is tried as it runs on a machine
+# without the build tree: only what PREFIX holds.  (ctest runs the tests
+# that call this RUN_SERIAL; a rebuild also restores the folder.)
+install_alone() {
+  local build prefix=$2
+  build=$(realpath "$1")
+  # a run killed before its trap left the folder aside: put it back first
+  if [ ! -e "$build/plugins-out" ] && [ -d "$build/plugins-out.aside" ]; then
+    mv "$build/plugins-out.aside" "$build/plugins-out"
+  fi
+  rm -rf "$build/plugins-out.aside"
+  expect_exit 0 "cmake --install" cmake --install "$build" --prefix "$prefix"
+  mv "$build/plugins-out" "$build/plugins-out.aside"
+  trap "rm -rf '$build/plugins-out'; mv '$build/plugins-out.aside' '$build/plugins-out'" EXIT
+  if [ -e "$build/plugins-out" ]; then bad "the build tree's plugins are still there"
+  else ok "the build tree's plugins are moved aside"; fi
+}

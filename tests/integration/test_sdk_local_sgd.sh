@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # A third party's strategy against the INSTALLED SDK: install dtrain into a
-# prefix, build the local SGD example (sdk/examples/strategy_local_sgd) from
-# the installed copy with find_package(dtrain) - the helper library comes
-# with it - and train with it on 2 ranks through the installed `dtrain`:
+# prefix and move the build tree's plugins aside, build the local SGD
+# example (sdk/examples/strategy_local_sgd) from the installed copy with
+# find_package(dtrain) - the helper library comes with it - and with one
+# plain `cc ... $(pkg-config --cflags --libs dtrain-sdk)` line (both load),
+# and train with it on 2 ranks through the installed `dtrain`, whose own
+# plugins (shm, cpu) come from the prefix:
 #  - sync_every = 1 with plain SGD (no momentum, no clipping) is data
 #    parallelism: its losses match ddp's within 1e-5 over 16 steps
 #    (measured: 4.7e-7); the same with momentum 0.9 and averaged momentum;
@@ -17,7 +20,7 @@ build=$1 work=$2
 . "$(dirname "$0")/lib.sh"
 rm -rf "$work"; mkdir -p "$work"
 prefix=$work/prefix
-expect_exit 0 "cmake --install" cmake --install "$build" --prefix "$prefix"
+install_alone "$build" "$prefix"
 src=$prefix/share/dtrain/examples/strategy_local_sgd
 for f in "$src/local_sgd.c" "$src/CMakeLists.txt" "$prefix/include/dtrain/sdk/replica.h" \
          "$prefix/lib/libdtrain_sdk.a"; do
@@ -27,6 +30,15 @@ expect_exit 0 "the example builds with find_package(dtrain)" \
   bash -c "cmake -S '$src' -B '$work/ex' -DCMAKE_PREFIX_PATH='$prefix' && cmake --build '$work/ex'"
 syms=$(nm -D --defined-only "$work/ex/dtrain_local_sgd.so" | awk '{print $3}' | grep -v '^_' || true)
 if [ "$syms" = "dtrain_strategy_v1" ]; then ok "only the entry symbol is exported"; else bad "exported: $syms"; fi
+mkdir -p "$work/pc"
+expect_exit 0 "the example builds with pkg-config dtrain-sdk" bash -c \
+  "cc -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -fvisibility=hidden \
+   -Wl,--no-undefined '$src/local_sgd.c' \
+   \$(PKG_CONFIG_PATH='$prefix/lib/pkgconfig' pkg-config --cflags --libs dtrain-sdk) \
+   -o '$work/pc/dtrain_local_sgd.so'"
+expect_exit 0 "the pkg-config build loads" env DTRAIN_PLUGIN_PATH="$work/pc" \
+  "$prefix/bin/dtrain" plugins --describe local_sgd
+expect_out "its keys are listed" "sync_every         int    default 4, range 1 .. 1e+09"
 
 bin=$prefix/bin/dtrain
 export DTRAIN_PLUGIN_PATH=$work/ex

@@ -1,25 +1,57 @@
 #!/usr/bin/env bash
-# A third party's view of the SDK: install dtrain into a prefix, build the
-# example plugin against the INSTALLED headers (CMake package and plain
-# pkg-config), and have the installed `dtrain` load it.
+# A third party's view of the SDK: install dtrain into a prefix and move
+# the build tree's plugins aside, then
+#  - the installed `dtrain plugins` lists the plugins installed in the
+#    prefix, found beside itself, and searches nothing in the build tree;
+#  - a dtrain program with no plugins beside it exits 1 naming the folder;
+#  - the example plugin builds against the INSTALLED SDK with
+#    find_package(dtrain) and with one plain `cc ... $(pkg-config --cflags
+#    --libs dtrain-sdk)` line (no undefined symbols), and both copies load.
 set -euo pipefail
 build=$1 work=$2
 . "$(dirname "$0")/lib.sh"
 rm -rf "$work"; mkdir -p "$work"
 prefix=$work/prefix
-expect_exit 0 "cmake --install" cmake --install "$build" --prefix "$prefix"
+install_alone "$build" "$prefix"
 for f in include/dtrain/dtrain.h include/dtrain/comm.h lib/pkgconfig/dtrain.pc \
+         lib/pkgconfig/dtrain-sdk.pc lib/libdtrain_sdk.a lib/dtrain/plugins/dtrain_cpu.so \
          lib/cmake/dtrain/dtrainConfig.cmake bin/dtrain share/dtrain/examples/comm_self/comm_self.c; do
   if [ -e "$prefix/$f" ]; then ok "installed $f"; else bad "not installed: $f"; fi
 done
+
+# ---- the installed dtrain finds the installed plugins, and only them --------
+plugdir=$(realpath "$prefix/lib/dtrain/plugins")
+expect_exit 0 "installed dtrain plugins" env -u DTRAIN_PLUGIN_PATH "$prefix/bin/dtrain" plugins
+if grep -qxF "search path: $plugdir" <<<"$out"; then ok "searches the prefix's plugin folder only"
+else bad "search path is not the prefix's plugin folder alone" "$out"; fi
+expect_out "lists the installed cpu device" "cpu        device    1.0   0.1.0    loadable   $plugdir/dtrain_cpu.so"
+expect_out "lists the installed shm comm" "$plugdir/dtrain_shm.so"
+if grep -qF "plugins-out" <<<"$out"; then bad "the installed dtrain searches the build tree" "$out"
+else ok "the build tree is not searched"; fi
+expect_exit 0 "the installed dtrain runs a command needing a plugin" \
+  env -u DTRAIN_PLUGIN_PATH "$prefix/bin/dtrain" plugins --describe shm
+
+empty=$work/empty
+mkdir -p "$empty/bin" && cp "$prefix/bin/dtrain" "$empty/bin/dtrain"
+expect_exit 1 "dtrain with no plugins beside it" env -u DTRAIN_PLUGIN_PATH "$empty/bin/dtrain" plugins
+expect_out "names the folder searched" "dtrain plugins: error: no plugins found in: $(realpath "$empty")/lib/dtrain/plugins (files are named dtrain_<name>.so; add folders with DTRAIN_PLUGIN_PATH or --path)"
+
+# ---- the example plugin, both routes ----------------------------------------
 src=$prefix/share/dtrain/examples/comm_self
 expect_exit 0 "example builds with find_package(dtrain)" \
   bash -c "cmake -S '$src' -B '$work/ex' -DCMAKE_PREFIX_PATH='$prefix' && cmake --build '$work/ex'"
+export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+expect_exit 0 "pkg-config --libs dtrain-sdk" pkg-config --libs dtrain-sdk
+lib=$(grep -oE '[^ ]*libdtrain_sdk\.a' <<<"$out" || true)
+if [ -n "$lib" ] && [ "$(realpath "$lib")" = "$(realpath "$prefix/lib/libdtrain_sdk.a")" ]; then
+  ok "offers the installed helper library"; else bad "no installed libdtrain_sdk.a in the libs" "$out"; fi
+if grep -qE -- '-ldtrain( |$)' <<<"$out"; then bad "dtrain-sdk links the core" "$out"
+else ok "dtrain-sdk does not link the core"; fi
 mkdir -p "$work/pc"
 expect_exit 0 "example builds with pkg-config" bash -c \
   "cc -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -fvisibility=hidden \
-   \$(PKG_CONFIG_PATH='$prefix/lib/pkgconfig' pkg-config --cflags dtrain) \
-   '$src/comm_self.c' -o '$work/pc/dtrain_self.so'"
+   -Wl,--no-undefined '$src/comm_self.c' \$(pkg-config --cflags --libs dtrain-sdk) \
+   -o '$work/pc/dtrain_self.so'"
 syms=$(nm -D --defined-only "$work/ex/dtrain_self.so" | awk '{print $3}' | grep -v '^_' || true)
 if [ "$syms" = "dtrain_comm_v1" ]; then ok "only the entry symbol is exported"; else bad "exported: $syms"; fi
 expect_exit 0 "installed dtrain lists the plugin" env DTRAIN_PLUGIN_PATH="$work/ex" "$prefix/bin/dtrain" plugins

@@ -8,8 +8,8 @@
  * left NULL and the core copes.  Build it against the INSTALLED SDK:
  *     cmake -S . -B build -DCMAKE_PREFIX_PATH=<dtrain prefix> && cmake --build build
  * or without CMake:
- *     cc -shared -fPIC -fvisibility=hidden $(pkg-config --cflags dtrain) \
- *        comm_self.c -o dtrain_self.so
+ *     cc -shared -fPIC -fvisibility=hidden -Wl,--no-undefined comm_self.c \
+ *        $(pkg-config --cflags --libs dtrain-sdk) -o dtrain_self.so
  * and make dtrain find it: DTRAIN_PLUGIN_PATH=$PWD/build dtrain plugins
  */
 #include <stdlib.h>

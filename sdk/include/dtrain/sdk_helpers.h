@@ -27,7 +27,7 @@
  *
  * Link the static library `dtrain_sdk` (libdtrain_sdk.a: CMake target
  * dtrain::dtrain_sdk, which dtrain_add_plugin links for every plugin;
- * position independent, hidden visibility, so a plugin linking it still
+ * pkg-config: `pkg-config --cflags --libs dtrain-sdk`; position independent, hidden visibility, so a plugin linking it still
  * exports only its entry symbol).  Nothing here is part of the frozen
  * plugin ABI: these are ordinary C functions compiled into the plugin, and
  * their structs may change between dtrain versions.

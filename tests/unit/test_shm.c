@@ -824,7 +824,7 @@ static int child_killed(int rank, int N, void *arg)
     CHILD_CHECK(strstr(msg, "comm/shm: all_reduce #2 (f32, 33554432 bytes) on group world: "
                             "rank 2 (pid ") && strstr(msg, ") died"),
                 "message: %s", msg);
-    CHILD_CHECK(dt < 1.5, "noticed the death after %.2f s (timeout 3 s)", dt);
+    CHILD_CHECK(dt < 2.5, "noticed the death after %.2f s (timeout 3 s)", dt);
     /* later operations fail at once, naming the same cause */
     rc = g_ops->barrier(c, NULL);
     CHILD_CHECK(rc == DT_ERR_REMOTE && strstr(dt_last_error(), "died"), "barrier after: %s: %s",
@@ -870,7 +870,7 @@ static int child_absent(int rank, int N, void *arg)
              "waiting for ranks 2, 3 of 4", a->job);
     CHILD_CHECK(rc == DT_ERR_TIMEOUT && c == NULL, "init gave %s", dt_status_name(rc));
     CHILD_CHECK(strcmp(dt_last_error(), want) == 0, "message: %s", dt_last_error());
-    CHILD_CHECK(dt >= 1.4 && dt < 3.0, "took %.2f s for a 1.5 s timeout", dt);
+    CHILD_CHECK(dt >= 1.4 && dt < 4.0, "took %.2f s for a 1.5 s timeout", dt);
     return 0;
 }
 
@@ -903,7 +903,7 @@ static int child_stall(int rank, int N, void *arg)
     CHILD_CHECK(strcmp(dt_last_error(), "comm/shm: all_reduce #1 (f32, 4000 bytes) on group "
                        "world: timed out after 1.0 s waiting for rank 1") == 0,
                 "message: %s", dt_last_error());
-    CHILD_CHECK(dt >= 0.95 && dt < 2.0, "took %.2f s for a 1.0 s timeout", dt);
+    CHILD_CHECK(dt >= 0.95 && dt < 3.0, "took %.2f s for a 1.0 s timeout", dt);
     g_ops->finalize(c);
     return 0;
 }
@@ -939,7 +939,7 @@ static int child_wait_limit(int rank, int N, void *arg)
     CHILD_CHECK(strcmp(dt_last_error(), "comm/shm: broadcast #1 (i32, 40 bytes, root 1) on "
                        "group world: timed out after 0.2 s (the wait's limit) waiting for "
                        "rank 1") == 0, "message: %s", dt_last_error());
-    CHILD_CHECK(dt >= 0.19 && dt < 0.8, "took %.2f s for a 0.2 s limit", dt);
+    CHILD_CHECK(dt >= 0.19 && dt < 1.5, "took %.2f s for a 0.2 s limit", dt);
     rc = g_ops->barrier(c, NULL);
     CHILD_CHECK(rc == DT_ERR_TIMEOUT && strstr(dt_last_error(), "comm/shm: barrier on "
                 "group world: not started: the group failed earlier: broadcast #1"),
@@ -983,7 +983,7 @@ static int child_abort(int rank, int N, void *arg)
     CHILD_CHECK(strcmp(dt_last_error(), "comm/shm: all_reduce #2 (f32, 400 bytes) on group "
                        "world: rank 1 aborted: loss is NaN at step 7") == 0,
                 "message: %s", dt_last_error());
-    CHILD_CHECK(dt < 1.0, "abort noticed after %.2f s", dt);
+    CHILD_CHECK(dt < 2.0, "abort noticed after %.2f s", dt);
     /* the sub-group (without rank 1) is failed too: the whole job is */
     rc = g_ops->barrier(sub, NULL);
     CHILD_CHECK(rc == DT_ERR_REMOTE && strstr(dt_last_error(),
@@ -1121,7 +1121,8 @@ static void test_stale_segment(void **state)
  * changed where each case says. */
 
 #define PLANT_TIMEOUT_MS 10000 /* the victims' timeout: refusals take far less */
-#define PROMPT_S 1.0           /* "at once" */
+#define PROMPT_S 2.0           /* "at once": well under the 10 s timeout, with
+                                * room for a loaded 2-core CI machine */
 
 static unsigned char *g_image;  /* a real segment of a 2-rank group */
 static size_t g_image_bytes;
@@ -1904,7 +1905,7 @@ static int child_no_rank0(int rank, int N, void *arg)
     CHILD_CHECK(rc == DT_ERR_TIMEOUT && c == NULL, "init gave %s: %s", dt_status_name(rc),
                 dt_last_error());
     CHILD_CHECK(strcmp(dt_last_error(), want) == 0, "message: %s", dt_last_error());
-    CHILD_CHECK(dt >= 0.95 && dt < 2.0, "took %.2f s for a 1.0 s timeout", dt);
+    CHILD_CHECK(dt >= 0.95 && dt < 3.0, "took %.2f s for a 1.0 s timeout", dt);
     return 0;
 }
 

@@ -106,7 +106,7 @@ if grep -qF "[rank 0] step     2/" launch.log && [ -n "$ranks" ]; then
   expect_out "SIGINT summary" "dtrain: stopped by SIGINT"
   [ "$ms" -lt 3000 ] && ok "the ranks stopped promptly ($ms ms, under the 5 s grace)" ||
     bad "the ranks took $ms ms to stop (the launcher's grace is 5 s)" "$out"
-  if printf '%s\n' "$out" | grep -qE "did not stop within|killing the remaining ranks"; then
+  if grep -qE "did not stop within|killing the remaining ranks" <<<"$out"; then
     bad "the ranks had to be killed" "$out"; else ok "no rank needed SIGKILL"; fi
   alive=""
   for p in $ranks; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done

@@ -33,7 +33,7 @@ wait_gone() {
 rank_pid() {
   local p
   for p in $(pgrep -P "$1"); do
-    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "DTRAIN_RANK=$2"; then
+    if grep -qx "DTRAIN_RANK=$2" <<<"$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null)"; then
       echo "$p"; return 0
     fi
   done
@@ -124,9 +124,9 @@ fi
 expect_exit 1 "a rank's own failure ends the job with its code" "$bin" run tiny.toml \
   --set launch.nproc=2 --set data.train=missing.bin
 # both ranks miss the file; whichever fails first is named, with its line
-if printf '%s\n' "$out" | grep -qE "^\[rank [01]\] dtrain run: error: data file 'missing.bin'"; then
+if grep -qE "^\[rank [01]\] dtrain run: error: data file 'missing.bin'" <<<"$out"; then
   ok "the rank's error line is relayed, prefixed"; else bad "no prefixed error line" "$out"; fi
-if printf '%s\n' "$out" | tail -n 1 | grep -qE "^dtrain: rank [01] failed \(exit 1\)(; stopped the other 1 rank)?; its last error line: dtrain run: error: data file 'missing.bin'"; then
+if grep -qE "^dtrain: rank [01] failed \(exit 1\)(; stopped the other 1 rank)?; its last error line: dtrain run: error: data file 'missing.bin'" <<<"$(tail -n 1 <<<"$out")"; then
   ok "the last line names the rank and repeats its error"; else bad "bad summary line" "$out"; fi
 
 # ---- SIGTERM to the launcher stops every rank ----

@@ -198,12 +198,12 @@ resume zero-1-2 z1to_z3x1 1 12 --set parallel.data=zero --set zero.stage=3 --set
 # ---- the planner -------------------------------------------------------------
 expect_exit 0 "plan every strategy at 4 ranks" "$bin" plan eq.toml --world 4
 for row in "ddp " "zero-1 " "zero-2 " "zero-3 " "fsdp FULL_SHARD " "fsdp SHARD_GRAD_OP " "fsdp NO_SHARD "; do
-  printf '%s\n' "$out" | grep -q "^$row.*MiB" && ok "plan has a row for ${row% }" ||
+  grep -q "^$row.*MiB" <<<"$out" && ok "plan has a row for ${row% }" ||
     bad "plan lacks ${row% }" "$out"
 done
 expect_out "hybrid without a group size says why" "fsdp HYBRID_SHARD     not planned"
 expect_exit 0 "plan hybrid groups of 2" "$bin" plan eq.toml --world 4 --set fsdp.hybrid_group_size=2
-printf '%s\n' "$out" | grep -q '^fsdp HYBRID_SHARD .*MiB' && ok "hybrid planned with a group size" ||
+grep -q '^fsdp HYBRID_SHARD .*MiB' <<<"$out" && ok "hybrid planned with a group size" ||
   bad "hybrid not planned" "$out"
 # a strategy the core has never heard of, without plan presets: one row
 # with its defaults (its table's values from --set), after the shipped ones
@@ -216,7 +216,7 @@ rows=$(printf '%s\n' "$out" | sed -n '/^strategy /,$p' | grep -v '^ ' | tail -n 
 want="ddp|zero-1|zero-2|zero-3|fsdp NO_SHARD|fsdp SHARD_GRAD_OP|fsdp FULL_SHARD|fsdp HYBRID_SHARD|fakestrat"
 if [ "$rows" = "$want" ]; then ok "rows in order, the third-party strategy last"
 else bad "rows: $rows, expected $want" "$out"; fi
-printf '%s\n' "$out" | grep -A1 '^fakestrat .*MiB' | grep -q '^ *from-the-config$' &&
+grep -q '^ *from-the-config$' <<<"$(grep -A1 '^fakestrat .*MiB' <<<"$out")" &&
   ok "the third-party row is its own estimate, with its table's values" ||
   bad "no planned fakestrat row with its note" "$out"
 expect_exit 0 "plan a config whose strategy is found through run.plugin_path" \

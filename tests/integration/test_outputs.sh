@@ -40,7 +40,7 @@ expect_out "too-long out_dir names the limit" "dtrain run: error: run.out_dir = 
 
 expect_exit 0 "a writable out_dir trains" "$bin" run tiny.toml
 [ -d out/t ] && ok "out_dir/name created" || bad "out_dir/name created" "$(ls -la out)"
-ls -A out/t | grep -q dtrain-write-test && bad "write test file removed" "$(ls -A out/t)" || ok "write test file removed"
+grep -q dtrain-write-test <<<"$(ls -A out/t)" && bad "write test file removed" "$(ls -A out/t)" || ok "write test file removed"
 
 if has_test_hooks "$bin"; then
   set +e

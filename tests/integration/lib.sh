@@ -111,3 +111,36 @@ install_alone() {
   if [ -e "$build/plugins-out" ]; then bad "the build tree's plugins are still there"
   else ok "the build tree's plugins are moved aside"; fi
 }
+
+# tiny_run_setup BIN [LINE ...]: in the current folder, text.txt, its byte
+# tokens train.bin, and tiny.toml: a 1-layer GPT-2 trained 2 steps on one
+# rank with one cpu thread, LINEs appended (e.g. '[launch]' 'timeout = 20.0').
+tiny_run_setup() {
+  local bin=$1; shift
+  printf 'the text this run trains on, repeated. %.0s' $(seq 400) > text.txt
+  expect_exit 0 "data prepare" "$bin" data prepare text.txt train.bin
+  cat > tiny.toml <<'T'
+[run]
+comm = "self"
+out_dir = "out"
+log_every = 1
+[model]
+n_layer = 1
+n_head = 2
+n_embd = 16
+context = 16
+[data]
+train = "train.bin"
+[train]
+steps = 2
+micro_batch = 2
+grad_accum = 1
+seq_len = 16
+lr = 1e-3
+warmup_steps = 1
+[cpu]
+threads = 1
+T
+  local line
+  for line in "$@"; do printf '%s\n' "$line" >> tiny.toml; done
+}

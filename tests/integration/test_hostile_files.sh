@@ -13,30 +13,7 @@ bin=$1 work=$2
 . "$(dirname "$0")/lib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 
-printf 'the text this run trains on, repeated. %.0s' $(seq 400) > text.txt
-expect_exit 0 "data prepare" "$bin" data prepare text.txt train.bin
-cat > tiny.toml <<'T'
-[run]
-comm = "self"
-out_dir = "out"
-log_every = 1
-[model]
-n_layer = 1
-n_head = 2
-n_embd = 16
-context = 16
-[data]
-train = "train.bin"
-[train]
-steps = 2
-micro_batch = 2
-grad_accum = 1
-seq_len = 16
-lr = 1e-3
-warmup_steps = 1
-[cpu]
-threads = 1
-T
+tiny_run_setup "$bin"
 printf "another user's file\n" > victim; chmod 600 victim; cp victim victim.orig
 intact() { cmp -s victim victim.orig && ok "$1: the linked-to file is untouched" ||
   bad "$1: the linked-to file changed" "$(ls -l victim)"; }

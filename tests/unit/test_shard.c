@@ -26,23 +26,15 @@
 #include "test_host.h"
 #include "test_plugin.h"
 #include "toy_model.h"
+#include "toy_train.h"
 
 static const dt_device_ops_v1_t *D;
 static const dt_comm_ops_v1_t *SHM;
 
+/* the cpu and shm plugins, forked ranks leak-checked under ASan */
 static int group_setup(void **state)
 {
-    dt_mp_set_leak_check(1); /* forked ranks leak-check under ASan */
-    char path[1024];
-    snprintf(path, sizeof path, "%s/dtrain_cpu.so", DT_TEST_PLUGIN_DIR);
-    D = dt_test_plugin_entry(path, DT_ENTRY_STRING(device, 1), NULL);
-    snprintf(path, sizeof path, "%s/dtrain_shm.so", DT_TEST_PLUGIN_DIR);
-    SHM = dt_test_plugin_entry(path, DT_ENTRY_STRING(comm, 1), NULL);
-    if (!D || !SHM) {
-        fprintf(stderr, "cannot load cpu/shm plugins from %s\n", DT_TEST_PLUGIN_DIR);
-        return -1;
-    }
-    return 0;
+    return dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &SHM, NULL, 0);
 }
 
 /* ------------------------------------------------- a model of odd units */

@@ -300,6 +300,33 @@ static int replay_step(dt_shard_engine_t *e, uint32_t n_micro, int tied)
     return rc;
 }
 
+/* The row's note: what is sharded over how many ranks, in words that
+ * hold for every configuration (NO_SHARD, or any strategy on one rank,
+ * shards nothing: never "sharded" there).  Sizes stay out of it: the
+ * planner prints them in its columns, in one unit system. */
+static void shard_estimate_note(const dt_shard_cfg_t *cfg, uint32_t n_groups, uint32_t ssize,
+                                uint32_t rsize, char *note, size_t cap)
+{
+    const char *what = cfg->what ? cfg->what : "sharded engine";
+    if (ssize <= 1) {
+        if (rsize > 1)
+            snprintf(note, cap,
+                     "%s: nothing sharded: every rank holds all %u group(s); grads all-reduced "
+                     "over %u ranks", what, n_groups, rsize);
+        else
+            snprintf(note, cap, "%s: nothing sharded on 1 rank: it holds all %u group(s)", what,
+                     n_groups);
+        return;
+    }
+    char rep[64] = "";
+    if (rsize > 1)
+        snprintf(rep, sizeof rep, " x %u replicas (shard grads all-reduced across them)",
+                 rsize);
+    snprintf(note, cap, "%s: %u group(s) sharded over %u ranks%s; params %s, grads %s", what,
+             n_groups, ssize, rep, cfg->params_replicated ? "replicated" : "sharded",
+             cfg->grads_full ? "full" : "sharded");
+}
+
 int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
                       const dt_shard_cfg_t *cfg, dt_estimate_v1_t *res)
 {
@@ -361,12 +388,7 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
     out->bytes[DT_TAG_COMM] = dev.st.peak[DT_TAG_COMM];
     out->bytes[DT_TAG_OTHER] = dev.st.peak[DT_TAG_OTHER];
     out->comm_bytes_per_step = (uint64_t)(count.bytes + 0.5);
-    snprintf(out->note, sizeof out->note,
-             "%s: %u group(s), shards over %u rank(s) x %u replica(s); params %s, grads %s; "
-             "peak transient %.3g MB",
-             cfg->what ? cfg->what : "sharded", p->n_groups, e->ssize, e->rsize,
-             cfg->params_replicated ? "replicated" : "sharded",
-             cfg->grads_full ? "full" : "sharded", (double)dev.st.peak[DT_TAG_COMM] / 1e6);
+    shard_estimate_note(cfg, p->n_groups, e->ssize, e->rsize, out->note, sizeof out->note);
     dt_shard_engine_free(e);
     host->free(host, dev.blk);
     return dt_result_write(host, "estimate", res, out, sizeof *out, DT_ESTIMATE_V1_SIZE0);

@@ -12,7 +12,13 @@
  * plugin's own estimate() with its knobs as the config sets them; a
  * strategy that does not load, or that refuses the layout (a hybrid group
  * that does not divide the world), shows why.
+ *
+ * Deciding: --device-memory adds whether each row fits and recommends the
+ * row that sends the least per step among those that fit;  --link-gbps
+ * adds the time each row's traffic takes on such a link.
  */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +34,8 @@
 void dt_help_plan(FILE *f)
 {
     fprintf(f,
-            "usage: dtrain plan CONFIG [--world N] [--model PRESET] [--set table.key=value ...]\n\n"
+            "usage: dtrain plan CONFIG [--world N] [--model PRESET] [--device-memory SIZE]\n"
+            "                          [--link-gbps GBPS] [--set table.key=value ...]\n\n"
             "Predict, for every data-parallel strategy, the peak bytes per rank by tag\n"
             "(params, grads, optimizer, activations, comm buffers), the model state per\n"
             "rank, and the bytes each rank sends per step, for the model and batch CONFIG\n"
@@ -36,7 +43,16 @@ void dt_help_plan(FILE *f)
             "and the config's parallel.data, one row per preset a plugin lists (zero's\n"
             "stages 1-3, fsdp's sharding strategies), else one with its defaults.\n"
             "--world defaults to launch.nproc; --model picks a preset (gpt2-124m ...\n"
-            "gpt2-1558m).  Nothing is allocated, so any size can be planned on any machine.\n"
+            "gpt2-1558m).  Nothing is allocated, so any size can be planned on any machine.\n\n"
+            "--device-memory SIZE  memory per rank (80GiB, 24GiB, 512MiB; binary KiB MiB GiB\n"
+            "                      TiB, or decimal KB MB GB TB): a \"fits\" column, and the\n"
+            "                      recommended strategy: of those that fit, the one that\n"
+            "                      sends the least per step (within 1%%: the least memory)\n"
+            "--link-gbps GBPS      link bandwidth per rank in Gb/s (10^9 bit/s): a column\n"
+            "                      with each strategy's communication time per step, its\n"
+            "                      ring algorithms' bytes over the link (bandwidth-bound,\n"
+            "                      no latency, no overlap with compute)\n"
+            "Sizes print in binary units (1 MiB = 2^20 bytes), bandwidth in decimal ones.\n"
             "exit codes: 0 planned, 2 usage or config error\n");
 }
 
@@ -213,8 +229,12 @@ static void preset_sets(const char *preset, char buf[6][96], const char **sets, 
 }
 
 /* Select the variant on the one resolved config (its strategy and that
- * strategy's settings) and load what the config then selects. */
-static int select_variant(dt_resolved_t *r, const variant_t *v, const char *own)
+ * strategy's settings) and load what the config then selects.  The
+ * config's own strategy (`own`) is blamed where the config names it
+ * (`own_where`, taken before any row changed the selection); a row plan
+ * added is plan's, never a --set the user did not give. */
+static int select_variant(dt_resolved_t *r, const variant_t *v, const char *own,
+                          const char *own_where)
 {
     if (v->err[0])
         return dt_err_set(DT_ERR_INVALID, "%s", v->err);
@@ -223,65 +243,201 @@ static int select_variant(dt_resolved_t *r, const variant_t *v, const char *own)
     int rc = dt_resolve_set(r, data);
     for (int k = 0; rc == DT_OK && k < v->n_sets; k++)
         rc = dt_resolve_set(r, v->sets[k]);
-    /* the config's own strategy is blamed where the config names it; a row
-     * plan added is plan's, never a --set the user did not give */
     char by[160];
     snprintf(by, sizeof by, "dtrain plan's row for strategy '%s'", v->plugin);
     if (rc == DT_OK)
         rc = dt_resolve_plugin(r, DT_ROLE_DATA, NULL,
-                               strcmp(v->plugin, own) == 0 ? NULL : by);
+                               strcmp(v->plugin, own) == 0 ? own_where : by);
     return rc ? rc : dt_resolve_plugins(r);
 }
 
-static void print_header(const dt_resolved_t *r, dt_model_t *m, int64_t world)
+/* What decides: --device-memory and --link-gbps (0: not given). */
+typedef struct plan_limits {
+    uint64_t mem;   /* bytes per rank */
+    double gbps;    /* link, 10^9 bit/s */
+} plan_limits_t;
+
+/* A planned row, for the recommendation. */
+typedef struct plan_row {
+    const char *label;
+    uint64_t total, sent;
+    int planned;
+} plan_row_t;
+
+/* Traffic within this fraction of the least counts as the same. */
+#define PLAN_TRAFFIC_TIE 0.01
+
+#define PLAN_COLS "%-19s %11s %11s %11s %11s %11s %11s %12s %12s"
+
+static void print_header(const dt_resolved_t *r, dt_model_t *m, int64_t world,
+                         const plan_limits_t *lim)
 {
     const dt_model_info_t *mi = dt_model_info(m);
+    char b[32];
     printf("plan: %s, %.2fM parameters, %s, %s; %lld rank(s); micro-batch %lld x %lld "
-           "tokens\n\n",
+           "tokens\n",
            mi->arch, (double)dt_model_desc(m)->numel / 1e6, mi->dtype,
            dt_optim_name(r->set.optimizer.type), (long long)world,
            (long long)r->set.train.micro_batch, (long long)r->set.train.seq_len);
-    printf("%-19s %11s %11s %11s %11s %11s %11s %12s %12s\n", "strategy", "params",
-           "grads", "optimizer", "activations", "comm bufs", "model state",
-           "total/rank", "sent/step");
+    printf("units: sizes binary (1 MiB = 2^20 bytes, 1 GiB = 2^30 bytes), bandwidth decimal "
+           "(1 Gb/s = 10^9 bit/s)\n");
+    if (lim->mem)
+        printf("device memory: %s per rank (fits: total/rank within it)\n",
+               dt_plan_bytes(lim->mem, b, sizeof b));
+    if (lim->gbps > 0)
+        printf("link: %.2f Gb/s per rank (comm/step: sent/step over it; ring algorithms, "
+               "bandwidth-bound, no latency, no overlap with compute)\n",
+               lim->gbps);
+    printf("\n" PLAN_COLS, "strategy", "params", "grads", "optimizer", "activations",
+           "comm bufs", "model state", "total/rank", "sent/step");
+    if (lim->gbps > 0)
+        printf(" %11s", "comm/step");
+    if (lim->mem)
+        printf(" %4s", "fits");
+    printf("\n");
 }
 
-static void print_row(const char *label, const dt_estimate_t *e)
+static void print_row(const char *label, const dt_estimate_t *e, const plan_limits_t *lim)
 {
-    char b[8][32];
-    uint64_t total = 0;
-    for (int t = 0; t < DT_TAG_COUNT; t++)
-        total += e->bytes[t];
-    printf("%-19s %11s %11s %11s %11s %11s %11s %12s %12s\n", label,
-           dt_plan_bytes(e->bytes[DT_TAG_PARAMS], b[0], 32),
+    char b[9][32];
+    uint64_t total = dt_plan_total(e);
+    printf(PLAN_COLS, label, dt_plan_bytes(e->bytes[DT_TAG_PARAMS], b[0], 32),
            dt_plan_bytes(e->bytes[DT_TAG_GRADS], b[1], 32),
            dt_plan_bytes(e->bytes[DT_TAG_OPTIMIZER], b[2], 32),
            dt_plan_bytes(e->bytes[DT_TAG_ACTIVATIONS], b[3], 32),
            dt_plan_bytes(e->bytes[DT_TAG_COMM], b[4], 32),
            dt_plan_bytes(dt_plan_model_state(e), b[5], 32), dt_plan_bytes(total, b[6], 32),
            dt_plan_bytes(e->comm_bytes_per_step, b[7], 32));
+    if (lim->gbps > 0)
+        printf(" %11s",
+               dt_plan_seconds(dt_plan_comm_seconds(e->comm_bytes_per_step, lim->gbps), b[8],
+                               32));
+    if (lim->mem)
+        printf(" %4s", total <= lim->mem ? "yes" : "no");
+    printf("\n");
     if (e->note[0])
         printf("%-19s   %s\n", "", e->note);
 }
 
-int dt_cmd_plan(int argc, char **argv)
+/* Of the rows that fit, the least traffic; among rows within
+ * PLAN_TRAFFIC_TIE of it, the least memory per rank (the first of equals,
+ * in display order).  None fits: say which comes closest. */
+static void print_recommendation(const plan_row_t *rows, size_t n, const plan_limits_t *lim)
 {
-    static const char *const opts[] = {"--world", "--model", NULL};
-    const char *vals[2] = {NULL, NULL};
-    dt_cli_config_args_t a;
-    int ec = dt_cli_parse_config_args("plan", argc, argv, &a, opts, vals);
-    if (ec)
-        return ec;
-    int64_t world = 0;
+    const plan_row_t *smallest = NULL, *best = NULL;
+    uint64_t least_sent = UINT64_MAX;
+    size_t n_fit = 0;
+    char b[3][32];
+    for (size_t i = 0; i < n; i++) {
+        if (!rows[i].planned)
+            continue;
+        if (!smallest || rows[i].total < smallest->total)
+            smallest = &rows[i];
+        if (rows[i].total <= lim->mem) {
+            n_fit++;
+            if (rows[i].sent < least_sent)
+                least_sent = rows[i].sent;
+        }
+    }
+    if (!smallest)
+        return;
+    if (!n_fit) {
+        printf("\nrecommended: none: no planned strategy fits in %s per rank; the smallest, "
+               "%s, needs %s (more ranks or a smaller micro-batch lower it)\n",
+               dt_plan_bytes(lim->mem, b[0], 32), smallest->label,
+               dt_plan_bytes(smallest->total, b[1], 32));
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].planned && rows[i].total <= lim->mem &&
+            (double)rows[i].sent <= (double)least_sent * (1.0 + PLAN_TRAFFIC_TIE) &&
+            (!best || rows[i].total < best->total))
+            best = &rows[i];
+    printf("\nrecommended: %s (%s per rank of %s; sends %s per step", best->label,
+           dt_plan_bytes(best->total, b[0], 32), dt_plan_bytes(lim->mem, b[1], 32),
+           dt_plan_bytes(best->sent, b[2], 32));
+    if (lim->gbps > 0)
+        printf(", %s at %.2f Gb/s",
+               dt_plan_seconds(dt_plan_comm_seconds(best->sent, lim->gbps), b[0], 32),
+               lim->gbps);
+    printf(")\n  the least traffic of the %zu strategies that fit; of those within %.0f%% of "
+           "it, the least memory per rank\n",
+           n_fit, PLAN_TRAFFIC_TIE * 100.0);
+}
+
+/* --device-memory: a positive number and a unit, "80GiB" or "80 GiB";
+ * 0 when it is not one. */
+static int parse_size(const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *name;
+        double bytes;
+    } units[] = {{"B", 1.0},      {"KiB", 0x1p10}, {"MiB", 0x1p20}, {"GiB", 0x1p30},
+                 {"TiB", 0x1p40}, {"KB", 1e3},     {"MB", 1e6},     {"GB", 1e9},
+                 {"TB", 1e12}};
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !isfinite(v) || v <= 0)
+        return 0;
+    while (*end == ' ')
+        end++;
+    for (size_t i = 0; i < DT_ARRAY_LEN(units); i++)
+        if (strcmp(end, units[i].name) == 0) {
+            double b = v * units[i].bytes;
+            if (b < 1.0 || b >= 0x1p63)
+                return 0;
+            *out = (uint64_t)b;
+            return 1;
+        }
+    return 0;
+}
+
+/* The command's own options; 0 or DT_EXIT_USAGE after saying why. */
+static int parse_options(const char *const *vals, int64_t *world, plan_limits_t *lim)
+{
     if (vals[0]) {
         char *end;
-        world = strtoll(vals[0], &end, 10);
-        if (*end || world < 1 || world > 1000000) {
+        *world = strtoll(vals[0], &end, 10);
+        if (*end || *world < 1 || *world > 1000000) {
             fprintf(stderr, "dtrain plan: error: --world %s is not a rank count in 1..1000000\n",
                     vals[0]);
             return DT_EXIT_USAGE;
         }
     }
+    if (vals[2] && !parse_size(vals[2], &lim->mem)) {
+        fprintf(stderr,
+                "dtrain plan: error: --device-memory %s is not a size: a number above 0 and a "
+                "unit, binary KiB MiB GiB TiB or decimal KB MB GB TB (e.g. 80GiB)\n",
+                vals[2]);
+        return DT_EXIT_USAGE;
+    }
+    if (vals[3]) {
+        char *end;
+        lim->gbps = strtod(vals[3], &end);
+        if (end == vals[3] || *end || !isfinite(lim->gbps) || lim->gbps <= 0) {
+            fprintf(stderr,
+                    "dtrain plan: error: --link-gbps %s is not a link bandwidth: a number of "
+                    "Gb/s above 0 (e.g. 25)\n",
+                    vals[3]);
+            return DT_EXIT_USAGE;
+        }
+    }
+    return DT_EXIT_OK;
+}
+
+int dt_cmd_plan(int argc, char **argv)
+{
+    static const char *const opts[] = {"--world", "--model", "--device-memory", "--link-gbps",
+                                       NULL};
+    const char *vals[4] = {NULL, NULL, NULL, NULL};
+    dt_cli_config_args_t a;
+    int ec = dt_cli_parse_config_args("plan", argc, argv, &a, opts, vals);
+    if (ec)
+        return ec;
+    int64_t world = 0;
+    plan_limits_t lim = {0, 0.0};
+    if ((ec = parse_options(vals, &world, &lim)))
+        return ec;
     const char *sets[DT_ARRAY_LEN(a.sets) + 6];
     char preset[6][96];
     int n = 0;
@@ -296,27 +452,34 @@ int dt_cmd_plan(int argc, char **argv)
         return dt_cli_fail("plan", rc);
     if (world <= 0)
         world = r.set.launch.nproc;
+    char own[96], own_where[1400];
+    snprintf(own, sizeof own, "%s", r.set.parallel.data ? r.set.parallel.data : "");
+    dt_config_where(r.cfg, "parallel.data", own_where, sizeof own_where);
     variants_t vs = {0};
-    if ((rc = plan_variants(&r, &vs)) != DT_OK) {
+    plan_row_t *rows = NULL;
+    if ((rc = plan_variants(&r, &vs)) == DT_OK &&
+        !(rows = calloc(vs.n ? vs.n : 1, sizeof *rows)))
+        rc = dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
+    if (rc != DT_OK) {
         free(vs.v);
         dt_resolved_free(&r);
         return dt_cli_fail("plan", rc);
     }
     const variant_t *variants = vs.v;
-    char own[96];
-    snprintf(own, sizeof own, "%s", r.set.parallel.data ? r.set.parallel.data : "");
     dt_model_t *m = NULL;
     int planned = 0, first_rc = DT_OK;
     for (size_t i = 0; i < vs.n; i++) {
         dt_estimate_t e = {.struct_size = sizeof(dt_estimate_t)};
-        rc = select_variant(&r, &variants[i], own);
+        rc = select_variant(&r, &variants[i], own, own_where);
         if (rc == DT_OK && !m &&
             (rc = dt_model_create(r.cfg, r.plugin[DT_ROLE_DEVICE]->ops, &m)) == DT_OK)
-            print_header(&r, m, world);
+            print_header(&r, m, world, &lim);
         if (rc == DT_OK)
             rc = dt_plan_strategy(r.plugin[DT_ROLE_DATA], m, &r.set, (int)world, &e);
         if (rc == DT_OK) {
-            print_row(variants[i].label, &e);
+            print_row(variants[i].label, &e, &lim);
+            rows[i] = (plan_row_t){.label = variants[i].label, .total = dt_plan_total(&e),
+                                   .sent = e.comm_bytes_per_step, .planned = 1};
             planned++;
         } else if (i == 0) {
             /* the first row (ddp, when installed) failing is the
@@ -328,9 +491,12 @@ int dt_cmd_plan(int argc, char **argv)
                 first_rc = rc;
         }
     }
+    if (planned && lim.mem)
+        print_recommendation(rows, vs.n, &lim);
     ec = planned ? DT_EXIT_OK : dt_cli_fail("plan", first_rc ? first_rc : rc);
     if (m)
         dt_model_free(m, NULL);
+    free(rows);
     free(vs.v);
     dt_resolved_free(&r);
     return ec;

@@ -47,12 +47,37 @@ uint64_t dt_plan_model_state(const dt_estimate_t *e)
     return e->bytes[DT_TAG_PARAMS] + e->bytes[DT_TAG_GRADS] + e->bytes[DT_TAG_OPTIMIZER];
 }
 
+uint64_t dt_plan_total(const dt_estimate_t *e)
+{
+    uint64_t total = 0;
+    for (int t = 0; t < DT_TAG_COUNT; t++)
+        total += e->bytes[t];
+    return total;
+}
+
+double dt_plan_comm_seconds(uint64_t sent, double gbps)
+{
+    return (double)sent * 8.0 / (gbps * 1e9);
+}
+
 const char *dt_plan_bytes(uint64_t b, char *buf, size_t cap)
 {
-    const double mib = 1024.0 * 1024.0, gib = mib * 1024.0;
-    if ((double)b >= gib)
-        snprintf(buf, cap, "%.2f GiB", (double)b / gib);
+    static const char *const unit[] = {"MiB", "GiB", "TiB"};
+    double v = (double)b / (1024.0 * 1024.0);
+    int u = 0;
+    while (u < 2 && v >= 1024.0) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, cap, "%.2f %s", v, unit[u]);
+    return buf;
+}
+
+const char *dt_plan_seconds(double s, char *buf, size_t cap)
+{
+    if (s < 1.0)
+        snprintf(buf, cap, "%.2f ms", s * 1e3);
     else
-        snprintf(buf, cap, "%.2f MiB", (double)b / mib);
+        snprintf(buf, cap, "%.2f s", s);
     return buf;
 }

@@ -22,7 +22,22 @@ int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_
 /* Model-state bytes (params + grads + optimizer) of an estimate. */
 uint64_t dt_plan_model_state(const dt_estimate_t *e);
 
-/* `b` as "12.34 MiB" below 1 GiB and "1.92 GiB" above; returns buf. */
+/* Peak bytes per rank of an estimate: every tag. */
+uint64_t dt_plan_total(const dt_estimate_t *e);
+
+/* Seconds a rank needs to send `sent` bytes over a link of `gbps` Gb/s
+ * (10^9 bit/s): the bandwidth-bound time of the ring algorithms whose
+ * bytes the estimates count (an all-reduce sends 2(n-1)/n of its buffer,
+ * a reduce-scatter or all-gather (n-1)/n), every rank sending and
+ * receiving at once on a full-duplex link; no latency, no overlap with
+ * compute. */
+double dt_plan_comm_seconds(uint64_t sent, double gbps);
+
+/* How the planner writes numbers, one format throughout: two decimals,
+ * sizes in binary units ("474.70 MiB" below 1 GiB, "1.92 GiB", "2.00 TiB"
+ * from 1 TiB), times as "12.34 ms" below a second and "3.49 s" above.
+ * Each returns buf. */
 const char *dt_plan_bytes(uint64_t b, char *buf, size_t cap);
+const char *dt_plan_seconds(double s, char *buf, size_t cap);
 
 #endif /* DT_ENGINE_PLAN_H */

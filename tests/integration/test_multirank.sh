@@ -8,16 +8,15 @@
 #  - checkpoints do not depend on topology: saved by 2 ranks, resumed by 1
 #    and by 4, the loss curve continues;
 #  - `dtrain ckpt inspect|consolidate|export` on a sharded checkpoint;
-#  - the planner: a row per strategy preset, a third-party strategy's row;
 #  - failures: configs that differ between ranks, a peer that never
 #    arrives, a rank killed in the middle of a checkpoint write, a rank
 #    whose disk fills: clear errors and the previous checkpoint intact.
-# PART (4th argument) "main" runs everything but the failures, "faults" only
+# PART (3rd argument) "main" runs everything but the failures, "faults" only
 # the failures (ctest's integration.multirank_faults, label faults); each
 # failure ends with after_fault's post-conditions (lib.sh).
 set -euo pipefail
-bin=$1 work=$2 fakes=$3   # fakes: the fake plugins' folder (a strategy without plan presets)
-part=${4:-all}
+bin=$1 work=$2
+part=${3:-all}
 . "$(dirname "$0")/lib.sh"
 py=/usr/bin/python3
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
@@ -194,42 +193,6 @@ resume zero-3-4 z3to_ddp2 2 6 --set parallel.data=ddp
 resume zero-3-4 z3to_fsdp3 3 4 --set parallel.data=fsdp --set fsdp.sharding_strategy=FULL_SHARD
 resume fsdp-FULL_SHARD-3 f3to_z2x4 4 3 --set parallel.data=zero --set zero.stage=2
 resume zero-1-2 z1to_z3x1 1 12 --set parallel.data=zero --set zero.stage=3 --set run.comm=self
-
-# ---- the planner -------------------------------------------------------------
-expect_exit 0 "plan every strategy at 4 ranks" "$bin" plan eq.toml --world 4
-for row in "ddp " "zero-1 " "zero-2 " "zero-3 " "fsdp FULL_SHARD " "fsdp SHARD_GRAD_OP " "fsdp NO_SHARD "; do
-  grep -q "^$row.*MiB" <<<"$out" && ok "plan has a row for ${row% }" ||
-    bad "plan lacks ${row% }" "$out"
-done
-expect_out "hybrid without a group size says why" "fsdp HYBRID_SHARD     not planned"
-expect_exit 0 "plan hybrid groups of 2" "$bin" plan eq.toml --world 4 --set fsdp.hybrid_group_size=2
-grep -q '^fsdp HYBRID_SHARD .*MiB' <<<"$out" && ok "hybrid planned with a group size" ||
-  bad "hybrid not planned" "$out"
-# a strategy the core has never heard of, without plan presets: one row
-# with its defaults (its table's values from --set), after the shipped ones
-# in their order; found through DTRAIN_PLUGIN_PATH or the config's
-# run.plugin_path (then it is also the config's parallel.data: one row)
-expect_exit 0 "plan with a third-party strategy on the path" \
-  env DTRAIN_PLUGIN_PATH="$fakes" "$bin" plan eq.toml --world 4 --set fakestrat.note=from-the-config
-rows=$(printf '%s\n' "$out" | sed -n '/^strategy /,$p' | grep -v '^ ' | tail -n +2 |
-       sed -E 's/ +([0-9.]+ [MG]iB|not planned).*//' | paste -sd'|')
-want="ddp|zero-1|zero-2|zero-3|fsdp NO_SHARD|fsdp SHARD_GRAD_OP|fsdp FULL_SHARD|fsdp HYBRID_SHARD|fakestrat"
-if [ "$rows" = "$want" ]; then ok "rows in order, the third-party strategy last"
-else bad "rows: $rows, expected $want" "$out"; fi
-grep -q '^ *from-the-config$' <<<"$(grep -A1 '^fakestrat .*MiB' <<<"$out")" &&
-  ok "the third-party row is its own estimate, with its table's values" ||
-  bad "no planned fakestrat row with its note" "$out"
-expect_exit 0 "plan a config whose strategy is found through run.plugin_path" \
-  "$bin" plan eq.toml --world 4 --set run.plugin_path="$fakes" --set parallel.data=fakestrat
-n=$(printf '%s\n' "$out" | grep -c '^fakestrat .*MiB' || true)
-if [ "$n" = 1 ]; then ok "the config's own strategy has one row"; else bad "$n fakestrat rows" "$out"; fi
-expect_exit 0 "plan names a strategy that is not installed" "$bin" plan eq.toml --world 4 \
-  --set parallel.data=nosuch
-expect_out "its row says why" "nosuch                not planned: --set parallel.data=nosuch: strategy plugin 'nosuch' not found in:"
-expect_exit 0 "plan a 1.5B preset without allocating it" "$bin" plan eq.toml --world 64 --model gpt2-1558m
-expect_out "the preset replaces the file's shape" "1557.61M parameters"
-expect_exit 2 "plan: bad --world" "$bin" plan eq.toml --world 0
-expect_out "plan: --world explained" "--world 0 is not a rank count"
 
 fi   # part != faults
 

@@ -3,7 +3,12 @@
  * planner sees it: a valid strategy plugin without the optional
  * plan_presets slot, whose estimate is arithmetic on its arguments and
  * whose other methods refuse to run.  `dtrain plan` must give it one row
- * with its defaults (tests/integration/test_multirank.sh).
+ * with its defaults (tests/integration/test_plan.sh).
+ *
+ * Built with -DFAKE_PLAN_PRESETS it lists plan presets, as a third party's
+ * strategy with several configurations would: two that set its `note`
+ * (each row must show its own note) and one malformed ("note", no value),
+ * whose row must say why it was not planned.
  *
  * Its estimate per rank: parameters and gradients replicated (numel x
  * param_bytes, numel x grad_bytes), optimizer state divided by the group
@@ -117,9 +122,24 @@ static int fake_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *
     return dt_result_write(host, "estimate", out, &e, sizeof e, DT_ESTIMATE_V1_SIZE0);
 }
 
+#ifdef FAKE_PLAN_PRESETS
+static const dt_plan_preset_v1_t fake_presets[] = {
+    {.label = FAKE_NAME " first", .set = "note=first-preset"},
+    {.label = FAKE_NAME " second", .set = "note=second-preset"},
+    {.label = FAKE_NAME " broken", .set = "note"},
+};
+
+static int fake_plan_presets(const dt_plan_preset_v1_t **out, uint32_t *n)
+{
+    *out = fake_presets;
+    *n = (uint32_t)(sizeof fake_presets / sizeof fake_presets[0]);
+    return DT_OK;
+}
+#endif
+
 static const dt_strategy_ops_v1_t fake_ops = {
     .info = DT_PLUGIN_INFO(STRATEGY, dt_strategy_ops_v1_t, FAKE_NAME, "0.1.0",
-                           "planner test double: a strategy without plan presets",
+                           "planner test double: a strategy with its estimate only",
                            fake_keys),
     .init = fake_init,
     .finalize = fake_finalize,
@@ -134,6 +154,9 @@ static const dt_strategy_ops_v1_t fake_ops = {
     .set_state = fake_set_state,
     .state_loaded = fake_state_loaded,
     .estimate = fake_estimate,
+#ifdef FAKE_PLAN_PRESETS
+    .plan_presets = fake_plan_presets,
+#endif
 };
 
 DT_PLUGIN_ENTRY(strategy, 1, dt_strategy_ops_v1_t, &fake_ops)

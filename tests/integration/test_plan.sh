@@ -8,7 +8,22 @@
 #    run.plugin_path (then it is also the config's parallel.data: one row);
 #  - a strategy that is not installed gets a row that says why;
 #  - presets of any size are planned without allocating them; a bad
-#    --world is a usage error.
+#    --world is a usage error;
+#  - a third-party strategy with plan presets (fakepresets) gets a row per
+#    preset, each from its estimate with the preset's settings, and a
+#    malformed preset's row says why; as the config's own parallel.data
+#    (file and run.plugin_path) its rows appear once;
+#  - the config's own strategy is blamed where the config names it: the
+#    file's line, or the user's --set, never a --set plan made itself;
+#  - fsdp NO_SHARD (and any strategy on one rank) is not called sharded;
+#  - one number format: every size cell "N.NN MiB|GiB|TiB", the units said
+#    once, no decimal MB and no scientific notation anywhere;
+#  - --device-memory: the fits column agrees with total/rank for a size
+#    that fits some strategies and not others (GPT-2 1.5B on 8 ranks), and
+#    the recommendation is the least traffic among them, ties within 1% to
+#    the least memory; none fitting names the smallest;
+#  - --link-gbps: the time column against a hand computation (below);
+#  - bad --device-memory and --link-gbps values exit 2 naming the option.
 set -euo pipefail
 bin=$1 work=$2 fakes=$3   # fakes: the fake plugins' folder (fake_strategy.c)
 . "$(dirname "$0")/lib.sh"
@@ -47,7 +62,7 @@ expect_exit 0 "plan with a third-party strategy on the path" \
   env DTRAIN_PLUGIN_PATH="$fakes" "$bin" plan eq.toml --world 4 --set fakestrat.note=from-the-config
 rows=$(printf '%s\n' "$out" | sed -n '/^strategy /,$p' | grep -v '^ ' | tail -n +2 |
        sed -E 's/ +([0-9.]+ [MG]iB|not planned).*//' | paste -sd'|')
-want="ddp|zero-1|zero-2|zero-3|fsdp NO_SHARD|fsdp SHARD_GRAD_OP|fsdp FULL_SHARD|fsdp HYBRID_SHARD|fakestrat"
+want="ddp|zero-1|zero-2|zero-3|fsdp NO_SHARD|fsdp SHARD_GRAD_OP|fsdp FULL_SHARD|fsdp HYBRID_SHARD|fakepresets first|fakepresets second|fakepresets broken|fakestrat"
 if [ "$rows" = "$want" ]; then ok "rows in order, the third-party strategy last"
 else bad "rows: $rows, expected $want" "$out"; fi
 grep -q '^ *from-the-config$' <<<"$(grep -A1 '^fakestrat .*MiB' <<<"$out")" &&
@@ -64,5 +79,172 @@ expect_exit 0 "plan a 1.5B preset without allocating it" "$bin" plan eq.toml --w
 expect_out "the preset replaces the file's shape" "1557.61M parameters"
 expect_exit 2 "plan: bad --world" "$bin" plan eq.toml --world 0
 expect_out "plan: --world explained" "--world 0 is not a rank count"
+
+
+# ---- a third party's plan presets --------------------------------------------
+expect_exit 0 "plan with a third-party strategy that lists presets" \
+  env DTRAIN_PLUGIN_PATH="$fakes" "$bin" plan eq.toml --world 4
+for p in first second; do
+  grep -q "^ *$p-preset\$" <<<"$(grep -A1 "^fakepresets $p .*MiB" <<<"$out")" &&
+    ok "preset '$p' has its row, estimated with the preset's settings" ||
+    bad "no planned 'fakepresets $p' row with its note" "$out"
+done
+expect_out "a malformed preset's row says why" \
+  "fakepresets broken    not planned: strategy/fakepresets: plan preset 'fakepresets broken' sets \"note\", not up to 8 key=value assignments separated by spaces"
+{ cat eq.toml; printf '[parallel]\ndata = "fakepresets"\n'; } > own3p.toml
+sed -i "s|^out_dir = \"out\"|out_dir = \"out\"\nplugin_path = \"$fakes\"|" own3p.toml
+expect_exit 0 "plan a config whose own strategy is a third party's with presets (file, run.plugin_path)" \
+  "$bin" plan own3p.toml --world 4
+n=$(grep -cE '^fakepresets (first|second) .*MiB' <<<"$out" || true)
+m=$(grep -c '^fakepresets broken ' <<<"$out" || true)
+if [ "$n" = 2 ] && [ "$m" = 1 ]; then ok "its preset rows appear once each"
+else bad "$n planned and $m broken fakepresets rows, expected 2 and 1" "$out"; fi
+
+# ---- whom the config's own row blames ----------------------------------------
+{ cat eq.toml; printf '[parallel]\ndata = "nosuch"\n'; } > own.toml
+line=$(grep -n '^data = "nosuch"' own.toml | cut -d: -f1)
+expect_exit 0 "plan a config whose file names a strategy that is not installed" \
+  "$bin" plan own.toml --world 4
+expect_out "its row blames the file's line" \
+  "nosuch                not planned: own.toml:$line: parallel.data = \"nosuch\": strategy plugin 'nosuch' not found in:"
+if grep -qF -- "--set parallel.data" <<<"$out"; then bad "a --set the user did not give is blamed" "$out"
+else ok "no --set the user did not give is blamed"; fi
+expect_exit 0 "the same strategy named by --set" "$bin" plan own.toml --world 4 --set parallel.data=nosuch
+expect_out "its row blames the --set" \
+  "nosuch                not planned: --set parallel.data=nosuch: strategy plugin 'nosuch' not found in:"
+
+# ---- NO_SHARD is not sharded -------------------------------------------------
+expect_exit 0 "plan at 4 ranks" "$bin" plan eq.toml --world 4
+note=$(grep -A1 '^fsdp NO_SHARD .*MiB' <<<"$out" | tail -n 1)
+case "$note" in
+  *"nothing sharded: every rank holds all 4 group(s); grads all-reduced over 4 ranks"*)
+    case "$note" in *"sharded over"*|*"params sharded"*|*"grads sharded"*)
+      bad "NO_SHARD's note still says sharded" "$note";;
+      *) ok "NO_SHARD's note says nothing is sharded";; esac;;
+  *) bad "NO_SHARD's note: $note" "$out";;
+esac
+grep -q '^ *fsdp FULL_SHARD: 4 group(s) sharded over 4 ranks; params sharded, grads sharded$' <<<"$out" &&
+  ok "FULL_SHARD's note says sharded over 4 ranks" || bad "FULL_SHARD's note" "$out"
+expect_exit 0 "plan on 1 rank" "$bin" plan eq.toml --world 1
+expect_out "zero-3 on one rank shards nothing" "zero stage 3: nothing sharded on 1 rank: it holds all 4 group(s)"
+
+# ---- numbers: one format -----------------------------------------------------
+# rows LABEL-REGEX: the planned rows' cells (everything after the 19-column
+# label), one row a line, "label|cells"
+rows() { sed -n '/^strategy /,/^$/p' <<<"$out" | grep -E '^[^ ].* (MiB|GiB|TiB) ' |
+         grep -v '^strategy ' | sed -E 's/^(.{19}) (.*)$/\1|\2/; s/ +\|/|/'; }
+expect_exit 0 "plan GPT-2 1.5B on 8 ranks (the size that printed 4.26e+03 MB)" \
+  "$bin" plan eq.toml --world 8 --model gpt2-1558m
+n=$(grep -c '^units: sizes binary (1 MiB = 2^20 bytes, 1 GiB = 2^30 bytes), bandwidth decimal (1 Gb/s = 10^9 bit/s)$' <<<"$out" || true)
+if [ "$n" = 1 ]; then ok "the units are said once"; else bad "units said $n times" "$out"; fi
+badcells=$(rows | cut -d'|' -f2 | awk '{ if (NF != 16) print "fields " NF ": " $0
+  for (i = 1; i <= 16; i += 2) if ($i !~ /^[0-9]+\.[0-9][0-9]$/ || $(i+1) !~ /^(MiB|GiB|TiB)$/) print $i " " $(i+1) }')
+nrows=$(rows | wc -l)
+if [ "$nrows" = 7 ] && [ -z "$badcells" ]; then ok "all 8 cells of all 7 planned rows are N.NN MiB|GiB|TiB"
+else bad "$nrows rows; cells not N.NN MiB|GiB|TiB: $badcells" "$out"; fi
+if grep -qE '[0-9]e[+-]?[0-9]|[0-9] ?MB\b|[0-9] ?GB\b' <<<"$out"; then
+  bad "scientific notation or decimal MB/GB in the output" "$(grep -E '[0-9]e[+-]?[0-9]|[0-9] ?MB\b|[0-9] ?GB\b' <<<"$out")"
+else ok "no scientific notation and no decimal MB/GB"; fi
+
+# ---- --device-memory: fits and the recommendation ----------------------------
+# GPT-2 1.5B, fp32 AdamW, on 8 ranks: ddp, zero-1, zero-2 and fsdp NO_SHARD
+# need 12.6-23.9 GiB per rank, zero-3 6.07, fsdp SHARD_GRAD_OP 9.81 and
+# FULL_SHARD 4.66; SHARD_GRAD_OP sends what ddp sends (an all-reduce's
+# worth), zero-3 and FULL_SHARD 1.5 times that (a second all-gather).
+gib() { awk -v n="$1" -v u="$2" 'BEGIN { printf "%.6f", n * (u == "TiB" ? 1024 : u == "GiB" ? 1 : 1/1024) }'; }
+fits_check() { # MEM_GIB EXPECTED-YES-LABELS: the fits column agrees with total/rank and the expected rows
+  local mem=$1 want=$2 got="" wrong="" label cells
+  while IFS='|' read -r label cells; do
+    set -- $cells
+    local t; t=$(gib "${13}" "${14}")
+    local fit=${17}
+    if awk -v t="$t" -v m="$mem" 'BEGIN { exit !(t <= m) }'; then [ "$fit" = yes ] || wrong+="$label($t GiB: $fit) "
+    else [ "$fit" = no ] || wrong+="$label($t GiB: $fit) "; fi
+    [ "$fit" = yes ] && got+="${got:+,}$label"
+  done < <(rows)
+  if [ -z "$wrong" ] && [ "$got" = "$want" ]; then ok "$mem GiB: fits is total/rank <= $mem GiB; fit: $got"
+  else bad "$mem GiB: fit: $got (expected $want); wrong: $wrong" "$out"; fi
+}
+expect_exit 0 "plan 1.5B with 10GiB per rank" "$bin" plan eq.toml --world 8 --model gpt2-1558m \
+  --device-memory 10GiB
+expect_out "the device memory is stated" "device memory: 10.00 GiB per rank (fits: total/rank within it)"
+grep -qE '^strategy .* sent/step +fits$' <<<"$out" && ok "a fits column" || bad "no fits column" "$out"
+fits_check 10 "zero-3,fsdp SHARD_GRAD_OP,fsdp FULL_SHARD"
+expect_out "the least traffic that fits is recommended" \
+  "recommended: fsdp SHARD_GRAD_OP (9.81 GiB per rank of 10.00 GiB; sends 10.15 GiB per step)"
+expect_out "and why" "  the least traffic of the 3 strategies that fit; of those within 1% of it, the least memory per rank"
+expect_exit 0 "plan 1.5B with 8GiB per rank" "$bin" plan eq.toml --world 8 --model gpt2-1558m \
+  --device-memory 8GiB
+fits_check 8 "zero-3,fsdp FULL_SHARD"
+expect_out "equal traffic: the least memory is recommended" \
+  "recommended: fsdp FULL_SHARD (4.66 GiB per rank of 8.00 GiB; sends 15.77 GiB per step)"
+expect_exit 0 "plan 1.5B with 4GiB per rank" "$bin" plan eq.toml --world 8 --model gpt2-1558m \
+  --device-memory 4GiB
+fits_check 4 ""
+expect_out "none fits: the smallest is named" \
+  "recommended: none: no planned strategy fits in 4.00 GiB per rank; the smallest, fsdp FULL_SHARD, needs 4.66 GiB"
+expect_exit 0 "--device-memory in decimal units" "$bin" plan eq.toml --world 8 --model gpt2-1558m \
+  --device-memory "80 GB"
+expect_out "80 GB is 74.51 GiB" "device memory: 74.51 GiB per rank"
+fits_check 74.505806 "ddp,zero-1,zero-2,zero-3,fsdp NO_SHARD,fsdp SHARD_GRAD_OP,fsdp FULL_SHARD"
+expect_exit 0 "plan without --device-memory" "$bin" plan eq.toml --world 8 --model gpt2-1558m
+if grep -qE 'fits|recommended' <<<"$out"; then bad "fits or a recommendation without --device-memory" "$out"
+else ok "no fits column and no recommendation without --device-memory"; fi
+
+# ---- --link-gbps: communication time per step --------------------------------
+# Hand computation: GPT-2 124M (vocab V = 50257, context T = 1024, C = 768,
+# L = 12, tied head) has P = V C + T C + L (12 C^2 + 13 C) + 2 C =
+# 124,439,808 parameters, E = (V + T) C = 39,383,808 of them in the
+# embedding unit.  On n = 8 ranks ddp all-reduces the f32 gradients once
+# per step; a ring sends 2 (n-1)/n x 4 P = 871,078,656 bytes per rank, at
+# 25 Gb/s 871078656 x 8 / 25e9 s = 278.75 ms; zero-2 the same
+# (reduce-scatter + all-gather).  fsdp FULL_SHARD all-gathers every unit in
+# forward and again in backward, and the embedding twice more (the tied
+# head reads it again in forward and in backward, core/model gpt2.c), then
+# reduce-scatters the gradients: (n-1)/n x 4 (3 P + 2 E) = 1,582,304,640
+# bytes, 506.34 ms.  The engines pad each unit to an aligned shard, so the
+# check allows 0.5%.
+V=50257 T=1024 C=768 L=12 n=8
+P=$((V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C)) E=$(((V + T) * C))
+[ "$P" = 124439808 ] && ok "P = 124,439,808 by hand" || bad "P = $P"
+ddp_bytes=$((2 * (n - 1) * 4 * P / n)) fs_bytes=$(((n - 1) * 4 * (3 * P + 2 * E) / n))
+expect_exit 0 "plan GPT-2 124M on 8 ranks over 25 Gb/s" "$bin" plan eq.toml --world 8 \
+  --model gpt2-124m --link-gbps 25
+expect_out "the link is stated" "link: 25.00 Gb/s per rank (comm/step: sent/step over it; ring algorithms, bandwidth-bound, no latency, no overlap with compute)"
+grep -qE '^strategy .* sent/step +comm/step$' <<<"$out" && ok "a comm/step column" || bad "no comm/step column" "$out"
+link_check() { # LABEL BYTES GBPS: the row's comm/step within 0.5% of BYTES x 8 / GBPS
+  local cells; cells=$(rows | grep "^$1|" | cut -d'|' -f2)
+  set -- "$1" "$2" "$3" $cells
+  local got=${20} unit=${21}
+  local want; want=$(awk -v b="$2" -v g="$3" 'BEGIN { printf "%.2f", b * 8 / (g * 1e9) * 1e3 }')
+  if awk -v g="$got" -v u="$unit" -v w="$want" 'BEGIN { ms = u == "s" ? g * 1e3 : g; d = (ms - w) / w; if (d < 0) d = -d; exit !(u ~ /^m?s$/ && d <= 0.005) }'
+  then ok "$1 at $3 Gb/s: $got $unit, by hand $want ms"
+  else bad "$1 at $3 Gb/s: $got $unit, by hand $want ms" "$out"; fi
+}
+link_check ddp "$ddp_bytes" 25
+link_check zero-2 "$ddp_bytes" 25
+link_check "fsdp FULL_SHARD" "$fs_bytes" 25
+link_check zero-3 "$fs_bytes" 25
+expect_out "278.75 ms for ddp (no padding in its buffer)" "   278.75 ms"
+expect_exit 0 "the same over 100 Gb/s" "$bin" plan eq.toml --world 8 --model gpt2-124m --link-gbps 100
+link_check ddp "$ddp_bytes" 100
+link_check "fsdp FULL_SHARD" "$fs_bytes" 100
+
+# ---- bad values --------------------------------------------------------------
+expect_exit 2 "--device-memory 80XB" "$bin" plan eq.toml --device-memory 80XB
+expect_out "names the option and the units" \
+  "dtrain plan: error: --device-memory 80XB is not a size: a number above 0 and a unit, binary KiB MiB GiB TiB or decimal KB MB GB TB (e.g. 80GiB)"
+expect_exit 2 "--device-memory without a unit" "$bin" plan eq.toml --device-memory 80
+expect_out "is refused naming it" "--device-memory 80 is not a size"
+expect_exit 2 "--device-memory negative" "$bin" plan eq.toml --device-memory -1GiB
+expect_out "is refused naming it" "--device-memory -1GiB is not a size"
+expect_exit 2 "--link-gbps negative" "$bin" plan eq.toml --link-gbps -5
+expect_out "names the option" "dtrain plan: error: --link-gbps -5 is not a link bandwidth: a number of Gb/s above 0 (e.g. 25)"
+for v in 0 abc inf; do
+  expect_exit 2 "--link-gbps $v" "$bin" plan eq.toml --link-gbps "$v"
+  expect_out "is refused naming it" "--link-gbps $v is not a link bandwidth"
+done
+expect_exit 2 "--link-gbps without a value" "$bin" plan eq.toml --link-gbps
+expect_out "says so" "--link-gbps needs a value"
 
 finish

@@ -65,7 +65,8 @@ const char *dt_plan_bytes(uint64_t b, char *buf, size_t cap)
     static const char *const unit[] = {"MiB", "GiB", "TiB"};
     double v = (double)b / (1024.0 * 1024.0);
     int u = 0;
-    while (u < 2 && v >= 1024.0) {
+    /* the next unit from where two decimals would print 1024.00 */
+    while (u < 2 && v >= 1024.0 - 0.005) {
         v /= 1024.0;
         u++;
     }
@@ -75,7 +76,7 @@ const char *dt_plan_bytes(uint64_t b, char *buf, size_t cap)
 
 const char *dt_plan_seconds(double s, char *buf, size_t cap)
 {
-    if (s < 1.0)
+    if (s < 1.0 - 0.000005) /* never "1000.00 ms" */
         snprintf(buf, cap, "%.2f ms", s * 1e3);
     else
         snprintf(buf, cap, "%.2f s", s);

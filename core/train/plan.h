@@ -35,7 +35,8 @@ double dt_plan_comm_seconds(uint64_t sent, double gbps);
 
 /* How the planner writes numbers, one format throughout: two decimals,
  * sizes in binary units ("474.70 MiB" below 1 GiB, "1.92 GiB", "2.00 TiB"
- * from 1 TiB), times as "12.34 ms" below a second and "3.49 s" above.
+ * from 1 TiB), times as "12.34 ms" below a second and "3.49 s" above; a
+ * value that would round to 1024.00 (1000.00 ms) takes the next unit.
  * Each returns buf. */
 const char *dt_plan_bytes(uint64_t b, char *buf, size_t cap);
 const char *dt_plan_seconds(double s, char *buf, size_t cap);

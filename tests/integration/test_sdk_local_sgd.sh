@@ -14,6 +14,10 @@
 #    steps 4, 8, 12, 16; the loss still falls by more than 1;
 #  - a checkpoint taken right after an averaging step is one model: the
 #    run resumed from it on 2 ranks continues bit for bit;
+#  - `dtrain plan` gives it its row from its own estimate when the config
+#    names it: its note, and a quarter of ddp's traffic at sync_every = 4
+#    (parameters all-reduced once every 4 steps instead of gradients every
+#    step), the same in the --link-gbps column;
 #  - sync_every = 0 is refused before training, naming the key.
 set -euo pipefail
 build=$1 work=$2
@@ -132,6 +136,21 @@ grep -qF "resumed from out/r8/ckpt/step-00000008" rank0.log && ok "resumed at st
 if cmp -s <(losses k4.jsonl | tail -n 8) <(losses r8.jsonl) && [ -s r8.jsonl ]; then
   ok "resumed run continues the losses bit for bit"
 else bad "resumed losses differ" "$(paste <(losses k4.jsonl | tail -n 8) <(losses r8.jsonl))"; fi
+
+# ---- the planner: a third party's row ----------------------------------------------
+expect_exit 0 "plan GPT-2 124M on 8 ranks with local_sgd as the config's strategy" "$bin" plan \
+  lsgd.toml --world 8 --model gpt2-124m --link-gbps 25 --set parallel.data=local_sgd
+# CELLS LABEL: the row's cells after its 19-column label
+cells() { grep -E "^$1 +[0-9]" <<<"$out" | cut -c21-; }
+expect_out "its row, with its own note" \
+  "full replica per rank; own gradients, parameters averaged every 4 step(s)"
+read -r -a d <<<"$(cells ddp)"; read -r -a l <<<"$(cells local_sgd)"
+if [ "${#l[@]}" = 18 ] && [ "${#d[@]}" = 18 ] && [ "${l[15]}" = "${d[15]}" ] &&
+   [ "${l[17]}" = "${d[17]}" ] &&
+   awk -v a="${d[14]}" -v b="${l[14]}" -v c="${d[16]}" -v e="${l[16]}" \
+     'BEGIN { r = b / (a / 4); q = e / (c / 4); exit !(r > 0.999 && r < 1.001 && q > 0.999 && q < 1.001) }'
+then ok "local_sgd sends a quarter of ddp: ${l[14]} ${l[15]} (${l[16]} ${l[17]} at 25 Gb/s) vs ${d[14]} ${d[15]}"
+else bad "local_sgd's traffic is not a quarter of ddp's" "$out"; fi
 
 # ---- configuration errors ------------------------------------------------------------
 expect_exit 2 "sync_every = 0 is refused" "$bin" run lsgd.toml --set run.comm=self \

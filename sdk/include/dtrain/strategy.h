@@ -228,8 +228,13 @@ typedef struct dt_estimate_v1 {
     uint32_t struct_size;         /* sizeof(dt_estimate_v1_t), core's build */
     uint32_t n_tags;              /* entries of bytes[] the strategy filled */
     uint64_t bytes[DT_TAG_CAPACITY]; /* predicted peak per rank, per tag */
-    uint64_t comm_bytes_per_step; /* bytes this rank sends per step */
-    char note[160];               /* e.g. "params gathered per unit (3x 1 unit)" */
+    uint64_t comm_bytes_per_step; /* bytes this rank sends per step, as ring
+                                   * algorithms send them (an all-reduce
+                                   * 2(n-1)/n of its buffer, a reduce-scatter
+                                   * or all-gather (n-1)/n): `dtrain plan
+                                   * --link-gbps` divides it by the link */
+    char note[160];               /* words, e.g. "params gathered per unit";
+                                   * sizes belong in the planner's columns */
     /* ---- minor 0 ends here; append only ---- */
 } dt_estimate_v1_t;
 #define DT_ESTIMATE_V1_SIZE0 DT_FIELD_END(dt_estimate_v1_t, note)

@@ -32,8 +32,7 @@ void dt_help_export(FILE *f)
                "Same as 'dtrain ckpt export' (see dtrain ckpt --help).\n");
 }
 
-/* A checkpoint root means its newest complete checkpoint. */
-static int resolve_dir(const char *arg, char *dir, size_t cap)
+int dt_cli_ckpt_dir(const char *arg, char *dir, size_t cap)
 {
     char probe[4096];
     struct stat st;
@@ -102,7 +101,7 @@ static int do_export(const char *cmd, int argc, char **argv)
     else
         return usage(cmd, "--layout is hf or dtrain");
     char dir[4096];
-    int rc = resolve_dir(pos[0], dir, sizeof dir);
+    int rc = dt_cli_ckpt_dir(pos[0], dir, sizeof dir);
     if (!rc)
         rc = dt_ckpt_export(dir, pos[1], lay);
     if (rc)
@@ -126,7 +125,7 @@ int dt_cmd_ckpt(int argc, char **argv)
         int ec = parse("ckpt inspect", argc - 1, argv + 1, pos, 1, &verify, NULL);
         if (ec)
             return ec;
-        if (!(rc = resolve_dir(pos[0], dir, sizeof dir)))
+        if (!(rc = dt_cli_ckpt_dir(pos[0], dir, sizeof dir)))
             rc = dt_ckpt_inspect(dir, verify, stdout);
         return rc ? dt_cli_fail("ckpt inspect", rc) : DT_EXIT_OK;
     }
@@ -135,7 +134,7 @@ int dt_cmd_ckpt(int argc, char **argv)
         int ec = parse("ckpt consolidate", argc - 1, argv + 1, pos, 2, NULL, NULL);
         if (ec)
             return ec;
-        if (!(rc = resolve_dir(pos[0], dir, sizeof dir)))
+        if (!(rc = dt_cli_ckpt_dir(pos[0], dir, sizeof dir)))
             rc = dt_ckpt_consolidate(dir, pos[1], 0);
         if (rc)
             return dt_cli_fail("ckpt consolidate", rc);

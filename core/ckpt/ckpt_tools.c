@@ -10,6 +10,7 @@
 
 #include "dtrain/tensor.h"
 #include "ckpt/ckpt_io.h"
+#include "ckpt/hf_gpt2.h"
 #include "ckpt/safetensors.h"
 #include "util/error.h"
 
@@ -135,24 +136,10 @@ out:
     return rc;
 }
 
-/* HF's GPT-2 keeps these four projections as Conv1D, weight (in, out). */
-static int hf_conv1d(const char *name)
-{
-    static const char *const sfx[] = {".attn.c_attn.weight", ".attn.c_proj.weight",
-                                      ".mlp.c_fc.weight", ".mlp.c_proj.weight"};
-    size_t n = strlen(name);
-    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++) {
-        size_t m = strlen(sfx[i]);
-        if (n > m && strcmp(name + n - m, sfx[i]) == 0)
-            return 1;
-    }
-    return 0;
-}
-
 /* Stored transposed in the export: HF layout, a GPT-2 Conv1D weight. */
 static int transposed(const dt_ckpt_tensor_t *t, int layout, int gpt2)
 {
-    return layout == DT_EXPORT_HF && gpt2 && t->ndim == 2 && hf_conv1d(t->name);
+    return layout == DT_EXPORT_HF && gpt2 && t->ndim == 2 && dt_hf_gpt2_conv1d(t->name);
 }
 
 /* The manifest's tensor table (checked by the reader: inside the entries,
@@ -179,8 +166,40 @@ static int export_tensors(dt_ckpt_reader_t *r, const char *dir, uint64_t *larges
     return DT_OK;
 }
 
-int dt_ckpt_export(const char *dir, const char *out_path, int layout)
+void dt_ckpt_hf_config_path(const char *weights, char *buf, size_t cap)
 {
+    const char *slash = strrchr(weights, '/');
+    if (slash)
+        snprintf(buf, cap, "%.*s/config.json", (int)(slash - weights), weights);
+    else
+        snprintf(buf, cap, "config.json");
+}
+
+/* config.json beside the exported weights, from the manifest's shape keys. */
+static int write_hf_config(const dt_ckpt_reader_t *r, const char *dir, const char *out_path)
+{
+    const cJSON *model = dt_ckpt_reader_model(r);
+    dt_gpt2_shape_t s;
+    static const char *const keys[] = {"n_layer", "n_head", "n_embd", "vocab_size", "context"};
+    int64_t *dst[] = {&s.n_layer, &s.n_head, &s.n_embd, &s.vocab_size, &s.context};
+    for (int i = 0; i < 5; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(model, keys[i]);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1)
+            return dt_err_set(DT_ERR_DATA,
+                              "checkpoint '%s': manifest.json: \"model\" has no positive "
+                              "\"%s\" for config.json",
+                              dir, keys[i]);
+        *dst[i] = (int64_t)v->valuedouble;
+    }
+    char path[4096];
+    dt_ckpt_hf_config_path(out_path, path, sizeof path);
+    return dt_hf_gpt2_config_write(path, &s);
+}
+
+int dt_ckpt_export(const char *dir, const char *out_path, int layout, int *wrote_config)
+{
+    if (wrote_config)
+        *wrote_config = 0;
     dt_ckpt_reader_t *r = NULL;
     int rc = dt_ckpt_open_flags(dir, DT_CKPT_OPEN_INCOMPLETE, &r);
     if (rc)
@@ -236,6 +255,9 @@ int dt_ckpt_export(const char *dir, const char *out_path, int layout)
         goto fail;
     rc = dt_safetensors_commit(w);
     w = NULL;
+    if (!rc && gpt2 && layout == DT_EXPORT_HF && !(rc = write_hf_config(r, dir, out_path)) &&
+        wrote_config)
+        *wrote_config = 1;
     goto out;
 fail:
     dt_safetensors_abort(w);
@@ -247,3 +269,4 @@ out:
     dt_ckpt_close(r);
     return rc;
 }
+

@@ -11,6 +11,7 @@
 #define DT_ENGINE_CKPT_TOOLS_H
 
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 
 /* Print the manifest in words: step, writer, model, entries with their
@@ -29,7 +30,12 @@ typedef enum dt_export_layout {
 } dt_export_layout_t;
 
 /* Write the parameters of checkpoint `dir` to a safetensors file, one
- * tensor per model parameter under its GPT-2 name, f32. */
-int dt_ckpt_export(const char *dir, const char *out_path, int layout);
+ * tensor per model parameter under its GPT-2 name, f32.  A GPT-2 in the
+ * HF layout also gets Hugging Face's config.json beside the file
+ * (dt_ckpt_hf_config_path), so the folder loads as a GPT2LMHeadModel;
+ * *wrote_config (may be NULL) says whether it did. */
+int dt_ckpt_export(const char *dir, const char *out_path, int layout, int *wrote_config);
+/* The config.json beside weights file `weights` (same folder). */
+void dt_ckpt_hf_config_path(const char *weights, char *buf, size_t cap);
 
 #endif /* DT_ENGINE_CKPT_TOOLS_H */

@@ -22,7 +22,9 @@ void dt_help_ckpt(FILE *f)
             "also checks every CRC); consolidate rewrites it as one shard under OUT_ROOT;\n"
             "export writes the weights as safetensors with GPT-2 tensor names (--layout hf,\n"
             "the default, stores Conv1D weights as (in, out) like Hugging Face's GPT-2;\n"
-            "dtrain keeps (out, in)).  Memory stays bounded by the largest tensor.\n"
+            "dtrain keeps (out, in)); a GPT-2 in the hf layout also gets Hugging Face's\n"
+            "config.json in the same folder (replacing one there), so the folder loads as\n"
+            "a GPT2LMHeadModel.  Memory stays bounded by the largest tensor.\n"
             "exit codes: 0 done, 1 unreadable or corrupt checkpoint, 2 usage error\n");
 }
 
@@ -101,12 +103,18 @@ static int do_export(const char *cmd, int argc, char **argv)
     else
         return usage(cmd, "--layout is hf or dtrain");
     char dir[4096];
+    int wrote_config = 0;
     int rc = dt_cli_ckpt_dir(pos[0], dir, sizeof dir);
     if (!rc)
-        rc = dt_ckpt_export(dir, pos[1], lay);
+        rc = dt_ckpt_export(dir, pos[1], lay, &wrote_config);
     if (rc)
         return dt_cli_fail(cmd, rc);
     printf("dtrain: exported %s to %s (%s layout)\n", dir, pos[1], layout);
+    if (wrote_config) {
+        char cfg[4096];
+        dt_ckpt_hf_config_path(pos[1], cfg, sizeof cfg);
+        printf("dtrain: wrote %s (Hugging Face GPT-2 config)\n", cfg);
+    }
     return DT_EXIT_OK;
 }
 

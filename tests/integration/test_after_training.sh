@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # After training, as a user goes on from a checkpoint: `dtrain sample`
 # (generation with a KV cache: deterministic greedy, seeded sampling,
-# byte-level decoding, its limits and errors).  The numbers (cached logits
-# against a full forward, greedy against the float64 reference) are
-# tests/unit/test_generate.c's; here the command line around them.
+# byte-level decoding, its limits and errors), `dtrain export`'s
+# config.json, and `dtrain import` of Hugging Face GPT-2 weights (the
+# round trip export -> import bit for bit, fine-tuning from the import,
+# greedy generation from weights the float64 reference wrote equal to the
+# reference's own, errors naming the tensor).  The numbers (cached logits
+# against a full forward, imported logits against the reference) are
+# tests/unit/test_generate.c's and test_hf_import.c's; here the command
+# line around them.
 set -euo pipefail
 bin=$1 work=$2
+ref=$(cd "$(dirname "$0")/../reference" && pwd)
 . "$(dirname "$0")/lib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 
@@ -67,5 +73,25 @@ sed -e '/^n_layer\|^n_head\|^n_embd\|^context/d' -e 's/^\[model\]/[model]\narch 
 expect_exit 0 "an mlp run" "$bin" run mlp.toml --set run.name=m
 expect_exit 1 "sample of an mlp checkpoint" "$bin" sample out/m/ckpt
 expect_out "says generation needs gpt2" "generation needs a gpt2 model"
+
+# ---- dtrain export: config.json beside the weights -------------------------
+py=/usr/bin/python3
+mkdir -p hf nat
+expect_exit 0 "export, hf layout" "$bin" export "$ck" hf/model.safetensors
+expect_out "export says where config.json went" "dtrain: wrote hf/config.json (Hugging Face GPT-2 config)"
+if out=$($py - hf/config.json <<'P' 2>&1
+import json, sys
+got = json.load(open(sys.argv[1]))
+want = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 1,
+        "n_head": 2, "n_embd": 16, "vocab_size": 256, "n_positions": 16, "n_ctx": 16,
+        "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+        "resid_pdrop": 0, "embd_pdrop": 0, "attn_pdrop": 0, "initializer_range": 0.02,
+        "scale_attn_weights": True, "tie_word_embeddings": True, "torch_dtype": "float32"}
+assert got == want, "got %r" % got
+P
+); then ok "config.json holds HF's GPT-2 keys for this shape"; else bad "config.json" "$out"; fi
+expect_exit 0 "export, dtrain layout" "$bin" export "$ck" nat/w.safetensors --layout dtrain
+[ ! -e nat/config.json ] && ok "no config.json beside a dtrain-layout export" ||
+  bad "config.json written beside a dtrain-layout export" ""
 
 finish

@@ -68,6 +68,8 @@ int dt_cmd_ckpt(int argc, char **argv);
 void dt_help_ckpt(FILE *f);
 int dt_cmd_export(int argc, char **argv);
 void dt_help_export(FILE *f);
+int dt_cmd_import(int argc, char **argv);
+void dt_help_import(FILE *f);
 int dt_cmd_sample(int argc, char **argv);
 void dt_help_sample(FILE *f);
 

@@ -12,8 +12,8 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_io.h"
 #include "cli/cli.h"
+#include "cli/cli_model.h"
 #include "model/generate.h"
-#include "setup/resolve.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -191,13 +191,12 @@ static void emit(void *arg, int32_t token)
 
 /* Everything the command holds, released by release(). */
 typedef struct sample_run {
-    dt_resolved_t r;
-    int resolved;
+    dt_cli_model_t cm;
     dt_ckpt_reader_t *rd;
     const dt_device_ops_t *ops;
     dt_device_t *dev;
     dt_stream_t *stream;
-    dt_model_t *model;
+    dt_model_t *model; /* cm's */
     void **params;
     uint32_t n_units;
     dt_decoder_t *dec;
@@ -213,14 +212,11 @@ static void release(sample_run_t *s)
         if (s->params[u])
             s->ops->free(s->dev, s->params[u]);
     free(s->params);
-    if (s->model)
-        dt_model_free(s->model, NULL);
     if (s->stream)
         s->ops->stream_destroy(s->dev, s->stream);
     if (s->dev)
         s->ops->finalize(s->dev);
-    if (s->resolved)
-        dt_resolved_free(&s->r);
+    dt_cli_model_close(&s->cm);
     dt_ckpt_close(s->rd);
     free(s->prompt);
 }
@@ -238,12 +234,12 @@ static int load_model(sample_run_t *s, const char *dir)
         return rc;
     for (int i = 0; i < n; i++)
         setp[i] = sets[i];
-    if ((rc = dt_resolve_core(NULL, setp, n, &s->r)))
-        return dt_err_context(rc, "checkpoint '%s': its [model] table", dir);
-    s->resolved = 1;
-    if ((rc = dt_resolve_plugin(&s->r, DT_ROLE_DEVICE, NULL, NULL)))
+    char origin[4200];
+    snprintf(origin, sizeof origin, "checkpoint '%s'", dir);
+    if ((rc = dt_cli_model_open(&s->cm, setp, n, origin)))
         return rc;
-    const dt_plugin_t *p = s->r.plugin[DT_ROLE_DEVICE];
+    s->model = s->cm.model;
+    const dt_plugin_t *p = s->cm.dev;
     s->ops = p->ops;
     const dt_device_init_t da = {.struct_size = sizeof da, .local_size = 1, .device_index = -1};
     dt_err_clear();
@@ -255,8 +251,6 @@ static int load_model(sample_run_t *s, const char *dir)
         s->stream = NULL;
         return dt_plugin_failed(p, rc, "stream_create");
     }
-    if ((rc = dt_model_create(s->r.cfg, s->ops, &s->model)))
-        return dt_err_context(rc, "checkpoint '%s'", dir);
     if (!dt_model_gpt2_shape(s->model))
         return dt_err_set(DT_ERR_UNSUPPORTED,
                           "checkpoint '%s' holds an arch = \"%s\" model: generation needs a "

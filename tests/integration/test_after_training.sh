@@ -94,4 +94,99 @@ expect_exit 0 "export, dtrain layout" "$bin" export "$ck" nat/w.safetensors --la
 [ ! -e nat/config.json ] && ok "no config.json beside a dtrain-layout export" ||
   bad "config.json written beside a dtrain-layout export" ""
 
+# ---- dtrain import ---------------------------------------------------------
+expect_exit 0 "import the hf export" "$bin" import hf/model.safetensors imp
+expect_out "import says how to fine-tune" 'set [checkpoint] resume = "imp/step-00000000"'
+expect_exit 0 "the import verifies" "$bin" ckpt inspect imp --verify
+expect_out "written by import at step 0" "step 0, written by 1 rank(s) with import"
+mkdir -p hf2
+expect_exit 0 "export the import" "$bin" export imp hf2/model.safetensors
+# bit for bit: every tensor's bytes, and the same config.json
+if out=$($py - hf/model.safetensors hf2/model.safetensors <<'P' 2>&1
+import json, struct, sys
+def tensors(path):
+    blob = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    h = json.loads(blob[8:8 + n]); h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items()}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert a.keys() == b.keys(), (sorted(a), sorted(b))
+for k in a:
+    assert a[k] == b[k], k
+print("%d tensors" % len(a))
+P
+); then ok "export -> import -> export: bit-identical weights ($out)"; else bad "round trip differs" "$out"; fi
+cmp -s hf/config.json hf2/config.json && ok "and the same config.json" || bad "config.json differs" ""
+g2=$("$bin" sample imp --prompt "the text" --tokens 7 --temperature 0 2>/dev/null)
+[ "$g2" = "$s1" ] && ok "the import samples the original's greedy text" || bad "import samples otherwise" "$g2 / $s1"
+# fine-tuning: resume the import; step 1 trains from its weights
+expect_exit 0 "a run longer, to have weights worth importing" "$bin" run tiny.toml --set run.name=long \
+  --set train.steps=30 --set train.lr=1e-2 --metrics long.jsonl
+mkdir -p hf3
+"$bin" export out/long/ckpt hf3/model.safetensors >/dev/null
+"$bin" import hf3/model.safetensors imp3 >/dev/null
+expect_exit 0 "fine-tune from the import" "$bin" run tiny.toml --set run.name=ft \
+  --set checkpoint.resume=imp3/step-00000000 --metrics ft.jsonl
+expect_out "resumed at step 0" "dtrain: resumed from imp3/step-00000000 (step 0)"
+fresh=$(losses long.jsonl | head -n 1) last=$(losses long.jsonl | tail -n 1) ft1=$(losses ft.jsonl | head -n 1)
+if awk -v f="$fresh" -v l="$last" -v t="$ft1" 'BEGIN { exit !(l < f - 1 && t < f - 1 && t < l + 0.5) }'; then
+  ok "fine-tuning starts from the imported weights (step 1 loss $ft1; fresh $fresh, trained $last)"
+else bad "fine-tuning did not start from the import (step 1 loss $ft1; fresh $fresh, trained $last)" ""; fi
+steps=$(grep -c '"step"' ft.jsonl || true)
+[ "$steps" = 2 ] && ok "the fine-tune ran steps 1 and 2" || bad "fine-tune logged $steps steps" "$(cat ft.jsonl)"
+
+# weights the float64 reference wrote in HF's layout (vocab 50: token ids):
+# dtrain's greedy continuation is the reference's
+if out=$($py - "$ref" <<'P' 2>&1
+import os, struct, sys
+import numpy as np
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[1])
+import gpt2_ref, ref_common
+L, H, C, V, T = 2, 2, 16, 50, 24
+rng = np.random.default_rng(5)
+p = {}
+for name, shape in gpt2_ref.param_shapes(L, V, C, T).items():
+    p[name] = rng.normal(0, 1 / np.sqrt(shape[-1]), shape) if len(shape) == 2 else \
+        (1 + rng.uniform(-.5, .5, shape) if name.endswith("ln_1.weight") or name.endswith("ln_2.weight")
+         or name == "ln_f.weight" else rng.uniform(-.3, .3, shape))
+ref_common.write_params("p.safetensors", p, gpt2_ref.param_names(L))
+ref_common.write_tokens("prompt.bin", np.array([[3, 41, 7]]), np.zeros((1, 3), int))
+P
+); then ok "random HF-sized weights written"; else bad "writing weights" "$out"; fi
+expect_exit 0 "the reference: greedy continuation and HF files" $py "$ref/gpt2_ref.py" \
+  --params p.safetensors --tokens prompt.bin --out ref.safetensors --n-layer 2 --n-head 2 \
+  --generate 12 --write-hf-to refhf
+expect_exit 0 "import the reference's HF files" "$bin" import refhf/model.safetensors refimp
+want=$($py - "$ref" <<'P'
+import sys
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[1])
+import ref_common
+o = ref_common.load_safetensors("ref.safetensors")
+assert min(o["margin"]) > 1e-3, o["margin"]
+print(" ".join(str(int(t)) for t in o["generated"]))
+P
+)
+got=$("$bin" sample refimp --prompt "3 41 7" --tokens 12 --temperature 0 2>/dev/null)
+[ "$got" = "3 41 7 $want" ] && ok "greedy from the imported reference weights = the reference's ($want)" ||
+  bad "greedy differs from the reference" "got $got, want 3 41 7 $want"
+expect_exit 2 "a prompt id outside the vocabulary" "$bin" sample refimp --prompt "3 50"
+expect_out "names the id" "--prompt: '50' is not a token id in [0, 50)"
+
+# import errors name the file and the tensor
+expect_exit 1 "import of a dtrain-layout export" "$bin" import nat/w.safetensors hf/config.json bad1
+expect_out "names the transposed tensor" \
+  "'nat/w.safetensors': tensor h.0.attn.c_attn.weight has shape [48, 16], but this GPT-2 (from its config.json) needs [16, 48] (Hugging Face's Conv1D layout, (in, out))"
+[ ! -e bad1 ] || [ -z "$(ls -A bad1)" ] && ok "nothing imported" || bad "bad1 holds files" "$(ls -R bad1)"
+expect_exit 2 "import without a config.json" "$bin" import nat/w.safetensors bad2
+expect_out "names the missing config" "nat/config.json"
+expect_exit 1 "import with another shape's config" "$bin" import hf/model.safetensors refhf/config.json bad3
+expect_out "names the first tensor that does not fit" \
+  "'hf/model.safetensors': tensor wte.weight has shape [256, 16], but this GPT-2 (from its config.json) needs [50, 16]"
+expect_exit 1 "import of something else" "$bin" import tiny.toml hf/config.json bad4
+expect_out "names the file" "safetensors 'tiny.toml'"
+expect_exit 2 "import: one argument" "$bin" import hf/model.safetensors
+
 finish

@@ -90,6 +90,21 @@ want = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 1
 assert got == want, "got %r" % got
 P
 ); then ok "config.json holds HF's GPT-2 keys for this shape"; else bad "config.json" "$out"; fi
+# where Hugging Face's own library is installed (not in the project's
+# install list), it loads the folder and continues the prompt as dtrain does
+if $py -c 'import torch, transformers' 2>/dev/null; then
+  hfg=$($py - hf <<'P' 2>/dev/null
+import sys, torch
+from transformers import GPT2LMHeadModel
+m = GPT2LMHeadModel.from_pretrained(sys.argv[1]).eval()
+out = m.generate(torch.tensor([list(b"the text")]), max_new_tokens=7, do_sample=False,
+                 pad_token_id=0)
+sys.stdout.buffer.write(bytes(out[0].tolist()))
+P
+)
+  [ "$hfg" = "$s1" ] && ok "transformers' GPT2LMHeadModel loads the export and continues it as dtrain sample" ||
+    bad "transformers' greedy continuation differs" "$hfg / $s1"
+else skip "transformers loads the export" "python3 has no torch/transformers"; fi
 expect_exit 0 "export, dtrain layout" "$bin" export "$ck" nat/w.safetensors --layout dtrain
 [ ! -e nat/config.json ] && ok "no config.json beside a dtrain-layout export" ||
   bad "config.json written beside a dtrain-layout export" ""

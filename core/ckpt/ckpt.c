@@ -135,7 +135,7 @@ static int save_end(const state_io_t *io) { return dt_ckpt_shard_end(io->wr); }
 /* The manifest's "model": the architecture's hyper-parameters and every
  * parameter tensor (unit, offset in the unit's flat space, global shape), so
  * tools can export and check shapes without building the model. */
-static cJSON *model_json(dt_model_t *m)
+cJSON *dt_ckpt_model_json(dt_model_t *m)
 {
     const dt_model_info_t *mi = dt_model_info(m);
     const dt_model_desc_t *d = dt_model_desc(m);
@@ -173,7 +173,7 @@ static cJSON *model_json(dt_model_t *m)
  * The reader has checked the table itself (it tiles every unit); here it
  * must also be this model's layout, since state is loaded unit by unit:
  * the same shape at another place would load scrambled. */
-static int check_tensors(const char *dir, const dt_ckpt_reader_t *rd, const dt_model_desc_t *d)
+int dt_ckpt_check_tensors(const char *dir, const dt_ckpt_reader_t *rd, const dt_model_desc_t *d)
 {
     if (!dt_ckpt_has_tensors(rd))
         return DT_OK; /* written before tensors were recorded: unit sizes are checked */
@@ -256,6 +256,62 @@ static void data_changes(const dt_settings_t *set, const cJSON *extra, char *out
     cJSON_Delete(now);
 }
 
+/* Entry `name` of unit `ud` (its "<unit>/<state>"), present with the
+ * unit's element count. */
+static int find_unit_entry(const char *dir, const dt_ckpt_reader_t *rd,
+                           const dt_unit_desc_t *ud, const char *name)
+{
+    const dt_ckpt_entry_t *e = dt_ckpt_find(rd, name);
+    if (!e)
+        return dt_err_set(DT_ERR_DATA,
+                          "checkpoint '%s' has no entry %s: it was saved from another model or "
+                          "optimizer",
+                          dir, name);
+    if (e->numel != ud->numel)
+        return dt_err_set(DT_ERR_DATA,
+                          "checkpoint '%s': entry %s has %llu elements but this model's unit %s "
+                          "has %llu: the checkpoint is from another model shape",
+                          dir, name, (unsigned long long)e->numel, ud->name,
+                          (unsigned long long)ud->numel);
+    if (e->dtype != DT_F32)
+        return dt_err_set(DT_ERR_DATA, "checkpoint '%s': entry %s holds %s, not f32", dir, name,
+                          dt_dtype_name(e->dtype));
+    return DT_OK;
+}
+
+int dt_ckpt_read_unit_params(dt_ckpt_reader_t *rd, const char *dir, const dt_model_desc_t *d,
+                             uint32_t u, float *dst)
+{
+    char name[DT_CKPT_NAME_MAX];
+    snprintf(name, sizeof name, "%s/params", d->units[u].name);
+    int rc = find_unit_entry(dir, rd, &d->units[u], name);
+    return rc ? rc : dt_ckpt_read(rd, name, 0, d->units[u].numel, dst);
+}
+
+int dt_ckpt_model_sets(const dt_ckpt_reader_t *rd, const char *dir, char (*sets)[96], int cap,
+                       int *n)
+{
+    const cJSON *model = dt_ckpt_reader_model(rd), *it;
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(model, "arch");
+    *n = 0;
+    if (!cJSON_IsString(arch))
+        return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json has no \"model\".\"arch\"",
+                          dir);
+    snprintf(sets[(*n)++], 96, "model.arch=%s", arch->valuestring);
+    cJSON_ArrayForEach(it, model)
+    {
+        if (!cJSON_IsNumber(it))
+            continue;
+        if (*n == cap || strlen(it->string) > 48 || it->valuedouble != (double)(int64_t)it->valuedouble)
+            return dt_err_set(DT_ERR_DATA,
+                              "checkpoint '%s': manifest.json: \"model\".\"%s\" is not a "
+                              "model key dtrain writes",
+                              dir, it->string);
+        snprintf(sets[(*n)++], 96, "model.%s=%lld", it->string, (long long)it->valuedouble);
+    }
+    return DT_OK;
+}
+
 static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strategy_t *s,
                 dt_model_t *m, const char *dir, int64_t *start_step, char *changed,
                 size_t changed_cap)
@@ -266,27 +322,13 @@ static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strat
         return rc;
     dt_model_desc_t *d = dt_model_desc(m);
     float *buf = NULL;
-    rc = check_tensors(dir, rd, d);
+    rc = dt_ckpt_check_tensors(dir, rd, d);
     for (uint32_t u = 0; u < d->n_units && !rc; u++) {
         for (int k = 0; k < n_states(set) && !rc; k++) {
             char name[DT_CKPT_NAME_MAX];
             snprintf(name, sizeof name, "%s/%s", d->units[u].name, state_names[k]);
-            const dt_ckpt_entry_t *e = dt_ckpt_find(rd, name);
-            if (!e) {
-                rc = dt_err_set(DT_ERR_DATA,
-                                "checkpoint '%s' has no entry %s: it was saved from another "
-                                "model or optimizer",
-                                dir, name);
+            if ((rc = find_unit_entry(dir, rd, &d->units[u], name)))
                 break;
-            }
-            if (e->numel != d->units[u].numel) {
-                rc = dt_err_set(DT_ERR_DATA,
-                                "checkpoint '%s': entry %s has %llu elements but this model's "
-                                "unit %s has %llu: the checkpoint is from another model shape",
-                                dir, name, (unsigned long long)e->numel, d->units[u].name,
-                                (unsigned long long)d->units[u].numel);
-                break;
-            }
             const state_io_t io = {ops, s, u, k, name, rd, NULL};
             static const piece_ops_t lo = {NULL, load_piece, NULL};
             rc = each_piece(&io, DT_RANGES_HELD, &lo, &buf);
@@ -496,7 +538,7 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
     int32_t commit_rc = DT_OK;
     if (w->rank == 0) {
         entries = calloc(n_entries, sizeof *entries);
-        mj = model_json(m);
+        mj = dt_ckpt_model_json(m);
         extra = cJSON_CreateObject();
         if (!entries || !mj || !extra) {
             commit_rc = dt_err_set(DT_ERR_NOMEM, "out of memory");

@@ -13,6 +13,8 @@
 #include "model/model.h"
 #include "launch/world.h"
 
+#include <cjson/cJSON.h>
+
 /* The checkpoint root: checkpoint.dir, or <run.out_dir>/<run.name>/ckpt. */
 int dt_ckpt_root(const dt_settings_t *set, char *buf, size_t cap);
 
@@ -35,5 +37,25 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
 int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
                  const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
                  dt_strategy_t *s, dt_model_t *m, int64_t step);
+
+/* ---- a checkpoint's weights, for tools (sample, import) ---- */
+
+typedef struct dt_ckpt_reader dt_ckpt_reader_t;
+
+/* The manifest's "model" for model m: arch, shape keys and the tensor
+ * table (where each parameter lies in its unit).  NULL when out of memory. */
+cJSON *dt_ckpt_model_json(dt_model_t *m);
+/* DT_ERR_DATA naming the first tensor of d that checkpoint `dir` (read by
+ * rd) lacks, holds in another shape or at another place. */
+int dt_ckpt_check_tensors(const char *dir, const dt_ckpt_reader_t *rd, const dt_model_desc_t *d);
+/* The "model.<key>=<value>" assignments that rebuild the [model] table
+ * the checkpoint was saved with (arch and its shape keys) for
+ * dt_resolve_core: *n of at most `cap` into sets. */
+int dt_ckpt_model_sets(const dt_ckpt_reader_t *rd, const char *dir, char (*sets)[96], int cap,
+                       int *n);
+/* Unit u's parameters (entry "<unit>/params", f32, the unit's numel
+ * elements) into dst, CRC-checked as read. */
+int dt_ckpt_read_unit_params(dt_ckpt_reader_t *rd, const char *dir, const dt_model_desc_t *d,
+                             uint32_t u, float *dst);
 
 #endif /* DT_ENGINE_CKPT_H */

@@ -1,6 +1,7 @@
 /*
  * core/ckpt/ckpt_tools.c - inspect, consolidate and export a checkpoint
- * from its manifest and shards alone.
+ * from its manifest and shards alone; import Hugging Face GPT-2 weights
+ * as a checkpoint.
  */
 #include "ckpt/ckpt_tools.h"
 
@@ -8,8 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtrain/half.h"
 #include "dtrain/tensor.h"
+#include "ckpt/ckpt.h"
 #include "ckpt/ckpt_io.h"
+#include "ckpt/hf_gpt2.h"
 #include "ckpt/safetensors.h"
 #include "util/error.h"
 
@@ -135,24 +139,10 @@ out:
     return rc;
 }
 
-/* HF's GPT-2 keeps these four projections as Conv1D, weight (in, out). */
-static int hf_conv1d(const char *name)
-{
-    static const char *const sfx[] = {".attn.c_attn.weight", ".attn.c_proj.weight",
-                                      ".mlp.c_fc.weight", ".mlp.c_proj.weight"};
-    size_t n = strlen(name);
-    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++) {
-        size_t m = strlen(sfx[i]);
-        if (n > m && strcmp(name + n - m, sfx[i]) == 0)
-            return 1;
-    }
-    return 0;
-}
-
 /* Stored transposed in the export: HF layout, a GPT-2 Conv1D weight. */
 static int transposed(const dt_ckpt_tensor_t *t, int layout, int gpt2)
 {
-    return layout == DT_EXPORT_HF && gpt2 && t->ndim == 2 && hf_conv1d(t->name);
+    return layout == DT_EXPORT_HF && gpt2 && t->ndim == 2 && dt_hf_gpt2_conv1d(t->name);
 }
 
 /* The manifest's tensor table (checked by the reader: inside the entries,
@@ -179,8 +169,40 @@ static int export_tensors(dt_ckpt_reader_t *r, const char *dir, uint64_t *larges
     return DT_OK;
 }
 
-int dt_ckpt_export(const char *dir, const char *out_path, int layout)
+void dt_ckpt_hf_config_path(const char *weights, char *buf, size_t cap)
 {
+    const char *slash = strrchr(weights, '/');
+    if (slash)
+        snprintf(buf, cap, "%.*s/config.json", (int)(slash - weights), weights);
+    else
+        snprintf(buf, cap, "config.json");
+}
+
+/* config.json beside the exported weights, from the manifest's shape keys. */
+static int write_hf_config(const dt_ckpt_reader_t *r, const char *dir, const char *out_path)
+{
+    const cJSON *model = dt_ckpt_reader_model(r);
+    dt_gpt2_shape_t s;
+    static const char *const keys[] = {"n_layer", "n_head", "n_embd", "vocab_size", "context"};
+    int64_t *dst[] = {&s.n_layer, &s.n_head, &s.n_embd, &s.vocab_size, &s.context};
+    for (int i = 0; i < 5; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(model, keys[i]);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1)
+            return dt_err_set(DT_ERR_DATA,
+                              "checkpoint '%s': manifest.json: \"model\" has no positive "
+                              "\"%s\" for config.json",
+                              dir, keys[i]);
+        *dst[i] = (int64_t)v->valuedouble;
+    }
+    char path[4096];
+    dt_ckpt_hf_config_path(out_path, path, sizeof path);
+    return dt_hf_gpt2_config_write(path, &s);
+}
+
+int dt_ckpt_export(const char *dir, const char *out_path, int layout, int *wrote_config)
+{
+    if (wrote_config)
+        *wrote_config = 0;
     dt_ckpt_reader_t *r = NULL;
     int rc = dt_ckpt_open_flags(dir, DT_CKPT_OPEN_INCOMPLETE, &r);
     if (rc)
@@ -236,6 +258,9 @@ int dt_ckpt_export(const char *dir, const char *out_path, int layout)
         goto fail;
     rc = dt_safetensors_commit(w);
     w = NULL;
+    if (!rc && gpt2 && layout == DT_EXPORT_HF && !(rc = write_hf_config(r, dir, out_path)) &&
+        wrote_config)
+        *wrote_config = 1;
     goto out;
 fail:
     dt_safetensors_abort(w);
@@ -245,5 +270,238 @@ out:
     free(buf);
     free(tr);
     dt_ckpt_close(r);
+    return rc;
+}
+
+/* ---- import ------------------------------------------------------------ */
+
+/* The file's tensor for each model parameter (src[u][k], flat in unit
+ * order), every tensor of the file accounted for: a parameter of this
+ * model in HF's shape and a float dtype, a tied lm_head, or a buffer. */
+static int import_map(const dt_safetensors_reader_t *st, const char *weights,
+                      const dt_model_desc_t *d, const dt_safetensors_tensor_t **src,
+                      const dt_safetensors_tensor_t **lm_head)
+{
+    *lm_head = NULL;
+    for (size_t i = 0; i < dt_safetensors_count(st); i++) {
+        const dt_safetensors_tensor_t *t = dt_safetensors_at(st, i);
+        const char *base;
+        int role = dt_hf_gpt2_role(t->name, &base);
+        if (role == DT_HF_BUFFER)
+            continue;
+        if (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16)
+            return dt_err_set(DT_ERR_DATA,
+                              "'%s': tensor %s is %s; import takes F32, BF16 or F16", weights,
+                              t->name, t->dtype_name);
+        if (role == DT_HF_LM_HEAD) {
+            *lm_head = t;
+            continue;
+        }
+        size_t flat = 0;
+        const dt_param_desc_t *p = NULL;
+        for (uint32_t u = 0; u < d->n_units && !p; u++)
+            for (uint32_t k = 0; k < d->units[u].n_params && !p; k++, flat++)
+                if (strcmp(d->units[u].params[k].name, base) == 0)
+                    p = &d->units[u].params[k];
+        if (!p)
+            return dt_err_set(DT_ERR_DATA,
+                              "'%s': tensor %s is not a parameter of a GPT-2 with n_layer = "
+                              "%u (is config.json the one of these weights?)",
+                              weights, t->name, d->n_units - 2);
+        flat--;
+        if (src[flat])
+            return dt_err_set(DT_ERR_DATA, "'%s': tensor %s is given twice (as %s and %s)",
+                              weights, base, src[flat]->name, t->name);
+        int64_t want[4];
+        memcpy(want, p->shape, sizeof want);
+        if (p->ndim == 2 && dt_hf_gpt2_conv1d(base)) {
+            want[0] = p->shape[1];
+            want[1] = p->shape[0];
+        }
+        int same = t->ndim == p->ndim;
+        for (int k = 0; same && k < p->ndim; k++)
+            same = t->shape[k] == want[k];
+        if (!same) {
+            char w[96] = "", g[96] = "";
+            for (int k = 0; k < p->ndim; k++)
+                snprintf(w + strlen(w), sizeof w - strlen(w), "%s%lld", k ? ", " : "",
+                         (long long)want[k]);
+            for (int k = 0; k < t->ndim; k++)
+                snprintf(g + strlen(g), sizeof g - strlen(g), "%s%lld", k ? ", " : "",
+                         (long long)t->shape[k]);
+            return dt_err_set(DT_ERR_DATA,
+                              "'%s': tensor %s has shape [%s], but this GPT-2 (from its "
+                              "config.json) needs [%s]%s",
+                              weights, t->name, g, w,
+                              dt_hf_gpt2_conv1d(base) ? " (Hugging Face's Conv1D layout, (in, out))"
+                                                      : "");
+        }
+        src[flat] = t;
+    }
+    size_t flat = 0;
+    for (uint32_t u = 0; u < d->n_units; u++)
+        for (uint32_t k = 0; k < d->units[u].n_params; k++, flat++)
+            if (!src[flat])
+                return dt_err_set(DT_ERR_DATA, "'%s' has no tensor %s", weights,
+                                  d->units[u].params[k].name);
+    return DT_OK;
+}
+
+/* Tensor t of the file as f32 in dtrain's layout into out (its numel):
+ * widened exactly from bf16 / f16, a Conv1D weight transposed. */
+static int import_read(dt_safetensors_reader_t *st, const dt_safetensors_tensor_t *t,
+                       const dt_param_desc_t *p, void *raw, float *out)
+{
+    int rc = dt_safetensors_read(st, t, 0, t->nbytes, raw);
+    if (rc)
+        return rc;
+    float *f = raw; /* widened in place, from the end: 2-byte elements */
+    if (t->dtype != DT_F32)
+        for (uint64_t i = t->numel; i-- > 0;) {
+            const uint16_t h = ((const uint16_t *)raw)[i];
+            f[i] = t->dtype == DT_BF16 ? dt_bf16_to_f32(h) : dt_f16_to_f32(h);
+        }
+    if (p->ndim == 2 && dt_hf_gpt2_conv1d(p->name)) { /* (in, out) -> (out, in) */
+        const int64_t rows = t->shape[0], cols = t->shape[1];
+        for (int64_t a = 0; a < rows; a++)
+            for (int64_t b = 0; b < cols; b++)
+                out[b * rows + a] = f[a * cols + b];
+    } else {
+        memcpy(out, f, t->numel * sizeof *out);
+    }
+    return DT_OK;
+}
+
+/* A present lm_head.weight must be wte itself (dtrain's head is tied):
+ * the same dtype, shape and bytes, compared in raw and buf (each holds the
+ * largest parameter tensor, wte's bytes included). */
+static int import_check_head(dt_safetensors_reader_t *st, const char *weights,
+                             const dt_safetensors_tensor_t *head,
+                             const dt_safetensors_tensor_t *wte, void *raw, void *buf)
+{
+    int same = head->dtype == wte->dtype && head->ndim == wte->ndim;
+    for (int k = 0; same && k < head->ndim; k++)
+        same = head->shape[k] == wte->shape[k];
+    int rc;
+    if (same) {
+        if ((rc = dt_safetensors_read(st, head, 0, head->nbytes, raw)) ||
+            (rc = dt_safetensors_read(st, wte, 0, wte->nbytes, buf)))
+            return rc;
+        same = memcmp(raw, buf, wte->nbytes) == 0;
+    }
+    if (!same)
+        return dt_err_set(DT_ERR_DATA,
+                          "'%s': tensor %s differs from %s: dtrain's GPT-2 ties the LM head to "
+                          "the token embedding, so an untied head cannot be imported",
+                          weights, head->name, wte->name);
+    return DT_OK;
+}
+
+int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root)
+{
+    if (!dt_model_gpt2_shape(m))
+        return dt_err_set(DT_ERR_INVALID, "importing '%s': the model is not a gpt2", weights);
+    const dt_model_desc_t *d = dt_model_desc(m);
+    const int n_states = 3; /* params, exp_avg, exp_avg_sq: what AdamW resumes */
+    static const char *const states[] = {"params", "exp_avg", "exp_avg_sq"};
+    size_t n_params = 0;
+    uint64_t largest = 0;
+    for (uint32_t u = 0; u < d->n_units; u++) {
+        n_params += d->units[u].n_params;
+        for (uint32_t k = 0; k < d->units[u].n_params; k++)
+            if (d->units[u].params[k].numel > largest)
+                largest = d->units[u].params[k].numel;
+    }
+    dt_safetensors_reader_t *st = NULL;
+    const dt_safetensors_tensor_t **src = calloc(n_params ? n_params : 1, sizeof *src);
+    const dt_safetensors_tensor_t *head = NULL;
+    dt_ckpt_entry_t *entries = calloc((size_t)d->n_units * n_states, sizeof *entries);
+    float *raw = malloc((largest ? largest : 1) * sizeof *raw);
+    float *buf = malloc((largest ? largest : 1) * sizeof *buf);
+    float *zeros = calloc(DEFAULT_CHUNK, sizeof *zeros);
+    dt_ckpt_writer_t *w = NULL;
+    dt_ckpt_seg_t *segs = NULL;
+    size_t n_segs = 0;
+    cJSON *model = NULL, *extra = NULL;
+    char tmp[4096];
+    int begun = 0, rc;
+    if (!src || !entries || !raw || !buf || !zeros) {
+        rc = dt_err_set(DT_ERR_NOMEM, "out of memory (largest tensor %" PRIu64 " elements)",
+                        largest);
+        goto out;
+    }
+    if ((rc = dt_safetensors_open(weights, &st)) || (rc = import_map(st, weights, d, src, &head)))
+        goto out;
+    if (head) { /* wte is the embedding unit's first tensor (gpt2.c) */
+        if (strcmp(d->units[0].params[0].name, "wte.weight") != 0)
+            rc = dt_err_set(DT_ERR_INVALID, "import: the model's first tensor is %s, not "
+                            "wte.weight", d->units[0].params[0].name);
+        else
+            rc = import_check_head(st, weights, head, src[0], raw, buf);
+        if (rc)
+            goto out;
+    }
+    if ((rc = dt_ckpt_begin(out_root, 0, tmp, sizeof tmp)))
+        goto out;
+    begun = 1;
+    if ((rc = dt_ckpt_shard_open(tmp, 0, &w)))
+        goto out;
+    size_t flat = 0;
+    for (uint32_t u = 0; u < d->n_units && !rc; u++) {
+        const dt_unit_desc_t *ud = &d->units[u];
+        for (int s = 0; s < n_states && !rc; s++) {
+            dt_ckpt_entry_t *e = &entries[u * (uint32_t)n_states + (uint32_t)s];
+            snprintf(e->name, sizeof e->name, "%s/%s", ud->name, states[s]);
+            e->dtype = DT_F32;
+            e->numel = ud->numel;
+            if ((rc = dt_ckpt_shard_begin(w, e->name, DT_F32, 0, ud->numel)))
+                break;
+            if (s == 0) {
+                for (uint32_t k = 0; k < ud->n_params && !rc; k++, flat++)
+                    if (!(rc = import_read(st, src[flat], &ud->params[k], raw, buf)))
+                        rc = dt_ckpt_shard_append(w, buf, ud->params[k].numel * sizeof *buf);
+            } else {
+                for (uint64_t off = 0; off < ud->numel && !rc; off += DEFAULT_CHUNK) {
+                    uint64_t c = ud->numel - off < DEFAULT_CHUNK ? ud->numel - off : DEFAULT_CHUNK;
+                    rc = dt_ckpt_shard_append(w, zeros, c * sizeof *zeros);
+                }
+            }
+            if (!rc)
+                rc = dt_ckpt_shard_end(w);
+        }
+    }
+    if (rc)
+        goto out;
+    rc = dt_ckpt_shard_close(w, &segs, &n_segs);
+    w = NULL;
+    if (rc)
+        goto out;
+    if (!(model = dt_ckpt_model_json(m)) || !(extra = cJSON_CreateObject()) ||
+        !cJSON_AddStringToObject(extra, "imported_from", weights)) {
+        rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    const dt_ckpt_info_t info = {.step = 0, .world_size = 1, .strategy = "import",
+                                 .model = model, .extra = extra};
+    if ((rc = dt_ckpt_write_manifest(tmp, &info, entries, (size_t)d->n_units * n_states, segs,
+                                     n_segs)) ||
+        (rc = dt_ckpt_commit(out_root, 0)))
+        goto out;
+    begun = 0;
+out:
+    dt_ckpt_shard_abort(w);
+    if (begun)
+        dt_ckpt_abort(out_root, 0);
+    if (rc)
+        dt_err_context(rc, "importing '%s' into '%s'", weights, out_root);
+    dt_safetensors_close(st);
+    cJSON_Delete(model);
+    cJSON_Delete(extra);
+    free(segs);
+    free(src);
+    free(entries);
+    free(raw);
+    free(buf);
+    free(zeros);
     return rc;
 }

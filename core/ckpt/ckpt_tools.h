@@ -5,12 +5,14 @@
  * All of them read only the manifest and the shard files (no model is
  * built, no plugin is loaded) and stream: memory stays bounded by the
  * largest parameter tensor (export) or a fixed chunk (consolidate),
- * whatever the model size.
+ * whatever the model size.  Import, the way in, writes a checkpoint of a
+ * model description its caller built.
  */
 #ifndef DT_ENGINE_CKPT_TOOLS_H
 #define DT_ENGINE_CKPT_TOOLS_H
 
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 
 /* Print the manifest in words: step, writer, model, entries with their
@@ -29,7 +31,29 @@ typedef enum dt_export_layout {
 } dt_export_layout_t;
 
 /* Write the parameters of checkpoint `dir` to a safetensors file, one
- * tensor per model parameter under its GPT-2 name, f32. */
-int dt_ckpt_export(const char *dir, const char *out_path, int layout);
+ * tensor per model parameter under its GPT-2 name, f32.  A GPT-2 in the
+ * HF layout also gets Hugging Face's config.json beside the file
+ * (dt_ckpt_hf_config_path), so the folder loads as a GPT2LMHeadModel;
+ * *wrote_config (may be NULL) says whether it did. */
+int dt_ckpt_export(const char *dir, const char *out_path, int layout, int *wrote_config);
+/* The config.json beside weights file `weights` (same folder). */
+void dt_ckpt_hf_config_path(const char *weights, char *buf, size_t cap);
+
+typedef struct dt_model dt_model_t;
+
+/* The GPT-2 weights of safetensors file `weights`, in Hugging Face's
+ * layout (hf_gpt2.h), as a checkpoint of model `m` (a gpt2 built from the
+ * weights' config.json; fp32) at step 0 under `out_root`
+ * (out_root/step-00000000, written atomically like any save): the
+ * parameters from the file, widened exactly to f32 when BF16 or F16 and
+ * the Conv1D weights transposed to dtrain's (out, in); AdamW's two
+ * moments zero.  Resuming it (checkpoint.resume = that directory) starts
+ * training at step 1 from these weights, as a fresh run starts from its
+ * initialisation: fine-tuning.  Every tensor of the file must be a
+ * parameter of m in HF's shape (F32, BF16 or F16), the attn.bias /
+ * attn.masked_bias buffers (ignored) or an lm_head.weight equal to wte;
+ * every parameter must be there.  Errors are DT_ERR_DATA naming the file
+ * and the tensor.  Memory: two buffers of the largest tensor. */
+int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root);
 
 #endif /* DT_ENGINE_CKPT_TOOLS_H */

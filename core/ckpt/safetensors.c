@@ -1,5 +1,6 @@
 /*
- * core/ckpt/safetensors.c - the streaming safetensors writer.
+ * core/ckpt/safetensors.c - the streaming safetensors writer and a
+ * validating reader (safetensors.h).
  */
 #include "ckpt/safetensors.h"
 
@@ -208,4 +209,208 @@ int dt_safetensors_commit(dt_safetensors_writer_t *w)
     rc = dt_afile_commit(w->f);
     writer_free(w);
     return rc;
+}
+
+/* ---- reader ---------------------------------------------------------- */
+
+struct dt_safetensors_reader {
+    char *path;
+    int fd;
+    uint64_t size;       /* of the file */
+    uint64_t data_start; /* 8 + header length */
+    cJSON *header;       /* names and dtype names point into it */
+    dt_safetensors_tensor_t *t;
+    size_t n;
+};
+
+/* Every dtype the format names: its element size, and dtrain's dtype when
+ * dtrain has one (-1 otherwise). */
+static const struct {
+    const char *name;
+    unsigned size;
+    int dtype;
+} st_dtypes[] = {
+    {"F64", 8, DT_F64},  {"F32", 4, DT_F32},  {"F16", 2, DT_F16},   {"BF16", 2, DT_BF16},
+    {"I64", 8, DT_I64},  {"I32", 4, DT_I32},  {"U16", 2, DT_U16},   {"U8", 1, DT_U8},
+    {"U64", 8, -1},      {"U32", 4, -1},      {"I16", 2, -1},       {"I8", 1, -1},
+    {"BOOL", 1, -1},     {"F8_E5M2", 1, -1},  {"F8_E4M3", 1, -1},
+};
+
+static int bad(const dt_safetensors_reader_t *r, const char *name, const char *what)
+{
+    if (name)
+        return dt_err_set(DT_ERR_DATA, "safetensors '%s': tensor %s: %s", r->path, name, what);
+    return dt_err_set(DT_ERR_DATA, "safetensors '%s': %s", r->path, what);
+}
+
+/* A JSON number that is an exact integer in [0, 2^53]. */
+static int json_u53(const cJSON *v, uint64_t *out)
+{
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > (double)JSON_INT_MAX ||
+        v->valuedouble != (double)(uint64_t)v->valuedouble)
+        return 0;
+    *out = (uint64_t)v->valuedouble;
+    return 1;
+}
+
+static int parse_tensor(dt_safetensors_reader_t *r, const cJSON *e, dt_safetensors_tensor_t *t)
+{
+    const char *nm = e->string;
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!cJSON_IsObject(e) || !cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(off) ||
+        cJSON_GetArraySize(off) != 2)
+        return bad(r, nm, "its header entry needs dtype, shape and data_offsets [begin, end]");
+    t->name = nm;
+    t->dtype_name = dt->valuestring;
+    unsigned es = 0;
+    t->dtype = -1;
+    for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
+        if (strcmp(dt->valuestring, st_dtypes[i].name) == 0) {
+            es = st_dtypes[i].size;
+            t->dtype = st_dtypes[i].dtype;
+        }
+    if (cJSON_GetArraySize(sh) > DT_SAFETENSORS_MAX_DIMS)
+        return bad(r, nm, "more than 8 dimensions");
+    t->ndim = cJSON_GetArraySize(sh);
+    t->numel = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        uint64_t v;
+        if (!json_u53(cJSON_GetArrayItem(sh, d), &v) || (v && t->numel > JSON_INT_MAX / v))
+            return bad(r, nm, "its shape holds a negative, fractional or huge dimension");
+        t->shape[d] = (int64_t)v;
+        t->numel *= v;
+    }
+    uint64_t b, en;
+    if (!json_u53(cJSON_GetArrayItem(off, 0), &b) || !json_u53(cJSON_GetArrayItem(off, 1), &en) ||
+        b > en || en > r->size - r->data_start) {
+        char why[160];
+        snprintf(why, sizeof why, "data_offsets lie outside the %" PRIu64 " bytes of data",
+                 r->size - r->data_start);
+        return bad(r, nm, why);
+    }
+    t->offset = r->data_start + b;
+    t->nbytes = en - b;
+    if (es && t->nbytes != t->numel * es) {
+        char why[200];
+        snprintf(why, sizeof why, "%" PRIu64 " bytes of data for %" PRIu64 " %s elements (%"
+                 PRIu64 " bytes)", t->nbytes, t->numel, dt->valuestring, t->numel * es);
+        return bad(r, nm, why);
+    }
+    return DT_OK;
+}
+
+int dt_safetensors_open(const char *path, dt_safetensors_reader_t **out)
+{
+    *out = NULL;
+    dt_safetensors_reader_t *r = calloc(1, sizeof *r);
+    if (!r || !(r->path = strdup(path))) {
+        free(r);
+        return dt_err_set(DT_ERR_NOMEM, "safetensors '%s': out of memory", path);
+    }
+    r->fd = -1;
+    char what[4200];
+    snprintf(what, sizeof what, "safetensors '%s'", path);
+    char *json = NULL;
+    int rc = dt_fileutil_open_input(path, 0, what, &r->fd, &r->size);
+    unsigned char le[8];
+    uint64_t hlen = 0;
+    if (!rc && (r->size < 8 || pread(r->fd, le, 8, 0) != 8))
+        rc = bad(r, NULL, "shorter than the 8-byte header length");
+    for (int i = 0; !rc && i < 8; i++)
+        hlen |= (uint64_t)le[i] << (8 * i);
+    if (!rc && (hlen > r->size - 8 || hlen > DT_SAFETENSORS_MAX_HEADER)) {
+        char why[160];
+        snprintf(why, sizeof why, "header length %" PRIu64 " is beyond the file's %" PRIu64
+                 " bytes or the 100 MiB limit", hlen, r->size);
+        rc = bad(r, NULL, why);
+    }
+    if (!rc && !(json = malloc(hlen + 1)))
+        rc = dt_err_set(DT_ERR_NOMEM, "safetensors '%s': out of memory", path);
+    if (!rc && pread(r->fd, json, hlen, 8) != (ssize_t)hlen)
+        rc = dt_err_set(DT_ERR_IO, "safetensors '%s': reading the header: %s", path,
+                        strerror(errno));
+    if (!rc) {
+        r->data_start = 8 + hlen;
+        r->header = cJSON_ParseWithLength(json, hlen);
+        if (!cJSON_IsObject(r->header))
+            rc = bad(r, NULL, "the header is not a JSON object");
+    }
+    free(json);
+    const cJSON *e;
+    size_t n = 0;
+    if (!rc) {
+        cJSON_ArrayForEach(e, r->header) n++;
+        if (!(r->t = calloc(n ? n : 1, sizeof *r->t)))
+            rc = dt_err_set(DT_ERR_NOMEM, "safetensors '%s': out of memory", path);
+    }
+    if (!rc) {
+        cJSON_ArrayForEach(e, r->header)
+        {
+            if (strcmp(e->string, DT_SAFETENSORS_META_KEY) == 0)
+                continue;
+            if ((rc = parse_tensor(r, e, &r->t[r->n])))
+                break;
+            r->n++;
+        }
+    }
+    if (rc) {
+        dt_safetensors_close(r);
+        return rc;
+    }
+    *out = r;
+    return DT_OK;
+}
+
+void dt_safetensors_close(dt_safetensors_reader_t *r)
+{
+    if (!r)
+        return;
+    if (r->fd >= 0)
+        close(r->fd);
+    cJSON_Delete(r->header);
+    free(r->t);
+    free(r->path);
+    free(r);
+}
+
+size_t dt_safetensors_count(const dt_safetensors_reader_t *r) { return r->n; }
+
+const dt_safetensors_tensor_t *dt_safetensors_at(const dt_safetensors_reader_t *r, size_t i)
+{
+    return i < r->n ? &r->t[i] : NULL;
+}
+
+const dt_safetensors_tensor_t *dt_safetensors_find(const dt_safetensors_reader_t *r,
+                                                   const char *name)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (strcmp(r->t[i].name, name) == 0)
+            return &r->t[i];
+    return NULL;
+}
+
+int dt_safetensors_read(dt_safetensors_reader_t *r, const dt_safetensors_tensor_t *t,
+                        uint64_t first, uint64_t n, void *dst)
+{
+    if (first > t->nbytes || n > t->nbytes - first)
+        return dt_err_set(DT_ERR_INVALID, "safetensors '%s': tensor %s: bytes [%" PRIu64
+                          ", %" PRIu64 ") are past its %" PRIu64, r->path, t->name, first,
+                          first + n, t->nbytes);
+    char *p = dst;
+    uint64_t at = t->offset + first;
+    while (n) {
+        ssize_t got = pread(r->fd, p, n > (1u << 30) ? (1u << 30) : (size_t)n, (off_t)at);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return dt_err_set(got < 0 ? DT_ERR_IO : DT_ERR_DATA,
+                              "safetensors '%s': tensor %s: reading: %s", r->path, t->name,
+                              got < 0 ? strerror(errno) : "the file ended early");
+        p += got;
+        at += (uint64_t)got;
+        n -= (uint64_t)got;
+    }
+    return DT_OK;
 }

@@ -1,7 +1,8 @@
 /*
  * core/ckpt/safetensors.h - the safetensors format (Hugging Face), for
- * exporting weights other tools can load.  (The tests read exports back
- * with their own validating reader, tests/support/safetensors_read.h.)
+ * exporting weights other tools can load and importing theirs.  (The
+ * tests read exports back with their own validating reader,
+ * tests/support/safetensors_read.h, independent of this one.)
  *
  * Layout: u64 little-endian N, then N bytes of JSON
  *   {"<name>": {"dtype": "F32", "shape": [768, 3072],
@@ -15,6 +16,8 @@
  * write their bytes in declaration order in any number of pieces; only the
  * declarations are kept in memory, so exporting a model needs no more than
  * the caller's largest buffer.  The file appears atomically at commit.
+ * Reading checks the header once and then reads any tensor's bytes by
+ * pread, so memory is the caller's buffers.
  */
 #ifndef DT_ENGINE_SAFETENSORS_H
 #define DT_ENGINE_SAFETENSORS_H
@@ -50,5 +53,44 @@ void dt_safetensors_abort(dt_safetensors_writer_t *w);
 
 /* "F32" etc. for a dt_dtype_t; NULL when safetensors has no such name. */
 const char *dt_safetensors_dtype_name(int dtype);
+
+/* ---- reading (dtrain import) ---- */
+
+/* Headers larger than this are refused (the reference implementation's
+ * limit too), so a corrupt length cannot ask for gigabytes. */
+#define DT_SAFETENSORS_MAX_HEADER (100u << 20)
+
+typedef struct dt_safetensors_reader dt_safetensors_reader_t;
+
+/* One tensor of an opened file. */
+typedef struct dt_safetensors_tensor {
+    const char *name;
+    int32_t dtype;        /* dt_dtype_t; -1 for a dtype dtrain has no name for */
+    int32_t ndim;
+    int64_t shape[DT_SAFETENSORS_MAX_DIMS];
+    uint64_t numel;
+    uint64_t offset;      /* of its first byte in the file */
+    uint64_t nbytes;
+    const char *dtype_name; /* as the header spells it: "F32", "I8" */
+} dt_safetensors_tensor_t;
+
+/* Open `path` (a regular file, never blocking on a FIFO) and check its
+ * header: its length inside the file and below DT_SAFETENSORS_MAX_HEADER,
+ * a JSON object, every tensor with a dtype string, a shape of at most
+ * DT_SAFETENSORS_MAX_DIMS non-negative integers and data_offsets [begin,
+ * end] inside the data buffer spanning exactly numel x the dtype's size
+ * (known dtypes; others only inside the buffer).  Errors are DT_ERR_DATA
+ * "safetensors '<path>': tensor <name>: ..." (DT_ERR_NOT_FOUND, DT_ERR_IO
+ * from opening). */
+int dt_safetensors_open(const char *path, dt_safetensors_reader_t **out);
+void dt_safetensors_close(dt_safetensors_reader_t *r); /* NULL ok */
+size_t dt_safetensors_count(const dt_safetensors_reader_t *r);
+/* Tensors in header order; by name (NULL when absent). */
+const dt_safetensors_tensor_t *dt_safetensors_at(const dt_safetensors_reader_t *r, size_t i);
+const dt_safetensors_tensor_t *dt_safetensors_find(const dt_safetensors_reader_t *r,
+                                                   const char *name);
+/* Bytes [first, first + n) of tensor t into dst. */
+int dt_safetensors_read(dt_safetensors_reader_t *r, const dt_safetensors_tensor_t *t,
+                        uint64_t first, uint64_t n, void *dst);
 
 #endif /* DT_ENGINE_SAFETENSORS_H */

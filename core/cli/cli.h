@@ -45,6 +45,11 @@ int dt_cli_parse_config_args(const char *cmd, int argc, char **argv,
                              dt_cli_config_args_t *out,
                              const char *const *value_opts, const char **values);
 
+/* A CKPT argument: a checkpoint directory (with manifest.json) as it is,
+ * or a checkpoint root, which means its newest complete checkpoint
+ * (DT_ERR_NOT_FOUND naming `arg` when it has none). */
+int dt_cli_ckpt_dir(const char *arg, char *dir, size_t cap);
+
 int dt_cmd_check(int argc, char **argv);
 void dt_help_check(FILE *f);
 int dt_cmd_plugins(int argc, char **argv);
@@ -63,5 +68,9 @@ int dt_cmd_ckpt(int argc, char **argv);
 void dt_help_ckpt(FILE *f);
 int dt_cmd_export(int argc, char **argv);
 void dt_help_export(FILE *f);
+int dt_cmd_import(int argc, char **argv);
+void dt_help_import(FILE *f);
+int dt_cmd_sample(int argc, char **argv);
+void dt_help_sample(FILE *f);
 
 #endif /* DT_CLI_H */

@@ -1,14 +1,17 @@
 /*
  * core/cli/cmd_ckpt.c - `dtrain ckpt inspect|consolidate|export` and its
- * shorthand `dtrain export`: offline tools over a saved checkpoint.
+ * shorthand `dtrain export`: offline tools over a saved checkpoint; and
+ * `dtrain import`, the way in: Hugging Face GPT-2 weights as one.
  */
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "cli/cli_model.h"
 #include "ckpt/ckpt_io.h"
 #include "ckpt/ckpt_tools.h"
+#include "ckpt/hf_gpt2.h"
 #include "util/error.h"
 
 void dt_help_ckpt(FILE *f)
@@ -22,7 +25,9 @@ void dt_help_ckpt(FILE *f)
             "also checks every CRC); consolidate rewrites it as one shard under OUT_ROOT;\n"
             "export writes the weights as safetensors with GPT-2 tensor names (--layout hf,\n"
             "the default, stores Conv1D weights as (in, out) like Hugging Face's GPT-2;\n"
-            "dtrain keeps (out, in)).  Memory stays bounded by the largest tensor.\n"
+            "dtrain keeps (out, in)); a GPT-2 in the hf layout also gets Hugging Face's\n"
+            "config.json in the same folder (replacing one there), so the folder loads as\n"
+            "a GPT2LMHeadModel.  Memory stays bounded by the largest tensor.\n"
             "exit codes: 0 done, 1 unreadable or corrupt checkpoint, 2 usage error\n");
 }
 
@@ -32,8 +37,7 @@ void dt_help_export(FILE *f)
                "Same as 'dtrain ckpt export' (see dtrain ckpt --help).\n");
 }
 
-/* A checkpoint root means its newest complete checkpoint. */
-static int resolve_dir(const char *arg, char *dir, size_t cap)
+int dt_cli_ckpt_dir(const char *arg, char *dir, size_t cap)
 {
     char probe[4096];
     struct stat st;
@@ -102,16 +106,93 @@ static int do_export(const char *cmd, int argc, char **argv)
     else
         return usage(cmd, "--layout is hf or dtrain");
     char dir[4096];
-    int rc = resolve_dir(pos[0], dir, sizeof dir);
+    int wrote_config = 0;
+    int rc = dt_cli_ckpt_dir(pos[0], dir, sizeof dir);
     if (!rc)
-        rc = dt_ckpt_export(dir, pos[1], lay);
+        rc = dt_ckpt_export(dir, pos[1], lay, &wrote_config);
     if (rc)
         return dt_cli_fail(cmd, rc);
     printf("dtrain: exported %s to %s (%s layout)\n", dir, pos[1], layout);
+    if (wrote_config) {
+        char cfg[4096];
+        dt_ckpt_hf_config_path(pos[1], cfg, sizeof cfg);
+        printf("dtrain: wrote %s (Hugging Face GPT-2 config)\n", cfg);
+    }
     return DT_EXIT_OK;
 }
 
 int dt_cmd_export(int argc, char **argv) { return do_export("export", argc, argv); }
+
+void dt_help_import(FILE *f)
+{
+    fprintf(f,
+            "usage: dtrain import WEIGHTS.safetensors [config.json] OUT_CKPT\n\n"
+            "Write a GPT-2 saved by Hugging Face (GPT2LMHeadModel's model.safetensors:\n"
+            "Conv1D weights as (in, out), the LM head tied to wte) as a dtrain checkpoint\n"
+            "under the folder OUT_CKPT: OUT_CKPT/step-00000000, written atomically, the\n"
+            "parameters from the file and the optimizer's moments zero.  The shape comes\n"
+            "from config.json (default: the one beside WEIGHTS).  Every tensor is checked:\n"
+            "a parameter of that shape (F32, BF16 or F16, stored as f32), an attn.bias or\n"
+            "attn.masked_bias buffer (ignored), or an lm_head.weight equal to wte.\n\n"
+            "To fine-tune, resume from it in a config with the same [model] shape:\n"
+            "  [checkpoint]\n"
+            "  resume = \"OUT_CKPT/step-00000000\"\n"
+            "training then starts at step 1 from these weights (with fresh AdamW moments\n"
+            "and the config's own schedule), as a fresh run starts from its init.\n"
+            "exit codes: 0 done, 1 unreadable weights or a tensor that does not fit,\n"
+            "2 usage error or a bad config.json\n");
+}
+
+int dt_cmd_import(int argc, char **argv)
+{
+    const char *pos[3] = {NULL, NULL, NULL};
+    int n = 0;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-' && argv[i][1]) {
+            char why[256];
+            snprintf(why, sizeof why, "unknown option '%s'", argv[i]);
+            return usage("import", why);
+        }
+        if (n == 3)
+            return usage("import", "too many arguments");
+        pos[n++] = argv[i];
+    }
+    if (n < 2)
+        return usage("import", "need WEIGHTS.safetensors and OUT_CKPT");
+    const char *weights = pos[0], *out = pos[n - 1];
+    char cfg[4096];
+    if (n == 3)
+        snprintf(cfg, sizeof cfg, "%s", pos[1]);
+    else
+        dt_ckpt_hf_config_path(weights, cfg, sizeof cfg);
+    dt_gpt2_shape_t s;
+    int rc = dt_hf_gpt2_config_read(cfg, &s);
+    if (rc)
+        return dt_cli_fail("import", rc);
+    char sets[6][96];
+    const char *setp[6] = {sets[0], sets[1], sets[2], sets[3], sets[4], sets[5]};
+    snprintf(sets[0], sizeof sets[0], "model.arch=gpt2");
+    snprintf(sets[1], sizeof sets[1], "model.n_layer=%lld", (long long)s.n_layer);
+    snprintf(sets[2], sizeof sets[2], "model.n_head=%lld", (long long)s.n_head);
+    snprintf(sets[3], sizeof sets[3], "model.n_embd=%lld", (long long)s.n_embd);
+    snprintf(sets[4], sizeof sets[4], "model.vocab_size=%lld", (long long)s.vocab_size);
+    snprintf(sets[5], sizeof sets[5], "model.context=%lld", (long long)s.context);
+    char origin[4200];
+    snprintf(origin, sizeof origin, "'%s'", cfg);
+    dt_cli_model_t cm;
+    if ((rc = dt_cli_model_open(&cm, setp, 6, origin)))
+        return dt_cli_fail("import", rc);
+    rc = dt_ckpt_import(weights, cm.model, out);
+    dt_cli_model_close(&cm);
+    if (rc)
+        return dt_cli_fail("import", rc);
+    printf("dtrain: imported %s (n_layer %lld, n_head %lld, n_embd %lld, vocab_size %lld, "
+           "context %lld) as %s/step-00000000\n"
+           "dtrain: to fine-tune, set [checkpoint] resume = \"%s/step-00000000\"\n",
+           weights, (long long)s.n_layer, (long long)s.n_head, (long long)s.n_embd,
+           (long long)s.vocab_size, (long long)s.context, out, out);
+    return DT_EXIT_OK;
+}
 
 int dt_cmd_ckpt(int argc, char **argv)
 {
@@ -126,7 +207,7 @@ int dt_cmd_ckpt(int argc, char **argv)
         int ec = parse("ckpt inspect", argc - 1, argv + 1, pos, 1, &verify, NULL);
         if (ec)
             return ec;
-        if (!(rc = resolve_dir(pos[0], dir, sizeof dir)))
+        if (!(rc = dt_cli_ckpt_dir(pos[0], dir, sizeof dir)))
             rc = dt_ckpt_inspect(dir, verify, stdout);
         return rc ? dt_cli_fail("ckpt inspect", rc) : DT_EXIT_OK;
     }
@@ -135,7 +216,7 @@ int dt_cmd_ckpt(int argc, char **argv)
         int ec = parse("ckpt consolidate", argc - 1, argv + 1, pos, 2, NULL, NULL);
         if (ec)
             return ec;
-        if (!(rc = resolve_dir(pos[0], dir, sizeof dir)))
+        if (!(rc = dt_cli_ckpt_dir(pos[0], dir, sizeof dir)))
             rc = dt_ckpt_consolidate(dir, pos[1], 0);
         if (rc)
             return dt_cli_fail("ckpt consolidate", rc);

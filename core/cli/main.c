@@ -22,6 +22,10 @@ static const dt_cli_cmd_t cmds[] = {
     {"ckpt", "inspect, consolidate or export a checkpoint", dt_cmd_ckpt, dt_help_ckpt},
     {"export", "write a checkpoint's weights as safetensors (GPT-2 names)", dt_cmd_export,
      dt_help_export},
+    {"import", "write Hugging Face GPT-2 weights as a checkpoint to fine-tune", dt_cmd_import,
+     dt_help_import},
+    {"sample", "generate text from a checkpoint's GPT-2 (KV cache)", dt_cmd_sample,
+     dt_help_sample},
     {"bench", "measure a communicator's collectives (nccl-tests style)", dt_cmd_bench,
      dt_help_bench},
 };

@@ -30,6 +30,7 @@ File I/O, the input checks, linear, GELU and the cross-entropy are
 ref_common.py's (shared with mlp_ref.py).
 """
 
+import json
 import math
 import os
 import sys
@@ -44,7 +45,7 @@ from ref_common import (RefError, check_loss, check_names,  # noqa: E402
                         cross_entropy_backward, cross_entropy_forward,
                         gelu_backward, gelu_forward, linear_backward,
                         linear_forward, load_safetensors, load_tokens,
-                        write_result)
+                        save_safetensors, write_result)
 
 LN_EPS = 1e-5
 
@@ -273,7 +274,62 @@ def backward(params, n_layer, cache):
     return grads
 
 
-def run(params_path, tokens_path, out_path, n_layer, n_head):
+# --------------------------------------------------------------------------
+# after training: greedy generation and Hugging Face's layout
+
+def greedy(params, n_layer, n_head, prompt, n):
+    """The greedy continuation of `prompt` (1-D ids) by n tokens, each step
+    a full forward of the sequence so far (no cache); returns (ids,
+    margins), margins[i] the gap between the two largest logits at step i
+    (how far float32 rounding is from changing the choice)."""
+    seq = [int(t) for t in prompt]
+    ids, margins = [], []
+    for _ in range(n):
+        x = np.array([seq], dtype=np.int64)
+        _, logits, _ = forward(params, n_layer, n_head, x, np.zeros_like(x))
+        last = logits[0, -1]
+        top2 = np.sort(last)[-2:]
+        nxt = int(np.argmax(last))
+        ids.append(nxt)
+        margins.append(float(top2[1] - top2[0]))
+        seq.append(nxt)
+    return np.array(ids, dtype=np.float64), np.array(margins)
+
+
+# Hugging Face's GPT-2 keeps these as Conv1D, weight (in, out): the
+# transpose of dtrain's (out, in).
+HF_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
+             "mlp.c_proj.weight")
+
+
+def write_hf(params, n_layer, n_head, folder):
+    """folder/model.safetensors (F32) and folder/config.json as Hugging
+    Face's GPT2LMHeadModel saves them: Conv1D weights transposed, each
+    block's attn.bias causal-mask buffer (1, 1, maxT, maxT) and the older
+    attn.masked_bias beside the weights, the LM head tied to wte (so not
+    stored)."""
+    V, C = params["wte.weight"].shape
+    maxT = params["wpe.weight"].shape[0]
+    out = []
+    for name in param_names(n_layer):
+        a = params[name]
+        out.append((name, a.T if name.endswith(HF_CONV1D) else a))
+    mask = np.tril(np.ones((maxT, maxT))).reshape(1, 1, maxT, maxT)
+    for l in range(n_layer):
+        out.append(("h.%d.attn.bias" % l, mask))
+        out.append(("h.%d.attn.masked_bias" % l, np.array(-1e4)))
+    os.makedirs(folder, exist_ok=True)
+    save_safetensors(os.path.join(folder, "model.safetensors"), out, "F32")
+    cfg = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
+           "n_layer": n_layer, "n_head": n_head, "n_embd": C, "vocab_size": V,
+           "n_positions": maxT, "n_ctx": maxT, "layer_norm_epsilon": LN_EPS,
+           "activation_function": "gelu_new", "tie_word_embeddings": True}
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+
+
+def run(params_path, tokens_path, out_path, n_layer, n_head, generate=0,
+        write_hf_to=None):
     params = load_safetensors(params_path)
     V, C, maxT = check_params(params, n_layer, n_head)
     inputs, targets = load_tokens(tokens_path)
@@ -281,13 +337,26 @@ def run(params_path, tokens_path, out_path, n_layer, n_head):
     loss, logits, cache = forward(params, n_layer, n_head, inputs, targets)
     check_loss(loss)
     grads = backward(params, n_layer, cache)
-    write_result(out_path, loss, logits, grads, param_names(n_layer))
+    extra = []
+    if generate:
+        if inputs.shape[1] + generate > maxT:
+            raise RefError("--generate %d after %d prompt tokens exceeds maxT=%d"
+                           % (generate, inputs.shape[1], maxT))
+        ids, margins = greedy(params, n_layer, n_head, inputs[0], generate)
+        extra = [("generated", ids), ("margin", margins)]
+    if write_hf_to:
+        write_hf(params, n_layer, n_head, write_hf_to)
+    write_result(out_path, loss, logits, grads, param_names(n_layer), extra)
 
 
 def main(argv=None):
     return ref_common.main(
         "gpt2_ref", "float64 reference forward/backward of dtrain's GPT-2",
-        [("--n-layer", None), ("--n-head", None)], run, argv)
+        [("--n-layer", None), ("--n-head", None)], run, argv,
+        [("--generate", int, 0, "also the greedy continuation of the first "
+          "sequence's inputs by N tokens: outputs 'generated' and 'margin'"),
+         ("--write-hf-to", str, None, "also write the parameters as Hugging "
+          "Face saves a GPT-2: FOLDER/model.safetensors and config.json")])
 
 
 if __name__ == "__main__":

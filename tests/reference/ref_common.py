@@ -94,8 +94,9 @@ def load_safetensors(path):
     return out
 
 
-def save_safetensors(path, tensors):
-    """Writes [(name, ndarray)] as little-endian F64 safetensors, in order.
+def save_safetensors(path, tensors, dtype="F64"):
+    """Writes [(name, ndarray)] as little-endian F64 (or "F32")
+    safetensors, in order.
 
     The header is padded with spaces so the data starts 8-byte aligned, as
     the format requires."""
@@ -103,9 +104,9 @@ def save_safetensors(path, tensors):
     chunks = []
     offset = 0
     for name, arr in tensors:
-        a = np.ascontiguousarray(arr, dtype="<f8")
+        a = np.ascontiguousarray(arr, dtype=_ST_DTYPES[dtype])
         raw = a.tobytes()
-        header[name] = {"dtype": "F64", "shape": list(a.shape),
+        header[name] = {"dtype": dtype, "shape": list(a.shape),
                         "data_offsets": [offset, offset + len(raw)]}
         chunks.append(raw)
         offset += len(raw)
@@ -228,31 +229,39 @@ def check_loss(loss):
         raise RefError("loss is not finite (%r); check the parameters" % loss)
 
 
-def write_result(path, loss, logits, grads, names):
-    """The oracle's output: "loss" [1], "logits", "grad.<name>" in order."""
+def write_result(path, loss, logits, grads, names, extra=()):
+    """The oracle's output: "loss" [1], "logits", "grad.<name>" in order,
+    then `extra` [(name, array)]."""
     out = [("loss", np.array([loss])), ("logits", logits)]
     out += [("grad." + n, grads[n]) for n in names]
+    out += list(extra)
     try:
         save_safetensors(path, out)
     except OSError as e:
         raise RefError("cannot write %s: %s" % (path, e.strerror))
 
 
-def main(prog, description, model_args, run, argv=None):
+def main(prog, description, model_args, run, argv=None, options=()):
     """The command line every oracle takes: --params, --tokens, --out, and
     `model_args` [(flag, help)] (integers, required); calls
-    run(params, tokens, out, *model values).  Exit status 0 on success, 1
-    on bad input (message on stderr), 2 on bad usage (argparse)."""
+    run(params, tokens, out, *model values, **options), `options` being
+    the oracle's own optional flags [(flag, type, default, help)] by name
+    ("--write-hf" -> write_hf).  Exit status 0 on success, 1 on bad input
+    (message on stderr), 2 on bad usage (argparse)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--params", required=True, help="input .safetensors")
     ap.add_argument("--tokens", required=True, help="input T.bin (int32)")
     ap.add_argument("--out", required=True, help="output .safetensors (F64)")
     for flag, help_ in model_args:
         ap.add_argument(flag, type=int, required=True, help=help_)
+    for flag, type_, default, help_ in options:
+        ap.add_argument(flag, type=type_, default=default, help=help_)
     a = ap.parse_args(argv)
     values = [getattr(a, flag[2:].replace("-", "_")) for flag, _ in model_args]
+    kw = {o[0][2:].replace("-", "_"): getattr(a, o[0][2:].replace("-", "_"))
+          for o in options}
     try:
-        run(a.params, a.tokens, a.out, *values)
+        run(a.params, a.tokens, a.out, *values, **kw)
     except RefError as e:
         print("%s: error: %s" % (prog, e), file=sys.stderr)
         return 1

@@ -16,6 +16,7 @@ running the oracle, finite differences, the PASS/FAIL driver) are
 ref_common.py's, shared with test_mlp_ref_selfcheck.py.
 """
 
+import json
 import math
 import os
 import struct
@@ -262,9 +263,41 @@ def check_bad_input(ctx):
     expect(os.path.join(d, "nope.safetensors"), ctx.t_path, "cannot read")
 
 
+def check_after_training(ctx):
+    """--generate: the next token is the naive forward's argmax; and
+    --write-hf-to: Hugging Face's layout of the same parameters."""
+    hf = os.path.join(ctx.d, "hf")
+    r, out = ref_common.run_script(SCRIPT, ctx.d, ctx.p_path, ctx.t_path,
+                                   ["--n-layer", L, "--n-head", H,
+                                    "--generate", MAXT - T,
+                                    "--write-hf-to", hf])
+    assert r.returncode == 0, r.stderr
+    o = ref_common.load_safetensors(out)
+    _, logits = naive_forward(ctx.params, ctx.inputs[:1], ctx.targets[:1])
+    last = logits[0, -1]
+    assert list(o["generated"]) == [int(np.argmax(last))], o["generated"]
+    top2 = np.sort(last)[-2:]
+    assert abs(o["margin"][0] - (top2[1] - top2[0])) <= FWD_ATOL
+    w = ref_common.load_safetensors(os.path.join(hf, "model.safetensors"))
+    for name in gpt2_ref.param_names(L):
+        want = ctx.params[name]
+        if name.endswith(gpt2_ref.HF_CONV1D):
+            want = want.T
+        assert w[name].shape == want.shape and np.array_equal(w[name], want), name
+    for l in range(L):
+        assert np.array_equal(w["h.%d.attn.bias" % l][0, 0],
+                              np.tril(np.ones((MAXT, MAXT))))
+    assert "lm_head.weight" not in w
+    with open(os.path.join(hf, "config.json")) as f:
+        cfg = json.load(f)
+    assert (cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"],
+            cfg["n_positions"], cfg["activation_function"]) == \
+        (L, H, C, V, MAXT, "gelu_new"), cfg
+
+
 def main():
     checks = [check_forward_vs_naive, check_grads_vs_fd, check_output_format,
-              check_bad_input]
+              check_bad_input, check_after_training]
     with tempfile.TemporaryDirectory(prefix="gpt2_ref_") as d:
         return ref_common.run_checks("gpt2_ref",
                                      [("", lambda: Ctx(d), checks)])

@@ -1,0 +1,169 @@
+/*
+ * core/ckpt/hf_gpt2.c - Hugging Face's GPT-2 files: names, Conv1D layout,
+ * config.json (hf_gpt2.h).
+ */
+#include "ckpt/hf_gpt2.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "util/error.h"
+#include "util/fileutil.h"
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+int dt_hf_gpt2_conv1d(const char *name)
+{
+    static const char *const sfx[] = {".attn.c_attn.weight", ".attn.c_proj.weight",
+                                      ".mlp.c_fc.weight", ".mlp.c_proj.weight"};
+    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++)
+        if (ends_with(name, sfx[i]))
+            return 1;
+    return 0;
+}
+
+int dt_hf_gpt2_role(const char *name, const char **base)
+{
+    static const char prefix[] = "transformer.";
+    if (strncmp(name, prefix, sizeof prefix - 1) == 0)
+        name += sizeof prefix - 1;
+    *base = name;
+    if (strcmp(name, "lm_head.weight") == 0)
+        return DT_HF_LM_HEAD;
+    if (strncmp(name, "h.", 2) == 0 && (ends_with(name, ".attn.bias") ||
+                                        ends_with(name, ".attn.masked_bias")))
+        return DT_HF_BUFFER;
+    return DT_HF_PARAM;
+}
+
+int dt_hf_gpt2_config_write(const char *path, const dt_gpt2_shape_t *s)
+{
+    cJSON *j = cJSON_CreateObject(), *arch = cJSON_CreateArray();
+    if (!j || !arch) {
+        cJSON_Delete(j);
+        cJSON_Delete(arch);
+        return dt_err_set(DT_ERR_NOMEM, "'%s': out of memory", path);
+    }
+    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
+    cJSON_AddItemToObject(j, "architectures", arch);
+    cJSON_AddStringToObject(j, "model_type", "gpt2");
+    cJSON_AddNumberToObject(j, "n_layer", (double)s->n_layer);
+    cJSON_AddNumberToObject(j, "n_head", (double)s->n_head);
+    cJSON_AddNumberToObject(j, "n_embd", (double)s->n_embd);
+    cJSON_AddNumberToObject(j, "vocab_size", (double)s->vocab_size);
+    cJSON_AddNumberToObject(j, "n_positions", (double)s->context);
+    cJSON_AddNumberToObject(j, "n_ctx", (double)s->context);
+    cJSON_AddNullToObject(j, "n_inner"); /* 4 n_embd */
+    cJSON_AddStringToObject(j, "activation_function", "gelu_new");
+    cJSON_AddNumberToObject(j, "layer_norm_epsilon", 1e-5);
+    /* dtrain trains without dropout; HF's defaults are 0.1 */
+    cJSON_AddNumberToObject(j, "resid_pdrop", 0.0);
+    cJSON_AddNumberToObject(j, "embd_pdrop", 0.0);
+    cJSON_AddNumberToObject(j, "attn_pdrop", 0.0);
+    cJSON_AddNumberToObject(j, "initializer_range", 0.02);
+    cJSON_AddBoolToObject(j, "scale_attn_weights", 1);
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
+    cJSON_AddStringToObject(j, "torch_dtype", "float32");
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text)
+        return dt_err_set(DT_ERR_NOMEM, "'%s': out of memory", path);
+    size_t n = strlen(text);
+    text[n] = '\n'; /* replaces the NUL: the file ends with a newline */
+    int rc = dt_fileutil_write_atomic(path, text, n + 1);
+    cJSON_free(text);
+    return rc ? dt_err_context(rc, "writing '%s'", path) : DT_OK;
+}
+
+/* A positive integer key; absent: DT_ERR_NOT_FOUND without a message. */
+static int int_key(const char *path, const cJSON *j, const char *key, int64_t *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!v)
+        return DT_ERR_NOT_FOUND;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e15 ||
+        v->valuedouble != floor(v->valuedouble))
+        return dt_err_set(DT_ERR_CONFIG, "'%s': \"%s\" is not a positive integer", path, key);
+    *out = (int64_t)v->valuedouble;
+    return DT_OK;
+}
+
+int dt_hf_gpt2_config_read(const char *path, dt_gpt2_shape_t *out)
+{
+    char *text = NULL;
+    size_t n = 0;
+    int rc = dt_fileutil_read_all(path, &text, &n);
+    if (rc == DT_ERR_NOT_FOUND) { /* a missing config.json is the user's to give */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", dt_last_error());
+        return dt_err_set(DT_ERR_CONFIG, "%s", why);
+    }
+    if (rc)
+        return rc;
+    cJSON *j = cJSON_ParseWithLength(text, n);
+    free(text);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return dt_err_set(DT_ERR_CONFIG, "'%s' is not a JSON object", path);
+    }
+    const cJSON *v;
+    static const struct {
+        const char *key;
+        size_t off;
+    } keys[] = {
+        {"n_layer", offsetof(dt_gpt2_shape_t, n_layer)},
+        {"n_head", offsetof(dt_gpt2_shape_t, n_head)},
+        {"n_embd", offsetof(dt_gpt2_shape_t, n_embd)},
+        {"vocab_size", offsetof(dt_gpt2_shape_t, vocab_size)},
+        {"n_positions", offsetof(dt_gpt2_shape_t, context)},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0] && !rc; i++) {
+        int64_t *dst = (int64_t *)((char *)out + keys[i].off);
+        rc = int_key(path, j, keys[i].key, dst);
+        if (rc == DT_ERR_NOT_FOUND && i == 4) /* older configs: n_ctx */
+            rc = int_key(path, j, "n_ctx", dst);
+        if (rc == DT_ERR_NOT_FOUND)
+            rc = dt_err_set(DT_ERR_CONFIG, "'%s' has no \"%s\": is it a GPT-2 config.json?",
+                            path, keys[i].key);
+    }
+    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "model_type")) &&
+        !(cJSON_IsString(v) && strcmp(v->valuestring, "gpt2") == 0))
+        rc = dt_err_set(DT_ERR_CONFIG, "'%s': \"model_type\" is not \"gpt2\"", path);
+    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "activation_function")) &&
+        !(cJSON_IsString(v) && (strcmp(v->valuestring, "gelu_new") == 0 ||
+                                strcmp(v->valuestring, "gelu_pytorch_tanh") == 0)))
+        rc = dt_err_set(DT_ERR_CONFIG,
+                        "'%s': \"activation_function\" is %s%s%s; dtrain's GPT-2 computes "
+                        "\"gelu_new\" (GELU's tanh approximation)",
+                        path, cJSON_IsString(v) ? "\"" : "",
+                        cJSON_IsString(v) ? v->valuestring : "not a string",
+                        cJSON_IsString(v) ? "\"" : "");
+    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "layer_norm_epsilon")) &&
+        !(cJSON_IsNumber(v) && fabs(v->valuedouble - 1e-5) <= 1e-12))
+        rc = dt_err_set(DT_ERR_CONFIG,
+                        "'%s': \"layer_norm_epsilon\" is not 1e-5, the epsilon of dtrain's "
+                        "layernorm",
+                        path);
+    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "n_inner")) && !cJSON_IsNull(v) &&
+        !(cJSON_IsNumber(v) && v->valuedouble == 4.0 * (double)out->n_embd))
+        rc = dt_err_set(DT_ERR_CONFIG,
+                        "'%s': \"n_inner\" is not 4 n_embd, the MLP width of dtrain's GPT-2",
+                        path);
+    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "scale_attn_by_inverse_layer_idx")) &&
+        cJSON_IsTrue(v))
+        rc = dt_err_set(DT_ERR_CONFIG,
+                        "'%s': \"scale_attn_by_inverse_layer_idx\" is true; dtrain's GPT-2 "
+                        "scales attention by 1/sqrt(head size) only",
+                        path);
+    cJSON_Delete(j);
+    return rc;
+}

@@ -1,0 +1,45 @@
+/*
+ * core/ckpt/hf_gpt2.h - Hugging Face's GPT-2 (transformers'
+ * GPT2LMHeadModel) as files, for `dtrain export` and `dtrain import`:
+ *
+ *  - tensor names: dtrain's GPT-2 names are HF's ("h.3.attn.c_attn.weight",
+ *    "wte.weight"); a GPT2LMHeadModel's state dict may prefix them
+ *    "transformer."; its "lm_head.weight" is tied to wte (save_pretrained
+ *    drops it); each block's "attn.bias" (the causal mask) and, in older
+ *    versions, "attn.masked_bias" are buffers, not parameters;
+ *  - layout: the four projections are Conv1D, weight (in, out), the
+ *    transpose of dtrain's (out, in);
+ *  - config.json: n_layer, n_head, n_embd, vocab_size, n_positions (and the
+ *    older n_ctx), model_type "gpt2", architectures ["GPT2LMHeadModel"],
+ *    layer_norm_epsilon 1e-5 and activation_function "gelu_new" (GELU's
+ *    tanh approximation), which are what dtrain's GPT-2 computes.
+ */
+#ifndef DT_ENGINE_HF_GPT2_H
+#define DT_ENGINE_HF_GPT2_H
+
+#include "model/model.h"
+
+/* Whether GPT-2 tensor `name` is a Conv1D weight (stored transposed). */
+int dt_hf_gpt2_conv1d(const char *name);
+
+/* What a tensor name of an HF file is to dtrain. */
+typedef enum dt_hf_gpt2_role {
+    DT_HF_PARAM = 0,   /* a parameter: *base is its dtrain name */
+    DT_HF_LM_HEAD = 1, /* "lm_head.weight": must equal wte (tied) */
+    DT_HF_BUFFER = 2   /* attn.bias / attn.masked_bias: ignored */
+} dt_hf_gpt2_role_t;
+/* The role of `name` and, for a parameter, the name without a
+ * "transformer." prefix (a pointer into `name`). */
+int dt_hf_gpt2_role(const char *name, const char **base);
+
+/* config.json for a GPT-2 of shape `s`, written atomically at `path`. */
+int dt_hf_gpt2_config_write(const char *path, const dt_gpt2_shape_t *s);
+/* Read a GPT-2 config.json: n_layer, n_head, n_embd, vocab_size and
+ * n_positions (or n_ctx) as positive integers; model_type "gpt2" when
+ * present; layer_norm_epsilon 1e-5 and activation_function "gelu_new" (or
+ * "gelu_pytorch_tanh", the same function) when present, since dtrain's
+ * GPT-2 computes only those; n_inner null or 4 n_embd.  DT_ERR_CONFIG
+ * naming the file and the key otherwise. */
+int dt_hf_gpt2_config_read(const char *path, dt_gpt2_shape_t *out);
+
+#endif /* DT_ENGINE_HF_GPT2_H */

@@ -1,0 +1,322 @@
+/*
+ * core/cli/cmd_sample.c - `dtrain sample CKPT`: generate text from a
+ * checkpoint's GPT-2 on a device plugin (run.device's default, cpu), one
+ * position per token with a KV cache (core/model/generate.h).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt.h"
+#include "ckpt/ckpt_io.h"
+#include "cli/cli.h"
+#include "cli/cli_model.h"
+#include "model/generate.h"
+#include "util/error.h"
+#include "util/log.h"
+
+/* dtrain's own tokenizer (`dtrain data prepare`) is byte-level: a
+ * vocabulary of 256 is read as bytes, any other as token ids. */
+#define BYTE_VOCAB 256
+
+void dt_help_sample(FILE *f)
+{
+    fprintf(f,
+            "usage: dtrain sample CKPT [--prompt TEXT] [--tokens N] [--temperature T]\n"
+            "                          [--top-k K] [--seed S] [--ids]\n\n"
+            "Generate N tokens (default 64) after TEXT from the GPT-2 of checkpoint CKPT (a\n"
+            "checkpoint directory, or a checkpoint root meaning its newest complete one),\n"
+            "on the cpu device plugin with a KV cache: each token runs one position.\n\n"
+            "A byte-level model (vocab_size 256, what 'dtrain data prepare' makes) reads\n"
+            "TEXT as bytes and prints the prompt and the continuation as text.  Any other\n"
+            "reads TEXT as token ids (\"464 2068 7586\", spaces or commas) and prints ids.\n"
+            "Without --prompt it starts from one token: a newline for a byte-level model,\n"
+            "else the last id of the vocabulary (GPT-2's <|endoftext|> is 50256).\n"
+            "--ids prints token ids for a byte-level model too.  The prompt and the\n"
+            "continuation together must fit the model's context.\n\n"
+            "  --temperature T  0 picks the most likely token (greedy, deterministic);\n"
+            "                   else logits / T are sampled (default 1.0)\n"
+            "  --top-k K        sample only among the K most likely tokens (default 0: all;\n"
+            "                   1 is greedy)\n"
+            "  --seed S         the draws depend on S alone (default 1337)\n"
+            "exit codes: 0 done, 1 unreadable or corrupt checkpoint or a device failure,\n"
+            "2 usage error (bad option, prompt or length)\n");
+}
+
+static int usage(const char *why)
+{
+    fprintf(stderr, "dtrain sample: error: %s (see dtrain sample --help)\n", why);
+    return DT_EXIT_USAGE;
+}
+
+static int parse_i64(const char *opt, const char *v, int64_t lo, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < lo) {
+        char why[256];
+        snprintf(why, sizeof why, "%s '%s' is not an integer >= %lld", opt, v, (long long)lo);
+        return usage(why);
+    }
+    *out = x;
+    return DT_EXIT_OK;
+}
+
+typedef struct sample_args {
+    const char *ckpt, *prompt;
+    int64_t tokens;
+    dt_pick_opts_t pick;
+    int ids;
+} sample_args_t;
+
+static int parse(int argc, char **argv, sample_args_t *a)
+{
+    *a = (sample_args_t){.tokens = 64, .pick = {.temperature = 1.0, .top_k = 0, .seed = 1337}};
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        int takes = strcmp(o, "--prompt") == 0 || strcmp(o, "--tokens") == 0 ||
+                    strcmp(o, "--temperature") == 0 || strcmp(o, "--top-k") == 0 ||
+                    strcmp(o, "--seed") == 0;
+        if (takes && i + 1 == argc) {
+            char why[128];
+            snprintf(why, sizeof why, "%s needs a value", o);
+            return usage(why);
+        }
+        int ec = DT_EXIT_OK;
+        int64_t v;
+        if (strcmp(o, "--prompt") == 0) {
+            a->prompt = argv[++i];
+        } else if (strcmp(o, "--tokens") == 0) {
+            ec = parse_i64(o, argv[++i], 1, &a->tokens);
+        } else if (strcmp(o, "--top-k") == 0) {
+            ec = parse_i64(o, argv[++i], 0, &a->pick.top_k);
+        } else if (strcmp(o, "--seed") == 0) {
+            if (!(ec = parse_i64(o, argv[++i], 0, &v)))
+                a->pick.seed = (uint64_t)v;
+        } else if (strcmp(o, "--temperature") == 0) {
+            char *end;
+            const char *s = argv[++i];
+            a->pick.temperature = strtod(s, &end);
+            if (end == s || *end || !(a->pick.temperature >= 0) ||
+                a->pick.temperature > 1e6) {
+                char why[256];
+                snprintf(why, sizeof why, "--temperature '%s' is not a number in [0, 1e6]", s);
+                return usage(why);
+            }
+        } else if (strcmp(o, "--ids") == 0) {
+            a->ids = 1;
+        } else if (o[0] == '-' && o[1]) {
+            char why[256];
+            snprintf(why, sizeof why, "unknown option '%s'", o);
+            return usage(why);
+        } else if (a->ckpt) {
+            char why[256];
+            snprintf(why, sizeof why, "unexpected argument '%s'", o);
+            return usage(why);
+        } else {
+            a->ckpt = o;
+        }
+        if (ec)
+            return ec;
+    }
+    return a->ckpt ? DT_EXIT_OK : usage("missing CKPT");
+}
+
+/* The prompt as tokens (malloc'd): bytes, or ids in [0, V). */
+static int prompt_tokens(const sample_args_t *a, int64_t V, int32_t **out, int64_t *n)
+{
+    const int bytes = V == BYTE_VOCAB;
+    const char *p = a->prompt;
+    size_t len = p ? strlen(p) : 0;
+    int32_t *t = malloc((len ? len : 1) * sizeof *t);
+    if (!t) {
+        fprintf(stderr, "dtrain sample: error: out of memory\n");
+        return DT_EXIT_RUNTIME;
+    }
+    *n = 0;
+    if (!p || !p[0]) {
+        t[(*n)++] = bytes ? '\n' : (int32_t)(V - 1);
+    } else if (bytes) {
+        for (size_t i = 0; i < len; i++)
+            t[(*n)++] = (unsigned char)p[i];
+    } else {
+        while (*p) {
+            if (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') {
+                p++;
+                continue;
+            }
+            char *end;
+            errno = 0;
+            long long id = strtoll(p, &end, 10);
+            if (end == p || errno || id < 0 || id >= V ||
+                (*end && *end != ' ' && *end != ',' && *end != '\t' && *end != '\n')) {
+                char why[256];
+                snprintf(why, sizeof why,
+                         "--prompt: '%.*s' is not a token id in [0, %lld) (this model's "
+                         "vocabulary is not byte-level, so the prompt is token ids)",
+                         (int)strcspn(p, " ,\t\n"), p, (long long)V);
+                free(t);
+                return usage(why);
+            }
+            t[(*n)++] = (int32_t)id;
+            p = end;
+        }
+        if (!*n) {
+            free(t);
+            return usage("--prompt holds no token id");
+        }
+    }
+    *out = t;
+    return DT_EXIT_OK;
+}
+
+typedef struct out_fmt {
+    int ids;
+    int first; /* no separator before the next id */
+} out_fmt_t;
+
+static void emit(void *arg, int32_t token)
+{
+    out_fmt_t *o = arg;
+    if (o->ids)
+        printf(o->first ? "%d" : " %d", (int)token);
+    else
+        putchar(token);
+    o->first = 0;
+    fflush(stdout);
+}
+
+/* Everything the command holds, released by release(). */
+typedef struct sample_run {
+    dt_cli_model_t cm;
+    dt_ckpt_reader_t *rd;
+    const dt_device_ops_t *ops;
+    dt_device_t *dev;
+    dt_stream_t *stream;
+    dt_model_t *model; /* cm's */
+    void **params;
+    uint32_t n_units;
+    dt_decoder_t *dec;
+    dt_pick_t pick;
+    int32_t *prompt;
+} sample_run_t;
+
+static void release(sample_run_t *s)
+{
+    dt_pick_free(&s->pick);
+    dt_decoder_free(s->dec);
+    for (uint32_t u = 0; s->params && u < s->n_units; u++)
+        if (s->params[u])
+            s->ops->free(s->dev, s->params[u]);
+    free(s->params);
+    if (s->stream)
+        s->ops->stream_destroy(s->dev, s->stream);
+    if (s->dev)
+        s->ops->finalize(s->dev);
+    dt_cli_model_close(&s->cm);
+    dt_ckpt_close(s->rd);
+    free(s->prompt);
+}
+
+/* The checkpoint's model on the device with its weights: the [model]
+ * table from the manifest, the device plugin loaded as `dtrain run` loads
+ * it, every unit's parameters copied to device memory. */
+static int load_model(sample_run_t *s, const char *dir)
+{
+    char sets[16][96];
+    const char *setp[16];
+    int n = 0, rc;
+    if ((rc = dt_ckpt_open(dir, &s->rd)) ||
+        (rc = dt_ckpt_model_sets(s->rd, dir, sets, 16, &n)))
+        return rc;
+    for (int i = 0; i < n; i++)
+        setp[i] = sets[i];
+    char origin[4200];
+    snprintf(origin, sizeof origin, "checkpoint '%s'", dir);
+    if ((rc = dt_cli_model_open(&s->cm, setp, n, origin)))
+        return rc;
+    s->model = s->cm.model;
+    const dt_plugin_t *p = s->cm.dev;
+    s->ops = p->ops;
+    const dt_device_init_t da = {.struct_size = sizeof da, .local_size = 1, .device_index = -1};
+    dt_err_clear();
+    if ((rc = s->ops->init(p->host, &da, &s->dev))) {
+        s->dev = NULL;
+        return dt_plugin_failed(p, rc, "init");
+    }
+    if ((rc = s->ops->stream_create(s->dev, &s->stream))) {
+        s->stream = NULL;
+        return dt_plugin_failed(p, rc, "stream_create");
+    }
+    if (!dt_model_gpt2_shape(s->model))
+        return dt_err_set(DT_ERR_UNSUPPORTED,
+                          "checkpoint '%s' holds an arch = \"%s\" model: generation needs a "
+                          "gpt2 model",
+                          dir, dt_model_info(s->model)->arch);
+    const dt_model_desc_t *d = dt_model_desc(s->model);
+    if ((rc = dt_ckpt_check_tensors(dir, s->rd, d)))
+        return rc;
+    s->n_units = d->n_units;
+    if (!(s->params = calloc(d->n_units, sizeof *s->params)))
+        return dt_err_set(DT_ERR_NOMEM, "out of memory");
+    for (uint32_t u = 0; u < d->n_units && !rc; u++) {
+        float *host = malloc((d->units[u].numel ? d->units[u].numel : 1) * sizeof *host);
+        if (!host)
+            return dt_err_set(DT_ERR_NOMEM, "out of memory reading unit %s", d->units[u].name);
+        const uint64_t bytes = d->units[u].numel * sizeof *host;
+        if (!(rc = dt_ckpt_read_unit_params(s->rd, dir, d, u, host)) &&
+            !(rc = s->ops->alloc(s->dev, bytes, DT_TAG_PARAMS, &s->params[u])) &&
+            !(rc = s->ops->memcpy_async(s->dev, s->params[u], host, bytes, DT_COPY_H2D,
+                                        s->stream)))
+            rc = s->ops->stream_sync(s->dev, s->stream);
+        free(host);
+    }
+    return rc;
+}
+
+int dt_cmd_sample(int argc, char **argv)
+{
+    sample_args_t a;
+    int ec = parse(argc, argv, &a);
+    if (ec)
+        return ec;
+    char dir[4096];
+    sample_run_t s = {0};
+    dt_log_set_rank(0); /* one process: the device's log lines are rank 0's */
+    int rc = dt_cli_ckpt_dir(a.ckpt, dir, sizeof dir);
+    if (!rc)
+        rc = load_model(&s, dir);
+    if (rc) {
+        release(&s);
+        return dt_cli_fail("sample", rc);
+    }
+    const dt_model_info_t *mi = dt_model_info(s.model);
+    int64_t n_prompt = 0;
+    if ((ec = prompt_tokens(&a, mi->vocab_size, &s.prompt, &n_prompt))) {
+        release(&s);
+        return ec;
+    }
+    if (n_prompt + a.tokens > mi->context) {
+        fprintf(stderr,
+                "dtrain sample: error: the prompt (%lld tokens) and --tokens %lld make %lld, "
+                "more than the context of %lld positions the model in '%s' was built for\n",
+                (long long)n_prompt, (long long)a.tokens, (long long)(n_prompt + a.tokens),
+                (long long)mi->context, dir);
+        release(&s);
+        return DT_EXIT_USAGE;
+    }
+    const dt_model_ctx_t ctx = {.dev_ops = s.ops, .dev = s.dev, .stream = s.stream};
+    out_fmt_t fmt = {.ids = a.ids || mi->vocab_size != BYTE_VOCAB, .first = 1};
+    if (!(rc = dt_decoder_create(s.model, &ctx, s.params, n_prompt + a.tokens - 1, &s.dec)) &&
+        !(rc = dt_pick_init(&s.pick, &a.pick, mi->vocab_size))) {
+        for (int64_t i = 0; i < n_prompt; i++)
+            emit(&fmt, s.prompt[i]);
+        rc = dt_generate(s.dec, &s.pick, s.prompt, n_prompt, a.tokens, NULL, emit, &fmt);
+        putchar('\n');
+    }
+    release(&s);
+    return rc ? dt_cli_fail("sample", rc) : DT_EXIT_OK;
+}

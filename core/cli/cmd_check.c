@@ -12,7 +12,9 @@ void dt_help_check(FILE *f)
             "usage: dtrain check CONFIG [--set table.key=value ...]\n\n"
             "Validate CONFIG against the core's schema and the tables of every plugin\n"
             "it selects (loading those plugins), then print the resolved config with\n"
-            "each value's origin (default, file, --set, derived).\n\n"
+            "each value's origin (default, file, --set, derived).  The table of a plugin\n"
+            "the config does not select is checked against that plugin's keys and noted\n"
+            "as not used, so one file can configure every strategy and --set picks one.\n\n"
             "Errors name file:line:col and suggest the closest valid key.\n"
             "exit codes: 0 valid, 2 usage or config error, 1 runtime failure\n");
 }
@@ -29,6 +31,10 @@ int dt_cmd_check(int argc, char **argv)
         return dt_cli_fail("check", rc);
     printf("# dtrain check: %s is valid\n", a.config);
     dt_config_print(r.cfg, stdout);
+    const char *t;
+    for (size_t i = 0; (t = dt_config_aside(r.cfg, i)); i++)
+        printf("\n# note: [%s] is not used: the config does not select plugin '%s' "
+               "(its keys were checked)\n", t, t);
     dt_resolved_free(&r);
     return DT_EXIT_OK;
 }

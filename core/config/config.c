@@ -60,6 +60,8 @@ struct dt_config {
     size_t n_tables, cap_tables;
     override_t *ovr;     /* command-line order; the last one wins */
     size_t n_ovr, cap_ovr;
+    char **aside;        /* tables checked and set aside (dt_config_set_aside) */
+    size_t n_aside;
 };
 
 /* ------------------------------------------------------------------------
@@ -415,6 +417,9 @@ void dt_config_free(dt_config_t *c)
         dt_toml_free(c->ovr[i].node);
     }
     free(c->ovr);
+    for (size_t i = 0; i < c->n_aside; i++)
+        free(c->aside[i]);
+    free(c->aside);
     dt_toml_free(c->root);
     free(c->name);
     free(c->path);
@@ -804,14 +809,31 @@ static int check_file_table(const dt_config_t *c, const char *table,
     return DT_OK;
 }
 
-int dt_config_apply_schema(dt_config_t *c, const char *table,
-                           const dt_config_key_t *keys, uint32_t n_keys)
+static int is_aside(const dt_config_t *c, const char *table)
+{
+    for (size_t i = 0; i < c->n_aside; i++)
+        if (strcmp(c->aside[i], table) == 0)
+            return 1;
+    return 0;
+}
+
+/* Check table `table` against `keys`; claim it (its values resolved, in
+ * c->tables), or with `aside` only check what is written and remember the
+ * name (a required key may be missing: the table is not used). */
+static int apply_schema(dt_config_t *c, const char *table, const dt_config_key_t *keys,
+                        uint32_t n_keys, int aside)
 {
     if (!c || !table || !*table)
         return dt_err_set(DT_ERR_INVALID, "dt_config_apply_schema: NULL argument");
     int rc = check_schema(table, keys, n_keys);
     if (rc != DT_OK)
         return rc;
+    for (size_t i = 0; !aside && i < c->n_aside; i++)
+        if (strcmp(c->aside[i], table) == 0) { /* selected after all */
+            free(c->aside[i]);
+            c->aside[i] = c->aside[--c->n_aside];
+            break;
+        }
     const ctable_t *seen = find_table(c, table);
     if (seen) {
         if (same_schema(seen, keys, n_keys))
@@ -886,7 +908,7 @@ int dt_config_apply_schema(dt_config_t *c, const char *table,
                 rc = resolve_value(table, k, dn, NULL, &src, v);
             }
             dt_toml_free(dn);
-        } else {
+        } else if (!aside) {
             if (tn)
                 node_loc(c, tn, 0, loc, sizeof loc);
             else
@@ -897,6 +919,19 @@ int dt_config_apply_schema(dt_config_t *c, const char *table,
                             loc, *loc ? ": " : "", table, k->name, k->name,
                             table, table, k->name);
         }
+    }
+    if (aside) {
+        free_table(&t);
+        if (rc != DT_OK || is_aside(c, table))
+            return rc;
+        char **na = realloc(c->aside, (c->n_aside + 1) * sizeof *na);
+        if (!na)
+            return nomem("config table");
+        c->aside = na;
+        if (!(c->aside[c->n_aside] = strdup(table)))
+            return nomem("config table");
+        c->n_aside++;
+        return DT_OK;
     }
     if (rc == DT_OK && c->n_tables == c->cap_tables) {
         size_t ncap = c->cap_tables ? c->cap_tables * 2 : 16;
@@ -914,6 +949,50 @@ int dt_config_apply_schema(dt_config_t *c, const char *table,
     }
     c->tables[c->n_tables++] = t;
     return DT_OK;
+}
+
+int dt_config_apply_schema(dt_config_t *c, const char *table,
+                           const dt_config_key_t *keys, uint32_t n_keys)
+{
+    return apply_schema(c, table, keys, n_keys, 0);
+}
+
+int dt_config_set_aside(dt_config_t *c, const char *table, const dt_config_key_t *keys,
+                        uint32_t n_keys)
+{
+    return apply_schema(c, table, keys, n_keys, 1);
+}
+
+const char *dt_config_aside(const dt_config_t *c, size_t i)
+{
+    return c && i < c->n_aside ? c->aside[i] : NULL;
+}
+
+size_t dt_config_unclaimed(const dt_config_t *c, const char **names, size_t cap)
+{
+    size_t n = 0;
+    if (!c)
+        return 0;
+    for (size_t i = 0; i < c->root->u.children.n; i++) {
+        const dt_toml_node_t *t = &c->root->u.children.items[i];
+        if (t->type == DT_TOML_TABLE && !find_table(c, t->key) && !is_aside(c, t->key)) {
+            if (n < cap)
+                names[n] = t->key;
+            n++;
+        }
+    }
+    for (size_t i = 0; i < c->n_ovr; i++) {
+        const char *t = c->ovr[i].table;
+        int seen = find_table(c, t) || is_aside(c, t) || root_child(c, t);
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = strcmp(c->ovr[j].table, t) == 0;
+        if (!seen) {
+            if (n < cap)
+                names[n] = t;
+            n++;
+        }
+    }
+    return n;
 }
 
 /* A --set of a table already claimed takes effect at once, checked as it
@@ -1041,7 +1120,7 @@ int dt_config_check_unclaimed(const dt_config_t *c, const char *hint)
     char loc[1200];
     for (size_t i = 0; i < c->root->u.children.n; i++) {
         const dt_toml_node_t *n = &c->root->u.children.items[i];
-        if (find_table(c, n->key))
+        if (find_table(c, n->key) || (n->type == DT_TOML_TABLE && is_aside(c, n->key)))
             continue;
         if (n->type == DT_TOML_TABLE || n->type == DT_TOML_ARRAY) {
             node_loc(c, n, 0, loc, sizeof loc);
@@ -1051,7 +1130,7 @@ int dt_config_check_unclaimed(const dt_config_t *c, const char *hint)
         return stray_key(c, loc, n->key);
     }
     for (size_t i = 0; i < c->n_ovr; i++) {
-        if (find_table(c, c->ovr[i].table))
+        if (find_table(c, c->ovr[i].table) || is_aside(c, c->ovr[i].table))
             continue;
         snprintf(loc, sizeof loc, "--set %s", c->ovr[i].assign);
         return unknown_table(c, loc, c->ovr[i].table, hint);

@@ -68,6 +68,23 @@ int dt_config_apply_schema(dt_config_t *c, const char *table,
  * tables, e.g. "plugin tables are named after a selected plugin". */
 int dt_config_check_unclaimed(const dt_config_t *c, const char *hint);
 
+/* Check table `table` as dt_config_apply_schema would (unknown keys with a
+ * did-you-mean, types, ranges, choices, in the file and in --set) without
+ * claiming it: its values are not resolved, a missing required key is no
+ * error, dt_config_check_unclaimed passes it over.  For the table of an
+ * installed plugin the config does not select, so one file can configure
+ * every strategy and --set picks one.  A later dt_config_apply_schema of
+ * the table claims it after all. */
+int dt_config_set_aside(dt_config_t *c, const char *table, const dt_config_key_t *keys,
+                        uint32_t n_keys);
+/* The i-th table set aside, in the order they were; NULL past the end. */
+const char *dt_config_aside(const dt_config_t *c, size_t i);
+/* The top-level tables of the file and the tables of --set assignments
+ * that are neither claimed nor set aside, in file then command-line order:
+ * up to `cap` names into `names` (owned by the config); returns how many
+ * there are. */
+size_t dt_config_unclaimed(const dt_config_t *c, const char **names, size_t cap);
+
 /* True when dt_config_apply_schema claimed `table`. */
 int dt_config_claimed(const dt_config_t *c, const char *table);
 

@@ -8,6 +8,7 @@
 #include "setup/resolve.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/error.h"
@@ -21,14 +22,12 @@ static const struct {
     [DT_ROLE_DEVICE] = {"device", DT_KIND_DEVICE, "run.device"},
     [DT_ROLE_COMM] = {"comm", DT_KIND_COMM, "run.comm"},
     [DT_ROLE_DATA] = {"data-parallel strategy", DT_KIND_STRATEGY, "parallel.data"},
-    [DT_ROLE_TENSOR] = {"tensor-parallel strategy", DT_KIND_STRATEGY, NULL},
-    [DT_ROLE_PIPELINE] = {"pipeline strategy", DT_KIND_STRATEGY, NULL},
+    [DT_ROLE_TENSOR] = {"tensor-parallel strategy", DT_KIND_STRATEGY, "parallel.tensor"},
+    [DT_ROLE_PIPELINE] = {"pipeline strategy", DT_KIND_STRATEGY, "parallel.pipeline"},
     [DT_ROLE_OFFLOAD] = {"offload tier", DT_KIND_OFFLOAD, "parallel.offload"},
 };
 
-#define DEFAULT_HINT                                                            \
-    "a plugin's table is named after the plugin and only allowed when the "   \
-    "config selects it"
+#define DEFAULT_HINT "a plugin's table is named after a plugin on the search path"
 
 int dt_role_kind(dt_role_t role) { return roles[role].kind; }
 const char *dt_role_name(dt_role_t role) { return roles[role].name; }
@@ -140,7 +139,12 @@ int dt_resolve_plugin(dt_resolved_t *r, dt_role_t role, const char *name,
             /* blame the value where it was written: the file, or --set */
             char where[1400];
             dt_config_where(r->cfg, roles[role].key, where, sizeof where);
-            dt_err_context(rc, "%s", where);
+            if (role == DT_ROLE_TENSOR || role == DT_ROLE_PIPELINE)
+                /* a size, not a name: say which plugin it stands for */
+                dt_err_context(rc, "%s (above 1 it selects the %s plugin '%s')", where,
+                               roles[role].name, name);
+            else
+                dt_err_context(rc, "%s", where);
         }
         return rc;
     }
@@ -164,9 +168,43 @@ int dt_resolve_plugins(dt_resolved_t *r)
     return rc;
 }
 
+/* The most unclaimed tables looked at; more than this many tables no
+ * plugin claims is a config for something else. */
+#define MAX_UNCLAIMED 64
+
+/* The tables the config writes for plugins on the search path that it does
+ * not select: each checked against its plugin's keys, then set aside. */
+static int set_aside_unselected(const dt_resolved_t *r)
+{
+    const char *names[MAX_UNCLAIMED];
+    size_t n = dt_config_unclaimed(r->cfg, names, MAX_UNCLAIMED);
+    if (n == 0)
+        return DT_OK;
+    if (n > MAX_UNCLAIMED)
+        n = MAX_UNCLAIMED;
+    dt_plugin_listing_t *ls = NULL;
+    size_t nl = 0;
+    int rc = dt_plugin_discover(r->search, &ls, &nl);
+    for (size_t i = 0; rc == DT_OK && i < n; i++) {
+        for (size_t j = 0; j < nl; j++) {
+            if (strcmp(ls[j].name, names[i]) != 0 || !ls[j].loadable || ls[j].kind < 0)
+                continue;
+            dt_plugin_t *p = NULL;
+            if ((rc = dt_plugin_open(r->search, ls[j].kind, ls[j].name, &p)) == DT_OK)
+                rc = dt_config_set_aside(r->cfg, ls[j].name, p->info->config_keys,
+                                         p->info->n_config_keys);
+            dt_plugin_unload(p);
+            break;
+        }
+    }
+    free(ls);
+    return rc;
+}
+
 int dt_resolve_finish(const dt_resolved_t *r, const char *hint)
 {
-    return dt_config_check_unclaimed(r->cfg, hint ? hint : DEFAULT_HINT);
+    int rc = set_aside_unselected(r);
+    return rc ? rc : dt_config_check_unclaimed(r->cfg, hint ? hint : DEFAULT_HINT);
 }
 
 int dt_resolve(const char *path, const char *const *sets, int n_sets,

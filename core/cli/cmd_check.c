@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "setup/resolve.h"
+#include "train/preflight.h"
 
 void dt_help_check(FILE *f)
 {
@@ -29,6 +30,11 @@ int dt_cmd_check(int argc, char **argv)
     int rc = dt_resolve(a.config, a.sets, a.n_sets, &r);
     if (rc)
         return dt_cli_fail("check", rc);
+    /* run's own checks, for launch.nproc data-parallel ranks */
+    if ((rc = dt_preflight(&r, r.set.launch.nproc))) {
+        dt_resolved_free(&r);
+        return dt_cli_fail("check", rc);
+    }
     printf("# dtrain check: %s is valid\n", a.config);
     dt_config_print(r.cfg, stdout);
     const char *t;

@@ -1264,6 +1264,7 @@ const char *dt_config_origin_name(dt_origin_t o)
     case DT_ORIGIN_FILE: return "file";
     case DT_ORIGIN_CLI: return "--set";
     case DT_ORIGIN_DERIVED: return "derived";
+    case DT_ORIGIN_PRESET: return "preset";
     default: return "default";
     }
 }

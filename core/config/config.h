@@ -37,7 +37,8 @@ typedef enum dt_origin {
     DT_ORIGIN_DEFAULT = 0,
     DT_ORIGIN_FILE = 1,
     DT_ORIGIN_CLI = 2,    /* --set */
-    DT_ORIGIN_DERIVED = 3 /* computed by the core (e.g. grad_accum) */
+    DT_ORIGIN_DERIVED = 3, /* computed by the core (e.g. grad_accum) */
+    DT_ORIGIN_PRESET = 4   /* supplied by a named preset (model.preset) */
 } dt_origin_t;
 
 /* Parse a TOML file.  *out is freed with dt_config_free. */
@@ -103,7 +104,7 @@ dt_origin_t dt_config_origin(const dt_config_t *c, const char *path);
  * (its line in the file), or "run.comm = \"shm\" (default)" ("derived"). */
 void dt_config_where(const dt_config_t *c, const char *path, char *buf,
                      size_t cap);
-/* "file", "--set", "derived" or "default". */
+/* "file", "--set", "derived", "preset" or "default". */
 const char *dt_config_origin_name(dt_origin_t o);
 
 /* Set an integer computed by the core (origin "derived"); the key must

@@ -56,4 +56,48 @@ expect_exit 2 "a table named after no plugin" "$bin" check notplugin.toml
 expect_out "unknown table, with the closest and why" \
   "dtrain check: error: notplugin.toml:3:1: unknown table [zeroo]"
 expect_out "unknown table hint" "(a plugin's table is named after a plugin on the search path)"
+
+# ---- check does run's checks that need no plugin instance ----------------
+# global_batch 3 with micro_batch 2 on 2 ranks: run refuses it, so must check
+nodiv=(--set launch.nproc=2 --set run.comm=shm --set train.grad_accum=0 --set train.global_batch=3)
+divmsg="tiny.toml: [train] global_batch = 3 is not a multiple of micro_batch (2) x data-parallel size (2) = 4; the number of accumulation steps would not be whole"
+expect_exit 2 "check refuses a global_batch that does not divide" "$bin" check tiny.toml "${nodiv[@]}"
+expect_line "check says why" "dtrain check: error: $divmsg"
+expect_exit 2 "run refuses it too" "$bin" run tiny.toml "${nodiv[@]}"
+expect_line "with the same message" "dtrain run: error: $divmsg"
+# ... and from a 2-rank run that message comes once, before any rank starts
+expect_lines "the error is printed once" 1 "dtrain run: error: $divmsg"
+expect_lines "nothing else is printed" 1 "$out"
+if grep -qF -e "[rank " -e "launching" <<<"$out"; then bad "a rank was started" "$out"
+else ok "no rank was started"; fi
+printf '[run]\ncomm = "shm"\n[launch]\nnproc = 2\n[train]\nstpes = 3\n' > typo2.toml
+expect_exit 2 "a typo under a 2-rank run" "$bin" run typo2.toml
+expect_lines "reported once, by the launching process" 1 \
+  "dtrain run: error: typo2.toml:6:1: unknown key 'stpes' in [train]; did you mean 'steps'?"
+expect_lines "and nothing else" 1 "$out"
+printf '[run]\ncomm = "shm"\n[launch]\nnproc = 2\n[zero]\nstag = 3\n' > typo3.toml
+expect_exit 2 "a typo in a plugin's table under a 2-rank run" "$bin" run typo3.toml
+expect_lines "reported once, by the launching process" 1 \
+  "dtrain run: error: typo3.toml:6:1: unknown key 'stag' in [zero]; did you mean 'stage'?"
+expect_lines "and nothing else" 1 "$out"
+# derived values: grad_accum from global_batch, a preset's shape
+expect_exit 0 "check derives grad_accum" "$bin" check tiny.toml --set launch.nproc=2 \
+  --set train.grad_accum=0 --set train.global_batch=8
+expect_line "grad_accum shown as derived" "grad_accum = 2         # derived"
+expect_line "global_batch as given" "global_batch = 8       # --set"
+expect_exit 0 "check derives global_batch" "$bin" check tiny.toml --set launch.nproc=2
+expect_line "global_batch shown as derived" "global_batch = 4       # derived"
+expect_line "grad_accum from the file" "grad_accum = 1         # file tiny.toml:$(line_of tiny.toml '^grad_accum')"
+printf '[run]\ncomm = "self"\n[model]\npreset = "gpt2-124m"\nn_layer = 3\n' > preset.toml
+expect_exit 0 "check a preset model" "$bin" check preset.toml
+expect_line "a preset's value marked as the preset's" "n_embd = 768           # preset"
+expect_line "a preset's context" "context = 1024         # preset"
+expect_line "a written value wins over the preset" "n_layer = 3            # file preset.toml:5"
+expect_line "an arch-wide key stays default" 'dtype = "fp32"         # default'
+printf '[run]\ncomm = "self"\n[model]\nn_embd = 30\nn_head = 4\n' > shape.toml
+expect_exit 2 "check refuses a shape run refuses" "$bin" check shape.toml
+expect_line "named" "dtrain check: error: shape.toml: [model] n_embd = 30 is not divisible by n_head = 4"
+expect_exit 2 "check refuses seq_len beyond the context" "$bin" check tiny.toml --set train.seq_len=32
+expect_line "named" "dtrain check: error: tiny.toml: [train] seq_len = 32 is longer than the model's context (model.context = 16)"
+
 finish

@@ -100,4 +100,33 @@ expect_line "named" "dtrain check: error: shape.toml: [model] n_embd = 30 is not
 expect_exit 2 "check refuses seq_len beyond the context" "$bin" check tiny.toml --set train.seq_len=32
 expect_line "named" "dtrain check: error: tiny.toml: [train] seq_len = 32 is longer than the model's context (model.context = 16)"
 
+# ---- config doc ------------------------------------------------------------
+expect_exit 0 "config doc train" "$bin" config doc train
+expect_line "the section's doc" "# the training loop and schedule"
+expect_line "the section's table" "[train]"
+expect_line "an int key: type, default, range" "  micro_batch        int    default 4, range 1 .. 1048576"
+expect_line "its doc" "      sequences per rank per micro-step"
+expect_line "an enum key: its values" '  decay              enum   default "cosine", one of cosine|linear|constant'
+expect_line "a float key" "  gradient_clipping  float  default 1.0, range 0 .. 1e+09"
+expect_lines "no other section's table" 0 "[optimizer]"
+expect_exit 0 "config doc, every section" "$bin" config doc
+doc=$out
+# every key check prints for a core table is documented, under its table
+expect_exit 0 "check a default config" "$bin" check all.toml
+missing=$(awk '/^\[/ { t = $1 } /^[a-z_]+ = / { print t " " $1 }' <<<"$out" |
+  while read -r t k; do
+    case $t in "[run]"|"[model]"|"[data]"|"[train]"|"[optimizer]"|"[parallel]"|"[launch]"|"[checkpoint]") ;;
+      *) continue ;; esac
+    awk -v t="$t" -v k="$k" '/^\[/ { in_t = ($1 == t) } in_t && $1 == k { f = 1 } END { exit !f }' <<<"$doc" ||
+      echo "$t $k"
+  done)
+[ -z "$missing" ] && ok "config doc documents every core key check prints" ||
+  bad "keys config doc lacks" "$missing"
+expect_exit 2 "config doc of an unknown section" "$bin" config doc trian
+expect_line "named, with the closest and where plugins are documented" \
+  "dtrain config: error: no core section [trian]; did you mean [train]? (the sections: run, model, data, train, optimizer, parallel, launch, checkpoint; a plugin's keys: dtrain plugins --describe trian)"
+expect_exit 2 "config without a subcommand" "$bin" config
+expect_exit 0 "config --help" "$bin" config --help
+expect_out "usage shown" "usage: dtrain config doc [SECTION]"
+
 finish

@@ -519,11 +519,22 @@ int dt_config_override(dt_config_t *c, const char *assignment)
         lhs_end--;
     const char *dot = memchr(lhs, '.', (size_t)(lhs_end - lhs));
     if (!eq || !dot || !valid_name(lhs, (size_t)(dot - lhs)) ||
-        !valid_name(dot + 1, (size_t)(lhs_end - dot - 1)))
+        !valid_name(dot + 1, (size_t)(lhs_end - dot - 1))) {
+        /* "optimizer.params.lr": another stack's path, the hint at its end */
+        char parent[256], alias[512] = "";
+        const char *last = lhs_end;
+        while (last > lhs && last[-1] != '.')
+            last--;
+        snprintf(parent, sizeof parent, "%.*s", last > lhs ? (int)(last - lhs - 1) : 0, lhs);
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)(lhs_end - last), last);
+        if (eq && dt_config_alias(parent, key, alias + 2, sizeof alias - 2))
+            memcpy(alias, "; ", 2);
         return dt_err_set(DT_ERR_CONFIG,
                           "--set %s: expected table.key=value "
-                          "(e.g. --set train.lr=3e-4)",
-                          assignment);
+                          "(e.g. --set train.lr=3e-4)%s",
+                          assignment, alias);
+    }
 
     const char *v = eq + 1, *v_end = v + strlen(v);
     while (v < v_end && isspace((unsigned char)*v))
@@ -732,6 +743,10 @@ static int unknown_key(const char *loc, const char *table,
                        const char *key)
 {
     char sug[256];
+    if (dt_config_alias(table, key, sug, sizeof sug) ||
+        dt_config_home(table, key, sug, sizeof sug))
+        return dt_err_set(DT_ERR_CONFIG, "%s: unknown key '%s' in [%s]; %s", loc, key, table,
+                          sug);
     if (n == 0)
         return dt_err_set(DT_ERR_CONFIG,
                           "%s: unknown key '%s' in [%s]; [%s] takes no keys",
@@ -762,6 +777,25 @@ static const override_t *find_override(const dt_config_t *c, const char *table,
             strcmp(c->ovr[i].key, key) == 0)
             return &c->ovr[i];
     return NULL;
+}
+
+/* The first key under table node `t` (found at `path`, "fp16" or
+ * "optimizer.params"), depth first, that another stack spells that way:
+ * its hint (dt_config_alias) into buf, 1; else 0. */
+static int tree_alias(const char *path, const dt_toml_node_t *t, char *buf, size_t cap)
+{
+    if (t->type != DT_TOML_TABLE)
+        return 0;
+    for (size_t i = 0; i < t->u.children.n; i++) {
+        const dt_toml_node_t *e = &t->u.children.items[i];
+        if (dt_config_alias(path, e->key, buf, cap))
+            return 1;
+        char sub[256];
+        snprintf(sub, sizeof sub, "%s.%s", path, e->key);
+        if (e->type == DT_TOML_TABLE && tree_alias(sub, e, buf, cap))
+            return 1;
+    }
+    return 0;
 }
 
 /* Check the table as written in the file: shape, unknown keys, nesting. */
@@ -795,11 +829,15 @@ static int check_file_table(const dt_config_t *c, const char *table,
              e->u.children.items[0].type == DT_TOML_TABLE &&
              !schema_key(keys, n, e->key))) {
             node_loc(c, e, 0, loc, sizeof loc);
+            char path[256], alias[512] = "";
+            snprintf(path, sizeof path, "%s.%s", table, e->key);
+            if (tree_alias(path, e, alias + 2, sizeof alias - 2))
+                memcpy(alias, "; ", 2);
             return dt_err_set(DT_ERR_CONFIG,
                               "%s: [%s] %s: nested tables are not allowed in "
                               "[%s] (no [%s.%s] headers or dotted keys "
-                              "'%s.x = ...'; every key is a plain value)",
-                              loc, table, e->key, table, table, e->key, e->key);
+                              "'%s.x = ...'; every key is a plain value)%s",
+                              loc, table, e->key, table, table, e->key, e->key, alias);
         }
         if (!schema_key(keys, n, e->key)) {
             node_loc(c, e, 1, loc, sizeof loc);
@@ -1069,9 +1107,11 @@ static void suggest_table(const dt_config_t *c, const char *word, char *buf,
 }
 
 static int unknown_table(const dt_config_t *c, const char *loc,
-                         const char *table, const char *hint)
+                         const char *table, const char *alias, const char *hint)
 {
     char sug[2048];
+    if (alias && *alias)
+        return dt_err_set(DT_ERR_CONFIG, "%s: unknown table [%s]; %s", loc, table, alias);
     suggest_table(c, table, sug, sizeof sug);
     return dt_err_set(DT_ERR_CONFIG, "%s: unknown table [%s]%s%s%s%s", loc,
                       table, sug, hint && *hint ? " (" : "", hint ? hint : "",
@@ -1097,11 +1137,15 @@ static int stray_key(const dt_config_t *c, const char *loc, const char *key)
             }
         }
     }
+    char alias[512];
     if (home)
         return dt_err_set(DT_ERR_CONFIG,
                           "%s: key '%s' is outside any table; did you mean to "
                           "put it under [%s]?",
                           loc, key, home);
+    if (dt_config_alias("", key, alias, sizeof alias))
+        return dt_err_set(DT_ERR_CONFIG, "%s: key '%s' is outside any table; %s", loc, key,
+                          alias);
     if (close_key)
         return dt_err_set(DT_ERR_CONFIG,
                           "%s: key '%s' is outside any table; did you mean "
@@ -1124,7 +1168,10 @@ int dt_config_check_unclaimed(const dt_config_t *c, const char *hint)
             continue;
         if (n->type == DT_TOML_TABLE || n->type == DT_TOML_ARRAY) {
             node_loc(c, n, 0, loc, sizeof loc);
-            return unknown_table(c, loc, n->key, hint);
+            char alias[512] = "";
+            if (!tree_alias(n->key, n, alias, sizeof alias))
+                dt_config_alias("", n->key, alias, sizeof alias);
+            return unknown_table(c, loc, n->key, alias, hint);
         }
         node_loc(c, n, 1, loc, sizeof loc);
         return stray_key(c, loc, n->key);
@@ -1133,7 +1180,10 @@ int dt_config_check_unclaimed(const dt_config_t *c, const char *hint)
         if (find_table(c, c->ovr[i].table) || is_aside(c, c->ovr[i].table))
             continue;
         snprintf(loc, sizeof loc, "--set %s", c->ovr[i].assign);
-        return unknown_table(c, loc, c->ovr[i].table, hint);
+        char alias[512] = "";
+        if (!dt_config_alias(c->ovr[i].table, c->ovr[i].key, alias, sizeof alias))
+            dt_config_alias("", c->ovr[i].table, alias, sizeof alias);
+        return unknown_table(c, loc, c->ovr[i].table, alias, hint);
     }
     return DT_OK;
 }

@@ -138,6 +138,15 @@ const char *dt_config_path(const dt_config_t *c);
 const char *dt_suggest(const char *word, const char *const *candidates,
                        size_t n);
 
+/* A key spelled as another training stack spells it (aliases.c): for key
+ * `key` found under `parent` ("" at the top level, "train", "fp16",
+ * "optimizer.params"), write "gradient_accumulation_steps is DeepSpeed's
+ * name for train.grad_accum" into buf and return 1; 0 when it is none. */
+int dt_config_alias(const char *parent, const char *key, char *buf, size_t cap);
+/* A key of one of the core's sections other than `parent`: write "'lr' is
+ * a key of [train] (train.lr)" and return 1; 0 when it is none. */
+int dt_config_home(const char *parent, const char *key, char *buf, size_t cap);
+
 /* The core's own sections (run, model, data, train, optimizer, parallel,
  * launch, checkpoint): defined in schema.c. */
 typedef struct dt_config_section {

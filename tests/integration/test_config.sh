@@ -129,4 +129,63 @@ expect_exit 2 "config without a subcommand" "$bin" config
 expect_exit 0 "config --help" "$bin" config --help
 expect_out "usage shown" "usage: dtrain config doc [SECTION]"
 
+# ---- keys spelled the DeepSpeed / PyTorch way point at dtrain's -------------
+# alias NAME TOML MESSAGE: `check` of [run] comm = "self" plus TOML fails
+# (exit 2) with exactly "dtrain check: error: a.toml:MESSAGE"
+alias_case() {
+  printf '[run]\ncomm = "self"\n%b' "$2" > a.toml
+  expect_exit 2 "$1" "$bin" check a.toml
+  expect_line "$1: pointed at dtrain's key" "dtrain check: error: a.toml:$3"
+}
+alias_case "DeepSpeed gradient_accumulation_steps" '[train]\ngradient_accumulation_steps = 4\n' \
+  "4:1: unknown key 'gradient_accumulation_steps' in [train]; gradient_accumulation_steps is DeepSpeed's name for train.grad_accum"
+alias_case "DeepSpeed train_micro_batch_size_per_gpu" '[train]\ntrain_micro_batch_size_per_gpu = 4\n' \
+  "4:1: unknown key 'train_micro_batch_size_per_gpu' in [train]; train_micro_batch_size_per_gpu is DeepSpeed's name for train.micro_batch"
+alias_case "DeepSpeed train_batch_size" '[train]\ntrain_batch_size = 64\n' \
+  "4:1: unknown key 'train_batch_size' in [train]; train_batch_size is DeepSpeed's name for train.global_batch"
+alias_case "DeepSpeed zero_optimization.stage" '[zero_optimization]\nstage = 2\n' \
+  "3:1: unknown table [zero_optimization]; zero_optimization.stage is DeepSpeed's name for [zero] stage (with parallel.data = \"zero\")"
+alias_case "DeepSpeed zero_optimization, other keys" '[zero_optimization]\noverlap_comm = true\n' \
+  "3:1: unknown table [zero_optimization]; zero_optimization is DeepSpeed's name for the [zero] table (with parallel.data = \"zero\"; its keys: dtrain plugins --describe zero)"
+alias_case "DeepSpeed gradient_clipping under [optimizer]" '[train]\nsteps = 2\n[optimizer]\ngradient_clipping = 1.0\n' \
+  "6:1: unknown key 'gradient_clipping' in [optimizer]; 'gradient_clipping' is a key of [train] (train.gradient_clipping)"
+printf 'gradient_clipping = 1.0\n[run]\ncomm = "self"\n' > a.toml
+expect_exit 2 "DeepSpeed gradient_clipping at the top level" "$bin" check a.toml
+expect_line "put under [train]" "dtrain check: error: a.toml:1:1: key 'gradient_clipping' is outside any table; did you mean to put it under [train]?"
+alias_case "DeepSpeed fp16.enabled" '[fp16]\nenabled = true\n' \
+  "3:1: unknown table [fp16]; fp16.enabled is DeepSpeed's name for model.dtype = \"fp16\""
+alias_case "DeepSpeed bf16.enabled" '[bf16]\nenabled = true\n' \
+  "3:1: unknown table [bf16]; bf16.enabled is DeepSpeed's name for model.dtype = \"bf16\""
+alias_case "DeepSpeed optimizer.params.lr" '[optimizer]\ntype = "adamw"\n[optimizer.params]\nlr = 1e-3\n' \
+  "5:1: [optimizer] params: nested tables are not allowed in [optimizer] (no [optimizer.params] headers or dotted keys 'params.x = ...'; every key is a plain value); optimizer.params.lr is DeepSpeed's name for train.lr"
+alias_case "DeepSpeed optimizer.params.betas" '[optimizer.params]\nbetas = [0.9, 0.95]\n' \
+  "3:1: [optimizer] params: nested tables are not allowed in [optimizer] (no [optimizer.params] headers or dotted keys 'params.x = ...'; every key is a plain value); optimizer.params.betas is DeepSpeed's name for optimizer.beta1 and optimizer.beta2"
+alias_case "DeepSpeed optimizer.params.weight_decay" '[optimizer.params]\nweight_decay = 0.1\n' \
+  "3:1: [optimizer] params: nested tables are not allowed in [optimizer] (no [optimizer.params] headers or dotted keys 'params.x = ...'; every key is a plain value); optimizer.params.weight_decay is DeepSpeed's name for optimizer.weight_decay"
+alias_case "torchrun nproc_per_node" '[launch]\nnproc_per_node = 2\n' \
+  "4:1: unknown key 'nproc_per_node' in [launch]; nproc_per_node is torchrun's name for launch.nproc"
+alias_case "PyTorch lr in [optimizer]" '[optimizer]\nlr = 0.1\n' \
+  "4:1: unknown key 'lr' in [optimizer]; 'lr' is a key of [train] (train.lr)"
+alias_case "PyTorch betas" '[optimizer]\nbetas = [0.9, 0.95]\n' \
+  "4:1: unknown key 'betas' in [optimizer]; betas is PyTorch's name for optimizer.beta1 and optimizer.beta2"
+printf '[run]\ncomm = "self"\n' > good.toml
+expect_exit 2 "a DeepSpeed key in --set" "$bin" check good.toml --set train.gradient_accumulation_steps=2
+expect_line "pointed at dtrain's key" \
+  "dtrain check: error: --set train.gradient_accumulation_steps=2: unknown key 'gradient_accumulation_steps' in [train]; gradient_accumulation_steps is DeepSpeed's name for train.grad_accum"
+expect_exit 2 "a DeepSpeed path in --set" "$bin" check good.toml --set zero_optimization.stage=2
+expect_line "pointed at dtrain's key" \
+  "dtrain check: error: --set zero_optimization.stage=2: unknown table [zero_optimization]; zero_optimization.stage is DeepSpeed's name for [zero] stage (with parallel.data = \"zero\")"
+
+# ---- errors about a plugin name the key that selected it -------------------
+printf '[run]\ncomm = "self"\n[parallel]\ntensor = 2\n' > tp.toml
+expect_exit 2 "parallel.tensor = 2 without a tensor plugin" "$bin" check tp.toml
+expect_out "the key, file and line named" \
+  "dtrain check: error: tp.toml:4: parallel.tensor = 2 (above 1 it selects the tensor-parallel strategy plugin 'tensor'): strategy plugin 'tensor' not found in: "
+expect_exit 2 "parallel.pipeline from --set" "$bin" check good.toml --set parallel.pipeline=2
+expect_out "the --set named" \
+  "dtrain check: error: --set parallel.pipeline=2 (above 1 it selects the pipeline strategy plugin 'pipeline'): strategy plugin 'pipeline' not found in: "
+expect_exit 2 "parallel.tensor = 2 under a 2-rank run" "$bin" run tp.toml --set launch.nproc=2
+expect_lines "named once, nothing else: no rank started" 1 "$out"
+expect_out "by the launching process" "dtrain run: error: tp.toml:4: parallel.tensor = 2 (above 1"
+
 finish

@@ -866,12 +866,6 @@ static int apply_schema(dt_config_t *c, const char *table, const dt_config_key_t
     int rc = check_schema(table, keys, n_keys);
     if (rc != DT_OK)
         return rc;
-    for (size_t i = 0; !aside && i < c->n_aside; i++)
-        if (strcmp(c->aside[i], table) == 0) { /* selected after all */
-            free(c->aside[i]);
-            c->aside[i] = c->aside[--c->n_aside];
-            break;
-        }
     const ctable_t *seen = find_table(c, table);
     if (seen) {
         if (same_schema(seen, keys, n_keys))
@@ -986,6 +980,13 @@ static int apply_schema(dt_config_t *c, const char *table, const dt_config_key_t
         return rc;
     }
     c->tables[c->n_tables++] = t;
+    for (size_t i = 0; i < c->n_aside; i++)
+        if (strcmp(c->aside[i], table) == 0) { /* selected after all */
+            free(c->aside[i]);
+            memmove(&c->aside[i], &c->aside[i + 1], (c->n_aside - i - 1) * sizeof *c->aside);
+            c->n_aside--;
+            break;
+        }
     return DT_OK;
 }
 

@@ -12,8 +12,12 @@
  *                                    ranges, choices, required keys, unknown
  *                                    keys with a did-you-mean; defaults fill
  *                                    absent keys (origin "default")
- *   dt_config_check_unclaimed(...)   any table no schema claimed is an
- *                                    error with a did-you-mean
+ *   dt_config_set_aside(...)         the table of a plugin the config
+ *                                    does not select: checked, not claimed
+ *   dt_config_check_unclaimed(...)   any table no schema claimed (or set
+ *                                    aside) is an error with a did-you-mean,
+ *                                    or with dtrain's name for a key spelled
+ *                                    as another stack spells it (aliases.c)
  *   dt_config_get_*(...)             typed reads by "table.key"; the
  *                                    core's own sections are read once
  *                                    into typed structs (settings.h)

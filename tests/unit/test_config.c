@@ -447,6 +447,16 @@ static void test_set_aside(void **state)
     assert_int_equal(stage, 2);
     assert_int_equal(dt_config_check_unclaimed(c, NULL), DT_OK);
     dt_config_free(c);
+    /* ... the others keep their order */
+    c = load("[a]\nstage = 1\n[b]\nstage = 1\n[d]\nstage = 1\n");
+    assert_int_equal(dt_config_set_aside(c, "a", zkeys, 2), DT_OK);
+    assert_int_equal(dt_config_set_aside(c, "b", zkeys, 2), DT_OK);
+    assert_int_equal(dt_config_set_aside(c, "d", zkeys, 2), DT_OK);
+    assert_int_equal(dt_config_apply_schema(c, "a", zkeys, 2), DT_OK);
+    assert_string_equal(dt_config_aside(c, 0), "b");
+    assert_string_equal(dt_config_aside(c, 1), "d");
+    assert_null(dt_config_aside(c, 2));
+    dt_config_free(c);
 }
 
 static void test_wrong_type(void **state)

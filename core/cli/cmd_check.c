@@ -12,8 +12,11 @@ void dt_help_check(FILE *f)
     fprintf(f,
             "usage: dtrain check CONFIG [--set table.key=value ...]\n\n"
             "Validate CONFIG against the core's schema and the tables of every plugin\n"
-            "it selects (loading those plugins), then print the resolved config with\n"
-            "each value's origin (default, file, --set, derived).  The table of a plugin\n"
+            "it selects (loading those plugins), take every check of dtrain run that\n"
+            "needs no plugin instance (the model's shape, the batch arithmetic for\n"
+            "launch.nproc ranks, seq_len within the context, the token files it names),\n"
+            "then print the resolved config with each value's origin (default, file,\n"
+            "--set, derived from other values, preset from model.preset).  The table of a plugin\n"
             "the config does not select is checked against that plugin's keys and noted\n"
             "as not used, so one file can configure every strategy and --set picks one.\n\n"
             "Errors name file:line:col and suggest the closest valid key.\n"
@@ -31,7 +34,7 @@ int dt_cmd_check(int argc, char **argv)
     if (rc)
         return dt_cli_fail("check", rc);
     /* run's own checks, for launch.nproc data-parallel ranks */
-    if ((rc = dt_preflight(&r, r.set.launch.nproc))) {
+    if ((rc = dt_preflight(&r, r.set.launch.nproc, 0))) {
         dt_resolved_free(&r);
         return dt_cli_fail("check", rc);
     }
@@ -41,6 +44,8 @@ int dt_cmd_check(int argc, char **argv)
     for (size_t i = 0; (t = dt_config_aside(r.cfg, i)); i++)
         printf("\n# note: [%s] is not used: the config does not select plugin '%s' "
                "(its keys were checked)\n", t, t);
+    if (!r.set.data.train[0])
+        printf("\n# note: [data] train is empty: dtrain run needs a token file\n");
     dt_resolved_free(&r);
     return DT_EXIT_OK;
 }

@@ -89,7 +89,7 @@ int dt_cmd_run(int argc, char **argv)
     /* a config error is found here, once, before any rank is started */
     if (rc == DT_OK && plan.spawn &&
         ((rc = dt_resolve_plugins(&r)) || (rc = dt_resolve_finish(&r, NULL)) ||
-         (rc = dt_preflight(&r, plan.nproc)))) {
+         (rc = dt_preflight(&r, plan.nproc, 1)))) {
         ec = dt_cli_fail("run", rc);
         dt_resolved_free(&r);
         return ec;

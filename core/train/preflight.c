@@ -5,6 +5,7 @@
  */
 #include "train/preflight.h"
 
+#include "data/data.h"
 #include "model/model.h"
 #include "train/train.h"
 #include "util/error.h"
@@ -44,7 +45,29 @@ int dt_preflight_batch(dt_resolved_t *r, int64_t dp, int64_t context)
     return DT_OK;
 }
 
-int dt_preflight(dt_resolved_t *r, int64_t dp)
+int dt_preflight_data_named(const dt_settings_t *set)
+{
+    if (!set->data.train[0])
+        return dt_err_set(DT_ERR_CONFIG, "%s: [data] train is empty: name a token file "
+                                         "(make one with 'dtrain data prepare TEXT OUT')",
+                          set->config_path);
+    return DT_OK;
+}
+
+int dt_preflight_data(const dt_settings_t *set, int64_t vocab_size, int require_train)
+{
+    int rc = require_train ? dt_preflight_data_named(set) : DT_OK;
+    const char *files[] = {set->data.train, set->data.val};
+    for (int i = 0; i < 2 && rc == DT_OK; i++) {
+        dt_dataset_t *ds = NULL;
+        if (files[i][0] && (rc = dt_data_open(files[i], &ds)) == DT_OK)
+            rc = dt_data_check_vocab(ds, (uint32_t)vocab_size);
+        dt_data_close(ds);
+    }
+    return rc;
+}
+
+int dt_preflight(dt_resolved_t *r, int64_t dp, int require_data)
 {
     int rc = dt_preflight_roles(r);
     if (rc)
@@ -52,8 +75,9 @@ int dt_preflight(dt_resolved_t *r, int64_t dp)
     if (!r->plugin[DT_ROLE_DEVICE])
         return dt_err_set(DT_ERR_INVALID, "dt_preflight: the device plugin is not resolved");
     dt_model_t *m = NULL;
-    if ((rc = dt_model_create(r->cfg, r->plugin[DT_ROLE_DEVICE]->ops, &m)) == DT_OK)
-        rc = dt_preflight_batch(r, dp, dt_model_info(m)->context);
+    if ((rc = dt_model_create(r->cfg, r->plugin[DT_ROLE_DEVICE]->ops, &m)) == DT_OK &&
+        (rc = dt_preflight_batch(r, dp, dt_model_info(m)->context)) == DT_OK)
+        rc = dt_preflight_data(&r->set, dt_model_info(m)->vocab_size, require_data);
     if (m)
         dt_model_free(m, NULL);
     return rc;

@@ -19,12 +19,25 @@
  *                        the two written back to the config (origin
  *                        "derived" where computed), seq_len within the
  *                        model's context
- * DT_ERR_CONFIG with the message set on the first problem. */
-int dt_preflight(dt_resolved_t *r, int64_t dp);
+ *   dt_preflight_data    the token files: [data] train named (only with
+ *                        `require_data`: `check` of a config without data
+ *                        passes), each file given opened and its tokens
+ *                        checked against the model's vocabulary
+ * DT_ERR_CONFIG with the message set on the first problem (a token file
+ * that is not one: the data module's status). */
+int dt_preflight(dt_resolved_t *r, int64_t dp, int require_data);
 
 /* Tensor/pipeline parallelism and offload tiers are not driven by this
  * build's training loop: DT_ERR_CONFIG when the config selects one. */
 int dt_preflight_roles(const dt_resolved_t *r);
+
+/* [data] train names a token file: DT_ERR_CONFIG when it is empty. */
+int dt_preflight_data_named(const dt_settings_t *set);
+
+/* dt_preflight_data_named (with `require_train`), then [data] train and
+ * val, where given, opened as token files (dt_data_open) with every token
+ * below `vocab_size`, and closed again. */
+int dt_preflight_data(const dt_settings_t *set, int64_t vocab_size, int require_train);
 
 /* The batch arithmetic (dt_batch_resolve) written back to r->cfg and
  * r->set, and seq_len checked against `context` (<= 0: no limit). */

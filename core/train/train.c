@@ -219,10 +219,8 @@ static int open_data(run_t *R)
     const dt_train_settings_t *t = &R->set->train;
     const uint32_t vocab = (uint32_t)dt_model_info(R->model)->vocab_size;
     int rc;
-    if (!d->train[0])
-        return dt_err_set(DT_ERR_CONFIG, "%s: [data] train is empty: name a token file "
-                                         "(make one with 'dtrain data prepare TEXT OUT')",
-                          R->set->config_path);
+    if ((rc = dt_preflight_data_named(R->set)))
+        return rc;
     if ((rc = dt_data_open(d->train, &R->train)) ||
         (rc = dt_data_check_vocab(R->train, vocab)))
         return rc;

@@ -100,6 +100,20 @@ expect_line "named" "dtrain check: error: shape.toml: [model] n_embd = 30 is not
 expect_exit 2 "check refuses seq_len beyond the context" "$bin" check tiny.toml --set train.seq_len=32
 expect_line "named" "dtrain check: error: tiny.toml: [train] seq_len = 32 is longer than the model's context (model.context = 16)"
 
+# the token files: a missing one, tokens beyond the vocabulary, none named
+expect_exit 1 "check a config whose token file is missing" "$bin" check tiny.toml --set data.train=nope.bin
+expect_line "named as run names it" "dtrain check: error: data file 'nope.bin': No such file or directory"
+expect_exit 1 "a 2-rank run of it" "$bin" run tiny.toml --set data.train=nope.bin --set launch.nproc=2 --set run.comm=shm
+expect_lines "refused once, before any rank starts" 1 "$out"
+expect_line "with the same message" "dtrain run: error: data file 'nope.bin': No such file or directory"
+expect_exit 1 "check tokens beyond the vocabulary" "$bin" check tiny.toml --set model.vocab_size=100
+expect_line "named" "dtrain check: error: data file 'train.bin': token 116 at position 0 is outside the vocabulary (vocab_size 100)"
+expect_exit 0 "check a config that names no token file" "$bin" check tiny.toml --set data.train=
+expect_line "passes with a note" "# note: [data] train is empty: dtrain run needs a token file"
+expect_exit 2 "a 2-rank run of it" "$bin" run tiny.toml --set data.train= --set launch.nproc=2 --set run.comm=shm
+expect_lines "refused once, before any rank starts" 1 "$out"
+expect_line "why" "dtrain run: error: tiny.toml: [data] train is empty: name a token file (make one with 'dtrain data prepare TEXT OUT')"
+
 # ---- config doc ------------------------------------------------------------
 expect_exit 0 "config doc train" "$bin" config doc train
 expect_line "the section's doc" "# the training loop and schedule"

@@ -1,5 +1,6 @@
 /*
- * core/cli/cmd_check.c - `dtrain check CONFIG`: resolve and print.
+ * core/cli/cmd_check.c - `dtrain check CONFIG`: resolve, take run's checks
+ * that need no plugin instance (train/preflight.h), print with origins.
  */
 #include <stdio.h>
 
@@ -15,11 +16,14 @@ void dt_help_check(FILE *f)
             "it selects (loading those plugins), take every check of dtrain run that\n"
             "needs no plugin instance (the model's shape, the batch arithmetic for\n"
             "launch.nproc ranks, seq_len within the context, the token files it names),\n"
-            "then print the resolved config with each value's origin (default, file,\n"
-            "--set, derived from other values, preset from model.preset).  The table of a plugin\n"
-            "the config does not select is checked against that plugin's keys and noted\n"
-            "as not used, so one file can configure every strategy and --set picks one.\n\n"
-            "Errors name file:line:col and suggest the closest valid key.\n"
+            "then print the resolved config with each value's origin: default, file,\n"
+            "--set, derived (computed from other values) or preset (from model.preset).\n"
+            "The table of a plugin the config does not select is checked against that\n"
+            "plugin's keys and noted as not used, so one file can configure every\n"
+            "strategy and --set picks one.\n\n"
+            "Errors name file:line:col and suggest the closest valid key, or dtrain's\n"
+            "key for one spelled as DeepSpeed, torchrun or PyTorch spell it.  Every core\n"
+            "key: dtrain config doc.\n"
             "exit codes: 0 valid, 2 usage or config error, 1 runtime failure\n");
 }
 

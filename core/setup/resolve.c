@@ -112,6 +112,34 @@ static int role_plugin_name(const dt_resolved_t *r, dt_role_t role, const char *
     return DT_OK;
 }
 
+/* After "<kind> plugin 'fsdq' not found in: ...": append "; did you mean
+ * 'fsdp'?" when a plugin of that kind on the search path is close.  The
+ * status and the message are kept whatever the search finds. */
+static int suggest_plugin(const dt_resolved_t *r, int rc, int kind, const char *name)
+{
+    char msg[DT_ERR_MAX];
+    snprintf(msg, sizeof msg, "%s", dt_last_error());
+    dt_plugin_listing_t *ls = NULL;
+    size_t n = 0;
+    const char *best = NULL;
+    const char **names = NULL;
+    if (dt_plugin_discover(r->search, &ls, &n) == DT_OK && n > 0 &&
+        (names = malloc(n * sizeof *names)) != NULL) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (ls[i].kind == kind)
+                names[k++] = ls[i].name;
+        best = dt_suggest(name, names, k);
+    }
+    if (best)
+        dt_err_set(rc, "%s; did you mean '%s'?", msg, best);
+    else
+        dt_err_set(rc, "%s", msg);
+    free(names);
+    free(ls);
+    return rc;
+}
+
 int dt_resolve_plugin(dt_resolved_t *r, dt_role_t role, const char *name,
                       const char *named_by)
 {
@@ -131,8 +159,11 @@ int dt_resolve_plugin(dt_resolved_t *r, dt_role_t role, const char *name,
         /* naming a plugin that does not exist, or by a name no plugin can
          * have, is a config error; one that exists but is broken is the
          * installation's problem */
-        if (rc == DT_ERR_NOT_FOUND || !dt_plugin_name_ok(name))
+        const int not_found = rc == DT_ERR_NOT_FOUND;
+        if (not_found || !dt_plugin_name_ok(name))
             rc = DT_ERR_CONFIG;
+        if (not_found)
+            suggest_plugin(r, rc, roles[role].kind, name);
         if (named_by) {
             dt_err_context(rc, "%s", named_by);
         } else if (roles[role].key) {

@@ -201,5 +201,12 @@ expect_out "the --set named" \
 expect_exit 2 "parallel.tensor = 2 under a 2-rank run" "$bin" run tp.toml --set launch.nproc=2
 expect_lines "named once, nothing else: no rank started" 1 "$out"
 expect_out "by the launching process" "dtrain run: error: tp.toml:4: parallel.tensor = 2 (above 1"
+expect_exit 2 "a misspelt strategy plugin" "$bin" check good.toml --set parallel.data=fsdq
+expect_out "named where it was given" "dtrain check: error: --set parallel.data=fsdq: strategy plugin 'fsdq' not found in: "
+expect_out "with the closest plugin of that kind" "(files are named dtrain_<name>.so); did you mean 'fsdp'?"
+printf '[run]\ncomm = "shmm"\n' > comm.toml
+expect_exit 2 "a misspelt comm plugin in the file" "$bin" check comm.toml
+expect_out "named with file and line" "dtrain check: error: comm.toml:2: run.comm = \"shmm\": comm plugin 'shmm' not found in: "
+expect_out "with the closest comm plugin" "; did you mean 'shm'?"
 
 finish

@@ -7,7 +7,10 @@
 #ifndef DT_CLI_H
 #define DT_CLI_H
 
+#include <stdint.h>
 #include <stdio.h>
+
+#include "dtrain/plugin.h"
 
 enum { DT_EXIT_OK = 0, DT_EXIT_RUNTIME = 1, DT_EXIT_USAGE = 2 };
 
@@ -18,6 +21,11 @@ typedef struct dt_cli_cmd {
     int (*main)(int argc, char **argv);
     void (*help)(FILE *f);
 } dt_cli_cmd_t;
+
+/* Print a config table's keys, one entry each: name, type, default (or
+ * "(required)"), range or choices, and the doc line under it (`dtrain
+ * config doc` and `dtrain plugins --describe`). */
+void dt_cli_print_keys(FILE *f, const char *table, const dt_config_key_t *keys, uint32_t n);
 
 /* Map a dt_status_t to an exit code (config/usage errors -> 2). */
 int dt_cli_exit_code(int status);
@@ -52,6 +60,8 @@ int dt_cli_ckpt_dir(const char *arg, char *dir, size_t cap);
 
 int dt_cmd_check(int argc, char **argv);
 void dt_help_check(FILE *f);
+int dt_cmd_config(int argc, char **argv);
+void dt_help_config(FILE *f);
 int dt_cmd_plugins(int argc, char **argv);
 void dt_help_plugins(FILE *f);
 int dt_cmd_env(int argc, char **argv);

@@ -23,18 +23,6 @@ void dt_help_plugins(FILE *f)
             "installed dtrain program.\n");
 }
 
-static const char *type_name(int t)
-{
-    switch (t) {
-    case DT_CFG_BOOL: return "bool";
-    case DT_CFG_INT: return "int";
-    case DT_CFG_FLOAT: return "float";
-    case DT_CFG_STRING: return "string";
-    case DT_CFG_ENUM: return "enum";
-    default: return "?";
-    }
-}
-
 static int describe(const char *name, const dt_search_path_t *sp)
 {
     dt_plugin_listing_t *ls = NULL;
@@ -66,21 +54,7 @@ static int describe(const char *name, const dt_search_path_t *sp)
     printf("%s: %s plugin, ABI %u.%u, version %s\n  %s\n  file: %s\n\n", in->name,
            dt_kind_name(kind), in->abi_major, in->abi_minor, in->version ? in->version : "?",
            in->summary ? in->summary : "", p->path);
-    if (in->n_config_keys == 0) {
-        printf("[%s] takes no keys.\n", in->name);
-    } else {
-        printf("[%s]\n", in->name);
-        for (uint32_t i = 0; i < in->n_config_keys; i++) {
-            const dt_config_key_t *k = &in->config_keys[i];
-            printf("  %-18s %-6s default %s", k->name, type_name(k->type),
-                   k->def ? k->def : "(required)");
-            if ((k->type == DT_CFG_INT || k->type == DT_CFG_FLOAT) && k->min <= k->max)
-                printf(", range %g .. %g", k->min, k->max);
-            if (k->type == DT_CFG_ENUM && k->choices)
-                printf(", one of %s", k->choices);
-            printf("\n      %s\n", k->doc ? k->doc : "");
-        }
-    }
+    dt_cli_print_keys(stdout, in->name, in->config_keys, in->n_config_keys);
     dt_plugin_unload(p);
     return DT_EXIT_OK;
 }

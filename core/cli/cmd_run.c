@@ -4,15 +4,19 @@
  * ranks and watch them (core/launch).
  *
  * The config file is parsed once (core/setup's staged resolve).  The
- * launching parent stops after the core's sections: it loads no plugin and
- * builds no model, so N ranks cost N processes, not N + 1 copies of the
- * model.  Errors that only a plugin can find are reported by every rank and
- * end the job with their exit code.
+ * launching parent resolves every stage and takes run's checks that need
+ * no plugin instance (train/preflight.h: the model described, not
+ * allocated; the batch arithmetic for its N ranks), so a config error is
+ * reported once and no rank is started; it initialises no device and
+ * allocates no model, so N ranks cost N processes, not N + 1 copies of the
+ * model.  Errors that only a plugin instance can find are reported by
+ * every rank and end the job with their exit code.
  */
 #include <stdio.h>
 
 #include "cli/cli.h"
 #include "cli/run_profile.h"
+#include "train/preflight.h"
 #include "train/train.h"
 #include "launch/launcher.h"
 #include "util/log.h"
@@ -82,6 +86,14 @@ int dt_cmd_run(int argc, char **argv)
         return dt_cli_fail("run", rc);
     dt_launch_plan_t plan;
     rc = plan_launch(&r, &plan);
+    /* a config error is found here, once, before any rank is started */
+    if (rc == DT_OK && plan.spawn &&
+        ((rc = dt_resolve_plugins(&r)) || (rc = dt_resolve_finish(&r, NULL)) ||
+         (rc = dt_preflight(&r, plan.nproc, 1)))) {
+        ec = dt_cli_fail("run", rc);
+        dt_resolved_free(&r);
+        return ec;
+    }
     if (rc == DT_OK && plan.spawn) {
         dt_launch_opts_t lo = {.nproc = plan.nproc, .argv = dt_cli_argv(),
                                .raw_stdout_rank = -1, .cleanup = dt_resolve_cleanup_job,

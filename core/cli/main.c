@@ -13,6 +13,8 @@ static const dt_cli_cmd_t cmds[] = {
     {"run", "train a model described by a config file", dt_cmd_run, dt_help_run},
     {"check", "validate a config and print it resolved, with each value's origin",
      dt_cmd_check, dt_help_check},
+    {"config", "document the core's config keys (config doc [SECTION])", dt_cmd_config,
+     dt_help_config},
     {"plugins", "list plugins found on the search path, or describe one",
      dt_cmd_plugins, dt_help_plugins},
     {"env", "report compiler, libraries, GPUs and plugins", dt_cmd_env, dt_help_env},

@@ -60,6 +60,8 @@ struct dt_config {
     size_t n_tables, cap_tables;
     override_t *ovr;     /* command-line order; the last one wins */
     size_t n_ovr, cap_ovr;
+    char **aside;        /* tables checked and set aside (dt_config_set_aside) */
+    size_t n_aside;
 };
 
 /* ------------------------------------------------------------------------
@@ -415,6 +417,9 @@ void dt_config_free(dt_config_t *c)
         dt_toml_free(c->ovr[i].node);
     }
     free(c->ovr);
+    for (size_t i = 0; i < c->n_aside; i++)
+        free(c->aside[i]);
+    free(c->aside);
     dt_toml_free(c->root);
     free(c->name);
     free(c->path);
@@ -514,11 +519,22 @@ int dt_config_override(dt_config_t *c, const char *assignment)
         lhs_end--;
     const char *dot = memchr(lhs, '.', (size_t)(lhs_end - lhs));
     if (!eq || !dot || !valid_name(lhs, (size_t)(dot - lhs)) ||
-        !valid_name(dot + 1, (size_t)(lhs_end - dot - 1)))
+        !valid_name(dot + 1, (size_t)(lhs_end - dot - 1))) {
+        /* "optimizer.params.lr": another stack's path, the hint at its end */
+        char parent[256], alias[512] = "";
+        const char *last = lhs_end;
+        while (last > lhs && last[-1] != '.')
+            last--;
+        snprintf(parent, sizeof parent, "%.*s", last > lhs ? (int)(last - lhs - 1) : 0, lhs);
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)(lhs_end - last), last);
+        if (eq && dt_config_alias(parent, key, alias + 2, sizeof alias - 2))
+            memcpy(alias, "; ", 2);
         return dt_err_set(DT_ERR_CONFIG,
                           "--set %s: expected table.key=value "
-                          "(e.g. --set train.lr=3e-4)",
-                          assignment);
+                          "(e.g. --set train.lr=3e-4)%s",
+                          assignment, alias);
+    }
 
     const char *v = eq + 1, *v_end = v + strlen(v);
     while (v < v_end && isspace((unsigned char)*v))
@@ -727,6 +743,10 @@ static int unknown_key(const char *loc, const char *table,
                        const char *key)
 {
     char sug[256];
+    if (dt_config_alias(table, key, sug, sizeof sug) ||
+        dt_config_home(table, key, sug, sizeof sug))
+        return dt_err_set(DT_ERR_CONFIG, "%s: unknown key '%s' in [%s]; %s", loc, key, table,
+                          sug);
     if (n == 0)
         return dt_err_set(DT_ERR_CONFIG,
                           "%s: unknown key '%s' in [%s]; [%s] takes no keys",
@@ -757,6 +777,25 @@ static const override_t *find_override(const dt_config_t *c, const char *table,
             strcmp(c->ovr[i].key, key) == 0)
             return &c->ovr[i];
     return NULL;
+}
+
+/* The first key under table node `t` (found at `path`, "fp16" or
+ * "optimizer.params"), depth first, that another stack spells that way:
+ * its hint (dt_config_alias) into buf, 1; else 0. */
+static int tree_alias(const char *path, const dt_toml_node_t *t, char *buf, size_t cap)
+{
+    if (t->type != DT_TOML_TABLE)
+        return 0;
+    for (size_t i = 0; i < t->u.children.n; i++) {
+        const dt_toml_node_t *e = &t->u.children.items[i];
+        if (dt_config_alias(path, e->key, buf, cap))
+            return 1;
+        char sub[256];
+        snprintf(sub, sizeof sub, "%s.%s", path, e->key);
+        if (e->type == DT_TOML_TABLE && tree_alias(sub, e, buf, cap))
+            return 1;
+    }
+    return 0;
 }
 
 /* Check the table as written in the file: shape, unknown keys, nesting. */
@@ -790,11 +829,15 @@ static int check_file_table(const dt_config_t *c, const char *table,
              e->u.children.items[0].type == DT_TOML_TABLE &&
              !schema_key(keys, n, e->key))) {
             node_loc(c, e, 0, loc, sizeof loc);
+            char path[256], alias[512] = "";
+            snprintf(path, sizeof path, "%s.%s", table, e->key);
+            if (tree_alias(path, e, alias + 2, sizeof alias - 2))
+                memcpy(alias, "; ", 2);
             return dt_err_set(DT_ERR_CONFIG,
                               "%s: [%s] %s: nested tables are not allowed in "
                               "[%s] (no [%s.%s] headers or dotted keys "
-                              "'%s.x = ...'; every key is a plain value)",
-                              loc, table, e->key, table, table, e->key, e->key);
+                              "'%s.x = ...'; every key is a plain value)%s",
+                              loc, table, e->key, table, table, e->key, e->key, alias);
         }
         if (!schema_key(keys, n, e->key)) {
             node_loc(c, e, 1, loc, sizeof loc);
@@ -804,8 +847,19 @@ static int check_file_table(const dt_config_t *c, const char *table,
     return DT_OK;
 }
 
-int dt_config_apply_schema(dt_config_t *c, const char *table,
-                           const dt_config_key_t *keys, uint32_t n_keys)
+static int is_aside(const dt_config_t *c, const char *table)
+{
+    for (size_t i = 0; i < c->n_aside; i++)
+        if (strcmp(c->aside[i], table) == 0)
+            return 1;
+    return 0;
+}
+
+/* Check table `table` against `keys`; claim it (its values resolved, in
+ * c->tables), or with `aside` only check what is written and remember the
+ * name (a required key may be missing: the table is not used). */
+static int apply_schema(dt_config_t *c, const char *table, const dt_config_key_t *keys,
+                        uint32_t n_keys, int aside)
 {
     if (!c || !table || !*table)
         return dt_err_set(DT_ERR_INVALID, "dt_config_apply_schema: NULL argument");
@@ -886,7 +940,7 @@ int dt_config_apply_schema(dt_config_t *c, const char *table,
                 rc = resolve_value(table, k, dn, NULL, &src, v);
             }
             dt_toml_free(dn);
-        } else {
+        } else if (!aside) {
             if (tn)
                 node_loc(c, tn, 0, loc, sizeof loc);
             else
@@ -897,6 +951,19 @@ int dt_config_apply_schema(dt_config_t *c, const char *table,
                             loc, *loc ? ": " : "", table, k->name, k->name,
                             table, table, k->name);
         }
+    }
+    if (aside) {
+        free_table(&t);
+        if (rc != DT_OK || is_aside(c, table))
+            return rc;
+        char **na = realloc(c->aside, (c->n_aside + 1) * sizeof *na);
+        if (!na)
+            return nomem("config table");
+        c->aside = na;
+        if (!(c->aside[c->n_aside] = strdup(table)))
+            return nomem("config table");
+        c->n_aside++;
+        return DT_OK;
     }
     if (rc == DT_OK && c->n_tables == c->cap_tables) {
         size_t ncap = c->cap_tables ? c->cap_tables * 2 : 16;
@@ -913,7 +980,58 @@ int dt_config_apply_schema(dt_config_t *c, const char *table,
         return rc;
     }
     c->tables[c->n_tables++] = t;
+    for (size_t i = 0; i < c->n_aside; i++)
+        if (strcmp(c->aside[i], table) == 0) { /* selected after all */
+            free(c->aside[i]);
+            memmove(&c->aside[i], &c->aside[i + 1], (c->n_aside - i - 1) * sizeof *c->aside);
+            c->n_aside--;
+            break;
+        }
     return DT_OK;
+}
+
+int dt_config_apply_schema(dt_config_t *c, const char *table,
+                           const dt_config_key_t *keys, uint32_t n_keys)
+{
+    return apply_schema(c, table, keys, n_keys, 0);
+}
+
+int dt_config_set_aside(dt_config_t *c, const char *table, const dt_config_key_t *keys,
+                        uint32_t n_keys)
+{
+    return apply_schema(c, table, keys, n_keys, 1);
+}
+
+const char *dt_config_aside(const dt_config_t *c, size_t i)
+{
+    return c && i < c->n_aside ? c->aside[i] : NULL;
+}
+
+size_t dt_config_unclaimed(const dt_config_t *c, const char **names, size_t cap)
+{
+    size_t n = 0;
+    if (!c)
+        return 0;
+    for (size_t i = 0; i < c->root->u.children.n; i++) {
+        const dt_toml_node_t *t = &c->root->u.children.items[i];
+        if (t->type == DT_TOML_TABLE && !find_table(c, t->key) && !is_aside(c, t->key)) {
+            if (n < cap)
+                names[n] = t->key;
+            n++;
+        }
+    }
+    for (size_t i = 0; i < c->n_ovr; i++) {
+        const char *t = c->ovr[i].table;
+        int seen = find_table(c, t) || is_aside(c, t) || root_child(c, t);
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = strcmp(c->ovr[j].table, t) == 0;
+        if (!seen) {
+            if (n < cap)
+                names[n] = t;
+            n++;
+        }
+    }
+    return n;
 }
 
 /* A --set of a table already claimed takes effect at once, checked as it
@@ -990,9 +1108,11 @@ static void suggest_table(const dt_config_t *c, const char *word, char *buf,
 }
 
 static int unknown_table(const dt_config_t *c, const char *loc,
-                         const char *table, const char *hint)
+                         const char *table, const char *alias, const char *hint)
 {
     char sug[2048];
+    if (alias && *alias)
+        return dt_err_set(DT_ERR_CONFIG, "%s: unknown table [%s]; %s", loc, table, alias);
     suggest_table(c, table, sug, sizeof sug);
     return dt_err_set(DT_ERR_CONFIG, "%s: unknown table [%s]%s%s%s%s", loc,
                       table, sug, hint && *hint ? " (" : "", hint ? hint : "",
@@ -1018,11 +1138,15 @@ static int stray_key(const dt_config_t *c, const char *loc, const char *key)
             }
         }
     }
+    char alias[512];
     if (home)
         return dt_err_set(DT_ERR_CONFIG,
                           "%s: key '%s' is outside any table; did you mean to "
                           "put it under [%s]?",
                           loc, key, home);
+    if (dt_config_alias("", key, alias, sizeof alias))
+        return dt_err_set(DT_ERR_CONFIG, "%s: key '%s' is outside any table; %s", loc, key,
+                          alias);
     if (close_key)
         return dt_err_set(DT_ERR_CONFIG,
                           "%s: key '%s' is outside any table; did you mean "
@@ -1041,20 +1165,26 @@ int dt_config_check_unclaimed(const dt_config_t *c, const char *hint)
     char loc[1200];
     for (size_t i = 0; i < c->root->u.children.n; i++) {
         const dt_toml_node_t *n = &c->root->u.children.items[i];
-        if (find_table(c, n->key))
+        if (find_table(c, n->key) || (n->type == DT_TOML_TABLE && is_aside(c, n->key)))
             continue;
         if (n->type == DT_TOML_TABLE || n->type == DT_TOML_ARRAY) {
             node_loc(c, n, 0, loc, sizeof loc);
-            return unknown_table(c, loc, n->key, hint);
+            char alias[512] = "";
+            if (!tree_alias(n->key, n, alias, sizeof alias))
+                dt_config_alias("", n->key, alias, sizeof alias);
+            return unknown_table(c, loc, n->key, alias, hint);
         }
         node_loc(c, n, 1, loc, sizeof loc);
         return stray_key(c, loc, n->key);
     }
     for (size_t i = 0; i < c->n_ovr; i++) {
-        if (find_table(c, c->ovr[i].table))
+        if (find_table(c, c->ovr[i].table) || is_aside(c, c->ovr[i].table))
             continue;
         snprintf(loc, sizeof loc, "--set %s", c->ovr[i].assign);
-        return unknown_table(c, loc, c->ovr[i].table, hint);
+        char alias[512] = "";
+        if (!dt_config_alias(c->ovr[i].table, c->ovr[i].key, alias, sizeof alias))
+            dt_config_alias("", c->ovr[i].table, alias, sizeof alias);
+        return unknown_table(c, loc, c->ovr[i].table, alias, hint);
     }
     return DT_OK;
 }
@@ -1185,6 +1315,7 @@ const char *dt_config_origin_name(dt_origin_t o)
     case DT_ORIGIN_FILE: return "file";
     case DT_ORIGIN_CLI: return "--set";
     case DT_ORIGIN_DERIVED: return "derived";
+    case DT_ORIGIN_PRESET: return "preset";
     default: return "default";
     }
 }

@@ -12,8 +12,12 @@
  *                                    ranges, choices, required keys, unknown
  *                                    keys with a did-you-mean; defaults fill
  *                                    absent keys (origin "default")
- *   dt_config_check_unclaimed(...)   any table no schema claimed is an
- *                                    error with a did-you-mean
+ *   dt_config_set_aside(...)         the table of a plugin the config
+ *                                    does not select: checked, not claimed
+ *   dt_config_check_unclaimed(...)   any table no schema claimed (or set
+ *                                    aside) is an error with a did-you-mean,
+ *                                    or with dtrain's name for a key spelled
+ *                                    as another stack spells it (aliases.c)
  *   dt_config_get_*(...)             typed reads by "table.key"; the
  *                                    core's own sections are read once
  *                                    into typed structs (settings.h)
@@ -37,7 +41,8 @@ typedef enum dt_origin {
     DT_ORIGIN_DEFAULT = 0,
     DT_ORIGIN_FILE = 1,
     DT_ORIGIN_CLI = 2,    /* --set */
-    DT_ORIGIN_DERIVED = 3 /* computed by the core (e.g. grad_accum) */
+    DT_ORIGIN_DERIVED = 3, /* computed by the core (e.g. grad_accum) */
+    DT_ORIGIN_PRESET = 4   /* supplied by a named preset (model.preset) */
 } dt_origin_t;
 
 /* Parse a TOML file.  *out is freed with dt_config_free. */
@@ -68,6 +73,23 @@ int dt_config_apply_schema(dt_config_t *c, const char *table,
  * tables, e.g. "plugin tables are named after a selected plugin". */
 int dt_config_check_unclaimed(const dt_config_t *c, const char *hint);
 
+/* Check table `table` as dt_config_apply_schema would (unknown keys with a
+ * did-you-mean, types, ranges, choices, in the file and in --set) without
+ * claiming it: its values are not resolved, a missing required key is no
+ * error, dt_config_check_unclaimed passes it over.  For the table of an
+ * installed plugin the config does not select, so one file can configure
+ * every strategy and --set picks one.  A later dt_config_apply_schema of
+ * the table claims it after all. */
+int dt_config_set_aside(dt_config_t *c, const char *table, const dt_config_key_t *keys,
+                        uint32_t n_keys);
+/* The i-th table set aside, in the order they were; NULL past the end. */
+const char *dt_config_aside(const dt_config_t *c, size_t i);
+/* The top-level tables of the file and the tables of --set assignments
+ * that are neither claimed nor set aside, in file then command-line order:
+ * up to `cap` names into `names` (owned by the config); returns how many
+ * there are. */
+size_t dt_config_unclaimed(const dt_config_t *c, const char **names, size_t cap);
+
 /* True when dt_config_apply_schema claimed `table`. */
 int dt_config_claimed(const dt_config_t *c, const char *table);
 
@@ -86,7 +108,7 @@ dt_origin_t dt_config_origin(const dt_config_t *c, const char *path);
  * (its line in the file), or "run.comm = \"shm\" (default)" ("derived"). */
 void dt_config_where(const dt_config_t *c, const char *path, char *buf,
                      size_t cap);
-/* "file", "--set", "derived" or "default". */
+/* "file", "--set", "derived", "preset" or "default". */
 const char *dt_config_origin_name(dt_origin_t o);
 
 /* Set an integer computed by the core (origin "derived"); the key must
@@ -119,6 +141,15 @@ const char *dt_config_path(const dt_config_t *c);
  * distance that makes sense for its length, or NULL. */
 const char *dt_suggest(const char *word, const char *const *candidates,
                        size_t n);
+
+/* A key spelled as another training stack spells it (aliases.c): for key
+ * `key` found under `parent` ("" at the top level, "train", "fp16",
+ * "optimizer.params"), write "gradient_accumulation_steps is DeepSpeed's
+ * name for train.grad_accum" into buf and return 1; 0 when it is none. */
+int dt_config_alias(const char *parent, const char *key, char *buf, size_t cap);
+/* A key of one of the core's sections other than `parent`: write "'lr' is
+ * a key of [train] (train.lr)" and return 1; 0 when it is none. */
+int dt_config_home(const char *parent, const char *key, char *buf, size_t cap);
 
 /* The core's own sections (run, model, data, train, optimizer, parallel,
  * launch, checkpoint): defined in schema.c. */

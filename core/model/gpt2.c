@@ -116,7 +116,7 @@ static int read_shape(dt_config_t *cfg, dt_gpt2_shape_t *s)
         /* A preset supplies every shape key the user did not write. */
         if (p && dt_config_origin(cfg, keys[i]) == DT_ORIGIN_DEFAULT) {
             *dst[i] = pv[i];
-            dt_config_set_int(cfg, keys[i], pv[i], DT_ORIGIN_DERIVED);
+            dt_config_set_int(cfg, keys[i], pv[i], DT_ORIGIN_PRESET);
         }
     }
     if (s->n_embd % s->n_head != 0)

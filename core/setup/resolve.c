@@ -8,6 +8,7 @@
 #include "setup/resolve.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/error.h"
@@ -21,14 +22,12 @@ static const struct {
     [DT_ROLE_DEVICE] = {"device", DT_KIND_DEVICE, "run.device"},
     [DT_ROLE_COMM] = {"comm", DT_KIND_COMM, "run.comm"},
     [DT_ROLE_DATA] = {"data-parallel strategy", DT_KIND_STRATEGY, "parallel.data"},
-    [DT_ROLE_TENSOR] = {"tensor-parallel strategy", DT_KIND_STRATEGY, NULL},
-    [DT_ROLE_PIPELINE] = {"pipeline strategy", DT_KIND_STRATEGY, NULL},
+    [DT_ROLE_TENSOR] = {"tensor-parallel strategy", DT_KIND_STRATEGY, "parallel.tensor"},
+    [DT_ROLE_PIPELINE] = {"pipeline strategy", DT_KIND_STRATEGY, "parallel.pipeline"},
     [DT_ROLE_OFFLOAD] = {"offload tier", DT_KIND_OFFLOAD, "parallel.offload"},
 };
 
-#define DEFAULT_HINT                                                            \
-    "a plugin's table is named after the plugin and only allowed when the "   \
-    "config selects it"
+#define DEFAULT_HINT "a plugin's table is named after a plugin on the search path"
 
 int dt_role_kind(dt_role_t role) { return roles[role].kind; }
 const char *dt_role_name(dt_role_t role) { return roles[role].name; }
@@ -113,6 +112,34 @@ static int role_plugin_name(const dt_resolved_t *r, dt_role_t role, const char *
     return DT_OK;
 }
 
+/* After "<kind> plugin 'fsdq' not found in: ...": append "; did you mean
+ * 'fsdp'?" when a plugin of that kind on the search path is close.  The
+ * status and the message are kept whatever the search finds. */
+static int suggest_plugin(const dt_resolved_t *r, int rc, int kind, const char *name)
+{
+    char msg[DT_ERR_MAX];
+    snprintf(msg, sizeof msg, "%s", dt_last_error());
+    dt_plugin_listing_t *ls = NULL;
+    size_t n = 0;
+    const char *best = NULL;
+    const char **names = NULL;
+    if (dt_plugin_discover(r->search, &ls, &n) == DT_OK && n > 0 &&
+        (names = malloc(n * sizeof *names)) != NULL) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (ls[i].kind == kind)
+                names[k++] = ls[i].name;
+        best = dt_suggest(name, names, k);
+    }
+    if (best)
+        dt_err_set(rc, "%s; did you mean '%s'?", msg, best);
+    else
+        dt_err_set(rc, "%s", msg);
+    free(names);
+    free(ls);
+    return rc;
+}
+
 int dt_resolve_plugin(dt_resolved_t *r, dt_role_t role, const char *name,
                       const char *named_by)
 {
@@ -132,15 +159,23 @@ int dt_resolve_plugin(dt_resolved_t *r, dt_role_t role, const char *name,
         /* naming a plugin that does not exist, or by a name no plugin can
          * have, is a config error; one that exists but is broken is the
          * installation's problem */
-        if (rc == DT_ERR_NOT_FOUND || !dt_plugin_name_ok(name))
+        const int not_found = rc == DT_ERR_NOT_FOUND;
+        if (not_found || !dt_plugin_name_ok(name))
             rc = DT_ERR_CONFIG;
+        if (not_found)
+            suggest_plugin(r, rc, roles[role].kind, name);
         if (named_by) {
             dt_err_context(rc, "%s", named_by);
         } else if (roles[role].key) {
             /* blame the value where it was written: the file, or --set */
             char where[1400];
             dt_config_where(r->cfg, roles[role].key, where, sizeof where);
-            dt_err_context(rc, "%s", where);
+            if (role == DT_ROLE_TENSOR || role == DT_ROLE_PIPELINE)
+                /* a size, not a name: say which plugin it stands for */
+                dt_err_context(rc, "%s (above 1 it selects the %s plugin '%s')", where,
+                               roles[role].name, name);
+            else
+                dt_err_context(rc, "%s", where);
         }
         return rc;
     }
@@ -164,9 +199,43 @@ int dt_resolve_plugins(dt_resolved_t *r)
     return rc;
 }
 
+/* The most unclaimed tables looked at; more than this many tables no
+ * plugin claims is a config for something else. */
+#define MAX_UNCLAIMED 64
+
+/* The tables the config writes for plugins on the search path that it does
+ * not select: each checked against its plugin's keys, then set aside. */
+static int set_aside_unselected(const dt_resolved_t *r)
+{
+    const char *names[MAX_UNCLAIMED];
+    size_t n = dt_config_unclaimed(r->cfg, names, MAX_UNCLAIMED);
+    if (n == 0)
+        return DT_OK;
+    if (n > MAX_UNCLAIMED)
+        n = MAX_UNCLAIMED;
+    dt_plugin_listing_t *ls = NULL;
+    size_t nl = 0;
+    int rc = dt_plugin_discover(r->search, &ls, &nl);
+    for (size_t i = 0; rc == DT_OK && i < n; i++) {
+        for (size_t j = 0; j < nl; j++) {
+            if (strcmp(ls[j].name, names[i]) != 0 || !ls[j].loadable || ls[j].kind < 0)
+                continue;
+            dt_plugin_t *p = NULL;
+            if ((rc = dt_plugin_open(r->search, ls[j].kind, ls[j].name, &p)) == DT_OK)
+                rc = dt_config_set_aside(r->cfg, ls[j].name, p->info->config_keys,
+                                         p->info->n_config_keys);
+            dt_plugin_unload(p);
+            break;
+        }
+    }
+    free(ls);
+    return rc;
+}
+
 int dt_resolve_finish(const dt_resolved_t *r, const char *hint)
 {
-    return dt_config_check_unclaimed(r->cfg, hint ? hint : DEFAULT_HINT);
+    int rc = set_aside_unselected(r);
+    return rc ? rc : dt_config_check_unclaimed(r->cfg, hint ? hint : DEFAULT_HINT);
 }
 
 int dt_resolve(const char *path, const char *const *sets, int n_sets,

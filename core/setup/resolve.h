@@ -12,7 +12,9 @@
  *                       the plugin (which checks its ABI), check its table
  *                       against the keys it declares, then give it its host
  *                       table; dt_resolve_plugin does one role
- *   dt_resolve_finish   reject any table nothing claimed
+ *   dt_resolve_finish   check the tables of plugins the config does not
+ *                       select against their keys and set them aside;
+ *                       reject any other table nothing claimed
  *
  * `dtrain check` and `dtrain run` go through every stage (dt_resolve); the
  * launching parent of `dtrain run` stops after the core stage; `dtrain
@@ -68,9 +70,11 @@ int dt_resolve_plugin(dt_resolved_t *r, dt_role_t role, const char *name,
 /* dt_resolve_plugin for every role, from the settings. */
 int dt_resolve_plugins(dt_resolved_t *r);
 
-/* Reject any table no stage claimed; `hint` (NULL: the default, that a
- * plugin's table is only allowed when the config selects the plugin) ends
- * the message. */
+/* Check the table of every plugin on the search path the config does not
+ * select against that plugin's keys and set it aside (dt_config_set_aside:
+ * one file may configure every strategy); reject any other table no stage
+ * claimed.  `hint` (NULL: the default, that a plugin's table is named
+ * after a plugin on the search path) ends the message. */
 int dt_resolve_finish(const dt_resolved_t *r, const char *hint);
 
 /* Every stage; on failure everything is released. */

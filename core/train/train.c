@@ -30,6 +30,7 @@
 #include "util/fileutil.h"
 #include "model/model.h"
 #include "train/plan.h"
+#include "train/preflight.h"
 #include "launch/world.h"
 #include "loader/host_services.h"
 #include "util/log.h"
@@ -170,12 +171,8 @@ static int start_plugins(run_t *R)
 {
     dt_resolved_t *r = R->r;
     int rc;
-    if (r->plugin[DT_ROLE_TENSOR] || r->plugin[DT_ROLE_PIPELINE] || r->plugin[DT_ROLE_OFFLOAD])
-        return dt_err_set(DT_ERR_CONFIG,
-                          "%s: tensor/pipeline parallelism and offload tiers are not part of "
-                          "this build's training loop yet (parallel.tensor = 1, "
-                          "parallel.pipeline = 1, parallel.offload = \"none\")",
-                          R->set->config_path);
+    if ((rc = dt_preflight_roles(r)))
+        return rc;
     R->pdev = r->plugin[DT_ROLE_DEVICE];
     R->pcomm = r->plugin[DT_ROLE_COMM];
     R->pstrat = r->plugin[DT_ROLE_DATA];
@@ -211,24 +208,7 @@ static int start_plugins(run_t *R)
  * sequences that fit the model's context. */
 static int resolve_batch(run_t *R)
 {
-    dt_train_settings_t *t = &R->set->train;
-    int64_t accum = t->grad_accum, global = t->global_batch;
-    int rc = dt_batch_resolve(R->set->config_path, t->micro_batch, &accum, &global, R->dp);
-    /* derived values are part of the resolved config (its printout, its
-     * hash, the checkpoint's record of the data order) */
-    if (rc || (rc = dt_config_set_int(R->r->cfg, "train.grad_accum", accum,
-                                      DT_ORIGIN_DERIVED)) ||
-        (rc = dt_config_set_int(R->r->cfg, "train.global_batch", global, DT_ORIGIN_DERIVED)))
-        return rc;
-    t->grad_accum = accum;
-    t->global_batch = global;
-    const dt_model_info_t *mi = dt_model_info(R->model);
-    if (mi->context > 0 && t->seq_len > mi->context)
-        return dt_err_set(DT_ERR_CONFIG,
-                          "%s: [train] seq_len = %lld is longer than the model's context "
-                          "(model.context = %lld)",
-                          R->set->config_path, (long long)t->seq_len, (long long)mi->context);
-    return DT_OK;
+    return dt_preflight_batch(R->r, R->dp, dt_model_info(R->model)->context);
 }
 
 /* The token files, checked against the vocabulary; the sampler; the
@@ -239,10 +219,8 @@ static int open_data(run_t *R)
     const dt_train_settings_t *t = &R->set->train;
     const uint32_t vocab = (uint32_t)dt_model_info(R->model)->vocab_size;
     int rc;
-    if (!d->train[0])
-        return dt_err_set(DT_ERR_CONFIG, "%s: [data] train is empty: name a token file "
-                                         "(make one with 'dtrain data prepare TEXT OUT')",
-                          R->set->config_path);
+    if ((rc = dt_preflight_data_named(R->set)))
+        return rc;
     if ((rc = dt_data_open(d->train, &R->train)) ||
         (rc = dt_data_check_vocab(R->train, vocab)))
         return rc;

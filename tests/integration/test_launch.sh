@@ -121,12 +121,14 @@ if [ -n "$fakes" ]; then
 fi
 
 # ---- a rank that fails on its own: its exit code and error line ----
+# (a checkpoint to resume from that is not there: found by the ranks, not
+# by the launching process, which checks only what needs no plugin instance)
 expect_exit 1 "a rank's own failure ends the job with its code" "$bin" run tiny.toml \
-  --set launch.nproc=2 --set data.train=missing.bin
-# both ranks miss the file; whichever fails first is named, with its line
-if grep -qE "^\[rank [01]\] dtrain run: error: data file 'missing.bin'" <<<"$out"; then
+  --set launch.nproc=2 --set checkpoint.resume=missing/step-1
+# both ranks miss it; whichever fails first is named, with its line
+if grep -qE "^\[rank [01]\] dtrain run: error: checkpoint 'missing/step-1'" <<<"$out"; then
   ok "the rank's error line is relayed, prefixed"; else bad "no prefixed error line" "$out"; fi
-if grep -qE "^dtrain: rank [01] failed \(exit 1\)(; stopped the other 1 rank)?; its last error line: dtrain run: error: data file 'missing.bin'" <<<"$(tail -n 1 <<<"$out")"; then
+if grep -qE "^dtrain: rank [01] failed \(exit 1\)(; stopped the other 1 rank)?; its last error line: dtrain run: error: checkpoint 'missing/step-1'" <<<"$(tail -n 1 <<<"$out")"; then
   ok "the last line names the rank and repeats its error"; else bad "bad summary line" "$out"; fi
 
 # ---- SIGTERM to the launcher stops every rank ----

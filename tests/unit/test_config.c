@@ -277,6 +277,188 @@ static void test_unknown_table(void **state)
     dt_config_free(c);
 }
 
+/* Keys spelled as DeepSpeed, torchrun, PyTorch, the Hugging Face Trainer
+ * or nanoGPT spell them: wherever they are written (a core table, the top
+ * level, a table of their own, a nested table, --set), the message points
+ * at dtrain's key. */
+static void test_aliases(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text, *set, *want;
+    } cases[] = {
+        {"[train]\ngradient_accumulation_steps = 4\n", NULL,
+         "t.toml:2:1: unknown key 'gradient_accumulation_steps' in [train]; "
+         "gradient_accumulation_steps is DeepSpeed's name for train.grad_accum"},
+        {"train_micro_batch_size_per_gpu = 4\n", NULL,
+         "t.toml:1:1: key 'train_micro_batch_size_per_gpu' is outside any table; "
+         "train_micro_batch_size_per_gpu is DeepSpeed's name for train.micro_batch"},
+        {"train_batch_size = 32\n", NULL,
+         "t.toml:1:1: key 'train_batch_size' is outside any table; train_batch_size is "
+         "DeepSpeed's name for train.global_batch"},
+        {"gradient_clipping = 1.0\n", NULL,
+         "t.toml:1:1: key 'gradient_clipping' is outside any table; did you mean to put it "
+         "under [train]?"},
+        {"steps_per_print = 10\n", NULL,
+         "t.toml:1:1: key 'steps_per_print' is outside any table; steps_per_print is "
+         "DeepSpeed's name for run.log_every"},
+        {"[run]\nname = \"x\"\n[zero_optimization]\nstage = 2\n", NULL,
+         "t.toml:3:1: unknown table [zero_optimization]; zero_optimization.stage is "
+         "DeepSpeed's name for [zero] stage (with parallel.data = \"zero\")"},
+        {"zero_optimization.stage = 3\n", NULL,
+         "t.toml:1:1: unknown table [zero_optimization]; zero_optimization.stage is "
+         "DeepSpeed's name for [zero] stage (with parallel.data = \"zero\")"},
+        {"[zero_optimization]\noverlap_comm = true\n", NULL,
+         "t.toml:1:1: unknown table [zero_optimization]; zero_optimization is DeepSpeed's "
+         "name for the [zero] table (with parallel.data = \"zero\"; its keys: dtrain "
+         "plugins --describe zero)"},
+        {"[zero_optimization]\nstage3_prefetch_bucket_size = 5\n", NULL,
+         "t.toml:1:1: unknown table [zero_optimization]; "
+         "zero_optimization.stage3_prefetch_bucket_size is DeepSpeed's name for [zero] "
+         "prefetch_bucket_size"},
+        {"[fp16]\nenabled = true\n", NULL,
+         "t.toml:1:1: unknown table [fp16]; fp16.enabled is DeepSpeed's name for "
+         "model.dtype = \"fp16\""},
+        {"[bf16]\nenabled = true\n", NULL,
+         "t.toml:1:1: unknown table [bf16]; bf16.enabled is DeepSpeed's name for "
+         "model.dtype = \"bf16\""},
+        {"[optimizer]\ntype = \"adamw\"\n[optimizer.params]\nlr = 1e-3\n", NULL,
+         "t.toml:3:1: [optimizer] params: nested tables are not allowed in [optimizer] (no "
+         "[optimizer.params] headers or dotted keys 'params.x = ...'; every key is a plain "
+         "value); optimizer.params.lr is DeepSpeed's name for train.lr"},
+        {"[optimizer.params]\nbetas = [0.9, 0.95]\n", NULL,
+         "t.toml:1:1: [optimizer] params: nested tables are not allowed in [optimizer] (no "
+         "[optimizer.params] headers or dotted keys 'params.x = ...'; every key is a plain "
+         "value); optimizer.params.betas is DeepSpeed's name for optimizer.beta1 and "
+         "optimizer.beta2"},
+        {"[optimizer.params]\nweight_decay = 0.1\n", NULL,
+         "t.toml:1:1: [optimizer] params: nested tables are not allowed in [optimizer] (no "
+         "[optimizer.params] headers or dotted keys 'params.x = ...'; every key is a plain "
+         "value); optimizer.params.weight_decay is DeepSpeed's name for "
+         "optimizer.weight_decay"},
+        {"[scheduler]\ntype = \"WarmupLR\"\n[scheduler.params]\nwarmup_num_steps = 10\n",
+         NULL,
+         "t.toml:1:1: unknown table [scheduler]; scheduler.params.warmup_num_steps is "
+         "DeepSpeed's name for train.warmup_steps"},
+        {"communication_data_type = \"bf16\"\n", NULL,
+         "t.toml:1:1: key 'communication_data_type' is outside any table; "
+         "communication_data_type is DeepSpeed's name for reduce_dtype in the data-parallel "
+         "strategy's table ([ddp] reduce_dtype)"},
+        {"[launch]\nnproc_per_node = 2\n", NULL,
+         "t.toml:2:1: unknown key 'nproc_per_node' in [launch]; nproc_per_node is "
+         "torchrun's name for launch.nproc"},
+        {"[launch]\nrdzv_endpoint = \"h:1\"\n", NULL,
+         "t.toml:2:1: unknown key 'rdzv_endpoint' in [launch]; rdzv_endpoint is torchrun's "
+         "name for launch.master_addr and launch.master_port"},
+        {"[train]\nbetas = [0.9, 0.95]\n", NULL,
+         "t.toml:2:1: unknown key 'betas' in [train]; betas is PyTorch's name for "
+         "optimizer.beta1 and optimizer.beta2"},
+        {"[optimizer]\nlr = 0.1\n", NULL,
+         "t.toml:2:1: unknown key 'lr' in [optimizer]; 'lr' is a key of [train] (train.lr)"},
+        {"[train]\nweight_decay = 0.1\n", NULL,
+         "t.toml:2:1: unknown key 'weight_decay' in [train]; 'weight_decay' is a key of "
+         "[optimizer] (optimizer.weight_decay)"},
+        {"[train]\nlearning_rate = 0.1\n", NULL,
+         "t.toml:2:1: unknown key 'learning_rate' in [train]; learning_rate is the Hugging "
+         "Face Trainer's name for train.lr"},
+        {"[train]\nmax_iters = 10\n", NULL,
+         "t.toml:2:1: unknown key 'max_iters' in [train]; max_iters is nanoGPT's name for "
+         "train.steps"},
+        {"", "train.gradient_accumulation_steps=2",
+         "--set train.gradient_accumulation_steps=2: unknown key "
+         "'gradient_accumulation_steps' in [train]; gradient_accumulation_steps is "
+         "DeepSpeed's name for train.grad_accum"},
+        {"", "zero_optimization.stage=2",
+         "--set zero_optimization.stage=2: unknown table [zero_optimization]; "
+         "zero_optimization.stage is DeepSpeed's name for [zero] stage (with parallel.data "
+         "= \"zero\")"},
+        {"", "optimizer.params.lr=0.1",
+         "--set optimizer.params.lr=0.1: expected table.key=value (e.g. --set "
+         "train.lr=3e-4); optimizer.params.lr is DeepSpeed's name for train.lr"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dt_config_t *c = load(cases[i].text);
+        dt_err_clear();
+        int rc = cases[i].set ? dt_config_override(c, cases[i].set) : DT_OK;
+        if (rc == DT_OK)
+            rc = apply_core(c);
+        if (rc == DT_OK)
+            rc = dt_config_check_unclaimed(c, NULL);
+        if (rc != DT_ERR_CONFIG || strcmp(dt_last_error(), cases[i].want) != 0)
+            fail_msg("case %zu: status %d, message\n  %s\nwanted\n  %s", i, rc,
+                     dt_last_error(), cases[i].want);
+        dt_config_free(c);
+    }
+}
+
+/* The table of a plugin the config does not select: checked, not claimed. */
+static void test_set_aside(void **state)
+{
+    (void)state;
+    static const dt_config_key_t zkeys[] = {
+        {"stage", DT_CFG_INT, NULL, 1, 3, NULL, "required"},
+        {"overlap_comm", DT_CFG_BOOL, "true", 0, 0, NULL, "doc"},
+    };
+    dt_config_t *c = load("[train]\nsteps = 2\n[zero]\noverlap_comm = false\n[other]\na = 1\n");
+    assert_int_equal(dt_config_override(c, "fsdp.x=1"), DT_OK);
+    assert_int_equal(apply_core(c), DT_OK);
+    const char *names[4];
+    assert_int_equal(dt_config_unclaimed(c, names, 4), 3);
+    assert_string_equal(names[0], "zero");
+    assert_string_equal(names[1], "other");
+    assert_string_equal(names[2], "fsdp");
+    assert_int_equal(dt_config_unclaimed(c, names, 1), 3); /* the count, names cut */
+    /* a missing required key is no error: the table is not used */
+    assert_int_equal(dt_config_set_aside(c, "zero", zkeys, 2), DT_OK);
+    assert_string_equal(dt_config_aside(c, 0), "zero");
+    assert_null(dt_config_aside(c, 1));
+    assert_false(dt_config_claimed(c, "zero"));
+    assert_int_equal(dt_config_get_bool(c, "zero.overlap_comm", &(int){0}), DT_ERR_NOT_FOUND);
+    assert_int_equal(dt_config_unclaimed(c, names, 4), 2);
+    assert_int_equal(dt_config_check_unclaimed(c, NULL), DT_ERR_CONFIG);
+    assert_msg_starts("t.toml:5:1: unknown table [other]");
+    dt_config_free(c);
+
+    /* unknown keys, types and ranges are checked, in the file and in --set */
+    c = load("[zero]\nstgae = 1\n");
+    assert_int_equal(dt_config_set_aside(c, "zero", zkeys, 2), DT_ERR_CONFIG);
+    assert_msg("t.toml:2:1: unknown key 'stgae' in [zero]; did you mean 'stage'?");
+    assert_null(dt_config_aside(c, 0));
+    dt_config_free(c);
+    c = load("[zero]\noverlap_comm = 1\n");
+    assert_int_equal(dt_config_set_aside(c, "zero", zkeys, 2), DT_ERR_CONFIG);
+    assert_msg("t.toml:2:16: [zero] overlap_comm: expected a boolean, got integer 1");
+    dt_config_free(c);
+    c = load("");
+    assert_int_equal(dt_config_override(c, "zero.stage=4"), DT_OK);
+    assert_int_equal(dt_config_set_aside(c, "zero", zkeys, 2), DT_ERR_CONFIG);
+    assert_msg("--set zero.stage=4: [zero] stage = 4 is out of range (allowed 1 .. 3)");
+    dt_config_free(c);
+
+    /* claimed after being set aside: resolved, no longer aside */
+    c = load("[zero]\nstage = 2\n");
+    assert_int_equal(dt_config_set_aside(c, "zero", zkeys, 2), DT_OK);
+    assert_int_equal(dt_config_set_aside(c, "zero", zkeys, 2), DT_OK); /* once in the list */
+    assert_null(dt_config_aside(c, 1));
+    assert_int_equal(dt_config_apply_schema(c, "zero", zkeys, 2), DT_OK);
+    assert_null(dt_config_aside(c, 0));
+    int64_t stage = 0;
+    assert_int_equal(dt_config_get_int(c, "zero.stage", &stage), DT_OK);
+    assert_int_equal(stage, 2);
+    assert_int_equal(dt_config_check_unclaimed(c, NULL), DT_OK);
+    dt_config_free(c);
+    /* ... the others keep their order */
+    c = load("[a]\nstage = 1\n[b]\nstage = 1\n[d]\nstage = 1\n");
+    assert_int_equal(dt_config_set_aside(c, "a", zkeys, 2), DT_OK);
+    assert_int_equal(dt_config_set_aside(c, "b", zkeys, 2), DT_OK);
+    assert_int_equal(dt_config_set_aside(c, "d", zkeys, 2), DT_OK);
+    assert_int_equal(dt_config_apply_schema(c, "a", zkeys, 2), DT_OK);
+    assert_string_equal(dt_config_aside(c, 0), "b");
+    assert_string_equal(dt_config_aside(c, 1), "d");
+    assert_null(dt_config_aside(c, 2));
+    dt_config_free(c);
+}
+
 static void test_wrong_type(void **state)
 {
     (void)state;
@@ -876,6 +1058,8 @@ int main(void)
         cmocka_unit_test(test_file_load),
         cmocka_unit_test(test_unknown_key),
         cmocka_unit_test(test_unknown_table),
+        cmocka_unit_test(test_aliases),
+        cmocka_unit_test(test_set_aside),
         cmocka_unit_test(test_wrong_type),
         cmocka_unit_test(test_range),
         cmocka_unit_test(test_enum),

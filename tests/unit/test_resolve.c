@@ -222,13 +222,38 @@ static void test_every_stage(void **state)
     assert_null(r.plugin[DT_ROLE_OFFLOAD]);
     dt_resolved_free(&r);
 
-    /* a table of a plugin the config does not select */
-    assert_status(dt_resolve(config("", "[zero]\nstage = 2\n"), NULL, 0, &r), DT_ERR_CONFIG);
+    /* a table of a plugin the config does not select: checked against the
+     * plugin's keys and set aside, not claimed */
+    assert_ok(dt_resolve(config("", "[zero]\nstage = 2\n"), NULL, 0, &r));
+    assert_string_equal(dt_config_aside(r.cfg, 0), "zero");
+    assert_null(dt_config_aside(r.cfg, 1));
+    assert_false(dt_config_claimed(r.cfg, "zero"));
+    dt_resolved_free(&r);
+    const char *zero_set[] = {"zero.stage=3"};
+    assert_ok(dt_resolve(config("", ""), zero_set, 1, &r));
+    assert_string_equal(dt_config_aside(r.cfg, 0), "zero");
+    dt_resolved_free(&r);
+    /* ... a typo in it is still an error, a bad value too */
     char want[512];
-    snprintf(want, sizeof want, "%s:4:1: unknown table [zero]", path);
+    assert_status(dt_resolve(config("", "[zero]\nstag = 2\n"), NULL, 0, &r), DT_ERR_CONFIG);
+    snprintf(want, sizeof want, "%s:5:1: unknown key 'stag' in [zero]; did you mean 'stage'?",
+             path);
+    assert_msg(want);
+    assert_null(r.cfg);
+    assert_status(dt_resolve(config("", "[zero]\nstage = 7\n"), NULL, 0, &r), DT_ERR_CONFIG);
+    assert_msg_has(":5:9: [zero] stage = 7 is out of range");
+    /* ... and selecting it claims it after all */
+    const char *pick_zero[] = {"parallel.data=zero"};
+    assert_ok(dt_resolve(config("", "[zero]\nstage = 2\n"), pick_zero, 1, &r));
+    assert_null(dt_config_aside(r.cfg, 0));
+    assert_true(dt_config_claimed(r.cfg, "zero"));
+    dt_resolved_free(&r);
+
+    /* a table no plugin on the search path is named after */
+    assert_status(dt_resolve(config("", "[zeroo]\nstage = 2\n"), NULL, 0, &r), DT_ERR_CONFIG);
+    snprintf(want, sizeof want, "%s:4:1: unknown table [zeroo]", path);
     assert_msg_starts(want);
-    assert_msg_has("(a plugin's table is named after the plugin and only allowed when the "
-                   "config selects it)");
+    assert_msg_has("(a plugin's table is named after a plugin on the search path)");
     assert_null(r.cfg);
 
     /* the last stage alone, with the caller's hint */

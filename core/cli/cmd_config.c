@@ -1,0 +1,130 @@
+/*
+ * core/cli/cmd_config.c - `dtrain config doc [SECTION]`: every key of the
+ * core's sections with its type, default, range and doc; and the key
+ * table printer it shares with `dtrain plugins --describe`, so the core's
+ * keys and a plugin's read the same.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "config/config.h"
+#include "util/error.h"
+
+void dt_help_config(FILE *f)
+{
+    fprintf(f,
+            "usage: dtrain config doc [SECTION]\n\n"
+            "Print every key of the core's config sections (or of SECTION: run, model,\n"
+            "data, train, optimizer, parallel, launch, checkpoint) with its type,\n"
+            "default, allowed range or values, and documentation.  A plugin's keys:\n"
+            "dtrain plugins --describe NAME.\n"
+            "exit codes: 0 printed, 2 usage error (an unknown section)\n");
+}
+
+static const char *type_name(int t)
+{
+    switch (t) {
+    case DT_CFG_BOOL: return "bool";
+    case DT_CFG_INT: return "int";
+    case DT_CFG_FLOAT: return "float";
+    case DT_CFG_STRING: return "string";
+    case DT_CFG_ENUM: return "enum";
+    default: return "?";
+    }
+}
+
+/* The shortest %g that reads back as v: 1e+09, but 1048576, not the
+ * 1.04858e+06 of a plain %g. */
+static const char *shortest(double v, char *buf, size_t n)
+{
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    return buf;
+}
+
+void dt_cli_print_keys(FILE *f, const char *table, const dt_config_key_t *keys, uint32_t n)
+{
+    if (n == 0) {
+        fprintf(f, "[%s] takes no keys.\n", table);
+        return;
+    }
+    fprintf(f, "[%s]\n", table);
+    for (uint32_t i = 0; i < n; i++) {
+        const dt_config_key_t *k = &keys[i];
+        fprintf(f, "  %-18s %-6s default %s", k->name, type_name(k->type),
+                k->def ? k->def : "(required)");
+        /* min = max = 0, or min > max: no range (dtrain/plugin.h) */
+        if ((k->type == DT_CFG_INT || k->type == DT_CFG_FLOAT) && k->min <= k->max &&
+            !(k->min == 0 && k->max == 0))
+        {
+            char lo[32], hi[32];
+            fprintf(f, ", range %s .. %s", shortest(k->min, lo, sizeof lo),
+                    shortest(k->max, hi, sizeof hi));
+        }
+        if (k->type == DT_CFG_ENUM && k->choices)
+            fprintf(f, ", one of %s", k->choices);
+        fprintf(f, "\n      %s\n", k->doc ? k->doc : "");
+    }
+}
+
+static void print_section(const dt_config_section_t *s)
+{
+    printf("# %s\n", s->doc);
+    dt_cli_print_keys(stdout, s->table, s->keys, s->n_keys);
+}
+
+static int doc(const char *section)
+{
+    if (!section) {
+        for (uint32_t i = 0; i < dt_core_n_sections; i++) {
+            if (i)
+                printf("\n");
+            print_section(&dt_core_sections[i]);
+        }
+        return DT_EXIT_OK;
+    }
+    const char *names[64] = {0};
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < dt_core_n_sections; i++) {
+        if (strcmp(dt_core_sections[i].table, section) == 0) {
+            print_section(&dt_core_sections[i]);
+            return DT_EXIT_OK;
+        }
+        if (n < DT_ARRAY_LEN(names))
+            names[n++] = dt_core_sections[i].table;
+    }
+    const char *best = dt_suggest(section, names, n);
+    char list[512] = "";
+    for (uint32_t i = 0; i < n; i++) {
+        size_t l = strlen(list);
+        snprintf(list + l, sizeof list - l, "%s%s", i ? ", " : "", names[i]);
+    }
+    fprintf(stderr,
+            "dtrain config: error: no core section [%s]%s%s%s (the sections: %s; a plugin's "
+            "keys: dtrain plugins --describe %s)\n",
+            section, best ? "; did you mean [" : "", best ? best : "", best ? "]?" : "", list,
+            section);
+    return DT_EXIT_USAGE;
+}
+
+int dt_cmd_config(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "doc") == 0 && argc <= 3 &&
+        (argc == 2 || argv[2][0] != '-'))
+        return doc(argc == 3 ? argv[2] : NULL);
+    if (argc < 2)
+        fprintf(stderr, "dtrain config: error: missing subcommand (see dtrain config --help)\n");
+    else if (strcmp(argv[1], "doc") == 0)
+        fprintf(stderr, "dtrain config: error: doc takes at most one SECTION, got '%s'%s "
+                        "(see dtrain config --help)\n",
+                argv[2], argc > 3 ? " and more" : "");
+    else
+        fprintf(stderr, "dtrain config: error: unknown subcommand '%s' (see dtrain config "
+                        "--help)\n", argv[1]);
+    return DT_EXIT_USAGE;
+}

@@ -1,0 +1,84 @@
+/*
+ * core/train/preflight.c - the checks of a run that need no plugin
+ * instance (preflight.h), shared by the training loop, `dtrain check` and
+ * the launcher's parent.
+ */
+#include "train/preflight.h"
+
+#include "data/data.h"
+#include "model/model.h"
+#include "train/train.h"
+#include "util/error.h"
+
+int dt_preflight_roles(const dt_resolved_t *r)
+{
+    if (r->plugin[DT_ROLE_TENSOR] || r->plugin[DT_ROLE_PIPELINE] || r->plugin[DT_ROLE_OFFLOAD])
+        return dt_err_set(DT_ERR_CONFIG,
+                          "%s: tensor/pipeline parallelism and offload tiers are not part of "
+                          "this build's training loop yet (parallel.tensor = 1, "
+                          "parallel.pipeline = 1, parallel.offload = \"none\")",
+                          r->set.config_path);
+    return DT_OK;
+}
+
+int dt_preflight_batch(dt_resolved_t *r, int64_t dp, int64_t context)
+{
+    dt_train_settings_t *t = &r->set.train;
+    int64_t accum = t->grad_accum, global = t->global_batch;
+    int rc = dt_batch_resolve(r->set.config_path, t->micro_batch, &accum, &global, dp);
+    /* derived values are part of the resolved config (its printout, its
+     * hash, the checkpoint's record of the data order); a value the user
+     * gave keeps its origin */
+    if (rc == DT_OK && accum != t->grad_accum)
+        rc = dt_config_set_int(r->cfg, "train.grad_accum", accum, DT_ORIGIN_DERIVED);
+    if (rc == DT_OK && global != t->global_batch)
+        rc = dt_config_set_int(r->cfg, "train.global_batch", global, DT_ORIGIN_DERIVED);
+    if (rc)
+        return rc;
+    t->grad_accum = accum;
+    t->global_batch = global;
+    if (context > 0 && t->seq_len > context)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "%s: [train] seq_len = %lld is longer than the model's context "
+                          "(model.context = %lld)",
+                          r->set.config_path, (long long)t->seq_len, (long long)context);
+    return DT_OK;
+}
+
+int dt_preflight_data_named(const dt_settings_t *set)
+{
+    if (!set->data.train[0])
+        return dt_err_set(DT_ERR_CONFIG, "%s: [data] train is empty: name a token file "
+                                         "(make one with 'dtrain data prepare TEXT OUT')",
+                          set->config_path);
+    return DT_OK;
+}
+
+int dt_preflight_data(const dt_settings_t *set, int64_t vocab_size, int require_train)
+{
+    int rc = require_train ? dt_preflight_data_named(set) : DT_OK;
+    const char *files[] = {set->data.train, set->data.val};
+    for (int i = 0; i < 2 && rc == DT_OK; i++) {
+        dt_dataset_t *ds = NULL;
+        if (files[i][0] && (rc = dt_data_open(files[i], &ds)) == DT_OK)
+            rc = dt_data_check_vocab(ds, (uint32_t)vocab_size);
+        dt_data_close(ds);
+    }
+    return rc;
+}
+
+int dt_preflight(dt_resolved_t *r, int64_t dp, int require_data)
+{
+    int rc = dt_preflight_roles(r);
+    if (rc)
+        return rc;
+    if (!r->plugin[DT_ROLE_DEVICE])
+        return dt_err_set(DT_ERR_INVALID, "dt_preflight: the device plugin is not resolved");
+    dt_model_t *m = NULL;
+    if ((rc = dt_model_create(r->cfg, r->plugin[DT_ROLE_DEVICE]->ops, &m)) == DT_OK &&
+        (rc = dt_preflight_batch(r, dp, dt_model_info(m)->context)) == DT_OK)
+        rc = dt_preflight_data(&r->set, dt_model_info(m)->vocab_size, require_data);
+    if (m)
+        dt_model_free(m, NULL);
+    return rc;
+}

@@ -3,10 +3,14 @@
  */
 #include "ckpt/ckpt.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "ckpt/ckpt_io.h"
 #include "util/error.h"
@@ -447,11 +451,46 @@ static int gather_segs(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t
     return rc;
 }
 
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Bytes of the regular files in `dir` (a checkpoint: no subfolders). */
+static uint64_t dir_bytes(const char *dir)
+{
+    uint64_t total = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    struct stat st;
+    while (d && (e = readdir(d)))
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+            total += (uint64_t)st.st_size;
+    if (d)
+        closedir(d);
+    return total;
+}
+
+/* Rank 0's line for a save that committed: "checkpoint: saved
+ * out/run/ckpt/step-00000004 (123456 bytes, 0.012 s)". */
+static void print_saved(const char *root, int64_t step, double t0)
+{
+    char dir[4096];
+    if (dt_ckpt_step_dir(root, (uint64_t)step, 0, dir, sizeof dir) != DT_OK)
+        return;
+    printf("checkpoint: saved %s (%llu bytes, %.3f s)\n", dir,
+           (unsigned long long)dir_bytes(dir), mono_s() - t0);
+    fflush(stdout);
+}
+
 int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
                  const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
                  dt_strategy_t *s, dt_model_t *m, int64_t step)
 {
     char root[2048], tmp[4096];
+    const double t0 = mono_s();
     int rc;
     if ((rc = dt_ckpt_root(set, root, sizeof root)))
         return rc;
@@ -528,8 +567,8 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
         rc = commit_rc;
         goto fail;
     }
-    if (w->rank == 0)
-        rc = dt_ckpt_prune(root, (uint32_t)set->checkpoint.keep);
+    if (w->rank == 0 && (rc = dt_ckpt_prune(root, (uint32_t)set->checkpoint.keep)) == DT_OK)
+        print_saved(root, step, t0);
     goto done;
 fail:
     if (w->rank == 0) {

@@ -115,6 +115,11 @@ typedef struct run {
     int ckpt_lock;            /* rank 0: the checkpoint folder's lock; -1 */
     FILE *metrics;
     int metrics_errno;        /* the first failed write to it; 0 */
+    /* what the summary and the log line's elapsed time and ETA need */
+    double loop_start;        /* monotonic s when the first step began */
+    int64_t last_step;        /* the last step trained; start_step before */
+    double last_loss, last_val; /* NAN until there is one */
+    int64_t last_val_step;
 } run_t;
 
 /* What one step measured, for the log line and the metrics file. */
@@ -526,16 +531,50 @@ static int metrics_line_end(run_t *R)
                       strerror(R->metrics_errno));
 }
 
+/* "1:02:03" (h:mm:ss) into buf[cap]. */
+static void format_hms(double s, char *buf, size_t cap)
+{
+    long long t = s > 0 && s < 1e12 ? (long long)(s + 0.5) : 0;
+    snprintf(buf, cap, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+}
+
+/* The step this run ends at: train.stop_at when it comes first. */
+static int64_t end_step(const run_t *R)
+{
+    const dt_train_settings_t *t = &R->set->train;
+    return t->stop_at > 0 && t->stop_at < t->steps ? t->stop_at : t->steps;
+}
+
+/* The log line's " | elapsed 0:00:12 | eta 0:01:05": wall time since this
+ * run's first step (evaluations and checkpoints included), and the steps
+ * left to its end at the mean pace so far. */
+static void print_progress(const run_t *R, int64_t step)
+{
+    char el[32], eta[32];
+    double elapsed = now_s() - R->loop_start;
+    double left = (double)(end_step(R) - step);
+    format_hms(elapsed, el, sizeof el);
+    format_hms(left > 0 ? elapsed / (double)(step - R->start_step) * left : 0, eta, sizeof eta);
+    printf(" | elapsed %s | eta %s", el, eta);
+}
+
 /* Rank 0's log line (every log_every steps, the first and the last) and
  * the step's line in the metrics file. */
 static int report_step(run_t *R, const step_report_t *rep)
 {
     const int64_t step = rep->step, steps = R->set->train.steps;
+    R->last_step = step;
+    R->last_loss = rep->loss;
+    if (!isnan(rep->eval_loss)) {
+        R->last_val = rep->eval_loss;
+        R->last_val_step = step;
+    }
     if (R->world.rank == 0 && (step % R->set->run.log_every == 0 || step == steps || step == 1)) {
         printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms | "
                "mfu %.1f%% | mem %.1f MiB",
                (long long)step, (long long)steps, rep->loss, rep->lr, rep->grad_norm,
                rep->tokens_per_s, rep->step_s * 1e3, rep->mfu * 100, mib(rep->mem_now));
+        print_progress(R, step);
         if (!isnan(rep->eval_loss))
             printf(" | val %.4f", rep->eval_loss);
         printf("\n");
@@ -572,6 +611,8 @@ static int checkpoint(run_t *R, int64_t step, int *stop)
 static int train_steps(run_t *R)
 {
     print_header(R);
+    R->loop_start = now_s();
+    R->last_step = R->start_step;
     for (int64_t step = R->start_step + 1; step <= R->set->train.steps; step++) {
         step_report_t rep;
         int stop = 0, rc;
@@ -669,6 +710,42 @@ static int report_memory(run_t *R)
     return report_host_memory(R);
 }
 
+/* Rank 0's last line: what the run did, "summary: 8 steps (1-8 of 8),
+ * 16384 tokens in 3.20 s (5120 tok/s); final loss 4.1234, val 4.2345 (step
+ * 8); peak device memory 12.34 MiB (rank 0)"; the time is the steps' wall
+ * time, evaluations and checkpoints included. */
+static int print_summary(run_t *R)
+{
+    const dt_train_settings_t *t = &R->set->train;
+    if (R->world.rank != 0)
+        return DT_OK;
+    int64_t n = R->last_step - R->start_step;
+    double secs = n > 0 ? now_s() - R->loop_start : 0;
+    double tokens = (double)n * (double)t->global_batch * (double)t->seq_len;
+    dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
+    R->dev_ops->mem_stats(R->dev, &ms);
+    char range[96], val[64] = "";
+    if (n > 0)
+        snprintf(range, sizeof range, " (%lld-%lld of %lld%s)", (long long)R->start_step + 1,
+                 (long long)R->last_step, (long long)t->steps,
+                 R->last_step < t->steps ? ", stopped at train.stop_at" : "");
+    else
+        snprintf(range, sizeof range, " (the checkpoint is at step %lld of %lld)",
+                 (long long)R->start_step, (long long)t->steps);
+    if (!isnan(R->last_val))
+        snprintf(val, sizeof val, ", val %.4f (step %lld)", R->last_val,
+                 (long long)R->last_val_step);
+    printf("summary: %lld step%s%s, %.0f tokens in %.2f s (%.0f tok/s); final loss ",
+           (long long)n, n == 1 ? "" : "s", range, tokens, secs, secs > 0 ? tokens / secs : 0.0);
+    if (n > 0)
+        printf("%.4f%s", R->last_loss, val);
+    else
+        printf("-");
+    printf("; peak device memory %.2f MiB (rank 0)\n", mib(ms.total_peak));
+    fflush(stdout);
+    return DT_OK;
+}
+
 /* The model the config describes, on no device yet. */
 static int create_model(run_t *R)
 {
@@ -678,7 +755,7 @@ static int create_model(run_t *R)
 /* A run, in order; each stage runs only when every earlier one succeeded. */
 static int (*const stages[])(run_t *) = {
     start_plugins, create_model, resolve_batch, open_data, init_strategy,
-    claim_checkpoints, load_state, open_metrics, train_steps, report_memory,
+    claim_checkpoints, load_state, open_metrics, train_steps, report_memory, print_summary,
 };
 
 int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
@@ -688,6 +765,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     R.r = r;
     R.set = &r->set;
     R.ckpt_lock = -1;
+    R.last_loss = R.last_val = NAN;
     R.metrics_path = opts && opts->metrics_path ? opts->metrics_path : r->set.run.metrics;
     int rc = dt_setup_output_dir(&r->set);
     for (size_t i = 0; i < sizeof stages / sizeof stages[0] && rc == DT_OK; i++)

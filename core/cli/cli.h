@@ -63,5 +63,7 @@ int dt_cmd_ckpt(int argc, char **argv);
 void dt_help_ckpt(FILE *f);
 int dt_cmd_export(int argc, char **argv);
 void dt_help_export(FILE *f);
+int dt_cmd_plot(int argc, char **argv);
+void dt_help_plot(FILE *f);
 
 #endif /* DT_CLI_H */

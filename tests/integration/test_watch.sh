@@ -60,4 +60,61 @@ if grep -qE "^summary: 2 steps \(1-2 of 4, stopped at train.stop_at\), 64 tokens
   ok "summary of a run stopped early says so"
 else bad "summary of the stopped run" "$out"; fi
 
+# ---- dtrain plot: a real image from the metrics file just written ----
+expect_exit 2 "plot -o with another extension is a usage error" "$bin" plot w.jsonl -o w.pdf
+expect_out "the extension is named" "-o 'w.pdf': the name must end in .png or .svg"
+expect_exit 1 "plot of a file that is not JSON lines" "$bin" plot tiny.toml -o x.png
+expect_out "names the line" "tiny.toml:1: not a JSON object"
+echo '{"memory": {}}' > nosteps.jsonl
+expect_exit 1 "plot of a file without step records" "$bin" plot nosteps.jsonl -o x.png
+expect_out "says what is missing" "nosteps.jsonl: no step records"
+expect_exit 1 "plot without gnuplot on PATH" env PATH=/nonexistent "$bin" plot w.jsonl -o x.png
+expect_out "names gnuplot and the package" "gnuplot is not on PATH (Debian: apt-get install gnuplot-nox"
+[ ! -e x.png ] && ok "a failed plot leaves no file" || bad "x.png left behind"
+if ! command -v gnuplot >/dev/null; then
+  skip "dtrain plot png/svg" "gnuplot is not installed (scripts/install-deps.sh installs gnuplot-nox)"
+else
+  expect_exit 0 "plot to png" "$bin" plot w.jsonl -o w.png
+  expect_out "says what it drew" "w.jsonl: 4 steps (1-4) and memory -> w.png"
+  # a PNG: its 8-byte signature, then the IHDR chunk with width and height
+  if /usr/bin/python3 - w.png <<'P'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+assert b[:8] == b"\x89PNG\r\n\x1a\n", b[:8]
+assert b[12:16] == b"IHDR", b[12:16]
+w, h = struct.unpack(">II", b[16:24])
+assert (w, h) == (1200, 900), (w, h)
+assert b[-8:-4] == b"IEND", b[-8:]
+P
+  then ok "png: signature, IHDR 1200x900, IEND"; else bad "w.png is not a 1200x900 PNG"; fi
+  expect_exit 0 "plot to svg" "$bin" plot w.jsonl -o w.svg
+  # an SVG that parses, with every series in its key, the loss curve
+  # through the 4 steps and the val loss through the 2 evaluated ones
+  if out=$(/usr/bin/python3 - w.svg 2>&1 <<'P'
+import re, sys
+import xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+root = ET.parse(sys.argv[1]).getroot()
+series = {}
+for g in root.iter(ns + "g"):
+    if not g.get("id", "").startswith("gnuplot_plot_"):
+        continue
+    key = [t.text for t in g.iter(ns + "text")]
+    paths = [p.get("d") for p in g.iter(ns + "path")]
+    if key:
+        series[key[0]] = paths
+want = ["loss", "val loss", "lr", "tokens/s", "grad norm", "planned", "measured"]
+missing = [k for k in want if k not in series]
+assert not missing, ("series missing", missing, sorted(series))
+def points(d):  # the curve: the subpath after the key's sample line
+    return len(re.findall(r"[ML]\s*[0-9.]+,[0-9.]+", re.split(r"(?=M)", d.strip())[2]))
+assert points(series["loss"][0]) == 4, series["loss"]
+assert points(series["val loss"][0]) == 2, series["val loss"]
+texts = [t.text for t in root.iter(ns + "text")]
+assert "activations" in texts and "optimizer" in texts, texts
+P
+  ); then ok "svg: parses, every series in the key, loss over 4 steps, val over 2"
+  else bad "w.svg does not hold the series" "$out"; fi
+fi
+
 finish

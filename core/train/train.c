@@ -256,7 +256,8 @@ static int open_data(run_t *R)
     if (d->val[0] && ((rc = dt_data_open(d->val, &R->val)) ||
                       (rc = dt_data_check_vocab(R->val, vocab)) ||
                       (rc = dt_data_eval_check(R->val, (uint32_t)t->seq_len,
-                                               (uint32_t)t->micro_batch, (uint32_t)R->dp))))
+                                               (uint32_t)(t->global_batch / R->dp),
+                                               (uint32_t)R->dp))))
         return rc;
     if ((rc = dt_sampler_init(&R->sampler, R->train, (uint32_t)t->seq_len,
                               (uint32_t)t->micro_batch, (uint32_t)t->global_batch,
@@ -477,16 +478,22 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
 }
 
 /* The validation loss, averaged over the ranks, every eval_every steps and
- * at the last one (when there is validation data). */
+ * at the last one (when there is validation data).  It covers the same
+ * sequences at every world size: the first eval_steps global batches of
+ * the file (fewer when it is shorter), each rank taking its share of each
+ * in micro-batches, like a training step; so the same weights give the
+ * same loss on 1 rank or N (up to the order of the reduction). */
 static int evaluate(run_t *R, int64_t step, double *eval_loss)
 {
     const dt_train_settings_t *t = &R->set->train;
     if (!R->val || t->eval_every <= 0 || (step % t->eval_every != 0 && step != t->steps))
         return DT_OK;
-    uint64_t nb = dt_data_eval_batches(R->val, (uint32_t)t->seq_len, (uint32_t)t->micro_batch,
-                                       (uint32_t)R->dp);
-    if (nb > (uint64_t)t->eval_steps)
-        nb = (uint64_t)t->eval_steps;
+    uint64_t global = dt_data_eval_batches(R->val, (uint32_t)t->seq_len,
+                                           (uint32_t)t->global_batch, 1);
+    if (global > (uint64_t)t->eval_steps)
+        global = (uint64_t)t->eval_steps;
+    /* micro x dp sequences per round, grad_accum rounds per global batch */
+    uint64_t nb = global * (uint64_t)t->grad_accum;
     double es = 0;
     int rc;
     for (uint64_t b = 0; b < nb; b++) {

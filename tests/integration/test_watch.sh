@@ -60,6 +60,55 @@ if grep -qE "^summary: 2 steps \(1-2 of 4, stopped at train.stop_at\), 64 tokens
   ok "summary of a run stopped early says so"
 else bad "summary of the stopped run" "$out"; fi
 
+# ---- validation loss does not depend on the world size ----
+# The same weights (a 6-step checkpoint, then one step at lr 0) evaluated on
+# 1 rank (4 micro-batches of 2 a global batch) and on 2 ranks (1 of 4 each):
+# eval_steps counts global batches, so both see the same 32 sequences of the
+# validation file.  Tolerance 1e-5: only the reduction order differs (the
+# old per-rank count gave 2x the sequences on 2 ranks and differed by 5e-2).
+"$bin" data prepare /usr/share/common-licenses/GPL-3 gpl.bin --val gpl-val.bin --val-fraction 0.1 >/dev/null
+cat > v.toml <<'T'
+[run]
+comm = "shm"
+out_dir = "out"
+log_every = 100
+[model]
+n_layer = 2
+n_head = 2
+n_embd = 32
+context = 32
+[data]
+train = "gpl.bin"
+val = "gpl-val.bin"
+[train]
+steps = 6
+global_batch = 8
+micro_batch = 2
+seq_len = 32
+lr = 3e-3
+warmup_steps = 2
+eval_every = 1000
+eval_steps = 4
+[checkpoint]
+every = 6
+[launch]
+timeout = 30.0
+[cpu]
+threads = 1
+T
+expect_exit 0 "6 steps on 1 rank, checkpoint at 6" "$bin" run v.toml --set run.name=pre
+at_lr0=(--set checkpoint.resume=out/pre/ckpt/step-00000006 --set train.steps=7 --set train.lr=0
+        --set train.min_lr=0 --set train.eval_every=7)
+expect_exit 0 "its weights evaluated on 1 rank" "$bin" run v.toml "${at_lr0[@]}" --set run.name=v1 \
+  --metrics v1.jsonl
+expect_exit 0 "its weights evaluated on 2 ranks" "$bin" run v.toml "${at_lr0[@]}" --set run.name=v2 \
+  --set launch.nproc=2 --set train.micro_batch=4 --metrics v2.jsonl
+val() { grep -o '"val_loss": [^,}]*' "$1" | cut -d' ' -f2; }
+v1=$(val v1.jsonl); v2=$(val v2.jsonl)
+if [ -n "$v1" ] && [ -n "$v2" ] && awk -v a="$v1" -v b="$v2" 'BEGIN { d = a - b; exit !(d <= 1e-5 && d >= -1e-5) }'; then
+  ok "val loss on 1 rank ($v1) = on 2 ranks ($v2) within 1e-5"
+else bad "val loss differs between 1 rank ($v1) and 2 ranks ($v2)"; fi
+
 # ---- dtrain plot: a real image from the metrics file just written ----
 expect_exit 2 "plot -o with another extension is a usage error" "$bin" plot w.jsonl -o w.pdf
 expect_out "the extension is named" "-o 'w.pdf': the name must end in .png or .svg"

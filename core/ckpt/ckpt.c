@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "ckpt/ckpt_io.h"
+#include "train/train.h"
 #include "util/error.h"
 
 static const char *const state_names[DT_STATE_COUNT] = {"params", "exp_avg", "exp_avg_sq"};
@@ -260,9 +261,34 @@ static void data_changes(const dt_settings_t *set, const cJSON *extra, char *out
     cJSON_Delete(now);
 }
 
+/* The train.steps the checkpoint's run was configured with (the end of
+ * its learning-rate schedule); 0 when it predates the record. */
+static int64_t saved_steps(const cJSON *extra)
+{
+    const cJSON *sched = cJSON_GetObjectItemCaseSensitive(extra, "schedule");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(sched, "train.steps");
+    return cJSON_IsNumber(v) && v->valuedouble >= 1 ? (int64_t)v->valuedouble : 0;
+}
+
+/* Rank 0's note when the schedule a resumed run follows is not the saved
+ * run's: a decay runs to train.steps, so another value reshapes the rest
+ * of it. */
+static void schedule_note(const dt_train_settings_t *t, int64_t was, int64_t start_step)
+{
+    if (was <= 0 || was == t->steps || t->decay == DT_DECAY_CONSTANT || start_step >= t->steps)
+        return;
+    int64_t next = start_step + 1;
+    printf("dtrain: note: train.steps is %lld, the saved run's was %lld: the %s learning-rate "
+           "decay now ends at step %lld instead of %lld (lr at step %lld: %.3g, was %.3g)\n",
+           (long long)t->steps, (long long)was, dt_lr_decay_name(t->decay), (long long)t->steps,
+           (long long)was, (long long)next,
+           dt_lr_at(next, t->steps, t->warmup_steps, t->lr, t->min_lr, t->decay),
+           dt_lr_at(next, was, t->warmup_steps, t->lr, t->min_lr, t->decay));
+}
+
 static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strategy_t *s,
                 dt_model_t *m, const char *dir, int64_t *start_step, char *changed,
-                size_t changed_cap)
+                size_t changed_cap, int64_t *was_steps)
 {
     dt_ckpt_reader_t *rd = NULL;
     int rc = dt_ckpt_open(dir, &rd);
@@ -299,6 +325,7 @@ static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strat
     if (!rc) {
         *start_step = (int64_t)dt_ckpt_reader_step(rd);
         data_changes(set, dt_ckpt_reader_extra(rd), changed, changed_cap);
+        *was_steps = saved_steps(dt_ckpt_reader_extra(rd));
     }
     free(buf);
     dt_ckpt_close(rd);
@@ -360,7 +387,8 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
         snprintf(dir, sizeof dir, "%s", resume);
     }
     char changed[512];
-    if ((rc = load(set, ops, s, m, dir, start_step, changed, sizeof changed)))
+    int64_t was_steps = 0;
+    if ((rc = load(set, ops, s, m, dir, start_step, changed, sizeof changed, &was_steps)))
         return rc;
     if (w->rank == 0) {
         printf("dtrain: resumed from %s (step %lld)\n", dir, (long long)*start_step);
@@ -368,6 +396,7 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
             printf("dtrain: note: the data order after step %lld differs from the saved run's: "
                    "changed %s\n",
                    (long long)*start_step, changed);
+        schedule_note(&set->train, was_steps, *start_step);
     }
     return DT_OK;
 }
@@ -545,6 +574,10 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
             cJSON *data = data_json(set);
             if (data)
                 cJSON_AddItemToObject(extra, "data", data);
+            /* where the learning-rate schedule ends (schedule_note) */
+            cJSON *sched = cJSON_AddObjectToObject(extra, "schedule");
+            if (sched)
+                cJSON_AddNumberToObject(sched, "train.steps", (double)set->train.steps);
             for (uint32_t u = 0; u < d->n_units; u++)
                 for (int k = 0; k < ns; k++) {
                     dt_ckpt_entry_t *e = &entries[u * (uint32_t)ns + (uint32_t)k];

@@ -109,6 +109,23 @@ if [ -n "$v1" ] && [ -n "$v2" ] && awk -v a="$v1" -v b="$v2" 'BEGIN { d = a - b;
   ok "val loss on 1 rank ($v1) = on 2 ranks ($v2) within 1e-5"
 else bad "val loss differs between 1 rank ($v1) and 2 ranks ($v2)"; fi
 
+# ---- resuming with another train.steps says the schedule changes ----
+expect_exit 0 "resume the 6-step run with train.steps = 12" "$bin" run v.toml --set run.name=more \
+  --set checkpoint.resume=out/pre/ckpt/step-00000006 --set train.steps=12
+expect_out "one line says the cosine decay is stretched" \
+  "dtrain: note: train.steps is 12, the saved run's was 6: the cosine learning-rate decay now ends at step 12 instead of 6 (lr at step 7: 0.0015, was 0)"
+n=$(grep -c 'note: train.steps' <<<"$out" || true)
+[ "$n" = 1 ] && ok "said once" || bad "said $n times" "$out"
+expect_exit 0 "resume with the same train.steps" "$bin" run v.toml --set run.name=same \
+  --set checkpoint.resume=out/pre/ckpt/step-00000006 --set train.steps=6
+if grep -qF 'note: train.steps' <<<"$out"; then bad "a note without a change" "$out"
+else ok "no note when train.steps is unchanged"; fi
+expect_exit 0 "resume with train.steps = 8 under constant lr" "$bin" run v.toml \
+  --set run.name=const --set checkpoint.resume=out/pre/ckpt/step-00000006 --set train.steps=8 \
+  --set train.decay=constant
+if grep -qF 'note: train.steps' <<<"$out"; then bad "a note for a schedule without decay" "$out"
+else ok "no note when the schedule does not decay"; fi
+
 # ---- dtrain plot: a real image from the metrics file just written ----
 expect_exit 2 "plot -o with another extension is a usage error" "$bin" plot w.jsonl -o w.pdf
 expect_out "the extension is named" "-o 'w.pdf': the name must end in .png or .svg"

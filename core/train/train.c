@@ -32,6 +32,7 @@
 #include "train/plan.h"
 #include "launch/world.h"
 #include "loader/host_services.h"
+#include "util/crash.h"
 #include "util/log.h"
 #include "util/error.h"
 
@@ -159,13 +160,17 @@ static void run_free(run_t *R)
 
 static int plugin_rc(const dt_plugin_t *p, int rc, const char *what)
 {
+    dt_crash_leave();
     return rc ? dt_plugin_failed(p, rc, what) : DT_OK;
 }
 
 /* Call into plugin `p`: the error buffer is cleared first, so a plugin
  * that fails without a message is reported as such, never with a stale
- * message from earlier. */
-#define PLUGIN_CALL(p, call, what) (dt_err_clear(), plugin_rc((p), (call), (what)))
+ * message from earlier; a crash inside it is reported naming it and
+ * `what` (util/crash.h). */
+#define PLUGIN_CALL(p, call, what)                                                             \
+    (dt_err_clear(), dt_crash_enter(dt_kind_name((p)->kind), (p)->name, (what)),               \
+     plugin_rc((p), (call), (what)))
 
 /* ---- start: plugins, model, batch, data, strategy, resume, metrics ---- */
 
@@ -420,11 +425,13 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
     rep->step = step;
     rep->eval_loss = NAN;
     rep->lr = dt_lr_at(step, t->steps, t->warmup_steps, t->lr, t->min_lr, t->decay);
+    dt_crash_set_phase("training", step);
     int rc = PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step), "begin_step");
     if (rc)
         return rc;
     double loss_sum = 0;
     for (uint32_t m = 0; m < accum; m++) {
+        dt_crash_set_micro(m);
         if ((rc = dt_sampler_fill(R->sampler, (uint64_t)(step - 1), m, (uint32_t)R->world.rank,
                                   (uint32_t)R->dp, R->inputs, R->targets)))
             return rc;
@@ -451,6 +458,7 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
     dt_step_args_t sargs = {.struct_size = sizeof(dt_step_args_t), .step = step,
                             .lr = (float)rep->lr, .clip = (float)t->gradient_clipping};
     dt_step_result_t sres = {.struct_size = sizeof(dt_step_result_t)};
+    dt_crash_set_phase("optimizer step", step);
     if ((rc = PLUGIN_CALL(R->pstrat, R->strat_ops->step(R->strat, &sargs, &sres), "step")))
         return rc;
     rep->grad_norm = sres.grad_norm;
@@ -496,8 +504,10 @@ static int evaluate(run_t *R, int64_t step, double *eval_loss)
     uint64_t nb = global * (uint64_t)t->grad_accum;
     double es = 0;
     int rc;
+    dt_crash_set_phase("evaluation", step);
     for (uint64_t b = 0; b < nb; b++) {
         double l;
+        dt_crash_set_micro((int64_t)b);
         if ((rc = dt_data_eval_fill(R->val, (uint32_t)t->seq_len, (uint32_t)t->micro_batch, b,
                                     (uint32_t)R->world.rank, (uint32_t)R->dp, R->inputs,
                                     R->targets)) ||
@@ -609,6 +619,7 @@ static int checkpoint(run_t *R, int64_t step, int *stop)
     if (!(set->checkpoint.every > 0 && step % set->checkpoint.every == 0) &&
         step != set->train.steps && !*stop)
         return DT_OK;
+    dt_crash_set_phase("checkpoint save", step);
     return dt_ckpt_save(&R->world, set, dt_config_hash(R->r->cfg), R->comm_ops, R->comm,
                         R->strat_ops, R->strat, R->model, step);
 }

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Watching a run: the log line's elapsed time and ETA, the line each
 # checkpoint save prints, the summary a run ends with (its numbers checked
-# against the metrics file and the checkpoint folder), and a note when a
-# resume changes train.steps under a decaying schedule.
+# against the metrics file and the checkpoint folder), validation loss
+# equal at every world size, a note when a resume changes train.steps
+# under a decaying schedule, `dtrain plot` rendering real PNG and SVG
+# files, and the crash report of a rank whose plugin segfaults (a fake
+# strategy that trains, then dereferences NULL in a chosen method).
 set -euo pipefail
-bin=$1 work=$2
+bin=$1 work=$2 fakes=${3:-}  # fakes: the fake plugins' folder (a strategy that crashes)
 . "$(dirname "$0")/lib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 tiny_run_setup "$bin" '[checkpoint]' 'every = 2'
@@ -181,6 +184,50 @@ assert "activations" in texts and "optimizer" in texts, texts
 P
   ); then ok "svg: parses, every series in the key, loss over 4 steps, val over 2"
   else bad "w.svg does not hold the series" "$out"; fi
+fi
+
+# ---- a plugin that crashes: the report names signal, plugin, method, step ----
+ulimit -c 0 # no core files from the crashes below
+if [ -z "$fakes" ]; then
+  skip "crash reports" "no fake plugin folder given (3rd argument)"
+else
+  crashy=(env DTRAIN_PLUGIN_PATH="$fakes" "$bin" run tiny.toml --set parallel.data=crashy
+          --set train.grad_accum=2)
+  expect_exit 139 "a rank whose strategy segfaults dies of SIGSEGV (128 + 11)" "${crashy[@]}" \
+    --set run.name=crash1 --set crashy.method=post_backward --set crashy.step=2 \
+    --set crashy.unit=1 --set crashy.micro=1
+  so="$fakes/dtrain_crashy.so"
+  summary="[rank 0] crash: SIGSEGV (address not mapped: 0x0) in strategy/crashy post_backward, at step 2, micro-batch 1, unit 1 (block.0), training; the faulting code is in strategy/crashy ($so); pid "
+  expect_out "report: signal, plugin, method, step, micro-batch, unit, faulting object" "$summary"
+  case $(tail -n 1 <<<"$out") in
+    "$summary"[0-9]*) ok "the summary is the last line, with the pid" ;;
+    *) bad "the summary is not the last line" "$out" ;;
+  esac
+  expect_out "report: a backtrace follows its header" "[rank 0] crash: backtrace (innermost first):"
+  if grep -qE "^\[rank 0\]   #[0-9]+ $so\(\+0x[0-9a-f]+\)\[0x[0-9a-f]+\]\$" <<<"$out"; then
+    ok "report: a backtrace frame inside the plugin"
+  else bad "no backtrace frame in $so" "$out"; fi
+  # the optimizer step is no unit's and no micro-batch's
+  expect_exit 139 "a crash in the strategy's step" "${crashy[@]}" --set run.name=crash2 \
+    --set crashy.method=step --set crashy.step=1
+  expect_out "report: step 1, the optimizer step" \
+    "[rank 0] crash: SIGSEGV (address not mapped: 0x0) in strategy/crashy step, at step 1, optimizer step; the faulting code is in strategy/crashy"
+  # one of two ranks: the launcher's last line quotes its report
+  sed -i 's/^comm = "self"$/comm = "shm"/' tiny.toml
+  expect_exit 1 "2 ranks, rank 1 crashes in pre_backward: the launcher exits 1" "${crashy[@]}" \
+    --set run.name=crash3 --set launch.nproc=2 --set launch.timeout=20 \
+    --set crashy.method=pre_backward --set crashy.rank=1 --set crashy.unit=2
+  expect_out "rank 1's report" "[rank 1] crash: SIGSEGV (address not mapped: 0x0) in strategy/crashy pre_backward, at step 2, micro-batch 0, unit 2 (head), training"
+  last=$(tail -n 1 <<<"$out")
+  case $last in
+    "dtrain: rank 1 failed (killed by SIGSEGV); stopped the other 1 rank; its last error line: crash: SIGSEGV (address not mapped: 0x0) in strategy/crashy pre_backward, at step 2, micro-batch 0, unit 2 (head)"*)
+      ok "the launcher's last line names the signal and quotes the report" ;;
+    *) bad "the launcher's last line" "$out" ;;
+  esac
+  if grep -qF "[rank 0] crash:" <<<"$out"; then bad "rank 0 reported a crash" "$out"
+  else ok "rank 0 did not crash (stopped by the launcher)"; fi
+  job=$(sed -n 's/^dtrain: launching 2 ranks (job \(.*\))$/\1/p' <<<"$out")
+  after_fault "crash of rank 1" "$job" out/crash3/ckpt "" ""
 fi
 
 finish

@@ -415,8 +415,8 @@ int dt_cmd_plot(int argc, char **argv)
         rc = run_gnuplot(script, script_len, &image, &image_len);
     if (rc == DT_OK && (rc = dt_fileutil_write_atomic(output, image, image_len)) == DT_OK)
         printf("dtrain plot: %s: %zu steps (%.0f-%.0f)%s -> %s (%zu bytes)\n", input, m.n,
-               m.rows[0].v[F_STEP], m.rows[m.n - 1].v[F_STEP], m.memory ? " and memory" : "", output,
-               image_len);
+               m.rows[0].v[F_STEP], m.rows[m.n - 1].v[F_STEP],
+               m.memory ? " and memory" : "", output, image_len);
     free(script);
     free(image);
     free(m.rows);

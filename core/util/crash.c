@@ -206,7 +206,7 @@ static const char *code_name(int sig, int code)
                : code == SEGV_ACCERR ? "access not permitted" : "invalid access";
     case SIGBUS:
         return code == BUS_ADRALN ? "misaligned address"
-               : code == BUS_ADRERR ? "no such physical address (a truncated mapped file?)"
+               : code == BUS_ADRERR ? "nonexistent address, e.g. past the end of a mapped file"
                : code == BUS_OBJERR ? "hardware error" : "bus error";
     case SIGFPE:
         return code == FPE_INTDIV ? "integer divide by zero"

@@ -184,6 +184,11 @@ assert "activations" in texts and "optimizer" in texts, texts
 P
   ); then ok "svg: parses, every series in the key, loss over 4 steps, val over 2"
   else bad "w.svg does not hold the series" "$out"; fi
+  # a resumed run appends the steps after its checkpoint again: the later
+  # rows replace the earlier ones (4 steps drawn, not 6)
+  { grep '"step"' w.jsonl; grep -E '"step": [34],' w.jsonl; } > resumed.jsonl
+  expect_exit 0 "plot a metrics file with steps 3-4 repeated" "$bin" plot resumed.jsonl -o r.svg
+  expect_out "counts each step once" "resumed.jsonl: 4 steps (1-4) -> r.svg"
 fi
 
 # ---- a plugin that crashes: the report names signal, plugin, method, step ----

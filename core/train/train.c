@@ -7,8 +7,10 @@
  * arithmetic, data, strategy, the checkpoint folder claimed (its lock,
  * interrupted saves removed, no other run's checkpoints), resume, metrics,
  * then each step (micro-batches, evaluation, the log line, checkpoints),
- * then the memory reports (device, and host memory per plugin); each of
- * those is one function below, in that order.
+ * then the memory reports (device, and host memory per plugin) and the
+ * summary line; each of those is one function below, in that order.  As
+ * it goes it keeps the crash handler's record (util/crash.h): the phase,
+ * step and micro-batch, and every plugin call PLUGIN_CALL makes.
  */
 #include "train/train.h"
 
@@ -137,6 +139,7 @@ typedef struct step_report {
 static void run_free(run_t *R)
 {
     dt_model_ctx_t ctx = {R->dev_ops, R->dev, R->stream, NULL, NULL, NULL};
+    dt_crash_set_phase("shutting down", 0);
     if (R->strat)
         R->strat_ops->finalize(R->strat);
     if (R->model)

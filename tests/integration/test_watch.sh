@@ -196,12 +196,12 @@ ulimit -c 0 # no core files from the crashes below
 if [ -z "$fakes" ]; then
   skip "crash reports" "no fake plugin folder given (3rd argument)"
 else
-  crashy=(env DTRAIN_PLUGIN_PATH="$fakes" "$bin" run tiny.toml --set parallel.data=crashy
+  crashy=(env DTRAIN_PLUGIN_PATH="$fakes/crash" "$bin" run tiny.toml --set parallel.data=crashy
           --set train.grad_accum=2)
   expect_exit 139 "a rank whose strategy segfaults dies of SIGSEGV (128 + 11)" "${crashy[@]}" \
     --set run.name=crash1 --set crashy.method=post_backward --set crashy.step=2 \
     --set crashy.unit=1 --set crashy.micro=1
-  so="$fakes/dtrain_crashy.so"
+  so="$fakes/crash/dtrain_crashy.so"
   summary="[rank 0] crash: SIGSEGV (address not mapped: 0x0) in strategy/crashy post_backward, at step 2, micro-batch 1, unit 1 (block.0), training; the faulting code is in strategy/crashy ($so); pid "
   expect_out "report: signal, plugin, method, step, micro-batch, unit, faulting object" "$summary"
   case $(tail -n 1 <<<"$out") in

@@ -2,9 +2,10 @@
  * tests/fake_plugins/crash_strategy.c - a strategy that trains (the SDK's
  * replica machinery, as ddp) until its method `method` is called at step
  * `step` for unit `unit` (-1: any unit), micro-batch `micro` (-1: any) on
- * rank `rank` (-1: every rank), and there dereferences a null pointer: a
- * real SIGSEGV inside a plugin, for the crash handler's test
- * (tests/integration/test_watch.sh).
+ * rank `rank` (-1: every rank), and there stores to address 0x10: a real
+ * SIGSEGV inside a plugin, for the crash handler's test
+ * (tests/integration/test_watch.sh).  Not NULL itself: the sanitizer
+ * build's UBSan would stop at a null store before the fault.
  *
  *   [parallel] data = "crashy"
  *   [crashy] method = "post_backward", step = 2, unit = 1
@@ -40,7 +41,7 @@ struct dt_strategy {
     int method;
     int64_t step, unit, micro, rank;
     int64_t now;      /* the step begin_step announced */
-    int *volatile nowhere; /* NULL, read at run time: the compiler cannot
+    int *volatile nowhere; /* 0x10, read at run time: the compiler cannot
                             * turn the store into a trap of its own */
 };
 
@@ -73,7 +74,7 @@ static int crashy_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *ar
     if (!s)
         return host->set_error(host, DT_ERR_NOMEM, "init: instance");
     memset(s, 0, sizeof *s);
-    s->nowhere = NULL;
+    s->nowhere = (int *)(uintptr_t)0x10; /* unmapped: the first page never is */
     dt_replica_cfg_t cfg;
     int rc = dt_replica_read_config(host, &cfg);
     if (rc == DT_OK)

@@ -5,7 +5,7 @@
 # equal at every world size, a note when a resume changes train.steps
 # under a decaying schedule, `dtrain plot` rendering real PNG and SVG
 # files, and the crash report of a rank whose plugin segfaults (a fake
-# strategy that trains, then dereferences NULL in a chosen method).
+# strategy that trains, then stores to address 0x10 in a chosen method).
 set -euo pipefail
 bin=$1 work=$2 fakes=${3:-}  # fakes: the fake plugins' folder (a strategy that crashes)
 . "$(dirname "$0")/lib.sh"
@@ -202,7 +202,7 @@ else
     --set run.name=crash1 --set crashy.method=post_backward --set crashy.step=2 \
     --set crashy.unit=1 --set crashy.micro=1
   so="$fakes/crash/dtrain_crashy.so"
-  summary="[rank 0] crash: SIGSEGV (address not mapped: 0x0) in strategy/crashy post_backward, at step 2, micro-batch 1, unit 1 (block.0), training; the faulting code is in strategy/crashy ($so); pid "
+  summary="[rank 0] crash: SIGSEGV (address not mapped: 0x10) in strategy/crashy post_backward, at step 2, micro-batch 1, unit 1 (block.0), training; the faulting code is in strategy/crashy ($so); pid "
   expect_out "report: signal, plugin, method, step, micro-batch, unit, faulting object" "$summary"
   case $(tail -n 1 <<<"$out") in
     "$summary"[0-9]*) ok "the summary is the last line, with the pid" ;;
@@ -216,16 +216,16 @@ else
   expect_exit 139 "a crash in the strategy's step" "${crashy[@]}" --set run.name=crash2 \
     --set crashy.method=step --set crashy.step=1
   expect_out "report: step 1, the optimizer step" \
-    "[rank 0] crash: SIGSEGV (address not mapped: 0x0) in strategy/crashy step, at step 1, optimizer step; the faulting code is in strategy/crashy"
+    "[rank 0] crash: SIGSEGV (address not mapped: 0x10) in strategy/crashy step, at step 1, optimizer step; the faulting code is in strategy/crashy"
   # one of two ranks: the launcher's last line quotes its report
   sed -i 's/^comm = "self"$/comm = "shm"/' tiny.toml
   expect_exit 1 "2 ranks, rank 1 crashes in pre_backward: the launcher exits 1" "${crashy[@]}" \
     --set run.name=crash3 --set launch.nproc=2 --set launch.timeout=20 \
     --set crashy.method=pre_backward --set crashy.rank=1 --set crashy.unit=2
-  expect_out "rank 1's report" "[rank 1] crash: SIGSEGV (address not mapped: 0x0) in strategy/crashy pre_backward, at step 2, micro-batch 0, unit 2 (head), training"
+  expect_out "rank 1's report" "[rank 1] crash: SIGSEGV (address not mapped: 0x10) in strategy/crashy pre_backward, at step 2, micro-batch 0, unit 2 (head), training"
   last=$(tail -n 1 <<<"$out")
   case $last in
-    "dtrain: rank 1 failed (killed by SIGSEGV); stopped the other 1 rank; its last error line: crash: SIGSEGV (address not mapped: 0x0) in strategy/crashy pre_backward, at step 2, micro-batch 0, unit 2 (head)"*)
+    "dtrain: rank 1 failed (killed by SIGSEGV); stopped the other 1 rank; its last error line: crash: SIGSEGV (address not mapped: 0x10) in strategy/crashy pre_backward, at step 2, micro-batch 0, unit 2 (head)"*)
       ok "the launcher's last line names the signal and quotes the report" ;;
     *) bad "the launcher's last line" "$out" ;;
   esac

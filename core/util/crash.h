@@ -39,8 +39,10 @@
  * a crashed rank's summary by it. */
 #define DT_CRASH_PREFIX "crash: "
 
-/* Install the handler for SIGSEGV, SIGBUS, SIGFPE and SIGILL on an
- * alternate stack (a stack overflow is reported too) for rank `rank`
+/* Install the handler for SIGSEGV, SIGBUS, SIGFPE and SIGILL, on an
+ * alternate stack for the calling thread (a stack overflow of the thread
+ * that drives training is reported too; other threads' faults run the
+ * handler on their own stacks) for rank `rank`
  * (< 0: no "[rank R] " prefix).  Once per process; DT_OK or DT_ERR_SYSTEM
  * with the message set.  The process's own program (the CLI) decides: a
  * library embedding dtrain keeps its signal handlers. */

@@ -16,6 +16,7 @@ packages=(
   libopenmpi-dev openmpi-bin  # MPI comparison benchmark, MPI launch
   python3 python3-numpy # float64 reference implementation used by tests
   fortunes              # the example's text corpus (/usr/share/games/fortunes)
+  gnuplot-nox           # dtrain plot draws metrics files with gnuplot (tests render PNG and SVG)
 )
 sudo=""
 [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -3,12 +3,17 @@
  */
 #include "ckpt/ckpt.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "ckpt/ckpt_io.h"
+#include "train/train.h"
 #include "util/error.h"
 
 static const char *const state_names[DT_STATE_COUNT] = {"params", "exp_avg", "exp_avg_sq"};
@@ -312,9 +317,34 @@ int dt_ckpt_model_sets(const dt_ckpt_reader_t *rd, const char *dir, char (*sets)
     return DT_OK;
 }
 
+/* The train.steps the checkpoint's run was configured with (the end of
+ * its learning-rate schedule); 0 when it predates the record. */
+static int64_t saved_steps(const cJSON *extra)
+{
+    const cJSON *sched = cJSON_GetObjectItemCaseSensitive(extra, "schedule");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(sched, "train.steps");
+    return cJSON_IsNumber(v) && v->valuedouble >= 1 ? (int64_t)v->valuedouble : 0;
+}
+
+/* Rank 0's note when the schedule a resumed run follows is not the saved
+ * run's: a decay runs to train.steps, so another value reshapes the rest
+ * of it. */
+static void schedule_note(const dt_train_settings_t *t, int64_t was, int64_t start_step)
+{
+    if (was <= 0 || was == t->steps || t->decay == DT_DECAY_CONSTANT || start_step >= t->steps)
+        return;
+    int64_t next = start_step + 1;
+    printf("dtrain: note: train.steps is %lld, the saved run's was %lld: the %s learning-rate "
+           "decay now ends at step %lld instead of %lld (lr at step %lld: %.3g, was %.3g)\n",
+           (long long)t->steps, (long long)was, dt_lr_decay_name(t->decay), (long long)t->steps,
+           (long long)was, (long long)next,
+           dt_lr_at(next, t->steps, t->warmup_steps, t->lr, t->min_lr, t->decay),
+           dt_lr_at(next, was, t->warmup_steps, t->lr, t->min_lr, t->decay));
+}
+
 static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strategy_t *s,
                 dt_model_t *m, const char *dir, int64_t *start_step, char *changed,
-                size_t changed_cap)
+                size_t changed_cap, int64_t *was_steps)
 {
     dt_ckpt_reader_t *rd = NULL;
     int rc = dt_ckpt_open(dir, &rd);
@@ -337,6 +367,7 @@ static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strat
     if (!rc) {
         *start_step = (int64_t)dt_ckpt_reader_step(rd);
         data_changes(set, dt_ckpt_reader_extra(rd), changed, changed_cap);
+        *was_steps = saved_steps(dt_ckpt_reader_extra(rd));
     }
     free(buf);
     dt_ckpt_close(rd);
@@ -398,7 +429,8 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
         snprintf(dir, sizeof dir, "%s", resume);
     }
     char changed[512];
-    if ((rc = load(set, ops, s, m, dir, start_step, changed, sizeof changed)))
+    int64_t was_steps = 0;
+    if ((rc = load(set, ops, s, m, dir, start_step, changed, sizeof changed, &was_steps)))
         return rc;
     if (w->rank == 0) {
         printf("dtrain: resumed from %s (step %lld)\n", dir, (long long)*start_step);
@@ -406,6 +438,7 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
             printf("dtrain: note: the data order after step %lld differs from the saved run's: "
                    "changed %s\n",
                    (long long)*start_step, changed);
+        schedule_note(&set->train, was_steps, *start_step);
     }
     return DT_OK;
 }
@@ -489,11 +522,46 @@ static int gather_segs(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t
     return rc;
 }
 
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Bytes of the regular files in `dir` (a checkpoint: no subfolders). */
+static uint64_t dir_bytes(const char *dir)
+{
+    uint64_t total = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    struct stat st;
+    while (d && (e = readdir(d)))
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+            total += (uint64_t)st.st_size;
+    if (d)
+        closedir(d);
+    return total;
+}
+
+/* Rank 0's line for a save that committed: "checkpoint: saved
+ * out/run/ckpt/step-00000004 (123456 bytes, 0.012 s)". */
+static void print_saved(const char *root, int64_t step, double t0)
+{
+    char dir[4096];
+    if (dt_ckpt_step_dir(root, (uint64_t)step, 0, dir, sizeof dir) != DT_OK)
+        return;
+    printf("checkpoint: saved %s (%llu bytes, %.3f s)\n", dir,
+           (unsigned long long)dir_bytes(dir), mono_s() - t0);
+    fflush(stdout);
+}
+
 int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
                  const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
                  dt_strategy_t *s, dt_model_t *m, int64_t step)
 {
     char root[2048], tmp[4096];
+    const double t0 = mono_s();
     int rc;
     if ((rc = dt_ckpt_root(set, root, sizeof root)))
         return rc;
@@ -548,6 +616,10 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
             cJSON *data = data_json(set);
             if (data)
                 cJSON_AddItemToObject(extra, "data", data);
+            /* where the learning-rate schedule ends (schedule_note) */
+            cJSON *sched = cJSON_AddObjectToObject(extra, "schedule");
+            if (sched)
+                cJSON_AddNumberToObject(sched, "train.steps", (double)set->train.steps);
             for (uint32_t u = 0; u < d->n_units; u++)
                 for (int k = 0; k < ns; k++) {
                     dt_ckpt_entry_t *e = &entries[u * (uint32_t)ns + (uint32_t)k];
@@ -570,8 +642,8 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
         rc = commit_rc;
         goto fail;
     }
-    if (w->rank == 0)
-        rc = dt_ckpt_prune(root, (uint32_t)set->checkpoint.keep);
+    if (w->rank == 0 && (rc = dt_ckpt_prune(root, (uint32_t)set->checkpoint.keep)) == DT_OK)
+        print_saved(root, step, t0);
     goto done;
 fail:
     if (w->rank == 0) {

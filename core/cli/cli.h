@@ -82,5 +82,7 @@ int dt_cmd_import(int argc, char **argv);
 void dt_help_import(FILE *f);
 int dt_cmd_sample(int argc, char **argv);
 void dt_help_sample(FILE *f);
+int dt_cmd_plot(int argc, char **argv);
+void dt_help_plot(FILE *f);
 
 #endif /* DT_CLI_H */

@@ -19,6 +19,7 @@
 #include "train/preflight.h"
 #include "train/train.h"
 #include "launch/launcher.h"
+#include "util/crash.h"
 #include "util/log.h"
 #include "setup/resolve.h"
 #include "util/error.h"
@@ -51,6 +52,18 @@ void dt_help_run(FILE *f)
             "launcher, the failed rank's code (1 if it died by a signal), or 128 + N\n"
             "when stopped by signal N\n",
             DT_LAUNCH_GRACE_S, DT_LAUNCH_PER_CPU);
+}
+
+/* The crash handler for this rank, which names the plugins the run
+ * loaded (util/crash.h). */
+static int install_crash_handler(const dt_resolved_t *r, int rank)
+{
+    for (int role = 0; role < DT_ROLE_COUNT; role++) {
+        const dt_plugin_t *p = r->plugin[role];
+        if (p)
+            dt_crash_add_object(dt_kind_name(p->kind), p->name, p->ops);
+    }
+    return dt_crash_install(rank);
 }
 
 /* Decide, from the core stage of the config (no plugin loaded), whether
@@ -111,6 +124,7 @@ int dt_cmd_run(int argc, char **argv)
         setvbuf(stdout, NULL, _IOLBF, 0);
     }
     if (rc == DT_OK && (rc = dt_resolve_plugins(&r)) == DT_OK &&
+        (rc = install_crash_handler(&r, plan.world.rank)) == DT_OK &&
         (rc = dt_resolve_finish(&r, NULL)) == DT_OK &&
         (rc = dt_run_profile_begin(&prof, &r)) == DT_OK) {
         dt_train_opts_t o = {.metrics_path = vals[0]};

@@ -30,6 +30,8 @@ static const dt_cli_cmd_t cmds[] = {
      dt_help_sample},
     {"bench", "measure a communicator's collectives (nccl-tests style)", dt_cmd_bench,
      dt_help_bench},
+    {"plot", "draw a metrics file (loss, lr, tokens/s, norm, memory) with gnuplot",
+     dt_cmd_plot, dt_help_plot},
 };
 
 static char **g_argv;

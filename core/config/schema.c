@@ -70,7 +70,7 @@ static const dt_config_key_t train_keys[] = {
     K_ENUM("decay", "\"cosine\"", "cosine|linear|constant", "lr decay after warmup"),
     K_FLT("gradient_clipping", "1.0", 0, 1e9, "global-norm clip; 0 = off"),
     K_INT("eval_every", "0", 0, 1e9, "validate every N steps; 0 = never"),
-    K_INT("eval_steps", "4", 1, 1e6, "batches per validation"),
+    K_INT("eval_steps", "4", 1, 1e6, "global batches per validation, at any world size"),
     K_INT("stop_at", "0", 0, 1e9,
           "stop after this step and checkpoint (0 = run all steps); the schedule still spans `steps`"),
 };

@@ -569,7 +569,7 @@ int dt_data_eval_check(const dt_dataset_t *ds, uint32_t seq_len,
     uint64_t want = (uint64_t)micro_batch * dp_size;
     return dt_err_set(DT_ERR_DATA, "data file '%s': %llu tokens hold %llu "
                       "sequences of seq_len %u, fewer than one evaluation "
-                      "batch of micro_batch %u x %u rank(s) = %llu sequences "
+                      "batch of %u sequence(s) x %u rank(s) = %llu sequences "
                       "(need at least %llu tokens)", ds->path,
                       (unsigned long long)ds->ntok,
                       (unsigned long long)((ds->ntok - 1) / seq_len), seq_len,

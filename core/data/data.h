@@ -112,8 +112,10 @@ uint64_t dt_data_eval_batches(const dt_dataset_t *ds, uint32_t seq_len,
  * for too few tokens ("data file 'v.bin': 10 tokens hold no full sequence
  * of seq_len 16 (need at least 17 tokens)"), or, with whole sequences but
  * fewer than micro_batch x dp_size of them, "data file 'v.bin': 50 tokens
- * hold 3 sequences of seq_len 16, fewer than one evaluation batch of
- * micro_batch 2 x 2 rank(s) = 4 sequences (need at least 65 tokens)".
+ * hold 3 sequences of seq_len 16, fewer than one evaluation batch of 2
+ * sequence(s) x 2 rank(s) = 4 sequences (need at least 65 tokens)".
+ * (The training loop passes its global batch's share per rank as
+ * micro_batch: it evaluates whole global batches.)
  * Call it when the file is opened, so a too-small file is an error rather
  * than a run without a validation loss. */
 int dt_data_eval_check(const dt_dataset_t *ds, uint32_t seq_len,

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/crash.h"
 #include "util/error.h"
 
 extern char **environ;
@@ -677,8 +678,10 @@ static void summarize(const launch_t *L, int rc, dt_launch_result_t *res)
         if (L->n_stopped > 0)
             snprintf(others, sizeof others, "; stopped the other %d rank%s", L->n_stopped,
                      L->n_stopped == 1 ? "" : "s");
-        /* its error line may have scrolled away under the others' reports */
-        if (WIFEXITED(f->status) && f->last[0])
+        /* its error line may have scrolled away under the others' reports;
+         * a rank killed by a signal has one when its crash handler ran */
+        if (f->last[0] && (WIFEXITED(f->status) ||
+                           strncmp(f->last, DT_CRASH_PREFIX, strlen(DT_CRASH_PREFIX)) == 0))
             fprintf(stderr, "dtrain: rank %d failed (%s)%s; its last error line: %s\n",
                     L->first_fail, how, others, f->last);
         else

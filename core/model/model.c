@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "model/model_arch.h"
+#include "util/crash.h"
 #include "util/error.h"
 
 const char *dt_model_cfg_name(const dt_config_t *cfg)
@@ -329,12 +330,16 @@ int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
     hk.last_use = last_use;
     const dt_strategy_ops_t *s = ctx->strat_ops;
     int rc;
+    /* a crash from here on names the unit, and the hook while it runs */
+    dt_crash_set_unit(unit, m->desc.units[unit].name);
+    dt_crash_enter("strategy", ctx->strat_name ? ctx->strat_name : "?", names[phase]);
     switch (phase) {
     case DT_PRE_FORWARD: rc = s->pre_forward(ctx->strat, &hk, buf); break;
     case DT_POST_FORWARD: rc = s->post_forward(ctx->strat, &hk); break;
     case DT_PRE_BACKWARD: rc = s->pre_backward(ctx->strat, &hk, buf); break;
     default: rc = s->post_backward(ctx->strat, &hk); break;
     }
+    dt_crash_leave();
     if (rc)
         return dt_err_context(rc, "%s of unit %u (%s), micro-batch %u", names[phase], unit,
                               m->desc.units[unit].name, h->micro);

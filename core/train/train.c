@@ -7,8 +7,10 @@
  * arithmetic, data, strategy, the checkpoint folder claimed (its lock,
  * interrupted saves removed, no other run's checkpoints), resume, metrics,
  * then each step (micro-batches, evaluation, the log line, checkpoints),
- * then the memory reports (device, and host memory per plugin); each of
- * those is one function below, in that order.
+ * then the memory reports (device, and host memory per plugin) and the
+ * summary line; each of those is one function below, in that order.  As
+ * it goes it keeps the crash handler's record (util/crash.h): the phase,
+ * step and micro-batch, and every plugin call PLUGIN_CALL makes.
  */
 #include "train/train.h"
 
@@ -33,6 +35,7 @@
 #include "train/preflight.h"
 #include "launch/world.h"
 #include "loader/host_services.h"
+#include "util/crash.h"
 #include "util/log.h"
 #include "util/error.h"
 
@@ -116,6 +119,11 @@ typedef struct run {
     int ckpt_lock;            /* rank 0: the checkpoint folder's lock; -1 */
     FILE *metrics;
     int metrics_errno;        /* the first failed write to it; 0 */
+    /* what the summary and the log line's elapsed time and ETA need */
+    double loop_start;        /* monotonic s when the first step began */
+    int64_t last_step;        /* the last step trained; start_step before */
+    double last_loss, last_val; /* NAN until there is one */
+    int64_t last_val_step;
 } run_t;
 
 /* What one step measured, for the log line and the metrics file. */
@@ -132,6 +140,7 @@ typedef struct step_report {
 static void run_free(run_t *R)
 {
     dt_model_ctx_t ctx = {R->dev_ops, R->dev, R->stream, NULL, NULL, NULL};
+    dt_crash_set_phase("shutting down", 0);
     if (R->strat)
         R->strat_ops->finalize(R->strat);
     if (R->model)
@@ -155,13 +164,17 @@ static void run_free(run_t *R)
 
 static int plugin_rc(const dt_plugin_t *p, int rc, const char *what)
 {
+    dt_crash_leave();
     return rc ? dt_plugin_failed(p, rc, what) : DT_OK;
 }
 
 /* Call into plugin `p`: the error buffer is cleared first, so a plugin
  * that fails without a message is reported as such, never with a stale
- * message from earlier. */
-#define PLUGIN_CALL(p, call, what) (dt_err_clear(), plugin_rc((p), (call), (what)))
+ * message from earlier; a crash inside it is reported naming it and
+ * `what` (util/crash.h). */
+#define PLUGIN_CALL(p, call, what)                                                             \
+    (dt_err_clear(), dt_crash_enter(dt_kind_name((p)->kind), (p)->name, (what)),               \
+     plugin_rc((p), (call), (what)))
 
 /* ---- start: plugins, model, batch, data, strategy, resume, metrics ---- */
 
@@ -229,7 +242,8 @@ static int open_data(run_t *R)
     if (d->val[0] && ((rc = dt_data_open(d->val, &R->val)) ||
                       (rc = dt_data_check_vocab(R->val, vocab)) ||
                       (rc = dt_data_eval_check(R->val, (uint32_t)t->seq_len,
-                                               (uint32_t)t->micro_batch, (uint32_t)R->dp))))
+                                               (uint32_t)(t->global_batch / R->dp),
+                                               (uint32_t)R->dp))))
         return rc;
     if ((rc = dt_sampler_init(&R->sampler, R->train, (uint32_t)t->seq_len,
                               (uint32_t)t->micro_batch, (uint32_t)t->global_batch,
@@ -392,11 +406,13 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
     rep->step = step;
     rep->eval_loss = NAN;
     rep->lr = dt_lr_at(step, t->steps, t->warmup_steps, t->lr, t->min_lr, t->decay);
+    dt_crash_set_phase("training", step);
     int rc = PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step), "begin_step");
     if (rc)
         return rc;
     double loss_sum = 0;
     for (uint32_t m = 0; m < accum; m++) {
+        dt_crash_set_micro(m);
         if ((rc = dt_sampler_fill(R->sampler, (uint64_t)(step - 1), m, (uint32_t)R->world.rank,
                                   (uint32_t)R->dp, R->inputs, R->targets)))
             return rc;
@@ -423,6 +439,7 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
     dt_step_args_t sargs = {.struct_size = sizeof(dt_step_args_t), .step = step,
                             .lr = (float)rep->lr, .clip = (float)t->gradient_clipping};
     dt_step_result_t sres = {.struct_size = sizeof(dt_step_result_t)};
+    dt_crash_set_phase("optimizer step", step);
     if ((rc = PLUGIN_CALL(R->pstrat, R->strat_ops->step(R->strat, &sargs, &sres), "step")))
         return rc;
     rep->grad_norm = sres.grad_norm;
@@ -450,20 +467,28 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
 }
 
 /* The validation loss, averaged over the ranks, every eval_every steps and
- * at the last one (when there is validation data). */
+ * at the last one (when there is validation data).  It covers the same
+ * sequences at every world size: the first eval_steps global batches of
+ * the file (fewer when it is shorter), each rank taking its share of each
+ * in micro-batches, like a training step; so the same weights give the
+ * same loss on 1 rank or N (up to the order of the reduction). */
 static int evaluate(run_t *R, int64_t step, double *eval_loss)
 {
     const dt_train_settings_t *t = &R->set->train;
     if (!R->val || t->eval_every <= 0 || (step % t->eval_every != 0 && step != t->steps))
         return DT_OK;
-    uint64_t nb = dt_data_eval_batches(R->val, (uint32_t)t->seq_len, (uint32_t)t->micro_batch,
-                                       (uint32_t)R->dp);
-    if (nb > (uint64_t)t->eval_steps)
-        nb = (uint64_t)t->eval_steps;
+    uint64_t global = dt_data_eval_batches(R->val, (uint32_t)t->seq_len,
+                                           (uint32_t)t->global_batch, 1);
+    if (global > (uint64_t)t->eval_steps)
+        global = (uint64_t)t->eval_steps;
+    /* micro x dp sequences per round, grad_accum rounds per global batch */
+    uint64_t nb = global * (uint64_t)t->grad_accum;
     double es = 0;
     int rc;
+    dt_crash_set_phase("evaluation", step);
     for (uint64_t b = 0; b < nb; b++) {
         double l;
+        dt_crash_set_micro((int64_t)b);
         if ((rc = dt_data_eval_fill(R->val, (uint32_t)t->seq_len, (uint32_t)t->micro_batch, b,
                                     (uint32_t)R->world.rank, (uint32_t)R->dp, R->inputs,
                                     R->targets)) ||
@@ -504,16 +529,50 @@ static int metrics_line_end(run_t *R)
                       strerror(R->metrics_errno));
 }
 
+/* "1:02:03" (h:mm:ss) into buf[cap]. */
+static void format_hms(double s, char *buf, size_t cap)
+{
+    long long t = s > 0 && s < 1e12 ? (long long)(s + 0.5) : 0;
+    snprintf(buf, cap, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+}
+
+/* The step this run ends at: train.stop_at when it comes first. */
+static int64_t end_step(const run_t *R)
+{
+    const dt_train_settings_t *t = &R->set->train;
+    return t->stop_at > 0 && t->stop_at < t->steps ? t->stop_at : t->steps;
+}
+
+/* The log line's " | elapsed 0:00:12 | eta 0:01:05": wall time since this
+ * run's first step (evaluations and checkpoints included), and the steps
+ * left to its end at the mean pace so far. */
+static void print_progress(const run_t *R, int64_t step)
+{
+    char el[32], eta[32];
+    double elapsed = now_s() - R->loop_start;
+    double left = (double)(end_step(R) - step);
+    format_hms(elapsed, el, sizeof el);
+    format_hms(left > 0 ? elapsed / (double)(step - R->start_step) * left : 0, eta, sizeof eta);
+    printf(" | elapsed %s | eta %s", el, eta);
+}
+
 /* Rank 0's log line (every log_every steps, the first and the last) and
  * the step's line in the metrics file. */
 static int report_step(run_t *R, const step_report_t *rep)
 {
     const int64_t step = rep->step, steps = R->set->train.steps;
+    R->last_step = step;
+    R->last_loss = rep->loss;
+    if (!isnan(rep->eval_loss)) {
+        R->last_val = rep->eval_loss;
+        R->last_val_step = step;
+    }
     if (R->world.rank == 0 && (step % R->set->run.log_every == 0 || step == steps || step == 1)) {
         printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms | "
                "mfu %.1f%% | mem %.1f MiB",
                (long long)step, (long long)steps, rep->loss, rep->lr, rep->grad_norm,
                rep->tokens_per_s, rep->step_s * 1e3, rep->mfu * 100, mib(rep->mem_now));
+        print_progress(R, step);
         if (!isnan(rep->eval_loss))
             printf(" | val %.4f", rep->eval_loss);
         printf("\n");
@@ -541,6 +600,7 @@ static int checkpoint(run_t *R, int64_t step, int *stop)
     if (!(set->checkpoint.every > 0 && step % set->checkpoint.every == 0) &&
         step != set->train.steps && !*stop)
         return DT_OK;
+    dt_crash_set_phase("checkpoint save", step);
     return dt_ckpt_save(&R->world, set, dt_config_hash(R->r->cfg), R->comm_ops, R->comm,
                         R->strat_ops, R->strat, R->model, step);
 }
@@ -550,6 +610,8 @@ static int checkpoint(run_t *R, int64_t step, int *stop)
 static int train_steps(run_t *R)
 {
     print_header(R);
+    R->loop_start = now_s();
+    R->last_step = R->start_step;
     for (int64_t step = R->start_step + 1; step <= R->set->train.steps; step++) {
         step_report_t rep;
         int stop = 0, rc;
@@ -647,6 +709,42 @@ static int report_memory(run_t *R)
     return report_host_memory(R);
 }
 
+/* Rank 0's last line: what the run did, "summary: 8 steps (1-8 of 8),
+ * 16384 tokens in 3.20 s (5120 tok/s); final loss 4.1234, val 4.2345 (step
+ * 8); peak device memory 12.34 MiB (rank 0)"; the time is the steps' wall
+ * time, evaluations and checkpoints included. */
+static int print_summary(run_t *R)
+{
+    const dt_train_settings_t *t = &R->set->train;
+    if (R->world.rank != 0)
+        return DT_OK;
+    int64_t n = R->last_step - R->start_step;
+    double secs = n > 0 ? now_s() - R->loop_start : 0;
+    double tokens = (double)n * (double)t->global_batch * (double)t->seq_len;
+    dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
+    R->dev_ops->mem_stats(R->dev, &ms);
+    char range[96], val[64] = "";
+    if (n > 0)
+        snprintf(range, sizeof range, " (%lld-%lld of %lld%s)", (long long)R->start_step + 1,
+                 (long long)R->last_step, (long long)t->steps,
+                 R->last_step < t->steps ? ", stopped at train.stop_at" : "");
+    else
+        snprintf(range, sizeof range, " (the checkpoint is at step %lld of %lld)",
+                 (long long)R->start_step, (long long)t->steps);
+    if (!isnan(R->last_val))
+        snprintf(val, sizeof val, ", val %.4f (step %lld)", R->last_val,
+                 (long long)R->last_val_step);
+    printf("summary: %lld step%s%s, %.0f tokens in %.2f s (%.0f tok/s); final loss ",
+           (long long)n, n == 1 ? "" : "s", range, tokens, secs, secs > 0 ? tokens / secs : 0.0);
+    if (n > 0)
+        printf("%.4f%s", R->last_loss, val);
+    else
+        printf("-");
+    printf("; peak device memory %.2f MiB (rank 0)\n", mib(ms.total_peak));
+    fflush(stdout);
+    return DT_OK;
+}
+
 /* The model the config describes, on no device yet. */
 static int create_model(run_t *R)
 {
@@ -656,7 +754,7 @@ static int create_model(run_t *R)
 /* A run, in order; each stage runs only when every earlier one succeeded. */
 static int (*const stages[])(run_t *) = {
     start_plugins, create_model, resolve_batch, open_data, init_strategy,
-    claim_checkpoints, load_state, open_metrics, train_steps, report_memory,
+    claim_checkpoints, load_state, open_metrics, train_steps, report_memory, print_summary,
 };
 
 int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
@@ -666,6 +764,7 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     R.r = r;
     R.set = &r->set;
     R.ckpt_lock = -1;
+    R.last_loss = R.last_val = NAN;
     R.metrics_path = opts && opts->metrics_path ? opts->metrics_path : r->set.run.metrics;
     int rc = dt_setup_output_dir(&r->set);
     for (size_t i = 0; i < sizeof stages / sizeof stages[0] && rc == DT_OK; i++)

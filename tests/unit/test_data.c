@@ -693,7 +693,7 @@ static void test_eval_check(void **state)
     assert_ok(dt_data_eval_check(ds, 16, 1, 3));
     assert_status(dt_data_eval_check(ds, 16, 2, 2), DT_ERR_DATA);
     snprintf(want, sizeof want, "data file '%s': 50 tokens hold 3 sequences of "
-             "seq_len 16, fewer than one evaluation batch of micro_batch 2 x 2 "
+             "seq_len 16, fewer than one evaluation batch of 2 sequence(s) x 2 "
              "rank(s) = 4 sequences (need at least 65 tokens)",
              tpath("val_few.bin"));
     assert_msg(want);

@@ -35,10 +35,15 @@ static const char *type_name(int t)
     }
 }
 
-/* The shortest %g that reads back as v: 1e+09, but 1048576, not the
- * 1.04858e+06 of a plain %g. */
-static const char *shortest(double v, char *buf, size_t n)
+/* An int key's bound in full (1000000000, never 1e+09: one format for
+ * every int); a float's as the shortest %g that reads back as v (6e-4, not
+ * 0.000600000000000000012). */
+static const char *shortest(double v, int is_int, char *buf, size_t n)
 {
+    if (is_int && v > -9007199254740992.0 && v < 9007199254740992.0) {
+        snprintf(buf, n, "%.0f", v);
+        return buf;
+    }
     for (int prec = 6; prec <= 17; prec++) {
         snprintf(buf, n, "%.*g", prec, v);
         if (strtod(buf, NULL) == v)
@@ -63,8 +68,8 @@ void dt_cli_print_keys(FILE *f, const char *table, const dt_config_key_t *keys, 
             !(k->min == 0 && k->max == 0))
         {
             char lo[32], hi[32];
-            fprintf(f, ", range %s .. %s", shortest(k->min, lo, sizeof lo),
-                    shortest(k->max, hi, sizeof hi));
+            fprintf(f, ", range %s .. %s", shortest(k->min, k->type == DT_CFG_INT, lo, sizeof lo),
+                    shortest(k->max, k->type == DT_CFG_INT, hi, sizeof hi));
         }
         if (k->type == DT_CFG_ENUM && k->choices)
             fprintf(f, ", one of %s", k->choices);

@@ -42,12 +42,12 @@ expect_exit 0 "the example builds with pkg-config dtrain-sdk" bash -c \
    -o '$work/pc/dtrain_local_sgd.so'"
 expect_exit 0 "the pkg-config build loads" env DTRAIN_PLUGIN_PATH="$work/pc" \
   "$prefix/bin/dtrain" plugins --describe local_sgd
-expect_out "its keys are listed" "sync_every         int    default 4, range 1 .. 1e+09"
+expect_out "its keys are listed" "sync_every         int    default 4, range 1 .. 1000000000"
 
 bin=$prefix/bin/dtrain
 export DTRAIN_PLUGIN_PATH=$work/ex
 expect_exit 0 "describe lists the plugin's keys" "$bin" plugins --describe local_sgd
-expect_out "sync_every is declared" "sync_every         int    default 4, range 1 .. 1e+09"
+expect_out "sync_every is declared" "sync_every         int    default 4, range 1 .. 1000000000"
 
 cd "$work"
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null

@@ -39,9 +39,10 @@ static const dt_config_key_t model_keys[] = {
     K_INT("n_embd", "128", 1, 65536, "gpt2: embedding width"),
     K_INT("vocab_size", "256", 2, 16777216.0, "vocabulary size (token ids and output classes)"),
     K_INT("context", "64", 1, 1048576.0, "gpt2: maximum sequence length"),
-    K_ENUM("dtype", "\"fp32\"", "fp32|bf16",
-           "compute dtype of parameters (bf16: matmuls read bf16 weights; "
-           "gradients, activations and the optimizer stay fp32)"),
+    K_ENUM("dtype", "\"fp32\"", "fp32|bf16|fp16",
+           "compute dtype of parameters (bf16, fp16: matmuls read 16-bit weights; "
+           "gradients, activations and the optimizer's master copy stay fp32; fp16 "
+           "scales the loss as [fp16] says)"),
     K_ENUM("activation_checkpointing", "\"none\"", "none|all|every",
            "recompute activations in backward"),
     K_INT("checkpoint_every", "2", 1, 1024,

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtrain/half.h"
 #include "model/model_arch.h"
 #include "util/error.h"
 
@@ -102,8 +103,11 @@ int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, dt_model_t **o
     } else if (strcmp(dtype, "bf16") == 0) {
         m->wdtype = DT_BF16;
         m->info.dtype = "bf16";
+    } else if (strcmp(dtype, "fp16") == 0) {
+        m->wdtype = DT_F16;
+        m->info.dtype = "fp16";
     } else {
-        rc = dt_err_set(DT_ERR_CONFIG, "%s: [model] dtype = \"%s\": fp32 or bf16",
+        rc = dt_err_set(DT_ERR_CONFIG, "%s: [model] dtype = \"%s\": fp32, bf16 or fp16",
                         dt_model_cfg_name(cfg), dtype);
         goto fail;
     }
@@ -580,12 +584,12 @@ static uint64_t first_bad(const void *x, int dtype, uint64_t n, double *val)
 {
     for (uint64_t i = 0; i < n; i++) {
         float f;
-        if (dtype == DT_F32) {
+        if (dtype == DT_F32)
             f = ((const float *)x)[i];
-        } else { /* bf16: the high half of an f32 */
-            uint32_t b = (uint32_t)((const uint16_t *)x)[i] << 16;
-            memcpy(&f, &b, 4);
-        }
+        else if (dtype == DT_BF16)
+            f = dt_bf16_to_f32(((const uint16_t *)x)[i]);
+        else
+            f = dt_f16_to_f32(((const uint16_t *)x)[i]);
         if (!isfinite(f)) {
             *val = f;
             return i;
@@ -600,8 +604,8 @@ int dt_model_probe(dt_model_t *m, const dt_model_ctx_t *ctx, const char *what, u
     dt_model_probe_t *p = m->probe;
     if (!p || p->found)
         return DT_OK;
-    if (dtype != DT_F32 && dtype != DT_BF16)
-        return dt_err_set(DT_ERR_INVALID, "model: probing %s: dtype %s is not f32 or bf16", what,
+    if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
+        return dt_err_set(DT_ERR_INVALID, "model: probing %s: dtype %s is not f32, bf16 or f16", what,
                           dt_dtype_name(dtype));
     const size_t es = dt_dtype_size(dtype);
     for (uint64_t at = 0; at < n; at += PROBE_CHUNK) {

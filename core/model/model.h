@@ -17,8 +17,8 @@
  * Common machinery (config dispatch, init, activations, the bf16 parameter
  * views) is in core/model/model.c.
  *
- * [model] dtype = "bf16": the strategy holds compute parameters in bf16
- * (desc.param_dtype); matmuls read the weights as bf16 (the device's
+ * [model] dtype = "bf16" (or "fp16"): the strategy holds compute parameters
+ * in bf16 (f16) (desc.param_dtype); matmuls read the weights so (the device's
  * wdtype), and the model casts the tensors other kernels read (norms,
  * biases, embedding tables) to the activation dtype in a scratch with the
  * device's cast kernel at each use.  The scratch holds one unit's such
@@ -59,7 +59,7 @@ typedef struct dt_model_key {
 /* What the rest of the engine needs to know about any model. */
 typedef struct dt_model_info {
     const char *arch;     /* "gpt2", "mlp" */
-    const char *dtype;    /* "fp32", "bf16": [model] dtype */
+    const char *dtype;    /* "fp32", "bf16", "fp16": [model] dtype */
     int64_t vocab_size;   /* tokens are in [0, vocab_size) */
     int64_t context;      /* longest sequence it takes; 0 = any length */
     /* The keys that, with arch, determine every parameter's shape, in

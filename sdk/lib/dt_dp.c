@@ -56,9 +56,10 @@ static int read_args(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_ini
     if (args->n_micro < 1)
         return host->set_error(host, DT_ERR_INVALID, "init: n_micro = 0");
     const dt_model_desc_v1_t *model = args->model;
-    if (model->param_dtype != DT_F32 && model->param_dtype != DT_BF16)
+    if (model->param_dtype != DT_F32 && model->param_dtype != DT_BF16 &&
+        model->param_dtype != DT_F16)
         return host->set_error(host, DT_ERR_UNSUPPORTED,
-                               "param_dtype %s: %s keeps f32 or bf16 compute parameters",
+                               "param_dtype %s: %s keeps f32, bf16 or f16 compute parameters",
                                dt_dtype_name(model->param_dtype), what);
     if (args->optim->kind != DT_OPTIM_ADAMW && args->optim->kind != DT_OPTIM_SGD)
         return host->set_error(host, DT_ERR_INVALID, "init: unknown optimizer kind %d",

@@ -122,8 +122,9 @@ static int alloc_state(dt_replica_t *r)
         return rc;
     if ((rc = alloc_flat(r, DT_F32, DT_TAG_PARAMS, "master params", (void **)&r->master)))
         return rc;
-    if (model->param_dtype == DT_BF16) {
-        if ((rc = alloc_flat(r, DT_BF16, DT_TAG_PARAMS, "bf16 compute params", &r->compute)))
+    if (model->param_dtype != DT_F32) {
+        if ((rc = alloc_flat(r, model->param_dtype, DT_TAG_PARAMS, "16-bit compute params",
+                             &r->compute)))
             return rc;
     } else {
         r->compute = r->master;

@@ -56,7 +56,7 @@ typedef struct dt_dp {
 } dt_dp_t;
 
 /* Check `args` (struct_size, the NULL pointers, n_micro >= 1, param_dtype
- * f32 or bf16 (DT_ERR_UNSUPPORTED "<what> keeps f32 or bf16 compute
+ * f32, bf16 or f16 (DT_ERR_UNSUPPORTED "<what> keeps f32, bf16 or f16 compute
  * parameters"), the optimizer kind, every unit valid and at its index),
  * then fill `b`: rank and size from the group, zeroed hook depths (host
  * memory).  On failure `b` holds what was set; dt_dp_free it either way. */

@@ -58,6 +58,11 @@ static const struct field {
     FIELD("launch.master_addr", F_STRING, launch.master_addr),
     FIELD("launch.master_port", F_INT, launch.master_port),
     FIELD("checkpoint.dir", F_STRING, checkpoint.dir),
+    FIELD("fp16.loss_scale", F_FLOAT, fp16.loss_scale),
+    FIELD("fp16.initial_scale_power", F_INT, fp16.initial_scale_power),
+    FIELD("fp16.loss_scale_window", F_INT, fp16.loss_scale_window),
+    FIELD("fp16.hysteresis", F_INT, fp16.hysteresis),
+    FIELD("fp16.min_loss_scale", F_FLOAT, fp16.min_loss_scale),
     FIELD("checkpoint.every", F_INT, checkpoint.every),
     FIELD("checkpoint.keep", F_INT, checkpoint.keep),
     FIELD("checkpoint.resume", F_STRING, checkpoint.resume),
@@ -108,6 +113,31 @@ static int check_run_name(const dt_config_t *cfg, const char *name)
                       where, DT_RUN_NAME_MAX);
 }
 
+/* [fp16] scales the loss of fp16 models only: a key set for another dtype
+ * would silently do nothing. */
+static int check_fp16_keys(const dt_config_t *cfg)
+{
+    static const char *const keys[] = {"fp16.loss_scale", "fp16.initial_scale_power",
+                                       "fp16.loss_scale_window", "fp16.hysteresis",
+                                       "fp16.min_loss_scale"};
+    const char *dtype;
+    int rc = dt_config_get_string(cfg, "model.dtype", &dtype);
+    if (rc || strcmp(dtype, "fp16") == 0)
+        return rc;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        dt_origin_t o = dt_config_origin(cfg, keys[i]);
+        if (o != DT_ORIGIN_FILE && o != DT_ORIGIN_CLI)
+            continue;
+        char where[1400];
+        dt_config_where(cfg, keys[i], where, sizeof where);
+        return dt_err_set(DT_ERR_CONFIG,
+                          "%s: %s is set but only model.dtype = \"fp16\" scales the loss; "
+                          "this model is dtype = \"%s\"",
+                          where, keys[i], dtype);
+    }
+    return DT_OK;
+}
+
 int dt_settings_read(const dt_config_t *cfg, dt_settings_t *out)
 {
     dt_settings_t s;
@@ -117,7 +147,7 @@ int dt_settings_read(const dt_config_t *cfg, dt_settings_t *out)
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if ((rc = read_field(cfg, &fields[i], &s)))
             return rc;
-    if ((rc = check_run_name(cfg, s.run.name)))
+    if ((rc = check_run_name(cfg, s.run.name)) || (rc = check_fp16_keys(cfg)))
         return rc;
     const char *decay, *opt;
     if ((rc = dt_config_get_string(cfg, "train.decay", &decay)) ||

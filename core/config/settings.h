@@ -88,6 +88,15 @@ typedef struct dt_checkpoint_settings {
     int overwrite;      /* a fresh start removes the folder's checkpoints */
 } dt_checkpoint_settings_t;
 
+/* [fp16]: the loss scaler's keys (core/train/loss_scale.h) */
+typedef struct dt_fp16_settings {
+    double loss_scale;           /* 0 = dynamic */
+    int64_t initial_scale_power;
+    int64_t loss_scale_window;
+    int64_t hysteresis;
+    double min_loss_scale;
+} dt_fp16_settings_t;
+
 typedef struct dt_settings {
     const char *config_path; /* the file they came from ("" = none), for
                               * messages */
@@ -98,6 +107,7 @@ typedef struct dt_settings {
     dt_parallel_settings_t parallel;
     dt_launch_settings_t launch;
     dt_checkpoint_settings_t checkpoint;
+    dt_fp16_settings_t fp16;
 } dt_settings_t;
 
 /* Read the core's sections of `cfg` (after their schemas were applied, as

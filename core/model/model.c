@@ -324,6 +324,9 @@ int dt_model_recomputes(const dt_model_t *m, int64_t l)
     return 0;
 }
 
+static void grad_probe_note(dt_model_probe_t *p, uint32_t unit, float *grads);
+static int grad_probe_unit(const dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit);
+
 int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
                   const dt_hook_t *h, uint32_t unit, int last_use, dt_unit_buffers_t *buf)
 {
@@ -333,6 +336,9 @@ int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
     hk.last_use = last_use;
     const dt_strategy_ops_t *s = ctx->strat_ops;
     int rc;
+    /* the gradient as backward left it, before the strategy reduces it */
+    if (phase == DT_POST_BACKWARD && m->grad_probe && (rc = grad_probe_unit(m, ctx, unit)))
+        return rc;
     switch (phase) {
     case DT_PRE_FORWARD: rc = s->pre_forward(ctx->strat, &hk, buf); break;
     case DT_POST_FORWARD: rc = s->post_forward(ctx->strat, &hk); break;
@@ -347,6 +353,8 @@ int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
         return dt_err_set(DT_ERR_INVALID, "strategy %s: %s of unit %u (%s) gave no %s",
                           ctx->strat_name ? ctx->strat_name : "?", names[phase], unit,
                           m->desc.units[unit].name, buf->params ? "gradients" : "parameters");
+    if (phase == DT_PRE_BACKWARD && m->grad_probe)
+        grad_probe_note(m->grad_probe, unit, buf->grads);
     return DT_OK;
 }
 
@@ -573,6 +581,8 @@ struct dt_model_probe {
     void *host;       /* PROBE_CHUNK elements of the largest dtype */
     char *what;       /* the phrase, once found */
     size_t cap;
+    float **grads;    /* gradient search: (n_units) each unit's gradient
+                       * buffer from its pre_backward */
 };
 
 /* Host copies go through a fixed buffer: a (B, T, V) logits tensor of a
@@ -598,10 +608,43 @@ static uint64_t first_bad(const void *x, int dtype, uint64_t n, double *val)
     return n;
 }
 
+static int probe_into(dt_model_probe_t *p, const dt_model_t *m, const dt_model_ctx_t *ctx,
+                      const char *what, uint32_t unit, const char *after, const void *x,
+                      int dtype, uint64_t n);
+
 int dt_model_probe(dt_model_t *m, const dt_model_ctx_t *ctx, const char *what, uint32_t unit,
                    const char *after, const void *x, int dtype, uint64_t n)
 {
-    dt_model_probe_t *p = m->probe;
+    return probe_into(m->probe, m, ctx, what, unit, after, x, dtype, n);
+}
+
+static void grad_probe_note(dt_model_probe_t *p, uint32_t unit, float *grads)
+{
+    p->grads[unit] = grads;
+}
+
+/* Each parameter tensor's gradient of `unit`, in the order of its
+ * tensors. */
+static int grad_probe_unit(const dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit)
+{
+    dt_model_probe_t *p = m->grad_probe;
+    const dt_unit_desc_t *u = &m->desc.units[unit];
+    char what[200], after[160];
+    snprintf(after, sizeof after, "the backward of unit %s", u->name);
+    for (uint32_t k = 0; !p->found && p->grads[unit] && k < u->n_params; k++) {
+        snprintf(what, sizeof what, "gradient of parameter %s", u->params[k].name);
+        int rc = probe_into(p, m, ctx, what, unit, after, p->grads[unit] + u->params[k].offset,
+                            DT_F32, u->params[k].numel);
+        if (rc)
+            return rc;
+    }
+    return DT_OK;
+}
+
+static int probe_into(dt_model_probe_t *p, const dt_model_t *m, const dt_model_ctx_t *ctx,
+                      const char *what, uint32_t unit, const char *after, const void *x,
+                      int dtype, uint64_t n)
+{
     if (!p || p->found)
         return DT_OK;
     if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
@@ -696,6 +739,33 @@ int dt_model_find_nonfinite(dt_model_t *m, const dt_model_ctx_t *ctx, const int3
         snprintf(out, cap, "unknown (the search failed: %s)", dt_last_error());
     } else if (!p.found) {
         snprintf(out, cap, "%s", DT_MODEL_FORWARD_FINITE);
+    }
+    return rc;
+}
+
+int dt_model_find_nonfinite_grad(dt_model_t *m, const dt_model_ctx_t *ctx,
+                                 const int32_t *inputs, const int32_t *targets,
+                                 float loss_scale, char *out, size_t cap)
+{
+    dt_model_probe_t p = {.found = 0, .host = malloc(PROBE_CHUNK * 4), .what = out, .cap = cap,
+                          .grads = calloc(m->desc.n_units, sizeof(float *))};
+    int rc;
+    if (!p.host || !p.grads) {
+        rc = dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    } else {
+        double loss;
+        m->grad_probe = &p;
+        rc = dt_model_step_micro(m, ctx, inputs, targets, 0, 1, 0, loss_scale, &loss);
+        m->grad_probe = NULL;
+    }
+    free(p.host);
+    free(p.grads);
+    if (rc) {
+        rc = dt_err_context(rc, "re-running forward and backward to find the first non-finite "
+                                "gradient");
+        snprintf(out, cap, "unknown (the search failed: %s)", dt_last_error());
+    } else if (!p.found) {
+        snprintf(out, cap, "%s", DT_MODEL_GRADS_FINITE);
     }
     return rc;
 }

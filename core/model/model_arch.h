@@ -134,6 +134,8 @@ struct dt_model {
     uint64_t *act_got;         /* [n_units + 1] bytes allocated per owner,
                                 * the workspace last (alloc_acts only) */
     dt_model_probe_t *probe;   /* set only inside dt_model_find_nonfinite */
+    dt_model_probe_t *grad_probe; /* set only inside dt_model_find_nonfinite_grad:
+                                   * dt_model_hook probes each unit's gradient */
 };
 
 /* ---- describing (create) ---- */

@@ -25,6 +25,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_io.h"
 #include "train/consistency.h"
+#include "train/loss_scale.h"
 #include "setup/output_dir.h"
 #include "data/data.h"
 #include "util/fileutil.h"
@@ -115,6 +116,8 @@ typedef struct run {
     int ckpt_lock;            /* rank 0: the checkpoint folder's lock; -1 */
     FILE *metrics;
     int metrics_errno;        /* the first failed write to it; 0 */
+    int ls_on;                /* model.dtype = "fp16": the loss is scaled */
+    dt_loss_scaler_t ls;      /* loss_scale.h */
 } run_t;
 
 /* What one step measured, for the log line and the metrics file. */
@@ -126,6 +129,8 @@ typedef struct step_report {
     double tokens_per_s, mfu;
     uint64_t mem_now;  /* device bytes allocated after the step */
     double eval_loss;  /* NAN when not evaluated this step */
+    double loss_scale; /* fp16: the scale this step's loss carried; else 0 */
+    int skipped;       /* fp16: the gradient overflowed, no update */
 } step_report_t;
 
 static void run_free(run_t *R)
@@ -400,6 +405,63 @@ static void print_header(run_t *R)
            (long long)t->grad_accum, (long long)R->dp, R->props.name, R->pstrat->name);
 }
 
+/* ---- fp16 loss scaling (loss_scale.h): start, one step's outcome ---- */
+
+static int start_loss_scale(run_t *R)
+{
+    const dt_fp16_settings_t *f = &R->set->fp16;
+    R->ls_on = strcmp(dt_model_info(R->model)->dtype, "fp16") == 0;
+    dt_loss_scale_cfg_t c = {.loss_scale = f->loss_scale,
+                             .initial_power = f->initial_scale_power,
+                             .window = f->loss_scale_window,
+                             .hysteresis = f->hysteresis,
+                             .min_scale = f->min_loss_scale};
+    return R->ls_on ? dt_loss_scale_init(&R->ls, &c, R->set->config_path) : DT_OK;
+}
+
+/* After the strategy's step under loss scaling: whether the gradient
+ * overflowed on ANY rank (the strategies' norms are global already; the
+ * MAX makes it so for any strategy, and keeps every rank's scaler equal),
+ * then the scaler's answer: a clean step, a skipped one (*skipped), or,
+ * with the scale at its floor, the run's end naming the first non-finite
+ * gradient, the rank and the step. */
+static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres, int *skipped)
+{
+    float any = sres->nonfinite ? 1.0f : 0.0f;
+    int rc;
+    if (R->dp > 1 && (rc = PLUGIN_CALL(R->pcomm,
+                                       R->comm_ops->all_reduce(R->comm, &any, &any, 1, DT_F32,
+                                                               DT_OP_MAX, NULL, NULL),
+                                       "all_reduce of the overflow flag")))
+        return rc;
+    const double scale = R->ls.scale;
+    dt_loss_scale_event_t ev = dt_loss_scale_update(&R->ls, any != 0.0f);
+    *skipped = ev != DT_LS_CLEAN;
+    if (ev == DT_LS_SKIP && R->world.rank == 0)
+        dt_log(DT_LOG_WARN, "train", "step %lld: gradient overflowed at loss scale %g: step "
+               "skipped, scale now %g", (long long)step, scale, R->ls.scale);
+    if (ev != DT_LS_FATAL)
+        return DT_OK;
+    char what[1024];
+    /* a fresh step's gradients (zeroed by begin_step), the overflowing
+     * micro-batch again; every rank, as its hooks are collective */
+    rc = PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step), "begin_step");
+    if (rc)
+        snprintf(what, sizeof what, "unknown (the search failed: %s)", dt_last_error());
+    else
+        dt_model_find_nonfinite_grad(R->model, &R->ctx, R->inputs, R->targets,
+                                     (float)(scale / (double)R->set->train.grad_accum), what,
+                                     sizeof what);
+    return dt_err_set(DT_ERR_NUMERIC,
+                      "step %lld, rank %d: the gradient overflowed at loss scale %g, %s, so it "
+                      "cannot be lowered (%lld steps skipped before); first non-finite tensor: "
+                      "%s; the last checkpoint is intact",
+                      (long long)step, R->world.rank, scale,
+                      R->ls.cfg.loss_scale > 0 ? "the static [fp16] loss_scale"
+                                               : "[fp16] min_loss_scale",
+                      (long long)R->ls.skipped, what);
+}
+
 /* ---- one step ---- */
 
 /* The micro-batches of `step`, the loss over the global batch, and the
@@ -418,13 +480,15 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
     if (rc)
         return rc;
     double loss_sum = 0;
+    rep->loss_scale = R->ls_on ? R->ls.scale : 0; /* fp16: what the loss carries */
+    const float micro_scale = (float)((R->ls_on ? R->ls.scale : 1.0) / (double)accum);
     for (uint32_t m = 0; m < accum; m++) {
         if ((rc = dt_sampler_fill(R->sampler, (uint64_t)(step - 1), m, (uint32_t)R->world.rank,
                                   (uint32_t)R->dp, R->inputs, R->targets)))
             return rc;
         double loss;
         rc = dt_model_step_micro(R->model, &R->ctx, R->inputs, R->targets, m, accum, 0,
-                                 1.0f / (float)accum, &loss);
+                                 micro_scale, &loss);
         if (rc)
             return dt_err_context(rc, "step %lld, micro-batch %u", (long long)step, m);
         loss_sum += loss;
@@ -443,12 +507,16 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
         return rc;
     rep->loss = R->dp > 1 ? (double)lbuf : loss_local;
     dt_step_args_t sargs = {.struct_size = sizeof(dt_step_args_t), .step = step,
-                            .lr = (float)rep->lr, .clip = (float)t->gradient_clipping};
+                            .lr = (float)rep->lr, .clip = (float)t->gradient_clipping,
+                            .loss_scale = (float)rep->loss_scale};
     dt_step_result_t sres = {.struct_size = sizeof(dt_step_result_t)};
     if ((rc = PLUGIN_CALL(R->pstrat, R->strat_ops->step(R->strat, &sargs, &sres), "step")))
         return rc;
     rep->grad_norm = sres.grad_norm;
-    if (!isfinite(rep->loss) || sres.nonfinite) {
+    if (R->ls_on && isfinite(rep->loss) &&
+        (rc = loss_scale_step(R, step, &sres, &rep->skipped)))
+        return rc;
+    if (!isfinite(rep->loss) || (sres.nonfinite && !rep->skipped)) {
         char what[1024];
         /* every rank: under a sharding strategy the forward's hooks are
          * collective (the loss and the norm agree across ranks) */
@@ -538,6 +606,9 @@ static int report_step(run_t *R, const step_report_t *rep)
                rep->tokens_per_s, rep->step_s * 1e3, rep->mfu * 100, mib(rep->mem_now));
         if (!isnan(rep->eval_loss))
             printf(" | val %.4f", rep->eval_loss);
+        if (R->ls_on)
+            printf(" | scale %g%s | skipped %lld", rep->loss_scale,
+                   rep->skipped ? " (overflow, step skipped)" : "", (long long)R->ls.skipped);
         printf("\n");
         fflush(stdout);
     }
@@ -550,6 +621,10 @@ static int report_step(run_t *R, const step_report_t *rep)
                    rep->step_s * 1e3, rep->mfu);
     if (!isnan(rep->eval_loss))
         metrics_printf(R, ", \"val_loss\": %.9g", rep->eval_loss);
+    if (R->ls_on)
+        metrics_printf(R, ", \"loss_scale\": %.9g, \"skipped\": %s, \"skipped_steps\": %lld",
+                       rep->loss_scale, rep->skipped ? "true" : "false",
+                       (long long)R->ls.skipped);
     metrics_printf(R, "}\n");
     return metrics_line_end(R);
 }
@@ -677,7 +752,7 @@ static int create_model(run_t *R)
 
 /* A run, in order; each stage runs only when every earlier one succeeded. */
 static int (*const stages[])(run_t *) = {
-    start_plugins, create_model, resolve_batch, open_data, init_strategy,
+    start_plugins, create_model, start_loss_scale, resolve_batch, open_data, init_strategy,
     claim_checkpoints, load_state, open_metrics, train_steps, report_memory,
 };
 

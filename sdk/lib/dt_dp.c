@@ -219,7 +219,11 @@ int dt_dp_step_check(const dt_dp_t *b, const dt_step_args_v1_t *args, dt_step_re
 dt_optim_step_t dt_dp_step_norm(const dt_dp_t *b, const dt_step_args_v1_t *args, double sumsq,
                                 dt_step_result_v1_t *out)
 {
-    double norm = sqrt(sumsq);
+    /* the gradients carry loss_scale (a power of two under dynamic
+     * scaling, so dividing it out is exact): the norm is the unscaled
+     * gradient's, and the optimizer's multiplier unscales as it clips */
+    const double carried = args->loss_scale > 0 ? (double)args->loss_scale : 1.0;
+    double norm = sqrt(sumsq) / carried;
     dt_optim_step_t st = {.desc = &b->optim, .lr = args->lr, .grad_scale = 0.0f, .t = args->step};
     out->grad_norm = norm;
     if (!isfinite(norm)) {
@@ -228,7 +232,7 @@ dt_optim_step_t dt_dp_step_norm(const dt_dp_t *b, const dt_step_args_v1_t *args,
                      (long long)args->step, norm);
         return st;
     }
-    st.grad_scale = dt_clip_scale(norm, args->clip);
+    st.grad_scale = (float)((double)dt_clip_scale(norm, args->clip) / carried);
     return st;
 }
 

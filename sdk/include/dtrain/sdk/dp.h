@@ -80,8 +80,10 @@ void dt_dp_hooks_reset(dt_dp_t *b);
  * fields zeroed; DT_ERR_INVALID for an AdamW step count
  * < 1 or a unit still inside a pre_* hook. */
 int dt_dp_step_check(const dt_dp_t *b, const dt_step_args_v1_t *args, dt_step_result_v1_t *out);
-/* The gradient norm sqrt(sumsq) into *out and the optimizer step it
- * implies (lr and t from args, grad_scale the clip coefficient).  A
+/* The gradient norm sqrt(sumsq) / args->loss_scale (the unscaled
+ * gradient's; loss_scale 0 reads as 1) into *out and the optimizer step it
+ * implies (lr and t from args, grad_scale the clip coefficient divided by
+ * the loss scale, so the update sees the unscaled gradient).  A
  * non-finite norm sets out->nonfinite and logs that the update is skipped:
  * the caller then returns DT_OK without updating. */
 dt_optim_step_t dt_dp_step_norm(const dt_dp_t *b, const dt_step_args_v1_t *args, double sumsq,

@@ -39,6 +39,7 @@
 #include "dtrain/comm.h"
 #include "dtrain/device.h"
 #include "dtrain/host.h"
+#include "dtrain/sdk/cfg.h"
 #include "dtrain/sdk/dp.h"
 #include "dtrain/sdk/flat.h"
 #include "dtrain/sdk/optim.h"
@@ -50,7 +51,7 @@ extern "C" {
 
 /* Unit slices start on 16-element (64-byte f32) boundaries. */
 #define DT_REPLICA_ALIGN 16u
-/* bf16 reduction buffers: two, so one bucket can be cast while the
+/* 16-bit reduction buffers: two, so one bucket can be cast while the
  * previous one is on the wire. */
 #define DT_REPLICA_MAX_SLOTS 2u
 /* Host staging for hashing parameters (the init check). */
@@ -71,10 +72,7 @@ extern "C" {
      .max = 1e6,                                                               \
      .doc = "gradient bucket size in MiB of f32 gradients (> 0); units are "  \
             "never split"}
-#define DT_REPLICA_KEY_REDUCE_DTYPE                                            \
-    {.name = "reduce_dtype", .type = DT_CFG_ENUM, .def = "\"fp32\"",          \
-     .choices = "fp32|bf16",                                                   \
-     .doc = "dtype gradients travel in (bf16 halves the bytes)"}
+#define DT_REPLICA_KEY_REDUCE_DTYPE DT_CFG_KEY_REDUCE_DTYPE /* dtrain/sdk/cfg.h */
 #define DT_REPLICA_KEY_OVERLAP                                                 \
     {.name = "overlap", .type = DT_CFG_BOOL, .def = "true",                   \
      .doc = "start a bucket's all-reduce during backward (false: all in "     \
@@ -90,7 +88,8 @@ typedef struct dt_replica_cfg {
                              * buckets (ddp); 0: every rank keeps its own
                              * (local SGD): no buckets, no reduction
                              * stream, a local gradient norm */
-    int32_t reduce_dtype;   /* DT_F32 or DT_BF16: what gradients travel in */
+    int32_t reduce_dtype;   /* DT_F32, DT_BF16 or DT_F16: what gradients
+                             * travel in */
     int32_t overlap;        /* 1: start buckets during backward */
     int32_t init_broadcast; /* state_loaded: 1 copies rank 0's parameters
                              * to every rank; 0 checks that every rank
@@ -100,7 +99,8 @@ typedef struct dt_replica_cfg {
 /* Read the four keys above through `host` into `cfg` (reduce_grads = 1);
  * a key the strategy did not declare takes its default.  DT_ERR_CONFIG
  * naming the key: "bucket_cap_mb = 0: must be in (0, 1e6] MiB",
- * "reduce_dtype = \"fp16\": must be \"fp32\" or \"bf16\"". */
+ * "reduce_dtype = \"f8\" is not one of the valid choices: fp32, bf16,
+ * fp16" (dt_cfg_reduce_dtype). */
 int dt_replica_read_config(const dt_host_v1_t *host, dt_replica_cfg_t *cfg);
 
 /* ------------------------------------------------------------------------

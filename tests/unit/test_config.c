@@ -345,7 +345,7 @@ static void test_enum(void **state)
                        "\"adamw\", \"sgd\"");
     expect_apply_error("[model]\ndtype = 16\n", "model", DT_ERR_CONFIG,
                        "t.toml:2:9: [model] dtype: expected one of \"fp32\", "
-                       "\"bf16\", got integer 16");
+                       "\"bf16\", \"fp16\", got integer 16");
     dt_config_t *c = load("[model]\ndtype = \"bf16\"\npreset = \"gpt2-124m\"\n");
     assert_int_equal(apply(c, "model"), DT_OK);
     const char *s;

@@ -583,6 +583,8 @@ struct dt_model_probe {
     size_t cap;
     float **grads;    /* gradient search: (n_units) each unit's gradient
                        * buffer from its pre_backward */
+    double max_abs;   /* gradient search: the largest |element| seen, */
+    char max_what[320]; /* and where (f32 tensors only) */
 };
 
 /* Host copies go through a fixed buffer: a (B, T, V) logits tensor of a
@@ -662,6 +664,17 @@ static int probe_into(dt_model_probe_t *p, const dt_model_t *m, const dt_model_c
                                   m->desc.units[unit].name);
         double v = 0;
         const uint64_t i = first_bad(p->host, dtype, k, &v);
+        if (p->grads && dtype == DT_F32) /* the largest, for when all are finite */
+            for (uint64_t j = 0; j < i; j++) {
+                const double a = fabs((double)((const float *)p->host)[j]);
+                if (a > p->max_abs) {
+                    p->max_abs = a;
+                    snprintf(p->max_what, sizeof p->max_what, "%s (unit %s): element %llu of "
+                             "%llu is %g", what, m->desc.units[unit].name,
+                             (unsigned long long)(at + j), (unsigned long long)n,
+                             (double)((const float *)p->host)[j]);
+                }
+            }
         if (i == k)
             continue;
         snprintf(p->what, p->cap, "%s (unit %s)%s%s: element %llu of %llu is %s", what,
@@ -748,7 +761,8 @@ int dt_model_find_nonfinite_grad(dt_model_t *m, const dt_model_ctx_t *ctx,
                                  float loss_scale, char *out, size_t cap)
 {
     dt_model_probe_t p = {.found = 0, .host = malloc(PROBE_CHUNK * 4), .what = out, .cap = cap,
-                          .grads = calloc(m->desc.n_units, sizeof(float *))};
+                          .grads = calloc(m->desc.n_units, sizeof(float *)),
+                          .max_what = "none (no gradient)"};
     int rc;
     if (!p.host || !p.grads) {
         rc = dt_err_set(DT_ERR_NOMEM, "model: out of memory");
@@ -765,7 +779,11 @@ int dt_model_find_nonfinite_grad(dt_model_t *m, const dt_model_ctx_t *ctx,
                                 "gradient");
         snprintf(out, cap, "unknown (the search failed: %s)", dt_last_error());
     } else if (!p.found) {
-        snprintf(out, cap, "%s", DT_MODEL_GRADS_FINITE);
+        /* what a 16-bit reduction would have overflowed on */
+        snprintf(out, cap, "%s; the largest: %s%s", DT_MODEL_GRADS_FINITE, p.max_what,
+                 p.max_abs > 65504.0 ? " (above 65504, the largest f16: a reduce_dtype = "
+                                       "\"fp16\" reduction overflows there)"
+                                     : "");
     }
     return rc;
 }

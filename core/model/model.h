@@ -177,7 +177,10 @@ int dt_model_find_nonfinite(dt_model_t *m, const dt_model_ctx_t *ctx, const int3
  * the first parameter whose gradient holds a NaN or Inf, in backward
  * order, e.g. "gradient of parameter h.1.mlp.c_proj.weight (unit block.1),
  * after the backward of unit block.1: element 37 of 4096 is inf", or when
- * every one is finite DT_MODEL_GRADS_FINITE.  The caller begins a step
+ * every one is finite DT_MODEL_GRADS_FINITE followed by the largest
+ * gradient element and its tensor ("; the largest: gradient of parameter
+ * wte (unit embedding): element 5 of 8192 is 1.2e+05 (above 65504, the
+ * largest f16: ...)"), which is where a 16-bit reduction overflows.  The caller begins a step
  * first (the gradient buffers zeroed) and abandons it after: the
  * gradients are accumulated as in a real step and the hooks are those of
  * one (collective under every data-parallel strategy: every rank of the

@@ -446,12 +446,17 @@ static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres,
     /* a fresh step's gradients (zeroed by begin_step), the overflowing
      * micro-batch again; every rank, as its hooks are collective */
     rc = PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step), "begin_step");
-    if (rc)
+    if (rc) {
         snprintf(what, sizeof what, "unknown (the search failed: %s)", dt_last_error());
-    else
-        dt_model_find_nonfinite_grad(R->model, &R->ctx, R->inputs, R->targets,
-                                     (float)(scale / (double)R->set->train.grad_accum), what,
-                                     sizeof what);
+    } else if (!dt_model_find_nonfinite_grad(R->model, &R->ctx, R->inputs, R->targets,
+                                             (float)(scale / (double)R->set->train.grad_accum),
+                                             what, sizeof what)) {
+        /* the search's reductions end in a step, as every step's do (lr 0;
+         * the run stops here, nothing is saved) */
+        dt_step_args_t sa = {.struct_size = sizeof sa, .step = step, .loss_scale = (float)scale};
+        dt_step_result_t sr = {.struct_size = sizeof sr};
+        R->strat_ops->step(R->strat, &sa, &sr);
+    }
     return dt_err_set(DT_ERR_NUMERIC,
                       "step %lld, rank %d: the gradient overflowed at loss scale %g, %s, so it "
                       "cannot be lowered (%lld steps skipped before); first non-finite tensor: "
@@ -614,11 +619,14 @@ static int report_step(run_t *R, const step_report_t *rep)
     }
     if (!R->metrics)
         return DT_OK;
-    metrics_printf(R,
-                   "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                   "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"mfu\": %.6g",
-                   (long long)step, rep->loss, rep->lr, rep->grad_norm, rep->tokens_per_s,
-                   rep->step_s * 1e3, rep->mfu);
+    metrics_printf(R, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, ", (long long)step,
+                   rep->loss, rep->lr);
+    if (isfinite(rep->grad_norm)) /* an fp16 step skipped on overflow: null */
+        metrics_printf(R, "\"grad_norm\": %.9g, ", rep->grad_norm);
+    else
+        metrics_printf(R, "\"grad_norm\": null, ");
+    metrics_printf(R, "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"mfu\": %.6g",
+                   rep->tokens_per_s, rep->step_s * 1e3, rep->mfu);
     if (!isnan(rep->eval_loss))
         metrics_printf(R, ", \"val_loss\": %.9g", rep->eval_loss);
     if (R->ls_on)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dtrain/strategy.h"
+#include "train/loss_scale.h"
 #include "util/error.h"
 
 enum { F_STRING, F_INT, F_FLOAT, F_BOOL };
@@ -114,16 +115,27 @@ static int check_run_name(const dt_config_t *cfg, const char *name)
 }
 
 /* [fp16] scales the loss of fp16 models only: a key set for another dtype
- * would silently do nothing. */
-static int check_fp16_keys(const dt_config_t *cfg)
+ * would silently do nothing.  For fp16, the values together are what the
+ * scaler accepts (its own check: the one definition of a valid [fp16]),
+ * so `dtrain check` and the launcher find them before any rank runs. */
+static int check_fp16_keys(const dt_config_t *cfg, const dt_fp16_settings_t *f)
 {
     static const char *const keys[] = {"fp16.loss_scale", "fp16.initial_scale_power",
                                        "fp16.loss_scale_window", "fp16.hysteresis",
                                        "fp16.min_loss_scale"};
     const char *dtype;
     int rc = dt_config_get_string(cfg, "model.dtype", &dtype);
-    if (rc || strcmp(dtype, "fp16") == 0)
+    if (rc)
         return rc;
+    if (strcmp(dtype, "fp16") == 0) {
+        dt_loss_scaler_t s;
+        dt_loss_scale_cfg_t c = {.loss_scale = f->loss_scale,
+                                 .initial_power = f->initial_scale_power,
+                                 .window = f->loss_scale_window,
+                                 .hysteresis = f->hysteresis,
+                                 .min_scale = f->min_loss_scale};
+        return dt_loss_scale_init(&s, &c, dt_config_path(cfg));
+    }
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         dt_origin_t o = dt_config_origin(cfg, keys[i]);
         if (o != DT_ORIGIN_FILE && o != DT_ORIGIN_CLI)
@@ -147,7 +159,7 @@ int dt_settings_read(const dt_config_t *cfg, dt_settings_t *out)
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if ((rc = read_field(cfg, &fields[i], &s)))
             return rc;
-    if ((rc = check_run_name(cfg, s.run.name)) || (rc = check_fp16_keys(cfg)))
+    if ((rc = check_run_name(cfg, s.run.name)) || (rc = check_fp16_keys(cfg, &s.fp16)))
         return rc;
     const char *decay, *opt;
     if ((rc = dt_config_get_string(cfg, "train.decay", &decay)) ||

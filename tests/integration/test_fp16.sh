@@ -157,6 +157,10 @@ expect_exit 2 "min_loss_scale above the initial scale" "$bin" run tiny.toml --se
   --set model.dtype=fp16 --set fp16.initial_scale_power=4 --set fp16.min_loss_scale=32
 expect_out "names both keys" \
   "[fp16] min_loss_scale = 32: must be > 0 and at most the initial scale 2^initial_scale_power = 16"
+expect_exit 2 "dtrain check finds it too" "$bin" check tiny.toml \
+  --set model.dtype=fp16 --set fp16.initial_scale_power=4 --set fp16.min_loss_scale=32
+expect_out "check: the same words" \
+  "tiny.toml: [fp16] min_loss_scale = 32: must be > 0 and at most the initial scale 2^initial_scale_power = 16"
 expect_exit 2 "initial_scale_power out of range" "$bin" run tiny.toml --set run.name=bad \
   --set model.dtype=fp16 --set fp16.initial_scale_power=200
 expect_out "range named" "initial_scale_power = 200 is out of range"

@@ -258,7 +258,7 @@ static void data_changes(const dt_settings_t *set, const cJSON *extra, char *out
 
 static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strategy_t *s,
                 dt_model_t *m, const char *dir, int64_t *start_step, char *changed,
-                size_t changed_cap)
+                size_t changed_cap, cJSON **loop)
 {
     dt_ckpt_reader_t *rd = NULL;
     int rc = dt_ckpt_open(dir, &rd);
@@ -295,6 +295,9 @@ static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strat
     if (!rc) {
         *start_step = (int64_t)dt_ckpt_reader_step(rd);
         data_changes(set, dt_ckpt_reader_extra(rd), changed, changed_cap);
+        const cJSON *l = cJSON_GetObjectItemCaseSensitive(dt_ckpt_reader_extra(rd), "loop");
+        if (loop && cJSON_IsObject(l) && !(*loop = cJSON_Duplicate(l, 1)))
+            rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
     }
     free(buf);
     dt_ckpt_close(rd);
@@ -332,9 +335,11 @@ static int fresh(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_stra
 
 int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
                            const dt_strategy_ops_t *ops, dt_strategy_t *s, dt_model_t *m,
-                           int64_t *start_step)
+                           int64_t *start_step, cJSON **loop)
 {
     *start_step = 0;
+    if (loop)
+        *loop = NULL;
     const char *resume = set->checkpoint.resume;
     char root[2048], dir[4096];
     int rc;
@@ -356,7 +361,7 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
         snprintf(dir, sizeof dir, "%s", resume);
     }
     char changed[512];
-    if ((rc = load(set, ops, s, m, dir, start_step, changed, sizeof changed)))
+    if ((rc = load(set, ops, s, m, dir, start_step, changed, sizeof changed, loop)))
         return rc;
     if (w->rank == 0) {
         printf("dtrain: resumed from %s (step %lld)\n", dir, (long long)*start_step);
@@ -449,7 +454,7 @@ static int gather_segs(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t
 
 int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
                  const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
-                 dt_strategy_t *s, dt_model_t *m, int64_t step)
+                 dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop)
 {
     char root[2048], tmp[4096];
     int rc;
@@ -506,6 +511,9 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
             cJSON *data = data_json(set);
             if (data)
                 cJSON_AddItemToObject(extra, "data", data);
+            cJSON *lp = loop ? cJSON_Duplicate(loop, 1) : NULL;
+            if (lp)
+                cJSON_AddItemToObject(extra, "loop", lp);
             for (uint32_t u = 0; u < d->n_units; u++)
                 for (int k = 0; k < ns; k++) {
                     dt_ckpt_entry_t *e = &entries[u * (uint32_t)ns + (uint32_t)k];

@@ -27,6 +27,8 @@
 
 #include <stdint.h>
 
+struct cJSON;
+
 /* [fp16] as read from the config. */
 typedef struct dt_loss_scale_cfg {
     double loss_scale;         /* > 0: static scale; 0: dynamic */
@@ -64,5 +66,16 @@ int dt_loss_scale_init(dt_loss_scaler_t *s, const dt_loss_scale_cfg_t *cfg,
 /* Account one step: `overflow` 1 when its gradient was non-finite on any
  * rank.  Changes s->scale for the next step and returns the event. */
 dt_loss_scale_event_t dt_loss_scale_update(dt_loss_scaler_t *s, int overflow);
+
+/* The scaler's state as the "loss_scale" member of `loop` (a JSON object
+ * the checkpoint keeps: dt_ckpt_save's `loop`): scale, clean steps,
+ * hysteresis left, steps skipped.  DT_ERR_NOMEM. */
+int dt_loss_scale_save(const dt_loss_scaler_t *s, struct cJSON *loop);
+/* Continue from the state in `loop` (may be NULL, or lack it: nothing
+ * changes): the skipped count always; under dynamic scaling the scale
+ * (kept within [min_loss_scale, 2^127]: the config may have changed),
+ * clean steps and hysteresis left.  A static scale stays the config's.
+ * DT_ERR_DATA naming `what` (the checkpoint) for a malformed record. */
+int dt_loss_scale_restore(dt_loss_scaler_t *s, const struct cJSON *loop, const char *what);
 
 #endif /* DT_TRAIN_LOSS_SCALE_H */

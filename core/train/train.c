@@ -24,6 +24,8 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_io.h"
+
+#include <cjson/cJSON.h>
 #include "train/consistency.h"
 #include "train/loss_scale.h"
 #include "setup/output_dir.h"
@@ -354,8 +356,12 @@ static int claim_checkpoints(run_t *R)
  * initialised. */
 static int load_state(run_t *R)
 {
+    cJSON *loop = NULL; /* the loop's own state: the loss scaler's */
     int rc = dt_ckpt_init_or_resume(&R->world, R->set, R->strat_ops, R->strat, R->model,
-                                    &R->start_step);
+                                    &R->start_step, &loop);
+    if (!rc && R->ls_on)
+        rc = dt_loss_scale_restore(&R->ls, loop, R->set->checkpoint.resume);
+    cJSON_Delete(loop);
     return rc ? rc : PLUGIN_CALL(R->pstrat, R->strat_ops->state_loaded(R->strat),
                                  "state_loaded");
 }
@@ -646,8 +652,15 @@ static int checkpoint(run_t *R, int64_t step, int *stop)
     if (!(set->checkpoint.every > 0 && step % set->checkpoint.every == 0) &&
         step != set->train.steps && !*stop)
         return DT_OK;
-    return dt_ckpt_save(&R->world, set, dt_config_hash(R->r->cfg), R->comm_ops, R->comm,
-                        R->strat_ops, R->strat, R->model, step);
+    cJSON *loop = R->ls_on ? cJSON_CreateObject() : NULL; /* the loss scaler's state */
+    if (R->ls_on && (!loop || dt_loss_scale_save(&R->ls, loop))) {
+        cJSON_Delete(loop);
+        return dt_err_set(DT_ERR_NOMEM, "out of memory");
+    }
+    int rc = dt_ckpt_save(&R->world, set, dt_config_hash(R->r->cfg), R->comm_ops, R->comm,
+                          R->strat_ops, R->strat, R->model, step, loop);
+    cJSON_Delete(loop);
+    return rc;
 }
 
 /* The header line, then every step from the one after a resumed

@@ -107,6 +107,24 @@ assert [(r["loss_scale"], r["skipped"]) for r in rows] == [(2**24, True), (2**24
 P
 then ok "hysteresis 2: two skips at 2^24 before the first halving"; else bad "hysteresis" ""; fi
 
+# The scaler's state is in the checkpoint: a run stopped after step 4 and
+# resumed reproduces the uninterrupted run's losses, scales and skips (with
+# a 2-step window the scale also grows back, then overflows again).
+grow=("${two[@]}" --set fp16.initial_scale_power=20 --set fp16.hysteresis=1
+      --set fp16.loss_scale_window=2)
+expect_exit 0 "uninterrupted overflowing run" "$bin" run tiny.toml --set run.name=lsfull \
+  "${grow[@]}" --metrics lsfull.jsonl
+expect_exit 0 "stopped after step 4" "$bin" run tiny.toml --set run.name=lspart "${grow[@]}" \
+  --set train.stop_at=4 --metrics lspart.jsonl
+expect_exit 0 "resumed" "$bin" run tiny.toml --set run.name=lspart "${grow[@]}" \
+  --set checkpoint.resume=latest --metrics lspart.jsonl
+scaler() { grep -o '"loss": [^,]*\|"loss_scale": [^,]*\|"skipped[a-z_]*": [^,}]*' "$1"; }
+if diff <(scaler lsfull.jsonl) <(scaler lspart.jsonl) >/dev/null &&
+   [ "$(grep -c '"skipped": true' lsfull.jsonl)" -ge 2 ] &&
+   grep -q '"loss_scale": 262144, "skipped": false' lsfull.jsonl; then
+  ok "resumed: losses, scales and skips identical to the uninterrupted run"
+else bad "resumed loss scaler differs" "$(diff <(scaler lsfull.jsonl) <(scaler lspart.jsonl))"; fi
+
 # Unrecoverable: the scale may not go below 2^22, and 2^22 still
 # overflows: exit 1 at step 3, naming the rank, the step and the tensor.
 expect_exit 1 "overflow at min_loss_scale stops the run" "$bin" run tiny.toml --set run.name=min \

@@ -5,7 +5,8 @@
  * up, loss_scale_window clean steps double it and restore hysteresis,
  * the scale is clamped at min_loss_scale and an overflow there is fatal,
  * a static scale never changes and any overflow with it is fatal; and
- * every bad [fp16] value is refused naming its key.
+ * every bad [fp16] value is refused naming its key; and the state a
+ * checkpoint keeps comes back as it was saved.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,8 @@
 #include <cmocka.h>
 
 #include <math.h>
+
+#include <cjson/cJSON.h>
 
 #include "train/loss_scale.h"
 #include "util/error.h"
@@ -153,6 +156,53 @@ static void test_bad_config_named(void **state)
                "(0, 2^127]");
 }
 
+/* Save, then restore into a fresh scaler: the same state; restored into
+ * a config with a higher floor, the scale is raised to it; a static scale
+ * keeps the config's value and takes only the skip count; a malformed
+ * record is refused naming the checkpoint. */
+static void test_save_restore(void **state)
+{
+    dt_loss_scaler_t a, b;
+    dt_loss_scale_cfg_t c = dyn(10, 4, 3, 1.0);
+    assert_ok(dt_loss_scale_init(&a, &c, NULL));
+    feed(&a, 3, 1, DT_LS_SKIP); /* 512, hysteresis used up */
+    feed(&a, 2, 0, DT_LS_CLEAN);
+    cJSON *loop = cJSON_CreateObject();
+    assert_ok(dt_loss_scale_save(&a, loop));
+    assert_ok(dt_loss_scale_init(&b, &c, NULL));
+    assert_ok(dt_loss_scale_restore(&b, loop, "ck"));
+    assert_true(b.scale == 512.0);
+    assert_int_equal(b.clean, 2);
+    assert_int_equal(b.hyst_left, 1);
+    assert_int_equal(b.skipped, 3);
+    /* the two continue alike: two clean steps double both */
+    feed(&a, 2, 0, DT_LS_CLEAN);
+    feed(&b, 2, 0, DT_LS_CLEAN);
+    assert_true(a.scale == 1024.0 && b.scale == 1024.0);
+    /* a floor above the saved scale */
+    c = dyn(12, 4, 3, 2048.0);
+    assert_ok(dt_loss_scale_init(&b, &c, NULL));
+    assert_ok(dt_loss_scale_restore(&b, loop, "ck"));
+    assert_true(b.scale == 2048.0);
+    /* static: the config's scale */
+    c.loss_scale = 8.0;
+    assert_ok(dt_loss_scale_init(&b, &c, NULL));
+    assert_ok(dt_loss_scale_restore(&b, loop, "ck"));
+    assert_true(b.scale == 8.0);
+    assert_int_equal(b.skipped, 3);
+    /* none saved: unchanged */
+    assert_ok(dt_loss_scale_restore(&b, NULL, "ck"));
+    assert_true(b.scale == 8.0);
+    cJSON_Delete(loop);
+    loop = cJSON_Parse("{\"loss_scale\": {\"scale\": -1, \"clean\": 0, "
+                       "\"hysteresis_left\": 1, \"skipped\": 0}}");
+    assert_non_null(loop);
+    assert_status(dt_loss_scale_restore(&b, loop, "ck/step-00000004"), DT_ERR_DATA);
+    assert_msg("checkpoint 'ck/step-00000004': the loss scaler's record \"loop\": "
+               "{\"loss_scale\": ...} is malformed");
+    cJSON_Delete(loop);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -162,6 +212,7 @@ int main(void)
         cmocka_unit_test(test_growth_capped),
         cmocka_unit_test(test_static_never_changes),
         cmocka_unit_test(test_bad_config_named),
+        cmocka_unit_test(test_save_restore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -222,7 +222,8 @@ dt_optim_step_t dt_dp_step_norm(const dt_dp_t *b, const dt_step_args_v1_t *args,
     /* the gradients carry loss_scale (a power of two under dynamic
      * scaling, so dividing it out is exact): the norm is the unscaled
      * gradient's, and the optimizer's multiplier unscales as it clips */
-    const double carried = args->loss_scale > 0 ? (double)args->loss_scale : 1.0;
+    const float ls = DT_HAS_FIELD(dt_step_args_v1_t, args, loss_scale) ? args->loss_scale : 0.0f;
+    const double carried = ls > 0 ? (double)ls : 1.0; /* an older core's args: absent */
     double norm = sqrt(sumsq) / carried;
     dt_optim_step_t st = {.desc = &b->optim, .lr = args->lr, .grad_scale = 0.0f, .t = args->step};
     out->grad_norm = norm;

@@ -8,7 +8,9 @@
  * interrupted saves removed, no other run's checkpoints), resume, metrics,
  * then each step (micro-batches, evaluation, the log line, checkpoints),
  * then the memory reports (device, and host memory per plugin); each of
- * those is one function below, in that order.
+ * those is one function below, in that order.  An fp16 model's loss
+ * scaling (the scaler itself: loss_scale.c) is one block of its own,
+ * before "one step".
  */
 #include "train/train.h"
 
@@ -22,10 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_io.h"
-
-#include <cjson/cJSON.h>
 #include "train/consistency.h"
 #include "train/loss_scale.h"
 #include "setup/output_dir.h"

@@ -134,7 +134,7 @@ int dt_shard_reduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
  *            every step;  sharded: compute shard S, groups all-gathered
  *            into transient buffers (tag comm) around their hooks, or kept
  *            gathered (persistent: below persist_numel, tag params)
- *            + the f32 master shard S when the compute dtype is bf16
+ *            + the f32 master shard S when the compute dtype is bf16/f16
  *   grads    full: f32 F, reduce-scattered once per step (final
  *            micro-step);  sharded: f32 shard S; during backward a group
  *            accumulates into a transient full f32 buffer (tag comm) that

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dtrain/sdk/cfg.h"
 #include "shard_internal.h"
 
 /* ------------------------------------------------ a counting device */
@@ -362,11 +363,13 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
     out->bytes[DT_TAG_OTHER] = dev.st.peak[DT_TAG_OTHER];
     out->comm_bytes_per_step = (uint64_t)(count.bytes + 0.5);
     snprintf(out->note, sizeof out->note,
-             "%s: %u group(s), shards over %u rank(s) x %u replica(s); params %s, grads %s; "
+             "%s: %u group(s), shards over %u rank(s) x %u replica(s); params %s, grads %s%s%s; "
              "peak transient %.3g MB",
              cfg->what ? cfg->what : "sharded", p->n_groups, e->ssize, e->rsize,
              cfg->params_replicated ? "replicated" : "sharded",
-             cfg->grads_full ? "full" : "sharded", (double)dev.st.peak[DT_TAG_COMM] / 1e6);
+             cfg->grads_full ? "full" : "sharded", cfg->reduce_dtype ? " reduced in " : "",
+             cfg->reduce_dtype ? dt_cfg_reduce_dtype_name(cfg->reduce_dtype) : "",
+             (double)dev.st.peak[DT_TAG_COMM] / 1e6);
     dt_shard_engine_free(e);
     host->free(host, dev.blk);
     return dt_result_write(host, "estimate", res, out, sizeof *out, DT_ESTIMATE_V1_SIZE0);

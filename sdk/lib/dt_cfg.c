@@ -110,3 +110,8 @@ int dt_cfg_reduce_dtype(const dt_host_v1_t *host, int *out)
     *out = rc == DT_OK ? dtypes[i] : DT_F32;
     return rc;
 }
+
+const char *dt_cfg_reduce_dtype_name(int dtype)
+{
+    return dtype == DT_BF16 ? "bf16" : dtype == DT_F16 ? "fp16" : "fp32";
+}

@@ -49,6 +49,9 @@ int dt_cfg_enum(const dt_host_v1_t *host, const char *key, const char *def,
  * DT_ERR_CONFIG "reduce_dtype = \"<v>\" is not one of the valid choices:
  * fp32, bf16, fp16". */
 int dt_cfg_reduce_dtype(const dt_host_v1_t *host, int *out);
+/* The key's value for a dtype dt_cfg_reduce_dtype gives: "fp32", "bf16",
+ * "fp16" (messages, plan notes). */
+const char *dt_cfg_reduce_dtype_name(int dtype);
 
 #ifdef __cplusplus
 }

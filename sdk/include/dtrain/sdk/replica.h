@@ -8,8 +8,8 @@
  * What a dt_replica_t keeps, each ONE flat device buffer laid out unit
  * after unit (flat.h, DT_REPLICA_ALIGN elements between units):
  *   master   f32 parameters (the optimizer's)
- *   compute  what kernels read: == master for f32 models, else a bf16 copy
- *            refreshed from it
+ *   compute  what kernels read: == master for f32 models, else a bf16 or
+ *            f16 copy (model->param_dtype) refreshed from it
  *   grads    f32 gradients, zeroed by begin_step
  *   m, v     the optimizer state (AdamW moments; SGD: m the momentum)
  * and, when it averages gradients (cfg.reduce_grads, groups of more than
@@ -17,8 +17,8 @@
  * contiguous span of the gradient buffer, all-reduced (DT_OP_AVG) on a
  * reduction stream as soon as backward has completed every unit of it in
  * the final micro-step (cfg.overlap), strictly in bucket order on every
- * rank; f32 in place, or cast to bf16 into one of DT_REPLICA_MAX_SLOTS
- * buffers (cfg.reduce_dtype) and back.
+ * rank; f32 in place, or cast to bf16 or f16 (cfg.reduce_dtype) into one
+ * of DT_REPLICA_MAX_SLOTS buffers and back.
  *
  * The glue of a strategy: put a dt_replica_t FIRST in its struct
  * dt_strategy; dt_replica_read_config + dt_replica_init in init; the hooks
@@ -123,7 +123,7 @@ typedef struct dt_replica_bucket {
     uint64_t off, count;       /* span of the flat layout, elements */
     uint32_t n_units, n_ready; /* units in it / units whose gradient is final */
     int32_t state;             /* dt_replica_bucket_state_t */
-    uint32_t slot;             /* bf16: which reduction buffer */
+    uint32_t slot;             /* 16-bit reduce_dtype: which reduction buffer */
     dt_comm_req_t *req;
 } dt_replica_bucket_t;
 
@@ -138,7 +138,7 @@ typedef struct dt_replica {
     /* replicated state, one flat buffer each (layout.total elements) */
     dt_flat_layout_t layout;
     float *master;              /* f32 master parameters */
-    void *compute;              /* bf16 compute copy, or == master */
+    void *compute;              /* bf16/f16 compute copy, or == master */
     float *grads;
     float *m, *v;               /* AdamW moments; SGD: m = momentum, v NULL */
     double *norm_slot;          /* one device double for sums of squares */
@@ -151,7 +151,7 @@ typedef struct dt_replica {
     uint32_t n_buckets;
     uint32_t *bucket_of_unit;
     uint32_t next_launch;       /* buckets start strictly in index order */
-    void *comm_buf;             /* bf16: n_slots * slot_elems */
+    void *comm_buf;             /* 16-bit reduce_dtype: n_slots * slot_elems */
     uint32_t n_slots;
     uint64_t slot_elems;
     int32_t slot_bucket[DT_REPLICA_MAX_SLOTS]; /* bucket using the slot, -1 none */
@@ -263,7 +263,7 @@ int dt_replica_state_loaded(dt_replica_t *r);
  * estimate_read; *out begun with dt_estimate_begin):
  *   params     = T * param_bytes, + T * 4 f32 master when param_bytes == 2
  *   grads      = T * grad_bytes;  optimizer = T * optim_bytes - the master
- *   comm       = bf16 reduction: slots * largest bucket * 2
+ *   comm       = 16-bit reduction: slots * largest bucket * 2
  *   activations= act_bytes;  other = the norm slot + the init check's scratch
  * and comm_bytes_per_step for the gradient all-reduce (ring: each rank
  * sends 2 (n-1)/n of the buffer), 0 when gradients are not reduced.

@@ -344,7 +344,7 @@ static void schedule_note(const dt_train_settings_t *t, int64_t was, int64_t sta
 
 static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strategy_t *s,
                 dt_model_t *m, const char *dir, int64_t *start_step, char *changed,
-                size_t changed_cap, int64_t *was_steps)
+                size_t changed_cap, int64_t *was_steps, cJSON **loop)
 {
     dt_ckpt_reader_t *rd = NULL;
     int rc = dt_ckpt_open(dir, &rd);
@@ -368,6 +368,9 @@ static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strat
         *start_step = (int64_t)dt_ckpt_reader_step(rd);
         data_changes(set, dt_ckpt_reader_extra(rd), changed, changed_cap);
         *was_steps = saved_steps(dt_ckpt_reader_extra(rd));
+        const cJSON *l = cJSON_GetObjectItemCaseSensitive(dt_ckpt_reader_extra(rd), "loop");
+        if (loop && cJSON_IsObject(l) && !(*loop = cJSON_Duplicate(l, 1)))
+            rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
     }
     free(buf);
     dt_ckpt_close(rd);
@@ -405,9 +408,11 @@ static int fresh(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_stra
 
 int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
                            const dt_strategy_ops_t *ops, dt_strategy_t *s, dt_model_t *m,
-                           int64_t *start_step)
+                           int64_t *start_step, cJSON **loop)
 {
     *start_step = 0;
+    if (loop)
+        *loop = NULL;
     const char *resume = set->checkpoint.resume;
     char root[2048], dir[4096];
     int rc;
@@ -430,7 +435,7 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
     }
     char changed[512];
     int64_t was_steps = 0;
-    if ((rc = load(set, ops, s, m, dir, start_step, changed, sizeof changed, &was_steps)))
+    if ((rc = load(set, ops, s, m, dir, start_step, changed, sizeof changed, &was_steps, loop)))
         return rc;
     if (w->rank == 0) {
         printf("dtrain: resumed from %s (step %lld)\n", dir, (long long)*start_step);
@@ -558,7 +563,7 @@ static void print_saved(const char *root, int64_t step, double t0)
 
 int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
                  const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
-                 dt_strategy_t *s, dt_model_t *m, int64_t step)
+                 dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop)
 {
     char root[2048], tmp[4096];
     const double t0 = mono_s();
@@ -620,6 +625,9 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
             cJSON *sched = cJSON_AddObjectToObject(extra, "schedule");
             if (sched)
                 cJSON_AddNumberToObject(sched, "train.steps", (double)set->train.steps);
+            cJSON *lp = loop ? cJSON_Duplicate(loop, 1) : NULL;
+            if (lp)
+                cJSON_AddItemToObject(extra, "loop", lp);
             for (uint32_t u = 0; u < d->n_units; u++)
                 for (int k = 0; k < ns; k++) {
                     dt_ckpt_entry_t *e = &entries[u * (uint32_t)ns + (uint32_t)k];

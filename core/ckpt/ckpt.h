@@ -22,10 +22,12 @@ int dt_ckpt_root(const dt_settings_t *set, char *buf, size_t cap);
  * newest complete checkpoint under the root, starting fresh when there is
  * none; a path names one), else from the model's initialisation seeded
  * with run.seed.  *start_step is the step the loaded checkpoint ended (0
- * when fresh). */
+ * when fresh).  `loop` (may be NULL): *loop receives a copy of the
+ * training loop's own state saved with the checkpoint (dt_ckpt_save's
+ * `loop`; the caller cJSON_Deletes it), NULL when fresh or none was saved. */
 int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
                            const dt_strategy_ops_t *ops, dt_strategy_t *s,
-                           dt_model_t *m, int64_t *start_step);
+                           dt_model_t *m, int64_t *start_step, cJSON **loop);
 
 /* Save the state after `step`, atomically, then keep checkpoint.keep.
  * Collective over `comm` (the world; may be NULL at world size 1): every
@@ -33,10 +35,12 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
  * parallel, rank 0 gathers the segment tables, writes the manifest (with
  * `config_hash`, the resolved config's dt_config_hash) and commits.  Every
  * rank returns the same outcome; on failure the temporary directory is
- * removed and the previous checkpoint is untouched. */
+ * removed and the previous checkpoint is untouched.  `loop` (may be NULL:
+ * none): the training loop's own state (the fp16 loss scaler's), an
+ * object rank 0 records in the manifest as extra "loop", opaque here. */
 int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
                  const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
-                 dt_strategy_t *s, dt_model_t *m, int64_t step);
+                 dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop);
 
 /* ---- a checkpoint's weights, for tools (sample, import) ---- */
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
+#include "config/settings.h"
 #include "setup/resolve.h"
 #include "train/preflight.h"
 
@@ -48,6 +49,11 @@ int dt_cmd_check(int argc, char **argv)
     for (size_t i = 0; (t = dt_config_aside(r.cfg, i)); i++)
         printf("\n# note: [%s] is not used: the config does not select plugin '%s' "
                "(its keys were checked)\n", t, t);
+    const char *fk = dt_settings_fp16_unused(r.cfg), *dtype = "?";
+    if (fk && dt_config_get_string(r.cfg, "model.dtype", &dtype) == DT_OK)
+        printf("\n# note: [fp16] is not used: %s is set but only model.dtype = \"fp16\" "
+               "scales the loss, and this model is \"%s\" (its keys were checked)\n", fk,
+               dtype);
     if (!r.set.data.train[0])
         printf("\n# note: [data] train is empty: dtrain run needs a token file\n");
     dt_resolved_free(&r);

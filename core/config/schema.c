@@ -39,9 +39,10 @@ static const dt_config_key_t model_keys[] = {
     K_INT("n_embd", "128", 1, 65536, "gpt2: embedding width"),
     K_INT("vocab_size", "256", 2, 16777216.0, "vocabulary size (token ids and output classes)"),
     K_INT("context", "64", 1, 1048576.0, "gpt2: maximum sequence length"),
-    K_ENUM("dtype", "\"fp32\"", "fp32|bf16",
-           "compute dtype of parameters (bf16: matmuls read bf16 weights; "
-           "gradients, activations and the optimizer stay fp32)"),
+    K_ENUM("dtype", "\"fp32\"", "fp32|bf16|fp16",
+           "compute dtype of parameters (bf16, fp16: matmuls read 16-bit weights; "
+           "gradients, activations and the optimizer's master copy stay fp32; fp16 "
+           "scales the loss as [fp16] says)"),
     K_ENUM("activation_checkpointing", "\"none\"", "none|all|every",
            "recompute activations in backward"),
     K_INT("checkpoint_every", "2", 1, 1024,
@@ -109,6 +110,24 @@ static const dt_config_key_t checkpoint_keys[] = {
            "first; false = refused"),
 };
 
+/* Loss scaling of model.dtype = "fp16", under DeepSpeed's names (its
+ * "fp16" block) so a DeepSpeed config carries over key for key; a table of
+ * its own rather than [train] keys because it is inert in every other
+ * dtype (setting it there is an error: settings.c).  "enabled" has no
+ * counterpart: model.dtype is the one switch. */
+static const dt_config_key_t fp16_keys[] = {
+    K_FLT("loss_scale", "0.0", 0, 0x1p127,
+          "0 = dynamic loss scaling; > 0 = this static scale (an overflow then stops the run)"),
+    K_INT("initial_scale_power", "16", 0, 127, "dynamic: the scale starts at 2^this"),
+    K_INT("loss_scale_window", "1000", 1, 1e9,
+          "dynamic: clean steps in a row before the scale doubles"),
+    K_INT("hysteresis", "2", 1, 1e6,
+          "dynamic: overflowing steps skipped before the scale first halves"),
+    K_FLT("min_loss_scale", "1.0", 0x1p-126, 0x1p127,
+          "dynamic: the scale never goes below this; an overflow at it stops the run "
+          "naming the first non-finite tensor"),
+};
+
 #define SECTION(t, k, d) {t, k, (uint32_t)DT_ARRAY_LEN(k), d}
 
 const dt_config_section_t dt_core_sections[] = {
@@ -120,6 +139,7 @@ const dt_config_section_t dt_core_sections[] = {
     SECTION("parallel", parallel_keys, "parallel strategies"),
     SECTION("launch", launch_keys, "processes and rendezvous"),
     SECTION("checkpoint", checkpoint_keys, "saving and resuming"),
+    SECTION("fp16", fp16_keys, "loss scaling of model.dtype = \"fp16\" (DeepSpeed's fp16 block)"),
 };
 
 const uint32_t dt_core_n_sections = (uint32_t)DT_ARRAY_LEN(dt_core_sections);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dtrain/strategy.h"
+#include "train/loss_scale.h"
 #include "util/error.h"
 
 enum { F_STRING, F_INT, F_FLOAT, F_BOOL };
@@ -58,6 +59,11 @@ static const struct field {
     FIELD("launch.master_addr", F_STRING, launch.master_addr),
     FIELD("launch.master_port", F_INT, launch.master_port),
     FIELD("checkpoint.dir", F_STRING, checkpoint.dir),
+    FIELD("fp16.loss_scale", F_FLOAT, fp16.loss_scale),
+    FIELD("fp16.initial_scale_power", F_INT, fp16.initial_scale_power),
+    FIELD("fp16.loss_scale_window", F_INT, fp16.loss_scale_window),
+    FIELD("fp16.hysteresis", F_INT, fp16.hysteresis),
+    FIELD("fp16.min_loss_scale", F_FLOAT, fp16.min_loss_scale),
     FIELD("checkpoint.every", F_INT, checkpoint.every),
     FIELD("checkpoint.keep", F_INT, checkpoint.keep),
     FIELD("checkpoint.resume", F_STRING, checkpoint.resume),
@@ -108,6 +114,40 @@ static int check_run_name(const dt_config_t *cfg, const char *name)
                       where, DT_RUN_NAME_MAX);
 }
 
+/* [fp16] is checked whatever model.dtype is: the values together must be
+ * what the scaler accepts (its own check: the one definition of a valid
+ * [fp16]), so `dtrain check` and the launcher find a bad one before any
+ * rank runs.  For another dtype the table is kept but not used, like a
+ * plugin's table the config does not select, so one file can flip
+ * model.dtype from the command line; `dtrain check` says so
+ * (dt_settings_fp16_unused). */
+static int check_fp16_keys(const dt_config_t *cfg, const dt_fp16_settings_t *f)
+{
+    dt_loss_scaler_t s;
+    dt_loss_scale_cfg_t c = {.loss_scale = f->loss_scale,
+                             .initial_power = f->initial_scale_power,
+                             .window = f->loss_scale_window,
+                             .hysteresis = f->hysteresis,
+                             .min_scale = f->min_loss_scale};
+    return dt_loss_scale_init(&s, &c, dt_config_path(cfg));
+}
+
+const char *dt_settings_fp16_unused(const dt_config_t *cfg)
+{
+    static const char *const keys[] = {"fp16.loss_scale", "fp16.initial_scale_power",
+                                       "fp16.loss_scale_window", "fp16.hysteresis",
+                                       "fp16.min_loss_scale"};
+    const char *dtype;
+    if (dt_config_get_string(cfg, "model.dtype", &dtype) || strcmp(dtype, "fp16") == 0)
+        return NULL;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        dt_origin_t o = dt_config_origin(cfg, keys[i]);
+        if (o == DT_ORIGIN_FILE || o == DT_ORIGIN_CLI)
+            return keys[i];
+    }
+    return NULL;
+}
+
 int dt_settings_read(const dt_config_t *cfg, dt_settings_t *out)
 {
     dt_settings_t s;
@@ -117,7 +157,7 @@ int dt_settings_read(const dt_config_t *cfg, dt_settings_t *out)
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if ((rc = read_field(cfg, &fields[i], &s)))
             return rc;
-    if ((rc = check_run_name(cfg, s.run.name)))
+    if ((rc = check_run_name(cfg, s.run.name)) || (rc = check_fp16_keys(cfg, &s.fp16)))
         return rc;
     const char *decay, *opt;
     if ((rc = dt_config_get_string(cfg, "train.decay", &decay)) ||

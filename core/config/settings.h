@@ -88,6 +88,15 @@ typedef struct dt_checkpoint_settings {
     int overwrite;      /* a fresh start removes the folder's checkpoints */
 } dt_checkpoint_settings_t;
 
+/* [fp16]: the loss scaler's keys (core/train/loss_scale.h) */
+typedef struct dt_fp16_settings {
+    double loss_scale;           /* 0 = dynamic */
+    int64_t initial_scale_power;
+    int64_t loss_scale_window;
+    int64_t hysteresis;
+    double min_loss_scale;
+} dt_fp16_settings_t;
+
 typedef struct dt_settings {
     const char *config_path; /* the file they came from ("" = none), for
                               * messages */
@@ -98,11 +107,16 @@ typedef struct dt_settings {
     dt_parallel_settings_t parallel;
     dt_launch_settings_t launch;
     dt_checkpoint_settings_t checkpoint;
+    dt_fp16_settings_t fp16;
 } dt_settings_t;
 
 /* Read the core's sections of `cfg` (after their schemas were applied, as
  * dt_resolve_core does).  DT_ERR_NOT_FOUND / DT_ERR_INVALID when a section
  * was not applied: a bug in the caller, not user input. */
+/* The first [fp16] key the config sets although model.dtype is not
+ * "fp16" (the table is checked but not used then), or NULL. */
+const char *dt_settings_fp16_unused(const dt_config_t *cfg);
+
 int dt_settings_read(const dt_config_t *cfg, dt_settings_t *out);
 
 /* "cosine", "linear", "constant". */

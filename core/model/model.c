@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtrain/half.h"
 #include "model/model_arch.h"
 #include "util/crash.h"
 #include "util/error.h"
@@ -103,8 +104,11 @@ int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, dt_model_t **o
     } else if (strcmp(dtype, "bf16") == 0) {
         m->wdtype = DT_BF16;
         m->info.dtype = "bf16";
+    } else if (strcmp(dtype, "fp16") == 0) {
+        m->wdtype = DT_F16;
+        m->info.dtype = "fp16";
     } else {
-        rc = dt_err_set(DT_ERR_CONFIG, "%s: [model] dtype = \"%s\": fp32 or bf16",
+        rc = dt_err_set(DT_ERR_CONFIG, "%s: [model] dtype = \"%s\": fp32, bf16 or fp16",
                         dt_model_cfg_name(cfg), dtype);
         goto fail;
     }
@@ -321,6 +325,9 @@ int dt_model_recomputes(const dt_model_t *m, int64_t l)
     return 0;
 }
 
+static void grad_probe_note(dt_model_probe_t *p, uint32_t unit, float *grads);
+static int grad_probe_unit(const dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit);
+
 int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
                   const dt_hook_t *h, uint32_t unit, int last_use, dt_unit_buffers_t *buf)
 {
@@ -330,8 +337,12 @@ int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
     hk.last_use = last_use;
     const dt_strategy_ops_t *s = ctx->strat_ops;
     int rc;
-    /* a crash from here on names the unit, and the hook while it runs */
+    /* a crash from here on names the unit */
     dt_crash_set_unit(unit, m->desc.units[unit].name);
+    /* the gradient as backward left it, before the strategy reduces it */
+    if (phase == DT_POST_BACKWARD && m->grad_probe && (rc = grad_probe_unit(m, ctx, unit)))
+        return rc;
+    /* ... and the hook while it runs */
     dt_crash_enter("strategy", ctx->strat_name ? ctx->strat_name : "?", names[phase]);
     switch (phase) {
     case DT_PRE_FORWARD: rc = s->pre_forward(ctx->strat, &hk, buf); break;
@@ -348,6 +359,8 @@ int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
         return dt_err_set(DT_ERR_INVALID, "strategy %s: %s of unit %u (%s) gave no %s",
                           ctx->strat_name ? ctx->strat_name : "?", names[phase], unit,
                           m->desc.units[unit].name, buf->params ? "gradients" : "parameters");
+    if (phase == DT_PRE_BACKWARD && m->grad_probe)
+        grad_probe_note(m->grad_probe, unit, buf->grads);
     return DT_OK;
 }
 
@@ -574,6 +587,10 @@ struct dt_model_probe {
     void *host;       /* PROBE_CHUNK elements of the largest dtype */
     char *what;       /* the phrase, once found */
     size_t cap;
+    float **grads;    /* gradient search: (n_units) each unit's gradient
+                       * buffer from its pre_backward */
+    double max_abs;   /* gradient search: the largest |element| seen, */
+    char max_what[320]; /* and where (f32 tensors only) */
 };
 
 /* Host copies go through a fixed buffer: a (B, T, V) logits tensor of a
@@ -585,12 +602,12 @@ static uint64_t first_bad(const void *x, int dtype, uint64_t n, double *val)
 {
     for (uint64_t i = 0; i < n; i++) {
         float f;
-        if (dtype == DT_F32) {
+        if (dtype == DT_F32)
             f = ((const float *)x)[i];
-        } else { /* bf16: the high half of an f32 */
-            uint32_t b = (uint32_t)((const uint16_t *)x)[i] << 16;
-            memcpy(&f, &b, 4);
-        }
+        else if (dtype == DT_BF16)
+            f = dt_bf16_to_f32(((const uint16_t *)x)[i]);
+        else
+            f = dt_f16_to_f32(((const uint16_t *)x)[i]);
         if (!isfinite(f)) {
             *val = f;
             return i;
@@ -599,14 +616,47 @@ static uint64_t first_bad(const void *x, int dtype, uint64_t n, double *val)
     return n;
 }
 
+static int probe_into(dt_model_probe_t *p, const dt_model_t *m, const dt_model_ctx_t *ctx,
+                      const char *what, uint32_t unit, const char *after, const void *x,
+                      int dtype, uint64_t n);
+
 int dt_model_probe(dt_model_t *m, const dt_model_ctx_t *ctx, const char *what, uint32_t unit,
                    const char *after, const void *x, int dtype, uint64_t n)
 {
-    dt_model_probe_t *p = m->probe;
+    return probe_into(m->probe, m, ctx, what, unit, after, x, dtype, n);
+}
+
+static void grad_probe_note(dt_model_probe_t *p, uint32_t unit, float *grads)
+{
+    p->grads[unit] = grads;
+}
+
+/* Each parameter tensor's gradient of `unit`, in the order of its
+ * tensors. */
+static int grad_probe_unit(const dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit)
+{
+    dt_model_probe_t *p = m->grad_probe;
+    const dt_unit_desc_t *u = &m->desc.units[unit];
+    char what[200], after[160];
+    snprintf(after, sizeof after, "the backward of unit %s", u->name);
+    for (uint32_t k = 0; !p->found && p->grads[unit] && k < u->n_params; k++) {
+        snprintf(what, sizeof what, "gradient of parameter %s", u->params[k].name);
+        int rc = probe_into(p, m, ctx, what, unit, after, p->grads[unit] + u->params[k].offset,
+                            DT_F32, u->params[k].numel);
+        if (rc)
+            return rc;
+    }
+    return DT_OK;
+}
+
+static int probe_into(dt_model_probe_t *p, const dt_model_t *m, const dt_model_ctx_t *ctx,
+                      const char *what, uint32_t unit, const char *after, const void *x,
+                      int dtype, uint64_t n)
+{
     if (!p || p->found)
         return DT_OK;
-    if (dtype != DT_F32 && dtype != DT_BF16)
-        return dt_err_set(DT_ERR_INVALID, "model: probing %s: dtype %s is not f32 or bf16", what,
+    if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
+        return dt_err_set(DT_ERR_INVALID, "model: probing %s: dtype %s is not f32, bf16 or f16", what,
                           dt_dtype_name(dtype));
     const size_t es = dt_dtype_size(dtype);
     for (uint64_t at = 0; at < n; at += PROBE_CHUNK) {
@@ -620,6 +670,17 @@ int dt_model_probe(dt_model_t *m, const dt_model_ctx_t *ctx, const char *what, u
                                   m->desc.units[unit].name);
         double v = 0;
         const uint64_t i = first_bad(p->host, dtype, k, &v);
+        if (p->grads && dtype == DT_F32) /* the largest, for when all are finite */
+            for (uint64_t j = 0; j < i; j++) {
+                const double a = fabs((double)((const float *)p->host)[j]);
+                if (a > p->max_abs) {
+                    p->max_abs = a;
+                    snprintf(p->max_what, sizeof p->max_what, "%s (unit %s): element %llu of "
+                             "%llu is %g", what, m->desc.units[unit].name,
+                             (unsigned long long)(at + j), (unsigned long long)n,
+                             (double)((const float *)p->host)[j]);
+                }
+            }
         if (i == k)
             continue;
         snprintf(p->what, p->cap, "%s (unit %s)%s%s: element %llu of %llu is %s", what,
@@ -697,6 +758,38 @@ int dt_model_find_nonfinite(dt_model_t *m, const dt_model_ctx_t *ctx, const int3
         snprintf(out, cap, "unknown (the search failed: %s)", dt_last_error());
     } else if (!p.found) {
         snprintf(out, cap, "%s", DT_MODEL_FORWARD_FINITE);
+    }
+    return rc;
+}
+
+int dt_model_find_nonfinite_grad(dt_model_t *m, const dt_model_ctx_t *ctx,
+                                 const int32_t *inputs, const int32_t *targets,
+                                 float loss_scale, char *out, size_t cap)
+{
+    dt_model_probe_t p = {.found = 0, .host = malloc(PROBE_CHUNK * 4), .what = out, .cap = cap,
+                          .grads = calloc(m->desc.n_units, sizeof(float *)),
+                          .max_what = "none (no gradient)"};
+    int rc;
+    if (!p.host || !p.grads) {
+        rc = dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    } else {
+        double loss;
+        m->grad_probe = &p;
+        rc = dt_model_step_micro(m, ctx, inputs, targets, 0, 1, 0, loss_scale, &loss);
+        m->grad_probe = NULL;
+    }
+    free(p.host);
+    free(p.grads);
+    if (rc) {
+        rc = dt_err_context(rc, "re-running forward and backward to find the first non-finite "
+                                "gradient");
+        snprintf(out, cap, "unknown (the search failed: %s)", dt_last_error());
+    } else if (!p.found) {
+        /* what a 16-bit reduction would have overflowed on */
+        snprintf(out, cap, "%s; the largest: %s%s", DT_MODEL_GRADS_FINITE, p.max_what,
+                 p.max_abs > 65504.0 ? " (above 65504, the largest f16: a reduce_dtype = "
+                                       "\"fp16\" reduction overflows there)"
+                                     : "");
     }
     return rc;
 }

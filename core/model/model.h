@@ -17,8 +17,8 @@
  * Common machinery (config dispatch, init, activations, the bf16 parameter
  * views) is in core/model/model.c.
  *
- * [model] dtype = "bf16": the strategy holds compute parameters in bf16
- * (desc.param_dtype); matmuls read the weights as bf16 (the device's
+ * [model] dtype = "bf16" (or "fp16"): the strategy holds compute parameters
+ * in bf16 (f16) (desc.param_dtype); matmuls read the weights so (the device's
  * wdtype), and the model casts the tensors other kernels read (norms,
  * biases, embedding tables) to the activation dtype in a scratch with the
  * device's cast kernel at each use.  The scratch holds one unit's such
@@ -59,7 +59,7 @@ typedef struct dt_model_key {
 /* What the rest of the engine needs to know about any model. */
 typedef struct dt_model_info {
     const char *arch;     /* "gpt2", "mlp" */
-    const char *dtype;    /* "fp32", "bf16": [model] dtype */
+    const char *dtype;    /* "fp32", "bf16", "fp16": [model] dtype */
     int64_t vocab_size;   /* tokens are in [0, vocab_size) */
     int64_t context;      /* longest sequence it takes; 0 = any length */
     /* The keys that, with arch, determine every parameter's shape, in
@@ -168,6 +168,31 @@ int dt_model_find_nonfinite(dt_model_t *m, const dt_model_ctx_t *ctx, const int3
     "none in the forward of this rank's last micro-batch (every parameter and activation "     \
     "is finite): the gradient went non-finite in backward, or another micro-batch or rank "    \
     "went non-finite"
+
+/* After a step whose gradient overflowed: re-run forward and backward of
+ * the micro-batch inputs/targets as micro-batch 0 of 1 with the loss
+ * scaled by `loss_scale`, copying each unit's parameter gradient to the
+ * host as backward leaves it (after the unit's kernels, before the
+ * strategy's post_backward reduces it), and write to `out` a phrase naming
+ * the first parameter whose gradient holds a NaN or Inf, in backward
+ * order, e.g. "gradient of parameter h.1.mlp.c_proj.weight (unit block.1),
+ * after the backward of unit block.1: element 37 of 4096 is inf", or when
+ * every one is finite DT_MODEL_GRADS_FINITE followed by the largest
+ * gradient element and its tensor ("; the largest: gradient of parameter
+ * wte (unit embedding): element 5 of 8192 is 1.2e+05 (above 65504, the
+ * largest f16: ...)"), which is where a 16-bit reduction overflows.  The caller begins a step
+ * first (the gradient buffers zeroed) and abandons it after: the
+ * gradients are accumulated as in a real step and the hooks are those of
+ * one (collective under every data-parallel strategy: every rank of the
+ * group calls it).  Slow: for diagnosis only.  On failure returns the
+ * status and `out` says the search failed. */
+int dt_model_find_nonfinite_grad(dt_model_t *m, const dt_model_ctx_t *ctx,
+                                 const int32_t *inputs, const int32_t *targets,
+                                 float loss_scale, char *out, size_t cap);
+#define DT_MODEL_GRADS_FINITE                                                                  \
+    "none in this rank's backward of its last micro-batch (every parameter gradient is "       \
+    "finite before the reduction): another micro-batch or rank overflowed, or the reduction "  \
+    "did (a 16-bit reduce_dtype)"
 
 /* The logits of the last forward, (B, T, vocab_size) device memory in the
  * activation dtype (dt_model_act_dtype), valid until the next step_micro

@@ -112,7 +112,7 @@ struct dt_model {
     dt_tensor_extra_t **extra; /* [unit][param] */
     const dt_kernels_t *kern;  /* the device's kernel table */
     const char *dev_name;      /* its plugin's name, for messages */
-    int wdtype;                /* desc.param_dtype: DT_F32 or DT_BF16 */
+    int wdtype;                /* desc.param_dtype: DT_F32, DT_BF16, DT_F16 */
     /* Activations, their gradients and the non-matrix parameters as the
      * kernels read them: DT_F32 (the dtype every call states; a [model]
      * key chooses it once a device runs bf16 activations). */
@@ -134,6 +134,8 @@ struct dt_model {
     uint64_t *act_got;         /* [n_units + 1] bytes allocated per owner,
                                 * the workspace last (alloc_acts only) */
     dt_model_probe_t *probe;   /* set only inside dt_model_find_nonfinite */
+    dt_model_probe_t *grad_probe; /* set only inside dt_model_find_nonfinite_grad:
+                                   * dt_model_hook probes each unit's gradient */
 };
 
 /* ---- describing (create) ---- */

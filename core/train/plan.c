@@ -22,16 +22,17 @@ int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_
     if (accum == 0)
         accum = global > 0 && global % (micro * world) == 0 ? global / (micro * world) : 1;
     const dt_model_info_t *mi = dt_model_info(m);
-    const int bf16 = strcmp(mi->dtype, "bf16") == 0;
+    const int half = strcmp(mi->dtype, "fp32") != 0; /* bf16, fp16 */
     dt_model_act_t act;
     if ((rc = dt_model_plan_acts(m, micro, seq_len, &act)))
         return rc;
     /* what this implementation keeps: compute params in the model dtype
-     * (plus f32 masters for bf16), f32 gradients, f32 optimizer moments */
+     * (plus f32 masters for bf16 and fp16), f32 gradients, f32 optimizer
+     * moments */
     const uint32_t moments = set->optimizer.type == DT_OPTIM_SGD ? 1 : 2;
     dt_estimate_args_t a = {.struct_size = sizeof a, .group_size = world,
-                               .model = dt_model_desc(m), .param_bytes = bf16 ? 2 : 4,
-                               .grad_bytes = 4, .optim_bytes = 4 * moments + (bf16 ? 4 : 0),
+                               .model = dt_model_desc(m), .param_bytes = half ? 2 : 4,
+                               .grad_bytes = 4, .optim_bytes = 4 * moments + (half ? 4 : 0),
                                .n_micro = (uint32_t)accum, .act_bytes = act.total};
     const dt_strategy_ops_t *ops = strat->ops;
     memset(out, 0, sizeof *out);

@@ -10,7 +10,9 @@
  * then the memory reports (device, and host memory per plugin) and the
  * summary line; each of those is one function below, in that order.  As
  * it goes it keeps the crash handler's record (util/crash.h): the phase,
- * step and micro-batch, and every plugin call PLUGIN_CALL makes.
+ * step and micro-batch, and every plugin call PLUGIN_CALL makes.  An fp16
+ * model's loss scaling (the scaler itself: loss_scale.c) is one block of
+ * its own, before "one step".
  */
 #include "train/train.h"
 
@@ -24,9 +26,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_io.h"
 #include "train/consistency.h"
+#include "train/loss_scale.h"
 #include "setup/output_dir.h"
 #include "data/data.h"
 #include "util/fileutil.h"
@@ -124,6 +129,8 @@ typedef struct run {
     int64_t last_step;        /* the last step trained; start_step before */
     double last_loss, last_val; /* NAN until there is one */
     int64_t last_val_step;
+    int ls_on;                /* model.dtype = "fp16": the loss is scaled */
+    dt_loss_scaler_t ls;      /* loss_scale.h */
 } run_t;
 
 /* What one step measured, for the log line and the metrics file. */
@@ -135,6 +142,8 @@ typedef struct step_report {
     double tokens_per_s, mfu;
     uint64_t mem_now;  /* device bytes allocated after the step */
     double eval_loss;  /* NAN when not evaluated this step */
+    double loss_scale; /* fp16: the scale this step's loss carried; else 0 */
+    int skipped;       /* fp16: the gradient overflowed, no update */
 } step_report_t;
 
 static void run_free(run_t *R)
@@ -341,8 +350,12 @@ static int claim_checkpoints(run_t *R)
  * initialised. */
 static int load_state(run_t *R)
 {
+    cJSON *loop = NULL; /* the loop's own state: the loss scaler's */
     int rc = dt_ckpt_init_or_resume(&R->world, R->set, R->strat_ops, R->strat, R->model,
-                                    &R->start_step);
+                                    &R->start_step, &loop);
+    if (!rc && R->ls_on)
+        rc = dt_loss_scale_restore(&R->ls, loop, R->set->checkpoint.resume);
+    cJSON_Delete(loop);
     return rc ? rc : PLUGIN_CALL(R->pstrat, R->strat_ops->state_loaded(R->strat),
                                  "state_loaded");
 }
@@ -392,6 +405,68 @@ static void print_header(run_t *R)
            (long long)t->grad_accum, (long long)R->dp, R->props.name, R->pstrat->name);
 }
 
+/* ---- fp16 loss scaling (loss_scale.h): start, one step's outcome ---- */
+
+static int start_loss_scale(run_t *R)
+{
+    const dt_fp16_settings_t *f = &R->set->fp16;
+    R->ls_on = strcmp(dt_model_info(R->model)->dtype, "fp16") == 0;
+    dt_loss_scale_cfg_t c = {.loss_scale = f->loss_scale,
+                             .initial_power = f->initial_scale_power,
+                             .window = f->loss_scale_window,
+                             .hysteresis = f->hysteresis,
+                             .min_scale = f->min_loss_scale};
+    return R->ls_on ? dt_loss_scale_init(&R->ls, &c, R->set->config_path) : DT_OK;
+}
+
+/* After the strategy's step under loss scaling: whether the gradient
+ * overflowed on ANY rank (the strategies' norms are global already; the
+ * MAX makes it so for any strategy, and keeps every rank's scaler equal),
+ * then the scaler's answer: a clean step, a skipped one (*skipped), or,
+ * with the scale at its floor, the run's end naming the first non-finite
+ * gradient, the rank and the step. */
+static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres, int *skipped)
+{
+    float any = sres->nonfinite ? 1.0f : 0.0f;
+    int rc;
+    if (R->dp > 1 && (rc = PLUGIN_CALL(R->pcomm,
+                                       R->comm_ops->all_reduce(R->comm, &any, &any, 1, DT_F32,
+                                                               DT_OP_MAX, NULL, NULL),
+                                       "all_reduce of the overflow flag")))
+        return rc;
+    const double scale = R->ls.scale;
+    dt_loss_scale_event_t ev = dt_loss_scale_update(&R->ls, any != 0.0f);
+    *skipped = ev != DT_LS_CLEAN;
+    if (ev == DT_LS_SKIP && R->world.rank == 0)
+        dt_log(DT_LOG_WARN, "train", "step %lld: gradient overflowed at loss scale %g: step "
+               "skipped, scale now %g", (long long)step, scale, R->ls.scale);
+    if (ev != DT_LS_FATAL)
+        return DT_OK;
+    char what[1024];
+    /* a fresh step's gradients (zeroed by begin_step), the overflowing
+     * micro-batch again; every rank, as its hooks are collective */
+    rc = PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step), "begin_step");
+    if (rc) {
+        snprintf(what, sizeof what, "unknown (the search failed: %s)", dt_last_error());
+    } else if (!dt_model_find_nonfinite_grad(R->model, &R->ctx, R->inputs, R->targets,
+                                             (float)(scale / (double)R->set->train.grad_accum),
+                                             what, sizeof what)) {
+        /* the search's reductions end in a step, as every step's do (lr 0;
+         * the run stops here, nothing is saved) */
+        dt_step_args_t sa = {.struct_size = sizeof sa, .step = step, .loss_scale = (float)scale};
+        dt_step_result_t sr = {.struct_size = sizeof sr};
+        R->strat_ops->step(R->strat, &sa, &sr);
+    }
+    return dt_err_set(DT_ERR_NUMERIC,
+                      "step %lld, rank %d: the gradient overflowed at loss scale %g, %s, so it "
+                      "cannot be lowered (%lld steps skipped before); first non-finite tensor: "
+                      "%s; the last checkpoint is intact",
+                      (long long)step, R->world.rank, scale,
+                      R->ls.cfg.loss_scale > 0 ? "the static [fp16] loss_scale"
+                                               : "[fp16] min_loss_scale",
+                      (long long)R->ls.skipped, what);
+}
+
 /* ---- one step ---- */
 
 /* The micro-batches of `step`, the loss over the global batch, and the
@@ -411,6 +486,8 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
     if (rc)
         return rc;
     double loss_sum = 0;
+    rep->loss_scale = R->ls_on ? R->ls.scale : 0; /* fp16: what the loss carries */
+    const float micro_scale = (float)((R->ls_on ? R->ls.scale : 1.0) / (double)accum);
     for (uint32_t m = 0; m < accum; m++) {
         dt_crash_set_micro(m);
         if ((rc = dt_sampler_fill(R->sampler, (uint64_t)(step - 1), m, (uint32_t)R->world.rank,
@@ -418,7 +495,7 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
             return rc;
         double loss;
         rc = dt_model_step_micro(R->model, &R->ctx, R->inputs, R->targets, m, accum, 0,
-                                 1.0f / (float)accum, &loss);
+                                 micro_scale, &loss);
         if (rc)
             return dt_err_context(rc, "step %lld, micro-batch %u", (long long)step, m);
         loss_sum += loss;
@@ -437,13 +514,17 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
         return rc;
     rep->loss = R->dp > 1 ? (double)lbuf : loss_local;
     dt_step_args_t sargs = {.struct_size = sizeof(dt_step_args_t), .step = step,
-                            .lr = (float)rep->lr, .clip = (float)t->gradient_clipping};
+                            .lr = (float)rep->lr, .clip = (float)t->gradient_clipping,
+                            .loss_scale = (float)rep->loss_scale};
     dt_step_result_t sres = {.struct_size = sizeof(dt_step_result_t)};
     dt_crash_set_phase("optimizer step", step);
     if ((rc = PLUGIN_CALL(R->pstrat, R->strat_ops->step(R->strat, &sargs, &sres), "step")))
         return rc;
     rep->grad_norm = sres.grad_norm;
-    if (!isfinite(rep->loss) || sres.nonfinite) {
+    if (R->ls_on && isfinite(rep->loss) &&
+        (rc = loss_scale_step(R, step, &sres, &rep->skipped)))
+        return rc;
+    if (!isfinite(rep->loss) || (sres.nonfinite && !rep->skipped)) {
         char what[1024];
         /* every rank: under a sharding strategy the forward's hooks are
          * collective (the loss and the norm agree across ranks) */
@@ -575,18 +656,28 @@ static int report_step(run_t *R, const step_report_t *rep)
         print_progress(R, step);
         if (!isnan(rep->eval_loss))
             printf(" | val %.4f", rep->eval_loss);
+        if (R->ls_on)
+            printf(" | scale %g%s | skipped %lld", rep->loss_scale,
+                   rep->skipped ? " (overflow, step skipped)" : "", (long long)R->ls.skipped);
         printf("\n");
         fflush(stdout);
     }
     if (!R->metrics)
         return DT_OK;
-    metrics_printf(R,
-                   "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                   "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"mfu\": %.6g",
-                   (long long)step, rep->loss, rep->lr, rep->grad_norm, rep->tokens_per_s,
-                   rep->step_s * 1e3, rep->mfu);
+    metrics_printf(R, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, ", (long long)step,
+                   rep->loss, rep->lr);
+    if (isfinite(rep->grad_norm)) /* an fp16 step skipped on overflow: null */
+        metrics_printf(R, "\"grad_norm\": %.9g, ", rep->grad_norm);
+    else
+        metrics_printf(R, "\"grad_norm\": null, ");
+    metrics_printf(R, "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"mfu\": %.6g",
+                   rep->tokens_per_s, rep->step_s * 1e3, rep->mfu);
     if (!isnan(rep->eval_loss))
         metrics_printf(R, ", \"val_loss\": %.9g", rep->eval_loss);
+    if (R->ls_on)
+        metrics_printf(R, ", \"loss_scale\": %.9g, \"skipped\": %s, \"skipped_steps\": %lld",
+                       rep->loss_scale, rep->skipped ? "true" : "false",
+                       (long long)R->ls.skipped);
     metrics_printf(R, "}\n");
     return metrics_line_end(R);
 }
@@ -601,8 +692,15 @@ static int checkpoint(run_t *R, int64_t step, int *stop)
         step != set->train.steps && !*stop)
         return DT_OK;
     dt_crash_set_phase("checkpoint save", step);
-    return dt_ckpt_save(&R->world, set, dt_config_hash(R->r->cfg), R->comm_ops, R->comm,
-                        R->strat_ops, R->strat, R->model, step);
+    cJSON *loop = R->ls_on ? cJSON_CreateObject() : NULL; /* the loss scaler's state */
+    if (R->ls_on && (!loop || dt_loss_scale_save(&R->ls, loop))) {
+        cJSON_Delete(loop);
+        return dt_err_set(DT_ERR_NOMEM, "out of memory");
+    }
+    int rc = dt_ckpt_save(&R->world, set, dt_config_hash(R->r->cfg), R->comm_ops, R->comm,
+                          R->strat_ops, R->strat, R->model, step, loop);
+    cJSON_Delete(loop);
+    return rc;
 }
 
 /* The header line, then every step from the one after a resumed
@@ -753,7 +851,7 @@ static int create_model(run_t *R)
 
 /* A run, in order; each stage runs only when every earlier one succeeded. */
 static int (*const stages[])(run_t *) = {
-    start_plugins, create_model, resolve_batch, open_data, init_strategy,
+    start_plugins, create_model, start_loss_scale, resolve_batch, open_data, init_strategy,
     claim_checkpoints, load_state, open_metrics, train_steps, report_memory, print_summary,
 };
 

@@ -135,7 +135,7 @@ static inline void cpu_unlock(dt_device_t *d) { pthread_mutex_unlock(&d->kmu); }
 int cpu_check_product(dt_device_t *d, const char *op, int64_t a, int64_t b,
                       int64_t *out);
 
-/* ---- dtypes: the cpu runs f32 activations, f32 or bf16 matmul weights,
+/* ---- dtypes: the cpu runs f32 activations, f32, bf16 or f16 matmul weights,
  * f32 gradients.  Each check returns DT_OK or DT_ERR_UNSUPPORTED with
  * "<op>: <what it got>: unsupported (the cpu device runs <what it runs>)". */
 int cpu_dtype_refused(dt_device_t *d, const char *op, const char *got,
@@ -149,17 +149,19 @@ static inline int cpu_check_act(dt_device_t *d, const char *op, int dtype)
     snprintf(got, sizeof got, "%s activations", dt_dtype_name(dtype));
     return cpu_dtype_refused(d, op, got, "f32 activations");
 }
-/* A matmul: f32 activations with f32 or bf16 weights. */
+/* A matmul: f32 activations with f32, bf16 or f16 weights. */
 static inline int cpu_check_act_weight(dt_device_t *d, const char *op,
                                        int dtype, int wdtype)
 {
-    if (dtype == DT_F32 && (wdtype == DT_F32 || wdtype == DT_BF16))
+    if (dtype == DT_F32 &&
+        (wdtype == DT_F32 || wdtype == DT_BF16 || wdtype == DT_F16))
         return DT_OK;
     char got[96];
     snprintf(got, sizeof got, "%s activations with %s weights",
              dt_dtype_name(dtype), dt_dtype_name(wdtype));
     return cpu_dtype_refused(d, op, got,
-                             "f32 activations with f32 or bf16 weights");
+                             "f32 activations with f32, bf16 or f16 "
+                             "weights");
 }
 /* Element-wise arithmetic (axpy, scale): f32. */
 static inline int cpu_check_elems(dt_device_t *d, const char *op, int dtype)

@@ -13,11 +13,12 @@
  * bench/results/kernels.md).  With one pool every thread spins briefly
  * and sleeps.
  *
- * bf16 weights: OpenBLAS 0.3.21 (Debian's) declares cblas_sbgemm but does
- * not export it, and it would want both operands in bf16 anyway, so each
- * worker widens a block of weight rows to f32 in its own slice of the
- * device scratch (tagged staging, a few MiB per thread whatever the
- * matrix) and feeds sgemm from there.
+ * bf16 and f16 weights: OpenBLAS 0.3.21 (Debian's) declares cblas_sbgemm
+ * but does not export it, has no f16 gemm, and both would want both
+ * operands in 16 bits anyway, so each worker widens a block of weight rows
+ * to f32 in its own slice of the device scratch (tagged staging, a few MiB
+ * per thread whatever the matrix) and feeds sgemm from there.  Widening is
+ * exact, so the product is the f32 product of the rounded weights.
  */
 #include <limits.h>
 #include <string.h>
@@ -27,8 +28,8 @@
 #include "dtrain/half.h"
 #include "cpu_internal.h"
 
-/* f32 elements of widened bf16 weight per thread (4 MiB). */
-#define CPU_BF16_BLOCK_FLOATS (1 << 20)
+/* f32 elements of widened 16-bit weight per thread (4 MiB). */
+#define CPU_HALF_BLOCK_FLOATS (1 << 20)
 /* Columns are handed out in units of this many (keeps sgemm's panels
  * whole) and a slice is worth a thread from this many flops. */
 #define CPU_MM_UNIT 16
@@ -38,11 +39,11 @@ typedef struct {
     float *out, *dinp, *dweight;
     const float *inp, *bias, *dout;
     const void *weight;
-    int bf16;
+    int wdtype;         /* DT_F32, DT_BF16 or DT_F16 */
     float beta;
     int64_t N, C, OC;
-    float *scratch;     /* bf16: `stride` floats per thread */
-    int64_t stride;     /* bf16: min(CPU_BF16_BLOCK_FLOATS, OC * C) */
+    float *scratch;     /* 16-bit weights: `stride` floats per thread */
+    int64_t stride;     /* 16-bit weights: min(CPU_HALF_BLOCK_FLOATS, OC * C) */
 } mm_t;
 
 /* Columns [u0 * UNIT, u1 * UNIT) clipped to n. */
@@ -66,12 +67,18 @@ static int64_t unit_grain(double flops_per_column)
 }
 
 CPU_CLONES static void widen(float *restrict dst,
-                             const uint16_t *restrict src, int64_t rows,
-                             int64_t cols, int64_t src_ld)
+                             const uint16_t *restrict src, int wdtype,
+                             int64_t rows, int64_t cols, int64_t src_ld)
 {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++)
-            dst[r * cols + c] = dt_bf16_to_f32(src[r * src_ld + c]);
+    if (wdtype == DT_BF16) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++)
+                dst[r * cols + c] = dt_bf16_to_f32(src[r * src_ld + c]);
+    } else {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++)
+                dst[r * cols + c] = dt_f16_to_f32(src[r * src_ld + c]);
+    }
 }
 
 /* out[:, o0:o1] (= or +=) inp @ weight[o0:o1, :]^T */
@@ -85,7 +92,7 @@ static void fwd_task(void *ctx, int64_t u0, int64_t u1, int tid)
         for (int64_t n = 0; n < N; n++)
             memcpy(a->out + n * OC + o0, a->bias + o0,
                    (size_t)(o1 - o0) * sizeof(float));
-    if (!a->bf16) {
+    if (a->wdtype == DT_F32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N,
                     (int)(o1 - o0), (int)C, 1.0f, a->inp, (int)C,
                     (const float *)a->weight + o0 * C, (int)C, a->beta,
@@ -96,7 +103,7 @@ static void fwd_task(void *ctx, int64_t u0, int64_t u1, int tid)
     int64_t rows = a->stride / C; /* >= 1: stride >= C */
     for (int64_t b = o0; b < o1; b += rows) {
         int64_t r = o1 - b < rows ? o1 - b : rows;
-        widen(wf, (const uint16_t *)a->weight + b * C, r, C, C);
+        widen(wf, (const uint16_t *)a->weight + b * C, a->wdtype, r, C, C);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)r,
                     (int)C, 1.0f, a->inp, (int)C, wf, (int)C, a->beta,
                     a->out + b, (int)OC);
@@ -121,7 +128,7 @@ static void dinp_task(void *ctx, int64_t u0, int64_t u1, int tid)
     int64_t c0, c1;
     unit_range(u0, u1, a->C, &c0, &c1);
     int64_t N = a->N, C = a->C, OC = a->OC, cw = c1 - c0;
-    if (!a->bf16) {
+    if (a->wdtype == DT_F32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)cw,
                     (int)OC, 1.0f, a->dout, (int)OC,
                     (const float *)a->weight + c0, (int)C, 1.0f, a->dinp + c0,
@@ -132,7 +139,7 @@ static void dinp_task(void *ctx, int64_t u0, int64_t u1, int tid)
     int64_t rows = a->stride / cw; /* >= 1: cw <= C <= stride */
     for (int64_t b = 0; b < OC; b += rows) {
         int64_t r = OC - b < rows ? OC - b : rows;
-        widen(wf, (const uint16_t *)a->weight + b * C + c0, r, cw, C);
+        widen(wf, (const uint16_t *)a->weight + b * C + c0, a->wdtype, r, cw, C);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)cw,
                     (int)r, 1.0f, a->dout + b, (int)OC, wf, (int)cw, 1.0f,
                     a->dinp + c0, (int)C);
@@ -170,11 +177,11 @@ static int check_dims(dt_device_t *d, const char *op, int wdtype, int64_t N,
                                   "%s: N=%lld C=%lld OC=%lld: each must fit "
                                   "OpenBLAS's 32-bit int", op, (long long)N,
                                   (long long)C, (long long)OC);
-    if (wdtype == DT_BF16 && C > CPU_BF16_BLOCK_FLOATS)
+    if (wdtype != DT_F32 && C > CPU_HALF_BLOCK_FLOATS)
         return d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
-                                  "%s: bf16 weights with C = %lld > %d "
-                                  "columns", op, (long long)C,
-                                  CPU_BF16_BLOCK_FLOATS);
+                                  "%s: %s weights with C = %lld > %d "
+                                  "columns", op, dt_dtype_name(wdtype), (long long)C,
+                                  CPU_HALF_BLOCK_FLOATS);
     int64_t p;
     int rc = cpu_check_product(d, op, N, C > OC ? C : OC, &p);
     if (rc == DT_OK)
@@ -182,12 +189,12 @@ static int check_dims(dt_device_t *d, const char *op, int wdtype, int64_t N,
     return rc;
 }
 
-/* Per-thread bf16 widening space, with kmu held: at most a block, no
- * more than the whole weight. */
-static int bf16_scratch(dt_device_t *d, const char *op, mm_t *a)
+/* Per-thread widening space for 16-bit weights, with kmu held: at most a
+ * block, no more than the whole weight. */
+static int half_scratch(dt_device_t *d, const char *op, mm_t *a)
 {
-    a->stride = a->OC * a->C < CPU_BF16_BLOCK_FLOATS ? a->OC * a->C
-                                                     : CPU_BF16_BLOCK_FLOATS;
+    a->stride = a->OC * a->C < CPU_HALF_BLOCK_FLOATS ? a->OC * a->C
+                                                     : CPU_HALF_BLOCK_FLOATS;
     void *p = NULL;
     int rc = cpu_scratch(d, (uint64_t)d->threads * (uint64_t)a->stride *
                                 sizeof(float), &p, op);
@@ -222,11 +229,11 @@ int cpu_matmul_forward(dt_device_t *d, dt_stream_t *s, void *out_,
         return DT_OK;
     }
     mm_t a = {.out = out, .inp = inp, .bias = bias, .weight = weight,
-              .bf16 = wdtype == DT_BF16, .beta = bias ? 1.0f : 0.0f, .N = N,
+              .wdtype = wdtype, .beta = bias ? 1.0f : 0.0f, .N = N,
               .C = C, .OC = OC};
     cpu_lock(d);
-    if (a.bf16) {
-        rc = bf16_scratch(d, op, &a);
+    if (a.wdtype != DT_F32) {
+        rc = half_scratch(d, op, &a);
         if (rc != DT_OK) {
             cpu_unlock(d);
             return rc;
@@ -259,12 +266,12 @@ int cpu_matmul_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
         return DT_OK; /* every gradient gets += 0 */
 
     mm_t a = {.dinp = dinp, .dweight = dweight, .inp = inp, .dout = dout,
-              .weight = weight, .bf16 = wdtype == DT_BF16, .N = N, .C = C,
+              .weight = weight, .wdtype = wdtype, .N = N, .C = C,
               .OC = OC};
     cpu_lock(d);
     /* Scratch first: a budget failure must leave every gradient as it was. */
-    if (C > 0 && dinp && a.bf16) {
-        rc = bf16_scratch(d, op, &a);
+    if (C > 0 && dinp && a.wdtype != DT_F32) {
+        rc = half_scratch(d, op, &a);
         if (rc != DT_OK) {
             cpu_unlock(d);
             return rc;

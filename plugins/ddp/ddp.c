@@ -107,7 +107,7 @@ static int ddp_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *i
     int32_t n = args.group_size;
     snprintf(est.note, sizeof est.note,
              "full replica per rank; grads all-reduced in %u bucket(s) <= %g MiB, %s%s%s", nb,
-             cfg.bucket_cap_mb, cfg.reduce_dtype == DT_BF16 ? "bf16" : "fp32",
+             cfg.bucket_cap_mb, dt_cfg_reduce_dtype_name(cfg.reduce_dtype),
              n > 1 ? (cfg.overlap ? ", overlapped with backward" : ", in step") : ", 1 rank: none",
              n > 1 && stagger ? "; odd ranks update at next use" : "");
     return dt_result_write(host, "estimate", res, &est, sizeof est, DT_ESTIMATE_V1_SIZE0);

@@ -117,12 +117,12 @@ int dt_shard_gather(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
                     dt_stream_t *stream, dt_comm_req_t **req);
 
 /* shard_reduce.c.  Start the reduce_scatter of group `group`'s gradients: `full` (padded
- * f32, every rank's own) reduced with `op` (DT_OP_AVG: the data-parallel
- * mean), this rank's block into `shard` (shard f32; may alias
- * full + rank * shard, in place). */
+ * elements of `dtype`, every rank's own) reduced with `op` (DT_OP_AVG:
+ * the data-parallel mean), this rank's block into `shard` (shard elements
+ * of `dtype`; may alias full + rank * shard, in place). */
 int dt_shard_reduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
                     dt_comm_t *comm, const dt_shard_plan_t *p, uint32_t group,
-                    const float *full, float *shard, int op,
+                    const void *full, void *shard, int dtype, int op,
                     dt_stream_t *stream, dt_comm_req_t **req);
 
 /* ------------------------------------------------------------------------
@@ -134,7 +134,7 @@ int dt_shard_reduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
  *            every step;  sharded: compute shard S, groups all-gathered
  *            into transient buffers (tag comm) around their hooks, or kept
  *            gathered (persistent: below persist_numel, tag params)
- *            + the f32 master shard S when the compute dtype is bf16
+ *            + the f32 master shard S when the compute dtype is bf16/f16
  *   grads    full: f32 F, reduce-scattered once per step (final
  *            micro-step);  sharded: f32 shard S; during backward a group
  *            accumulates into a transient full f32 buffer (tag comm) that
@@ -171,6 +171,10 @@ typedef struct dt_shard_cfg {
                                   * (one reduction is always allowed) */
     uint64_t gather_numel;       /* replicated params: elements all-gathered
                                   * at a time after the step; 0: no cap */
+    int32_t reduce_dtype;        /* what gradients travel in: DT_F32 (0),
+                                  * DT_BF16 or DT_F16 (cast into a wire
+                                  * buffer per reduction in flight, tagged
+                                  * comm, and back to f32 after) */
 } dt_shard_cfg_t;
 
 /* Per-group and per-reduction bookkeeping (shard_internal.h). */

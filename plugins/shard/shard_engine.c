@@ -112,7 +112,7 @@ static int make_buffers(dt_shard_engine_t *e)
     else
         rc = shard_alloc_zeroed(e, S, e->pdtype, DT_TAG_PARAMS, "the parameter shard",
                                     &e->cshard);
-    if (rc == DT_OK && e->pdtype == DT_BF16)
+    if (rc == DT_OK && e->pdtype != DT_F32)
         rc = shard_alloc_zeroed(e, S, DT_F32, DT_TAG_PARAMS, "the f32 master shard",
                           (void **)&e->master);
     if (rc == DT_OK) {

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dtrain/sdk/cfg.h"
 #include "shard_internal.h"
 
 /* ------------------------------------------------ a counting device */
@@ -312,7 +313,9 @@ static void shard_estimate_note(const dt_shard_cfg_t *cfg, uint32_t n_groups, ui
         if (rsize > 1)
             snprintf(note, cap,
                      "%s: nothing sharded: every rank holds all %u group(s); grads all-reduced "
-                     "over %u ranks", what, n_groups, rsize);
+                     "over %u ranks%s%s", what, n_groups, rsize,
+                     cfg->reduce_dtype ? " in " : "",
+                     cfg->reduce_dtype ? dt_cfg_reduce_dtype_name(cfg->reduce_dtype) : "");
         else
             snprintf(note, cap, "%s: nothing sharded on 1 rank: it holds all %u group(s)", what,
                      n_groups);
@@ -322,9 +325,10 @@ static void shard_estimate_note(const dt_shard_cfg_t *cfg, uint32_t n_groups, ui
     if (rsize > 1)
         snprintf(rep, sizeof rep, " x %u replicas (shard grads all-reduced across them)",
                  rsize);
-    snprintf(note, cap, "%s: %u group(s) sharded over %u ranks%s; params %s, grads %s", what,
-             n_groups, ssize, rep, cfg->params_replicated ? "replicated" : "sharded",
-             cfg->grads_full ? "full" : "sharded");
+    snprintf(note, cap, "%s: %u group(s) sharded over %u ranks%s; params %s, grads %s%s%s",
+             what, n_groups, ssize, rep, cfg->params_replicated ? "replicated" : "sharded",
+             cfg->grads_full ? "full" : "sharded", cfg->reduce_dtype ? ", reduced in " : "",
+             cfg->reduce_dtype ? dt_cfg_reduce_dtype_name(cfg->reduce_dtype) : "");
 }
 
 int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,

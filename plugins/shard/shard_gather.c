@@ -166,18 +166,18 @@ int shard_refresh_params(dt_shard_engine_t *e, const char *when)
 {
     const dt_device_ops_v1_t *d = e->dp.dev_ops;
     int rc = DT_OK;
-    if (e->pdtype == DT_BF16) {
+    if (e->pdtype != DT_F32) {
         if (e->replica) {
             for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++)
-                rc = d->kernels()->cast(e->dp.dev, e->dp.cs, shard_cshard(e, i), DT_BF16,
+                rc = d->kernels()->cast(e->dp.dev, e->dp.cs, shard_cshard(e, i), e->pdtype,
                              shard_master(e, i), DT_F32, (int64_t)e->plan.groups[i].shard);
         } else {
-            rc = d->kernels()->cast(e->dp.dev, e->dp.cs, e->cshard, DT_BF16, e->master, DT_F32,
+            rc = d->kernels()->cast(e->dp.dev, e->dp.cs, e->cshard, e->pdtype, e->master, DT_F32,
                          (int64_t)e->plan.shard_total);
         }
         if (rc != DT_OK) {
-            e->dp.host->log(e->dp.host, DT_LOG_ERROR, "%s: refreshing the bf16 parameters failed",
-                            when);
+            e->dp.host->log(e->dp.host, DT_LOG_ERROR, "%s: refreshing the %s parameters failed",
+                            when, dt_dtype_name(e->pdtype));
             return rc;
         }
     }

@@ -71,6 +71,7 @@ typedef struct dt_shard_reduction {
     int32_t reserved0;
     uint64_t numel;        /* elements on the wire, for max_reduce_numel */
     float *buf;            /* SCATTER_ADD: the transient buffer */
+    void *wire;            /* 16-bit reduce_dtype: what travels, or NULL */
     dt_comm_req_t *req;
 } sh_red_t;
 

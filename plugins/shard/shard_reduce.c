@@ -12,6 +12,12 @@
  * DT_OP_AVG inside a shard group, then (hybrid) all_reduce AVG across the
  * replicas of a shard; a mean of means of equal groups is the mean.
  *
+ * reduce_dtype bf16/fp16: a reduction's f32 source is cast into a wire
+ * buffer of that dtype (allocated per reduction, tagged comm, freed when
+ * it completes), the collective runs on the wire buffer, and this rank's
+ * reduced block is cast back into the f32 place the f32 collective would
+ * have written.  The communicator sums in f32 and rounds once.
+ *
  * Reductions run on the communication stream, ordered after the compute
  * stream by an event when they start, and complete oldest first; they
  * start only at hooks and in the step, so every rank makes the same calls
@@ -21,13 +27,13 @@
 
 int dt_shard_reduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
                     dt_comm_t *comm, const dt_shard_plan_t *p, uint32_t group,
-                    const float *full, float *shard, int op,
+                    const void *full, void *shard, int dtype, int op,
                     dt_stream_t *stream, dt_comm_req_t **req)
 {
     if (group >= p->n_groups)
         return host->set_error(host, DT_ERR_INVALID, "reduce: group %u of %u", group,
                                p->n_groups);
-    int rc = cops->reduce_scatter(comm, full, shard, p->groups[group].shard, DT_F32, op,
+    int rc = cops->reduce_scatter(comm, full, shard, p->groups[group].shard, dtype, op,
                                   stream, req);
     if (rc != DT_OK)
         shard_plan_log(host, p, group, "reduce_scatter", rc);
@@ -40,6 +46,45 @@ static dt_comm_t *red_comm(const dt_shard_engine_t *e, int kind)
 }
 
 static int red_finish_one(dt_shard_engine_t *e, int64_t timeout_ms);
+
+/* Where reduction `kind` of group gi reads (f32, `numel` elements) and
+ * where this rank's reduced block lands (f32): `buf` is a SCATTER_ADD's
+ * transient buffer. */
+static float *red_source(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf)
+{
+    const dt_shard_group_t *gr = &e->plan.groups[gi];
+    return kind == SH_R_SCATTER_ADD ? buf
+           : kind == SH_R_SCATTER   ? e->gfull + gr->full_off
+                                    : shard_gshard(e, gi);
+}
+
+static float *red_block(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf)
+{
+    const dt_shard_group_t *gr = &e->plan.groups[gi];
+    return kind == SH_R_REPLICAS ? shard_gshard(e, gi)
+                                 : red_source(e, gi, kind, buf) + (uint64_t)e->srank * gr->shard;
+}
+
+/* A 16-bit reduce_dtype: `numel` elements of the source cast into a new
+ * wire buffer (*wire) on the communication stream. */
+static int red_wire(dt_shard_engine_t *e, uint32_t gi, const float *src, uint64_t numel,
+                    void **wire)
+{
+    const int dt = e->cfg.reduce_dtype;
+    int rc = e->dp.dev_ops->alloc(e->dp.dev, numel * dt_dtype_size(dt), DT_TAG_COMM, wire);
+    if (rc != DT_OK) {
+        shard_log_group(e, gi, "allocating the 16-bit gradient wire buffer", rc);
+        return rc;
+    }
+    rc = e->dp.dev_ops->kernels()->cast(e->dp.dev, e->comm_stream, *wire, dt, src, DT_F32,
+                                        (int64_t)numel);
+    if (rc != DT_OK) {
+        shard_log_group(e, gi, "casting the gradients to the reduce dtype", rc);
+        e->dp.dev_ops->free(e->dp.dev, *wire);
+        *wire = NULL;
+    }
+    return rc;
+}
 
 /* Queue a reduction of group gi: `kind` SH_R_*, `buf` the transient
  * buffer of a SCATTER_ADD (freed here on failure), `then_replicas` an
@@ -59,19 +104,19 @@ static int red_launch(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf, i
     if (rc == DT_OK)
         rc = shard_comm_after_compute(e);
     dt_comm_req_t *req = NULL;
+    /* in place, in f32 or in the wire buffer of the reduce dtype */
+    const int dt = e->cfg.reduce_dtype ? e->cfg.reduce_dtype : DT_F32;
+    void *wire = NULL;
+    char *src = (char *)red_source(e, gi, kind, buf);
+    if (rc == DT_OK && dt != DT_F32 && (rc = red_wire(e, gi, (float *)src, numel, &wire)) == DT_OK)
+        src = wire;
     if (rc == DT_OK) {
-        if (kind == SH_R_SCATTER_ADD) {
-            rc = dt_shard_reduce(e->dp.host, e->dp.comm_ops, e->scomm, &e->plan, gi, buf,
-                                 buf + (uint64_t)e->srank * gr->shard, DT_OP_AVG,
-                                 e->comm_stream, &req);
-        } else if (kind == SH_R_SCATTER) {
-            float *f = e->gfull + gr->full_off;
-            rc = dt_shard_reduce(e->dp.host, e->dp.comm_ops, e->scomm, &e->plan, gi, f,
-                                 f + (uint64_t)e->srank * gr->shard, DT_OP_AVG,
-                                 e->comm_stream, &req);
+        if (kind != SH_R_REPLICAS) {
+            rc = dt_shard_reduce(e->dp.host, e->dp.comm_ops, e->scomm, &e->plan, gi, src,
+                                 src + (uint64_t)e->srank * gr->shard * dt_dtype_size(dt), dt,
+                                 DT_OP_AVG, e->comm_stream, &req);
         } else {
-            float *s = shard_gshard(e, gi);
-            rc = e->dp.comm_ops->all_reduce(e->rcomm, s, s, gr->shard, DT_F32, DT_OP_AVG,
+            rc = e->dp.comm_ops->all_reduce(e->rcomm, src, src, gr->shard, dt, DT_OP_AVG,
                                             e->comm_stream, &req);
             if (rc != DT_OK)
                 shard_log_group(e, gi, "all_reduce across replicas of the gradient shard", rc);
@@ -81,11 +126,13 @@ static int red_launch(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf, i
         e->failed = 1;
         if (buf)
             e->dp.dev_ops->free(e->dp.dev, buf);
+        if (wire)
+            e->dp.dev_ops->free(e->dp.dev, wire);
         return rc;
     }
     sh_red_t *r = &e->red[(e->red_head + e->red_n) % e->red_cap];
     *r = (sh_red_t){.group = gi, .kind = kind, .then_replicas = then_replicas,
-                    .numel = numel, .buf = buf, .req = req};
+                    .numel = numel, .buf = buf, .wire = wire, .req = req};
     e->red_n++;
     e->red_numel += numel;
     e->g[gi].queued++;
@@ -103,6 +150,16 @@ static int red_finish_one(dt_shard_engine_t *e, int64_t timeout_ms)
     e->g[r.group].queued--;
     const dt_shard_group_t *gr = &e->plan.groups[r.group];
     int rc = e->dp.comm_ops->wait(red_comm(e, r.kind), r.req, timeout_ms); /* frees req */
+    if (r.wire) { /* this rank's reduced block back to f32 where f32 would be */
+        const int dt = e->cfg.reduce_dtype;
+        const uint64_t at = r.kind == SH_R_REPLICAS ? 0 : (uint64_t)e->srank * gr->shard;
+        if (rc == DT_OK)
+            rc = e->dp.dev_ops->kernels()->cast(e->dp.dev, e->comm_stream,
+                                                red_block(e, r.group, r.kind, r.buf), DT_F32,
+                                                (char *)r.wire + at * dt_dtype_size(dt), dt,
+                                                (int64_t)gr->shard);
+        e->dp.dev_ops->free(e->dp.dev, r.wire);
+    }
     if (rc == DT_OK && r.kind == SH_R_SCATTER_ADD)
         rc = e->dp.dev_ops->kernels()->axpy(e->dp.dev, e->comm_stream, shard_gshard(e, r.group),
                                             r.buf + (uint64_t)e->srank * gr->shard, DT_F32,

@@ -101,3 +101,17 @@ int dt_cfg_enum(const dt_host_v1_t *host, const char *key, const char *def,
     *out = i;
     return DT_OK;
 }
+
+int dt_cfg_reduce_dtype(const dt_host_v1_t *host, int *out)
+{
+    static const int dtypes[] = {DT_F32, DT_BF16, DT_F16}; /* the choices' order */
+    int i = 0;
+    int rc = dt_cfg_enum(host, "reduce_dtype", "fp32", "fp32|bf16|fp16", &i);
+    *out = rc == DT_OK ? dtypes[i] : DT_F32;
+    return rc;
+}
+
+const char *dt_cfg_reduce_dtype_name(int dtype)
+{
+    return dtype == DT_BF16 ? "bf16" : dtype == DT_F16 ? "fp16" : "fp32";
+}

@@ -56,9 +56,10 @@ static int read_args(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_ini
     if (args->n_micro < 1)
         return host->set_error(host, DT_ERR_INVALID, "init: n_micro = 0");
     const dt_model_desc_v1_t *model = args->model;
-    if (model->param_dtype != DT_F32 && model->param_dtype != DT_BF16)
+    if (model->param_dtype != DT_F32 && model->param_dtype != DT_BF16 &&
+        model->param_dtype != DT_F16)
         return host->set_error(host, DT_ERR_UNSUPPORTED,
-                               "param_dtype %s: %s keeps f32 or bf16 compute parameters",
+                               "param_dtype %s: %s keeps f32, bf16 or f16 compute parameters",
                                dt_dtype_name(model->param_dtype), what);
     if (args->optim->kind != DT_OPTIM_ADAMW && args->optim->kind != DT_OPTIM_SGD)
         return host->set_error(host, DT_ERR_INVALID, "init: unknown optimizer kind %d",
@@ -218,7 +219,12 @@ int dt_dp_step_check(const dt_dp_t *b, const dt_step_args_v1_t *args, dt_step_re
 dt_optim_step_t dt_dp_step_norm(const dt_dp_t *b, const dt_step_args_v1_t *args, double sumsq,
                                 dt_step_result_v1_t *out)
 {
-    double norm = sqrt(sumsq);
+    /* the gradients carry loss_scale (a power of two under dynamic
+     * scaling, so dividing it out is exact): the norm is the unscaled
+     * gradient's, and the optimizer's multiplier unscales as it clips */
+    const float ls = DT_HAS_FIELD(dt_step_args_v1_t, args, loss_scale) ? args->loss_scale : 0.0f;
+    const double carried = ls > 0 ? (double)ls : 1.0; /* an older core's args: absent */
+    double norm = sqrt(sumsq) / carried;
     dt_optim_step_t st = {.desc = &b->optim, .lr = args->lr, .grad_scale = 0.0f, .t = args->step};
     out->grad_norm = norm;
     if (!isfinite(norm)) {
@@ -227,7 +233,7 @@ dt_optim_step_t dt_dp_step_norm(const dt_dp_t *b, const dt_step_args_v1_t *args,
                      (long long)args->step, norm);
         return st;
     }
-    st.grad_scale = dt_clip_scale(norm, args->clip);
+    st.grad_scale = (float)((double)dt_clip_scale(norm, args->clip) / carried);
     return st;
 }
 

@@ -33,7 +33,7 @@ static int read_pair(const dt_host_v1_t *host, const char *key, const char *a, c
 int dt_replica_read_config(const dt_host_v1_t *host, dt_replica_cfg_t *cfg)
 {
     double cap;
-    int bf16, ov, bc;
+    int rdt = DT_F32, ov = 1, bc = 0;
     memset(cfg, 0, sizeof *cfg);
     int rc = dt_cfg_float(host, "bucket_cap_mb", 25.0, &cap);
     if (rc != DT_OK)
@@ -41,13 +41,13 @@ int dt_replica_read_config(const dt_host_v1_t *host, dt_replica_cfg_t *cfg)
     if (!(cap > 0.0 && cap <= 1e6))
         return host->set_error(host, DT_ERR_CONFIG,
                                "bucket_cap_mb = %g: must be in (0, 1e6] MiB", cap);
-    if ((rc = read_pair(host, "reduce_dtype", "fp32", "bf16", &bf16)) != DT_OK ||
+    if ((rc = dt_cfg_reduce_dtype(host, &rdt)) != DT_OK ||
         (rc = dt_cfg_bool(host, "overlap", 1, &ov)) != DT_OK ||
         (rc = read_pair(host, "init_check", "checksum", "broadcast", &bc)) != DT_OK)
         return rc;
     cfg->bucket_cap_mb = cap;
     cfg->reduce_grads = 1;
-    cfg->reduce_dtype = bf16 ? DT_BF16 : DT_F32;
+    cfg->reduce_dtype = rdt;
     cfg->overlap = ov;
     cfg->init_broadcast = bc;
     return DT_OK;
@@ -122,8 +122,9 @@ static int alloc_state(dt_replica_t *r)
         return rc;
     if ((rc = alloc_flat(r, DT_F32, DT_TAG_PARAMS, "master params", (void **)&r->master)))
         return rc;
-    if (model->param_dtype == DT_BF16) {
-        if ((rc = alloc_flat(r, DT_BF16, DT_TAG_PARAMS, "bf16 compute params", &r->compute)))
+    if (model->param_dtype != DT_F32) {
+        if ((rc = alloc_flat(r, model->param_dtype, DT_TAG_PARAMS, "16-bit compute params",
+                             &r->compute)))
             return rc;
     } else {
         r->compute = r->master;
@@ -141,7 +142,7 @@ static int alloc_state(dt_replica_t *r)
 }
 
 /* The buckets over the layout and, where there is someone to talk to, the
- * reduction stream, its events and the bf16 slots. */
+ * reduction stream, its events and the 16-bit slots. */
 static int make_buckets(dt_replica_t *r)
 {
     const dt_host_v1_t *host = r->dp.host;
@@ -182,13 +183,14 @@ static int make_buckets(dt_replica_t *r)
         host->log(host, DT_LOG_ERROR, "creating the reduction stream/events failed");
         return rc;
     }
-    if (r->cfg.reduce_dtype == DT_BF16 && r->n_buckets > 0) {
+    if (r->cfg.reduce_dtype != DT_F32 && r->n_buckets > 0) {
         r->n_slots = r->n_buckets < DT_REPLICA_MAX_SLOTS ? r->n_buckets : DT_REPLICA_MAX_SLOTS;
         r->slot_elems = max_count;
-        uint64_t bytes = (uint64_t)r->n_slots * max_count * dt_dtype_size(DT_BF16);
+        uint64_t bytes = (uint64_t)r->n_slots * max_count * dt_dtype_size(r->cfg.reduce_dtype);
         if ((rc = d->alloc(r->dp.dev, bytes, DT_TAG_COMM, &r->comm_buf)) != DT_OK) {
-            host->log(host, DT_LOG_ERROR, "allocating %u bf16 bucket buffers (%llu bytes) "
-                      "failed", r->n_slots, (unsigned long long)bytes);
+            host->log(host, DT_LOG_ERROR, "allocating %u %s bucket buffers (%llu bytes) "
+                      "failed", r->n_slots, dt_dtype_name(r->cfg.reduce_dtype),
+                      (unsigned long long)bytes);
             return rc;
         }
     }
@@ -260,7 +262,7 @@ int dt_replica_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *a
     int32_t n = args->group_size;
     int reduces = cfg->reduce_grads && n > 1;
     dt_dp_estimate_state(args, T, T, T, out);
-    if (reduces && cfg->reduce_dtype == DT_BF16 && nb > 0) {
+    if (reduces && cfg->reduce_dtype != DT_F32 && nb > 0) {
         uint64_t slots = nb < DT_REPLICA_MAX_SLOTS ? nb : DT_REPLICA_MAX_SLOTS;
         out->bytes[DT_TAG_COMM] = slots * max_count * 2;
     }

@@ -8,7 +8,7 @@
  * gradient by 1/n_micro; so after backward each rank holds the gradient of
  * its own mean loss over all its micro-batches.  The only averaging left
  * is across ranks: all_reduce with DT_OP_AVG (sum over the group divided
- * by its size; the communicator accumulates bf16 in f32 and rounds once).
+ * by its size; the communicator accumulates 16-bit values in f32 and rounds once).
  *
  * Buckets.  On every micro-step but the last, gradients only accumulate
  * locally.  On the last one a unit's gradient is final at its
@@ -67,7 +67,7 @@ int dt_replica_pre_backward(dt_replica_t *r, const dt_hook_v1_t *h, dt_unit_buff
 static float *bucket_slot(dt_replica_t *r, const dt_replica_bucket_t *b)
 {
     return (float *)((char *)r->comm_buf +
-                     (uint64_t)b->slot * r->slot_elems * dt_dtype_size(DT_BF16));
+                     (uint64_t)b->slot * r->slot_elems * dt_dtype_size(r->cfg.reduce_dtype));
 }
 
 static void log_bucket_failure(dt_replica_t *r, uint32_t bi, const char *what, int rc)
@@ -81,7 +81,7 @@ static void log_bucket_failure(dt_replica_t *r, uint32_t bi, const char *what, i
                     dt_dtype_name(r->cfg.reduce_dtype), dt_status_name(rc));
 }
 
-/* Wait for bucket bi's all_reduce; a bf16 bucket is cast back into the f32
+/* Wait for bucket bi's all_reduce; a 16-bit bucket is cast back into the f32
  * gradients (ordered on the reduction stream). */
 static int finish_bucket(dt_replica_t *r, uint32_t bi, int64_t timeout_ms)
 {
@@ -91,11 +91,11 @@ static int finish_bucket(dt_replica_t *r, uint32_t bi, int64_t timeout_ms)
     int rc = r->dp.comm_ops->wait(r->dp.comm, b->req, timeout_ms); /* frees req */
     b->req = NULL;
     b->state = DT_REPLICA_BUCKET_DONE;
-    if (r->cfg.reduce_dtype == DT_BF16) {
+    if (r->cfg.reduce_dtype != DT_F32) {
         r->slot_bucket[b->slot] = -1;
         if (rc == DT_OK)
             rc = r->dp.dev_ops->kernels()->cast(r->dp.dev, r->comm_stream, r->grads + b->off, DT_F32,
-                                     bucket_slot(r, b), DT_BF16, (int64_t)b->count);
+                                     bucket_slot(r, b), r->cfg.reduce_dtype, (int64_t)b->count);
     }
     if (rc != DT_OK && timeout_ms != 0)
         log_bucket_failure(r, bi, "all_reduce", rc);
@@ -123,9 +123,10 @@ static int launch_bucket(dt_replica_t *r, uint32_t bi)
         if (prev >= 0 && (rc = finish_bucket(r, (uint32_t)prev, -1)) != DT_OK)
             return rc;
         void *w = bucket_slot(r, b);
-        rc = d->kernels()->cast(r->dp.dev, r->comm_stream, w, DT_BF16, g, DT_F32, (int64_t)b->count);
+        rc = d->kernels()->cast(r->dp.dev, r->comm_stream, w, r->cfg.reduce_dtype, g, DT_F32,
+                                (int64_t)b->count);
         if (rc == DT_OK)
-            rc = r->dp.comm_ops->all_reduce(r->dp.comm, w, w, b->count, DT_BF16, DT_OP_AVG,
+            rc = r->dp.comm_ops->all_reduce(r->dp.comm, w, w, b->count, r->cfg.reduce_dtype, DT_OP_AVG,
                                             r->comm_stream, &b->req);
         if (rc == DT_OK)
             r->slot_bucket[b->slot] = (int32_t)bi;

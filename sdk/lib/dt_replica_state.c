@@ -109,10 +109,11 @@ int dt_replica_state_loaded(dt_replica_t *r)
         }
     }
     if (r->compute != (void *)r->master) {
-        rc = d->kernels()->cast(r->dp.dev, r->dp.cs, r->compute, DT_BF16, r->master, DT_F32,
-                     (int64_t)r->layout.total);
+        rc = d->kernels()->cast(r->dp.dev, r->dp.cs, r->compute, r->dp.model->param_dtype,
+                                r->master, DT_F32, (int64_t)r->layout.total);
         if (rc != DT_OK) {
-            host->log(host, DT_LOG_ERROR, "state_loaded: building the bf16 parameters failed");
+            host->log(host, DT_LOG_ERROR, "state_loaded: building the %s parameters failed",
+                      dt_dtype_name(r->dp.model->param_dtype));
             return rc;
         }
     }

@@ -22,8 +22,9 @@ int dt_replica_refresh(dt_replica_t *r, uint32_t lo, uint32_t hi)
     if (r->compute == (void *)r->master || lo >= hi)
         return DT_OK;
     uint64_t off = r->layout.offset[lo];
+    const int pd = r->dp.model->param_dtype;
     return r->dp.dev_ops->kernels()->cast(r->dp.dev, r->dp.cs,
-                               (char *)r->compute + off * dt_dtype_size(DT_BF16), DT_BF16,
+                               (char *)r->compute + off * dt_dtype_size(pd), pd,
                                r->master + off, DT_F32, (int64_t)(r->layout.offset[hi] - off));
 }
 
@@ -46,8 +47,8 @@ int dt_replica_update(dt_replica_t *r, const dt_optim_step_t *st, int last_first
     }
     int rc = dt_replica_refresh(r, 0, nu);
     if (rc != DT_OK)
-        r->dp.host->log(r->dp.host, DT_LOG_ERROR, "step %lld: refreshing the bf16 parameters "
-                        "failed", (long long)st->t);
+        r->dp.host->log(r->dp.host, DT_LOG_ERROR, "step %lld: refreshing the %s parameters "
+                        "failed", (long long)st->t, dt_dtype_name(r->dp.model->param_dtype));
     return rc;
 }
 

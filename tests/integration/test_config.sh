@@ -138,7 +138,7 @@ missing=$(awk '/^\[/ { t = $1 } /^[a-z_]+ = / { print t " " $1 }' <<<"$out" |
   bad "keys config doc lacks" "$missing"
 expect_exit 2 "config doc of an unknown section" "$bin" config doc trian
 expect_line "named, with the closest and where plugins are documented" \
-  "dtrain config: error: no core section [trian]; did you mean [train]? (the sections: run, model, data, train, optimizer, parallel, launch, checkpoint; a plugin's keys: dtrain plugins --describe trian)"
+  "dtrain config: error: no core section [trian]; did you mean [train]? (the sections: run, model, data, train, optimizer, parallel, launch, checkpoint, fp16; a plugin's keys: dtrain plugins --describe trian)"
 expect_exit 2 "config without a subcommand" "$bin" config
 expect_exit 0 "config --help" "$bin" config --help
 expect_out "usage shown" "usage: dtrain config doc [SECTION]"
@@ -167,7 +167,7 @@ printf 'gradient_clipping = 1.0\n[run]\ncomm = "self"\n' > a.toml
 expect_exit 2 "DeepSpeed gradient_clipping at the top level" "$bin" check a.toml
 expect_line "put under [train]" "dtrain check: error: a.toml:1:1: key 'gradient_clipping' is outside any table; did you mean to put it under [train]?"
 alias_case "DeepSpeed fp16.enabled" '[fp16]\nenabled = true\n' \
-  "3:1: unknown table [fp16]; fp16.enabled is DeepSpeed's name for model.dtype = \"fp16\""
+  "4:1: unknown key 'enabled' in [fp16]; fp16.enabled is DeepSpeed's name for model.dtype = \"fp16\""
 alias_case "DeepSpeed bf16.enabled" '[bf16]\nenabled = true\n' \
   "3:1: unknown table [bf16]; bf16.enabled is DeepSpeed's name for model.dtype = \"bf16\""
 alias_case "DeepSpeed optimizer.params.lr" '[optimizer]\ntype = "adamw"\n[optimizer.params]\nlr = 1e-3\n' \

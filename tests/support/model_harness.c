@@ -21,6 +21,7 @@
 #include "ckpt/safetensors.h"
 #include "safetensors_read.h"
 #include "model_harness.h"
+#include "ref_kernels.h"
 #include "test_host.h"
 #include "test_plugin.h"
 #include "util/error.h"
@@ -321,18 +322,16 @@ int dt_mh_end_step(dt_mh_t *h)
 
 /* ------------------------------------------------------------- files */
 
-/* f32 -> bf16 -> f32, round to nearest even (finite inputs). */
-static float round_bf16(float x)
+/* f32 -> `dtype` -> f32, round to nearest even (the reference
+ * conversions of ref_kernels.h); DT_F32: x. */
+static float round_to(float x, int dtype)
 {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    u &= 0xFFFF0000u;
-    memcpy(&x, &u, 4);
-    return x;
+    return dtype == DT_BF16  ? (float)dt_ref_bf16_to_double(dt_ref_f32_to_bf16(x))
+           : dtype == DT_F16 ? (float)dt_ref_f16_to_double(dt_ref_f32_to_f16(x))
+                             : x;
 }
 
-int dt_mh_write_params(dt_mh_t *h, const char *path, int as_bf16)
+int dt_mh_write_params(dt_mh_t *h, const char *path, int as_dtype)
 {
     dt_safetensors_writer_t *w;
     int rc = dt_safetensors_writer_open(path, &w);
@@ -354,7 +353,7 @@ int dt_mh_write_params(dt_mh_t *h, const char *path, int as_bf16)
             return DT_ERR_NOMEM;
         }
         for (uint64_t i = 0; i < ud->numel; i++)
-            v[i] = as_bf16 ? round_bf16(h->strat->master[u][i]) : h->strat->master[u][i];
+            v[i] = round_to(h->strat->master[u][i], as_dtype);
         rc = dt_safetensors_write(w, v, ud->numel * 4);
         free(v);
         if (rc) {
@@ -594,16 +593,19 @@ int dt_mh_oracle_setup(dt_mh_oracle_t *o)
     dt_mh_tmpdir(o->dir, sizeof o->dir);
     snprintf(o->params, sizeof o->params, "%s/params.safetensors", o->dir);
     snprintf(o->params_bf16, sizeof o->params_bf16, "%s/params_bf16.safetensors", o->dir);
+    snprintf(o->params_f16, sizeof o->params_f16, "%s/params_f16.safetensors", o->dir);
     snprintf(o->tok, sizeof o->tok, "%s/tokens.bin", o->dir);
     snprintf(o->tok2, sizeof o->tok2, "%s/tokens2.bin", o->dir);
     snprintf(o->ref, sizeof o->ref, "%s/ref.safetensors", o->dir);
     snprintf(o->ref_bf16, sizeof o->ref_bf16, "%s/ref_bf16.safetensors", o->dir);
+    snprintf(o->ref_f16, sizeof o->ref_f16, "%s/ref_f16.safetensors", o->dir);
     snprintf(o->ref_accum, sizeof o->ref_accum, "%s/ref_accum.safetensors", o->dir);
 
     dt_mh_t h;
     o->open(&h, "fp32", "none");
     if (dt_mh_write_params(&h, o->params, 0) != DT_OK ||
-        dt_mh_write_params(&h, o->params_bf16, 1) != DT_OK ||
+        dt_mh_write_params(&h, o->params_bf16, DT_BF16) != DT_OK ||
+        dt_mh_write_params(&h, o->params_f16, DT_F16) != DT_OK ||
         dt_mh_write_tokens(o->tok, h.B, h.T, o->inputs, o->targets) != DT_OK ||
         /* both micro-batches as one batch of 2B: the mean over 2B*T
          * positions is the mean of the two micro-batch means */
@@ -611,6 +613,7 @@ int dt_mh_oracle_setup(dt_mh_oracle_t *o)
         fail_msg("writing the oracle's inputs: %s", dt_last_error());
     dt_mh_ref(&h, o->script, o->params, o->tok, o->ref, o->args);
     dt_mh_ref(&h, o->script, o->params_bf16, o->tok, o->ref_bf16, o->args);
+    dt_mh_ref(&h, o->script, o->params_f16, o->tok, o->ref_f16, o->args);
     dt_mh_ref(&h, o->script, o->params, o->tok2, o->ref_accum, o->args);
     dt_mh_close(&h);
     return 0;
@@ -654,13 +657,19 @@ void dt_mh_tokens(uint64_t seed, int32_t vocab, int n, int32_t *inputs, int32_t 
 double dt_mh_step(dt_mh_t *h, const int32_t *inputs, const int32_t *targets, uint32_t n_micro,
                   int no_grad)
 {
+    return dt_mh_step_scaled(h, inputs, targets, n_micro, no_grad, 1.0);
+}
+
+double dt_mh_step_scaled(dt_mh_t *h, const int32_t *inputs, const int32_t *targets,
+                         uint32_t n_micro, int no_grad, double scale)
+{
     int64_t bt = h->B * h->T;
     double sum = 0.0;
     assert_int_equal(dt_mh_begin_step(h, n_micro), DT_OK);
     for (uint32_t m = 0; m < n_micro; m++) {
         double loss = NAN;
         int rc = dt_model_step_micro(h->model, &h->ctx, inputs + m * bt, targets + m * bt, m,
-                                     n_micro, no_grad, 1.0f / (float)n_micro, &loss);
+                                     n_micro, no_grad, (float)(scale / n_micro), &loss);
         if (rc != DT_OK)
             fail_msg("micro-batch %u of %u: %s", m, n_micro, dt_last_error());
         sum += loss;
@@ -732,25 +741,45 @@ void dt_mh_check_accumulation(const dt_mh_oracle_t *o, const char *ckpt, const c
     dt_mh_close(&h);
 }
 
-void dt_mh_check_bf16(const dt_mh_oracle_t *o, const char *label)
+void dt_mh_check_half(const dt_mh_oracle_t *o, const char *dtype, const char *label)
 {
     dt_mh_need_python(o);
+    const int bf16 = strcmp(dtype, "bf16") == 0;
     dt_mh_t h;
-    o->open(&h, "bf16", "every");
-    assert_int_equal(h.desc->param_dtype, DT_BF16);
+    o->open(&h, dtype, "every");
+    assert_int_equal(h.desc->param_dtype, bf16 ? DT_BF16 : DT_F16);
     double loss = dt_mh_step(&h, o->inputs, o->targets, 1, 0);
     float *logits = dt_mh_logits(&h);
     assert_non_null(logits);
     dt_mh_stats_t exact, loose;
     memset(&exact, 0, sizeof exact);
     memset(&loose, 0, sizeof loose);
-    dt_mh_compare(&h, o->ref_bf16, loss, logits, DT_MH_LOSS_ATOL_F32, DT_MH_TOL_F32, &exact);
-    dt_mh_compare(&h, o->ref, loss, logits, DT_MH_LOSS_ATOL_BF16, DT_MH_TOL_BF16, &loose);
+    dt_mh_compare(&h, bf16 ? o->ref_bf16 : o->ref_f16, loss, logits, DT_MH_LOSS_ATOL_F32,
+                  DT_MH_TOL_F32, &exact);
+    dt_mh_compare(&h, o->ref, loss, logits, bf16 ? DT_MH_LOSS_ATOL_BF16 : DT_MH_LOSS_ATOL_F16,
+                  bf16 ? DT_MH_TOL_BF16 : DT_MH_TOL_F16, &loose);
     char what[128];
-    snprintf(what, sizeof what, "%s bf16 vs oracle on bf16-rounded params", label);
+    snprintf(what, sizeof what, "%s %s vs oracle on %s-rounded params", label, dtype, dtype);
     dt_mh_print_stats(what, &exact);
-    snprintf(what, sizeof what, "%s bf16 vs oracle on f32 params", label);
+    snprintf(what, sizeof what, "%s %s vs oracle on f32 params", label, dtype);
     dt_mh_print_stats(what, &loose);
+    if (!bf16) {
+        /* fp16 loss scaling: the gradient of the loss x 2^16 is the
+         * gradient x 2^16 exactly, element for element (every backward
+         * kernel is linear in the incoming gradient and a power of two
+         * scales f32 without rounding), so unscaling loses nothing */
+        uint64_t n;
+        float *g = dt_mh_all_grads(&h, &n);
+        double loss2 = dt_mh_step_scaled(&h, o->inputs, o->targets, 1, 0, 65536.0);
+        float *g2 = dt_mh_all_grads(&h, &n);
+        assert_true(loss2 == loss);
+        for (uint64_t i = 0; i < n; i++)
+            if (g2[i] != g[i] * 65536.0f)
+                fail_msg("%s: gradient element %llu at loss scale 2^16: %a, want %a x 2^16",
+                         label, (unsigned long long)i, (double)g2[i], (double)g[i]);
+        free(g);
+        free(g2);
+    }
     free(logits);
     dt_mh_close(&h);
 }

@@ -72,9 +72,9 @@ int dt_mh_begin_step(dt_mh_t *h, uint32_t n_micro);
 int dt_mh_end_step(dt_mh_t *h);
 
 /* Write every parameter by name to a safetensors file as F32.  With
- * `as_bf16`, each value is first rounded to bf16 (what a bf16 model
- * computes with). */
-int dt_mh_write_params(dt_mh_t *h, const char *path, int as_bf16);
+ * `as_dtype` DT_BF16 or DT_F16, each value is first rounded to it (what a
+ * bf16 or fp16 model computes with); DT_F32 writes them as they are. */
+int dt_mh_write_params(dt_mh_t *h, const char *path, int as_dtype);
 /* T.bin of tests/reference: i32 B, T, B*T inputs, B*T targets. */
 int dt_mh_write_tokens(const char *path, int64_t B, int64_t T, const int32_t *inputs,
                        const int32_t *targets);
@@ -131,6 +131,10 @@ void dt_mh_rmdir(const char *dir);
 #define DT_MH_LOSS_ATOL_F32 1e-5
 #define DT_MH_TOL_BF16 5e-2
 #define DT_MH_LOSS_ATOL_BF16 2e-2
+/* fp16 keeps 11 significant bits, 3 more than bf16: its parameter
+ * rounding (2^-12) is 8x smaller, and so are the bounds. */
+#define DT_MH_TOL_F16 6.25e-3
+#define DT_MH_LOSS_ATOL_F16 2.5e-3
 
 /* Open the test's model with `dtype` ("fp32", "bf16") and
  * activation_checkpointing `ckpt`, or fail the cmocka test. */
@@ -146,10 +150,11 @@ typedef struct dt_mh_oracle {
     int have_python;
     const char *no_python_why;
     char dir[512];                   /* the temporary folder */
-    char params[600], params_bf16[600]; /* f32, bf16-rounded */
+    char params[600], params_bf16[600], params_f16[600]; /* f32, bf16-, f16-rounded */
     char tok[600], tok2[600];        /* one micro-batch; both as one batch of 2B */
-    char ref[600], ref_bf16[600], ref_accum[600]; /* the oracle on (params, tok),
-                                      * (params_bf16, tok), (params, tok2) */
+    char ref[600], ref_bf16[600], ref_f16[600], ref_accum[600]; /* the oracle on
+                                      * (params, tok), (params_bf16, tok),
+                                      * (params_f16, tok), (params, tok2) */
 } dt_mh_oracle_t;
 
 /* Group setup: unless python/numpy is missing (have_python 0: the tests
@@ -172,6 +177,9 @@ void dt_mh_tokens(uint64_t seed, int32_t vocab, int n, int32_t *inputs, int32_t 
  * loss_scale 1/n_micro, checking the hook contract; the mean loss. */
 double dt_mh_step(dt_mh_t *h, const int32_t *inputs, const int32_t *targets, uint32_t n_micro,
                   int no_grad);
+/* dt_mh_step at loss_scale scale/n_micro (fp16 loss scaling). */
+double dt_mh_step_scaled(dt_mh_t *h, const int32_t *inputs, const int32_t *targets,
+                         uint32_t n_micro, int no_grad, double scale);
 /* The gradients of all units, concatenated (desc->numel f32, malloc'ed). */
 float *dt_mh_all_grads(dt_mh_t *h, uint64_t *n);
 
@@ -182,10 +190,12 @@ float *dt_mh_all_grads(dt_mh_t *h, uint64_t *n);
  *     bit-identical gradients;
  *   accumulation (checkpointing `ckpt`): two micro-batches at loss_scale
  *     1/2 match ref_accum, the mean over both;
- *   bf16 (checkpointing "every"): bf16 compute parameters match ref_bf16
- *     within the f32 tolerances and ref within the bf16 ones. */
+ *   half (checkpointing "every"), `dtype` "bf16" or "fp16": 16-bit compute
+ *     parameters match ref_bf16 / ref_f16 within the f32 tolerances and
+ *     ref within the bf16 / fp16 ones; fp16 also: the gradients at loss
+ *     scale 2^16 are exactly 2^16 times the unscaled ones. */
 void dt_mh_check_checkpointing(const dt_mh_oracle_t *o, const char *label);
 void dt_mh_check_accumulation(const dt_mh_oracle_t *o, const char *ckpt, const char *label);
-void dt_mh_check_bf16(const dt_mh_oracle_t *o, const char *label);
+void dt_mh_check_half(const dt_mh_oracle_t *o, const char *dtype, const char *label);
 
 #endif /* DT_TEST_MODEL_HARNESS_H */

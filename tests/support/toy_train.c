@@ -190,6 +190,13 @@ const dt_toy_tol_t dt_toy_tol_f32 = {.p_rel = 2e-5, .p_abs = 1e-6, .mom_rel = 2e
 const dt_toy_tol_t dt_toy_tol_bf16 = {.p_rel = 0, .p_abs = 3e-4, .mom_rel = 5e-3,
                                       .norm_rel = 1e-3, .loss_rel = 0, .loss_abs = 1e-2};
 
+const dt_toy_tol_t dt_toy_tol_reduce_bf16 = {.p_rel = 0, .p_abs = 2.4e-4, .mom_rel = 1e-2,
+                                             .norm_rel = 5e-3, .loss_rel = 0,
+                                             .loss_abs = 1.2e-3};
+const dt_toy_tol_t dt_toy_tol_reduce_f16 = {.p_rel = 0, .p_abs = 3e-5, .mom_rel = 1.2e-3,
+                                            .norm_rel = 6e-4, .loss_rel = 0,
+                                            .loss_abs = 1.5e-4};
+
 void dt_toy_train_check(dt_toy_run_t *run, int size, const dt_toy_tol_t *tol)
 {
     dt_toy_run(run, size);

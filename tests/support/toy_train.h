@@ -122,6 +122,16 @@ extern const dt_toy_tol_t dt_toy_tol_f32;
  * relative, parameters after three steps to 3e-4 (lr 1e-2 x a few % of
  * AdamW's unit-sized step). */
 extern const dt_toy_tol_t dt_toy_tol_bf16;
+/* f32 parameters, gradients reduced in 16 bits (reduce_dtype): each
+ * rank's gradient is rounded once on the way in and the f32 sum once on
+ * the way out, so an element is off by at most two unit roundoffs u
+ * (bf16 2^-9, fp16 2^-12) relative: norms to 2.5u; moments (m ~ g,
+ * v ~ g^2) to 5u relative; AdamW's unit-sized step lr m / sqrt(v) to ~4u
+ * relative, over three steps at lr 1e-2 parameters to 1.2e-1 u absolute;
+ * the loss moves by at most sum |a dp| < 5 dp.  Gradient elements below
+ * fp16's smallest normal (6e-5) lose relative precision: the absolute
+ * terms cover them. */
+extern const dt_toy_tol_t dt_toy_tol_reduce_bf16, dt_toy_tol_reduce_f16;
 
 /* Check a finished run of `size` ranks (fails the cmocka test):
  *  - every rank's init succeeded; losses and norms match the reference;

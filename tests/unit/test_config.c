@@ -317,7 +317,7 @@ static void test_aliases(void **state)
          "zero_optimization.stage3_prefetch_bucket_size is DeepSpeed's name for [zero] "
          "prefetch_bucket_size"},
         {"[fp16]\nenabled = true\n", NULL,
-         "t.toml:1:1: unknown table [fp16]; fp16.enabled is DeepSpeed's name for "
+         "t.toml:2:1: unknown key 'enabled' in [fp16]; fp16.enabled is DeepSpeed's name for "
          "model.dtype = \"fp16\""},
         {"[bf16]\nenabled = true\n", NULL,
          "t.toml:1:1: unknown table [bf16]; bf16.enabled is DeepSpeed's name for "
@@ -521,13 +521,13 @@ static void test_enum(void **state)
     (void)state;
     expect_apply_error("[model]\ndtype = \"fp61\"\n", "model", DT_ERR_CONFIG,
                        "t.toml:2:9: [model] dtype = \"fp61\" is not one of "
-                       "\"fp32\", \"bf16\"; did you mean \"fp32\"?");
+                       "\"fp32\", \"bf16\", \"fp16\"; did you mean \"fp16\"?");
     expect_apply_error("[optimizer]\ntype = \"lion\"\n", "optimizer", DT_ERR_CONFIG,
                        "t.toml:2:8: [optimizer] type = \"lion\" is not one of "
                        "\"adamw\", \"sgd\"");
     expect_apply_error("[model]\ndtype = 16\n", "model", DT_ERR_CONFIG,
                        "t.toml:2:9: [model] dtype: expected one of \"fp32\", "
-                       "\"bf16\", got integer 16");
+                       "\"bf16\", \"fp16\", got integer 16");
     dt_config_t *c = load("[model]\ndtype = \"bf16\"\npreset = \"gpt2-124m\"\n");
     assert_int_equal(apply(c, "model"), DT_OK);
     const char *s;
@@ -706,7 +706,7 @@ static void test_override_errors(void **state)
     assert_int_equal(dt_config_override(c, "model.dtype=fp61"), DT_OK);
     assert_int_equal(apply(c, "model"), DT_ERR_CONFIG);
     assert_msg("--set model.dtype=fp61: [model] dtype = \"fp61\" is not one of "
-                  "\"fp32\", \"bf16\"; did you mean \"fp32\"?");
+                  "\"fp32\", \"bf16\", \"fp16\"; did you mean \"fp16\"?");
     dt_config_free(c);
 
     c = load("");
@@ -756,7 +756,7 @@ static void test_override_after_claim(void **state)
                "(allowed 1 .. 1000000000)");
     assert_int_equal(dt_config_override(c, "model.dtype=fp61"), DT_ERR_CONFIG);
     assert_msg("--set model.dtype=fp61: [model] dtype = \"fp61\" is not one of "
-               "\"fp32\", \"bf16\"; did you mean \"fp32\"?");
+               "\"fp32\", \"bf16\", \"fp16\"; did you mean \"fp16\"?");
     assert_int_equal(dt_config_override(c, "train.stpes=3"), DT_ERR_CONFIG);
     assert_msg("--set train.stpes=3: unknown key 'stpes' in [train]; did you mean 'steps'?");
     assert_int_equal(dt_config_get_int(c, "train.steps", &i), DT_OK);

@@ -251,11 +251,12 @@ static void matmul_case(cpu_t *c, uint64_t seed, int wdtype, int with_bias,
     float *wf = drand(c, &r, OC * C, -1, 1);
     double *wref = hzero(OC * C);
     void *w = wf;
-    if (wdtype == DT_BF16) { /* the reference sees exactly the bf16 values */
+    if (wdtype != DT_F32) { /* the reference sees exactly the 16-bit values */
         uint16_t *wb = dalloc(c, OC * C * 2);
         for (int64_t i = 0; i < OC * C; i++) {
-            wb[i] = dt_ref_f32_to_bf16(wf[i]);
-            wref[i] = dt_ref_bf16_to_double(wb[i]);
+            wb[i] = wdtype == DT_BF16 ? dt_ref_f32_to_bf16(wf[i]) : dt_ref_f32_to_f16(wf[i]);
+            wref[i] = wdtype == DT_BF16 ? dt_ref_bf16_to_double(wb[i])
+                                        : dt_ref_f16_to_double(wb[i]);
         }
         w = wb;
     } else {
@@ -310,16 +311,19 @@ static void test_matmul(void **state)
     matmul_case(&g_t2, 2, DT_F32, 0, 7, 13, 9);
     matmul_case(&g_t1, 3, DT_BF16, 1, 7, 13, 9);
     matmul_case(&g_t2, 4, DT_BF16, 0, 5, 17, 11);
+    matmul_case(&g_t1, 7, DT_F16, 1, 7, 13, 9);
+    matmul_case(&g_t2, 8, DT_F16, 0, 5, 17, 11);
     /* Degenerate K: out = bias, gradients of inp/weight untouched. */
     matmul_case(&g_t1, 5, DT_F32, 1, 3, 1, 4);
 }
 
-/* A bf16 weight larger than one widened block (2^21 floats): the block
- * loop's boundary and its last partial block. */
+/* A bf16 and an f16 weight larger than one widened block (2^21 floats):
+ * the block loop's boundary and its last partial block. */
 static void test_matmul_bf16_blocks(void **state)
 {
     const int64_t C = 8, OC = (2 << 20) / 8 + 37;
     matmul_case(&g_t2, 6, DT_BF16, 1, 3, C, OC);
+    matmul_case(&g_t2, 9, DT_F16, 0, 3, C, OC);
 }
 
 static void test_matmul_errors(void **state)
@@ -1113,15 +1117,15 @@ static void test_dtype_refusals(void **state)
     } while (0)
 #define ACTS(op) op ": bf16 activations: unsupported (the cpu device runs f32 activations)"
     /* matmul: the activation and weight dtypes together */
-    REFUSED(K->matmul_forward(d, NULL, y, x, z, NULL, DT_F32, DT_F16, 2, 2, 2),
-            "matmul_forward: f32 activations with f16 weights: unsupported (the cpu device "
-            "runs f32 activations with f32 or bf16 weights)");
+    REFUSED(K->matmul_forward(d, NULL, y, x, z, NULL, DT_F32, DT_F64, 2, 2, 2),
+            "matmul_forward: f32 activations with f64 weights: unsupported (the cpu device "
+            "runs f32 activations with f32, bf16 or f16 weights)");
     REFUSED(K->matmul_forward(d, NULL, y, x, z, NULL, DT_BF16, DT_BF16, 2, 2, 2),
             "matmul_forward: bf16 activations with bf16 weights: unsupported (the cpu "
-            "device runs f32 activations with f32 or bf16 weights)");
+            "device runs f32 activations with f32, bf16 or f16 weights)");
     REFUSED(K->matmul_backward(d, NULL, y, z, st, x, x, x, DT_BF16, DT_F32, 2, 2, 2),
             "matmul_backward: bf16 activations with f32 weights: unsupported (the cpu "
-            "device runs f32 activations with f32 or bf16 weights)");
+            "device runs f32 activations with f32, bf16 or f16 weights)");
     /* the activation dtype of every layer kernel */
     REFUSED(K->embedding_forward(d, NULL, y, tok, x, x, DT_BF16, 1, 2, 2),
             ACTS("embedding_forward"));

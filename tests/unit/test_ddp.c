@@ -925,11 +925,11 @@ static void test_config_errors(void **state)
     assert_null(in.s);
     D->stream_destroy(in.dev, in.cs);
     D->finalize(in.dev);
-    const dt_test_kv_t k2[] = {{"reduce_dtype", "fp16"}, {NULL, NULL}};
+    const dt_test_kv_t k2[] = {{"reduce_dtype", "fp8"}, {NULL, NULL}};
     assert_int_equal(inst_open(&in, k2, DT_F32, DT_OPTIM_ADAMW, 1, 1, 0, NULL),
                      DT_ERR_CONFIG);
-    assert_non_null(strstr(dt_last_error(), "reduce_dtype = \"fp16\": must be \"fp32\" or "
-                                            "\"bf16\""));
+    assert_non_null(strstr(dt_last_error(), "reduce_dtype = \"fp8\" is not one of the valid "
+                                            "choices: fp32, bf16, fp16"));
     D->stream_destroy(in.dev, in.cs);
     D->finalize(in.dev);
     const dt_test_kv_t k3[] = {{"init_check", "none"}, {NULL, NULL}};
@@ -938,17 +938,18 @@ static void test_config_errors(void **state)
     assert_non_null(strstr(dt_last_error(), "init_check = \"none\""));
     D->stream_destroy(in.dev, in.cs);
     D->finalize(in.dev);
-    /* f16 compute parameters are not a ddp thing */
-    assert_int_equal(inst_open(&in, NULL, DT_F16, DT_OPTIM_ADAMW, 1, 1, 0, NULL),
+    /* f64 compute parameters are not a ddp thing (f32, bf16, f16 are) */
+    assert_int_equal(inst_open(&in, NULL, DT_F64, DT_OPTIM_ADAMW, 1, 1, 0, NULL),
                      DT_ERR_UNSUPPORTED);
-    assert_non_null(strstr(dt_last_error(), "param_dtype f16"));
+    assert_non_null(strstr(dt_last_error(), "param_dtype f64: ddp keeps f32, bf16 or f16 "
+                                            "compute parameters"));
     D->stream_destroy(in.dev, in.cs);
     D->finalize(in.dev);
 
     /* the declared keys */
     assert_int_equal(S->info.n_config_keys, 5);
     assert_string_equal(S->info.config_keys[0].name, "bucket_cap_mb");
-    assert_string_equal(S->info.config_keys[1].choices, "fp32|bf16");
+    assert_string_equal(S->info.config_keys[1].choices, "fp32|bf16|fp16");
     assert_string_equal(S->info.config_keys[3].def, "\"checksum\"");
     assert_string_equal(S->info.config_keys[4].name, "stagger_update");
     assert_string_equal(S->info.config_keys[4].def, "true");
@@ -1164,13 +1165,14 @@ static void test_mp_train_matches_reference(void **state)
     }
 }
 
-/* reduce_dtype = bf16, 3 ranks, 3 buckets over 2 reduction buffers, SGD:
- * the update lr * avg(g) matches the reference within bf16 precision
- * (two roundings to 8 significant bits: rel 1e-2 of the update). */
-static void test_mp_bf16_reduce(void **state)
+/* reduce_dtype = bf16 or fp16, 3 ranks, 3 buckets over 2 reduction
+ * buffers, SGD: the update lr * avg(g) matches the reference within the
+ * 16-bit precision `rel` (two roundings: to 8 significant bits for bf16,
+ * rel 1e-2 of the update; to 11 for fp16, rel 2e-3). */
+static void mp_half_reduce(const char *dtype, double rel)
 {
     require_shm();
-    const dt_test_kv_t kv[] = {{"bucket_cap_mb", "0.0003"}, {"reduce_dtype", "bf16"},
+    const dt_test_kv_t kv[] = {{"bucket_cap_mb", "0.0003"}, {"reduce_dtype", dtype},
                                {NULL, NULL}};
     mp_case_t c = {.kv = kv, .optim = DT_OPTIM_SGD, .n_micro = 2, .steps = 1, .lr = 0.1f};
     run_ranks(3, rank_train, &c);
@@ -1183,11 +1185,14 @@ static void test_mp_bf16_reduce(void **state)
             double p0 = dt_toy_pval(u, i), w = dt_toy_no_decay(u, i) ? 0.0 : 0.1;
             double upd = 0.1 * (g[u][i] + w * p0); /* first SGD step: mom = g */
             double got = p0 - mp_out->params[0][u][i];
-            assert_true(fabs(got - upd) <= 1e-2 * fabs(0.1 * g[u][i]) + 1e-6);
+            assert_true(fabs(got - upd) <= rel * fabs(0.1 * g[u][i]) + 1e-6);
             ss += g[u][i] * g[u][i];
         }
-    assert_true(fabs(mp_out->norm[0][0] - sqrt(ss)) <= 1e-2 * sqrt(ss));
+    assert_true(fabs(mp_out->norm[0][0] - sqrt(ss)) <= rel * sqrt(ss));
 }
+
+static void test_mp_bf16_reduce(void **state) { mp_half_reduce("bf16", 1e-2); }
+static void test_mp_f16_reduce(void **state) { mp_half_reduce("fp16", 2e-3); }
 
 /* init_check = checksum: a rank whose parameters differ makes every rank
  * fail, naming the first differing unit. */
@@ -1251,6 +1256,7 @@ int main(void)
         cmocka_unit_test(test_estimate_matches_allocation),
         cmocka_unit_test(test_mp_train_matches_reference),
         cmocka_unit_test(test_mp_bf16_reduce),
+        cmocka_unit_test(test_mp_f16_reduce),
         cmocka_unit_test(test_mp_init_check_detects),
         cmocka_unit_test(test_mp_init_broadcast),
     };

@@ -137,6 +137,29 @@ static void test_mp_hybrid_bf16(void **state)
     dt_toy_train_check(run, 4, &dt_toy_tol_bf16);
 }
 
+/* Gradients reduced in bf16 and fp16 (reduce_dtype): FULL_SHARD's
+ * reduce-scatter within dt_toy_tol_reduce_bf16 / _f16 of the float64
+ * reference; HYBRID_SHARD's reduce-scatter and then all-reduce across
+ * replicas round twice as often (the shard is accumulated in f32 between
+ * them), so within twice those bounds. */
+static void test_mp_reduce_dtype(void **state)
+{
+    static const char *const dts[] = {"bf16", "fp16"};
+    const dt_toy_tol_t *tols[] = {&dt_toy_tol_reduce_bf16, &dt_toy_tol_reduce_f16};
+    for (int d = 0; d < 2; d++) {
+        const dt_test_kv_t kf[] = {{"reduce_dtype", dts[d]}, {NULL, NULL}};
+        const dt_test_kv_t kh[] = {{"sharding_strategy", "HYBRID_SHARD"},
+                                   {"hybrid_group_size", "2"}, {"reduce_dtype", dts[d]},
+                                   {NULL, NULL}};
+        setup_run(run, F, "strategy/fsdp", kf, DT_F32, 0);
+        dt_toy_train_check(run, 3, tols[d]);
+        dt_toy_tol_t twice = *tols[d];
+        twice.p_abs *= 2, twice.mom_rel *= 2, twice.norm_rel *= 2, twice.loss_abs *= 2;
+        setup_run(run, F, "strategy/fsdp", kh, DT_F32, 0);
+        dt_toy_train_check(run, 4, &twice);
+    }
+}
+
 /* FULL_SHARD is ZeRO stage 3 with other knobs: with prefetching off and
  * no persistent unit, the same persistent memory and traffic in the
  * estimate (the transient peak differs: fsdp caps reductions in flight at
@@ -250,6 +273,9 @@ static void test_config_errors(void **state)
          "backward_prefetch = \"BACKWARD\" is not one of the valid choices: BACKWARD_PRE, "
          "BACKWARD_POST, NONE"},
         {{{"limit_all_gathers", "-1"}, {NULL, NULL}}, "limit_all_gathers = -1: must be >= 0"},
+        {{{"reduce_dtype", "float16"}, {NULL, NULL}},
+         "strategy/fsdp: reduce_dtype = \"float16\" is not one of the valid choices: fp32, "
+         "bf16, fp16"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         dt_test_host_t th;
@@ -264,7 +290,9 @@ static void test_config_errors(void **state)
         assert_int_equal(th.mem.current[DT_TAG_OTHER], 0);
     }
     /* the declared schema lists the choices for the core's validation */
-    assert_int_equal(F->info.n_config_keys, 7);
+    assert_int_equal(F->info.n_config_keys, 8);
+    assert_string_equal(F->info.config_keys[7].name, "reduce_dtype");
+    assert_string_equal(F->info.config_keys[7].choices, "fp32|bf16|fp16");
     assert_string_equal(F->info.config_keys[0].name, "sharding_strategy");
     assert_int_equal(F->info.config_keys[0].type, DT_CFG_ENUM);
     assert_string_equal(F->info.config_keys[0].choices,
@@ -367,6 +395,7 @@ int main(void)
         cmocka_unit_test(test_mp_no_shard),
         cmocka_unit_test(test_mp_hybrid_shard),
         cmocka_unit_test(test_mp_hybrid_bf16),
+        cmocka_unit_test(test_mp_reduce_dtype),
         cmocka_unit_test(test_full_shard_is_zero3),
         cmocka_unit_test(test_schedule),
     };

@@ -72,6 +72,14 @@ static const uint64_t SEED = 4242;
  * parameter); those errors add up over the 3 blocks and are amplified by
  * the peaked attention and the normalisations.  Measured worst 1.6e-2
  * (ln_2.weight), loss 5.5e-4; bounds 5e-2 and 2e-2 absolute.
+ *
+ * fp16 the same way: exact against the oracle on the fp16-rounded
+ * parameters (measured 8e-7), and against the unrounded ones within
+ * DT_MH_TOL_F16 = 6.25e-3 (fp16 keeps 11 significant bits, its rounding
+ * 8x smaller than bf16's): measured worst 2.35e-3 (ln_2.weight), loss
+ * 5.6e-5; bounds 6.25e-3 and 2.5e-3 absolute.  And loss scaling is
+ * exact: the gradients at loss scale 2^16 are the unscaled ones x 2^16,
+ * bit for bit.
  */
 
 /* two micro-batches of B sequences: inputs/targets (2, B, T) */
@@ -176,7 +184,7 @@ static void test_fp32_tiny_preset_shape(void **state)
     }
     dt_mh_t h;
     open_shape(&h, L2, NH2, C2, V2, T2, B2, T2, "fp32", "none");
-    assert_ok(dt_mh_write_params(&h, pp, 0));
+    assert_ok(dt_mh_write_params(&h, pp, DT_F32));
     assert_ok(dt_mh_write_tokens(tp, B2, T2, in, tg));
     run_ref(&h, tp, rp, pp, L2, NH2);
     double loss = dt_mh_step(&h, in, tg, 1, 0);
@@ -223,7 +231,15 @@ static void test_eval_pass(void **state)
 static void test_bf16(void **state)
 {
     (void)state;
-    dt_mh_check_bf16(&orc, "gpt2");
+    dt_mh_check_half(&orc, "bf16", "gpt2");
+}
+
+/* fp16 compute parameters: as bf16, at fp16's precision; and loss
+ * scaling is exact. */
+static void test_fp16(void **state)
+{
+    (void)state;
+    dt_mh_check_half(&orc, "fp16", "gpt2");
 }
 
 /* Tokens outside the vocabulary are refused before any kernel runs. */
@@ -295,6 +311,7 @@ int main(void)
         cmocka_unit_test(test_fp32_tiny_preset_shape),
         cmocka_unit_test(test_eval_pass),
         cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_fp16),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

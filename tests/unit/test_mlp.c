@@ -139,7 +139,7 @@ static void test_zero_layers(void **state)
     open_model(&h, 0, "fp32", "all");
     assert_int_equal(h.desc->n_units, 2);
     assert_int_equal(h.desc->units[1].params[0].shape[1], DIN);
-    assert_ok(dt_mh_write_params(&h, pp, 0));
+    assert_ok(dt_mh_write_params(&h, pp, DT_F32));
     run_ref(&h, orc.tok, rp, pp, 0);
     double loss = dt_mh_step(&h, inputs, targets, 1, 0);
     float *logits = dt_mh_logits(&h);
@@ -154,7 +154,15 @@ static void test_zero_layers(void **state)
 static void test_bf16(void **state)
 {
     (void)state;
-    dt_mh_check_bf16(&orc, "mlp");
+    dt_mh_check_half(&orc, "bf16", "mlp");
+}
+
+/* fp16 compute parameters: as bf16, at fp16's precision; and loss
+ * scaling is exact. */
+static void test_fp16(void **state)
+{
+    (void)state;
+    dt_mh_check_half(&orc, "fp16", "mlp");
 }
 
 /* Units, names, shapes, flags, info keys; init rules; no context limit. */
@@ -267,6 +275,7 @@ int main(void)
         cmocka_unit_test(test_fp32_accumulation),
         cmocka_unit_test(test_zero_layers),
         cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_fp16),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -19,6 +19,13 @@
  *   - a finite model gives DT_MODEL_FORWARD_FINITE.
  * Each time: the search is an evaluation pass (every pre_forward flagged
  * DT_HOOK_NO_GRAD, every unit released, no gradient touched).
+ *
+ * dt_model_find_nonfinite_grad, after an fp16 step's gradient overflowed:
+ * with ln_f.weight 60000 at loss scale 1e38 the tied LM head's gradient
+ * overflows first, in the first unit backward completes (the embedding's
+ * wte, which the head shares); at scale 1 every gradient is finite and the
+ * phrase names the largest element, with the f16 warning only once it
+ * passes 65504.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -214,6 +221,47 @@ static void test_mlp(void **state)
     dt_mh_close(&h);
 }
 
+/* The gradient search of an fp16 model at scale `scale`: the phrase, with
+ * the step's hooks completed. */
+static void find_grad(dt_mh_t *h, float scale, char *out, size_t cap)
+{
+    assert_ok(dt_model_find_nonfinite_grad(h->model, &h->ctx, inputs, targets, scale, out, cap));
+    assert_ok(dt_mh_end_step(h));
+    printf("  -> %s\n", out);
+}
+
+static void test_gpt2_gradient_overflow(void **state)
+{
+    (void)state;
+    dt_mh_t h;
+    char out[640];
+    open_gpt2(&h, "fp16");
+    /* the final layernorm's output x 60000 (finite in f16): the LM head's
+     * gradient of wte, dlogits^T @ that output, passes FLT_MAX at scale
+     * 1e38 (dlogits alone stays finite even at FLT_MAX) */
+    fill(&h, "ln_f.weight", 60000.0f);
+    find_grad(&h, 1e38f, out, sizeof out);
+    assert_string_equal(out, "gradient of parameter wte.weight (unit embedding), after the "
+                             "backward of unit embedding: element 0 of 640 is inf");
+    /* scale 1, weights as initialised: all finite; the largest named,
+     * below f16's limit */
+    fill(&h, "ln_f.weight", 1.0f);
+    assert_ok(dt_mh_begin_step(&h, 1));
+    find_grad(&h, 1.0f, out, sizeof out);
+    char prefix[512];
+    snprintf(prefix, sizeof prefix, "%s; the largest: gradient of parameter ",
+             DT_MODEL_GRADS_FINITE);
+    assert_int_equal(strncmp(out, prefix, strlen(prefix)), 0);
+    assert_null(strstr(out, "above 65504"));
+    /* 2^24: finite in f32, past what an fp16 reduction carries */
+    assert_ok(dt_mh_begin_step(&h, 1));
+    find_grad(&h, 16777216.0f, out, sizeof out);
+    assert_int_equal(strncmp(out, prefix, strlen(prefix)), 0);
+    assert_non_null(strstr(out, "(above 65504, the largest f16: a reduce_dtype = \"fp16\" "
+                                "reduction overflows there)"));
+    dt_mh_close(&h);
+}
+
 /* A failing search says so in the phrase too: the caller may print it
  * unconditionally. */
 static void test_bad_token(void **state)
@@ -258,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_gpt2_parameter),
         cmocka_unit_test(test_gpt2_bf16_compute_copy),
         cmocka_unit_test(test_mlp),
+        cmocka_unit_test(test_gpt2_gradient_overflow),
         cmocka_unit_test(test_bad_token),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

@@ -134,7 +134,13 @@ static int rank_replica(int rank, int size, const char *job, void *arg)
     dt_strategy_init_v1_t ia = {.struct_size = sizeof ia, .n_micro = 1, .dev_ops = D,
                                 .dev = dev, .compute_stream = cs, .comm_ops = SHM,
                                 .comm = comm, .model = &model, .optim = &optim};
-    for (g_reduced = 0; g_reduced < 2; g_reduced++) {
+    /* local and reduced gradients; each also as an fp16 run hands them
+     * over: multiplied by the loss scale 8, which the step divides out
+     * (dt_step_args_v1_t.loss_scale) before the norm, clipping and the
+     * update, giving the same result */
+    for (int variant = 0; variant < 4; variant++) {
+        g_reduced = variant & 1;
+        const float scale = variant & 2 ? 8.0f : 0.0f;
         dt_replica_cfg_t cfg = {.bucket_cap_mb = 0.0003, .reduce_grads = g_reduced,
                                 .reduce_dtype = DT_F32, .overlap = 1};
         dt_replica_t r;
@@ -168,14 +174,19 @@ static int rank_replica(int rank, int size, const char *job, void *arg)
             DT_MP_OK(dt_replica_pre_backward(&r, &h, &b));
             uint64_t n = dt_toy_unit(u)->numel;
             for (uint64_t i = 0; i < n; i++) {
-                g[i] = (float)(rank + 1) * coef(u, i);
+                g[i] = (float)(rank + 1) * coef(u, i) * (scale > 0 ? scale : 1.0f);
                 ss += g_used(u, i, rank, size) * g_used(u, i, rank, size);
             }
             DT_MP_OK(D->memcpy_async(dev, b.grads, g, n * sizeof(float), DT_COPY_H2D, cs));
             DT_MP_OK(D->stream_sync(dev, cs));
             DT_MP_OK(dt_replica_post_backward(&r, &h));
         }
-        dt_step_args_v1_t sa = {.struct_size = sizeof sa, .step = 1, .lr = 0.5f};
+        dt_step_args_v1_t sa = {.struct_size = sizeof sa, .step = 1, .lr = 0.5f,
+                                .loss_scale = scale};
+        if (variant == 0) { /* a minor-0 core's args: bytes past them are not its */
+            sa.struct_size = (uint32_t)DT_STEP_ARGS_V1_SIZE0;
+            sa.loss_scale = 8.0f;
+        }
         dt_step_result_v1_t res = {.struct_size = sizeof res};
         DT_MP_OK(dt_replica_step(&r, &sa, &res));
         /* the norm of the gradient used: this rank's own, or the mean's */

@@ -286,7 +286,8 @@ static int rank_collectives(int rank, int size, const char *job, void *arg)
                     grads[p.groups[g].full_off + k] = (float)(rank + 1) * 0.25f * (float)(k + 1);
             for (uint32_t g = 0; g < p.n_groups; g++)
                 DT_MP_OK(dt_shard_reduce(&th.host, SHM, comm, &p, g, grads + p.groups[g].full_off,
-                                         red + p.groups[g].shard_off, DT_OP_AVG, NULL, &req[g]));
+                                         red + p.groups[g].shard_off, DT_F32, DT_OP_AVG, NULL,
+                                         &req[g]));
             for (uint32_t g = 0; g < p.n_groups; g++)
                 DT_MP_OK(SHM->wait(comm, req[g], -1));
             double mean = (size + 1) / 2.0;
@@ -300,8 +301,8 @@ static int rank_collectives(int rank, int size, const char *job, void *arg)
             for (uint32_t g = 0; g < p.n_groups; g++) {
                 float *f = grads + p.groups[g].full_off;
                 DT_MP_OK(dt_shard_reduce(&th.host, SHM, comm, &p, g, f,
-                                         f + (uint64_t)rank * p.groups[g].shard, DT_OP_AVG, NULL,
-                                         NULL));
+                                         f + (uint64_t)rank * p.groups[g].shard, DT_F32,
+                                         DT_OP_AVG, NULL, NULL));
                 for (uint64_t j = 0; j < p.groups[g].shard; j++)
                     DT_MP_CHECK(f[(uint64_t)rank * p.groups[g].shard + j] ==
                                 red[p.groups[g].shard_off + j]);
@@ -330,7 +331,8 @@ static void test_collective_errors(void **state)
     assert_status(dt_shard_gather(&th.host, SHM, NULL, &p, 4, buf, buf, DT_F32, NULL, NULL),
                   DT_ERR_INVALID);
     assert_msg_has("sdk/shard: gather: group 4 of 4");
-    assert_status(dt_shard_reduce(&th.host, SHM, NULL, &p, 9, buf, buf, DT_OP_AVG, NULL, NULL),
+    assert_status(dt_shard_reduce(&th.host, SHM, NULL, &p, 9, buf, buf, DT_F32, DT_OP_AVG, NULL,
+                                  NULL),
                   DT_ERR_INVALID);
     assert_msg_has("reduce: group 9 of 4");
     dt_shard_plan_free(&p, &th.host);

@@ -121,6 +121,27 @@ static void test_mp_bf16(void **state)
     train_and_check(k1, 2, DT_BF16, DT_OPTIM_ADAMW, 0, &dt_toy_tol_bf16);
 }
 
+/* Gradients reduced in bf16 and fp16 (reduce_dtype) under each stage's
+ * reduction: stage 1 in place in the full gradient, stage 2 through
+ * transient buffers in buckets, stage 3 per unit; f32 parameters, within
+ * dt_toy_tol_reduce_bf16 / _f16 of the float64 reference (which reduces
+ * in f64), and the planner's estimate counting the wire buffers. */
+static void test_mp_reduce_dtype(void **state)
+{
+    static const char *const dts[] = {"bf16", "fp16"};
+    const dt_toy_tol_t *tols[] = {&dt_toy_tol_reduce_bf16, &dt_toy_tol_reduce_f16};
+    for (int d = 0; d < 2; d++) {
+        const dt_test_kv_t k1[] = {{"stage", "1"}, {"reduce_dtype", dts[d]}, {NULL, NULL}};
+        const dt_test_kv_t k2[] = {{"stage", "2"}, {"reduce_bucket_size", "60"},
+                                   {"reduce_dtype", dts[d]}, {NULL, NULL}};
+        const dt_test_kv_t k3[] = {{"stage", "3"}, {"param_persistence_threshold", "0"},
+                                   {"reduce_dtype", dts[d]}, {NULL, NULL}};
+        train_and_check(k1, 2, DT_F32, DT_OPTIM_ADAMW, 0, tols[d]);
+        train_and_check(k2, 3, DT_F32, DT_OPTIM_ADAMW, 0, tols[d]);
+        train_and_check(k3, 3, DT_F32, DT_OPTIM_ADAMW, 0, tols[d]);
+    }
+}
+
 /* ------------------------------------------------ memory per stage */
 
 /* What each stage keeps on 3 ranks, f32 AdamW, by hand from the layout:
@@ -370,6 +391,12 @@ static void test_config_errors(void **state)
     dt_test_host_init(&th, "strategy/zero", kb);
     assert_status(Z->init(&th.host, &a, &s), DT_ERR_CONFIG);
     assert_msg_has("reduce_bucket_size = 0: must be >= 1");
+    /* the wire dtype of the gradient reductions, named with its choices */
+    const dt_test_kv_t kr[] = {{"stage", "2"}, {"reduce_dtype", "f16"}, {NULL, NULL}};
+    dt_test_host_init(&th, "strategy/zero", kr);
+    assert_status(Z->init(&th.host, &a, &s), DT_ERR_CONFIG);
+    assert_msg("strategy/zero: reduce_dtype = \"f16\" is not one of the valid choices: fp32, "
+               "bf16, fp16");
     /* a valid config still needs a device and a group */
     const dt_test_kv_t ok[] = {{"stage", "2"}, {NULL, NULL}};
     dt_test_host_init(&th, "strategy/zero", ok);
@@ -378,14 +405,15 @@ static void test_config_errors(void **state)
     assert_int_equal(th.mem.current[DT_TAG_OTHER], 0);
 
     /* the declared schema: stage is a required integer in [1, 3] */
-    assert_int_equal(Z->info.n_config_keys, 6);
+    assert_int_equal(Z->info.n_config_keys, 7);
     assert_string_equal(Z->info.config_keys[0].name, "stage");
     assert_int_equal(Z->info.config_keys[0].type, DT_CFG_INT);
     assert_null(Z->info.config_keys[0].def);
     assert_true(Z->info.config_keys[0].min == 1 && Z->info.config_keys[0].max == 3);
     const char *names[] = {"reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
-                           "prefetch_bucket_size", "param_persistence_threshold"};
-    for (int k = 0; k < 5; k++)
+                           "prefetch_bucket_size", "param_persistence_threshold",
+                           "reduce_dtype"};
+    for (int k = 0; k < 6; k++)
         assert_string_equal(Z->info.config_keys[k + 1].name, names[k]);
 }
 
@@ -495,6 +523,7 @@ int main(void)
         cmocka_unit_test(test_mp_stage2),
         cmocka_unit_test(test_mp_stage3),
         cmocka_unit_test(test_mp_bf16),
+        cmocka_unit_test(test_mp_reduce_dtype),
         cmocka_unit_test(test_schedule),
         cmocka_unit_test(test_mp_protocol_and_state),
     };

@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 #define DT_STRATEGY_ABI_MAJOR 1
-#define DT_STRATEGY_ABI_MINOR 0
+#define DT_STRATEGY_ABI_MINOR 1 /* 1: dt_step_args_v1_t.loss_scale */
 
 typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 
@@ -191,6 +191,18 @@ typedef struct dt_step_args_v1 {
     float lr;
     float clip;          /* max global grad norm; <= 0: no clipping */
     /* ---- minor 0 ends here; append only ---- */
+    float loss_scale;    /* the factor every gradient carries: the core
+                          * multiplied the loss by it before backward (fp16
+                          * loss scaling); 0 = absent = 1.  The strategy
+                          * divides it out before everything else: the norm
+                          * it reports and clips by, and the update are
+                          * those of the unscaled gradient.  A non-finite
+                          * (overflowed) gradient anywhere in the group
+                          * skips the update with nonfinite = 1, as ever.
+                          * A plugin built before minor 1 refuses a
+                          * non-zero value (dt_args_check). */
+    uint32_t reserved1;
+    /* ---- minor 1 ends here; append only ---- */
 } dt_step_args_v1_t;
 #define DT_STEP_ARGS_V1_SIZE0 DT_FIELD_END(dt_step_args_v1_t, clip)
 

@@ -56,7 +56,7 @@ typedef struct dt_dp {
 } dt_dp_t;
 
 /* Check `args` (struct_size, the NULL pointers, n_micro >= 1, param_dtype
- * f32 or bf16 (DT_ERR_UNSUPPORTED "<what> keeps f32 or bf16 compute
+ * f32, bf16 or f16 (DT_ERR_UNSUPPORTED "<what> keeps f32, bf16 or f16 compute
  * parameters"), the optimizer kind, every unit valid and at its index),
  * then fill `b`: rank and size from the group, zeroed hook depths (host
  * memory).  On failure `b` holds what was set; dt_dp_free it either way. */
@@ -80,8 +80,10 @@ void dt_dp_hooks_reset(dt_dp_t *b);
  * fields zeroed; DT_ERR_INVALID for an AdamW step count
  * < 1 or a unit still inside a pre_* hook. */
 int dt_dp_step_check(const dt_dp_t *b, const dt_step_args_v1_t *args, dt_step_result_v1_t *out);
-/* The gradient norm sqrt(sumsq) into *out and the optimizer step it
- * implies (lr and t from args, grad_scale the clip coefficient).  A
+/* The gradient norm sqrt(sumsq) / args->loss_scale (the unscaled
+ * gradient's; loss_scale 0 reads as 1) into *out and the optimizer step it
+ * implies (lr and t from args, grad_scale the clip coefficient divided by
+ * the loss scale, so the update sees the unscaled gradient).  A
  * non-finite norm sets out->nonfinite and logs that the update is skipped:
  * the caller then returns DT_OK without updating. */
 dt_optim_step_t dt_dp_step_norm(const dt_dp_t *b, const dt_step_args_v1_t *args, double sumsq,

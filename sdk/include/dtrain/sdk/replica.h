@@ -8,8 +8,8 @@
  * What a dt_replica_t keeps, each ONE flat device buffer laid out unit
  * after unit (flat.h, DT_REPLICA_ALIGN elements between units):
  *   master   f32 parameters (the optimizer's)
- *   compute  what kernels read: == master for f32 models, else a bf16 copy
- *            refreshed from it
+ *   compute  what kernels read: == master for f32 models, else a bf16 or
+ *            f16 copy (model->param_dtype) refreshed from it
  *   grads    f32 gradients, zeroed by begin_step
  *   m, v     the optimizer state (AdamW moments; SGD: m the momentum)
  * and, when it averages gradients (cfg.reduce_grads, groups of more than
@@ -17,8 +17,8 @@
  * contiguous span of the gradient buffer, all-reduced (DT_OP_AVG) on a
  * reduction stream as soon as backward has completed every unit of it in
  * the final micro-step (cfg.overlap), strictly in bucket order on every
- * rank; f32 in place, or cast to bf16 into one of DT_REPLICA_MAX_SLOTS
- * buffers (cfg.reduce_dtype) and back.
+ * rank; f32 in place, or cast to bf16 or f16 (cfg.reduce_dtype) into one
+ * of DT_REPLICA_MAX_SLOTS buffers and back.
  *
  * The glue of a strategy: put a dt_replica_t FIRST in its struct
  * dt_strategy; dt_replica_read_config + dt_replica_init in init; the hooks
@@ -39,6 +39,7 @@
 #include "dtrain/comm.h"
 #include "dtrain/device.h"
 #include "dtrain/host.h"
+#include "dtrain/sdk/cfg.h"
 #include "dtrain/sdk/dp.h"
 #include "dtrain/sdk/flat.h"
 #include "dtrain/sdk/optim.h"
@@ -50,7 +51,7 @@ extern "C" {
 
 /* Unit slices start on 16-element (64-byte f32) boundaries. */
 #define DT_REPLICA_ALIGN 16u
-/* bf16 reduction buffers: two, so one bucket can be cast while the
+/* 16-bit reduction buffers: two, so one bucket can be cast while the
  * previous one is on the wire. */
 #define DT_REPLICA_MAX_SLOTS 2u
 /* Host staging for hashing parameters (the init check). */
@@ -71,10 +72,7 @@ extern "C" {
      .max = 1e6,                                                               \
      .doc = "gradient bucket size in MiB of f32 gradients (> 0); units are "  \
             "never split"}
-#define DT_REPLICA_KEY_REDUCE_DTYPE                                            \
-    {.name = "reduce_dtype", .type = DT_CFG_ENUM, .def = "\"fp32\"",          \
-     .choices = "fp32|bf16",                                                   \
-     .doc = "dtype gradients travel in (bf16 halves the bytes)"}
+#define DT_REPLICA_KEY_REDUCE_DTYPE DT_CFG_KEY_REDUCE_DTYPE /* dtrain/sdk/cfg.h */
 #define DT_REPLICA_KEY_OVERLAP                                                 \
     {.name = "overlap", .type = DT_CFG_BOOL, .def = "true",                   \
      .doc = "start a bucket's all-reduce during backward (false: all in "     \
@@ -90,7 +88,8 @@ typedef struct dt_replica_cfg {
                              * buckets (ddp); 0: every rank keeps its own
                              * (local SGD): no buckets, no reduction
                              * stream, a local gradient norm */
-    int32_t reduce_dtype;   /* DT_F32 or DT_BF16: what gradients travel in */
+    int32_t reduce_dtype;   /* DT_F32, DT_BF16 or DT_F16: what gradients
+                             * travel in */
     int32_t overlap;        /* 1: start buckets during backward */
     int32_t init_broadcast; /* state_loaded: 1 copies rank 0's parameters
                              * to every rank; 0 checks that every rank
@@ -100,7 +99,8 @@ typedef struct dt_replica_cfg {
 /* Read the four keys above through `host` into `cfg` (reduce_grads = 1);
  * a key the strategy did not declare takes its default.  DT_ERR_CONFIG
  * naming the key: "bucket_cap_mb = 0: must be in (0, 1e6] MiB",
- * "reduce_dtype = \"fp16\": must be \"fp32\" or \"bf16\"". */
+ * "reduce_dtype = \"f8\" is not one of the valid choices: fp32, bf16,
+ * fp16" (dt_cfg_reduce_dtype). */
 int dt_replica_read_config(const dt_host_v1_t *host, dt_replica_cfg_t *cfg);
 
 /* ------------------------------------------------------------------------
@@ -123,7 +123,7 @@ typedef struct dt_replica_bucket {
     uint64_t off, count;       /* span of the flat layout, elements */
     uint32_t n_units, n_ready; /* units in it / units whose gradient is final */
     int32_t state;             /* dt_replica_bucket_state_t */
-    uint32_t slot;             /* bf16: which reduction buffer */
+    uint32_t slot;             /* 16-bit reduce_dtype: which reduction buffer */
     dt_comm_req_t *req;
 } dt_replica_bucket_t;
 
@@ -138,7 +138,7 @@ typedef struct dt_replica {
     /* replicated state, one flat buffer each (layout.total elements) */
     dt_flat_layout_t layout;
     float *master;              /* f32 master parameters */
-    void *compute;              /* bf16 compute copy, or == master */
+    void *compute;              /* bf16/f16 compute copy, or == master */
     float *grads;
     float *m, *v;               /* AdamW moments; SGD: m = momentum, v NULL */
     double *norm_slot;          /* one device double for sums of squares */
@@ -151,7 +151,7 @@ typedef struct dt_replica {
     uint32_t n_buckets;
     uint32_t *bucket_of_unit;
     uint32_t next_launch;       /* buckets start strictly in index order */
-    void *comm_buf;             /* bf16: n_slots * slot_elems */
+    void *comm_buf;             /* 16-bit reduce_dtype: n_slots * slot_elems */
     uint32_t n_slots;
     uint64_t slot_elems;
     int32_t slot_bucket[DT_REPLICA_MAX_SLOTS]; /* bucket using the slot, -1 none */
@@ -263,7 +263,7 @@ int dt_replica_state_loaded(dt_replica_t *r);
  * estimate_read; *out begun with dt_estimate_begin):
  *   params     = T * param_bytes, + T * 4 f32 master when param_bytes == 2
  *   grads      = T * grad_bytes;  optimizer = T * optim_bytes - the master
- *   comm       = bf16 reduction: slots * largest bucket * 2
+ *   comm       = 16-bit reduction: slots * largest bucket * 2
  *   activations= act_bytes;  other = the norm slot + the init check's scratch
  * and comm_bytes_per_step for the gradient all-reduce (ring: each rank
  * sends 2 (n-1)/n of the buffer), 0 when gradients are not reduced.

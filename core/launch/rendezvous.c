@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1042,4 +1043,101 @@ int dt_rdzv_all_gather(dt_rdzv_t *r, const void *mine, size_t bytes, void *all,
     }
     return r->rank == 0 ? server_gather(r, mine, bytes, all, timeout_s)
                         : client_gather(r, mine, bytes, all, timeout_s);
+}
+
+void dt_rdzv_nodes_job_id(const char *secret, const char *addr, int port, char *out,
+                          size_t cap)
+{
+    static const char label[] = "dtrain-job-id"; /* with its NUL */
+    uint8_t key[DT_SHA256_BYTES], mac[MAC_BYTES];
+    char where[300];
+    int n = snprintf(where, sizeof where, "%s:%d", addr, port);
+    dt_sha256(secret, strlen(secret), key);
+    const void *parts[2] = {label, where};
+    size_t sizes[2] = {sizeof label, n > 0 ? strlen(where) : 0};
+    dt_hmac_sha256_parts(key, sizeof key, parts, sizes, 2, mac);
+    explicit_bzero(key, sizeof key);
+    char hex[17];
+    for (int i = 0; i < 8; i++)
+        snprintf(hex + 2 * i, 3, "%02x", mac[i]);
+    snprintf(out, cap, "mn-%s", hex);
+}
+
+/* ------------------------------------------------------------ session -- */
+
+static struct {
+    pthread_mutex_t lock;
+    int active;
+    dt_rdzv_opts_t o;  /* its strings point into the copies below */
+    char addr[256], job_id[JOB_ID_CAP], secret[DT_JOB_SECRET_MAX];
+    dt_rdzv_t *r;      /* joined, or NULL */
+} session = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Open and join; the session's lock held. */
+static int session_join(void)
+{
+    dt_rdzv_t *r = NULL;
+    int rc = dt_rdzv_open(&session.o, &r);
+    if (!rc)
+        rc = dt_rdzv_join(r);
+    if (rc) {
+        dt_rdzv_close(r);
+        return rc;
+    }
+    session.r = r;
+    dt_log(DT_LOG_INFO, "rendezvous", "rank %d of %d joined job %s (rank 0 at %s:%d)",
+           session.o.rank, session.o.size, dt_rdzv_job_id(r), session.o.addr,
+           dt_rdzv_port(r));
+    return DT_OK;
+}
+
+int dt_rdzv_session_begin(struct dt_world *w, uint64_t config_hash, double timeout_s)
+{
+    pthread_mutex_lock(&session.lock);
+    if (session.r)
+        dt_rdzv_close(session.r);
+    session.r = NULL;
+    snprintf(session.addr, sizeof session.addr, "%s", w->master_addr);
+    snprintf(session.job_id, sizeof session.job_id, "%s", w->job_id);
+    snprintf(session.secret, sizeof session.secret, "%s", w->job_secret);
+    session.o = (dt_rdzv_opts_t){.addr = session.addr, .port = w->master_port,
+                                 .rank = w->rank, .size = w->size, .job_id = session.job_id,
+                                 .secret = session.secret, .config_hash = config_hash,
+                                 .timeout_s = timeout_s};
+    session.active = 1;
+    int rc = DT_OK;
+    int spans = w->local_size < w->size && dt_world_from_launcher(w) &&
+                strcmp(w->source, "dtrain launcher") == 0;
+    if (spans) {
+        rc = session_join();
+        if (!rc)
+            snprintf(w->job_id, sizeof w->job_id, "%s", dt_rdzv_job_id(session.r));
+    }
+    pthread_mutex_unlock(&session.lock);
+    return rc;
+}
+
+int dt_rdzv_session_all_gather(const void *mine, size_t bytes, void *all, double timeout_s)
+{
+    pthread_mutex_lock(&session.lock);
+    int rc;
+    if (!session.active)
+        rc = dt_err_set(DT_ERR_UNSUPPORTED, "bootstrap all-gather: no rendezvous here (it is "
+                        "offered while `dtrain run` initialises the communicator)");
+    else if (!session.r && (rc = session_join()))
+        ;
+    else
+        rc = dt_rdzv_all_gather(session.r, mine, bytes, all, timeout_s);
+    pthread_mutex_unlock(&session.lock);
+    return rc;
+}
+
+void dt_rdzv_session_end(void)
+{
+    pthread_mutex_lock(&session.lock);
+    dt_rdzv_close(session.r);
+    session.r = NULL;
+    session.active = 0;
+    explicit_bzero(session.secret, sizeof session.secret);
+    pthread_mutex_unlock(&session.lock);
 }

@@ -90,4 +90,26 @@ int dt_rdzv_all_gather(dt_rdzv_t *r, const void *mine, size_t bytes, void *all,
 /* Close the connections and the listener and free r.  NULL is a no-op. */
 void dt_rdzv_close(dt_rdzv_t *r);
 
+/* The job id of a job on several nodes, which each node's launcher derives
+ * alone and alike from what all of them share (the secret, rank 0's
+ * address and port): "mn-" and 16 hex digits of an HMAC under the secret,
+ * so it names the job without revealing the secret. */
+void dt_rdzv_nodes_job_id(const char *secret, const char *addr, int port, char *out,
+                          size_t cap);
+
+/* ---- the job's rendezvous while a run starts (one per process) ----
+ * `dtrain run` opens a session around its communicator's init: when the
+ * ranks span several nodes (w->local_size < w->size under dtrain's own
+ * launcher) the ranks join at once, and w->job_id becomes the job id they
+ * agreed on (every rank logs "rendezvous: rank R of N joined job ID ...").
+ * Otherwise the join waits for the first bootstrap all-gather a comm
+ * plugin asks for (host.h: bootstrap_all_gather), so a single-node job
+ * whose communicator needs none never takes a port.  Thread safe. */
+struct dt_world;
+int dt_rdzv_session_begin(struct dt_world *w, uint64_t config_hash, double timeout_s);
+/* The host slot's implementation: DT_ERR_UNSUPPORTED outside a session. */
+int dt_rdzv_session_all_gather(const void *mine, size_t bytes, void *all, double timeout_s);
+/* Close the session's connections; idempotent. */
+void dt_rdzv_session_end(void);
+
 #endif /* DT_LAUNCH_RENDEZVOUS_H */

@@ -2017,14 +2017,50 @@ static void test_plugin_info(void **state)
     assert_int_equal(in->abi_major, DT_COMM_ABI_MAJOR);
     assert_int_equal(in->struct_size, sizeof(dt_comm_ops_v1_t));
     assert_string_equal(in->name, "shm");
-    assert_int_equal(in->n_config_keys, 2);
+    assert_int_equal(in->n_config_keys, 3);
     assert_string_equal(in->config_keys[0].name, "slot_bytes");
     assert_int_equal(in->config_keys[0].type, DT_CFG_INT);
     assert_string_equal(in->config_keys[1].name, "spin_us");
+    assert_string_equal(in->config_keys[2].name, "nodes_share_memory");
+    assert_int_equal(in->config_keys[2].type, DT_CFG_BOOL);
     assert_true(DT_HAS_OP(dt_comm_ops_v1_t, g_ops, test));
     /* only the entry symbol is exported */
     assert_null(dlsym(g_dl, "shm_reduce"));
     assert_null(dlsym(g_dl, "shm_ops"));
+}
+
+/* A job whose ranks span nodes (local_size < size) is refused before any
+ * segment exists, unless shm.nodes_share_memory says the nodes share this
+ * machine: then init goes on (and, with no peer here, times out). */
+static void test_spans_nodes(void **state)
+{
+    (void)state;
+    static const dt_test_kv_t share[] = {{"nodes_share_memory", "true"}, {NULL, NULL}};
+    for (int k = 0; k < 2; k++) {
+        dt_test_host_t th;
+        dt_test_host_init(&th, "comm/shm", k ? share : NULL);
+        char job[64];
+        new_job(job, sizeof job, "nodes");
+        dt_comm_init_v1_t ia = {.struct_size = sizeof ia, .rank = 0, .size = 4,
+                                .local_rank = 0, .local_size = 2, .job_id = job,
+                                .timeout_ms = 200};
+        dt_comm_t *c = NULL;
+        dt_err_clear();
+        int rc = g_ops->init(&th.host, &ia, &c);
+        if (k == 0) {
+            assert_int_equal(rc, DT_ERR_CONFIG);
+            assert_string_equal(dt_last_error(),
+                                "comm/shm: init: the job spans several nodes (2 of its 4 ranks "
+                                "on this one): shared memory reaches only the ranks of one "
+                                "machine; pick a communicator that crosses nodes ([run] comm), "
+                                "or set shm.nodes_share_memory = true if every node is on this "
+                                "machine and shares its /dev/shm");
+        } else {
+            assert_int_equal(rc, DT_ERR_TIMEOUT);
+        }
+        assert_null(c);
+        g_ops->cleanup_job(&th.host, job);
+    }
 }
 
 static void test_segment_names(void **state)
@@ -2212,6 +2248,7 @@ int main(void)
         cmocka_unit_test(test_planted_garbage),
         cmocka_unit_test(test_creator_pid_reused),
         cmocka_unit_test(test_job_secret),
+        cmocka_unit_test(test_spans_nodes),
         cmocka_unit_test(test_segment_mode_whatever_umask),
         cmocka_unit_test(test_rendezvous_without_rank0),
     };

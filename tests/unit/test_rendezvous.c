@@ -18,12 +18,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "launch/rendezvous.h"
+#include "launch/world.h"
 #include "util/error.h"
 #include "test_assert.h"
 
@@ -371,6 +373,84 @@ static void test_ipv6(void **state)
     assert_string_equal(k[1].job_id, "job-of-rank-0");
 }
 
+/* A free TCP port on 127.0.0.1 (free when asked; good enough for a test). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &sl), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* The session `dtrain run` opens around comm init: ranks of one node join
+ * only when a comm plugin first asks for a bootstrap all-gather (here rank
+ * 0 in this process, rank 1 a child process); ranks that span nodes join
+ * at once and take rank 0's job id; after the session, the all-gather is
+ * refused. */
+static void test_session(void **state)
+{
+    for (int spans = 0; spans < 2; spans++) {
+        int port = free_port();
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            dt_rdzv_opts_t o = {.addr = "127.0.0.1", .port = port, .rank = 1, .size = 2,
+                                .job_id = "child", .secret = "s3cret", .config_hash = 7,
+                                .timeout_s = 10};
+            dt_rdzv_t *r = NULL;
+            uint8_t mine[4] = {1, 1, 1, 1}, all[8];
+            int rc = dt_rdzv_open(&o, &r);
+            if (!rc)
+                rc = dt_rdzv_join(r);
+            if (!rc)
+                rc = dt_rdzv_all_gather(r, mine, 4, all, 0);
+            dt_rdzv_close(r);
+            _exit(rc ? 10 + rc : all[0] == 0 && all[4] == 1 ? 0 : 3);
+        }
+        dt_world_t w = {.rank = 0, .size = 2, .local_rank = 0, .local_size = spans ? 1 : 2,
+                        .job_id = "proposed", .job_secret = "s3cret",
+                        .master_addr = "127.0.0.1", .master_port = port,
+                        .source = "dtrain launcher", .size_var = "DTRAIN_WORLD_SIZE"};
+        dt_test_stderr_begin();
+        int rc = dt_rdzv_session_begin(&w, 7, 10.0);
+        uint8_t mine[4] = {0}, all[8] = {9};
+        if (!rc)
+            rc = dt_rdzv_session_all_gather(mine, 4, all, 0);
+        dt_rdzv_session_end();
+        char *err = dt_test_stderr_end();
+        int st = 0;
+        waitpid(pid, &st, 0);
+        if (rc)
+            fail_msg("spans %d: %s", spans, dt_last_error());
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        assert_int_equal(all[0], 0);
+        assert_int_equal(all[4], 1);
+        assert_has(err, "rendezvous: rank 0 of 2 joined job proposed (rank 0 at 127.0.0.1:");
+        free(err);
+        assert_string_equal(w.job_id, "proposed");
+        assert_status(dt_rdzv_session_all_gather(mine, 4, all, 0), DT_ERR_UNSUPPORTED);
+    }
+}
+
+/* Every node's launcher names a job of several nodes alike, from what they
+ * share, and the name does not show the secret. */
+static void test_nodes_job_id(void **state)
+{
+    char a[64], b[64], c[64];
+    dt_rdzv_nodes_job_id("s3cret", "10.0.0.1", 29500, a, sizeof a);
+    dt_rdzv_nodes_job_id("s3cret", "10.0.0.1", 29500, b, sizeof b);
+    dt_rdzv_nodes_job_id("s3cret", "10.0.0.1", 29501, c, sizeof c);
+    assert_string_equal(a, b);
+    assert_string_not_equal(a, c);
+    assert_int_equal(strlen(a), 3 + 16);
+    assert_memory_equal(a, "mn-", 3);
+    assert_null(strstr(a, "s3cret"));
+}
+
 static void test_bad_options(void **state)
 {
     dt_rdzv_t *r = NULL;
@@ -398,6 +478,8 @@ int main(void)
         cmocka_unit_test(test_garbage_frames),
         cmocka_unit_test(test_gather_size_mismatch),
         cmocka_unit_test(test_ipv6),
+        cmocka_unit_test(test_session),
+        cmocka_unit_test(test_nodes_job_id),
         cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

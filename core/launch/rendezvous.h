@@ -54,7 +54,8 @@ typedef struct dt_rdzv_opts {
     int rank, size;       /* this rank, of size */
     const char *job_id;   /* this rank's proposal; rank 0's becomes the
                            * job's (< 128 bytes) */
-    const char *secret;   /* the job secret, non-empty, NUL-ended */
+    const char *secret;   /* the job secret, NUL-ended, non-empty when
+                           * size > 1 */
     uint64_t config_hash; /* what every rank must agree on */
     double timeout_s;     /* bound of the join and of each all-gather */
 } dt_rdzv_opts_t;

@@ -739,7 +739,10 @@ int dt_launch_run(const dt_launch_opts_t *o, dt_launch_result_t *res)
         goto out;
     rc = take_signals(L);
 
-    if (o->world_size > L->n)
+    if (o->world_size > L->n && L->n == 1)
+        fprintf(stderr, "dtrain: launching rank %d of %d (job %s)\n", L->base, o->world_size,
+                L->job_id);
+    else if (o->world_size > L->n)
         fprintf(stderr, "dtrain: launching ranks %d-%d of %d (job %s)\n", L->base,
                 L->base + L->n - 1, o->world_size, L->job_id);
     else

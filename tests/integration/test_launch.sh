@@ -228,7 +228,7 @@ ids=$(grep -ho 'rendezvous: rank [01] of 2 joined job [^ ]*' node0.log node1.log
 if [ "$(wc -l <<<"$ids")" = 1 ] && [[ "$ids" == mn-* ]] && grep -q "^\[rank 0\] rendezvous: rank 0 of 2 joined job $ids" node0.log; then
   ok "two nodes of one rank each meet and agree on the job id ($ids)"
 else bad "the nodes did not agree on a job id" "$out"; fi
-expect_out "node 1 runs global rank 1" "dtrain: launching ranks 1-1 of 2 (job $ids)"
+expect_out "node 1 runs global rank 1" "dtrain: launching rank 1 of 2 (job $ids)"
 expect_out "shm refuses ranks on several nodes" "comm/shm: init: the job spans several nodes (1 of its 2 ranks on this one)"
 if [ "$c0" = 2 ] && [ "$c1" = 2 ]; then ok "both nodes exit 2"; else bad "nodes exited $c0 and $c1" "$out"; fi
 

@@ -186,6 +186,38 @@ static void test_config_hash_mismatch(void **state)
     }
 }
 
+/* Two nodes given the same node_rank (rank 1 twice), and a node started
+ * for another world size: each proves the secret, so it is the job's, and
+ * the job fails at once on every rank that joined, naming what clashed. */
+static void test_duplicate_and_size(void **state)
+{
+    for (int c = 0; c < 2; c++) {
+        rank_run_t k[3];
+        int port = 0;
+        start_ranks(k, 2, 3, 10.0, NULL, NULL, 0, &port);
+        memset(&k[2], 0, sizeof k[2]);
+        k[2].o = k[1].o;
+        if (c == 1) {
+            k[2].o.rank = 2;
+            k[2].o.size = 5;
+        }
+        usleep(200 * 1000); /* rank 1 is in first */
+        assert_int_equal(pthread_create(&k[2].th, NULL, rank_main, &k[2]), 0);
+        join_ranks(k, 3);
+        for (int r = 0; r < 3; r++)
+            assert_int_equal(k[r].rc, DT_ERR_CONFIG);
+        if (c == 0) {
+            assert_has(k[0].msg, "rendezvous: rank 1 joined twice (from 127.0.0.1:");
+            assert_has(k[0].msg, "): two nodes were given the same node_rank?");
+        } else {
+            assert_has(k[0].msg, " joined as rank 2 of 5, but rank 0 was started for 3 ranks: "
+                                 "every node must run the same nnodes x nproc");
+        }
+        assert_has(k[1].msg, k[0].msg);
+        assert_has(k[2].msg, k[0].msg);
+    }
+}
+
 /* ---- bounded waits -------------------------------------------------------- */
 
 static void test_missing_rank_times_out(void **state)
@@ -472,6 +504,7 @@ int main(void)
         cmocka_unit_test(test_agree_and_gather),
         cmocka_unit_test(test_single_rank),
         cmocka_unit_test(test_config_hash_mismatch),
+        cmocka_unit_test(test_duplicate_and_size),
         cmocka_unit_test(test_missing_rank_times_out),
         cmocka_unit_test(test_rank0_never_answers),
         cmocka_unit_test(test_stray_wrong_secret),

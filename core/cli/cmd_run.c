@@ -13,12 +13,15 @@
  * every rank and end the job with their exit code.
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli/cli.h"
 #include "cli/run_profile.h"
 #include "train/preflight.h"
 #include "train/train.h"
 #include "launch/launcher.h"
+#include "launch/rendezvous.h"
 #include "util/crash.h"
 #include "util/log.h"
 #include "setup/resolve.h"
@@ -28,7 +31,9 @@ void dt_help_run(FILE *f)
 {
     fprintf(f,
             "usage: dtrain run CONFIG [--set table.key=value ...] [--metrics FILE]\n"
-            "                  [--profile comm|device[:skip=N][:sync]|comm,device]\n\n"
+            "                  [--profile comm|device[:skip=N][:sync]|comm,device]\n"
+            "                  [--nproc N] [--nnodes N --node-rank R --master-addr A\n"
+            "                   --master-port P]\n\n"
             "Train the model CONFIG describes.  --metrics writes one JSON object per\n"
             "step.  --profile comm wraps the communicator (any comm plugin) and, at the\n"
             "end of the run, prints on every rank per operation: calls, bytes, time in\n"
@@ -48,6 +53,15 @@ void dt_help_run(FILE *f)
             "LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), mpirun\n"
             "(OMPI_COMM_WORLD_*) or dtrain itself (DTRAIN_RANK, DTRAIN_WORLD_SIZE, ...),\n"
             "the process is one rank of that job and starts none.\n\n"
+            "Several nodes: run `dtrain run` once on each node with --nnodes N, its\n"
+            "--node-rank R (0..N-1), node 0's --master-addr and a --master-port (the\n"
+            "[launch] keys nnodes, node_rank, master_addr, master_port; --nproc is\n"
+            "launch.nproc, ranks per node).  Each node starts its nproc ranks as global\n"
+            "ranks R x nproc + i, as torchrun --nnodes does; they meet over TCP at\n"
+            "master_addr:master_port (rank 0 listens), agree on the job id and check\n"
+            "that every node runs the same config, within launch.timeout.  Every node\n"
+            "needs the same DTRAIN_JOB_SECRET in its environment: the ranks prove with\n"
+            "it that they belong to the job (it never crosses the network).\n\n"
             "exit codes: 0 trained, 2 usage or config error, 1 runtime failure; as a\n"
             "launcher, the failed rank's code (1 if it died by a signal), or 128 + N\n"
             "when stopped by signal N\n",
@@ -66,6 +80,95 @@ static int install_crash_handler(const dt_resolved_t *r, int rank)
     return dt_crash_install(rank);
 }
 
+/* Where [launch] `key` came from, for messages. */
+static const char *key_from(const dt_resolved_t *r, const char *key, char *buf, size_t cap)
+{
+    dt_origin_t origin = dt_config_origin(r->cfg, key);
+    if (origin == DT_ORIGIN_CLI)
+        snprintf(buf, cap, "from the command line");
+    else if (origin == DT_ORIGIN_FILE)
+        snprintf(buf, cap, "set in %s", r->set.config_path);
+    else
+        snprintf(buf, cap, "the default");
+    return buf;
+}
+
+/* A job on several nodes needs a node_rank below nnodes, a shared secret
+ * and a rendezvous address every node can reach. */
+static int check_nodes(const dt_resolved_t *r, const dt_launch_plan_t *plan)
+{
+    const dt_launch_settings_t *l = &r->set.launch;
+    char f1[4200], f2[4200];
+    if (dt_world_from_launcher(&plan->world)) {
+        if (l->nnodes > 1 && dt_config_origin(r->cfg, "launch.nnodes") != DT_ORIGIN_DEFAULT &&
+            plan->world.size != l->nnodes * plan->world.local_size)
+            return dt_err_set(DT_ERR_CONFIG,
+                              "launch.nnodes = %lld (%s), but %s started this process as one "
+                              "of %d ranks, %d of them on this node: under another launcher "
+                              "dtrain starts no ranks itself; remove launch.nnodes or make "
+                              "the two agree",
+                              (long long)l->nnodes, key_from(r, "launch.nnodes", f1, sizeof f1),
+                              plan->world.source, plan->world.size, plan->world.local_size);
+        return DT_OK;
+    }
+    if (l->node_rank >= l->nnodes)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "launch.node_rank = %lld (%s) is not below launch.nnodes = %lld (%s): "
+                          "nodes are numbered 0 to nnodes - 1",
+                          (long long)l->node_rank, key_from(r, "launch.node_rank", f1, sizeof f1),
+                          (long long)l->nnodes, key_from(r, "launch.nnodes", f2, sizeof f2));
+    if (l->nnodes <= 1)
+        return DT_OK;
+    if (!plan->world.job_secret[0])
+        return dt_err_set(DT_ERR_CONFIG,
+                          "launch.nnodes = %lld (%s) needs DTRAIN_JOB_SECRET in the environment, "
+                          "the same on every node: the ranks prove with it that they belong to "
+                          "this job (make one with `head -c 16 /dev/urandom | od -An -tx1 | tr "
+                          "-d ' \\n'` and pass it to every node)",
+                          (long long)l->nnodes, key_from(r, "launch.nnodes", f1, sizeof f1));
+    if (dt_config_origin(r->cfg, "launch.master_addr") == DT_ORIGIN_DEFAULT &&
+        !getenv("MASTER_ADDR"))
+        return dt_err_set(DT_ERR_CONFIG,
+                          "launch.nnodes = %lld (%s) needs launch.master_addr (--master-addr): "
+                          "the address of node 0 that every node can reach (the default "
+                          "127.0.0.1 reaches only this machine)",
+                          (long long)l->nnodes, key_from(r, "launch.nnodes", f1, sizeof f1));
+    if (plan->world.master_port == 0)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "launch.nnodes = %lld (%s) needs a rendezvous port: launch.master_port "
+                          "= 0 (%s)",
+                          (long long)l->nnodes, key_from(r, "launch.nnodes", f1, sizeof f1),
+                          key_from(r, "launch.master_port", f2, sizeof f2));
+    return DT_OK;
+}
+
+/* The `dtrain run` options that are [launch] keys, as --set entries
+ * appended to a (after the user's own --set, so the option wins). */
+static int launch_options(const char *const *vals, dt_cli_config_args_t *a)
+{
+    static const char *const keys[] = {"launch.nproc", "launch.nnodes", "launch.node_rank",
+                                       "launch.master_addr", "launch.master_port"};
+    static char sets[5][320];
+    for (int k = 0; k < 5; k++) {
+        const char *v = vals[k];
+        if (!v)
+            continue;
+        if (strlen(v) > 256 || strpbrk(v, "\"\\\n")) {
+            fprintf(stderr, "dtrain run: error: %s: '%.40s' is not a value for %s\n",
+                    k == 3 ? "--master-addr" : "option", v, keys[k]);
+            return DT_EXIT_USAGE;
+        }
+        if (a->n_sets == (int)(sizeof a->sets / sizeof a->sets[0])) {
+            fprintf(stderr, "dtrain run: error: too many --set options\n");
+            return DT_EXIT_USAGE;
+        }
+        /* the address quoted: "::1" or "1e3" must stay a string */
+        snprintf(sets[k], sizeof sets[k], k == 3 ? "%s=\"%s\"" : "%s=%s", keys[k], v);
+        a->sets[a->n_sets++] = sets[k];
+    }
+    return DT_EXIT_OK;
+}
+
 /* Decide, from the core stage of the config (no plugin loaded), whether
  * this process launches ranks. */
 static int plan_launch(const dt_resolved_t *r, dt_launch_plan_t *plan)
@@ -78,16 +181,21 @@ static int plan_launch(const dt_resolved_t *r, dt_launch_plan_t *plan)
         snprintf(from, sizeof from, "set in %s", r->set.config_path);
     else
         snprintf(from, sizeof from, "the default");
-    return dt_launch_plan(&r->set.launch, r->set.launch.nproc, "launch.nproc", from,
-                          origin != DT_ORIGIN_DEFAULT, plan);
+    int rc = dt_launch_plan(&r->set.launch, r->set.launch.nproc, "launch.nproc", from,
+                            origin != DT_ORIGIN_DEFAULT, plan);
+    return rc ? rc : check_nodes(r, plan);
 }
 
 int dt_cmd_run(int argc, char **argv)
 {
-    static const char *const opts[] = {"--metrics", "--profile", NULL};
-    const char *vals[2] = {NULL, NULL};
+    static const char *const opts[] = {"--metrics",     "--profile",     "--nproc",
+                                       "--nnodes",      "--node-rank",   "--master-addr",
+                                       "--master-port", NULL};
+    const char *vals[7] = {NULL};
     dt_cli_config_args_t a;
     int ec = dt_cli_parse_config_args("run", argc, argv, &a, opts, vals);
+    if (!ec)
+        ec = launch_options(vals + 2, &a);
     if (ec)
         return ec;
     dt_run_profile_t prof;
@@ -102,7 +210,7 @@ int dt_cmd_run(int argc, char **argv)
     /* a config error is found here, once, before any rank is started */
     if (rc == DT_OK && plan.spawn &&
         ((rc = dt_resolve_plugins(&r)) || (rc = dt_resolve_finish(&r, NULL)) ||
-         (rc = dt_preflight(&r, plan.nproc, 1)))) {
+         (rc = dt_preflight(&r, (int64_t)plan.nproc * plan.nnodes, 1)))) {
         ec = dt_cli_fail("run", rc);
         dt_resolved_free(&r);
         return ec;
@@ -111,6 +219,18 @@ int dt_cmd_run(int argc, char **argv)
         dt_launch_opts_t lo = {.nproc = plan.nproc, .argv = dt_cli_argv(),
                                .raw_stdout_rank = -1, .cleanup = dt_resolve_cleanup_job,
                                .cleanup_ctx = &r};
+        char job[128];
+        if (plan.nnodes > 1) {
+            /* every node's launcher names the job alike, so each one's
+             * cleanup names what its ranks created */
+            lo.rank_base = plan.node_rank * plan.nproc;
+            lo.world_size = plan.nnodes * plan.nproc;
+            lo.master_addr = plan.world.master_addr;
+            lo.master_port = plan.world.master_port;
+            dt_rdzv_nodes_job_id(plan.world.job_secret, plan.world.master_addr,
+                                 plan.world.master_port, job, sizeof job);
+            lo.job_id = getenv("DTRAIN_JOB_ID") && getenv("DTRAIN_JOB_ID")[0] ? NULL : job;
+        }
         dt_launch_result_t res;
         rc = dt_launch_run(&lo, &res);
         ec = rc ? dt_cli_fail("run", rc) : res.exit_code;

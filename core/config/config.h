@@ -124,8 +124,13 @@ int dt_config_set_int(dt_config_t *c, const char *path, int64_t v,
  *     grad_accum = 2         # derived                                    */
 void dt_config_print(const dt_config_t *c, FILE *f);
 
-/* A stable 64-bit hash of the resolved values (ranks compare it at start). */
+/* A stable 64-bit hash of the resolved values (ranks compare it at start),
+ * the per-node values (dt_config_per_node) left out. */
 uint64_t dt_config_hash(const dt_config_t *c);
+
+/* True for a value that legitimately differs between the nodes of one job
+ * (launch.node_rank): left out wherever ranks compare configs. */
+int dt_config_per_node(const char *table, const char *key);
 
 /* Visit every resolved value in sorted "table.key" order: `text` is the
  * value as TOML (cut at 511 bytes), `value_hash` a hash of all of it.  A

@@ -94,10 +94,17 @@ static const dt_config_key_t parallel_keys[] = {
 };
 
 static const dt_config_key_t launch_keys[] = {
-    K_INT("nproc", "1", 1, 256, "local ranks to spawn"),
+    K_INT("nproc", "1", 1, 256, "local ranks to spawn (on each node)"),
+    K_INT("nnodes", "1", 1, 65536,
+          "nodes of the job: each runs `dtrain run` once with its node_rank and starts nproc "
+          "ranks (global rank = node_rank x nproc + local rank)"),
+    K_INT("node_rank", "0", 0, 65535,
+          "this node's index in [0, nnodes); node 0 hosts the rendezvous (the one key that "
+          "differs between nodes)"),
     K_FLT("timeout", "300.0", 0.001, 1e6, "seconds any collective may wait"),
-    K_STR("master_addr", "\"127.0.0.1\"", "rendezvous address"),
-    K_INT("master_port", "29500", 0, 65535, "rendezvous port"),
+    K_STR("master_addr", "\"127.0.0.1\"",
+          "rendezvous address: node 0's host name or IP, reachable from every node"),
+    K_INT("master_port", "29500", 0, 65535, "rendezvous port (node 0 listens on it)"),
 };
 
 static const dt_config_key_t checkpoint_keys[] = {

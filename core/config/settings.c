@@ -55,6 +55,8 @@ static const struct field {
     FIELD("parallel.pipeline", F_INT, parallel.pipeline),
     FIELD("parallel.offload", F_STRING, parallel.offload),
     FIELD("launch.nproc", F_INT, launch.nproc),
+    FIELD("launch.nnodes", F_INT, launch.nnodes),
+    FIELD("launch.node_rank", F_INT, launch.node_rank),
     FIELD("launch.timeout", F_FLOAT, launch.timeout_s),
     FIELD("launch.master_addr", F_STRING, launch.master_addr),
     FIELD("launch.master_port", F_INT, launch.master_port),

@@ -74,7 +74,9 @@ typedef struct dt_parallel_settings {
 } dt_parallel_settings_t;
 
 typedef struct dt_launch_settings {
-    int64_t nproc;
+    int64_t nproc;        /* local ranks, on each node */
+    int64_t nnodes;       /* nodes; each starts nproc ranks */
+    int64_t node_rank;    /* this node, in [0, nnodes) */
     double timeout_s;     /* bound of every collective wait, seconds */
     const char *master_addr;
     int64_t master_port;

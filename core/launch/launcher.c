@@ -66,6 +66,7 @@ int dt_launch_plan(const dt_launch_settings_t *launch, int64_t nproc,
     const dt_world_t *w = &out->world;
     if (dt_world_from_launcher(w)) {
         out->nproc = w->local_size;
+        out->nnodes = w->size / w->local_size;
         if (explicit_ && nproc > 1 && nproc != w->local_size) {
             char sizes[160];
             if (w->local_size_var)
@@ -82,11 +83,13 @@ int dt_launch_plan(const dt_launch_settings_t *launch, int64_t nproc,
         }
         return DT_OK;
     }
+    out->nnodes = launch && launch->nnodes > 1 ? (int)launch->nnodes : 1;
+    out->node_rank = launch ? (int)launch->node_rank : 0;
     if (nproc < 1 || nproc > DT_LAUNCH_MAX)
         return dt_err_set(DT_ERR_CONFIG, "%s = %lld (%s) is outside [1, %d]", nproc_name,
                           (long long)nproc, nproc_from, DT_LAUNCH_MAX);
     out->nproc = (int)nproc;
-    if (nproc > 1) {
+    if (nproc > 1 || out->nnodes > 1) {
         int cpus;
         int lim = dt_launch_max_local(&cpus);
         if (nproc > lim)
@@ -121,8 +124,10 @@ typedef struct rank_state {
 
 static const char *const launch_vars[] = {"DTRAIN_RANK=", "DTRAIN_WORLD_SIZE=",
                                           "DTRAIN_LOCAL_RANK=", "DTRAIN_LOCAL_SIZE=",
-                                          "DTRAIN_JOB_ID=", "DTRAIN_JOB_SECRET="};
-#define N_LAUNCH_VARS 6
+                                          "DTRAIN_JOB_ID=", "DTRAIN_JOB_SECRET=",
+                                          "MASTER_ADDR=", "MASTER_PORT="};
+#define N_LAUNCH_VARS 8
+#define N_JOB_VARS 6 /* without MASTER_*: those only when the caller gives them */
 
 typedef struct launch {
     const dt_launch_opts_t *o;
@@ -141,7 +146,10 @@ typedef struct launch {
     /* what each rank is started with */
     char **envp;             /* ours minus an outer job's launch variables,
                               * then `vars` (rewritten before each fork) */
-    char vars[N_LAUNCH_VARS][160]; /* "NAME=value"; the secret's fits */
+    int n_vars;              /* of launch_vars: N_JOB_VARS or all */
+    int base;                /* global rank of local rank 0 */
+    char vars[N_LAUNCH_VARS][300]; /* "NAME=value"; the secret's and an
+                                    * address's fit */
     const char *exe, *fallback;
     char exe_fallback[4096];
     /* the signals the launcher takes over while it runs */
@@ -200,7 +208,7 @@ static void emit_line(launch_t *L, stream_t *s, const char *line, size_t len)
 {
     char out[LINE_CAP + 32];
     char prefix[24];
-    int pn = snprintf(prefix, sizeof prefix, "[rank %d] ", s->rank);
+    int pn = snprintf(prefix, sizeof prefix, "[rank %d] ", L->base + s->rank);
     int tagged = len >= (size_t)pn && memcmp(line, prefix, (size_t)pn) == 0;
     size_t k = 0;
     if (!s->raw && !tagged) {
@@ -431,6 +439,7 @@ static int prepare(launch_t *L)
     size_t ne = 0;
     while (environ && environ[ne])
         ne++;
+    L->n_vars = L->o->master_addr ? N_LAUNCH_VARS : N_JOB_VARS;
     L->envp = calloc(ne + N_LAUNCH_VARS + 1, sizeof *L->envp);
     L->ranks = calloc((size_t)L->n, sizeof *L->ranks);
     L->streams = calloc((size_t)L->n * 2, sizeof *L->streams);
@@ -441,14 +450,14 @@ static int prepare(launch_t *L)
     size_t k = 0;
     for (size_t i = 0; i < ne; i++) {
         int skip = 0;
-        for (int v = 0; v < N_LAUNCH_VARS; v++)
+        for (int v = 0; v < L->n_vars; v++)
             skip |= strncmp(environ[i], launch_vars[v], strlen(launch_vars[v])) == 0;
         if (!skip)
             L->envp[k++] = environ[i];
     }
-    for (int v = 0; v < N_LAUNCH_VARS; v++)
+    for (int v = 0; v < L->n_vars; v++)
         L->envp[k + (size_t)v] = L->vars[v];
-    L->envp[k + N_LAUNCH_VARS] = NULL;
+    L->envp[k + (size_t)L->n_vars] = NULL;
     for (int i = 0; i < 2 * L->n; i++)
         L->streams[i].fd = -1;
 
@@ -518,12 +527,18 @@ static int start_rank(launch_t *L, int r)
         close(po[1]);
         return dt_err_set(DT_ERR_SYSTEM, "launch: pipe for rank %d: %s", r, strerror(err));
     }
-    snprintf(L->vars[0], sizeof L->vars[0], "DTRAIN_RANK=%d", r);
-    snprintf(L->vars[1], sizeof L->vars[1], "DTRAIN_WORLD_SIZE=%d", L->n);
+    const dt_launch_opts_t *o = L->o;
+    snprintf(L->vars[0], sizeof L->vars[0], "DTRAIN_RANK=%d", L->base + r);
+    snprintf(L->vars[1], sizeof L->vars[1], "DTRAIN_WORLD_SIZE=%d",
+             o->world_size > 0 ? o->world_size : L->n);
     snprintf(L->vars[2], sizeof L->vars[2], "DTRAIN_LOCAL_RANK=%d", r);
     snprintf(L->vars[3], sizeof L->vars[3], "DTRAIN_LOCAL_SIZE=%d", L->n);
     snprintf(L->vars[4], sizeof L->vars[4], "DTRAIN_JOB_ID=%s", L->job_id);
     snprintf(L->vars[5], sizeof L->vars[5], "DTRAIN_JOB_SECRET=%s", L->job_secret);
+    if (o->master_addr) {
+        snprintf(L->vars[6], sizeof L->vars[6], "MASTER_ADDR=%.256s", o->master_addr);
+        snprintf(L->vars[7], sizeof L->vars[7], "MASTER_PORT=%d", o->master_port);
+    }
     const pid_t me = getpid();
     pid_t pid = fork();
     if (pid == 0)
@@ -683,10 +698,11 @@ static void summarize(const launch_t *L, int rc, dt_launch_result_t *res)
         if (f->last[0] && (WIFEXITED(f->status) ||
                            strncmp(f->last, DT_CRASH_PREFIX, strlen(DT_CRASH_PREFIX)) == 0))
             fprintf(stderr, "dtrain: rank %d failed (%s)%s; its last error line: %s\n",
-                    L->first_fail, how, others, f->last);
+                    L->base + L->first_fail, how, others, f->last);
         else
-            fprintf(stderr, "dtrain: rank %d failed (%s)%s\n", L->first_fail, how, others);
-        res->failed_rank = L->first_fail;
+            fprintf(stderr, "dtrain: rank %d failed (%s)%s\n", L->base + L->first_fail, how,
+                    others);
+        res->failed_rank = L->base + L->first_fail;
         res->exit_code = WIFEXITED(f->status) ? WEXITSTATUS(f->status) : 1;
     } else if (L->stop_sig) {
         fprintf(stderr, "dtrain: stopped by %s\n", sig_name(L->stop_sig, b, sizeof b));
@@ -701,14 +717,16 @@ int dt_launch_run(const dt_launch_opts_t *o, dt_launch_result_t *res)
 {
     memset(res, 0, sizeof *res);
     res->failed_rank = -1;
-    if (!o || !o->argv || !o->argv[0] || o->nproc < 1 || o->nproc > DT_LAUNCH_MAX)
-        return dt_err_set(DT_ERR_INVALID, "launch: needs 1 to %d ranks (got %d) and a "
-                          "command line", DT_LAUNCH_MAX, o ? o->nproc : 0);
+    if (!o || !o->argv || !o->argv[0] || o->nproc < 1 || o->nproc > DT_LAUNCH_MAX ||
+        o->rank_base < 0 || (o->world_size > 0 && o->rank_base + o->nproc > o->world_size))
+        return dt_err_set(DT_ERR_INVALID, "launch: needs 1 to %d ranks (got %d) within the "
+                          "world and a command line", DT_LAUNCH_MAX, o ? o->nproc : 0);
     launch_t *L = calloc(1, sizeof *L);
     if (!L)
         return dt_err_set(DT_ERR_NOMEM, "launch: out of memory");
     L->o = o;
     L->n = o->nproc;
+    L->base = o->rank_base;
     L->grace_s = o->grace_s > 0 ? o->grace_s : DT_LAUNCH_GRACE_S;
     L->first_fail = -1;
     L->sfd = -1;
@@ -721,7 +739,14 @@ int dt_launch_run(const dt_launch_opts_t *o, dt_launch_result_t *res)
         goto out;
     rc = take_signals(L);
 
-    fprintf(stderr, "dtrain: launching %d ranks (job %s)\n", L->n, L->job_id);
+    if (o->world_size > L->n && L->n == 1)
+        fprintf(stderr, "dtrain: launching rank %d of %d (job %s)\n", L->base, o->world_size,
+                L->job_id);
+    else if (o->world_size > L->n)
+        fprintf(stderr, "dtrain: launching ranks %d-%d of %d (job %s)\n", L->base,
+                L->base + L->n - 1, o->world_size, L->job_id);
+    else
+        fprintf(stderr, "dtrain: launching %d ranks (job %s)\n", L->n, L->job_id);
     fflush(stdout);
     fflush(stderr);
     for (int r = 0; r < L->n && rc == DT_OK; r++)

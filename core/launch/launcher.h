@@ -3,8 +3,12 @@
  *
  * `dtrain run` with [launch] nproc = N > 1 (and `dtrain bench comm
  * --nproc N`) starts N copies of this program with DTRAIN_RANK,
- * DTRAIN_WORLD_SIZE, DTRAIN_LOCAL_RANK, DTRAIN_LOCAL_SIZE and DTRAIN_JOB_ID
- * set, and then only watches them:
+ * DTRAIN_WORLD_SIZE, DTRAIN_LOCAL_RANK, DTRAIN_LOCAL_SIZE, DTRAIN_JOB_ID
+ * and DTRAIN_JOB_SECRET set, and then only watches them.  On one node of
+ * several ([launch] nnodes, node_rank) its ranks are the global ranks
+ * node_rank x N + i of a world of nnodes x N, as torchrun numbers them,
+ * and get MASTER_ADDR / MASTER_PORT (the rendezvous) too; lines and
+ * messages name global ranks:
  *
  *   output   every line a rank writes is relayed whole, prefixed
  *            "[rank R] " (stdout to stdout, stderr to stderr); a line that
@@ -48,6 +52,7 @@
 typedef struct dt_launch_plan {
     int spawn;        /* 1: this process launches `nproc` ranks */
     int nproc;
+    int nnodes, node_rank; /* [launch]: nodes of the job, this one */
     dt_world_t world; /* who this process is (rank 0 of 1 when spawning) */
 } dt_launch_plan_t;
 
@@ -60,8 +65,10 @@ typedef struct dt_launch_plan {
  * With a launcher's variables in the environment the process is a rank of
  * that job (spawn = 0); an explicit nproc > 1 that differs from that job's
  * local size is a DT_ERR_CONFIG naming both numbers and their sources.
- * Otherwise nproc > 1 spawns, up to dt_launch_max_local() (DT_ERR_CONFIG
- * beyond, naming the value and the limit). */
+ * Otherwise nproc > 1, or launch->nnodes > 1, spawns, up to
+ * dt_launch_max_local() (DT_ERR_CONFIG beyond, naming the value and the
+ * limit); the combination of nnodes and node_rank is the caller's to
+ * check (it knows where each came from). */
 int dt_launch_plan(const dt_launch_settings_t *launch, int64_t nproc,
                    const char *nproc_name, const char *nproc_from, int explicit_,
                    dt_launch_plan_t *out);
@@ -72,6 +79,11 @@ int dt_launch_max_local(int *cpus);
 
 typedef struct dt_launch_opts {
     int nproc;            /* ranks to start, 1..DT_LAUNCH_MAX */
+    int rank_base;        /* global rank of the first (node_rank x nproc) */
+    int world_size;       /* ranks of the job on all nodes; 0: nproc */
+    const char *master_addr; /* non-NULL: given to the ranks as MASTER_ADDR
+                              * and MASTER_PORT (replacing the launcher's) */
+    int master_port;
     const char *exe;      /* program each rank runs; NULL: this one
                            * (/proc/self/exe, then argv[0] if it has a '/') */
     char *const *argv;    /* its arguments, NULL-terminated */
@@ -92,7 +104,7 @@ typedef struct dt_launch_result {
     int exit_code;    /* what the launching command should exit with: 0,
                        * the failed rank's exit code (1 when it died by a
                        * signal), or 128 + the signal the launcher got */
-    int failed_rank;  /* first rank that failed; -1 when none */
+    int failed_rank;  /* first rank that failed (global); -1 when none */
     int signal;       /* signal that stopped the launcher; 0 when none */
     char job_id[128];
 } dt_launch_result_t;

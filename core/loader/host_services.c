@@ -15,8 +15,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "launch/rendezvous.h"
 #include "util/error.h"
 #include "util/log.h"
+
+_Static_assert(DT_HOST_BOOTSTRAP_MAX == DT_RDZV_BLOB_MAX, "the host slot's blob bound is the "
+               "rendezvous's");
 
 /* ------------------------------------------------------- host state -- */
 
@@ -200,6 +204,20 @@ static uint64_t host_now_ns(const dt_host_t *h)
     return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
 }
 
+/* The job's rendezvous (core/launch/rendezvous.h), while a run starts. */
+static int host_bootstrap_all_gather(const dt_host_t *h, const void *mine, uint64_t bytes,
+                                     void *all, int64_t timeout_ms)
+{
+    const dt_host_state_t *hs = state_of(h);
+    if (bytes > DT_HOST_BOOTSTRAP_MAX)
+        return dt_err_set(DT_ERR_INVALID,
+                          "%s: bootstrap all-gather of %llu bytes: at most %d per rank",
+                          hs->who, (unsigned long long)bytes, DT_HOST_BOOTSTRAP_MAX);
+    int rc = dt_rdzv_session_all_gather(mine, (size_t)bytes, all,
+                                        timeout_ms > 0 ? (double)timeout_ms / 1000.0 : 0);
+    return rc ? dt_err_context(rc, "%s", hs->who) : DT_OK;
+}
+
 /* -------------------------------------------------------- lifecycle -- */
 
 /* A config holding only the plugin's table, filled from its declared
@@ -265,6 +283,7 @@ int dt_host_create(dt_plugin_t *p, const dt_config_t *cfg)
     t->cfg_float = host_cfg_float;
     t->cfg_string = host_cfg_string;
     t->now_ns = host_now_ns;
+    t->bootstrap_all_gather = host_bootstrap_all_gather;
     p->host = t;
     return DT_OK;
 }

@@ -38,6 +38,7 @@
 #include "model/model.h"
 #include "train/plan.h"
 #include "train/preflight.h"
+#include "launch/rendezvous.h"
 #include "launch/world.h"
 #include "loader/host_services.h"
 #include "util/crash.h"
@@ -213,6 +214,12 @@ static int start_plugins(run_t *R)
         (rc = PLUGIN_CALL(R->pdev, R->dev_ops->stream_create(R->dev, &R->stream),
                           "stream_create")))
         return rc;
+    /* ranks on several nodes meet first (core/launch/rendezvous.h): the job
+     * id they agree on names what the communicator creates; a comm plugin
+     * may exchange bootstrap bytes through the same meeting during init */
+    if ((rc = dt_rdzv_session_begin(&R->world, dt_config_hash(R->r->cfg),
+                                    R->set->launch.timeout_s)))
+        return rc;
     dt_comm_init_t ca = {.struct_size = sizeof ca, .rank = R->world.rank,
                          .size = R->world.size, .local_rank = R->world.local_rank,
                          .local_size = R->world.local_size, .job_id = R->world.job_id,
@@ -221,7 +228,9 @@ static int start_plugins(run_t *R)
                          .master_port = R->world.master_port,
                          .timeout_ms = (int64_t)(R->set->launch.timeout_s * 1000.0),
                          .dev_ops = R->dev_ops, .dev = R->dev};
-    if ((rc = PLUGIN_CALL(R->pcomm, R->comm_ops->init(R->pcomm->host, &ca, &R->comm), "init")))
+    rc = PLUGIN_CALL(R->pcomm, R->comm_ops->init(R->pcomm->host, &ca, &R->comm), "init");
+    dt_rdzv_session_end();
+    if (rc)
         return rc;
     return dt_consistency_check(&R->world, R->r->cfg, R->comm_ops, R->comm);
 }

@@ -45,6 +45,10 @@ static const dt_config_key_t shm_keys[] = {
      .max = (double)SHM_SPIN_MAX, .choices = NULL,
      .doc = "microseconds a wait spins before sleeping on a futex "
             "(ignored, 0, when ranks outnumber cores)"},
+    {.name = "nodes_share_memory", .type = DT_CFG_BOOL, .def = "false",
+     .min = 0, .max = 0, .choices = NULL,
+     .doc = "the job's \"nodes\" are on one machine and share /dev/shm "
+            "(containers, network namespaces): allow a job that spans nodes"},
 };
 
 /* ---- groups ------------------------------------------------------------ */
@@ -301,6 +305,23 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     if (a->job_secret && !a->job_secret[0])
         return host->set_error(host, DT_ERR_INVALID, "init: job_secret is empty (NULL "
                                "means none)");
+    /* shared memory reaches the ranks of one machine only: ranks on other
+     * nodes would never see our segments, and "nodes" that do share them
+     * (namespaces of one host) must say so, or a test of several nodes
+     * passes by a path no real cluster has */
+    if (a->local_size > 0 && a->local_size < a->size) {
+        int share = 0;
+        if (host->cfg_bool(host, "nodes_share_memory", &share) != DT_OK)
+            share = 0;
+        if (!share)
+            return host->set_error(
+                host, DT_ERR_CONFIG,
+                "init: the job spans several nodes (%d of its %d ranks on this one): shared "
+                "memory reaches only the ranks of one machine; pick a communicator that "
+                "crosses nodes ([run] comm), or set shm.nodes_share_memory = true if every "
+                "node is on this machine and shares its /dev/shm",
+                (int)a->local_size, (int)a->size);
+    }
     int64_t slot, spin;
     int st = read_int(host, "slot_bytes", SHM_SLOT_DEFAULT, SHM_SLOT_MIN, SHM_SLOT_MAX, &slot);
     if (st == DT_OK)

@@ -323,7 +323,7 @@ static int check_secret(dt_comm_t *c, const char *what, const char *path,
                       "every rank the job's secret, DTRAIN_JOB_SECRET)", pid);
     uint8_t tag[SHM_SHA256_BYTES];
     shm_secret_tag(job->secret_key, c->name, h->salt, tag);
-    if (!shm_equal_ct(tag, h->tag, sizeof tag))
+    if (!dt_equal_ct(tag, h->tag, sizeof tag))
         return refuse(c, what, DT_ERR_DATA, path, st,
                       "created by pid %d with another job secret than this rank's: it is "
                       "not this job's segment (another job uses this job id, or this rank "

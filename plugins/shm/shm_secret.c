@@ -1,166 +1,15 @@
 /*
- * plugins/shm/shm_secret.c - SHA-256 and HMAC-SHA256, and the job
- * secret's tag built from them (see shm_secret.h).
- *
- * Written out here rather than linked from a crypto library: the plugin
- * depends on nothing but libc and the SDK, and these few hundred bytes of
- * input per rendezvous need no speed.  Checked against the FIPS 180-4 and
- * RFC 4231 test vectors in tests/unit/test_shm.c.
+ * plugins/shm/shm_secret.c - the job secret's key and a segment's tag,
+ * built from the SDK's SHA-256 and HMAC (dtrain/sdk/sha256.h; see
+ * shm_secret.h).
  */
 #include "shm_secret.h"
 
 #include <string.h>
 
-typedef struct sha256 {
-    uint32_t h[8];
-    uint64_t bytes;      /* message bytes so far */
-    uint8_t buf[64];     /* a partial block */
-    size_t fill;         /* bytes in buf */
-} sha256_t;
-
-static const uint32_t K[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,
-    0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3,
-    0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
-    0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147,
-    0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
-    0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
-    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
-    0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208,
-    0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-static uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-static void sha256_block(sha256_t *s, const uint8_t *p)
-{
-    uint32_t w[64];
-    for (int i = 0; i < 16; i++)
-        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
-               (uint32_t)p[4 * i + 2] << 8 | (uint32_t)p[4 * i + 3];
-    for (int i = 16; i < 64; i++) {
-        uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-        uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
-    uint32_t a = s->h[0], b = s->h[1], c = s->h[2], d = s->h[3];
-    uint32_t e = s->h[4], f = s->h[5], g = s->h[6], h = s->h[7];
-    for (int i = 0; i < 64; i++) {
-        uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) +
-                      K[i] + w[i];
-        uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-        h = g;
-        g = f;
-        f = e;
-        e = d + t1;
-        d = c;
-        c = b;
-        b = a;
-        a = t1 + t2;
-    }
-    s->h[0] += a;
-    s->h[1] += b;
-    s->h[2] += c;
-    s->h[3] += d;
-    s->h[4] += e;
-    s->h[5] += f;
-    s->h[6] += g;
-    s->h[7] += h;
-}
-
-static void sha256_init(sha256_t *s)
-{
-    static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-    memcpy(s->h, h0, sizeof h0);
-    s->bytes = 0;
-    s->fill = 0;
-}
-
-static void sha256_update(sha256_t *s, const void *data, size_t n)
-{
-    const uint8_t *p = data;
-    s->bytes += n;
-    while (n > 0) {
-        size_t take = 64 - s->fill < n ? 64 - s->fill : n;
-        memcpy(s->buf + s->fill, p, take);
-        s->fill += take;
-        p += take;
-        n -= take;
-        if (s->fill == 64) {
-            sha256_block(s, s->buf);
-            s->fill = 0;
-        }
-    }
-}
-
-static void sha256_final(sha256_t *s, uint8_t out[SHM_SHA256_BYTES])
-{
-    uint64_t bits = s->bytes * 8;
-    uint8_t pad = 0x80, zero = 0, len[8];
-    sha256_update(s, &pad, 1);
-    while (s->fill != 56)
-        sha256_update(s, &zero, 1);
-    for (int i = 0; i < 8; i++)
-        len[i] = (uint8_t)(bits >> (56 - 8 * i));
-    sha256_update(s, len, 8);
-    for (int i = 0; i < 8; i++) {
-        out[4 * i] = (uint8_t)(s->h[i] >> 24);
-        out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
-        out[4 * i + 2] = (uint8_t)(s->h[i] >> 8);
-        out[4 * i + 3] = (uint8_t)s->h[i];
-    }
-}
-
-void shm_sha256(const void *p, size_t bytes, uint8_t out[SHM_SHA256_BYTES])
-{
-    sha256_t s;
-    sha256_init(&s);
-    sha256_update(&s, p, bytes);
-    sha256_final(&s, out);
-}
-
-/* HMAC over the concatenation of n parts. */
-static void hmac_parts(const void *key, size_t key_bytes, const void *const *parts,
-                       const size_t *sizes, int n, uint8_t out[SHM_SHA256_BYTES])
-{
-    uint8_t k[64] = {0}, pad[64], inner[SHM_SHA256_BYTES];
-    if (key_bytes > sizeof k)
-        shm_sha256(key, key_bytes, k);
-    else
-        memcpy(k, key, key_bytes);
-    sha256_t s;
-    for (int i = 0; i < 64; i++)
-        pad[i] = k[i] ^ 0x36;
-    sha256_init(&s);
-    sha256_update(&s, pad, sizeof pad);
-    for (int i = 0; i < n; i++)
-        sha256_update(&s, parts[i], sizes[i]);
-    sha256_final(&s, inner);
-    for (int i = 0; i < 64; i++)
-        pad[i] = k[i] ^ 0x5c;
-    sha256_init(&s);
-    sha256_update(&s, pad, sizeof pad);
-    sha256_update(&s, inner, sizeof inner);
-    sha256_final(&s, out);
-    /* the key's traces: not left on the stack for a later read to find */
-    explicit_bzero(k, sizeof k);
-    explicit_bzero(pad, sizeof pad);
-    explicit_bzero(&s, sizeof s);
-}
-
-void shm_hmac_sha256(const void *key, size_t key_bytes, const void *msg, size_t msg_bytes,
-                     uint8_t out[SHM_SHA256_BYTES])
-{
-    const void *parts[1] = {msg};
-    size_t sizes[1] = {msg_bytes};
-    hmac_parts(key, key_bytes, parts, sizes, 1, out);
-}
-
 void shm_secret_key(const char *secret, uint8_t key[SHM_SHA256_BYTES])
 {
-    shm_sha256(secret, strlen(secret), key);
+    dt_sha256(secret, strlen(secret), key);
 }
 
 void shm_secret_tag(const uint8_t key[SHM_SHA256_BYTES], const char *name,
@@ -169,14 +18,5 @@ void shm_secret_tag(const uint8_t key[SHM_SHA256_BYTES], const char *name,
     static const char label[] = "dtrain-shm-secret"; /* with its NUL */
     const void *parts[3] = {label, name, salt};
     size_t sizes[3] = {sizeof label, strlen(name) + 1, SHM_SALT_BYTES};
-    hmac_parts(key, SHM_SHA256_BYTES, parts, sizes, 3, tag);
-}
-
-int shm_equal_ct(const void *a, const void *b, size_t n)
-{
-    const volatile uint8_t *x = a, *y = b;
-    uint8_t d = 0;
-    for (size_t i = 0; i < n; i++)
-        d |= (uint8_t)(x[i] ^ y[i]);
-    return d == 0;
+    dt_hmac_sha256_parts(key, SHM_SHA256_BYTES, parts, sizes, 3, tag);
 }

@@ -19,16 +19,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHM_SHA256_BYTES 32
+#include "dtrain/sdk/sha256.h"
+
+#define SHM_SHA256_BYTES DT_SHA256_BYTES
 #define SHM_SALT_BYTES 16
-
-/* out = SHA-256 of (bytes) at p (FIPS 180-4). */
-void shm_sha256(const void *p, size_t bytes, uint8_t out[SHM_SHA256_BYTES]);
-
-/* out = HMAC-SHA256 (RFC 2104) of the (msg_bytes) at msg under the
- * (key_bytes) at key. */
-void shm_hmac_sha256(const void *key, size_t key_bytes, const void *msg,
-                     size_t msg_bytes, uint8_t out[SHM_SHA256_BYTES]);
 
 /* The key a secret is reduced to: SHA-256 of its bytes (the NUL excluded). */
 void shm_secret_key(const char *secret, uint8_t key[SHM_SHA256_BYTES]);
@@ -38,9 +32,5 @@ void shm_secret_key(const char *secret, uint8_t key[SHM_SHA256_BYTES]);
 void shm_secret_tag(const uint8_t key[SHM_SHA256_BYTES], const char *name,
                     const uint8_t salt[SHM_SALT_BYTES],
                     uint8_t tag[SHM_SHA256_BYTES]);
-
-/* 1 when the (n) bytes at a and b are equal; its time does not depend on
- * where they differ. */
-int shm_equal_ct(const void *a, const void *b, size_t n);
 
 #endif /* DT_SHM_SECRET_H */

@@ -201,6 +201,37 @@ if [ -n "$tr_loss" ] && [ "$tr_loss" = "$l2_loss" ]; then
   ok "same final loss as the launched run ($tr_loss)"
 else bad "final loss $tr_loss, launched run $l2_loss"; fi
 
+# ---- several nodes: the combination is checked before any rank starts ----
+expect_exit 2 "node_rank not below nnodes" env DTRAIN_JOB_SECRET=s "$bin" run tiny.toml \
+  --nnodes 2 --node-rank 2 --master-addr 127.0.0.1
+expect_out "node_rank and nnodes named" "launch.node_rank = 2 (from the command line) is not below launch.nnodes = 2 (from the command line): nodes are numbered 0 to nnodes - 1"
+expect_exit 2 "nnodes without a job secret" env -u DTRAIN_JOB_SECRET "$bin" run tiny.toml \
+  --nnodes 2 --node-rank 0 --master-addr 127.0.0.1
+expect_out "the secret asked for" "launch.nnodes = 2 (from the command line) needs DTRAIN_JOB_SECRET in the environment, the same on every node"
+expect_exit 2 "nnodes without master_addr" env -u MASTER_ADDR DTRAIN_JOB_SECRET=s "$bin" run \
+  tiny.toml --nnodes 2
+expect_out "master_addr asked for" "launch.nnodes = 2 (from the command line) needs launch.master_addr (--master-addr): the address of node 0 that every node can reach"
+expect_exit 2 "nnodes against torchrun's world" env RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 \
+  "$bin" run tiny.toml --nnodes 2
+expect_out "nnodes and torchrun named" "launch.nnodes = 2 (from the command line), but torchrun started this process as one of 2 ranks, 2 of them on this node"
+
+# ---- two nodes on this machine's loopback: the job forms, shm refuses it ----
+port=$(( 20000 + ($$ + 7) % 20000 ))
+for n in 0 1; do
+  env DTRAIN_JOB_SECRET=loop$$ "$bin" run tiny.toml --nnodes 2 --node-rank $n \
+    --master-addr 127.0.0.1 --master-port $port --set launch.timeout=5 > "node$n.log" 2>&1 &
+  eval "npid$n=\$!"
+done
+set +e; wait "$npid0"; c0=$?; wait "$npid1"; c1=$?; set -e
+out=$(cat node0.log node1.log)
+ids=$(grep -ho 'rendezvous: rank [01] of 2 joined job [^ ]*' node0.log node1.log | awk '{print $NF}' | sort -u)
+if [ "$(wc -l <<<"$ids")" = 1 ] && [[ "$ids" == mn-* ]] && grep -q "^\[rank 0\] rendezvous: rank 0 of 2 joined job $ids" node0.log; then
+  ok "two nodes of one rank each meet and agree on the job id ($ids)"
+else bad "the nodes did not agree on a job id" "$out"; fi
+expect_out "node 1 runs global rank 1" "dtrain: launching rank 1 of 2 (job $ids)"
+expect_out "shm refuses ranks on several nodes" "comm/shm: init: the job spans several nodes (1 of its 2 ranks on this one)"
+if [ "$c0" = 2 ] && [ "$c1" = 2 ]; then ok "both nodes exit 2"; else bad "nodes exited $c0 and $c1" "$out"; fi
+
 # ---- dtrain bench comm ----
 expect_exit 0 "bench comm, 2 ranks" "$bin" bench comm --nproc 2 --sizes 4K:1M
 expect_out "table header with busbw" "busbw(GB/s)"

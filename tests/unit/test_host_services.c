@@ -90,6 +90,23 @@ static void test_table_fields(void **state)
     assert_non_null(h->cfg_float);
     assert_non_null(h->cfg_string);
     assert_non_null(h->now_ns);
+    assert_true(DT_HOST_HAS(h, bootstrap_all_gather));
+}
+
+/* The bootstrap all-gather outside `dtrain run`'s rendezvous session is
+ * refused, and an oversized blob before anything else (the session and the
+ * join are test_rendezvous's). */
+static void test_bootstrap_outside_a_run(void **state)
+{
+    const dt_host_v1_t *h = ((dt_plugin_t *)*state)->host;
+    char mine[8] = "abcdefg", all[16];
+    assert_int_equal(h->bootstrap_all_gather(h, mine, sizeof mine, all, 100),
+                     DT_ERR_UNSUPPORTED);
+    assert_msg("comm/fake: bootstrap all-gather: no rendezvous here (it is offered while "
+               "`dtrain run` initialises the communicator)");
+    assert_int_equal(h->bootstrap_all_gather(h, mine, DT_HOST_BOOTSTRAP_MAX + 1, all, 100),
+                     DT_ERR_INVALID);
+    assert_msg("comm/fake: bootstrap all-gather of 4097 bytes: at most 4096 per rank");
 }
 
 static void test_set_error_prefixes(void **state)
@@ -493,6 +510,7 @@ int main(void)
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_table_fields),
+        T(test_bootstrap_outside_a_run),
         T(test_set_error_prefixes),
         T(test_alloc_accounting),
         T(test_alloc_failures),

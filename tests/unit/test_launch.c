@@ -35,6 +35,9 @@ static const char *const env_vars[] = {
 /* The cleanup hook run_sh passes (NULL: none; reset before every test). */
 static int (*g_cleanup)(void *ctx, const char *job_id);
 static void *g_cleanup_ctx;
+/* One node of several for run_sh: rank_base, world_size, master_* (zero:
+ * a single node; reset before every test). */
+static dt_launch_opts_t g_node;
 
 static int clean_env(void **state)
 {
@@ -43,6 +46,7 @@ static int clean_env(void **state)
     dt_err_clear();
     g_cleanup = NULL;
     g_cleanup_ctx = NULL;
+    memset(&g_node, 0, sizeof g_node);
     return 0;
 }
 
@@ -182,6 +186,28 @@ static void test_plan(void **state)
     assert_msg("--nproc = 0 (from the command line) is outside [1, 256]");
 }
 
+/* nnodes > 1 spawns even one rank per node: it needs its global rank */
+static void test_plan_nodes(void **state)
+{
+    dt_launch_settings_t l = {.nproc = 1, .nnodes = 2, .node_rank = 1, .timeout_s = 1,
+                              .master_addr = "10.0.0.1", .master_port = 29500};
+    dt_launch_plan_t p;
+    assert_ok(dt_launch_plan(&l, 1, "launch.nproc", "the default", 0, &p));
+    assert_int_equal(p.spawn, 1);
+    assert_int_equal(p.nproc, 1);
+    assert_int_equal(p.nnodes, 2);
+    assert_int_equal(p.node_rank, 1);
+    /* a rank of that job (what the node's launcher set): joins */
+    setenv("DTRAIN_RANK", "3", 1);
+    setenv("DTRAIN_WORLD_SIZE", "4", 1);
+    setenv("DTRAIN_LOCAL_RANK", "1", 1);
+    setenv("DTRAIN_LOCAL_SIZE", "2", 1);
+    assert_ok(dt_launch_plan(&l, 2, "launch.nproc", "the default", 1, &p));
+    assert_int_equal(p.spawn, 0);
+    assert_int_equal(p.nnodes, 2);
+    assert_int_equal(p.world.rank, 3);
+}
+
 static void test_plan_under_launcher(void **state)
 {
     setenv("RANK", "0", 1);
@@ -224,7 +250,9 @@ static void run_sh(int n, const char *script, double grace_s, captured_t *c)
     char *argv[] = {"sh", "-c", (char *)script, NULL};
     dt_launch_opts_t o = {.nproc = n, .exe = "/bin/sh", .argv = argv, .grace_s = grace_s,
                           .raw_stdout_rank = -1, .cleanup = g_cleanup,
-                          .cleanup_ctx = g_cleanup_ctx};
+                          .cleanup_ctx = g_cleanup_ctx, .rank_base = g_node.rank_base,
+                          .world_size = g_node.world_size, .master_addr = g_node.master_addr,
+                          .master_port = g_node.master_port};
     char tout[] = "/tmp/dt-launch-out-XXXXXX", terr[] = "/tmp/dt-launch-err-XXXXXX";
     int fo = mkstemp(tout), fe = mkstemp(terr);
     assert_true(fo >= 0 && fe >= 0);
@@ -303,6 +331,36 @@ static void test_run_relays_lines(void **state)
     }
     assert_int_equal(lines, 10);
     assert_non_null(strstr(cap.err, "dtrain: launching 2 ranks (job "));
+}
+
+/* One node of two: global ranks in the environment and in the prefixes,
+ * the rendezvous address replacing the launcher's own MASTER_*, and the
+ * failed rank named by its global number. */
+static void test_run_node_ranks(void **state)
+{
+    setenv("MASTER_ADDR", "elsewhere", 1);
+    setenv("MASTER_PORT", "1", 1);
+    g_node = (dt_launch_opts_t){.rank_base = 2, .world_size = 4, .master_addr = "10.1.2.3",
+                                .master_port = 29555};
+    /* rank 3 fails once rank 2 has written its line (a file says so) */
+    char flag[64], script[512];
+    snprintf(flag, sizeof flag, "/tmp/dt-launch-node-%d", (int)getpid());
+    unlink(flag);
+    snprintf(script, sizeof script,
+             "echo \"$DTRAIN_RANK $DTRAIN_WORLD_SIZE $DTRAIN_LOCAL_RANK $DTRAIN_LOCAL_SIZE "
+             "$MASTER_ADDR:$MASTER_PORT\"; if [ $DTRAIN_LOCAL_RANK = 1 ]; then i=0; while [ "
+             "! -e %s ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; exit 3; fi; "
+             "touch %s; sleep 5",
+             flag, flag);
+    run_sh(2, script, 0.5, &cap);
+    unlink(flag);
+    assert_ok(cap.rc);
+    assert_int_equal(count_lines(cap.out, "[rank 2] 2 4 0 2 10.1.2.3:29555"), 1);
+    assert_int_equal(count_lines(cap.out, "[rank 3] 3 4 1 2 10.1.2.3:29555"), 1);
+    assert_int_equal(cap.res.failed_rank, 3);
+    assert_int_equal(cap.res.exit_code, 3);
+    assert_non_null(strstr(cap.err, "dtrain: launching ranks 2-3 of 4 (job "));
+    assert_non_null(strstr(cap.err, "dtrain: rank 3 failed (exit 3); stopped the other 1 rank"));
 }
 
 /* Every rank of a launch gets the same fresh 64-hex-digit secret; another
@@ -521,6 +579,8 @@ int main(void)
         cmocka_unit_test_setup(test_plan_under_launcher, clean_env),
         cmocka_unit_test_setup(test_run_relays_lines, clean_env),
         cmocka_unit_test_setup(test_run_job_secret, clean_env),
+        cmocka_unit_test_setup(test_run_node_ranks, clean_env),
+        cmocka_unit_test_setup(test_plan_nodes, clean_env),
         cmocka_unit_test_setup(test_run_failure_stops_others, clean_env),
         cmocka_unit_test_setup(test_run_signal_death, clean_env),
         cmocka_unit_test_setup(test_run_kill_after_grace, clean_env),

@@ -1780,36 +1780,36 @@ static void test_secret_hash_vectors(void **state)
     (void)state;
     uint8_t d[SHM_SHA256_BYTES];
     char x[2 * SHM_SHA256_BYTES + 1];
-    shm_sha256("abc", 3, d);
+    dt_sha256("abc", 3, d);
     hex(x, d, sizeof d);
     assert_string_equal(x, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-    shm_sha256("", 0, d);
+    dt_sha256("", 0, d);
     hex(x, d, sizeof d);
     assert_string_equal(x, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
-    shm_sha256(two, strlen(two), d);
+    dt_sha256(two, strlen(two), d);
     hex(x, d, sizeof d);
     assert_string_equal(x, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
     char *million = malloc(1000000);
     assert_non_null(million);
     memset(million, 'a', 1000000);
-    shm_sha256(million, 1000000, d);
+    dt_sha256(million, 1000000, d);
     free(million);
     hex(x, d, sizeof d);
     assert_string_equal(x, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 
     uint8_t key[131];
     memset(key, 0x0b, 20);
-    shm_hmac_sha256(key, 20, "Hi There", 8, d);
+    dt_hmac_sha256(key, 20, "Hi There", 8, d);
     hex(x, d, sizeof d);
     assert_string_equal(x, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
     const char *q = "what do ya want for nothing?";
-    shm_hmac_sha256("Jefe", 4, q, strlen(q), d);
+    dt_hmac_sha256("Jefe", 4, q, strlen(q), d);
     hex(x, d, sizeof d);
     assert_string_equal(x, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
     memset(key, 0xaa, sizeof key);
     const char *big = "Test Using Larger Than Block-Size Key - Hash Key First";
-    shm_hmac_sha256(key, sizeof key, big, strlen(big), d);
+    dt_hmac_sha256(key, sizeof key, big, strlen(big), d);
     hex(x, d, sizeof d);
     assert_string_equal(x, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
 
@@ -1817,19 +1817,19 @@ static void test_secret_hash_vectors(void **state)
     uint8_t k1[SHM_SHA256_BYTES], salt[SHM_SALT_BYTES], tag[SHM_SHA256_BYTES];
     uint8_t ref[SHM_SHA256_BYTES], msg[64];
     shm_secret_key("s3cret", k1);
-    shm_sha256("s3cret", 6, d);
+    dt_sha256("s3cret", 6, d);
     assert_memory_equal(k1, d, sizeof d);
     for (int i = 0; i < SHM_SALT_BYTES; i++)
         salt[i] = (uint8_t)(i * 17 + 3);
     shm_secret_tag(k1, "/dtrain-j", salt, tag);
     memcpy(msg, "dtrain-shm-secret\0/dtrain-j\0", 28);
     memcpy(msg + 28, salt, sizeof salt);
-    shm_hmac_sha256(k1, sizeof k1, msg, 28 + sizeof salt, ref);
+    dt_hmac_sha256(k1, sizeof k1, msg, 28 + sizeof salt, ref);
     assert_memory_equal(tag, ref, sizeof ref);
     salt[0] ^= 1; /* another salt, another tag */
     shm_secret_tag(k1, "/dtrain-j", salt, ref);
-    assert_false(shm_equal_ct(tag, ref, sizeof ref));
-    assert_true(shm_equal_ct(tag, tag, sizeof tag));
+    assert_false(dt_equal_ct(tag, ref, sizeof ref));
+    assert_true(dt_equal_ct(tag, tag, sizeof tag));
 }
 
 /* ---- how segments are created ------------------------------------------- */
@@ -2017,14 +2017,50 @@ static void test_plugin_info(void **state)
     assert_int_equal(in->abi_major, DT_COMM_ABI_MAJOR);
     assert_int_equal(in->struct_size, sizeof(dt_comm_ops_v1_t));
     assert_string_equal(in->name, "shm");
-    assert_int_equal(in->n_config_keys, 2);
+    assert_int_equal(in->n_config_keys, 3);
     assert_string_equal(in->config_keys[0].name, "slot_bytes");
     assert_int_equal(in->config_keys[0].type, DT_CFG_INT);
     assert_string_equal(in->config_keys[1].name, "spin_us");
+    assert_string_equal(in->config_keys[2].name, "nodes_share_memory");
+    assert_int_equal(in->config_keys[2].type, DT_CFG_BOOL);
     assert_true(DT_HAS_OP(dt_comm_ops_v1_t, g_ops, test));
     /* only the entry symbol is exported */
     assert_null(dlsym(g_dl, "shm_reduce"));
     assert_null(dlsym(g_dl, "shm_ops"));
+}
+
+/* A job whose ranks span nodes (local_size < size) is refused before any
+ * segment exists, unless shm.nodes_share_memory says the nodes share this
+ * machine: then init goes on (and, with no peer here, times out). */
+static void test_spans_nodes(void **state)
+{
+    (void)state;
+    static const dt_test_kv_t share[] = {{"nodes_share_memory", "true"}, {NULL, NULL}};
+    for (int k = 0; k < 2; k++) {
+        dt_test_host_t th;
+        dt_test_host_init(&th, "comm/shm", k ? share : NULL);
+        char job[64];
+        new_job(job, sizeof job, "nodes");
+        dt_comm_init_v1_t ia = {.struct_size = sizeof ia, .rank = 0, .size = 4,
+                                .local_rank = 0, .local_size = 2, .job_id = job,
+                                .timeout_ms = 200};
+        dt_comm_t *c = NULL;
+        dt_err_clear();
+        int rc = g_ops->init(&th.host, &ia, &c);
+        if (k == 0) {
+            assert_int_equal(rc, DT_ERR_CONFIG);
+            assert_string_equal(dt_last_error(),
+                                "comm/shm: init: the job spans several nodes (2 of its 4 ranks "
+                                "on this one): shared memory reaches only the ranks of one "
+                                "machine; pick a communicator that crosses nodes ([run] comm), "
+                                "or set shm.nodes_share_memory = true if every node is on this "
+                                "machine and shares its /dev/shm");
+        } else {
+            assert_int_equal(rc, DT_ERR_TIMEOUT);
+        }
+        assert_null(c);
+        g_ops->cleanup_job(&th.host, job);
+    }
 }
 
 static void test_segment_names(void **state)
@@ -2212,6 +2248,7 @@ int main(void)
         cmocka_unit_test(test_planted_garbage),
         cmocka_unit_test(test_creator_pid_reused),
         cmocka_unit_test(test_job_secret),
+        cmocka_unit_test(test_spans_nodes),
         cmocka_unit_test(test_segment_mode_whatever_umask),
         cmocka_unit_test(test_rendezvous_without_rank0),
     };

@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 #define DT_HOST_ABI_MAJOR 1
-#define DT_HOST_ABI_MINOR 0
+#define DT_HOST_ABI_MINOR 1
 
 typedef enum dt_log_level {
     DT_LOG_ERROR = 0,
@@ -84,7 +84,27 @@ typedef struct dt_host_v1 {
     uint64_t (*now_ns)(const struct dt_host_v1 *h);
 
     /* ---- minor 0 ends here; append only ---- */
+
+    /* Optional (DT_HOST_HAS(h, bootstrap_all_gather)): an all-gather of
+     * small blobs among every rank of the job through the core's TCP
+     * rendezvous, for a communicator that must exchange bootstrap bytes
+     * before it can talk (NCCL's unique id, the addresses a TCP transport
+     * listens on).  Collective: every rank calls it, in the same order,
+     * with the same `bytes` (at most DT_HOST_BOOTSTRAP_MAX).  in: `mine`
+     * (bytes); out: `all` (world size x bytes, rank order, the caller's
+     * memory).  Blocks up to timeout_ms (<= 0: the job's timeout); on
+     * timeout DT_ERR_TIMEOUT naming the ranks that did not contribute.
+     * Valid during comm init only; DT_ERR_UNSUPPORTED where the core runs
+     * no rendezvous (a process outside `dtrain run`).  Not reentrant:
+     * calls of one process are serialised. */
+    int (*bootstrap_all_gather)(const struct dt_host_v1 *h, const void *mine,
+                                uint64_t bytes, void *all, int64_t timeout_ms);
+
+    /* ---- minor 1 ends here; append only ---- */
 } dt_host_v1_t;
+
+/* Most bytes one rank contributes to bootstrap_all_gather. */
+#define DT_HOST_BOOTSTRAP_MAX 4096
 
 /* The current version's name; plugin and core code spell this. */
 typedef dt_host_v1_t dt_host_t;

@@ -16,6 +16,8 @@
  *   dtrain/sdk/norm.h     sum of squares to the host; summed across a group
  *   dtrain/sdk/hash.h     a 64-bit content hash of device memory and a
  *                         collective check that every rank holds the same
+ *   dtrain/sdk/sha256.h   SHA-256, HMAC-SHA256, a constant-time compare
+ *                         (a job secret's proof)
  *   dtrain/sdk/cfg.h      reading a plugin's config values with defaults
  *   dtrain/sdk/dp.h       the data-parallel core every strategy checks and
  *                         keeps alike (init args, hooks, the step's start
@@ -51,5 +53,6 @@
 #include "dtrain/sdk/optim.h"
 #include "dtrain/sdk/ranges.h"
 #include "dtrain/sdk/replica.h"
+#include "dtrain/sdk/sha256.h"
 
 #endif /* DTRAIN_SDK_HELPERS_H */

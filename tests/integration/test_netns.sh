@@ -1,0 +1,208 @@
+# Two "nodes" on one machine: network namespaces joined by a veth pair,
+# each with an address of its own, and `dtrain run --nnodes 2 --nproc 2`
+# once in each.  What crosses the namespaces is the TCP rendezvous
+# (core/launch/rendezvous.c); no CPU communicator carries training bytes
+# between nodes yet, and shm must not pretend to (the namespaces share
+# /dev/shm), so the checks are what works today:
+#   - the job forms across the link: the ranks of both nodes log one job
+#     id, and then comm/shm refuses a job that spans nodes (exit 2)
+#   - with the explicit shm.nodes_share_memory opt-in the 2 x 2 job trains,
+#     all 4 ranks log the job id under their global rank, and its losses
+#     equal the single-node 4-rank run (the global rank numbering end to
+#     end; the bytes still move through shm, not over the link)
+#   - a config that differs on node 1 fails every rank, naming ranks 2 and 3
+#     and both hashes
+#   - the link taken down during the rendezvous: rank 0 names the missing
+#     ranks 2 and 3 within the bound; node 1's ranks name rank 0
+# After each case no process is left in either namespace and no segment of
+# the job in /dev/shm.  The namespaces (and so the veth pair) are removed at
+# the end, whatever happened (trap).
+#
+# Needs root and `ip netns`; otherwise exits 77, which ctest reports as
+# skipped (SKIP_RETURN_CODE), with the reason.
+#
+# With Open MPI's mpirun the same namespaces would take a launch agent in
+# place of ssh: OMPI_MCA_plm_rsh_agent=<script> where the script runs
+# `ip netns exec <ns of host $1> "${@:2}"`, and a hostfile naming the two
+# addresses.
+set -euo pipefail
+bin=$1 work=$2
+. "$(dirname "$0")/lib.sh"
+
+if [ "$(id -u)" != 0 ]; then
+  echo "SKIP: network namespaces need root (this test runs as uid $(id -u))"
+  exit 77
+fi
+ns0=dtn$$a ns1=dtn$$b v0=dtv$$a v1=dtv$$b
+a0=10.77.0.1 a1=10.77.0.2 port=29400
+pids=()
+teardown() {
+  local p
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  for ns in "$ns0" "$ns1"; do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  ip link del "$v0" 2>/dev/null || true
+}
+trap teardown EXIT
+if ! err=$(ip netns add "$ns0" 2>&1); then
+  echo "SKIP: cannot make a network namespace here: $err"
+  exit 77
+fi
+ip netns add "$ns1"
+ip link add "$v0" type veth peer name "$v1"
+ip link set "$v0" netns "$ns0"
+ip link set "$v1" netns "$ns1"
+ip -n "$ns0" addr add "$a0/24" dev "$v0"
+ip -n "$ns1" addr add "$a1/24" dev "$v1"
+for ns in "$ns0" "$ns1"; do ip -n "$ns" link set lo up; done
+ip -n "$ns0" link set "$v0" up
+ip -n "$ns1" link set "$v1" up
+# each namespace reaches the other's address only through the veth pair
+# (and the host reaches neither): the rendezvous cannot go another way
+for pair in "$ns0 $a1 $v0" "$ns1 $a0 $v1"; do
+  set -- $pair
+  if ip netns exec "$1" ip route get "$2" | grep -q "dev $3"; then ok "$1 routes $2 through $3"
+  else bad "$1 does not route $2 through $3" "$(ip netns exec "$1" ip route)"; fi
+done
+
+rm -rf "$work"; mkdir -p "$work"; cd "$work"
+"$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
+cat > eq.toml <<'T'
+[run]
+comm = "shm"
+out_dir = "out"
+[model]
+n_layer = 2
+n_head = 2
+n_embd = 32
+context = 32
+[data]
+train = "train.bin"
+[train]
+steps = 6
+global_batch = 16
+seq_len = 32
+lr = 3e-3
+[launch]
+timeout = 4.0
+[cpu]
+threads = 1
+T
+export DTRAIN_JOB_SECRET
+DTRAIN_JOB_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+
+# node NS RANK LOG ARGS...: `dtrain run` as node RANK inside namespace NS,
+# in the background (its pid appended to pids); bounded by `timeout`
+node() {
+  local ns=$1 r=$2 log=$3; shift 3
+  timeout -k 2 40 ip netns exec "$ns" "$bin" run eq.toml --nnodes 2 --node-rank "$r" \
+    --nproc 2 --master-addr "$a0" --master-port "$port" "$@" >"$log" 2>&1 &
+  pids+=($!)
+}
+# both_nodes NAME ARGS0 -- ARGS1: both nodes at once; rc0, rc1 their exits
+both_nodes() {
+  local name=$1; shift
+  local args0=() args1=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do args0+=("$1"); shift; done
+  shift || true
+  args1=("$@")
+  node "$ns0" 0 "$name.n0.log" "${args0[@]}"
+  local p0=$!
+  node "$ns1" 1 "$name.n1.log" "${args1[@]}"
+  local p1=$!
+  set +e; wait "$p0"; rc0=$?; wait "$p1"; rc1=$?; set -e
+}
+# nothing_left NAME: no process in either namespace, no segment of the job
+nothing_left() {
+  local left
+  left="$(ip netns pids "$ns0") $(ip netns pids "$ns1")"
+  if [ -z "${left// /}" ]; then ok "$1: no process left in the namespaces"
+  else bad "$1: processes left in the namespaces: $left" "$(ps -o pid,args -p ${left// /,})"; fi
+  left=$(find /dev/shm -maxdepth 1 -name "dtrain-$job*" 2>/dev/null)
+  if [ -z "$left" ]; then ok "$1: no segment of job $job in /dev/shm"
+  else bad "$1: segments left" "$left"; fi
+}
+# what every node's launcher names the job (rendezvous.h: "mn-" + 16 hex)
+job=""
+
+# joined_ids LOG...: the distinct job ids the ranks' "joined job" lines name
+joined_ids() { grep -ho 'rendezvous: rank [0-3] of 4 joined job [^ ]*' "$@" | awk '{print $NF}' | sort -u; }
+
+# ---- the job forms across the namespaces; shm then refuses it ---------------
+# (the first rank that fails makes its launcher stop the others, so a rank
+# may be stopped before it logs: the ranks that did must agree, rank 0 and
+# a rank of node 1 among them)
+both_nodes forms --
+out=$(cat forms.n0.log forms.n1.log)
+job=$(joined_ids forms.n0.log forms.n1.log)
+if [ "$(wc -l <<<"$job")" = 1 ] && [[ "$job" == mn-* ]] &&
+   grep -q "^\[rank 0\] rendezvous: rank 0 of 4 joined job $job" forms.n0.log &&
+   grep -qE "^\[rank ([23])\] rendezvous: rank \1 of 4 joined job $job" forms.n1.log; then
+  ok "the ranks of both nodes joined one job ($job), numbered globally"
+else bad "the ranks did not agree on one job id" "$out"; fi
+expect_out "node 0 launched global ranks 0-1" "dtrain: launching ranks 0-1 of 4 (job $job)"
+expect_out "node 1 launched global ranks 2-3" "dtrain: launching ranks 2-3 of 4 (job $job)"
+expect_out "shm refuses a job that spans nodes" "comm/shm: init: the job spans several nodes (2 of its 4 ranks on this one): shared memory reaches only the ranks of one machine"
+if [ "$rc0" = 2 ] && [ "$rc1" = 2 ]; then ok "both nodes exit 2 (a config error)"
+else bad "exit codes $rc0 and $rc1, expected 2 and 2" "$out"; fi
+nothing_left forms
+
+# ---- the explicit opt-in: shm across the namespaces, one host --------------
+"$bin" run eq.toml --nproc 4 --set run.name=one --metrics one.jsonl >one.log 2>&1 ||
+  bad "the single-node 4-rank run failed" "$(cat one.log)"
+both_nodes shared --set shm.nodes_share_memory=true --set run.name=two --metrics two.jsonl \
+  -- --set shm.nodes_share_memory=true --set run.name=two
+if [ "$rc0" = 0 ] && [ "$rc1" = 0 ]; then
+  ok "with shm.nodes_share_memory the 2 x 2 job trains across the namespaces"
+  out=$(cat shared.n0.log shared.n1.log)
+  for r in 0 1 2 3; do
+    expect_out "rank $r joined as global rank $r of 4" "[rank $r] rendezvous: rank $r of 4 joined job $job"
+  done
+  same_losses "2 nodes x 2 ranks vs 1 node x 4 ranks" one.jsonl two.jsonl 1e-6
+else bad "the opted-in 2 x 2 run failed ($rc0, $rc1)" "$(cat shared.n0.log shared.n1.log)"; fi
+nothing_left shared
+
+# ---- node 1 resolves another config ----------------------------------------
+both_nodes mismatch -- --set train.lr=1e-3
+out=$(cat mismatch.n0.log mismatch.n1.log)
+expect_out "the mismatch names ranks 2 and 3 beside rank 0's hash" "rendezvous: the ranks resolved different configs: rank 0 has config hash "
+if grep -qE 'rank 0 has config hash [0-9a-f]{16}, rank 2 has [0-9a-f]{16}, rank 3 has [0-9a-f]{16} \(every node must run the same config' <<<"$out"; then
+  ok "the message names rank 2's and rank 3's hashes"
+else bad "the message does not name ranks 2 and 3 with their hashes" "$out"; fi
+if grep -q '^\[rank 0\] dtrain run: error: rendezvous: the ranks resolved different configs' mismatch.n0.log &&
+   grep -qE '^\[rank [23]\] dtrain run: error: rendezvous: the ranks resolved different configs.*\(reported by rank 0\)' mismatch.n1.log; then
+  ok "both nodes report the mismatch (node 1 as rank 0 told it)"
+else bad "not both nodes report the mismatch" "$out"; fi
+if [ "$rc0" = 2 ] && [ "$rc1" = 2 ]; then ok "both nodes exit 2 on the mismatch"
+else bad "exit codes $rc0 and $rc1 on the mismatch, expected 2 and 2" "$out"; fi
+nothing_left mismatch
+
+# ---- the link goes down during the rendezvous ------------------------------
+t0=$(date +%s.%N)
+node "$ns0" 0 down.n0.log
+p0=$!
+# rank 1 is in (connected to rank 0 inside node 0) before the link goes
+for _ in $(seq 100); do
+  [ -n "$(ip netns exec "$ns0" ss -Htn state established "( dport = :$port )")" ] && break
+  sleep 0.05
+done
+ip -n "$ns0" link set "$v0" down
+node "$ns1" 1 down.n1.log
+p1=$!
+set +e; wait "$p0"; rc0=$?; wait "$p1"; rc1=$?; set -e
+took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+out=$(cat down.n0.log down.n1.log)
+expect_out "rank 0 names the missing ranks" "rendezvous at $a0:$port timed out after 4 s: ranks 2, 3 of 4 never joined (joined: 0, 1)"
+expect_out "rank 1 hears it from rank 0" "[rank 1] dtrain run: error: rendezvous at $a0:$port timed out after 4 s: ranks 2, 3 of 4 never joined (joined: 0, 1) (reported by rank 0)"
+if grep -qE "^\[rank ([23])\] dtrain run: error: rendezvous: rank \1 of 4 could not join rank 0 at $a0:$port within 4 s: rank 0 never answered" down.n1.log; then
+  ok "node 1 names rank 0 and its address"
+else bad "node 1 does not name rank 0 and its address" "$out"; fi
+# the bound: 4 s of rendezvous, its 1 s grace on node 1, start-up
+if awk -v t="$took" 'BEGIN { exit !(t < 12) }'; then ok "both nodes gave up within the bound (${took} s)"
+else bad "the nodes took ${took} s to give up" "$out"; fi
+if [ "$rc0" = 1 ] && [ "$rc1" = 1 ]; then ok "both nodes exit 1 (a runtime failure)"
+else bad "exit codes $rc0 and $rc1 with the link down, expected 1 and 1" "$out"; fi
+nothing_left link-down
+finish

@@ -394,6 +394,7 @@ static int mpi_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     }
     if (st == DT_OK)
         st = mpic_barrier(c, NULL); /* every rank is in, or the timeout names the op */
+    c->coll_seq = 0;                /* users' collectives count from #1, as with shm */
     if (st != DT_OK) {
         comm_free(c);
         job_unref(host, job);

@@ -64,7 +64,7 @@ static const char *red_op_name(int op)
 /* How group rank r is named: "rank 3", with the world rank for splits. */
 static void fmt_rank(dt_comm_t *c, int r, char *buf, size_t cap)
 {
-    if (c->is_world)
+    if (c->is_world || r < 0 || r >= c->size) /* (a bad peer argument) */
         snprintf(buf, cap, "rank %d", r);
     else
         snprintf(buf, cap, "rank %d (world rank %d)", r, (int)c->wranks[r]);
@@ -117,8 +117,8 @@ void mpic_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t 
                  dt, red_op_name(r->op), bytes, c->gname);
         break;
     default:
-        snprintf(buf, cap, "%s%s (%s %s, %llu bytes) on group %s", op_name(r->kind), seq, dt,
-                 red_op_name(r->op), bytes, c->gname);
+        snprintf(buf, cap, "%s%s (%s, %llu bytes) on group %s", op_name(r->kind), seq, dt,
+                 bytes, c->gname);
         break;
     }
 }

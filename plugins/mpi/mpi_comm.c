@@ -347,8 +347,9 @@ static int mpi_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     if (wrank != a->rank || wsize != a->size) {
         st = host->set_error(host, DT_ERR_CONFIG,
                              "init: dtrain has this process as rank %d of %d, MPI_COMM_WORLD as "
-                             "rank %d of %d: start one dtrain rank per MPI process (mpirun -np "
-                             "N dtrain run ...)", (int)a->rank, (int)a->size, wrank, wsize);
+                             "rank %d of %d: start every rank with mpirun (mpirun -np N "
+                             "dtrain run|bench ...), one MPI process per rank",
+                             (int)a->rank, (int)a->size, wrank, wsize);
         mpi_down(host, 0);
         return st;
     }

@@ -11,6 +11,7 @@
 #  - shm under mpirun equals shm under dtrain's launcher bit for bit;
 #  - the mpi communicator refuses ranks that MPI does not know (dtrain's
 #    own launcher with run.comm = "mpi"), naming both views;
+#  - `mpirun -np 2 dtrain bench comm --comm mpi` checks its results;
 #  - `dtrain plugins --describe mpi` lists its keys.
 # mpirun as root needs --allow-run-as-root; the container has no network
 # and may forbid ptrace, so btl self,vader without vader's single-copy
@@ -76,8 +77,16 @@ expect_exit 0 "mpi, mpirun -np 4" mpirun 4 "$bin" run eq.toml --set train.micro_
   --set run.name=mpi4 --metrics mpi4.jsonl
 same_losses "mpi vs shm at 4 ranks" shm4.jsonl mpi4.jsonl 1e-5
 
+# ---- the benchmark, as one rank of an mpirun job (a smoke run: every
+# result is checked on every rank; no timing is asserted) -----------------
+for op in all_reduce reduce_scatter sendrecv; do
+  expect_exit 0 "bench comm --comm mpi --op $op under mpirun" mpirun 2 "$bin" bench comm \
+    --comm mpi --op $op --sizes 4K:64K --iters 5 --warmup 1
+  expect_out "bench $op names the plugin and the ranks" "# dtrain bench comm: $op, 2 ranks, comm mpi"
+done
+
 # ---- ranks MPI does not know ----------------------------------------------
 expect_exit 2 "mpi under dtrain's own launcher (a config error)" "$bin" run eq.toml --set launch.nproc=2 \
   --set train.micro_batch=4 --set run.name=bad
-expect_out "the refusal names both views" "of 2, MPI_COMM_WORLD as rank 0 of 1: start one dtrain rank per MPI process (mpirun -np N dtrain run ...)"
+expect_out "the refusal names both views" "of 2, MPI_COMM_WORLD as rank 0 of 1: start every rank with mpirun (mpirun -np N dtrain run|bench ...), one MPI process per rank"
 finish

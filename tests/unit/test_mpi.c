@@ -624,7 +624,8 @@ static int case_mismatch(void)
     g_rank = 0;
     RK_FAILS(join(&th, NULL, 2, 5000, &c), DT_ERR_CONFIG,
             "comm/mpi: init: dtrain has this process as rank 0 of 2, MPI_COMM_WORLD as rank 0 "
-            "of 1: start one dtrain rank per MPI process (mpirun -np N dtrain run ...)");
+            "of 1: start every rank with mpirun (mpirun -np N dtrain run|bench ...), one MPI "
+            "process per rank");
     return 0;
 }
 

@@ -14,7 +14,8 @@
  * lock, below that it refuses.  The finalize of the job's last group calls
  * MPI_Finalize when the plugin initialised MPI, and not when an operation
  * was abandoned (MPI would wait for it).  MPI allows one MPI_Init per
- * process, so a process can join one mpi job in its life.
+ * process, so a process can join one mpi job in its life; the plugin and
+ * libmpi stay loaded from the first init on (stay_resident).
  *
  * Every communicator the plugin creates (a duplicate of MPI_COMM_WORLD
  * per world group, MPI_Comm_split for splits) has MPI_ERRORS_RETURN: an
@@ -32,6 +33,7 @@
  * whole job with MPI_Abort (for ranks that may be blocked inside MPI calls
  * of other code, which no wait of ours would reach).
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,8 +44,9 @@
 static const dt_config_key_t mpi_keys[] = {
     {.name = "spin_us", .type = DT_CFG_INT, .def = "50", .min = 0, .max = (double)MPI_SPIN_MAX,
      .choices = NULL,
-     .doc = "microseconds a wait polls MPI_Test back to back before it naps between "
-            "polls (MPI's nonblocking collectives progress only inside MPI calls)"},
+     .doc = "microseconds a wait polls MPI_Test back to back before it yields the CPU "
+            "between polls (after 10 ms of waiting it naps between them; MPI's nonblocking "
+            "collectives progress only inside MPI calls)"},
     {.name = "abort_job", .type = DT_CFG_BOOL, .def = "false", .min = 0, .max = 0,
      .choices = NULL,
      .doc = "abort also ends the whole job with MPI_Abort after telling every rank why "
@@ -82,11 +85,30 @@ static const char *level_name(int level)
     }
 }
 
+/* Keep this plugin and libmpi loaded for the life of the process once MPI
+ * is in use: MPI cannot be initialised twice, MPI holds pointers to the
+ * plugin's reduction functions, and libmpi becomes RTLD_GLOBAL so the
+ * components Open MPI dlopens find its symbols whatever way the loader
+ * opened us (RTLD_LOCAL).  Best effort: a failure here only matters at
+ * unload. */
+static void stay_resident(void)
+{
+    static const void *const anchors[2] = {(const void *)&mpic_lock,
+                                           (const void *)&MPI_Init_thread};
+    for (int i = 0; i < 2; i++) {
+        Dl_info info;
+        if (dladdr(anchors[i], &info) && info.dli_fname)
+            dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE |
+                                       (i ? RTLD_GLOBAL : RTLD_LOCAL));
+    }
+}
+
 /* Initialise MPI if nobody did, check the thread level, create the user
  * ops.  Under g_life. */
 static int mpi_up(const dt_host_v1_t *h)
 {
     int inited = 0, finalized = 0, provided = MPI_THREAD_SINGLE;
+    stay_resident();
     MPI_Finalized(&finalized);
     if (finalized)
         return h->set_error(h, DT_ERR_UNSUPPORTED,

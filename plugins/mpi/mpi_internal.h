@@ -26,8 +26,11 @@
 /* Defaults and limits of the config keys (also in the key table). */
 #define MPI_SPIN_DEFAULT 50
 #define MPI_SPIN_MAX 1000000
-/* Longest sleep between two MPI_Test calls once the spin is over: short,
- * since MPI's nonblocking collectives progress only inside MPI calls. */
+/* A wait polls MPI_Test back to back for [mpi] spin_us, then with a
+ * sched_yield between polls until it has waited MPI_YIELD_NS, then with
+ * naps from 20 us doubling up to MPI_POLL_SLEEP_MAX_NS (short: MPI's
+ * nonblocking collectives progress only inside MPI calls). */
+#define MPI_YIELD_NS 10000000ull
 #define MPI_POLL_SLEEP_MAX_NS 200000ull
 /* How often a wait also looks at the abort channel. */
 #define MPI_ABORT_CHECK_NS 2000000ull

@@ -21,6 +21,7 @@
  * (finalize would wait for the abandoned operation).
  */
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,7 +236,7 @@ int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
         ms = MPI_TIMEOUT_MAX_MS;
     uint64_t t0 = now_ns(), limit = (uint64_t)ms * 1000000ull;
     uint64_t spin_end = t0 + (uint64_t)c->job->spin_ns, next_abort_check = t0;
-    uint64_t nap = 1000;
+    uint64_t nap = 20000;
     int st = DT_OK;
     for (;;) {
         int done = test_once(c, r);
@@ -270,7 +271,14 @@ int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
         }
         if (now < spin_end)
             continue;
-        /* MPI progresses only inside its calls: short naps, not sleeps */
+        /* MPI progresses only inside its calls, and tells nobody when a
+         * request completes: poll on, giving the CPU to whoever needs it
+         * (a peer on the same core), as MPI_Wait does when oversubscribed;
+         * only a long wait (a peer still computing) naps between polls. */
+        if (now - t0 < MPI_YIELD_NS) {
+            sched_yield();
+            continue;
+        }
         struct timespec ts = {0, (long)nap};
         nanosleep(&ts, NULL);
         if (nap < MPI_POLL_SLEEP_MAX_NS)

@@ -22,6 +22,10 @@ bin=$1 work=$2 mpiexec=$3
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+# sanitizer builds: MPI's components stay loaded and the slow unwinder
+# reaches the frames tests/sanitizer/lsan.supp names
+export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
+if [ -n "${LSAN_OPTIONS:-}" ]; then export LSAN_OPTIONS="$LSAN_OPTIONS:fast_unwind_on_malloc=0"; fi
 mpirun() { timeout 120 "$mpiexec" --oversubscribe --bind-to none -np "$@"; }
 
 expect_exit 0 "plugins --describe mpi" "$bin" plugins --describe mpi

@@ -148,14 +148,15 @@ static int mpi_up(const dt_host_v1_t *h)
     return DT_OK;
 }
 
-/* The job's last group is gone: finalize MPI when it is ours to. */
-static void mpi_down(const dt_host_v1_t *h, int abandoned)
+/* The job's last group is gone: finalize MPI when it is ours to, unless
+ * `why_not` says why not (MPI_Finalize waits for every rank and for
+ * operations in flight; a failed job's peers may never come). */
+static void mpi_down(const dt_host_v1_t *h, const char *why_not)
 {
     pthread_mutex_lock(&g_life);
     if (--g_jobs == 0 && g_we_init) {
-        if (abandoned) {
-            h->log(h, DT_LOG_WARN, "MPI is not finalized: an operation that failed or timed "
-                   "out is still with MPI, and MPI_Finalize would wait for it");
+        if (why_not) {
+            h->log(h, DT_LOG_WARN, "MPI is not finalized: %s", why_not);
         } else {
             mpic_lock();
             mpic_reduce_teardown();
@@ -234,7 +235,12 @@ static void job_unref(const dt_host_v1_t *h, mpic_job_t *job)
 {
     if (!job || atomic_fetch_sub(&job->refs, 1) != 1)
         return;
-    int abandoned = atomic_load(&job->abandoned);
+    const char *why_not = NULL;
+    if (atomic_load(&job->abandoned))
+        why_not = "an operation that failed or timed out is still with MPI, and "
+                  "MPI_Finalize would wait for it";
+    else if (atomic_load(&job->failed) == 2)
+        why_not = "the job failed (abort), and MPI_Finalize would wait for every rank";
     mpic_lock();
     if (job->abort_req != MPI_REQUEST_NULL) {
         /* a cancelled receive completes locally */
@@ -245,7 +251,7 @@ static void job_unref(const dt_host_v1_t *h, mpic_job_t *job)
         MPI_Comm_free(&job->ctrl);
     mpic_unlock();
     free(job);
-    mpi_down(h, abandoned);
+    mpi_down(h, why_not);
 }
 
 static void comm_free(dt_comm_t *c)
@@ -372,7 +378,7 @@ static int mpi_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
                              "rank %d of %d: start every rank with mpirun (mpirun -np N "
                              "dtrain run|bench ...), one MPI process per rank",
                              (int)a->rank, (int)a->size, wrank, wsize);
-        mpi_down(host, 0);
+        mpi_down(host, NULL);
         return st;
     }
 
@@ -381,7 +387,7 @@ static int mpi_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     if (!job || !c) {
         free(job);
         comm_free(c);
-        mpi_down(host, 0);
+        mpi_down(host, NULL);
         return host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
     }
     atomic_init(&job->refs, 1);

@@ -24,7 +24,8 @@
  * Failures: a wait that times out (a receive with its own limit, a
  * collective with the group's) with the shm-shaped message, then the group
  * refusing new operations; abort on one rank failing the other's wait
- * with the reason; dtrain's rank not matching MPI's.
+ * with the reason, and with [mpi] abort_job also ending the job through
+ * MPI_Abort; dtrain's rank not matching MPI's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -615,6 +616,32 @@ static int case_abort(int N)
     return 0;
 }
 
+/* [mpi] abort_job = true: after telling rank 0 why, rank 1's abort ends
+ * the whole job with MPI_Abort, long before rank 0's 20 s nap ends. */
+static int case_abort_job(int N)
+{
+    static const dt_test_kv_t kv[] = {{"abort_job", "true"}, {NULL, NULL}};
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    RK_OK(join(&th, kv, N, 20000, &c));
+    struct timespec ts = {0, 300000000};
+    if (g_rank == 1) {
+        nanosleep(&ts, NULL);
+        g_ops->abort(c, "out of patience");
+        return rank_fail("abort returned with abort_job = true");
+    }
+    float buf[16] = {0};
+    RK_FAILS(g_ops->all_reduce(c, buf, buf, 16, DT_F32, DT_OP_SUM, NULL, NULL), DT_ERR_REMOTE,
+             "comm/mpi: all_reduce #1 (f32, 64 bytes) on group world: rank 1 aborted: "
+             "out of patience");
+    printf("rank 0: got the reason\n");
+    fflush(stdout);
+    ts.tv_sec = 20;
+    ts.tv_nsec = 0;
+    nanosleep(&ts, NULL); /* MPI_Abort ends this first */
+    return rank_fail("still running 20 s after rank 1's MPI_Abort");
+}
+
 /* Without mpirun MPI_COMM_WORLD is this process alone: dtrain's size 2
  * is refused, naming both. */
 static int case_mismatch(void)
@@ -648,6 +675,8 @@ static int rank_main(const char *name)
             rc = case_timeout(N);
         else if (strcmp(name, "abort") == 0)
             rc = case_abort(N);
+        else if (strcmp(name, "abort_job") == 0)
+            rc = case_abort_job(N);
         else
             rc = rank_fail("unknown case '%s'", name);
     }
@@ -781,6 +810,21 @@ static void test_abort(void **state)
     assert_true(o.elapsed < 30);
 }
 
+static void test_abort_job(void **state)
+{
+    (void)state;
+    static mpirun_out_t o;
+    run_ranks(2, "abort_job", 60, &o);
+    if (o.status == -1 || strstr(o.text, "FAIL"))
+        fail_msg("abort_job:\n%s", o.text);
+    assert_non_null(strstr(o.text, "rank 0: got the reason\n"));
+    assert_non_null(strstr(o.text, "comm/mpi: ending the job with MPI_Abort ([mpi] "
+                                   "abort_job = true): out of patience"));
+    /* the job ended by MPI_Abort: failed, and before rank 0's nap ended */
+    assert_false(WIFEXITED(o.status) && WEXITSTATUS(o.status) == 0);
+    assert_true(o.elapsed < 15);
+}
+
 static void test_rank_mismatch(void **state)
 {
     (void)state;
@@ -831,6 +875,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_battery_4),
         cmocka_unit_test(test_wait_timeout),
         cmocka_unit_test(test_abort),
+        cmocka_unit_test(test_abort_job),
         cmocka_unit_test(test_rank_mismatch),
 #endif
     };

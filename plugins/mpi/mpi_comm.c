@@ -182,13 +182,17 @@ static void publish_fail(mpic_job_t *job, int32_t world_rank, const char *reason
 
 int mpic_job_failure(mpic_job_t *job, int is_world, char *buf, size_t cap)
 {
-    if (atomic_load(&job->failed) != 2 && job->abort_req != MPI_REQUEST_NULL) {
+    /* another thread polling it now will publish what it finds */
+    if (atomic_load(&job->failed) != 2 && pthread_mutex_trylock(&job->poll_lock) == 0) {
         int flag = 0;
         MPI_Status status;
-        mpic_lock();
-        int rc = MPI_Test(&job->abort_req, &flag, &status);
-        mpic_unlock();
-        if (rc == MPI_SUCCESS && flag) {
+        if (job->abort_req != MPI_REQUEST_NULL) {
+            mpic_lock();
+            int rc = MPI_Test(&job->abort_req, &flag, &status);
+            mpic_unlock();
+            flag = rc == MPI_SUCCESS && flag;
+        }
+        if (flag) {
             int n = 0;
             MPI_Get_count(&status, MPI_CHAR, &n);
             if (n < 0 || n >= MPI_ABORT_MSG)
@@ -196,6 +200,7 @@ int mpic_job_failure(mpic_job_t *job, int is_world, char *buf, size_t cap)
             job->abort_buf[n] = '\0';
             publish_fail(job, status.MPI_SOURCE, job->abort_buf);
         }
+        pthread_mutex_unlock(&job->poll_lock);
     }
     if (atomic_load(&job->failed) != 2)
         return DT_OK;
@@ -250,6 +255,7 @@ static void job_unref(const dt_host_v1_t *h, mpic_job_t *job)
     if (job->ctrl != MPI_COMM_NULL)
         MPI_Comm_free(&job->ctrl);
     mpic_unlock();
+    pthread_mutex_destroy(&job->poll_lock);
     free(job);
     mpi_down(h, why_not);
 }
@@ -391,6 +397,7 @@ static int mpi_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
         return host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
     }
     atomic_init(&job->refs, 1);
+    pthread_mutex_init(&job->poll_lock, NULL);
     job->world_rank = a->rank;
     job->world_size = a->size;
     job->ctrl = MPI_COMM_NULL;

@@ -54,6 +54,9 @@ typedef struct mpic_job {
     int32_t world_rank, world_size;
     MPI_Comm ctrl;          /* dup of the world: abort notices only */
     MPI_Request abort_req;  /* the posted receive of a peer's notice */
+    /* held while one thread tests abort_req (MPI forbids two threads
+     * completing one request; groups may run on different threads) */
+    pthread_mutex_t poll_lock;
     char abort_buf[MPI_ABORT_MSG];
     /* the job's first failure (a peer's abort notice or our own abort):
      * 0 none, 1 being written, 2 published */

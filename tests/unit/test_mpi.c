@@ -23,7 +23,8 @@
  *    the exact sum (MPI adds the two inputs once).
  * Failures: a wait that times out (a receive with its own limit, a
  * collective with the group's) with the shm-shaped message, then the group
- * refusing new operations; abort on one rank failing the other's wait
+ * refusing new operations; at 4 ranks, a split pair's timeout naming the
+ * missing rank in both numberings and the world's listing every other rank; abort on one rank failing the other's wait
  * with the reason, and with [mpi] abort_job also ending the job through
  * MPI_Abort; dtrain's rank not matching MPI's.
  */
@@ -586,6 +587,42 @@ static int case_timeout(int N)
     return 0;
 }
 
+/* 4 ranks split in pairs {0, 1} and {2, 3}; rank 3 never posts.  Rank 2's
+ * wait on the pair names rank 3 in both numberings; its wait on the world
+ * cannot know who is missing and lists every other rank. */
+static int case_timeout_split(int N)
+{
+    dt_test_host_t th;
+    dt_comm_t *c = NULL, *g = NULL;
+    RK_CHECK(N == 4, "needs 4 ranks, not %d", N);
+    RK_OK(join(&th, NULL, N, 1000, &c));
+    RK_OK(g_ops->split(c, g_rank / 2, g_rank, &g));
+    struct timespec nap = {8, 0}; /* mpirun ends the others when rank 2 is done */
+    if (g_rank == 3) {
+        nanosleep(&nap, NULL);
+        return 0;
+    }
+    float buf[16];
+    for (int i = 0; i < 16; i++)
+        buf[i] = (float)(g_rank + i);
+    if (g_rank < 2) {
+        RK_OK(g_ops->all_reduce(g, buf, buf, 16, DT_F32, DT_OP_SUM, NULL, NULL));
+        for (int i = 0; i < 16; i++)
+            RK_CHECK(buf[i] == (float)(1 + 2 * i), "pair sum [%d] = %g", i, (double)buf[i]);
+        printf("rank %d: pair all_reduce ok\n", g_rank);
+        fflush(stdout);
+        nanosleep(&nap, NULL);
+        return 0;
+    }
+    RK_FAILS(g_ops->all_reduce(g, buf, buf, 16, DT_F32, DT_OP_SUM, NULL, NULL), DT_ERR_TIMEOUT,
+             "comm/mpi: all_reduce #1 (f32, 64 bytes) on group world/g1c1: timed out after "
+             "1.0 s waiting for rank 1 (world rank 3)");
+    RK_FAILS(g_ops->barrier(c, NULL), DT_ERR_TIMEOUT,
+             "comm/mpi: barrier #2 on group world: timed out after 1.0 s waiting for one or "
+             "more of ranks 0, 1, 3");
+    return 0;
+}
+
 /* Rank 1 aborts while rank 0 waits: rank 0's wait fails at once with the
  * reason, and so does its next operation. */
 static int case_abort(int N)
@@ -673,6 +710,8 @@ static int rank_main(const char *name)
             rc = case_battery(N);
         else if (strcmp(name, "timeout") == 0)
             rc = case_timeout(N);
+        else if (strcmp(name, "timeout_split") == 0)
+            rc = case_timeout_split(N);
         else if (strcmp(name, "abort") == 0)
             rc = case_abort(N);
         else if (strcmp(name, "abort_job") == 0)
@@ -801,6 +840,18 @@ static void test_wait_timeout(void **state)
     assert_true(o.elapsed < 30);
 }
 
+static void test_wait_timeout_split(void **state)
+{
+    (void)state;
+    static mpirun_out_t o;
+    run_ranks(4, "timeout_split", 60, &o);
+    if (!strstr(o.text, "rank 2: ok timeout_split\n") ||
+        !strstr(o.text, "rank 0: pair all_reduce ok\n") ||
+        !strstr(o.text, "rank 1: pair all_reduce ok\n") || strstr(o.text, "FAIL"))
+        fail_msg("timeout_split:\n%s", o.text);
+    assert_true(o.elapsed < 30);
+}
+
 static void test_abort(void **state)
 {
     (void)state;
@@ -874,6 +925,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_battery_2),
         cmocka_unit_test(test_battery_4),
         cmocka_unit_test(test_wait_timeout),
+        cmocka_unit_test(test_wait_timeout_split),
         cmocka_unit_test(test_abort),
         cmocka_unit_test(test_abort_job),
         cmocka_unit_test(test_rank_mismatch),

@@ -4,8 +4,9 @@
 # "ompi-<uid>-<OMPI_MCA_ess_base_jobid>", which every rank of one mpirun
 # shares), with the shm communicator and with the mpi one.
 #  - run.comm = "mpi" at 2 ranks gives the shm run's losses and gradient
-#    norms BIT FOR BIT: with two ranks an all-reduce adds the two inputs
-#    once, a + b == b + a, and avg divides as shm does;
+#    norms BIT FOR BIT, with ddp, zero stage 3 and fsdp: with two ranks a
+#    reduction adds the two inputs once, a + b == b + a, and avg divides as
+#    shm does;
 #  - at 4 ranks MPI adds in an order of its own: losses within 1e-5
 #    (measured ~5e-7, the metric's own reduction order);
 #  - shm under mpirun equals shm under dtrain's launcher bit for bit;
@@ -73,6 +74,19 @@ same_curve "mpi vs shm at 2 ranks" shm2.jsonl mpi2.jsonl
 expect_exit 0 "shm, mpirun -np 2" mpirun 2 "$bin" run eq.toml --set run.comm=shm \
   --set train.micro_batch=4 --set run.name=shmompi2 --metrics shmompi2.jsonl
 same_curve "shm under mpirun vs dtrain's launcher" shm2.jsonl shmompi2.jsonl
+
+# the sharded strategies: reduce_scatter and all_gather (zero stage 3,
+# fsdp), just as exact at 2 ranks
+for st in "zero --set zero.stage=3" fsdp; do
+  name=${st%% *}
+  # shellcheck disable=SC2086
+  expect_exit 0 "shm, 2 ranks, $name" "$bin" run eq.toml --set run.comm=shm --set launch.nproc=2 \
+    --set train.micro_batch=4 --set parallel.data=$st --set run.name=shm2$name --metrics shm2$name.jsonl
+  # shellcheck disable=SC2086
+  expect_exit 0 "mpi, mpirun -np 2, $name" mpirun 2 "$bin" run eq.toml --set train.micro_batch=4 \
+    --set parallel.data=$st --set run.name=mpi2$name --metrics mpi2$name.jsonl
+  same_curve "mpi vs shm at 2 ranks, $name" shm2$name.jsonl mpi2$name.jsonl
+done
 
 # ---- 4 ranks ------------------------------------------------------------
 expect_exit 0 "shm, 4 ranks by dtrain's launcher" "$bin" run eq.toml --set run.comm=shm \

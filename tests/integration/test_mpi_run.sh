@@ -85,7 +85,7 @@ for st in "zero --set zero.stage=3" fsdp; do
   # shellcheck disable=SC2086
   expect_exit 0 "mpi, mpirun -np 2, $name" mpirun 2 "$bin" run eq.toml --set train.micro_batch=4 \
     --set parallel.data=$st --set run.name=mpi2$name --metrics mpi2$name.jsonl
-  same_curve "mpi vs shm at 2 ranks, $name" shm2$name.jsonl mpi2$name.jsonl
+  same_curve "mpi vs shm at 2 ranks, $name" "shm2$name.jsonl" "mpi2$name.jsonl"
 done
 
 # ---- 4 ranks ------------------------------------------------------------

@@ -30,8 +30,9 @@
  * each rank keeps one receive posted); every wait polls it, so all ranks
  * fail promptly with DT_ERR_REMOTE "rank 1 aborted: <reason>" and exit
  * themselves.  Only when [mpi] abort_job is set does abort then end the
- * whole job with MPI_Abort (for ranks that may be blocked inside MPI calls
- * of other code, which no wait of ours would reach).
+ * whole job with MPI_Abort, after a grace of MPI_ABORT_GRACE_NS in which
+ * the peers report the reason (for ranks that may be blocked inside MPI
+ * calls of other code, which no wait of ours would reach).
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -49,8 +50,8 @@ static const dt_config_key_t mpi_keys[] = {
             "collectives progress only inside MPI calls)"},
     {.name = "abort_job", .type = DT_CFG_BOOL, .def = "false", .min = 0, .max = 0,
      .choices = NULL,
-     .doc = "abort also ends the whole job with MPI_Abort after telling every rank why "
-            "(off: the ranks' waits fail with the reason and they exit themselves)"},
+     .doc = "abort also ends the whole job with MPI_Abort, 1 s after telling every rank "
+            "why (off: the ranks' waits fail with the reason and they exit themselves)"},
 };
 
 /* ---- MPI, once per process ----------------------------------------------- */
@@ -559,20 +560,41 @@ static int mpi_abort(dt_comm_t *c, const char *reason)
         len = (int)sizeof notice - 1;
     /* Eager-sized notices: MPI delivers them without this rank waiting.
      * Never waited for (MPI_Request_free lets MPI finish them). */
+    static const char *volatile kept; /* the buffer must outlive the sends */
+    char *copy = malloc((size_t)len + 1);
+    if (copy) {
+        memcpy(copy, notice, (size_t)len + 1);
+        kept = copy;
+    }
     mpic_lock();
-    for (int p = 0; p < job->world_size; p++) {
+    for (int p = 0; p < job->world_size && copy; p++) {
         if (p == job->world_rank)
             continue;
         MPI_Request rq;
-        if (MPI_Isend(notice, len, MPI_CHAR, p, MPI_TAG_ABORT, job->ctrl, &rq) == MPI_SUCCESS)
+        if (MPI_Isend(copy, len, MPI_CHAR, p, MPI_TAG_ABORT, job->ctrl, &rq) == MPI_SUCCESS)
             MPI_Request_free(&rq);
     }
     mpic_unlock();
     if (job->mpi_abort) {
         c->host->log(c->host, DT_LOG_ERROR, "ending the job with MPI_Abort ([mpi] abort_job "
-                     "= true): %s", why);
+                     "= true) in %.1f s: %s", (double)MPI_ABORT_GRACE_NS * 1e-9, why);
+        /* the peers' waits poll for the notice every few ms: give them
+         * the grace to report the reason before MPI_Abort ends them
+         * (MPI progresses the sends meanwhile) */
+        struct timespec t0, now, nap = {0, 1000000};
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        do {
+            int flag;
+            mpic_lock();
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, job->ctrl, &flag, MPI_STATUS_IGNORE);
+            mpic_unlock();
+            nanosleep(&nap, NULL);
+            clock_gettime(CLOCK_MONOTONIC, &now);
+        } while ((uint64_t)(now.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)now.tv_nsec -
+                     (uint64_t)t0.tv_nsec < MPI_ABORT_GRACE_NS);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    (void)kept;
     return DT_OK;
 }
 

@@ -38,6 +38,9 @@
 #define MPI_TIMEOUT_MAX_MS 10000000000ll
 /* Bytes of an abort notice (reason included). */
 #define MPI_ABORT_MSG 400
+/* With [mpi] abort_job, how long abort lets the peers report the reason
+ * before MPI_Abort ends them. */
+#define MPI_ABORT_GRACE_NS 1000000000ull
 /* Tag of abort notices on the job's control communicator. */
 #define MPI_TAG_ABORT 7
 

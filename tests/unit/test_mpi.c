@@ -46,6 +46,10 @@
 
 #include <cmocka.h>
 
+#ifdef DT_TEST_MPIEXEC
+#include <mpi.h> /* the application-initialised MPI cases */
+#endif
+
 #include "dtrain/dtrain.h"
 #include "ref_kernels.h"
 #include "test_host.h"
@@ -679,6 +683,48 @@ static int case_abort_job(int N)
     return rank_fail("still running 20 s after rank 1's MPI_Abort");
 }
 
+#ifdef DT_TEST_MPIEXEC
+/* An application that initialised MPI itself at MPI_THREAD_SERIALIZED:
+ * the plugin serialises its calls, and leaves MPI_Finalize to it. */
+static int case_app_serialized(int N)
+{
+    int provided = -1;
+    RK_CHECK(MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) == MPI_SUCCESS,
+             "MPI_Init_thread");
+    RK_CHECK(provided == MPI_THREAD_SERIALIZED, "MPI gave thread level %d", provided);
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    RK_OK(join(&th, NULL, N, 20000, &c));
+    int32_t v[3] = {g_rank, 1, -g_rank};
+    RK_OK(g_ops->all_reduce(c, v, v, 3, DT_I32, DT_OP_SUM, NULL, NULL));
+    RK_CHECK(v[0] == N * (N - 1) / 2 && v[1] == N && v[2] == -v[0], "sums %d %d %d",
+             (int)v[0], (int)v[1], (int)v[2]);
+    g_ops->finalize(c);
+    int finalized = 1;
+    MPI_Finalized(&finalized);
+    RK_CHECK(!finalized, "the plugin finalized the application's MPI");
+    MPI_Finalize();
+    return 0;
+}
+
+/* ... and one at MPI_THREAD_FUNNELED is refused, naming the level. */
+static int case_app_funneled(int N)
+{
+    int provided = -1;
+    RK_CHECK(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) == MPI_SUCCESS,
+             "MPI_Init_thread");
+    RK_CHECK(provided == MPI_THREAD_FUNNELED, "MPI gave thread level %d", provided);
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    RK_FAILS(join(&th, NULL, N, 20000, &c), DT_ERR_UNSUPPORTED,
+             "comm/mpi: init: MPI runs at MPI_THREAD_FUNNELED; the mpi communicator needs "
+             "MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE (its groups may be driven from "
+             "several threads): initialise MPI with one of them");
+    MPI_Finalize();
+    return 0;
+}
+#endif
+
 /* Without mpirun MPI_COMM_WORLD is this process alone: dtrain's size 2
  * is refused, naming both. */
 static int case_mismatch(void)
@@ -716,6 +762,12 @@ static int rank_main(const char *name)
             rc = case_abort(N);
         else if (strcmp(name, "abort_job") == 0)
             rc = case_abort_job(N);
+#ifdef DT_TEST_MPIEXEC
+        else if (strcmp(name, "app_serialized") == 0)
+            rc = case_app_serialized(N);
+        else if (strcmp(name, "app_funneled") == 0)
+            rc = case_app_funneled(N);
+#endif
         else
             rc = rank_fail("unknown case '%s'", name);
     }
@@ -876,6 +928,16 @@ static void test_abort_job(void **state)
     assert_true(o.elapsed < 15);
 }
 
+static void test_app_thread_levels(void **state)
+{
+    (void)state;
+    static mpirun_out_t o;
+    run_ranks(2, "app_serialized", 60, &o);
+    expect_ok_lines(&o, 2, "app_serialized");
+    run_ranks(2, "app_funneled", 60, &o);
+    expect_ok_lines(&o, 2, "app_funneled");
+}
+
 static void test_rank_mismatch(void **state)
 {
     (void)state;
@@ -928,6 +990,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_wait_timeout_split),
         cmocka_unit_test(test_abort),
         cmocka_unit_test(test_abort_job),
+        cmocka_unit_test(test_app_thread_levels),
         cmocka_unit_test(test_rank_mismatch),
 #endif
     };

@@ -17,6 +17,12 @@
  * process, so a process can join one mpi job in its life; the plugin and
  * libmpi stay loaded from the first init on (stay_resident).
  *
+ * Progress: Open MPI moves a nonblocking collective only inside MPI calls;
+ * while any operation of the job is in flight a thread of the plugin
+ * calls into MPI every [mpi] progress_us (an MPI_Iprobe on the control
+ * communicator, which runs MPI's progress engine without touching the
+ * callers' requests), and sleeps on a condition variable otherwise.
+ *
  * Every communicator the plugin creates (a duplicate of MPI_COMM_WORLD
  * per world group, MPI_Comm_split for splits) has MPI_ERRORS_RETURN: an
  * MPI error becomes a status and a message, never an exit.  Blocking MPI
@@ -35,6 +41,7 @@
  * calls of other code, which no wait of ours would reach).
  */
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +55,11 @@ static const dt_config_key_t mpi_keys[] = {
      .doc = "microseconds a wait polls MPI_Test back to back before it yields the CPU "
             "between polls (after 10 ms of waiting it naps between them; MPI's nonblocking "
             "collectives progress only inside MPI calls)"},
+    {.name = "progress_us", .type = DT_CFG_INT, .def = "100", .min = 0,
+     .max = (double)MPI_PROGRESS_MAX, .choices = NULL,
+     .doc = "microseconds between a progress thread's calls into MPI while operations "
+            "are in flight, so they move while the caller computes (0: no thread; "
+            "operations then move only inside the plugin's calls)"},
     {.name = "abort_job", .type = DT_CFG_BOOL, .def = "false", .min = 0, .max = 0,
      .choices = NULL,
      .doc = "abort also ends the whole job with MPI_Abort, 1 s after telling every rank "
@@ -237,10 +249,78 @@ static int poll_request(MPI_Request *rq, int64_t timeout_ms)
     }
 }
 
+/* ---- the progress thread ------------------------------------------------- */
+
+void mpic_inflight_add(mpic_job_t *job)
+{
+    if (atomic_fetch_add(&job->inflight, 1) == 0 && job->prog_started) {
+        pthread_mutex_lock(&job->prog_mu);
+        pthread_cond_signal(&job->prog_cv);
+        pthread_mutex_unlock(&job->prog_mu);
+    }
+}
+
+void mpic_inflight_sub(mpic_job_t *job)
+{
+    atomic_fetch_sub(&job->inflight, 1);
+}
+
+static void *progress_main(void *arg)
+{
+    mpic_job_t *job = arg;
+    struct timespec nap = {(time_t)(job->progress_ns / 1000000000),
+                           (long)(job->progress_ns % 1000000000)};
+    for (;;) {
+        pthread_mutex_lock(&job->prog_mu);
+        while (!atomic_load(&job->prog_stop) && atomic_load(&job->inflight) == 0)
+            pthread_cond_wait(&job->prog_cv, &job->prog_mu);
+        pthread_mutex_unlock(&job->prog_mu);
+        if (atomic_load(&job->prog_stop))
+            break;
+        int flag = 0;
+        mpic_lock();
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_TAG_PROGRESS, job->ctrl, &flag, MPI_STATUS_IGNORE);
+        mpic_unlock();
+        nanosleep(&nap, NULL);
+    }
+    return NULL;
+}
+
+static int start_progress(const dt_host_v1_t *h, mpic_job_t *job)
+{
+    if (job->progress_ns <= 0)
+        return DT_OK;
+    sigset_t all, old;
+    sigfillset(&all);
+    /* signals go to the application's threads, never to ours */
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int err = pthread_create(&job->prog, NULL, progress_main, job);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err)
+        return h->set_error(h, DT_ERR_SYSTEM, "init: cannot start the progress thread: %s",
+                            strerror(err));
+    job->prog_started = 1;
+    pthread_setname_np(job->prog, "dtrain-mpi");
+    return DT_OK;
+}
+
+static void stop_progress(mpic_job_t *job)
+{
+    if (!job->prog_started)
+        return;
+    pthread_mutex_lock(&job->prog_mu);
+    atomic_store(&job->prog_stop, 1);
+    pthread_cond_broadcast(&job->prog_cv);
+    pthread_mutex_unlock(&job->prog_mu);
+    pthread_join(job->prog, NULL);
+    job->prog_started = 0;
+}
+
 static void job_unref(const dt_host_v1_t *h, mpic_job_t *job)
 {
     if (!job || atomic_fetch_sub(&job->refs, 1) != 1)
         return;
+    stop_progress(job);
     const char *why_not = NULL;
     if (atomic_load(&job->abandoned))
         why_not = "an operation that failed or timed out is still with MPI, and "
@@ -257,6 +337,8 @@ static void job_unref(const dt_host_v1_t *h, mpic_job_t *job)
         MPI_Comm_free(&job->ctrl);
     mpic_unlock();
     pthread_mutex_destroy(&job->poll_lock);
+    pthread_mutex_destroy(&job->prog_mu);
+    pthread_cond_destroy(&job->prog_cv);
     free(job);
     mpi_down(h, why_not);
 }
@@ -291,17 +373,30 @@ static dt_comm_t *comm_alloc(const dt_host_v1_t *host, int32_t rank, int32_t siz
     return c;
 }
 
-static int read_keys(const dt_host_v1_t *h, int64_t *spin, int *abort_job)
+static int read_int_key(const dt_host_v1_t *h, const char *key, int64_t def, int64_t max,
+                        int64_t *out)
 {
-    *spin = MPI_SPIN_DEFAULT;
-    *abort_job = 0;
-    int st = h->cfg_int(h, "spin_us", spin);
+    *out = def;
+    int st = h->cfg_int(h, key, out);
     if (st != DT_OK && st != DT_ERR_NOT_FOUND)
-        return h->set_error(h, st, "cannot read config key [mpi] spin_us (%s)",
+        return h->set_error(h, st, "cannot read config key [mpi] %s (%s)", key,
                             dt_status_name(st));
-    if (*spin < 0 || *spin > MPI_SPIN_MAX)
-        return h->set_error(h, DT_ERR_CONFIG, "[mpi] spin_us = %lld is outside [0, %d]",
-                            (long long)*spin, MPI_SPIN_MAX);
+    if (st == DT_ERR_NOT_FOUND)
+        *out = def;
+    if (*out < 0 || *out > max)
+        return h->set_error(h, DT_ERR_CONFIG, "[mpi] %s = %lld is outside [0, %lld]", key,
+                            (long long)*out, (long long)max);
+    return DT_OK;
+}
+
+static int read_keys(const dt_host_v1_t *h, int64_t *spin, int64_t *progress, int *abort_job)
+{
+    *abort_job = 0;
+    int st = read_int_key(h, "spin_us", MPI_SPIN_DEFAULT, MPI_SPIN_MAX, spin);
+    if (st == DT_OK)
+        st = read_int_key(h, "progress_us", MPI_PROGRESS_DEFAULT, MPI_PROGRESS_MAX, progress);
+    if (st != DT_OK)
+        return st;
     st = h->cfg_bool(h, "abort_job", abort_job);
     if (st != DT_OK && st != DT_ERR_NOT_FOUND)
         return h->set_error(h, st, "cannot read config key [mpi] abort_job (%s)",
@@ -352,9 +447,9 @@ static int mpi_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     if (a->timeout_ms <= 0)
         return host->set_error(host, DT_ERR_INVALID, "init: timeout_ms must be > 0 (got %lld)",
                                (long long)a->timeout_ms);
-    int64_t spin;
+    int64_t spin, progress;
     int abort_job;
-    int st = read_keys(host, &spin, &abort_job);
+    int st = read_keys(host, &spin, &progress, &abort_job);
     if (st != DT_OK)
         return st;
     if (a->dev_ops && a->dev) {
@@ -404,6 +499,9 @@ static int mpi_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     job->ctrl = MPI_COMM_NULL;
     job->abort_req = MPI_REQUEST_NULL;
     job->spin_ns = spin * 1000;
+    job->progress_ns = progress * 1000;
+    pthread_mutex_init(&job->prog_mu, NULL);
+    pthread_cond_init(&job->prog_cv, NULL);
     job->mpi_abort = abort_job;
     c->job = job;
     c->is_world = 1;
@@ -429,6 +527,8 @@ static int mpi_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
                                  "failed: %s", text);
         }
     }
+    if (st == DT_OK)
+        st = start_progress(host, job);
     if (st == DT_OK)
         st = mpic_barrier(c, NULL); /* every rank is in, or the timeout names the op */
     c->coll_seq = 0;                /* users' collectives count from #1, as with shm */

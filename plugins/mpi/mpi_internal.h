@@ -26,6 +26,10 @@
 /* Defaults and limits of the config keys (also in the key table). */
 #define MPI_SPIN_DEFAULT 50
 #define MPI_SPIN_MAX 1000000
+#define MPI_PROGRESS_DEFAULT 100
+#define MPI_PROGRESS_MAX 1000000
+/* Tag nobody sends: the progress thread's probe only runs MPI's engine. */
+#define MPI_TAG_PROGRESS 8
 /* A wait polls MPI_Test back to back for [mpi] spin_us, then with a
  * sched_yield between polls until it has waited MPI_YIELD_NS, then with
  * naps from 20 us doubling up to MPI_POLL_SLEEP_MAX_NS (short: MPI's
@@ -71,6 +75,18 @@ typedef struct mpic_job {
     _Atomic int abandoned;
     int mpi_abort;          /* [mpi] abort_job: abort also calls MPI_Abort */
     int64_t spin_ns;
+    /* The progress thread ([mpi] progress_us > 0): while operations are
+     * in flight it calls into MPI every progress_ns, so they move while
+     * the caller computes (Open MPI progresses nonblocking collectives
+     * only inside MPI calls).  It touches no request of the callers':
+     * an MPI_Iprobe on `ctrl` runs MPI's progress engine. */
+    int64_t progress_ns;
+    pthread_t prog;
+    int prog_started;
+    _Atomic int prog_stop;
+    _Atomic int inflight;   /* requests started and not yet ended */
+    pthread_mutex_t prog_mu;
+    pthread_cond_t prog_cv;
 } mpic_job_t;
 
 struct dt_comm {
@@ -102,6 +118,7 @@ struct dt_comm_req {
     size_t esize;
     uint64_t seq;           /* "#n": per group, collectives and p2p apart */
     MPI_Request mreq;
+    int counted;            /* still in job->inflight */
     /* set once test or wait saw it end: 1 done, -status failed (msg) */
     int ended;
     char msg[768];
@@ -121,6 +138,11 @@ struct dt_comm_req {
  * process-wide lock; otherwise these do nothing. */
 void mpic_lock(void);
 void mpic_unlock(void);
+
+/* A request started / ended: the progress thread runs while any is in
+ * flight (mpi_comm.c). */
+void mpic_inflight_add(mpic_job_t *job);
+void mpic_inflight_sub(mpic_job_t *job);
 
 /* The job's failure (mpi_comm.c): DT_OK while none, else DT_ERR_REMOTE
  * with "rank R aborted: <reason>" in buf.  Polls the abort channel. */

@@ -161,6 +161,15 @@ static void mark_broken(dt_comm_t *c, int status, const char *text)
     atomic_store(&c->job->abandoned, 1);
 }
 
+/* r no longer needs the progress thread. */
+static void uncount(dt_comm_t *c, struct dt_comm_req *r)
+{
+    if (r->counted) {
+        r->counted = 0;
+        mpic_inflight_sub(c->job);
+    }
+}
+
 /* What a completed request still owes its caller. */
 static void finish(dt_comm_t *c, struct dt_comm_req *r)
 {
@@ -190,12 +199,14 @@ static int test_once(dt_comm_t *c, struct dt_comm_req *r)
         mpic_err_text(rc, text, sizeof text);
         snprintf(r->msg, sizeof r->msg, "%s: MPI_Test failed: %s", desc, text);
         r->ended = -DT_ERR_REMOTE;
+        uncount(c, r);
         return r->ended;
     }
     if (!flag)
         return 0;
     finish(c, r);
     r->ended = 1;
+    uncount(c, r);
     return 1;
 }
 
@@ -284,6 +295,7 @@ int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
         if (nap < MPI_POLL_SLEEP_MAX_NS)
             nap *= 2;
     }
+    uncount(c, r); /* abandoned: MPI keeps it, nobody waits for it */
     free(r);
     if (st != DT_OK)
         return h->set_error(h, st, "%s", msg);
@@ -481,7 +493,10 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *r
         r->avg_count = r->count;
     }
     int rc = start_mpi(c, r, send, recv);
-    if (rc != MPI_SUCCESS) {
+    if (rc == MPI_SUCCESS) {
+        r->counted = 1;
+        mpic_inflight_add(c->job);
+    } else {
         char etext[MPI_MAX_ERROR_STRING + 16];
         mpic_err_text(rc, etext, sizeof etext);
         mpic_req_desc(c, r, desc, sizeof desc);

@@ -31,6 +31,7 @@ mpirun() { timeout 120 "$mpiexec" --oversubscribe --bind-to none -np "$@"; }
 
 expect_exit 0 "plugins --describe mpi" "$bin" plugins --describe mpi
 expect_out "describe lists spin_us" "spin_us            int    default 50"
+expect_out "describe lists progress_us" "progress_us        int    default 100"
 expect_out "describe lists abort_job" "abort_job          bool   default false"
 
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null

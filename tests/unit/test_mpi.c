@@ -627,6 +627,46 @@ static int case_timeout_split(int N)
     return 0;
 }
 
+/* An all_reduce of 16 MiB started before 1.5 s of "compute" without a
+ * single MPI call is complete by then: the progress thread moved it
+ * (Open MPI moves nonblocking collectives only inside MPI calls, and
+ * through shared memory without single-copy that is hundreds of
+ * fragments).  DT_TEST_MPI_PROGRESS_US sets [mpi] progress_us (0: no
+ * thread) for trying it by hand. */
+static int case_progress(int N)
+{
+    const char *us = getenv("DT_TEST_MPI_PROGRESS_US");
+    const dt_test_kv_t kv[] = {{"progress_us", us ? us : "100"}, {NULL, NULL}};
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    RK_OK(join(&th, kv, N, 20000, &c));
+    const uint64_t n = 4u << 20;
+    float *buf = malloc(n * sizeof *buf);
+    RK_CHECK(buf, "out of memory");
+    for (uint64_t i = 0; i < n; i++)
+        buf[i] = (float)((i + (uint64_t)g_rank) % 7);
+    dt_comm_req_t *rq;
+    RK_OK(g_ops->all_reduce(c, buf, buf, n, DT_F32, DT_OP_SUM, NULL, &rq));
+    struct timespec ts = {1, 500000000};
+    nanosleep(&ts, NULL);
+    int done = -1;
+    RK_OK(g_ops->test(c, rq, &done));
+    printf("rank %d: done after the compute: %d\n", g_rank, done);
+    RK_OK(g_ops->wait(c, rq, -1));
+    for (uint64_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int r = 0; r < N; r++)
+            want += (float)((i + (uint64_t)r) % 7);
+        RK_CHECK(buf[i] == want, "element %llu: %g, want %g", (unsigned long long)i,
+                 (double)buf[i], (double)want);
+    }
+    free(buf);
+    RK_CHECK(done == 1 || (us && strcmp(us, "0") == 0),
+             "the all_reduce had not moved during 1.5 s of compute");
+    g_ops->finalize(c);
+    return 0;
+}
+
 /* Rank 1 aborts while rank 0 waits: rank 0's wait fails at once with the
  * reason, and so does its next operation. */
 static int case_abort(int N)
@@ -760,6 +800,8 @@ static int rank_main(const char *name)
             rc = case_timeout_split(N);
         else if (strcmp(name, "abort") == 0)
             rc = case_abort(N);
+        else if (strcmp(name, "progress") == 0)
+            rc = case_progress(N);
         else if (strcmp(name, "abort_job") == 0)
             rc = case_abort_job(N);
 #ifdef DT_TEST_MPIEXEC
@@ -904,6 +946,14 @@ static void test_wait_timeout_split(void **state)
     assert_true(o.elapsed < 30);
 }
 
+static void test_progress_thread(void **state)
+{
+    (void)state;
+    static mpirun_out_t o;
+    run_ranks(2, "progress", 60, &o);
+    expect_ok_lines(&o, 2, "progress");
+}
+
 static void test_abort(void **state)
 {
     (void)state;
@@ -953,9 +1003,10 @@ static void test_plugin_info(void **state)
         dt_test_plugin_entry(PLUGIN_PATH, DT_ENTRY_STRING(comm, 1), NULL);
     assert_non_null(ops);
     assert_string_equal(ops->info.name, "mpi");
-    assert_int_equal(ops->info.n_config_keys, 2);
+    assert_int_equal(ops->info.n_config_keys, 3);
     assert_string_equal(ops->info.config_keys[0].name, "spin_us");
-    assert_string_equal(ops->info.config_keys[1].name, "abort_job");
+    assert_string_equal(ops->info.config_keys[1].name, "progress_us");
+    assert_string_equal(ops->info.config_keys[2].name, "abort_job");
     assert_non_null(ops->test);
 }
 #endif /* DT_TEST_MPIEXEC */
@@ -988,6 +1039,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_battery_4),
         cmocka_unit_test(test_wait_timeout),
         cmocka_unit_test(test_wait_timeout_split),
+        cmocka_unit_test(test_progress_thread),
         cmocka_unit_test(test_abort),
         cmocka_unit_test(test_abort_job),
         cmocka_unit_test(test_app_thread_levels),

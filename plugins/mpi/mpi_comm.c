@@ -549,6 +549,10 @@ static void mpi_finalize(dt_comm_t *c)
     if (!c)
         return;
     const dt_host_v1_t *h = c->host;
+    int unfinished = 0, n = mpic_drop_live(c, &unfinished);
+    if (n)
+        h->log(h, DT_LOG_DEBUG, "group %s: finalize freed %d request(s) that were never "
+               "waited for%s", c->gname, n, unfinished ? " (some still with MPI)" : "");
     mpic_job_t *job = c->job;
     comm_free(c);
     job_unref(h, job);

@@ -102,6 +102,7 @@ struct dt_comm {
     uint64_t coll_seq, p2p_seq;
     const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
+    struct dt_comm_req *live; /* started and not yet waited for */
     /* set once an operation timed out or MPI failed: MPI cannot cancel a
      * collective, so the group is out of step for good */
     int broken;
@@ -110,6 +111,7 @@ struct dt_comm {
 };
 
 struct dt_comm_req {
+    struct dt_comm_req *live_prev, *live_next; /* the group's `live` list */
     int kind;
     int dtype, op;
     int32_t root;           /* root, or peer for send / recv */
@@ -167,6 +169,9 @@ int mpic_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
 int mpic_barrier(dt_comm_t *c, dt_comm_req_t **req);
 int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms);
 int mpic_test(dt_comm_t *c, dt_comm_req_t *r, int *done);
+/* At finalize: free the requests nobody waited for; returns how many, and
+ * sets *unfinished when one of them had not completed (MPI keeps it). */
+int mpic_drop_live(dt_comm_t *c, int *unfinished);
 /* "all_reduce #17 (f32, 4194304 bytes) on group world", as shm says it. */
 void mpic_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap);
 /* Text of an MPI error code. */

@@ -234,6 +234,46 @@ static void abandon(dt_comm_t *c, struct dt_comm_req *r, int status, const char 
         r->tmp = NULL; /* MPI may still write it: leaked on purpose */
 }
 
+static void live_add(dt_comm_t *c, struct dt_comm_req *r)
+{
+    r->live_prev = NULL;
+    r->live_next = c->live;
+    if (c->live)
+        c->live->live_prev = r;
+    c->live = r;
+}
+
+static void live_remove(dt_comm_t *c, struct dt_comm_req *r)
+{
+    if (r->live_prev)
+        r->live_prev->live_next = r->live_next;
+    else
+        c->live = r->live_next;
+    if (r->live_next)
+        r->live_next->live_prev = r->live_prev;
+}
+
+int mpic_drop_live(dt_comm_t *c, int *unfinished)
+{
+    int n = 0;
+    *unfinished = 0;
+    while (c->live) {
+        struct dt_comm_req *r = c->live;
+        live_remove(c, r);
+        if (test_once(c, r) == 0) {
+            *unfinished = 1;       /* still with MPI, its buffers too */
+            uncount(c, r);
+            r->tmp = NULL;         /* MPI may still write it: leaked */
+            atomic_store(&c->job->abandoned, 1);
+        }
+        if (r->tmp)
+            c->host->free(c->host, r->tmp);
+        free(r);
+        n++;
+    }
+    return n;
+}
+
 int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
 {
     if (!c || !r)
@@ -296,6 +336,7 @@ int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
             nap *= 2;
     }
     uncount(c, r); /* abandoned: MPI keeps it, nobody waits for it */
+    live_remove(c, r);
     free(r);
     if (st != DT_OK)
         return h->set_error(h, st, "%s", msg);
@@ -506,6 +547,7 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *r
         return h->set_error(h, DT_ERR_SYSTEM, "%s: %s failed: %s", desc,
                             mpi_call_name(t->kind), etext);
     }
+    live_add(c, r);
     if (!req)
         return mpic_wait(c, r, -1);
     *req = r;

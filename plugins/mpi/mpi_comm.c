@@ -277,10 +277,12 @@ static void *progress_main(void *arg)
         pthread_mutex_unlock(&job->prog_mu);
         if (atomic_load(&job->prog_stop))
             break;
-        int flag = 0;
-        mpic_lock();
-        MPI_Iprobe(MPI_ANY_SOURCE, MPI_TAG_PROGRESS, job->ctrl, &flag, MPI_STATUS_IGNORE);
-        mpic_unlock();
+        if (atomic_load(&job->spinning) == 0) {
+            int flag = 0;
+            mpic_lock();
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_TAG_PROGRESS, job->ctrl, &flag, MPI_STATUS_IGNORE);
+            mpic_unlock();
+        }
         nanosleep(&nap, NULL);
     }
     return NULL;

@@ -85,6 +85,9 @@ typedef struct mpic_job {
     int prog_started;
     _Atomic int prog_stop;
     _Atomic int inflight;   /* requests started and not yet ended */
+    /* callers polling back to back (a wait's spin): the thread leaves
+     * MPI to them meanwhile rather than contend for its locks */
+    _Atomic int spinning;
     pthread_mutex_t prog_mu;
     pthread_cond_t prog_cv;
 } mpic_job_t;

@@ -288,7 +288,9 @@ int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
     uint64_t t0 = now_ns(), limit = (uint64_t)ms * 1000000ull;
     uint64_t spin_end = t0 + (uint64_t)c->job->spin_ns, next_abort_check = t0;
     uint64_t nap = 20000;
-    int st = DT_OK;
+    int st = DT_OK, spinning = spin_end > t0;
+    if (spinning)
+        atomic_fetch_add(&c->job->spinning, 1);
     for (;;) {
         int done = test_once(c, r);
         if (done > 0)
@@ -322,6 +324,10 @@ int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
         }
         if (now < spin_end)
             continue;
+        if (spinning) {
+            atomic_fetch_sub(&c->job->spinning, 1);
+            spinning = 0;
+        }
         /* MPI progresses only inside its calls, and tells nobody when a
          * request completes: poll on, giving the CPU to whoever needs it
          * (a peer on the same core), as MPI_Wait does when oversubscribed;
@@ -335,6 +341,8 @@ int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
         if (nap < MPI_POLL_SLEEP_MAX_NS)
             nap *= 2;
     }
+    if (spinning)
+        atomic_fetch_sub(&c->job->spinning, 1);
     uncount(c, r); /* abandoned: MPI keeps it, nobody waits for it */
     live_remove(c, r);
     free(r);

@@ -122,6 +122,18 @@ static void test_world_ompi_job_id(void **state)
     char want[128];
     snprintf(want, sizeof want, "ompi-%d-982122497", (int)getuid());
     assert_string_equal(w.job_id, want);
+    /* Open MPI 5 (PRRTE) sets no ess jobid: the PMIx namespace, which
+     * every rank of one mpirun shares, made a file-name-safe job id */
+    unsetenv("OMPI_MCA_ess_base_jobid");
+    setenv("PMIX_NAMESPACE", "prterun-node1-4242@1", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+    assert_ok(dt_world_from_env(NULL, &w));
+    snprintf(want, sizeof want, "ompi-%d-prterun-node1-4242_1", (int)getuid());
+    assert_string_equal(w.job_id, want);
+    assert_int_equal(w.local_rank, 1);
+    assert_int_equal(w.local_size, 2);
+    assert_string_equal(w.local_size_var, "OMPI_COMM_WORLD_LOCAL_SIZE");
 }
 
 static void test_world_bad_env(void **state)

@@ -1,0 +1,198 @@
+/*
+ * plugins/mpi/mpi_internal.h - the MPI communicator's private types: the
+ * process-wide MPI state (who initialised MPI, the thread level, the abort
+ * channel), a group (an MPI communicator with its name and timeout) and a
+ * request (one MPI request plus what to do when it completes), and the
+ * functions the plugin's three files share.
+ *
+ *   mpi_comm.c    plugin table, config keys, init / split / abort /
+ *                 finalize, MPI_Init_thread and MPI_Finalize
+ *   mpi_ops.c     the operations on MPI's nonblocking calls, wait / test
+ *                 with the timeout, messages
+ *   mpi_reduce.c  dtypes -> MPI datatypes, reductions (user-defined ops
+ *                 for bf16 / f16 that add in f32), avg's division
+ */
+#ifndef DT_MPI_INTERNAL_H
+#define DT_MPI_INTERNAL_H
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/comm.h"
+
+/* Defaults and limits of the config keys (also in the key table). */
+#define MPI_SPIN_DEFAULT 50
+#define MPI_SPIN_MAX 1000000
+#define MPI_PROGRESS_DEFAULT 100
+#define MPI_PROGRESS_MAX 1000000
+/* Tag nobody sends: the progress thread's probe only runs MPI's engine. */
+#define MPI_TAG_PROGRESS 8
+/* A wait polls MPI_Test back to back for [mpi] spin_us, then with a
+ * sched_yield between polls until it has waited MPI_YIELD_NS, then with
+ * naps from 20 us doubling up to MPI_POLL_SLEEP_MAX_NS (short: MPI's
+ * nonblocking collectives progress only inside MPI calls). */
+#define MPI_YIELD_NS 10000000ull
+#define MPI_POLL_SLEEP_MAX_NS 200000ull
+/* How often a wait also looks at the abort channel. */
+#define MPI_ABORT_CHECK_NS 2000000ull
+/* Longest timeout honoured (~115 days): keeps ms -> ns products in range. */
+#define MPI_TIMEOUT_MAX_MS 10000000000ll
+/* Bytes of an abort notice (reason included). */
+#define MPI_ABORT_MSG 400
+/* With [mpi] abort_job, how long abort lets the peers report the reason
+ * before MPI_Abort ends them. */
+#define MPI_ABORT_GRACE_NS 1000000000ull
+/* Tag of abort notices on the job's control communicator. */
+#define MPI_TAG_ABORT 7
+
+/* Operation kinds. */
+enum {
+    MPIC_ALL_REDUCE = 1, MPIC_REDUCE_SCATTER, MPIC_ALL_GATHER, MPIC_BROADCAST,
+    MPIC_REDUCE, MPIC_BARRIER, MPIC_SEND, MPIC_RECV
+};
+
+/* Shared by every group of the job in this process (world and splits):
+ * the job's failure, the abort channel. */
+typedef struct mpic_job {
+    _Atomic int refs;
+    int32_t world_rank, world_size;
+    MPI_Comm ctrl;          /* dup of the world: abort notices only */
+    MPI_Request abort_req;  /* the posted receive of a peer's notice */
+    /* held while one thread tests abort_req (MPI forbids two threads
+     * completing one request; groups may run on different threads) */
+    pthread_mutex_t poll_lock;
+    char abort_buf[MPI_ABORT_MSG];
+    /* the job's first failure (a peer's abort notice or our own abort):
+     * 0 none, 1 being written, 2 published */
+    _Atomic int failed;
+    int32_t fail_rank;
+    char fail_reason[MPI_ABORT_MSG];
+    /* an operation was left with MPI (timed out, failed): MPI_Finalize
+     * would wait for it, so the last finalize skips it */
+    _Atomic int abandoned;
+    int mpi_abort;          /* [mpi] abort_job: abort also calls MPI_Abort */
+    int64_t spin_ns;
+    /* The progress thread ([mpi] progress_us > 0): while operations are
+     * in flight it calls into MPI every progress_ns, so they move while
+     * the caller computes (Open MPI progresses nonblocking collectives
+     * only inside MPI calls).  It touches no request of the callers':
+     * an MPI_Iprobe on `ctrl` runs MPI's progress engine. */
+    int64_t progress_ns;
+    pthread_t prog;
+    int prog_started;
+    _Atomic int prog_stop;
+    _Atomic int inflight;   /* requests started and not yet ended */
+    /* callers polling back to back (a wait's spin): the thread leaves
+     * MPI to them meanwhile rather than contend for its locks */
+    _Atomic int spinning;
+    pthread_mutex_t prog_mu;
+    pthread_cond_t prog_cv;
+} mpic_job_t;
+
+struct dt_comm {
+    const dt_host_v1_t *host;
+    mpic_job_t *job;
+    MPI_Comm comm;
+    int32_t rank, size;
+    int is_world;
+    int32_t *wranks;        /* world rank of each group rank */
+    char gname[160];        /* "world", "world/g1c0", ... */
+    int64_t timeout_ms;     /* default bound of a wait */
+    uint32_t split_no;
+    uint64_t coll_seq, p2p_seq;
+    const dt_device_ops_v1_t *dev_ops;
+    dt_device_t *dev;
+    struct dt_comm_req *live; /* started and not yet waited for */
+    /* set once an operation timed out or MPI failed: MPI cannot cancel a
+     * collective, so the group is out of step for good */
+    int broken;
+    int broken_status;
+    char broken_msg[640];
+};
+
+struct dt_comm_req {
+    struct dt_comm_req *live_prev, *live_next; /* the group's `live` list */
+    int kind;
+    int dtype, op;
+    int32_t root;           /* root, or peer for send / recv */
+    int32_t tag;
+    uint64_t count;         /* elements, as the op's ABI slot counts them */
+    size_t esize;
+    uint64_t seq;           /* "#n": per group, collectives and p2p apart */
+    MPI_Request mreq;
+    int counted;            /* still in job->inflight */
+    /* set once test or wait saw it end: 1 done, -status failed (msg) */
+    int ended;
+    char msg[768];
+    /* After completion: divide `avg_count` elements at avg_buf by the
+     * group size (op avg, which MPI does not have). */
+    void *avg_buf;
+    uint64_t avg_count;
+    /* After completion: copy `tmp_bytes` from tmp to tmp_dst (a
+     * reduce_scatter whose recv aliases its send), then free tmp. */
+    void *tmp, *tmp_dst;
+    size_t tmp_bytes;
+};
+
+/* ---- process-wide MPI calls (mpi_comm.c) ---------------------------------
+ * When MPI gave less than MPI_THREAD_MULTIPLE (an application initialised
+ * it with MPI_THREAD_SERIALIZED), every MPI call of the plugin holds one
+ * process-wide lock; otherwise these do nothing. */
+void mpic_lock(void);
+void mpic_unlock(void);
+
+/* A request started / ended: the progress thread runs while any is in
+ * flight (mpi_comm.c). */
+void mpic_inflight_add(mpic_job_t *job);
+void mpic_inflight_sub(mpic_job_t *job);
+
+/* The job's failure (mpi_comm.c): DT_OK while none, else DT_ERR_REMOTE
+ * with "rank R aborted: <reason>" in buf.  Polls the abort channel. */
+int mpic_job_failure(mpic_job_t *job, int is_world, char *buf, size_t cap);
+
+/* ---- operations (mpi_ops.c; contracts in comm.h) ----------------------- */
+int mpic_rank_size(dt_comm_t *c, int32_t *rank, int32_t *size);
+int mpic_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,
+                    int op, dt_stream_t *stream, dt_comm_req_t **req);
+int mpic_reduce_scatter(dt_comm_t *c, const void *send, void *recv, uint64_t recv_count,
+                        int dtype, int op, dt_stream_t *stream, dt_comm_req_t **req);
+int mpic_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t send_count,
+                    int dtype, dt_stream_t *stream, dt_comm_req_t **req);
+int mpic_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t root,
+                   dt_stream_t *stream, dt_comm_req_t **req);
+int mpic_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,
+                int op, int32_t root, dt_stream_t *stream, dt_comm_req_t **req);
+int mpic_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype, int32_t peer,
+              int32_t tag, dt_stream_t *stream, dt_comm_req_t **req);
+int mpic_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
+              int32_t tag, dt_stream_t *stream, dt_comm_req_t **req);
+int mpic_barrier(dt_comm_t *c, dt_comm_req_t **req);
+int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms);
+int mpic_test(dt_comm_t *c, dt_comm_req_t *r, int *done);
+/* At finalize: free the requests nobody waited for; returns how many, and
+ * sets *unfinished when one of them had not completed (MPI keeps it). */
+int mpic_drop_live(dt_comm_t *c, int *unfinished);
+/* "all_reduce #17 (f32, 4194304 bytes) on group world", as shm says it. */
+void mpic_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap);
+/* Text of an MPI error code. */
+void mpic_err_text(int code, char *buf, size_t cap);
+
+/* ---- arithmetic (mpi_reduce.c) ------------------------------------------ */
+/* Create / free the user-defined ops and datatypes (MPI initialised; once
+ * per process, under mpic_lock). */
+int mpic_reduce_setup(void);
+void mpic_reduce_teardown(void);
+/* The MPI datatype for dtype (MPI_DATATYPE_NULL for an unknown one). */
+MPI_Datatype mpic_datatype(int dtype);
+/* The MPI op reducing dtype with op (avg: the sum's op; the division
+ * follows with mpic_avg_divide).  DT_ERR_UNSUPPORTED: avg of an integer
+ * dtype; DT_ERR_INVALID: no such op. */
+int mpic_reduce_op(int dtype, int op, MPI_Op *out);
+/* buf[i] /= group, in f32 for f32 / bf16 / f16 (rounded once), f64 for
+ * f64, as the shm communicator divides; (count) elements of dtype. */
+void mpic_avg_divide(void *buf, uint64_t count, int dtype, int group);
+
+#endif /* DT_MPI_INTERNAL_H */

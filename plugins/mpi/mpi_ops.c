@@ -1,0 +1,694 @@
+/*
+ * plugins/mpi/mpi_ops.c - the MPI communicator's operations, each started
+ * with one MPI nonblocking call (MPI_Iallreduce, MPI_Ireduce_scatter_block,
+ * MPI_Iallgather, MPI_Ibcast, MPI_Ireduce, MPI_Ibarrier, MPI_Isend,
+ * MPI_Irecv) and waited on by polling MPI_Test, never by MPI_Wait, so
+ * that every wait is bounded: by the group's timeout, by the wait's own
+ * limit, and by the job's abort channel (a peer's abort fails the wait at
+ * once).
+ *
+ * Messages have the shm communicator's shape, so a user reads the same
+ * thing whichever communicator the config names:
+ *     all_reduce #17 (f32, 4194304 bytes) on group world: timed out after
+ *     1.0 s waiting for rank 1
+ * MPI does not say which ranks of a collective have not arrived: in a
+ * group of two that is the other rank; in a larger one the message lists
+ * every other rank as "one or more of ranks ...".
+ *
+ * MPI cannot cancel a collective in flight: an operation that timed out or
+ * failed stays with MPI (its buffers too), the group is marked broken and
+ * later operations on it fail at once, and MPI is not finalized at the end
+ * (finalize would wait for the abandoned operation).
+ */
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mpi_internal.h"
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static const char *op_name(int k)
+{
+    switch (k) {
+    case MPIC_ALL_REDUCE: return "all_reduce";
+    case MPIC_REDUCE_SCATTER: return "reduce_scatter";
+    case MPIC_ALL_GATHER: return "all_gather";
+    case MPIC_BROADCAST: return "broadcast";
+    case MPIC_REDUCE: return "reduce";
+    case MPIC_BARRIER: return "barrier";
+    case MPIC_SEND: return "send";
+    case MPIC_RECV: return "recv";
+    default: return "?";
+    }
+}
+
+static const char *red_op_name(int op)
+{
+    switch (op) {
+    case DT_OP_SUM: return "sum";
+    case DT_OP_AVG: return "avg";
+    case DT_OP_MAX: return "max";
+    case DT_OP_MIN: return "min";
+    default: return "?";
+    }
+}
+
+/* How group rank r is named: "rank 3", with the world rank for splits. */
+static void fmt_rank(dt_comm_t *c, int r, char *buf, size_t cap)
+{
+    if (c->is_world || r < 0 || r >= c->size) /* (a bad peer argument) */
+        snprintf(buf, cap, "rank %d", r);
+    else
+        snprintf(buf, cap, "rank %d (world rank %d)", r, (int)c->wranks[r]);
+}
+
+void mpic_err_text(int code, char *buf, size_t cap)
+{
+    char s[MPI_MAX_ERROR_STRING];
+    int n = 0;
+    if (MPI_Error_string(code, s, &n) != MPI_SUCCESS || n <= 0)
+        snprintf(buf, cap, "MPI error %d", code);
+    else
+        snprintf(buf, cap, "%.*s", n, s);
+}
+
+void mpic_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap)
+{
+    char seq[32] = "";
+    if (r->seq)
+        snprintf(seq, sizeof seq, " #%llu", (unsigned long long)r->seq);
+    unsigned long long bytes = (unsigned long long)(r->count * r->esize);
+    const char *dt = dt_dtype_name(r->dtype);
+    switch (r->kind) {
+    case MPIC_BARRIER:
+        snprintf(buf, cap, "barrier%s on group %s", seq, c->gname);
+        break;
+    case MPIC_SEND:
+    case MPIC_RECV: {
+        char who[96];
+        fmt_rank(c, r->root, who, sizeof who);
+        snprintf(buf, cap, "%s%s %s %s (tag %d, %s, %llu bytes) on group %s",
+                 op_name(r->kind), seq, r->kind == MPIC_SEND ? "to" : "from", who,
+                 (int)r->tag, dt, bytes, c->gname);
+        break;
+    }
+    case MPIC_BROADCAST:
+        snprintf(buf, cap, "broadcast%s (%s, %llu bytes, root %d) on group %s", seq, dt,
+                 bytes, (int)r->root, c->gname);
+        break;
+    case MPIC_REDUCE:
+        snprintf(buf, cap, "reduce%s (%s %s, %llu bytes, root %d) on group %s", seq, dt,
+                 red_op_name(r->op), bytes, (int)r->root, c->gname);
+        break;
+    case MPIC_ALL_GATHER:
+        snprintf(buf, cap, "all_gather%s (%s, %llu bytes per rank) on group %s", seq, dt,
+                 bytes, c->gname);
+        break;
+    case MPIC_REDUCE_SCATTER:
+        snprintf(buf, cap, "reduce_scatter%s (%s %s, %llu bytes per rank) on group %s", seq,
+                 dt, red_op_name(r->op), bytes, c->gname);
+        break;
+    default:
+        snprintf(buf, cap, "%s%s (%s, %llu bytes) on group %s", op_name(r->kind), seq, dt,
+                 bytes, c->gname);
+        break;
+    }
+}
+
+/* Whom a request waits for: its peer, the other rank of a pair, or every
+ * other rank of the group ("one or more of"). */
+static void fmt_waited(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap)
+{
+    if (r->kind == MPIC_SEND || r->kind == MPIC_RECV) {
+        fmt_rank(c, r->root, buf, cap);
+        return;
+    }
+    if (c->size == 2) {
+        fmt_rank(c, 1 - c->rank, buf, cap);
+        return;
+    }
+    size_t len = (size_t)snprintf(buf, cap, "one or more of ranks ");
+    int first = 1;
+    for (int p = 0; p < c->size && len < cap; p++) {
+        if (p == c->rank)
+            continue;
+        if (c->is_world)
+            len += (size_t)snprintf(buf + len, cap - len, "%s%d", first ? "" : ", ", p);
+        else
+            len += (size_t)snprintf(buf + len, cap - len, "%s%d (world rank %d)",
+                                    first ? "" : ", ", p, (int)c->wranks[p]);
+        first = 0;
+    }
+}
+
+/* The group is out of step for good: keep the first cause. */
+static void mark_broken(dt_comm_t *c, int status, const char *text)
+{
+    if (c->broken)
+        return;
+    c->broken = 1;
+    c->broken_status = status;
+    snprintf(c->broken_msg, sizeof c->broken_msg, "%s", text);
+    atomic_store(&c->job->abandoned, 1);
+}
+
+/* r no longer needs the progress thread. */
+static void uncount(dt_comm_t *c, struct dt_comm_req *r)
+{
+    if (r->counted) {
+        r->counted = 0;
+        mpic_inflight_sub(c->job);
+    }
+}
+
+/* What a completed request still owes its caller. */
+static void finish(dt_comm_t *c, struct dt_comm_req *r)
+{
+    if (r->avg_buf)
+        mpic_avg_divide(r->avg_buf, r->avg_count, r->dtype, c->size);
+    r->avg_buf = NULL;
+    if (r->tmp) {
+        memcpy(r->tmp_dst, r->tmp, r->tmp_bytes);
+        c->host->free(c->host, r->tmp);
+        r->tmp = NULL;
+    }
+}
+
+/* MPI_Test r once (or recall how it ended).  1: done (and finished),
+ * 0: not yet, < 0: -status with the message in r->msg. */
+static int test_once(dt_comm_t *c, struct dt_comm_req *r)
+{
+    if (r->ended)
+        return r->ended;
+    int flag = 0;
+    mpic_lock();
+    int rc = MPI_Test(&r->mreq, &flag, MPI_STATUS_IGNORE);
+    mpic_unlock();
+    if (rc != MPI_SUCCESS) {
+        char desc[256], text[MPI_MAX_ERROR_STRING + 16];
+        mpic_req_desc(c, r, desc, sizeof desc);
+        mpic_err_text(rc, text, sizeof text);
+        snprintf(r->msg, sizeof r->msg, "%s: MPI_Test failed: %s", desc, text);
+        r->ended = -DT_ERR_REMOTE;
+        uncount(c, r);
+        return r->ended;
+    }
+    if (!flag)
+        return 0;
+    finish(c, r);
+    r->ended = 1;
+    uncount(c, r);
+    return 1;
+}
+
+/* Give up on r: a receive is cancelled (MPI can), anything else stays with
+ * MPI and the group is broken. */
+static void abandon(dt_comm_t *c, struct dt_comm_req *r, int status, const char *text)
+{
+    int cancelled = 0;
+    if (r->kind == MPIC_RECV && r->mreq != MPI_REQUEST_NULL) {
+        mpic_lock();
+        if (MPI_Cancel(&r->mreq) == MPI_SUCCESS) {
+            /* A cancelled receive completes locally, but bound it anyway. */
+            uint64_t t0 = now_ns();
+            int flag = 0;
+            while (!flag && now_ns() - t0 < 1000000000ull)
+                if (MPI_Test(&r->mreq, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                    break;
+            cancelled = flag;
+        }
+        mpic_unlock();
+    }
+    if (!cancelled)
+        mark_broken(c, status, text);
+    if (r->tmp)
+        r->tmp = NULL; /* MPI may still write it: leaked on purpose */
+}
+
+static void live_add(dt_comm_t *c, struct dt_comm_req *r)
+{
+    r->live_prev = NULL;
+    r->live_next = c->live;
+    if (c->live)
+        c->live->live_prev = r;
+    c->live = r;
+}
+
+static void live_remove(dt_comm_t *c, struct dt_comm_req *r)
+{
+    if (r->live_prev)
+        r->live_prev->live_next = r->live_next;
+    else
+        c->live = r->live_next;
+    if (r->live_next)
+        r->live_next->live_prev = r->live_prev;
+}
+
+int mpic_drop_live(dt_comm_t *c, int *unfinished)
+{
+    int n = 0;
+    *unfinished = 0;
+    while (c->live) {
+        struct dt_comm_req *r = c->live;
+        live_remove(c, r);
+        if (test_once(c, r) == 0) {
+            *unfinished = 1;       /* still with MPI, its buffers too */
+            uncount(c, r);
+            r->tmp = NULL;         /* MPI may still write it: leaked */
+            atomic_store(&c->job->abandoned, 1);
+        }
+        if (r->tmp)
+            c->host->free(c->host, r->tmp);
+        free(r);
+        n++;
+    }
+    return n;
+}
+
+int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
+{
+    if (!c || !r)
+        return c ? c->host->set_error(c->host, DT_ERR_INVALID, "wait: NULL request")
+                 : DT_ERR_INVALID;
+    const dt_host_v1_t *h = c->host;
+    char msg[1024], desc[256], who[768], text[MPI_ABORT_MSG + 64];
+    int own_limit = timeout_ms >= 0;
+    int64_t ms = own_limit ? timeout_ms : c->timeout_ms;
+    if (ms > MPI_TIMEOUT_MAX_MS)
+        ms = MPI_TIMEOUT_MAX_MS;
+    uint64_t t0 = now_ns(), limit = (uint64_t)ms * 1000000ull;
+    uint64_t spin_end = t0 + (uint64_t)c->job->spin_ns, next_abort_check = t0;
+    uint64_t nap = 20000;
+    int st = DT_OK, spinning = spin_end > t0;
+    if (spinning)
+        atomic_fetch_add(&c->job->spinning, 1);
+    for (;;) {
+        int done = test_once(c, r);
+        if (done > 0)
+            break;
+        if (done < 0) {
+            st = -done;
+            snprintf(msg, sizeof msg, "%s", r->msg);
+            abandon(c, r, st, msg);
+            break;
+        }
+        uint64_t now = now_ns();
+        if (now >= next_abort_check) {
+            next_abort_check = now + MPI_ABORT_CHECK_NS;
+            int fst = mpic_job_failure(c->job, c->is_world, text, sizeof text);
+            if (fst != DT_OK) {
+                mpic_req_desc(c, r, desc, sizeof desc);
+                snprintf(msg, sizeof msg, "%s: %s", desc, text);
+                st = fst;
+                abandon(c, r, st, msg);
+                break;
+            }
+        }
+        if (now - t0 >= limit) {
+            mpic_req_desc(c, r, desc, sizeof desc);
+            fmt_waited(c, r, who, sizeof who);
+            snprintf(msg, sizeof msg, "%s: timed out after %.1f s%s waiting for %s", desc,
+                     (double)ms / 1000.0, own_limit ? " (the wait's limit)" : "", who);
+            st = DT_ERR_TIMEOUT;
+            abandon(c, r, st, msg);
+            break;
+        }
+        if (now < spin_end)
+            continue;
+        if (spinning) {
+            atomic_fetch_sub(&c->job->spinning, 1);
+            spinning = 0;
+        }
+        /* MPI progresses only inside its calls, and tells nobody when a
+         * request completes: poll on, giving the CPU to whoever needs it
+         * (a peer on the same core), as MPI_Wait does when oversubscribed;
+         * only a long wait (a peer still computing) naps between polls. */
+        if (now - t0 < MPI_YIELD_NS) {
+            sched_yield();
+            continue;
+        }
+        struct timespec ts = {0, (long)nap};
+        nanosleep(&ts, NULL);
+        if (nap < MPI_POLL_SLEEP_MAX_NS)
+            nap *= 2;
+    }
+    if (spinning)
+        atomic_fetch_sub(&c->job->spinning, 1);
+    uncount(c, r); /* abandoned: MPI keeps it, nobody waits for it */
+    live_remove(c, r);
+    free(r);
+    if (st != DT_OK)
+        return h->set_error(h, st, "%s", msg);
+    return DT_OK;
+}
+
+int mpic_test(dt_comm_t *c, dt_comm_req_t *r, int *done)
+{
+    if (!c || !r || !done)
+        return c ? c->host->set_error(c->host, DT_ERR_INVALID, "test: NULL argument")
+                 : DT_ERR_INVALID;
+    /* a failure is reported by the wait, which test makes immediate */
+    *done = test_once(c, r) != 0;
+    return DT_OK;
+}
+
+/* ---- starting ------------------------------------------------------------ */
+
+typedef struct start {
+    struct dt_comm_req t;   /* the request as described so far */
+    const void *send;
+    void *recv;
+} start_t;
+
+static int check_common(dt_comm_t *c, struct dt_comm_req *t, int reducing)
+{
+    const dt_host_v1_t *h = c->host;
+    char desc[256];
+    t->esize = dt_dtype_size(t->dtype);
+    if (t->esize == 0 || mpic_datatype(t->dtype) == MPI_DATATYPE_NULL) {
+        t->esize = 1;
+        mpic_req_desc(c, t, desc, sizeof desc);
+        return h->set_error(h, DT_ERR_INVALID, "%s: unknown dtype %d", desc, t->dtype);
+    }
+    if (reducing) {
+        MPI_Op op;
+        int st = mpic_reduce_op(t->dtype, t->op, &op);
+        if (st != DT_OK) {
+            mpic_req_desc(c, t, desc, sizeof desc);
+            if (st == DT_ERR_UNSUPPORTED)
+                return h->set_error(h, st, "%s: op avg is not defined for integer dtype %s",
+                                    desc, dt_dtype_name(t->dtype));
+            return h->set_error(h, st, "%s: unknown reduction op %d", desc, t->op);
+        }
+    }
+    if (t->count > (uint64_t)INT_MAX) {
+        mpic_req_desc(c, t, desc, sizeof desc);
+        return h->set_error(h, DT_ERR_UNSUPPORTED, "%s: count %llu is above MPI's count "
+                            "limit (%d elements per call); split the buffer",
+                            desc, (unsigned long long)t->count, INT_MAX);
+    }
+    return DT_OK;
+}
+
+static int need_buf(dt_comm_t *c, struct dt_comm_req *t, const void *p, const char *what)
+{
+    if (p || t->count == 0)
+        return DT_OK;
+    char desc[256];
+    mpic_req_desc(c, t, desc, sizeof desc);
+    return c->host->set_error(c->host, DT_ERR_INVALID, "%s: %s buffer is NULL", desc, what);
+}
+
+static int check_rank(dt_comm_t *c, struct dt_comm_req *t, int32_t r, const char *what)
+{
+    if (r >= 0 && r < c->size)
+        return DT_OK;
+    char desc[256];
+    mpic_req_desc(c, t, desc, sizeof desc);
+    return c->host->set_error(c->host, DT_ERR_INVALID, "%s: %s %d is not a rank of the "
+                              "group [0, %d)", desc, what, (int)r, (int)c->size);
+}
+
+/* Start r's MPI call; MPI_SUCCESS or MPI's error code. */
+static int start_mpi(dt_comm_t *c, struct dt_comm_req *r, const void *send, void *recv)
+{
+    MPI_Datatype dt = mpic_datatype(r->dtype);
+    MPI_Op op = MPI_OP_NULL;
+    if (r->kind == MPIC_ALL_REDUCE || r->kind == MPIC_REDUCE_SCATTER || r->kind == MPIC_REDUCE)
+        mpic_reduce_op(r->dtype, r->op, &op);
+    int n = (int)r->count;
+    int rc;
+    mpic_lock();
+    switch (r->kind) {
+    case MPIC_ALL_REDUCE:
+        rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, dt, op, c->comm,
+                            &r->mreq);
+        break;
+    case MPIC_REDUCE_SCATTER:
+        rc = MPI_Ireduce_scatter_block(send, recv, n, dt, op, c->comm, &r->mreq);
+        break;
+    case MPIC_ALL_GATHER: {
+        const char *mine = (const char *)recv + (size_t)c->rank * (size_t)n * r->esize;
+        rc = MPI_Iallgather(send == mine ? MPI_IN_PLACE : send, n, dt, recv, n, dt, c->comm,
+                            &r->mreq);
+        break;
+    }
+    case MPIC_BROADCAST:
+        rc = MPI_Ibcast(recv, n, dt, r->root, c->comm, &r->mreq);
+        break;
+    case MPIC_REDUCE:
+        rc = MPI_Ireduce(c->rank == r->root && send == recv ? MPI_IN_PLACE : send, recv, n, dt,
+                         op, r->root, c->comm, &r->mreq);
+        break;
+    case MPIC_BARRIER:
+        rc = MPI_Ibarrier(c->comm, &r->mreq);
+        break;
+    case MPIC_SEND:
+        rc = MPI_Isend(send, n, dt, r->root, r->tag, c->comm, &r->mreq);
+        break;
+    case MPIC_RECV:
+        rc = MPI_Irecv(recv, n, dt, r->root, r->tag, c->comm, &r->mreq);
+        break;
+    default:
+        rc = MPI_ERR_OTHER;
+        break;
+    }
+    mpic_unlock();
+    return rc;
+}
+
+static const char *mpi_call_name(int kind)
+{
+    switch (kind) {
+    case MPIC_ALL_REDUCE: return "MPI_Iallreduce";
+    case MPIC_REDUCE_SCATTER: return "MPI_Ireduce_scatter_block";
+    case MPIC_ALL_GATHER: return "MPI_Iallgather";
+    case MPIC_BROADCAST: return "MPI_Ibcast";
+    case MPIC_REDUCE: return "MPI_Ireduce";
+    case MPIC_BARRIER: return "MPI_Ibarrier";
+    case MPIC_SEND: return "MPI_Isend";
+    case MPIC_RECV: return "MPI_Irecv";
+    default: return "?";
+    }
+}
+
+/* Number, start, and either hand out the request or wait for it. */
+static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *recv,
+                  dt_stream_t *stream, dt_comm_req_t **req)
+{
+    const dt_host_v1_t *h = c->host;
+    char desc[256], text[MPI_ABORT_MSG + 64];
+    if (req)
+        *req = NULL;
+    if (c->dev_ops && c->dev) {
+        /* host-memory transport: what is queued on the stream comes first */
+        int st = c->dev_ops->stream_sync(c->dev, stream);
+        if (st != DT_OK)
+            return st;
+    }
+    if (t->kind == MPIC_SEND || t->kind == MPIC_RECV)
+        t->seq = ++c->p2p_seq;
+    else
+        t->seq = ++c->coll_seq;
+    if (c->broken) {
+        mpic_req_desc(c, t, desc, sizeof desc);
+        return h->set_error(h, c->broken_status, "%s: not started: the group failed "
+                            "earlier: %s", desc, c->broken_msg);
+    }
+    int fst = mpic_job_failure(c->job, c->is_world, text, sizeof text);
+    if (fst != DT_OK) {
+        mpic_req_desc(c, t, desc, sizeof desc);
+        return h->set_error(h, fst, "%s: not started: %s", desc, text);
+    }
+    struct dt_comm_req *r = malloc(sizeof *r);
+    if (!r) {
+        mpic_req_desc(c, t, desc, sizeof desc);
+        return h->set_error(h, DT_ERR_NOMEM, "%s: out of memory for the request", desc);
+    }
+    *r = *t;
+    r->mreq = MPI_REQUEST_NULL;
+    /* reduce_scatter into a block of its own input: MPI forbids the
+     * overlap (its in-place form leaves the result at block 0), so the
+     * block is received beside and copied in at completion */
+    if (r->kind == MPIC_REDUCE_SCATTER && r->count) {
+        const char *s = send, *d = recv;
+        size_t in_bytes = (size_t)r->count * r->esize * (size_t)c->size;
+        size_t out_bytes = (size_t)r->count * r->esize;
+        if (d < s + in_bytes && s < d + out_bytes) {
+            r->tmp = h->alloc(h, out_bytes, DT_TAG_COMM);
+            if (!r->tmp) {
+                free(r);
+                mpic_req_desc(c, t, desc, sizeof desc);
+                return h->set_error(h, DT_ERR_NOMEM, "%s: out of memory for a %zu-byte "
+                                    "receive buffer", desc, out_bytes);
+            }
+            r->tmp_dst = recv;
+            r->tmp_bytes = out_bytes;
+            recv = r->tmp;
+        }
+    }
+    if (r->op == DT_OP_AVG && (r->kind == MPIC_ALL_REDUCE || r->kind == MPIC_REDUCE_SCATTER ||
+                               (r->kind == MPIC_REDUCE && c->rank == r->root))) {
+        r->avg_buf = recv;
+        r->avg_count = r->count;
+    }
+    int rc = start_mpi(c, r, send, recv);
+    if (rc == MPI_SUCCESS) {
+        r->counted = 1;
+        mpic_inflight_add(c->job);
+    } else {
+        char etext[MPI_MAX_ERROR_STRING + 16];
+        mpic_err_text(rc, etext, sizeof etext);
+        mpic_req_desc(c, r, desc, sizeof desc);
+        if (r->tmp)
+            h->free(h, r->tmp);
+        free(r);
+        return h->set_error(h, DT_ERR_SYSTEM, "%s: %s failed: %s", desc,
+                            mpi_call_name(t->kind), etext);
+    }
+    live_add(c, r);
+    if (!req)
+        return mpic_wait(c, r, -1);
+    *req = r;
+    return DT_OK;
+}
+
+#define CHECK(x)                                                               \
+    do {                                                                       \
+        int st_ = (x);                                                         \
+        if (st_ != DT_OK)                                                      \
+            return st_;                                                        \
+    } while (0)
+
+int mpic_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,
+                    int op, dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    struct dt_comm_req t = {.kind = MPIC_ALL_REDUCE, .count = count, .dtype = dtype,
+                            .op = op, .root = -1};
+    CHECK(check_common(c, &t, 1));
+    CHECK(need_buf(c, &t, send, "send"));
+    CHECK(need_buf(c, &t, recv, "recv"));
+    return submit(c, &t, send, recv, stream, req);
+}
+
+int mpic_reduce_scatter(dt_comm_t *c, const void *send, void *recv, uint64_t recv_count,
+                        int dtype, int op, dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    struct dt_comm_req t = {.kind = MPIC_REDUCE_SCATTER, .count = recv_count, .dtype = dtype,
+                            .op = op, .root = -1};
+    CHECK(check_common(c, &t, 1));
+    CHECK(need_buf(c, &t, send, "send"));
+    CHECK(need_buf(c, &t, recv, "recv"));
+    return submit(c, &t, send, recv, stream, req);
+}
+
+int mpic_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t send_count,
+                    int dtype, dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    struct dt_comm_req t = {.kind = MPIC_ALL_GATHER, .count = send_count, .dtype = dtype,
+                            .root = -1};
+    CHECK(check_common(c, &t, 0));
+    CHECK(need_buf(c, &t, send, "send"));
+    CHECK(need_buf(c, &t, recv, "recv"));
+    return submit(c, &t, send, recv, stream, req);
+}
+
+int mpic_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t root,
+                   dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    struct dt_comm_req t = {.kind = MPIC_BROADCAST, .count = count, .dtype = dtype,
+                            .root = root};
+    CHECK(check_common(c, &t, 0));
+    CHECK(check_rank(c, &t, root, "root"));
+    CHECK(need_buf(c, &t, buf, "data"));
+    return submit(c, &t, buf, buf, stream, req);
+}
+
+int mpic_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,
+                int op, int32_t root, dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    struct dt_comm_req t = {.kind = MPIC_REDUCE, .count = count, .dtype = dtype, .op = op,
+                            .root = root};
+    CHECK(check_common(c, &t, 1));
+    CHECK(check_rank(c, &t, root, "root"));
+    CHECK(need_buf(c, &t, send, "send"));
+    if (root == c->rank)
+        CHECK(need_buf(c, &t, recv, "recv"));
+    return submit(c, &t, send, recv, stream, req);
+}
+
+int mpic_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype, int32_t peer,
+              int32_t tag, dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    struct dt_comm_req t = {.kind = MPIC_SEND, .count = count, .dtype = dtype, .root = peer,
+                            .tag = tag};
+    CHECK(check_common(c, &t, 0));
+    CHECK(check_rank(c, &t, peer, "peer"));
+    CHECK(need_buf(c, &t, buf, "send"));
+    if (tag < 0 || tag == MPI_ANY_TAG) {
+        char desc[256];
+        mpic_req_desc(c, &t, desc, sizeof desc);
+        return c->host->set_error(c->host, DT_ERR_INVALID, "%s: tag %d must be >= 0", desc,
+                                  (int)tag);
+    }
+    return submit(c, &t, buf, NULL, stream, req);
+}
+
+int mpic_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer, int32_t tag,
+              dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    struct dt_comm_req t = {.kind = MPIC_RECV, .count = count, .dtype = dtype, .root = peer,
+                            .tag = tag};
+    CHECK(check_common(c, &t, 0));
+    CHECK(check_rank(c, &t, peer, "peer"));
+    CHECK(need_buf(c, &t, buf, "recv"));
+    if (tag < 0) {
+        char desc[256];
+        mpic_req_desc(c, &t, desc, sizeof desc);
+        return c->host->set_error(c->host, DT_ERR_INVALID, "%s: tag %d must be >= 0", desc,
+                                  (int)tag);
+    }
+    return submit(c, &t, NULL, buf, stream, req);
+}
+
+int mpic_barrier(dt_comm_t *c, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    struct dt_comm_req t = {.kind = MPIC_BARRIER, .dtype = DT_U8, .esize = 1, .root = -1};
+    return submit(c, &t, NULL, NULL, NULL, req);
+}
+
+int mpic_rank_size(dt_comm_t *c, int32_t *rank, int32_t *size)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    if (rank)
+        *rank = c->rank;
+    if (size)
+        *size = c->size;
+    return DT_OK;
+}

@@ -228,7 +228,8 @@ int dt_ckpt_pieces(const char *where, const char *entry, uint64_t numel,
     dt_ckpt_span_t *spans = NULL;
     char *desc = NULL;
     if (!rc) {
-        qsort(ps.p, ps.n, sizeof *ps.p, piece_cmp);
+        if (ps.n) /* qsort must not get NULL, even for 0 elements */
+            qsort(ps.p, ps.n, sizeof *ps.p, piece_cmp);
         spans = malloc((ps.n + 1) * sizeof *spans);
         desc = malloc((n + 1) * SEG_DESC_MAX);
         if (!spans || !desc)

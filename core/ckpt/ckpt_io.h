@@ -273,8 +273,9 @@ typedef struct dt_ckpt_reader dt_ckpt_reader_t;
 
 /* Open a checkpoint directory (a "step-XXXXXXXX"): COMPLETE present and
  * its checksum of manifest.json matching, manifest valid, every shard file
- * present with the size the manifest says, segments partitioning each
- * entry, the tensor table (if any) tiling each "<unit>/params" entry.
+ * present with the size the manifest says, segments holding no more bytes
+ * than the shard files and partitioning each entry, the tensor table (if
+ * any) tiling each "<unit>/params" entry.
  * CRCs are checked as data is read.  Every file is opened without
  * following a link or blocking (a link, a FIFO: DT_ERR_IO naming it). */
 int dt_ckpt_open(const char *dir, dt_ckpt_reader_t **out);

@@ -327,18 +327,37 @@ static int reader_parse(dt_ckpt_reader_t *r)
         }
         re->n = r->n_segs - re->first;
         qsort(r->segs + re->first, re->n, sizeof *r->segs, rseg_cmp);
-        /* The writer's tiling check, over the segments' runs, kept to
-         * read by. */
+        r->n_entries++;
+    }
+    return DT_OK;
+}
+
+/* The writer's tiling check, over the runs of each entry's segments (kept
+ * to read by).  After reader_open_files, and only when the segments'
+ * bytes fit in the shard files' (a save never stores a byte twice): a
+ * block has at most one run per element, so a small manifest cannot ask
+ * for a table of runs larger than the data it describes. */
+static int reader_tile(dt_ckpt_reader_t *r)
+{
+    uint64_t have = 0, claimed = 0;
+    for (size_t i = 0; i < r->n_files; i++)
+        have += r->files[i].bytes; /* each checked against its file */
+    for (size_t i = 0; i < r->n_segs && claimed <= have; i++)
+        claimed += dt_ckpt_seg_bytes(&r->segs[i].s); /* each <= 2^53 */
+    if (claimed > have)
+        return MERR(r, "its segments hold more bytes in all than the shard "
+                    "files' %" PRIu64 ": some of them share bytes", have);
+    char where[PATH_MAX + 32];
+    snprintf(where, sizeof where, "checkpoint '%s': " MANIFEST ": ", r->dir);
+    for (size_t j = 0; j < r->n_entries; j++) {
+        rentry_t *re = &r->entries[j];
         const dt_ckpt_seg_t **ptrs = malloc((re->n + 1) * sizeof *ptrs);
         if (!ptrs)
             return dt_err_set(DT_ERR_NOMEM, "checkpoint '%s': out of memory",
                               r->dir);
         for (size_t i = 0; i < re->n; i++)
             ptrs[i] = &r->segs[re->first + i].s;
-        char where[PATH_MAX + 32];
-        snprintf(where, sizeof where, "checkpoint '%s': " MANIFEST ": ", r->dir);
-        r->n_entries++; /* from here close() frees its pieces */
-        int rc = dt_ckpt_pieces(where, name, re->e.numel, ptrs, re->n,
+        int rc = dt_ckpt_pieces(where, re->e.name, re->e.numel, ptrs, re->n,
                                 &re->pieces, &re->n_pieces);
         free(ptrs);
         if (rc)
@@ -649,6 +668,8 @@ int dt_ckpt_open_flags(const char *dir, unsigned flags, dt_ckpt_reader_t **out)
         rc = reader_parse_tensors(r);
     if (!rc)
         rc = reader_open_files(r);
+    if (!rc)
+        rc = reader_tile(r);
     if (rc) {
         dt_ckpt_close(r);
         return rc;

@@ -788,6 +788,14 @@ static void edit_seg_past_file(cJSON *j)
     cJSON_SetNumberValue(b, b->valuedouble + 1e6);
 }
 
+static void edit_dup_segment(cJSON *j)
+{
+    cJSON *e = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "entries"),
+                                   "embedding/params");
+    cJSON_AddItemToArray(cJSON_GetObjectItem(e, "segments"),
+                         cJSON_Duplicate(first_seg(j, "embedding/params"), 1));
+}
+
 static void test_manifest_inconsistent(void **state)
 {
     struct {
@@ -804,6 +812,10 @@ static void test_manifest_inconsistent(void **state)
                            "file name"},
         {edit_seg_past_file, "manifest.json: entry block.0/params: segment 0 "
                              "needs bytes"},
+        /* the shards hold 4 x 1000 + 4 x 3 x 777 + 8 x 5 bytes */
+        {edit_dup_segment, "manifest.json: its segments hold more bytes in all "
+                           "than the shard files' 13364: some of them share "
+                           "bytes"},
     };
     char root[512], dir[600];
     subdir(root, sizeof root, "manifest");

@@ -31,27 +31,59 @@ int dt_ckpt_join(char *buf, size_t cap, const char *dir, const char *name)
 
 /* ---- segments -------------------------------------------------------- */
 
+/* "; indices [3, 0] to [3, 1] of its shape [8, 5]": where elements
+ * [a, b) of an entry of 2 or more dimensions lie; "" otherwise. */
+static void region_str(const dt_ckpt_entry_t *e, uint64_t a, uint64_t b,
+                       char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (e->ndim < 2 || e->ndim > DT_CKPT_MAX_DIMS || b <= a || b > e->numel)
+        return;
+    uint64_t shape[DT_CKPT_MAX_DIMS], lo[DT_CKPT_MAX_DIMS], hi[DT_CKPT_MAX_DIMS];
+    uint64_t x = a, y = b - 1;
+    for (int d = e->ndim - 1; d >= 0; d--) {
+        shape[d] = (uint64_t)e->shape[d];
+        if (shape[d] == 0)
+            return;
+        lo[d] = x % shape[d];
+        hi[d] = y % shape[d];
+        x /= shape[d];
+        y /= shape[d];
+    }
+    char l[DT_CKPT_MAX_DIMS * 22 + 4], h[sizeof l], sh[sizeof l];
+    dt_ckpt_dims_str(lo, e->ndim, l, sizeof l);
+    dt_ckpt_dims_str(hi, e->ndim, h, sizeof h);
+    dt_ckpt_dims_str(shape, e->ndim, sh, sizeof sh);
+    snprintf(buf, cap, "; indices %s to %s of its shape %s", l, h, sh);
+}
+
 /* Spans of one entry, sorted by offset, must tile [0, numel).  `where`
  * prefixes the message. */
-int dt_ckpt_check_tiling(const char *where, const char *entry, uint64_t numel,
+int dt_ckpt_check_tiling(const char *where, const dt_ckpt_entry_t *e,
                          const char *noun, const dt_ckpt_span_t *s, size_t n)
 {
+    const char *entry = e->name;
+    const uint64_t numel = e->numel;
+    char region[3 * (DT_CKPT_MAX_DIMS * 22 + 4) + 48];
     uint64_t next = 0;
     const char *prev = NULL; /* the span that ends at `next` */
     for (size_t i = 0; i < n; i++) {
-        if (s[i].offset > next)
+        if (s[i].offset > next) {
+            region_str(e, next, s[i].offset, region, sizeof region);
             return dt_err_set(DT_ERR_DATA, "%sentry %s: elements [%" PRIu64
-                              ", %" PRIu64 ") are in no %s", where, entry,
-                              next, s[i].offset, noun);
+                              ", %" PRIu64 ") are in no %s%s", where, entry,
+                              next, s[i].offset, noun, region);
+        }
         if (s[i].offset < next) {
             uint64_t end = s[i].offset + s[i].count;
+            uint64_t stop = next < end ? next : end;
             char who[1024] = "";
             if (s[i].name && prev)
                 snprintf(who, sizeof who, " (%s and %s)", prev, s[i].name);
+            region_str(e, s[i].offset, stop, region, sizeof region);
             return dt_err_set(DT_ERR_DATA, "%sentry %s: %ss overlap at "
-                              "elements [%" PRIu64 ", %" PRIu64 ")%s", where,
-                              entry, noun, s[i].offset,
-                              next < end ? next : end, who);
+                              "elements [%" PRIu64 ", %" PRIu64 ")%s%s", where,
+                              entry, noun, s[i].offset, stop, who, region);
         }
         next = s[i].offset + s[i].count;
         prev = s[i].name;
@@ -64,10 +96,12 @@ int dt_ckpt_check_tiling(const char *where, const char *entry, uint64_t numel,
                           PRIu64 " but numel is %" PRIu64 "%s", where, entry,
                           noun, next, numel, who);
     }
-    if (next < numel)
+    if (next < numel) {
+        region_str(e, next, numel, region, sizeof region);
         return dt_err_set(DT_ERR_DATA, "%sentry %s: elements [%" PRIu64 ", %"
-                          PRIu64 ") are in no %s", where, entry, next, numel,
-                          noun);
+                          PRIu64 ") are in no %s%s", where, entry, next, numel,
+                          noun, region);
+    }
     return DT_OK;
 }
 
@@ -210,7 +244,7 @@ static void seg_desc(const dt_ckpt_seg_t *s, char *buf, size_t cap)
     }
 }
 
-int dt_ckpt_pieces(const char *where, const char *entry, uint64_t numel,
+int dt_ckpt_pieces(const char *where, const dt_ckpt_entry_t *e,
                    const dt_ckpt_seg_t *const *segs, size_t n,
                    dt_ckpt_piece_t **out, size_t *n_out)
 {
@@ -241,7 +275,7 @@ int dt_ckpt_pieces(const char *where, const char *entry, uint64_t numel,
         for (size_t i = 0; i < ps.n; i++)
             spans[i] = (dt_ckpt_span_t){ps.p[i].offset, ps.p[i].count,
                                         desc + ps.p[i].seg * SEG_DESC_MAX};
-        rc = dt_ckpt_check_tiling(where, entry, numel, "segment", spans, ps.n);
+        rc = dt_ckpt_check_tiling(where, e, "segment", spans, ps.n);
     }
     free(spans);
     free(desc);

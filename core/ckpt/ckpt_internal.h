@@ -34,13 +34,15 @@ typedef struct dt_ckpt_span {
     const char *name;
 } dt_ckpt_span_t;
 
-/* Spans of one entry, sorted by offset, must tile [0, numel) exactly once:
- * DT_OK, or DT_ERR_DATA naming the gap or overlap (and the tensors), e.g.
- * "<where>entry block.0/params: tensors overlap at elements [64, 96)
- * (h.0.ln_1.bias and h.0.attn.c_attn.weight)"; `noun` is "segment" or
- * "tensor".  The writer checks the segments the manifest will record, the
- * reader the segments and tensors it records. */
-int dt_ckpt_check_tiling(const char *where, const char *entry, uint64_t numel,
+/* Spans of entry e, sorted by offset, must tile [0, e->numel) exactly
+ * once: DT_OK, or DT_ERR_DATA naming the gap or overlap (and the spans'
+ * names), e.g. "<where>entry block.0/params: tensors overlap at elements
+ * [64, 96) (h.0.ln_1.bias and h.0.attn.c_attn.weight)", and for an entry
+ * of 2 or more dimensions where that is in it ("...: elements [15, 17)
+ * are in no segment; indices [3, 0] to [3, 1] of its shape [8, 5]");
+ * `noun` is "segment" or "tensor".  The writer checks the segments the
+ * manifest will record, the reader the segments and tensors it records. */
+int dt_ckpt_check_tiling(const char *where, const dt_ckpt_entry_t *e,
                          const char *noun, const dt_ckpt_span_t *s, size_t n);
 
 /* "[a, b, c]": n values into buf[cap], for messages. */
@@ -76,13 +78,13 @@ typedef struct dt_ckpt_piece {
     size_t seg;
 } dt_ckpt_piece_t;
 
-/* The pieces of an entry's n segments (blocks already checked), sorted by
- * offset, checked to cover [0, numel) exactly once: on a gap or an overlap
+/* The pieces of entry e's n segments (blocks already checked), sorted by
+ * offset, checked to cover [0, e->numel) exactly once: on a gap or an overlap
  * dt_ckpt_check_tiling's DT_ERR_DATA, an overlap naming both segments
  * ("... segments overlap at elements [20, 24) (block at offsets [0, 0]
  * with sizes [3, 8] in shard-00000.bin and flat range [16, 32) in
  * shard-00001.bin)").  *out malloc'd (the caller frees it). */
-int dt_ckpt_pieces(const char *where, const char *entry, uint64_t numel,
+int dt_ckpt_pieces(const char *where, const dt_ckpt_entry_t *e,
                    const dt_ckpt_seg_t *const *segs, size_t n,
                    dt_ckpt_piece_t **out, size_t *n_out);
 

@@ -357,8 +357,8 @@ static int reader_tile(dt_ckpt_reader_t *r)
                               r->dir);
         for (size_t i = 0; i < re->n; i++)
             ptrs[i] = &r->segs[re->first + i].s;
-        int rc = dt_ckpt_pieces(where, re->e.name, re->e.numel, ptrs, re->n,
-                                &re->pieces, &re->n_pieces);
+        int rc = dt_ckpt_pieces(where, &re->e, ptrs, re->n, &re->pieces,
+                                &re->n_pieces);
         free(ptrs);
         if (rc)
             return rc;
@@ -504,7 +504,7 @@ static int reader_parse_tensors(dt_ckpt_reader_t *r)
         size_t m = 0;
         for (size_t k = lo; k < r->n_tensors && strcmp(sp[k].entry, e->name) == 0; k++)
             run[m++] = sp[k].s;
-        rc = dt_ckpt_check_tiling(where, e->name, e->numel, "tensor", run, m);
+        rc = dt_ckpt_check_tiling(where, e, "tensor", run, m);
     }
 out:
     free(sp);

@@ -313,8 +313,8 @@ int dt_ckpt_write_manifest(const char *tmp_dir, const dt_ckpt_info_t *info,
             break;
         dt_ckpt_piece_t *pieces = NULL;
         size_t n_pieces = 0;
-        rc = dt_ckpt_pieces("checkpoint manifest: ", e->name, e->numel,
-                            sorted + lo, hi - lo, &pieces, &n_pieces);
+        rc = dt_ckpt_pieces("checkpoint manifest: ", e, sorted + lo, hi - lo,
+                            &pieces, &n_pieces);
         free(pieces);
         if (rc) {
             if (rc == DT_ERR_DATA)

@@ -1017,12 +1017,15 @@ static void test_tensor_table(void **state)
         {"[{\"name\": \"a\", \"unit\": \"embedding\", \"offset\": 0, \"shape\": [10, 50]},"
          " {\"name\": \"b\", \"unit\": \"embedding\", \"offset\": 499, \"shape\": [501]},"
          " {\"name\": \"c\", \"unit\": \"block.0\", \"offset\": 0, \"shape\": [777]}]",
-         "entry embedding/params: tensors overlap at elements [499, 500) (a and b)"},
-        {"[]", "entry embedding/params: elements [0, 1000) are in no tensor"},
+         "entry embedding/params: tensors overlap at elements [499, 500) (a and b); "
+         "indices [4, 99] to [4, 99] of its shape [10, 100]"},
+        {"[]", "entry embedding/params: elements [0, 1000) are in no tensor; "
+               "indices [0, 0] to [9, 99] of its shape [10, 100]"},
         {"[{\"name\": \"a\", \"unit\": \"embedding\", \"offset\": 0, \"shape\": [10, 49]},"
          " {\"name\": \"b\", \"unit\": \"embedding\", \"offset\": 500, \"shape\": [500]},"
          " {\"name\": \"c\", \"unit\": \"block.0\", \"offset\": 0, \"shape\": [777]}]",
-         "entry embedding/params: elements [490, 500) are in no tensor"},
+         "entry embedding/params: elements [490, 500) are in no tensor; "
+         "indices [4, 90] to [4, 99] of its shape [10, 100]"},
         {"[{\"name\": \"a\", \"unit\": \"embedding\", \"offset\": 0, \"shape\": [10, 50]},"
          " {\"name\": \"b\", \"unit\": \"embedding\", \"offset\": 500, \"shape\": [500]},"
          " {\"name\": \"c\", \"unit\": \"block.0\", \"offset\": 1, \"shape\": [777]}]",
@@ -1867,15 +1870,15 @@ static void test_block_errors(void **state)
          "checkpoint manifest: entry head/w: segments overlap at elements "
          "[15, 20) (block at offsets [0, 0] with sizes [4, 5] in "
          "shard-00000.bin and block at offsets [3, 0] with sizes [5, 5] in "
-         "shard-00001.bin)"},
+         "shard-00001.bin); indices [3, 0] to [3, 4] of its shape [8, 5]"},
         {{{0, 1, 0, 0, blk2(0, 8, 5, 0, 3, 0, 5)},
           {1, 1, 0, 0, blk2(0, 8, 5, 4, 4, 0, 5)}},
          "checkpoint manifest: entry head/w: elements [15, 20) are in no "
-         "segment"},
+         "segment; indices [3, 0] to [3, 4] of its shape [8, 5]"},
         {{{0, 1, 0, 0, blk2(0, 8, 5, 0, 8, 0, 2)},
           {1, 1, 0, 0, blk2(0, 8, 5, 0, 8, 3, 2)}},
          "checkpoint manifest: entry head/w: elements [2, 3) are in no "
-         "segment"},
+         "segment; indices [0, 2] to [0, 2] of its shape [8, 5]"},
         {{{0, 1, 0, 0, blk2(0, 8, 5, 0, 8, 0, 5)},
           {1, 1, 0, 0, blk2(30, 3, 5, 0, 1, 0, 5)}},
          "checkpoint manifest: entry head/w: a block's tensor, elements [30, "
@@ -1901,8 +1904,10 @@ static void test_block_errors(void **state)
         {edit_block_overlap, "entry head/w: segments overlap at elements [1, "
                              "2) (block at offsets [0, 0] with sizes [3, 2] in "
                              "shard-00000.bin and block at offsets [0, 1] with "
-                             "sizes [3, 3] in shard-00001.bin)"},
-        {edit_block_gap, "entry head/w: elements [15, 17) are in no segment"},
+                             "sizes [3, 3] in shard-00001.bin); indices [0, "
+                             "1] to [0, 1] of its shape [8, 5]"},
+        {edit_block_gap, "entry head/w: elements [15, 17) are in no segment; "
+                         "indices [3, 0] to [3, 1] of its shape [8, 5]"},
         {edit_block_outside, "entry head/w: block at offsets [3, 2] with sizes "
                              "[5, 4] lies outside the tensor's shape [8, 5]"},
         {edit_block_count, "entry head/w: segment 3: \"count\" 14 is not the "

@@ -34,14 +34,59 @@ typedef struct dt_ckpt_span {
     const char *name;
 } dt_ckpt_span_t;
 
-/* Spans of one entry, sorted by offset, must tile [0, numel) exactly once:
- * DT_OK, or DT_ERR_DATA naming the gap or overlap (and the tensors), e.g.
- * "<where>entry block.0/params: tensors overlap at elements [64, 96)
- * (h.0.ln_1.bias and h.0.attn.c_attn.weight)"; `noun` is "segment" or
- * "tensor".  The writer checks the segments the manifest will record, the
- * reader the segments and tensors it records. */
-int dt_ckpt_check_tiling(const char *where, const char *entry, uint64_t numel,
+/* Spans of entry e, sorted by offset, must tile [0, e->numel) exactly
+ * once: DT_OK, or DT_ERR_DATA naming the gap or overlap (and the spans'
+ * names), e.g. "<where>entry block.0/params: tensors overlap at elements
+ * [64, 96) (h.0.ln_1.bias and h.0.attn.c_attn.weight)", and for an entry
+ * of 2 or more dimensions where that is in it ("...: elements [15, 17)
+ * are in no segment; indices [3, 0] to [3, 1] of its shape [8, 5]");
+ * `noun` is "segment" or "tensor".  The writer checks the segments the
+ * manifest will record, the reader the segments and tensors it records. */
+int dt_ckpt_check_tiling(const char *where, const dt_ckpt_entry_t *e,
                          const char *noun, const dt_ckpt_span_t *s, size_t n);
+
+/* "[a, b, c]": n values into buf[cap], for messages. */
+void dt_ckpt_dims_str(const uint64_t *v, int n, char *buf, size_t cap);
+
+/* A block well formed and inside its tensor: ndim 1..DT_CKPT_MAX_DIMS,
+ * every dimension >= 1, the tensor at most 2^53 elements from base, and
+ * start + size <= shape in every dimension; *count set to its elements
+ * and *first to its first element's position in the entry.  Otherwise
+ * `code` with "<where>entry E: block at offsets [4, 0] with sizes [5, 8]
+ * lies outside the tensor's shape [8, 8]" (or what else is wrong). */
+int dt_ckpt_block_check(int code, const char *where, const char *entry,
+                        const dt_ckpt_block_t *b, uint64_t *count,
+                        uint64_t *first);
+
+/* Visit the contiguous runs of entry elements a block covers, in the
+ * block's row-major order: fn(ctx, entry_offset, count, block_elem) with
+ * block_elem the run's first element's index in the block's data.
+ * Trailing dimensions the block spans whole merge into one run.  Stops at
+ * fn's first non-zero return and returns it.  The block is checked. */
+int dt_ckpt_block_runs(const dt_ckpt_block_t *b,
+                       int (*fn)(void *ctx, uint64_t offset, uint64_t count,
+                                 uint64_t block_elem),
+                       void *ctx);
+
+/* A contiguous run of one segment's data: entry elements [offset,
+ * offset+count) are elements [seg_elem, seg_elem+count) of segment `seg`
+ * (an index into the array given to dt_ckpt_pieces).  A flat range is one
+ * piece, a block one per run. */
+typedef struct dt_ckpt_piece {
+    uint64_t offset, count;
+    uint64_t seg_elem;
+    size_t seg;
+} dt_ckpt_piece_t;
+
+/* The pieces of entry e's n segments (blocks already checked), sorted by
+ * offset, checked to cover [0, e->numel) exactly once: on a gap or an overlap
+ * dt_ckpt_check_tiling's DT_ERR_DATA, an overlap naming both segments
+ * ("... segments overlap at elements [20, 24) (block at offsets [0, 0]
+ * with sizes [3, 8] in shard-00000.bin and flat range [16, 32) in
+ * shard-00001.bin)").  *out malloc'd (the caller frees it). */
+int dt_ckpt_pieces(const char *where, const dt_ckpt_entry_t *e,
+                   const dt_ckpt_seg_t *const *segs, size_t n,
+                   dt_ckpt_piece_t **out, size_t *n_out);
 
 /* The first line of COMPLETE, and the second, which vouches for the
  * manifest: "manifest.json <bytes> bytes crc32 <8 hex digits>".  Markers

@@ -19,13 +19,36 @@
  *                         checked for consistency alone.
  *
  * An ENTRY is one named flat array, e.g. "block.3/params" (a unit's state
- * kind).  A SEGMENT is a contiguous global element range [offset,
- * offset+count) of one entry, stored contiguously at some byte offset of one
- * shard file, with its CRC-32 (zlib's).  Across all shards the segments of
- * an entry partition [0, numel) exactly once; the writer and the reader
- * both check it.  Nothing in the format depends on how many ranks wrote it
- * or how they split the state: a reader asks for any global range and gets
- * it assembled from whichever segments overlap.
+ * kind).  A SEGMENT is a piece of one entry stored contiguously at some
+ * byte offset of one shard file, with its CRC-32 (zlib's).  It is either
+ *   - a FLAT RANGE: the global elements [offset, offset+count) (what
+ *     data-parallel strategies own: a slice of a flat buffer), or
+ *   - a BLOCK (format_version 2): a rectangular block of a tensor that
+ *     lies inside the entry, as PyTorch's distributed checkpoint describes
+ *     a chunk: the tensor starts at element "base" of the entry and has
+ *     the global row-major "shape"; the block covers indices
+ *     [offsets[d], offsets[d] + sizes[d]) of each dimension d, and its
+ *     data is stored row-major (what a tensor-parallel shard of a 2-D
+ *     weight is: a column split of [rows, cols] is not one contiguous
+ *     range of the flat index space).  The tensor may be the whole entry
+ *     (base 0, the entry's shape) or one tensor of the tensor table.
+ * Across all shards the segments of an entry cover [0, numel) exactly
+ * once; the writer and the reader both check it, and say where a gap or
+ * an overlap is.  Nothing in the format depends on how many ranks wrote it
+ * or how they split the state: a reader asks for any global range or block
+ * and gets it assembled from whichever segments overlap it, flat or block.
+ *
+ * Versions: "format_version" says which format the manifest is in.  The
+ * writer states the lowest version that describes what it writes: 1 when
+ * every segment is a flat range (exactly the format older dtrains write
+ * and read, so they can still load it), 2 when any segment is a block.  A
+ * flat range is always written as a flat range, never as a 1-D block: it
+ * is the common case, every older reader and the plain-Python recipe
+ * (json + zlib.crc32) read it, and a flat slice of a 2-D tensor that
+ * crosses a row is no block anyway.  The reader takes versions 1 and 2;
+ * a manifest without "format_version" (the earliest dtrains') is version
+ * 1; a newer version is refused ("manifest.json: format_version 3 is newer
+ * than this dtrain reads (2): ...").
  *
  * manifest.json:
  *   { "format": "dtrain-checkpoint", "format_version": 1, "step": 200,
@@ -37,6 +60,11 @@
  *         "segments": [{"offset": 0, "count": 512,
  *                       "file": "shard-00000.bin", "byte_offset": 0,
  *                       "crc32": "9f12ab34"}, ...]}, ...} }
+ *   A block segment (version 2) has, instead of "offset":
+ *       {"base": 0, "shape": [768, 2304], "offsets": [0, 1152],
+ *        "sizes": [768, 1152], "count": 884736, "file": ...,
+ *        "byte_offset": ..., "crc32": ...}
+ *   ("count" is the product of "sizes", stated for readers that sum bytes).
  *   Integers are exact JSON numbers up to 2^53.
  *   "model" is the caller's, except one key the format reads: "tensors",
  *   the tensor table, an optional array of {"name", "unit", "offset",
@@ -86,7 +114,8 @@
 #include <cjson/cJSON.h>
 
 #define DT_CKPT_FORMAT "dtrain-checkpoint"
-#define DT_CKPT_FORMAT_VERSION 1
+#define DT_CKPT_FORMAT_VERSION 2     /* the newest version read/written */
+#define DT_CKPT_FORMAT_VERSION_FLAT 1 /* flat ranges only */
 #define DT_CKPT_NAME_MAX 128 /* entry names, NUL included */
 #define DT_CKPT_MAX_DIMS 8
 
@@ -99,16 +128,35 @@ typedef struct dt_ckpt_entry {
     int64_t shape[DT_CKPT_MAX_DIMS]; /* global shape, row-major */
 } dt_ckpt_entry_t;
 
-/* One stored range of an entry (what a shard writer returns). */
+/* A block of a tensor lying inside an entry: the tensor starts at
+ * element `base` of the entry and has the global row-major shape
+ * shape[0..ndim); the block is indices [start[d], start[d] + size[d]) of
+ * every dimension d.  Its elements, row-major, are the block's data.
+ * Example: rank 1 of a 2-way column split (tensor parallel) of a
+ * [768, 2304] weight at element 0: {0, 2, {768, 2304}, {0, 1152},
+ * {768, 1152}}. */
+typedef struct dt_ckpt_block {
+    uint64_t base;                   /* the tensor's first element in the entry */
+    int32_t ndim;                    /* 1 .. DT_CKPT_MAX_DIMS */
+    int32_t reserved0;               /* 0 */
+    uint64_t shape[DT_CKPT_MAX_DIMS]; /* the tensor's global shape, each >= 1 */
+    uint64_t start[DT_CKPT_MAX_DIMS]; /* the block's first index per dimension */
+    uint64_t size[DT_CKPT_MAX_DIMS];  /* the block's extent per dimension */
+} dt_ckpt_block_t;
+
+/* One stored piece of an entry (what a shard writer returns): a flat
+ * range, or a block when block.ndim > 0. */
 typedef struct dt_ckpt_seg {
     char entry[DT_CKPT_NAME_MAX];
-    uint64_t offset;      /* first element, in the entry's global space */
-    uint64_t count;       /* elements */
+    uint64_t offset;      /* first element, in the entry's global space (of
+                           * a block: its first element's, informational) */
+    uint64_t count;       /* elements (of a block: the product of sizes) */
     uint64_t byte_offset; /* where the data starts in the shard file */
     uint32_t shard;       /* the file: shard-<shard, 5 digits>.bin */
     uint32_t crc32;       /* of the count * dtype-size bytes */
     int32_t dtype;        /* dt_dtype_t, equal to the entry's */
     int32_t reserved0;
+    dt_ckpt_block_t block; /* ndim 0: a flat range */
 } dt_ckpt_seg_t;
 
 /* What the manifest records besides entries. */
@@ -146,6 +194,17 @@ int dt_ckpt_shard_begin(dt_ckpt_writer_t *w, const char *entry, int dtype,
 int dt_ckpt_shard_append(dt_ckpt_writer_t *w, const void *data,
                          size_t nbytes);
 int dt_ckpt_shard_end(dt_ckpt_writer_t *w);
+/* The same for a block of a tensor of `entry` (a tensor-parallel shard):
+ * begin_block, then append the block's elements row-major (product of
+ * b->size elements, in any pieces), then dt_ckpt_shard_end.  The block
+ * must lie inside its tensor's shape (DT_ERR_INVALID "<file>: entry E:
+ * block at offsets [4, 0] with sizes [5, 8] lies outside the tensor's
+ * shape [8, 8]"); that the tensor lies inside the entry, and that all
+ * segments cover the entry once, dt_ckpt_write_manifest checks.  A block
+ * with a size 0 records nothing.  A manifest holding a block is written
+ * as format_version 2. */
+int dt_ckpt_shard_begin_block(dt_ckpt_writer_t *w, const char *entry,
+                              int dtype, const dt_ckpt_block_t *b);
 /* Make the shard durable and hand back its segments (*segs malloc'd, the
  * caller frees it; *n may be 0).  Frees `w` whatever happens; on failure
  * nothing of the shard is left. */
@@ -155,8 +214,10 @@ int dt_ckpt_shard_close(dt_ckpt_writer_t *w, dt_ckpt_seg_t **segs,
 void dt_ckpt_shard_abort(dt_ckpt_writer_t *w);
 
 /* Rank 0: check that the segments partition every entry exactly (names,
- * dtypes, no gap, no overlap; DT_ERR_INVALID naming the entry and range
- * otherwise) and write manifest.json into tmp_dir. */
+ * dtypes, blocks inside the entry, no gap, no overlap; DT_ERR_INVALID
+ * naming the entry and range otherwise) and write manifest.json into
+ * tmp_dir, as format_version 1 when every segment is a flat range, 2
+ * otherwise. */
 int dt_ckpt_write_manifest(const char *tmp_dir, const dt_ckpt_info_t *info,
                            const dt_ckpt_entry_t *entries, size_t n_entries,
                            const dt_ckpt_seg_t *segs, size_t n_segs);
@@ -212,8 +273,9 @@ typedef struct dt_ckpt_reader dt_ckpt_reader_t;
 
 /* Open a checkpoint directory (a "step-XXXXXXXX"): COMPLETE present and
  * its checksum of manifest.json matching, manifest valid, every shard file
- * present with the size the manifest says, segments partitioning each
- * entry, the tensor table (if any) tiling each "<unit>/params" entry.
+ * present with the size the manifest says, segments holding no more bytes
+ * than the shard files and partitioning each entry, the tensor table (if
+ * any) tiling each "<unit>/params" entry.
  * CRCs are checked as data is read.  Every file is opened without
  * following a link or blocking (a link, a FIFO: DT_ERR_IO naming it). */
 int dt_ckpt_open(const char *dir, dt_ckpt_reader_t **out);
@@ -234,8 +296,11 @@ const cJSON *dt_ckpt_reader_extra(const dt_ckpt_reader_t *r);
 size_t dt_ckpt_n_entries(const dt_ckpt_reader_t *r);
 /* i-th entry in manifest order (NULL when out of range). */
 const dt_ckpt_entry_t *dt_ckpt_entry_at(const dt_ckpt_reader_t *r, size_t i);
-/* Segments of the i-th entry, ordered by offset: the count, and the k-th
- * (NULL when out of range). */
+/* The manifest's format_version (1 for a manifest without one). */
+uint32_t dt_ckpt_reader_format_version(const dt_ckpt_reader_t *r);
+/* Segments of the i-th entry, ordered by (first element) offset: the
+ * count, and the k-th (NULL when out of range); a block has block.ndim >
+ * 0. */
 size_t dt_ckpt_entry_n_segments(const dt_ckpt_reader_t *r, size_t i);
 const dt_ckpt_seg_t *dt_ckpt_segment_at(const dt_ckpt_reader_t *r, size_t entry, size_t k);
 /* Shard files: the count, and the i-th's name and size. */
@@ -266,11 +331,20 @@ const dt_ckpt_tensor_t *dt_ckpt_find_tensor(const dt_ckpt_reader_t *r,
                                             const char *name);
 
 /* Read global elements [offset, offset+count) of `entry` into dst (raw,
- * in the entry's dtype).  Each segment's CRC is verified the first time any
+ * in the entry's dtype), assembled from whatever segments hold them, flat
+ * ranges or blocks.  Each segment's CRC is verified the first time any
  * part of it is read (the whole segment is streamed once for that).  Not
  * thread-safe: one reader per thread. */
 int dt_ckpt_read(dt_ckpt_reader_t *r, const char *entry, uint64_t offset,
                  uint64_t count, void *dst);
+/* Read a block of a tensor of `entry` (what a tensor-parallel rank loads:
+ * its block of a weight, whatever layout saved it) into dst, row-major,
+ * product of b->size elements.  DT_ERR_INVALID when the block lies
+ * outside its tensor's shape or the tensor outside the entry ("checkpoint
+ * 'D': entry E: block at offsets [..] with sizes [..] lies outside the
+ * tensor's shape [..]"). */
+int dt_ckpt_read_block(dt_ckpt_reader_t *r, const char *entry,
+                       const dt_ckpt_block_t *b, void *dst);
 
 /* Verify every segment's CRC (for `dtrain ckpt verify`). */
 int dt_ckpt_verify(dt_ckpt_reader_t *r);

@@ -51,6 +51,9 @@ typedef struct {
 typedef struct {
     dt_ckpt_entry_t e;
     size_t first, n; /* its segments in segs[], sorted by offset */
+    dt_ckpt_piece_t *pieces; /* its contiguous runs, sorted, tiling it;
+                              * .seg relative to first */
+    size_t n_pieces;
 } rentry_t;
 
 struct dt_ckpt_reader {
@@ -60,6 +63,7 @@ struct dt_ckpt_reader {
     dt_ckpt_tensor_t *tensors;
     size_t n_tensors;
     uint64_t step;
+    uint32_t version;        /* format_version (1 when absent) */
     uint32_t world_size;
     const char *strategy;
     const cJSON *model, *extra;
@@ -87,6 +91,8 @@ void dt_ckpt_close(dt_ckpt_reader_t *r)
     free(r->files);
     free(r->tensors);
     free(r->segs);
+    for (size_t i = 0; i < r->n_entries; i++)
+        free(r->entries[i].pieces);
     free(r->entries);
     cJSON_Delete(r->json);
     free(r->dir);
@@ -110,6 +116,61 @@ static int reader_file(dt_ckpt_reader_t *r, const char *name, uint32_t *idx)
     return MERR(r, "segment file '%s' is not listed in \"files\"", name);
 }
 
+/* A JSON array of 1..DT_CKPT_MAX_DIMS exact integers into v: its length,
+ * or -1. */
+static int json_dims(const cJSON *a, uint64_t *v)
+{
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+    if (n < 1 || n > DT_CKPT_MAX_DIMS)
+        return -1;
+    int k = 0;
+    const cJSON *d;
+    cJSON_ArrayForEach(d, a) {
+        double x = cJSON_IsNumber(d) ? d->valuedouble : -1;
+        if (!(x >= 0 && x <= (double)JSON_INT_MAX) || x != (double)(uint64_t)x)
+            return -1;
+        v[k++] = (uint64_t)x;
+    }
+    return n;
+}
+
+/* The block of segment k of entry e (manifest version 2): base, shape,
+ * offsets and sizes, the block inside its tensor and the tensor inside
+ * the entry; s->offset is set to its first element, *count to its
+ * elements. */
+static int parse_block(dt_ckpt_reader_t *r, const dt_ckpt_entry_t *e, int k,
+                       const cJSON *js, dt_ckpt_seg_t *s, uint64_t *count)
+{
+    if (r->version < 2)
+        return MERR(r, "entry %s: segment %d is a block (\"offsets\"), which "
+                    "needs format_version 2, but the manifest is version %"
+                    PRIu32, e->name, k, r->version);
+    dt_ckpt_block_t *b = &s->block;
+    int n1 = json_dims(cJSON_GetObjectItemCaseSensitive(js, "shape"), b->shape);
+    int n2 = json_dims(cJSON_GetObjectItemCaseSensitive(js, "offsets"), b->start);
+    int n3 = json_dims(cJSON_GetObjectItemCaseSensitive(js, "sizes"), b->size);
+    if (!dt_ckpt_json_uint(js, "base", &b->base) || n1 < 0 || n1 != n2 ||
+        n1 != n3)
+        return MERR(r, "entry %s: segment %d: a block needs \"base\" and "
+                    "\"shape\", \"offsets\" and \"sizes\" of one length, 1 "
+                    "to %d", e->name, k, DT_CKPT_MAX_DIMS);
+    b->ndim = n1;
+    char where[PATH_MAX + 32];
+    snprintf(where, sizeof where, "checkpoint '%s': " MANIFEST ": ", r->dir);
+    int rc = dt_ckpt_block_check(DT_ERR_DATA, where, e->name, b, count,
+                                 &s->offset);
+    if (rc)
+        return rc;
+    uint64_t tn = 1;
+    for (int d = 0; d < b->ndim; d++)
+        tn *= b->shape[d];
+    if (b->base > e->numel || tn > e->numel - b->base)
+        return MERR(r, "entry %s: segment %d: the block's tensor, elements [%"
+                    PRIu64 ", %" PRIu64 "), lies outside the entry's %" PRIu64
+                    " elements", e->name, k, b->base, b->base + tn, e->numel);
+    return DT_OK;
+}
+
 static int reader_parse(dt_ckpt_reader_t *r)
 {
     const cJSON *j = r->json;
@@ -118,11 +179,16 @@ static int reader_parse(dt_ckpt_reader_t *r)
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, DT_CKPT_FORMAT) != 0)
         return MERR(r, "not a dtrain checkpoint (\"format\" is not \""
                     DT_CKPT_FORMAT "\")");
-    if (!dt_ckpt_json_uint(j, "format_version", &ver))
-        return MERR(r, "missing or bad \"format_version\"");
-    if (ver != DT_CKPT_FORMAT_VERSION)
-        return MERR(r, "format_version %" PRIu64 " is not the one this dtrain "
-                    "reads (%d)", ver, DT_CKPT_FORMAT_VERSION);
+    /* The earliest manifests have no version: they are version 1. */
+    if (!cJSON_GetObjectItemCaseSensitive(j, "format_version"))
+        ver = DT_CKPT_FORMAT_VERSION_FLAT;
+    else if (!dt_ckpt_json_uint(j, "format_version", &ver) || ver < 1)
+        return MERR(r, "bad \"format_version\" (a whole number >= 1)");
+    if (ver > DT_CKPT_FORMAT_VERSION)
+        return MERR(r, "format_version %" PRIu64 " is newer than this dtrain "
+                    "reads (%d): load it with the dtrain that wrote it, or a "
+                    "newer one", ver, DT_CKPT_FORMAT_VERSION);
+    r->version = (uint32_t)ver;
     if (!dt_ckpt_json_uint(j, "step", &r->step))
         return MERR(r, "missing or bad \"step\"");
     const cJSON *wb = cJSON_GetObjectItemCaseSensitive(j, "written_by");
@@ -220,7 +286,14 @@ static int reader_parse(dt_ckpt_reader_t *r)
             const cJSON *fn = cJSON_GetObjectItemCaseSensitive(s, "file");
             const cJSON *crc = cJSON_GetObjectItemCaseSensitive(s, "crc32");
             char *endp = NULL;
-            if (!dt_ckpt_json_uint(s, "offset", &rs->s.offset) ||
+            int blk = cJSON_GetObjectItemCaseSensitive(s, "offsets") != NULL;
+            uint64_t blk_count = 0;
+            if (blk) {
+                int rc = parse_block(r, &re->e, k, s, &rs->s, &blk_count);
+                if (rc)
+                    return rc;
+            }
+            if ((!blk && !dt_ckpt_json_uint(s, "offset", &rs->s.offset)) ||
                 !dt_ckpt_json_uint(s, "count", &rs->s.count) ||
                 !dt_ckpt_json_uint(s, "byte_offset", &rs->s.byte_offset) ||
                 !cJSON_IsString(fn) || !cJSON_IsString(crc))
@@ -239,6 +312,10 @@ static int reader_parse(dt_ckpt_reader_t *r)
             rs->s.shard = UINT32_MAX;
             sscanf(fn->valuestring, "shard-%" SCNu32 ".bin", &rs->s.shard);
             uint64_t end = rs->s.byte_offset + dt_ckpt_seg_bytes(&rs->s);
+            if (blk && rs->s.count != blk_count)
+                return MERR(r, "entry %s: segment %d: \"count\" %" PRIu64
+                            " is not the product of \"sizes\" (%" PRIu64 ")",
+                            name, k, rs->s.count, blk_count);
             if (rs->s.count > JSON_INT_MAX / 8 || end > r->files[rs->file].bytes)
                 return MERR(r, "entry %s: segment %d needs bytes [%" PRIu64
                             ", %" PRIu64 ") of %s but the manifest gives the "
@@ -250,22 +327,41 @@ static int reader_parse(dt_ckpt_reader_t *r)
         }
         re->n = r->n_segs - re->first;
         qsort(r->segs + re->first, re->n, sizeof *r->segs, rseg_cmp);
-        /* The writer's tiling check, over spans of the segments. */
-        dt_ckpt_span_t *spans = malloc((re->n + 1) * sizeof *spans);
-        if (!spans)
+        r->n_entries++;
+    }
+    return DT_OK;
+}
+
+/* The writer's tiling check, over the runs of each entry's segments (kept
+ * to read by).  After reader_open_files, and only when the segments'
+ * bytes fit in the shard files' (a save never stores a byte twice): a
+ * block has at most one run per element, so a small manifest cannot ask
+ * for a table of runs larger than the data it describes. */
+static int reader_tile(dt_ckpt_reader_t *r)
+{
+    uint64_t have = 0, claimed = 0;
+    for (size_t i = 0; i < r->n_files; i++)
+        have += r->files[i].bytes; /* each checked against its file */
+    for (size_t i = 0; i < r->n_segs && claimed <= have; i++)
+        claimed += dt_ckpt_seg_bytes(&r->segs[i].s); /* each <= 2^53 */
+    if (claimed > have)
+        return MERR(r, "its segments hold more bytes in all than the shard "
+                    "files' %" PRIu64 ": some of them share bytes", have);
+    char where[PATH_MAX + 32];
+    snprintf(where, sizeof where, "checkpoint '%s': " MANIFEST ": ", r->dir);
+    for (size_t j = 0; j < r->n_entries; j++) {
+        rentry_t *re = &r->entries[j];
+        const dt_ckpt_seg_t **ptrs = malloc((re->n + 1) * sizeof *ptrs);
+        if (!ptrs)
             return dt_err_set(DT_ERR_NOMEM, "checkpoint '%s': out of memory",
                               r->dir);
         for (size_t i = 0; i < re->n; i++)
-            spans[i] = (dt_ckpt_span_t){r->segs[re->first + i].s.offset,
-                                        r->segs[re->first + i].s.count, NULL};
-        char where[PATH_MAX + 32];
-        snprintf(where, sizeof where, "checkpoint '%s': " MANIFEST ": ", r->dir);
-        int rc = dt_ckpt_check_tiling(where, name, re->e.numel, "segment",
-                                      spans, re->n);
-        free(spans);
+            ptrs[i] = &r->segs[re->first + i].s;
+        int rc = dt_ckpt_pieces(where, &re->e, ptrs, re->n, &re->pieces,
+                                &re->n_pieces);
+        free(ptrs);
         if (rc)
             return rc;
-        r->n_entries++;
     }
     return DT_OK;
 }
@@ -408,7 +504,7 @@ static int reader_parse_tensors(dt_ckpt_reader_t *r)
         size_t m = 0;
         for (size_t k = lo; k < r->n_tensors && strcmp(sp[k].entry, e->name) == 0; k++)
             run[m++] = sp[k].s;
-        rc = dt_ckpt_check_tiling(where, e->name, e->numel, "tensor", run, m);
+        rc = dt_ckpt_check_tiling(where, e, "tensor", run, m);
     }
 out:
     free(sp);
@@ -572,6 +668,8 @@ int dt_ckpt_open_flags(const char *dir, unsigned flags, dt_ckpt_reader_t **out)
         rc = reader_parse_tensors(r);
     if (!rc)
         rc = reader_open_files(r);
+    if (!rc)
+        rc = reader_tile(r);
     if (rc) {
         dt_ckpt_close(r);
         return rc;
@@ -581,6 +679,10 @@ int dt_ckpt_open_flags(const char *dir, unsigned flags, dt_ckpt_reader_t **out)
 }
 
 uint64_t dt_ckpt_reader_step(const dt_ckpt_reader_t *r) { return r->step; }
+uint32_t dt_ckpt_reader_format_version(const dt_ckpt_reader_t *r)
+{
+    return r->version;
+}
 uint32_t dt_ckpt_reader_world_size(const dt_ckpt_reader_t *r)
 {
     return r->world_size;
@@ -713,6 +815,40 @@ static int seg_verify(dt_ckpt_reader_t *r, rseg_t *s, uint64_t lo,
     return DT_OK;
 }
 
+/* Entry elements [offset, offset+count) (inside it) into dst, from the
+ * pieces that hold them. */
+static int entry_read(dt_ckpt_reader_t *r, rentry_t *e, uint64_t offset,
+                      uint64_t count, void *dst)
+{
+    size_t es = dt_dtype_size(e->e.dtype);
+    const dt_ckpt_piece_t *p = e->pieces;
+    /* First piece ending after `offset` (pieces tile the entry). */
+    size_t lo = 0, hi = e->n_pieces;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p[mid].offset + p[mid].count <= offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    uint64_t end = offset + count;
+    for (size_t i = lo; i < e->n_pieces && p[i].offset < end; i++) {
+        rseg_t *s = &r->segs[e->first + p[i].seg];
+        uint64_t a = p[i].offset > offset ? p[i].offset : offset;
+        uint64_t b = p[i].offset + p[i].count < end ? p[i].offset + p[i].count
+                                                    : end;
+        uint64_t at = p[i].seg_elem + (a - p[i].offset); /* in the segment */
+        char *d = (char *)dst + (a - offset) * es;
+        int rc = s->verified
+                     ? read_exact(r, s, d, (size_t)((b - a) * es),
+                                  s->s.byte_offset + at * es)
+                     : seg_verify(r, s, at, at + (b - a), d);
+        if (rc)
+            return rc;
+    }
+    return DT_OK;
+}
+
 int dt_ckpt_read(dt_ckpt_reader_t *r, const char *entry, uint64_t offset,
                  uint64_t count, void *dst)
 {
@@ -725,32 +861,47 @@ int dt_ckpt_read(dt_ckpt_reader_t *r, const char *entry, uint64_t offset,
                           "[%" PRIu64 ", +%" PRIu64 ") is outside its %" PRIu64
                           " elements", r->dir, entry, offset, count,
                           e->e.numel);
-    size_t es = dt_dtype_size(e->e.dtype);
-    rseg_t *segs = r->segs + e->first;
-    /* First segment ending after `offset` (segments tile the entry). */
-    size_t lo = 0, hi = e->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (segs[mid].s.offset + segs[mid].s.count <= offset)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    uint64_t end = offset + count;
-    for (size_t i = lo; i < e->n && segs[i].s.offset < end; i++) {
-        rseg_t *s = &segs[i];
-        uint64_t a = s->s.offset > offset ? s->s.offset : offset;
-        uint64_t b = s->s.offset + s->s.count < end ? s->s.offset + s->s.count
-                                                    : end;
-        char *d = (char *)dst + (a - offset) * es;
-        int rc = s->verified
-                     ? read_exact(r, s, d, (size_t)((b - a) * es),
-                                  s->s.byte_offset + (a - s->s.offset) * es)
-                     : seg_verify(r, s, a - s->s.offset, b - s->s.offset, d);
-        if (rc)
-            return rc;
-    }
-    return DT_OK;
+    return entry_read(r, e, offset, count, dst);
+}
+
+typedef struct {
+    dt_ckpt_reader_t *r;
+    rentry_t *e;
+    char *dst;
+    size_t es;
+} block_read_t;
+
+static int block_run_read(void *ctx, uint64_t offset, uint64_t count,
+                          uint64_t block_elem)
+{
+    block_read_t *br = ctx;
+    return entry_read(br->r, br->e, offset, count,
+                      br->dst + block_elem * br->es);
+}
+
+int dt_ckpt_read_block(dt_ckpt_reader_t *r, const char *entry,
+                       const dt_ckpt_block_t *b, void *dst)
+{
+    rentry_t *e = entry_find(r, entry);
+    if (!e)
+        return dt_err_set(DT_ERR_NOT_FOUND, "checkpoint '%s': no entry %s",
+                          r->dir, entry);
+    char where[PATH_MAX + 32];
+    snprintf(where, sizeof where, "checkpoint '%s': ", r->dir);
+    uint64_t count, first, tn = 1;
+    int rc = dt_ckpt_block_check(DT_ERR_INVALID, where, entry, b, &count,
+                                 &first);
+    if (rc)
+        return rc;
+    for (int d = 0; d < b->ndim; d++)
+        tn *= b->shape[d];
+    if (b->base > e->e.numel || tn > e->e.numel - b->base)
+        return dt_err_set(DT_ERR_INVALID, "checkpoint '%s': entry %s: the "
+                          "block's tensor, elements [%" PRIu64 ", %" PRIu64
+                          "), lies outside the entry's %" PRIu64 " elements",
+                          r->dir, entry, b->base, b->base + tn, e->e.numel);
+    block_read_t br = {r, e, dst, dt_dtype_size(e->e.dtype)};
+    return dt_ckpt_block_runs(b, block_run_read, &br);
 }
 
 int dt_ckpt_verify(dt_ckpt_reader_t *r)

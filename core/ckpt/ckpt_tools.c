@@ -31,6 +31,19 @@ static void print_json_scalars(FILE *out, const char *indent, const cJSON *obj)
     }
 }
 
+/* A block segment as " block [r0:r1, c0:c1] of [R, C] at B". */
+static void print_block(FILE *out, const dt_ckpt_block_t *b)
+{
+    fprintf(out, " block [");
+    for (int d = 0; d < b->ndim; d++)
+        fprintf(out, "%s%" PRIu64 ":%" PRIu64, d ? ", " : "", b->start[d],
+                b->start[d] + b->size[d]);
+    fprintf(out, "] of [");
+    for (int d = 0; d < b->ndim; d++)
+        fprintf(out, "%s%" PRIu64, d ? ", " : "", b->shape[d]);
+    fprintf(out, "] at %" PRIu64, b->base);
+}
+
 int dt_ckpt_inspect(const char *dir, int verify, FILE *out)
 {
     dt_ckpt_reader_t *r = NULL;
@@ -38,9 +51,9 @@ int dt_ckpt_inspect(const char *dir, int verify, FILE *out)
     if (rc)
         return rc;
     const char *strat = dt_ckpt_reader_strategy(r);
-    fprintf(out, "checkpoint %s\n  step %" PRIu64 ", written by %u rank(s)%s%s\n", dir,
-            dt_ckpt_reader_step(r), dt_ckpt_reader_world_size(r), strat[0] ? " with " : "",
-            strat);
+    fprintf(out, "checkpoint %s\n  step %" PRIu64 ", written by %u rank(s)%s%s, format "
+            "version %u\n", dir, dt_ckpt_reader_step(r), dt_ckpt_reader_world_size(r),
+            strat[0] ? " with " : "", strat, dt_ckpt_reader_format_version(r));
     fprintf(out, "model:\n");
     print_json_scalars(out, "  ", dt_ckpt_reader_model(r));
     if (dt_ckpt_has_tensors(r))
@@ -64,8 +77,12 @@ int dt_ckpt_inspect(const char *dir, int verify, FILE *out)
                 dt_dtype_name(e->dtype), e->numel, ns);
         for (size_t k = 0; k < ns && k < 4; k++) {
             const dt_ckpt_seg_t *s = dt_ckpt_segment_at(r, i, k);
-            fprintf(out, " [%" PRIu64 ", %" PRIu64 ") shard %u%s", s->offset,
-                    s->offset + s->count, s->shard, k + 1 < ns ? ";" : "");
+            if (s->block.ndim > 0) /* numpy-style: [r0:r1, c0:c1] of [R, C] at base */
+                print_block(out, &s->block);
+            else
+                fprintf(out, " [%" PRIu64 ", %" PRIu64 ")", s->offset,
+                        s->offset + s->count);
+            fprintf(out, " shard %u%s", s->shard, k + 1 < ns ? ";" : "");
         }
         fprintf(out, "%s\n", ns > 4 ? " ..." : "");
     }

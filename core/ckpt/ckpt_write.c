@@ -49,8 +49,11 @@ int dt_ckpt_shard_open(const char *tmp_dir, uint32_t shard,
     return DT_OK;
 }
 
-int dt_ckpt_shard_begin(dt_ckpt_writer_t *w, const char *entry, int dtype,
-                        uint64_t offset, uint64_t count)
+/* Begin a segment of `count` elements whose first lies at `offset`;
+ * block NULL for a flat range. */
+static int shard_begin(dt_ckpt_writer_t *w, const char *entry, int dtype,
+                       uint64_t offset, uint64_t count,
+                       const dt_ckpt_block_t *block)
 {
     if (w->in_seg)
         return dt_err_set(DT_ERR_INVALID, "%s: entry %s: segment begun while "
@@ -84,10 +87,31 @@ int dt_ckpt_shard_begin(dt_ckpt_writer_t *w, const char *entry, int dtype,
     s->byte_offset = dt_afile_offset(w->f);
     s->shard = w->shard;
     s->dtype = dtype;
+    if (block)
+        s->block = *block;
     w->in_seg = 1;
     w->seg_left = count * es;
     w->crc = 0;
     return DT_OK;
+}
+
+int dt_ckpt_shard_begin(dt_ckpt_writer_t *w, const char *entry, int dtype,
+                        uint64_t offset, uint64_t count)
+{
+    return shard_begin(w, entry, dtype, offset, count, NULL);
+}
+
+int dt_ckpt_shard_begin_block(dt_ckpt_writer_t *w, const char *entry,
+                              int dtype, const dt_ckpt_block_t *b)
+{
+    char where[48];
+    snprintf(where, sizeof where, "%s: ", w->file);
+    uint64_t count, first;
+    int rc = dt_ckpt_block_check(DT_ERR_INVALID, where, entry, b, &count,
+                                 &first);
+    if (rc)
+        return rc;
+    return shard_begin(w, entry, dtype, first, count, b);
 }
 
 int dt_ckpt_shard_append(dt_ckpt_writer_t *w, const void *data, size_t nbytes)
@@ -159,7 +183,11 @@ static int seg_cmp(const void *a, const void *b)
     int c = strcmp(x->entry, y->entry);
     if (c)
         return c;
-    return x->offset < y->offset ? -1 : x->offset > y->offset;
+    if (x->offset != y->offset)
+        return x->offset < y->offset ? -1 : 1;
+    if (x->shard != y->shard)
+        return x->shard < y->shard ? -1 : 1;
+    return x->byte_offset < y->byte_offset ? -1 : x->byte_offset > y->byte_offset;
 }
 
 static cJSON *add_num(cJSON *o, const char *k, uint64_t v)
@@ -201,8 +229,13 @@ int dt_ckpt_write_manifest(const char *tmp_dir, const dt_ckpt_info_t *info,
                             dt_dtype_name(s->dtype));
     }
 
+    /* The lowest version that describes these segments (ckpt_io.h). */
+    int version = DT_CKPT_FORMAT_VERSION_FLAT;
+    for (size_t i = 0; i < n_segs; i++)
+        if (segs[i].block.ndim > 0)
+            version = DT_CKPT_FORMAT_VERSION;
     cJSON_AddStringToObject(root, "format", DT_CKPT_FORMAT);
-    add_num(root, "format_version", DT_CKPT_FORMAT_VERSION);
+    add_num(root, "format_version", (uint64_t)version);
     add_num(root, "step", info->step);
     cJSON *wb = cJSON_AddObjectToObject(root, "written_by");
     add_num(wb, "world_size", info->world_size);
@@ -259,19 +292,33 @@ int dt_ckpt_write_manifest(const char *tmp_dir, const dt_ckpt_info_t *info,
         size_t hi = lo;
         while (hi < n_segs && strcmp(sorted[hi]->entry, e->name) == 0)
             hi++;
-        dt_ckpt_span_t *spans = malloc((hi - lo + 1) * sizeof *spans);
-        if (!spans) {
-            rc = dt_err_set(DT_ERR_NOMEM, "checkpoint manifest: out of memory");
-            break;
+        for (size_t i = lo; i < hi && !rc; i++) {
+            const dt_ckpt_block_t *b = &sorted[i]->block;
+            uint64_t cnt, first;
+            if (b->ndim <= 0)
+                continue;
+            rc = dt_ckpt_block_check(DT_ERR_INVALID, "checkpoint manifest: ",
+                                     e->name, b, &cnt, &first);
+            uint64_t tn = 1;
+            for (int d = 0; d < b->ndim && !rc; d++)
+                tn *= b->shape[d];
+            if (!rc && (b->base > e->numel || tn > e->numel - b->base))
+                rc = dt_err_set(DT_ERR_INVALID, "checkpoint manifest: entry "
+                                "%s: a block's tensor, elements [%" PRIu64
+                                ", %" PRIu64 "), lies outside the entry's %"
+                                PRIu64 " elements", e->name, b->base,
+                                b->base + tn, e->numel);
         }
-        for (size_t i = lo; i < hi; i++)
-            spans[i - lo] = (dt_ckpt_span_t){sorted[i]->offset, sorted[i]->count,
-                                             NULL};
-        rc = dt_ckpt_check_tiling("checkpoint manifest: ", e->name, e->numel,
-                                  "segment", spans, hi - lo);
-        free(spans);
+        if (rc)
+            break;
+        dt_ckpt_piece_t *pieces = NULL;
+        size_t n_pieces = 0;
+        rc = dt_ckpt_pieces("checkpoint manifest: ", e, sorted + lo, hi - lo,
+                            &pieces, &n_pieces);
+        free(pieces);
         if (rc) {
-            rc = DT_ERR_INVALID; /* a bug in the caller, not bad data */
+            if (rc == DT_ERR_DATA)
+                rc = DT_ERR_INVALID; /* a bug in the caller, not bad data */
             break;
         }
         cJSON *je = cJSON_AddObjectToObject(jents, e->name);
@@ -289,7 +336,22 @@ int dt_ckpt_write_manifest(const char *tmp_dir, const dt_ckpt_info_t *info,
             dt_ckpt_shard_name(s->shard, fname, sizeof fname);
             snprintf(crc, sizeof crc, "%08" PRIx32, s->crc32);
             cJSON *o = cJSON_CreateObject();
-            add_num(o, "offset", s->offset);
+            if (s->block.ndim > 0) {
+                const dt_ckpt_block_t *b = &s->block;
+                cJSON *sh = cJSON_CreateArray(), *of = cJSON_CreateArray(),
+                      *sz = cJSON_CreateArray();
+                for (int d = 0; d < b->ndim; d++) {
+                    cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)b->shape[d]));
+                    cJSON_AddItemToArray(of, cJSON_CreateNumber((double)b->start[d]));
+                    cJSON_AddItemToArray(sz, cJSON_CreateNumber((double)b->size[d]));
+                }
+                add_num(o, "base", b->base);
+                cJSON_AddItemToObject(o, "shape", sh);
+                cJSON_AddItemToObject(o, "offsets", of);
+                cJSON_AddItemToObject(o, "sizes", sz);
+            } else {
+                add_num(o, "offset", s->offset);
+            }
             add_num(o, "count", s->count);
             cJSON_AddStringToObject(o, "file", fname);
             add_num(o, "byte_offset", s->byte_offset);

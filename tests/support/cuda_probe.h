@@ -19,4 +19,11 @@
  * libcudart not found (<dlerror>)"; `why` may be NULL. */
 int dt_test_cuda_devices(char *why, size_t n);
 
+/* `bytes` of CUDA managed memory (cudaMallocManaged): a device pointer the
+ * host may also read and write while no kernel runs, so device-
+ * parametrized tests fill inputs and read results in place as they do on
+ * the cpu device.  NULL on failure.  Free with dt_test_cuda_managed_free. */
+void *dt_test_cuda_managed_alloc(size_t bytes);
+void dt_test_cuda_managed_free(void *p);
+
 #endif /* DT_TEST_CUDA_PROBE_H */

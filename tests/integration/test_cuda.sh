@@ -6,7 +6,10 @@
 # `run.device = "cuda"` fails at init with exit 1, "no CUDA device" and
 # CUDA's own error string.  Mode "gpu": a short GPT-2 run on cuda against
 # the same run on cpu (f32, tf32 off); exits 77 (skipped) with "no CUDA
-# device" where there is none.  The gpu mode has not yet run on a GPU.
+# device" where there is none; with two GPUs or more, also two ranks on
+# nccl against shm.  The nccl communicator: `--describe nccl`, and its
+# refusal of a device without CUDA streams (exit 2).  The gpu mode has not
+# yet run on a GPU.
 # Exit 77 when the build has no cuda plugin.
 set -euo pipefail
 bin=$1 work=$2 mode=$3
@@ -54,6 +57,16 @@ if [ "$mode" = gpu ]; then
     --set run.name=d1 --set cuda.deterministic=true
   "$bin" run tiny.toml --metrics d2.jsonl --set run.name=d2 --set cuda.deterministic=true >/dev/null 2>&1
   same_losses "deterministic runs repeat the same losses" d1.jsonl d2.jsonl 0
+  n=$("$bin" env | sed -n 's/^  GPUs *\([0-9]*\) visible.*/\1/p')
+  if [ -f "$(dirname "$bin")/plugins-out/dtrain_nccl.so" ] && [ "${n:-0}" -ge 2 ]; then
+    expect_exit 0 "2 ranks on nccl" "$bin" run tiny.toml --metrics nccl.jsonl --set run.name=nccl \
+      --set run.comm=nccl --set launch.nproc=2
+    expect_exit 0 "2 ranks on shm" "$bin" run tiny.toml --metrics shm.jsonl --set run.name=shm \
+      --set run.comm=shm --set launch.nproc=2
+    same_losses "nccl against shm" shm.jsonl nccl.jsonl 1e-4
+  else
+    skip "2 ranks on nccl" "needs the nccl plugin and 2 GPUs (${n:-0} visible)"
+  fi
   finish
   exit
 fi
@@ -73,6 +86,17 @@ expect_out "describe: deterministic" "  deterministic      bool   default false
       no atomics in reductions (embedding backward sums per column in a fixed order) and cuBLASLt without split-K reductions, so a resumed run repeats the same bits"
 n=$(grep -c '^  [a-z0-9_]* *\(int\|bool\) ' <<<"$out" || true)
 if [ "$n" = 5 ]; then ok "describe: five keys"; else bad "describe: $n keys, expected 5" "$out"; fi
+
+if [ -f "$(dirname "$bin")/plugins-out/dtrain_nccl.so" ]; then
+  expect_exit 0 "describe nccl" "$bin" plugins --describe nccl
+  expect_out "describe nccl: kind, and not run on a GPU" "nccl: comm plugin, ABI 1.0, version 0.1.0
+  NVIDIA NCCL on the cuda device's streams, one machine so far (compiled, not yet run on a GPU)"
+  expect_out "describe nccl: poll_us" "  poll_us            int    default 50, range 1 .. 100000"
+  expect_exit 2 "nccl with the cpu device" "$bin" run tiny.toml --set run.comm=nccl --set run.device=cpu
+  expect_out "nccl: needs a CUDA device" "dtrain run: error: comm/nccl: init: the nccl communicator runs on a CUDA device's streams (run.device = \"cuda\"); device \"cpu\" has no native stream"
+else
+  skip "nccl" "this build has no nccl communicator"
+fi
 
 expect_exit 0 "env" "$bin" env
 expect_out "env reports the CUDA runtime" "  CUDA       found: "

@@ -275,6 +275,7 @@ static void peak_flops(int major, int sms, double ghz, double *f32,
 
 /* ------------------------------------------------------------- lifecycle */
 
+/* Idempotent: what it released is NULL afterwards. */
 static void stream_release(dt_device_t *d, dt_stream_t *s)
 {
     if (s->cs)
@@ -285,6 +286,11 @@ static void stream_release(dt_device_t *d, dt_stream_t *s)
         cuda_mem_free(d, s->partials);
     if (s->wide)
         cuda_mem_free(d, s->wide);
+    s->cs = NULL;
+    s->workspace = NULL;
+    s->partials = NULL;
+    s->wide = NULL;
+    s->wide_bytes = 0;
     s->magic = 0;
 }
 
@@ -312,8 +318,7 @@ static void cuda_finalize(dt_device_t *d)
     if (!d)
         return;
     (void)cudaDeviceSynchronize();
-    if (d->def.magic == CUDA_STREAM_MAGIC || d->def.cs)
-        stream_release(d, &d->def);
+    stream_release(d, &d->def);
     if (d->lt)
         cublasLtDestroy(d->lt);
     uint64_t n = 0, bytes = 0, pn = 0, pbytes = 0;

@@ -321,6 +321,13 @@ static void cuda_finalize(dt_device_t *d)
     stream_release(d, &d->def);
     if (d->lt)
         cublasLtDestroy(d->lt);
+    const cuda_alloc_stats_t *as = &d->dmem.st;
+    char peak[32];
+    d->host->log(d->host, DT_LOG_DEBUG,
+                 "caching allocator: %" PRIu64 " cudaMalloc, %" PRIu64 " cudaFree, %" PRIu64
+                 " requests served from the cache, emptied %" PRIu64 " time%s; peak in use %s",
+                 as->raw_allocs, as->raw_frees, as->cache_hits, as->releases,
+                 as->releases == 1 ? "" : "s", cuda_fmt_bytes(peak, as->total_peak));
     uint64_t n = 0, bytes = 0, pn = 0, pbytes = 0;
     cuda_alloc_destroy(&d->dmem, &n, &bytes);
     cuda_alloc_destroy(&d->pmem, &pn, &pbytes);

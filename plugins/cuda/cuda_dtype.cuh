@@ -30,13 +30,25 @@ __device__ __forceinline__ float ld(const __half *p, int64_t i)
     return __half2float(p[i]);
 }
 __device__ __forceinline__ void st(float *p, int64_t i, float v) { p[i] = v; }
+/* NaN keeps its sign and becomes the quiet NaN (as the cpu device and
+ * tests/support/ref_kernels.c do; the intrinsics return one positive
+ * canonical NaN); everything else rounds to nearest even, overflowing to
+ * infinity. */
 __device__ __forceinline__ void st(__nv_bfloat16 *p, int64_t i, float v)
 {
-    p[i] = __float2bfloat16_rn(v);
+    if (isnan(v))
+        p[i] = __ushort_as_bfloat16(
+            (unsigned short)(((__float_as_uint(v) >> 16) & 0x8000u) | 0x7FC0u));
+    else
+        p[i] = __float2bfloat16_rn(v);
 }
 __device__ __forceinline__ void st(__half *p, int64_t i, float v)
 {
-    p[i] = __float2half_rn(v);
+    if (isnan(v))
+        p[i] = __ushort_as_half(
+            (unsigned short)(((__float_as_uint(v) >> 16) & 0x8000u) | 0x7E00u));
+    else
+        p[i] = __float2half_rn(v);
 }
 
 /* Call F.template operator()<T>() with T the element type of `dtype`

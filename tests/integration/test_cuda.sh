@@ -98,6 +98,20 @@ else
   skip "nccl" "this build has no nccl communicator"
 fi
 
+# The planner asks the kernel table without a device: it works without a
+# GPU, and attention's saved state on cuda is the log-sum-exp, (B, NH, T)
+# f32, not the cpu's (B, NH, T, T) probabilities.  tiny.toml: B 4, NH 2,
+# T 32, 2 layers.
+acts() { awk '$1 == "ddp" { print $8 }' <<<"$out"; }
+expect_exit 0 "plan on cuda without a GPU" "$bin" plan tiny.toml
+a_cuda=$(acts)
+expect_exit 0 "plan on cpu" "$bin" plan tiny.toml --set run.device=cpu
+a_cpu=$(acts)
+want=$(awk 'BEGIN { printf "%.4f", (4*2*32*32 - 4*2*32) * 4 * 2 / 1048576 }')
+if awk -v a="$a_cpu" -v b="$a_cuda" -v w="$want" 'BEGIN { d = a - b - w; exit !(d < 0.011 && d > -0.011) }'
+then ok "plan: cuda's attention state is the log-sum-exp ($a_cpu - $a_cuda MiB = $want MiB within the rounding)"
+else bad "plan: activations cpu $a_cpu MiB, cuda $a_cuda MiB, expected a difference of $want MiB"; fi
+
 expect_exit 0 "env" "$bin" env
 expect_out "env reports the CUDA runtime" "  CUDA       found: "
 expect_exit 2 "device_index out of range" "$bin" run tiny.toml --set cuda.device_index=-2

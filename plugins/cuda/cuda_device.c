@@ -17,6 +17,7 @@
 
 #include "dtrain/sdk/cfg.h"
 #include "cuda_internal.h"
+#include "cuda_placement.h"
 
 #define CUDA_MAX_LIMIT 4611686018427387904.0 /* 2^62 */
 
@@ -340,42 +341,6 @@ static void cuda_finalize(dt_device_t *d)
     free(d);
 }
 
-/* Which device: the key, else the core's init argument, else the local
- * rank; refused when there are fewer GPUs than that needs. */
-static int pick_device(const dt_host_v1_t *host, const dt_device_init_v1_t *a,
-                       int64_t key, int count, int *out)
-{
-    if (key >= 0) {
-        if (key >= count)
-            return host->set_error(host, DT_ERR_CONFIG,
-                                   "init: device_index = %lld but this machine "
-                                   "has %d CUDA device%s (0..%d)", (long long)key,
-                                   count, count == 1 ? "" : "s", count - 1);
-        *out = (int)key;
-        return DT_OK;
-    }
-    if (a->device_index >= 0) {
-        if (a->device_index >= count)
-            return host->set_error(host, DT_ERR_CONFIG,
-                                   "init: device %d was asked for, but this "
-                                   "machine has %d CUDA device%s (0..%d)",
-                                   a->device_index, count, count == 1 ? "" : "s",
-                                   count - 1);
-        *out = a->device_index;
-        return DT_OK;
-    }
-    int local_size = a->local_size > 0 ? a->local_size : 1;
-    if (local_size > count)
-        return host->set_error(host, DT_ERR_CONFIG,
-                               "init: %d local ranks on this machine but %d CUDA "
-                               "device%s: the cuda device runs one GPU per local "
-                               "rank (start at most %d ranks per machine, or set "
-                               "device_index to place ranks yourself)",
-                               local_size, count, count == 1 ? "" : "s", count);
-    *out = a->local_rank > 0 ? a->local_rank : 0;
-    return DT_OK;
-}
-
 static int cuda_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
                      dt_device_t **out)
 {
@@ -407,7 +372,7 @@ static int cuda_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
                                "init: no CUDA device: cudaGetDeviceCount found "
                                "none");
     int index = 0;
-    if ((rc = pick_device(host, &a, key_index, count, &index)) != DT_OK)
+    if ((rc = cuda_pick_device(host, &a, key_index, count, &index)) != DT_OK)
         return rc;
     if ((e = cudaSetDevice(index)) != cudaSuccess)
         return host->set_error(host, DT_ERR_SYSTEM,

@@ -234,7 +234,8 @@ static void test_gpu_copies_streams_events(void **state)
     OK(ops()->synchronize(g_dev));
 }
 
-/* One GPU per local rank: more local ranks than GPUs is refused. */
+/* One GPU per local rank: more local ranks than GPUs is refused (the
+ * rule itself: test_cuda_placement, on any machine). */
 static void test_gpu_local_ranks(void **state)
 {
     (void)state;
@@ -245,9 +246,9 @@ static void test_gpu_local_ranks(void **state)
     char want[400];
     snprintf(want, sizeof want,
              "device/cuda: init: %d local ranks on this machine but %d CUDA device%s: "
-             "the cuda device runs one GPU per local rank (start at most %d ranks per "
+             "the cuda device runs one GPU per local rank (start at most %d rank%s per "
              "machine, or set device_index to place ranks yourself)",
-             n + 1, n, n == 1 ? "" : "s", n);
+             n + 1, n, n == 1 ? "" : "s", n, n == 1 ? "" : "s");
     assert_string_equal(dt_last_error(), want);
     char idx[16];
     snprintf(idx, sizeof idx, "%d", n);

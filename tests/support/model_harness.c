@@ -34,6 +34,7 @@ struct dt_mh_strategy {
     float **master;  /* host, f32 */
     void **compute;  /* device, desc->param_dtype */
     float **grads;   /* device, f32 */
+    float **grads_host; /* host copies dt_mh_grads hands out */
     int *fdepth, *bdepth;
     uint8_t *done;   /* [micro * n_units + unit]: last_use seen */
     uint8_t *bwd;    /* [micro]: any backward hook seen */
@@ -141,11 +142,30 @@ static const dt_strategy_ops_v1_t mh_ops = {
 
 /* ------------------------------------------------------------- harness */
 
+const char *dt_mh_device = "cpu";
 static const dt_test_kv_t cpu_kv[] = {{"threads", "2"}, {NULL, NULL}};
-static dt_test_host_t cpu_host;
+/* cuda: no atomics, so a rerun repeats the bits */
+static const dt_test_kv_t cuda_kv[] = {{"deterministic", "true"}, {NULL, NULL}};
+static dt_test_host_t dev_host;
+static char dev_prefix[40];
 
 float *dt_mh_master(dt_mh_t *h, uint32_t u) { return h->strat->master[u]; }
-const float *dt_mh_grads(dt_mh_t *h, uint32_t u) { return h->strat->grads[u]; }
+
+/* Copied to the host, so the host reads them on any device. */
+const float *dt_mh_grads(dt_mh_t *h, uint32_t u)
+{
+    dt_mh_strategy_t *s = h->strat;
+    const uint64_t n = h->desc->units[u].numel;
+    if (!s->grads_host[u] && !(s->grads_host[u] = malloc(n * 4)))
+        fail_msg("dt_mh_grads: out of host memory");
+    int rc = h->D->memcpy_async(h->dev, s->grads_host[u], s->grads[u], n * 4, DT_COPY_D2H,
+                                h->stream);
+    if (rc == DT_OK)
+        rc = h->D->stream_sync(h->dev, h->stream);
+    if (rc != DT_OK)
+        fail_msg("dt_mh_grads: copying unit %u's gradients: %s", u, dt_last_error());
+    return s->grads_host[u];
+}
 
 void dt_mh_forward_hooks(const dt_mh_t *h, uint64_t *plain, uint64_t *no_grad)
 {
@@ -153,17 +173,31 @@ void dt_mh_forward_hooks(const dt_mh_t *h, uint64_t *plain, uint64_t *no_grad)
     *no_grad = h->strat->n_fwd[1];
 }
 
+/* f32 masters are copied; others go up as f32 and are cast on the device
+ * (the host masters are not device memory on every device). */
 int dt_mh_sync_params(dt_mh_t *h)
 {
     dt_mh_strategy_t *s = h->strat;
     for (uint32_t u = 0; u < s->n_units; u++) {
         const uint64_t n = h->desc->units[u].numel;
-        int rc = h->desc->param_dtype == DT_F32
-                     ? h->D->memcpy_async(h->dev, s->compute[u], s->master[u], n * 4,
-                                          DT_COPY_H2D, h->stream)
-                     : h->D->kernels()->cast(h->dev, h->stream, s->compute[u],
-                                             h->desc->param_dtype, s->master[u], DT_F32,
-                                             (int64_t)n);
+        if (h->desc->param_dtype == DT_F32) {
+            int rc = h->D->memcpy_async(h->dev, s->compute[u], s->master[u], n * 4,
+                                        DT_COPY_H2D, h->stream);
+            if (rc)
+                return rc;
+            continue;
+        }
+        void *up = NULL;
+        int rc = h->D->alloc(h->dev, n * 4, DT_TAG_STAGING, &up);
+        if (!rc)
+            rc = h->D->memcpy_async(h->dev, up, s->master[u], n * 4, DT_COPY_H2D, h->stream);
+        if (!rc)
+            rc = h->D->kernels()->cast(h->dev, h->stream, s->compute[u], h->desc->param_dtype,
+                                       up, DT_F32, (int64_t)n);
+        if (!rc)
+            rc = h->D->stream_sync(h->dev, h->stream);
+        if (up)
+            h->D->free(h->dev, up);
         if (rc)
             return rc;
     }
@@ -210,15 +244,17 @@ int dt_mh_open_at(dt_mh_t *h, const char *plugin_dir, const char *source_dir,
     h->T = T;
     int rc;
     char path[1024];
-    snprintf(path, sizeof path, "%s/dtrain_cpu.so", plugin_dir);
+    snprintf(path, sizeof path, "%s/dtrain_%s.so", plugin_dir, dt_mh_device);
     /* never dlclosed: OpenBLAS threads live as long as the process */
     h->D = dt_test_plugin_entry(path, DT_ENTRY_STRING(device, 1), NULL);
     if (!h->D)
         return DT_ERR_NOT_FOUND;
-    dt_test_host_init(&cpu_host, "device/cpu", cpu_kv);
+    snprintf(dev_prefix, sizeof dev_prefix, "device/%s", dt_mh_device);
+    dt_test_host_init(&dev_host, dev_prefix,
+                      strcmp(dt_mh_device, "cuda") == 0 ? cuda_kv : cpu_kv);
     const dt_device_init_v1_t da = {.struct_size = sizeof da, .local_size = 1,
                                     .device_index = -1};
-    if ((rc = h->D->init(&cpu_host.host, &da, &h->dev)) ||
+    if ((rc = h->D->init(&dev_host.host, &da, &h->dev)) ||
         (rc = h->D->stream_create(h->dev, &h->stream)))
         return rc;
     if ((rc = dt_config_load_string("model.toml", model_toml, &h->cfg)))
@@ -240,9 +276,11 @@ int dt_mh_open_at(dt_mh_t *h, const char *plugin_dir, const char *source_dir,
     s->master = calloc(s->n_units, sizeof *s->master);
     s->compute = calloc(s->n_units, sizeof *s->compute);
     s->grads = calloc(s->n_units, sizeof *s->grads);
+    s->grads_host = calloc(s->n_units, sizeof *s->grads_host);
     s->fdepth = calloc(s->n_units, sizeof *s->fdepth);
     s->bdepth = calloc(s->n_units, sizeof *s->bdepth);
-    if (!s->master || !s->compute || !s->grads || !s->fdepth || !s->bdepth)
+    if (!s->master || !s->compute || !s->grads || !s->grads_host || !s->fdepth ||
+        !s->bdepth)
         return DT_ERR_NOMEM;
     const size_t es = dt_dtype_size(h->desc->param_dtype);
     for (uint32_t u = 0; u < s->n_units; u++) {
@@ -269,12 +307,13 @@ void dt_mh_close(dt_mh_t *h)
     if (s) {
         for (uint32_t u = 0; u < s->n_units; u++) {
             free(s->master ? s->master[u] : NULL);
+            free(s->grads_host ? s->grads_host[u] : NULL);
             if (s->compute)
                 h->D->free(h->dev, s->compute[u]);
             if (s->grads)
                 h->D->free(h->dev, s->grads[u]);
         }
-        free(s->master), free(s->compute), free(s->grads);
+        free(s->master), free(s->compute), free(s->grads), free(s->grads_host);
         free(s->fdepth), free(s->bdepth), free(s->done), free(s->bwd);
         free(s);
     }

@@ -1,6 +1,6 @@
 /*
  * tests/support/model_harness.h - run one model (core/model/model.h) on
- * the real cpu device plugin with a minimal strategy that lives in the
+ * a real device plugin (cpu, or cuda: dt_mh_device) with a minimal strategy that lives in the
  * test, and compare its loss, logits and gradients with a float64 numpy
  * reference (tests/reference/<arch>_ref.py) run as a subprocess.
  *
@@ -35,7 +35,11 @@ typedef struct dt_mh {
     const char *source_dir; /* DT_TEST_SOURCE_DIR of the test */
 } dt_mh_t;
 
-/* Load the cpu plugin (2 threads), build the model from TOML text holding
+/* The device plugin dt_mh_open_at loads: "cpu" (the default; 2 threads)
+ * or "cuda" (deterministic).  Set it before opening. */
+extern const char *dt_mh_device;
+
+/* Load the device plugin (dt_mh_device), build the model from TOML text holding
  * a [model] table, allocate activations for B x T and the strategy, and
  * set the parameters to dt_model_init_unit(seed) perturbed by
  * dt_mh_perturb.  Returns DT_OK or a status with dt_last_error(). */
@@ -58,8 +62,8 @@ void dt_mh_perturb(float *unit_params, const dt_unit_desc_v1_t *u, uint64_t seed
 float *dt_mh_master(dt_mh_t *h, uint32_t u);
 /* Rebuild the compute copies from the masters. */
 int dt_mh_sync_params(dt_mh_t *h);
-/* Gradients of unit u (unit.numel f32, device memory the cpu plugin lets
- * the host read). */
+/* Gradients of unit u (unit.numel f32), copied to a host buffer the
+ * harness owns (valid until the next call for u or dt_mh_close). */
 const float *dt_mh_grads(dt_mh_t *h, uint32_t u);
 
 /* How many pre_forward calls the strategy has seen since dt_mh_open,

@@ -19,6 +19,13 @@
  * Skipped, with the reason, only when /usr/bin/python3 or numpy is missing
  * (python3-numpy is in the project's install list, so CI runs it).
  *
+ * Device-parametrized: `test_gpt2_oracle [cpu|cuda]` (default cpu) runs the
+ * model on that device plugin (tests/support/model_harness.c,
+ * dt_mh_device), with the same tolerances: the cuda kernels compute in f32
+ * too (TF32 off).  unit.test_gpt2_oracle.cuda exits 77, which ctest
+ * reports as skipped, printing "no CUDA device: ..." where there is none;
+ * it has not yet run on a GPU.
+ *
  * AdamW is not checked here: tests/unit/test_cpu_kernels.c (test_adamw:
  * the kernel's bias correction and decoupled decay against
  * dt_ref_adamw_update, 5 steps) and tests/unit/test_ddp.c
@@ -40,6 +47,7 @@
 #include "dtrain/dtrain.h"
 #include "model/model.h"
 #include "model_harness.h"
+#include "cuda_probe.h"
 #include "test_assert.h"
 #include "util/error.h"
 
@@ -301,8 +309,20 @@ static void test_description(void **state)
     dt_mh_close(&h);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1)
+        dt_mh_device = argv[1];
+    if (strcmp(dt_mh_device, "cuda") == 0) {
+        char why[512];
+        if (dt_test_cuda_devices(why, sizeof why) == 0) {
+            printf("SKIPPED: %s\n", why);
+            return DT_TEST_SKIP_CODE;
+        }
+    } else if (strcmp(dt_mh_device, "cpu") != 0) {
+        fprintf(stderr, "usage: test_gpt2_oracle [cpu|cuda]\n");
+        return 2;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_description),
         cmocka_unit_test(test_token_range),

@@ -1,12 +1,20 @@
 /*
- * tests/unit/test_cpu_kernels.c - every kernel of the cpu device, forward
- * and backward, against the double-precision references of
+ * tests/unit/test_kernels.c - every kernel of a device plugin, forward and
+ * backward, against the double-precision references of
  * tests/support/ref_kernels.c on fresh seeded random inputs with odd
  * shapes; the references' backward passes against central finite
  * differences of their forward passes; accumulation (+=) of every gradient;
- * optimizers over several steps; sumsq; casts bit-exact; attention's saved
- * state size; the refusal of every dtype combination the cpu does not run;
- * and the same bits from 1 and 2 threads.
+ * optimizers over several steps; sumsq; casts bit-exact; and, on the cpu,
+ * attention's saved state size, the refusal of every dtype combination it
+ * does not run and the same bits from 1 and 2 threads.
+ *
+ * Device-parametrized: `test_kernels [cpu|cuda]` (default cpu).  On cuda
+ * the buffers are CUDA managed memory, so the same test bodies fill inputs
+ * and read results in place, and every kernel call is followed by a
+ * synchronize (OK below); the two instances are deterministic = true and
+ * false.  ctest runs unit.test_kernels (cpu) and unit.test_kernels.cuda,
+ * which exits 77 (skipped) with "no CUDA device" where there is none.  The
+ * cuda variant has not yet run on a GPU.
  *
  * Tolerances are |got - want| <= atol + rtol |want|, stated at each check
  * with the reason.  u = 2^-24 ~ 6e-8 is the f32 unit roundoff.
@@ -25,6 +33,7 @@
 
 #include "../../plugins/cpu/cpu_math.h" /* header-only: test it directly */
 #include "dtrain/dtrain.h"
+#include "cuda_probe.h"
 #include "ref_kernels.h"
 #include "test_host.h"
 #include "util/error.h"
@@ -33,6 +42,8 @@
 
 /* ------------------------------------------------------------ harness */
 
+/* One instance of the device plugin under test (the name is from when
+ * this test ran the cpu only). */
 typedef struct {
     dt_test_host_t th;
     const dt_device_ops_v1_t *ops;
@@ -40,33 +51,41 @@ typedef struct {
     dt_device_t *dev;
 } cpu_t;
 
-static cpu_t g_t1, g_t2; /* threads = 1 and threads = 2 */
+static cpu_t g_t1, g_t2; /* cpu: threads = 1 and 2; cuda: deterministic on, off */
+
+static const char *g_device = "cpu"; /* the plugin under test (argv[1]) */
+static int g_cuda;                   /* managed buffers, synchronize after calls */
+static char g_prefix[32];            /* "device/cpu" */
 
 static const dt_device_ops_v1_t *cpu_ops(void)
 {
     static const dt_device_ops_v1_t *ops;
+    char path[512];
+    snprintf(path, sizeof path, DT_TEST_PLUGIN_DIR "/dtrain_%s.so", g_device);
     /* Never dlclosed: OpenBLAS threads live as long as the process. */
-    if (!ops && !(ops = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_cpu.so",
-                                             DT_ENTRY_STRING(device, 1), NULL)))
+    if (!ops && !(ops = dt_test_plugin_entry(path, DT_ENTRY_STRING(device, 1), NULL)))
         fail_msg("%s", dt_last_error());
     return ops;
 }
 
 static const dt_test_kv_t kv_t1[] = {{"threads", "1"}, {NULL, NULL}};
 static const dt_test_kv_t kv_t2[] = {{"threads", "2"}, {NULL, NULL}};
+static const dt_test_kv_t kv_cuda1[] = {{"deterministic", "true"}, {NULL, NULL}};
+static const dt_test_kv_t kv_cuda2[] = {{"deterministic", "false"}, {NULL, NULL}};
 
 static int open_cpu(cpu_t *c, const dt_test_kv_t *kv)
 {
     c->ops = cpu_ops();
     c->K = c->ops->kernels();
-    dt_test_host_init(&c->th, "device/cpu", kv);
+    dt_test_host_init(&c->th, g_prefix, kv);
     const dt_device_init_v1_t a = {.struct_size = sizeof a, .local_size = 1, .device_index = -1};
     return c->ops->init(&c->th.host, &a, &c->dev);
 }
 
 static int group_setup(void **state)
 {
-    if (open_cpu(&g_t1, kv_t1) != DT_OK || open_cpu(&g_t2, kv_t2) != DT_OK) {
+    if (open_cpu(&g_t1, g_cuda ? kv_cuda1 : kv_t1) != DT_OK ||
+        open_cpu(&g_t2, g_cuda ? kv_cuda2 : kv_t2) != DT_OK) {
         fprintf(stderr, "init: %s\n", dt_last_error());
         return -1;
     }
@@ -80,12 +99,22 @@ static int group_teardown(void **state)
     return 0;
 }
 
+/* On cuda every call is waited for, so the host may read its results. */
 #define OK(expr)                                                               \
     do {                                                                       \
         int rc_ = (expr);                                                      \
+        if (rc_ == DT_OK && g_cuda)                                            \
+            rc_ = g_t1.ops->synchronize(g_t1.dev);                             \
         if (rc_ != DT_OK)                                                      \
             fail_msg("%s: %s: %s", #expr, dt_status_name(rc_),                 \
                      dt_last_error());                                         \
+    } while (0)
+/* The device's message, its "device/<name>: " prefix added. */
+#define assert_dev_msg(expected)                                               \
+    do {                                                                       \
+        char want_[512];                                                       \
+        snprintf(want_, sizeof want_, "%s: %s", g_prefix, (expected));         \
+        assert_string_equal(dt_last_error(), want_);                           \
     } while (0)
 /* Float results vs a double reference. */
 #define CHECK(what, got, want, n, rtol, atol)                                  \
@@ -93,13 +122,25 @@ static int group_teardown(void **state)
 #define CHECK_D(what, got, want, n, rtol, atol)                                \
     assert_int_equal(dt_ref_check_d((what), (got), (want), (n), (rtol), (atol)), 0)
 
+/* Device memory; on cuda managed memory, which the host reads in place. */
 static void *dalloc(cpu_t *c, int64_t bytes)
 {
     void *p = NULL;
+    if (g_cuda) {
+        if (!(p = dt_test_cuda_managed_alloc((size_t)bytes)))
+            fail_msg("cudaMallocManaged(%lld) failed", (long long)bytes);
+        return p;
+    }
     OK(c->ops->alloc(c->dev, (uint64_t)bytes, DT_TAG_ACTIVATIONS, &p));
     return p;
 }
-static void dfree(cpu_t *c, void *p) { OK(c->ops->free(c->dev, p)); }
+static void dfree(cpu_t *c, void *p)
+{
+    if (g_cuda)
+        dt_test_cuda_managed_free(p);
+    else
+        OK(c->ops->free(c->dev, p));
+}
 
 /* Device floats, uniform in [lo, hi). */
 static float *drand(cpu_t *c, dt_ref_rng_t *r, int64_t n, double lo, double hi)
@@ -333,11 +374,11 @@ static void test_matmul_errors(void **state)
     assert_status(c->K->matmul_forward(c->dev, NULL, x, x, x, NULL, DT_F32, DT_F32,
                                        -1, 2, 2),
                   DT_ERR_INVALID);
-    assert_msg("device/cpu: matmul_forward: N = -1 must be >= 0");
+    assert_dev_msg("matmul_forward: N = -1 must be >= 0");
     assert_status(c->K->matmul_backward(c->dev, NULL, x, NULL, NULL, NULL, x,
                                         x, DT_F32, DT_F32, 1, 2, 2),
                   DT_ERR_INVALID);
-    assert_msg("device/cpu: matmul_backward: dout is NULL (2 elements)");
+    assert_dev_msg("matmul_backward: dout is NULL (2 elements)");
     /* No rows: a no-op, only the weight (15 elements) must exist. */
     OK(c->K->matmul_forward(c->dev, NULL, NULL, NULL, x, NULL, DT_F32, DT_F32, 0, 5, 3));
 }
@@ -623,10 +664,10 @@ static void test_attention_errors(void **state)
     float x[64] = {0};
     assert_status(c->K->attention_forward(c->dev, NULL, x, x, x, DT_F32, 1, 2, 10, 3),
                   DT_ERR_INVALID);
-    assert_msg("device/cpu: attention_forward: C = 10 is not a multiple of NH = 3");
+    assert_dev_msg("attention_forward: C = 10 is not a multiple of NH = 3");
     assert_status(c->K->attention_backward(c->dev, NULL, x, x, x, NULL, x, DT_F32, 1, 2, 6, 3),
                   DT_ERR_INVALID);
-    assert_msg("device/cpu: attention_backward: out is NULL (36 elements)");
+    assert_dev_msg("attention_backward: out is NULL (36 elements)");
 }
 
 /* What the cpu's attention keeps, asked without an instance: B NH T^2
@@ -732,7 +773,7 @@ static void test_softmax_xent_extremes(void **state)
     assert_status(c->K->softmax_xent_forward(c->dev, NULL, losses, probs, logits,
                                                tg, DT_F32, 1, 3),
                   DT_ERR_INVALID);
-    assert_msg("device/cpu: softmax_xent_forward: targets[0] = 3 is outside [0, 3)");
+    assert_dev_msg("softmax_xent_forward: targets[0] = 3 is outside [0, 3)");
     dfree(c, logits), dfree(c, losses), dfree(c, probs), dfree(c, tg);
 }
 
@@ -763,7 +804,7 @@ static void test_residual_axpy_scale(void **state)
     /* a multiply and an add: two roundings of |y| < 4 */
     CHECK("axpy", a, yd, n, 1e-6, 1e-6);
     assert_status(c->K->axpy(c->dev, NULL, a, a, DT_F32, 1.0f, n), DT_ERR_INVALID);
-    assert_msg("device/cpu: axpy: x and y are the same buffer");
+    assert_dev_msg("axpy: x and y are the same buffer");
 
     memcpy(a2, b, n * 4);
     OK(c->K->scale(c->dev, NULL, a2, DT_F32, 0.3f, n));
@@ -810,11 +851,11 @@ static void test_adamw(void **state)
     assert_status(c->K->adamw_update(c->dev, NULL, p, g, m, v, DT_F32, n, lr, b1, b2, eps,
                                        wd, gs, 0),
                   DT_ERR_INVALID);
-    assert_msg("device/cpu: adamw_update: step t = 0; it is 1-based");
+    assert_dev_msg("adamw_update: step t = 0; it is 1-based");
     assert_status(c->K->adamw_update(c->dev, NULL, p, g, m, v, DT_F32, n, lr, 1.0f, b2, eps,
                                        wd, gs, 1),
                   DT_ERR_INVALID);
-    assert_msg("device/cpu: adamw_update: beta1 = 1, beta2 = 0.999 must be in [0, 1)");
+    assert_dev_msg("adamw_update: beta1 = 1, beta2 = 0.999 must be in [0, 1)");
     dfree(c, p), dfree(c, m), dfree(c, v), dfree(c, g);
     free(pd), free(md), free(vd);
 }
@@ -857,7 +898,7 @@ static void test_sgd(void **state)
     float x[4] = {0};
     assert_status(c->K->sgd_update(c->dev, NULL, x, x, NULL, DT_F32, 4, 0.1f, 0.9f, 0, 0, 1),
                   DT_ERR_INVALID);
-    assert_msg("device/cpu: sgd_update: mom is NULL (4 elements)");
+    assert_dev_msg("sgd_update: mom is NULL (4 elements)");
 }
 
 /* ================================================================ sumsq */
@@ -907,7 +948,7 @@ static void test_sumsq(void **state)
     OK(c->K->sumsq(c->dev, NULL, out, xb, DT_BF16, n));
     assert_true(isnan(*out));
     assert_status(c->K->sumsq(c->dev, NULL, out, x, DT_F64, n), DT_ERR_UNSUPPORTED);
-    assert_msg("device/cpu: sumsq: dtype f64; only f32, bf16, f16");
+    assert_dev_msg("sumsq: dtype f64; only f32, bf16, f16");
     dfree(c, x), dfree(c, xb), dfree(c, xh), dfree(c, out);
 }
 
@@ -1080,9 +1121,9 @@ static void test_cast_errors(void **state)
     cpu_t *c = &g_t1;
     float *x = dalloc(c, 64);
     assert_status(c->K->cast(c->dev, NULL, x, DT_I32, x, DT_F32, 4), DT_ERR_UNSUPPORTED);
-    assert_msg("device/cpu: cast: f32 -> i32; only f32, bf16, f16");
+    assert_dev_msg("cast: f32 -> i32; only f32, bf16, f16");
     assert_status(c->K->cast(c->dev, NULL, x, DT_BF16, x, DT_F32, 4), DT_ERR_INVALID);
-    assert_msg("device/cpu: cast: f32 -> bf16: dst and src overlap");
+    assert_dev_msg("cast: f32 -> bf16: dst and src overlap");
     dfree(c, x);
 }
 
@@ -1113,7 +1154,7 @@ static void test_dtype_refusals(void **state)
 #define REFUSED(call, msg)                                                     \
     do {                                                                       \
         assert_status((call), DT_ERR_UNSUPPORTED);                            \
-        assert_msg("device/cpu: " msg);                                        \
+        assert_dev_msg(msg);                                                   \
     } while (0)
 #define ACTS(op) op ": bf16 activations: unsupported (the cpu device runs f32 activations)"
     /* matmul: the activation and weight dtypes together */
@@ -1316,10 +1357,11 @@ static void test_threads_matmul(void **state)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_expf_accuracy),
+    /* Every device: the kernels against the references (messages compared
+     * with the device's prefix). */
+    const struct CMUnitTest common[] = {
         cmocka_unit_test(test_ref_matmul_fd),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_bf16_blocks),
@@ -1328,10 +1370,7 @@ int main(void)
         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_attention_errors),
-        cmocka_unit_test(test_attention_state_bytes),
         cmocka_unit_test(test_softmax_xent),
-        cmocka_unit_test(test_softmax_xent_extremes),
         cmocka_unit_test(test_residual_axpy_scale),
         cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_sgd),
@@ -1339,10 +1378,38 @@ int main(void)
         cmocka_unit_test(test_cast_known_patterns),
         cmocka_unit_test(test_cast_exhaustive_16bit),
         cmocka_unit_test(test_cast_from_f32_vs_reference),
+    };
+    /* The cpu's own: its expf, its attention state (probabilities), its
+     * argument and dtype refusals word for word, its thread split. */
+    const struct CMUnitTest cpu_only[] = {
+        cmocka_unit_test(test_expf_accuracy),
+        cmocka_unit_test(test_attention_errors),
+        cmocka_unit_test(test_attention_state_bytes),
+        cmocka_unit_test(test_softmax_xent_extremes),
         cmocka_unit_test(test_cast_errors),
         cmocka_unit_test(test_dtype_refusals),
         cmocka_unit_test(test_threads_bitwise),
         cmocka_unit_test(test_threads_matmul),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    if (argc > 1)
+        g_device = argv[1];
+    snprintf(g_prefix, sizeof g_prefix, "device/%s", g_device);
+    if (strcmp(g_device, "cuda") == 0) {
+        char why[512];
+        if (dt_test_cuda_devices(why, sizeof why) == 0) {
+            printf("SKIPPED: %s\n", why);
+            return DT_TEST_SKIP_CODE;
+        }
+        g_cuda = 1;
+        return cmocka_run_group_tests_name("kernels on cuda", common, group_setup,
+                                           group_teardown);
+    }
+    if (strcmp(g_device, "cpu") != 0) {
+        fprintf(stderr, "usage: test_kernels [cpu|cuda]\n");
+        return 2;
+    }
+    int failed = cmocka_run_group_tests_name("kernels on cpu", common, group_setup,
+                                             group_teardown);
+    return failed + cmocka_run_group_tests_name("the cpu's own", cpu_only, group_setup,
+                                                group_teardown);
 }

@@ -1,0 +1,395 @@
+/*
+ * plugins/cuda/cuda_kernels.c - the cuda device's kernel entry points (the
+ * ABI's signatures): each checks the stream, the shapes, the pointers and
+ * the dtypes, then enqueues the device code of cuda_*.cu through
+ * cuda_launch.h.  The matmuls are in cuda_matmul.c.  dtypes: activations
+ * f32 or bf16 (with weights of the same type), gradients f32 or bf16,
+ * casts and sumsq also f16.  Compiled; not yet run on a GPU.
+ */
+#include <math.h>
+#include <stdio.h>
+
+#include "cuda_internal.h"
+#include "cuda_launch.h"
+
+#define CHECK(expr)                                                            \
+    do {                                                                       \
+        int rc_ = (expr);                                                      \
+        if (rc_ != DT_OK)                                                      \
+            return rc_;                                                        \
+    } while (0)
+
+int cuda_embedding_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                           const int32_t *tokens, const void *wte,
+                           const void *wpe, int dtype, int64_t B, int64_t T,
+                           int64_t C)
+{
+    static const char op[] = "embedding_forward";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(cuda_check_act(d, op, dtype));
+    CUDA_DIM(d, op, B);
+    CUDA_DIM(d, op, T);
+    CUDA_DIM(d, op, C);
+    CUDA_PTR(d, op, out, B * T * C);
+    CUDA_PTR(d, op, tokens, B * T);
+    CUDA_PTR(d, op, wte, C);
+    CUDA_PTR(d, op, wpe, T * C);
+    if (B * T * C == 0)
+        return DT_OK;
+    CUDA_LAUNCHED(d, op, cuda_launch_embedding_forward(st->cs, out, tokens, wte,
+                                                       wpe, dtype, B, T, C));
+    return DT_OK;
+}
+
+int cuda_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte,
+                            float *dwpe, const void *dout,
+                            const int32_t *tokens, int dtype, int64_t B,
+                            int64_t T, int64_t C)
+{
+    static const char op[] = "embedding_backward";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(cuda_check_act(d, op, dtype));
+    CUDA_DIM(d, op, B);
+    CUDA_DIM(d, op, T);
+    CUDA_DIM(d, op, C);
+    CUDA_PTR(d, op, dout, B * T * C);
+    if (dwte)
+        CUDA_PTR(d, op, tokens, B * T);
+    if (B * T * C == 0 || (!dwte && !dwpe))
+        return DT_OK;
+    CUDA_LAUNCHED(d, op, cuda_launch_embedding_backward(st->cs, dwte, dwpe, dout,
+                                                        tokens, dtype, B, T, C,
+                                                        d->deterministic));
+    return DT_OK;
+}
+
+int cuda_gelu_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                      const void *inp, int dtype, int64_t n)
+{
+    static const char op[] = "gelu_forward";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(cuda_check_act(d, op, dtype));
+    CUDA_DIM(d, op, n);
+    CUDA_PTR(d, op, out, n);
+    CUDA_PTR(d, op, inp, n);
+    if (n == 0)
+        return DT_OK;
+    CUDA_LAUNCHED(d, op, cuda_launch_gelu_forward(st->cs, out, inp, dtype, n));
+    return DT_OK;
+}
+
+int cuda_gelu_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                       const void *inp, const void *dout, int dtype, int64_t n)
+{
+    static const char op[] = "gelu_backward";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(cuda_check_act(d, op, dtype));
+    CUDA_DIM(d, op, n);
+    CUDA_PTR(d, op, dinp, n);
+    CUDA_PTR(d, op, inp, n);
+    CUDA_PTR(d, op, dout, n);
+    if (n == 0)
+        return DT_OK;
+    CUDA_LAUNCHED(d, op, cuda_launch_gelu_backward(st->cs, dinp, inp, dout, dtype, n));
+    return DT_OK;
+}
+
+int cuda_softmax_xent_forward(dt_device_t *d, dt_stream_t *s, float *losses,
+                              void *probs, const void *logits,
+                              const int32_t *targets, int dtype, int64_t N,
+                              int64_t V)
+{
+    static const char op[] = "softmax_xent_forward";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(cuda_check_act(d, op, dtype));
+    CUDA_DIM(d, op, N);
+    CUDA_DIM(d, op, V);
+    if (N > 0 && V == 0)
+        return CUDA_INVALID(d, "%s: V = 0 with N = %lld rows", op, (long long)N);
+    if (N > 2147483647)
+        return CUDA_INVALID(d, "%s: N = %lld rows is more than one launch "
+                               "takes (2^31 - 1)", op, (long long)N);
+    CUDA_PTR(d, op, losses, N);
+    CUDA_PTR(d, op, probs, N * V);
+    CUDA_PTR(d, op, logits, N * V);
+    CUDA_PTR(d, op, targets, N);
+    if (N == 0)
+        return DT_OK;
+    CUDA_LAUNCHED(d, op, cuda_launch_softmax_xent_forward(st->cs, losses, probs,
+                                                          logits, targets, dtype,
+                                                          N, V));
+    return DT_OK;
+}
+
+int cuda_softmax_xent_backward(dt_device_t *d, dt_stream_t *s, void *dlogits,
+                               const void *probs, const int32_t *targets,
+                               int dtype, float dloss, int64_t N, int64_t V)
+{
+    static const char op[] = "softmax_xent_backward";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(cuda_check_act(d, op, dtype));
+    CUDA_DIM(d, op, N);
+    CUDA_DIM(d, op, V);
+    CUDA_PTR(d, op, dlogits, N * V);
+    CUDA_PTR(d, op, probs, N * V);
+    CUDA_PTR(d, op, targets, N);
+    if (N * V == 0)
+        return DT_OK;
+    CUDA_LAUNCHED(d, op, cuda_launch_softmax_xent_backward(st->cs, dlogits, probs,
+                                                           targets, dtype, dloss,
+                                                           N, V));
+    return DT_OK;
+}
+
+int cuda_axpy(dt_device_t *d, dt_stream_t *s, void *y, const void *x,
+              int dtype, float alpha, int64_t n)
+{
+    static const char op[] = "axpy";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(cuda_check_elems(d, op, dtype, 0));
+    CUDA_DIM(d, op, n);
+    CUDA_PTR(d, op, y, n);
+    CUDA_PTR(d, op, x, n);
+    if (n == 0)
+        return DT_OK;
+    CUDA_LAUNCHED(d, op, cuda_launch_axpy(st->cs, y, x, dtype, alpha, n));
+    return DT_OK;
+}
+
+int cuda_sumsq(dt_device_t *d, dt_stream_t *s, double *out, const void *x,
+               int dtype, int64_t n)
+{
+    static const char op[] = "sumsq";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(cuda_check_elems(d, op, dtype, 1));
+    CUDA_DIM(d, op, n);
+    CUDA_PTR(d, op, out, 1);
+    CUDA_PTR(d, op, x, n);
+    CUDA_LAUNCHED(d, op, cuda_launch_sumsq(st->cs, out, x, dtype, n, st->partials,
+                                           CUDA_PARTIALS));
+    return DT_OK;
+}
+
+int cuda_cast(dt_device_t *d, dt_stream_t *s, void *dst, int dst_dtype,
+              const void *src, int src_dtype, int64_t n)
+{
+    static const char op[] = "cast";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(cuda_check_elems(d, op, dst_dtype, 1));
+    CHECK(cuda_check_elems(d, op, src_dtype, 1));
+    CUDA_DIM(d, op, n);
+    CUDA_PTR(d, op, dst, n);
+    CUDA_PTR(d, op, src, n);
+    if (n == 0)
+        return DT_OK;
+    CUDA_LAUNCHED(d, op, cuda_launch_cast(st->cs, dst, dst_dtype, src, src_dtype, n));
+    return DT_OK;
+}
+
+int cuda_layernorm_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                           float *mean, float *rstd, const void *inp,
+                           const void *weight, const void *bias, int dtype,
+                           int64_t N, int64_t C)
+{
+    static const char op[] = "layernorm_forward";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(cuda_check_act(d, op, dtype));
+    CUDA_DIM(d, op, N);
+    CUDA_DIM(d, op, C);
+    if (N > 0 && C == 0)
+        return CUDA_INVALID(d, "%s: C = 0 with N = %lld rows", op, (long long)N);
+    if (N > 2147483647)
+        return CUDA_INVALID(d, "%s: N = %lld rows is more than one launch "
+                               "takes (2^31 - 1)", op, (long long)N);
+    CUDA_PTR(d, op, out, N * C);
+    CUDA_PTR(d, op, mean, N);
+    CUDA_PTR(d, op, rstd, N);
+    CUDA_PTR(d, op, inp, N * C);
+    CUDA_PTR(d, op, weight, C);
+    CUDA_PTR(d, op, bias, C);
+    CUDA_LAUNCHED(d, op, cuda_launch_layernorm_forward(st->cs, out, mean, rstd, inp,
+                                                       weight, bias, dtype, N, C));
+    return DT_OK;
+}
+
+int cuda_layernorm_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                            float *dweight, float *dbias, const void *dout,
+                            const void *inp, const void *weight,
+                            const float *mean, const float *rstd, int dtype,
+                            int64_t N, int64_t C)
+{
+    static const char op[] = "layernorm_backward";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(cuda_check_act(d, op, dtype));
+    CUDA_DIM(d, op, N);
+    CUDA_DIM(d, op, C);
+    if (N > 2147483647)
+        return CUDA_INVALID(d, "%s: N = %lld rows is more than one launch "
+                               "takes (2^31 - 1)", op, (long long)N);
+    CUDA_PTR(d, op, dout, N * C);
+    CUDA_PTR(d, op, inp, N * C);
+    CUDA_PTR(d, op, mean, N);
+    CUDA_PTR(d, op, rstd, N);
+    if (dinp)
+        CUDA_PTR(d, op, weight, C);
+    if (N * C == 0)
+        return DT_OK;
+    CUDA_LAUNCHED(d, op, cuda_launch_layernorm_backward(st->cs, dinp, dweight, dbias,
+                                                        dout, inp, weight, mean,
+                                                        rstd, dtype, N, C));
+    return DT_OK;
+}
+
+/* The log-sum-exp per (b, h, t) row: (B, NH, T) f32. */
+int cuda_attention_state_bytes(int64_t B, int64_t T, int64_t C, int64_t NH,
+                               int dtype, uint64_t *out)
+{
+    if (!out || B < 0 || T < 0 || C < 0 || NH <= 0 || C % NH != 0)
+        return DT_ERR_INVALID;
+    if (dtype != DT_F32 && dtype != DT_BF16)
+        return DT_ERR_UNSUPPORTED;
+    uint64_t n = (uint64_t)B;
+    if ((NH && n > UINT64_MAX / (uint64_t)NH) ||
+        (T && n * (uint64_t)NH > UINT64_MAX / 4 / (uint64_t)T))
+        return DT_ERR_INVALID;
+    *out = n * (uint64_t)NH * (uint64_t)T * sizeof(float);
+    return DT_OK;
+}
+
+static int attention_check(dt_device_t *d, const char *op, int dtype, int64_t B,
+                           int64_t T, int64_t C, int64_t NH)
+{
+    CHECK(cuda_check_act(d, op, dtype));
+    CUDA_DIM(d, op, B);
+    CUDA_DIM(d, op, T);
+    CUDA_DIM(d, op, C);
+    if (NH <= 0 || C % NH != 0)
+        return CUDA_INVALID(d, "%s: C = %lld is not a multiple of NH = %lld", op,
+                            (long long)C, (long long)NH);
+    if (T > CUDA_ATTENTION_MAX_T)
+        return d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
+                                  "%s: T = %lld: the cuda device's attention "
+                                  "runs T <= %d", op, (long long)T,
+                                  CUDA_ATTENTION_MAX_T);
+    if (B > 65535 || NH > 65535)
+        return d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
+                                  "%s: B = %lld, NH = %lld: at most 65535 each",
+                                  op, (long long)B, (long long)NH);
+    return DT_OK;
+}
+
+int cuda_attention_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                           void *state, const void *qkv, int dtype, int64_t B,
+                           int64_t T, int64_t C, int64_t NH)
+{
+    static const char op[] = "attention_forward";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(attention_check(d, op, dtype, B, T, C, NH));
+    CUDA_PTR(d, op, out, B * T * C);
+    CUDA_PTR(d, op, state, B * NH * T);
+    CUDA_PTR(d, op, qkv, B * T * 3 * C);
+    if (B * T * C == 0)
+        return DT_OK;
+    CUDA_LAUNCHED(d, op, cuda_launch_attention_forward(st->cs, out, (float *)state,
+                                                       qkv, dtype, B, T, C, NH));
+    return DT_OK;
+}
+
+int cuda_attention_backward(dt_device_t *d, dt_stream_t *s, void *dqkv,
+                            const void *dout, const void *qkv, const void *out,
+                            const void *state, int dtype, int64_t B, int64_t T,
+                            int64_t C, int64_t NH)
+{
+    static const char op[] = "attention_backward";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(attention_check(d, op, dtype, B, T, C, NH));
+    CUDA_PTR(d, op, dqkv, B * T * 3 * C);
+    CUDA_PTR(d, op, dout, B * T * C);
+    CUDA_PTR(d, op, qkv, B * T * 3 * C);
+    CUDA_PTR(d, op, out, B * T * C);
+    CUDA_PTR(d, op, state, B * NH * T);
+    if (B * T * C == 0)
+        return DT_OK;
+    CUDA_LAUNCHED(d, op, cuda_launch_attention_backward(st->cs, dqkv, dout, qkv, out,
+                                                        (const float *)state, dtype,
+                                                        B, T, C, NH));
+    return DT_OK;
+}
+
+int cuda_residual_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                          const void *a, const void *b, int dtype, int64_t n)
+{
+    static const char op[] = "residual_forward";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(cuda_check_act(d, op, dtype));
+    CUDA_DIM(d, op, n);
+    CUDA_PTR(d, op, out, n);
+    CUDA_PTR(d, op, a, n);
+    CUDA_PTR(d, op, b, n);
+    if (n == 0)
+        return DT_OK;
+    CUDA_LAUNCHED(d, op, cuda_launch_residual(st->cs, out, a, b, dtype, n));
+    return DT_OK;
+}
+
+int cuda_scale(dt_device_t *d, dt_stream_t *s, void *x, int dtype, float alpha,
+               int64_t n)
+{
+    static const char op[] = "scale";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(cuda_check_elems(d, op, dtype, 0));
+    CUDA_DIM(d, op, n);
+    CUDA_PTR(d, op, x, n);
+    if (n == 0)
+        return DT_OK;
+    CUDA_LAUNCHED(d, op, cuda_launch_scale(st->cs, x, dtype, alpha, n));
+    return DT_OK;
+}
+
+int cuda_adamw_update(dt_device_t *d, dt_stream_t *s, float *param,
+                      const void *grad, float *m, float *v, int grad_dtype,
+                      int64_t n, float lr, float beta1, float beta2, float eps,
+                      float weight_decay, float grad_scale, int64_t t)
+{
+    static const char op[] = "adamw_update";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(cuda_check_elems(d, op, grad_dtype, 0));
+    CUDA_DIM(d, op, n);
+    if (t < 1)
+        return CUDA_INVALID(d, "%s: step t = %lld must be >= 1", op, (long long)t);
+    CUDA_PTR(d, op, param, n);
+    CUDA_PTR(d, op, grad, n);
+    CUDA_PTR(d, op, m, n);
+    CUDA_PTR(d, op, v, n);
+    if (n == 0)
+        return DT_OK;
+    /* bias corrections in double on the host, once per call */
+    float bc1 = (float)(1.0 - pow((double)beta1, (double)t));
+    float bc2 = (float)(1.0 - pow((double)beta2, (double)t));
+    CUDA_LAUNCHED(d, op, cuda_launch_adamw(st->cs, param, grad, m, v, grad_dtype, n,
+                                           lr, beta1, beta2, eps, weight_decay,
+                                           grad_scale, bc1, bc2));
+    return DT_OK;
+}
+
+int cuda_sgd_update(dt_device_t *d, dt_stream_t *s, float *param,
+                    const void *grad, float *mom, int grad_dtype, int64_t n,
+                    float lr, float momentum, float weight_decay, int nesterov,
+                    float grad_scale)
+{
+    static const char op[] = "sgd_update";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(cuda_check_elems(d, op, grad_dtype, 0));
+    CUDA_DIM(d, op, n);
+    CUDA_PTR(d, op, param, n);
+    CUDA_PTR(d, op, grad, n);
+    if (momentum != 0.0f)
+        CUDA_PTR(d, op, mom, n);
+    if (n == 0)
+        return DT_OK;
+    CUDA_LAUNCHED(d, op, cuda_launch_sgd(st->cs, param, grad,
+                                         momentum != 0.0f ? mom : NULL, grad_dtype,
+                                         n, lr, momentum, weight_decay, nesterov,
+                                         grad_scale));
+    return DT_OK;
+}

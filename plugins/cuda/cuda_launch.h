@@ -1,0 +1,115 @@
+/*
+ * plugins/cuda/cuda_launch.h - the launchers of the cuda device's device
+ * code (cuda_*.cu), callable from C.  Each enqueues its kernels on `cs` and
+ * returns the launch's cudaError_t; arguments were checked by the caller
+ * (cuda_kernels.c): shapes >= 0, pointers non-NULL where they cover
+ * elements, dtypes among those the launcher runs (DT_F32, DT_BF16; f16
+ * where said).  Shapes as in dtrain/device.h.
+ */
+#ifndef DT_CUDA_LAUNCH_H
+#define DT_CUDA_LAUNCH_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- cuda_elementwise.cu ---- */
+cudaError_t cuda_launch_gelu_forward(cudaStream_t cs, void *out,
+                                     const void *inp, int dtype, int64_t n);
+cudaError_t cuda_launch_gelu_backward(cudaStream_t cs, void *dinp,
+                                      const void *inp, const void *dout,
+                                      int dtype, int64_t n);
+/* out = a + b */
+cudaError_t cuda_launch_residual(cudaStream_t cs, void *out, const void *a,
+                                 const void *b, int dtype, int64_t n);
+/* y += alpha x */
+cudaError_t cuda_launch_axpy(cudaStream_t cs, void *y, const void *x,
+                             int dtype, float alpha, int64_t n);
+/* x *= alpha */
+cudaError_t cuda_launch_scale(cudaStream_t cs, void *x, int dtype,
+                              float alpha, int64_t n);
+/* dst = (dst_dtype) src: f32, bf16, f16 each way, round to nearest even */
+cudaError_t cuda_launch_cast(cudaStream_t cs, void *dst, int dst_dtype,
+                             const void *src, int src_dtype, int64_t n);
+/* *out = sum x^2 in double: per-block partial sums into `partials`
+ * (`npartials` doubles), then one block sums those in a fixed order:
+ * deterministic, no atomics.  f32, bf16, f16. */
+cudaError_t cuda_launch_sumsq(cudaStream_t cs, double *out, const void *x,
+                              int dtype, int64_t n, double *partials,
+                              int npartials);
+
+/* ---- cuda_nn.cu ---- */
+cudaError_t cuda_launch_embedding_forward(cudaStream_t cs, void *out,
+                                          const int32_t *tokens,
+                                          const void *wte, const void *wpe,
+                                          int dtype, int64_t B, int64_t T,
+                                          int64_t C);
+/* deterministic: each thread owns one channel and walks the tokens in
+ * order (no atomics); otherwise atomicAdd on dwte.  dwpe sums over B per
+ * (t, c) in order either way. */
+cudaError_t cuda_launch_embedding_backward(cudaStream_t cs, float *dwte,
+                                           float *dwpe, const void *dout,
+                                           const int32_t *tokens, int dtype,
+                                           int64_t B, int64_t T, int64_t C,
+                                           int deterministic);
+cudaError_t cuda_launch_layernorm_forward(cudaStream_t cs, void *out,
+                                          float *mean, float *rstd,
+                                          const void *inp, const void *weight,
+                                          const void *bias, int dtype,
+                                          int64_t N, int64_t C);
+/* dinp per row; dweight, dbias per column over the rows in order (no
+ * atomics). */
+cudaError_t cuda_launch_layernorm_backward(cudaStream_t cs, void *dinp,
+                                           float *dweight, float *dbias,
+                                           const void *dout, const void *inp,
+                                           const void *weight,
+                                           const float *mean,
+                                           const float *rstd, int dtype,
+                                           int64_t N, int64_t C);
+cudaError_t cuda_launch_softmax_xent_forward(cudaStream_t cs, float *losses,
+                                             void *probs, const void *logits,
+                                             const int32_t *targets,
+                                             int dtype, int64_t N, int64_t V);
+cudaError_t cuda_launch_softmax_xent_backward(cudaStream_t cs, void *dlogits,
+                                              const void *probs,
+                                              const int32_t *targets,
+                                              int dtype, float dloss,
+                                              int64_t N, int64_t V);
+/* dbias[o] += sum_n dout[n, o], per column in order (no atomics). */
+cudaError_t cuda_launch_bias_backward(cudaStream_t cs, float *dbias,
+                                      const void *dout, int dtype, int64_t N,
+                                      int64_t OC);
+
+/* ---- cuda_attention.cu ---- */
+/* Largest T the attention kernels take (a row of scores in shared
+ * memory). */
+#define CUDA_ATTENTION_MAX_T 4096
+cudaError_t cuda_launch_attention_forward(cudaStream_t cs, void *out,
+                                          float *lse, const void *qkv,
+                                          int dtype, int64_t B, int64_t T,
+                                          int64_t C, int64_t NH);
+cudaError_t cuda_launch_attention_backward(cudaStream_t cs, void *dqkv,
+                                           const void *dout, const void *qkv,
+                                           const void *out, const float *lse,
+                                           int dtype, int64_t B, int64_t T,
+                                           int64_t C, int64_t NH);
+
+/* ---- cuda_optim.cu ---- */
+cudaError_t cuda_launch_adamw(cudaStream_t cs, float *param, const void *grad,
+                              float *m, float *v, int grad_dtype, int64_t n,
+                              float lr, float beta1, float beta2, float eps,
+                              float weight_decay, float grad_scale,
+                              float bc1, float bc2);
+cudaError_t cuda_launch_sgd(cudaStream_t cs, float *param, const void *grad,
+                            float *mom, int grad_dtype, int64_t n, float lr,
+                            float momentum, float weight_decay, int nesterov,
+                            float grad_scale);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DT_CUDA_LAUNCH_H */

@@ -1,0 +1,244 @@
+/*
+ * plugins/cuda/cuda_matmul.c - the cuda device's matmuls through cuBLASLt:
+ * f32 (TF32 tensor cores when the `tf32` key allows; bf16 weights with
+ * f32 activations are widened to f32 first) and bf16 with f32
+ * accumulation; the forward's bias goes in cuBLASLt's BIAS epilogue, the
+ * weight gradient accumulates (beta = 1) into the f32 dweight straight
+ * from bf16 inputs, and the bias gradient is a column-sum kernel
+ * (cuda_nn.cu: ordered, no atomics).  With `deterministic` cuBLASLt is
+ * asked for algorithms without split-K reductions.
+ *
+ * A row-major (N, C) matrix is a column-major (C, N) one, so each product
+ * is computed on the transposes in cuBLAS's column-major terms (llm.c's
+ * arrangement; the shapes are at each call).  Compiled for sm_80 and
+ * sm_90; not yet run on a GPU.
+ */
+#include <stdio.h>
+
+#include "cuda_internal.h"
+#include "cuda_launch.h"
+
+static cudaDataType_t lt_type(int dtype)
+{
+    return dtype == DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+/* Column-major D (m, n) = alpha op(A) op(B) + beta D, A of type atype (its
+ * stored shape (lda rows)), B of btype, D of dtype, with `bias` (m) added
+ * in the epilogue when non-NULL. */
+typedef struct lt_call {
+    cublasOperation_t ta, tb;
+    uint64_t m, n, k;
+    const void *A, *B;
+    void *D;
+    int atype, dtype; /* B has A's type */
+    int64_t lda, ldb, ldd;
+    float beta;
+    const void *bias;
+} lt_call_t;
+
+static int lt_layout(dt_device_t *d, const char *op, cublasLtMatrixLayout_t *l,
+                     int dtype, uint64_t rows, uint64_t cols, int64_t ld)
+{
+    cublasStatus_t s = cublasLtMatrixLayoutCreate(l, lt_type(dtype), rows, cols, ld);
+    return s == CUBLAS_STATUS_SUCCESS
+               ? DT_OK
+               : cuda_lt_fail(d, op, "cublasLtMatrixLayoutCreate", s);
+}
+
+static int lt_matmul(dt_device_t *d, dt_stream_t *st, const char *op,
+                     const lt_call_t *c)
+{
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasStatus_t s;
+    int rc = DT_OK;
+    cublasComputeType_t ct = c->atype == DT_F32 && d->tf32
+                                 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                 : CUBLAS_COMPUTE_32F;
+#define LT(call)                                                               \
+    do {                                                                       \
+        if ((s = (call)) != CUBLAS_STATUS_SUCCESS) {                           \
+            rc = cuda_lt_fail(d, op, #call, s);                                \
+            goto out;                                                          \
+        }                                                                      \
+    } while (0)
+    LT(cublasLtMatmulDescCreate(&desc, ct, CUDA_R_32F));
+    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &c->ta,
+                                      sizeof c->ta));
+    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &c->tb,
+                                      sizeof c->tb));
+    if (c->bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = lt_type(c->dtype);
+        LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                          &epi, sizeof epi));
+        LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                          &c->bias, sizeof c->bias));
+        LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                          &bt, sizeof bt));
+    }
+    uint64_t ar = c->ta == CUBLAS_OP_N ? c->m : c->k;
+    uint64_t ac = c->ta == CUBLAS_OP_N ? c->k : c->m;
+    uint64_t br = c->tb == CUBLAS_OP_N ? c->k : c->n;
+    uint64_t bc = c->tb == CUBLAS_OP_N ? c->n : c->k;
+    if ((rc = lt_layout(d, op, &la, c->atype, ar, ac, c->lda)) != DT_OK ||
+        (rc = lt_layout(d, op, &lb, c->atype, br, bc, c->ldb)) != DT_OK ||
+        (rc = lt_layout(d, op, &ld, c->dtype, c->m, c->n, c->ldd)) != DT_OK)
+        goto out;
+    LT(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = CUDA_LT_WORKSPACE;
+    LT(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    if (d->deterministic) {
+        uint32_t mask = CUBLASLT_REDUCTION_SCHEME_NONE;
+        LT(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask));
+    }
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    LT(cublasLtMatmulAlgoGetHeuristic(d->lt, desc, la, lb, ld, ld, pref, 1,
+                                      &heur, &found));
+    if (found == 0) {
+        rc = d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
+                                "%s: cuBLASLt has no algorithm for %s x %s "
+                                "(%llu x %llu x %llu)%s", op,
+                                dt_dtype_name(c->atype), dt_dtype_name(c->atype),
+                                (unsigned long long)c->m, (unsigned long long)c->n,
+                                (unsigned long long)c->k,
+                                c->bias ? " with a bias epilogue" : "");
+        goto out;
+    }
+    float alpha = 1.0f;
+    LT(cublasLtMatmul(d->lt, desc, &alpha, c->A, la, c->B, lb, &c->beta, c->D,
+                      ld, c->D, ld, &heur.algo, st->workspace, CUDA_LT_WORKSPACE,
+                      st->cs));
+#undef LT
+out:
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (ld)
+        cublasLtMatrixLayoutDestroy(ld);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (desc)
+        cublasLtMatmulDescDestroy(desc);
+    return rc;
+}
+
+/* f32 activations with f32 or bf16 weights, or bf16 with bf16. */
+static int check_types(dt_device_t *d, const char *op, int dtype, int wdtype)
+{
+    if ((dtype == DT_F32 && (wdtype == DT_F32 || wdtype == DT_BF16)) ||
+        (dtype == DT_BF16 && wdtype == DT_BF16))
+        return DT_OK;
+    char got[96];
+    snprintf(got, sizeof got, "%s activations with %s weights",
+             dt_dtype_name(dtype), dt_dtype_name(wdtype));
+    return cuda_dtype_refused(d, op, got,
+                              "f32 activations with f32 or bf16 weights, or bf16 "
+                              "with bf16");
+}
+
+/* cuBLASLt multiplies bf16 only with bf16: with f32 activations the bf16
+ * weight (OC, C) is widened (exactly) into the stream's scratch, ordered
+ * on the stream, and the product runs in f32.  *w points at the f32 copy. */
+static int widen_weight(dt_device_t *d, dt_stream_t *st, const char *op,
+                        const void **w, int wdtype, int64_t OC, int64_t C)
+{
+    if (wdtype != DT_BF16)
+        return DT_OK;
+    uint64_t bytes = (uint64_t)OC * (uint64_t)C * sizeof(float);
+    if (bytes > st->wide_bytes) {
+        if (st->wide)
+            cuda_mem_free(d, st->wide);
+        st->wide = NULL;
+        st->wide_bytes = 0;
+        char who[64];
+        snprintf(who, sizeof who, "%s: widened weight", op);
+        int rc = cuda_mem_alloc(d, bytes, DT_TAG_STAGING, (void **)&st->wide, who);
+        if (rc != DT_OK)
+            return rc;
+        st->wide_bytes = bytes;
+    }
+    CUDA_LAUNCHED(d, op, cuda_launch_cast(st->cs, st->wide, DT_F32, *w, DT_BF16,
+                                          OC * C));
+    *w = st->wide;
+    return DT_OK;
+}
+
+int cuda_matmul_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                        const void *inp, const void *weight, const void *bias,
+                        int dtype, int wdtype, int64_t N, int64_t C, int64_t OC)
+{
+    static const char op[] = "matmul_forward";
+    CUDA_BEGIN(d, s, op, st);
+    int rc = check_types(d, op, dtype, wdtype);
+    if (rc != DT_OK)
+        return rc;
+    CUDA_DIM(d, op, N);
+    CUDA_DIM(d, op, C);
+    CUDA_DIM(d, op, OC);
+    CUDA_PTR(d, op, out, N * OC);
+    CUDA_PTR(d, op, inp, N * C);
+    CUDA_PTR(d, op, weight, OC * C);
+    if (N == 0 || OC == 0)
+        return DT_OK;
+    if (C == 0) /* an empty sum: out = bias (or 0) */
+        return d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
+                                  "%s: C = 0 is not run by the cuda device", op);
+    if ((rc = widen_weight(d, st, op, &weight, wdtype, OC, C)) != DT_OK)
+        return rc;
+    /* out^T (OC, N) = W (OC, C) inp^T (C, N); W is col-major (C, OC): op T */
+    lt_call_t c = {.ta = CUBLAS_OP_T, .tb = CUBLAS_OP_N,
+                   .m = (uint64_t)OC, .n = (uint64_t)N, .k = (uint64_t)C,
+                   .A = weight, .B = inp, .D = out, .atype = dtype, .dtype = dtype,
+                   .lda = C, .ldb = C, .ldd = OC, .beta = 0.0f, .bias = bias};
+    return lt_matmul(d, st, op, &c);
+}
+
+int cuda_matmul_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                         float *dweight, float *dbias, const void *dout,
+                         const void *inp, const void *weight, int dtype,
+                         int wdtype, int64_t N, int64_t C, int64_t OC)
+{
+    static const char op[] = "matmul_backward";
+    CUDA_BEGIN(d, s, op, st);
+    int rc = check_types(d, op, dtype, wdtype);
+    if (rc != DT_OK)
+        return rc;
+    CUDA_DIM(d, op, N);
+    CUDA_DIM(d, op, C);
+    CUDA_DIM(d, op, OC);
+    CUDA_PTR(d, op, dout, N * OC);
+    if (dinp)
+        CUDA_PTR(d, op, weight, OC * C);
+    if (dweight)
+        CUDA_PTR(d, op, inp, N * C);
+    if (N == 0 || OC == 0 || C == 0)
+        return DT_OK;
+    if (dinp && (rc = widen_weight(d, st, op, &weight, wdtype, OC, C)) != DT_OK)
+        return rc;
+    if (dinp) { /* dinp^T (C, N) += W^T (C, OC) dout^T (OC, N) */
+        lt_call_t c = {.ta = CUBLAS_OP_N, .tb = CUBLAS_OP_N,
+                       .m = (uint64_t)C, .n = (uint64_t)N, .k = (uint64_t)OC,
+                       .A = weight, .B = dout, .D = dinp, .atype = dtype,
+                       .dtype = dtype, .lda = C, .ldb = OC, .ldd = C, .beta = 1.0f};
+        if ((rc = lt_matmul(d, st, op, &c)) != DT_OK)
+            return rc;
+    }
+    if (dweight) { /* dW^T (C, OC) += inp^T (C, N) dout (N, OC), in f32 */
+        lt_call_t c = {.ta = CUBLAS_OP_N, .tb = CUBLAS_OP_T,
+                       .m = (uint64_t)C, .n = (uint64_t)OC, .k = (uint64_t)N,
+                       .A = inp, .B = dout, .D = dweight, .atype = dtype,
+                       .dtype = DT_F32, .lda = C, .ldb = OC, .ldd = C, .beta = 1.0f};
+        if ((rc = lt_matmul(d, st, op, &c)) != DT_OK)
+            return rc;
+    }
+    if (dbias)
+        CUDA_LAUNCHED(d, op, cuda_launch_bias_backward(st->cs, dbias, dout, dtype, N, OC));
+    return DT_OK;
+}

@@ -1,0 +1,80 @@
+/*
+ * plugins/cuda/cuda_optim.cu - the cuda device's optimizer updates: AdamW
+ * (decoupled weight decay) and SGD with momentum, one fused element-wise
+ * kernel each.  The ABI hands a strategy's whole flat shard (every tensor
+ * of a unit or of the rank's shard, one buffer) to one call, so one launch
+ * already covers many tensors: the multi-tensor fusion PyTorch's
+ * _foreach/fused optimizers do over lists of tensors.  Compiled for sm_80
+ * and sm_90; not yet run on a GPU.
+ */
+#include "cuda_dtype.cuh"
+#include "cuda_launch.h"
+
+template <typename G>
+__global__ void adamw_k(float *param, const G *grad, float *m, float *v,
+                        int64_t n, float lr, float b1, float b2, float eps,
+                        float wd, float gs, float bc1, float bc2)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float g = ld(grad, i) * gs;
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float p = param[i];
+        param[i] = p - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p);
+    }
+}
+
+template <typename G>
+__global__ void sgd_k(float *param, const G *grad, float *mom, int64_t n,
+                      float lr, float mu, float wd, int nesterov, float gs)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float p = param[i];
+        float g = ld(grad, i) * gs + wd * p;
+        float step = g;
+        if (mom) {
+            float mi = mu * mom[i] + g;
+            mom[i] = mi;
+            step = nesterov ? g + mu * mi : mi;
+        }
+        param[i] = p - lr * step;
+    }
+}
+
+extern "C" {
+
+cudaError_t cuda_launch_adamw(cudaStream_t cs, float *param, const void *grad,
+                              float *m, float *v, int grad_dtype, int64_t n,
+                              float lr, float beta1, float beta2, float eps,
+                              float weight_decay, float grad_scale,
+                              float bc1, float bc2)
+{
+    return dt_dispatch(grad_dtype, [&](auto *t) {
+        using G = DT_ELEM(t);
+        adamw_k<G><<<dt_grid(n), DT_BLOCK, 0, cs>>>(param, (const G *)grad, m, v,
+                                                     n, lr, beta1, beta2, eps,
+                                                     weight_decay, grad_scale,
+                                                     bc1, bc2);
+        return cudaGetLastError();
+    });
+}
+
+cudaError_t cuda_launch_sgd(cudaStream_t cs, float *param, const void *grad,
+                            float *mom, int grad_dtype, int64_t n, float lr,
+                            float momentum, float weight_decay, int nesterov,
+                            float grad_scale)
+{
+    return dt_dispatch(grad_dtype, [&](auto *t) {
+        using G = DT_ELEM(t);
+        sgd_k<G><<<dt_grid(n), DT_BLOCK, 0, cs>>>(param, (const G *)grad, mom, n,
+                                                   lr, momentum, weight_decay,
+                                                   nesterov, grad_scale);
+        return cudaGetLastError();
+    });
+}
+
+} /* extern "C" */

@@ -1,0 +1,118 @@
+/*
+ * plugins/nccl/nccl_internal.h - what the nccl communicator's files share:
+ * the group and request structs, the NCCL error helper, and the bootstrap
+ * seam (nccl_bootstrap.c).  Nothing here is exported from the module.
+ */
+#ifndef DT_NCCL_INTERNAL_H
+#define DT_NCCL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "dtrain/comm.h"
+
+typedef enum nccl_op_kind {
+    NCCL_OP_ALL_REDUCE,
+    NCCL_OP_REDUCE_SCATTER,
+    NCCL_OP_ALL_GATHER,
+    NCCL_OP_BROADCAST,
+    NCCL_OP_REDUCE,
+    NCCL_OP_SEND,
+    NCCL_OP_RECV,
+    NCCL_OP_BARRIER
+} nccl_op_kind_t;
+
+/* What a started operation is, for messages, and the event that marks its
+ * end on the stream it was enqueued on. */
+struct dt_comm_req {
+    int kind;        /* nccl_op_kind_t */
+    uint64_t seq;    /* 1-based per group */
+    int dtype;
+    uint64_t bytes;  /* this rank's buffer */
+    int32_t root;    /* root, or the peer of send/recv; -1 */
+    int32_t tag;
+    int op;          /* dt_reduce_op_t, or -1 */
+    cudaEvent_t ev;
+};
+
+struct dt_comm {
+    const dt_host_v1_t *host;
+    /* mu guards nc: every NCCL call on it, and its abort, which another
+     * thread may call at any time (dt_comm_ops_v1_t.abort).  Held for one
+     * call or one poll of a wait, never across a wait's sleep. */
+    pthread_mutex_t mu;
+    ncclComm_t nc;      /* NULL once aborted */
+    int32_t rank, size; /* in this group */
+    int32_t world_rank;
+    int64_t timeout_ms;
+    int64_t poll_us;
+    const dt_device_ops_v1_t *dev_ops;
+    dt_device_t *dev;
+    void *barrier_buf;  /* one f32 of device memory (DT_TAG_COMM) */
+    char gname[96];     /* "world", "world/split 1 color 0" */
+    uint64_t seq;
+    uint32_t nsplits;
+    /* After a failure (an NCCL error, a timeout, abort) every later
+     * operation fails at once with this status and message. */
+    atomic_int broken; /* a dt_status_t, 0 while healthy */
+    char broken_msg[640];
+};
+
+/* "<what>: <ncclGetErrorString> (<ncclGetLastError>)"; DT_ERR_SYSTEM. */
+int nccl_fail(dt_comm_t *c, const char *what, ncclResult_t r);
+
+/* (All three below are called with c->mu held.)
+ * Wait until a nonblocking communicator's last call finished (its async
+ * state leaves ncclInProgress), at most timeout_ms.  DT_OK, or the error
+ * (message set, prefixed `what`), with the communicator aborted. */
+int nccl_settle(dt_comm_t *c, ncclComm_t nc, const char *what);
+
+/* Mark the group failed (first reason wins) and abort the NCCL
+ * communicator, so no collective of it can hang. */
+void nccl_break(dt_comm_t *c, int status, const char *msg);
+
+/* ---- bootstrap (nccl_bootstrap.c) ----
+ * The world's ncclUniqueId, agreed by every rank of the job.  Within one
+ * machine: rank 0 makes it and publishes it in /dev/shm under the job id
+ * (the id the launcher, or the environment, gives every rank: the same
+ * agreement shm relies on), the others read it, bounded by timeout_ms.
+ * THE SEAM: ranks on several machines need a network rendezvous
+ * (MASTER_ADDR/MASTER_PORT, or mpirun/srun's); it is not built yet, and
+ * such a world is refused with DT_ERR_UNSUPPORTED saying so.  A network
+ * rendezvous replaces nccl_bootstrap_id's body for that case and nothing
+ * else. */
+int nccl_bootstrap_id(const dt_host_v1_t *host, const dt_comm_init_v1_t *a,
+                      ncclUniqueId *id);
+/* Remove the published id once every rank has joined (rank 0). */
+void nccl_bootstrap_done(const dt_comm_init_v1_t *a);
+/* cleanup_job: the id files a job left behind. */
+int nccl_cleanup_job(const dt_host_v1_t *host, const char *job_id);
+
+/* ---- operations (nccl_ops.c), the ABI's signatures ---- */
+int nccl_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count,
+                    int dtype, int op, dt_stream_t *stream, dt_comm_req_t **req);
+int nccl_reduce_scatter(dt_comm_t *c, const void *send, void *recv,
+                        uint64_t recv_count, int dtype, int op,
+                        dt_stream_t *stream, dt_comm_req_t **req);
+int nccl_all_gather(dt_comm_t *c, const void *send, void *recv,
+                    uint64_t send_count, int dtype, dt_stream_t *stream,
+                    dt_comm_req_t **req);
+int nccl_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype,
+                   int32_t root, dt_stream_t *stream, dt_comm_req_t **req);
+int nccl_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count,
+                int dtype, int op, int32_t root, dt_stream_t *stream,
+                dt_comm_req_t **req);
+int nccl_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype,
+              int32_t peer, int32_t tag, dt_stream_t *stream,
+              dt_comm_req_t **req);
+int nccl_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
+              int32_t tag, dt_stream_t *stream, dt_comm_req_t **req);
+int nccl_barrier(dt_comm_t *c, dt_comm_req_t **req);
+int nccl_wait(dt_comm_t *c, dt_comm_req_t *req, int64_t timeout_ms);
+int nccl_test(dt_comm_t *c, dt_comm_req_t *req, int *done);
+
+#endif /* DT_NCCL_INTERNAL_H */

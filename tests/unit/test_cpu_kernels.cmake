@@ -1,2 +1,0 @@
-# test_cpu_kernels dlopens the cpu plugin from the build's plugin folder.
-add_dependencies(test_cpu_kernels plugin_cpu)

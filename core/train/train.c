@@ -102,6 +102,8 @@ typedef struct run {
     dt_device_t *dev;
     dt_stream_t *stream;
     dt_comm_t *comm;
+    const dt_plugin_t *poff;  /* [parallel] offload's tier; NULL: none */
+    dt_offload_t *off;
     dt_strategy_t *strat;
     dt_optim_desc_t optim;    /* the strategy keeps a pointer until finalize */
     dt_model_t *model;
@@ -133,6 +135,8 @@ static void run_free(run_t *R)
     dt_model_ctx_t ctx = {R->dev_ops, R->dev, R->stream, NULL, NULL, NULL};
     if (R->strat)
         R->strat_ops->finalize(R->strat);
+    if (R->off) /* after the strategy, which frees its buffers there */
+        ((const dt_offload_ops_t *)R->poff->ops)->finalize(R->off);
     if (R->model)
         dt_model_free(R->model, R->dev ? &ctx : NULL);
     if (R->comm)
@@ -170,11 +174,10 @@ static int start_plugins(run_t *R)
 {
     dt_resolved_t *r = R->r;
     int rc;
-    if (r->plugin[DT_ROLE_TENSOR] || r->plugin[DT_ROLE_PIPELINE] || r->plugin[DT_ROLE_OFFLOAD])
+    if (r->plugin[DT_ROLE_TENSOR] || r->plugin[DT_ROLE_PIPELINE])
         return dt_err_set(DT_ERR_CONFIG,
-                          "%s: tensor/pipeline parallelism and offload tiers are not part of "
-                          "this build's training loop yet (parallel.tensor = 1, "
-                          "parallel.pipeline = 1, parallel.offload = \"none\")",
+                          "%s: tensor/pipeline parallelism is not part of this build's "
+                          "training loop yet (parallel.tensor = 1, parallel.pipeline = 1)",
                           R->set->config_path);
     R->pdev = r->plugin[DT_ROLE_DEVICE];
     R->pcomm = r->plugin[DT_ROLE_COMM];
@@ -204,6 +207,17 @@ static int start_plugins(run_t *R)
                          .dev_ops = R->dev_ops, .dev = R->dev};
     if ((rc = PLUGIN_CALL(R->pcomm, R->comm_ops->init(R->pcomm->host, &ca, &R->comm), "init")))
         return rc;
+    /* ---- offload tier (issue 13): the strategy keeps state there ---- */
+    if ((R->poff = r->plugin[DT_ROLE_OFFLOAD])) {
+        const dt_offload_ops_t *oops = R->poff->ops;
+        dt_offload_init_t oa = {.struct_size = sizeof oa, .rank = R->world.rank,
+                                .local_rank = R->world.local_rank, .job_id = R->world.job_id,
+                                .timeout_ms = ca.timeout_ms, .dev_ops = R->dev_ops,
+                                .dev = R->dev};
+        if ((rc = PLUGIN_CALL(R->poff, oops->init(R->poff->host, &oa, &R->off), "init")))
+            return rc;
+    }
+    /* ---- end offload tier ---- */
     return dt_consistency_check(&R->world, R->r->cfg, R->comm_ops, R->comm);
 }
 
@@ -292,9 +306,19 @@ static int init_strategy(run_t *R)
         .struct_size = sizeof sa, .n_micro = (uint32_t)R->set->train.grad_accum,
         .dev_ops = R->dev_ops, .dev = R->dev, .compute_stream = R->stream,
         .comm_ops = R->comm_ops, .comm = R->comm, .model = dt_model_desc(R->model),
-        .optim = &R->optim};
+        .optim = &R->optim,
+        .offload_ops = R->poff ? R->poff->ops : NULL, .offload = R->off};
     int rc = PLUGIN_CALL(R->pstrat, R->strat_ops->init(R->pstrat->host, &sa, &R->strat),
                          "init");
+    if (rc == DT_ERR_NOMEM && !R->poff) {
+        /* ---- offload tier (issue 13): say how the state could fit ---- */
+        char msg[DT_ERR_MAX];
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+        return dt_err_set(rc, "%s; to keep the optimizer state (f32 master and moments) in "
+                          "host memory instead, set [parallel] offload = \"offload_cpu\" "
+                          "(and offload_what = \"optimizer\" in the strategy's table; zero "
+                          "stage 3 and fsdp FULL_SHARD may offload \"params\" too)", msg);
+    }
     if (rc)
         return rc;
     R->ctx = (dt_model_ctx_t){R->dev_ops, R->dev, R->stream, R->strat_ops, R->strat,

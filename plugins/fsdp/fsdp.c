@@ -81,6 +81,7 @@ static const dt_config_key_t fsdp_keys[] = {
      .type = DT_CFG_BOOL,
      .def = "true",
      .doc = "FULL_SHARD / HYBRID_SHARD: free gathered parameters after forward"},
+    DT_OFFLOAD_KEY_WHAT,
 };
 
 enum { FULL_SHARD = 0, SHARD_GRAD_OP = 1, NO_SHARD = 2, HYBRID_SHARD = 3 };
@@ -148,6 +149,7 @@ static int fsdp_configure(const dt_host_v1_t *host, const dt_model_desc_v1_t *mo
     cfg->prefetch_bwd_post = c.prefetch_bwd == PREFETCH_POST;
     cfg->max_gathers = (uint32_t)c.limit;
     cfg->max_reduces = FSDP_MAX_REDUCES;
+    cfg->params_offload_ok = c.strategy == FULL_SHARD;
     return DT_OK;
 }
 

@@ -18,6 +18,7 @@
  *   shard_hooks.c     the unit hooks and the start of a step
  *   shard_step.c      the sharded optimizer step: norm, clip, update
  *   shard_state.c     checkpoint state by global ranges, state_loaded
+ *   shard_offload.c   the optimizer state in an offload tier (ZeRO-Offload)
  *   shard_engine.c    creating and freeing an engine: groups, buffers
  *   shard_estimate.c  the planner's estimate (a replay of one step)
  *   shard_strategy.c  a strategy plugin over the engine: init, estimate, ops
@@ -32,6 +33,7 @@
 #include "dtrain/sdk/dp.h"
 #include "dtrain/sdk/flat.h"
 #include "dtrain/sdk/norm.h"
+#include "dtrain/sdk/offload.h"
 #include "dtrain/sdk/optim.h"
 #include "dtrain/sdk/ranges.h"
 
@@ -171,6 +173,8 @@ typedef struct dt_shard_cfg {
                                   * (one reduction is always allowed) */
     uint64_t gather_numel;       /* replicated params: elements all-gathered
                                   * at a time after the step; 0: no cap */
+    int32_t params_offload_ok;   /* 1: offload_what may name params (zero
+                                  * stage 3, fsdp FULL_SHARD) */
 } dt_shard_cfg_t;
 
 /* Per-group and per-reduction bookkeeping (shard_internal.h). */
@@ -203,8 +207,13 @@ typedef struct dt_shard_engine {
                                    * in cshard / replica (f32 params) */
     float *gshard;                /* grads sharded: f32 shard */
     float *gfull;                 /* grads_full: f32 full layout */
-    float *m, *v;                 /* optimizer moments of the shard */
+    float *m, *v;                 /* optimizer moments of the shard (NULL
+                                   * when offloaded) */
     double *norm_slot;
+    /* offload (shard_offload.c): what the tier holds (DT_OFFLOAD_WHAT_*)
+     * and, with the optimizer there, the master shard and moments */
+    uint32_t offload_what;
+    dt_offload_state_t off;
 
     /* hooks */
     uint32_t *final_at;           /* (n_units) micro-step + 1 of the last

@@ -166,7 +166,8 @@ int shard_refresh_params(dt_shard_engine_t *e, const char *when)
 {
     const dt_device_ops_v1_t *d = e->dp.dev_ops;
     int rc = DT_OK;
-    if (e->pdtype == DT_BF16) {
+    /* an offloaded optimizer wrote the compute copy itself */
+    if (e->pdtype == DT_BF16 && !shard_optim_offloaded(e)) {
         if (e->replica) {
             for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++)
                 rc = d->kernels()->cast(e->dp.dev, e->dp.cs, shard_cshard(e, i), DT_BF16,

@@ -10,6 +10,7 @@
  *   this header                    buffers, ordering, logging (inline)
  *   shard_gather.c, shard_reduce.c the collectives in flight (parameters;
  *                                  gradients), independent of each other
+ *   shard_offload.c                optimizer state in an offload tier
  *   shard_hooks.c, shard_step.c,   the strategy's calls
  *   shard_state.c
  *   shard_engine.c                 init and free
@@ -161,6 +162,28 @@ static inline void shard_log_group(dt_shard_engine_t *e, uint32_t gi, const char
                     e->dp.size, what, gi, shard_unit_name(e, g->unit_lo),
                     shard_unit_name(e, g->unit_hi), dt_status_name(rc));
 }
+
+/* ------------------------------------------------ shard_offload.c */
+
+/* The optimizer state lives in the offload tier (e->off). */
+static inline int shard_optim_offloaded(const dt_shard_engine_t *e)
+{
+    return (e->offload_what & DT_OFFLOAD_WHAT_OPTIMIZER) != 0;
+}
+/* The optimizer keeps a second moment (AdamW), wherever it lives. */
+static inline int shard_has_v(const dt_shard_engine_t *e)
+{
+    return e->dp.optim.kind == DT_OPTIM_ADAMW;
+}
+/* Read offload_what for this configuration (engine init). */
+int shard_offload_configure(dt_shard_engine_t *e);
+/* The tier's buffers for the master shard and the moments (make_buffers). */
+int shard_offload_alloc(dt_shard_engine_t *e);
+/* The update of every held range on the host, parameters written back to
+ * the compute copy (the step, in place of the device optimizer). */
+int shard_offload_step(dt_shard_engine_t *e, const dt_optim_step_t *st);
+/* The whole master shard to the compute copy (state_loaded). */
+int shard_offload_push(dt_shard_engine_t *e);
 
 /* ------------------------------------------------ shard_gather.c */
 

@@ -71,6 +71,7 @@ static const dt_config_key_t zero_keys[] = {
      .min = 0,
      .max = 1e15,
      .doc = "stage 3: units with fewer elements stay gathered"},
+    DT_OFFLOAD_KEY_WHAT,
 };
 
 typedef struct zero_conf {
@@ -120,6 +121,7 @@ static int zero_configure(const dt_host_v1_t *host, const dt_model_desc_v1_t *mo
     cfg->grads_full = c.stage == 1;
     cfg->reshard_after_forward = 1;
     cfg->max_reduce_numel = (uint64_t)c.reduce_bucket;
+    cfg->params_offload_ok = c.stage == 3;
     if (c.stage < 3) {
         cfg->spans = spans;
         cfg->n_spans = dt_bucket_plan(unit_numel, model->n_units, (uint64_t)c.reduce_bucket,

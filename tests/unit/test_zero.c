@@ -378,14 +378,15 @@ static void test_config_errors(void **state)
     assert_int_equal(th.mem.current[DT_TAG_OTHER], 0);
 
     /* the declared schema: stage is a required integer in [1, 3] */
-    assert_int_equal(Z->info.n_config_keys, 6);
+    assert_int_equal(Z->info.n_config_keys, 7);
     assert_string_equal(Z->info.config_keys[0].name, "stage");
     assert_int_equal(Z->info.config_keys[0].type, DT_CFG_INT);
     assert_null(Z->info.config_keys[0].def);
     assert_true(Z->info.config_keys[0].min == 1 && Z->info.config_keys[0].max == 3);
     const char *names[] = {"reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
-                           "prefetch_bucket_size", "param_persistence_threshold"};
-    for (int k = 0; k < 5; k++)
+                           "prefetch_bucket_size", "param_persistence_threshold",
+                           "offload_what"};
+    for (int k = 0; k < 6; k++)
         assert_string_equal(Z->info.config_keys[k + 1].name, names[k]);
 }
 

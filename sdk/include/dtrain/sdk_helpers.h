@@ -14,6 +14,8 @@
  *   dtrain/sdk/optim.h    AdamW / SGD over a range, tensor by tensor, with
  *                         the right weight decay; the clip coefficient
  *   dtrain/sdk/norm.h     sum of squares to the host; summed across a group
+ *   dtrain/sdk/offload.h  optimizer state in an offload tier, updated on
+ *                         the host (ZeRO-Offload)
  *   dtrain/sdk/hash.h     a 64-bit content hash of device memory and a
  *                         collective check that every rank holds the same
  *   dtrain/sdk/cfg.h      reading a plugin's config values with defaults
@@ -48,6 +50,7 @@
 #include "dtrain/sdk/flat.h"
 #include "dtrain/sdk/hash.h"
 #include "dtrain/sdk/norm.h"
+#include "dtrain/sdk/offload.h"
 #include "dtrain/sdk/optim.h"
 #include "dtrain/sdk/ranges.h"
 #include "dtrain/sdk/replica.h"

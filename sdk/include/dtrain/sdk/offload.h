@@ -1,0 +1,96 @@
+/*
+ * dtrain/sdk/offload.h - optimizer state held in an offload tier
+ * (ZeRO-Offload): the f32 master parameters and the optimizer moments of
+ * the elements a rank updates live in three tier buffers, updated in place
+ * on the host (the tier's host_ptr) by the same loops as the cpu device's
+ * kernels (optim.h), with the gradients brought over from the device and
+ * the updated parameters sent back to the device's compute copy, piece by
+ * piece through pinned staging.  The sharded engine (zero, fsdp) and the
+ * replica machinery (ddp) use it alike.
+ *
+ * Layout: the strategy's own flat index space of `numel` elements (a shard
+ * buffer, a replica's layout); `at` arguments are offsets in it.
+ *
+ * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
+ * it and the conventions every helper follows).  Blocking throughout.
+ */
+#ifndef DTRAIN_SDK_OFFLOAD_H
+#define DTRAIN_SDK_OFFLOAD_H
+
+#include <stdint.h>
+
+#include "dtrain/device.h"
+#include "dtrain/host.h"
+#include "dtrain/offload.h"
+#include "dtrain/sdk/optim.h"
+#include "dtrain/strategy.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Elements moved per piece between the device and the host (the size of
+ * the pinned staging buffers, f32). */
+#define DT_OFFLOAD_PIECE (1u << 20)
+
+/* What a strategy's `offload_what` key selects (DT_OFFLOAD_KEY_WHAT). */
+#define DT_OFFLOAD_WHAT_OPTIMIZER 0x1u /* master parameters + moments */
+#define DT_OFFLOAD_WHAT_PARAMS 0x2u    /* the compute parameters (stage 3) */
+
+/* The key, for a strategy's dt_config_key_t list: which state goes to the
+ * tier [parallel] offload names (ignored without one). */
+#define DT_OFFLOAD_KEY_WHAT                                                    \
+    {.name = "offload_what", .type = DT_CFG_ENUM, .def = "\"optimizer\"",     \
+     .choices = "optimizer|params|optimizer_and_params",                       \
+     .doc = "with [parallel] offload: what the tier holds - optimizer "       \
+            "(f32 master + moments), params (zero stage 3 / fsdp "            \
+            "FULL_SHARD only) or both"}
+
+/* Read `offload_what` into *what (DT_OFFLOAD_WHAT_* bits).  `args` are the
+ * strategy's init args: without a tier *what is 0.  `params_ok` says
+ * whether this configuration may offload parameters; `what_is` names it
+ * ("zero stage 2") for the DT_ERR_CONFIG that says which strategies may. */
+int dt_offload_what(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args, int params_ok,
+                    const char *what_is, uint32_t *what);
+
+typedef struct dt_offload_state {
+    const dt_host_v1_t *host;
+    const dt_offload_ops_v1_t *ops;
+    dt_offload_t *tier;
+    const dt_device_ops_v1_t *dev_ops;
+    dt_device_t *dev;
+    dt_stream_t *cs;          /* the compute stream: copies are ordered on it */
+    int32_t rank;
+    int32_t pdtype;           /* compute parameters: DT_F32 or DT_BF16 */
+    uint64_t numel;
+    dt_offload_buf_t *buf[DT_STATE_COUNT];
+    float *state[DT_STATE_COUNT]; /* host pointers: master, m, v (v NULL for SGD) */
+    float *gstage;            /* pinned: gradients of one piece */
+    uint16_t *pstage;         /* pinned: bf16 parameters of one piece */
+    uint64_t piece;           /* elements per piece */
+} dt_offload_state_t;
+
+/* Allocate master, m (and v when has_v) of `numel` f32 in the tier and the
+ * pinned staging.  The tier must have host_ptr (DT_ERR_UNSUPPORTED naming
+ * it otherwise).  On failure everything made is freed again. */
+int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
+                          const dt_strategy_init_v1_t *args, int32_t rank, uint64_t numel,
+                          int has_v);
+/* Free what init made; safe on a zeroed state. */
+void dt_offload_state_free(dt_offload_state_t *st);
+
+/* The optimizer over range `r` of `unit`, whose elements sit at `at` in
+ * the state: gradients `dgrad` (r.count f32, device) copied over, the
+ * update on the host, the new parameters written to `dcompute` (r.count
+ * elements of pdtype, device). */
+int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *unit,
+                            dt_range_t r, uint64_t at, const float *dgrad, void *dcompute,
+                            const dt_optim_step_t *opt);
+/* Copy the master parameters [at, at + n) to `dcompute` (n elements of
+ * pdtype, device): after loading state. */
+int dt_offload_state_push(dt_offload_state_t *st, uint64_t at, uint64_t n, void *dcompute);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DTRAIN_SDK_OFFLOAD_H */

@@ -19,9 +19,19 @@ int dt_offload_what(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
                                     DT_OFFLOAD_WHAT_OPTIMIZER | DT_OFFLOAD_WHAT_PARAMS};
     static const char *names[] = {"optimizer", "params", "optimizer_and_params"};
     int idx = 0;
+    const char *v = NULL;
     *what = 0;
+    if (!args->offload_ops || !args->offload)
+        return dt_cfg_enum(host, "offload_what", "optimizer", choices, &idx);
+    if (host->cfg_string(host, "offload_what", &v) == DT_ERR_NOT_FOUND)
+        return host->set_error(host, DT_ERR_CONFIG,
+                               "[parallel] offload names tier '%s', but %s keeps no state in an "
+                               "offload tier (it declares no offload_what key); set "
+                               "[parallel] offload = \"none\" or use zero, fsdp or ddp",
+                               args->offload_ops->info.name ? args->offload_ops->info.name : "?",
+                               what_is);
     int rc = dt_cfg_enum(host, "offload_what", "optimizer", choices, &idx);
-    if (rc != DT_OK || !args->offload_ops || !args->offload)
+    if (rc != DT_OK)
         return rc;
     if ((bits[idx] & DT_OFFLOAD_WHAT_PARAMS) && !params_ok)
         return host->set_error(host, DT_ERR_CONFIG,
@@ -165,4 +175,33 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
     }
     /* the next piece's staging, and the next step's kernels, see it all */
     return d->stream_sync(st->dev, st->cs);
+}
+
+int dt_offload_state_collective(dt_offload_state_t *st, int kind, const dt_comm_ops_v1_t *cops,
+                                dt_comm_t *comm, int32_t root, int op)
+{
+    const dt_device_ops_v1_t *d = st->dev_ops;
+    float *host = kind >= 0 && kind < DT_STATE_COUNT ? st->state[kind] : NULL;
+    if (!host)
+        return DT_OK; /* SGD keeps no second moment */
+    float *dbuf = NULL;
+    int rc = d->alloc(st->dev, st->piece * sizeof(float), DT_TAG_COMM, (void **)&dbuf);
+    for (uint64_t c = 0; rc == DT_OK && c < st->numel; c += st->piece) {
+        uint64_t k = st->numel - c < st->piece ? st->numel - c : st->piece;
+        rc = d->memcpy_async(st->dev, dbuf, host + c, k * sizeof(float), DT_COPY_H2D, st->cs);
+        if (rc == DT_OK)
+            rc = root >= 0 ? cops->broadcast(comm, dbuf, k, DT_F32, root, st->cs, NULL)
+                           : cops->all_reduce(comm, dbuf, dbuf, k, DT_F32, op, st->cs, NULL);
+        if (rc == DT_OK)
+            rc = d->memcpy_async(st->dev, host + c, dbuf, k * sizeof(float), DT_COPY_D2H, st->cs);
+        if (rc == DT_OK)
+            rc = d->stream_sync(st->dev, st->cs);
+    }
+    if (dbuf)
+        d->free(st->dev, dbuf);
+    if (rc != DT_OK)
+        st->host->log(st->host, DT_LOG_ERROR, "rank %d: %s of the offloaded %s (%llu elements) "
+                      "failed", st->rank, root >= 0 ? "broadcast" : "all-reduce",
+                      dt_state_kind_name(kind), (unsigned long long)st->numel);
+    return rc;
 }

@@ -35,9 +35,12 @@ dt_adamw_hyper_t dt_adamw_hyper(const dt_optim_desc_v1_t *o, float lr, float wd,
                               .bc2 = (float)(1.0 - pow((double)o->beta2, (double)t))};
 }
 
-DT_OPTIM_CLONES void dt_adamw_f32(float *restrict p, const float *restrict grad,
-                                  float *restrict m, float *restrict v, int64_t n,
-                                  const dt_adamw_hyper_t *h)
+/* The clones and their dispatcher are static: a target_clones function
+ * with external linkage gets a dispatcher symbol that ignores the hidden
+ * visibility, and would be exported from every plugin that links it. */
+static DT_OPTIM_CLONES void adamw_loop(float *restrict p, const float *restrict grad,
+                                       float *restrict m, float *restrict v, int64_t n,
+                                       const dt_adamw_hyper_t *h)
 {
     const float lr = h->lr, b1 = h->beta1, b2 = h->beta2, eps = h->eps, wd = h->wd;
     const float gs = h->grad_scale, bc1 = h->bc1, bc2 = h->bc2;
@@ -53,9 +56,9 @@ DT_OPTIM_CLONES void dt_adamw_f32(float *restrict p, const float *restrict grad,
     }
 }
 
-DT_OPTIM_CLONES void dt_sgd_f32(float *restrict p, const float *restrict grad,
-                                float *restrict mom, int64_t n, float lr, float momentum,
-                                float wd, int nesterov, float gs)
+static DT_OPTIM_CLONES void sgd_loop(float *restrict p, const float *restrict grad,
+                                     float *restrict mom, int64_t n, float lr, float momentum,
+                                     float wd, int nesterov, float gs)
 {
     const float mu = momentum;
     if (!mom) { /* momentum 0 without a buffer: plain SGD */
@@ -78,4 +81,16 @@ DT_OPTIM_CLONES void dt_sgd_f32(float *restrict p, const float *restrict grad,
             p[i] -= lr * mi;
         }
     }
+}
+
+void dt_adamw_f32(float *p, const float *grad, float *m, float *v, int64_t n,
+                  const dt_adamw_hyper_t *h)
+{
+    adamw_loop(p, grad, m, v, n, h);
+}
+
+void dt_sgd_f32(float *p, const float *grad, float *mom, int64_t n, float lr, float momentum,
+                float wd, int nesterov, float grad_scale)
+{
+    sgd_loop(p, grad, mom, n, lr, momentum, wd, nesterov, grad_scale);
 }

@@ -19,6 +19,7 @@
 
 #include <stdint.h>
 
+#include "dtrain/comm.h"
 #include "dtrain/device.h"
 #include "dtrain/host.h"
 #include "dtrain/offload.h"
@@ -49,7 +50,9 @@ extern "C" {
 /* Read `offload_what` into *what (DT_OFFLOAD_WHAT_* bits).  `args` are the
  * strategy's init args: without a tier *what is 0.  `params_ok` says
  * whether this configuration may offload parameters; `what_is` names it
- * ("zero stage 2") for the DT_ERR_CONFIG that says which strategies may. */
+ * ("zero stage 2") for the DT_ERR_CONFIG that says which strategies may.
+ * A tier given to a strategy that does not declare the key is a
+ * DT_ERR_CONFIG too: it would keep nothing there. */
 int dt_offload_what(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args, int params_ok,
                     const char *what_is, uint32_t *what);
 
@@ -89,6 +92,14 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
 /* Copy the master parameters [at, at + n) to `dcompute` (n elements of
  * pdtype, device): after loading state. */
 int dt_offload_state_push(dt_offload_state_t *st, uint64_t at, uint64_t n, void *dcompute);
+
+/* Collective over `comm` on the whole of state `kind` (dt_state_kind_t),
+ * which every rank holds alike (a replica): `root` >= 0 broadcasts that
+ * rank's copy, root < 0 all-reduces with `op` (DT_OP_AVG: local SGD's
+ * averaging).  Pieces travel through a transient device buffer (tag
+ * comm), as communicators move device memory. */
+int dt_offload_state_collective(dt_offload_state_t *st, int kind, const dt_comm_ops_v1_t *cops,
+                                dt_comm_t *comm, int32_t root, int op);
 
 #ifdef __cplusplus
 }

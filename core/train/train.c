@@ -690,6 +690,23 @@ static int report_memory(run_t *R)
         if ((rc = metrics_line_end(R)))
             return rc;
     }
+    /* ---- offload tier (issue 13): its bytes, pinned host memory ---- */
+    if (R->poff) {
+        uint64_t tier = dt_tag_bytes(ms.pinned_peak, ms.n_tags, DT_TAG_OFFLOAD);
+        uint64_t stage = dt_tag_bytes(ms.pinned_peak, ms.n_tags, DT_TAG_STAGING);
+        if (R->world.rank == 0)
+            printf("offload tier (rank %d, peak MiB): %s %.2f, pinned staging %.2f\n",
+                   R->world.rank, R->poff->name, mib(tier), mib(stage));
+        if (R->metrics) {
+            metrics_printf(R, "{\"offload_tier\": {\"rank\": %d, \"plugin\": \"%s\", "
+                           "\"peak_bytes\": %llu, \"staging_peak_bytes\": %llu}}\n",
+                           R->world.rank, R->poff->name, (unsigned long long)tier,
+                           (unsigned long long)stage);
+            if ((rc = metrics_line_end(R)))
+                return rc;
+        }
+    }
+    /* ---- end offload tier ---- */
     return report_host_memory(R);
 }
 

@@ -211,9 +211,14 @@ typedef struct dt_shard_engine {
                                    * when offloaded) */
     double *norm_slot;
     /* offload (shard_offload.c): what the tier holds (DT_OFFLOAD_WHAT_*)
-     * and, with the optimizer there, the master shard and moments */
+     * and, with the optimizer there, the master shard and moments; with
+     * the parameters there, the compute shard (in place of cshard) and
+     * pinned staging to fill it from a device master */
     uint32_t offload_what;
     dt_offload_state_t off;
+    dt_offload_buf_t *pbuf;       /* params offloaded: the compute shard */
+    void *phost;                  /* its host pointer (S elements, pdtype) */
+    float *pstage;                /* params without optimizer: pinned f32 */
 
     /* hooks */
     uint32_t *final_at;           /* (n_units) micro-step + 1 of the last

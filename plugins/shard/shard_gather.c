@@ -81,9 +81,21 @@ int shard_gather_start(dt_shard_engine_t *e, uint32_t gi)
             return rc;
         }
     }
+    const void *send = shard_cshard(e, gi);
+    if (shard_params_offloaded(e)) {
+        /* this rank's shard from the tier into its slot, gathered in place */
+        void *mine = (char *)g->full + (uint64_t)e->srank * gr->shard * e->pes;
+        if ((rc = shard_offload_load_params(e, gi, mine)) != DT_OK)
+            return rc;
+        if (e->ssize == 1) { /* nothing to gather: the shard is the group */
+            g->pstate = SH_P_READY;
+            return DT_OK;
+        }
+        send = mine;
+    }
     if ((rc = shard_comm_after_compute(e)) != DT_OK)
         return rc;
-    rc = dt_shard_gather(e->dp.host, e->dp.comm_ops, e->scomm, &e->plan, gi, shard_cshard(e, gi),
+    rc = dt_shard_gather(e->dp.host, e->dp.comm_ops, e->scomm, &e->plan, gi, send,
                          g->full, e->pdtype, e->comm_stream, &g->greq);
     if (rc != DT_OK) {
         g->greq = NULL;
@@ -166,8 +178,9 @@ int shard_refresh_params(dt_shard_engine_t *e, const char *when)
 {
     const dt_device_ops_v1_t *d = e->dp.dev_ops;
     int rc = DT_OK;
-    /* an offloaded optimizer wrote the compute copy itself */
-    if (e->pdtype == DT_BF16 && !shard_optim_offloaded(e)) {
+    /* an offloaded optimizer wrote the compute copy itself, and so did
+     * shard_offload_push where the compute copy is offloaded */
+    if (e->pdtype == DT_BF16 && !e->offload_what) {
         if (e->replica) {
             for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++)
                 rc = d->kernels()->cast(e->dp.dev, e->dp.cs, shard_cshard(e, i), DT_BF16,
@@ -182,7 +195,7 @@ int shard_refresh_params(dt_shard_engine_t *e, const char *when)
             return rc;
         }
     }
-    if (e->ssize == 1)
+    if (e->ssize == 1 && !shard_params_offloaded(e))
         return DT_OK; /* the compute copy is the shard itself */
     if (!e->cfg.params_replicated) {
         for (uint32_t i = 0; i < e->plan.n_groups; i++)

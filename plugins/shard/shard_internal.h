@@ -96,10 +96,13 @@ static inline float *shard_master(dt_shard_engine_t *e, uint32_t g)
     return (float *)e->cshard + gr->shard_off;
 }
 
-/* Group g's compute-dtype shard: what its all-gather sends. */
+/* Group g's compute-dtype shard: what its all-gather sends (host memory
+ * of the offload tier when the parameters are offloaded). */
 static inline void *shard_cshard(dt_shard_engine_t *e, uint32_t g)
 {
     const dt_shard_group_t *gr = &e->plan.groups[g];
+    if (e->phost)
+        return (char *)e->phost + gr->shard_off * e->pes;
     if (e->replica)
         return (char *)e->replica + (gr->full_off + (uint64_t)e->srank * gr->shard) * e->pes;
     return (char *)e->cshard + gr->shard_off * e->pes;
@@ -170,6 +173,11 @@ static inline int shard_optim_offloaded(const dt_shard_engine_t *e)
 {
     return (e->offload_what & DT_OFFLOAD_WHAT_OPTIMIZER) != 0;
 }
+/* The compute shard lives in the offload tier (zero-3, FULL_SHARD). */
+static inline int shard_params_offloaded(const dt_shard_engine_t *e)
+{
+    return (e->offload_what & DT_OFFLOAD_WHAT_PARAMS) != 0;
+}
 /* The optimizer keeps a second moment (AdamW), wherever it lives. */
 static inline int shard_has_v(const dt_shard_engine_t *e)
 {
@@ -177,12 +185,20 @@ static inline int shard_has_v(const dt_shard_engine_t *e)
 }
 /* Read offload_what for this configuration (engine init). */
 int shard_offload_configure(dt_shard_engine_t *e);
-/* The tier's buffers for the master shard and the moments (make_buffers). */
+/* The tier's buffers: the master shard and the moments, the compute shard
+ * (make_buffers), as offload_what says. */
 int shard_offload_alloc(dt_shard_engine_t *e);
+/* Free them (engine free). */
+void shard_offload_free(dt_shard_engine_t *e);
+/* Parameters offloaded: bring this rank's shard of group gi from the tier
+ * into `dst` (device, shard elements of pdtype), ordered after the compute
+ * stream's work so far; blocking. */
+int shard_offload_load_params(dt_shard_engine_t *e, uint32_t gi, void *dst);
 /* The update of every held range on the host, parameters written back to
  * the compute copy (the step, in place of the device optimizer). */
 int shard_offload_step(dt_shard_engine_t *e, const dt_optim_step_t *st);
-/* The whole master shard to the compute copy (state_loaded). */
+/* The whole master shard to the compute copy (state_loaded; after the
+ * device optimizer's step when only the parameters are offloaded). */
 int shard_offload_push(dt_shard_engine_t *e);
 
 /* ------------------------------------------------ shard_gather.c */

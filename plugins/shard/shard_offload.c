@@ -1,36 +1,132 @@
 /*
- * plugins/shard/shard_offload.c - ZeRO-Offload in the sharded engine: with
- * [parallel] offload set and offload_what naming the optimizer, a rank's
- * f32 master shard and its moments live in the offload tier instead of
- * the device (dtrain/sdk/offload.h).  The step then updates each held
- * range on the host and writes the new parameters into the compute copy
- * (the replica's or the shard's place), and the all-gather after it runs
- * as without offload: only where the state lives changes, never the
- * arithmetic.
+ * plugins/shard/shard_offload.c - ZeRO-Offload and ZeRO-Infinity's
+ * parameter offload in the sharded engine.
+ *
+ * offload_what naming the optimizer: a rank's f32 master shard and its
+ * moments live in the offload tier instead of the device
+ * (dtrain/sdk/offload.h).  The step updates each held range on the host
+ * and writes the new parameters into the compute copy, and the all-gather
+ * after it runs as without offload.
+ *
+ * offload_what naming the parameters (zero stage 3, fsdp FULL_SHARD): the
+ * compute shard itself lives in the tier.  A group's gather first loads
+ * this rank's shard from the tier into its slot of the gathered buffer,
+ * then all-gathers in place (shard_gather.c); prefetching starts the
+ * next groups' loads and gathers ahead of use as it does the gathers.
+ * The step writes the updated parameters straight into the tier (from the
+ * host optimizer, or from the device master through pinned staging).
+ *
+ * Only where the state lives changes, never the arithmetic: losses equal
+ * the run without offload bit for bit.
  */
+#include <string.h>
+
+#include "dtrain/half.h"
 #include "shard_internal.h"
 
 int shard_offload_configure(dt_shard_engine_t *e)
 {
     const char *what = e->cfg.what ? e->cfg.what : "sharding";
-    int rc = dt_offload_what(e->dp.host, &e->dp.args.init, e->cfg.params_offload_ok, what,
-                             &e->offload_what);
-    if (rc == DT_OK && (e->offload_what & DT_OFFLOAD_WHAT_PARAMS))
-        return e->dp.host->set_error(e->dp.host, DT_ERR_UNSUPPORTED,
-                                     "offload_what: offloading the parameters of %s is not in "
-                                     "this build yet; offload_what = \"optimizer\" offloads the "
-                                     "optimizer state", what);
-    return rc;
+    return dt_offload_what(e->dp.host, &e->dp.args.init, e->cfg.params_offload_ok, what,
+                           &e->offload_what);
+}
+
+/* Elements of e->pstage: a piece, or the whole shard when smaller. */
+static uint64_t stage_numel(const dt_shard_engine_t *e)
+{
+    uint64_t S = e->plan.shard_total;
+    return S < DT_OFFLOAD_PIECE ? (S ? S : 1) : DT_OFFLOAD_PIECE;
 }
 
 int shard_offload_alloc(dt_shard_engine_t *e)
 {
-    return dt_offload_state_init(&e->off, e->dp.host, &e->dp.args.init, e->dp.rank,
-                                 e->plan.shard_total, shard_has_v(e));
+    const dt_strategy_init_v1_t *a = &e->dp.args.init;
+    uint64_t S = e->plan.shard_total;
+    int rc = DT_OK;
+    if (shard_params_offloaded(e)) {
+        rc = a->offload_ops->alloc(a->offload, S * e->pes, DT_TAG_PARAMS, &e->pbuf);
+        if (rc == DT_OK)
+            rc = dt_offload_host_ptr(e->dp.host, a->offload_ops, a->offload, e->pbuf,
+                                     "parameters", &e->phost);
+        if (rc == DT_OK)
+            memset(e->phost, 0, S * e->pes);
+        if (rc == DT_OK && !shard_optim_offloaded(e))
+            rc = a->dev_ops->host_alloc(a->dev, stage_numel(e) * sizeof(float), DT_TAG_STAGING,
+                                        (void **)&e->pstage);
+        if (rc != DT_OK) {
+            e->dp.host->log(e->dp.host, DT_LOG_ERROR, "rank %d: %llu bytes of parameters in "
+                            "offload tier '%s' failed", e->dp.rank,
+                            (unsigned long long)(S * e->pes),
+                            a->offload_ops->info.name ? a->offload_ops->info.name : "?");
+            return rc;
+        }
+    }
+    if (shard_optim_offloaded(e))
+        rc = dt_offload_state_init(&e->off, e->dp.host, a, e->dp.rank, S, shard_has_v(e),
+                                   shard_params_offloaded(e) ? DT_MEM_HOST : DT_MEM_DEVICE);
+    return rc;
+}
+
+void shard_offload_free(dt_shard_engine_t *e)
+{
+    const dt_strategy_init_v1_t *a = &e->dp.args.init;
+    dt_offload_state_free(&e->off);
+    if (e->pbuf)
+        a->offload_ops->free(a->offload, e->pbuf);
+    if (e->pstage)
+        a->dev_ops->host_free(a->dev, e->pstage);
+    e->pbuf = NULL;
+    e->phost = NULL;
+    e->pstage = NULL;
+}
+
+int shard_offload_load_params(dt_shard_engine_t *e, uint32_t gi, void *dst)
+{
+    const dt_strategy_init_v1_t *a = &e->dp.args.init;
+    const dt_shard_group_t *gr = &e->plan.groups[gi];
+    dt_offload_req_t *req = NULL;
+    int rc = a->offload_ops->load(a->offload, e->pbuf, gr->shard_off * e->pes, dst,
+                                  gr->shard * e->pes, DT_MEM_DEVICE, e->dp.cs, &req);
+    if (rc == DT_OK)
+        rc = a->offload_ops->wait(a->offload, req, -1);
+    if (rc != DT_OK)
+        shard_log_group(e, gi, "loading the offloaded parameter shard", rc);
+    return rc;
+}
+
+/* Parameters offloaded, optimizer on the device: the updated f32 master
+ * (device) into the tier's compute shard, piece by piece through pinned
+ * staging (bf16 rounded on the host, nearest even like the device's cast). */
+static int params_from_master(dt_shard_engine_t *e)
+{
+    const dt_device_ops_v1_t *d = e->dp.dev_ops;
+    uint64_t S = e->plan.shard_total, piece = stage_numel(e);
+    int rc = DT_OK;
+    for (uint64_t c = 0; rc == DT_OK && c < S; c += piece) {
+        uint64_t k = S - c < piece ? S - c : piece;
+        rc = d->memcpy_async(e->dp.dev, e->pstage, e->master + c, k * sizeof(float),
+                             DT_COPY_D2H, e->dp.cs);
+        if (rc == DT_OK)
+            rc = d->stream_sync(e->dp.dev, e->dp.cs);
+        if (rc != DT_OK)
+            break;
+        if (e->pdtype == DT_BF16) {
+            uint16_t *dst = (uint16_t *)e->phost + c;
+            for (uint64_t i = 0; i < k; i++)
+                dst[i] = dt_f32_to_bf16(e->pstage[i]);
+        } else {
+            memcpy((float *)e->phost + c, e->pstage, k * sizeof(float));
+        }
+    }
+    if (rc != DT_OK)
+        e->dp.host->log(e->dp.host, DT_LOG_ERROR, "rank %d: writing the updated parameters to "
+                        "the offload tier failed", e->dp.rank);
+    return rc;
 }
 
 /* Where group gi's compute copy of shard element `local` (group-relative)
- * is: the replica's slot of this rank, or the compute shard. */
+ * is: the replica's slot of this rank, or the compute shard (on the device,
+ * or in the tier). */
 static void *compute_at(dt_shard_engine_t *e, uint32_t gi, uint64_t local)
 {
     return (char *)shard_cshard(e, gi) + local * e->pes;
@@ -56,6 +152,8 @@ int shard_offload_step(dt_shard_engine_t *e, const dt_optim_step_t *st)
 
 int shard_offload_push(dt_shard_engine_t *e)
 {
+    if (!shard_optim_offloaded(e))
+        return params_from_master(e);
     int rc = DT_OK;
     for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++)
         rc = dt_offload_state_push(&e->off, e->plan.groups[i].shard_off,

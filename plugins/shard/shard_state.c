@@ -108,7 +108,7 @@ int dt_shard_state_loaded(dt_shard_engine_t *e)
         }
     }
     /* offloaded: the loaded master reaches the compute copy first */
-    if (rc == DT_OK && shard_optim_offloaded(e))
+    if (rc == DT_OK && e->offload_what)
         rc = shard_offload_push(e);
     if (rc == DT_OK)
         rc = shard_refresh_params(e, "state_loaded");

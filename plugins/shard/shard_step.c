@@ -84,5 +84,9 @@ int dt_shard_step(dt_shard_engine_t *e, const dt_step_args_v1_t *args, dt_step_r
     if ((rc = shard_optim_offloaded(e) ? shard_offload_step(e, &st) : optimizer(e, &st)) !=
         DT_OK)
         return rc;
+    /* offloaded parameters, device optimizer: the new master to the tier */
+    if (shard_params_offloaded(e) && !shard_optim_offloaded(e) &&
+        (rc = shard_offload_push(e)) != DT_OK)
+        return rc;
     return shard_refresh_params(e, "step");
 }

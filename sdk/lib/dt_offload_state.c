@@ -57,30 +57,39 @@ void dt_offload_state_free(dt_offload_state_t *st)
     memset(st, 0, sizeof *st);
 }
 
+int dt_offload_host_ptr(const dt_host_v1_t *host, const dt_offload_ops_v1_t *ops,
+                        dt_offload_t *tier, dt_offload_buf_t *buf, const char *what,
+                        void **out)
+{
+    if (!DT_HAS_OP(dt_offload_ops_t, ops, host_ptr))
+        return host->set_error(host, DT_ERR_UNSUPPORTED,
+                               "offload tier '%s' gives no host pointer (host_ptr): %s cannot "
+                               "be updated in it by this build",
+                               ops->info.name ? ops->info.name : "?", what);
+    return ops->host_ptr(tier, buf, out);
+}
+
 int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
                           const dt_strategy_init_v1_t *args, int32_t rank, uint64_t numel,
-                          int has_v)
+                          int has_v, int compute_space)
 {
     static const char *names[] = {"f32 master parameters", "optimizer exp_avg",
                                   "optimizer exp_avg_sq"};
     static const int tags[] = {DT_TAG_PARAMS, DT_TAG_OPTIMIZER, DT_TAG_OPTIMIZER};
     memset(st, 0, sizeof *st);
     const dt_offload_ops_v1_t *ops = args->offload_ops;
-    if (!DT_HAS_OP(dt_offload_ops_t, ops, host_ptr))
-        return host->set_error(host, DT_ERR_UNSUPPORTED,
-                               "offload tier '%s' gives no host pointer (host_ptr): optimizer "
-                               "state cannot be updated in it by this build",
-                               ops->info.name ? ops->info.name : "?");
     *st = (dt_offload_state_t){.host = host, .ops = ops, .tier = args->offload,
                                .dev_ops = args->dev_ops, .dev = args->dev,
                                .cs = args->compute_stream, .rank = rank,
-                               .pdtype = args->model->param_dtype, .numel = numel};
+                               .pdtype = args->model->param_dtype,
+                               .compute_space = compute_space, .numel = numel};
     st->piece = numel < DT_OFFLOAD_PIECE ? (numel ? numel : 1) : DT_OFFLOAD_PIECE;
     int rc = DT_OK;
     for (int k = 0; rc == DT_OK && k < (has_v ? 3 : 2); k++) {
         void *p = NULL;
         rc = ops->alloc(st->tier, numel * sizeof(float), tags[k], &st->buf[k]);
-        if (rc == DT_OK && (rc = ops->host_ptr(st->tier, st->buf[k], &p)) == DT_OK) {
+        if (rc == DT_OK && (rc = dt_offload_host_ptr(host, ops, st->tier, st->buf[k],
+                                                     "optimizer state", &p)) == DT_OK) {
             st->state[k] = p;
             memset(p, 0, numel * sizeof(float)); /* moments start at zero */
         }
@@ -92,7 +101,7 @@ int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
     if (rc == DT_OK)
         rc = st->dev_ops->host_alloc(st->dev, st->piece * sizeof(float), DT_TAG_STAGING,
                                      (void **)&st->gstage);
-    if (rc == DT_OK && st->pdtype == DT_BF16)
+    if (rc == DT_OK && st->pdtype == DT_BF16 && compute_space == DT_MEM_DEVICE)
         rc = st->dev_ops->host_alloc(st->dev, st->piece * sizeof(uint16_t), DT_TAG_STAGING,
                                      (void **)&st->pstage);
     if (rc != DT_OK)
@@ -106,6 +115,16 @@ int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
 static int push_piece(dt_offload_state_t *st, uint64_t at, uint64_t n, void *dcompute)
 {
     const float *src = st->state[DT_STATE_PARAMS] + at;
+    if (st->compute_space == DT_MEM_HOST) { /* the tier's compute copy */
+        if (st->pdtype != DT_BF16) {
+            memcpy(dcompute, src, n * sizeof(float));
+        } else {
+            uint16_t *dst = dcompute;
+            for (uint64_t i = 0; i < n; i++)
+                dst[i] = dt_f32_to_bf16(src[i]);
+        }
+        return DT_OK;
+    }
     if (st->pdtype != DT_BF16)
         return st->dev_ops->memcpy_async(st->dev, dcompute, src, n * sizeof(float), DT_COPY_H2D,
                                          st->cs);

@@ -4,6 +4,8 @@
 #    losses and final parameters equal the run without offload BIT FOR BIT,
 #    for zero stages 1-3, fsdp FULL_SHARD / SHARD_GRAD_OP and ddp, on 1, 2
 #    and 4 ranks, with and without accumulation, f32 and bf16;
+#  - the same with the parameters offloaded too (zero stage 3, fsdp
+#    FULL_SHARD; gathered from the tier per use, with and without prefetch);
 #  - checkpoints go through the same manifest: saved with offload, resumed
 #    without (same ranks: bit for bit), saved without, resumed with offload
 #    at another world size (bit for bit against the same resume without);
@@ -79,6 +81,39 @@ for strat in "zero zero.stage=3" "ddp ddp.init_check=broadcast"; do
   run "bf16-$1" "${common[@]}" && run "bf16-$1-off" "${common[@]}" --set parallel.offload=offload_cpu &&
     same "bf16 parameters, $1 ${2#*=}, 2 ranks" "bf16-$1" "bf16-$1-off"
 done
+
+# parameters offloaded (zero stage 3, fsdp FULL_SHARD): alone (device
+# optimizer) and with the optimizer; units gathered per use
+# (param_persistence_threshold 0) and kept gathered, prefetching on and off
+for strat in "zero zero.param_persistence_threshold=0" "zero zero.prefetch_bucket_size=0" \
+             "zero zero.param_persistence_threshold=100000" \
+             "fsdp fsdp.sharding_strategy=FULL_SHARD"; do
+  set -- $strat
+  [ "$1" = zero ] && st=(--set zero.stage=3) || st=()
+  for n in 1 2 4; do
+    tag="p-${2//[.=]/-}-n$n"; tag=${tag/param_persistence_threshold/persist}
+    common=(--set parallel.data="$1" "${st[@]}" --set "$2" --set launch.nproc="$n" --set train.grad_accum=2)
+    run "$tag" "${common[@]}" || continue
+    for w in params optimizer_and_params; do
+      run "$tag-${w:0:3}" "${common[@]}" --set parallel.offload=offload_cpu --set "$1.offload_what=$w" &&
+        same "offload_what = $w, $1 ${2%%=*}=${2#*=}, $n rank(s)" "$tag" "$tag-${w:0:3}"
+    done
+  done
+done
+common=(--set parallel.data=zero --set zero.stage=3 --set zero.param_persistence_threshold=0
+        --set launch.nproc=2 --set model.dtype=bf16)
+for w in params optimizer_and_params; do
+  run "bf16-p-$w" "${common[@]}" --set parallel.offload=offload_cpu --set "zero.offload_what=$w" &&
+    same "bf16 parameters, offload_what = $w, zero stage 3, 2 ranks" bf16-zero "bf16-p-$w"
+done
+# with everything offloaded, the device holds no parameters or optimizer
+# state between uses: its params peak is 0, the tier holds all of it
+run all-off "${common[@]}" --set model.dtype=fp32 --set parallel.offload=offload_cpu \
+  --set zero.offload_what=optimizer_and_params || true
+peaks=$(grep '^{"memory"' all-off.jsonl | grep -o '"peak_bytes": {[^}]*}' || true)
+if grep -qF '"params": 0, "grads": ' <<<"$peaks" && grep -qF '"optimizer": 0,' <<<"$peaks"; then
+  ok "params and optimizer offloaded: no parameter or optimizer bytes on the device"
+else bad "device bytes with everything offloaded" "$peaks"; fi
 
 # ---- checkpoints through the same manifest ----------------------------------
 ck=(--set parallel.data=zero --set zero.stage=2 --set train.steps=4 --set train.global_batch=4)

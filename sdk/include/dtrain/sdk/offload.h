@@ -65,6 +65,8 @@ typedef struct dt_offload_state {
     dt_stream_t *cs;          /* the compute stream: copies are ordered on it */
     int32_t rank;
     int32_t pdtype;           /* compute parameters: DT_F32 or DT_BF16 */
+    int32_t compute_space;    /* where dcompute pointers are: DT_MEM_DEVICE,
+                               * or DT_MEM_HOST (parameters offloaded too) */
     uint64_t numel;
     dt_offload_buf_t *buf[DT_STATE_COUNT];
     float *state[DT_STATE_COUNT]; /* host pointers: master, m, v (v NULL for SGD) */
@@ -75,22 +77,29 @@ typedef struct dt_offload_state {
 
 /* Allocate master, m (and v when has_v) of `numel` f32 in the tier and the
  * pinned staging.  The tier must have host_ptr (DT_ERR_UNSUPPORTED naming
- * it otherwise).  On failure everything made is freed again. */
+ * it otherwise).  `compute_space` says where the compute copy that update
+ * and push write is (DT_MEM_HOST: the tier's memory too).  On failure
+ * everything made is freed again. */
 int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
                           const dt_strategy_init_v1_t *args, int32_t rank, uint64_t numel,
-                          int has_v);
+                          int has_v, int compute_space);
+/* The tier's host pointer of `buf`, or DT_ERR_UNSUPPORTED naming the tier
+ * and `what` when it has no host_ptr. */
+int dt_offload_host_ptr(const dt_host_v1_t *host, const dt_offload_ops_v1_t *ops,
+                        dt_offload_t *tier, dt_offload_buf_t *buf, const char *what,
+                        void **out);
 /* Free what init made; safe on a zeroed state. */
 void dt_offload_state_free(dt_offload_state_t *st);
 
 /* The optimizer over range `r` of `unit`, whose elements sit at `at` in
  * the state: gradients `dgrad` (r.count f32, device) copied over, the
  * update on the host, the new parameters written to `dcompute` (r.count
- * elements of pdtype, device). */
+ * elements of pdtype, in compute_space). */
 int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *unit,
                             dt_range_t r, uint64_t at, const float *dgrad, void *dcompute,
                             const dt_optim_step_t *opt);
 /* Copy the master parameters [at, at + n) to `dcompute` (n elements of
- * pdtype, device): after loading state. */
+ * pdtype, in compute_space): after loading state. */
 int dt_offload_state_push(dt_offload_state_t *st, uint64_t at, uint64_t n, void *dcompute);
 
 /* Collective over `comm` on the whole of state `kind` (dt_state_kind_t),

@@ -16,6 +16,8 @@
  *   dtrain/sdk/norm.h     sum of squares to the host; summed across a group
  *   dtrain/sdk/offload.h  optimizer state in an offload tier, updated on
  *                         the host (ZeRO-Offload)
+ *   dtrain/sdk/offload_queue.h  an offload tier's transfers on a worker
+ *                         thread, with bounded waits (link Threads)
  *   dtrain/sdk/hash.h     a 64-bit content hash of device memory and a
  *                         collective check that every rank holds the same
  *   dtrain/sdk/cfg.h      reading a plugin's config values with defaults
@@ -51,6 +53,7 @@
 #include "dtrain/sdk/hash.h"
 #include "dtrain/sdk/norm.h"
 #include "dtrain/sdk/offload.h"
+#include "dtrain/sdk/offload_queue.h"
 #include "dtrain/sdk/optim.h"
 #include "dtrain/sdk/ranges.h"
 #include "dtrain/sdk/replica.h"

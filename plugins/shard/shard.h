@@ -216,8 +216,7 @@ typedef struct dt_shard_engine {
      * pinned staging to fill it from a device master */
     uint32_t offload_what;
     dt_offload_state_t off;
-    dt_offload_buf_t *pbuf;       /* params offloaded: the compute shard */
-    void *phost;                  /* its host pointer (S elements, pdtype) */
+    dt_offload_params_t par;      /* params offloaded: the compute shard */
     float *pstage;                /* params without optimizer: pinned f32 */
 
     /* hooks */

@@ -96,13 +96,13 @@ static inline float *shard_master(dt_shard_engine_t *e, uint32_t g)
     return (float *)e->cshard + gr->shard_off;
 }
 
-/* Group g's compute-dtype shard: what its all-gather sends (host memory
- * of the offload tier when the parameters are offloaded). */
+/* Group g's compute-dtype shard: what its all-gather sends (NULL when
+ * the parameters are offloaded: shard_offload_load_params). */
 static inline void *shard_cshard(dt_shard_engine_t *e, uint32_t g)
 {
     const dt_shard_group_t *gr = &e->plan.groups[g];
-    if (e->phost)
-        return (char *)e->phost + gr->shard_off * e->pes;
+    if (!e->replica && !e->cshard)
+        return NULL;
     if (e->replica)
         return (char *)e->replica + (gr->full_off + (uint64_t)e->srank * gr->shard) * e->pes;
     return (char *)e->cshard + gr->shard_off * e->pes;

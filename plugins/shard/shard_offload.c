@@ -19,9 +19,6 @@
  * Only where the state lives changes, never the arithmetic: losses equal
  * the run without offload bit for bit.
  */
-#include <string.h>
-
-#include "dtrain/half.h"
 #include "shard_internal.h"
 
 int shard_offload_configure(dt_shard_engine_t *e)
@@ -44,51 +41,32 @@ int shard_offload_alloc(dt_shard_engine_t *e)
     uint64_t S = e->plan.shard_total;
     int rc = DT_OK;
     if (shard_params_offloaded(e)) {
-        rc = a->offload_ops->alloc(a->offload, S * e->pes, DT_TAG_PARAMS, &e->pbuf);
-        if (rc == DT_OK)
-            rc = dt_offload_host_ptr(e->dp.host, a->offload_ops, a->offload, e->pbuf,
-                                     "parameters", &e->phost);
-        if (rc == DT_OK)
-            memset(e->phost, 0, S * e->pes);
+        rc = dt_offload_params_init(&e->par, e->dp.host, a, e->dp.rank, S);
         if (rc == DT_OK && !shard_optim_offloaded(e))
             rc = a->dev_ops->host_alloc(a->dev, stage_numel(e) * sizeof(float), DT_TAG_STAGING,
                                         (void **)&e->pstage);
-        if (rc != DT_OK) {
-            e->dp.host->log(e->dp.host, DT_LOG_ERROR, "rank %d: %llu bytes of parameters in "
-                            "offload tier '%s' failed", e->dp.rank,
-                            (unsigned long long)(S * e->pes),
-                            a->offload_ops->info.name ? a->offload_ops->info.name : "?");
+        if (rc != DT_OK)
             return rc;
-        }
     }
     if (shard_optim_offloaded(e))
         rc = dt_offload_state_init(&e->off, e->dp.host, a, e->dp.rank, S, shard_has_v(e),
-                                   shard_params_offloaded(e) ? DT_MEM_HOST : DT_MEM_DEVICE);
+                                   shard_params_offloaded(e) ? &e->par : NULL);
     return rc;
 }
 
 void shard_offload_free(dt_shard_engine_t *e)
 {
-    const dt_strategy_init_v1_t *a = &e->dp.args.init;
     dt_offload_state_free(&e->off);
-    if (e->pbuf)
-        a->offload_ops->free(a->offload, e->pbuf);
+    dt_offload_params_free(&e->par);
     if (e->pstage)
-        a->dev_ops->host_free(a->dev, e->pstage);
-    e->pbuf = NULL;
-    e->phost = NULL;
+        e->dp.dev_ops->host_free(e->dp.dev, e->pstage);
     e->pstage = NULL;
 }
 
 int shard_offload_load_params(dt_shard_engine_t *e, uint32_t gi, void *dst)
 {
-    const dt_strategy_init_v1_t *a = &e->dp.args.init;
     const dt_shard_group_t *gr = &e->plan.groups[gi];
-    dt_offload_req_t *req = NULL;
-    int rc = a->offload_ops->load(a->offload, e->pbuf, gr->shard_off * e->pes, dst,
-                                  gr->shard * e->pes, DT_MEM_DEVICE, e->dp.cs, &req);
-    if (rc == DT_OK)
-        rc = a->offload_ops->wait(a->offload, req, -1);
+    int rc = dt_offload_params_load(&e->par, gr->shard_off, gr->shard, dst, e->dp.cs);
     if (rc != DT_OK)
         shard_log_group(e, gi, "loading the offloaded parameter shard", rc);
     return rc;
@@ -108,15 +86,8 @@ static int params_from_master(dt_shard_engine_t *e)
                              DT_COPY_D2H, e->dp.cs);
         if (rc == DT_OK)
             rc = d->stream_sync(e->dp.dev, e->dp.cs);
-        if (rc != DT_OK)
-            break;
-        if (e->pdtype == DT_BF16) {
-            uint16_t *dst = (uint16_t *)e->phost + c;
-            for (uint64_t i = 0; i < k; i++)
-                dst[i] = dt_f32_to_bf16(e->pstage[i]);
-        } else {
-            memcpy((float *)e->phost + c, e->pstage, k * sizeof(float));
-        }
+        if (rc == DT_OK)
+            rc = dt_offload_params_write(&e->par, c, k, e->pstage);
     }
     if (rc != DT_OK)
         e->dp.host->log(e->dp.host, DT_LOG_ERROR, "rank %d: writing the updated parameters to "
@@ -129,7 +100,8 @@ static int params_from_master(dt_shard_engine_t *e)
  * or in the tier). */
 static void *compute_at(dt_shard_engine_t *e, uint32_t gi, uint64_t local)
 {
-    return (char *)shard_cshard(e, gi) + local * e->pes;
+    char *c = shard_cshard(e, gi);
+    return c ? c + local * e->pes : NULL; /* NULL: the tier's (e->par) */
 }
 
 int shard_offload_step(dt_shard_engine_t *e, const dt_optim_step_t *st)

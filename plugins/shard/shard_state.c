@@ -35,9 +35,10 @@ int dt_shard_state_ranges(dt_shard_engine_t *e, uint32_t unit, int kind, int pur
 }
 
 /* Device pointer of state `kind` at global range r of `unit`, which must
- * lie inside this rank's shard. */
+ * lie inside this rank's shard; *at its place in the shard buffer (where
+ * the offloaded state keeps it too). */
 static float *state_ptr(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_t r, const void *buf,
-                        const char *what, int *rc)
+                        const char *what, uint64_t *at_out, int *rc)
 {
     if ((*rc = dt_dp_state_check(&e->dp, unit, kind, shard_has_v(e), r, buf, what)) != DT_OK)
         return NULL;
@@ -54,12 +55,11 @@ static float *state_ptr(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_
         return NULL;
     }
     static float none;
-    if (r.count == 0)
-        return &none; /* any valid pointer: nothing is copied */
     uint64_t at = off + (r.offset - h.offset); /* in the shard buffer */
+    *at_out = at;
+    if (r.count == 0 || shard_optim_offloaded(e))
+        return &none; /* any valid pointer: nothing is copied here */
     uint32_t gi = e->plan.group_of_unit[unit];
-    if (shard_optim_offloaded(e))
-        return e->off.state[kind] + at; /* host memory of the tier */
     switch (kind) {
     case DT_STATE_PARAMS:
         return shard_master(e, gi) + (at - e->plan.groups[gi].shard_off);
@@ -71,26 +71,24 @@ static float *state_ptr(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_
 int dt_shard_get_state(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_t r, float *buf)
 {
     int rc;
-    float *p = state_ptr(e, unit, kind, r, buf, "get_state", &rc);
+    uint64_t at = 0;
+    float *p = state_ptr(e, unit, kind, r, buf, "get_state", &at, &rc);
     if (!p)
         return rc;
-    if (shard_optim_offloaded(e)) {
-        memcpy(buf, p, r.count * sizeof(float));
-        return DT_OK;
-    }
+    if (shard_optim_offloaded(e)) /* the tier's */
+        return r.count ? dt_offload_state_read(&e->off, kind, at, r.count, buf) : DT_OK;
     return dt_dp_state_copy(&e->dp, unit, kind, r, buf, p, DT_COPY_D2H, "get_state");
 }
 
 int dt_shard_set_state(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_t r, const float *buf)
 {
     int rc;
-    float *p = state_ptr(e, unit, kind, r, buf, "set_state", &rc);
+    uint64_t at = 0;
+    float *p = state_ptr(e, unit, kind, r, buf, "set_state", &at, &rc);
     if (!p)
         return rc;
-    if (shard_optim_offloaded(e)) {
-        memcpy(p, buf, r.count * sizeof(float));
-        return DT_OK;
-    }
+    if (shard_optim_offloaded(e)) /* the tier's */
+        return r.count ? dt_offload_state_write(&e->off, kind, at, r.count, buf) : DT_OK;
     return dt_dp_state_copy(&e->dp, unit, kind, r, p, buf, DT_COPY_H2D, "set_state");
 }
 

@@ -125,8 +125,7 @@ static int alloc_state(dt_replica_t *r)
         /* the master and the moments live in the tier; the device keeps
          * what kernels read and the gradients */
         if ((rc = dt_offload_state_init(&r->off, r->dp.host, &r->dp.args.init, r->dp.rank,
-                                        r->layout.total, dt_replica_has_v(r),
-                                        DT_MEM_DEVICE)) ||
+                                        r->layout.total, dt_replica_has_v(r), NULL)) ||
             (rc = alloc_flat(r, model->param_dtype, DT_TAG_PARAMS, "compute params",
                              &r->compute)) ||
             (rc = alloc_flat(r, DT_F32, DT_TAG_GRADS, "grads", (void **)&r->grads)))

@@ -17,8 +17,6 @@
 /* The flat buffer holding state `kind` (checked). */
 static float *state_buffer(dt_replica_t *r, int kind)
 {
-    if (dt_replica_offloaded(r))
-        return r->off.state[kind]; /* the tier's host memory */
     return kind == DT_STATE_PARAMS ? r->master : kind == DT_STATE_EXP_AVG ? r->m : r->v;
 }
 
@@ -42,11 +40,10 @@ int dt_replica_get_state(dt_replica_t *r, uint32_t unit, int kind, dt_range_t ra
     int rc = dt_dp_state_check(&r->dp, unit, kind, dt_replica_has_v(r), range, buf, "get_state");
     if (rc != DT_OK)
         return rc;
+    if (dt_replica_offloaded(r)) /* the tier's */
+        return dt_offload_state_read(&r->off, kind, r->layout.offset[unit] + range.offset,
+                                     range.count, buf);
     const float *p = state_buffer(r, kind) + r->layout.offset[unit] + range.offset;
-    if (dt_replica_offloaded(r)) {
-        memcpy(buf, p, range.count * sizeof(float));
-        return DT_OK;
-    }
     return dt_dp_state_copy(&r->dp, unit, kind, range, buf, p, DT_COPY_D2H, "get_state");
 }
 
@@ -56,11 +53,10 @@ int dt_replica_set_state(dt_replica_t *r, uint32_t unit, int kind, dt_range_t ra
     int rc = dt_dp_state_check(&r->dp, unit, kind, dt_replica_has_v(r), range, buf, "set_state");
     if (rc != DT_OK)
         return rc;
+    if (dt_replica_offloaded(r)) /* the tier's */
+        return dt_offload_state_write(&r->off, kind, r->layout.offset[unit] + range.offset,
+                                      range.count, buf);
     float *p = state_buffer(r, kind) + r->layout.offset[unit] + range.offset;
-    if (dt_replica_offloaded(r)) {
-        memcpy(p, buf, range.count * sizeof(float));
-        return DT_OK;
-    }
     return dt_dp_state_copy(&r->dp, unit, kind, range, p, buf, DT_COPY_H2D, "set_state");
 }
 
@@ -83,10 +79,9 @@ static int check_replicas(dt_replica_t *r)
                              (unsigned long long)staging_bytes);
     for (uint32_t u = 0; rc == DT_OK && u < nu; u++) {
         hashes[u] = DT_HASH64_INIT;
-        if (dt_replica_offloaded(r)) { /* the master is host memory */
-            hashes[u] = dt_hash64_update(hashes[u],
-                                         r->off.state[DT_STATE_PARAMS] + r->layout.offset[u],
-                                         r->dp.model->units[u].numel * sizeof(float));
+        if (dt_replica_offloaded(r)) { /* the master is the tier's */
+            rc = dt_offload_state_hash(&r->off, DT_STATE_PARAMS, r->layout.offset[u],
+                                       r->dp.model->units[u].numel, &hashes[u]);
             continue;
         }
         rc = dt_hash_device(host, r->dp.dev_ops, r->dp.dev, r->dp.cs,

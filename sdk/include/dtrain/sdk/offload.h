@@ -56,6 +56,45 @@ extern "C" {
 int dt_offload_what(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args, int params_ok,
                     const char *what_is, uint32_t *what);
 
+/* ------------------------------------------------------------------------
+ * Compute parameters in a tier (ZeRO-Infinity's offload_param): `numel`
+ * elements of the model's param dtype in one tier buffer, written from
+ * f32 values (rounded to bf16 on the host, nearest even like the device's
+ * cast) and loaded into device memory before use.  Through the tier's
+ * host_ptr where it has one, else through store / load and pinned staging.
+ * --------------------------------------------------------------------- */
+typedef struct dt_offload_params {
+    const dt_host_v1_t *host;
+    const dt_offload_ops_v1_t *ops;
+    dt_offload_t *tier;
+    const dt_device_ops_v1_t *dev_ops;
+    dt_device_t *dev;
+    int32_t rank;
+    int32_t pdtype;           /* DT_F32 or DT_BF16 */
+    uint64_t numel;
+    dt_offload_buf_t *buf;
+    void *host_ptr;           /* the tier's host pointer, or NULL */
+    void *stage;              /* pinned: one piece of pdtype (no host_ptr or bf16) */
+    uint64_t piece;
+} dt_offload_params_t;
+
+int dt_offload_params_init(dt_offload_params_t *p, const dt_host_v1_t *host,
+                           const dt_strategy_init_v1_t *args, int32_t rank, uint64_t numel);
+void dt_offload_params_free(dt_offload_params_t *p);
+/* Elements [at, at + n) from f32 host memory `src`.  Blocking. */
+int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, const float *src);
+/* Elements [at, at + n) into device memory `dst`, ordered after the work
+ * queued on `stream`.  Blocking. */
+int dt_offload_params_load(dt_offload_params_t *p, uint64_t at, uint64_t n, void *dst,
+                           dt_stream_t *stream);
+
+/* ------------------------------------------------------------------------
+ * Optimizer state in a tier (ZeRO-Offload): master, m, v of `numel` f32.
+ * On a tier with host_ptr (offload_cpu) the update runs in place; on one
+ * without (offload_nvme) each piece is loaded into pinned staging, updated
+ * and stored back, two sets of staging alternating so the next piece's
+ * loads and the previous piece's stores run while a piece is updated.
+ * --------------------------------------------------------------------- */
 typedef struct dt_offload_state {
     const dt_host_v1_t *host;
     const dt_offload_ops_v1_t *ops;
@@ -65,42 +104,49 @@ typedef struct dt_offload_state {
     dt_stream_t *cs;          /* the compute stream: copies are ordered on it */
     int32_t rank;
     int32_t pdtype;           /* compute parameters: DT_F32 or DT_BF16 */
-    int32_t compute_space;    /* where dcompute pointers are: DT_MEM_DEVICE,
-                               * or DT_MEM_HOST (parameters offloaded too) */
+    int32_t n_kinds;          /* 3 (AdamW) or 2 (SGD: no second moment) */
+    int32_t reserved0;
     uint64_t numel;
+    dt_offload_params_t *params; /* compute copy in the tier, or NULL: on
+                                  * the device (dcompute pointers) */
     dt_offload_buf_t *buf[DT_STATE_COUNT];
-    float *state[DT_STATE_COUNT]; /* host pointers: master, m, v (v NULL for SGD) */
+    float *state[DT_STATE_COUNT]; /* host pointers (host_ptr tiers), else NULL */
+    float *stage[2][DT_STATE_COUNT]; /* pinned pieces (tiers without host_ptr) */
     float *gstage;            /* pinned: gradients of one piece */
     uint16_t *pstage;         /* pinned: bf16 parameters of one piece */
     uint64_t piece;           /* elements per piece */
 } dt_offload_state_t;
 
 /* Allocate master, m (and v when has_v) of `numel` f32 in the tier and the
- * pinned staging.  The tier must have host_ptr (DT_ERR_UNSUPPORTED naming
- * it otherwise).  `compute_space` says where the compute copy that update
- * and push write is (DT_MEM_HOST: the tier's memory too).  On failure
+ * pinned staging.  `params`: the compute copy lives in the tier there
+ * (update and push write it), or NULL: on the device.  On failure
  * everything made is freed again. */
 int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
                           const dt_strategy_init_v1_t *args, int32_t rank, uint64_t numel,
-                          int has_v, int compute_space);
-/* The tier's host pointer of `buf`, or DT_ERR_UNSUPPORTED naming the tier
- * and `what` when it has no host_ptr. */
-int dt_offload_host_ptr(const dt_host_v1_t *host, const dt_offload_ops_v1_t *ops,
-                        dt_offload_t *tier, dt_offload_buf_t *buf, const char *what,
-                        void **out);
+                          int has_v, dt_offload_params_t *params);
 /* Free what init made; safe on a zeroed state. */
 void dt_offload_state_free(dt_offload_state_t *st);
 
 /* The optimizer over range `r` of `unit`, whose elements sit at `at` in
  * the state: gradients `dgrad` (r.count f32, device) copied over, the
  * update on the host, the new parameters written to `dcompute` (r.count
- * elements of pdtype, in compute_space). */
+ * elements of pdtype, device), or to the tier's compute copy at `at`. */
 int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *unit,
                             dt_range_t r, uint64_t at, const float *dgrad, void *dcompute,
                             const dt_optim_step_t *opt);
-/* Copy the master parameters [at, at + n) to `dcompute` (n elements of
- * pdtype, in compute_space): after loading state. */
+/* Copy the master parameters [at, at + n) to `dcompute` (device), or to
+ * the tier's compute copy: after loading state. */
 int dt_offload_state_push(dt_offload_state_t *st, uint64_t at, uint64_t n, void *dcompute);
+/* State `kind` [at, at + n) to or from host memory (checkpoints).
+ * Blocking. */
+int dt_offload_state_read(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n,
+                          float *dst);
+int dt_offload_state_write(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n,
+                           const float *src);
+/* Continue 64-bit content hash *h (dtrain/sdk/hash.h) over state `kind`
+ * [at, at + n).  Blocking. */
+int dt_offload_state_hash(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n,
+                          uint64_t *h);
 
 /* Collective over `comm` on the whole of state `kind` (dt_state_kind_t),
  * which every rank holds alike (a replica): `root` >= 0 broadcasts that

@@ -5,11 +5,13 @@
  * finalize), pieces at any offset from host and device memory through
  * small blocks and few bounce buffers (direct and buffered I/O), many
  * requests in flight, the capacity and free-space errors, config errors,
- * a file deleted or truncated under the tier, cleanup_job, and - with a
+ * a file deleted or truncated under the tier, a read error, cleanup_job,
+ * and - with a
  * fake device whose copies block - a bounded wait.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -358,6 +360,68 @@ static void test_file_faults(void **state)
     assert_int_equal(count_files(dir), -1);
 }
 
+/* The descriptor the plugin holds for `path` (found through /proc), or -1. */
+static int fd_of(const char *path)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int found = -1;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char link[300], target[600];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n > 0) {
+            target[n] = 0;
+            if (strcmp(target, path) == 0)
+                found = atoi(e->d_name);
+        }
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* A read error (the file's descriptor swapped for a write-only one, so
+ * every read fails with EBADF): the load fails naming the file and the
+ * errno, and the next request still runs. */
+static void test_read_error(void **state)
+{
+    (void)state;
+    const char *dir = fresh_dir("readerr");
+    tier_t t;
+    tier_open(&t, dir, "off");
+    dt_offload_buf_t *b;
+    assert_ok(t.ops->alloc(t.o, 20000, DT_TAG_OPTIMIZER, &b));
+    uint8_t buf[20000];
+    fill(buf, sizeof buf, 9);
+    store_wait(&t, b, 0, buf, sizeof buf, DT_MEM_HOST);
+    char p[512], want[800];
+    snprintf(p, sizeof p, "%s/dtrain-unitjob-r2-1.bin", dir);
+    int fd = fd_of(p);
+    assert_true(fd >= 0);
+    int wo = open(p, O_WRONLY);
+    assert_true(wo >= 0);
+    int saved = dup(fd);
+    assert_int_equal(dup2(wo, fd), fd);
+    dt_offload_req_t *r;
+    assert_ok(t.ops->load(t.o, b, 100, buf, 9000, DT_MEM_HOST, NULL, &r));
+    assert_status(t.ops->wait(t.o, r, -1), DT_ERR_IO);
+    /* (two reads in flight: either may complete first) */
+    snprintf(want, sizeof want, "offload/offload_nvme: rank 2: load of 9000 bytes at offset 100 "
+             "of '%s': read at byte ", p);
+    assert_msg_starts(want);
+    assert_msg_has(": Bad file descriptor");
+    /* the descriptor back: the tier goes on */
+    assert_int_equal(dup2(saved, fd), fd);
+    close(saved);
+    close(wo);
+    uint8_t back[9000];
+    load_wait(&t, b, 100, back, sizeof back, DT_MEM_HOST);
+    fill(buf, sizeof buf, 9);
+    assert_memory_equal(back, buf + 100, sizeof back);
+    tier_close(&t);
+}
+
 /* cleanup_job removes a job's files (regular, ours, its exact names) and
  * nothing else. */
 static void test_cleanup_job(void **state)
@@ -484,6 +548,7 @@ int main(void)
         cmocka_unit_test(test_capacity_and_free_space),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_file_faults),
+        cmocka_unit_test(test_read_error),
         cmocka_unit_test(test_cleanup_job),
         cmocka_unit_test(test_wait_timeout),
     };

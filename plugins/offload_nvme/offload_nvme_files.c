@@ -118,6 +118,8 @@ int on_files_create(dt_offload_t *o, dt_offload_buf_t *b)
                                "were free)", o->q.rank, (unsigned long long)b->file_bytes,
                                b->path, strerror(err), (unsigned long long)free_bytes);
     }
+    struct stat st;
+    b->blocks_counted = fstat(b->fd, &st) == 0 && (uint64_t)st.st_blocks * 512u >= b->file_bytes;
     return DT_OK;
 }
 

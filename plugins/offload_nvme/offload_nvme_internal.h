@@ -37,6 +37,7 @@ struct dt_offload_buf {
     uint64_t bytes;             /* what the caller asked for */
     uint64_t file_bytes;        /* rounded up to ON_ALIGN, reserved */
     int32_t tag;
+    int32_t blocks_counted;     /* fstat counted the reserved bytes at creation */
     uint32_t pending;           /* transfers queued or running on it */
     char path[PATH_MAX];
     struct dt_offload_buf *prev, *next;

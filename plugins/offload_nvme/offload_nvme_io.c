@@ -15,10 +15,14 @@
  *
  * Faults are named with the file, the operation and the rank (wait adds
  * the rank): an I/O error (errno), a short read or write, a file deleted
- * or truncated under the job (checked with fstat before each request),
- * and an I/O that does not complete within the timeout (the ring is then
- * marked broken: the kernel may still use its buffers, so nothing more is
- * submitted and finalize leaves them allocated).
+ * or truncated under the job, and an I/O that does not complete within
+ * the timeout (the ring is then marked broken: the kernel may still use
+ * its buffers, so nothing more is submitted and finalize leaves them
+ * allocated).  The file is checked with fstat before and after each
+ * request: deleted (no link left), shorter than made, or - where the file
+ * system counted the reserved blocks when it was made - with fewer bytes
+ * on disk than reserved, which is what a truncation during a store leaves
+ * once later writes have grown the file back over the holes.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -161,6 +165,24 @@ static int reap(io_job_t *j, uint32_t *slot)
     return DT_OK;
 }
 
+/* The file is still ours and whole (see the top of this file). */
+static int check_file(io_job_t *j)
+{
+    struct stat st;
+    if (fstat(j->b->fd, &st) != 0)
+        return fail(j, DT_ERR_IO, "fstat: %s", strerror(errno));
+    if (st.st_nlink == 0)
+        return fail(j, DT_ERR_IO, "the file was deleted under the running job");
+    if ((uint64_t)st.st_size < j->b->file_bytes)
+        return fail(j, DT_ERR_IO, "the file was truncated to %llu bytes (%llu expected)",
+                    (unsigned long long)st.st_size, (unsigned long long)j->b->file_bytes);
+    if (j->b->blocks_counted && (uint64_t)st.st_blocks * 512u < j->b->file_bytes)
+        return fail(j, DT_ERR_IO, "the file was truncated (only %llu of its %llu bytes are on "
+                    "disk)", (unsigned long long)st.st_blocks * 512u,
+                    (unsigned long long)j->b->file_bytes);
+    return DT_OK;
+}
+
 /* After a failure: wait for what is still in flight (unless broken), so
  * no I/O lands in a buffer the next request uses. */
 static int drain(io_job_t *j, int rc)
@@ -257,15 +279,11 @@ int on_io_run(void *ctx, dt_oq_t *q, dt_oq_req_t *r)
         return DT_OK;
     /* the file must still be ours, whole: deleted or truncated under the
      * job, it would hand back zeros or lose what is written */
-    struct stat st;
-    if (fstat(j.b->fd, &st) != 0)
-        return fail(&j, DT_ERR_IO, "fstat: %s", strerror(errno));
-    if (st.st_nlink == 0)
-        return fail(&j, DT_ERR_IO, "the file was deleted under the running job");
-    if ((uint64_t)st.st_size < j.b->file_bytes)
-        return fail(&j, DT_ERR_IO, "the file was truncated to %llu bytes (%llu expected)",
-                    (unsigned long long)st.st_size, (unsigned long long)j.b->file_bytes);
+    int rc = check_file(&j);
+    if (rc != DT_OK)
+        return rc;
     uint64_t a0 = j.lo / ON_ALIGN * ON_ALIGN;
     uint64_t a1 = (j.hi + ON_ALIGN - 1) / ON_ALIGN * ON_ALIGN;
-    return r->op == DT_OQ_STORE ? run_store(&j, a0, a1) : run_load(&j, a0, a1);
+    rc = r->op == DT_OQ_STORE ? run_store(&j, a0, a1) : run_load(&j, a0, a1);
+    return rc == DT_OK ? check_file(&j) : rc;
 }

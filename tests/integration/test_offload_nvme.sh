@@ -117,7 +117,7 @@ fault() {
   fi
 }
 fault deleted "rm -f" "the file was deleted under the running job"
-fault truncated "truncate -s 0" "the file was truncated to 0 bytes"
+fault truncated "truncate -s 0" "the file was truncated"
 
 # ---- a full disk: a 256 KiB tmpfs ----------------------------------------------
 mkdir -p small

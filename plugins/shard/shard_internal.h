@@ -57,6 +57,8 @@ typedef struct dt_shard_group_state {
     uint32_t n_units;
     uint64_t gseq;         /* when its gather started (oldest first) */
     dt_comm_req_t *greq;
+    dt_offload_req_t *lreq;/* params offloaded: this rank's shard loading
+                            * into `full` ahead of the gather */
     /* gradients */
     float *gbuf;           /* what backward accumulates into (padded f32) */
     int32_t gbuf_transient;/* allocated per micro-step (tag comm) */
@@ -190,10 +192,13 @@ int shard_offload_configure(dt_shard_engine_t *e);
 int shard_offload_alloc(dt_shard_engine_t *e);
 /* Free them (engine free). */
 void shard_offload_free(dt_shard_engine_t *e);
-/* Parameters offloaded: bring this rank's shard of group gi from the tier
- * into `dst` (device, shard elements of pdtype), ordered after the compute
- * stream's work so far; blocking. */
-int shard_offload_load_params(dt_shard_engine_t *e, uint32_t gi, void *dst);
+/* Parameters offloaded: start loading this rank's shard of group gi from
+ * the tier into its slot of the gathered buffer (allocating a transient
+ * one), ordered after the compute stream's work so far; no-op when the
+ * group is gathered or loading, or nothing is offloaded. */
+int shard_offload_load_start(dt_shard_engine_t *e, uint32_t gi);
+/* Wait for group gi's load, if one is in flight. */
+int shard_offload_load_finish(dt_shard_engine_t *e, uint32_t gi);
 /* The update of every held range on the host, parameters written back to
  * the compute copy (the step, in place of the device optimizer). */
 int shard_offload_step(dt_shard_engine_t *e, const dt_optim_step_t *st);

@@ -63,10 +63,37 @@ void shard_offload_free(dt_shard_engine_t *e)
     e->pstage = NULL;
 }
 
-int shard_offload_load_params(dt_shard_engine_t *e, uint32_t gi, void *dst)
+int shard_offload_load_start(dt_shard_engine_t *e, uint32_t gi)
 {
+    sh_group_t *g = &e->g[gi];
     const dt_shard_group_t *gr = &e->plan.groups[gi];
-    int rc = dt_offload_params_load(&e->par, gr->shard_off, gr->shard, dst, e->dp.cs);
+    if (!shard_params_offloaded(e) || g->pstate != SH_P_FREE || g->lreq)
+        return DT_OK;
+    int rc;
+    if (g->transient && !g->full &&
+        (rc = e->dp.dev_ops->alloc(e->dp.dev, gr->padded * e->pes, DT_TAG_COMM, &g->full)) !=
+            DT_OK) {
+        g->full = NULL;
+        shard_log_group(e, gi, "allocating the gathered parameters", rc);
+        return rc;
+    }
+    void *mine = (char *)g->full + (uint64_t)e->srank * gr->shard * e->pes;
+    rc = dt_offload_params_load(&e->par, gr->shard_off, gr->shard, mine, e->dp.cs, &g->lreq);
+    if (rc != DT_OK) {
+        g->lreq = NULL;
+        shard_log_group(e, gi, "loading the offloaded parameter shard", rc);
+    }
+    return rc;
+}
+
+int shard_offload_load_finish(dt_shard_engine_t *e, uint32_t gi)
+{
+    sh_group_t *g = &e->g[gi];
+    if (!g->lreq)
+        return DT_OK;
+    /* never dropped: the tier would still write into `full` */
+    int rc = e->par.ops->wait(e->par.tier, g->lreq, -1);
+    g->lreq = NULL;
     if (rc != DT_OK)
         shard_log_group(e, gi, "loading the offloaded parameter shard", rc);
     return rc;

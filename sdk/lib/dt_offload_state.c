@@ -146,12 +146,10 @@ int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, con
 }
 
 int dt_offload_params_load(dt_offload_params_t *p, uint64_t at, uint64_t n, void *dst,
-                           dt_stream_t *stream)
+                           dt_stream_t *stream, dt_offload_req_t **req)
 {
     size_t pes = dt_dtype_size(p->pdtype);
-    dt_offload_req_t *req = NULL;
-    int rc = p->ops->load(p->tier, p->buf, at * pes, dst, n * pes, DT_MEM_DEVICE, stream, &req);
-    return rc == DT_OK ? p->ops->wait(p->tier, req, -1) : rc;
+    return p->ops->load(p->tier, p->buf, at * pes, dst, n * pes, DT_MEM_DEVICE, stream, req);
 }
 
 /* ------------------------------------------------------ optimizer state */

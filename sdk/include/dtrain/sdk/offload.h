@@ -83,10 +83,10 @@ int dt_offload_params_init(dt_offload_params_t *p, const dt_host_v1_t *host,
 void dt_offload_params_free(dt_offload_params_t *p);
 /* Elements [at, at + n) from f32 host memory `src`.  Blocking. */
 int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, const float *src);
-/* Elements [at, at + n) into device memory `dst`, ordered after the work
- * queued on `stream`.  Blocking. */
+/* Start loading elements [at, at + n) into device memory `dst`, ordered
+ * after the work queued on `stream`; wait on *req with the tier's wait. */
 int dt_offload_params_load(dt_offload_params_t *p, uint64_t at, uint64_t n, void *dst,
-                           dt_stream_t *stream);
+                           dt_stream_t *stream, dt_offload_req_t **req);
 
 /* ------------------------------------------------------------------------
  * Optimizer state in a tier (ZeRO-Offload): master, m, v of `numel` f32.

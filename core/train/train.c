@@ -690,16 +690,20 @@ static int report_memory(run_t *R)
         if ((rc = metrics_line_end(R)))
             return rc;
     }
-    /* ---- offload tier (issue 13): its bytes, pinned host memory ---- */
+    /* ---- offload tier (issue 13): the bytes it holds (its own count:
+     * pinned memory or files), and the pinned staging beside it ---- */
     if (R->poff) {
-        uint64_t tier = dt_tag_bytes(ms.pinned_peak, ms.n_tags, DT_TAG_OFFLOAD);
+        uint64_t total = 0, tier = 0;
+        const dt_offload_ops_t *oops = R->poff->ops;
+        if ((rc = PLUGIN_CALL(R->poff, oops->capacity(R->off, &total, &tier), "capacity")))
+            return rc;
         uint64_t stage = dt_tag_bytes(ms.pinned_peak, ms.n_tags, DT_TAG_STAGING);
         if (R->world.rank == 0)
-            printf("offload tier (rank %d, peak MiB): %s %.2f, pinned staging %.2f\n",
+            printf("offload tier (rank %d, MiB held): %s %.2f, pinned staging peak %.2f\n",
                    R->world.rank, R->poff->name, mib(tier), mib(stage));
         if (R->metrics) {
             metrics_printf(R, "{\"offload_tier\": {\"rank\": %d, \"plugin\": \"%s\", "
-                           "\"peak_bytes\": %llu, \"staging_peak_bytes\": %llu}}\n",
+                           "\"held_bytes\": %llu, \"staging_peak_bytes\": %llu}}\n",
                            R->world.rank, R->poff->name, (unsigned long long)tier,
                            (unsigned long long)stage);
             if ((rc = metrics_line_end(R)))

@@ -70,6 +70,12 @@ for v in "zero3 2 --set parallel.data=zero --set zero.stage=3 --set zero.offload
   else bad "$name on offload_nvme differs" "$(paste <(losses "$name.jsonl") <(losses "$name-nvme.jsonl"))"; fi
   no_files "$name"
 done
+# the report counts the files' bytes as the tier's (zero-3, 2 ranks: each
+# rank's master, moments and compute shard, 4 KiB-rounded files)
+if grep -qE '^\[rank 0\] offload tier \(rank 0, MiB held\): offload_nvme 0\.0[0-9]' zero3-nvme.log &&
+   held=$(grep -o '"held_bytes": [0-9]*' zero3-nvme.jsonl | cut -d' ' -f2) && [ "$held" -gt 0 ] &&
+   [ $((held % 4096)) = 0 ]; then ok "the report shows the bytes the tier's files hold ($held)"
+else bad "no offload_nvme line in the report" "$(grep -i offload zero3-nvme.log zero3-nvme.jsonl)"; fi
 
 # ---- a rank killed: the launcher removes the job's files ----------------------------
 long=(--set launch.nproc=2 --set parallel.data=zero --set zero.stage=2 "${tier[@]}"

@@ -3,7 +3,8 @@
 #  - only where the state lives changes: with the optimizer state offloaded,
 #    losses and final parameters equal the run without offload BIT FOR BIT,
 #    for zero stages 1-3, fsdp FULL_SHARD / SHARD_GRAD_OP and ddp, on 1, 2
-#    and 4 ranks, with and without accumulation, f32 and bf16;
+#    and 4 ranks, with and without accumulation, f32 and bf16, SGD (with
+#    Nesterov), fsdp HYBRID_SHARD and NO_SHARD;
 #  - the same with the parameters offloaded too (zero stage 3, fsdp
 #    FULL_SHARD; gathered from the tier per use, with and without prefetch);
 #  - checkpoints go through the same manifest: saved with offload, resumed
@@ -74,6 +75,19 @@ for strat in "zero zero.stage=1" "zero zero.stage=2" "zero zero.stage=3" \
       same "$1 ${2#*=}, $n rank(s), accumulation $acc" "$tag" "$tag-off"
     done
   done
+done
+# the other optimizers and sharding layouts (SGD's momentum is the tier's
+# first moment; HYBRID_SHARD's replicas each update their shard)
+for v in "sgd zero zero.stage=2 --set optimizer.type=sgd" \
+         "nesterov ddp ddp.overlap=true --set optimizer.type=sgd --set optimizer.nesterov=true" \
+         "hybrid fsdp fsdp.sharding_strategy=HYBRID_SHARD --set fsdp.hybrid_group_size=2" \
+         "noshard fsdp fsdp.sharding_strategy=NO_SHARD"; do
+  set -- $v
+  tag=$1 n=2; shift
+  [ "$tag" = hybrid ] && n=4
+  common=(--set parallel.data="$1" --set "$2" --set launch.nproc=$n "${@:3}")
+  run "x-$tag" "${common[@]}" && run "x-$tag-off" "${common[@]}" --set parallel.offload=offload_cpu &&
+    same "$tag ($1 ${2#*=}, $n ranks)" "x-$tag" "x-$tag-off"
 done
 for strat in "zero zero.stage=3" "ddp ddp.init_check=broadcast"; do
   set -- $strat

@@ -251,7 +251,7 @@ static void print_row(const char *label, const dt_estimate_t *e)
     char b[8][32];
     uint64_t total = 0;
     for (int t = 0; t < DT_TAG_COUNT; t++)
-        total += e->bytes[t];
+        total += t == DT_TAG_OFFLOAD ? 0 : e->bytes[t]; /* the tier's, not the device's */
     printf("%-19s %11s %11s %11s %11s %11s %11s %12s %12s\n", label,
            dt_plan_bytes(e->bytes[DT_TAG_PARAMS], b[0], 32),
            dt_plan_bytes(e->bytes[DT_TAG_GRADS], b[1], 32),
@@ -262,6 +262,10 @@ static void print_row(const char *label, const dt_estimate_t *e)
            dt_plan_bytes(e->comm_bytes_per_step, b[7], 32));
     if (e->note[0])
         printf("%-19s   %s\n", "", e->note);
+    /* ---- offload tier (issue 13): what [parallel] offload would hold ---- */
+    if (e->bytes[DT_TAG_OFFLOAD])
+        printf("%-19s   offload tier: %s per rank\n", "",
+               dt_plan_bytes(e->bytes[DT_TAG_OFFLOAD], b[0], 32));
 }
 
 int dt_cmd_plan(int argc, char **argv)

@@ -669,6 +669,17 @@ static int report_memory(run_t *R)
         planned[t] = dt_tag_bytes(plan.bytes, plan.n_tags, t);
         plan_total += planned[t];
     }
+    /* ---- offload tier (issue 13): the plan's offload tag is the tier's
+     * bytes, measured by the tier (not device memory: not in the total) */
+    if (R->poff) {
+        uint64_t total = 0, held = 0;
+        const dt_offload_ops_t *oops = R->poff->ops;
+        if ((rc = PLUGIN_CALL(R->poff, oops->capacity(R->off, &total, &held), "capacity")))
+            return rc;
+        peak[DT_TAG_OFFLOAD] = held;
+        plan_total -= planned[DT_TAG_OFFLOAD];
+    }
+    /* ---- end offload tier ---- */
     if (R->world.rank == 0) {
         printf("memory (rank %d, peak MiB measured / planned):", R->world.rank);
         for (int t = 0; t < DT_TAG_COUNT; t++)

@@ -17,18 +17,38 @@
 #include "dtrain/sdk/hash.h"
 #include "dtrain/sdk/offload.h"
 
+static const char what_choices[] = "optimizer|params|optimizer_and_params";
+static const uint32_t what_bits[] = {DT_OFFLOAD_WHAT_OPTIMIZER, DT_OFFLOAD_WHAT_PARAMS,
+                                     DT_OFFLOAD_WHAT_OPTIMIZER | DT_OFFLOAD_WHAT_PARAMS};
+static const char *what_names[] = {"optimizer", "params", "optimizer_and_params"};
+
+/* offload_what as configured, checked against params_ok. */
+static int what_read(const dt_host_v1_t *host, int params_ok, const char *what_is,
+                     uint32_t *what)
+{
+    int idx = 0;
+    int rc = dt_cfg_enum(host, "offload_what", "optimizer", what_choices, &idx);
+    if (rc != DT_OK)
+        return rc;
+    if ((what_bits[idx] & DT_OFFLOAD_WHAT_PARAMS) && !params_ok)
+        return host->set_error(host, DT_ERR_CONFIG,
+                               "offload_what = \"%s\": parameters are offloaded only by zero "
+                               "stage 3 and fsdp FULL_SHARD, and this is %s; offload the "
+                               "optimizer state instead (offload_what = \"optimizer\")",
+                               what_names[idx], what_is);
+    *what = what_bits[idx];
+    return DT_OK;
+}
+
 int dt_offload_what(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args, int params_ok,
                     const char *what_is, uint32_t *what)
 {
-    static const char choices[] = "optimizer|params|optimizer_and_params";
-    static const uint32_t bits[] = {DT_OFFLOAD_WHAT_OPTIMIZER, DT_OFFLOAD_WHAT_PARAMS,
-                                    DT_OFFLOAD_WHAT_OPTIMIZER | DT_OFFLOAD_WHAT_PARAMS};
-    static const char *names[] = {"optimizer", "params", "optimizer_and_params"};
-    int idx = 0;
     const char *v = NULL;
     *what = 0;
-    if (!args->offload_ops || !args->offload)
-        return dt_cfg_enum(host, "offload_what", "optimizer", choices, &idx);
+    if (!args->offload_ops || !args->offload) {
+        int idx;
+        return dt_cfg_enum(host, "offload_what", "optimizer", what_choices, &idx);
+    }
     if (host->cfg_string(host, "offload_what", &v) == DT_ERR_NOT_FOUND)
         return host->set_error(host, DT_ERR_CONFIG,
                                "[parallel] offload names tier '%s', but %s keeps no state in an "
@@ -36,19 +56,44 @@ int dt_offload_what(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
                                "[parallel] offload = \"none\" or use zero, fsdp or ddp",
                                args->offload_ops->info.name ? args->offload_ops->info.name : "?",
                                what_is);
-    int rc = dt_cfg_enum(host, "offload_what", "optimizer", choices, &idx);
-    if (rc != DT_OK)
-        return rc;
-    if ((bits[idx] & DT_OFFLOAD_WHAT_PARAMS) && !params_ok)
-        return host->set_error(host, DT_ERR_CONFIG,
-                               "offload_what = \"%s\": parameters are offloaded only by zero "
-                               "stage 3 and fsdp FULL_SHARD, and this is %s; offload the "
-                               "optimizer state instead (offload_what = \"optimizer\")",
-                               names[idx], what_is);
-    *what = bits[idx];
-    return DT_OK;
+    return what_read(host, params_ok, what_is, what);
 }
 
+int dt_offload_what_plan(const dt_host_v1_t *host, int params_ok, const char *what_is,
+                         uint32_t *what)
+{
+    const char *v = NULL;
+    *what = 0;
+    if (host->cfg_string(host, "offload_what", &v) == DT_ERR_NOT_FOUND)
+        return DT_OK;
+    return what_read(host, params_ok, what_is, what);
+}
+
+void dt_offload_estimate(const dt_estimate_args_v1_t *args, uint32_t what, uint64_t owned,
+                         uint64_t sharded, dt_estimate_v1_t *out)
+{
+    uint64_t pb = args->param_bytes;
+    uint64_t master = owned * 4; /* f32, whatever the compute dtype */
+    uint64_t device_master = pb == 2 ? master : 0; /* what the device kept */
+    uint64_t *b = out->bytes;
+    if (what & DT_OFFLOAD_WHAT_OPTIMIZER) {
+        /* the moments (optim_bytes less a bf16 run's master) and the master */
+        b[DT_TAG_OFFLOAD] += b[DT_TAG_OPTIMIZER] + master;
+        b[DT_TAG_OPTIMIZER] = 0;
+        b[DT_TAG_PARAMS] -= device_master;
+        device_master = 0;
+    } else if (what & DT_OFFLOAD_WHAT_PARAMS) {
+        /* a device optimizer needs an f32 master of its own */
+        b[DT_TAG_PARAMS] += master - device_master;
+        device_master = master;
+    }
+    if (what & DT_OFFLOAD_WHAT_PARAMS) {
+        b[DT_TAG_PARAMS] -= sharded * pb;
+        b[DT_TAG_OFFLOAD] += sharded * pb;
+    }
+    if (DT_TAG_OFFLOAD >= (int)out->n_tags)
+        out->n_tags = DT_TAG_OFFLOAD + 1;
+}
 
 /* ------------------------------------------------------------ helpers */
 

@@ -275,6 +275,12 @@ int dt_replica_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *a
     int32_t n = args->group_size;
     int reduces = cfg->reduce_grads && n > 1;
     dt_dp_estimate_state(args, T, T, T, out);
+    if (DT_HAS_FIELD(dt_estimate_args_v1_t, args, offload) && args->offload) {
+        uint32_t what = 0;
+        if ((rc = dt_offload_what_plan(host, 0, "a replica strategy (ddp)", &what)) != DT_OK)
+            return rc;
+        dt_offload_estimate(args, what, T, 0, out);
+    }
     if (reduces && cfg->reduce_dtype == DT_BF16 && nb > 0) {
         uint64_t slots = nb < DT_REPLICA_MAX_SLOTS ? nb : DT_REPLICA_MAX_SLOTS;
         out->bytes[DT_TAG_COMM] = slots * max_count * 2;

@@ -165,11 +165,20 @@ peaks=$(grep '^{"memory"' fits.jsonl | grep -o '"peak_bytes": {[^}]*}' || true)
 if grep -qF '"optimizer": 0,' <<<"$peaks" && grep -qF '"params": ' <<<"$peaks"; then
   ok "no optimizer bytes on the device"
 else bad "optimizer bytes on the device" "$(grep memory fits.jsonl)"; fi
+# measured beside planned: the plan moves the optimizer to the tier too
+expect_out "the report plans no optimizer bytes on the device" "optimizer 0.00 / 0.00"
+expect_out "... and the tier's bytes as measured" "offload 1.34 / 1.34"
 # the tier holds master + exp_avg + exp_avg_sq: 3 x 470016 bytes
 expect_out "the report names the tier's bytes" "offload tier (rank 0, MiB held): offload_cpu 1.34"
 if grep -qF '{"offload_tier": {"rank": 0, "plugin": "offload_cpu", "held_bytes": 1410048,' fits.jsonl
 then ok "the metrics file has the tier's peak bytes"
 else bad "no offload_tier line with 1410048 bytes" "$(grep offload_tier fits.jsonl)"; fi
+
+# `dtrain plan` with a tier: the optimizer off the device, the tier's bytes
+expect_exit 0 "plan with offload_cpu" "$bin" plan t.toml "${mem[@]}" --set parallel.offload=offload_cpu
+expect_out "plan: the tier's bytes per rank (zero-1's master and moments)" "offload tier: 1.34 MiB per rank"
+if grep -qE '^zero-1 .* 0\.00 MiB ' <<<"$out"; then ok "plan: no optimizer bytes on the device"
+else bad "plan: optimizer bytes on the device" "$out"; fi
 
 # ---- config errors and the keys' docs ------------------------------------------
 expect_exit 2 "params offload under zero stage 2" "$bin" run t.toml --set parallel.data=zero \

@@ -55,6 +55,18 @@ extern "C" {
  * DT_ERR_CONFIG too: it would keep nothing there. */
 int dt_offload_what(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args, int params_ok,
                     const char *what_is, uint32_t *what);
+/* The same for the planner (estimate args with offload set): the key as
+ * configured, checked alike; a strategy without the key offloads nothing
+ * (*what 0). */
+int dt_offload_what_plan(const dt_host_v1_t *host, int params_ok, const char *what_is,
+                         uint32_t *what);
+/* Move what offload_what sends to the tier out of a planned device
+ * estimate (dt_dp_estimate_state's tags) and into its DT_TAG_OFFLOAD: the
+ * optimizer's f32 master and moments of the `owned` elements, and with
+ * the parameters the compute copy's `sharded` elements (a device master
+ * of `owned` f32 appearing where the optimizer stays on the device). */
+void dt_offload_estimate(const dt_estimate_args_v1_t *args, uint32_t what, uint64_t owned,
+                         uint64_t sharded, dt_estimate_v1_t *out);
 
 /* ------------------------------------------------------------------------
  * Compute parameters in a tier (ZeRO-Infinity's offload_param): `numel`

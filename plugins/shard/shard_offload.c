@@ -19,6 +19,8 @@
  * Only where the state lives changes, never the arithmetic: losses equal
  * the run without offload bit for bit.
  */
+#include <stdio.h>
+
 #include "shard_internal.h"
 
 int shard_offload_configure(dt_shard_engine_t *e)
@@ -146,6 +148,9 @@ int shard_offload_step(dt_shard_engine_t *e, const dt_optim_step_t *st)
         if (rc != DT_OK)
             return rc;
     }
+    char when[48];
+    snprintf(when, sizeof when, "step %lld", (long long)st->t);
+    dt_offload_state_report(&e->off, when);
     return DT_OK;
 }
 

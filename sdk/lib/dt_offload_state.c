@@ -401,7 +401,8 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
     const char *what = "loading the state";
     if (staged && r.count > 0)
         rc = start_piece(st, 0, 0, at, r.count < st->piece ? r.count : st->piece, &loads[0]);
-    uint64_t p = 0;
+    const dt_host_v1_t *h = st->host;
+    uint64_t p = 0, t0 = h->now_ns(h), t1;
     for (uint64_t c = 0; rc == DT_OK && c < r.count; c += st->piece, p++) {
         uint64_t k = r.count - c < st->piece ? r.count - c : st->piece;
         int set = (int)(p & 1);
@@ -419,6 +420,9 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
                 rc = wait_all(st, &loads[set], DT_OK);
             for (int kk = 0; kk < st->n_kinds; kk++)
                 s[kk] = st->stage[set][kk];
+            t1 = h->now_ns(h);
+            st->ns_wait += t1 - t0;
+            t0 = t1;
         } else {
             for (int kk = 0; kk < st->n_kinds; kk++)
                 s[kk] = st->state[kk] + at + c;
@@ -431,15 +435,24 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
             if (rc == DT_OK)
                 rc = d->stream_sync(st->dev, st->cs);
         }
+        t1 = h->now_ns(h);
+        st->ns_copy += t1 - t0;
+        t0 = t1;
         if (rc == DT_OK) {
             what = "the host optimizer";
             rc = dt_optim_range_host(st->host, unit, (dt_range_t){r.offset + c, k}, s[0],
                                      st->gstage, s[1], s[2], opt);
         }
+        t1 = h->now_ns(h);
+        st->ns_optim += t1 - t0;
+        t0 = t1;
         if (rc == DT_OK) {
             what = "writing the parameters";
             rc = push_piece(st, s[0], at + c, k, dcompute ? (char *)dcompute + c * pes : NULL);
         }
+        t1 = h->now_ns(h);
+        st->ns_copy += t1 - t0;
+        t0 = t1;
         if (rc == DT_OK && staged) {
             what = "storing the state";
             rc = start_piece(st, set, 1, at + c, k, &stores[set]);
@@ -454,8 +467,18 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
         rc = wait_all(st, &loads[set], rc);
         rc = wait_all(st, &stores[set], rc);
     }
+    st->ns_wait += h->now_ns(h) - t0;
     int e = d->stream_sync(st->dev, st->cs);
     return rc != DT_OK ? rc : e;
+}
+
+void dt_offload_state_report(dt_offload_state_t *st, const char *when)
+{
+    const dt_host_v1_t *h = st->host;
+    h->log(h, DT_LOG_DEBUG, "%s: offloaded optimizer: tier I/O wait %.2f ms, device copies "
+           "%.2f ms, host optimizer %.2f ms", when, (double)st->ns_wait / 1e6,
+           (double)st->ns_copy / 1e6, (double)st->ns_optim / 1e6);
+    st->ns_wait = st->ns_copy = st->ns_optim = 0;
 }
 
 int dt_offload_state_collective(dt_offload_state_t *st, int kind, const dt_comm_ops_v1_t *cops,

@@ -4,6 +4,8 @@
  * replica strategy, and averaging replicated state across the group (what
  * local SGD does every K steps).
  */
+#include <stdio.h>
+
 #include "dtrain/sdk/replica.h"
 
 #include "dtrain/sdk/ranges.h"
@@ -52,6 +54,11 @@ int dt_replica_update(dt_replica_t *r, const dt_optim_step_t *st, int last_first
             return rc;
     }
     int rc = dt_replica_refresh(r, 0, nu);
+    if (dt_replica_offloaded(r)) {
+        char when[48];
+        snprintf(when, sizeof when, "step %lld", (long long)st->t);
+        dt_offload_state_report(&r->off, when);
+    }
     if (rc != DT_OK)
         r->dp.host->log(r->dp.host, DT_LOG_ERROR, "step %lld: refreshing the bf16 parameters "
                         "failed", (long long)st->t);

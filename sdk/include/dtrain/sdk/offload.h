@@ -127,6 +127,10 @@ typedef struct dt_offload_state {
     float *gstage;            /* pinned: gradients of one piece */
     uint16_t *pstage;         /* pinned: bf16 parameters of one piece */
     uint64_t piece;           /* elements per piece */
+    /* time spent in update since the last dt_offload_state_report, ns */
+    uint64_t ns_wait;         /* waiting for the tier's loads and stores */
+    uint64_t ns_copy;         /* gradients in, parameters out */
+    uint64_t ns_optim;        /* the host optimizer */
 } dt_offload_state_t;
 
 /* Allocate master, m (and v when has_v) of `numel` f32 in the tier and the
@@ -159,6 +163,11 @@ int dt_offload_state_write(dt_offload_state_t *st, int kind, uint64_t at, uint64
  * [at, at + n).  Blocking. */
 int dt_offload_state_hash(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n,
                           uint64_t *h);
+
+/* Log (DT_LOG_DEBUG) where the updates since the last call spent their
+ * time - waiting for the tier, copies to and from the device, the host
+ * optimizer - as "<when>: ...", and start counting again. */
+void dt_offload_state_report(dt_offload_state_t *st, const char *when);
 
 /* Collective over `comm` on the whole of state `kind` (dt_state_kind_t),
  * which every rank holds alike (a replica): `root` >= 0 broadcasts that

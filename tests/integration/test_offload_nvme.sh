@@ -3,6 +3,8 @@
 #  - bit for bit against no offload (zero stage 3 with parameters and
 #    optimizer on the tier, ddp, a buffered-I/O run), its files gone after
 #    a clean run;
+#  - checkpoints: saved with the tier by 2 ranks and resumed without it by
+#    1, and the other way round, end bit for bit alike;
 #  - a rank killed mid-run: the launcher's cleanup removes the job's files;
 #  - a file deleted or truncated under a running job: the run stops (exit
 #    1, no hang) with an error naming the operation, the file and the rank,
@@ -76,6 +78,26 @@ if grep -qE '^\[rank 0\] offload tier \(rank 0, MiB held\): offload_nvme 0\.0[0-
    held=$(grep -o '"held_bytes": [0-9]*' zero3-nvme.jsonl | cut -d' ' -f2) && [ "$held" -gt 0 ] &&
    [ $((held % 4096)) = 0 ]; then ok "the report shows the bytes the tier's files hold ($held)"
 else bad "no offload_nvme line in the report" "$(grep -i offload zero3-nvme.log zero3-nvme.jsonl)"; fi
+
+# ---- checkpoints: saved with the tier by 2 ranks, resumed without it by 1, and
+# the other way round; both resumes end with the same parameters, bit for bit
+ck=(--set parallel.data=zero --set zero.stage=2 --set train.steps=4 --set train.global_batch=4
+    --set train.grad_accum=0)
+run saved-nv "${ck[@]}" --set launch.nproc=2 --set train.stop_at=2 "${tier[@]}" || true
+run saved-plain "${ck[@]}" --set launch.nproc=2 --set train.stop_at=2 || true
+mkdir -p out/res-plain out/res-nv
+cp -r out/saved-nv/ckpt out/res-plain/ && cp -r out/saved-plain/ckpt out/res-nv/
+if run res-plain "${ck[@]}" --set launch.nproc=1 --set run.comm=self --set checkpoint.resume=latest &&
+   run res-nv "${ck[@]}" --set launch.nproc=1 --set run.comm=self --set checkpoint.resume=latest \
+     "${tier[@]}"; then
+  grep -qF "(step 2)" res-nv.log && ok "the offloaded run resumed at step 2" ||
+    bad "no resume at step 2" "$(cat res-nv.log)"
+  if [ "$(losses res-nv.jsonl | wc -l)" = 2 ] && cmp -s res-plain.st res-nv.st &&
+     cmp -s <(losses res-plain.jsonl) <(losses res-nv.jsonl); then
+    ok "saved with offload_nvme (2 ranks) resumed without (1 rank) = saved without, resumed with"
+  else bad "the two resumes differ" "$(paste <(losses res-plain.jsonl) <(losses res-nv.jsonl))"; fi
+fi
+no_files "checkpoints"
 
 # ---- a rank killed: the launcher removes the job's files ----------------------------
 long=(--set launch.nproc=2 --set parallel.data=zero --set zero.stage=2 "${tier[@]}"

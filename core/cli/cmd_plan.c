@@ -317,6 +317,10 @@ static void print_row(const char *label, const dt_estimate_t *e, const plan_limi
     printf("\n");
     if (e->note[0])
         printf("%-19s   %s\n", "", e->note);
+    /* ---- offload tier (issue 13): what [parallel] offload would hold ---- */
+    if (e->bytes[DT_TAG_OFFLOAD])
+        printf("%-19s   offload tier: %s per rank\n", "",
+               dt_plan_bytes(e->bytes[DT_TAG_OFFLOAD], b[0], 32));
 }
 
 /* Of the rows that fit, the least traffic; among rows within

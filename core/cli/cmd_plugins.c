@@ -105,12 +105,17 @@ int dt_cmd_plugins(int argc, char **argv)
     printf("search path:");
     for (size_t i = 0; i < dt_search_path_count(sp); i++)
         printf("%s %s", i ? "," : "", dt_search_path_dir(sp, i));
-    printf("\n\n%-10s %-9s %-5s %-8s %-10s %s\n", "NAME", "KIND", "ABI", "VERSION", "STATUS",
+    /* the NAME column as wide as the longest name (offload_nvme) */
+    int w = 10;
+    for (size_t i = 0; i < n; i++)
+        if ((int)strlen(ls[i].name) > w)
+            w = (int)strlen(ls[i].name);
+    printf("\n\n%-*s %-9s %-5s %-8s %-10s %s\n", w, "NAME", "KIND", "ABI", "VERSION", "STATUS",
            "PATH");
     for (size_t i = 0; i < n; i++) {
         char abi[16];
         snprintf(abi, sizeof abi, "%u.%u", ls[i].abi_major, ls[i].abi_minor);
-        printf("%-10s %-9s %-5s %-8s %-10s %s\n", ls[i].name,
+        printf("%-*s %-9s %-5s %-8s %-10s %s\n", w, ls[i].name,
                ls[i].kind >= 0 ? dt_kind_name(ls[i].kind) : "?", ls[i].kind >= 0 ? abi : "-",
                ls[i].version[0] ? ls[i].version : "-", ls[i].loadable ? "loadable" : "BROKEN",
                ls[i].path);

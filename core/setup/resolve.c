@@ -258,5 +258,21 @@ int dt_resolve_cleanup_job(void *resolved, const char *job_id)
         dt_err_clear();
         return DT_OK;
     }
-    return dt_plugin_cleanup_job(r->plugin[DT_ROLE_COMM], job_id);
+    int rc = dt_plugin_cleanup_job(r->plugin[DT_ROLE_COMM], job_id);
+    /* the offload tier's files too (offload_nvme), through its own slot */
+    if (!r->plugin[DT_ROLE_OFFLOAD] && dt_resolve_plugin(r, DT_ROLE_OFFLOAD, NULL, NULL) != DT_OK) {
+        dt_log(DT_LOG_DEBUG, "launch", "no offload cleanup after job %s: %s", job_id,
+               dt_last_error());
+        dt_err_clear();
+        return rc;
+    }
+    if (r->plugin[DT_ROLE_OFFLOAD]) {
+        char first[DT_ERR_MAX];
+        snprintf(first, sizeof first, "%s", rc ? dt_last_error() : "");
+        int orc = dt_plugin_cleanup_job(r->plugin[DT_ROLE_OFFLOAD], job_id);
+        if (rc) /* the communicator's failure is the one reported */
+            return dt_err_set(rc, "%s", first);
+        rc = orc;
+    }
+    return rc;
 }

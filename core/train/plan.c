@@ -33,7 +33,8 @@ int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_
     dt_estimate_args_t a = {.struct_size = sizeof a, .group_size = world,
                                .model = dt_model_desc(m), .param_bytes = half ? 2 : 4,
                                .grad_bytes = 4, .optim_bytes = 4 * moments + (half ? 4 : 0),
-                               .n_micro = (uint32_t)accum, .act_bytes = act.total};
+                               .n_micro = (uint32_t)accum, .act_bytes = act.total,
+                               .offload = strcmp(set->parallel.offload, "none") != 0};
     const dt_strategy_ops_t *ops = strat->ops;
     memset(out, 0, sizeof *out);
     out->struct_size = sizeof *out;
@@ -52,7 +53,7 @@ uint64_t dt_plan_total(const dt_estimate_t *e)
 {
     uint64_t total = 0;
     for (int t = 0; t < DT_TAG_COUNT; t++)
-        total += e->bytes[t];
+        total += t == DT_TAG_OFFLOAD ? 0 : e->bytes[t]; /* the tier's, not the device's */
     return total;
 }
 

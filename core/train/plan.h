@@ -22,7 +22,8 @@ int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_
 /* Model-state bytes (params + grads + optimizer) of an estimate. */
 uint64_t dt_plan_model_state(const dt_estimate_t *e);
 
-/* Peak bytes per rank of an estimate: every tag. */
+/* Peak device bytes per rank of an estimate: every tag but the offload
+ * tier's (DT_TAG_OFFLOAD, host or NVMe, shown on a line of its own). */
 uint64_t dt_plan_total(const dt_estimate_t *e);
 
 /* Seconds a rank needs to send `sent` bytes over a link of `gbps` Gb/s

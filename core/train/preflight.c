@@ -12,11 +12,10 @@
 
 int dt_preflight_roles(const dt_resolved_t *r)
 {
-    if (r->plugin[DT_ROLE_TENSOR] || r->plugin[DT_ROLE_PIPELINE] || r->plugin[DT_ROLE_OFFLOAD])
+    if (r->plugin[DT_ROLE_TENSOR] || r->plugin[DT_ROLE_PIPELINE])
         return dt_err_set(DT_ERR_CONFIG,
-                          "%s: tensor/pipeline parallelism and offload tiers are not part of "
-                          "this build's training loop yet (parallel.tensor = 1, "
-                          "parallel.pipeline = 1, parallel.offload = \"none\")",
+                          "%s: tensor/pipeline parallelism is not part of this build's "
+                          "training loop yet (parallel.tensor = 1, parallel.pipeline = 1)",
                           r->set.config_path);
     return DT_OK;
 }

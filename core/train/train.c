@@ -112,6 +112,8 @@ typedef struct run {
     dt_device_t *dev;
     dt_stream_t *stream;
     dt_comm_t *comm;
+    const dt_plugin_t *poff;  /* [parallel] offload's tier; NULL: none */
+    dt_offload_t *off;
     dt_strategy_t *strat;
     dt_optim_desc_t optim;    /* the strategy keeps a pointer until finalize */
     dt_model_t *model;
@@ -153,6 +155,8 @@ static void run_free(run_t *R)
     dt_crash_set_phase("shutting down", 0);
     if (R->strat)
         R->strat_ops->finalize(R->strat);
+    if (R->off) /* after the strategy, which frees its buffers there */
+        ((const dt_offload_ops_t *)R->poff->ops)->finalize(R->off);
     if (R->model)
         dt_model_free(R->model, R->dev ? &ctx : NULL);
     if (R->comm)
@@ -232,6 +236,17 @@ static int start_plugins(run_t *R)
     dt_rdzv_session_end();
     if (rc)
         return rc;
+    /* ---- offload tier (issue 13): the strategy keeps state there ---- */
+    if ((R->poff = r->plugin[DT_ROLE_OFFLOAD])) {
+        const dt_offload_ops_t *oops = R->poff->ops;
+        dt_offload_init_t oa = {.struct_size = sizeof oa, .rank = R->world.rank,
+                                .local_rank = R->world.local_rank, .job_id = R->world.job_id,
+                                .timeout_ms = ca.timeout_ms, .dev_ops = R->dev_ops,
+                                .dev = R->dev};
+        if ((rc = PLUGIN_CALL(R->poff, oops->init(R->poff->host, &oa, &R->off), "init")))
+            return rc;
+    }
+    /* ---- end offload tier ---- */
     return dt_consistency_check(&R->world, R->r->cfg, R->comm_ops, R->comm);
 }
 
@@ -302,9 +317,19 @@ static int init_strategy(run_t *R)
         .struct_size = sizeof sa, .n_micro = (uint32_t)R->set->train.grad_accum,
         .dev_ops = R->dev_ops, .dev = R->dev, .compute_stream = R->stream,
         .comm_ops = R->comm_ops, .comm = R->comm, .model = dt_model_desc(R->model),
-        .optim = &R->optim};
+        .optim = &R->optim,
+        .offload_ops = R->poff ? R->poff->ops : NULL, .offload = R->off};
     int rc = PLUGIN_CALL(R->pstrat, R->strat_ops->init(R->pstrat->host, &sa, &R->strat),
                          "init");
+    if (rc == DT_ERR_NOMEM && !R->poff) {
+        /* ---- offload tier (issue 13): say how the state could fit ---- */
+        char msg[DT_ERR_MAX];
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+        return dt_err_set(rc, "%s; to keep the optimizer state (f32 master and moments) in "
+                          "host memory instead, set [parallel] offload = \"offload_cpu\" "
+                          "(and offload_what = \"optimizer\" in the strategy's table; zero "
+                          "stage 3 and fsdp FULL_SHARD may offload \"params\" too)", msg);
+    }
     if (rc)
         return rc;
     R->ctx = (dt_model_ctx_t){R->dev_ops, R->dev, R->stream, R->strat_ops, R->strat,
@@ -792,6 +817,17 @@ static int report_memory(run_t *R)
         planned[t] = dt_tag_bytes(plan.bytes, plan.n_tags, t);
         plan_total += planned[t];
     }
+    /* ---- offload tier (issue 13): the plan's offload tag is the tier's
+     * bytes, measured by the tier (not device memory: not in the total) */
+    if (R->poff) {
+        uint64_t total = 0, held = 0;
+        const dt_offload_ops_t *oops = R->poff->ops;
+        if ((rc = PLUGIN_CALL(R->poff, oops->capacity(R->off, &total, &held), "capacity")))
+            return rc;
+        peak[DT_TAG_OFFLOAD] = held;
+        plan_total -= planned[DT_TAG_OFFLOAD];
+    }
+    /* ---- end offload tier ---- */
     if (R->world.rank == 0) {
         printf("memory (rank %d, peak MiB measured / planned):", R->world.rank);
         for (int t = 0; t < DT_TAG_COUNT; t++)
@@ -813,6 +849,27 @@ static int report_memory(run_t *R)
         if ((rc = metrics_line_end(R)))
             return rc;
     }
+    /* ---- offload tier (issue 13): the bytes it holds (its own count:
+     * pinned memory or files), and the pinned staging beside it ---- */
+    if (R->poff) {
+        uint64_t total = 0, tier = 0;
+        const dt_offload_ops_t *oops = R->poff->ops;
+        if ((rc = PLUGIN_CALL(R->poff, oops->capacity(R->off, &total, &tier), "capacity")))
+            return rc;
+        uint64_t stage = dt_tag_bytes(ms.pinned_peak, ms.n_tags, DT_TAG_STAGING);
+        if (R->world.rank == 0)
+            printf("offload tier (rank %d, MiB held): %s %.2f, pinned staging peak %.2f\n",
+                   R->world.rank, R->poff->name, mib(tier), mib(stage));
+        if (R->metrics) {
+            metrics_printf(R, "{\"offload_tier\": {\"rank\": %d, \"plugin\": \"%s\", "
+                           "\"held_bytes\": %llu, \"staging_peak_bytes\": %llu}}\n",
+                           R->world.rank, R->poff->name, (unsigned long long)tier,
+                           (unsigned long long)stage);
+            if ((rc = metrics_line_end(R)))
+                return rc;
+        }
+    }
+    /* ---- end offload tier ---- */
     return report_host_memory(R);
 }
 

@@ -9,35 +9,26 @@
 #include <math.h>
 
 #include "dtrain/half.h"
+#include "dtrain/sdk/optim.h"
 #include "cpu_internal.h"
 
 /* ------------------------------------------------------------------ AdamW */
 
+/* The element loops are the SDK's (dtrain/sdk/optim.h: dt_adamw_f32,
+ * dt_sgd_f32), the same code a strategy runs on offloaded state: a run
+ * with its optimizer on an offload tier gives this kernel's bits. */
+
 typedef struct {
     float *param, *m, *v;
     const float *grad;
-    float lr, b1, b2, eps, wd, gs, bc1, bc2;
+    dt_adamw_hyper_t h;
 } adamw_t;
 
-CPU_CLONES static void adamw_task(void *ctx, int64_t b, int64_t e, int tid)
+static void adamw_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     const adamw_t *a = ctx;
-    float *restrict p = a->param;
-    float *restrict m = a->m;
-    float *restrict v = a->v;
-    const float *restrict gr = a->grad;
-    const float lr = a->lr, b1 = a->b1, b2 = a->b2, eps = a->eps, wd = a->wd;
-    const float gs = a->gs, bc1 = a->bc1, bc2 = a->bc2;
-    for (int64_t i = b; i < e; i++) {
-        float g = gr[i] * gs;
-        float mi = b1 * m[i] + (1.0f - b1) * g;
-        float vi = b2 * v[i] + (1.0f - b2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bc1;
-        float vhat = vi / bc2;
-        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
-    }
+    (void)tid;
+    dt_adamw_f32(a->param + b, a->grad + b, a->m + b, a->v + b, e - b, &a->h);
 }
 
 int cpu_adamw_update(dt_device_t *d, dt_stream_t *s, float *param,
@@ -59,13 +50,10 @@ int cpu_adamw_update(dt_device_t *d, dt_stream_t *s, float *param,
     CPU_PTR(d, op, grad, n);
     CPU_PTR(d, op, m, n);
     CPU_PTR(d, op, v, n);
-    /* Bias corrections once, in double: beta^t for large t underflows
-     * gracefully to 0 and the correction to 1. */
-    adamw_t a = {.param = param, .m = m, .v = v, .grad = grad, .lr = lr,
-                 .b1 = beta1, .b2 = beta2, .eps = eps, .wd = weight_decay,
-                 .gs = grad_scale,
-                 .bc1 = (float)(1.0 - pow((double)beta1, (double)t)),
-                 .bc2 = (float)(1.0 - pow((double)beta2, (double)t))};
+    const dt_optim_desc_v1_t o = {.struct_size = sizeof o, .kind = DT_OPTIM_ADAMW,
+                                  .beta1 = beta1, .beta2 = beta2, .eps = eps};
+    adamw_t a = {.param = param, .m = m, .v = v, .grad = grad,
+                 .h = dt_adamw_hyper(&o, lr, weight_decay, grad_scale, t)};
     cpu_lock(d);
     cpu_pool_run(d->pool, n, CPU_GRAIN, adamw_task, &a);
     cpu_unlock(d);
@@ -81,33 +69,12 @@ typedef struct {
     int nesterov;
 } sgd_t;
 
-CPU_CLONES static void sgd_task(void *ctx, int64_t b, int64_t e, int tid)
+static void sgd_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     const sgd_t *a = ctx;
-    float *restrict p = a->param;
-    float *restrict mo = a->mom;
-    const float *restrict gr = a->grad;
-    const float lr = a->lr, mu = a->mu, wd = a->wd, gs = a->gs;
-    if (!mo) { /* momentum 0 without a buffer: plain SGD */
-        for (int64_t i = b; i < e; i++)
-            p[i] -= lr * (gr[i] * gs + wd * p[i]);
-        return;
-    }
-    if (a->nesterov) {
-        for (int64_t i = b; i < e; i++) {
-            float g = gr[i] * gs + wd * p[i];
-            float mi = mu * mo[i] + g;
-            mo[i] = mi;
-            p[i] -= lr * (g + mu * mi);
-        }
-    } else {
-        for (int64_t i = b; i < e; i++) {
-            float g = gr[i] * gs + wd * p[i];
-            float mi = mu * mo[i] + g;
-            mo[i] = mi;
-            p[i] -= lr * mi;
-        }
-    }
+    (void)tid;
+    dt_sgd_f32(a->param + b, a->grad + b, a->mom ? a->mom + b : NULL, e - b, a->lr, a->mu,
+               a->wd, a->nesterov, a->gs);
 }
 
 int cpu_sgd_update(dt_device_t *d, dt_stream_t *s, float *param,

@@ -19,6 +19,7 @@ static const dt_config_key_t ddp_keys[] = {
     DT_REPLICA_KEY_REDUCE_DTYPE,
     DT_REPLICA_KEY_OVERLAP,
     DT_REPLICA_KEY_INIT_CHECK,
+    DT_OFFLOAD_KEY_WHAT,
     {.name = "stagger_update",
      .type = DT_CFG_BOOL,
      .def = "true",

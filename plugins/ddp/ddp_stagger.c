@@ -102,7 +102,7 @@ int ddp_step(dt_strategy_t *s, const dt_step_args_v1_t *args, dt_step_result_v1_
 static int state_access(dt_strategy_t *s, uint32_t unit, int kind, dt_range_t r, const void *buf,
                         const char *what)
 {
-    int rc = dt_dp_state_check(&s->rep.dp, unit, kind, s->rep.v != NULL, r, buf, what);
+    int rc = dt_dp_state_check(&s->rep.dp, unit, kind, dt_replica_has_v(&s->rep), r, buf, what);
     return rc == DT_OK ? apply_pending(s, unit) : rc;
 }
 

@@ -82,6 +82,7 @@ static const dt_config_key_t fsdp_keys[] = {
      .def = "true",
      .doc = "FULL_SHARD / HYBRID_SHARD: free gathered parameters after forward"},
     DT_CFG_KEY_REDUCE_DTYPE,
+    DT_OFFLOAD_KEY_WHAT,
 };
 
 enum { FULL_SHARD = 0, SHARD_GRAD_OP = 1, NO_SHARD = 2, HYBRID_SHARD = 3 };
@@ -151,6 +152,7 @@ static int fsdp_configure(const dt_host_v1_t *host, const dt_model_desc_v1_t *mo
     cfg->max_reduces = FSDP_MAX_REDUCES;
     if ((rc = dt_cfg_reduce_dtype(host, &cfg->reduce_dtype)) != DT_OK)
         return rc;
+    cfg->params_offload_ok = c.strategy == FULL_SHARD;
     return DT_OK;
 }
 

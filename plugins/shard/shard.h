@@ -18,6 +18,7 @@
  *   shard_hooks.c     the unit hooks and the start of a step
  *   shard_step.c      the sharded optimizer step: norm, clip, update
  *   shard_state.c     checkpoint state by global ranges, state_loaded
+ *   shard_offload.c   the optimizer state in an offload tier (ZeRO-Offload)
  *   shard_engine.c    creating and freeing an engine: groups, buffers
  *   shard_estimate.c  the planner's estimate (a replay of one step)
  *   shard_strategy.c  a strategy plugin over the engine: init, estimate, ops
@@ -32,6 +33,7 @@
 #include "dtrain/sdk/dp.h"
 #include "dtrain/sdk/flat.h"
 #include "dtrain/sdk/norm.h"
+#include "dtrain/sdk/offload.h"
 #include "dtrain/sdk/optim.h"
 #include "dtrain/sdk/ranges.h"
 
@@ -175,6 +177,8 @@ typedef struct dt_shard_cfg {
                                   * DT_BF16 or DT_F16 (cast into a wire
                                   * buffer per reduction in flight, tagged
                                   * comm, and back to f32 after) */
+    int32_t params_offload_ok;   /* 1: offload_what may name params (zero
+                                  * stage 3, fsdp FULL_SHARD) */
 } dt_shard_cfg_t;
 
 /* Per-group and per-reduction bookkeeping (shard_internal.h). */
@@ -207,8 +211,17 @@ typedef struct dt_shard_engine {
                                    * in cshard / replica (f32 params) */
     float *gshard;                /* grads sharded: f32 shard */
     float *gfull;                 /* grads_full: f32 full layout */
-    float *m, *v;                 /* optimizer moments of the shard */
+    float *m, *v;                 /* optimizer moments of the shard (NULL
+                                   * when offloaded) */
     double *norm_slot;
+    /* offload (shard_offload.c): what the tier holds (DT_OFFLOAD_WHAT_*)
+     * and, with the optimizer there, the master shard and moments; with
+     * the parameters there, the compute shard (in place of cshard) and
+     * pinned staging to fill it from a device master */
+    uint32_t offload_what;
+    dt_offload_state_t off;
+    dt_offload_params_t par;      /* params offloaded: the compute shard */
+    float *pstage;                /* params without optimizer: pinned f32 */
 
     /* hooks */
     uint32_t *final_at;           /* (n_units) micro-step + 1 of the last

@@ -33,6 +33,7 @@ void dt_shard_engine_free(dt_shard_engine_t *e)
         d->free(e->dp.dev, e->m);
         d->free(e->dp.dev, e->v);
         d->free(e->dp.dev, e->norm_slot);
+        shard_offload_free(e);
         if (e->ev_compute)
             d->event_destroy(e->dp.dev, e->ev_compute);
         if (e->ev_comm)
@@ -109,10 +110,18 @@ static int make_buffers(dt_shard_engine_t *e)
     if (e->cfg.params_replicated)
         rc = shard_alloc_zeroed(e, F, e->pdtype, DT_TAG_PARAMS, "the parameter replica",
                                     &e->replica);
-    else
+    else if (!shard_params_offloaded(e))
         rc = shard_alloc_zeroed(e, S, e->pdtype, DT_TAG_PARAMS, "the parameter shard",
                                     &e->cshard);
-    if (rc == DT_OK && e->pdtype != DT_F32)
+    else
+        rc = DT_OK; /* the compute shard lives in the tier */
+    /* offloaded: the master and the moments (and the compute shard) live
+     * in the tier; a device optimizer over offloaded parameters keeps an
+     * f32 master of its own on the device */
+    if (rc == DT_OK && e->offload_what)
+        rc = shard_offload_alloc(e);
+    if (rc == DT_OK && (e->pdtype != DT_F32 || shard_params_offloaded(e)) &&
+        !shard_optim_offloaded(e))
         rc = shard_alloc_zeroed(e, S, DT_F32, DT_TAG_PARAMS, "the f32 master shard",
                           (void **)&e->master);
     if (rc == DT_OK) {
@@ -123,11 +132,11 @@ static int make_buffers(dt_shard_engine_t *e)
             rc = shard_alloc_zeroed(e, S, DT_F32, DT_TAG_GRADS, "the gradient shard",
                               (void **)&e->gshard);
     }
-    if (rc == DT_OK)
+    if (rc == DT_OK && !shard_optim_offloaded(e))
         rc = shard_alloc_zeroed(e, S, DT_F32, DT_TAG_OPTIMIZER,
                           e->dp.optim.kind == DT_OPTIM_ADAMW ? "adamw exp_avg" : "sgd momentum",
                           (void **)&e->m);
-    if (rc == DT_OK && e->dp.optim.kind == DT_OPTIM_ADAMW)
+    if (rc == DT_OK && e->dp.optim.kind == DT_OPTIM_ADAMW && !shard_optim_offloaded(e))
         rc = shard_alloc_zeroed(e, S, DT_F32, DT_TAG_OPTIMIZER, "adamw exp_avg_sq",
                                     (void **)&e->v);
     if (rc == DT_OK)
@@ -153,7 +162,7 @@ static int make_buffers(dt_shard_engine_t *e)
             g->full = (char *)e->replica + gr->full_off * e->pes;
             g->persistent = 1;
             g->pstate = SH_P_READY;
-        } else if (e->ssize == 1) {
+        } else if (e->ssize == 1 && !shard_params_offloaded(e)) {
             g->full = (char *)e->cshard + gr->shard_off * e->pes;
             g->persistent = 1;
             g->pstate = SH_P_READY;
@@ -194,8 +203,10 @@ int dt_shard_engine_init(dt_shard_engine_t *e, const dt_host_v1_t *host,
     if (rc == DT_OK) {
         e->pdtype = args->model->param_dtype;
         e->pes = (uint32_t)dt_dtype_size(e->pdtype);
-        rc = make_groups(e);
+        rc = shard_offload_configure(e);
     }
+    if (rc == DT_OK)
+        rc = make_groups(e);
     if (rc == DT_OK)
         rc = dt_shard_plan_init(&e->plan, host, e->dp.model, cfg->spans, cfg->n_spans, e->ssize,
                                 DT_SHARD_ALIGN);
@@ -208,8 +219,12 @@ int dt_shard_engine_init(dt_shard_engine_t *e, const dt_host_v1_t *host,
     }
     host->log(host, DT_LOG_DEBUG,
               "rank %d/%d: %s, %llu parameters in %u group(s), shard %llu elements, %u "
-              "shard rank(s) x %u replica(s)", e->dp.rank, e->dp.size, what,
+              "shard rank(s) x %u replica(s)%s", e->dp.rank, e->dp.size, what,
               (unsigned long long)e->dp.model->numel, e->plan.n_groups,
-              (unsigned long long)e->plan.shard_total, e->ssize, e->rsize);
+              (unsigned long long)e->plan.shard_total, e->ssize, e->rsize,
+              !e->offload_what                 ? ""
+              : e->offload_what == DT_OFFLOAD_WHAT_OPTIMIZER ? ", optimizer state offloaded"
+              : e->offload_what == DT_OFFLOAD_WHAT_PARAMS    ? ", parameters offloaded"
+                                                             : ", optimizer state and parameters offloaded");
     return DT_OK;
 }

@@ -389,6 +389,16 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
             persist += p->groups[i].padded;
     dt_dp_estimate_state(args, cfg->params_replicated ? F : S + persist, S,
                          cfg->grads_full ? F : S, out);
+    if (DT_HAS_FIELD(dt_estimate_args_v1_t, args, offload) && args->offload) {
+        uint32_t what = 0;
+        if ((rc = dt_offload_what_plan(host, cfg->params_offload_ok,
+                                       cfg->what ? cfg->what : "sharding", &what)) != DT_OK) {
+            dt_shard_engine_free(e);
+            host->free(host, dev.blk);
+            return rc;
+        }
+        dt_offload_estimate(args, what, S, S, out);
+    }
     out->bytes[DT_TAG_COMM] = dev.st.peak[DT_TAG_COMM];
     out->bytes[DT_TAG_OTHER] = dev.st.peak[DT_TAG_OTHER];
     out->comm_bytes_per_step = (uint64_t)(count.bytes + 0.5);

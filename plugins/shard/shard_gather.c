@@ -81,9 +81,23 @@ int shard_gather_start(dt_shard_engine_t *e, uint32_t gi)
             return rc;
         }
     }
+    const void *send = shard_cshard(e, gi);
+    if (shard_params_offloaded(e)) {
+        /* this rank's shard from the tier into its slot (usually loaded
+         * ahead by shard_prefetch), gathered in place */
+        void *mine = (char *)g->full + (uint64_t)e->srank * gr->shard * e->pes;
+        if ((rc = shard_offload_load_start(e, gi)) != DT_OK ||
+            (rc = shard_offload_load_finish(e, gi)) != DT_OK)
+            return rc;
+        if (e->ssize == 1) { /* nothing to gather: the shard is the group */
+            g->pstate = SH_P_READY;
+            return DT_OK;
+        }
+        send = mine;
+    }
     if ((rc = shard_comm_after_compute(e)) != DT_OK)
         return rc;
-    rc = dt_shard_gather(e->dp.host, e->dp.comm_ops, e->scomm, &e->plan, gi, shard_cshard(e, gi),
+    rc = dt_shard_gather(e->dp.host, e->dp.comm_ops, e->scomm, &e->plan, gi, send,
                          g->full, e->pdtype, e->comm_stream, &g->greq);
     if (rc != DT_OK) {
         g->greq = NULL;
@@ -99,9 +113,12 @@ int shard_gather_start(dt_shard_engine_t *e, uint32_t gi)
 int shard_release_params(dt_shard_engine_t *e, uint32_t gi)
 {
     sh_group_t *g = &e->g[gi];
+    int lrc = shard_offload_load_finish(e, gi); /* a load ahead never used */
     if (!g->transient)
-        return DT_OK;
+        return lrc;
     int rc = shard_gather_finish(e, gi, -1); /* never free under a collective */
+    if (rc == DT_OK)
+        rc = lrc;
     if (g->full)
         e->dp.dev_ops->free(e->dp.dev, g->full);
     g->full = NULL;
@@ -109,11 +126,24 @@ int shard_release_params(dt_shard_engine_t *e, uint32_t gi)
     return rc;
 }
 
+/* Parameters offloaded: start loading the group after `last` (in
+ * direction dir) from the tier, so its gather finds it there. */
+static int load_ahead(dt_shard_engine_t *e, int64_t last, int dir)
+{
+    int64_t j = last + dir;
+    if (!shard_params_offloaded(e) || j < 0 || j >= (int64_t)e->plan.n_groups)
+        return DT_OK;
+    return shard_offload_load_start(e, (uint32_t)j);
+}
+
 int shard_prefetch(dt_shard_engine_t *e, uint32_t gi, int dir, uint32_t count)
 {
-    if (count == 0 || e->ssize == 1 || e->cfg.params_replicated)
+    if (count == 0 || e->cfg.params_replicated)
         return DT_OK;
+    if (e->ssize == 1) /* nothing to gather; offloaded parameters to load */
+        return load_ahead(e, gi, dir);
     uint64_t ahead = 0;
+    int64_t last = gi;
     for (uint32_t k = 1; k <= count; k++) {
         int64_t j = (int64_t)gi + (int64_t)dir * (int64_t)k;
         if (j < 0 || j >= (int64_t)e->plan.n_groups)
@@ -122,15 +152,18 @@ int shard_prefetch(dt_shard_engine_t *e, uint32_t gi, int dir, uint32_t count)
         if (e->cfg.prefetch_numel && ahead + padded > e->cfg.prefetch_numel)
             break;
         ahead += padded;
-        if (e->g[j].pstate != SH_P_FREE)
+        if (e->g[j].pstate != SH_P_FREE) {
+            last = j;
             continue;
+        }
         if (e->cfg.max_gathers && e->n_gathers >= e->cfg.max_gathers)
             break;
         int rc = shard_gather_start(e, (uint32_t)j);
         if (rc != DT_OK)
             return rc;
+        last = j;
     }
-    return DT_OK;
+    return load_ahead(e, last, dir);
 }
 
 int shard_use_params(dt_shard_engine_t *e, uint32_t gi, int dir, uint32_t count)
@@ -151,6 +184,9 @@ int shard_gathers_finish(dt_shard_engine_t *e, int64_t timeout_ms)
     int first = DT_OK;
     for (uint32_t i = 0; e->g && i < e->plan.n_groups; i++) {
         int rc = shard_gather_finish(e, i, timeout_ms);
+        int lrc = shard_offload_load_finish(e, i); /* loads are waited even when dropping */
+        if (rc == DT_OK)
+            rc = lrc;
         /* After a failure (timeout_ms != 0) the rest stay queued for
          * destroy, which drops them (timeout_ms 0): cancelling them here
          * would replace the first failure's message with a later one's. */
@@ -166,7 +202,9 @@ int shard_refresh_params(dt_shard_engine_t *e, const char *when)
 {
     const dt_device_ops_v1_t *d = e->dp.dev_ops;
     int rc = DT_OK;
-    if (e->pdtype != DT_F32) {
+    /* an offloaded optimizer wrote the compute copy itself, and so did
+     * shard_offload_push where the compute copy is offloaded */
+    if (e->pdtype != DT_F32 && !e->offload_what) {
         if (e->replica) {
             for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++)
                 rc = d->kernels()->cast(e->dp.dev, e->dp.cs, shard_cshard(e, i), e->pdtype,
@@ -181,7 +219,7 @@ int shard_refresh_params(dt_shard_engine_t *e, const char *when)
             return rc;
         }
     }
-    if (e->ssize == 1)
+    if (e->ssize == 1 && !shard_params_offloaded(e))
         return DT_OK; /* the compute copy is the shard itself */
     if (!e->cfg.params_replicated) {
         for (uint32_t i = 0; i < e->plan.n_groups; i++)

@@ -10,6 +10,7 @@
  *   this header                    buffers, ordering, logging (inline)
  *   shard_gather.c, shard_reduce.c the collectives in flight (parameters;
  *                                  gradients), independent of each other
+ *   shard_offload.c                optimizer state in an offload tier
  *   shard_hooks.c, shard_step.c,   the strategy's calls
  *   shard_state.c
  *   shard_engine.c                 init and free
@@ -56,6 +57,8 @@ typedef struct dt_shard_group_state {
     uint32_t n_units;
     uint64_t gseq;         /* when its gather started (oldest first) */
     dt_comm_req_t *greq;
+    dt_offload_req_t *lreq;/* params offloaded: this rank's shard loading
+                            * into `full` ahead of the gather */
     /* gradients */
     float *gbuf;           /* what backward accumulates into (padded f32) */
     int32_t gbuf_transient;/* allocated per micro-step (tag comm) */
@@ -96,10 +99,13 @@ static inline float *shard_master(dt_shard_engine_t *e, uint32_t g)
     return (float *)e->cshard + gr->shard_off;
 }
 
-/* Group g's compute-dtype shard: what its all-gather sends. */
+/* Group g's compute-dtype shard: what its all-gather sends (NULL when
+ * the parameters are offloaded: shard_offload_load_params). */
 static inline void *shard_cshard(dt_shard_engine_t *e, uint32_t g)
 {
     const dt_shard_group_t *gr = &e->plan.groups[g];
+    if (!e->replica && !e->cshard)
+        return NULL;
     if (e->replica)
         return (char *)e->replica + (gr->full_off + (uint64_t)e->srank * gr->shard) * e->pes;
     return (char *)e->cshard + gr->shard_off * e->pes;
@@ -162,6 +168,44 @@ static inline void shard_log_group(dt_shard_engine_t *e, uint32_t gi, const char
                     e->dp.size, what, gi, shard_unit_name(e, g->unit_lo),
                     shard_unit_name(e, g->unit_hi), dt_status_name(rc));
 }
+
+/* ------------------------------------------------ shard_offload.c */
+
+/* The optimizer state lives in the offload tier (e->off). */
+static inline int shard_optim_offloaded(const dt_shard_engine_t *e)
+{
+    return (e->offload_what & DT_OFFLOAD_WHAT_OPTIMIZER) != 0;
+}
+/* The compute shard lives in the offload tier (zero-3, FULL_SHARD). */
+static inline int shard_params_offloaded(const dt_shard_engine_t *e)
+{
+    return (e->offload_what & DT_OFFLOAD_WHAT_PARAMS) != 0;
+}
+/* The optimizer keeps a second moment (AdamW), wherever it lives. */
+static inline int shard_has_v(const dt_shard_engine_t *e)
+{
+    return e->dp.optim.kind == DT_OPTIM_ADAMW;
+}
+/* Read offload_what for this configuration (engine init). */
+int shard_offload_configure(dt_shard_engine_t *e);
+/* The tier's buffers: the master shard and the moments, the compute shard
+ * (make_buffers), as offload_what says. */
+int shard_offload_alloc(dt_shard_engine_t *e);
+/* Free them (engine free). */
+void shard_offload_free(dt_shard_engine_t *e);
+/* Parameters offloaded: start loading this rank's shard of group gi from
+ * the tier into its slot of the gathered buffer (allocating a transient
+ * one), ordered after the compute stream's work so far; no-op when the
+ * group is gathered or loading, or nothing is offloaded. */
+int shard_offload_load_start(dt_shard_engine_t *e, uint32_t gi);
+/* Wait for group gi's load, if one is in flight. */
+int shard_offload_load_finish(dt_shard_engine_t *e, uint32_t gi);
+/* The update of every held range on the host, parameters written back to
+ * the compute copy (the step, in place of the device optimizer). */
+int shard_offload_step(dt_shard_engine_t *e, const dt_optim_step_t *st);
+/* The whole master shard to the compute copy (state_loaded; after the
+ * device optimizer's step when only the parameters are offloaded). */
+int shard_offload_push(dt_shard_engine_t *e);
 
 /* ------------------------------------------------ shard_gather.c */
 

@@ -9,7 +9,10 @@
  * each rank reading the global ranges it holds whatever wrote them.  Its
  * replicas (hybrid sharding) hold the same shard; to SAVE, they split it
  * evenly, so over the whole group each element is written exactly once
- * and the writes spread over every rank.
+ * and the writes spread over every rank.  Where the optimizer state is
+ * offloaded (shard_offload.c), the master and the moments are read and
+ * written in the tier's host memory, and state_loaded pushes the master
+ * to the compute copy.
  */
 #include <string.h>
 
@@ -18,7 +21,7 @@
 int dt_shard_state_ranges(dt_shard_engine_t *e, uint32_t unit, int kind, int purpose,
                           dt_range_t *out, uint32_t cap, uint32_t *n)
 {
-    int rc = dt_dp_ranges_check(&e->dp, unit, kind, purpose, e->v != NULL, n);
+    int rc = dt_dp_ranges_check(&e->dp, unit, kind, purpose, shard_has_v(e), n);
     if (rc == DT_ERR_NOT_FOUND)
         return DT_OK; /* SGD has no second moment: nothing held or saved */
     if (rc != DT_OK)
@@ -32,11 +35,12 @@ int dt_shard_state_ranges(dt_shard_engine_t *e, uint32_t unit, int kind, int pur
 }
 
 /* Device pointer of state `kind` at global range r of `unit`, which must
- * lie inside this rank's shard. */
+ * lie inside this rank's shard; *at its place in the shard buffer (where
+ * the offloaded state keeps it too). */
 static float *state_ptr(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_t r, const void *buf,
-                        const char *what, int *rc)
+                        const char *what, uint64_t *at_out, int *rc)
 {
-    if ((*rc = dt_dp_state_check(&e->dp, unit, kind, e->v != NULL, r, buf, what)) != DT_OK)
+    if ((*rc = dt_dp_state_check(&e->dp, unit, kind, shard_has_v(e), r, buf, what)) != DT_OK)
         return NULL;
     uint64_t off;
     dt_range_t h = dt_shard_held(&e->plan, unit, e->srank, &off);
@@ -50,9 +54,11 @@ static float *state_ptr(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_
                                     (unsigned long long)h.count, e->srank, e->ssize);
         return NULL;
     }
-    if (r.count == 0)
-        return e->m; /* any valid pointer: nothing is copied */
+    static float none;
     uint64_t at = off + (r.offset - h.offset); /* in the shard buffer */
+    *at_out = at;
+    if (r.count == 0 || shard_optim_offloaded(e))
+        return &none; /* any valid pointer: nothing is copied here */
     uint32_t gi = e->plan.group_of_unit[unit];
     switch (kind) {
     case DT_STATE_PARAMS:
@@ -65,18 +71,24 @@ static float *state_ptr(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_
 int dt_shard_get_state(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_t r, float *buf)
 {
     int rc;
-    float *p = state_ptr(e, unit, kind, r, buf, "get_state", &rc);
+    uint64_t at = 0;
+    float *p = state_ptr(e, unit, kind, r, buf, "get_state", &at, &rc);
     if (!p)
         return rc;
+    if (shard_optim_offloaded(e)) /* the tier's */
+        return r.count ? dt_offload_state_read(&e->off, kind, at, r.count, buf) : DT_OK;
     return dt_dp_state_copy(&e->dp, unit, kind, r, buf, p, DT_COPY_D2H, "get_state");
 }
 
 int dt_shard_set_state(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_t r, const float *buf)
 {
     int rc;
-    float *p = state_ptr(e, unit, kind, r, buf, "set_state", &rc);
+    uint64_t at = 0;
+    float *p = state_ptr(e, unit, kind, r, buf, "set_state", &at, &rc);
     if (!p)
         return rc;
+    if (shard_optim_offloaded(e)) /* the tier's */
+        return r.count ? dt_offload_state_write(&e->off, kind, at, r.count, buf) : DT_OK;
     return dt_dp_state_copy(&e->dp, unit, kind, r, p, buf, DT_COPY_H2D, "set_state");
 }
 
@@ -93,6 +105,9 @@ int dt_shard_state_loaded(dt_shard_engine_t *e)
             g->pstate = SH_P_FREE;
         }
     }
+    /* offloaded: the loaded master reaches the compute copy first */
+    if (rc == DT_OK && e->offload_what)
+        rc = shard_offload_push(e);
     if (rc == DT_OK)
         rc = shard_refresh_params(e, "state_loaded");
     if (rc == DT_OK)

@@ -2,7 +2,8 @@
  * plugins/shard/shard_step.c - the sharded optimizer step: wait for every
  * gradient reduction (shard_reduce.c), the global gradient norm from each
  * rank's shard, the clip coefficient, AdamW or SGD over exactly the part
- * of every unit this rank holds (dt_shard_held), and the updated
+ * of every unit this rank holds (dt_shard_held) - on the device, or on the
+ * host where the state is offloaded (shard_offload.c) - and the updated
  * parameters made visible to the next forward (shard_gather.c).
  */
 #include "shard_internal.h"
@@ -80,7 +81,12 @@ int dt_shard_step(dt_shard_engine_t *e, const dt_step_args_v1_t *args, dt_step_r
     dt_optim_step_t st = dt_dp_step_norm(&e->dp, args, sumsq, out);
     if (out->nonfinite)
         return DT_OK;
-    if ((rc = optimizer(e, &st)) != DT_OK)
+    if ((rc = shard_optim_offloaded(e) ? shard_offload_step(e, &st) : optimizer(e, &st)) !=
+        DT_OK)
+        return rc;
+    /* offloaded parameters, device optimizer: the new master to the tier */
+    if (shard_params_offloaded(e) && !shard_optim_offloaded(e) &&
+        (rc = shard_offload_push(e)) != DT_OK)
         return rc;
     return shard_refresh_params(e, "step");
 }

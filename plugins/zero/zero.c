@@ -72,6 +72,7 @@ static const dt_config_key_t zero_keys[] = {
      .max = 1e15,
      .doc = "stage 3: units with fewer elements stay gathered"},
     DT_CFG_KEY_REDUCE_DTYPE,
+    DT_OFFLOAD_KEY_WHAT,
 };
 
 typedef struct zero_conf {
@@ -123,6 +124,7 @@ static int zero_configure(const dt_host_v1_t *host, const dt_model_desc_v1_t *mo
     cfg->max_reduce_numel = (uint64_t)c.reduce_bucket;
     if ((rc = dt_cfg_reduce_dtype(host, &cfg->reduce_dtype)) != DT_OK)
         return rc;
+    cfg->params_offload_ok = c.stage == 3;
     if (c.stage < 3) {
         cfg->spans = spans;
         cfg->n_spans = dt_bucket_plan(unit_numel, model->n_units, (uint64_t)c.reduce_bucket,

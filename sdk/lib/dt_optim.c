@@ -1,7 +1,8 @@
 /*
  * sdk/lib/dt_optim.c - the optimizer driven over a range of a unit's flat
  * space (tensor by tensor, so weight decay follows each tensor's flags even
- * when a shard cuts a tensor in two), and the clip coefficient.
+ * when a shard cuts a tensor in two), on the device or on host memory (the
+ * loops of dt_optim_host.c), and the clip coefficient.
  */
 #include "dtrain/sdk/optim.h"
 #include "dtrain/sdk/ranges.h"
@@ -49,11 +50,32 @@ static int optim_run(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
     return rc;
 }
 
-int dt_optim_range(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
-                   dt_device_t *dev, dt_stream_t *s,
-                   const dt_unit_desc_v1_t *unit, dt_range_t r, float *param,
-                   const float *grad, float *m, float *v,
-                   const dt_optim_step_t *st)
+/* Where a run of merged pieces goes: the device's kernel or the host loop. */
+typedef struct optim_target {
+    const dt_device_ops_v1_t *ops; /* NULL: host memory */
+    dt_device_t *dev;
+    dt_stream_t *s;
+} optim_target_t;
+
+/* One host update over [off, off + n) of the range: dt_optim_host.c's loops. */
+static void optim_run_host(uint64_t off, uint64_t n, float wd, float *param, const float *grad,
+                           float *m, float *v, const dt_optim_step_t *st)
+{
+    const dt_optim_desc_v1_t *o = st->desc;
+    if (o->kind == DT_OPTIM_ADAMW) {
+        dt_adamw_hyper_t h = dt_adamw_hyper(o, st->lr, wd, st->grad_scale, st->t);
+        dt_adamw_f32(param + off, grad + off, m + off, v + off, (int64_t)n, &h);
+    } else {
+        dt_sgd_f32(param + off, grad + off, m + off, (int64_t)n,
+                   st->lr, o->momentum, wd, o->nesterov, st->grad_scale);
+    }
+}
+
+/* The checks and the walk both paths share: pieces of `r` merged into
+ * runs of one decay, each run handed to the target. */
+static int optim_range(const dt_host_v1_t *host, const optim_target_t *tg,
+                       const dt_unit_desc_v1_t *unit, dt_range_t r, float *param,
+                       const float *grad, float *m, float *v, const dt_optim_step_t *st)
 {
     const dt_optim_desc_v1_t *o = st->desc;
     if (r.count > unit->numel || r.offset > unit->numel - r.count)
@@ -85,25 +107,50 @@ int dt_optim_range(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
     const dt_param_desc_v1_t *run_first = NULL;
     uint64_t run_off = 0, run_n = 0;
     float run_wd = 0.0f;
-    while (dt_piece_iter_next(&it, &p)) {
-        float wd = (p.desc->flags & DT_PARAM_NO_DECAY) ? 0.0f : o->weight_decay;
-        if (run_first && wd == run_wd && run_off + run_n == p.range_offset) {
+    for (int more = 1; more;) {
+        more = dt_piece_iter_next(&it, &p);
+        float wd = more && !(p.desc->flags & DT_PARAM_NO_DECAY) ? o->weight_decay : 0.0f;
+        if (more && run_first && wd == run_wd && run_off + run_n == p.range_offset) {
             run_n += p.count;
             continue;
         }
         if (run_first) {
-            int rc = optim_run(host, ops, dev, s, unit, run_first, run_off, run_n, run_wd,
-                               param, grad, m, v, st);
-            if (rc != DT_OK)
-                return rc;
+            if (!tg->ops) {
+                optim_run_host(run_off, run_n, run_wd, param, grad, m, v, st);
+            } else {
+                int rc = optim_run(host, tg->ops, tg->dev, tg->s, unit, run_first, run_off,
+                                   run_n, run_wd, param, grad, m, v, st);
+                if (rc != DT_OK)
+                    return rc;
+            }
         }
-        run_first = p.desc;
-        run_off = p.range_offset;
-        run_n = p.count;
-        run_wd = wd;
+        if (more) {
+            run_first = p.desc;
+            run_off = p.range_offset;
+            run_n = p.count;
+            run_wd = wd;
+        }
     }
-    if (run_first)
-        return optim_run(host, ops, dev, s, unit, run_first, run_off, run_n, run_wd, param,
-                         grad, m, v, st);
     return DT_OK;
+}
+
+int dt_optim_range(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
+                   dt_device_t *dev, dt_stream_t *s,
+                   const dt_unit_desc_v1_t *unit, dt_range_t r, float *param,
+                   const float *grad, float *m, float *v,
+                   const dt_optim_step_t *st)
+{
+    if (!ops)
+        return host->set_error(host, DT_ERR_INVALID, "optimizer: no device (unit '%s')",
+                               unit->name);
+    const optim_target_t tg = {ops, dev, s};
+    return optim_range(host, &tg, unit, r, param, grad, m, v, st);
+}
+
+int dt_optim_range_host(const dt_host_v1_t *host, const dt_unit_desc_v1_t *unit, dt_range_t r,
+                        float *param, const float *grad, float *m, float *v,
+                        const dt_optim_step_t *st)
+{
+    const optim_target_t tg = {NULL, NULL, NULL};
+    return optim_range(host, &tg, unit, r, param, grad, m, v, st);
 }

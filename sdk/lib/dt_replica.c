@@ -92,6 +92,7 @@ void dt_replica_free(dt_replica_t *r)
         d->free(r->dp.dev, r->v);
         d->free(r->dp.dev, r->comm_buf);
         d->free(r->dp.dev, r->norm_slot);
+        dt_offload_state_free(&r->off);
         if (r->ev_grads)
             d->event_destroy(r->dp.dev, r->ev_grads);
         if (r->ev_reduced)
@@ -120,6 +121,18 @@ static int alloc_state(dt_replica_t *r)
     int rc;
     if ((rc = dt_flat_layout_model(&r->layout, r->dp.host, model, DT_REPLICA_ALIGN)) != DT_OK)
         return rc;
+    if (dt_replica_offloaded(r)) {
+        /* the master and the moments live in the tier; the device keeps
+         * what kernels read and the gradients */
+        if ((rc = dt_offload_state_init(&r->off, r->dp.host, &r->dp.args.init, r->dp.rank,
+                                        r->layout.total, dt_replica_has_v(r), NULL)) ||
+            (rc = alloc_flat(r, model->param_dtype, DT_TAG_PARAMS, "compute params",
+                             &r->compute)) ||
+            (rc = alloc_flat(r, DT_F32, DT_TAG_GRADS, "grads", (void **)&r->grads)))
+            return rc;
+        return r->dp.dev_ops->alloc(r->dp.dev, sizeof(double), DT_TAG_OTHER,
+                                    (void **)&r->norm_slot);
+    }
     if ((rc = alloc_flat(r, DT_F32, DT_TAG_PARAMS, "master params", (void **)&r->master)))
         return rc;
     if (model->param_dtype != DT_F32) {
@@ -207,6 +220,8 @@ int dt_replica_init(dt_replica_t *r, const dt_host_v1_t *host,
         r->slot_bucket[k] = -1;
     int rc = dt_dp_init(&r->dp, host, args, what);
     if (rc == DT_OK)
+        rc = dt_offload_what(host, &r->dp.args.init, 0, what, &r->offload_what);
+    if (rc == DT_OK)
         rc = alloc_state(r);
     if (rc == DT_OK) {
         uint64_t nu1 = (uint64_t)r->dp.model->n_units + 1;
@@ -262,6 +277,12 @@ int dt_replica_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *a
     int32_t n = args->group_size;
     int reduces = cfg->reduce_grads && n > 1;
     dt_dp_estimate_state(args, T, T, T, out);
+    if (DT_HAS_FIELD(dt_estimate_args_v1_t, args, offload) && args->offload) {
+        uint32_t what = 0;
+        if ((rc = dt_offload_what_plan(host, 0, "a replica strategy (ddp)", &what)) != DT_OK)
+            return rc;
+        dt_offload_estimate(args, what, T, 0, out);
+    }
     if (reduces && cfg->reduce_dtype != DT_F32 && nb > 0) {
         uint64_t slots = nb < DT_REPLICA_MAX_SLOTS ? nb : DT_REPLICA_MAX_SLOTS;
         out->bytes[DT_TAG_COMM] = slots * max_count * 2;

@@ -7,6 +7,8 @@
  * saving, the ranks split each unit evenly (dt_range_split) so checkpoint
  * writes run in parallel and every element is written exactly once.
  */
+#include <string.h>
+
 #include "dtrain/sdk/replica.h"
 
 #include "dtrain/sdk/hash.h"
@@ -21,7 +23,7 @@ static float *state_buffer(dt_replica_t *r, int kind)
 int dt_replica_state_ranges(dt_replica_t *r, uint32_t unit, int kind, int purpose,
                             dt_range_t *out, uint32_t cap, uint32_t *n)
 {
-    int rc = dt_dp_ranges_check(&r->dp, unit, kind, purpose, r->v != NULL, n);
+    int rc = dt_dp_ranges_check(&r->dp, unit, kind, purpose, dt_replica_has_v(r), n);
     if (rc == DT_ERR_NOT_FOUND)
         return DT_OK; /* SGD has no second moment: nothing held, nothing to save */
     if (rc != DT_OK)
@@ -35,9 +37,12 @@ int dt_replica_state_ranges(dt_replica_t *r, uint32_t unit, int kind, int purpos
 
 int dt_replica_get_state(dt_replica_t *r, uint32_t unit, int kind, dt_range_t range, float *buf)
 {
-    int rc = dt_dp_state_check(&r->dp, unit, kind, r->v != NULL, range, buf, "get_state");
+    int rc = dt_dp_state_check(&r->dp, unit, kind, dt_replica_has_v(r), range, buf, "get_state");
     if (rc != DT_OK)
         return rc;
+    if (dt_replica_offloaded(r)) /* the tier's */
+        return dt_offload_state_read(&r->off, kind, r->layout.offset[unit] + range.offset,
+                                     range.count, buf);
     const float *p = state_buffer(r, kind) + r->layout.offset[unit] + range.offset;
     return dt_dp_state_copy(&r->dp, unit, kind, range, buf, p, DT_COPY_D2H, "get_state");
 }
@@ -45,9 +50,12 @@ int dt_replica_get_state(dt_replica_t *r, uint32_t unit, int kind, dt_range_t ra
 int dt_replica_set_state(dt_replica_t *r, uint32_t unit, int kind, dt_range_t range,
                          const float *buf)
 {
-    int rc = dt_dp_state_check(&r->dp, unit, kind, r->v != NULL, range, buf, "set_state");
+    int rc = dt_dp_state_check(&r->dp, unit, kind, dt_replica_has_v(r), range, buf, "set_state");
     if (rc != DT_OK)
         return rc;
+    if (dt_replica_offloaded(r)) /* the tier's */
+        return dt_offload_state_write(&r->off, kind, r->layout.offset[unit] + range.offset,
+                                      range.count, buf);
     float *p = state_buffer(r, kind) + r->layout.offset[unit] + range.offset;
     return dt_dp_state_copy(&r->dp, unit, kind, range, p, buf, DT_COPY_H2D, "set_state");
 }
@@ -71,6 +79,11 @@ static int check_replicas(dt_replica_t *r)
                              (unsigned long long)staging_bytes);
     for (uint32_t u = 0; rc == DT_OK && u < nu; u++) {
         hashes[u] = DT_HASH64_INIT;
+        if (dt_replica_offloaded(r)) { /* the master is the tier's */
+            rc = dt_offload_state_hash(&r->off, DT_STATE_PARAMS, r->layout.offset[u],
+                                       r->dp.model->units[u].numel, &hashes[u]);
+            continue;
+        }
         rc = dt_hash_device(host, r->dp.dev_ops, r->dp.dev, r->dp.cs,
                             r->master + r->layout.offset[u],
                             r->dp.model->units[u].numel * sizeof(float), staging, staging_bytes,
@@ -99,8 +112,11 @@ int dt_replica_state_loaded(dt_replica_t *r)
     const dt_device_ops_v1_t *d = r->dp.dev_ops;
     int rc = DT_OK;
     if (r->dp.size > 1 && r->cfg.init_broadcast) {
-        rc = r->dp.comm_ops->broadcast(r->dp.comm, r->master, r->layout.total, DT_F32, 0,
-                                       r->dp.cs, NULL);
+        rc = dt_replica_offloaded(r)
+                 ? dt_offload_state_collective(&r->off, DT_STATE_PARAMS, r->dp.comm_ops,
+                                               r->dp.comm, 0, DT_OP_SUM)
+                 : r->dp.comm_ops->broadcast(r->dp.comm, r->master, r->layout.total, DT_F32, 0,
+                                             r->dp.cs, NULL);
         if (rc != DT_OK) {
             host->log(host, DT_LOG_ERROR, "state_loaded: rank %d/%d: broadcasting rank 0's "
                       "%llu parameters failed", r->dp.rank, r->dp.size,
@@ -108,7 +124,11 @@ int dt_replica_state_loaded(dt_replica_t *r)
             return rc;
         }
     }
-    if (r->compute != (void *)r->master) {
+    if (dt_replica_offloaded(r)) {
+        /* the loaded master (host memory) to the device's compute copy */
+        if ((rc = dt_offload_state_push(&r->off, 0, r->layout.total, r->compute)) != DT_OK)
+            return rc;
+    } else if (r->compute != (void *)r->master) {
         rc = d->kernels()->cast(r->dp.dev, r->dp.cs, r->compute, r->dp.model->param_dtype,
                                 r->master, DT_F32, (int64_t)r->layout.total);
         if (rc != DT_OK) {

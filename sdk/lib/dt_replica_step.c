@@ -4,6 +4,8 @@
  * replica strategy, and averaging replicated state across the group (what
  * local SGD does every K steps).
  */
+#include <stdio.h>
+
 #include "dtrain/sdk/replica.h"
 
 #include "dtrain/sdk/ranges.h"
@@ -12,6 +14,12 @@ int dt_replica_update_unit(dt_replica_t *r, uint32_t u, const dt_optim_step_t *s
 {
     const dt_unit_desc_v1_t *unit = &r->dp.model->units[u];
     uint64_t off = r->layout.offset[u];
+    if (dt_replica_offloaded(r))
+        return dt_offload_state_update(&r->off, unit, (dt_range_t){0, unit->numel}, off,
+                                       r->grads + off,
+                                       (char *)r->compute +
+                                           off * dt_dtype_size(r->dp.model->param_dtype),
+                                       st);
     return dt_optim_range(r->dp.host, r->dp.dev_ops, r->dp.dev, r->dp.cs, unit,
                           (dt_range_t){0, unit->numel}, r->master + off, r->grads + off,
                           r->m + off, r->v ? r->v + off : NULL, st);
@@ -19,7 +27,8 @@ int dt_replica_update_unit(dt_replica_t *r, uint32_t u, const dt_optim_step_t *s
 
 int dt_replica_refresh(dt_replica_t *r, uint32_t lo, uint32_t hi)
 {
-    if (r->compute == (void *)r->master || lo >= hi)
+    /* f32 compute is the master; an offloaded update wrote compute itself */
+    if (r->compute == (void *)r->master || dt_replica_offloaded(r) || lo >= hi)
         return DT_OK;
     uint64_t off = r->layout.offset[lo];
     const int pd = r->dp.model->param_dtype;
@@ -46,6 +55,11 @@ int dt_replica_update(dt_replica_t *r, const dt_optim_step_t *st, int last_first
             return rc;
     }
     int rc = dt_replica_refresh(r, 0, nu);
+    if (dt_replica_offloaded(r)) {
+        char when[48];
+        snprintf(when, sizeof when, "step %lld", (long long)st->t);
+        dt_offload_state_report(&r->off, when);
+    }
     if (rc != DT_OK)
         r->dp.host->log(r->dp.host, DT_LOG_ERROR, "step %lld: refreshing the %s parameters "
                         "failed", (long long)st->t, dt_dtype_name(r->dp.model->param_dtype));
@@ -85,10 +99,18 @@ int dt_replica_average(dt_replica_t *r, int kind)
     if (kind < 0 || kind >= DT_STATE_COUNT)
         return r->dp.host->set_error(r->dp.host, DT_ERR_INVALID, "average: unknown state kind %d",
                                      kind);
-    if (r->dp.size == 1 || !buf)
+    if (r->dp.size == 1 || (!buf && !dt_replica_offloaded(r)))
         return DT_OK;
-    int rc = r->dp.comm_ops->all_reduce(r->dp.comm, buf, buf, r->layout.total, DT_F32, DT_OP_AVG,
-                                        r->dp.cs, NULL);
+    int rc;
+    if (dt_replica_offloaded(r)) {
+        rc = dt_offload_state_collective(&r->off, kind, r->dp.comm_ops, r->dp.comm, -1,
+                                         DT_OP_AVG);
+        if (rc == DT_OK && kind == DT_STATE_PARAMS)
+            rc = dt_offload_state_push(&r->off, 0, r->layout.total, r->compute);
+    } else {
+        rc = r->dp.comm_ops->all_reduce(r->dp.comm, buf, buf, r->layout.total, DT_F32,
+                                        DT_OP_AVG, r->dp.cs, NULL);
+    }
     if (rc == DT_OK && kind == DT_STATE_PARAMS)
         rc = dt_replica_refresh(r, 0, r->dp.model->n_units);
     if (rc != DT_OK)

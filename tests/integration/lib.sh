@@ -144,3 +144,29 @@ T
   local line
   for line in "$@"; do printf '%s\n' "$line" >> tiny.toml; done
 }
+
+# ---- processes of a running job (the launch and offload tests) ------------
+# wait_for FILE FIXED-STRING SECONDS: until FILE contains the string
+wait_for() {
+  local i=0
+  while ! grep -qF -- "$2" "$1" 2>/dev/null; do
+    i=$((i + 1)); [ "$i" -gt $(($3 * 20)) ] && return 1; sleep 0.05
+  done
+}
+# wait_gone PID SECONDS: until the process has ended
+wait_gone() {
+  local i=0
+  while kill -0 "$1" 2>/dev/null; do
+    i=$((i + 1)); [ "$i" -gt $(($2 * 20)) ] && return 1; sleep 0.05
+  done
+}
+# rank_pid LAUNCHER_PID RANK: the child running that rank
+rank_pid() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    if grep -qx "DTRAIN_RANK=$2" <<<"$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null)"; then
+      echo "$p"; return 0
+    fi
+  done
+  return 1
+}

@@ -15,30 +15,6 @@ rm -rf "$work"; mkdir -p "$work"; cd "$work"
 tag="lt$$"   # marks this run's processes and files
 export DTRAIN_LOG=info   # the device's info line is rank 1's only output in a run
 
-# wait_for FILE FIXED-STRING SECONDS: until FILE contains the string
-wait_for() {
-  local i=0
-  while ! grep -qF -- "$2" "$1" 2>/dev/null; do
-    i=$((i + 1)); [ "$i" -gt $(($3 * 20)) ] && return 1; sleep 0.05
-  done
-}
-# wait_gone PID SECONDS: until the process has ended
-wait_gone() {
-  local i=0
-  while kill -0 "$1" 2>/dev/null; do
-    i=$((i + 1)); [ "$i" -gt $(($2 * 20)) ] && return 1; sleep 0.05
-  done
-}
-# rank_pid LAUNCHER_PID RANK: the child running that rank
-rank_pid() {
-  local p
-  for p in $(pgrep -P "$1"); do
-    if grep -qx "DTRAIN_RANK=$2" <<<"$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null)"; then
-      echo "$p"; return 0
-    fi
-  done
-  return 1
-}
 final_loss() { losses "$1" | tail -n 1; }
 
 expect_exit 0 "data prepare" "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin

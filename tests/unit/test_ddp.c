@@ -947,12 +947,13 @@ static void test_config_errors(void **state)
     D->finalize(in.dev);
 
     /* the declared keys */
-    assert_int_equal(S->info.n_config_keys, 5);
+    assert_int_equal(S->info.n_config_keys, 6);
     assert_string_equal(S->info.config_keys[0].name, "bucket_cap_mb");
     assert_string_equal(S->info.config_keys[1].choices, "fp32|bf16|fp16");
     assert_string_equal(S->info.config_keys[3].def, "\"checksum\"");
-    assert_string_equal(S->info.config_keys[4].name, "stagger_update");
-    assert_string_equal(S->info.config_keys[4].def, "true");
+    assert_string_equal(S->info.config_keys[4].name, "offload_what");
+    assert_string_equal(S->info.config_keys[5].name, "stagger_update");
+    assert_string_equal(S->info.config_keys[5].def, "true");
 }
 
 /* The estimate matches what init allocates on the device, tag by tag. */

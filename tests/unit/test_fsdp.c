@@ -290,15 +290,17 @@ static void test_config_errors(void **state)
         assert_int_equal(th.mem.current[DT_TAG_OTHER], 0);
     }
     /* the declared schema lists the choices for the core's validation */
-    assert_int_equal(F->info.n_config_keys, 8);
-    assert_string_equal(F->info.config_keys[7].name, "reduce_dtype");
-    assert_string_equal(F->info.config_keys[7].choices, "fp32|bf16|fp16");
+    assert_int_equal(F->info.n_config_keys, 9);
     assert_string_equal(F->info.config_keys[0].name, "sharding_strategy");
     assert_int_equal(F->info.config_keys[0].type, DT_CFG_ENUM);
     assert_string_equal(F->info.config_keys[0].choices,
                         "FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD");
     assert_string_equal(F->info.config_keys[0].def, "\"FULL_SHARD\"");
     assert_string_equal(F->info.config_keys[4].choices, "BACKWARD_PRE|BACKWARD_POST|NONE");
+    assert_string_equal(F->info.config_keys[7].name, "reduce_dtype");
+    assert_string_equal(F->info.config_keys[7].choices, "fp32|bf16|fp16");
+    assert_string_equal(F->info.config_keys[8].name, "offload_what");
+    assert_string_equal(F->info.config_keys[8].choices, "optimizer|params|optimizer_and_params");
 }
 
 /* `dtrain plan`'s rows: one per sharding strategy, in the order the

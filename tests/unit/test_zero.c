@@ -148,6 +148,54 @@ static void test_mp_reduce_dtype(void **state)
  * stages 1-2 with one bucket: units at 0, 64, 144 (16-element starts),
  * 154 elements padded to 3 x 64 = 192 (F), shard 64 (S).  Stage 3, one
  * group per unit: shards 32 + 32 + 16 = 80. */
+/* With [parallel] offload set (estimate args' offload), what offload_what
+ * sends to the tier leaves the device tags for DT_TAG_OFFLOAD, as the
+ * engine allocates it (toy model, 3 ranks, f32 AdamW: stage 1 owns 64
+ * elements, stage 3 holds 80 per rank). */
+static void test_memory_offloaded(void **state)
+{
+    (void)state;
+    dt_model_desc_v1_t m = dt_toy_model(DT_F32);
+    dt_estimate_args_v1_t ea = dt_toy_est_args(&m, 3, DT_F32, DT_OPTIM_ADAMW, 1);
+    ea.offload = 1;
+    struct { const char *stage, *what; uint64_t params, optim, tier; } want[] = {
+        /* master + 2 moments of 64 go to the tier; the f32 replica stays */
+        {"1", "optimizer", 192 * 4, 0, 64 * 12},
+        /* the compute shard too; persistence 0: nothing left on the device */
+        {"3", "optimizer_and_params", 0, 0, 80 * 12 + 80 * 4},
+        /* the shard to the tier, a device master for the device optimizer */
+        {"3", "params", 80 * 4, 80 * 8, 80 * 4},
+    };
+    for (int k = 0; k < 3; k++) {
+        const dt_test_kv_t kv[] = {{"stage", want[k].stage}, {"offload_what", want[k].what},
+                                   {"param_persistence_threshold", "0"}, {NULL, NULL}};
+        dt_test_host_t th;
+        dt_test_host_init(&th, "strategy/zero", kv);
+        dt_estimate_v1_t est = {.struct_size = sizeof(dt_estimate_v1_t)};
+        assert_ok(Z->estimate(&th.host, &ea, &est));
+        assert_int_equal(est.bytes[DT_TAG_PARAMS], want[k].params);
+        assert_int_equal(est.bytes[DT_TAG_OPTIMIZER], want[k].optim);
+        assert_int_equal(est.bytes[DT_TAG_OFFLOAD], want[k].tier);
+    }
+    /* without a tier, offload_what changes nothing */
+    ea.offload = 0;
+    const dt_test_kv_t kv[] = {{"stage", "1"}, {"offload_what", "optimizer"}, {NULL, NULL}};
+    dt_test_host_t th;
+    dt_test_host_init(&th, "strategy/zero", kv);
+    dt_estimate_v1_t est = {.struct_size = sizeof(dt_estimate_v1_t)};
+    assert_ok(Z->estimate(&th.host, &ea, &est));
+    assert_int_equal(est.bytes[DT_TAG_OPTIMIZER], 64 * 8);
+    assert_int_equal(est.bytes[DT_TAG_OFFLOAD], 0);
+    /* parameters below stage 3: the planner refuses them as init does */
+    ea.offload = 1;
+    const dt_test_kv_t kb[] = {{"stage", "2"}, {"offload_what", "params"}, {NULL, NULL}};
+    dt_test_host_init(&th, "strategy/zero", kb);
+    assert_status(Z->estimate(&th.host, &ea, &est), DT_ERR_CONFIG);
+    assert_msg("strategy/zero: offload_what = \"params\": parameters are offloaded only by zero "
+               "stage 3 and fsdp FULL_SHARD, and this is zero stage 2; offload the optimizer "
+               "state instead (offload_what = \"optimizer\")");
+}
+
 static void test_memory_per_stage(void **state)
 {
     dt_model_desc_v1_t m = dt_toy_model(DT_F32);
@@ -405,15 +453,15 @@ static void test_config_errors(void **state)
     assert_int_equal(th.mem.current[DT_TAG_OTHER], 0);
 
     /* the declared schema: stage is a required integer in [1, 3] */
-    assert_int_equal(Z->info.n_config_keys, 7);
+    assert_int_equal(Z->info.n_config_keys, 8);
     assert_string_equal(Z->info.config_keys[0].name, "stage");
     assert_int_equal(Z->info.config_keys[0].type, DT_CFG_INT);
     assert_null(Z->info.config_keys[0].def);
     assert_true(Z->info.config_keys[0].min == 1 && Z->info.config_keys[0].max == 3);
     const char *names[] = {"reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
                            "prefetch_bucket_size", "param_persistence_threshold",
-                           "reduce_dtype"};
-    for (int k = 0; k < 6; k++)
+                           "reduce_dtype", "offload_what"};
+    for (int k = 0; k < 7; k++)
         assert_string_equal(Z->info.config_keys[k + 1].name, names[k]);
 }
 
@@ -518,6 +566,7 @@ int main(void)
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_plan_presets),
         cmocka_unit_test(test_memory_per_stage),
+        cmocka_unit_test(test_memory_offloaded),
         cmocka_unit_test(test_zero_paper_figures),
         cmocka_unit_test(test_mp_stage1),
         cmocka_unit_test(test_mp_stage2),

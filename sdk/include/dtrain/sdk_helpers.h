@@ -14,6 +14,10 @@
  *   dtrain/sdk/optim.h    AdamW / SGD over a range, tensor by tensor, with
  *                         the right weight decay; the clip coefficient
  *   dtrain/sdk/norm.h     sum of squares to the host; summed across a group
+ *   dtrain/sdk/offload.h  optimizer state in an offload tier, updated on
+ *                         the host (ZeRO-Offload)
+ *   dtrain/sdk/offload_queue.h  an offload tier's transfers on a worker
+ *                         thread, with bounded waits (link Threads)
  *   dtrain/sdk/hash.h     a 64-bit content hash of device memory and a
  *                         collective check that every rank holds the same
  *   dtrain/sdk/sha256.h   SHA-256, HMAC-SHA256, a constant-time compare
@@ -50,6 +54,8 @@
 #include "dtrain/sdk/flat.h"
 #include "dtrain/sdk/hash.h"
 #include "dtrain/sdk/norm.h"
+#include "dtrain/sdk/offload.h"
+#include "dtrain/sdk/offload_queue.h"
 #include "dtrain/sdk/optim.h"
 #include "dtrain/sdk/ranges.h"
 #include "dtrain/sdk/replica.h"

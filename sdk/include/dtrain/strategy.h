@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 #define DT_STRATEGY_ABI_MAJOR 1
-#define DT_STRATEGY_ABI_MINOR 1 /* 1: dt_step_args_v1_t.loss_scale */
+#define DT_STRATEGY_ABI_MINOR 1 /* 1: dt_step_args_v1_t.loss_scale, dt_estimate_args_v1_t.offload */
 
 typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 
@@ -232,6 +232,13 @@ typedef struct dt_estimate_args_v1 {
     uint32_t n_micro;
     uint64_t act_bytes;          /* activations of one micro-batch, whole model */
     /* ---- minor 0 ends here; append only ---- */
+    uint32_t offload;            /* 1: [parallel] offload names a tier; the
+                                  * strategy's own config says what goes
+                                  * there, and the bytes the tier would hold
+                                  * are planned under DT_TAG_OFFLOAD (the
+                                  * other tags stay device memory) */
+    uint32_t reserved1;
+    /* ---- minor 1 ends here; append only ---- */
 } dt_estimate_args_v1_t;
 #define DT_ESTIMATE_ARGS_V1_SIZE0 DT_FIELD_END(dt_estimate_args_v1_t, act_bytes)
 

@@ -1,8 +1,10 @@
 /*
  * dtrain/sdk/optim.h - the optimizer driven over a range of a unit's flat
  * space: AdamW or SGD, tensor by tensor, so weight decay follows each
- * tensor's flags even where a shard cuts a tensor in two; and the
- * gradient-clipping coefficient.
+ * tensor's flags even where a shard cuts a tensor in two, on the device
+ * (its kernels) or on host memory (an offload tier's); the host loops
+ * that are both optimizers' arithmetic; and the gradient-clipping
+ * coefficient.
  *
  * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
  * it and the conventions every helper follows).
@@ -47,6 +49,33 @@ int dt_optim_range(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
                    const dt_unit_desc_v1_t *unit, dt_range_t r, float *param,
                    const float *grad, float *m, float *v,
                    const dt_optim_step_t *st);
+
+/* The same update on HOST memory, at once (no device, no stream): param,
+ * grad, m, v as above, f32, readable and writable by this thread (an
+ * offload tier's host_ptr, pinned staging).  Each element gets exactly the
+ * device path's arithmetic on the cpu device (dt_adamw_f32 / dt_sgd_f32
+ * are its kernels' loops). */
+int dt_optim_range_host(const dt_host_v1_t *host, const dt_unit_desc_v1_t *unit, dt_range_t r,
+                        float *param, const float *grad, float *m, float *v,
+                        const dt_optim_step_t *st);
+
+/* AdamW's per-call constants: learning rate, betas, eps, the decay of this
+ * run of tensors, the gradient scale, and the bias corrections
+ * 1 - beta^t, each computed in double and rounded once. */
+typedef struct dt_adamw_hyper {
+    float lr, beta1, beta2, eps, wd, grad_scale, bc1, bc2;
+} dt_adamw_hyper_t;
+dt_adamw_hyper_t dt_adamw_hyper(const dt_optim_desc_v1_t *o, float lr, float wd,
+                                float grad_scale, int64_t t);
+
+/* The loops (device.h's adamw_update / sgd_update formulas), n f32
+ * elements, arrays not overlapping; the widest vector code the machine
+ * runs is chosen when the plugin is loaded.  mom may be NULL for SGD
+ * without momentum. */
+void dt_adamw_f32(float *p, const float *grad, float *m, float *v, int64_t n,
+                  const dt_adamw_hyper_t *h);
+void dt_sgd_f32(float *p, const float *grad, float *mom, int64_t n, float lr, float momentum,
+                float wd, int nesterov, float grad_scale);
 
 #ifdef __cplusplus
 }

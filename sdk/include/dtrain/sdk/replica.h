@@ -42,6 +42,7 @@
 #include "dtrain/sdk/cfg.h"
 #include "dtrain/sdk/dp.h"
 #include "dtrain/sdk/flat.h"
+#include "dtrain/sdk/offload.h"
 #include "dtrain/sdk/optim.h"
 #include "dtrain/strategy.h"
 
@@ -158,7 +159,24 @@ typedef struct dt_replica {
     dt_stream_t *comm_stream;   /* NULL unless gradients are reduced */
     dt_event_t *ev_grads;       /* compute -> comm: gradients written */
     dt_event_t *ev_reduced;     /* comm -> compute: reductions done */
+
+    /* offload ([parallel] offload, offload_what = "optimizer"): master, m
+     * and v live in the tier (master, m, v NULL here; compute a device
+     * copy of its own), updated on the host (dtrain/sdk/offload.h) */
+    uint32_t offload_what;
+    dt_offload_state_t off;
 } dt_replica_t;
+
+/* The optimizer state lives in the offload tier. */
+static inline int dt_replica_offloaded(const dt_replica_t *r)
+{
+    return (r->offload_what & DT_OFFLOAD_WHAT_OPTIMIZER) != 0;
+}
+/* The optimizer keeps a second moment (AdamW), wherever it lives. */
+static inline int dt_replica_has_v(const dt_replica_t *r)
+{
+    return r->dp.optim.kind == DT_OPTIM_ADAMW;
+}
 
 /* Set up `r` (its memory the caller's, e.g. first in a strategy instance)
  * for `args` and `cfg`: dt_dp_init (`what` names the strategy in its

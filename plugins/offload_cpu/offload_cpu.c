@@ -1,0 +1,277 @@
+/*
+ * plugins/offload_cpu/offload_cpu.c - the `offload_cpu` tier: optimizer
+ * state and parameters held in pinned host memory (the device's
+ * host_alloc, tag offload), outside the compute device's budget and
+ * counted in the device's pinned-memory report.  Its `host_ptr` lets a
+ * strategy update the state in place with a CPU optimizer; store and load
+ * run on the SDK's offload queue (a background thread, bounded waits).
+ *
+ * A tier may be bounded (`capacity`): an allocation past it fails naming
+ * the bytes asked, held and allowed.  Nothing outlives the process, so
+ * cleanup_job has nothing to remove.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/sdk/cfg.h"
+#include "offload_cpu_internal.h"
+
+static const dt_config_key_t oc_keys[] = {
+    {.name = "capacity", .type = DT_CFG_INT, .def = "0", DT_CFG_RANGE(0, 4.0e18),
+     .doc = "most bytes the tier holds, all buffers together; 0 = as much as the host "
+            "gives (an allocation past it fails naming the bytes)"},
+};
+
+/* A transfer (the queue's worker): host memory by memcpy, device memory
+ * by the device's copy on the queue's stream. */
+static int oc_run(void *ctx, dt_oq_t *q, dt_oq_req_t *r)
+{
+    (void)ctx;
+    dt_offload_buf_t *b = r->buf;
+    char *tier = (char *)b->mem + r->offset;
+    if (r->space == DT_MEM_DEVICE)
+        return dt_oq_device_copy(q, r, 0, tier, r->bytes);
+    if (r->op == DT_OQ_STORE)
+        memcpy(tier, r->ext, r->bytes);
+    else
+        memcpy(r->ext, tier, r->bytes);
+    return DT_OK;
+}
+
+static int oc_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
+                   dt_offload_t **out)
+{
+    if (!host || !out)
+        return DT_ERR_INVALID;
+    *out = NULL;
+    dt_offload_init_v1_t a;
+    int rc = dt_args_read(host, "init args", &a, sizeof a, args, DT_OFFLOAD_INIT_V1_SIZE0);
+    if (rc != DT_OK)
+        return rc;
+    if (!a.dev_ops || !a.dev)
+        return host->set_error(host, DT_ERR_INVALID,
+                               "init: no device (dev_ops %s, dev %s): the tier's pinned host "
+                               "memory comes from the device's host_alloc",
+                               a.dev_ops ? "set" : "NULL", a.dev ? "set" : "NULL");
+    int64_t capacity = 0;
+    if ((rc = dt_cfg_int(host, "capacity", 0, 0, &capacity)) != DT_OK)
+        return rc;
+    dt_offload_t *o = calloc(1, sizeof *o);
+    if (!o)
+        return host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
+    o->capacity = (uint64_t)capacity;
+    if ((rc = dt_oq_start(&o->q, host, a.rank, a.timeout_ms, a.dev_ops, a.dev, oc_run, o)) !=
+        DT_OK) {
+        free(o);
+        return rc;
+    }
+    host->log(host, DT_LOG_DEBUG, "rank %d: host-memory tier, capacity %llu bytes%s", a.rank,
+              (unsigned long long)o->capacity, o->capacity ? "" : " (unbounded)");
+    *out = o;
+    return DT_OK;
+}
+
+/* Unlink `b` from the live list and give its memory back (mu held). */
+static void buf_release_locked(dt_offload_t *o, dt_offload_buf_t *b)
+{
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        o->bufs = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    o->used -= b->bytes;
+    o->n_bufs--;
+    o->q.dev_ops->host_free(o->q.dev, b->mem);
+    b->magic = 0;
+    free(b);
+}
+
+static void oc_finalize(dt_offload_t *o)
+{
+    if (!o)
+        return;
+    const dt_host_v1_t *host = o->q.host;
+    /* the worker drains the queue before it stops; a copy that never ends
+     * (a hung device) leaves everything allocated rather than freed under it */
+    pthread_mutex_lock(&o->q.mu);
+    int hung = 0;
+    for (dt_offload_buf_t *b = o->bufs; b && !hung; b = b->next)
+        hung = dt_oq_wait_zero_locked(&o->q, &b->pending, -1) != DT_OK;
+    pthread_mutex_unlock(&o->q.mu);
+    if (hung) {
+        host->log(host, DT_LOG_ERROR, "rank %d: finalize: transfers still running after %lld "
+                  "ms; the tier's memory is left allocated", o->q.rank,
+                  (long long)o->q.timeout_ms);
+        return;
+    }
+    while (o->bufs)
+        buf_release_locked(o, o->bufs);
+    dt_oq_stop(&o->q);
+    free(o);
+}
+
+static int oc_capacity(dt_offload_t *o, uint64_t *total, uint64_t *used)
+{
+    if (!o)
+        return DT_ERR_INVALID;
+    if (!total || !used)
+        return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "capacity: %s is NULL",
+                                  !total ? "total" : "used");
+    pthread_mutex_lock(&o->q.mu);
+    *total = o->capacity;
+    *used = o->used;
+    pthread_mutex_unlock(&o->q.mu);
+    return DT_OK;
+}
+
+static int oc_alloc(dt_offload_t *o, uint64_t bytes, int tag, dt_offload_buf_t **out)
+{
+    if (!o)
+        return DT_ERR_INVALID;
+    const dt_host_v1_t *host = o->q.host;
+    if (!out)
+        return host->set_error(host, DT_ERR_INVALID, "alloc: out is NULL");
+    *out = NULL;
+    if (tag < 0 || tag >= DT_TAG_COUNT)
+        return host->set_error(host, DT_ERR_INVALID, "alloc: tag %d is not a dt_mem_tag_t "
+                               "(0..%d)", tag, DT_TAG_COUNT - 1);
+    pthread_mutex_lock(&o->q.mu);
+    uint64_t used = o->used;
+    uint32_t n = o->n_bufs;
+    pthread_mutex_unlock(&o->q.mu);
+    if (o->capacity && (bytes > o->capacity || used > o->capacity - bytes))
+        return host->set_error(host, DT_ERR_NOMEM,
+                               "rank %d: alloc: %llu bytes for %s would bring the tier to "
+                               "%llu bytes, over [offload_cpu] capacity = %llu (in use: %llu "
+                               "bytes in %u buffers)", o->q.rank, (unsigned long long)bytes,
+                               dt_mem_tag_name(tag), (unsigned long long)(used + bytes),
+                               (unsigned long long)o->capacity, (unsigned long long)used, n);
+    dt_offload_buf_t *b = calloc(1, sizeof *b);
+    if (!b)
+        return host->set_error(host, DT_ERR_NOMEM, "alloc: out of memory for a buffer");
+    int rc = o->q.dev_ops->host_alloc(o->q.dev, bytes, DT_TAG_OFFLOAD, &b->mem);
+    if (rc != DT_OK) {
+        free(b);
+        host->log(host, DT_LOG_ERROR, "rank %d: alloc: %llu bytes of pinned host memory for %s "
+                  "failed", o->q.rank, (unsigned long long)bytes, dt_mem_tag_name(tag));
+        return rc;
+    }
+    b->magic = OC_BUF_MAGIC;
+    b->bytes = bytes;
+    b->tag = tag;
+    pthread_mutex_lock(&o->q.mu);
+    b->id = ++o->next_id;
+    b->next = o->bufs;
+    if (o->bufs)
+        o->bufs->prev = b;
+    o->bufs = b;
+    o->used += bytes;
+    o->n_bufs++;
+    pthread_mutex_unlock(&o->q.mu);
+    *out = b;
+    return DT_OK;
+}
+
+static int oc_free(dt_offload_t *o, dt_offload_buf_t *b)
+{
+    if (!o)
+        return DT_ERR_INVALID;
+    if (!b)
+        return DT_OK;
+    const dt_host_v1_t *host = o->q.host;
+    if (b->magic != OC_BUF_MAGIC)
+        return host->set_error(host, DT_ERR_INVALID,
+                               "free: %p is not a buffer of this tier (or was freed)",
+                               (void *)b);
+    pthread_mutex_lock(&o->q.mu);
+    int rc = dt_oq_wait_zero_locked(&o->q, &b->pending, -1);
+    if (rc == DT_OK)
+        buf_release_locked(o, b);
+    pthread_mutex_unlock(&o->q.mu);
+    if (rc != DT_OK) {
+        char bn[96];
+        return host->set_error(host, rc, "rank %d: free: %s still has transfers running "
+                               "after %lld ms; not freed", o->q.rank,
+                               oc_buf_name(b, bn, sizeof bn), (long long)o->q.timeout_ms);
+    }
+    return DT_OK;
+}
+
+static int submit(dt_offload_t *o, int op, dt_offload_buf_t *buf, uint64_t offset, void *ext,
+                  uint64_t bytes, int space, dt_stream_t *stream, dt_offload_req_t **req)
+{
+    char bn[96];
+    *req = NULL;
+    if (!buf || buf->magic != OC_BUF_MAGIC)
+        return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "%s: not a buffer of this tier "
+                                    "(%p)", op == DT_OQ_STORE ? "store" : "load", (void *)buf);
+    return dt_oq_submit(&o->q, op, buf, &buf->pending, buf->bytes,
+                        oc_buf_name(buf, bn, sizeof bn), offset, ext, bytes, space, stream, req);
+}
+
+static int oc_store(dt_offload_t *o, dt_offload_buf_t *buf, uint64_t offset, const void *src,
+                    uint64_t bytes, int space, dt_stream_t *stream, dt_offload_req_t **req)
+{
+    if (!o)
+        return DT_ERR_INVALID;
+    if (!req)
+        return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "store: req is NULL");
+    return submit(o, DT_OQ_STORE, buf, offset, (void *)src, bytes, space, stream, req);
+}
+
+static int oc_load(dt_offload_t *o, dt_offload_buf_t *buf, uint64_t offset, void *dst,
+                   uint64_t bytes, int space, dt_stream_t *stream, dt_offload_req_t **req)
+{
+    if (!o)
+        return DT_ERR_INVALID;
+    if (!req)
+        return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "load: req is NULL");
+    return submit(o, DT_OQ_LOAD, buf, offset, dst, bytes, space, stream, req);
+}
+
+static int oc_wait_op(dt_offload_t *o, dt_offload_req_t *req, int64_t timeout_ms)
+{
+    if (!o)
+        return DT_ERR_INVALID;
+    return dt_oq_wait(&o->q, req, timeout_ms);
+}
+
+static int oc_host_ptr(dt_offload_t *o, dt_offload_buf_t *b, void **out)
+{
+    if (!o)
+        return DT_ERR_INVALID;
+    if (!out || !b || b->magic != OC_BUF_MAGIC)
+        return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "host_ptr: %s",
+                                  !out ? "out is NULL" : "not a buffer of this tier");
+    *out = b->mem;
+    return DT_OK;
+}
+
+/* Host memory dies with the process: a crashed job leaves nothing here. */
+static int oc_cleanup_job(const dt_host_v1_t *host, const char *job_id)
+{
+    if (!host)
+        return DT_ERR_INVALID;
+    if (!job_id || !job_id[0])
+        return host->set_error(host, DT_ERR_INVALID, "cleanup_job: no job id");
+    return DT_OK;
+}
+
+static const dt_offload_ops_v1_t oc_ops = {
+    .info = DT_PLUGIN_INFO(OFFLOAD, dt_offload_ops_v1_t, "offload_cpu", "0.1.0",
+                           "offload tier in pinned host memory, outside the device's budget",
+                           oc_keys),
+    .init = oc_init,
+    .finalize = oc_finalize,
+    .capacity = oc_capacity,
+    .alloc = oc_alloc,
+    .free = oc_free,
+    .store = oc_store,
+    .load = oc_load,
+    .wait = oc_wait_op,
+    .host_ptr = oc_host_ptr,
+    .cleanup_job = oc_cleanup_job,
+};
+
+DT_PLUGIN_ENTRY(offload, 1, dt_offload_ops_v1_t, &oc_ops)

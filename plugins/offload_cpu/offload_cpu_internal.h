@@ -1,0 +1,49 @@
+/*
+ * plugins/offload_cpu/offload_cpu_internal.h - the offload_cpu instance
+ * and its buffers.  Transfers run on the SDK's offload queue
+ * (dtrain/sdk/offload_queue.h): one worker thread, bounded waits.
+ *
+ * Locking: the queue's mutex (o->q.mu) guards the live-buffer list, the
+ * byte counts and every buffer's count of transfers in flight.  The worker
+ * copies with the mutex released; the buffer it copies to or from cannot
+ * go away under it because free() waits until the buffer's `pending`
+ * count is zero.
+ */
+#ifndef DT_OFFLOAD_CPU_INTERNAL_H
+#define DT_OFFLOAD_CPU_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dtrain/dtrain.h"
+#include "dtrain/sdk/offload_queue.h"
+
+#define OC_BUF_MAGIC 0x4f434246u /* "OCBF" */
+
+struct dt_offload_buf {
+    uint32_t magic;
+    uint32_t id;               /* 1, 2, ... in allocation order (messages) */
+    void *mem;                 /* pinned host memory from host_alloc */
+    uint64_t bytes;
+    int32_t tag;               /* what the caller said it holds */
+    uint32_t pending;          /* transfers queued or running on it */
+    struct dt_offload_buf *prev, *next; /* the instance's live buffers */
+};
+
+struct dt_offload {
+    dt_oq_t q;                 /* host, rank, device, the worker */
+    uint64_t capacity;         /* bytes; 0 = unbounded */
+    uint64_t used;             /* bytes in live buffers */
+    uint32_t n_bufs, next_id;
+    dt_offload_buf_t *bufs;    /* live buffers */
+};
+
+/* "buffer #3 (4096 bytes of optimizer)" into out. */
+static inline const char *oc_buf_name(const dt_offload_buf_t *b, char *out, size_t n)
+{
+    snprintf(out, n, "buffer #%u (%llu bytes of %s)", b->id, (unsigned long long)b->bytes,
+             dt_mem_tag_name(b->tag));
+    return out;
+}
+
+#endif /* DT_OFFLOAD_CPU_INTERNAL_H */

@@ -1,0 +1,299 @@
+/*
+ * plugins/offload_nvme/offload_nvme.c - the `offload_nvme` tier: buffers
+ * are files on a (fast) disk, read and written with io_uring
+ * (offload_nvme_io.c) in whole 4 KiB blocks, O_DIRECT where the file
+ * system takes it, buffered I/O with one log line where it does not
+ * (tmpfs before Linux 6.6).  Each file is created 0600 with the job id in
+ * its name, its bytes reserved when it is allocated after a free-space
+ * check, and removed at free and finalize; cleanup_job removes what a
+ * crashed job left (offload_nvme_files.c).
+ *
+ * No host_ptr: state held here is moved through store and load.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dtrain/sdk/cfg.h"
+#include "offload_nvme_internal.h"
+
+static const dt_config_key_t on_keys[] = {
+    {.name = "path", .type = DT_CFG_STRING, .def = "\"\"",
+     .doc = "folder for the tier's files (made 0700 if missing); \"\" = $TMPDIR or /var/tmp, "
+            "under dtrain-offload"},
+    {.name = "capacity", .type = DT_CFG_INT, .def = "0", DT_CFG_RANGE(0, 4.0e18),
+     .doc = "most bytes the tier holds; 0 = what the file system has free"},
+    {.name = "queue_depth", .type = DT_CFG_INT, .def = "32", DT_CFG_RANGE(1, 4096),
+     .doc = "io_uring submission queue entries"},
+    {.name = "buffers", .type = DT_CFG_INT, .def = "4", DT_CFG_RANGE(1, ON_MAX_BOUNCE),
+     .doc = "registered bounce buffers: I/Os in flight at once (2 = double-buffering)"},
+    {.name = "block_size", .type = DT_CFG_INT, .def = "1048576", DT_CFG_RANGE(4096, 1 << 30),
+     .doc = "bytes per I/O, a multiple of 4096"},
+    {.name = "direct", .type = DT_CFG_ENUM, .def = "\"auto\"", .choices = "auto|on|off",
+     .doc = "O_DIRECT: auto = where the file system takes it (else buffered, said once), on = "
+            "required, off = buffered I/O"},
+};
+
+static void on_finalize(dt_offload_t *o);
+
+static int on_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
+                   dt_offload_t **out)
+{
+    if (!host || !out)
+        return DT_ERR_INVALID;
+    *out = NULL;
+    dt_offload_init_v1_t a;
+    int rc = dt_args_read(host, "init args", &a, sizeof a, args, DT_OFFLOAD_INIT_V1_SIZE0);
+    if (rc != DT_OK)
+        return rc;
+    if (!a.dev_ops || !a.dev)
+        return host->set_error(host, DT_ERR_INVALID, "init: no device (dev_ops %s, dev %s)",
+                               a.dev_ops ? "set" : "NULL", a.dev ? "set" : "NULL");
+    if (!on_valid_job(a.job_id))
+        return host->set_error(host, DT_ERR_INVALID, "init: job id '%s' cannot name files "
+                               "(letters, digits, '-', '_', '.')", a.job_id ? a.job_id : "(null)");
+    const char *path = NULL;
+    int64_t capacity = 0, qd = 32, nbuf = 4, block = 1 << 20;
+    int direct = 0;
+    if ((rc = dt_cfg_string(host, "path", "", &path)) ||
+        (rc = dt_cfg_int(host, "capacity", 0, 0, &capacity)) ||
+        (rc = dt_cfg_int(host, "queue_depth", 32, 1, &qd)) ||
+        (rc = dt_cfg_int(host, "buffers", 4, 1, &nbuf)) ||
+        (rc = dt_cfg_int(host, "block_size", 1 << 20, ON_ALIGN, &block)) ||
+        (rc = dt_cfg_enum(host, "direct", "auto", "auto|on|off", &direct)))
+        return rc;
+    if (block % ON_ALIGN != 0)
+        return host->set_error(host, DT_ERR_CONFIG, "block_size = %lld is not a multiple of %u "
+                               "(O_DIRECT's alignment)", (long long)block, ON_ALIGN);
+    if (nbuf > ON_MAX_BOUNCE || nbuf > qd)
+        return host->set_error(host, DT_ERR_CONFIG, "buffers = %lld: at most %u and at most "
+                               "queue_depth (%lld)", (long long)nbuf, ON_MAX_BOUNCE,
+                               (long long)qd);
+    dt_offload_t *o = calloc(1, sizeof *o);
+    if (!o)
+        return host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
+    o->q.host = host; /* for messages until the queue starts */
+    o->q.rank = a.rank;
+    snprintf(o->job, sizeof o->job, "%s", a.job_id);
+    o->capacity = (uint64_t)capacity;
+    o->queue_depth = (uint32_t)qd;
+    o->n_bounce = (uint32_t)nbuf;
+    o->block = (uint64_t)block;
+    int can = 0;
+    if ((rc = on_files_dir(o, path)) == DT_OK && (rc = on_files_probe_direct(o, &can)) == DT_OK) {
+        if (direct == 1 && !can)
+            rc = host->set_error(host, DT_ERR_CONFIG, "direct = \"on\", but '%s' refuses "
+                                 "O_DIRECT (tmpfs?); use direct = \"auto\" or another path",
+                                 o->dir);
+        o->direct = direct != 2 && can;
+        if (rc == DT_OK && direct == 0 && !can && a.rank == 0)
+            host->log(host, DT_LOG_INFO, "'%s' refuses O_DIRECT (tmpfs?): buffered I/O", o->dir);
+    }
+    if (rc == DT_OK) {
+        dt_oq_t q0 = o->q;
+        if ((rc = dt_oq_start(&o->q, host, a.rank, a.timeout_ms, a.dev_ops, a.dev, on_io_run,
+                              o)) != DT_OK)
+            o->q = q0;
+    }
+    if (rc == DT_OK)
+        rc = on_io_init(o);
+    if (rc != DT_OK) {
+        on_finalize(o);
+        return rc;
+    }
+    host->log(host, DT_LOG_DEBUG, "rank %d: files in '%s', %s I/O, queue depth %u, %u x %llu "
+              "byte buffers%s", a.rank, o->dir, o->direct ? "direct" : "buffered",
+              o->queue_depth, o->n_bounce, (unsigned long long)o->block,
+              o->registered ? " (registered)" : "");
+    *out = o;
+    return DT_OK;
+}
+
+/* Unlink `b` from the live list, remove its file, free it (mu held or
+ * the worker stopped). */
+static void buf_release(dt_offload_t *o, dt_offload_buf_t *b)
+{
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        o->bufs = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    o->used -= b->file_bytes;
+    o->n_bufs--;
+    on_files_remove(o, b);
+    b->magic = 0;
+    free(b);
+}
+
+static void on_finalize(dt_offload_t *o)
+{
+    if (!o)
+        return;
+    const dt_host_v1_t *host = o->q.host;
+    int hung = 0;
+    if (o->q.started) {
+        pthread_mutex_lock(&o->q.mu);
+        for (dt_offload_buf_t *b = o->bufs; b && !hung; b = b->next)
+            hung = dt_oq_wait_zero_locked(&o->q, &b->pending, -1) != DT_OK;
+        pthread_mutex_unlock(&o->q.mu);
+    }
+    if (hung) {
+        host->log(host, DT_LOG_ERROR, "rank %d: finalize: transfers still running after %lld "
+                  "ms; the tier's files and buffers are left as they are", o->q.rank,
+                  (long long)o->q.timeout_ms);
+        return;
+    }
+    dt_oq_stop(&o->q); /* (a no-op when it never started) */
+    while (o->bufs)
+        buf_release(o, o->bufs);
+    on_io_free(o);
+    if (o->made_dir)
+        rmdir(o->dir); /* only when empty: another job's files stay */
+    free(o);
+}
+
+static int on_capacity(dt_offload_t *o, uint64_t *total, uint64_t *used)
+{
+    if (!o)
+        return DT_ERR_INVALID;
+    if (!total || !used)
+        return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "capacity: %s is NULL",
+                                    !total ? "total" : "used");
+    uint64_t free_bytes = 0;
+    int rc = o->capacity ? DT_OK : on_files_free(o, &free_bytes);
+    pthread_mutex_lock(&o->q.mu);
+    *used = o->used;
+    *total = o->capacity ? o->capacity : o->used + free_bytes;
+    pthread_mutex_unlock(&o->q.mu);
+    return rc;
+}
+
+static int on_alloc(dt_offload_t *o, uint64_t bytes, int tag, dt_offload_buf_t **out)
+{
+    if (!o)
+        return DT_ERR_INVALID;
+    const dt_host_v1_t *host = o->q.host;
+    if (!out)
+        return host->set_error(host, DT_ERR_INVALID, "alloc: out is NULL");
+    *out = NULL;
+    if (tag < 0 || tag >= DT_TAG_COUNT)
+        return host->set_error(host, DT_ERR_INVALID, "alloc: tag %d is not a dt_mem_tag_t "
+                               "(0..%d)", tag, DT_TAG_COUNT - 1);
+    if (bytes > UINT64_MAX - ON_ALIGN)
+        return host->set_error(host, DT_ERR_NOMEM, "alloc: %llu bytes", (unsigned long long)bytes);
+    uint64_t file_bytes = (bytes + ON_ALIGN - 1) / ON_ALIGN * ON_ALIGN;
+    pthread_mutex_lock(&o->q.mu);
+    uint64_t used = o->used;
+    uint32_t n = o->n_bufs;
+    pthread_mutex_unlock(&o->q.mu);
+    if (o->capacity && (file_bytes > o->capacity || used > o->capacity - file_bytes))
+        return host->set_error(host, DT_ERR_NOMEM,
+                               "rank %d: alloc: %llu bytes for %s would bring the tier to %llu "
+                               "bytes, over [offload_nvme] capacity = %llu (in use: %llu bytes "
+                               "in %u files)", o->q.rank, (unsigned long long)file_bytes,
+                               dt_mem_tag_name(tag), (unsigned long long)(used + file_bytes),
+                               (unsigned long long)o->capacity, (unsigned long long)used, n);
+    dt_offload_buf_t *b = calloc(1, sizeof *b);
+    if (!b)
+        return host->set_error(host, DT_ERR_NOMEM, "alloc: out of memory for a buffer");
+    b->magic = ON_BUF_MAGIC;
+    b->fd = -1;
+    b->bytes = bytes;
+    b->file_bytes = file_bytes;
+    b->tag = tag;
+    pthread_mutex_lock(&o->q.mu);
+    b->id = ++o->next_id;
+    pthread_mutex_unlock(&o->q.mu);
+    int rc = on_files_create(o, b);
+    if (rc != DT_OK) {
+        free(b);
+        return rc;
+    }
+    pthread_mutex_lock(&o->q.mu);
+    b->next = o->bufs;
+    if (o->bufs)
+        o->bufs->prev = b;
+    o->bufs = b;
+    o->used += file_bytes;
+    o->n_bufs++;
+    pthread_mutex_unlock(&o->q.mu);
+    *out = b;
+    return DT_OK;
+}
+
+static int on_free(dt_offload_t *o, dt_offload_buf_t *b)
+{
+    if (!o)
+        return DT_ERR_INVALID;
+    if (!b)
+        return DT_OK;
+    const dt_host_v1_t *host = o->q.host;
+    if (b->magic != ON_BUF_MAGIC)
+        return host->set_error(host, DT_ERR_INVALID,
+                               "free: %p is not a buffer of this tier (or was freed)", (void *)b);
+    pthread_mutex_lock(&o->q.mu);
+    int rc = dt_oq_wait_zero_locked(&o->q, &b->pending, -1);
+    char bn[PATH_MAX + 64];
+    on_buf_name(b, bn, sizeof bn);
+    if (rc == DT_OK)
+        buf_release(o, b);
+    pthread_mutex_unlock(&o->q.mu);
+    if (rc != DT_OK)
+        return host->set_error(host, rc, "rank %d: free: %s still has transfers running after "
+                               "%lld ms; not freed", o->q.rank, bn, (long long)o->q.timeout_ms);
+    return DT_OK;
+}
+
+static int submit(dt_offload_t *o, int op, dt_offload_buf_t *buf, uint64_t offset, void *ext,
+                  uint64_t bytes, int space, dt_stream_t *stream, dt_offload_req_t **req)
+{
+    if (!o)
+        return DT_ERR_INVALID;
+    const char *dir = op == DT_OQ_STORE ? "store" : "load";
+    if (!req)
+        return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "%s: req is NULL", dir);
+    *req = NULL;
+    if (!buf || buf->magic != ON_BUF_MAGIC)
+        return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "%s: not a buffer of this tier "
+                                    "(%p)", dir, (void *)buf);
+    char bn[PATH_MAX + 64];
+    return dt_oq_submit(&o->q, op, buf, &buf->pending, buf->bytes,
+                        on_buf_name(buf, bn, sizeof bn), offset, ext, bytes, space, stream, req);
+}
+
+static int on_store(dt_offload_t *o, dt_offload_buf_t *buf, uint64_t offset, const void *src,
+                    uint64_t bytes, int space, dt_stream_t *stream, dt_offload_req_t **req)
+{
+    return submit(o, DT_OQ_STORE, buf, offset, (void *)src, bytes, space, stream, req);
+}
+
+static int on_load(dt_offload_t *o, dt_offload_buf_t *buf, uint64_t offset, void *dst,
+                   uint64_t bytes, int space, dt_stream_t *stream, dt_offload_req_t **req)
+{
+    return submit(o, DT_OQ_LOAD, buf, offset, dst, bytes, space, stream, req);
+}
+
+static int on_wait(dt_offload_t *o, dt_offload_req_t *req, int64_t timeout_ms)
+{
+    if (!o)
+        return DT_ERR_INVALID;
+    return dt_oq_wait(&o->q, req, timeout_ms);
+}
+
+static const dt_offload_ops_v1_t on_ops = {
+    .info = DT_PLUGIN_INFO(OFFLOAD, dt_offload_ops_v1_t, "offload_nvme", "0.1.0",
+                           "offload tier in files on NVMe: O_DIRECT, io_uring, queued",
+                           on_keys),
+    .init = on_init,
+    .finalize = on_finalize,
+    .capacity = on_capacity,
+    .alloc = on_alloc,
+    .free = on_free,
+    .store = on_store,
+    .load = on_load,
+    .wait = on_wait,
+    .cleanup_job = on_cleanup_job,
+};
+
+DT_PLUGIN_ENTRY(offload, 1, dt_offload_ops_v1_t, &on_ops)

@@ -1,0 +1,102 @@
+/*
+ * plugins/offload_nvme/offload_nvme_internal.h - what the offload_nvme
+ * plugin's files share: the instance, its buffers (one file each), and
+ * the functions each file gives the others.
+ *
+ *   offload_nvme.c        keys, init/finalize, alloc/free/capacity, the ops
+ *   offload_nvme_files.c  the folder, file names with the job id, the
+ *                         free-space check, O_DIRECT probing, cleanup_job
+ *   offload_nvme_io.c     the transfers: io_uring, registered bounce
+ *                         buffers, several requests in flight, the
+ *                         read-modify-write of partial 4 KiB blocks
+ *
+ * Locking: the queue's mutex (o->q.mu) guards the buffer list, the byte
+ * counts and every buffer's count of transfers in flight.  The ring and
+ * the bounce buffers belong to the queue's worker thread alone (after
+ * init, before finalize).
+ */
+#ifndef DT_OFFLOAD_NVME_INTERNAL_H
+#define DT_OFFLOAD_NVME_INTERNAL_H
+
+#include <limits.h>
+#include <liburing.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dtrain/dtrain.h"
+#include "dtrain/sdk/offload_queue.h"
+
+#define ON_BUF_MAGIC 0x4f4e4246u /* "ONBF" */
+#define ON_ALIGN 4096u           /* O_DIRECT: offsets, sizes, memory */
+#define ON_MAX_BOUNCE 64u
+
+struct dt_offload_buf {
+    uint32_t magic;
+    uint32_t id;                /* 1, 2, ... in allocation order */
+    int fd;
+    uint64_t bytes;             /* what the caller asked for */
+    uint64_t file_bytes;        /* rounded up to ON_ALIGN, reserved */
+    int32_t tag;
+    int32_t blocks_counted;     /* fstat counted the reserved bytes at creation */
+    uint32_t pending;           /* transfers queued or running on it */
+    char path[PATH_MAX];
+    struct dt_offload_buf *prev, *next;
+};
+
+struct dt_offload {
+    dt_oq_t q;                  /* host, rank, device, the worker */
+    char dir[PATH_MAX];         /* the folder the files live in */
+    char job[128];              /* job id, in every file's name */
+    int32_t made_dir;           /* init created dir: finalize removes it */
+    int32_t direct;             /* files opened O_DIRECT */
+    uint64_t capacity;          /* bytes; 0 = the file system's free space */
+    uint64_t used;              /* bytes reserved by live buffers */
+    uint32_t n_bufs, next_id;
+    dt_offload_buf_t *bufs;
+    /* the worker's I/O */
+    struct io_uring ring;
+    int32_t ring_ok;
+    int32_t registered;         /* bounce buffers registered (read/write_fixed) */
+    int32_t broken;             /* an I/O did not complete in time: the
+                                 * kernel may still use the bounce buffers */
+    uint32_t queue_depth;
+    uint32_t n_bounce;          /* bounce buffers: I/Os in flight at most */
+    uint64_t block;             /* bytes per I/O, a multiple of ON_ALIGN */
+    void *bounce;               /* n_bounce * block, ON_ALIGN-aligned */
+};
+
+static inline const char *on_buf_name(const dt_offload_buf_t *b, char *out, size_t n)
+{
+    snprintf(out, n, "file '%s' (%llu bytes of %s)", b->path, (unsigned long long)b->bytes,
+             dt_mem_tag_name(b->tag));
+    return out;
+}
+
+/* ------------------------------------------------ offload_nvme_files.c */
+
+/* The folder for `path` ("" = the default), made 0700 if missing. */
+int on_files_dir(dt_offload_t *o, const char *path);
+/* Whether the folder takes O_DIRECT (a probe file, removed again). */
+int on_files_probe_direct(dt_offload_t *o, int *direct);
+/* Bytes free for an unprivileged writer in the folder (statvfs). */
+int on_files_free(dt_offload_t *o, uint64_t *free_bytes);
+/* Create buffer b's file (0600, the job id in its name) and reserve its
+ * bytes, checking the free space first. */
+int on_files_create(dt_offload_t *o, dt_offload_buf_t *b);
+/* Close and remove b's file. */
+void on_files_remove(dt_offload_t *o, dt_offload_buf_t *b);
+/* The ABI's cleanup_job. */
+int on_cleanup_job(const dt_host_v1_t *host, const char *job_id);
+/* The default folder, and whether a job id may name files. */
+const char *on_default_dir(char *out, size_t n);
+int on_valid_job(const char *job);
+
+/* ------------------------------------------------ offload_nvme_io.c */
+
+/* The ring and the registered bounce buffers (init), and their end. */
+int on_io_init(dt_offload_t *o);
+void on_io_free(dt_offload_t *o);
+/* The queue's `run`: one store or load. */
+int on_io_run(void *ctx, dt_oq_t *q, dt_oq_req_t *r);
+
+#endif /* DT_OFFLOAD_NVME_INTERNAL_H */

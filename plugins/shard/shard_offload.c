@@ -1,0 +1,166 @@
+/*
+ * plugins/shard/shard_offload.c - ZeRO-Offload and ZeRO-Infinity's
+ * parameter offload in the sharded engine.
+ *
+ * offload_what naming the optimizer: a rank's f32 master shard and its
+ * moments live in the offload tier instead of the device
+ * (dtrain/sdk/offload.h).  The step updates each held range on the host
+ * and writes the new parameters into the compute copy, and the all-gather
+ * after it runs as without offload.
+ *
+ * offload_what naming the parameters (zero stage 3, fsdp FULL_SHARD): the
+ * compute shard itself lives in the tier.  A group's gather first loads
+ * this rank's shard from the tier into its slot of the gathered buffer,
+ * then all-gathers in place (shard_gather.c); prefetching starts the
+ * next groups' loads and gathers ahead of use as it does the gathers.
+ * The step writes the updated parameters straight into the tier (from the
+ * host optimizer, or from the device master through pinned staging).
+ *
+ * Only where the state lives changes, never the arithmetic: losses equal
+ * the run without offload bit for bit.
+ */
+#include <stdio.h>
+
+#include "shard_internal.h"
+
+int shard_offload_configure(dt_shard_engine_t *e)
+{
+    const char *what = e->cfg.what ? e->cfg.what : "sharding";
+    return dt_offload_what(e->dp.host, &e->dp.args.init, e->cfg.params_offload_ok, what,
+                           &e->offload_what);
+}
+
+/* Elements of e->pstage: a piece, or the whole shard when smaller. */
+static uint64_t stage_numel(const dt_shard_engine_t *e)
+{
+    uint64_t S = e->plan.shard_total;
+    return S < DT_OFFLOAD_PIECE ? (S ? S : 1) : DT_OFFLOAD_PIECE;
+}
+
+int shard_offload_alloc(dt_shard_engine_t *e)
+{
+    const dt_strategy_init_v1_t *a = &e->dp.args.init;
+    uint64_t S = e->plan.shard_total;
+    int rc = DT_OK;
+    if (shard_params_offloaded(e)) {
+        rc = dt_offload_params_init(&e->par, e->dp.host, a, e->dp.rank, S);
+        if (rc == DT_OK && !shard_optim_offloaded(e))
+            rc = a->dev_ops->host_alloc(a->dev, stage_numel(e) * sizeof(float), DT_TAG_STAGING,
+                                        (void **)&e->pstage);
+        if (rc != DT_OK)
+            return rc;
+    }
+    if (shard_optim_offloaded(e))
+        rc = dt_offload_state_init(&e->off, e->dp.host, a, e->dp.rank, S, shard_has_v(e),
+                                   shard_params_offloaded(e) ? &e->par : NULL);
+    return rc;
+}
+
+void shard_offload_free(dt_shard_engine_t *e)
+{
+    dt_offload_state_free(&e->off);
+    dt_offload_params_free(&e->par);
+    if (e->pstage)
+        e->dp.dev_ops->host_free(e->dp.dev, e->pstage);
+    e->pstage = NULL;
+}
+
+int shard_offload_load_start(dt_shard_engine_t *e, uint32_t gi)
+{
+    sh_group_t *g = &e->g[gi];
+    const dt_shard_group_t *gr = &e->plan.groups[gi];
+    if (!shard_params_offloaded(e) || g->pstate != SH_P_FREE || g->lreq)
+        return DT_OK;
+    int rc;
+    if (g->transient && !g->full &&
+        (rc = e->dp.dev_ops->alloc(e->dp.dev, gr->padded * e->pes, DT_TAG_COMM, &g->full)) !=
+            DT_OK) {
+        g->full = NULL;
+        shard_log_group(e, gi, "allocating the gathered parameters", rc);
+        return rc;
+    }
+    void *mine = (char *)g->full + (uint64_t)e->srank * gr->shard * e->pes;
+    rc = dt_offload_params_load(&e->par, gr->shard_off, gr->shard, mine, e->dp.cs, &g->lreq);
+    if (rc != DT_OK) {
+        g->lreq = NULL;
+        shard_log_group(e, gi, "loading the offloaded parameter shard", rc);
+    }
+    return rc;
+}
+
+int shard_offload_load_finish(dt_shard_engine_t *e, uint32_t gi)
+{
+    sh_group_t *g = &e->g[gi];
+    if (!g->lreq)
+        return DT_OK;
+    /* never dropped: the tier would still write into `full` */
+    int rc = e->par.ops->wait(e->par.tier, g->lreq, -1);
+    g->lreq = NULL;
+    if (rc != DT_OK)
+        shard_log_group(e, gi, "loading the offloaded parameter shard", rc);
+    return rc;
+}
+
+/* Parameters offloaded, optimizer on the device: the updated f32 master
+ * (device) into the tier's compute shard, piece by piece through pinned
+ * staging (bf16/f16 rounded on the host, nearest even like the device's cast). */
+static int params_from_master(dt_shard_engine_t *e)
+{
+    const dt_device_ops_v1_t *d = e->dp.dev_ops;
+    uint64_t S = e->plan.shard_total, piece = stage_numel(e);
+    int rc = DT_OK;
+    for (uint64_t c = 0; rc == DT_OK && c < S; c += piece) {
+        uint64_t k = S - c < piece ? S - c : piece;
+        rc = d->memcpy_async(e->dp.dev, e->pstage, e->master + c, k * sizeof(float),
+                             DT_COPY_D2H, e->dp.cs);
+        if (rc == DT_OK)
+            rc = d->stream_sync(e->dp.dev, e->dp.cs);
+        if (rc == DT_OK)
+            rc = dt_offload_params_write(&e->par, c, k, e->pstage);
+    }
+    if (rc != DT_OK)
+        e->dp.host->log(e->dp.host, DT_LOG_ERROR, "rank %d: writing the updated parameters to "
+                        "the offload tier failed", e->dp.rank);
+    return rc;
+}
+
+/* Where group gi's compute copy of shard element `local` (group-relative)
+ * is: the replica's slot of this rank, or the compute shard (on the device,
+ * or in the tier). */
+static void *compute_at(dt_shard_engine_t *e, uint32_t gi, uint64_t local)
+{
+    char *c = shard_cshard(e, gi);
+    return c ? c + local * e->pes : NULL; /* NULL: the tier's (e->par) */
+}
+
+int shard_offload_step(dt_shard_engine_t *e, const dt_optim_step_t *st)
+{
+    for (uint32_t u = 0; u < e->dp.model->n_units; u++) {
+        uint64_t off;
+        dt_range_t r = dt_shard_held(&e->plan, u, e->srank, &off);
+        if (r.count == 0)
+            continue;
+        uint32_t gi = e->plan.group_of_unit[u];
+        uint64_t local = off - e->plan.groups[gi].shard_off;
+        int rc = dt_offload_state_update(&e->off, &e->dp.model->units[u], r, off,
+                                         shard_gshard(e, gi) + local, compute_at(e, gi, local),
+                                         st);
+        if (rc != DT_OK)
+            return rc;
+    }
+    char when[48];
+    snprintf(when, sizeof when, "step %lld", (long long)st->t);
+    dt_offload_state_report(&e->off, when);
+    return DT_OK;
+}
+
+int shard_offload_push(dt_shard_engine_t *e)
+{
+    if (!shard_optim_offloaded(e))
+        return params_from_master(e);
+    int rc = DT_OK;
+    for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++)
+        rc = dt_offload_state_push(&e->off, e->plan.groups[i].shard_off,
+                                   e->plan.groups[i].shard, compute_at(e, i, 0));
+    return rc;
+}

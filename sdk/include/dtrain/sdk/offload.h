@@ -1,0 +1,183 @@
+/*
+ * dtrain/sdk/offload.h - optimizer state held in an offload tier
+ * (ZeRO-Offload): the f32 master parameters and the optimizer moments of
+ * the elements a rank updates live in three tier buffers, updated in place
+ * on the host (the tier's host_ptr) by the same loops as the cpu device's
+ * kernels (optim.h), with the gradients brought over from the device and
+ * the updated parameters sent back to the device's compute copy, piece by
+ * piece through pinned staging.  The sharded engine (zero, fsdp) and the
+ * replica machinery (ddp) use it alike.
+ *
+ * Layout: the strategy's own flat index space of `numel` elements (a shard
+ * buffer, a replica's layout); `at` arguments are offsets in it.
+ *
+ * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
+ * it and the conventions every helper follows).  Blocking throughout.
+ */
+#ifndef DTRAIN_SDK_OFFLOAD_H
+#define DTRAIN_SDK_OFFLOAD_H
+
+#include <stdint.h>
+
+#include "dtrain/comm.h"
+#include "dtrain/device.h"
+#include "dtrain/host.h"
+#include "dtrain/offload.h"
+#include "dtrain/sdk/optim.h"
+#include "dtrain/strategy.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Elements moved per piece between the device and the host (the size of
+ * the pinned staging buffers, f32). */
+#define DT_OFFLOAD_PIECE (1u << 20)
+
+/* What a strategy's `offload_what` key selects (DT_OFFLOAD_KEY_WHAT). */
+#define DT_OFFLOAD_WHAT_OPTIMIZER 0x1u /* master parameters + moments */
+#define DT_OFFLOAD_WHAT_PARAMS 0x2u    /* the compute parameters (stage 3) */
+
+/* The key, for a strategy's dt_config_key_t list: which state goes to the
+ * tier [parallel] offload names (ignored without one). */
+#define DT_OFFLOAD_KEY_WHAT                                                    \
+    {.name = "offload_what", .type = DT_CFG_ENUM, .def = "\"optimizer\"",     \
+     .choices = "optimizer|params|optimizer_and_params",                       \
+     .doc = "with [parallel] offload: what the tier holds - optimizer "       \
+            "(f32 master + moments), params (zero stage 3 / fsdp "            \
+            "FULL_SHARD only) or both"}
+
+/* Read `offload_what` into *what (DT_OFFLOAD_WHAT_* bits).  `args` are the
+ * strategy's init args: without a tier *what is 0.  `params_ok` says
+ * whether this configuration may offload parameters; `what_is` names it
+ * ("zero stage 2") for the DT_ERR_CONFIG that says which strategies may.
+ * A tier given to a strategy that does not declare the key is a
+ * DT_ERR_CONFIG too: it would keep nothing there. */
+int dt_offload_what(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args, int params_ok,
+                    const char *what_is, uint32_t *what);
+/* The same for the planner (estimate args with offload set): the key as
+ * configured, checked alike; a strategy without the key offloads nothing
+ * (*what 0). */
+int dt_offload_what_plan(const dt_host_v1_t *host, int params_ok, const char *what_is,
+                         uint32_t *what);
+/* Move what offload_what sends to the tier out of a planned device
+ * estimate (dt_dp_estimate_state's tags) and into its DT_TAG_OFFLOAD: the
+ * optimizer's f32 master and moments of the `owned` elements, and with
+ * the parameters the compute copy's `sharded` elements (a device master
+ * of `owned` f32 appearing where the optimizer stays on the device). */
+void dt_offload_estimate(const dt_estimate_args_v1_t *args, uint32_t what, uint64_t owned,
+                         uint64_t sharded, dt_estimate_v1_t *out);
+
+/* ------------------------------------------------------------------------
+ * Compute parameters in a tier (ZeRO-Infinity's offload_param): `numel`
+ * elements of the model's param dtype in one tier buffer, written from
+ * f32 values (rounded to bf16/f16 on the host, nearest even like the device's
+ * cast) and loaded into device memory before use.  Through the tier's
+ * host_ptr where it has one, else through store / load and pinned staging.
+ * --------------------------------------------------------------------- */
+typedef struct dt_offload_params {
+    const dt_host_v1_t *host;
+    const dt_offload_ops_v1_t *ops;
+    dt_offload_t *tier;
+    const dt_device_ops_v1_t *dev_ops;
+    dt_device_t *dev;
+    int32_t rank;
+    int32_t pdtype;           /* DT_F32, DT_BF16 or DT_F16 */
+    uint64_t numel;
+    dt_offload_buf_t *buf;
+    void *host_ptr;           /* the tier's host pointer, or NULL */
+    void *stage;              /* pinned: one piece of pdtype (no host_ptr or 16-bit) */
+    uint64_t piece;
+} dt_offload_params_t;
+
+int dt_offload_params_init(dt_offload_params_t *p, const dt_host_v1_t *host,
+                           const dt_strategy_init_v1_t *args, int32_t rank, uint64_t numel);
+void dt_offload_params_free(dt_offload_params_t *p);
+/* Elements [at, at + n) from f32 host memory `src`.  Blocking. */
+int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, const float *src);
+/* Start loading elements [at, at + n) into device memory `dst`, ordered
+ * after the work queued on `stream`; wait on *req with the tier's wait. */
+int dt_offload_params_load(dt_offload_params_t *p, uint64_t at, uint64_t n, void *dst,
+                           dt_stream_t *stream, dt_offload_req_t **req);
+
+/* ------------------------------------------------------------------------
+ * Optimizer state in a tier (ZeRO-Offload): master, m, v of `numel` f32.
+ * On a tier with host_ptr (offload_cpu) the update runs in place; on one
+ * without (offload_nvme) each piece is loaded into pinned staging, updated
+ * and stored back, two sets of staging alternating so the next piece's
+ * loads and the previous piece's stores run while a piece is updated.
+ * --------------------------------------------------------------------- */
+typedef struct dt_offload_state {
+    const dt_host_v1_t *host;
+    const dt_offload_ops_v1_t *ops;
+    dt_offload_t *tier;
+    const dt_device_ops_v1_t *dev_ops;
+    dt_device_t *dev;
+    dt_stream_t *cs;          /* the compute stream: copies are ordered on it */
+    int32_t rank;
+    int32_t pdtype;           /* compute parameters: DT_F32, DT_BF16 or DT_F16 */
+    int32_t n_kinds;          /* 3 (AdamW) or 2 (SGD: no second moment) */
+    int32_t reserved0;
+    uint64_t numel;
+    dt_offload_params_t *params; /* compute copy in the tier, or NULL: on
+                                  * the device (dcompute pointers) */
+    dt_offload_buf_t *buf[DT_STATE_COUNT];
+    float *state[DT_STATE_COUNT]; /* host pointers (host_ptr tiers), else NULL */
+    float *stage[2][DT_STATE_COUNT]; /* pinned pieces (tiers without host_ptr) */
+    float *gstage;            /* pinned: gradients of one piece */
+    uint16_t *pstage;         /* pinned: 16-bit parameters of one piece */
+    uint64_t piece;           /* elements per piece */
+    /* time spent in update since the last dt_offload_state_report, ns */
+    uint64_t ns_wait;         /* waiting for the tier's loads and stores */
+    uint64_t ns_copy;         /* gradients in, parameters out */
+    uint64_t ns_optim;        /* the host optimizer */
+} dt_offload_state_t;
+
+/* Allocate master, m (and v when has_v) of `numel` f32 in the tier and the
+ * pinned staging.  `params`: the compute copy lives in the tier there
+ * (update and push write it), or NULL: on the device.  On failure
+ * everything made is freed again. */
+int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
+                          const dt_strategy_init_v1_t *args, int32_t rank, uint64_t numel,
+                          int has_v, dt_offload_params_t *params);
+/* Free what init made; safe on a zeroed state. */
+void dt_offload_state_free(dt_offload_state_t *st);
+
+/* The optimizer over range `r` of `unit`, whose elements sit at `at` in
+ * the state: gradients `dgrad` (r.count f32, device) copied over, the
+ * update on the host, the new parameters written to `dcompute` (r.count
+ * elements of pdtype, device), or to the tier's compute copy at `at`. */
+int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *unit,
+                            dt_range_t r, uint64_t at, const float *dgrad, void *dcompute,
+                            const dt_optim_step_t *opt);
+/* Copy the master parameters [at, at + n) to `dcompute` (device), or to
+ * the tier's compute copy: after loading state. */
+int dt_offload_state_push(dt_offload_state_t *st, uint64_t at, uint64_t n, void *dcompute);
+/* State `kind` [at, at + n) to or from host memory (checkpoints).
+ * Blocking. */
+int dt_offload_state_read(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n,
+                          float *dst);
+int dt_offload_state_write(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n,
+                           const float *src);
+/* Continue 64-bit content hash *h (dtrain/sdk/hash.h) over state `kind`
+ * [at, at + n).  Blocking. */
+int dt_offload_state_hash(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n,
+                          uint64_t *h);
+
+/* Log (DT_LOG_DEBUG) where the updates since the last call spent their
+ * time - waiting for the tier, copies to and from the device, the host
+ * optimizer - as "<when>: ...", and start counting again. */
+void dt_offload_state_report(dt_offload_state_t *st, const char *when);
+
+/* Collective over `comm` on the whole of state `kind` (dt_state_kind_t),
+ * which every rank holds alike (a replica): `root` >= 0 broadcasts that
+ * rank's copy, root < 0 all-reduces with `op` (DT_OP_AVG: local SGD's
+ * averaging).  Pieces travel through a transient device buffer (tag
+ * comm), as communicators move device memory. */
+int dt_offload_state_collective(dt_offload_state_t *st, int kind, const dt_comm_ops_v1_t *cops,
+                                dt_comm_t *comm, int32_t root, int op);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DTRAIN_SDK_OFFLOAD_H */

@@ -1,0 +1,111 @@
+/*
+ * dtrain/sdk/offload_queue.h - the asynchronous half every offload tier
+ * shares (offload.h's store / load / wait): requests queued by the thread
+ * that drives the instance, run oldest first by one worker thread through
+ * the tier's own `run` function (a memcpy, a device copy, file I/O), and
+ * waited on with a deadline.
+ *
+ * A request has two references, the caller's (dropped by wait, whatever
+ * the outcome, as the ABI says) and the worker's (dropped when `run`
+ * returns): a wait that times out frees nothing the worker still uses.
+ * Each buffer of the tier keeps a count of its transfers queued or
+ * running (`pending`, guarded by the queue's mutex), so freeing it can
+ * wait for them.  A device-side transfer is ordered after the caller's
+ * stream by an event recorded at submit time, which `run` makes the
+ * queue's own stream wait for (dt_oq_device_copy).
+ *
+ * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
+ * it and the conventions every helper follows).
+ */
+#ifndef DTRAIN_SDK_OFFLOAD_QUEUE_H
+#define DTRAIN_SDK_OFFLOAD_QUEUE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "dtrain/device.h"
+#include "dtrain/host.h"
+#include "dtrain/offload.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { DT_OQ_STORE = 0, DT_OQ_LOAD = 1 };
+
+/* Default bound of a wait when neither the call nor init gives one. */
+#define DT_OQ_DEFAULT_TIMEOUT_MS 300000
+
+typedef struct dt_oq dt_oq_t;
+
+/* A transfer.  The tier's dt_offload_req_t is this struct (the plugin
+ * defines `struct dt_offload_req { dt_oq_req_t r; }` or casts). */
+typedef struct dt_oq_req {
+    uint32_t magic;
+    int32_t op;                /* DT_OQ_STORE / DT_OQ_LOAD */
+    void *buf;                 /* the tier's buffer */
+    uint32_t *pending;         /* its count of transfers in flight */
+    uint64_t offset, bytes;    /* in the buffer */
+    void *ext;                 /* the caller's memory (src or dst) */
+    int32_t space;             /* dt_mem_space_t of ext */
+    int32_t done;              /* run finished (status set) */
+    int32_t status;
+    int32_t refs;              /* the caller's and the worker's */
+    dt_event_t *ev;            /* device side: the caller's stream at submit */
+    struct dt_oq_req *next;    /* the queue */
+    char what[112];            /* "buffer #3 (4096 bytes of optimizer)" */
+    char msg[320];             /* why it failed (the worker's thread has its
+                                * own error buffer; wait sets it) */
+} dt_oq_req_t;
+
+/* The tier's transfer: DT_OK, or a status with the reason in r->msg. */
+typedef int (*dt_oq_run_fn)(void *ctx, dt_oq_t *q, dt_oq_req_t *r);
+
+struct dt_oq {
+    const dt_host_v1_t *host;
+    int32_t rank;
+    int64_t timeout_ms;        /* default bound of every wait */
+    const dt_device_ops_v1_t *dev_ops;
+    dt_device_t *dev;
+    dt_stream_t *stream;       /* the worker's, for device-side copies */
+    dt_oq_run_fn run;
+    void *ctx;
+    pthread_mutex_t mu;
+    pthread_cond_t work;       /* queue not empty, or stop */
+    pthread_cond_t done;       /* a request finished */
+    pthread_t worker;
+    int32_t started, stop;
+    dt_oq_req_t *head, *tail;
+};
+
+/* Set up `q` and start its worker (a stream of the device for device-side
+ * copies).  timeout_ms <= 0: DT_OQ_DEFAULT_TIMEOUT_MS. */
+int dt_oq_start(dt_oq_t *q, const dt_host_v1_t *host, int32_t rank, int64_t timeout_ms,
+                const dt_device_ops_v1_t *dev_ops, dt_device_t *dev, dt_oq_run_fn run,
+                void *ctx);
+/* Let the worker drain the queue, then stop it and free what start made. */
+void dt_oq_stop(dt_oq_t *q);
+/* Queue a transfer of `bytes` between the caller's `ext` (in `space`) and
+ * [offset, offset + bytes) of the tier's buffer `buf` of `buf_bytes`, whose
+ * pending count is `pending`; `what` names the buffer in messages.  The
+ * checks and their messages are the ABI's: bounds, NULL pointer, space. */
+int dt_oq_submit(dt_oq_t *q, int op, void *buf, uint32_t *pending, uint64_t buf_bytes,
+                 const char *what, uint64_t offset, void *ext, uint64_t bytes, int space,
+                 dt_stream_t *stream, dt_offload_req_t **req);
+/* Bounded wait for `req` (timeout_ms < 0: the default); drops the caller's
+ * reference whatever the outcome. */
+int dt_oq_wait(dt_oq_t *q, dt_offload_req_t *req, int64_t timeout_ms);
+/* With q->mu held: wait until *count is zero or timeout_ms (< 0: the
+ * default) passes.  DT_OK or DT_ERR_TIMEOUT. */
+int dt_oq_wait_zero_locked(dt_oq_t *q, const uint32_t *count, int64_t timeout_ms);
+/* For `run`: copy `bytes` between device memory r->ext + ext_off and host
+ * memory `host`, on the queue's stream after the caller's (store: D2H
+ * into host; load: H2D from host); blocking.  DT_OK, or the status with
+ * r->msg set. */
+int dt_oq_device_copy(dt_oq_t *q, dt_oq_req_t *r, uint64_t ext_off, void *host,
+                      uint64_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DTRAIN_SDK_OFFLOAD_QUEUE_H */

@@ -1,0 +1,528 @@
+/*
+ * sdk/lib/dt_offload_state.c - state in an offload tier: which state a
+ * strategy's offload_what puts there; compute parameters in a tier
+ * (written from f32, loaded to the device before use); optimizer state in
+ * a tier, updated on the host piece by piece (gradients in, the optimizer
+ * in place or on pinned staging, parameters out), read and written for
+ * checkpoints, hashed, and moved by collectives.  Tiers with host_ptr are
+ * used in place; others through store / load, waited on within the
+ * tier's own timeout.  See dtrain/sdk/offload.h.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/half.h"
+#include "dtrain/sdk/cfg.h"
+#include "dtrain/sdk/dp.h"
+#include "dtrain/sdk/hash.h"
+#include "dtrain/sdk/offload.h"
+
+static const char what_choices[] = "optimizer|params|optimizer_and_params";
+static const uint32_t what_bits[] = {DT_OFFLOAD_WHAT_OPTIMIZER, DT_OFFLOAD_WHAT_PARAMS,
+                                     DT_OFFLOAD_WHAT_OPTIMIZER | DT_OFFLOAD_WHAT_PARAMS};
+static const char *what_names[] = {"optimizer", "params", "optimizer_and_params"};
+
+/* offload_what as configured, checked against params_ok. */
+static int what_read(const dt_host_v1_t *host, int params_ok, const char *what_is,
+                     uint32_t *what)
+{
+    int idx = 0;
+    int rc = dt_cfg_enum(host, "offload_what", "optimizer", what_choices, &idx);
+    if (rc != DT_OK)
+        return rc;
+    if ((what_bits[idx] & DT_OFFLOAD_WHAT_PARAMS) && !params_ok)
+        return host->set_error(host, DT_ERR_CONFIG,
+                               "offload_what = \"%s\": parameters are offloaded only by zero "
+                               "stage 3 and fsdp FULL_SHARD, and this is %s; offload the "
+                               "optimizer state instead (offload_what = \"optimizer\")",
+                               what_names[idx], what_is);
+    *what = what_bits[idx];
+    return DT_OK;
+}
+
+int dt_offload_what(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args, int params_ok,
+                    const char *what_is, uint32_t *what)
+{
+    const char *v = NULL;
+    *what = 0;
+    if (!args->offload_ops || !args->offload) {
+        int idx;
+        return dt_cfg_enum(host, "offload_what", "optimizer", what_choices, &idx);
+    }
+    if (host->cfg_string(host, "offload_what", &v) == DT_ERR_NOT_FOUND)
+        return host->set_error(host, DT_ERR_CONFIG,
+                               "[parallel] offload names tier '%s', but %s keeps no state in an "
+                               "offload tier (it declares no offload_what key); set "
+                               "[parallel] offload = \"none\" or use zero, fsdp or ddp",
+                               args->offload_ops->info.name ? args->offload_ops->info.name : "?",
+                               what_is);
+    return what_read(host, params_ok, what_is, what);
+}
+
+int dt_offload_what_plan(const dt_host_v1_t *host, int params_ok, const char *what_is,
+                         uint32_t *what)
+{
+    const char *v = NULL;
+    *what = 0;
+    if (host->cfg_string(host, "offload_what", &v) == DT_ERR_NOT_FOUND)
+        return DT_OK;
+    return what_read(host, params_ok, what_is, what);
+}
+
+void dt_offload_estimate(const dt_estimate_args_v1_t *args, uint32_t what, uint64_t owned,
+                         uint64_t sharded, dt_estimate_v1_t *out)
+{
+    uint64_t pb = args->param_bytes;
+    uint64_t master = owned * 4; /* f32, whatever the compute dtype */
+    uint64_t device_master = pb == 2 ? master : 0; /* what the device kept */
+    uint64_t *b = out->bytes;
+    if (what & DT_OFFLOAD_WHAT_OPTIMIZER) {
+        /* the moments (optim_bytes less a bf16 run's master) and the master */
+        b[DT_TAG_OFFLOAD] += b[DT_TAG_OPTIMIZER] + master;
+        b[DT_TAG_OPTIMIZER] = 0;
+        b[DT_TAG_PARAMS] -= device_master;
+        device_master = 0;
+    } else if (what & DT_OFFLOAD_WHAT_PARAMS) {
+        /* a device optimizer needs an f32 master of its own */
+        b[DT_TAG_PARAMS] += master - device_master;
+        device_master = master;
+    }
+    if (what & DT_OFFLOAD_WHAT_PARAMS) {
+        b[DT_TAG_PARAMS] -= sharded * pb;
+        b[DT_TAG_OFFLOAD] += sharded * pb;
+    }
+    if (DT_TAG_OFFLOAD >= (int)out->n_tags)
+        out->n_tags = DT_TAG_OFFLOAD + 1;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static const char *tier_name(const dt_offload_ops_v1_t *ops)
+{
+    return ops->info.name ? ops->info.name : "?";
+}
+
+/* The tier's host pointer of `buf`, or NULL when it has none. */
+static int host_ptr_of(const dt_offload_ops_v1_t *ops, dt_offload_t *tier, dt_offload_buf_t *buf,
+                       void **out)
+{
+    *out = NULL;
+    if (!DT_HAS_OP(dt_offload_ops_t, ops, host_ptr))
+        return DT_OK;
+    int rc = ops->host_ptr(tier, buf, out);
+    if (rc == DT_ERR_UNSUPPORTED) {
+        *out = NULL;
+        return DT_OK;
+    }
+    return rc;
+}
+
+/* Blocking store / load of host memory at byte `off` of `buf`. */
+static int tier_io(const dt_offload_ops_v1_t *ops, dt_offload_t *tier, dt_offload_buf_t *buf,
+                   int store, uint64_t off, void *mem, uint64_t bytes)
+{
+    dt_offload_req_t *req = NULL;
+    int rc = store ? ops->store(tier, buf, off, mem, bytes, DT_MEM_HOST, NULL, &req)
+                   : ops->load(tier, buf, off, mem, bytes, DT_MEM_HOST, NULL, &req);
+    return rc == DT_OK ? ops->wait(tier, req, -1) : rc;
+}
+
+/* f32 to 16-bit compute parameters (bf16 or f16), round to nearest even as
+ * the device's cast does (dtrain/half.h), so an offloaded optimizer's
+ * parameters equal the device's bit for bit. */
+static void round_half(int32_t dtype, const float *src, uint16_t *dst, uint64_t n)
+{
+    if (dtype == DT_F16)
+        for (uint64_t i = 0; i < n; i++)
+            dst[i] = dt_f32_to_f16(src[i]);
+    else
+        for (uint64_t i = 0; i < n; i++)
+            dst[i] = dt_f32_to_bf16(src[i]);
+}
+
+static uint64_t piece_of(uint64_t numel)
+{
+    return numel < DT_OFFLOAD_PIECE ? (numel ? numel : 1) : DT_OFFLOAD_PIECE;
+}
+
+/* --------------------------------------------------- compute parameters */
+
+void dt_offload_params_free(dt_offload_params_t *p)
+{
+    if (!p || !p->host)
+        return;
+    if (p->buf)
+        p->ops->free(p->tier, p->buf);
+    if (p->stage)
+        p->dev_ops->host_free(p->dev, p->stage);
+    memset(p, 0, sizeof *p);
+}
+
+int dt_offload_params_init(dt_offload_params_t *p, const dt_host_v1_t *host,
+                           const dt_strategy_init_v1_t *args, int32_t rank, uint64_t numel)
+{
+    *p = (dt_offload_params_t){.host = host, .ops = args->offload_ops, .tier = args->offload,
+                               .dev_ops = args->dev_ops, .dev = args->dev, .rank = rank,
+                               .pdtype = args->model->param_dtype, .numel = numel,
+                               .piece = piece_of(numel)};
+    size_t pes = dt_dtype_size(p->pdtype);
+    int rc = p->ops->alloc(p->tier, numel * pes, DT_TAG_PARAMS, &p->buf);
+    if (rc == DT_OK)
+        rc = host_ptr_of(p->ops, p->tier, p->buf, &p->host_ptr);
+    if (rc == DT_OK && p->host_ptr)
+        memset(p->host_ptr, 0, numel * pes);
+    if (rc == DT_OK && (!p->host_ptr || p->pdtype != DT_F32))
+        rc = p->dev_ops->host_alloc(p->dev, p->piece * pes, DT_TAG_STAGING, &p->stage);
+    if (rc != DT_OK) {
+        host->log(host, DT_LOG_ERROR, "rank %d: %llu bytes of parameters in offload tier '%s' "
+                  "failed", rank, (unsigned long long)(numel * pes), tier_name(p->ops));
+        dt_offload_params_free(p);
+    }
+    return rc;
+}
+
+int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, const float *src)
+{
+    size_t pes = dt_dtype_size(p->pdtype);
+    int rc = DT_OK;
+    for (uint64_t c = 0; rc == DT_OK && c < n; c += p->piece) {
+        uint64_t k = n - c < p->piece ? n - c : p->piece;
+        const float *s = src + c;
+        void *dst = p->host_ptr ? (char *)p->host_ptr + (at + c) * pes : p->stage;
+        if (p->pdtype != DT_F32)
+            round_half(p->pdtype, s, (uint16_t *)dst, k);
+        else
+            memcpy(dst, s, k * sizeof(float));
+        if (!p->host_ptr)
+            rc = tier_io(p->ops, p->tier, p->buf, 1, (at + c) * pes, p->stage, k * pes);
+    }
+    if (rc != DT_OK)
+        p->host->log(p->host, DT_LOG_ERROR, "rank %d: writing %llu offloaded parameters failed",
+                     p->rank, (unsigned long long)n);
+    return rc;
+}
+
+int dt_offload_params_load(dt_offload_params_t *p, uint64_t at, uint64_t n, void *dst,
+                           dt_stream_t *stream, dt_offload_req_t **req)
+{
+    size_t pes = dt_dtype_size(p->pdtype);
+    return p->ops->load(p->tier, p->buf, at * pes, dst, n * pes, DT_MEM_DEVICE, stream, req);
+}
+
+/* ------------------------------------------------------ optimizer state */
+
+void dt_offload_state_free(dt_offload_state_t *st)
+{
+    if (!st || !st->host)
+        return;
+    for (int k = 0; k < DT_STATE_COUNT; k++) {
+        if (st->buf[k])
+            st->ops->free(st->tier, st->buf[k]);
+        for (int s = 0; s < 2; s++)
+            if (st->stage[s][k])
+                st->dev_ops->host_free(st->dev, st->stage[s][k]);
+    }
+    if (st->gstage)
+        st->dev_ops->host_free(st->dev, st->gstage);
+    if (st->pstage)
+        st->dev_ops->host_free(st->dev, st->pstage);
+    memset(st, 0, sizeof *st);
+}
+
+int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
+                          const dt_strategy_init_v1_t *args, int32_t rank, uint64_t numel,
+                          int has_v, dt_offload_params_t *params)
+{
+    static const char *names[] = {"f32 master parameters", "optimizer exp_avg",
+                                  "optimizer exp_avg_sq"};
+    static const int tags[] = {DT_TAG_PARAMS, DT_TAG_OPTIMIZER, DT_TAG_OPTIMIZER};
+    *st = (dt_offload_state_t){.host = host, .ops = args->offload_ops, .tier = args->offload,
+                               .dev_ops = args->dev_ops, .dev = args->dev,
+                               .cs = args->compute_stream, .rank = rank,
+                               .pdtype = args->model->param_dtype, .n_kinds = has_v ? 3 : 2,
+                               .numel = numel, .params = params, .piece = piece_of(numel)};
+    const dt_device_ops_v1_t *d = st->dev_ops;
+    int rc = DT_OK;
+    for (int k = 0; rc == DT_OK && k < st->n_kinds; k++) {
+        void *p = NULL;
+        rc = st->ops->alloc(st->tier, numel * sizeof(float), tags[k], &st->buf[k]);
+        if (rc == DT_OK && (rc = host_ptr_of(st->ops, st->tier, st->buf[k], &p)) == DT_OK) {
+            st->state[k] = p;
+            if (p)
+                memset(p, 0, numel * sizeof(float)); /* moments start at zero */
+        }
+        for (int s = 0; rc == DT_OK && !p && s < 2; s++)
+            rc = d->host_alloc(st->dev, st->piece * sizeof(float), DT_TAG_STAGING,
+                               (void **)&st->stage[s][k]);
+        if (rc != DT_OK)
+            host->log(host, DT_LOG_ERROR, "rank %d: %llu bytes of %s in offload tier '%s' failed",
+                      rank, (unsigned long long)(numel * sizeof(float)), names[k],
+                      tier_name(st->ops));
+    }
+    /* a tier without host pointers starts zeroed too: written piece by piece */
+    for (int k = 1; rc == DT_OK && !st->state[0] && k < st->n_kinds; k++) {
+        memset(st->stage[0][k], 0, st->piece * sizeof(float));
+        for (uint64_t c = 0; rc == DT_OK && c < numel; c += st->piece) {
+            uint64_t n = numel - c < st->piece ? numel - c : st->piece;
+            rc = tier_io(st->ops, st->tier, st->buf[k], 1, c * sizeof(float), st->stage[0][k],
+                         n * sizeof(float));
+        }
+    }
+    if (rc == DT_OK)
+        rc = d->host_alloc(st->dev, st->piece * sizeof(float), DT_TAG_STAGING,
+                           (void **)&st->gstage);
+    if (rc == DT_OK && st->pdtype != DT_F32 && !params)
+        rc = d->host_alloc(st->dev, st->piece * sizeof(uint16_t), DT_TAG_STAGING,
+                           (void **)&st->pstage);
+    if (rc != DT_OK)
+        dt_offload_state_free(st);
+    return rc;
+}
+
+/* New parameters [at, at + n) (n <= piece, f32 host memory `src`) to the
+ * compute copy: the tier's, or the device's `dcompute` (f32 straight from
+ * pinned memory, bf16/f16 rounded on the host like the device's cast). */
+static int push_piece(dt_offload_state_t *st, const float *src, uint64_t at, uint64_t n,
+                      void *dcompute)
+{
+    if (st->params)
+        return dt_offload_params_write(st->params, at, n, src);
+    const dt_device_ops_v1_t *d = st->dev_ops;
+    int rc;
+    if (st->pdtype == DT_F32) {
+        rc = d->memcpy_async(st->dev, dcompute, src, n * sizeof(float), DT_COPY_H2D, st->cs);
+    } else {
+        round_half(st->pdtype, src, st->pstage, n);
+        rc = d->memcpy_async(st->dev, dcompute, st->pstage, n * sizeof(uint16_t), DT_COPY_H2D,
+                             st->cs);
+    }
+    /* the source (staging, a piece of a tier) is reused next */
+    return rc == DT_OK ? d->stream_sync(st->dev, st->cs) : rc;
+}
+
+int dt_offload_state_read(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n, float *dst)
+{
+    if (st->state[kind]) {
+        memcpy(dst, st->state[kind] + at, n * sizeof(float));
+        return DT_OK;
+    }
+    return tier_io(st->ops, st->tier, st->buf[kind], 0, at * sizeof(float), dst,
+                   n * sizeof(float));
+}
+
+int dt_offload_state_write(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n,
+                           const float *src)
+{
+    if (st->state[kind]) {
+        memcpy(st->state[kind] + at, src, n * sizeof(float));
+        return DT_OK;
+    }
+    return tier_io(st->ops, st->tier, st->buf[kind], 1, at * sizeof(float), (void *)src,
+                   n * sizeof(float));
+}
+
+int dt_offload_state_hash(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n, uint64_t *h)
+{
+    if (st->state[kind]) {
+        *h = dt_hash64_update(*h, st->state[kind] + at, n * sizeof(float));
+        return DT_OK;
+    }
+    int rc = DT_OK;
+    for (uint64_t c = 0; rc == DT_OK && c < n; c += st->piece) {
+        uint64_t k = n - c < st->piece ? n - c : st->piece;
+        rc = dt_offload_state_read(st, kind, at + c, k, st->stage[0][kind]);
+        if (rc == DT_OK)
+            *h = dt_hash64_update(*h, st->stage[0][kind], k * sizeof(float));
+    }
+    return rc;
+}
+
+int dt_offload_state_push(dt_offload_state_t *st, uint64_t at, uint64_t n, void *dcompute)
+{
+    size_t pes = dt_dtype_size(st->pdtype);
+    int rc = DT_OK;
+    for (uint64_t c = 0; rc == DT_OK && c < n; c += st->piece) {
+        uint64_t k = n - c < st->piece ? n - c : st->piece;
+        const float *src = st->state[DT_STATE_PARAMS];
+        if (src) {
+            src += at + c;
+        } else {
+            rc = dt_offload_state_read(st, DT_STATE_PARAMS, at + c, k, st->stage[0][0]);
+            src = st->stage[0][0];
+        }
+        if (rc == DT_OK)
+            rc = push_piece(st, src, at + c, k, dcompute ? (char *)dcompute + c * pes : NULL);
+    }
+    if (rc != DT_OK)
+        st->host->log(st->host, DT_LOG_ERROR, "rank %d: copying %llu offloaded parameters to "
+                      "the compute copy failed", st->rank, (unsigned long long)n);
+    return rc;
+}
+
+/* Requests of one staging set: its loads or its stores, one per kind. */
+typedef struct reqs {
+    dt_offload_req_t *r[DT_STATE_COUNT];
+} reqs_t;
+
+/* Wait for every request of `q` (each once), keeping the first failure. */
+static int wait_all(dt_offload_state_t *st, reqs_t *q, int rc)
+{
+    for (int k = 0; k < DT_STATE_COUNT; k++) {
+        if (!q->r[k])
+            continue;
+        int e = st->ops->wait(st->tier, q->r[k], -1);
+        q->r[k] = NULL;
+        if (rc == DT_OK)
+            rc = e;
+    }
+    return rc;
+}
+
+/* Start the transfers of state piece [a, a + n) between the tier and
+ * staging set `set` (store or load), one request per kind. */
+static int start_piece(dt_offload_state_t *st, int set, int store, uint64_t a, uint64_t n,
+                       reqs_t *q)
+{
+    int rc = DT_OK;
+    for (int k = 0; rc == DT_OK && k < st->n_kinds; k++)
+        rc = store ? st->ops->store(st->tier, st->buf[k], a * sizeof(float), st->stage[set][k],
+                                    n * sizeof(float), DT_MEM_HOST, NULL, &q->r[k])
+                   : st->ops->load(st->tier, st->buf[k], a * sizeof(float), st->stage[set][k],
+                                   n * sizeof(float), DT_MEM_HOST, NULL, &q->r[k]);
+    return rc;
+}
+
+int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *unit,
+                            dt_range_t r, uint64_t at, const float *dgrad, void *dcompute,
+                            const dt_optim_step_t *opt)
+{
+    size_t pes = dt_dtype_size(st->pdtype);
+    const dt_device_ops_v1_t *d = st->dev_ops;
+    const int staged = st->state[0] == NULL;
+    if (at > st->numel || r.count > st->numel - at)
+        return st->host->set_error(st->host, DT_ERR_INVALID,
+                                   "offloaded optimizer: unit '%s' range [%llu, +%llu) at %llu "
+                                   "is outside the %llu elements held", unit->name,
+                                   (unsigned long long)r.offset, (unsigned long long)r.count,
+                                   (unsigned long long)at, (unsigned long long)st->numel);
+    reqs_t loads[2], stores[2];
+    memset(loads, 0, sizeof loads);
+    memset(stores, 0, sizeof stores);
+    int rc = DT_OK;
+    const char *what = "loading the state";
+    if (staged && r.count > 0)
+        rc = start_piece(st, 0, 0, at, r.count < st->piece ? r.count : st->piece, &loads[0]);
+    const dt_host_v1_t *h = st->host;
+    uint64_t p = 0, t0 = h->now_ns(h), t1;
+    for (uint64_t c = 0; rc == DT_OK && c < r.count; c += st->piece, p++) {
+        uint64_t k = r.count - c < st->piece ? r.count - c : st->piece;
+        int set = (int)(p & 1);
+        float *s[DT_STATE_COUNT] = {NULL, NULL, NULL};
+        if (staged) {
+            /* the next piece's loads into the other set, once that set's
+             * stores (the previous piece's) are done; then this piece's */
+            uint64_t c2 = c + st->piece;
+            rc = wait_all(st, &stores[set ^ 1], DT_OK);
+            if (rc == DT_OK && c2 < r.count)
+                rc = start_piece(st, set ^ 1, 0, at + c2,
+                                 r.count - c2 < st->piece ? r.count - c2 : st->piece,
+                                 &loads[set ^ 1]);
+            if (rc == DT_OK)
+                rc = wait_all(st, &loads[set], DT_OK);
+            for (int kk = 0; kk < st->n_kinds; kk++)
+                s[kk] = st->stage[set][kk];
+            t1 = h->now_ns(h);
+            st->ns_wait += t1 - t0;
+            t0 = t1;
+        } else {
+            for (int kk = 0; kk < st->n_kinds; kk++)
+                s[kk] = st->state[kk] + at + c;
+        }
+        /* the gradients of the piece, once the compute stream wrote them */
+        if (rc == DT_OK) {
+            what = "copying gradients from the device";
+            rc = d->memcpy_async(st->dev, st->gstage, dgrad + c, k * sizeof(float), DT_COPY_D2H,
+                                 st->cs);
+            if (rc == DT_OK)
+                rc = d->stream_sync(st->dev, st->cs);
+        }
+        t1 = h->now_ns(h);
+        st->ns_copy += t1 - t0;
+        t0 = t1;
+        if (rc == DT_OK) {
+            what = "the host optimizer";
+            rc = dt_optim_range_host(st->host, unit, (dt_range_t){r.offset + c, k}, s[0],
+                                     st->gstage, s[1], s[2], opt);
+        }
+        t1 = h->now_ns(h);
+        st->ns_optim += t1 - t0;
+        t0 = t1;
+        if (rc == DT_OK) {
+            what = "writing the parameters";
+            rc = push_piece(st, s[0], at + c, k, dcompute ? (char *)dcompute + c * pes : NULL);
+        }
+        t1 = h->now_ns(h);
+        st->ns_copy += t1 - t0;
+        t0 = t1;
+        if (rc == DT_OK && staged) {
+            what = "storing the state";
+            rc = start_piece(st, set, 1, at + c, k, &stores[set]);
+        }
+        if (rc != DT_OK)
+            st->host->log(st->host, DT_LOG_ERROR, "rank %d: offloaded optimizer step of unit "
+                          "'%s' [%llu, +%llu): %s failed", st->rank, unit->name,
+                          (unsigned long long)(r.offset + c), (unsigned long long)k, what);
+    }
+    /* nothing may stay in flight on the staging */
+    for (int set = 0; set < 2; set++) {
+        rc = wait_all(st, &loads[set], rc);
+        rc = wait_all(st, &stores[set], rc);
+    }
+    st->ns_wait += h->now_ns(h) - t0;
+    int e = d->stream_sync(st->dev, st->cs);
+    return rc != DT_OK ? rc : e;
+}
+
+void dt_offload_state_report(dt_offload_state_t *st, const char *when)
+{
+    const dt_host_v1_t *h = st->host;
+    h->log(h, DT_LOG_DEBUG, "%s: offloaded optimizer: tier I/O wait %.2f ms, device copies "
+           "%.2f ms, host optimizer %.2f ms", when, (double)st->ns_wait / 1e6,
+           (double)st->ns_copy / 1e6, (double)st->ns_optim / 1e6);
+    st->ns_wait = st->ns_copy = st->ns_optim = 0;
+}
+
+int dt_offload_state_collective(dt_offload_state_t *st, int kind, const dt_comm_ops_v1_t *cops,
+                                dt_comm_t *comm, int32_t root, int op)
+{
+    const dt_device_ops_v1_t *d = st->dev_ops;
+    if (kind < 0 || kind >= st->n_kinds)
+        return DT_OK; /* SGD keeps no second moment */
+    float *dbuf = NULL;
+    float *stage = st->stage[0][kind];
+    int rc = d->alloc(st->dev, st->piece * sizeof(float), DT_TAG_COMM, (void **)&dbuf);
+    for (uint64_t c = 0; rc == DT_OK && c < st->numel; c += st->piece) {
+        uint64_t k = st->numel - c < st->piece ? st->numel - c : st->piece;
+        float *host = st->state[kind] ? st->state[kind] + c : stage;
+        if (!st->state[kind])
+            rc = dt_offload_state_read(st, kind, c, k, stage);
+        if (rc == DT_OK)
+            rc = d->memcpy_async(st->dev, dbuf, host, k * sizeof(float), DT_COPY_H2D, st->cs);
+        if (rc == DT_OK)
+            rc = root >= 0 ? cops->broadcast(comm, dbuf, k, DT_F32, root, st->cs, NULL)
+                           : cops->all_reduce(comm, dbuf, dbuf, k, DT_F32, op, st->cs, NULL);
+        if (rc == DT_OK)
+            rc = d->memcpy_async(st->dev, host, dbuf, k * sizeof(float), DT_COPY_D2H, st->cs);
+        if (rc == DT_OK)
+            rc = d->stream_sync(st->dev, st->cs);
+        if (rc == DT_OK && !st->state[kind])
+            rc = dt_offload_state_write(st, kind, c, k, stage);
+    }
+    if (dbuf)
+        d->free(st->dev, dbuf);
+    if (rc != DT_OK)
+        st->host->log(st->host, DT_LOG_ERROR, "rank %d: %s of the offloaded %s (%llu elements) "
+                      "failed", st->rank, root >= 0 ? "broadcast" : "all-reduce",
+                      dt_state_kind_name(kind), (unsigned long long)st->numel);
+    return rc;
+}

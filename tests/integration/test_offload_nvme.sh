@@ -1,0 +1,165 @@
+#!/bin/bash
+# The offload_nvme tier under the training loop:
+#  - bit for bit against no offload (zero stage 3 with parameters and
+#    optimizer on the tier, ddp, a buffered-I/O run), its files gone after
+#    a clean run;
+#  - checkpoints: saved with the tier by 2 ranks and resumed without it by
+#    1, and the other way round, end bit for bit alike;
+#  - a rank killed mid-run: the launcher's cleanup removes the job's files;
+#  - a file deleted or truncated under a running job: the run stops (exit
+#    1, no hang) with an error naming the operation, the file and the rank,
+#    and the last checkpoint still verifies;
+#  - a full disk (a small tmpfs as the path, where this user may mount
+#    one): refused before step 1 naming the path and the bytes.
+# usage: test_offload_nvme.sh DTRAIN WORKDIR
+set -euo pipefail
+bin=$1 work=$2
+. "$(dirname "$0")/lib.sh"
+rm -rf "$work"; mkdir -p "$work"; cd "$work"
+tag="on$$"
+printf 'the text this run trains on, repeated. %.0s' $(seq 400) > text.txt
+"$bin" data prepare text.txt train.bin >/dev/null
+nv=$work/nv
+cat > t.toml <<T
+[run]
+comm = "shm"
+out_dir = "out"
+[model]
+n_layer = 1
+n_head = 2
+n_embd = 16
+context = 16
+[data]
+train = "train.bin"
+[train]
+steps = 3
+micro_batch = 2
+grad_accum = 2
+seq_len = 16
+lr = 1e-3
+warmup_steps = 1
+[launch]
+timeout = 20.0
+[cpu]
+threads = 1
+T
+# the tier's settings, given with it ([offload_nvme] is allowed only then)
+tier=(--set parallel.offload=offload_nvme --set offload_nvme.path="$nv"
+      --set offload_nvme.block_size=8192)
+
+run() {
+  local name=$1; shift
+  if "$bin" run t.toml --set run.name="$name" --metrics "$name.jsonl" "$@" >"$name.log" 2>&1 &&
+     "$bin" export "out/$name/ckpt" "$name.st" --layout dtrain >/dev/null 2>&1; then return 0; fi
+  bad "$name failed" "$(tail -n 5 "$name.log")"; return 1
+}
+no_files() {
+  local left; left=$(find "$nv" -name 'dtrain-*' 2>/dev/null || true)
+  [ -z "$left" ] && ok "$1: no offload file left" || bad "$1: offload files left" "$left"
+}
+
+# ---- bit for bit --------------------------------------------------------------
+for v in "zero3 2 --set parallel.data=zero --set zero.stage=3 --set zero.offload_what=optimizer_and_params" \
+         "ddp 2 --set parallel.data=ddp --set ddp.offload_what=optimizer" \
+         "zero2-buffered 1 --set parallel.data=zero --set zero.stage=2"; do
+  set -- $v
+  name=$1 n=$2; shift 2
+  extra=(); [ "$name" = zero2-buffered ] && extra=(--set offload_nvme.direct=off)
+  run "$name" --set launch.nproc="$n" "$@" || continue
+  run "$name-nvme" --set launch.nproc="$n" "$@" "${tier[@]}" "${extra[@]}" || continue
+  if cmp -s <(losses "$name.jsonl") <(losses "$name-nvme.jsonl") && cmp -s "$name.st" "$name-nvme.st"
+  then ok "$name on offload_nvme: losses and final parameters bit for bit"
+  else bad "$name on offload_nvme differs" "$(paste <(losses "$name.jsonl") <(losses "$name-nvme.jsonl"))"; fi
+  no_files "$name"
+done
+# the report counts the files' bytes as the tier's (zero-3, 2 ranks: each
+# rank's master, moments and compute shard, 4 KiB-rounded files)
+if grep -qE '^\[rank 0\] offload tier \(rank 0, MiB held\): offload_nvme 0\.0[0-9]' zero3-nvme.log &&
+   held=$(grep -o '"held_bytes": [0-9]*' zero3-nvme.jsonl | cut -d' ' -f2) && [ "$held" -gt 0 ] &&
+   [ $((held % 4096)) = 0 ]; then ok "the report shows the bytes the tier's files hold ($held)"
+else bad "no offload_nvme line in the report" "$(grep -i offload zero3-nvme.log zero3-nvme.jsonl)"; fi
+
+# ---- checkpoints: saved with the tier by 2 ranks, resumed without it by 1, and
+# the other way round; both resumes end with the same parameters, bit for bit
+ck=(--set parallel.data=zero --set zero.stage=2 --set train.steps=4 --set train.global_batch=4
+    --set train.grad_accum=0)
+run saved-nv "${ck[@]}" --set launch.nproc=2 --set train.stop_at=2 "${tier[@]}" || true
+run saved-plain "${ck[@]}" --set launch.nproc=2 --set train.stop_at=2 || true
+mkdir -p out/res-plain out/res-nv
+cp -r out/saved-nv/ckpt out/res-plain/ && cp -r out/saved-plain/ckpt out/res-nv/
+if run res-plain "${ck[@]}" --set launch.nproc=1 --set run.comm=self --set checkpoint.resume=latest &&
+   run res-nv "${ck[@]}" --set launch.nproc=1 --set run.comm=self --set checkpoint.resume=latest \
+     "${tier[@]}"; then
+  grep -qF "(step 2)" res-nv.log && ok "the offloaded run resumed at step 2" ||
+    bad "no resume at step 2" "$(cat res-nv.log)"
+  if [ "$(losses res-nv.jsonl | wc -l)" = 2 ] && cmp -s res-plain.st res-nv.st &&
+     cmp -s <(losses res-plain.jsonl) <(losses res-nv.jsonl); then
+    ok "saved with offload_nvme (2 ranks) resumed without (1 rank) = saved without, resumed with"
+  else bad "the two resumes differ" "$(paste <(losses res-plain.jsonl) <(losses res-nv.jsonl))"; fi
+fi
+no_files "checkpoints"
+
+# ---- a rank killed: the launcher removes the job's files ----------------------------
+long=(--set launch.nproc=2 --set parallel.data=zero --set zero.stage=2 "${tier[@]}"
+      --set train.steps=1000000)
+job="$tag-kill"
+DTRAIN_JOB_ID=$job "$bin" run t.toml "${long[@]}" --set run.name=kill > kill.log 2>&1 & lpid=$!
+if wait_for kill.log "step     2/" 30 && victim=$(rank_pid "$lpid" 1); then
+  [ -n "$(find "$nv" -name "dtrain-$job-r1-*")" ] && ok "rank 1's files exist while it runs" ||
+    bad "no files of rank 1 in $nv" "$(ls -la "$nv")"
+  kill -KILL "$victim"
+  wait_gone "$lpid" 30 && ok "the job ends after rank 1 is killed" || bad "the job did not end"
+  wait "$lpid" 2>/dev/null || true
+  left=$(find "$nv" -name "dtrain-$job-*")
+  [ -z "$left" ] && ok "the killed rank's files were removed by the launcher" || bad "files left" "$left"
+else
+  kill -KILL "$lpid" 2>/dev/null || true
+  bad "the run to be killed did not reach step 2" "$(cat kill.log)"
+fi
+
+# ---- a file deleted or truncated under the running job ------------------------
+fault() {
+  local what=$1 cmd=$2 want=$3 job="$tag-$1" code
+  DTRAIN_JOB_ID=$job "$bin" run t.toml "${long[@]}" --set run.name="$what" \
+    --set checkpoint.every=20 > "$what.log" 2>&1 & local lpid=$!
+  if wait_for "$what.log" "step    40/" 30; then
+    local f; f=$(find "$nv" -name "dtrain-$job-r1-1.bin")
+    $cmd "$f"
+    if wait_gone "$lpid" 30; then ok "$what: the run stops"; else
+      bad "$what: the run hangs" "$(tail -n 5 "$what.log")"; kill -KILL "$lpid" 2>/dev/null || true; fi
+    set +e; wait "$lpid"; code=$?; set -e
+    [ "$code" = 1 ] && ok "$what: exit 1" || bad "$what: exit $code, expected 1" "$(tail -n 5 "$what.log")"
+    out=$(cat "$what.log")
+    expect_out "$what: the error names the rank, the file and what failed" "rank 1: "
+    expect_out "$what: ... the file" "$f"
+    expect_out "$what: ... why" "$want"
+    if grep -qE "(store|load) of [0-9]+ bytes at offset" <<<"$out"; then ok "$what: ... the operation"
+    else bad "$what: no operation named" "$out"; fi
+    after_fault "$what" "$job" "out/$what/ckpt" "" ""
+    expect_exit 0 "$what: the last checkpoint verifies" "$bin" ckpt inspect "out/$what/ckpt" --verify
+    local left; left=$(find "$nv" -name "dtrain-$job-*")
+    [ -z "$left" ] && ok "$what: no file of the job left" || bad "$what: files left" "$left"
+  else
+    kill -KILL "$lpid" 2>/dev/null || true
+    bad "$what: the run did not reach step 40" "$(cat "$what.log")"
+  fi
+}
+fault deleted "rm -f" "the file was deleted under the running job"
+fault truncated "truncate -s 0" "the file was truncated"
+
+# ---- a full disk: a 256 KiB tmpfs ----------------------------------------------
+mkdir -p small
+if mount -t tmpfs -o size=256k "$tag" small 2>/dev/null; then
+  expect_exit 1 "a tier on a full disk is refused" "$bin" run t.toml --set run.name=full \
+    --set model.n_embd=64 --set model.n_layer=2 --set parallel.data=zero --set zero.stage=1 \
+    --set parallel.offload=offload_nvme --set offload_nvme.path="$work/small" --set run.comm=self
+  expect_out "the error names the path" "$work/small/dtrain-"
+  expect_out "... the bytes needed and free" "bytes for params, but its file system has 262144 bytes free"
+  if grep -q '^step' <<<"$out"; then bad "a step ran" "$out"; else ok "no step ran"; fi
+  umount small
+else
+  skip "full disk" "cannot mount a small tmpfs here"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

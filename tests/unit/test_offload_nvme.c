@@ -1,0 +1,556 @@
+/*
+ * tests/unit/test_offload_nvme.c - the offload_nvme tier through its ops
+ * table, on files in a fresh folder: its keys, the files (0600, job id and
+ * rank in the name, 4 KiB-rounded, reserved, removed by free and
+ * finalize), pieces at any offset from host and device memory through
+ * small blocks and few bounce buffers (direct and buffered I/O), many
+ * requests in flight, the capacity and free-space errors, config errors,
+ * a file deleted or truncated under the tier, a read error, cleanup_job,
+ * and - with a
+ * fake device whose copies block - a bounded wait.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "dtrain/dtrain.h"
+#include "test_assert.h"
+#include "test_host.h"
+#include "test_plugin.h"
+
+static const dt_offload_ops_v1_t *on_ops(void)
+{
+    static const dt_offload_ops_v1_t *ops;
+    if (!ops && !(ops = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_offload_nvme.so",
+                                             DT_ENTRY_STRING(offload, 1), NULL)))
+        fail_msg("%s", dt_last_error());
+    return ops;
+}
+
+static const dt_device_ops_v1_t *cpu_ops(void)
+{
+    static const dt_device_ops_v1_t *ops;
+    if (!ops && !(ops = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_cpu.so",
+                                             DT_ENTRY_STRING(device, 1), NULL)))
+        fail_msg("%s", dt_last_error());
+    return ops;
+}
+
+static char g_dir[256];
+
+/* A fresh folder (not created) for the tier's files, under the build. */
+static const char *fresh_dir(const char *name)
+{
+    snprintf(g_dir, sizeof g_dir, DT_TEST_BINARY_DIR "/offload-nvme-%s-%d", name, (int)getpid());
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0)
+        fail_msg("%s", cmd);
+    return g_dir;
+}
+
+static int count_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+typedef struct {
+    dt_test_host_t dh, oh;
+    dt_test_kv_t kv[8];
+    const dt_device_ops_v1_t *dops;
+    dt_device_t *dev;
+    const dt_offload_ops_v1_t *ops;
+    dt_offload_t *o;
+} tier_t;
+
+/* A tier on folder `dir` with `direct` ("auto", "off") and small blocks
+ * (8 KiB) and 2 bounce buffers, so pieces cross blocks and buffers. */
+static int tier_open_rc(tier_t *t, const char *dir, const char *direct, const char *extra_key,
+                        const char *extra_val)
+{
+    int k = 0;
+    if (extra_key) /* first: the test host answers with the first match */
+        t->kv[k++] = (dt_test_kv_t){extra_key, extra_val};
+    t->kv[k++] = (dt_test_kv_t){"path", dir};
+    t->kv[k++] = (dt_test_kv_t){"direct", direct};
+    t->kv[k++] = (dt_test_kv_t){"block_size", "8192"};
+    t->kv[k++] = (dt_test_kv_t){"buffers", "2"};
+    t->kv[k] = (dt_test_kv_t){NULL, NULL};
+    t->dops = cpu_ops();
+    t->ops = on_ops();
+    dt_test_host_init(&t->dh, "device/cpu", NULL);
+    dt_test_host_init(&t->oh, "offload/offload_nvme", t->kv);
+    dt_device_init_v1_t da = {.struct_size = sizeof da, .local_size = 1, .device_index = -1};
+    assert_ok(t->dops->init(&t->dh.host, &da, &t->dev));
+    dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 2, .job_id = "unitjob",
+                               .timeout_ms = 10000, .dev_ops = t->dops, .dev = t->dev};
+    t->o = NULL;
+    return t->ops->init(&t->oh.host, &oa, &t->o);
+}
+
+static void tier_open(tier_t *t, const char *dir, const char *direct)
+{
+    assert_ok(tier_open_rc(t, dir, direct, NULL, NULL));
+}
+
+static void tier_close(tier_t *t)
+{
+    t->ops->finalize(t->o);
+    t->dops->finalize(t->dev);
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(seed * 131u + i * 7u + (i >> 9));
+}
+
+static void store_wait(tier_t *t, dt_offload_buf_t *b, uint64_t off, const void *src,
+                       uint64_t n, int space)
+{
+    dt_offload_req_t *r;
+    assert_ok(t->ops->store(t->o, b, off, src, n, space, NULL, &r));
+    assert_ok(t->ops->wait(t->o, r, -1));
+}
+
+static void load_wait(tier_t *t, dt_offload_buf_t *b, uint64_t off, void *dst, uint64_t n,
+                      int space)
+{
+    dt_offload_req_t *r;
+    assert_ok(t->ops->load(t->o, b, off, dst, n, space, NULL, &r));
+    assert_ok(t->ops->wait(t->o, r, -1));
+}
+
+static void test_keys(void **state)
+{
+    (void)state;
+    const dt_offload_ops_v1_t *ops = on_ops();
+    assert_int_equal(ops->info.kind, DT_KIND_OFFLOAD);
+    assert_string_equal(ops->info.name, "offload_nvme");
+    assert_false(DT_HAS_OP(dt_offload_ops_t, ops, host_ptr));
+    assert_true(DT_HAS_OP(dt_offload_ops_t, ops, cleanup_job));
+    static const char *names[] = {"path", "capacity", "queue_depth", "buffers", "block_size",
+                                  "direct"};
+    assert_int_equal(ops->info.n_config_keys, 6);
+    for (int i = 0; i < 6; i++) {
+        assert_string_equal(ops->info.config_keys[i].name, names[i]);
+        assert_true(strlen(ops->info.config_keys[i].doc) > 10);
+    }
+}
+
+/* The files: made in a new folder, 0600, named with the job id and the
+ * rank, sized to whole 4 KiB blocks; free removes one, finalize the rest
+ * and the folder it made. */
+static void test_files(void **state)
+{
+    (void)state;
+    const char *dir = fresh_dir("files");
+    tier_t t;
+    tier_open(&t, dir, "auto");
+    dt_offload_buf_t *a, *b;
+    assert_ok(t.ops->alloc(t.o, 5000, DT_TAG_OPTIMIZER, &a));
+    assert_ok(t.ops->alloc(t.o, 1, DT_TAG_PARAMS, &b));
+    char p[512];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/dtrain-unitjob-r2-1.bin", dir);
+    assert_int_equal(stat(p, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(st.st_size, 8192);
+    assert_int_equal(stat(dir, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0700);
+    uint64_t total, used;
+    assert_ok(t.ops->capacity(t.o, &total, &used));
+    assert_int_equal(used, 8192 + 4096);
+    assert_true(total > used);
+    assert_int_equal(count_files(dir), 2);
+    assert_ok(t.ops->free(t.o, a));
+    assert_int_equal(stat(p, &st), -1);
+    assert_int_equal(count_files(dir), 1);
+    tier_close(&t);
+    assert_int_equal(stat(dir, &st), -1); /* the folder it made is gone */
+}
+
+static void pieces(const char *direct)
+{
+    const char *dir = fresh_dir(direct);
+    tier_t t;
+    tier_open(&t, dir, direct);
+    enum { N = 70001 }; /* 9 blocks of 8 KiB, the last partial */
+    uint8_t *src = malloc(N), *back = calloc(N, 1), *dsrc, *dback;
+    fill(src, N, 5);
+    assert_ok(t.dops->alloc(t.dev, N, DT_TAG_PARAMS, (void **)&dsrc));
+    assert_ok(t.dops->alloc(t.dev, N, DT_TAG_PARAMS, (void **)&dback));
+    memcpy(dsrc, src, N);
+    dt_offload_buf_t *b;
+    assert_ok(t.ops->alloc(t.o, N, DT_TAG_OPTIMIZER, &b));
+    /* odd pieces, inside one block, across blocks, ending mid-block,
+     * alternately from host and device memory */
+    uint64_t cuts[] = {0, 1, 100, 4095, 4097, 8192, 8193, 30000, 49152, 69999, N};
+    for (int i = 0; i + 1 < (int)(sizeof cuts / sizeof cuts[0]); i++) {
+        uint64_t off = cuts[i], n = cuts[i + 1] - cuts[i];
+        store_wait(&t, b, off, (i % 2 ? dsrc : src) + off, n, i % 2 ? DT_MEM_DEVICE : DT_MEM_HOST);
+    }
+    load_wait(&t, b, 0, back, N, DT_MEM_HOST);
+    assert_memory_equal(back, src, N);
+    /* other pieces back, into device memory */
+    for (uint64_t off = 0; off < N; off += 12345) {
+        uint64_t n = off + 12345 <= N ? 12345 : N - off;
+        load_wait(&t, b, off, dback + off, n, DT_MEM_DEVICE);
+    }
+    assert_memory_equal(dback, src, N);
+    /* overwrite a middle piece: its neighbours keep their bytes */
+    uint8_t mid[300];
+    memset(mid, 0xee, sizeof mid);
+    store_wait(&t, b, 8000, mid, sizeof mid, DT_MEM_HOST);
+    memset(back, 0, N);
+    load_wait(&t, b, 7000, back, 2000, DT_MEM_HOST);
+    assert_memory_equal(back, src + 7000, 1000);
+    assert_memory_equal(back + 1000, mid, 300);
+    assert_memory_equal(back + 1300, src + 8300, 700);
+    dt_offload_req_t *r;
+    assert_status(t.ops->store(t.o, b, N - 1, src, 2, DT_MEM_HOST, NULL, &r), DT_ERR_INVALID);
+    assert_msg_has("store: bytes [70000, +2) are outside file '");
+    assert_ok(t.dops->free(t.dev, dsrc));
+    assert_ok(t.dops->free(t.dev, dback));
+    free(src);
+    free(back);
+    tier_close(&t);
+}
+
+static void test_pieces_direct(void **state) { (void)state; pieces("auto"); }
+static void test_pieces_buffered(void **state) { (void)state; pieces("off"); }
+
+/* 96 requests queued before any wait, in 3 files, waited newest first;
+ * then loads of 40 KiB each (5 blocks through 2 buffers). */
+static void test_many_in_flight(void **state)
+{
+    (void)state;
+    const char *dir = fresh_dir("many");
+    tier_t t;
+    tier_open(&t, dir, "auto");
+    enum { NB = 3, NP = 32, P = 5000 };
+    uint8_t *src = malloc(NB * NP * P), *back = calloc(NB * NP * P, 1);
+    fill(src, NB * NP * P, 11);
+    dt_offload_buf_t *b[NB];
+    dt_offload_req_t *r[NB * NP];
+    for (int i = 0; i < NB; i++)
+        assert_ok(t.ops->alloc(t.o, NP * P, DT_TAG_OPTIMIZER, &b[i]));
+    for (int i = 0; i < NB * NP; i++)
+        assert_ok(t.ops->store(t.o, b[i % NB], (uint64_t)(i / NB) * P, src + (size_t)i * P, P,
+                               DT_MEM_HOST, NULL, &r[i]));
+    for (int i = NB * NP - 1; i >= 0; i--)
+        assert_ok(t.ops->wait(t.o, r[i], -1));
+    for (int i = 0; i < NB; i++)
+        assert_ok(t.ops->load(t.o, b[i], 0, back + (size_t)i * NP * P, NP * P, DT_MEM_HOST, NULL,
+                              &r[i]));
+    for (int i = 0; i < NB; i++)
+        assert_ok(t.ops->wait(t.o, r[i], -1));
+    for (int i = 0; i < NB * NP; i++)
+        assert_memory_equal(back + (size_t)(i % NB) * NP * P + (size_t)(i / NB) * P,
+                            src + (size_t)i * P, P);
+    free(src);
+    free(back);
+    tier_close(&t);
+    assert_int_equal(count_files(dir), -1);
+}
+
+static void test_capacity_and_free_space(void **state)
+{
+    (void)state;
+    const char *dir = fresh_dir("cap");
+    tier_t t;
+    assert_ok(tier_open_rc(&t, dir, "auto", "capacity", "12288"));
+    dt_offload_buf_t *a, *b = (dt_offload_buf_t *)1;
+    assert_ok(t.ops->alloc(t.o, 4097, DT_TAG_OPTIMIZER, &a)); /* 8192 on disk */
+    assert_status(t.ops->alloc(t.o, 4097, DT_TAG_PARAMS, &b), DT_ERR_NOMEM);
+    assert_null(b);
+    assert_msg("offload/offload_nvme: rank 2: alloc: 8192 bytes for params would bring the tier "
+               "to 16384 bytes, over [offload_nvme] capacity = 12288 (in use: 8192 bytes in 1 "
+               "files)");
+    uint64_t total, used;
+    assert_ok(t.ops->capacity(t.o, &total, &used));
+    assert_int_equal(total, 12288);
+    assert_int_equal(used, 8192);
+    tier_close(&t);
+
+    /* more than the file system has: named before a byte is written */
+    tier_open(&t, fresh_dir("free"), "auto");
+    assert_status(t.ops->alloc(t.o, 1ull << 60, DT_TAG_OPTIMIZER, &b), DT_ERR_NOMEM);
+    char want[512];
+    snprintf(want, sizeof want, "offload/offload_nvme: rank 2: alloc: '%s/dtrain-unitjob-r2-1.bin' "
+             "needs 1152921504606846976 bytes for optimizer, but its file system has ", g_dir);
+    assert_msg_starts(want);
+    assert_msg_has(" bytes free");
+    assert_int_equal(count_files(g_dir), 0);
+    tier_close(&t);
+}
+
+static void test_config_errors(void **state)
+{
+    (void)state;
+    tier_t t;
+    assert_status(tier_open_rc(&t, fresh_dir("cfg"), "auto", "block_size", "10000"),
+                  DT_ERR_CONFIG);
+    assert_msg("offload/offload_nvme: block_size = 10000 is not a multiple of 4096 (O_DIRECT's "
+               "alignment)");
+    t.dops->finalize(t.dev);
+    assert_status(tier_open_rc(&t, fresh_dir("cfg"), "auto", "queue_depth", "1"), DT_ERR_CONFIG);
+    assert_msg("offload/offload_nvme: buffers = 2: at most 64 and at most queue_depth (1)");
+    t.dops->finalize(t.dev);
+    /* a job id that could not name a file */
+    dt_test_host_t th;
+    dt_test_host_init(&th, "offload/offload_nvme", NULL);
+    dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .job_id = "../x",
+                               .dev_ops = cpu_ops(), .dev = (dt_device_t *)&th};
+    dt_offload_t *o = NULL;
+    assert_status(on_ops()->init(&th.host, &oa, &o), DT_ERR_INVALID);
+    assert_msg("offload/offload_nvme: init: job id '../x' cannot name files (letters, digits, "
+               "'-', '_', '.')");
+}
+
+/* A file deleted or truncated under the tier: the next transfer fails,
+ * naming the operation and the file; wait adds the rank. */
+static void test_file_faults(void **state)
+{
+    (void)state;
+    const char *dir = fresh_dir("faults");
+    tier_t t;
+    tier_open(&t, dir, "auto");
+    dt_offload_buf_t *a, *b;
+    assert_ok(t.ops->alloc(t.o, 8192, DT_TAG_OPTIMIZER, &a));
+    assert_ok(t.ops->alloc(t.o, 8192, DT_TAG_OPTIMIZER, &b));
+    uint8_t buf[100] = {1};
+    char p[512], want[700];
+    snprintf(p, sizeof p, "%s/dtrain-unitjob-r2-1.bin", dir);
+    assert_int_equal(unlink(p), 0);
+    dt_offload_req_t *r;
+    assert_ok(t.ops->store(t.o, a, 0, buf, sizeof buf, DT_MEM_HOST, NULL, &r));
+    assert_status(t.ops->wait(t.o, r, -1), DT_ERR_IO);
+    snprintf(want, sizeof want, "offload/offload_nvme: rank 2: store of 100 bytes at offset 0 of "
+             "'%s': the file was deleted under the running job", p);
+    assert_msg(want);
+    snprintf(p, sizeof p, "%s/dtrain-unitjob-r2-2.bin", dir);
+    assert_int_equal(truncate(p, 4096), 0);
+    assert_ok(t.ops->load(t.o, b, 10, buf, sizeof buf, DT_MEM_HOST, NULL, &r));
+    assert_status(t.ops->wait(t.o, r, -1), DT_ERR_IO);
+    snprintf(want, sizeof want, "offload/offload_nvme: rank 2: load of 100 bytes at offset 10 of "
+             "'%s': the file was truncated to 4096 bytes (8192 expected)", p);
+    assert_msg(want);
+    tier_close(&t);
+    assert_int_equal(count_files(dir), -1);
+}
+
+/* The descriptor the plugin holds for `path` (found through /proc), or -1. */
+static int fd_of(const char *path)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int found = -1;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char link[300], target[600];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n > 0) {
+            target[n] = 0;
+            if (strcmp(target, path) == 0)
+                found = atoi(e->d_name);
+        }
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* A read error (the file's descriptor swapped for a write-only one, so
+ * every read fails with EBADF): the load fails naming the file and the
+ * errno, and the next request still runs. */
+static void test_read_error(void **state)
+{
+    (void)state;
+    const char *dir = fresh_dir("readerr");
+    tier_t t;
+    tier_open(&t, dir, "off");
+    dt_offload_buf_t *b;
+    assert_ok(t.ops->alloc(t.o, 20000, DT_TAG_OPTIMIZER, &b));
+    uint8_t buf[20000];
+    fill(buf, sizeof buf, 9);
+    store_wait(&t, b, 0, buf, sizeof buf, DT_MEM_HOST);
+    char p[512], want[800];
+    snprintf(p, sizeof p, "%s/dtrain-unitjob-r2-1.bin", dir);
+    int fd = fd_of(p);
+    assert_true(fd >= 0);
+    int wo = open(p, O_WRONLY);
+    assert_true(wo >= 0);
+    int saved = dup(fd);
+    assert_int_equal(dup2(wo, fd), fd);
+    dt_offload_req_t *r;
+    assert_ok(t.ops->load(t.o, b, 100, buf, 9000, DT_MEM_HOST, NULL, &r));
+    assert_status(t.ops->wait(t.o, r, -1), DT_ERR_IO);
+    /* (two reads in flight: either may complete first) */
+    snprintf(want, sizeof want, "offload/offload_nvme: rank 2: load of 9000 bytes at offset 100 "
+             "of '%s': read at byte ", p);
+    assert_msg_starts(want);
+    assert_msg_has(": Bad file descriptor");
+    /* the descriptor back: the tier goes on */
+    assert_int_equal(dup2(saved, fd), fd);
+    close(saved);
+    close(wo);
+    uint8_t back[9000];
+    load_wait(&t, b, 100, back, sizeof back, DT_MEM_HOST);
+    fill(buf, sizeof buf, 9);
+    assert_memory_equal(back, buf + 100, sizeof back);
+    tier_close(&t);
+}
+
+/* cleanup_job removes a job's files (regular, ours, its exact names) and
+ * nothing else. */
+static void test_cleanup_job(void **state)
+{
+    (void)state;
+    const char *dir = fresh_dir("cleanup");
+    assert_int_equal(mkdir(dir, 0700), 0);
+    static const char *mine[] = {"dtrain-jobX-r0-1.bin", "dtrain-jobX-r12-7.bin",
+                                 "dtrain-jobX-r1-probe.bin"};
+    static const char *others[] = {"dtrain-jobY-r0-1.bin", "dtrain-jobX-r0-1.bin.keep",
+                                   "dtrain-jobXY-r0-1.bin", "notes.txt"};
+    char p[512];
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, mine[i]);
+        FILE *f = fopen(p, "w");
+        assert_non_null(f);
+        fclose(f);
+    }
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, others[i]);
+        FILE *f = fopen(p, "w");
+        assert_non_null(f);
+        fclose(f);
+    }
+    /* a link under a job file's name is not followed nor removed */
+    snprintf(p, sizeof p, "%s/dtrain-jobX-r3-3.bin", dir);
+    assert_int_equal(symlink("notes.txt", p), 0);
+    dt_test_kv_t kv[] = {{"path", dir}, {NULL, NULL}};
+    dt_test_host_t th;
+    dt_test_host_init(&th, "offload/offload_nvme", kv);
+    assert_ok(on_ops()->cleanup_job(&th.host, "jobX"));
+    assert_int_equal(count_files(dir), 5);
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, others[i]);
+        assert_int_equal(access(p, F_OK), 0);
+    }
+    assert_status(on_ops()->cleanup_job(&th.host, "a/b"), DT_ERR_INVALID);
+    assert_msg("offload/offload_nvme: cleanup_job: job id 'a/b' is not a plain name");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* ---- a fake device whose copies block until released ---- */
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static int g_release;
+
+static int fk_memcpy(dt_device_t *d, void *dst, const void *src, uint64_t n, int kind,
+                     dt_stream_t *s)
+{
+    (void)d; (void)kind; (void)s;
+    pthread_mutex_lock(&g_mu);
+    while (!g_release)
+        pthread_cond_wait(&g_cv, &g_mu);
+    pthread_mutex_unlock(&g_mu);
+    memcpy(dst, src, n);
+    return DT_OK;
+}
+static int fk_stream_create(dt_device_t *d, dt_stream_t **s)
+{ (void)d; *s = (dt_stream_t *)&g_mu; return DT_OK; }
+static int fk_stream_destroy(dt_device_t *d, dt_stream_t *s) { (void)d; (void)s; return DT_OK; }
+static int fk_stream_sync(dt_device_t *d, dt_stream_t *s) { (void)d; (void)s; return DT_OK; }
+static int fk_event_create(dt_device_t *d, dt_event_t **e)
+{ (void)d; *e = malloc(8); return *e ? DT_OK : DT_ERR_NOMEM; }
+static int fk_event_destroy(dt_device_t *d, dt_event_t *e) { (void)d; free(e); return DT_OK; }
+static int fk_event_record(dt_device_t *d, dt_event_t *e, dt_stream_t *s)
+{ (void)d; (void)e; (void)s; return DT_OK; }
+static int fk_wait_event(dt_device_t *d, dt_stream_t *s, dt_event_t *e)
+{ (void)d; (void)e; (void)s; return DT_OK; }
+static const dt_device_ops_v1_t fake_dev = {
+    .info = DT_PLUGIN_INFO_NOKEYS(DEVICE, dt_device_ops_v1_t, "fake", "0", "blocking copies"),
+    .stream_create = fk_stream_create, .stream_destroy = fk_stream_destroy,
+    .stream_sync = fk_stream_sync, .event_create = fk_event_create,
+    .event_destroy = fk_event_destroy, .event_record = fk_event_record,
+    .stream_wait_event = fk_wait_event, .memcpy_async = fk_memcpy,
+};
+
+static void test_wait_timeout(void **state)
+{
+    (void)state;
+    dt_test_deadline(60, "offload_nvme wait timeout");
+    const char *dir = fresh_dir("timeout");
+    dt_test_kv_t kv[] = {{"path", dir}, {NULL, NULL}};
+    dt_test_host_t th;
+    dt_test_host_init(&th, "offload/offload_nvme", kv);
+    dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 5, .job_id = "tj",
+                               .timeout_ms = 5000, .dev_ops = &fake_dev,
+                               .dev = (dt_device_t *)&g_cv};
+    dt_offload_t *o = NULL;
+    const dt_offload_ops_v1_t *ops = on_ops();
+    assert_ok(ops->init(&th.host, &oa, &o));
+    dt_offload_buf_t *b;
+    assert_ok(ops->alloc(o, 4096, DT_TAG_OPTIMIZER, &b));
+    uint8_t src[4096];
+    fill(src, sizeof src, 2);
+    dt_offload_req_t *r, *r2;
+    assert_ok(ops->store(o, b, 0, src, sizeof src, DT_MEM_DEVICE, NULL, &r));
+    assert_status(ops->wait(o, r, 50), DT_ERR_TIMEOUT);
+    assert_msg_has("rank 5: wait: store of 4096 bytes at offset 0 of file '");
+    assert_msg_has("' (4096 bytes of optimizer) not done after 50 ms");
+    pthread_mutex_lock(&g_mu);
+    g_release = 1;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    uint8_t back[4096];
+    assert_ok(ops->load(o, b, 0, back, sizeof back, DT_MEM_HOST, NULL, &r2));
+    assert_ok(ops->wait(o, r2, -1));
+    assert_memory_equal(back, src, sizeof src);
+    ops->finalize(o);
+    assert_int_equal(count_files(dir), -1);
+    dt_test_deadline(0, NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_keys),
+        cmocka_unit_test(test_files),
+        cmocka_unit_test(test_pieces_direct),
+        cmocka_unit_test(test_pieces_buffered),
+        cmocka_unit_test(test_many_in_flight),
+        cmocka_unit_test(test_capacity_and_free_space),
+        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_file_faults),
+        cmocka_unit_test(test_read_error),
+        cmocka_unit_test(test_cleanup_job),
+        cmocka_unit_test(test_wait_timeout),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -14,6 +14,14 @@
 #   netns_nothing_left NAME GLOB...
 #                        checks: no process in either namespace, no entry
 #                        of /dev/shm matching a GLOB
+#   netns_mpirun_setup DIR MPIEXEC
+#                        Open MPI across the two nodes: writes DIR/agent.sh
+#                        and DIR/hosts (see netns_mpirun)
+#   netns_mpirun LIMIT NODES SLOTS ARGS...
+#                        MPIEXEC from ns0 (host name node0) with -np
+#                        NODES x SLOTS over the first NODES nodes, killed
+#                        after LIMIT seconds (timeout -k 2); ARGS is the
+#                        program and its arguments (mpirun options first)
 #
 # Names carry the test's pid, so tests running side by side get their own
 # pair; the addresses may repeat (each pair lives in namespaces of its own).
@@ -72,4 +80,42 @@ netns_nothing_left() {
   for g in "$@"; do left+=$(find /dev/shm -maxdepth 1 -name "$g" 2>/dev/null); done
   if [ -z "$left" ]; then ok "$name: nothing of the job in /dev/shm ($*)"
   else bad "$name: left in /dev/shm" "$left"; fi
+}
+
+# How mpirun reaches the second node: a launch agent (plm_rsh_agent, in
+# place of ssh) runs `agent HOST CMD...` as ssh would, CMD one string for a
+# shell, inside HOST's namespace.  Each node gets a host name of its own
+# (unshare --uts: node0, node1): the namespaces share the UTS namespace and
+# /dev/shm, and with one host name Open MPI takes all ranks for one machine
+# and points vader (its shared memory BTL) across the nodes, which crashes
+# in mca_btl_vader_poll_handle_frag.  So vader only inside a node, TCP
+# between them, over the veth subnet only (btl_tcp_if_include,
+# oob_tcp_if_include); no single-copy (CMA) mechanism, as in
+# test_mpi_run.sh.
+netns_mpirun_setup() {
+  netns_dir=$1 netns_mpiexec=$2
+  cat > "$netns_dir/agent.sh" <<A
+#!/bin/sh
+case "\$1" in
+  $a0) ns=$ns0 name=node0 ;;
+  $a1) ns=$ns1 name=node1 ;;
+  *) echo "agent: no node \$1" >&2; exit 1 ;;
+esac
+shift
+exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$name && \$*"
+A
+  chmod +x "$netns_dir/agent.sh"
+}
+
+netns_mpirun() {
+  local limit=$1 nodes=$2 slots=$3 subnet=${a0%.*}.0/24
+  shift 3
+  printf '%s slots=%s\n' "$a0" "$slots" > "$netns_dir/hosts"
+  [ "$nodes" -lt 2 ] || printf '%s slots=%s\n' "$a1" "$slots" >> "$netns_dir/hosts"
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    timeout -k 2 "$limit" ip netns exec "$ns0" unshare --uts sh -c 'hostname node0 && exec "$@"' sh \
+    "$netns_mpiexec" --hostfile "$netns_dir/hosts" -np $((nodes * slots)) --bind-to none \
+    --mca plm_rsh_agent "$netns_dir/agent.sh" \
+    --mca btl tcp,self,vader --mca btl_vader_single_copy_mechanism none \
+    --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet" "$@"
 }

@@ -5,14 +5,9 @@
 # over the link:
 #  - mpirun runs in ns0; a launch agent (plm_rsh_agent, standing in for
 #    ssh) starts the remote orted with `ip netns exec ns1`; the hostfile
-#    names the two addresses with slots=2;
-#  - each node gets a host name of its own (unshare --uts: node0, node1):
-#    the namespaces share the UTS namespace and /dev/shm, and with one host
-#    name Open MPI takes all four ranks for one machine and points vader
-#    (its shared memory BTL) across the nodes, which crashes in
-#    mca_btl_vader_poll_handle_frag; so vader only inside a node, TCP
-#    between them (btl tcp,self,vader, btl_tcp_if_include and
-#    oob_tcp_if_include = the veth subnet);
+#    names the two addresses with slots=2; each node has a host name of
+#    its own; vader inside a node, TCP over the veth subnet between them
+#    (netns_lib.sh: netns_mpirun says why);
 #  - the losses equal the single-node 4-rank shm run within 1e-5 (MPI adds
 #    4 ranks' gradients in an order of its own; integration.mpi_run
 #    measured 4.8e-7 at 4 ranks, one node);
@@ -46,34 +41,16 @@ fi
 netns_make
 
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # sanitizer builds, as in test_mpi_run.sh
 export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
 if [ -n "${LSAN_OPTIONS:-}" ]; then export LSAN_OPTIONS="$LSAN_OPTIONS:fast_unwind_on_malloc=0"; fi
 
-# the launch agent: `agent HOST CMD...` as ssh would run CMD on HOST (one
-# string for a shell), inside HOST's namespace under HOST's node name
-cat > agent.sh <<A
-#!/bin/sh
-case "\$1" in
-  $a0) ns=$ns0 name=node0 ;;
-  $a1) ns=$ns1 name=node1 ;;
-  *) echo "agent: no node \$1" >&2; exit 1 ;;
-esac
-shift
-exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$name && \$*"
-A
-chmod +x agent.sh
-printf '%s slots=2\n%s slots=2\n' "$a0" "$a1" > hosts
-subnet=${a0%.*}.0/24
-# mpirun_bg LOG TIMEOUT ARGS...: mpirun of 4 ranks from node 0, in the
+netns_mpirun_setup "$work" "$mpiexec"
+# mpirun_bg LOG TIMEOUT ARGS...: 2 nodes x 2 ranks from node 0, in the
 # background (pid in $mp, appended to pids)
 mpirun_bg() {
   local log=$1 limit=$2; shift 2
-  timeout -k 2 "$limit" ip netns exec "$ns0" unshare --uts sh -c 'hostname node0 && exec "$@"' sh \
-    "$mpiexec" --hostfile hosts -np 4 --bind-to none --mca plm_rsh_agent "$work/agent.sh" \
-    --mca btl tcp,self,vader --mca btl_vader_single_copy_mechanism none \
-    --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet" "$@" >"$log" 2>&1 &
+  netns_mpirun "$limit" 2 2 "$@" >"$log" 2>&1 &
   mp=$!
   pids+=("$mp")
 }

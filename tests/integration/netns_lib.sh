@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Two "nodes" on one machine for the integration tests that source it
 # (after lib.sh): network namespaces ns0 and ns1 joined by a veth pair,
 # v0 (address a0) in ns0 and v1 (address a1) in ns1, each namespace with

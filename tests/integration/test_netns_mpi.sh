@@ -19,11 +19,12 @@
 #    Open MPI ends the job (its orted sees the ranks die and mpirun stops
 #    the survivors, before any dtrain timeout): mpirun exits 137 within
 #    15 s naming the killed rank and node 1's address (every rank is
-#    stopped for the moment the checkpoint before the kill is read); no process left in
-#    either namespace, nothing of the job in /dev/shm, the checkpoint saved
-#    before the kill verifies, unchanged, and a single-node 4-rank shm run
-#    resumes from it (and removes the step-N.tmp of a save the kill cut
-#    short: Open MPI SIGKILLs the survivors, which cannot clean up);
+#    stopped for the moment the checkpoint before the kill is read); no
+#    process left in either namespace, nothing of the job in /dev/shm, the
+#    checkpoint saved before the kill verifies, unchanged, and a
+#    single-node 4-rank shm run resumes from it (and removes the step-N.tmp
+#    of a save the kill cut short: Open MPI kills the survivors, which
+#    print nothing and do not clean up);
 #  - the link taken down mid-training: TCP sees nothing (no reset), so
 #    every rank's wait runs into the comm timeout ([launch] timeout = 4 s)
 #    and fails naming the operation and the ranks it waited for; all four

@@ -933,6 +933,14 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     int rc = dt_setup_output_dir(&r->set);
     for (size_t i = 0; i < sizeof stages / sizeof stages[0] && rc == DT_OK; i++)
         rc = stages[i](&R);
+    /* Teardown drops what a failed step left in flight (the strategy's
+     * finalize drains its requests with timeout 0, and a communicator
+     * reports each one it drops); those reports must not replace the
+     * failure the run returns. */
+    char failure[DT_ERR_MAX];
+    snprintf(failure, sizeof failure, "%s", rc != DT_OK ? dt_last_error() : "");
     run_free(&R);
+    if (rc != DT_OK && failure[0])
+        dt_err_set(rc, "%s", failure);
     return rc;
 }

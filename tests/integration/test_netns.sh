@@ -21,51 +21,14 @@
 # Needs root and `ip netns`; otherwise exits 77, which ctest reports as
 # skipped (SKIP_RETURN_CODE), with the reason.
 #
-# With Open MPI's mpirun the same namespaces would take a launch agent in
-# place of ssh: OMPI_MCA_plm_rsh_agent=<script> where the script runs
-# `ip netns exec <ns of host $1> "${@:2}"`, and a hostfile naming the two
-# addresses.
+# The namespaces come from netns_lib.sh, shared with test_netns_mpi.sh
+# (the same two nodes under Open MPI's mpirun and the mpi communicator).
 set -euo pipefail
 bin=$1 work=$2
 . "$(dirname "$0")/lib.sh"
-
-if [ "$(id -u)" != 0 ]; then
-  echo "SKIP: network namespaces need root (this test runs as uid $(id -u))"
-  exit 77
-fi
-ns0=dtn$$a ns1=dtn$$b v0=dtv$$a v1=dtv$$b
-a0=10.77.0.1 a1=10.77.0.2 port=29400
-pids=()
-teardown() {
-  local p
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  for ns in "$ns0" "$ns1"; do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
-    ip netns del "$ns" 2>/dev/null || true
-  done
-  ip link del "$v0" 2>/dev/null || true
-}
-trap teardown EXIT
-if ! err=$(ip netns add "$ns0" 2>&1); then
-  echo "SKIP: cannot make a network namespace here: $err"
-  exit 77
-fi
-ip netns add "$ns1"
-ip link add "$v0" type veth peer name "$v1"
-ip link set "$v0" netns "$ns0"
-ip link set "$v1" netns "$ns1"
-ip -n "$ns0" addr add "$a0/24" dev "$v0"
-ip -n "$ns1" addr add "$a1/24" dev "$v1"
-for ns in "$ns0" "$ns1"; do ip -n "$ns" link set lo up; done
-ip -n "$ns0" link set "$v0" up
-ip -n "$ns1" link set "$v1" up
-# each namespace reaches the other's address only through the veth pair
-# (and the host reaches neither): the rendezvous cannot go another way
-for pair in "$ns0 $a1 $v0" "$ns1 $a0 $v1"; do
-  set -- $pair
-  if ip netns exec "$1" ip route get "$2" | grep -q "dev $3"; then ok "$1 routes $2 through $3"
-  else bad "$1 does not route $2 through $3" "$(ip netns exec "$1" ip route)"; fi
-done
+. "$(dirname "$0")/netns_lib.sh"
+port=29400
+netns_make
 
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
@@ -115,15 +78,7 @@ both_nodes() {
   set +e; wait "$p0"; rc0=$?; wait "$p1"; rc1=$?; set -e
 }
 # nothing_left NAME: no process in either namespace, no segment of the job
-nothing_left() {
-  local left
-  left="$(ip netns pids "$ns0") $(ip netns pids "$ns1")"
-  if [ -z "${left// /}" ]; then ok "$1: no process left in the namespaces"
-  else bad "$1: processes left in the namespaces: $left" "$(ps -o pid,args -p ${left// /,})"; fi
-  left=$(find /dev/shm -maxdepth 1 -name "dtrain-$job*" 2>/dev/null)
-  if [ -z "$left" ]; then ok "$1: no segment of job $job in /dev/shm"
-  else bad "$1: segments left" "$left"; fi
-}
+nothing_left() { netns_nothing_left "$1" "dtrain-$job*"; }
 # what every node's launcher names the job (rendezvous.h: "mn-" + 16 hex)
 job=""
 

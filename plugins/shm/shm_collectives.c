@@ -68,7 +68,7 @@ static int check_desc(dt_comm_t *c, struct dt_comm_req *r, uint64_t G, int only)
                  "%s: %s started %s #%llu (count %llu, %s, op %d, root %d) "
                  "instead; every rank must start the same collectives with "
                  "the same arguments in the same order",
-                 desc, who, shm_op_name((int)d->kind), (unsigned long long)d->seq,
+                 desc, who, dt_comm_op_name((int)d->kind), (unsigned long long)d->seq,
                  (unsigned long long)d->count, dt_dtype_name(d->dtype), d->op,
                  d->root);
         return DT_ERR_INVALID;

@@ -35,6 +35,7 @@
 #include <sys/types.h>
 
 #include "dtrain/comm.h"
+#include "dtrain/sdk/comm_text.h"
 #include "shm_secret.h"
 
 /* ------------------------------------------------------------------------
@@ -275,11 +276,18 @@ typedef struct shm_job {
     char job_id[SHM_JOB_ID_MAX + 1];
 } shm_job_t;
 
-/* Operation kinds (also in shm_desc_t.kind). */
+/* Operation kinds (also in shm_desc_t.kind): the SDK's, which messages
+ * name (dtrain/sdk/comm_text.h). */
 enum {
-    SHM_OP_ALL_REDUCE = 1, SHM_OP_REDUCE_SCATTER, SHM_OP_ALL_GATHER,
-    SHM_OP_BROADCAST, SHM_OP_REDUCE, SHM_OP_BARRIER, SHM_OP_SEND,
-    SHM_OP_RECV, SHM_OP_KIND_END
+    SHM_OP_ALL_REDUCE = DT_COMM_OP_ALL_REDUCE,
+    SHM_OP_REDUCE_SCATTER = DT_COMM_OP_REDUCE_SCATTER,
+    SHM_OP_ALL_GATHER = DT_COMM_OP_ALL_GATHER,
+    SHM_OP_BROADCAST = DT_COMM_OP_BROADCAST,
+    SHM_OP_REDUCE = DT_COMM_OP_REDUCE,
+    SHM_OP_BARRIER = DT_COMM_OP_BARRIER,
+    SHM_OP_SEND = DT_COMM_OP_SEND,
+    SHM_OP_RECV = DT_COMM_OP_RECV,
+    SHM_OP_KIND_END = DT_COMM_OP_KIND_END
 };
 
 /* Request states (a process-private futex word). */

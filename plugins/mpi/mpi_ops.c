@@ -36,39 +36,17 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static const char *op_name(int k)
+static dt_comm_names_t names(dt_comm_t *c)
 {
-    switch (k) {
-    case MPIC_ALL_REDUCE: return "all_reduce";
-    case MPIC_REDUCE_SCATTER: return "reduce_scatter";
-    case MPIC_ALL_GATHER: return "all_gather";
-    case MPIC_BROADCAST: return "broadcast";
-    case MPIC_REDUCE: return "reduce";
-    case MPIC_BARRIER: return "barrier";
-    case MPIC_SEND: return "send";
-    case MPIC_RECV: return "recv";
-    default: return "?";
-    }
+    return (dt_comm_names_t){.gname = c->gname, .is_world = c->is_world,
+                             .size = c->size, .wranks = c->wranks};
 }
 
-static const char *red_op_name(int op)
+static dt_comm_op_desc_t op_desc(const struct dt_comm_req *r)
 {
-    switch (op) {
-    case DT_OP_SUM: return "sum";
-    case DT_OP_AVG: return "avg";
-    case DT_OP_MAX: return "max";
-    case DT_OP_MIN: return "min";
-    default: return "?";
-    }
-}
-
-/* How group rank r is named: "rank 3", with the world rank for splits. */
-static void fmt_rank(dt_comm_t *c, int r, char *buf, size_t cap)
-{
-    if (c->is_world || r < 0 || r >= c->size) /* (a bad peer argument) */
-        snprintf(buf, cap, "rank %d", r);
-    else
-        snprintf(buf, cap, "rank %d (world rank %d)", r, (int)c->wranks[r]);
+    return (dt_comm_op_desc_t){.kind = r->kind, .seq = r->seq, .dtype = r->dtype,
+                               .op = r->op, .root = r->root, .tag = r->tag,
+                               .bytes = r->count * r->esize};
 }
 
 void mpic_err_text(int code, char *buf, size_t cap)
@@ -83,71 +61,37 @@ void mpic_err_text(int code, char *buf, size_t cap)
 
 void mpic_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap)
 {
-    char seq[32] = "";
-    if (r->seq)
-        snprintf(seq, sizeof seq, " #%llu", (unsigned long long)r->seq);
-    unsigned long long bytes = (unsigned long long)(r->count * r->esize);
-    const char *dt = dt_dtype_name(r->dtype);
-    switch (r->kind) {
-    case MPIC_BARRIER:
-        snprintf(buf, cap, "barrier%s on group %s", seq, c->gname);
-        break;
-    case MPIC_SEND:
-    case MPIC_RECV: {
-        char who[96];
-        fmt_rank(c, r->root, who, sizeof who);
-        snprintf(buf, cap, "%s%s %s %s (tag %d, %s, %llu bytes) on group %s",
-                 op_name(r->kind), seq, r->kind == MPIC_SEND ? "to" : "from", who,
-                 (int)r->tag, dt, bytes, c->gname);
-        break;
-    }
-    case MPIC_BROADCAST:
-        snprintf(buf, cap, "broadcast%s (%s, %llu bytes, root %d) on group %s", seq, dt,
-                 bytes, (int)r->root, c->gname);
-        break;
-    case MPIC_REDUCE:
-        snprintf(buf, cap, "reduce%s (%s %s, %llu bytes, root %d) on group %s", seq, dt,
-                 red_op_name(r->op), bytes, (int)r->root, c->gname);
-        break;
-    case MPIC_ALL_GATHER:
-        snprintf(buf, cap, "all_gather%s (%s, %llu bytes per rank) on group %s", seq, dt,
-                 bytes, c->gname);
-        break;
-    case MPIC_REDUCE_SCATTER:
-        snprintf(buf, cap, "reduce_scatter%s (%s %s, %llu bytes per rank) on group %s", seq,
-                 dt, red_op_name(r->op), bytes, c->gname);
-        break;
-    default:
-        snprintf(buf, cap, "%s%s (%s, %llu bytes) on group %s", op_name(r->kind), seq, dt,
-                 bytes, c->gname);
-        break;
-    }
+    dt_comm_names_t g = names(c);
+    dt_comm_op_desc_t d = op_desc(r);
+    dt_comm_op_text(&g, &d, buf, cap);
 }
 
 /* Whom a request waits for: its peer, the other rank of a pair, or every
  * other rank of the group ("one or more of"). */
 static void fmt_waited(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap)
 {
+    dt_comm_names_t g = names(c);
     if (r->kind == MPIC_SEND || r->kind == MPIC_RECV) {
-        fmt_rank(c, r->root, buf, cap);
+        dt_comm_fmt_rank(&g, r->root, buf, cap);
         return;
     }
     if (c->size == 2) {
-        fmt_rank(c, 1 - c->rank, buf, cap);
+        dt_comm_fmt_rank(&g, 1 - c->rank, buf, cap);
         return;
     }
-    size_t len = (size_t)snprintf(buf, cap, "one or more of ranks ");
-    int first = 1;
-    for (int p = 0; p < c->size && len < cap; p++) {
-        if (p == c->rank)
-            continue;
-        if (c->is_world)
-            len += (size_t)snprintf(buf + len, cap - len, "%s%d", first ? "" : ", ", p);
-        else
-            len += (size_t)snprintf(buf + len, cap - len, "%s%d (world rank %d)",
-                                    first ? "" : ", ", p, (int)c->wranks[p]);
-        first = 0;
+    int *others = malloc(sizeof(int) * (size_t)c->size);
+    if (!others) {
+        snprintf(buf, cap, "one or more of the other ranks");
+        return;
     }
+    int n = 0;
+    for (int p = 0; p < c->size; p++)
+        if (p != c->rank)
+            others[n++] = p;
+    size_t len = (size_t)snprintf(buf, cap, "one or more of ");
+    if (len < cap)
+        dt_comm_fmt_ranks(&g, others, n, buf + len, cap - len);
+    free(others);
 }
 
 /* The group is out of step for good: keep the first cause. */
@@ -369,53 +313,37 @@ typedef struct start {
     void *recv;
 } start_t;
 
-static int check_common(dt_comm_t *c, struct dt_comm_req *t, int reducing)
+/* Every argument check of the operation t describes (sets t->esize): the
+ * SDK's, with MPI's count limit between them. */
+static int check_args(dt_comm_t *c, struct dt_comm_req *t, const void *send,
+                      const void *recv)
 {
     const dt_host_v1_t *h = c->host;
-    char desc[256];
-    t->esize = dt_dtype_size(t->dtype);
-    if (t->esize == 0 || mpic_datatype(t->dtype) == MPI_DATATYPE_NULL) {
-        t->esize = 1;
-        mpic_req_desc(c, t, desc, sizeof desc);
-        return h->set_error(h, DT_ERR_INVALID, "%s: unknown dtype %d", desc, t->dtype);
-    }
-    if (reducing) {
-        MPI_Op op;
-        int st = mpic_reduce_op(t->dtype, t->op, &op);
-        if (st != DT_OK) {
-            mpic_req_desc(c, t, desc, sizeof desc);
-            if (st == DT_ERR_UNSUPPORTED)
-                return h->set_error(h, st, "%s: op avg is not defined for integer dtype %s",
-                                    desc, dt_dtype_name(t->dtype));
-            return h->set_error(h, st, "%s: unknown reduction op %d", desc, t->op);
-        }
-    }
-    if (t->count > (uint64_t)INT_MAX) {
-        mpic_req_desc(c, t, desc, sizeof desc);
-        return h->set_error(h, DT_ERR_UNSUPPORTED, "%s: count %llu is above MPI's count "
-                            "limit (%d elements per call); split the buffer",
-                            desc, (unsigned long long)t->count, INT_MAX);
-    }
-    return DT_OK;
+    /* an unknown dtype's message counts its bytes as elements */
+    t->esize = dt_dtype_size(t->dtype) ? dt_dtype_size(t->dtype) : 1;
+    dt_comm_names_t g = names(c);
+    dt_comm_op_desc_t d = op_desc(t);
+    int st = dt_comm_check_dtype(h, &g, &d);
+    if (st == DT_OK)
+        st = dt_comm_check_reduce(h, &g, &d);
+    if (st == DT_OK && t->count > (uint64_t)INT_MAX)
+        st = dt_comm_op_fail(h, &g, &d, DT_ERR_UNSUPPORTED, "count %llu is above MPI's "
+                             "count limit (%d elements per call); split the buffer",
+                             (unsigned long long)t->count, INT_MAX);
+    if (st == DT_OK)
+        st = dt_comm_check_args(h, &g, &d, c->rank, t->count, send, recv);
+    return st;
 }
 
-static int need_buf(dt_comm_t *c, struct dt_comm_req *t, const void *p, const char *what)
+/* send / recv: MPI's tags are >= 0 (MPI_ANY_TAG only receives). */
+static int check_tag(dt_comm_t *c, struct dt_comm_req *t)
 {
-    if (p || t->count == 0)
+    if (t->tag >= 0 && !(t->kind == MPIC_SEND && t->tag == MPI_ANY_TAG))
         return DT_OK;
-    char desc[256];
-    mpic_req_desc(c, t, desc, sizeof desc);
-    return c->host->set_error(c->host, DT_ERR_INVALID, "%s: %s buffer is NULL", desc, what);
-}
-
-static int check_rank(dt_comm_t *c, struct dt_comm_req *t, int32_t r, const char *what)
-{
-    if (r >= 0 && r < c->size)
-        return DT_OK;
-    char desc[256];
-    mpic_req_desc(c, t, desc, sizeof desc);
-    return c->host->set_error(c->host, DT_ERR_INVALID, "%s: %s %d is not a rank of the "
-                              "group [0, %d)", desc, what, (int)r, (int)c->size);
+    dt_comm_names_t g = names(c);
+    dt_comm_op_desc_t d = op_desc(t);
+    return dt_comm_op_fail(c->host, &g, &d, DT_ERR_INVALID, "tag %d must be >= 0",
+                           (int)t->tag);
 }
 
 /* Start r's MPI call; MPI_SUCCESS or MPI's error code. */
@@ -576,9 +504,7 @@ int mpic_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, 
         return DT_ERR_INVALID;
     struct dt_comm_req t = {.kind = MPIC_ALL_REDUCE, .count = count, .dtype = dtype,
                             .op = op, .root = -1};
-    CHECK(check_common(c, &t, 1));
-    CHECK(need_buf(c, &t, send, "send"));
-    CHECK(need_buf(c, &t, recv, "recv"));
+    CHECK(check_args(c, &t, send, recv));
     return submit(c, &t, send, recv, stream, req);
 }
 
@@ -589,9 +515,7 @@ int mpic_reduce_scatter(dt_comm_t *c, const void *send, void *recv, uint64_t rec
         return DT_ERR_INVALID;
     struct dt_comm_req t = {.kind = MPIC_REDUCE_SCATTER, .count = recv_count, .dtype = dtype,
                             .op = op, .root = -1};
-    CHECK(check_common(c, &t, 1));
-    CHECK(need_buf(c, &t, send, "send"));
-    CHECK(need_buf(c, &t, recv, "recv"));
+    CHECK(check_args(c, &t, send, recv));
     return submit(c, &t, send, recv, stream, req);
 }
 
@@ -602,9 +526,7 @@ int mpic_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t send_co
         return DT_ERR_INVALID;
     struct dt_comm_req t = {.kind = MPIC_ALL_GATHER, .count = send_count, .dtype = dtype,
                             .root = -1};
-    CHECK(check_common(c, &t, 0));
-    CHECK(need_buf(c, &t, send, "send"));
-    CHECK(need_buf(c, &t, recv, "recv"));
+    CHECK(check_args(c, &t, send, recv));
     return submit(c, &t, send, recv, stream, req);
 }
 
@@ -615,9 +537,7 @@ int mpic_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t r
         return DT_ERR_INVALID;
     struct dt_comm_req t = {.kind = MPIC_BROADCAST, .count = count, .dtype = dtype,
                             .root = root};
-    CHECK(check_common(c, &t, 0));
-    CHECK(check_rank(c, &t, root, "root"));
-    CHECK(need_buf(c, &t, buf, "data"));
+    CHECK(check_args(c, &t, buf, NULL));
     return submit(c, &t, buf, buf, stream, req);
 }
 
@@ -628,11 +548,7 @@ int mpic_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int 
         return DT_ERR_INVALID;
     struct dt_comm_req t = {.kind = MPIC_REDUCE, .count = count, .dtype = dtype, .op = op,
                             .root = root};
-    CHECK(check_common(c, &t, 1));
-    CHECK(check_rank(c, &t, root, "root"));
-    CHECK(need_buf(c, &t, send, "send"));
-    if (root == c->rank)
-        CHECK(need_buf(c, &t, recv, "recv"));
+    CHECK(check_args(c, &t, send, recv));
     return submit(c, &t, send, recv, stream, req);
 }
 
@@ -643,15 +559,8 @@ int mpic_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype, int32_t 
         return DT_ERR_INVALID;
     struct dt_comm_req t = {.kind = MPIC_SEND, .count = count, .dtype = dtype, .root = peer,
                             .tag = tag};
-    CHECK(check_common(c, &t, 0));
-    CHECK(check_rank(c, &t, peer, "peer"));
-    CHECK(need_buf(c, &t, buf, "send"));
-    if (tag < 0 || tag == MPI_ANY_TAG) {
-        char desc[256];
-        mpic_req_desc(c, &t, desc, sizeof desc);
-        return c->host->set_error(c->host, DT_ERR_INVALID, "%s: tag %d must be >= 0", desc,
-                                  (int)tag);
-    }
+    CHECK(check_args(c, &t, buf, NULL));
+    CHECK(check_tag(c, &t));
     return submit(c, &t, buf, NULL, stream, req);
 }
 
@@ -662,15 +571,8 @@ int mpic_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer, 
         return DT_ERR_INVALID;
     struct dt_comm_req t = {.kind = MPIC_RECV, .count = count, .dtype = dtype, .root = peer,
                             .tag = tag};
-    CHECK(check_common(c, &t, 0));
-    CHECK(check_rank(c, &t, peer, "peer"));
-    CHECK(need_buf(c, &t, buf, "recv"));
-    if (tag < 0) {
-        char desc[256];
-        mpic_req_desc(c, &t, desc, sizeof desc);
-        return c->host->set_error(c->host, DT_ERR_INVALID, "%s: tag %d must be >= 0", desc,
-                                  (int)tag);
-    }
+    CHECK(check_args(c, &t, NULL, buf));
+    CHECK(check_tag(c, &t));
     return submit(c, &t, NULL, buf, stream, req);
 }
 

@@ -49,19 +49,6 @@
 /* Tag of abort notices on the job's control communicator. */
 #define MPI_TAG_ABORT 7
 
-/* Operation kinds: the SDK's, which messages name
- * (dtrain/sdk/comm_text.h). */
-enum {
-    MPIC_ALL_REDUCE = DT_COMM_OP_ALL_REDUCE,
-    MPIC_REDUCE_SCATTER = DT_COMM_OP_REDUCE_SCATTER,
-    MPIC_ALL_GATHER = DT_COMM_OP_ALL_GATHER,
-    MPIC_BROADCAST = DT_COMM_OP_BROADCAST,
-    MPIC_REDUCE = DT_COMM_OP_REDUCE,
-    MPIC_BARRIER = DT_COMM_OP_BARRIER,
-    MPIC_SEND = DT_COMM_OP_SEND,
-    MPIC_RECV = DT_COMM_OP_RECV
-};
-
 /* Shared by every group of the job in this process (world and splits):
  * the job's failure, the abort channel. */
 typedef struct mpic_job {
@@ -123,7 +110,7 @@ struct dt_comm {
 
 struct dt_comm_req {
     struct dt_comm_req *live_prev, *live_next; /* the group's `live` list */
-    int kind;
+    int kind;               /* dt_comm_op_kind_t (dtrain/sdk/comm_text.h) */
     int dtype, op;
     int32_t root;           /* root, or peer for send / recv */
     int32_t tag;

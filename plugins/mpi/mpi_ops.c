@@ -71,7 +71,7 @@ void mpic_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t 
 static void fmt_waited(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap)
 {
     dt_comm_names_t g = names(c);
-    if (r->kind == MPIC_SEND || r->kind == MPIC_RECV) {
+    if (r->kind == DT_COMM_OP_SEND || r->kind == DT_COMM_OP_RECV) {
         dt_comm_fmt_rank(&g, r->root, buf, cap);
         return;
     }
@@ -159,7 +159,7 @@ static int test_once(dt_comm_t *c, struct dt_comm_req *r)
 static void abandon(dt_comm_t *c, struct dt_comm_req *r, int status, const char *text)
 {
     int cancelled = 0;
-    if (r->kind == MPIC_RECV && r->mreq != MPI_REQUEST_NULL) {
+    if (r->kind == DT_COMM_OP_RECV && r->mreq != MPI_REQUEST_NULL) {
         mpic_lock();
         if (MPI_Cancel(&r->mreq) == MPI_SUCCESS) {
             /* A cancelled receive completes locally, but bound it anyway. */
@@ -338,7 +338,7 @@ static int check_args(dt_comm_t *c, struct dt_comm_req *t, const void *send,
 /* send / recv: MPI's tags are >= 0 (MPI_ANY_TAG only receives). */
 static int check_tag(dt_comm_t *c, struct dt_comm_req *t)
 {
-    if (t->tag >= 0 && !(t->kind == MPIC_SEND && t->tag == MPI_ANY_TAG))
+    if (t->tag >= 0 && !(t->kind == DT_COMM_OP_SEND && t->tag == MPI_ANY_TAG))
         return DT_OK;
     dt_comm_names_t g = names(c);
     dt_comm_op_desc_t d = op_desc(t);
@@ -351,39 +351,40 @@ static int start_mpi(dt_comm_t *c, struct dt_comm_req *r, const void *send, void
 {
     MPI_Datatype dt = mpic_datatype(r->dtype);
     MPI_Op op = MPI_OP_NULL;
-    if (r->kind == MPIC_ALL_REDUCE || r->kind == MPIC_REDUCE_SCATTER || r->kind == MPIC_REDUCE)
+    if (r->kind == DT_COMM_OP_ALL_REDUCE || r->kind == DT_COMM_OP_REDUCE_SCATTER ||
+        r->kind == DT_COMM_OP_REDUCE)
         mpic_reduce_op(r->dtype, r->op, &op);
     int n = (int)r->count;
     int rc;
     mpic_lock();
     switch (r->kind) {
-    case MPIC_ALL_REDUCE:
+    case DT_COMM_OP_ALL_REDUCE:
         rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, dt, op, c->comm,
                             &r->mreq);
         break;
-    case MPIC_REDUCE_SCATTER:
+    case DT_COMM_OP_REDUCE_SCATTER:
         rc = MPI_Ireduce_scatter_block(send, recv, n, dt, op, c->comm, &r->mreq);
         break;
-    case MPIC_ALL_GATHER: {
+    case DT_COMM_OP_ALL_GATHER: {
         const char *mine = (const char *)recv + (size_t)c->rank * (size_t)n * r->esize;
         rc = MPI_Iallgather(send == mine ? MPI_IN_PLACE : send, n, dt, recv, n, dt, c->comm,
                             &r->mreq);
         break;
     }
-    case MPIC_BROADCAST:
+    case DT_COMM_OP_BROADCAST:
         rc = MPI_Ibcast(recv, n, dt, r->root, c->comm, &r->mreq);
         break;
-    case MPIC_REDUCE:
+    case DT_COMM_OP_REDUCE:
         rc = MPI_Ireduce(c->rank == r->root && send == recv ? MPI_IN_PLACE : send, recv, n, dt,
                          op, r->root, c->comm, &r->mreq);
         break;
-    case MPIC_BARRIER:
+    case DT_COMM_OP_BARRIER:
         rc = MPI_Ibarrier(c->comm, &r->mreq);
         break;
-    case MPIC_SEND:
+    case DT_COMM_OP_SEND:
         rc = MPI_Isend(send, n, dt, r->root, r->tag, c->comm, &r->mreq);
         break;
-    case MPIC_RECV:
+    case DT_COMM_OP_RECV:
         rc = MPI_Irecv(recv, n, dt, r->root, r->tag, c->comm, &r->mreq);
         break;
     default:
@@ -397,14 +398,14 @@ static int start_mpi(dt_comm_t *c, struct dt_comm_req *r, const void *send, void
 static const char *mpi_call_name(int kind)
 {
     switch (kind) {
-    case MPIC_ALL_REDUCE: return "MPI_Iallreduce";
-    case MPIC_REDUCE_SCATTER: return "MPI_Ireduce_scatter_block";
-    case MPIC_ALL_GATHER: return "MPI_Iallgather";
-    case MPIC_BROADCAST: return "MPI_Ibcast";
-    case MPIC_REDUCE: return "MPI_Ireduce";
-    case MPIC_BARRIER: return "MPI_Ibarrier";
-    case MPIC_SEND: return "MPI_Isend";
-    case MPIC_RECV: return "MPI_Irecv";
+    case DT_COMM_OP_ALL_REDUCE: return "MPI_Iallreduce";
+    case DT_COMM_OP_REDUCE_SCATTER: return "MPI_Ireduce_scatter_block";
+    case DT_COMM_OP_ALL_GATHER: return "MPI_Iallgather";
+    case DT_COMM_OP_BROADCAST: return "MPI_Ibcast";
+    case DT_COMM_OP_REDUCE: return "MPI_Ireduce";
+    case DT_COMM_OP_BARRIER: return "MPI_Ibarrier";
+    case DT_COMM_OP_SEND: return "MPI_Isend";
+    case DT_COMM_OP_RECV: return "MPI_Irecv";
     default: return "?";
     }
 }
@@ -423,7 +424,7 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *r
         if (st != DT_OK)
             return st;
     }
-    if (t->kind == MPIC_SEND || t->kind == MPIC_RECV)
+    if (t->kind == DT_COMM_OP_SEND || t->kind == DT_COMM_OP_RECV)
         t->seq = ++c->p2p_seq;
     else
         t->seq = ++c->coll_seq;
@@ -447,7 +448,7 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *r
     /* reduce_scatter into a block of its own input: MPI forbids the
      * overlap (its in-place form leaves the result at block 0), so the
      * block is received beside and copied in at completion */
-    if (r->kind == MPIC_REDUCE_SCATTER && r->count) {
+    if (r->kind == DT_COMM_OP_REDUCE_SCATTER && r->count) {
         const char *s = send, *d = recv;
         size_t in_bytes = (size_t)r->count * r->esize * (size_t)c->size;
         size_t out_bytes = (size_t)r->count * r->esize;
@@ -464,8 +465,9 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *r
             recv = r->tmp;
         }
     }
-    if (r->op == DT_OP_AVG && (r->kind == MPIC_ALL_REDUCE || r->kind == MPIC_REDUCE_SCATTER ||
-                               (r->kind == MPIC_REDUCE && c->rank == r->root))) {
+    if (r->op == DT_OP_AVG &&
+        (r->kind == DT_COMM_OP_ALL_REDUCE || r->kind == DT_COMM_OP_REDUCE_SCATTER ||
+         (r->kind == DT_COMM_OP_REDUCE && c->rank == r->root))) {
         r->avg_buf = recv;
         r->avg_count = r->count;
     }
@@ -502,7 +504,7 @@ int mpic_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, 
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = MPIC_ALL_REDUCE, .count = count, .dtype = dtype,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_ALL_REDUCE, .count = count, .dtype = dtype,
                             .op = op, .root = -1};
     CHECK(check_args(c, &t, send, recv));
     return submit(c, &t, send, recv, stream, req);
@@ -513,8 +515,8 @@ int mpic_reduce_scatter(dt_comm_t *c, const void *send, void *recv, uint64_t rec
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = MPIC_REDUCE_SCATTER, .count = recv_count, .dtype = dtype,
-                            .op = op, .root = -1};
+    struct dt_comm_req t = {.kind = DT_COMM_OP_REDUCE_SCATTER, .count = recv_count,
+                            .dtype = dtype, .op = op, .root = -1};
     CHECK(check_args(c, &t, send, recv));
     return submit(c, &t, send, recv, stream, req);
 }
@@ -524,7 +526,7 @@ int mpic_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t send_co
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = MPIC_ALL_GATHER, .count = send_count, .dtype = dtype,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_ALL_GATHER, .count = send_count, .dtype = dtype,
                             .root = -1};
     CHECK(check_args(c, &t, send, recv));
     return submit(c, &t, send, recv, stream, req);
@@ -535,7 +537,7 @@ int mpic_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t r
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = MPIC_BROADCAST, .count = count, .dtype = dtype,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_BROADCAST, .count = count, .dtype = dtype,
                             .root = root};
     CHECK(check_args(c, &t, buf, NULL));
     return submit(c, &t, buf, buf, stream, req);
@@ -546,7 +548,7 @@ int mpic_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int 
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = MPIC_REDUCE, .count = count, .dtype = dtype, .op = op,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_REDUCE, .count = count, .dtype = dtype, .op = op,
                             .root = root};
     CHECK(check_args(c, &t, send, recv));
     return submit(c, &t, send, recv, stream, req);
@@ -557,8 +559,8 @@ int mpic_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype, int32_t 
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = MPIC_SEND, .count = count, .dtype = dtype, .root = peer,
-                            .tag = tag};
+    struct dt_comm_req t = {.kind = DT_COMM_OP_SEND, .count = count, .dtype = dtype,
+                            .root = peer, .tag = tag};
     CHECK(check_args(c, &t, buf, NULL));
     CHECK(check_tag(c, &t));
     return submit(c, &t, buf, NULL, stream, req);
@@ -569,8 +571,8 @@ int mpic_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer, 
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = MPIC_RECV, .count = count, .dtype = dtype, .root = peer,
-                            .tag = tag};
+    struct dt_comm_req t = {.kind = DT_COMM_OP_RECV, .count = count, .dtype = dtype,
+                            .root = peer, .tag = tag};
     CHECK(check_args(c, &t, NULL, buf));
     CHECK(check_tag(c, &t));
     return submit(c, &t, NULL, buf, stream, req);
@@ -580,7 +582,7 @@ int mpic_barrier(dt_comm_t *c, dt_comm_req_t **req)
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = MPIC_BARRIER, .dtype = DT_U8, .esize = 1, .root = -1};
+    struct dt_comm_req t = {.kind = DT_COMM_OP_BARRIER, .dtype = DT_U8, .esize = 1, .root = -1};
     return submit(c, &t, NULL, NULL, NULL, req);
 }
 

@@ -16,23 +16,10 @@
 #include "dtrain/comm.h"
 #include "dtrain/sdk/comm_text.h"
 
-/* Operation kinds: the SDK's, which messages name
- * (dtrain/sdk/comm_text.h). */
-typedef enum nccl_op_kind {
-    NCCL_OP_ALL_REDUCE = DT_COMM_OP_ALL_REDUCE,
-    NCCL_OP_REDUCE_SCATTER = DT_COMM_OP_REDUCE_SCATTER,
-    NCCL_OP_ALL_GATHER = DT_COMM_OP_ALL_GATHER,
-    NCCL_OP_BROADCAST = DT_COMM_OP_BROADCAST,
-    NCCL_OP_REDUCE = DT_COMM_OP_REDUCE,
-    NCCL_OP_SEND = DT_COMM_OP_SEND,
-    NCCL_OP_RECV = DT_COMM_OP_RECV,
-    NCCL_OP_BARRIER = DT_COMM_OP_BARRIER
-} nccl_op_kind_t;
-
 /* What a started operation is, for messages, and the event that marks its
  * end on the stream it was enqueued on. */
 struct dt_comm_req {
-    int kind;        /* nccl_op_kind_t */
+    int kind;        /* dt_comm_op_kind_t */
     uint64_t seq;    /* 1-based per group */
     int dtype;
     uint64_t bytes;  /* this rank's buffer (count elements, counted as

@@ -172,7 +172,7 @@ static int finish(dt_comm_t *c, struct dt_comm_req *r, ncclResult_t nr, cudaStre
 int nccl_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count,
                     int dtype, int op, dt_stream_t *stream, dt_comm_req_t **req)
 {
-    START(NCCL_OP_ALL_REDUCE, dtype, op, count, -1, 0, send, recv,
+    START(DT_COMM_OP_ALL_REDUCE, dtype, op, count, -1, 0, send, recv,
           ncclAllReduce(send, recv, (size_t)count, nt, nr, c->nc, cs));
 }
 
@@ -180,7 +180,7 @@ int nccl_reduce_scatter(dt_comm_t *c, const void *send, void *recv,
                         uint64_t recv_count, int dtype, int op,
                         dt_stream_t *stream, dt_comm_req_t **req)
 {
-    START(NCCL_OP_REDUCE_SCATTER, dtype, op, recv_count, -1, 0, send, recv,
+    START(DT_COMM_OP_REDUCE_SCATTER, dtype, op, recv_count, -1, 0, send, recv,
           ncclReduceScatter(send, recv, (size_t)recv_count, nt, nr, c->nc, cs));
 }
 
@@ -188,14 +188,14 @@ int nccl_all_gather(dt_comm_t *c, const void *send, void *recv,
                     uint64_t send_count, int dtype, dt_stream_t *stream,
                     dt_comm_req_t **req)
 {
-    START(NCCL_OP_ALL_GATHER, dtype, -1, send_count, -1, 0, send, recv,
+    START(DT_COMM_OP_ALL_GATHER, dtype, -1, send_count, -1, 0, send, recv,
           ncclAllGather(send, recv, (size_t)send_count, nt, c->nc, cs));
 }
 
 int nccl_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype,
                    int32_t root, dt_stream_t *stream, dt_comm_req_t **req)
 {
-    START(NCCL_OP_BROADCAST, dtype, -1, count, root, 0, buf, NULL,
+    START(DT_COMM_OP_BROADCAST, dtype, -1, count, root, 0, buf, NULL,
           ncclBroadcast(buf, buf, (size_t)count, nt, (int)root, c->nc, cs));
 }
 
@@ -203,21 +203,21 @@ int nccl_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count,
                 int dtype, int op, int32_t root, dt_stream_t *stream,
                 dt_comm_req_t **req)
 {
-    START(NCCL_OP_REDUCE, dtype, op, count, root, 0, send, recv,
+    START(DT_COMM_OP_REDUCE, dtype, op, count, root, 0, send, recv,
           ncclReduce(send, recv, (size_t)count, nt, nr, (int)root, c->nc, cs));
 }
 
 int nccl_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype,
               int32_t peer, int32_t tag, dt_stream_t *stream, dt_comm_req_t **req)
 {
-    START(NCCL_OP_SEND, dtype, -1, count, peer, tag, buf, NULL,
+    START(DT_COMM_OP_SEND, dtype, -1, count, peer, tag, buf, NULL,
           ncclSend(buf, (size_t)count, nt, (int)peer, c->nc, cs));
 }
 
 int nccl_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
               int32_t tag, dt_stream_t *stream, dt_comm_req_t **req)
 {
-    START(NCCL_OP_RECV, dtype, -1, count, peer, tag, NULL, buf,
+    START(DT_COMM_OP_RECV, dtype, -1, count, peer, tag, NULL, buf,
           ncclRecv(buf, (size_t)count, nt, (int)peer, c->nc, cs));
 }
 
@@ -225,7 +225,7 @@ int nccl_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
 int nccl_barrier(dt_comm_t *c, dt_comm_req_t **req)
 {
     dt_stream_t *stream = NULL;
-    START(NCCL_OP_BARRIER, DT_F32, DT_OP_SUM, 1, -1, 0, NULL, NULL,
+    START(DT_COMM_OP_BARRIER, DT_F32, DT_OP_SUM, 1, -1, 0, NULL, NULL,
           ncclAllReduce(c->barrier_buf, c->barrier_buf, 1, nt, nr, c->nc, cs));
 }
 

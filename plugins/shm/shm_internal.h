@@ -276,20 +276,6 @@ typedef struct shm_job {
     char job_id[SHM_JOB_ID_MAX + 1];
 } shm_job_t;
 
-/* Operation kinds (also in shm_desc_t.kind): the SDK's, which messages
- * name (dtrain/sdk/comm_text.h). */
-enum {
-    SHM_OP_ALL_REDUCE = DT_COMM_OP_ALL_REDUCE,
-    SHM_OP_REDUCE_SCATTER = DT_COMM_OP_REDUCE_SCATTER,
-    SHM_OP_ALL_GATHER = DT_COMM_OP_ALL_GATHER,
-    SHM_OP_BROADCAST = DT_COMM_OP_BROADCAST,
-    SHM_OP_REDUCE = DT_COMM_OP_REDUCE,
-    SHM_OP_BARRIER = DT_COMM_OP_BARRIER,
-    SHM_OP_SEND = DT_COMM_OP_SEND,
-    SHM_OP_RECV = DT_COMM_OP_RECV,
-    SHM_OP_KIND_END = DT_COMM_OP_KIND_END
-};
-
 /* Request states (a process-private futex word). */
 enum { SHM_REQ_QUEUED = 0, SHM_REQ_DONE = 1 };
 
@@ -297,7 +283,7 @@ struct dt_comm_req {
     struct dt_comm_req *next;     /* queue link */
     struct dt_comm_req *live_prev, *live_next; /* not yet waited, qlock */
     struct dt_comm_req *p2p_next; /* active point-to-point list link */
-    int kind;                     /* SHM_OP_* */
+    int kind;                     /* dt_comm_op_kind_t */
     const void *send;
     void *recv;
     uint64_t count;               /* elements (see each op) */

@@ -94,7 +94,7 @@ static void run_one(dt_comm_t *c, struct dt_comm_req *r)
         fail_unstarted(c, r, DT_ERR_TIMEOUT, text);
         return;
     }
-    if (r->kind == SHM_OP_SEND || r->kind == SHM_OP_RECV) {
+    if (r->kind == DT_COMM_OP_SEND || r->kind == DT_COMM_OP_RECV) {
         shm_p2p_start(c, r);
         return;
     }
@@ -349,7 +349,7 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
         shm_req_desc(c, t, desc, sizeof desc);
         return h->set_error(h, st, "%s: not started: %s", desc, text);
     }
-    if (!req && t->kind != SHM_OP_SEND && t->kind != SHM_OP_RECV &&
+    if (!req && t->kind != DT_COMM_OP_SEND && t->kind != DT_COMM_OP_RECV &&
         atomic_load(&c->enqueued) == atomic_load(&c->taken) &&
         pthread_mutex_trylock(&c->exec) == 0) {
         /* Blocking collective and the progress thread has nothing queued
@@ -388,7 +388,8 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
     atomic_init(&r->waiters, 0);
     pthread_mutex_lock(&c->qlock);
     r->id = ++c->next_id;
-    r->seq = (r->kind == SHM_OP_SEND || r->kind == SHM_OP_RECV) ? ++c->p2p_seq : ++c->coll_seq;
+    r->seq = (r->kind == DT_COMM_OP_SEND || r->kind == DT_COMM_OP_RECV) ? ++c->p2p_seq
+                                                                        : ++c->coll_seq;
     if (c->qtail)
         c->qtail->next = r;
     else
@@ -440,7 +441,7 @@ int shm_op_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = SHM_OP_ALL_REDUCE, .send = send, .recv = recv,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_ALL_REDUCE, .send = send, .recv = recv,
                             .count = count, .dtype = dtype, .op = op, .root = -1};
     CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
@@ -452,7 +453,7 @@ int shm_op_reduce_scatter(dt_comm_t *c, const void *send, void *recv,
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = SHM_OP_REDUCE_SCATTER, .send = send, .recv = recv,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_REDUCE_SCATTER, .send = send, .recv = recv,
                             .count = recv_count, .dtype = dtype, .op = op, .root = -1};
     CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
@@ -463,7 +464,7 @@ int shm_op_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t send_
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = SHM_OP_ALL_GATHER, .send = send, .recv = recv,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_ALL_GATHER, .send = send, .recv = recv,
                             .count = send_count, .dtype = dtype, .root = -1};
     CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
@@ -474,7 +475,7 @@ int shm_op_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = SHM_OP_BROADCAST, .send = buf, .recv = buf,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_BROADCAST, .send = buf, .recv = buf,
                             .count = count, .dtype = dtype, .root = root};
     CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
@@ -486,7 +487,7 @@ int shm_op_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count,
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = SHM_OP_REDUCE, .send = send, .recv = recv,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_REDUCE, .send = send, .recv = recv,
                             .count = count, .dtype = dtype, .op = op, .root = root};
     CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
@@ -497,7 +498,7 @@ int shm_op_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype, int32_
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = SHM_OP_SEND, .send = buf, .count = count,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_SEND, .send = buf, .count = count,
                             .dtype = dtype, .root = peer, .tag = tag};
     CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
@@ -508,7 +509,7 @@ int shm_op_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = SHM_OP_RECV, .recv = buf, .count = count,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_RECV, .recv = buf, .count = count,
                             .dtype = dtype, .root = peer, .tag = tag};
     CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
@@ -518,7 +519,7 @@ int shm_op_barrier(dt_comm_t *c, dt_comm_req_t **req)
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = SHM_OP_BARRIER, .dtype = DT_U8, .esize = 1, .root = -1};
+    struct dt_comm_req t = {.kind = DT_COMM_OP_BARRIER, .dtype = DT_U8, .esize = 1, .root = -1};
     return submit(c, &t, NULL, req);
 }
 

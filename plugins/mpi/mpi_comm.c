@@ -47,6 +47,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dtrain/sdk/comm_split.h"
 #include "mpi_internal.h"
 
 static const dt_config_key_t mpi_keys[] = {
@@ -560,37 +561,19 @@ static void mpi_finalize(dt_comm_t *c)
     job_unref(h, job);
 }
 
-static int cmp_member(const void *a, const void *b)
-{
-    const int32_t *x = a, *y = b; /* {key, old rank} */
-    if (x[0] != y[0])
-        return x[0] < y[0] ? -1 : 1;
-    return x[1] < y[1] ? -1 : x[1] > y[1];
-}
-
 static int mpi_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
 {
     if (!c)
         return DT_ERR_INVALID;
     const dt_host_v1_t *h = c->host;
-    if (!out)
-        return h->set_error(h, DT_ERR_INVALID, "split of group %s: NULL out", c->gname);
-    *out = NULL;
-    if (color < 0 && color != DT_COMM_NO_COLOR)
-        return h->set_error(h, DT_ERR_INVALID, "split of group %s: color %d must be >= 0 "
-                            "or DT_COMM_NO_COLOR", c->gname, (int)color);
-    const int N = c->size;
-    int32_t mine[2] = {color, key};
-    int32_t *all = malloc(sizeof(int32_t) * 2 * (size_t)N);
-    int32_t *members = malloc(sizeof(int32_t) * 2 * (size_t)N);
-    if (!all || !members) {
-        free(all);
-        free(members);
-        return h->set_error(h, DT_ERR_NOMEM, "split of group %s: out of memory", c->gname);
-    }
+    int st = dt_comm_split_check(h, c->gname, color, out);
+    if (st != DT_OK)
+        return st;
     /* bounded: every rank is here once this returns, so the blocking
      * MPI_Comm_split below only does its own exchange */
-    int st = mpic_all_gather(c, mine, all, 2, DT_I32, NULL, NULL);
+    dt_comm_split_t s;
+    st = dt_comm_split_gather(h, mpic_all_gather, c, c->gname, c->size, c->rank, color, key,
+                              &s);
     uint32_t no = ++c->split_no; /* same on every rank: split is collective */
     MPI_Comm nc = MPI_COMM_NULL;
     if (st == DT_OK) {
@@ -608,19 +591,10 @@ static int mpi_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
         }
     }
     if (st != DT_OK || color == DT_COMM_NO_COLOR) {
-        free(all);
-        free(members);
+        dt_comm_split_free(&s);
         return st;
     }
-    int n = 0;
-    for (int p = 0; p < N; p++)
-        if (all[2 * p] == color) {
-            members[2 * n] = all[2 * p + 1];
-            members[2 * n + 1] = p;
-            n++;
-        }
-    qsort(members, (size_t)n, sizeof(int32_t) * 2, cmp_member);
-    free(all);
+    const int n = s.size;
     int new_rank = -1, new_size = 0;
     mpic_lock();
     MPI_Comm_rank(nc, &new_rank);
@@ -628,7 +602,7 @@ static int mpi_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
     mpic_unlock();
     dt_comm_t *g = new_size == n ? comm_alloc(h, new_rank, n) : NULL;
     if (!g) {
-        free(members);
+        dt_comm_split_free(&s);
         mpic_lock();
         MPI_Comm_free(&nc);
         mpic_unlock();
@@ -639,8 +613,8 @@ static int mpi_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
         return h->set_error(h, DT_ERR_NOMEM, "split of group %s: out of memory", c->gname);
     }
     for (int i = 0; i < n; i++)
-        g->wranks[i] = c->wranks[members[2 * i + 1]];
-    free(members);
+        g->wranks[i] = c->wranks[s.members[i]];
+    dt_comm_split_free(&s);
     g->comm = nc;
     atomic_fetch_add(&c->job->refs, 1);
     g->job = c->job;

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "dtrain/comm.h"
+#include "dtrain/sdk/comm_text.h"
 
 /* Defaults and limits of the config keys (also in the key table). */
 #define MPI_SPIN_DEFAULT 50
@@ -47,12 +48,6 @@
 #define MPI_ABORT_GRACE_NS 1000000000ull
 /* Tag of abort notices on the job's control communicator. */
 #define MPI_TAG_ABORT 7
-
-/* Operation kinds. */
-enum {
-    MPIC_ALL_REDUCE = 1, MPIC_REDUCE_SCATTER, MPIC_ALL_GATHER, MPIC_BROADCAST,
-    MPIC_REDUCE, MPIC_BARRIER, MPIC_SEND, MPIC_RECV
-};
 
 /* Shared by every group of the job in this process (world and splits):
  * the job's failure, the abort channel. */
@@ -115,7 +110,7 @@ struct dt_comm {
 
 struct dt_comm_req {
     struct dt_comm_req *live_prev, *live_next; /* the group's `live` list */
-    int kind;
+    int kind;               /* dt_comm_op_kind_t (dtrain/sdk/comm_text.h) */
     int dtype, op;
     int32_t root;           /* root, or peer for send / recv */
     int32_t tag;
@@ -175,7 +170,8 @@ int mpic_test(dt_comm_t *c, dt_comm_req_t *r, int *done);
 /* At finalize: free the requests nobody waited for; returns how many, and
  * sets *unfinished when one of them had not completed (MPI keeps it). */
 int mpic_drop_live(dt_comm_t *c, int *unfinished);
-/* "all_reduce #17 (f32, 4194304 bytes) on group world", as shm says it. */
+/* "all_reduce #17 (f32, 4194304 bytes) on group world": the SDK's text
+ * (dtrain/sdk/comm_text.h), as every communicator says it. */
 void mpic_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap);
 /* Text of an MPI error code. */
 void mpic_err_text(int code, char *buf, size_t cap);

@@ -36,39 +36,17 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static const char *op_name(int k)
+static dt_comm_names_t names(dt_comm_t *c)
 {
-    switch (k) {
-    case MPIC_ALL_REDUCE: return "all_reduce";
-    case MPIC_REDUCE_SCATTER: return "reduce_scatter";
-    case MPIC_ALL_GATHER: return "all_gather";
-    case MPIC_BROADCAST: return "broadcast";
-    case MPIC_REDUCE: return "reduce";
-    case MPIC_BARRIER: return "barrier";
-    case MPIC_SEND: return "send";
-    case MPIC_RECV: return "recv";
-    default: return "?";
-    }
+    return (dt_comm_names_t){.gname = c->gname, .is_world = c->is_world,
+                             .size = c->size, .wranks = c->wranks};
 }
 
-static const char *red_op_name(int op)
+static dt_comm_op_desc_t op_desc(const struct dt_comm_req *r)
 {
-    switch (op) {
-    case DT_OP_SUM: return "sum";
-    case DT_OP_AVG: return "avg";
-    case DT_OP_MAX: return "max";
-    case DT_OP_MIN: return "min";
-    default: return "?";
-    }
-}
-
-/* How group rank r is named: "rank 3", with the world rank for splits. */
-static void fmt_rank(dt_comm_t *c, int r, char *buf, size_t cap)
-{
-    if (c->is_world || r < 0 || r >= c->size) /* (a bad peer argument) */
-        snprintf(buf, cap, "rank %d", r);
-    else
-        snprintf(buf, cap, "rank %d (world rank %d)", r, (int)c->wranks[r]);
+    return (dt_comm_op_desc_t){.kind = r->kind, .seq = r->seq, .dtype = r->dtype,
+                               .op = r->op, .root = r->root, .tag = r->tag,
+                               .bytes = r->count * r->esize};
 }
 
 void mpic_err_text(int code, char *buf, size_t cap)
@@ -83,71 +61,37 @@ void mpic_err_text(int code, char *buf, size_t cap)
 
 void mpic_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap)
 {
-    char seq[32] = "";
-    if (r->seq)
-        snprintf(seq, sizeof seq, " #%llu", (unsigned long long)r->seq);
-    unsigned long long bytes = (unsigned long long)(r->count * r->esize);
-    const char *dt = dt_dtype_name(r->dtype);
-    switch (r->kind) {
-    case MPIC_BARRIER:
-        snprintf(buf, cap, "barrier%s on group %s", seq, c->gname);
-        break;
-    case MPIC_SEND:
-    case MPIC_RECV: {
-        char who[96];
-        fmt_rank(c, r->root, who, sizeof who);
-        snprintf(buf, cap, "%s%s %s %s (tag %d, %s, %llu bytes) on group %s",
-                 op_name(r->kind), seq, r->kind == MPIC_SEND ? "to" : "from", who,
-                 (int)r->tag, dt, bytes, c->gname);
-        break;
-    }
-    case MPIC_BROADCAST:
-        snprintf(buf, cap, "broadcast%s (%s, %llu bytes, root %d) on group %s", seq, dt,
-                 bytes, (int)r->root, c->gname);
-        break;
-    case MPIC_REDUCE:
-        snprintf(buf, cap, "reduce%s (%s %s, %llu bytes, root %d) on group %s", seq, dt,
-                 red_op_name(r->op), bytes, (int)r->root, c->gname);
-        break;
-    case MPIC_ALL_GATHER:
-        snprintf(buf, cap, "all_gather%s (%s, %llu bytes per rank) on group %s", seq, dt,
-                 bytes, c->gname);
-        break;
-    case MPIC_REDUCE_SCATTER:
-        snprintf(buf, cap, "reduce_scatter%s (%s %s, %llu bytes per rank) on group %s", seq,
-                 dt, red_op_name(r->op), bytes, c->gname);
-        break;
-    default:
-        snprintf(buf, cap, "%s%s (%s, %llu bytes) on group %s", op_name(r->kind), seq, dt,
-                 bytes, c->gname);
-        break;
-    }
+    dt_comm_names_t g = names(c);
+    dt_comm_op_desc_t d = op_desc(r);
+    dt_comm_op_text(&g, &d, buf, cap);
 }
 
 /* Whom a request waits for: its peer, the other rank of a pair, or every
  * other rank of the group ("one or more of"). */
 static void fmt_waited(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap)
 {
-    if (r->kind == MPIC_SEND || r->kind == MPIC_RECV) {
-        fmt_rank(c, r->root, buf, cap);
+    dt_comm_names_t g = names(c);
+    if (r->kind == DT_COMM_OP_SEND || r->kind == DT_COMM_OP_RECV) {
+        dt_comm_fmt_rank(&g, r->root, buf, cap);
         return;
     }
     if (c->size == 2) {
-        fmt_rank(c, 1 - c->rank, buf, cap);
+        dt_comm_fmt_rank(&g, 1 - c->rank, buf, cap);
         return;
     }
-    size_t len = (size_t)snprintf(buf, cap, "one or more of ranks ");
-    int first = 1;
-    for (int p = 0; p < c->size && len < cap; p++) {
-        if (p == c->rank)
-            continue;
-        if (c->is_world)
-            len += (size_t)snprintf(buf + len, cap - len, "%s%d", first ? "" : ", ", p);
-        else
-            len += (size_t)snprintf(buf + len, cap - len, "%s%d (world rank %d)",
-                                    first ? "" : ", ", p, (int)c->wranks[p]);
-        first = 0;
+    int *others = malloc(sizeof(int) * (size_t)c->size);
+    if (!others) {
+        snprintf(buf, cap, "one or more of the other ranks");
+        return;
     }
+    int n = 0;
+    for (int p = 0; p < c->size; p++)
+        if (p != c->rank)
+            others[n++] = p;
+    size_t len = (size_t)snprintf(buf, cap, "one or more of ");
+    if (len < cap)
+        dt_comm_fmt_ranks(&g, others, n, buf + len, cap - len);
+    free(others);
 }
 
 /* The group is out of step for good: keep the first cause. */
@@ -215,7 +159,7 @@ static int test_once(dt_comm_t *c, struct dt_comm_req *r)
 static void abandon(dt_comm_t *c, struct dt_comm_req *r, int status, const char *text)
 {
     int cancelled = 0;
-    if (r->kind == MPIC_RECV && r->mreq != MPI_REQUEST_NULL) {
+    if (r->kind == DT_COMM_OP_RECV && r->mreq != MPI_REQUEST_NULL) {
         mpic_lock();
         if (MPI_Cancel(&r->mreq) == MPI_SUCCESS) {
             /* A cancelled receive completes locally, but bound it anyway. */
@@ -369,53 +313,37 @@ typedef struct start {
     void *recv;
 } start_t;
 
-static int check_common(dt_comm_t *c, struct dt_comm_req *t, int reducing)
+/* Every argument check of the operation t describes (sets t->esize): the
+ * SDK's, with MPI's count limit between them. */
+static int check_args(dt_comm_t *c, struct dt_comm_req *t, const void *send,
+                      const void *recv)
 {
     const dt_host_v1_t *h = c->host;
-    char desc[256];
-    t->esize = dt_dtype_size(t->dtype);
-    if (t->esize == 0 || mpic_datatype(t->dtype) == MPI_DATATYPE_NULL) {
-        t->esize = 1;
-        mpic_req_desc(c, t, desc, sizeof desc);
-        return h->set_error(h, DT_ERR_INVALID, "%s: unknown dtype %d", desc, t->dtype);
-    }
-    if (reducing) {
-        MPI_Op op;
-        int st = mpic_reduce_op(t->dtype, t->op, &op);
-        if (st != DT_OK) {
-            mpic_req_desc(c, t, desc, sizeof desc);
-            if (st == DT_ERR_UNSUPPORTED)
-                return h->set_error(h, st, "%s: op avg is not defined for integer dtype %s",
-                                    desc, dt_dtype_name(t->dtype));
-            return h->set_error(h, st, "%s: unknown reduction op %d", desc, t->op);
-        }
-    }
-    if (t->count > (uint64_t)INT_MAX) {
-        mpic_req_desc(c, t, desc, sizeof desc);
-        return h->set_error(h, DT_ERR_UNSUPPORTED, "%s: count %llu is above MPI's count "
-                            "limit (%d elements per call); split the buffer",
-                            desc, (unsigned long long)t->count, INT_MAX);
-    }
-    return DT_OK;
+    /* an unknown dtype's message counts its bytes as elements */
+    t->esize = dt_dtype_size(t->dtype) ? dt_dtype_size(t->dtype) : 1;
+    dt_comm_names_t g = names(c);
+    dt_comm_op_desc_t d = op_desc(t);
+    int st = dt_comm_check_dtype(h, &g, &d);
+    if (st == DT_OK)
+        st = dt_comm_check_reduce(h, &g, &d);
+    if (st == DT_OK && t->count > (uint64_t)INT_MAX)
+        st = dt_comm_op_fail(h, &g, &d, DT_ERR_UNSUPPORTED, "count %llu is above MPI's "
+                             "count limit (%d elements per call); split the buffer",
+                             (unsigned long long)t->count, INT_MAX);
+    if (st == DT_OK)
+        st = dt_comm_check_args(h, &g, &d, c->rank, t->count, send, recv);
+    return st;
 }
 
-static int need_buf(dt_comm_t *c, struct dt_comm_req *t, const void *p, const char *what)
+/* send / recv: MPI's tags are >= 0 (MPI_ANY_TAG only receives). */
+static int check_tag(dt_comm_t *c, struct dt_comm_req *t)
 {
-    if (p || t->count == 0)
+    if (t->tag >= 0 && !(t->kind == DT_COMM_OP_SEND && t->tag == MPI_ANY_TAG))
         return DT_OK;
-    char desc[256];
-    mpic_req_desc(c, t, desc, sizeof desc);
-    return c->host->set_error(c->host, DT_ERR_INVALID, "%s: %s buffer is NULL", desc, what);
-}
-
-static int check_rank(dt_comm_t *c, struct dt_comm_req *t, int32_t r, const char *what)
-{
-    if (r >= 0 && r < c->size)
-        return DT_OK;
-    char desc[256];
-    mpic_req_desc(c, t, desc, sizeof desc);
-    return c->host->set_error(c->host, DT_ERR_INVALID, "%s: %s %d is not a rank of the "
-                              "group [0, %d)", desc, what, (int)r, (int)c->size);
+    dt_comm_names_t g = names(c);
+    dt_comm_op_desc_t d = op_desc(t);
+    return dt_comm_op_fail(c->host, &g, &d, DT_ERR_INVALID, "tag %d must be >= 0",
+                           (int)t->tag);
 }
 
 /* Start r's MPI call; MPI_SUCCESS or MPI's error code. */
@@ -423,39 +351,40 @@ static int start_mpi(dt_comm_t *c, struct dt_comm_req *r, const void *send, void
 {
     MPI_Datatype dt = mpic_datatype(r->dtype);
     MPI_Op op = MPI_OP_NULL;
-    if (r->kind == MPIC_ALL_REDUCE || r->kind == MPIC_REDUCE_SCATTER || r->kind == MPIC_REDUCE)
+    if (r->kind == DT_COMM_OP_ALL_REDUCE || r->kind == DT_COMM_OP_REDUCE_SCATTER ||
+        r->kind == DT_COMM_OP_REDUCE)
         mpic_reduce_op(r->dtype, r->op, &op);
     int n = (int)r->count;
     int rc;
     mpic_lock();
     switch (r->kind) {
-    case MPIC_ALL_REDUCE:
+    case DT_COMM_OP_ALL_REDUCE:
         rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, dt, op, c->comm,
                             &r->mreq);
         break;
-    case MPIC_REDUCE_SCATTER:
+    case DT_COMM_OP_REDUCE_SCATTER:
         rc = MPI_Ireduce_scatter_block(send, recv, n, dt, op, c->comm, &r->mreq);
         break;
-    case MPIC_ALL_GATHER: {
+    case DT_COMM_OP_ALL_GATHER: {
         const char *mine = (const char *)recv + (size_t)c->rank * (size_t)n * r->esize;
         rc = MPI_Iallgather(send == mine ? MPI_IN_PLACE : send, n, dt, recv, n, dt, c->comm,
                             &r->mreq);
         break;
     }
-    case MPIC_BROADCAST:
+    case DT_COMM_OP_BROADCAST:
         rc = MPI_Ibcast(recv, n, dt, r->root, c->comm, &r->mreq);
         break;
-    case MPIC_REDUCE:
+    case DT_COMM_OP_REDUCE:
         rc = MPI_Ireduce(c->rank == r->root && send == recv ? MPI_IN_PLACE : send, recv, n, dt,
                          op, r->root, c->comm, &r->mreq);
         break;
-    case MPIC_BARRIER:
+    case DT_COMM_OP_BARRIER:
         rc = MPI_Ibarrier(c->comm, &r->mreq);
         break;
-    case MPIC_SEND:
+    case DT_COMM_OP_SEND:
         rc = MPI_Isend(send, n, dt, r->root, r->tag, c->comm, &r->mreq);
         break;
-    case MPIC_RECV:
+    case DT_COMM_OP_RECV:
         rc = MPI_Irecv(recv, n, dt, r->root, r->tag, c->comm, &r->mreq);
         break;
     default:
@@ -469,14 +398,14 @@ static int start_mpi(dt_comm_t *c, struct dt_comm_req *r, const void *send, void
 static const char *mpi_call_name(int kind)
 {
     switch (kind) {
-    case MPIC_ALL_REDUCE: return "MPI_Iallreduce";
-    case MPIC_REDUCE_SCATTER: return "MPI_Ireduce_scatter_block";
-    case MPIC_ALL_GATHER: return "MPI_Iallgather";
-    case MPIC_BROADCAST: return "MPI_Ibcast";
-    case MPIC_REDUCE: return "MPI_Ireduce";
-    case MPIC_BARRIER: return "MPI_Ibarrier";
-    case MPIC_SEND: return "MPI_Isend";
-    case MPIC_RECV: return "MPI_Irecv";
+    case DT_COMM_OP_ALL_REDUCE: return "MPI_Iallreduce";
+    case DT_COMM_OP_REDUCE_SCATTER: return "MPI_Ireduce_scatter_block";
+    case DT_COMM_OP_ALL_GATHER: return "MPI_Iallgather";
+    case DT_COMM_OP_BROADCAST: return "MPI_Ibcast";
+    case DT_COMM_OP_REDUCE: return "MPI_Ireduce";
+    case DT_COMM_OP_BARRIER: return "MPI_Ibarrier";
+    case DT_COMM_OP_SEND: return "MPI_Isend";
+    case DT_COMM_OP_RECV: return "MPI_Irecv";
     default: return "?";
     }
 }
@@ -495,7 +424,7 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *r
         if (st != DT_OK)
             return st;
     }
-    if (t->kind == MPIC_SEND || t->kind == MPIC_RECV)
+    if (t->kind == DT_COMM_OP_SEND || t->kind == DT_COMM_OP_RECV)
         t->seq = ++c->p2p_seq;
     else
         t->seq = ++c->coll_seq;
@@ -519,7 +448,7 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *r
     /* reduce_scatter into a block of its own input: MPI forbids the
      * overlap (its in-place form leaves the result at block 0), so the
      * block is received beside and copied in at completion */
-    if (r->kind == MPIC_REDUCE_SCATTER && r->count) {
+    if (r->kind == DT_COMM_OP_REDUCE_SCATTER && r->count) {
         const char *s = send, *d = recv;
         size_t in_bytes = (size_t)r->count * r->esize * (size_t)c->size;
         size_t out_bytes = (size_t)r->count * r->esize;
@@ -536,8 +465,9 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *r
             recv = r->tmp;
         }
     }
-    if (r->op == DT_OP_AVG && (r->kind == MPIC_ALL_REDUCE || r->kind == MPIC_REDUCE_SCATTER ||
-                               (r->kind == MPIC_REDUCE && c->rank == r->root))) {
+    if (r->op == DT_OP_AVG &&
+        (r->kind == DT_COMM_OP_ALL_REDUCE || r->kind == DT_COMM_OP_REDUCE_SCATTER ||
+         (r->kind == DT_COMM_OP_REDUCE && c->rank == r->root))) {
         r->avg_buf = recv;
         r->avg_count = r->count;
     }
@@ -574,11 +504,9 @@ int mpic_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, 
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = MPIC_ALL_REDUCE, .count = count, .dtype = dtype,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_ALL_REDUCE, .count = count, .dtype = dtype,
                             .op = op, .root = -1};
-    CHECK(check_common(c, &t, 1));
-    CHECK(need_buf(c, &t, send, "send"));
-    CHECK(need_buf(c, &t, recv, "recv"));
+    CHECK(check_args(c, &t, send, recv));
     return submit(c, &t, send, recv, stream, req);
 }
 
@@ -587,11 +515,9 @@ int mpic_reduce_scatter(dt_comm_t *c, const void *send, void *recv, uint64_t rec
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = MPIC_REDUCE_SCATTER, .count = recv_count, .dtype = dtype,
-                            .op = op, .root = -1};
-    CHECK(check_common(c, &t, 1));
-    CHECK(need_buf(c, &t, send, "send"));
-    CHECK(need_buf(c, &t, recv, "recv"));
+    struct dt_comm_req t = {.kind = DT_COMM_OP_REDUCE_SCATTER, .count = recv_count,
+                            .dtype = dtype, .op = op, .root = -1};
+    CHECK(check_args(c, &t, send, recv));
     return submit(c, &t, send, recv, stream, req);
 }
 
@@ -600,11 +526,9 @@ int mpic_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t send_co
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = MPIC_ALL_GATHER, .count = send_count, .dtype = dtype,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_ALL_GATHER, .count = send_count, .dtype = dtype,
                             .root = -1};
-    CHECK(check_common(c, &t, 0));
-    CHECK(need_buf(c, &t, send, "send"));
-    CHECK(need_buf(c, &t, recv, "recv"));
+    CHECK(check_args(c, &t, send, recv));
     return submit(c, &t, send, recv, stream, req);
 }
 
@@ -613,11 +537,9 @@ int mpic_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t r
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = MPIC_BROADCAST, .count = count, .dtype = dtype,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_BROADCAST, .count = count, .dtype = dtype,
                             .root = root};
-    CHECK(check_common(c, &t, 0));
-    CHECK(check_rank(c, &t, root, "root"));
-    CHECK(need_buf(c, &t, buf, "data"));
+    CHECK(check_args(c, &t, buf, NULL));
     return submit(c, &t, buf, buf, stream, req);
 }
 
@@ -626,13 +548,9 @@ int mpic_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int 
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = MPIC_REDUCE, .count = count, .dtype = dtype, .op = op,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_REDUCE, .count = count, .dtype = dtype, .op = op,
                             .root = root};
-    CHECK(check_common(c, &t, 1));
-    CHECK(check_rank(c, &t, root, "root"));
-    CHECK(need_buf(c, &t, send, "send"));
-    if (root == c->rank)
-        CHECK(need_buf(c, &t, recv, "recv"));
+    CHECK(check_args(c, &t, send, recv));
     return submit(c, &t, send, recv, stream, req);
 }
 
@@ -641,17 +559,10 @@ int mpic_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype, int32_t 
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = MPIC_SEND, .count = count, .dtype = dtype, .root = peer,
-                            .tag = tag};
-    CHECK(check_common(c, &t, 0));
-    CHECK(check_rank(c, &t, peer, "peer"));
-    CHECK(need_buf(c, &t, buf, "send"));
-    if (tag < 0 || tag == MPI_ANY_TAG) {
-        char desc[256];
-        mpic_req_desc(c, &t, desc, sizeof desc);
-        return c->host->set_error(c->host, DT_ERR_INVALID, "%s: tag %d must be >= 0", desc,
-                                  (int)tag);
-    }
+    struct dt_comm_req t = {.kind = DT_COMM_OP_SEND, .count = count, .dtype = dtype,
+                            .root = peer, .tag = tag};
+    CHECK(check_args(c, &t, buf, NULL));
+    CHECK(check_tag(c, &t));
     return submit(c, &t, buf, NULL, stream, req);
 }
 
@@ -660,17 +571,10 @@ int mpic_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer, 
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = MPIC_RECV, .count = count, .dtype = dtype, .root = peer,
-                            .tag = tag};
-    CHECK(check_common(c, &t, 0));
-    CHECK(check_rank(c, &t, peer, "peer"));
-    CHECK(need_buf(c, &t, buf, "recv"));
-    if (tag < 0) {
-        char desc[256];
-        mpic_req_desc(c, &t, desc, sizeof desc);
-        return c->host->set_error(c->host, DT_ERR_INVALID, "%s: tag %d must be >= 0", desc,
-                                  (int)tag);
-    }
+    struct dt_comm_req t = {.kind = DT_COMM_OP_RECV, .count = count, .dtype = dtype,
+                            .root = peer, .tag = tag};
+    CHECK(check_args(c, &t, NULL, buf));
+    CHECK(check_tag(c, &t));
     return submit(c, &t, NULL, buf, stream, req);
 }
 
@@ -678,7 +582,7 @@ int mpic_barrier(dt_comm_t *c, dt_comm_req_t **req)
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = MPIC_BARRIER, .dtype = DT_U8, .esize = 1, .root = -1};
+    struct dt_comm_req t = {.kind = DT_COMM_OP_BARRIER, .dtype = DT_U8, .esize = 1, .root = -1};
     return submit(c, &t, NULL, NULL, NULL, req);
 }
 

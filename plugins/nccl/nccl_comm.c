@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "dtrain/sdk/cfg.h"
+#include "dtrain/sdk/comm_split.h"
 #include "nccl_internal.h"
 
 static const dt_config_key_t nccl_keys[] = {
@@ -218,10 +219,12 @@ static int nccl_split_locked(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t
 
 static int nccl_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
 {
-    if (!c || !out)
+    if (!c)
         return DT_ERR_INVALID;
-    *out = NULL;
-    int st = atomic_load(&c->broken);
+    int st = dt_comm_split_check(c->host, c->gname, color, out);
+    if (st != DT_OK)
+        return st;
+    st = atomic_load(&c->broken);
     if (st)
         return c->host->set_error(c->host, st, "rank %d: split on group %s: the group "
                                   "failed earlier: %s", (int)c->world_rank, c->gname,

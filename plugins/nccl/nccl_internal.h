@@ -14,25 +14,16 @@
 #include <nccl.h>
 
 #include "dtrain/comm.h"
-
-typedef enum nccl_op_kind {
-    NCCL_OP_ALL_REDUCE,
-    NCCL_OP_REDUCE_SCATTER,
-    NCCL_OP_ALL_GATHER,
-    NCCL_OP_BROADCAST,
-    NCCL_OP_REDUCE,
-    NCCL_OP_SEND,
-    NCCL_OP_RECV,
-    NCCL_OP_BARRIER
-} nccl_op_kind_t;
+#include "dtrain/sdk/comm_text.h"
 
 /* What a started operation is, for messages, and the event that marks its
  * end on the stream it was enqueued on. */
 struct dt_comm_req {
-    int kind;        /* nccl_op_kind_t */
+    int kind;        /* dt_comm_op_kind_t */
     uint64_t seq;    /* 1-based per group */
     int dtype;
-    uint64_t bytes;  /* this rank's buffer */
+    uint64_t bytes;  /* this rank's buffer (count elements, counted as
+                      * bytes for an unknown dtype) */
     int32_t root;    /* root, or the peer of send/recv; -1 */
     int32_t tag;
     int op;          /* dt_reduce_op_t, or -1 */

@@ -21,52 +21,27 @@
 
 #include "nccl_internal.h"
 
-static const char *op_name(int kind)
+/* NCCL keeps no map to world ranks: a group's ranks are named plainly. */
+static dt_comm_names_t names(const dt_comm_t *c)
 {
-    static const char *const names[] = {"all_reduce", "reduce_scatter", "all_gather",
-                                        "broadcast",  "reduce",         "send",
-                                        "recv",       "barrier"};
-    return kind >= 0 && kind <= NCCL_OP_BARRIER ? names[kind] : "?";
+    return (dt_comm_names_t){.gname = c->gname, .size = c->size};
 }
 
-static const char *red_name(int op)
+static dt_comm_op_desc_t op_desc(const struct dt_comm_req *r)
 {
-    static const char *const names[] = {"sum", "avg", "max", "min"};
-    return op >= 0 && op <= DT_OP_MIN ? names[op] : "?";
+    return (dt_comm_op_desc_t){.kind = r->kind, .seq = r->seq, .dtype = r->dtype,
+                               .op = r->op, .root = r->root, .tag = r->tag,
+                               .bytes = r->bytes};
 }
 
-/* "all_reduce #12 (f32 sum, 4096 bytes) on group world" */
+/* "all_reduce #12 (f32, 4096 bytes) on group world": the SDK's text
+ * (dtrain/sdk/comm_text.h), as every communicator says it. */
 static void req_desc(const dt_comm_t *c, const struct dt_comm_req *r, char *buf,
                      size_t cap)
 {
-    const char *dt = dt_dtype_name(r->dtype);
-    unsigned long long b = (unsigned long long)r->bytes, seq = (unsigned long long)r->seq;
-    switch (r->kind) {
-    case NCCL_OP_BARRIER:
-        snprintf(buf, cap, "barrier #%llu on group %s", seq, c->gname);
-        break;
-    case NCCL_OP_SEND:
-    case NCCL_OP_RECV:
-        snprintf(buf, cap, "%s #%llu %s rank %d (tag %d, %s, %llu bytes) on group %s",
-                 op_name(r->kind), seq, r->kind == NCCL_OP_SEND ? "to" : "from",
-                 (int)r->root, (int)r->tag, dt, b, c->gname);
-        break;
-    case NCCL_OP_BROADCAST:
-        snprintf(buf, cap, "broadcast #%llu (%s, %llu bytes, root %d) on group %s", seq, dt,
-                 b, (int)r->root, c->gname);
-        break;
-    case NCCL_OP_REDUCE:
-        snprintf(buf, cap, "reduce #%llu (%s %s, %llu bytes, root %d) on group %s", seq, dt,
-                 red_name(r->op), b, (int)r->root, c->gname);
-        break;
-    case NCCL_OP_ALL_GATHER:
-        snprintf(buf, cap, "all_gather #%llu (%s, %llu bytes) on group %s", seq, dt, b,
-                 c->gname);
-        break;
-    default:
-        snprintf(buf, cap, "%s #%llu (%s %s, %llu bytes) on group %s", op_name(r->kind),
-                 seq, dt, red_name(r->op), b, c->gname);
-    }
+    dt_comm_names_t g = names(c);
+    dt_comm_op_desc_t d = op_desc(r);
+    dt_comm_op_text(&g, &d, buf, cap);
 }
 
 static int nccl_type(int dtype, ncclDataType_t *out)
@@ -91,10 +66,12 @@ static int nccl_red(int op, ncclRedOp_t *out)
     }
 }
 
-/* Everything an operation checks before NCCL sees it; fills r and *cs. */
+/* Everything an operation checks before NCCL sees it (the SDK's checks,
+ * NCCL's dtypes between them); fills r and *cs. */
 static int begin(dt_comm_t *c, struct dt_comm_req *r, int kind, int dtype, int op,
-                 uint64_t count, int32_t root, int32_t tag, dt_stream_t *stream,
-                 cudaStream_t *cs, ncclDataType_t *nt, ncclRedOp_t *nr)
+                 uint64_t count, int32_t root, int32_t tag, const void *send,
+                 const void *recv, dt_stream_t *stream, cudaStream_t *cs,
+                 ncclDataType_t *nt, ncclRedOp_t *nr)
 {
     memset(r, 0, sizeof *r);
     r->kind = kind;
@@ -103,23 +80,29 @@ static int begin(dt_comm_t *c, struct dt_comm_req *r, int kind, int dtype, int o
     r->op = op;
     r->root = root;
     r->tag = tag;
-    r->bytes = count * dt_dtype_size(dtype);
-    char desc[256];
-    req_desc(c, r, desc, sizeof desc);
+    size_t esize = dt_dtype_size(dtype);
+    r->bytes = count * (esize ? esize : 1);
+    const dt_host_v1_t *h = c->host;
+    dt_comm_names_t g = names(c);
+    dt_comm_op_desc_t d = op_desc(r);
     int st = atomic_load(&c->broken);
-    if (st)
-        return c->host->set_error(c->host, st, "rank %d: %s: the group failed earlier: %s",
-                                  (int)c->world_rank, desc, c->broken_msg);
+    if (st) {
+        char desc[256];
+        dt_comm_op_text(&g, &d, desc, sizeof desc);
+        return h->set_error(h, st, "rank %d: %s: the group failed earlier: %s",
+                            (int)c->world_rank, desc, c->broken_msg);
+    }
+    if ((st = dt_comm_check_dtype(h, &g, &d)) != DT_OK ||
+        (st = dt_comm_check_reduce(h, &g, &d)) != DT_OK)
+        return st;
     if (!nccl_type(dtype, nt))
-        return c->host->set_error(c->host, DT_ERR_UNSUPPORTED,
-                                  "%s: dtype %s: the nccl communicator moves f32, bf16, "
-                                  "f16 and i32", desc, dt_dtype_name(dtype));
-    if (op >= 0 && !nccl_red(op, nr))
-        return c->host->set_error(c->host, DT_ERR_INVALID, "%s: op %d is not a "
-                                  "dt_reduce_op_t", desc, op);
-    if (root >= 0 && root >= c->size)
-        return c->host->set_error(c->host, DT_ERR_INVALID, "%s: rank %d is not in a group "
-                                  "of %d", desc, (int)root, (int)c->size);
+        return dt_comm_op_fail(h, &g, &d, DT_ERR_UNSUPPORTED, "dtype %s: the nccl "
+                               "communicator moves f32, bf16, f16 and i32",
+                               dt_dtype_name(dtype));
+    if ((st = dt_comm_check_args(h, &g, &d, c->rank, count, send, recv)) != DT_OK)
+        return st;
+    if (op >= 0)
+        nccl_red(op, nr); /* a dt_reduce_op_t: checked above */
     void *native = NULL;
     int rc = c->dev_ops->native_stream(c->dev, stream, &native);
     if (rc != DT_OK)
@@ -161,7 +144,7 @@ static int finish(dt_comm_t *c, struct dt_comm_req *r, ncclResult_t nr, cudaStre
 
 /* Check, enqueue `call` under c->mu, then hand the request out or (req ==
  * NULL) wait for it with the group's timeout. */
-#define START(kind, dtype, op, count, root, tag, call)                         \
+#define START(kind, dtype, op, count, root, tag, send, recv, call)             \
     do {                                                                       \
         if (!c)                                                                \
             return DT_ERR_INVALID;                                             \
@@ -173,7 +156,7 @@ static int finish(dt_comm_t *c, struct dt_comm_req *r, ncclResult_t nr, cudaStre
         ncclRedOp_t nr = ncclSum;                                              \
         pthread_mutex_lock(&c->mu);                                            \
         int rc_ = begin(c, &r_, (kind), (dtype), (op), (count), (root), (tag), \
-                        stream, &cs, &nt, &nr);                                \
+                        (send), (recv), stream, &cs, &nt, &nr);                \
         if (rc_ == DT_OK)                                                      \
             rc_ = finish(c, &r_, (call), cs, &q_);                             \
         pthread_mutex_unlock(&c->mu);                                          \
@@ -189,7 +172,7 @@ static int finish(dt_comm_t *c, struct dt_comm_req *r, ncclResult_t nr, cudaStre
 int nccl_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count,
                     int dtype, int op, dt_stream_t *stream, dt_comm_req_t **req)
 {
-    START(NCCL_OP_ALL_REDUCE, dtype, op, count, -1, 0,
+    START(DT_COMM_OP_ALL_REDUCE, dtype, op, count, -1, 0, send, recv,
           ncclAllReduce(send, recv, (size_t)count, nt, nr, c->nc, cs));
 }
 
@@ -197,7 +180,7 @@ int nccl_reduce_scatter(dt_comm_t *c, const void *send, void *recv,
                         uint64_t recv_count, int dtype, int op,
                         dt_stream_t *stream, dt_comm_req_t **req)
 {
-    START(NCCL_OP_REDUCE_SCATTER, dtype, op, recv_count, -1, 0,
+    START(DT_COMM_OP_REDUCE_SCATTER, dtype, op, recv_count, -1, 0, send, recv,
           ncclReduceScatter(send, recv, (size_t)recv_count, nt, nr, c->nc, cs));
 }
 
@@ -205,14 +188,14 @@ int nccl_all_gather(dt_comm_t *c, const void *send, void *recv,
                     uint64_t send_count, int dtype, dt_stream_t *stream,
                     dt_comm_req_t **req)
 {
-    START(NCCL_OP_ALL_GATHER, dtype, -1, send_count, -1, 0,
+    START(DT_COMM_OP_ALL_GATHER, dtype, -1, send_count, -1, 0, send, recv,
           ncclAllGather(send, recv, (size_t)send_count, nt, c->nc, cs));
 }
 
 int nccl_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype,
                    int32_t root, dt_stream_t *stream, dt_comm_req_t **req)
 {
-    START(NCCL_OP_BROADCAST, dtype, -1, count, root, 0,
+    START(DT_COMM_OP_BROADCAST, dtype, -1, count, root, 0, buf, NULL,
           ncclBroadcast(buf, buf, (size_t)count, nt, (int)root, c->nc, cs));
 }
 
@@ -220,21 +203,21 @@ int nccl_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count,
                 int dtype, int op, int32_t root, dt_stream_t *stream,
                 dt_comm_req_t **req)
 {
-    START(NCCL_OP_REDUCE, dtype, op, count, root, 0,
+    START(DT_COMM_OP_REDUCE, dtype, op, count, root, 0, send, recv,
           ncclReduce(send, recv, (size_t)count, nt, nr, (int)root, c->nc, cs));
 }
 
 int nccl_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype,
               int32_t peer, int32_t tag, dt_stream_t *stream, dt_comm_req_t **req)
 {
-    START(NCCL_OP_SEND, dtype, -1, count, peer, tag,
+    START(DT_COMM_OP_SEND, dtype, -1, count, peer, tag, buf, NULL,
           ncclSend(buf, (size_t)count, nt, (int)peer, c->nc, cs));
 }
 
 int nccl_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
               int32_t tag, dt_stream_t *stream, dt_comm_req_t **req)
 {
-    START(NCCL_OP_RECV, dtype, -1, count, peer, tag,
+    START(DT_COMM_OP_RECV, dtype, -1, count, peer, tag, NULL, buf,
           ncclRecv(buf, (size_t)count, nt, (int)peer, c->nc, cs));
 }
 
@@ -242,7 +225,7 @@ int nccl_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
 int nccl_barrier(dt_comm_t *c, dt_comm_req_t **req)
 {
     dt_stream_t *stream = NULL;
-    START(NCCL_OP_BARRIER, DT_F32, DT_OP_SUM, 1, -1, 0,
+    START(DT_COMM_OP_BARRIER, DT_F32, DT_OP_SUM, 1, -1, 0, NULL, NULL,
           ncclAllReduce(c->barrier_buf, c->barrier_buf, 1, nt, nr, c->nc, cs));
 }
 

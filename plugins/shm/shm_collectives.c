@@ -68,7 +68,7 @@ static int check_desc(dt_comm_t *c, struct dt_comm_req *r, uint64_t G, int only)
                  "%s: %s started %s #%llu (count %llu, %s, op %d, root %d) "
                  "instead; every rank must start the same collectives with "
                  "the same arguments in the same order",
-                 desc, who, shm_op_name((int)d->kind), (unsigned long long)d->seq,
+                 desc, who, dt_comm_op_name((int)d->kind), (unsigned long long)d->seq,
                  (unsigned long long)d->count, dt_dtype_name(d->dtype), d->op,
                  d->root);
         return DT_ERR_INVALID;
@@ -314,12 +314,12 @@ static int run_barrier(dt_comm_t *c, struct dt_comm_req *r)
 int shm_run_collective(dt_comm_t *c, struct dt_comm_req *r)
 {
     switch (r->kind) {
-    case SHM_OP_ALL_REDUCE: return run_all_reduce(c, r, -1);
-    case SHM_OP_REDUCE: return run_all_reduce(c, r, r->root);
-    case SHM_OP_REDUCE_SCATTER: return run_reduce_scatter(c, r);
-    case SHM_OP_ALL_GATHER: return run_all_gather(c, r);
-    case SHM_OP_BROADCAST: return run_broadcast(c, r);
-    case SHM_OP_BARRIER: return run_barrier(c, r);
+    case DT_COMM_OP_ALL_REDUCE: return run_all_reduce(c, r, -1);
+    case DT_COMM_OP_REDUCE: return run_all_reduce(c, r, r->root);
+    case DT_COMM_OP_REDUCE_SCATTER: return run_reduce_scatter(c, r);
+    case DT_COMM_OP_ALL_GATHER: return run_all_gather(c, r);
+    case DT_COMM_OP_BROADCAST: return run_broadcast(c, r);
+    case DT_COMM_OP_BARRIER: return run_barrier(c, r);
     default:
         snprintf(r->msg, sizeof r->msg, "internal error: unknown collective %d", r->kind);
         return DT_ERR_INVALID;

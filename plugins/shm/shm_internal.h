@@ -35,6 +35,7 @@
 #include <sys/types.h>
 
 #include "dtrain/comm.h"
+#include "dtrain/sdk/comm_text.h"
 #include "shm_secret.h"
 
 /* ------------------------------------------------------------------------
@@ -275,13 +276,6 @@ typedef struct shm_job {
     char job_id[SHM_JOB_ID_MAX + 1];
 } shm_job_t;
 
-/* Operation kinds (also in shm_desc_t.kind). */
-enum {
-    SHM_OP_ALL_REDUCE = 1, SHM_OP_REDUCE_SCATTER, SHM_OP_ALL_GATHER,
-    SHM_OP_BROADCAST, SHM_OP_REDUCE, SHM_OP_BARRIER, SHM_OP_SEND,
-    SHM_OP_RECV, SHM_OP_KIND_END
-};
-
 /* Request states (a process-private futex word). */
 enum { SHM_REQ_QUEUED = 0, SHM_REQ_DONE = 1 };
 
@@ -289,7 +283,7 @@ struct dt_comm_req {
     struct dt_comm_req *next;     /* queue link */
     struct dt_comm_req *live_prev, *live_next; /* not yet waited, qlock */
     struct dt_comm_req *p2p_next; /* active point-to-point list link */
-    int kind;                     /* SHM_OP_* */
+    int kind;                     /* dt_comm_op_kind_t */
     const void *send;
     void *recv;
     uint64_t count;               /* elements (see each op) */

@@ -94,7 +94,7 @@ static void run_one(dt_comm_t *c, struct dt_comm_req *r)
         fail_unstarted(c, r, DT_ERR_TIMEOUT, text);
         return;
     }
-    if (r->kind == SHM_OP_SEND || r->kind == SHM_OP_RECV) {
+    if (r->kind == DT_COMM_OP_SEND || r->kind == DT_COMM_OP_RECV) {
         shm_p2p_start(c, r);
         return;
     }
@@ -349,7 +349,7 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
         shm_req_desc(c, t, desc, sizeof desc);
         return h->set_error(h, st, "%s: not started: %s", desc, text);
     }
-    if (!req && t->kind != SHM_OP_SEND && t->kind != SHM_OP_RECV &&
+    if (!req && t->kind != DT_COMM_OP_SEND && t->kind != DT_COMM_OP_RECV &&
         atomic_load(&c->enqueued) == atomic_load(&c->taken) &&
         pthread_mutex_trylock(&c->exec) == 0) {
         /* Blocking collective and the progress thread has nothing queued
@@ -388,7 +388,8 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
     atomic_init(&r->waiters, 0);
     pthread_mutex_lock(&c->qlock);
     r->id = ++c->next_id;
-    r->seq = (r->kind == SHM_OP_SEND || r->kind == SHM_OP_RECV) ? ++c->p2p_seq : ++c->coll_seq;
+    r->seq = (r->kind == DT_COMM_OP_SEND || r->kind == DT_COMM_OP_RECV) ? ++c->p2p_seq
+                                                                        : ++c->coll_seq;
     if (c->qtail)
         c->qtail->next = r;
     else
@@ -407,51 +408,25 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
     return DT_OK;
 }
 
-static int check_common(dt_comm_t *c, struct dt_comm_req *t, int reducing)
+/* Every argument check of the operation t describes (kind, send, recv,
+ * count, dtype, op, root/peer; sets t->esize): the SDK's, with shm's own
+ * count limit between them. */
+static int check_args(dt_comm_t *c, struct dt_comm_req *t)
 {
     const dt_host_v1_t *h = c->host;
-    char desc[256];
-    t->esize = dt_dtype_size(t->dtype);
-    if (t->esize == 0) {
-        t->esize = 1;
-        shm_req_desc(c, t, desc, sizeof desc);
-        return h->set_error(h, DT_ERR_INVALID, "%s: unknown dtype %d", desc, t->dtype);
-    }
-    if (reducing) {
-        int st = shm_reduce_supported(t->dtype, t->op);
-        if (st != DT_OK) {
-            shm_req_desc(c, t, desc, sizeof desc);
-            if (st == DT_ERR_UNSUPPORTED)
-                return h->set_error(h, st, "%s: op avg is not defined for integer dtype %s",
-                                    desc, dt_dtype_name(t->dtype));
-            return h->set_error(h, st, "%s: unknown reduction op %d", desc, t->op);
-        }
-    }
-    if (t->count > (UINT64_MAX / 16) / t->esize / (uint64_t)c->size) {
-        shm_req_desc(c, t, desc, sizeof desc);
-        return h->set_error(h, DT_ERR_INVALID, "%s: count %llu is too large", desc,
-                            (unsigned long long)t->count);
-    }
-    return DT_OK;
-}
-
-static int need_buf(dt_comm_t *c, struct dt_comm_req *t, const void *p, const char *what)
-{
-    if (p || t->count == 0)
-        return DT_OK;
-    char desc[256];
-    shm_req_desc(c, t, desc, sizeof desc);
-    return c->host->set_error(c->host, DT_ERR_INVALID, "%s: %s buffer is NULL", desc, what);
-}
-
-static int check_rank(dt_comm_t *c, struct dt_comm_req *t, int32_t r, const char *what)
-{
-    if (r >= 0 && r < c->size)
-        return DT_OK;
-    char desc[256];
-    shm_req_desc(c, t, desc, sizeof desc);
-    return c->host->set_error(c->host, DT_ERR_INVALID, "%s: %s %d is not a rank of the "
-                              "group [0, %d)", desc, what, (int)r, (int)c->size);
+    /* an unknown dtype's message counts its bytes as elements */
+    t->esize = dt_dtype_size(t->dtype) ? dt_dtype_size(t->dtype) : 1;
+    dt_comm_names_t g = shm_names(c);
+    dt_comm_op_desc_t d = shm_op_desc(t);
+    int st = dt_comm_check_dtype(h, &g, &d);
+    if (st == DT_OK)
+        st = dt_comm_check_reduce(h, &g, &d);
+    if (st == DT_OK && t->count > (UINT64_MAX / 16) / t->esize / (uint64_t)c->size)
+        st = dt_comm_op_fail(h, &g, &d, DT_ERR_INVALID, "count %llu is too large",
+                             (unsigned long long)t->count);
+    if (st == DT_OK)
+        st = dt_comm_check_args(h, &g, &d, c->rank, t->count, t->send, t->recv);
+    return st;
 }
 
 #define CHECK(x)                                                               \
@@ -466,11 +441,9 @@ int shm_op_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = SHM_OP_ALL_REDUCE, .send = send, .recv = recv,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_ALL_REDUCE, .send = send, .recv = recv,
                             .count = count, .dtype = dtype, .op = op, .root = -1};
-    CHECK(check_common(c, &t, 1));
-    CHECK(need_buf(c, &t, send, "send"));
-    CHECK(need_buf(c, &t, recv, "recv"));
+    CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
 }
 
@@ -480,11 +453,9 @@ int shm_op_reduce_scatter(dt_comm_t *c, const void *send, void *recv,
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = SHM_OP_REDUCE_SCATTER, .send = send, .recv = recv,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_REDUCE_SCATTER, .send = send, .recv = recv,
                             .count = recv_count, .dtype = dtype, .op = op, .root = -1};
-    CHECK(check_common(c, &t, 1));
-    CHECK(need_buf(c, &t, send, "send"));
-    CHECK(need_buf(c, &t, recv, "recv"));
+    CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
 }
 
@@ -493,11 +464,9 @@ int shm_op_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t send_
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = SHM_OP_ALL_GATHER, .send = send, .recv = recv,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_ALL_GATHER, .send = send, .recv = recv,
                             .count = send_count, .dtype = dtype, .root = -1};
-    CHECK(check_common(c, &t, 0));
-    CHECK(need_buf(c, &t, send, "send"));
-    CHECK(need_buf(c, &t, recv, "recv"));
+    CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
 }
 
@@ -506,11 +475,9 @@ int shm_op_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = SHM_OP_BROADCAST, .send = buf, .recv = buf,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_BROADCAST, .send = buf, .recv = buf,
                             .count = count, .dtype = dtype, .root = root};
-    CHECK(check_common(c, &t, 0));
-    CHECK(check_rank(c, &t, root, "root"));
-    CHECK(need_buf(c, &t, buf, "data"));
+    CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
 }
 
@@ -520,13 +487,9 @@ int shm_op_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count,
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = SHM_OP_REDUCE, .send = send, .recv = recv,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_REDUCE, .send = send, .recv = recv,
                             .count = count, .dtype = dtype, .op = op, .root = root};
-    CHECK(check_common(c, &t, 1));
-    CHECK(check_rank(c, &t, root, "root"));
-    CHECK(need_buf(c, &t, send, "send"));
-    if (root == c->rank)
-        CHECK(need_buf(c, &t, recv, "recv"));
+    CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
 }
 
@@ -535,11 +498,9 @@ int shm_op_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype, int32_
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = SHM_OP_SEND, .send = buf, .count = count,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_SEND, .send = buf, .count = count,
                             .dtype = dtype, .root = peer, .tag = tag};
-    CHECK(check_common(c, &t, 0));
-    CHECK(check_rank(c, &t, peer, "peer"));
-    CHECK(need_buf(c, &t, buf, "send"));
+    CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
 }
 
@@ -548,11 +509,9 @@ int shm_op_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = SHM_OP_RECV, .recv = buf, .count = count,
+    struct dt_comm_req t = {.kind = DT_COMM_OP_RECV, .recv = buf, .count = count,
                             .dtype = dtype, .root = peer, .tag = tag};
-    CHECK(check_common(c, &t, 0));
-    CHECK(check_rank(c, &t, peer, "peer"));
-    CHECK(need_buf(c, &t, buf, "recv"));
+    CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
 }
 
@@ -560,7 +519,7 @@ int shm_op_barrier(dt_comm_t *c, dt_comm_req_t **req)
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = SHM_OP_BARRIER, .dtype = DT_U8, .esize = 1, .root = -1};
+    struct dt_comm_req t = {.kind = DT_COMM_OP_BARRIER, .dtype = DT_U8, .esize = 1, .root = -1};
     return submit(c, &t, NULL, req);
 }
 

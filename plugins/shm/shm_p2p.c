@@ -201,7 +201,7 @@ int shm_p2p_progress(dt_comm_t *c)
     struct dt_comm_req *prev = NULL, *r = c->p2p_head;
     while (r) {
         struct dt_comm_req *next = r->p2p_next;
-        int st = r->kind == SHM_OP_SEND ? send_step(c, r) : recv_step(c, r);
+        int st = r->kind == DT_COMM_OP_SEND ? send_step(c, r) : recv_step(c, r);
         if (st < 0) {
             unlink_active(c, r, prev);
             shm_break(c, -st, r->msg);

@@ -301,20 +301,6 @@ DEF_INT_RED(red_i64, int64_t, uint64_t)
 DEF_INT_RED(red_u16, uint16_t, uint32_t)
 DEF_INT_RED(red_u8, uint8_t, uint32_t)
 
-int shm_reduce_supported(int dtype, int op)
-{
-    if (op < DT_OP_SUM || op > DT_OP_MIN)
-        return DT_ERR_INVALID;
-    switch (dtype) {
-    case DT_F32: case DT_F64: case DT_BF16: case DT_F16:
-        return DT_OK;
-    case DT_I32: case DT_I64: case DT_U16: case DT_U8:
-        return op == DT_OP_AVG ? DT_ERR_UNSUPPORTED : DT_OK;
-    default:
-        return DT_ERR_INVALID;
-    }
-}
-
 void shm_reduce(void *dst, const void *const *srcs, int nsrc, size_t count,
                 int dtype, int op, int group)
 {

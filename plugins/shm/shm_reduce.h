@@ -27,7 +27,5 @@ void shm_copy2(void *dst, void *dst2, const void *src, size_t n, int streaming);
 void shm_copy_out(void *dst, const void *src, size_t n, int streaming);
 /* Messages at least this large are copied out with streaming stores. */
 #define SHM_STREAM_MIN (16ull << 20)
-/* DT_OK when (dtype, op) can be reduced, else DT_ERR_UNSUPPORTED. */
-int shm_reduce_supported(int dtype, int op);
 
 #endif /* DT_SHM_REDUCE_H */

@@ -23,6 +23,10 @@
  *   dtrain/sdk/sha256.h   SHA-256, HMAC-SHA256, a constant-time compare
  *                         (a job secret's proof)
  *   dtrain/sdk/cfg.h      reading a plugin's config values with defaults
+ *   dtrain/sdk/comm_text.h  a communicator's operations and ranks in
+ *                         messages; the argument checks every op makes
+ *   dtrain/sdk/comm_split.h  split membership: {color, key} gathered,
+ *                         members ordered by (key, old rank)
  *   dtrain/sdk/dp.h       the data-parallel core every strategy checks and
  *                         keeps alike (init args, hooks, the step's start
  *                         and norm, state by range, estimate)
@@ -50,6 +54,8 @@
 
 #include "dtrain/sdk/buckets.h"
 #include "dtrain/sdk/cfg.h"
+#include "dtrain/sdk/comm_split.h"
+#include "dtrain/sdk/comm_text.h"
 #include "dtrain/sdk/dp.h"
 #include "dtrain/sdk/flat.h"
 #include "dtrain/sdk/hash.h"

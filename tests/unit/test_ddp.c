@@ -2,12 +2,22 @@
  * tests/unit/test_ddp.c - the `ddp` strategy plugin, loaded with dlopen and
  * driven through its ops table the way the core's training loop drives it.
  *
- * Device: the real `cpu` plugin (host-visible memory: the test writes
- * gradients straight into the buffers pre_backward hands out, as kernels
- * would).  Comm: a recording fake of `size` ranks whose peers hold the same
- * data as this rank (so AVG/MAX/MIN return the input), which shows WHEN and
- * WHAT ddp reduces; and, for real multi-rank numbers, the `shm` plugin in
- * forked processes (skipped when dtrain_shm.so is not built).
+ * Device-parametrized: `test_ddp [cpu|cuda]` (toy_train.h's backends).
+ *
+ * On cpu: the real `cpu` plugin.  Comm: a recording fake of `size` ranks
+ * whose peers hold the same data as this rank (so AVG/MAX/MIN return the
+ * input), which shows WHEN and WHAT ddp reduces; and, for real multi-rank
+ * numbers, the `shm` plugin in forked processes (skipped when
+ * dtrain_shm.so is not built).  The single-process cases over the fake
+ * comm read and write the buffers ddp hands out directly (the cpu device's
+ * memory is the host's) and the fake comm moves bytes with memmove: they
+ * run on cpu only.
+ *
+ * On cuda (ctest's unit.test_ddp.cuda, label gpu; skipped without 3
+ * GPUs): the multi-rank cases, over the nccl communicator with one GPU per
+ * forked rank; their gradients reach ddp's buffers through the device's
+ * copies (dt_toy_read / dt_toy_write), on both devices.  The cuda variant
+ * has not yet run on a GPU.
  *
  * The model: the toy model's three units (tests/support/toy_model.h: 50,
  * 79 and 10 parameters, GPT-2-like, the head tied to unit 0, biases and
@@ -32,14 +42,15 @@
 #include "test_host.h"
 #include "test_plugin.h"
 #include "toy_model.h"
+#include "toy_train.h"
 #include "util/error.h"
 
 /* ---------------------------------------------------------------- plugins */
 
 static const dt_strategy_ops_v1_t *S;   /* ddp */
-static const dt_device_ops_v1_t *D;     /* cpu */
-static const dt_comm_ops_v1_t *SHM;     /* shm, or NULL */
-static void *h_ddp, *h_cpu, *h_shm;
+static const dt_device_ops_v1_t *D;     /* the backend's device: cpu or cuda */
+static const dt_comm_ops_v1_t *COMM;    /* its communicator: shm (or NULL) or nccl */
+static void *h_ddp, *h_dev, *h_comm;
 
 /* ------------------------------------------------------------ the model */
 
@@ -67,17 +78,21 @@ static mp_out_t *mp_out;
 
 static int group_setup(void **state)
 {
+    if (mp_out) /* the second group of main: loaded already */
+        return 0;
     S = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_ddp.so", DT_ENTRY_STRING(strategy, 1),
                              &h_ddp);
-    D = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_cpu.so", DT_ENTRY_STRING(device, 1),
-                             &h_cpu);
-    SHM = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_shm.so", DT_ENTRY_STRING(comm, 1),
-                               &h_shm);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/dtrain_%s.so", DT_TEST_PLUGIN_DIR, dt_toy_backend_device());
+    D = dt_test_plugin_entry(path, DT_ENTRY_STRING(device, 1), &h_dev);
+    snprintf(path, sizeof path, "%s/dtrain_%s.so", DT_TEST_PLUGIN_DIR, dt_toy_backend_comm());
+    COMM = dt_test_plugin_entry(path, DT_ENTRY_STRING(comm, 1), &h_comm);
     units = dt_toy_model(DT_F32).units;
     if (!(mp_out = dt_mp_shared_alloc(sizeof *mp_out)))
         return -1;
-    if (!S || !D) {
-        fprintf(stderr, "cannot load ddp/cpu plugins from %s\n", DT_TEST_PLUGIN_DIR);
+    if (!S || !D || (!COMM && strcmp(dt_toy_backend_comm(), "shm") != 0)) {
+        fprintf(stderr, "cannot load ddp/%s/%s plugins from %s\n", dt_toy_backend_device(),
+                dt_toy_backend_comm(), DT_TEST_PLUGIN_DIR);
         return -1;
     }
     return 0;
@@ -153,44 +168,45 @@ static const dt_comm_ops_v1_t fake_comm = {
 /* ------------------------------------------------------- a test instance */
 
 typedef struct {
-    dt_test_host_t th_ddp, th_cpu, th_shm;
+    dt_test_host_t th_ddp, th_dev, th_comm;
     dt_device_t *dev;
     dt_stream_t *cs;
+    dt_toy_dev_t dd;    /* {D, dev, cs}: host access to ddp's buffers */
     struct dt_comm fc;
     const dt_comm_ops_v1_t *cops;
     dt_comm_t *comm;
-    dt_comm_t *shm;     /* a real shm group (forked ranks), or NULL */
+    dt_comm_t *real;    /* a real group (forked ranks), or NULL */
     dt_model_desc_v1_t model;
     dt_optim_desc_v1_t optim;
     dt_strategy_t *s;
 } inst_t;
 
-static const dt_test_kv_t cpu_kv[] = {{"threads", "1"}, {NULL, NULL}};
-
-/* cpu device + ddp over the fake comm of `size`/`rank`, or, with `shm_job`,
- * over a real shm group of that job.  Returns ddp init's status. */
+/* The backend's device (cpu: threads = 1) + ddp over the fake comm of
+ * `size`/`rank`, or, with `job`, over a real group of the backend's
+ * communicator (at its defaults) of that job.  Returns ddp init's status. */
 static int inst_open(inst_t *in, const dt_test_kv_t *kv, int param_dtype, int optim_kind,
-                     uint32_t n_micro, int32_t size, int32_t rank, const char *shm_job)
+                     uint32_t n_micro, int32_t size, int32_t rank, const char *job)
 {
     memset(in, 0, sizeof *in);
-    dt_test_host_init(&in->th_cpu, "device/cpu", cpu_kv);
+    dt_test_host_init(&in->th_dev, dt_toy_backend_device_prefix(), dt_toy_backend_device_kv());
     dt_test_host_init(&in->th_ddp, "strategy/ddp", kv);
     dt_device_init_v1_t di = {.struct_size = sizeof di, .rank = rank, .local_rank = rank,
                               .local_size = size, .device_index = -1};
-    DT_MP_OK(D->init(&in->th_cpu.host, &di, &in->dev));
+    DT_MP_OK(D->init(&in->th_dev.host, &di, &in->dev));
     DT_MP_OK(D->stream_create(in->dev, &in->cs));
+    in->dd = (dt_toy_dev_t){.ops = D, .dev = in->dev, .stream = in->cs};
     in->fc.size = size;
     in->fc.rank = rank;
     in->cops = &fake_comm;
     in->comm = &in->fc;
-    if (shm_job) {
-        dt_test_host_init(&in->th_shm, "comm/shm", NULL);
+    if (job) {
+        dt_test_host_init(&in->th_comm, dt_toy_backend_comm_prefix(), NULL);
         dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
-                                .local_rank = rank, .local_size = size, .job_id = shm_job,
+                                .local_rank = rank, .local_size = size, .job_id = job,
                                 .timeout_ms = 20000, .dev_ops = D, .dev = in->dev};
-        DT_MP_OK(SHM->init(&in->th_shm.host, &ci, &in->shm));
-        in->cops = SHM;
-        in->comm = in->shm;
+        DT_MP_OK(COMM->init(&in->th_comm.host, &ci, &in->real));
+        in->cops = COMM;
+        in->comm = in->real;
     }
     in->model = make_model(param_dtype);
     in->optim = dt_toy_optim(optim_kind);
@@ -211,8 +227,8 @@ static int inst_open(inst_t *in, const dt_test_kv_t *kv, int param_dtype, int op
 static void inst_close(inst_t *in)
 {
     S->finalize(in->s);
-    if (in->shm)
-        SHM->finalize(in->shm);
+    if (in->real)
+        COMM->finalize(in->real);
     D->stream_destroy(in->dev, in->cs);
     D->finalize(in->dev);
 }
@@ -275,6 +291,18 @@ static void ref_micro(int rank, uint32_t micro, double ref[DT_TOY_NU][80])
             ref[u][i] += gval(rank, micro, u, i);
 }
 
+/* grads[i] += gval (or, for the head's tied part of wte, tval) for i < n,
+ * through the device's copies: read, add in f32, write back. */
+static void add_grads(inst_t *in, float *grads, uint64_t n, int rank, uint32_t micro,
+                      uint32_t u, int tie)
+{
+    float g[80];
+    DT_MP_OK(dt_toy_read(&in->dd, g, grads, n * sizeof(float)));
+    for (uint64_t i = 0; i < n; i++)
+        g[i] += tie ? tval(rank, micro, i) : gval(rank, micro, u, i);
+    DT_MP_OK(dt_toy_write(&in->dd, grads, g, n * sizeof(float)));
+}
+
 /* Backward of one micro-step: head (adds to its own grads and, nested, to
  * unit 0's wte), block, embedding.  `ref` (DT_TOY_NU x 80 doubles)
  * accumulates the expected local gradient.  `after[k]` (may be NULL)
@@ -294,10 +322,8 @@ static void backward(inst_t *in, int rank, uint32_t micro, uint32_t n_micro,
         ref_micro(rank, micro, ref);
     DT_MP_OK(S->pre_backward(in->s, &h, &b));
     DT_MP_OK(S->pre_backward(in->s, &h0, &b0));
-    for (uint64_t i = 0; i < 10; i++)
-        b.grads[i] += gval(rank, micro, 2, i);
-    for (uint64_t i = 0; i < 35; i++)
-        b0.grads[i] += tval(rank, micro, i);
+    add_grads(in, b.grads, 10, rank, micro, 2, 0);
+    add_grads(in, b0.grads, 35, rank, micro, 0, 1);
     h0.last_use = 0;
     DT_MP_OK(S->post_backward(in->s, &h0));
     if (after) after[k++] = in->fc.n_calls;
@@ -312,8 +338,7 @@ static void backward(inst_t *in, int rank, uint32_t micro, uint32_t n_micro,
         DT_MP_OK(S->pre_backward(in->s, &hu, &bu));
         if (u == 0)
             DT_MP_CHECK(bu.grads == b0.grads); /* the same buffer as nested */
-        for (uint64_t i = 0; i < units[u].numel; i++)
-            bu.grads[i] += gval(rank, micro, u, i);
+        add_grads(in, bu.grads, units[u].numel, rank, micro, u, 0);
         hu.last_use = 1;
         DT_MP_OK(S->post_backward(in->s, &hu));
         if (after) after[k++] = in->fc.n_calls;
@@ -1017,9 +1042,9 @@ static void test_estimate_matches_allocation(void **state)
     inst_close(&in);
 }
 
-/* ------------------------------------------------------- multi-rank (shm)
+/* ------------------------------------------- multi-rank (shm or nccl)
  *
- * Each case forks `size` ranks; every rank runs ddp over a real shm group
+ * Each case forks `size` ranks; every rank runs ddp over a real group
  * and writes what it saw to a shared mapping; the parent checks the
  * numbers.  A rank reports failure by its exit status (never by cmocka). */
 
@@ -1102,10 +1127,11 @@ static int rank_init_check(int rank, int size, const char *job, void *arg)
     return 0;
 }
 
-static void require_shm(void)
+static void require_comm(void)
 {
-    if (!SHM) {
-        fprintf(stderr, "dtrain_shm.so not built: multi-rank case skipped\n");
+    if (!COMM) {
+        fprintf(stderr, "dtrain_%s.so not built: multi-rank case skipped\n",
+                dt_toy_backend_comm());
         skip();
     }
 }
@@ -1136,7 +1162,7 @@ static void check_replicas_identical(int size)
  * abs 1e-6, the norm within rel 1e-6. */
 static void test_mp_train_matches_reference(void **state)
 {
-    require_shm();
+    require_comm();
     const dt_test_kv_t kv3[] = {{"bucket_cap_mb", "0.0003"}, {NULL, NULL}};
     for (int size = 2; size <= 3; size++) {
         mp_case_t c = {.kv = size == 3 ? kv3 : NULL, .optim = DT_OPTIM_ADAMW, .n_micro = 2,
@@ -1172,7 +1198,7 @@ static void test_mp_train_matches_reference(void **state)
  * rel 1e-2 of the update; to 11 for fp16, rel 2e-3). */
 static void mp_half_reduce(const char *dtype, double rel)
 {
-    require_shm();
+    require_comm();
     const dt_test_kv_t kv[] = {{"bucket_cap_mb", "0.0003"}, {"reduce_dtype", dtype},
                                {NULL, NULL}};
     mp_case_t c = {.kv = kv, .optim = DT_OPTIM_SGD, .n_micro = 2, .steps = 1, .lr = 0.1f};
@@ -1199,7 +1225,7 @@ static void test_mp_f16_reduce(void **state) { mp_half_reduce("fp16", 2e-3); }
  * fail, naming the first differing unit. */
 static void test_mp_init_check_detects(void **state)
 {
-    require_shm();
+    require_comm();
     /* only unit 1 differs (by 1e-3 in one element), 3 ranks */
     mp_case_t c = {.kv = NULL, .perturb = 1};
     run_ranks(3, rank_init_check, &c);
@@ -1228,7 +1254,7 @@ static void test_mp_init_check_detects(void **state)
 /* init_check = broadcast: rank 0's parameters win everywhere. */
 static void test_mp_init_broadcast(void **state)
 {
-    require_shm();
+    require_comm();
     const dt_test_kv_t kv[] = {{"init_check", "broadcast"}, {NULL, NULL}};
     mp_case_t c = {.kv = kv, .perturb = 3};
     run_ranks(2, rank_init_check, &c);
@@ -1240,8 +1266,12 @@ static void test_mp_init_broadcast(void **state)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int rc = dt_toy_backend_select(argc, argv, MAXR);
+    if (rc >= 0)
+        return rc;
+    /* over the fake comm, in this process: cpu only (see the top) */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hook_protocol),
         cmocka_unit_test(test_accumulate_then_bucketed_reduce),
@@ -1255,11 +1285,18 @@ int main(void)
         cmocka_unit_test(test_save_ranges_partition),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_estimate_matches_allocation),
+    };
+    /* forked ranks over a real communicator: every backend */
+    const struct CMUnitTest mp_tests[] = {
         cmocka_unit_test(test_mp_train_matches_reference),
         cmocka_unit_test(test_mp_bf16_reduce),
         cmocka_unit_test(test_mp_f16_reduce),
         cmocka_unit_test(test_mp_init_check_detects),
         cmocka_unit_test(test_mp_init_broadcast),
     };
-    return cmocka_run_group_tests(tests, group_setup, NULL);
+    int failed = 0;
+    if (strcmp(dt_toy_backend_device(), "cpu") == 0)
+        failed = cmocka_run_group_tests_name("cpu, fake comm", tests, group_setup, NULL);
+    return failed + cmocka_run_group_tests_name(dt_toy_backend_label(), mp_tests, group_setup,
+                                                NULL);
 }

@@ -8,16 +8,18 @@
  * whose peers hold the same data as this rank (so AVG/MAX/MIN return the
  * input), which shows WHEN and WHAT ddp reduces; and, for real multi-rank
  * numbers, the `shm` plugin in forked processes (skipped when
- * dtrain_shm.so is not built).  The single-process cases over the fake
- * comm read and write the buffers ddp hands out directly (the cpu device's
- * memory is the host's) and the fake comm moves bytes with memmove: they
- * run on cpu only.
+ * dtrain_shm.so is not built).
  *
  * On cuda (ctest's unit.test_ddp.cuda, label gpu; skipped without 3
- * GPUs): the multi-rank cases, over the nccl communicator with one GPU per
- * forked rank; their gradients reach ddp's buffers through the device's
- * copies (dt_toy_read / dt_toy_write), on both devices.  The cuda variant
- * has not yet run on a GPU.
+ * GPUs): the same cases, the multi-rank ones over the nccl communicator
+ * with one GPU per forked rank, and the fake-comm ones (3 instances at
+ * most: GPUs 0-2) after them in this process.
+ *
+ * On both, the host reaches the buffers ddp hands out only through the
+ * device's copies (dt_toy_read / dt_toy_write, on_host, f32_at), and the
+ * fake comm moves bytes with the device's memcpy_async; on the cpu device
+ * those are memmoves, the same bits as before.  The cuda variant has not
+ * yet run on a GPU.
  *
  * The model: the toy model's three units (tests/support/toy_model.h: 50,
  * 79 and 10 parameters, GPT-2-like, the head tied to unit 0, biases and
@@ -107,6 +109,7 @@ typedef struct {
 
 struct dt_comm {
     int32_t rank, size;
+    dt_toy_dev_t dd;     /* the instance's device: the fake moves bytes with it */
     ar_call_t calls[64];
     int n_calls;
     int n_bcast, n_started, n_waited;
@@ -127,10 +130,27 @@ static int fc_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t co
     if (c->n_calls < 64)
         c->calls[c->n_calls] = (ar_call_t){count, dtype, op};
     c->n_calls++;
-    memmove(recv, send, count * dt_dtype_size(dtype));
-    if (op == DT_OP_SUM && dtype == DT_F32)
-        for (uint64_t i = 0; i < count; i++)
-            ((float *)recv)[i] *= (float)c->size;
+    /* on the device, on the caller's stream, done before returning */
+    dt_toy_dev_t dd = c->dd;
+    dd.stream = st;
+    uint64_t bytes = count * dt_dtype_size(dtype);
+    int rc = DT_OK;
+    if (recv != send && (rc = dd.ops->memcpy_async(dd.dev, recv, send, bytes, DT_COPY_D2D,
+                                                   st)) == DT_OK)
+        rc = dd.ops->stream_sync(dd.dev, st);
+    if (rc == DT_OK && op == DT_OP_SUM && dtype == DT_F32) {
+        float *h = malloc(bytes ? bytes : 1);
+        if (!h)
+            return DT_ERR_NOMEM;
+        if ((rc = dt_toy_read(&dd, h, recv, bytes)) == DT_OK) {
+            for (uint64_t i = 0; i < count; i++)
+                h[i] *= (float)c->size;
+            rc = dt_toy_write(&dd, recv, h, bytes);
+        }
+        free(h);
+    }
+    if (rc != DT_OK)
+        return rc;
     if (req) {
         *req = (dt_comm_req_t *)&fake_req_token;
         c->n_started++;
@@ -195,6 +215,7 @@ static int inst_open(inst_t *in, const dt_test_kv_t *kv, int param_dtype, int op
     DT_MP_OK(D->init(&in->th_dev.host, &di, &in->dev));
     DT_MP_OK(D->stream_create(in->dev, &in->cs));
     in->dd = (dt_toy_dev_t){.ops = D, .dev = in->dev, .stream = in->cs};
+    in->fc.dd = in->dd;
     in->fc.size = size;
     in->fc.rank = rank;
     in->cops = &fake_comm;
@@ -303,6 +324,31 @@ static void add_grads(inst_t *in, float *grads, uint64_t n, int rank, uint32_t m
     DT_MP_OK(dt_toy_write(&in->dd, grads, g, n * sizeof(float)));
 }
 
+/* `bytes` (<= 320) of device memory at `src`, copied to the host through
+ * in's device: in host buffer `slot` (0 or 1), valid until the next call
+ * with that slot. */
+static const void *on_host(inst_t *in, const void *src, size_t bytes, int slot)
+{
+    static float buf[2][80];
+    assert_true(bytes <= sizeof buf[0] && (slot == 0 || slot == 1));
+    assert_int_equal(dt_toy_read(&in->dd, buf[slot], src, bytes), DT_OK);
+    return buf[slot];
+}
+
+/* Element i of device f32 buffer `p`, read through in's device. */
+static float f32_at(inst_t *in, const void *p, uint64_t i)
+{
+    float x;
+    assert_int_equal(dt_toy_read(&in->dd, &x, (const float *)p + i, sizeof x), DT_OK);
+    return x;
+}
+
+/* Set element i of device f32 buffer `p` to x through in's device. */
+static void f32_set(inst_t *in, float *p, uint64_t i, float x)
+{
+    assert_int_equal(dt_toy_write(&in->dd, p + i, &x, sizeof x), DT_OK);
+}
+
 /* Backward of one micro-step: head (adds to its own grads and, nested, to
  * unit 0's wte), block, embedding.  `ref` (DT_TOY_NU x 80 doubles)
  * accumulates the expected local gradient.  `after[k]` (may be NULL)
@@ -368,7 +414,7 @@ static void test_hook_protocol(void **state)
         assert_int_equal(S->pre_forward(in.s, &h, &b), DT_OK);
         pp[u] = b.params;
         assert_int_equal((uintptr_t)pp[u] % 64, 0);
-        assert_true(((const float *)pp[u])[3] == dt_toy_pval(u, 3)); /* f32: the master itself */
+        assert_true(f32_at(&in, pp[u], 3) == dt_toy_pval(u, 3)); /* f32: the master itself */
         assert_int_equal(S->post_forward(in.s, &h), DT_OK);
     }
     assert_ptr_equal((const float *)pp[1] - (const float *)pp[0], 64);
@@ -482,8 +528,9 @@ static void test_accumulate_then_bucketed_reduce(void **state)
     for (uint32_t u = 0; u < DT_TOY_NU; u++) {
         dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t), .unit = u, .micro = 0, .n_micro = 1};
         assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
+        const float *g = on_host(&in, b.grads, units[u].numel * sizeof(float), 0);
         for (uint64_t i = 0; i < units[u].numel; i++)
-            assert_true(fabs(b.grads[i] - ref[u][i]) <= 1e-6);
+            assert_true(fabs(g[i] - ref[u][i]) <= 1e-6);
         assert_int_equal(S->post_backward(in.s, &h), DT_OK);
     }
     dt_step_args_v1_t sa = {
@@ -599,9 +646,10 @@ static void test_no_overlap_and_bf16_reduce(void **state)
     for (uint32_t u = 0; u < DT_TOY_NU; u++) {
         dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t), .unit = u, .n_micro = 1};
         assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
+        const float *g = on_host(&in, b.grads, units[u].numel * sizeof(float), 0);
         for (uint64_t i = 0; i < units[u].numel; i++) {
             float want = bf16_to_f32(bf16_rne((float)ref[u][i]));
-            assert_true(b.grads[i] == want);
+            assert_true(g[i] == want);
         }
         assert_int_equal(S->post_backward(in.s, &h), DT_OK);
     }
@@ -671,7 +719,7 @@ static void test_nonfinite_skips_update(void **state)
     dt_unit_buffers_v1_t b = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
     dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t), .unit = 1, .n_micro = 1};
     assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
-    b.grads[70] = INFINITY;
+    f32_set(&in, b.grads, 70, INFINITY);
     assert_int_equal(S->post_backward(in.s, &h), DT_OK);
     float before[DT_TOY_NU][80], after[80];
     for (uint32_t u = 0; u < DT_TOY_NU; u++)
@@ -692,7 +740,7 @@ static void test_nonfinite_skips_update(void **state)
     /* NaN too */
     assert_int_equal(S->begin_step(in.s, 1), DT_OK);
     assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
-    b.grads[0] = NAN;
+    f32_set(&in, b.grads, 0, NAN);
     assert_int_equal(S->post_backward(in.s, &h), DT_OK);
     assert_int_equal(S->step(in.s, &sa, &r), DT_OK);
     assert_int_equal(r.nonfinite, 1);
@@ -742,7 +790,8 @@ static void test_staggered_update(void **state)
                 assert_int_equal(S->pre_forward(in[k].s, &h, &b), DT_OK);
                 assert_int_equal(S->post_forward(in[k].s, &h), DT_OK);
                 cp[k][u] = b.params;
-                memcpy(before[k][u], b.params, units[u].numel * 2);
+                memcpy(before[k][u], on_host(&in[k], b.params, units[u].numel * 2, 0),
+                       units[u].numel * 2);
             }
             dt_step_args_v1_t sa = {
                 .struct_size = sizeof(dt_step_args_v1_t), .step = t, .lr = 1e-2f};
@@ -753,9 +802,10 @@ static void test_staggered_update(void **state)
         /* after step(): ranks updating in step() changed every unit, the
          * staggered rank 1 none yet */
         for (uint32_t u = 0; u < DT_TOY_NU; u++) {
-            assert_memory_not_equal(cp[0][u], before[0][u], units[u].numel * 2);
-            assert_memory_equal(cp[1][u], before[1][u], units[u].numel * 2);
-            assert_memory_not_equal(cp[2][u], before[2][u], units[u].numel * 2);
+            size_t n = units[u].numel * 2;
+            assert_memory_not_equal(on_host(&in[0], cp[0][u], n, 0), before[0][u], n);
+            assert_memory_equal(on_host(&in[1], cp[1][u], n, 0), before[1][u], n);
+            assert_memory_not_equal(on_host(&in[2], cp[2][u], n, 0), before[2][u], n);
         }
         if (t % 2 == 0)
             continue; /* step t + 1's forward applies it, after begin_step */
@@ -764,13 +814,18 @@ static void test_staggered_update(void **state)
         dt_hook_v1_t h0 = {.struct_size = sizeof(dt_hook_v1_t), .unit = 0, .n_micro = 1};
         assert_int_equal(S->pre_forward(in[1].s, &h0, &b), DT_OK);
         assert_int_equal(S->post_forward(in[1].s, &h0), DT_OK);
-        assert_memory_equal(cp[1][0], cp[0][0], units[0].numel * 2);
-        assert_memory_equal(cp[1][1], before[1][1], units[1].numel * 2);
+        assert_memory_equal(on_host(&in[1], cp[1][0], units[0].numel * 2, 0),
+                            on_host(&in[0], cp[0][0], units[0].numel * 2, 1),
+                            units[0].numel * 2);
+        assert_memory_equal(on_host(&in[1], cp[1][1], units[1].numel * 2, 0), before[1][1],
+                            units[1].numel * 2);
         /* a forward applies the rest */
         forward(&in[1], 0, 1, NULL);
         for (uint32_t u = 0; u < DT_TOY_NU; u++) {
-            assert_memory_equal(cp[1][u], cp[0][u], units[u].numel * 2);
-            assert_memory_equal(cp[2][u], cp[0][u], units[u].numel * 2);
+            size_t n = units[u].numel * 2;
+            const void *p0 = on_host(&in[0], cp[0][u], n, 1);
+            assert_memory_equal(on_host(&in[1], cp[1][u], n, 0), p0, n);
+            assert_memory_equal(on_host(&in[2], cp[2][u], n, 0), p0, n);
         }
     }
     /* masters and moments: bit for bit (get_state applies step 4's update) */
@@ -822,7 +877,7 @@ static void test_bf16_compute_copy(void **state)
             dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t), .unit = u, .n_micro = 1};
             assert_int_equal(S->pre_forward(in.s, &h, &b), DT_OK);
             get_unit(&in, u, DT_STATE_PARAMS, master);
-            const uint16_t *c = b.params;
+            const uint16_t *c = on_host(&in, b.params, units[u].numel * 2, 0);
             for (uint64_t i = 0; i < units[u].numel; i++)
                 assert_int_equal(c[i], bf16_rne(master[i]));
             assert_int_equal(S->post_forward(in.s, &h), DT_OK);
@@ -1271,7 +1326,7 @@ int main(int argc, char **argv)
     int rc = dt_toy_backend_select(argc, argv, MAXR);
     if (rc >= 0)
         return rc;
-    /* over the fake comm, in this process: cpu only (see the top) */
+    /* over the fake comm, in this process */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hook_protocol),
         cmocka_unit_test(test_accumulate_then_bucketed_reduce),
@@ -1294,9 +1349,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_mp_init_check_detects),
         cmocka_unit_test(test_mp_init_broadcast),
     };
-    int failed = 0;
     if (strcmp(dt_toy_backend_device(), "cpu") == 0)
-        failed = cmocka_run_group_tests_name("cpu, fake comm", tests, group_setup, NULL);
-    return failed + cmocka_run_group_tests_name(dt_toy_backend_label(), mp_tests, group_setup,
-                                                NULL);
+        return cmocka_run_group_tests_name("cpu, fake comm", tests, group_setup, NULL) +
+               cmocka_run_group_tests_name("cpu + shm", mp_tests, group_setup, NULL);
+    /* cuda: the forked cases first, so that no CUDA context exists in this
+     * process when it forks (a child cannot use an inherited one) */
+    int failed = cmocka_run_group_tests_name("cuda + nccl", mp_tests, group_setup, NULL);
+    return failed + cmocka_run_group_tests_name("cuda, fake comm", tests, group_setup, NULL);
 }

@@ -94,7 +94,7 @@ typedef struct fault_case {
 
 static const dt_strategy_ops_t *DDP, *ZERO, *FSDP;
 static const dt_device_ops_t *D;
-static const dt_comm_ops_t *SHM, *FAULTY;
+static const dt_comm_ops_t *COMM, *FAULTY;
 static dt_toy_run_t *run;
 static fault_case_t *fc;
 
@@ -456,9 +456,9 @@ static int group_setup(void **state)
         fprintf(stderr, "%s\n", dt_last_error());
         return -1;
     }
-    if (dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &SHM, &run, 1) != 0)
+    if (dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &COMM, &run, 1) != 0)
         return -1;
-    FAULTY = dt_comm_fault_wrap(SHM);
+    FAULTY = dt_comm_fault_wrap(COMM);
     fc = dt_mp_shared_alloc(sizeof *fc);
     return fc ? 0 : -1;
 }

@@ -34,7 +34,7 @@
 
 static const dt_strategy_ops_v1_t *F, *Z;
 static const dt_device_ops_v1_t *D;
-static const dt_comm_ops_v1_t *SHM;
+static const dt_comm_ops_v1_t *COMM;
 static dt_toy_run_t *run, *run2;
 
 static int group_setup(void **state)
@@ -48,7 +48,7 @@ static int group_setup(void **state)
         return -1;
     }
     dt_toy_run_t *runs[2];
-    int rc = dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &SHM, runs, 2);
+    int rc = dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &COMM, runs, 2);
     run = runs[0];
     run2 = runs[1];
     return rc;
@@ -58,7 +58,7 @@ static int group_setup(void **state)
 static void setup_run(dt_toy_run_t *r, const dt_strategy_ops_v1_t *S, const char *prefix,
                       const dt_test_kv_t *kv, int param_dtype, int eval_first)
 {
-    *r = (dt_toy_run_t){.S = S, .prefix = prefix, .D = D, .C = SHM, .kv = kv,
+    *r = (dt_toy_run_t){.S = S, .prefix = prefix, .D = D, .C = COMM, .kv = kv,
                         .param_dtype = param_dtype, .optim = DT_OPTIM_ADAMW,
                         .eval_first = eval_first, DT_TOY_RUN_STANDARD};
 }

@@ -35,13 +35,13 @@
 #include "util/error.h"
 
 static const dt_device_ops_v1_t *D;
-static const dt_comm_ops_v1_t *SHM;
+static const dt_comm_ops_v1_t *COMM;
 
 /* the backend's device and communicator (cpu + shm, or cuda + nccl),
  * forked ranks leak-checked under ASan */
 static int group_setup(void **state)
 {
-    return dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &SHM, NULL, 0);
+    return dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &COMM, NULL, 0);
 }
 
 /* The gradient rank r writes for element i of unit u: (r + 1) c(u, i). */
@@ -134,12 +134,12 @@ static int rank_replica(int rank, int size, const char *job, void *arg)
     dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
                             .local_rank = rank, .local_size = size, .job_id = job,
                             .timeout_ms = 20000, .dev_ops = D, .dev = dev};
-    DT_MP_OK(SHM->init(&th_comm.host, &ci, &comm));
+    DT_MP_OK(COMM->init(&th_comm.host, &ci, &comm));
     DT_MP_OK(D->stream_create(dev, &cs));
     dt_model_desc_v1_t model = dt_toy_model(DT_F32);
     dt_optim_desc_v1_t optim = {.struct_size = sizeof optim, .kind = DT_OPTIM_SGD};
     dt_strategy_init_v1_t ia = {.struct_size = sizeof ia, .n_micro = 1, .dev_ops = D,
-                                .dev = dev, .compute_stream = cs, .comm_ops = SHM,
+                                .dev = dev, .compute_stream = cs, .comm_ops = COMM,
                                 .comm = comm, .model = &model, .optim = &optim};
     /* local and reduced gradients; each also as an fp16 run hands them
      * over: multiplied by the loss scale 8, which the step divides out
@@ -203,7 +203,7 @@ static int rank_replica(int rank, int size, const char *job, void *arg)
         dt_replica_free(&r); /* safe twice */
     }
     D->stream_destroy(dev, cs);
-    SHM->finalize(comm);
+    COMM->finalize(comm);
     D->finalize(dev);
     return 0;
 }

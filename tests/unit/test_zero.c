@@ -40,7 +40,7 @@
 
 static const dt_strategy_ops_v1_t *Z;
 static const dt_device_ops_v1_t *D;
-static const dt_comm_ops_v1_t *SHM;
+static const dt_comm_ops_v1_t *COMM;
 static dt_toy_run_t *run;
 
 static int group_setup(void **state)
@@ -51,13 +51,13 @@ static int group_setup(void **state)
         fprintf(stderr, "%s\n", dt_last_error());
         return -1;
     }
-    return dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &SHM, &run, 1);
+    return dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &COMM, &run, 1);
 }
 
 /* The standard run (toy_train.h) of `kv` at `size` ranks. */
 static void setup_run(const dt_test_kv_t *kv, int param_dtype, int optim, int eval_first)
 {
-    *run = (dt_toy_run_t){.S = Z, .prefix = "strategy/zero", .D = D, .C = SHM, .kv = kv,
+    *run = (dt_toy_run_t){.S = Z, .prefix = "strategy/zero", .D = D, .C = COMM, .kv = kv,
                           .param_dtype = param_dtype, .optim = optim,
                           .eval_first = eval_first, DT_TOY_RUN_STANDARD};
 }
@@ -408,7 +408,7 @@ static void test_mp_protocol_and_state(void **state)
 {
     const dt_test_kv_t kv[] = {{"stage", "3"}, {"param_persistence_threshold", "0"},
                                {NULL, NULL}};
-    *run = (dt_toy_run_t){.S = Z, .prefix = "strategy/zero", .D = D, .C = SHM, .kv = kv,
+    *run = (dt_toy_run_t){.S = Z, .prefix = "strategy/zero", .D = D, .C = COMM, .kv = kv,
                           .param_dtype = DT_F32, .optim = DT_OPTIM_ADAMW, .n_micro = 1};
     dt_mp_run_ranks(2, rank_protocol, NULL, 60.0, "zproto");
 }

@@ -202,6 +202,8 @@ int dt_toy_env_open(dt_toy_env_t *env, const dt_toy_run_t *run, int rank, int si
                             .timeout_ms = run->timeout_ms ? run->timeout_ms : 20000,
                             .dev_ops = D, .dev = env->dev};
     DT_MP_OK(run->C->init(&env->th_comm.host, &ci, &env->comm));
+    env->base.struct_size = sizeof env->base;
+    DT_MP_OK(D->mem_stats(env->dev, &env->base));
     env->model = dt_toy_model(run->param_dtype);
     env->optim = dt_toy_optim(run->optim);
     dt_strategy_init_v1_t a = {.struct_size = sizeof a,
@@ -214,6 +216,18 @@ int dt_toy_env_open(dt_toy_env_t *env, const dt_toy_run_t *run, int rank, int si
                                .model = &env->model,
                                .optim = &env->optim};
     return run->S->init(&env->th_s.host, &a, &env->s);
+}
+
+void dt_toy_env_mem(const dt_toy_env_t *env, const dt_toy_run_t *run, dt_mem_stats_t *out)
+{
+    out->struct_size = sizeof *out;
+    DT_MP_OK(run->D->mem_stats(env->dev, out));
+    for (int t = 0; t < DT_TAG_CAPACITY; t++) {
+        out->current[t] -= env->base.current[t];
+        out->peak[t] -= env->base.current[t];
+    }
+    out->total_current -= env->base.total_current;
+    out->total_peak -= env->base.total_current;
 }
 
 void dt_toy_env_close(dt_toy_env_t *env, const dt_toy_run_t *run)
@@ -264,8 +278,7 @@ static int rank_main(int rank, int size, const char *job, void *arg)
             out->norm[t - 1] = r.grad_norm;
             out->nonfinite[t - 1] = r.nonfinite;
         }
-        out->mem.struct_size = sizeof out->mem;
-        DT_MP_OK(run->D->mem_stats(env.dev, &out->mem));
+        dt_toy_env_mem(&env, run, &out->mem);
         report_state(S, s, out);
     }
     dt_toy_env_close(&env, run);

@@ -36,7 +36,8 @@ typedef struct dt_toy_rank {
     uint8_t held[DT_STATE_COUNT][DT_TOY_NU][DT_TOY_MAXN];
     dt_range_t save[DT_STATE_COUNT][DT_TOY_NU];
     uint32_t n_save[DT_STATE_COUNT][DT_TOY_NU];
-    dt_mem_stats_t mem;          /* the device's, after the last step */
+    dt_mem_stats_t mem;          /* the strategy's on the device, after the last
+                                  * step (dt_toy_env_mem) */
 } dt_toy_rank_t;
 
 typedef struct dt_toy_run {
@@ -67,6 +68,9 @@ typedef struct dt_toy_env {
     dt_stream_t *cs;
     dt_toy_dev_t dd;    /* {run->D, dev, cs}: host access to the strategy's buffers */
     dt_comm_t *comm;
+    dt_mem_stats_t base; /* the device's memory once the communicator is open,
+                          * before the strategy: what the comm holds itself
+                          * (shm none; nccl its barrier word, DT_TAG_COMM) */
     dt_model_desc_v1_t model;
     dt_optim_desc_v1_t optim;
     dt_strategy_t *s;   /* NULL when init failed */
@@ -76,6 +80,9 @@ typedef struct dt_toy_env {
  * status (device and comm failures fail the rank). */
 int dt_toy_env_open(dt_toy_env_t *env, const dt_toy_run_t *run, int rank, int size,
                     const char *job);
+/* The device's memory by tag now, less env->base: what the strategy
+ * holds (current and peak; on cpu + shm exactly the device's). */
+void dt_toy_env_mem(const dt_toy_env_t *env, const dt_toy_run_t *run, dt_mem_stats_t *out);
 /* Finalize what dt_toy_env_open opened. */
 void dt_toy_env_close(dt_toy_env_t *env, const dt_toy_run_t *run);
 /* Load the initial state through HELD ranges, as the core's fresh start
@@ -174,8 +181,9 @@ void dt_toy_check(const dt_toy_run_t *run, int size, const dt_toy_tol_t *tol);
 dt_estimate_args_v1_t dt_toy_est_args(const dt_model_desc_v1_t *m, int size, int param_dtype,
                                       int optim, uint32_t n_micro);
 
-/* run->S's estimate for the run's config (run->kv) equals what every
- * rank's device held after training (fails the cmocka test): params,
+/* run->S's estimate for the run's config (run->kv) equals what the
+ * strategy held on every rank's device after training (dt_toy_env_mem:
+ * the communicator's own memory left out) (fails the cmocka test): params,
  * grads, optimizer and other exactly; the comm peak within 5%; no comm
  * buffer left. */
 void dt_toy_check_estimate(const dt_toy_run_t *run, int size);

@@ -170,8 +170,8 @@ static int fault_rank(int rank, int size, const char *job, void *arg)
     double t1 = now_s();
     S->finalize(env.s);
     env.s = NULL;
-    dt_mem_stats_t ms = {.struct_size = sizeof ms};
-    DT_MP_OK(run->D->mem_stats(env.dev, &ms));
+    dt_mem_stats_t ms;
+    dt_toy_env_mem(&env, run, &ms);
     memcpy(out->dev_left, ms.current, sizeof out->dev_left);
     out->host_left = env.th_s.mem.total_current;
     dt_toy_env_close(&env, run);

@@ -127,10 +127,30 @@ static double tie_loss(const void *p0, int dtype, int rank, uint32_t micro)
     return l;
 }
 
-int dt_toy_forward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, int param_dtype,
-                   int rank, uint32_t micro, uint32_t n_micro, uint32_t flags, double *loss)
+int dt_toy_read(const dt_toy_dev_t *dd, void *dst, const void *src, uint64_t bytes)
+{
+    int rc = dd->ops->memcpy_async(dd->dev, dst, src, bytes, DT_COPY_D2H, dd->stream);
+    return rc == DT_OK ? dd->ops->stream_sync(dd->dev, dd->stream) : rc;
+}
+
+int dt_toy_write(const dt_toy_dev_t *dd, void *dst, const void *src, uint64_t bytes)
+{
+    int rc = dd->ops->memcpy_async(dd->dev, dst, src, bytes, DT_COPY_H2D, dd->stream);
+    return rc == DT_OK ? dd->ops->stream_sync(dd->dev, dd->stream) : rc;
+}
+
+/* Bytes of the first n elements of a parameter buffer of `dtype`. */
+static uint64_t pbytes(int dtype, uint64_t n)
+{
+    return n * (dtype == DT_BF16 ? 2u : 4u);
+}
+
+int dt_toy_forward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, const dt_toy_dev_t *dd,
+                   int param_dtype, int rank, uint32_t micro, uint32_t n_micro, uint32_t flags,
+                   double *loss)
 {
     dt_unit_buffers_v1_t b = {.struct_size = sizeof b}, b0 = {.struct_size = sizeof b0};
+    float p[DT_TOY_MAXN]; /* a unit's parameters on the host (bf16 fits too) */
     double l = 0;
     int rc = DT_OK;
     for (uint32_t u = 0; rc == DT_OK && u < DT_TOY_NU; u++) {
@@ -139,18 +159,20 @@ int dt_toy_forward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, int param_dt
                           .micro = micro,
                           .n_micro = n_micro,
                           .flags = flags};
-        if ((rc = S->pre_forward(s, &h, &b)) != DT_OK)
+        if ((rc = S->pre_forward(s, &h, &b)) != DT_OK ||
+            (rc = dt_toy_read(dd, p, b.params, pbytes(param_dtype, units[u].numel))) != DT_OK)
             break;
-        l += unit_loss(b.params, param_dtype, rank, micro, u);
+        l += unit_loss(p, param_dtype, rank, micro, u);
         if (u == DT_TOY_NU - 1) {
             dt_hook_v1_t h0 = {.struct_size = sizeof(dt_hook_v1_t),
                                .unit = 0,
                                .micro = micro,
                                .n_micro = n_micro,
                                .flags = flags};
-            if ((rc = S->pre_forward(s, &h0, &b0)) != DT_OK)
+            if ((rc = S->pre_forward(s, &h0, &b0)) != DT_OK ||
+                (rc = dt_toy_read(dd, p, b0.params, pbytes(param_dtype, DT_TOY_TIED))) != DT_OK)
                 break;
-            l += tie_loss(b0.params, param_dtype, rank, micro);
+            l += tie_loss(p, param_dtype, rank, micro);
             rc = S->post_forward(s, &h0);
         }
         if (rc == DT_OK)
@@ -160,19 +182,26 @@ int dt_toy_forward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, int param_dt
     return rc;
 }
 
-/* grads[i] += a + C p over a unit (or its tied part with t). */
-static void add_grad(float *g, const void *p, int dtype, int rank, uint32_t micro, uint32_t u,
-                     int tie)
+/* grads[i] += a + C p over a unit (or its tied part with t), both read
+ * from and the gradients written back to the device through `dd`. */
+static int add_grad(const dt_toy_dev_t *dd, const dt_unit_buffers_v1_t *b, int dtype, int rank,
+                    uint32_t micro, uint32_t u, int tie)
 {
     uint64_t n = tie ? DT_TOY_TIED : units[u].numel;
+    float p[DT_TOY_MAXN], g[DT_TOY_MAXN];
+    int rc;
+    if ((rc = dt_toy_read(dd, p, b->params, pbytes(dtype, n))) != DT_OK ||
+        (rc = dt_toy_read(dd, g, b->grads, n * sizeof(float))) != DT_OK)
+        return rc;
     for (uint64_t i = 0; i < n; i++) {
         double c = tie ? dt_toy_t(rank, micro, i) : dt_toy_a(rank, micro, u, i);
         g[i] += (float)(c + DT_TOY_C * rd(p, dtype, i));
     }
+    return dt_toy_write(dd, b->grads, g, n * sizeof(float));
 }
 
-int dt_toy_backward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, int param_dtype,
-                    int rank, uint32_t micro, uint32_t n_micro)
+int dt_toy_backward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, const dt_toy_dev_t *dd,
+                    int param_dtype, int rank, uint32_t micro, uint32_t n_micro)
 {
     dt_unit_buffers_v1_t b = {.struct_size = sizeof b}, b0 = {.struct_size = sizeof b0};
     const uint32_t head = DT_TOY_NU - 1;
@@ -182,21 +211,20 @@ int dt_toy_backward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, int param_d
         .struct_size = sizeof(dt_hook_v1_t), .unit = 0, .micro = micro, .n_micro = n_micro};
     int rc;
     if ((rc = S->pre_backward(s, &h, &b)) != DT_OK ||
-        (rc = S->pre_backward(s, &h0, &b0)) != DT_OK)
+        (rc = S->pre_backward(s, &h0, &b0)) != DT_OK ||
+        (rc = add_grad(dd, &b0, param_dtype, rank, micro, 0, 1)) != DT_OK ||
+        (rc = S->post_backward(s, &h0)) != DT_OK ||
+        (rc = add_grad(dd, &b, param_dtype, rank, micro, head, 0)) != DT_OK)
         return rc;
-    add_grad(b0.grads, b0.params, param_dtype, rank, micro, 0, 1);
-    if ((rc = S->post_backward(s, &h0)) != DT_OK)
-        return rc;
-    add_grad(b.grads, b.params, param_dtype, rank, micro, head, 0);
     h.last_use = 1;
     if ((rc = S->post_backward(s, &h)) != DT_OK)
         return rc;
     for (uint32_t u = head; u-- > 0;) {
         dt_hook_v1_t hu = {
             .struct_size = sizeof(dt_hook_v1_t), .unit = u, .micro = micro, .n_micro = n_micro};
-        if ((rc = S->pre_backward(s, &hu, &b)) != DT_OK)
+        if ((rc = S->pre_backward(s, &hu, &b)) != DT_OK ||
+            (rc = add_grad(dd, &b, param_dtype, rank, micro, u, 0)) != DT_OK)
             return rc;
-        add_grad(b.grads, b.params, param_dtype, rank, micro, u, 0);
         hu.last_use = 1;
         if ((rc = S->post_backward(s, &hu)) != DT_OK)
             return rc;

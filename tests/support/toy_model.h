@@ -26,6 +26,7 @@
 
 #include <stdint.h>
 
+#include "dtrain/device.h"
 #include "dtrain/strategy.h"
 
 #define DT_TOY_NU 3
@@ -51,16 +52,35 @@ double dt_toy_sign(uint32_t u, uint64_t i);
 double dt_toy_a(int rank, uint32_t micro, uint32_t u, uint64_t i);
 double dt_toy_t(int rank, uint32_t micro, uint64_t i);
 
+/* Where the buffers a strategy hands out live: its device and the
+ * stream the core's kernels run on (the strategy's compute_stream).  The
+ * host never dereferences them: it reads and writes them through the
+ * device's copies on that stream (on the cpu device a memmove, on cuda a
+ * cudaMemcpyAsync), so the same test body is right on every device. */
+typedef struct dt_toy_dev {
+    const dt_device_ops_v1_t *ops;
+    dt_device_t *dev;
+    dt_stream_t *stream;
+} dt_toy_dev_t;
+
+/* `bytes` of device memory `src` into host `dst` (D2H on the stream, then
+ * stream_sync), and host `src` into device `dst` (H2D, stream_sync). */
+int dt_toy_read(const dt_toy_dev_t *dd, void *dst, const void *src, uint64_t bytes);
+int dt_toy_write(const dt_toy_dev_t *dd, void *dst, const void *src, uint64_t bytes);
+
 /* One forward pass in the core's hook order (unit 0, the block, the head
  * with unit 0 re-entered inside it), computing this rank's loss from the
- * parameters handed out (param_dtype f32 or bf16).  flags: DT_HOOK_*. */
-int dt_toy_forward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, int param_dtype,
-                   int rank, uint32_t micro, uint32_t n_micro, uint32_t flags, double *loss);
+ * parameters handed out (param_dtype f32 or bf16), read through `dd`.
+ * flags: DT_HOOK_*. */
+int dt_toy_forward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, const dt_toy_dev_t *dd,
+                   int param_dtype, int rank, uint32_t micro, uint32_t n_micro, uint32_t flags,
+                   double *loss);
 /* One backward pass in the core's order (head with unit 0 nested,
  * last_use 0; the block; unit 0, last_use 1), adding the loss's gradient
- * at the handed-out parameters into the handed-out gradient buffers. */
-int dt_toy_backward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, int param_dtype,
-                    int rank, uint32_t micro, uint32_t n_micro);
+ * at the handed-out parameters into the handed-out gradient buffers
+ * (read, added to and written back through `dd`). */
+int dt_toy_backward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, const dt_toy_dev_t *dd,
+                    int param_dtype, int rank, uint32_t micro, uint32_t n_micro);
 
 /* The float64 reference: parameters and moments of every unit. */
 typedef struct dt_toy_ref {

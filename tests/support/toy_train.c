@@ -5,7 +5,12 @@
  */
 #include "toy_train.h"
 
+#include <errno.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "cuda_probe.h"
 #include "interpose/interpose.h"
 #include "mp_check.h"
 #include "mp_harness.h"
@@ -26,17 +32,110 @@ dt_toy_run_t *dt_toy_run_alloc(void)
     return dt_mp_shared_alloc(sizeof(dt_toy_run_t));
 }
 
+/* ------------------------------------------------------------ backends */
+
+static const dt_test_kv_t cpu_kv[] = {{"threads", "1"}, {NULL, NULL}};
+/* small pipeline slots: several groups (splits) per test stay cheap */
+static const dt_test_kv_t shm_kv[] = {{"slot_bytes", "65536"}, {NULL, NULL}};
+/* no atomics in the cuda reductions: a rerun repeats the same bits */
+static const dt_test_kv_t cuda_kv[] = {{"deterministic", "true"}, {NULL, NULL}};
+
+typedef struct backend {
+    const char *label, *device, *comm;
+    const dt_test_kv_t *device_kv, *comm_kv;
+    const char *device_prefix, *comm_prefix;
+} backend_t;
+
+static const backend_t backends[] = {
+    {"cpu + shm", "cpu", "shm", cpu_kv, shm_kv, "device/cpu", "comm/shm"},
+    {"cuda + nccl", "cuda", "nccl", cuda_kv, NULL, "device/cuda", "comm/nccl"},
+};
+static const backend_t *g_backend = &backends[0];
+
+const char *dt_toy_backend_label(void) { return g_backend->label; }
+const char *dt_toy_backend_device(void) { return g_backend->device; }
+const char *dt_toy_backend_comm(void) { return g_backend->comm; }
+const dt_test_kv_t *dt_toy_backend_device_kv(void) { return g_backend->device_kv; }
+const dt_test_kv_t *dt_toy_backend_comm_kv(void) { return g_backend->comm_kv; }
+const char *dt_toy_backend_device_prefix(void) { return g_backend->device_prefix; }
+const char *dt_toy_backend_comm_prefix(void) { return g_backend->comm_prefix; }
+
+/* dt_test_cuda_devices in a forked child (CUDA initialised in this
+ * process would not survive the fork into the ranks), waited for at most
+ * 60 s. */
+static int cuda_devices_forked(char *why, size_t n)
+{
+    struct {
+        int devs;
+        char why[512];
+    } r = {0, "no CUDA device: the probe process failed"};
+    int fd[2];
+    if (pipe(fd) != 0) {
+        snprintf(why, n, "no CUDA device: pipe for the probe: %s", strerror(errno));
+        return 0;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(why, n, "no CUDA device: fork for the probe: %s", strerror(errno));
+        close(fd[0]);
+        close(fd[1]);
+        return 0;
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        r.devs = dt_test_cuda_devices(r.why, sizeof r.why);
+        ssize_t w = write(fd[1], &r, sizeof r);
+        _exit(w == (ssize_t)sizeof r ? 0 : 1);
+    }
+    close(fd[1]);
+    struct pollfd pfd = {.fd = fd[0], .events = POLLIN};
+    if (poll(&pfd, 1, 60000) != 1 || read(fd[0], &r, sizeof r) != (ssize_t)sizeof r) {
+        r.devs = 0;
+        snprintf(r.why, sizeof r.why, "no CUDA device: the probe process gave no answer");
+        kill(pid, SIGKILL);
+    }
+    close(fd[0]);
+    waitpid(pid, NULL, 0);
+    snprintf(why, n, "%s", r.why);
+    return r.devs;
+}
+
+int dt_toy_backend_select(int argc, char **argv, int max_ranks)
+{
+    const char *name = argc > 1 ? argv[1] : "cpu";
+    if (argc > 2 || (strcmp(name, "cpu") != 0 && strcmp(name, "cuda") != 0)) {
+        fprintf(stderr, "usage: %s [cpu|cuda]\n", argv[0]);
+        return 2;
+    }
+    g_backend = &backends[strcmp(name, "cuda") == 0];
+    if (g_backend == &backends[0])
+        return -1;
+    char why[512];
+    int devs = cuda_devices_forked(why, sizeof why);
+    if (devs == 0) {
+        printf("SKIPPED: %s\n", why);
+        return DT_TEST_SKIP_CODE;
+    }
+    if (devs < max_ranks) {
+        printf("SKIPPED: %s needs %d CUDA devices (one per rank), found %d\n", argv[0],
+               max_ranks, devs);
+        return DT_TEST_SKIP_CODE;
+    }
+    return -1;
+}
+
 int dt_toy_setup(const char *plugin_dir, const dt_device_ops_v1_t **D,
                  const dt_comm_ops_v1_t **C, dt_toy_run_t **runs, int n_runs)
 {
     char path[1024];
     dt_mp_set_leak_check(1);
-    snprintf(path, sizeof path, "%s/dtrain_cpu.so", plugin_dir);
+    snprintf(path, sizeof path, "%s/dtrain_%s.so", plugin_dir, g_backend->device);
     *D = dt_test_plugin_entry(path, DT_ENTRY_STRING(device, 1), NULL);
-    snprintf(path, sizeof path, "%s/dtrain_shm.so", plugin_dir);
+    snprintf(path, sizeof path, "%s/dtrain_%s.so", plugin_dir, g_backend->comm);
     *C = *D ? dt_test_plugin_entry(path, DT_ENTRY_STRING(comm, 1), NULL) : NULL;
     if (!*D || !*C) {
-        fprintf(stderr, "cannot load cpu/shm from %s: %s\n", plugin_dir, dt_last_error());
+        fprintf(stderr, "cannot load %s/%s from %s: %s\n", g_backend->device, g_backend->comm,
+                plugin_dir, dt_last_error());
         return -1;
     }
     for (int k = 0; k < n_runs; k++)
@@ -46,10 +145,6 @@ int dt_toy_setup(const char *plugin_dir, const dt_device_ops_v1_t **D,
         }
     return 0;
 }
-
-static const dt_test_kv_t cpu_kv[] = {{"threads", "1"}, {NULL, NULL}};
-/* small pipeline slots: several groups (splits) per test stay cheap */
-static const dt_test_kv_t shm_kv[] = {{"slot_bytes", "65536"}, {NULL, NULL}};
 
 /* Load the initial state through HELD ranges, as the core's fresh start
  * does: parameters from dt_toy_pval, moments zero. */
@@ -93,19 +188,22 @@ int dt_toy_env_open(dt_toy_env_t *env, const dt_toy_run_t *run, int rank, int si
                     const char *job)
 {
     memset(env, 0, sizeof *env);
-    dt_test_host_init(&env->th_cpu, "device/cpu", cpu_kv);
-    dt_test_host_init(&env->th_comm, "comm/shm", shm_kv);
+    dt_test_host_init(&env->th_dev, g_backend->device_prefix, g_backend->device_kv);
+    dt_test_host_init(&env->th_comm, g_backend->comm_prefix, g_backend->comm_kv);
     dt_test_host_init(&env->th_s, run->prefix, run->kv);
     const dt_device_ops_v1_t *D = run->D;
     dt_device_init_v1_t di = {.struct_size = sizeof di, .rank = rank, .local_rank = rank,
                               .local_size = size, .device_index = -1};
-    DT_MP_OK(D->init(&env->th_cpu.host, &di, &env->dev));
+    DT_MP_OK(D->init(&env->th_dev.host, &di, &env->dev));
     DT_MP_OK(D->stream_create(env->dev, &env->cs));
+    env->dd = (dt_toy_dev_t){.ops = D, .dev = env->dev, .stream = env->cs};
     dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
                             .local_rank = rank, .local_size = size, .job_id = job,
                             .timeout_ms = run->timeout_ms ? run->timeout_ms : 20000,
                             .dev_ops = D, .dev = env->dev};
     DT_MP_OK(run->C->init(&env->th_comm.host, &ci, &env->comm));
+    env->base.struct_size = sizeof env->base;
+    DT_MP_OK(D->mem_stats(env->dev, &env->base));
     env->model = dt_toy_model(run->param_dtype);
     env->optim = dt_toy_optim(run->optim);
     dt_strategy_init_v1_t a = {.struct_size = sizeof a,
@@ -118,6 +216,18 @@ int dt_toy_env_open(dt_toy_env_t *env, const dt_toy_run_t *run, int rank, int si
                                .model = &env->model,
                                .optim = &env->optim};
     return run->S->init(&env->th_s.host, &a, &env->s);
+}
+
+void dt_toy_env_mem(const dt_toy_env_t *env, const dt_toy_run_t *run, dt_mem_stats_t *out)
+{
+    out->struct_size = sizeof *out;
+    DT_MP_OK(run->D->mem_stats(env->dev, out));
+    for (int t = 0; t < DT_TAG_CAPACITY; t++) {
+        out->current[t] -= env->base.current[t];
+        out->peak[t] -= env->base.current[t];
+    }
+    out->total_current -= env->base.total_current;
+    out->total_peak -= env->base.total_current;
 }
 
 void dt_toy_env_close(dt_toy_env_t *env, const dt_toy_run_t *run)
@@ -149,13 +259,15 @@ static int rank_main(int rank, int size, const char *job, void *arg)
         dt_toy_env_load(&env, run);
         double l;
         if (run->eval_first)
-            DT_MP_OK(dt_toy_forward(S, s, run->param_dtype, rank, 0, 0, DT_HOOK_NO_GRAD, &l));
+            DT_MP_OK(dt_toy_forward(S, s, &env.dd, run->param_dtype, rank, 0, 0,
+                                    DT_HOOK_NO_GRAD, &l));
         for (int t = 1; t <= run->steps; t++) {
             DT_MP_OK(S->begin_step(s, t));
             for (uint32_t m = 0; m < run->n_micro; m++) {
-                DT_MP_OK(dt_toy_forward(S, s, run->param_dtype, rank, m, run->n_micro, 0,
-                                        &out->loss[t - 1][m]));
-                DT_MP_OK(dt_toy_backward(S, s, run->param_dtype, rank, m, run->n_micro));
+                DT_MP_OK(dt_toy_forward(S, s, &env.dd, run->param_dtype, rank, m, run->n_micro,
+                                        0, &out->loss[t - 1][m]));
+                DT_MP_OK(dt_toy_backward(S, s, &env.dd, run->param_dtype, rank, m,
+                                         run->n_micro));
             }
             dt_step_args_v1_t sa = {.struct_size = sizeof(dt_step_args_v1_t),
                                     .step = t,
@@ -166,8 +278,7 @@ static int rank_main(int rank, int size, const char *job, void *arg)
             out->norm[t - 1] = r.grad_norm;
             out->nonfinite[t - 1] = r.nonfinite;
         }
-        out->mem.struct_size = sizeof out->mem;
-        DT_MP_OK(run->D->mem_stats(env.dev, &out->mem));
+        dt_toy_env_mem(&env, run, &out->mem);
         report_state(S, s, out);
     }
     dt_toy_env_close(&env, run);

@@ -3,7 +3,8 @@
  * data-parallel strategy plugin in forked ranks over a real communicator,
  * and check the result against the float64 reference.
  *
- * Each rank opens the cpu device and the communicator, initialises the
+ * Each rank opens the device and the communicator of the backend the test
+ * runs on (dt_toy_backend_select: cpu + shm, or cuda + nccl), initialises the
  * strategy from the config values `kv`, loads the initial state through
  * its HELD ranges (as the core does), trains `steps` steps of n_micro
  * micro-steps, and reports through shared memory: losses, norms, every
@@ -35,15 +36,16 @@ typedef struct dt_toy_rank {
     uint8_t held[DT_STATE_COUNT][DT_TOY_NU][DT_TOY_MAXN];
     dt_range_t save[DT_STATE_COUNT][DT_TOY_NU];
     uint32_t n_save[DT_STATE_COUNT][DT_TOY_NU];
-    dt_mem_stats_t mem;          /* the device's, after the last step */
+    dt_mem_stats_t mem;          /* the strategy's on the device, after the last
+                                  * step (dt_toy_env_mem) */
 } dt_toy_rank_t;
 
 typedef struct dt_toy_run {
     /* in */
     const dt_strategy_ops_v1_t *S;
     const char *prefix;          /* "strategy/zero": the host's error prefix */
-    const dt_device_ops_v1_t *D; /* cpu */
-    const dt_comm_ops_v1_t *C;   /* shm */
+    const dt_device_ops_v1_t *D; /* the backend's device (dt_toy_setup) */
+    const dt_comm_ops_v1_t *C;   /* the backend's communicator */
     const dt_test_kv_t *kv;      /* the strategy's config */
     int param_dtype;             /* DT_F32 or DT_BF16 */
     int optim;                   /* DT_OPTIM_* */
@@ -61,10 +63,14 @@ typedef struct dt_toy_run {
  * run->kv), for tests that drive a strategy by hand inside their own
  * forked ranks (dt_mp_run_ranks). */
 typedef struct dt_toy_env {
-    dt_test_host_t th_cpu, th_comm, th_s;
+    dt_test_host_t th_dev, th_comm, th_s;
     dt_device_t *dev;
     dt_stream_t *cs;
+    dt_toy_dev_t dd;    /* {run->D, dev, cs}: host access to the strategy's buffers */
     dt_comm_t *comm;
+    dt_mem_stats_t base; /* the device's memory once the communicator is open,
+                          * before the strategy: what the comm holds itself
+                          * (shm none; nccl its barrier word, DT_TAG_COMM) */
     dt_model_desc_v1_t model;
     dt_optim_desc_v1_t optim;
     dt_strategy_t *s;   /* NULL when init failed */
@@ -74,17 +80,45 @@ typedef struct dt_toy_env {
  * status (device and comm failures fail the rank). */
 int dt_toy_env_open(dt_toy_env_t *env, const dt_toy_run_t *run, int rank, int size,
                     const char *job);
+/* The device's memory by tag now, less env->base: what the strategy
+ * holds (current and peak; on cpu + shm exactly the device's). */
+void dt_toy_env_mem(const dt_toy_env_t *env, const dt_toy_run_t *run, dt_mem_stats_t *out);
 /* Finalize what dt_toy_env_open opened. */
 void dt_toy_env_close(dt_toy_env_t *env, const dt_toy_run_t *run);
 /* Load the initial state through HELD ranges, as the core's fresh start
  * does (parameters dt_toy_pval, moments zero), then state_loaded. */
 void dt_toy_env_load(dt_toy_env_t *env, const dt_toy_run_t *run);
 
+/* The backend a strategy test runs on, picked by its argv:
+ *   (none) or "cpu": the cpu device (threads = 1) and the shm communicator;
+ *   "cuda": the cuda device (deterministic = true) and the nccl
+ *           communicator, one GPU per forked rank (device_index -1: the
+ *           rank's local rank).
+ * Returns -1 to go on and run the tests, or the code main should exit
+ * with: DT_TEST_SKIP_CODE (ctest: skipped) after printing "SKIPPED: no
+ * CUDA device: <CUDA error string>" or "SKIPPED: <test> needs <n> CUDA
+ * devices (one per rank), found <m>" when `max_ranks` (the most ranks any
+ * of the program's cases forks) exceeds the GPUs; 2 after a usage line.
+ * The CUDA probe runs in a forked child, so the parent never initialises
+ * CUDA (a CUDA context does not survive fork into the ranks). */
+int dt_toy_backend_select(int argc, char **argv, int max_ranks);
+/* "cpu" or "cuda", and "shm" or "nccl": the picked backend's plugins. */
+const char *dt_toy_backend_device(void);
+const char *dt_toy_backend_comm(void);
+/* "cpu + shm" or "cuda + nccl": a cmocka group name. */
+const char *dt_toy_backend_label(void);
+/* The config and error prefix ("device/cpu") for a rank's device and
+ * communicator of the picked backend. */
+const dt_test_kv_t *dt_toy_backend_device_kv(void);
+const dt_test_kv_t *dt_toy_backend_comm_kv(void);
+const char *dt_toy_backend_device_prefix(void);
+const char *dt_toy_backend_comm_prefix(void);
+
 /* A zeroed run in memory shared with forked ranks. */
 dt_toy_run_t *dt_toy_run_alloc(void);
 
 /* A strategy test's group setup: forked ranks leak-check under ASan, the
- * cpu device (*D) and the shm communicator (*C) loaded from `plugin_dir`
+ * picked backend's device (*D) and communicator (*C) loaded from `plugin_dir`
  * (the test's DT_TEST_PLUGIN_DIR), and `n_runs` runs from
  * dt_toy_run_alloc into runs[].  0, or -1 with the reason on stderr. */
 int dt_toy_setup(const char *plugin_dir, const dt_device_ops_v1_t **D,
@@ -147,8 +181,9 @@ void dt_toy_check(const dt_toy_run_t *run, int size, const dt_toy_tol_t *tol);
 dt_estimate_args_v1_t dt_toy_est_args(const dt_model_desc_v1_t *m, int size, int param_dtype,
                                       int optim, uint32_t n_micro);
 
-/* run->S's estimate for the run's config (run->kv) equals what every
- * rank's device held after training (fails the cmocka test): params,
+/* run->S's estimate for the run's config (run->kv) equals what the
+ * strategy held on every rank's device after training (dt_toy_env_mem:
+ * the communicator's own memory left out) (fails the cmocka test): params,
  * grads, optimizer and other exactly; the comm peak within 5%; no comm
  * buffer left. */
 void dt_toy_check_estimate(const dt_toy_run_t *run, int size);

@@ -2,12 +2,24 @@
  * tests/unit/test_ddp.c - the `ddp` strategy plugin, loaded with dlopen and
  * driven through its ops table the way the core's training loop drives it.
  *
- * Device: the real `cpu` plugin (host-visible memory: the test writes
- * gradients straight into the buffers pre_backward hands out, as kernels
- * would).  Comm: a recording fake of `size` ranks whose peers hold the same
- * data as this rank (so AVG/MAX/MIN return the input), which shows WHEN and
- * WHAT ddp reduces; and, for real multi-rank numbers, the `shm` plugin in
- * forked processes (skipped when dtrain_shm.so is not built).
+ * Device-parametrized: `test_ddp [cpu|cuda]` (toy_train.h's backends).
+ *
+ * On cpu: the real `cpu` plugin.  Comm: a recording fake of `size` ranks
+ * whose peers hold the same data as this rank (so AVG/MAX/MIN return the
+ * input), which shows WHEN and WHAT ddp reduces; and, for real multi-rank
+ * numbers, the `shm` plugin in forked processes (skipped when
+ * dtrain_shm.so is not built).
+ *
+ * On cuda (ctest's unit.test_ddp.cuda, label gpu; skipped without 3
+ * GPUs): the same cases, the multi-rank ones over the nccl communicator
+ * with one GPU per forked rank, and the fake-comm ones (3 instances at
+ * most: GPUs 0-2) after them in this process.
+ *
+ * On both, the host reaches the buffers ddp hands out only through the
+ * device's copies (dt_toy_read / dt_toy_write, on_host, f32_at), and the
+ * fake comm moves bytes with the device's memcpy_async; on the cpu device
+ * those are memmoves, the same bits as before.  The cuda variant has not
+ * yet run on a GPU.
  *
  * The model: the toy model's three units (tests/support/toy_model.h: 50,
  * 79 and 10 parameters, GPT-2-like, the head tied to unit 0, biases and
@@ -32,14 +44,15 @@
 #include "test_host.h"
 #include "test_plugin.h"
 #include "toy_model.h"
+#include "toy_train.h"
 #include "util/error.h"
 
 /* ---------------------------------------------------------------- plugins */
 
 static const dt_strategy_ops_v1_t *S;   /* ddp */
-static const dt_device_ops_v1_t *D;     /* cpu */
-static const dt_comm_ops_v1_t *SHM;     /* shm, or NULL */
-static void *h_ddp, *h_cpu, *h_shm;
+static const dt_device_ops_v1_t *D;     /* the backend's device: cpu or cuda */
+static const dt_comm_ops_v1_t *COMM;    /* its communicator: shm (or NULL) or nccl */
+static void *h_ddp, *h_dev, *h_comm;
 
 /* ------------------------------------------------------------ the model */
 
@@ -67,17 +80,21 @@ static mp_out_t *mp_out;
 
 static int group_setup(void **state)
 {
+    if (mp_out) /* the second group of main: loaded already */
+        return 0;
     S = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_ddp.so", DT_ENTRY_STRING(strategy, 1),
                              &h_ddp);
-    D = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_cpu.so", DT_ENTRY_STRING(device, 1),
-                             &h_cpu);
-    SHM = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_shm.so", DT_ENTRY_STRING(comm, 1),
-                               &h_shm);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/dtrain_%s.so", DT_TEST_PLUGIN_DIR, dt_toy_backend_device());
+    D = dt_test_plugin_entry(path, DT_ENTRY_STRING(device, 1), &h_dev);
+    snprintf(path, sizeof path, "%s/dtrain_%s.so", DT_TEST_PLUGIN_DIR, dt_toy_backend_comm());
+    COMM = dt_test_plugin_entry(path, DT_ENTRY_STRING(comm, 1), &h_comm);
     units = dt_toy_model(DT_F32).units;
     if (!(mp_out = dt_mp_shared_alloc(sizeof *mp_out)))
         return -1;
-    if (!S || !D) {
-        fprintf(stderr, "cannot load ddp/cpu plugins from %s\n", DT_TEST_PLUGIN_DIR);
+    if (!S || !D || (!COMM && strcmp(dt_toy_backend_comm(), "shm") != 0)) {
+        fprintf(stderr, "cannot load ddp/%s/%s plugins from %s\n", dt_toy_backend_device(),
+                dt_toy_backend_comm(), DT_TEST_PLUGIN_DIR);
         return -1;
     }
     return 0;
@@ -92,6 +109,7 @@ typedef struct {
 
 struct dt_comm {
     int32_t rank, size;
+    dt_toy_dev_t dd;     /* the instance's device: the fake moves bytes with it */
     ar_call_t calls[64];
     int n_calls;
     int n_bcast, n_started, n_waited;
@@ -112,10 +130,27 @@ static int fc_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t co
     if (c->n_calls < 64)
         c->calls[c->n_calls] = (ar_call_t){count, dtype, op};
     c->n_calls++;
-    memmove(recv, send, count * dt_dtype_size(dtype));
-    if (op == DT_OP_SUM && dtype == DT_F32)
-        for (uint64_t i = 0; i < count; i++)
-            ((float *)recv)[i] *= (float)c->size;
+    /* on the device, on the caller's stream, done before returning */
+    dt_toy_dev_t dd = c->dd;
+    dd.stream = st;
+    uint64_t bytes = count * dt_dtype_size(dtype);
+    int rc = DT_OK;
+    if (recv != send && (rc = dd.ops->memcpy_async(dd.dev, recv, send, bytes, DT_COPY_D2D,
+                                                   st)) == DT_OK)
+        rc = dd.ops->stream_sync(dd.dev, st);
+    if (rc == DT_OK && op == DT_OP_SUM && dtype == DT_F32) {
+        float *h = malloc(bytes ? bytes : 1);
+        if (!h)
+            return DT_ERR_NOMEM;
+        if ((rc = dt_toy_read(&dd, h, recv, bytes)) == DT_OK) {
+            for (uint64_t i = 0; i < count; i++)
+                h[i] *= (float)c->size;
+            rc = dt_toy_write(&dd, recv, h, bytes);
+        }
+        free(h);
+    }
+    if (rc != DT_OK)
+        return rc;
     if (req) {
         *req = (dt_comm_req_t *)&fake_req_token;
         c->n_started++;
@@ -153,44 +188,46 @@ static const dt_comm_ops_v1_t fake_comm = {
 /* ------------------------------------------------------- a test instance */
 
 typedef struct {
-    dt_test_host_t th_ddp, th_cpu, th_shm;
+    dt_test_host_t th_ddp, th_dev, th_comm;
     dt_device_t *dev;
     dt_stream_t *cs;
+    dt_toy_dev_t dd;    /* {D, dev, cs}: host access to ddp's buffers */
     struct dt_comm fc;
     const dt_comm_ops_v1_t *cops;
     dt_comm_t *comm;
-    dt_comm_t *shm;     /* a real shm group (forked ranks), or NULL */
+    dt_comm_t *real;    /* a real group (forked ranks), or NULL */
     dt_model_desc_v1_t model;
     dt_optim_desc_v1_t optim;
     dt_strategy_t *s;
 } inst_t;
 
-static const dt_test_kv_t cpu_kv[] = {{"threads", "1"}, {NULL, NULL}};
-
-/* cpu device + ddp over the fake comm of `size`/`rank`, or, with `shm_job`,
- * over a real shm group of that job.  Returns ddp init's status. */
+/* The backend's device (cpu: threads = 1) + ddp over the fake comm of
+ * `size`/`rank`, or, with `job`, over a real group of the backend's
+ * communicator (at its defaults) of that job.  Returns ddp init's status. */
 static int inst_open(inst_t *in, const dt_test_kv_t *kv, int param_dtype, int optim_kind,
-                     uint32_t n_micro, int32_t size, int32_t rank, const char *shm_job)
+                     uint32_t n_micro, int32_t size, int32_t rank, const char *job)
 {
     memset(in, 0, sizeof *in);
-    dt_test_host_init(&in->th_cpu, "device/cpu", cpu_kv);
+    dt_test_host_init(&in->th_dev, dt_toy_backend_device_prefix(), dt_toy_backend_device_kv());
     dt_test_host_init(&in->th_ddp, "strategy/ddp", kv);
     dt_device_init_v1_t di = {.struct_size = sizeof di, .rank = rank, .local_rank = rank,
                               .local_size = size, .device_index = -1};
-    DT_MP_OK(D->init(&in->th_cpu.host, &di, &in->dev));
+    DT_MP_OK(D->init(&in->th_dev.host, &di, &in->dev));
     DT_MP_OK(D->stream_create(in->dev, &in->cs));
+    in->dd = (dt_toy_dev_t){.ops = D, .dev = in->dev, .stream = in->cs};
+    in->fc.dd = in->dd;
     in->fc.size = size;
     in->fc.rank = rank;
     in->cops = &fake_comm;
     in->comm = &in->fc;
-    if (shm_job) {
-        dt_test_host_init(&in->th_shm, "comm/shm", NULL);
+    if (job) {
+        dt_test_host_init(&in->th_comm, dt_toy_backend_comm_prefix(), NULL);
         dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
-                                .local_rank = rank, .local_size = size, .job_id = shm_job,
+                                .local_rank = rank, .local_size = size, .job_id = job,
                                 .timeout_ms = 20000, .dev_ops = D, .dev = in->dev};
-        DT_MP_OK(SHM->init(&in->th_shm.host, &ci, &in->shm));
-        in->cops = SHM;
-        in->comm = in->shm;
+        DT_MP_OK(COMM->init(&in->th_comm.host, &ci, &in->real));
+        in->cops = COMM;
+        in->comm = in->real;
     }
     in->model = make_model(param_dtype);
     in->optim = dt_toy_optim(optim_kind);
@@ -211,8 +248,8 @@ static int inst_open(inst_t *in, const dt_test_kv_t *kv, int param_dtype, int op
 static void inst_close(inst_t *in)
 {
     S->finalize(in->s);
-    if (in->shm)
-        SHM->finalize(in->shm);
+    if (in->real)
+        COMM->finalize(in->real);
     D->stream_destroy(in->dev, in->cs);
     D->finalize(in->dev);
 }
@@ -275,6 +312,43 @@ static void ref_micro(int rank, uint32_t micro, double ref[DT_TOY_NU][80])
             ref[u][i] += gval(rank, micro, u, i);
 }
 
+/* grads[i] += gval (or, for the head's tied part of wte, tval) for i < n,
+ * through the device's copies: read, add in f32, write back. */
+static void add_grads(inst_t *in, float *grads, uint64_t n, int rank, uint32_t micro,
+                      uint32_t u, int tie)
+{
+    float g[80];
+    DT_MP_OK(dt_toy_read(&in->dd, g, grads, n * sizeof(float)));
+    for (uint64_t i = 0; i < n; i++)
+        g[i] += tie ? tval(rank, micro, i) : gval(rank, micro, u, i);
+    DT_MP_OK(dt_toy_write(&in->dd, grads, g, n * sizeof(float)));
+}
+
+/* `bytes` (<= 320) of device memory at `src`, copied to the host through
+ * in's device: in host buffer `slot` (0 or 1), valid until the next call
+ * with that slot. */
+static const void *on_host(inst_t *in, const void *src, size_t bytes, int slot)
+{
+    static float buf[2][80];
+    assert_true(bytes <= sizeof buf[0] && (slot == 0 || slot == 1));
+    assert_int_equal(dt_toy_read(&in->dd, buf[slot], src, bytes), DT_OK);
+    return buf[slot];
+}
+
+/* Element i of device f32 buffer `p`, read through in's device. */
+static float f32_at(inst_t *in, const void *p, uint64_t i)
+{
+    float x;
+    assert_int_equal(dt_toy_read(&in->dd, &x, (const float *)p + i, sizeof x), DT_OK);
+    return x;
+}
+
+/* Set element i of device f32 buffer `p` to x through in's device. */
+static void f32_set(inst_t *in, float *p, uint64_t i, float x)
+{
+    assert_int_equal(dt_toy_write(&in->dd, p + i, &x, sizeof x), DT_OK);
+}
+
 /* Backward of one micro-step: head (adds to its own grads and, nested, to
  * unit 0's wte), block, embedding.  `ref` (DT_TOY_NU x 80 doubles)
  * accumulates the expected local gradient.  `after[k]` (may be NULL)
@@ -294,10 +368,8 @@ static void backward(inst_t *in, int rank, uint32_t micro, uint32_t n_micro,
         ref_micro(rank, micro, ref);
     DT_MP_OK(S->pre_backward(in->s, &h, &b));
     DT_MP_OK(S->pre_backward(in->s, &h0, &b0));
-    for (uint64_t i = 0; i < 10; i++)
-        b.grads[i] += gval(rank, micro, 2, i);
-    for (uint64_t i = 0; i < 35; i++)
-        b0.grads[i] += tval(rank, micro, i);
+    add_grads(in, b.grads, 10, rank, micro, 2, 0);
+    add_grads(in, b0.grads, 35, rank, micro, 0, 1);
     h0.last_use = 0;
     DT_MP_OK(S->post_backward(in->s, &h0));
     if (after) after[k++] = in->fc.n_calls;
@@ -312,8 +384,7 @@ static void backward(inst_t *in, int rank, uint32_t micro, uint32_t n_micro,
         DT_MP_OK(S->pre_backward(in->s, &hu, &bu));
         if (u == 0)
             DT_MP_CHECK(bu.grads == b0.grads); /* the same buffer as nested */
-        for (uint64_t i = 0; i < units[u].numel; i++)
-            bu.grads[i] += gval(rank, micro, u, i);
+        add_grads(in, bu.grads, units[u].numel, rank, micro, u, 0);
         hu.last_use = 1;
         DT_MP_OK(S->post_backward(in->s, &hu));
         if (after) after[k++] = in->fc.n_calls;
@@ -343,7 +414,7 @@ static void test_hook_protocol(void **state)
         assert_int_equal(S->pre_forward(in.s, &h, &b), DT_OK);
         pp[u] = b.params;
         assert_int_equal((uintptr_t)pp[u] % 64, 0);
-        assert_true(((const float *)pp[u])[3] == dt_toy_pval(u, 3)); /* f32: the master itself */
+        assert_true(f32_at(&in, pp[u], 3) == dt_toy_pval(u, 3)); /* f32: the master itself */
         assert_int_equal(S->post_forward(in.s, &h), DT_OK);
     }
     assert_ptr_equal((const float *)pp[1] - (const float *)pp[0], 64);
@@ -457,8 +528,9 @@ static void test_accumulate_then_bucketed_reduce(void **state)
     for (uint32_t u = 0; u < DT_TOY_NU; u++) {
         dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t), .unit = u, .micro = 0, .n_micro = 1};
         assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
+        const float *g = on_host(&in, b.grads, units[u].numel * sizeof(float), 0);
         for (uint64_t i = 0; i < units[u].numel; i++)
-            assert_true(fabs(b.grads[i] - ref[u][i]) <= 1e-6);
+            assert_true(fabs(g[i] - ref[u][i]) <= 1e-6);
         assert_int_equal(S->post_backward(in.s, &h), DT_OK);
     }
     dt_step_args_v1_t sa = {
@@ -574,9 +646,10 @@ static void test_no_overlap_and_bf16_reduce(void **state)
     for (uint32_t u = 0; u < DT_TOY_NU; u++) {
         dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t), .unit = u, .n_micro = 1};
         assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
+        const float *g = on_host(&in, b.grads, units[u].numel * sizeof(float), 0);
         for (uint64_t i = 0; i < units[u].numel; i++) {
             float want = bf16_to_f32(bf16_rne((float)ref[u][i]));
-            assert_true(b.grads[i] == want);
+            assert_true(g[i] == want);
         }
         assert_int_equal(S->post_backward(in.s, &h), DT_OK);
     }
@@ -646,7 +719,7 @@ static void test_nonfinite_skips_update(void **state)
     dt_unit_buffers_v1_t b = {.struct_size = sizeof(dt_unit_buffers_v1_t)};
     dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t), .unit = 1, .n_micro = 1};
     assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
-    b.grads[70] = INFINITY;
+    f32_set(&in, b.grads, 70, INFINITY);
     assert_int_equal(S->post_backward(in.s, &h), DT_OK);
     float before[DT_TOY_NU][80], after[80];
     for (uint32_t u = 0; u < DT_TOY_NU; u++)
@@ -667,7 +740,7 @@ static void test_nonfinite_skips_update(void **state)
     /* NaN too */
     assert_int_equal(S->begin_step(in.s, 1), DT_OK);
     assert_int_equal(S->pre_backward(in.s, &h, &b), DT_OK);
-    b.grads[0] = NAN;
+    f32_set(&in, b.grads, 0, NAN);
     assert_int_equal(S->post_backward(in.s, &h), DT_OK);
     assert_int_equal(S->step(in.s, &sa, &r), DT_OK);
     assert_int_equal(r.nonfinite, 1);
@@ -717,7 +790,8 @@ static void test_staggered_update(void **state)
                 assert_int_equal(S->pre_forward(in[k].s, &h, &b), DT_OK);
                 assert_int_equal(S->post_forward(in[k].s, &h), DT_OK);
                 cp[k][u] = b.params;
-                memcpy(before[k][u], b.params, units[u].numel * 2);
+                memcpy(before[k][u], on_host(&in[k], b.params, units[u].numel * 2, 0),
+                       units[u].numel * 2);
             }
             dt_step_args_v1_t sa = {
                 .struct_size = sizeof(dt_step_args_v1_t), .step = t, .lr = 1e-2f};
@@ -728,9 +802,10 @@ static void test_staggered_update(void **state)
         /* after step(): ranks updating in step() changed every unit, the
          * staggered rank 1 none yet */
         for (uint32_t u = 0; u < DT_TOY_NU; u++) {
-            assert_memory_not_equal(cp[0][u], before[0][u], units[u].numel * 2);
-            assert_memory_equal(cp[1][u], before[1][u], units[u].numel * 2);
-            assert_memory_not_equal(cp[2][u], before[2][u], units[u].numel * 2);
+            size_t n = units[u].numel * 2;
+            assert_memory_not_equal(on_host(&in[0], cp[0][u], n, 0), before[0][u], n);
+            assert_memory_equal(on_host(&in[1], cp[1][u], n, 0), before[1][u], n);
+            assert_memory_not_equal(on_host(&in[2], cp[2][u], n, 0), before[2][u], n);
         }
         if (t % 2 == 0)
             continue; /* step t + 1's forward applies it, after begin_step */
@@ -739,13 +814,18 @@ static void test_staggered_update(void **state)
         dt_hook_v1_t h0 = {.struct_size = sizeof(dt_hook_v1_t), .unit = 0, .n_micro = 1};
         assert_int_equal(S->pre_forward(in[1].s, &h0, &b), DT_OK);
         assert_int_equal(S->post_forward(in[1].s, &h0), DT_OK);
-        assert_memory_equal(cp[1][0], cp[0][0], units[0].numel * 2);
-        assert_memory_equal(cp[1][1], before[1][1], units[1].numel * 2);
+        assert_memory_equal(on_host(&in[1], cp[1][0], units[0].numel * 2, 0),
+                            on_host(&in[0], cp[0][0], units[0].numel * 2, 1),
+                            units[0].numel * 2);
+        assert_memory_equal(on_host(&in[1], cp[1][1], units[1].numel * 2, 0), before[1][1],
+                            units[1].numel * 2);
         /* a forward applies the rest */
         forward(&in[1], 0, 1, NULL);
         for (uint32_t u = 0; u < DT_TOY_NU; u++) {
-            assert_memory_equal(cp[1][u], cp[0][u], units[u].numel * 2);
-            assert_memory_equal(cp[2][u], cp[0][u], units[u].numel * 2);
+            size_t n = units[u].numel * 2;
+            const void *p0 = on_host(&in[0], cp[0][u], n, 1);
+            assert_memory_equal(on_host(&in[1], cp[1][u], n, 0), p0, n);
+            assert_memory_equal(on_host(&in[2], cp[2][u], n, 0), p0, n);
         }
     }
     /* masters and moments: bit for bit (get_state applies step 4's update) */
@@ -797,7 +877,7 @@ static void test_bf16_compute_copy(void **state)
             dt_hook_v1_t h = {.struct_size = sizeof(dt_hook_v1_t), .unit = u, .n_micro = 1};
             assert_int_equal(S->pre_forward(in.s, &h, &b), DT_OK);
             get_unit(&in, u, DT_STATE_PARAMS, master);
-            const uint16_t *c = b.params;
+            const uint16_t *c = on_host(&in, b.params, units[u].numel * 2, 0);
             for (uint64_t i = 0; i < units[u].numel; i++)
                 assert_int_equal(c[i], bf16_rne(master[i]));
             assert_int_equal(S->post_forward(in.s, &h), DT_OK);
@@ -1017,9 +1097,9 @@ static void test_estimate_matches_allocation(void **state)
     inst_close(&in);
 }
 
-/* ------------------------------------------------------- multi-rank (shm)
+/* ------------------------------------------- multi-rank (shm or nccl)
  *
- * Each case forks `size` ranks; every rank runs ddp over a real shm group
+ * Each case forks `size` ranks; every rank runs ddp over a real group
  * and writes what it saw to a shared mapping; the parent checks the
  * numbers.  A rank reports failure by its exit status (never by cmocka). */
 
@@ -1102,10 +1182,11 @@ static int rank_init_check(int rank, int size, const char *job, void *arg)
     return 0;
 }
 
-static void require_shm(void)
+static void require_comm(void)
 {
-    if (!SHM) {
-        fprintf(stderr, "dtrain_shm.so not built: multi-rank case skipped\n");
+    if (!COMM) {
+        fprintf(stderr, "dtrain_%s.so not built: multi-rank case skipped\n",
+                dt_toy_backend_comm());
         skip();
     }
 }
@@ -1136,7 +1217,7 @@ static void check_replicas_identical(int size)
  * abs 1e-6, the norm within rel 1e-6. */
 static void test_mp_train_matches_reference(void **state)
 {
-    require_shm();
+    require_comm();
     const dt_test_kv_t kv3[] = {{"bucket_cap_mb", "0.0003"}, {NULL, NULL}};
     for (int size = 2; size <= 3; size++) {
         mp_case_t c = {.kv = size == 3 ? kv3 : NULL, .optim = DT_OPTIM_ADAMW, .n_micro = 2,
@@ -1172,7 +1253,7 @@ static void test_mp_train_matches_reference(void **state)
  * rel 1e-2 of the update; to 11 for fp16, rel 2e-3). */
 static void mp_half_reduce(const char *dtype, double rel)
 {
-    require_shm();
+    require_comm();
     const dt_test_kv_t kv[] = {{"bucket_cap_mb", "0.0003"}, {"reduce_dtype", dtype},
                                {NULL, NULL}};
     mp_case_t c = {.kv = kv, .optim = DT_OPTIM_SGD, .n_micro = 2, .steps = 1, .lr = 0.1f};
@@ -1199,7 +1280,7 @@ static void test_mp_f16_reduce(void **state) { mp_half_reduce("fp16", 2e-3); }
  * fail, naming the first differing unit. */
 static void test_mp_init_check_detects(void **state)
 {
-    require_shm();
+    require_comm();
     /* only unit 1 differs (by 1e-3 in one element), 3 ranks */
     mp_case_t c = {.kv = NULL, .perturb = 1};
     run_ranks(3, rank_init_check, &c);
@@ -1228,7 +1309,7 @@ static void test_mp_init_check_detects(void **state)
 /* init_check = broadcast: rank 0's parameters win everywhere. */
 static void test_mp_init_broadcast(void **state)
 {
-    require_shm();
+    require_comm();
     const dt_test_kv_t kv[] = {{"init_check", "broadcast"}, {NULL, NULL}};
     mp_case_t c = {.kv = kv, .perturb = 3};
     run_ranks(2, rank_init_check, &c);
@@ -1240,8 +1321,12 @@ static void test_mp_init_broadcast(void **state)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int rc = dt_toy_backend_select(argc, argv, MAXR);
+    if (rc >= 0)
+        return rc;
+    /* over the fake comm, in this process */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hook_protocol),
         cmocka_unit_test(test_accumulate_then_bucketed_reduce),
@@ -1255,11 +1340,20 @@ int main(void)
         cmocka_unit_test(test_save_ranges_partition),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_estimate_matches_allocation),
+    };
+    /* forked ranks over a real communicator: every backend */
+    const struct CMUnitTest mp_tests[] = {
         cmocka_unit_test(test_mp_train_matches_reference),
         cmocka_unit_test(test_mp_bf16_reduce),
         cmocka_unit_test(test_mp_f16_reduce),
         cmocka_unit_test(test_mp_init_check_detects),
         cmocka_unit_test(test_mp_init_broadcast),
     };
-    return cmocka_run_group_tests(tests, group_setup, NULL);
+    if (strcmp(dt_toy_backend_device(), "cpu") == 0)
+        return cmocka_run_group_tests_name("cpu, fake comm", tests, group_setup, NULL) +
+               cmocka_run_group_tests_name("cpu + shm", mp_tests, group_setup, NULL);
+    /* cuda: the forked cases first, so that no CUDA context exists in this
+     * process when it forks (a child cannot use an inherited one) */
+    int failed = cmocka_run_group_tests_name("cuda + nccl", mp_tests, group_setup, NULL);
+    return failed + cmocka_run_group_tests_name("cuda, fake comm", tests, group_setup, NULL);
 }

@@ -4,8 +4,15 @@
  * naming the collective, the failing rank and the step, within the
  * communicator's timeout, and finalize frees everything.
  *
+ * Device-parametrized: `test_faults [cpu|cuda]` (toy_train.h's backends:
+ * cpu + shm, or cuda + nccl with one GPU per rank; ctest's
+ * unit.test_faults.cuda, labels gpu and faults, is skipped without 4
+ * GPUs).  The messages checked are the ones the shm plugin gives and the
+ * nccl plugin is built to give alike ("all_reduce #12 (...)", "rank 1");
+ * the cuda variant has not yet run on a GPU.
+ *
  * Real ranks: forked processes training the toy model (toy_train.h) over
- * the shm plugin, whose table is wrapped by the countdown fault injector
+ * the communicator, whose table is wrapped by the countdown fault injector
  * (comm_fault.h, on core/interpose).  Rank 1 arms a fault at a chosen
  * point of step 2 (the first forward, the last micro-step's backward, or
  * the optimizer step): its Nth matching collective returns DT_ERR_REMOTE
@@ -87,7 +94,7 @@ typedef struct fault_case {
 
 static const dt_strategy_ops_t *DDP, *ZERO, *FSDP;
 static const dt_device_ops_t *D;
-static const dt_comm_ops_t *SHM, *FAULTY;
+static const dt_comm_ops_t *COMM, *FAULTY;
 static dt_toy_run_t *run;
 static fault_case_t *fc;
 
@@ -124,14 +131,14 @@ static int fault_rank(int rank, int size, const char *job, void *arg)
             phase = PH_FORWARD;
             if (m == 0)
                 arm_at(rank, t, PH_FORWARD);
-            if ((rc = dt_toy_forward(S, env.s, run->param_dtype, rank, m, run->n_micro, 0,
-                                     &loss)) != DT_OK)
+            if ((rc = dt_toy_forward(S, env.s, &env.dd, run->param_dtype, rank, m,
+                                     run->n_micro, 0, &loss)) != DT_OK)
                 break;
             phase = PH_BACKWARD;
             if (m + 1 == run->n_micro)
                 arm_at(rank, t, PH_BACKWARD);
-            if ((rc = dt_toy_backward(S, env.s, run->param_dtype, rank, m, run->n_micro)) ==
-                DT_OK)
+            if ((rc = dt_toy_backward(S, env.s, &env.dd, run->param_dtype, rank, m,
+                                      run->n_micro)) == DT_OK)
                 m++;
         }
         if (rc == DT_OK) {
@@ -163,8 +170,8 @@ static int fault_rank(int rank, int size, const char *job, void *arg)
     double t1 = now_s();
     S->finalize(env.s);
     env.s = NULL;
-    dt_mem_stats_t ms = {.struct_size = sizeof ms};
-    DT_MP_OK(run->D->mem_stats(env.dev, &ms));
+    dt_mem_stats_t ms;
+    dt_toy_env_mem(&env, run, &ms);
     memcpy(out->dev_left, ms.current, sizeof out->dev_left);
     out->host_left = env.th_s.mem.total_current;
     dt_toy_env_close(&env, run);
@@ -449,15 +456,18 @@ static int group_setup(void **state)
         fprintf(stderr, "%s\n", dt_last_error());
         return -1;
     }
-    if (dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &SHM, &run, 1) != 0)
+    if (dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &COMM, &run, 1) != 0)
         return -1;
-    FAULTY = dt_comm_fault_wrap(SHM);
+    FAULTY = dt_comm_fault_wrap(COMM);
     fc = dt_mp_shared_alloc(sizeof *fc);
     return fc ? 0 : -1;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int rc = dt_toy_backend_select(argc, argv, 4);
+    if (rc >= 0)
+        return rc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ddp),
         cmocka_unit_test(test_zero_stage1),
@@ -465,5 +475,5 @@ int main(void)
         cmocka_unit_test(test_zero_stage3),
         cmocka_unit_test(test_fsdp),
     };
-    return cmocka_run_group_tests(tests, group_setup, NULL);
+    return cmocka_run_group_tests_name(dt_toy_backend_label(), tests, group_setup, NULL);
 }

@@ -5,9 +5,14 @@
  * gradients kept local (reduce_grads 0: no reduction stream, a local
  * norm, a local update) against averaged ones, and the init check
  * refusing replicas that differ until they are averaged.  Forked ranks at
- * world sizes 2 and 3 over the real shm communicator and cpu device, the
- * toy model with SGD (no momentum, no decay), every number against its
- * closed form.
+ * world sizes 2 and 3 over a real communicator and device, the toy model
+ * with SGD (no momentum, no decay), every number against its closed form.
+ *
+ * Device-parametrized: `test_replica [cpu|cuda]` (toy_train.h's backends:
+ * cpu + shm, or cuda + nccl with one GPU per rank; ctest's
+ * unit.test_replica.cuda, label gpu, is skipped without 3 GPUs).  The
+ * host reaches device memory only through the device's copies and the
+ * replica's get/set_state.  The cuda variant has not yet run on a GPU.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -30,12 +35,13 @@
 #include "util/error.h"
 
 static const dt_device_ops_v1_t *D;
-static const dt_comm_ops_v1_t *SHM;
+static const dt_comm_ops_v1_t *COMM;
 
-/* the cpu and shm plugins, forked ranks leak-checked under ASan */
+/* the backend's device and communicator (cpu + shm, or cuda + nccl),
+ * forked ranks leak-checked under ASan */
 static int group_setup(void **state)
 {
-    return dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &SHM, NULL, 0);
+    return dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &COMM, NULL, 0);
 }
 
 /* The gradient rank r writes for element i of unit u: (r + 1) c(u, i). */
@@ -113,26 +119,27 @@ static double p_after(uint32_t u, uint64_t i, int rank, int size)
 
 static int rank_replica(int rank, int size, const char *job, void *arg)
 {
-    dt_test_host_t th_cpu, th_shm, th;
-    static const dt_test_kv_t shm_kv[] = {{"slot_bytes", "65536"}, {NULL, NULL}};
-    dt_test_host_init(&th_cpu, "device/cpu", NULL);
-    dt_test_host_init(&th_shm, "comm/shm", shm_kv);
+    dt_test_host_t th_dev, th_comm, th;
+    /* the device at its defaults; the backend's communicator config (shm:
+     * small slots) */
+    dt_test_host_init(&th_dev, dt_toy_backend_device_prefix(), NULL);
+    dt_test_host_init(&th_comm, dt_toy_backend_comm_prefix(), dt_toy_backend_comm_kv());
     dt_test_host_init(&th, "sdk/replica", NULL);
     dt_device_t *dev;
     dt_comm_t *comm;
     dt_stream_t *cs;
     dt_device_init_v1_t di = {.struct_size = sizeof di, .rank = rank, .local_rank = rank,
                               .local_size = size, .device_index = -1};
-    DT_MP_OK(D->init(&th_cpu.host, &di, &dev));
+    DT_MP_OK(D->init(&th_dev.host, &di, &dev));
     dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
                             .local_rank = rank, .local_size = size, .job_id = job,
                             .timeout_ms = 20000, .dev_ops = D, .dev = dev};
-    DT_MP_OK(SHM->init(&th_shm.host, &ci, &comm));
+    DT_MP_OK(COMM->init(&th_comm.host, &ci, &comm));
     DT_MP_OK(D->stream_create(dev, &cs));
     dt_model_desc_v1_t model = dt_toy_model(DT_F32);
     dt_optim_desc_v1_t optim = {.struct_size = sizeof optim, .kind = DT_OPTIM_SGD};
     dt_strategy_init_v1_t ia = {.struct_size = sizeof ia, .n_micro = 1, .dev_ops = D,
-                                .dev = dev, .compute_stream = cs, .comm_ops = SHM,
+                                .dev = dev, .compute_stream = cs, .comm_ops = COMM,
                                 .comm = comm, .model = &model, .optim = &optim};
     /* local and reduced gradients; each also as an fp16 run hands them
      * over: multiplied by the loss scale 8, which the step divides out
@@ -196,7 +203,7 @@ static int rank_replica(int rank, int size, const char *job, void *arg)
         dt_replica_free(&r); /* safe twice */
     }
     D->stream_destroy(dev, cs);
-    SHM->finalize(comm);
+    COMM->finalize(comm);
     D->finalize(dev);
     return 0;
 }
@@ -207,10 +214,13 @@ static void test_mp_average_and_local_gradients(void **state)
         dt_mp_run_ranks(size, rank_replica, NULL, 60.0, "replica");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int rc = dt_toy_backend_select(argc, argv, 3);
+    if (rc >= 0)
+        return rc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mp_average_and_local_gradients),
     };
-    return cmocka_run_group_tests(tests, group_setup, NULL);
+    return cmocka_run_group_tests_name(dt_toy_backend_label(), tests, group_setup, NULL);
 }

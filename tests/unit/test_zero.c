@@ -3,7 +3,14 @@
  * the SDK's sharded engine), loaded with dlopen and driven through its ops
  * table in the core's hook order.
  *
- * Numbers: every stage at 2, 3 and 4 ranks (forked, over the shm plugin)
+ * Device-parametrized: `test_zero [cpu|cuda]` (toy_train.h's backends:
+ * cpu + shm, or cuda + nccl with one GPU per rank; ctest's
+ * unit.test_zero.cuda, label gpu, is skipped without 4 GPUs).  Host code
+ * reads and writes the strategy's buffers only through the device's
+ * copies (dt_toy_read / dt_toy_write).  The cuda variant has not yet run
+ * on a GPU.
+ *
+ * Numbers: every stage at 2, 3 and 4 ranks (forked, over the communicator)
  * trains the toy model (tests/support/toy_model.h: 50 + 79 + 10
  * parameters, no world size divides them) for three steps of two
  * micro-steps, clipped in the first and third, and must match the float64
@@ -33,7 +40,7 @@
 
 static const dt_strategy_ops_v1_t *Z;
 static const dt_device_ops_v1_t *D;
-static const dt_comm_ops_v1_t *SHM;
+static const dt_comm_ops_v1_t *COMM;
 static dt_toy_run_t *run;
 
 static int group_setup(void **state)
@@ -44,13 +51,13 @@ static int group_setup(void **state)
         fprintf(stderr, "%s\n", dt_last_error());
         return -1;
     }
-    return dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &SHM, &run, 1);
+    return dt_toy_setup(DT_TEST_PLUGIN_DIR, &D, &COMM, &run, 1);
 }
 
 /* The standard run (toy_train.h) of `kv` at `size` ranks. */
 static void setup_run(const dt_test_kv_t *kv, int param_dtype, int optim, int eval_first)
 {
-    *run = (dt_toy_run_t){.S = Z, .prefix = "strategy/zero", .D = D, .C = SHM, .kv = kv,
+    *run = (dt_toy_run_t){.S = Z, .prefix = "strategy/zero", .D = D, .C = COMM, .kv = kv,
                           .param_dtype = param_dtype, .optim = optim,
                           .eval_first = eval_first, DT_TOY_RUN_STANDARD};
 }
@@ -344,7 +351,9 @@ static int rank_protocol(int rank, int size, const char *job, void *arg)
     DT_MP_CHECK(strstr(dt_last_error(), "pre_backward: unit 'embedding': micro-step 1 of 1"));
     DT_MP_OK(Z->pre_backward(s, &h, &b));
     DT_MP_CHECK((uintptr_t)b.params % 64 == 0 && (uintptr_t)b.grads % 64 == 0);
-    DT_MP_CHECK(((const float *)b.params)[78] == dt_toy_pval(1, 78)); /* gathered */
+    float p78;
+    DT_MP_OK(dt_toy_read(&env.dd, &p78, (const float *)b.params + 78, sizeof p78));
+    DT_MP_CHECK(p78 == dt_toy_pval(1, 78)); /* gathered */
     dt_step_args_v1_t sa = {
         .struct_size = sizeof(dt_step_args_v1_t), .step = 1, .lr = 0.1f, .clip = 1.0f};
     dt_step_result_v1_t r = {.struct_size = sizeof(dt_step_result_v1_t)};
@@ -367,10 +376,11 @@ static int rank_protocol(int rank, int size, const char *job, void *arg)
     }
     DT_MP_OK(Z->begin_step(s, 1));
     double l;
-    DT_MP_OK(dt_toy_forward(Z, s, DT_F32, rank, 0, 1, 0, &l));
+    DT_MP_OK(dt_toy_forward(Z, s, &env.dd, DT_F32, rank, 0, 1, 0, &l));
     dt_hook_v1_t h2 = {.struct_size = sizeof(dt_hook_v1_t), .unit = 2, .n_micro = 1, .last_use = 1};
     DT_MP_OK(Z->pre_backward(s, &h2, &b));
-    b.grads[3] = rank == 1 ? NAN : 0.5f;
+    float g3 = rank == 1 ? NAN : 0.5f;
+    DT_MP_OK(dt_toy_write(&env.dd, b.grads + 3, &g3, sizeof g3));
     DT_MP_OK(Z->post_backward(s, &h2));
     DT_MP_OK(Z->step(s, &sa, &r));
     DT_MP_CHECK(r.nonfinite == 1 && isnan(r.grad_norm));
@@ -383,8 +393,8 @@ static int rank_protocol(int rank, int size, const char *job, void *arg)
     }
     /* the next clean step updates */
     DT_MP_OK(Z->begin_step(s, 1));
-    DT_MP_OK(dt_toy_forward(Z, s, DT_F32, rank, 0, 1, 0, &l));
-    DT_MP_OK(dt_toy_backward(Z, s, DT_F32, rank, 0, 1));
+    DT_MP_OK(dt_toy_forward(Z, s, &env.dd, DT_F32, rank, 0, 1, 0, &l));
+    DT_MP_OK(dt_toy_backward(Z, s, &env.dd, DT_F32, rank, 0, 1));
     DT_MP_OK(Z->step(s, &sa, &r));
     DT_MP_CHECK(r.nonfinite == 0 && r.grad_norm > 0.1);
     DT_MP_OK(Z->state_ranges(s, 1, DT_STATE_PARAMS, DT_RANGES_HELD, rg, 2, &n));
@@ -398,7 +408,7 @@ static void test_mp_protocol_and_state(void **state)
 {
     const dt_test_kv_t kv[] = {{"stage", "3"}, {"param_persistence_threshold", "0"},
                                {NULL, NULL}};
-    *run = (dt_toy_run_t){.S = Z, .prefix = "strategy/zero", .D = D, .C = SHM, .kv = kv,
+    *run = (dt_toy_run_t){.S = Z, .prefix = "strategy/zero", .D = D, .C = COMM, .kv = kv,
                           .param_dtype = DT_F32, .optim = DT_OPTIM_ADAMW, .n_micro = 1};
     dt_mp_run_ranks(2, rank_protocol, NULL, 60.0, "zproto");
 }
@@ -560,8 +570,11 @@ static void test_schedule(void **state)
     assert_null(strstr(strstr(t, "F2 AG16/2") + 9, "AG16/2")); /* not in micro-step 2 */
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int rc = dt_toy_backend_select(argc, argv, 4);
+    if (rc >= 0)
+        return rc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_plan_presets),
@@ -576,5 +589,5 @@ int main(void)
         cmocka_unit_test(test_schedule),
         cmocka_unit_test(test_mp_protocol_and_state),
     };
-    return cmocka_run_group_tests(tests, group_setup, NULL);
+    return cmocka_run_group_tests_name(dt_toy_backend_label(), tests, group_setup, NULL);
 }

@@ -28,41 +28,41 @@ echo "| model | N | strategy | dtrain device state/rank | DeepSpeed gpu/rank | d
 echo "|---|---|---|---|---|---|---|"
 for model in gpt2-124m gpt2-350m gpt2-774m gpt2-1558m; do
   for n in $worlds; do
-    common=(p.toml --model "$model" --world "$n" --set parallel.offload=offload_cpu
-            --set zero.param_persistence_threshold=0)
-    out=$("$bin" plan "${common[@]}" --set zero.offload_what=optimizer 2>&1 | grep -A2 '^zero-2 ')
-    out+=$'\n'$("$bin" plan "${common[@]}" --set zero.offload_what=optimizer_and_params 2>&1 |
-                grep -A2 '^zero-3 ')
+    out=$("$bin" plan p.toml --model "$model" --world "$n" --offload offload_cpu \
+          --set zero.param_persistence_threshold=0 2>&1)
     /usr/bin/python3 - "$model" "$n" <<P
 import re, sys
 model, n = sys.argv[1], int(sys.argv[2])
 text = """$out"""
 def b(s):
     v, u = s.split()
-    return float(v) * (2**30 if u == "GiB" else 2**20)
+    return float(v) * {"TiB": 2**40, "GiB": 2**30, "MiB": 2**20}[u]
 C = {"gpt2-124m": 768, "gpt2-350m": 1024, "gpt2-774m": 1280, "gpt2-1558m": 1600}[model]
 L = {"gpt2-124m": 12, "gpt2-350m": 24, "gpt2-774m": 36, "gpt2-1558m": 48}[model]
 P = 50257 * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C   # GPT-2's parameter count
 largest = 50257 * C            # the token embedding (tied with the head)
-def row(label):
+def row(label, what):
+    # the strategy's row, then its offload sub-row "  <what>" (dtrain plan --offload)
     lines = text.splitlines()
     for i, l in enumerate(lines):
-        if l.startswith(label + " "):
-            cols = re.findall(r"[0-9.]+ (?:MiB|GiB)", l)
-            if len(cols) < 6:
-                return None, None
-            tier = 0.0
-            for k in (i + 1, i + 2):
-                m = re.search(r"offload tier: ([0-9.]+ (?:MiB|GiB)) per rank", lines[k] if k < len(lines) else "")
-                if m: tier = b(m.group(1))
-            return b(cols[5]), tier   # model state (params + grads + optimizer), tier
+        if not l.startswith(label + " "):
+            continue
+        for s in lines[i + 1:]:
+            if s and not s.startswith(" "):
+                break
+            if s.startswith("  " + what + " "):
+                cols = re.findall(r"[0-9.]+ (?:MiB|GiB|TiB)", s)
+                if len(cols) < 9:
+                    return None, None
+                return b(cols[5]), b(cols[8])   # model state (params + grads + optimizer), tier/rank
     return None, None
 fmt = lambda x: "%.2f GiB" % (x / 2**30)
 # DeepSpeed, one node of n GPUs
 z2_gpu, z2_cpu = 2 * P, P * max(4 * n, 16) * 1.5
 z3_gpu, z3_cpu = 4 * largest, P * 18 * 1.5
-for label, gpu, cpu in (("zero-2", z2_gpu, z2_cpu), ("zero-3", z3_gpu, z3_cpu)):
-    dev, tier = row(label)
+for label, what, gpu, cpu in (("zero-2", "optimizer", z2_gpu, z2_cpu),
+                              ("zero-3", "optimizer_and_params", z3_gpu, z3_cpu)):
+    dev, tier = row(label, what)
     if dev is None:
         print("| %s | %d | %s | not planned | | | |" % (model, n, label)); continue
     print("| %s | %d | %s | %s | %s | %s | %s |" % (model, n, label, fmt(dev), fmt(gpu), fmt(tier * n), fmt(cpu)))

@@ -13,6 +13,7 @@ packages=(
   libcjson-dev          # checkpoint manifests, safetensors headers
   zlib1g-dev            # CRC-32 of checkpoint segments
   liburing-dev          # NVMe offload
+  fio                   # bench/bench_offload_fio.sh: the NVMe tier beside fio (not needed by the tests)
   libopenmpi-dev openmpi-bin  # MPI comparison benchmark, MPI launch
   python3 python3-numpy # float64 reference implementation used by tests
   fortunes              # the example's text corpus (/usr/share/games/fortunes)

@@ -16,6 +16,14 @@
  * Deciding: --device-memory adds whether each row fits and recommends the
  * row that sends the least per step among those that fit;  --link-gbps
  * adds the time each row's traffic takes on such a link.
+ *
+ * Offload: --offload TIER (or the config's [parallel] offload) adds under
+ * each row one sub-row per offload_what value the strategy accepts, with
+ * the device bytes and the tier's bytes and I/O per rank; the recommendation
+ * then takes a sub-row only where no row fits without offload.  A flag, not
+ * always-on sub-rows: they triple the table, and the table without a tier
+ * is the one most plans need; the numbers do not depend on which tier (the
+ * same bytes in host memory or in NVMe files), only the header's words do.
  */
 #include <math.h>
 #include <stdint.h>
@@ -35,7 +43,8 @@ void dt_help_plan(FILE *f)
 {
     fprintf(f,
             "usage: dtrain plan CONFIG [--world N] [--model PRESET] [--device-memory SIZE]\n"
-            "                          [--link-gbps GBPS] [--set table.key=value ...]\n\n"
+            "                          [--link-gbps GBPS] [--offload TIER]\n"
+            "                          [--set table.key=value ...]\n\n"
             "Predict, for every data-parallel strategy, the peak bytes per rank by tag\n"
             "(params, grads, optimizer, activations, comm buffers), the model state per\n"
             "rank, and the bytes each rank sends per step, for the model and batch CONFIG\n"
@@ -52,6 +61,15 @@ void dt_help_plan(FILE *f)
             "                      with each strategy's communication time per step, its\n"
             "                      ring algorithms' bytes over the link (bandwidth-bound,\n"
             "                      no latency, no overlap with compute)\n"
+            "--offload TIER        an offload plugin (offload_cpu: host memory, offload_nvme:\n"
+            "                      NVMe files; default: the config's parallel.offload, none\n"
+            "                      for none): under each strategy a row per offload_what it\n"
+            "                      accepts (optimizer; params and optimizer_and_params only\n"
+            "                      where parameters can be offloaded), with device bytes and\n"
+            "                      the tier's bytes and I/O per step per rank; with\n"
+            "                      --device-memory a row that fits only with offload says\n"
+            "                      \"offload\", and an offload choice is recommended only when\n"
+            "                      nothing fits without, the least tier I/O first\n"
             "Sizes print in binary units (1 MiB = 2^20 bytes), bandwidth in decimal ones.\n"
             "exit codes: 0 planned, 2 usage or config error\n");
 }
@@ -251,26 +269,31 @@ static int select_variant(dt_resolved_t *r, const variant_t *v, const char *own,
     return rc ? rc : dt_resolve_plugins(r);
 }
 
-/* What decides: --device-memory and --link-gbps (0: not given). */
+/* What decides: --device-memory and --link-gbps (0: not given), and
+ * the offload tier whose choices are planned under each row. */
 typedef struct plan_limits {
-    uint64_t mem;   /* bytes per rank */
-    double gbps;    /* link, 10^9 bit/s */
+    uint64_t mem;      /* bytes per rank */
+    double gbps;       /* link, 10^9 bit/s */
+    const char *tier;  /* --offload or [parallel] offload; NULL: none */
+    int width;         /* the label column */
 } plan_limits_t;
 
-/* A planned row, for the recommendation. */
+/* A planned row or offload sub-row, for the recommendation. */
 typedef struct plan_row {
-    const char *label;
-    uint64_t total, sent;
-    int planned;
+    char label[128];
+    uint64_t total, sent, held, traffic; /* held, traffic: the tier's */
+    int planned, offload;
 } plan_row_t;
 
 /* Traffic within this fraction of the least counts as the same. */
 #define PLAN_TRAFFIC_TIE 0.01
+/* offload_what choices planned per row, at most */
+#define PLAN_MAX_CHOICES 4
 
-#define PLAN_COLS "%-19s %11s %11s %11s %11s %11s %11s %12s %12s"
+#define PLAN_COLS "%-*s %11s %11s %11s %11s %11s %11s %12s %12s"
 
 static void print_header(const dt_resolved_t *r, dt_model_t *m, int64_t world,
-                         const plan_limits_t *lim)
+                         const plan_limits_t *lim, const char *tier_summary)
 {
     const dt_model_info_t *mi = dt_model_info(m);
     char b[32];
@@ -282,91 +305,176 @@ static void print_header(const dt_resolved_t *r, dt_model_t *m, int64_t world,
     printf("units: sizes binary (1 MiB = 2^20 bytes, 1 GiB = 2^30 bytes), bandwidth decimal "
            "(1 Gb/s = 10^9 bit/s)\n");
     if (lim->mem)
-        printf("device memory: %s per rank (fits: total/rank within it)\n",
-               dt_plan_bytes(lim->mem, b, sizeof b));
+        printf("device memory: %s per rank (fits: total/rank within it%s)\n",
+               dt_plan_bytes(lim->mem, b, sizeof b),
+               lim->tier ? "; \"offload\": only with one of the offload rows under it" : "");
     if (lim->gbps > 0)
         printf("link: %.2f Gb/s per rank (comm/step: sent/step over it; ring algorithms, "
                "bandwidth-bound, no latency, no overlap with compute)\n",
                lim->gbps);
-    printf("\n" PLAN_COLS, "strategy", "params", "grads", "optimizer", "activations",
-           "comm bufs", "model state", "total/rank", "sent/step");
+    if (lim->tier)
+        printf("offload: %s (%s); under each strategy a row per offload_what it accepts: "
+               "device bytes in the columns, tier/rank what the tier holds per rank (not "
+               "in total/rank), tier I/O what a step reads from and writes to it\n",
+               lim->tier, tier_summary);
+    printf("\n" PLAN_COLS, lim->width, "strategy", "params", "grads", "optimizer",
+           "activations", "comm bufs", "model state", "total/rank", "sent/step");
+    if (lim->tier)
+        printf(" %11s %11s", "tier/rank", "tier I/O");
     if (lim->gbps > 0)
         printf(" %11s", "comm/step");
     if (lim->mem)
-        printf(" %4s", "fits");
+        printf(" %*s", lim->tier ? 7 : 4, "fits");
     printf("\n");
 }
 
-static void print_row(const char *label, const dt_estimate_t *e, const plan_limits_t *lim)
+/* `fits`: the fits cell ("yes", "no", "offload"). */
+static void print_row(const char *label, const dt_estimate_t *e, const plan_limits_t *lim,
+                      const char *fits)
 {
-    char b[9][32];
+    char b[11][32];
     uint64_t total = dt_plan_total(e);
-    printf(PLAN_COLS, label, dt_plan_bytes(e->bytes[DT_TAG_PARAMS], b[0], 32),
+    printf(PLAN_COLS, lim->width, label, dt_plan_bytes(e->bytes[DT_TAG_PARAMS], b[0], 32),
            dt_plan_bytes(e->bytes[DT_TAG_GRADS], b[1], 32),
            dt_plan_bytes(e->bytes[DT_TAG_OPTIMIZER], b[2], 32),
            dt_plan_bytes(e->bytes[DT_TAG_ACTIVATIONS], b[3], 32),
            dt_plan_bytes(e->bytes[DT_TAG_COMM], b[4], 32),
            dt_plan_bytes(dt_plan_model_state(e), b[5], 32), dt_plan_bytes(total, b[6], 32),
            dt_plan_bytes(e->comm_bytes_per_step, b[7], 32));
+    if (lim->tier)
+        printf(" %11s %11s", dt_plan_bytes(e->bytes[DT_TAG_OFFLOAD], b[9], 32),
+               dt_plan_bytes(dt_plan_tier_traffic(e), b[10], 32));
     if (lim->gbps > 0)
         printf(" %11s",
                dt_plan_seconds(dt_plan_comm_seconds(e->comm_bytes_per_step, lim->gbps), b[8],
                                32));
     if (lim->mem)
-        printf(" %4s", total <= lim->mem ? "yes" : "no");
+        printf(" %*s", lim->tier ? 7 : 4, fits);
     printf("\n");
-    if (e->note[0])
-        printf("%-19s   %s\n", "", e->note);
-    /* ---- offload tier (issue 13): what [parallel] offload would hold ---- */
-    if (e->bytes[DT_TAG_OFFLOAD])
-        printf("%-19s   offload tier: %s per rank\n", "",
-               dt_plan_bytes(e->bytes[DT_TAG_OFFLOAD], b[0], 32));
 }
 
-/* Of the rows that fit, the least traffic; among rows within
- * PLAN_TRAFFIC_TIE of it, the least memory per rank (the first of equals,
- * in display order).  None fits: say which comes closest. */
+/* The best of the planned rows with offload == `offload` that fit: the
+ * least tier I/O (0 without offload), of those within PLAN_TRAFFIC_TIE of
+ * it the least traffic, of those within PLAN_TRAFFIC_TIE of that the
+ * least memory per rank (the first of equals, in display order).  NULL
+ * when none fits; *n_fit counts those that do. */
+static const plan_row_t *pick(const plan_row_t *rows, size_t n, uint64_t mem, int offload,
+                              size_t *n_fit)
+{
+    uint64_t least_io = UINT64_MAX, least_sent = UINT64_MAX;
+    const plan_row_t *best = NULL;
+    *n_fit = 0;
+#define PLAN_FITS(x) ((x).planned && (x).offload == offload && (x).total <= mem)
+#define PLAN_NEAR(v, least) ((double)(v) <= (double)(least) * (1.0 + PLAN_TRAFFIC_TIE))
+    for (size_t i = 0; i < n; i++)
+        if (PLAN_FITS(rows[i])) {
+            (*n_fit)++;
+            if (rows[i].traffic < least_io)
+                least_io = rows[i].traffic;
+        }
+    for (size_t i = 0; i < n; i++)
+        if (PLAN_FITS(rows[i]) && PLAN_NEAR(rows[i].traffic, least_io) &&
+            rows[i].sent < least_sent)
+            least_sent = rows[i].sent;
+    for (size_t i = 0; i < n; i++)
+        if (PLAN_FITS(rows[i]) && PLAN_NEAR(rows[i].traffic, least_io) &&
+            PLAN_NEAR(rows[i].sent, least_sent) && (!best || rows[i].total < best->total))
+            best = &rows[i];
+#undef PLAN_NEAR
+#undef PLAN_FITS
+    return best;
+}
+
+/* No offload where a row fits without it; else, with a tier planned, the
+ * offload choice with the least tier I/O per step (then the least traffic,
+ * then the least memory).  None fits: say which comes closest. */
 static void print_recommendation(const plan_row_t *rows, size_t n, const plan_limits_t *lim)
 {
-    const plan_row_t *smallest = NULL, *best = NULL;
-    uint64_t least_sent = UINT64_MAX;
+    const plan_row_t *smallest = NULL, *best;
     size_t n_fit = 0;
-    char b[3][32];
-    for (size_t i = 0; i < n; i++) {
-        if (!rows[i].planned)
-            continue;
-        if (!smallest || rows[i].total < smallest->total)
+    char b[5][32];
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].planned && (!smallest || rows[i].total < smallest->total))
             smallest = &rows[i];
-        if (rows[i].total <= lim->mem) {
-            n_fit++;
-            if (rows[i].sent < least_sent)
-                least_sent = rows[i].sent;
-        }
-    }
     if (!smallest)
         return;
-    if (!n_fit) {
+    int offload = 0;
+    if (!(best = pick(rows, n, lim->mem, 0, &n_fit)) && lim->tier)
+        best = pick(rows, n, lim->mem, offload = 1, &n_fit);
+    if (!best) {
         printf("\nrecommended: none: no planned strategy fits in %s per rank; the smallest, "
-               "%s, needs %s (more ranks or a smaller micro-batch lower it)\n",
+               "%s, needs %s (%s lower it)\n",
                dt_plan_bytes(lim->mem, b[0], 32), smallest->label,
-               dt_plan_bytes(smallest->total, b[1], 32));
+               dt_plan_bytes(smallest->total, b[1], 32),
+               lim->tier ? "more ranks or a smaller micro-batch"
+                         : "more ranks, a smaller micro-batch or an offload tier (--offload)");
         return;
     }
-    for (size_t i = 0; i < n; i++)
-        if (rows[i].planned && rows[i].total <= lim->mem &&
-            (double)rows[i].sent <= (double)least_sent * (1.0 + PLAN_TRAFFIC_TIE) &&
-            (!best || rows[i].total < best->total))
-            best = &rows[i];
-    printf("\nrecommended: %s (%s per rank of %s; sends %s per step", best->label,
-           dt_plan_bytes(best->total, b[0], 32), dt_plan_bytes(lim->mem, b[1], 32),
-           dt_plan_bytes(best->sent, b[2], 32));
+    printf("\nrecommended: %s (%s per rank of %s; ", best->label,
+           dt_plan_bytes(best->total, b[0], 32), dt_plan_bytes(lim->mem, b[1], 32));
+    if (offload)
+        printf("the tier holds %s per rank and moves %s per step; ",
+               dt_plan_bytes(best->held, b[3], 32), dt_plan_bytes(best->traffic, b[4], 32));
+    printf("sends %s per step", dt_plan_bytes(best->sent, b[2], 32));
     if (lim->gbps > 0)
         printf(", %s at %.2f Gb/s",
                dt_plan_seconds(dt_plan_comm_seconds(best->sent, lim->gbps), b[0], 32),
                lim->gbps);
-    printf(")\n  the least traffic of the %zu strategies that fit; of those within %.0f%% of "
-           "it, the least memory per rank\n",
-           n_fit, PLAN_TRAFFIC_TIE * 100.0);
+    if (offload)
+        printf(")\n  nothing fits without offload; of the %zu offload choices that fit, the "
+               "least tier I/O per step; of those within %.0f%% of it, the least traffic, "
+               "then the least memory per rank\n",
+               n_fit, PLAN_TRAFFIC_TIE * 100.0);
+    else
+        printf(")\n  the least traffic of the %zu strategies that fit; of those within %.0f%% "
+               "of it, the least memory per rank\n",
+               n_fit, PLAN_TRAFFIC_TIE * 100.0);
+}
+
+/* The offload choices of a planned row: one estimate per value of the
+ * strategy's offload_what key (dtrain/sdk/offload.h's DT_OFFLOAD_KEY_WHAT,
+ * read from the plugin's declared keys, so any strategy declaring it is
+ * planned alike), with the tier in use.  A value the row's configuration
+ * refuses (DT_ERR_CONFIG: parameters outside zero stage 3 and fsdp
+ * FULL_SHARD) is left out; another failure is kept with its message. */
+typedef struct plan_choice {
+    char what[40];
+    int rc;
+    char err[512];
+    dt_estimate_t e;
+} plan_choice_t;
+
+static int plan_choices(dt_resolved_t *r, dt_model_t *m, int64_t world, plan_choice_t *c,
+                        int *n)
+{
+    const dt_plugin_t *p = r->plugin[DT_ROLE_DATA];
+    const dt_config_key_t *key = NULL;
+    *n = 0;
+    for (uint32_t k = 0; k < p->info->n_config_keys; k++)
+        if (strcmp(p->info->config_keys[k].name, "offload_what") == 0)
+            key = &p->info->config_keys[k];
+    if (!key || !key->choices)
+        return 0; /* keeps nothing in a tier */
+    for (const char *v = key->choices; *v && *n < PLAN_MAX_CHOICES;) {
+        size_t len = strcspn(v, "|");
+        plan_choice_t *ch = &c[*n];
+        char set[160];
+        snprintf(ch->what, sizeof ch->what, "%.*s", (int)len, v);
+        v += len + (v[len] == '|');
+        snprintf(set, sizeof set, "%s.offload_what=%s", p->name, ch->what);
+        memset(&ch->e, 0, sizeof ch->e);
+        ch->e.struct_size = sizeof ch->e;
+        ch->err[0] = 0;
+        ch->rc = dt_resolve_set(r, set);
+        if (ch->rc == DT_OK)
+            ch->rc = dt_plan_strategy_offload(p, m, &r->set, (int)world, 1, &ch->e);
+        if (ch->rc == DT_ERR_CONFIG)
+            continue;
+        if (ch->rc != DT_OK)
+            snprintf(ch->err, sizeof ch->err, "%s", dt_last_error());
+        (*n)++;
+    }
+    return 1;
 }
 
 /* --device-memory: a positive number and a unit, "80GiB" or "80 GiB";
@@ -429,17 +537,35 @@ static int parse_options(const char *const *vals, int64_t *world, plan_limits_t 
     return DT_EXIT_OK;
 }
 
+/* The tier --offload names (or [parallel] offload does): it must load as
+ * an offload plugin; its summary says where it keeps bytes (host memory,
+ * NVMe).  DT_EXIT_USAGE after saying why. */
+static int check_tier(const dt_resolved_t *r, const char *tier, const char *named_by,
+                      char *summary, size_t cap)
+{
+    dt_plugin_t *p = NULL;
+    int rc = dt_plugin_open(r->search, DT_KIND_OFFLOAD, tier, &p);
+    if (rc != DT_OK) {
+        fprintf(stderr, "dtrain plan: error: %s: offload tier '%s': %s\n", named_by, tier,
+                dt_last_error());
+        return DT_EXIT_USAGE;
+    }
+    snprintf(summary, cap, "%s", p->info->summary ? p->info->summary : "offload tier");
+    dt_plugin_unload(p);
+    return DT_EXIT_OK;
+}
+
 int dt_cmd_plan(int argc, char **argv)
 {
     static const char *const opts[] = {"--world", "--model", "--device-memory", "--link-gbps",
-                                       NULL};
-    const char *vals[4] = {NULL, NULL, NULL, NULL};
+                                       "--offload", NULL};
+    const char *vals[5] = {NULL, NULL, NULL, NULL, NULL};
     dt_cli_config_args_t a;
     int ec = dt_cli_parse_config_args("plan", argc, argv, &a, opts, vals);
     if (ec)
         return ec;
     int64_t world = 0;
-    plan_limits_t lim = {0, 0.0};
+    plan_limits_t lim = {0, 0.0, NULL, 19};
     if ((ec = parse_options(vals, &world, &lim)))
         return ec;
     const char *sets[DT_ARRAY_LEN(a.sets) + 6];
@@ -456,13 +582,30 @@ int dt_cmd_plan(int argc, char **argv)
         return dt_cli_fail("plan", rc);
     if (world <= 0)
         world = r.set.launch.nproc;
-    char own[96], own_where[1400];
+    char own[96], own_where[1400], tier[96] = "", tier_summary[256] = "";
     snprintf(own, sizeof own, "%s", r.set.parallel.data ? r.set.parallel.data : "");
     dt_config_where(r.cfg, "parallel.data", own_where, sizeof own_where);
+    /* the tier: --offload, else the config's own; "none" plans none */
+    if (vals[4])
+        snprintf(tier, sizeof tier, "%s", vals[4]);
+    else if (strcmp(r.set.parallel.offload, "none") != 0)
+        snprintf(tier, sizeof tier, "%s", r.set.parallel.offload);
+    if (tier[0] && strcmp(tier, "none") != 0) {
+        char where[1400] = "--offload";
+        if (!vals[4])
+            dt_config_where(r.cfg, "parallel.offload", where, sizeof where);
+        if ((ec = check_tier(&r, tier, where, tier_summary, sizeof tier_summary))) {
+            dt_resolved_free(&r);
+            return ec;
+        }
+        lim.tier = tier;
+        lim.width = 22; /* "  optimizer_and_params" */
+    }
     variants_t vs = {0};
     plan_row_t *rows = NULL;
+    const size_t per = 1 + (lim.tier ? PLAN_MAX_CHOICES : 0);
     if ((rc = plan_variants(&r, &vs)) == DT_OK &&
-        !(rows = calloc(vs.n ? vs.n : 1, sizeof *rows)))
+        !(rows = calloc(vs.n ? vs.n * per : 1, sizeof *rows)))
         rc = dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
     if (rc != DT_OK) {
         free(vs.v);
@@ -472,31 +615,67 @@ int dt_cmd_plan(int argc, char **argv)
     const variant_t *variants = vs.v;
     dt_model_t *m = NULL;
     int planned = 0, first_rc = DT_OK;
+    size_t nr = 0;
+    plan_choice_t choice[PLAN_MAX_CHOICES];
     for (size_t i = 0; i < vs.n; i++) {
         dt_estimate_t e = {.struct_size = sizeof(dt_estimate_t)};
+        int n_choice = 0, has_key = 0;
         rc = select_variant(&r, &variants[i], own, own_where);
         if (rc == DT_OK && !m &&
             (rc = dt_model_create(r.cfg, r.plugin[DT_ROLE_DEVICE]->ops, &m)) == DT_OK)
-            print_header(&r, m, world, &lim);
+            print_header(&r, m, world, &lim, tier_summary);
         if (rc == DT_OK)
-            rc = dt_plan_strategy(r.plugin[DT_ROLE_DATA], m, &r.set, (int)world, &e);
+            rc = dt_plan_strategy_offload(r.plugin[DT_ROLE_DATA], m, &r.set, (int)world, 0,
+                                          &e);
+        if (rc == DT_OK && lim.tier)
+            has_key = plan_choices(&r, m, world, choice, &n_choice);
         if (rc == DT_OK) {
-            print_row(variants[i].label, &e, &lim);
-            rows[i] = (plan_row_t){.label = variants[i].label, .total = dt_plan_total(&e),
-                                   .sent = e.comm_bytes_per_step, .planned = 1};
+            const char *fits = dt_plan_total(&e) <= lim.mem ? "yes" : "no";
+            for (int k = 0; k < n_choice && fits[0] == 'n'; k++)
+                if (choice[k].rc == DT_OK && dt_plan_total(&choice[k].e) <= lim.mem)
+                    fits = "offload";
+            print_row(variants[i].label, &e, &lim, fits);
+            if (e.note[0])
+                printf("%-*s   %s\n", lim.width, "", e.note);
+            plan_row_t *row = &rows[nr++];
+            snprintf(row->label, sizeof row->label, "%s", variants[i].label);
+            row->total = dt_plan_total(&e);
+            row->sent = e.comm_bytes_per_step;
+            row->planned = 1;
             planned++;
+            if (lim.tier && !has_key)
+                printf("%-*s   offload: %s keeps nothing in an offload tier (no offload_what "
+                       "key)\n",
+                       lim.width, "", variants[i].plugin);
+            for (int k = 0; k < n_choice; k++) {
+                char label[48];
+                snprintf(label, sizeof label, "  %.40s", choice[k].what);
+                if (choice[k].rc != DT_OK) {
+                    printf("%-*s   not planned: %s\n", lim.width, label, choice[k].err);
+                    continue;
+                }
+                const dt_estimate_t *ce = &choice[k].e;
+                print_row(label, ce, &lim, dt_plan_total(ce) <= lim.mem ? "yes" : "no");
+                row = &rows[nr++];
+                *row = (plan_row_t){.total = dt_plan_total(ce), .sent = ce->comm_bytes_per_step,
+                                    .held = ce->bytes[DT_TAG_OFFLOAD],
+                                    .traffic = dt_plan_tier_traffic(ce), .planned = 1,
+                                    .offload = 1};
+                snprintf(row->label, sizeof row->label, "%.63s, offload_what = \"%.20s\" on %.20s",
+                         variants[i].label, choice[k].what, lim.tier);
+            }
         } else if (i == 0) {
             /* the first row (ddp, when installed) failing is the
              * config's failure: say it once as `check` would */
             break;
         } else {
-            printf("%-19s   not planned: %s\n", variants[i].label, dt_last_error());
+            printf("%-*s   not planned: %s\n", lim.width, variants[i].label, dt_last_error());
             if (!first_rc)
                 first_rc = rc;
         }
     }
     if (planned && lim.mem)
-        print_recommendation(rows, vs.n, &lim);
+        print_recommendation(rows, nr, &lim);
     ec = planned ? DT_EXIT_OK : dt_cli_fail("plan", first_rc ? first_rc : rc);
     if (m)
         dt_model_free(m, NULL);

@@ -12,6 +12,13 @@
 int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *set,
                      int world, dt_estimate_t *out)
 {
+    return dt_plan_strategy_offload(strat, m, set, world,
+                                    strcmp(set->parallel.offload, "none") != 0, out);
+}
+
+int dt_plan_strategy_offload(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *set,
+                             int world, int offload, dt_estimate_t *out)
+{
     const int64_t micro = set->train.micro_batch, seq_len = set->train.seq_len,
                   global = set->train.global_batch;
     int64_t accum = set->train.grad_accum;
@@ -34,7 +41,7 @@ int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_
                                .model = dt_model_desc(m), .param_bytes = half ? 2 : 4,
                                .grad_bytes = 4, .optim_bytes = 4 * moments + (half ? 4 : 0),
                                .n_micro = (uint32_t)accum, .act_bytes = act.total,
-                               .offload = strcmp(set->parallel.offload, "none") != 0};
+                               .offload = offload != 0};
     const dt_strategy_ops_t *ops = strat->ops;
     memset(out, 0, sizeof *out);
     out->struct_size = sizeof *out;
@@ -42,6 +49,13 @@ int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_
     if (rc)
         return dt_plugin_failed(strat, rc, "estimate");
     return DT_OK;
+}
+
+uint64_t dt_plan_tier_traffic(const dt_estimate_t *e)
+{
+    if (e->offload_bytes_per_step || !e->bytes[DT_TAG_OFFLOAD])
+        return e->offload_bytes_per_step;
+    return 2 * e->bytes[DT_TAG_OFFLOAD]; /* a plugin before strategy ABI 1.2 */
 }
 
 uint64_t dt_plan_model_state(const dt_estimate_t *e)

@@ -19,6 +19,18 @@
 int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *set,
                      int world, dt_estimate_t *out);
 
+/* The same with the tier chosen here rather than by set->parallel.offload:
+ * `offload` 1 plans the strategy's offload_what (its table in the config)
+ * onto a tier, 0 plans everything on the device.  dt_plan_strategy is
+ * this with the config's own choice. */
+int dt_plan_strategy_offload(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *set,
+                             int world, int offload, dt_estimate_t *out);
+
+/* Bytes a rank reads from and writes to the offload tier per step: the
+ * estimate's offload_bytes_per_step, or, from a strategy built before it
+ * (strategy ABI 1.2), twice the bytes the tier holds. */
+uint64_t dt_plan_tier_traffic(const dt_estimate_t *e);
+
 /* Model-state bytes (params + grads + optimizer) of an estimate. */
 uint64_t dt_plan_model_state(const dt_estimate_t *e);
 

@@ -76,8 +76,11 @@ void dt_offload_estimate(const dt_estimate_args_v1_t *args, uint32_t what, uint6
     uint64_t master = owned * 4; /* f32, whatever the compute dtype */
     uint64_t device_master = pb == 2 ? master : 0; /* what the device kept */
     uint64_t *b = out->bytes;
+    uint64_t n_micro = args->n_micro ? args->n_micro : 1;
     if (what & DT_OFFLOAD_WHAT_OPTIMIZER) {
-        /* the moments (optim_bytes less a bf16 run's master) and the master */
+        /* the moments (optim_bytes less a bf16 run's master) and the
+         * master, each read and written once by the step's update */
+        out->offload_bytes_per_step += 2 * (b[DT_TAG_OPTIMIZER] + master);
         b[DT_TAG_OFFLOAD] += b[DT_TAG_OPTIMIZER] + master;
         b[DT_TAG_OPTIMIZER] = 0;
         b[DT_TAG_PARAMS] -= device_master;
@@ -90,6 +93,9 @@ void dt_offload_estimate(const dt_estimate_args_v1_t *args, uint32_t what, uint6
     if (what & DT_OFFLOAD_WHAT_PARAMS) {
         b[DT_TAG_PARAMS] -= sharded * pb;
         b[DT_TAG_OFFLOAD] += sharded * pb;
+        /* loaded before every gather, forward and backward of each
+         * micro-step, and written once by the step */
+        out->offload_bytes_per_step += (2 * n_micro + 1) * sharded * pb;
     }
     if (DT_TAG_OFFLOAD >= (int)out->n_tags)
         out->n_tags = DT_TAG_OFFLOAD + 1;

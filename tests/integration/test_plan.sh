@@ -23,7 +23,15 @@
 #    the recommendation is the least traffic among them, ties within 1% to
 #    the least memory; none fitting names the smallest;
 #  - --link-gbps: the time column against a hand computation (below);
-#  - bad --device-memory and --link-gbps values exit 2 naming the option.
+#  - bad --device-memory and --link-gbps values exit 2 naming the option;
+#  - --offload TIER: under each row a sub-row per offload_what the strategy
+#    accepts (params only under zero-3 and fsdp FULL_SHARD), device bytes,
+#    tier bytes and tier I/O against a hand computation (below); the fits
+#    column says "offload" where a row fits only with offload; the
+#    recommendation takes no offload where a row fits without, else the
+#    least tier I/O; the config's [parallel] offload plans the same rows
+#    and names its tier; --offload none turns them off; a tier that is not
+#    installed is a usage error.
 set -euo pipefail
 bin=$1 work=$2 fakes=$3   # fakes: the fake plugins' folder (fake_strategy.c)
 . "$(dirname "$0")/lib.sh"
@@ -246,5 +254,127 @@ for v in 0 abc inf; do
 done
 expect_exit 2 "--link-gbps without a value" "$bin" plan eq.toml --link-gbps
 expect_out "says so" "--link-gbps needs a value"
+
+# ---- --offload: a sub-row per offload choice, by hand ---------------------
+# A tiny GPT-2: V = 256, T = 64, C = 128, L = 2, tied head: P = V C + T C +
+# L (12 C^2 + 13 C) + 2 C = 437,760 parameters.  fp32 AdamW: the device
+# holds 4P params, 4P grads and 8P moments (3.34 MiB).  The tier holds, per
+# rank, for "optimizer" the f32 master and both moments of the owned
+# elements (12 bytes each) and for "params" the compute shard (4 bytes
+# each, fp32); a step reads and writes the optimizer's bytes once each
+# (2 x 12) and loads the compute shard before the forward and the backward
+# gather of every micro-step and writes it once ((2 n_micro + 1) x 4).
+# World 1: every element owned, n_micro 2 (global batch 8 = 2 x 4 x 1):
+#   optimizer: tier 12P = 5.01 MiB, I/O 24P = 10.02 MiB, optimizer column 0
+#   params: tier 4P = 1.67 MiB, I/O 5 x 4P = 20P = 8.35 MiB
+#   optimizer_and_params: tier 16P = 6.68 MiB, I/O 44P = 18.37 MiB,
+#   params and optimizer columns 0
+# World 2 (zero-3: half the elements owned; n_micro 1): optimizer_and_params
+#   tier 16P/2 = 8P = 3.34 MiB, I/O (24 + 3 x 4) P/2 = 18P = 7.51 MiB.
+tiny=(--set model.n_embd=128 --set model.vocab_size=256 --set model.context=64 --set train.seq_len=64)
+V=256 T=64 C=128 L=2
+P=$((V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C))
+[ "$P" = 437760 ] && ok "tiny P = 437,760 by hand" || bad "tiny P = $P"
+mib() { awk -v b="$1" 'BEGIN { printf "%.2f MiB", b / 1048576 }'; }
+# sub STRATEGY CHOICE: that strategy's sub-row, "label|cells"
+sub() { sed -n "/^$1 /,/^[^ ]/p" <<<"$out" | grep -E "^  $2 " | sed -E 's/^ +([a-z_]+) +/\1|/'; }
+# cell CELLS N: the Nth "N.NN MiB" cell (1 params, 2 grads, 3 optimizer, 4
+# activations, 5 comm bufs, 6 model state, 7 total/rank, 8 sent/step,
+# 9 tier/rank, 10 tier I/O)
+cell() { set -- $1 "$2"; local n=${!#}; local i=$((2 * n - 1)) j=$((2 * n)); echo "${!i} ${!j}"; }
+sub_check() { # STRATEGY CHOICE N WANT-BYTES WHAT
+  local row cells got want
+  row=$(sub "$1" "$2"); cells=${row#*|}
+  got=$(cell "$cells" "$3"); want=$(mib "$4")
+  if [ -n "$row" ] && [ "$got" = "$want" ]; then ok "$1 / $2: $5 $got, by hand $want"
+  else bad "$1 / $2: $5 '$got', by hand $want" "$out"; fi
+}
+expect_exit 0 "plan the tiny model on 1 rank with --offload offload_cpu" \
+  "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu
+expect_out "the tier is named with where it keeps bytes" \
+  "offload: offload_cpu (offload tier in pinned host memory, outside the device's budget)"
+grep -qE '^strategy .* sent/step +tier/rank +tier I/O$' <<<"$out" &&
+  ok "tier/rank and tier I/O columns" || bad "no tier columns" "$out"
+for s in ddp zero-1 zero-2 zero-3 "fsdp NO_SHARD" "fsdp SHARD_GRAD_OP" "fsdp FULL_SHARD"; do
+  got=$(sed -n "/^$s /,/^[^ ]/p" <<<"$out" | grep -oE '^  [a-z_]+ ' | tr -d ' ' | paste -sd,)
+  case "$s" in zero-3|"fsdp FULL_SHARD") want="optimizer,params,optimizer_and_params";;
+                *) want="optimizer";; esac
+  if [ "$got" = "$want" ]; then ok "$s offers $want"; else bad "$s offers '$got', expected $want" "$out"; fi
+done
+main=$(grep '^ddp ' <<<"$out" | sed -E 's/^ddp +//')
+[ "$(cell "$main" 3)" = "$(mib $((8 * P)))" ] && [ "$(cell "$main" 9)" = "0.00 MiB" ] &&
+  ok "ddp's own row: 8P of moments on the device, nothing in the tier" ||
+  bad "ddp's own row: optimizer $(cell "$main" 3), tier $(cell "$main" 9)" "$out"
+sub_check ddp optimizer 3 0 "optimizer on the device"
+sub_check ddp optimizer 1 $((4 * P)) "params on the device"
+sub_check ddp optimizer 9 $((12 * P)) "tier/rank (12P)"
+sub_check ddp optimizer 10 $((24 * P)) "tier I/O (24P)"
+t_main=$(cell "$main" 7); t_sub=$(cell "$(sub ddp optimizer | cut -d'|' -f2)" 7)
+awk -v a="${t_main% *}" -v b="${t_sub% *}" -v d="$(mib $((8 * P)))" \
+  'BEGIN { x = a - b - d; if (x < 0) x = -x; exit !(x <= 0.011) }' &&
+  ok "ddp: the optimizer sub-row's total is the row's less 8P ($t_main - $t_sub)" ||
+  bad "ddp totals: $t_main, $t_sub" "$out"
+sub_check zero-3 params 9 $((4 * P)) "tier/rank (4P)"
+sub_check zero-3 params 10 $((20 * P)) "tier I/O ((2 x 2 + 1) x 4P)"
+sub_check zero-3 optimizer_and_params 1 0 "params on the device"
+sub_check zero-3 optimizer_and_params 3 0 "optimizer on the device"
+sub_check zero-3 optimizer_and_params 9 $((16 * P)) "tier/rank (16P)"
+sub_check zero-3 optimizer_and_params 10 $((44 * P)) "tier I/O (24P + 20P)"
+sub_check "fsdp FULL_SHARD" optimizer_and_params 9 $((16 * P)) "tier/rank (16P)"
+expect_exit 0 "the same on 2 ranks" "$bin" plan eq.toml --world 2 "${tiny[@]}" --offload offload_cpu
+sub_check zero-3 optimizer_and_params 9 $((8 * P)) "tier/rank (16P / 2)"
+sub_check zero-3 optimizer_and_params 10 $((18 * P)) "tier I/O ((24 + 3 x 4) P / 2)"
+# bf16 compute parameters: the device keeps 2P compute + 4P master (6P);
+# "optimizer" takes the master with the moments (tier 12P, device params
+# 2P), "params" only the 2-byte compute copy (tier 2P, I/O 5 x 2P = 10P)
+expect_exit 0 "bf16 on 1 rank" "$bin" plan eq.toml --world 1 "${tiny[@]}" --set model.dtype=bf16 \
+  --offload offload_cpu
+sub_check zero-3 optimizer 1 $((2 * P)) "params on the device (2P)"
+sub_check zero-3 optimizer 9 $((12 * P)) "tier/rank (12P)"
+sub_check zero-3 params 9 $((2 * P)) "tier/rank (2P)"
+sub_check zero-3 params 10 $((10 * P)) "tier I/O (5 x 2P)"
+
+# fits and the recommendation (1 rank: every row sends nothing; the rows
+# total 13.94 MiB, the optimizer sub-rows 10.60, optimizer_and_params 8.93)
+expect_exit 0 "--offload with 11MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
+  --device-memory 11MiB
+grep -qE '^ddp .* offload$' <<<"$out" && ok "ddp fits only with offload: says so" ||
+  bad "ddp's fits cell is not 'offload'" "$out"
+[ "$(sub zero-3 params | awk '{ print $NF }')" = no ] && ok "zero-3 params does not fit" ||
+  bad "zero-3 params fits" "$out"
+[ "$(sub ddp optimizer | awk '{ print $NF }')" = yes ] && ok "ddp optimizer fits" ||
+  bad "ddp optimizer does not fit" "$out"
+expect_out "the least tier I/O that fits, first of equals" \
+  'recommended: ddp, offload_what = "optimizer" on offload_cpu (10.60 MiB per rank of 11.00 MiB; the tier holds 5.01 MiB per rank and moves 10.02 MiB per step; sends 0.00 MiB per step)'
+expect_out "and why" "  nothing fits without offload; of the 9 offload choices that fit, the least tier I/O per step"
+expect_exit 0 "--offload with 9MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
+  --device-memory 9MiB
+expect_out "only optimizer_and_params fits" \
+  'recommended: zero-3, offload_what = "optimizer_and_params" on offload_cpu (8.93 MiB per rank of 9.00 MiB; the tier holds 6.68 MiB per rank and moves 18.37 MiB per step;'
+expect_exit 0 "--offload with 14MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
+  --device-memory 14MiB
+expect_out "no offload where a row fits without" "recommended: ddp (13.94 MiB per rank of 14.00 MiB; sends 0.00 MiB per step)"
+expect_exit 0 "--offload with 8MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
+  --device-memory 8MiB
+expect_out "none fits: the smallest offload choice is named" \
+  'recommended: none: no planned strategy fits in 8.00 MiB per rank; the smallest, zero-3, offload_what = "optimizer_and_params" on offload_cpu, needs 8.93 MiB (more ranks or a smaller micro-batch lower it)'
+expect_exit 0 "without --offload, 8MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --device-memory 8MiB
+expect_out "none fits: offload is suggested" \
+  "needs 13.94 MiB (more ranks, a smaller micro-batch or an offload tier (--offload) lower it)"
+if grep -qE 'tier/rank|^  optimizer' <<<"$out"; then bad "offload rows without a tier" "$out"
+else ok "no offload rows without a tier"; fi
+# the config's own tier: the same rows, named by it
+{ cat eq.toml; printf '[parallel]\noffload = "offload_nvme"\n'; } > nvme.toml
+expect_exit 0 "plan a config with [parallel] offload = offload_nvme" \
+  "$bin" plan nvme.toml --world 1 "${tiny[@]}"
+expect_out "the NVMe tier is named" "offload: offload_nvme (offload tier in files on NVMe"
+sub_check zero-3 optimizer_and_params 9 $((16 * P)) "the same bytes on NVMe"
+expect_exit 0 "--offload none over the config's tier" "$bin" plan nvme.toml --world 1 "${tiny[@]}" \
+  --offload none
+if grep -qE 'tier/rank|^  optimizer' <<<"$out"; then bad "offload rows with --offload none" "$out"
+else ok "--offload none: no offload rows"; fi
+expect_exit 2 "--offload names a tier that is not installed" "$bin" plan eq.toml --offload nosuch
+expect_out "says which and where it looked" \
+  "dtrain plan: error: --offload: offload tier 'nosuch': offload plugin 'nosuch' not found in:"
 
 finish

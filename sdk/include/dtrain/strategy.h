@@ -53,7 +53,8 @@ extern "C" {
 #endif
 
 #define DT_STRATEGY_ABI_MAJOR 1
-#define DT_STRATEGY_ABI_MINOR 1 /* 1: dt_step_args_v1_t.loss_scale, dt_estimate_args_v1_t.offload */
+#define DT_STRATEGY_ABI_MINOR 2 /* 1: dt_step_args_v1_t.loss_scale, dt_estimate_args_v1_t.offload;
+                                 * 2: dt_estimate_v1_t.offload_bytes_per_step */
 
 typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 
@@ -255,6 +256,14 @@ typedef struct dt_estimate_v1 {
     char note[160];               /* words, e.g. "params gathered per unit";
                                    * sizes belong in the planner's columns */
     /* ---- minor 0 ends here; append only ---- */
+    uint64_t offload_bytes_per_step; /* with args->offload: bytes this rank
+                                   * reads from and writes to the tier per
+                                   * step (`dtrain plan` prefers the least
+                                   * of it among offload choices that fit);
+                                   * 0 from a plugin before minor 2, where
+                                   * the planner assumes every byte held is
+                                   * read and written once */
+    /* ---- minor 2 ends here; append only ---- */
 } dt_estimate_v1_t;
 #define DT_ESTIMATE_V1_SIZE0 DT_FIELD_END(dt_estimate_v1_t, note)
 

@@ -64,7 +64,11 @@ int dt_offload_what_plan(const dt_host_v1_t *host, int params_ok, const char *wh
  * estimate (dt_dp_estimate_state's tags) and into its DT_TAG_OFFLOAD: the
  * optimizer's f32 master and moments of the `owned` elements, and with
  * the parameters the compute copy's `sharded` elements (a device master
- * of `owned` f32 appearing where the optimizer stays on the device). */
+ * of `owned` f32 appearing where the optimizer stays on the device).
+ * Adds to out->offload_bytes_per_step what a step reads from and writes to
+ * the tier: the optimizer's bytes twice (read, updated, written back) and
+ * the compute shard (2 n_micro + 1) times (loaded before the forward and
+ * the backward gather of every micro-step, written once by the update). */
 void dt_offload_estimate(const dt_estimate_args_v1_t *args, uint32_t what, uint64_t owned,
                          uint64_t sharded, dt_estimate_v1_t *out);
 

@@ -13,6 +13,10 @@
  * that offers no rendezvous here falls back to the file on one machine
  * and refuses a world over several, saying how to start one.
  *
+ * And against the core's own host table and TCP rendezvous (the session
+ * `dtrain run` opens), with forked ranks as 2 nodes x 2 on 127.0.0.1:
+ * every rank gets rank 0's id bit for bit.
+ *
  * Through the file (hosts without the slot): rank 0 publishes it under
  * the job id and a second rank reads the same bytes; a rank whose job
  * secret differs is refused; a rank that waits for an id nobody publishes
@@ -38,10 +42,21 @@
 #include <cmocka.h>
 
 #if defined(DT_TEST_HAVE_NCCL)
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
 #include "../../plugins/nccl/nccl_internal.h"
 #include "dtrain/dtrain.h"
+#include "launch/rendezvous.h"
+#include "launch/world.h"
+#include "loader/host_services.h"
+#include "loader/plugin_handle.h"
 #include "test_host.h"
 #include "util/error.h"
+#include "util/log.h"
 
 static char g_job[64];
 
@@ -476,8 +491,100 @@ static void test_minor0_host(void **state)
     fake_world_fini(&w);
 }
 
+/* ---- against the core's host table and TCP rendezvous, forked ranks ---- */
+
+typedef struct real_result {
+    int rc;
+    ncclUniqueId id;
+    char msg[512];
+} real_result_t;
+
+/* A port nobody listens on just now (the kernel's pick, released). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* One rank as `dtrain run` starts its communicator: the rendezvous
+ * session around comm init, the plugin's host table from the core, then
+ * the bootstrap.  Writes a real_result_t to fd; never returns. */
+static void real_rank(int rank, int size, int local_size, int port, int fd)
+{
+    real_result_t res;
+    memset(&res, 0, sizeof res);
+    dt_world_t w = {.rank = rank, .size = size, .local_rank = rank % local_size,
+                    .local_size = local_size, .master_port = port, .source = "torchrun"};
+    snprintf(w.job_id, sizeof w.job_id, "%s", g_job);
+    snprintf(w.job_secret, sizeof w.job_secret, "s3cret");
+    snprintf(w.master_addr, sizeof w.master_addr, "127.0.0.1");
+    dt_plugin_t p = {.kind = DT_KIND_COMM, .name = "nccl"};
+    res.rc = dt_rdzv_session_begin(&w, 0x5eed, 10.0);
+    if (res.rc == DT_OK)
+        res.rc = dt_host_create(&p, NULL);
+    if (res.rc == DT_OK) {
+        dt_comm_init_v1_t a = args(rank, size, local_size, "s3cret", 10000);
+        res.rc = nccl_bootstrap_id(p.host, &a, &res.id);
+        dt_host_destroy(&p);
+    }
+    if (res.rc != DT_OK)
+        snprintf(res.msg, sizeof res.msg, "%s", dt_last_error());
+    dt_rdzv_session_end();
+    ssize_t n = write(fd, &res, sizeof res);
+    _exit(n == (ssize_t)sizeof res ? 0 : 3);
+}
+
+static void test_real_rendezvous_nodes(void **state)
+{
+    (void)state;
+    enum { SIZE = 4, LOCAL = 2 };
+    int port = free_port();
+    int fds[SIZE][2];
+    pid_t pid[SIZE];
+    for (int r = 0; r < SIZE; r++) {
+        assert_int_equal(pipe(fds[r]), 0);
+        pid[r] = fork();
+        assert_true(pid[r] >= 0);
+        if (pid[r] == 0) {
+            close(fds[r][0]);
+            alarm(30); /* the waits are bounded (10 s); this bounds a bug */
+            real_rank(r, SIZE, LOCAL, port, fds[r][1]);
+        }
+        close(fds[r][1]);
+    }
+    real_result_t res[SIZE];
+    for (int r = 0; r < SIZE; r++) {
+        memset(&res[r], 0, sizeof res[r]);
+        ssize_t n = read(fds[r][0], &res[r], sizeof res[r]);
+        close(fds[r][0]);
+        int st = 0;
+        assert_int_equal(waitpid(pid[r], &st, 0), pid[r]);
+        if (n != (ssize_t)sizeof res[r] || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("rank %d: no result (read %zd, status %#x)", r, n, st);
+    }
+    ncclUniqueId zero;
+    memset(&zero, 0, sizeof zero);
+    for (int r = 0; r < SIZE; r++) {
+        if (res[r].rc != DT_OK)
+            fail_msg("rank %d: %d: %s", r, res[r].rc, res[r].msg);
+        assert_memory_equal(&res[r].id, &res[0].id, sizeof res[0].id);
+    }
+    assert_memory_not_equal(&res[0].id, &zero, sizeof zero);
+    char path[256];
+    snprintf(path, sizeof path, "/dev/shm/dtrain-%s-nccl-id", g_job);
+    assert_false(exists(path));
+}
+
 int main(void)
 {
+    dt_log_set_level(DT_LOG_WARN);
     snprintf(g_job, sizeof g_job, "t-nccl-%ld", (long)getpid());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_publish_and_read),
@@ -490,6 +597,7 @@ int main(void)
         cmocka_unit_test(test_rendezvous_timeout),
         cmocka_unit_test(test_rendezvous_unsupported),
         cmocka_unit_test(test_minor0_host),
+        cmocka_unit_test(test_real_rendezvous_nodes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

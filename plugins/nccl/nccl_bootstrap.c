@@ -142,22 +142,32 @@ static int try_read(const dt_host_v1_t *host, const char *path, id_file_t *f)
 
 /* The id through the host's rendezvous: rank 0's entry of an all-gather
  * of id-sized blobs.  The host's status and message (naming the ranks)
- * as they are on failure. */
+ * as they are on failure.  A rank 0 whose ncclGetUniqueId failed still
+ * takes part, with zeros, so the others fail at once naming it rather
+ * than waiting out the timeout. */
 static int via_rendezvous(const dt_host_v1_t *host, const dt_comm_init_v1_t *a,
                           ncclUniqueId *id)
 {
-    ncclUniqueId mine;
+    ncclUniqueId mine, zero;
     memset(&mine, 0, sizeof mine);
-    int rc;
-    if (a->rank == 0 && (rc = make_id(host, &mine)) != DT_OK)
-        return rc;
+    memset(&zero, 0, sizeof zero);
+    int made = a->rank == 0 ? make_id(host, &mine) : DT_OK;
+    if (made != DT_OK)
+        memset(&mine, 0, sizeof mine);
     ncclUniqueId *all = calloc((size_t)a->size, sizeof *all);
     if (!all)
         return host->set_error(host, DT_ERR_NOMEM,
                                "init: rank %d: out of memory for %d NCCL id blobs",
                                (int)a->rank, (int)a->size);
-    rc = host->bootstrap_all_gather(host, &mine, sizeof mine, all, a->timeout_ms);
-    if (rc == DT_OK)
+    int rc = host->bootstrap_all_gather(host, &mine, sizeof mine, all, a->timeout_ms);
+    if (rc == DT_OK && made != DT_OK)
+        rc = made; /* rank 0: make_id's message stands */
+    else if (rc == DT_OK && memcmp(&all[0], &zero, sizeof zero) == 0)
+        rc = host->set_error(host, DT_ERR_REMOTE,
+                             "init: rank %d of %d: rank 0 offered no NCCL unique id through "
+                             "the rendezvous (its ncclGetUniqueId failed; see rank 0's error)",
+                             (int)a->rank, (int)a->size);
+    else if (rc == DT_OK)
         *id = all[0];
     free(all);
     return rc;

@@ -9,7 +9,8 @@
  * every rank gets rank 0's id bit for bit and no file is made, on one
  * node and across nodes; a rank that offers another blob size and a rank
  * that never comes fail every caller with the messages naming the ranks;
- * a host of minor 0 (struct_size without the slot) is not asked; a host
+ * a rank 0 whose ncclGetUniqueId failed (zeros) is named at once by the
+ * others; a host of minor 0 (struct_size without the slot) is not asked; a host
  * that offers no rendezvous here falls back to the file on one machine
  * and refuses a world over several, saying how to start one.
  *
@@ -395,6 +396,30 @@ static void test_rendezvous_size_mismatch(void **state)
     fake_world_fini(&w);
 }
 
+/* A rank 0 whose ncclGetUniqueId failed takes part with zeros: the
+ * others fail at once, naming it. */
+static void test_rendezvous_rank0_without_id(void **state)
+{
+    (void)state;
+    fake_world_t w;
+    fake_world_init(&w, 3);
+    fake_rank_t r[3];
+    for (int i = 0; i < 3; i++)
+        fake_rank_init(&r[i], &w, i, 3, 5000);
+    r[0].raw_bytes = NCCL_UNIQUE_ID_BYTES; /* zeros, as nccl_bootstrap_id sends then */
+    run_ranks(r, 3);
+    assert_int_equal(r[0].rc, DT_OK);
+    for (int i = 1; i < 3; i++) {
+        char want[300];
+        snprintf(want, sizeof want, "comm/nccl: init: rank %d of 3: rank 0 offered no NCCL "
+                 "unique id through the rendezvous (its ncclGetUniqueId failed; see rank "
+                 "0's error)", i);
+        assert_int_equal(r[i].rc, DT_ERR_REMOTE);
+        assert_string_equal(r[i].msg, want);
+    }
+    fake_world_fini(&w);
+}
+
 /* Ranks that never come: the callers fail within the init timeout (the
  * slot is given it), the missing ranks named; no file fallback. */
 static void test_rendezvous_timeout(void **state)
@@ -594,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_rendezvous_one_node),
         cmocka_unit_test(test_rendezvous_nodes),
         cmocka_unit_test(test_rendezvous_size_mismatch),
+        cmocka_unit_test(test_rendezvous_rank0_without_id),
         cmocka_unit_test(test_rendezvous_timeout),
         cmocka_unit_test(test_rendezvous_unsupported),
         cmocka_unit_test(test_minor0_host),

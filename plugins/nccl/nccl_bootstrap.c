@@ -2,37 +2,59 @@
  * plugins/nccl/nccl_bootstrap.c - how the ranks of a job agree on the
  * world's ncclUniqueId (see the seam described in nccl_internal.h).
  *
- * One machine: rank 0 calls ncclGetUniqueId and publishes
- * /dev/shm/dtrain-<job>-nccl-id (mode 0600, written under a temporary name
- * and renamed, so a reader never sees half a file) holding a magic, a hash
- * of the job secret and the id; the other ranks poll for it, bounded by
- * the init timeout, and refuse a file whose secret hash differs from
- * theirs (naming the file, never the secret).  Rank 0 removes it once
- * every rank has joined; cleanup_job removes one a crashed job left.
+ * Through the job's rendezvous, when the host offers it (host ABI minor 1,
+ * DT_HOST_HAS(host, bootstrap_all_gather)): every rank contributes one
+ * blob of NCCL_UNIQUE_ID_BYTES (rank 0 the id it made, the others zeros)
+ * and every rank takes rank 0's entry of the all-gather.  This is the TCP
+ * rendezvous at MASTER_ADDR:MASTER_PORT that `dtrain run` opens around the
+ * communicator's init, on one node or several (--nnodes, or torchrun-,
+ * srun- or mpirun-style environments), so a multi-node job needs nothing
+ * else.  The rendezvous admits only ranks that prove the job secret (an
+ * HMAC, core/launch/rendezvous.c), so nothing here checks it again; a
+ * timeout or a rank that offered another size fails with the rendezvous's
+ * message, which names the ranks.
  *
- * The secret's hash here is FNV-1a, a check against a file of another job
- * under the same id, not a proof of knowledge like shm's HMAC-SHA256: the
- * file's mode (0600) is what keeps other users out.  Moving shm's keyed
- * hash into the SDK so both use it is left for a change that may touch
- * shm.  Compiled; not yet run on a GPU.
+ * Through a file, when the host has no such slot (a core of host minor 0)
+ * or offers no rendezvous here (DT_ERR_UNSUPPORTED: a program that
+ * initialises the communicator outside `dtrain run`, such as `dtrain bench
+ * comm`): one machine only.  Rank 0 calls ncclGetUniqueId and publishes
+ * /dev/shm/dtrain-<job>-nccl-id (mode 0600, written under a temporary name
+ * and renamed, so a reader never sees half a file) holding a magic, the
+ * id, and an HMAC-SHA256 under the job secret of the job id and the id
+ * (dtrain/sdk/sha256.h, as shm's segment tags); the other ranks poll for
+ * it, bounded by the init timeout, and refuse a file whose HMAC their
+ * secret does not reproduce (naming the file, never the secret).  The
+ * file's mode keeps other users out; the HMAC keeps another job of this
+ * user under the same job id out.  Rank 0 removes it once every rank has
+ * joined; cleanup_job removes one a crashed job left.
+ *
+ * Compiled; not yet run on a GPU (the bootstrap itself needs none and is
+ * unit-tested, tests/unit/test_nccl_bootstrap.c).
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "dtrain/sdk/sha256.h"
 #include "nccl_internal.h"
 
 #define ID_DIR "/dev/shm"
-#define ID_MAGIC "DTNCCLID1"
+#define ID_MAGIC "DTNCCLID2" /* 1 was the FNV-hashed layout */
+
+_Static_assert(sizeof(ncclUniqueId) == NCCL_UNIQUE_ID_BYTES,
+               "the rendezvous blob is the id's bytes, nothing else");
+_Static_assert(NCCL_UNIQUE_ID_BYTES <= DT_HOST_BOOTSTRAP_MAX,
+               "an id fits one bootstrap blob");
 
 typedef struct id_file {
     char magic[16];
-    uint64_t secret_hash;
+    uint8_t mac[DT_SHA256_BYTES]; /* HMAC-SHA256(secret, label, job, id) */
     ncclUniqueId id;
 } id_file_t;
 
@@ -47,15 +69,16 @@ static int valid_job_id(const char *j)
     return 1;
 }
 
-static uint64_t secret_hash(const char *secret)
+/* The file's proof that its writer holds this job's secret (none: the
+ * empty key), bound to the job id and the id it carries. */
+static void id_mac(const char *secret, const char *job, const ncclUniqueId *id,
+                   uint8_t out[DT_SHA256_BYTES])
 {
-    static const char salt[] = "dtrain-nccl-id";
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < sizeof salt; i++)
-        h = (h ^ (uint8_t)salt[i]) * 0x100000001b3ull;
-    for (const char *p = secret ? secret : ""; *p; p++)
-        h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
-    return h;
+    static const char label[] = "dtrain-nccl-id";
+    const void *parts[] = {label, job, id};
+    const size_t sizes[] = {sizeof label, strlen(job) + 1, sizeof *id};
+    const char *key = secret ? secret : "";
+    dt_hmac_sha256_parts(key, strlen(key), parts, sizes, 3, out);
 }
 
 static void id_path(char *buf, size_t cap, const char *job)
@@ -68,6 +91,14 @@ static int64_t now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int make_id(const dt_host_v1_t *host, ncclUniqueId *id)
+{
+    ncclResult_t r = ncclGetUniqueId(id);
+    return r == ncclSuccess ? DT_OK
+                            : host->set_error(host, DT_ERR_SYSTEM, "init: ncclGetUniqueId: %s",
+                                              ncclGetErrorString(r));
 }
 
 static int publish(const dt_host_v1_t *host, const char *path, const id_file_t *f)
@@ -109,20 +140,42 @@ static int try_read(const dt_host_v1_t *host, const char *path, id_file_t *f)
     return 1;
 }
 
-int nccl_bootstrap_id(const dt_host_v1_t *host, const dt_comm_init_v1_t *a,
-                      ncclUniqueId *id)
+/* The id through the host's rendezvous: rank 0's entry of an all-gather
+ * of id-sized blobs.  The host's status and message (naming the ranks)
+ * as they are on failure.  A rank 0 whose ncclGetUniqueId failed still
+ * takes part, with zeros, so the others fail at once naming it rather
+ * than waiting out the timeout. */
+static int via_rendezvous(const dt_host_v1_t *host, const dt_comm_init_v1_t *a,
+                          ncclUniqueId *id)
 {
-    if (a->size > 1 && a->local_size < a->size)
-        return host->set_error(host, DT_ERR_UNSUPPORTED,
-                               "init: %d ranks on several machines (%d on this one): the "
-                               "nccl communicator agrees on its unique id within one machine "
-                               "only so far; the cross-machine rendezvous (MASTER_ADDR/"
-                               "MASTER_PORT) is not built yet", (int)a->size,
-                               (int)a->local_size);
-    if (a->size == 1) /* nobody to tell */
-        return ncclGetUniqueId(id) == ncclSuccess
-                   ? DT_OK
-                   : host->set_error(host, DT_ERR_SYSTEM, "init: ncclGetUniqueId failed");
+    ncclUniqueId mine, zero;
+    memset(&mine, 0, sizeof mine);
+    memset(&zero, 0, sizeof zero);
+    int made = a->rank == 0 ? make_id(host, &mine) : DT_OK;
+    if (made != DT_OK)
+        memset(&mine, 0, sizeof mine);
+    ncclUniqueId *all = calloc((size_t)a->size, sizeof *all);
+    if (!all)
+        return host->set_error(host, DT_ERR_NOMEM,
+                               "init: rank %d: out of memory for %d NCCL id blobs",
+                               (int)a->rank, (int)a->size);
+    int rc = host->bootstrap_all_gather(host, &mine, sizeof mine, all, a->timeout_ms);
+    if (rc == DT_OK && made != DT_OK)
+        rc = made; /* rank 0: make_id's message stands */
+    else if (rc == DT_OK && memcmp(&all[0], &zero, sizeof zero) == 0)
+        rc = host->set_error(host, DT_ERR_REMOTE,
+                             "init: rank %d of %d: rank 0 offered no NCCL unique id through "
+                             "the rendezvous (its ncclGetUniqueId failed; see rank 0's error)",
+                             (int)a->rank, (int)a->size);
+    else if (rc == DT_OK)
+        *id = all[0];
+    free(all);
+    return rc;
+}
+
+/* The id through a file in /dev/shm: ranks of one machine only. */
+static int via_file(const dt_host_v1_t *host, const dt_comm_init_v1_t *a, ncclUniqueId *id)
+{
     if (!valid_job_id(a->job_id))
         return host->set_error(host, DT_ERR_CONFIG,
                                "init: job id \"%s\" is not [A-Za-z0-9._-]{1,128}: the "
@@ -132,16 +185,13 @@ int nccl_bootstrap_id(const dt_host_v1_t *host, const dt_comm_init_v1_t *a,
     id_path(path, sizeof path, a->job_id);
     id_file_t f;
     memset(&f, 0, sizeof f);
-    uint64_t want = secret_hash(a->job_secret);
+    int rc;
     if (a->rank == 0) {
         memcpy(f.magic, ID_MAGIC, sizeof ID_MAGIC);
-        f.secret_hash = want;
-        ncclResult_t r = ncclGetUniqueId(&f.id);
-        if (r != ncclSuccess)
-            return host->set_error(host, DT_ERR_SYSTEM, "init: ncclGetUniqueId: %s",
-                                   ncclGetErrorString(r));
-        int rc = publish(host, path, &f);
-        if (rc != DT_OK)
+        if ((rc = make_id(host, &f.id)) != DT_OK)
+            return rc;
+        id_mac(a->job_secret, a->job_id, &f.id, f.mac);
+        if ((rc = publish(host, path, &f)) != DT_OK)
             return rc;
         *id = f.id;
         return DT_OK;
@@ -152,7 +202,9 @@ int nccl_bootstrap_id(const dt_host_v1_t *host, const dt_comm_init_v1_t *a,
         if (got < 0)
             return -got;
         if (got == 1) {
-            if (f.secret_hash != want)
+            uint8_t want[DT_SHA256_BYTES];
+            id_mac(a->job_secret, a->job_id, &f.id, want);
+            if (!dt_equal_ct(want, f.mac, sizeof want))
                 return host->set_error(host, DT_ERR_CONFIG,
                                        "init: %s was published by a rank with another job "
                                        "secret (or none): not this job's", path);
@@ -167,6 +219,38 @@ int nccl_bootstrap_id(const dt_host_v1_t *host, const dt_comm_init_v1_t *a,
         struct timespec ts = {0, 2 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+}
+
+int nccl_bootstrap_id(const dt_host_v1_t *host, const dt_comm_init_v1_t *a,
+                      ncclUniqueId *id)
+{
+    if (a->size == 1) /* nobody to tell */
+        return make_id(host, id);
+    int spans = a->local_size < a->size;
+    if (DT_HOST_HAS(host, bootstrap_all_gather)) {
+        int rc = via_rendezvous(host, a, id);
+        if (rc == DT_OK)
+            host->log(host, DT_LOG_DEBUG, "init: rank %d of %d: NCCL unique id from rank 0 "
+                      "through the rendezvous", (int)a->rank, (int)a->size);
+        if (rc != DT_ERR_UNSUPPORTED)
+            return rc;
+        /* no rendezvous in this process (outside `dtrain run`) */
+        if (spans)
+            return host->set_error(host, DT_ERR_UNSUPPORTED,
+                                   "init: %d ranks on several machines (%d on this one) and "
+                                   "no rendezvous to exchange the NCCL unique id through: "
+                                   "start every node with `dtrain run` (--nnodes, or "
+                                   "MASTER_ADDR/MASTER_PORT in the environment)",
+                                   (int)a->size, (int)a->local_size);
+    } else if (spans) {
+        return host->set_error(host, DT_ERR_UNSUPPORTED,
+                               "init: %d ranks on several machines (%d on this one): the NCCL "
+                               "unique id crosses machines through the host's rendezvous "
+                               "(bootstrap_all_gather, host ABI 1.1), which this host (ABI "
+                               "%u.%u) does not offer", (int)a->size, (int)a->local_size,
+                               (unsigned)host->abi_major, (unsigned)host->abi_minor);
+    }
+    return via_file(host, a, id);
 }
 
 void nccl_bootstrap_done(const dt_comm_init_v1_t *a)

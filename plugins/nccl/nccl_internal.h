@@ -67,18 +67,17 @@ int nccl_settle(dt_comm_t *c, ncclComm_t nc, const char *what);
 void nccl_break(dt_comm_t *c, int status, const char *msg);
 
 /* ---- bootstrap (nccl_bootstrap.c) ----
- * The world's ncclUniqueId, agreed by every rank of the job.  Within one
- * machine: rank 0 makes it and publishes it in /dev/shm under the job id
- * (the id the launcher, or the environment, gives every rank: the same
- * agreement shm relies on), the others read it, bounded by timeout_ms.
- * THE SEAM: ranks on several machines need a network rendezvous
- * (MASTER_ADDR/MASTER_PORT, or mpirun/srun's); it is not built yet, and
- * such a world is refused with DT_ERR_UNSUPPORTED saying so.  A network
- * rendezvous replaces nccl_bootstrap_id's body for that case and nothing
- * else. */
+ * The world's ncclUniqueId, agreed by every rank of the job, bounded by
+ * timeout_ms.  Rank 0 makes it; the others learn it through the host's
+ * rendezvous (bootstrap_all_gather: one node or several, the only way
+ * across machines), or, where the host offers none (an older core, or a
+ * program outside `dtrain run`), through a file in /dev/shm named by the
+ * job id (one machine only; a world spanning machines is then refused
+ * with DT_ERR_UNSUPPORTED saying why). */
 int nccl_bootstrap_id(const dt_host_v1_t *host, const dt_comm_init_v1_t *a,
                       ncclUniqueId *id);
-/* Remove the published id once every rank has joined (rank 0). */
+/* Remove the published id file, if any, once every rank has joined
+ * (rank 0; nothing to do after the rendezvous). */
 void nccl_bootstrap_done(const dt_comm_init_v1_t *a);
 /* cleanup_job: the id files a job left behind. */
 int nccl_cleanup_job(const dt_host_v1_t *host, const char *job_id);

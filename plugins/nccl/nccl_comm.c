@@ -295,8 +295,8 @@ static int nccl_abort(dt_comm_t *c, const char *reason)
 
 static const dt_comm_ops_v1_t nccl_ops_table = {
     .info = DT_PLUGIN_INFO(COMM, dt_comm_ops_v1_t, "nccl", "0.1.0",
-                           "NVIDIA NCCL on the cuda device's streams, one machine so "
-                           "far (compiled, not yet run on a GPU)",
+                           "NVIDIA NCCL on the cuda device's streams, id through the "
+                           "rendezvous (compiled, not yet run on a GPU)",
                            nccl_keys),
     .init = nccl_init,
     .finalize = nccl_finalize,

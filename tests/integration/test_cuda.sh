@@ -90,7 +90,7 @@ if [ "$n" = 5 ]; then ok "describe: five keys"; else bad "describe: $n keys, exp
 if [ -f "$(dirname "$bin")/plugins-out/dtrain_nccl.so" ]; then
   expect_exit 0 "describe nccl" "$bin" plugins --describe nccl
   expect_out "describe nccl: kind, and not run on a GPU" "nccl: comm plugin, ABI 1.0, version 0.1.0
-  NVIDIA NCCL on the cuda device's streams, one machine so far (compiled, not yet run on a GPU)"
+  NVIDIA NCCL on the cuda device's streams, id through the rendezvous (compiled, not yet run on a GPU)"
   expect_out "describe nccl: poll_us" "  poll_us            int    default 50, range 1 .. 100000"
   expect_exit 2 "nccl with the cpu device" "$bin" run tiny.toml --set run.comm=nccl --set run.device=cpu
   expect_out "nccl: needs a CUDA device" "dtrain run: error: comm/nccl: init: the nccl communicator runs on a CUDA device's streams (run.device = \"cuda\"); device \"cpu\" has no native stream"

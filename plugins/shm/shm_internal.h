@@ -300,6 +300,7 @@ struct dt_comm_req {
     /* completion */
     _Atomic uint32_t state;
     _Atomic uint32_t waiters;
+    _Atomic uint32_t released;    /* 1: the completer touches r no more */
     int status;
     char msg[640];
 };

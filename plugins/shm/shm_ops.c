@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,26 @@ void shm_req_complete(struct dt_comm_req *r, int status)
     atomic_store(&r->state, SHM_REQ_DONE);
     if (atomic_load(&r->waiters))
         shm_futex_wake_private(&r->state, INT_MAX);
+    /* A waiter that saw DONE while spinning may free r as soon as this
+     * store lands (req_release), not before: the load of `waiters` above
+     * reads r after DONE is visible. */
+    atomic_store(&r->released, 1);
+}
+
+/* Before freeing a request another thread completed: that thread may be
+ * between its store of DONE and its last touch of r (a few instructions
+ * and at most one futex wake), so wait for `released`, bounded; past the
+ * bound r is leaked rather than freed under it.  Returns 1 when r may be
+ * freed. */
+static int req_release(struct dt_comm_req *r)
+{
+    uint64_t t0 = shm_now_ns();
+    while (!atomic_load(&r->released)) {
+        if (shm_now_ns() - t0 > 10000000000ull)
+            return 0;
+        sched_yield();
+    }
+    return 1;
 }
 
 void shm_break(dt_comm_t *c, int status, const char *text)
@@ -311,7 +332,8 @@ int shm_op_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
     pthread_mutex_lock(&c->qlock);
     live_remove(c, r);
     pthread_mutex_unlock(&c->qlock);
-    free(r);
+    if (req_release(r))
+        free(r);
     return st;
 }
 
@@ -361,6 +383,7 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
                 *r = *t;
                 atomic_init(&r->state, SHM_REQ_QUEUED);
                 atomic_init(&r->waiters, 0);
+                atomic_init(&r->released, 0);
                 pthread_mutex_lock(&c->qlock);
                 r->id = ++c->next_id;
                 r->seq = ++c->coll_seq;
@@ -386,6 +409,7 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
     *r = *t;
     atomic_init(&r->state, SHM_REQ_QUEUED);
     atomic_init(&r->waiters, 0);
+    atomic_init(&r->released, 0);
     pthread_mutex_lock(&c->qlock);
     r->id = ++c->next_id;
     r->seq = (r->kind == DT_COMM_OP_SEND || r->kind == DT_COMM_OP_RECV) ? ++c->p2p_seq

@@ -151,8 +151,8 @@ static int finish(dt_comm_t *c, struct dt_comm_req *r, ncclResult_t nr, cudaStre
         if (req)                                                               \
             *req = NULL;                                                       \
         struct dt_comm_req r_, *q_ = NULL;                                     \
-        cudaStream_t cs;                                                       \
-        ncclDataType_t nt;                                                     \
+        cudaStream_t cs = NULL;        /* set by begin; the initial values */ \
+        ncclDataType_t nt = ncclFloat32; /* quiet gcc -O3's maybe-uninit */  \
         ncclRedOp_t nr = ncclSum;                                              \
         pthread_mutex_lock(&c->mu);                                            \
         int rc_ = begin(c, &r_, (kind), (dtype), (op), (count), (root), (tag), \

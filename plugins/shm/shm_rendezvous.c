@@ -560,6 +560,12 @@ static int seg_join(dt_comm_t *c, const char *what, const char *path, int fd,
     shm_hdr_t snap;
     if (fstat(fd, &st) != 0)
         return rdv_error(c, what, DT_ERR_SYSTEM, "cannot stat %s: %s", path, strerror(errno));
+    /* No name left: another rank found this one stale and unlinked it
+     * between our open and fstat (drop_stale); the name now leads to a
+     * fresh segment or to nothing, so look again (bounded by the
+     * rendezvous' timeout like every retry). */
+    if (S_ISREG(st.st_mode) && st.st_nlink == 0)
+        return RDV_RETRY;
     int rc = validate_segment(c, what, path, fd, &st, &snap, L);
     if (rc != DT_OK)
         return rc;

@@ -572,18 +572,6 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
         return rc;
     const int multi = w->size > 1;
     int32_t failed = -1;
-    /* rank 0 makes the tmp dir; the others learn whether it could */
-    int32_t begin_rc = w->rank == 0 ? dt_ckpt_begin(root, (uint64_t)step, tmp, sizeof tmp)
-                                    : dt_ckpt_step_dir(root, (uint64_t)step, 1, tmp, sizeof tmp);
-    if ((rc = agree(w, cops, comm, begin_rc, &failed)))
-        return dt_err_context(rc, "saving checkpoint of step %lld", (long long)step);
-    if (failed >= 0) {
-        if (failed != w->rank)
-            dt_err_set(DT_ERR_IO, "rank %d could not start the checkpoint", (int)failed);
-        rc = begin_rc ? begin_rc : DT_ERR_IO;
-        return dt_err_context(rc, "saving checkpoint of step %lld", (long long)step);
-    }
-
     dt_model_desc_t *d = dt_model_desc(m);
     const int ns = n_states(set);
     const size_t n_entries = (size_t)d->n_units * (size_t)ns;
@@ -591,6 +579,18 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
     size_t n_segs = 0, n_all = 0;
     dt_ckpt_entry_t *entries = NULL;
     cJSON *mj = NULL, *extra = NULL;
+
+    /* rank 0 makes the tmp dir; the others learn whether it could */
+    int32_t begin_rc = w->rank == 0 ? dt_ckpt_begin(root, (uint64_t)step, tmp, sizeof tmp)
+                                    : dt_ckpt_step_dir(root, (uint64_t)step, 1, tmp, sizeof tmp);
+    if ((rc = agree(w, cops, comm, begin_rc, &failed)))
+        goto fail; /* rank 0 made the tmp dir: it goes */
+    if (failed >= 0) {
+        if (failed != w->rank)
+            dt_err_set(DT_ERR_IO, "rank %d could not start the checkpoint", (int)failed);
+        rc = begin_rc ? begin_rc : DT_ERR_IO;
+        goto fail;
+    }
 
     int local = write_shard(w, ops, s, m, ns, tmp, &segs, &n_segs);
     if ((rc = agree(w, cops, comm, local, &failed)))
@@ -655,17 +655,21 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
     goto done;
 fail:
     if (w->rank == 0) {
-        dt_ckpt_abort(root, (uint64_t)step);
-        /* "intact" only when there is one: the first save has none; looking
-         * must not replace the reason the save failed */
+        /* "intact" only when there is one: the first save has none; neither
+         * removing nor looking may replace the reason the save failed */
         char why[DT_ERR_MAX], last[4096];
         snprintf(why, sizeof why, "%s", dt_last_error());
+        dt_ckpt_abort(root, (uint64_t)step);
         int have = dt_ckpt_latest(root, last, sizeof last, NULL) == DT_OK;
         dt_err_set(rc, "%s", why);
         dt_err_context(rc, "saving checkpoint of step %lld (%s)", (long long)step,
                        have ? "the previous checkpoint is intact"
                             : "there is no earlier checkpoint to fall back on");
     } else {
+        char why[DT_ERR_MAX];
+        snprintf(why, sizeof why, "%s", dt_last_error());
+        dt_ckpt_abort_shard(root, (uint64_t)step, (uint32_t)w->rank);
+        dt_err_set(rc, "%s", why);
         dt_err_context(rc, "saving checkpoint of step %lld", (long long)step);
     }
 done:

@@ -142,6 +142,23 @@ int dt_ckpt_abort(const char *root, uint64_t step)
     return rc;
 }
 
+int dt_ckpt_abort_shard(const char *root, uint64_t step, uint32_t shard)
+{
+    char tmp[PATH_MAX], name[64], path[PATH_MAX];
+    int rc = dt_ckpt_step_dir(root, step, 1, tmp, sizeof tmp);
+    dt_ckpt_shard_name(shard, name, sizeof name);
+    if (!rc)
+        rc = dt_ckpt_join(path, sizeof path, tmp, name);
+    if (rc)
+        return rc;
+    if (unlink(path) != 0 && errno != ENOENT)
+        return dt_err_set(DT_ERR_IO, "removing '%s': %s", path, strerror(errno));
+    /* rank 0 removes the rest; a peer's shard still there keeps it */
+    if (rmdir(tmp) != 0 && errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST)
+        return dt_err_set(DT_ERR_IO, "removing '%s': %s", tmp, strerror(errno));
+    return DT_OK;
+}
+
 /* ---- finding and pruning --------------------------------------------- */
 
 /* "step-" then at least 8 digits and nothing else. */

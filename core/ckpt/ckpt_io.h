@@ -86,7 +86,11 @@
  *               dt_ckpt_shard_close -> its dt_ckpt_seg_t[] -> gather to 0
  *   rank 0:     dt_ckpt_write_manifest(tmp_dir, info, entries, all segs)
  *               dt_ckpt_commit(root, step)
- *   on any failure, rank 0: dt_ckpt_abort(root, step) removes the tmp dir.
+ *   on any failure, rank 0: dt_ckpt_abort(root, step) removes the tmp dir;
+ *               every other rank: dt_ckpt_abort_shard(root, step, rank)
+ *               removes its shard and the dir once empty (rank 0's removal
+ *               may race a peer still writing, and a comm failure leaves
+ *               no way to wait for it: whoever finishes last removes it).
  *
  * dt_ckpt_seg_t and dt_ckpt_entry_t are plain fixed-size structs (no
  * pointers) so they can be sent between ranks as bytes.
@@ -229,6 +233,9 @@ int dt_ckpt_commit(const char *root, uint64_t step);
 
 /* Remove "<root>/step-XXXXXXXX.tmp" (after a failed save). */
 int dt_ckpt_abort(const char *root, uint64_t step);
+/* Any other rank, after a failed save: remove its own shard of it and the
+ * tmp dir if nothing else is left in it. */
+int dt_ckpt_abort_shard(const char *root, uint64_t step, uint32_t shard);
 
 /* ---- finding and pruning --------------------------------------------- */
 

@@ -210,6 +210,13 @@ if wait_for down.log "checkpoint: saved"; then
   else bad "mpirun does not name a rank's exit 1" "$out"; fi
   netns_nothing_left "link down" "${vader_globs[@]}" "$jobg"
   after_fault "link down" "" out/down/ckpt "" "" down.log
+  # saves land every few ms until the link goes down (keep = 3 prunes the
+  # one seen above): the newest complete one at the end is checked, and it
+  # cannot be older than that one
+  seen=$step; step=$(newest_ckpt out/down/ckpt)
+  if [ -n "$step" ] && [[ ! "$step" < "$seen" ]]; then
+    ok "link down: the newest checkpoint ($step) is not older than the one seen before ($seen)"
+  else bad "link down: newest checkpoint '$step' older than $seen" "$(ls -la out/down/ckpt)"; fi
   set +e; v=$("$bin" ckpt inspect "$step" --verify 2>&1); e=$?; set -e
   [ "$e" = 0 ] && ok "link down: $step verifies" || bad "link down: $step fails --verify" "$v"
 else bad "the link-down job saved no checkpoint within 20 s" "$(cat down.log)"; fi

@@ -23,7 +23,7 @@
 
 #include "shm_internal.h"
 #include "shm_msg.h"
-#include "shm_reduce.h"
+#include "dtrain/sdk/reduce.h"
 #include "shm_sync.h"
 
 #define PH_A(G) ((uint32_t)(2u * (uint32_t)(G) + 1u))
@@ -143,7 +143,7 @@ static int run_all_reduce(dt_comm_t *c, struct dt_comm_req *r, int root)
     const unsigned char *send = r->send;
     unsigned char *recv = r->recv;
     const int out = root < 0 || root == me;
-    const int nt = total * es >= SHM_STREAM_MIN;
+    const int nt = total * es >= DT_REDUCE_STREAM_MIN;
     const void **srcs = c->srcs;
     const uint64_t G0 = c->round;
     int st;
@@ -173,7 +173,7 @@ static int run_all_reduce(dt_comm_t *c, struct dt_comm_req *r, int root)
                     continue;
                 uint64_t lo = part_lo(cep, p, N, align), hi = part_lo(cep, p + 1, N, align);
                 if (hi > lo)
-                    shm_copy_out(recv + (offp + lo) * es, shm_slot_buf(c, p, Gp) + lo * es,
+                    dt_reduce_copy_out(recv + (offp + lo) * es, shm_slot_buf(c, p, Gp) + lo * es,
                                  (hi - lo) * es, nt);
             }
         }
@@ -185,7 +185,7 @@ static int run_all_reduce(dt_comm_t *c, struct dt_comm_req *r, int root)
                 for (int p = 0; p < N; p++)
                     srcs[p] = p == me ? send + (off + lo) * es : shm_slot_buf(c, p, G) + lo * es;
                 unsigned char *dst = shm_slot_buf(c, me, G) + lo * es;
-                shm_reduce2(dst, out ? recv + (off + lo) * es : NULL, srcs, N, hi - lo,
+                dt_reduce2(dst, out ? recv + (off + lo) * es : NULL, srcs, N, hi - lo,
                             r->dtype, r->op, N, nt);
             }
             round_end(c, G);
@@ -227,7 +227,7 @@ static int run_reduce_scatter(dt_comm_t *c, struct dt_comm_req *r)
         for (int p = 0; p < N; p++)
             srcs[p] = p == me ? send + ((uint64_t)me * rc + off) * es
                               : shm_slot_buf(c, p, G) + (size_t)me * pe_max * es;
-        shm_reduce(recv + off * es, srcs, N, pe, r->dtype, r->op, N);
+        dt_reduce(recv + off * es, srcs, N, pe, r->dtype, r->op, N);
         round_end(c, G);
     }
     return DT_OK;
@@ -243,7 +243,7 @@ static int run_all_gather(dt_comm_t *c, struct dt_comm_req *r)
     unsigned char *recv = r->recv;
     /* send may be our own block of recv: then it is already in place */
     const int aliased = send == recv + (uint64_t)me * sc * es;
-    const int nt = (uint64_t)N * sc * es >= SHM_STREAM_MIN;
+    const int nt = (uint64_t)N * sc * es >= DT_REDUCE_STREAM_MIN;
     const uint64_t G0 = c->round;
     int st;
 
@@ -253,14 +253,14 @@ static int run_all_gather(dt_comm_t *c, struct dt_comm_req *r)
         if ((st = round_begin(c, r, G)) != DT_OK)
             return st;
         /* our own block goes to recv on the way (unless it is already there) */
-        shm_copy2(shm_slot_buf(c, me, G), aliased ? NULL : recv + ((uint64_t)me * sc + off) * es,
+        dt_reduce_copy2(shm_slot_buf(c, me, G), aliased ? NULL : recv + ((uint64_t)me * sc + off) * es,
                   send + off * es, ce * es, nt);
         round_publish(c, r, G, j);
         if ((st = round_await(c, r, G, j, -1)) != DT_OK)
             return st;
         for (int p = 0; p < N; p++)
             if (p != me)
-                shm_copy_out(recv + ((uint64_t)p * sc + off) * es, shm_slot_buf(c, p, G),
+                dt_reduce_copy_out(recv + ((uint64_t)p * sc + off) * es, shm_slot_buf(c, p, G),
                              ce * es, nt);
         round_end(c, G);
     }
@@ -274,7 +274,7 @@ static int run_broadcast(dt_comm_t *c, struct dt_comm_req *r)
     const uint64_t count = r->count, ce_max = c->chunk / es;
     const uint64_t nrounds = (count + ce_max - 1) / ce_max;
     unsigned char *buf = r->recv;
-    const int nt = count * es >= SHM_STREAM_MIN;
+    const int nt = count * es >= DT_REDUCE_STREAM_MIN;
     const uint64_t G0 = c->round;
     int st;
 
@@ -291,7 +291,7 @@ static int run_broadcast(dt_comm_t *c, struct dt_comm_req *r)
              * SHM_NBUF - 1 rounds. */
             if ((st = round_await(c, r, G, j, root)) != DT_OK)
                 return st;
-            shm_copy_out(buf + off * es, shm_slot_buf(c, root, G), ce * es, nt);
+            dt_reduce_copy_out(buf + off * es, shm_slot_buf(c, root, G), ce * es, nt);
         }
         round_end(c, G);
     }

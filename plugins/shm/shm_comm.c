@@ -6,7 +6,7 @@
  * lifecycle: init (rendezvous), split, abort, finalize.  The operations
  * themselves, their queue and the progress thread are in shm_ops.c; the
  * data movement in shm_collectives.c and shm_p2p.c; waiting in
- * shm_sync.c; arithmetic in shm_reduce.c; the text of messages and the
+ * shm_sync.c; arithmetic in sdk/lib/dt_reduce.c; the text of messages and the
  * job's failure record in shm_msg.c.
  *
  * Failure handling: every wait is bounded by the group's timeout (a stall

@@ -4,7 +4,7 @@
  * process-local communicator and request structs, and the functions the
  * plugin's source files share.  Two concerns that need none of this have
  * their own headers, so nothing depends on the group lifecycle for them:
- * shm_msg.h (message texts, the failure record) and shm_reduce.h (the
+ * shm_msg.h (message texts, the failure record) and dtrain/sdk/reduce.h (the
  * arithmetic).
  *
  * One segment per group.  Every rank of the group maps it; nothing else

@@ -25,7 +25,7 @@
 
 #include "shm_internal.h"
 #include "shm_msg.h"
-#include "shm_reduce.h"
+#include "dtrain/sdk/reduce.h"
 #include "shm_sync.h"
 
 /* ---- requests ---------------------------------------------------------- */

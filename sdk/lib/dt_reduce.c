@@ -1,6 +1,7 @@
 /*
- * plugins/shm/shm_reduce.c - elementwise reduction kernels for the shared
- * memory communicator.
+ * sdk/lib/dt_reduce.c - elementwise reduction kernels the host-memory
+ * communicators share (shm reduces shared-memory slots with them, tcp the
+ * blocks its ring receives).
  *
  * Every output element is op(src[0][i], src[1][i], ..., src[n-1][i]) taken
  * in that (rank) order, so any rank computing it gets the same bits.
@@ -19,7 +20,7 @@
  * registers.  Every path performs the same IEEE operations on each element
  * in the same order, so results are bitwise identical whichever runs.
  */
-#include "shm_reduce.h"
+#include "dtrain/sdk/reduce.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -35,10 +36,10 @@
  * enabled and only adds, compares and divides appear, so both clones give
  * the same bits). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(DT_SHM_NO_CLONES)
-#define SHM_CLONES __attribute__((target_clones("avx2", "default")))
+    !defined(DT_REDUCE_NO_CLONES)
+#define DT_REDUCE_CLONES __attribute__((target_clones("avx2", "default")))
 #else
-#define SHM_CLONES
+#define DT_REDUCE_CLONES
 #endif
 
 /* Conversions: dtrain/half.h (shared with the cpu device, same bits). */
@@ -48,7 +49,7 @@
 /* Float kernels: T storage type, A accumulator, LD widen, ST narrow.  Max
  * and min propagate NaN (a NaN anywhere gives NaN, as a sum would). */
 #define DEF_FLOAT_RED(fname, T, A, LD, ST)                                      \
-    SHM_CLONES static void fname(void *dst_, const void *const *src, int n, size_t cnt, \
+    DT_REDUCE_CLONES static void fname(void *dst_, const void *const *src, int n, size_t cnt, \
                       int op, int group)                                      \
     {                                                                          \
         T *dst = (T *)dst_;                                                    \
@@ -98,7 +99,7 @@ DEF_FLOAT_RED(red_f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16)
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
 #include <immintrin.h>
-#define SHM_HAVE_F16C_PATH 1
+#define DT_REDUCE_HAVE_F16C 1
 
 /* f16 with the F16C conversions (8 at a time; the same IEEE round to
  * nearest even as dt_f32_to_f16, so results match the portable kernel bit for
@@ -214,7 +215,8 @@ static int cpuid_f16c(void)
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
 
-/* DTRAIN_SHM_PORTABLE_KERNELS=1 forces the portable kernels (tests compare
+/* DTRAIN_SHM_PORTABLE_KERNELS=1 (the name it had in shm, where README and
+ * test_shm set it) forces the portable kernels (tests compare
  * the two paths on machines that have F16C and AVX2). */
 static int portable_forced(void)
 {
@@ -266,7 +268,7 @@ static int try_red2_f32(void *dst, void *dst2, const void *const *srcs, int nsrc
 
 /* Integer kernels: sums wrap (done in the unsigned type U: no UB). */
 #define DEF_INT_RED(fname, T, U)                                               \
-    SHM_CLONES static void fname(void *dst_, const void *const *src, int n, size_t cnt, \
+    DT_REDUCE_CLONES static void fname(void *dst_, const void *const *src, int n, size_t cnt, \
                       int op, int group)                                      \
     {                                                                          \
         (void)group;                                                           \
@@ -301,7 +303,7 @@ DEF_INT_RED(red_i64, int64_t, uint64_t)
 DEF_INT_RED(red_u16, uint16_t, uint32_t)
 DEF_INT_RED(red_u8, uint8_t, uint32_t)
 
-void shm_reduce(void *dst, const void *const *srcs, int nsrc, size_t count,
+void dt_reduce(void *dst, const void *const *srcs, int nsrc, size_t count,
                 int dtype, int op, int group)
 {
     if (count == 0 || try_red2_f32(dst, NULL, srcs, nsrc, count, dtype, op, group))
@@ -311,7 +313,7 @@ void shm_reduce(void *dst, const void *const *srcs, int nsrc, size_t count,
     case DT_F64: red_f64(dst, srcs, nsrc, count, op, group); break;
     case DT_BF16: red_bf16(dst, srcs, nsrc, count, op, group); break;
     case DT_F16:
-#ifdef SHM_HAVE_F16C_PATH
+#ifdef DT_REDUCE_HAVE_F16C
         if (have_f16c()) {
             red_f16_f16c(dst, srcs, nsrc, count, op, group);
             break;
@@ -329,7 +331,7 @@ void shm_reduce(void *dst, const void *const *srcs, int nsrc, size_t count,
 
 /* ---- reduce into shared memory and a user buffer at once ------------------ */
 
-void shm_reduce2(void *dst, void *dst2, const void *const *srcs, int nsrc, size_t count,
+void dt_reduce2(void *dst, void *dst2, const void *const *srcs, int nsrc, size_t count,
                  int dtype, int op, int group, int streaming)
 {
     const size_t es = dt_dtype_size(dtype);
@@ -339,9 +341,9 @@ void shm_reduce2(void *dst, void *dst2, const void *const *srcs, int nsrc, size_
     if (count && !streaming && try_red2_f32(dst, dst2, srcs, nsrc, count, dtype, op, group))
         return;
     if (!dst2 || nsrc > MAXSRC || es == 0) {
-        shm_reduce(dst, srcs, nsrc, count, dtype, op, group);
+        dt_reduce(dst, srcs, nsrc, count, dtype, op, group);
         if (dst2)
-            shm_copy_out(dst2, dst, count * es, streaming);
+            dt_reduce_copy_out(dst2, dst, count * es, streaming);
         return;
     }
     /* Piece by piece, so the result is copied to dst2 while it is still in
@@ -353,21 +355,21 @@ void shm_reduce2(void *dst, void *dst2, const void *const *srcs, int nsrc, size_
         for (int k = 0; k < nsrc; k++)
             sub[k] = (const unsigned char *)srcs[k] + b * es;
         unsigned char *d = (unsigned char *)dst + b * es;
-        shm_reduce(d, sub, nsrc, m, dtype, op, group);
-        shm_copy_out((unsigned char *)dst2 + b * es, d, m * es, streaming);
+        dt_reduce(d, sub, nsrc, m, dtype, op, group);
+        dt_reduce_copy_out((unsigned char *)dst2 + b * es, d, m * es, streaming);
     }
 }
 
 /* ---- copies into user buffers -------------------------------------------- */
 
-void shm_copy2(void *dst, void *dst2, const void *src, size_t n, int streaming)
+void dt_reduce_copy2(void *dst, void *dst2, const void *src, size_t n, int streaming)
 {
     enum { PIECE = 16384 };
     for (size_t b = 0; b < n; b += PIECE) {
         size_t m = n - b < PIECE ? n - b : PIECE;
         memcpy((unsigned char *)dst + b, (const unsigned char *)src + b, m);
         if (dst2) /* from L1, not from src again */
-            shm_copy_out((unsigned char *)dst2 + b, (unsigned char *)dst + b, m, streaming);
+            dt_reduce_copy_out((unsigned char *)dst2 + b, (unsigned char *)dst + b, m, streaming);
     }
 }
 
@@ -375,7 +377,7 @@ void shm_copy2(void *dst, void *dst2, const void *src, size_t n, int streaming)
 #include <emmintrin.h>
 #endif
 
-void shm_copy_out(void *dst, const void *src, size_t n, int streaming)
+void dt_reduce_copy_out(void *dst, const void *src, size_t n, int streaming)
 {
 #if defined(__SSE2__)
     if (streaming && n >= 4096) {

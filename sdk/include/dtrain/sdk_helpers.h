@@ -27,6 +27,9 @@
  *                         messages; the argument checks every op makes
  *   dtrain/sdk/comm_split.h  split membership: {color, key} gathered,
  *                         members ordered by (key, old rank)
+ *   dtrain/sdk/reduce.h   elementwise reductions (f32 accumulation for
+ *                         bf16 / f16) and copies, a host communicator's
+ *                         arithmetic
  *   dtrain/sdk/dp.h       the data-parallel core every strategy checks and
  *                         keeps alike (init args, hooks, the step's start
  *                         and norm, state by range, estimate)
@@ -64,6 +67,7 @@
 #include "dtrain/sdk/offload_queue.h"
 #include "dtrain/sdk/optim.h"
 #include "dtrain/sdk/ranges.h"
+#include "dtrain/sdk/reduce.h"
 #include "dtrain/sdk/replica.h"
 #include "dtrain/sdk/sha256.h"
 

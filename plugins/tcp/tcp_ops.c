@@ -1,0 +1,790 @@
+/*
+ * plugins/tcp/tcp_ops.c - the TCP communicator's operations: starting
+ * (argument checks, numbering, the queue), the algorithms the progress
+ * thread runs, and the bounded waits.
+ *
+ * Algorithms, for bandwidth (each rank moves about 2 (n-1)/n of the
+ * buffer whatever the group size):
+ *   all_reduce      ring reduce-scatter, then ring all-gather
+ *   reduce_scatter  ring reduce-scatter
+ *   all_gather      ring all-gather
+ *   reduce          ring reduce-scatter, then every block to the root
+ *   broadcast       the root sends to every rank
+ *   barrier         dissemination (log2 n rounds of empty frames)
+ * The blocks of a ring are reduced with the SDK's kernels
+ * (dtrain/sdk/reduce.h, as shm does).  bf16 / f16 travel through the
+ * reduce-scatter as f32 partial sums and are rounded once, by the rank
+ * that owns the block, so they accumulate in f32 like shm and mpi; the
+ * result differs from shm's rank-order sum only by the order of the f32
+ * additions (the block starting at rank b adds b, b+1, ..., b-1).  One
+ * rank computes each block and the all-gather copies it, so every rank
+ * holds the same bits.
+ *
+ * Messages have the shm communicator's shape:
+ *     all_reduce #17 (f32, 4194304 bytes) on group world: timed out after
+ *     1.0 s waiting for rank 1
+ *     all_reduce #3 (f32, 40 bytes) on group world: rank 2 lost: it
+ *     closed its connection (EOF)
+ * A wait that gives up leaves the group failed for good (a ring cannot
+ * resume half-way): later operations fail at once with the first cause.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dtrain/half.h"
+#include "dtrain/sdk/reduce.h"
+#include "tcp_internal.h"
+
+static dt_comm_names_t names(dt_comm_t *c)
+{
+    return (dt_comm_names_t){.gname = c->gname, .is_world = c->is_world,
+                             .size = c->size, .wranks = c->wranks};
+}
+
+static dt_comm_op_desc_t op_desc(const struct dt_comm_req *r)
+{
+    return (dt_comm_op_desc_t){.kind = r->kind, .seq = r->seq, .dtype = r->dtype,
+                               .op = r->op, .root = r->root, .tag = r->tag,
+                               .bytes = r->count * r->esize};
+}
+
+void tcp_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap)
+{
+    dt_comm_names_t g = names(c);
+    dt_comm_op_desc_t d = op_desc(r);
+    dt_comm_op_text(&g, &d, buf, cap);
+}
+
+void tcp_fmt_rank(dt_comm_t *c, int r, char *buf, size_t cap)
+{
+    dt_comm_names_t g = names(c);
+    dt_comm_fmt_rank(&g, r, buf, cap);
+}
+
+int tcp_rank_size(dt_comm_t *c, int32_t *rank, int32_t *size)
+{
+    if (!c || !rank || !size)
+        return c ? c->host->set_error(c->host, DT_ERR_INVALID, "rank_size: NULL argument")
+                 : DT_ERR_INVALID;
+    *rank = c->rank;
+    *size = c->size;
+    return DT_OK;
+}
+
+void tcp_complete(dt_comm_t *c, struct dt_comm_req *r, int st, const char *msg)
+{
+    pthread_mutex_lock(&c->mu);
+    r->status = st;
+    snprintf(r->msg, sizeof r->msg, "%s", msg ? msg : "");
+    r->state = TCP_RQ_DONE;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- moving blocks (progress thread) ------------------------------------- */
+
+/* Send outs[i] to to[i] and complete every receive in posts, all at once;
+ * DT_OK or the group's failure. */
+static int xfer(dt_comm_t *c, const int *to, tcp_out_t *outs, int nout, tcp_post_t *posts,
+                int npost)
+{
+    for (int i = 0; i < nout; i++)
+        tcp_out_push(c, to[i], &outs[i]);
+    for (int i = 0; i < npost; i++)
+        tcp_post_recv(c, &posts[i]);
+    for (;;) {
+        int wait_for = -1;
+        for (int i = 0; i < npost && wait_for < 0; i++)
+            if (posts[i].done == 0)
+                wait_for = posts[i].peer;
+        for (int i = 0; i < nout && wait_for < 0; i++)
+            if (outs[i].done == 0)
+                wait_for = to[i];
+        if (wait_for < 0)
+            break;
+        atomic_store(&c->waiting_on, wait_for);
+        int st = tcp_pump(c, TCP_POLL_MS);
+        int all_done = 1;
+        for (int i = 0; i < npost; i++)
+            all_done &= posts[i].done != 0;
+        for (int i = 0; i < nout; i++)
+            all_done &= outs[i].done != 0;
+        /* what completed before the failure stands (a peer that sent its
+         * last block and exited) */
+        if (st != DT_OK && !all_done) {
+            for (int i = 0; i < nout; i++)
+                if (outs[i].done == 0)
+                    tcp_out_forget(c, &outs[i]);
+            for (int i = 0; i < npost; i++)
+                if (posts[i].done == 0)
+                    tcp_unpost(c, &posts[i]);
+            return st;
+        }
+    }
+    atomic_store(&c->waiting_on, -1);
+    for (int i = 0; i < npost; i++)
+        if (posts[i].done < 0)
+            return -posts[i].done;
+    return DT_OK;
+}
+
+static uint64_t coll_key(const struct dt_comm_req *r, uint32_t step)
+{
+    return (r->seq << 24) | step;
+}
+
+/* One ring step: sbytes from sbuf to the right, rbytes from the left. */
+static int ring_step(dt_comm_t *c, const struct dt_comm_req *r, uint32_t step,
+                     const void *sbuf, uint64_t sbytes, void *rbuf, uint64_t rbytes)
+{
+    int n = c->size, right = (c->rank + 1) % n, left = (c->rank + n - 1) % n;
+    uint64_t key = coll_key(r, step);
+    tcp_out_t o = {.hdr = {.type = TCP_FR_COLL, .key = key, .bytes = sbytes},
+                   .data = sbuf};
+    tcp_post_t p = {.peer = left, .type = TCP_FR_COLL, .key = key, .buf = rbuf,
+                    .bytes = rbytes};
+    return xfer(c, &right, &o, 1, &p, 1);
+}
+
+static int is_half(int dtype) { return dtype == DT_BF16 || dtype == DT_F16; }
+
+static void widen(float *dst, const void *src, uint64_t n, int dtype)
+{
+    const uint16_t *s = src;
+    if (dtype == DT_BF16)
+        for (uint64_t i = 0; i < n; i++)
+            dst[i] = dt_bf16_to_f32(s[i]);
+    else
+        for (uint64_t i = 0; i < n; i++)
+            dst[i] = dt_f16_to_f32(s[i]);
+}
+
+static void narrow(void *dst, const float *src, uint64_t n, int dtype)
+{
+    uint16_t *d = dst;
+    if (dtype == DT_BF16)
+        for (uint64_t i = 0; i < n; i++)
+            d[i] = dt_f32_to_bf16(src[i]);
+    else
+        for (uint64_t i = 0; i < n; i++)
+            d[i] = dt_f32_to_f16(src[i]);
+}
+
+/* n blocks of a count: the first count % n one element longer. */
+static void blocks_of(uint64_t count, int n, uint64_t *off, uint64_t *len)
+{
+    uint64_t base = count / (uint64_t)n, extra = count % (uint64_t)n, o = 0;
+    for (int b = 0; b < n; b++) {
+        len[b] = base + ((uint64_t)b < extra);
+        off[b] = o;
+        o += len[b];
+    }
+}
+
+typedef struct scratch {
+    const dt_host_v1_t *h;
+    void *p[4];
+} scratch_t;
+
+static void *scratch_get(scratch_t *s, int i, uint64_t bytes)
+{
+    s->p[i] = s->h->alloc(s->h, bytes ? bytes : 64, DT_TAG_COMM);
+    return s->p[i];
+}
+
+static void scratch_free(scratch_t *s)
+{
+    for (int i = 0; i < 4; i++)
+        s->h->free(s->h, s->p[i]);
+}
+
+/* Ring reduce-scatter of `in` (dtype, blocks off/len in elements): block
+ * `rank` of the reduction lands in `out` (dtype).  Steps from step0. */
+static int ring_reduce_scatter(dt_comm_t *c, const struct dt_comm_req *r, const void *in,
+                               const uint64_t *off, const uint64_t *len, void *out,
+                               uint32_t step0, char *msg, size_t cap)
+{
+    const int n = c->size, half = is_half(r->dtype);
+    const int wdt = half ? DT_F32 : r->dtype;
+    const size_t es = r->esize, wes = dt_dtype_size(wdt);
+    const unsigned char *inb = in;
+    uint64_t maxlen = 0;
+    for (int b = 0; b < n; b++)
+        maxlen = len[b] > maxlen ? len[b] : maxlen;
+    scratch_t s = {.h = c->host};
+    unsigned char *acc[2] = {scratch_get(&s, 0, maxlen * wes), scratch_get(&s, 1, maxlen * wes)};
+    unsigned char *tmp = scratch_get(&s, 2, maxlen * wes);
+    unsigned char *wid = half ? scratch_get(&s, 3, maxlen * wes) : NULL;
+    if (!acc[0] || !acc[1] || !tmp || (half && !wid)) {
+        scratch_free(&s);
+        snprintf(msg, cap, "out of memory for the ring's %llu-byte blocks",
+                 (unsigned long long)(maxlen * wes));
+        return DT_ERR_NOMEM;
+    }
+    int cur = 0, st = DT_OK;
+    for (int k = 0; k < n - 1 && st == DT_OK; k++) {
+        int sb = (c->rank - k - 1 + 2 * n) % n, rb = (c->rank - k - 2 + 2 * n) % n;
+        const void *sbuf;
+        if (k > 0) {
+            sbuf = acc[cur];
+        } else if (half) {
+            widen((float *)acc[0], inb + off[sb] * es, len[sb], r->dtype);
+            sbuf = acc[0];
+        } else {
+            sbuf = inb + off[sb] * es;
+        }
+        st = ring_step(c, r, step0 + (uint32_t)k, sbuf, len[sb] * wes, tmp, len[rb] * wes);
+        if (st != DT_OK)
+            break;
+        const void *mine = inb + off[rb] * es;
+        if (half) {
+            widen((float *)wid, mine, len[rb], r->dtype);
+            mine = wid;
+        }
+        const int last = k == n - 2;
+        void *dst = last && !half ? out : acc[cur ^ 1];
+        const void *srcs[2] = {tmp, mine};
+        dt_reduce(dst, srcs, 2, len[rb], wdt,
+                  last || r->op != DT_OP_AVG ? r->op : DT_OP_SUM, n);
+        if (last && half)
+            narrow(out, (const float *)dst, len[rb], r->dtype);
+        cur ^= 1;
+    }
+    scratch_free(&s);
+    return st;
+}
+
+/* Ring all-gather in place: block `rank` of buf is filled; after it,
+ * every block is. */
+static int ring_all_gather(dt_comm_t *c, const struct dt_comm_req *r, void *buf,
+                           const uint64_t *off, const uint64_t *len, uint32_t step0)
+{
+    const int n = c->size;
+    const size_t es = r->esize;
+    unsigned char *b = buf;
+    int st = DT_OK;
+    for (int k = 0; k < n - 1 && st == DT_OK; k++) {
+        int sb = (c->rank - k + n) % n, rb = (c->rank - k - 1 + n) % n;
+        st = ring_step(c, r, step0 + (uint32_t)k, b + off[sb] * es, len[sb] * es,
+                       b + off[rb] * es, len[rb] * es);
+    }
+    return st;
+}
+
+/* ---- the operations (progress thread) -------------------------------------- */
+
+static int run_all_reduce(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t cap)
+{
+    const int n = c->size;
+    const size_t es = r->esize;
+    if (n == 1) {
+        if (r->send != r->recv)
+            memcpy(r->recv, r->send, r->count * es);
+        return DT_OK;
+    }
+    uint64_t *off = malloc(sizeof(uint64_t) * 2 * (size_t)n);
+    if (!off) {
+        snprintf(msg, cap, "out of memory");
+        return DT_ERR_NOMEM;
+    }
+    uint64_t *len = off + n;
+    blocks_of(r->count, n, off, len);
+    unsigned char *recv = r->recv;
+    int st = ring_reduce_scatter(c, r, r->send, off, len, recv + off[c->rank] * es, 0, msg,
+                                 cap);
+    if (st == DT_OK)
+        st = ring_all_gather(c, r, recv, off, len, (uint32_t)(n - 1));
+    free(off);
+    return st;
+}
+
+static int run_reduce_scatter(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t cap)
+{
+    const int n = c->size;
+    if (n == 1) {
+        if (r->send != r->recv)
+            memmove(r->recv, r->send, r->count * r->esize);
+        return DT_OK;
+    }
+    uint64_t *off = malloc(sizeof(uint64_t) * 2 * (size_t)n);
+    if (!off) {
+        snprintf(msg, cap, "out of memory");
+        return DT_ERR_NOMEM;
+    }
+    uint64_t *len = off + n;
+    for (int b = 0; b < n; b++) {
+        off[b] = (uint64_t)b * r->count;
+        len[b] = r->count;
+    }
+    int st = ring_reduce_scatter(c, r, r->send, off, len, r->recv, 0, msg, cap);
+    free(off);
+    return st;
+}
+
+static int run_all_gather(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t cap)
+{
+    const int n = c->size;
+    const size_t bytes = r->count * r->esize;
+    unsigned char *mine = (unsigned char *)r->recv + (size_t)c->rank * bytes;
+    if (r->send != mine)
+        memmove(mine, r->send, bytes);
+    if (n == 1)
+        return DT_OK;
+    uint64_t *off = malloc(sizeof(uint64_t) * 2 * (size_t)n);
+    if (!off) {
+        snprintf(msg, cap, "out of memory");
+        return DT_ERR_NOMEM;
+    }
+    uint64_t *len = off + n;
+    for (int b = 0; b < n; b++) {
+        off[b] = (uint64_t)b * r->count;
+        len[b] = r->count;
+    }
+    int st = ring_all_gather(c, r, r->recv, off, len, 0);
+    free(off);
+    return st;
+}
+
+static int run_broadcast(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t cap)
+{
+    const int n = c->size;
+    const uint64_t bytes = r->count * r->esize, key = coll_key(r, 0);
+    if (n == 1)
+        return DT_OK;
+    if (c->rank != r->root) {
+        tcp_post_t p = {.peer = r->root, .type = TCP_FR_COLL, .key = key, .buf = r->recv,
+                        .bytes = bytes};
+        return xfer(c, NULL, NULL, 0, &p, 1);
+    }
+    tcp_out_t *o = calloc((size_t)n, sizeof *o);
+    int *to = calloc((size_t)n, sizeof *to);
+    if (!o || !to) {
+        free(o);
+        free(to);
+        snprintf(msg, cap, "out of memory");
+        return DT_ERR_NOMEM;
+    }
+    int k = 0;
+    for (int p = 1; p < n; p++) { /* nearest first along the ring */
+        int q = (c->rank + p) % n;
+        o[k].hdr = (tcp_frame_hdr_t){.type = TCP_FR_COLL, .key = key, .bytes = bytes};
+        o[k].data = r->recv;
+        to[k++] = q;
+    }
+    int st = xfer(c, to, o, k, NULL, 0);
+    free(o);
+    free(to);
+    return st;
+}
+
+static int run_reduce(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t cap)
+{
+    const int n = c->size, root = r->root;
+    const size_t es = r->esize;
+    if (n == 1) {
+        if (r->send != r->recv)
+            memcpy(r->recv, r->send, r->count * es);
+        return DT_OK;
+    }
+    uint64_t *off = malloc(sizeof(uint64_t) * 2 * (size_t)n);
+    tcp_post_t *posts = calloc((size_t)n, sizeof *posts);
+    void *block = NULL;
+    int st = DT_OK;
+    if (!off || !posts) {
+        snprintf(msg, cap, "out of memory");
+        st = DT_ERR_NOMEM;
+        goto out;
+    }
+    uint64_t *len = off + n;
+    blocks_of(r->count, n, off, len);
+    unsigned char *dst;
+    if (c->rank == root) {
+        dst = (unsigned char *)r->recv + off[c->rank] * es;
+    } else {
+        uint64_t bb = len[c->rank] * es;
+        block = c->host->alloc(c->host, bb ? bb : 64, DT_TAG_COMM);
+        if (!block) {
+            snprintf(msg, cap, "out of memory for a %llu-byte block",
+                     (unsigned long long)(len[c->rank] * es));
+            st = DT_ERR_NOMEM;
+            goto out;
+        }
+        dst = block;
+    }
+    st = ring_reduce_scatter(c, r, r->send, off, len, dst, 0, msg, cap);
+    if (st != DT_OK)
+        goto out;
+    uint64_t key = coll_key(r, (uint32_t)(n - 1));
+    if (c->rank != root) {
+        tcp_out_t o = {.hdr = {.type = TCP_FR_COLL, .key = key, .bytes = len[c->rank] * es},
+                       .data = block};
+        st = xfer(c, &root, &o, 1, NULL, 0);
+        goto out;
+    }
+    int k = 0;
+    for (int p = 0; p < n; p++) {
+        if (p == root)
+            continue;
+        posts[k++] = (tcp_post_t){.peer = p, .type = TCP_FR_COLL, .key = key,
+                                  .buf = (unsigned char *)r->recv + off[p] * es,
+                                  .bytes = len[p] * es};
+    }
+    st = xfer(c, NULL, NULL, 0, posts, k);
+out:
+    free(off);
+    free(posts);
+    c->host->free(c->host, block);
+    return st;
+}
+
+static int run_barrier(dt_comm_t *c, struct dt_comm_req *r)
+{
+    const int n = c->size;
+    int st = DT_OK;
+    for (uint32_t k = 0; (1 << k) < n && st == DT_OK; k++) {
+        int d = 1 << k, to = (c->rank + d) % n, from = (c->rank - d + n) % n;
+        uint64_t key = coll_key(r, k);
+        tcp_out_t o = {.hdr = {.type = TCP_FR_COLL, .key = key}};
+        tcp_post_t p = {.peer = from, .type = TCP_FR_COLL, .key = key};
+        st = xfer(c, &to, &o, 1, &p, 1);
+    }
+    return st;
+}
+
+void tcp_run_request(dt_comm_t *c, struct dt_comm_req *r)
+{
+    char desc[256], text[700], msg[1024];
+    tcp_req_desc(c, r, desc, sizeof desc);
+    int st = tcp_group_failure(c, text, sizeof text);
+    if (st != DT_OK) {
+        snprintf(msg, sizeof msg, "%s: %s", desc, text);
+        tcp_complete(c, r, st, msg);
+        return;
+    }
+    if (r->kind == DT_COMM_OP_SEND) {
+        pthread_mutex_lock(&c->mu);
+        r->state = TCP_RQ_POSTED;
+        pthread_mutex_unlock(&c->mu);
+        r->out.hdr = (tcp_frame_hdr_t){.type = TCP_FR_P2P, .tag = r->tag,
+                                       .bytes = r->count * r->esize};
+        r->out.data = r->send;
+        r->out.req = r;
+        tcp_out_push(c, r->root, &r->out);
+        return;
+    }
+    if (r->kind == DT_COMM_OP_RECV) {
+        pthread_mutex_lock(&c->mu);
+        r->state = TCP_RQ_POSTED;
+        pthread_mutex_unlock(&c->mu);
+        r->post = (tcp_post_t){.peer = r->root, .type = TCP_FR_P2P, .tag = r->tag,
+                               .buf = r->recv, .bytes = r->count * r->esize, .req = r};
+        tcp_post_recv(c, &r->post);
+        return;
+    }
+    text[0] = '\0';
+    if (r->count == 0 && r->kind != DT_COMM_OP_BARRIER) {
+        st = DT_OK; /* synchronises nothing */
+    } else {
+        switch (r->kind) {
+        case DT_COMM_OP_ALL_REDUCE: st = run_all_reduce(c, r, text, sizeof text); break;
+        case DT_COMM_OP_REDUCE_SCATTER: st = run_reduce_scatter(c, r, text, sizeof text); break;
+        case DT_COMM_OP_ALL_GATHER: st = run_all_gather(c, r, text, sizeof text); break;
+        case DT_COMM_OP_BROADCAST: st = run_broadcast(c, r, text, sizeof text); break;
+        case DT_COMM_OP_REDUCE: st = run_reduce(c, r, text, sizeof text); break;
+        case DT_COMM_OP_BARRIER: st = run_barrier(c, r); break;
+        default: st = DT_ERR_INVALID; snprintf(text, sizeof text, "unknown operation"); break;
+        }
+    }
+    atomic_store(&c->waiting_on, -1);
+    if (st != DT_OK && !text[0])
+        tcp_group_failure(c, text, sizeof text);
+    if (st != DT_OK)
+        snprintf(msg, sizeof msg, "%s: %s", desc, text);
+    tcp_complete(c, r, st, st == DT_OK ? NULL : msg);
+}
+
+/* ---- starting (caller's thread) ------------------------------------------- */
+
+static int check_args(dt_comm_t *c, struct dt_comm_req *t, const void *send, const void *recv)
+{
+    const dt_host_v1_t *h = c->host;
+    t->esize = dt_dtype_size(t->dtype) ? dt_dtype_size(t->dtype) : 1;
+    dt_comm_names_t g = names(c);
+    dt_comm_op_desc_t d = op_desc(t);
+    int st = dt_comm_check_dtype(h, &g, &d);
+    if (st == DT_OK)
+        st = dt_comm_check_reduce(h, &g, &d);
+    if (st == DT_OK && t->count > (UINT64_MAX >> 8) / (uint64_t)c->size / 8)
+        st = dt_comm_op_fail(h, &g, &d, DT_ERR_UNSUPPORTED, "count %llu is too large",
+                             (unsigned long long)t->count);
+    if (st == DT_OK)
+        st = dt_comm_check_args(h, &g, &d, c->rank, t->count, send, recv);
+    if (st == DT_OK && (t->kind == DT_COMM_OP_SEND || t->kind == DT_COMM_OP_RECV) &&
+        t->root == c->rank)
+        st = dt_comm_op_fail(h, &g, &d, DT_ERR_UNSUPPORTED, "the tcp communicator does not "
+                             "send to this rank itself (copy the buffer instead)");
+    return st;
+}
+
+static void live_add(dt_comm_t *c, struct dt_comm_req *r)
+{
+    r->live_prev = NULL;
+    r->live_next = c->live;
+    if (c->live)
+        c->live->live_prev = r;
+    c->live = r;
+}
+
+static void live_remove(dt_comm_t *c, struct dt_comm_req *r)
+{
+    if (r->live_prev)
+        r->live_prev->live_next = r->live_next;
+    else if (c->live == r)
+        c->live = r->live_next;
+    if (r->live_next)
+        r->live_next->live_prev = r->live_prev;
+    r->live_prev = r->live_next = NULL;
+}
+
+int tcp_drop_live(dt_comm_t *c)
+{
+    int n = 0;
+    while (c->live) {
+        struct dt_comm_req *r = c->live;
+        live_remove(c, r);
+        free(r);
+        n++;
+    }
+    return n;
+}
+
+/* Check, number, queue for the progress thread, and hand out the request
+ * or wait for it. */
+static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *recv,
+                  dt_stream_t *stream, dt_comm_req_t **req)
+{
+    const dt_host_v1_t *h = c->host;
+    char desc[256], text[700];
+    if (req)
+        *req = NULL;
+    int st = check_args(c, t, send, recv);
+    if (st != DT_OK)
+        return st;
+    if (c->dev_ops && c->dev) {
+        /* host-memory transport: what is queued on the stream comes first */
+        st = c->dev_ops->stream_sync(c->dev, stream);
+        if (st != DT_OK)
+            return st;
+    }
+    if (t->kind == DT_COMM_OP_SEND || t->kind == DT_COMM_OP_RECV)
+        t->seq = ++c->p2p_seq;
+    else
+        t->seq = ++c->coll_seq;
+    st = tcp_group_failure(c, text, sizeof text);
+    if (st != DT_OK) {
+        tcp_req_desc(c, t, desc, sizeof desc);
+        return h->set_error(h, st, "%s: not started: the group failed earlier: %s", desc,
+                            text);
+    }
+    struct dt_comm_req *r = malloc(sizeof *r);
+    if (!r) {
+        tcp_req_desc(c, t, desc, sizeof desc);
+        return h->set_error(h, DT_ERR_NOMEM, "%s: out of memory for the request", desc);
+    }
+    *r = *t;
+    r->send = send;
+    r->recv = recv;
+    r->state = TCP_RQ_QUEUED;
+    r->q_next = NULL;
+    pthread_mutex_lock(&c->mu);
+    live_add(c, r);
+    if (c->q_tail)
+        c->q_tail->q_next = r;
+    else
+        c->q_head = r;
+    c->q_tail = r;
+    pthread_mutex_unlock(&c->mu);
+    tcp_wake(c);
+    if (req) {
+        *req = r;
+        return DT_OK;
+    }
+    return tcp_wait(c, r, -1);
+}
+
+static struct timespec deadline_after(uint64_t ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ns += (uint64_t)ts.tv_nsec;
+    ts.tv_sec += (time_t)(ns / 1000000000ull);
+    ts.tv_nsec = (long)(ns % 1000000000ull);
+    return ts;
+}
+
+static int before(const struct timespec *a, const struct timespec *b)
+{
+    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+int tcp_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
+{
+    if (!c || !r)
+        return c ? c->host->set_error(c->host, DT_ERR_INVALID, "wait: NULL request")
+                 : DT_ERR_INVALID;
+    const dt_host_v1_t *h = c->host;
+    int own_limit = timeout_ms >= 0;
+    int64_t ms = own_limit ? timeout_ms : c->timeout_ms;
+    if (ms > TCP_TIMEOUT_MAX_MS)
+        ms = TCP_TIMEOUT_MAX_MS;
+    struct timespec end = deadline_after((uint64_t)ms * 1000000ull), now;
+    char msg[1024];
+    int st;
+    pthread_mutex_lock(&c->mu);
+    while (r->state != TCP_RQ_DONE) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (!before(&now, &end))
+            break;
+        pthread_cond_timedwait(&c->cv, &c->mu, &end);
+    }
+    if (r->state == TCP_RQ_DONE) {
+        st = r->status;
+        snprintf(msg, sizeof msg, "%s", r->msg);
+    } else {
+        /* give up: the group fails for good, the progress thread leaves
+         * the operation (it no longer touches r's buffers after that) */
+        char desc[256], who[200];
+        tcp_req_desc(c, r, desc, sizeof desc);
+        int w = atomic_load(&c->waiting_on);
+        if (r->state == TCP_RQ_QUEUED && w < 0)
+            snprintf(who, sizeof who, "the operations started before it");
+        else if (w < 0 && (r->kind == DT_COMM_OP_SEND || r->kind == DT_COMM_OP_RECV))
+            tcp_fmt_rank(c, r->root, who, sizeof who);
+        else if (w < 0)
+            snprintf(who, sizeof who, "the other ranks");
+        else
+            tcp_fmt_rank(c, w, who, sizeof who);
+        snprintf(msg, sizeof msg, "%s: timed out after %.1f s%s waiting for %s", desc,
+                 (double)ms / 1000.0, own_limit ? " (the wait's limit)" : "", who);
+        st = DT_ERR_TIMEOUT;
+        tcp_mark_broken_locked(c, st, msg);
+        pthread_mutex_unlock(&c->mu);
+        tcp_publish_fail(c->job, TCP_FAIL_OTHER, c->job->world_rank, msg);
+        tcp_wake(c);
+        pthread_mutex_lock(&c->mu);
+        struct timespec detach = deadline_after((uint64_t)TCP_DETACH_MS * 1000000ull);
+        while (r->state != TCP_RQ_DONE) {
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if (!before(&now, &detach))
+                break;
+            pthread_cond_timedwait(&c->cv, &c->mu, &detach);
+        }
+        if (r->state != TCP_RQ_DONE) {
+            /* still in the thread's hands: finalize frees it */
+            pthread_mutex_unlock(&c->mu);
+            return h->set_error(h, st, "%s", msg);
+        }
+    }
+    live_remove(c, r);
+    pthread_mutex_unlock(&c->mu);
+    free(r);
+    if (st != DT_OK)
+        return h->set_error(h, st, "%s", msg);
+    return DT_OK;
+}
+
+int tcp_test(dt_comm_t *c, dt_comm_req_t *r, int *done)
+{
+    if (!c || !r || !done)
+        return c ? c->host->set_error(c->host, DT_ERR_INVALID, "test: NULL argument")
+                 : DT_ERR_INVALID;
+    pthread_mutex_lock(&c->mu);
+    *done = r->state == TCP_RQ_DONE;
+    pthread_mutex_unlock(&c->mu);
+    return DT_OK;
+}
+
+/* ---- the ABI's slots --------------------------------------------------------- */
+
+#define START(kind_, dtype_, op_, root_, tag_, count_)                            \
+    struct dt_comm_req t;                                                        \
+    memset(&t, 0, sizeof t);                                                     \
+    t.kind = (kind_);                                                            \
+    t.dtype = (dtype_);                                                          \
+    t.op = (op_);                                                                \
+    t.root = (root_);                                                            \
+    t.tag = (tag_);                                                              \
+    t.count = (count_)
+
+int tcp_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,
+                   int op, dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    START(DT_COMM_OP_ALL_REDUCE, dtype, op, 0, 0, count);
+    return submit(c, &t, send, recv, stream, req);
+}
+
+int tcp_reduce_scatter(dt_comm_t *c, const void *send, void *recv, uint64_t recv_count,
+                       int dtype, int op, dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    START(DT_COMM_OP_REDUCE_SCATTER, dtype, op, 0, 0, recv_count);
+    return submit(c, &t, send, recv, stream, req);
+}
+
+int tcp_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t send_count,
+                   int dtype, dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    START(DT_COMM_OP_ALL_GATHER, dtype, DT_OP_SUM, 0, 0, send_count);
+    return submit(c, &t, send, recv, stream, req);
+}
+
+int tcp_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t root,
+                  dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    START(DT_COMM_OP_BROADCAST, dtype, DT_OP_SUM, root, 0, count);
+    return submit(c, &t, buf, buf, stream, req);
+}
+
+int tcp_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,
+               int op, int32_t root, dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    START(DT_COMM_OP_REDUCE, dtype, op, root, 0, count);
+    return submit(c, &t, send, recv, stream, req);
+}
+
+int tcp_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype, int32_t peer,
+             int32_t tag, dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    START(DT_COMM_OP_SEND, dtype, DT_OP_SUM, peer, tag, count);
+    return submit(c, &t, buf, NULL, stream, req);
+}
+
+int tcp_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
+             int32_t tag, dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    START(DT_COMM_OP_RECV, dtype, DT_OP_SUM, peer, tag, count);
+    return submit(c, &t, NULL, buf, stream, req);
+}
+
+int tcp_barrier(dt_comm_t *c, dt_comm_req_t **req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    START(DT_COMM_OP_BARRIER, DT_U8, DT_OP_SUM, 0, 0, 0);
+    return submit(c, &t, NULL, NULL, NULL, req);
+}

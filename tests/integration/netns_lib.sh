@@ -23,6 +23,10 @@
 #                        NODES x SLOTS over the first NODES nodes, killed
 #                        after LIMIT seconds (timeout -k 2); ARGS is the
 #                        program and its arguments (mpirun options first)
+#   rx_bytes             bytes node 0's end of the link has received
+#   dtrain_ranks         the pids of dtrain processes in the namespaces
+#   newest_ckpt DIR      the newest complete checkpoint in DIR
+#   since T0             seconds since T0 (date +%s.%N), one decimal
 #
 # Names carry the test's pid, so tests running side by side get their own
 # pair; the addresses may repeat (each pair lives in namespaces of its own).
@@ -120,3 +124,19 @@ netns_mpirun() {
     --mca btl tcp,self,vader --mca btl_vader_single_copy_mechanism none \
     --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet" "$@"
 }
+# rx_bytes: bytes node 0's end of the link has received
+rx_bytes() { ip -n "$ns0" -s -j link show "$v0" | grep -o '"rx":{"bytes":[0-9]*' | grep -o '[0-9]*$'; }
+# dtrain_ranks: the pids of dtrain processes in the namespaces
+dtrain_ranks() {
+  local p
+  for p in $(netns_procs); do [ "$(cat "/proc/$p/comm" 2>/dev/null)" = dtrain ] && echo "$p"; done
+  return 0
+}
+# newest_ckpt DIR: the newest complete checkpoint in DIR (saves in
+# progress are step-N.tmp*)
+newest_ckpt() {
+  local d last=""
+  for d in "$1"/step-*; do [[ $d =~ /step-[0-9]{8}$ ]] && last=$d; done
+  echo "$last"
+}
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }

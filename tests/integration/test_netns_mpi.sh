@@ -56,27 +56,11 @@ mpirun_bg() {
   mp=$!
   pids+=("$mp")
 }
-# rx_bytes: bytes node 0's end of the link has received
-rx_bytes() { ip -n "$ns0" -s -j link show "$v0" | grep -o '"rx":{"bytes":[0-9]*' | grep -o '[0-9]*$'; }
-# dtrain_ranks: the pids of dtrain processes in the namespaces
-dtrain_ranks() {
-  local p
-  for p in $(netns_procs); do [ "$(cat "/proc/$p/comm" 2>/dev/null)" = dtrain ] && echo "$p"; done
-  return 0
-}
 # wait_for FILE TEXT: until FILE holds TEXT (at most 20 s)
 wait_for() {
   for _ in $(seq 400); do grep -qF -- "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
   return 1
 }
-# newest_ckpt DIR: the newest complete checkpoint in DIR (saves in
-# progress are step-N.tmp*)
-newest_ckpt() {
-  local d last=""
-  for d in "$1"/step-*; do [[ $d =~ /step-[0-9]{8}$ ]] && last=$d; done
-  echo "$last"
-}
-since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 # what Open MPI and dtrain leave in /dev/shm: vader's segments (the node
 # names in them are this test's) and dtrain's of the job
 # ("dtrain-ompi-<uid>-<jobid>": world.c; the job id read from a rank's

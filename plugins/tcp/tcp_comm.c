@@ -34,7 +34,7 @@
 #include "tcp_internal.h"
 
 static const dt_config_key_t tcp_keys[] = {
-    {.name = "address", .type = DT_CFG_STRING, .def = "", .min = 0, .max = 0, .choices = NULL,
+    {.name = "address", .type = DT_CFG_STRING, .def = "\"\"", .min = 0, .max = 0, .choices = NULL,
      .doc = "IPv4 address this rank listens on for its peers (empty: the address this "
             "node's route to MASTER_ADDR leaves from, 127.0.0.1 without one)"},
     {.name = "socket_buffer_bytes", .type = DT_CFG_INT, .def = "0", .min = 0,

@@ -114,10 +114,26 @@ void tcp_sock_setup(int fd, int64_t sock_buf, int64_t timeout_ms)
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof b);
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b);
     }
-    /* unacknowledged data older than the timeout fails the connection
-     * (ETIMEDOUT): a link taken down ends in an error, not a hang */
-    unsigned ut = timeout_ms > 0x7fffffff ? 0x7fffffffu : (unsigned)timeout_ms;
+    /* unacknowledged data older than half the comm timeout fails the
+     * connection (a link taken down ends in an error naming the peer
+     * across it, before the waits of ranks that wait on a rank that waits
+     * on it run out and name their neighbour instead; the half spans a
+     * peer whose progress thread stalls for a while: it reads, and so
+     * acknowledges, whatever it computes) */
+    int64_t half = timeout_ms / 2 > 1000 ? timeout_ms / 2 : timeout_ms;
+    unsigned ut = half > 0x7fffffff ? 0x7fffffffu : (unsigned)half;
     setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof ut);
+    /* and an idle connection is probed after a quarter of it, so a link
+     * that died under a rank waiting to RECEIVE fails that socket too
+     * (with TCP_USER_TIMEOUT set, the kernel ends a connection whose
+     * probes go unanswered for that long): every rank with a peer across
+     * the dead link names that peer, whichever rank it waits for */
+    int idle = (int)(timeout_ms / 4000 > 0 ? (timeout_ms / 4000 < 3600 ? timeout_ms / 4000 : 3600) : 1);
+    int intvl = 1, cnt = 3;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 

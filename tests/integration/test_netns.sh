@@ -1,19 +1,33 @@
 # Two "nodes" on one machine: network namespaces joined by a veth pair,
 # each with an address of its own, and `dtrain run --nnodes 2 --nproc 2`
-# once in each.  What crosses the namespaces is the TCP rendezvous
-# (core/launch/rendezvous.c); no CPU communicator carries training bytes
-# between nodes yet, and shm must not pretend to (the namespaces share
-# /dev/shm), so the checks are what works today:
+# once in each (no mpirun).  What crosses the namespaces is the TCP
+# rendezvous (core/launch/rendezvous.c) and, with run.comm = "tcp", the
+# training bytes (plugins/tcp).  shm must not pretend to carry them (the
+# namespaces share /dev/shm):
 #   - the job forms across the link: the ranks of both nodes log one job
 #     id, and then comm/shm refuses a job that spans nodes (exit 2)
 #   - with the explicit shm.nodes_share_memory opt-in the 2 x 2 job trains,
 #     all 4 ranks log the job id under their global rank, and its losses
 #     equal the single-node 4-rank run (the global rank numbering end to
 #     end; the bytes still move through shm, not over the link)
+#   - with comm = tcp the 2 x 2 job trains over the link: its losses equal
+#     the single-node 4-rank shm run within 1e-5 (the ring adds the 4
+#     ranks' f32 gradients in another order than shm; the max diff is
+#     printed), and node 0's veth receives at least the gradient bytes x
+#     steps (node 0 must learn node 1's half of every all-reduce)
 #   - a config that differs on node 1 fails every rank, naming ranks 2 and 3
 #     and both hashes
 #   - the link taken down during the rendezvous: rank 0 names the missing
 #     ranks 2 and 3 within the bound; node 1's ranks name rank 0
+#   - tcp, node 1's ranks killed (SIGKILL, inside ns1) mid-training: node
+#     0's ranks fail naming rank 2 or 3 (lost: the connection's EOF or
+#     reset) and the operation, its launcher repeats it, and both nodes
+#     exit 1 within 10 s (comm timeout 4 s); the checkpoint saved before
+#     the kill verifies, unchanged, and a single-node run resumes from it
+#   - tcp, the link taken down mid-training: each node's ranks and launcher
+#     name the operation and a rank of the other node (the wait's timeout,
+#     or the socket's TCP_USER_TIMEOUT: "Network is unreachable"), both
+#     exit 1 within 10 s; the newest checkpoint verifies
 # After each case no process is left in either namespace and no segment of
 # the job in /dev/shm.  The namespaces (and so the veth pair) are removed at
 # the end, whatever happened (trap).
@@ -160,4 +174,123 @@ else bad "the nodes took ${took} s to give up" "$out"; fi
 if [ "$rc0" = 1 ] && [ "$rc1" = 1 ]; then ok "both nodes exit 1 (a runtime failure)"
 else bad "exit codes $rc0 and $rc1 with the link down, expected 1 and 1" "$out"; fi
 nothing_left link-down
+
+# ---- tcp: the training bytes cross the link --------------------------------
+ip -n "$ns0" link set "$v0" up # down since the case above
+port=$((port + 1)) # the link-down case's listener may linger in TIME_WAIT
+tcp0=(--set run.comm=tcp)
+rx0=$(rx_bytes)
+both_nodes tcp "${tcp0[@]}" --set run.name=tcp --metrics tcp.jsonl -- "${tcp0[@]}" --set run.name=tcp
+rx1=$(rx_bytes)
+out=$(cat tcp.n0.log tcp.n1.log)
+if [ "$rc0" = 0 ] && [ "$rc1" = 0 ]; then
+  ok "tcp: the 2 x 2 job trains across the namespaces (both nodes exit 0)"
+else bad "tcp: the 2 x 2 run failed ($rc0, $rc1)" "$out"; fi
+job=$(joined_ids tcp.n0.log tcp.n1.log)
+same_losses "tcp, 2 nodes x 2 ranks vs shm, 1 node x 4 ranks" one.jsonl tcp.jsonl 1e-5
+elems=$("$bin" ckpt inspect out/tcp/ckpt/step-00000006 | awk '$1 ~ /\/params$/ { n += $3 } END { print n + 0 }')
+need=$((elems * 4 * 6))
+if [ "$elems" -gt 0 ] && [ $((rx1 - rx0)) -ge "$need" ]; then
+  ok "tcp: node 0's veth received $((rx1 - rx0)) bytes >= $need (gradient $((elems * 4)) bytes x 6 steps)"
+else bad "tcp: node 0's veth received $((rx1 - rx0)) bytes, less than $need ($elems params)" "$out"; fi
+nothing_left tcp
+
+# bg_nodes NAME ARGS...: both nodes in the background with ARGS (p0, p1)
+bg_nodes() {
+  local name=$1; shift
+  node "$ns0" 0 "$name.n0.log" "$@"; p0=$!
+  node "$ns1" 1 "$name.n1.log" "$@"; p1=$!
+}
+long=("${tcp0[@]}" --set train.steps=100000 --set checkpoint.every=2 --set checkpoint.keep=3)
+# the rank processes of node 1 (children of its launcher; they run
+# /proc/self/exe, so their comm is "exe")
+node1_ranks() {
+  local p
+  for p in $(ip netns pids "$ns1"); do
+    [ "$(cat "/proc/$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null)/comm" 2>/dev/null)" = dtrain ] && echo "$p"
+  done
+  return 0
+}
+# the launchers and ranks in both namespaces
+job_procs() {
+  local p c
+  for p in $(netns_procs); do
+    c=$(cat "/proc/$p/comm" 2>/dev/null) || continue
+    [ "$c" = dtrain ] || [ "$c" = exe ] && echo "$p"
+  done
+  return 0
+}
+
+# ---- tcp: node 1's ranks killed mid-training -------------------------------
+port=$((port + 1))
+bg_nodes kill "${long[@]}" --set run.name=kill
+if wait_for kill.n0.log "checkpoint: saved" 20; then
+  # every process stopped while the newest complete checkpoint is read: a
+  # save needs every rank, so none completes after the kill
+  mapfile -t all < <(job_procs)
+  job=$(joined_ids kill.n0.log kill.n1.log)
+  kill -STOP "${all[@]}"
+  step=$(newest_ckpt out/kill/ckpt)
+  sums=$(ckpt_sums "$step")
+  mapfile -t victims < <(node1_ranks)
+  t0=$(date +%s.%N)
+  ip netns exec "$ns1" kill -KILL "${victims[@]}"
+  kill -CONT "${all[@]}" 2>/dev/null || true
+  set +e; wait "$p0"; rc0=$?; wait "$p1"; rc1=$?; set -e
+  took=$(since "$t0")
+  out=$(cat kill.n0.log kill.n1.log)
+  if [ "${#victims[@]}" = 2 ]; then ok "tcp kill: node 1's two ranks killed inside $ns1"
+  else bad "tcp kill: node 1 had ${#victims[@]} rank processes, expected 2" "$out"; fi
+  # (the first rank that fails makes its launcher stop the other, which
+  # may not get to print: a rank of node 0 and its launcher name it)
+  lost_rx="comm/tcp: [a-z_]+ #[0-9]+ \([^)]*\) on group [^:]+: (not started: the group failed earlier: )?(world )?rank [23] lost: "
+  if grep -qE "^\[rank [01]\] .*$lost_rx" kill.n0.log; then
+    ok "tcp kill: a rank of node 0 names the operation and the lost rank"
+  else bad "tcp kill: no rank of node 0 names the operation and a lost rank" "$out"; fi
+  if grep -qE "^dtrain: rank [01] failed \(exit 1\).*$lost_rx" kill.n0.log; then
+    ok "tcp kill: node 0's launcher reports it"
+  else bad "tcp kill: node 0's launcher does not report the lost rank" "$out"; fi
+  if awk -v t="$took" 'BEGIN { exit !(t < 10) }'; then ok "tcp kill: both nodes ended ${took} s after the kill (bound 10 s)"
+  else bad "tcp kill: the nodes took ${took} s to end" "$out"; fi
+  if [ "$rc0" = 1 ] && [ "$rc1" != 0 ]; then ok "tcp kill: node 0 exits 1, node 1 exits $rc1"
+  else bad "tcp kill: exit codes $rc0 and $rc1, expected 1 and non-zero" "$out"; fi
+  nothing_left "tcp kill"
+  after_fault "tcp kill" "" "" "$step" "$sums" kill.n0.log kill.n1.log
+  n=$((10#${step##*step-}))
+  expect_exit 0 "tcp kill: 1 node x 4 ranks resumes from $step" "$bin" run eq.toml --nproc 4 \
+    --set run.name=kill --set train.steps=100000 --set train.stop_at=$((n + 2)) \
+    --set checkpoint.resume="$step"
+  expect_out "tcp kill: the resumed run names the step it starts from" "step $(printf '%5d' $((n + 1)))/100000"
+else bad "tcp kill: no checkpoint saved within 20 s" "$(cat kill.n0.log kill.n1.log)"; fi
+
+# ---- tcp: the link taken down mid-training ---------------------------------
+port=$((port + 1))
+bg_nodes down2 "${long[@]}" --set run.name=down2
+if wait_for down2.n0.log "checkpoint: saved" 20; then
+  job=$(joined_ids down2.n0.log down2.n1.log)
+  t0=$(date +%s.%N)
+  ip -n "$ns0" link set "$v0" down
+  set +e; wait "$p0"; rc0=$?; wait "$p1"; rc1=$?; set -e
+  took=$(since "$t0")
+  ip -n "$ns0" link set "$v0" up
+  out=$(cat down2.n0.log down2.n1.log)
+  for n in 0 1; do
+    if [ "$n" = 0 ]; then mine="[01]" other="[23]"; else mine="[23]" other="[01]"; fi
+    rx="comm/tcp: [a-z_]+ #[0-9]+ \([^)]*\) on group [^:]+: .*(rank $other lost: |timed out after 4\.0 s waiting for (world )?rank $other)"
+    if grep -qE "^\[rank $mine\] .*$rx" "down2.n$n.log" &&
+       grep -qE "^dtrain: rank $mine failed \(exit 1\).*$rx" "down2.n$n.log"; then
+      ok "tcp link down: node $n's ranks and launcher name the operation and a rank of the other node"
+    else bad "tcp link down: node $n does not name the operation and a rank of the other node" "$out"; fi
+  done
+  if awk -v t="$took" 'BEGIN { exit !(t < 10) }'; then ok "tcp link down: both nodes ended ${took} s after the link went down (comm timeout 4 s, bound 10 s)"
+  else bad "tcp link down: the nodes took ${took} s to end" "$out"; fi
+  if [ "$rc0" = 1 ] && [ "$rc1" = 1 ]; then ok "tcp link down: both nodes exit 1"
+  else bad "tcp link down: exit codes $rc0 and $rc1, expected 1 and 1" "$out"; fi
+  nothing_left "tcp link down"
+  after_fault "tcp link down" "" "" "" "" down2.n0.log down2.n1.log
+  step=$(newest_ckpt out/down2/ckpt)
+  set +e; v=$("$bin" ckpt inspect "$step" --verify 2>&1); e=$?; set -e
+  [ -n "$step" ] && [ "$e" = 0 ] && ok "tcp link down: the newest checkpoint ($step) verifies" ||
+    bad "tcp link down: the newest checkpoint '$step' does not verify" "$v"
+else bad "tcp link down: no checkpoint saved within 20 s" "$(cat down2.n0.log down2.n1.log)"; fi
 finish

@@ -37,7 +37,9 @@
 
 #include "cli/cli.h"
 #include "dtrain/half.h"
+#include "config/config.h"
 #include "launch/launcher.h"
+#include "launch/rendezvous.h"
 #include "setup/resolve.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -420,7 +422,7 @@ static int bench_sizes(rank_ctx_t *x, void *a, void *b, int *any_wrong)
     return rc;
 }
 
-static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, const dt_world_t *world)
+static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world)
 {
     if (o->bind)
         bind_rank(world->local_rank);
@@ -442,7 +444,15 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, const dt_world_t 
                             .master_addr = world->master_addr,
                             .master_port = world->master_port,
                             .timeout_ms = (int64_t)(o->timeout_s * 1000.0)};
+    /* the job's rendezvous around init, as `dtrain run` opens it: a comm
+     * plugin that exchanges bootstrap bytes (tcp, nccl) meets its peers
+     * there, on one node or several ([launch] nnodes) */
+    rc = dt_rdzv_session_begin(world, dt_config_hash(r->cfg), o->timeout_s);
+    if (rc)
+        return rc;
+    ia.job_id = world->job_id; /* the id the nodes agreed on */
     rc = x.ops->init(p->host, &ia, &x.c);
+    dt_rdzv_session_end();
     if (rc)
         return dt_plugin_failed(p, rc, "init");
     const size_t es = dt_dtype_size(o->dtype);

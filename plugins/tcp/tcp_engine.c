@@ -164,12 +164,11 @@ void tcp_post_recv(dt_comm_t *c, tcp_post_t *p)
     tcp_stash_t **sp = &c->stash;
     for (; *sp; sp = &(*sp)->next) {
         tcp_stash_t *s = *sp;
-        if (s->claim || !post_matches(p, s->peer, &s->hdr))
+        if (s->claim || s->drop || !post_matches(p, s->peer, &s->hdr))
             continue;
         if (s->hdr.bytes != p->bytes) {
             fail_post(c, p, DT_ERR_INVALID, "rank sent %llu bytes", s->hdr.bytes);
-            s->claim = p; /* consumed by this receive, dropped on arrival */
-            p->buf = NULL;
+            s->drop = 1; /* consumed by this receive, dropped on arrival */
             if (s->have == s->hdr.bytes) {
                 *sp = s->next;
                 free(s->data);
@@ -498,7 +497,7 @@ static void end_frame(dt_comm_t *c, int p)
         tcp_publish_fail(c->job, nt.kind, nt.world_rank, nt.reason);
         return;
     }
-    if (!s->claim)
+    if (!s->claim && !s->drop)
         return;
     tcp_post_t *po = s->claim;
     for (tcp_stash_t **sp = &c->stash; *sp; sp = &(*sp)->next)
@@ -506,12 +505,11 @@ static void end_frame(dt_comm_t *c, int p)
             *sp = s->next;
             break;
         }
-    if (po->buf && po->bytes)
+    if (po && po->bytes)
         memcpy(po->buf, s->data, po->bytes);
-    int ok = po->buf != NULL || po->bytes == 0;
     free(s->data);
     free(s);
-    if (ok && po->done == 0)
+    if (po && po->done == 0)
         post_done(c, po);
 }
 

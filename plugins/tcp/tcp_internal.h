@@ -100,6 +100,7 @@ typedef struct tcp_stash {
     unsigned char *data;  /* hdr.bytes, malloc'd */
     uint64_t have;        /* payload bytes read so far */
     tcp_post_t *claim;    /* a receive posted while it was still arriving */
+    int drop;             /* taken by a receive of another size: freed on arrival */
 } tcp_stash_t;
 
 /* A frame on its way out. */

@@ -22,7 +22,8 @@
  * (one rank computes each block, the others copy its bits).
  *
  * Failures: a peer that does not arrive (the wait's timeout and its own
- * limit, with the message naming the rank and the op), a SIGKILLed peer
+ * limit, with the message naming the rank and the op), a recv of
+ * another size than its send (failing alone), a SIGKILLed peer
  * (every survivor fails within a fraction of the timeout naming it), an
  * abort's reason reaching every rank, a stray connection without the
  * job's secret refused while the job still forms.
@@ -823,6 +824,54 @@ static void test_stray_connection(void **state)
     run_ok(3, child_stray, &a, 30);
 }
 
+/* A recv of another size than the send fails alone, with both sizes,
+ * whether the frame arrived before the recv (param 1) or after; the
+ * stream stays in step for what follows. */
+static int child_p2p_size(int rank, int N, void *arg)
+{
+    (void)N;
+    run_args_t *a = arg;
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    CHILD_OK(join(a, rank, 2, &th, &c));
+    float x[10], y[10];
+    struct timespec d = {0, 200000000};
+    fill(x, DT_F32, rank, 10, 3);
+    if (rank == 0) {
+        if (!a->param)
+            nanosleep(&d, NULL); /* the recv is posted first */
+        CHILD_OK(g_ops->send(c, x, 10, DT_F32, 1, 4, NULL, NULL));
+        CHILD_OK(g_ops->send(c, x, 10, DT_F32, 1, 5, NULL, NULL));
+    } else {
+        if (a->param)
+            nanosleep(&d, NULL); /* the frame is stashed first */
+        int st = g_ops->recv(c, y, 8, DT_F32, 0, 4, NULL, NULL);
+        CHILD_CHECK(st == DT_ERR_INVALID, "short recv: %s", dt_status_name(st));
+        CHILD_CHECK(strcmp(dt_last_error(), "comm/tcp: recv #1 from rank 0 (tag 4, f32, 32 "
+                           "bytes) on group world: rank 0 sent 40 bytes with tag 4, the recv "
+                           "expects 32") == 0, "message: %s", dt_last_error());
+        CHILD_OK(g_ops->recv(c, y, 10, DT_F32, 0, 5, NULL, NULL));
+        if (check_copy(y, DT_F32, 0, 10, 0, 3, "recv after a mismatch"))
+            return 1;
+    }
+    int32_t v = 1, sum = 0;
+    CHILD_OK(g_ops->all_reduce(c, &v, &sum, 1, DT_I32, DT_OP_SUM, NULL, NULL));
+    CHILD_CHECK(sum == 2, "all_reduce after a mismatch: %d", sum);
+    g_ops->finalize(c);
+    return 0;
+}
+
+static void test_p2p_size_mismatch(void **state)
+{
+    (void)state;
+    run_args_t a;
+    new_args(&a, "p2psize", 20000);
+    run_ok(2, child_p2p_size, &a, 30);
+    new_args(&a, "p2psize-stash", 20000);
+    a.param = 1;
+    run_ok(2, child_p2p_size, &a, 30);
+}
+
 /* Two ranks with different secrets never form a job. */
 static int child_wrong_secret(int rank, int N, void *arg)
 {
@@ -922,6 +971,7 @@ int main(void)
         cmocka_unit_test(test_wait_limit),
         cmocka_unit_test(test_rank_killed),
         cmocka_unit_test(test_abort),
+        cmocka_unit_test(test_p2p_size_mismatch),
         cmocka_unit_test(test_stray_connection),
         cmocka_unit_test(test_wrong_secret),
     };

@@ -530,6 +530,46 @@ static void test_large(void **state)
     run_ok(4, child_large, &a, 120);
 }
 
+/* The progress thread moves a started all_reduce while the caller
+ * computes and calls nothing of the plugin: after 1.5 s of spinning,
+ * test says done on every rank (4 MiB over loopback takes milliseconds). */
+static int child_progress(int rank, int N, void *arg)
+{
+    run_args_t *a = arg;
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    CHILD_OK(join(a, rank, N, &th, &c));
+    const uint64_t n = (4u << 20) / 4;
+    float *b = malloc(n * 4);
+    CHILD_CHECK(b != NULL, "out of memory");
+    fill(b, DT_F32, rank, n, 21);
+    dt_comm_req_t *rq;
+    CHILD_OK(g_ops->all_reduce(c, b, b, n, DT_F32, DT_OP_SUM, NULL, &rq));
+    volatile double sink = 0;
+    double t0 = now_s();
+    while (now_s() - t0 < 1.5)
+        for (int i = 0; i < 10000; i++)
+            sink += i * 1e-9;
+    int done = 0;
+    CHILD_OK(g_ops->test(c, rq, &done));
+    CHILD_CHECK(done == 1, "the all_reduce did not move during 1.5 s of compute");
+    CHILD_OK(g_ops->wait(c, rq, 0));
+    for (uint64_t i = 0; i < n; i += 4099)
+        if (check_elem(b, DT_F32, DT_OP_SUM, N, i, i, 21, "progress"))
+            return 1;
+    free(b);
+    g_ops->finalize(c);
+    return 0;
+}
+
+static void test_progress_thread(void **state)
+{
+    (void)state;
+    run_args_t a;
+    new_args(&a, "progress", 20000);
+    run_ok(2, child_progress, &a, 60);
+}
+
 /* ---- split ---------------------------------------------------------------------- */
 
 static int child_split(int rank, int N, void *arg)
@@ -966,6 +1006,7 @@ int main(void)
         cmocka_unit_test(test_world_3),
         cmocka_unit_test(test_world_4),
         cmocka_unit_test(test_large),
+        cmocka_unit_test(test_progress_thread),
         cmocka_unit_test(test_split),
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_wait_limit),

@@ -311,15 +311,14 @@ static void fail_pending(dt_comm_t *c, int st)
             tcp_out_t *o = pe->out_head;
             pe->out_head = o->next;
             o->done = -1;
-            if (o->req) {
+            if (o->owned) {
+                free(o->own_data);
+                free(o);
+            } else if (o->req) { /* o lives in the request: last touch */
                 char desc[256], msg[1024];
                 tcp_req_desc(c, o->req, desc, sizeof desc);
                 snprintf(msg, sizeof msg, "%s: %s", desc, text);
                 tcp_complete(c, o->req, st, msg);
-            }
-            if (o->owned) {
-                free(o->own_data);
-                free(o);
             }
         }
         pe->out_tail = NULL;
@@ -396,11 +395,13 @@ static void write_peer(dt_comm_t *c, int p)
         if (!pe->out_head)
             pe->out_tail = NULL;
         o->done = 1;
-        if (o->req)
-            tcp_complete(c, o->req, DT_OK, NULL);
+        /* a request's frame lives in the request, which its waiter may
+         * free the moment it completes: nothing of o is read after */
         if (o->owned) {
             free(o->own_data);
             free(o);
+        } else if (o->req) {
+            tcp_complete(c, o->req, DT_OK, NULL);
         }
     }
 }

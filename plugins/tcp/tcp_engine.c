@@ -241,11 +241,14 @@ static void fail_post(dt_comm_t *c, tcp_post_t *p, int st, const char *fmt, uint
 
 /* ---- failures -------------------------------------------------------------- */
 
-/* A receive from peer p is posted. */
+/* A receive from peer p is posted (or waits for a stashed frame). */
 static int waits_for(dt_comm_t *c, int p)
 {
     for (tcp_post_t *po = c->posts; po; po = po->next)
         if (po->peer == p)
+            return 1;
+    for (tcp_stash_t *s = c->stash; s; s = s->next)
+        if (s->claim && s->peer == p)
             return 1;
     return 0;
 }
@@ -273,9 +276,19 @@ static void fail_peer(dt_comm_t *c, int p, const char *how)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* Once the group failed: every receive and queued frame ends with the
- * failure, each peer is told (a notice at a frame boundary) or, when a
- * frame is cut in the middle, its socket is closed. */
+/* A request ends with the group's failure: "<op>: <text>". */
+static void fail_req(dt_comm_t *c, struct dt_comm_req *r, int st, const char *text)
+{
+    char desc[256], msg[1024];
+    tcp_req_desc(c, r, desc, sizeof desc);
+    snprintf(msg, sizeof msg, "%s: %s", desc, text);
+    tcp_complete(c, r, st, msg);
+}
+
+/* Once the group failed: every receive (posted, or waiting for a frame
+ * still arriving) and queued frame ends with the failure, and each peer
+ * is told (a notice at a frame boundary) unless a frame to it was cut in
+ * the middle (then nothing more goes out on that socket). */
 static void fail_pending(dt_comm_t *c, int st)
 {
     char text[700];
@@ -284,15 +297,19 @@ static void fail_pending(dt_comm_t *c, int st)
         tcp_post_t *p = c->posts;
         c->posts = p->next;
         p->done = -st;
-        if (p->req) {
-            char desc[256], msg[1024];
-            tcp_req_desc(c, p->req, desc, sizeof desc);
-            snprintf(msg, sizeof msg, "%s: %s", desc, text);
-            tcp_complete(c, p->req, st, msg);
-        }
+        if (p->req)
+            fail_req(c, p->req, st, text);
     }
-    for (tcp_stash_t *s = c->stash; s; s = s->next)
+    for (tcp_stash_t *s = c->stash; s; s = s->next) {
+        /* a receive waiting for a frame still arriving fails too */
+        tcp_post_t *p = s->claim;
         s->claim = NULL;
+        if (!p || p->done)
+            continue;
+        p->done = -st;
+        if (p->req)
+            fail_req(c, p->req, st, text);
+    }
     tcp_job_t *job = c->job;
     notice_t nt = {.kind = TCP_FAIL_NONE};
     if (atomic_load(&job->failed) == 2) {
@@ -315,10 +332,7 @@ static void fail_pending(dt_comm_t *c, int st)
                 free(o->own_data);
                 free(o);
             } else if (o->req) { /* o lives in the request: last touch */
-                char desc[256], msg[1024];
-                tcp_req_desc(c, o->req, desc, sizeof desc);
-                snprintf(msg, sizeof msg, "%s: %s", desc, text);
-                tcp_complete(c, o->req, st, msg);
+                fail_req(c, o->req, st, text);
             }
         }
         pe->out_tail = NULL;

@@ -89,14 +89,14 @@ static int on_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
         if (rc == DT_OK && direct == 0 && !can && a.rank == 0)
             host->log(host, DT_LOG_INFO, "'%s' refuses O_DIRECT (tmpfs?): buffered I/O", o->dir);
     }
+    if (rc == DT_OK)
+        rc = on_io_init(o); /* the ring, before the worker that uses it */
     if (rc == DT_OK) {
         dt_oq_t q0 = o->q;
-        if ((rc = dt_oq_start(&o->q, host, a.rank, a.timeout_ms, a.dev_ops, a.dev, on_io_run,
-                              o)) != DT_OK)
+        if ((rc = dt_oq_start_loop(&o->q, host, a.rank, a.timeout_ms, a.dev_ops, a.dev,
+                                   on_io_loop, o)) != DT_OK)
             o->q = q0;
     }
-    if (rc == DT_OK)
-        rc = on_io_init(o);
     if (rc != DT_OK) {
         on_finalize(o);
         return rc;

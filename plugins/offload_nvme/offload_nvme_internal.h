@@ -6,14 +6,15 @@
  *   offload_nvme.c        keys, init/finalize, alloc/free/capacity, the ops
  *   offload_nvme_files.c  the folder, file names with the job id, the
  *                         free-space check, O_DIRECT probing, cleanup_job
- *   offload_nvme_io.c     the transfers: io_uring, registered bounce
- *                         buffers, several requests in flight, the
- *                         read-modify-write of partial 4 KiB blocks
+ *   offload_nvme_io.c     the transfers: the queue's worker loop, one
+ *                         io_uring ring kept full across requests,
+ *                         registered bounce buffers, the read-modify-write
+ *                         of partial 4 KiB blocks, overlap ordering
  *
  * Locking: the queue's mutex (o->q.mu) guards the buffer list, the byte
- * counts and every buffer's count of transfers in flight.  The ring and
- * the bounce buffers belong to the queue's worker thread alone (after
- * init, before finalize).
+ * counts and every buffer's count of transfers in flight.  The ring, the
+ * bounce buffers, the slots and the jobs belong to the queue's worker
+ * thread alone (after init, before finalize).
  */
 #ifndef DT_OFFLOAD_NVME_INTERNAL_H
 #define DT_OFFLOAD_NVME_INTERNAL_H
@@ -29,6 +30,29 @@
 #define ON_BUF_MAGIC 0x4f4e4246u /* "ONBF" */
 #define ON_ALIGN 4096u           /* O_DIRECT: offsets, sizes, memory */
 #define ON_MAX_BOUNCE 64u
+
+typedef struct on_job on_job_t;
+
+/* A bounce buffer and the I/O it carries (the worker's). */
+typedef struct on_slot {
+    on_job_t *job;              /* NULL: free */
+    uint64_t c0, c1;            /* the block's bytes in the job's file */
+    int32_t write;              /* a write, or a store's read before one:
+                                 * nothing may overlap it meanwhile */
+    int32_t rmw;                /* a store's read of a partial block */
+} on_slot_t;
+
+/* A request the worker has taken: its aligned blocks [next, end) still to
+ * start, `ios` of them holding a slot. */
+struct on_job {
+    dt_oq_req_t *r;
+    dt_offload_buf_t *b;
+    uint64_t lo, hi;            /* the request's bytes in the file */
+    uint64_t next, end;         /* ON_ALIGN-aligned */
+    uint32_t ios;
+    int32_t status;             /* the first failure */
+    on_job_t *next_job;         /* the running jobs, oldest first / free */
+};
 
 struct dt_offload_buf {
     uint32_t magic;
@@ -63,6 +87,11 @@ struct dt_offload {
     uint32_t n_bounce;          /* bounce buffers: I/Os in flight at most */
     uint64_t block;             /* bytes per I/O, a multiple of ON_ALIGN */
     void *bounce;               /* n_bounce * block, ON_ALIGN-aligned */
+    on_slot_t slot[ON_MAX_BOUNCE];
+    uint32_t inflight;          /* I/Os in the ring */
+    on_job_t jobs[ON_MAX_BOUNCE + 1]; /* running at most: one per busy
+                                       * slot and one still starting I/Os */
+    on_job_t *running, *free_jobs;
 };
 
 static inline const char *on_buf_name(const dt_offload_buf_t *b, char *out, size_t n)
@@ -96,7 +125,7 @@ int on_valid_job(const char *job);
 /* The ring and the registered bounce buffers (init), and their end. */
 int on_io_init(dt_offload_t *o);
 void on_io_free(dt_offload_t *o);
-/* The queue's `run`: one store or load. */
-int on_io_run(void *ctx, dt_oq_t *q, dt_oq_req_t *r);
+/* The queue's worker loop (dt_oq_start_loop). */
+void on_io_loop(void *ctx, dt_oq_t *q);
 
 #endif /* DT_OFFLOAD_NVME_INTERNAL_H */

@@ -144,7 +144,15 @@ static void on_finalize(dt_offload_t *o)
                   (long long)o->q.timeout_ms);
         return;
     }
+    int started = o->q.started;
+    int32_t rank = o->q.rank;
     dt_oq_stop(&o->q); /* (a no-op when it never started) */
+    o->q.host = host;  /* stop cleared the queue: for removal messages */
+    o->q.rank = rank;
+    if (started) /* the worker's counts, read after it stopped */
+        host->log(host, DT_LOG_DEBUG, "rank %d: %llu requests in %llu I/Os, at most %u in "
+                  "flight at once", rank, (unsigned long long)o->n_reqs,
+                  (unsigned long long)o->n_ios, o->max_inflight);
     while (o->bufs)
         buf_release(o, o->bufs);
     on_io_free(o);

@@ -92,6 +92,8 @@ struct dt_offload {
     on_job_t jobs[ON_MAX_BOUNCE + 1]; /* running at most: one per busy
                                        * slot and one still starting I/Os */
     on_job_t *running, *free_jobs;
+    uint64_t n_ios, n_reqs;     /* counted for the finalize line (debug) */
+    uint32_t max_inflight;
 };
 
 static inline const char *on_buf_name(const dt_offload_buf_t *b, char *out, size_t n)

@@ -175,7 +175,9 @@ static int prep(dt_offload_t *o, uint32_t i, int write)
     else
         io_uring_prep_read(sqe, fd, slot_mem(o, i), n, s->c0);
     io_uring_sqe_set_data64(sqe, i);
-    o->inflight++;
+    o->n_ios++;
+    if (++o->inflight > o->max_inflight)
+        o->max_inflight = o->inflight;
     return DT_OK;
 }
 
@@ -328,6 +330,7 @@ static on_job_t *admit(dt_offload_t *o, dt_oq_req_t *r)
 {
     on_job_t *j = o->free_jobs;
     o->free_jobs = j->next_job;
+    o->n_reqs++;
     *j = (on_job_t){.r = r, .b = r->buf, .lo = r->offset, .hi = r->offset + r->bytes};
     j->next = j->lo / ON_ALIGN * ON_ALIGN;
     j->end = r->bytes ? (j->hi + ON_ALIGN - 1) / ON_ALIGN * ON_ALIGN : j->next;

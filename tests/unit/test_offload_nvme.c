@@ -6,8 +6,10 @@
  * small blocks and few bounce buffers (direct and buffered I/O), many
  * requests in flight, the capacity and free-space errors, config errors,
  * a file deleted or truncated under the tier, a read error, cleanup_job,
- * and - with a
- * fake device whose copies block - a bounded wait.
+ * and - with a fake device whose copies block, holding the worker while
+ * requests queue - a bounded wait, block-sized requests keeping every
+ * bounce buffer busy, and loads after stores of overlapping bytes (all in
+ * flight together) seeing exactly what was stored before them.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -537,6 +539,155 @@ static void test_wait_timeout(void **state)
     dt_test_deadline(0, NULL);
 }
 
+/* ---- requests in flight together: the worker held by a blocker ---- */
+
+static char g_log[4096];
+
+/* The host's log, kept for the test to read (every level). */
+static void capture_log(const dt_host_v1_t *h, int level, const char *fmt, ...)
+{
+    (void)h; (void)level;
+    size_t n = strlen(g_log);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_log + n, sizeof g_log - n, fmt, ap);
+    va_end(ap);
+    n = strlen(g_log);
+    if (n + 1 < sizeof g_log) {
+        g_log[n] = '\n';
+        g_log[n + 1] = 0;
+    }
+}
+
+static void release_copies(int on)
+{
+    pthread_mutex_lock(&g_mu);
+    g_release = on;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* A tier over the fake device (rank 5, 8 KiB blocks, 4 buffers), its
+ * worker held in the device copy of a first store (into *blocker) until
+ * release_copies(1): what the test queues meanwhile is all queued when
+ * the worker looks. */
+static dt_offload_t *held_tier(dt_test_host_t *th, dt_test_kv_t *kv, const char *dir,
+                               dt_offload_buf_t **blocker, dt_offload_req_t **breq)
+{
+    static uint8_t src[4096];
+    kv[0] = (dt_test_kv_t){"path", dir};
+    kv[1] = (dt_test_kv_t){"block_size", "8192"};
+    kv[2] = (dt_test_kv_t){"buffers", "4"};
+    kv[3] = (dt_test_kv_t){"queue_depth", "8"};
+    kv[4] = (dt_test_kv_t){NULL, NULL};
+    dt_test_host_init(th, "offload/offload_nvme", kv);
+    th->host.log = capture_log;
+    g_log[0] = 0;
+    release_copies(0);
+    dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 5, .job_id = "held",
+                               .timeout_ms = 10000, .dev_ops = &fake_dev,
+                               .dev = (dt_device_t *)&g_cv};
+    dt_offload_t *o = NULL;
+    assert_ok(on_ops()->init(&th->host, &oa, &o));
+    assert_ok(on_ops()->alloc(o, sizeof src, DT_TAG_OPTIMIZER, blocker));
+    assert_ok(on_ops()->store(o, *blocker, 0, src, sizeof src, DT_MEM_DEVICE, NULL, breq));
+    return o;
+}
+
+/* Requests of one block each, queued together, keep every bounce buffer
+ * busy: 4 I/Os in flight at once (the tier used to run them one at a
+ * time), and the bytes land where they belong. */
+static void test_ring_stays_full(void **state)
+{
+    (void)state;
+    dt_test_deadline(60, "offload_nvme ring stays full");
+    const dt_offload_ops_v1_t *ops = on_ops();
+    dt_test_host_t th;
+    dt_test_kv_t kv[5];
+    dt_offload_buf_t *blocker, *b;
+    dt_offload_req_t *br, *r[16];
+    dt_offload_t *o = held_tier(&th, kv, fresh_dir("full"), &blocker, &br);
+    enum { NR = 16, BS = 8192 };
+    uint8_t *src = malloc(NR * BS), *back = calloc(NR * BS, 1);
+    fill(src, NR * BS, 21);
+    assert_ok(ops->alloc(o, NR * BS, DT_TAG_PARAMS, &b));
+    for (int i = 0; i < NR; i++)
+        assert_ok(ops->store(o, b, (uint64_t)i * BS, src + (size_t)i * BS, BS, DT_MEM_HOST, NULL,
+                             &r[i]));
+    release_copies(1);
+    assert_ok(ops->wait(o, br, -1));
+    for (int i = 0; i < NR; i++)
+        assert_ok(ops->wait(o, r[i], -1));
+    assert_ok(ops->load(o, b, 0, back, NR * BS, DT_MEM_HOST, NULL, &r[0]));
+    assert_ok(ops->wait(o, r[0], -1));
+    assert_memory_equal(back, src, NR * BS);
+    ops->finalize(o);
+    /* the blocker, 16 stores and one load of 16 blocks */
+    if (!strstr(g_log, "rank 5: 18 requests in 33 I/Os, at most 4 in flight at once\n"))
+        fail_msg("no finalize line with 4 I/Os in flight in:\n%s", g_log);
+    free(src);
+    free(back);
+    dt_test_deadline(0, NULL);
+}
+
+/* Stores and loads of overlapping bytes, all queued before the worker
+ * looks and waited on only at the end: each load sees exactly the stores
+ * queued before it (partial blocks included), whatever runs at once; a
+ * wait that times out on one of them while the worker is held names it,
+ * and its bytes still arrive. */
+static void test_order_in_flight(void **state)
+{
+    (void)state;
+    dt_test_deadline(60, "offload_nvme order in flight");
+    const dt_offload_ops_v1_t *ops = on_ops();
+    dt_test_host_t th;
+    dt_test_kv_t kv[5];
+    dt_offload_buf_t *blocker, *b;
+    dt_offload_req_t *br, *r[7];
+    const char *dir = fresh_dir("order");
+    dt_offload_t *o = held_tier(&th, kv, dir, &blocker, &br);
+    enum { N = 40000 }; /* 5 blocks of 8 KiB, the last partial */
+    uint8_t *x = malloc(N), *y = malloc(N), *z = malloc(N), *want = malloc(N);
+    uint8_t *back1 = calloc(N, 1), *back2 = calloc(N, 1), *back3 = calloc(N, 1);
+    fill(x, N, 1);
+    fill(y, N, 2);
+    fill(z, N, 3);
+    assert_ok(ops->alloc(o, N, DT_TAG_OPTIMIZER, &b));
+    assert_ok(ops->store(o, b, 0, x, N, DT_MEM_HOST, NULL, &r[0]));
+    assert_ok(ops->load(o, b, 0, back1, N, DT_MEM_HOST, NULL, &r[1]));
+    /* partial blocks at both ends, then one inside the last of them */
+    assert_ok(ops->store(o, b, 5000, y + 5000, 15000, DT_MEM_HOST, NULL, &r[2]));
+    assert_ok(ops->store(o, b, 20000, z + 20000, 1000, DT_MEM_HOST, NULL, &r[3]));
+    assert_ok(ops->load(o, b, 0, back2, N, DT_MEM_HOST, NULL, &r[4]));
+    assert_ok(ops->store(o, b, 0, z, N, DT_MEM_HOST, NULL, &r[5]));
+    assert_ok(ops->load(o, b, 3000, back3 + 3000, 27000, DT_MEM_HOST, NULL, &r[6]));
+    assert_status(ops->wait(o, r[6], 30), DT_ERR_TIMEOUT);
+    char want_msg[600];
+    snprintf(want_msg, sizeof want_msg, "offload/offload_nvme: rank 5: wait: load of 27000 bytes "
+             "at offset 3000 of file '%s/dtrain-held-r5-2.bin' (40000 bytes of optimizer) not "
+             "done after 30 ms", dir);
+    assert_msg(want_msg);
+    release_copies(1);
+    assert_ok(ops->wait(o, br, -1));
+    for (int i = 5; i >= 0; i--) /* newest first: any order works */
+        assert_ok(ops->wait(o, r[i], -1));
+    ops->finalize(o); /* waits for the load whose wait timed out */
+    assert_memory_equal(back1, x, N);
+    memcpy(want, x, N);
+    memcpy(want + 5000, y + 5000, 15000);
+    memcpy(want + 20000, z + 20000, 1000);
+    assert_memory_equal(back2, want, N);
+    assert_memory_equal(back3 + 3000, z + 3000, 27000);
+    free(x);
+    free(y);
+    free(z);
+    free(want);
+    free(back1);
+    free(back2);
+    free(back3);
+    dt_test_deadline(0, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -551,6 +702,8 @@ int main(void)
         cmocka_unit_test(test_read_error),
         cmocka_unit_test(test_cleanup_job),
         cmocka_unit_test(test_wait_timeout),
+        cmocka_unit_test(test_ring_stays_full),
+        cmocka_unit_test(test_order_in_flight),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

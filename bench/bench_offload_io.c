@@ -7,10 +7,11 @@
  * then N MiB stored from host memory and loaded back in requests of
  * `request` bytes with `inflight` requests outstanding (each waited on in
  * order, the next submitted as one completes).  The tier splits every
- * request into block_size I/Os with `buffers` of them in flight; the
- * worker runs requests one after another, so the device sees `buffers`
- * I/Os in flight: that is fio's iodepth (bench_offload_fio.sh sets both
- * to the same queue depth).
+ * request into block_size I/Os with `buffers` of them in flight, across
+ * request boundaries (its worker starts the next request's I/Os while
+ * the last ones of the current request run), so the device sees
+ * `buffers` I/Os in flight whenever enough is outstanding: that is fio's
+ * iodepth (bench_offload_fio.sh sets both to the same queue depth).
  *
  *   bench_offload_io --dir DIR [--mib N] [--bs BYTES] [--qd N]
  *                    [--request BYTES] [--inflight N] [--direct on|auto|off]

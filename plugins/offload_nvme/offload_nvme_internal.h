@@ -33,10 +33,14 @@
 
 typedef struct on_job on_job_t;
 
-/* A bounce buffer and the I/O it carries (the worker's). */
+/* A bounce buffer and the I/O it carries (the worker's).  A whole block
+ * of the caller's host memory at a 4 KiB-aligned address is read or
+ * written in place: the slot then only counts the I/O in flight. */
 typedef struct on_slot {
     on_job_t *job;              /* NULL: free */
     uint64_t c0, c1;            /* the block's bytes in the job's file */
+    char *mem;                  /* the I/O's memory: the bounce buffer or
+                                 * the caller's */
     int32_t write;              /* a write, or a store's read before one:
                                  * nothing may overlap it meanwhile */
     int32_t rmw;                /* a store's read of a partial block */

@@ -23,9 +23,12 @@
  *
  * O_DIRECT wants 4 KiB-aligned offsets, sizes and memory: every I/O covers
  * whole aligned blocks of the file (its size is rounded up when it is
- * made) from the aligned bounce buffers, and a store that covers part of
- * a block reads the block first (read-modify-write, its bounce buffer
- * kept for the write that follows).
+ * made).  A block the request covers whole, whose bytes in the caller's
+ * host memory start 4 KiB-aligned, is read or written there in place, as
+ * fio does (no copy on the worker's path); any other block goes through
+ * an aligned bounce buffer, and a store that covers part of a block reads
+ * the block first (read-modify-write, its bounce buffer kept for the
+ * write that follows).
  *
  * Faults are named with the file, the operation and the rank (wait adds
  * the rank): an I/O error (errno), a short read or write, a file deleted
@@ -166,19 +169,31 @@ static int prep(dt_offload_t *o, uint32_t i, int write)
         return fail(s->job, DT_ERR_SYSTEM, "the io_uring submission queue is full");
     unsigned n = (unsigned)(s->c1 - s->c0);
     int fd = s->job->b->fd;
-    if (o->registered && write)
-        io_uring_prep_write_fixed(sqe, fd, slot_mem(o, i), n, s->c0, (int)i);
-    else if (o->registered)
-        io_uring_prep_read_fixed(sqe, fd, slot_mem(o, i), n, s->c0, (int)i);
+    int fixed = o->registered && s->mem == slot_mem(o, i);
+    if (fixed && write)
+        io_uring_prep_write_fixed(sqe, fd, s->mem, n, s->c0, (int)i);
+    else if (fixed)
+        io_uring_prep_read_fixed(sqe, fd, s->mem, n, s->c0, (int)i);
     else if (write)
-        io_uring_prep_write(sqe, fd, slot_mem(o, i), n, s->c0);
+        io_uring_prep_write(sqe, fd, s->mem, n, s->c0);
     else
-        io_uring_prep_read(sqe, fd, slot_mem(o, i), n, s->c0);
+        io_uring_prep_read(sqe, fd, s->mem, n, s->c0);
     io_uring_sqe_set_data64(sqe, i);
     o->n_ios++;
     if (++o->inflight > o->max_inflight)
         o->max_inflight = o->inflight;
     return DT_OK;
+}
+
+/* The caller's memory for block [c0, c1) of job j, when the I/O can use
+ * it in place: host memory, the whole block inside the request, at a
+ * 4 KiB-aligned address (c1 - c0 is a multiple of 4 KiB); else NULL. */
+static char *in_place(const on_job_t *j, uint64_t c0, uint64_t c1)
+{
+    if (j->r->space != DT_MEM_HOST || c0 < j->lo || c1 > j->hi)
+        return NULL;
+    char *p = (char *)j->r->ext + (c0 - j->lo);
+    return (uintptr_t)p % ON_ALIGN == 0 ? p : NULL;
 }
 
 static void release(dt_offload_t *o, uint32_t i)
@@ -214,11 +229,12 @@ static int start_ios(dt_offload_t *o, dt_oq_t *q, on_job_t *j)
         if (i == o->n_bounce || held_back(o, j->b, c0, c1, store))
             return 0;
         on_slot_t *s = &o->slot[i];
-        *s = (on_slot_t){.job = j, .c0 = c0, .c1 = c1, .write = store,
-                         .rmw = store && (c0 < j->lo || c1 > j->hi)};
+        char *mem = in_place(j, c0, c1);
+        *s = (on_slot_t){.job = j, .c0 = c0, .c1 = c1, .mem = mem ? mem : slot_mem(o, i),
+                         .write = store, .rmw = store && (c0 < j->lo || c1 > j->hi)};
         j->next = c1;
         j->ios++;
-        int rc = store && !s->rmw ? copy_part(o, q, i) : DT_OK;
+        int rc = store && !s->rmw && !mem ? copy_part(o, q, i) : DT_OK;
         if (rc == DT_OK)
             rc = prep(o, i, store && !s->rmw);
         if (rc != DT_OK)
@@ -247,7 +263,7 @@ static void complete(dt_offload_t *o, dt_oq_t *q, uint32_t i, int res)
         s->rmw = 0;
         if (j->status == DT_OK && copy_part(o, q, i) == DT_OK && prep(o, i, 1) == DT_OK)
             return;
-    } else if (!write && j->status == DT_OK) {
+    } else if (!write && j->status == DT_OK && s->mem == slot_mem(o, i)) {
         copy_part(o, q, i);
     }
     release(o, i);
@@ -288,22 +304,16 @@ static void break_all(dt_offload_t *o, dt_oq_t *q, int status, const char *why)
     finish_done(o, q);
 }
 
-/* Submit what is prepared; wait (bounded by the queue's timeout) for one
- * completion, then take every one that is ready. */
+/* Submit what is prepared and wait (one system call, bounded by the
+ * queue's timeout) for a completion, then take every one that is ready. */
 static void reap(dt_offload_t *o, dt_oq_t *q)
 {
     char why[160];
-    int e = io_uring_submit(&o->ring);
-    if (e < 0) {
-        snprintf(why, sizeof why, "io_uring_submit: %s; the tier stops here", strerror(-e));
-        break_all(o, q, DT_ERR_IO, why);
-        return;
-    }
     struct io_uring_cqe *cqe = NULL;
     struct __kernel_timespec ts = {.tv_sec = q->timeout_ms / 1000,
                                    .tv_nsec = (q->timeout_ms % 1000) * 1000000};
-    e = io_uring_wait_cqe_timeout(&o->ring, &cqe, &ts);
-    if (e == -EINTR)
+    int e = io_uring_submit_and_wait_timeout(&o->ring, &cqe, 1, &ts, NULL);
+    if (e == -EINTR || (e >= 0 && !cqe))
         return;
     if (e == -ETIME) {
         snprintf(why, sizeof why, "an I/O did not complete within %lld ms; the tier stops here",
@@ -312,7 +322,8 @@ static void reap(dt_offload_t *o, dt_oq_t *q)
         return;
     }
     if (e < 0) {
-        snprintf(why, sizeof why, "waiting for io_uring: %s; the tier stops here", strerror(-e));
+        snprintf(why, sizeof why, "submitting to or waiting for io_uring: %s; the tier stops here",
+                 strerror(-e));
         break_all(o, q, DT_ERR_IO, why);
         return;
     }

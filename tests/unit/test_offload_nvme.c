@@ -596,7 +596,8 @@ static dt_offload_t *held_tier(dt_test_host_t *th, dt_test_kv_t *kv, const char 
 
 /* Requests of one block each, queued together, keep every bounce buffer
  * busy: 4 I/Os in flight at once (the tier used to run them one at a
- * time), and the bytes land where they belong. */
+ * time), and the bytes land where they belong (aligned host memory, read
+ * and written in place). */
 static void test_ring_stays_full(void **state)
 {
     (void)state;
@@ -608,8 +609,10 @@ static void test_ring_stays_full(void **state)
     dt_offload_req_t *br, *r[16];
     dt_offload_t *o = held_tier(&th, kv, fresh_dir("full"), &blocker, &br);
     enum { NR = 16, BS = 8192 };
-    uint8_t *src = malloc(NR * BS), *back = calloc(NR * BS, 1);
+    /* 4 KiB-aligned host memory: the I/Os read and write it in place */
+    uint8_t *src = aligned_alloc(4096, NR * BS), *back = aligned_alloc(4096, NR * BS);
     fill(src, NR * BS, 21);
+    memset(back, 0, NR * BS);
     assert_ok(ops->alloc(o, NR * BS, DT_TAG_PARAMS, &b));
     for (int i = 0; i < NR; i++)
         assert_ok(ops->store(o, b, (uint64_t)i * BS, src + (size_t)i * BS, BS, DT_MEM_HOST, NULL,
@@ -647,8 +650,12 @@ static void test_order_in_flight(void **state)
     const char *dir = fresh_dir("order");
     dt_offload_t *o = held_tier(&th, kv, dir, &blocker, &br);
     enum { N = 40000 }; /* 5 blocks of 8 KiB, the last partial */
-    uint8_t *x = malloc(N), *y = malloc(N), *z = malloc(N), *want = malloc(N);
-    uint8_t *back1 = calloc(N, 1), *back2 = calloc(N, 1), *back3 = calloc(N, 1);
+    /* the sources 4 KiB-aligned (whole blocks written in place), the
+     * loads' destinations not (through the bounce buffers) */
+    uint8_t *x = aligned_alloc(4096, 40960), *y = aligned_alloc(4096, 40960);
+    uint8_t *z = aligned_alloc(4096, 40960), *want = malloc(N);
+    uint8_t *mem1 = calloc(N + 1, 1), *mem2 = calloc(N + 1, 1), *mem3 = calloc(N + 1, 1);
+    uint8_t *back1 = mem1 + 1, *back2 = mem2 + 1, *back3 = mem3 + 1;
     fill(x, N, 1);
     fill(y, N, 2);
     fill(z, N, 3);
@@ -682,9 +689,9 @@ static void test_order_in_flight(void **state)
     free(y);
     free(z);
     free(want);
-    free(back1);
-    free(back2);
-    free(back3);
+    free(mem1);
+    free(mem2);
+    free(mem3);
     dt_test_deadline(0, NULL);
 }
 

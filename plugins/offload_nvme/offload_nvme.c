@@ -30,8 +30,8 @@ static const dt_config_key_t on_keys[] = {
     {.name = "block_size", .type = DT_CFG_INT, .def = "1048576", DT_CFG_RANGE(4096, 1 << 30),
      .doc = "bytes per I/O, a multiple of 4096"},
     {.name = "direct", .type = DT_CFG_ENUM, .def = "\"auto\"", .choices = "auto|on|off",
-     .doc = "O_DIRECT: auto = where the file system takes it (else buffered, said once), on = "
-            "required, off = buffered I/O"},
+     .doc = "O_DIRECT: auto = where the file system takes it (else buffered, said once per "
+            "machine), on = required, off = buffered I/O"},
 };
 
 static void on_finalize(dt_offload_t *o);
@@ -82,11 +82,12 @@ static int on_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
     int can = 0;
     if ((rc = on_files_dir(o, path)) == DT_OK && (rc = on_files_probe_direct(o, &can)) == DT_OK) {
         if (direct == 1 && !can)
-            rc = host->set_error(host, DT_ERR_CONFIG, "direct = \"on\", but '%s' refuses "
-                                 "O_DIRECT (tmpfs?); use direct = \"auto\" or another path",
-                                 o->dir);
+            rc = host->set_error(host, DT_ERR_CONFIG, "rank %d: direct = \"on\", but '%s' "
+                                 "refuses O_DIRECT (tmpfs?); use direct = \"auto\" or another "
+                                 "path", a.rank, o->dir);
         o->direct = direct != 2 && can;
-        if (rc == DT_OK && direct == 0 && !can && a.rank == 0)
+        /* once per machine (its local rank 0), where the folder is */
+        if (rc == DT_OK && direct == 0 && !can && a.local_rank == 0)
             host->log(host, DT_LOG_INFO, "'%s' refuses O_DIRECT (tmpfs?): buffered I/O", o->dir);
     }
     if (rc == DT_OK)

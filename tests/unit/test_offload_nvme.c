@@ -29,6 +29,7 @@
 
 #include "dtrain/dtrain.h"
 #include "test_assert.h"
+#include "test_hooks.h"
 #include "test_host.h"
 #include "test_plugin.h"
 
@@ -695,6 +696,100 @@ static void test_order_in_flight(void **state)
     dt_test_deadline(0, NULL);
 }
 
+/* ---- a file system that refuses O_DIRECT (the test hook) ---- */
+
+/* Whether the plugin's descriptor for `path` has O_DIRECT (fdinfo). */
+static int opened_direct(const char *path)
+{
+    int fd = fd_of(path);
+    assert_true(fd >= 0);
+    char p[64], line[128];
+    snprintf(p, sizeof p, "/proc/self/fdinfo/%d", fd);
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    unsigned flags = 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = sscanf(line, "flags: %o", &flags) == 1;
+    fclose(f);
+    assert_true(found);
+    return (flags & O_DIRECT) != 0;
+}
+
+/* A tier on the cpu device, rank 2 on local rank `local`, its log kept. */
+static int direct_tier(tier_t *t, const char *dir, const char *direct, int local)
+{
+    t->kv[0] = (dt_test_kv_t){"path", dir};
+    t->kv[1] = (dt_test_kv_t){"direct", direct};
+    t->kv[2] = (dt_test_kv_t){NULL, NULL};
+    t->dops = cpu_ops();
+    t->ops = on_ops();
+    dt_test_host_init(&t->dh, "device/cpu", NULL);
+    dt_test_host_init(&t->oh, "offload/offload_nvme", t->kv);
+    t->oh.host.log = capture_log;
+    g_log[0] = 0;
+    dt_device_init_v1_t da = {.struct_size = sizeof da, .local_size = 2, .device_index = -1};
+    assert_ok(t->dops->init(&t->dh.host, &da, &t->dev));
+    dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 2, .local_rank = local,
+                               .job_id = "dj", .timeout_ms = 10000, .dev_ops = t->dops,
+                               .dev = t->dev};
+    t->o = NULL;
+    return t->ops->init(&t->oh.host, &oa, &t->o);
+}
+
+/* DTRAIN_FAULT_NO_ODIRECT=1 makes O_DIRECT opens fail with EINVAL (as
+ * tmpfs before Linux 6.6): direct = "on" refuses to start naming the
+ * folder; "auto" says so in one line on local rank 0 only, opens the
+ * files without O_DIRECT, and moves the same bytes. */
+static void test_direct_refused(void **state)
+{
+    (void)state;
+    dt_test_require_hooks("DTRAIN_FAULT_NO_ODIRECT");
+    char dir[300], p[400], want[700];
+    tier_t t;
+    /* without the hook, this folder takes O_DIRECT (ext4, xfs, tmpfs of
+     * Linux 6.6 on): its files are opened with it */
+    snprintf(dir, sizeof dir, "%s", fresh_dir("direct"));
+    assert_ok(direct_tier(&t, dir, "auto", 0));
+    dt_offload_buf_t *b;
+    assert_ok(t.ops->alloc(t.o, 10000, DT_TAG_OPTIMIZER, &b));
+    snprintf(p, sizeof p, "%s/dtrain-dj-r2-1.bin", dir);
+    int can = opened_direct(p);
+    tier_close(&t);
+    if (can)
+        assert_null(strstr(g_log, "refuses O_DIRECT"));
+    else /* this folder's file system refuses it anyway: the rest holds */
+        print_message("note: '%s' refuses O_DIRECT without the hook\n", dir);
+
+    setenv("DTRAIN_FAULT_NO_ODIRECT", "1", 1);
+    assert_status(direct_tier(&t, dir, "on", 0), DT_ERR_CONFIG);
+    snprintf(want, sizeof want, "offload/offload_nvme: rank 2: direct = \"on\", but '%s' refuses "
+             "O_DIRECT (tmpfs?); use direct = \"auto\" or another path", dir);
+    assert_msg(want);
+    assert_int_equal(count_files(dir), -1); /* the probe and the folder it made are gone */
+    t.dops->finalize(t.dev);
+
+    assert_ok(direct_tier(&t, dir, "auto", 0));
+    snprintf(want, sizeof want, "'%s' refuses O_DIRECT (tmpfs?): buffered I/O\n", dir);
+    char *line = strstr(g_log, want);
+    assert_non_null(line);
+    assert_null(strstr(line + strlen(want), "refuses O_DIRECT")); /* one line */
+    assert_ok(t.ops->alloc(t.o, 10000, DT_TAG_OPTIMIZER, &b));
+    assert_false(opened_direct(p));
+    uint8_t src[10000], back[10000];
+    fill(src, sizeof src, 4);
+    store_wait(&t, b, 0, src, sizeof src, DT_MEM_HOST);
+    memset(back, 0, sizeof back);
+    load_wait(&t, b, 0, back, sizeof back, DT_MEM_HOST);
+    assert_memory_equal(back, src, sizeof src);
+    tier_close(&t);
+
+    assert_ok(direct_tier(&t, dir, "auto", 1)); /* local rank 1: silent */
+    assert_null(strstr(g_log, "refuses O_DIRECT"));
+    tier_close(&t);
+    unsetenv("DTRAIN_FAULT_NO_ODIRECT");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -711,6 +806,7 @@ int main(void)
         cmocka_unit_test(test_wait_timeout),
         cmocka_unit_test(test_ring_stays_full),
         cmocka_unit_test(test_order_in_flight),
+        cmocka_unit_test(test_direct_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

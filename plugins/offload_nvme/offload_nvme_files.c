@@ -110,34 +110,34 @@ int on_files_create(dt_offload_t *o, dt_offload_buf_t *b)
 {
     const dt_host_v1_t *host = o->q.host;
     snprintf(b->path, sizeof b->path, "%s/" ON_PREFIX "%s-r%d-%u.bin", o->dir, o->job, o->q.rank,
-             b->id);
+             b->ob.id);
     uint64_t free_bytes = 0;
     int rc = on_files_free(o, &free_bytes);
     if (rc != DT_OK)
         return rc;
-    if (b->file_bytes > free_bytes)
+    if (b->ob.held > free_bytes)
         return host->set_error(host, DT_ERR_NOMEM,
                                "rank %d: alloc: '%s' needs %llu bytes for %s, but its file "
                                "system has %llu bytes free", o->q.rank, b->path,
-                               (unsigned long long)b->file_bytes, dt_mem_tag_name(b->tag),
+                               (unsigned long long)b->ob.held, dt_mem_tag_name(b->ob.tag),
                                (unsigned long long)free_bytes);
     int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | (o->direct ? O_DIRECT : 0);
     b->fd = open_file(b->path, flags, 0600);
     if (b->fd < 0)
         return host->set_error(host, DT_ERR_IO, "rank %d: alloc: creating '%s': %s", o->q.rank,
                                b->path, strerror(errno));
-    if (b->file_bytes && fallocate(b->fd, 0, 0, (off_t)b->file_bytes) != 0) {
+    if (b->ob.held && fallocate(b->fd, 0, 0, (off_t)b->ob.held) != 0) {
         int err = errno;
         close(b->fd);
         unlink(b->path);
         b->fd = -1;
         return host->set_error(host, err == ENOSPC ? DT_ERR_NOMEM : DT_ERR_IO,
                                "rank %d: alloc: reserving %llu bytes for '%s': %s (%llu bytes "
-                               "were free)", o->q.rank, (unsigned long long)b->file_bytes,
+                               "were free)", o->q.rank, (unsigned long long)b->ob.held,
                                b->path, strerror(err), (unsigned long long)free_bytes);
     }
     struct stat st;
-    b->blocks_counted = fstat(b->fd, &st) == 0 && (uint64_t)st.st_blocks * 512u >= b->file_bytes;
+    b->blocks_counted = fstat(b->fd, &st) == 0 && (uint64_t)st.st_blocks * 512u >= b->ob.held;
     return DT_OK;
 }
 

@@ -11,8 +11,9 @@
  *                         registered bounce buffers, the read-modify-write
  *                         of partial 4 KiB blocks, overlap ordering
  *
- * Locking: the queue's mutex (o->q.mu) guards the buffer list, the byte
- * counts and every buffer's count of transfers in flight.  The ring, the
+ * Locking: the queue's mutex (o->q.mu) guards the buffer list (the SDK's,
+ * dtrain/sdk/offload_bufs.h), the byte counts and every buffer's count of
+ * transfers in flight.  The ring, the
  * bounce buffers, the slots and the jobs belong to the queue's worker
  * thread alone (after init, before finalize).
  */
@@ -25,6 +26,7 @@
 #include <stdio.h>
 
 #include "dtrain/dtrain.h"
+#include "dtrain/sdk/offload_bufs.h"
 #include "dtrain/sdk/offload_queue.h"
 
 #define ON_BUF_MAGIC 0x4f4e4246u /* "ONBF" */
@@ -59,16 +61,12 @@ struct on_job {
 };
 
 struct dt_offload_buf {
-    uint32_t magic;
-    uint32_t id;                /* 1, 2, ... in allocation order */
+    dt_ob_buf_t ob;             /* base first: id, bytes, held (the file's
+                                 * size, rounded up to ON_ALIGN and
+                                 * reserved), tag, pending */
     int fd;
-    uint64_t bytes;             /* what the caller asked for */
-    uint64_t file_bytes;        /* rounded up to ON_ALIGN, reserved */
-    int32_t tag;
     int32_t blocks_counted;     /* fstat counted the reserved bytes at creation */
-    uint32_t pending;           /* transfers queued or running on it */
     char path[PATH_MAX];
-    struct dt_offload_buf *prev, *next;
 };
 
 struct dt_offload {
@@ -77,10 +75,8 @@ struct dt_offload {
     char job[128];              /* job id, in every file's name */
     int32_t made_dir;           /* init created dir: finalize removes it */
     int32_t direct;             /* files opened O_DIRECT */
-    uint64_t capacity;          /* bytes; 0 = the file system's free space */
-    uint64_t used;              /* bytes reserved by live buffers */
-    uint32_t n_bufs, next_id;
-    dt_offload_buf_t *bufs;
+    dt_ob_list_t bufs;          /* live buffers; capacity 0 = the file
+                                 * system's free space */
     /* the worker's I/O */
     struct io_uring ring;
     int32_t ring_ok;
@@ -102,8 +98,8 @@ struct dt_offload {
 
 static inline const char *on_buf_name(const dt_offload_buf_t *b, char *out, size_t n)
 {
-    snprintf(out, n, "file '%s' (%llu bytes of %s)", b->path, (unsigned long long)b->bytes,
-             dt_mem_tag_name(b->tag));
+    snprintf(out, n, "file '%s' (%llu bytes of %s)", b->path, (unsigned long long)b->ob.bytes,
+             dt_mem_tag_name(b->ob.tag));
     return out;
 }
 

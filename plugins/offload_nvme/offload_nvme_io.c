@@ -126,13 +126,13 @@ static int check_file(on_job_t *j)
         return fail(j, DT_ERR_IO, "fstat: %s", strerror(errno));
     if (st.st_nlink == 0)
         return fail(j, DT_ERR_IO, "the file was deleted under the running job");
-    if ((uint64_t)st.st_size < j->b->file_bytes)
+    if ((uint64_t)st.st_size < j->b->ob.held)
         return fail(j, DT_ERR_IO, "the file was truncated to %llu bytes (%llu expected)",
-                    (unsigned long long)st.st_size, (unsigned long long)j->b->file_bytes);
-    if (j->b->blocks_counted && (uint64_t)st.st_blocks * 512u < j->b->file_bytes)
+                    (unsigned long long)st.st_size, (unsigned long long)j->b->ob.held);
+    if (j->b->blocks_counted && (uint64_t)st.st_blocks * 512u < j->b->ob.held)
         return fail(j, DT_ERR_IO, "the file was truncated (only %llu of its %llu bytes are on "
                     "disk)", (unsigned long long)st.st_blocks * 512u,
-                    (unsigned long long)j->b->file_bytes);
+                    (unsigned long long)j->b->ob.held);
     return DT_OK;
 }
 

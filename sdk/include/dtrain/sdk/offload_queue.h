@@ -13,7 +13,8 @@
  *
  * A request has two references, the caller's (dropped by wait, whatever
  * the outcome, as the ABI says) and the worker's (dropped when `run`
- * returns): a wait that times out frees nothing the worker still uses.
+ * returns, or by dt_oq_finish): a wait that times out frees nothing the
+ * worker still uses.
  * Each buffer of the tier keeps a count of its transfers queued or
  * running (`pending`, guarded by the queue's mutex), so freeing it can
  * wait for them.  A device-side transfer is ordered after the caller's

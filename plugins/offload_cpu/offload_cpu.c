@@ -38,6 +38,15 @@ static int oc_run(void *ctx, dt_oq_t *q, dt_oq_req_t *r)
     return DT_OK;
 }
 
+/* The list's release: the pinned memory back to the device, then b. */
+static void oc_release(void *ctx, dt_ob_buf_t *ob)
+{
+    dt_offload_t *o = ctx;
+    dt_offload_buf_t *b = (dt_offload_buf_t *)ob;
+    o->q.dev_ops->host_free(o->q.dev, b->mem);
+    free(b);
+}
+
 static int oc_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
                    dt_offload_t **out)
 {
@@ -59,54 +68,32 @@ static int oc_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
     dt_offload_t *o = calloc(1, sizeof *o);
     if (!o)
         return host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
-    o->capacity = (uint64_t)capacity;
     if ((rc = dt_oq_start(&o->q, host, a.rank, a.timeout_ms, a.dev_ops, a.dev, oc_run, o)) !=
         DT_OK) {
         free(o);
         return rc;
     }
+    dt_ob_init(&o->bufs, &o->q, OC_BUF_MAGIC, "offload_cpu", "buffers", (uint64_t)capacity,
+               oc_release, o);
     host->log(host, DT_LOG_DEBUG, "rank %d: host-memory tier, capacity %llu bytes%s", a.rank,
-              (unsigned long long)o->capacity, o->capacity ? "" : " (unbounded)");
+              (unsigned long long)capacity, capacity ? "" : " (unbounded)");
     *out = o;
     return DT_OK;
-}
-
-/* Unlink `b` from the live list and give its memory back (mu held). */
-static void buf_release_locked(dt_offload_t *o, dt_offload_buf_t *b)
-{
-    if (b->prev)
-        b->prev->next = b->next;
-    else
-        o->bufs = b->next;
-    if (b->next)
-        b->next->prev = b->prev;
-    o->used -= b->bytes;
-    o->n_bufs--;
-    o->q.dev_ops->host_free(o->q.dev, b->mem);
-    b->magic = 0;
-    free(b);
 }
 
 static void oc_finalize(dt_offload_t *o)
 {
     if (!o)
         return;
-    const dt_host_v1_t *host = o->q.host;
     /* the worker drains the queue before it stops; a copy that never ends
      * (a hung device) leaves everything allocated rather than freed under it */
-    pthread_mutex_lock(&o->q.mu);
-    int hung = 0;
-    for (dt_offload_buf_t *b = o->bufs; b && !hung; b = b->next)
-        hung = dt_oq_wait_zero_locked(&o->q, &b->pending, -1) != DT_OK;
-    pthread_mutex_unlock(&o->q.mu);
-    if (hung) {
-        host->log(host, DT_LOG_ERROR, "rank %d: finalize: transfers still running after %lld "
-                  "ms; the tier's memory is left allocated", o->q.rank,
-                  (long long)o->q.timeout_ms);
+    if (dt_ob_drain(&o->bufs) != DT_OK) {
+        o->q.host->log(o->q.host, DT_LOG_ERROR, "rank %d: finalize: transfers still running "
+                       "after %lld ms; the tier's memory is left allocated", o->q.rank,
+                       (long long)o->q.timeout_ms);
         return;
     }
-    while (o->bufs)
-        buf_release_locked(o, o->bufs);
+    dt_ob_release_all(&o->bufs); /* (before stop: release uses the device) */
     dt_oq_stop(&o->q);
     free(o);
 }
@@ -118,10 +105,8 @@ static int oc_capacity(dt_offload_t *o, uint64_t *total, uint64_t *used)
     if (!total || !used)
         return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "capacity: %s is NULL",
                                   !total ? "total" : "used");
-    pthread_mutex_lock(&o->q.mu);
-    *total = o->capacity;
-    *used = o->used;
-    pthread_mutex_unlock(&o->q.mu);
+    *total = o->bufs.capacity;
+    dt_ob_usage(&o->bufs, used, NULL);
     return DT_OK;
 }
 
@@ -133,42 +118,22 @@ static int oc_alloc(dt_offload_t *o, uint64_t bytes, int tag, dt_offload_buf_t *
     if (!out)
         return host->set_error(host, DT_ERR_INVALID, "alloc: out is NULL");
     *out = NULL;
-    if (tag < 0 || tag >= DT_TAG_COUNT)
-        return host->set_error(host, DT_ERR_INVALID, "alloc: tag %d is not a dt_mem_tag_t "
-                               "(0..%d)", tag, DT_TAG_COUNT - 1);
-    pthread_mutex_lock(&o->q.mu);
-    uint64_t used = o->used;
-    uint32_t n = o->n_bufs;
-    pthread_mutex_unlock(&o->q.mu);
-    if (o->capacity && (bytes > o->capacity || used > o->capacity - bytes))
-        return host->set_error(host, DT_ERR_NOMEM,
-                               "rank %d: alloc: %llu bytes for %s would bring the tier to "
-                               "%llu bytes, over [offload_cpu] capacity = %llu (in use: %llu "
-                               "bytes in %u buffers)", o->q.rank, (unsigned long long)bytes,
-                               dt_mem_tag_name(tag), (unsigned long long)(used + bytes),
-                               (unsigned long long)o->capacity, (unsigned long long)used, n);
+    uint64_t held;
+    int rc = dt_ob_check(&o->bufs, bytes, 1, tag, &held);
+    if (rc != DT_OK)
+        return rc;
     dt_offload_buf_t *b = calloc(1, sizeof *b);
     if (!b)
         return host->set_error(host, DT_ERR_NOMEM, "alloc: out of memory for a buffer");
-    int rc = o->q.dev_ops->host_alloc(o->q.dev, bytes, DT_TAG_OFFLOAD, &b->mem);
+    rc = o->q.dev_ops->host_alloc(o->q.dev, bytes, DT_TAG_OFFLOAD, &b->mem);
     if (rc != DT_OK) {
         free(b);
         host->log(host, DT_LOG_ERROR, "rank %d: alloc: %llu bytes of pinned host memory for %s "
                   "failed", o->q.rank, (unsigned long long)bytes, dt_mem_tag_name(tag));
         return rc;
     }
-    b->magic = OC_BUF_MAGIC;
-    b->bytes = bytes;
-    b->tag = tag;
-    pthread_mutex_lock(&o->q.mu);
-    b->id = ++o->next_id;
-    b->next = o->bufs;
-    if (o->bufs)
-        o->bufs->prev = b;
-    o->bufs = b;
-    o->used += bytes;
-    o->n_bufs++;
-    pthread_mutex_unlock(&o->q.mu);
+    dt_ob_prepare(&o->bufs, &b->ob, bytes, held, tag);
+    dt_ob_link(&o->bufs, &b->ob);
     *out = b;
     return DT_OK;
 }
@@ -177,25 +142,10 @@ static int oc_free(dt_offload_t *o, dt_offload_buf_t *b)
 {
     if (!o)
         return DT_ERR_INVALID;
-    if (!b)
-        return DT_OK;
-    const dt_host_v1_t *host = o->q.host;
-    if (b->magic != OC_BUF_MAGIC)
-        return host->set_error(host, DT_ERR_INVALID,
-                               "free: %p is not a buffer of this tier (or was freed)",
-                               (void *)b);
-    pthread_mutex_lock(&o->q.mu);
-    int rc = dt_oq_wait_zero_locked(&o->q, &b->pending, -1);
-    if (rc == DT_OK)
-        buf_release_locked(o, b);
-    pthread_mutex_unlock(&o->q.mu);
-    if (rc != DT_OK) {
-        char bn[96];
-        return host->set_error(host, rc, "rank %d: free: %s still has transfers running "
-                               "after %lld ms; not freed", o->q.rank,
-                               oc_buf_name(b, bn, sizeof bn), (long long)o->q.timeout_ms);
-    }
-    return DT_OK;
+    char bn[96] = ""; /* its name, for a free that times out */
+    if (b && dt_ob_live(&o->bufs, b, "free") == DT_OK)
+        oc_buf_name(b, bn, sizeof bn);
+    return dt_ob_free(&o->bufs, b ? &b->ob : NULL, bn);
 }
 
 static int submit(dt_offload_t *o, int op, dt_offload_buf_t *buf, uint64_t offset, void *ext,
@@ -203,10 +153,10 @@ static int submit(dt_offload_t *o, int op, dt_offload_buf_t *buf, uint64_t offse
 {
     char bn[96];
     *req = NULL;
-    if (!buf || buf->magic != OC_BUF_MAGIC)
-        return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "%s: not a buffer of this tier "
-                                    "(%p)", op == DT_OQ_STORE ? "store" : "load", (void *)buf);
-    return dt_oq_submit(&o->q, op, buf, &buf->pending, buf->bytes,
+    int rc = dt_ob_live(&o->bufs, buf, op == DT_OQ_STORE ? "store" : "load");
+    if (rc != DT_OK)
+        return rc;
+    return dt_oq_submit(&o->q, op, buf, &buf->ob.pending, buf->ob.bytes,
                         oc_buf_name(buf, bn, sizeof bn), offset, ext, bytes, space, stream, req);
 }
 
@@ -241,9 +191,11 @@ static int oc_host_ptr(dt_offload_t *o, dt_offload_buf_t *b, void **out)
 {
     if (!o)
         return DT_ERR_INVALID;
-    if (!out || !b || b->magic != OC_BUF_MAGIC)
-        return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "host_ptr: %s",
-                                  !out ? "out is NULL" : "not a buffer of this tier");
+    if (!out)
+        return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "host_ptr: out is NULL");
+    int rc = dt_ob_live(&o->bufs, b, "host_ptr");
+    if (rc != DT_OK)
+        return rc;
     *out = b->mem;
     return DT_OK;
 }

@@ -1,7 +1,8 @@
 /*
  * plugins/offload_cpu/offload_cpu_internal.h - the offload_cpu instance
  * and its buffers.  Transfers run on the SDK's offload queue
- * (dtrain/sdk/offload_queue.h): one worker thread, bounded waits.
+ * (dtrain/sdk/offload_queue.h): one worker thread, bounded waits; the
+ * buffers are kept on the SDK's list (dtrain/sdk/offload_bufs.h).
  *
  * Locking: the queue's mutex (o->q.mu) guards the live-buffer list, the
  * byte counts and every buffer's count of transfers in flight.  The worker
@@ -16,33 +17,26 @@
 #include <stdio.h>
 
 #include "dtrain/dtrain.h"
+#include "dtrain/sdk/offload_bufs.h"
 #include "dtrain/sdk/offload_queue.h"
 
 #define OC_BUF_MAGIC 0x4f434246u /* "OCBF" */
 
 struct dt_offload_buf {
-    uint32_t magic;
-    uint32_t id;               /* 1, 2, ... in allocation order (messages) */
+    dt_ob_buf_t ob;            /* base first: id, bytes, tag, pending */
     void *mem;                 /* pinned host memory from host_alloc */
-    uint64_t bytes;
-    int32_t tag;               /* what the caller said it holds */
-    uint32_t pending;          /* transfers queued or running on it */
-    struct dt_offload_buf *prev, *next; /* the instance's live buffers */
 };
 
 struct dt_offload {
     dt_oq_t q;                 /* host, rank, device, the worker */
-    uint64_t capacity;         /* bytes; 0 = unbounded */
-    uint64_t used;             /* bytes in live buffers */
-    uint32_t n_bufs, next_id;
-    dt_offload_buf_t *bufs;    /* live buffers */
+    dt_ob_list_t bufs;         /* live buffers, capacity (0 = unbounded) */
 };
 
 /* "buffer #3 (4096 bytes of optimizer)" into out. */
 static inline const char *oc_buf_name(const dt_offload_buf_t *b, char *out, size_t n)
 {
-    snprintf(out, n, "buffer #%u (%llu bytes of %s)", b->id, (unsigned long long)b->bytes,
-             dt_mem_tag_name(b->tag));
+    snprintf(out, n, "buffer #%u (%llu bytes of %s)", b->ob.id,
+             (unsigned long long)b->ob.bytes, dt_mem_tag_name(b->ob.tag));
     return out;
 }
 

@@ -30,11 +30,19 @@ static const dt_config_key_t on_keys[] = {
     {.name = "block_size", .type = DT_CFG_INT, .def = "1048576", DT_CFG_RANGE(4096, 1 << 30),
      .doc = "bytes per I/O, a multiple of 4096"},
     {.name = "direct", .type = DT_CFG_ENUM, .def = "\"auto\"", .choices = "auto|on|off",
-     .doc = "O_DIRECT: auto = where the file system takes it (else buffered, said once), on = "
-            "required, off = buffered I/O"},
+     .doc = "O_DIRECT: auto = where the file system takes it (else buffered, said once per "
+            "machine), on = required, off = buffered I/O"},
 };
 
 static void on_finalize(dt_offload_t *o);
+
+/* The list's release: b's file closed and removed, then b. */
+static void on_release(void *ctx, dt_ob_buf_t *ob)
+{
+    dt_offload_buf_t *b = (dt_offload_buf_t *)ob;
+    on_files_remove(ctx, b);
+    free(b);
+}
 
 static int on_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
                    dt_offload_t **out)
@@ -75,28 +83,30 @@ static int on_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
     o->q.host = host; /* for messages until the queue starts */
     o->q.rank = a.rank;
     snprintf(o->job, sizeof o->job, "%s", a.job_id);
-    o->capacity = (uint64_t)capacity;
+    dt_ob_init(&o->bufs, &o->q, ON_BUF_MAGIC, "offload_nvme", "files", (uint64_t)capacity,
+               on_release, o);
     o->queue_depth = (uint32_t)qd;
     o->n_bounce = (uint32_t)nbuf;
     o->block = (uint64_t)block;
     int can = 0;
     if ((rc = on_files_dir(o, path)) == DT_OK && (rc = on_files_probe_direct(o, &can)) == DT_OK) {
         if (direct == 1 && !can)
-            rc = host->set_error(host, DT_ERR_CONFIG, "direct = \"on\", but '%s' refuses "
-                                 "O_DIRECT (tmpfs?); use direct = \"auto\" or another path",
-                                 o->dir);
+            rc = host->set_error(host, DT_ERR_CONFIG, "rank %d: direct = \"on\", but '%s' "
+                                 "refuses O_DIRECT (tmpfs?); use direct = \"auto\" or another "
+                                 "path", a.rank, o->dir);
         o->direct = direct != 2 && can;
-        if (rc == DT_OK && direct == 0 && !can && a.rank == 0)
+        /* once per machine (its local rank 0), where the folder is */
+        if (rc == DT_OK && direct == 0 && !can && a.local_rank == 0)
             host->log(host, DT_LOG_INFO, "'%s' refuses O_DIRECT (tmpfs?): buffered I/O", o->dir);
     }
+    if (rc == DT_OK)
+        rc = on_io_init(o); /* the ring, before the worker that uses it */
     if (rc == DT_OK) {
         dt_oq_t q0 = o->q;
-        if ((rc = dt_oq_start(&o->q, host, a.rank, a.timeout_ms, a.dev_ops, a.dev, on_io_run,
-                              o)) != DT_OK)
+        if ((rc = dt_oq_start_loop(&o->q, host, a.rank, a.timeout_ms, a.dev_ops, a.dev,
+                                   on_io_loop, o)) != DT_OK)
             o->q = q0;
     }
-    if (rc == DT_OK)
-        rc = on_io_init(o);
     if (rc != DT_OK) {
         on_finalize(o);
         return rc;
@@ -109,44 +119,27 @@ static int on_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
     return DT_OK;
 }
 
-/* Unlink `b` from the live list, remove its file, free it (mu held or
- * the worker stopped). */
-static void buf_release(dt_offload_t *o, dt_offload_buf_t *b)
-{
-    if (b->prev)
-        b->prev->next = b->next;
-    else
-        o->bufs = b->next;
-    if (b->next)
-        b->next->prev = b->prev;
-    o->used -= b->file_bytes;
-    o->n_bufs--;
-    on_files_remove(o, b);
-    b->magic = 0;
-    free(b);
-}
-
 static void on_finalize(dt_offload_t *o)
 {
     if (!o)
         return;
     const dt_host_v1_t *host = o->q.host;
-    int hung = 0;
-    if (o->q.started) {
-        pthread_mutex_lock(&o->q.mu);
-        for (dt_offload_buf_t *b = o->bufs; b && !hung; b = b->next)
-            hung = dt_oq_wait_zero_locked(&o->q, &b->pending, -1) != DT_OK;
-        pthread_mutex_unlock(&o->q.mu);
-    }
-    if (hung) {
+    if (o->q.started && dt_ob_drain(&o->bufs) != DT_OK) {
         host->log(host, DT_LOG_ERROR, "rank %d: finalize: transfers still running after %lld "
                   "ms; the tier's files and buffers are left as they are", o->q.rank,
                   (long long)o->q.timeout_ms);
         return;
     }
+    int started = o->q.started;
+    int32_t rank = o->q.rank;
     dt_oq_stop(&o->q); /* (a no-op when it never started) */
-    while (o->bufs)
-        buf_release(o, o->bufs);
+    o->q.host = host;  /* stop cleared the queue: for removal messages */
+    o->q.rank = rank;
+    if (started) /* the worker's counts, read after it stopped */
+        host->log(host, DT_LOG_DEBUG, "rank %d: %llu requests in %llu I/Os, at most %u in "
+                  "flight at once", rank, (unsigned long long)o->n_reqs,
+                  (unsigned long long)o->n_ios, o->max_inflight);
+    dt_ob_release_all(&o->bufs);
     on_io_free(o);
     if (o->made_dir)
         rmdir(o->dir); /* only when empty: another job's files stay */
@@ -161,11 +154,9 @@ static int on_capacity(dt_offload_t *o, uint64_t *total, uint64_t *used)
         return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "capacity: %s is NULL",
                                     !total ? "total" : "used");
     uint64_t free_bytes = 0;
-    int rc = o->capacity ? DT_OK : on_files_free(o, &free_bytes);
-    pthread_mutex_lock(&o->q.mu);
-    *used = o->used;
-    *total = o->capacity ? o->capacity : o->used + free_bytes;
-    pthread_mutex_unlock(&o->q.mu);
+    int rc = o->bufs.capacity ? DT_OK : on_files_free(o, &free_bytes);
+    dt_ob_usage(&o->bufs, used, NULL);
+    *total = o->bufs.capacity ? o->bufs.capacity : *used + free_bytes;
     return rc;
 }
 
@@ -177,47 +168,20 @@ static int on_alloc(dt_offload_t *o, uint64_t bytes, int tag, dt_offload_buf_t *
     if (!out)
         return host->set_error(host, DT_ERR_INVALID, "alloc: out is NULL");
     *out = NULL;
-    if (tag < 0 || tag >= DT_TAG_COUNT)
-        return host->set_error(host, DT_ERR_INVALID, "alloc: tag %d is not a dt_mem_tag_t "
-                               "(0..%d)", tag, DT_TAG_COUNT - 1);
-    if (bytes > UINT64_MAX - ON_ALIGN)
-        return host->set_error(host, DT_ERR_NOMEM, "alloc: %llu bytes", (unsigned long long)bytes);
-    uint64_t file_bytes = (bytes + ON_ALIGN - 1) / ON_ALIGN * ON_ALIGN;
-    pthread_mutex_lock(&o->q.mu);
-    uint64_t used = o->used;
-    uint32_t n = o->n_bufs;
-    pthread_mutex_unlock(&o->q.mu);
-    if (o->capacity && (file_bytes > o->capacity || used > o->capacity - file_bytes))
-        return host->set_error(host, DT_ERR_NOMEM,
-                               "rank %d: alloc: %llu bytes for %s would bring the tier to %llu "
-                               "bytes, over [offload_nvme] capacity = %llu (in use: %llu bytes "
-                               "in %u files)", o->q.rank, (unsigned long long)file_bytes,
-                               dt_mem_tag_name(tag), (unsigned long long)(used + file_bytes),
-                               (unsigned long long)o->capacity, (unsigned long long)used, n);
+    uint64_t file_bytes; /* whole blocks: O_DIRECT's */
+    int rc = dt_ob_check(&o->bufs, bytes, ON_ALIGN, tag, &file_bytes);
+    if (rc != DT_OK)
+        return rc;
     dt_offload_buf_t *b = calloc(1, sizeof *b);
     if (!b)
         return host->set_error(host, DT_ERR_NOMEM, "alloc: out of memory for a buffer");
-    b->magic = ON_BUF_MAGIC;
     b->fd = -1;
-    b->bytes = bytes;
-    b->file_bytes = file_bytes;
-    b->tag = tag;
-    pthread_mutex_lock(&o->q.mu);
-    b->id = ++o->next_id;
-    pthread_mutex_unlock(&o->q.mu);
-    int rc = on_files_create(o, b);
-    if (rc != DT_OK) {
+    dt_ob_prepare(&o->bufs, &b->ob, bytes, file_bytes, tag); /* its id names the file */
+    if ((rc = on_files_create(o, b)) != DT_OK) {
         free(b);
         return rc;
     }
-    pthread_mutex_lock(&o->q.mu);
-    b->next = o->bufs;
-    if (o->bufs)
-        o->bufs->prev = b;
-    o->bufs = b;
-    o->used += file_bytes;
-    o->n_bufs++;
-    pthread_mutex_unlock(&o->q.mu);
+    dt_ob_link(&o->bufs, &b->ob);
     *out = b;
     return DT_OK;
 }
@@ -226,23 +190,10 @@ static int on_free(dt_offload_t *o, dt_offload_buf_t *b)
 {
     if (!o)
         return DT_ERR_INVALID;
-    if (!b)
-        return DT_OK;
-    const dt_host_v1_t *host = o->q.host;
-    if (b->magic != ON_BUF_MAGIC)
-        return host->set_error(host, DT_ERR_INVALID,
-                               "free: %p is not a buffer of this tier (or was freed)", (void *)b);
-    pthread_mutex_lock(&o->q.mu);
-    int rc = dt_oq_wait_zero_locked(&o->q, &b->pending, -1);
-    char bn[PATH_MAX + 64];
-    on_buf_name(b, bn, sizeof bn);
-    if (rc == DT_OK)
-        buf_release(o, b);
-    pthread_mutex_unlock(&o->q.mu);
-    if (rc != DT_OK)
-        return host->set_error(host, rc, "rank %d: free: %s still has transfers running after "
-                               "%lld ms; not freed", o->q.rank, bn, (long long)o->q.timeout_ms);
-    return DT_OK;
+    char bn[PATH_MAX + 64] = ""; /* its name, for a free that times out */
+    if (b && dt_ob_live(&o->bufs, b, "free") == DT_OK)
+        on_buf_name(b, bn, sizeof bn);
+    return dt_ob_free(&o->bufs, b ? &b->ob : NULL, bn);
 }
 
 static int submit(dt_offload_t *o, int op, dt_offload_buf_t *buf, uint64_t offset, void *ext,
@@ -254,11 +205,11 @@ static int submit(dt_offload_t *o, int op, dt_offload_buf_t *buf, uint64_t offse
     if (!req)
         return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "%s: req is NULL", dir);
     *req = NULL;
-    if (!buf || buf->magic != ON_BUF_MAGIC)
-        return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "%s: not a buffer of this tier "
-                                    "(%p)", dir, (void *)buf);
+    int rc = dt_ob_live(&o->bufs, buf, dir);
+    if (rc != DT_OK)
+        return rc;
     char bn[PATH_MAX + 64];
-    return dt_oq_submit(&o->q, op, buf, &buf->pending, buf->bytes,
+    return dt_oq_submit(&o->q, op, buf, &buf->ob.pending, buf->ob.bytes,
                         on_buf_name(buf, bn, sizeof bn), offset, ext, bytes, space, stream, req);
 }
 

@@ -6,6 +6,11 @@
  * fallocate after a statvfs check that names the path, the bytes needed
  * and the bytes free; the O_DIRECT probe (tmpfs of older kernels refuses
  * it); and cleanup_job, which removes the files a crashed job left.
+ *
+ * Test hook (DTRAIN_TEST_HOOKS builds only, never in a shipped binary):
+ * DTRAIN_FAULT_NO_ODIRECT=1 makes every O_DIRECT open here fail with
+ * EINVAL, as tmpfs before Linux 6.6 does, so the buffered fallback is
+ * tested on a file system that takes O_DIRECT.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -38,6 +43,19 @@ int on_valid_job(const char *job)
     return 1;
 }
 
+/* open(2), or the failure the test hook asks for. */
+static int open_file(const char *path, int flags, mode_t mode)
+{
+#ifdef DTRAIN_TEST_HOOKS
+    const char *v = getenv("DTRAIN_FAULT_NO_ODIRECT");
+    if ((flags & O_DIRECT) && v && strcmp(v, "1") == 0) {
+        errno = EINVAL;
+        return -1;
+    }
+#endif
+    return open(path, flags, mode);
+}
+
 int on_files_dir(dt_offload_t *o, const char *path)
 {
     const dt_host_v1_t *host = o->q.host;
@@ -61,7 +79,7 @@ int on_files_probe_direct(dt_offload_t *o, int *direct)
 {
     char p[PATH_MAX + 64];
     snprintf(p, sizeof p, "%s/" ON_PREFIX "%s-r%d-probe.bin", o->dir, o->job, o->q.rank);
-    int fd = open(p, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_DIRECT, 0600);
+    int fd = open_file(p, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_DIRECT, 0600);
     int err = errno;
     if (fd >= 0) {
         close(fd);
@@ -92,34 +110,34 @@ int on_files_create(dt_offload_t *o, dt_offload_buf_t *b)
 {
     const dt_host_v1_t *host = o->q.host;
     snprintf(b->path, sizeof b->path, "%s/" ON_PREFIX "%s-r%d-%u.bin", o->dir, o->job, o->q.rank,
-             b->id);
+             b->ob.id);
     uint64_t free_bytes = 0;
     int rc = on_files_free(o, &free_bytes);
     if (rc != DT_OK)
         return rc;
-    if (b->file_bytes > free_bytes)
+    if (b->ob.held > free_bytes)
         return host->set_error(host, DT_ERR_NOMEM,
                                "rank %d: alloc: '%s' needs %llu bytes for %s, but its file "
                                "system has %llu bytes free", o->q.rank, b->path,
-                               (unsigned long long)b->file_bytes, dt_mem_tag_name(b->tag),
+                               (unsigned long long)b->ob.held, dt_mem_tag_name(b->ob.tag),
                                (unsigned long long)free_bytes);
     int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | (o->direct ? O_DIRECT : 0);
-    b->fd = open(b->path, flags, 0600);
+    b->fd = open_file(b->path, flags, 0600);
     if (b->fd < 0)
         return host->set_error(host, DT_ERR_IO, "rank %d: alloc: creating '%s': %s", o->q.rank,
                                b->path, strerror(errno));
-    if (b->file_bytes && fallocate(b->fd, 0, 0, (off_t)b->file_bytes) != 0) {
+    if (b->ob.held && fallocate(b->fd, 0, 0, (off_t)b->ob.held) != 0) {
         int err = errno;
         close(b->fd);
         unlink(b->path);
         b->fd = -1;
         return host->set_error(host, err == ENOSPC ? DT_ERR_NOMEM : DT_ERR_IO,
                                "rank %d: alloc: reserving %llu bytes for '%s': %s (%llu bytes "
-                               "were free)", o->q.rank, (unsigned long long)b->file_bytes,
+                               "were free)", o->q.rank, (unsigned long long)b->ob.held,
                                b->path, strerror(err), (unsigned long long)free_bytes);
     }
     struct stat st;
-    b->blocks_counted = fstat(b->fd, &st) == 0 && (uint64_t)st.st_blocks * 512u >= b->file_bytes;
+    b->blocks_counted = fstat(b->fd, &st) == 0 && (uint64_t)st.st_blocks * 512u >= b->ob.held;
     return DT_OK;
 }
 

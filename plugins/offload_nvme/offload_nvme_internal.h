@@ -6,14 +6,16 @@
  *   offload_nvme.c        keys, init/finalize, alloc/free/capacity, the ops
  *   offload_nvme_files.c  the folder, file names with the job id, the
  *                         free-space check, O_DIRECT probing, cleanup_job
- *   offload_nvme_io.c     the transfers: io_uring, registered bounce
- *                         buffers, several requests in flight, the
- *                         read-modify-write of partial 4 KiB blocks
+ *   offload_nvme_io.c     the transfers: the queue's worker loop, one
+ *                         io_uring ring kept full across requests,
+ *                         registered bounce buffers, the read-modify-write
+ *                         of partial 4 KiB blocks, overlap ordering
  *
- * Locking: the queue's mutex (o->q.mu) guards the buffer list, the byte
- * counts and every buffer's count of transfers in flight.  The ring and
- * the bounce buffers belong to the queue's worker thread alone (after
- * init, before finalize).
+ * Locking: the queue's mutex (o->q.mu) guards the buffer list (the SDK's,
+ * dtrain/sdk/offload_bufs.h), the byte counts and every buffer's count of
+ * transfers in flight.  The ring, the
+ * bounce buffers, the slots and the jobs belong to the queue's worker
+ * thread alone (after init, before finalize).
  */
 #ifndef DT_OFFLOAD_NVME_INTERNAL_H
 #define DT_OFFLOAD_NVME_INTERNAL_H
@@ -24,23 +26,47 @@
 #include <stdio.h>
 
 #include "dtrain/dtrain.h"
+#include "dtrain/sdk/offload_bufs.h"
 #include "dtrain/sdk/offload_queue.h"
 
 #define ON_BUF_MAGIC 0x4f4e4246u /* "ONBF" */
 #define ON_ALIGN 4096u           /* O_DIRECT: offsets, sizes, memory */
 #define ON_MAX_BOUNCE 64u
 
+typedef struct on_job on_job_t;
+
+/* A bounce buffer and the I/O it carries (the worker's).  A whole block
+ * of the caller's host memory at a 4 KiB-aligned address is read or
+ * written in place: the slot then only counts the I/O in flight. */
+typedef struct on_slot {
+    on_job_t *job;              /* NULL: free */
+    uint64_t c0, c1;            /* the block's bytes in the job's file */
+    char *mem;                  /* the I/O's memory: the bounce buffer or
+                                 * the caller's */
+    int32_t write;              /* a write, or a store's read before one:
+                                 * nothing may overlap it meanwhile */
+    int32_t rmw;                /* a store's read of a partial block */
+} on_slot_t;
+
+/* A request the worker has taken: its aligned blocks [next, end) still to
+ * start, `ios` of them holding a slot. */
+struct on_job {
+    dt_oq_req_t *r;
+    dt_offload_buf_t *b;
+    uint64_t lo, hi;            /* the request's bytes in the file */
+    uint64_t next, end;         /* ON_ALIGN-aligned */
+    uint32_t ios;
+    int32_t status;             /* the first failure */
+    on_job_t *next_job;         /* the running jobs, oldest first / free */
+};
+
 struct dt_offload_buf {
-    uint32_t magic;
-    uint32_t id;                /* 1, 2, ... in allocation order */
+    dt_ob_buf_t ob;             /* base first: id, bytes, held (the file's
+                                 * size, rounded up to ON_ALIGN and
+                                 * reserved), tag, pending */
     int fd;
-    uint64_t bytes;             /* what the caller asked for */
-    uint64_t file_bytes;        /* rounded up to ON_ALIGN, reserved */
-    int32_t tag;
     int32_t blocks_counted;     /* fstat counted the reserved bytes at creation */
-    uint32_t pending;           /* transfers queued or running on it */
     char path[PATH_MAX];
-    struct dt_offload_buf *prev, *next;
 };
 
 struct dt_offload {
@@ -49,10 +75,8 @@ struct dt_offload {
     char job[128];              /* job id, in every file's name */
     int32_t made_dir;           /* init created dir: finalize removes it */
     int32_t direct;             /* files opened O_DIRECT */
-    uint64_t capacity;          /* bytes; 0 = the file system's free space */
-    uint64_t used;              /* bytes reserved by live buffers */
-    uint32_t n_bufs, next_id;
-    dt_offload_buf_t *bufs;
+    dt_ob_list_t bufs;          /* live buffers; capacity 0 = the file
+                                 * system's free space */
     /* the worker's I/O */
     struct io_uring ring;
     int32_t ring_ok;
@@ -63,12 +87,19 @@ struct dt_offload {
     uint32_t n_bounce;          /* bounce buffers: I/Os in flight at most */
     uint64_t block;             /* bytes per I/O, a multiple of ON_ALIGN */
     void *bounce;               /* n_bounce * block, ON_ALIGN-aligned */
+    on_slot_t slot[ON_MAX_BOUNCE];
+    uint32_t inflight;          /* I/Os in the ring */
+    on_job_t jobs[ON_MAX_BOUNCE + 1]; /* running at most: one per busy
+                                       * slot and one still starting I/Os */
+    on_job_t *running, *free_jobs;
+    uint64_t n_ios, n_reqs;     /* counted for the finalize line (debug) */
+    uint32_t max_inflight;
 };
 
 static inline const char *on_buf_name(const dt_offload_buf_t *b, char *out, size_t n)
 {
-    snprintf(out, n, "file '%s' (%llu bytes of %s)", b->path, (unsigned long long)b->bytes,
-             dt_mem_tag_name(b->tag));
+    snprintf(out, n, "file '%s' (%llu bytes of %s)", b->path, (unsigned long long)b->ob.bytes,
+             dt_mem_tag_name(b->ob.tag));
     return out;
 }
 
@@ -96,7 +127,7 @@ int on_valid_job(const char *job);
 /* The ring and the registered bounce buffers (init), and their end. */
 int on_io_init(dt_offload_t *o);
 void on_io_free(dt_offload_t *o);
-/* The queue's `run`: one store or load. */
-int on_io_run(void *ctx, dt_oq_t *q, dt_oq_req_t *r);
+/* The queue's worker loop (dt_oq_start_loop). */
+void on_io_loop(void *ctx, dt_oq_t *q);
 
 #endif /* DT_OFFLOAD_NVME_INTERNAL_H */

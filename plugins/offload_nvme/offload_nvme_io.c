@@ -1,28 +1,46 @@
 /*
  * plugins/offload_nvme/offload_nvme_io.c - the tier's transfers, run by
- * the offload queue's worker thread: io_uring with `queue_depth` entries,
- * `buffers` bounce buffers of `block_size` bytes registered with the ring
+ * the offload queue's worker thread in a loop of its own
+ * (dt_oq_start_loop): io_uring with `queue_depth` entries, `buffers`
+ * bounce buffers of `block_size` bytes registered with the ring
  * (read_fixed / write_fixed; plain reads and writes where registering is
- * refused), one I/O in flight per bounce buffer, so a store fills the next
- * buffer while earlier writes run and a load copies one block out while
- * the next reads run (double-buffering and more).
+ * refused), one I/O in flight per bounce buffer.
+ *
+ * The ring stays full across request boundaries: the loop takes the next
+ * queued request as soon as every request it runs has started all its
+ * I/Os and a bounce buffer is free, so a request of one block, or the
+ * tail of a long one, never leaves the device with less than `buffers`
+ * I/Os while more is queued.  Completions are reaped as they come, and a
+ * request is finished (its waiter woken) when its last I/O completes;
+ * requests may finish out of order.
+ *
+ * Order: I/Os start in request order, and an I/O does not start while an
+ * earlier one in flight overlaps it and either writes (a load after a
+ * store of the same bytes reads what was stored; a store after a load
+ * does not overwrite bytes before they are read; two stores into one
+ * block do not lose either's bytes).  A request held back that way holds
+ * back every later one.
  *
  * O_DIRECT wants 4 KiB-aligned offsets, sizes and memory: every I/O covers
  * whole aligned blocks of the file (its size is rounded up when it is
- * made) from the aligned bounce buffers, and a store that covers part of
- * a block reads the block first (read-modify-write).  The queue runs one
- * request at a time, so two requests never touch a block at once.
+ * made).  A block the request covers whole, whose bytes in the caller's
+ * host memory start 4 KiB-aligned, is read or written there in place, as
+ * fio does (no copy on the worker's path); any other block goes through
+ * an aligned bounce buffer, and a store that covers part of a block reads
+ * the block first (read-modify-write, its bounce buffer kept for the
+ * write that follows).
  *
  * Faults are named with the file, the operation and the rank (wait adds
  * the rank): an I/O error (errno), a short read or write, a file deleted
  * or truncated under the job, and an I/O that does not complete within
  * the timeout (the ring is then marked broken: the kernel may still use
- * its buffers, so nothing more is submitted and finalize leaves them
- * allocated).  The file is checked with fstat before and after each
- * request: deleted (no link left), shorter than made, or - where the file
- * system counted the reserved blocks when it was made - with fewer bytes
- * on disk than reserved, which is what a truncation during a store leaves
- * once later writes have grown the file back over the holes.
+ * its buffers, so nothing more is submitted, every request running fails
+ * and finalize leaves the buffers allocated).  The file is checked with
+ * fstat before and after each request: deleted (no link left), shorter
+ * than made, or - where the file system counted the reserved blocks when
+ * it was made - with fewer bytes on disk than reserved, which is what a
+ * truncation during a store leaves once later writes have grown the file
+ * back over the holes.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -54,6 +72,11 @@ int on_io_init(dt_offload_t *o)
     if (e < 0) /* e.g. RLIMIT_MEMLOCK: the same I/O, unregistered */
         host->log(host, DT_LOG_INFO, "rank %d: registering %u bounce buffers with io_uring: %s; "
                   "plain reads and writes", o->q.rank, o->n_bounce, strerror(-e));
+    o->free_jobs = NULL;
+    for (uint32_t i = 0; i <= o->n_bounce; i++) {
+        o->jobs[i].next_job = o->free_jobs;
+        o->free_jobs = &o->jobs[i];
+    }
     return DT_OK;
 }
 
@@ -71,21 +94,13 @@ void on_io_free(dt_offload_t *o)
     o->bounce = NULL;
 }
 
-/* One request's I/O state. */
-typedef struct io_job {
-    dt_offload_t *o;
-    dt_oq_t *q;
-    dt_oq_req_t *r;
-    dt_offload_buf_t *b;
-    uint64_t lo, hi;                  /* the request's bytes in the file */
-    uint64_t c0[ON_MAX_BOUNCE], c1[ON_MAX_BOUNCE]; /* each buffer's block */
-    int32_t busy[ON_MAX_BOUNCE];
-    uint32_t inflight;
-} io_job_t;
-
-static int fail(io_job_t *j, int status, const char *fmt, ...) DT_PRINTF(3, 4);
-static int fail(io_job_t *j, int status, const char *fmt, ...)
+/* Job j's first failure, named with its operation, bytes and file (a
+ * later one keeps the first).  Returns j's status. */
+static int fail(on_job_t *j, int status, const char *fmt, ...) DT_PRINTF(3, 4);
+static int fail(on_job_t *j, int status, const char *fmt, ...)
 {
+    if (j->status != DT_OK)
+        return j->status;
     char why[192];
     va_list ap;
     va_start(ap, fmt);
@@ -94,127 +109,44 @@ static int fail(io_job_t *j, int status, const char *fmt, ...)
     snprintf(j->r->msg, sizeof j->r->msg, "%s of %llu bytes at offset %llu of '%s': %s",
              j->r->op == DT_OQ_STORE ? "store" : "load", (unsigned long long)j->r->bytes,
              (unsigned long long)j->r->offset, j->b->path, why);
+    j->status = status;
     return status;
 }
 
-static char *slot_mem(const io_job_t *j, uint32_t i)
+static char *slot_mem(const dt_offload_t *o, uint32_t i)
 {
-    return (char *)j->o->bounce + (size_t)i * j->o->block;
-}
-
-static int submit(io_job_t *j, uint32_t i, int write, uint64_t c0, uint64_t c1)
-{
-    dt_offload_t *o = j->o;
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&o->ring);
-    if (!sqe) {
-        io_uring_submit(&o->ring);
-        if (!(sqe = io_uring_get_sqe(&o->ring)))
-            return fail(j, DT_ERR_SYSTEM, "the io_uring submission queue is full");
-    }
-    unsigned n = (unsigned)(c1 - c0);
-    if (o->registered && write)
-        io_uring_prep_write_fixed(sqe, j->b->fd, slot_mem(j, i), n, c0, (int)i);
-    else if (o->registered)
-        io_uring_prep_read_fixed(sqe, j->b->fd, slot_mem(j, i), n, c0, (int)i);
-    else if (write)
-        io_uring_prep_write(sqe, j->b->fd, slot_mem(j, i), n, c0);
-    else
-        io_uring_prep_read(sqe, j->b->fd, slot_mem(j, i), n, c0);
-    io_uring_sqe_set_data64(sqe, (uint64_t)i | (write ? 0x100u : 0u));
-    int e = io_uring_submit(&o->ring);
-    if (e < 0)
-        return fail(j, DT_ERR_IO, "io_uring_submit: %s", strerror(-e));
-    j->c0[i] = c0;
-    j->c1[i] = c1;
-    j->busy[i] = 1;
-    j->inflight++;
-    return DT_OK;
-}
-
-/* Reap one completion within the queue's timeout: *slot is its buffer. */
-static int reap(io_job_t *j, uint32_t *slot)
-{
-    dt_offload_t *o = j->o;
-    struct io_uring_cqe *cqe = NULL;
-    struct __kernel_timespec ts = {.tv_sec = j->q->timeout_ms / 1000,
-                                   .tv_nsec = (j->q->timeout_ms % 1000) * 1000000};
-    int e = io_uring_wait_cqe_timeout(&o->ring, &cqe, &ts);
-    if (e == -ETIME) {
-        o->broken = 1;
-        return fail(j, DT_ERR_TIMEOUT, "an I/O did not complete within %lld ms; the tier "
-                    "stops here", (long long)j->q->timeout_ms);
-    }
-    if (e < 0)
-        return fail(j, DT_ERR_IO, "waiting for io_uring: %s", strerror(-e));
-    uint64_t data = io_uring_cqe_get_data64(cqe);
-    int res = cqe->res;
-    io_uring_cqe_seen(&o->ring, cqe);
-    uint32_t i = (uint32_t)(data & 0xffu);
-    int write = (data & 0x100u) != 0;
-    j->busy[i] = 0;
-    j->inflight--;
-    *slot = i;
-    uint64_t want = j->c1[i] - j->c0[i];
-    if (res < 0)
-        return fail(j, DT_ERR_IO, "%s at byte %llu: %s", write ? "write" : "read",
-                    (unsigned long long)j->c0[i], strerror(-res));
-    if ((uint64_t)res != want)
-        return fail(j, DT_ERR_IO, "short %s at byte %llu: %d of %llu bytes (the file was "
-                    "truncated?)", write ? "write" : "read", (unsigned long long)j->c0[i], res,
-                    (unsigned long long)want);
-    return DT_OK;
+    return (char *)o->bounce + (size_t)i * o->block;
 }
 
 /* The file is still ours and whole (see the top of this file). */
-static int check_file(io_job_t *j)
+static int check_file(on_job_t *j)
 {
     struct stat st;
     if (fstat(j->b->fd, &st) != 0)
         return fail(j, DT_ERR_IO, "fstat: %s", strerror(errno));
     if (st.st_nlink == 0)
         return fail(j, DT_ERR_IO, "the file was deleted under the running job");
-    if ((uint64_t)st.st_size < j->b->file_bytes)
+    if ((uint64_t)st.st_size < j->b->ob.held)
         return fail(j, DT_ERR_IO, "the file was truncated to %llu bytes (%llu expected)",
-                    (unsigned long long)st.st_size, (unsigned long long)j->b->file_bytes);
-    if (j->b->blocks_counted && (uint64_t)st.st_blocks * 512u < j->b->file_bytes)
+                    (unsigned long long)st.st_size, (unsigned long long)j->b->ob.held);
+    if (j->b->blocks_counted && (uint64_t)st.st_blocks * 512u < j->b->ob.held)
         return fail(j, DT_ERR_IO, "the file was truncated (only %llu of its %llu bytes are on "
                     "disk)", (unsigned long long)st.st_blocks * 512u,
-                    (unsigned long long)j->b->file_bytes);
+                    (unsigned long long)j->b->ob.held);
     return DT_OK;
 }
 
-/* After a failure: wait for what is still in flight (unless broken), so
- * no I/O lands in a buffer the next request uses. */
-static int drain(io_job_t *j, int rc)
+/* The caller's bytes of slot i's block: into the slot (store) or out of
+ * it (load). */
+static int copy_part(dt_offload_t *o, dt_oq_t *q, uint32_t i)
 {
-    while (j->inflight && !j->o->broken) {
-        uint32_t s;
-        int e = reap(j, &s);
-        if (rc == DT_OK)
-            rc = e;
-    }
-    return rc;
-}
-
-static int free_slot(io_job_t *j, uint32_t *slot)
-{
-    for (uint32_t i = 0; i < j->o->n_bounce; i++)
-        if (!j->busy[i]) {
-            *slot = i;
-            return DT_OK;
-        }
-    return reap(j, slot);
-}
-
-/* The caller's bytes of block [c0, c1) held in slot i: to it (store) or
- * from it (load). */
-static int copy_part(io_job_t *j, uint32_t i, uint64_t c0, uint64_t c1)
-{
-    uint64_t s0 = c0 > j->lo ? c0 : j->lo, s1 = c1 < j->hi ? c1 : j->hi;
-    char *mem = slot_mem(j, i) + (s0 - c0);
+    const on_slot_t *s = &o->slot[i];
+    on_job_t *j = s->job;
+    uint64_t s0 = s->c0 > j->lo ? s->c0 : j->lo, s1 = s->c1 < j->hi ? s->c1 : j->hi;
+    char *mem = slot_mem(o, i) + (s0 - s->c0);
     uint64_t at = s0 - j->lo, n = s1 - s0;
     if (j->r->space == DT_MEM_DEVICE) {
-        int rc = dt_oq_device_copy(j->q, j->r, at, mem, n);
+        int rc = dt_oq_device_copy(q, j->r, at, mem, n);
         if (rc != DT_OK) /* its message names the buffer; add the file */
             return fail(j, rc, "the device's copy failed (%s)", dt_status_name(rc));
         return DT_OK;
@@ -226,64 +158,227 @@ static int copy_part(io_job_t *j, uint32_t i, uint64_t c0, uint64_t c1)
     return DT_OK;
 }
 
-static int run_store(io_job_t *j, uint64_t a0, uint64_t a1)
+/* Slot i's I/O into the ring's submission queue (submitted in a batch by
+ * the loop).  There is always room: at most `buffers` I/Os are in flight
+ * and queue_depth >= buffers (init checks). */
+static int prep(dt_offload_t *o, uint32_t i, int write)
 {
-    uint64_t block = j->o->block;
-    int rc = DT_OK;
-    for (uint64_t c0 = a0; rc == DT_OK && c0 < a1; c0 += block) {
-        uint64_t c1 = c0 + block < a1 ? c0 + block : a1;
-        uint32_t i;
-        if ((rc = free_slot(j, &i)) != DT_OK)
-            break;
-        if (c0 < j->lo || c1 > j->hi) {
-            /* part of a block: read it first, with nothing else in flight
-             * (only the first and the last block can be partial) */
-            if ((rc = drain(j, DT_OK)) != DT_OK || (rc = submit(j, i, 0, c0, c1)) != DT_OK ||
-                (rc = reap(j, &i)) != DT_OK)
-                break;
-        }
-        if ((rc = copy_part(j, i, c0, c1)) == DT_OK)
-            rc = submit(j, i, 1, c0, c1);
-    }
-    return drain(j, rc);
+    const on_slot_t *s = &o->slot[i];
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&o->ring);
+    if (!sqe)
+        return fail(s->job, DT_ERR_SYSTEM, "the io_uring submission queue is full");
+    unsigned n = (unsigned)(s->c1 - s->c0);
+    int fd = s->job->b->fd;
+    int fixed = o->registered && s->mem == slot_mem(o, i);
+    if (fixed && write)
+        io_uring_prep_write_fixed(sqe, fd, s->mem, n, s->c0, (int)i);
+    else if (fixed)
+        io_uring_prep_read_fixed(sqe, fd, s->mem, n, s->c0, (int)i);
+    else if (write)
+        io_uring_prep_write(sqe, fd, s->mem, n, s->c0);
+    else
+        io_uring_prep_read(sqe, fd, s->mem, n, s->c0);
+    io_uring_sqe_set_data64(sqe, i);
+    o->n_ios++;
+    if (++o->inflight > o->max_inflight)
+        o->max_inflight = o->inflight;
+    return DT_OK;
 }
 
-static int run_load(io_job_t *j, uint64_t a0, uint64_t a1)
+/* The caller's memory for block [c0, c1) of job j, when the I/O can use
+ * it in place: host memory, the whole block inside the request, at a
+ * 4 KiB-aligned address (c1 - c0 is a multiple of 4 KiB); else NULL. */
+static char *in_place(const on_job_t *j, uint64_t c0, uint64_t c1)
 {
-    uint64_t block = j->o->block, next = a0;
-    int rc = DT_OK;
-    while (rc == DT_OK && (next < a1 || j->inflight)) {
-        /* every free buffer reads ahead */
-        for (uint32_t i = 0; rc == DT_OK && next < a1 && i < j->o->n_bounce; i++) {
-            if (j->busy[i])
-                continue;
-            uint64_t c1 = next + block < a1 ? next + block : a1;
-            rc = submit(j, i, 0, next, c1);
-            next = c1;
-        }
-        uint32_t s;
-        if (rc == DT_OK && (rc = reap(j, &s)) == DT_OK)
-            rc = copy_part(j, s, j->c0[s], j->c1[s]);
-    }
-    return drain(j, rc);
+    if (j->r->space != DT_MEM_HOST || c0 < j->lo || c1 > j->hi)
+        return NULL;
+    char *p = (char *)j->r->ext + (c0 - j->lo);
+    return (uintptr_t)p % ON_ALIGN == 0 ? p : NULL;
 }
 
-int on_io_run(void *ctx, dt_oq_t *q, dt_oq_req_t *r)
+static void release(dt_offload_t *o, uint32_t i)
+{
+    o->slot[i].job->ios--;
+    o->slot[i].job = NULL;
+}
+
+/* Whether bytes [c0, c1) of b must wait for an I/O in flight: one that
+ * overlaps them where either writes. */
+static int held_back(const dt_offload_t *o, const dt_offload_buf_t *b, uint64_t c0, uint64_t c1,
+                     int write)
+{
+    for (uint32_t i = 0; i < o->n_bounce; i++) {
+        const on_slot_t *s = &o->slot[i];
+        if (s->job && s->job->b == b && (write || s->write) && c0 < s->c1 && s->c0 < c1)
+            return 1;
+    }
+    return 0;
+}
+
+/* Start job j's next blocks while bounce buffers are free and nothing
+ * earlier holds them back: 1 once every block has started (or j failed),
+ * 0 when j must wait for a completion. */
+static int start_ios(dt_offload_t *o, dt_oq_t *q, on_job_t *j)
+{
+    const int store = j->r->op == DT_OQ_STORE;
+    uint32_t i = 0;
+    while (j->status == DT_OK && j->next < j->end) {
+        uint64_t c0 = j->next, c1 = c0 + o->block < j->end ? c0 + o->block : j->end;
+        while (i < o->n_bounce && o->slot[i].job)
+            i++;
+        if (i == o->n_bounce || held_back(o, j->b, c0, c1, store))
+            return 0;
+        on_slot_t *s = &o->slot[i];
+        char *mem = in_place(j, c0, c1);
+        *s = (on_slot_t){.job = j, .c0 = c0, .c1 = c1, .mem = mem ? mem : slot_mem(o, i),
+                         .write = store, .rmw = store && (c0 < j->lo || c1 > j->hi)};
+        j->next = c1;
+        j->ios++;
+        int rc = store && !s->rmw && !mem ? copy_part(o, q, i) : DT_OK;
+        if (rc == DT_OK)
+            rc = prep(o, i, store && !s->rmw);
+        if (rc != DT_OK)
+            release(o, i);
+    }
+    return 1;
+}
+
+/* Slot i's I/O completed with `res` (bytes, or -errno). */
+static void complete(dt_offload_t *o, dt_oq_t *q, uint32_t i, int res)
+{
+    on_slot_t *s = &o->slot[i];
+    on_job_t *j = s->job;
+    const int write = s->write && !s->rmw;
+    o->inflight--;
+    if (res < 0) {
+        fail(j, DT_ERR_IO, "%s at byte %llu: %s", write ? "write" : "read",
+             (unsigned long long)s->c0, strerror(-res));
+    } else if ((uint64_t)res != s->c1 - s->c0) {
+        fail(j, DT_ERR_IO, "short %s at byte %llu: %d of %llu bytes (the file was truncated?)",
+             write ? "write" : "read", (unsigned long long)s->c0, res,
+             (unsigned long long)(s->c1 - s->c0));
+    } else if (s->rmw) {
+        /* the block as it was, the store's bytes over it, written back
+         * from the same buffer (which stays held) */
+        s->rmw = 0;
+        if (j->status == DT_OK && copy_part(o, q, i) == DT_OK && prep(o, i, 1) == DT_OK)
+            return;
+    } else if (!write && j->status == DT_OK && s->mem == slot_mem(o, i)) {
+        copy_part(o, q, i);
+    }
+    release(o, i);
+}
+
+/* Finish every running job with nothing left to start or in flight. */
+static void finish_done(dt_offload_t *o, dt_oq_t *q)
+{
+    on_job_t **pp = &o->running;
+    while (*pp) {
+        on_job_t *j = *pp;
+        if (j->ios > 0 || (j->status == DT_OK && j->next < j->end)) {
+            pp = &j->next_job;
+            continue;
+        }
+        if (j->status == DT_OK && j->r->bytes > 0)
+            check_file(j);
+        *pp = j->next_job;
+        dt_oq_finish(q, j->r, j->status);
+        j->r = NULL;
+        j->next_job = o->free_jobs;
+        o->free_jobs = j;
+    }
+}
+
+/* The ring failed or an I/O never completed: every running request fails
+ * with `why`, and the tier stops submitting (o->broken). */
+static void break_all(dt_offload_t *o, dt_oq_t *q, int status, const char *why)
+{
+    o->broken = 1;
+    for (on_job_t *j = o->running; j; j = j->next_job) {
+        fail(j, status, "%s", why);
+        j->ios = 0;
+    }
+    for (uint32_t i = 0; i < o->n_bounce; i++)
+        o->slot[i].job = NULL;
+    o->inflight = 0;
+    finish_done(o, q);
+}
+
+/* Submit what is prepared and wait (one system call, bounded by the
+ * queue's timeout) for a completion, then take every one that is ready. */
+static void reap(dt_offload_t *o, dt_oq_t *q)
+{
+    char why[160];
+    struct io_uring_cqe *cqe = NULL;
+    struct __kernel_timespec ts = {.tv_sec = q->timeout_ms / 1000,
+                                   .tv_nsec = (q->timeout_ms % 1000) * 1000000};
+    int e = io_uring_submit_and_wait_timeout(&o->ring, &cqe, 1, &ts, NULL);
+    if (e == -EINTR || (e >= 0 && !cqe))
+        return;
+    if (e == -ETIME) {
+        snprintf(why, sizeof why, "an I/O did not complete within %lld ms; the tier stops here",
+                 (long long)q->timeout_ms);
+        break_all(o, q, DT_ERR_TIMEOUT, why);
+        return;
+    }
+    if (e < 0) {
+        snprintf(why, sizeof why, "submitting to or waiting for io_uring: %s; the tier stops here",
+                 strerror(-e));
+        break_all(o, q, DT_ERR_IO, why);
+        return;
+    }
+    do {
+        uint32_t i = (uint32_t)io_uring_cqe_get_data64(cqe);
+        int res = cqe->res;
+        io_uring_cqe_seen(&o->ring, cqe);
+        complete(o, q, i, res);
+    } while (io_uring_peek_cqe(&o->ring, &cqe) == 0);
+}
+
+/* A request taken off the queue becomes the newest running job; one that
+ * cannot run (a broken tier, its file gone) is failed at once. */
+static on_job_t *admit(dt_offload_t *o, dt_oq_req_t *r)
+{
+    on_job_t *j = o->free_jobs;
+    o->free_jobs = j->next_job;
+    o->n_reqs++;
+    *j = (on_job_t){.r = r, .b = r->buf, .lo = r->offset, .hi = r->offset + r->bytes};
+    j->next = j->lo / ON_ALIGN * ON_ALIGN;
+    j->end = r->bytes ? (j->hi + ON_ALIGN - 1) / ON_ALIGN * ON_ALIGN : j->next;
+    if (o->broken)
+        fail(j, DT_ERR_IO, "an earlier I/O of this tier never completed");
+    else if (r->bytes)
+        check_file(j);
+    on_job_t **pp = &o->running;
+    while (*pp)
+        pp = &(*pp)->next_job;
+    *pp = j;
+    return j;
+}
+
+void on_io_loop(void *ctx, dt_oq_t *q)
 {
     dt_offload_t *o = ctx;
-    io_job_t j = {.o = o, .q = q, .r = r, .b = r->buf, .lo = r->offset,
-                  .hi = r->offset + r->bytes};
-    if (o->broken)
-        return fail(&j, DT_ERR_IO, "an earlier I/O of this tier never completed");
-    if (r->bytes == 0)
-        return DT_OK;
-    /* the file must still be ours, whole: deleted or truncated under the
-     * job, it would hand back zeros or lose what is written */
-    int rc = check_file(&j);
-    if (rc != DT_OK)
-        return rc;
-    uint64_t a0 = j.lo / ON_ALIGN * ON_ALIGN;
-    uint64_t a1 = (j.hi + ON_ALIGN - 1) / ON_ALIGN * ON_ALIGN;
-    rc = r->op == DT_OQ_STORE ? run_store(&j, a0, a1) : run_load(&j, a0, a1);
-    return rc == DT_OK ? check_file(&j) : rc;
+    for (;;) {
+        /* oldest first; a job held back holds back the later ones */
+        int waiting = 0;
+        for (on_job_t *j = o->running; j && !waiting; j = j->next_job)
+            waiting = !start_ios(o, q, j);
+        /* more requests while the running ones have started everything
+         * and a bounce buffer is free; idle, block for the next */
+        while (!waiting && o->free_jobs && o->inflight < o->n_bounce) {
+            int idle = !o->running && !o->inflight;
+            dt_oq_req_t *r = dt_oq_take(q, idle);
+            if (!r) {
+                if (idle)
+                    return; /* the queue stopped */
+                break;
+            }
+            waiting = !start_ios(o, q, admit(o, r));
+        }
+        finish_done(o, q);
+        if (o->inflight)
+            reap(o, q);
+        finish_done(o, q);
+    }
 }

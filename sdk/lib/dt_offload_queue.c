@@ -1,8 +1,9 @@
 /*
  * sdk/lib/dt_offload_queue.c - transfers in the background for offload
  * tiers: store and load queue a request, one worker thread per instance
- * runs the queue oldest first through the tier's `run`, and wait blocks on
- * the request with a deadline.  See dtrain/sdk/offload_queue.h.
+ * runs the queue oldest first through the tier's `run` (or the tier's own
+ * loop takes requests and finishes them as they complete), and wait
+ * blocks on the request with a deadline.  See dtrain/sdk/offload_queue.h.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -49,40 +50,54 @@ int dt_oq_device_copy(dt_oq_t *q, dt_oq_req_t *r, uint64_t ext_off, void *host,
     return rc;
 }
 
-static void *worker_main(void *arg)
+dt_oq_req_t *dt_oq_take(dt_oq_t *q, int block)
 {
-    dt_oq_t *q = arg;
     pthread_mutex_lock(&q->mu);
-    for (;;) {
-        while (!q->head && !q->stop)
-            pthread_cond_wait(&q->work, &q->mu);
-        dt_oq_req_t *r = q->head;
-        if (!r)
-            break; /* stop, and nothing left */
+    while (block && !q->head && !q->stop)
+        pthread_cond_wait(&q->work, &q->mu);
+    dt_oq_req_t *r = q->head;
+    if (r) {
         q->head = r->next;
         if (!q->head)
             q->tail = NULL;
-        pthread_mutex_unlock(&q->mu);
-        int rc = q->run(q->ctx, q, r);
-        pthread_mutex_lock(&q->mu);
-        r->status = rc;
-        r->done = 1;
-        (*r->pending)--;
-        req_unref_locked(q, r);
-        pthread_cond_broadcast(&q->done);
+        r->next = NULL;
     }
     pthread_mutex_unlock(&q->mu);
+    return r;
+}
+
+void dt_oq_finish(dt_oq_t *q, dt_oq_req_t *r, int status)
+{
+    pthread_mutex_lock(&q->mu);
+    r->status = status;
+    r->done = 1;
+    (*r->pending)--;
+    req_unref_locked(q, r);
+    pthread_cond_broadcast(&q->done);
+    pthread_mutex_unlock(&q->mu);
+}
+
+static void *worker_main(void *arg)
+{
+    dt_oq_t *q = arg;
+    if (q->loop) {
+        q->loop(q->ctx, q);
+        return NULL;
+    }
+    dt_oq_req_t *r;
+    while ((r = dt_oq_take(q, 1)) != NULL)
+        dt_oq_finish(q, r, q->run(q->ctx, q, r));
     return NULL;
 }
 
-int dt_oq_start(dt_oq_t *q, const dt_host_v1_t *host, int32_t rank, int64_t timeout_ms,
-                const dt_device_ops_v1_t *dev_ops, dt_device_t *dev, dt_oq_run_fn run,
-                void *ctx)
+static int start(dt_oq_t *q, const dt_host_v1_t *host, int32_t rank, int64_t timeout_ms,
+                 const dt_device_ops_v1_t *dev_ops, dt_device_t *dev, dt_oq_run_fn run,
+                 dt_oq_loop_fn loop, void *ctx)
 {
     memset(q, 0, sizeof *q);
     *q = (dt_oq_t){.host = host, .rank = rank,
                    .timeout_ms = timeout_ms > 0 ? timeout_ms : DT_OQ_DEFAULT_TIMEOUT_MS,
-                   .dev_ops = dev_ops, .dev = dev, .run = run, .ctx = ctx};
+                   .dev_ops = dev_ops, .dev = dev, .run = run, .loop = loop, .ctx = ctx};
     int rc = dev_ops->stream_create(dev, &q->stream);
     if (rc != DT_OK) {
         host->log(host, DT_LOG_ERROR, "creating the transfer stream failed");
@@ -103,6 +118,20 @@ int dt_oq_start(dt_oq_t *q, const dt_host_v1_t *host, int32_t rank, int64_t time
     }
     q->started = 1;
     return DT_OK;
+}
+
+int dt_oq_start(dt_oq_t *q, const dt_host_v1_t *host, int32_t rank, int64_t timeout_ms,
+                const dt_device_ops_v1_t *dev_ops, dt_device_t *dev, dt_oq_run_fn run,
+                void *ctx)
+{
+    return start(q, host, rank, timeout_ms, dev_ops, dev, run, NULL, ctx);
+}
+
+int dt_oq_start_loop(dt_oq_t *q, const dt_host_v1_t *host, int32_t rank, int64_t timeout_ms,
+                     const dt_device_ops_v1_t *dev_ops, dt_device_t *dev, dt_oq_loop_fn loop,
+                     void *ctx)
+{
+    return start(q, host, rank, timeout_ms, dev_ops, dev, NULL, loop, ctx);
 }
 
 void dt_oq_stop(dt_oq_t *q)

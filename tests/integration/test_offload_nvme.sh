@@ -3,6 +3,9 @@
 #  - bit for bit against no offload (zero stage 3 with parameters and
 #    optimizer on the tier, ddp, a buffered-I/O run), its files gone after
 #    a clean run;
+#  - a file system that refuses O_DIRECT (test hook builds): direct =
+#    "auto" falls back with one log line (local rank 0's) and the same
+#    losses, direct = "on" stops naming the path (exit 2);
 #  - checkpoints: saved with the tier by 2 ranks and resumed without it by
 #    1, and the other way round, end bit for bit alike;
 #  - a rank killed mid-run: the launcher's cleanup removes the job's files;
@@ -78,6 +81,32 @@ if grep -qE '^\[rank 0\] offload tier \(rank 0, MiB held\): offload_nvme 0\.0[0-
    held=$(grep -o '"held_bytes": [0-9]*' zero3-nvme.jsonl | cut -d' ' -f2) && [ "$held" -gt 0 ] &&
    [ $((held % 4096)) = 0 ]; then ok "the report shows the bytes the tier's files hold ($held)"
 else bad "no offload_nvme line in the report" "$(grep -i offload zero3-nvme.log zero3-nvme.jsonl)"; fi
+
+# ---- a file system that refuses O_DIRECT (tmpfs before Linux 6.6), by the test
+# hook DTRAIN_FAULT_NO_ODIRECT (every O_DIRECT open fails with EINVAL) -----------
+if has_test_hooks "$bin"; then
+  z3=(--set launch.nproc=2 --set parallel.data=zero --set zero.stage=3
+      --set zero.offload_what=optimizer_and_params)
+  grep -q "refuses O_DIRECT" zero3-nvme.log && bad "the O_DIRECT run fell back" "$(cat zero3-nvme.log)"
+  if DTRAIN_FAULT_NO_ODIRECT=1 run nodirect "${z3[@]}" "${tier[@]}"; then
+    line="[rank 0] offload/offload_nvme: '$nv' refuses O_DIRECT (tmpfs?): buffered I/O"
+    if [ "$(grep -c "refuses O_DIRECT" nodirect.log)" = 1 ] && grep -qxF "$line" nodirect.log
+    then ok "direct = auto: one fallback line for the job's machine (local rank 0 says it)"
+    else bad "no single fallback line '$line'" "$(cat nodirect.log)"; fi
+    if cmp -s <(losses zero3-nvme.jsonl) <(losses nodirect.jsonl) && cmp -s zero3-nvme.st nodirect.st
+    then ok "buffered fallback: losses and final parameters bit for bit as with O_DIRECT"
+    else bad "the buffered fallback differs" "$(paste <(losses zero3-nvme.jsonl) <(losses nodirect.jsonl))"; fi
+  fi
+  no_files "nodirect"
+  out=$(DTRAIN_FAULT_NO_ODIRECT=1 "$bin" run t.toml --set run.name=directon "${z3[@]}" "${tier[@]}" \
+        --set offload_nvme.direct=on 2>&1) && code=0 || code=$?
+  [ "$code" = 2 ] && ok "direct = on refused (exit 2)" || bad "direct = on: exit $code, expected 2" "$out"
+  expect_out "... naming the path" "direct = \"on\", but '$nv' refuses O_DIRECT (tmpfs?); use direct = \"auto\" or another path"
+  if grep -q '^step' <<<"$out"; then bad "direct = on: a step ran" "$out"; else ok "direct = on: no step ran"; fi
+  no_files "direct = on"
+else
+  skip "O_DIRECT refused" "test hooks (DTRAIN_FAULT_*) compiled out of $bin"
+fi
 
 # ---- checkpoints: saved with the tier by 2 ranks, resumed without it by 1, and
 # the other way round; both resumes end with the same parameters, bit for bit

@@ -218,6 +218,44 @@ static void test_many_in_flight(void **state)
     tier_close(&t);
 }
 
+/* Stores and loads of overlapping bytes queued together, waited on only
+ * at the end: each load sees exactly the stores queued before it; a
+ * pointer that is not one of the tier's buffers is refused by name. */
+static void test_order_and_foreign(void **state)
+{
+    (void)state;
+    tier_t t;
+    tier_open(&t, NULL, NULL);
+    enum { N = 3000 };
+    uint8_t x[N], y[N], want[N], back1[N] = {0}, back2[N] = {0};
+    fill(x, N, 1);
+    fill(y, N, 2);
+    dt_offload_buf_t *b;
+    dt_offload_req_t *r[4];
+    assert_ok(t.ops->alloc(t.o, N, DT_TAG_OPTIMIZER, &b));
+    assert_ok(t.ops->store(t.o, b, 0, x, N, DT_MEM_HOST, NULL, &r[0]));
+    assert_ok(t.ops->load(t.o, b, 0, back1, N, DT_MEM_HOST, NULL, &r[1]));
+    assert_ok(t.ops->store(t.o, b, 1000, y + 1000, 700, DT_MEM_HOST, NULL, &r[2]));
+    assert_ok(t.ops->load(t.o, b, 0, back2, N, DT_MEM_HOST, NULL, &r[3]));
+    for (int i = 3; i >= 0; i--)
+        assert_ok(t.ops->wait(t.o, r[i], -1));
+    assert_memory_equal(back1, x, N);
+    memcpy(want, x, N);
+    memcpy(want + 1000, y + 1000, 700);
+    assert_memory_equal(back2, want, N);
+    uint32_t other[16] = {0};
+    char msg[200];
+    assert_status(t.ops->load(t.o, (dt_offload_buf_t *)other, 0, back1, 8, DT_MEM_HOST, NULL,
+                              &r[0]), DT_ERR_INVALID);
+    snprintf(msg, sizeof msg, "offload/offload_cpu: load: %p is not a buffer of this tier (or "
+             "was freed)", (void *)other);
+    assert_msg(msg);
+    void *p;
+    assert_status(t.ops->host_ptr(t.o, (dt_offload_buf_t *)other, &p), DT_ERR_INVALID);
+    assert_msg_has("host_ptr: ");
+    tier_close(&t);
+}
+
 /* The tier's bytes are pinned host memory tagged offload: the device's
  * budget (64 KiB here) does not count them. */
 static void test_outside_device_budget(void **state)
@@ -433,6 +471,7 @@ int main(void)
         cmocka_unit_test(test_alignment_and_host_ptr),
         cmocka_unit_test(test_partial_pieces),
         cmocka_unit_test(test_many_in_flight),
+        cmocka_unit_test(test_order_and_foreign),
         cmocka_unit_test(test_outside_device_budget),
         cmocka_unit_test(test_capacity),
         cmocka_unit_test(test_init_errors),

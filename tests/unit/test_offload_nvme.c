@@ -6,8 +6,10 @@
  * small blocks and few bounce buffers (direct and buffered I/O), many
  * requests in flight, the capacity and free-space errors, config errors,
  * a file deleted or truncated under the tier, a read error, cleanup_job,
- * and - with a
- * fake device whose copies block - a bounded wait.
+ * and - with a fake device whose copies block, holding the worker while
+ * requests queue - a bounded wait, block-sized requests keeping every
+ * bounce buffer busy, and loads after stores of overlapping bytes (all in
+ * flight together) seeing exactly what was stored before them.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -27,6 +29,7 @@
 
 #include "dtrain/dtrain.h"
 #include "test_assert.h"
+#include "test_hooks.h"
 #include "test_host.h"
 #include "test_plugin.h"
 
@@ -537,6 +540,256 @@ static void test_wait_timeout(void **state)
     dt_test_deadline(0, NULL);
 }
 
+/* ---- requests in flight together: the worker held by a blocker ---- */
+
+static char g_log[4096];
+
+/* The host's log, kept for the test to read (every level). */
+static void capture_log(const dt_host_v1_t *h, int level, const char *fmt, ...)
+{
+    (void)h; (void)level;
+    size_t n = strlen(g_log);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_log + n, sizeof g_log - n, fmt, ap);
+    va_end(ap);
+    n = strlen(g_log);
+    if (n + 1 < sizeof g_log) {
+        g_log[n] = '\n';
+        g_log[n + 1] = 0;
+    }
+}
+
+static void release_copies(int on)
+{
+    pthread_mutex_lock(&g_mu);
+    g_release = on;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* A tier over the fake device (rank 5, 8 KiB blocks, 4 buffers), its
+ * worker held in the device copy of a first store (into *blocker) until
+ * release_copies(1): what the test queues meanwhile is all queued when
+ * the worker looks. */
+static dt_offload_t *held_tier(dt_test_host_t *th, dt_test_kv_t *kv, const char *dir,
+                               dt_offload_buf_t **blocker, dt_offload_req_t **breq)
+{
+    static uint8_t src[4096];
+    kv[0] = (dt_test_kv_t){"path", dir};
+    kv[1] = (dt_test_kv_t){"block_size", "8192"};
+    kv[2] = (dt_test_kv_t){"buffers", "4"};
+    kv[3] = (dt_test_kv_t){"queue_depth", "8"};
+    kv[4] = (dt_test_kv_t){NULL, NULL};
+    dt_test_host_init(th, "offload/offload_nvme", kv);
+    th->host.log = capture_log;
+    g_log[0] = 0;
+    release_copies(0);
+    dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 5, .job_id = "held",
+                               .timeout_ms = 10000, .dev_ops = &fake_dev,
+                               .dev = (dt_device_t *)&g_cv};
+    dt_offload_t *o = NULL;
+    assert_ok(on_ops()->init(&th->host, &oa, &o));
+    assert_ok(on_ops()->alloc(o, sizeof src, DT_TAG_OPTIMIZER, blocker));
+    assert_ok(on_ops()->store(o, *blocker, 0, src, sizeof src, DT_MEM_DEVICE, NULL, breq));
+    return o;
+}
+
+/* Requests of one block each, queued together, keep every bounce buffer
+ * busy: 4 I/Os in flight at once (the tier used to run them one at a
+ * time), and the bytes land where they belong (aligned host memory, read
+ * and written in place). */
+static void test_ring_stays_full(void **state)
+{
+    (void)state;
+    dt_test_deadline(60, "offload_nvme ring stays full");
+    const dt_offload_ops_v1_t *ops = on_ops();
+    dt_test_host_t th;
+    dt_test_kv_t kv[5];
+    dt_offload_buf_t *blocker, *b;
+    dt_offload_req_t *br, *r[16];
+    dt_offload_t *o = held_tier(&th, kv, fresh_dir("full"), &blocker, &br);
+    enum { NR = 16, BS = 8192 };
+    /* 4 KiB-aligned host memory: the I/Os read and write it in place */
+    uint8_t *src = aligned_alloc(4096, NR * BS), *back = aligned_alloc(4096, NR * BS);
+    fill(src, NR * BS, 21);
+    memset(back, 0, NR * BS);
+    assert_ok(ops->alloc(o, NR * BS, DT_TAG_PARAMS, &b));
+    for (int i = 0; i < NR; i++)
+        assert_ok(ops->store(o, b, (uint64_t)i * BS, src + (size_t)i * BS, BS, DT_MEM_HOST, NULL,
+                             &r[i]));
+    release_copies(1);
+    assert_ok(ops->wait(o, br, -1));
+    for (int i = 0; i < NR; i++)
+        assert_ok(ops->wait(o, r[i], -1));
+    assert_ok(ops->load(o, b, 0, back, NR * BS, DT_MEM_HOST, NULL, &r[0]));
+    assert_ok(ops->wait(o, r[0], -1));
+    assert_memory_equal(back, src, NR * BS);
+    ops->finalize(o);
+    /* the blocker, 16 stores and one load of 16 blocks */
+    if (!strstr(g_log, "rank 5: 18 requests in 33 I/Os, at most 4 in flight at once\n"))
+        fail_msg("no finalize line with 4 I/Os in flight in:\n%s", g_log);
+    free(src);
+    free(back);
+    dt_test_deadline(0, NULL);
+}
+
+/* Stores and loads of overlapping bytes, all queued before the worker
+ * looks and waited on only at the end: each load sees exactly the stores
+ * queued before it (partial blocks included), whatever runs at once; a
+ * wait that times out on one of them while the worker is held names it,
+ * and its bytes still arrive. */
+static void test_order_in_flight(void **state)
+{
+    (void)state;
+    dt_test_deadline(60, "offload_nvme order in flight");
+    const dt_offload_ops_v1_t *ops = on_ops();
+    dt_test_host_t th;
+    dt_test_kv_t kv[5];
+    dt_offload_buf_t *blocker, *b;
+    dt_offload_req_t *br, *r[7];
+    const char *dir = fresh_dir("order");
+    dt_offload_t *o = held_tier(&th, kv, dir, &blocker, &br);
+    enum { N = 40000 }; /* 5 blocks of 8 KiB, the last partial */
+    /* the sources 4 KiB-aligned (whole blocks written in place), the
+     * loads' destinations not (through the bounce buffers) */
+    uint8_t *x = aligned_alloc(4096, 40960), *y = aligned_alloc(4096, 40960);
+    uint8_t *z = aligned_alloc(4096, 40960), *want = malloc(N);
+    uint8_t *mem1 = calloc(N + 1, 1), *mem2 = calloc(N + 1, 1), *mem3 = calloc(N + 1, 1);
+    uint8_t *back1 = mem1 + 1, *back2 = mem2 + 1, *back3 = mem3 + 1;
+    fill(x, N, 1);
+    fill(y, N, 2);
+    fill(z, N, 3);
+    assert_ok(ops->alloc(o, N, DT_TAG_OPTIMIZER, &b));
+    assert_ok(ops->store(o, b, 0, x, N, DT_MEM_HOST, NULL, &r[0]));
+    assert_ok(ops->load(o, b, 0, back1, N, DT_MEM_HOST, NULL, &r[1]));
+    /* partial blocks at both ends, then one inside the last of them */
+    assert_ok(ops->store(o, b, 5000, y + 5000, 15000, DT_MEM_HOST, NULL, &r[2]));
+    assert_ok(ops->store(o, b, 20000, z + 20000, 1000, DT_MEM_HOST, NULL, &r[3]));
+    assert_ok(ops->load(o, b, 0, back2, N, DT_MEM_HOST, NULL, &r[4]));
+    assert_ok(ops->store(o, b, 0, z, N, DT_MEM_HOST, NULL, &r[5]));
+    assert_ok(ops->load(o, b, 3000, back3 + 3000, 27000, DT_MEM_HOST, NULL, &r[6]));
+    assert_status(ops->wait(o, r[6], 30), DT_ERR_TIMEOUT);
+    char want_msg[600];
+    snprintf(want_msg, sizeof want_msg, "offload/offload_nvme: rank 5: wait: load of 27000 bytes "
+             "at offset 3000 of file '%s/dtrain-held-r5-2.bin' (40000 bytes of optimizer) not "
+             "done after 30 ms", dir);
+    assert_msg(want_msg);
+    release_copies(1);
+    assert_ok(ops->wait(o, br, -1));
+    for (int i = 5; i >= 0; i--) /* newest first: any order works */
+        assert_ok(ops->wait(o, r[i], -1));
+    ops->finalize(o); /* waits for the load whose wait timed out */
+    assert_memory_equal(back1, x, N);
+    memcpy(want, x, N);
+    memcpy(want + 5000, y + 5000, 15000);
+    memcpy(want + 20000, z + 20000, 1000);
+    assert_memory_equal(back2, want, N);
+    assert_memory_equal(back3 + 3000, z + 3000, 27000);
+    free(x);
+    free(y);
+    free(z);
+    free(want);
+    free(mem1);
+    free(mem2);
+    free(mem3);
+    dt_test_deadline(0, NULL);
+}
+
+/* ---- a file system that refuses O_DIRECT (the test hook) ---- */
+
+/* Whether the plugin's descriptor for `path` has O_DIRECT (fdinfo). */
+static int opened_direct(const char *path)
+{
+    int fd = fd_of(path);
+    assert_true(fd >= 0);
+    char p[64], line[128];
+    snprintf(p, sizeof p, "/proc/self/fdinfo/%d", fd);
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    unsigned flags = 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = sscanf(line, "flags: %o", &flags) == 1;
+    fclose(f);
+    assert_true(found);
+    return (flags & O_DIRECT) != 0;
+}
+
+/* A tier on the cpu device, rank 2 on local rank `local`, its log kept. */
+static int direct_tier(tier_t *t, const char *dir, const char *direct, int local)
+{
+    t->kv[0] = (dt_test_kv_t){"path", dir};
+    t->kv[1] = (dt_test_kv_t){"direct", direct};
+    t->kv[2] = (dt_test_kv_t){NULL, NULL};
+    t->dops = cpu_ops();
+    t->ops = on_ops();
+    dt_test_host_init(&t->dh, "device/cpu", NULL);
+    dt_test_host_init(&t->oh, "offload/offload_nvme", t->kv);
+    t->oh.host.log = capture_log;
+    g_log[0] = 0;
+    dt_device_init_v1_t da = {.struct_size = sizeof da, .local_size = 2, .device_index = -1};
+    assert_ok(t->dops->init(&t->dh.host, &da, &t->dev));
+    dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 2, .local_rank = local,
+                               .job_id = "dj", .timeout_ms = 10000, .dev_ops = t->dops,
+                               .dev = t->dev};
+    t->o = NULL;
+    return t->ops->init(&t->oh.host, &oa, &t->o);
+}
+
+/* DTRAIN_FAULT_NO_ODIRECT=1 makes O_DIRECT opens fail with EINVAL (as
+ * tmpfs before Linux 6.6): direct = "on" refuses to start naming the
+ * folder; "auto" says so in one line on local rank 0 only, opens the
+ * files without O_DIRECT, and moves the same bytes. */
+static void test_direct_refused(void **state)
+{
+    (void)state;
+    dt_test_require_hooks("DTRAIN_FAULT_NO_ODIRECT");
+    char dir[300], p[400], want[700];
+    tier_t t;
+    /* without the hook, this folder takes O_DIRECT (ext4, xfs, tmpfs of
+     * Linux 6.6 on): its files are opened with it */
+    snprintf(dir, sizeof dir, "%s", fresh_dir("direct"));
+    assert_ok(direct_tier(&t, dir, "auto", 0));
+    dt_offload_buf_t *b;
+    assert_ok(t.ops->alloc(t.o, 10000, DT_TAG_OPTIMIZER, &b));
+    snprintf(p, sizeof p, "%s/dtrain-dj-r2-1.bin", dir);
+    int can = opened_direct(p);
+    tier_close(&t);
+    if (can)
+        assert_null(strstr(g_log, "refuses O_DIRECT"));
+    else /* this folder's file system refuses it anyway: the rest holds */
+        print_message("note: '%s' refuses O_DIRECT without the hook\n", dir);
+
+    setenv("DTRAIN_FAULT_NO_ODIRECT", "1", 1);
+    assert_status(direct_tier(&t, dir, "on", 0), DT_ERR_CONFIG);
+    snprintf(want, sizeof want, "offload/offload_nvme: rank 2: direct = \"on\", but '%s' refuses "
+             "O_DIRECT (tmpfs?); use direct = \"auto\" or another path", dir);
+    assert_msg(want);
+    assert_int_equal(count_files(dir), -1); /* the probe and the folder it made are gone */
+    t.dops->finalize(t.dev);
+
+    assert_ok(direct_tier(&t, dir, "auto", 0));
+    snprintf(want, sizeof want, "'%s' refuses O_DIRECT (tmpfs?): buffered I/O\n", dir);
+    char *line = strstr(g_log, want);
+    assert_non_null(line);
+    assert_null(strstr(line + strlen(want), "refuses O_DIRECT")); /* one line */
+    assert_ok(t.ops->alloc(t.o, 10000, DT_TAG_OPTIMIZER, &b));
+    assert_false(opened_direct(p));
+    uint8_t src[10000], back[10000];
+    fill(src, sizeof src, 4);
+    store_wait(&t, b, 0, src, sizeof src, DT_MEM_HOST);
+    memset(back, 0, sizeof back);
+    load_wait(&t, b, 0, back, sizeof back, DT_MEM_HOST);
+    assert_memory_equal(back, src, sizeof src);
+    tier_close(&t);
+
+    assert_ok(direct_tier(&t, dir, "auto", 1)); /* local rank 1: silent */
+    assert_null(strstr(g_log, "refuses O_DIRECT"));
+    tier_close(&t);
+    unsetenv("DTRAIN_FAULT_NO_ODIRECT");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -551,6 +804,9 @@ int main(void)
         cmocka_unit_test(test_read_error),
         cmocka_unit_test(test_cleanup_job),
         cmocka_unit_test(test_wait_timeout),
+        cmocka_unit_test(test_ring_stays_full),
+        cmocka_unit_test(test_order_in_flight),
+        cmocka_unit_test(test_direct_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

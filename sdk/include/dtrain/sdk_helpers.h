@@ -18,6 +18,8 @@
  *                         the host (ZeRO-Offload)
  *   dtrain/sdk/offload_queue.h  an offload tier's transfers on a worker
  *                         thread, with bounded waits (link Threads)
+ *   dtrain/sdk/offload_bufs.h  an offload tier's live buffers: alloc's
+ *                         checks, capacity, free after their transfers
  *   dtrain/sdk/hash.h     a 64-bit content hash of device memory and a
  *                         collective check that every rank holds the same
  *   dtrain/sdk/sha256.h   SHA-256, HMAC-SHA256, a constant-time compare
@@ -64,6 +66,7 @@
 #include "dtrain/sdk/hash.h"
 #include "dtrain/sdk/norm.h"
 #include "dtrain/sdk/offload.h"
+#include "dtrain/sdk/offload_bufs.h"
 #include "dtrain/sdk/offload_queue.h"
 #include "dtrain/sdk/optim.h"
 #include "dtrain/sdk/ranges.h"

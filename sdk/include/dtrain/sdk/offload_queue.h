@@ -5,9 +5,16 @@
  * the tier's own `run` function (a memcpy, a device copy, file I/O), and
  * waited on with a deadline.
  *
+ * A tier that keeps several requests running at once (offload_nvme: one
+ * io_uring ring kept full across request boundaries) starts the queue
+ * with its own worker loop instead (dt_oq_start_loop): it takes requests
+ * with dt_oq_take as it has room for them and ends each with dt_oq_finish
+ * when its last piece completes, in whatever order they complete.
+ *
  * A request has two references, the caller's (dropped by wait, whatever
  * the outcome, as the ABI says) and the worker's (dropped when `run`
- * returns): a wait that times out frees nothing the worker still uses.
+ * returns, or by dt_oq_finish): a wait that times out frees nothing the
+ * worker still uses.
  * Each buffer of the tier keeps a count of its transfers queued or
  * running (`pending`, guarded by the queue's mutex), so freeing it can
  * wait for them.  A device-side transfer is ordered after the caller's
@@ -60,6 +67,10 @@ typedef struct dt_oq_req {
 
 /* The tier's transfer: DT_OK, or a status with the reason in r->msg. */
 typedef int (*dt_oq_run_fn)(void *ctx, dt_oq_t *q, dt_oq_req_t *r);
+/* A tier's own worker loop (dt_oq_start_loop): takes every request with
+ * dt_oq_take, ends each with dt_oq_finish, and returns once a blocking
+ * dt_oq_take says the queue stopped (with nothing of its own running). */
+typedef void (*dt_oq_loop_fn)(void *ctx, dt_oq_t *q);
 
 struct dt_oq {
     const dt_host_v1_t *host;
@@ -68,7 +79,8 @@ struct dt_oq {
     const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
     dt_stream_t *stream;       /* the worker's, for device-side copies */
-    dt_oq_run_fn run;
+    dt_oq_run_fn run;          /* one request at a time, or */
+    dt_oq_loop_fn loop;        /* the tier's own loop */
     void *ctx;
     pthread_mutex_t mu;
     pthread_cond_t work;       /* queue not empty, or stop */
@@ -83,6 +95,19 @@ struct dt_oq {
 int dt_oq_start(dt_oq_t *q, const dt_host_v1_t *host, int32_t rank, int64_t timeout_ms,
                 const dt_device_ops_v1_t *dev_ops, dt_device_t *dev, dt_oq_run_fn run,
                 void *ctx);
+/* The same with the tier's own worker loop instead of `run`. */
+int dt_oq_start_loop(dt_oq_t *q, const dt_host_v1_t *host, int32_t rank, int64_t timeout_ms,
+                     const dt_device_ops_v1_t *dev_ops, dt_device_t *dev, dt_oq_loop_fn loop,
+                     void *ctx);
+/* For a loop: the oldest queued request, taken off the queue.  block = 0:
+ * NULL when none is queued; block = 1: waits for one, NULL once the queue
+ * is stopping and empty (the loop then returns).  The worker idles here;
+ * callers' waits are bounded on their side. */
+dt_oq_req_t *dt_oq_take(dt_oq_t *q, int block);
+/* For a loop: `r` ran to its end with `status` (the reason in r->msg):
+ * its waiter wakes, its buffer's pending count drops, the worker's
+ * reference goes.  r must not be touched afterwards. */
+void dt_oq_finish(dt_oq_t *q, dt_oq_req_t *r, int status);
 /* Let the worker drain the queue, then stop it and free what start made. */
 void dt_oq_stop(dt_oq_t *q);
 /* Queue a transfer of `bytes` between the caller's `ext` (in `space`) and

@@ -24,7 +24,8 @@ typedef struct dt_cli_cmd {
 
 /* Print a config table's keys, one entry each: name, type, default (or
  * "(required)"), range or choices, and the doc line under it (`dtrain
- * config doc` and `dtrain plugins --describe`). */
+ * config doc` and `dtrain plugins --describe`).  The name column is as
+ * wide as the table's longest name, 18 at least. */
 void dt_cli_print_keys(FILE *f, const char *table, const dt_config_key_t *keys, uint32_t n);
 
 /* Map a dt_status_t to an exit code (config/usage errors -> 2). */

@@ -24,7 +24,8 @@ typedef struct dt_cli_cmd {
 
 /* Print a config table's keys, one entry each: name, type, default (or
  * "(required)"), range or choices, and the doc line under it (`dtrain
- * config doc` and `dtrain plugins --describe`). */
+ * config doc` and `dtrain plugins --describe`).  The name column is as
+ * wide as the table's longest name, 18 at least. */
 void dt_cli_print_keys(FILE *f, const char *table, const dt_config_key_t *keys, uint32_t n);
 
 /* Map a dt_status_t to an exit code (config/usage errors -> 2). */
@@ -32,6 +33,14 @@ int dt_cli_exit_code(int status);
 /* Print "dtrain <cmd>: error: <dt_last_error()>" to stderr and return the
  * exit code for `status`. */
 int dt_cli_fail(const char *cmd, int status);
+/* This process is rank `rank` of a job of several (< 0: not, the default):
+ * its error lines start "[rank R] " from now on, as dtrain's launcher
+ * prefixes its ranks' lines (core/launch/launcher.h), so that under mpirun,
+ * srun or torchrun, which leave lines as they are, they say whose they
+ * are.  (The launcher does not tag a line twice.) */
+void dt_cli_set_rank(int rank);
+/* "[rank R] ", or "" for a single process: what error lines start with. */
+const char *dt_cli_rank_prefix(void);
 /* True when argv has -h or --help. */
 int dt_cli_wants_help(int argc, char **argv);
 /* The whole command line main() got (NULL-terminated), which the launcher

@@ -58,11 +58,19 @@ void dt_cli_print_keys(FILE *f, const char *table, const dt_config_key_t *keys, 
         fprintf(f, "[%s] takes no keys.\n", table);
         return;
     }
+    /* the name column as wide as the table's longest name (18 at least),
+     * so every key's type and default start at one column */
+    int width = 18;
+    for (uint32_t i = 0; i < n; i++) {
+        size_t len = keys[i].name ? strlen(keys[i].name) : 0;
+        if (len > (size_t)width)
+            width = len < 200 ? (int)len : 200;
+    }
     fprintf(f, "[%s]\n", table);
     for (uint32_t i = 0; i < n; i++) {
         const dt_config_key_t *k = &keys[i];
-        fprintf(f, "  %-18s %-6s default %s", k->name, type_name(k->type),
-                k->def ? k->def : "(required)");
+        fprintf(f, "  %-*s %-6s default %s", width, k->name ? k->name : "?",
+                type_name(k->type), k->def ? k->def : "(required)");
         /* min = max = 0, or min > max: no range (dtrain/plugin.h) */
         if ((k->type == DT_CFG_INT || k->type == DT_CFG_FLOAT) && k->min <= k->max &&
             !(k->min == 0 && k->max == 0))

@@ -154,12 +154,13 @@ static int launch_options(const char *const *vals, dt_cli_config_args_t *a)
         if (!v)
             continue;
         if (strlen(v) > 256 || strpbrk(v, "\"\\\n")) {
-            fprintf(stderr, "dtrain run: error: %s: '%.40s' is not a value for %s\n",
-                    k == 3 ? "--master-addr" : "option", v, keys[k]);
+            fprintf(stderr, "%sdtrain run: error: %s: '%.40s' is not a value for %s\n",
+                    dt_cli_rank_prefix(), k == 3 ? "--master-addr" : "option", v, keys[k]);
             return DT_EXIT_USAGE;
         }
         if (a->n_sets == (int)(sizeof a->sets / sizeof a->sets[0])) {
-            fprintf(stderr, "dtrain run: error: too many --set options\n");
+            fprintf(stderr, "%sdtrain run: error: too many --set options\n",
+                    dt_cli_rank_prefix());
             return DT_EXIT_USAGE;
         }
         /* the address quoted: "::1" or "1e3" must stay a string */
@@ -192,6 +193,13 @@ int dt_cmd_run(int argc, char **argv)
                                        "--nnodes",      "--node-rank",   "--master-addr",
                                        "--master-port", NULL};
     const char *vals[7] = {NULL};
+    /* One rank of several (mpirun, srun, torchrun or dtrain's launcher
+     * started it): its error lines name it, from the first.  A malformed
+     * environment is reported by plan_launch, after the config is read. */
+    dt_world_t w;
+    if (dt_world_from_env(NULL, &w) == DT_OK && w.size > 1)
+        dt_cli_set_rank(w.rank);
+    dt_err_clear();
     dt_cli_config_args_t a;
     int ec = dt_cli_parse_config_args("run", argc, argv, &a, opts, vals);
     if (!ec)

@@ -56,10 +56,26 @@ int dt_cli_exit_code(int status)
     }
 }
 
+static char rank_prefix[32]; /* "[rank 3] " or "" */
+
+void dt_cli_set_rank(int rank)
+{
+    if (rank < 0)
+        rank_prefix[0] = '\0';
+    else
+        snprintf(rank_prefix, sizeof rank_prefix, "[rank %d] ", rank);
+}
+
+const char *dt_cli_rank_prefix(void)
+{
+    return rank_prefix;
+}
+
 int dt_cli_fail(const char *cmd, int status)
 {
     const char *msg = dt_last_error();
-    fprintf(stderr, "dtrain %s: error: %s\n", cmd, msg[0] ? msg : dt_status_name(status));
+    fprintf(stderr, "%sdtrain %s: error: %s\n", rank_prefix, cmd,
+            msg[0] ? msg : dt_status_name(status));
     return dt_cli_exit_code(status);
 }
 
@@ -81,7 +97,8 @@ int dt_cli_parse_config_args(const char *cmd, int argc, char **argv,
         const char *set = NULL;
         if (strcmp(a, "--set") == 0) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "dtrain %s: error: --set needs table.key=value\n", cmd);
+                fprintf(stderr, "%sdtrain %s: error: --set needs table.key=value\n",
+                        rank_prefix, cmd);
                 return DT_EXIT_USAGE;
             }
             set = argv[++i];
@@ -90,7 +107,8 @@ int dt_cli_parse_config_args(const char *cmd, int argc, char **argv,
         }
         if (set) {
             if (out->n_sets == (int)(sizeof out->sets / sizeof out->sets[0])) {
-                fprintf(stderr, "dtrain %s: error: too many --set options\n", cmd);
+                fprintf(stderr, "%sdtrain %s: error: too many --set options\n", rank_prefix,
+                        cmd);
                 return DT_EXIT_USAGE;
             }
             out->sets[out->n_sets++] = set;
@@ -101,7 +119,7 @@ int dt_cli_parse_config_args(const char *cmd, int argc, char **argv,
             if (strcmp(a, value_opts[k]) != 0)
                 continue;
             if (i + 1 >= argc) {
-                fprintf(stderr, "dtrain %s: error: %s needs a value\n", cmd, a);
+                fprintf(stderr, "%sdtrain %s: error: %s needs a value\n", rank_prefix, cmd, a);
                 return DT_EXIT_USAGE;
             }
             values[k] = argv[++i];
@@ -110,19 +128,20 @@ int dt_cli_parse_config_args(const char *cmd, int argc, char **argv,
         if (matched)
             continue;
         if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "dtrain %s: error: unknown option '%s' (see dtrain %s --help)\n",
-                    cmd, a, cmd);
+            fprintf(stderr, "%sdtrain %s: error: unknown option '%s' (see dtrain %s --help)\n",
+                    rank_prefix, cmd, a, cmd);
             return DT_EXIT_USAGE;
         }
         if (out->config) {
-            fprintf(stderr, "dtrain %s: error: more than one config file ('%s', '%s')\n",
-                    cmd, out->config, a);
+            fprintf(stderr, "%sdtrain %s: error: more than one config file ('%s', '%s')\n",
+                    rank_prefix, cmd, out->config, a);
             return DT_EXIT_USAGE;
         }
         out->config = a;
     }
     if (!out->config) {
-        fprintf(stderr, "dtrain %s: error: missing CONFIG (see dtrain %s --help)\n", cmd, cmd);
+        fprintf(stderr, "%sdtrain %s: error: missing CONFIG (see dtrain %s --help)\n",
+                rank_prefix, cmd, cmd);
         return DT_EXIT_USAGE;
     }
     return DT_EXIT_OK;

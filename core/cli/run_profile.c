@@ -24,7 +24,7 @@ __attribute__((format(printf, 2, 3))) static int usage(const char *list, const c
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "dtrain run: error: --profile '%s': ", list);
+    fprintf(stderr, "%sdtrain run: error: --profile '%s': ", dt_cli_rank_prefix(), list);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);

@@ -27,20 +27,6 @@
 
 /* ---------------------------------------------------------------- memory */
 
-/* "512 B", "4.0 KiB", "12.5 MiB", "3.2 GiB". */
-static const char *fmt_bytes(char buf[32], uint64_t b)
-{
-    if (b < 1024)
-        snprintf(buf, 32, "%" PRIu64 " B", b);
-    else if (b < (1ull << 20))
-        snprintf(buf, 32, "%.1f KiB", (double)b / 1024.0);
-    else if (b < (1ull << 30))
-        snprintf(buf, 32, "%.1f MiB", (double)b / (1024.0 * 1024.0));
-    else
-        snprintf(buf, 32, "%.1f GiB", (double)b / (1024.0 * 1024.0 * 1024.0));
-    return buf;
-}
-
 static uint64_t ptr_hash(const void *p)
 {
     /* Blocks are 64-byte aligned: drop the always-zero bits, then mix. */
@@ -104,29 +90,10 @@ static int blocks_reserve(dt_device_t *d)
 static int budget_error(dt_device_t *d, uint64_t bytes, int tag,
                         const char *who)
 {
-    char req[32], tot[32], lim[32], one[32];
-    char tags[512] = "";
-    size_t len = 0;
-    for (int t = 0; t < DT_TAG_COUNT; t++) {
-        if (d->stats.current[t] == 0)
-            continue;
-        int w = snprintf(tags + len, sizeof tags - len, "%s%s %s",
-                         len ? ", " : "", dt_mem_tag_name(t),
-                         fmt_bytes(one, d->stats.current[t]));
-        if (w < 0 || (size_t)w >= sizeof tags - len)
-            break;
-        len += (size_t)w;
-    }
-    uint64_t total = d->stats.total_current + bytes;
-    if (total < bytes) /* wrapped: absurd request */
-        total = UINT64_MAX;
-    return d->host->set_error(
-        d->host, DT_ERR_NOMEM,
-        "%s%sout of memory budget: allocating %s (%" PRIu64 " bytes) for %s "
-        "would bring the total to %s, over memory_limit %s (in use: %s)",
-        who ? who : "", who ? ": " : "", fmt_bytes(req, bytes), bytes,
-        dt_mem_tag_name(tag), fmt_bytes(tot, total), fmt_bytes(lim, d->limit),
-        len ? tags : "nothing");
+    char text[768];
+    dt_mem_tally_budget_text(&d->mem, bytes, tag, d->limit, text, sizeof text);
+    return d->host->set_error(d->host, DT_ERR_NOMEM, "%s%s%s", who ? who : "",
+                              who ? ": " : "", text);
 }
 
 /* A cached block of exactly `bytes`, or NULL.  Called with mem_mu held. */
@@ -150,7 +117,7 @@ static void *cache_take(dt_device_t *d, uint64_t bytes)
 static int cache_put(dt_device_t *d, void *p, uint64_t bytes)
 {
     if (bytes < CPU_CACHE_MIN_BYTES || d->cached_bytes + bytes > CPU_CACHE_MAX_BYTES ||
-        (d->limit && d->stats.total_current + d->cached_bytes + bytes > d->limit))
+        (d->limit && d->mem.total_current + d->cached_bytes + bytes > d->limit))
         return 0;
     for (int i = 0; i < CPU_CACHE_SLOTS; i++)
         if (!d->cache[i].ptr) {
@@ -190,7 +157,7 @@ static int mem_alloc(dt_device_t *d, uint64_t bytes, int tag, int pinned,
                                   who, sep, fn, bytes, dt_mem_tag_name(tag));
     pthread_mutex_lock(&d->mem_mu);
     /* total_current never exceeds the limit, so this cannot wrap. */
-    if (!pinned && d->limit && bytes > d->limit - d->stats.total_current) {
+    if (!pinned && d->limit && bytes > d->limit - d->mem.total_current) {
         int rc = budget_error(d, bytes, tag, *who ? who : NULL);
         pthread_mutex_unlock(&d->mem_mu);
         return rc;
@@ -204,7 +171,7 @@ static int mem_alloc(dt_device_t *d, uint64_t bytes, int tag, int pinned,
     void *p = pinned ? NULL : cache_take(d, bytes);
     /* the budget emulates a device's memory: cached blocks give way */
     if (!p && !pinned && d->limit &&
-        d->stats.total_current + d->cached_bytes + bytes > d->limit)
+        d->mem.total_current + d->cached_bytes + bytes > d->limit)
         cache_release(d);
     /* bytes == 0 still gets a real (smallest) block, so the pointer is
      * unique and can be freed like any other. */
@@ -217,22 +184,12 @@ static int mem_alloc(dt_device_t *d, uint64_t bytes, int tag, int pinned,
         pthread_mutex_unlock(&d->mem_mu);
         return d->host->set_error(d->host, DT_ERR_NOMEM,
                                   "%s%s%s: allocating %s for %s failed: %s",
-                                  who, sep, fn, fmt_bytes(req, bytes),
+                                  who, sep, fn, dt_mem_fmt_bytes(req, bytes),
                                   dt_mem_tag_name(tag), strerror(e));
     }
     block_put(d->blocks, d->nblocks_cap, p, bytes, tag, pinned);
     d->nblocks_used++;
-    dt_mem_stats_t *st = &d->stats;
-    uint64_t *cur = pinned ? st->pinned_current : st->current;
-    uint64_t *peak = pinned ? st->pinned_peak : st->peak;
-    uint64_t *tot = pinned ? &st->pinned_total_current : &st->total_current;
-    uint64_t *tot_peak = pinned ? &st->pinned_total_peak : &st->total_peak;
-    cur[tag] += bytes;
-    if (cur[tag] > peak[tag])
-        peak[tag] = cur[tag];
-    *tot += bytes;
-    if (*tot > *tot_peak)
-        *tot_peak = *tot;
+    dt_mem_tally_add(pinned ? &d->pinned_mem : &d->mem, tag, bytes);
     pthread_mutex_unlock(&d->mem_mu);
     *out = p;
     return DT_OK;
@@ -263,9 +220,7 @@ static int mem_free(dt_device_t *d, void *ptr, int pinned)
         return CPU_INVALID(d, "%s: %p was not allocated by this device "
                               "(or was already freed)", fn, ptr);
     }
-    dt_mem_stats_t *st = &d->stats;
-    (pinned ? st->pinned_current : st->current)[b->tag] -= b->bytes;
-    *(pinned ? &st->pinned_total_current : &st->total_current) -= b->bytes;
+    dt_mem_tally_sub(pinned ? &d->pinned_mem : &d->mem, b->tag, b->bytes);
     b->ptr = CPU_TOMBSTONE;
     int kept = !pinned && cache_put(d, ptr, b->bytes);
     pthread_mutex_unlock(&d->mem_mu);
@@ -488,7 +443,6 @@ static int cpu_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
     d->host = host;
     d->threads = (int)threads;
     d->limit = (uint64_t)limit;
-    d->stats.limit = d->limit;
     pthread_mutex_init(&d->mem_mu, NULL);
     pthread_mutex_init(&d->kmu, NULL);
     int e = cpu_pool_create(d->threads, &d->pool);
@@ -577,11 +531,10 @@ static int cpu_mem_stats(dt_device_t *d, dt_mem_stats_t *out)
         return DT_ERR_INVALID;
     if (!out)
         return CPU_INVALID(d, "mem_stats: out is NULL");
+    dt_mem_stats_v1_t st;
     pthread_mutex_lock(&d->mem_mu);
-    dt_mem_stats_v1_t st = d->stats;
+    dt_mem_tally_stats(&d->mem, &d->pinned_mem, d->limit, &st);
     pthread_mutex_unlock(&d->mem_mu);
-    st.struct_size = sizeof st;
-    st.n_tags = DT_TAG_COUNT;
     return dt_result_write(d->host, "mem_stats", out, &st, sizeof st, DT_MEM_STATS_V1_SIZE0);
 }
 
@@ -590,12 +543,8 @@ static int cpu_mem_reset_peaks(dt_device_t *d)
     if (!d)
         return DT_ERR_INVALID;
     pthread_mutex_lock(&d->mem_mu);
-    for (int t = 0; t < DT_TAG_COUNT; t++) {
-        d->stats.peak[t] = d->stats.current[t];
-        d->stats.pinned_peak[t] = d->stats.pinned_current[t];
-    }
-    d->stats.total_peak = d->stats.total_current;
-    d->stats.pinned_total_peak = d->stats.pinned_total_current;
+    dt_mem_tally_reset_peaks(&d->mem);
+    dt_mem_tally_reset_peaks(&d->pinned_mem);
     pthread_mutex_unlock(&d->mem_mu);
     return DT_OK;
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "dtrain/device.h"
+#include "dtrain/sdk/mem_tally.h"
 #include "cpu_pool.h"
 
 #define CPU_STREAM_MAGIC 0x43505553u /* "CPUS" */
@@ -59,11 +60,12 @@ struct dt_device {
     cpu_pool_t *pool;
 
     /* Memory accounting; guarded by mem_mu (alloc/free may come from any
-     * thread).  Device memory in stats.current/peak/total_*, pinned host
-     * memory (host_alloc: plain host memory here, as device memory is) in
-     * stats.pinned_*; only the first counts against `limit`. */
+     * thread).  Device memory in mem, pinned host memory (host_alloc:
+     * plain host memory here, as device memory is) in pinned_mem; only
+     * the first counts against `limit`. */
     pthread_mutex_t mem_mu;
-    dt_mem_stats_t stats;
+    dt_mem_tally_t mem;
+    dt_mem_tally_t pinned_mem;
     cpu_block_t *blocks;
     uint64_t nblocks_cap; /* power of two */
     uint64_t nblocks_used; /* live + tombstones */

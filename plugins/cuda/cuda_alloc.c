@@ -24,19 +24,6 @@ struct cuda_alloc_block {
     int32_t tag;
 };
 
-const char *cuda_fmt_bytes(char buf[32], uint64_t b)
-{
-    if (b < 1024)
-        snprintf(buf, 32, "%" PRIu64 " B", b);
-    else if (b < (1ull << 20))
-        snprintf(buf, 32, "%.1f KiB", (double)b / 1024.0);
-    else if (b < (1ull << 30))
-        snprintf(buf, 32, "%.1f MiB", (double)b / (1024.0 * 1024.0));
-    else
-        snprintf(buf, 32, "%.1f GiB", (double)b / (1024.0 * 1024.0 * 1024.0));
-    return buf;
-}
-
 uint64_t cuda_alloc_class(uint64_t bytes)
 {
     if (bytes == 0)
@@ -167,7 +154,7 @@ static int cache_put(cuda_alloc_t *a, void *p, uint64_t cbytes)
     if (!a->caching)
         return 0;
     /* with a budget, live + cached stays within it */
-    if (a->limit && a->st.total_current + a->st.cached + cbytes > a->limit)
+    if (a->limit && a->st.tally.total_current + a->st.cached + cbytes > a->limit)
         return 0;
     if (a->ncache == a->cache_cap) {
         uint64_t cap = a->cache_cap ? a->cache_cap * 2 : 64;
@@ -185,28 +172,7 @@ static int cache_put(cuda_alloc_t *a, void *p, uint64_t cbytes)
 static int budget_error(const cuda_alloc_t *a, uint64_t bytes, int tag,
                         char *err, size_t errlen)
 {
-    char req[32], tot[32], lim[32], one[32];
-    char tags[512] = "";
-    size_t len = 0;
-    for (int t = 0; t < DT_TAG_COUNT; t++) {
-        if (a->st.current[t] == 0)
-            continue;
-        int w = snprintf(tags + len, sizeof tags - len, "%s%s %s",
-                         len ? ", " : "", dt_mem_tag_name(t),
-                         cuda_fmt_bytes(one, a->st.current[t]));
-        if (w < 0 || (size_t)w >= sizeof tags - len)
-            break;
-        len += (size_t)w;
-    }
-    uint64_t total = a->st.total_current + bytes;
-    if (total < bytes)
-        total = UINT64_MAX;
-    snprintf(err, errlen,
-             "out of memory budget: allocating %s (%" PRIu64 " bytes) for %s "
-             "would bring the total to %s, over memory_limit %s (in use: %s)",
-             cuda_fmt_bytes(req, bytes), bytes, dt_mem_tag_name(tag),
-             cuda_fmt_bytes(tot, total), cuda_fmt_bytes(lim, a->limit),
-             len ? tags : "nothing");
+    dt_mem_tally_budget_text(&a->st.tally, bytes, tag, a->limit, err, errlen);
     return DT_ERR_NOMEM;
 }
 
@@ -227,7 +193,7 @@ int cuda_alloc_get(cuda_alloc_t *a, uint64_t bytes, int tag, void **out,
         return DT_ERR_NOMEM;
     }
     /* total_current never exceeds the limit, so this cannot wrap */
-    if (a->limit && bytes > a->limit - a->st.total_current)
+    if (a->limit && bytes > a->limit - a->st.tally.total_current)
         return budget_error(a, bytes, tag, err, errlen);
     if (live_reserve(a) != 0) {
         snprintf(err, errlen, "no host memory for the allocation table");
@@ -236,7 +202,7 @@ int cuda_alloc_get(cuda_alloc_t *a, uint64_t bytes, int tag, void **out,
     void *p = cache_take(a, cbytes);
     if (!p) {
         /* the budget stands for the device's memory: cached blocks give way */
-        if (a->limit && a->st.total_current + a->st.cached + cbytes > a->limit)
+        if (a->limit && a->st.tally.total_current + a->st.cached + cbytes > a->limit)
             cuda_alloc_release_cached(a);
         char why[160] = "";
         int e = a->be.raw_alloc(a->be.ctx, cbytes, &p, why, sizeof why);
@@ -247,7 +213,7 @@ int cuda_alloc_get(cuda_alloc_t *a, uint64_t bytes, int tag, void **out,
         }
         if (e != 0 || !p) {
             snprintf(err, errlen, "allocating %s (%" PRIu64 " bytes) for %s "
-                     "failed: %s", cuda_fmt_bytes(req, bytes), bytes,
+                     "failed: %s", dt_mem_fmt_bytes(req, bytes), bytes,
                      dt_mem_tag_name(tag), why[0] ? why : "no reason given");
             return DT_ERR_NOMEM;
         }
@@ -258,12 +224,7 @@ int cuda_alloc_get(cuda_alloc_t *a, uint64_t bytes, int tag, void **out,
                               .tag = tag};
     live_put(a->live, a->live_cap, &blk);
     a->live_used++;
-    a->st.current[tag] += bytes;
-    if (a->st.current[tag] > a->st.peak[tag])
-        a->st.peak[tag] = a->st.current[tag];
-    a->st.total_current += bytes;
-    if (a->st.total_current > a->st.total_peak)
-        a->st.total_peak = a->st.total_current;
+    dt_mem_tally_add(&a->st.tally, tag, bytes);
     *out = p;
     return DT_OK;
 }
@@ -276,8 +237,7 @@ int cuda_alloc_put(cuda_alloc_t *a, void *ptr)
     if (!b)
         return DT_ERR_NOT_FOUND;
     uint64_t cbytes = b->cbytes;
-    a->st.current[b->tag] -= b->bytes;
-    a->st.total_current -= b->bytes;
+    dt_mem_tally_sub(&a->st.tally, b->tag, b->bytes);
     b->ptr = TOMBSTONE;
     if (!cache_put(a, ptr, cbytes)) {
         a->be.raw_free(a->be.ctx, ptr);
@@ -294,7 +254,5 @@ int cuda_alloc_owns(const cuda_alloc_t *a, const void *ptr)
 
 void cuda_alloc_reset_peaks(cuda_alloc_t *a)
 {
-    for (int t = 0; t < DT_TAG_COUNT; t++)
-        a->st.peak[t] = a->st.current[t];
-    a->st.total_peak = a->st.total_current;
+    dt_mem_tally_reset_peaks(&a->st.tally);
 }

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/sdk/mem_tally.h"
 #include "dtrain/tensor.h"
 
 /* Where memory comes from.  raw_alloc returns 0 and *out, or non-zero with
@@ -40,10 +41,8 @@ typedef struct cuda_alloc_backend {
 
 /* A snapshot of the counters. */
 typedef struct cuda_alloc_stats {
-    uint64_t current[DT_TAG_COUNT]; /* bytes asked for, live, per tag */
-    uint64_t peak[DT_TAG_COUNT];    /* highest current[tag] */
-    uint64_t total_current;         /* sum of current */
-    uint64_t total_peak;            /* highest total_current */
+    dt_mem_tally_t tally;           /* bytes asked for, live, per tag and
+                                     * in total, with their peaks */
     uint64_t reserved;              /* held from the backend: live blocks'
                                      * class sizes + cached blocks */
     uint64_t cached;                /* bytes in freed blocks kept for reuse */
@@ -57,7 +56,7 @@ typedef struct cuda_alloc_block cuda_alloc_block_t;
 
 typedef struct cuda_alloc {
     cuda_alloc_backend_t be;
-    uint64_t limit;  /* budget on total_current (bytes asked for); 0: none */
+    uint64_t limit;  /* budget on st.tally.total_current (bytes asked for); 0: none */
     int caching;     /* 0: every free goes straight back to the backend */
     cuda_alloc_stats_t st;
     cuda_alloc_block_t *live;  /* open-addressing table keyed by pointer */
@@ -96,8 +95,5 @@ int cuda_alloc_owns(const cuda_alloc_t *a, const void *ptr);
 void cuda_alloc_release_cached(cuda_alloc_t *a);
 /* Peaks := current. */
 void cuda_alloc_reset_peaks(cuda_alloc_t *a);
-
-/* "512 B", "4.0 KiB", "12.5 MiB", "3.2 GiB" into buf (32 bytes). */
-const char *cuda_fmt_bytes(char buf[32], uint64_t b);
 
 #endif /* DT_CUDA_ALLOC_H */

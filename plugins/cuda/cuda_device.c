@@ -203,20 +203,10 @@ static int cuda_mem_stats(dt_device_t *d, dt_mem_stats_t *out)
         return DT_ERR_INVALID;
     if (!out)
         return CUDA_INVALID(d, "mem_stats: out is NULL");
-    dt_mem_stats_v1_t st = {.struct_size = sizeof st, .n_tags = DT_TAG_COUNT};
+    dt_mem_stats_v1_t st;
     pthread_mutex_lock(&d->mem_mu);
-    for (int t = 0; t < DT_TAG_COUNT; t++) {
-        st.current[t] = d->dmem.st.current[t];
-        st.peak[t] = d->dmem.st.peak[t];
-        st.pinned_current[t] = d->pmem.st.current[t];
-        st.pinned_peak[t] = d->pmem.st.peak[t];
-    }
-    st.total_current = d->dmem.st.total_current;
-    st.total_peak = d->dmem.st.total_peak;
-    st.pinned_total_current = d->pmem.st.total_current;
-    st.pinned_total_peak = d->pmem.st.total_peak;
+    dt_mem_tally_stats(&d->dmem.st.tally, &d->pmem.st.tally, d->limit, &st);
     pthread_mutex_unlock(&d->mem_mu);
-    st.limit = d->limit;
     return dt_result_write(d->host, "mem_stats", out, &st, sizeof st,
                            DT_MEM_STATS_V1_SIZE0);
 }
@@ -328,7 +318,7 @@ static void cuda_finalize(dt_device_t *d)
                  "caching allocator: %" PRIu64 " cudaMalloc, %" PRIu64 " cudaFree, %" PRIu64
                  " requests served from the cache, emptied %" PRIu64 " time%s; peak in use %s",
                  as->raw_allocs, as->raw_frees, as->cache_hits, as->releases,
-                 as->releases == 1 ? "" : "s", cuda_fmt_bytes(peak, as->total_peak));
+                 as->releases == 1 ? "" : "s", dt_mem_fmt_bytes(peak, as->tally.total_peak));
     uint64_t n = 0, bytes = 0, pn = 0, pbytes = 0;
     cuda_alloc_destroy(&d->dmem, &n, &bytes);
     cuda_alloc_destroy(&d->pmem, &pn, &pbytes);

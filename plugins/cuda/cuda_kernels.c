@@ -19,6 +19,20 @@
             return rc_;                                                        \
     } while (0)
 
+/* The launch shape of a row kernel (layernorm, softmax_xent: one block per
+ * row, cuda_nn.cu): N rows must fit one launch's grid; with `wname` ("C",
+ * "V") a row must also have a column when there are rows. */
+static int rows_check(dt_device_t *d, const char *op, int64_t N, int64_t width,
+                      const char *wname)
+{
+    if (wname && N > 0 && width == 0)
+        return CUDA_INVALID(d, "%s: %s = 0 with N = %lld rows", op, wname, (long long)N);
+    if (N > CUDA_LAUNCH_MAX_ROWS)
+        return CUDA_INVALID(d, "%s: N = %lld rows is more than one launch takes (2^31 - 1)",
+                            op, (long long)N);
+    return DT_OK;
+}
+
 int cuda_embedding_forward(dt_device_t *d, dt_stream_t *s, void *out,
                            const int32_t *tokens, const void *wte,
                            const void *wpe, int dtype, int64_t B, int64_t T,
@@ -104,11 +118,7 @@ int cuda_softmax_xent_forward(dt_device_t *d, dt_stream_t *s, float *losses,
     CHECK(cuda_check_act(d, op, dtype));
     CUDA_DIM(d, op, N);
     CUDA_DIM(d, op, V);
-    if (N > 0 && V == 0)
-        return CUDA_INVALID(d, "%s: V = 0 with N = %lld rows", op, (long long)N);
-    if (N > 2147483647)
-        return CUDA_INVALID(d, "%s: N = %lld rows is more than one launch "
-                               "takes (2^31 - 1)", op, (long long)N);
+    CHECK(rows_check(d, op, N, V, "V"));
     CUDA_PTR(d, op, losses, N);
     CUDA_PTR(d, op, probs, N * V);
     CUDA_PTR(d, op, logits, N * V);
@@ -196,11 +206,7 @@ int cuda_layernorm_forward(dt_device_t *d, dt_stream_t *s, void *out,
     CHECK(cuda_check_act(d, op, dtype));
     CUDA_DIM(d, op, N);
     CUDA_DIM(d, op, C);
-    if (N > 0 && C == 0)
-        return CUDA_INVALID(d, "%s: C = 0 with N = %lld rows", op, (long long)N);
-    if (N > 2147483647)
-        return CUDA_INVALID(d, "%s: N = %lld rows is more than one launch "
-                               "takes (2^31 - 1)", op, (long long)N);
+    CHECK(rows_check(d, op, N, C, "C"));
     CUDA_PTR(d, op, out, N * C);
     CUDA_PTR(d, op, mean, N);
     CUDA_PTR(d, op, rstd, N);
@@ -223,9 +229,7 @@ int cuda_layernorm_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
     CHECK(cuda_check_act(d, op, dtype));
     CUDA_DIM(d, op, N);
     CUDA_DIM(d, op, C);
-    if (N > 2147483647)
-        return CUDA_INVALID(d, "%s: N = %lld rows is more than one launch "
-                               "takes (2^31 - 1)", op, (long long)N);
+    CHECK(rows_check(d, op, N, C, NULL));
     CUDA_PTR(d, op, dout, N * C);
     CUDA_PTR(d, op, inp, N * C);
     CUDA_PTR(d, op, mean, N);

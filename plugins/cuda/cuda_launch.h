@@ -17,6 +17,10 @@
 extern "C" {
 #endif
 
+/* Row kernels (layernorm, softmax_xent) launch one block per row: at most
+ * this many rows (gridDim.x) per launch. */
+#define CUDA_LAUNCH_MAX_ROWS 2147483647
+
 /* ---- cuda_elementwise.cu ---- */
 cudaError_t cuda_launch_gelu_forward(cudaStream_t cs, void *out,
                                      const void *inp, int dtype, int64_t n);

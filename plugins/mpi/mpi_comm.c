@@ -434,35 +434,18 @@ static int dup_world(const dt_host_v1_t *h, int64_t timeout_ms, const char *what
 
 static int mpi_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_comm_t **out)
 {
-    if (!host)
-        return DT_ERR_INVALID;
-    if (!out || !in)
-        return host->set_error(host, DT_ERR_INVALID, "init: NULL %s", out ? "args" : "out");
-    *out = NULL;
     dt_comm_init_v1_t args;
-    int rc = dt_args_read(host, "init args", &args, sizeof args, in, DT_COMM_INIT_V1_SIZE0);
+    int rc = dt_comm_check_init(host, in, out, &args);
     if (rc != DT_OK)
         return rc;
     const dt_comm_init_v1_t *a = &args;
-    if (a->size < 1 || a->rank < 0 || a->rank >= a->size)
-        return host->set_error(host, DT_ERR_INVALID, "init: rank %d is not in [0, %d)",
-                               (int)a->rank, (int)a->size);
-    if (a->timeout_ms <= 0)
-        return host->set_error(host, DT_ERR_INVALID, "init: timeout_ms must be > 0 (got %lld)",
-                               (long long)a->timeout_ms);
     int64_t spin, progress;
     int abort_job;
     int st = read_keys(host, &spin, &progress, &abort_job);
+    if (st == DT_OK)
+        st = dt_comm_check_host_memory(host, a, "mpi");
     if (st != DT_OK)
         return st;
-    if (a->dev_ops && a->dev) {
-        dt_device_props_v1_t props = {.struct_size = sizeof(dt_device_props_v1_t)};
-        if (a->dev_ops->props(a->dev, &props) == DT_OK && !props.host_visible)
-            return host->set_error(host, DT_ERR_UNSUPPORTED,
-                                   "device '%s' memory is not host memory; the mpi "
-                                   "communicator moves host memory only (use nccl on GPUs)",
-                                   props.name);
-    }
     int64_t timeout_ms = a->timeout_ms < MPI_TIMEOUT_MAX_MS ? a->timeout_ms : MPI_TIMEOUT_MAX_MS;
 
     pthread_mutex_lock(&g_life);

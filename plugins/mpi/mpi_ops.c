@@ -220,9 +220,9 @@ int mpic_drop_live(dt_comm_t *c, int *unfinished)
 
 int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
 {
-    if (!c || !r)
-        return c ? c->host->set_error(c->host, DT_ERR_INVALID, "wait: NULL request")
-                 : DT_ERR_INVALID;
+    int chk = dt_comm_check_wait(c ? c->host : NULL, r);
+    if (chk != DT_OK)
+        return chk;
     const dt_host_v1_t *h = c->host;
     char msg[1024], desc[256], who[768], text[MPI_ABORT_MSG + 64];
     int own_limit = timeout_ms >= 0;
@@ -297,9 +297,9 @@ int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
 
 int mpic_test(dt_comm_t *c, dt_comm_req_t *r, int *done)
 {
-    if (!c || !r || !done)
-        return c ? c->host->set_error(c->host, DT_ERR_INVALID, "test: NULL argument")
-                 : DT_ERR_INVALID;
+    int chk = dt_comm_check_test(c ? c->host : NULL, r, done);
+    if (chk != DT_OK)
+        return chk;
     /* a failure is reported by the wait, which test makes immediate */
     *done = test_once(c, r) != 0;
     return DT_OK;

@@ -152,11 +152,8 @@ static void nccl_finalize(dt_comm_t *c)
 static int nccl_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *args,
                      dt_comm_t **out)
 {
-    if (!host || !out)
-        return DT_ERR_INVALID;
-    *out = NULL;
     dt_comm_init_v1_t a;
-    int rc = dt_args_read(host, "init args", &a, sizeof a, args, DT_COMM_INIT_V1_SIZE0);
+    int rc = dt_comm_check_init(host, args, out, &a);
     if (rc != DT_OK)
         return rc;
     int64_t poll_us = 50;
@@ -168,10 +165,6 @@ static int nccl_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *args,
                                "init: the nccl communicator runs on a CUDA device's streams "
                                "(run.device = \"cuda\"); device \"%s\" has no native stream",
                                a.dev_ops ? a.dev_ops->info.name : "(none)");
-    if (a.size < 1 || a.rank < 0 || a.rank >= a.size || a.timeout_ms <= 0)
-        return host->set_error(host, DT_ERR_INVALID,
-                               "init: rank %d of %d with timeout %lld ms", (int)a.rank,
-                               (int)a.size, (long long)a.timeout_ms);
     ncclUniqueId id;
     if ((rc = nccl_bootstrap_id(host, &a, &id)) != DT_OK)
         return rc;

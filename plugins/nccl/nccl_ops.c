@@ -284,10 +284,9 @@ static int poll_once(dt_comm_t *c, struct dt_comm_req *r, const char *desc)
 
 int nccl_wait(dt_comm_t *c, dt_comm_req_t *req, int64_t timeout_ms)
 {
-    if (!c)
-        return DT_ERR_INVALID;
-    if (!req)
-        return c->host->set_error(c->host, DT_ERR_INVALID, "wait: req is NULL");
+    int chk = dt_comm_check_wait(c ? c->host : NULL, req);
+    if (chk != DT_OK)
+        return chk;
     struct dt_comm_req *r = req;
     char desc[256];
     req_desc(c, r, desc, sizeof desc);
@@ -320,10 +319,9 @@ int nccl_wait(dt_comm_t *c, dt_comm_req_t *req, int64_t timeout_ms)
 
 int nccl_test(dt_comm_t *c, dt_comm_req_t *req, int *done)
 {
-    if (!c)
-        return DT_ERR_INVALID;
-    if (!req || !done)
-        return c->host->set_error(c->host, DT_ERR_INVALID, "test: req or done is NULL");
+    int chk = dt_comm_check_test(c ? c->host : NULL, req, done);
+    if (chk != DT_OK)
+        return chk;
     char desc[256];
     req_desc(c, req, desc, sizeof desc);
     int got = poll_once(c, req, desc);

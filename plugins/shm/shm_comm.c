@@ -285,24 +285,13 @@ static int read_int(const dt_host_v1_t *h, const char *key, int64_t def, int64_t
 
 static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_comm_t **out)
 {
-    if (!host)
-        return DT_ERR_INVALID;
-    if (!out || !in)
-        return host->set_error(host, DT_ERR_INVALID, "init: NULL %s", out ? "args" : "out");
-    *out = NULL;
     dt_comm_init_v1_t args;
-    int rc = dt_args_read(host, "init args", &args, sizeof args, in, DT_COMM_INIT_V1_SIZE0);
+    int rc = dt_comm_check_init(host, in, out, &args);
     if (rc != DT_OK)
         return rc;
     const dt_comm_init_v1_t *a = &args;
-    if (a->size < 1 || a->rank < 0 || a->rank >= a->size)
-        return host->set_error(host, DT_ERR_INVALID, "init: rank %d is not in [0, %d)",
-                               (int)a->rank, (int)a->size);
     if (!a->job_id || !shm_valid_job_id(a->job_id))
         return shm_bad_job_id(host, "init", a->job_id);
-    if (a->timeout_ms <= 0)
-        return host->set_error(host, DT_ERR_INVALID, "init: timeout_ms must be > 0 (got %lld)",
-                               (long long)a->timeout_ms);
     if (a->job_secret && !a->job_secret[0])
         return host->set_error(host, DT_ERR_INVALID, "init: job_secret is empty (NULL "
                                "means none)");
@@ -330,16 +319,10 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     if (st != DT_OK)
         return st;
 
+    if ((st = dt_comm_check_host_memory(host, a, "shm")) != DT_OK)
+        return st;
     const dt_device_ops_v1_t *dev_ops = a->dev_ops;
     dt_device_t *dev = a->dev;
-    if (dev_ops && dev) {
-        dt_device_props_v1_t props = {.struct_size = sizeof(dt_device_props_v1_t)};
-        if (dev_ops->props(dev, &props) == DT_OK && !props.host_visible)
-            return host->set_error(host, DT_ERR_UNSUPPORTED,
-                                   "device '%s' memory is not host memory; shm moves host "
-                                   "memory only (use the nccl communicator on GPUs)",
-                                   props.name);
-    }
 
     shm_job_t *job = calloc(1, sizeof *job);
     dt_comm_t *c = comm_alloc(host, a->rank, a->size);

@@ -284,9 +284,9 @@ static void live_remove(dt_comm_t *c, struct dt_comm_req *r)
 
 int shm_op_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
 {
-    if (!c || !r)
-        return c ? c->host->set_error(c->host, DT_ERR_INVALID, "wait: NULL request")
-                 : DT_ERR_INVALID;
+    int chk = dt_comm_check_wait(c ? c->host : NULL, r);
+    if (chk != DT_OK)
+        return chk;
     uint64_t t_wait = 0;
     if (c->stats.on && atomic_load(&r->state) != SHM_REQ_DONE)
         t_wait = shm_now_ns();
@@ -339,9 +339,9 @@ int shm_op_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
 
 int shm_op_test(dt_comm_t *c, dt_comm_req_t *r, int *done)
 {
-    if (!c || !r || !done)
-        return c ? c->host->set_error(c->host, DT_ERR_INVALID, "test: NULL argument")
-                 : DT_ERR_INVALID;
+    int chk = dt_comm_check_test(c ? c->host : NULL, r, done);
+    if (chk != DT_OK)
+        return chk;
     *done = atomic_load(&r->state) == SHM_REQ_DONE;
     return DT_OK;
 }

@@ -196,3 +196,57 @@ int dt_comm_check_args(const dt_host_v1_t *h, const dt_comm_names_t *g,
     }
     return st;
 }
+
+int dt_comm_check_init(const dt_host_v1_t *h, const dt_comm_init_v1_t *args,
+                       dt_comm_t **out, dt_comm_init_v1_t *a)
+{
+    if (!h)
+        return DT_ERR_INVALID;
+    if (!out || !args || !a)
+        return h->set_error(h, DT_ERR_INVALID, "init: NULL %s", out ? "args" : "out");
+    *out = NULL;
+    int rc = dt_args_read(h, "init args", a, sizeof *a, args, DT_COMM_INIT_V1_SIZE0);
+    if (rc != DT_OK)
+        return rc;
+    if (a->size < 1 || a->rank < 0 || a->rank >= a->size)
+        return h->set_error(h, DT_ERR_INVALID, "init: rank %d is not in [0, %d)",
+                            (int)a->rank, (int)a->size);
+    if (a->timeout_ms <= 0)
+        return h->set_error(h, DT_ERR_INVALID, "init: timeout_ms must be > 0 (got %lld)",
+                            (long long)a->timeout_ms);
+    return DT_OK;
+}
+
+int dt_comm_check_host_memory(const dt_host_v1_t *h, const dt_comm_init_v1_t *a,
+                              const char *comm)
+{
+    if (!h)
+        return DT_ERR_INVALID;
+    if (!a || !a->dev_ops || !a->dev)
+        return DT_OK;
+    dt_device_props_v1_t props = {.struct_size = sizeof(dt_device_props_v1_t)};
+    if (a->dev_ops->props(a->dev, &props) != DT_OK || props.host_visible)
+        return DT_OK;
+    return h->set_error(h, DT_ERR_UNSUPPORTED,
+                        "device '%s' memory is not host memory; the %s communicator moves "
+                        "host memory only (use nccl on GPUs)",
+                        props.name, comm);
+}
+
+int dt_comm_check_wait(const dt_host_v1_t *h, const dt_comm_req_t *req)
+{
+    if (!h)
+        return DT_ERR_INVALID;
+    if (!req)
+        return h->set_error(h, DT_ERR_INVALID, "wait: NULL request");
+    return DT_OK;
+}
+
+int dt_comm_check_test(const dt_host_v1_t *h, const dt_comm_req_t *req, const int *done)
+{
+    if (!h)
+        return DT_ERR_INVALID;
+    if (!req || !done)
+        return h->set_error(h, DT_ERR_INVALID, "test: NULL argument");
+    return DT_OK;
+}

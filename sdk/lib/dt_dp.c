@@ -88,6 +88,7 @@ int dt_dp_init(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_init_v1_t
         return rc;
     b->dev_ops = b->args.init.dev_ops;
     b->dev = b->args.init.dev;
+    b->kernels = b->dev_ops->kernels();
     b->cs = b->args.init.compute_stream;
     b->comm_ops = b->args.init.comm_ops;
     b->comm = b->args.init.comm;

@@ -19,13 +19,13 @@ float dt_clip_scale(double norm, float clip)
 
 /* One device call over [off, off + n) of the range (range-local indices). */
 static int optim_run(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
-                     dt_device_t *dev, dt_stream_t *s, const dt_unit_desc_v1_t *unit,
+                     const dt_kernels_t *k, dt_device_t *dev, dt_stream_t *s,
+                     const dt_unit_desc_v1_t *unit,
                      const dt_param_desc_v1_t *first, uint64_t off, uint64_t n,
                      float wd, float *param, const float *grad, float *m, float *v,
                      const dt_optim_step_t *st)
 {
     const dt_optim_desc_v1_t *o = st->desc;
-    const dt_kernels_t *k = ops->kernels();
     int rc;
     if (o->kind == DT_OPTIM_ADAMW ? !DT_HAS_OP(dt_kernels_t, k, adamw_update)
                                   : !DT_HAS_OP(dt_kernels_t, k, sgd_update))
@@ -53,6 +53,7 @@ static int optim_run(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
 /* Where a run of merged pieces goes: the device's kernel or the host loop. */
 typedef struct optim_target {
     const dt_device_ops_v1_t *ops; /* NULL: host memory */
+    const dt_kernels_t *k;         /* ops->kernels(), fetched once per range */
     dt_device_t *dev;
     dt_stream_t *s;
 } optim_target_t;
@@ -118,7 +119,7 @@ static int optim_range(const dt_host_v1_t *host, const optim_target_t *tg,
             if (!tg->ops) {
                 optim_run_host(run_off, run_n, run_wd, param, grad, m, v, st);
             } else {
-                int rc = optim_run(host, tg->ops, tg->dev, tg->s, unit, run_first, run_off,
+                int rc = optim_run(host, tg->ops, tg->k, tg->dev, tg->s, unit, run_first, run_off,
                                    run_n, run_wd, param, grad, m, v, st);
                 if (rc != DT_OK)
                     return rc;
@@ -143,7 +144,7 @@ int dt_optim_range(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
     if (!ops)
         return host->set_error(host, DT_ERR_INVALID, "optimizer: no device (unit '%s')",
                                unit->name);
-    const optim_target_t tg = {ops, dev, s};
+    const optim_target_t tg = {ops, ops->kernels(), dev, s};
     return optim_range(host, &tg, unit, r, param, grad, m, v, st);
 }
 
@@ -151,6 +152,6 @@ int dt_optim_range_host(const dt_host_v1_t *host, const dt_unit_desc_v1_t *unit,
                         float *param, const float *grad, float *m, float *v,
                         const dt_optim_step_t *st)
 {
-    const optim_target_t tg = {NULL, NULL, NULL};
+    const optim_target_t tg = {NULL, NULL, NULL, NULL};
     return optim_range(host, &tg, unit, r, param, grad, m, v, st);
 }

@@ -94,7 +94,7 @@ static int finish_bucket(dt_replica_t *r, uint32_t bi, int64_t timeout_ms)
     if (r->cfg.reduce_dtype != DT_F32) {
         r->slot_bucket[b->slot] = -1;
         if (rc == DT_OK)
-            rc = r->dp.dev_ops->kernels()->cast(r->dp.dev, r->comm_stream, r->grads + b->off, DT_F32,
+            rc = r->dp.kernels->cast(r->dp.dev, r->comm_stream, r->grads + b->off, DT_F32,
                                      bucket_slot(r, b), r->cfg.reduce_dtype, (int64_t)b->count);
     }
     if (rc != DT_OK && timeout_ms != 0)
@@ -123,8 +123,8 @@ static int launch_bucket(dt_replica_t *r, uint32_t bi)
         if (prev >= 0 && (rc = finish_bucket(r, (uint32_t)prev, -1)) != DT_OK)
             return rc;
         void *w = bucket_slot(r, b);
-        rc = d->kernels()->cast(r->dp.dev, r->comm_stream, w, r->cfg.reduce_dtype, g, DT_F32,
-                                (int64_t)b->count);
+        rc = r->dp.kernels->cast(r->dp.dev, r->comm_stream, w, r->cfg.reduce_dtype, g, DT_F32,
+                                 (int64_t)b->count);
         if (rc == DT_OK)
             rc = r->dp.comm_ops->all_reduce(r->dp.comm, w, w, b->count, r->cfg.reduce_dtype, DT_OP_AVG,
                                             r->comm_stream, &b->req);

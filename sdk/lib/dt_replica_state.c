@@ -129,8 +129,8 @@ int dt_replica_state_loaded(dt_replica_t *r)
         if ((rc = dt_offload_state_push(&r->off, 0, r->layout.total, r->compute)) != DT_OK)
             return rc;
     } else if (r->compute != (void *)r->master) {
-        rc = d->kernels()->cast(r->dp.dev, r->dp.cs, r->compute, r->dp.model->param_dtype,
-                                r->master, DT_F32, (int64_t)r->layout.total);
+        rc = r->dp.kernels->cast(r->dp.dev, r->dp.cs, r->compute, r->dp.model->param_dtype,
+                                 r->master, DT_F32, (int64_t)r->layout.total);
         if (rc != DT_OK) {
             host->log(host, DT_LOG_ERROR, "state_loaded: building the %s parameters failed",
                       dt_dtype_name(r->dp.model->param_dtype));

@@ -32,9 +32,9 @@ int dt_replica_refresh(dt_replica_t *r, uint32_t lo, uint32_t hi)
         return DT_OK;
     uint64_t off = r->layout.offset[lo];
     const int pd = r->dp.model->param_dtype;
-    return r->dp.dev_ops->kernels()->cast(r->dp.dev, r->dp.cs,
-                               (char *)r->compute + off * dt_dtype_size(pd), pd,
-                               r->master + off, DT_F32, (int64_t)(r->layout.offset[hi] - off));
+    return r->dp.kernels->cast(r->dp.dev, r->dp.cs, (char *)r->compute + off * dt_dtype_size(pd),
+                               pd, r->master + off, DT_F32,
+                               (int64_t)(r->layout.offset[hi] - off));
 }
 
 int dt_replica_zero_grads(dt_replica_t *r, uint32_t lo, uint32_t hi)

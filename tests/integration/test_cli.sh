@@ -89,6 +89,19 @@ case $out in *warning*) bad "no warning for a tight folder" "$out";; *) ok "no w
 
 expect_exit 0 "plugins lists" "$bin" plugins
 expect_out "plugins table header" "NAME"
+# --describe: zero's names are longer than the usual 18 columns; the name
+# column widens to the longest (27, param_persistence_threshold), so every
+# key's type, default and range start at one column
+expect_exit 0 "plugins --describe zero" "$bin" plugins --describe zero
+for line in "  stage                       int    default (required), range 1 .. 3" \
+            "  param_persistence_threshold int    default 100000, range 0 .. 1000000000000000" \
+            "  overlap_comm                bool   default true"; do
+  if grep -qxF -- "$line" <<<"$out"; then ok "describe has the line '${line#  }'"
+  else bad "describe: no line '$line'" "$out"; fi
+done
+cols=$(awk '/^  [a-z_]+ +(int|bool|float|enum|string) +default/ { print index($0, " " $2 " ") }' <<<"$out" | sort -u)
+if [ "$cols" = 30 ]; then ok "describe: every key's type starts at column 31"
+else bad "describe: types start at columns $(echo $cols)" "$out"; fi
 expect_exit 0 "env reports" "$bin" env
 expect_out "env reports GPUs" "GPUs"
 expect_out "env reports MPI" "MPI"

@@ -104,8 +104,23 @@ for op in all_reduce reduce_scatter sendrecv; do
   expect_out "bench $op names the plugin and the ranks" "# dtrain bench comm: $op, 2 ranks, comm mpi"
 done
 
+# ---- an error line names its rank under mpirun, as dtrain's launcher
+# prefixes its ranks' lines (core/cli: dt_cli_set_rank) -------------------
+# expect_line NAME TEXT: the last command's output has TEXT as a whole line
+expect_line() {
+  if grep -qxF -- "$2" <<<"$out"; then ok "$1"; else bad "$1: no line '$2'" "$out"; fi
+}
+expect_exit 2 "a config error under mpirun -np 2" mpirun 2 "$bin" run eq.toml --set train.steps=0
+for r in 0 1; do
+  expect_line "rank $r's error line carries its rank" "[rank $r] dtrain run: error: --set train.steps=0: [train] steps = 0 is out of range (allowed 1 .. 1000000000)"
+done
+expect_exit 2 "a usage error under mpirun -np 2" mpirun 2 "$bin" run eq.toml --bogus
+expect_line "a usage error carries the rank" "[rank 1] dtrain run: error: unknown option '--bogus' (see dtrain run --help)"
+
 # ---- ranks MPI does not know ----------------------------------------------
 expect_exit 2 "mpi under dtrain's own launcher (a config error)" "$bin" run eq.toml --set launch.nproc=2 \
   --set train.micro_batch=4 --set run.name=bad
 expect_out "the refusal names both views" "of 2, MPI_COMM_WORLD as rank 0 of 1: start every rank with mpirun (mpirun -np N dtrain run|bench ...), one MPI process per rank"
+if grep -qE '^\[rank [0-9]+\] \[rank ' <<<"$out"; then bad "the launcher tags a rank's error line twice" "$out"
+else ok "the launcher relays a rank's own [rank R] error line as it is"; fi
 finish

@@ -8,6 +8,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -290,6 +292,91 @@ static void test_op_fail(void **state)
                "after 1.0 s waiting for rank 1");
 }
 
+/* A device whose props say what the host-memory check reads. */
+static int fake_visible;
+static int fake_props_rc;
+static int fake_props(dt_device_t *d, dt_device_props_v1_t *out)
+{
+    (void)d;
+    snprintf(out->name, sizeof out->name, "%s", "fakegpu");
+    out->host_visible = fake_visible;
+    return fake_props_rc;
+}
+
+static void test_check_init(void **state)
+{
+    (void)state;
+    const dt_host_v1_t *h = &th.host;
+    dt_comm_t *out = (dt_comm_t *)&th; /* anything non-NULL: init clears it */
+    dt_comm_init_v1_t in = {.struct_size = sizeof in, .rank = 1, .size = 2,
+                            .timeout_ms = 1000},
+                      a;
+    assert_int_equal(dt_comm_check_init(NULL, &in, &out, &a), DT_ERR_INVALID);
+    fails_with(dt_comm_check_init(h, &in, NULL, &a), DT_ERR_INVALID, "comm/test: init: NULL out");
+    fails_with(dt_comm_check_init(h, NULL, &out, &a), DT_ERR_INVALID,
+               "comm/test: init: NULL args");
+    assert_int_equal(dt_comm_check_init(h, &in, &out, &a), DT_OK);
+    assert_null(out);
+    assert_int_equal(a.rank, 1);
+    assert_int_equal(a.size, 2);
+    assert_int_equal(a.timeout_ms, 1000);
+    in.struct_size = 4; /* below minor 0: the growth rule's own message */
+    assert_int_not_equal(dt_comm_check_init(h, &in, &out, &a), DT_OK);
+    assert_non_null(strstr(dt_last_error(), "init args: struct_size 4"));
+    dt_err_clear();
+    in.struct_size = sizeof in;
+    in.rank = 3;
+    fails_with(dt_comm_check_init(h, &in, &out, &a), DT_ERR_INVALID,
+               "comm/test: init: rank 3 is not in [0, 2)");
+    in.rank = 0;
+    in.size = 0;
+    fails_with(dt_comm_check_init(h, &in, &out, &a), DT_ERR_INVALID,
+               "comm/test: init: rank 0 is not in [0, 0)");
+    in.size = 2;
+    in.timeout_ms = 0;
+    fails_with(dt_comm_check_init(h, &in, &out, &a), DT_ERR_INVALID,
+               "comm/test: init: timeout_ms must be > 0 (got 0)");
+}
+
+static void test_check_host_memory(void **state)
+{
+    (void)state;
+    const dt_host_v1_t *h = &th.host;
+    dt_device_ops_v1_t ops = {.props = fake_props};
+    int devobj = 0;
+    dt_comm_init_v1_t a = {.struct_size = sizeof a, .dev_ops = &ops,
+                           .dev = (dt_device_t *)&devobj};
+    fake_visible = 0;
+    fake_props_rc = DT_OK;
+    fails_with(dt_comm_check_host_memory(h, &a, "shm"), DT_ERR_UNSUPPORTED,
+               "comm/test: device 'fakegpu' memory is not host memory; the shm communicator "
+               "moves host memory only (use nccl on GPUs)");
+    fake_visible = 1;
+    assert_int_equal(dt_comm_check_host_memory(h, &a, "shm"), DT_OK);
+    fake_visible = 0;
+    fake_props_rc = DT_ERR_UNSUPPORTED; /* the device cannot say: let it through */
+    assert_int_equal(dt_comm_check_host_memory(h, &a, "shm"), DT_OK);
+    a.dev = NULL; /* no device */
+    assert_int_equal(dt_comm_check_host_memory(h, &a, "shm"), DT_OK);
+}
+
+static void test_check_wait_test(void **state)
+{
+    (void)state;
+    const dt_host_v1_t *h = &th.host;
+    int x = 0, done = 0;
+    dt_comm_req_t *req = (dt_comm_req_t *)&x;
+    assert_int_equal(dt_comm_check_wait(NULL, req), DT_ERR_INVALID);
+    assert_int_equal(dt_comm_check_test(NULL, req, &done), DT_ERR_INVALID);
+    assert_int_equal(dt_comm_check_wait(h, req), DT_OK);
+    assert_int_equal(dt_comm_check_test(h, req, &done), DT_OK);
+    fails_with(dt_comm_check_wait(h, NULL), DT_ERR_INVALID, "comm/test: wait: NULL request");
+    fails_with(dt_comm_check_test(h, NULL, &done), DT_ERR_INVALID,
+               "comm/test: test: NULL argument");
+    fails_with(dt_comm_check_test(h, req, NULL), DT_ERR_INVALID,
+               "comm/test: test: NULL argument");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -302,6 +389,9 @@ int main(void)
         cmocka_unit_test_setup(test_check_ranks, setup),
         cmocka_unit_test_setup(test_check_buffers, setup),
         cmocka_unit_test_setup(test_op_fail, setup),
+        cmocka_unit_test_setup(test_check_init, setup),
+        cmocka_unit_test_setup(test_check_host_memory, setup),
+        cmocka_unit_test_setup(test_check_wait_test, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -114,27 +114,27 @@ static void test_steady_state(void **state)
         void *p[5];
         for (int i = 0; i < 5; i++)
             p[i] = get(&a, sizes[i], i % 2 ? DT_TAG_COMM : DT_TAG_ACTIVATIONS);
-        assert_int_equal(a.st.current[DT_TAG_ACTIVATIONS], 100 + 5 * MiB + 5 * MiB);
-        assert_int_equal(a.st.current[DT_TAG_COMM], 4096 + 777);
+        assert_int_equal(a.st.tally.current[DT_TAG_ACTIVATIONS], 100 + 5 * MiB + 5 * MiB);
+        assert_int_equal(a.st.tally.current[DT_TAG_COMM], 4096 + 777);
         for (int i = 0; i < 5; i++)
             assert_int_equal(cuda_alloc_put(&a, p[i]), DT_OK);
-        assert_int_equal(a.st.current[DT_TAG_ACTIVATIONS], 0);
+        assert_int_equal(a.st.tally.current[DT_TAG_ACTIVATIONS], 0);
         /* 1 params block + 5 in the first step, none after */
         assert_int_equal(a.st.raw_allocs, 6);
         assert_int_equal(f.allocs, 6);
         assert_int_equal(a.st.cache_hits, (uint64_t)step * 5);
     }
     assert_int_equal(a.st.raw_frees, 0);
-    assert_int_equal(a.st.peak[DT_TAG_ACTIVATIONS], 100 + 10 * MiB);
-    assert_int_equal(a.st.peak[DT_TAG_COMM], 4096 + 777);
-    assert_int_equal(a.st.total_peak, 3 * MiB + 7 + 100 + 10 * MiB + 4096 + 777);
-    assert_int_equal(a.st.total_current, 3 * MiB + 7);
+    assert_int_equal(a.st.tally.peak[DT_TAG_ACTIVATIONS], 100 + 10 * MiB);
+    assert_int_equal(a.st.tally.peak[DT_TAG_COMM], 4096 + 777);
+    assert_int_equal(a.st.tally.total_peak, 3 * MiB + 7 + 100 + 10 * MiB + 4096 + 777);
+    assert_int_equal(a.st.tally.total_current, 3 * MiB + 7);
     /* cached: the class sizes 512 + 4096 + 6 MiB + 1024 + 6 MiB */
     assert_int_equal(a.st.cached, 512 + 4096 + 1024 + 12 * MiB);
     assert_int_equal(a.st.reserved, a.st.cached + 4 * MiB);
     cuda_alloc_reset_peaks(&a);
-    assert_int_equal(a.st.peak[DT_TAG_ACTIVATIONS], 0);
-    assert_int_equal(a.st.total_peak, 3 * MiB + 7);
+    assert_int_equal(a.st.tally.peak[DT_TAG_ACTIVATIONS], 0);
+    assert_int_equal(a.st.tally.total_peak, 3 * MiB + 7);
     assert_int_equal(cuda_alloc_put(&a, params), DT_OK);
     uint64_t n = 99, bytes = 99;
     cuda_alloc_destroy(&a, &n, &bytes);
@@ -158,8 +158,8 @@ static void test_reuse_by_class(void **state)
     void *r = get(&a, 600, DT_TAG_OTHER); /* class 1024: the cached one */
     assert_ptr_equal(r, p);
     assert_int_equal(a.st.cache_hits, 1);
-    assert_int_equal(a.st.current[DT_TAG_OTHER], 600);
-    assert_int_equal(a.st.current[DT_TAG_GRADS], 2000);
+    assert_int_equal(a.st.tally.current[DT_TAG_OTHER], 600);
+    assert_int_equal(a.st.tally.current[DT_TAG_GRADS], 2000);
     assert_true(cuda_alloc_owns(&a, r));
     void *z1 = get(&a, 0, DT_TAG_OTHER), *z2 = get(&a, 0, DT_TAG_OTHER);
     assert_non_null(z1);
@@ -202,7 +202,7 @@ static void test_release_on_pressure(void **state)
     assert_string_equal(err, "allocating 5.0 MiB (5242880 bytes) for grads "
                              "failed: fake: out of memory");
     assert_int_equal(a.st.releases, 1);
-    assert_int_equal(a.st.current[DT_TAG_GRADS], 0);
+    assert_int_equal(a.st.tally.current[DT_TAG_GRADS], 0);
     assert_int_equal(cuda_alloc_put(&a, big), DT_OK);
     cuda_alloc_destroy(&a, NULL, NULL);
     assert_int_equal(f.outstanding, 0);
@@ -224,7 +224,7 @@ static void test_budget(void **state)
                              "bytes) for grads would bring the total to 5.0 MiB, "
                              "over memory_limit 5.0 MiB (in use: params 2.0 MiB)");
     void *g = get(&a, 3 * MiB, DT_TAG_GRADS); /* exactly at the budget */
-    assert_int_equal(a.st.total_current, 5 * MiB);
+    assert_int_equal(a.st.tally.total_current, 5 * MiB);
     /* freeing g (class 4 MiB) would leave live 2 + cached 4 > 5: not kept */
     assert_int_equal(cuda_alloc_put(&a, g), DT_OK);
     assert_int_equal(a.st.cached, 0);
@@ -275,7 +275,7 @@ static void test_no_caching(void **state)
     assert_int_equal(f.allocs, 3);
     assert_int_equal(f.frees, 3);
     assert_int_equal(a.st.cached, 0);
-    assert_int_equal(a.st.peak[DT_TAG_OFFLOAD], 4096);
+    assert_int_equal(a.st.tally.peak[DT_TAG_OFFLOAD], 4096);
     cuda_alloc_destroy(&a, NULL, NULL);
 }
 
@@ -296,7 +296,7 @@ static void test_many_blocks(void **state)
     uint64_t want = 0;
     for (int i = 1; i < 200; i += 2)
         want += (uint64_t)(i + 1) * 8;
-    assert_int_equal(a.st.current[DT_TAG_ACTIVATIONS], want);
+    assert_int_equal(a.st.tally.current[DT_TAG_ACTIVATIONS], want);
     uint64_t n = 0;
     cuda_alloc_destroy(&a, &n, NULL);
     assert_int_equal(n, 100);

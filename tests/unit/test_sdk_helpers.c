@@ -105,7 +105,14 @@ static const dt_kernels_v1_t fake_kernels = {
     .sgd_update = fd_sgd,
     .sumsq = fd_sumsq,
 };
-static const dt_kernels_v1_t *fd_kernels(void) { return &fake_kernels; }
+/* kernels() calls: a helper fetches the table once per call, not once per
+ * kernel it runs (an interposed device counts and traces every call). */
+static int n_kernels_fetched;
+static const dt_kernels_v1_t *fd_kernels(void)
+{
+    n_kernels_fetched++;
+    return &fake_kernels;
+}
 
 static const dt_device_ops_v1_t fake_dev_ops = {
     .info = {.abi_major = DT_DEVICE_ABI_MAJOR, .struct_size = sizeof(dt_device_ops_v1_t),
@@ -420,10 +427,12 @@ static void test_optim_range_adamw(void **state)
     for (int64_t t = 1; t <= 3; t++) {
         st.t = t;
         dev.n_calls = 0;
+        n_kernels_fetched = 0;
         assert_int_equal(dt_optim_range(&th.host, &fake_dev_ops, &dev, NULL, &test_unit,
                                         (dt_range_t){4, 13}, p, g, m, v, &st), DT_OK);
         /* w tail (decay), then b + ln.w merged (no decay), then w2 head */
         assert_int_equal(dev.n_calls, 3);
+        assert_int_equal(n_kernels_fetched, 1); /* three kernels, one table fetch */
         assert_int_equal(dev.calls[0].off, 0);
         assert_int_equal(dev.calls[0].n, 2);
         assert_true(dev.calls[0].wd == 0.1f);

@@ -27,6 +27,8 @@
  *   dtrain/sdk/cfg.h      reading a plugin's config values with defaults
  *   dtrain/sdk/comm_text.h  a communicator's operations and ranks in
  *                         messages; the argument checks every op makes
+ *   dtrain/sdk/mem_tally.h  a device's memory by tag: bytes and peaks,
+ *                         the budget refusal, its mem_stats
  *   dtrain/sdk/comm_split.h  split membership: {color, key} gathered,
  *                         members ordered by (key, old rank)
  *   dtrain/sdk/reduce.h   elementwise reductions (f32 accumulation for
@@ -64,6 +66,7 @@
 #include "dtrain/sdk/dp.h"
 #include "dtrain/sdk/flat.h"
 #include "dtrain/sdk/hash.h"
+#include "dtrain/sdk/mem_tally.h"
 #include "dtrain/sdk/norm.h"
 #include "dtrain/sdk/offload.h"
 #include "dtrain/sdk/offload_bufs.h"

@@ -122,6 +122,32 @@ int dt_comm_check_args(const dt_host_v1_t *h, const dt_comm_names_t *g,
                        const dt_comm_op_desc_t *d, int32_t rank,
                        uint64_t count, const void *send, const void *recv);
 
+/* ---- init, wait and test checks ----------------------------------------
+ * The checks every communicator's init, wait and test make before its own,
+ * in the same words.  h NULL (nowhere to put a message: a NULL host, or a
+ * NULL communicator the caller could not take the host from) gives
+ * DT_ERR_INVALID without one. */
+
+/* init's: out and args non-NULL ("init: NULL out", "init: NULL args"),
+ * *out set to NULL, args read into *a under the growth rule (dt_args_read,
+ * "init args ..."), rank in [0, size) ("init: rank 3 is not in [0, 2)"),
+ * timeout_ms > 0 ("init: timeout_ms must be > 0 (got 0)").  Each failure
+ * is DT_ERR_INVALID but the growth rule's own statuses. */
+int dt_comm_check_init(const dt_host_v1_t *h, const dt_comm_init_v1_t *args,
+                       dt_comm_t **out, dt_comm_init_v1_t *a);
+/* For a communicator that moves host memory only (named `comm`, "shm"):
+ * DT_ERR_UNSUPPORTED "device 'cuda' memory is not host memory; the shm
+ * communicator moves host memory only (use nccl on GPUs)" when a's device
+ * says its memory is not host visible; DT_OK without a device, or when
+ * the device cannot say. */
+int dt_comm_check_host_memory(const dt_host_v1_t *h, const dt_comm_init_v1_t *a,
+                              const char *comm);
+/* wait's: "wait: NULL request". */
+int dt_comm_check_wait(const dt_host_v1_t *h, const dt_comm_req_t *req);
+/* test's: "test: NULL argument" (the request or done). */
+int dt_comm_check_test(const dt_host_v1_t *h, const dt_comm_req_t *req,
+                       const int *done);
+
 #ifdef __cplusplus
 }
 #endif

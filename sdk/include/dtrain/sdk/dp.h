@@ -45,6 +45,7 @@ typedef struct dt_dp {
     const dt_host_v1_t *host;
     const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
+    const dt_kernels_t *kernels;     /* dev_ops->kernels(), fetched once */
     dt_stream_t *cs;                 /* the core's compute stream */
     const dt_comm_ops_v1_t *comm_ops;
     dt_comm_t *comm;                 /* the data-parallel group */

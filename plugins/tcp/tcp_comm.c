@@ -249,33 +249,16 @@ static int swap_addresses(const dt_host_v1_t *h, const dt_comm_init_v1_t *a, dt_
 
 static int tcp_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_comm_t **out)
 {
-    if (!host)
-        return DT_ERR_INVALID;
-    if (!out || !in)
-        return host->set_error(host, DT_ERR_INVALID, "init: NULL %s", out ? "args" : "out");
-    *out = NULL;
     dt_comm_init_v1_t args;
-    int rc = dt_args_read(host, "init args", &args, sizeof args, in, DT_COMM_INIT_V1_SIZE0);
+    int rc = dt_comm_check_init(host, in, out, &args);
     if (rc != DT_OK)
         return rc;
     const dt_comm_init_v1_t *a = &args;
-    if (a->size < 1 || a->rank < 0 || a->rank >= a->size)
-        return host->set_error(host, DT_ERR_INVALID, "init: rank %d is not in [0, %d)",
-                               (int)a->rank, (int)a->size);
-    if (a->timeout_ms <= 0)
-        return host->set_error(host, DT_ERR_INVALID, "init: timeout_ms must be > 0 (got %lld)",
-                               (long long)a->timeout_ms);
     if (!a->job_id || !a->job_id[0] || strlen(a->job_id) >= sizeof(((tcp_job_t *)0)->job_id))
         return host->set_error(host, DT_ERR_INVALID, "init: job id must be 1..%d bytes",
                                (int)sizeof(((tcp_job_t *)0)->job_id) - 1);
-    if (a->dev_ops && a->dev) {
-        dt_device_props_v1_t props = {.struct_size = sizeof(dt_device_props_v1_t)};
-        if (a->dev_ops->props(a->dev, &props) == DT_OK && !props.host_visible)
-            return host->set_error(host, DT_ERR_UNSUPPORTED,
-                                   "device '%s' memory is not host memory; the tcp "
-                                   "communicator moves host memory only (use nccl on GPUs)",
-                                   props.name);
-    }
+    if ((rc = dt_comm_check_host_memory(host, a, "tcp")) != DT_OK)
+        return rc;
     const char *cfg_addr;
     int64_t sock_buf;
     int st = read_keys(host, &cfg_addr, &sock_buf);

@@ -631,9 +631,9 @@ static int before(const struct timespec *a, const struct timespec *b)
 
 int tcp_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
 {
-    if (!c || !r)
-        return c ? c->host->set_error(c->host, DT_ERR_INVALID, "wait: NULL request")
-                 : DT_ERR_INVALID;
+    int rc = dt_comm_check_wait(c ? c->host : NULL, r);
+    if (rc != DT_OK) /* a NULL c gives no host: DT_ERR_INVALID */
+        return rc;
     const dt_host_v1_t *h = c->host;
     int own_limit = timeout_ms >= 0;
     int64_t ms = own_limit ? timeout_ms : c->timeout_ms;
@@ -697,9 +697,9 @@ int tcp_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
 
 int tcp_test(dt_comm_t *c, dt_comm_req_t *r, int *done)
 {
-    if (!c || !r || !done)
-        return c ? c->host->set_error(c->host, DT_ERR_INVALID, "test: NULL argument")
-                 : DT_ERR_INVALID;
+    int rc = dt_comm_check_test(c ? c->host : NULL, r, done);
+    if (rc != DT_OK) /* a NULL c gives no host: DT_ERR_INVALID */
+        return rc;
     pthread_mutex_lock(&c->mu);
     *done = r->state == TCP_RQ_DONE;
     pthread_mutex_unlock(&c->mu);

@@ -64,6 +64,14 @@ static int read_args(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_ini
     if (args->optim->kind != DT_OPTIM_ADAMW && args->optim->kind != DT_OPTIM_SGD)
         return host->set_error(host, DT_ERR_INVALID, "init: unknown optimizer kind %d",
                                args->optim->kind);
+    /* strategy ABI 1.3's pipeline stage (strategy.h): not implemented by
+     * the data-parallel core yet, so refused, never silently ignored */
+    if (args->unit_flags || args->norm_comm || args->tied_comm)
+        return host->set_error(host, DT_ERR_UNSUPPORTED,
+                               "init: %s holds every unit of the model: it cannot hold one "
+                               "pipeline stage's units yet (init %s set)",
+                               what, args->unit_flags ? "unit_flags"
+                                     : args->norm_comm ? "norm_comm" : "tied_comm");
     if (model->n_units > 0 && !model->units)
         return host->set_error(host, DT_ERR_INVALID, "init: model has %u units but no table",
                                model->n_units);

@@ -143,6 +143,12 @@ static int add_strategy(variants_t *vs, const char *name, const dt_search_path_t
     int rc = dt_plugin_open(sp, DT_KIND_STRATEGY, name, &p);
     if (rc == DT_OK) {
         const dt_strategy_ops_t *ops = p->ops;
+        /* a model-parallel strategy (a pipeline's schedule) holds no
+         * state: it is not a row of its own (its rows: issue 14) */
+        if (DT_HAS_OP(dt_strategy_ops_t, ops, run_schedule)) {
+            dt_plugin_unload(p);
+            return DT_OK;
+        }
         if (DT_HAS_OP(dt_strategy_ops_t, ops, plan_presets) &&
             (rc = ops->plan_presets(&pre, &n)) != DT_OK)
             dt_plugin_failed(p, rc, "plan_presets");

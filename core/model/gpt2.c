@@ -501,10 +501,11 @@ static int gpt2_stage_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt
                     l + 1);
         DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, l + 1, 0, NULL));
     }
-    if (end <= head) { /* the stage's output: boundary `end` */
-        DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, out, g->x[end - 1], xbytes,
-                                               DT_COPY_D2D, ctx->stream),
-                    "forward (the stage's output)", end - 1);
+    if (end <= head) { /* the stage's output: boundary `end` (unless a recompute) */
+        if (out)
+            DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, out, g->x[end - 1], xbytes,
+                                                   DT_COPY_D2D, ctx->stream),
+                        "forward (the stage's output)", end - 1);
         return DT_OK;
     }
     /* the head, and unit 0 again for the tied LM head (matmul only) */

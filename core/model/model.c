@@ -624,7 +624,8 @@ uint32_t dt_model_stage_tied(const dt_model_t *m, uint32_t first, uint32_t end, 
 
 int dt_model_stage_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t first, uint32_t end,
                            const int32_t *inputs, const int32_t *targets, const void *in,
-                           void *out, uint32_t micro, uint32_t n_micro, double *loss)
+                           void *out, uint32_t micro, uint32_t n_micro, int no_grad,
+                           double *loss)
 {
     int rc = dt_model_stage_check(m, first, end);
     if (rc)
@@ -635,7 +636,8 @@ int dt_model_stage_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t fi
     if ((first == 0 && (rc = put_tokens(m, ctx, "input", inputs, m->tokens))) ||
         (last && (rc = put_tokens(m, ctx, "target", targets, m->targets))))
         return rc;
-    const dt_hook_t h = {.struct_size = sizeof(dt_hook_t), .micro = micro, .n_micro = n_micro};
+    const dt_hook_t h = {.struct_size = sizeof(dt_hook_t), .micro = micro, .n_micro = n_micro,
+                         .flags = no_grad ? DT_HOOK_NO_GRAD : 0u};
     if ((rc = m->arch->stage_forward(m, ctx, &h, first, end, in, out)))
         return rc;
     if (last)

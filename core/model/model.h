@@ -184,11 +184,13 @@ uint32_t dt_model_stage_tied(const dt_model_t *m, uint32_t first, uint32_t end, 
  * first stage copies `inputs`, others read `in` (device, boundary before
  * unit `first`); the last stage copies `targets` and sets *loss to the
  * micro-batch's mean loss, others write `out` (device, boundary after unit
- * end - 1) and leave *loss alone.  inputs / targets are (B, T) host i32,
- * checked against the vocabulary where read. */
+ * end - 1; NULL: not wanted, a recompute) and leave *loss alone.  inputs /
+ * targets are (B, T) host i32, checked against the vocabulary where read.
+ * `no_grad`: an evaluation pass (hooks flagged DT_HOOK_NO_GRAD). */
 int dt_model_stage_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t first, uint32_t end,
                            const int32_t *inputs, const int32_t *targets, const void *in,
-                           void *out, uint32_t micro, uint32_t n_micro, double *loss);
+                           void *out, uint32_t micro, uint32_t n_micro, int no_grad,
+                           double *loss);
 /* Backward of the micro-batch the stage's last forward ran: from the loss
  * (scaled by loss_scale, as dt_model_step_micro) on the last stage, else
  * from `dout` (the gradient of `out`); writes the gradient of `in` to

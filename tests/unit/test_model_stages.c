@@ -68,19 +68,19 @@ static void stage_forward(stage_t *s, uint32_t m, const int32_t *in_tok, const i
                           const void *in, void *out, double *loss)
 {
     must(dt_model_stage_forward(s->h.model, &s->h.ctx, s->first, s->end, in_tok, tg, in, out, m,
-                                M, loss),
+                                M, 0, loss),
          "stage forward");
     s->last_fwd = (int32_t)m;
 }
 
 /* The runner's backward: recompute the forward unless `m` is the last one
- * it ran (its output is discarded: a scratch tensor, loss unused). */
+ * it ran (its output not wanted: NULL; its loss unused). */
 static void stage_backward(stage_t *s, uint32_t m, const int32_t *in_tok, const int32_t *tg,
-                           const void *in, const void *dout, void *din, void *scratch)
+                           const void *in, const void *dout, void *din)
 {
     double unused = 0;
     if (s->last_fwd != (int32_t)m)
-        stage_forward(s, m, in_tok, tg, in, s->end < NU ? scratch : NULL, &unused);
+        stage_forward(s, m, in_tok, tg, in, NULL, &unused);
     must(dt_model_stage_backward(s->h.model, &s->h.ctx, s->first, s->end, dout, din, m, M,
                                  (float)(1.0 / M)),
          "stage backward");
@@ -95,11 +95,10 @@ static void check_split(uint32_t k, const int32_t *inputs, const int32_t *target
     must(dt_mh_open(&b.h, gpt2_toml, B, T, SEED), "open stage B");
     const uint64_t n = dt_model_boundary_count(a.h.model);
     assert_int_equal(n, (uint64_t)B * T * C);
-    void *act[M], *grad, *scratch;
+    void *act[M], *grad;
     for (int m = 0; m < M; m++)
         must(a.h.D->alloc(a.h.dev, n * 4, DT_TAG_ACTIVATIONS, &act[m]), "alloc boundary");
     must(a.h.D->alloc(a.h.dev, n * 4, DT_TAG_ACTIVATIONS, &grad), "alloc boundary gradient");
-    must(a.h.D->alloc(a.h.dev, n * 4, DT_TAG_ACTIVATIONS, &scratch), "alloc scratch");
     must(dt_mh_begin_step(&a.h, M), "begin A");
     must(dt_mh_begin_step(&b.h, M), "begin B");
 
@@ -113,8 +112,8 @@ static void check_split(uint32_t k, const int32_t *inputs, const int32_t *target
         loss_sum += l;
     }
     for (uint32_t m = 0; m < M; m++) {
-        stage_backward(&b, m, inputs + m * bt, targets + m * bt, act[m], NULL, grad, scratch);
-        stage_backward(&a, m, inputs + m * bt, targets + m * bt, NULL, grad, NULL, scratch);
+        stage_backward(&b, m, inputs + m * bt, targets + m * bt, act[m], NULL, grad);
+        stage_backward(&a, m, inputs + m * bt, targets + m * bt, NULL, grad, NULL);
     }
     const double loss = loss_sum / M;
     printf("split at unit %u: loss %.9f whole %.9f (diff %.3g)\n", k, loss, whole_loss,
@@ -145,7 +144,6 @@ static void check_split(uint32_t k, const int32_t *inputs, const int32_t *target
     for (int m = 0; m < M; m++)
         a.h.D->free(a.h.dev, act[m]);
     a.h.D->free(a.h.dev, grad);
-    a.h.D->free(a.h.dev, scratch);
     dt_mh_close(&a.h);
     dt_mh_close(&b.h);
 }

@@ -384,6 +384,12 @@ typedef struct dt_stage_runner_v1 {
 } dt_stage_runner_v1_t;
 #define DT_STAGE_RUNNER_V1_SIZE0 DT_FIELD_END(dt_stage_runner_v1_t, backward)
 
+/* dt_schedule_args_v1_t.flags */
+#define DT_SCHEDULE_NO_GRAD 0x1u /* forwards only (evaluation): the runner's
+                                  * backward is never called, and the
+                                  * runner's forward flags its hooks
+                                  * DT_HOOK_NO_GRAD */
+
 /* run_schedule's arguments (in; the core's). */
 typedef struct dt_schedule_args_v1 {
     uint32_t struct_size;     /* sizeof(dt_schedule_args_v1_t), core's build */
@@ -391,7 +397,7 @@ typedef struct dt_schedule_args_v1 {
     int64_t step;             /* 1-based, for messages */
     uint64_t act_count;       /* elements of one boundary tensor */
     int32_t act_dtype;        /* their dtype (dt_dtype_t) */
-    int32_t reserved0;
+    uint32_t flags;           /* DT_SCHEDULE_* */
     const dt_stage_runner_v1_t *runner;
     /* ---- minor 0 ends here; append only ---- */
 } dt_schedule_args_v1_t;

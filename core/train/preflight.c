@@ -5,6 +5,8 @@
  */
 #include "train/preflight.h"
 
+#include <stdio.h>
+
 #include "data/data.h"
 #include "model/model.h"
 #include "train/grid.h"
@@ -38,9 +40,12 @@ int dt_preflight_stages(const dt_resolved_t *r, dt_model_t *m)
     if (pp <= 1)
         return DT_OK;
     int rc = dt_model_stage_check(m, 0, n);
-    if (rc)
+    if (rc) {
+        char msg[DT_ERR_MAX]; /* (the message buffer is the one set below) */
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
         return dt_err_set(DT_ERR_CONFIG, "%s: parallel.pipeline = %lld: %s", r->set.config_path,
-                          (long long)pp, dt_last_error());
+                          (long long)pp, msg);
+    }
     if ((int64_t)n < pp)
         return dt_err_set(DT_ERR_CONFIG,
                           "%s: parallel.pipeline = %lld stages, but the model has %u units "

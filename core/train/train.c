@@ -12,7 +12,10 @@
  * it goes it keeps the crash handler's record (util/crash.h): the phase,
  * step and micro-batch, and every plugin call PLUGIN_CALL makes.  An fp16
  * model's loss scaling (the scaler itself: loss_scale.c) is one block of
- * its own, before "one step".
+ * its own, before "one step".  Pipeline parallelism (parallel.pipeline >
+ * 1) is in blocks marked "pipeline (issue 14)": the grid's groups, this
+ * rank's stage, and the stage runner the pipeline strategy's schedule
+ * drives in place of the micro-batch loop.
  */
 #include "train/train.h"
 
@@ -649,11 +652,13 @@ static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres,
     char what[1024] = "not searched under pipeline parallelism";
     /* a fresh step's gradients (zeroed by begin_step), the overflowing
      * micro-batch again; every rank, as its hooks are collective (not
-     * under a pipeline: a stage holds only its units) */
-    rc = R->ppipe ? DT_OK
+     * under a pipeline: a stage holds only its units, the search runs the
+     * whole model) */
+    rc = R->ppipe ? DT_ERR_UNSUPPORTED
                   : PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step),
                                 "begin_step");
-    if (R->ppipe) {
+    if (rc == DT_ERR_UNSUPPORTED && R->ppipe) {
+        /* `what` says why there is no tensor */
     } else if (rc) {
         snprintf(what, sizeof what, "unknown (the search failed: %s)", dt_last_error());
     } else if (!dt_model_find_nonfinite_grad(R->model, &R->ctx, R->inputs, R->targets,

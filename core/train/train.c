@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -730,6 +731,21 @@ static int stage_forward(void *ctx, uint32_t micro, const void *in, void *out, d
     return DT_OK;
 }
 
+#ifdef DTRAIN_TEST_HOOKS
+/* DTRAIN_FAULT_KILL_AT_BACKWARD=STEP:MICRO (test builds only): this rank
+ * kills itself (SIGKILL) as its stage starts the backward of micro-batch
+ * MICRO of step STEP, so a test finds its peers inside the pipeline's
+ * send/recv, not wherever a kill from outside happened to land. */
+static void fault_kill_at_backward(int64_t step, uint32_t micro)
+{
+    const char *v = getenv("DTRAIN_FAULT_KILL_AT_BACKWARD");
+    long long s;
+    unsigned m;
+    if (v && sscanf(v, "%lld:%u", &s, &m) == 2 && s == step && m == micro)
+        raise(SIGKILL);
+}
+#endif
+
 /* The model holds the activations of its last forward only: any other
  * micro-batch's forward runs again from its input first. */
 static int stage_backward(void *ctx, uint32_t micro, const void *in, const void *dout, void *din)
@@ -738,6 +754,9 @@ static int stage_backward(void *ctx, uint32_t micro, const void *in, const void 
     run_t *R = x->R;
     double unused = 0;
     int rc = DT_OK;
+#ifdef DTRAIN_TEST_HOOKS
+    fault_kill_at_backward(x->step, micro);
+#endif
     if (R->last_fwd != (int64_t)micro)
         rc = stage_forward_of(x, micro, in, NULL, &unused);
     if (!rc)

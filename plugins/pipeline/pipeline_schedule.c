@@ -55,9 +55,15 @@ static int pp_buf_alloc(dt_strategy_t *s, pp_buf_t *b, uint64_t bytes)
  * stashed inputs (not on the first stage: it reads tokens), outputs and
  * the received output gradient (not on the last), input gradients (not on
  * the first). */
-static int ensure_buffers(dt_strategy_t *s, uint64_t bytes, uint32_t n_micro)
+static int ensure_buffers(dt_strategy_t *s, uint64_t bytes, uint32_t n_micro, int no_grad)
 {
     const int first = s->stage == 0, last = s->stage == s->n_stages - 1;
+    /* forwards only: each input is used as it arrives, one slot will do,
+     * and the training step's stash is kept rather than made again */
+    if (no_grad && bytes == s->act_bytes && (first || s->n_stash >= 1))
+        return DT_OK;
+    if (no_grad)
+        n_micro = 1;
     uint32_t inflight = (uint32_t)(s->n_stages - s->stage);
     uint32_t n_stash = first ? 0
                        : s->schedule == PP_SCHED_GPIPE ? n_micro
@@ -243,7 +249,8 @@ int pp_run(dt_strategy_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result
     if ((rc = dt_args_check(host, "stage runner", a.runner, sizeof *a.runner,
                             DT_STAGE_RUNNER_V1_SIZE0)) != DT_OK)
         return rc;
-    if ((rc = ensure_buffers(s, a.act_count * dt_dtype_size(a.act_dtype), a.n_micro)) != DT_OK)
+    if ((rc = ensure_buffers(s, a.act_count * dt_dtype_size(a.act_dtype), a.n_micro,
+                             (a.flags & DT_SCHEDULE_NO_GRAD) != 0)) != DT_OK)
         return rc;
     pp_step_t t = {.s = s, .a = &a};
     rc = run_ops(&t);

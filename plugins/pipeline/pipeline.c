@@ -96,6 +96,8 @@ static int pp_assign_stages(const dt_host_v1_t *host, const dt_stage_args_v1_t *
                                !a.model ? "model" : "out");
     if ((rc = read_config(host, &schedule, &balance)) != DT_OK)
         return rc;
+    for (int32_t k = 0; a.stash && k < a.n_stages; k++)
+        a.stash[k] = pp_stash(schedule, k, a.n_stages, a.n_micro);
     return pp_assign(host, a.model, a.n_stages, balance, out);
 }
 

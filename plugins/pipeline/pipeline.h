@@ -70,6 +70,15 @@ struct dt_strategy {
     pp_buf_t dout;              /* the output gradient received */
 };
 
+/* The most stage inputs stage `k` of `p` keeps at once for `m`
+ * micro-batches: none on the first stage (it reads tokens); GPipe all m;
+ * 1F1B at most the micro-batches in flight, p - k. */
+static inline uint32_t pp_stash(int schedule, int32_t k, int32_t p, uint32_t m)
+{
+    uint32_t inflight = (uint32_t)(p - k);
+    return k == 0 ? 0 : schedule == PP_SCHED_GPIPE || m < inflight ? m : inflight;
+}
+
 /* pipeline_balance.c: out[u] = the stage of unit u (never decreasing,
  * every stage non-empty) for `policy`; DT_ERR_CONFIG through host when
  * there are fewer units than stages. */

@@ -64,11 +64,7 @@ static int ensure_buffers(dt_strategy_t *s, uint64_t bytes, uint32_t n_micro, in
         return DT_OK;
     if (no_grad)
         n_micro = 1;
-    uint32_t inflight = (uint32_t)(s->n_stages - s->stage);
-    uint32_t n_stash = first ? 0
-                       : s->schedule == PP_SCHED_GPIPE ? n_micro
-                       : n_micro < inflight            ? n_micro
-                                                       : inflight;
+    uint32_t n_stash = pp_stash(s->schedule, s->stage, s->n_stages, n_micro);
     if (bytes == s->act_bytes && n_stash == s->n_stash)
         return DT_OK;
     pp_free_buffers(s);

@@ -349,9 +349,17 @@ typedef struct dt_stage_args_v1 {
     uint32_t struct_size;            /* sizeof(dt_stage_args_v1_t), core's build */
     int32_t n_stages;                /* [parallel] pipeline, >= 2 */
     const dt_model_desc_v1_t *model; /* units in model order */
+    uint32_t n_micro;                /* micro-batches a step (with `stash`) */
+    uint32_t reserved0;
+    /* out, optional (NULL: not asked; the planner asks): n_stages
+     * entries, the most stage inputs (boundary tensors) stage k keeps at
+     * once under the plugin's schedule for n_micro micro-batches (GPipe
+     * n_micro, 1F1B min(n_micro, n_stages - k); 0 for the first stage,
+     * which reads tokens). */
+    uint32_t *stash;
     /* ---- minor 0 ends here; append only ---- */
 } dt_stage_args_v1_t;
-#define DT_STAGE_ARGS_V1_SIZE0 DT_FIELD_END(dt_stage_args_v1_t, model)
+#define DT_STAGE_ARGS_V1_SIZE0 DT_FIELD_END(dt_stage_args_v1_t, stash)
 
 /* The core's side of a stage, handed to run_schedule (in; the core's,
  * valid during the call).  Boundary tensors are device memory of

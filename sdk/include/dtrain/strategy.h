@@ -389,6 +389,7 @@ typedef struct dt_stage_runner_v1 {
      * inputs, one boundary tensor per micro-batch in flight. */
     int (*backward)(void *ctx, uint32_t micro, const void *in, const void *dout,
                     void *din);
+    /* ---- minor 0 ends here; append only ---- */
 } dt_stage_runner_v1_t;
 #define DT_STAGE_RUNNER_V1_SIZE0 DT_FIELD_END(dt_stage_runner_v1_t, backward)
 

@@ -36,6 +36,8 @@
 #include "loader/loader.h"
 #include "model/model.h"
 #include "train/plan.h"
+#include "train/preflight.h"
+#include "train/train.h"
 #include "setup/resolve.h"
 #include "util/error.h"
 
@@ -143,6 +145,12 @@ static int add_strategy(variants_t *vs, const char *name, const dt_search_path_t
     int rc = dt_plugin_open(sp, DT_KIND_STRATEGY, name, &p);
     if (rc == DT_OK) {
         const dt_strategy_ops_t *ops = p->ops;
+        /* a model-parallel strategy (a pipeline's schedule) holds no
+         * state: it is not a row of its own (its rows: issue 14) */
+        if (DT_HAS_OP(dt_strategy_ops_t, ops, run_schedule)) {
+            dt_plugin_unload(p);
+            return DT_OK;
+        }
         if (DT_HAS_OP(dt_strategy_ops_t, ops, plan_presets) &&
             (rc = ops->plan_presets(&pre, &n)) != DT_OK)
             dt_plugin_failed(p, rc, "plan_presets");
@@ -555,6 +563,88 @@ static int check_tier(const dt_resolved_t *r, const char *tier, const char *name
     return DT_EXIT_OK;
 }
 
+/* ---- pipeline (issue 14): with parallel.pipeline > 1, a block per
+ * stage after the table: its units and parameters (a tied copy
+ * included), the activations it keeps (one micro-batch of its units, plus
+ * the stage inputs the schedule stashes, which the pipeline plugin says),
+ * the bytes it sends a step (boundary tensors forward, their gradients
+ * back, the tied gradient's all-reduce), and the bubble. ---- */
+static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world)
+{
+    const dt_plugin_t *pp = r->plugin[DT_ROLE_PIPELINE];
+    const dt_strategy_ops_t *ops = pp->ops;
+    dt_model_desc_t *d = dt_model_desc(m);
+    const uint32_t nu = d->n_units;
+    const int32_t p = (int32_t)r->set.parallel.pipeline;
+    int64_t dp = 0, accum = r->set.train.grad_accum, global = r->set.train.global_batch;
+    int rc = dt_preflight_dp(r, world, &dp);
+    if (!rc)
+        rc = dt_preflight_stages(r, m);
+    if (!rc)
+        rc = dt_batch_resolve(r->set.config_path, r->set.train.micro_batch, &accum, &global, dp);
+    if (!DT_HAS_OP(dt_strategy_ops_t, ops, assign_stages))
+        return rc ? rc : dt_err_set(DT_ERR_CONFIG, "strategy plugin '%s' has no assign_stages",
+                                    pp->name);
+    const int64_t B = r->set.train.micro_batch, T = r->set.train.seq_len;
+    uint32_t *stage_of = calloc(nu, sizeof *stage_of), *stash = calloc((size_t)p, sizeof *stash);
+    uint64_t *kept = calloc(nu, sizeof *kept);
+    dt_model_act_t act;
+    if (!rc && (!stage_of || !stash || !kept))
+        rc = dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
+    if (!rc)
+        rc = dt_model_act_bytes(m, B, T, kept, &act);
+    dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = p, .model = d,
+                          .n_micro = (uint32_t)accum, .stash = stash};
+    if (!rc && (rc = ops->assign_stages(pp->host, &sa, stage_of)))
+        dt_plugin_failed(pp, rc, "assign_stages");
+    if (!rc) {
+        const uint64_t bnd = (uint64_t)(B * T * dt_model_info(m)->boundary_width) *
+                             dt_dtype_size(dt_model_act_dtype(m));
+        const uint32_t M = (uint32_t)accum;
+        char b1[32], b2[32], b3[32];
+        printf("\npipeline: %d stages x %lld data-parallel replicas, %u micro-batches a step: "
+               "bubble (p - 1) / (m + p - 1) = %.1f%%; the rows above plan the whole model, "
+               "a stage's rank holds its units only:\n",
+               p, (long long)dp, M, 100.0 * (double)(p - 1) / (double)(M + (uint32_t)p - 1));
+        uint32_t tied[4], last = 0;
+        while (last < nu && stage_of[last] != (uint32_t)p - 1)
+            last++;
+        const uint32_t nt = last < nu ? dt_model_stage_tied(m, last, nu, tied, 4) : 0;
+        for (uint32_t u = 0, k = 0; k < (uint32_t)p; k++) {
+            uint32_t a = u;
+            uint64_t params = 0, keep = 0, sent = 0;
+            while (u < nu && stage_of[u] == k) {
+                params += d->units[u].numel;
+                keep += kept[u];
+                u++;
+            }
+            for (uint32_t i = 0; k == (uint32_t)p - 1 && i < nt && i < 4; i++)
+                params += d->units[tied[i]].numel; /* the last stage's copy */
+            if (k + 1 < (uint32_t)p)
+                sent += (uint64_t)M * bnd; /* activations to stage k + 1 */
+            if (k > 0)
+                sent += (uint64_t)M * bnd; /* their gradients to stage k - 1 */
+            /* the tied gradient, all-reduced between first and last stage
+             * (2 ranks: a ring sends the whole buffer once) */
+            if (nt && (k == 0 || k == (uint32_t)p - 1))
+                for (uint32_t i = 0; i < nt && i < 4; i++)
+                    sent += d->units[tied[i]].numel * 4;
+            printf("  stage %u: units %u-%u (%s .. %s)%s, %.3fM parameters; activations %s "
+                   "(one micro-batch of its units, %u stage inputs stashed: %s); sends %s a "
+                   "step\n",
+                   k, a, u - 1, d->units[a].name, d->units[u - 1].name,
+                   k == (uint32_t)p - 1 && nt ? " + a tied copy of the embedding" : "",
+                   (double)params / 1e6, dt_plan_bytes(keep + act.workspace, b1, sizeof b1),
+                   stash[k], dt_plan_bytes((uint64_t)stash[k] * bnd, b2, sizeof b2),
+                   dt_plan_bytes(sent, b3, sizeof b3));
+        }
+    }
+    free(stage_of);
+    free(stash);
+    free(kept);
+    return rc;
+}
+
 int dt_cmd_plan(int argc, char **argv)
 {
     static const char *const opts[] = {"--world", "--model", "--device-memory", "--link-gbps",
@@ -676,6 +766,8 @@ int dt_cmd_plan(int argc, char **argv)
     }
     if (planned && lim.mem)
         print_recommendation(rows, nr, &lim);
+    if (planned && m && r.plugin[DT_ROLE_PIPELINE] && (rc = print_pipeline(&r, m, world)))
+        planned = 0, first_rc = rc;
     ec = planned ? DT_EXIT_OK : dt_cli_fail("plan", first_rc ? first_rc : rc);
     if (m)
         dt_model_free(m, NULL);

@@ -117,7 +117,8 @@ static const dt_abi_method_t offload_v1_optional[] = {
 };
 DT_LAYOUT_CHECK(offload, 10);
 
-/* strategy v1: only the planner's presets are optional. */
+/* strategy v1: the planner's presets and the pipeline's slots (minor 3)
+ * are optional. */
 static const dt_abi_method_t strategy_v1_mandatory[] = {
     M(strategy, init), M(strategy, finalize), M(strategy, begin_step),
     M(strategy, pre_forward), M(strategy, post_forward),
@@ -126,9 +127,9 @@ static const dt_abi_method_t strategy_v1_mandatory[] = {
     M(strategy, state_loaded), M(strategy, estimate),
 };
 static const dt_abi_method_t strategy_v1_optional[] = {
-    M(strategy, plan_presets),
+    M(strategy, plan_presets), M(strategy, assign_stages), M(strategy, run_schedule),
 };
-DT_LAYOUT_CHECK(strategy, 14);
+DT_LAYOUT_CHECK(strategy, 16);
 
 #define LAYOUT(kind, KIND, sub_, n_sub_)                                       \
     LAYOUT_OF(dt_##kind##_ops_v1_t, kind##_v1, DT_##KIND##_ABI_MAJOR,          \

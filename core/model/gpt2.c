@@ -143,6 +143,8 @@ static int gpt2_create(dt_model_t *m, dt_config_t *cfg)
     dt_model_add_key(m, "context", maxT);
     m->info.vocab_size = V;
     m->info.context = maxT;
+    m->info.boundary_width = C;
+    m->info.tied_embedding = 1;
 
     if ((rc = dt_model_alloc_units(m, (uint32_t)L + 2)) ||
         (rc = dt_model_name_unit(m, 0, "embedding")) ||
@@ -461,30 +463,50 @@ static int block_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_uni
     return DT_OK;
 }
 
-static int gpt2_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h)
+/* Forward of units [first, end) (a pipeline stage; [0, L + 2) is the whole
+ * model).  Boundary u (between unit u - 1 and unit u) is the residual
+ * stream x[u - 1]: a stage not starting at the embedding copies `in` there,
+ * one not ending at the head copies its last x to `out`. */
+static int gpt2_stage_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
+                              uint32_t first, uint32_t end, const void *in, void *out)
 {
     gpt2_t *g = G(m);
     const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = g->s.vocab_size, BT = B * T;
     const uint32_t L = (uint32_t)g->s.n_layer, head = L + 1;
     const int ad = m->adtype;
+    const uint64_t xbytes = (uint64_t)(BT * C) * dt_model_act_size(m);
     dt_unit_buffers_t b0 = {.struct_size = sizeof b0}, bl = {.struct_size = sizeof bl},
                          bh = {.struct_size = sizeof bh};
     dt_unit_view_t v0, vl, vh;
 
-    DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b0));
-    DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 1, &v0), "forward", 0);
-    DT_TRY_UNIT(K->embedding_forward(D, g->x[0], m->tokens, v0.a[WTE], v0.a[WPE], ad, B, T, C),
-                "forward", 0);
-    DT_TRY(dt_model_probe(m, ctx, "activation embedding output", 0,
-                          "the forward of wte.weight + wpe.weight", g->x[0], ad,
-                          (uint64_t)(BT * C)));
-    DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
-    for (uint32_t l = 0; l < L; l++) {
+    if (first == 0) {
+        DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b0));
+        DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 1, &v0), "forward", 0);
+        DT_TRY_UNIT(K->embedding_forward(D, g->x[0], m->tokens, v0.a[WTE], v0.a[WPE], ad, B, T,
+                                         C),
+                    "forward", 0);
+        DT_TRY(dt_model_probe(m, ctx, "activation embedding output", 0,
+                              "the forward of wte.weight + wpe.weight", g->x[0], ad,
+                              (uint64_t)(BT * C)));
+        DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
+    } else {
+        DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, g->x[first - 1], in, xbytes,
+                                               DT_COPY_D2D, ctx->stream),
+                    "forward (the stage's input)", first);
+    }
+    for (uint32_t l = first > 0 ? first - 1 : 0; l < L && l + 1 < end; l++) {
         DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, l + 1, 0, &bl));
         DT_TRY_UNIT(dt_model_view(m, ctx, l + 1, bl.params, 1, &vl), "forward", l + 1);
         DT_TRY_UNIT(block_forward(m, ctx, l, &vl, g->x[l], &g->acts[l], g->x[l + 1]), "forward",
                     l + 1);
         DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, l + 1, 0, NULL));
+    }
+    if (end <= head) { /* the stage's output: boundary `end` (unless a recompute) */
+        if (out)
+            DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, out, g->x[end - 1], xbytes,
+                                                   DT_COPY_D2D, ctx->stream),
+                        "forward (the stage's output)", end - 1);
+        return DT_OK;
     }
     /* the head, and unit 0 again for the tied LM head (matmul only) */
     DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, head, 0, &bh));
@@ -508,37 +530,50 @@ static int gpt2_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_
     return DT_OK;
 }
 
-static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
-                         float loss_scale)
+/* Backward of units [first, end), after their forward: from the loss when
+ * the stage ends at the head, else from `dout` (the gradient of boundary
+ * `end`); a stage not starting at the embedding leaves the gradient of its
+ * input (boundary `first`) in `din`. */
+static int gpt2_stage_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
+                               uint32_t first, uint32_t end, const void *dout, void *din,
+                               float loss_scale)
 {
     gpt2_t *g = G(m);
     const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = g->s.vocab_size, BT = B * T;
     const uint32_t L = (uint32_t)g->s.n_layer, head = L + 1;
     const int ad = m->adtype;
-    const uint64_t es = dt_model_act_size(m);
+    const uint64_t es = dt_model_act_size(m), xbytes = (uint64_t)(BT * C) * es;
     dt_unit_buffers_t b0 = {.struct_size = sizeof b0}, bl = {.struct_size = sizeof bl},
                          bh = {.struct_size = sizeof bh};
     dt_unit_view_t v0, vl, vh;
 
-    /* head first (it also feeds wte's gradient), then the blocks, then the
-     * embedding, whose post_backward ends unit 0's gradient */
-    DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, head, 0, &bh));
-    DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, 0, 0, &b0));
-    DT_TRY_UNIT(dt_model_view(m, ctx, head, bh.params, 1, &vh), "backward", head);
-    DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 0, &v0), "backward", head);
-    DT_TRY(dt_model_loss_backward(m, ctx, head, g->dlogits, loss_scale));
-    DT_TRY_UNIT(dt_model_zero(ctx, g->dbuf_c, (uint64_t)BT * C * es), "backward", head);
-    DT_TRY_UNIT(K->matmul_backward(D, g->dbuf_c, b0.grads, NULL, g->dlogits, g->lnf, v0.w[WTE],
-                                   ad, m->wdtype, BT, C, V),
-                "backward", head);
-    DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 0, NULL));
-    DT_TRY_UNIT(dt_model_zero(ctx, g->dx, (uint64_t)BT * C * es), "backward", head);
-    DT_TRY_UNIT(K->layernorm_backward(D, g->dx, bh.grads, bh.grads + C, g->dbuf_c, g->x[L],
-                                      vh.a[LNFW], g->lnf_mean, g->lnf_rstd, ad, BT, C),
-                "backward", head);
-    DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
+    if (end > head) {
+        /* head first (it also feeds wte's gradient), then the blocks, then
+         * the embedding, whose post_backward ends unit 0's gradient */
+        DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, head, 0, &bh));
+        DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, 0, 0, &b0));
+        DT_TRY_UNIT(dt_model_view(m, ctx, head, bh.params, 1, &vh), "backward", head);
+        DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 0, &v0), "backward", head);
+        DT_TRY(dt_model_loss_backward(m, ctx, head, g->dlogits, loss_scale));
+        DT_TRY_UNIT(dt_model_zero(ctx, g->dbuf_c, (uint64_t)BT * C * es), "backward", head);
+        DT_TRY_UNIT(K->matmul_backward(D, g->dbuf_c, b0.grads, NULL, g->dlogits, g->lnf,
+                                       v0.w[WTE], ad, m->wdtype, BT, C, V),
+                    "backward", head);
+        /* on a stage without the embedding this is unit 0's last use */
+        DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, first > 0, NULL));
+        DT_TRY_UNIT(dt_model_zero(ctx, g->dx, (uint64_t)BT * C * es), "backward", head);
+        DT_TRY_UNIT(K->layernorm_backward(D, g->dx, bh.grads, bh.grads + C, g->dbuf_c, g->x[L],
+                                          vh.a[LNFW], g->lnf_mean, g->lnf_rstd, ad, BT, C),
+                    "backward", head);
+        DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
+    } else {
+        DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, g->dx, dout, xbytes, DT_COPY_D2D,
+                                               ctx->stream),
+                    "backward (the stage's output gradient)", end - 1);
+    }
     uint64_t o[NBLOCK];
-    for (uint32_t l = L; l-- > 0;) {
+    const uint32_t lo = first > 0 ? first - 1 : 0; /* first block of the stage */
+    for (uint32_t l = end - 1 < L ? end - 1 : L; l-- > lo;) {
         const dt_unit_desc_t *ud = &m->desc.units[l + 1];
         for (int k = 0; k < NBLOCK; k++)
             o[k] = ud->params[k].offset;
@@ -551,12 +586,30 @@ static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook
                     l + 1);
         DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, l + 1, 1, NULL));
     }
+    if (first > 0) {
+        DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, din, g->dx, xbytes, DT_COPY_D2D,
+                                               ctx->stream),
+                    "backward (the stage's input gradient)", first);
+        return DT_OK;
+    }
     DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, 0, 0, &b0));
     DT_TRY_UNIT(K->embedding_backward(D, b0.grads, b0.grads + m->desc.units[0].params[WPE].offset,
                                       g->dx, m->tokens, ad, B, T, C),
                 "backward", 0);
     DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 1, NULL));
     return DT_OK;
+}
+
+/* The whole model: the one stage [0, L + 2). */
+static int gpt2_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h)
+{
+    return gpt2_stage_forward(m, ctx, h, 0, m->desc.n_units, NULL, NULL);
+}
+
+static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
+                         float loss_scale)
+{
+    return gpt2_stage_backward(m, ctx, h, 0, m->desc.n_units, NULL, NULL, loss_scale);
 }
 
 /* Beyond the core set: norms, attention, residual adds. */
@@ -578,6 +631,8 @@ const dt_model_arch_t dt_model_arch_gpt2 = {
     .alloc_acts = gpt2_alloc_acts,
     .forward = gpt2_forward,
     .backward = gpt2_backward,
+    .stage_forward = gpt2_stage_forward,
+    .stage_backward = gpt2_stage_backward,
     .flops_per_token = gpt2_flops_per_token,
     .free = gpt2_free,
     .need_kernels = gpt2_need_kernels,

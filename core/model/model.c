@@ -542,30 +542,23 @@ static int check_tokens(const dt_model_t *m, const char *what, const int32_t *to
     return DT_OK;
 }
 
-int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t *inputs,
-                        const int32_t *targets, uint32_t micro, uint32_t n_micro, int no_grad,
-                        float loss_scale, double *loss)
+/* Copy `tok` ((B, T) host, checked against the vocabulary: the kernels
+ * index embeddings with them, and a bad token would read outside the
+ * table) to the device's `dst`. */
+static int put_tokens(const dt_model_t *m, const dt_model_ctx_t *ctx, const char *what,
+                      const int32_t *tok, int32_t *dst)
 {
-    if (!m->tokens)
-        return dt_err_set(DT_ERR_INVALID, "model: step before dt_model_alloc_acts");
+    int rc = check_tokens(m, what, tok);
+    return rc ? rc : ctx->dev_ops->memcpy_async(ctx->dev, dst, tok, (uint64_t)(m->B * m->T) * 4,
+                                                DT_COPY_H2D, ctx->stream);
+}
+
+/* The mean of m->losses, after the stream's work. */
+static int mean_loss(const dt_model_t *m, const dt_model_ctx_t *ctx, double *loss)
+{
     const int64_t BT = m->B * m->T;
-    int rc;
-    /* The kernels index embeddings with these: a bad token would read
-     * outside the table (and the device only checks for negatives). */
-    if ((rc = check_tokens(m, "input", inputs)) || (rc = check_tokens(m, "target", targets)))
-        return rc;
     const dt_device_ops_t *R = ctx->dev_ops;
-    if ((rc = R->memcpy_async(ctx->dev, m->tokens, inputs, (uint64_t)BT * 4, DT_COPY_H2D,
-                              ctx->stream)) ||
-        (rc = R->memcpy_async(ctx->dev, m->targets, targets, (uint64_t)BT * 4, DT_COPY_H2D,
-                              ctx->stream)))
-        return rc;
-    dt_hook_t h = {.struct_size = sizeof(dt_hook_t),
-                      .micro = micro,
-                      .n_micro = n_micro,
-                      .flags = no_grad ? DT_HOOK_NO_GRAD : 0u};
-    if ((rc = m->arch->forward(m, ctx, &h)))
-        return rc;
+    int rc;
     if ((rc = R->memcpy_async(ctx->dev, m->host_losses, m->losses, (uint64_t)BT * 4,
                               DT_COPY_D2H, ctx->stream)) ||
         (rc = R->stream_sync(ctx->dev, ctx->stream)))
@@ -574,10 +567,95 @@ int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t 
     for (int64_t i = 0; i < BT; i++)
         sum += m->host_losses[i];
     *loss = sum / (double)BT;
+    return DT_OK;
+}
+
+int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t *inputs,
+                        const int32_t *targets, uint32_t micro, uint32_t n_micro, int no_grad,
+                        float loss_scale, double *loss)
+{
+    if (!m->tokens)
+        return dt_err_set(DT_ERR_INVALID, "model: step before dt_model_alloc_acts");
+    int rc;
+    if ((rc = put_tokens(m, ctx, "input", inputs, m->tokens)) ||
+        (rc = put_tokens(m, ctx, "target", targets, m->targets)))
+        return rc;
+    dt_hook_t h = {.struct_size = sizeof(dt_hook_t),
+                      .micro = micro,
+                      .n_micro = n_micro,
+                      .flags = no_grad ? DT_HOOK_NO_GRAD : 0u};
+    if ((rc = m->arch->forward(m, ctx, &h)) || (rc = mean_loss(m, ctx, loss)))
+        return rc;
     if (no_grad)
         return DT_OK;
     h.flags = 0;
     return m->arch->backward(m, ctx, &h, loss_scale);
+}
+
+/* ---- pipeline stages ---- */
+
+int dt_model_stage_check(const dt_model_t *m, uint32_t first, uint32_t end)
+{
+    if (!m->arch->stage_forward || !m->arch->stage_backward || m->info.boundary_width <= 0)
+        return dt_err_set(DT_ERR_CONFIG, "model: arch %s cannot be split into pipeline stages",
+                          m->arch->name);
+    if (first >= end || end > m->desc.n_units)
+        return dt_err_set(DT_ERR_INVALID,
+                          "model: stage of units [%u, %u) is not a non-empty range of the "
+                          "model's %u units",
+                          first, end, m->desc.n_units);
+    return DT_OK;
+}
+
+uint64_t dt_model_boundary_count(const dt_model_t *m)
+{
+    return (uint64_t)(m->B * m->T * m->info.boundary_width);
+}
+
+uint32_t dt_model_stage_tied(const dt_model_t *m, uint32_t first, uint32_t end, uint32_t *out,
+                             uint32_t cap)
+{
+    if (!m->info.tied_embedding || first == 0 || end != m->desc.n_units)
+        return 0;
+    if (cap > 0)
+        out[0] = 0;
+    return 1;
+}
+
+int dt_model_stage_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t first, uint32_t end,
+                           const int32_t *inputs, const int32_t *targets, const void *in,
+                           void *out, uint32_t micro, uint32_t n_micro, int no_grad,
+                           double *loss)
+{
+    int rc = dt_model_stage_check(m, first, end);
+    if (rc)
+        return rc;
+    if (!m->tokens)
+        return dt_err_set(DT_ERR_INVALID, "model: stage forward before dt_model_alloc_acts");
+    const int last = end == m->desc.n_units;
+    if ((first == 0 && (rc = put_tokens(m, ctx, "input", inputs, m->tokens))) ||
+        (last && (rc = put_tokens(m, ctx, "target", targets, m->targets))))
+        return rc;
+    const dt_hook_t h = {.struct_size = sizeof(dt_hook_t), .micro = micro, .n_micro = n_micro,
+                         .flags = no_grad ? DT_HOOK_NO_GRAD : 0u};
+    if ((rc = m->arch->stage_forward(m, ctx, &h, first, end, in, out)))
+        return rc;
+    if (last)
+        return mean_loss(m, ctx, loss);
+    return ctx->dev_ops->stream_sync(ctx->dev, ctx->stream);
+}
+
+int dt_model_stage_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t first,
+                            uint32_t end, const void *dout, void *din, uint32_t micro,
+                            uint32_t n_micro, float loss_scale)
+{
+    int rc = dt_model_stage_check(m, first, end);
+    if (rc)
+        return rc;
+    const dt_hook_t h = {.struct_size = sizeof(dt_hook_t), .micro = micro, .n_micro = n_micro};
+    if ((rc = m->arch->stage_backward(m, ctx, &h, first, end, dout, din, loss_scale)))
+        return rc;
+    return ctx->dev_ops->stream_sync(ctx->dev, ctx->stream);
 }
 
 /* ---- finding the first non-finite tensor ---- */

@@ -68,6 +68,14 @@ typedef struct dt_model_info {
      * context; mlp: vocab_size mlp_in mlp_hidden mlp_layers. */
     uint32_t n_keys;
     dt_model_key_t keys[DT_MODEL_MAX_KEYS];
+    /* Pipeline stages: elements per token of the tensor between two units
+     * (GPT-2: n_embd, the residual stream); 0 when the arch cannot be
+     * split into stages. */
+    int64_t boundary_width;
+    /* 1 when the last unit also reads unit 0's parameters (GPT-2's LM
+     * head tied to wte): a stage holding the last unit but not unit 0
+     * holds a copy of unit 0 (dt_model_stage_tied). */
+    int tied_embedding;
 } dt_model_info_t;
 
 /* Shape of a GPT-2 family model. */
@@ -146,6 +154,50 @@ int dt_model_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t B, int
 int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t *inputs,
                         const int32_t *targets, uint32_t micro, uint32_t n_micro,
                         int no_grad, float loss_scale, double *loss);
+
+/* ---- pipeline stages (the pipeline strategy, sdk strategy.h minor 3) ----
+ *
+ * A stage runs the contiguous units [first, end).  Between stage k and
+ * stage k + 1 flows one boundary tensor per micro-batch: the activation
+ * unit end - 1 outputs, (B, T, boundary_width) in dt_model_act_dtype
+ * (dt_model_boundary_count elements), and its gradient flows back.  The
+ * first stage reads the tokens, the last computes the loss; the hooks of
+ * the stage's units (and of the units dt_model_stage_tied lists) are
+ * called exactly as a whole-model step calls them, so a data strategy
+ * holding only those units sees an ordinary step.  The model keeps the
+ * activations of the last forward only: a backward runs after the forward
+ * of the same micro-batch (the caller recomputes that forward otherwise).
+ * Running [0, n_units) is dt_model_step_micro's own path. */
+
+/* DT_OK when units [first, end) can be a stage of this model; else
+ * DT_ERR_CONFIG naming the arch (one that cannot be split) or
+ * DT_ERR_INVALID naming the range. */
+int dt_model_stage_check(const dt_model_t *m, uint32_t first, uint32_t end);
+/* Elements of one boundary tensor at the B x T of dt_model_alloc_acts. */
+uint64_t dt_model_boundary_count(const dt_model_t *m);
+/* The units outside [first, end) whose parameters the stage also reads
+ * (GPT-2's last stage: unit 0, for the tied LM head), into out[cap]:
+ * their count. */
+uint32_t dt_model_stage_tied(const dt_model_t *m, uint32_t first, uint32_t end, uint32_t *out,
+                             uint32_t cap);
+/* Forward of micro-batch `micro` (of n_micro) through the stage: the
+ * first stage copies `inputs`, others read `in` (device, boundary before
+ * unit `first`); the last stage copies `targets` and sets *loss to the
+ * micro-batch's mean loss, others write `out` (device, boundary after unit
+ * end - 1; NULL: not wanted, a recompute) and leave *loss alone.  inputs /
+ * targets are (B, T) host i32, checked against the vocabulary where read.
+ * `no_grad`: an evaluation pass (hooks flagged DT_HOOK_NO_GRAD). */
+int dt_model_stage_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t first, uint32_t end,
+                           const int32_t *inputs, const int32_t *targets, const void *in,
+                           void *out, uint32_t micro, uint32_t n_micro, int no_grad,
+                           double *loss);
+/* Backward of the micro-batch the stage's last forward ran: from the loss
+ * (scaled by loss_scale, as dt_model_step_micro) on the last stage, else
+ * from `dout` (the gradient of `out`); writes the gradient of `in` to
+ * `din` unless the stage is the first. */
+int dt_model_stage_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t first,
+                            uint32_t end, const void *dout, void *din, uint32_t micro,
+                            uint32_t n_micro, float loss_scale);
 
 /* After a non-finite loss or gradient: re-run the forward of the
  * micro-batch inputs/targets (B, T of dt_model_alloc_acts) like an

@@ -93,6 +93,18 @@ typedef struct dt_model_arch {
      * position (mean loss). */
     int (*backward)(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
                     float loss_scale);
+    /* Optional (NULL: the arch runs whole only): forward and backward of
+     * the units [first, end) of a pipeline stage, `in` / `din` the
+     * boundary tensor before unit `first` (unused when first == 0), `out`
+     * / `dout` the one after unit end - 1 (unused when the stage ends with
+     * the model's last unit, which computes the loss); dt_model_stage_*
+     * checks the range.  An arch that has them runs its whole model as
+     * the one stage [0, n_units), so there is one implementation. */
+    int (*stage_forward)(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
+                         uint32_t first, uint32_t end, const void *in, void *out);
+    int (*stage_backward)(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
+                          uint32_t first, uint32_t end, const void *dout, void *din,
+                          float loss_scale);
     double (*flops_per_token)(const dt_model_t *m, int64_t T);
     void (*free)(dt_model_t *m); /* host state in m->arch_state; NULL ok */
     /* The optional kernels (beyond the kernel table's core set) the arch

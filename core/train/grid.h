@@ -29,9 +29,11 @@
  * allocates; the grid is plain data, the same on every rank but `rank` and
  * the coordinates.
  *
- * Not wired into the training loop yet (core/train/train.c still refuses
- * parallel.tensor / parallel.pipeline > 1): the tensor and pipeline
- * strategies of issue 14 build on it.
+ * The training loop (core/train/train.c) splits the world with it when
+ * parallel.pipeline > 1: the pipeline strategy runs over the pipeline
+ * group, the data strategy over the data group, GPT-2's tied embedding
+ * gradient is summed over the embedding group.  parallel.tensor > 1 is
+ * still refused there.
  */
 #ifndef DT_TRAIN_GRID_H
 #define DT_TRAIN_GRID_H

@@ -5,18 +5,52 @@
  */
 #include "train/preflight.h"
 
+#include <stdio.h>
+
 #include "data/data.h"
 #include "model/model.h"
+#include "train/grid.h"
 #include "train/train.h"
 #include "util/error.h"
 
 int dt_preflight_roles(const dt_resolved_t *r)
 {
-    if (r->plugin[DT_ROLE_TENSOR] || r->plugin[DT_ROLE_PIPELINE])
+    if (r->plugin[DT_ROLE_TENSOR])
         return dt_err_set(DT_ERR_CONFIG,
-                          "%s: tensor/pipeline parallelism is not part of this build's "
-                          "training loop yet (parallel.tensor = 1, parallel.pipeline = 1)",
+                          "%s: tensor parallelism is not part of this build's training loop "
+                          "yet (parallel.tensor = 1)",
                           r->set.config_path);
+    return DT_OK;
+}
+
+int dt_preflight_dp(const dt_resolved_t *r, int64_t world, int64_t *dp)
+{
+    dt_grid_t g;
+    int rc = dt_grid_init(&g, (int32_t)world, 0, 1, r->set.parallel.pipeline);
+    if (rc)
+        return dt_err_context(rc, "%s", r->set.config_path);
+    *dp = g.dp;
+    return DT_OK;
+}
+
+int dt_preflight_stages(const dt_resolved_t *r, dt_model_t *m)
+{
+    const int64_t pp = r->set.parallel.pipeline;
+    const uint32_t n = dt_model_desc(m)->n_units;
+    if (pp <= 1)
+        return DT_OK;
+    int rc = dt_model_stage_check(m, 0, n);
+    if (rc) {
+        char msg[DT_ERR_MAX]; /* (the message buffer is the one set below) */
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+        return dt_err_set(DT_ERR_CONFIG, "%s: parallel.pipeline = %lld: %s", r->set.config_path,
+                          (long long)pp, msg);
+    }
+    if ((int64_t)n < pp)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "%s: parallel.pipeline = %lld stages, but the model has %u units "
+                          "(each stage needs at least one)",
+                          r->set.config_path, (long long)pp, n);
     return DT_OK;
 }
 
@@ -66,15 +100,19 @@ int dt_preflight_data(const dt_settings_t *set, int64_t vocab_size, int require_
     return rc;
 }
 
-int dt_preflight(dt_resolved_t *r, int64_t dp, int require_data)
+int dt_preflight(dt_resolved_t *r, int64_t world, int require_data)
 {
+    int64_t dp = 0;
     int rc = dt_preflight_roles(r);
+    if (!rc)
+        rc = dt_preflight_dp(r, world, &dp);
     if (rc)
         return rc;
     if (!r->plugin[DT_ROLE_DEVICE])
         return dt_err_set(DT_ERR_INVALID, "dt_preflight: the device plugin is not resolved");
     dt_model_t *m = NULL;
     if ((rc = dt_model_create(r->cfg, r->plugin[DT_ROLE_DEVICE]->ops, &m)) == DT_OK &&
+        (rc = dt_preflight_stages(r, m)) == DT_OK &&
         (rc = dt_preflight_batch(r, dp, dt_model_info(m)->context)) == DT_OK)
         rc = dt_preflight_data(&r->set, dt_model_info(m)->vocab_size, require_data);
     if (m)

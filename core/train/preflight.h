@@ -7,11 +7,13 @@
 #ifndef DT_TRAIN_PREFLIGHT_H
 #define DT_TRAIN_PREFLIGHT_H
 
+#include "model/model.h"
 #include "setup/resolve.h"
 
 /* After dt_resolve_plugins (the device plugin's kernel table is consulted,
- * no device is initialised), for `dp` data-parallel ranks:
+ * no device is initialised), for a world of `world` ranks:
  *   dt_preflight_roles   the roles this build's training loop drives
+ *   dt_preflight_dp      the data-parallel degree: world / pipeline stages
  *   the model as the config describes it (dt_model_create on no device:
  *   the keys its arch reads, a preset's shapes with origin "preset", the
  *   shape's own rules), then
@@ -25,11 +27,20 @@
  *                        checked against the model's vocabulary
  * DT_ERR_CONFIG with the message set on the first problem (a token file
  * that is not one: the data module's status). */
-int dt_preflight(dt_resolved_t *r, int64_t dp, int require_data);
+int dt_preflight(dt_resolved_t *r, int64_t world, int require_data);
 
-/* Tensor/pipeline parallelism and offload tiers are not driven by this
- * build's training loop: DT_ERR_CONFIG when the config selects one. */
+/* Tensor parallelism is not driven by this build's training loop:
+ * DT_ERR_CONFIG when the config selects it. */
 int dt_preflight_roles(const dt_resolved_t *r);
+
+/* *dp = world / parallel.pipeline (core/train/grid.h); DT_ERR_CONFIG
+ * naming the config when the stages do not divide the world. */
+int dt_preflight_dp(const dt_resolved_t *r, int64_t world, int64_t *dp);
+
+/* With parallel.pipeline > 1: the model splits into that many stages
+ * (an arch that cannot be split, or fewer units than stages, is
+ * DT_ERR_CONFIG naming the config). */
+int dt_preflight_stages(const dt_resolved_t *r, dt_model_t *m);
 
 /* [data] train names a token file: DT_ERR_CONFIG when it is empty. */
 int dt_preflight_data_named(const dt_settings_t *set);

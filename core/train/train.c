@@ -12,13 +12,17 @@
  * it goes it keeps the crash handler's record (util/crash.h): the phase,
  * step and micro-batch, and every plugin call PLUGIN_CALL makes.  An fp16
  * model's loss scaling (the scaler itself: loss_scale.c) is one block of
- * its own, before "one step".
+ * its own, before "one step".  Pipeline parallelism (parallel.pipeline >
+ * 1) is in blocks marked "pipeline (issue 14)": the grid's groups, this
+ * rank's stage, and the stage runner the pipeline strategy's schedule
+ * drives in place of the micro-batch loop.
  */
 #include "train/train.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +35,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_io.h"
 #include "train/consistency.h"
+#include "train/grid.h"
 #include "train/loss_scale.h"
 #include "setup/output_dir.h"
 #include "data/data.h"
@@ -104,7 +109,8 @@ typedef struct run {
     dt_settings_t *set;       /* r->set; the batch values resolved here */
     const char *metrics_path; /* --metrics, else run.metrics; "" = none */
     dt_world_t world;
-    int64_t dp;               /* data-parallel ranks (the world, for now) */
+    int64_t dp;               /* data-parallel ranks: world / pipeline stages */
+    int32_t dp_rank;          /* this rank among them (the sampler's rank) */
     const dt_plugin_t *pdev, *pcomm, *pstrat;
     const dt_device_ops_t *dev_ops;
     const dt_comm_ops_t *comm_ops;
@@ -115,6 +121,18 @@ typedef struct run {
     const dt_plugin_t *poff;  /* [parallel] offload's tier; NULL: none */
     dt_offload_t *off;
     dt_strategy_t *strat;
+    dt_comm_t *dp_comm;       /* the data strategy's group: comm, or the
+                               * grid's data group under a pipeline */
+    /* ---- pipeline (issue 14): all zero without parallel.pipeline > 1 ---- */
+    const dt_plugin_t *ppipe;
+    const dt_strategy_ops_t *pipe_ops;
+    dt_strategy_t *pipe;
+    dt_grid_t grid;
+    dt_comm_t *groups[DT_GRID_N_GROUPS]; /* split from comm (grid.h) */
+    uint32_t stage_first, stage_end; /* this rank's units [first, end) */
+    int64_t last_fwd;         /* micro-batch whose activations the model
+                               * holds (-1: none of this pass) */
+    /* ---- end pipeline ---- */
     dt_optim_desc_t optim;    /* the strategy keeps a pointer until finalize */
     dt_model_t *model;
     dt_model_ctx_t ctx;       /* where the model's kernels and hooks run */
@@ -155,10 +173,15 @@ static void run_free(run_t *R)
     dt_crash_set_phase("shutting down", 0);
     if (R->strat)
         R->strat_ops->finalize(R->strat);
+    if (R->pipe)
+        R->pipe_ops->finalize(R->pipe);
     if (R->off) /* after the strategy, which frees its buffers there */
         ((const dt_offload_ops_t *)R->poff->ops)->finalize(R->off);
     if (R->model)
         dt_model_free(R->model, R->dev ? &ctx : NULL);
+    for (int g = 0; g < DT_GRID_N_GROUPS; g++) /* before the world they came from */
+        if (R->groups[g])
+            R->comm_ops->finalize(R->groups[g]);
     if (R->comm)
         R->comm_ops->finalize(R->comm);
     if (R->stream)
@@ -192,6 +215,32 @@ static int plugin_rc(const dt_plugin_t *p, int rc, const char *what)
 
 /* ---- start: plugins, model, batch, data, strategy, resume, metrics ---- */
 
+/* ---- pipeline (issue 14): the grid's groups (core/train/grid.h: tp
+ * fastest, then dp, then pp); the data strategy gets the data group ---- */
+static int start_grid(run_t *R)
+{
+    if (!(R->ppipe = R->r->plugin[DT_ROLE_PIPELINE]))
+        return DT_OK;
+    R->pipe_ops = R->ppipe->ops;
+    int rc = dt_grid_init(&R->grid, R->world.size, R->world.rank, 1,
+                          R->set->parallel.pipeline);
+    if (!rc)
+        rc = dt_grid_split(&R->grid, R->comm_ops, R->comm, R->groups);
+    if (rc)
+        return rc;
+    R->dp_rank = R->grid.dp_rank;
+    R->dp_comm = R->groups[DT_GRID_DATA];
+    if (!DT_HAS_OP(dt_strategy_ops_t, R->pipe_ops, assign_stages) ||
+        !DT_HAS_OP(dt_strategy_ops_t, R->pipe_ops, run_schedule))
+        return dt_err_set(DT_ERR_CONFIG,
+                          "%s: parallel.pipeline = %lld selects strategy plugin '%s', which has "
+                          "no assign_stages/run_schedule (strategy ABI 1.3)",
+                          R->set->config_path, (long long)R->set->parallel.pipeline,
+                          R->ppipe->name);
+    return DT_OK;
+}
+/* ---- end pipeline ---- */
+
 /* The roles this loop drives, who this rank is, the device and its
  * stream, the communicator, and every rank agreeing on the config. */
 static int start_plugins(run_t *R)
@@ -209,7 +258,9 @@ static int start_plugins(run_t *R)
     if ((rc = dt_world_from_env(&R->set->launch, &R->world)))
         return rc;
     dt_log_set_rank(R->world.rank);
-    R->dp = R->world.size;
+    if ((rc = dt_preflight_dp(r, R->world.size, &R->dp)))
+        return rc;
+    R->dp_rank = R->world.rank;
 
     dt_device_init_t da = {.struct_size = sizeof da, .rank = R->world.rank,
                            .local_rank = R->world.local_rank,
@@ -247,14 +298,18 @@ static int start_plugins(run_t *R)
             return rc;
     }
     /* ---- end offload tier ---- */
-    return dt_consistency_check(&R->world, R->r->cfg, R->comm_ops, R->comm);
+    if ((rc = dt_consistency_check(&R->world, R->r->cfg, R->comm_ops, R->comm)))
+        return rc;
+    R->dp_comm = R->comm;
+    return start_grid(R);
 }
 
 /* micro x accumulation x dp = global, written back as derived values, and
  * sequences that fit the model's context. */
 static int resolve_batch(run_t *R)
 {
-    return dt_preflight_batch(R->r, R->dp, dt_model_info(R->model)->context);
+    int rc = dt_preflight_stages(R->r, R->model);
+    return rc ? rc : dt_preflight_batch(R->r, R->dp, dt_model_info(R->model)->context);
 }
 
 /* The token files, checked against the vocabulary; the sampler; the
@@ -289,6 +344,98 @@ static int open_data(run_t *R)
     return DT_OK;
 }
 
+/* ---- pipeline (issue 14): this rank's stage ---- */
+
+/* A stage's units as a phrase: "units 0-2 (embedding .. block.1), 1.23M
+ * parameters". */
+static void stage_phrase(const dt_model_desc_t *d, uint32_t a, uint32_t b, char *out, size_t cap)
+{
+    uint64_t n = 0;
+    for (uint32_t u = a; u < b; u++)
+        n += d->units[u].numel;
+    snprintf(out, cap, "units %u-%u (%s .. %s), %.3fM parameters", a, b - 1, d->units[a].name,
+             d->units[b - 1].name, (double)n / 1e6);
+}
+
+/* The pipeline strategy's assignment of units to stages, checked and
+ * printed by rank 0 (one line per stage); this rank's [stage_first,
+ * stage_end), and the DT_UNIT_* flags its data strategy holds the stage by
+ * (`flags`: n_units entries): the stage's units, and a unit the last stage
+ * also reads (GPT-2's wte, for the tied LM head) TIED on its owner and a
+ * TIED COPY on the last stage.  *tied: this rank holds a TIED unit. */
+static int assign_stage(run_t *R, uint8_t *flags, int *tied)
+{
+    dt_model_desc_t *d = dt_model_desc(R->model);
+    const uint32_t nu = d->n_units;
+    const int32_t pp = R->grid.pp, me = R->grid.pp_rank;
+    uint32_t *stage_of = calloc(nu, sizeof *stage_of);
+    uint32_t *start = calloc((size_t)pp + 1, sizeof *start);
+    if (!stage_of || !start) {
+        free(stage_of);
+        free(start);
+        return dt_err_set(DT_ERR_NOMEM, "out of memory");
+    }
+    dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = pp, .model = d};
+    int rc = PLUGIN_CALL(R->ppipe, R->pipe_ops->assign_stages(R->ppipe->host, &sa, stage_of),
+                         "assign_stages");
+    /* contiguous, 0 to pp - 1 in order, none empty */
+    for (uint32_t u = 0; !rc && u < nu; u++) {
+        uint32_t want_lo = u ? stage_of[u - 1] : 0, want_hi = u ? stage_of[u - 1] + 1 : 0;
+        if (stage_of[u] < want_lo || stage_of[u] > want_hi ||
+            (u == nu - 1 && stage_of[u] != (uint32_t)pp - 1))
+            rc = dt_err_set(DT_ERR_INVALID,
+                            "strategy plugin '%s': assign_stages put unit %u in stage %u (stages "
+                            "must be contiguous, 0 to %d in order, none empty)",
+                            R->ppipe->name, u, stage_of[u], pp - 1);
+    }
+    for (uint32_t u = 0, k = 0; !rc && k < (uint32_t)pp; k++) {
+        start[k] = u;
+        while (u < nu && stage_of[u] == k)
+            u++;
+        start[k + 1] = u;
+        if (R->world.rank == 0) {
+            char ph[256];
+            stage_phrase(d, start[k], u, ph, sizeof ph);
+            printf("pipeline: stage %u of %d: %s\n", k, pp, ph);
+        }
+    }
+    if (!rc) {
+        R->stage_first = start[me];
+        R->stage_end = start[me + 1];
+        memset(flags, 0, nu);
+        for (uint32_t u = R->stage_first; u < R->stage_end; u++)
+            flags[u] = DT_UNIT_HELD;
+        uint32_t t[4];
+        uint32_t nt = dt_model_stage_tied(R->model, start[pp - 1], nu, t, 4);
+        *tied = 0;
+        for (uint32_t i = 0; i < nt && i < 4; i++) {
+            if ((int32_t)stage_of[t[i]] == me)
+                flags[t[i]] |= DT_UNIT_TIED;
+            if (me == pp - 1)
+                flags[t[i]] = DT_UNIT_HELD | DT_UNIT_TIED | DT_UNIT_COPY;
+            *tied |= (flags[t[i]] & DT_UNIT_TIED) != 0;
+        }
+        if (R->world.rank == 0 && nt)
+            printf("pipeline: the last stage holds a copy of unit %s (tied), its gradient summed "
+                   "with stage %u's each step\n", d->units[t[0]].name, stage_of[t[0]]);
+    }
+    free(stage_of);
+    free(start);
+    return rc;
+}
+
+/* The pipeline strategy over the pipeline group. */
+static int init_pipeline(run_t *R)
+{
+    dt_strategy_init_t pa = {
+        .struct_size = sizeof pa, .n_micro = (uint32_t)R->set->train.grad_accum,
+        .dev_ops = R->dev_ops, .dev = R->dev, .compute_stream = R->stream,
+        .comm_ops = R->comm_ops, .comm = R->groups[DT_GRID_PIPELINE],
+        .model = dt_model_desc(R->model), .optim = &R->optim};
+    return PLUGIN_CALL(R->ppipe, R->pipe_ops->init(R->ppipe->host, &pa, &R->pipe), "init");
+}
+/* ---- end pipeline ---- */
+
 /* The optimizer, the strategy instance over the model, and the model's
  * activations for one micro-batch. */
 static int init_strategy(run_t *R)
@@ -316,11 +463,33 @@ static int init_strategy(run_t *R)
     dt_strategy_init_t sa = {
         .struct_size = sizeof sa, .n_micro = (uint32_t)R->set->train.grad_accum,
         .dev_ops = R->dev_ops, .dev = R->dev, .compute_stream = R->stream,
-        .comm_ops = R->comm_ops, .comm = R->comm, .model = dt_model_desc(R->model),
+        .comm_ops = R->comm_ops, .comm = R->dp_comm, .model = dt_model_desc(R->model),
         .optim = &R->optim,
         .offload_ops = R->poff ? R->poff->ops : NULL, .offload = R->off};
-    int rc = PLUGIN_CALL(R->pstrat, R->strat_ops->init(R->pstrat->host, &sa, &R->strat),
-                         "init");
+    /* ---- pipeline (issue 14): the data strategy holds this stage ---- */
+    uint8_t *flags = NULL;
+    int rc, tied = 0;
+    if (R->ppipe) {
+        if (!(flags = calloc(dt_model_desc(R->model)->n_units, 1)))
+            return dt_err_set(DT_ERR_NOMEM, "out of memory");
+        if ((rc = assign_stage(R, flags, &tied)) || (rc = init_pipeline(R))) {
+            free(flags);
+            return rc;
+        }
+        sa.unit_flags = flags;
+        sa.norm_comm = R->groups[DT_GRID_PIPELINE];
+        sa.tied_comm = tied ? R->groups[DT_GRID_EMBEDDING] : NULL;
+    }
+    rc = PLUGIN_CALL(R->pstrat, R->strat_ops->init(R->pstrat->host, &sa, &R->strat), "init");
+    free(flags);
+    if (rc == DT_ERR_UNSUPPORTED && R->ppipe) {
+        char msg[DT_ERR_MAX];
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+        return dt_err_set(DT_ERR_CONFIG, "%s: [parallel] data = \"%s\" with parallel.pipeline "
+                          "= %lld: %s", R->set->config_path, R->pstrat->name,
+                          (long long)R->set->parallel.pipeline, msg);
+    }
+    /* ---- end pipeline ---- */
     if (rc == DT_ERR_NOMEM && !R->poff) {
         /* ---- offload tier (issue 13): say how the state could fit ---- */
         char msg[DT_ERR_MAX];
@@ -359,7 +528,7 @@ static int claim_checkpoints(run_t *R)
             rc = dt_ckpt_claim_fresh(root, (int)R->set->checkpoint.overwrite,
                                      R->set->config_path);
     }
-    if (R->dp <= 1)
+    if (R->world.size <= 1)
         return rc;
     /* rank 0's outcome and, on failure, its message: every rank then says
      * why (the launcher reports whichever rank ends first) */
@@ -437,6 +606,10 @@ static void print_header(run_t *R)
            d->arch, (double)d->numel / 1e6, d->n_units, (long long)t->steps,
            (long long)t->global_batch, (long long)t->seq_len, (long long)t->micro_batch,
            (long long)t->grad_accum, (long long)R->dp, R->props.name, R->pstrat->name);
+    if (R->ppipe)
+        printf("dtrain: pipeline of %d stages x %d data-parallel replicas (strategy %s over "
+               "the pipeline groups, %s over the data groups)\n",
+               R->grid.pp, R->grid.dp, R->ppipe->name, R->pstrat->name);
 }
 
 /* ---- fp16 loss scaling (loss_scale.h): start, one step's outcome ---- */
@@ -463,10 +636,11 @@ static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres,
 {
     float any = sres->nonfinite ? 1.0f : 0.0f;
     int rc;
-    if (R->dp > 1 && (rc = PLUGIN_CALL(R->pcomm,
-                                       R->comm_ops->all_reduce(R->comm, &any, &any, 1, DT_F32,
-                                                               DT_OP_MAX, NULL, NULL),
-                                       "all_reduce of the overflow flag")))
+    if (R->world.size > 1 &&
+        (rc = PLUGIN_CALL(R->pcomm,
+                          R->comm_ops->all_reduce(R->comm, &any, &any, 1, DT_F32, DT_OP_MAX, NULL,
+                                                  NULL),
+                          "all_reduce of the overflow flag")))
         return rc;
     const double scale = R->ls.scale;
     dt_loss_scale_event_t ev = dt_loss_scale_update(&R->ls, any != 0.0f);
@@ -476,11 +650,17 @@ static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres,
                "skipped, scale now %g", (long long)step, scale, R->ls.scale);
     if (ev != DT_LS_FATAL)
         return DT_OK;
-    char what[1024];
+    char what[1024] = "not searched under pipeline parallelism";
     /* a fresh step's gradients (zeroed by begin_step), the overflowing
-     * micro-batch again; every rank, as its hooks are collective */
-    rc = PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step), "begin_step");
-    if (rc) {
+     * micro-batch again; every rank, as its hooks are collective (not
+     * under a pipeline: a stage holds only its units, the search runs the
+     * whole model) */
+    rc = R->ppipe ? DT_ERR_UNSUPPORTED
+                  : PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step),
+                                "begin_step");
+    if (rc == DT_ERR_UNSUPPORTED && R->ppipe) {
+        /* `what` says why there is no tensor */
+    } else if (rc) {
         snprintf(what, sizeof what, "unknown (the search failed: %s)", dt_last_error());
     } else if (!dt_model_find_nonfinite_grad(R->model, &R->ctx, R->inputs, R->targets,
                                              (float)(scale / (double)R->set->train.grad_accum),
@@ -503,6 +683,123 @@ static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres,
 
 /* ---- one step ---- */
 
+/* ---- pipeline (issue 14): the core's side of a stage, driven by the
+ * pipeline strategy's schedule (strategy.h dt_stage_runner_v1_t) ---- */
+
+typedef struct stage_pass {
+    run_t *R;
+    int64_t step;
+    uint32_t n_micro;
+    float micro_scale;   /* the loss gradient's scale (1 / accumulation) */
+    int eval;            /* evaluation: validation batches, forward only */
+} stage_pass_t;
+
+/* This rank's share (its data-parallel rank's) of micro-batch `micro`. */
+static int stage_fill(const stage_pass_t *x, uint32_t micro)
+{
+    run_t *R = x->R;
+    const dt_train_settings_t *t = &R->set->train;
+    if (x->eval)
+        return dt_data_eval_fill(R->val, (uint32_t)t->seq_len, (uint32_t)t->micro_batch, micro,
+                                 (uint32_t)R->dp_rank, (uint32_t)R->dp, R->inputs, R->targets);
+    return dt_sampler_fill(R->sampler, (uint64_t)(x->step - 1), micro, (uint32_t)R->dp_rank,
+                           (uint32_t)R->dp, R->inputs, R->targets);
+}
+
+static int stage_forward_of(stage_pass_t *x, uint32_t micro, const void *in, void *out,
+                            double *loss)
+{
+    run_t *R = x->R;
+    dt_crash_set_micro(micro);
+    int rc = stage_fill(x, micro);
+    if (!rc)
+        rc = dt_model_stage_forward(R->model, &R->ctx, R->stage_first, R->stage_end, R->inputs,
+                                    R->targets, in, out, micro, x->n_micro, x->eval, loss);
+    R->last_fwd = rc ? -1 : (int64_t)micro;
+    return rc;
+}
+
+static int stage_forward(void *ctx, uint32_t micro, const void *in, void *out, double *loss)
+{
+    stage_pass_t *x = ctx;
+    double l = 0;
+    int rc = stage_forward_of(x, micro, in, out, &l);
+    if (rc)
+        return dt_err_context(rc, "step %lld, micro-batch %u, forward of pipeline stage %d",
+                              (long long)x->step, micro, x->R->grid.pp_rank);
+    *loss += l;
+    return DT_OK;
+}
+
+#ifdef DTRAIN_TEST_HOOKS
+/* DTRAIN_FAULT_KILL_AT_BACKWARD=STEP:MICRO (test builds only): this rank
+ * kills itself (SIGKILL) as its stage starts the backward of micro-batch
+ * MICRO of step STEP, so a test finds its peers inside the pipeline's
+ * send/recv, not wherever a kill from outside happened to land. */
+static void fault_kill_at_backward(int64_t step, uint32_t micro)
+{
+    const char *v = getenv("DTRAIN_FAULT_KILL_AT_BACKWARD");
+    long long s;
+    unsigned m;
+    if (v && sscanf(v, "%lld:%u", &s, &m) == 2 && s == step && m == micro)
+        raise(SIGKILL);
+}
+#endif
+
+/* The model holds the activations of its last forward only: any other
+ * micro-batch's forward runs again from its input first. */
+static int stage_backward(void *ctx, uint32_t micro, const void *in, const void *dout, void *din)
+{
+    stage_pass_t *x = ctx;
+    run_t *R = x->R;
+    double unused = 0;
+    int rc = DT_OK;
+#ifdef DTRAIN_TEST_HOOKS
+    fault_kill_at_backward(x->step, micro);
+#endif
+    if (R->last_fwd != (int64_t)micro)
+        rc = stage_forward_of(x, micro, in, NULL, &unused);
+    if (!rc)
+        rc = dt_model_stage_backward(R->model, &R->ctx, R->stage_first, R->stage_end, dout, din,
+                                     micro, x->n_micro, x->micro_scale);
+    if (rc)
+        return dt_err_context(rc, "step %lld, micro-batch %u, backward of pipeline stage %d",
+                              (long long)x->step, micro, R->grid.pp_rank);
+    return DT_OK;
+}
+
+/* The n_micro micro-batches of a training step (or, with `eval`, the
+ * forwards of n_micro validation batches) through the pipeline schedule;
+ * *loss the mean micro-batch loss over the data-parallel replicas (the
+ * last stages hold it; f64, so one replica's is the single-rank number
+ * exactly). */
+static int pipeline_pass(run_t *R, int64_t step, uint32_t n_micro, float micro_scale, int eval,
+                         double *loss)
+{
+    stage_pass_t x = {.R = R, .step = step, .n_micro = n_micro, .micro_scale = micro_scale,
+                      .eval = eval};
+    dt_stage_runner_t rn = {.struct_size = sizeof rn, .ctx = &x, .forward = stage_forward,
+                            .backward = stage_backward};
+    dt_schedule_args_t sa = {.struct_size = sizeof sa, .n_micro = n_micro, .step = step,
+                             .act_count = dt_model_boundary_count(R->model),
+                             .act_dtype = dt_model_act_dtype(R->model),
+                             .flags = eval ? DT_SCHEDULE_NO_GRAD : 0u, .runner = &rn};
+    dt_schedule_result_t sr = {.struct_size = sizeof sr};
+    R->last_fwd = -1;
+    int rc = PLUGIN_CALL(R->ppipe, R->pipe_ops->run_schedule(R->pipe, &sa, &sr), "run_schedule");
+    if (rc)
+        return rc;
+    double l = sr.n_loss ? sr.loss_sum / (double)sr.n_loss : 0.0;
+    if ((rc = PLUGIN_CALL(R->pcomm,
+                          R->comm_ops->all_reduce(R->comm, &l, &l, 1, DT_F64, DT_OP_SUM, NULL,
+                                                  NULL),
+                          "all_reduce of the loss")))
+        return rc;
+    *loss = l / (double)R->dp;
+    return DT_OK;
+}
+/* ---- end pipeline ---- */
+
 /* The micro-batches of `step`, the loss over the global batch, and the
  * strategy's optimizer step; a non-finite loss or gradient stops the run
  * naming the first non-finite tensor. */
@@ -522,9 +819,13 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
     double loss_sum = 0;
     rep->loss_scale = R->ls_on ? R->ls.scale : 0; /* fp16: what the loss carries */
     const float micro_scale = (float)((R->ls_on ? R->ls.scale : 1.0) / (double)accum);
-    for (uint32_t m = 0; m < accum; m++) {
+    if (R->ppipe) {
+        if ((rc = pipeline_pass(R, step, accum, micro_scale, 0, &rep->loss)))
+            return rc;
+    }
+    for (uint32_t m = 0; m < accum && !R->ppipe; m++) {
         dt_crash_set_micro(m);
-        if ((rc = dt_sampler_fill(R->sampler, (uint64_t)(step - 1), m, (uint32_t)R->world.rank,
+        if ((rc = dt_sampler_fill(R->sampler, (uint64_t)(step - 1), m, (uint32_t)R->dp_rank,
                                   (uint32_t)R->dp, R->inputs, R->targets)))
             return rc;
         double loss;
@@ -541,12 +842,14 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
      * collective there would make them wait for each other. */
     double loss_local = loss_sum / (double)accum;
     float lbuf = (float)loss_local;
-    if (R->dp > 1 && (rc = PLUGIN_CALL(R->pcomm,
-                                       R->comm_ops->all_reduce(R->comm, &lbuf, &lbuf, 1, DT_F32,
-                                                               DT_OP_AVG, NULL, NULL),
-                                       "all_reduce of the loss")))
+    if (!R->ppipe && R->dp > 1 &&
+        (rc = PLUGIN_CALL(R->pcomm,
+                          R->comm_ops->all_reduce(R->comm, &lbuf, &lbuf, 1, DT_F32, DT_OP_AVG,
+                                                  NULL, NULL),
+                          "all_reduce of the loss")))
         return rc;
-    rep->loss = R->dp > 1 ? (double)lbuf : loss_local;
+    if (!R->ppipe)
+        rep->loss = R->dp > 1 ? (double)lbuf : loss_local;
     dt_step_args_t sargs = {.struct_size = sizeof(dt_step_args_t), .step = step,
                             .lr = (float)rep->lr, .clip = (float)t->gradient_clipping,
                             .loss_scale = (float)rep->loss_scale};
@@ -559,10 +862,14 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
         (rc = loss_scale_step(R, step, &sres, &rep->skipped)))
         return rc;
     if (!isfinite(rep->loss) || (sres.nonfinite && !rep->skipped)) {
-        char what[1024];
+        char what[1024] = "not searched under pipeline parallelism";
         /* every rank: under a sharding strategy the forward's hooks are
-         * collective (the loss and the norm agree across ranks) */
-        dt_model_find_nonfinite(R->model, &R->ctx, R->inputs, R->targets, what, sizeof what);
+         * collective (the loss and the norm agree across ranks); a
+         * pipeline stage holds only its units, and the search runs the
+         * whole model */
+        if (!R->ppipe)
+            dt_model_find_nonfinite(R->model, &R->ctx, R->inputs, R->targets, what,
+                                    sizeof what);
         return dt_err_set(DT_ERR_NUMERIC,
                           "step %lld: %s is non-finite (loss %g, grad norm %g); first "
                           "non-finite tensor: %s; the last checkpoint is intact",
@@ -573,7 +880,7 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
     rep->tokens_per_s = (double)(t->global_batch * t->seq_len) / rep->step_s;
     rep->mfu = R->props.peak_flops_f32 > 0
                    ? rep->tokens_per_s * R->flops_per_token /
-                         ((double)R->dp * R->props.peak_flops_f32)
+                         ((double)R->world.size * R->props.peak_flops_f32)
                    : 0;
     dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
     R->dev_ops->mem_stats(R->dev, &ms);
@@ -601,11 +908,13 @@ static int evaluate(run_t *R, int64_t step, double *eval_loss)
     double es = 0;
     int rc;
     dt_crash_set_phase("evaluation", step);
+    if (R->ppipe) /* ---- pipeline (issue 14) ---- */
+        return pipeline_pass(R, step, (uint32_t)nb, 1.0f, 1, eval_loss);
     for (uint64_t b = 0; b < nb; b++) {
         double l;
         dt_crash_set_micro((int64_t)b);
         if ((rc = dt_data_eval_fill(R->val, (uint32_t)t->seq_len, (uint32_t)t->micro_batch, b,
-                                    (uint32_t)R->world.rank, (uint32_t)R->dp, R->inputs,
+                                    (uint32_t)R->dp_rank, (uint32_t)R->dp, R->inputs,
                                     R->targets)) ||
             (rc = dt_model_step_micro(R->model, &R->ctx, R->inputs, R->targets, 0, 1, 1, 1.0f,
                                       &l)))

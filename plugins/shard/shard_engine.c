@@ -200,6 +200,13 @@ int dt_shard_engine_init(dt_shard_engine_t *e, const dt_host_v1_t *host,
     e->cfg = *cfg;
     e->cfg.spans = NULL; /* planned below; not kept */
     int rc = dt_dp_init(&e->dp, host, args, what);
+    /* a pipeline stage's units, tied sum and pipeline-wide norm are the
+     * replica's so far (sdk/lib/dt_replica*.c), not the shard engine's */
+    if (rc == DT_OK && dt_dp_is_stage(&e->dp))
+        rc = host->set_error(host, DT_ERR_UNSUPPORTED,
+                             "%s under pipeline parallelism is not supported yet: the shard "
+                             "engine does not hold one stage's units (use [parallel] data = "
+                             "\"ddp\" with parallel.pipeline > 1)", what);
     if (rc == DT_OK) {
         e->pdtype = args->model->param_dtype;
         e->pes = (uint32_t)dt_dtype_size(e->pdtype);

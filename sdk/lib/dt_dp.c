@@ -78,6 +78,57 @@ static int read_args(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_ini
     return DT_OK;
 }
 
+/* A pipeline stage (strategy ABI 1.3): keep the flags, check them, and
+ * point the model at a copy of its units with those not held emptied. */
+static int read_stage(dt_dp_t *b, const char *what)
+{
+    const dt_host_v1_t *host = b->host;
+    const dt_strategy_init_v1_t *args = &b->args.init;
+    dt_model_desc_v1_t *model = &b->args.model;
+    const uint32_t nu = model->n_units;
+    b->norm_comm = args->norm_comm;
+    b->tied_comm = args->tied_comm;
+    if (!args->unit_flags)
+        return b->tied_comm ? host->set_error(host, DT_ERR_INVALID,
+                                              "init: tied_comm without unit_flags")
+                            : DT_OK;
+    b->unit_flags = host->alloc(host, (uint64_t)nu + 1, DT_TAG_OTHER);
+    b->stage_units = host->alloc(host, ((uint64_t)nu + 1) * sizeof *b->stage_units,
+                                 DT_TAG_OTHER);
+    if (!b->unit_flags || !b->stage_units)
+        return host->set_error(host, DT_ERR_NOMEM, "stage bookkeeping for %u units", nu);
+    uint32_t held = 0, tied = 0;
+    for (uint32_t u = 0; u < nu; u++) {
+        uint8_t f = args->unit_flags[u];
+        b->unit_flags[u] = f;
+        b->stage_units[u] = model->units[u];
+        if ((f & ~(DT_UNIT_HELD | DT_UNIT_TIED | DT_UNIT_COPY)) ||
+            ((f & DT_UNIT_COPY) && !(f & DT_UNIT_TIED)) || ((f & DT_UNIT_TIED) && !(f & DT_UNIT_HELD)))
+            return host->set_error(host, DT_ERR_INVALID,
+                                   "init: unit '%s' has stage flags 0x%x (COPY needs TIED, "
+                                   "TIED needs HELD)", unit_name(b, u), f);
+        held += (f & DT_UNIT_HELD) != 0;
+        tied += (f & DT_UNIT_TIED) != 0;
+        if (!(f & DT_UNIT_HELD)) {
+            b->stage_units[u].n_params = 0;
+            b->stage_units[u].params = NULL;
+            b->stage_units[u].numel = 0;
+            b->stage_units[u].act_bytes = 0;
+        }
+    }
+    if (!held)
+        return host->set_error(host, DT_ERR_INVALID, "init: the stage holds none of the %u units",
+                               nu);
+    if ((tied > 0) != (b->tied_comm != NULL))
+        return host->set_error(host, DT_ERR_INVALID,
+                               "init: %s", tied ? "a unit is TIED but tied_comm is NULL"
+                                                : "tied_comm set but no unit is TIED");
+    model->units = b->stage_units;
+    host->log(host, DT_LOG_DEBUG, "%s: pipeline stage holding %u of %u units%s", what, held, nu,
+              tied ? ", tied units summed over tied_comm" : "");
+    return DT_OK;
+}
+
 int dt_dp_init(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
                const char *what)
 {
@@ -94,6 +145,8 @@ int dt_dp_init(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_init_v1_t
     b->comm = b->args.init.comm;
     b->model = &b->args.model;
     b->optim = b->args.optim;
+    if ((rc = read_stage(b, what)) != DT_OK)
+        return rc;
     if ((rc = b->comm_ops->rank_size(b->comm, &b->rank, &b->size)) != DT_OK) {
         host->log(host, DT_LOG_ERROR, "init: comm rank_size failed");
         return rc;
@@ -118,7 +171,11 @@ void dt_dp_free(dt_dp_t *b)
         return;
     b->host->free(b->host, b->fwd_depth);
     b->host->free(b->host, b->bwd_depth);
+    b->host->free(b->host, b->unit_flags);
+    b->host->free(b->host, b->stage_units);
     b->fwd_depth = b->bwd_depth = NULL;
+    b->unit_flags = NULL;
+    b->stage_units = NULL;
 }
 
 /* ------------------------------------------------------------ hooks */
@@ -140,6 +197,10 @@ static int hook_check(const dt_dp_t *b, const dt_hook_v1_t *h, const char *what,
         return host->set_error(host, DT_ERR_INVALID,
                                "%s: unit %u out of range (model has %u units)", what, h->unit,
                                b->model->n_units);
+    if (!(dt_dp_unit_flags(b, h->unit) & DT_UNIT_HELD))
+        return host->set_error(host, DT_ERR_INVALID,
+                               "%s: unit '%s' (%u) is another pipeline stage's", what,
+                               unit_name(b, h->unit), h->unit);
     if (check_micro && (h->n_micro == 0 || h->micro >= h->n_micro))
         return host->set_error(host, DT_ERR_INVALID, "%s: unit '%s': micro-step %u of %u", what,
                                unit_name(b, h->unit), h->micro, h->n_micro);

@@ -249,24 +249,76 @@ int dt_replica_reduce(dt_replica_t *r)
     return rc;
 }
 
+/* The sum of squares of grads[part] over the units the norm counts: all
+ * but a pipeline stage's COPY units (the other stage counts them). */
+static int sumsq_counted(dt_replica_t *r, dt_range_t part, double *sumsq)
+{
+    const uint32_t nu = r->dp.model->n_units;
+    const uint64_t *off = r->layout.offset;
+    *sumsq = 0.0;
+    for (uint32_t lo = 0; lo < nu;) {
+        if (dt_dp_unit_flags(&r->dp, lo) & DT_UNIT_COPY) {
+            lo++;
+            continue;
+        }
+        uint32_t hi = lo + 1;
+        while (hi < nu && !(dt_dp_unit_flags(&r->dp, hi) & DT_UNIT_COPY))
+            hi++;
+        uint64_t a = off[lo] > part.offset ? off[lo] : part.offset;
+        uint64_t b = off[hi] < part.offset + part.count ? off[hi] : part.offset + part.count;
+        double s = 0.0;
+        if (a < b) {
+            int rc = dt_norm_sumsq(r->dp.host, r->dp.dev_ops, r->dp.dev, r->dp.cs, r->norm_slot,
+                                   r->grads + a, DT_F32, (int64_t)(b - a), &s);
+            if (rc != DT_OK)
+                return rc;
+        }
+        *sumsq += s;
+        lo = hi;
+    }
+    return DT_OK;
+}
+
 int dt_replica_grad_sumsq(dt_replica_t *r, double *sumsq)
 {
     const dt_host_v1_t *host = r->dp.host;
-    *sumsq = 0.0;
-    if (!reduces(r))
-        return dt_norm_sumsq(host, r->dp.dev_ops, r->dp.dev, r->dp.cs, r->norm_slot, r->grads,
-                             DT_F32, (int64_t)r->layout.total, sumsq);
-    /* The gradients are replicated now.  Rather than every rank reading all
-     * of them (a memory-bound pass the ranks would run at the same moment),
-     * each sums the squares of its 1/size of the flat buffer and one f64
-     * all_reduce adds the parts; the communicator gives every rank the same
-     * bits. */
-    dt_range_t part = dt_range_split(r->layout.total, (uint32_t)r->dp.size,
-                                     (uint32_t)r->dp.rank);
-    int rc = dt_norm_sumsq(host, r->dp.dev_ops, r->dp.dev, r->dp.cs, r->norm_slot,
-                           r->grads + part.offset, DT_F32, (int64_t)part.count, sumsq);
-    if (rc == DT_OK)
+    /* The gradients are replicated once reduced.  Rather than every rank
+     * reading all of them (a memory-bound pass the ranks would run at the
+     * same moment), each sums the squares of its 1/size of the flat buffer
+     * and one f64 all_reduce adds the parts; the communicator gives every
+     * rank the same bits. */
+    dt_range_t part = reduces(r) ? dt_range_split(r->layout.total, (uint32_t)r->dp.size,
+                                                  (uint32_t)r->dp.rank)
+                                 : (dt_range_t){0, r->layout.total};
+    int rc = sumsq_counted(r, part, sumsq);
+    if (rc == DT_OK && reduces(r))
         rc = dt_norm_allreduce(host, r->dp.comm_ops, r->dp.comm, r->dp.dev_ops, r->dp.dev,
                                r->dp.cs, r->norm_slot, sumsq);
+    /* a pipeline stage: the other stages hold the rest of the model */
+    if (rc == DT_OK && r->dp.norm_comm)
+        rc = dt_norm_allreduce(host, r->dp.comm_ops, r->dp.norm_comm, r->dp.dev_ops, r->dp.dev,
+                               r->dp.cs, r->norm_slot, sumsq);
     return rc;
+}
+
+int dt_replica_tied_sum(dt_replica_t *r)
+{
+    if (!r->dp.tied_comm)
+        return DT_OK;
+    for (uint32_t u = 0; u < r->dp.model->n_units; u++) {
+        if (!(dt_dp_unit_flags(&r->dp, u) & DT_UNIT_TIED))
+            continue;
+        float *g = dt_replica_unit_grads(r, u);
+        const uint64_t n = r->dp.model->units[u].numel;
+        int rc = r->dp.comm_ops->all_reduce(r->dp.tied_comm, g, g, n, DT_F32, DT_OP_SUM,
+                                            r->dp.cs, NULL);
+        if (rc != DT_OK) {
+            r->dp.host->log(r->dp.host, DT_LOG_ERROR,
+                            "summing the gradient of tied unit '%s' (%llu elements) between the "
+                            "first and the last pipeline stage failed",
+                            r->dp.model->units[u].name, (unsigned long long)n);
+            return rc;
+        }
+    }
+    return DT_OK;
 }

@@ -29,6 +29,8 @@ int dt_replica_state_ranges(dt_replica_t *r, uint32_t unit, int kind, int purpos
     if (rc != DT_OK)
         return rc;
     uint64_t numel = r->dp.model->units[unit].numel;
+    if (purpose == DT_RANGES_SAVE && (dt_dp_unit_flags(&r->dp, unit) & DT_UNIT_COPY))
+        return DT_OK; /* the other pipeline stage saves its original */
     dt_range_t range = purpose == DT_RANGES_HELD
                            ? (dt_range_t){0, numel}
                            : dt_range_split(numel, (uint32_t)r->dp.size, (uint32_t)r->dp.rank);

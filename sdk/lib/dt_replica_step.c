@@ -72,6 +72,8 @@ int dt_replica_step_grads(dt_replica_t *r, const dt_step_args_v1_t *args,
     int rc = dt_replica_reduce(r);
     double sumsq = 0.0;
     if (rc == DT_OK)
+        rc = dt_replica_tied_sum(r);
+    if (rc == DT_OK)
         rc = dt_replica_grad_sumsq(r, &sumsq);
     if (rc != DT_OK)
         return rc;

@@ -195,9 +195,10 @@ printf '[run]\ncomm = "self"\n[parallel]\ntensor = 2\n' > tp.toml
 expect_exit 2 "parallel.tensor = 2 without a tensor plugin" "$bin" check tp.toml
 expect_out "the key, file and line named" \
   "dtrain check: error: tp.toml:4: parallel.tensor = 2 (above 1 it selects the tensor-parallel strategy plugin 'tensor'): strategy plugin 'tensor' not found in: "
+# (the pipeline plugin exists: its stages must divide the world)
 expect_exit 2 "parallel.pipeline from --set" "$bin" check good.toml --set parallel.pipeline=2
-expect_out "the --set named" \
-  "dtrain check: error: --set parallel.pipeline=2 (above 1 it selects the pipeline strategy plugin 'pipeline'): strategy plugin 'pipeline' not found in: "
+expect_out "the stages and the world named" \
+  "dtrain check: error: good.toml: parallel.tensor = 1 x parallel.pipeline = 2 = 2 ranks per model replica does not divide the world of 1 ranks"
 expect_exit 2 "parallel.tensor = 2 under a 2-rank run" "$bin" run tp.toml --set launch.nproc=2
 expect_lines "named once, nothing else: no rank started" 1 "$out"
 expect_out "by the launching process" "dtrain run: error: tp.toml:4: parallel.tensor = 2 (above 1"

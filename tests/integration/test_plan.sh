@@ -31,7 +31,10 @@
 #    recommendation takes no offload where a row fits without, else the
 #    least tier I/O; the config's [parallel] offload plans the same rows
 #    and names its tier; --offload none turns them off; a tier that is not
-#    installed is a usage error.
+#    installed is a usage error;
+#  - parallel.pipeline > 1: a block per stage (units, parameters with the
+#    tied copy, activations with the stash the schedule keeps, bytes sent
+#    a step) and the bubble, against a hand computation (below).
 set -euo pipefail
 bin=$1 work=$2 fakes=$3   # fakes: the fake plugins' folder (fake_strategy.c)
 . "$(dirname "$0")/lib.sh"
@@ -376,5 +379,28 @@ else ok "--offload none: no offload rows"; fi
 expect_exit 2 "--offload names a tier that is not installed" "$bin" plan eq.toml --offload nosuch
 expect_out "says which and where it looked" \
   "dtrain plan: error: --offload: offload tier 'nosuch': offload plugin 'nosuch' not found in:"
+
+# ---- pipeline (issue 14): a block per stage after the table -------------
+# micro-batch 1 x 32 tokens x n_embd 32 in f32: a boundary tensor is
+# 4096 bytes; 8 micro-batches a step on one replica.  Stage 0 sends 8
+# activations and stage 1 8 gradients (32768 bytes), and both the tied
+# embedding's gradient, wte 256 x 32 + wpe 32 x 32 f32 = 36864 bytes:
+# 69632 bytes = 0.07 MiB each.  GPipe stashes stage 1's 8 inputs (32768
+# bytes = 0.03 MiB), 1F1B one (4096 bytes = 0.00 MiB).
+expect_exit 0 "plan a pipeline of 2 stages, gpipe" "$bin" plan eq.toml --world 2 \
+  --set parallel.pipeline=2 --set train.micro_batch=1 --set pipeline.schedule=gpipe
+expect_out "the bubble (p - 1) / (m + p - 1)" \
+  "pipeline: 2 stages x 1 data-parallel replicas, 8 micro-batches a step: bubble (p - 1) / (m + p - 1) = 11.1%"
+expect_out "stage 0: its units, nothing stashed, its sends" \
+  "  stage 0: units 0-1 (embedding .. block.0), 0.022M parameters; activations 0.20 MiB (one micro-batch of its units, 0 stage inputs stashed: 0.00 MiB); sends 0.07 MiB a step"
+expect_out "stage 1: the tied copy, every input stashed (gpipe)" \
+  "  stage 1: units 2-3 (block.1 .. head) + a tied copy of the embedding, 0.022M parameters; activations 0.23 MiB (one micro-batch of its units, 8 stage inputs stashed: 0.03 MiB); sends 0.07 MiB a step"
+expect_exit 0 "plan a pipeline of 2 stages, 1f1b" "$bin" plan eq.toml --world 2 \
+  --set parallel.pipeline=2 --set train.micro_batch=1
+expect_out "1f1b: stage 1 stashes one input" "1 stage inputs stashed: 0.00 MiB"
+expect_exit 2 "more stages than units" "$bin" plan eq.toml --world 5 --set parallel.pipeline=5 \
+  --set train.global_batch=5 --set train.micro_batch=1
+expect_out "more stages than units: named" \
+  "parallel.pipeline = 5 stages, but the model has 4 units (each stage needs at least one)"
 
 finish

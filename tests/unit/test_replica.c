@@ -4,7 +4,9 @@
  * averaging state across the group (what local SGD does every K steps),
  * gradients kept local (reduce_grads 0: no reduction stream, a local
  * norm, a local update) against averaged ones, and the init check
- * refusing replicas that differ until they are averaged.  Forked ranks at
+ * refusing replicas that differ until they are averaged, and a pipeline
+ * stage (only its units, a tied unit summed between stages, the norm of
+ * the whole model).  Forked ranks at
  * world sizes 2 and 3 over a real communicator and device, the toy model
  * with SGD (no momentum, no decay), every number against its closed form.
  *
@@ -208,6 +210,132 @@ static int rank_replica(int rank, int size, const char *job, void *arg)
     return 0;
 }
 
+/* ---- a pipeline stage (strategy ABI 1.3, dtrain/sdk/dp.h) ----
+ * Two ranks as the two stages of one pipeline (data groups of one rank:
+ * the world split by rank; the world as pipeline and embedding group):
+ * stage 0 holds units 0 (TIED) and 1, stage 1 unit 2 and a TIED COPY of
+ * unit 0.  Rank r writes gradient (r + 1) c(u, i).  Asserted: ranges
+ * (nothing of another stage's unit; a COPY loaded, never saved), a hook
+ * on another stage's unit refused naming it, unit 0's gradient the sum
+ * 3 c over both stages (the same SGD update on both), the norm over the
+ * whole model counting unit 0 once, and bad flags refused. */
+static int rank_stage(int rank, int size, const char *job, void *arg)
+{
+    (void)arg;
+    dt_test_host_t th_dev, th_comm, th;
+    dt_test_host_init(&th_dev, dt_toy_backend_device_prefix(), NULL);
+    dt_test_host_init(&th_comm, dt_toy_backend_comm_prefix(), dt_toy_backend_comm_kv());
+    dt_test_host_init(&th, "sdk/replica", NULL);
+    dt_device_t *dev;
+    dt_comm_t *world, *dpc;
+    dt_stream_t *cs;
+    dt_device_init_v1_t di = {.struct_size = sizeof di, .rank = rank, .local_rank = rank,
+                              .local_size = size, .device_index = -1};
+    DT_MP_OK(D->init(&th_dev.host, &di, &dev));
+    dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
+                            .local_rank = rank, .local_size = size, .job_id = job,
+                            .timeout_ms = 20000, .dev_ops = D, .dev = dev};
+    DT_MP_OK(COMM->init(&th_comm.host, &ci, &world));
+    DT_MP_OK(COMM->split(world, rank, 0, &dpc));
+    DT_MP_OK(D->stream_create(dev, &cs));
+    dt_model_desc_v1_t model = dt_toy_model(DT_F32);
+    dt_optim_desc_v1_t optim = {.struct_size = sizeof optim, .kind = DT_OPTIM_SGD};
+    const uint8_t T = DT_UNIT_HELD | DT_UNIT_TIED;
+    const uint8_t flags[2][DT_TOY_NU] = {{T, DT_UNIT_HELD, 0}, {T | DT_UNIT_COPY, 0, DT_UNIT_HELD}};
+    dt_strategy_init_v1_t ia = {.struct_size = sizeof ia, .n_micro = 1, .dev_ops = D,
+                                .dev = dev, .compute_stream = cs, .comm_ops = COMM,
+                                .comm = dpc, .model = &model, .optim = &optim,
+                                .unit_flags = flags[rank], .norm_comm = world,
+                                .tied_comm = world};
+    dt_replica_cfg_t cfg = {.bucket_cap_mb = 0.0003, .reduce_grads = 1,
+                            .reduce_dtype = DT_F32, .overlap = 1};
+    dt_replica_t r;
+    DT_MP_OK(dt_replica_init(&r, &th.host, &ia, &cfg, "test"));
+    const uint32_t other = rank == 0 ? 2 : 1; /* a unit of the other stage */
+    dt_range_t rg[2];
+    uint32_t n = 9;
+    DT_MP_OK(dt_replica_state_ranges(&r, other, DT_STATE_PARAMS, DT_RANGES_HELD, rg, 2, &n));
+    DT_MP_CHECK(n == 0);
+    DT_MP_OK(dt_replica_state_ranges(&r, 0, DT_STATE_PARAMS, DT_RANGES_HELD, rg, 2, &n));
+    DT_MP_CHECK(n == 1 && rg[0].offset == 0 && rg[0].count == dt_toy_unit(0)->numel);
+    DT_MP_OK(dt_replica_state_ranges(&r, 0, DT_STATE_PARAMS, DT_RANGES_SAVE, rg, 2, &n));
+    DT_MP_CHECK(n == (rank == 0 ? 1u : 0u));
+    static float buf[DT_TOY_MAXN];
+    for (uint32_t u = 0; u < DT_TOY_NU; u++) {
+        if (!(flags[rank][u] & DT_UNIT_HELD))
+            continue;
+        uint64_t k = dt_toy_unit(u)->numel;
+        for (uint64_t i = 0; i < k; i++)
+            buf[i] = dt_toy_pval(u, i);
+        DT_MP_OK(dt_replica_set_state(&r, u, DT_STATE_PARAMS, (dt_range_t){0, k}, buf));
+    }
+    DT_MP_OK(dt_replica_state_loaded(&r));
+    DT_MP_OK(dt_replica_begin_step(&r, 1, NULL));
+    dt_hook_v1_t h = {.struct_size = sizeof h, .unit = other, .n_micro = 1, .last_use = 1};
+    dt_unit_buffers_v1_t b = {.struct_size = sizeof b};
+    DT_MP_CHECK(dt_replica_pre_backward(&r, &h, &b) == DT_ERR_INVALID);
+    char want[128];
+    snprintf(want, sizeof want, "sdk/replica: pre_backward: unit '%s' (%u) is another pipeline "
+             "stage's", dt_toy_unit(other)->name, other);
+    DT_MP_CHECK(strcmp(dt_last_error(), want) == 0);
+    static float g[DT_TOY_MAXN];
+    for (uint32_t u = DT_TOY_NU; u-- > 0;) {
+        if (!(flags[rank][u] & DT_UNIT_HELD))
+            continue;
+        h.unit = u;
+        DT_MP_OK(dt_replica_pre_backward(&r, &h, &b));
+        uint64_t k = dt_toy_unit(u)->numel;
+        for (uint64_t i = 0; i < k; i++)
+            g[i] = (float)(rank + 1) * coef(u, i);
+        DT_MP_OK(D->memcpy_async(dev, b.grads, g, k * sizeof(float), DT_COPY_H2D, cs));
+        DT_MP_OK(D->stream_sync(dev, cs));
+        DT_MP_OK(dt_replica_post_backward(&r, &h));
+    }
+    /* the whole model's norm: unit 0 summed (3c) and counted once, unit 1
+     * stage 0's (c), unit 2 stage 1's (2c) */
+    double whole = 0.0;
+    for (uint32_t u = 0; u < DT_TOY_NU; u++)
+        for (uint64_t i = 0; i < dt_toy_unit(u)->numel; i++) {
+            double gu = (u == 0 ? 3.0 : u == 1 ? 1.0 : 2.0) * coef(u, i);
+            whole += gu * gu;
+        }
+    dt_step_args_v1_t sa = {.struct_size = sizeof sa, .step = 1, .lr = 0.5f};
+    dt_step_result_v1_t res = {.struct_size = sizeof res};
+    DT_MP_OK(dt_replica_step(&r, &sa, &res));
+    if (!close_to(res.grad_norm, sqrt(whole), 1e-5)) {
+        dt_mp_fail("rank %d: grad norm %.9g, want %.9g", rank, res.grad_norm, sqrt(whole));
+        DT_MP_CHECK(0);
+    }
+    uint64_t k0 = dt_toy_unit(0)->numel;
+    DT_MP_OK(dt_replica_get_state(&r, 0, DT_STATE_PARAMS, (dt_range_t){0, k0}, buf));
+    for (uint64_t i = 0; i < k0; i++)
+        if (!close_to(buf[i], dt_toy_pval(0, i) - 0.5 * 3.0 * coef(0, i), 1e-6)) {
+            dt_mp_fail("rank %d: tied unit 0 element %llu is %.9g after the step, want %.9g",
+                       rank, (unsigned long long)i, buf[i],
+                       dt_toy_pval(0, i) - 0.5 * 3.0 * coef(0, i));
+            DT_MP_CHECK(0);
+        }
+    dt_replica_free(&r);
+    /* flags that make no sense: a COPY that is not TIED */
+    const uint8_t bad[DT_TOY_NU] = {DT_UNIT_HELD | DT_UNIT_COPY, DT_UNIT_HELD, 0};
+    ia.unit_flags = bad;
+    DT_MP_CHECK(dt_replica_init(&r, &th.host, &ia, &cfg, "test") == DT_ERR_INVALID);
+    snprintf(want, sizeof want, "sdk/replica: init: unit '%s' has stage flags 0x5 (COPY needs "
+             "TIED, TIED needs HELD)", dt_toy_unit(0)->name);
+    DT_MP_CHECK(strcmp(dt_last_error(), want) == 0);
+    D->stream_destroy(dev, cs);
+    COMM->finalize(dpc);
+    COMM->finalize(world);
+    D->finalize(dev);
+    return 0;
+}
+
+static void test_mp_pipeline_stage(void **state)
+{
+    (void)state;
+    dt_mp_run_ranks(2, rank_stage, NULL, 60.0, "replica-stage");
+}
+
 static void test_mp_average_and_local_gradients(void **state)
 {
     for (int size = 2; size <= 3; size++)
@@ -221,6 +349,7 @@ int main(int argc, char **argv)
         return rc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mp_average_and_local_gradients),
+        cmocka_unit_test(test_mp_pipeline_stage),
     };
     return cmocka_run_group_tests_name(dt_toy_backend_label(), tests, group_setup, NULL);
 }

@@ -31,10 +31,44 @@
  * (device.h, comm.h).  estimate and plan_presets need no instance and may
  * be called from any thread.
  *
- * Model-parallel slots (a strategy rewriting the model for tensor
- * parallelism, or driving a pipeline schedule) are not part of v1.0: the
- * pipeline and tensor plugins define them, in a later minor, with the
- * stream, dtype and asynchronous request they need.
+ * Pipeline parallelism (minor 3).  World = tp x pp x dp (core/train/
+ * grid.h: tp fastest, then dp, then pp).  Two strategies run on a rank:
+ *
+ *   - the PIPELINE strategy (the "pipeline" plugin, [parallel] pipeline >
+ *     1), initialised over the pipeline group (init.comm: one rank per
+ *     stage, group rank = stage).  It holds no parameters (its state_ranges
+ *     are empty, its unit hooks are never called) and owns the step's
+ *     schedule: `assign_stages` (no instance) maps units to stages, and
+ *     `run_schedule` runs this stage's forward and backward passes of every
+ *     micro-batch in the schedule's order, moving the boundary activations
+ *     and their gradients to the neighbouring stages with the comm table's
+ *     send / recv (started on the compute stream, asynchronous requests,
+ *     bounded waits), through the core's dt_stage_runner_v1_t;
+ *   - the DATA strategy (ddp, zero, fsdp), initialised over the data group
+ *     as ever, but told which units its stage holds (init.unit_flags): it
+ *     allocates, hooks, reduces, updates and saves only those.  The
+ *     gradient norm it reports counts every element once across the whole
+ *     model: its own sum of squares is summed over init.norm_comm (the
+ *     pipeline group) too, and so is the non-finite flag.
+ *
+ * A unit read by two stages (GPT-2's wte: the first stage's embedding, the
+ * last stage's tied LM head) is held by both: the owner with
+ * DT_UNIT_HELD | DT_UNIT_TIED, the other with DT_UNIT_HELD | DT_UNIT_TIED
+ * | DT_UNIT_COPY.  Both start from the same values (the core loads the
+ * same checkpoint entries, or the same deterministic init, into each),
+ * each sums its gradient of the unit over init.tied_comm (the grid's
+ * embedding group) after its own data-parallel reduction and before the
+ * norm, as Megatron-LM does, so both apply the same update and stay equal;
+ * the COPY is never saved (its SAVE ranges are empty) and left out of the
+ * norm.  A sharding strategy sums its shard: both stages shard the unit
+ * alike (same description, same dp size), so the shards line up.
+ *
+ * Growth: minor 3 appends unit_flags, norm_comm and tied_comm to the init
+ * arguments and the optional slots assign_stages and run_schedule.  A data
+ * strategy built before minor 3 refuses non-zero minor-3 init fields with
+ * DT_ERR_UNSUPPORTED (rule 3 of abi.h), which the core reports as "this
+ * strategy cannot run a pipeline stage"; the core calls the two slots only
+ * after DT_HAS_OP.
  */
 #ifndef DTRAIN_STRATEGY_H
 #define DTRAIN_STRATEGY_H
@@ -53,8 +87,11 @@ extern "C" {
 #endif
 
 #define DT_STRATEGY_ABI_MAJOR 1
-#define DT_STRATEGY_ABI_MINOR 2 /* 1: dt_step_args_v1_t.loss_scale, dt_estimate_args_v1_t.offload;
-                                 * 2: dt_estimate_v1_t.offload_bytes_per_step */
+#define DT_STRATEGY_ABI_MINOR 3 /* 1: dt_step_args_v1_t.loss_scale, dt_estimate_args_v1_t.offload;
+                                 * 2: dt_estimate_v1_t.offload_bytes_per_step;
+                                 * 3: pipeline stages: dt_strategy_init_v1_t.unit_flags,
+                                 *    norm_comm, tied_comm; the slots assign_stages and
+                                 *    run_schedule and their structs */
 
 typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 
@@ -152,8 +189,33 @@ typedef struct dt_strategy_init_v1 {
     const dt_optim_desc_v1_t *optim; /* valid until finalize (a pointer, so
                                       * either struct grows on its own) */
     /* ---- minor 0 ends here; append only ---- */
+    /* Pipeline stages (see the top of this file).  NULL: this instance
+     * holds every unit (no pipeline).  Else model->n_units entries of
+     * DT_UNIT_* flags, valid during init only (copy what you keep): a
+     * unit without DT_UNIT_HELD is another stage's, and no hook, state
+     * call or checkpoint entry of this instance ever names it. */
+    const uint8_t *unit_flags;
+    /* NULL, or the group (the pipeline group) over which the squared
+     * gradient norm and the non-finite flag are summed after this
+     * strategy's own group: the other stages hold the rest of the model.
+     * Collective over it in step(): every stage calls step once a step. */
+    dt_comm_t *norm_comm;
+    /* NULL, or the group over which the gradients of DT_UNIT_TIED units
+     * are summed in step(), after the strategy's own reduction and before
+     * the norm (the grid's embedding group: first and last stage).  Set
+     * exactly when some unit is DT_UNIT_TIED. */
+    dt_comm_t *tied_comm;
+    /* ---- minor 3 ends here; append only ---- */
 } dt_strategy_init_v1_t;
 #define DT_STRATEGY_INIT_V1_SIZE0 DT_FIELD_END(dt_strategy_init_v1_t, optim)
+
+/* dt_strategy_init_v1_t.unit_flags (minor 3). */
+#define DT_UNIT_HELD 0x1u /* this stage runs the unit: held, hooked, saved */
+#define DT_UNIT_TIED 0x2u /* also held by another stage: its gradient is
+                           * summed over init.tied_comm before the norm */
+#define DT_UNIT_COPY 0x4u /* the other stage's copy of a TIED unit: loaded
+                           * (HELD ranges as usual) but never saved (SAVE
+                           * ranges empty) and not counted in the norm */
 
 /* Passed to every unit hook. */
 #define DT_HOOK_NO_GRAD 0x1u /* evaluation pass: no backward follows */
@@ -277,6 +339,92 @@ typedef struct dt_plan_preset_v1 {
                           * defaults */
 } dt_plan_preset_v1_t;
 
+/* ------------------------------------------------------------------------
+ * Pipeline schedule (minor 3).
+ * --------------------------------------------------------------------- */
+
+/* assign_stages' question (in; the core's).  Introduced in minor 3: its
+ * minor-0 size is its size then. */
+typedef struct dt_stage_args_v1 {
+    uint32_t struct_size;            /* sizeof(dt_stage_args_v1_t), core's build */
+    int32_t n_stages;                /* [parallel] pipeline, >= 2 */
+    const dt_model_desc_v1_t *model; /* units in model order */
+    uint32_t n_micro;                /* micro-batches a step (with `stash`) */
+    uint32_t reserved0;
+    /* out, optional (NULL: not asked; the planner asks): n_stages
+     * entries, the most stage inputs (boundary tensors) stage k keeps at
+     * once under the plugin's schedule for n_micro micro-batches (GPipe
+     * n_micro, 1F1B min(n_micro, n_stages - k); 0 for the first stage,
+     * which reads tokens). */
+    uint32_t *stash;
+    /* ---- minor 0 ends here; append only ---- */
+} dt_stage_args_v1_t;
+#define DT_STAGE_ARGS_V1_SIZE0 DT_FIELD_END(dt_stage_args_v1_t, stash)
+
+/* The core's side of a stage, handed to run_schedule (in; the core's,
+ * valid during the call).  Boundary tensors are device memory of
+ * dt_schedule_args_v1_t.act_count elements of act_dtype, (B, T, C) for
+ * GPT-2: the residual stream between two units.  Both calls queue their
+ * kernels on the compute stream and return when the output is ready to be
+ * sent (the core synchronises the stream; a later minor may return
+ * earlier with an event).  Any failure is returned with the message set;
+ * the schedule stops and returns it. */
+typedef struct dt_stage_runner_v1 {
+    uint32_t struct_size;  /* sizeof(dt_stage_runner_v1_t), core's build */
+    uint32_t reserved0;
+    void *ctx;             /* the core's, passed back */
+    /* Forward of micro-batch `micro` through this stage's units.  `in`:
+     * the previous stage's output (NULL on the first stage, which reads
+     * the micro-batch's tokens itself); `out`: this stage's output (NULL
+     * on the last stage, which computes the loss instead and adds the
+     * micro-batch's mean loss to *loss; untouched elsewhere). */
+    int (*forward)(void *ctx, uint32_t micro, const void *in, void *out, double *loss);
+    /* Backward of micro-batch `micro`: `in` is the same input its forward
+     * had (NULL on the first stage); `dout` the gradient of this stage's
+     * output (NULL on the last stage: the loss starts it), `din` receives
+     * the gradient of `in` (NULL on the first stage).  The model keeps one
+     * micro-batch's activations: unless `micro` is the last one forward
+     * ran, the core recomputes the stage's forward from `in` first
+     * (GPipe's re-materialisation), so a schedule stashes only the stage
+     * inputs, one boundary tensor per micro-batch in flight. */
+    int (*backward)(void *ctx, uint32_t micro, const void *in, const void *dout,
+                    void *din);
+    /* ---- minor 0 ends here; append only ---- */
+} dt_stage_runner_v1_t;
+#define DT_STAGE_RUNNER_V1_SIZE0 DT_FIELD_END(dt_stage_runner_v1_t, backward)
+
+/* dt_schedule_args_v1_t.flags */
+#define DT_SCHEDULE_NO_GRAD 0x1u /* forwards only (evaluation): the runner's
+                                  * backward is never called, and the
+                                  * runner's forward flags its hooks
+                                  * DT_HOOK_NO_GRAD */
+
+/* run_schedule's arguments (in; the core's). */
+typedef struct dt_schedule_args_v1 {
+    uint32_t struct_size;     /* sizeof(dt_schedule_args_v1_t), core's build */
+    uint32_t n_micro;         /* micro-batches this step (train accumulation) */
+    int64_t step;             /* 1-based, for messages */
+    uint64_t act_count;       /* elements of one boundary tensor */
+    int32_t act_dtype;        /* their dtype (dt_dtype_t) */
+    uint32_t flags;           /* DT_SCHEDULE_* */
+    const dt_stage_runner_v1_t *runner;
+    /* ---- minor 0 ends here; append only ---- */
+} dt_schedule_args_v1_t;
+#define DT_SCHEDULE_ARGS_V1_SIZE0 DT_FIELD_END(dt_schedule_args_v1_t, runner)
+
+/* run_schedule's result (out: core zero-fills and sets struct_size;
+ * dt_result_write). */
+typedef struct dt_schedule_result_v1 {
+    uint32_t struct_size;     /* sizeof(dt_schedule_result_v1_t), core's build */
+    uint32_t n_loss;          /* micro-batches whose loss this stage computed:
+                               * n_micro on the last stage, else 0 */
+    double loss_sum;          /* the sum of their mean losses */
+    double recv_wait_s;       /* seconds waiting on receives: the bubble as
+                               * measured on this stage */
+    /* ---- minor 0 ends here; append only ---- */
+} dt_schedule_result_v1_t;
+#define DT_SCHEDULE_RESULT_V1_SIZE0 DT_FIELD_END(dt_schedule_result_v1_t, recv_wait_s)
+
 typedef struct dt_strategy_ops_v1 {
     dt_plugin_info_t info; /* base first; info.kind == DT_KIND_STRATEGY */
 
@@ -337,6 +485,27 @@ typedef struct dt_strategy_ops_v1 {
     int (*plan_presets)(const dt_plan_preset_v1_t **out, uint32_t *n);
 
     /* ---- minor 0 ends here; append only ---- */
+
+    /* ---- pipeline (minor 3, optional: a pipeline strategy has both) ---- */
+    /* Map every unit to a stage (no instance: the planner calls it too):
+     * out[u] in [0, n_stages) for each of model->n_units units, never
+     * decreasing, every stage given at least one unit, by the plugin's
+     * balance policy (its config).  DT_ERR_CONFIG naming the model and
+     * the stage count when there are fewer units than stages. */
+    int (*assign_stages)(const dt_host_v1_t *host, const dt_stage_args_v1_t *args,
+                         uint32_t *out);
+    /* One step of this stage: every micro-batch's forward and backward in
+     * the schedule's order, boundary tensors received from stage - 1 and
+     * sent to stage + 1 (their gradients the other way) on the pipeline
+     * group, with the micro-batch as tag.  Collective over the pipeline
+     * group; blocking, every wait bounded by the group's timeout: a dead
+     * peer fails it with DT_ERR_REMOTE / DT_ERR_TIMEOUT and a message
+     * naming the peer stage, the operation (send / recv of activation or
+     * gradient), the micro-batch and the step.  The data strategy's
+     * begin_step before and step after are the core's. */
+    int (*run_schedule)(dt_strategy_t *s, const dt_schedule_args_v1_t *args,
+                        dt_schedule_result_v1_t *out);
+    /* ---- minor 3 ends here; append only ---- */
 } dt_strategy_ops_v1_t;
 
 /* Current-version names. */
@@ -353,6 +522,10 @@ typedef dt_step_result_v1_t dt_step_result_t;
 typedef dt_estimate_args_v1_t dt_estimate_args_t;
 typedef dt_estimate_v1_t dt_estimate_t;
 typedef dt_plan_preset_v1_t dt_plan_preset_t;
+typedef dt_stage_args_v1_t dt_stage_args_t;
+typedef dt_stage_runner_v1_t dt_stage_runner_t;
+typedef dt_schedule_args_v1_t dt_schedule_args_t;
+typedef dt_schedule_result_v1_t dt_schedule_result_t;
 
 #ifdef __cplusplus
 }

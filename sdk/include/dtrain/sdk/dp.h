@@ -54,13 +54,39 @@ typedef struct dt_dp {
     dt_optim_desc_v1_t optim;        /* == args.optim */
     dt_strategy_args_t args;         /* the init args as read */
     uint32_t *fwd_depth, *bwd_depth; /* (n_units) open pre_* hooks per unit */
+    /* A pipeline stage (strategy ABI 1.3; NULL without one): each unit's
+     * DT_UNIT_* flags, and the model's units with those not held emptied
+     * (no tensors, numel 0; model->units points here), so flat layouts,
+     * buckets and state ranges over `model` hold only the stage's units
+     * and need no other change. */
+    uint8_t *unit_flags;
+    dt_unit_desc_v1_t *stage_units;
+    dt_comm_t *norm_comm;            /* init.norm_comm: NULL, or the
+                                      * pipeline group */
+    dt_comm_t *tied_comm;            /* init.tied_comm: NULL, or the
+                                      * embedding group */
 } dt_dp_t;
+
+/* Unit u's DT_UNIT_* flags: DT_UNIT_HELD for every unit without a stage. */
+static inline uint32_t dt_dp_unit_flags(const dt_dp_t *b, uint32_t u)
+{
+    return b->unit_flags ? b->unit_flags[u] : DT_UNIT_HELD;
+}
+/* 1 when init asked for a pipeline stage (any minor-3 field set). */
+static inline int dt_dp_is_stage(const dt_dp_t *b)
+{
+    return b->unit_flags || b->norm_comm || b->tied_comm;
+}
 
 /* Check `args` (struct_size, the NULL pointers, n_micro >= 1, param_dtype
  * f32, bf16 or f16 (DT_ERR_UNSUPPORTED "<what> keeps f32, bf16 or f16 compute
  * parameters"), the optimizer kind, every unit valid and at its index),
  * then fill `b`: rank and size from the group, zeroed hook depths (host
- * memory).  On failure `b` holds what was set; dt_dp_free it either way. */
+ * memory), and for a pipeline stage (init.unit_flags) the flags, checked
+ * (COPY needs TIED, TIED needs HELD, some unit held, tied_comm exactly
+ * when a unit is TIED), with model->units the stage's (dt_dp_t).  A hook
+ * naming a unit not held is DT_ERR_INVALID.  On failure `b` holds what
+ * was set; dt_dp_free it either way. */
 int dt_dp_init(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
                const char *what);
 void dt_dp_free(dt_dp_t *b);

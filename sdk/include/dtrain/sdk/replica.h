@@ -226,8 +226,14 @@ int dt_replica_drain(dt_replica_t *r, int64_t timeout_ms);
 /* *sumsq = the squared L2 norm of the gradient.  Averaged gradients are
  * the same on every rank: each sums 1/size of the buffer and one f64
  * all_reduce adds the parts (collective; every rank gets the same bits).
- * Local gradients: this rank's own, whole buffer.  Blocking. */
+ * Local gradients: this rank's own, whole buffer.  A pipeline stage
+ * (dp.h) leaves its COPY units out and sums the result over norm_comm:
+ * the whole model's norm, each element once.  Blocking. */
 int dt_replica_grad_sumsq(dt_replica_t *r, double *sumsq);
+/* A pipeline stage's TIED units: each one's gradient summed (all_reduce
+ * SUM, f32, in place) over dp.tied_comm, after dt_replica_reduce; a no-op
+ * without tied_comm.  Blocking. */
+int dt_replica_tied_sum(dt_replica_t *r);
 
 /* ---- the update (sdk/lib/dt_replica_step.c) ---- */
 
@@ -240,7 +246,8 @@ int dt_replica_zero_grads(dt_replica_t *r, uint32_t lo, uint32_t hi);
 /* Every unit's update (the last unit first when `last_first`), then the
  * compute copy refreshed. */
 int dt_replica_update(dt_replica_t *r, const dt_optim_step_t *st, int last_first);
-/* After dt_dp_step_check: reduce the gradients, their norm into out
+/* After dt_dp_step_check: reduce the gradients (and sum the tied ones
+ * between pipeline stages), their norm into out
  * (grad_norm, nonfinite) and the optimizer step it implies into *st.
  * out->nonfinite: the caller returns DT_OK without updating. */
 int dt_replica_step_grads(dt_replica_t *r, const dt_step_args_v1_t *args,

@@ -1,0 +1,207 @@
+/*
+ * tests/unit/test_model_stages.c - a model split into pipeline stages
+ * (dt_model_stage_*, core/model/model.h) computes what the whole model
+ * computes.
+ *
+ * GPT-2 (3 blocks: 5 units) is opened three times from the same seed, as
+ * three ranks would hold it: the whole model, stage A = units [0, k) and
+ * stage B = units [k, 5), each with its own oracle strategy (the test
+ * harness's, which checks the hook protocol).  For every split k = 1..4,
+ * 3 micro-batches with accumulation run GPipe's order as a pipeline rank
+ * runs it: every forward of A then of B (B's inputs stashed, one boundary
+ * tensor per micro-batch), then the backwards micro-batch by micro-batch,
+ * each stage recomputing its forward from the stashed input unless the
+ * micro-batch is the last it ran forward (dt_stage_runner_v1_t's
+ * contract).  Asserted against the whole model's step:
+ *   - the mean loss, within 1e-6 absolute (measured: 0, the same kernels
+ *     on the same numbers);
+ *   - every unit's gradient within 1e-6 of the largest |gradient| of its
+ *     tensor: units [0, k) from A, [k, 5) from B, and unit 0 (wte tied to
+ *     the LM head, held by B as a copy) as A's plus B's, the sum the
+ *     pipeline forms over the embedding group (measured: 5.8e-8, the
+ *     rounding of that sum).
+ * Also: B lists unit 0 as tied, A lists none; an mlp model cannot be
+ * split (DT_ERR_CONFIG naming the arch); an empty or out-of-range stage is
+ * DT_ERR_INVALID naming the range.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/dtrain.h"
+#include "model/model.h"
+#include "model_harness.h"
+#include "test_assert.h"
+#include "util/error.h"
+
+enum { L = 3, NU = L + 2, NH = 2, C = 16, V = 40, CTX = 16, B = 2, T = 8, M = 3 };
+#define SEED 7
+#define LOSS_ATOL 1e-6
+#define GRAD_TOL 1e-6
+
+static const char gpt2_toml[] =
+    "[model]\narch = \"gpt2\"\nn_layer = 3\nn_head = 2\nn_embd = 16\nvocab_size = 40\n"
+    "context = 16\n";
+
+static void must(int rc, const char *what)
+{
+    if (rc != DT_OK)
+        fail_msg("%s: %s", what, dt_last_error());
+}
+
+/* One stage [first, end) of the pipeline, on its own model and strategy. */
+typedef struct stage {
+    dt_mh_t h;
+    uint32_t first, end;
+    int32_t last_fwd; /* micro-batch whose activations the model holds; -1 */
+} stage_t;
+
+static void stage_forward(stage_t *s, uint32_t m, const int32_t *in_tok, const int32_t *tg,
+                          const void *in, void *out, double *loss)
+{
+    must(dt_model_stage_forward(s->h.model, &s->h.ctx, s->first, s->end, in_tok, tg, in, out, m,
+                                M, 0, loss),
+         "stage forward");
+    s->last_fwd = (int32_t)m;
+}
+
+/* The runner's backward: recompute the forward unless `m` is the last one
+ * it ran (its output not wanted: NULL; its loss unused). */
+static void stage_backward(stage_t *s, uint32_t m, const int32_t *in_tok, const int32_t *tg,
+                           const void *in, const void *dout, void *din)
+{
+    double unused = 0;
+    if (s->last_fwd != (int32_t)m)
+        stage_forward(s, m, in_tok, tg, in, NULL, &unused);
+    must(dt_model_stage_backward(s->h.model, &s->h.ctx, s->first, s->end, dout, din, m, M,
+                                 (float)(1.0 / M)),
+         "stage backward");
+}
+
+static void check_split(uint32_t k, const int32_t *inputs, const int32_t *targets,
+                        double whole_loss, float *const *whole_grads, const dt_mh_t *w)
+{
+    stage_t a = {.first = 0, .end = k, .last_fwd = -1};
+    stage_t b = {.first = k, .end = NU, .last_fwd = -1};
+    must(dt_mh_open(&a.h, gpt2_toml, B, T, SEED), "open stage A");
+    must(dt_mh_open(&b.h, gpt2_toml, B, T, SEED), "open stage B");
+    const uint64_t n = dt_model_boundary_count(a.h.model);
+    assert_int_equal(n, (uint64_t)B * T * C);
+    void *act[M], *grad;
+    for (int m = 0; m < M; m++)
+        must(a.h.D->alloc(a.h.dev, n * 4, DT_TAG_ACTIVATIONS, &act[m]), "alloc boundary");
+    must(a.h.D->alloc(a.h.dev, n * 4, DT_TAG_ACTIVATIONS, &grad), "alloc boundary gradient");
+    must(dt_mh_begin_step(&a.h, M), "begin A");
+    must(dt_mh_begin_step(&b.h, M), "begin B");
+
+    const int64_t bt = B * T;
+    double loss_sum = 0;
+    for (uint32_t m = 0; m < M; m++)
+        stage_forward(&a, m, inputs + m * bt, targets + m * bt, NULL, act[m], NULL);
+    for (uint32_t m = 0; m < M; m++) {
+        double l = NAN;
+        stage_forward(&b, m, inputs + m * bt, targets + m * bt, act[m], NULL, &l);
+        loss_sum += l;
+    }
+    for (uint32_t m = 0; m < M; m++) {
+        stage_backward(&b, m, inputs + m * bt, targets + m * bt, act[m], NULL, grad);
+        stage_backward(&a, m, inputs + m * bt, targets + m * bt, NULL, grad, NULL);
+    }
+    const double loss = loss_sum / M;
+    printf("split at unit %u: loss %.9f whole %.9f (diff %.3g)\n", k, loss, whole_loss,
+           fabs(loss - whole_loss));
+    assert_true(fabs(loss - whole_loss) <= LOSS_ATOL);
+
+    double worst = 0;
+    for (uint32_t u = 0; u < NU; u++) {
+        const dt_unit_desc_v1_t *ud = &w->desc->units[u];
+        const float *ga = dt_mh_grads(&a.h, u), *gb = dt_mh_grads(&b.h, u);
+        for (uint32_t p = 0; p < ud->n_params; p++) {
+            const dt_param_desc_v1_t *pd = &ud->params[p];
+            double ref_max = 0, diff = 0;
+            for (uint64_t i = pd->offset; i < pd->offset + pd->numel; i++) {
+                /* unit 0 is on A and, tied, on B; the others on one */
+                double got = u == 0 ? (double)ga[i] + (double)gb[i] : u < k ? ga[i] : gb[i];
+                double ref = whole_grads[u][i];
+                ref_max = fmax(ref_max, fabs(ref));
+                diff = fmax(diff, fabs(got - ref));
+            }
+            if (ref_max == 0 || diff / ref_max > GRAD_TOL)
+                fail_msg("split at unit %u: gradient of %s: max |diff| %.3g, max |ref| %.3g",
+                         k, pd->name, diff, ref_max);
+            worst = fmax(worst, diff / ref_max);
+        }
+    }
+    printf("split at unit %u: worst gradient diff %.3g of the tensor's max\n", k, worst);
+    for (int m = 0; m < M; m++)
+        a.h.D->free(a.h.dev, act[m]);
+    a.h.D->free(a.h.dev, grad);
+    dt_mh_close(&a.h);
+    dt_mh_close(&b.h);
+}
+
+static void test_stages_match_whole(void **state)
+{
+    (void)state;
+    int32_t inputs[M * B * T], targets[M * B * T];
+    dt_mh_tokens(11, V, M * B * T, inputs, targets);
+    dt_mh_t w;
+    must(dt_mh_open(&w, gpt2_toml, B, T, SEED), "open whole model");
+    const double whole_loss = dt_mh_step(&w, inputs, targets, M, 0);
+    float *grads[NU];
+    for (uint32_t u = 0; u < NU; u++) {
+        uint64_t numel = w.desc->units[u].numel;
+        grads[u] = malloc(numel * 4);
+        assert_non_null(grads[u]);
+        memcpy(grads[u], dt_mh_grads(&w, u), numel * 4);
+    }
+    for (uint32_t k = 1; k < NU; k++)
+        check_split(k, inputs, targets, whole_loss, grads, &w);
+    for (uint32_t u = 0; u < NU; u++)
+        free(grads[u]);
+    dt_mh_close(&w);
+}
+
+static void test_stage_tied_and_refusals(void **state)
+{
+    (void)state;
+    dt_mh_t w;
+    must(dt_mh_open(&w, gpt2_toml, B, T, SEED), "open");
+    uint32_t tied[2] = {99, 99};
+    assert_int_equal(dt_model_stage_tied(w.model, 2, NU, tied, 2), 1);
+    assert_int_equal(tied[0], 0);
+    assert_int_equal(dt_model_stage_tied(w.model, 0, 2, tied, 2), 0);
+    assert_int_equal(dt_model_stage_tied(w.model, 0, NU, tied, 2), 0);
+    assert_int_equal(dt_model_stage_check(w.model, 2, 2), DT_ERR_INVALID);
+    assert_string_equal(dt_last_error(),
+                        "model: stage of units [2, 2) is not a non-empty range of the model's "
+                        "5 units");
+    assert_int_equal(dt_model_stage_check(w.model, 3, 6), DT_ERR_INVALID);
+    dt_mh_close(&w);
+
+    dt_mh_t m;
+    must(dt_mh_open(&m, "[model]\narch = \"mlp\"\nvocab_size = 30\nmlp_in = 8\n"
+                        "mlp_hidden = 12\nmlp_layers = 2\n",
+                    B, T, SEED),
+         "open mlp");
+    assert_int_equal(dt_model_stage_check(m.model, 0, 1), DT_ERR_CONFIG);
+    assert_string_equal(dt_last_error(), "model: arch mlp cannot be split into pipeline stages");
+    dt_mh_close(&m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stages_match_whole),
+        cmocka_unit_test(test_stage_tied_and_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -8,6 +8,7 @@
  * used in place; others through store / load, waited on within the
  * tier's own timeout.  See dtrain/sdk/offload.h.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -283,6 +284,11 @@ int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
     if (rc == DT_OK)
         rc = d->host_alloc(st->dev, st->piece * sizeof(float), DT_TAG_STAGING,
                            (void **)&st->gstage);
+    /* the host optimizer's threads: the device's (cpu: [cpu] threads) */
+    dt_device_props_v1_t pr = {.struct_size = sizeof pr};
+    st->threads = 1;
+    if (rc == DT_OK && d->props && d->props(st->dev, &pr) == DT_OK && pr.threads > 1)
+        st->threads = pr.threads < DT_OFFLOAD_MAX_THREADS ? pr.threads : DT_OFFLOAD_MAX_THREADS;
     if (rc == DT_OK && st->pdtype != DT_F32 && !params)
         rc = d->host_alloc(st->dev, st->piece * sizeof(uint16_t), DT_TAG_STAGING,
                            (void **)&st->pstage);
@@ -369,6 +375,62 @@ int dt_offload_state_push(dt_offload_state_t *st, uint64_t at, uint64_t n, void 
         st->host->log(st->host, DT_LOG_ERROR, "rank %d: copying %llu offloaded parameters to "
                       "the compute copy failed", st->rank, (unsigned long long)n);
     return rc;
+}
+
+/* A slice of a piece for one host optimizer thread. */
+typedef struct optim_slice {
+    const dt_host_v1_t *host;
+    const dt_unit_desc_v1_t *unit;
+    dt_range_t r;
+    float *p, *m, *v;
+    const float *g;
+    const dt_optim_step_t *opt;
+    int rc;
+} optim_slice_t;
+
+static void *optim_slice_run(void *arg)
+{
+    optim_slice_t *s = arg;
+    s->rc = dt_optim_range_host(s->host, s->unit, s->r, s->p, s->g, s->m, s->v, s->opt);
+    return NULL;
+}
+
+/* The host optimizer over range `r` of `unit` (p, g, m, v its r.count
+ * elements), cut into st->threads slices of at least
+ * DT_OFFLOAD_MIN_SLICE elements, each started on 64-byte boundaries, run
+ * at once: the caller runs the first, a thread each the rest (inline
+ * where a thread cannot start).  Every element's arithmetic is the same
+ * wherever it runs, so the bits equal one thread's.  A failure is the
+ * caller's slice's (the checks are the same for every slice, and come
+ * before any write). */
+static int optim_slices(dt_offload_state_t *st, const dt_unit_desc_v1_t *unit, dt_range_t r,
+                        float *p, const float *g, float *m, float *v, const dt_optim_step_t *opt)
+{
+    uint64_t T = st->threads > 1 ? (uint64_t)st->threads : 1;
+    if (T > r.count / DT_OFFLOAD_MIN_SLICE)
+        T = r.count / DT_OFFLOAD_MIN_SLICE;
+    if (T <= 1)
+        return dt_optim_range_host(st->host, unit, r, p, g, m, v, opt);
+    optim_slice_t sl[DT_OFFLOAD_MAX_THREADS];
+    pthread_t th[DT_OFFLOAD_MAX_THREADS];
+    int started[DT_OFFLOAD_MAX_THREADS] = {0};
+    for (uint64_t t = 0; t < T; t++) {
+        uint64_t lo = t == 0 ? 0 : (r.count * t / T) & ~(uint64_t)15;
+        uint64_t hi = t + 1 == T ? r.count : (r.count * (t + 1) / T) & ~(uint64_t)15;
+        sl[t] = (optim_slice_t){.host = st->host, .unit = unit,
+                                .r = {r.offset + lo, hi - lo}, .p = p + lo, .g = g + lo,
+                                .m = m + lo, .v = v ? v + lo : NULL, .opt = opt};
+    }
+    for (uint64_t t = 1; t < T; t++)
+        started[t] = pthread_create(&th[t], NULL, optim_slice_run, &sl[t]) == 0;
+    optim_slice_run(&sl[0]);
+    for (uint64_t t = 1; t < T; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        else
+            optim_slice_run(&sl[t]);
+    }
+    return sl[0].rc;
 }
 
 /* Requests of one staging set: its loads or its stores, one per kind. */
@@ -477,8 +539,8 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
         t0 = t1;
         if (rc == DT_OK) {
             what = "the host optimizer";
-            rc = dt_optim_range_host(st->host, unit, (dt_range_t){r.offset + c, k}, s[0],
-                                     g, s[1], s[2], opt);
+            rc = optim_slices(st, unit, (dt_range_t){r.offset + c, k}, s[0], g, s[1], s[2],
+                              opt);
         }
         t1 = h->now_ns(h);
         st->ns_optim += t1 - t0;
@@ -629,9 +691,9 @@ void dt_offload_state_report(dt_offload_state_t *st, const char *when)
 {
     const dt_host_v1_t *h = st->host;
     h->log(h, DT_LOG_DEBUG, "%s: offloaded optimizer: tier I/O wait %.2f ms, device copies "
-           "%.2f ms, host optimizer %.2f ms, gradients to the tier %.2f ms", when,
+           "%.2f ms, host optimizer %.2f ms (%d thread(s)), gradients to the tier %.2f ms", when,
            (double)st->ns_wait / 1e6, (double)st->ns_copy / 1e6, (double)st->ns_optim / 1e6,
-           (double)st->ns_grads / 1e6);
+           st->threads, (double)st->ns_grads / 1e6);
     st->ns_wait = st->ns_copy = st->ns_optim = st->ns_grads = 0;
 }
 

@@ -5,7 +5,8 @@
 #    losses and final parameters equal the run without offload BIT FOR BIT,
 #    for zero stages 1-3, fsdp FULL_SHARD / SHARD_GRAD_OP and ddp, on 1, 2
 #    and 4 ranks, with and without accumulation, f32 and bf16, SGD (with
-#    Nesterov), fsdp HYBRID_SHARD and NO_SHARD;
+#    Nesterov), fsdp HYBRID_SHARD and NO_SHARD, the host optimizer on 2
+#    threads;
 #  - the same with the parameters offloaded too (zero stage 3, fsdp
 #    FULL_SHARD; gathered from the tier per use, with and without prefetch);
 #  - checkpoints go through the same manifest: saved with offload, resumed
@@ -117,6 +118,17 @@ for v in "sgd zero zero.stage=2 --set optimizer.type=sgd" \
   run "x-$tag" "${common[@]}" && run "x-$tag-off" "${common[@]}" --set parallel.offload=offload_cpu &&
     same "$tag ($1 ${2#*=}, $n ranks)" "x-$tag" "x-$tag-off"
 done
+# the host optimizer on 2 threads (the device's, [cpu] threads): a unit's
+# held range of 12 x 128^2 + 13 x 128 = 198,272 elements is cut into two
+# slices of at least 64 Ki; element-wise, so still bit for bit
+thr=(--set parallel.data=zero --set zero.stage=3 --set model.n_embd=128 --set cpu.threads=2
+     --set launch.nproc=1 --set run.comm=self --set train.grad_accum=2)
+if run thr "${thr[@]}" && DTRAIN_LOG=debug run thr-off "${thr[@]}" --set parallel.offload=offload_cpu; then
+  same "host optimizer on 2 threads (zero stage 3, 1 rank, n_embd 128)" thr thr-off
+  grep -qF "host optimizer" thr-off.log && grep -qF "(2 thread(s))" thr-off.log &&
+    ok "the offloaded optimizer says it ran on 2 threads" ||
+    bad "no 2-thread host optimizer line" "$(grep -i 'offloaded optimizer' thr-off.log | head -3)"
+fi
 for strat in "zero zero.stage=3" "ddp ddp.init_check=broadcast"; do
   set -- $strat
   common=(--set parallel.data="$1" --set "$2" --set launch.nproc=2 --set model.dtype=bf16)

@@ -33,6 +33,10 @@ extern "C" {
 /* Elements moved per piece between the device and the host (the size of
  * the pinned staging buffers, f32). */
 #define DT_OFFLOAD_PIECE (1u << 20)
+/* The host optimizer: at most this many threads, each over at least
+ * DT_OFFLOAD_MIN_SLICE elements of a piece. */
+#define DT_OFFLOAD_MAX_THREADS 64
+#define DT_OFFLOAD_MIN_SLICE 65536u
 
 /* What a strategy's `offload_what` key selects (DT_OFFLOAD_KEY_WHAT). */
 #define DT_OFFLOAD_WHAT_OPTIMIZER 0x1u /* master parameters + moments */
@@ -144,10 +148,16 @@ typedef struct dt_offload_state {
     float *gload[2];          /* pinned: a piece of it per staging set */
     uint64_t ns_grads;        /* moving gradients into the tier since the
                                * last report (dt_offload_grads_add) */
+    int32_t threads;          /* host optimizer threads: the device's
+                               * compute threads (props), at least 1;
+                               * each piece is split into this many
+                               * slices (element-wise: the same bits) */
+    int32_t reserved1;
 } dt_offload_state_t;
 
 /* Allocate master, m (and v when has_v) of `numel` f32 in the tier and the
- * pinned staging.  `params`: the compute copy lives in the tier there
+ * pinned staging; the host optimizer takes as many threads as the device
+ * computes with (dt_device_props_v1_t threads; 1 when it says none).  `params`: the compute copy lives in the tier there
  * (update and push write it), or NULL: on the device.  On failure
  * everything made is freed again. */
 int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,

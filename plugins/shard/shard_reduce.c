@@ -296,5 +296,20 @@ int shard_reduce_all(dt_shard_engine_t *e)
         }
     }
     /* after a failure, what is queued is destroy's to drop */
-    return rc != DT_OK ? rc : shard_reductions_finish(e, -1);
+    if (rc == DT_OK)
+        rc = shard_reductions_finish(e, -1);
+    /* gradients offloaded: a group no backward touched this step holds
+     * zeros, as the device's shard zeroed at begin_step would */
+    for (uint32_t i = 0; rc == DT_OK && shard_grads_offloaded(e) && i < e->plan.n_groups; i++) {
+        if (e->g[i].gadds > 0)
+            continue;
+        float *zeros = NULL;
+        rc = shard_alloc_zeroed(e, e->plan.groups[i].shard, DT_F32, DT_TAG_COMM,
+                                "zero gradients of an untouched group", (void **)&zeros);
+        if (rc == DT_OK)
+            rc = shard_offload_grads_add(e, i, zeros, e->dp.cs, 1);
+        if (zeros)
+            e->dp.dev_ops->free(e->dp.dev, zeros);
+    }
+    return rc;
 }

@@ -14,6 +14,7 @@ packages=(
   zlib1g-dev            # CRC-32 of checkpoint segments
   liburing-dev          # NVMe offload
   fio                   # bench/bench_offload_fio.sh: the NVMe tier beside fio (not needed by the tests)
+  time                  # /usr/bin/time -v: peak RSS of the GPT-2 1.5B showcase (bench/results/offload.md)
   libopenmpi-dev openmpi-bin  # MPI comparison benchmark, MPI launch
   python3 python3-numpy # float64 reference implementation used by tests
   fortunes              # the example's text corpus (/usr/share/games/fortunes)

@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "dtrain/half.h"
+#include "dtrain/sdk/norm.h"
 #include "dtrain/sdk/optim.h"
 #include "cpu_internal.h"
 
@@ -101,14 +102,14 @@ int cpu_sgd_update(dt_device_t *d, dt_stream_t *s, float *param,
 
 /* ------------------------------------------------------------------ sumsq */
 
-#define CPU_SUMSQ_MAX_BLOCKS 1024
-#define CPU_SUMSQ_MIN_BLOCK 65536
+/* Blocks of dt_sumsq_block(n) (dtrain/sdk/norm.h), whose host sum over a
+ * gradient in an offload tier (dt_sumsq_run_*) gives this kernel's bits. */
 
 typedef struct {
     const void *x;
     int dtype;
     int64_t n, block;
-    double partial[CPU_SUMSQ_MAX_BLOCKS];
+    double partial[DT_SUMSQ_MAX_BLOCKS];
 } sumsq_t;
 
 /* Eight running sums so the loop can be vectorised without reassociating
@@ -167,9 +168,7 @@ int cpu_sumsq(dt_device_t *d, dt_stream_t *s, double *out, const void *x,
         return d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
                                   "%s: dtype %s; only f32, bf16, f16", op,
                                   dt_dtype_name(dtype));
-    int64_t block = (n + CPU_SUMSQ_MAX_BLOCKS - 1) / CPU_SUMSQ_MAX_BLOCKS;
-    if (block < CPU_SUMSQ_MIN_BLOCK)
-        block = CPU_SUMSQ_MIN_BLOCK;
+    int64_t block = dt_sumsq_block(n);
     int64_t nblocks = (n + block - 1) / block;
     sumsq_t a = {.x = x, .dtype = dtype, .n = n, .block = block};
     cpu_lock(d);

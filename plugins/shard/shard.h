@@ -179,6 +179,8 @@ typedef struct dt_shard_cfg {
                                   * comm, and back to f32 after) */
     int32_t params_offload_ok;   /* 1: offload_what may name params (zero
                                   * stage 3, fsdp FULL_SHARD) */
+    uint32_t plan_offload_what;  /* the planner's replay only (no tier):
+                                  * the schedule offload_what would give */
 } dt_shard_cfg_t;
 
 /* Per-group and per-reduction bookkeeping (shard_internal.h). */
@@ -222,6 +224,9 @@ typedef struct dt_shard_engine {
     dt_offload_state_t off;
     dt_offload_params_t par;      /* params offloaded: the compute shard */
     float *pstage;                /* params without optimizer: pinned f32 */
+    int32_t grads_offloaded;      /* the reduced gradient shard lives in the
+                                   * tier too (shard_grads_offloaded), gshard
+                                   * is NULL */
 
     /* hooks */
     uint32_t *final_at;           /* (n_units) micro-step + 1 of the last

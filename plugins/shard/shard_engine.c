@@ -107,6 +107,11 @@ static int make_buffers(dt_shard_engine_t *e)
     const dt_shard_plan_t *p = &e->plan;
     uint64_t S = p->shard_total, F = p->full_total;
     int rc;
+    /* the gradient shard follows the optimizer into the tier (not ZeRO-1's
+     * full gradients; not a shard the replicas all-reduce on the device) */
+    uint32_t what = e->offload_what ? e->offload_what : e->cfg.plan_offload_what;
+    e->grads_offloaded = (what & DT_OFFLOAD_WHAT_OPTIMIZER) && !e->cfg.grads_full &&
+                         e->rsize == 1;
     if (e->cfg.params_replicated)
         rc = shard_alloc_zeroed(e, F, e->pdtype, DT_TAG_PARAMS, "the parameter replica",
                                     &e->replica);
@@ -128,7 +133,7 @@ static int make_buffers(dt_shard_engine_t *e)
         if (e->cfg.grads_full)
             rc = shard_alloc_zeroed(e, F, DT_F32, DT_TAG_GRADS, "the full gradients",
                               (void **)&e->gfull);
-        else
+        else if (!shard_grads_offloaded(e))
             rc = shard_alloc_zeroed(e, S, DT_F32, DT_TAG_GRADS, "the gradient shard",
                               (void **)&e->gshard);
     }
@@ -177,7 +182,7 @@ static int make_buffers(dt_shard_engine_t *e)
         }
         if (e->gfull)
             g->gbuf = e->gfull + gr->full_off;
-        else if (e->ssize == 1)
+        else if (e->ssize == 1 && e->gshard)
             g->gbuf = e->gshard + gr->shard_off;
     }
 
@@ -226,12 +231,13 @@ int dt_shard_engine_init(dt_shard_engine_t *e, const dt_host_v1_t *host,
     }
     host->log(host, DT_LOG_DEBUG,
               "rank %d/%d: %s, %llu parameters in %u group(s), shard %llu elements, %u "
-              "shard rank(s) x %u replica(s)%s", e->dp.rank, e->dp.size, what,
+              "shard rank(s) x %u replica(s)%s%s", e->dp.rank, e->dp.size, what,
               (unsigned long long)e->dp.model->numel, e->plan.n_groups,
               (unsigned long long)e->plan.shard_total, e->ssize, e->rsize,
               !e->offload_what                 ? ""
               : e->offload_what == DT_OFFLOAD_WHAT_OPTIMIZER ? ", optimizer state offloaded"
               : e->offload_what == DT_OFFLOAD_WHAT_PARAMS    ? ", parameters offloaded"
-                                                             : ", optimizer state and parameters offloaded");
+                                                             : ", optimizer state and parameters offloaded",
+              e->grads_offloaded ? ", the reduced gradient shard with the optimizer" : "");
     return DT_OK;
 }

@@ -367,8 +367,17 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
         .model = &model,
         .optim = &optim,
     };
+    /* offload: what the tier holds, and the schedule that gives (gradient
+     * buffers per group where the gradient shard lives in the tier) */
+    uint32_t what = 0;
+    if (DT_HAS_FIELD(dt_estimate_args_v1_t, args, offload) && args->offload &&
+        (rc = dt_offload_what_plan(host, cfg->params_offload_ok,
+                                   cfg->what ? cfg->what : "sharding", &what)) != DT_OK)
+        return rc;
+    dt_shard_cfg_t rcfg = *cfg;
+    rcfg.plan_offload_what = what;
     dt_shard_engine_t engine, *e = &engine;
-    rc = dt_shard_engine_init(e, host, &ia, cfg);
+    rc = dt_shard_engine_init(e, host, &ia, &rcfg);
     if (rc == DT_OK)
         rc = dt_shard_state_loaded(e);
     count.counting = 1;
@@ -389,15 +398,16 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
             persist += p->groups[i].padded;
     dt_dp_estimate_state(args, cfg->params_replicated ? F : S + persist, S,
                          cfg->grads_full ? F : S, out);
-    if (DT_HAS_FIELD(dt_estimate_args_v1_t, args, offload) && args->offload) {
-        uint32_t what = 0;
-        if ((rc = dt_offload_what_plan(host, cfg->params_offload_ok,
-                                       cfg->what ? cfg->what : "sharding", &what)) != DT_OK) {
-            dt_shard_engine_free(e);
-            host->free(host, dev.blk);
-            return rc;
-        }
+    if (what)
         dt_offload_estimate(args, what, S, S, out);
+    if (e->grads_offloaded) {
+        /* the f32 gradient shard in the tier: each micro-step's blocks
+         * stored (added to the sum so far, read back, after the first),
+         * read for the norm and by the optimizer */
+        uint64_t n_micro = ia.n_micro, gb = S * sizeof(float);
+        out->bytes[DT_TAG_GRADS] = 0;
+        out->bytes[DT_TAG_OFFLOAD] += gb;
+        out->offload_bytes_per_step += (2 * n_micro + 1) * gb;
     }
     out->bytes[DT_TAG_COMM] = dev.st.peak[DT_TAG_COMM];
     out->bytes[DT_TAG_OTHER] = dev.st.peak[DT_TAG_OTHER];

@@ -129,6 +129,7 @@ int dt_shard_begin_step(dt_shard_engine_t *e, int64_t step)
             g->gbuf_transient = 0;
         }
         g->n_final = 0;
+        g->gadds = 0;
         g->final_sent = 0;
         g->bwd_done = 0;
         g->active = 0;
@@ -136,9 +137,10 @@ int dt_shard_begin_step(dt_shard_engine_t *e, int64_t step)
     e->n_active = 0;
     dt_dp_hooks_reset(&e->dp);
     memset(e->final_at, 0, e->dp.model->n_units * sizeof(uint32_t));
-    float *grads = e->gfull ? e->gfull : e->gshard;
+    float *grads = e->gfull ? e->gfull : e->gshard; /* NULL: in the tier */
     uint64_t n = e->gfull ? e->plan.full_total : e->plan.shard_total;
-    rc = e->dp.dev_ops->memset_async(e->dp.dev, grads, 0, n * sizeof(float), e->dp.cs);
+    if (grads)
+        rc = e->dp.dev_ops->memset_async(e->dp.dev, grads, 0, n * sizeof(float), e->dp.cs);
     if (rc != DT_OK)
         e->dp.host->log(e->dp.host, DT_LOG_ERROR, "begin_step %lld: zeroing gradients failed",
                         (long long)step);

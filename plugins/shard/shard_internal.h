@@ -10,7 +10,8 @@
  *   this header                    buffers, ordering, logging (inline)
  *   shard_gather.c, shard_reduce.c the collectives in flight (parameters;
  *                                  gradients), independent of each other
- *   shard_offload.c                optimizer state in an offload tier
+ *   shard_offload.c                optimizer state (and the reduced
+ *                                  gradient shard) in an offload tier
  *   shard_hooks.c, shard_step.c,   the strategy's calls
  *   shard_state.c
  *   shard_engine.c                 init and free
@@ -65,6 +66,8 @@ typedef struct dt_shard_group_state {
     uint32_t n_final;      /* units whose gradient is final this micro-step */
     int32_t final_sent;    /* the step's last reduction chain started */
     int32_t queued;        /* reductions of this group in the queue */
+    uint32_t gadds;        /* grads offloaded: blocks moved into the tier
+                            * this step (the first is stored, not added) */
 } sh_group_t;
 
 typedef struct dt_shard_reduction {
@@ -111,13 +114,14 @@ static inline void *shard_cshard(dt_shard_engine_t *e, uint32_t g)
     return (char *)e->cshard + gr->shard_off * e->pes;
 }
 
-/* Group g's f32 gradient shard: what the optimizer reads. */
+/* Group g's f32 gradient shard: what the optimizer reads (NULL when it
+ * lives in the offload tier). */
 static inline float *shard_gshard(dt_shard_engine_t *e, uint32_t g)
 {
     const dt_shard_group_t *gr = &e->plan.groups[g];
     if (e->gfull)
         return e->gfull + gr->full_off + (uint64_t)e->srank * gr->shard;
-    return e->gshard + gr->shard_off;
+    return e->gshard ? e->gshard + gr->shard_off : NULL;
 }
 
 /* `elems` of `dtype` on the device, tagged, zeroed on the compute stream. */
@@ -181,6 +185,16 @@ static inline int shard_params_offloaded(const dt_shard_engine_t *e)
 {
     return (e->offload_what & DT_OFFLOAD_WHAT_PARAMS) != 0;
 }
+/* The reduced gradient shard lives in the tier beside the optimizer state
+ * (DeepSpeed's offload_optimizer moves gradients too): whenever the
+ * optimizer is offloaded and the engine keeps a gradient shard (not
+ * ZeRO-1's full gradients) that no replica all-reduce needs on the
+ * device (no HYBRID_SHARD replicas).  Each group's reduced block goes to
+ * the tier as its reduction completes. */
+static inline int shard_grads_offloaded(const dt_shard_engine_t *e)
+{
+    return e->grads_offloaded;
+}
 /* The optimizer keeps a second moment (AdamW), wherever it lives. */
 static inline int shard_has_v(const dt_shard_engine_t *e)
 {
@@ -200,6 +214,19 @@ void shard_offload_free(dt_shard_engine_t *e);
 int shard_offload_load_start(dt_shard_engine_t *e, uint32_t gi);
 /* Wait for group gi's load, if one is in flight. */
 int shard_offload_load_finish(dt_shard_engine_t *e, uint32_t gi);
+/* Grads offloaded: group gi's f32 block (`shard` elements, device) after
+ * the work queued on `stream` into the tier, added to what earlier
+ * micro-steps put there (copy: the block is the whole sum so far).  In
+ * the planner's replay (no tier) nothing moves. */
+int shard_offload_grads_add(dt_shard_engine_t *e, uint32_t gi, const float *dblock,
+                            dt_stream_t *stream, int copy);
+/* Grads offloaded on one shard rank: a new gradient buffer for group gi
+ * (`padded` f32, device, tag comm) holding what earlier micro-steps of the
+ * step accumulated, so backward adds onto the same bits a persistent
+ * buffer would hold (zeroed in the first). */
+int shard_offload_grads_buffer(dt_shard_engine_t *e, uint32_t gi, float **out);
+/* Grads offloaded: the sum of squares of this rank's gradient shard. */
+int shard_offload_grads_sumsq(dt_shard_engine_t *e, double *out);
 /* The update of every held range on the host, parameters written back to
  * the compute copy (the step, in place of the device optimizer). */
 int shard_offload_step(dt_shard_engine_t *e, const dt_optim_step_t *st);

@@ -16,8 +16,20 @@
  * The step writes the updated parameters straight into the tier (from the
  * host optimizer, or from the device master through pinned staging).
  *
+ * With the optimizer there, the reduced gradient shard goes there too
+ * (shard_grads_offloaded: DeepSpeed's offload_optimizer moves gradients to
+ * the host as each bucket is reduced): as a group's reduce-scatter
+ * completes, this rank's block is added into the tier's gradient (the
+ * first block of a step stored as 0 + x), where the device would have
+ * added it into its gradient shard; on one shard rank, where backward
+ * accumulates straight into the shard, each micro-step's group buffer
+ * starts from the tier's sum so far and is stored back whole.  The norm
+ * and the host optimizer read it from the tier.  The device keeps no
+ * gradient shard, only the transient group buffers (tag comm).
+ *
  * Only where the state lives changes, never the arithmetic: losses equal
- * the run without offload bit for bit.
+ * the run without offload bit for bit (on the cpu device, whose sum of
+ * squares dt_sumsq_run_t reproduces on the host).
  */
 #include <stdio.h>
 
@@ -53,6 +65,8 @@ int shard_offload_alloc(dt_shard_engine_t *e)
     if (shard_optim_offloaded(e))
         rc = dt_offload_state_init(&e->off, e->dp.host, a, e->dp.rank, S, shard_has_v(e),
                                    shard_params_offloaded(e) ? &e->par : NULL);
+    if (rc == DT_OK && shard_optim_offloaded(e) && shard_grads_offloaded(e))
+        rc = dt_offload_state_grads(&e->off);
     return rc;
 }
 
@@ -101,6 +115,54 @@ int shard_offload_load_finish(dt_shard_engine_t *e, uint32_t gi)
     return rc;
 }
 
+int shard_offload_grads_add(dt_shard_engine_t *e, uint32_t gi, const float *dblock,
+                            dt_stream_t *stream, int copy)
+{
+    sh_group_t *g = &e->g[gi];
+    const dt_shard_group_t *gr = &e->plan.groups[gi];
+    int mode = copy ? DT_OFFLOAD_GRADS_COPY
+               : g->gadds == 0 ? DT_OFFLOAD_GRADS_FIRST : DT_OFFLOAD_GRADS_ADD;
+    int rc = DT_OK;
+    if (shard_optim_offloaded(e)) /* else the planner's replay: no tier */
+        rc = dt_offload_grads_add(&e->off, gr->shard_off, gr->shard, dblock, stream, mode);
+    if (rc != DT_OK) {
+        shard_log_group(e, gi, "moving the reduced gradient shard to the offload tier", rc);
+        return rc;
+    }
+    g->gadds++;
+    return DT_OK;
+}
+
+int shard_offload_grads_buffer(dt_shard_engine_t *e, uint32_t gi, float **out)
+{
+    const dt_shard_group_t *gr = &e->plan.groups[gi];
+    *out = NULL;
+    /* zeroed: [shard, padded) is padding, zero like a persistent buffer's */
+    int rc = shard_alloc_zeroed(e, gr->padded, DT_F32, DT_TAG_COMM,
+                                "a group's gradient buffer", (void **)out);
+    if (rc == DT_OK && e->g[gi].gadds > 0 && shard_optim_offloaded(e))
+        rc = dt_offload_grads_load(&e->off, gr->shard_off, gr->shard, *out, e->dp.cs);
+    if (rc != DT_OK) {
+        shard_log_group(e, gi, "loading the offloaded gradient shard", rc);
+        if (*out)
+            e->dp.dev_ops->free(e->dp.dev, *out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int shard_offload_grads_sumsq(dt_shard_engine_t *e, double *out)
+{
+    *out = 0.0;
+    if (!shard_optim_offloaded(e)) /* the planner's replay */
+        return DT_OK;
+    int rc = dt_offload_grads_sumsq(&e->off, out);
+    if (rc != DT_OK)
+        e->dp.host->log(e->dp.host, DT_LOG_ERROR, "rank %d/%d: the norm of the offloaded "
+                        "gradient shard failed", e->dp.rank, e->dp.size);
+    return rc;
+}
+
 /* Parameters offloaded, optimizer on the device: the updated f32 master
  * (device) into the tier's compute shard, piece by piece through pinned
  * staging (bf16/f16 rounded on the host, nearest even like the device's cast). */
@@ -142,8 +204,9 @@ int shard_offload_step(dt_shard_engine_t *e, const dt_optim_step_t *st)
             continue;
         uint32_t gi = e->plan.group_of_unit[u];
         uint64_t local = off - e->plan.groups[gi].shard_off;
+        float *dgrad = shard_gshard(e, gi); /* NULL: the tier's */
         int rc = dt_offload_state_update(&e->off, &e->dp.model->units[u], r, off,
-                                         shard_gshard(e, gi) + local, compute_at(e, gi, local),
+                                         dgrad ? dgrad + local : NULL, compute_at(e, gi, local),
                                          st);
         if (rc != DT_OK)
             return rc;

@@ -15,7 +15,9 @@ static int grad_sumsq(dt_shard_engine_t *e, double *out)
     const dt_host_v1_t *host = e->dp.host;
     int rc;
     double ss = 0.0;
-    if (e->gshard) {
+    if (shard_grads_offloaded(e)) {
+        rc = shard_offload_grads_sumsq(e, &ss);
+    } else if (e->gshard) {
         rc = dt_norm_sumsq(host, e->dp.dev_ops, e->dp.dev, e->dp.cs, e->norm_slot, e->gshard,
                            DT_F32, (int64_t)e->plan.shard_total, &ss);
     } else {
@@ -81,8 +83,11 @@ int dt_shard_step(dt_shard_engine_t *e, const dt_step_args_v1_t *args, dt_step_r
     dt_optim_step_t st = dt_dp_step_norm(&e->dp, args, sumsq, out);
     if (out->nonfinite)
         return DT_OK;
-    if ((rc = shard_optim_offloaded(e) ? shard_offload_step(e, &st) : optimizer(e, &st)) !=
-        DT_OK)
+    /* gradients offloaded with the optimizer on the device: only the
+     * planner's replay (shard_grads_offloaded), whose update is the tier's */
+    if ((rc = shard_optim_offloaded(e)   ? shard_offload_step(e, &st)
+              : shard_grads_offloaded(e) ? DT_OK
+                                         : optimizer(e, &st)) != DT_OK)
         return rc;
     /* offloaded parameters, device optimizer: the new master to the tier */
     if (shard_params_offloaded(e) && !shard_optim_offloaded(e) &&

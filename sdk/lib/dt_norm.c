@@ -1,7 +1,10 @@
 /*
  * sdk/lib/dt_norm.c - gradient norms: a sum of squares on the device
- * brought to the host, and its sum across a group.
+ * brought to the host, and its sum across a group; the same sum over host
+ * memory fed piece by piece (a gradient in an offload tier).
  */
+#include <string.h>
+
 #include "dtrain/sdk/norm.h"
 
 int dt_norm_sumsq(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
@@ -45,4 +48,39 @@ int dt_norm_allreduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
     }
     *sumsq = h;
     return DT_OK;
+}
+
+void dt_sumsq_run_init(dt_sumsq_run_t *r, int64_t n)
+{
+    memset(r, 0, sizeof *r);
+    r->block = dt_sumsq_block(n);
+}
+
+/* The block's eight running sums, pairwise (the kernel's order). */
+static double block_sum(const double *a)
+{
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+void dt_sumsq_run_add(dt_sumsq_run_t *r, const float *x, uint64_t k)
+{
+    for (uint64_t i = 0; i < k; i++) {
+        double xv = (double)x[i];
+        r->acc[r->pos & 7] += xv * xv;
+        if (++r->pos == r->block) {
+            r->total += block_sum(r->acc);
+            memset(r->acc, 0, sizeof r->acc);
+            r->pos = 0;
+        }
+    }
+}
+
+double dt_sumsq_run_end(dt_sumsq_run_t *r)
+{
+    if (r->pos) {
+        r->total += block_sum(r->acc);
+        memset(r->acc, 0, sizeof r->acc);
+        r->pos = 0;
+    }
+    return r->total;
 }

@@ -8,6 +8,7 @@
  * used in place; others through store / load, waited on within the
  * tier's own timeout.  See dtrain/sdk/offload.h.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@
 #include "dtrain/sdk/cfg.h"
 #include "dtrain/sdk/dp.h"
 #include "dtrain/sdk/hash.h"
+#include "dtrain/sdk/norm.h"
 #include "dtrain/sdk/offload.h"
 
 static const char what_choices[] = "optimizer|params|optimizer_and_params";
@@ -230,6 +232,11 @@ void dt_offload_state_free(dt_offload_state_t *st)
     }
     if (st->gstage)
         st->dev_ops->host_free(st->dev, st->gstage);
+    if (st->gbuf)
+        st->ops->free(st->tier, st->gbuf);
+    for (int s = 0; s < 2; s++)
+        if (st->gload[s])
+            st->dev_ops->host_free(st->dev, st->gload[s]);
     if (st->pstage)
         st->dev_ops->host_free(st->dev, st->pstage);
     memset(st, 0, sizeof *st);
@@ -277,6 +284,11 @@ int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
     if (rc == DT_OK)
         rc = d->host_alloc(st->dev, st->piece * sizeof(float), DT_TAG_STAGING,
                            (void **)&st->gstage);
+    /* the host optimizer's threads: the device's (cpu: [cpu] threads) */
+    dt_device_props_v1_t pr = {.struct_size = sizeof pr};
+    st->threads = 1;
+    if (rc == DT_OK && d->props && d->props(st->dev, &pr) == DT_OK && pr.threads > 1)
+        st->threads = pr.threads < DT_OFFLOAD_MAX_THREADS ? pr.threads : DT_OFFLOAD_MAX_THREADS;
     if (rc == DT_OK && st->pdtype != DT_F32 && !params)
         rc = d->host_alloc(st->dev, st->piece * sizeof(uint16_t), DT_TAG_STAGING,
                            (void **)&st->pstage);
@@ -365,15 +377,71 @@ int dt_offload_state_push(dt_offload_state_t *st, uint64_t at, uint64_t n, void 
     return rc;
 }
 
+/* A slice of a piece for one host optimizer thread. */
+typedef struct optim_slice {
+    const dt_host_v1_t *host;
+    const dt_unit_desc_v1_t *unit;
+    dt_range_t r;
+    float *p, *m, *v;
+    const float *g;
+    const dt_optim_step_t *opt;
+    int rc;
+} optim_slice_t;
+
+static void *optim_slice_run(void *arg)
+{
+    optim_slice_t *s = arg;
+    s->rc = dt_optim_range_host(s->host, s->unit, s->r, s->p, s->g, s->m, s->v, s->opt);
+    return NULL;
+}
+
+/* The host optimizer over range `r` of `unit` (p, g, m, v its r.count
+ * elements), cut into st->threads slices of at least
+ * DT_OFFLOAD_MIN_SLICE elements, each started on 64-byte boundaries, run
+ * at once: the caller runs the first, a thread each the rest (inline
+ * where a thread cannot start).  Every element's arithmetic is the same
+ * wherever it runs, so the bits equal one thread's.  A failure is the
+ * caller's slice's (the checks are the same for every slice, and come
+ * before any write). */
+static int optim_slices(dt_offload_state_t *st, const dt_unit_desc_v1_t *unit, dt_range_t r,
+                        float *p, const float *g, float *m, float *v, const dt_optim_step_t *opt)
+{
+    uint64_t T = st->threads > 1 ? (uint64_t)st->threads : 1;
+    if (T > r.count / DT_OFFLOAD_MIN_SLICE)
+        T = r.count / DT_OFFLOAD_MIN_SLICE;
+    if (T <= 1)
+        return dt_optim_range_host(st->host, unit, r, p, g, m, v, opt);
+    optim_slice_t sl[DT_OFFLOAD_MAX_THREADS];
+    pthread_t th[DT_OFFLOAD_MAX_THREADS];
+    int started[DT_OFFLOAD_MAX_THREADS] = {0};
+    for (uint64_t t = 0; t < T; t++) {
+        uint64_t lo = t == 0 ? 0 : (r.count * t / T) & ~(uint64_t)15;
+        uint64_t hi = t + 1 == T ? r.count : (r.count * (t + 1) / T) & ~(uint64_t)15;
+        sl[t] = (optim_slice_t){.host = st->host, .unit = unit,
+                                .r = {r.offset + lo, hi - lo}, .p = p + lo, .g = g + lo,
+                                .m = m + lo, .v = v ? v + lo : NULL, .opt = opt};
+    }
+    for (uint64_t t = 1; t < T; t++)
+        started[t] = pthread_create(&th[t], NULL, optim_slice_run, &sl[t]) == 0;
+    optim_slice_run(&sl[0]);
+    for (uint64_t t = 1; t < T; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        else
+            optim_slice_run(&sl[t]);
+    }
+    return sl[0].rc;
+}
+
 /* Requests of one staging set: its loads or its stores, one per kind. */
 typedef struct reqs {
-    dt_offload_req_t *r[DT_STATE_COUNT];
+    dt_offload_req_t *r[DT_STATE_COUNT + 1]; /* the last: the gradients' */
 } reqs_t;
 
 /* Wait for every request of `q` (each once), keeping the first failure. */
 static int wait_all(dt_offload_state_t *st, reqs_t *q, int rc)
 {
-    for (int k = 0; k < DT_STATE_COUNT; k++) {
+    for (int k = 0; k <= DT_STATE_COUNT; k++) {
         if (!q->r[k])
             continue;
         int e = st->ops->wait(st->tier, q->r[k], -1);
@@ -385,11 +453,15 @@ static int wait_all(dt_offload_state_t *st, reqs_t *q, int rc)
 }
 
 /* Start the transfers of state piece [a, a + n) between the tier and
- * staging set `set` (store or load), one request per kind. */
+ * staging set `set` (store or load), one request per kind; `grads`: a
+ * load brings the piece's gradients too. */
 static int start_piece(dt_offload_state_t *st, int set, int store, uint64_t a, uint64_t n,
-                       reqs_t *q)
+                       int grads, reqs_t *q)
 {
     int rc = DT_OK;
+    if (grads && !store)
+        rc = st->ops->load(st->tier, st->gbuf, a * sizeof(float), st->gload[set],
+                           n * sizeof(float), DT_MEM_HOST, NULL, &q->r[DT_STATE_COUNT]);
     for (int k = 0; rc == DT_OK && k < st->n_kinds; k++)
         rc = store ? st->ops->store(st->tier, st->buf[k], a * sizeof(float), st->stage[set][k],
                                     n * sizeof(float), DT_MEM_HOST, NULL, &q->r[k])
@@ -405,6 +477,11 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
     size_t pes = dt_dtype_size(st->pdtype);
     const dt_device_ops_v1_t *d = st->dev_ops;
     const int staged = st->state[0] == NULL;
+    const int tier_grads = dgrad == NULL; /* read from the tier */
+    if (tier_grads && !st->gbuf)
+        return st->host->set_error(st->host, DT_ERR_INVALID,
+                                   "offloaded optimizer: unit '%s': no gradients given and "
+                                   "none in the tier", unit->name);
     if (at > st->numel || r.count > st->numel - at)
         return st->host->set_error(st->host, DT_ERR_INVALID,
                                    "offloaded optimizer: unit '%s' range [%llu, +%llu) at %llu "
@@ -417,7 +494,8 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
     int rc = DT_OK;
     const char *what = "loading the state";
     if (staged && r.count > 0)
-        rc = start_piece(st, 0, 0, at, r.count < st->piece ? r.count : st->piece, &loads[0]);
+        rc = start_piece(st, 0, 0, at, r.count < st->piece ? r.count : st->piece, tier_grads,
+                         &loads[0]);
     const dt_host_v1_t *h = st->host;
     uint64_t p = 0, t0 = h->now_ns(h), t1;
     for (uint64_t c = 0; rc == DT_OK && c < r.count; c += st->piece, p++) {
@@ -432,7 +510,7 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
             if (rc == DT_OK && c2 < r.count)
                 rc = start_piece(st, set ^ 1, 0, at + c2,
                                  r.count - c2 < st->piece ? r.count - c2 : st->piece,
-                                 &loads[set ^ 1]);
+                                 tier_grads, &loads[set ^ 1]);
             if (rc == DT_OK)
                 rc = wait_all(st, &loads[set], DT_OK);
             for (int kk = 0; kk < st->n_kinds; kk++)
@@ -444,8 +522,12 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
             for (int kk = 0; kk < st->n_kinds; kk++)
                 s[kk] = st->state[kk] + at + c;
         }
-        /* the gradients of the piece, once the compute stream wrote them */
-        if (rc == DT_OK) {
+        /* the gradients of the piece: the tier's (loaded with the state),
+         * or the device's once the compute stream wrote them */
+        const float *g = st->gstage;
+        if (tier_grads)
+            g = st->grads ? st->grads + at + c : st->gload[set];
+        if (rc == DT_OK && !tier_grads) {
             what = "copying gradients from the device";
             rc = d->memcpy_async(st->dev, st->gstage, dgrad + c, k * sizeof(float), DT_COPY_D2H,
                                  st->cs);
@@ -457,8 +539,8 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
         t0 = t1;
         if (rc == DT_OK) {
             what = "the host optimizer";
-            rc = dt_optim_range_host(st->host, unit, (dt_range_t){r.offset + c, k}, s[0],
-                                     st->gstage, s[1], s[2], opt);
+            rc = optim_slices(st, unit, (dt_range_t){r.offset + c, k}, s[0], g, s[1], s[2],
+                              opt);
         }
         t1 = h->now_ns(h);
         st->ns_optim += t1 - t0;
@@ -472,7 +554,7 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
         t0 = t1;
         if (rc == DT_OK && staged) {
             what = "storing the state";
-            rc = start_piece(st, set, 1, at + c, k, &stores[set]);
+            rc = start_piece(st, set, 1, at + c, k, 0, &stores[set]);
         }
         if (rc != DT_OK)
             st->host->log(st->host, DT_LOG_ERROR, "rank %d: offloaded optimizer step of unit "
@@ -489,13 +571,130 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
     return rc != DT_OK ? rc : e;
 }
 
+/* ------------------------------------------------------------ gradients */
+
+int dt_offload_state_grads(dt_offload_state_t *st)
+{
+    int rc = st->ops->alloc(st->tier, st->numel * sizeof(float), DT_TAG_GRADS, &st->gbuf);
+    if (rc == DT_OK && (rc = host_ptr_of(st->ops, st->tier, st->gbuf, (void **)&st->grads)) ==
+                           DT_OK && st->grads)
+        memset(st->grads, 0, st->numel * sizeof(float));
+    for (int s = 0; rc == DT_OK && !st->grads && s < 2; s++)
+        rc = st->dev_ops->host_alloc(st->dev, st->piece * sizeof(float), DT_TAG_STAGING,
+                                     (void **)&st->gload[s]);
+    if (rc != DT_OK)
+        st->host->log(st->host, DT_LOG_ERROR, "rank %d: %llu bytes of gradients in offload "
+                      "tier '%s' failed", st->rank,
+                      (unsigned long long)(st->numel * sizeof(float)), tier_name(st->ops));
+    return rc;
+}
+
+/* Check [at, at + n) lies in the gradient held. */
+static int grads_range(dt_offload_state_t *st, const char *what, uint64_t at, uint64_t n)
+{
+    if (!st->gbuf)
+        return st->host->set_error(st->host, DT_ERR_INVALID, "%s: no gradients in the tier",
+                                   what);
+    if (at > st->numel || n > st->numel - at)
+        return st->host->set_error(st->host, DT_ERR_INVALID, "%s: [%llu, +%llu) is outside "
+                                   "the %llu gradient elements held", what,
+                                   (unsigned long long)at, (unsigned long long)n,
+                                   (unsigned long long)st->numel);
+    return DT_OK;
+}
+
+int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const float *dsrc,
+                         dt_stream_t *stream, int mode)
+{
+    const dt_device_ops_v1_t *d = st->dev_ops;
+    const dt_host_v1_t *h = st->host;
+    int rc = grads_range(st, "gradients to the tier", at, n);
+    uint64_t t0 = h->now_ns(h);
+    for (uint64_t c = 0; rc == DT_OK && c < n; c += st->piece) {
+        uint64_t k = n - c < st->piece ? n - c : st->piece;
+        rc = d->memcpy_async(st->dev, st->gstage, dsrc + c, k * sizeof(float), DT_COPY_D2H,
+                             stream);
+        if (rc == DT_OK)
+            rc = d->stream_sync(st->dev, stream);
+        float *y = st->grads ? st->grads + at + c : st->gload[0];
+        if (rc == DT_OK && !st->grads && mode == DT_OFFLOAD_GRADS_ADD)
+            rc = tier_io(st->ops, st->tier, st->gbuf, 0, (at + c) * sizeof(float), y,
+                         k * sizeof(float));
+        if (rc != DT_OK)
+            break;
+        const float *x = st->gstage;
+        if (mode == DT_OFFLOAD_GRADS_COPY)
+            memcpy(y, x, k * sizeof(float));
+        else if (mode == DT_OFFLOAD_GRADS_FIRST)
+            for (uint64_t i = 0; i < k; i++)
+                y[i] = 0.0f + x[i];
+        else
+            for (uint64_t i = 0; i < k; i++)
+                y[i] = y[i] + x[i];
+        if (!st->grads)
+            rc = tier_io(st->ops, st->tier, st->gbuf, 1, (at + c) * sizeof(float), y,
+                         k * sizeof(float));
+    }
+    st->ns_grads += h->now_ns(h) - t0;
+    if (rc != DT_OK)
+        h->log(h, DT_LOG_ERROR, "rank %d: moving %llu reduced gradients at %llu to offload "
+               "tier '%s' failed", st->rank, (unsigned long long)n, (unsigned long long)at,
+               tier_name(st->ops));
+    return rc;
+}
+
+int dt_offload_grads_load(dt_offload_state_t *st, uint64_t at, uint64_t n, float *ddst,
+                          dt_stream_t *stream)
+{
+    const dt_device_ops_v1_t *d = st->dev_ops;
+    int rc = grads_range(st, "gradients from the tier", at, n);
+    for (uint64_t c = 0; rc == DT_OK && c < n; c += st->piece) {
+        uint64_t k = n - c < st->piece ? n - c : st->piece;
+        float *x = st->grads ? st->grads + at + c : st->gload[0];
+        if (!st->grads)
+            rc = tier_io(st->ops, st->tier, st->gbuf, 0, (at + c) * sizeof(float), x,
+                         k * sizeof(float));
+        if (rc == DT_OK)
+            rc = d->memcpy_async(st->dev, ddst + c, x, k * sizeof(float), DT_COPY_H2D, stream);
+        if (rc == DT_OK) /* the staging is reused next */
+            rc = d->stream_sync(st->dev, stream);
+    }
+    if (rc != DT_OK)
+        st->host->log(st->host, DT_LOG_ERROR, "rank %d: loading %llu gradients at %llu from "
+                      "offload tier '%s' failed", st->rank, (unsigned long long)n,
+                      (unsigned long long)at, tier_name(st->ops));
+    return rc;
+}
+
+int dt_offload_grads_sumsq(dt_offload_state_t *st, double *out)
+{
+    dt_sumsq_run_t run;
+    dt_sumsq_run_init(&run, (int64_t)st->numel);
+    int rc = grads_range(st, "the gradient norm", 0, st->numel);
+    if (rc == DT_OK && st->grads)
+        dt_sumsq_run_add(&run, st->grads, st->numel);
+    for (uint64_t c = 0; rc == DT_OK && !st->grads && c < st->numel; c += st->piece) {
+        uint64_t k = st->numel - c < st->piece ? st->numel - c : st->piece;
+        rc = tier_io(st->ops, st->tier, st->gbuf, 0, c * sizeof(float), st->gload[0],
+                     k * sizeof(float));
+        if (rc == DT_OK)
+            dt_sumsq_run_add(&run, st->gload[0], k);
+    }
+    if (rc != DT_OK)
+        st->host->log(st->host, DT_LOG_ERROR, "rank %d: reading the offloaded gradients for "
+                      "their norm failed", st->rank);
+    *out = dt_sumsq_run_end(&run);
+    return rc;
+}
+
 void dt_offload_state_report(dt_offload_state_t *st, const char *when)
 {
     const dt_host_v1_t *h = st->host;
     h->log(h, DT_LOG_DEBUG, "%s: offloaded optimizer: tier I/O wait %.2f ms, device copies "
-           "%.2f ms, host optimizer %.2f ms", when, (double)st->ns_wait / 1e6,
-           (double)st->ns_copy / 1e6, (double)st->ns_optim / 1e6);
-    st->ns_wait = st->ns_copy = st->ns_optim = 0;
+           "%.2f ms, host optimizer %.2f ms (%d thread(s)), gradients to the tier %.2f ms", when,
+           (double)st->ns_wait / 1e6, (double)st->ns_copy / 1e6, (double)st->ns_optim / 1e6,
+           st->threads, (double)st->ns_grads / 1e6);
+    st->ns_wait = st->ns_copy = st->ns_optim = st->ns_grads = 0;
 }
 
 int dt_offload_state_collective(dt_offload_state_t *st, int kind, const dt_comm_ops_v1_t *cops,

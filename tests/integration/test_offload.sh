@@ -1,10 +1,12 @@
 #!/bin/bash
 # The offload_cpu tier under the training loop ([parallel] offload):
-#  - only where the state lives changes: with the optimizer state offloaded,
+#  - only where the state lives changes: with the optimizer state offloaded
+#    (and with it the sharded engine's reduced gradient shard),
 #    losses and final parameters equal the run without offload BIT FOR BIT,
 #    for zero stages 1-3, fsdp FULL_SHARD / SHARD_GRAD_OP and ddp, on 1, 2
 #    and 4 ranks, with and without accumulation, f32 and bf16, SGD (with
-#    Nesterov), fsdp HYBRID_SHARD and NO_SHARD;
+#    Nesterov), fsdp HYBRID_SHARD and NO_SHARD, the host optimizer on 2
+#    threads;
 #  - the same with the parameters offloaded too (zero stage 3, fsdp
 #    FULL_SHARD; gathered from the tier per use, with and without prefetch);
 #  - checkpoints go through the same manifest: saved with offload, resumed
@@ -76,6 +78,33 @@ for strat in "zero zero.stage=1" "zero zero.stage=2" "zero zero.stage=3" \
     done
   done
 done
+# the reduced gradient shard follows the optimizer into the tier (the
+# sharded engine's zero-2/3 and fsdp; zero-1 keeps its full gradients):
+# on 2 ranks the device's grads peak drops from the f32 half shard (at
+# least 4 x P/2 bytes, P = 7,664 for this model: V C + T C + 12 C^2 + 13 C
+# + 2 C, V 256, T 16, C 16) to 0, its comm peak (the per-group buffers
+# reduced from) stays what it was, and the tier holds exactly the bytes
+# the device dropped on top of zero-1's master and moments.
+P=$((256 * 16 + 16 * 16 + 12 * 16 * 16 + 13 * 16 + 2 * 16))
+peak() { # RUN TAG: rank 0's measured peak bytes of TAG
+  grep '^{"memory"' "$1.jsonl" | head -n 1 | grep -o "\"peak_bytes\": {[^}]*}" |
+    grep -oE "\"$2\": [0-9]+" | cut -d' ' -f2
+}
+for t in zero-2 zero-3 fsdp-FULL_SHARD fsdp-SHARD_GRAD_OP; do
+  r=$t-n2-a2 g=$(peak "$t-n2-a2" grads) go=$(peak "$t-n2-a2-off" grads)
+  if [ -n "$g" ] && [ "$go" = 0 ] && [ "$g" -ge $((4 * P / 2)) ] &&
+     [ "$(peak "$r" comm)" = "$(peak "$r-off" comm)" ]; then
+    ok "$t, 2 ranks: device grads peak $g bytes (>= 4 x P/2 = $((4 * P / 2))) -> 0 with offload, comm peak unchanged"
+  else bad "$t, 2 ranks: grads peak $g -> $go, comm $(peak "$r" comm) -> $(peak "$r-off" comm)"; fi
+done
+g1=$(peak zero-1-n2-a2 grads)
+[ -n "$g1" ] && [ "$g1" -ge $((4 * P)) ] && [ "$(peak zero-1-n2-a2-off grads)" = "$g1" ] &&
+  ok "zero-1 keeps its full gradients on the device ($g1 bytes >= 4P) with offload" ||
+  bad "zero-1 grads peak $g1 -> $(peak zero-1-n2-a2-off grads)"
+[ "$(peak zero-2-n2-a2-off offload)" = $(( $(peak zero-1-n2-a2-off offload) + $(peak zero-2-n2-a2 grads) )) ] &&
+  ok "the tier holds zero-1's master and moments plus the gradient shard the device dropped" ||
+  bad "tier bytes: zero-2 $(peak zero-2-n2-a2-off offload), zero-1 $(peak zero-1-n2-a2-off offload)"
+
 # the other optimizers and sharding layouts (SGD's momentum is the tier's
 # first moment; HYBRID_SHARD's replicas each update their shard)
 for v in "sgd zero zero.stage=2 --set optimizer.type=sgd" \
@@ -89,6 +118,17 @@ for v in "sgd zero zero.stage=2 --set optimizer.type=sgd" \
   run "x-$tag" "${common[@]}" && run "x-$tag-off" "${common[@]}" --set parallel.offload=offload_cpu &&
     same "$tag ($1 ${2#*=}, $n ranks)" "x-$tag" "x-$tag-off"
 done
+# the host optimizer on 2 threads (the device's, [cpu] threads): a unit's
+# held range of 12 x 128^2 + 13 x 128 = 198,272 elements is cut into two
+# slices of at least 64 Ki; element-wise, so still bit for bit
+thr=(--set parallel.data=zero --set zero.stage=3 --set model.n_embd=128 --set cpu.threads=2
+     --set launch.nproc=1 --set run.comm=self --set train.grad_accum=2)
+if run thr "${thr[@]}" && DTRAIN_LOG=debug run thr-off "${thr[@]}" --set parallel.offload=offload_cpu; then
+  same "host optimizer on 2 threads (zero stage 3, 1 rank, n_embd 128)" thr thr-off
+  grep -qF "host optimizer" thr-off.log && grep -qF "(2 thread(s))" thr-off.log &&
+    ok "the offloaded optimizer says it ran on 2 threads" ||
+    bad "no 2-thread host optimizer line" "$(grep -i 'offloaded optimizer' thr-off.log | head -3)"
+fi
 for strat in "zero zero.stage=3" "ddp ddp.init_check=broadcast"; do
   set -- $strat
   common=(--set parallel.data="$1" --set "$2" --set launch.nproc=2 --set model.dtype=bf16)
@@ -125,8 +165,8 @@ done
 run all-off "${common[@]}" --set model.dtype=fp32 --set parallel.offload=offload_cpu \
   --set zero.offload_what=optimizer_and_params || true
 peaks=$(grep '^{"memory"' all-off.jsonl | grep -o '"peak_bytes": {[^}]*}' || true)
-if grep -qF '"params": 0, "grads": ' <<<"$peaks" && grep -qF '"optimizer": 0,' <<<"$peaks"; then
-  ok "params and optimizer offloaded: no parameter or optimizer bytes on the device"
+if grep -qF '"params": 0, "grads": 0, "optimizer": 0,' <<<"$peaks"; then
+  ok "params and optimizer offloaded: no parameter, gradient or optimizer bytes on the device"
 else bad "device bytes with everything offloaded" "$peaks"; fi
 
 # ---- checkpoints through the same manifest ----------------------------------

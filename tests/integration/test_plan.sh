@@ -267,13 +267,19 @@ expect_out "says so" "--link-gbps needs a value"
 # each, fp32); a step reads and writes the optimizer's bytes once each
 # (2 x 12) and loads the compute shard before the forward and the backward
 # gather of every micro-step and writes it once ((2 n_micro + 1) x 4).
+# With the optimizer, the sharded engine (zero-2/3, fsdp; not zero-1's
+# full gradients, not ddp's) moves the f32 gradient shard to the tier too
+# (4 bytes each, grads column 0): stored every micro-step, read back to
+# add to after the first, read by the norm and the optimizer
+# ((2 n_micro + 1) x 4).
 # World 1: every element owned, n_micro 2 (global batch 8 = 2 x 4 x 1):
-#   optimizer: tier 12P = 5.01 MiB, I/O 24P = 10.02 MiB, optimizer column 0
+#   optimizer: ddp tier 12P = 5.01 MiB, I/O 24P = 10.02 MiB, optimizer
+#   column 0; zero-3 tier 16P = 6.68 MiB, I/O 24P + 20P = 44P = 18.37 MiB
 #   params: tier 4P = 1.67 MiB, I/O 5 x 4P = 20P = 8.35 MiB
-#   optimizer_and_params: tier 16P = 6.68 MiB, I/O 44P = 18.37 MiB,
-#   params and optimizer columns 0
+#   optimizer_and_params: tier 20P = 8.35 MiB, I/O 64P = 26.72 MiB,
+#   params, grads and optimizer columns 0
 # World 2 (zero-3: half the elements owned; n_micro 1): optimizer_and_params
-#   tier 16P/2 = 8P = 3.34 MiB, I/O (24 + 3 x 4) P/2 = 18P = 7.51 MiB.
+#   tier 20P/2 = 10P = 4.17 MiB, I/O (24 + 3 x 4 + 3 x 4) P/2 = 24P = 10.02 MiB.
 tiny=(--set model.n_embd=128 --set model.vocab_size=256 --set model.context=64 --set train.seq_len=64)
 V=256 T=64 C=128 L=2
 P=$((V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C))
@@ -312,6 +318,14 @@ sub_check ddp optimizer 3 0 "optimizer on the device"
 sub_check ddp optimizer 1 $((4 * P)) "params on the device"
 sub_check ddp optimizer 9 $((12 * P)) "tier/rank (12P)"
 sub_check ddp optimizer 10 $((24 * P)) "tier I/O (24P)"
+sub_check ddp optimizer 2 $((4 * P)) "grads on the device (ddp keeps them)"
+sub_check zero-1 optimizer 2 $((4 * P)) "grads on the device (zero-1's full gradients)"
+sub_check zero-1 optimizer 9 $((12 * P)) "tier/rank (12P)"
+sub_check zero-2 optimizer 2 0 "grads on the device (in the tier)"
+sub_check zero-3 optimizer 2 0 "grads on the device (in the tier)"
+sub_check zero-3 optimizer 9 $((16 * P)) "tier/rank (12P + 4P of gradients)"
+sub_check zero-3 optimizer 10 $((44 * P)) "tier I/O (24P + 5 x 4P)"
+sub_check "fsdp SHARD_GRAD_OP" optimizer 9 $((16 * P)) "tier/rank (12P + 4P)"
 t_main=$(cell "$main" 7); t_sub=$(cell "$(sub ddp optimizer | cut -d'|' -f2)" 7)
 awk -v a="${t_main% *}" -v b="${t_sub% *}" -v d="$(mib $((8 * P)))" \
   'BEGIN { x = a - b - d; if (x < 0) x = -x; exit !(x <= 0.011) }' &&
@@ -321,24 +335,28 @@ sub_check zero-3 params 9 $((4 * P)) "tier/rank (4P)"
 sub_check zero-3 params 10 $((20 * P)) "tier I/O ((2 x 2 + 1) x 4P)"
 sub_check zero-3 optimizer_and_params 1 0 "params on the device"
 sub_check zero-3 optimizer_and_params 3 0 "optimizer on the device"
-sub_check zero-3 optimizer_and_params 9 $((16 * P)) "tier/rank (16P)"
-sub_check zero-3 optimizer_and_params 10 $((44 * P)) "tier I/O (24P + 20P)"
-sub_check "fsdp FULL_SHARD" optimizer_and_params 9 $((16 * P)) "tier/rank (16P)"
+sub_check zero-3 optimizer_and_params 2 0 "grads on the device"
+sub_check zero-3 optimizer_and_params 9 $((20 * P)) "tier/rank (20P)"
+sub_check zero-3 optimizer_and_params 10 $((64 * P)) "tier I/O (24P + 20P + 20P)"
+sub_check "fsdp FULL_SHARD" optimizer_and_params 9 $((20 * P)) "tier/rank (20P)"
 expect_exit 0 "the same on 2 ranks" "$bin" plan eq.toml --world 2 "${tiny[@]}" --offload offload_cpu
-sub_check zero-3 optimizer_and_params 9 $((8 * P)) "tier/rank (16P / 2)"
-sub_check zero-3 optimizer_and_params 10 $((18 * P)) "tier I/O ((24 + 3 x 4) P / 2)"
+sub_check zero-3 optimizer_and_params 9 $((10 * P)) "tier/rank (20P / 2)"
+sub_check zero-3 optimizer_and_params 10 $((24 * P)) "tier I/O ((24 + 3 x 4 + 3 x 4) P / 2)"
 # bf16 compute parameters: the device keeps 2P compute + 4P master (6P);
-# "optimizer" takes the master with the moments (tier 12P, device params
-# 2P), "params" only the 2-byte compute copy (tier 2P, I/O 5 x 2P = 10P)
+# "optimizer" takes the master with the moments and the f32 gradients
+# (tier 16P, device params 2P), "params" only the 2-byte compute copy
+# (tier 2P, I/O 5 x 2P = 10P)
 expect_exit 0 "bf16 on 1 rank" "$bin" plan eq.toml --world 1 "${tiny[@]}" --set model.dtype=bf16 \
   --offload offload_cpu
 sub_check zero-3 optimizer 1 $((2 * P)) "params on the device (2P)"
-sub_check zero-3 optimizer 9 $((12 * P)) "tier/rank (12P)"
+sub_check zero-3 optimizer 9 $((16 * P)) "tier/rank (16P)"
 sub_check zero-3 params 9 $((2 * P)) "tier/rank (2P)"
 sub_check zero-3 params 10 $((10 * P)) "tier I/O (5 x 2P)"
 
 # fits and the recommendation (1 rank: every row sends nothing; the rows
-# total 13.94 MiB, the optimizer sub-rows 10.60, optimizer_and_params 8.93)
+# total 13.94 MiB, ddp's and zero-1's optimizer sub-rows 10.60, zero-3's
+# 9.85, optimizer_and_params 8.18: the gradient shard in the tier, one
+# unit's gradient buffer and the tied embedding's on the device)
 expect_exit 0 "--offload with 11MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
   --device-memory 11MiB
 grep -qE '^ddp .* offload$' <<<"$out" && ok "ddp fits only with offload: says so" ||
@@ -353,14 +371,14 @@ expect_out "and why" "  nothing fits without offload; of the 9 offload choices t
 expect_exit 0 "--offload with 9MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
   --device-memory 9MiB
 expect_out "only optimizer_and_params fits" \
-  'recommended: zero-3, offload_what = "optimizer_and_params" on offload_cpu (8.93 MiB per rank of 9.00 MiB; the tier holds 6.68 MiB per rank and moves 18.37 MiB per step;'
+  'recommended: zero-3, offload_what = "optimizer_and_params" on offload_cpu (8.18 MiB per rank of 9.00 MiB; the tier holds 8.35 MiB per rank and moves 26.72 MiB per step;'
 expect_exit 0 "--offload with 14MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
   --device-memory 14MiB
 expect_out "no offload where a row fits without" "recommended: ddp (13.94 MiB per rank of 14.00 MiB; sends 0.00 MiB per step)"
 expect_exit 0 "--offload with 8MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
   --device-memory 8MiB
 expect_out "none fits: the smallest offload choice is named" \
-  'recommended: none: no planned strategy fits in 8.00 MiB per rank; the smallest, zero-3, offload_what = "optimizer_and_params" on offload_cpu, needs 8.93 MiB (more ranks or a smaller micro-batch lower it)'
+  'recommended: none: no planned strategy fits in 8.00 MiB per rank; the smallest, zero-3, offload_what = "optimizer_and_params" on offload_cpu, needs 8.18 MiB (more ranks or a smaller micro-batch lower it)'
 expect_exit 0 "without --offload, 8MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --device-memory 8MiB
 expect_out "none fits: offload is suggested" \
   "needs 13.94 MiB (more ranks, a smaller micro-batch or an offload tier (--offload) lower it)"
@@ -371,7 +389,7 @@ else ok "no offload rows without a tier"; fi
 expect_exit 0 "plan a config with [parallel] offload = offload_nvme" \
   "$bin" plan nvme.toml --world 1 "${tiny[@]}"
 expect_out "the NVMe tier is named" "offload: offload_nvme (offload tier in files on NVMe"
-sub_check zero-3 optimizer_and_params 9 $((16 * P)) "the same bytes on NVMe"
+sub_check zero-3 optimizer_and_params 9 $((20 * P)) "the same bytes on NVMe"
 expect_exit 0 "--offload none over the config's tier" "$bin" plan nvme.toml --world 1 "${tiny[@]}" \
   --offload none
 if grep -qE 'tier/rank|^  optimizer' <<<"$out"; then bad "offload rows with --offload none" "$out"

@@ -33,6 +33,7 @@
 
 #include "../../plugins/cpu/cpu_math.h" /* header-only: test it directly */
 #include "dtrain/dtrain.h"
+#include "dtrain/sdk/norm.h"
 #include "cuda_probe.h"
 #include "ref_kernels.h"
 #include "test_host.h"
@@ -952,6 +953,40 @@ static void test_sumsq(void **state)
     dfree(c, x), dfree(c, xb), dfree(c, xh), dfree(c, out);
 }
 
+/* The host's sum of squares (dtrain/sdk/norm.h: a gradient read from an
+ * offload tier piece by piece) gives the cpu kernel's bits exactly, fed in
+ * uneven pieces that cut its 64 Ki blocks anywhere, at 1 and 2 threads. */
+static void test_sumsq_host_run(void **state)
+{
+    const int64_t n = 300007; /* 4 whole blocks and a partial one */
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 93);
+    cpu_t *cs[] = {&g_t1, &g_t2};
+    for (int t = 0; t < 2; t++) {
+        cpu_t *c = cs[t];
+        float *x = drand(c, &r, n, -3, 3);
+        double *out = dalloc(c, sizeof(double));
+        OK(c->K->sumsq(c->dev, NULL, out, x, DT_F32, n));
+        const uint64_t pieces[] = {1, 7, 65535, 65537, 1000, 99999};
+        dt_sumsq_run_t run;
+        dt_sumsq_run_init(&run, n);
+        uint64_t at = 0;
+        for (int i = 0; at < (uint64_t)n; i = (i + 1) % 6) {
+            uint64_t k = (uint64_t)n - at < pieces[i] ? (uint64_t)n - at : pieces[i];
+            dt_sumsq_run_add(&run, x + at, k);
+            at += k;
+        }
+        double host = dt_sumsq_run_end(&run);
+        assert_memory_equal(&host, out, sizeof host);
+        /* and it is the sum: within double rounding of the plain one */
+        double plain = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            plain += (double)x[i] * x[i];
+        assert_true(fabs(plain - host) <= 1e-11 * host);
+        dfree(c, x), dfree(c, out);
+    }
+}
+
 /* ================================================================ casts */
 
 static float bits_f(uint32_t u)
@@ -1390,6 +1425,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_dtype_refusals),
         cmocka_unit_test(test_threads_bitwise),
         cmocka_unit_test(test_threads_matmul),
+        cmocka_unit_test(test_sumsq_host_run),
     };
     if (argc > 1)
         g_device = argv[1];

@@ -158,22 +158,28 @@ static void test_mp_reduce_dtype(void **state)
 /* With [parallel] offload set (estimate args' offload), what offload_what
  * sends to the tier leaves the device tags for DT_TAG_OFFLOAD, as the
  * engine allocates it (toy model, 3 ranks, f32 AdamW: stage 1 owns 64
- * elements, stage 3 holds 80 per rank). */
+ * elements, stage 2 too, stage 3 holds 80 per rank).  The optimizer takes
+ * the f32 gradient shard with it (stages 2 and 3: grads 0 on the device);
+ * stage 1's full gradients stay. */
 static void test_memory_offloaded(void **state)
 {
     (void)state;
     dt_model_desc_v1_t m = dt_toy_model(DT_F32);
     dt_estimate_args_v1_t ea = dt_toy_est_args(&m, 3, DT_F32, DT_OPTIM_ADAMW, 1);
     ea.offload = 1;
-    struct { const char *stage, *what; uint64_t params, optim, tier; } want[] = {
-        /* master + 2 moments of 64 go to the tier; the f32 replica stays */
-        {"1", "optimizer", 192 * 4, 0, 64 * 12},
+    struct { const char *stage, *what; uint64_t params, grads, optim, tier; } want[] = {
+        /* master + 2 moments of 64 go to the tier; the f32 replica and the
+         * full gradients stay */
+        {"1", "optimizer", 192 * 4, 192 * 4, 0, 64 * 12},
+        /* and the gradient shard of 64 with them */
+        {"2", "optimizer", 192 * 4, 0, 0, 64 * 12 + 64 * 4},
         /* the compute shard too; persistence 0: nothing left on the device */
-        {"3", "optimizer_and_params", 0, 0, 80 * 12 + 80 * 4},
-        /* the shard to the tier, a device master for the device optimizer */
-        {"3", "params", 80 * 4, 80 * 8, 80 * 4},
+        {"3", "optimizer_and_params", 0, 0, 0, 80 * 12 + 80 * 4 + 80 * 4},
+        /* the shard to the tier, a device master for the device optimizer,
+         * the gradients on the device with it */
+        {"3", "params", 80 * 4, 80 * 4, 80 * 8, 80 * 4},
     };
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         const dt_test_kv_t kv[] = {{"stage", want[k].stage}, {"offload_what", want[k].what},
                                    {"param_persistence_threshold", "0"}, {NULL, NULL}};
         dt_test_host_t th;
@@ -181,6 +187,7 @@ static void test_memory_offloaded(void **state)
         dt_estimate_v1_t est = {.struct_size = sizeof(dt_estimate_v1_t)};
         assert_ok(Z->estimate(&th.host, &ea, &est));
         assert_int_equal(est.bytes[DT_TAG_PARAMS], want[k].params);
+        assert_int_equal(est.bytes[DT_TAG_GRADS], want[k].grads);
         assert_int_equal(est.bytes[DT_TAG_OPTIMIZER], want[k].optim);
         assert_int_equal(est.bytes[DT_TAG_OFFLOAD], want[k].tier);
     }

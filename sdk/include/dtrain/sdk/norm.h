@@ -35,6 +35,39 @@ int dt_norm_allreduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
                       dt_device_t *dev, dt_stream_t *s, double *slot,
                       double *sumsq);
 
+/* ------------------------------------------------------------------------
+ * The sum of squares on the host, with the cpu device's bits (its sumsq
+ * kernel): the input is cut into blocks whose size depends on the total n
+ * alone (dt_sumsq_block); within a block element i is added into running
+ * sum (i - block start) % 8, the eight are added pairwise at the block's
+ * end, and the block sums in block order.  For a gradient that lives in an
+ * offload tier, read piece by piece: the result equals the kernel's over
+ * the same n elements held in one buffer.
+ * --------------------------------------------------------------------- */
+#define DT_SUMSQ_MAX_BLOCKS 1024
+#define DT_SUMSQ_MIN_BLOCK 65536
+
+/* Elements per block of a sum of squares over n elements. */
+static inline int64_t dt_sumsq_block(int64_t n)
+{
+    int64_t block = (n + DT_SUMSQ_MAX_BLOCKS - 1) / DT_SUMSQ_MAX_BLOCKS;
+    return block < DT_SUMSQ_MIN_BLOCK ? DT_SUMSQ_MIN_BLOCK : block;
+}
+
+typedef struct dt_sumsq_run {
+    double acc[8];   /* the current block's running sums */
+    double total;    /* the finished blocks' sums, in order */
+    int64_t block;   /* elements per block */
+    int64_t pos;     /* elements of the current block seen */
+} dt_sumsq_run_t;
+
+/* Start a sum over `n` elements (fed in order by dt_sumsq_run_add). */
+void dt_sumsq_run_init(dt_sumsq_run_t *r, int64_t n);
+/* The next `k` elements (f32, host memory). */
+void dt_sumsq_run_add(dt_sumsq_run_t *r, const float *x, uint64_t k);
+/* The sum over every element fed. */
+double dt_sumsq_run_end(dt_sumsq_run_t *r);
+
 #ifdef __cplusplus
 }
 #endif

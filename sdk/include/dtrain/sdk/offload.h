@@ -33,6 +33,10 @@ extern "C" {
 /* Elements moved per piece between the device and the host (the size of
  * the pinned staging buffers, f32). */
 #define DT_OFFLOAD_PIECE (1u << 20)
+/* The host optimizer: at most this many threads, each over at least
+ * DT_OFFLOAD_MIN_SLICE elements of a piece. */
+#define DT_OFFLOAD_MAX_THREADS 64
+#define DT_OFFLOAD_MIN_SLICE 65536u
 
 /* What a strategy's `offload_what` key selects (DT_OFFLOAD_KEY_WHAT). */
 #define DT_OFFLOAD_WHAT_OPTIMIZER 0x1u /* master parameters + moments */
@@ -44,8 +48,10 @@ extern "C" {
     {.name = "offload_what", .type = DT_CFG_ENUM, .def = "\"optimizer\"",     \
      .choices = "optimizer|params|optimizer_and_params",                       \
      .doc = "with [parallel] offload: what the tier holds - optimizer "       \
-            "(f32 master + moments), params (zero stage 3 / fsdp "            \
-            "FULL_SHARD only) or both"}
+            "(f32 master + moments; zero stage 2/3 and fsdp without "         \
+            "hybrid replicas move the reduced f32 gradient shard there "      \
+            "too, as DeepSpeed's offload_optimizer), params (zero stage 3 "   \
+            "/ fsdp FULL_SHARD only) or both"}
 
 /* Read `offload_what` into *what (DT_OFFLOAD_WHAT_* bits).  `args` are the
  * strategy's init args: without a tier *what is 0.  `params_ok` says
@@ -135,10 +141,23 @@ typedef struct dt_offload_state {
     uint64_t ns_wait;         /* waiting for the tier's loads and stores */
     uint64_t ns_copy;         /* gradients in, parameters out */
     uint64_t ns_optim;        /* the host optimizer */
+    /* the reduced gradient shard in the tier too (dt_offload_state_grads:
+     * ZeRO-Offload's gradients on the host), or gbuf NULL: on the device */
+    dt_offload_buf_t *gbuf;   /* numel f32, tag grads */
+    float *grads;             /* its host pointer (host_ptr tiers), else NULL */
+    float *gload[2];          /* pinned: a piece of it per staging set */
+    uint64_t ns_grads;        /* moving gradients into the tier since the
+                               * last report (dt_offload_grads_add) */
+    int32_t threads;          /* host optimizer threads: the device's
+                               * compute threads (props), at least 1;
+                               * each piece is split into this many
+                               * slices (element-wise: the same bits) */
+    int32_t reserved1;
 } dt_offload_state_t;
 
 /* Allocate master, m (and v when has_v) of `numel` f32 in the tier and the
- * pinned staging.  `params`: the compute copy lives in the tier there
+ * pinned staging; the host optimizer takes as many threads as the device
+ * computes with (dt_device_props_v1_t threads; 1 when it says none).  `params`: the compute copy lives in the tier there
  * (update and push write it), or NULL: on the device.  On failure
  * everything made is freed again. */
 int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
@@ -148,9 +167,11 @@ int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
 void dt_offload_state_free(dt_offload_state_t *st);
 
 /* The optimizer over range `r` of `unit`, whose elements sit at `at` in
- * the state: gradients `dgrad` (r.count f32, device) copied over, the
- * update on the host, the new parameters written to `dcompute` (r.count
- * elements of pdtype, device), or to the tier's compute copy at `at`. */
+ * the state: gradients `dgrad` (r.count f32, device) copied over, or with
+ * dgrad NULL read from the tier's gradients at `at` (loaded alongside the
+ * state), the update on the host, the new parameters written to
+ * `dcompute` (r.count elements of pdtype, device), or to the tier's
+ * compute copy at `at`. */
 int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *unit,
                             dt_range_t r, uint64_t at, const float *dgrad, void *dcompute,
                             const dt_optim_step_t *opt);
@@ -167,6 +188,32 @@ int dt_offload_state_write(dt_offload_state_t *st, int kind, uint64_t at, uint64
  * [at, at + n).  Blocking. */
 int dt_offload_state_hash(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n,
                           uint64_t *h);
+
+/* ------------------------------------------------------------------------
+ * The reduced gradient in the tier as well (DeepSpeed's offload_optimizer
+ * moves gradients to the host as they are reduced): `numel` f32 beside the
+ * state, tag grads, filled a reduced block at a time and read by update.
+ * --------------------------------------------------------------------- */
+/* Allocate it (zeroed) and, for a tier without host pointers, two pinned
+ * pieces to read it through.  Freed with the state. */
+int dt_offload_state_grads(dt_offload_state_t *st);
+/* How dt_offload_grads_add combines x (the device's) with y (the tier's),
+ * each the bits the device path gives: */
+enum { DT_OFFLOAD_GRADS_ADD = 0,   /* y + x: the device's axpy, alpha 1 */
+       DT_OFFLOAD_GRADS_FIRST = 1, /* 0 + x: a zeroed buffer plus x */
+       DT_OFFLOAD_GRADS_COPY = 2 }; /* x: the buffer itself */
+/* Elements [at, at + n) of the gradient from device memory `dsrc` (f32),
+ * after the work queued on `stream`, combined into the tier's as `mode`
+ * (DT_OFFLOAD_GRADS_*) says.  Blocking. */
+int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const float *dsrc,
+                         dt_stream_t *stream, int mode);
+/* Elements [at, at + n) of the gradient to device memory `ddst` (f32), on
+ * `stream`.  Blocking. */
+int dt_offload_grads_load(dt_offload_state_t *st, uint64_t at, uint64_t n, float *ddst,
+                          dt_stream_t *stream);
+/* *out = the sum of squares of the whole gradient (numel elements), with
+ * the bits of the cpu device's sumsq kernel over it (dt_sumsq_run_t). */
+int dt_offload_grads_sumsq(dt_offload_state_t *st, double *out);
 
 /* Log (DT_LOG_DEBUG) where the updates since the last call spent their
  * time - waiting for the tier, copies to and from the device, the host

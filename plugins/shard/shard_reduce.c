@@ -81,7 +81,7 @@ static int red_wire(dt_shard_engine_t *e, uint32_t gi, const float *src, uint64_
         shard_log_group(e, gi, "allocating the 16-bit gradient wire buffer", rc);
         return rc;
     }
-    rc = e->dp.dev_ops->kernels()->cast(e->dp.dev, e->comm_stream, *wire, dt, src, DT_F32,
+    rc = e->dp.kernels->cast(e->dp.dev, e->comm_stream, *wire, dt, src, DT_F32,
                                         (int64_t)numel);
     if (rc != DT_OK) {
         shard_log_group(e, gi, "casting the gradients to the reduce dtype", rc);
@@ -159,7 +159,7 @@ static int red_finish_one(dt_shard_engine_t *e, int64_t timeout_ms)
         const int dt = e->cfg.reduce_dtype;
         const uint64_t at = r.kind == SH_R_REPLICAS ? 0 : (uint64_t)e->srank * gr->shard;
         if (rc == DT_OK)
-            rc = e->dp.dev_ops->kernels()->cast(e->dp.dev, e->comm_stream,
+            rc = e->dp.kernels->cast(e->dp.dev, e->comm_stream,
                                                 red_block(e, r.group, r.kind, r.buf), DT_F32,
                                                 (char *)r.wire + at * dt_dtype_size(dt), dt,
                                                 (int64_t)gr->shard);
@@ -169,7 +169,7 @@ static int red_finish_one(dt_shard_engine_t *e, int64_t timeout_ms)
         rc = shard_offload_grads_add(e, r.group, r.buf + (uint64_t)e->srank * gr->shard,
                                      e->comm_stream, 0);
     else if (rc == DT_OK && r.kind == SH_R_SCATTER_ADD)
-        rc = e->dp.dev_ops->kernels()->axpy(e->dp.dev, e->comm_stream, shard_gshard(e, r.group),
+        rc = e->dp.kernels->axpy(e->dp.dev, e->comm_stream, shard_gshard(e, r.group),
                                             r.buf + (uint64_t)e->srank * gr->shard, DT_F32,
                                             1.0f, (int64_t)gr->shard);
     if (r.buf)

@@ -1,17 +1,19 @@
 #!/bin/sh
-# bench/run_mpi_overhead.sh - what the mpi communicator plugin costs over
-# raw Open MPI: `dtrain bench comm --comm mpi` and bench/mpi_allreduce, both
-# under the same mpirun settings, the same sizes and ranks, run in turns
-# (plugin, MPI, plugin, MPI, ...) so machine noise hits both alike; then one
-# markdown table with each size's best time of both, the overhead of the
-# plugin (its best time over MPI's, minus 1) and the spread of each
-# (slowest / fastest run).
+# bench/run_comm_vs_mpi.sh - a dtrain communicator beside raw Open MPI:
+# `dtrain bench comm --comm COMM` and bench/mpi_allreduce over the same
+# sizes and ranks, run in turns (plugin, MPI, plugin, MPI, ...) so machine
+# noise hits both alike; then one markdown table with each size's best time
+# of both, the plugin's time over MPI's (its best over MPI's best, minus 1:
+# the mpi plugin's overhead, or how much faster shm is) and the spread of
+# each (slowest / fastest run).  COMM = mpi runs under the same mpirun as
+# the MPI program; any other comm (shm, tcp) under dtrain's own launcher.
 #
-#   bench/run_mpi_overhead.sh [BUILD_DIR] [NPROC] [SIZES]
+#   bench/run_comm_vs_mpi.sh [BUILD_DIR] [NPROC] [SIZES]
 #       BUILD_DIR  cmake build folder (default: build)
 #       NPROC      ranks (default: 2)
 #       SIZES      MIN:MAX, doubling (default: 4M:256M)
 #   environment:
+#       DTRAIN_BENCH_COMM=mpi        the dtrain communicator (mpi, shm, tcp)
 #       DTRAIN_BENCH_OP=all_reduce   an op both programs know
 #       DTRAIN_BENCH_REPEAT=3        rounds (each runs both programs once)
 #       DTRAIN_BENCH_ITERS=0         timed calls per size (0: 1 GiB / size)
@@ -23,14 +25,15 @@ set -eu
 BUILD=${1:-build}
 NP=${2:-2}
 SIZES=${3:-4M:256M}
+COMM=${DTRAIN_BENCH_COMM:-mpi}
 OP=${DTRAIN_BENCH_OP:-all_reduce}
 REPEAT=${DTRAIN_BENCH_REPEAT:-3}
 ITERS=${DTRAIN_BENCH_ITERS:-0}
 MPIRUN=${DTRAIN_BENCH_MPIRUN:-mpirun}
 DTRAIN="$BUILD/dtrain"
 MPI_BIN="$BUILD/bench/mpi_allreduce"
-for f in "$DTRAIN" "$MPI_BIN" "$BUILD/plugins-out/dtrain_mpi.so"; do
-    [ -e "$f" ] || { echo "no $f: build dtrain, plugin_mpi and bench_mpi_allreduce first" >&2; exit 1; }
+for f in "$DTRAIN" "$MPI_BIN" "$BUILD/plugins-out/dtrain_$COMM.so"; do
+    [ -e "$f" ] || { echo "no $f: build dtrain, plugin_$COMM and bench_mpi_allreduce first" >&2; exit 1; }
 done
 command -v "$MPIRUN" > /dev/null 2>&1 || { echo "no $MPIRUN" >&2; exit 1; }
 ROOT=""
@@ -43,9 +46,14 @@ rows() { grep -v '^#' | awk 'NF >= 8 { print $1, $5 }'; }
 
 i=0
 while [ "$i" -lt "$REPEAT" ]; do
-    # shellcheck disable=SC2086
-    "$MPIRUN" $ROOT --oversubscribe -np "$NP" "$DTRAIN" bench comm --comm mpi --op "$OP" \
-        --sizes "$SIZES" --iters "$ITERS" | rows >> "$TMP/plugin"
+    if [ "$COMM" = mpi ]; then
+        # shellcheck disable=SC2086
+        "$MPIRUN" $ROOT --oversubscribe -np "$NP" "$DTRAIN" bench comm --comm mpi --op "$OP" \
+            --sizes "$SIZES" --iters "$ITERS" | rows >> "$TMP/plugin"
+    else
+        "$DTRAIN" bench comm --comm "$COMM" --nproc "$NP" --op "$OP" --sizes "$SIZES" \
+            --iters "$ITERS" | rows >> "$TMP/plugin"
+    fi
     # shellcheck disable=SC2086
     "$MPIRUN" $ROOT --oversubscribe -np "$NP" "$MPI_BIN" --op "$OP" --sizes "$SIZES" \
         --iters "$ITERS" | rows >> "$TMP/mpi"
@@ -58,11 +66,11 @@ span() { awk '{ if (!($1 in b) || $2 < b[$1]) b[$1] = $2; if ($2 > w[$1]) w[$1] 
 span "$TMP/plugin" > "$TMP/p"
 span "$TMP/mpi" > "$TMP/m"
 
-echo "# $OP, $NP ranks, $REPEAT interleaved rounds ($MPIRUN $ROOT --oversubscribe -np $NP)"
-echo "| size | plugin best (us) | spread | MPI best (us) | spread | plugin overhead |"
-echo "|-----:|-----------------:|-------:|--------------:|-------:|----------------:|"
+echo "# $OP, $NP ranks, $REPEAT interleaved rounds of --comm $COMM and MPI ($MPIRUN $ROOT --oversubscribe -np $NP)"
+echo "| size | $COMM best (us) | spread | MPI best (us) | spread | $COMM / MPI time - 1 | MPI / $COMM time |"
+echo "|-----:|-----------------:|-------:|--------------:|-------:|----------------:|-----------------:|"
 awk 'NR == FNR { mb[$1] = $2; mw[$1] = $3; next }
      ($1 in mb) { s = $1; h = s " B";
        if (s >= 1048576) h = s / 1048576 " MiB"; else if (s >= 1024) h = s / 1024 " KiB";
-       printf "| %s | %.1f | %.2fx | %.1f | %.2fx | %+.1f %% |\n", h, $2, $3 / $2, mb[s],
-              mw[s] / mb[s], 100 * ($2 / mb[s] - 1) }' "$TMP/m" "$TMP/p"
+       printf "| %s | %.1f | %.2fx | %.1f | %.2fx | %+.1f %% | %.2fx |\n", h, $2, $3 / $2, mb[s],
+              mw[s] / mb[s], 100 * ($2 / mb[s] - 1), mb[s] / $2 }' "$TMP/m" "$TMP/p"

@@ -140,17 +140,17 @@ same pb "pp3 balance = params (a middle stage)"
 
 # ---- the measured bubble -------------------------------------------------
 # The same 8 sequences per step through gpipe as one micro-batch of 8
-# (m = 1) and as 8 of 1 (m = 8), a 4-layer model so a step is ~15 ms:
-# every step's metrics line carries, per stage, the receive-wait and
-# schedule seconds and the idle fraction (0 <= idle < 1, wait <= schedule
-# time), and rank 0's summary the idle fraction over the run.  At m = 1
-# the stages run one after the other (stage 0 waits on receives through
-# all of stage 1's work), so the stages' mean idle fraction is ~0.5
-# whatever the balance (the formula's (p-1)/(m+p-1) = 0.5); at m = 8 they
-# overlap (formula 0.11; measured ~0.25 here, the forwards re-run in the
-# backward count as work).  Asserted on the median over steps 2-6 (step 1
-# warms up; a median shrugs off a step preempted on a loaded machine):
-# m = 1 at least 0.3 (sends count as work), and m = 8 below m = 1.
+# (m = 1) and as 8 of 1 (m = 8), a 4-layer model of width 128 over 128
+# tokens so a step takes ~100 ms (at ~15 ms a time slice lost to another
+# process on this shared 2-core machine swamps the bubble): every step's
+# metrics line carries, per stage, the receive-wait and schedule seconds
+# and the idle fraction (0 <= idle < 1, wait <= schedule time), and rank
+# 0's summary the idle fraction over the run.  At m = 1 the stages run one
+# after the other (formula (p-1)/(m+p-1) = 0.5; the stages' mean measured
+# 0.43-0.50 under a load of ~1.5); at m = 8 they overlap (formula 0.11;
+# measured 0.15-0.18).  Asserted on the median over steps 2-6 (step 1
+# warms up; a median shrugs off a preempted step): m = 1 at least 0.3,
+# m = 8 below it.
 cat > bubble.py <<'P'
 import json, statistics, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"step"')]
@@ -161,7 +161,7 @@ for d in lines:
     assert all(0 <= x < 1 for x in f), "step %d: idle %s" % (d["step"], f)
 print("%.3f" % statistics.median(sum(d["pipeline_idle"]) / 2 for d in lines[1:]))
 P
-big=(--set model.n_layer=4 --set model.n_embd=64 --set model.context=64 --set train.seq_len=64
+big=(--set model.n_layer=4 --set model.n_embd=128 --set model.context=128 --set train.seq_len=128
      --set train.eval_every=0 --set pipeline.schedule=gpipe)
 for mb in 8 1; do
   if ranks 2 eq.toml --set parallel.pipeline=2 "${big[@]}" --set train.micro_batch=$mb \
@@ -171,7 +171,7 @@ for mb in 8 1; do
   if grep -qE "^pipeline: idle fraction per stage over 6 steps \(of the slowest stage's [0-9.]+ s in the schedule; receive wait in s\): stage 0 0\.[0-9]{3} \([0-9.]+\), stage 1 0\.[0-9]{3} \([0-9.]+\)$" <<<"$out"
   then ok "m = $((8 / mb)): the summary gives each stage's idle fraction"
   else bad "m = $((8 / mb)): no idle fraction in the summary" "$out"; fi
-  if v=$($py bubble.py bub$mb.jsonl 2>&1); then ok "m = $((8 / mb)): every step's bubble fields are sane (median idle $v)"
+  if v=$($py bubble.py bub$mb.jsonl 2>&1); then ok "m = $((8 / mb)): every step's bubble fields are sane (the stages' median idle $v)"
     eval "idle$mb=$v"
   else bad "m = $((8 / mb)): the bubble fields" "$v"; eval "idle$mb=nan"; fi
 done

@@ -135,12 +135,13 @@ typedef struct run {
     /* The measured bubble, one block of 4 * pp + 1 doubles: pipe_red is
      * what the loss's all-reduce sums over the world (the loss, then each
      * stage's receive-wait seconds, then its seconds in run_schedule; a
-     * rank fills its own stage's slots); pipe_wait and pipe_busy the
+     * rank fills its own stage's slots; after a training pass, the means
+     * over the data-parallel replicas); pipe_wait and pipe_busy the
      * training steps' totals per stage (busy: in run_schedule, not
-     * waiting on a receive), pipe_span the total of each step's slowest
-     * stage's schedule seconds. */
+     * waiting on a receive); pipe_step_span the last training pass's
+     * slowest stage's schedule seconds, pipe_span their total. */
     double *pipe_red, *pipe_wait, *pipe_busy;
-    double pipe_span;
+    double pipe_step_span, pipe_span;
     /* ---- end pipeline ---- */
     dt_optim_desc_t optim;    /* the strategy keeps a pointer until finalize */
     dt_model_t *model;
@@ -793,19 +794,20 @@ static double idle_fraction(double busy, double span)
     return span > 0 ? 1.0 - busy / span : 0.0;
 }
 
-/* After a training pass's reduction: add each stage's seconds (the mean
- * over the data-parallel replicas) to the run's totals. */
+/* After a training pass's reduction: each stage's seconds made the mean
+ * over the data-parallel replicas, and added to the run's totals. */
 static void pipeline_bubble_add(run_t *R)
 {
     const int32_t pp = R->grid.pp;
-    double span = 0;
+    double *wait = R->pipe_red + 1, *wall = R->pipe_red + 1 + pp, span = 0;
     for (int32_t s = 0; s < pp; s++) {
-        double wait = R->pipe_red[1 + s] / (double)R->dp;
-        double wall = R->pipe_red[1 + pp + s] / (double)R->dp;
-        R->pipe_wait[s] += wait;
-        R->pipe_busy[s] += wall - wait;
-        span = wall > span ? wall : span;
+        wait[s] /= (double)R->dp;
+        wall[s] /= (double)R->dp;
+        R->pipe_wait[s] += wait[s];
+        R->pipe_busy[s] += wall[s] - wait[s];
+        span = wall[s] > span ? wall[s] : span;
     }
+    R->pipe_step_span = span;
     R->pipe_span += span;
 }
 
@@ -1013,18 +1015,14 @@ static void metrics_pipeline(run_t *R)
 {
     const int32_t pp = R->grid.pp;
     const double *wait = R->pipe_red + 1, *wall = R->pipe_red + 1 + pp;
-    const double n = (double)R->dp;
-    double span = 0;
-    for (int32_t s = 0; s < pp; s++)
-        span = wall[s] / n > span ? wall[s] / n : span;
     static const char *const key[] = {"recv_wait_s", "schedule_s", "pipeline_idle"};
     for (int k = 0; k < 3; k++) {
         metrics_printf(R, ", \"%s\": [", key[k]);
         for (int32_t s = 0; s < pp; s++)
             metrics_printf(R, "%s%.6g", s ? ", " : "",
-                           k == 0   ? wait[s] / n
-                           : k == 1 ? wall[s] / n
-                                    : idle_fraction((wall[s] - wait[s]) / n, span));
+                           k == 0   ? wait[s]
+                           : k == 1 ? wall[s]
+                                    : idle_fraction(wall[s] - wait[s], R->pipe_step_span));
         metrics_printf(R, "]");
     }
 }

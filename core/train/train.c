@@ -132,6 +132,16 @@ typedef struct run {
     uint32_t stage_first, stage_end; /* this rank's units [first, end) */
     int64_t last_fwd;         /* micro-batch whose activations the model
                                * holds (-1: none of this pass) */
+    /* The measured bubble, one block of 4 * pp + 1 doubles: pipe_red is
+     * what the loss's all-reduce sums over the world (the loss, then each
+     * stage's receive-wait seconds, then its seconds in run_schedule; a
+     * rank fills its own stage's slots; after a training pass, the means
+     * over the data-parallel replicas); pipe_wait and pipe_busy the
+     * training steps' totals per stage (busy: in run_schedule, not
+     * waiting on a receive); pipe_step_span the last training pass's
+     * slowest stage's schedule seconds, pipe_span their total. */
+    double *pipe_red, *pipe_wait, *pipe_busy;
+    double pipe_step_span, pipe_span;
     /* ---- end pipeline ---- */
     dt_optim_desc_t optim;    /* the strategy keeps a pointer until finalize */
     dt_model_t *model;
@@ -193,6 +203,7 @@ static void run_free(run_t *R)
     dt_data_close(R->val);
     free(R->inputs);
     free(R->targets);
+    free(R->pipe_red);
     if (R->metrics)
         fclose(R->metrics);
     if (R->ckpt_lock >= 0)
@@ -230,6 +241,11 @@ static int start_grid(run_t *R)
         return rc;
     R->dp_rank = R->grid.dp_rank;
     R->dp_comm = R->groups[DT_GRID_DATA];
+    if (!(R->pipe_red = calloc(4 * (size_t)R->grid.pp + 1, sizeof *R->pipe_red)))
+        return dt_err_set(DT_ERR_NOMEM, "pipeline: the bubble's %d stage slots",
+                          (int)R->grid.pp);
+    R->pipe_wait = R->pipe_red + 1 + 2 * R->grid.pp;
+    R->pipe_busy = R->pipe_wait + R->grid.pp;
     if (!DT_HAS_OP(dt_strategy_ops_t, R->pipe_ops, assign_stages) ||
         !DT_HAS_OP(dt_strategy_ops_t, R->pipe_ops, run_schedule))
         return dt_err_set(DT_ERR_CONFIG,
@@ -768,6 +784,33 @@ static int stage_backward(void *ctx, uint32_t micro, const void *in, const void 
     return DT_OK;
 }
 
+/* The fraction of `span` seconds a stage was not busy (computing or
+ * sending: in run_schedule, not waiting on a receive).  span is the
+ * slowest stage's schedule time, so the last stage's idle tail (it ends
+ * its backwards first and waits outside the schedule) counts as idle, as
+ * in the formula (p-1)/(m+p-1). */
+static double idle_fraction(double busy, double span)
+{
+    return span > 0 ? 1.0 - busy / span : 0.0;
+}
+
+/* After a training pass's reduction: each stage's seconds made the mean
+ * over the data-parallel replicas, and added to the run's totals. */
+static void pipeline_bubble_add(run_t *R)
+{
+    const int32_t pp = R->grid.pp;
+    double *wait = R->pipe_red + 1, *wall = R->pipe_red + 1 + pp, span = 0;
+    for (int32_t s = 0; s < pp; s++) {
+        wait[s] /= (double)R->dp;
+        wall[s] /= (double)R->dp;
+        R->pipe_wait[s] += wait[s];
+        R->pipe_busy[s] += wall[s] - wait[s];
+        span = wall[s] > span ? wall[s] : span;
+    }
+    R->pipe_step_span = span;
+    R->pipe_span += span;
+}
+
 /* The n_micro micro-batches of a training step (or, with `eval`, the
  * forwards of n_micro validation batches) through the pipeline schedule;
  * *loss the mean micro-batch loss over the data-parallel replicas (the
@@ -786,16 +829,28 @@ static int pipeline_pass(run_t *R, int64_t step, uint32_t n_micro, float micro_s
                              .flags = eval ? DT_SCHEDULE_NO_GRAD : 0u, .runner = &rn};
     dt_schedule_result_t sr = {.struct_size = sizeof sr};
     R->last_fwd = -1;
+    double t0 = now_s();
     int rc = PLUGIN_CALL(R->ppipe, R->pipe_ops->run_schedule(R->pipe, &sa, &sr), "run_schedule");
     if (rc)
         return rc;
-    double l = sr.n_loss ? sr.loss_sum / (double)sr.n_loss : 0.0;
+    /* the loss, and in a training pass the stages' measured bubble, in one
+     * all-reduce (an evaluation's leaves the last training pass's) */
+    const int32_t pp = R->grid.pp;
+    const size_t n = eval ? 1 : 1 + 2 * (size_t)pp;
+    memset(R->pipe_red, 0, n * sizeof *R->pipe_red);
+    R->pipe_red[0] = sr.n_loss ? sr.loss_sum / (double)sr.n_loss : 0.0;
+    if (!eval) {
+        R->pipe_red[1 + R->grid.pp_rank] = sr.recv_wait_s;
+        R->pipe_red[1 + pp + R->grid.pp_rank] = now_s() - t0;
+    }
     if ((rc = PLUGIN_CALL(R->pcomm,
-                          R->comm_ops->all_reduce(R->comm, &l, &l, 1, DT_F64, DT_OP_SUM, NULL,
-                                                  NULL),
+                          R->comm_ops->all_reduce(R->comm, R->pipe_red, R->pipe_red, n, DT_F64,
+                                                  DT_OP_SUM, NULL, NULL),
                           "all_reduce of the loss")))
         return rc;
-    *loss = l / (double)R->dp;
+    *loss = R->pipe_red[0] / (double)R->dp;
+    if (!eval)
+        pipeline_bubble_add(R);
     return DT_OK;
 }
 /* ---- end pipeline ---- */
@@ -953,6 +1008,26 @@ static int metrics_line_end(run_t *R)
                       strerror(R->metrics_errno));
 }
 
+/* ---- pipeline (issue 14) ---- */
+/* The metrics line's pipeline fields of the last training pass: per
+ * stage, its receive-wait and schedule seconds and its idle fraction. */
+static void metrics_pipeline(run_t *R)
+{
+    const int32_t pp = R->grid.pp;
+    const double *wait = R->pipe_red + 1, *wall = R->pipe_red + 1 + pp;
+    static const char *const key[] = {"recv_wait_s", "schedule_s", "pipeline_idle"};
+    for (int k = 0; k < 3; k++) {
+        metrics_printf(R, ", \"%s\": [", key[k]);
+        for (int32_t s = 0; s < pp; s++)
+            metrics_printf(R, "%s%.6g", s ? ", " : "",
+                           k == 0   ? wait[s]
+                           : k == 1 ? wall[s]
+                                    : idle_fraction(wall[s] - wait[s], R->pipe_step_span));
+        metrics_printf(R, "]");
+    }
+}
+/* ---- end pipeline ---- */
+
 /* "1:02:03" (h:mm:ss) into buf[cap]. */
 static void format_hms(double s, char *buf, size_t cap)
 {
@@ -1021,6 +1096,8 @@ static int report_step(run_t *R, const step_report_t *rep)
         metrics_printf(R, ", \"loss_scale\": %.9g, \"skipped\": %s, \"skipped_steps\": %lld",
                        rep->loss_scale, rep->skipped ? "true" : "false",
                        (long long)R->ls.skipped);
+    if (R->ppipe)
+        metrics_pipeline(R);
     metrics_printf(R, "}\n");
     return metrics_line_end(R);
 }
@@ -1214,6 +1291,15 @@ static int print_summary(run_t *R)
     else
         printf("-");
     printf("; peak device memory %.2f MiB (rank 0)\n", mib(ms.total_peak));
+    if (R->ppipe && n > 0 && R->pipe_span > 0) { /* ---- pipeline (issue 14) ---- */
+        printf("pipeline: idle fraction per stage over %lld step%s (of the slowest stage's "
+               "%.3f s in the schedule; receive wait in s):",
+               (long long)n, n == 1 ? "" : "s", R->pipe_span);
+        for (int32_t s = 0; s < R->grid.pp; s++)
+            printf("%s stage %d %.3f (%.3f)", s ? "," : "", (int)s,
+                   idle_fraction(R->pipe_busy[s], R->pipe_span), R->pipe_wait[s]);
+        printf("\n");
+    }
     fflush(stdout);
     return DT_OK;
 }

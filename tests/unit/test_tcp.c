@@ -550,6 +550,7 @@ static int child_progress(int rank, int N, void *arg)
     while (now_s() - t0 < 1.5)
         for (int i = 0; i < 10000; i++)
             sink += i * 1e-9;
+    CHILD_CHECK(sink > 0, "the compute loop did not run"); /* sink is read */
     int done = 0;
     CHILD_OK(g_ops->test(c, rq, &done));
     CHILD_CHECK(done == 1, "the all_reduce did not move during 1.5 s of compute");

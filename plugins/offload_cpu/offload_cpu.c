@@ -50,18 +50,12 @@ static void oc_release(void *ctx, dt_ob_buf_t *ob)
 static int oc_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
                    dt_offload_t **out)
 {
-    if (!host || !out)
-        return DT_ERR_INVALID;
-    *out = NULL;
     dt_offload_init_v1_t a;
-    int rc = dt_args_read(host, "init args", &a, sizeof a, args, DT_OFFLOAD_INIT_V1_SIZE0);
+    int rc = dt_oq_check_init(host, args, out,
+                              ": the tier's pinned host memory comes from the device's "
+                              "host_alloc", &a);
     if (rc != DT_OK)
         return rc;
-    if (!a.dev_ops || !a.dev)
-        return host->set_error(host, DT_ERR_INVALID,
-                               "init: no device (dev_ops %s, dev %s): the tier's pinned host "
-                               "memory comes from the device's host_alloc",
-                               a.dev_ops ? "set" : "NULL", a.dev ? "set" : "NULL");
     int64_t capacity = 0;
     if ((rc = dt_cfg_int(host, "capacity", 0, 0, &capacity)) != DT_OK)
         return rc;

@@ -47,16 +47,10 @@ static void on_release(void *ctx, dt_ob_buf_t *ob)
 static int on_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
                    dt_offload_t **out)
 {
-    if (!host || !out)
-        return DT_ERR_INVALID;
-    *out = NULL;
     dt_offload_init_v1_t a;
-    int rc = dt_args_read(host, "init args", &a, sizeof a, args, DT_OFFLOAD_INIT_V1_SIZE0);
+    int rc = dt_oq_check_init(host, args, out, "", &a);
     if (rc != DT_OK)
         return rc;
-    if (!a.dev_ops || !a.dev)
-        return host->set_error(host, DT_ERR_INVALID, "init: no device (dev_ops %s, dev %s)",
-                               a.dev_ops ? "set" : "NULL", a.dev ? "set" : "NULL");
     if (!on_valid_job(a.job_id))
         return host->set_error(host, DT_ERR_INVALID, "init: job id '%s' cannot name files "
                                "(letters, digits, '-', '_', '.')", a.job_id ? a.job_id : "(null)");

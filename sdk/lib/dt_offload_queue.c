@@ -266,3 +266,19 @@ int dt_oq_wait(dt_oq_t *q, dt_offload_req_t *req, int64_t timeout_ms)
         return host->set_error(host, status, "rank %d: %s", q->rank, msg);
     return DT_OK;
 }
+
+int dt_oq_check_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
+                     dt_offload_t **out, const char *why_device, dt_offload_init_v1_t *a)
+{
+    if (!host || !out)
+        return DT_ERR_INVALID;
+    *out = NULL;
+    int rc = dt_args_read(host, "init args", a, sizeof *a, args, DT_OFFLOAD_INIT_V1_SIZE0);
+    if (rc != DT_OK)
+        return rc;
+    if (!a->dev_ops || !a->dev)
+        return host->set_error(host, DT_ERR_INVALID, "init: no device (dev_ops %s, dev %s)%s",
+                               a->dev_ops ? "set" : "NULL", a->dev ? "set" : "NULL",
+                               why_device ? why_device : "");
+    return DT_OK;
+}

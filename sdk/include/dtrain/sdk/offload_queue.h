@@ -90,6 +90,14 @@ struct dt_oq {
     dt_oq_req_t *head, *tail;
 };
 
+/* A tier's init checks, the same words in every tier: host and out
+ * non-NULL (DT_ERR_INVALID without a message: nowhere to put one), *out
+ * set to NULL, args read into *a under the growth rule (dt_args_read,
+ * "init args ..."), and a device given ("init: no device (dev_ops NULL,
+ * dev set)" followed by `why_device`, "" or the tier's reason). */
+int dt_oq_check_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
+                     dt_offload_t **out, const char *why_device, dt_offload_init_v1_t *a);
+
 /* Set up `q` and start its worker (a stream of the device for device-side
  * copies).  timeout_ms <= 0: DT_OQ_DEFAULT_TIMEOUT_MS. */
 int dt_oq_start(dt_oq_t *q, const dt_host_v1_t *host, int32_t rank, int64_t timeout_ms,

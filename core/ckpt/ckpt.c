@@ -653,12 +653,14 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
     if (w->rank == 0 && (rc = dt_ckpt_prune(root, (uint32_t)set->checkpoint.keep)) == DT_OK)
         print_saved(root, step, t0);
     goto done;
-fail:
+fail:;
+    /* neither removing what this save left nor looking for an earlier one
+     * may replace the reason the save failed */
+    char why[DT_ERR_MAX];
+    snprintf(why, sizeof why, "%s", dt_last_error());
     if (w->rank == 0) {
-        /* "intact" only when there is one: the first save has none; neither
-         * removing nor looking may replace the reason the save failed */
-        char why[DT_ERR_MAX], last[4096];
-        snprintf(why, sizeof why, "%s", dt_last_error());
+        /* "intact" only when there is one: the first save has none */
+        char last[4096];
         dt_ckpt_abort(root, (uint64_t)step);
         int have = dt_ckpt_latest(root, last, sizeof last, NULL) == DT_OK;
         dt_err_set(rc, "%s", why);
@@ -666,8 +668,6 @@ fail:
                        have ? "the previous checkpoint is intact"
                             : "there is no earlier checkpoint to fall back on");
     } else {
-        char why[DT_ERR_MAX];
-        snprintf(why, sizeof why, "%s", dt_last_error());
         dt_ckpt_abort_shard(root, (uint64_t)step, (uint32_t)w->rank);
         dt_err_set(rc, "%s", why);
         dt_err_context(rc, "saving checkpoint of step %lld", (long long)step);

@@ -99,17 +99,28 @@ job=""
 # joined_ids LOG...: the distinct job ids the ranks' "joined job" lines name
 joined_ids() { grep -ho 'rendezvous: rank [0-3] of 4 joined job [^ ]*' "$@" | awk '{print $NF}' | sort -u; }
 
+# misnumbered LOG A B: the join lines in LOG of a rank outside A..B, or whose
+# tag and global rank differ
+misnumbered() {
+  awk -v a="$2" -v b="$3" '/rendezvous: rank [0-9]+ of 4 joined/ {
+    t = $2; sub(/\]/, "", t); r = $5
+    if (t != r || r + 0 < a + 0 || r + 0 > b + 0) print }' "$1"
+}
+
 # ---- the job forms across the namespaces; shm then refuses it ---------------
-# (the first rank that fails makes its launcher stop the others, so a rank
-# may be stopped before it logs: the ranks that did must agree, rank 0 and
-# a rank of node 1 among them)
+# (the first rank that fails makes its launcher stop the others, so any rank,
+# rank 0 included, may be stopped before it logs its join: the job id comes
+# from the launchers, and every rank that did log must name it, numbered on
+# its own node's range; the opted-in run below sees all four join)
 both_nodes forms --
 out=$(cat forms.n0.log forms.n1.log)
-job=$(joined_ids forms.n0.log forms.n1.log)
+job=$(grep -ho 'dtrain: launching ranks [0-9-]* of 4 (job [^)]*)' forms.n0.log forms.n1.log |
+      sed 's/.*(job \(.*\))/\1/' | sort -u)
+joined=$(joined_ids forms.n0.log forms.n1.log)
 if [ "$(wc -l <<<"$job")" = 1 ] && [[ "$job" == mn-* ]] &&
-   grep -q "^\[rank 0\] rendezvous: rank 0 of 4 joined job $job" forms.n0.log &&
-   grep -qE "^\[rank ([23])\] rendezvous: rank \1 of 4 joined job $job" forms.n1.log; then
-  ok "the ranks of both nodes joined one job ($job), numbered globally"
+   [ -n "$joined" ] && [ "$joined" = "$job" ] &&
+   [ -z "$(misnumbered forms.n0.log 0 1)" ] && [ -z "$(misnumbered forms.n1.log 2 3)" ]; then
+  ok "the ranks that logged their join name the launchers' one job ($job), numbered globally"
 else bad "the ranks did not agree on one job id" "$out"; fi
 expect_out "node 0 launched global ranks 0-1" "dtrain: launching ranks 0-1 of 4 (job $job)"
 expect_out "node 1 launched global ranks 2-3" "dtrain: launching ranks 2-3 of 4 (job $job)"

@@ -92,12 +92,16 @@ uint32_t dt_shard_wrap_plan(const uint64_t *unit_numel, uint32_t n_units,
 /* Build the plan of `model` cut into `n_spans` groups (`spans` in any
  * order, e.g. from dt_bucket_plan or dt_shard_wrap_plan; NULL: one group
  * per unit) over `ranks` ranks.  The spans must cover every unit exactly
- * once: DT_ERR_INVALID naming the unit otherwise.  Tables come from
- * host->alloc; free with dt_shard_plan_free. */
+ * once: DT_ERR_INVALID naming the unit otherwise.  `alone` (NULL, or
+ * one entry per unit): a unit with alone[u] set gets a group of its own
+ * whatever its span says, so its shards depend on nothing else (a
+ * pipeline's tied embedding: both stages must cut it alike, whatever
+ * units they hold beside it).  Tables come from host->alloc; free with
+ * dt_shard_plan_free. */
 int dt_shard_plan_init(dt_shard_plan_t *p, const dt_host_v1_t *host,
                        const dt_model_desc_v1_t *model,
                        const dt_bucket_span_t *spans, uint32_t n_spans,
-                       uint32_t ranks, uint32_t align);
+                       uint32_t ranks, uint32_t align, const uint8_t *alone);
 void dt_shard_plan_free(dt_shard_plan_t *p, const dt_host_v1_t *host);
 
 /* The part of `unit`'s flat space that `rank` holds (count 0: none), and

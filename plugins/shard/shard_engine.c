@@ -108,10 +108,12 @@ static int make_buffers(dt_shard_engine_t *e)
     uint64_t S = p->shard_total, F = p->full_total;
     int rc;
     /* the gradient shard follows the optimizer into the tier (not ZeRO-1's
-     * full gradients; not a shard the replicas all-reduce on the device) */
+     * full gradients; not a shard the replicas all-reduce on the device;
+     * not on a pipeline stage holding a tied unit, whose shard is summed
+     * with the other stage's on the device) */
     uint32_t what = e->offload_what ? e->offload_what : e->cfg.plan_offload_what;
     e->grads_offloaded = (what & DT_OFFLOAD_WHAT_OPTIMIZER) && !e->cfg.grads_full &&
-                         e->rsize == 1;
+                         e->rsize == 1 && !e->dp.tied_comm;
     if (e->cfg.params_replicated)
         rc = shard_alloc_zeroed(e, F, e->pdtype, DT_TAG_PARAMS, "the parameter replica",
                                     &e->replica);
@@ -197,6 +199,27 @@ static int make_buffers(dt_shard_engine_t *e)
     return d->stream_sync(e->dp.dev, e->dp.cs);
 }
 
+/* The groups: the strategy's spans, with a pipeline stage's TIED units
+ * (GPT-2's wte on the first and the last stage) each in a group of its
+ * own, so both stages cut it into the same shards whatever units they
+ * hold beside it, and the tied sum adds shard to matching shard. */
+static int plan_groups(dt_shard_engine_t *e, const dt_shard_cfg_t *cfg)
+{
+    const dt_host_v1_t *host = e->dp.host;
+    const uint32_t nu = e->dp.model->n_units;
+    uint8_t *alone = NULL;
+    if (e->dp.tied_comm) {
+        if (!(alone = host->alloc(host, nu, DT_TAG_OTHER)))
+            return host->set_error(host, DT_ERR_NOMEM, "shard plan: %u unit flags", nu);
+        for (uint32_t u = 0; u < nu; u++)
+            alone[u] = (dt_dp_unit_flags(&e->dp, u) & DT_UNIT_TIED) != 0;
+    }
+    int rc = dt_shard_plan_init(&e->plan, host, e->dp.model, cfg->spans, cfg->n_spans, e->ssize,
+                                DT_SHARD_ALIGN, alone);
+    host->free(host, alone);
+    return rc;
+}
+
 int dt_shard_engine_init(dt_shard_engine_t *e, const dt_host_v1_t *host,
                          const dt_strategy_init_v1_t *args, const dt_shard_cfg_t *cfg)
 {
@@ -205,13 +228,6 @@ int dt_shard_engine_init(dt_shard_engine_t *e, const dt_host_v1_t *host,
     e->cfg = *cfg;
     e->cfg.spans = NULL; /* planned below; not kept */
     int rc = dt_dp_init(&e->dp, host, args, what);
-    /* a pipeline stage's units, tied sum and pipeline-wide norm are the
-     * replica's so far (sdk/lib/dt_replica*.c), not the shard engine's */
-    if (rc == DT_OK && dt_dp_is_stage(&e->dp))
-        rc = host->set_error(host, DT_ERR_UNSUPPORTED,
-                             "%s under pipeline parallelism is not supported yet: the shard "
-                             "engine does not hold one stage's units (use [parallel] data = "
-                             "\"ddp\" with parallel.pipeline > 1)", what);
     if (rc == DT_OK) {
         e->pdtype = args->model->param_dtype;
         e->pes = (uint32_t)dt_dtype_size(e->pdtype);
@@ -220,8 +236,7 @@ int dt_shard_engine_init(dt_shard_engine_t *e, const dt_host_v1_t *host,
     if (rc == DT_OK)
         rc = make_groups(e);
     if (rc == DT_OK)
-        rc = dt_shard_plan_init(&e->plan, host, e->dp.model, cfg->spans, cfg->n_spans, e->ssize,
-                                DT_SHARD_ALIGN);
+        rc = plan_groups(e, cfg);
     if (rc == DT_OK)
         rc = make_buffers(e);
     if (rc != DT_OK) {

@@ -51,7 +51,7 @@ static uint64_t round_up(uint64_t x, uint64_t a)
 int dt_shard_plan_init(dt_shard_plan_t *p, const dt_host_v1_t *host,
                        const dt_model_desc_v1_t *model,
                        const dt_bucket_span_t *spans, uint32_t n_spans,
-                       uint32_t ranks, uint32_t align)
+                       uint32_t ranks, uint32_t align, const uint8_t *alone)
 {
     memset(p, 0, sizeof *p);
     uint32_t nu = model->n_units;
@@ -118,7 +118,7 @@ int dt_shard_plan_init(dt_shard_plan_t *p, const dt_host_v1_t *host,
         memset(gr, 0, sizeof *gr);
         gr->unit_lo = u;
         uint64_t off = 0;
-        while (u < nu && p->group_of_unit[u] == span) {
+        do {
             off = round_up(off, align);
             p->unit_off[u] = off;
             p->unit_numel[u] = model->units[u].numel;
@@ -126,7 +126,7 @@ int dt_shard_plan_init(dt_shard_plan_t *p, const dt_host_v1_t *host,
             p->group_of_unit[u] = g;
             gr->unit_hi = u;
             u++;
-        }
+        } while (u < nu && p->group_of_unit[u] == span && !(alone && (alone[u] || alone[u - 1])));
         gr->numel = off;
         gr->shard = dt_shard_size(off, ranks, align);
         if (gr->shard == 0)

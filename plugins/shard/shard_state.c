@@ -27,7 +27,9 @@ int dt_shard_state_ranges(dt_shard_engine_t *e, uint32_t unit, int kind, int pur
     if (rc != DT_OK)
         return rc;
     dt_range_t r = dt_shard_held(&e->plan, unit, e->srank, NULL);
-    if (purpose == DT_RANGES_SAVE) {
+    if (purpose == DT_RANGES_SAVE && (dt_dp_unit_flags(&e->dp, unit) & DT_UNIT_COPY))
+        r.count = 0; /* the other stage's to save */
+    else if (purpose == DT_RANGES_SAVE) {
         dt_range_t part = dt_range_split(r.count, e->rsize, e->rrank);
         r = (dt_range_t){r.offset + part.offset, part.count};
     }

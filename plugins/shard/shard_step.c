@@ -8,21 +8,32 @@
  */
 #include "shard_internal.h"
 
+/* 1 when group g holds a pipeline stage's COPY unit (alone in its group,
+ * shard_engine.c): the other stage counts it in the norm. */
+static int group_is_copy(const dt_shard_engine_t *e, uint32_t g)
+{
+    const dt_shard_group_t *gr = &e->plan.groups[g];
+    return gr->unit_lo == gr->unit_hi && (dt_dp_unit_flags(&e->dp, gr->unit_lo) & DT_UNIT_COPY);
+}
+
 /* The sum of squares of the whole gradient: each rank's shard, summed
- * over the shard group. */
+ * over the shard group, and on a pipeline stage over the other stages
+ * (norm_comm), its COPY unit left to the stage that owns it. */
 static int grad_sumsq(dt_shard_engine_t *e, double *out)
 {
     const dt_host_v1_t *host = e->dp.host;
     int rc;
     double ss = 0.0;
     if (shard_grads_offloaded(e)) {
-        rc = shard_offload_grads_sumsq(e, &ss);
-    } else if (e->gshard) {
+        rc = shard_offload_grads_sumsq(e, &ss); /* never on a stage with a COPY */
+    } else if (e->gshard && !e->dp.tied_comm) {
         rc = dt_norm_sumsq(host, e->dp.dev_ops, e->dp.dev, e->dp.cs, e->norm_slot, e->gshard,
                            DT_F32, (int64_t)e->plan.shard_total, &ss);
     } else {
         rc = DT_OK;
         for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++) {
+            if (group_is_copy(e, i))
+                continue;
             double part = 0.0;
             rc = dt_norm_sumsq(host, e->dp.dev_ops, e->dp.dev, e->dp.cs, e->norm_slot,
                                shard_gshard(e, i), DT_F32, (int64_t)e->plan.groups[i].shard,
@@ -35,8 +46,40 @@ static int grad_sumsq(dt_shard_engine_t *e, double *out)
     if (rc == DT_OK && e->ssize > 1)
         rc = dt_norm_allreduce(host, e->dp.comm_ops, e->scomm, e->dp.dev_ops, e->dp.dev, e->dp.cs,
                                e->norm_slot, &ss);
+    if (rc == DT_OK && e->dp.norm_comm)
+        rc = dt_norm_allreduce(host, e->dp.comm_ops, e->dp.norm_comm, e->dp.dev_ops, e->dp.dev,
+                               e->dp.cs, e->norm_slot, &ss);
     *out = ss;
     return rc;
+}
+
+/* A pipeline stage's TIED units: each one's reduced gradient shard summed
+ * with the other stage's (all_reduce SUM over tied_comm, in place, on the
+ * compute stream), so both stages apply the same update, as Megatron-LM
+ * sums the input embedding's and the LM head's.  The unit is alone in its
+ * group and both stages have the same shard group, so this rank's shard
+ * is the same elements there. */
+static int tied_sum(dt_shard_engine_t *e)
+{
+    if (!e->dp.tied_comm)
+        return DT_OK;
+    for (uint32_t g = 0; g < e->plan.n_groups; g++) {
+        const dt_shard_group_t *gr = &e->plan.groups[g];
+        if (!(dt_dp_unit_flags(&e->dp, gr->unit_lo) & DT_UNIT_TIED))
+            continue;
+        float *x = shard_gshard(e, g);
+        int rc = e->dp.comm_ops->all_reduce(e->dp.tied_comm, x, x, gr->shard, DT_F32, DT_OP_SUM,
+                                            e->dp.cs, NULL);
+        if (rc != DT_OK) {
+            e->dp.host->log(e->dp.host, DT_LOG_ERROR,
+                            "summing the gradient shard of tied unit '%s' (%llu elements) "
+                            "between the first and the last pipeline stage failed",
+                            e->dp.model->units[gr->unit_lo].name,
+                            (unsigned long long)gr->shard);
+            return rc;
+        }
+    }
+    return DT_OK;
 }
 
 /* The update of every unit's held part, tensor by tensor (dt_optim_range
@@ -72,6 +115,8 @@ int dt_shard_step(dt_shard_engine_t *e, const dt_step_args_v1_t *args, dt_step_r
         rc = shard_release_params(e, i);
     if (rc == DT_OK)
         rc = shard_compute_after_comm(e);
+    if (rc == DT_OK)
+        rc = tied_sum(e);
     if (rc != DT_OK) {
         e->failed = 1;
         return rc;

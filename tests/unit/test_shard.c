@@ -93,6 +93,36 @@ static void test_wrap_plan(void **state)
     assert_int_equal(dt_shard_wrap_plan(n2, 0, 6, sp, NULL), 0);
 }
 
+/* `alone`: a unit flagged so gets a group of its own out of any span (a
+ * pipeline's tied unit), and the units around it keep their span's
+ * grouping; without flags the spans stand. */
+static void test_plan_alone(void **state)
+{
+    (void)state;
+    dt_test_host_t th;
+    dt_test_host_init(&th, "sdk/shard", NULL);
+    dt_model_desc_v1_t toy = dt_toy_model(DT_F32);
+    const dt_bucket_span_t one[1] = {{.unit_lo = 0, .unit_hi = 2, .bytes = 139}};
+    dt_shard_plan_t p;
+    const uint8_t first[3] = {1, 0, 0}, middle[3] = {0, 1, 0};
+    assert_ok(dt_shard_plan_init(&p, &th.host, &toy, one, 1, 2, 1, first));
+    assert_int_equal(p.n_groups, 2);
+    assert_true(p.groups[0].unit_lo == 0 && p.groups[0].unit_hi == 0);
+    assert_true(p.groups[1].unit_lo == 1 && p.groups[1].unit_hi == 2);
+    assert_int_equal(p.groups[0].numel, 50);
+    assert_int_equal(p.groups[0].shard, 25); /* the unit's own halves */
+    dt_shard_plan_free(&p, &th.host);
+    assert_ok(dt_shard_plan_init(&p, &th.host, &toy, one, 1, 2, 1, middle));
+    assert_int_equal(p.n_groups, 3);
+    assert_true(p.groups[1].unit_lo == 1 && p.groups[1].unit_hi == 1);
+    assert_true(p.groups[2].unit_lo == 2 && p.groups[2].unit_hi == 2);
+    assert_int_equal(p.group_of_unit[2], 2);
+    dt_shard_plan_free(&p, &th.host);
+    assert_ok(dt_shard_plan_init(&p, &th.host, &toy, one, 1, 2, 1, NULL));
+    assert_int_equal(p.n_groups, 1);
+    dt_shard_plan_free(&p, &th.host);
+}
+
 /* The toy model (50, 79, 10) in a bucket plan's backward-ordered spans:
  * cap 130 puts the head and the block together, the embedding alone. */
 static void test_plan_layout(void **state)
@@ -104,7 +134,7 @@ static void test_plan_layout(void **state)
     dt_bucket_span_t sp[3];
     assert_int_equal(dt_bucket_plan(numel, 3, 130, sp, NULL), 2);
     dt_shard_plan_t p;
-    assert_ok(dt_shard_plan_init(&p, &th.host, &toy, sp, 2, 3, 16));
+    assert_ok(dt_shard_plan_init(&p, &th.host, &toy, sp, 2, 3, 16, NULL));
     assert_int_equal(p.n_groups, 2);
     assert_int_equal(p.groups[0].unit_lo, 0);
     assert_int_equal(p.groups[0].unit_hi, 0);
@@ -137,16 +167,16 @@ static void test_plan_layout(void **state)
 
     /* bad spans: overlap, a hole, out of range */
     const dt_bucket_span_t overlap[2] = {{.unit_lo = 0, .unit_hi = 1}, {.unit_lo = 1, .unit_hi = 2}};
-    assert_status(dt_shard_plan_init(&p, &th.host, &toy, overlap, 2, 2, 1), DT_ERR_INVALID);
+    assert_status(dt_shard_plan_init(&p, &th.host, &toy, overlap, 2, 2, 1, NULL), DT_ERR_INVALID);
     assert_msg_has("shard plan: unit 'block.0' (1) is in groups 0 and 1");
     assert_null(p.groups);
     const dt_bucket_span_t hole[1] = {{.unit_lo = 0, .unit_hi = 1}};
-    assert_status(dt_shard_plan_init(&p, &th.host, &toy, hole, 1, 2, 1), DT_ERR_INVALID);
+    assert_status(dt_shard_plan_init(&p, &th.host, &toy, hole, 1, 2, 1, NULL), DT_ERR_INVALID);
     assert_msg_has("shard plan: unit 'head' (2) is in no group");
     const dt_bucket_span_t far[1] = {{.unit_lo = 0, .unit_hi = 5}};
-    assert_status(dt_shard_plan_init(&p, &th.host, &toy, far, 1, 2, 1), DT_ERR_INVALID);
+    assert_status(dt_shard_plan_init(&p, &th.host, &toy, far, 1, 2, 1, NULL), DT_ERR_INVALID);
     assert_msg_has("group 0 spans units 0..5 of a 3-unit model");
-    assert_status(dt_shard_plan_init(&p, &th.host, &toy, NULL, 0, 0, 1), DT_ERR_INVALID);
+    assert_status(dt_shard_plan_init(&p, &th.host, &toy, NULL, 0, 0, 1, NULL), DT_ERR_INVALID);
     assert_int_equal(th.mem.current[DT_TAG_OTHER], 0); /* nothing leaked */
 }
 
@@ -163,7 +193,7 @@ static void test_held_partition(void **state)
                 uint32_t align = a ? 16 : 1;
                 dt_shard_plan_t p;
                 assert_ok(dt_shard_plan_init(&p, &th.host, &pmodel, sp ? merged : NULL,
-                                             sp ? 2 : 0, ranks, align));
+                                             sp ? 2 : 0, ranks, align, NULL));
                 uint64_t shard_sum = 0;
                 for (uint32_t g = 0; g < p.n_groups; g++) {
                     assert_true(p.groups[g].shard >= 1 && p.groups[g].shard % align == 0);
@@ -201,7 +231,7 @@ static void test_held_partition(void **state)
     /* n < world: unit 0 (2 elements) over 4 ranks, alignment 1: ranks 2, 3
      * hold none of it, only padding */
     dt_shard_plan_t p;
-    assert_ok(dt_shard_plan_init(&p, &th.host, &pmodel, NULL, 0, 4, 1));
+    assert_ok(dt_shard_plan_init(&p, &th.host, &pmodel, NULL, 0, 4, 1, NULL));
     assert_int_equal(p.groups[0].shard, 1);
     assert_int_equal(dt_shard_held(&p, 0, 1, NULL).offset, 1);
     assert_int_equal(dt_shard_held(&p, 0, 2, NULL).count, 0);
@@ -250,7 +280,7 @@ static int rank_collectives(int rank, int size, const char *job, void *arg)
         for (int sp = 0; sp < 2; sp++) {
             dt_shard_plan_t p;
             DT_MP_OK(dt_shard_plan_init(&p, &th.host, &pmodel, sp ? merged : NULL, sp ? 2 : 0,
-                                        (uint32_t)size, a ? 16 : 1));
+                                        (uint32_t)size, a ? 16 : 1, NULL));
             DT_MP_CHECK(p.full_total <= 512 && p.shard_total <= 256);
             /* this rank's shards: its part of every group, gaps zero */
             for (uint32_t g = 0; g < p.n_groups; g++)
@@ -326,7 +356,7 @@ static void test_collective_errors(void **state)
     dt_test_host_t th;
     dt_test_host_init(&th, "sdk/shard", NULL);
     dt_shard_plan_t p;
-    assert_ok(dt_shard_plan_init(&p, &th.host, &pmodel, NULL, 0, 2, 1));
+    assert_ok(dt_shard_plan_init(&p, &th.host, &pmodel, NULL, 0, 2, 1, NULL));
     float buf[4];
     assert_status(dt_shard_gather(&th.host, SHM, NULL, &p, 4, buf, buf, DT_F32, NULL, NULL),
                   DT_ERR_INVALID);
@@ -343,6 +373,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wrap_plan),
         cmocka_unit_test(test_plan_layout),
+        cmocka_unit_test(test_plan_alone),
         cmocka_unit_test(test_held_partition),
         cmocka_unit_test(test_collective_errors),
         cmocka_unit_test(test_mp_gather_reduce),

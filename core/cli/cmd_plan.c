@@ -569,7 +569,69 @@ static int check_tier(const dt_resolved_t *r, const char *tier, const char *name
  * the stage inputs the schedule stashes, which the pipeline plugin says),
  * the bytes it sends a step (boundary tensors forward, their gradients
  * back, the tied gradient's all-reduce), and the bubble. ---- */
-static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world)
+/* The model state (parameters, gradients, optimizer) per rank of each
+ * stage under each planned row's data strategy, over the data group:
+ * dt_plan_stage with the stage's units.  stage_state[row * p + k]. */
+typedef struct stage_rows {
+    const char **label; /* per row; NULL: not planned */
+    uint64_t *state;
+    size_t n;
+} stage_rows_t;
+
+/* Rows [first, end) of the stages of the pipeline plugin's assignment
+ * into start[0..p] (stage k: units [start[k], start[k + 1])). */
+static int stage_bounds(const dt_resolved_t *r, dt_model_t *m, uint32_t *start)
+{
+    const dt_plugin_t *pp = r->plugin[DT_ROLE_PIPELINE];
+    const dt_strategy_ops_t *ops = pp->ops;
+    dt_model_desc_t *d = dt_model_desc(m);
+    const int32_t p = (int32_t)r->set.parallel.pipeline;
+    if (!DT_HAS_OP(dt_strategy_ops_t, ops, assign_stages))
+        return dt_err_set(DT_ERR_CONFIG, "strategy plugin '%s' has no assign_stages", pp->name);
+    uint32_t *stage_of = calloc(d->n_units, sizeof *stage_of);
+    if (!stage_of)
+        return dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
+    dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = p, .model = d};
+    int rc = ops->assign_stages(pp->host, &sa, stage_of);
+    if (rc)
+        dt_plugin_failed(pp, rc, "assign_stages");
+    for (uint32_t u = 0, k = 0; !rc && k < (uint32_t)p; k++) {
+        start[k] = u;
+        while (u < d->n_units && stage_of[u] == k)
+            u++;
+        start[k + 1] = u;
+        if (start[k + 1] == start[k])
+            rc = dt_err_set(DT_ERR_INVALID, "strategy plugin '%s': stage %u has no unit",
+                            pp->name, k);
+    }
+    free(stage_of);
+    return rc;
+}
+
+/* Row `row`'s stage states, planned with the data strategy the row
+ * selected (a failure leaves the row out of the stage table). */
+static void plan_stage_row(const dt_resolved_t *r, dt_model_t *m, int64_t world,
+                           stage_rows_t *sr, size_t row, const char *label)
+{
+    const int32_t p = (int32_t)r->set.parallel.pipeline;
+    int64_t dp = 0;
+    uint32_t *start = calloc((size_t)p + 1, sizeof *start);
+    int rc = start ? dt_preflight_dp(r, world, &dp) : DT_ERR_NOMEM;
+    if (!rc)
+        rc = stage_bounds(r, m, start);
+    for (int32_t k = 0; !rc && k < p; k++) {
+        dt_estimate_t e = {.struct_size = sizeof e};
+        rc = dt_plan_stage(r->plugin[DT_ROLE_DATA], m, &r->set, (int)dp,
+                           strcmp(r->set.parallel.offload, "none") != 0, start[k], start[k + 1],
+                           &e);
+        sr->state[row * (size_t)p + (size_t)k] = dt_plan_model_state(&e);
+    }
+    sr->label[row] = rc ? NULL : label;
+    free(start);
+}
+
+static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world,
+                          const stage_rows_t *sr)
 {
     const dt_plugin_t *pp = r->plugin[DT_ROLE_PIPELINE];
     const dt_strategy_ops_t *ops = pp->ops;
@@ -587,12 +649,8 @@ static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world)
                                     pp->name);
     const int64_t B = r->set.train.micro_batch, T = r->set.train.seq_len;
     uint32_t *stage_of = calloc(nu, sizeof *stage_of), *stash = calloc((size_t)p, sizeof *stash);
-    uint64_t *kept = calloc(nu, sizeof *kept);
-    dt_model_act_t act;
-    if (!rc && (!stage_of || !stash || !kept))
+    if (!rc && (!stage_of || !stash))
         rc = dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
-    if (!rc)
-        rc = dt_model_act_bytes(m, B, T, kept, &act);
     dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = p, .model = d,
                           .n_micro = (uint32_t)accum, .stash = stash};
     if (!rc && (rc = ops->assign_stages(pp->host, &sa, stage_of)))
@@ -613,11 +671,10 @@ static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world)
         for (uint32_t u = 0, k = 0; k < (uint32_t)p; k++) {
             uint32_t a = u;
             uint64_t params = 0, keep = 0, sent = 0;
-            while (u < nu && stage_of[u] == k) {
-                params += d->units[u].numel;
-                keep += kept[u];
-                u++;
-            }
+            while (u < nu && stage_of[u] == k)
+                params += d->units[u++].numel;
+            if ((rc = dt_plan_stage_acts(m, B, T, a, u, &keep)))
+                break;
             for (uint32_t i = 0; k == (uint32_t)p - 1 && i < nt && i < 4; i++)
                 params += d->units[tied[i]].numel; /* the last stage's copy */
             if (k + 1 < (uint32_t)p)
@@ -634,14 +691,34 @@ static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world)
                    "step\n",
                    k, a, u - 1, d->units[a].name, d->units[u - 1].name,
                    k == (uint32_t)p - 1 && nt ? " + a tied copy of the embedding" : "",
-                   (double)params / 1e6, dt_plan_bytes(keep + act.workspace, b1, sizeof b1),
+                   (double)params / 1e6, dt_plan_bytes(keep, b1, sizeof b1),
                    stash[k], dt_plan_bytes((uint64_t)stash[k] * bnd, b2, sizeof b2),
                    dt_plan_bytes(sent, b3, sizeof b3));
         }
     }
+    if (!rc) {
+        printf("model state per rank of each stage (parameters, gradients, optimizer over the "
+               "%lld-rank data group):\n", (long long)dp);
+        printf("  %-22s", "strategy");
+        for (int32_t k = 0; k < p; k++) {
+            char h[24];
+            snprintf(h, sizeof h, "stage %d", k);
+            printf(" %12s", h);
+        }
+        printf("\n");
+        for (size_t i = 0; i < sr->n; i++) {
+            if (!sr->label[i])
+                continue;
+            printf("  %-22s", sr->label[i]);
+            for (int32_t k = 0; k < p; k++) {
+                char b[32];
+                printf(" %12s", dt_plan_bytes(sr->state[i * (size_t)p + (size_t)k], b, sizeof b));
+            }
+            printf("\n");
+        }
+    }
     free(stage_of);
     free(stash);
-    free(kept);
     return rc;
 }
 
@@ -707,6 +784,13 @@ int dt_cmd_plan(int argc, char **argv)
     int planned = 0, first_rc = DT_OK;
     size_t nr = 0;
     plan_choice_t choice[PLAN_MAX_CHOICES];
+    const int32_t n_stages = r.set.parallel.pipeline > 1 ? (int32_t)r.set.parallel.pipeline : 0;
+    stage_rows_t sr = {calloc(vs.n ? vs.n : 1, sizeof *sr.label),
+                       calloc((vs.n ? vs.n : 1) * (size_t)(n_stages ? n_stages : 1),
+                              sizeof *sr.state),
+                       vs.n};
+    if (!sr.label || !sr.state)
+        vs.n = 0, rc = dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
     for (size_t i = 0; i < vs.n; i++) {
         dt_estimate_t e = {.struct_size = sizeof(dt_estimate_t)};
         int n_choice = 0, has_key = 0;
@@ -725,6 +809,8 @@ int dt_cmd_plan(int argc, char **argv)
                 if (choice[k].rc == DT_OK && dt_plan_total(&choice[k].e) <= lim.mem)
                     fits = "offload";
             print_row(variants[i].label, &e, &lim, fits);
+            if (n_stages)
+                plan_stage_row(&r, m, world, &sr, i, variants[i].label);
             if (e.note[0])
                 printf("%-*s   %s\n", lim.width, "", e.note);
             plan_row_t *row = &rows[nr++];
@@ -766,8 +852,10 @@ int dt_cmd_plan(int argc, char **argv)
     }
     if (planned && lim.mem)
         print_recommendation(rows, nr, &lim);
-    if (planned && m && r.plugin[DT_ROLE_PIPELINE] && (rc = print_pipeline(&r, m, world)))
+    if (planned && m && r.plugin[DT_ROLE_PIPELINE] && (rc = print_pipeline(&r, m, world, &sr)))
         planned = 0, first_rc = rc;
+    free(sr.label);
+    free(sr.state);
     ec = planned ? DT_EXIT_OK : dt_cli_fail("plan", first_rc ? first_rc : rc);
     if (m)
         dt_model_free(m, NULL);

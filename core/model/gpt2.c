@@ -273,20 +273,30 @@ static int gpt2_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *u
         return rc;
     const double block = block_bytes(B, T, C, es, att_state);
     int any_recompute = 0;
-    unit[0] += es * BT * C;
+    /* under a pipeline stage (dt_model_keeps) a unit outside it keeps
+     * nothing, but the one before it its output x, the stage's input */
+    if (dt_model_keeps(m, 0) != DT_KEEP_NONE)
+        unit[0] += es * BT * C;
     for (int64_t l = 0; l < L; l++) {
-        unit[l + 1] += es * BT * C;
+        const int keep = dt_model_keeps(m, (uint32_t)l + 1);
+        if (keep != DT_KEEP_NONE)
+            unit[l + 1] += es * BT * C;
+        if (keep != DT_KEEP_ALL)
+            continue;
         if (dt_model_recomputes(m, l))
             any_recompute = 1;
         else
             unit[l + 1] += block;
     }
-    unit[L + 1] += es * (BT * C + BT * V) + 4.0 * 2.0 * BT;
+    const int head = dt_model_keeps(m, (uint32_t)L + 1) == DT_KEEP_ALL;
+    if (head)
+        unit[L + 1] += es * (BT * C + BT * V) + 4.0 * 2.0 * BT;
     /* recompute scratch, the shared projections, logits and (f32) losses,
      * and the gradient scratch: dx dbuf_c dbuf_c2 (C), dqkv (3C), dfch
-     * dfch_gelu (4C), dlogits (V) */
-    *ws += (any_recompute ? block : 0.0) + es * (2.0 * BT * C + BT * V) + 4.0 * BT +
-           es * (BT * C * (3.0 + 3.0 + 8.0) + BT * V);
+     * dfch_gelu (4C), dlogits (V); the logits, losses and dlogits only
+     * where the head runs */
+    *ws += (any_recompute ? block : 0.0) + es * 2.0 * BT * C + es * BT * C * (3.0 + 3.0 + 8.0) +
+           (head ? es * 2.0 * BT * V + 4.0 * BT : 0.0);
     return DT_OK;
 }
 
@@ -307,11 +317,14 @@ static int gpt2_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
         return rc;
     for (int64_t l = 0; l <= L; l++) {
         m->act_owner = (uint32_t)l; /* x[l] is unit l's output */
-        if ((rc = dt_model_dalloc(m, ctx, BT * C, es, &g->x[l])))
+        if (dt_model_keeps(m, (uint32_t)l) != DT_KEEP_NONE &&
+            (rc = dt_model_dalloc(m, ctx, BT * C, es, &g->x[l])))
             return rc;
     }
     int need_scratch = 0;
     for (int64_t l = 0; l < L; l++) {
+        if (dt_model_keeps(m, (uint32_t)l + 1) != DT_KEEP_ALL)
+            continue; /* another stage's block */
         if (dt_model_recomputes(m, l)) {
             need_scratch = 1;
             continue;
@@ -324,24 +337,28 @@ static int gpt2_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
     if (need_scratch && (rc = alloc_block(m, ctx, &g->scratch)))
         return rc;
     for (int64_t l = 0; l < L; l++)
-        if (dt_model_recomputes(m, l))
+        if (dt_model_keeps(m, (uint32_t)l + 1) == DT_KEEP_ALL && dt_model_recomputes(m, l))
             g->acts[l] = g->scratch;
+    const int has_head = dt_model_keeps(m, head) == DT_KEEP_ALL;
     m->act_owner = head;
-    if ((rc = dt_model_dalloc(m, ctx, BT * C, es, &g->lnf)) ||
-        (rc = dt_model_dalloc(m, ctx, BT, 4, &g->lnf_mean)) ||
-        (rc = dt_model_dalloc(m, ctx, BT, 4, &g->lnf_rstd)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * V, es, &m->probs)))
+    if (has_head &&
+        ((rc = dt_model_dalloc(m, ctx, BT * C, es, &g->lnf)) ||
+         (rc = dt_model_dalloc(m, ctx, BT, 4, &g->lnf_mean)) ||
+         (rc = dt_model_dalloc(m, ctx, BT, 4, &g->lnf_rstd)) ||
+         (rc = dt_model_dalloc(m, ctx, BT * V, es, &m->probs))))
         return rc;
     m->act_owner = DT_ACT_WORKSPACE;
-    if ((rc = dt_model_dalloc(m, ctx, BT * V, es, &m->logits)) ||
-        (rc = dt_model_dalloc(m, ctx, BT, 4, &m->losses)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * C, es, &g->dx)) ||
+    if (has_head &&
+        ((rc = dt_model_dalloc(m, ctx, BT * V, es, &m->logits)) ||
+         (rc = dt_model_dalloc(m, ctx, BT, 4, &m->losses)) ||
+         (rc = dt_model_dalloc(m, ctx, BT * V, es, &g->dlogits))))
+        return rc;
+    if ((rc = dt_model_dalloc(m, ctx, BT * C, es, &g->dx)) ||
         (rc = dt_model_dalloc(m, ctx, BT * C, es, &g->dbuf_c)) ||
         (rc = dt_model_dalloc(m, ctx, BT * C, es, &g->dbuf_c2)) ||
         (rc = dt_model_dalloc(m, ctx, BT * 3 * C, es, &g->dqkv)) ||
         (rc = dt_model_dalloc(m, ctx, BT * 4 * C, es, &g->dfch)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, es, &g->dfch_gelu)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * V, es, &g->dlogits)))
+        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, es, &g->dfch_gelu)))
         return rc;
     return DT_OK;
 }

@@ -186,6 +186,8 @@ int dt_model_alloc_units(dt_model_t *m, uint32_t n)
     if (!m->desc.units || !m->extra)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     m->desc.n_units = n;
+    m->stage_first = 0;
+    m->stage_end = n;
     for (uint32_t i = 0; i < n; i++) {
         dt_unit_desc_t *u = &m->desc.units[i];
         u->index = i;
@@ -316,6 +318,35 @@ int dt_model_dalloc(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t n, size_t 
     return DT_OK;
 }
 
+int dt_model_keeps(const dt_model_t *m, uint32_t u)
+{
+    if (u >= m->stage_first && u < m->stage_end)
+        return DT_KEEP_ALL;
+    return u + 1 == m->stage_first ? DT_KEEP_OUTPUT : DT_KEEP_NONE;
+}
+
+int dt_model_set_stage(dt_model_t *m, uint32_t first, uint32_t end)
+{
+    if (first == m->stage_first && end == m->stage_end)
+        return DT_OK;
+    if (m->host_losses)
+        return dt_err_set(DT_ERR_INVALID, "model: the stage is set before the activations "
+                          "are allocated");
+    int rc = first == 0 && end == m->desc.n_units ? DT_OK : dt_model_stage_check(m, first, end);
+    if (rc)
+        return rc;
+    m->stage_first = first;
+    m->stage_end = end;
+    return DT_OK;
+}
+
+uint32_t dt_model_stage(const dt_model_t *m, uint32_t *end)
+{
+    if (end)
+        *end = m->stage_end;
+    return m->stage_first;
+}
+
 int dt_model_recomputes(const dt_model_t *m, int64_t l)
 {
     if (m->recompute_mode == DT_RECOMPUTE_ALL)
@@ -442,8 +473,10 @@ int dt_model_act_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *unit
     double ws = m->wdtype == m->adtype
                     ? 0.0
                     : (double)dt_model_act_size(m) * (double)m->view_numel;
-    u[0] += 4.0 * BT;
-    u[n - 1] += 4.0 * BT;
+    if (dt_model_keeps(m, 0) == DT_KEEP_ALL)
+        u[0] += 4.0 * BT;
+    if (dt_model_keeps(m, n - 1) == DT_KEEP_ALL)
+        u[n - 1] += 4.0 * BT;
     int rc = m->arch->act_bytes(m, B, T, u, &ws);
     if (rc) {
         free(u);
@@ -484,7 +517,7 @@ int dt_model_plan_acts(dt_model_t *m, int64_t B, int64_t T, dt_model_act_t *out)
 
 int dt_model_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t B, int64_t T)
 {
-    if (m->tokens)
+    if (m->host_losses)
         return dt_err_set(DT_ERR_INVALID, "model: activations are already allocated");
     if (ctx->dev_ops->kernels() != m->kern)
         return dt_err_set(DT_ERR_INVALID,
@@ -502,10 +535,12 @@ int dt_model_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t B, int
         !(m->act_got = calloc((size_t)n + 1, sizeof *m->act_got)))
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     m->act_owner = 0;
-    if ((rc = dt_model_dalloc(m, ctx, BT, 4, &m->tokens)))
+    if (dt_model_keeps(m, 0) == DT_KEEP_ALL &&
+        (rc = dt_model_dalloc(m, ctx, BT, 4, &m->tokens)))
         return rc;
     m->act_owner = n - 1;
-    if ((rc = dt_model_dalloc(m, ctx, BT, 4, &m->targets)))
+    if (dt_model_keeps(m, n - 1) == DT_KEEP_ALL &&
+        (rc = dt_model_dalloc(m, ctx, BT, 4, &m->targets)))
         return rc;
     m->act_owner = DT_ACT_WORKSPACE;
     if ((m->wdtype != m->adtype &&
@@ -570,13 +605,44 @@ static int mean_loss(const dt_model_t *m, const dt_model_ctx_t *ctx, double *los
     return DT_OK;
 }
 
+/* 1 when the activations are the whole model's (no stage set); else
+ * whole_model is DT_ERR_INVALID for a pass over the whole model on a rank
+ * whose activations are one stage's (dt_model_set_stage). */
+static int is_whole(const dt_model_t *m)
+{
+    return m->stage_first == 0 && m->stage_end == m->desc.n_units;
+}
+
+static int whole_model(const dt_model_t *m, const char *what)
+{
+    if (is_whole(m))
+        return DT_OK;
+    return dt_err_set(DT_ERR_INVALID, "model: a whole-model %s on a rank that runs units "
+                      "%u-%u only (a pipeline stage)", what, m->stage_first, m->stage_end - 1);
+}
+
+/* dt_model_stage_check, and [first, end) the stage the activations were
+ * allocated for (the whole model's serve any). */
+static int allocated_stage(const dt_model_t *m, uint32_t first, uint32_t end)
+{
+    int rc = dt_model_stage_check(m, first, end);
+    if (rc == DT_OK && !is_whole(m) &&
+        (first != m->stage_first || end != m->stage_end))
+        rc = dt_err_set(DT_ERR_INVALID, "model: stage units %u-%u run on activations "
+                        "allocated for units %u-%u", first, end - 1, m->stage_first,
+                        m->stage_end - 1);
+    return rc;
+}
+
 int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t *inputs,
                         const int32_t *targets, uint32_t micro, uint32_t n_micro, int no_grad,
                         float loss_scale, double *loss)
 {
-    if (!m->tokens)
+    if (!m->host_losses)
         return dt_err_set(DT_ERR_INVALID, "model: step before dt_model_alloc_acts");
-    int rc;
+    int rc = whole_model(m, "step");
+    if (rc)
+        return rc;
     if ((rc = put_tokens(m, ctx, "input", inputs, m->tokens)) ||
         (rc = put_tokens(m, ctx, "target", targets, m->targets)))
         return rc;
@@ -627,10 +693,10 @@ int dt_model_stage_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t fi
                            void *out, uint32_t micro, uint32_t n_micro, int no_grad,
                            double *loss)
 {
-    int rc = dt_model_stage_check(m, first, end);
+    int rc = allocated_stage(m, first, end);
     if (rc)
         return rc;
-    if (!m->tokens)
+    if (!m->host_losses)
         return dt_err_set(DT_ERR_INVALID, "model: stage forward before dt_model_alloc_acts");
     const int last = end == m->desc.n_units;
     if ((first == 0 && (rc = put_tokens(m, ctx, "input", inputs, m->tokens))) ||
@@ -649,7 +715,7 @@ int dt_model_stage_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t f
                             uint32_t end, const void *dout, void *din, uint32_t micro,
                             uint32_t n_micro, float loss_scale)
 {
-    int rc = dt_model_stage_check(m, first, end);
+    int rc = allocated_stage(m, first, end);
     if (rc)
         return rc;
     const dt_hook_t h = {.struct_size = sizeof(dt_hook_t), .micro = micro, .n_micro = n_micro};
@@ -804,10 +870,12 @@ int dt_model_loss_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t he
 static int probed_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t *inputs,
                           const int32_t *targets, dt_model_probe_t *p)
 {
-    if (!m->tokens)
+    if (!m->host_losses)
         return dt_err_set(DT_ERR_INVALID,
                           "model: dt_model_find_nonfinite before dt_model_alloc_acts");
-    int rc;
+    int rc = whole_model(m, "non-finite search");
+    if (rc)
+        return rc;
     if ((rc = check_tokens(m, "input", inputs)) || (rc = check_tokens(m, "target", targets)))
         return rc;
     const uint64_t bytes = (uint64_t)(m->B * m->T) * 4;

@@ -169,6 +169,18 @@ int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t 
  * of the same micro-batch (the caller recomputes that forward otherwise).
  * Running [0, n_units) is dt_model_step_micro's own path. */
 
+/* Before dt_model_alloc_acts: this rank runs units [first, end) only (a
+ * pipeline stage), so activations are planned (dt_model_act_bytes) and
+ * allocated for those: a unit of the stage keeps everything, the unit
+ * before it only its output (the stage's input boundary), the others
+ * nothing; the workspace drops the logits and their gradient unless the
+ * stage ends with the head.  Stage passes must then name this stage, and
+ * whole-model passes are refused.  DT_ERR_INVALID for another stage
+ * after allocation (the same one is a no-op); the range is
+ * dt_model_stage_check's. */
+int dt_model_set_stage(dt_model_t *m, uint32_t first, uint32_t end);
+/* The stage set: its first unit, and *end (may be NULL) past its last. */
+uint32_t dt_model_stage(const dt_model_t *m, uint32_t *end);
 /* DT_OK when units [first, end) can be a stage of this model; else
  * DT_ERR_CONFIG naming the arch (one that cannot be split) or
  * DT_ERR_INVALID naming the range. */

@@ -131,6 +131,10 @@ struct dt_model {
     int adtype;
     int recompute_mode;        /* DT_RECOMPUTE_* */
     int64_t recompute_every;   /* [model] checkpoint_every */
+    /* The units this rank runs (dt_model_set_stage): [stage_first,
+     * stage_end), the whole model unless a pipeline stage was set.
+     * Activations are planned and allocated for those only. */
+    uint32_t stage_first, stage_end;
     /* activations, common to every arch (B, T of dt_model_alloc_acts) */
     int64_t B, T;
     int32_t *tokens, *targets; /* (B, T) device */
@@ -194,6 +198,12 @@ int dt_model_dalloc(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t n, size_t 
 /* Whether backward recomputes the l-th of an arch's recomputable units
  * (GPT-2 blocks, MLP hidden layers) instead of keeping its activations. */
 int dt_model_recomputes(const dt_model_t *m, int64_t l);
+/* What of unit u's activations this rank keeps under its stage
+ * (dt_model_set_stage): DT_KEEP_ALL for a unit of the stage,
+ * DT_KEEP_OUTPUT for the unit just before it (its output is the stage's
+ * input boundary), DT_KEEP_NONE otherwise. */
+enum { DT_KEEP_NONE = 0, DT_KEEP_OUTPUT = 1, DT_KEEP_ALL = 2 };
+int dt_model_keeps(const dt_model_t *m, uint32_t u);
 /* Call the strategy's `phase` hook for unit `unit`, with the micro-batch
  * and flags of `h`; `buf` receives the buffers for pre_* phases. */
 int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,

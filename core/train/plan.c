@@ -5,6 +5,7 @@
 #include "train/plan.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/error.h"
@@ -16,39 +17,106 @@ int dt_plan_strategy(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_
                                     strcmp(set->parallel.offload, "none") != 0, out);
 }
 
-int dt_plan_strategy_offload(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *set,
-                             int world, int offload, dt_estimate_t *out)
+/* The estimate for description `d` (the model's, or one stage's) with
+ * `act_bytes` of activations. */
+static int estimate(const dt_plugin_t *strat, dt_model_t *m, const dt_model_desc_t *d,
+                    const dt_settings_t *set, int world, int offload, uint64_t act_bytes,
+                    dt_estimate_t *out)
 {
-    const int64_t micro = set->train.micro_batch, seq_len = set->train.seq_len,
-                  global = set->train.global_batch;
+    const int64_t micro = set->train.micro_batch, global = set->train.global_batch;
     int64_t accum = set->train.grad_accum;
-    int rc;
     /* not dt_batch_resolve: a plan for another world size than the config's
      * batch was written for is the point of planning, so a global batch
      * that does not divide there is planned as one micro-step, not refused */
     if (accum == 0)
         accum = global > 0 && global % (micro * world) == 0 ? global / (micro * world) : 1;
-    const dt_model_info_t *mi = dt_model_info(m);
-    const int half = strcmp(mi->dtype, "fp32") != 0; /* bf16, fp16 */
-    dt_model_act_t act;
-    if ((rc = dt_model_plan_acts(m, micro, seq_len, &act)))
-        return rc;
+    const int half = strcmp(dt_model_info(m)->dtype, "fp32") != 0; /* bf16, fp16 */
     /* what this implementation keeps: compute params in the model dtype
      * (plus f32 masters for bf16 and fp16), f32 gradients, f32 optimizer
      * moments */
     const uint32_t moments = set->optimizer.type == DT_OPTIM_SGD ? 1 : 2;
     dt_estimate_args_t a = {.struct_size = sizeof a, .group_size = world,
-                               .model = dt_model_desc(m), .param_bytes = half ? 2 : 4,
+                               .model = d, .param_bytes = half ? 2 : 4,
                                .grad_bytes = 4, .optim_bytes = 4 * moments + (half ? 4 : 0),
-                               .n_micro = (uint32_t)accum, .act_bytes = act.total,
+                               .n_micro = (uint32_t)accum, .act_bytes = act_bytes,
                                .offload = offload != 0};
     const dt_strategy_ops_t *ops = strat->ops;
     memset(out, 0, sizeof *out);
     out->struct_size = sizeof *out;
-    rc = ops->estimate(strat->host, &a, out);
+    int rc = ops->estimate(strat->host, &a, out);
     if (rc)
         return dt_plugin_failed(strat, rc, "estimate");
     return DT_OK;
+}
+
+int dt_plan_strategy_offload(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *set,
+                             int world, int offload, dt_estimate_t *out)
+{
+    dt_model_act_t act;
+    int rc = dt_model_plan_acts(m, set->train.micro_batch, set->train.seq_len, &act);
+    if (rc)
+        return rc;
+    return estimate(strat, m, dt_model_desc(m), set, world, offload, act.total, out);
+}
+
+int dt_plan_stage_acts(dt_model_t *m, int64_t B, int64_t T, uint32_t first, uint32_t end,
+                       uint64_t *out)
+{
+    /* the model's stage is set only around the count (a planner's model
+     * has none; a training rank's is this one already) */
+    uint32_t was_end;
+    const uint32_t was_first = dt_model_stage(m, &was_end);
+    int rc = dt_model_set_stage(m, first, end);
+    if (rc)
+        return rc;
+    dt_model_act_t act;
+    rc = dt_model_act_bytes(m, B, T, NULL, &act);
+    dt_model_set_stage(m, was_first, was_end);
+    *out = act.total;
+    return rc;
+}
+
+int dt_plan_stage(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *set, int world,
+                  int offload, uint32_t first, uint32_t end, dt_estimate_t *out)
+{
+    const dt_model_desc_t *d = dt_model_desc(m);
+    const uint32_t nu = d->n_units;
+    uint64_t acts = 0;
+    int rc = dt_plan_stage_acts(m, set->train.micro_batch, set->train.seq_len, first, end, &acts);
+    if (rc)
+        return rc;
+    dt_unit_desc_t *units = calloc(nu, sizeof *units);
+    uint8_t *held = calloc(nu, 1);
+    if (!units || !held) {
+        free(units);
+        free(held);
+        return dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
+    }
+    uint32_t tied[4];
+    const uint32_t nt = dt_model_stage_tied(m, first, end, tied, 4);
+    for (uint32_t u = first; u < end; u++)
+        held[u] = 1;
+    for (uint32_t i = 0; i < nt && i < 4; i++)
+        held[tied[i]] = 1;
+    /* the stage's description: the units it does not hold emptied, as a
+     * data strategy running the stage sees them (sdk/dp.h) */
+    dt_model_desc_t sd = *d;
+    sd.units = units;
+    sd.numel = 0;
+    for (uint32_t u = 0; u < nu; u++) {
+        units[u] = d->units[u];
+        if (!held[u]) {
+            units[u].n_params = 0;
+            units[u].params = NULL;
+            units[u].numel = 0;
+            units[u].act_bytes = 0;
+        }
+        sd.numel += units[u].numel;
+    }
+    rc = estimate(strat, m, &sd, set, world, offload, acts, out);
+    free(units);
+    free(held);
+    return rc;
 }
 
 uint64_t dt_plan_tier_traffic(const dt_estimate_t *e)

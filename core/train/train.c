@@ -519,6 +519,9 @@ static int init_strategy(run_t *R)
         return rc;
     R->ctx = (dt_model_ctx_t){R->dev_ops, R->dev, R->stream, R->strat_ops, R->strat,
                               R->pstrat->name};
+    /* a stage's rank keeps its own units' activations only */
+    if (R->ppipe && (rc = dt_model_set_stage(R->model, R->stage_first, R->stage_end)))
+        return rc;
     return dt_model_alloc_acts(R->model, &R->ctx, R->set->train.micro_batch,
                                R->set->train.seq_len);
 }
@@ -1194,7 +1197,11 @@ static int report_memory(run_t *R)
     dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
     R->dev_ops->mem_stats(R->dev, &ms);
     dt_estimate_t plan = {.struct_size = sizeof(dt_estimate_t)};
-    int rc = dt_plan_strategy(R->pstrat, R->model, R->set, (int)R->dp, &plan);
+    /* a pipeline stage's rank holds its units only: plan those */
+    int rc = R->ppipe ? dt_plan_stage(R->pstrat, R->model, R->set, (int)R->dp,
+                                      strcmp(R->set->parallel.offload, "none") != 0,
+                                      R->stage_first, R->stage_end, &plan)
+                      : dt_plan_strategy(R->pstrat, R->model, R->set, (int)R->dp, &plan);
     if (rc)
         return rc;
     uint64_t peak[DT_TAG_COUNT], planned[DT_TAG_COUNT], plan_total = 0;

@@ -404,18 +404,37 @@ expect_out "says which and where it looked" \
 # activations and stage 1 8 gradients (32768 bytes), and both the tied
 # embedding's gradient, wte 256 x 32 + wpe 32 x 32 f32 = 36864 bytes:
 # 69632 bytes = 0.07 MiB each.  GPipe stashes stage 1's 8 inputs (32768
-# bytes = 0.03 MiB), 1F1B one (4096 bytes = 0.00 MiB).
+# bytes = 0.03 MiB), 1F1B one (4096 bytes = 0.00 MiB).  A stage's rank
+# allocates its own units' activations only: stage 0 without the head's
+# logits and their gradient (2 x 32 tokens x 256 x 4 = 65536 bytes less
+# than the whole model's workspace: 0.14 MiB, not 0.20), stage 1 with its
+# input boundary (4096 bytes more: 0.24 MiB).
 expect_exit 0 "plan a pipeline of 2 stages, gpipe" "$bin" plan eq.toml --world 2 \
   --set parallel.pipeline=2 --set train.micro_batch=1 --set pipeline.schedule=gpipe
 expect_out "the bubble (p - 1) / (m + p - 1)" \
   "pipeline: 2 stages x 1 data-parallel replicas, 8 micro-batches a step: bubble (p - 1) / (m + p - 1) = 11.1%"
 expect_out "stage 0: its units, nothing stashed, its sends" \
-  "  stage 0: units 0-1 (embedding .. block.0), 0.022M parameters; activations 0.20 MiB (one micro-batch of its units, 0 stage inputs stashed: 0.00 MiB); sends 0.07 MiB a step"
+  "  stage 0: units 0-1 (embedding .. block.0), 0.022M parameters; activations 0.14 MiB (one micro-batch of its units, 0 stage inputs stashed: 0.00 MiB); sends 0.07 MiB a step"
 expect_out "stage 1: the tied copy, every input stashed (gpipe)" \
-  "  stage 1: units 2-3 (block.1 .. head) + a tied copy of the embedding, 0.022M parameters; activations 0.23 MiB (one micro-batch of its units, 8 stage inputs stashed: 0.03 MiB); sends 0.07 MiB a step"
+  "  stage 1: units 2-3 (block.1 .. head) + a tied copy of the embedding, 0.022M parameters; activations 0.24 MiB (one micro-batch of its units, 8 stage inputs stashed: 0.03 MiB); sends 0.07 MiB a step"
 expect_exit 0 "plan a pipeline of 2 stages, 1f1b" "$bin" plan eq.toml --world 2 \
   --set parallel.pipeline=2 --set train.micro_batch=1
 expect_out "1f1b: stage 1 stashes one input" "1 stage inputs stashed: 0.00 MiB"
+# each stage's model state per row, over the data group (--world 4: dp 2).
+# Stage 0 holds the embedding (wte 256 x 32 + wpe 32 x 32 = 9216) and
+# block.0 (12704): 21920 parameters; stage 1 block.1 (12704), the head
+# (64) and the tied copy (9216): 21984.  ddp keeps f32 params, grads and
+# AdamW's two moments, 16 bytes each: 350720 = 0.33 MiB and 351744 =
+# 0.34 MiB; zero-2 shards the grads and moments over 2 ranks, 4 + 2 + 4 =
+# 10 bytes: 219200 = 0.21 MiB and 219840 = 0.21 MiB.
+expect_exit 0 "plan pp2 x dp2" "$bin" plan eq.toml --world 4 --set parallel.pipeline=2 \
+  --set train.micro_batch=1
+expect_out "the stage table's header" \
+  "model state per rank of each stage (parameters, gradients, optimizer over the 2-rank data group):"
+expect_out "ddp: each stage's own units, the tied copy on the last" \
+  "  ddp                        0.33 MiB     0.34 MiB"
+expect_out "zero-2: gradients and moments halved" \
+  "  zero-2                     0.21 MiB     0.21 MiB"
 expect_exit 2 "more stages than units" "$bin" plan eq.toml --world 5 --set parallel.pipeline=5 \
   --set train.global_batch=5 --set train.micro_batch=1
 expect_out "more stages than units: named" \

@@ -38,6 +38,10 @@ typedef struct dt_mh {
 /* The device plugin dt_mh_open_at loads: "cpu" (the default; 2 threads)
  * or "cuda" (deterministic).  Set it before opening. */
 extern const char *dt_mh_device;
+/* dt_mh_stage_end > 0: dt_mh_open_at allocates activations for units
+ * [dt_mh_stage_first, dt_mh_stage_end) only (dt_model_set_stage), as a
+ * pipeline stage's rank does; 0 (the default): the whole model's. */
+extern uint32_t dt_mh_stage_first, dt_mh_stage_end;
 
 /* Load the device plugin (dt_mh_device), build the model from TOML text holding
  * a [model] table, allocate activations for B x T and the strategy, and

@@ -6,7 +6,8 @@
  * GPT-2 (3 blocks: 5 units) is opened three times from the same seed, as
  * three ranks would hold it: the whole model, stage A = units [0, k) and
  * stage B = units [k, 5), each with its own oracle strategy (the test
- * harness's, which checks the hook protocol).  For every split k = 1..4,
+ * harness's, which checks the hook protocol) and activations allocated
+ * for its own units only (dt_model_set_stage), as a stage's rank has.  For every split k = 1..4,
  * 3 micro-batches with accumulation run GPipe's order as a pipeline rank
  * runs it: every forward of A then of B (B's inputs stashed, one boundary
  * tensor per micro-batch), then the backwards micro-batch by micro-batch,
@@ -20,7 +21,10 @@
  *     the LM head, held by B as a copy) as A's plus B's, the sum the
  *     pipeline forms over the embedding group (measured: 5.8e-8, the
  *     rounding of that sum).
- * Also: B lists unit 0 as tied, A lists none; an mlp model cannot be
+ * Also: a stage's activation plan (nothing for units before its input
+ * boundary, that unit's output only, no logits without the head) and its
+ * refusals (another stage, a whole-model step, a stage set after the
+ * allocation); B lists unit 0 as tied, A lists none; an mlp model cannot be
  * split (DT_ERR_CONFIG naming the arch); an empty or out-of-range stage is
  * DT_ERR_INVALID naming the range.
  */
@@ -91,8 +95,12 @@ static void check_split(uint32_t k, const int32_t *inputs, const int32_t *target
 {
     stage_t a = {.first = 0, .end = k, .last_fwd = -1};
     stage_t b = {.first = k, .end = NU, .last_fwd = -1};
+    /* each holds its own stage's activations only, as a stage's rank */
+    dt_mh_stage_first = 0, dt_mh_stage_end = k;
     must(dt_mh_open(&a.h, gpt2_toml, B, T, SEED), "open stage A");
+    dt_mh_stage_first = k, dt_mh_stage_end = NU;
     must(dt_mh_open(&b.h, gpt2_toml, B, T, SEED), "open stage B");
+    dt_mh_stage_first = dt_mh_stage_end = 0;
     const uint64_t n = dt_model_boundary_count(a.h.model);
     assert_int_equal(n, (uint64_t)B * T * C);
     void *act[M], *grad;
@@ -185,6 +193,54 @@ static void test_stage_tied_and_refusals(void **state)
                         "model: stage of units [2, 2) is not a non-empty range of the model's "
                         "5 units");
     assert_int_equal(dt_model_stage_check(w.model, 3, 6), DT_ERR_INVALID);
+    /* allocated whole: any stage runs, a stage cannot be set any more */
+    assert_int_equal(dt_model_set_stage(w.model, 2, NU), DT_ERR_INVALID);
+    assert_string_equal(dt_last_error(),
+                        "model: the stage is set before the activations are allocated");
+    must(dt_model_set_stage(w.model, 0, NU), "the same (whole) stage again");
+    dt_mh_close(&w);
+
+    /* a stage's rank: units [2, 5) keep everything, unit 1 (block.0) its
+     * output (the stage's input, B x T x C f32), units 0 nothing; its
+     * workspace keeps the logits; the plan is what it allocated (model.c
+     * checks it unit by unit); other stages' and whole-model passes are
+     * refused */
+    dt_mh_stage_first = 2, dt_mh_stage_end = NU;
+    must(dt_mh_open(&w, gpt2_toml, B, T, SEED), "open stage [2, 5)");
+    dt_mh_stage_first = dt_mh_stage_end = 0;
+    uint64_t unit[NU];
+    dt_model_act_t act;
+    must(dt_model_act_bytes(w.model, B, T, unit, &act), "act bytes of the stage");
+    assert_int_equal(unit[0], 0);
+    assert_int_equal(unit[1], (uint64_t)B * T * C * 4);
+    assert_true(unit[2] > unit[1] && unit[3] == unit[2] && unit[4] > 0);
+    assert_int_equal(dt_model_stage_forward(w.model, &w.ctx, 1, NU, NULL, NULL, NULL, NULL, 0, 1,
+                                            0, NULL),
+                     DT_ERR_INVALID);
+    assert_string_equal(dt_last_error(),
+                        "model: stage units 1-4 run on activations allocated for units 2-4");
+    int32_t tok[B * T] = {0};
+    double loss = 0;
+    assert_int_equal(dt_model_step_micro(w.model, &w.ctx, tok, tok, 0, 1, 1, 1.0f, &loss),
+                     DT_ERR_INVALID);
+    assert_string_equal(dt_last_error(), "model: a whole-model step on a rank that runs units "
+                                         "2-4 only (a pipeline stage)");
+    dt_mh_close(&w);
+
+    /* stage [0, 2): no head, so no logits in the workspace */
+    dt_model_act_t whole, first;
+    must(dt_mh_open(&w, gpt2_toml, B, T, SEED), "open whole");
+    must(dt_model_act_bytes(w.model, B, T, NULL, &whole), "act bytes, whole");
+    dt_mh_close(&w);
+    dt_mh_stage_first = 0, dt_mh_stage_end = 2;
+    must(dt_mh_open(&w, gpt2_toml, B, T, SEED), "open stage [0, 2)");
+    dt_mh_stage_first = dt_mh_stage_end = 0;
+    must(dt_model_act_bytes(w.model, B, T, unit, &first), "act bytes, stage [0, 2)");
+    /* logits and their gradient (B x T x V f32 each) and the losses
+     * (B x T f32) */
+    assert_int_equal(whole.workspace - first.workspace,
+                     (uint64_t)2 * B * T * V * 4 + (uint64_t)B * T * 4);
+    assert_int_equal(unit[2] + unit[3] + unit[4], 0);
     dt_mh_close(&w);
 
     dt_mh_t m;

@@ -563,23 +563,17 @@ static int check_tier(const dt_resolved_t *r, const char *tier, const char *name
     return DT_EXIT_OK;
 }
 
-/* ---- pipeline (issue 14): with parallel.pipeline > 1, a block per
- * stage after the table: its units and parameters (a tied copy
- * included), the activations it keeps (one micro-batch of its units, plus
- * the stage inputs the schedule stashes, which the pipeline plugin says),
- * the bytes it sends a step (boundary tensors forward, their gradients
- * back, the tied gradient's all-reduce), and the bubble. ---- */
-/* The model state (parameters, gradients, optimizer) per rank of each
- * stage under each planned row's data strategy, over the data group:
- * dt_plan_stage with the stage's units.  stage_state[row * p + k]. */
+/* ---- pipeline (issue 14): the model state (parameters, gradients,
+ * optimizer) per rank of each stage under each planned row's data
+ * strategy, over the data group (dt_plan_stage): state[row * p + k]. */
 typedef struct stage_rows {
     const char **label; /* per row; NULL: not planned */
     uint64_t *state;
     size_t n;
 } stage_rows_t;
 
-/* Rows [first, end) of the stages of the pipeline plugin's assignment
- * into start[0..p] (stage k: units [start[k], start[k + 1])). */
+/* The units of each stage, as the pipeline plugin assigns them, into
+ * start[0..p] (stage k: units [start[k], start[k + 1])). */
 static int stage_bounds(const dt_resolved_t *r, dt_model_t *m, uint32_t *start)
 {
     const dt_plugin_t *pp = r->plugin[DT_ROLE_PIPELINE];
@@ -630,6 +624,13 @@ static void plan_stage_row(const dt_resolved_t *r, dt_model_t *m, int64_t world,
     free(start);
 }
 
+/* ---- pipeline (issue 14): with parallel.pipeline > 1, a block per
+ * stage after the table: its units and parameters (a tied copy
+ * included), the activations it keeps (one micro-batch of its units, plus
+ * the stage inputs the schedule stashes, which the pipeline plugin says),
+ * the bytes it sends a step (boundary tensors forward, their gradients
+ * back, the tied gradient's all-reduce), and the bubble; then each stage's
+ * model state under every planned row (stage_rows_t). ---- */
 static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world,
                           const stage_rows_t *sr)
 {

@@ -164,7 +164,13 @@ static int make_buffers(dt_shard_engine_t *e)
     for (uint32_t i = 0; i < p->n_groups; i++) {
         sh_group_t *g = &e->g[i];
         const dt_shard_group_t *gr = &p->groups[i];
-        g->n_units = gr->unit_hi - gr->unit_lo + 1;
+        /* the units that report their last use: a pipeline stage's own
+         * (a unit another stage holds is never hooked here, so counting it
+         * would let the count of one micro-step run into the next and
+         * call the group complete before its last backward) */
+        g->n_units = 0;
+        for (uint32_t u = gr->unit_lo; u <= gr->unit_hi; u++)
+            g->n_units += (dt_dp_unit_flags(&e->dp, u) & DT_UNIT_HELD) != 0;
         if (e->cfg.params_replicated) {
             g->full = (char *)e->replica + gr->full_off * e->pes;
             g->persistent = 1;

@@ -247,19 +247,7 @@ int shard_group_complete(dt_shard_engine_t *e, uint32_t gi, int final_micro)
         rc = red_launch(e, gi, SH_R_SCATTER_ADD, buf, final_micro && e->rsize > 1);
         if (rc == DT_OK && !e->cfg.overlap)
             rc = shard_reductions_finish(e, -1);
-    } else if (final_micro && e->cfg.overlap && !dt_dp_is_stage(&e->dp)) {
-        /* Full gradients reduce in place when their group completes in the
-         * last micro-step.  On a pipeline stage they wait for step(), as
-         * a known bug is not understood yet: at pp2 x dp2, the last
-         * stage's tied COPY group (complete at the head's backward)
-         * reduced in place there changes the gradients of the units whose
-         * backward follows (their sum of squares 0.8167 -> 0.7739; step
-         * 1's norm 1.80-2.19 against 1.977 when overlapped, a steady
-         * 1.983 when the reduce is made to finish at once); reduced into
-         * a scratch buffer, or after the stage's last backward hook, it
-         * is exact, and so are the first stage's early launches and
-         * ZeRO-2's and ddp's.  The cost is ZeRO-1's last-micro-step
-         * overlap under a pipeline. */
+    } else if (final_micro && e->cfg.overlap) {
         rc = launch_final(e, gi);
     }
     return rc;

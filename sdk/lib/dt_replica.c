@@ -183,7 +183,12 @@ static int make_buckets(dt_replica_t *r)
         bk->unit_hi = spans[b].unit_hi;
         bk->off = r->layout.offset[bk->unit_lo];
         bk->count = r->layout.offset[bk->unit_hi + 1] - bk->off;
-        bk->n_units = bk->unit_hi - bk->unit_lo + 1;
+        /* the units that report their last use: a pipeline stage's own
+         * (another stage's are never hooked here; counting them would keep
+         * the bucket from starting before the step) */
+        bk->n_units = 0;
+        for (uint32_t u = bk->unit_lo; u <= bk->unit_hi; u++)
+            bk->n_units += (dt_dp_unit_flags(&r->dp, u) & DT_UNIT_HELD) != 0;
         if (bk->count > max_count)
             max_count = bk->count;
     }

@@ -22,6 +22,7 @@
 #include "mp_check.h"
 #include "mp_harness.h"
 #include "shard.h"
+#include "shard_internal.h"
 #include "test_assert.h"
 #include "test_host.h"
 #include "test_plugin.h"
@@ -344,6 +345,106 @@ static int rank_collectives(int rank, int size, const char *job, void *arg)
     return 0;
 }
 
+/* A pipeline stage's data group (2 ranks, both the same stage): units 0
+ * and 1 held, unit 2 another stage's, all three in one ZeRO-1 group (full
+ * gradients reduced in place, overlapped).  The group is complete in the
+ * last micro-step only when both held units reported their last use: a
+ * count that took unit 2 in would run from micro-step 0 into 1 and start
+ * the in-place reduce-scatter at unit 1's report, before unit 0's
+ * gradient (the bug that gave ZeRO-1 at pp2 x dp2 wrong gradients).  Then
+ * the step's norm is the reduced gradient's: rank r adds (r + 1) x (m + 1)
+ * x c to every element in micro-step m, so the average over ranks and the
+ * sum over micro-steps is 1.5 x 3 = 4.5 x c. */
+static int rank_stage(int rank, int size, const char *job, void *arg)
+{
+    (void)arg;
+    dt_test_host_t th_cpu, th_shm, th;
+    dt_test_host_init(&th_cpu, "device/cpu", NULL);
+    dt_test_host_init(&th_shm, "comm/shm", shm_kv);
+    dt_test_host_init(&th, "sdk/shard", NULL);
+    dt_device_t *dev;
+    dt_comm_t *comm;
+    dt_stream_t *cs;
+    dt_device_init_v1_t di = {.struct_size = sizeof di, .rank = rank, .local_rank = rank,
+                              .local_size = size, .device_index = -1};
+    DT_MP_OK(D->init(&th_cpu.host, &di, &dev));
+    dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
+                            .local_rank = rank, .local_size = size, .job_id = job,
+                            .timeout_ms = 20000, .dev_ops = D, .dev = dev};
+    DT_MP_OK(SHM->init(&th_shm.host, &ci, &comm));
+    DT_MP_OK(D->stream_create(dev, &cs));
+    dt_model_desc_v1_t model = dt_toy_model(DT_F32);
+    dt_optim_desc_v1_t optim = {.struct_size = sizeof optim, .kind = DT_OPTIM_SGD};
+    const uint8_t flags[DT_TOY_NU] = {DT_UNIT_HELD, DT_UNIT_HELD, 0};
+    dt_strategy_init_v1_t ia = {.struct_size = sizeof ia, .n_micro = 2, .dev_ops = D,
+                                .dev = dev, .compute_stream = cs, .comm_ops = SHM,
+                                .comm = comm, .model = &model, .optim = &optim,
+                                .unit_flags = flags};
+    const dt_bucket_span_t one[1] = {{.unit_lo = 0, .unit_hi = DT_TOY_NU - 1}};
+    dt_shard_cfg_t cfg = {.what = "zero stage 1", .params_replicated = 1, .grads_full = 1,
+                          .overlap = 1, .spans = one, .n_spans = 1};
+    dt_shard_engine_t e;
+    DT_MP_OK(dt_shard_engine_init(&e, &th.host, &ia, &cfg));
+    DT_MP_CHECK(e.plan.n_groups == 1 && e.g[0].n_units == 2);
+    static float buf[DT_TOY_MAXN];
+    for (uint32_t u = 0; u < 2; u++) {
+        uint64_t k = dt_toy_unit(u)->numel;
+        for (uint64_t i = 0; i < k; i++)
+            buf[i] = dt_toy_pval(u, i);
+        uint64_t off;
+        dt_range_t r = dt_shard_held(&e.plan, u, e.srank, &off);
+        DT_MP_OK(dt_shard_set_state(&e, u, DT_STATE_PARAMS, r, buf + r.offset));
+    }
+    DT_MP_OK(dt_shard_state_loaded(&e));
+    DT_MP_OK(dt_shard_begin_step(&e, 1));
+    double want = 0.0;
+    for (uint32_t m = 0; m < 2; m++)
+        for (uint32_t u = 2; u-- > 0;) {
+            dt_hook_v1_t h = {.struct_size = sizeof h, .unit = u, .micro = m, .n_micro = 2,
+                              .last_use = 1};
+            dt_unit_buffers_v1_t b = {.struct_size = sizeof b};
+            DT_MP_OK(dt_shard_pre_backward(&e, &h, &b));
+            uint64_t k = dt_toy_unit(u)->numel;
+            DT_MP_OK(D->memcpy_async(dev, buf, b.grads, k * sizeof(float), DT_COPY_D2H, cs));
+            DT_MP_OK(D->stream_sync(dev, cs));
+            for (uint64_t i = 0; i < k; i++) {
+                const double c = 0.01 * (double)(u + 1) + 0.001 * (double)i;
+                buf[i] += (float)((rank + 1) * (m + 1) * c);
+                if (m == 1)
+                    want += 4.5 * c * 4.5 * c;
+            }
+            DT_MP_OK(D->memcpy_async(dev, b.grads, buf, k * sizeof(float), DT_COPY_H2D, cs));
+            DT_MP_OK(D->stream_sync(dev, cs));
+            DT_MP_OK(dt_shard_post_backward(&e, &h));
+            /* started only once unit 0, the last held unit, reported in
+             * the last micro-step */
+            if (e.g[0].final_sent != (m == 1 && u == 0)) {
+                dt_mp_fail("rank %d: after unit %u's last use in micro-step %u the group's "
+                           "reduction is %s", rank, u, m,
+                           e.g[0].final_sent ? "started" : "not started");
+                DT_MP_CHECK(0);
+            }
+        }
+    dt_step_args_v1_t sa = {.struct_size = sizeof sa, .step = 1, .lr = 0.0f};
+    dt_step_result_v1_t res = {.struct_size = sizeof res};
+    DT_MP_OK(dt_shard_step(&e, &sa, &res));
+    if (fabs(res.grad_norm - sqrt(want)) > 1e-5 * sqrt(want)) {
+        dt_mp_fail("rank %d: grad norm %.9g, want %.9g", rank, res.grad_norm, sqrt(want));
+        DT_MP_CHECK(0);
+    }
+    dt_shard_engine_free(&e);
+    D->stream_destroy(dev, cs);
+    SHM->finalize(comm);
+    D->finalize(dev);
+    return 0;
+}
+
+static void test_mp_stage_group_complete(void **state)
+{
+    (void)state;
+    dt_mp_run_ranks(2, rank_stage, NULL, 60.0, "shard-stage");
+}
+
 static void test_mp_gather_reduce(void **state)
 {
     for (int size = 1; size <= 4; size++)
@@ -374,6 +475,7 @@ int main(void)
         cmocka_unit_test(test_wrap_plan),
         cmocka_unit_test(test_plan_layout),
         cmocka_unit_test(test_plan_alone),
+        cmocka_unit_test(test_mp_stage_group_complete),
         cmocka_unit_test(test_held_partition),
         cmocka_unit_test(test_collective_errors),
         cmocka_unit_test(test_mp_gather_reduce),

@@ -924,7 +924,9 @@ static int child_wait_limit(int rank, int N, void *arg)
     dt_comm_t *c = NULL;
     CHILD_OK(join(a, rank, N, &th, &c));
     if (rank == 1) {
-        struct timespec ts = {1, 0};
+        /* absent long enough that rank 0's 0.2 s limit ends first even on
+         * a loaded machine (its timeout, not this rank's leaving) */
+        struct timespec ts = {3, 0};
         nanosleep(&ts, NULL);
         g_ops->finalize(c);
         return 0;

@@ -38,6 +38,7 @@
 #include "cli/cli.h"
 #include "dtrain/half.h"
 #include "config/config.h"
+#include "cli/cli_launch.h"
 #include "launch/launcher.h"
 #include "launch/rendezvous.h"
 #include "setup/resolve.h"
@@ -662,13 +663,17 @@ static int bench_comm(int argc, char **argv)
     if (rc)
         return dt_cli_fail("bench comm", rc);
     dt_launch_plan_t plan;
-    rc = dt_launch_plan(&r.set.launch, o.nproc, "--nproc",
-                        o.nproc_given ? "from the command line" : "the default",
-                        o.nproc_given, &plan);
+    rc = dt_cli_plan_launch(&r, o.nproc, "--nproc",
+                            o.nproc_given ? "from the command line" : "the default",
+                            o.nproc_given, &plan);
     if (rc == DT_OK && plan.spawn) {
         dt_launch_opts_t lo = {.nproc = plan.nproc, .argv = dt_cli_argv(),
                                .raw_stdout_rank = 0, .cleanup = dt_resolve_cleanup_job,
                                .cleanup_ctx = &r};
+        /* one node of several ([launch] nnodes, as `dtrain run` takes it):
+         * this node's ranks of the job; rank 0's table on node 0 */
+        char job[128];
+        dt_cli_launch_nodes(&plan, &lo, job, sizeof job);
         dt_launch_result_t res;
         rc = dt_launch_run(&lo, &res);
         ec = rc ? dt_cli_fail("bench comm", rc) : res.exit_code;

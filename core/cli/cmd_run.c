@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cli_launch.h"
 #include "cli/run_profile.h"
 #include "train/preflight.h"
 #include "train/train.h"
@@ -80,68 +81,6 @@ static int install_crash_handler(const dt_resolved_t *r, int rank)
     return dt_crash_install(rank);
 }
 
-/* Where [launch] `key` came from, for messages. */
-static const char *key_from(const dt_resolved_t *r, const char *key, char *buf, size_t cap)
-{
-    dt_origin_t origin = dt_config_origin(r->cfg, key);
-    if (origin == DT_ORIGIN_CLI)
-        snprintf(buf, cap, "from the command line");
-    else if (origin == DT_ORIGIN_FILE)
-        snprintf(buf, cap, "set in %s", r->set.config_path);
-    else
-        snprintf(buf, cap, "the default");
-    return buf;
-}
-
-/* A job on several nodes needs a node_rank below nnodes, a shared secret
- * and a rendezvous address every node can reach. */
-static int check_nodes(const dt_resolved_t *r, const dt_launch_plan_t *plan)
-{
-    const dt_launch_settings_t *l = &r->set.launch;
-    char f1[4200], f2[4200];
-    if (dt_world_from_launcher(&plan->world)) {
-        if (l->nnodes > 1 && dt_config_origin(r->cfg, "launch.nnodes") != DT_ORIGIN_DEFAULT &&
-            plan->world.size != l->nnodes * plan->world.local_size)
-            return dt_err_set(DT_ERR_CONFIG,
-                              "launch.nnodes = %lld (%s), but %s started this process as one "
-                              "of %d ranks, %d of them on this node: under another launcher "
-                              "dtrain starts no ranks itself; remove launch.nnodes or make "
-                              "the two agree",
-                              (long long)l->nnodes, key_from(r, "launch.nnodes", f1, sizeof f1),
-                              plan->world.source, plan->world.size, plan->world.local_size);
-        return DT_OK;
-    }
-    if (l->node_rank >= l->nnodes)
-        return dt_err_set(DT_ERR_CONFIG,
-                          "launch.node_rank = %lld (%s) is not below launch.nnodes = %lld (%s): "
-                          "nodes are numbered 0 to nnodes - 1",
-                          (long long)l->node_rank, key_from(r, "launch.node_rank", f1, sizeof f1),
-                          (long long)l->nnodes, key_from(r, "launch.nnodes", f2, sizeof f2));
-    if (l->nnodes <= 1)
-        return DT_OK;
-    if (!plan->world.job_secret[0])
-        return dt_err_set(DT_ERR_CONFIG,
-                          "launch.nnodes = %lld (%s) needs DTRAIN_JOB_SECRET in the environment, "
-                          "the same on every node: the ranks prove with it that they belong to "
-                          "this job (make one with `head -c 16 /dev/urandom | od -An -tx1 | tr "
-                          "-d ' \\n'` and pass it to every node)",
-                          (long long)l->nnodes, key_from(r, "launch.nnodes", f1, sizeof f1));
-    if (dt_config_origin(r->cfg, "launch.master_addr") == DT_ORIGIN_DEFAULT &&
-        !getenv("MASTER_ADDR"))
-        return dt_err_set(DT_ERR_CONFIG,
-                          "launch.nnodes = %lld (%s) needs launch.master_addr (--master-addr): "
-                          "the address of node 0 that every node can reach (the default "
-                          "127.0.0.1 reaches only this machine)",
-                          (long long)l->nnodes, key_from(r, "launch.nnodes", f1, sizeof f1));
-    if (plan->world.master_port == 0)
-        return dt_err_set(DT_ERR_CONFIG,
-                          "launch.nnodes = %lld (%s) needs a rendezvous port: launch.master_port "
-                          "= 0 (%s)",
-                          (long long)l->nnodes, key_from(r, "launch.nnodes", f1, sizeof f1),
-                          key_from(r, "launch.master_port", f2, sizeof f2));
-    return DT_OK;
-}
-
 /* The `dtrain run` options that are [launch] keys, as --set entries
  * appended to a (after the user's own --set, so the option wins). */
 static int launch_options(const char *const *vals, dt_cli_config_args_t *a)
@@ -182,9 +121,8 @@ static int plan_launch(const dt_resolved_t *r, dt_launch_plan_t *plan)
         snprintf(from, sizeof from, "set in %s", r->set.config_path);
     else
         snprintf(from, sizeof from, "the default");
-    int rc = dt_launch_plan(&r->set.launch, r->set.launch.nproc, "launch.nproc", from,
-                            origin != DT_ORIGIN_DEFAULT, plan);
-    return rc ? rc : check_nodes(r, plan);
+    return dt_cli_plan_launch(r, r->set.launch.nproc, "launch.nproc", from,
+                              origin != DT_ORIGIN_DEFAULT, plan);
 }
 
 int dt_cmd_run(int argc, char **argv)
@@ -228,17 +166,7 @@ int dt_cmd_run(int argc, char **argv)
                                .raw_stdout_rank = -1, .cleanup = dt_resolve_cleanup_job,
                                .cleanup_ctx = &r};
         char job[128];
-        if (plan.nnodes > 1) {
-            /* every node's launcher names the job alike, so each one's
-             * cleanup names what its ranks created */
-            lo.rank_base = plan.node_rank * plan.nproc;
-            lo.world_size = plan.nnodes * plan.nproc;
-            lo.master_addr = plan.world.master_addr;
-            lo.master_port = plan.world.master_port;
-            dt_rdzv_nodes_job_id(plan.world.job_secret, plan.world.master_addr,
-                                 plan.world.master_port, job, sizeof job);
-            lo.job_id = getenv("DTRAIN_JOB_ID") && getenv("DTRAIN_JOB_ID")[0] ? NULL : job;
-        }
+        dt_cli_launch_nodes(&plan, &lo, job, sizeof job);
         dt_launch_result_t res;
         rc = dt_launch_run(&lo, &res);
         ec = rc ? dt_cli_fail("run", rc) : res.exit_code;

@@ -19,6 +19,8 @@
 #     and both hashes
 #   - the link taken down during the rendezvous: rank 0 names the missing
 #     ranks 2 and 3 within the bound; node 1's ranks name rank 0
+#   - `dtrain bench comm --comm tcp` launched as two nodes gives one
+#     4-rank table on node 0, every size checked;
 #   - tcp, node 1's ranks killed (SIGKILL, inside ns1) mid-training: node
 #     0's ranks fail naming rank 2 or 3 (lost: the connection's EOF or
 #     reset) and the operation, its launcher repeats it, and both nodes
@@ -205,6 +207,28 @@ if [ "$elems" -gt 0 ] && [ $((rx1 - rx0)) -ge "$need" ]; then
   ok "tcp: node 0's veth received $((rx1 - rx0)) bytes >= $need (gradient $((elems * 4)) bytes x 6 steps)"
 else bad "tcp: node 0's veth received $((rx1 - rx0)) bytes, less than $need ($elems params)" "$out"; fi
 nothing_left tcp
+
+# ---- tcp: `dtrain bench comm` as two nodes ----------------------------------
+# the same multi-node launch as `dtrain run` (core/cli/cli_launch.c): each
+# node starts its 2 ranks of the 4-rank job; rank 0's table comes out on
+# node 0, every size checked (#wrong 0)
+port=$((port + 1))
+for r in 0 1; do
+  ns=$ns0; [ $r = 1 ] && ns=$ns1
+  timeout -k 2 40 ip netns exec "$ns" "$bin" bench comm --comm tcp --nproc 2 \
+    --sizes 64K:1M --iters 3 --set launch.nnodes=2 --set launch.node_rank=$r \
+    --set "launch.master_addr=\"$a0\"" --set launch.master_port=$port >bench.n$r.log 2>&1 &
+  pids+=($!)
+done
+set +e; wait "${pids[-2]}"; rc0=$?; wait "${pids[-1]}"; rc1=$?; set -e
+out=$(cat bench.n0.log bench.n1.log)
+rows=$(awk '$1 ~ /^[0-9]+$/ && NF == 8 && $8 == 0' bench.n0.log | wc -l)
+if [ "$rc0" = 0 ] && [ "$rc1" = 0 ] &&
+   grep -q "^# dtrain bench comm: all_reduce, 4 ranks, comm tcp" bench.n0.log &&
+   [ "$rows" = 5 ] && grep -q "^dtrain: launching ranks 2-3 of 4" bench.n1.log; then
+  ok "bench comm, tcp, 2 nodes x 2 ranks: one 4-rank table on node 0, 5 sizes, none wrong"
+else bad "bench comm across the namespaces ($rc0, $rc1, $rows rows)" "$out"; fi
+nothing_left bench
 
 # bg_nodes NAME ARGS...: both nodes in the background with ARGS (p0, p1)
 bg_nodes() {

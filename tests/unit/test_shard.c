@@ -260,27 +260,40 @@ static float full_value(const dt_shard_plan_t *p, uint32_t g, uint64_t k)
 
 static const dt_test_kv_t shm_kv[] = {{"slot_bytes", "65536"}, {NULL, NULL}};
 
-static int rank_collectives(int rank, int size, const char *job, void *arg)
-{
+/* Rank `rank` of `size`: the test hosts (`th` the engine's), its cpu
+ * device and its shm communicator; a failure ends the child. */
+typedef struct rank_env {
     dt_test_host_t th_cpu, th_shm, th;
-    dt_test_host_init(&th_cpu, "device/cpu", NULL);
-    dt_test_host_init(&th_shm, "comm/shm", shm_kv);
-    dt_test_host_init(&th, "sdk/shard", NULL);
     dt_device_t *dev;
     dt_comm_t *comm;
+} rank_env_t;
+
+static void open_rank(rank_env_t *x, int rank, int size, const char *job)
+{
+    dt_test_host_init(&x->th_cpu, "device/cpu", NULL);
+    dt_test_host_init(&x->th_shm, "comm/shm", shm_kv);
+    dt_test_host_init(&x->th, "sdk/shard", NULL);
     dt_device_init_v1_t di = {.struct_size = sizeof di, .rank = rank, .local_rank = rank,
                               .local_size = size, .device_index = -1};
-    DT_MP_OK(D->init(&th_cpu.host, &di, &dev));
+    DT_MP_OK(D->init(&x->th_cpu.host, &di, &x->dev));
     dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
                             .local_rank = rank, .local_size = size, .job_id = job,
-                            .timeout_ms = 20000, .dev_ops = D, .dev = dev};
-    DT_MP_OK(SHM->init(&th_shm.host, &ci, &comm));
+                            .timeout_ms = 20000, .dev_ops = D, .dev = x->dev};
+    DT_MP_OK(SHM->init(&x->th_shm.host, &ci, &x->comm));
+}
+
+static int rank_collectives(int rank, int size, const char *job, void *arg)
+{
+    rank_env_t x;
+    open_rank(&x, rank, size, job);
+    dt_device_t *dev = x.dev;
+    dt_comm_t *comm = x.comm;
     static float shard[256], full[512], full2[512], grads[512], red[256];
     dt_comm_req_t *req[PU];
     for (int a = 0; a < 2; a++)
         for (int sp = 0; sp < 2; sp++) {
             dt_shard_plan_t p;
-            DT_MP_OK(dt_shard_plan_init(&p, &th.host, &pmodel, sp ? merged : NULL, sp ? 2 : 0,
+            DT_MP_OK(dt_shard_plan_init(&p, &x.th.host, &pmodel, sp ? merged : NULL, sp ? 2 : 0,
                                         (uint32_t)size, a ? 16 : 1, NULL));
             DT_MP_CHECK(p.full_total <= 512 && p.shard_total <= 256);
             /* this rank's shards: its part of every group, gaps zero */
@@ -292,7 +305,7 @@ static int rank_collectives(int rank, int size, const char *job, void *arg)
             for (uint64_t i = 0; i < p.full_total; i++)
                 full[i] = full2[i] = -7.0f;
             for (uint32_t g = 0; g < p.n_groups; g++)
-                DT_MP_OK(dt_shard_gather(&th.host, SHM, comm, &p, g, shard + p.groups[g].shard_off,
+                DT_MP_OK(dt_shard_gather(&x.th.host, SHM, comm, &p, g, shard + p.groups[g].shard_off,
                                          full + p.groups[g].full_off, DT_F32, NULL, &req[g]));
             for (uint32_t g = p.n_groups; g-- > 0;)
                 DT_MP_OK(SHM->wait(comm, req[g], -1));
@@ -301,7 +314,7 @@ static int rank_collectives(int rank, int size, const char *job, void *arg)
                 float *f = full2 + p.groups[g].full_off;
                 memcpy(f + (uint64_t)rank * p.groups[g].shard, shard + p.groups[g].shard_off,
                        p.groups[g].shard * sizeof(float));
-                DT_MP_OK(dt_shard_gather(&th.host, SHM, comm, &p, g,
+                DT_MP_OK(dt_shard_gather(&x.th.host, SHM, comm, &p, g,
                                          f + (uint64_t)rank * p.groups[g].shard, f, DT_F32, NULL,
                                          NULL));
             }
@@ -316,7 +329,7 @@ static int rank_collectives(int rank, int size, const char *job, void *arg)
                 for (uint64_t k = 0; k < p.groups[g].padded; k++)
                     grads[p.groups[g].full_off + k] = (float)(rank + 1) * 0.25f * (float)(k + 1);
             for (uint32_t g = 0; g < p.n_groups; g++)
-                DT_MP_OK(dt_shard_reduce(&th.host, SHM, comm, &p, g, grads + p.groups[g].full_off,
+                DT_MP_OK(dt_shard_reduce(&x.th.host, SHM, comm, &p, g, grads + p.groups[g].full_off,
                                          red + p.groups[g].shard_off, DT_F32, DT_OP_AVG, NULL,
                                          &req[g]));
             for (uint32_t g = 0; g < p.n_groups; g++)
@@ -331,14 +344,14 @@ static int rank_collectives(int rank, int size, const char *job, void *arg)
             /* in place: this rank's block of the input receives the result */
             for (uint32_t g = 0; g < p.n_groups; g++) {
                 float *f = grads + p.groups[g].full_off;
-                DT_MP_OK(dt_shard_reduce(&th.host, SHM, comm, &p, g, f,
+                DT_MP_OK(dt_shard_reduce(&x.th.host, SHM, comm, &p, g, f,
                                          f + (uint64_t)rank * p.groups[g].shard, DT_F32,
                                          DT_OP_AVG, NULL, NULL));
                 for (uint64_t j = 0; j < p.groups[g].shard; j++)
                     DT_MP_CHECK(f[(uint64_t)rank * p.groups[g].shard + j] ==
                                 red[p.groups[g].shard_off + j]);
             }
-            dt_shard_plan_free(&p, &th.host);
+            dt_shard_plan_free(&p, &x.th.host);
         }
     SHM->finalize(comm);
     D->finalize(dev);
@@ -358,20 +371,11 @@ static int rank_collectives(int rank, int size, const char *job, void *arg)
 static int rank_stage(int rank, int size, const char *job, void *arg)
 {
     (void)arg;
-    dt_test_host_t th_cpu, th_shm, th;
-    dt_test_host_init(&th_cpu, "device/cpu", NULL);
-    dt_test_host_init(&th_shm, "comm/shm", shm_kv);
-    dt_test_host_init(&th, "sdk/shard", NULL);
-    dt_device_t *dev;
-    dt_comm_t *comm;
+    rank_env_t x;
+    open_rank(&x, rank, size, job);
+    dt_device_t *dev = x.dev;
+    dt_comm_t *comm = x.comm;
     dt_stream_t *cs;
-    dt_device_init_v1_t di = {.struct_size = sizeof di, .rank = rank, .local_rank = rank,
-                              .local_size = size, .device_index = -1};
-    DT_MP_OK(D->init(&th_cpu.host, &di, &dev));
-    dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
-                            .local_rank = rank, .local_size = size, .job_id = job,
-                            .timeout_ms = 20000, .dev_ops = D, .dev = dev};
-    DT_MP_OK(SHM->init(&th_shm.host, &ci, &comm));
     DT_MP_OK(D->stream_create(dev, &cs));
     dt_model_desc_v1_t model = dt_toy_model(DT_F32);
     dt_optim_desc_v1_t optim = {.struct_size = sizeof optim, .kind = DT_OPTIM_SGD};
@@ -384,7 +388,7 @@ static int rank_stage(int rank, int size, const char *job, void *arg)
     dt_shard_cfg_t cfg = {.what = "zero stage 1", .params_replicated = 1, .grads_full = 1,
                           .overlap = 1, .spans = one, .n_spans = 1};
     dt_shard_engine_t e;
-    DT_MP_OK(dt_shard_engine_init(&e, &th.host, &ia, &cfg));
+    DT_MP_OK(dt_shard_engine_init(&e, &x.th.host, &ia, &cfg));
     DT_MP_CHECK(e.plan.n_groups == 1 && e.g[0].n_units == 2);
     static float buf[DT_TOY_MAXN];
     for (uint32_t u = 0; u < 2; u++) {

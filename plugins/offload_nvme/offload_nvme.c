@@ -184,7 +184,7 @@ static int on_free(dt_offload_t *o, dt_offload_buf_t *b)
 {
     if (!o)
         return DT_ERR_INVALID;
-    char bn[PATH_MAX + 64] = ""; /* its name, for a free that times out */
+    char bn[DT_OQ_WHAT_MAX] = ""; /* its name, for a free that times out */
     if (b && dt_ob_live(&o->bufs, b, "free") == DT_OK)
         on_buf_name(b, bn, sizeof bn);
     return dt_ob_free(&o->bufs, b ? &b->ob : NULL, bn);
@@ -202,7 +202,7 @@ static int submit(dt_offload_t *o, int op, dt_offload_buf_t *buf, uint64_t offse
     int rc = dt_ob_live(&o->bufs, buf, dir);
     if (rc != DT_OK)
         return rc;
-    char bn[PATH_MAX + 64];
+    char bn[DT_OQ_WHAT_MAX];
     return dt_oq_submit(&o->q, op, buf, &buf->ob.pending, buf->ob.bytes,
                         on_buf_name(buf, bn, sizeof bn), offset, ext, bytes, space, stream, req);
 }

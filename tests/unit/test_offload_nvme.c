@@ -51,13 +51,19 @@ static const dt_device_ops_v1_t *cpu_ops(void)
     return ops;
 }
 
-static char g_dir[256];
+static char g_dir[1024];
 
-/* A fresh folder (not created) for the tier's files, under the build. */
+/* A fresh folder (not created) for the tier's files, under the build.
+ * Its name is long on purpose (CI checks out under a longer path than a
+ * developer's tree): messages that name a file must name all of it. */
 static const char *fresh_dir(const char *name)
 {
-    snprintf(g_dir, sizeof g_dir, DT_TEST_BINARY_DIR "/offload-nvme-%s-%d", name, (int)getpid());
-    char cmd[400];
+    snprintf(g_dir, sizeof g_dir,
+             DT_TEST_BINARY_DIR "/offload-nvme-%s-%d-a-folder-name-long-enough-that-a-message-"
+                                "naming-one-of-its-files-is-longer-than-any-fixed-buffer-a-"
+                                "short-path-would-fit-in",
+             name, (int)getpid());
+    char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0)
         fail_msg("%s", cmd);
@@ -173,7 +179,7 @@ static void test_files(void **state)
     dt_offload_buf_t *a, *b;
     assert_ok(t.ops->alloc(t.o, 5000, DT_TAG_OPTIMIZER, &a));
     assert_ok(t.ops->alloc(t.o, 1, DT_TAG_PARAMS, &b));
-    char p[512];
+    char p[1200];
     struct stat st;
     snprintf(p, sizeof p, "%s/dtrain-unitjob-r2-1.bin", dir);
     assert_int_equal(stat(p, &st), 0);
@@ -299,7 +305,7 @@ static void test_capacity_and_free_space(void **state)
     /* more than the file system has: named before a byte is written */
     tier_open(&t, fresh_dir("free"), "auto");
     assert_status(t.ops->alloc(t.o, 1ull << 60, DT_TAG_OPTIMIZER, &b), DT_ERR_NOMEM);
-    char want[512];
+    char want[1500];
     snprintf(want, sizeof want, "offload/offload_nvme: rank 2: alloc: '%s/dtrain-unitjob-r2-1.bin' "
              "needs 1152921504606846976 bytes for optimizer, but its file system has ", g_dir);
     assert_msg_starts(want);
@@ -343,7 +349,7 @@ static void test_file_faults(void **state)
     assert_ok(t.ops->alloc(t.o, 8192, DT_TAG_OPTIMIZER, &a));
     assert_ok(t.ops->alloc(t.o, 8192, DT_TAG_OPTIMIZER, &b));
     uint8_t buf[100] = {1};
-    char p[512], want[700];
+    char p[1200], want[1500];
     snprintf(p, sizeof p, "%s/dtrain-unitjob-r2-1.bin", dir);
     assert_int_equal(unlink(p), 0);
     dt_offload_req_t *r;
@@ -370,7 +376,7 @@ static int fd_of(const char *path)
     int found = -1;
     struct dirent *e;
     while (d && (e = readdir(d))) {
-        char link[300], target[600];
+        char link[300], target[1200];
         snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
         ssize_t n = readlink(link, target, sizeof target - 1);
         if (n > 0) {
@@ -398,7 +404,7 @@ static void test_read_error(void **state)
     uint8_t buf[20000];
     fill(buf, sizeof buf, 9);
     store_wait(&t, b, 0, buf, sizeof buf, DT_MEM_HOST);
-    char p[512], want[800];
+    char p[1200], want[1500];
     snprintf(p, sizeof p, "%s/dtrain-unitjob-r2-1.bin", dir);
     int fd = fd_of(p);
     assert_true(fd >= 0);
@@ -436,7 +442,7 @@ static void test_cleanup_job(void **state)
                                  "dtrain-jobX-r1-probe.bin"};
     static const char *others[] = {"dtrain-jobY-r0-1.bin", "dtrain-jobX-r0-1.bin.keep",
                                    "dtrain-jobXY-r0-1.bin", "notes.txt"};
-    char p[512];
+    char p[1200];
     for (int i = 0; i < 3; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, mine[i]);
         FILE *f = fopen(p, "w");
@@ -463,7 +469,7 @@ static void test_cleanup_job(void **state)
     }
     assert_status(on_ops()->cleanup_job(&th.host, "a/b"), DT_ERR_INVALID);
     assert_msg("offload/offload_nvme: cleanup_job: job id 'a/b' is not a plain name");
-    char cmd[600];
+    char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
 }
@@ -670,7 +676,7 @@ static void test_order_in_flight(void **state)
     assert_ok(ops->store(o, b, 0, z, N, DT_MEM_HOST, NULL, &r[5]));
     assert_ok(ops->load(o, b, 3000, back3 + 3000, 27000, DT_MEM_HOST, NULL, &r[6]));
     assert_status(ops->wait(o, r[6], 30), DT_ERR_TIMEOUT);
-    char want_msg[600];
+    char want_msg[1500];
     snprintf(want_msg, sizeof want_msg, "offload/offload_nvme: rank 5: wait: load of 27000 bytes "
              "at offset 3000 of file '%s/dtrain-held-r5-2.bin' (40000 bytes of optimizer) not "
              "done after 30 ms", dir);
@@ -745,7 +751,7 @@ static void test_direct_refused(void **state)
 {
     (void)state;
     dt_test_require_hooks("DTRAIN_FAULT_NO_ODIRECT");
-    char dir[300], p[400], want[700];
+    char dir[1024], p[1200], want[1500];
     tier_t t;
     /* without the hook, this folder takes O_DIRECT (ext4, xfs, tmpfs of
      * Linux 6.6 on): its files are opened with it */

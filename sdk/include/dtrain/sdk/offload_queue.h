@@ -40,6 +40,12 @@ extern "C" {
 
 enum { DT_OQ_STORE = 0, DT_OQ_LOAD = 1 };
 
+/* Room for a request's description and its failure: a whole path (Linux's
+ * PATH_MAX, 4096, spelled out so the header needs no feature macros) and
+ * the words around it. */
+#define DT_OQ_WHAT_MAX (4096 + 128)
+#define DT_OQ_MSG_MAX (4096 + 512)
+
 /* Default bound of a wait when neither the call nor init gives one. */
 #define DT_OQ_DEFAULT_TIMEOUT_MS 300000
 
@@ -60,8 +66,10 @@ typedef struct dt_oq_req {
     int32_t refs;              /* the caller's and the worker's */
     dt_event_t *ev;            /* device side: the caller's stream at submit */
     struct dt_oq_req *next;    /* the queue */
-    char what[112];            /* "buffer #3 (4096 bytes of optimizer)" */
-    char msg[320];             /* why it failed (the worker's thread has its
+    /* Sized for a whole path: a tier names its file here, and a message
+     * that cuts the name off tells the user nothing. */
+    char what[DT_OQ_WHAT_MAX]; /* "file '/p/x.bin' (4096 bytes of optimizer)" */
+    char msg[DT_OQ_MSG_MAX];   /* why it failed (the worker's thread has its
                                 * own error buffer; wait sets it) */
 } dt_oq_req_t;
 

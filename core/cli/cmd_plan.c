@@ -573,8 +573,10 @@ typedef struct stage_rows {
 } stage_rows_t;
 
 /* The units of each stage, as the pipeline plugin assigns them, into
- * start[0..p] (stage k: units [start[k], start[k + 1])). */
-static int stage_bounds(const dt_resolved_t *r, dt_model_t *m, uint32_t *start)
+ * start[0..p] (stage k: units [start[k], start[k + 1])), and the
+ * micro-batches whose activations each keeps into in_flight[0..p-1]. */
+static int stage_bounds(const dt_resolved_t *r, dt_model_t *m, int64_t dp, uint32_t *start,
+                        uint32_t *in_flight)
 {
     const dt_plugin_t *pp = r->plugin[DT_ROLE_PIPELINE];
     const dt_strategy_ops_t *ops = pp->ops;
@@ -585,9 +587,14 @@ static int stage_bounds(const dt_resolved_t *r, dt_model_t *m, uint32_t *start)
     uint32_t *stage_of = calloc(d->n_units, sizeof *stage_of);
     if (!stage_of)
         return dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
-    dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = p, .model = d};
-    int rc = ops->assign_stages(pp->host, &sa, stage_of);
-    if (rc)
+    for (int32_t k = 0; k < p; k++)
+        in_flight[k] = 1;
+    /* the micro-batches of a step, as the run resolves them */
+    int64_t accum = r->set.train.grad_accum, global = r->set.train.global_batch;
+    int rc = dt_batch_resolve(r->set.config_path, r->set.train.micro_batch, &accum, &global, dp);
+    dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = p, .model = d,
+                          .n_micro = (uint32_t)accum, .in_flight = in_flight};
+    if (!rc && (rc = ops->assign_stages(pp->host, &sa, stage_of)))
         dt_plugin_failed(pp, rc, "assign_stages");
     for (uint32_t u = 0, k = 0; !rc && k < (uint32_t)p; k++) {
         start[k] = u;
@@ -610,24 +617,27 @@ static void plan_stage_row(const dt_resolved_t *r, dt_model_t *m, int64_t world,
     const int32_t p = (int32_t)r->set.parallel.pipeline;
     int64_t dp = 0;
     uint32_t *start = calloc((size_t)p + 1, sizeof *start);
-    int rc = start ? dt_preflight_dp(r, world, &dp) : DT_ERR_NOMEM;
+    uint32_t *in_flight = calloc((size_t)p, sizeof *in_flight);
+    int rc = start && in_flight ? dt_preflight_dp(r, world, &dp) : DT_ERR_NOMEM;
     if (!rc)
-        rc = stage_bounds(r, m, start);
+        rc = stage_bounds(r, m, dp, start, in_flight);
     for (int32_t k = 0; !rc && k < p; k++) {
         dt_estimate_t e = {.struct_size = sizeof e};
         rc = dt_plan_stage(r->plugin[DT_ROLE_DATA], m, &r->set, (int)dp,
                            strcmp(r->set.parallel.offload, "none") != 0, start[k], start[k + 1],
-                           &e);
+                           in_flight[k], &e);
         sr->state[row * (size_t)p + (size_t)k] = dt_plan_model_state(&e);
     }
     sr->label[row] = rc ? NULL : label;
     free(start);
+    free(in_flight);
 }
 
 /* ---- pipeline (issue 14): with parallel.pipeline > 1, a block per
  * stage after the table: its units and parameters (a tied copy
- * included), the activations it keeps (one micro-batch of its units, plus
- * the stage inputs the schedule stashes, which the pipeline plugin says),
+ * included), the activations it keeps (its units' for each micro-batch
+ * in flight it keeps, plus the stage inputs the schedule stashes: the
+ * pipeline plugin says both),
  * the bytes it sends a step (boundary tensors forward, their gradients
  * back, the tied gradient's all-reduce), and the bubble; then each stage's
  * model state under every planned row (stage_rows_t). ---- */
@@ -650,10 +660,13 @@ static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world,
                                     pp->name);
     const int64_t B = r->set.train.micro_batch, T = r->set.train.seq_len;
     uint32_t *stage_of = calloc(nu, sizeof *stage_of), *stash = calloc((size_t)p, sizeof *stash);
-    if (!rc && (!stage_of || !stash))
+    uint32_t *in_flight = calloc((size_t)p, sizeof *in_flight);
+    if (!rc && (!stage_of || !stash || !in_flight))
         rc = dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
+    for (int32_t k = 0; in_flight && k < p; k++)
+        in_flight[k] = 1;
     dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = p, .model = d,
-                          .n_micro = (uint32_t)accum, .stash = stash};
+                          .n_micro = (uint32_t)accum, .stash = stash, .in_flight = in_flight};
     if (!rc && (rc = ops->assign_stages(pp->host, &sa, stage_of)))
         dt_plugin_failed(pp, rc, "assign_stages");
     if (!rc) {
@@ -674,7 +687,7 @@ static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world,
             uint64_t params = 0, keep = 0, sent = 0;
             while (u < nu && stage_of[u] == k)
                 params += d->units[u++].numel;
-            if ((rc = dt_plan_stage_acts(m, B, T, a, u, &keep)))
+            if ((rc = dt_plan_stage_acts(m, B, T, a, u, in_flight[k], &keep)))
                 break;
             for (uint32_t i = 0; k == (uint32_t)p - 1 && i < nt && i < 4; i++)
                 params += d->units[tied[i]].numel; /* the last stage's copy */
@@ -688,12 +701,13 @@ static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world,
                 for (uint32_t i = 0; i < nt && i < 4; i++)
                     sent += d->units[tied[i]].numel * 4;
             printf("  stage %u: units %u-%u (%s .. %s)%s, %.3fM parameters; activations %s "
-                   "(one micro-batch of its units, %u stage inputs stashed: %s); sends %s a "
+                   "(%u micro-batch%s of its units, %u stage input%s stashed: %s); sends %s a "
                    "step\n",
                    k, a, u - 1, d->units[a].name, d->units[u - 1].name,
                    k == (uint32_t)p - 1 && nt ? " + a tied copy of the embedding" : "",
-                   (double)params / 1e6, dt_plan_bytes(keep, b1, sizeof b1),
-                   stash[k], dt_plan_bytes((uint64_t)stash[k] * bnd, b2, sizeof b2),
+                   (double)params / 1e6, dt_plan_bytes(keep, b1, sizeof b1), in_flight[k],
+                   in_flight[k] == 1 ? "" : "es", stash[k], stash[k] == 1 ? "" : "s",
+                   dt_plan_bytes((uint64_t)stash[k] * bnd, b2, sizeof b2),
                    dt_plan_bytes(sent, b3, sizeof b3));
         }
     }
@@ -720,6 +734,7 @@ static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world,
     }
     free(stage_of);
     free(stash);
+    free(in_flight);
     return rc;
 }
 

@@ -40,14 +40,28 @@ typedef struct block_acts {
     void *attproj, *fcproj;           /* (B,T,C) shared, forward only */
 } block_acts_t;
 
+/* What one micro-batch keeps from forward to backward: one slot (a
+ * pipeline stage may keep several, dt_model_set_slots).  The fields of
+ * the same names in gpt2_t are the slot in use (gpt2_use_slot). */
+typedef struct gpt2_slot {
+    void **x;
+    block_acts_t *acts;
+    void *lnf;
+    float *lnf_mean, *lnf_rstd;
+    void *probs;
+} gpt2_slot_t;
+
 typedef struct gpt2 {
     dt_gpt2_shape_t s;
+    gpt2_slot_t *slots;   /* m->n_slots */
+    /* the slot in use */
     void **x;             /* L+1 residual streams (B,T,C): x[0] embeddings */
     block_acts_t *acts;   /* per block; recomputed blocks share `scratch` */
-    block_acts_t scratch; /* for recomputed blocks */
-    void *attproj, *fcproj;           /* (B,T,C) every block's */
     void *lnf;                        /* (B,T,C) */
     float *lnf_mean, *lnf_rstd;       /* (B,T) (B,T) */
+    /* shared by the slots */
+    block_acts_t scratch; /* for recomputed blocks */
+    void *attproj, *fcproj;           /* (B,T,C) every block's */
     /* gradient scratch, in the activation dtype */
     void *dx, *dbuf_c, *dbuf_c2;      /* (B,T,C) */
     void *dqkv;                       /* (B,T,3C) */
@@ -199,8 +213,11 @@ static void gpt2_free(dt_model_t *m)
     gpt2_t *g = G(m);
     if (!g)
         return;
-    free(g->x);
-    free(g->acts);
+    for (uint32_t i = 0; g->slots && i < m->n_slots; i++) {
+        free(g->slots[i].x);
+        free(g->slots[i].acts);
+    }
+    free(g->slots);
     free(g);
     m->arch_state = NULL;
 }
@@ -300,55 +317,84 @@ static int gpt2_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *u
     return DT_OK;
 }
 
+/* Slot s's kept activations: x[l] for every unit that keeps its output,
+ * the blocks not recomputed, the head's ln_f and probabilities. */
+static int alloc_slot(dt_model_t *m, const dt_model_ctx_t *ctx, gpt2_slot_t *s)
+{
+    const gpt2_t *g = G(m);
+    const int64_t L = g->s.n_layer, C = g->s.n_embd, V = g->s.vocab_size, BT = m->B * m->T;
+    const uint32_t head = (uint32_t)L + 1;
+    const size_t es = dt_model_act_size(m);
+    s->x = calloc((size_t)L + 1, sizeof *s->x);
+    s->acts = calloc((size_t)L, sizeof *s->acts);
+    if (!s->x || !s->acts)
+        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    int rc;
+    for (int64_t l = 0; l <= L; l++) {
+        m->act_owner = (uint32_t)l; /* x[l] is unit l's output */
+        if (dt_model_keeps(m, (uint32_t)l) != DT_KEEP_NONE &&
+            (rc = dt_model_dalloc(m, ctx, BT * C, es, &s->x[l])))
+            return rc;
+    }
+    for (int64_t l = 0; l < L; l++) {
+        if (dt_model_keeps(m, (uint32_t)l + 1) != DT_KEEP_ALL || dt_model_recomputes(m, l))
+            continue; /* another stage's block, or one recomputed into scratch */
+        m->act_owner = (uint32_t)l + 1;
+        if ((rc = alloc_block(m, ctx, &s->acts[l])))
+            return rc;
+    }
+    m->act_owner = head;
+    if (dt_model_keeps(m, head) == DT_KEEP_ALL &&
+        ((rc = dt_model_dalloc(m, ctx, BT * C, es, &s->lnf)) ||
+         (rc = dt_model_dalloc(m, ctx, BT, 4, &s->lnf_mean)) ||
+         (rc = dt_model_dalloc(m, ctx, BT, 4, &s->lnf_rstd)) ||
+         (rc = dt_model_dalloc(m, ctx, BT * V, es, &s->probs))))
+        return rc;
+    return DT_OK;
+}
+
+static void gpt2_use_slot(dt_model_t *m, uint32_t i)
+{
+    gpt2_t *g = G(m);
+    const gpt2_slot_t *s = &g->slots[i];
+    g->x = s->x;
+    g->acts = s->acts;
+    g->lnf = s->lnf;
+    g->lnf_mean = s->lnf_mean;
+    g->lnf_rstd = s->lnf_rstd;
+    m->probs = s->probs;
+}
+
 static int gpt2_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
 {
     gpt2_t *g = G(m);
     const int64_t L = g->s.n_layer, C = g->s.n_embd, V = g->s.vocab_size, BT = m->B * m->T;
     const uint32_t head = (uint32_t)L + 1;
     const size_t es = dt_model_act_size(m);
-    g->x = calloc((size_t)L + 1, sizeof *g->x);
-    g->acts = calloc((size_t)L, sizeof *g->acts);
-    if (!g->x || !g->acts)
+    g->slots = calloc(m->n_slots, sizeof *g->slots);
+    if (!g->slots)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     int rc;
     m->act_owner = DT_ACT_WORKSPACE;
     if ((rc = dt_model_dalloc(m, ctx, BT * C, es, &g->attproj)) ||
         (rc = dt_model_dalloc(m, ctx, BT * C, es, &g->fcproj)))
         return rc;
-    for (int64_t l = 0; l <= L; l++) {
-        m->act_owner = (uint32_t)l; /* x[l] is unit l's output */
-        if (dt_model_keeps(m, (uint32_t)l) != DT_KEEP_NONE &&
-            (rc = dt_model_dalloc(m, ctx, BT * C, es, &g->x[l])))
+    for (uint32_t i = 0; i < m->n_slots; i++)
+        if ((rc = alloc_slot(m, ctx, &g->slots[i])))
             return rc;
-    }
     int need_scratch = 0;
-    for (int64_t l = 0; l < L; l++) {
-        if (dt_model_keeps(m, (uint32_t)l + 1) != DT_KEEP_ALL)
-            continue; /* another stage's block */
-        if (dt_model_recomputes(m, l)) {
-            need_scratch = 1;
-            continue;
-        }
-        m->act_owner = (uint32_t)l + 1;
-        if ((rc = alloc_block(m, ctx, &g->acts[l])))
-            return rc;
-    }
+    for (int64_t l = 0; l < L; l++)
+        need_scratch |= dt_model_keeps(m, (uint32_t)l + 1) == DT_KEEP_ALL &&
+                        dt_model_recomputes(m, l);
     m->act_owner = DT_ACT_WORKSPACE;
     if (need_scratch && (rc = alloc_block(m, ctx, &g->scratch)))
         return rc;
-    for (int64_t l = 0; l < L; l++)
-        if (dt_model_keeps(m, (uint32_t)l + 1) == DT_KEEP_ALL && dt_model_recomputes(m, l))
-            g->acts[l] = g->scratch;
-    const int has_head = dt_model_keeps(m, head) == DT_KEEP_ALL;
-    m->act_owner = head;
-    if (has_head &&
-        ((rc = dt_model_dalloc(m, ctx, BT * C, es, &g->lnf)) ||
-         (rc = dt_model_dalloc(m, ctx, BT, 4, &g->lnf_mean)) ||
-         (rc = dt_model_dalloc(m, ctx, BT, 4, &g->lnf_rstd)) ||
-         (rc = dt_model_dalloc(m, ctx, BT * V, es, &m->probs))))
-        return rc;
-    m->act_owner = DT_ACT_WORKSPACE;
-    if (has_head &&
+    for (uint32_t i = 0; i < m->n_slots; i++)
+        for (int64_t l = 0; l < L; l++)
+            if (dt_model_keeps(m, (uint32_t)l + 1) == DT_KEEP_ALL && dt_model_recomputes(m, l))
+                g->slots[i].acts[l] = g->scratch;
+    gpt2_use_slot(m, 0);
+    if (dt_model_keeps(m, head) == DT_KEEP_ALL &&
         ((rc = dt_model_dalloc(m, ctx, BT * V, es, &m->logits)) ||
          (rc = dt_model_dalloc(m, ctx, BT, 4, &m->losses)) ||
          (rc = dt_model_dalloc(m, ctx, BT * V, es, &g->dlogits))))
@@ -650,6 +696,7 @@ const dt_model_arch_t dt_model_arch_gpt2 = {
     .backward = gpt2_backward,
     .stage_forward = gpt2_stage_forward,
     .stage_backward = gpt2_stage_backward,
+    .use_slot = gpt2_use_slot,
     .flops_per_token = gpt2_flops_per_token,
     .free = gpt2_free,
     .need_kernels = gpt2_need_kernels,

@@ -150,6 +150,8 @@ void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx)
             ctx->dev_ops->free(ctx->dev, m->allocs[i]);
     free(m->allocs);
     free(m->act_got);
+    free(m->slot_tokens);
+    free(m->slot_targets);
     free(m->host_losses);
     if (m->arch->free)
         m->arch->free(m);
@@ -187,6 +189,7 @@ int dt_model_alloc_units(dt_model_t *m, uint32_t n)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     m->desc.n_units = n;
     m->stage_first = 0;
+    m->n_slots = 1;
     m->stage_end = n;
     for (uint32_t i = 0; i < n; i++) {
         dt_unit_desc_t *u = &m->desc.units[i];
@@ -340,6 +343,39 @@ int dt_model_set_stage(dt_model_t *m, uint32_t first, uint32_t end)
     return DT_OK;
 }
 
+int dt_model_set_slots(dt_model_t *m, uint32_t n)
+{
+    if (n == m->n_slots)
+        return DT_OK;
+    if (m->host_losses)
+        return dt_err_set(DT_ERR_INVALID, "model: activation slots are set before the "
+                          "activations are allocated");
+    if (n < 1)
+        return dt_err_set(DT_ERR_INVALID, "model: 0 activation slots");
+    if (n > 1 && !m->arch->use_slot)
+        return dt_err_set(DT_ERR_CONFIG, "model: arch %s keeps one micro-batch's activations "
+                          "only, not %u", m->arch->name, n);
+    m->n_slots = n;
+    return DT_OK;
+}
+
+uint32_t dt_model_slots(const dt_model_t *m) { return m->n_slots; }
+
+int dt_model_use_slot(dt_model_t *m, uint32_t i)
+{
+    if (!m->host_losses)
+        return dt_err_set(DT_ERR_INVALID, "model: activation slot chosen before "
+                          "dt_model_alloc_acts");
+    if (i >= m->n_slots)
+        return dt_err_set(DT_ERR_INVALID, "model: activation slot %u of %u", i, m->n_slots);
+    m->slot = i;
+    m->tokens = m->slot_tokens[i];
+    m->targets = m->slot_targets[i];
+    if (m->arch->use_slot)
+        m->arch->use_slot(m, i);
+    return DT_OK;
+}
+
 uint32_t dt_model_stage(const dt_model_t *m, uint32_t *end)
 {
     if (end)
@@ -483,8 +519,10 @@ int dt_model_act_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *unit
         return rc;
     }
     double kept = 0;
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) {
+        u[i] *= (double)m->n_slots; /* what a unit keeps, once per slot */
         kept += u[i];
+    }
     if (!(kept + ws < ACT_BYTES_MAX)) {
         free(u);
         return dt_err_set(DT_ERR_INVALID,
@@ -532,16 +570,22 @@ int dt_model_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t B, int
     m->B = B;
     m->T = T;
     if (!(m->host_losses = malloc((size_t)BT * sizeof(float))) ||
-        !(m->act_got = calloc((size_t)n + 1, sizeof *m->act_got)))
+        !(m->act_got = calloc((size_t)n + 1, sizeof *m->act_got)) ||
+        !(m->slot_tokens = calloc(m->n_slots, sizeof *m->slot_tokens)) ||
+        !(m->slot_targets = calloc(m->n_slots, sizeof *m->slot_targets)))
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
-    m->act_owner = 0;
-    if (dt_model_keeps(m, 0) == DT_KEEP_ALL &&
-        (rc = dt_model_dalloc(m, ctx, BT, 4, &m->tokens)))
-        return rc;
-    m->act_owner = n - 1;
-    if (dt_model_keeps(m, n - 1) == DT_KEEP_ALL &&
-        (rc = dt_model_dalloc(m, ctx, BT, 4, &m->targets)))
-        return rc;
+    for (uint32_t s = 0; s < m->n_slots; s++) {
+        m->act_owner = 0;
+        if (dt_model_keeps(m, 0) == DT_KEEP_ALL &&
+            (rc = dt_model_dalloc(m, ctx, BT, 4, &m->slot_tokens[s])))
+            return rc;
+        m->act_owner = n - 1;
+        if (dt_model_keeps(m, n - 1) == DT_KEEP_ALL &&
+            (rc = dt_model_dalloc(m, ctx, BT, 4, &m->slot_targets[s])))
+            return rc;
+    }
+    m->tokens = m->slot_tokens[0];
+    m->targets = m->slot_targets[0];
     m->act_owner = DT_ACT_WORKSPACE;
     if ((m->wdtype != m->adtype &&
          (rc = dt_model_dalloc(m, ctx, (int64_t)m->view_numel, dt_model_act_size(m),
@@ -562,6 +606,8 @@ int dt_model_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t B, int
     }
     free(m->act_got);
     m->act_got = NULL;
+    if (m->arch->use_slot)
+        m->arch->use_slot(m, 0);
     return DT_OK;
 }
 

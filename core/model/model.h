@@ -164,9 +164,11 @@ int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t 
  * first stage reads the tokens, the last computes the loss; the hooks of
  * the stage's units (and of the units dt_model_stage_tied lists) are
  * called exactly as a whole-model step calls them, so a data strategy
- * holding only those units sees an ordinary step.  The model keeps the
- * activations of the last forward only: a backward runs after the forward
- * of the same micro-batch (the caller recomputes that forward otherwise).
+ * holding only those units sees an ordinary step.  A backward reads the
+ * activations the last forward into the same slot left (dt_model_use_slot):
+ * the caller runs a micro-batch's forward into a slot and its backward on
+ * that slot, recomputing the forward when another micro-batch's took the
+ * slot in between.
  * Running [0, n_units) is dt_model_step_micro's own path. */
 
 /* Before dt_model_alloc_acts: this rank runs units [first, end) only (a
@@ -179,6 +181,20 @@ int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t 
  * after allocation (the same one is a no-op); the range is
  * dt_model_stage_check's. */
 int dt_model_set_stage(dt_model_t *m, uint32_t first, uint32_t end);
+/* Before dt_model_alloc_acts: keep the activations of `n` micro-batches at
+ * once (n "slots"; 1 by default), so a pipeline stage runs a micro-batch's
+ * backward on the activations its forward left, with others' forwards in
+ * between, rather than recomputing that forward (1F1B keeps at most the
+ * stage count in flight).  What each unit keeps (dt_model_act_bytes's
+ * per-unit bytes) is allocated n times, the workspace once.
+ * DT_ERR_CONFIG for n > 1 on an arch without slots (mlp), DT_ERR_INVALID
+ * after allocation or for n = 0. */
+int dt_model_set_slots(dt_model_t *m, uint32_t n);
+uint32_t dt_model_slots(const dt_model_t *m);
+/* Forward writes, and backward reads, slot i from now on (slot 0 after
+ * allocation); the slot's tokens and targets go with it.  DT_ERR_INVALID
+ * for i >= the slot count or before allocation. */
+int dt_model_use_slot(dt_model_t *m, uint32_t i);
 /* The stage set: its first unit, and *end (may be NULL) past its last. */
 uint32_t dt_model_stage(const dt_model_t *m, uint32_t *end);
 /* DT_OK when units [first, end) can be a stage of this model; else

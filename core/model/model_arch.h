@@ -105,6 +105,13 @@ typedef struct dt_model_arch {
     int (*stage_backward)(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
                           uint32_t first, uint32_t end, const void *dout, void *din,
                           float loss_scale);
+    /* Optional (NULL: one slot only): make slot i (< m->n_slots) the one
+     * forward writes and backward reads.  A slot is what one micro-batch
+     * keeps from forward to backward, what act_bytes adds to unit[]:
+     * alloc_acts allocates m->n_slots of those (and one workspace), so a
+     * pipeline stage holds several micro-batches' activations at once
+     * (dt_model_set_slots). */
+    void (*use_slot)(dt_model_t *m, uint32_t i);
     double (*flops_per_token)(const dt_model_t *m, int64_t T);
     void (*free)(dt_model_t *m); /* host state in m->arch_state; NULL ok */
     /* The optional kernels (beyond the kernel table's core set) the arch
@@ -135,6 +142,11 @@ struct dt_model {
      * stage_end), the whole model unless a pipeline stage was set.
      * Activations are planned and allocated for those only. */
     uint32_t stage_first, stage_end;
+    /* Activation slots (dt_model_set_slots): n_slots micro-batches'
+     * activations kept at once, `slot` the one in use; each slot's device
+     * tokens and targets (m->tokens / m->targets are the slot's). */
+    uint32_t n_slots, slot;
+    int32_t **slot_tokens, **slot_targets;
     /* activations, common to every arch (B, T of dt_model_alloc_acts) */
     int64_t B, T;
     int32_t *tokens, *targets; /* (B, T) device */

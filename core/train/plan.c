@@ -60,29 +60,36 @@ int dt_plan_strategy_offload(const dt_plugin_t *strat, dt_model_t *m, const dt_s
 }
 
 int dt_plan_stage_acts(dt_model_t *m, int64_t B, int64_t T, uint32_t first, uint32_t end,
-                       uint64_t *out)
+                       uint32_t slots, uint64_t *out)
 {
-    /* the model's stage is set only around the count (a planner's model
-     * has none; a training rank's is this one already) */
+    /* the model's stage and slots are set only around the count (a
+     * planner's model has none; a training rank's are these already) */
     uint32_t was_end;
-    const uint32_t was_first = dt_model_stage(m, &was_end);
+    const uint32_t was_first = dt_model_stage(m, &was_end), was_slots = dt_model_slots(m);
     int rc = dt_model_set_stage(m, first, end);
-    if (rc)
+    if (!rc)
+        rc = dt_model_set_slots(m, slots);
+    if (rc) {
+        dt_model_set_stage(m, was_first, was_end);
         return rc;
+    }
     dt_model_act_t act;
     rc = dt_model_act_bytes(m, B, T, NULL, &act);
+    dt_model_set_slots(m, was_slots);
     dt_model_set_stage(m, was_first, was_end);
     *out = act.total;
     return rc;
 }
 
 int dt_plan_stage(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *set, int world,
-                  int offload, uint32_t first, uint32_t end, dt_estimate_t *out)
+                  int offload, uint32_t first, uint32_t end, uint32_t slots,
+                  dt_estimate_t *out)
 {
     const dt_model_desc_t *d = dt_model_desc(m);
     const uint32_t nu = d->n_units;
     uint64_t acts = 0;
-    int rc = dt_plan_stage_acts(m, set->train.micro_batch, set->train.seq_len, first, end, &acts);
+    int rc = dt_plan_stage_acts(m, set->train.micro_batch, set->train.seq_len, first, end, slots,
+                                &acts);
     if (rc)
         return rc;
     dt_unit_desc_t *units = calloc(nu, sizeof *units);

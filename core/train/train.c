@@ -130,8 +130,10 @@ typedef struct run {
     dt_grid_t grid;
     dt_comm_t *groups[DT_GRID_N_GROUPS]; /* split from comm (grid.h) */
     uint32_t stage_first, stage_end; /* this rank's units [first, end) */
-    int64_t last_fwd;         /* micro-batch whose activations the model
-                               * holds (-1: none of this pass) */
+    uint32_t n_slots;         /* micro-batches' activations the stage keeps
+                               * (assign_stages' in_flight) */
+    int64_t *slot_micro;      /* (n_slots) the micro-batch whose activations
+                               * slot i holds (-1: none of this pass) */
     /* The measured bubble, one block of 4 * pp + 1 doubles: pipe_red is
      * what the loss's all-reduce sums over the world (the loss, then each
      * stage's receive-wait seconds, then its seconds in run_schedule; a
@@ -204,6 +206,7 @@ static void run_free(run_t *R)
     free(R->inputs);
     free(R->targets);
     free(R->pipe_red);
+    free(R->slot_micro);
     if (R->metrics)
         fclose(R->metrics);
     if (R->ckpt_lock >= 0)
@@ -391,9 +394,25 @@ static int assign_stage(run_t *R, uint8_t *flags, int *tied)
         free(start);
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
     }
-    dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = pp, .model = d};
+    uint32_t *in_flight = calloc((size_t)pp, sizeof *in_flight);
+    if (!in_flight) {
+        free(stage_of);
+        free(start);
+        return dt_err_set(DT_ERR_NOMEM, "out of memory");
+    }
+    for (int32_t k = 0; k < pp; k++)
+        in_flight[k] = 1; /* a plugin that does not say: one, recompute the rest */
+    const uint32_t n_micro = (uint32_t)R->set->train.grad_accum;
+    dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = pp, .model = d,
+                          .n_micro = n_micro, .in_flight = in_flight};
     int rc = PLUGIN_CALL(R->ppipe, R->pipe_ops->assign_stages(R->ppipe->host, &sa, stage_of),
                          "assign_stages");
+    for (int32_t k = 0; !rc && k < pp; k++)
+        if (in_flight[k] < 1 || in_flight[k] > n_micro)
+            rc = dt_err_set(DT_ERR_INVALID,
+                            "strategy plugin '%s': assign_stages keeps the activations of %u "
+                            "micro-batches on stage %d (1 to the %u of a step)",
+                            R->ppipe->name, in_flight[k], k, n_micro);
     /* contiguous, 0 to pp - 1 in order, none empty */
     for (uint32_t u = 0; !rc && u < nu; u++) {
         uint32_t want_lo = u ? stage_of[u - 1] : 0, want_hi = u ? stage_of[u - 1] + 1 : 0;
@@ -412,12 +431,14 @@ static int assign_stage(run_t *R, uint8_t *flags, int *tied)
         if (R->world.rank == 0) {
             char ph[256];
             stage_phrase(d, start[k], u, ph, sizeof ph);
-            printf("pipeline: stage %u of %d: %s\n", k, pp, ph);
+            printf("pipeline: stage %u of %d: %s; keeps the activations of %u micro-batch%s\n",
+                   k, pp, ph, in_flight[k], in_flight[k] == 1 ? "" : "es");
         }
     }
     if (!rc) {
         R->stage_first = start[me];
         R->stage_end = start[me + 1];
+        R->n_slots = in_flight[me];
         memset(flags, 0, nu);
         for (uint32_t u = R->stage_first; u < R->stage_end; u++)
             flags[u] = DT_UNIT_HELD;
@@ -434,9 +455,12 @@ static int assign_stage(run_t *R, uint8_t *flags, int *tied)
         if (R->world.rank == 0 && nt)
             printf("pipeline: the last stage holds a copy of unit %s (tied), its gradient summed "
                    "with stage %u's each step\n", d->units[t[0]].name, stage_of[t[0]]);
+        if (!(R->slot_micro = malloc(R->n_slots * sizeof *R->slot_micro)))
+            rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
     }
     free(stage_of);
     free(start);
+    free(in_flight);
     return rc;
 }
 
@@ -520,7 +544,8 @@ static int init_strategy(run_t *R)
     R->ctx = (dt_model_ctx_t){R->dev_ops, R->dev, R->stream, R->strat_ops, R->strat,
                               R->pstrat->name};
     /* a stage's rank keeps its own units' activations only */
-    if (R->ppipe && (rc = dt_model_set_stage(R->model, R->stage_first, R->stage_end)))
+    if (R->ppipe && ((rc = dt_model_set_stage(R->model, R->stage_first, R->stage_end)) ||
+                     (rc = dt_model_set_slots(R->model, R->n_slots))))
         return rc;
     return dt_model_alloc_acts(R->model, &R->ctx, R->set->train.micro_batch,
                                R->set->train.seq_len);
@@ -725,16 +750,26 @@ static int stage_fill(const stage_pass_t *x, uint32_t micro)
                            (uint32_t)R->dp, R->inputs, R->targets);
 }
 
+/* Micro-batch `micro`'s activation slot, made the model's. */
+static int stage_slot(run_t *R, uint32_t micro, uint32_t *slot)
+{
+    *slot = micro % R->n_slots;
+    return dt_model_use_slot(R->model, *slot);
+}
+
 static int stage_forward_of(stage_pass_t *x, uint32_t micro, const void *in, void *out,
                             double *loss)
 {
     run_t *R = x->R;
     dt_crash_set_micro(micro);
-    int rc = stage_fill(x, micro);
+    uint32_t slot;
+    int rc = stage_slot(R, micro, &slot);
+    if (!rc)
+        rc = stage_fill(x, micro);
     if (!rc)
         rc = dt_model_stage_forward(R->model, &R->ctx, R->stage_first, R->stage_end, R->inputs,
                                     R->targets, in, out, micro, x->n_micro, x->eval, loss);
-    R->last_fwd = rc ? -1 : (int64_t)micro;
+    R->slot_micro[slot] = rc ? -1 : (int64_t)micro;
     return rc;
 }
 
@@ -765,19 +800,29 @@ static void fault_kill_at_backward(int64_t step, uint32_t micro)
 }
 #endif
 
-/* The model holds the activations of its last forward only: any other
- * micro-batch's forward runs again from its input first. */
+/* The backward runs on the activations micro-batch `micro`'s forward left
+ * in its slot; when another micro-batch's forward took the slot since (a
+ * stage keeping fewer slots than it has micro-batches in flight), that
+ * forward runs again from its input first. */
 static int stage_backward(void *ctx, uint32_t micro, const void *in, const void *dout, void *din)
 {
     stage_pass_t *x = ctx;
     run_t *R = x->R;
     double unused = 0;
-    int rc = DT_OK;
+    uint32_t slot;
 #ifdef DTRAIN_TEST_HOOKS
     fault_kill_at_backward(x->step, micro);
 #endif
-    if (R->last_fwd != (int64_t)micro)
-        rc = stage_forward_of(x, micro, in, NULL, &unused);
+    int rc = stage_slot(R, micro, &slot);
+    if (!rc && R->slot_micro[slot] != (int64_t)micro) {
+        if (!in && R->stage_first > 0)
+            rc = dt_err_set(DT_ERR_INVALID,
+                            "the schedule ran the backward of micro-batch %u, whose activations "
+                            "slot %u of %u no longer holds, without its input to recompute them",
+                            micro, slot, R->n_slots);
+        else
+            rc = stage_forward_of(x, micro, in, NULL, &unused);
+    }
     if (!rc)
         rc = dt_model_stage_backward(R->model, &R->ctx, R->stage_first, R->stage_end, dout, din,
                                      micro, x->n_micro, x->micro_scale);
@@ -825,13 +870,14 @@ static int pipeline_pass(run_t *R, int64_t step, uint32_t n_micro, float micro_s
     stage_pass_t x = {.R = R, .step = step, .n_micro = n_micro, .micro_scale = micro_scale,
                       .eval = eval};
     dt_stage_runner_t rn = {.struct_size = sizeof rn, .ctx = &x, .forward = stage_forward,
-                            .backward = stage_backward};
+                            .backward = stage_backward, .act_slots = R->n_slots};
     dt_schedule_args_t sa = {.struct_size = sizeof sa, .n_micro = n_micro, .step = step,
                              .act_count = dt_model_boundary_count(R->model),
                              .act_dtype = dt_model_act_dtype(R->model),
                              .flags = eval ? DT_SCHEDULE_NO_GRAD : 0u, .runner = &rn};
     dt_schedule_result_t sr = {.struct_size = sizeof sr};
-    R->last_fwd = -1;
+    for (uint32_t i = 0; i < R->n_slots; i++)
+        R->slot_micro[i] = -1;
     double t0 = now_s();
     int rc = PLUGIN_CALL(R->ppipe, R->pipe_ops->run_schedule(R->pipe, &sa, &sr), "run_schedule");
     if (rc)
@@ -1200,7 +1246,7 @@ static int report_memory(run_t *R)
     /* a pipeline stage's rank holds its units only: plan those */
     int rc = R->ppipe ? dt_plan_stage(R->pstrat, R->model, R->set, (int)R->dp,
                                       strcmp(R->set->parallel.offload, "none") != 0,
-                                      R->stage_first, R->stage_end, &plan)
+                                      R->stage_first, R->stage_end, R->n_slots, &plan)
                       : dt_plan_strategy(R->pstrat, R->model, R->set, (int)R->dp, &plan);
     if (rc)
         return rc;

@@ -19,6 +19,13 @@ static const dt_config_key_t pp_keys[] = {
      .doc = "micro-batch order per stage: gpipe (all forwards, then all backwards; stashes "
             "every micro-batch's input) or 1f1b (one forward one backward; stashes at most "
             "the stage count)"},
+    {.name = "keep_activations",
+     .type = DT_CFG_BOOL,
+     .def = "true",
+     .doc = "keep the activations of every micro-batch in flight (1f1b: at most the stage "
+            "count, gpipe: all of them) so each backward runs on its forward's; false keeps one "
+            "micro-batch's and recomputes the others' forwards (less memory, about 1/3 more "
+            "compute on every stage but the last)"},
     {.name = "balance",
      .type = DT_CFG_ENUM,
      .def = "\"uniform\"",
@@ -27,9 +34,11 @@ static const dt_config_key_t pp_keys[] = {
             "smallest largest parameter count)"},
 };
 
-static int read_config(const dt_host_v1_t *host, int *schedule, int *balance)
+static int read_config(const dt_host_v1_t *host, int *schedule, int *keep, int *balance)
 {
     int rc = dt_cfg_enum(host, "schedule", "1f1b", PP_SCHEDULES, schedule);
+    if (rc == DT_OK)
+        rc = dt_cfg_bool(host, "keep_activations", 1, keep);
     return rc == DT_OK ? dt_cfg_enum(host, "balance", "uniform", PP_BALANCES, balance) : rc;
 }
 
@@ -68,7 +77,7 @@ static int pp_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *in,
     s->comm_ops = a.comm_ops;
     s->comm = a.comm;
     s->n_micro = a.n_micro;
-    if ((rc = read_config(host, &s->schedule, &balance)) == DT_OK &&
+    if ((rc = read_config(host, &s->schedule, &s->keep, &balance)) == DT_OK &&
         (rc = a.comm_ops->rank_size(a.comm, &s->stage, &s->n_stages)) == DT_OK &&
         s->n_stages < 2)
         rc = host->set_error(host, DT_ERR_INVALID, "init: a pipeline group of %d rank(s)",
@@ -77,8 +86,10 @@ static int pp_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *in,
         pp_finalize(s);
         return rc;
     }
-    host->log(host, DT_LOG_DEBUG, "stage %d of %d, schedule %s", s->stage, s->n_stages,
-              s->schedule == PP_SCHED_GPIPE ? "gpipe" : "1f1b");
+    host->log(host, DT_LOG_DEBUG, "stage %d of %d, schedule %s, keeps the activations of %u "
+              "micro-batch(es)", s->stage, s->n_stages,
+              s->schedule == PP_SCHED_GPIPE ? "gpipe" : "1f1b",
+              pp_in_flight(s->schedule, s->keep, s->stage, s->n_stages, s->n_micro));
     *out = s;
     return DT_OK;
 }
@@ -87,17 +98,25 @@ static int pp_assign_stages(const dt_host_v1_t *host, const dt_stage_args_v1_t *
                             uint32_t *out)
 {
     dt_stage_args_v1_t a;
-    int schedule, balance;
+    int schedule, keep, balance;
     int rc = dt_args_read(host, "assign_stages args", &a, sizeof a, in, DT_STAGE_ARGS_V1_SIZE0);
     if (rc != DT_OK)
         return rc;
     if (!a.model || !out)
         return host->set_error(host, DT_ERR_INVALID, "assign_stages: NULL %s",
                                !a.model ? "model" : "out");
-    if ((rc = read_config(host, &schedule, &balance)) != DT_OK)
+    if ((rc = read_config(host, &schedule, &keep, &balance)) != DT_OK)
         return rc;
-    for (int32_t k = 0; a.stash && k < a.n_stages; k++)
-        a.stash[k] = pp_stash(schedule, k, a.n_stages, a.n_micro);
+    /* a core before strategy ABI 1.4 has no in_flight: it keeps one
+     * micro-batch's activations, and the stash must hold every input */
+    if (!a.in_flight)
+        keep = 0;
+    for (int32_t k = 0; k < a.n_stages; k++) {
+        if (a.stash)
+            a.stash[k] = pp_stash(schedule, keep, k, a.n_stages, a.n_micro);
+        if (a.in_flight)
+            a.in_flight[k] = pp_in_flight(schedule, keep, k, a.n_stages, a.n_micro);
+    }
     return pp_assign(host, a.model, a.n_stages, balance, out);
 }
 

@@ -18,9 +18,14 @@
  *   1f1b   p - stage - 1 warm-up Fs, then F and B alternating, then the
  *          remaining Bs (PipeDream-Flush, Megatron's default).  A stage
  *          stashes at most p - stage inputs; same bubble as GPipe.
- * Only stage inputs are stashed: the core recomputes a stage's forward
- * from its input before that micro-batch's backward unless it was the
- * last forward the stage ran (so 1F1B's last stage never recomputes).
+ * Activations: with [pipeline] keep_activations (the default) the core
+ * keeps those of every micro-batch in flight (assign_stages' in_flight,
+ * pp_in_flight), each backward runs on its own forward's, and a stage
+ * needs one receive buffer for its inputs.  Without, the core keeps one
+ * micro-batch's and recomputes a stage's forward from its input before
+ * that micro-batch's backward unless it was the last forward the stage
+ * ran (so 1F1B's last stage never recomputes, and the others do a third
+ * more work: unbalanced stages), and the stage inputs are stashed.
  *
  * Transfers: the boundary tensor of micro-batch i goes from stage s to
  * s + 1 with tag 2i, its gradient back with tag 2i + 1, each started on
@@ -61,6 +66,7 @@ struct dt_strategy {
     int32_t stage, n_stages;
     uint32_t n_micro;
     int schedule;               /* PP_SCHED_* */
+    int keep;                   /* [pipeline] keep_activations */
     /* buffers, (re)made when act_count or n_micro grows */
     uint64_t act_bytes;
     uint32_t n_stash;
@@ -70,13 +76,28 @@ struct dt_strategy {
     pp_buf_t dout;              /* the output gradient received */
 };
 
-/* The most stage inputs stage `k` of `p` keeps at once for `m`
- * micro-batches: none on the first stage (it reads tokens); GPipe all m;
- * 1F1B at most the micro-batches in flight, p - k. */
-static inline uint32_t pp_stash(int schedule, int32_t k, int32_t p, uint32_t m)
+/* The most micro-batches stage `k` of `p` has in flight (forward run,
+ * backward not yet) for `m` micro-batches: GPipe all m, 1F1B p - k. */
+static inline uint32_t pp_max_in_flight(int schedule, int32_t k, int32_t p, uint32_t m)
 {
     uint32_t inflight = (uint32_t)(p - k);
-    return k == 0 ? 0 : schedule == PP_SCHED_GPIPE || m < inflight ? m : inflight;
+    return schedule == PP_SCHED_GPIPE || m < inflight ? m : inflight;
+}
+
+/* The micro-batches whose activations the core keeps on stage k: those in
+ * flight with `keep`, else one (the others' forwards are recomputed). */
+static inline uint32_t pp_in_flight(int schedule, int keep, int32_t k, int32_t p, uint32_t m)
+{
+    return keep ? pp_max_in_flight(schedule, k, p, m) : 1;
+}
+
+/* The stage inputs stage k stashes at once: none on the first stage (it
+ * reads tokens); with `keep` one receive buffer (the kept activations
+ * hold each input); else one per micro-batch in flight, for the
+ * recomputes. */
+static inline uint32_t pp_stash(int schedule, int keep, int32_t k, int32_t p, uint32_t m)
+{
+    return k == 0 ? 0 : keep ? 1 : pp_max_in_flight(schedule, k, p, m);
 }
 
 /* pipeline_balance.c: out[u] = the stage of unit u (never decreasing,

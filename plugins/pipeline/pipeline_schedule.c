@@ -12,6 +12,8 @@
 typedef struct pp_step {
     dt_strategy_t *s;
     const dt_schedule_args_v1_t *a;
+    int keep;        /* the core keeps every in-flight micro-batch's
+                      * activations this step: no stash of inputs */
     double loss;     /* the last stage's sum of micro-batch losses */
     uint64_t wait_ns; /* time in receives */
 } pp_step_t;
@@ -55,7 +57,8 @@ static int pp_buf_alloc(dt_strategy_t *s, pp_buf_t *b, uint64_t bytes)
  * stashed inputs (not on the first stage: it reads tokens), outputs and
  * the received output gradient (not on the last), input gradients (not on
  * the first). */
-static int ensure_buffers(dt_strategy_t *s, uint64_t bytes, uint32_t n_micro, int no_grad)
+static int ensure_buffers(dt_strategy_t *s, uint64_t bytes, uint32_t n_micro, int no_grad,
+                          int keep)
 {
     const int first = s->stage == 0, last = s->stage == s->n_stages - 1;
     /* forwards only: each input is used as it arrives, one slot will do,
@@ -64,7 +67,7 @@ static int ensure_buffers(dt_strategy_t *s, uint64_t bytes, uint32_t n_micro, in
         return DT_OK;
     if (no_grad)
         n_micro = 1;
-    uint32_t n_stash = pp_stash(s->schedule, s->stage, s->n_stages, n_micro);
+    uint32_t n_stash = pp_stash(s->schedule, keep, s->stage, s->n_stages, n_micro);
     if (bytes == s->act_bytes && n_stash == s->n_stash)
         return DT_OK;
     pp_free_buffers(s);
@@ -175,7 +178,9 @@ static int backward(pp_step_t *t, uint32_t m)
 {
     dt_strategy_t *s = t->s;
     const dt_stage_runner_v1_t *r = t->a->runner;
-    const void *in = s->stage > 0 ? s->stash[m % s->n_stash].p : NULL;
+    /* with kept activations the input is in them (and the one stash
+     * buffer already holds a later micro-batch's) */
+    const void *in = s->stage > 0 && !t->keep ? s->stash[m % s->n_stash].p : NULL;
     void *dout = NULL, *din = NULL;
     pp_buf_t *db = NULL;
     int rc;
@@ -245,10 +250,17 @@ int pp_run(dt_strategy_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result
     if ((rc = dt_args_check(host, "stage runner", a.runner, sizeof *a.runner,
                             DT_STAGE_RUNNER_V1_SIZE0)) != DT_OK)
         return rc;
+    /* [pipeline] keep_activations holds when the core kept as many slots
+     * as this stage has micro-batches in flight (an older core keeps 1) */
+    const uint32_t slots = a.runner->struct_size >= DT_FIELD_END(dt_stage_runner_v1_t, act_slots)
+                               ? a.runner->act_slots
+                               : 1;
+    const int keep = s->keep && slots >= pp_in_flight(s->schedule, 1, s->stage, s->n_stages,
+                                                      a.n_micro);
     if ((rc = ensure_buffers(s, a.act_count * dt_dtype_size(a.act_dtype), a.n_micro,
-                             (a.flags & DT_SCHEDULE_NO_GRAD) != 0)) != DT_OK)
+                             (a.flags & DT_SCHEDULE_NO_GRAD) != 0, keep)) != DT_OK)
         return rc;
-    pp_step_t t = {.s = s, .a = &a};
+    pp_step_t t = {.s = s, .a = &a, .keep = keep};
     rc = run_ops(&t);
     /* the last sends: their buffers are reused next step */
     for (int i = 0; i < 2 && rc == DT_OK; i++) {

@@ -12,6 +12,10 @@
 #    absolute (measured 3.9e-7 for pp2 and pp3, the tied wte gradient summed
 #    in another order; 4.7e-7 for pp2 x dp2, with the data-parallel
 #    average's);
+#  - [pipeline] keep_activations = false (one micro-batch's activations
+#    kept, the others' forwards recomputed from stashed inputs) gives the
+#    default's (every in-flight micro-batch's kept) numbers bit for bit,
+#    gpipe and 1f1b; the activations each stage keeps are printed;
 #  - the stage assignment rank 0 prints, uniform and by parameters;
 #  - the measured bubble: each step's per-stage receive wait, schedule time
 #    and idle fraction in the metrics, the run's in the summary; gpipe's
@@ -112,16 +116,33 @@ for s in gpipe 1f1b; do
        --metrics p$s.jsonl; then ok "pp2 $s trained"
   else bad "pp2 $s failed" "$(cat rank*.log)"; fi
   same p$s "pp2 $s"
+  out=$(cat rank0.log)
+  # in flight: gpipe all 4 micro-batches on both stages, 1f1b p - stage
+  if [ $s = gpipe ]; then k0=4 k1="4 micro-batches"; else k0=2 k1="1 micro-batch"; fi
+  expect_out "pp2 $s: stage 0's units and kept activations printed" \
+    "pipeline: stage 0 of 2: units 0-1 (embedding .. block.0), 0.022M parameters; keeps the activations of $k0 micro-batches"
+  expect_out "pp2 $s: stage 1's units and kept activations printed" \
+    "pipeline: stage 1 of 2: units 2-3 (block.1 .. head), 0.013M parameters; keeps the activations of $k1"
+  expect_out "the tied embedding is said" \
+    "pipeline: the last stage holds a copy of unit embedding (tied), its gradient summed with stage 0's each step"
+  expect_out "the grid is said" \
+    "dtrain: pipeline of 2 stages x 1 data-parallel replicas"
+  # keep_activations = false: one micro-batch's kept, the others' forwards
+  # recomputed from the stashed inputs; the same numbers to the bit
+  if ranks 2 eq.toml --set parallel.pipeline=2 --set pipeline.schedule=$s \
+       --set pipeline.keep_activations=false --set run.name=r$s --metrics r$s.jsonl; then
+    ok "pp2 $s, keep_activations = false, trained"
+  else bad "pp2 $s, keep_activations = false, failed" "$(cat rank*.log)"; fi
+  out=$(cat rank0.log)
+  expect_out "keep_activations = false keeps one micro-batch's" \
+    "pipeline: stage 0 of 2: units 0-1 (embedding .. block.0), 0.022M parameters; keeps the activations of 1 micro-batch"
+  if v=$($py cmp.py curves p$s.jsonl r$s.jsonl 0 0); then
+    ok "pp2 $s: recomputing the forwards gives the kept activations' numbers exactly: $v"
+  else bad "pp2 $s: recomputed and kept activations differ" "$v"; fi
+  "$bin" export "out/r$s/ckpt" "r$s.st" --layout dtrain >/dev/null
+  if v=$($py cmp.py params p$s.st r$s.st 0); then ok "pp2 $s, recomputed: $v (bit-identical)"
+  else bad "pp2 $s: recomputed and kept activations' parameters differ" "$v"; fi
 done
-out=$(cat rank0.log)
-expect_out "stage 0's units printed" \
-  "pipeline: stage 0 of 2: units 0-1 (embedding .. block.0), 0.022M parameters"
-expect_out "stage 1's units printed" \
-  "pipeline: stage 1 of 2: units 2-3 (block.1 .. head), 0.013M parameters"
-expect_out "the tied embedding is said" \
-  "pipeline: the last stage holds a copy of unit embedding (tied), its gradient summed with stage 0's each step"
-expect_out "the grid is said" \
-  "dtrain: pipeline of 2 stages x 1 data-parallel replicas"
 if ranks 4 eq.toml --set parallel.pipeline=2 --set run.name=pd --metrics pd.jsonl; then
   ok "pp2 x dp2 (4 ranks) trained"
 else bad "pp2 x dp2 failed" "$(cat rank*.log)"; fi

@@ -403,23 +403,41 @@ expect_out "says which and where it looked" \
 # 4096 bytes; 8 micro-batches a step on one replica.  Stage 0 sends 8
 # activations and stage 1 8 gradients (32768 bytes), and both the tied
 # embedding's gradient, wte 256 x 32 + wpe 32 x 32 f32 = 36864 bytes:
-# 69632 bytes = 0.07 MiB each.  GPipe stashes stage 1's 8 inputs (32768
-# bytes = 0.03 MiB), 1F1B one (4096 bytes = 0.00 MiB).  A stage's rank
-# allocates its own units' activations only: stage 0 without the head's
-# logits and their gradient (2 x 32 tokens x 256 x 4 = 65536 bytes less
-# than the whole model's workspace: 0.14 MiB, not 0.20), stage 1 with its
-# input boundary (4096 bytes more: 0.24 MiB).
-expect_exit 0 "plan a pipeline of 2 stages, gpipe" "$bin" plan eq.toml --world 2 \
-  --set parallel.pipeline=2 --set train.micro_batch=1 --set pipeline.schedule=gpipe
+# 69632 bytes = 0.07 MiB each.  A stage's rank allocates its own units'
+# activations only, per micro-batch it keeps: stage 0 keeps the tokens
+# (128 bytes), x[0] and x[1] (4096 each) and block.0's (15 x 4096 + the
+# norms' 512 + attention's 2 x 32 x 32 f32 probabilities 8192): 78464
+# bytes, and a workspace of 65536 (no head: no logits; 0.20 MiB whole);
+# stage 1 its input x[1], block.1's 74240, the head's ln_f and
+# probabilities (4 x (1024 + 8192) + 256) and the targets: 115584, and a
+# workspace of 131200 with the logits, their gradient and the losses.
+# keep_activations = false keeps one micro-batch's (0.14 and 0.24 MiB)
+# and stashes stage 1's inputs, gpipe all 8 (32768 bytes = 0.03 MiB);
+# the default keeps every micro-batch in flight and stashes one input
+# (4096 bytes = 0.00 MiB): gpipe all 8 (8 x 78464 + 65536 = 0.66 MiB,
+# 8 x 115584 + 131200 = 1.01 MiB), 1f1b at most p - k (stage 0: 2 x 78464
+# + 65536 = 0.21 MiB; stage 1: 0.24 MiB).
+expect_exit 0 "plan a pipeline of 2 stages, gpipe, activations recomputed" "$bin" plan eq.toml \
+  --world 2 --set parallel.pipeline=2 --set train.micro_batch=1 --set pipeline.schedule=gpipe \
+  --set pipeline.keep_activations=false
 expect_out "the bubble (p - 1) / (m + p - 1)" \
   "pipeline: 2 stages x 1 data-parallel replicas, 8 micro-batches a step: bubble (p - 1) / (m + p - 1) = 11.1%"
 expect_out "stage 0: its units, nothing stashed, its sends" \
-  "  stage 0: units 0-1 (embedding .. block.0), 0.022M parameters; activations 0.14 MiB (one micro-batch of its units, 0 stage inputs stashed: 0.00 MiB); sends 0.07 MiB a step"
-expect_out "stage 1: the tied copy, every input stashed (gpipe)" \
-  "  stage 1: units 2-3 (block.1 .. head) + a tied copy of the embedding, 0.022M parameters; activations 0.24 MiB (one micro-batch of its units, 8 stage inputs stashed: 0.03 MiB); sends 0.07 MiB a step"
+  "  stage 0: units 0-1 (embedding .. block.0), 0.022M parameters; activations 0.14 MiB (1 micro-batch of its units, 0 stage inputs stashed: 0.00 MiB); sends 0.07 MiB a step"
+expect_out "stage 1: the tied copy, every input stashed (gpipe, recomputing)" \
+  "  stage 1: units 2-3 (block.1 .. head) + a tied copy of the embedding, 0.022M parameters; activations 0.24 MiB (1 micro-batch of its units, 8 stage inputs stashed: 0.03 MiB); sends 0.07 MiB a step"
+expect_exit 0 "plan a pipeline of 2 stages, gpipe" "$bin" plan eq.toml --world 2 \
+  --set parallel.pipeline=2 --set train.micro_batch=1 --set pipeline.schedule=gpipe
+expect_out "gpipe: stage 0 keeps all 8 micro-batches" \
+  "  stage 0: units 0-1 (embedding .. block.0), 0.022M parameters; activations 0.66 MiB (8 micro-batches of its units, 0 stage inputs stashed: 0.00 MiB); sends 0.07 MiB a step"
+expect_out "gpipe: stage 1 keeps all 8, stashes one input" \
+  "  stage 1: units 2-3 (block.1 .. head) + a tied copy of the embedding, 0.022M parameters; activations 1.01 MiB (8 micro-batches of its units, 1 stage input stashed: 0.00 MiB); sends 0.07 MiB a step"
 expect_exit 0 "plan a pipeline of 2 stages, 1f1b" "$bin" plan eq.toml --world 2 \
   --set parallel.pipeline=2 --set train.micro_batch=1
-expect_out "1f1b: stage 1 stashes one input" "1 stage inputs stashed: 0.00 MiB"
+expect_out "1f1b: stage 0 keeps its 2 in flight" \
+  "activations 0.21 MiB (2 micro-batches of its units, 0 stage inputs stashed: 0.00 MiB)"
+expect_out "1f1b: stage 1 keeps one, stashes one input" \
+  "activations 0.24 MiB (1 micro-batch of its units, 1 stage input stashed: 0.00 MiB)"
 # each stage's model state per row, over the data group (--world 4: dp 2).
 # Stage 0 holds the embedding (wte 256 x 32 + wpe 32 x 32 = 9216) and
 # block.0 (12704): 21920 parameters; stage 1 block.1 (12704), the head

@@ -143,7 +143,7 @@ static const dt_strategy_ops_v1_t mh_ops = {
 /* ------------------------------------------------------------- harness */
 
 const char *dt_mh_device = "cpu";
-uint32_t dt_mh_stage_first, dt_mh_stage_end;
+uint32_t dt_mh_stage_first, dt_mh_stage_end, dt_mh_slots;
 static const dt_test_kv_t cpu_kv[] = {{"threads", "2"}, {NULL, NULL}};
 /* cuda: no atomics, so a rerun repeats the bits */
 static const dt_test_kv_t cuda_kv[] = {{"deterministic", "true"}, {NULL, NULL}};
@@ -295,6 +295,8 @@ int dt_mh_open_at(dt_mh_t *h, const char *plugin_dir, const char *source_dir,
         dt_mh_perturb(s->master[u], ud, seed);
     }
     h->ctx = (dt_model_ctx_t){h->D, h->dev, h->stream, &mh_ops, (dt_strategy_t *)s, "oracle"};
+    if (dt_mh_slots > 1 && (rc = dt_model_set_slots(h->model, dt_mh_slots)))
+        return rc;
     if (dt_mh_stage_end && (rc = dt_model_set_stage(h->model, dt_mh_stage_first, dt_mh_stage_end)))
         return rc;
     if ((rc = dt_model_alloc_acts(h->model, &h->ctx, B, T)) || (rc = dt_mh_sync_params(h)))

@@ -42,6 +42,8 @@ extern const char *dt_mh_device;
  * [dt_mh_stage_first, dt_mh_stage_end) only (dt_model_set_stage), as a
  * pipeline stage's rank does; 0 (the default): the whole model's. */
 extern uint32_t dt_mh_stage_first, dt_mh_stage_end;
+/* > 1: activations for that many micro-batches at once (dt_model_set_slots). */
+extern uint32_t dt_mh_slots;
 
 /* Load the device plugin (dt_mh_device), build the model from TOML text holding
  * a [model] table, allocate activations for B x T and the strategy, and

@@ -24,7 +24,12 @@
  * Also: a stage's activation plan (nothing for units before its input
  * boundary, that unit's output only, no logits without the head) and its
  * refusals (another stage, a whole-model step, a stage set after the
- * allocation); B lists unit 0 as tied, A lists none; an mlp model cannot be
+ * allocation); with activation slots (dt_model_set_slots) every split
+ * runs again keeping each micro-batch's activations (no recompute, the
+ * backwards given no input) with the same results, the plan counts each
+ * unit's kept bytes once per slot and the workspace once, and an mlp
+ * (no slots), a slot out of range or slots set after allocation are
+ * refused; B lists unit 0 as tied, A lists none; an mlp model cannot be
  * split (DT_ERR_CONFIG naming the arch); an empty or out-of-range stage is
  * DT_ERR_INVALID naming the range.
  */
@@ -61,46 +66,60 @@ static void must(int rc, const char *what)
         fail_msg("%s: %s", what, dt_last_error());
 }
 
-/* One stage [first, end) of the pipeline, on its own model and strategy. */
+/* One stage [first, end) of the pipeline, on its own model and strategy,
+ * keeping `slots` micro-batches' activations (micro-batch m in slot
+ * m % slots). */
 typedef struct stage {
     dt_mh_t h;
-    uint32_t first, end;
-    int32_t last_fwd; /* micro-batch whose activations the model holds; -1 */
+    uint32_t first, end, slots;
+    int32_t slot_micro[M]; /* the micro-batch whose activations slot i holds; -1 */
+    int recomputes;        /* forwards run again for a backward */
 } stage_t;
 
 static void stage_forward(stage_t *s, uint32_t m, const int32_t *in_tok, const int32_t *tg,
                           const void *in, void *out, double *loss)
 {
+    must(dt_model_use_slot(s->h.model, m % s->slots), "use slot");
     must(dt_model_stage_forward(s->h.model, &s->h.ctx, s->first, s->end, in_tok, tg, in, out, m,
                                 M, 0, loss),
          "stage forward");
-    s->last_fwd = (int32_t)m;
+    s->slot_micro[m % s->slots] = (int32_t)m;
 }
 
-/* The runner's backward: recompute the forward unless `m` is the last one
- * it ran (its output not wanted: NULL; its loss unused). */
+/* The runner's backward: on the slot's activations, recomputing the
+ * forward first when the slot holds another micro-batch's (its output not
+ * wanted: NULL; its loss unused). */
 static void stage_backward(stage_t *s, uint32_t m, const int32_t *in_tok, const int32_t *tg,
                            const void *in, const void *dout, void *din)
 {
     double unused = 0;
-    if (s->last_fwd != (int32_t)m)
+    must(dt_model_use_slot(s->h.model, m % s->slots), "use slot");
+    if (s->slot_micro[m % s->slots] != (int32_t)m) {
         stage_forward(s, m, in_tok, tg, in, NULL, &unused);
+        s->recomputes++;
+    }
     must(dt_model_stage_backward(s->h.model, &s->h.ctx, s->first, s->end, dout, din, m, M,
                                  (float)(1.0 / M)),
          "stage backward");
 }
 
-static void check_split(uint32_t k, const int32_t *inputs, const int32_t *targets,
-                        double whole_loss, float *const *whole_grads, const dt_mh_t *w)
+static void check_split(uint32_t k, uint32_t slots, const int32_t *inputs,
+                        const int32_t *targets, double whole_loss, float *const *whole_grads,
+                        const dt_mh_t *w)
 {
-    stage_t a = {.first = 0, .end = k, .last_fwd = -1};
-    stage_t b = {.first = k, .end = NU, .last_fwd = -1};
+    stage_t a = {.first = 0, .end = k, .slots = slots};
+    stage_t b = {.first = k, .end = NU, .slots = slots};
+    memset(a.slot_micro, -1, sizeof a.slot_micro);
+    memset(b.slot_micro, -1, sizeof b.slot_micro);
     /* each holds its own stage's activations only, as a stage's rank */
+    dt_mh_slots = slots;
     dt_mh_stage_first = 0, dt_mh_stage_end = k;
     must(dt_mh_open(&a.h, gpt2_toml, B, T, SEED), "open stage A");
     dt_mh_stage_first = k, dt_mh_stage_end = NU;
     must(dt_mh_open(&b.h, gpt2_toml, B, T, SEED), "open stage B");
     dt_mh_stage_first = dt_mh_stage_end = 0;
+    dt_mh_slots = 0;
+    assert_int_equal(dt_model_slots(a.h.model), slots);
     const uint64_t n = dt_model_boundary_count(a.h.model);
     assert_int_equal(n, (uint64_t)B * T * C);
     void *act[M], *grad;
@@ -120,12 +139,20 @@ static void check_split(uint32_t k, const int32_t *inputs, const int32_t *target
         loss_sum += l;
     }
     for (uint32_t m = 0; m < M; m++) {
-        stage_backward(&b, m, inputs + m * bt, targets + m * bt, act[m], NULL, grad);
+        /* with a slot per micro-batch the input is not needed: the slot
+         * holds it (NULL here would fail a recompute) */
+        stage_backward(&b, m, inputs + m * bt, targets + m * bt, slots == M ? NULL : act[m],
+                       NULL, grad);
         stage_backward(&a, m, inputs + m * bt, targets + m * bt, NULL, grad, NULL);
     }
+    /* one slot: every backward recomputes (in GPipe's order the slot
+     * holds the last forward's micro-batch, M - 1, then the previous
+     * backward's); a slot each: none */
+    assert_int_equal(a.recomputes, slots == M ? 0 : M);
+    assert_int_equal(b.recomputes, slots == M ? 0 : M);
     const double loss = loss_sum / M;
-    printf("split at unit %u: loss %.9f whole %.9f (diff %.3g)\n", k, loss, whole_loss,
-           fabs(loss - whole_loss));
+    printf("split at unit %u, %u slot(s): loss %.9f whole %.9f (diff %.3g)\n", k, slots, loss,
+           whole_loss, fabs(loss - whole_loss));
     assert_true(fabs(loss - whole_loss) <= LOSS_ATOL);
 
     double worst = 0;
@@ -171,8 +198,10 @@ static void test_stages_match_whole(void **state)
         assert_non_null(grads[u]);
         memcpy(grads[u], dt_mh_grads(&w, u), numel * 4);
     }
-    for (uint32_t k = 1; k < NU; k++)
-        check_split(k, inputs, targets, whole_loss, grads, &w);
+    for (uint32_t k = 1; k < NU; k++) {
+        check_split(k, 1, inputs, targets, whole_loss, grads, &w);
+        check_split(k, M, inputs, targets, whole_loss, grads, &w);
+    }
     for (uint32_t u = 0; u < NU; u++)
         free(grads[u]);
     dt_mh_close(&w);
@@ -225,6 +254,28 @@ static void test_stage_tied_and_refusals(void **state)
                      DT_ERR_INVALID);
     assert_string_equal(dt_last_error(), "model: a whole-model step on a rank that runs units "
                                          "2-4 only (a pipeline stage)");
+    assert_int_equal(dt_model_set_slots(w.model, 2), DT_ERR_INVALID);
+    assert_string_equal(dt_last_error(), "model: activation slots are set before the "
+                                         "activations are allocated");
+    dt_mh_close(&w);
+
+    /* the same stage keeping 3 micro-batches: every unit's kept bytes
+     * three times, the workspace once; slot 3 of 3 refused */
+    dt_mh_slots = 3;
+    dt_mh_stage_first = 2, dt_mh_stage_end = NU;
+    must(dt_mh_open(&w, gpt2_toml, B, T, SEED), "open stage [2, 5), 3 slots");
+    dt_mh_stage_first = dt_mh_stage_end = 0;
+    dt_mh_slots = 0;
+    uint64_t unit3[NU];
+    dt_model_act_t act3;
+    must(dt_model_act_bytes(w.model, B, T, unit3, &act3), "act bytes, 3 slots");
+    for (uint32_t u = 0; u < NU; u++)
+        assert_int_equal(unit3[u], 3 * unit[u]);
+    assert_int_equal(act3.workspace, act.workspace);
+    assert_int_equal(act3.kept, 3 * act.kept);
+    must(dt_model_use_slot(w.model, 2), "slot 2 of 3");
+    assert_int_equal(dt_model_use_slot(w.model, 3), DT_ERR_INVALID);
+    assert_string_equal(dt_last_error(), "model: activation slot 3 of 3");
     dt_mh_close(&w);
 
     /* stage [0, 2): no head, so no logits in the workspace */
@@ -250,6 +301,15 @@ static void test_stage_tied_and_refusals(void **state)
          "open mlp");
     assert_int_equal(dt_model_stage_check(m.model, 0, 1), DT_ERR_CONFIG);
     assert_string_equal(dt_last_error(), "model: arch mlp cannot be split into pipeline stages");
+    dt_mh_close(&m);
+    dt_mh_slots = 2;
+    assert_int_equal(dt_mh_open(&m, "[model]\narch = \"mlp\"\nvocab_size = 30\nmlp_in = 8\n"
+                                    "mlp_hidden = 12\nmlp_layers = 2\n",
+                                B, T, SEED),
+                     DT_ERR_CONFIG);
+    dt_mh_slots = 0;
+    assert_string_equal(dt_last_error(),
+                        "model: arch mlp keeps one micro-batch's activations only, not 2");
     dt_mh_close(&m);
 }
 

@@ -87,11 +87,13 @@ extern "C" {
 #endif
 
 #define DT_STRATEGY_ABI_MAJOR 1
-#define DT_STRATEGY_ABI_MINOR 3 /* 1: dt_step_args_v1_t.loss_scale, dt_estimate_args_v1_t.offload;
+#define DT_STRATEGY_ABI_MINOR 4 /* 1: dt_step_args_v1_t.loss_scale, dt_estimate_args_v1_t.offload;
                                  * 2: dt_estimate_v1_t.offload_bytes_per_step;
                                  * 3: pipeline stages: dt_strategy_init_v1_t.unit_flags,
                                  *    norm_comm, tied_comm; the slots assign_stages and
-                                 *    run_schedule and their structs */
+                                 *    run_schedule and their structs;
+                                 * 4: dt_stage_args_v1_t.in_flight (activations kept per
+                                 *    micro-batch in flight) */
 
 typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 
@@ -355,9 +357,20 @@ typedef struct dt_stage_args_v1 {
      * entries, the most stage inputs (boundary tensors) stage k keeps at
      * once under the plugin's schedule for n_micro micro-batches (GPipe
      * n_micro, 1F1B min(n_micro, n_stages - k); 0 for the first stage,
-     * which reads tokens). */
+     * which reads tokens; 1 where the core keeps the activations of every
+     * micro-batch in flight, `in_flight`, and the stash is the receive
+     * buffer only). */
     uint32_t *stash;
     /* ---- minor 0 ends here; append only ---- */
+    /* out, optional (NULL: not asked), n_stages entries, filled with 1 by
+     * the caller: the micro-batches whose activations stage k keeps at
+     * once, so that each backward runs on the activations its forward
+     * left (the core allocates that many activation slots): the most in
+     * flight under the schedule (GPipe n_micro, 1F1B min(n_micro,
+     * n_stages - k)), or 1 when the plugin's config trades compute for
+     * memory and has the core recompute a micro-batch's forward before
+     * its backward.  A plugin that leaves it at 1 gets the latter. */
+    uint32_t *in_flight;
 } dt_stage_args_v1_t;
 #define DT_STAGE_ARGS_V1_SIZE0 DT_FIELD_END(dt_stage_args_v1_t, stash)
 
@@ -382,14 +395,22 @@ typedef struct dt_stage_runner_v1 {
     /* Backward of micro-batch `micro`: `in` is the same input its forward
      * had (NULL on the first stage); `dout` the gradient of this stage's
      * output (NULL on the last stage: the loss starts it), `din` receives
-     * the gradient of `in` (NULL on the first stage).  The model keeps one
-     * micro-batch's activations: unless `micro` is the last one forward
-     * ran, the core recomputes the stage's forward from `in` first
-     * (GPipe's re-materialisation), so a schedule stashes only the stage
-     * inputs, one boundary tensor per micro-batch in flight. */
+     * the gradient of `in` (NULL on the first stage).  The core keeps the
+     * activations of assign_stages' in_flight micro-batches (slot micro %
+     * in_flight): when those of `micro` are still there it runs backward
+     * on them and `in` may be NULL; otherwise (in_flight 1: any micro-batch
+     * but the last forward) it recomputes the stage's forward from `in`
+     * first (GPipe's re-materialisation), so such a schedule stashes the
+     * stage inputs, one boundary tensor per micro-batch in flight.  A
+     * backward that would need `in` and has NULL fails DT_ERR_INVALID. */
     int (*backward)(void *ctx, uint32_t micro, const void *in, const void *dout,
                     void *din);
     /* ---- minor 0 ends here; append only ---- */
+    /* The activation slots the core keeps for this stage (minor 4; a
+     * runner without the field keeps 1): a schedule passes `in` NULL to
+     * backward only when this covers its micro-batches in flight. */
+    uint32_t act_slots;
+    uint32_t reserved1;
 } dt_stage_runner_v1_t;
 #define DT_STAGE_RUNNER_V1_SIZE0 DT_FIELD_END(dt_stage_runner_v1_t, backward)
 

@@ -954,6 +954,37 @@ int dt_model_find_nonfinite(dt_model_t *m, const dt_model_ctx_t *ctx, const int3
     return rc;
 }
 
+int dt_model_probe_begin(dt_model_t *m, char *out, size_t cap)
+{
+    if (m->probe)
+        return dt_err_set(DT_ERR_INVALID, "model: a non-finite search is already running");
+    dt_model_probe_t *p = calloc(1, sizeof *p);
+    if (p)
+        p->host = malloc(PROBE_CHUNK * 4);
+    if (!p || !p->host) {
+        free(p);
+        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    }
+    p->what = out;
+    p->cap = cap;
+    m->probe = p;
+    return DT_OK;
+}
+
+int dt_model_probe_end(dt_model_t *m)
+{
+    dt_model_probe_t *p = m->probe;
+    if (!p)
+        return 0;
+    const int found = p->found;
+    if (!found)
+        snprintf(p->what, p->cap, "%s", DT_MODEL_FORWARD_FINITE);
+    free(p->host);
+    free(p);
+    m->probe = NULL;
+    return found;
+}
+
 int dt_model_find_nonfinite_grad(dt_model_t *m, const dt_model_ctx_t *ctx,
                                  const int32_t *inputs, const int32_t *targets,
                                  float loss_scale, char *out, size_t cap)

@@ -249,6 +249,18 @@ int dt_model_find_nonfinite(dt_model_t *m, const dt_model_ctx_t *ctx, const int3
     "is finite): the gradient went non-finite in backward, or another micro-batch or rank "    \
     "went non-finite"
 
+/* The same search around stage passes (a pipeline rank's: the forward of
+ * a step's micro-batches through the schedule, flagged DT_HOOK_NO_GRAD,
+ * each stage probing its own units): between dt_model_probe_begin and
+ * dt_model_probe_end every forward copies each parameter tensor as the
+ * kernels read it and each kernel's output to the host, and the first
+ * that holds a NaN or Inf is written to `out` (cap bytes, kept by the
+ * caller) as dt_model_find_nonfinite words it.  probe_end returns 1 when
+ * one was found, else 0 with DT_MODEL_FORWARD_FINITE in `out`.
+ * DT_ERR_INVALID when a search is already running. */
+int dt_model_probe_begin(dt_model_t *m, char *out, size_t cap);
+int dt_model_probe_end(dt_model_t *m);
+
 /* After a step whose gradient overflowed: re-run forward and backward of
  * the micro-batch inputs/targets as micro-batch 0 of 1 with the loss
  * scaled by `loss_scale`, copying each unit's parameter gradient to the

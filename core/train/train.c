@@ -735,7 +735,9 @@ typedef struct stage_pass {
     int64_t step;
     uint32_t n_micro;
     float micro_scale;   /* the loss gradient's scale (1 / accumulation) */
-    int eval;            /* evaluation: validation batches, forward only */
+    int eval;            /* forward only (hooks flagged no-grad) */
+    int probe;           /* with eval: the step's training micro-batches (the
+                          * non-finite search), not validation batches */
 } stage_pass_t;
 
 /* This rank's share (its data-parallel rank's) of micro-batch `micro`. */
@@ -743,7 +745,7 @@ static int stage_fill(const stage_pass_t *x, uint32_t micro)
 {
     run_t *R = x->R;
     const dt_train_settings_t *t = &R->set->train;
-    if (x->eval)
+    if (x->eval && !x->probe)
         return dt_data_eval_fill(R->val, (uint32_t)t->seq_len, (uint32_t)t->micro_batch, micro,
                                  (uint32_t)R->dp_rank, (uint32_t)R->dp, R->inputs, R->targets);
     return dt_sampler_fill(R->sampler, (uint64_t)(x->step - 1), micro, (uint32_t)R->dp_rank,
@@ -902,6 +904,58 @@ static int pipeline_pass(run_t *R, int64_t step, uint32_t n_micro, float micro_s
         pipeline_bubble_add(R);
     return DT_OK;
 }
+
+/* After a non-finite step under a pipeline: the forward of the step's
+ * micro-batches again through the schedule (forward only), each stage
+ * probing its own units (dt_model_probe_begin); every rank's `what` is
+ * then the first non-finite tensor of the earliest stage that found one
+ * (of the lowest data-parallel replica), with the stage named.
+ * Collective over the world, as every rank stops on the same step. */
+static int pipeline_find_nonfinite(run_t *R, int64_t step, char *what, size_t cap)
+{
+    const uint32_t n_micro = (uint32_t)R->set->train.grad_accum;
+    stage_pass_t x = {.R = R, .step = step, .n_micro = n_micro, .eval = 1, .probe = 1};
+    dt_stage_runner_t rn = {.struct_size = sizeof rn, .ctx = &x, .forward = stage_forward,
+                            .backward = stage_backward, .act_slots = R->n_slots};
+    dt_schedule_args_t sa = {.struct_size = sizeof sa, .n_micro = n_micro, .step = step,
+                             .act_count = dt_model_boundary_count(R->model),
+                             .act_dtype = dt_model_act_dtype(R->model),
+                             .flags = DT_SCHEDULE_NO_GRAD, .runner = &rn};
+    dt_schedule_result_t sr = {.struct_size = sizeof sr};
+    for (uint32_t i = 0; i < R->n_slots; i++)
+        R->slot_micro[i] = -1;
+    int rc = dt_model_probe_begin(R->model, what, cap);
+    if (rc)
+        return rc;
+    rc = PLUGIN_CALL(R->ppipe, R->pipe_ops->run_schedule(R->pipe, &sa, &sr), "run_schedule");
+    const int found = dt_model_probe_end(R->model);
+    if (rc)
+        return rc;
+    const int32_t dp = R->grid.dp;
+    const double none = (double)R->grid.pp * dp;
+    double who = found ? (double)(R->grid.pp_rank * dp + R->grid.dp_rank) : none;
+    if ((rc = PLUGIN_CALL(R->pcomm,
+                          R->comm_ops->all_reduce(R->comm, &who, &who, 1, DT_F64, DT_OP_MIN,
+                                                  NULL, NULL),
+                          "all_reduce of the stage that found a non-finite tensor")))
+        return rc;
+    if (who >= none) {
+        snprintf(what, cap, "none in the forward of this step's micro-batches on any pipeline "
+                 "stage (every parameter and activation is finite): the gradient went "
+                 "non-finite in backward");
+        return DT_OK;
+    }
+    const int32_t k = (int32_t)who / dp;
+    const int32_t root = dt_grid_rank_at(&R->grid, 0, k, (int32_t)who % dp);
+    if ((rc = PLUGIN_CALL(R->pcomm,
+                          R->comm_ops->broadcast(R->comm, what, cap, DT_U8, root, NULL, NULL),
+                          "broadcast of the first non-finite tensor")))
+        return rc;
+    what[cap - 1] = 0; /* another rank's bytes: ended here whatever they hold */
+    const size_t n = strlen(what);
+    snprintf(what + n, cap - n, ", on pipeline stage %d", k);
+    return DT_OK;
+}
 /* ---- end pipeline ---- */
 
 /* The micro-batches of `step`, the loss over the global batch, and the
@@ -966,14 +1020,15 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
         (rc = loss_scale_step(R, step, &sres, &rep->skipped)))
         return rc;
     if (!isfinite(rep->loss) || (sres.nonfinite && !rep->skipped)) {
-        char what[1024] = "not searched under pipeline parallelism";
+        char what[1024] = "";
         /* every rank: under a sharding strategy the forward's hooks are
-         * collective (the loss and the norm agree across ranks); a
-         * pipeline stage holds only its units, and the search runs the
-         * whole model */
+         * collective (the loss and the norm agree across ranks); under a
+         * pipeline the stages search their own units through the schedule */
         if (!R->ppipe)
             dt_model_find_nonfinite(R->model, &R->ctx, R->inputs, R->targets, what,
                                     sizeof what);
+        else if (pipeline_find_nonfinite(R, step, what, sizeof what))
+            snprintf(what, sizeof what, "unknown (the search failed: %s)", dt_last_error());
         return dt_err_set(DT_ERR_NUMERIC,
                           "step %lld: %s is non-finite (loss %g, grad norm %g); first "
                           "non-finite tensor: %s; the last checkpoint is intact",

@@ -28,6 +28,9 @@
 #    with their state offloaded to host memory, against the same
 #    1-rank run and tolerances; a zero-2 pp2 x dp2 checkpoint resumed at
 #    dp4 fsdp continues the 1-rank curve;
+#  - a non-finite step under pp2: every rank names the first non-finite
+#    tensor the stages' probed forwards found, and the stage (the tensor
+#    one rank names at the same step);
 #  - config errors (exit 2, the exact message): stages that do not divide
 #    the world, an arch that cannot be split;
 #  - a rank killed in the pipeline's backward (a test hook): the other
@@ -252,6 +255,25 @@ if ranks 2 eq.toml --set parallel.pipeline=2 --set run.name=r12 \
 else bad "resume at pp2 failed" "$(cat rank*.log)"; fi
 v=$($py cmp.py curves n1.jsonl r12.jsonl 1e-6 1e-5) && ok "1 rank -> pp2: $v" ||
   bad "1 rank -> pp2: the curve differs" "$v"
+
+# ---- a non-finite step: the stages search their own units ---------------
+# SGD at lr 10 without clipping blows the model up within a few steps
+# (step 7 in this build: block.1's attention output, found by stage 1, as
+# one rank finds it at the same step).  Under pp2 the stages re-run the
+# step's forwards through the schedule, each probing its own units, and
+# every rank names the earliest stage's find and that stage: the same
+# phrase on both (one rank's, broadcast).  Which step and tensor overflow
+# first depends on the last bits of the arithmetic (the compiler's, the
+# reduction order), so the shape is asserted, not the tensor.
+if ranks 2 eq.toml --set parallel.pipeline=2 --set run.name=nf --set optimizer.type=sgd \
+     --set train.lr=10 --set train.gradient_clipping=0 --set train.steps=40 \
+     --set train.warmup_steps=0; then
+  bad "pp2: a non-finite loss did not stop the run" "$(cat rank*.log)"
+else ok "pp2: a non-finite loss stops the run"; fi
+nf='error: step [0-9]+: the (loss|gradient) is non-finite \(loss [^)]*\); first non-finite tensor: (activation|parameter|logits)[^;]* \(unit (embedding|block\.[01]|head)\)[^;]*: element [0-9]+ of [0-9]+ is (nan|inf|-inf), on pipeline stage [01]; the last checkpoint is intact'
+p0=$(grep -oE "$nf" rank0.log || true) p1=$(grep -oE "$nf" rank1.log || true)
+if [ -n "$p0" ] && [ "$p0" = "$p1" ]; then ok "pp2: both ranks name the same tensor and stage: ${p0#*tensor: }"
+else bad "pp2: the non-finite tensor is not named alike on both ranks" "$(tail -n 2 rank0.log rank1.log)"; fi
 
 # ---- config errors -------------------------------------------------------
 expect_exit 2 "3 stages on 2 ranks" "$bin" check eq.toml --set parallel.pipeline=3 \

@@ -188,9 +188,10 @@ int dt_model_alloc_units(dt_model_t *m, uint32_t n)
     if (!m->desc.units || !m->extra)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     m->desc.n_units = n;
-    m->stage_first = 0;
+    m->n_chunks = 1;
+    m->chunk_first[0] = 0;
+    m->chunk_end[0] = n;
     m->n_slots = 1;
-    m->stage_end = n;
     for (uint32_t i = 0; i < n; i++) {
         dt_unit_desc_t *u = &m->desc.units[i];
         u->index = i;
@@ -323,24 +324,50 @@ int dt_model_dalloc(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t n, size_t 
 
 int dt_model_keeps(const dt_model_t *m, uint32_t u)
 {
-    if (u >= m->stage_first && u < m->stage_end)
-        return DT_KEEP_ALL;
-    return u + 1 == m->stage_first ? DT_KEEP_OUTPUT : DT_KEEP_NONE;
+    int keep = DT_KEEP_NONE;
+    for (uint32_t i = 0; i < m->n_chunks; i++) {
+        if (u >= m->chunk_first[i] && u < m->chunk_end[i])
+            return DT_KEEP_ALL;
+        if (u + 1 == m->chunk_first[i])
+            keep = DT_KEEP_OUTPUT;
+    }
+    return keep;
 }
 
-int dt_model_set_stage(dt_model_t *m, uint32_t first, uint32_t end)
+int dt_model_set_stages(dt_model_t *m, uint32_t n, const uint32_t *first, const uint32_t *end)
 {
-    if (first == m->stage_first && end == m->stage_end)
+    int same = n == m->n_chunks;
+    for (uint32_t i = 0; same && i < n; i++)
+        same = first[i] == m->chunk_first[i] && end[i] == m->chunk_end[i];
+    if (same)
         return DT_OK;
     if (m->host_losses)
         return dt_err_set(DT_ERR_INVALID, "model: the stage is set before the activations "
                           "are allocated");
-    int rc = first == 0 && end == m->desc.n_units ? DT_OK : dt_model_stage_check(m, first, end);
-    if (rc)
-        return rc;
-    m->stage_first = first;
-    m->stage_end = end;
+    if (n < 1 || n > DT_MODEL_MAX_CHUNKS)
+        return dt_err_set(DT_ERR_INVALID, "model: a stage of %u unit ranges (1 to %d)", n,
+                          DT_MODEL_MAX_CHUNKS);
+    const int whole = n == 1 && first[0] == 0 && end[0] == m->desc.n_units;
+    for (uint32_t i = 0; !whole && i < n; i++) {
+        int rc = dt_model_stage_check(m, first[i], end[i]);
+        if (rc)
+            return rc;
+        if (i > 0 && first[i] < end[i - 1])
+            return dt_err_set(DT_ERR_INVALID, "model: a stage's unit ranges [%u, %u) and "
+                              "[%u, %u) are not in model order without overlap",
+                              first[i - 1], end[i - 1], first[i], end[i]);
+    }
+    m->n_chunks = n;
+    for (uint32_t i = 0; i < n; i++) {
+        m->chunk_first[i] = first[i];
+        m->chunk_end[i] = end[i];
+    }
     return DT_OK;
+}
+
+int dt_model_set_stage(dt_model_t *m, uint32_t first, uint32_t end)
+{
+    return dt_model_set_stages(m, 1, &first, &end);
 }
 
 int dt_model_set_slots(dt_model_t *m, uint32_t n)
@@ -376,11 +403,13 @@ int dt_model_use_slot(dt_model_t *m, uint32_t i)
     return DT_OK;
 }
 
-uint32_t dt_model_stage(const dt_model_t *m, uint32_t *end)
+uint32_t dt_model_stages(const dt_model_t *m, uint32_t *first, uint32_t *end)
 {
-    if (end)
-        *end = m->stage_end;
-    return m->stage_first;
+    for (uint32_t i = 0; i < m->n_chunks; i++) {
+        first[i] = m->chunk_first[i];
+        end[i] = m->chunk_end[i];
+    }
+    return m->n_chunks;
 }
 
 int dt_model_recomputes(const dt_model_t *m, int64_t l)
@@ -656,28 +685,41 @@ static int mean_loss(const dt_model_t *m, const dt_model_ctx_t *ctx, double *los
  * whose activations are one stage's (dt_model_set_stage). */
 static int is_whole(const dt_model_t *m)
 {
-    return m->stage_first == 0 && m->stage_end == m->desc.n_units;
+    return m->n_chunks == 1 && m->chunk_first[0] == 0 && m->chunk_end[0] == m->desc.n_units;
+}
+
+/* "units 2-4" or "units 0-1, 4-5": the ranges this rank runs. */
+static const char *chunk_list(const dt_model_t *m, char *out, size_t cap)
+{
+    size_t n = (size_t)snprintf(out, cap, "units");
+    for (uint32_t i = 0; i < m->n_chunks && n < cap; i++)
+        n += (size_t)snprintf(out + n, cap - n, "%s %u-%u", i ? "," : "", m->chunk_first[i],
+                              m->chunk_end[i] - 1);
+    return out;
 }
 
 static int whole_model(const dt_model_t *m, const char *what)
 {
     if (is_whole(m))
         return DT_OK;
-    return dt_err_set(DT_ERR_INVALID, "model: a whole-model %s on a rank that runs units "
-                      "%u-%u only (a pipeline stage)", what, m->stage_first, m->stage_end - 1);
+    char cl[256];
+    return dt_err_set(DT_ERR_INVALID, "model: a whole-model %s on a rank that runs %s only (a "
+                      "pipeline stage)", what, chunk_list(m, cl, sizeof cl));
 }
 
-/* dt_model_stage_check, and [first, end) the stage the activations were
- * allocated for (the whole model's serve any). */
+/* dt_model_stage_check, and [first, end) one of the unit ranges the
+ * activations were allocated for (the whole model's serve any). */
 static int allocated_stage(const dt_model_t *m, uint32_t first, uint32_t end)
 {
     int rc = dt_model_stage_check(m, first, end);
-    if (rc == DT_OK && !is_whole(m) &&
-        (first != m->stage_first || end != m->stage_end))
-        rc = dt_err_set(DT_ERR_INVALID, "model: stage units %u-%u run on activations "
-                        "allocated for units %u-%u", first, end - 1, m->stage_first,
-                        m->stage_end - 1);
-    return rc;
+    if (rc || is_whole(m))
+        return rc;
+    for (uint32_t i = 0; i < m->n_chunks; i++)
+        if (first == m->chunk_first[i] && end == m->chunk_end[i])
+            return DT_OK;
+    char cl[256];
+    return dt_err_set(DT_ERR_INVALID, "model: stage units %u-%u run on activations allocated "
+                      "for %s", first, end - 1, chunk_list(m, cl, sizeof cl));
 }
 
 int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t *inputs,

@@ -195,8 +195,15 @@ uint32_t dt_model_slots(const dt_model_t *m);
  * allocation); the slot's tokens and targets go with it.  DT_ERR_INVALID
  * for i >= the slot count or before allocation. */
 int dt_model_use_slot(dt_model_t *m, uint32_t i);
-/* The stage set: its first unit, and *end (may be NULL) past its last. */
-uint32_t dt_model_stage(const dt_model_t *m, uint32_t *end);
+/* An interleaved pipeline's rank runs several unit ranges ("chunks",
+ * virtual stages): dt_model_set_stage for n of them at once, in model
+ * order without overlap, each a stage of its own for the passes (the unit
+ * before each keeps its output).  At most DT_MODEL_MAX_CHUNKS. */
+#define DT_MODEL_MAX_CHUNKS 16
+int dt_model_set_stages(dt_model_t *m, uint32_t n, const uint32_t *first, const uint32_t *end);
+/* The ranges set (the whole model's one by default) into first[] / end[]
+ * (DT_MODEL_MAX_CHUNKS entries): their count. */
+uint32_t dt_model_stages(const dt_model_t *m, uint32_t *first, uint32_t *end);
 /* DT_OK when units [first, end) can be a stage of this model; else
  * DT_ERR_CONFIG naming the arch (one that cannot be split) or
  * DT_ERR_INVALID naming the range. */

@@ -138,10 +138,12 @@ struct dt_model {
     int adtype;
     int recompute_mode;        /* DT_RECOMPUTE_* */
     int64_t recompute_every;   /* [model] checkpoint_every */
-    /* The units this rank runs (dt_model_set_stage): [stage_first,
-     * stage_end), the whole model unless a pipeline stage was set.
-     * Activations are planned and allocated for those only. */
-    uint32_t stage_first, stage_end;
+    /* The units this rank runs (dt_model_set_stages): n_chunks ranges
+     * [chunk_first[i], chunk_end[i]) in model order; one, the whole model,
+     * unless a pipeline stage was set (an interleaved pipeline's rank runs
+     * several).  Activations are planned and allocated for those only. */
+    uint32_t n_chunks;
+    uint32_t chunk_first[DT_MODEL_MAX_CHUNKS], chunk_end[DT_MODEL_MAX_CHUNKS];
     /* Activation slots (dt_model_set_slots): n_slots micro-batches'
      * activations kept at once, `slot` the one in use; each slot's device
      * tokens and targets (m->tokens / m->targets are the slot's). */

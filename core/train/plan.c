@@ -64,19 +64,19 @@ int dt_plan_stage_acts(dt_model_t *m, int64_t B, int64_t T, uint32_t first, uint
 {
     /* the model's stage and slots are set only around the count (a
      * planner's model has none; a training rank's are these already) */
-    uint32_t was_end;
-    const uint32_t was_first = dt_model_stage(m, &was_end), was_slots = dt_model_slots(m);
+    uint32_t was_first[DT_MODEL_MAX_CHUNKS], was_end[DT_MODEL_MAX_CHUNKS];
+    const uint32_t was_n = dt_model_stages(m, was_first, was_end), was_slots = dt_model_slots(m);
     int rc = dt_model_set_stage(m, first, end);
     if (!rc)
         rc = dt_model_set_slots(m, slots);
     if (rc) {
-        dt_model_set_stage(m, was_first, was_end);
+        dt_model_set_stages(m, was_n, was_first, was_end);
         return rc;
     }
     dt_model_act_t act;
     rc = dt_model_act_bytes(m, B, T, NULL, &act);
     dt_model_set_slots(m, was_slots);
-    dt_model_set_stage(m, was_first, was_end);
+    dt_model_set_stages(m, was_n, was_first, was_end);
     *out = act.total;
     return rc;
 }

@@ -144,6 +144,7 @@ static const dt_strategy_ops_v1_t mh_ops = {
 
 const char *dt_mh_device = "cpu";
 uint32_t dt_mh_stage_first, dt_mh_stage_end, dt_mh_slots;
+uint32_t dt_mh_n_chunks, dt_mh_chunk_first[4], dt_mh_chunk_end[4];
 static const dt_test_kv_t cpu_kv[] = {{"threads", "2"}, {NULL, NULL}};
 /* cuda: no atomics, so a rerun repeats the bits */
 static const dt_test_kv_t cuda_kv[] = {{"deterministic", "true"}, {NULL, NULL}};
@@ -296,6 +297,9 @@ int dt_mh_open_at(dt_mh_t *h, const char *plugin_dir, const char *source_dir,
     }
     h->ctx = (dt_model_ctx_t){h->D, h->dev, h->stream, &mh_ops, (dt_strategy_t *)s, "oracle"};
     if (dt_mh_slots > 1 && (rc = dt_model_set_slots(h->model, dt_mh_slots)))
+        return rc;
+    if (dt_mh_n_chunks &&
+        (rc = dt_model_set_stages(h->model, dt_mh_n_chunks, dt_mh_chunk_first, dt_mh_chunk_end)))
         return rc;
     if (dt_mh_stage_end && (rc = dt_model_set_stage(h->model, dt_mh_stage_first, dt_mh_stage_end)))
         return rc;

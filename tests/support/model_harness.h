@@ -44,6 +44,10 @@ extern const char *dt_mh_device;
 extern uint32_t dt_mh_stage_first, dt_mh_stage_end;
 /* > 1: activations for that many micro-batches at once (dt_model_set_slots). */
 extern uint32_t dt_mh_slots;
+/* dt_mh_n_chunks > 0: the unit ranges [dt_mh_chunk_first[i],
+ * dt_mh_chunk_end[i]) of an interleaved pipeline's rank instead
+ * (dt_model_set_stages). */
+extern uint32_t dt_mh_n_chunks, dt_mh_chunk_first[4], dt_mh_chunk_end[4];
 
 /* Load the device plugin (dt_mh_device), build the model from TOML text holding
  * a [model] table, allocate activations for B x T and the strategy, and

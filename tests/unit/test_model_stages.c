@@ -207,6 +207,113 @@ static void test_stages_match_whole(void **state)
     dt_mh_close(&w);
 }
 
+/* An interleaved pipeline of 2 ranks x 2 chunks: virtual stages [0, 2),
+ * [2, 3), [3, 4), [4, 5); rank A runs the first and third, rank B the
+ * second and fourth, each allocating activations for its two unit ranges
+ * only (dt_model_set_stages) and keeping every micro-batch's (M slots).
+ * GPipe's order across the four virtual stages matches the whole model:
+ * the loss within LOSS_ATOL, every gradient within GRAD_TOL of its
+ * tensor's largest (unit 0 as A's plus B's: B's last chunk reads the tied
+ * wte). */
+static void test_interleaved_chunks_match_whole(void **state)
+{
+    (void)state;
+    int32_t inputs[M * B * T], targets[M * B * T];
+    dt_mh_tokens(11, V, M * B * T, inputs, targets);
+    dt_mh_t w;
+    must(dt_mh_open(&w, gpt2_toml, B, T, SEED), "open whole model");
+    const double whole_loss = dt_mh_step(&w, inputs, targets, M, 0);
+
+    static const uint32_t vfirst[4] = {0, 2, 3, 4}, vend[4] = {2, 3, 4, NU};
+    dt_mh_t r[2];
+    for (int k = 0; k < 2; k++) {
+        dt_mh_n_chunks = 2;
+        for (int c = 0; c < 2; c++) {
+            dt_mh_chunk_first[c] = vfirst[2 * c + k];
+            dt_mh_chunk_end[c] = vend[2 * c + k];
+        }
+        dt_mh_slots = M;
+        must(dt_mh_open(&r[k], gpt2_toml, B, T, SEED), k ? "open rank B" : "open rank A");
+    }
+    dt_mh_n_chunks = 0;
+    dt_mh_slots = 0;
+    uint32_t f[DT_MODEL_MAX_CHUNKS], e[DT_MODEL_MAX_CHUNKS];
+    assert_int_equal(dt_model_stages(r[0].model, f, e), 2);
+    assert_true(f[0] == 0 && e[0] == 2 && f[1] == 3 && e[1] == 4);
+    /* a unit range it was not allocated for, named with both of its own */
+    assert_int_equal(dt_model_stage_forward(r[0].model, &r[0].ctx, 2, 3, NULL, NULL, NULL, NULL,
+                                            0, 1, 0, NULL),
+                     DT_ERR_INVALID);
+    assert_string_equal(dt_last_error(), "model: stage units 2-2 run on activations allocated "
+                                         "for units 0-1, 3-3");
+
+    const uint64_t n = dt_model_boundary_count(r[0].model);
+    void *act[4][M], *grad[4];
+    for (int v = 0; v < 4; v++) {
+        for (int m = 0; m < M; m++)
+            must(r[0].D->alloc(r[0].dev, n * 4, DT_TAG_ACTIVATIONS, &act[v][m]), "alloc");
+        must(r[0].D->alloc(r[0].dev, n * 4, DT_TAG_ACTIVATIONS, &grad[v]), "alloc");
+    }
+    must(dt_mh_begin_step(&r[0], M), "begin A");
+    must(dt_mh_begin_step(&r[1], M), "begin B");
+    const int64_t bt = B * T;
+    double loss_sum = 0;
+    for (uint32_t m = 0; m < M; m++)
+        for (int v = 0; v < 4; v++) {
+            dt_mh_t *h = &r[v % 2];
+            double l = NAN;
+            must(dt_model_use_slot(h->model, m), "slot");
+            must(dt_model_stage_forward(h->model, &h->ctx, vfirst[v], vend[v], inputs + m * bt,
+                                        targets + m * bt, v ? act[v - 1][m] : NULL,
+                                        v < 3 ? act[v][m] : NULL, m, M, 0, &l),
+                 "forward");
+            if (v == 3)
+                loss_sum += l;
+        }
+    for (uint32_t m = 0; m < M; m++)
+        for (int v = 3; v >= 0; v--) {
+            dt_mh_t *h = &r[v % 2];
+            must(dt_model_use_slot(h->model, m), "slot");
+            must(dt_model_stage_backward(h->model, &h->ctx, vfirst[v], vend[v],
+                                         v < 3 ? grad[v] : NULL, v ? grad[v - 1] : NULL, m, M,
+                                         (float)(1.0 / M)),
+                 "backward");
+        }
+    const double loss = loss_sum / M;
+    printf("interleaved 2 x 2: loss %.9f whole %.9f (diff %.3g)\n", loss, whole_loss,
+           fabs(loss - whole_loss));
+    assert_true(fabs(loss - whole_loss) <= LOSS_ATOL);
+    double worst = 0;
+    for (uint32_t u = 0; u < NU; u++) {
+        const dt_unit_desc_v1_t *ud = &w.desc->units[u];
+        const float *ga = dt_mh_grads(&r[0], u), *gb = dt_mh_grads(&r[1], u);
+        const float *ref = dt_mh_grads(&w, u);
+        const int on_a = u < 2 || u == 3;
+        for (uint32_t p = 0; p < ud->n_params; p++) {
+            const dt_param_desc_v1_t *pd = &ud->params[p];
+            double ref_max = 0, diff = 0;
+            for (uint64_t i = pd->offset; i < pd->offset + pd->numel; i++) {
+                double got = u == 0 ? (double)ga[i] + (double)gb[i] : on_a ? ga[i] : gb[i];
+                ref_max = fmax(ref_max, fabs((double)ref[i]));
+                diff = fmax(diff, fabs(got - (double)ref[i]));
+            }
+            if (ref_max == 0 || diff / ref_max > GRAD_TOL)
+                fail_msg("interleaved: gradient of %s: max |diff| %.3g, max |ref| %.3g",
+                         pd->name, diff, ref_max);
+            worst = fmax(worst, diff / ref_max);
+        }
+    }
+    printf("interleaved 2 x 2: worst gradient diff %.3g of the tensor's max\n", worst);
+    for (int v = 0; v < 4; v++) {
+        for (int m = 0; m < M; m++)
+            r[0].D->free(r[0].dev, act[v][m]);
+        r[0].D->free(r[0].dev, grad[v]);
+    }
+    dt_mh_close(&r[0]);
+    dt_mh_close(&r[1]);
+    dt_mh_close(&w);
+}
+
 static void test_stage_tied_and_refusals(void **state)
 {
     (void)state;
@@ -317,6 +424,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stages_match_whole),
+        cmocka_unit_test(test_interleaved_chunks_match_whole),
         cmocka_unit_test(test_stage_tied_and_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -572,41 +572,82 @@ typedef struct stage_rows {
     size_t n;
 } stage_rows_t;
 
-/* The units of each stage, as the pipeline plugin assigns them, into
- * start[0..p] (stage k: units [start[k], start[k + 1])), and the
- * micro-batches whose activations each keeps into in_flight[0..p-1]. */
-static int stage_bounds(const dt_resolved_t *r, dt_model_t *m, int64_t dp, uint32_t *start,
-                        uint32_t *in_flight)
+/* The pipeline plugin's layout: p stages of V chunks each (virtual
+ * stage j = chunk j / p of stage j % p, units [start[j], start[j + 1])),
+ * M micro-batches a step, and per stage the inputs its schedule stashes
+ * and the micro-batches whose activations it keeps. */
+typedef struct stage_layout {
+    int32_t p;
+    uint32_t V, M;
+    uint32_t *start;     /* p x V + 1 */
+    uint32_t *stash, *in_flight; /* p each */
+} stage_layout_t;
+
+static void layout_free(stage_layout_t *L)
+{
+    free(L->start);
+    free(L->stash);
+    free(L->in_flight);
+    memset(L, 0, sizeof *L);
+}
+
+static int stage_layout(const dt_resolved_t *r, dt_model_t *m, int64_t dp, stage_layout_t *L)
 {
     const dt_plugin_t *pp = r->plugin[DT_ROLE_PIPELINE];
     const dt_strategy_ops_t *ops = pp->ops;
     dt_model_desc_t *d = dt_model_desc(m);
-    const int32_t p = (int32_t)r->set.parallel.pipeline;
+    const uint32_t nu = d->n_units;
+    memset(L, 0, sizeof *L);
+    L->p = (int32_t)r->set.parallel.pipeline;
+    L->V = 1;
     if (!DT_HAS_OP(dt_strategy_ops_t, ops, assign_stages))
         return dt_err_set(DT_ERR_CONFIG, "strategy plugin '%s' has no assign_stages", pp->name);
-    uint32_t *stage_of = calloc(d->n_units, sizeof *stage_of);
-    if (!stage_of)
-        return dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
-    for (int32_t k = 0; k < p; k++)
-        in_flight[k] = 1;
+    uint32_t *stage_of = calloc(nu, sizeof *stage_of);
+    L->start = calloc((size_t)nu + 1, sizeof *L->start);
+    L->stash = calloc((size_t)L->p, sizeof *L->stash);
+    L->in_flight = calloc((size_t)L->p, sizeof *L->in_flight);
+    int rc = DT_OK;
+    if (!stage_of || !L->start || !L->stash || !L->in_flight)
+        rc = dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
+    for (int32_t k = 0; !rc && k < L->p; k++)
+        L->in_flight[k] = 1;
     /* the micro-batches of a step, as the run resolves them */
     int64_t accum = r->set.train.grad_accum, global = r->set.train.global_batch;
-    int rc = dt_batch_resolve(r->set.config_path, r->set.train.micro_batch, &accum, &global, dp);
-    dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = p, .model = d,
-                          .n_micro = (uint32_t)accum, .in_flight = in_flight};
+    if (!rc)
+        rc = dt_batch_resolve(r->set.config_path, r->set.train.micro_batch, &accum, &global, dp);
+    L->M = (uint32_t)accum;
+    dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = L->p, .model = d, .n_micro = L->M,
+                          .stash = L->stash, .in_flight = L->in_flight, .chunks = &L->V};
     if (!rc && (rc = ops->assign_stages(pp->host, &sa, stage_of)))
         dt_plugin_failed(pp, rc, "assign_stages");
-    for (uint32_t u = 0, k = 0; !rc && k < (uint32_t)p; k++) {
-        start[k] = u;
-        while (u < d->n_units && stage_of[u] == k)
+    const uint32_t nv = (uint32_t)L->p * L->V;
+    if (!rc && (L->V < 1 || L->V > DT_MODEL_MAX_CHUNKS || nv > nu))
+        rc = dt_err_set(DT_ERR_INVALID, "strategy plugin '%s': %u chunks per stage", pp->name,
+                        L->V);
+    for (uint32_t u = 0, j = 0; !rc && j < nv; j++) {
+        L->start[j] = u;
+        while (u < nu && stage_of[u] == j)
             u++;
-        start[k + 1] = u;
-        if (start[k + 1] == start[k])
+        L->start[j + 1] = u;
+        if (L->start[j + 1] == L->start[j])
             rc = dt_err_set(DT_ERR_INVALID, "strategy plugin '%s': stage %u has no unit",
-                            pp->name, k);
+                            pp->name, j);
     }
     free(stage_of);
+    if (rc)
+        layout_free(L);
     return rc;
+}
+
+/* Stage k's unit ranges (its chunks, in model order): their count. */
+static uint32_t layout_chunks(const stage_layout_t *L, uint32_t k, uint32_t *first,
+                              uint32_t *end)
+{
+    for (uint32_t c = 0; c < L->V; c++) {
+        first[c] = L->start[c * (uint32_t)L->p + k];
+        end[c] = L->start[c * (uint32_t)L->p + k + 1];
+    }
+    return L->V;
 }
 
 /* Row `row`'s stage states, planned with the data strategy the row
@@ -616,98 +657,109 @@ static void plan_stage_row(const dt_resolved_t *r, dt_model_t *m, int64_t world,
 {
     const int32_t p = (int32_t)r->set.parallel.pipeline;
     int64_t dp = 0;
-    uint32_t *start = calloc((size_t)p + 1, sizeof *start);
-    uint32_t *in_flight = calloc((size_t)p, sizeof *in_flight);
-    int rc = start && in_flight ? dt_preflight_dp(r, world, &dp) : DT_ERR_NOMEM;
+    stage_layout_t L = {0};
+    int rc = dt_preflight_dp(r, world, &dp);
     if (!rc)
-        rc = stage_bounds(r, m, dp, start, in_flight);
+        rc = stage_layout(r, m, dp, &L);
     for (int32_t k = 0; !rc && k < p; k++) {
         dt_estimate_t e = {.struct_size = sizeof e};
+        uint32_t f[DT_MODEL_MAX_CHUNKS], en[DT_MODEL_MAX_CHUNKS];
+        const uint32_t n = layout_chunks(&L, (uint32_t)k, f, en);
         rc = dt_plan_stage(r->plugin[DT_ROLE_DATA], m, &r->set, (int)dp,
-                           strcmp(r->set.parallel.offload, "none") != 0, start[k], start[k + 1],
-                           in_flight[k], &e);
+                           strcmp(r->set.parallel.offload, "none") != 0, n, f, en,
+                           L.in_flight[k], &e);
         sr->state[row * (size_t)p + (size_t)k] = dt_plan_model_state(&e);
     }
     sr->label[row] = rc ? NULL : label;
-    free(start);
-    free(in_flight);
+    layout_free(&L);
+}
+
+/* "units 2-3 (block.1 .. head)", or with chunks "units 0-1, 4-5 (2
+ * chunks: embedding .. block.0, block.3 .. block.4)". */
+static void units_phrase(const dt_model_desc_t *d, uint32_t n, const uint32_t *f,
+                         const uint32_t *e, char *out, size_t cap)
+{
+    size_t w = (size_t)snprintf(out, cap, "units");
+    for (uint32_t c = 0; c < n && w < cap; c++)
+        w += (size_t)snprintf(out + w, cap - w, "%s %u-%u", c ? "," : "", f[c], e[c] - 1);
+    if (w < cap && n > 1)
+        w += (size_t)snprintf(out + w, cap - w, " (%u chunks:", n);
+    else if (w < cap)
+        w += (size_t)snprintf(out + w, cap - w, " (");
+    for (uint32_t c = 0; c < n && w < cap; c++)
+        w += (size_t)snprintf(out + w, cap - w, "%s%s .. %s", n > 1 ? (c ? ", " : " ") : "",
+                              d->units[f[c]].name, d->units[e[c] - 1].name);
+    if (w < cap)
+        snprintf(out + w, cap - w, ")");
 }
 
 /* ---- pipeline (issue 14): with parallel.pipeline > 1, a block per
  * stage after the table: its units and parameters (a tied copy
  * included), the activations it keeps (its units' for each micro-batch
  * in flight it keeps, plus the stage inputs the schedule stashes: the
- * pipeline plugin says both),
- * the bytes it sends a step (boundary tensors forward, their gradients
- * back, the tied gradient's all-reduce), and the bubble; then each stage's
- * model state under every planned row (stage_rows_t). ---- */
+ * pipeline plugin says both), the bytes it sends a step (boundary tensors
+ * forward, their gradients back, each chunk's, and the tied gradient's
+ * all-reduce), and the bubble ((p - 1) / (V m + p - 1) with V chunks a
+ * stage); then each stage's model state under every planned row
+ * (stage_rows_t). ---- */
 static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world,
                           const stage_rows_t *sr)
 {
-    const dt_plugin_t *pp = r->plugin[DT_ROLE_PIPELINE];
-    const dt_strategy_ops_t *ops = pp->ops;
     dt_model_desc_t *d = dt_model_desc(m);
     const uint32_t nu = d->n_units;
     const int32_t p = (int32_t)r->set.parallel.pipeline;
-    int64_t dp = 0, accum = r->set.train.grad_accum, global = r->set.train.global_batch;
+    int64_t dp = 0;
+    stage_layout_t L = {0};
     int rc = dt_preflight_dp(r, world, &dp);
     if (!rc)
         rc = dt_preflight_stages(r, m);
     if (!rc)
-        rc = dt_batch_resolve(r->set.config_path, r->set.train.micro_batch, &accum, &global, dp);
-    if (!DT_HAS_OP(dt_strategy_ops_t, ops, assign_stages))
-        return rc ? rc : dt_err_set(DT_ERR_CONFIG, "strategy plugin '%s' has no assign_stages",
-                                    pp->name);
+        rc = stage_layout(r, m, dp, &L);
     const int64_t B = r->set.train.micro_batch, T = r->set.train.seq_len;
-    uint32_t *stage_of = calloc(nu, sizeof *stage_of), *stash = calloc((size_t)p, sizeof *stash);
-    uint32_t *in_flight = calloc((size_t)p, sizeof *in_flight);
-    if (!rc && (!stage_of || !stash || !in_flight))
-        rc = dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
-    for (int32_t k = 0; in_flight && k < p; k++)
-        in_flight[k] = 1;
-    dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = p, .model = d,
-                          .n_micro = (uint32_t)accum, .stash = stash, .in_flight = in_flight};
-    if (!rc && (rc = ops->assign_stages(pp->host, &sa, stage_of)))
-        dt_plugin_failed(pp, rc, "assign_stages");
     if (!rc) {
         const uint64_t bnd = (uint64_t)(B * T * dt_model_info(m)->boundary_width) *
                              dt_dtype_size(dt_model_act_dtype(m));
-        const uint32_t M = (uint32_t)accum;
-        char b1[32], b2[32], b3[32];
-        printf("\npipeline: %d stages x %lld data-parallel replicas, %u micro-batches a step: "
-               "bubble (p - 1) / (m + p - 1) = %.1f%%; the rows above plan the whole model, "
+        const uint32_t M = L.M, V = L.V, nv = (uint32_t)p * V;
+        char b1[32], b2[32], b3[32], chunks[48] = "";
+        if (V > 1)
+            snprintf(chunks, sizeof chunks, " of %u interleaved chunks", V);
+        printf("\npipeline: %d stages%s x %lld data-parallel replicas, %u micro-batches a step: "
+               "bubble (p - 1) / (%sm + p - 1) = %.1f%%; the rows above plan the whole model, "
                "a stage's rank holds its units only:\n",
-               p, (long long)dp, M, 100.0 * (double)(p - 1) / (double)(M + (uint32_t)p - 1));
-        uint32_t tied[4], last = 0;
-        while (last < nu && stage_of[last] != (uint32_t)p - 1)
-            last++;
-        const uint32_t nt = last < nu ? dt_model_stage_tied(m, last, nu, tied, 4) : 0;
-        for (uint32_t u = 0, k = 0; k < (uint32_t)p; k++) {
-            uint32_t a = u;
+               p, chunks, (long long)dp, M, V > 1 ? "V " : "",
+               100.0 * (double)(p - 1) / (double)(V * M + (uint32_t)p - 1));
+        uint32_t tied[4];
+        const uint32_t nt = dt_model_stage_tied(m, L.start[nv - 1], nu, tied, 4);
+        for (uint32_t k = 0; k < (uint32_t)p; k++) {
+            uint32_t f[DT_MODEL_MAX_CHUNKS], e[DT_MODEL_MAX_CHUNKS];
+            const uint32_t n = layout_chunks(&L, k, f, e);
             uint64_t params = 0, keep = 0, sent = 0;
-            while (u < nu && stage_of[u] == k)
-                params += d->units[u++].numel;
-            if ((rc = dt_plan_stage_acts(m, B, T, a, u, in_flight[k], &keep)))
+            for (uint32_t c = 0; c < n; c++) {
+                for (uint32_t u = f[c]; u < e[c]; u++)
+                    params += d->units[u].numel;
+                const uint32_t j = c * (uint32_t)p + k; /* its virtual stage */
+                if (j + 1 < nv)
+                    sent += (uint64_t)M * bnd; /* activations to the next */
+                if (j > 0)
+                    sent += (uint64_t)M * bnd; /* their gradients to the previous */
+            }
+            if ((rc = dt_plan_stage_acts(m, B, T, n, f, e, L.in_flight[k], &keep)))
                 break;
             for (uint32_t i = 0; k == (uint32_t)p - 1 && i < nt && i < 4; i++)
                 params += d->units[tied[i]].numel; /* the last stage's copy */
-            if (k + 1 < (uint32_t)p)
-                sent += (uint64_t)M * bnd; /* activations to stage k + 1 */
-            if (k > 0)
-                sent += (uint64_t)M * bnd; /* their gradients to stage k - 1 */
             /* the tied gradient, all-reduced between first and last stage
              * (2 ranks: a ring sends the whole buffer once) */
             if (nt && (k == 0 || k == (uint32_t)p - 1))
                 for (uint32_t i = 0; i < nt && i < 4; i++)
                     sent += d->units[tied[i]].numel * 4;
-            printf("  stage %u: units %u-%u (%s .. %s)%s, %.3fM parameters; activations %s "
-                   "(%u micro-batch%s of its units, %u stage input%s stashed: %s); sends %s a "
-                   "step\n",
-                   k, a, u - 1, d->units[a].name, d->units[u - 1].name,
-                   k == (uint32_t)p - 1 && nt ? " + a tied copy of the embedding" : "",
-                   (double)params / 1e6, dt_plan_bytes(keep, b1, sizeof b1), in_flight[k],
-                   in_flight[k] == 1 ? "" : "es", stash[k], stash[k] == 1 ? "" : "s",
-                   dt_plan_bytes((uint64_t)stash[k] * bnd, b2, sizeof b2),
+            char up[256];
+            units_phrase(d, n, f, e, up, sizeof up);
+            printf("  stage %u: %s%s, %.3fM parameters; activations %s (%u micro-batch%s of "
+                   "its units, %u stage input%s stashed: %s); sends %s a step\n",
+                   k, up, k == (uint32_t)p - 1 && nt ? " + a tied copy of the embedding" : "",
+                   (double)params / 1e6, dt_plan_bytes(keep, b1, sizeof b1), L.in_flight[k],
+                   L.in_flight[k] == 1 ? "" : "es", L.stash[k], L.stash[k] == 1 ? "" : "s",
+                   dt_plan_bytes((uint64_t)L.stash[k] * bnd, b2, sizeof b2),
                    dt_plan_bytes(sent, b3, sizeof b3));
         }
     }
@@ -732,9 +784,7 @@ static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world,
             printf("\n");
         }
     }
-    free(stage_of);
-    free(stash);
-    free(in_flight);
+    layout_free(&L);
     return rc;
 }
 

@@ -59,14 +59,14 @@ int dt_plan_strategy_offload(const dt_plugin_t *strat, dt_model_t *m, const dt_s
     return estimate(strat, m, dt_model_desc(m), set, world, offload, act.total, out);
 }
 
-int dt_plan_stage_acts(dt_model_t *m, int64_t B, int64_t T, uint32_t first, uint32_t end,
-                       uint32_t slots, uint64_t *out)
+int dt_plan_stage_acts(dt_model_t *m, int64_t B, int64_t T, uint32_t n, const uint32_t *first,
+                       const uint32_t *end, uint32_t slots, uint64_t *out)
 {
     /* the model's stage and slots are set only around the count (a
      * planner's model has none; a training rank's are these already) */
     uint32_t was_first[DT_MODEL_MAX_CHUNKS], was_end[DT_MODEL_MAX_CHUNKS];
     const uint32_t was_n = dt_model_stages(m, was_first, was_end), was_slots = dt_model_slots(m);
-    int rc = dt_model_set_stage(m, first, end);
+    int rc = dt_model_set_stages(m, n, first, end);
     if (!rc)
         rc = dt_model_set_slots(m, slots);
     if (rc) {
@@ -82,14 +82,14 @@ int dt_plan_stage_acts(dt_model_t *m, int64_t B, int64_t T, uint32_t first, uint
 }
 
 int dt_plan_stage(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *set, int world,
-                  int offload, uint32_t first, uint32_t end, uint32_t slots,
-                  dt_estimate_t *out)
+                  int offload, uint32_t n, const uint32_t *first, const uint32_t *end,
+                  uint32_t slots, dt_estimate_t *out)
 {
     const dt_model_desc_t *d = dt_model_desc(m);
     const uint32_t nu = d->n_units;
     uint64_t acts = 0;
-    int rc = dt_plan_stage_acts(m, set->train.micro_batch, set->train.seq_len, first, end, slots,
-                                &acts);
+    int rc = dt_plan_stage_acts(m, set->train.micro_batch, set->train.seq_len, n, first, end,
+                                slots, &acts);
     if (rc)
         return rc;
     dt_unit_desc_t *units = calloc(nu, sizeof *units);
@@ -100,9 +100,10 @@ int dt_plan_stage(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *
         return dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
     }
     uint32_t tied[4];
-    const uint32_t nt = dt_model_stage_tied(m, first, end, tied, 4);
-    for (uint32_t u = first; u < end; u++)
-        held[u] = 1;
+    const uint32_t nt = dt_model_stage_tied(m, first[n - 1], end[n - 1], tied, 4);
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t u = first[i]; u < end[i]; u++)
+            held[u] = 1;
     for (uint32_t i = 0; i < nt && i < 4; i++)
         held[tied[i]] = 1;
     /* the stage's description: the units it does not hold emptied, as a

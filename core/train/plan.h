@@ -27,19 +27,21 @@ int dt_plan_strategy_offload(const dt_plugin_t *strat, dt_model_t *m, const dt_s
                              int world, int offload, dt_estimate_t *out);
 
 /* dt_plan_strategy_offload for a rank of one pipeline stage: the units
- * [first, end) and the tied units the stage also reads
+ * of its n ranges [first[i], end[i]) (an interleaved stage's chunks, in
+ * model order) and the tied units its last range also reads
  * (dt_model_stage_tied: GPT-2's last stage holds a copy of wte), the
  * others emptied from the description as a data strategy running the
  * stage sees them; activations of the stage's units.  `world` is the
  * data-parallel group's size. */
 int dt_plan_stage(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *set, int world,
-                  int offload, uint32_t first, uint32_t end, uint32_t slots,
-                  dt_estimate_t *out);
-/* The activation bytes (kept and workspace) a rank running units [first,
- * end) allocates for B x T, keeping `slots` micro-batches' activations
- * (dt_model_set_stage, dt_model_set_slots). */
-int dt_plan_stage_acts(dt_model_t *m, int64_t B, int64_t T, uint32_t first, uint32_t end,
-                       uint32_t slots, uint64_t *out);
+                  int offload, uint32_t n, const uint32_t *first, const uint32_t *end,
+                  uint32_t slots, dt_estimate_t *out);
+/* The activation bytes (kept and workspace) a rank running the n unit
+ * ranges [first[i], end[i]) (one stage, or an interleaved stage's chunks)
+ * allocates for B x T, keeping `slots` micro-batches' activations
+ * (dt_model_set_stages, dt_model_set_slots). */
+int dt_plan_stage_acts(dt_model_t *m, int64_t B, int64_t T, uint32_t n, const uint32_t *first,
+                       const uint32_t *end, uint32_t slots, uint64_t *out);
 
 /* Bytes a rank reads from and writes to the offload tier per step: the
  * estimate's offload_bytes_per_step, or, from a strategy built before it

@@ -129,11 +129,15 @@ typedef struct run {
     dt_strategy_t *pipe;
     dt_grid_t grid;
     dt_comm_t *groups[DT_GRID_N_GROUPS]; /* split from comm (grid.h) */
-    uint32_t stage_first, stage_end; /* this rank's units [first, end) */
+    /* this rank's units: its chunks [chunk_first[c], chunk_end[c]), one
+     * unless the pipeline interleaves (virtual stage c x pp + pp_rank) */
+    uint32_t n_chunks;
+    uint32_t chunk_first[DT_MODEL_MAX_CHUNKS], chunk_end[DT_MODEL_MAX_CHUNKS];
     uint32_t n_slots;         /* micro-batches' activations the stage keeps
-                               * (assign_stages' in_flight) */
-    int64_t *slot_micro;      /* (n_slots) the micro-batch whose activations
-                               * slot i holds (-1: none of this pass) */
+                               * per chunk (assign_stages' in_flight) */
+    int64_t *slot_micro;      /* (n_chunks x n_slots) the micro-batch whose
+                               * activations chunk c's slot i holds (-1:
+                               * none of this pass) */
     /* The measured bubble, one block of 4 * pp + 1 doubles: pipe_red is
      * what the loss's all-reduce sums over the world (the loss, then each
      * stage's receive-wait seconds, then its seconds in run_schedule; a
@@ -377,76 +381,91 @@ static void stage_phrase(const dt_model_desc_t *d, uint32_t a, uint32_t b, char 
 }
 
 /* The pipeline strategy's assignment of units to stages, checked and
- * printed by rank 0 (one line per stage); this rank's [stage_first,
- * stage_end), and the DT_UNIT_* flags its data strategy holds the stage by
- * (`flags`: n_units entries): the stage's units, and a unit the last stage
- * also reads (GPT-2's wte, for the tied LM head) TIED on its owner and a
- * TIED COPY on the last stage.  *tied: this rank holds a TIED unit. */
+ * printed by rank 0 (one line per stage, or per virtual stage when the
+ * plugin interleaves V chunks per rank: virtual stage j is rank
+ * j % pp's chunk j / pp); this rank's chunks [chunk_first[c],
+ * chunk_end[c]), and the DT_UNIT_* flags its data strategy holds them by
+ * (`flags`: n_units entries): the chunks' units, and a unit the last
+ * stage also reads (GPT-2's wte, for the tied LM head) TIED on its owner
+ * and a TIED COPY on the last stage.  *tied: this rank holds a TIED unit. */
 static int assign_stage(run_t *R, uint8_t *flags, int *tied)
 {
     dt_model_desc_t *d = dt_model_desc(R->model);
     const uint32_t nu = d->n_units;
     const int32_t pp = R->grid.pp, me = R->grid.pp_rank;
     uint32_t *stage_of = calloc(nu, sizeof *stage_of);
-    uint32_t *start = calloc((size_t)pp + 1, sizeof *start);
-    if (!stage_of || !start) {
-        free(stage_of);
-        free(start);
-        return dt_err_set(DT_ERR_NOMEM, "out of memory");
-    }
+    uint32_t *start = calloc((size_t)nu + 1, sizeof *start); /* per virtual stage */
     uint32_t *in_flight = calloc((size_t)pp, sizeof *in_flight);
-    if (!in_flight) {
+    if (!stage_of || !start || !in_flight) {
         free(stage_of);
         free(start);
+        free(in_flight);
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
     }
     for (int32_t k = 0; k < pp; k++)
         in_flight[k] = 1; /* a plugin that does not say: one, recompute the rest */
+    uint32_t V = 1;
     const uint32_t n_micro = (uint32_t)R->set->train.grad_accum;
     dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = pp, .model = d,
-                          .n_micro = n_micro, .in_flight = in_flight};
+                          .n_micro = n_micro, .in_flight = in_flight, .chunks = &V};
     int rc = PLUGIN_CALL(R->ppipe, R->pipe_ops->assign_stages(R->ppipe->host, &sa, stage_of),
                          "assign_stages");
+    const uint32_t nv = (uint32_t)pp * V; /* virtual stages */
+    if (!rc && (V < 1 || V > DT_MODEL_MAX_CHUNKS || nv > nu))
+        rc = dt_err_set(DT_ERR_INVALID,
+                        "strategy plugin '%s': assign_stages gives each of %d stages %u chunks "
+                        "(1 to %d, at most %u virtual stages for the model's %u units)",
+                        R->ppipe->name, pp, V, DT_MODEL_MAX_CHUNKS, nu, nu);
     for (int32_t k = 0; !rc && k < pp; k++)
         if (in_flight[k] < 1 || in_flight[k] > n_micro)
             rc = dt_err_set(DT_ERR_INVALID,
                             "strategy plugin '%s': assign_stages keeps the activations of %u "
                             "micro-batches on stage %d (1 to the %u of a step)",
                             R->ppipe->name, in_flight[k], k, n_micro);
-    /* contiguous, 0 to pp - 1 in order, none empty */
+    /* contiguous, 0 to nv - 1 in order, none empty */
     for (uint32_t u = 0; !rc && u < nu; u++) {
         uint32_t want_lo = u ? stage_of[u - 1] : 0, want_hi = u ? stage_of[u - 1] + 1 : 0;
         if (stage_of[u] < want_lo || stage_of[u] > want_hi ||
-            (u == nu - 1 && stage_of[u] != (uint32_t)pp - 1))
+            (u == nu - 1 && stage_of[u] != nv - 1))
             rc = dt_err_set(DT_ERR_INVALID,
                             "strategy plugin '%s': assign_stages put unit %u in stage %u (stages "
-                            "must be contiguous, 0 to %d in order, none empty)",
-                            R->ppipe->name, u, stage_of[u], pp - 1);
+                            "must be contiguous, 0 to %u in order, none empty)",
+                            R->ppipe->name, u, stage_of[u], nv - 1);
     }
-    for (uint32_t u = 0, k = 0; !rc && k < (uint32_t)pp; k++) {
-        start[k] = u;
-        while (u < nu && stage_of[u] == k)
+    for (uint32_t u = 0, j = 0; !rc && j < nv; j++) {
+        start[j] = u;
+        while (u < nu && stage_of[u] == j)
             u++;
-        start[k + 1] = u;
+        start[j + 1] = u;
+        const uint32_t k = j % (uint32_t)pp;
         if (R->world.rank == 0) {
             char ph[256];
-            stage_phrase(d, start[k], u, ph, sizeof ph);
-            printf("pipeline: stage %u of %d: %s; keeps the activations of %u micro-batch%s\n",
-                   k, pp, ph, in_flight[k], in_flight[k] == 1 ? "" : "es");
+            stage_phrase(d, start[j], u, ph, sizeof ph);
+            if (V == 1)
+                printf("pipeline: stage %u of %d: %s; keeps the activations of %u "
+                       "micro-batch%s\n", j, pp, ph, in_flight[k], in_flight[k] == 1 ? "" : "es");
+            else
+                printf("pipeline: virtual stage %u of %u (stage %u, chunk %u): %s; keeps the "
+                       "activations of %u micro-batch%s\n", j, nv, k, j / (uint32_t)pp, ph,
+                       in_flight[k], in_flight[k] == 1 ? "" : "es");
         }
     }
     if (!rc) {
-        R->stage_first = start[me];
-        R->stage_end = start[me + 1];
+        R->n_chunks = V;
+        for (uint32_t c = 0; c < V; c++) {
+            R->chunk_first[c] = start[c * (uint32_t)pp + (uint32_t)me];
+            R->chunk_end[c] = start[c * (uint32_t)pp + (uint32_t)me + 1];
+        }
         R->n_slots = in_flight[me];
         memset(flags, 0, nu);
-        for (uint32_t u = R->stage_first; u < R->stage_end; u++)
-            flags[u] = DT_UNIT_HELD;
+        for (uint32_t c = 0; c < V; c++)
+            for (uint32_t u = R->chunk_first[c]; u < R->chunk_end[c]; u++)
+                flags[u] = DT_UNIT_HELD;
         uint32_t t[4];
-        uint32_t nt = dt_model_stage_tied(R->model, start[pp - 1], nu, t, 4);
+        uint32_t nt = dt_model_stage_tied(R->model, start[nv - 1], nu, t, 4);
         *tied = 0;
         for (uint32_t i = 0; i < nt && i < 4; i++) {
-            if ((int32_t)stage_of[t[i]] == me)
+            if ((int32_t)(stage_of[t[i]] % (uint32_t)pp) == me)
                 flags[t[i]] |= DT_UNIT_TIED;
             if (me == pp - 1)
                 flags[t[i]] = DT_UNIT_HELD | DT_UNIT_TIED | DT_UNIT_COPY;
@@ -454,8 +473,9 @@ static int assign_stage(run_t *R, uint8_t *flags, int *tied)
         }
         if (R->world.rank == 0 && nt)
             printf("pipeline: the last stage holds a copy of unit %s (tied), its gradient summed "
-                   "with stage %u's each step\n", d->units[t[0]].name, stage_of[t[0]]);
-        if (!(R->slot_micro = malloc(R->n_slots * sizeof *R->slot_micro)))
+                   "with stage %u's each step\n", d->units[t[0]].name,
+                   stage_of[t[0]] % (uint32_t)pp);
+        if (!(R->slot_micro = malloc((size_t)V * R->n_slots * sizeof *R->slot_micro)))
             rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
     }
     free(stage_of);
@@ -544,7 +564,8 @@ static int init_strategy(run_t *R)
     R->ctx = (dt_model_ctx_t){R->dev_ops, R->dev, R->stream, R->strat_ops, R->strat,
                               R->pstrat->name};
     /* a stage's rank keeps its own units' activations only */
-    if (R->ppipe && ((rc = dt_model_set_stage(R->model, R->stage_first, R->stage_end)) ||
+    if (R->ppipe && ((rc = dt_model_set_stages(R->model, R->n_chunks, R->chunk_first,
+                                               R->chunk_end)) ||
                      (rc = dt_model_set_slots(R->model, R->n_slots))))
         return rc;
     return dt_model_alloc_acts(R->model, &R->ctx, R->set->train.micro_batch,
@@ -752,39 +773,64 @@ static int stage_fill(const stage_pass_t *x, uint32_t micro)
                            (uint32_t)R->dp, R->inputs, R->targets);
 }
 
-/* Micro-batch `micro`'s activation slot, made the model's. */
-static int stage_slot(run_t *R, uint32_t micro, uint32_t *slot)
+/* Micro-batch `micro`'s activation slot, made the model's: *slot indexes
+ * R->slot_micro (chunk c's slots are [c x n_slots, (c + 1) x n_slots)). */
+static int stage_slot(run_t *R, uint32_t chunk, uint32_t micro, uint32_t *slot)
 {
-    *slot = micro % R->n_slots;
-    return dt_model_use_slot(R->model, *slot);
+    *slot = chunk * R->n_slots + micro % R->n_slots;
+    return dt_model_use_slot(R->model, micro % R->n_slots);
 }
 
-static int stage_forward_of(stage_pass_t *x, uint32_t micro, const void *in, void *out,
-                            double *loss)
+/* "pipeline stage 1" or, interleaved, "pipeline stage 1, chunk 0 (virtual
+ * stage 1)", for messages. */
+static const char *stage_name(const run_t *R, uint32_t chunk, char *out, size_t cap)
+{
+    if (R->n_chunks == 1)
+        snprintf(out, cap, "pipeline stage %d", R->grid.pp_rank);
+    else
+        snprintf(out, cap, "pipeline stage %d, chunk %u (virtual stage %u)", R->grid.pp_rank,
+                 chunk, chunk * (uint32_t)R->grid.pp + (uint32_t)R->grid.pp_rank);
+    return out;
+}
+
+static int stage_forward_of(stage_pass_t *x, uint32_t chunk, uint32_t micro, const void *in,
+                            void *out, double *loss)
 {
     run_t *R = x->R;
     dt_crash_set_micro(micro);
     uint32_t slot;
-    int rc = stage_slot(R, micro, &slot);
+    if (chunk >= R->n_chunks)
+        return dt_err_set(DT_ERR_INVALID, "the schedule ran chunk %u of a stage of %u",
+                          chunk, R->n_chunks);
+    int rc = stage_slot(R, chunk, micro, &slot);
     if (!rc)
         rc = stage_fill(x, micro);
     if (!rc)
-        rc = dt_model_stage_forward(R->model, &R->ctx, R->stage_first, R->stage_end, R->inputs,
-                                    R->targets, in, out, micro, x->n_micro, x->eval, loss);
+        rc = dt_model_stage_forward(R->model, &R->ctx, R->chunk_first[chunk], R->chunk_end[chunk],
+                                    R->inputs, R->targets, in, out, micro, x->n_micro, x->eval,
+                                    loss);
     R->slot_micro[slot] = rc ? -1 : (int64_t)micro;
     return rc;
 }
 
-static int stage_forward(void *ctx, uint32_t micro, const void *in, void *out, double *loss)
+static int stage_forward_chunk(void *ctx, uint32_t chunk, uint32_t micro, const void *in,
+                               void *out, double *loss)
 {
     stage_pass_t *x = ctx;
     double l = 0;
-    int rc = stage_forward_of(x, micro, in, out, &l);
-    if (rc)
-        return dt_err_context(rc, "step %lld, micro-batch %u, forward of pipeline stage %d",
-                              (long long)x->step, micro, x->R->grid.pp_rank);
+    int rc = stage_forward_of(x, chunk, micro, in, out, &l);
+    if (rc) {
+        char sn[96];
+        return dt_err_context(rc, "step %lld, micro-batch %u, forward of %s", (long long)x->step,
+                              micro, stage_name(x->R, chunk, sn, sizeof sn));
+    }
     *loss += l;
     return DT_OK;
+}
+
+static int stage_forward(void *ctx, uint32_t micro, const void *in, void *out, double *loss)
+{
+    return stage_forward_chunk(ctx, 0, micro, in, out, loss);
 }
 
 #ifdef DTRAIN_TEST_HOOKS
@@ -806,32 +852,51 @@ static void fault_kill_at_backward(int64_t step, uint32_t micro)
  * in its slot; when another micro-batch's forward took the slot since (a
  * stage keeping fewer slots than it has micro-batches in flight), that
  * forward runs again from its input first. */
-static int stage_backward(void *ctx, uint32_t micro, const void *in, const void *dout, void *din)
+static int stage_backward_chunk(void *ctx, uint32_t chunk, uint32_t micro, const void *in,
+                                const void *dout, void *din)
 {
     stage_pass_t *x = ctx;
     run_t *R = x->R;
     double unused = 0;
     uint32_t slot;
+    char sn[96];
 #ifdef DTRAIN_TEST_HOOKS
     fault_kill_at_backward(x->step, micro);
 #endif
-    int rc = stage_slot(R, micro, &slot);
+    if (chunk >= R->n_chunks)
+        return dt_err_set(DT_ERR_INVALID, "the schedule ran chunk %u of a stage of %u",
+                          chunk, R->n_chunks);
+    int rc = stage_slot(R, chunk, micro, &slot);
     if (!rc && R->slot_micro[slot] != (int64_t)micro) {
-        if (!in && R->stage_first > 0)
+        if (!in && R->chunk_first[chunk] > 0)
             rc = dt_err_set(DT_ERR_INVALID,
                             "the schedule ran the backward of micro-batch %u, whose activations "
                             "slot %u of %u no longer holds, without its input to recompute them",
-                            micro, slot, R->n_slots);
+                            micro, slot % R->n_slots, R->n_slots);
         else
-            rc = stage_forward_of(x, micro, in, NULL, &unused);
+            rc = stage_forward_of(x, chunk, micro, in, NULL, &unused);
     }
     if (!rc)
-        rc = dt_model_stage_backward(R->model, &R->ctx, R->stage_first, R->stage_end, dout, din,
-                                     micro, x->n_micro, x->micro_scale);
+        rc = dt_model_stage_backward(R->model, &R->ctx, R->chunk_first[chunk], R->chunk_end[chunk],
+                                     dout, din, micro, x->n_micro, x->micro_scale);
     if (rc)
-        return dt_err_context(rc, "step %lld, micro-batch %u, backward of pipeline stage %d",
-                              (long long)x->step, micro, R->grid.pp_rank);
+        return dt_err_context(rc, "step %lld, micro-batch %u, backward of %s",
+                              (long long)x->step, micro, stage_name(R, chunk, sn, sizeof sn));
     return DT_OK;
+}
+
+static int stage_backward(void *ctx, uint32_t micro, const void *in, const void *dout, void *din)
+{
+    return stage_backward_chunk(ctx, 0, micro, in, dout, din);
+}
+
+/* The core's side of this rank's stage for one pass. */
+static dt_stage_runner_t stage_runner(run_t *R, stage_pass_t *x)
+{
+    return (dt_stage_runner_t){.struct_size = sizeof(dt_stage_runner_t), .ctx = x,
+                               .forward = stage_forward, .backward = stage_backward,
+                               .act_slots = R->n_slots, .forward_chunk = stage_forward_chunk,
+                               .backward_chunk = stage_backward_chunk};
 }
 
 /* The fraction of `span` seconds a stage was not busy (computing or
@@ -871,14 +936,13 @@ static int pipeline_pass(run_t *R, int64_t step, uint32_t n_micro, float micro_s
 {
     stage_pass_t x = {.R = R, .step = step, .n_micro = n_micro, .micro_scale = micro_scale,
                       .eval = eval};
-    dt_stage_runner_t rn = {.struct_size = sizeof rn, .ctx = &x, .forward = stage_forward,
-                            .backward = stage_backward, .act_slots = R->n_slots};
+    dt_stage_runner_t rn = stage_runner(R, &x);
     dt_schedule_args_t sa = {.struct_size = sizeof sa, .n_micro = n_micro, .step = step,
                              .act_count = dt_model_boundary_count(R->model),
                              .act_dtype = dt_model_act_dtype(R->model),
                              .flags = eval ? DT_SCHEDULE_NO_GRAD : 0u, .runner = &rn};
     dt_schedule_result_t sr = {.struct_size = sizeof sr};
-    for (uint32_t i = 0; i < R->n_slots; i++)
+    for (uint32_t i = 0; i < R->n_chunks * R->n_slots; i++)
         R->slot_micro[i] = -1;
     double t0 = now_s();
     int rc = PLUGIN_CALL(R->ppipe, R->pipe_ops->run_schedule(R->pipe, &sa, &sr), "run_schedule");
@@ -915,14 +979,13 @@ static int pipeline_find_nonfinite(run_t *R, int64_t step, char *what, size_t ca
 {
     const uint32_t n_micro = (uint32_t)R->set->train.grad_accum;
     stage_pass_t x = {.R = R, .step = step, .n_micro = n_micro, .eval = 1, .probe = 1};
-    dt_stage_runner_t rn = {.struct_size = sizeof rn, .ctx = &x, .forward = stage_forward,
-                            .backward = stage_backward, .act_slots = R->n_slots};
+    dt_stage_runner_t rn = stage_runner(R, &x);
     dt_schedule_args_t sa = {.struct_size = sizeof sa, .n_micro = n_micro, .step = step,
                              .act_count = dt_model_boundary_count(R->model),
                              .act_dtype = dt_model_act_dtype(R->model),
                              .flags = DT_SCHEDULE_NO_GRAD, .runner = &rn};
     dt_schedule_result_t sr = {.struct_size = sizeof sr};
-    for (uint32_t i = 0; i < R->n_slots; i++)
+    for (uint32_t i = 0; i < R->n_chunks * R->n_slots; i++)
         R->slot_micro[i] = -1;
     int rc = dt_model_probe_begin(R->model, what, cap);
     if (rc)
@@ -1301,7 +1364,8 @@ static int report_memory(run_t *R)
     /* a pipeline stage's rank holds its units only: plan those */
     int rc = R->ppipe ? dt_plan_stage(R->pstrat, R->model, R->set, (int)R->dp,
                                       strcmp(R->set->parallel.offload, "none") != 0,
-                                      R->stage_first, R->stage_end, R->n_slots, &plan)
+                                      R->n_chunks, R->chunk_first, R->chunk_end, R->n_slots,
+                                      &plan)
                       : dt_plan_strategy(R->pstrat, R->model, R->set, (int)R->dp, &plan);
     if (rc)
         return rc;

@@ -93,7 +93,9 @@ extern "C" {
                                  *    norm_comm, tied_comm; the slots assign_stages and
                                  *    run_schedule and their structs;
                                  * 4: dt_stage_args_v1_t.in_flight (activations kept per
-                                 *    micro-batch in flight) */
+                                 *    micro-batch in flight) and .chunks (interleaved
+                                 *    virtual stages); dt_stage_runner_v1_t.act_slots,
+                                 *    forward_chunk, backward_chunk */
 
 typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 
@@ -369,8 +371,18 @@ typedef struct dt_stage_args_v1 {
      * flight under the schedule (GPipe n_micro, 1F1B min(n_micro,
      * n_stages - k)), or 1 when the plugin's config trades compute for
      * memory and has the core recompute a micro-batch's forward before
-     * its backward.  A plugin that leaves it at 1 gets the latter. */
+     * its backward.  A plugin that leaves it at 1 gets the latter.  With
+     * chunks, per chunk: slot i of each of the rank's chunks. */
     uint32_t *in_flight;
+    /* out, optional (NULL: not asked; the caller sets it to 1 first): the
+     * chunks ("virtual stages") each rank runs, V.  With V > 1 assign_stages
+     * maps units to n_stages x V virtual stages (out[u] in [0, n_stages x
+     * V), never decreasing, none empty); virtual stage j runs on rank
+     * j % n_stages as its chunk j / n_stages (Megatron's interleaved
+     * layout), and run_schedule drives the runner's *_chunk calls.  A
+     * caller that does not ask gets V = 1 (the plugin refuses to
+     * interleave then). */
+    uint32_t *chunks;
 } dt_stage_args_v1_t;
 #define DT_STAGE_ARGS_V1_SIZE0 DT_FIELD_END(dt_stage_args_v1_t, stash)
 
@@ -411,6 +423,16 @@ typedef struct dt_stage_runner_v1 {
      * backward only when this covers its micro-batches in flight. */
     uint32_t act_slots;
     uint32_t reserved1;
+    /* Minor 4, with chunks (assign_stages' V > 1): forward and backward
+     * as above, of micro-batch `micro` through this rank's chunk `chunk`
+     * (its virtual stage chunk x n_stages + rank).  `in` is NULL only for
+     * virtual stage 0 and `out` / `dout` only for the last, which computes
+     * the loss; `din` is NULL only for virtual stage 0.  Chunk 0 of a
+     * one-chunk stage is forward / backward. */
+    int (*forward_chunk)(void *ctx, uint32_t chunk, uint32_t micro, const void *in, void *out,
+                         double *loss);
+    int (*backward_chunk)(void *ctx, uint32_t chunk, uint32_t micro, const void *in,
+                          const void *dout, void *din);
 } dt_stage_runner_v1_t;
 #define DT_STAGE_RUNNER_V1_SIZE0 DT_FIELD_END(dt_stage_runner_v1_t, backward)
 

@@ -14,6 +14,9 @@
 #       --stages "P.." stage counts (default "2 4"; one rank each, 1 thread)
 #       --micro "M.."  micro-batch counts (default "1 2 4 8")
 #       --steps N      steps per run (default 6)
+#       --chunks V     interleaved: [pipeline] virtual_stages = V (default 1);
+#                      the formula is then (p-1)/(V m+p-1), and an m that is
+#                      not a multiple of p is skipped (interleaving needs it)
 #       --work DIR     scratch folder (default a temporary one, removed)
 #       --set K=V      passed on to every run (any number)
 #
@@ -24,12 +27,13 @@
 # started the way an external launcher starts them (DTRAIN_* environment).
 set -euo pipefail
 bin=${1:?usage: bench_pipeline.sh DTRAIN [options]}; shift
-stages="2 4" micro="1 2 4 8" steps=6 work="" sets=()
+stages="2 4" micro="1 2 4 8" steps=6 work="" sets=() chunks=1
 while [ $# -gt 0 ]; do
   case $1 in
     --stages) stages=$2; shift 2 ;;
     --micro) micro=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --chunks) chunks=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
     --set) sets+=(--set "$2"); shift 2 ;;
     *) echo "bench_pipeline.sh: unknown option '$1'" >&2; exit 2 ;;
@@ -74,7 +78,8 @@ run() {
     DTRAIN_RANK=$r DTRAIN_WORLD_SIZE=$p DTRAIN_LOCAL_RANK=$r DTRAIN_LOCAL_SIZE=$p \
       DTRAIN_JOB_ID=$job "$bin" run bench.toml --set parallel.pipeline="$p" \
       --set pipeline.schedule="$s" --set train.global_batch="$m" --set run.name="$name" \
-      --metrics "$name.jsonl" "${sets[@]}" >"$name.rank$r.log" 2>&1 &
+      --set pipeline.virtual_stages="$chunks" --metrics "$name.jsonl" "${sets[@]}" \
+      >"$name.rank$r.log" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
@@ -86,9 +91,9 @@ run() {
 }
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 for p in $stages; do
-  run "$p" gpipe 1 "assign$p"
-  echo; echo "p = $p, stages by parameters:"
-  grep '^pipeline: stage' "assign$p.rank0.log" | sed 's/^/    /'
+  run "$p" gpipe "$p" "assign$p"
+  echo; echo "p = $p, $chunks chunk(s) a stage, stages by parameters:"
+  grep -E '^pipeline: (virtual )?stage' "assign$p.rank0.log" | sed 's/^/    /'
 done
 echo
 echo "| p | schedule | m | formula | measured idle per stage (median of steps 2-$steps) | mean | mean - formula | step ms |"
@@ -96,16 +101,17 @@ echo "|---|---|---|---|---|---|---|---|"
 for p in $stages; do
   for s in gpipe 1f1b; do
     for m in $micro; do
+      if [ "$chunks" -gt 1 ] && [ $((m % p)) != 0 ]; then continue; fi
       run "$p" "$s" "$m" "p$p-$s-m$m"
-      python3 - "p$p-$s-m$m.jsonl" "$p" "$s" "$m" <<'P'
+      python3 - "p$p-$s-m$m.jsonl" "$p" "$s" "$m" "$chunks" <<'P'
 import json, statistics as st, sys
-path, p, s, m = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+path, p, s, m, V = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 v = [json.loads(l) for l in open(path) if l.startswith('{"step"')][1:]
 idle = [st.median(d["pipeline_idle"][k] for d in v) for k in range(p)]
 mean = sum(idle) / p
-f = (p - 1) / (m + p - 1)
-print("| %d | %s | %d | %.3f | %s | %.3f | %+.3f | %.0f |" % (
-    p, s, m, f, " ".join("%.3f" % x for x in idle), mean, mean - f,
+f = (p - 1) / (V * m + p - 1)
+print("| %d | %s%s | %d | %.3f | %s | %.3f | %+.3f | %.0f |" % (
+    p, s, " x%d" % V if V > 1 else "", m, f, " ".join("%.3f" % x for x in idle), mean, mean - f,
     st.median(d["step_ms"] for d in v)))
 P
     done

@@ -26,6 +26,14 @@ static const dt_config_key_t pp_keys[] = {
             "count, gpipe: all of them) so each backward runs on its forward's; false keeps one "
             "micro-batch's and recomputes the others' forwards (less memory, about 1/3 more "
             "compute on every stage but the last)"},
+    {.name = "virtual_stages",
+     .type = DT_CFG_INT,
+     .def = "1",
+     DT_CFG_RANGE(1, PP_MAX_CHUNKS),
+     .doc = "chunks per stage (Megatron's interleaved schedule): the model is cut into "
+            "pipeline x virtual_stages pieces, stage k running pieces k, k + pipeline, ...; the "
+            "bubble shrinks by this factor for as many more boundary transfers; needs "
+            "grad_accum a multiple of the stages and keep_activations"},
     {.name = "balance",
      .type = DT_CFG_ENUM,
      .def = "\"uniform\"",
@@ -34,12 +42,40 @@ static const dt_config_key_t pp_keys[] = {
             "smallest largest parameter count)"},
 };
 
-static int read_config(const dt_host_v1_t *host, int *schedule, int *keep, int *balance)
+static int read_config(const dt_host_v1_t *host, pp_config_t *c)
 {
-    int rc = dt_cfg_enum(host, "schedule", "1f1b", PP_SCHEDULES, schedule);
+    int64_t v = 1;
+    int rc = dt_cfg_enum(host, "schedule", "1f1b", PP_SCHEDULES, &c->schedule);
     if (rc == DT_OK)
-        rc = dt_cfg_bool(host, "keep_activations", 1, keep);
-    return rc == DT_OK ? dt_cfg_enum(host, "balance", "uniform", PP_BALANCES, balance) : rc;
+        rc = dt_cfg_bool(host, "keep_activations", 1, &c->keep);
+    if (rc == DT_OK)
+        rc = dt_cfg_int(host, "virtual_stages", 1, 1, &v);
+    if (rc == DT_OK && v > PP_MAX_CHUNKS)
+        rc = host->set_error(host, DT_ERR_CONFIG, "virtual_stages = %lld: at most %d chunks a "
+                             "stage", (long long)v, PP_MAX_CHUNKS);
+    c->V = (uint32_t)v;
+    return rc == DT_OK ? dt_cfg_enum(host, "balance", "uniform", PP_BALANCES, &c->balance) : rc;
+}
+
+/* What an interleaved layout needs of the step: every chunk's activations
+ * kept (its inputs are not stashed), and whole groups of p micro-batches
+ * (Megatron's order). */
+static int check_chunks(const dt_host_v1_t *host, const pp_config_t *c, int32_t p, uint32_t m)
+{
+    if (c->V == 1)
+        return DT_OK;
+    if (!c->keep)
+        return host->set_error(host, DT_ERR_CONFIG,
+                               "virtual_stages = %u needs keep_activations = true: an "
+                               "interleaved stage keeps every chunk's activations rather than "
+                               "stash each chunk's inputs to recompute them",
+                               c->V);
+    if (m % (uint32_t)p != 0)
+        return host->set_error(host, DT_ERR_CONFIG,
+                               "virtual_stages = %u needs the micro-batches of a step ([train] "
+                               "grad_accum = %u) to be a multiple of the %d stages",
+                               c->V, m, p);
+    return DT_OK;
 }
 
 static void pp_finalize(dt_strategy_t *s)
@@ -47,6 +83,10 @@ static void pp_finalize(dt_strategy_t *s)
     if (!s)
         return;
     pp_free_buffers(s);
+    if (s->act_comm)
+        s->comm_ops->finalize(s->act_comm);
+    if (s->grad_comm)
+        s->comm_ops->finalize(s->grad_comm);
     s->host->free(s->host, s);
 }
 
@@ -55,7 +95,8 @@ static int pp_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *in,
 {
     *out = NULL;
     dt_strategy_init_v1_t a;
-    int balance, rc = dt_args_read(host, "init args", &a, sizeof a, in, DT_STRATEGY_INIT_V1_SIZE0);
+    pp_config_t cfg;
+    int rc = dt_args_read(host, "init args", &a, sizeof a, in, DT_STRATEGY_INIT_V1_SIZE0);
     if (rc != DT_OK)
         return rc;
     if (!a.dev_ops || !a.dev || !a.comm_ops || !a.comm)
@@ -77,19 +118,27 @@ static int pp_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *in,
     s->comm_ops = a.comm_ops;
     s->comm = a.comm;
     s->n_micro = a.n_micro;
-    if ((rc = read_config(host, &s->schedule, &s->keep, &balance)) == DT_OK &&
+    if ((rc = read_config(host, &cfg)) == DT_OK &&
         (rc = a.comm_ops->rank_size(a.comm, &s->stage, &s->n_stages)) == DT_OK &&
         s->n_stages < 2)
         rc = host->set_error(host, DT_ERR_INVALID, "init: a pipeline group of %d rank(s)",
                              s->n_stages);
+    s->schedule = cfg.schedule;
+    s->keep = cfg.keep;
+    s->V = cfg.V;
+    if (rc == DT_OK)
+        rc = check_chunks(host, &cfg, s->n_stages, s->n_micro);
+    /* interleaved: activations and gradients on a group each (pipeline.h) */
+    if (rc == DT_OK && s->V > 1 &&
+        ((rc = a.comm_ops->split(a.comm, 0, s->stage, &s->act_comm)) != DT_OK ||
+         (rc = a.comm_ops->split(a.comm, 0, s->stage, &s->grad_comm)) != DT_OK))
+        s->host->log(host, DT_LOG_ERROR, "init: splitting the pipeline group failed");
     if (rc != DT_OK) {
         pp_finalize(s);
         return rc;
     }
-    host->log(host, DT_LOG_DEBUG, "stage %d of %d, schedule %s, keeps the activations of %u "
-              "micro-batch(es)", s->stage, s->n_stages,
-              s->schedule == PP_SCHED_GPIPE ? "gpipe" : "1f1b",
-              pp_in_flight(s->schedule, s->keep, s->stage, s->n_stages, s->n_micro));
+    host->log(host, DT_LOG_DEBUG, "stage %d of %d, schedule %s, %u chunk(s)", s->stage,
+              s->n_stages, s->schedule == PP_SCHED_GPIPE ? "gpipe" : "1f1b", s->V);
     *out = s;
     return DT_OK;
 }
@@ -98,26 +147,44 @@ static int pp_assign_stages(const dt_host_v1_t *host, const dt_stage_args_v1_t *
                             uint32_t *out)
 {
     dt_stage_args_v1_t a;
-    int schedule, keep, balance;
+    pp_config_t c;
     int rc = dt_args_read(host, "assign_stages args", &a, sizeof a, in, DT_STAGE_ARGS_V1_SIZE0);
     if (rc != DT_OK)
         return rc;
     if (!a.model || !out)
         return host->set_error(host, DT_ERR_INVALID, "assign_stages: NULL %s",
                                !a.model ? "model" : "out");
-    if ((rc = read_config(host, &schedule, &keep, &balance)) != DT_OK)
+    if ((rc = read_config(host, &c)) != DT_OK)
         return rc;
     /* a core before strategy ABI 1.4 has no in_flight: it keeps one
-     * micro-batch's activations, and the stash must hold every input */
+     * micro-batch's activations, and the stash must hold every input; nor
+     * does it run chunks */
     if (!a.in_flight)
-        keep = 0;
+        c.keep = 0;
+    if (c.V > 1 && !a.chunks)
+        return host->set_error(host, DT_ERR_CONFIG, "virtual_stages = %u: the core runs one "
+                               "chunk a stage (strategy ABI before 1.4)", c.V);
+    if ((rc = check_chunks(host, &c, a.n_stages, a.n_micro)) != DT_OK)
+        return rc;
+    if (c.V > 1 && (uint64_t)a.n_stages * c.V > a.model->n_units)
+        return host->set_error(host, DT_ERR_CONFIG,
+                               "parallel.pipeline = %d stages x virtual_stages = %u chunks, but "
+                               "model %s has %u units (each chunk needs at least one)",
+                               a.n_stages, c.V, a.model->arch ? a.model->arch : "?",
+                               a.model->n_units);
     for (int32_t k = 0; k < a.n_stages; k++) {
-        if (a.stash)
-            a.stash[k] = pp_stash(schedule, keep, k, a.n_stages, a.n_micro);
+        const uint32_t most = pp_order_in_flight(host, c.schedule, c.V, k, a.n_stages, a.n_micro);
+        if (most == 0)
+            return host->set_error(host, DT_ERR_NOMEM, "assign_stages: the order of stage %d",
+                                   k);
+        if (a.stash) /* a receive buffer (or the stash) per chunk that receives */
+            a.stash[k] = (c.V - (k == 0 ? 1 : 0)) * pp_stash(c.keep, most);
         if (a.in_flight)
-            a.in_flight[k] = pp_in_flight(schedule, keep, k, a.n_stages, a.n_micro);
+            a.in_flight[k] = c.keep ? most : 1;
     }
-    return pp_assign(host, a.model, a.n_stages, balance, out);
+    if (a.chunks)
+        *a.chunks = c.V;
+    return pp_assign(host, a.model, a.n_stages * (int32_t)c.V, c.balance, out);
 }
 
 static int pp_run_schedule(dt_strategy_t *s, const dt_schedule_args_v1_t *args,

@@ -1,8 +1,9 @@
 /*
  * plugins/pipeline/pipeline.h - the `pipeline` strategy's instance and its
- * three parts: the plugin glue (pipeline.c: config, init, the ops table),
- * the balance policies (pipeline_balance.c: units -> stages) and the
- * schedules (pipeline_schedule.c: GPipe, 1F1B).
+ * four parts: the plugin glue (pipeline.c: config, init, the ops table),
+ * the balance policies (pipeline_balance.c: units -> stages), the order
+ * of a stage's operations (pipeline_order.c: GPipe, 1F1B, interleaved)
+ * and running them (pipeline_schedule.c: the runner, send and recv).
  *
  * How a pipeline runs (strategy.h, "Pipeline parallelism", is the ABI):
  * the core splits the world into the grid's groups (core/train/grid.h),
@@ -18,6 +19,19 @@
  *   1f1b   p - stage - 1 warm-up Fs, then F and B alternating, then the
  *          remaining Bs (PipeDream-Flush, Megatron's default).  A stage
  *          stashes at most p - stage inputs; same bubble as GPipe.
+ * Interleaved ([pipeline] virtual_stages = V > 1, Megatron's interleaved
+ * 1F1B): the units are cut into p x V virtual stages, stage k running
+ * virtual stages k, k + p, ... as its chunks 0..V-1.  Every stage runs
+ * the forwards in one order, the k-th being micro-batch
+ * (k / (p V)) p + k % p of chunk (k / p) % V (groups of p micro-batches
+ * through each chunk in turn), and the backwards in the same order over
+ * the chunks reversed; 1F1B warms up with (p - stage - 1) x 2 + (V - 1) p
+ * forwards (all when m = p), then alternates.  The bubble shrinks to
+ * (p - 1) / (V m + p - 1); m must be a multiple of p.  Activations and
+ * their gradients travel on two groups of their own (split from the
+ * pipeline group), so each pair of ranks carries one kind of tensor per
+ * group, sent and received in the same order on both sides.
+ *
  * Activations: with [pipeline] keep_activations (the default) the core
  * keeps those of every micro-batch in flight (assign_stages' in_flight,
  * pp_in_flight), each backward runs on its own forward's, and a stage
@@ -42,6 +56,7 @@
 #include "dtrain/dtrain.h"
 
 enum { PP_SCHED_GPIPE = 0, PP_SCHED_1F1B = 1 };
+#define PP_MAX_CHUNKS 16 /* the core's DT_MODEL_MAX_CHUNKS */
 enum { PP_BALANCE_UNIFORM = 0, PP_BALANCE_PARAMS = 1 };
 
 #define PP_SCHEDULES "gpipe|1f1b"
@@ -51,10 +66,29 @@ enum { PP_BALANCE_UNIFORM = 0, PP_BALANCE_PARAMS = 1 };
 typedef struct pp_buf {
     void *p;
     dt_comm_req_t *send; /* NULL: free to reuse */
-    int32_t peer;        /* the stage it goes to */
+    dt_comm_t *comm;     /* the group it travels on */
+    uint32_t from, peer; /* the virtual stages it goes from and to */
     uint32_t micro;      /* and its micro-batch, for messages */
-    int grad;            /* 1: a gradient (to stage - 1) */
+    int grad;            /* 1: a gradient (to the previous stage) */
 } pp_buf_t;
+
+/* One operation of a stage's step: the forward or backward of a
+ * micro-batch through one of its chunks. */
+enum { PP_FWD = 0, PP_BWD = 1 };
+typedef struct pp_op {
+    uint8_t kind;    /* PP_FWD / PP_BWD */
+    uint32_t chunk, micro;
+} pp_op_t;
+
+/* pipeline_order.c: stage k's operations for one step (forwards only with
+ * `no_grad`) into out (2 m V entries): their count. */
+uint32_t pp_order(int schedule, uint32_t V, int32_t k, int32_t p, uint32_t m, int no_grad,
+                  pp_op_t *out);
+/* The most micro-batches any one chunk of stage k has in flight (forward
+ * run, backward not yet) in that order: host memory for the order through
+ * `host`; 0 when it cannot be had. */
+uint32_t pp_order_in_flight(const dt_host_v1_t *host, int schedule, uint32_t V, int32_t k,
+                            int32_t p, uint32_t m);
 
 struct dt_strategy {
     const dt_host_v1_t *host;
@@ -63,42 +97,41 @@ struct dt_strategy {
     dt_stream_t *cs;            /* the core's compute stream */
     const dt_comm_ops_v1_t *comm_ops;
     dt_comm_t *comm;            /* the pipeline group: rank = stage */
+    dt_comm_t *grad_comm;       /* interleaved: activations on `comm`'s
+                                 * split copy act_comm, their gradients on
+                                 * this one (NULL: both on `comm`) */
+    dt_comm_t *act_comm;
+    uint32_t V;                 /* [pipeline] virtual_stages: chunks */
     int32_t stage, n_stages;
     uint32_t n_micro;
     int schedule;               /* PP_SCHED_* */
     int keep;                   /* [pipeline] keep_activations */
-    /* buffers, (re)made when act_count or n_micro grows */
+    /* buffers, (re)made when act_count, n_micro or what the core keeps
+     * changes; chunk c's are [c x n, (c + 1) x n) of each array */
     uint64_t act_bytes;
-    uint32_t n_stash;
-    pp_buf_t *stash;            /* (n_stash) stage inputs, by micro % n_stash */
-    pp_buf_t out[2];            /* outputs on their way to stage + 1 */
-    pp_buf_t din[2];            /* input gradients on their way to stage - 1 */
-    pp_buf_t dout;              /* the output gradient received */
+    int buf_keep;               /* the `keep` they were made for */
+    uint32_t buf_micro;         /* and the micro-batches */
+    uint32_t n_stash;           /* inputs stashed per receiving chunk */
+    pp_buf_t *stash;            /* (V x n_stash) chunk inputs, by micro % n_stash */
+    uint32_t n_ring;            /* sends in flight per chunk and direction */
+    pp_buf_t *out;              /* (V x n_ring) outputs on their way on */
+    pp_buf_t *din;              /* (V x n_ring) input gradients on their way back */
+    pp_buf_t *dout;             /* (V) the output gradient received */
+    pp_op_t *ops;               /* the step's order (room for ops_cap) */
+    uint32_t ops_cap;
 };
 
-/* The most micro-batches stage `k` of `p` has in flight (forward run,
- * backward not yet) for `m` micro-batches: GPipe all m, 1F1B p - k. */
-static inline uint32_t pp_max_in_flight(int schedule, int32_t k, int32_t p, uint32_t m)
-{
-    uint32_t inflight = (uint32_t)(p - k);
-    return schedule == PP_SCHED_GPIPE || m < inflight ? m : inflight;
-}
+/* The plugin's [pipeline] settings (pipeline.c). */
+typedef struct pp_config {
+    int schedule, keep, balance;
+    uint32_t V;
+} pp_config_t;
 
-/* The micro-batches whose activations the core keeps on stage k: those in
- * flight with `keep`, else one (the others' forwards are recomputed). */
-static inline uint32_t pp_in_flight(int schedule, int keep, int32_t k, int32_t p, uint32_t m)
-{
-    return keep ? pp_max_in_flight(schedule, k, p, m) : 1;
-}
-
-/* The stage inputs stage k stashes at once: none on the first stage (it
- * reads tokens); with `keep` one receive buffer (the kept activations
- * hold each input); else one per micro-batch in flight, for the
- * recomputes. */
-static inline uint32_t pp_stash(int schedule, int keep, int32_t k, int32_t p, uint32_t m)
-{
-    return k == 0 ? 0 : keep ? 1 : pp_max_in_flight(schedule, k, p, m);
-}
+/* The stage inputs one chunk of stage k stashes at once: with `keep` one
+ * receive buffer (the kept activations hold each input); else one per
+ * micro-batch in flight (`in_flight`), for the recomputes.  Chunk 0 of
+ * stage 0 reads tokens and stashes none. */
+static inline uint32_t pp_stash(int keep, uint32_t in_flight) { return keep ? 1 : in_flight; }
 
 /* pipeline_balance.c: out[u] = the stage of unit u (never decreasing,
  * every stage non-empty) for `policy`; DT_ERR_CONFIG through host when

@@ -1,7 +1,8 @@
 /*
- * plugins/pipeline/pipeline_schedule.c - one step of a stage: GPipe or
- * 1F1B over the core's stage runner, boundary tensors moved with the
- * pipeline group's send / recv (pipeline.h says how).
+ * plugins/pipeline/pipeline_schedule.c - one step of a stage: the order
+ * pipeline_order.c gives, run over the core's stage runner, boundary
+ * tensors moved with the pipeline group's send / recv (pipeline.h says
+ * how).
  */
 #include <stdio.h>
 #include <string.h>
@@ -20,27 +21,52 @@ typedef struct pp_step {
 
 static const char *what_of(int grad) { return grad ? "activation gradient" : "activation"; }
 
+/* Virtual stage j's name in messages: "stage 1", or with chunks "virtual
+ * stage 3 (stage 1, chunk 1)". */
+static const char *vname(const dt_strategy_t *s, uint32_t j, char *out, size_t cap)
+{
+    const uint32_t p = (uint32_t)s->n_stages;
+    if (s->V == 1)
+        snprintf(out, cap, "stage %u", j);
+    else
+        snprintf(out, cap, "virtual stage %u (stage %u, chunk %u)", j, j % p, j / p);
+    return out;
+}
+
+static uint32_t vstage(const dt_strategy_t *s, uint32_t chunk)
+{
+    return chunk * (uint32_t)s->n_stages + (uint32_t)s->stage;
+}
+
+static uint32_t n_vstages(const dt_strategy_t *s) { return s->V * (uint32_t)s->n_stages; }
+
 static void pp_buf_free(dt_strategy_t *s, pp_buf_t *b)
 {
     if (b->send)
-        s->comm_ops->wait(s->comm, b->send, 0); /* drops it: the step failed */
+        s->comm_ops->wait(b->comm, b->send, 0); /* drops it: the step failed */
     if (b->p)
         s->dev_ops->free(s->dev, b->p);
     memset(b, 0, sizeof *b);
 }
 
+static void bufs_free(dt_strategy_t *s, pp_buf_t **b, uint32_t n)
+{
+    for (uint32_t i = 0; *b && i < n; i++)
+        pp_buf_free(s, &(*b)[i]);
+    s->host->free(s->host, *b);
+    *b = NULL;
+}
+
 void pp_free_buffers(dt_strategy_t *s)
 {
-    for (uint32_t i = 0; i < s->n_stash; i++)
-        pp_buf_free(s, &s->stash[i]);
-    s->host->free(s->host, s->stash);
-    s->stash = NULL;
-    s->n_stash = 0;
-    for (int i = 0; i < 2; i++) {
-        pp_buf_free(s, &s->out[i]);
-        pp_buf_free(s, &s->din[i]);
-    }
-    pp_buf_free(s, &s->dout);
+    bufs_free(s, &s->stash, s->V * s->n_stash);
+    bufs_free(s, &s->out, s->V * s->n_ring);
+    bufs_free(s, &s->din, s->V * s->n_ring);
+    bufs_free(s, &s->dout, s->V);
+    s->host->free(s->host, s->ops);
+    s->ops = NULL;
+    s->ops_cap = 0;
+    s->n_stash = s->n_ring = 0;
     s->act_bytes = 0;
 }
 
@@ -53,47 +79,66 @@ static int pp_buf_alloc(dt_strategy_t *s, pp_buf_t *b, uint64_t bytes)
     return rc;
 }
 
-/* The buffers this stage needs for `n_micro` micro-batches of `bytes`:
- * stashed inputs (not on the first stage: it reads tokens), outputs and
- * the received output gradient (not on the last), input gradients (not on
- * the first). */
+static int bufs_alloc(dt_strategy_t *s, pp_buf_t **b, uint32_t n)
+{
+    if (n == 0)
+        return DT_OK;
+    *b = s->host->alloc(s->host, n * sizeof **b, DT_TAG_OTHER);
+    if (!*b)
+        return s->host->set_error(s->host, DT_ERR_NOMEM, "%u boundary tensor slots", n);
+    memset(*b, 0, n * sizeof **b);
+    return DT_OK;
+}
+
+/* The buffers this stage needs for `n_micro` micro-batches of `bytes`,
+ * per chunk: stashed inputs (not on virtual stage 0: it reads tokens),
+ * outputs and the received output gradient (not on the last), input
+ * gradients (not on virtual stage 0).  Sends in flight per chunk and
+ * direction: 2, each waited for before its buffer is reused; with chunks
+ * a buffer per micro-batch, none reused within a step (a send completes
+ * only as its receiver takes it, and with chunks that receiver may first
+ * wait on this stage's other chunk). */
 static int ensure_buffers(dt_strategy_t *s, uint64_t bytes, uint32_t n_micro, int no_grad,
                           int keep)
 {
-    const int first = s->stage == 0, last = s->stage == s->n_stages - 1;
-    /* forwards only: each input is used as it arrives, one slot will do,
-     * and the training step's stash is kept rather than made again */
-    if (no_grad && bytes == s->act_bytes && (first || s->n_stash >= 1))
+    /* forwards only: each input is used as it arrives; the training
+     * step's buffers serve */
+    if (no_grad && s->act_bytes == bytes)
         return DT_OK;
-    if (no_grad)
-        n_micro = 1;
-    uint32_t n_stash = pp_stash(s->schedule, keep, s->stage, s->n_stages, n_micro);
-    if (bytes == s->act_bytes && n_stash == s->n_stash)
+    if (bytes == s->act_bytes && n_micro == s->buf_micro && keep == s->buf_keep)
         return DT_OK;
     pp_free_buffers(s);
-    int rc = DT_OK;
-    if (n_stash) {
-        s->stash = s->host->alloc(s->host, n_stash * sizeof *s->stash, DT_TAG_OTHER);
-        if (!s->stash)
-            return s->host->set_error(s->host, DT_ERR_NOMEM, "stash of %u inputs", n_stash);
-        memset(s->stash, 0, n_stash * sizeof *s->stash);
-        s->n_stash = n_stash;
+    const uint32_t V = s->V, nv = n_vstages(s);
+    uint32_t most = pp_order_in_flight(s->host, s->schedule, V, s->stage, s->n_stages, n_micro);
+    if (most == 0)
+        return s->host->set_error(s->host, DT_ERR_NOMEM, "the order of stage %d", s->stage);
+    s->n_stash = pp_stash(keep, most);
+    s->n_ring = V == 1 ? 2 : n_micro;
+    int rc;
+    if ((rc = bufs_alloc(s, &s->stash, V * s->n_stash)) == DT_OK &&
+        (rc = bufs_alloc(s, &s->out, V * s->n_ring)) == DT_OK &&
+        (rc = bufs_alloc(s, &s->din, V * s->n_ring)) == DT_OK)
+        rc = bufs_alloc(s, &s->dout, V);
+    for (uint32_t c = 0; c < V && rc == DT_OK; c++) {
+        const uint32_t j = vstage(s, c);
+        for (uint32_t i = 0; j > 0 && i < s->n_stash && rc == DT_OK; i++)
+            rc = pp_buf_alloc(s, &s->stash[c * s->n_stash + i], bytes);
+        for (uint32_t i = 0; i < s->n_ring && rc == DT_OK; i++) {
+            if (j + 1 < nv)
+                rc = pp_buf_alloc(s, &s->out[c * s->n_ring + i], bytes);
+            if (j > 0 && rc == DT_OK)
+                rc = pp_buf_alloc(s, &s->din[c * s->n_ring + i], bytes);
+        }
+        if (j + 1 < nv && rc == DT_OK)
+            rc = pp_buf_alloc(s, &s->dout[c], bytes);
     }
-    for (uint32_t i = 0; i < n_stash && rc == DT_OK; i++)
-        rc = pp_buf_alloc(s, &s->stash[i], bytes);
-    for (int i = 0; i < 2 && rc == DT_OK; i++) {
-        if (!last)
-            rc = pp_buf_alloc(s, &s->out[i], bytes);
-        if (!first && rc == DT_OK)
-            rc = pp_buf_alloc(s, &s->din[i], bytes);
-    }
-    if (!last && rc == DT_OK)
-        rc = pp_buf_alloc(s, &s->dout, bytes);
     if (rc != DT_OK) {
         pp_free_buffers(s);
         return rc;
     }
     s->act_bytes = bytes;
+    s->buf_micro = n_micro;
+    s->buf_keep = keep;
     return DT_OK;
 }
 
@@ -103,136 +148,138 @@ static int finish_send(pp_step_t *t, pp_buf_t *b)
     dt_strategy_t *s = t->s;
     if (!b->send)
         return DT_OK;
-    int rc = s->comm_ops->wait(s->comm, b->send, -1); /* frees the request */
+    int rc = s->comm_ops->wait(b->comm, b->send, -1); /* frees the request */
     b->send = NULL;
-    if (rc != DT_OK)
-        s->host->log(s->host, DT_LOG_ERROR,
-                     "step %lld: stage %d: send of the %s of micro-batch %u to stage %d "
-                     "failed", (long long)t->a->step, s->stage, what_of(b->grad), b->micro,
-                     b->peer);
-    return rc;
-}
-
-static int start_send(pp_step_t *t, pp_buf_t *b, int32_t peer, uint32_t micro, int grad)
-{
-    dt_strategy_t *s = t->s;
-    b->peer = peer;
-    b->micro = micro;
-    b->grad = grad;
-    int rc = s->comm_ops->send(s->comm, b->p, t->a->act_count, t->a->act_dtype, peer,
-                               (int32_t)(2 * micro + (uint32_t)grad), s->cs, &b->send);
     if (rc != DT_OK) {
-        b->send = NULL;
-        s->host->log(s->host, DT_LOG_ERROR,
-                     "step %lld: stage %d: starting the send of the %s of micro-batch %u to "
-                     "stage %d failed", (long long)t->a->step, s->stage, what_of(grad), micro,
-                     peer);
+        char me[64], to[64];
+        s->host->log(s->host, DT_LOG_ERROR, "step %lld: %s: send of the %s of micro-batch %u "
+                     "to %s failed", (long long)t->a->step, vname(s, b->from, me, sizeof me),
+                     what_of(b->grad), b->micro, vname(s, b->peer, to, sizeof to));
     }
     return rc;
 }
 
-static int recv_from(pp_step_t *t, void *buf, int32_t peer, uint32_t micro, int grad)
+/* The group a tensor travels on, the rank of virtual stage j in it, and
+ * its tag: micro-batch `micro` into virtual stage j (an activation from
+ * j - 1, or with `grad` a gradient from j + 1). */
+static dt_comm_t *route(const dt_strategy_t *s, int grad)
+{
+    if (s->V == 1)
+        return s->comm;
+    return grad ? s->grad_comm : s->act_comm;
+}
+
+static int32_t tag_of(const pp_step_t *t, uint32_t j, uint32_t micro, int grad)
+{
+    const uint32_t chunk = j / (uint32_t)t->s->n_stages;
+    return (int32_t)(2 * (chunk * t->a->n_micro + micro) + (uint32_t)grad);
+}
+
+/* Start sending b (from virtual stage `from`) to virtual stage `to`. */
+static int start_send(pp_step_t *t, pp_buf_t *b, uint32_t from, uint32_t to, uint32_t micro,
+                      int grad)
 {
     dt_strategy_t *s = t->s;
-    const uint64_t t0 = s->host->now_ns(s->host);
-    dt_comm_req_t *req = NULL;
-    int rc = s->comm_ops->recv(s->comm, buf, t->a->act_count, t->a->act_dtype, peer,
-                               (int32_t)(2 * micro + (uint32_t)grad), s->cs, &req);
-    if (rc == DT_OK)
-        rc = s->comm_ops->wait(s->comm, req, -1);
-    t->wait_ns += s->host->now_ns(s->host) - t0;
-    if (rc != DT_OK)
+    b->from = from;
+    b->peer = to;
+    b->micro = micro;
+    b->grad = grad;
+    b->comm = route(s, grad);
+    int rc = s->comm_ops->send(b->comm, b->p, t->a->act_count, t->a->act_dtype,
+                               (int32_t)(to % (uint32_t)s->n_stages), tag_of(t, to, micro, grad),
+                               s->cs, &b->send);
+    if (rc != DT_OK) {
+        char me[64], pe[64];
+        b->send = NULL;
         s->host->log(s->host, DT_LOG_ERROR,
-                     "step %lld: stage %d: recv of the %s of micro-batch %u from stage %d "
-                     "failed", (long long)t->a->step, s->stage, what_of(grad), micro, peer);
+                     "step %lld: %s: starting the send of the %s of micro-batch %u to %s "
+                     "failed", (long long)t->a->step, vname(s, from, me, sizeof me),
+                     what_of(grad), micro, vname(s, to, pe, sizeof pe));
+    }
     return rc;
 }
 
-/* F(m): receive the input, run the stage, send the output on. */
-static int forward(pp_step_t *t, uint32_t m)
+/* Receive into buf virtual stage j's input (from j - 1) or, with `grad`,
+ * the gradient of its output (from j + 1). */
+static int recv_into(pp_step_t *t, void *buf, uint32_t j, uint32_t micro, int grad)
+{
+    dt_strategy_t *s = t->s;
+    const uint32_t from = grad ? j + 1 : j - 1;
+    const uint64_t t0 = s->host->now_ns(s->host);
+    dt_comm_t *c = route(s, grad);
+    dt_comm_req_t *req = NULL;
+    int rc = s->comm_ops->recv(c, buf, t->a->act_count, t->a->act_dtype,
+                               (int32_t)(from % (uint32_t)s->n_stages),
+                               tag_of(t, j, micro, grad), s->cs, &req);
+    if (rc == DT_OK)
+        rc = s->comm_ops->wait(c, req, -1);
+    t->wait_ns += s->host->now_ns(s->host) - t0;
+    if (rc != DT_OK) {
+        char me[64], pe[64];
+        s->host->log(s->host, DT_LOG_ERROR,
+                     "step %lld: %s: recv of the %s of micro-batch %u from %s failed",
+                     (long long)t->a->step, vname(s, j, me, sizeof me), what_of(grad), micro,
+                     vname(s, from, pe, sizeof pe));
+    }
+    return rc;
+}
+
+/* F(chunk, m): receive the input, run the chunk, send the output on. */
+static int forward(pp_step_t *t, uint32_t chunk, uint32_t m)
 {
     dt_strategy_t *s = t->s;
     const dt_stage_runner_v1_t *r = t->a->runner;
+    const uint32_t j = vstage(s, chunk);
     void *in = NULL, *out = NULL;
     pp_buf_t *ob = NULL;
     int rc;
-    if (s->stage > 0) {
-        in = s->stash[m % s->n_stash].p;
-        if ((rc = recv_from(t, in, s->stage - 1, m, 0)) != DT_OK)
+    if (j > 0) {
+        in = s->stash[chunk * s->n_stash + m % s->n_stash].p;
+        if ((rc = recv_into(t, in, j, m, 0)) != DT_OK)
             return rc;
     }
-    if (s->stage < s->n_stages - 1) {
-        ob = &s->out[m % 2];
+    if (j + 1 < n_vstages(s)) {
+        ob = &s->out[chunk * s->n_ring + m % s->n_ring];
         if ((rc = finish_send(t, ob)) != DT_OK)
             return rc;
         out = ob->p;
     }
-    if ((rc = r->forward(r->ctx, m, in, out, &t->loss)) != DT_OK)
+    rc = s->V == 1 ? r->forward(r->ctx, m, in, out, &t->loss)
+                   : r->forward_chunk(r->ctx, chunk, m, in, out, &t->loss);
+    if (rc != DT_OK)
         return rc;
-    return ob ? start_send(t, ob, s->stage + 1, m, 0) : DT_OK;
+    return ob ? start_send(t, ob, j, j + 1, m, 0) : DT_OK;
 }
 
-/* B(m): receive the output's gradient, run the stage's backward, send the
- * input's gradient back. */
-static int backward(pp_step_t *t, uint32_t m)
+/* B(chunk, m): receive the output's gradient, run the chunk's backward,
+ * send the input's gradient back. */
+static int backward(pp_step_t *t, uint32_t chunk, uint32_t m)
 {
     dt_strategy_t *s = t->s;
     const dt_stage_runner_v1_t *r = t->a->runner;
+    const uint32_t j = vstage(s, chunk);
     /* with kept activations the input is in them (and the one stash
      * buffer already holds a later micro-batch's) */
-    const void *in = s->stage > 0 && !t->keep ? s->stash[m % s->n_stash].p : NULL;
+    const void *in = j > 0 && !t->keep ? s->stash[chunk * s->n_stash + m % s->n_stash].p : NULL;
     void *dout = NULL, *din = NULL;
     pp_buf_t *db = NULL;
     int rc;
-    if (s->stage < s->n_stages - 1) {
-        dout = s->dout.p;
-        if ((rc = recv_from(t, dout, s->stage + 1, m, 1)) != DT_OK)
+    if (j + 1 < n_vstages(s)) {
+        dout = s->dout[chunk].p;
+        if ((rc = recv_into(t, dout, j, m, 1)) != DT_OK)
             return rc;
     }
-    if (s->stage > 0) {
-        db = &s->din[m % 2];
+    if (j > 0) {
+        db = &s->din[chunk * s->n_ring + m % s->n_ring];
         if ((rc = finish_send(t, db)) != DT_OK)
             return rc;
         din = db->p;
     }
-    if ((rc = r->backward(r->ctx, m, in, dout, din)) != DT_OK)
+    rc = s->V == 1 ? r->backward(r->ctx, m, in, dout, din)
+                   : r->backward_chunk(r->ctx, chunk, m, in, dout, din);
+    if (rc != DT_OK)
         return rc;
-    return db ? start_send(t, db, s->stage - 1, m, 1) : DT_OK;
-}
-
-/* The order of this stage's operations. */
-static int run_ops(pp_step_t *t)
-{
-    dt_strategy_t *s = t->s;
-    const uint32_t M = t->a->n_micro;
-    int rc = DT_OK;
-    if (t->a->flags & DT_SCHEDULE_NO_GRAD) {
-        for (uint32_t m = 0; m < M && rc == DT_OK; m++)
-            rc = forward(t, m);
-        return rc;
-    }
-    if (s->schedule == PP_SCHED_GPIPE) {
-        for (uint32_t m = 0; m < M && rc == DT_OK; m++)
-            rc = forward(t, m);
-        for (uint32_t m = 0; m < M && rc == DT_OK; m++)
-            rc = backward(t, m);
-        return rc;
-    }
-    /* 1F1B: warm-up forwards, one forward one backward, cool-down */
-    uint32_t warm = (uint32_t)(s->n_stages - s->stage - 1);
-    if (warm > M)
-        warm = M;
-    uint32_t f = 0, b = 0;
-    while (f < warm && rc == DT_OK)
-        rc = forward(t, f++);
-    while (f < M && rc == DT_OK) {
-        rc = forward(t, f++);
-        if (rc == DT_OK)
-            rc = backward(t, b++);
-    }
-    while (b < M && rc == DT_OK)
-        rc = backward(t, b++);
-    return rc;
+    return db ? start_send(t, db, j, j - 1, m, 1) : DT_OK;
 }
 
 int pp_run(dt_strategy_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result_v1_t *res)
@@ -250,20 +297,50 @@ int pp_run(dt_strategy_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result
     if ((rc = dt_args_check(host, "stage runner", a.runner, sizeof *a.runner,
                             DT_STAGE_RUNNER_V1_SIZE0)) != DT_OK)
         return rc;
+    const int has_chunks =
+        a.runner->struct_size >= DT_FIELD_END(dt_stage_runner_v1_t, backward_chunk) &&
+        a.runner->forward_chunk && a.runner->backward_chunk;
+    if (s->V > 1 && !has_chunks)
+        return host->set_error(host, DT_ERR_INVALID, "run_schedule: %u chunks a stage, and the "
+                               "core's runner has no forward_chunk/backward_chunk", s->V);
+    const int no_grad = (a.flags & DT_SCHEDULE_NO_GRAD) != 0;
+    if (!no_grad && s->V > 1 && a.n_micro % (uint32_t)s->n_stages != 0)
+        return host->set_error(host, DT_ERR_INVALID, "run_schedule: %u micro-batches, not a "
+                               "multiple of the %d stages (virtual_stages = %u)",
+                               a.n_micro, s->n_stages, s->V);
     /* [pipeline] keep_activations holds when the core kept as many slots
      * as this stage has micro-batches in flight (an older core keeps 1) */
     const uint32_t slots = a.runner->struct_size >= DT_FIELD_END(dt_stage_runner_v1_t, act_slots)
                                ? a.runner->act_slots
                                : 1;
-    const int keep = s->keep && slots >= pp_in_flight(s->schedule, 1, s->stage, s->n_stages,
-                                                      a.n_micro);
-    if ((rc = ensure_buffers(s, a.act_count * dt_dtype_size(a.act_dtype), a.n_micro,
-                             (a.flags & DT_SCHEDULE_NO_GRAD) != 0, keep)) != DT_OK)
+    const uint32_t most = pp_order_in_flight(host, s->schedule, s->V, s->stage, s->n_stages,
+                                             a.n_micro);
+    const int keep = s->keep && most > 0 && slots >= most;
+    if (s->V > 1 && !keep && !no_grad)
+        return host->set_error(host, DT_ERR_INVALID, "run_schedule: the core keeps %u "
+                               "micro-batches' activations, and %u chunks a stage need %u",
+                               slots, s->V, most);
+    if ((rc = ensure_buffers(s, a.act_count * dt_dtype_size(a.act_dtype), a.n_micro, no_grad,
+                             keep)) != DT_OK)
         return rc;
+    /* the order: 2 m V operations at most (forwards only: m V) */
+    const uint32_t cap = 2 * a.n_micro * s->V;
+    if (cap > s->ops_cap) {
+        s->host->free(s->host, s->ops);
+        s->ops_cap = 0;
+        if (!(s->ops = s->host->alloc(s->host, cap * sizeof *s->ops, DT_TAG_OTHER)))
+            return host->set_error(host, DT_ERR_NOMEM, "run_schedule: the order of %u "
+                                   "operations", cap);
+        s->ops_cap = cap;
+    }
     pp_step_t t = {.s = s, .a = &a, .keep = keep};
-    rc = run_ops(&t);
+    const uint32_t n = pp_order(s->schedule, s->V, s->stage, s->n_stages, a.n_micro, no_grad,
+                                s->ops);
+    for (uint32_t i = 0; i < n && rc == DT_OK; i++)
+        rc = s->ops[i].kind == PP_FWD ? forward(&t, s->ops[i].chunk, s->ops[i].micro)
+                                      : backward(&t, s->ops[i].chunk, s->ops[i].micro);
     /* the last sends: their buffers are reused next step */
-    for (int i = 0; i < 2 && rc == DT_OK; i++) {
+    for (uint32_t i = 0; i < s->V * s->n_ring && rc == DT_OK; i++) {
         rc = finish_send(&t, &s->out[i]);
         if (rc == DT_OK)
             rc = finish_send(&t, &s->din[i]);

@@ -205,20 +205,44 @@ static int make_buffers(dt_shard_engine_t *e)
     return d->stream_sync(e->dp.dev, e->dp.cs);
 }
 
+/* Runs of contiguous held units that are not TIED: more than one when
+ * an interleaved pipeline stage holds several chunks. */
+static uint32_t held_runs(const dt_shard_engine_t *e)
+{
+    uint32_t runs = 0;
+    int in = 0;
+    for (uint32_t u = 0; u < e->dp.model->n_units; u++) {
+        const uint32_t f = dt_dp_unit_flags(&e->dp, u);
+        const int held = (f & DT_UNIT_HELD) && !(f & DT_UNIT_TIED);
+        runs += held && !in;
+        in = held;
+    }
+    return runs;
+}
+
 /* The groups: the strategy's spans, with a pipeline stage's TIED units
  * (GPT-2's wte on the first and the last stage) each in a group of its
  * own, so both stages cut it into the same shards whatever units they
- * hold beside it, and the tied sum adds shard to matching shard. */
+ * hold beside it, and the tied sum adds shard to matching shard.  On a
+ * stage of several chunks (interleaved), no group spans two chunks: the
+ * units between them (other stages') are groups of their own.  A group
+ * completes a micro-batch once each of its units has, which needs the
+ * group's backwards of one micro-batch to end before the next micro-
+ * batch's begin; the schedule runs one chunk's micro-batches in order,
+ * but the chunks' interleave. */
 static int plan_groups(dt_shard_engine_t *e, const dt_shard_cfg_t *cfg)
 {
     const dt_host_v1_t *host = e->dp.host;
     const uint32_t nu = e->dp.model->n_units;
     uint8_t *alone = NULL;
-    if (e->dp.tied_comm) {
+    const int chunks = e->dp.unit_flags && held_runs(e) > 1;
+    if (e->dp.tied_comm || chunks) {
         if (!(alone = host->alloc(host, nu, DT_TAG_OTHER)))
             return host->set_error(host, DT_ERR_NOMEM, "shard plan: %u unit flags", nu);
-        for (uint32_t u = 0; u < nu; u++)
-            alone[u] = (dt_dp_unit_flags(&e->dp, u) & DT_UNIT_TIED) != 0;
+        for (uint32_t u = 0; u < nu; u++) {
+            const uint32_t f = dt_dp_unit_flags(&e->dp, u);
+            alone[u] = (f & DT_UNIT_TIED) != 0 || (chunks && !(f & DT_UNIT_HELD));
+        }
     }
     int rc = dt_shard_plan_init(&e->plan, host, e->dp.model, cfg->spans, cfg->n_spans, e->ssize,
                                 DT_SHARD_ALIGN, alone);

@@ -12,6 +12,12 @@
 #    absolute (measured 3.9e-7 for pp2 and pp3, the tied wte gradient summed
 #    in another order; 4.7e-7 for pp2 x dp2, with the data-parallel
 #    average's);
+#  - interleaved 1F1B ([pipeline] virtual_stages = 2): pp2 (1f1b and
+#    gpipe orders), pp4 over 6 blocks and pp2 x dp2 with zero-1 against
+#    one rank, the virtual stages printed, and the layouts it refuses
+#    (kept activations off, micro-batches not a multiple of the stages,
+#    more chunks than units) with the reason; an interleaved checkpoint
+#    resumed at pp2 x dp2 zero-2;
 #  - [pipeline] keep_activations = false (one micro-batch's activations
 #    kept, the others' forwards recomputed from stashed inputs) gives the
 #    default's (every in-flight micro-batch's kept) numbers bit for bit,
@@ -167,6 +173,60 @@ expect_out "balance = params: stage 2" \
   "pipeline: stage 2 of 3: units 2-3 (block.1 .. head), 0.013M parameters"
 same pb "pp3 balance = params (a middle stage)"
 
+# ---- interleaved 1F1B: chunks of virtual stages --------------------------
+# pp2 x 2 chunks: the 4 units are virtual stages 0-3, stage 0 running 0
+# and 2, stage 1 running 1 and 3 (and the tied copy); 1f1b and gpipe in
+# their interleaved order, against the same 1-rank run and tolerances
+if ranks 2 eq.toml --set parallel.pipeline=2 --set pipeline.virtual_stages=2 \
+     --set run.name=pv --metrics pv.jsonl; then ok "pp2 x 2 chunks (interleaved 1f1b) trained"
+else bad "pp2 x 2 chunks failed" "$(cat rank*.log)"; fi
+out=$(cat rank0.log)
+expect_out "interleaved: virtual stage 1 is stage 1's chunk 0" \
+  "pipeline: virtual stage 1 of 4 (stage 1, chunk 0): units 1-1 (block.0 .. block.0), 0.013M parameters; keeps the activations of 3 micro-batches"
+expect_out "interleaved: virtual stage 2 is stage 0's chunk 1" \
+  "pipeline: virtual stage 2 of 4 (stage 0, chunk 1): units 2-2 (block.1 .. block.1), 0.013M parameters; keeps the activations of 4 micro-batches"
+same pv "pp2 x 2 chunks, 1f1b"
+if ranks 2 eq.toml --set parallel.pipeline=2 --set pipeline.virtual_stages=2 \
+     --set pipeline.schedule=gpipe --set run.name=pvg --metrics pvg.jsonl; then
+  ok "pp2 x 2 chunks, gpipe, trained"
+else bad "pp2 x 2 chunks, gpipe, failed" "$(cat rank*.log)"; fi
+same pvg "pp2 x 2 chunks, gpipe"
+# pp4 x 2 chunks: 6 blocks (8 units, one per virtual stage), m = p = 4
+# (every forward first, as Megatron does when m = p)
+expect_exit 0 "1 rank, 6 blocks" "$bin" run eq.toml --set run.comm=self --set model.n_layer=6 \
+  --set run.name=n6 --metrics n6.jsonl
+"$bin" export out/n6/ckpt n6.st --layout dtrain >/dev/null
+if ranks 4 eq.toml --set model.n_layer=6 --set parallel.pipeline=4 \
+     --set pipeline.virtual_stages=2 --set run.name=pv4 --metrics pv4.jsonl; then
+  ok "pp4 x 2 chunks trained"
+else bad "pp4 x 2 chunks failed" "$(cat rank*.log)"; fi
+if v=$($py cmp.py curves n6.jsonl pv4.jsonl 1e-6 1e-5); then ok "pp4 x 2 chunks: $v"
+else bad "pp4 x 2 chunks: losses differ from 1 rank's" "$v"; fi
+"$bin" export out/pv4/ckpt pv4.st --layout dtrain >/dev/null
+if v=$($py cmp.py params n6.st pv4.st 2e-5); then ok "pp4 x 2 chunks: $v"
+else bad "pp4 x 2 chunks: parameters differ from 1 rank's" "$v"; fi
+# pp2 x dp2 x 2 chunks with zero-1 (its gradient groups never span two
+# chunks: a group spanning both counted the chunks' micro-batches as one
+# and reduced early; measured 2.7e-4 off before the fix)
+if ranks 4 eq.toml --set parallel.pipeline=2 --set pipeline.virtual_stages=2 \
+     --set parallel.data=zero --set zero.stage=1 --set run.name=pvz --metrics pvz.jsonl; then
+  ok "pp2 x dp2 x 2 chunks, zero-1, trained"
+else bad "pp2 x dp2 x 2 chunks, zero-1, failed" "$(cat rank*.log)"; fi
+same pvz "pp2 x dp2 x 2 chunks, zero-1"
+# the layouts an interleaved pipeline refuses, with the reason (exit 2)
+expect_exit 2 "2 chunks without kept activations" "$bin" plan eq.toml --world 2 \
+  --set parallel.pipeline=2 --set pipeline.virtual_stages=2 --set pipeline.keep_activations=false
+expect_out "2 chunks without kept activations: why" \
+  "dtrain plan: error: strategy/pipeline: virtual_stages = 2 needs keep_activations = true: an interleaved stage keeps every chunk's activations rather than stash each chunk's inputs to recompute them"
+expect_exit 2 "3 micro-batches over 2 stages of 2 chunks" "$bin" plan eq.toml --world 2 \
+  --set parallel.pipeline=2 --set pipeline.virtual_stages=2 --set train.global_batch=6
+expect_out "3 micro-batches: why" \
+  "dtrain plan: error: strategy/pipeline: virtual_stages = 2 needs the micro-batches of a step ([train] grad_accum = 3) to be a multiple of the 2 stages"
+expect_exit 2 "more chunks than units" "$bin" plan eq.toml --world 2 \
+  --set parallel.pipeline=2 --set pipeline.virtual_stages=3
+expect_out "more chunks than units: why" \
+  "dtrain plan: error: strategy/pipeline: parallel.pipeline = 2 stages x virtual_stages = 3 chunks, but model gpt2 has 4 units (each chunk needs at least one)"
+
 # ---- the measured bubble -------------------------------------------------
 # The same 8 sequences per step through gpipe as one micro-batch of 8
 # (m = 1) and as 8 of 1 (m = 8), a 4-layer model of width 128 over 128
@@ -255,6 +315,17 @@ if ranks 2 eq.toml --set parallel.pipeline=2 --set run.name=r12 \
 else bad "resume at pp2 failed" "$(cat rank*.log)"; fi
 v=$($py cmp.py curves n1.jsonl r12.jsonl 1e-6 1e-5) && ok "1 rank -> pp2: $v" ||
   bad "1 rank -> pp2: the curve differs" "$v"
+# pp2 x 2 chunks (interleaved) -> pp2 x dp2 zero-2 (one chunk a stage)
+if ranks 2 eq.toml --set parallel.pipeline=2 --set pipeline.virtual_stages=2 \
+     --set run.name=rv --set train.stop_at=3 --metrics rv.jsonl; then
+  ok "pp2 x 2 chunks stopped at step 3"
+else bad "pp2 x 2 chunks to step 3 failed" "$(cat rank*.log)"; fi
+if ranks 4 eq.toml --set parallel.pipeline=2 --set parallel.data=zero --set zero.stage=2 \
+     --set run.name=rv --set checkpoint.resume=latest --metrics rv.jsonl; then
+  ok "resumed at pp2 x dp2 zero-2"
+else bad "resume at pp2 x dp2 zero-2 failed" "$(cat rank*.log)"; fi
+v=$($py cmp.py curves n1.jsonl rv.jsonl 1e-6 1e-5) && ok "pp2 x 2 chunks -> pp2 x dp2 zero-2: $v" ||
+  bad "pp2 x 2 chunks -> pp2 x dp2 zero-2: the curve differs" "$v"
 
 # ---- a non-finite step: the stages search their own units ---------------
 # SGD at lr 10 without clipping blows the model up within a few steps

@@ -438,6 +438,21 @@ expect_out "1f1b: stage 0 keeps its 2 in flight" \
   "activations 0.21 MiB (2 micro-batches of its units, 0 stage inputs stashed: 0.00 MiB)"
 expect_out "1f1b: stage 1 keeps one, stashes one input" \
   "activations 0.24 MiB (1 micro-batch of its units, 1 stage input stashed: 0.00 MiB)"
+# interleaved, 2 chunks a stage: virtual stages 0-3 are units 0-3, stage 0
+# running 0 and 2 (the embedding, block.1), stage 1 running 1 and 3; the
+# bubble 1 / (2 x 8 + 1) = 5.9%.  Stage 0 keeps at most 4 micro-batches
+# of a chunk in flight: per micro-batch the tokens and x[0] (4224 bytes),
+# x[1] (block.1's input, 4096) and block.1's 74240: 4 x 82560 + the
+# workspace 65536 = 0.38 MiB.  Each stage sends 3 x 8 boundary tensors
+# (stage 0: chunk 0's outputs, chunk 1's outputs and input gradients;
+# stage 1: chunk 0's both ways, chunk 1's input gradients) = 98304 bytes
+# and the tied gradient's 36864: 0.13 MiB.
+expect_exit 0 "plan 2 stages of 2 interleaved chunks" "$bin" plan eq.toml --world 2 \
+  --set parallel.pipeline=2 --set train.micro_batch=1 --set pipeline.virtual_stages=2
+expect_out "interleaved: the bubble (p - 1) / (V m + p - 1)" \
+  "pipeline: 2 stages of 2 interleaved chunks x 1 data-parallel replicas, 8 micro-batches a step: bubble (p - 1) / (V m + p - 1) = 5.9%"
+expect_out "interleaved: stage 0's chunks, kept activations and sends" \
+  "  stage 0: units 0-0, 2-2 (2 chunks: embedding .. embedding, block.1 .. block.1), 0.022M parameters; activations 0.38 MiB (4 micro-batches of its units, 1 stage input stashed: 0.00 MiB); sends 0.13 MiB a step"
 # each stage's model state per row, over the data group (--world 4: dp 2).
 # Stage 0 holds the embedding (wte 256 x 32 + wpe 32 x 32 = 9216) and
 # block.0 (12704): 21920 parameters; stage 1 block.1 (12704), the head

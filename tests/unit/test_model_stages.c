@@ -103,6 +103,54 @@ static void stage_backward(stage_t *s, uint32_t m, const int32_t *in_tok, const 
          "stage backward");
 }
 
+/* Every gradient of two ranks' models against the whole model's `ref`:
+ * unit u from A where on_a(u, k) else from B, unit 0 (wte, on A and, tied,
+ * on B) as their sum, the pipeline's sum over the embedding group; each
+ * within GRAD_TOL of its tensor's largest |gradient|. */
+static void check_grads(const char *what, const dt_mh_t *w, dt_mh_t *a, dt_mh_t *b,
+                        int (*on_a)(uint32_t u, uint32_t k), uint32_t k,
+                        float *const *ref)
+{
+    double worst = 0;
+    for (uint32_t u = 0; u < NU; u++) {
+        const dt_unit_desc_v1_t *ud = &w->desc->units[u];
+        const float *ga = dt_mh_grads(a, u), *gb = dt_mh_grads(b, u);
+        for (uint32_t p = 0; p < ud->n_params; p++) {
+            const dt_param_desc_v1_t *pd = &ud->params[p];
+            double ref_max = 0, diff = 0;
+            for (uint64_t i = pd->offset; i < pd->offset + pd->numel; i++) {
+                double got = u == 0 ? (double)ga[i] + (double)gb[i] : on_a(u, k) ? ga[i] : gb[i];
+                ref_max = fmax(ref_max, fabs((double)ref[u][i]));
+                diff = fmax(diff, fabs(got - (double)ref[u][i]));
+            }
+            if (ref_max == 0 || diff / ref_max > GRAD_TOL)
+                fail_msg("%s: gradient of %s: max |diff| %.3g, max |ref| %.3g", what, pd->name,
+                         diff, ref_max);
+            worst = fmax(worst, diff / ref_max);
+        }
+    }
+    printf("%s: worst gradient diff %.3g of the tensor's max\n", what, worst);
+}
+
+/* The test's M micro-batches into inputs / targets (M x B x T), and the
+ * whole model's step of them: its loss, and a copy of every unit's
+ * gradient in grads[NU] (freed by the caller). */
+static double whole_step(dt_mh_t *w, int32_t *inputs, int32_t *targets, float **grads)
+{
+    dt_mh_tokens(11, V, M * B * T, inputs, targets);
+    must(dt_mh_open(w, gpt2_toml, B, T, SEED), "open whole model");
+    const double loss = dt_mh_step(w, inputs, targets, M, 0);
+    for (uint32_t u = 0; u < NU; u++) {
+        uint64_t numel = w->desc->units[u].numel;
+        grads[u] = malloc(numel * 4);
+        assert_non_null(grads[u]);
+        memcpy(grads[u], dt_mh_grads(w, u), numel * 4);
+    }
+    return loss;
+}
+
+static int before_split(uint32_t u, uint32_t k) { return u < k; }
+
 static void check_split(uint32_t k, uint32_t slots, const int32_t *inputs,
                         const int32_t *targets, double whole_loss, float *const *whole_grads,
                         const dt_mh_t *w)
@@ -155,27 +203,9 @@ static void check_split(uint32_t k, uint32_t slots, const int32_t *inputs,
            whole_loss, fabs(loss - whole_loss));
     assert_true(fabs(loss - whole_loss) <= LOSS_ATOL);
 
-    double worst = 0;
-    for (uint32_t u = 0; u < NU; u++) {
-        const dt_unit_desc_v1_t *ud = &w->desc->units[u];
-        const float *ga = dt_mh_grads(&a.h, u), *gb = dt_mh_grads(&b.h, u);
-        for (uint32_t p = 0; p < ud->n_params; p++) {
-            const dt_param_desc_v1_t *pd = &ud->params[p];
-            double ref_max = 0, diff = 0;
-            for (uint64_t i = pd->offset; i < pd->offset + pd->numel; i++) {
-                /* unit 0 is on A and, tied, on B; the others on one */
-                double got = u == 0 ? (double)ga[i] + (double)gb[i] : u < k ? ga[i] : gb[i];
-                double ref = whole_grads[u][i];
-                ref_max = fmax(ref_max, fabs(ref));
-                diff = fmax(diff, fabs(got - ref));
-            }
-            if (ref_max == 0 || diff / ref_max > GRAD_TOL)
-                fail_msg("split at unit %u: gradient of %s: max |diff| %.3g, max |ref| %.3g",
-                         k, pd->name, diff, ref_max);
-            worst = fmax(worst, diff / ref_max);
-        }
-    }
-    printf("split at unit %u: worst gradient diff %.3g of the tensor's max\n", k, worst);
+    char what[64];
+    snprintf(what, sizeof what, "split at unit %u, %u slot(s)", k, slots);
+    check_grads(what, w, &a.h, &b.h, before_split, k, whole_grads);
     for (int m = 0; m < M; m++)
         a.h.D->free(a.h.dev, act[m]);
     a.h.D->free(a.h.dev, grad);
@@ -187,17 +217,9 @@ static void test_stages_match_whole(void **state)
 {
     (void)state;
     int32_t inputs[M * B * T], targets[M * B * T];
-    dt_mh_tokens(11, V, M * B * T, inputs, targets);
     dt_mh_t w;
-    must(dt_mh_open(&w, gpt2_toml, B, T, SEED), "open whole model");
-    const double whole_loss = dt_mh_step(&w, inputs, targets, M, 0);
     float *grads[NU];
-    for (uint32_t u = 0; u < NU; u++) {
-        uint64_t numel = w.desc->units[u].numel;
-        grads[u] = malloc(numel * 4);
-        assert_non_null(grads[u]);
-        memcpy(grads[u], dt_mh_grads(&w, u), numel * 4);
-    }
+    const double whole_loss = whole_step(&w, inputs, targets, grads);
     for (uint32_t k = 1; k < NU; k++) {
         check_split(k, 1, inputs, targets, whole_loss, grads, &w);
         check_split(k, M, inputs, targets, whole_loss, grads, &w);
@@ -205,6 +227,13 @@ static void test_stages_match_whole(void **state)
     for (uint32_t u = 0; u < NU; u++)
         free(grads[u]);
     dt_mh_close(&w);
+}
+
+/* Rank A runs virtual stages 0 ([0, 2)) and 2 ([3, 4)). */
+static int on_rank_a(uint32_t u, uint32_t k)
+{
+    (void)k;
+    return u < 2 || u == 3;
 }
 
 /* An interleaved pipeline of 2 ranks x 2 chunks: virtual stages [0, 2),
@@ -219,10 +248,9 @@ static void test_interleaved_chunks_match_whole(void **state)
 {
     (void)state;
     int32_t inputs[M * B * T], targets[M * B * T];
-    dt_mh_tokens(11, V, M * B * T, inputs, targets);
     dt_mh_t w;
-    must(dt_mh_open(&w, gpt2_toml, B, T, SEED), "open whole model");
-    const double whole_loss = dt_mh_step(&w, inputs, targets, M, 0);
+    float *grads[NU];
+    const double whole_loss = whole_step(&w, inputs, targets, grads);
 
     static const uint32_t vfirst[4] = {0, 2, 3, 4}, vend[4] = {2, 3, 4, NU};
     dt_mh_t r[2];
@@ -283,27 +311,7 @@ static void test_interleaved_chunks_match_whole(void **state)
     printf("interleaved 2 x 2: loss %.9f whole %.9f (diff %.3g)\n", loss, whole_loss,
            fabs(loss - whole_loss));
     assert_true(fabs(loss - whole_loss) <= LOSS_ATOL);
-    double worst = 0;
-    for (uint32_t u = 0; u < NU; u++) {
-        const dt_unit_desc_v1_t *ud = &w.desc->units[u];
-        const float *ga = dt_mh_grads(&r[0], u), *gb = dt_mh_grads(&r[1], u);
-        const float *ref = dt_mh_grads(&w, u);
-        const int on_a = u < 2 || u == 3;
-        for (uint32_t p = 0; p < ud->n_params; p++) {
-            const dt_param_desc_v1_t *pd = &ud->params[p];
-            double ref_max = 0, diff = 0;
-            for (uint64_t i = pd->offset; i < pd->offset + pd->numel; i++) {
-                double got = u == 0 ? (double)ga[i] + (double)gb[i] : on_a ? ga[i] : gb[i];
-                ref_max = fmax(ref_max, fabs((double)ref[i]));
-                diff = fmax(diff, fabs(got - (double)ref[i]));
-            }
-            if (ref_max == 0 || diff / ref_max > GRAD_TOL)
-                fail_msg("interleaved: gradient of %s: max |diff| %.3g, max |ref| %.3g",
-                         pd->name, diff, ref_max);
-            worst = fmax(worst, diff / ref_max);
-        }
-    }
-    printf("interleaved 2 x 2: worst gradient diff %.3g of the tensor's max\n", worst);
+    check_grads("interleaved 2 x 2", &w, &r[0], &r[1], on_rank_a, 0, grads);
     for (int v = 0; v < 4; v++) {
         for (int m = 0; m < M; m++)
             r[0].D->free(r[0].dev, act[v][m]);
@@ -311,6 +319,8 @@ static void test_interleaved_chunks_match_whole(void **state)
     }
     dt_mh_close(&r[0]);
     dt_mh_close(&r[1]);
+    for (uint32_t u = 0; u < NU; u++)
+        free(grads[u]);
     dt_mh_close(&w);
 }
 

@@ -574,13 +574,15 @@ typedef struct stage_rows {
 
 /* The pipeline plugin's layout: p stages of V chunks each (virtual
  * stage j = chunk j / p of stage j % p, units [start[j], start[j + 1])),
- * M micro-batches a step, and per stage the inputs its schedule stashes
- * and the micro-batches whose activations it keeps. */
+ * M micro-batches a step, and per stage the inputs its schedule stashes,
+ * the micro-batches whose activations it keeps and the boundary tensors
+ * its schedule allocates; bnd the bytes of one. */
 typedef struct stage_layout {
     int32_t p;
     uint32_t V, M;
     uint32_t *start;     /* p x V + 1 */
-    uint32_t *stash, *in_flight; /* p each */
+    uint32_t *stash, *in_flight, *buffers; /* p each */
+    uint64_t bnd;
 } stage_layout_t;
 
 static void layout_free(stage_layout_t *L)
@@ -588,6 +590,7 @@ static void layout_free(stage_layout_t *L)
     free(L->start);
     free(L->stash);
     free(L->in_flight);
+    free(L->buffers);
     memset(L, 0, sizeof *L);
 }
 
@@ -606,8 +609,12 @@ static int stage_layout(const dt_resolved_t *r, dt_model_t *m, int64_t dp, stage
     L->start = calloc((size_t)nu + 1, sizeof *L->start);
     L->stash = calloc((size_t)L->p, sizeof *L->stash);
     L->in_flight = calloc((size_t)L->p, sizeof *L->in_flight);
+    L->buffers = calloc((size_t)L->p, sizeof *L->buffers);
+    L->bnd = (uint64_t)(r->set.train.micro_batch * r->set.train.seq_len *
+                        dt_model_info(m)->boundary_width) *
+             dt_dtype_size(dt_model_act_dtype(m));
     int rc = DT_OK;
-    if (!stage_of || !L->start || !L->stash || !L->in_flight)
+    if (!stage_of || !L->start || !L->stash || !L->in_flight || !L->buffers)
         rc = dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
     for (int32_t k = 0; !rc && k < L->p; k++)
         L->in_flight[k] = 1;
@@ -617,7 +624,8 @@ static int stage_layout(const dt_resolved_t *r, dt_model_t *m, int64_t dp, stage
         rc = dt_batch_resolve(r->set.config_path, r->set.train.micro_batch, &accum, &global, dp);
     L->M = (uint32_t)accum;
     dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = L->p, .model = d, .n_micro = L->M,
-                          .stash = L->stash, .in_flight = L->in_flight, .chunks = &L->V};
+                          .stash = L->stash, .in_flight = L->in_flight, .chunks = &L->V,
+                          .buffers = L->buffers};
     if (!rc && (rc = ops->assign_stages(pp->host, &sa, stage_of)))
         dt_plugin_failed(pp, rc, "assign_stages");
     const uint32_t nv = (uint32_t)L->p * L->V;
@@ -667,7 +675,7 @@ static void plan_stage_row(const dt_resolved_t *r, dt_model_t *m, int64_t world,
         const uint32_t n = layout_chunks(&L, (uint32_t)k, f, en);
         rc = dt_plan_stage(r->plugin[DT_ROLE_DATA], m, &r->set, (int)dp,
                            strcmp(r->set.parallel.offload, "none") != 0, n, f, en,
-                           L.in_flight[k], &e);
+                           L.in_flight[k], (uint64_t)L.buffers[k] * L.bnd, &e);
         sr->state[row * (size_t)p + (size_t)k] = dt_plan_model_state(&e);
     }
     sr->label[row] = rc ? NULL : label;
@@ -717,8 +725,7 @@ static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world,
         rc = stage_layout(r, m, dp, &L);
     const int64_t B = r->set.train.micro_batch, T = r->set.train.seq_len;
     if (!rc) {
-        const uint64_t bnd = (uint64_t)(B * T * dt_model_info(m)->boundary_width) *
-                             dt_dtype_size(dt_model_act_dtype(m));
+        const uint64_t bnd = L.bnd;
         const uint32_t M = L.M, V = L.V, nv = (uint32_t)p * V;
         char b1[32], b2[32], b3[32], chunks[48] = "";
         if (V > 1)
@@ -755,12 +762,13 @@ static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world,
             char up[256];
             units_phrase(d, n, f, e, up, sizeof up);
             printf("  stage %u: %s%s, %.3fM parameters; activations %s (%u micro-batch%s of "
-                   "its units, %u stage input%s stashed: %s); sends %s a step\n",
+                   "its units) + boundary tensors %s (%u: %u stashed input%s, sends in "
+                   "flight, received gradients); sends %s a step\n",
                    k, up, k == (uint32_t)p - 1 && nt ? " + a tied copy of the embedding" : "",
                    (double)params / 1e6, dt_plan_bytes(keep, b1, sizeof b1), L.in_flight[k],
-                   L.in_flight[k] == 1 ? "" : "es", L.stash[k], L.stash[k] == 1 ? "" : "s",
-                   dt_plan_bytes((uint64_t)L.stash[k] * bnd, b2, sizeof b2),
-                   dt_plan_bytes(sent, b3, sizeof b3));
+                   L.in_flight[k] == 1 ? "" : "es",
+                   dt_plan_bytes((uint64_t)L.buffers[k] * bnd, b2, sizeof b2), L.buffers[k],
+                   L.stash[k], L.stash[k] == 1 ? "" : "s", dt_plan_bytes(sent, b3, sizeof b3));
         }
     }
     if (!rc) {

@@ -83,7 +83,7 @@ int dt_plan_stage_acts(dt_model_t *m, int64_t B, int64_t T, uint32_t n, const ui
 
 int dt_plan_stage(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *set, int world,
                   int offload, uint32_t n, const uint32_t *first, const uint32_t *end,
-                  uint32_t slots, dt_estimate_t *out)
+                  uint32_t slots, uint64_t boundary_bytes, dt_estimate_t *out)
 {
     const dt_model_desc_t *d = dt_model_desc(m);
     const uint32_t nu = d->n_units;
@@ -121,7 +121,7 @@ int dt_plan_stage(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *
         }
         sd.numel += units[u].numel;
     }
-    rc = estimate(strat, m, &sd, set, world, offload, acts, out);
+    rc = estimate(strat, m, &sd, set, world, offload, acts + boundary_bytes, out);
     free(units);
     free(held);
     return rc;

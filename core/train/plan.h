@@ -31,11 +31,13 @@ int dt_plan_strategy_offload(const dt_plugin_t *strat, dt_model_t *m, const dt_s
  * model order) and the tied units its last range also reads
  * (dt_model_stage_tied: GPT-2's last stage holds a copy of wte), the
  * others emptied from the description as a data strategy running the
- * stage sees them; activations of the stage's units.  `world` is the
- * data-parallel group's size. */
+ * stage sees them; activations of the stage's units for `slots`
+ * micro-batches, and `boundary_bytes` the schedule's boundary tensors
+ * (counted as activations: the pipeline plugin allocates them so).
+ * `world` is the data-parallel group's size. */
 int dt_plan_stage(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *set, int world,
                   int offload, uint32_t n, const uint32_t *first, const uint32_t *end,
-                  uint32_t slots, dt_estimate_t *out);
+                  uint32_t slots, uint64_t boundary_bytes, dt_estimate_t *out);
 /* The activation bytes (kept and workspace) a rank running the n unit
  * ranges [first[i], end[i]) (one stage, or an interleaved stage's chunks)
  * allocates for B x T, keeping `slots` micro-batches' activations

@@ -135,6 +135,8 @@ typedef struct run {
     uint32_t chunk_first[DT_MODEL_MAX_CHUNKS], chunk_end[DT_MODEL_MAX_CHUNKS];
     uint32_t n_slots;         /* micro-batches' activations the stage keeps
                                * per chunk (assign_stages' in_flight) */
+    uint32_t n_boundary;      /* boundary tensors the schedule allocates
+                               * (assign_stages' buffers), planned */
     int64_t *slot_micro;      /* (n_chunks x n_slots) the micro-batch whose
                                * activations chunk c's slot i holds (-1:
                                * none of this pass) */
@@ -396,10 +398,12 @@ static int assign_stage(run_t *R, uint8_t *flags, int *tied)
     uint32_t *stage_of = calloc(nu, sizeof *stage_of);
     uint32_t *start = calloc((size_t)nu + 1, sizeof *start); /* per virtual stage */
     uint32_t *in_flight = calloc((size_t)pp, sizeof *in_flight);
-    if (!stage_of || !start || !in_flight) {
+    uint32_t *buffers = calloc((size_t)pp, sizeof *buffers);
+    if (!stage_of || !start || !in_flight || !buffers) {
         free(stage_of);
         free(start);
         free(in_flight);
+        free(buffers);
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
     }
     for (int32_t k = 0; k < pp; k++)
@@ -407,7 +411,8 @@ static int assign_stage(run_t *R, uint8_t *flags, int *tied)
     uint32_t V = 1;
     const uint32_t n_micro = (uint32_t)R->set->train.grad_accum;
     dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = pp, .model = d,
-                          .n_micro = n_micro, .in_flight = in_flight, .chunks = &V};
+                          .n_micro = n_micro, .in_flight = in_flight, .chunks = &V,
+                          .buffers = buffers};
     int rc = PLUGIN_CALL(R->ppipe, R->pipe_ops->assign_stages(R->ppipe->host, &sa, stage_of),
                          "assign_stages");
     const uint32_t nv = (uint32_t)pp * V; /* virtual stages */
@@ -457,6 +462,7 @@ static int assign_stage(run_t *R, uint8_t *flags, int *tied)
             R->chunk_end[c] = start[c * (uint32_t)pp + (uint32_t)me + 1];
         }
         R->n_slots = in_flight[me];
+        R->n_boundary = buffers[me];
         memset(flags, 0, nu);
         for (uint32_t c = 0; c < V; c++)
             for (uint32_t u = R->chunk_first[c]; u < R->chunk_end[c]; u++)
@@ -481,6 +487,7 @@ static int assign_stage(run_t *R, uint8_t *flags, int *tied)
     free(stage_of);
     free(start);
     free(in_flight);
+    free(buffers);
     return rc;
 }
 
@@ -1365,6 +1372,8 @@ static int report_memory(run_t *R)
     int rc = R->ppipe ? dt_plan_stage(R->pstrat, R->model, R->set, (int)R->dp,
                                       strcmp(R->set->parallel.offload, "none") != 0,
                                       R->n_chunks, R->chunk_first, R->chunk_end, R->n_slots,
+                                      R->n_boundary * dt_model_boundary_count(R->model) *
+                                          dt_dtype_size(dt_model_act_dtype(R->model)),
                                       &plan)
                       : dt_plan_strategy(R->pstrat, R->model, R->set, (int)R->dp, &plan);
     if (rc)

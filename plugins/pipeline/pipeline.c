@@ -179,6 +179,8 @@ static int pp_assign_stages(const dt_host_v1_t *host, const dt_stage_args_v1_t *
                                    k);
         if (a.stash) /* a receive buffer (or the stash) per chunk that receives */
             a.stash[k] = (c.V - (k == 0 ? 1 : 0)) * pp_stash(c.keep, most);
+        if (a.buffers)
+            a.buffers[k] = pp_buffers(c.V, k, a.n_stages, a.n_micro, pp_stash(c.keep, most));
         if (a.in_flight)
             a.in_flight[k] = c.keep ? most : 1;
     }

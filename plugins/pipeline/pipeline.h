@@ -127,6 +127,18 @@ typedef struct pp_config {
     uint32_t V;
 } pp_config_t;
 
+/* The sends in flight per chunk and direction: 2, each waited for before
+ * its buffer is reused; interleaved one per micro-batch, none reused
+ * within a step (a send completes only as its receiver takes it, and with
+ * chunks that receiver may first wait on this stage's other chunk). */
+static inline uint32_t pp_ring(uint32_t V, uint32_t m) { return V == 1 ? 2 : m; }
+
+/* pipeline_schedule.c: the boundary tensors stage k allocates, stashing
+ * n_stash inputs a receiving chunk: a receiving chunk's stash and input
+ * gradients in flight, a sending chunk's outputs in flight and its
+ * received output gradient. */
+uint32_t pp_buffers(uint32_t V, int32_t k, int32_t p, uint32_t m, uint32_t n_stash);
+
 /* The stage inputs one chunk of stage k stashes at once: with `keep` one
  * receive buffer (the kept activations hold each input); else one per
  * micro-batch in flight (`in_flight`), for the recomputes.  Chunk 0 of

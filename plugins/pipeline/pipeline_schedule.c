@@ -90,14 +90,28 @@ static int bufs_alloc(dt_strategy_t *s, pp_buf_t **b, uint32_t n)
     return DT_OK;
 }
 
+/* Virtual stage j receives (its input: all but the first) and sends (its
+ * output: all but the last). */
+static int receives(uint32_t j) { return j > 0; }
+static int sends(uint32_t j, uint32_t nv) { return j + 1 < nv; }
+
+uint32_t pp_buffers(uint32_t V, int32_t k, int32_t p, uint32_t m, uint32_t n_stash)
+{
+    const uint32_t nv = V * (uint32_t)p, ring = pp_ring(V, m);
+    uint32_t n = 0;
+    for (uint32_t c = 0; c < V; c++) {
+        const uint32_t j = c * (uint32_t)p + (uint32_t)k;
+        n += receives(j) ? n_stash + ring : 0;
+        n += sends(j, nv) ? ring + 1 : 0;
+    }
+    return n;
+}
+
 /* The buffers this stage needs for `n_micro` micro-batches of `bytes`,
- * per chunk: stashed inputs (not on virtual stage 0: it reads tokens),
- * outputs and the received output gradient (not on the last), input
- * gradients (not on virtual stage 0).  Sends in flight per chunk and
- * direction: 2, each waited for before its buffer is reused; with chunks
- * a buffer per micro-batch, none reused within a step (a send completes
- * only as its receiver takes it, and with chunks that receiver may first
- * wait on this stage's other chunk). */
+ * per chunk (pp_buffers counts them): stashed inputs (not on virtual
+ * stage 0: it reads tokens), outputs and the received output gradient
+ * (not on the last), input gradients (not on virtual stage 0), sends in
+ * flight as pp_ring says. */
 static int ensure_buffers(dt_strategy_t *s, uint64_t bytes, uint32_t n_micro, int no_grad,
                           int keep)
 {
@@ -113,7 +127,7 @@ static int ensure_buffers(dt_strategy_t *s, uint64_t bytes, uint32_t n_micro, in
     if (most == 0)
         return s->host->set_error(s->host, DT_ERR_NOMEM, "the order of stage %d", s->stage);
     s->n_stash = pp_stash(keep, most);
-    s->n_ring = V == 1 ? 2 : n_micro;
+    s->n_ring = pp_ring(V, n_micro);
     int rc;
     if ((rc = bufs_alloc(s, &s->stash, V * s->n_stash)) == DT_OK &&
         (rc = bufs_alloc(s, &s->out, V * s->n_ring)) == DT_OK &&
@@ -121,15 +135,15 @@ static int ensure_buffers(dt_strategy_t *s, uint64_t bytes, uint32_t n_micro, in
         rc = bufs_alloc(s, &s->dout, V);
     for (uint32_t c = 0; c < V && rc == DT_OK; c++) {
         const uint32_t j = vstage(s, c);
-        for (uint32_t i = 0; j > 0 && i < s->n_stash && rc == DT_OK; i++)
+        for (uint32_t i = 0; receives(j) && i < s->n_stash && rc == DT_OK; i++)
             rc = pp_buf_alloc(s, &s->stash[c * s->n_stash + i], bytes);
         for (uint32_t i = 0; i < s->n_ring && rc == DT_OK; i++) {
-            if (j + 1 < nv)
+            if (sends(j, nv))
                 rc = pp_buf_alloc(s, &s->out[c * s->n_ring + i], bytes);
-            if (j > 0 && rc == DT_OK)
+            if (receives(j) && rc == DT_OK)
                 rc = pp_buf_alloc(s, &s->din[c * s->n_ring + i], bytes);
         }
-        if (j + 1 < nv && rc == DT_OK)
+        if (sends(j, nv) && rc == DT_OK)
             rc = pp_buf_alloc(s, &s->dout[c], bytes);
     }
     if (rc != DT_OK) {

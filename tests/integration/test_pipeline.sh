@@ -186,6 +186,12 @@ expect_out "interleaved: virtual stage 1 is stage 1's chunk 0" \
 expect_out "interleaved: virtual stage 2 is stage 0's chunk 1" \
   "pipeline: virtual stage 2 of 4 (stage 0, chunk 1): units 2-2 (block.1 .. block.1), 0.013M parameters; keeps the activations of 4 micro-batches"
 same pv "pp2 x 2 chunks, 1f1b"
+# the end-of-run report plans the stage's chunks, kept micro-batches and
+# the schedule's boundary tensors: planned = measured
+a=$(grep -oE 'activations [0-9.]+ / [0-9.]+' rank0.log || true)
+if [ -n "$a" ] && [ "$(awk '{ print ($2 == $4) }' <<<"$a")" = 1 ]; then
+  ok "pp2 x 2 chunks: stage 0's activations measured / planned: ${a#activations }"
+else bad "pp2 x 2 chunks: activations planned unlike measured" "$(grep '^memory' rank0.log)"; fi
 if ranks 2 eq.toml --set parallel.pipeline=2 --set pipeline.virtual_stages=2 \
      --set pipeline.schedule=gpipe --set run.name=pvg --metrics pvg.jsonl; then
   ok "pp2 x 2 chunks, gpipe, trained"

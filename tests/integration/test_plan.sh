@@ -412,38 +412,44 @@ expect_out "says which and where it looked" \
 # probabilities (4 x (1024 + 8192) + 256) and the targets: 115584, and a
 # workspace of 131200 with the logits, their gradient and the losses.
 # keep_activations = false keeps one micro-batch's (0.14 and 0.24 MiB)
-# and stashes stage 1's inputs, gpipe all 8 (32768 bytes = 0.03 MiB);
-# the default keeps every micro-batch in flight and stashes one input
-# (4096 bytes = 0.00 MiB): gpipe all 8 (8 x 78464 + 65536 = 0.66 MiB,
-# 8 x 115584 + 131200 = 1.01 MiB), 1f1b at most p - k (stage 0: 2 x 78464
-# + 65536 = 0.21 MiB; stage 1: 0.24 MiB).
+# and stashes stage 1's inputs, gpipe all 8; the default keeps every
+# micro-batch in flight and stashes one input: gpipe all 8 (8 x 78464 +
+# 65536 = 0.66 MiB, 8 x 115584 + 131200 = 1.01 MiB), 1f1b at most p - k
+# (stage 0: 2 x 78464 + 65536 = 0.21 MiB; stage 1: 0.24 MiB).  The
+# schedule's boundary tensors (4096 bytes each) besides: stage 0 its 2
+# outputs in flight and the received gradient (3: 0.01 MiB), stage 1 its
+# stash and 2 input gradients in flight (gpipe recomputing: 8 + 2 = 10,
+# 0.04 MiB; else 1 + 2 = 3).
 expect_exit 0 "plan a pipeline of 2 stages, gpipe, activations recomputed" "$bin" plan eq.toml \
   --world 2 --set parallel.pipeline=2 --set train.micro_batch=1 --set pipeline.schedule=gpipe \
   --set pipeline.keep_activations=false
 expect_out "the bubble (p - 1) / (m + p - 1)" \
   "pipeline: 2 stages x 1 data-parallel replicas, 8 micro-batches a step: bubble (p - 1) / (m + p - 1) = 11.1%"
 expect_out "stage 0: its units, nothing stashed, its sends" \
-  "  stage 0: units 0-1 (embedding .. block.0), 0.022M parameters; activations 0.14 MiB (1 micro-batch of its units, 0 stage inputs stashed: 0.00 MiB); sends 0.07 MiB a step"
+  "  stage 0: units 0-1 (embedding .. block.0), 0.022M parameters; activations 0.14 MiB (1 micro-batch of its units) + boundary tensors 0.01 MiB (3: 0 stashed inputs, sends in flight, received gradients); sends 0.07 MiB a step"
 expect_out "stage 1: the tied copy, every input stashed (gpipe, recomputing)" \
-  "  stage 1: units 2-3 (block.1 .. head) + a tied copy of the embedding, 0.022M parameters; activations 0.24 MiB (1 micro-batch of its units, 8 stage inputs stashed: 0.03 MiB); sends 0.07 MiB a step"
+  "  stage 1: units 2-3 (block.1 .. head) + a tied copy of the embedding, 0.022M parameters; activations 0.24 MiB (1 micro-batch of its units) + boundary tensors 0.04 MiB (10: 8 stashed inputs, sends in flight, received gradients); sends 0.07 MiB a step"
 expect_exit 0 "plan a pipeline of 2 stages, gpipe" "$bin" plan eq.toml --world 2 \
   --set parallel.pipeline=2 --set train.micro_batch=1 --set pipeline.schedule=gpipe
 expect_out "gpipe: stage 0 keeps all 8 micro-batches" \
-  "  stage 0: units 0-1 (embedding .. block.0), 0.022M parameters; activations 0.66 MiB (8 micro-batches of its units, 0 stage inputs stashed: 0.00 MiB); sends 0.07 MiB a step"
+  "  stage 0: units 0-1 (embedding .. block.0), 0.022M parameters; activations 0.66 MiB (8 micro-batches of its units) + boundary tensors 0.01 MiB (3: 0 stashed inputs, sends in flight, received gradients); sends 0.07 MiB a step"
 expect_out "gpipe: stage 1 keeps all 8, stashes one input" \
-  "  stage 1: units 2-3 (block.1 .. head) + a tied copy of the embedding, 0.022M parameters; activations 1.01 MiB (8 micro-batches of its units, 1 stage input stashed: 0.00 MiB); sends 0.07 MiB a step"
+  "  stage 1: units 2-3 (block.1 .. head) + a tied copy of the embedding, 0.022M parameters; activations 1.01 MiB (8 micro-batches of its units) + boundary tensors 0.01 MiB (3: 1 stashed input, sends in flight, received gradients); sends 0.07 MiB a step"
 expect_exit 0 "plan a pipeline of 2 stages, 1f1b" "$bin" plan eq.toml --world 2 \
   --set parallel.pipeline=2 --set train.micro_batch=1
 expect_out "1f1b: stage 0 keeps its 2 in flight" \
-  "activations 0.21 MiB (2 micro-batches of its units, 0 stage inputs stashed: 0.00 MiB)"
+  "activations 0.21 MiB (2 micro-batches of its units) + boundary tensors 0.01 MiB (3: 0 stashed inputs,"
 expect_out "1f1b: stage 1 keeps one, stashes one input" \
-  "activations 0.24 MiB (1 micro-batch of its units, 1 stage input stashed: 0.00 MiB)"
+  "activations 0.24 MiB (1 micro-batch of its units) + boundary tensors 0.01 MiB (3: 1 stashed input,"
 # interleaved, 2 chunks a stage: virtual stages 0-3 are units 0-3, stage 0
 # running 0 and 2 (the embedding, block.1), stage 1 running 1 and 3; the
 # bubble 1 / (2 x 8 + 1) = 5.9%.  Stage 0 keeps at most 4 micro-batches
 # of a chunk in flight: per micro-batch the tokens and x[0] (4224 bytes),
 # x[1] (block.1's input, 4096) and block.1's 74240: 4 x 82560 + the
-# workspace 65536 = 0.38 MiB.  Each stage sends 3 x 8 boundary tensors
+# workspace 65536 = 0.38 MiB, and 27 boundary tensors (a send buffer per
+# micro-batch: chunk 0's 8 outputs + its received gradient, chunk 1's
+# input + 8 input gradients + 8 outputs + its received gradient) =
+# 0.11 MiB.  Each stage sends 3 x 8 boundary tensors
 # (stage 0: chunk 0's outputs, chunk 1's outputs and input gradients;
 # stage 1: chunk 0's both ways, chunk 1's input gradients) = 98304 bytes
 # and the tied gradient's 36864: 0.13 MiB.
@@ -452,7 +458,7 @@ expect_exit 0 "plan 2 stages of 2 interleaved chunks" "$bin" plan eq.toml --worl
 expect_out "interleaved: the bubble (p - 1) / (V m + p - 1)" \
   "pipeline: 2 stages of 2 interleaved chunks x 1 data-parallel replicas, 8 micro-batches a step: bubble (p - 1) / (V m + p - 1) = 5.9%"
 expect_out "interleaved: stage 0's chunks, kept activations and sends" \
-  "  stage 0: units 0-0, 2-2 (2 chunks: embedding .. embedding, block.1 .. block.1), 0.022M parameters; activations 0.38 MiB (4 micro-batches of its units, 1 stage input stashed: 0.00 MiB); sends 0.13 MiB a step"
+  "  stage 0: units 0-0, 2-2 (2 chunks: embedding .. embedding, block.1 .. block.1), 0.022M parameters; activations 0.38 MiB (4 micro-batches of its units) + boundary tensors 0.11 MiB (27: 1 stashed input, sends in flight, received gradients); sends 0.13 MiB a step"
 # each stage's model state per row, over the data group (--world 4: dp 2).
 # Stage 0 holds the embedding (wte 256 x 32 + wpe 32 x 32 = 9216) and
 # block.0 (12704): 21920 parameters; stage 1 block.1 (12704), the head

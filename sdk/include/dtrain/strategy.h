@@ -93,8 +93,9 @@ extern "C" {
                                  *    norm_comm, tied_comm; the slots assign_stages and
                                  *    run_schedule and their structs;
                                  * 4: dt_stage_args_v1_t.in_flight (activations kept per
-                                 *    micro-batch in flight) and .chunks (interleaved
-                                 *    virtual stages); dt_stage_runner_v1_t.act_slots,
+                                 *    micro-batch in flight), .chunks (interleaved
+                                 *    virtual stages) and .buffers (the schedule's
+                                 *    boundary tensors); dt_stage_runner_v1_t.act_slots,
                                  *    forward_chunk, backward_chunk */
 
 typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
@@ -383,6 +384,12 @@ typedef struct dt_stage_args_v1 {
      * caller that does not ask gets V = 1 (the plugin refuses to
      * interleave then). */
     uint32_t *chunks;
+    /* out, optional (NULL: not asked), n_stages entries: the boundary
+     * tensors (B x T x boundary width in the activation dtype) the
+     * schedule allocates on stage k: stashed inputs, outputs and input
+     * gradients in flight, received gradients.  The planner adds them to
+     * the stage's activations. */
+    uint32_t *buffers;
 } dt_stage_args_v1_t;
 #define DT_STAGE_ARGS_V1_SIZE0 DT_FIELD_END(dt_stage_args_v1_t, stash)
 

@@ -63,6 +63,13 @@
  * norm.  A sharding strategy sums its shard: both stages shard the unit
  * alike (same description, same dp size), so the shards line up.
  *
+ * Interleaved stages (minor 4): a stage may run several chunks (virtual
+ * stages chunk x pp + stage, assign_stages' `chunks`), so the units it
+ * holds need not be contiguous.  Its units' backwards then interleave
+ * across micro-batches chunk by chunk: a data strategy that groups units
+ * for a reduction and counts their last uses per micro-batch must not
+ * group units of two chunks (the shard engine keeps them apart).
+ *
  * Growth: minor 3 appends unit_flags, norm_comm and tied_comm to the init
  * arguments and the optional slots assign_stages and run_schedule.  A data
  * strategy built before minor 3 refuses non-zero minor-3 init fields with

@@ -8,7 +8,6 @@
  * waits, a free that waits for its transfers, and a copy's failure
  * reported by wait.
  */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +20,7 @@
 #include <cmocka.h>
 
 #include "dtrain/dtrain.h"
+#include "fake_device.h"
 #include "test_assert.h"
 #include "test_host.h"
 #include "test_plugin.h"
@@ -319,71 +319,8 @@ static void test_init_errors(void **state)
     assert_status(oc_ops()->init(&th.host, &oa, &o), DT_ERR_ABI);
 }
 
-/* ---- a fake device whose copies block until released, or fail ---- */
-
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
-static int g_blocked, g_release, g_fail;
-
-static int fk_memcpy(dt_device_t *d, void *dst, const void *src, uint64_t n, int kind,
-                     dt_stream_t *s)
-{
-    (void)d; (void)kind; (void)s;
-    pthread_mutex_lock(&g_mu);
-    g_blocked = 1;
-    pthread_cond_broadcast(&g_cv);
-    while (!g_release)
-        pthread_cond_wait(&g_cv, &g_mu);
-    g_blocked = 0;
-    int fail = g_fail;
-    pthread_mutex_unlock(&g_mu);
-    if (fail)
-        return DT_ERR_IO;
-    memcpy(dst, src, n);
-    return DT_OK;
-}
-static int fk_host_alloc(dt_device_t *d, uint64_t n, int tag, void **out)
-{
-    (void)d; (void)tag;
-    return (*out = aligned_alloc(64, (n + 63) / 64 * 64 + 64)) ? DT_OK : DT_ERR_NOMEM;
-}
-static int fk_host_free(dt_device_t *d, void *p) { (void)d; free(p); return DT_OK; }
-static int fk_stream_create(dt_device_t *d, dt_stream_t **s)
-{ (void)d; *s = (dt_stream_t *)&g_mu; return DT_OK; }
-static int fk_stream_destroy(dt_device_t *d, dt_stream_t *s) { (void)d; (void)s; return DT_OK; }
-static int fk_stream_sync(dt_device_t *d, dt_stream_t *s) { (void)d; (void)s; return DT_OK; }
-static int fk_event_create(dt_device_t *d, dt_event_t **e)
-{ (void)d; *e = malloc(8); return *e ? DT_OK : DT_ERR_NOMEM; }
-static int fk_event_destroy(dt_device_t *d, dt_event_t *e) { (void)d; free(e); return DT_OK; }
-static int fk_event_record(dt_device_t *d, dt_event_t *e, dt_stream_t *s)
-{ (void)d; (void)e; (void)s; return DT_OK; }
-static int fk_wait_event(dt_device_t *d, dt_stream_t *s, dt_event_t *e)
-{ (void)d; (void)e; (void)s; return DT_OK; }
-
-static const dt_device_ops_v1_t fake_dev = {
-    .info = DT_PLUGIN_INFO_NOKEYS(DEVICE, dt_device_ops_v1_t, "fake", "0", "blocking copies"),
-    .host_alloc = fk_host_alloc, .host_free = fk_host_free,
-    .stream_create = fk_stream_create, .stream_destroy = fk_stream_destroy,
-    .stream_sync = fk_stream_sync, .event_create = fk_event_create,
-    .event_destroy = fk_event_destroy, .event_record = fk_event_record,
-    .stream_wait_event = fk_wait_event, .memcpy_async = fk_memcpy,
-};
-
-static void fake_reset(int fail)
-{
-    pthread_mutex_lock(&g_mu);
-    g_blocked = g_release = 0;
-    g_fail = fail;
-    pthread_mutex_unlock(&g_mu);
-}
-
-static void fake_release(void)
-{
-    pthread_mutex_lock(&g_mu);
-    g_release = 1;
-    pthread_cond_broadcast(&g_cv);
-    pthread_mutex_unlock(&g_mu);
-}
+/* ---- the fake device (tests/support/fake_device.h): copies block until
+ * released, or fail ---- */
 
 static double now_ms(void)
 {
@@ -396,8 +333,8 @@ static dt_offload_t *fake_tier(dt_test_host_t *th, int64_t timeout_ms)
 {
     dt_test_host_init(th, "offload/offload_cpu", NULL);
     dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 1, .job_id = "j",
-                               .timeout_ms = timeout_ms, .dev_ops = &fake_dev,
-                               .dev = (dt_device_t *)&g_cv};
+                               .timeout_ms = timeout_ms, .dev_ops = &dt_fake_device,
+                               .dev = dt_fake_device_instance()};
     dt_offload_t *o = NULL;
     assert_ok(oc_ops()->init(&th->host, &oa, &o));
     return o;
@@ -412,7 +349,7 @@ static void test_wait_timeout(void **state)
     dt_test_deadline(60, "offload wait timeouts");
     const dt_offload_ops_v1_t *ops = oc_ops();
     dt_test_host_t th;
-    fake_reset(0);
+    dt_fake_device_reset(0);
     dt_offload_t *o = fake_tier(&th, 150);
     dt_offload_buf_t *b;
     assert_ok(ops->alloc(o, 64, DT_TAG_OPTIMIZER, &b));
@@ -432,7 +369,7 @@ static void test_wait_timeout(void **state)
     assert_status(ops->free(o, b), DT_ERR_TIMEOUT);
     assert_msg("offload/offload_cpu: rank 1: free: buffer #1 (64 bytes of optimizer) still has "
                "transfers running after 150 ms; not freed");
-    fake_release();
+    dt_fake_device_release(1);
     assert_ok(ops->wait(o, r2, 5000));
     void *p;
     assert_ok(ops->host_ptr(o, b, &p));
@@ -449,8 +386,8 @@ static void test_copy_failure(void **state)
     dt_test_deadline(60, "offload copy failure");
     const dt_offload_ops_v1_t *ops = oc_ops();
     dt_test_host_t th;
-    fake_reset(1);
-    fake_release();
+    dt_fake_device_reset(1);
+    dt_fake_device_release(1);
     dt_offload_t *o = fake_tier(&th, 5000);
     dt_offload_buf_t *b;
     assert_ok(ops->alloc(o, 4096, DT_TAG_PARAMS, &b));

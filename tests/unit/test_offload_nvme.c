@@ -14,7 +14,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,6 +27,7 @@
 #include <cmocka.h>
 
 #include "dtrain/dtrain.h"
+#include "fake_device.h"
 #include "test_assert.h"
 #include "test_hooks.h"
 #include "test_host.h"
@@ -474,41 +474,8 @@ static void test_cleanup_job(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
-/* ---- a fake device whose copies block until released ---- */
-
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
-static int g_release;
-
-static int fk_memcpy(dt_device_t *d, void *dst, const void *src, uint64_t n, int kind,
-                     dt_stream_t *s)
-{
-    (void)d; (void)kind; (void)s;
-    pthread_mutex_lock(&g_mu);
-    while (!g_release)
-        pthread_cond_wait(&g_cv, &g_mu);
-    pthread_mutex_unlock(&g_mu);
-    memcpy(dst, src, n);
-    return DT_OK;
-}
-static int fk_stream_create(dt_device_t *d, dt_stream_t **s)
-{ (void)d; *s = (dt_stream_t *)&g_mu; return DT_OK; }
-static int fk_stream_destroy(dt_device_t *d, dt_stream_t *s) { (void)d; (void)s; return DT_OK; }
-static int fk_stream_sync(dt_device_t *d, dt_stream_t *s) { (void)d; (void)s; return DT_OK; }
-static int fk_event_create(dt_device_t *d, dt_event_t **e)
-{ (void)d; *e = malloc(8); return *e ? DT_OK : DT_ERR_NOMEM; }
-static int fk_event_destroy(dt_device_t *d, dt_event_t *e) { (void)d; free(e); return DT_OK; }
-static int fk_event_record(dt_device_t *d, dt_event_t *e, dt_stream_t *s)
-{ (void)d; (void)e; (void)s; return DT_OK; }
-static int fk_wait_event(dt_device_t *d, dt_stream_t *s, dt_event_t *e)
-{ (void)d; (void)e; (void)s; return DT_OK; }
-static const dt_device_ops_v1_t fake_dev = {
-    .info = DT_PLUGIN_INFO_NOKEYS(DEVICE, dt_device_ops_v1_t, "fake", "0", "blocking copies"),
-    .stream_create = fk_stream_create, .stream_destroy = fk_stream_destroy,
-    .stream_sync = fk_stream_sync, .event_create = fk_event_create,
-    .event_destroy = fk_event_destroy, .event_record = fk_event_record,
-    .stream_wait_event = fk_wait_event, .memcpy_async = fk_memcpy,
-};
+/* ---- the fake device (tests/support/fake_device.h): copies block until
+ * released ---- */
 
 static void test_wait_timeout(void **state)
 {
@@ -519,8 +486,8 @@ static void test_wait_timeout(void **state)
     dt_test_host_t th;
     dt_test_host_init(&th, "offload/offload_nvme", kv);
     dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 5, .job_id = "tj",
-                               .timeout_ms = 5000, .dev_ops = &fake_dev,
-                               .dev = (dt_device_t *)&g_cv};
+                               .timeout_ms = 5000, .dev_ops = &dt_fake_device,
+                               .dev = dt_fake_device_instance()};
     dt_offload_t *o = NULL;
     const dt_offload_ops_v1_t *ops = on_ops();
     assert_ok(ops->init(&th.host, &oa, &o));
@@ -533,10 +500,7 @@ static void test_wait_timeout(void **state)
     assert_status(ops->wait(o, r, 50), DT_ERR_TIMEOUT);
     assert_msg_has("rank 5: wait: store of 4096 bytes at offset 0 of file '");
     assert_msg_has("' (4096 bytes of optimizer) not done after 50 ms");
-    pthread_mutex_lock(&g_mu);
-    g_release = 1;
-    pthread_cond_broadcast(&g_cv);
-    pthread_mutex_unlock(&g_mu);
+    dt_fake_device_release(1);
     uint8_t back[4096];
     assert_ok(ops->load(o, b, 0, back, sizeof back, DT_MEM_HOST, NULL, &r2));
     assert_ok(ops->wait(o, r2, -1));
@@ -566,17 +530,10 @@ static void capture_log(const dt_host_v1_t *h, int level, const char *fmt, ...)
     }
 }
 
-static void release_copies(int on)
-{
-    pthread_mutex_lock(&g_mu);
-    g_release = on;
-    pthread_cond_broadcast(&g_cv);
-    pthread_mutex_unlock(&g_mu);
-}
 
 /* A tier over the fake device (rank 5, 8 KiB blocks, 4 buffers), its
  * worker held in the device copy of a first store (into *blocker) until
- * release_copies(1): what the test queues meanwhile is all queued when
+ * dt_fake_device_release(1): what the test queues meanwhile is all queued when
  * the worker looks. */
 static dt_offload_t *held_tier(dt_test_host_t *th, dt_test_kv_t *kv, const char *dir,
                                dt_offload_buf_t **blocker, dt_offload_req_t **breq)
@@ -590,10 +547,10 @@ static dt_offload_t *held_tier(dt_test_host_t *th, dt_test_kv_t *kv, const char 
     dt_test_host_init(th, "offload/offload_nvme", kv);
     th->host.log = capture_log;
     g_log[0] = 0;
-    release_copies(0);
+    dt_fake_device_release(0);
     dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 5, .job_id = "held",
-                               .timeout_ms = 10000, .dev_ops = &fake_dev,
-                               .dev = (dt_device_t *)&g_cv};
+                               .timeout_ms = 10000, .dev_ops = &dt_fake_device,
+                               .dev = dt_fake_device_instance()};
     dt_offload_t *o = NULL;
     assert_ok(on_ops()->init(&th->host, &oa, &o));
     assert_ok(on_ops()->alloc(o, sizeof src, DT_TAG_OPTIMIZER, blocker));
@@ -624,7 +581,7 @@ static void test_ring_stays_full(void **state)
     for (int i = 0; i < NR; i++)
         assert_ok(ops->store(o, b, (uint64_t)i * BS, src + (size_t)i * BS, BS, DT_MEM_HOST, NULL,
                              &r[i]));
-    release_copies(1);
+    dt_fake_device_release(1);
     assert_ok(ops->wait(o, br, -1));
     for (int i = 0; i < NR; i++)
         assert_ok(ops->wait(o, r[i], -1));
@@ -681,7 +638,7 @@ static void test_order_in_flight(void **state)
              "at offset 3000 of file '%s/dtrain-held-r5-2.bin' (40000 bytes of optimizer) not "
              "done after 30 ms", dir);
     assert_msg(want_msg);
-    release_copies(1);
+    dt_fake_device_release(1);
     assert_ok(ops->wait(o, br, -1));
     for (int i = 5; i >= 0; i--) /* newest first: any order works */
         assert_ok(ops->wait(o, r[i], -1));

@@ -1027,34 +1027,64 @@ int dt_model_probe_end(dt_model_t *m)
     return found;
 }
 
+int dt_model_grad_probe_begin(dt_model_t *m, char *out, size_t cap)
+{
+    if (m->grad_probe)
+        return dt_err_set(DT_ERR_INVALID, "model: a gradient search is already running");
+    dt_model_probe_t *p = calloc(1, sizeof *p);
+    if (p) {
+        p->host = malloc(PROBE_CHUNK * 4);
+        p->grads = calloc(m->desc.n_units, sizeof(float *));
+    }
+    if (!p || !p->host || !p->grads) {
+        if (p) {
+            free(p->host);
+            free(p->grads);
+        }
+        free(p);
+        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    }
+    p->what = out;
+    p->cap = cap;
+    snprintf(p->max_what, sizeof p->max_what, "none (no gradient)");
+    m->grad_probe = p;
+    return DT_OK;
+}
+
+int dt_model_grad_probe_end(dt_model_t *m, double *max_abs)
+{
+    dt_model_probe_t *p = m->grad_probe;
+    if (!p)
+        return 0;
+    const int found = p->found;
+    if (!found) /* what a 16-bit reduction would have overflowed on */
+        snprintf(p->what, p->cap, "%s; the largest: %s%s", DT_MODEL_GRADS_FINITE, p->max_what,
+                 p->max_abs > 65504.0 ? " (above 65504, the largest f16: a reduce_dtype = "
+                                        "\"fp16\" reduction overflows there)"
+                                      : "");
+    if (max_abs)
+        *max_abs = p->max_abs;
+    free(p->host);
+    free(p->grads);
+    free(p);
+    m->grad_probe = NULL;
+    return found;
+}
+
 int dt_model_find_nonfinite_grad(dt_model_t *m, const dt_model_ctx_t *ctx,
                                  const int32_t *inputs, const int32_t *targets,
                                  float loss_scale, char *out, size_t cap)
 {
-    dt_model_probe_t p = {.found = 0, .host = malloc(PROBE_CHUNK * 4), .what = out, .cap = cap,
-                          .grads = calloc(m->desc.n_units, sizeof(float *)),
-                          .max_what = "none (no gradient)"};
-    int rc;
-    if (!p.host || !p.grads) {
-        rc = dt_err_set(DT_ERR_NOMEM, "model: out of memory");
-    } else {
+    int rc = dt_model_grad_probe_begin(m, out, cap);
+    if (rc == DT_OK) {
         double loss;
-        m->grad_probe = &p;
         rc = dt_model_step_micro(m, ctx, inputs, targets, 0, 1, 0, loss_scale, &loss);
-        m->grad_probe = NULL;
+        dt_model_grad_probe_end(m, NULL);
     }
-    free(p.host);
-    free(p.grads);
     if (rc) {
         rc = dt_err_context(rc, "re-running forward and backward to find the first non-finite "
                                 "gradient");
         snprintf(out, cap, "unknown (the search failed: %s)", dt_last_error());
-    } else if (!p.found) {
-        /* what a 16-bit reduction would have overflowed on */
-        snprintf(out, cap, "%s; the largest: %s%s", DT_MODEL_GRADS_FINITE, p.max_what,
-                 p.max_abs > 65504.0 ? " (above 65504, the largest f16: a reduce_dtype = "
-                                       "\"fp16\" reduction overflows there)"
-                                     : "");
     }
     return rc;
 }

@@ -288,6 +288,17 @@ int dt_model_probe_end(dt_model_t *m);
 int dt_model_find_nonfinite_grad(dt_model_t *m, const dt_model_ctx_t *ctx,
                                  const int32_t *inputs, const int32_t *targets,
                                  float loss_scale, char *out, size_t cap);
+/* The same search around stage passes (a pipeline rank's: the forward
+ * and backward of a step's micro-batches through the schedule, each stage
+ * probing its own units' gradients): between dt_model_grad_probe_begin
+ * and dt_model_grad_probe_end each unit's gradient is copied to the host
+ * as backward leaves it, and the first holding a NaN or Inf is written to
+ * `out` (cap bytes, kept by the caller).  grad_probe_end returns 1 when
+ * one was found; else 0, with DT_MODEL_GRADS_FINITE and the largest
+ * gradient element in `out` and its magnitude in *max_abs (may be NULL).
+ * DT_ERR_INVALID when a search is already running. */
+int dt_model_grad_probe_begin(dt_model_t *m, char *out, size_t cap);
+int dt_model_grad_probe_end(dt_model_t *m, double *max_abs);
 #define DT_MODEL_GRADS_FINITE                                                                  \
     "none in this rank's backward of its last micro-batch (every parameter gradient is "       \
     "finite before the reduction): another micro-batch or rank overflowed, or the reduction "  \

@@ -704,6 +704,9 @@ static int start_loss_scale(run_t *R)
  * then the scaler's answer: a clean step, a skipped one (*skipped), or,
  * with the scale at its floor, the run's end naming the first non-finite
  * gradient, the rank and the step. */
+static int pipeline_find_nonfinite_grad(run_t *R, int64_t step, double scale, char *what,
+                                        size_t cap);
+
 static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres, int *skipped)
 {
     float any = sres->nonfinite ? 1.0f : 0.0f;
@@ -722,16 +725,20 @@ static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres,
                "skipped, scale now %g", (long long)step, scale, R->ls.scale);
     if (ev != DT_LS_FATAL)
         return DT_OK;
-    char what[1024] = "not searched under pipeline parallelism";
+    char what[1024] = "";
     /* a fresh step's gradients (zeroed by begin_step), the overflowing
-     * micro-batch again; every rank, as its hooks are collective (not
-     * under a pipeline: a stage holds only its units, the search runs the
-     * whole model) */
-    rc = R->ppipe ? DT_ERR_UNSUPPORTED
-                  : PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step),
-                                "begin_step");
+     * micro-batch again; every rank, as its hooks are collective (under a
+     * pipeline the step's micro-batches through the schedule, each stage
+     * searching its own units) */
+    if (R->ppipe) {
+        if (pipeline_find_nonfinite_grad(R, step, scale, what, sizeof what))
+            snprintf(what, sizeof what, "unknown (the search failed: %s)", dt_last_error());
+        rc = DT_ERR_UNSUPPORTED; /* searched: nothing more below */
+    } else {
+        rc = PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step), "begin_step");
+    }
     if (rc == DT_ERR_UNSUPPORTED && R->ppipe) {
-        /* `what` says why there is no tensor */
+        /* `what` holds the pipeline search's answer */
     } else if (rc) {
         snprintf(what, sizeof what, "unknown (the search failed: %s)", dt_last_error());
     } else if (!dt_model_find_nonfinite_grad(R->model, &R->ctx, R->inputs, R->targets,
@@ -982,6 +989,86 @@ static int pipeline_pass(run_t *R, int64_t step, uint32_t n_micro, float micro_s
  * then the first non-finite tensor of the earliest stage that found one
  * (of the lowest data-parallel replica), with the stage named.
  * Collective over the world, as every rank stops on the same step. */
+/* The search's answer from the rank that found it to every rank: `what`
+ * (cap bytes, the same on every rank) broadcast from world rank `root`,
+ * with its pipeline stage named. */
+static int share_finding(run_t *R, int32_t root, char *what, size_t cap)
+{
+    int rc = PLUGIN_CALL(R->pcomm,
+                         R->comm_ops->broadcast(R->comm, what, cap, DT_U8, root, NULL, NULL),
+                         "broadcast of the non-finite search's answer");
+    if (rc)
+        return rc;
+    what[cap - 1] = 0; /* another rank's bytes: ended here whatever they hold */
+    const size_t n = strlen(what);
+    snprintf(what + n, cap - n, ", on pipeline stage %d",
+             root / (R->grid.dp * R->grid.tp));
+    return DT_OK;
+}
+
+/* One double over the world: *v = op(every rank's). */
+static int world_reduce(run_t *R, double *v, int op, const char *what)
+{
+    return PLUGIN_CALL(R->pcomm,
+                       R->comm_ops->all_reduce(R->comm, v, v, 1, DT_F64, op, NULL, NULL), what);
+}
+
+/* After the loss scale reached its floor under a pipeline: the step's
+ * forwards and backwards again through the schedule at `scale` (a fresh
+ * step's gradients), each stage probing its own units' gradients as
+ * backward leaves them (dt_model_grad_probe_begin).  Every rank's `what`
+ * then names the first non-finite gradient in backward order - the latest
+ * stage that found one, of the lowest replica - and that stage, or, all
+ * finite, the model's largest gradient element.  The search's reductions
+ * end in a step, as every step's do (lr 0: the run stops here, nothing is
+ * saved).  Collective over the world. */
+static int pipeline_find_nonfinite_grad(run_t *R, int64_t step, double scale, char *what,
+                                        size_t cap)
+{
+    const uint32_t accum = (uint32_t)R->set->train.grad_accum;
+    int rc = PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step), "begin_step");
+    if (!rc)
+        rc = dt_model_grad_probe_begin(R->model, what, cap);
+    if (rc)
+        return rc;
+    double loss = 0, largest = 0;
+    rc = pipeline_pass(R, step, accum, (float)(scale / (double)accum), 0, &loss);
+    const int found = dt_model_grad_probe_end(R->model, &largest);
+    if (rc)
+        return rc;
+    dt_step_args_t sa = {.struct_size = sizeof sa, .step = step, .loss_scale = (float)scale};
+    dt_step_result_t sr = {.struct_size = sizeof sr};
+    if ((rc = PLUGIN_CALL(R->pstrat, R->strat_ops->step(R->strat, &sa, &sr), "step")))
+        return rc;
+    const int32_t dp = R->grid.dp;
+    double who = found ? (double)(R->grid.pp_rank * dp + (dp - 1 - R->grid.dp_rank)) : -1.0;
+    if ((rc = world_reduce(R, &who, DT_OP_MAX, "all_reduce of the stage that found a "
+                           "non-finite gradient")))
+        return rc;
+    if (who >= 0) {
+        const int32_t k = (int32_t)who / dp, r = dp - 1 - (int32_t)who % dp;
+        return share_finding(R, dt_grid_rank_at(&R->grid, 0, k, r), what, cap);
+    }
+    /* all finite: the largest element, from the rank that saw it, said
+     * of the whole step (the model's phrase speaks of one micro-batch) */
+    const char *at = strstr(what, "; the largest: ");
+    char buf[2048];
+    snprintf(buf, sizeof buf, "none in the backward of this step's micro-batches on any "
+             "pipeline stage (every parameter gradient is finite before the reduction): the "
+             "reduction overflowed (a 16-bit reduce_dtype)%s", at ? at : "");
+    size_t n = strlen(buf);
+    n = n < cap ? n : cap - 1;
+    memcpy(what, buf, n);
+    what[n] = 0;
+    double top = largest, owner;
+    if ((rc = world_reduce(R, &top, DT_OP_MAX, "all_reduce of the largest gradient")))
+        return rc;
+    owner = largest == top ? (double)R->world.rank : (double)R->world.size;
+    if ((rc = world_reduce(R, &owner, DT_OP_MIN, "all_reduce of the largest gradient's rank")))
+        return rc;
+    return share_finding(R, (int32_t)owner, what, cap);
+}
+
 static int pipeline_find_nonfinite(run_t *R, int64_t step, char *what, size_t cap)
 {
     const uint32_t n_micro = (uint32_t)R->set->train.grad_accum;
@@ -1004,10 +1091,8 @@ static int pipeline_find_nonfinite(run_t *R, int64_t step, char *what, size_t ca
     const int32_t dp = R->grid.dp;
     const double none = (double)R->grid.pp * dp;
     double who = found ? (double)(R->grid.pp_rank * dp + R->grid.dp_rank) : none;
-    if ((rc = PLUGIN_CALL(R->pcomm,
-                          R->comm_ops->all_reduce(R->comm, &who, &who, 1, DT_F64, DT_OP_MIN,
-                                                  NULL, NULL),
-                          "all_reduce of the stage that found a non-finite tensor")))
+    if ((rc = world_reduce(R, &who, DT_OP_MIN, "all_reduce of the stage that found a "
+                           "non-finite tensor")))
         return rc;
     if (who >= none) {
         snprintf(what, cap, "none in the forward of this step's micro-batches on any pipeline "
@@ -1016,15 +1101,7 @@ static int pipeline_find_nonfinite(run_t *R, int64_t step, char *what, size_t ca
         return DT_OK;
     }
     const int32_t k = (int32_t)who / dp;
-    const int32_t root = dt_grid_rank_at(&R->grid, 0, k, (int32_t)who % dp);
-    if ((rc = PLUGIN_CALL(R->pcomm,
-                          R->comm_ops->broadcast(R->comm, what, cap, DT_U8, root, NULL, NULL),
-                          "broadcast of the first non-finite tensor")))
-        return rc;
-    what[cap - 1] = 0; /* another rank's bytes: ended here whatever they hold */
-    const size_t n = strlen(what);
-    snprintf(what + n, cap - n, ", on pipeline stage %d", k);
-    return DT_OK;
+    return share_finding(R, dt_grid_rank_at(&R->grid, 0, k, (int32_t)who % dp), what, cap);
 }
 /* ---- end pipeline ---- */
 

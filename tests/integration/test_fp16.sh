@@ -3,7 +3,8 @@
 # fp32's, the loss scale in the log line and metrics, loss scaling exact
 # (a dynamic scale gives the losses of scale 1 bit for bit), an overflow
 # that skips steps and lowers the scale, one at min_loss_scale that stops
-# the run naming the gradient, rank and step; reduce_dtype bf16/fp16 for
+# the run naming the gradient, rank and step (also under pp2 x dp2, with
+# the stage); reduce_dtype bf16/fp16 for
 # zero-2, zero-3 and fsdp against fp32; and bad [fp16] / reduce_dtype
 # values refused naming the key.
 set -euo pipefail
@@ -137,6 +138,20 @@ expect_out "names the tensor the fp16 reduction overflowed on" \
   "first non-finite tensor: none in this rank's backward of its last micro-batch (every parameter gradient is finite before the reduction)"
 expect_out "names the largest gradient" "; the largest: gradient of parameter "
 expect_out "says it is beyond fp16" "(above 65504, the largest f16: a reduce_dtype = \"fp16\" reduction overflows there)"
+# the same under a pipeline (pp2 x dp2): the stages re-run the step's
+# micro-batches through the schedule, each searching its own units'
+# gradients, and every rank names the model's largest gradient and the
+# stage that holds it (a rank's error line; the launcher stops the rest)
+expect_exit 1 "pp2 x dp2: overflow at min_loss_scale stops the run" "$bin" run tiny.toml \
+  --set run.name=ppmin "${two[@]}" --set launch.nproc=4 --set parallel.pipeline=2 \
+  --set fp16.initial_scale_power=24 --set fp16.hysteresis=1 --set fp16.min_loss_scale=4194304
+expect_out "pp2 x dp2: names the step, the scale and the key" \
+  "the gradient overflowed at loss scale 4.1943e+06, [fp16] min_loss_scale, so it cannot be lowered (2 steps skipped before)"
+expect_out "pp2 x dp2: the stages searched the whole step's backward" \
+  "first non-finite tensor: none in the backward of this step's micro-batches on any pipeline stage (every parameter gradient is finite before the reduction): the reduction overflowed (a 16-bit reduce_dtype); the largest: gradient of parameter "
+if grep -qE 'the largest: gradient of parameter [^;]* \(unit (embedding|block\.[01]|head)\): element [0-9]+ of [0-9]+ is [0-9.e+]+ \(above 65504, the largest f16: [^;]*\), on pipeline stage [01]; the last checkpoint is intact' <<<"$out"
+then ok "pp2 x dp2: the largest gradient and its stage named"
+else bad "pp2 x dp2: the largest gradient or its stage not named" "$out"; fi
 # a static scale never changes: its first overflow is the end
 expect_exit 1 "overflow at a static scale stops the run" "$bin" run tiny.toml --set run.name=st \
   "${two[@]}" --set fp16.loss_scale=1e9

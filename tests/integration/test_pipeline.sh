@@ -402,6 +402,25 @@ if has_test_hooks "$bin"; then
   else bad "no pipeline operation named" "$out"; fi
   expect_out "the dead rank is named" "world rank 1 (pid"
   after_fault "a rank killed in the pipeline" "$job" "" "" "" k0.log
+  # interleaved (2 chunks): the operation names the virtual stages
+  job="pv$$"
+  for r in 0 1; do
+    if [ $r = 1 ]; then export DTRAIN_FAULT_KILL_AT_BACKWARD=3:2; fi
+    DTRAIN_RANK=$r DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=$r DTRAIN_LOCAL_SIZE=2 \
+      DTRAIN_JOB_ID=$job "$bin" run eq.toml --set parallel.pipeline=2 \
+      --set pipeline.virtual_stages=2 --set train.micro_batch=1 --set run.name=kv \
+      --set launch.timeout=10 >kv$r.log 2>&1 &
+    [ $r = 0 ] && p0=$! || p1=$!
+    unset DTRAIN_FAULT_KILL_AT_BACKWARD
+  done
+  set +e; { wait "$p1"; } 2>/dev/null; e1=$?; wait "$p0"; e0=$?; set -e
+  out=$(cat kv0.log)
+  [ "$e1" = 137 ] && [ "$e0" = 1 ] && ok "interleaved: rank 0 stops when rank 1 is killed (exit 1)" ||
+    bad "interleaved: exits $e0 / $e1 after rank 1 was killed" "$out"
+  if grep -qE "step 3: virtual stage [0-9] \(stage 0, chunk [01]\): (recv|send) of the activation( gradient)? of micro-batch [0-9] (from|to) virtual stage [0-9] \(stage 1, chunk [01]\) failed" <<<"$out"
+  then ok "interleaved: the operation, micro-batch and peer virtual stage are named"
+  else bad "interleaved: no pipeline operation named" "$out"; fi
+  after_fault "a rank killed in an interleaved pipeline" "$job" "" "" "" kv0.log
 else
   skip "a rank killed in the pipeline" "test hooks (DTRAIN_FAULT_*) compiled out of $bin"
 fi

@@ -6,12 +6,16 @@
  *   mpirun --oversubscribe -np 2 [--allow-run-as-root] bench/mpi_allreduce
  *          [--op all_reduce] [--sizes 4K:256M] [--dtype f32|f64]
  *          [--redop sum|max|min] [--iters 0=auto] [--warmup 3] [--no-check]
+ *          [--nonblocking]
  *
  * Ops: all_reduce (MPI_Allreduce), reduce_scatter (MPI_Reduce_scatter_block),
  * all_gather (MPI_Allgather), broadcast (MPI_Bcast), reduce (MPI_Reduce).
  * Same sizes, iteration rule (1 GiB / size clamped to [10, 1000]), timing
  * (slowest rank's mean after a barrier), busbw factors and exact checks on
- * small-integer inputs as `dtrain bench comm`.
+ * small-integer inputs as `dtrain bench comm`.  --nonblocking runs
+ * all_reduce as MPI_Iallreduce + MPI_Wait: the algorithm the mpi plugin's
+ * nonblocking calls get (Open MPI's libnbc, not coll/tuned's blocking one),
+ * to tell the plugin's own overhead from that choice.
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -75,7 +79,7 @@ int main(int argc, char **argv)
     int rank, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
-    int op = OP_ALL_REDUCE, f64 = 0, redop = 0, iters_opt = 0, warmup = 3, check = 1;
+    int op = OP_ALL_REDUCE, f64 = 0, redop = 0, iters_opt = 0, warmup = 3, check = 1, nonblocking = 0;
     uint64_t min_b = 4ull << 10, max_b = 256ull << 20;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
@@ -112,6 +116,8 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--no-check")) {
             check = 0;
+        } else if (!strcmp(a, "--nonblocking")) {
+            nonblocking = 1;
         } else {
             bad = 1;
         }
@@ -119,7 +125,8 @@ int main(int argc, char **argv)
             if (rank == 0)
                 fprintf(stderr, "usage: %s [--op all_reduce|reduce_scatter|all_gather|"
                         "broadcast|reduce] [--sizes 4K:256M] [--dtype f32|f64] "
-                        "[--redop sum|max|min] [--iters N] [--warmup N] [--no-check]\n",
+                        "[--redop sum|max|min] [--iters N] [--warmup N] [--no-check] "
+                        "[--nonblocking]\n",
                         argv[0]);
             MPI_Finalize();
             return 2;
@@ -181,7 +188,15 @@ int main(int argc, char **argv)
             double t0 = MPI_Wtime();
             for (int it = 0; it < reps; it++) {
                 switch (op) {
-                case OP_ALL_REDUCE: MPI_Allreduce(a, b, ic, dt, mop, MPI_COMM_WORLD); break;
+                case OP_ALL_REDUCE:
+                    if (nonblocking) {
+                        MPI_Request rq;
+                        MPI_Iallreduce(a, b, ic, dt, mop, MPI_COMM_WORLD, &rq);
+                        MPI_Wait(&rq, MPI_STATUS_IGNORE);
+                    } else {
+                        MPI_Allreduce(a, b, ic, dt, mop, MPI_COMM_WORLD);
+                    }
+                    break;
                 case OP_REDUCE_SCATTER:
                     MPI_Reduce_scatter_block(a, b, ic, dt, MPI_SUM, MPI_COMM_WORLD);
                     break;

@@ -10,7 +10,8 @@
 #     bench/bench_strategies.sh ...                                   # a subset
 #   DTRAIN_BENCH_NPROCS="4" DTRAIN_BENCH_STRATEGIES="ddp|ddp pp2|zero 2 pp2" \
 #     bench/bench_strategies.sh ...       # layouts: "ppP" splits the model in P
-#                                         # pipeline stages (world = P x dp); the
+#                                         # pipeline stages (world = P x dp), "vV"
+#                                         # into V interleaved chunks a stage; the
 #                                         # model state is rank 0's, stage 0's
 #
 # Targets (issue 5): at N = 4 zero-3's model state <= 0.3x ddp's; at N = 2
@@ -67,6 +68,7 @@ for n in ${DTRAIN_BENCH_NPROCS:-2 4}; do
     [ "$1" = fsdp ] && sets+=(--set fsdp.sharding_strategy="$2")
     for w in "$@"; do
       [[ $w == pp[0-9]* ]] && sets+=(--set parallel.pipeline="${w#pp}")
+      [[ $w == v[0-9]* ]] && sets+=(--set pipeline.virtual_stages="${w#v}")
     done
     rm -rf ckpt
     "$bin" run b.toml --set launch.nproc="$n" "${sets[@]}" --set run.name="r$n" \

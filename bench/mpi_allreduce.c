@@ -6,7 +6,7 @@
  *   mpirun --oversubscribe -np 2 [--allow-run-as-root] bench/mpi_allreduce
  *          [--op all_reduce] [--sizes 4K:256M] [--dtype f32|f64]
  *          [--redop sum|max|min] [--iters 0=auto] [--warmup 3] [--no-check]
- *          [--nonblocking]
+ *          [--nonblocking] [--thread-multiple]
  *
  * Ops: all_reduce (MPI_Allreduce), reduce_scatter (MPI_Reduce_scatter_block),
  * all_gather (MPI_Allgather), broadcast (MPI_Bcast), reduce (MPI_Reduce).
@@ -15,7 +15,8 @@
  * small-integer inputs as `dtrain bench comm`.  --nonblocking runs
  * all_reduce as MPI_Iallreduce + MPI_Wait: the algorithm the mpi plugin's
  * nonblocking calls get (Open MPI's libnbc, not coll/tuned's blocking one),
- * to tell the plugin's own overhead from that choice.
+ * to tell the plugin's own overhead from that choice; --thread-multiple
+ * initialises MPI at MPI_THREAD_MULTIPLE, as the plugin does.
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -75,7 +76,15 @@ static double expect_red(int redop, int n, uint64_t idx)
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
+    /* --thread-multiple: the thread level the mpi plugin asks for (its
+     * progress thread calls into MPI), to time what that level costs */
+    int multiple = 0, provided = 0;
+    for (int i = 1; i < argc; i++)
+        multiple |= !strcmp(argv[i], "--thread-multiple");
+    if (multiple)
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    else
+        MPI_Init(&argc, &argv);
     int rank, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
@@ -118,6 +127,8 @@ int main(int argc, char **argv)
             check = 0;
         } else if (!strcmp(a, "--nonblocking")) {
             nonblocking = 1;
+        } else if (!strcmp(a, "--thread-multiple")) {
+            /* read before MPI_Init_thread */
         } else {
             bad = 1;
         }
@@ -126,7 +137,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "usage: %s [--op all_reduce|reduce_scatter|all_gather|"
                         "broadcast|reduce] [--sizes 4K:256M] [--dtype f32|f64] "
                         "[--redop sum|max|min] [--iters N] [--warmup N] [--no-check] "
-                        "[--nonblocking]\n",
+                        "[--nonblocking] [--thread-multiple]\n",
                         argv[0]);
             MPI_Finalize();
             return 2;

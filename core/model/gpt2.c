@@ -393,7 +393,6 @@ static int gpt2_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
         for (int64_t l = 0; l < L; l++)
             if (dt_model_keeps(m, (uint32_t)l + 1) == DT_KEEP_ALL && dt_model_recomputes(m, l))
                 g->slots[i].acts[l] = g->scratch;
-    gpt2_use_slot(m, 0);
     if (dt_model_keeps(m, head) == DT_KEEP_ALL &&
         ((rc = dt_model_dalloc(m, ctx, BT * V, es, &m->logits)) ||
          (rc = dt_model_dalloc(m, ctx, BT, 4, &m->losses)) ||

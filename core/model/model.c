@@ -395,7 +395,6 @@ int dt_model_use_slot(dt_model_t *m, uint32_t i)
                           "dt_model_alloc_acts");
     if (i >= m->n_slots)
         return dt_err_set(DT_ERR_INVALID, "model: activation slot %u of %u", i, m->n_slots);
-    m->slot = i;
     m->tokens = m->slot_tokens[i];
     m->targets = m->slot_targets[i];
     if (m->arch->use_slot)

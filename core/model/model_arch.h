@@ -145,9 +145,9 @@ struct dt_model {
     uint32_t n_chunks;
     uint32_t chunk_first[DT_MODEL_MAX_CHUNKS], chunk_end[DT_MODEL_MAX_CHUNKS];
     /* Activation slots (dt_model_set_slots): n_slots micro-batches'
-     * activations kept at once, `slot` the one in use; each slot's device
-     * tokens and targets (m->tokens / m->targets are the slot's). */
-    uint32_t n_slots, slot;
+     * activations kept at once; each slot's device tokens and targets
+     * (m->tokens / m->targets are the slot in use's). */
+    uint32_t n_slots;
     int32_t **slot_tokens, **slot_targets;
     /* activations, common to every arch (B, T of dt_model_alloc_acts) */
     int64_t B, T;

@@ -733,13 +733,8 @@ static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres,
     if (R->ppipe) {
         if (pipeline_find_nonfinite_grad(R, step, scale, what, sizeof what))
             snprintf(what, sizeof what, "unknown (the search failed: %s)", dt_last_error());
-        rc = DT_ERR_UNSUPPORTED; /* searched: nothing more below */
-    } else {
-        rc = PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step), "begin_step");
-    }
-    if (rc == DT_ERR_UNSUPPORTED && R->ppipe) {
-        /* `what` holds the pipeline search's answer */
-    } else if (rc) {
+    } else if ((rc = PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step),
+                                 "begin_step"))) {
         snprintf(what, sizeof what, "unknown (the search failed: %s)", dt_last_error());
     } else if (!dt_model_find_nonfinite_grad(R->model, &R->ctx, R->inputs, R->targets,
                                              (float)(scale / (double)R->set->train.grad_accum),
@@ -787,10 +782,14 @@ static int stage_fill(const stage_pass_t *x, uint32_t micro)
                            (uint32_t)R->dp, R->inputs, R->targets);
 }
 
-/* Micro-batch `micro`'s activation slot, made the model's: *slot indexes
- * R->slot_micro (chunk c's slots are [c x n_slots, (c + 1) x n_slots)). */
+/* Micro-batch `micro`'s activation slot in chunk `chunk`, made the
+ * model's: *slot indexes R->slot_micro (chunk c's slots are
+ * [c x n_slots, (c + 1) x n_slots)). */
 static int stage_slot(run_t *R, uint32_t chunk, uint32_t micro, uint32_t *slot)
 {
+    if (chunk >= R->n_chunks)
+        return dt_err_set(DT_ERR_INVALID, "the schedule ran chunk %u of a stage of %u",
+                          chunk, R->n_chunks);
     *slot = chunk * R->n_slots + micro % R->n_slots;
     return dt_model_use_slot(R->model, micro % R->n_slots);
 }
@@ -812,14 +811,11 @@ static int stage_forward_of(stage_pass_t *x, uint32_t chunk, uint32_t micro, con
 {
     run_t *R = x->R;
     dt_crash_set_micro(micro);
-    uint32_t slot;
-    if (chunk >= R->n_chunks)
-        return dt_err_set(DT_ERR_INVALID, "the schedule ran chunk %u of a stage of %u",
-                          chunk, R->n_chunks);
+    uint32_t slot = 0;
     int rc = stage_slot(R, chunk, micro, &slot);
-    if (!rc)
-        rc = stage_fill(x, micro);
-    if (!rc)
+    if (rc)
+        return rc;
+    if (!(rc = stage_fill(x, micro)))
         rc = dt_model_stage_forward(R->model, &R->ctx, R->chunk_first[chunk], R->chunk_end[chunk],
                                     R->inputs, R->targets, in, out, micro, x->n_micro, x->eval,
                                     loss);
@@ -872,14 +868,11 @@ static int stage_backward_chunk(void *ctx, uint32_t chunk, uint32_t micro, const
     stage_pass_t *x = ctx;
     run_t *R = x->R;
     double unused = 0;
-    uint32_t slot;
+    uint32_t slot = 0;
     char sn[96];
 #ifdef DTRAIN_TEST_HOOKS
     fault_kill_at_backward(x->step, micro);
 #endif
-    if (chunk >= R->n_chunks)
-        return dt_err_set(DT_ERR_INVALID, "the schedule ran chunk %u of a stage of %u",
-                          chunk, R->n_chunks);
     int rc = stage_slot(R, chunk, micro, &slot);
     if (!rc && R->slot_micro[slot] != (int64_t)micro) {
         if (!in && R->chunk_first[chunk] > 0)
@@ -904,13 +897,23 @@ static int stage_backward(void *ctx, uint32_t micro, const void *in, const void 
     return stage_backward_chunk(ctx, 0, micro, in, dout, din);
 }
 
-/* The core's side of this rank's stage for one pass. */
-static dt_stage_runner_t stage_runner(run_t *R, stage_pass_t *x)
+/* Pass x through the pipeline strategy's schedule (forwards only when
+ * x->eval), the core's side of this rank's stage as the runner, no slot
+ * holding anything of this pass yet. */
+static int schedule_pass(stage_pass_t *x, dt_schedule_result_t *sr)
 {
-    return (dt_stage_runner_t){.struct_size = sizeof(dt_stage_runner_t), .ctx = x,
-                               .forward = stage_forward, .backward = stage_backward,
-                               .act_slots = R->n_slots, .forward_chunk = stage_forward_chunk,
-                               .backward_chunk = stage_backward_chunk};
+    run_t *R = x->R;
+    dt_stage_runner_t rn = {.struct_size = sizeof rn, .ctx = x, .forward = stage_forward,
+                            .backward = stage_backward, .act_slots = R->n_slots,
+                            .forward_chunk = stage_forward_chunk,
+                            .backward_chunk = stage_backward_chunk};
+    dt_schedule_args_t sa = {.struct_size = sizeof sa, .n_micro = x->n_micro, .step = x->step,
+                             .act_count = dt_model_boundary_count(R->model),
+                             .act_dtype = dt_model_act_dtype(R->model),
+                             .flags = x->eval ? DT_SCHEDULE_NO_GRAD : 0u, .runner = &rn};
+    for (uint32_t i = 0; i < R->n_chunks * R->n_slots; i++)
+        R->slot_micro[i] = -1;
+    return PLUGIN_CALL(R->ppipe, R->pipe_ops->run_schedule(R->pipe, &sa, sr), "run_schedule");
 }
 
 /* The fraction of `span` seconds a stage was not busy (computing or
@@ -950,16 +953,9 @@ static int pipeline_pass(run_t *R, int64_t step, uint32_t n_micro, float micro_s
 {
     stage_pass_t x = {.R = R, .step = step, .n_micro = n_micro, .micro_scale = micro_scale,
                       .eval = eval};
-    dt_stage_runner_t rn = stage_runner(R, &x);
-    dt_schedule_args_t sa = {.struct_size = sizeof sa, .n_micro = n_micro, .step = step,
-                             .act_count = dt_model_boundary_count(R->model),
-                             .act_dtype = dt_model_act_dtype(R->model),
-                             .flags = eval ? DT_SCHEDULE_NO_GRAD : 0u, .runner = &rn};
     dt_schedule_result_t sr = {.struct_size = sizeof sr};
-    for (uint32_t i = 0; i < R->n_chunks * R->n_slots; i++)
-        R->slot_micro[i] = -1;
     double t0 = now_s();
-    int rc = PLUGIN_CALL(R->ppipe, R->pipe_ops->run_schedule(R->pipe, &sa, &sr), "run_schedule");
+    int rc = schedule_pass(&x, &sr);
     if (rc)
         return rc;
     /* the loss, and in a training pass the stages' measured bubble, in one
@@ -983,12 +979,6 @@ static int pipeline_pass(run_t *R, int64_t step, uint32_t n_micro, float micro_s
     return DT_OK;
 }
 
-/* After a non-finite step under a pipeline: the forward of the step's
- * micro-batches again through the schedule (forward only), each stage
- * probing its own units (dt_model_probe_begin); every rank's `what` is
- * then the first non-finite tensor of the earliest stage that found one
- * (of the lowest data-parallel replica), with the stage named.
- * Collective over the world, as every rank stops on the same step. */
 /* The search's answer from the rank that found it to every rank: `what`
  * (cap bytes, the same on every rank) broadcast from world rank `root`,
  * with its pipeline stage named. */
@@ -1069,22 +1059,21 @@ static int pipeline_find_nonfinite_grad(run_t *R, int64_t step, double scale, ch
     return share_finding(R, (int32_t)owner, what, cap);
 }
 
+/* After a non-finite step under a pipeline: the forward of the step's
+ * micro-batches again through the schedule (forward only), each stage
+ * probing its own units (dt_model_probe_begin); every rank's `what` is
+ * then the first non-finite tensor of the earliest stage that found one
+ * (of the lowest data-parallel replica), with the stage named.
+ * Collective over the world, as every rank stops on the same step. */
 static int pipeline_find_nonfinite(run_t *R, int64_t step, char *what, size_t cap)
 {
-    const uint32_t n_micro = (uint32_t)R->set->train.grad_accum;
-    stage_pass_t x = {.R = R, .step = step, .n_micro = n_micro, .eval = 1, .probe = 1};
-    dt_stage_runner_t rn = stage_runner(R, &x);
-    dt_schedule_args_t sa = {.struct_size = sizeof sa, .n_micro = n_micro, .step = step,
-                             .act_count = dt_model_boundary_count(R->model),
-                             .act_dtype = dt_model_act_dtype(R->model),
-                             .flags = DT_SCHEDULE_NO_GRAD, .runner = &rn};
+    stage_pass_t x = {.R = R, .step = step, .n_micro = (uint32_t)R->set->train.grad_accum,
+                      .eval = 1, .probe = 1};
     dt_schedule_result_t sr = {.struct_size = sizeof sr};
-    for (uint32_t i = 0; i < R->n_chunks * R->n_slots; i++)
-        R->slot_micro[i] = -1;
     int rc = dt_model_probe_begin(R->model, what, cap);
     if (rc)
         return rc;
-    rc = PLUGIN_CALL(R->ppipe, R->pipe_ops->run_schedule(R->pipe, &sa, &sr), "run_schedule");
+    rc = schedule_pass(&x, &sr);
     const int found = dt_model_probe_end(R->model);
     if (rc)
         return rc;

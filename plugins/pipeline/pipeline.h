@@ -119,6 +119,8 @@ struct dt_strategy {
     pp_buf_t *dout;             /* (V) the output gradient received */
     pp_op_t *ops;               /* the step's order (room for ops_cap) */
     uint32_t ops_cap;
+    uint32_t most, most_micro;  /* pp_order_in_flight for most_micro
+                                 * micro-batches (0: not yet asked) */
 };
 
 /* The plugin's [pipeline] settings (pipeline.c). */

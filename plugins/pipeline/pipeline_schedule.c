@@ -113,7 +113,7 @@ uint32_t pp_buffers(uint32_t V, int32_t k, int32_t p, uint32_t m, uint32_t n_sta
  * (not on the last), input gradients (not on virtual stage 0), sends in
  * flight as pp_ring says. */
 static int ensure_buffers(dt_strategy_t *s, uint64_t bytes, uint32_t n_micro, int no_grad,
-                          int keep)
+                          int keep, uint32_t most)
 {
     /* forwards only: each input is used as it arrives; the training
      * step's buffers serve */
@@ -123,9 +123,6 @@ static int ensure_buffers(dt_strategy_t *s, uint64_t bytes, uint32_t n_micro, in
         return DT_OK;
     pp_free_buffers(s);
     const uint32_t V = s->V, nv = n_vstages(s);
-    uint32_t most = pp_order_in_flight(s->host, s->schedule, V, s->stage, s->n_stages, n_micro);
-    if (most == 0)
-        return s->host->set_error(s->host, DT_ERR_NOMEM, "the order of stage %d", s->stage);
     s->n_stash = pp_stash(keep, most);
     s->n_ring = pp_ring(V, n_micro);
     int rc;
@@ -296,6 +293,20 @@ static int backward(pp_step_t *t, uint32_t chunk, uint32_t m)
     return db ? start_send(t, db, j, j - 1, m, 1) : DT_OK;
 }
 
+/* The most micro-batches a chunk of this stage has in flight for m
+ * micro-batches a step, walked once per m (every step asks). */
+static int in_flight_of(dt_strategy_t *s, uint32_t m, uint32_t *most)
+{
+    if (s->most_micro != m) {
+        s->most = pp_order_in_flight(s->host, s->schedule, s->V, s->stage, s->n_stages, m);
+        s->most_micro = s->most ? m : 0;
+    }
+    *most = s->most;
+    return s->most ? DT_OK
+                   : s->host->set_error(s->host, DT_ERR_NOMEM, "the order of stage %d",
+                                        s->stage);
+}
+
 int pp_run(dt_strategy_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result_v1_t *res)
 {
     const dt_host_v1_t *host = s->host;
@@ -327,15 +338,16 @@ int pp_run(dt_strategy_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result
     const uint32_t slots = a.runner->struct_size >= DT_FIELD_END(dt_stage_runner_v1_t, act_slots)
                                ? a.runner->act_slots
                                : 1;
-    const uint32_t most = pp_order_in_flight(host, s->schedule, s->V, s->stage, s->n_stages,
-                                             a.n_micro);
-    const int keep = s->keep && most > 0 && slots >= most;
+    uint32_t most;
+    if ((rc = in_flight_of(s, a.n_micro, &most)) != DT_OK)
+        return rc;
+    const int keep = s->keep && slots >= most;
     if (s->V > 1 && !keep && !no_grad)
         return host->set_error(host, DT_ERR_INVALID, "run_schedule: the core keeps %u "
                                "micro-batches' activations, and %u chunks a stage need %u",
                                slots, s->V, most);
     if ((rc = ensure_buffers(s, a.act_count * dt_dtype_size(a.act_dtype), a.n_micro, no_grad,
-                             keep)) != DT_OK)
+                             keep, most)) != DT_OK)
         return rc;
     /* the order: 2 m V operations at most (forwards only: m V) */
     const uint32_t cap = 2 * a.n_micro * s->V;

@@ -295,7 +295,11 @@ void dt_interpose_comm_destroy(dt_interpose_comm_t *ic);
     X(RESIDUAL_FORWARD, residual_forward, DT_IKERN_FLAGS_)                     \
     X(SCALE, scale, DT_IKERN_FLAGS_)                                           \
     X(ADAMW_UPDATE, adamw_update, DT_IKERN_FLAGS_)                             \
-    X(SGD_UPDATE, sgd_update, DT_IKERN_FLAGS_)
+    X(SGD_UPDATE, sgd_update, DT_IKERN_FLAGS_)                                 \
+    X(VOCAB_EMBEDDING_FORWARD, vocab_embedding_forward, DT_IKERN_FLAGS_)       \
+    X(VOCAB_EMBEDDING_BACKWARD, vocab_embedding_backward, DT_IKERN_FLAGS_)     \
+    X(VOCAB_XENT_FORWARD, vocab_xent_forward, DT_IKERN_FLAGS_)                 \
+    X(VOCAB_XENT_BACKWARD, vocab_xent_backward, DT_IKERN_FLAGS_)
 
 /* One enum for both tables: the runtime's slots (DT_IDEV_*), then the
  * kernel table's (DT_IKERN_*), so call->slot names one slot of the kind;

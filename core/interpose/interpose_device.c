@@ -459,7 +459,29 @@ ID_PLAIN_SLOTS(ID_PLAIN_FN)
        float grad_scale),                                                                      \
       (d->inner, s, param, grad, mom, grad_dtype, n, lr, momentum, weight_decay, nesterov,     \
        grad_scale),                                                                            \
-      cost_sgd(&x, grad_dtype, mom != NULL, n))
+      cost_sgd(&x, grad_dtype, mom != NULL, n))                                                \
+    X(VOCAB_EMBEDDING_FORWARD, vocab_embedding_forward,                                        \
+      (dt_device_t * d, dt_stream_t *s, void *out, const int32_t *tokens, const void *wte,     \
+       const void *wpe, int dtype, int64_t B, int64_t T, int64_t C, int64_t v0, int64_t nv),   \
+      (d->inner, s, out, tokens, wte, wpe, dtype, B, T, C, v0, nv),                            \
+      cost_embedding(&x, 0, 0, 0, dtype, B, T, C))                                             \
+    X(VOCAB_EMBEDDING_BACKWARD, vocab_embedding_backward,                                      \
+      (dt_device_t * d, dt_stream_t *s, float *dwte, float *dwpe, const void *dout,            \
+       const int32_t *tokens, int dtype, int64_t B, int64_t T, int64_t C, int64_t v0,          \
+       int64_t nv),                                                                            \
+      (d->inner, s, dwte, dwpe, dout, tokens, dtype, B, T, C, v0, nv),                         \
+      cost_embedding(&x, 1, dwte != NULL, dwpe != NULL, dtype, B, T, C))                       \
+    X(VOCAB_XENT_FORWARD, vocab_xent_forward,                                                  \
+      (dt_device_t * d, dt_stream_t *s, int phase, float *stats, float *losses, void *probs,   \
+       const void *logits, const int32_t *targets, int dtype, int64_t N, int64_t v0,           \
+       int64_t nv),                                                                            \
+      (d->inner, s, phase, stats, losses, probs, logits, targets, dtype, N, v0, nv),           \
+      cost_softmax_xent(&x, 0, dtype, N, nv))                                                  \
+    X(VOCAB_XENT_BACKWARD, vocab_xent_backward,                                                \
+      (dt_device_t * d, dt_stream_t *s, void *dlogits, const void *probs,                      \
+       const int32_t *targets, int dtype, float dloss, int64_t N, int64_t v0, int64_t nv),     \
+      (d->inner, s, dlogits, probs, targets, dtype, dloss, N, v0, nv),                         \
+      cost_softmax_xent(&x, 1, dtype, N, nv))
 
 #define IK_FN(up, field, params, args, describe)                               \
     static int ik_##field params                                               \

@@ -66,8 +66,11 @@ static const dt_abi_method_t kernels_v1_optional[] = {
     K(layernorm_forward), K(layernorm_backward), K(attention_state_bytes),
     K(attention_forward), K(attention_backward), K(residual_forward),
     K(scale), K(adamw_update), K(sgd_update),
+    /* minor 1: tensor parallelism's vocabulary split */
+    K(vocab_embedding_forward), K(vocab_embedding_backward),
+    K(vocab_xent_forward), K(vocab_xent_backward),
 };
-DT_LAYOUT_CHECK_TABLE(dt_kernels_v1_t, dt_kernels_info_t, kernels_v1, 20);
+DT_LAYOUT_CHECK_TABLE(dt_kernels_v1_t, dt_kernels_info_t, kernels_v1, 24);
 static const dt_abi_layout_t kernels_v1_layout =
     LAYOUT_OF(dt_kernels_v1_t, kernels_v1, DT_KERNELS_ABI_MAJOR,
               DT_KERNELS_ABI_MINOR, "kernel table", "kernel", "kernel", NULL,

@@ -53,6 +53,9 @@ typedef struct gpt2_slot {
 
 typedef struct gpt2 {
     dt_gpt2_shape_t s;
+    /* This rank's part under tensor parallelism (m->tp ranks; the whole
+     * model at tp 1): attention width and heads, MLP width. */
+    int64_t ca, nha, hid;
     gpt2_slot_t *slots;   /* m->n_slots */
     /* the slot in use */
     void **x;             /* L+1 residual streams (B,T,C): x[0] embeddings */
@@ -140,6 +143,43 @@ static int read_shape(dt_config_t *cfg, dt_gpt2_shape_t *s)
     return dt_model_check_vocab(cfg, s->vocab_size);
 }
 
+/* How a block tensor is laid across the tensor group (see model.h):
+ * whole on every rank, split by rows in `groups` equal groups (the fused
+ * QKV's q, k and v: each rank takes its share of every group, so of every
+ * one of q, k and v its own heads), or split by columns (the input of a
+ * row-parallel layer). */
+enum { TP_WHOLE = 0, TP_ROWS = 1, TP_COLS = 2 };
+
+/* Add tensor `name` of global shape (r x C) or (r x C, c x C) laid as
+ * `how` (groups: TP_ROWS's group count). */
+static int add_block_param(dt_model_t *m, uint32_t u, const char *name, int ndim, int64_t r,
+                           int64_t c, int kind, double std, int how, int groups)
+{
+    const int64_t P = m->tp, k = m->tp_rank;
+    int64_t d0 = r, d1 = c;
+    dt_param_block_t b[DT_PARAM_MAX_BLOCKS];
+    memset(b, 0, sizeof b);
+    uint32_t nb = 0;
+    if (how == TP_ROWS) { /* share k of each of `groups` groups of rows */
+        const int64_t gsz = r / groups, part = gsz / P;
+        for (int j = 0; j < groups; j++) {
+            b[j].start[0] = j * gsz + k * part;
+            b[j].size[0] = part;
+            b[j].size[1] = ndim > 1 ? c : 0;
+        }
+        nb = (uint32_t)groups;
+        d0 = r / P;
+    } else if (how == TP_COLS) { /* share k of the columns */
+        b[0].start[1] = k * (c / P);
+        b[0].size[0] = r;
+        b[0].size[1] = c / P;
+        nb = 1;
+        d1 = c / P;
+    }
+    int rc = dt_model_add_param(m, u, name, ndim, d0, d1, kind, std);
+    return rc ? rc : dt_model_part(m, u, r, c, nb, b);
+}
+
 static int gpt2_create(dt_model_t *m, dt_config_t *cfg)
 {
     gpt2_t *g = calloc(1, sizeof *g);
@@ -150,6 +190,24 @@ static int gpt2_create(dt_model_t *m, dt_config_t *cfg)
     if (rc)
         return rc;
     const int64_t L = g->s.n_layer, C = g->s.n_embd, V = g->s.vocab_size, maxT = g->s.context;
+    const int64_t P = m->tp, k = m->tp_rank;
+    /* tensor parallelism: heads (so n_embd and the MLP width) split P
+     * ways; the vocabulary in P near-equal ranges, nothing padded */
+    if (g->s.n_head % P != 0)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "%s: [parallel] tensor = %lld does not divide [model] n_head = %lld: "
+                          "attention heads are split across the tensor group",
+                          dt_model_cfg_name(cfg), (long long)P, (long long)g->s.n_head);
+    if (V < P)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "%s: [parallel] tensor = %lld exceeds [model] vocab_size = %lld: "
+                          "the vocabulary is split across the tensor group",
+                          dt_model_cfg_name(cfg), (long long)P, (long long)V);
+    g->ca = C / P;
+    g->nha = g->s.n_head / P;
+    g->hid = 4 * C / P;
+    m->vocab_local = V / P + (k < V % P);
+    m->vocab_first = k * (V / P) + (k < V % P ? k : V % P);
     dt_model_add_key(m, "n_layer", L);
     dt_model_add_key(m, "n_head", g->s.n_head);
     dt_model_add_key(m, "n_embd", C);
@@ -160,10 +218,15 @@ static int gpt2_create(dt_model_t *m, dt_config_t *cfg)
     m->info.boundary_width = C;
     m->info.tied_embedding = 1;
 
+    const dt_param_block_t wte_part = {.start = {m->vocab_first, 0},
+                                       .size = {m->vocab_local, C}};
     if ((rc = dt_model_alloc_units(m, (uint32_t)L + 2)) ||
         (rc = dt_model_name_unit(m, 0, "embedding")) ||
-        (rc = dt_model_add_param(m, 0, "wte.weight", 2, V, C, DT_TENSOR_EMBED, 0.02)) ||
-        (rc = dt_model_add_param(m, 0, "wpe.weight", 2, maxT, C, DT_TENSOR_EMBED, 0.02)))
+        (rc = dt_model_add_param(m, 0, "wte.weight", 2, m->vocab_local, C, DT_TENSOR_EMBED,
+                                 0.02)) ||
+        (rc = dt_model_part(m, 0, V, C, 1, &wte_part)) ||
+        (rc = dt_model_add_param(m, 0, "wpe.weight", 2, maxT, C, DT_TENSOR_EMBED, 0.02)) ||
+        (rc = dt_model_part(m, 0, maxT, C, 0, NULL)))
         return rc;
     /* GPT-2's scaled init of the projections into the residual stream */
     const double resid_std = 0.02 / sqrt(2.0 * (double)L);
@@ -173,19 +236,20 @@ static int gpt2_create(dt_model_t *m, dt_config_t *cfg)
         int64_t r, c; /* multiples of C (c == 0: 1-D) */
         int kind;
         int resid;
+        int how, groups; /* the tensor-parallel layout */
     } t[NBLOCK] = {
-        {"ln_1.weight", 1, 1, 0, DT_TENSOR_NORM, 0},
-        {"ln_1.bias", 1, 1, 0, DT_TENSOR_BIAS, 0},
-        {"attn.c_attn.weight", 2, 3, 1, DT_TENSOR_MATRIX, 0},
-        {"attn.c_attn.bias", 1, 3, 0, DT_TENSOR_BIAS, 0},
-        {"attn.c_proj.weight", 2, 1, 1, DT_TENSOR_MATRIX, 1},
-        {"attn.c_proj.bias", 1, 1, 0, DT_TENSOR_BIAS, 0},
-        {"ln_2.weight", 1, 1, 0, DT_TENSOR_NORM, 0},
-        {"ln_2.bias", 1, 1, 0, DT_TENSOR_BIAS, 0},
-        {"mlp.c_fc.weight", 2, 4, 1, DT_TENSOR_MATRIX, 0},
-        {"mlp.c_fc.bias", 1, 4, 0, DT_TENSOR_BIAS, 0},
-        {"mlp.c_proj.weight", 2, 1, 4, DT_TENSOR_MATRIX, 1},
-        {"mlp.c_proj.bias", 1, 1, 0, DT_TENSOR_BIAS, 0},
+        {"ln_1.weight", 1, 1, 0, DT_TENSOR_NORM, 0, TP_WHOLE, 0},
+        {"ln_1.bias", 1, 1, 0, DT_TENSOR_BIAS, 0, TP_WHOLE, 0},
+        {"attn.c_attn.weight", 2, 3, 1, DT_TENSOR_MATRIX, 0, TP_ROWS, 3},
+        {"attn.c_attn.bias", 1, 3, 0, DT_TENSOR_BIAS, 0, TP_ROWS, 3},
+        {"attn.c_proj.weight", 2, 1, 1, DT_TENSOR_MATRIX, 1, TP_COLS, 0},
+        {"attn.c_proj.bias", 1, 1, 0, DT_TENSOR_BIAS, 0, TP_WHOLE, 0},
+        {"ln_2.weight", 1, 1, 0, DT_TENSOR_NORM, 0, TP_WHOLE, 0},
+        {"ln_2.bias", 1, 1, 0, DT_TENSOR_BIAS, 0, TP_WHOLE, 0},
+        {"mlp.c_fc.weight", 2, 4, 1, DT_TENSOR_MATRIX, 0, TP_ROWS, 1},
+        {"mlp.c_fc.bias", 1, 4, 0, DT_TENSOR_BIAS, 0, TP_ROWS, 1},
+        {"mlp.c_proj.weight", 2, 1, 4, DT_TENSOR_MATRIX, 1, TP_COLS, 0},
+        {"mlp.c_proj.bias", 1, 1, 0, DT_TENSOR_BIAS, 0, TP_WHOLE, 0},
     };
     for (int64_t l = 0; l < L; l++) {
         const uint32_t u = (uint32_t)l + 1;
@@ -193,17 +257,19 @@ static int gpt2_create(dt_model_t *m, dt_config_t *cfg)
         snprintf(nm, sizeof nm, "block.%lld", (long long)l);
         if ((rc = dt_model_name_unit(m, u, nm)))
             return rc;
-        for (int k = 0; k < NBLOCK; k++) {
-            snprintf(nm, sizeof nm, "h.%lld.%s", (long long)l, t[k].suffix);
-            if ((rc = dt_model_add_param(m, u, nm, t[k].ndim, t[k].r * C, t[k].c * C, t[k].kind,
-                                         t[k].resid ? resid_std : 0.02)))
+        for (int j = 0; j < NBLOCK; j++) {
+            snprintf(nm, sizeof nm, "h.%lld.%s", (long long)l, t[j].suffix);
+            if ((rc = add_block_param(m, u, nm, t[j].ndim, t[j].r * C, t[j].c * C, t[j].kind,
+                                      t[j].resid ? resid_std : 0.02, t[j].how, t[j].groups)))
                 return rc;
         }
     }
     const uint32_t head = (uint32_t)L + 1;
     if ((rc = dt_model_name_unit(m, head, "head")) ||
         (rc = dt_model_add_param(m, head, "ln_f.weight", 1, C, 0, DT_TENSOR_NORM, 0)) ||
-        (rc = dt_model_add_param(m, head, "ln_f.bias", 1, C, 0, DT_TENSOR_BIAS, 0)))
+        (rc = dt_model_part(m, head, C, 0, 0, NULL)) ||
+        (rc = dt_model_add_param(m, head, "ln_f.bias", 1, C, 0, DT_TENSOR_BIAS, 0)) ||
+        (rc = dt_model_part(m, head, C, 0, 0, NULL)))
         return rc;
     return DT_OK;
 }
@@ -229,27 +295,30 @@ static void gpt2_free(dt_model_t *m)
 static int attn_state_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *out)
 {
     const gpt2_t *g = G(m);
-    int rc = m->kern->attention_state_bytes(B, T, g->s.n_embd, g->s.n_head, m->adtype, out);
+    int rc = m->kern->attention_state_bytes(B, T, g->ca, g->nha, m->adtype, out);
     if (rc)
         return dt_err_set(rc,
                           "model: device '%s' refused attention_state_bytes for B %lld, T %lld, "
                           "C %lld, NH %lld, %s activations (%s)",
-                          m->dev_name, (long long)B, (long long)T, (long long)g->s.n_embd,
-                          (long long)g->s.n_head, dt_dtype_name(m->adtype), dt_status_name(rc));
+                          m->dev_name, (long long)B, (long long)T, (long long)g->ca,
+                          (long long)g->nha, dt_dtype_name(m->adtype), dt_status_name(rc));
     return DT_OK;
 }
 
-/* Bytes of a block's kept activations (alloc_block's sizes): ln1, qkv,
- * atty, res2, ln2, fch, fch_gelu are 15 (B,T,C)-sized of `es` bytes, the
- * norms' mean and rstd 4 (B,T) f32, and attention's saved state. */
-static double block_bytes(double B, double T, double C, double es, uint64_t att_state)
+/* Bytes of a block's kept activations (alloc_block's sizes), with this
+ * rank's attention width CA and MLP width H (C and 4C but under tensor
+ * parallelism): ln1, res2, ln2 (B,T,C), qkv (B,T,3CA), atty (B,T,CA),
+ * fch, fch_gelu (B,T,H) of `es` bytes (15 (B,T,C) at tp 1), the norms'
+ * mean and rstd 4 (B,T) f32, and attention's saved state. */
+static double block_bytes(double B, double T, double C, double CA, double H, double es,
+                          uint64_t att_state)
 {
-    return es * 15.0 * B * T * C + 4.0 * 4.0 * B * T + (double)att_state;
+    return es * B * T * (3.0 * C + 4.0 * CA + 2.0 * H) + 4.0 * 4.0 * B * T + (double)att_state;
 }
 
 static int alloc_block(dt_model_t *m, const dt_model_ctx_t *ctx, block_acts_t *a)
 {
-    const int64_t BT = m->B * m->T, C = G(m)->s.n_embd;
+    const int64_t BT = m->B * m->T, C = G(m)->s.n_embd, CA = G(m)->ca, H = G(m)->hid;
     const size_t es = dt_model_act_size(m);
     uint64_t att_state;
     int rc;
@@ -257,15 +326,15 @@ static int alloc_block(dt_model_t *m, const dt_model_ctx_t *ctx, block_acts_t *a
         (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->ln1)) ||
         (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln1_mean)) ||
         (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln1_rstd)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * 3 * C, es, &a->qkv)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->atty)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * 3 * CA, es, &a->qkv)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * CA, es, &a->atty)) ||
         (rc = dt_model_dalloc(m, ctx, (int64_t)att_state, 1, &a->att_state)) ||
         (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->res2)) ||
         (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->ln2)) ||
         (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln2_mean)) ||
         (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln2_rstd)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, es, &a->fch)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, es, &a->fch_gelu)))
+        (rc = dt_model_dalloc(m, ctx, BT * H, es, &a->fch)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * H, es, &a->fch_gelu)))
         return rc;
     a->attproj = G(m)->attproj;
     a->fcproj = G(m)->fcproj;
@@ -282,13 +351,14 @@ static int gpt2_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *u
 {
     const gpt2_t *g = G(m);
     const double B = (double)B_, T = (double)T_, BT = B * T, C = (double)g->s.n_embd,
-                 V = (double)g->s.vocab_size, es = (double)dt_model_act_size(m);
+                 CA = (double)g->ca, H = (double)g->hid, V = (double)m->vocab_local,
+                 es = (double)dt_model_act_size(m);
     const int64_t L = g->s.n_layer;
     uint64_t att_state;
     int rc = attn_state_bytes(m, B_, T_, &att_state);
     if (rc)
         return rc;
-    const double block = block_bytes(B, T, C, es, att_state);
+    const double block = block_bytes(B, T, C, CA, H, es, att_state);
     int any_recompute = 0;
     /* under a pipeline stage (dt_model_keeps) a unit outside it keeps
      * nothing, but the one before it its output x, the stage's input */
@@ -309,11 +379,13 @@ static int gpt2_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *u
     if (head)
         unit[L + 1] += es * (BT * C + BT * V) + 4.0 * 2.0 * BT;
     /* recompute scratch, the shared projections, logits and (f32) losses,
-     * and the gradient scratch: dx dbuf_c dbuf_c2 (C), dqkv (3C), dfch
-     * dfch_gelu (4C), dlogits (V); the logits, losses and dlogits only
-     * where the head runs */
-    *ws += (any_recompute ? block : 0.0) + es * 2.0 * BT * C + es * BT * C * (3.0 + 3.0 + 8.0) +
-           (head ? es * 2.0 * BT * V + 4.0 * BT : 0.0);
+     * and the gradient scratch: dx dbuf_c dbuf_c2 (C), dqkv (3CA), dfch
+     * dfch_gelu (H), dlogits (V: this rank's vocabulary); the logits,
+     * losses and dlogits only where the head runs, and there under tensor
+     * parallelism the cross-entropy's (3, B*T) f32 row state */
+    *ws += (any_recompute ? block : 0.0) + es * 2.0 * BT * C +
+           es * BT * (3.0 * C + 3.0 * CA + 2.0 * H) +
+           (head ? es * 2.0 * BT * V + 4.0 * BT + (m->tp > 1 ? 12.0 * BT : 0.0) : 0.0);
     return DT_OK;
 }
 
@@ -322,7 +394,7 @@ static int gpt2_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *u
 static int alloc_slot(dt_model_t *m, const dt_model_ctx_t *ctx, gpt2_slot_t *s)
 {
     const gpt2_t *g = G(m);
-    const int64_t L = g->s.n_layer, C = g->s.n_embd, V = g->s.vocab_size, BT = m->B * m->T;
+    const int64_t L = g->s.n_layer, C = g->s.n_embd, V = m->vocab_local, BT = m->B * m->T;
     const uint32_t head = (uint32_t)L + 1;
     const size_t es = dt_model_act_size(m);
     s->x = calloc((size_t)L + 1, sizeof *s->x);
@@ -368,7 +440,8 @@ static void gpt2_use_slot(dt_model_t *m, uint32_t i)
 static int gpt2_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
 {
     gpt2_t *g = G(m);
-    const int64_t L = g->s.n_layer, C = g->s.n_embd, V = g->s.vocab_size, BT = m->B * m->T;
+    const int64_t L = g->s.n_layer, C = g->s.n_embd, V = m->vocab_local, BT = m->B * m->T,
+                  CA = g->ca, H = g->hid;
     const uint32_t head = (uint32_t)L + 1;
     const size_t es = dt_model_act_size(m);
     g->slots = calloc(m->n_slots, sizeof *g->slots);
@@ -396,14 +469,15 @@ static int gpt2_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
     if (dt_model_keeps(m, head) == DT_KEEP_ALL &&
         ((rc = dt_model_dalloc(m, ctx, BT * V, es, &m->logits)) ||
          (rc = dt_model_dalloc(m, ctx, BT, 4, &m->losses)) ||
-         (rc = dt_model_dalloc(m, ctx, BT * V, es, &g->dlogits))))
+         (rc = dt_model_dalloc(m, ctx, BT * V, es, &g->dlogits)) ||
+         (m->tp > 1 && (rc = dt_model_dalloc(m, ctx, 3 * BT, 4, &m->xent_stats)))))
         return rc;
     if ((rc = dt_model_dalloc(m, ctx, BT * C, es, &g->dx)) ||
         (rc = dt_model_dalloc(m, ctx, BT * C, es, &g->dbuf_c)) ||
         (rc = dt_model_dalloc(m, ctx, BT * C, es, &g->dbuf_c2)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * 3 * C, es, &g->dqkv)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, es, &g->dfch)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * 4 * C, es, &g->dfch_gelu)))
+        (rc = dt_model_dalloc(m, ctx, BT * 3 * CA, es, &g->dqkv)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * H, es, &g->dfch)) ||
+        (rc = dt_model_dalloc(m, ctx, BT * H, es, &g->dfch_gelu)))
         return rc;
     return DT_OK;
 }
@@ -454,71 +528,91 @@ static int probe_block(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l, int 
     return dt_model_probe(m, ctx, what, (uint32_t)l + 1, after, x, m->adtype, (uint64_t)n);
 }
 
-/* Forward of block l with parameters `v`, input x, output `out`. */
+/* Forward of block l with parameters `v`, input x, output `out`.  Under
+ * tensor parallelism this rank runs its heads (qkv, atty: CA wide) and its
+ * share of the MLP (H wide); each row-parallel projection gives a partial
+ * sum, all-reduced over the tensor group (its bias added by rank 0 only),
+ * so the residual stream is whole on every rank. */
 static int block_forward(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l,
                          const dt_unit_view_t *v, const void *x, block_acts_t *a, void *out)
 {
     const gpt2_t *g = G(m);
-    const int64_t B = m->B, T = m->T, C = g->s.n_embd, NH = g->s.n_head, BT = B * T;
+    const int64_t B = m->B, T = m->T, C = g->s.n_embd, CA = g->ca, NH = g->nha, H = g->hid,
+                  BT = B * T;
     const int ad = m->adtype, wd = m->wdtype;
+    const uint32_t u = (uint32_t)l + 1;
+    const int bias = m->tp_rank == 0; /* the row-parallel biases' one rank */
     DT_TRY(K->layernorm_forward(D, a->ln1, a->ln1_mean, a->ln1_rstd, x, v->a[LN1W], v->a[LN1B],
                                 ad, BT, C));
     DT_TRY(probe_block(m, ctx, l, P_LN1, a->ln1, BT * C));
-    DT_TRY(K->matmul_forward(D, a->qkv, a->ln1, v->w[ATTW], v->a[ATTB], ad, wd, BT, C, 3 * C));
-    DT_TRY(probe_block(m, ctx, l, P_QKV, a->qkv, BT * 3 * C));
-    DT_TRY(K->attention_forward(D, a->atty, a->att_state, a->qkv, ad, B, T, C, NH));
-    DT_TRY(probe_block(m, ctx, l, P_ATTY, a->atty, BT * C));
-    DT_TRY(K->matmul_forward(D, a->attproj, a->atty, v->w[PROJW], v->a[PROJB], ad, wd, BT, C,
-                             C));
+    DT_TRY(K->matmul_forward(D, a->qkv, a->ln1, v->w[ATTW], v->a[ATTB], ad, wd, BT, C, 3 * CA));
+    DT_TRY(probe_block(m, ctx, l, P_QKV, a->qkv, BT * 3 * CA));
+    DT_TRY(K->attention_forward(D, a->atty, a->att_state, a->qkv, ad, B, T, CA, NH));
+    DT_TRY(probe_block(m, ctx, l, P_ATTY, a->atty, BT * CA));
+    DT_TRY(K->matmul_forward(D, a->attproj, a->atty, v->w[PROJW], bias ? v->a[PROJB] : NULL, ad,
+                             wd, BT, CA, C));
+    DT_TRY(dt_model_tp_reduce(m, ctx, a->attproj, BT * C, ad, DT_OP_SUM, "the attn output", u));
     DT_TRY(probe_block(m, ctx, l, P_ATTPROJ, a->attproj, BT * C));
     DT_TRY(K->residual_forward(D, a->res2, x, a->attproj, ad, BT * C));
     DT_TRY(probe_block(m, ctx, l, P_RES2, a->res2, BT * C));
     DT_TRY(K->layernorm_forward(D, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, v->a[LN2W],
                                 v->a[LN2B], ad, BT, C));
     DT_TRY(probe_block(m, ctx, l, P_LN2, a->ln2, BT * C));
-    DT_TRY(K->matmul_forward(D, a->fch, a->ln2, v->w[FCW], v->a[FCB], ad, wd, BT, C, 4 * C));
-    DT_TRY(probe_block(m, ctx, l, P_FCH, a->fch, BT * 4 * C));
-    DT_TRY(K->gelu_forward(D, a->fch_gelu, a->fch, ad, BT * 4 * C));
-    DT_TRY(probe_block(m, ctx, l, P_GELU, a->fch_gelu, BT * 4 * C));
-    DT_TRY(K->matmul_forward(D, a->fcproj, a->fch_gelu, v->w[FCPW], v->a[FCPB], ad, wd, BT,
-                             4 * C, C));
+    DT_TRY(K->matmul_forward(D, a->fch, a->ln2, v->w[FCW], v->a[FCB], ad, wd, BT, C, H));
+    DT_TRY(probe_block(m, ctx, l, P_FCH, a->fch, BT * H));
+    DT_TRY(K->gelu_forward(D, a->fch_gelu, a->fch, ad, BT * H));
+    DT_TRY(probe_block(m, ctx, l, P_GELU, a->fch_gelu, BT * H));
+    DT_TRY(K->matmul_forward(D, a->fcproj, a->fch_gelu, v->w[FCPW], bias ? v->a[FCPB] : NULL, ad,
+                             wd, BT, H, C));
+    DT_TRY(dt_model_tp_reduce(m, ctx, a->fcproj, BT * C, ad, DT_OP_SUM, "the mlp output", u));
     DT_TRY(probe_block(m, ctx, l, P_FCPROJ, a->fcproj, BT * C));
     DT_TRY(K->residual_forward(D, out, a->res2, a->fcproj, ad, BT * C));
     DT_TRY(probe_block(m, ctx, l, P_OUT, out, BT * C));
     return DT_OK;
 }
 
-/* Backward of a block: g->dx holds d(out) on entry and d(x) on return;
- * `gr` is the unit's flat gradient (offsets as in the description). */
-static int block_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_unit_view_t *v,
-                          float *gr, const uint64_t *o, const void *x, const block_acts_t *a)
+/* Backward of block l: g->dx holds d(out) on entry and d(x) on return;
+ * `gr` is the unit's flat gradient (offsets as in the description).  Under
+ * tensor parallelism each column-parallel layer's input gradient is a
+ * partial sum, all-reduced before its LayerNorm's backward; the
+ * replicated tensors' gradients (norms, row-parallel biases) come from
+ * whole, identical inputs, so they are the same on every rank. */
+static int block_backward(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l,
+                          const dt_unit_view_t *v, float *gr, const uint64_t *o, const void *x,
+                          const block_acts_t *a)
 {
     gpt2_t *g = G(m);
-    const int64_t B = m->B, T = m->T, C = g->s.n_embd, NH = g->s.n_head, BT = B * T;
+    const int64_t B = m->B, T = m->T, C = g->s.n_embd, CA = g->ca, NH = g->nha, H = g->hid,
+                  BT = B * T;
     const int ad = m->adtype, wd = m->wdtype;
     const uint64_t es = dt_model_act_size(m);
+    const uint32_t u = (uint32_t)l + 1;
     void *dx = g->dx;
     /* fcproj: out = res2 + fcproj, so d(fcproj) = d(res2) partial = dx */
-    DT_TRY(dt_model_zero(ctx, g->dfch_gelu, (uint64_t)BT * 4 * C * es));
+    DT_TRY(dt_model_zero(ctx, g->dfch_gelu, (uint64_t)BT * H * es));
     DT_TRY(K->matmul_backward(D, g->dfch_gelu, gr + o[FCPW], gr + o[FCPB], dx, a->fch_gelu,
-                              v->w[FCPW], ad, wd, BT, 4 * C, C));
-    DT_TRY(dt_model_zero(ctx, g->dfch, (uint64_t)BT * 4 * C * es));
-    DT_TRY(K->gelu_backward(D, g->dfch, a->fch, g->dfch_gelu, ad, BT * 4 * C));
+                              v->w[FCPW], ad, wd, BT, H, C));
+    DT_TRY(dt_model_zero(ctx, g->dfch, (uint64_t)BT * H * es));
+    DT_TRY(K->gelu_backward(D, g->dfch, a->fch, g->dfch_gelu, ad, BT * H));
     DT_TRY(dt_model_zero(ctx, g->dbuf_c, (uint64_t)BT * C * es));
     DT_TRY(K->matmul_backward(D, g->dbuf_c, gr + o[FCW], gr + o[FCB], g->dfch, a->ln2, v->w[FCW],
-                              ad, wd, BT, C, 4 * C));
+                              ad, wd, BT, C, H));
+    DT_TRY(dt_model_tp_reduce(m, ctx, g->dbuf_c, BT * C, ad, DT_OP_SUM,
+                              "the gradient of the ln_2 output", u));
     /* dx becomes d(res2): the residual path plus the ln_2 path */
     DT_TRY(K->layernorm_backward(D, dx, gr + o[LN2W], gr + o[LN2B], g->dbuf_c, a->res2,
                                  v->a[LN2W], a->ln2_mean, a->ln2_rstd, ad, BT, C));
-    DT_TRY(dt_model_zero(ctx, g->dbuf_c2, (uint64_t)BT * C * es));
+    DT_TRY(dt_model_zero(ctx, g->dbuf_c2, (uint64_t)BT * CA * es));
     DT_TRY(K->matmul_backward(D, g->dbuf_c2, gr + o[PROJW], gr + o[PROJB], dx, a->atty,
-                              v->w[PROJW], ad, wd, BT, C, C));
-    DT_TRY(dt_model_zero(ctx, g->dqkv, (uint64_t)BT * 3 * C * es));
+                              v->w[PROJW], ad, wd, BT, CA, C));
+    DT_TRY(dt_model_zero(ctx, g->dqkv, (uint64_t)BT * 3 * CA * es));
     DT_TRY(K->attention_backward(D, g->dqkv, g->dbuf_c2, a->qkv, a->atty, a->att_state, ad, B, T,
-                                 C, NH));
+                                 CA, NH));
     DT_TRY(dt_model_zero(ctx, g->dbuf_c, (uint64_t)BT * C * es));
     DT_TRY(K->matmul_backward(D, g->dbuf_c, gr + o[ATTW], gr + o[ATTB], g->dqkv, a->ln1,
-                              v->w[ATTW], ad, wd, BT, C, 3 * C));
+                              v->w[ATTW], ad, wd, BT, C, 3 * CA));
+    DT_TRY(dt_model_tp_reduce(m, ctx, g->dbuf_c, BT * C, ad, DT_OP_SUM,
+                              "the gradient of the ln_1 output", u));
     /* dx becomes d(x): the residual path plus the ln_1 path */
     DT_TRY(K->layernorm_backward(D, dx, gr + o[LN1W], gr + o[LN1B], g->dbuf_c, x, v->a[LN1W],
                                  a->ln1_mean, a->ln1_rstd, ad, BT, C));
@@ -533,7 +627,7 @@ static int gpt2_stage_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt
                               uint32_t first, uint32_t end, const void *in, void *out)
 {
     gpt2_t *g = G(m);
-    const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = g->s.vocab_size, BT = B * T;
+    const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = m->vocab_local, BT = B * T;
     const uint32_t L = (uint32_t)g->s.n_layer, head = L + 1;
     const int ad = m->adtype;
     const uint64_t xbytes = (uint64_t)(BT * C) * dt_model_act_size(m);
@@ -544,9 +638,17 @@ static int gpt2_stage_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt
     if (first == 0) {
         DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b0));
         DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 1, &v0), "forward", 0);
-        DT_TRY_UNIT(K->embedding_forward(D, g->x[0], m->tokens, v0.a[WTE], v0.a[WPE], ad, B, T,
-                                         C),
-                    "forward", 0);
+        if (m->tp == 1)
+            DT_TRY_UNIT(K->embedding_forward(D, g->x[0], m->tokens, v0.a[WTE], v0.a[WPE], ad, B,
+                                             T, C),
+                        "forward", 0);
+        else /* this rank's vocabulary rows (and wpe once), summed over the group */
+            DT_TRY_UNIT(K->vocab_embedding_forward(D, g->x[0], m->tokens, v0.a[WTE],
+                                                   m->tp_rank == 0 ? v0.a[WPE] : NULL, ad, B, T,
+                                                   C, m->vocab_first, m->vocab_local),
+                        "forward", 0);
+        DT_TRY(dt_model_tp_reduce(m, ctx, g->x[0], BT * C, ad, DT_OP_SUM,
+                                  "the embedding output", 0));
         DT_TRY(dt_model_probe(m, ctx, "activation embedding output", 0,
                               "the forward of wte.weight + wpe.weight", g->x[0], ad,
                               (uint64_t)(BT * C)));
@@ -601,7 +703,7 @@ static int gpt2_stage_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const d
                                float loss_scale)
 {
     gpt2_t *g = G(m);
-    const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = g->s.vocab_size, BT = B * T;
+    const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = m->vocab_local, BT = B * T;
     const uint32_t L = (uint32_t)g->s.n_layer, head = L + 1;
     const int ad = m->adtype;
     const uint64_t es = dt_model_act_size(m), xbytes = (uint64_t)(BT * C) * es;
@@ -621,6 +723,8 @@ static int gpt2_stage_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const d
         DT_TRY_UNIT(K->matmul_backward(D, g->dbuf_c, b0.grads, NULL, g->dlogits, g->lnf,
                                        v0.w[WTE], ad, m->wdtype, BT, C, V),
                     "backward", head);
+        DT_TRY(dt_model_tp_reduce(m, ctx, g->dbuf_c, BT * C, ad, DT_OP_SUM,
+                                  "the gradient of the ln_f output", head));
         /* on a stage without the embedding this is unit 0's last use */
         DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, first > 0, NULL));
         DT_TRY_UNIT(dt_model_zero(ctx, g->dx, (uint64_t)BT * C * es), "backward", head);
@@ -644,8 +748,8 @@ static int gpt2_stage_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const d
         if (dt_model_recomputes(m, l)) /* recompute this block's activations into scratch */
             DT_TRY_UNIT(block_forward(m, ctx, l, &vl, g->x[l], &g->scratch, g->dbuf_c2),
                         "recompute", l + 1);
-        DT_TRY_UNIT(block_backward(m, ctx, &vl, bl.grads, o, g->x[l], &g->acts[l]), "backward",
-                    l + 1);
+        DT_TRY_UNIT(block_backward(m, ctx, l, &vl, bl.grads, o, g->x[l], &g->acts[l]),
+                    "backward", l + 1);
         DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, l + 1, 1, NULL));
     }
     if (first > 0) {
@@ -655,9 +759,14 @@ static int gpt2_stage_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const d
         return DT_OK;
     }
     DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, 0, 0, &b0));
-    DT_TRY_UNIT(K->embedding_backward(D, b0.grads, b0.grads + m->desc.units[0].params[WPE].offset,
-                                      g->dx, m->tokens, ad, B, T, C),
-                "backward", 0);
+    float *dwpe = b0.grads + m->desc.units[0].params[WPE].offset;
+    if (m->tp == 1)
+        DT_TRY_UNIT(K->embedding_backward(D, b0.grads, dwpe, g->dx, m->tokens, ad, B, T, C),
+                    "backward", 0);
+    else /* wpe whole on every rank, from the same (whole) gradient */
+        DT_TRY_UNIT(K->vocab_embedding_backward(D, b0.grads, dwpe, g->dx, m->tokens, ad, B, T, C,
+                                                m->vocab_first, m->vocab_local),
+                    "backward", 0);
     DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 1, NULL));
     return DT_OK;
 }
@@ -683,6 +792,12 @@ static int gpt2_need_kernels(const dt_model_t *m)
     DT_MODEL_NEED(m, attention_forward);
     DT_MODEL_NEED(m, attention_backward);
     DT_MODEL_NEED(m, residual_forward);
+    if (m->tp > 1) {
+        DT_MODEL_NEED(m, vocab_embedding_forward);
+        DT_MODEL_NEED(m, vocab_embedding_backward);
+        DT_MODEL_NEED(m, vocab_xent_forward);
+        DT_MODEL_NEED(m, vocab_xent_backward);
+    }
     return DT_OK;
 }
 

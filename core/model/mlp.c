@@ -47,6 +47,11 @@ static int mlp_create(dt_model_t *m, dt_config_t *cfg)
     if (!p)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     m->arch_state = p;
+    if (m->tp > 1)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "%s: [parallel] tensor = %d: arch \"mlp\" has no tensor-parallel "
+                          "layout (gpt2 has)",
+                          dt_model_cfg_name(cfg), (int)m->tp);
     int rc;
     if ((rc = dt_config_get_int(cfg, "model.vocab_size", &p->V)) ||
         (rc = dt_config_get_int(cfg, "model.mlp_in", &p->D)) ||

@@ -73,12 +73,25 @@ int dt_model_missing_kernel(const dt_model_t *m, const char *kernel)
 
 int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, dt_model_t **out)
 {
+    return dt_model_create_part(cfg, dev, 0, out);
+}
+
+int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t tp_rank,
+                         dt_model_t **out)
+{
     const char *arch, *dtype, *recompute;
+    int64_t tp = 1; /* a config of the [model] table alone (tools, tests): none */
     int rc;
     if ((rc = dt_config_get_string(cfg, "model.arch", &arch)) ||
         (rc = dt_config_get_string(cfg, "model.dtype", &dtype)) ||
-        (rc = dt_config_get_string(cfg, "model.activation_checkpointing", &recompute)))
+        (rc = dt_config_get_string(cfg, "model.activation_checkpointing", &recompute)) ||
+        (dt_config_claimed(cfg, "parallel") &&
+         (rc = dt_config_get_int(cfg, "parallel.tensor", &tp))))
         return rc;
+    if (tp_rank < 0 || tp_rank >= tp)
+        return dt_err_set(DT_ERR_INVALID,
+                          "model: tensor rank %d is outside the tensor group of %lld ranks",
+                          (int)tp_rank, (long long)tp);
     const dt_model_arch_t *a = NULL;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (strcmp(arch, archs[i]->name) == 0)
@@ -92,6 +105,10 @@ int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, dt_model_t **o
     if (!m)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     m->arch = a;
+    m->tp = (int32_t)tp;
+    m->tp_rank = tp_rank;
+    m->info.tensor_parallel = (int32_t)tp;
+    m->info.tensor_rank = tp_rank;
     m->kern = dev->kernels();
     m->dev_name = dev->info.name ? dev->info.name : "?";
     m->adtype = DT_F32;
@@ -120,6 +137,8 @@ int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, dt_model_t **o
     if ((rc = dt_config_get_int(cfg, "model.checkpoint_every", &m->recompute_every)) ||
         (rc = a->create(m, cfg)) || (a->need_kernels && (rc = a->need_kernels(m))))
         goto fail;
+    if (m->vocab_local == 0) /* the arch holds the whole vocabulary */
+        m->vocab_local = m->info.vocab_size;
     for (uint32_t u = 0; u < m->desc.n_units; u++) {
         const dt_unit_desc_t *ud = &m->desc.units[u];
         if (!ud->name) {
@@ -241,6 +260,71 @@ int dt_model_add_param(dt_model_t *m, uint32_t unit, const char *name, int ndim,
     return DT_OK;
 }
 
+int dt_model_part(dt_model_t *m, uint32_t unit, int64_t g0, int64_t g1, uint32_t n_blocks,
+                  const dt_param_block_t *blocks)
+{
+    if (m->tp == 1)
+        return DT_OK;
+    dt_unit_desc_t *u = &m->desc.units[unit];
+    const uint32_t k = u->n_params - 1;
+    dt_param_desc_t *p = &u->params[k];
+    dt_param_split_t *sp = &m->extra[unit][k].split;
+    if (n_blocks > DT_PARAM_MAX_BLOCKS) /* a programming error in an arch */
+        return dt_err_set(DT_ERR_INVALID, "model: %s in %u blocks; at most %d", p->name,
+                          n_blocks, DT_PARAM_MAX_BLOCKS);
+    memset(sp, 0, sizeof *sp);
+    sp->struct_size = sizeof *sp;
+    sp->global_shape[0] = g0;
+    sp->global_shape[1] = p->ndim > 1 ? g1 : 0;
+    sp->group_size = m->tp;
+    if (n_blocks == 0) { /* whole on every rank */
+        sp->n_blocks = 1;
+        sp->copies = m->tp;
+        for (int d = 0; d < p->ndim; d++)
+            sp->blocks[0].size[d] = sp->global_shape[d];
+    } else {
+        sp->n_blocks = n_blocks;
+        sp->copies = 1;
+        memcpy(sp->blocks, blocks, n_blocks * sizeof *blocks);
+    }
+    uint64_t n = 0;
+    for (uint32_t b = 0; b < sp->n_blocks; b++) {
+        uint64_t bn = 1;
+        for (int d = 0; d < p->ndim; d++)
+            bn *= (uint64_t)sp->blocks[b].size[d];
+        n += bn;
+    }
+    if (n != p->numel)
+        return dt_err_set(DT_ERR_INVALID, "model: the blocks of %s hold %llu elements, not %llu",
+                          p->name, (unsigned long long)n, (unsigned long long)p->numel);
+    p->ext = sp;
+    return DT_OK;
+}
+
+void dt_model_set_tensor_reduce(dt_model_t *m, dt_model_reduce_fn fn, void *arg)
+{
+    m->tp_reduce = fn;
+    m->tp_arg = arg;
+}
+
+int dt_model_tp_reduce(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf, int64_t n,
+                       int dtype, int op, const char *what, uint32_t unit)
+{
+    if (m->tp == 1)
+        return DT_OK;
+    const char *un = m->desc.units[unit].name;
+    if (!m->tp_reduce)
+        return dt_err_set(DT_ERR_INVALID,
+                          "model: the all-reduce of %s (unit %s) over the tensor group of %d "
+                          "ranks: no reduction was set (dt_model_set_tensor_reduce)",
+                          what, un, (int)m->tp);
+    int rc = m->tp_reduce(m->tp_arg, buf, (uint64_t)n, dtype, op, ctx->stream);
+    if (rc)
+        return dt_err_context(rc, "the all-reduce of %s (unit %s) over the tensor group", what,
+                              un);
+    return DT_OK;
+}
+
 void dt_model_add_key(dt_model_t *m, const char *key, int64_t value)
 {
     if (m->info.n_keys < DT_MODEL_MAX_KEYS)
@@ -284,18 +368,47 @@ int dt_model_init_unit(const dt_model_t *m, uint32_t unit, uint64_t seed, float 
                 w[i] = 1.0f;
             continue;
         }
+        /* A part (tensor parallelism) is its blocks of the global tensor's
+         * values, so any tensor degree starts from the same model. */
+        const dt_param_split_t *sp = p->ext;
+        const int part = sp && sp->copies == 1;
+        const uint64_t g1 = p->ndim > 1 ? (uint64_t)(part ? sp->global_shape[1] : p->shape[1])
+                                        : 1;
+        const uint64_t gn = part ? (uint64_t)sp->global_shape[0] * g1 : p->numel;
+        float *g = part ? malloc(gn * sizeof *g) : w;
+        if (!g)
+            return dt_err_set(DT_ERR_NOMEM, "model: out of memory initialising %s", p->name);
         uint64_t st = hash_name(seed, p->name);
-        for (uint64_t i = 0; i < p->numel; i += 2) {
+        for (uint64_t i = 0; i < gn; i += 2) {
             /* Box-Muller on 53-bit uniforms in (0, 1] */
             double u1 = ((double)(splitmix64(&st) >> 11) + 1.0) * 0x1.0p-53;
             double u2 = (double)(splitmix64(&st) >> 11) * 0x1.0p-53;
             double r = sqrt(-2.0 * log(u1));
-            w[i] = (float)(e->std * r * cos(2.0 * M_PI * u2));
-            if (i + 1 < p->numel)
-                w[i + 1] = (float)(e->std * r * sin(2.0 * M_PI * u2));
+            g[i] = (float)(e->std * r * cos(2.0 * M_PI * u2));
+            if (i + 1 < gn)
+                g[i + 1] = (float)(e->std * r * sin(2.0 * M_PI * u2));
+        }
+        if (part) {
+            dt_model_gather_blocks(sp, p->ndim, g, w);
+            free(g);
         }
     }
     return DT_OK;
+}
+
+void dt_model_gather_blocks(const dt_param_split_t *sp, int ndim, const float *global,
+                            float *part)
+{
+    const int64_t g1 = ndim > 1 ? sp->global_shape[1] : 1;
+    for (uint32_t b = 0; b < sp->n_blocks; b++) {
+        const dt_param_block_t *bl = &sp->blocks[b];
+        const int64_t rows = bl->size[0], cols = ndim > 1 ? bl->size[1] : 1;
+        const int64_t c0 = ndim > 1 ? bl->start[1] : 0;
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(part + r * cols, global + (bl->start[0] + r) * g1 + c0,
+                   (size_t)cols * sizeof *part);
+        part += rows * cols;
+    }
 }
 
 /* ---- running ---- */
@@ -927,10 +1040,28 @@ static int probe_into(dt_model_probe_t *p, const dt_model_t *m, const dt_model_c
 int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head)
 {
     const dt_kernels_t *K = m->kern;
-    const int64_t BT = m->B * m->T, V = m->info.vocab_size;
-    DT_TRY_UNIT(K->softmax_xent_forward(ctx->dev, ctx->stream, m->losses, m->probs, m->logits,
-                                        m->targets, m->adtype, BT, V),
-                "forward", head);
+    const int64_t BT = m->B * m->T, V = m->vocab_local;
+    if (m->tp == 1) {
+        DT_TRY_UNIT(K->softmax_xent_forward(ctx->dev, ctx->stream, m->losses, m->probs,
+                                            m->logits, m->targets, m->adtype, BT, V),
+                    "forward", head);
+    } else {
+        /* the parallel cross-entropy: the row maxima, then the sums of
+         * exponentials and the target logits, reduced over the group */
+        float *st = m->xent_stats;
+        for (int phase = 0; phase < 3; phase++) {
+            DT_TRY_UNIT(K->vocab_xent_forward(ctx->dev, ctx->stream, phase, st, m->losses,
+                                              m->probs, m->logits, m->targets, m->adtype, BT,
+                                              m->vocab_first, V),
+                        "forward", head);
+            if (phase == 0)
+                DT_TRY(dt_model_tp_reduce(m, ctx, st, BT, DT_F32, DT_OP_MAX,
+                                          "the logits' row maxima", head));
+            else if (phase == 1)
+                DT_TRY(dt_model_tp_reduce(m, ctx, st + BT, 2 * BT, DT_F32, DT_OP_SUM,
+                                          "the sums of exponentials and target logits", head));
+        }
+    }
     DT_TRY(dt_model_probe(m, ctx, "activation probabilities", head,
                           "the forward of the softmax cross-entropy", m->probs, m->adtype,
                           (uint64_t)(BT * V)));
@@ -943,12 +1074,19 @@ int dt_model_loss_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t he
                            void *dlogits, float loss_scale)
 {
     const dt_kernels_t *K = m->kern;
-    const int64_t BT = m->B * m->T, V = m->info.vocab_size;
+    const int64_t BT = m->B * m->T, V = m->vocab_local;
     DT_TRY_UNIT(dt_model_zero(ctx, dlogits, (uint64_t)(BT * V) * dt_model_act_size(m)),
                 "backward", head);
-    DT_TRY_UNIT(K->softmax_xent_backward(ctx->dev, ctx->stream, dlogits, m->probs, m->targets,
-                                         m->adtype, loss_scale / (float)BT, BT, V),
-                "backward", head);
+    if (m->tp == 1)
+        DT_TRY_UNIT(K->softmax_xent_backward(ctx->dev, ctx->stream, dlogits, m->probs,
+                                             m->targets, m->adtype, loss_scale / (float)BT, BT,
+                                             V),
+                    "backward", head);
+    else
+        DT_TRY_UNIT(K->vocab_xent_backward(ctx->dev, ctx->stream, dlogits, m->probs, m->targets,
+                                           m->adtype, loss_scale / (float)BT, BT,
+                                           m->vocab_first, V),
+                    "backward", head);
     return DT_OK;
 }
 

@@ -76,12 +76,40 @@ typedef struct dt_model_info {
      * head tied to wte): a stage holding the last unit but not unit 0
      * holds a copy of unit 0 (dt_model_stage_tied). */
     int tied_embedding;
+    /* [parallel] tensor and this rank's place in the tensor group. */
+    int32_t tensor_parallel, tensor_rank;
 } dt_model_info_t;
 
 /* Shape of a GPT-2 family model. */
 typedef struct dt_gpt2_shape {
     int64_t n_layer, n_head, n_embd, vocab_size, context;
 } dt_gpt2_shape_t;
+
+/* Tensor parallelism ([parallel] tensor = P > 1, Megatron-LM's layout):
+ * each rank of a tensor group holds part of every large tensor and the
+ * ranks' forward and backward are joined by all-reduces over the group.
+ * GPT-2: attention heads and the MLP's hidden width split P ways (the QKV
+ * projection and c_fc column-parallel, both c_proj row-parallel: one
+ * all-reduce of activations after each row-parallel layer in forward, one
+ * of activation gradients after each column-parallel layer in backward);
+ * the vocabulary split into P near-equal ranges (the first V % P ranks
+ * one row more: nothing is padded) for the embedding and the tied LM head,
+ * whose loss is the parallel cross-entropy (the row maximum and the sums
+ * of exponentials all-reduced; the full logits never exist on one rank).
+ * n_head must divide by P (so n_embd and the MLP width do); the
+ * vocabulary must have at least P tokens.  LayerNorms, the position
+ * embedding and the row-parallel layers' biases stay whole on every rank:
+ * their inputs and output gradients are the same on every rank of the
+ * group (each is read after an all-reduce), so their gradients are too,
+ * and a row-parallel bias is added by tensor rank 0 only, before the
+ * all-reduce.  The description's tensors are this rank's parts, each with
+ * a dt_param_split_t (ext) saying where it sits in the global tensor.
+ * The all-reduce is the caller's (the engine's tensor group):
+ * `fn(arg, buf, count, dtype, op, stream)` reduces count elements of
+ * dtype at device memory buf, in place, over the group, ordered after
+ * the work enqueued on `stream` and before what is enqueued after. */
+typedef int (*dt_model_reduce_fn)(void *arg, void *buf, uint64_t count, int dtype, int op,
+                                  dt_stream_t *stream);
 
 /* Build the description (units, tensors) from the resolved config's
  * [model] table; presets fill the shape and are shown as "derived".  The
@@ -90,6 +118,20 @@ typedef struct dt_gpt2_shape {
  * one): one lacking an optional kernel the arch needs is refused here
  * with DT_ERR_UNSUPPORTED naming the device, the kernel and the dtypes. */
 int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, dt_model_t **out);
+/* The same for rank `tp_rank` of the tensor group at [parallel] tensor
+ * (dt_model_create is rank 0's): DT_ERR_CONFIG naming the dimension when
+ * the layout is impossible ("[parallel] tensor = 4 does not divide [model]
+ * n_head = 6: attention heads are split across the tensor group") or the
+ * arch has none (mlp); DT_ERR_INVALID for a rank outside the group. */
+int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t tp_rank,
+                         dt_model_t **out);
+/* The tensor group's all-reduce (needed before any pass when P > 1). */
+void dt_model_set_tensor_reduce(dt_model_t *m, dt_model_reduce_fn fn, void *arg);
+/* The blocks of a part (sp: a split tensor's, copies 1) out of the global
+ * tensor `global` (sp->global_shape, row-major) into `part`, one after
+ * another: what the rank holds of it. */
+void dt_model_gather_blocks(const dt_param_split_t *sp, int ndim, const float *global,
+                            float *part);
 /* Frees the description and, with `ctx` (may be NULL when no activations
  * were allocated), the device memory the model allocated. */
 void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx);

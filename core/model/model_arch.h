@@ -38,6 +38,9 @@ typedef struct dt_tensor_extra {
     int kind;          /* dt_tensor_kind_t */
     double std;        /* MATRIX, EMBED */
     uint64_t view_off; /* non-MATRIX: offset (elements) in the unit's view */
+    /* Tensor parallelism (m->tp > 1): the part of the global tensor this
+     * rank holds (dt_model_part); the description's ext points here. */
+    dt_param_split_t split;
 } dt_tensor_extra_t;
 
 /* A unit's parameters as kernels read them.  `w[k]` is tensor k in the
@@ -136,6 +139,17 @@ struct dt_model {
      * kernels read them: DT_F32 (the dtype every call states; a [model]
      * key chooses it once a device runs bf16 activations). */
     int adtype;
+    /* Tensor parallelism ([parallel] tensor, dt_model_create_part): this
+     * rank's place in the tensor group and the all-reduce over it
+     * (dt_model_set_tensor_reduce); tp 1: none. */
+    int32_t tp, tp_rank;
+    dt_model_reduce_fn tp_reduce;
+    void *tp_arg;
+    /* The vocabulary columns this rank's logits hold: [vocab_first,
+     * vocab_first + vocab_local), the whole vocabulary unless tp > 1. */
+    int64_t vocab_first, vocab_local;
+    float *xent_stats;         /* tp > 1: (3, B*T) f32, the parallel
+                                * cross-entropy's row state */
     int recompute_mode;        /* DT_RECOMPUTE_* */
     int64_t recompute_every;   /* [model] checkpoint_every */
     /* The units this rank runs (dt_model_set_stages): n_chunks ranges
@@ -180,6 +194,18 @@ int dt_model_name_unit(dt_model_t *m, uint32_t unit, const char *name);
  * Flags and init follow `kind`; `std` is for MATRIX and EMBED. */
 int dt_model_add_param(dt_model_t *m, uint32_t unit, const char *name, int ndim, int64_t d0,
                        int64_t d1, int kind, double std);
+/* Tensor parallelism: the tensor just added to unit `unit` is part of a
+ * global (g0) or (g0, g1) tensor: n_blocks blocks of it (dtrain/strategy.h,
+ * dt_param_split_v1_t), or with n_blocks 0 the whole of it, replicated on
+ * every rank of the tensor group.  Sets the description's ext; a no-op
+ * when m->tp is 1. */
+int dt_model_part(dt_model_t *m, uint32_t unit, int64_t g0, int64_t g1, uint32_t n_blocks,
+                  const dt_param_block_t *blocks);
+/* Sum (DT_OP_SUM) or maximum (DT_OP_MAX) of `n` elements of `dtype` at
+ * device memory `buf` over the tensor group, in place; DT_OK at once when
+ * m->tp is 1.  A failure names the tensor `what` and the unit. */
+int dt_model_tp_reduce(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf, int64_t n,
+                       int dtype, int op, const char *what, uint32_t unit);
 /* Set the shape key `key` of m->info (in the order they are added). */
 void dt_model_add_key(dt_model_t *m, const char *key, int64_t value);
 

@@ -730,6 +730,10 @@ static const dt_kernels_v1_t cpu_kernels = {
     .scale = cpu_scale,
     .adamw_update = cpu_adamw_update,
     .sgd_update = cpu_sgd_update,
+    .vocab_embedding_forward = cpu_vocab_embedding_forward,
+    .vocab_embedding_backward = cpu_vocab_embedding_backward,
+    .vocab_xent_forward = cpu_vocab_xent_forward,
+    .vocab_xent_backward = cpu_vocab_xent_backward,
 };
 
 static const dt_kernels_v1_t *cpu_kernel_table(void) { return &cpu_kernels; }

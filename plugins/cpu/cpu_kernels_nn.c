@@ -29,8 +29,9 @@ typedef struct {
     float *dwte, *dwpe;
     const float *dout;
     const int32_t *tokens;
-    const float *wte, *wpe;
+    const float *wte, *wpe; /* wpe may be NULL */
     int64_t B, T, C;
+    int64_t v0, nv;         /* wte holds vocabulary rows [v0, v0 + nv) */
 } emb_t;
 
 static void emb_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
@@ -38,12 +39,21 @@ static void emb_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
     const emb_t *a = ctx;
     int64_t C = a->C;
     for (int64_t bt = b; bt < e; bt++) {
-        int64_t t = bt % a->T;
+        int64_t t = bt % a->T, row = (int64_t)a->tokens[bt] - a->v0;
         float *restrict o = a->out + bt * C;
-        const float *restrict we = a->wte + (int64_t)a->tokens[bt] * C;
-        const float *restrict wp = a->wpe + t * C;
-        for (int64_t c = 0; c < C; c++)
-            o[c] = we[c] + wp[c];
+        if (row >= 0 && row < a->nv) {
+            const float *restrict we = a->wte + row * C;
+            for (int64_t c = 0; c < C; c++)
+                o[c] = we[c];
+        } else {
+            for (int64_t c = 0; c < C; c++)
+                o[c] = 0.0f;
+        }
+        if (a->wpe) {
+            const float *restrict wp = a->wpe + t * C;
+            for (int64_t c = 0; c < C; c++)
+                o[c] += wp[c];
+        }
     }
 }
 
@@ -55,8 +65,9 @@ static void emb_bwd_task(void *ctx, int64_t b, int64_t e, int tid)
     int64_t C = a->C;
     for (int64_t bt = 0; bt < a->B * a->T; bt++) {
         const float *restrict g = a->dout + bt * C;
-        if (a->dwte) {
-            float *restrict dw = a->dwte + (int64_t)a->tokens[bt] * C;
+        int64_t row = (int64_t)a->tokens[bt] - a->v0;
+        if (a->dwte && row >= 0 && row < a->nv) {
+            float *restrict dw = a->dwte + row * C;
             for (int64_t c = b; c < e; c++)
                 dw[c] += g[c];
         }
@@ -78,12 +89,23 @@ static int check_tokens(dt_device_t *d, const char *op, const int32_t *tokens,
     return DT_OK;
 }
 
-int cpu_embedding_forward(dt_device_t *d, dt_stream_t *s, void *out,
-                          const int32_t *tokens, const void *wte,
-                          const void *wpe, int dtype, int64_t B, int64_t T,
-                          int64_t C)
+static int check_vocab_range(dt_device_t *d, const char *op, int64_t v0,
+                             int64_t nv)
 {
-    static const char op[] = "embedding_forward";
+    if (v0 < 0 || nv < 1)
+        return CPU_INVALID(d, "%s: vocabulary ids [%lld, %lld + %lld)", op,
+                           (long long)v0, (long long)v0, (long long)nv);
+    return DT_OK;
+}
+
+/* Both embedding forwards: the whole table (v0 0, nv: every token id) or
+ * a vocabulary range of it; wpe may be NULL only for the range. */
+static int embedding_forward(dt_device_t *d, dt_stream_t *s, const char *op,
+                             void *out, const int32_t *tokens, const void *wte,
+                             const void *wpe, int need_wpe, int dtype,
+                             int64_t B, int64_t T, int64_t C, int64_t v0,
+                             int64_t nv)
+{
     CPU_BEGIN(d, s, op);
     CPU_DTYPES(cpu_check_act(d, op, dtype));
     CPU_DIM(d, op, B);
@@ -100,26 +122,26 @@ int cpu_embedding_forward(dt_device_t *d, dt_stream_t *s, void *out,
     CPU_PTR(d, op, out, BTC);
     CPU_PTR(d, op, tokens, BT);
     CPU_PTR(d, op, wte, BTC);
-    CPU_PTR(d, op, wpe, TC);
+    if (need_wpe)
+        CPU_PTR(d, op, wpe, TC);
     if (BTC == 0)
         return DT_OK;
     rc = check_tokens(d, op, tokens, BT);
     if (rc != DT_OK)
         return rc;
     emb_t a = {.out = out, .tokens = tokens, .wte = wte, .wpe = wpe,
-               .B = B, .T = T, .C = C};
+               .B = B, .T = T, .C = C, .v0 = v0, .nv = nv};
     cpu_lock(d);
     cpu_pool_run(d->pool, BT, row_grain(C), emb_fwd_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }
 
-int cpu_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte,
-                           float *dwpe, const void *dout,
-                           const int32_t *tokens, int dtype, int64_t B,
-                           int64_t T, int64_t C)
+static int embedding_backward(dt_device_t *d, dt_stream_t *s, const char *op,
+                              float *dwte, float *dwpe, const void *dout,
+                              const int32_t *tokens, int dtype, int64_t B,
+                              int64_t T, int64_t C, int64_t v0, int64_t nv)
 {
-    static const char op[] = "embedding_backward";
     CPU_BEGIN(d, s, op);
     CPU_DTYPES(cpu_check_act(d, op, dtype));
     CPU_DIM(d, op, B);
@@ -139,13 +161,57 @@ int cpu_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte,
     if (rc != DT_OK)
         return rc;
     emb_t a = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens,
-               .B = B, .T = T, .C = C};
+               .B = B, .T = T, .C = C, .v0 = v0, .nv = nv};
     cpu_lock(d);
     /* Each chunk walks all B*T rows: ask for enough channels to pay. */
     cpu_pool_run(d->pool, C, BT >= CPU_GRAIN ? 16 : CPU_GRAIN / BT + 16,
                  emb_bwd_task, &a);
     cpu_unlock(d);
     return DT_OK;
+}
+
+int cpu_embedding_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                          const int32_t *tokens, const void *wte,
+                          const void *wpe, int dtype, int64_t B, int64_t T,
+                          int64_t C)
+{
+    return embedding_forward(d, s, "embedding_forward", out, tokens, wte, wpe,
+                             1, dtype, B, T, C, 0, INT64_MAX);
+}
+
+int cpu_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte,
+                           float *dwpe, const void *dout,
+                           const int32_t *tokens, int dtype, int64_t B,
+                           int64_t T, int64_t C)
+{
+    return embedding_backward(d, s, "embedding_backward", dwte, dwpe, dout,
+                              tokens, dtype, B, T, C, 0, INT64_MAX);
+}
+
+int cpu_vocab_embedding_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                                const int32_t *tokens, const void *wte,
+                                const void *wpe, int dtype, int64_t B,
+                                int64_t T, int64_t C, int64_t v0, int64_t nv)
+{
+    static const char op[] = "vocab_embedding_forward";
+    int rc = check_vocab_range(d, op, v0, nv);
+    if (rc != DT_OK)
+        return rc;
+    return embedding_forward(d, s, op, out, tokens, wte, wpe, 0, dtype, B, T,
+                             C, v0, nv);
+}
+
+int cpu_vocab_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte,
+                                 float *dwpe, const void *dout,
+                                 const int32_t *tokens, int dtype, int64_t B,
+                                 int64_t T, int64_t C, int64_t v0, int64_t nv)
+{
+    static const char op[] = "vocab_embedding_backward";
+    int rc = check_vocab_range(d, op, v0, nv);
+    if (rc != DT_OK)
+        return rc;
+    return embedding_backward(d, s, op, dwte, dwpe, dout, tokens, dtype, B, T,
+                              C, v0, nv);
 }
 
 /* ------------------------------------------------------------- layernorm */
@@ -462,6 +528,9 @@ typedef struct {
     const int32_t *targets;
     float dloss;
     int64_t N, V;
+    int64_t v0;   /* the columns are vocabulary ids [v0, v0 + V) */
+    int phase;    /* vocab_xent_forward's */
+    float *stats; /* vocab_xent_forward's (3N) */
 } xent_t;
 
 CPU_CLONES static void xent_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
@@ -493,7 +562,36 @@ CPU_CLONES static void xent_bwd_task(void *ctx, int64_t b, int64_t e, int tid)
         float *restrict g = a->dlogits + n * V;
         for (int64_t v = 0; v < V; v++)
             g[v] += dl * p[v];
-        g[a->targets[n]] -= dl;
+        int64_t t = (int64_t)a->targets[n] - a->v0;
+        if (t >= 0 && t < V)
+            g[t] -= dl;
+    }
+}
+
+/* One phase of the vocabulary-parallel cross-entropy (device.h). */
+CPU_CLONES static void vxent_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const xent_t *a = ctx;
+    int64_t V = a->V, N = a->N;
+    float *mx = a->stats, *sum = a->stats + N, *tl = a->stats + 2 * N;
+    for (int64_t n = b; n < e; n++) {
+        const float *restrict x = a->logits + n * V;
+        int64_t t = (int64_t)a->targets[n] - a->v0;
+        if (a->phase == 0) {
+            mx[n] = cpu_max_f32(x, V);
+        } else if (a->phase == 1) {
+            double acc = 0;
+            for (int64_t v = 0; v < V; v++)
+                acc += (double)cpu_expf(x[v] - mx[n]);
+            sum[n] = (float)acc;
+            tl[n] = t >= 0 && t < V ? x[t] : 0.0f;
+        } else {
+            float *restrict p = a->probs + n * V;
+            float inv = (float)(1.0 / (double)sum[n]);
+            for (int64_t v = 0; v < V; v++)
+                p[v] = cpu_expf(x[v] - mx[n]) * inv;
+            a->losses[n] = (float)(log((double)sum[n]) - ((double)tl[n] - mx[n]));
+        }
     }
 }
 
@@ -559,6 +657,69 @@ int cpu_softmax_xent_backward(dt_device_t *d, dt_stream_t *s, void *dlogits,
                 .dloss = dloss, .N = N, .V = V};
     cpu_lock(d);
     cpu_pool_run(d->pool, N, row_grain(V), xent_bwd_task, &a);
+    cpu_unlock(d);
+    return DT_OK;
+}
+
+int cpu_vocab_xent_forward(dt_device_t *d, dt_stream_t *s, int phase,
+                           float *stats, float *losses, void *probs,
+                           const void *logits, const int32_t *targets,
+                           int dtype, int64_t N, int64_t v0, int64_t nv)
+{
+    static const char op[] = "vocab_xent_forward";
+    CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act(d, op, dtype));
+    CPU_DIM(d, op, N);
+    int rc = check_vocab_range(d, op, v0, nv);
+    if (rc != DT_OK)
+        return rc;
+    if (phase < 0 || phase > 2)
+        return CPU_INVALID(d, "%s: phase %d (0, 1 or 2)", op, phase);
+    int64_t NV;
+    if ((rc = cpu_check_product(d, op, N, nv, &NV)) != DT_OK)
+        return rc;
+    CPU_PTR(d, op, stats, 3 * N);
+    CPU_PTR(d, op, logits, NV);
+    CPU_PTR(d, op, targets, N);
+    if (phase == 2) {
+        CPU_PTR(d, op, losses, N);
+        CPU_PTR(d, op, probs, NV);
+    }
+    if ((rc = check_tokens(d, op, targets, N)) != DT_OK)
+        return rc;
+    xent_t a = {.losses = losses, .probs = probs, .logits = logits,
+                .targets = targets, .N = N, .V = nv, .v0 = v0, .phase = phase,
+                .stats = stats};
+    cpu_lock(d);
+    cpu_pool_run(d->pool, N, row_grain(nv), vxent_fwd_task, &a);
+    cpu_unlock(d);
+    return DT_OK;
+}
+
+int cpu_vocab_xent_backward(dt_device_t *d, dt_stream_t *s, void *dlogits,
+                            const void *probs, const int32_t *targets,
+                            int dtype, float dloss, int64_t N, int64_t v0,
+                            int64_t nv)
+{
+    static const char op[] = "vocab_xent_backward";
+    CPU_BEGIN(d, s, op);
+    CPU_DTYPES(cpu_check_act(d, op, dtype));
+    CPU_DIM(d, op, N);
+    int rc = check_vocab_range(d, op, v0, nv);
+    if (rc != DT_OK)
+        return rc;
+    int64_t NV;
+    if ((rc = cpu_check_product(d, op, N, nv, &NV)) != DT_OK)
+        return rc;
+    CPU_PTR(d, op, dlogits, NV);
+    CPU_PTR(d, op, probs, NV);
+    CPU_PTR(d, op, targets, N);
+    if ((rc = check_tokens(d, op, targets, N)) != DT_OK)
+        return rc;
+    xent_t a = {.dlogits = dlogits, .cprobs = probs, .targets = targets,
+                .dloss = dloss, .N = N, .V = nv, .v0 = v0};
+    cpu_lock(d);
+    cpu_pool_run(d->pool, N, row_grain(nv), xent_bwd_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }

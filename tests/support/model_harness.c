@@ -144,6 +144,7 @@ static const dt_strategy_ops_v1_t mh_ops = {
 
 const char *dt_mh_device = "cpu";
 uint32_t dt_mh_stage_first, dt_mh_stage_end, dt_mh_slots;
+int32_t dt_mh_tp_rank;
 uint32_t dt_mh_n_chunks, dt_mh_chunk_first[4], dt_mh_chunk_end[4];
 static const dt_test_kv_t cpu_kv[] = {{"threads", "2"}, {NULL, NULL}};
 /* cuda: no atomics, so a rerun repeats the bits */
@@ -262,11 +263,13 @@ int dt_mh_open_at(dt_mh_t *h, const char *plugin_dir, const char *source_dir,
     if ((rc = dt_config_load_string("model.toml", model_toml, &h->cfg)))
         return rc;
     for (uint32_t i = 0; i < dt_core_n_sections; i++)
-        if (strcmp(dt_core_sections[i].table, "model") == 0 &&
-            (rc = dt_config_apply_schema(h->cfg, "model", dt_core_sections[i].keys,
+        if ((strcmp(dt_core_sections[i].table, "model") == 0 ||
+             strcmp(dt_core_sections[i].table, "parallel") == 0) &&
+            (rc = dt_config_apply_schema(h->cfg, dt_core_sections[i].table,
+                                         dt_core_sections[i].keys,
                                          dt_core_sections[i].n_keys)))
             return rc;
-    if ((rc = dt_model_create(h->cfg, h->D, &h->model)))
+    if ((rc = dt_model_create_part(h->cfg, h->D, dt_mh_tp_rank, &h->model)))
         return rc;
     h->desc = dt_model_desc(h->model);
     dt_mh_strategy_t *s = calloc(1, sizeof *s);

@@ -42,6 +42,9 @@ extern const char *dt_mh_device;
  * [dt_mh_stage_first, dt_mh_stage_end) only (dt_model_set_stage), as a
  * pipeline stage's rank does; 0 (the default): the whole model's. */
 extern uint32_t dt_mh_stage_first, dt_mh_stage_end;
+/* The tensor rank dt_mh_open_at builds the model for (dt_model_create_part;
+ * the [parallel] tensor degree is the TOML's, 1 without that table). */
+extern int32_t dt_mh_tp_rank;
 /* > 1: activations for that many micro-batches at once (dt_model_set_slots). */
 extern uint32_t dt_mh_slots;
 /* dt_mh_n_chunks > 0: the unit ranges [dt_mh_chunk_first[i],

@@ -377,6 +377,16 @@ static void test_kernels_match_the_plugin(void **state)
          KC->embedding_backward(in, NULL, dwte.c, dwpe.c, dbtc, tok, F, B, T, C));
     pair_same(&dwte, "embedding_backward dwte");
     pair_same(&dwpe, "embedding_backward dwpe");
+    /* the vocabulary-parallel forms over rows [3, 3 + 5) of the table */
+    pair_t ev = pair_rand(&g, B * T * C);
+    BOTH(KW->vocab_embedding_forward(d, NULL, ev.w, tok, wte, NULL, F, B, T, C, 3, 5),
+         KC->vocab_embedding_forward(in, NULL, ev.c, tok, wte, NULL, F, B, T, C, 3, 5));
+    pair_same(&ev, "vocab_embedding_forward");
+    pair_t dwtev = pair_rand(&g, 5 * C), dwpev = pair_rand(&g, T * C);
+    BOTH(KW->vocab_embedding_backward(d, NULL, dwtev.w, dwpev.w, dbtc, tok, F, B, T, C, 3, 5),
+         KC->vocab_embedding_backward(in, NULL, dwtev.c, dwpev.c, dbtc, tok, F, B, T, C, 3, 5));
+    pair_same(&dwtev, "vocab_embedding_backward dwte");
+    pair_same(&dwpev, "vocab_embedding_backward dwpe");
 
     /* elementwise on n */
     const int64_t n = 37;
@@ -418,6 +428,19 @@ static void test_kernels_match_the_plugin(void **state)
     pair_same(&loss, "softmax_xent_forward losses");
     pair_same(&probs, "softmax_xent_forward probs");
     pair_same(&dl, "softmax_xent_backward");
+    /* the vocabulary-parallel cross-entropy's three phases over columns
+     * [2, 2 + V - 2) seen as a rank's part (no reduction between them) */
+    pair_t st = pair_rand(&g, 3 * N), lv = pair_rand(&g, N), pv = pair_rand(&g, N * (V - 2));
+    for (int ph = 0; ph < 3; ph++)
+        BOTH(KW->vocab_xent_forward(d, NULL, ph, st.w, lv.w, pv.w, logits, tgt, F, N, 2, V - 2),
+             KC->vocab_xent_forward(in, NULL, ph, st.c, lv.c, pv.c, logits, tgt, F, N, 2, V - 2));
+    pair_same(&st, "vocab_xent_forward stats");
+    pair_same(&lv, "vocab_xent_forward losses");
+    pair_t dlv = pair_rand(&g, N * (V - 2));
+    BOTH(KW->vocab_xent_backward(d, NULL, dlv.w, pv.w, tgt, F, 0.5f, N, 2, V - 2),
+         KC->vocab_xent_backward(in, NULL, dlv.c, pv.w, tgt, F, 0.5f, N, 2, V - 2));
+    pair_same(&pv, "vocab_xent_forward probs");
+    pair_same(&dlv, "vocab_xent_backward");
 
     /* layernorm over (N, C) */
     float *lw = frand(&g, C, 0.5, 1.5), *lb = frand(&g, C, -1, 1);

@@ -57,7 +57,8 @@ extern "C" {
 /* The kernel table versions on its own (NCCL's net vs collNet): a kernel
  * added is a kernel minor, not a device one. */
 #define DT_KERNELS_ABI_MAJOR 1
-#define DT_KERNELS_ABI_MINOR 0
+#define DT_KERNELS_ABI_MINOR 1 /* 1: the vocabulary-parallel embedding and
+                                * cross-entropy (tensor parallelism) */
 
 typedef struct dt_device dt_device_t; /* plugin instance, opaque */
 typedef struct dt_stream dt_stream_t; /* ordered queue of work, opaque */
@@ -286,6 +287,58 @@ typedef struct dt_kernels_v1 {
                       float weight_decay, int nesterov, float grad_scale);
 
     /* ---- minor 0 ends here; append only ---- */
+
+    /* ---- minor 1, optional: a vocabulary split across ranks (tensor
+     * parallelism, Megatron's vocab-parallel embedding and parallel
+     * cross-entropy).  The rank holds vocabulary rows [v0, v0 + nv);
+     * tokens and targets are global ids, and an id outside the range
+     * reads (or adds to) nothing here: another rank of the group holds
+     * it, and the caller sums the ranks' results. ---- */
+
+    /* out[b,t,:] = (tokens[b,t] in range ? wte[tokens[b,t] - v0,:] : 0)
+     *              + (wpe ? wpe[t,:] : 0).
+     * out (B, T, C), wte (nv, C), wpe (>= T, C) or NULL: dtype; tokens
+     * (B, T) i32, >= 0. */
+    int (*vocab_embedding_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                                   const int32_t *tokens, const void *wte,
+                                   const void *wpe, int dtype, int64_t B,
+                                   int64_t T, int64_t C, int64_t v0,
+                                   int64_t nv);
+    /* dwte[tokens[b,t] - v0,:] += dout[b,t,:] for tokens in range;
+     * dwpe[t,:] += dout[b,t,:].  dwte (nv, C), dwpe (>= T, C): f32, either
+     * may be NULL to skip it; dout (B, T, C): dtype. */
+    int (*vocab_embedding_backward)(dt_device_t *d, dt_stream_t *s,
+                                    float *dwte, float *dwpe,
+                                    const void *dout, const int32_t *tokens,
+                                    int dtype, int64_t B, int64_t T,
+                                    int64_t C, int64_t v0, int64_t nv);
+    /* Softmax cross-entropy over logits (N, nv) that hold vocabulary
+     * columns [v0, v0 + nv) of each row, in three phases with a reduction
+     * over the ranks between them; stats (3N) f32 carry the row state:
+     *  phase 0: stats[n] = max_v logits[n,v]; the caller then takes the
+     *           maximum over the ranks (the global row maximum);
+     *  phase 1: stats[N + n] = sum_v exp(logits[n,v] - stats[n]) and
+     *           stats[2N + n] = logits[n, targets[n] - v0] when the target
+     *           is in range, else 0; the caller then sums stats[N, 3N) over
+     *           the ranks;
+     *  phase 2: probs[n,v] = exp(logits[n,v] - stats[n]) / stats[N + n]
+     *           and losses[n] = log(stats[N + n]) - (stats[2N + n] -
+     *           stats[n]), the row's loss, the same on every rank.
+     * logits, probs (N, nv): dtype; targets (N) i32 >= 0; losses (N) f32
+     * (phase 2 only; probs and losses may be NULL in phases 0 and 1). */
+    int (*vocab_xent_forward)(dt_device_t *d, dt_stream_t *s, int phase,
+                              float *stats, float *losses, void *probs,
+                              const void *logits, const int32_t *targets,
+                              int dtype, int64_t N, int64_t v0, int64_t nv);
+    /* dlogits[n,:] += dloss * probs[n,:], and dlogits[n, targets[n] - v0]
+     * -= dloss when the target is in range.  dlogits, probs (N, nv):
+     * dtype. */
+    int (*vocab_xent_backward)(dt_device_t *d, dt_stream_t *s, void *dlogits,
+                               const void *probs, const int32_t *targets,
+                               int dtype, float dloss, int64_t N, int64_t v0,
+                               int64_t nv);
+
+    /* ---- minor 1 ends here; append only ---- */
 } dt_kernels_v1_t;
 
 typedef struct dt_device_ops_v1 {

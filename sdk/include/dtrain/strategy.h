@@ -103,7 +103,9 @@ extern "C" {
                                  *    micro-batch in flight), .chunks (interleaved
                                  *    virtual stages) and .buffers (the schedule's
                                  *    boundary tensors); dt_stage_runner_v1_t.act_slots,
-                                 *    forward_chunk, backward_chunk */
+                                 *    forward_chunk, backward_chunk;
+                                 * 5: dt_param_desc_v1_t.ext may point at a
+                                 *    dt_param_split_v1_t (tensor parallelism) */
 
 typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 
@@ -114,17 +116,49 @@ typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 /* Flags of a parameter tensor. */
 #define DT_PARAM_NO_DECAY 0x1u /* exempt from weight decay (biases, norms) */
 
+/* Tensor parallelism (minor 5): what part of a global tensor this rank
+ * holds.  The rank's tensor is n_blocks blocks of the global one, laid one
+ * after another in the unit's flat buffer, each row-major over its own
+ * sizes; block b covers global indices [start[d], start[d] + size[d]) along
+ * every dimension d < ndim.  GPT-2's fused QKV weight (3C, C) split over
+ * 2 ranks by heads is 3 blocks on each rank (its q, k and v rows:
+ * start (0, 0), (C, 0), (2C, 0) on rank 0, each of size (C/2, C)); a
+ * row-parallel projection (C, C) is one block of size (C, C/2) at column
+ * C/2 on rank 1, which is not contiguous in the global tensor.
+ * A tensor every rank of the tensor group holds whole (LayerNorm weights,
+ * the row-parallel layers' biases, the position embedding) is one block
+ * covering it with copies = group_size: its gradient is the same on every
+ * rank of the group (the model computes it from the same, replicated
+ * inputs), and a global norm counts it once, not group_size times. */
+#define DT_PARAM_MAX_BLOCKS 3
+typedef struct dt_param_block_v1 {
+    int64_t start[4]; /* first global index along each dimension */
+    int64_t size[4];  /* extent along each dimension (0 beyond ndim) */
+} dt_param_block_v1_t;
+
+typedef struct dt_param_split_v1 {
+    uint32_t struct_size;   /* sizeof(dt_param_split_v1_t), core's build */
+    uint32_t n_blocks;      /* 1..DT_PARAM_MAX_BLOCKS */
+    int64_t global_shape[4];
+    int32_t group_size;     /* ranks of the tensor group (parallel.tensor) */
+    int32_t copies;         /* ranks of it holding these same elements:
+                             * group_size when replicated, 1 when split */
+    dt_param_block_v1_t blocks[DT_PARAM_MAX_BLOCKS];
+} dt_param_split_v1_t;
+
 /* One parameter tensor inside a unit's flat buffer.  Frozen for the major
- * (an array element): growth goes through `ext`. */
+ * (an array element): growth goes through `ext`.  `shape` is the tensor
+ * this rank holds: the global one unless `ext` says it is a part. */
 typedef struct dt_param_desc_v1 {
     const char *name;   /* global name, GPT-2's ("h.3.attn.c_attn.weight") */
     uint64_t offset;    /* first element in the unit's flat buffer */
     uint64_t numel;     /* elements */
     int32_t ndim;       /* 1..4 */
     uint32_t flags;     /* DT_PARAM_* */
-    int64_t shape[4];   /* global shape, row-major */
-    const void *ext;    /* NULL in v1.0; a later minor may point it at a
-                         * struct starting with struct_size */
+    int64_t shape[4];   /* shape of what this rank holds, row-major */
+    const void *ext;    /* NULL, or (minor 5, tensor parallelism) a
+                         * dt_param_split_v1_t: the part of the global
+                         * tensor this rank holds */
 } dt_param_desc_v1_t;
 
 /* One unit.  Frozen for the major (an array element): growth through ext. */
@@ -569,6 +603,8 @@ typedef struct dt_strategy_ops_v1 {
 typedef dt_strategy_ops_v1_t dt_strategy_ops_t;
 typedef dt_strategy_init_v1_t dt_strategy_init_t;
 typedef dt_param_desc_v1_t dt_param_desc_t;
+typedef dt_param_split_v1_t dt_param_split_t;
+typedef dt_param_block_v1_t dt_param_block_t;
 typedef dt_unit_desc_v1_t dt_unit_desc_t;
 typedef dt_model_desc_v1_t dt_model_desc_t;
 typedef dt_optim_desc_v1_t dt_optim_desc_t;

@@ -1,5 +1,6 @@
 /*
- * core/ckpt/ckpt.c - save and resume training state by global ranges.
+ * core/ckpt/ckpt.c - save and resume training state by global ranges (and
+ * under tensor parallelism by blocks of the global tensors).
  */
 #include "ckpt/ckpt.h"
 
@@ -137,6 +138,182 @@ static int save_piece(const state_io_t *io, dt_range_t p, float *buf)
 
 static int save_end(const state_io_t *io) { return dt_ckpt_shard_end(io->wr); }
 
+/* ---- tensor parallelism: a rank's parts as blocks of the global tensors
+ *
+ * A checkpoint holds the whole model whatever layout saved it: under
+ * tensor parallelism the entry "<unit>/<state>" has the whole unit's
+ * elements (the tensor table's global offsets and shapes), and a rank's
+ * part of a split tensor is stored as blocks of it (format version 2;
+ * ckpt_io.h): a flat range of the rank's unit space becomes, within each
+ * block of each tensor it crosses, at most a partial first row, whole
+ * rows and a partial last row, each a rectangle of the global tensor and
+ * contiguous in the rank's memory.  A replicated tensor is a flat range
+ * of the entry, saved by the tensor group's rank 0 only
+ * (DT_SPLIT_DUPLICATE on the others).  Loading reads the same pieces
+ * back, so any layout loads any other's. ---- */
+
+/* Tensor p's global shape (ndim entries) and element count. */
+static uint64_t global_shape(const dt_param_desc_t *p, int64_t *shape)
+{
+    const dt_param_split_t *sp = p->ext;
+    uint64_t n = 1;
+    for (int i = 0; i < p->ndim; i++) {
+        shape[i] = sp ? sp->global_shape[i] : p->shape[i];
+        n *= (uint64_t)shape[i];
+    }
+    return n;
+}
+
+/* Unit u's global element count, and (off, may be NULL) each tensor's
+ * first element in the whole unit. */
+static uint64_t unit_global(const dt_unit_desc_t *ud, uint64_t *off)
+{
+    uint64_t n = 0;
+    int64_t shape[4];
+    for (uint32_t k = 0; k < ud->n_params; k++) {
+        if (off)
+            off[k] = n;
+        n += global_shape(&ud->params[k], shape);
+    }
+    return n;
+}
+
+/* One piece of a part: the rank's unit elements [local, local + count),
+ * which are entry elements [flat, flat + count) when block.ndim is 0,
+ * else the block. */
+typedef struct part_piece {
+    uint64_t local, count, flat;
+    dt_ckpt_block_t block;
+} part_piece_t;
+
+typedef int (*part_fn)(const state_io_t *io, const part_piece_t *pc, float *buf);
+
+/* Block b of tensor p (its elements from `lb` in the tensor's local
+ * space), elements [x, y) of it: rectangles of at most PIECE_ELEMS. */
+static int block_pieces(const state_io_t *io, const dt_param_desc_t *p, uint64_t gbase,
+                        const dt_param_block_t *b, uint64_t lb, uint64_t x, uint64_t y,
+                        part_fn fn, float *buf)
+{
+    const dt_param_split_t *sp = p->ext;
+    const uint64_t cols = p->ndim > 1 ? (uint64_t)b->size[1] : 1;
+    if (cols > PIECE_ELEMS)
+        return dt_err_set(DT_ERR_INVALID, "%s: rows of %llu elements exceed the checkpoint's "
+                          "staging", p->name, (unsigned long long)cols);
+    part_piece_t pc = {0};
+    pc.block.base = gbase;
+    pc.block.ndim = p->ndim;
+    for (int d = 0; d < p->ndim; d++)
+        pc.block.shape[d] = (uint64_t)sp->global_shape[d];
+    while (x < y) {
+        const uint64_t row = x / cols, col = x % cols;
+        uint64_t n;
+        if (p->ndim == 1) {
+            n = y - x < PIECE_ELEMS ? y - x : PIECE_ELEMS;
+            pc.block.start[0] = (uint64_t)b->start[0] + x;
+            pc.block.size[0] = n;
+        } else if (col > 0 || y - x < cols) { /* a partial row */
+            n = (cols - col < y - x ? cols - col : y - x);
+            pc.block.start[0] = (uint64_t)b->start[0] + row;
+            pc.block.start[1] = (uint64_t)b->start[1] + col;
+            pc.block.size[0] = 1;
+            pc.block.size[1] = n;
+        } else { /* whole rows */
+            uint64_t rows = (y - x) / cols, most = PIECE_ELEMS / cols;
+            rows = rows < most ? rows : most;
+            n = rows * cols;
+            pc.block.start[0] = (uint64_t)b->start[0] + row;
+            pc.block.start[1] = (uint64_t)b->start[1];
+            pc.block.size[0] = rows;
+            pc.block.size[1] = cols;
+        }
+        pc.local = p->offset + lb + x;
+        pc.count = n;
+        int rc = fn(io, &pc, buf);
+        if (rc)
+            return rc;
+        x += n;
+    }
+    return DT_OK;
+}
+
+/* Range r of a part's unit, piece by piece (saving: the duplicates of
+ * rank 0's replicated tensors left out). */
+static int each_part_piece(const state_io_t *io, const dt_unit_desc_t *ud, dt_range_t r,
+                           int saving, part_fn fn, float *buf)
+{
+    uint64_t goff[DT_MODEL_MAX_PARAMS];
+    unit_global(ud, goff);
+    const uint64_t r_end = r.offset + r.count;
+    int rc = DT_OK;
+    for (uint32_t k = 0; k < ud->n_params && !rc; k++) {
+        const dt_param_desc_t *p = &ud->params[k];
+        const dt_param_split_t *sp = p->ext;
+        uint64_t pa = r.offset > p->offset ? r.offset : p->offset;
+        uint64_t pb = r_end < p->offset + p->numel ? r_end : p->offset + p->numel;
+        if (pa >= pb)
+            continue;
+        if (!sp || sp->copies > 1) { /* whole: a flat range of the entry */
+            if (saving && sp && (sp->flags & DT_SPLIT_DUPLICATE))
+                continue;
+            for (uint64_t a = pa; a < pb && !rc; a += PIECE_ELEMS) {
+                part_piece_t pc = {.local = a, .count = pb - a < PIECE_ELEMS ? pb - a
+                                                                            : PIECE_ELEMS};
+                pc.flat = goff[k] + (a - p->offset);
+                rc = fn(io, &pc, buf);
+            }
+            continue;
+        }
+        uint64_t lb = 0;
+        for (uint32_t b = 0; b < sp->n_blocks && !rc; b++) {
+            const dt_param_block_t *bl = &sp->blocks[b];
+            const uint64_t bn = (uint64_t)bl->size[0] * (p->ndim > 1 ? (uint64_t)bl->size[1] : 1);
+            const uint64_t x = pa - p->offset > lb ? pa - p->offset - lb : 0;
+            const uint64_t y = pb - p->offset < lb + bn ? pb - p->offset - lb : bn;
+            if (pa - p->offset < lb + bn && x < y)
+                rc = block_pieces(io, p, goff[k], bl, lb, x, y, fn, buf);
+            lb += bn;
+        }
+    }
+    return rc;
+}
+
+static int save_part_piece(const state_io_t *io, const part_piece_t *pc, float *buf)
+{
+    int rc = io->ops->get_state(io->s, io->u, io->k,
+                                (dt_range_t){.offset = pc->local, .count = pc->count}, buf);
+    if (!rc)
+        rc = pc->block.ndim ? dt_ckpt_shard_begin_block(io->wr, io->entry, DT_F32, &pc->block)
+                            : dt_ckpt_shard_begin(io->wr, io->entry, DT_F32, pc->flat,
+                                                  pc->count);
+    if (!rc)
+        rc = dt_ckpt_shard_append(io->wr, buf, (size_t)pc->count * sizeof *buf);
+    return rc ? rc : dt_ckpt_shard_end(io->wr);
+}
+
+static int load_part_piece(const state_io_t *io, const part_piece_t *pc, float *buf)
+{
+    int rc = pc->block.ndim ? dt_ckpt_read_block(io->rd, io->entry, &pc->block, buf)
+                            : dt_ckpt_read(io->rd, io->entry, pc->flat, pc->count, buf);
+    return rc ? rc : io->ops->set_state(io->s, io->u, io->k,
+                                        (dt_range_t){.offset = pc->local, .count = pc->count},
+                                        buf);
+}
+
+/* A part's `purpose` ranges of io's unit and state, piece by piece. */
+static int each_part_range(const state_io_t *io, const dt_unit_desc_t *ud, int purpose,
+                           part_fn fn, float **buf)
+{
+    dt_range_t *rg = NULL;
+    uint32_t n = 0;
+    int rc = ranges(io->ops, io->s, io->u, io->k, purpose, &rg, &n);
+    if (!rc && n && !*buf && !(*buf = malloc(PIECE_ELEMS * sizeof **buf)))
+        rc = dt_err_set(DT_ERR_NOMEM, "out of memory staging checkpoint state");
+    for (uint32_t i = 0; i < n && !rc; i++)
+        rc = each_part_piece(io, ud, rg[i], purpose == DT_RANGES_SAVE, fn, *buf);
+    free(rg);
+    return rc;
+}
+
 /* The manifest's "model": the architecture's hyper-parameters and every
  * parameter tensor (unit, offset in the unit's flat space, global shape), so
  * tools can export and check shapes without building the model. */
@@ -154,9 +331,13 @@ cJSON *dt_ckpt_model_json(dt_model_t *m)
     for (uint32_t i = 0; i < mi->n_keys; i++)
         cJSON_AddNumberToObject(j, mi->keys[i].key, (double)mi->keys[i].value);
     cJSON_AddItemToObject(j, "tensors", ts);
-    for (uint32_t u = 0; u < d->n_units; u++)
+    for (uint32_t u = 0; u < d->n_units; u++) {
+        uint64_t goff[DT_MODEL_MAX_PARAMS];
+        unit_global(&d->units[u], goff); /* a tensor-parallel part's whole unit */
         for (uint32_t k = 0; k < d->units[u].n_params; k++) {
             const dt_param_desc_t *p = &d->units[u].params[k];
+            int64_t gshape[4];
+            global_shape(p, gshape);
             cJSON *t = cJSON_CreateObject();
             if (!t || !cJSON_AddItemToArray(ts, t)) {
                 cJSON_Delete(t);
@@ -165,12 +346,13 @@ cJSON *dt_ckpt_model_json(dt_model_t *m)
             }
             cJSON_AddStringToObject(t, "name", p->name);
             cJSON_AddStringToObject(t, "unit", d->units[u].name);
-            cJSON_AddNumberToObject(t, "offset", (double)p->offset);
+            cJSON_AddNumberToObject(t, "offset", (double)goff[k]);
             double shape[4];
             for (int i = 0; i < p->ndim && i < 4; i++)
-                shape[i] = (double)p->shape[i];
+                shape[i] = (double)gshape[i];
             cJSON_AddItemToObject(t, "shape", cJSON_CreateDoubleArray(shape, p->ndim));
         }
+    }
     return j;
 }
 
@@ -182,9 +364,13 @@ int dt_ckpt_check_tensors(const char *dir, const dt_ckpt_reader_t *rd, const dt_
 {
     if (!dt_ckpt_has_tensors(rd))
         return DT_OK; /* written before tensors were recorded: unit sizes are checked */
-    for (uint32_t u = 0; u < d->n_units; u++)
+    for (uint32_t u = 0; u < d->n_units; u++) {
+        uint64_t goff[DT_MODEL_MAX_PARAMS];
+        unit_global(&d->units[u], goff);
         for (uint32_t k = 0; k < d->units[u].n_params; k++) {
             const dt_param_desc_t *p = &d->units[u].params[k];
+            int64_t gshape[4];
+            global_shape(p, gshape);
             const dt_ckpt_tensor_t *t = dt_ckpt_find_tensor(rd, p->name);
             if (!t)
                 return dt_err_set(DT_ERR_DATA,
@@ -193,12 +379,12 @@ int dt_ckpt_check_tensors(const char *dir, const dt_ckpt_reader_t *rd, const dt_
                                   dir, p->name);
             int same = t->ndim == p->ndim;
             for (int i = 0; same && i < p->ndim; i++)
-                same = t->shape[i] == p->shape[i];
+                same = t->shape[i] == gshape[i];
             if (!same) {
                 char want[96] = "", got[96] = "";
                 for (int i = 0; i < p->ndim; i++)
                     snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld",
-                             i ? ", " : "", (long long)p->shape[i]);
+                             i ? ", " : "", (long long)gshape[i]);
                 for (int i = 0; i < t->ndim; i++)
                     snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld",
                              i ? ", " : "", (long long)t->shape[i]);
@@ -209,14 +395,15 @@ int dt_ckpt_check_tensors(const char *dir, const dt_ckpt_reader_t *rd, const dt_
             }
             char entry[DT_CKPT_NAME_MAX];
             snprintf(entry, sizeof entry, "%s/params", d->units[u].name);
-            if (strcmp(t->entry, entry) != 0 || t->offset != p->offset)
+            if (strcmp(t->entry, entry) != 0 || t->offset != goff[k])
                 return dt_err_set(DT_ERR_DATA,
                                   "checkpoint '%s': tensor %s is at element %llu of %s there "
                                   "but at element %llu of %s in this model: the checkpoint is "
                                   "from another model layout",
                                   dir, p->name, (unsigned long long)t->offset, t->entry,
-                                  (unsigned long long)p->offset, entry);
+                                  (unsigned long long)goff[k], entry);
         }
+    }
     return DT_OK;
 }
 
@@ -272,12 +459,13 @@ static int find_unit_entry(const char *dir, const dt_ckpt_reader_t *rd,
                           "checkpoint '%s' has no entry %s: it was saved from another model or "
                           "optimizer",
                           dir, name);
-    if (e->numel != ud->numel)
+    const uint64_t numel = unit_global(ud, NULL);
+    if (e->numel != numel)
         return dt_err_set(DT_ERR_DATA,
                           "checkpoint '%s': entry %s has %llu elements but this model's unit %s "
                           "has %llu: the checkpoint is from another model shape",
                           dir, name, (unsigned long long)e->numel, ud->name,
-                          (unsigned long long)ud->numel);
+                          (unsigned long long)numel);
     if (e->dtype != DT_F32)
         return dt_err_set(DT_ERR_DATA, "checkpoint '%s': entry %s holds %s, not f32", dir, name,
                           dt_dtype_name(e->dtype));
@@ -351,6 +539,7 @@ static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strat
     if (rc)
         return rc;
     dt_model_desc_t *d = dt_model_desc(m);
+    const int parts = dt_model_info(m)->tensor_parallel > 1;
     float *buf = NULL;
     rc = dt_ckpt_check_tensors(dir, rd, d);
     for (uint32_t u = 0; u < d->n_units && !rc; u++) {
@@ -361,7 +550,9 @@ static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strat
                 break;
             const state_io_t io = {ops, s, u, k, name, rd, NULL};
             static const piece_ops_t lo = {NULL, load_piece, NULL};
-            rc = each_piece(&io, DT_RANGES_HELD, &lo, &buf);
+            rc = parts ? each_part_range(&io, &d->units[u], DT_RANGES_HELD, load_part_piece,
+                                         &buf)
+                       : each_piece(&io, DT_RANGES_HELD, &lo, &buf);
         }
     }
     if (!rc) {
@@ -463,7 +654,9 @@ static int write_shard(const dt_world_t *w, const dt_strategy_ops_t *ops, dt_str
             snprintf(name, sizeof name, "%s/%s", d->units[u].name, state_names[k]);
             const state_io_t io = {ops, s, u, k, name, NULL, wr};
             static const piece_ops_t so = {save_begin, save_piece, save_end};
-            rc = each_piece(&io, DT_RANGES_SAVE, &so, &buf);
+            rc = dt_model_info(m)->tensor_parallel > 1
+                     ? each_part_range(&io, &d->units[u], DT_RANGES_SAVE, save_part_piece, &buf)
+                     : each_piece(&io, DT_RANGES_SAVE, &so, &buf);
         }
     }
     free(buf);
@@ -634,7 +827,7 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
                     snprintf(e->name, sizeof e->name, "%s/%s", d->units[u].name,
                              state_names[k]);
                     e->dtype = DT_F32;
-                    e->numel = d->units[u].numel;
+                    e->numel = unit_global(&d->units[u], NULL);
                 }
             dt_ckpt_info_t info = {.step = (uint64_t)step, .world_size = (uint32_t)w->size,
                                    .strategy = ops->info.name, .model = mj, .extra = extra};

@@ -73,25 +73,22 @@ int dt_model_missing_kernel(const dt_model_t *m, const char *kernel)
 
 int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, dt_model_t **out)
 {
-    return dt_model_create_part(cfg, dev, 0, out);
+    return dt_model_create_part(cfg, dev, 1, 0, out);
 }
 
-int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t tp_rank,
-                         dt_model_t **out)
+int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t tp,
+                         int32_t tp_rank, dt_model_t **out)
 {
     const char *arch, *dtype, *recompute;
-    int64_t tp = 1; /* a config of the [model] table alone (tools, tests): none */
     int rc;
     if ((rc = dt_config_get_string(cfg, "model.arch", &arch)) ||
         (rc = dt_config_get_string(cfg, "model.dtype", &dtype)) ||
-        (rc = dt_config_get_string(cfg, "model.activation_checkpointing", &recompute)) ||
-        (dt_config_claimed(cfg, "parallel") &&
-         (rc = dt_config_get_int(cfg, "parallel.tensor", &tp))))
+        (rc = dt_config_get_string(cfg, "model.activation_checkpointing", &recompute)))
         return rc;
-    if (tp_rank < 0 || tp_rank >= tp)
+    if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
         return dt_err_set(DT_ERR_INVALID,
-                          "model: tensor rank %d is outside the tensor group of %lld ranks",
-                          (int)tp_rank, (long long)tp);
+                          "model: tensor rank %d is outside the tensor group of %d ranks",
+                          (int)tp_rank, (int)tp);
     const dt_model_arch_t *a = NULL;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (strcmp(arch, archs[i]->name) == 0)
@@ -105,9 +102,9 @@ int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t t
     if (!m)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     m->arch = a;
-    m->tp = (int32_t)tp;
+    m->tp = tp;
     m->tp_rank = tp_rank;
-    m->info.tensor_parallel = (int32_t)tp;
+    m->info.tensor_parallel = tp;
     m->info.tensor_rank = tp_rank;
     m->kern = dev->kernels();
     m->dev_name = dev->info.name ? dev->info.name : "?";
@@ -146,6 +143,14 @@ int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t t
             goto fail;
         }
         m->desc.numel += ud->numel;
+        for (uint32_t k = 0; k < ud->n_params; k++) {
+            const dt_param_split_t *sp = ud->params[k].ext;
+            uint64_t g = ud->params[k].numel;
+            if (sp)
+                g = (uint64_t)sp->global_shape[0] *
+                    (uint64_t)(ud->params[k].ndim > 1 ? sp->global_shape[1] : 1);
+            m->info.global_numel += g;
+        }
         uint64_t v = 0;
         for (uint32_t k = 0; k < ud->n_params; k++)
             if (m->extra[u][k].kind != DT_TENSOR_MATRIX)
@@ -280,6 +285,7 @@ int dt_model_part(dt_model_t *m, uint32_t unit, int64_t g0, int64_t g1, uint32_t
     if (n_blocks == 0) { /* whole on every rank */
         sp->n_blocks = 1;
         sp->copies = m->tp;
+        sp->flags = m->tp_rank == 0 ? 0u : DT_SPLIT_DUPLICATE;
         for (int d = 0; d < p->ndim; d++)
             sp->blocks[0].size[d] = sp->global_shape[d];
     } else {

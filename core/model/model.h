@@ -37,6 +37,9 @@
 
 typedef struct dt_model dt_model_t;
 
+/* Most tensors one unit may have (GPT-2's block has 12). */
+#define DT_MODEL_MAX_PARAMS 16
+
 /* The compute context the model runs in: an instance of the device the
  * model was created for (dt_model_create), a stream of it, the strategy. */
 typedef struct dt_model_ctx {
@@ -78,6 +81,9 @@ typedef struct dt_model_info {
     int tied_embedding;
     /* [parallel] tensor and this rank's place in the tensor group. */
     int32_t tensor_parallel, tensor_rank;
+    /* The whole model's parameter count (desc.numel is this rank's part
+     * under tensor parallelism). */
+    uint64_t global_numel;
 } dt_model_info_t;
 
 /* Shape of a GPT-2 family model. */
@@ -118,13 +124,14 @@ typedef int (*dt_model_reduce_fn)(void *arg, void *buf, uint64_t count, int dtyp
  * one): one lacking an optional kernel the arch needs is refused here
  * with DT_ERR_UNSUPPORTED naming the device, the kernel and the dtypes. */
 int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, dt_model_t **out);
-/* The same for rank `tp_rank` of the tensor group at [parallel] tensor
- * (dt_model_create is rank 0's): DT_ERR_CONFIG naming the dimension when
- * the layout is impossible ("[parallel] tensor = 4 does not divide [model]
- * n_head = 6: attention heads are split across the tensor group") or the
- * arch has none (mlp); DT_ERR_INVALID for a rank outside the group. */
-int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t tp_rank,
-                         dt_model_t **out);
+/* The part of it rank `tp_rank` of a tensor group of `tp` ranks holds
+ * ([parallel] tensor = tp; dt_model_create is the whole model, tp 1):
+ * DT_ERR_CONFIG naming the dimension when the layout is impossible
+ * ("[parallel] tensor = 4 does not divide [model] n_head = 6: attention
+ * heads are split across the tensor group") or the arch has none (mlp);
+ * DT_ERR_INVALID for a rank outside the group. */
+int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t tp,
+                         int32_t tp_rank, dt_model_t **out);
 /* The tensor group's all-reduce (needed before any pass when P > 1). */
 void dt_model_set_tensor_reduce(dt_model_t *m, dt_model_reduce_fn fn, void *arg);
 /* The blocks of a part (sp: a split tensor's, copies 1) out of the global

@@ -18,8 +18,6 @@
 #include "model/model.h"
 #include "util/error.h" /* DT_TRY_UNIT */
 
-/* Most tensors one unit may have (GPT-2's block has 12). */
-#define DT_MODEL_MAX_PARAMS 16
 
 /* How a tensor is initialised and which kernels read it. */
 typedef enum dt_tensor_kind {

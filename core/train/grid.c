@@ -2,7 +2,7 @@
  * core/train/grid.c - the 3-D process grid (grid.h): coordinates of a
  * rank at tp x pp x dp in Megatron's order (tp fastest, pp slowest), and
  * the colors and keys that split the world into the tensor, pipeline,
- * data and embedding groups.
+ * data, embedding and model groups.
  */
 #include "train/grid.h"
 
@@ -74,6 +74,10 @@ void dt_grid_split_args(const dt_grid_t *g, dt_grid_group_t which,
         *color = g->dp_rank * g->tp + g->tp_rank;
         *key = which == DT_GRID_EMBEDDING ? (g->pp_rank > 0) : g->pp_rank;
         return;
+    case DT_GRID_MODEL:
+        *color = g->dp_rank;
+        *key = g->pp_rank * g->tp + g->tp_rank;
+        return;
     case DT_GRID_N_GROUPS:
         break;
     }
@@ -111,6 +115,11 @@ int32_t dt_grid_members(const dt_grid_t *g, dt_grid_group_t which,
         if (g->pp > 1)
             PUT(dt_grid_rank_at(g, g->tp_rank, g->pp - 1, g->dp_rank));
         break;
+    case DT_GRID_MODEL:
+        for (int32_t k = 0; k < g->pp; k++)
+            for (int32_t t = 0; t < g->tp; t++)
+                PUT(dt_grid_rank_at(g, t, k, g->dp_rank));
+        break;
     case DT_GRID_N_GROUPS:
         break;
     }
@@ -125,6 +134,7 @@ const char *dt_grid_group_name(dt_grid_group_t which)
         [DT_GRID_PIPELINE] = "pipeline",
         [DT_GRID_DATA] = "data",
         [DT_GRID_EMBEDDING] = "embedding",
+        [DT_GRID_MODEL] = "model",
     };
     return (unsigned)which < DT_GRID_N_GROUPS ? names[which] : "?";
 }

@@ -15,6 +15,7 @@
  *     data groups      [0, 2] [1, 3] [4, 6] [5, 7]
  *     pipeline groups  [0, 4] [1, 5] [2, 6] [3, 7]
  *     embedding groups [0, 4] [1, 5] [2, 6] [3, 7]
+ *     model groups     [0, 1, 4, 5] [2, 3, 6, 7]
  *
  * The embedding group holds the first and the last stage of each pipeline
  * group (Megatron's, for the tied input embedding and LM head, whose
@@ -25,15 +26,17 @@
  * world): dt_grid_split_args gives this rank's color and key for each
  * group (the key is the rank's place in its group: its coordinate along
  * the group, or 0 for the first stage and 1 for the last in the embedding
- * group), dt_grid_split makes all four.  Nothing here
+ * group, or pp_rank x tp + tp_rank in the model group), dt_grid_split
+ * makes all five.  Nothing here
  * allocates; the grid is plain data, the same on every rank but `rank` and
  * the coordinates.
  *
  * The training loop (core/train/train.c) splits the world with it when
- * parallel.pipeline > 1: the pipeline strategy runs over the pipeline
- * group, the data strategy over the data group, GPT-2's tied embedding
- * gradient is summed over the embedding group.  parallel.tensor > 1 is
- * still refused there.
+ * parallel.pipeline or parallel.tensor > 1: the pipeline strategy runs
+ * over the pipeline group, the tensor strategy over the tensor group, the
+ * data strategy over the data group, GPT-2's tied embedding gradient is
+ * summed over the embedding group and the gradient norm over the model
+ * group.
  */
 #ifndef DT_TRAIN_GRID_H
 #define DT_TRAIN_GRID_H
@@ -48,7 +51,10 @@ typedef enum dt_grid_group {
     DT_GRID_PIPELINE = 1,  /* same (tp, dp): pp ranks, one per stage */
     DT_GRID_DATA = 2,      /* same (tp, pp): dp ranks */
     DT_GRID_EMBEDDING = 3, /* first and last stage of a pipeline group */
-    DT_GRID_N_GROUPS = 4
+    DT_GRID_MODEL = 4,     /* same dp: the tp x pp ranks holding one model
+                            * replica, over which a global gradient norm
+                            * is summed */
+    DT_GRID_N_GROUPS = 5
 } dt_grid_group_t;
 
 typedef struct dt_grid {
@@ -83,7 +89,7 @@ void dt_grid_split_args(const dt_grid_t *g, dt_grid_group_t which,
 int32_t dt_grid_members(const dt_grid_t *g, dt_grid_group_t which,
                         int32_t *out, int32_t cap);
 
-/* "tensor", "pipeline", "data", "embedding". */
+/* "tensor", "pipeline", "data", "embedding", "model". */
 const char *dt_grid_group_name(dt_grid_group_t which);
 
 /* Collective over `world` (every rank of it calls this with its grid):

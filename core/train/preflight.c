@@ -13,20 +13,11 @@
 #include "train/train.h"
 #include "util/error.h"
 
-int dt_preflight_roles(const dt_resolved_t *r)
-{
-    if (r->plugin[DT_ROLE_TENSOR])
-        return dt_err_set(DT_ERR_CONFIG,
-                          "%s: tensor parallelism is not part of this build's training loop "
-                          "yet (parallel.tensor = 1)",
-                          r->set.config_path);
-    return DT_OK;
-}
-
 int dt_preflight_dp(const dt_resolved_t *r, int64_t world, int64_t *dp)
 {
     dt_grid_t g;
-    int rc = dt_grid_init(&g, (int32_t)world, 0, 1, r->set.parallel.pipeline);
+    int rc = dt_grid_init(&g, (int32_t)world, 0, r->set.parallel.tensor,
+                          r->set.parallel.pipeline);
     if (rc)
         return dt_err_context(rc, "%s", r->set.config_path);
     *dp = g.dp;
@@ -103,15 +94,15 @@ int dt_preflight_data(const dt_settings_t *set, int64_t vocab_size, int require_
 int dt_preflight(dt_resolved_t *r, int64_t world, int require_data)
 {
     int64_t dp = 0;
-    int rc = dt_preflight_roles(r);
-    if (!rc)
-        rc = dt_preflight_dp(r, world, &dp);
+    int rc = dt_preflight_dp(r, world, &dp);
     if (rc)
         return rc;
     if (!r->plugin[DT_ROLE_DEVICE])
         return dt_err_set(DT_ERR_INVALID, "dt_preflight: the device plugin is not resolved");
     dt_model_t *m = NULL;
-    if ((rc = dt_model_create(r->cfg, r->plugin[DT_ROLE_DEVICE]->ops, &m)) == DT_OK &&
+    /* tensor rank 0's part: an impossible tensor-parallel layout fails here */
+    if ((rc = dt_model_create_part(r->cfg, r->plugin[DT_ROLE_DEVICE]->ops,
+                                   (int32_t)r->set.parallel.tensor, 0, &m)) == DT_OK &&
         (rc = dt_preflight_stages(r, m)) == DT_OK &&
         (rc = dt_preflight_batch(r, dp, dt_model_info(m)->context)) == DT_OK)
         rc = dt_preflight_data(&r->set, dt_model_info(m)->vocab_size, require_data);

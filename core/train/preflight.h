@@ -12,11 +12,11 @@
 
 /* After dt_resolve_plugins (the device plugin's kernel table is consulted,
  * no device is initialised), for a world of `world` ranks:
- *   dt_preflight_roles   the roles this build's training loop drives
- *   dt_preflight_dp      the data-parallel degree: world / pipeline stages
- *   the model as the config describes it (dt_model_create on no device:
- *   the keys its arch reads, a preset's shapes with origin "preset", the
- *   shape's own rules), then
+ *   dt_preflight_dp      the data-parallel degree: world / (tensor x
+ *                        pipeline ranks)
+ *   the model as the config describes it (tensor rank 0's part of it on
+ *   no device: the keys its arch reads, a preset's shapes with origin
+ *   "preset", the shape's own rules and its tensor-parallel layout), then
  *   dt_preflight_batch   micro_batch x grad_accum x dp = global_batch,
  *                        the two written back to the config (origin
  *                        "derived" where computed), seq_len within the
@@ -29,9 +29,6 @@
  * that is not one: the data module's status). */
 int dt_preflight(dt_resolved_t *r, int64_t world, int require_data);
 
-/* Tensor parallelism is not driven by this build's training loop:
- * DT_ERR_CONFIG when the config selects it. */
-int dt_preflight_roles(const dt_resolved_t *r);
 
 /* *dp = world / parallel.pipeline (core/train/grid.h); DT_ERR_CONFIG
  * naming the config when the stages do not divide the world. */

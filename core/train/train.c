@@ -123,6 +123,11 @@ typedef struct run {
     dt_strategy_t *strat;
     dt_comm_t *dp_comm;       /* the data strategy's group: comm, or the
                                * grid's data group under a pipeline */
+    /* ---- tensor parallelism (issue 14): all zero without parallel.tensor
+     * > 1; the tensor strategy over the grid's tensor group ---- */
+    const dt_plugin_t *ptens;
+    const dt_strategy_ops_t *tens_ops;
+    dt_strategy_t *tens;
     /* ---- pipeline (issue 14): all zero without parallel.pipeline > 1 ---- */
     const dt_plugin_t *ppipe;
     const dt_strategy_ops_t *pipe_ops;
@@ -193,6 +198,8 @@ static void run_free(run_t *R)
         R->strat_ops->finalize(R->strat);
     if (R->pipe)
         R->pipe_ops->finalize(R->pipe);
+    if (R->tens)
+        R->tens_ops->finalize(R->tens);
     if (R->off) /* after the strategy, which frees its buffers there */
         ((const dt_offload_ops_t *)R->poff->ops)->finalize(R->off);
     if (R->model)
@@ -235,14 +242,16 @@ static int plugin_rc(const dt_plugin_t *p, int rc, const char *what)
 
 /* ---- start: plugins, model, batch, data, strategy, resume, metrics ---- */
 
-/* ---- pipeline (issue 14): the grid's groups (core/train/grid.h: tp
- * fastest, then dp, then pp); the data strategy gets the data group ---- */
+/* ---- pipeline and tensor parallelism (issue 14): the grid's groups
+ * (core/train/grid.h: tp fastest, then dp, then pp); the data strategy
+ * gets the data group ---- */
 static int start_grid(run_t *R)
 {
-    if (!(R->ppipe = R->r->plugin[DT_ROLE_PIPELINE]))
+    R->ppipe = R->r->plugin[DT_ROLE_PIPELINE];
+    R->ptens = R->r->plugin[DT_ROLE_TENSOR];
+    if (!R->ppipe && !R->ptens)
         return DT_OK;
-    R->pipe_ops = R->ppipe->ops;
-    int rc = dt_grid_init(&R->grid, R->world.size, R->world.rank, 1,
+    int rc = dt_grid_init(&R->grid, R->world.size, R->world.rank, R->set->parallel.tensor,
                           R->set->parallel.pipeline);
     if (!rc)
         rc = dt_grid_split(&R->grid, R->comm_ops, R->comm, R->groups);
@@ -250,6 +259,18 @@ static int start_grid(run_t *R)
         return rc;
     R->dp_rank = R->grid.dp_rank;
     R->dp_comm = R->groups[DT_GRID_DATA];
+    if (R->ptens) {
+        R->tens_ops = R->ptens->ops;
+        if (!DT_HAS_OP(dt_strategy_ops_t, R->tens_ops, reduce_activation))
+            return dt_err_set(DT_ERR_CONFIG,
+                              "%s: parallel.tensor = %lld selects strategy plugin '%s', which "
+                              "has no reduce_activation (strategy ABI 1.6)",
+                              R->set->config_path, (long long)R->set->parallel.tensor,
+                              R->ptens->name);
+    }
+    if (!R->ppipe)
+        return DT_OK;
+    R->pipe_ops = R->ppipe->ops;
     if (!(R->pipe_red = calloc(4 * (size_t)R->grid.pp + 1, sizeof *R->pipe_red)))
         return dt_err_set(DT_ERR_NOMEM, "pipeline: the bubble's %d stage slots",
                           (int)R->grid.pp);
@@ -272,8 +293,6 @@ static int start_plugins(run_t *R)
 {
     dt_resolved_t *r = R->r;
     int rc;
-    if ((rc = dt_preflight_roles(r)))
-        return rc;
     R->pdev = r->plugin[DT_ROLE_DEVICE];
     R->pcomm = r->plugin[DT_ROLE_COMM];
     R->pstrat = r->plugin[DT_ROLE_DATA];
@@ -491,6 +510,30 @@ static int assign_stage(run_t *R, uint8_t *flags, int *tied)
     return rc;
 }
 
+/* The tensor group's all-reduce, as the model calls it
+ * (dt_model_set_tensor_reduce): the tensor strategy's. */
+static int tensor_reduce(void *arg, void *buf, uint64_t count, int dtype, int op,
+                         dt_stream_t *stream)
+{
+    run_t *R = arg;
+    return R->tens_ops->reduce_activation(R->tens, buf, count, dtype, op, stream);
+}
+
+/* The tensor strategy over the tensor group, and the model's reductions
+ * through it. */
+static int init_tensor(run_t *R)
+{
+    dt_strategy_init_t ta = {
+        .struct_size = sizeof ta, .n_micro = (uint32_t)R->set->train.grad_accum,
+        .dev_ops = R->dev_ops, .dev = R->dev, .compute_stream = R->stream,
+        .comm_ops = R->comm_ops, .comm = R->groups[DT_GRID_TENSOR],
+        .model = dt_model_desc(R->model), .optim = &R->optim};
+    int rc = PLUGIN_CALL(R->ptens, R->tens_ops->init(R->ptens->host, &ta, &R->tens), "init");
+    if (!rc)
+        dt_model_set_tensor_reduce(R->model, tensor_reduce, R);
+    return rc;
+}
+
 /* The pipeline strategy over the pipeline group. */
 static int init_pipeline(run_t *R)
 {
@@ -536,6 +579,11 @@ static int init_strategy(run_t *R)
     /* ---- pipeline (issue 14): the data strategy holds this stage ---- */
     uint8_t *flags = NULL;
     int rc, tied = 0;
+    if (R->ptens && (rc = init_tensor(R)))
+        return rc;
+    /* the gradient norm over the model's ranks (tp x pp): each holds part */
+    if (R->ptens || R->ppipe)
+        sa.norm_comm = R->groups[DT_GRID_MODEL];
     if (R->ppipe) {
         if (!(flags = calloc(dt_model_desc(R->model)->n_units, 1)))
             return dt_err_set(DT_ERR_NOMEM, "out of memory");
@@ -544,17 +592,18 @@ static int init_strategy(run_t *R)
             return rc;
         }
         sa.unit_flags = flags;
-        sa.norm_comm = R->groups[DT_GRID_PIPELINE];
         sa.tied_comm = tied ? R->groups[DT_GRID_EMBEDDING] : NULL;
     }
     rc = PLUGIN_CALL(R->pstrat, R->strat_ops->init(R->pstrat->host, &sa, &R->strat), "init");
     free(flags);
-    if (rc == DT_ERR_UNSUPPORTED && R->ppipe) {
+    if (rc == DT_ERR_UNSUPPORTED && (R->ppipe || R->ptens)) {
         char msg[DT_ERR_MAX];
         snprintf(msg, sizeof msg, "%s", dt_last_error());
-        return dt_err_set(DT_ERR_CONFIG, "%s: [parallel] data = \"%s\" with parallel.pipeline "
+        return dt_err_set(DT_ERR_CONFIG, "%s: [parallel] data = \"%s\" with parallel.%s "
                           "= %lld: %s", R->set->config_path, R->pstrat->name,
-                          (long long)R->set->parallel.pipeline, msg);
+                          R->ppipe ? "pipeline" : "tensor",
+                          (long long)(R->ppipe ? R->set->parallel.pipeline
+                                               : R->set->parallel.tensor), msg);
     }
     /* ---- end pipeline ---- */
     if (rc == DT_ERR_NOMEM && !R->poff) {
@@ -675,13 +724,18 @@ static void print_header(run_t *R)
     const dt_model_desc_t *d = dt_model_desc(R->model);
     printf("dtrain: %s, %.2fM parameters (%u units), %lld steps of %lld sequences x %lld "
            "tokens (micro %lld x accum %lld x dp %lld); device %s; strategy %s\n",
-           d->arch, (double)d->numel / 1e6, d->n_units, (long long)t->steps,
+           d->arch, (double)dt_model_info(R->model)->global_numel / 1e6, d->n_units, (long long)t->steps,
            (long long)t->global_batch, (long long)t->seq_len, (long long)t->micro_batch,
            (long long)t->grad_accum, (long long)R->dp, R->props.name, R->pstrat->name);
     if (R->ppipe)
         printf("dtrain: pipeline of %d stages x %d data-parallel replicas (strategy %s over "
                "the pipeline groups, %s over the data groups)\n",
                R->grid.pp, R->grid.dp, R->ppipe->name, R->pstrat->name);
+    if (R->ptens)
+        printf("dtrain: tensor parallel over %d ranks x %d pipeline stage(s) x %d "
+               "data-parallel replicas (strategy %s over the tensor groups; this rank holds "
+               "%.2fM of the parameters)\n",
+               R->grid.tp, R->grid.pp, R->grid.dp, R->ptens->name, (double)d->numel / 1e6);
 }
 
 /* ---- fp16 loss scaling (loss_scale.h): start, one step's outcome ---- */
@@ -963,8 +1017,11 @@ static int pipeline_pass(run_t *R, int64_t step, uint32_t n_micro, float micro_s
     const int32_t pp = R->grid.pp;
     const size_t n = eval ? 1 : 1 + 2 * (size_t)pp;
     memset(R->pipe_red, 0, n * sizeof *R->pipe_red);
-    R->pipe_red[0] = sr.n_loss ? sr.loss_sum / (double)sr.n_loss : 0.0;
-    if (!eval) {
+    /* one rank of each tensor group speaks for it: its ranks hold the same
+     * loss and ran the same schedule */
+    if (R->grid.tp_rank == 0)
+        R->pipe_red[0] = sr.n_loss ? sr.loss_sum / (double)sr.n_loss : 0.0;
+    if (!eval && R->grid.tp_rank == 0) {
         R->pipe_red[1 + R->grid.pp_rank] = sr.recv_wait_s;
         R->pipe_red[1 + pp + R->grid.pp_rank] = now_s() - t0;
     }
@@ -1554,7 +1611,9 @@ static int print_summary(run_t *R)
 /* The model the config describes, on no device yet. */
 static int create_model(run_t *R)
 {
-    return dt_model_create(R->r->cfg, R->dev_ops, &R->model);
+    /* under tensor parallelism, this rank's part of it */
+    return dt_model_create_part(R->r->cfg, R->dev_ops, R->grid.tp ? R->grid.tp : 1,
+                                R->grid.tp_rank, &R->model);
 }
 
 /* A run, in order; each stage runs only when every earlier one succeeded. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dtrain/sdk/cfg.h"
+#include "dtrain/sdk/no_params.h"
 #include "pipeline.h"
 
 static const dt_config_key_t pp_keys[] = {
@@ -197,90 +198,7 @@ static int pp_run_schedule(dt_strategy_t *s, const dt_schedule_args_v1_t *args,
 
 /* ---- what a data strategy does: not this one's ---- */
 
-static int holds_none(dt_strategy_t *s, const char *what)
-{
-    return s->host->set_error(s->host, DT_ERR_INVALID,
-                              "%s: the pipeline strategy holds no parameters (the stage's data "
-                              "strategy does)", what);
-}
-
-static int pp_begin_step(dt_strategy_t *s, int64_t step)
-{
-    (void)s;
-    (void)step;
-    return DT_OK;
-}
-
-static int pp_pre_forward(dt_strategy_t *s, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *o)
-{
-    (void)h;
-    (void)o;
-    return holds_none(s, "pre_forward");
-}
-
-static int pp_post_forward(dt_strategy_t *s, const dt_hook_v1_t *h)
-{
-    (void)h;
-    return holds_none(s, "post_forward");
-}
-
-static int pp_pre_backward(dt_strategy_t *s, const dt_hook_v1_t *h, dt_unit_buffers_v1_t *o)
-{
-    (void)h;
-    (void)o;
-    return holds_none(s, "pre_backward");
-}
-
-static int pp_post_backward(dt_strategy_t *s, const dt_hook_v1_t *h)
-{
-    (void)h;
-    return holds_none(s, "post_backward");
-}
-
-static int pp_step(dt_strategy_t *s, const dt_step_args_v1_t *a, dt_step_result_v1_t *o)
-{
-    (void)a;
-    (void)o;
-    return holds_none(s, "step");
-}
-
-static int pp_state_ranges(dt_strategy_t *s, uint32_t unit, int kind, int purpose,
-                           dt_range_t *out, uint32_t cap, uint32_t *n)
-{
-    (void)s;
-    (void)unit;
-    (void)kind;
-    (void)purpose;
-    (void)out;
-    (void)cap;
-    *n = 0; /* nothing held, nothing saved */
-    return DT_OK;
-}
-
-static int pp_get_state(dt_strategy_t *s, uint32_t unit, int kind, dt_range_t r, float *buf)
-{
-    (void)unit;
-    (void)kind;
-    (void)r;
-    (void)buf;
-    return holds_none(s, "get_state");
-}
-
-static int pp_set_state(dt_strategy_t *s, uint32_t unit, int kind, dt_range_t r,
-                        const float *buf)
-{
-    (void)unit;
-    (void)kind;
-    (void)r;
-    (void)buf;
-    return holds_none(s, "set_state");
-}
-
-static int pp_state_loaded(dt_strategy_t *s)
-{
-    (void)s;
-    return DT_OK;
-}
+DT_NO_PARAMS_SLOTS(pp, "the pipeline strategy", s->host)
 
 /* The planner's rows for pipelines are the core's (issue 14, step 4):
  * this strategy allocates only its boundary buffers. */

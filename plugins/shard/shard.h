@@ -220,6 +220,8 @@ typedef struct dt_shard_engine {
     float *m, *v;                 /* optimizer moments of the shard (NULL
                                    * when offloaded) */
     double *norm_slot;
+    int norm_copies;              /* dt_dp_has_norm_copies (tensor
+                                   * parallelism) */
     /* offload (shard_offload.c): what the tier holds (DT_OFFLOAD_WHAT_*)
      * and, with the optimizer there, the master shard and moments; with
      * the parameters there, the compute shard (in place of cshard) and

@@ -148,6 +148,12 @@ static int make_buffers(dt_shard_engine_t *e)
                                     (void **)&e->v);
     if (rc == DT_OK)
         rc = d->alloc(e->dp.dev, sizeof(double), DT_TAG_OTHER, (void **)&e->norm_slot);
+    e->norm_copies = dt_dp_has_norm_copies(&e->dp);
+    if (rc == DT_OK && e->norm_copies && shard_grads_offloaded(e))
+        rc = host->set_error(host, DT_ERR_UNSUPPORTED,
+                             "the gradient shard offloaded with the optimizer under tensor "
+                             "parallelism: its norm does not leave out the tensor group's "
+                             "replicated copies yet (offload_what = \"params\" or no offload)");
     if (rc != DT_OK)
         return rc;
 

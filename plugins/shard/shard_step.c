@@ -18,7 +18,9 @@ static int group_is_copy(const dt_shard_engine_t *e, uint32_t g)
 
 /* The sum of squares of the whole gradient: each rank's shard, summed
  * over the shard group, and on a pipeline stage over the other stages
- * (norm_comm), its COPY unit left to the stage that owns it. */
+ * (norm_comm), its COPY unit left to the stage that owns it; under tensor
+ * parallelism the model's ranks (norm_comm) with each replicated tensor
+ * counted by the tensor group's rank 0 only. */
 static int grad_sumsq(dt_shard_engine_t *e, double *out)
 {
     const dt_host_v1_t *host = e->dp.host;
@@ -26,7 +28,7 @@ static int grad_sumsq(dt_shard_engine_t *e, double *out)
     double ss = 0.0;
     if (shard_grads_offloaded(e)) {
         rc = shard_offload_grads_sumsq(e, &ss); /* never on a stage with a COPY */
-    } else if (e->gshard && !e->dp.tied_comm) {
+    } else if (e->gshard && !e->dp.tied_comm && !e->norm_copies) {
         rc = dt_norm_sumsq(host, e->dp.dev_ops, e->dp.dev, e->dp.cs, e->norm_slot, e->gshard,
                            DT_F32, (int64_t)e->plan.shard_total, &ss);
     } else {
@@ -34,11 +36,17 @@ static int grad_sumsq(dt_shard_engine_t *e, double *out)
         for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++) {
             if (group_is_copy(e, i))
                 continue;
-            double part = 0.0;
+            const dt_shard_group_t *gr = &e->plan.groups[i];
+            double part = 0.0, copies = 0.0;
             rc = dt_norm_sumsq(host, e->dp.dev_ops, e->dp.dev, e->dp.cs, e->norm_slot,
-                               shard_gshard(e, i), DT_F32, (int64_t)e->plan.groups[i].shard,
-                               &part);
-            ss += part;
+                               shard_gshard(e, i), DT_F32, (int64_t)gr->shard, &part);
+            /* tensor parallelism: the copies the tensor group's rank 0
+             * counts (the shard's place in the group's flat space) */
+            if (rc == DT_OK && e->norm_copies)
+                rc = dt_dp_norm_copies(&e->dp, e->norm_slot, shard_gshard(e, i),
+                                       (uint64_t)e->srank * gr->shard, gr->shard, gr->unit_lo,
+                                       gr->unit_hi, e->plan.unit_off + gr->unit_lo, &copies);
+            ss += part > copies ? part - copies : 0.0;
         }
     }
     /* each element is owned by one rank of the shard group; replicas of a

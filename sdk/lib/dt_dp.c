@@ -6,6 +6,7 @@
  * One copy, so the strategies refuse the same misuse with the same words.
  */
 #include "dtrain/sdk/dp.h"
+#include "dtrain/sdk/norm.h"
 #include "dtrain/sdk/ranges.h"
 
 #include <math.h>
@@ -429,4 +430,59 @@ void dt_dp_estimate_state(const dt_estimate_args_v1_t *args, uint64_t compute, u
     out->bytes[DT_TAG_GRADS] = grads * args->grad_bytes;
     out->bytes[DT_TAG_OPTIMIZER] = optim > master ? optim - master : 0;
     out->bytes[DT_TAG_ACTIVATIONS] = args->act_bytes;
+}
+
+/* ---- tensor parallelism: the copies a global norm counts elsewhere ---- */
+
+static int norm_elsewhere(const dt_param_desc_v1_t *p)
+{
+    const dt_param_split_v1_t *sp = p->ext;
+    return sp && sp->struct_size >= DT_FIELD_END(dt_param_split_v1_t, reserved0) &&
+           (sp->flags & DT_SPLIT_DUPLICATE);
+}
+
+int dt_dp_has_norm_copies(const dt_dp_t *b)
+{
+    for (uint32_t u = 0; u < b->model->n_units; u++)
+        for (uint32_t k = 0; k < b->model->units[u].n_params; k++)
+            if (norm_elsewhere(&b->model->units[u].params[k]))
+                return 1;
+    return 0;
+}
+
+int dt_dp_norm_copies(const dt_dp_t *b, double *slot, const float *x, uint64_t first,
+                      uint64_t n, uint32_t unit_lo, uint32_t unit_hi,
+                      const uint64_t *unit_start, double *out)
+{
+    *out = 0.0;
+    for (uint32_t u = unit_lo; u <= unit_hi && u < b->model->n_units; u++) {
+        const dt_unit_desc_v1_t *ud = &b->model->units[u];
+        /* runs of adjacent copies, one sum each */
+        for (uint32_t k = 0; k < ud->n_params;) {
+            if (!norm_elsewhere(&ud->params[k])) {
+                k++;
+                continue;
+            }
+            uint32_t j = k + 1;
+            while (j < ud->n_params && norm_elsewhere(&ud->params[j]))
+                j++;
+            uint64_t lo = unit_start[u - unit_lo] + ud->params[k].offset;
+            uint64_t hi = unit_start[u - unit_lo] + ud->params[j - 1].offset +
+                          ud->params[j - 1].numel;
+            if (lo < first)
+                lo = first;
+            if (hi > first + n)
+                hi = first + n;
+            if (lo < hi) {
+                double s = 0.0;
+                int rc = dt_norm_sumsq(b->host, b->dev_ops, b->dev, b->cs, slot, x + (lo - first),
+                                       DT_F32, (int64_t)(hi - lo), &s);
+                if (rc != DT_OK)
+                    return rc;
+                *out += s;
+            }
+            k = j;
+        }
+    }
+    return DT_OK;
 }

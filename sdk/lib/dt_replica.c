@@ -151,6 +151,7 @@ static int alloc_state(dt_replica_t *r)
     if (r->dp.optim.kind == DT_OPTIM_ADAMW &&
         (rc = alloc_flat(r, DT_F32, DT_TAG_OPTIMIZER, "adamw exp_avg_sq", (void **)&r->v)))
         return rc;
+    r->norm_copies = dt_dp_has_norm_copies(&r->dp);
     return r->dp.dev_ops->alloc(r->dp.dev, sizeof(double), DT_TAG_OTHER, (void **)&r->norm_slot);
 }
 

@@ -250,7 +250,8 @@ int dt_replica_reduce(dt_replica_t *r)
 }
 
 /* The sum of squares of grads[part] over the units the norm counts: all
- * but a pipeline stage's COPY units (the other stage counts them). */
+ * but a pipeline stage's COPY units (the other stage counts them), less
+ * the tensors another rank of the tensor group counts. */
 static int sumsq_counted(dt_replica_t *r, dt_range_t part, double *sumsq)
 {
     const uint32_t nu = r->dp.model->n_units;
@@ -266,14 +267,19 @@ static int sumsq_counted(dt_replica_t *r, dt_range_t part, double *sumsq)
             hi++;
         uint64_t a = off[lo] > part.offset ? off[lo] : part.offset;
         uint64_t b = off[hi] < part.offset + part.count ? off[hi] : part.offset + part.count;
-        double s = 0.0;
+        double s = 0.0, copies = 0.0;
         if (a < b) {
             int rc = dt_norm_sumsq(r->dp.host, r->dp.dev_ops, r->dp.dev, r->dp.cs, r->norm_slot,
                                    r->grads + a, DT_F32, (int64_t)(b - a), &s);
+            /* tensor parallelism: the tensor group's rank 0 counts the
+             * tensors every rank of it holds */
+            if (rc == DT_OK && r->norm_copies)
+                rc = dt_dp_norm_copies(&r->dp, r->norm_slot, r->grads + a, a, b - a, lo, hi - 1,
+                                       off + lo, &copies);
             if (rc != DT_OK)
                 return rc;
         }
-        *sumsq += s;
+        *sumsq += s > copies ? s - copies : 0.0;
         lo = hi;
     }
     return DT_OK;

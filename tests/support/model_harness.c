@@ -269,7 +269,9 @@ int dt_mh_open_at(dt_mh_t *h, const char *plugin_dir, const char *source_dir,
                                          dt_core_sections[i].keys,
                                          dt_core_sections[i].n_keys)))
             return rc;
-    if ((rc = dt_model_create_part(h->cfg, h->D, dt_mh_tp_rank, &h->model)))
+    int64_t tp = 1;
+    if ((rc = dt_config_get_int(h->cfg, "parallel.tensor", &tp)) ||
+        (rc = dt_model_create_part(h->cfg, h->D, (int32_t)tp, dt_mh_tp_rank, &h->model)))
         return rc;
     h->desc = dt_model_desc(h->model);
     dt_mh_strategy_t *s = calloc(1, sizeof *s);

@@ -32,17 +32,17 @@ static const dt_comm_ops_v1_t *g_ops; /* loaded in the parent, inherited */
 /* tp 2 x pp 2 x dp 2 on 8 ranks, rank = pp * 4 + dp * 2 + tp. */
 static const struct {
     int32_t tp, pp, dp;
-    int32_t group[DT_GRID_N_GROUPS][2]; /* tensor, pipeline, data, embedding */
+    int32_t group[DT_GRID_N_GROUPS][4]; /* tensor, pipeline, data, embedding, model */
 } T222[8] = {
-    /*      tp pp dp   tensor   pipeline  data     embedding */
-    [0] = {0, 0, 0, {{0, 1}, {0, 4}, {0, 2}, {0, 4}}},
-    [1] = {1, 0, 0, {{0, 1}, {1, 5}, {1, 3}, {1, 5}}},
-    [2] = {0, 0, 1, {{2, 3}, {2, 6}, {0, 2}, {2, 6}}},
-    [3] = {1, 0, 1, {{2, 3}, {3, 7}, {1, 3}, {3, 7}}},
-    [4] = {0, 1, 0, {{4, 5}, {0, 4}, {4, 6}, {0, 4}}},
-    [5] = {1, 1, 0, {{4, 5}, {1, 5}, {5, 7}, {1, 5}}},
-    [6] = {0, 1, 1, {{6, 7}, {2, 6}, {4, 6}, {2, 6}}},
-    [7] = {1, 1, 1, {{6, 7}, {3, 7}, {5, 7}, {3, 7}}},
+    /*      tp pp dp   tensor   pipeline  data     embedding model */
+    [0] = {0, 0, 0, {{0, 1}, {0, 4}, {0, 2}, {0, 4}, {0, 1, 4, 5}}},
+    [1] = {1, 0, 0, {{0, 1}, {1, 5}, {1, 3}, {1, 5}, {0, 1, 4, 5}}},
+    [2] = {0, 0, 1, {{2, 3}, {2, 6}, {0, 2}, {2, 6}, {2, 3, 6, 7}}},
+    [3] = {1, 0, 1, {{2, 3}, {3, 7}, {1, 3}, {3, 7}, {2, 3, 6, 7}}},
+    [4] = {0, 1, 0, {{4, 5}, {0, 4}, {4, 6}, {0, 4}, {0, 1, 4, 5}}},
+    [5] = {1, 1, 0, {{4, 5}, {1, 5}, {5, 7}, {1, 5}, {0, 1, 4, 5}}},
+    [6] = {0, 1, 1, {{6, 7}, {2, 6}, {4, 6}, {2, 6}, {2, 3, 6, 7}}},
+    [7] = {1, 1, 1, {{6, 7}, {3, 7}, {5, 7}, {3, 7}, {2, 3, 6, 7}}},
 };
 
 static void test_grid_tp2_pp2_dp2(void **state)
@@ -56,13 +56,13 @@ static void test_grid_tp2_pp2_dp2(void **state)
         assert_int_equal(g.dp_rank, T222[r].dp);
         assert_int_equal(dt_grid_rank_at(&g, g.tp_rank, g.pp_rank, g.dp_rank), r);
         for (int k = 0; k < DT_GRID_N_GROUPS; k++) {
-            int32_t m[8] = {-1, -1, -1};
-            assert_int_equal(dt_grid_members(&g, (dt_grid_group_t)k, m, 8), 2);
-            if (m[0] != T222[r].group[k][0] || m[1] != T222[r].group[k][1])
-                fail_msg("rank %d: %s group [%d, %d], want [%d, %d]", (int)r,
-                         dt_grid_group_name((dt_grid_group_t)k), (int)m[0],
-                         (int)m[1], (int)T222[r].group[k][0],
-                         (int)T222[r].group[k][1]);
+            int32_t m[8] = {-1, -1, -1, -1};
+            const int32_t n = k == DT_GRID_MODEL ? 4 : 2;
+            assert_int_equal(dt_grid_members(&g, (dt_grid_group_t)k, m, 8), n);
+            if (memcmp(m, T222[r].group[k], (size_t)n * sizeof *m) != 0)
+                fail_msg("rank %d: %s group [%d, %d, ...], want [%d, %d, ...]", (int)r,
+                         dt_grid_group_name((dt_grid_group_t)k), (int)m[0], (int)m[1],
+                         (int)T222[r].group[k][0], (int)T222[r].group[k][1]);
         }
     }
 }
@@ -186,6 +186,7 @@ static void test_grid_config_errors(void **state)
     assert_int_equal(dt_grid_rank_at(&g, 2, 0, 0), -1);
     assert_int_equal(dt_grid_rank_at(&g, 0, 0, -1), -1);
     assert_string_equal(dt_grid_group_name(DT_GRID_EMBEDDING), "embedding");
+    assert_string_equal(dt_grid_group_name(DT_GRID_MODEL), "model");
 }
 
 /* ---- 8 ranks on the shm communicator --------------------------------- */

@@ -67,6 +67,7 @@
 #include "dtrain/sdk/flat.h"
 #include "dtrain/sdk/hash.h"
 #include "dtrain/sdk/mem_tally.h"
+#include "dtrain/sdk/no_params.h"
 #include "dtrain/sdk/norm.h"
 #include "dtrain/sdk/offload.h"
 #include "dtrain/sdk/offload_bufs.h"

@@ -94,7 +94,7 @@ extern "C" {
 #endif
 
 #define DT_STRATEGY_ABI_MAJOR 1
-#define DT_STRATEGY_ABI_MINOR 4 /* 1: dt_step_args_v1_t.loss_scale, dt_estimate_args_v1_t.offload;
+#define DT_STRATEGY_ABI_MINOR 6 /* 1: dt_step_args_v1_t.loss_scale, dt_estimate_args_v1_t.offload;
                                  * 2: dt_estimate_v1_t.offload_bytes_per_step;
                                  * 3: pipeline stages: dt_strategy_init_v1_t.unit_flags,
                                  *    norm_comm, tied_comm; the slots assign_stages and
@@ -105,7 +105,9 @@ extern "C" {
                                  *    boundary tensors); dt_stage_runner_v1_t.act_slots,
                                  *    forward_chunk, backward_chunk;
                                  * 5: dt_param_desc_v1_t.ext may point at a
-                                 *    dt_param_split_v1_t (tensor parallelism) */
+                                 *    dt_param_split_v1_t (tensor parallelism);
+                                 * 6: the slot reduce_activation (a tensor
+                                 *    strategy's) */
 
 typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 
@@ -143,8 +145,16 @@ typedef struct dt_param_split_v1 {
     int32_t group_size;     /* ranks of the tensor group (parallel.tensor) */
     int32_t copies;         /* ranks of it holding these same elements:
                              * group_size when replicated, 1 when split */
+    uint32_t flags;         /* DT_SPLIT_* */
+    uint32_t reserved0;
     dt_param_block_v1_t blocks[DT_PARAM_MAX_BLOCKS];
 } dt_param_split_v1_t;
+/* dt_param_split_v1_t.flags: this rank's copy of a replicated tensor
+ * duplicates the one the tensor group's rank 0 holds, which is the one
+ * counted: a strategy's gradient norm leaves it out (so the sum over the
+ * model's ranks counts each element once) and a checkpoint saves rank 0's
+ * copy only. */
+#define DT_SPLIT_DUPLICATE 0x1u
 
 /* One parameter tensor inside a unit's flat buffer.  Frozen for the major
  * (an array element): growth goes through `ext`.  `shape` is the tensor
@@ -597,6 +607,28 @@ typedef struct dt_strategy_ops_v1 {
     int (*run_schedule)(dt_strategy_t *s, const dt_schedule_args_v1_t *args,
                         dt_schedule_result_v1_t *out);
     /* ---- minor 3 ends here; append only ---- */
+
+    /* ---- tensor parallelism (minor 6, optional: a tensor strategy has
+     * it) ----
+     * The model's layers know their math (which projection is column- or
+     * row-parallel, the parallel cross-entropy: core/model/model.h); the
+     * tensor strategy owns the tensor group and what crosses it.  Like
+     * the pipeline strategy it holds no parameters: every rank's data
+     * strategy holds that rank's parts (dt_param_split_v1_t), its group
+     * the ranks holding the same parts.
+     *
+     * All-reduce `count` elements of `dtype` at device memory `buf`, in
+     * place, with `op` (DT_OP_SUM, DT_OP_MAX) over the tensor group
+     * (init.comm), ordered after the work enqueued on `stream` and before
+     * what is enqueued after it: the partial sums of a row-parallel
+     * layer's output in forward, of a column-parallel layer's input
+     * gradient in backward, the parallel cross-entropy's row statistics.
+     * Blocking, bounded by the group's timeout: a dead peer fails it
+     * with DT_ERR_REMOTE / DT_ERR_TIMEOUT and a message naming the
+     * operation, its size and the group. */
+    int (*reduce_activation)(dt_strategy_t *s, void *buf, uint64_t count, int dtype, int op,
+                             dt_stream_t *stream);
+    /* ---- minor 6 ends here; append only ---- */
 } dt_strategy_ops_v1_t;
 
 /* Current-version names. */

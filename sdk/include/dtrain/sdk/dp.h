@@ -67,6 +67,22 @@ typedef struct dt_dp {
                                       * embedding group */
 } dt_dp_t;
 
+/* Tensor parallelism (strategy ABI 1.5): 1 when some tensor of the model
+ * is a copy another rank counts in the global norm
+ * (DT_SPLIT_DUPLICATE); dt_dp_norm_copies then says how much of a
+ * sum of squares was such copies. */
+int dt_dp_has_norm_copies(const dt_dp_t *b);
+/* The sum of squares of the elements of `x` the global norm counts on
+ * another rank (DT_SPLIT_DUPLICATE tensors), for a caller that
+ * summed all of x and takes this off.  x (device, f32) holds elements
+ * [first, first + n) of a flat space in which unit u of [unit_lo,
+ * unit_hi] starts at unit_start[u - unit_lo] (a replica's layout, a
+ * shard group's).  *out = 0 at once when there are none.  `slot`: one
+ * device double (dt_norm_sumsq's).  Blocking. */
+int dt_dp_norm_copies(const dt_dp_t *b, double *slot, const float *x, uint64_t first,
+                      uint64_t n, uint32_t unit_lo, uint32_t unit_hi,
+                      const uint64_t *unit_start, double *out);
+
 /* Unit u's DT_UNIT_* flags: DT_UNIT_HELD for every unit without a stage. */
 static inline uint32_t dt_dp_unit_flags(const dt_dp_t *b, uint32_t u)
 {

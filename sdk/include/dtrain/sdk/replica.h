@@ -143,6 +143,8 @@ typedef struct dt_replica {
     float *grads;
     float *m, *v;               /* AdamW moments; SGD: m = momentum, v NULL */
     double *norm_slot;          /* one device double for sums of squares */
+    int norm_copies;            /* dt_dp_has_norm_copies: tensor-parallel
+                                 * copies the norm leaves to another rank */
 
     /* per unit: final post_backward seen this step */
     uint8_t *final_done;

@@ -1,0 +1,131 @@
+/*
+ * plugins/tensor/tensor.c - the `tensor` strategy: Megatron-LM's tensor
+ * parallelism, chosen by [parallel] tensor = P > 1.
+ *
+ * The split itself is the model's (core/model/model.h): each rank of a
+ * tensor group holds its heads, its share of the MLP and its range of the
+ * vocabulary, and the layers say where their partial results meet.  This
+ * strategy owns the group they meet over: reduce_activation all-reduces a
+ * row-parallel layer's output in forward, a column-parallel layer's input
+ * gradient in backward and the parallel cross-entropy's row statistics,
+ * each bounded by the group's timeout so a dead peer stops every rank.
+ * Per transformer block and micro-batch that is 2 all-reduces of
+ * (B, T, n_embd) in forward and 2 in backward, as in Megatron; the
+ * vocabulary-parallel embedding adds one in forward, the LM head one in
+ * backward, the cross-entropy two small ones (B*T and 2 B*T f32).
+ *
+ * It holds no parameters (sdk/no_params.h): every rank's data strategy
+ * holds that rank's parts, reduced over the ranks holding the same parts.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "dtrain/sdk/no_params.h"
+#include "dtrain/strategy.h"
+
+struct dt_strategy {
+    const dt_host_v1_t *host;
+    const dt_comm_ops_v1_t *comm_ops;
+    dt_comm_t *comm; /* the tensor group */
+    int32_t rank, size;
+    uint64_t calls;  /* all-reduces so far (messages) */
+};
+
+static void tp_finalize(dt_strategy_t *s)
+{
+    if (s)
+        s->host->free(s->host, s);
+}
+
+static int tp_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *in,
+                   dt_strategy_t **out)
+{
+    *out = NULL;
+    dt_strategy_init_v1_t a;
+    int rc = dt_args_read(host, "init args", &a, sizeof a, in, DT_STRATEGY_INIT_V1_SIZE0);
+    if (rc != DT_OK)
+        return rc;
+    if (!a.comm_ops || !a.comm)
+        return host->set_error(host, DT_ERR_INVALID, "init: NULL %s",
+                               !a.comm_ops ? "comm_ops" : "comm");
+    if (a.unit_flags || a.norm_comm || a.tied_comm)
+        return host->set_error(host, DT_ERR_INVALID,
+                               "init: the tensor strategy holds no units (unit_flags, "
+                               "norm_comm and tied_comm are the data strategy's)");
+    dt_strategy_t *s = host->alloc(host, sizeof *s, DT_TAG_OTHER);
+    if (!s)
+        return host->set_error(host, DT_ERR_NOMEM, "init: instance");
+    memset(s, 0, sizeof *s);
+    s->host = host;
+    s->comm_ops = a.comm_ops;
+    s->comm = a.comm;
+    if ((rc = a.comm_ops->rank_size(a.comm, &s->rank, &s->size)) == DT_OK && s->size < 2)
+        rc = host->set_error(host, DT_ERR_INVALID, "init: a tensor group of %d rank(s)",
+                             s->size);
+    if (rc != DT_OK) {
+        tp_finalize(s);
+        return rc;
+    }
+    host->log(host, DT_LOG_DEBUG, "tensor rank %d of %d", s->rank, s->size);
+    *out = s;
+    return DT_OK;
+}
+
+static int tp_reduce_activation(dt_strategy_t *s, void *buf, uint64_t count, int dtype, int op,
+                                dt_stream_t *stream)
+{
+    dt_comm_req_t *req = NULL;
+    s->calls++;
+    int rc = s->comm_ops->all_reduce(s->comm, buf, buf, count, dtype, op, stream, &req);
+    if (rc == DT_OK)
+        rc = s->comm_ops->wait(s->comm, req, -1); /* the group's timeout */
+    if (rc != DT_OK) /* the communicator's message names the operation and the peer */
+        s->host->log(s->host, DT_LOG_ERROR,
+                     "all-reduce %llu of the tensor group (tensor rank %d of %d, %llu "
+                     "elements of %s) failed",
+                     (unsigned long long)s->calls, (int)s->rank, (int)s->size,
+                     (unsigned long long)count, dt_dtype_name(dtype));
+    return rc;
+}
+
+DT_NO_PARAMS_SLOTS(tp, "the tensor strategy", s->host)
+
+/* The planner's tensor rows are the core's, from the model's layout
+ * (which tensors are split, how many all-reduces a micro-batch runs). */
+static int tp_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
+                       dt_estimate_v1_t *res)
+{
+    dt_estimate_args_v1_t a;
+    int rc = dt_args_read(host, "estimate args", &a, sizeof a, in, DT_ESTIMATE_ARGS_V1_SIZE0);
+    if (rc != DT_OK)
+        return rc;
+    dt_estimate_v1_t e;
+    memset(&e, 0, sizeof e);
+    e.struct_size = sizeof e;
+    e.n_tags = DT_TAG_COUNT;
+    snprintf(e.note, sizeof e.note,
+             "ranks hold their parts; 2 + 2 activation all-reduces per block");
+    return dt_result_write(host, "estimate", res, &e, sizeof e, DT_ESTIMATE_V1_SIZE0);
+}
+
+static const dt_strategy_ops_v1_t tp_ops = {
+    .info = DT_PLUGIN_INFO_NOKEYS(STRATEGY, dt_strategy_ops_v1_t, "tensor", "0.1.0",
+                                  "tensor parallel (Megatron-LM): heads, MLP and vocabulary "
+                                  "split over the tensor group, activations all-reduced"),
+    .init = tp_init,
+    .finalize = tp_finalize,
+    .begin_step = tp_begin_step,
+    .pre_forward = tp_pre_forward,
+    .post_forward = tp_post_forward,
+    .pre_backward = tp_pre_backward,
+    .post_backward = tp_post_backward,
+    .step = tp_step,
+    .state_ranges = tp_state_ranges,
+    .get_state = tp_get_state,
+    .set_state = tp_set_state,
+    .state_loaded = tp_state_loaded,
+    .estimate = tp_estimate,
+    .reduce_activation = tp_reduce_activation,
+};
+
+DT_PLUGIN_ENTRY(strategy, 1, dt_strategy_ops_v1_t, &tp_ops)

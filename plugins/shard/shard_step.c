@@ -46,7 +46,7 @@ static int grad_sumsq(dt_shard_engine_t *e, double *out)
                 rc = dt_dp_norm_copies(&e->dp, e->norm_slot, shard_gshard(e, i),
                                        (uint64_t)e->srank * gr->shard, gr->shard, gr->unit_lo,
                                        gr->unit_hi, e->plan.unit_off + gr->unit_lo, &copies);
-            ss += part > copies ? part - copies : 0.0;
+            ss += part - copies < 0.0 ? 0.0 : part - copies; /* NaN and Inf pass */
         }
     }
     /* each element is owned by one rank of the shard group; replicas of a

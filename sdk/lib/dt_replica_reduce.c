@@ -279,7 +279,8 @@ static int sumsq_counted(dt_replica_t *r, dt_range_t part, double *sumsq)
             if (rc != DT_OK)
                 return rc;
         }
-        *sumsq += s > copies ? s - copies : 0.0;
+        /* rounding may take a little below 0; NaN and Inf pass */
+        *sumsq += s - copies < 0.0 ? 0.0 : s - copies;
         lo = hi;
     }
     return DT_OK;

@@ -145,9 +145,11 @@ static int add_strategy(variants_t *vs, const char *name, const dt_search_path_t
     int rc = dt_plugin_open(sp, DT_KIND_STRATEGY, name, &p);
     if (rc == DT_OK) {
         const dt_strategy_ops_t *ops = p->ops;
-        /* a model-parallel strategy (a pipeline's schedule) holds no
-         * state: it is not a row of its own (its rows: issue 14) */
-        if (DT_HAS_OP(dt_strategy_ops_t, ops, run_schedule)) {
+        /* a model-parallel strategy (a pipeline's schedule, a tensor
+         * group's reductions) holds no state: it is not a row of its own
+         * (the pipeline and tensor blocks) */
+        if (DT_HAS_OP(dt_strategy_ops_t, ops, run_schedule) ||
+            DT_HAS_OP(dt_strategy_ops_t, ops, reduce_activation)) {
             dt_plugin_unload(p);
             return DT_OK;
         }
@@ -307,11 +309,16 @@ static void print_header(const dt_resolved_t *r, dt_model_t *m, int64_t world,
     char b[32];
     printf("plan: %s, %.2fM parameters, %s, %s; %lld rank(s); micro-batch %lld x %lld "
            "tokens\n",
-           mi->arch, (double)dt_model_desc(m)->numel / 1e6, mi->dtype,
+           mi->arch, (double)mi->global_numel / 1e6, mi->dtype,
            dt_optim_name(r->set.optimizer.type), (long long)world,
            (long long)r->set.train.micro_batch, (long long)r->set.train.seq_len);
     printf("units: sizes binary (1 MiB = 2^20 bytes, 1 GiB = 2^30 bytes), bandwidth decimal "
            "(1 Gb/s = 10^9 bit/s)\n");
+    if (mi->tensor_parallel > 1)
+        printf("tensor parallel: %d ranks; the rows plan tensor rank 0's part of the model "
+               "(%.2fM parameters) over the %lld ranks holding the same part\n",
+               (int)mi->tensor_parallel, (double)dt_model_desc(m)->numel / 1e6,
+               (long long)(world / mi->tensor_parallel));
     if (lim->mem)
         printf("device memory: %s per rank (fits: total/rank within it%s)\n",
                dt_plan_bytes(lim->mem, b, sizeof b),
@@ -796,6 +803,40 @@ static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world,
     return rc;
 }
 
+/* ---- tensor parallelism (issue 14): with parallel.tensor > 1, a block
+ * after the table: what a rank holds of the model, and the all-reduces
+ * its tensor group runs a step (dt_model_tp_comm, per micro-batch: the
+ * model's count, checked against the run in test_model_tp), with the
+ * bytes a rank sends for them (a ring all-reduce sends 2 (tp - 1) / tp of
+ * its buffer). ---- */
+static void print_tensor(const dt_resolved_t *r, dt_model_t *m, int64_t world)
+{
+    const dt_model_info_t *mi = dt_model_info(m);
+    const int64_t tp = mi->tensor_parallel, pp = r->set.parallel.pipeline;
+    const int64_t B = r->set.train.micro_batch, T = r->set.train.seq_len;
+    int64_t dp = world / (tp * pp), accum = r->set.train.grad_accum,
+            global = r->set.train.global_batch;
+    if (dp < 1 || dt_batch_resolve(r->set.config_path, B, &accum, &global, dp) != DT_OK)
+        accum = 1;
+    dt_model_tp_comm_t c;
+    dt_model_tp_comm(m, B, T, &c);
+    const double ring = 2.0 * (double)(tp - 1) / (double)tp;
+    const uint64_t bytes = (uint64_t)accum * (c.fwd_bytes + c.bwd_bytes);
+    char b1[32], b2[32];
+    printf("\ntensor: %lld ranks x %lld stage(s) x %lld data-parallel replicas; a rank holds "
+           "%.3fM of the %.3fM parameters (heads, MLP width and vocabulary split %lld ways; "
+           "LayerNorms, wpe and the row-parallel biases whole)\n",
+           (long long)tp, (long long)pp, (long long)dp, (double)dt_model_desc(m)->numel / 1e6,
+           (double)mi->global_numel / 1e6, (long long)tp);
+    printf("  all-reduces over the tensor group per micro-batch%s: %u forward, %u backward "
+           "(%s); %lld micro-batches a step: %s all-reduced, %s sent per rank\n",
+           pp > 1 ? " (the whole model: each stage runs its units' share)" : "", c.fwd, c.bwd,
+           "2 + 2 per transformer block, the embedding's, the LM head's and the "
+           "cross-entropy's 2",
+           (long long)accum, dt_plan_bytes(bytes, b1, sizeof b1),
+           dt_plan_bytes((uint64_t)(ring * (double)bytes), b2, sizeof b2));
+}
+
 int dt_cmd_plan(int argc, char **argv)
 {
     static const char *const opts[] = {"--world", "--model", "--device-memory", "--link-gbps",
@@ -859,6 +900,11 @@ int dt_cmd_plan(int argc, char **argv)
     size_t nr = 0;
     plan_choice_t choice[PLAN_MAX_CHOICES];
     const int32_t n_stages = r.set.parallel.pipeline > 1 ? (int32_t)r.set.parallel.pipeline : 0;
+    const int32_t tp = (int32_t)r.set.parallel.tensor;
+    if (world % tp != 0)
+        vs.n = 0, rc = dt_err_set(DT_ERR_CONFIG, "%s: parallel.tensor = %d does not divide "
+                                  "the world of %lld ranks", r.set.config_path, (int)tp,
+                                  (long long)world);
     stage_rows_t sr = {calloc(vs.n ? vs.n : 1, sizeof *sr.label),
                        calloc((vs.n ? vs.n : 1) * (size_t)(n_stages ? n_stages : 1),
                               sizeof *sr.state),
@@ -869,12 +915,15 @@ int dt_cmd_plan(int argc, char **argv)
         dt_estimate_t e = {.struct_size = sizeof(dt_estimate_t)};
         int n_choice = 0, has_key = 0;
         rc = select_variant(&r, &variants[i], own, own_where);
+        /* under tensor parallelism, a rank's part (tensor rank 0's: the
+         * first ranks hold a vocabulary row more when it does not divide) */
         if (rc == DT_OK && !m &&
-            (rc = dt_model_create(r.cfg, r.plugin[DT_ROLE_DEVICE]->ops, &m)) == DT_OK)
+            (rc = dt_model_create_part(r.cfg, r.plugin[DT_ROLE_DEVICE]->ops, tp, 0, &m)) ==
+                DT_OK)
             print_header(&r, m, world, &lim, tier_summary);
         if (rc == DT_OK)
-            rc = dt_plan_strategy_offload(r.plugin[DT_ROLE_DATA], m, &r.set, (int)world, 0,
-                                          &e);
+            rc = dt_plan_strategy_offload(r.plugin[DT_ROLE_DATA], m, &r.set, (int)(world / tp),
+                                          0, &e);
         if (rc == DT_OK && lim.tier)
             has_key = plan_choices(&r, m, world, choice, &n_choice);
         if (rc == DT_OK) {
@@ -928,6 +977,8 @@ int dt_cmd_plan(int argc, char **argv)
         print_recommendation(rows, nr, &lim);
     if (planned && m && r.plugin[DT_ROLE_PIPELINE] && (rc = print_pipeline(&r, m, world, &sr)))
         planned = 0, first_rc = rc;
+    if (planned && m && tp > 1)
+        print_tensor(&r, m, world);
     free(sr.label);
     free(sr.state);
     ec = planned ? DT_EXIT_OK : dt_cli_fail("plan", first_rc ? first_rc : rc);

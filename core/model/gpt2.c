@@ -491,6 +491,35 @@ static double gpt2_flops_per_token(const dt_model_t *m, int64_t T)
     return 6.0 * N + 6.0 * (double)s->n_layer * (double)T * (double)s->n_embd;
 }
 
+/* The all-reduces of one micro-batch through the units this rank keeps
+ * (block_forward, block_backward, the embedding and the head below). */
+static void gpt2_tp_comm(const dt_model_t *m, int64_t B, int64_t T, dt_model_tp_comm_t *out)
+{
+    const gpt2_t *g = G(m);
+    const uint64_t BT = (uint64_t)(B * T), act = BT * (uint64_t)g->s.n_embd *
+                                                  dt_model_act_size(m);
+    const uint32_t L = (uint32_t)g->s.n_layer;
+    if (dt_model_keeps(m, 0) == DT_KEEP_ALL) { /* the embedding's output */
+        out->fwd++;
+        out->fwd_bytes += act;
+    }
+    for (uint32_t l = 0; l < L; l++) {
+        if (dt_model_keeps(m, l + 1) != DT_KEEP_ALL)
+            continue;
+        const uint32_t again = dt_model_recomputes(m, l) ? 2 : 0;
+        out->fwd += 2;
+        out->fwd_bytes += 2 * act;
+        out->bwd += 2 + again;
+        out->bwd_bytes += (2 + again) * act;
+    }
+    if (dt_model_keeps(m, L + 1) == DT_KEEP_ALL) { /* cross-entropy; ln_f's input gradient */
+        out->fwd += 2;
+        out->fwd_bytes += 3 * BT * sizeof(float);
+        out->bwd++;
+        out->bwd_bytes += act;
+    }
+}
+
 /* ---- forward / backward ---- */
 
 #define K (m->kern)
@@ -812,6 +841,7 @@ const dt_model_arch_t dt_model_arch_gpt2 = {
     .stage_backward = gpt2_stage_backward,
     .use_slot = gpt2_use_slot,
     .flops_per_token = gpt2_flops_per_token,
+    .tp_comm = gpt2_tp_comm,
     .free = gpt2_free,
     .need_kernels = gpt2_need_kernels,
 };

@@ -198,6 +198,13 @@ const dt_model_info_t *dt_model_info(const dt_model_t *m) { return &m->info; }
 const void *dt_model_logits(const dt_model_t *m) { return m->logits; }
 int dt_model_act_dtype(const dt_model_t *m) { return m->adtype; }
 
+void dt_model_tp_comm(const dt_model_t *m, int64_t B, int64_t T, dt_model_tp_comm_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (m->tp > 1 && m->arch->tp_comm)
+        m->arch->tp_comm(m, B, T, out);
+}
+
 double dt_model_flops_per_token(const dt_model_t *m, int64_t T)
 {
     return m->arch->flops_per_token(m, T);

@@ -360,6 +360,21 @@ const void *dt_model_logits(const dt_model_t *m);
 /* The dtype activations (and logits) are held and computed in: DT_F32. */
 int dt_model_act_dtype(const dt_model_t *m);
 
+/* Tensor parallelism: the all-reduces over the tensor group one
+ * micro-batch of B x T runs on this rank (its pipeline stage's units
+ * only): how many, and their bytes, in forward and in backward (a
+ * recomputed block's forward runs again in backward).  All zero at
+ * tensor degree 1.  GPT-2: forward 2 per block (the attention and MLP
+ * outputs, B x T x n_embd activations each) + 1 (the embedding's) + 2
+ * (the cross-entropy's row maxima and sums, B x T and 2 B x T f32);
+ * backward 2 per block (the LayerNorm inputs' gradients) + 1 (the LM
+ * head's input gradient): Megatron's 2 + 2 per transformer block. */
+typedef struct dt_model_tp_comm {
+    uint32_t fwd, bwd;           /* all-reduces */
+    uint64_t fwd_bytes, bwd_bytes;
+} dt_model_tp_comm_t;
+void dt_model_tp_comm(const dt_model_t *m, int64_t B, int64_t T, dt_model_tp_comm_t *out);
+
 /* FLOPs of one forward+backward token (for MFU): 6 per matmul parameter,
  * plus attention's for GPT-2. */
 double dt_model_flops_per_token(const dt_model_t *m, int64_t T);

@@ -114,6 +114,10 @@ typedef struct dt_model_arch {
      * (dt_model_set_slots). */
     void (*use_slot)(dt_model_t *m, uint32_t i);
     double (*flops_per_token)(const dt_model_t *m, int64_t T);
+    /* Optional (NULL: none): the tensor group's all-reduces one
+     * micro-batch of B x T runs through this rank's units (m->tp > 1),
+     * as forward and backward issue them (dt_model_tp_comm). */
+    void (*tp_comm)(const dt_model_t *m, int64_t B, int64_t T, dt_model_tp_comm_t *out);
     void (*free)(dt_model_t *m); /* host state in m->arch_state; NULL ok */
     /* The optional kernels (beyond the kernel table's core set) the arch
      * calls, checked once by dt_model_create with DT_MODEL_NEED; NULL when

@@ -734,7 +734,7 @@ static void print_header(run_t *R)
     if (R->ptens)
         printf("dtrain: tensor parallel over %d ranks x %d pipeline stage(s) x %d "
                "data-parallel replicas (strategy %s over the tensor groups; this rank holds "
-               "%.2fM of the parameters)\n",
+               "%.3fM of the parameters)\n",
                R->grid.tp, R->grid.pp, R->grid.dp, R->ptens->name, (double)d->numel / 1e6);
 }
 
@@ -900,8 +900,9 @@ static int stage_forward(void *ctx, uint32_t micro, const void *in, void *out, d
 #ifdef DTRAIN_TEST_HOOKS
 /* DTRAIN_FAULT_KILL_AT_BACKWARD=STEP:MICRO (test builds only): this rank
  * kills itself (SIGKILL) as its stage starts the backward of micro-batch
- * MICRO of step STEP, so a test finds its peers inside the pipeline's
- * send/recv, not wherever a kill from outside happened to land. */
+ * MICRO of step STEP (without a pipeline: as the micro-batch starts), so a
+ * test finds its peers inside the pipeline's send/recv or the tensor
+ * group's all-reduce, not wherever a kill from outside happened to land. */
 static void fault_kill_at_backward(int64_t step, uint32_t micro)
 {
     const char *v = getenv("DTRAIN_FAULT_KILL_AT_BACKWARD");
@@ -1176,6 +1177,9 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
     }
     for (uint32_t m = 0; m < accum && !R->ppipe; m++) {
         dt_crash_set_micro(m);
+#ifdef DTRAIN_TEST_HOOKS
+        fault_kill_at_backward(step, m); /* the whole model: as the micro-batch starts */
+#endif
         if ((rc = dt_sampler_fill(R->sampler, (uint64_t)(step - 1), m, (uint32_t)R->dp_rank,
                                   (uint32_t)R->dp, R->inputs, R->targets)))
             return rc;

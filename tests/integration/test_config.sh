@@ -191,17 +191,19 @@ expect_line "pointed at dtrain's key" \
   "dtrain check: error: --set zero_optimization.stage=2: unknown table [zero_optimization]; zero_optimization.stage is DeepSpeed's name for [zero] stage (with parallel.data = \"zero\")"
 
 # ---- errors about a plugin name the key that selected it -------------------
-printf '[run]\ncomm = "self"\n[parallel]\ntensor = 2\n' > tp.toml
-expect_exit 2 "parallel.tensor = 2 without a tensor plugin" "$bin" check tp.toml
-expect_out "the key, file and line named" \
-  "dtrain check: error: tp.toml:4: parallel.tensor = 2 (above 1 it selects the tensor-parallel strategy plugin 'tensor'): strategy plugin 'tensor' not found in: "
+printf '[run]\ncomm = "self"\n[model]\nn_head = 3\nn_embd = 48\n[parallel]\ntensor = 2\n' > tp.toml
+expect_exit 2 "parallel.tensor = 2 on one rank" "$bin" check tp.toml
+expect_out "the degrees and the world named" \
+  "dtrain check: error: tp.toml: parallel.tensor = 2 x parallel.pipeline = 1 = 2 ranks per model replica does not divide the world of 1 ranks"
 # (the pipeline plugin exists: its stages must divide the world)
 expect_exit 2 "parallel.pipeline from --set" "$bin" check good.toml --set parallel.pipeline=2
 expect_out "the stages and the world named" \
   "dtrain check: error: good.toml: parallel.tensor = 1 x parallel.pipeline = 2 = 2 ranks per model replica does not divide the world of 1 ranks"
-expect_exit 2 "parallel.tensor = 2 under a 2-rank run" "$bin" run tp.toml --set launch.nproc=2
+expect_exit 2 "parallel.tensor = 2 over 3 heads under a 2-rank run" "$bin" run tp.toml \
+  --set launch.nproc=2
 expect_lines "named once, nothing else: no rank started" 1 "$out"
-expect_out "by the launching process" "dtrain run: error: tp.toml:4: parallel.tensor = 2 (above 1"
+expect_out "by the launching process" \
+  "dtrain run: error: tp.toml: [parallel] tensor = 2 does not divide [model] n_head = 3: attention heads are split across the tensor group"
 expect_exit 2 "a misspelt strategy plugin" "$bin" check good.toml --set parallel.data=fsdq
 expect_out "named where it was given" "dtrain check: error: --set parallel.data=fsdq: strategy plugin 'fsdq' not found in: "
 expect_out "with the closest plugin of that kind" "(files are named dtrain_<name>.so); did you mean 'fsdp'?"

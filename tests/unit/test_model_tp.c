@@ -73,7 +73,7 @@ typedef struct group {
     int P;
     pthread_barrier_t bar;
     float *bufs[MAXP];
-    uint64_t calls; /* rank 0's count of all-reduces */
+    uint64_t calls, bytes; /* rank 0's count of all-reduces and their bytes */
 } group_t;
 
 typedef struct rank {
@@ -109,8 +109,10 @@ static int group_reduce(void *arg, void *buf, uint64_t count, int dtype, int op,
     if (tmp)
         memcpy(buf, tmp, count * sizeof *tmp);
     free(tmp);
-    if (rk->r == 0)
+    if (rk->r == 0) {
         g->calls++;
+        g->bytes += count * sizeof(float);
+    }
     return tmp ? DT_OK : DT_ERR_NOMEM;
 }
 
@@ -288,6 +290,11 @@ static void run_layout(int P, const char *ckpt)
     const uint64_t per_micro =
         (2 * L + 1 + 2) + (2 * L + 1) + (strcmp(ckpt, "all") == 0 ? 2 * L : 0);
     assert_int_equal(g.calls, M * per_micro);
+    /* the planner's count (dt_model_tp_comm) is what ran, and its bytes */
+    dt_model_tp_comm_t tc;
+    dt_model_tp_comm(rk[0].h.model, B, T, &tc);
+    assert_int_equal(M * (tc.fwd + tc.bwd), g.calls);
+    assert_int_equal(M * (tc.fwd_bytes + tc.bwd_bytes), g.bytes);
     ranks_close(&g, rk);
     ref_close(w);
     free(rk);

@@ -69,6 +69,7 @@ for n in ${DTRAIN_BENCH_NPROCS:-2 4}; do
     for w in "$@"; do
       [[ $w == pp[0-9]* ]] && sets+=(--set parallel.pipeline="${w#pp}")
       [[ $w == v[0-9]* ]] && sets+=(--set pipeline.virtual_stages="${w#v}")
+      [[ $w == tp[0-9]* ]] && sets+=(--set parallel.tensor="${w#tp}")
     done
     rm -rf ckpt
     "$bin" run b.toml --set launch.nproc="$n" "${sets[@]}" --set run.name="r$n" \

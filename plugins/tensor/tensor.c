@@ -28,13 +28,21 @@ struct dt_strategy {
     const dt_comm_ops_v1_t *comm_ops;
     dt_comm_t *comm; /* the tensor group */
     int32_t rank, size;
-    uint64_t calls;  /* all-reduces so far (messages) */
+    uint64_t calls;  /* all-reduces so far (messages, the report) */
+    uint64_t bytes;  /* their bytes */
 };
 
+/* The group's traffic, said once by its rank 0 (bench/bench_tensor.sh
+ * reads it): what a run's micro-batches issued, evaluation included. */
 static void tp_finalize(dt_strategy_t *s)
 {
-    if (s)
-        s->host->free(s->host, s);
+    if (!s)
+        return;
+    if (s->rank == 0 && s->calls)
+        s->host->log(s->host, DT_LOG_INFO,
+                     "tensor group of %d ranks: %llu all-reduces of %llu bytes in all", s->size,
+                     (unsigned long long)s->calls, (unsigned long long)s->bytes);
+    s->host->free(s->host, s);
 }
 
 static int tp_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *in,
@@ -76,6 +84,7 @@ static int tp_reduce_activation(dt_strategy_t *s, void *buf, uint64_t count, int
 {
     dt_comm_req_t *req = NULL;
     s->calls++;
+    s->bytes += count * dt_dtype_size(dtype);
     int rc = s->comm_ops->all_reduce(s->comm, buf, buf, count, dtype, op, stream, &req);
     if (rc == DT_OK)
         rc = s->comm_ops->wait(s->comm, req, -1); /* the group's timeout */

@@ -34,7 +34,10 @@
 #    installed is a usage error;
 #  - parallel.pipeline > 1: a block per stage (units, parameters with the
 #    tied copy, activations with the stash the schedule keeps, bytes sent
-#    a step) and the bubble, against a hand computation (below).
+#    a step) and the bubble, against a hand computation (below);
+#  - parallel.tensor > 1: the rows plan a tensor rank's part, and a block
+#    with its parameters and the tensor group's all-reduces and bytes a
+#    step, against a hand computation (below).
 set -euo pipefail
 bin=$1 work=$2 fakes=$3   # fakes: the fake plugins' folder (fake_strategy.c)
 . "$(dirname "$0")/lib.sh"
@@ -478,5 +481,30 @@ expect_exit 2 "more stages than units" "$bin" plan eq.toml --world 5 --set paral
   --set train.global_batch=5 --set train.micro_batch=1
 expect_out "more stages than units: named" \
   "parallel.pipeline = 5 stages, but the model has 4 units (each stage needs at least one)"
+
+# ---- tensor parallelism (issue 14): a tensor rank's part, its all-reduces ----
+# tp 2 over 4 ranks: dp 2, so 4 micro-batches of 1 x 32 tokens a step.  A
+# rank holds wte's 128 of 256 rows (4096), wpe whole (1024), per block its
+# head's QKV rows and bias (1536 + 48), c_proj's 16 columns and the whole
+# bias (512 + 32), half of the MLP (2048 + 64, 2048 + 32) and the two
+# LayerNorms whole (128): 6448, and ln_f (64): 18080 of 34688 parameters,
+# 72320 bytes = 0.07 MiB of parameters in the ddp row.  Per micro-batch:
+# forward 2 per block + the embedding's + the cross-entropy's 2 = 7,
+# backward 2 per block + the LM head's = 5; 10 of them of 1 x 32 x 32 f32
+# = 4096 bytes, and 3 x 32 f32 for the cross-entropy: 41344 bytes, x 4 =
+# 165376 = 0.16 MiB a step; a 2-rank ring sends 2 (2 - 1) / 2 of it.
+expect_exit 0 "plan tp2 x dp2" "$bin" plan eq.toml --world 4 --set parallel.tensor=2 \
+  --set train.micro_batch=1
+expect_out "the rows plan a tensor rank's part" \
+  "tensor parallel: 2 ranks; the rows plan tensor rank 0's part of the model (0.02M parameters) over the 2 ranks holding the same part"
+expect_out "ddp: the part's parameters" "ddp                    0.07 MiB    0.07 MiB    0.14 MiB"
+expect_out "the part and the whole" \
+  "tensor: 2 ranks x 1 stage(s) x 2 data-parallel replicas; a rank holds 0.018M of the 0.035M parameters"
+expect_out "the all-reduces and their bytes" \
+  "  all-reduces over the tensor group per micro-batch: 7 forward, 5 backward (2 + 2 per transformer block, the embedding's, the LM head's and the cross-entropy's 2); 4 micro-batches a step: 0.16 MiB all-reduced, 0.16 MiB sent per rank"
+expect_exit 2 "a tensor degree that does not divide the world" "$bin" plan eq.toml --world 3 \
+  --set parallel.tensor=2
+expect_out "the degree and the world named" \
+  "parallel.tensor = 2 does not divide the world of 3 ranks"
 
 finish

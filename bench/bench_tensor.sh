@@ -95,12 +95,13 @@ for L in $layers; do
     --set model.n_embd=$C --set model.context=$T --set run.name=c$L ||
     { echo "| $L | failed: $(tail -n 1 rank0.log) |"; continue; }
   read -r n bytes < <(sed -nE 's/.*tensor group of [0-9]+ ranks: ([0-9]+) all-reduces of ([0-9]+) bytes.*/\1 \2/p' rank0.log)
-  # the plan: per micro-batch forward 2L + 1 + 2, backward 2L + 1; bytes
+  # the plan: per micro-batch forward 2L + 1 + 2, backward 2L + 1 (4 a
+  # micro-batch besides the blocks' 4 each); bytes
   # (2L + 1) B T C f32 each way and 3 B T f32 for the cross-entropy
   awk -v n="$n" -v by="$bytes" -v s="$steps" -v m="$M" -v L="$L" -v B=$B -v T=$T -v C=$C 'BEGIN {
-    per = n / s; plan = m * (4 * L + 5)
+    per = n / s; plan = m * (4 * L + 4)
     pb = m * ((4 * L + 2) * B * T * C * 4 + 3 * B * T * 4)
-    printf "| %d | %d | %.0f | %.2f | %d | %.2f | %.2f |\n", L, C, per, (per / m - 5) / L, plan,
+    printf "| %d | %d | %.0f | %.2f | %d | %.2f | %.2f |\n", L, C, per, (per / m - 4) / L, plan,
       by / s / 1048576, pb / 1048576 }'
 done
 echo

@@ -634,31 +634,44 @@ int cpu_softmax_xent_forward(dt_device_t *d, dt_stream_t *s, float *losses,
     return DT_OK;
 }
 
-int cpu_softmax_xent_backward(dt_device_t *d, dt_stream_t *s, void *dlogits,
-                              const void *probs, const int32_t *targets,
-                              int dtype, float dloss, int64_t N, int64_t V)
+/* Both cross-entropy backwards: the whole vocabulary (v0 0, targets
+ * checked inside it) or a rank's columns [v0, v0 + nv). */
+static int xent_backward(dt_device_t *d, dt_stream_t *s, const char *op,
+                         void *dlogits, const void *probs,
+                         const int32_t *targets, int dtype, float dloss,
+                         int64_t N, int64_t v0, int64_t nv, int whole)
 {
-    static const char op[] = "softmax_xent_backward";
     CPU_BEGIN(d, s, op);
     CPU_DTYPES(cpu_check_act(d, op, dtype));
     CPU_DIM(d, op, N);
-    CPU_DIM(d, op, V);
-    int64_t NV;
-    int rc = cpu_check_product(d, op, N, V, &NV);
+    int rc = whole ? DT_OK : check_vocab_range(d, op, v0, nv);
     if (rc != DT_OK)
+        return rc;
+    if (whole)
+        CPU_DIM(d, op, nv);
+    int64_t NV;
+    if ((rc = cpu_check_product(d, op, N, nv, &NV)) != DT_OK)
         return rc;
     CPU_PTR(d, op, dlogits, NV);
     CPU_PTR(d, op, probs, NV);
     CPU_PTR(d, op, targets, N);
-    rc = check_targets(d, op, targets, N, V);
+    rc = whole ? check_targets(d, op, targets, N, nv) : check_tokens(d, op, targets, N);
     if (rc != DT_OK)
         return rc;
     xent_t a = {.dlogits = dlogits, .cprobs = probs, .targets = targets,
-                .dloss = dloss, .N = N, .V = V};
+                .dloss = dloss, .N = N, .V = nv, .v0 = v0};
     cpu_lock(d);
-    cpu_pool_run(d->pool, N, row_grain(V), xent_bwd_task, &a);
+    cpu_pool_run(d->pool, N, row_grain(nv), xent_bwd_task, &a);
     cpu_unlock(d);
     return DT_OK;
+}
+
+int cpu_softmax_xent_backward(dt_device_t *d, dt_stream_t *s, void *dlogits,
+                              const void *probs, const int32_t *targets,
+                              int dtype, float dloss, int64_t N, int64_t V)
+{
+    return xent_backward(d, s, "softmax_xent_backward", dlogits, probs, targets,
+                         dtype, dloss, N, 0, V, 1);
 }
 
 int cpu_vocab_xent_forward(dt_device_t *d, dt_stream_t *s, int phase,
@@ -701,25 +714,6 @@ int cpu_vocab_xent_backward(dt_device_t *d, dt_stream_t *s, void *dlogits,
                             int dtype, float dloss, int64_t N, int64_t v0,
                             int64_t nv)
 {
-    static const char op[] = "vocab_xent_backward";
-    CPU_BEGIN(d, s, op);
-    CPU_DTYPES(cpu_check_act(d, op, dtype));
-    CPU_DIM(d, op, N);
-    int rc = check_vocab_range(d, op, v0, nv);
-    if (rc != DT_OK)
-        return rc;
-    int64_t NV;
-    if ((rc = cpu_check_product(d, op, N, nv, &NV)) != DT_OK)
-        return rc;
-    CPU_PTR(d, op, dlogits, NV);
-    CPU_PTR(d, op, probs, NV);
-    CPU_PTR(d, op, targets, N);
-    if ((rc = check_tokens(d, op, targets, N)) != DT_OK)
-        return rc;
-    xent_t a = {.dlogits = dlogits, .cprobs = probs, .targets = targets,
-                .dloss = dloss, .N = N, .V = nv, .v0 = v0};
-    cpu_lock(d);
-    cpu_pool_run(d->pool, N, row_grain(nv), xent_bwd_task, &a);
-    cpu_unlock(d);
-    return DT_OK;
+    return xent_backward(d, s, "vocab_xent_backward", dlogits, probs, targets,
+                         dtype, dloss, N, v0, nv, 0);
 }

@@ -202,20 +202,7 @@ DT_NO_PARAMS_SLOTS(pp, "the pipeline strategy", s->host)
 
 /* The planner's rows for pipelines are the core's (issue 14, step 4):
  * this strategy allocates only its boundary buffers. */
-static int pp_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
-                       dt_estimate_v1_t *res)
-{
-    dt_estimate_args_v1_t a;
-    int rc = dt_args_read(host, "estimate args", &a, sizeof a, in, DT_ESTIMATE_ARGS_V1_SIZE0);
-    if (rc != DT_OK)
-        return rc;
-    dt_estimate_v1_t e;
-    memset(&e, 0, sizeof e);
-    e.struct_size = sizeof e;
-    e.n_tags = DT_TAG_COUNT;
-    snprintf(e.note, sizeof e.note, "stages hold their units; boundary tensors by send/recv");
-    return dt_result_write(host, "estimate", res, &e, sizeof e, DT_ESTIMATE_V1_SIZE0);
-}
+DT_NO_PARAMS_ESTIMATE(pp, "stages hold their units; boundary tensors by send/recv")
 
 static const dt_strategy_ops_v1_t pp_ops = {
     .info = DT_PLUGIN_INFO(STRATEGY, dt_strategy_ops_v1_t, "pipeline", "0.1.0",

@@ -101,21 +101,7 @@ DT_NO_PARAMS_SLOTS(tp, "the tensor strategy", s->host)
 
 /* The planner's tensor rows are the core's, from the model's layout
  * (which tensors are split, how many all-reduces a micro-batch runs). */
-static int tp_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
-                       dt_estimate_v1_t *res)
-{
-    dt_estimate_args_v1_t a;
-    int rc = dt_args_read(host, "estimate args", &a, sizeof a, in, DT_ESTIMATE_ARGS_V1_SIZE0);
-    if (rc != DT_OK)
-        return rc;
-    dt_estimate_v1_t e;
-    memset(&e, 0, sizeof e);
-    e.struct_size = sizeof e;
-    e.n_tags = DT_TAG_COUNT;
-    snprintf(e.note, sizeof e.note,
-             "ranks hold their parts; 2 + 2 activation all-reduces per block");
-    return dt_result_write(host, "estimate", res, &e, sizeof e, DT_ESTIMATE_V1_SIZE0);
-}
+DT_NO_PARAMS_ESTIMATE(tp, "ranks hold their parts; 2 + 2 activation all-reduces per block")
 
 static const dt_strategy_ops_v1_t tp_ops = {
     .info = DT_PLUGIN_INFO_NOKEYS(STRATEGY, dt_strategy_ops_v1_t, "tensor", "0.1.0",

@@ -170,3 +170,48 @@ rank_pid() {
   done
   return 1
 }
+
+# ---- layouts against one rank (test_pipeline.sh, test_tensor.sh) --------
+# layout_toml N_HEAD: eq.toml, a 2-layer GPT-2 (n_embd 32, N_HEAD heads)
+# trained 6 AdamW steps on train.bin, a global batch of 8 in micro-batches
+# of 2, validated at steps 3 and 6, 1 cpu thread per rank
+layout_toml() {
+  cat > eq.toml <<T
+[run]
+comm = "shm"
+out_dir = "out"
+[model]
+n_layer = 2
+n_head = $1
+n_embd = 32
+context = 32
+[data]
+train = "train.bin"
+val = "train.bin"
+[train]
+steps = 6
+global_batch = 8
+micro_batch = 2
+seq_len = 32
+lr = 3e-3
+warmup_steps = 2
+eval_every = 3
+[launch]
+timeout = 30.0
+[cpu]
+threads = 1
+T
+}
+# cmp_runs.py, beside this file: compares two runs' curves or parameters
+cmp="$(dirname "${BASH_SOURCE[0]}")/cmp_runs.py"
+# same_as_n1 RUN WHAT: run RUN's curve (RUN.jsonl) within 1e-6 in every
+# loss and 1e-5 in every grad norm of the 1-rank run's (n1.jsonl), and its
+# exported parameters (out/RUN/ckpt) within 2e-5 of n1.st
+same_as_n1() {
+  local v
+  if v=$(/usr/bin/python3 "$cmp" curves n1.jsonl "$1.jsonl" 1e-6 1e-5); then ok "$2: $v"
+  else bad "$2: losses differ from 1 rank's" "$v"; fi
+  "$bin" export "out/$1/ckpt" "$1.st" --layout dtrain >/dev/null
+  if v=$(/usr/bin/python3 "$cmp" params n1.st "$1.st" 2e-5); then ok "$2: $v"
+  else bad "$2: parameters differ from 1 rank's" "$v"; fi
+}

@@ -48,73 +48,7 @@ bin=$1 work=$2
 py=/usr/bin/python3
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
-cat > eq.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-val = "train.bin"
-[train]
-steps = 6
-global_batch = 8
-micro_batch = 2
-seq_len = 32
-lr = 3e-3
-warmup_steps = 2
-eval_every = 3
-[launch]
-timeout = 30.0
-[cpu]
-threads = 1
-T
-# cmp.py curves A.jsonl B.jsonl LOSS_TOL NORM_TOL: every step's loss and
-# grad norm; cmp.py params A.st B.st TOL: every exported tensor
-cat > cmp.py <<'P'
-import json, struct, sys
-def steps(p):
-    return [json.loads(l) for l in open(p) if l.startswith('{"step"')]
-if sys.argv[1] == "curves":
-    a, b = steps(sys.argv[2]), steps(sys.argv[3])
-    lt, nt = float(sys.argv[4]), float(sys.argv[5])
-    assert [x["step"] for x in a] == [x["step"] for x in b], "different steps"
-    dl = max(abs(x["loss"] - y["loss"]) for x, y in zip(a, b))
-    dn = max(abs(x["grad_norm"] - y["grad_norm"]) for x, y in zip(a, b))
-    # validation losses where the reference has them (evaluation runs the
-    # forward-only schedule)
-    assert all(("val_loss" in x) == ("val_loss" in y) for x, y in zip(a, b)), "val steps"
-    vals = [abs(x["val_loss"] - y["val_loss"]) for x, y in zip(a, b) if "val_loss" in x]
-    dv = max(vals) if vals else 0.0
-    print("max loss diff %.3g, max grad norm diff %.3g over %d steps, max val loss diff %.3g "
-          "over %d evaluations" % (dl, dn, len(a), dv, len(vals)))
-    sys.exit(0 if dl <= lt and dn <= nt and dv <= lt else 1)
-import numpy as np
-def load(p):
-    b = open(p, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n]); d = b[8 + n:]
-    return {k: np.frombuffer(d[v["data_offsets"][0]:v["data_offsets"][1]], np.float32)
-            for k, v in h.items() if k != "__metadata__"}
-a, b = load(sys.argv[2]), load(sys.argv[3])
-assert a.keys() == b.keys(), "different tensor names"
-worst = max(float(np.max(np.abs(a[k] - b[k]))) for k in a)
-print("max parameter diff %.3g over %d tensors" % (worst, len(a)))
-sys.exit(0 if worst <= float(sys.argv[4]) else 1)
-P
-# same RUN NAME: RUN's curve and exported parameters against the 1-rank run
-same() {
-  local v
-  if v=$($py cmp.py curves n1.jsonl "$1.jsonl" 1e-6 1e-5); then ok "$2: $v"
-  else bad "$2: losses differ from 1 rank's" "$v"; fi
-  "$bin" export "out/$1/ckpt" "$1.st" --layout dtrain >/dev/null
-  if v=$($py cmp.py params n1.st "$1.st" 2e-5); then ok "$2: $v"
-  else bad "$2: parameters differ from 1 rank's" "$v"; fi
-}
+layout_toml 2
 
 # ---- equivalence -------------------------------------------------------
 expect_exit 0 "1 rank, micro 2 x accumulation 4" "$bin" run eq.toml --set run.comm=self \
@@ -124,7 +58,7 @@ for s in gpipe 1f1b; do
   if ranks 2 eq.toml --set parallel.pipeline=2 --set pipeline.schedule=$s --set run.name=p$s \
        --metrics p$s.jsonl; then ok "pp2 $s trained"
   else bad "pp2 $s failed" "$(cat rank*.log)"; fi
-  same p$s "pp2 $s"
+  same_as_n1 p$s "pp2 $s"
   out=$(cat rank0.log)
   # in flight: gpipe all 4 micro-batches on both stages, 1f1b p - stage
   if [ $s = gpipe ]; then k0=4 k1="4 micro-batches"; else k0=2 k1="1 micro-batch"; fi
@@ -145,11 +79,11 @@ for s in gpipe 1f1b; do
   out=$(cat rank0.log)
   expect_out "keep_activations = false keeps one micro-batch's" \
     "pipeline: stage 0 of 2: units 0-1 (embedding .. block.0), 0.022M parameters; keeps the activations of 1 micro-batch"
-  if v=$($py cmp.py curves p$s.jsonl r$s.jsonl 0 0); then
+  if v=$($py "$cmp" curves p$s.jsonl r$s.jsonl 0 0); then
     ok "pp2 $s: recomputing the forwards gives the kept activations' numbers exactly: $v"
   else bad "pp2 $s: recomputed and kept activations differ" "$v"; fi
   "$bin" export "out/r$s/ckpt" "r$s.st" --layout dtrain >/dev/null
-  if v=$($py cmp.py params p$s.st r$s.st 0); then ok "pp2 $s, recomputed: $v (bit-identical)"
+  if v=$($py "$cmp" params p$s.st r$s.st 0); then ok "pp2 $s, recomputed: $v (bit-identical)"
   else bad "pp2 $s: recomputed and kept activations' parameters differ" "$v"; fi
 done
 if ranks 4 eq.toml --set parallel.pipeline=2 --set run.name=pd --metrics pd.jsonl; then
@@ -157,7 +91,7 @@ if ranks 4 eq.toml --set parallel.pipeline=2 --set run.name=pd --metrics pd.json
 else bad "pp2 x dp2 failed" "$(cat rank*.log)"; fi
 out=$(cat rank0.log)
 expect_out "pp2 x dp2: micro 2 x accumulation 2 x dp 2" "(micro 2 x accum 2 x dp 2)"
-same pd "pp2 x dp2"
+same_as_n1 pd "pp2 x dp2"
 # pp3 by parameters (3 ranks; units of 9216, 12704, 12704 and 64
 # parameters): the least largest stage puts the embedding and block.0 on
 # stages of their own (uniform would give stage 0 both, 21920)
@@ -171,7 +105,7 @@ expect_out "balance = params: stage 1" \
   "pipeline: stage 1 of 3: units 1-1 (block.0 .. block.0), 0.013M parameters"
 expect_out "balance = params: stage 2" \
   "pipeline: stage 2 of 3: units 2-3 (block.1 .. head), 0.013M parameters"
-same pb "pp3 balance = params (a middle stage)"
+same_as_n1 pb "pp3 balance = params (a middle stage)"
 
 # ---- interleaved 1F1B: chunks of virtual stages --------------------------
 # pp2 x 2 chunks: the 4 units are virtual stages 0-3, stage 0 running 0
@@ -185,7 +119,7 @@ expect_out "interleaved: virtual stage 1 is stage 1's chunk 0" \
   "pipeline: virtual stage 1 of 4 (stage 1, chunk 0): units 1-1 (block.0 .. block.0), 0.013M parameters; keeps the activations of 3 micro-batches"
 expect_out "interleaved: virtual stage 2 is stage 0's chunk 1" \
   "pipeline: virtual stage 2 of 4 (stage 0, chunk 1): units 2-2 (block.1 .. block.1), 0.013M parameters; keeps the activations of 4 micro-batches"
-same pv "pp2 x 2 chunks, 1f1b"
+same_as_n1 pv "pp2 x 2 chunks, 1f1b"
 # the end-of-run report plans the stage's chunks, kept micro-batches and
 # the schedule's boundary tensors: planned = measured
 a=$(grep -oE 'activations [0-9.]+ / [0-9.]+' rank0.log || true)
@@ -196,7 +130,7 @@ if ranks 2 eq.toml --set parallel.pipeline=2 --set pipeline.virtual_stages=2 \
      --set pipeline.schedule=gpipe --set run.name=pvg --metrics pvg.jsonl; then
   ok "pp2 x 2 chunks, gpipe, trained"
 else bad "pp2 x 2 chunks, gpipe, failed" "$(cat rank*.log)"; fi
-same pvg "pp2 x 2 chunks, gpipe"
+same_as_n1 pvg "pp2 x 2 chunks, gpipe"
 # pp4 x 2 chunks: 6 blocks (8 units, one per virtual stage), m = p = 4
 # (every forward first, as Megatron does when m = p)
 expect_exit 0 "1 rank, 6 blocks" "$bin" run eq.toml --set run.comm=self --set model.n_layer=6 \
@@ -206,10 +140,10 @@ if ranks 4 eq.toml --set model.n_layer=6 --set parallel.pipeline=4 \
      --set pipeline.virtual_stages=2 --set run.name=pv4 --metrics pv4.jsonl; then
   ok "pp4 x 2 chunks trained"
 else bad "pp4 x 2 chunks failed" "$(cat rank*.log)"; fi
-if v=$($py cmp.py curves n6.jsonl pv4.jsonl 1e-6 1e-5); then ok "pp4 x 2 chunks: $v"
+if v=$($py "$cmp" curves n6.jsonl pv4.jsonl 1e-6 1e-5); then ok "pp4 x 2 chunks: $v"
 else bad "pp4 x 2 chunks: losses differ from 1 rank's" "$v"; fi
 "$bin" export out/pv4/ckpt pv4.st --layout dtrain >/dev/null
-if v=$($py cmp.py params n6.st pv4.st 2e-5); then ok "pp4 x 2 chunks: $v"
+if v=$($py "$cmp" params n6.st pv4.st 2e-5); then ok "pp4 x 2 chunks: $v"
 else bad "pp4 x 2 chunks: parameters differ from 1 rank's" "$v"; fi
 # pp2 x dp2 x 2 chunks with zero-1 (its gradient groups never span two
 # chunks: a group spanning both counted the chunks' micro-batches as one
@@ -218,7 +152,7 @@ if ranks 4 eq.toml --set parallel.pipeline=2 --set pipeline.virtual_stages=2 \
      --set parallel.data=zero --set zero.stage=1 --set run.name=pvz --metrics pvz.jsonl; then
   ok "pp2 x dp2 x 2 chunks, zero-1, trained"
 else bad "pp2 x dp2 x 2 chunks, zero-1, failed" "$(cat rank*.log)"; fi
-same pvz "pp2 x dp2 x 2 chunks, zero-1"
+same_as_n1 pvz "pp2 x dp2 x 2 chunks, zero-1"
 # the layouts an interleaved pipeline refuses, with the reason (exit 2)
 expect_exit 2 "2 chunks without kept activations" "$bin" plan eq.toml --world 2 \
   --set parallel.pipeline=2 --set pipeline.virtual_stages=2 --set pipeline.keep_activations=false
@@ -290,7 +224,7 @@ for v in "zero1 parallel.data=zero zero.stage=1" "zero2 parallel.data=zero zero.
   if ranks 4 eq.toml --set parallel.pipeline=2 "${sets[@]}" --set run.name=s$name \
        --metrics s$name.jsonl; then ok "pp2 x dp2 $name trained"
   else bad "pp2 x dp2 $name failed" "$(cat rank*.log)"; fi
-  same s$name "pp2 x dp2 $name"
+  same_as_n1 s$name "pp2 x dp2 $name"
 done
 # a ZeRO-2 checkpoint of pp2 x dp2 resumes at 4 data-parallel fsdp ranks
 if ranks 4 eq.toml --set parallel.pipeline=2 --set parallel.data=zero --set zero.stage=2 \
@@ -300,7 +234,7 @@ else bad "pp2 x dp2 zero-2 to step 3 failed" "$(cat rank*.log)"; fi
 if ranks 4 eq.toml --set parallel.data=fsdp --set run.name=rzf --set checkpoint.resume=latest \
      --metrics rzf.jsonl; then ok "resumed at dp4 fsdp"
 else bad "resume at dp4 fsdp failed" "$(cat rank*.log)"; fi
-v=$($py cmp.py curves n1.jsonl rzf.jsonl 1e-6 1e-5) && ok "pp2 x dp2 zero-2 -> dp4 fsdp: $v" ||
+v=$($py "$cmp" curves n1.jsonl rzf.jsonl 1e-6 1e-5) && ok "pp2 x dp2 zero-2 -> dp4 fsdp: $v" ||
   bad "pp2 x dp2 zero-2 -> dp4 fsdp: the curve differs" "$v"
 
 # ---- checkpoints at another layout ---------------------------------------
@@ -311,7 +245,7 @@ else bad "pp2 to step 3 failed" "$(cat rank*.log)"; fi
 expect_exit 0 "resumed on 1 rank" "$bin" run eq.toml --set run.comm=self --set run.name=r21 \
   --set checkpoint.resume=latest --metrics r21.jsonl
 expect_out "resumed at step 3" "resumed from out/r21/ckpt/step-00000003 (step 3)"
-v=$($py cmp.py curves n1.jsonl r21.jsonl 1e-6 1e-5) && ok "pp2 -> 1 rank: $v" ||
+v=$($py "$cmp" curves n1.jsonl r21.jsonl 1e-6 1e-5) && ok "pp2 -> 1 rank: $v" ||
   bad "pp2 -> 1 rank: the curve differs" "$v"
 # 1 rank -> pp2
 expect_exit 0 "1 rank stopped at step 3" "$bin" run eq.toml --set run.comm=self \
@@ -319,7 +253,7 @@ expect_exit 0 "1 rank stopped at step 3" "$bin" run eq.toml --set run.comm=self 
 if ranks 2 eq.toml --set parallel.pipeline=2 --set run.name=r12 \
      --set checkpoint.resume=latest --metrics r12.jsonl; then ok "resumed at pp2"
 else bad "resume at pp2 failed" "$(cat rank*.log)"; fi
-v=$($py cmp.py curves n1.jsonl r12.jsonl 1e-6 1e-5) && ok "1 rank -> pp2: $v" ||
+v=$($py "$cmp" curves n1.jsonl r12.jsonl 1e-6 1e-5) && ok "1 rank -> pp2: $v" ||
   bad "1 rank -> pp2: the curve differs" "$v"
 # pp2 x 2 chunks (interleaved) -> pp2 x dp2 zero-2 (one chunk a stage)
 if ranks 2 eq.toml --set parallel.pipeline=2 --set pipeline.virtual_stages=2 \
@@ -330,7 +264,7 @@ if ranks 4 eq.toml --set parallel.pipeline=2 --set parallel.data=zero --set zero
      --set run.name=rv --set checkpoint.resume=latest --metrics rv.jsonl; then
   ok "resumed at pp2 x dp2 zero-2"
 else bad "resume at pp2 x dp2 zero-2 failed" "$(cat rank*.log)"; fi
-v=$($py cmp.py curves n1.jsonl rv.jsonl 1e-6 1e-5) && ok "pp2 x 2 chunks -> pp2 x dp2 zero-2: $v" ||
+v=$($py "$cmp" curves n1.jsonl rv.jsonl 1e-6 1e-5) && ok "pp2 x 2 chunks -> pp2 x dp2 zero-2: $v" ||
   bad "pp2 x 2 chunks -> pp2 x dp2 zero-2: the curve differs" "$v"
 
 # ---- a non-finite step: the stages search their own units ---------------

@@ -30,72 +30,7 @@ bin=$1 work=$2
 py=/usr/bin/python3
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
-cat > eq.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 4
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-val = "train.bin"
-[train]
-steps = 6
-global_batch = 8
-micro_batch = 2
-seq_len = 32
-lr = 3e-3
-warmup_steps = 2
-eval_every = 3
-[launch]
-timeout = 30.0
-[cpu]
-threads = 1
-T
-# cmp.py curves A.jsonl B.jsonl LOSS_TOL NORM_TOL: every step's loss and
-# grad norm (and validation loss); cmp.py params A.st B.st TOL: every
-# exported tensor
-cat > cmp.py <<'P'
-import json, struct, sys
-def steps(p):
-    return [json.loads(l) for l in open(p) if l.startswith('{"step"')]
-if sys.argv[1] == "curves":
-    a, b = steps(sys.argv[2]), steps(sys.argv[3])
-    lt, nt = float(sys.argv[4]), float(sys.argv[5])
-    assert [x["step"] for x in a] == [x["step"] for x in b], "different steps"
-    dl = max(abs(x["loss"] - y["loss"]) for x, y in zip(a, b))
-    dn = max(abs(x["grad_norm"] - y["grad_norm"]) for x, y in zip(a, b))
-    assert all(("val_loss" in x) == ("val_loss" in y) for x, y in zip(a, b)), "val steps"
-    vals = [abs(x["val_loss"] - y["val_loss"]) for x, y in zip(a, b) if "val_loss" in x]
-    dv = max(vals) if vals else 0.0
-    print("max loss diff %.3g, max grad norm diff %.3g over %d steps, max val loss diff %.3g "
-          "over %d evaluations" % (dl, dn, len(a), dv, len(vals)))
-    sys.exit(0 if dl <= lt and dn <= nt and dv <= lt else 1)
-import numpy as np
-def load(p):
-    b = open(p, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n]); d = b[8 + n:]
-    return {k: np.frombuffer(d[v["data_offsets"][0]:v["data_offsets"][1]], np.float32)
-            for k, v in h.items() if k != "__metadata__"}
-a, b = load(sys.argv[2]), load(sys.argv[3])
-assert a.keys() == b.keys(), "different tensor names"
-worst = max(float(np.max(np.abs(a[k] - b[k]))) for k in a)
-print("max parameter diff %.3g over %d tensors" % (worst, len(a)))
-sys.exit(0 if worst <= float(sys.argv[4]) else 1)
-P
-# same RUN NAME: RUN's curve and exported parameters against the 1-rank run
-same() {
-  local v
-  if v=$($py cmp.py curves n1.jsonl "$1.jsonl" 1e-6 1e-5); then ok "$2: $v"
-  else bad "$2: losses differ from 1 rank's" "$v"; fi
-  "$bin" export "out/$1/ckpt" "$1.st" --layout dtrain >/dev/null
-  if v=$($py cmp.py params n1.st "$1.st" 2e-5); then ok "$2: $v"
-  else bad "$2: parameters differ from 1 rank's" "$v"; fi
-}
+layout_toml 4
 # layout N NAME DESCRIPTION ARGS...: train on N ranks, compare with 1 rank's
 layout() {
   local n=$1 name=$2 what=$3; shift 3
@@ -103,7 +38,7 @@ layout() {
     ok "$what trained"
   else bad "$what failed" "$(cat rank*.log)"; fi
   out=$(cat rank0.log)
-  same "$name" "$what"
+  same_as_n1 "$name" "$what"
 }
 
 # ---- equivalence -------------------------------------------------------
@@ -149,7 +84,7 @@ resume() { # NAME WHAT N1 ARGS1 -- N2 ARGS2
      "${run2[@]}" "${a2[@]}" --set run.name="$name" --set checkpoint.resume=latest \
        --metrics "$name.jsonl" >"$name.b.log" 2>&1; then ok "$what: saved and resumed"
   else bad "$what: failed" "$(cat "$name".*.log rank*.log 2>/dev/null | tail -20)"; return; fi
-  if v=$($py cmp.py curves n1.jsonl "$name.jsonl" 1e-6 1e-5); then
+  if v=$($py "$cmp" curves n1.jsonl "$name.jsonl" 1e-6 1e-5); then
     ok "$what: steps 1-6 follow one rank's: $v"
   else bad "$what: the resumed curve differs from one rank's" "$v"; fi
 }

@@ -778,6 +778,111 @@ static void test_softmax_xent_extremes(void **state)
     dfree(c, logits), dfree(c, losses), dfree(c, probs), dfree(c, tg);
 }
 
+/* ======================================= vocabulary-parallel (tp) kernels */
+
+/* The vocabulary of 17 split over 3 "ranks" as tensor parallelism splits
+ * it (6, 6, 5 rows), each rank's kernels run on its columns and the
+ * reductions between the cross-entropy's phases done here on the host:
+ * the embedding summed over the ranks is the whole one to the bit (one
+ * nonzero row each, wpe added by rank 0), its gradients are the whole
+ * one's rows; the loss is the same bits on every rank and the whole
+ * softmax's within 1e-6 (its sums of exponentials in another order), the
+ * probabilities and their gradient the whole one's columns. */
+static void test_vocab_parallel(void **state)
+{
+    enum { P = 3 };
+    const int64_t B = 2, T = 5, C = 12, V = 17, N = B * T;
+    const int64_t v0[P] = {0, 6, 12}, nv[P] = {6, 6, 5};
+    cpu_t *c = &g_t1;
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 71);
+    int32_t *tok = dalloc(c, N * 4), *tg = dalloc(c, N * 4);
+    dt_ref_fill_int(&r, tok, N, (int32_t)V);
+    dt_ref_fill_int(&r, tg, N, (int32_t)V);
+    float *wte = drand(c, &r, V * C, -1, 1), *wpe = drand(c, &r, T * C, -1, 1);
+    float *whole = dalloc(c, N * C * 4), *sum = dalloc(c, N * C * 4), *out = dalloc(c, N * C * 4);
+    OK(c->K->embedding_forward(c->dev, NULL, whole, tok, wte, wpe, DT_F32, B, T, C));
+    memset(sum, 0, (size_t)(N * C) * 4);
+    for (int k = 0; k < P; k++) {
+        OK(c->K->vocab_embedding_forward(c->dev, NULL, out, tok, wte + v0[k] * C,
+                                         k == 0 ? wpe : NULL, DT_F32, B, T, C, v0[k], nv[k]));
+        for (int64_t i = 0; i < N * C; i++)
+            sum[i] += out[i];
+    }
+    assert_memory_equal(sum, whole, (size_t)(N * C) * 4);
+    float *dout = drand(c, &r, N * C, -1, 1);
+    float *dwte = dalloc(c, V * C * 4), *dwpe = dalloc(c, T * C * 4);
+    float *dwte_k = dalloc(c, V * C * 4), *dwpe_k = dalloc(c, T * C * 4);
+    memset(dwte, 0, (size_t)(V * C) * 4), memset(dwpe, 0, (size_t)(T * C) * 4);
+    OK(c->K->embedding_backward(c->dev, NULL, dwte, dwpe, dout, tok, DT_F32, B, T, C));
+    for (int k = 0; k < P; k++) {
+        memset(dwte_k, 0, (size_t)(V * C) * 4), memset(dwpe_k, 0, (size_t)(T * C) * 4);
+        OK(c->K->vocab_embedding_backward(c->dev, NULL, dwte_k, dwpe_k, dout, tok, DT_F32, B,
+                                          T, C, v0[k], nv[k]));
+        assert_memory_equal(dwte_k, dwte + v0[k] * C, (size_t)(nv[k] * C) * 4);
+        assert_memory_equal(dwpe_k, dwpe, (size_t)(T * C) * 4);
+    }
+
+    float *logits = drand(c, &r, N * V, -4, 4);
+    float *losses = dalloc(c, N * 4), *probs = dalloc(c, N * V * 4);
+    OK(c->K->softmax_xent_forward(c->dev, NULL, losses, probs, logits, tg, DT_F32, N, V));
+    float *part[P], *st[P], *lk[P], *pk[P];
+    for (int k = 0; k < P; k++) {
+        part[k] = dalloc(c, N * nv[k] * 4), pk[k] = dalloc(c, N * nv[k] * 4);
+        st[k] = dalloc(c, 3 * N * 4), lk[k] = dalloc(c, N * 4);
+        for (int64_t i = 0; i < N; i++)
+            memcpy(part[k] + i * nv[k], logits + i * V + v0[k], (size_t)nv[k] * 4);
+    }
+    for (int phase = 0; phase < 3; phase++) {
+        for (int k = 0; k < P; k++)
+            OK(c->K->vocab_xent_forward(c->dev, NULL, phase, st[k], lk[k], pk[k], part[k], tg,
+                                        DT_F32, N, v0[k], nv[k]));
+        /* the reductions: the row maxima, then the sums (rank order) */
+        for (int64_t i = phase == 0 ? 0 : N; phase < 2 && i < (phase == 0 ? N : 3 * N); i++) {
+            float a = st[0][i];
+            for (int k = 1; k < P; k++)
+                a = phase == 0 ? fmaxf(a, st[k][i]) : a + st[k][i];
+            for (int k = 0; k < P; k++)
+                st[k][i] = a;
+        }
+    }
+    for (int k = 0; k < P; k++) {
+        assert_memory_equal(lk[k], lk[0], (size_t)N * 4);
+        for (int64_t i = 0; i < N; i++)
+            for (int64_t v = 0; v < nv[k]; v++)
+                assert_true(fabsf(pk[k][i * nv[k] + v] - probs[i * V + v0[k] + v]) <= 1e-6f);
+    }
+    for (int64_t i = 0; i < N; i++)
+        assert_true(fabsf(lk[0][i] - losses[i]) <= 1e-6f * fmaxf(1.0f, fabsf(losses[i])));
+    float *dl = dalloc(c, N * V * 4);
+    memset(dl, 0, (size_t)(N * V) * 4);
+    OK(c->K->softmax_xent_backward(c->dev, NULL, dl, probs, tg, DT_F32, 0.25f, N, V));
+    for (int k = 0; k < P; k++) {
+        float *dk = dalloc(c, N * nv[k] * 4);
+        memset(dk, 0, (size_t)(N * nv[k]) * 4);
+        OK(c->K->vocab_xent_backward(c->dev, NULL, dk, pk[k], tg, DT_F32, 0.25f, N, v0[k],
+                                     nv[k]));
+        for (int64_t i = 0; i < N; i++)
+            for (int64_t v = 0; v < nv[k]; v++)
+                assert_true(fabsf(dk[i * nv[k] + v] - dl[i * V + v0[k] + v]) <= 1e-6f);
+        dfree(c, dk);
+    }
+    /* refusals, named */
+    assert_status(c->K->vocab_xent_forward(c->dev, NULL, 3, st[0], lk[0], pk[0], part[0], tg,
+                                           DT_F32, N, 0, 6),
+                  DT_ERR_INVALID);
+    assert_dev_msg("vocab_xent_forward: phase 3 (0, 1 or 2)");
+    assert_status(c->K->vocab_embedding_forward(c->dev, NULL, out, tok, wte, NULL, DT_F32, B, T,
+                                                C, 4, 0),
+                  DT_ERR_INVALID);
+    assert_dev_msg("vocab_embedding_forward: vocabulary ids [4, 4 + 0)");
+    for (int k = 0; k < P; k++)
+        dfree(c, part[k]), dfree(c, st[k]), dfree(c, lk[k]), dfree(c, pk[k]);
+    dfree(c, tok), dfree(c, tg), dfree(c, wte), dfree(c, wpe), dfree(c, whole), dfree(c, sum);
+    dfree(c, out), dfree(c, dout), dfree(c, dwte), dfree(c, dwpe), dfree(c, dwte_k);
+    dfree(c, dwpe_k), dfree(c, logits), dfree(c, losses), dfree(c, probs), dfree(c, dl);
+}
+
 /* ==================================================== residual and axpy */
 
 static void test_residual_axpy_scale(void **state)
@@ -1421,6 +1526,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_attention_errors),
         cmocka_unit_test(test_attention_state_bytes),
         cmocka_unit_test(test_softmax_xent_extremes),
+        cmocka_unit_test(test_vocab_parallel),
         cmocka_unit_test(test_cast_errors),
         cmocka_unit_test(test_dtype_refusals),
         cmocka_unit_test(test_threads_bitwise),

@@ -15,7 +15,8 @@
  * strategy holds no parameters (the rank's data strategy does)"),
  * tp_state_ranges (no range: nothing is saved) and tp_state_loaded
  * (nothing to rebuild).  HOST is an expression of the instance `s`
- * giving its host table.  Header-only.
+ * giving its host table.  DT_NO_PARAMS_ESTIMATE(tp, "words") defines
+ * tp_estimate, a plan of nothing held.  Header-only.
  */
 #ifndef DTRAIN_SDK_NO_PARAMS_H
 #define DTRAIN_SDK_NO_PARAMS_H
@@ -100,6 +101,27 @@
     {                                                                                          \
         (void)s;                                                                               \
         return DT_OK;                                                                          \
+    }
+
+/* P##_estimate, the planner's: nothing held (every tag 0, nothing sent by
+ * the data strategy's rows), with NOTE as the row's words.  Needs
+ * dtrain/abi.h's dt_args_read and dt_result_write, and <string.h>,
+ * <stdio.h>. */
+#define DT_NO_PARAMS_ESTIMATE(P, NOTE)                                                         \
+    static int P##_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,         \
+                            dt_estimate_v1_t *res)                                             \
+    {                                                                                          \
+        dt_estimate_args_v1_t a;                                                               \
+        int rc = dt_args_read(host, "estimate args", &a, sizeof a, in,                         \
+                              DT_ESTIMATE_ARGS_V1_SIZE0);                                      \
+        if (rc != DT_OK)                                                                       \
+            return rc;                                                                         \
+        dt_estimate_v1_t e;                                                                    \
+        memset(&e, 0, sizeof e);                                                               \
+        e.struct_size = sizeof e;                                                              \
+        e.n_tags = DT_TAG_COUNT;                                                               \
+        snprintf(e.note, sizeof e.note, "%s", NOTE);                                           \
+        return dt_result_write(host, "estimate", res, &e, sizeof e, DT_ESTIMATE_V1_SIZE0);     \
     }
 
 #endif /* DTRAIN_SDK_NO_PARAMS_H */

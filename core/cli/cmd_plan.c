@@ -630,11 +630,17 @@ static int stage_layout(const dt_resolved_t *r, dt_model_t *m, int64_t dp, stage
     if (!rc)
         rc = dt_batch_resolve(r->set.config_path, r->set.train.micro_batch, &accum, &global, dp);
     L->M = (uint32_t)accum;
+    double *flops = calloc(nu ? nu : 1, sizeof *flops);
+    if (!rc && !flops)
+        rc = dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
+    if (flops)
+        dt_model_unit_flops(m, r->set.train.seq_len, flops);
     dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = L->p, .model = d, .n_micro = L->M,
                           .stash = L->stash, .in_flight = L->in_flight, .chunks = &L->V,
-                          .buffers = L->buffers};
+                          .buffers = L->buffers, .unit_flops = flops};
     if (!rc && (rc = ops->assign_stages(pp->host, &sa, stage_of)))
         dt_plugin_failed(pp, rc, "assign_stages");
+    free(flops);
     const uint32_t nv = (uint32_t)L->p * L->V;
     if (!rc && (L->V < 1 || L->V > DT_MODEL_MAX_CHUNKS || nv > nu))
         rc = dt_err_set(DT_ERR_INVALID, "strategy plugin '%s': %u chunks per stage", pp->name,

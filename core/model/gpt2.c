@@ -520,6 +520,22 @@ static void gpt2_tp_comm(const dt_model_t *m, int64_t B, int64_t T, dt_model_tp_
     }
 }
 
+/* gpt2_flops_per_token unit by unit: the embedding's lookups count 0 (and
+ * wpe, as there, nothing), a block 6 per parameter and its attention's
+ * 6 T C, the head 6 per ln_f parameter and the tied LM head's 6 V C. */
+static void gpt2_unit_flops(const dt_model_t *m, int64_t T, double *out)
+{
+    const dt_gpt2_shape_t *s = &G(m)->s;
+    const double C = (double)s->n_embd, V = (double)s->vocab_size;
+    const double block = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C +
+                         4 * C * C + C;
+    const uint32_t L = (uint32_t)s->n_layer;
+    out[0] = 0.0;
+    for (uint32_t l = 0; l < L; l++)
+        out[l + 1] = 6.0 * block + 6.0 * (double)T * C;
+    out[L + 1] = 6.0 * (2.0 * C + V * C);
+}
+
 /* ---- forward / backward ---- */
 
 #define K (m->kern)
@@ -842,6 +858,7 @@ const dt_model_arch_t dt_model_arch_gpt2 = {
     .use_slot = gpt2_use_slot,
     .flops_per_token = gpt2_flops_per_token,
     .tp_comm = gpt2_tp_comm,
+    .unit_flops = gpt2_unit_flops,
     .free = gpt2_free,
     .need_kernels = gpt2_need_kernels,
 };

@@ -205,6 +205,18 @@ void dt_model_tp_comm(const dt_model_t *m, int64_t B, int64_t T, dt_model_tp_com
         m->arch->tp_comm(m, B, T, out);
 }
 
+void dt_model_unit_flops(const dt_model_t *m, int64_t T, double *out)
+{
+    if (m->arch->unit_flops) {
+        m->arch->unit_flops(m, T, out);
+        return;
+    }
+    const double all = dt_model_flops_per_token(m, T);
+    for (uint32_t u = 0; u < m->desc.n_units; u++)
+        out[u] = m->desc.numel ? all * (double)m->desc.units[u].numel / (double)m->desc.numel
+                               : 0.0;
+}
+
 double dt_model_flops_per_token(const dt_model_t *m, int64_t T)
 {
     return m->arch->flops_per_token(m, T);

@@ -375,6 +375,14 @@ typedef struct dt_model_tp_comm {
 } dt_model_tp_comm_t;
 void dt_model_tp_comm(const dt_model_t *m, int64_t B, int64_t T, dt_model_tp_comm_t *out);
 
+/* The FLOPs of one forward+backward token unit by unit, into out[n_units]
+ * (a pipeline's balance by compute): their sum is
+ * dt_model_flops_per_token's, each unit's share where it runs (GPT-2: a
+ * block's 6 per parameter and its attention, the LM head's 6 V n_embd in
+ * the head unit, the embedding's lookups 0).  The whole model's counts,
+ * whatever part of it this rank holds. */
+void dt_model_unit_flops(const dt_model_t *m, int64_t T, double *out);
+
 /* FLOPs of one forward+backward token (for MFU): 6 per matmul parameter,
  * plus attention's for GPT-2. */
 double dt_model_flops_per_token(const dt_model_t *m, int64_t T);

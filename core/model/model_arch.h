@@ -114,6 +114,9 @@ typedef struct dt_model_arch {
      * (dt_model_set_slots). */
     void (*use_slot)(dt_model_t *m, uint32_t i);
     double (*flops_per_token)(const dt_model_t *m, int64_t T);
+    /* Optional (NULL: each unit's share of flops_per_token by its
+     * parameters): flops_per_token unit by unit (dt_model_unit_flops). */
+    void (*unit_flops)(const dt_model_t *m, int64_t T, double *out);
     /* Optional (NULL: none): the tensor group's all-reduces one
      * micro-batch of B x T runs through this rank's units (m->tp > 1),
      * as forward and backward issue them (dt_model_tp_comm). */

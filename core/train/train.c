@@ -418,22 +418,26 @@ static int assign_stage(run_t *R, uint8_t *flags, int *tied)
     uint32_t *start = calloc((size_t)nu + 1, sizeof *start); /* per virtual stage */
     uint32_t *in_flight = calloc((size_t)pp, sizeof *in_flight);
     uint32_t *buffers = calloc((size_t)pp, sizeof *buffers);
-    if (!stage_of || !start || !in_flight || !buffers) {
+    double *flops = calloc(nu, sizeof *flops);
+    if (!stage_of || !start || !in_flight || !buffers || !flops) {
         free(stage_of);
         free(start);
         free(in_flight);
         free(buffers);
+        free(flops);
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
     }
+    dt_model_unit_flops(R->model, R->set->train.seq_len, flops);
     for (int32_t k = 0; k < pp; k++)
         in_flight[k] = 1; /* a plugin that does not say: one, recompute the rest */
     uint32_t V = 1;
     const uint32_t n_micro = (uint32_t)R->set->train.grad_accum;
     dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = pp, .model = d,
                           .n_micro = n_micro, .in_flight = in_flight, .chunks = &V,
-                          .buffers = buffers};
+                          .buffers = buffers, .unit_flops = flops};
     int rc = PLUGIN_CALL(R->ppipe, R->pipe_ops->assign_stages(R->ppipe->host, &sa, stage_of),
                          "assign_stages");
+    free(flops);
     const uint32_t nv = (uint32_t)pp * V; /* virtual stages */
     if (!rc && (V < 1 || V > DT_MODEL_MAX_CHUNKS || nv > nu))
         rc = dt_err_set(DT_ERR_INVALID,

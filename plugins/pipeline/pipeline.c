@@ -39,8 +39,9 @@ static const dt_config_key_t pp_keys[] = {
      .type = DT_CFG_ENUM,
      .def = "\"uniform\"",
      .choices = PP_BALANCES,
-     .doc = "units per stage: uniform (equal counts) or params (contiguous stages with the "
-            "smallest largest parameter count)"},
+     .doc = "units per stage: uniform (equal counts), params (contiguous stages with the "
+            "smallest largest parameter count) or flops (the same by FLOPs per token: GPT-2's "
+            "embedding runs no matmul, its head runs the LM head)"},
 };
 
 static int read_config(const dt_host_v1_t *host, pp_config_t *c)
@@ -187,7 +188,8 @@ static int pp_assign_stages(const dt_host_v1_t *host, const dt_stage_args_v1_t *
     }
     if (a.chunks)
         *a.chunks = c.V;
-    return pp_assign(host, a.model, a.n_stages * (int32_t)c.V, c.balance, out);
+    /* (a core before strategy ABI 1.6 gives no unit FLOPs: NULL) */
+    return pp_assign(host, a.model, a.n_stages * (int32_t)c.V, c.balance, a.unit_flops, out);
 }
 
 static int pp_run_schedule(dt_strategy_t *s, const dt_schedule_args_v1_t *args,

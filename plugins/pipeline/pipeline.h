@@ -57,10 +57,10 @@
 
 enum { PP_SCHED_GPIPE = 0, PP_SCHED_1F1B = 1 };
 #define PP_MAX_CHUNKS 16 /* the core's DT_MODEL_MAX_CHUNKS */
-enum { PP_BALANCE_UNIFORM = 0, PP_BALANCE_PARAMS = 1 };
+enum { PP_BALANCE_UNIFORM = 0, PP_BALANCE_PARAMS = 1, PP_BALANCE_FLOPS = 2 };
 
 #define PP_SCHEDULES "gpipe|1f1b"
-#define PP_BALANCES "uniform|params"
+#define PP_BALANCES "uniform|params|flops"
 
 /* A device buffer of one boundary tensor and the send still reading it. */
 typedef struct pp_buf {
@@ -151,7 +151,7 @@ static inline uint32_t pp_stash(int keep, uint32_t in_flight) { return keep ? 1 
  * every stage non-empty) for `policy`; DT_ERR_CONFIG through host when
  * there are fewer units than stages. */
 int pp_assign(const dt_host_v1_t *host, const dt_model_desc_v1_t *model, int32_t n_stages,
-              int policy, uint32_t *out);
+              int policy, const double *unit_flops, uint32_t *out);
 
 /* pipeline_schedule.c: one step (strategy.h run_schedule). */
 int pp_run(dt_strategy_t *s, const dt_schedule_args_v1_t *args, dt_schedule_result_v1_t *res);

@@ -5,8 +5,13 @@
  *            one more), as Megatron splits layers;
  *   params   contiguous stages whose largest parameter count is as small
  *            as it can be (the classic linear partition, solved exactly
- *            by dynamic programming: units are few).
+ *            by dynamic programming: units are few);
+ *   flops    the same partition of the units' FLOPs per token, the core's
+ *            (dt_stage_args_v1_t.unit_flops): GPT-2's embedding costs
+ *            nothing to run though it holds a third of the 124M
+ *            parameters, and its head runs the tied LM head's matmul.
  */
+#include <math.h>
 #include <string.h>
 
 #include "pipeline.h"
@@ -21,15 +26,17 @@ static void uniform(uint32_t n, int32_t p, uint32_t *out)
     }
 }
 
-/* best[k][j]: the least possible largest stage over units [0, j) in k + 1
- * stages; cut[k][j] where its last stage starts. */
-static int by_params(const dt_host_v1_t *host, const dt_model_desc_v1_t *m, int32_t p,
-                     uint32_t *out)
+/* The linear partition of weights w[n] into p contiguous stages whose
+ * largest sum is least: best[k][j], the least possible largest stage over
+ * units [0, j) in k + 1 stages; cut[k][j] where its last stage starts.
+ * Weights are sums of whole numbers (parameters) or FLOPs below 2^53, so
+ * the sums are exact. */
+static int linear(const dt_host_v1_t *host, uint32_t n, const double *w, int32_t p,
+                  uint32_t *out)
 {
-    const uint32_t n = m->n_units;
     const uint64_t cells = (uint64_t)p * (n + 1);
-    uint64_t *pre = host->alloc(host, (n + 1) * sizeof *pre, DT_TAG_OTHER);
-    uint64_t *best = host->alloc(host, cells * sizeof *best, DT_TAG_OTHER);
+    double *pre = host->alloc(host, (n + 1) * sizeof *pre, DT_TAG_OTHER);
+    double *best = host->alloc(host, cells * sizeof *best, DT_TAG_OTHER);
     uint32_t *cut = host->alloc(host, cells * sizeof *cut, DT_TAG_OTHER);
     if (!pre || !best || !cut) {
         host->free(host, pre);
@@ -39,7 +46,7 @@ static int by_params(const dt_host_v1_t *host, const dt_model_desc_v1_t *m, int3
     }
     pre[0] = 0;
     for (uint32_t u = 0; u < n; u++)
-        pre[u + 1] = pre[u] + m->units[u].numel;
+        pre[u + 1] = pre[u] + w[u];
 #define AT(k, j) ((uint64_t)(k) * (n + 1) + (j))
     for (uint32_t j = 1; j <= n; j++) {
         best[AT(0, j)] = pre[j];
@@ -47,12 +54,12 @@ static int by_params(const dt_host_v1_t *host, const dt_model_desc_v1_t *m, int3
     }
     for (int32_t k = 1; k < p; k++)
         for (uint32_t j = (uint32_t)k + 1; j <= n; j++) {
-            best[AT(k, j)] = UINT64_MAX;
+            best[AT(k, j)] = HUGE_VAL;
             for (uint32_t i = (uint32_t)k; i < j; i++) { /* last stage [i, j) */
-                uint64_t a = best[AT(k - 1, i)], b = pre[j] - pre[i];
-                uint64_t w = a > b ? a : b;
-                if (w < best[AT(k, j)]) {
-                    best[AT(k, j)] = w;
+                double a = best[AT(k - 1, i)], b = pre[j] - pre[i];
+                double m = a > b ? a : b;
+                if (m < best[AT(k, j)]) {
+                    best[AT(k, j)] = m;
                     cut[AT(k, j)] = i;
                 }
             }
@@ -72,15 +79,31 @@ static int by_params(const dt_host_v1_t *host, const dt_model_desc_v1_t *m, int3
 }
 
 int pp_assign(const dt_host_v1_t *host, const dt_model_desc_v1_t *model, int32_t n_stages,
-              int policy, uint32_t *out)
+              int policy, const double *unit_flops, uint32_t *out)
 {
-    if (n_stages < 1 || (uint32_t)n_stages > model->n_units)
+    const uint32_t n = model->n_units;
+    if (n_stages < 1 || (uint32_t)n_stages > n)
         return host->set_error(host, DT_ERR_CONFIG,
                                "parallel.pipeline = %d stages, but model %s has %u units (each "
                                "stage needs at least one)",
-                               n_stages, model->arch ? model->arch : "?", model->n_units);
-    if (policy == PP_BALANCE_PARAMS)
-        return by_params(host, model, n_stages, out);
-    uniform(model->n_units, n_stages, out);
-    return DT_OK;
+                               n_stages, model->arch ? model->arch : "?", n);
+    if (policy == PP_BALANCE_UNIFORM) {
+        uniform(n, n_stages, out);
+        return DT_OK;
+    }
+    if (policy == PP_BALANCE_FLOPS) {
+        if (!unit_flops)
+            return host->set_error(host, DT_ERR_CONFIG,
+                                   "balance = \"flops\": the core gives no unit FLOPs "
+                                   "(strategy ABI before 1.6); use \"params\"");
+        return linear(host, n, unit_flops, n_stages, out);
+    }
+    double *w = host->alloc(host, (n ? n : 1) * sizeof *w, DT_TAG_OTHER);
+    if (!w)
+        return host->set_error(host, DT_ERR_NOMEM, "balance: %u units", n);
+    for (uint32_t u = 0; u < n; u++)
+        w[u] = (double)model->units[u].numel;
+    int rc = linear(host, n, w, n_stages, out);
+    host->free(host, w);
+    return rc;
 }

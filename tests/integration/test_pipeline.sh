@@ -5,7 +5,7 @@
 #  - equivalence with one rank training the same global batch of 8 for 6
 #    AdamW steps with accumulation: pp2 gpipe and pp2 1f1b (2 ranks, micro
 #    2 x accumulation 4), pp2 x dp2 1f1b (4 ranks, micro 2 x accumulation
-#    2), and pp3 with balance = params.  Tolerances: every step's loss
+#    2), and pp3 with balance = params and with balance = flops.  Tolerances: every step's loss
 #    and the validation loss of steps 3 and 6 (the forward-only schedule)
 #    within 1e-6, grad norm within 1e-5 (measured: loss 2e-8, the last
 #    printed digit; val loss 1.6e-7, one rank's is f32-rounded; norm 4e-8), final parameters (exported) within 2e-5
@@ -106,6 +106,20 @@ expect_out "balance = params: stage 1" \
 expect_out "balance = params: stage 2" \
   "pipeline: stage 2 of 3: units 2-3 (block.1 .. head), 0.013M parameters"
 same_as_n1 pb "pp3 balance = params (a middle stage)"
+# pp3 by FLOPs per token (T = 32, n_embd 32): the embedding runs no matmul
+# (0), a block 6 x 12704 + 6 x 32 x 32 = 82368, the head ln_f and the tied
+# LM head 6 x (64 + 256 x 32) = 49536: the least largest stage puts the
+# embedding with block.0 and the head alone (82368, 82368, 49536), where
+# by parameters the embedding (9216 of them) was alone
+if ranks 3 eq.toml --set parallel.pipeline=3 --set pipeline.balance=flops --set run.name=pf \
+     --metrics pf.jsonl; then ok "pp3 balance = flops trained"
+else bad "pp3 balance = flops failed" "$(cat rank*.log)"; fi
+out=$(cat rank0.log)
+expect_out "balance = flops: stage 0" \
+  "pipeline: stage 0 of 3: units 0-1 (embedding .. block.0), 0.022M parameters"
+expect_out "balance = flops: stage 2, the head alone" \
+  "pipeline: stage 2 of 3: units 3-3 (head .. head), 0.000M parameters"
+same_as_n1 pf "pp3 balance = flops"
 
 # ---- interleaved 1F1B: chunks of virtual stages --------------------------
 # pp2 x 2 chunks: the 4 units are virtual stages 0-3, stage 0 running 0

@@ -324,6 +324,26 @@ static void test_interleaved_chunks_match_whole(void **state)
     dt_mh_close(&w);
 }
 
+/* What a pipeline's balance by compute reads (dt_model_unit_flops): the
+ * units' FLOPs sum to the model's per token, the embedding's lookups
+ * count nothing, each block 6 per parameter plus 6 T C of attention, and
+ * the head its ln_f and the tied LM head (6 x (2C + V C)). */
+static void test_unit_flops(void **state)
+{
+    dt_mh_t w;
+    must(dt_mh_open(&w, gpt2_toml, B, T, SEED), "open");
+    double f[NU], sum = 0;
+    dt_model_unit_flops(w.model, T, f);
+    for (uint32_t u = 0; u < NU; u++)
+        sum += f[u];
+    assert_true(sum == dt_model_flops_per_token(w.model, T));
+    assert_true(f[0] == 0.0);
+    for (uint32_t u = 1; u <= L; u++)
+        assert_true(f[u] == 6.0 * (double)w.desc->units[u].numel + 6.0 * T * C);
+    assert_true(f[L + 1] == 6.0 * (2.0 * C + (double)V * C));
+    dt_mh_close(&w);
+}
+
 static void test_stage_tied_and_refusals(void **state)
 {
     (void)state;
@@ -436,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_stages_match_whole),
         cmocka_unit_test(test_interleaved_chunks_match_whole),
         cmocka_unit_test(test_stage_tied_and_refusals),
+        cmocka_unit_test(test_unit_flops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -107,7 +107,7 @@ extern "C" {
                                  * 5: dt_param_desc_v1_t.ext may point at a
                                  *    dt_param_split_v1_t (tensor parallelism);
                                  * 6: the slot reduce_activation (a tensor
-                                 *    strategy's) */
+                                 *    strategy's); dt_stage_args_v1_t.unit_flops */
 
 typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 
@@ -441,6 +441,13 @@ typedef struct dt_stage_args_v1 {
      * gradients in flight, received gradients.  The planner adds them to
      * the stage's activations. */
     uint32_t *buffers;
+    /* ---- minor 6 ---- */
+    /* in, optional (NULL: the core does not say): model->n_units entries,
+     * the FLOPs each unit spends on one token, forward and backward (the
+     * model's estimate: 6 per matmul parameter plus attention's; GPT-2's
+     * tied LM head counted in the head unit that runs it, not in the
+     * embedding that holds it), for a balance by compute. */
+    const double *unit_flops;
 } dt_stage_args_v1_t;
 #define DT_STAGE_ARGS_V1_SIZE0 DT_FIELD_END(dt_stage_args_v1_t, stash)
 

@@ -16,9 +16,11 @@
 #  - the layout rank 0 prints, and each rank's part of the parameters;
 #  - checkpoints: a tensor-parallel save stores its parts as blocks of the
 #    global tensors (format version 2, `ckpt inspect` shows the blocks),
-#    `ckpt consolidate` gives plain ranges (version 1); saved at one layout
-#    and resumed at another (1 rank -> tp2 x dp2 zero-2, tp2 x pp2 x dp2
-#    zero-1 -> 1 rank, tp4 -> tp2 x dp2 fsdp), steps 4-6 continue the
+#    `ckpt consolidate` gives plain ranges (version 1); every layout above
+#    resumed from a checkpoint another layout saved at step 3 (1 rank ->
+#    tp2 x dp2 zero-2, tp2 x pp2 x dp2 zero-1 -> 1 rank, tp4 -> tp2 x dp2
+#    fsdp, tp2 x dp2 fsdp -> tp2 x pp2 x dp2 zero-1, tp2 x pp2 -> tp4,
+#    pp2 -> tp2, tp2 x dp2 zero-3 -> tp2 x pp2): steps 4-6 continue the
 #    uninterrupted 1-rank curve within 1e-6;
 #  - config errors (exit 2, the exact message): heads not divisible by the
 #    tensor degree, a world the grid does not divide, the mlp arch;
@@ -94,6 +96,14 @@ resume rb "tp2 x pp2 x dp2 zero-1 -> 1 rank" 8 --set parallel.tensor=2 --set par
   --set parallel.data=zero --set zero.stage=1 -- 1
 resume rc "tp4 -> tp2 x dp2 fsdp" 4 --set parallel.tensor=4 -- 4 --set parallel.tensor=2 \
   --set parallel.data=fsdp
+resume rd "tp2 x dp2 fsdp -> tp2 x pp2 x dp2 zero-1" 4 --set parallel.tensor=2 \
+  --set parallel.data=fsdp -- 8 --set parallel.tensor=2 --set parallel.pipeline=2 \
+  --set parallel.data=zero --set zero.stage=1
+resume re "tp2 x pp2 -> tp4" 4 --set parallel.tensor=2 --set parallel.pipeline=2 -- 4 \
+  --set parallel.tensor=4
+resume rf "pp2 -> tp2" 2 --set parallel.pipeline=2 -- 2 --set parallel.tensor=2
+resume rg "tp2 x dp2 zero-3 -> tp2 x pp2" 4 --set parallel.tensor=2 --set parallel.data=zero \
+  --set zero.stage=3 -- 4 --set parallel.tensor=2 --set parallel.pipeline=2
 
 # ---- config errors ---------------------------------------------------------
 expect_exit 2 "heads not divisible by the tensor degree" "$bin" check eq.toml \

@@ -152,18 +152,6 @@ static int save_end(const state_io_t *io) { return dt_ckpt_shard_end(io->wr); }
  * (DT_SPLIT_DUPLICATE on the others).  Loading reads the same pieces
  * back, so any layout loads any other's. ---- */
 
-/* Tensor p's global shape (ndim entries) and element count. */
-static uint64_t global_shape(const dt_param_desc_t *p, int64_t *shape)
-{
-    const dt_param_split_t *sp = p->ext;
-    uint64_t n = 1;
-    for (int i = 0; i < p->ndim; i++) {
-        shape[i] = sp ? sp->global_shape[i] : p->shape[i];
-        n *= (uint64_t)shape[i];
-    }
-    return n;
-}
-
 /* Unit u's global element count, and (off, may be NULL) each tensor's
  * first element in the whole unit. */
 static uint64_t unit_global(const dt_unit_desc_t *ud, uint64_t *off)
@@ -173,7 +161,7 @@ static uint64_t unit_global(const dt_unit_desc_t *ud, uint64_t *off)
     for (uint32_t k = 0; k < ud->n_params; k++) {
         if (off)
             off[k] = n;
-        n += global_shape(&ud->params[k], shape);
+        n += dt_model_param_global(&ud->params[k], shape);
     }
     return n;
 }
@@ -337,7 +325,7 @@ cJSON *dt_ckpt_model_json(dt_model_t *m)
         for (uint32_t k = 0; k < d->units[u].n_params; k++) {
             const dt_param_desc_t *p = &d->units[u].params[k];
             int64_t gshape[4];
-            global_shape(p, gshape);
+            dt_model_param_global(p, gshape);
             cJSON *t = cJSON_CreateObject();
             if (!t || !cJSON_AddItemToArray(ts, t)) {
                 cJSON_Delete(t);
@@ -370,7 +358,7 @@ int dt_ckpt_check_tensors(const char *dir, const dt_ckpt_reader_t *rd, const dt_
         for (uint32_t k = 0; k < d->units[u].n_params; k++) {
             const dt_param_desc_t *p = &d->units[u].params[k];
             int64_t gshape[4];
-            global_shape(p, gshape);
+            dt_model_param_global(p, gshape);
             const dt_ckpt_tensor_t *t = dt_ckpt_find_tensor(rd, p->name);
             if (!t)
                 return dt_err_set(DT_ERR_DATA,

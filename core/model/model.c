@@ -143,14 +143,9 @@ int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t t
             goto fail;
         }
         m->desc.numel += ud->numel;
-        for (uint32_t k = 0; k < ud->n_params; k++) {
-            const dt_param_split_t *sp = ud->params[k].ext;
-            uint64_t g = ud->params[k].numel;
-            if (sp)
-                g = (uint64_t)sp->global_shape[0] *
-                    (uint64_t)(ud->params[k].ndim > 1 ? sp->global_shape[1] : 1);
-            m->info.global_numel += g;
-        }
+        int64_t shape[4];
+        for (uint32_t k = 0; k < ud->n_params; k++)
+            m->info.global_numel += dt_model_param_global(&ud->params[k], shape);
         uint64_t v = 0;
         for (uint32_t k = 0; k < ud->n_params; k++)
             if (m->extra[u][k].kind != DT_TENSOR_MATRIX)
@@ -324,6 +319,17 @@ int dt_model_part(dt_model_t *m, uint32_t unit, int64_t g0, int64_t g1, uint32_t
                           p->name, (unsigned long long)n, (unsigned long long)p->numel);
     p->ext = sp;
     return DT_OK;
+}
+
+uint64_t dt_model_param_global(const dt_param_desc_t *p, int64_t *shape)
+{
+    const dt_param_split_t *sp = p->ext;
+    uint64_t n = 1;
+    for (int i = 0; i < p->ndim && i < 4; i++) {
+        shape[i] = sp ? sp->global_shape[i] : p->shape[i];
+        n *= (uint64_t)shape[i];
+    }
+    return n;
 }
 
 void dt_model_set_tensor_reduce(dt_model_t *m, dt_model_reduce_fn fn, void *arg)

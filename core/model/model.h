@@ -134,6 +134,9 @@ int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t t
                          int32_t tp_rank, dt_model_t **out);
 /* The tensor group's all-reduce (needed before any pass when P > 1). */
 void dt_model_set_tensor_reduce(dt_model_t *m, dt_model_reduce_fn fn, void *arg);
+/* Tensor p's global shape into shape[p->ndim] (its own unless it is a
+ * tensor-parallel part: dt_param_split_t's) and its element count. */
+uint64_t dt_model_param_global(const dt_param_desc_t *p, int64_t *shape);
 /* The blocks of a part (sp: a split tensor's, copies 1) out of the global
  * tensor `global` (sp->global_shape, row-major) into `part`, one after
  * another: what the rank holds of it. */

@@ -22,8 +22,10 @@
 #    resumed from a checkpoint another layout saved at step 3 (1 rank ->
 #    tp2 x dp2 zero-2, tp2 x pp2 x dp2 zero-1 -> 1 rank, tp4 -> tp2 x dp2
 #    fsdp, tp2 x dp2 fsdp -> tp2 x pp2 x dp2 zero-1, tp2 x pp2 -> tp4,
-#    pp2 -> tp2, tp2 x dp2 zero-3 -> tp2 x pp2): steps 4-6 continue the
-#    uninterrupted 1-rank curve within 1e-6;
+#    pp2 -> tp2, tp2 x dp2 zero-3 -> tp2 x pp2, and into the pipeline's
+#    layouts: tp2 -> pp2 gpipe, tp2 -> pp4 x 2 interleaved chunks of a
+#    6-layer model): steps 4-6 continue the uninterrupted 1-rank curve
+#    within 1e-6;
 #  - config errors (exit 2, the exact message): heads not divisible by the
 #    tensor degree, a world the grid does not divide, the mlp arch;
 #  - a rank killed in a step (a test hook): its tensor-group peer stops
@@ -118,6 +120,21 @@ resume re "tp2 x pp2 -> tp4" 4 --set parallel.tensor=2 --set parallel.pipeline=2
 resume rf "pp2 -> tp2" 2 --set parallel.pipeline=2 -- 2 --set parallel.tensor=2
 resume rg "tp2 x dp2 zero-3 -> tp2 x pp2" 4 --set parallel.tensor=2 --set parallel.data=zero \
   --set zero.stage=3 -- 4 --set parallel.tensor=2 --set parallel.pipeline=2
+resume rh "tp2 -> pp2 gpipe" 2 --set parallel.tensor=2 -- 2 --set parallel.pipeline=2 \
+  --set pipeline.schedule=gpipe
+# 6 layers (8 units, a virtual stage each): tp2 -> pp4 x 2 chunks, against
+# one rank of the same depth
+expect_exit 0 "1 rank, 6 layers" "$bin" run eq.toml --set run.comm=self --set model.n_layer=6 \
+  --set run.name=n6 --metrics n6.jsonl
+if ranks 2 eq.toml --set model.n_layer=6 --set parallel.tensor=2 --set run.name=ri \
+     --set train.stop_at=3 --metrics ri.jsonl &&
+   ranks 4 eq.toml --set model.n_layer=6 --set parallel.pipeline=4 \
+     --set pipeline.virtual_stages=2 --set run.name=ri --set checkpoint.resume=latest \
+     --metrics ri.jsonl; then ok "tp2 -> pp4 x 2 chunks: saved and resumed"
+else bad "tp2 -> pp4 x 2 chunks: failed" "$(cat rank*.log | tail -20)"; fi
+if v=$($py "$cmp" curves n6.jsonl ri.jsonl 1e-6 1e-5); then
+  ok "tp2 -> pp4 x 2 chunks: steps 1-6 follow one rank's: $v"
+else bad "tp2 -> pp4 x 2 chunks: the resumed curve differs from one rank's" "$v"; fi
 
 # ---- config errors ---------------------------------------------------------
 expect_exit 2 "heads not divisible by the tensor degree" "$bin" check eq.toml \

@@ -61,6 +61,11 @@ static const dt_config_key_t mpi_keys[] = {
      .doc = "microseconds between a progress thread's calls into MPI while operations "
             "are in flight, so they move while the caller computes (0: no thread; "
             "operations then move only inside the plugin's calls)"},
+    {.name = "ring_bytes", .type = DT_CFG_INT, .def = "524288", .min = 0,
+     .max = (double)MPI_RING_MAX, .choices = NULL,
+     .doc = "all-reduces of at least this many bytes run Open MPI's nonblocking ring "
+            "(libnbc's coll_libnbc_iallreduce_algorithm = 1, set through MPI_T unless you "
+            "set it), smaller ones libnbc's own choice; 0: every one libnbc's choice"},
     {.name = "abort_job", .type = DT_CFG_BOOL, .def = "false", .min = 0, .max = 0,
      .choices = NULL,
      .doc = "abort also ends the whole job with MPI_Abort, 1 s after telling every rank "
@@ -158,6 +163,7 @@ static int mpi_up(const dt_host_v1_t *h)
                                 "reduction ops: %s", text);
         }
         g_setup = 1;
+        mpic_tune_up(h);
     }
     return DT_OK;
 }
@@ -173,6 +179,7 @@ static void mpi_down(const dt_host_v1_t *h, const char *why_not)
             h->log(h, DT_LOG_WARN, "MPI is not finalized: %s", why_not);
         } else {
             mpic_lock();
+            mpic_tune_down();
             mpic_reduce_teardown();
             g_setup = 0;
             MPI_Finalize();
@@ -392,12 +399,15 @@ static int read_int_key(const dt_host_v1_t *h, const char *key, int64_t def, int
     return DT_OK;
 }
 
-static int read_keys(const dt_host_v1_t *h, int64_t *spin, int64_t *progress, int *abort_job)
+static int read_keys(const dt_host_v1_t *h, int64_t *spin, int64_t *progress, int64_t *ring,
+                     int *abort_job)
 {
     *abort_job = 0;
     int st = read_int_key(h, "spin_us", MPI_SPIN_DEFAULT, MPI_SPIN_MAX, spin);
     if (st == DT_OK)
         st = read_int_key(h, "progress_us", MPI_PROGRESS_DEFAULT, MPI_PROGRESS_MAX, progress);
+    if (st == DT_OK)
+        st = read_int_key(h, "ring_bytes", MPI_RING_DEFAULT, MPI_RING_MAX, ring);
     if (st != DT_OK)
         return st;
     st = h->cfg_bool(h, "abort_job", abort_job);
@@ -439,9 +449,9 @@ static int mpi_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     if (rc != DT_OK)
         return rc;
     const dt_comm_init_v1_t *a = &args;
-    int64_t spin, progress;
+    int64_t spin, progress, ring;
     int abort_job;
-    int st = read_keys(host, &spin, &progress, &abort_job);
+    int st = read_keys(host, &spin, &progress, &ring, &abort_job);
     if (st == DT_OK)
         st = dt_comm_check_host_memory(host, a, "mpi");
     if (st != DT_OK)
@@ -489,6 +499,7 @@ static int mpi_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     pthread_mutex_init(&job->prog_mu, NULL);
     pthread_cond_init(&job->prog_cv, NULL);
     job->mpi_abort = abort_job;
+    job->ring_bytes = ring;
     c->job = job;
     c->is_world = 1;
     c->timeout_ms = timeout_ms;

@@ -29,6 +29,10 @@
 #define MPI_SPIN_MAX 1000000
 #define MPI_PROGRESS_DEFAULT 100
 #define MPI_PROGRESS_MAX 1000000
+/* [mpi] ring_bytes: all-reduces of at least this many bytes run libnbc's
+ * ring (mpi_tune.c); 0 leaves every one to libnbc's own choice. */
+#define MPI_RING_DEFAULT 524288
+#define MPI_RING_MAX (1ll << 40)
 /* Tag nobody sends: the progress thread's probe only runs MPI's engine. */
 #define MPI_TAG_PROGRESS 8
 /* A wait polls MPI_Test back to back for [mpi] spin_us, then with a
@@ -69,6 +73,7 @@ typedef struct mpic_job {
      * would wait for it, so the last finalize skips it */
     _Atomic int abandoned;
     int mpi_abort;          /* [mpi] abort_job: abort also calls MPI_Abort */
+    int64_t ring_bytes;     /* [mpi] ring_bytes (mpi_tune.c) */
     int64_t spin_ns;
     /* The progress thread ([mpi] progress_us > 0): while operations are
      * in flight it calls into MPI every progress_ns, so they move while
@@ -190,5 +195,14 @@ int mpic_reduce_op(int dtype, int op, MPI_Op *out);
 /* buf[i] /= group, in f32 for f32 / bf16 / f16 (rounded once), f64 for
  * f64, as the shm communicator divides; (count) elements of dtype. */
 void mpic_avg_divide(void *buf, uint64_t count, int dtype, int group);
+
+/* mpi_tune.c: after MPI is up, take the all-reduce algorithm's control
+ * variable unless the user set it; before MPI_Finalize, let it go. */
+void mpic_tune_up(const dt_host_v1_t *h);
+void mpic_tune_down(void);
+/* MPI_Iallreduce, libnbc's ring from ring_bytes (0: never) up when the
+ * variable is ours. */
+int mpic_iallreduce(const void *send, void *recv, int n, MPI_Datatype dt, MPI_Op op,
+                    MPI_Comm comm, uint64_t bytes, uint64_t ring_bytes, MPI_Request *req);
 
 #endif /* DT_MPI_INTERNAL_H */

@@ -359,8 +359,8 @@ static int start_mpi(dt_comm_t *c, struct dt_comm_req *r, const void *send, void
     mpic_lock();
     switch (r->kind) {
     case DT_COMM_OP_ALL_REDUCE:
-        rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, dt, op, c->comm,
-                            &r->mreq);
+        rc = mpic_iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, dt, op, c->comm,
+                             r->count * r->esize, (uint64_t)c->job->ring_bytes, &r->mreq);
         break;
     case DT_COMM_OP_REDUCE_SCATTER:
         rc = MPI_Ireduce_scatter_block(send, recv, n, dt, op, c->comm, &r->mreq);

@@ -10,7 +10,9 @@
  * with --rank CASE it is one rank: it loads the plugin, runs the case, and
  * prints "rank R: ok CASE" or "rank R: FAIL ..." lines.
  *
- * Numbers (the "battery" case, at 2 and 4 ranks): every rank generates
+ * Numbers (the "battery" case, at 2 and 4 ranks, [mpi] ring_bytes = 4096
+ * so all-reduces run both of libnbc's algorithms the plugin picks between:
+ * its ring from 4 KiB up, its own choice below): every rank generates
  * every rank's inputs, so each computes the expectation locally, in double:
  *  - copies (all_gather, broadcast, send/recv) and max/min: bit-exact;
  *  - integer sums: exact, wrapping in the dtype's width;
@@ -540,7 +542,10 @@ static int case_battery(int N)
 {
     dt_test_host_t th;
     dt_comm_t *c = NULL;
-    RK_OK(join(&th, NULL, N, 20000, &c));
+    /* all-reduces of 4 KiB and more on libnbc's ring (mpi_tune.c), the
+     * smaller ones on its own choice: both paths checked below */
+    static const dt_test_kv_t kv[] = {{"ring_bytes", "4096"}, {NULL, NULL}};
+    RK_OK(join(&th, kv, N, 20000, &c));
     int32_t r = -1, s = -1;
     RK_OK(g_ops->rank_size(c, &r, &s));
     RK_CHECK(r == g_rank && s == N, "rank_size %d of %d", r, s);
@@ -1026,10 +1031,11 @@ static void test_plugin_info(void **state)
         dt_test_plugin_entry(PLUGIN_PATH, DT_ENTRY_STRING(comm, 1), NULL);
     assert_non_null(ops);
     assert_string_equal(ops->info.name, "mpi");
-    assert_int_equal(ops->info.n_config_keys, 3);
+    assert_int_equal(ops->info.n_config_keys, 4);
     assert_string_equal(ops->info.config_keys[0].name, "spin_us");
     assert_string_equal(ops->info.config_keys[1].name, "progress_us");
-    assert_string_equal(ops->info.config_keys[2].name, "abort_job");
+    assert_string_equal(ops->info.config_keys[2].name, "ring_bytes");
+    assert_string_equal(ops->info.config_keys[3].name, "abort_job");
     assert_non_null(ops->test);
 }
 #endif /* DT_TEST_MPIEXEC */

@@ -101,14 +101,11 @@ static int pp_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *in,
     int rc = dt_args_read(host, "init args", &a, sizeof a, in, DT_STRATEGY_INIT_V1_SIZE0);
     if (rc != DT_OK)
         return rc;
-    if (!a.dev_ops || !a.dev || !a.comm_ops || !a.comm)
+    if (!a.dev_ops || !a.dev)
         return host->set_error(host, DT_ERR_INVALID, "init: NULL %s",
-                               !a.dev_ops ? "dev_ops" : !a.dev ? "dev"
-                               : !a.comm_ops ? "comm_ops" : "comm");
-    if (a.unit_flags || a.norm_comm || a.tied_comm)
-        return host->set_error(host, DT_ERR_INVALID,
-                               "init: the pipeline strategy holds no units (unit_flags, "
-                               "norm_comm and tied_comm are the data strategy's)");
+                               !a.dev_ops ? "dev_ops" : "dev");
+    if ((rc = dt_no_params_init_check(host, &a, "the pipeline strategy")) != DT_OK)
+        return rc;
     dt_strategy_t *s = host->alloc(host, sizeof *s, DT_TAG_OTHER);
     if (!s)
         return host->set_error(host, DT_ERR_NOMEM, "init: instance");

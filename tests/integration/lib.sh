@@ -215,3 +215,20 @@ same_as_n1() {
   if v=$(/usr/bin/python3 "$cmp" params n1.st "$1.st" 2e-5); then ok "$2: $v"
   else bad "$2: parameters differ from 1 rank's" "$v"; fi
 }
+
+# killed_pair JOB STEP:MICRO LOG ARGS...: ranks 0 and 1 of a 2-rank
+# `dtrain run ARGS` started as an external launcher starts them (job JOB),
+# rank 1 killing itself as micro-batch MICRO of step STEP starts its
+# backward (DTRAIN_FAULT_KILL_AT_BACKWARD, a test hook); their output in
+# LOG0.log and LOG1.log, their exit statuses in e0 and e1
+killed_pair() {
+  local job=$1 at=$2 log=$3 r p0 p1; shift 3
+  for r in 0 1; do
+    if [ $r = 1 ]; then export DTRAIN_FAULT_KILL_AT_BACKWARD=$at; fi
+    DTRAIN_RANK=$r DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=$r DTRAIN_LOCAL_SIZE=2 \
+      DTRAIN_JOB_ID=$job "$bin" run "$@" >"$log$r.log" 2>&1 &
+    if [ $r = 0 ]; then p0=$!; else p1=$!; fi
+    unset DTRAIN_FAULT_KILL_AT_BACKWARD
+  done
+  set +e; { wait "$p1"; } 2>/dev/null; e1=$?; wait "$p0"; e0=$?; set -e
+}

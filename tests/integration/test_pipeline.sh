@@ -331,15 +331,8 @@ expect_out "an mlp in stages: named" \
 # finds out inside the pipeline's recv (or the send of micro-batch 3).
 if has_test_hooks "$bin"; then
   job="pk$$"
-  for r in 0 1; do
-    if [ $r = 1 ]; then export DTRAIN_FAULT_KILL_AT_BACKWARD=3:2; fi
-    DTRAIN_RANK=$r DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=$r DTRAIN_LOCAL_SIZE=2 \
-      DTRAIN_JOB_ID=$job "$bin" run eq.toml --set parallel.pipeline=2 \
-      --set train.micro_batch=1 --set run.name=k --set launch.timeout=10 >k$r.log 2>&1 &
-    [ $r = 0 ] && p0=$! || p1=$!
-    unset DTRAIN_FAULT_KILL_AT_BACKWARD
-  done
-  set +e; { wait "$p1"; } 2>/dev/null; e1=$?; wait "$p0"; e0=$?; set -e
+  killed_pair "$job" 3:2 k eq.toml --set parallel.pipeline=2 --set train.micro_batch=1 \
+    --set run.name=k --set launch.timeout=10
   out=$(cat k0.log)
   [ "$e1" = 137 ] && ok "rank 1 killed itself in step 3 (SIGKILL)" ||
     bad "rank 1: exit $e1, expected 137" "$(cat k1.log)"
@@ -352,16 +345,8 @@ if has_test_hooks "$bin"; then
   after_fault "a rank killed in the pipeline" "$job" "" "" "" k0.log
   # interleaved (2 chunks): the operation names the virtual stages
   job="pv$$"
-  for r in 0 1; do
-    if [ $r = 1 ]; then export DTRAIN_FAULT_KILL_AT_BACKWARD=3:2; fi
-    DTRAIN_RANK=$r DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=$r DTRAIN_LOCAL_SIZE=2 \
-      DTRAIN_JOB_ID=$job "$bin" run eq.toml --set parallel.pipeline=2 \
-      --set pipeline.virtual_stages=2 --set train.micro_batch=1 --set run.name=kv \
-      --set launch.timeout=10 >kv$r.log 2>&1 &
-    [ $r = 0 ] && p0=$! || p1=$!
-    unset DTRAIN_FAULT_KILL_AT_BACKWARD
-  done
-  set +e; { wait "$p1"; } 2>/dev/null; e1=$?; wait "$p0"; e0=$?; set -e
+  killed_pair "$job" 3:2 kv eq.toml --set parallel.pipeline=2 --set pipeline.virtual_stages=2 \
+    --set train.micro_batch=1 --set run.name=kv --set launch.timeout=10
   out=$(cat kv0.log)
   [ "$e1" = 137 ] && [ "$e0" = 1 ] && ok "interleaved: rank 0 stops when rank 1 is killed (exit 1)" ||
     bad "interleaved: exits $e0 / $e1 after rank 1 was killed" "$out"

@@ -154,15 +154,8 @@ expect_out "the arch is named" \
 # ---- a rank killed in a step -------------------------------------------------
 if has_test_hooks "$bin"; then
   job="tk$$"
-  for r in 0 1; do
-    if [ $r = 1 ]; then export DTRAIN_FAULT_KILL_AT_BACKWARD=3:1; fi
-    DTRAIN_RANK=$r DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=$r DTRAIN_LOCAL_SIZE=2 \
-      DTRAIN_JOB_ID=$job "$bin" run eq.toml --set parallel.tensor=2 --set run.name=tk \
-      --set launch.timeout=10 >k$r.log 2>&1 &
-    [ $r = 0 ] && p0=$! || p1=$!
-    unset DTRAIN_FAULT_KILL_AT_BACKWARD
-  done
-  set +e; { wait "$p1"; } 2>/dev/null; e1=$?; wait "$p0"; e0=$?; set -e
+  killed_pair "$job" 3:1 k eq.toml --set parallel.tensor=2 --set run.name=tk \
+    --set launch.timeout=10
   out=$(cat k0.log)
   [ "$e1" = 137 ] && ok "rank 1 killed itself in step 3 (SIGKILL)" ||
     bad "rank 1: exit $e1, expected 137" "$(cat k1.log)"

@@ -103,6 +103,23 @@
         return DT_OK;                                                                          \
     }
 
+/* In such a strategy's init: the group and its operations are given, and
+ * none of the data strategy's stage fields (unit_flags, norm_comm,
+ * tied_comm) is; `who` names the strategy in the message. */
+static inline int dt_no_params_init_check(const dt_host_v1_t *host,
+                                          const dt_strategy_init_v1_t *a, const char *who)
+{
+    if (!a->comm_ops || !a->comm)
+        return host->set_error(host, DT_ERR_INVALID, "init: NULL %s",
+                               !a->comm_ops ? "comm_ops" : "comm");
+    if (a->unit_flags || a->norm_comm || a->tied_comm)
+        return host->set_error(host, DT_ERR_INVALID,
+                               "init: %s holds no units (unit_flags, norm_comm and tied_comm "
+                               "are the data strategy's)",
+                               who);
+    return DT_OK;
+}
+
 /* P##_estimate, the planner's: nothing held (every tag 0, nothing sent by
  * the data strategy's rows), with NOTE as the row's words.  Needs
  * dtrain/abi.h's dt_args_read and dt_result_write, and <string.h>,

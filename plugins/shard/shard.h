@@ -222,6 +222,10 @@ typedef struct dt_shard_engine {
     double *norm_slot;
     int norm_copies;              /* dt_dp_has_norm_copies (tensor
                                    * parallelism) */
+    dt_range_t *copy_ranges;      /* with the gradient shard offloaded: the
+                                   * copies' ranges of the shard buffer
+                                   * (dt_dp_copy_ranges), the norm leaves out */
+    uint32_t n_copy_ranges;
     /* offload (shard_offload.c): what the tier holds (DT_OFFLOAD_WHAT_*)
      * and, with the optimizer there, the master shard and moments; with
      * the parameters there, the compute shard (in place of cshard) and

@@ -50,7 +50,36 @@ void dt_shard_engine_free(dt_shard_engine_t *e)
     host->free(host, e->red);
     dt_dp_free(&e->dp);
     host->free(host, e->final_at);
+    if (e->copy_ranges)
+        host->free(host, e->copy_ranges);
     memset(e, 0, sizeof *e);
+}
+
+/* Tensor parallelism with the gradient shard offloaded: where the copies
+ * another rank counts lie in this rank's shard buffer, group by group
+ * (group g's shard is its flat elements [srank x shard, + shard), kept
+ * from shard_off on). */
+static int copy_ranges(dt_shard_engine_t *e)
+{
+    const dt_host_v1_t *host = e->dp.host;
+    uint32_t n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        n = 0;
+        for (uint32_t i = 0; i < e->plan.n_groups; i++) {
+            const dt_shard_group_t *gr = &e->plan.groups[i];
+            n += dt_dp_copy_ranges(&e->dp, (uint64_t)e->srank * gr->shard, gr->shard,
+                                   gr->unit_lo, gr->unit_hi, e->plan.unit_off + gr->unit_lo,
+                                   gr->shard_off, pass ? e->copy_ranges + n : NULL,
+                                   pass ? e->n_copy_ranges - n : 0);
+        }
+        if (pass == 0) {
+            e->n_copy_ranges = n;
+            if (n && !(e->copy_ranges = host->alloc(host, n * sizeof *e->copy_ranges,
+                                                     DT_TAG_OTHER)))
+                return host->set_error(host, DT_ERR_NOMEM, "the norm's %u copy ranges", n);
+        }
+    }
+    return DT_OK;
 }
 
 /* Shard and replica groups: split only when both have more than one rank
@@ -150,10 +179,7 @@ static int make_buffers(dt_shard_engine_t *e)
         rc = d->alloc(e->dp.dev, sizeof(double), DT_TAG_OTHER, (void **)&e->norm_slot);
     e->norm_copies = dt_dp_has_norm_copies(&e->dp);
     if (rc == DT_OK && e->norm_copies && shard_grads_offloaded(e))
-        rc = host->set_error(host, DT_ERR_UNSUPPORTED,
-                             "the gradient shard offloaded with the optimizer under tensor "
-                             "parallelism: its norm does not leave out the tensor group's "
-                             "replicated copies yet (offload_what = \"params\" or no offload)");
+        rc = copy_ranges(e);
     if (rc != DT_OK)
         return rc;
 

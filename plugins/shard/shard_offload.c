@@ -156,7 +156,8 @@ int shard_offload_grads_sumsq(dt_shard_engine_t *e, double *out)
     *out = 0.0;
     if (!shard_optim_offloaded(e)) /* the planner's replay */
         return DT_OK;
-    int rc = dt_offload_grads_sumsq(&e->off, out);
+    /* under tensor parallelism less the copies another rank counts */
+    int rc = dt_offload_grads_sumsq_skip(&e->off, e->copy_ranges, e->n_copy_ranges, out);
     if (rc != DT_OK)
         e->dp.host->log(e->dp.host, DT_LOG_ERROR, "rank %d/%d: the norm of the offloaded "
                         "gradient shard failed", e->dp.rank, e->dp.size);

@@ -450,14 +450,14 @@ int dt_dp_has_norm_copies(const dt_dp_t *b)
     return 0;
 }
 
-int dt_dp_norm_copies(const dt_dp_t *b, double *slot, const float *x, uint64_t first,
-                      uint64_t n, uint32_t unit_lo, uint32_t unit_hi,
-                      const uint64_t *unit_start, double *out)
+uint32_t dt_dp_copy_ranges(const dt_dp_t *b, uint64_t first, uint64_t n, uint32_t unit_lo,
+                           uint32_t unit_hi, const uint64_t *unit_start, uint64_t base,
+                           dt_range_t *out, uint32_t cap)
 {
-    *out = 0.0;
+    uint32_t count = 0;
     for (uint32_t u = unit_lo; u <= unit_hi && u < b->model->n_units; u++) {
         const dt_unit_desc_v1_t *ud = &b->model->units[u];
-        /* runs of adjacent copies, one sum each */
+        /* runs of adjacent copies */
         for (uint32_t k = 0; k < ud->n_params;) {
             if (!norm_elsewhere(&ud->params[k])) {
                 k++;
@@ -474,15 +474,35 @@ int dt_dp_norm_copies(const dt_dp_t *b, double *slot, const float *x, uint64_t f
             if (hi > first + n)
                 hi = first + n;
             if (lo < hi) {
-                double s = 0.0;
-                int rc = dt_norm_sumsq(b->host, b->dev_ops, b->dev, b->cs, slot, x + (lo - first),
-                                       DT_F32, (int64_t)(hi - lo), &s);
-                if (rc != DT_OK)
-                    return rc;
-                *out += s;
+                if (count < cap)
+                    out[count] = (dt_range_t){.offset = base + (lo - first), .count = hi - lo};
+                count++;
             }
             k = j;
         }
     }
-    return DT_OK;
+    return count;
+}
+
+int dt_dp_norm_copies(const dt_dp_t *b, double *slot, const float *x, uint64_t first,
+                      uint64_t n, uint32_t unit_lo, uint32_t unit_hi,
+                      const uint64_t *unit_start, double *out)
+{
+    *out = 0.0;
+    const uint32_t nr = dt_dp_copy_ranges(b, first, n, unit_lo, unit_hi, unit_start, 0, NULL, 0);
+    if (nr == 0)
+        return DT_OK;
+    dt_range_t *r = b->host->alloc(b->host, nr * sizeof *r, DT_TAG_OTHER);
+    if (!r)
+        return b->host->set_error(b->host, DT_ERR_NOMEM, "the norm's %u copy ranges", nr);
+    dt_dp_copy_ranges(b, first, n, unit_lo, unit_hi, unit_start, 0, r, nr);
+    int rc = DT_OK;
+    for (uint32_t i = 0; i < nr && rc == DT_OK; i++) {
+        double s = 0.0;
+        rc = dt_norm_sumsq(b->host, b->dev_ops, b->dev, b->cs, slot, x + r[i].offset, DT_F32,
+                           (int64_t)r[i].count, &s);
+        *out += s;
+    }
+    b->host->free(b->host, r);
+    return rc;
 }

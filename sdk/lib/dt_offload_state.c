@@ -666,25 +666,52 @@ int dt_offload_grads_load(dt_offload_state_t *st, uint64_t at, uint64_t n, float
     return rc;
 }
 
-int dt_offload_grads_sumsq(dt_offload_state_t *st, double *out)
+/* Add the elements of x = shard elements [at, at + k) that lie in
+ * skip[] (sorted) to *run. */
+static void add_skipped(dt_sumsq_run_t *run, const float *x, uint64_t at, uint64_t k,
+                        const dt_range_t *skip, uint32_t n_skip)
 {
-    dt_sumsq_run_t run;
+    for (uint32_t i = 0; i < n_skip; i++) {
+        uint64_t lo = skip[i].offset > at ? skip[i].offset : at;
+        uint64_t hi = skip[i].offset + skip[i].count < at + k ? skip[i].offset + skip[i].count
+                                                              : at + k;
+        if (lo < hi)
+            dt_sumsq_run_add(run, x + (lo - at), hi - lo);
+    }
+}
+
+int dt_offload_grads_sumsq_skip(dt_offload_state_t *st, const dt_range_t *skip,
+                                uint32_t n_skip, double *out)
+{
+    dt_sumsq_run_t run, left;
     dt_sumsq_run_init(&run, (int64_t)st->numel);
+    dt_sumsq_run_init(&left, (int64_t)st->numel);
     int rc = grads_range(st, "the gradient norm", 0, st->numel);
-    if (rc == DT_OK && st->grads)
+    if (rc == DT_OK && st->grads) {
         dt_sumsq_run_add(&run, st->grads, st->numel);
+        add_skipped(&left, st->grads, 0, st->numel, skip, n_skip);
+    }
     for (uint64_t c = 0; rc == DT_OK && !st->grads && c < st->numel; c += st->piece) {
         uint64_t k = st->numel - c < st->piece ? st->numel - c : st->piece;
         rc = tier_io(st->ops, st->tier, st->gbuf, 0, c * sizeof(float), st->gload[0],
                      k * sizeof(float));
-        if (rc == DT_OK)
+        if (rc == DT_OK) {
             dt_sumsq_run_add(&run, st->gload[0], k);
+            add_skipped(&left, st->gload[0], c, k, skip, n_skip);
+        }
     }
     if (rc != DT_OK)
         st->host->log(st->host, DT_LOG_ERROR, "rank %d: reading the offloaded gradients for "
                       "their norm failed", st->rank);
-    *out = dt_sumsq_run_end(&run);
+    const double all = dt_sumsq_run_end(&run), copies = dt_sumsq_run_end(&left);
+    /* rounding may take a little below 0; NaN and Inf pass */
+    *out = n_skip == 0 ? all : all - copies < 0.0 ? 0.0 : all - copies;
     return rc;
+}
+
+int dt_offload_grads_sumsq(dt_offload_state_t *st, double *out)
+{
+    return dt_offload_grads_sumsq_skip(st, NULL, 0, out);
 }
 
 void dt_offload_state_report(dt_offload_state_t *st, const char *when)

@@ -82,6 +82,15 @@ int dt_dp_has_norm_copies(const dt_dp_t *b);
 int dt_dp_norm_copies(const dt_dp_t *b, double *slot, const float *x, uint64_t first,
                       uint64_t n, uint32_t unit_lo, uint32_t unit_hi,
                       const uint64_t *unit_start, double *out);
+/* The same elements as ranges: the runs of DT_SPLIT_DUPLICATE tensors
+ * within [first, first + n) of that flat space, each moved to start at
+ * `base` + (its offset - first) (where a buffer holding that span keeps
+ * them), into out[cap] in order; their count (only the first cap are
+ * written).  For a caller that sums its gradient elsewhere than on the
+ * device (an offloaded shard: dt_offload_grads_sumsq_skip). */
+uint32_t dt_dp_copy_ranges(const dt_dp_t *b, uint64_t first, uint64_t n, uint32_t unit_lo,
+                           uint32_t unit_hi, const uint64_t *unit_start, uint64_t base,
+                           dt_range_t *out, uint32_t cap);
 
 /* Unit u's DT_UNIT_* flags: DT_UNIT_HELD for every unit without a stage. */
 static inline uint32_t dt_dp_unit_flags(const dt_dp_t *b, uint32_t u)

@@ -214,6 +214,11 @@ int dt_offload_grads_load(dt_offload_state_t *st, uint64_t at, uint64_t n, float
 /* *out = the sum of squares of the whole gradient (numel elements), with
  * the bits of the cpu device's sumsq kernel over it (dt_sumsq_run_t). */
 int dt_offload_grads_sumsq(dt_offload_state_t *st, double *out);
+/* The same, less the sum of squares of the elements in skip[n_skip]
+ * (ranges of the shard, in order, not overlapping): tensor parallelism's
+ * copies another rank counts (dt_dp_copy_ranges).  Read once. */
+int dt_offload_grads_sumsq_skip(dt_offload_state_t *st, const dt_range_t *skip,
+                                uint32_t n_skip, double *out);
 
 /* Log (DT_LOG_DEBUG) where the updates since the last call spent their
  * time - waiting for the tier, copies to and from the device, the host

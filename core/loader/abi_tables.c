@@ -131,9 +131,9 @@ static const dt_abi_method_t strategy_v1_mandatory[] = {
 };
 static const dt_abi_method_t strategy_v1_optional[] = {
     M(strategy, plan_presets), M(strategy, assign_stages), M(strategy, run_schedule),
-    M(strategy, reduce_activation),
+    M(strategy, reduce_activation), M(strategy, wait_activation),
 };
-DT_LAYOUT_CHECK(strategy, 17);
+DT_LAYOUT_CHECK(strategy, 18);
 
 #define LAYOUT(kind, KIND, sub_, n_sub_)                                       \
     LAYOUT_OF(dt_##kind##_ops_v1_t, kind##_v1, DT_##KIND##_ABI_MAJOR,          \

@@ -332,28 +332,47 @@ uint64_t dt_model_param_global(const dt_param_desc_t *p, int64_t *shape)
     return n;
 }
 
-void dt_model_set_tensor_reduce(dt_model_t *m, dt_model_reduce_fn fn, void *arg)
+void dt_model_set_tensor_reduce(dt_model_t *m, const dt_model_tp_comm_ops_t *ops, void *arg)
 {
-    m->tp_reduce = fn;
+    m->tp_ops = ops;
     m->tp_arg = arg;
+}
+
+int dt_model_tp_start(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf, int64_t n,
+                      int dtype, int op, const char *what, uint32_t unit, void **req)
+{
+    if (req)
+        *req = NULL;
+    if (m->tp == 1)
+        return DT_OK;
+    const char *un = m->desc.units[unit].name;
+    if (!m->tp_ops)
+        return dt_err_set(DT_ERR_INVALID,
+                          "model: the all-reduce of %s (unit %s) over the tensor group of %d "
+                          "ranks: no reduction was set (dt_model_set_tensor_reduce)",
+                          what, un, (int)m->tp);
+    int rc = m->tp_ops->reduce(m->tp_arg, buf, (uint64_t)n, dtype, op, ctx->stream, req);
+    if (rc)
+        return dt_err_context(rc, "the all-reduce of %s (unit %s) over the tensor group", what,
+                              un);
+    return DT_OK;
+}
+
+int dt_model_tp_wait(const dt_model_t *m, void *req, const char *what, uint32_t unit)
+{
+    if (!req)
+        return DT_OK;
+    int rc = m->tp_ops->wait(m->tp_arg, req);
+    if (rc)
+        return dt_err_context(rc, "the all-reduce of %s (unit %s) over the tensor group", what,
+                              m->desc.units[unit].name);
+    return DT_OK;
 }
 
 int dt_model_tp_reduce(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf, int64_t n,
                        int dtype, int op, const char *what, uint32_t unit)
 {
-    if (m->tp == 1)
-        return DT_OK;
-    const char *un = m->desc.units[unit].name;
-    if (!m->tp_reduce)
-        return dt_err_set(DT_ERR_INVALID,
-                          "model: the all-reduce of %s (unit %s) over the tensor group of %d "
-                          "ranks: no reduction was set (dt_model_set_tensor_reduce)",
-                          what, un, (int)m->tp);
-    int rc = m->tp_reduce(m->tp_arg, buf, (uint64_t)n, dtype, op, ctx->stream);
-    if (rc)
-        return dt_err_context(rc, "the all-reduce of %s (unit %s) over the tensor group", what,
-                              un);
-    return DT_OK;
+    return dt_model_tp_start(m, ctx, buf, n, dtype, op, what, unit, NULL);
 }
 
 void dt_model_add_key(dt_model_t *m, const char *key, int64_t value)

@@ -148,7 +148,7 @@ struct dt_model {
      * rank's place in the tensor group and the all-reduce over it
      * (dt_model_set_tensor_reduce); tp 1: none. */
     int32_t tp, tp_rank;
-    dt_model_reduce_fn tp_reduce;
+    const dt_model_tp_comm_ops_t *tp_ops;
     void *tp_arg;
     /* The vocabulary columns this rank's logits hold: [vocab_first,
      * vocab_first + vocab_local), the whole vocabulary unless tp > 1. */
@@ -211,6 +211,11 @@ int dt_model_part(dt_model_t *m, uint32_t unit, int64_t g0, int64_t g1, uint32_t
  * m->tp is 1.  A failure names the tensor `what` and the unit. */
 int dt_model_tp_reduce(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf, int64_t n,
                        int dtype, int op, const char *what, uint32_t unit);
+/* The same, left in flight in *req (NULL at tp 1) for dt_model_tp_wait,
+ * which fails naming `what` and the unit as the reduce would. */
+int dt_model_tp_start(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf, int64_t n,
+                      int dtype, int op, const char *what, uint32_t unit, void **req);
+int dt_model_tp_wait(const dt_model_t *m, void *req, const char *what, uint32_t unit);
 /* Set the shape key `key` of m->info (in the order they are added). */
 void dt_model_add_key(dt_model_t *m, const char *key, int64_t value);
 

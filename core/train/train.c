@@ -261,10 +261,11 @@ static int start_grid(run_t *R)
     R->dp_comm = R->groups[DT_GRID_DATA];
     if (R->ptens) {
         R->tens_ops = R->ptens->ops;
-        if (!DT_HAS_OP(dt_strategy_ops_t, R->tens_ops, reduce_activation))
+        if (!DT_HAS_OP(dt_strategy_ops_t, R->tens_ops, reduce_activation) ||
+            !DT_HAS_OP(dt_strategy_ops_t, R->tens_ops, wait_activation))
             return dt_err_set(DT_ERR_CONFIG,
                               "%s: parallel.tensor = %lld selects strategy plugin '%s', which "
-                              "has no reduce_activation (strategy ABI 1.6)",
+                              "has no reduce_activation/wait_activation (strategy ABI 1.6)",
                               R->set->config_path, (long long)R->set->parallel.tensor,
                               R->ptens->name);
     }
@@ -517,11 +518,24 @@ static int assign_stage(run_t *R, uint8_t *flags, int *tied)
 /* The tensor group's all-reduce, as the model calls it
  * (dt_model_set_tensor_reduce): the tensor strategy's. */
 static int tensor_reduce(void *arg, void *buf, uint64_t count, int dtype, int op,
-                         dt_stream_t *stream)
+                         dt_stream_t *stream, void **req)
 {
     run_t *R = arg;
-    return R->tens_ops->reduce_activation(R->tens, buf, count, dtype, op, stream);
+    dt_comm_req_t *r = NULL;
+    int rc = R->tens_ops->reduce_activation(R->tens, buf, count, dtype, op, stream,
+                                            req ? &r : NULL);
+    if (req)
+        *req = r;
+    return rc;
 }
+
+static int tensor_wait(void *arg, void *req)
+{
+    run_t *R = arg;
+    return R->tens_ops->wait_activation(R->tens, req);
+}
+
+static const dt_model_tp_comm_ops_t tensor_comm = {tensor_reduce, tensor_wait};
 
 /* The tensor strategy over the tensor group, and the model's reductions
  * through it. */
@@ -534,7 +548,7 @@ static int init_tensor(run_t *R)
         .model = dt_model_desc(R->model), .optim = &R->optim};
     int rc = PLUGIN_CALL(R->ptens, R->tens_ops->init(R->ptens->host, &ta, &R->tens), "init");
     if (!rc)
-        dt_model_set_tensor_reduce(R->model, tensor_reduce, R);
+        dt_model_set_tensor_reduce(R->model, &tensor_comm, R);
     return rc;
 }
 

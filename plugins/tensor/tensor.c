@@ -74,22 +74,34 @@ static int tp_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *in,
     return DT_OK;
 }
 
-static int tp_reduce_activation(dt_strategy_t *s, void *buf, uint64_t count, int dtype, int op,
-                                dt_stream_t *stream)
+static int tp_failed(dt_strategy_t *s, int rc)
 {
-    dt_comm_req_t *req = NULL;
-    s->calls++;
-    s->bytes += count * dt_dtype_size(dtype);
-    int rc = s->comm_ops->all_reduce(s->comm, buf, buf, count, dtype, op, stream, &req);
-    if (rc == DT_OK)
-        rc = s->comm_ops->wait(s->comm, req, -1); /* the group's timeout */
     if (rc != DT_OK) /* the communicator's message names the operation and the peer */
         s->host->log(s->host, DT_LOG_ERROR,
-                     "all-reduce %llu of the tensor group (tensor rank %d of %d, %llu "
-                     "elements of %s) failed",
-                     (unsigned long long)s->calls, (int)s->rank, (int)s->size,
-                     (unsigned long long)count, dt_dtype_name(dtype));
+                     "all-reduce %llu of the tensor group (tensor rank %d of %d) failed",
+                     (unsigned long long)s->calls, (int)s->rank, (int)s->size);
     return rc;
+}
+
+static int tp_reduce_activation(dt_strategy_t *s, void *buf, uint64_t count, int dtype, int op,
+                                dt_stream_t *stream, dt_comm_req_t **req)
+{
+    dt_comm_req_t *r = NULL;
+    s->calls++;
+    s->bytes += count * dt_dtype_size(dtype);
+    int rc = s->comm_ops->all_reduce(s->comm, buf, buf, count, dtype, op, stream, &r);
+    if (rc == DT_OK && req) {
+        *req = r; /* in flight: wait_activation */
+        return DT_OK;
+    }
+    if (rc == DT_OK)
+        rc = s->comm_ops->wait(s->comm, r, -1); /* the group's timeout */
+    return tp_failed(s, rc);
+}
+
+static int tp_wait_activation(dt_strategy_t *s, dt_comm_req_t *req)
+{
+    return tp_failed(s, s->comm_ops->wait(s->comm, req, -1));
 }
 
 DT_NO_PARAMS_SLOTS(tp, "the tensor strategy", s->host)
@@ -116,6 +128,7 @@ static const dt_strategy_ops_v1_t tp_ops = {
     .state_loaded = tp_state_loaded,
     .estimate = tp_estimate,
     .reduce_activation = tp_reduce_activation,
+    .wait_activation = tp_wait_activation,
 };
 
 DT_PLUGIN_ENTRY(strategy, 1, dt_strategy_ops_v1_t, &tp_ops)

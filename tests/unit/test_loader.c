@@ -171,11 +171,12 @@ static void test_abi_layouts_cover_structs(void **state)
     assert_int_equal(o->n_mandatory, 8);
     const dt_abi_layout_t *s = dt_abi_layout(DT_KIND_STRATEGY, 1);
     assert_string_equal(s->mandatory[s->n_mandatory - 1].name, "estimate");
-    assert_int_equal(s->n_optional, 4);
+    assert_int_equal(s->n_optional, 5);
     assert_string_equal(s->optional[0].name, "plan_presets");
     assert_string_equal(s->optional[1].name, "assign_stages");
     assert_string_equal(s->optional[2].name, "run_schedule");
     assert_string_equal(s->optional[3].name, "reduce_activation");
+    assert_string_equal(s->optional[4].name, "wait_activation");
 }
 
 /* --------------------------------------------------------- search path -- */

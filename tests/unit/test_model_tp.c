@@ -23,7 +23,9 @@
  *   - the forward all-reduces: 2 per block plus one for the embedding and
  *     2 for the cross-entropy; backward: 2 per block plus one for the LM
  *     head; per micro-batch (Megatron's 2 + 2 per transformer block).
- * For P = 2 and 4, and P = 2 with every block recomputed in backward.
+ * For P = 2 and 4, P = 2 with every block recomputed in backward, and
+ * P = 2 with the reductions backward leaves in flight done only at their
+ * wait (a model reading an input gradient before waiting would be off).
  * Also: dt_model_init_unit of a part is its blocks of the whole model's
  * init; the refusals of impossible layouts (n_head not divisible, a
  * vocabulary smaller than the group, mlp, a rank outside the group) with
@@ -79,6 +81,17 @@ typedef struct group {
 typedef struct rank {
     group_t *g;
     int r;
+    /* defer: a reduction asked for with a request is done in group_wait,
+     * not before (the buffer still holds the partial sum meanwhile), so a
+     * model reading it before waiting gets wrong numbers */
+    int defer;
+    struct pending {
+        void *buf;
+        uint64_t count;
+        int dtype, op;
+        dt_stream_t *stream;
+    } pending;
+    uint64_t deferred; /* reductions done in group_wait */
     dt_mh_t h;
     const int32_t *inputs, *targets;
     double loss;
@@ -86,10 +99,9 @@ typedef struct rank {
     char err[512];
 } rank_t;
 
-static int group_reduce(void *arg, void *buf, uint64_t count, int dtype, int op,
-                        dt_stream_t *stream)
+static int group_reduce_now(rank_t *rk, void *buf, uint64_t count, int dtype, int op,
+                            dt_stream_t *stream)
 {
-    rank_t *rk = arg;
     group_t *g = rk->g;
     if (dtype != DT_F32 || (op != DT_OP_SUM && op != DT_OP_MAX))
         return DT_ERR_UNSUPPORTED;
@@ -115,6 +127,38 @@ static int group_reduce(void *arg, void *buf, uint64_t count, int dtype, int op,
     }
     return tmp ? DT_OK : DT_ERR_NOMEM;
 }
+
+/* Done before it returns, so a caller asking for a request gets none
+ * (NULL: nothing to wait for), as reduce_activation may; or with
+ * rk->defer left for group_wait. */
+static int group_reduce(void *arg, void *buf, uint64_t count, int dtype, int op,
+                        dt_stream_t *stream, void **req)
+{
+    rank_t *rk = arg;
+    if (req)
+        *req = NULL;
+    if (req && rk->defer) {
+        if (rk->pending.buf)
+            return DT_ERR_INVALID; /* one in flight at a time is what the model does */
+        rk->pending = (struct pending){buf, count, dtype, op, stream};
+        *req = &rk->pending;
+        return DT_OK;
+    }
+    return group_reduce_now(rk, buf, count, dtype, op, stream);
+}
+
+static int group_wait(void *arg, void *req)
+{
+    rank_t *rk = arg;
+    if (!req || req != &rk->pending || !rk->pending.buf)
+        return DT_ERR_INVALID;
+    struct pending p = rk->pending;
+    rk->pending.buf = NULL;
+    rk->deferred++;
+    return group_reduce_now(rk, p.buf, p.count, p.dtype, p.op, p.stream);
+}
+
+static const dt_model_tp_comm_ops_t group_comm = {group_reduce, group_wait};
 
 /* One step of M micro-batches on this rank (a thread: no cmocka calls). */
 static void *rank_step(void *arg)
@@ -202,7 +246,7 @@ static void ranks_open(ref_t *w, group_t *g, rank_t *rk, int P, const char *ckpt
         rk[r].targets = w->targets;
         dt_mh_tp_rank = r;
         must(dt_mh_open(&rk[r].h, toml, B, T, SEED), "opening a tensor-parallel rank");
-        dt_model_set_tensor_reduce(rk[r].h.model, group_reduce, &rk[r]);
+        dt_model_set_tensor_reduce(rk[r].h.model, &group_comm, &rk[r]);
         for (uint32_t u = 0; u < NU; u++) {
             const dt_unit_desc_t *ud = &rk[r].h.desc->units[u];
             float *mine = dt_mh_master(&rk[r].h, u);
@@ -271,7 +315,7 @@ static void check_ranks(const char *what, ref_t *w, group_t *g, rank_t *rk)
            worst_loss, worst);
 }
 
-static void run_layout(int P, const char *ckpt)
+static void run_layout_defer(int P, const char *ckpt, int defer)
 {
     ref_t *w = calloc(1, sizeof *w);
     group_t g;
@@ -280,9 +324,12 @@ static void run_layout(int P, const char *ckpt)
     assert_non_null(rk);
     ref_open(w, ckpt);
     ranks_open(w, &g, rk, P, ckpt);
+    for (int r = 0; r < P; r++)
+        rk[r].defer = defer;
     ranks_step(&g, rk);
-    char what[64];
-    snprintf(what, sizeof what, "tp %d, activation_checkpointing %s", P, ckpt);
+    char what[96];
+    snprintf(what, sizeof what, "tp %d, activation_checkpointing %s%s", P, ckpt,
+             defer ? ", reductions done at the wait" : "");
     check_ranks(what, w, &g, rk);
     /* all-reduces per micro-batch: forward 2 per block + the embedding +
      * the cross-entropy's 2, backward 2 per block + the LM head; a
@@ -295,13 +342,20 @@ static void run_layout(int P, const char *ckpt)
     dt_model_tp_comm(rk[0].h.model, B, T, &tc);
     assert_int_equal(M * (tc.fwd + tc.bwd), g.calls);
     assert_int_equal(M * (tc.fwd_bytes + tc.bwd_bytes), g.bytes);
+    /* with requests honoured, backward leaves the input gradients of the
+     * column-parallel layers (2 per block and the LM head's) in flight
+     * while it computes their weight gradients */
+    assert_int_equal(rk[0].deferred, defer ? M * (2 * L + 1) : 0);
     ranks_close(&g, rk);
     ref_close(w);
     free(rk);
     free(w);
 }
 
+static void run_layout(int P, const char *ckpt) { run_layout_defer(P, ckpt, 0); }
+
 static void test_tp2(void **state) { run_layout(2, "none"); }
+static void test_tp2_deferred(void **state) { run_layout_defer(2, "none", 1); }
 static void test_tp4(void **state) { run_layout(4, "none"); }
 static void test_tp2_recompute(void **state) { run_layout(2, "all"); }
 
@@ -403,7 +457,8 @@ static void test_no_reduce(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tp2),          cmocka_unit_test(test_tp4),
+        cmocka_unit_test(test_tp2),          cmocka_unit_test(test_tp2_deferred),
+        cmocka_unit_test(test_tp4),
         cmocka_unit_test(test_tp2_recompute), cmocka_unit_test(test_init_parts),
         cmocka_unit_test(test_refusals),     cmocka_unit_test(test_no_reduce),
     };

@@ -106,8 +106,9 @@ extern "C" {
                                  *    forward_chunk, backward_chunk;
                                  * 5: dt_param_desc_v1_t.ext may point at a
                                  *    dt_param_split_v1_t (tensor parallelism);
-                                 * 6: the slot reduce_activation (a tensor
-                                 *    strategy's); dt_stage_args_v1_t.unit_flops */
+                                 * 6: the slots reduce_activation and
+                                 *    wait_activation (a tensor strategy's);
+                                 *    dt_stage_args_v1_t.unit_flops */
 
 typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 
@@ -626,15 +627,23 @@ typedef struct dt_strategy_ops_v1 {
      *
      * All-reduce `count` elements of `dtype` at device memory `buf`, in
      * place, with `op` (DT_OP_SUM, DT_OP_MAX) over the tensor group
-     * (init.comm), ordered after the work enqueued on `stream` and before
-     * what is enqueued after it: the partial sums of a row-parallel
-     * layer's output in forward, of a column-parallel layer's input
-     * gradient in backward, the parallel cross-entropy's row statistics.
-     * Blocking, bounded by the group's timeout: a dead peer fails it
-     * with DT_ERR_REMOTE / DT_ERR_TIMEOUT and a message naming the
-     * operation, its size and the group. */
+     * (init.comm), ordered after the work enqueued on `stream`: the
+     * partial sums of a row-parallel layer's output in forward, of a
+     * column-parallel layer's input gradient in backward, the parallel
+     * cross-entropy's row statistics.  With `req` NULL it returns when
+     * `buf` holds the result; else it may return at once with the
+     * operation in flight in *req, which the caller hands to
+     * wait_activation before it reads `buf` (the model overlaps a
+     * column-parallel layer's weight gradient with the reduction of its
+     * input gradient, as Megatron-LM does).  Every wait is bounded by the
+     * group's timeout: a dead peer fails it with DT_ERR_REMOTE /
+     * DT_ERR_TIMEOUT and a message naming the operation, its size and the
+     * group. */
     int (*reduce_activation)(dt_strategy_t *s, void *buf, uint64_t count, int dtype, int op,
-                             dt_stream_t *stream);
+                             dt_stream_t *stream, dt_comm_req_t **req);
+    /* Wait for a reduce_activation that returned a request: DT_OK when
+     * its buffer holds the result.  Frees the request either way. */
+    int (*wait_activation)(dt_strategy_t *s, dt_comm_req_t *req);
     /* ---- minor 6 ends here; append only ---- */
 } dt_strategy_ops_v1_t;
 

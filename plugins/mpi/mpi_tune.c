@@ -8,10 +8,10 @@
  * time of the blocking MPI_Allreduce at 4 MiB, 1.25x at 16 MiB.  libnbc has
  * a ring too, chosen by the control variable
  * coll_libnbc_iallreduce_algorithm (1); measured with bench/mpi_allreduce
- * --nonblocking on the 2-vCPU machine (bench/results/comm.md) it beats
- * the blocking call from 8 KiB up at 2 ranks and from 512 KiB up at 4, and
- * loses to libnbc's own choice on small buffers (15 us against 6 at 4
- * ranks).  So unless the user set that variable (OMPI_MCA_..., mpirun
+ * --nonblocking on the 2-vCPU machine (bench/results/comm.md) it is the
+ * fastest of the three from 16 KiB up at 2 ranks and from 512 KiB up at
+ * 4, and loses to libnbc's own choice on small buffers at 4 ranks (15 us
+ * against 6 at 4 bytes).  So unless the user set that variable (OMPI_MCA_..., mpirun
  * --mca: then it is theirs and left alone), the plugin writes it through
  * MPI's tool interface (MPI_T) before each all-reduce: the ring from
  * [mpi] ring_bytes up, libnbc's own choice below.  Every rank of a group

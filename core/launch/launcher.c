@@ -143,6 +143,9 @@ typedef struct launch {
     int stop_sig;            /* first signal the launcher got */
     int aborting;            /* could not start every rank */
     double kill_at;          /* SIGKILL deadline (monotonic s); 0 = none */
+    double term_at;          /* after a failure, when the others still
+                              * running are stopped (DT_LAUNCH_REPORT_S);
+                              * 0 = none pending */
     /* what each rank is started with */
     char **envp;             /* ours minus an outer job's launch variables,
                               * then `vars` (rewritten before each fork) */
@@ -310,6 +313,17 @@ static void reap(launch_t *L)
     if (cause < 0)
         return;
     L->first_fail = cause;
+    /* the others may be reporting the same failure: let them finish */
+    if (L->n_alive > 0)
+        L->term_at = mono_s() + DT_LAUNCH_REPORT_S;
+}
+
+/* The report window after a failure has passed: stop who is left. */
+static void stop_after_failure(launch_t *L)
+{
+    if (L->term_at <= 0 || mono_s() < L->term_at)
+        return;
+    L->term_at = 0;
     L->n_stopped = signal_all(L, SIGTERM);
     if (L->n_stopped > 0)
         L->kill_at = mono_s() + L->grace_s;
@@ -325,7 +339,7 @@ static void on_signal(launch_t *L, int sig)
                     sig_name(sig, b, sizeof b));
         if (!L->stop_sig)
             L->stop_sig = sig;
-        L->kill_at = 0;
+        L->kill_at = L->term_at = 0;
         return;
     }
     L->stop_sig = sig;
@@ -590,6 +604,8 @@ static int watch_once(launch_t *L, double *drain_until, int *rc)
     double until = now + 1.0;
     if (L->n_alive > 0 && L->kill_at > 0 && L->kill_at < until)
         until = L->kill_at;
+    if (L->n_alive > 0 && L->term_at > 0 && L->term_at < until)
+        until = L->term_at;
     if (L->n_alive == 0 && *drain_until < until)
         until = *drain_until;
     int timeout_ms = (int)((until - now) * 1000.0) + 1;
@@ -623,6 +639,8 @@ static int watch_once(launch_t *L, double *drain_until, int *rc)
         }
     }
     reap(L);
+    if (L->n_alive > 0)
+        stop_after_failure(L);
     if (L->n_alive > 0 && L->kill_at > 0 && mono_s() >= L->kill_at) {
         for (int r = 0; r < L->n; r++)
             if (L->ranks[r].alive && kill(L->ranks[r].pid, SIGKILL) == 0)

@@ -48,6 +48,11 @@
 #define DT_LAUNCH_PER_CPU 4
 /* Seconds between SIGTERM and SIGKILL when ranks are stopped. */
 #define DT_LAUNCH_GRACE_S 5.0
+/* After a rank fails on its own, how long the others have to end by
+ * themselves before they are stopped: a failure that every rank learns
+ * (a rendezvous timeout rank 0 reports to the others, a dead peer) lets
+ * each of them say what it saw, rather than be cut off mid-report. */
+#define DT_LAUNCH_REPORT_S 0.5
 
 typedef struct dt_launch_plan {
     int spawn;        /* 1: this process launches `nproc` ranks */

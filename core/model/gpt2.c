@@ -74,13 +74,18 @@ typedef struct gpt2 {
 
 static gpt2_t *G(const dt_model_t *m) { return m->arch_state; }
 
+/* The parameters of one transformer block of width C: ln_1, c_attn,
+ * attn.c_proj, ln_2, c_fc, mlp.c_proj, each with its bias. */
+static uint64_t block_params(uint64_t C)
+{
+    return 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
+}
+
 uint64_t dt_gpt2_param_count(const dt_gpt2_shape_t *s)
 {
     uint64_t C = (uint64_t)s->n_embd;
-    uint64_t block = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C +
-                     4 * C * C + C;
     return (uint64_t)s->vocab_size * C + (uint64_t)s->context * C +
-           (uint64_t)s->n_layer * block + 2 * C;
+           (uint64_t)s->n_layer * block_params(C) + 2 * C;
 }
 
 const dt_gpt2_shape_t *dt_model_gpt2_shape(const dt_model_t *m)
@@ -527,8 +532,7 @@ static void gpt2_unit_flops(const dt_model_t *m, int64_t T, double *out)
 {
     const dt_gpt2_shape_t *s = &G(m)->s;
     const double C = (double)s->n_embd, V = (double)s->vocab_size;
-    const double block = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C +
-                         4 * C * C + C;
+    const double block = (double)block_params((uint64_t)s->n_embd);
     const uint32_t L = (uint32_t)s->n_layer;
     out[0] = 0.0;
     for (uint32_t l = 0; l < L; l++)

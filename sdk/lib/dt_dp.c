@@ -450,15 +450,19 @@ int dt_dp_has_norm_copies(const dt_dp_t *b)
     return 0;
 }
 
-uint32_t dt_dp_copy_ranges(const dt_dp_t *b, uint64_t first, uint64_t n, uint32_t unit_lo,
+/* Call fn(ctx, r) for every run of DT_SPLIT_DUPLICATE tensors within
+ * [first, first + n) of the flat space (dt_dp_copy_ranges), r moved to
+ * start at base; stops at fn's first failure.  Allocates nothing: the
+ * norm runs it every step. */
+typedef int (*copy_fn)(void *ctx, dt_range_t r);
+
+static int each_copy_range(const dt_dp_t *b, uint64_t first, uint64_t n, uint32_t unit_lo,
                            uint32_t unit_hi, const uint64_t *unit_start, uint64_t base,
-                           dt_range_t *out, uint32_t cap)
+                           copy_fn fn, void *ctx)
 {
-    uint32_t count = 0;
     for (uint32_t u = unit_lo; u <= unit_hi && u < b->model->n_units; u++) {
         const dt_unit_desc_v1_t *ud = &b->model->units[u];
-        /* runs of adjacent copies */
-        for (uint32_t k = 0; k < ud->n_params;) {
+        for (uint32_t k = 0; k < ud->n_params;) { /* runs of adjacent copies */
             if (!norm_elsewhere(&ud->params[k])) {
                 k++;
                 continue;
@@ -473,36 +477,62 @@ uint32_t dt_dp_copy_ranges(const dt_dp_t *b, uint64_t first, uint64_t n, uint32_
                 lo = first;
             if (hi > first + n)
                 hi = first + n;
-            if (lo < hi) {
-                if (count < cap)
-                    out[count] = (dt_range_t){.offset = base + (lo - first), .count = hi - lo};
-                count++;
-            }
+            int rc = lo < hi ? fn(ctx, (dt_range_t){.offset = base + (lo - first),
+                                                    .count = hi - lo})
+                             : DT_OK;
+            if (rc != DT_OK)
+                return rc;
             k = j;
         }
     }
-    return count;
+    return DT_OK;
+}
+
+typedef struct copy_list {
+    dt_range_t *out;
+    uint32_t cap, count;
+} copy_list_t;
+
+static int list_copy(void *ctx, dt_range_t r)
+{
+    copy_list_t *l = ctx;
+    if (l->count < l->cap)
+        l->out[l->count] = r;
+    l->count++;
+    return DT_OK;
+}
+
+uint32_t dt_dp_copy_ranges(const dt_dp_t *b, uint64_t first, uint64_t n, uint32_t unit_lo,
+                           uint32_t unit_hi, const uint64_t *unit_start, uint64_t base,
+                           dt_range_t *out, uint32_t cap)
+{
+    copy_list_t l = {out, cap, 0};
+    each_copy_range(b, first, n, unit_lo, unit_hi, unit_start, base, list_copy, &l);
+    return l.count;
+}
+
+typedef struct copy_sumsq {
+    const dt_dp_t *b;
+    double *slot, sum;
+    const float *x;
+} copy_sumsq_t;
+
+static int sumsq_copy(void *ctx, dt_range_t r)
+{
+    copy_sumsq_t *c = ctx;
+    double s = 0.0;
+    int rc = dt_norm_sumsq(c->b->host, c->b->dev_ops, c->b->dev, c->b->cs, c->slot,
+                           c->x + r.offset, DT_F32, (int64_t)r.count, &s);
+    c->sum += s;
+    return rc;
 }
 
 int dt_dp_norm_copies(const dt_dp_t *b, double *slot, const float *x, uint64_t first,
                       uint64_t n, uint32_t unit_lo, uint32_t unit_hi,
                       const uint64_t *unit_start, double *out)
 {
-    *out = 0.0;
-    const uint32_t nr = dt_dp_copy_ranges(b, first, n, unit_lo, unit_hi, unit_start, 0, NULL, 0);
-    if (nr == 0)
-        return DT_OK;
-    dt_range_t *r = b->host->alloc(b->host, nr * sizeof *r, DT_TAG_OTHER);
-    if (!r)
-        return b->host->set_error(b->host, DT_ERR_NOMEM, "the norm's %u copy ranges", nr);
-    dt_dp_copy_ranges(b, first, n, unit_lo, unit_hi, unit_start, 0, r, nr);
-    int rc = DT_OK;
-    for (uint32_t i = 0; i < nr && rc == DT_OK; i++) {
-        double s = 0.0;
-        rc = dt_norm_sumsq(b->host, b->dev_ops, b->dev, b->cs, slot, x + r[i].offset, DT_F32,
-                           (int64_t)r[i].count, &s);
-        *out += s;
-    }
-    b->host->free(b->host, r);
+    copy_sumsq_t c = {b, slot, 0.0, x};
+    int rc = each_copy_range(b, first, n, unit_lo, unit_hi, unit_start, 0, sumsq_copy, &c);
+    *out = c.sum;
     return rc;
 }

@@ -422,9 +422,8 @@ int dt_model_init_unit(const dt_model_t *m, uint32_t unit, uint64_t seed, float 
          * values, so any tensor degree starts from the same model. */
         const dt_param_split_t *sp = p->ext;
         const int part = sp && sp->copies == 1;
-        const uint64_t g1 = p->ndim > 1 ? (uint64_t)(part ? sp->global_shape[1] : p->shape[1])
-                                        : 1;
-        const uint64_t gn = part ? (uint64_t)sp->global_shape[0] * g1 : p->numel;
+        int64_t gshape[4];
+        const uint64_t gn = part ? dt_model_param_global(p, gshape) : p->numel;
         float *g = part ? malloc(gn * sizeof *g) : w;
         if (!g)
             return dt_err_set(DT_ERR_NOMEM, "model: out of memory initialising %s", p->name);

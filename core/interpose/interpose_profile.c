@@ -158,13 +158,16 @@ void dt_interpose_profile_print(dt_interpose_profile_t *p, FILE *f, const char *
     pthread_mutex_unlock(&p->lock);
 }
 
-/* "123.4" for a rate of `amount` per second over `ns`, in units of 1e9;
- * "-" when there is none. */
+/* "123.40" for a rate of `amount` per second over `ns`, in units of 1e9;
+ * below 0.01 two significant digits ("0.0016"), so a rate that is there
+ * never reads as 0.00 (a tiny matmul on a loaded machine); "-" when there
+ * is none. */
 static const char *rate(char buf[32], uint64_t amount, uint64_t ns)
 {
     if (!amount || !ns)
         return "-";
-    snprintf(buf, 32, "%.2f", (double)amount / (double)ns);
+    const double v = (double)amount / (double)ns;
+    snprintf(buf, 32, v >= 0.01 ? "%.2f" : "%.2g", v);
     return buf;
 }
 

@@ -18,6 +18,10 @@
 #       DTRAIN_BENCH_REPEAT=3        rounds (each runs both programs once)
 #       DTRAIN_BENCH_ITERS=0         timed calls per size (0: 1 GiB / size)
 #       DTRAIN_BENCH_MPIRUN=mpirun   the launcher
+#       DTRAIN_BENCH_ARGS=           more options for dtrain bench comm, e.g.
+#                                    --sym (all_reduce in place on shm's
+#                                    symmetric memory, where ddp keeps its
+#                                    gradients)
 # As root it adds --allow-run-as-root; --oversubscribe always.  Transport:
 # Open MPI's defaults, or what OMPI_MCA_* variables say (in a container
 # without ptrace rights: OMPI_MCA_btl_vader_single_copy_mechanism=none).
@@ -30,6 +34,7 @@ OP=${DTRAIN_BENCH_OP:-all_reduce}
 REPEAT=${DTRAIN_BENCH_REPEAT:-3}
 ITERS=${DTRAIN_BENCH_ITERS:-0}
 MPIRUN=${DTRAIN_BENCH_MPIRUN:-mpirun}
+EXTRA=${DTRAIN_BENCH_ARGS:-}
 DTRAIN="$BUILD/dtrain"
 MPI_BIN="$BUILD/bench/mpi_allreduce"
 for f in "$DTRAIN" "$MPI_BIN" "$BUILD/plugins-out/dtrain_$COMM.so"; do
@@ -49,10 +54,11 @@ while [ "$i" -lt "$REPEAT" ]; do
     if [ "$COMM" = mpi ]; then
         # shellcheck disable=SC2086
         "$MPIRUN" $ROOT --oversubscribe -np "$NP" "$DTRAIN" bench comm --comm mpi --op "$OP" \
-            --sizes "$SIZES" --iters "$ITERS" | rows >> "$TMP/plugin"
+            --sizes "$SIZES" --iters "$ITERS" $EXTRA | rows >> "$TMP/plugin"
     else
+        # shellcheck disable=SC2086
         "$DTRAIN" bench comm --comm "$COMM" --nproc "$NP" --op "$OP" --sizes "$SIZES" \
-            --iters "$ITERS" | rows >> "$TMP/plugin"
+            --iters "$ITERS" $EXTRA | rows >> "$TMP/plugin"
     fi
     # shellcheck disable=SC2086
     "$MPIRUN" $ROOT --oversubscribe -np "$NP" "$MPI_BIN" --op "$OP" --sizes "$SIZES" \
@@ -66,7 +72,7 @@ span() { awk '{ if (!($1 in b) || $2 < b[$1]) b[$1] = $2; if ($2 > w[$1]) w[$1] 
 span "$TMP/plugin" > "$TMP/p"
 span "$TMP/mpi" > "$TMP/m"
 
-echo "# $OP, $NP ranks, $REPEAT interleaved rounds of --comm $COMM and MPI ($MPIRUN $ROOT --oversubscribe -np $NP)"
+echo "# $OP, $NP ranks, $REPEAT interleaved rounds of --comm $COMM${EXTRA:+ $EXTRA} and MPI ($MPIRUN $ROOT --oversubscribe -np $NP)"
 echo "| size | $COMM best (us) | spread | MPI best (us) | spread | $COMM / MPI time - 1 | MPI / $COMM time |"
 echo "|-----:|-----------------:|-------:|--------------:|-------:|----------------:|-----------------:|"
 awk 'NR == FNR { mb[$1] = $2; mw[$1] = $3; next }

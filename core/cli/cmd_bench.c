@@ -60,6 +60,7 @@ typedef struct bench_opts {
     int iters; /* 0: auto */
     int warmup;
     int bind;  /* pin local rank i to the i-th usable CPU (mpirun's default) */
+    int sym;   /* all_reduce in place on the comm's symmetric memory */
     double timeout_s;
     const char *comm;
     dt_cli_config_args_t sets; /* --set, for the plugin's own keys */
@@ -70,7 +71,7 @@ void dt_help_bench(FILE *f)
     fprintf(f,
             "usage: dtrain bench comm [--op OP] [--nproc N] [--sizes MIN:MAX] [--dtype T]\n"
             "                         [--redop R] [--comm NAME] [--iters N] [--warmup N]\n"
-            "                         [--timeout S] [--bind] [--set table.key=value ...]\n\n"
+            "                         [--timeout S] [--bind] [--sym] [--set table.key=value ...]\n\n"
             "Time a comm plugin's collectives over N local ranks and print an nccl-tests\n"
             "style table (size, count, type, redop, time(us), algbw(GB/s), busbw(GB/s),\n"
             "#wrong).  Every size's result is checked on every rank; a wrong one names\n"
@@ -88,6 +89,8 @@ void dt_help_bench(FILE *f)
             "  --warmup  untimed calls per size (default 3)\n"
             "  --timeout seconds any call may wait (default 60)\n"
             "  --bind    pin local rank i to the i-th CPU this process may use\n"
+            "  --sym     all_reduce in place on the comm's symmetric memory (sym_alloc),\n"
+            "            where strategies keep their gradients\n"
             "  --set     plugin keys, e.g. --set shm.spin_us=200\n\n"
             "busbw = algbw x 2(n-1)/n (all_reduce), (n-1)/n (all_gather, reduce_scatter),\n"
             "1 (broadcast, reduce, sendrecv).\n"
@@ -462,19 +465,28 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
     uint64_t a_elems = o->op == OP_REDUCE_SCATTER ? max_count * (uint64_t)x.n : max_count;
     uint64_t b_elems = o->op == OP_ALL_GATHER ? max_count * (uint64_t)x.n : max_count;
     void *a = NULL, *b = NULL;
-    if (posix_memalign(&a, 4096, a_elems * es + 64) ||
-        posix_memalign(&b, 4096, b_elems * es + 64)) {
+    if (o->sym) {
+        /* in place: one buffer in memory every rank maps */
+        if (!DT_HAS_OP(dt_comm_ops_t, x.ops, sym_alloc) || !DT_HAS_OP(dt_comm_ops_t, x.ops, sym_free))
+            rc = dt_err_set(DT_ERR_UNSUPPORTED, "--sym: comm plugin '%s' has no symmetric "
+                            "memory (sym_alloc, comm ABI 1.1)", p->name);
+        else if ((rc = x.ops->sym_alloc(x.c, a_elems * es + 64, DT_TAG_COMM, &a)) != DT_OK)
+            rc = dt_plugin_failed(p, rc, "sym_alloc");
+        b = a;
+    } else if (posix_memalign(&a, 4096, a_elems * es + 64) ||
+               posix_memalign(&b, 4096, b_elems * es + 64)) {
         rc = dt_err_set(DT_ERR_NOMEM, "rank %d: cannot allocate 2 x %.1f MiB of buffers",
                         x.rank, (double)(a_elems > b_elems ? a_elems : b_elems) * (double)es /
                                     1048576.0);
-    } else {
+    }
+    if (rc == DT_OK) {
         memset(a, 0, a_elems * es + 64); /* fault the pages in before timing */
         memset(b, 0, b_elems * es + 64);
         if (x.rank == 0) {
-            printf("# dtrain bench comm: %s, %d rank%s%s, comm %s, %s%s%s, iters %s, "
+            printf("# dtrain bench comm: %s%s, %d rank%s%s, comm %s, %s%s%s, iters %s, "
                    "warmup %d\n",
-                   op_names[o->op], x.n, x.n == 1 ? "" : "s",
-                   o->bind ? " (bound to CPUs)" : "", p->name,
+                   op_names[o->op], o->sym ? " in place on symmetric memory" : "", x.n,
+                   x.n == 1 ? "" : "s", o->bind ? " (bound to CPUs)" : "", p->name,
                    dt_dtype_name(o->dtype), redop_used(o->op) ? " " : "",
                    redop_used(o->op) ? redop_names[o->redop] : "", o->iters ? "fixed" : "auto",
                    o->warmup);
@@ -490,8 +502,13 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
         if (rc == DT_OK && any_wrong && x.n == 1)
             rc = dt_err_set(DT_ERR_DATA, "wrong results");
     }
-    free(a);
-    free(b);
+    if (o->sym) {
+        if (a)
+            x.ops->sym_free(x.c, a);
+    } else {
+        free(a);
+        free(b);
+    }
     x.ops->finalize(x.c);
     return rc;
 }
@@ -571,6 +588,10 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
             o->bind = 1;
             continue;
         }
+        if (!strcmp(a, "--sym")) {
+            o->sym = 1;
+            continue;
+        }
         const char *v = NULL;
         if (!strncmp(a, "--", 2) && strchr(a, '=')) { /* --opt=value */
             static char opt[64];
@@ -639,6 +660,11 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
         }
         if (bad)
             return DT_EXIT_USAGE;
+    }
+    if (o->sym && o->op != OP_ALL_REDUCE) {
+        fprintf(stderr, "dtrain bench comm: error: --sym times all_reduce in place, not %s\n",
+                op_names[o->op]);
+        return DT_EXIT_USAGE;
     }
     return DT_EXIT_OK;
 }

@@ -197,7 +197,9 @@ void dt_interpose_profile_free(dt_interpose_profile_t *p);
     X(SPLIT, split, DT_ICALL_COLLECTIVE)                                       \
     X(ABORT, abort, 0)                                                         \
     X(TEST, test, DT_ICALL_WAIT)                                               \
-    X(CLEANUP_JOB, cleanup_job, 0)
+    X(CLEANUP_JOB, cleanup_job, 0)                                             \
+    X(SYM_ALLOC, sym_alloc, DT_ICALL_COLLECTIVE)                               \
+    X(SYM_FREE, sym_free, 0)
 
 #define DT_INTERPOSE_ENUM_(up, field, flags) DT_ICOMM_##up,
 typedef enum dt_interpose_comm_slot {

@@ -235,7 +235,10 @@ static int null_group(const char *slot)
     X(ABORT, abort, (dt_comm_t * c, const char *reason), (c->inner, reason),                   \
       x.k.text = reason)                                                                       \
     X(TEST, test, (dt_comm_t * c, dt_comm_req_t *req, int *done), (c->inner, req, done),       \
-      call_request(&x, req))
+      call_request(&x, req))                                                                   \
+    X(SYM_ALLOC, sym_alloc, (dt_comm_t * c, uint64_t bytes, int tag, void **out),              \
+      (c->inner, bytes, tag, out), x.k.count = bytes)                                          \
+    X(SYM_FREE, sym_free, (dt_comm_t * c, void *ptr), (c->inner, ptr), (void)0)
 
 #define IC_PLAIN_FN(up, field, params, args, describe)                         \
     static int ic_##field params                                               \

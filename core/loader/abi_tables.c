@@ -105,9 +105,9 @@ static const dt_abi_method_t comm_v1_mandatory[] = {
     M(comm, wait), M(comm, split), M(comm, abort),
 };
 static const dt_abi_method_t comm_v1_optional[] = {
-    M(comm, test), M(comm, cleanup_job),
+    M(comm, test), M(comm, cleanup_job), M(comm, sym_alloc), M(comm, sym_free),
 };
-DT_LAYOUT_CHECK(comm, 16);
+DT_LAYOUT_CHECK(comm, 18);
 
 /* offload v1: host_ptr is a shortcut for host-memory tiers only. */
 static const dt_abi_method_t offload_v1_mandatory[] = {

@@ -75,6 +75,27 @@ typedef struct host_block {
 } host_block_t;
 _Static_assert(sizeof(host_block_t) <= HOST_HDR, "host block header");
 
+/* Add `delta` bytes (may be negative) to the plugin's count under `tag`,
+ * with the peaks. */
+static void tally(dt_host_state_t *hs, int tag, int64_t delta)
+{
+    pthread_mutex_lock(&hs->lock);
+    dt_mem_stats_t *m = &hs->mem;
+    m->current[tag] += (uint64_t)delta;
+    m->total_current += (uint64_t)delta;
+    if (m->current[tag] > m->peak[tag])
+        m->peak[tag] = m->current[tag];
+    if (m->total_current > m->total_peak)
+        m->total_peak = m->total_current;
+    pthread_mutex_unlock(&hs->lock);
+}
+
+static void host_mem_account(const dt_host_t *h, int tag, int64_t delta)
+{
+    if (tag >= 0 && tag < DT_TAG_COUNT)
+        tally(state_of(h), tag, delta);
+}
+
 static void *host_alloc(const dt_host_t *h, uint64_t bytes, int tag)
 {
     dt_host_state_t *hs = state_of(h);
@@ -94,22 +115,11 @@ static void *host_alloc(const dt_host_t *h, uint64_t bytes, int tag)
     }
 
     /* Counted before allocating, undone below if the allocation fails. */
-    pthread_mutex_lock(&hs->lock);
-    dt_mem_stats_t *m = &hs->mem;
-    m->current[tag] += bytes;
-    m->total_current += bytes;
-    if (m->current[tag] > m->peak[tag])
-        m->peak[tag] = m->current[tag];
-    if (m->total_current > m->total_peak)
-        m->total_peak = m->total_current;
-    pthread_mutex_unlock(&hs->lock);
+    tally(hs, tag, (int64_t)bytes);
 
     void *raw = NULL;
     if (posix_memalign(&raw, HOST_HDR, HOST_HDR + (size_t)bytes) != 0) {
-        pthread_mutex_lock(&hs->lock);
-        m->current[tag] -= bytes;
-        m->total_current -= bytes;
-        pthread_mutex_unlock(&hs->lock);
+        tally(hs, tag, -(int64_t)bytes);
         dt_err_set(DT_ERR_NOMEM,
                    "%s: host alloc of %" PRIu64 " bytes tagged '%s' failed: "
                    "out of memory", hs->who, bytes, dt_mem_tag_name(tag));
@@ -137,10 +147,7 @@ static void host_free(const dt_host_t *h, void *ptr)
                "alloc (freed twice, or from another table); ignored", ptr);
         return;
     }
-    pthread_mutex_lock(&hs->lock);
-    hs->mem.current[b->tag] -= b->bytes;
-    hs->mem.total_current -= b->bytes;
-    pthread_mutex_unlock(&hs->lock);
+    tally(hs, b->tag, -(int64_t)b->bytes);
     b->magic = 0;
     free(b);
 }
@@ -284,6 +291,7 @@ int dt_host_create(dt_plugin_t *p, const dt_config_t *cfg)
     t->cfg_string = host_cfg_string;
     t->now_ns = host_now_ns;
     t->bootstrap_all_gather = host_bootstrap_all_gather;
+    t->mem_account = host_mem_account;
     p->host = t;
     return DT_OK;
 }

@@ -1170,6 +1170,26 @@ static int pipeline_find_nonfinite(run_t *R, int64_t step, char *what, size_t ca
 }
 /* ---- end pipeline ---- */
 
+/* The device's memory peaks.  The communicator's symmetric memory
+ * (comm.h: the strategy's gradients, where it offers some) is the host
+ * memory a host-visible device computes in: counted as the device's, by
+ * its tag. */
+static void device_mem_stats(run_t *R, dt_mem_stats_t *ms)
+{
+    *ms = (dt_mem_stats_t){.struct_size = sizeof(dt_mem_stats_t)};
+    R->dev_ops->mem_stats(R->dev, ms);
+    const dt_plugin_t *pc = R->r->plugin[DT_ROLE_COMM];
+    dt_mem_stats_t cs = {.struct_size = sizeof(dt_mem_stats_t)};
+    if (!R->props.host_visible || !pc || dt_plugin_host_mem_stats(pc, &cs) != DT_OK)
+        return;
+    for (int t = 0; t < DT_TAG_COUNT && t < (int)ms->n_tags; t++) {
+        ms->peak[t] += dt_tag_bytes(cs.peak, cs.n_tags, t);
+        ms->current[t] += dt_tag_bytes(cs.current, cs.n_tags, t);
+    }
+    ms->total_peak += cs.total_peak;
+    ms->total_current += cs.total_current;
+}
+
 /* The micro-batches of `step`, the loss over the global batch, and the
  * strategy's optimizer step; a non-finite loss or gradient stops the run
  * naming the first non-finite tensor. */
@@ -1256,8 +1276,8 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
                    ? rep->tokens_per_s * R->flops_per_token /
                          ((double)R->world.size * R->props.peak_flops_f32)
                    : 0;
-    dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
-    R->dev_ops->mem_stats(R->dev, &ms);
+    dt_mem_stats_t ms;
+    device_mem_stats(R, &ms);
     rep->mem_now = ms.total_current;
     return DT_OK;
 }
@@ -1510,8 +1530,8 @@ static int report_host_memory(run_t *R)
 
 static int report_memory(run_t *R)
 {
-    dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
-    R->dev_ops->mem_stats(R->dev, &ms);
+    dt_mem_stats_t ms;
+    device_mem_stats(R, &ms);
     dt_estimate_t plan = {.struct_size = sizeof(dt_estimate_t)};
     /* a pipeline stage's rank holds its units only: plan those */
     int rc = R->ppipe ? dt_plan_stage(R->pstrat, R->model, R->set, (int)R->dp,
@@ -1597,8 +1617,8 @@ static int print_summary(run_t *R)
     int64_t n = R->last_step - R->start_step;
     double secs = n > 0 ? now_s() - R->loop_start : 0;
     double tokens = (double)n * (double)t->global_batch * (double)t->seq_len;
-    dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
-    R->dev_ops->mem_stats(R->dev, &ms);
+    dt_mem_stats_t ms;
+    device_mem_stats(R, &ms);
     char range[96], val[64] = "";
     if (n > 0)
         snprintf(range, sizeof range, " (%lld-%lld of %lld%s)", (long long)R->start_step + 1,

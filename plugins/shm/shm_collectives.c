@@ -17,7 +17,9 @@
  * the N reduced parts out.  The copy-out of round G overlaps with the
  * copy-in of round G+1.  Every
  * output element is computed by exactly one rank in a fixed order, so all
- * ranks get the same bits.
+ * ranks get the same bits.  In place on symmetric memory (shm_sym.c) the
+ * slots are skipped: the parts are reduced from and into the ranks' own
+ * copies (run_sym_all_reduce).
  */
 #include <string.h>
 
@@ -47,6 +49,18 @@ static void put_desc(dt_comm_t *c, struct dt_comm_req *r, uint64_t G)
     d->root = r->root;
     d->count = r->count;
     d->seq = r->seq;
+    d->sym_no = r->sym ? r->sym->no : 0;
+    d->sym_off = r->sym ? r->sym_off : 0;
+}
+
+/* Where an op record says its buffer lies, for messages. */
+static void sym_place(const shm_desc_t *d, char *buf, size_t cap)
+{
+    if (d->sym_no)
+        snprintf(buf, cap, "at byte %llu of symmetric allocation #%u",
+                 (unsigned long long)d->sym_off, d->sym_no);
+    else
+        snprintf(buf, cap, "not in symmetric memory");
 }
 
 /* After the A phase of an op's first round: every rank (or `only`) must
@@ -58,10 +72,22 @@ static int check_desc(dt_comm_t *c, struct dt_comm_req *r, uint64_t G, int only)
         if ((only >= 0 && p != only) || p == c->rank)
             continue;
         const shm_desc_t *d = &c->ranks[p].desc[G % SHM_NBUF];
-        if (d->kind == me->kind && d->dtype == me->dtype && d->op == me->op &&
-            d->root == me->root && d->count == me->count)
-            continue;
         char desc[256], who[96];
+        if (d->kind == me->kind && d->dtype == me->dtype && d->op == me->op &&
+            d->root == me->root && d->count == me->count) {
+            if (d->sym_no == me->sym_no && d->sym_off == me->sym_off)
+                continue;
+            shm_req_desc(c, r, desc, sizeof desc);
+            shm_fmt_rank(c, p, who, sizeof who);
+            char mine[96], theirs[96];
+            sym_place(me, mine, sizeof mine);
+            sym_place(d, theirs, sizeof theirs);
+            snprintf(r->msg, sizeof r->msg,
+                     "%s: this rank's buffer is %s, %s's is %s; every rank must pass "
+                     "symmetric memory at the same place of the same allocation, or none",
+                     desc, mine, who, theirs);
+            return DT_ERR_INVALID;
+        }
         shm_req_desc(c, r, desc, sizeof desc);
         shm_fmt_rank(c, p, who, sizeof who);
         snprintf(r->msg, sizeof r->msg,
@@ -130,6 +156,47 @@ static uint64_t round_elems(dt_comm_t *c, uint64_t total, size_t es)
     if (msg >= c->mid_lo && msg <= c->mid_hi && bytes > SHM_MID_CHUNK)
         bytes = SHM_MID_CHUNK;
     return bytes / es;
+}
+
+/* all_reduce in place on symmetric memory: one round, no staging.  Once
+ * every rank published A (its input is complete), rank p reduces part p
+ * straight from every rank's copy, in rank order as the staged path does
+ * (so both give the same bits), and writes the result into every copy;
+ * each element is read and written by its part's rank only.  A rank
+ * returns only after every rank posted R: nobody writes into its copy or
+ * reads it any more. */
+static int run_sym_all_reduce(dt_comm_t *c, struct dt_comm_req *r)
+{
+    const size_t es = r->esize;
+    const int N = c->size, me = c->rank;
+    const uint64_t total = r->count, align = align_elems(es);
+    const uint64_t G = c->round;
+    /* the result is read soon (the caller's next step): cached, unless all
+     * copies together exceed the last-level cache (2 * mid_lo, see
+     * set_mid_range in shm_comm.c) */
+    const int nt = total * es > 2 * c->mid_lo;
+    unsigned char *const *base = r->sym->base;
+    const uint64_t off = r->sym_off;
+    int st;
+    if ((st = round_begin(c, r, G)) != DT_OK)
+        return st;
+    round_publish(c, r, G, 0);
+    if ((st = round_await(c, r, G, 0, -1)) != DT_OK)
+        return st;
+    const uint64_t lo = part_lo(total, me, N, align), hi = part_lo(total, me + 1, N, align);
+    if (hi > lo) {
+        const size_t at = off + lo * es, n = (hi - lo) * es;
+        for (int p = 0; p < N; p++)
+            c->srcs[p] = base[p] + at;
+        const int next = (me + 1) % N;
+        dt_reduce2(base[me] + at, N > 1 ? base[next] + at : NULL, c->srcs, N, hi - lo,
+                   r->dtype, r->op, N, nt);
+        for (int p = 0; p < N; p++)
+            if (p != me && p != next)
+                dt_reduce_copy_out(base[p] + at, base[me] + at, n, nt);
+    }
+    round_end(c, G);
+    return shm_wait_phase(c, r, PH_R(G), -1);
 }
 
 /* all_reduce (root < 0) and reduce (only `root` copies out). */
@@ -314,7 +381,8 @@ static int run_barrier(dt_comm_t *c, struct dt_comm_req *r)
 int shm_run_collective(dt_comm_t *c, struct dt_comm_req *r)
 {
     switch (r->kind) {
-    case DT_COMM_OP_ALL_REDUCE: return run_all_reduce(c, r, -1);
+    case DT_COMM_OP_ALL_REDUCE:
+        return r->sym ? run_sym_all_reduce(c, r) : run_all_reduce(c, r, -1);
     case DT_COMM_OP_REDUCE: return run_all_reduce(c, r, r->root);
     case DT_COMM_OP_REDUCE_SCATTER: return run_reduce_scatter(c, r);
     case DT_COMM_OP_ALL_GATHER: return run_all_gather(c, r);

@@ -46,6 +46,11 @@ static const dt_config_key_t shm_keys[] = {
      .max = (double)SHM_SPIN_MAX, .choices = NULL,
      .doc = "microseconds a wait spins before sleeping on a futex "
             "(ignored, 0, when ranks outnumber cores)"},
+    {.name = "symmetric", .type = DT_CFG_BOOL, .def = "true", .min = 0, .max = 0,
+     .choices = NULL,
+     .doc = "offer symmetric memory (comm sym_alloc): strategies keep gradients "
+            "in memory every rank maps, and an in-place all_reduce there skips "
+            "the staging copies"},
     {.name = "nodes_share_memory", .type = DT_CFG_BOOL, .def = "false",
      .min = 0, .max = 0, .choices = NULL,
      .doc = "the job's \"nodes\" are on one machine and share /dev/shm "
@@ -340,6 +345,10 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
         shm_secret_key(a->job_secret, job->secret_key);
     }
 
+    int sym = 1;
+    if (host->cfg_bool(host, "symmetric", &sym) != DT_OK)
+        sym = 1;
+    c->sym_enabled = sym;
     c->job = job;
     c->is_world = 1;
     c->timeout_ms = a->timeout_ms < SHM_TIMEOUT_MAX_MS ? a->timeout_ms : SHM_TIMEOUT_MAX_MS;
@@ -383,6 +392,7 @@ static void shm_finalize(dt_comm_t *c)
         pthread_join(c->thread, NULL);
     }
     log_stats(c);
+    shm_sym_free_all(c);
     /* Requests never waited for: nobody can wait for them any more. */
     struct dt_comm_req *r = c->live;
     int leaked = 0;
@@ -438,6 +448,7 @@ static int shm_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
     g->job = c->job;
     g->is_world = 0;
     g->timeout_ms = c->timeout_ms;
+    g->sym_enabled = c->sym_enabled;
     g->spin_ns = c->spin_ns;
     g->caller_one_cpu = usable_cpus() == 1;
     g->dev_ops = c->dev_ops;
@@ -504,6 +515,8 @@ static const dt_comm_ops_v1_t shm_ops = {
     .abort = shm_abort,
     .test = shm_op_test,
     .cleanup_job = shm_cleanup_job,
+    .sym_alloc = shm_sym_alloc,
+    .sym_free = shm_sym_free,
 };
 
 DT_PLUGIN_ENTRY(comm, 1, dt_comm_ops_v1_t, &shm_ops)

@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "dtrain/comm.h"
@@ -45,6 +46,8 @@
  *     world group:        /dtrain-<job_id>
  *     split of a group:   <parent name>-g<split number>c<color>
  *                         e.g. /dtrain-j42-g1c0, /dtrain-j42-g1c0-g2c1
+ *     a rank's symmetric memory:  <group name>-s<allocation>r<rank>
+ *                         e.g. /dtrain-j42-s1r0 (shm_sym.c)
  * so the job's segments are exactly the names shm_is_job_segment accepts,
  * which is what cleanup_job removes after a crash (shm_cleanup.c).
  * Normally nothing is left: the first rank to see the whole group
@@ -91,25 +94,38 @@ static inline int shm_split_name(char *buf, size_t cap, const char *parent,
     return (n < 0 || (size_t)n >= cap) ? -1 : n;
 }
 
+/* Write the name of symmetric allocation `no` of rank `rank` in the group
+ * named `group`.  Returns the length, or -1. */
+static inline int shm_sym_name(char *buf, size_t cap, const char *group, uint32_t no,
+                               int32_t rank)
+{
+    int n = snprintf(buf, cap, "%s-s%ur%u", group, no, (uint32_t)rank);
+    return (n < 0 || (size_t)n >= cap) ? -1 : n;
+}
+
 /* 1 when `file` (an entry of /dev/shm, no slash) is a name this plugin
  * gives a segment of job `job_id`: the world's "dtrain-<job_id>" or a
- * split's, that followed by one or more "-g<digits>c<digits>".  Another
- * job whose id merely starts with ours ("j42" for "j4", "j4-x") is not
- * matched. */
+ * split's, that followed by one or more "-g<digits>c<digits>", either
+ * of them followed by at most one "-s<digits>r<digits>" (symmetric
+ * memory).  Another job whose id merely starts with ours ("j42" for
+ * "j4", "j4-x") is not matched. */
 static inline int shm_is_job_segment(const char *file, const char *job_id)
 {
     size_t n = strlen(job_id);
     if (strncmp(file, "dtrain-", 7) != 0 || strncmp(file + 7, job_id, n) != 0)
         return 0;
     for (const char *p = file + 7 + n; *p;) {
-        if (p[0] != '-' || p[1] != 'g' || !(p[2] >= '0' && p[2] <= '9'))
+        char a = p[1], b = a == 'g' ? 'c' : 'r';
+        if (p[0] != '-' || (a != 'g' && a != 's') || !(p[2] >= '0' && p[2] <= '9'))
             return 0;
         for (p += 2; *p >= '0' && *p <= '9'; p++)
             ;
-        if (p[0] != 'c' || !(p[1] >= '0' && p[1] <= '9'))
+        if (p[0] != b || !(p[1] >= '0' && p[1] <= '9'))
             return 0;
         for (p++; *p >= '0' && *p <= '9'; p++)
             ;
+        if (a == 's' && *p) /* symmetric memory ends the name */
+            return 0;
     }
     return 1;
 }
@@ -135,7 +151,7 @@ static inline int shm_is_job_segment(const char *file, const char *job_id)
 #define SHM_WAKE_SPIN_NS 300000ull
 /* Longest timeout honoured (~115 days): keeps ms -> ns products in range. */
 #define SHM_TIMEOUT_MAX_MS 10000000000ll
-#define SHM_VERSION 3u
+#define SHM_VERSION 4u
 #define SHM_MAGIC 0x31686d736e727464ull /* "dtrnshm1" little-endian */
 
 /* Default and limits of the config keys (also in the key table). */
@@ -218,6 +234,9 @@ typedef struct shm_desc {
     int32_t root;
     uint64_t count;
     uint64_t seq;
+    uint32_t sym_no;  /* symmetric allocation of the buffer, 0: none */
+    uint32_t reserved;
+    uint64_t sym_off; /* byte offset of the buffer in it */
 } shm_desc_t;
 
 /* Slot state (shm_rank_t.state). */
@@ -297,6 +316,9 @@ struct dt_comm_req {
     uint64_t done;                /* bytes moved */
     uint64_t last_ns;             /* last progress, for the stall timeout */
     int matched;                  /* recv: bound to a message in its channel */
+    /* all_reduce in place on symmetric memory (looked up when started) */
+    const struct shm_sym *sym;
+    uint64_t sym_off;
     /* completion */
     _Atomic uint32_t state;
     _Atomic uint32_t waiters;
@@ -320,6 +342,15 @@ typedef struct shm_stats {
     /* callers: waits on requests that were not done yet */
     _Atomic uint64_t req_waits, req_wait_ns;
 } shm_stats_t;
+
+/* One symmetric allocation (shm_sym.c): every rank's copy, mapped here. */
+typedef struct shm_sym {
+    struct shm_sym *next;
+    uint32_t no;            /* 1, 2, ... per group: the same on every rank */
+    int tag;                /* the caller's dt_mem_tag_t */
+    uint64_t bytes;         /* of each copy (whole pages) */
+    unsigned char **base;   /* [size]: rank p's copy; base[rank] is ours */
+} shm_sym_t;
 
 typedef struct dt_comm dt_comm_t;
 
@@ -380,6 +411,11 @@ struct dt_comm {
     uint64_t next_id;               /* caller side, under qlock */
     uint64_t coll_seq, p2p_seq;     /* caller side, under qlock */
     uint32_t split_no;              /* caller side */
+    /* symmetric memory: allocations (caller side; the executor reads the
+     * list, which changes only while no operation is in flight) */
+    int sym_enabled;                /* [shm] symmetric */
+    uint32_t sym_no;
+    shm_sym_t *sym;
 
     /* executor state */
     uint32_t phase;                 /* phases this rank posted == its seq */
@@ -428,6 +464,21 @@ int shm_rendezvous(dt_comm_t *c, const char *what, uint64_t chunk,
 /* Give up the segment c is attached to when the group cannot start: the
  * job is failing, so remove the name now (nobody else should join it). */
 void shm_leave_failed(dt_comm_t *c);
+
+/* Shared with shm_sym.c: give the complete file open as `fd` the name
+ * `path` (0, EEXIST, or another errno); check a file we are about to open
+ * that somebody else named (regular, one name, ours, mode 0600): DT_OK or
+ * the refusal naming it (DT_ERR_DATA). */
+int shm_name_fd(int fd, const char *path);
+int shm_check_file(dt_comm_t *c, const char *what, const char *path, const struct stat *st);
+
+/* Symmetric memory (shm_sym.c; see comm.h). */
+int shm_sym_alloc(dt_comm_t *c, uint64_t bytes, int tag, void **out);
+int shm_sym_free(dt_comm_t *c, void *ptr);
+/* Free every allocation left (finalize). */
+void shm_sym_free_all(dt_comm_t *c);
+/* The allocation holding [p, p + n) and p's offset in it; NULL if none. */
+const shm_sym_t *shm_sym_find(const dt_comm_t *c, const void *p, uint64_t n, uint64_t *off);
 
 /* The ABI's cleanup_job (shm_cleanup.c; see comm.h): remove the segments
  * of job `job_id` its ranks left in /dev/shm, only regular files the

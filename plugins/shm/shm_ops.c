@@ -468,6 +468,11 @@ int shm_op_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count
     struct dt_comm_req t = {.kind = DT_COMM_OP_ALL_REDUCE, .send = send, .recv = recv,
                             .count = count, .dtype = dtype, .op = op, .root = -1};
     CHECK(check_args(c, &t));
+    /* in place on symmetric memory: the peers' copies are read directly
+     * (shm_collectives.c); looked up here, on the caller's thread, which
+     * alone changes the list */
+    if (send == recv && count > 0)
+        t.sym = shm_sym_find(c, recv, count * t.esize, &t.sym_off);
     return submit(c, &t, stream, req);
 }
 

@@ -277,8 +277,7 @@ static int job_failed(dt_comm_t *c, const char *what)
 /* The file itself: a regular file of ours with one name (a hard link
  * would make some other file of ours this segment) that nobody else may
  * open.  DT_OK, or the refusal (DT_ERR_DATA). */
-static int check_file(dt_comm_t *c, const char *what, const char *path,
-                      const struct stat *st)
+int shm_check_file(dt_comm_t *c, const char *what, const char *path, const struct stat *st)
 {
     if (S_ISLNK(st->st_mode))
         return refuse(c, what, DT_ERR_DATA, path, st,
@@ -345,7 +344,7 @@ static int size_ok(uint64_t v, uint64_t lo, uint64_t hi)
 static int validate_segment(dt_comm_t *c, const char *what, const char *path, int fd,
                             const struct stat *st, shm_hdr_t *h, seg_layout_t *L)
 {
-    int rc = check_file(c, what, path, st);
+    int rc = shm_check_file(c, what, path, st);
     if (rc != DT_OK)
         return rc;
     if (st->st_size < (off_t)sizeof *h)
@@ -444,7 +443,7 @@ static int validate_segment(dt_comm_t *c, const char *what, const char *path, in
 /* Give the complete segment open as `fd` the name `path`: 0, EEXIST when
  * the name is taken, or another errno.  AT_EMPTY_PATH needs
  * CAP_DAC_READ_SEARCH; /proc/self/fd works for anyone. */
-static int publish(int fd, const char *path)
+int shm_name_fd(int fd, const char *path)
 {
     if (linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH) == 0)
         return 0;
@@ -521,7 +520,7 @@ static int seg_create(dt_comm_t *c, const char *what, const char *path, uint64_t
     }
     int rc = init_header(c, what, base, L);
     if (rc == DT_OK) {
-        err = publish(fd, path);
+        err = shm_name_fd(fd, path);
         rc = err == EEXIST ? RDV_RETRY
              : err        ? rdv_error(c, what, DT_ERR_SYSTEM, "cannot name the segment %s: %s",
                                       path, strerror(err))
@@ -592,7 +591,7 @@ static int seg_unopenable(dt_comm_t *c, const char *what, const char *path, int 
         return errno == ENOENT ? RDV_RETRY /* removed meanwhile */
                                : rdv_error(c, what, DT_ERR_SYSTEM, "cannot open %s: %s",
                                            path, strerror(err));
-    int rc = check_file(c, what, path, &st);
+    int rc = shm_check_file(c, what, path, &st);
     return rc != DT_OK ? rc
                        : rdv_error(c, what, DT_ERR_SYSTEM, "cannot open %s: %s", path,
                                    strerror(err));

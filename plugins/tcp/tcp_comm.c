@@ -1,6 +1,6 @@
 /*
  * plugins/tcp/tcp_comm.c - the `tcp` communicator plugin: ranks on any
- * machines that reach each other over IPv4, with nothing but sockets -
+ * machines that reach each other over IPv4 or IPv6, with nothing but sockets -
  * what carries the bytes between nodes when `dtrain run --nnodes N` starts
  * each node's ranks and no MPI launcher is involved.
  *
@@ -35,8 +35,8 @@
 
 static const dt_config_key_t tcp_keys[] = {
     {.name = "address", .type = DT_CFG_STRING, .def = "\"\"", .min = 0, .max = 0, .choices = NULL,
-     .doc = "IPv4 address this rank listens on for its peers (empty: the address this "
-            "node's route to MASTER_ADDR leaves from, 127.0.0.1 without one)"},
+     .doc = "IPv4 or IPv6 address this rank listens on for its peers (empty: the address "
+            "this node's route to MASTER_ADDR leaves from, 127.0.0.1 without one)"},
     {.name = "socket_buffer_bytes", .type = DT_CFG_INT, .def = "0", .min = 0,
      .max = (double)(1 << 30), .choices = NULL,
      .doc = "send and receive buffer of every socket (0: the kernel's default, which "
@@ -44,12 +44,13 @@ static const dt_config_key_t tcp_keys[] = {
 };
 
 /* What each rank gives the rendezvous: where it listens. */
-#define ADDR_MAGIC "DTTCPAD"
+#define ADDR_MAGIC "DTTCPA2"
 typedef struct addr_blob {
     char magic[8];
-    uint32_t addr;  /* network order */
+    tcp_ip_t addr;
     uint16_t port;  /* host order */
     uint16_t valid; /* 1: a listener (a split's NO_COLOR rank gives 0) */
+    uint32_t reserved;
 } addr_blob_t;
 
 /* ---- the job ---------------------------------------------------------------- */
@@ -154,7 +155,7 @@ static dt_comm_t *comm_alloc(const dt_host_v1_t *host, tcp_job_t *job, int32_t r
 }
 
 /* Connect the mesh, start the thread, join the job's groups. */
-static int comm_start(dt_comm_t *c, int listen_fd, const struct in_addr *addrs,
+static int comm_start(dt_comm_t *c, int listen_fd, const tcp_ip_t *addrs,
                       const uint16_t *ports)
 {
     int st = tcp_mesh_connect(c, listen_fd, addrs, ports, c->timeout_ms);
@@ -212,7 +213,7 @@ static int read_keys(const dt_host_v1_t *h, const char **addr, int64_t *sock_buf
 
 /* Every rank's listener from the job's rendezvous. */
 static int swap_addresses(const dt_host_v1_t *h, const dt_comm_init_v1_t *a, dt_comm_t *c,
-                          struct in_addr addr, uint16_t port, struct in_addr *addrs,
+                          tcp_ip_t addr, uint16_t port, tcp_ip_t *addrs,
                           uint16_t *ports)
 {
     if (!DT_HOST_HAS(h, bootstrap_all_gather))
@@ -220,7 +221,7 @@ static int swap_addresses(const dt_host_v1_t *h, const dt_comm_init_v1_t *a, dt_
                             "peers through the job's rendezvous (bootstrap_all_gather, host "
                             "ABI 1.1), which this host (ABI %u.%u) lacks", h->abi_major,
                             h->abi_minor);
-    addr_blob_t mine = {.addr = addr.s_addr, .port = port, .valid = 1};
+    addr_blob_t mine = {.addr = addr, .port = port, .valid = 1};
     memcpy(mine.magic, ADDR_MAGIC, sizeof mine.magic);
     addr_blob_t *all = calloc((size_t)a->size, sizeof *all);
     if (!all)
@@ -240,7 +241,7 @@ static int swap_addresses(const dt_host_v1_t *h, const dt_comm_init_v1_t *a, dt_
                               "(does its config name another communicator?)", who);
             break;
         }
-        addrs[p].s_addr = all[p].addr;
+        addrs[p] = all[p].addr;
         ports[p] = all[p].port;
     }
     free(all);
@@ -305,7 +306,7 @@ static int tcp_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
 
     int lfd = -1;
     uint16_t port = 0;
-    struct in_addr *addrs = calloc((size_t)a->size, sizeof *addrs);
+    tcp_ip_t *addrs = calloc((size_t)a->size, sizeof *addrs);
     uint16_t *ports = calloc((size_t)a->size, sizeof *ports);
     st = addrs && ports ? DT_OK : host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
     if (st == DT_OK)
@@ -371,7 +372,7 @@ static int tcp_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
         char gname[160];
         snprintf(gname, sizeof gname, "%.120s/g%uc%u", c->gname, no, (uint32_t)color);
         st = tcp_listen(h, gname, c->job->addr, &lfd, &mine.port);
-        mine.addr = c->job->addr.s_addr;
+        mine.addr = c->job->addr;
         mine.valid = st == DT_OK;
     }
     /* every rank takes part, whatever its color or listener */
@@ -389,7 +390,7 @@ static int tcp_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
         return st;
     }
     dt_comm_t *g = comm_alloc(h, c->job, s.rank, s.size, c->timeout_ms);
-    struct in_addr *addrs = calloc((size_t)s.size, sizeof *addrs);
+    tcp_ip_t *addrs = calloc((size_t)s.size, sizeof *addrs);
     uint16_t *ports = calloc((size_t)s.size, sizeof *ports);
     if (g)
         atomic_fetch_add(&c->job->refs, 1); /* comm_stop gives it back */
@@ -409,7 +410,7 @@ static int tcp_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
                 st = h->set_error(h, DT_ERR_SYSTEM, "split of group %s: %s could not listen "
                                   "for group %s", c->gname, who, g->gname);
             }
-            addrs[i].s_addr = all[p].addr;
+            addrs[i] = all[p].addr;
             ports[i] = all[p].port;
         }
         if (st == DT_OK)

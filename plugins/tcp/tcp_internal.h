@@ -63,12 +63,23 @@ typedef struct tcp_frame_hdr {
 /* A failure of the job seen by this process: the first one wins. */
 enum { TCP_FAIL_NONE = 0, TCP_FAIL_ABORT = 1, TCP_FAIL_LOST = 2, TCP_FAIL_OTHER = 3 };
 
+/* An IPv4 or IPv6 address without its port: plain data, so it crosses
+ * the rendezvous in a blob as it is. */
+typedef struct tcp_ip {
+    int32_t family;    /* AF_INET or AF_INET6 */
+    uint32_t scope;    /* IPv6 scope id (a link-local address), else 0 */
+    uint8_t bytes[16]; /* network order; AF_INET uses the first 4 */
+} tcp_ip_t;
+
+/* Longest text of one (tcp_ip_text): "[" IPv6 "%" scope "]". */
+#define TCP_IP_TEXT 64
+
 typedef struct tcp_job {
     _Atomic int refs;
     int32_t world_rank, world_size;
     char job_id[160];
     uint8_t key[DT_SHA256_BYTES];   /* HMAC key: SHA-256 of the secret (or job id) */
-    struct in_addr addr;            /* where this process listens */
+    tcp_ip_t addr;                  /* where this process listens */
     int64_t sock_buf;               /* [tcp] socket_buffer_bytes, 0: kernel's */
     pthread_mutex_t mu;             /* groups list, failure record */
     struct dt_comm *groups;         /* live groups of this process */
@@ -194,15 +205,17 @@ struct dt_comm_req {
 /* Where this process listens: [tcp] address, else the address this host
  * reaches master_addr from, else 127.0.0.1. */
 int tcp_pick_addr(const dt_host_v1_t *h, const char *cfg_addr, const char *master_addr,
-                  int32_t master_port, struct in_addr *out);
+                  int32_t master_port, tcp_ip_t *out);
+/* "10.0.0.1" or "[fd00::1]" (bracketed, so ":port" may follow). */
+void tcp_ip_text(const tcp_ip_t *ip, char *buf, size_t cap);
 /* A listening socket on addr, any port; *port its port (host order). */
-int tcp_listen(const dt_host_v1_t *h, const char *gname, struct in_addr addr, int *fd,
+int tcp_listen(const dt_host_v1_t *h, const char *gname, tcp_ip_t addr, int *fd,
                uint16_t *port);
 /* Connect the group's mesh: every lower rank connects to every higher
  * one's listener (addrs[p], ports[p]); both ends prove the job's key.
  * Fills c->peers[p].fd; bounded by timeout_ms.  The listener is the
  * caller's (closed by it). */
-int tcp_mesh_connect(dt_comm_t *c, int listen_fd, const struct in_addr *addrs,
+int tcp_mesh_connect(dt_comm_t *c, int listen_fd, const tcp_ip_t *addrs,
                      const uint16_t *ports, int64_t timeout_ms);
 /* Socket options every data socket gets (nonblocking, no Nagle, buffers,
  * a user timeout so a dead link fails its writes). */

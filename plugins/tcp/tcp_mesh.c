@@ -43,34 +43,103 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int tcp_pick_addr(const dt_host_v1_t *h, const char *cfg_addr, const char *master_addr,
-                  int32_t master_port, struct in_addr *out)
+/* ---- addresses ----------------------------------------------------------- */
+
+static void ip_from_sockaddr(const struct sockaddr *sa, tcp_ip_t *out)
 {
+    memset(out, 0, sizeof *out);
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)(const void *)sa;
+        out->family = AF_INET6;
+        out->scope = s6->sin6_scope_id;
+        memcpy(out->bytes, &s6->sin6_addr, 16);
+    } else {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)(const void *)sa;
+        out->family = AF_INET;
+        memcpy(out->bytes, &s4->sin_addr, 4);
+    }
+}
+
+/* The port of a socket address (host order). */
+static uint16_t sockaddr_port(const struct sockaddr_storage *ss)
+{
+    return ntohs(ss->ss_family == AF_INET6
+                     ? ((const struct sockaddr_in6 *)(const void *)ss)->sin6_port
+                     : ((const struct sockaddr_in *)(const void *)ss)->sin_port);
+}
+
+/* ip:port as a socket address; its length. */
+static socklen_t ip_sockaddr(const tcp_ip_t *ip, uint16_t port, struct sockaddr_storage *ss)
+{
+    memset(ss, 0, sizeof *ss);
+    if (ip->family == AF_INET6) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)(void *)ss;
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons(port);
+        s6->sin6_scope_id = ip->scope;
+        memcpy(&s6->sin6_addr, ip->bytes, 16);
+        return sizeof *s6;
+    }
+    struct sockaddr_in *s4 = (struct sockaddr_in *)(void *)ss;
+    s4->sin_family = AF_INET;
+    s4->sin_port = htons(port);
+    memcpy(&s4->sin_addr, ip->bytes, 4);
+    return sizeof *s4;
+}
+
+void tcp_ip_text(const tcp_ip_t *ip, char *buf, size_t cap)
+{
+    char t[INET6_ADDRSTRLEN] = "?";
+    if (ip->family == AF_INET6) {
+        inet_ntop(AF_INET6, ip->bytes, t, sizeof t);
+        if (ip->scope)
+            snprintf(buf, cap, "[%s%%%u]", t, (unsigned)ip->scope);
+        else
+            snprintf(buf, cap, "[%s]", t);
+    } else {
+        inet_ntop(AF_INET, ip->bytes, t, sizeof t);
+        snprintf(buf, cap, "%s", t);
+    }
+}
+
+int tcp_pick_addr(const dt_host_v1_t *h, const char *cfg_addr, const char *master_addr,
+                  int32_t master_port, tcp_ip_t *out)
+{
+    memset(out, 0, sizeof *out);
     if (cfg_addr && cfg_addr[0]) {
-        if (inet_pton(AF_INET, cfg_addr, out) != 1)
-            return h->set_error(h, DT_ERR_CONFIG, "[tcp] address = '%s' is not an IPv4 "
-                                "address (dotted quad)", cfg_addr);
+        /* a numeric address of either family (an IPv6 one may carry a
+         * scope: fe80::1%eth0) */
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                                 .ai_flags = AI_NUMERICHOST}, *ai = NULL;
+        if (getaddrinfo(cfg_addr, NULL, &hints, &ai) != 0 || !ai)
+            return h->set_error(h, DT_ERR_CONFIG, "[tcp] address = '%s' is not an IPv4 or "
+                                "IPv6 address (10.0.0.1, fd00::1)", cfg_addr);
+        ip_from_sockaddr(ai->ai_addr, out);
+        freeaddrinfo(ai);
         return DT_OK;
     }
-    out->s_addr = htonl(INADDR_LOOPBACK);
+    out->family = AF_INET;
+    const uint32_t lo = htonl(INADDR_LOOPBACK);
+    memcpy(out->bytes, &lo, 4);
     if (!master_addr || !master_addr[0])
         return DT_OK;
     /* The address this host's route to the master leaves from: the one
-     * the other nodes reach it by (a UDP connect sends nothing). */
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai = NULL;
+     * the other nodes reach it by (a UDP connect sends nothing); of the
+     * master's family, so an IPv6 master gives an IPv6 mesh. */
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM}, *ai = NULL;
     int gai = getaddrinfo(master_addr, NULL, &hints, &ai);
     if (gai != 0 || !ai)
-        return h->set_error(h, DT_ERR_CONFIG, "init: cannot resolve master address '%s' "
-                            "to IPv4: %s (set [tcp] address to this node's address)",
-                            master_addr, gai_strerror(gai));
-    struct sockaddr_in sa;
-    memcpy(&sa, ai->ai_addr, sizeof sa);
+        return h->set_error(h, DT_ERR_CONFIG, "init: cannot resolve master address '%s': %s "
+                            "(set [tcp] address to this node's address)", master_addr,
+                            gai_strerror(gai));
+    tcp_ip_t master;
+    ip_from_sockaddr(ai->ai_addr, &master);
     freeaddrinfo(ai);
-    sa.sin_port = htons((uint16_t)(master_port > 0 ? master_port : 9));
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in me;
+    struct sockaddr_storage sa, me;
+    socklen_t sl = ip_sockaddr(&master, (uint16_t)(master_port > 0 ? master_port : 9), &sa);
+    int fd = socket(master.family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     socklen_t len = sizeof me;
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sl) != 0 ||
         getsockname(fd, (struct sockaddr *)&me, &len) != 0) {
         int e = errno;
         if (fd >= 0)
@@ -80,19 +149,19 @@ int tcp_pick_addr(const dt_host_v1_t *h, const char *cfg_addr, const char *maste
                             strerror(e));
     }
     close(fd);
-    *out = me.sin_addr;
+    ip_from_sockaddr((struct sockaddr *)&me, out);
     return DT_OK;
 }
 
-int tcp_listen(const dt_host_v1_t *h, const char *gname, struct in_addr addr, int *fd,
+int tcp_listen(const dt_host_v1_t *h, const char *gname, tcp_ip_t addr, int *fd,
                uint16_t *port)
 {
-    char ip[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &addr, ip, sizeof ip);
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr = addr, .sin_port = 0};
-    socklen_t len = sizeof sa;
-    if (s < 0 || bind(s, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(s, 128) != 0 ||
+    char ip[TCP_IP_TEXT];
+    tcp_ip_text(&addr, ip, sizeof ip);
+    struct sockaddr_storage sa;
+    socklen_t sl = ip_sockaddr(&addr, 0, &sa), len = sizeof sa;
+    int s = socket(addr.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0 || bind(s, (struct sockaddr *)&sa, sl) != 0 || listen(s, 128) != 0 ||
         getsockname(s, (struct sockaddr *)&sa, &len) != 0) {
         int e = errno;
         if (s >= 0)
@@ -101,7 +170,7 @@ int tcp_listen(const dt_host_v1_t *h, const char *gname, struct in_addr addr, in
                             gname, ip, strerror(e));
     }
     *fd = s;
-    *port = ntohs(sa.sin_port);
+    *port = sockaddr_port(&sa);
     return DT_OK;
 }
 
@@ -265,19 +334,19 @@ static int hs_accept(dt_comm_t *c, int fd, int64_t deadline, char *why, size_t c
 }
 
 /* Connect to peer p's listener, retrying refusals until the deadline. */
-static int connect_peer(dt_comm_t *c, int p, struct in_addr addr, uint16_t port,
+static int connect_peer(dt_comm_t *c, int p, const tcp_ip_t *addr, uint16_t port,
                         int64_t deadline, char *why, size_t cap)
 {
     char last[200] = "";
+    struct sockaddr_storage sa;
+    const socklen_t sl = ip_sockaddr(addr, port, &sa);
     for (;;) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        int fd = socket(addr->family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0) {
             snprintf(why, cap, "socket: %s", strerror(errno));
             return -1;
         }
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr = addr,
-                                 .sin_port = htons(port)};
-        int rc = connect(fd, (struct sockaddr *)&sa, sizeof sa), e = rc == 0 ? 0 : errno;
+        int rc = connect(fd, (struct sockaddr *)&sa, sl), e = rc == 0 ? 0 : errno;
         if (e == EINPROGRESS) {
             struct pollfd pf = {.fd = fd, .events = POLLOUT};
             int64_t left = deadline - now_ms();
@@ -305,17 +374,17 @@ static int connect_peer(dt_comm_t *c, int p, struct in_addr addr, uint16_t port,
     }
 }
 
-int tcp_mesh_connect(dt_comm_t *c, int listen_fd, const struct in_addr *addrs,
+int tcp_mesh_connect(dt_comm_t *c, int listen_fd, const tcp_ip_t *addrs,
                      const uint16_t *ports, int64_t timeout_ms)
 {
     const dt_host_v1_t *h = c->host;
     int64_t t0 = now_ms(), deadline = t0 + timeout_ms;
-    char why[300], who[200], ip[INET_ADDRSTRLEN];
+    char why[300], who[200], ip[TCP_IP_TEXT];
     for (int p = 0; p < c->rank; p++) {
-        int fd = connect_peer(c, p, addrs[p], ports[p], deadline, why, sizeof why);
+        int fd = connect_peer(c, p, &addrs[p], ports[p], deadline, why, sizeof why);
         if (fd < 0) {
             tcp_fmt_rank(c, p, who, sizeof who);
-            inet_ntop(AF_INET, &addrs[p], ip, sizeof ip);
+            tcp_ip_text(&addrs[p], ip, sizeof ip);
             return h->set_error(h, now_ms() >= deadline ? DT_ERR_TIMEOUT : DT_ERR_REMOTE,
                                 "init: group %s: %s at %s:%u: %s", c->gname, who, ip,
                                 (unsigned)ports[p], why);
@@ -330,7 +399,7 @@ int tcp_mesh_connect(dt_comm_t *c, int listen_fd, const struct in_addr *addrs,
             if (left > 0 && errno == EINTR)
                 continue;
         }
-        struct sockaddr_in from;
+        struct sockaddr_storage from;
         socklen_t fl = sizeof from;
         int fd = accept4(listen_fd, (struct sockaddr *)&from, &fl, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
@@ -353,14 +422,17 @@ int tcp_mesh_connect(dt_comm_t *c, int listen_fd, const struct in_addr *addrs,
         int64_t hs_deadline = now_ms() + TCP_HANDSHAKE_MS;
         int p = hs_accept(c, fd, hs_deadline < deadline ? hs_deadline : deadline, why,
                           sizeof why);
-        inet_ntop(AF_INET, &from.sin_addr, ip, sizeof ip);
+        tcp_ip_t fip;
+        ip_from_sockaddr((struct sockaddr *)&from, &fip);
+        tcp_ip_text(&fip, ip, sizeof ip);
+        const uint16_t fport = sockaddr_port(&from);
         if (p >= 0 && c->peers[p].fd >= 0) {
             snprintf(why, sizeof why, "rank %d is connected already", p);
             p = -1;
         }
         if (p < 0) {
             h->log(h, DT_LOG_WARN, "group %s: refused a connection from %s:%u: %s", c->gname,
-                   ip, (unsigned)ntohs(from.sin_port), why);
+                   ip, (unsigned)fport, why);
             close(fd);
             continue;
         }

@@ -7,6 +7,7 @@
  */
 #include "dtrain/sdk/replica.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "dtrain/sdk/buckets.h"
@@ -75,6 +76,8 @@ static int plan_buckets(const dt_host_v1_t *host, const dt_model_desc_v1_t *mode
 
 /* ------------------------------------------------------------ lifecycle */
 
+static void free_reduced(dt_replica_t *r, void *p, uint8_t sym);
+
 void dt_replica_free(dt_replica_t *r)
 {
     if (!r || !r->dp.host)
@@ -87,10 +90,10 @@ void dt_replica_free(dt_replica_t *r)
         if (r->compute && r->compute != (void *)r->master)
             d->free(r->dp.dev, r->compute);
         d->free(r->dp.dev, r->master);
-        d->free(r->dp.dev, r->grads);
+        free_reduced(r, r->grads, r->sym_grads);
         d->free(r->dp.dev, r->m);
         d->free(r->dp.dev, r->v);
-        d->free(r->dp.dev, r->comm_buf);
+        free_reduced(r, r->comm_buf, r->sym_comm_buf);
         d->free(r->dp.dev, r->norm_slot);
         dt_offload_state_free(&r->off);
         if (r->ev_grads)
@@ -115,6 +118,74 @@ static int alloc_flat(dt_replica_t *r, int dtype, int tag, const char *what, voi
                          what, out);
 }
 
+/* Whether buffers all-reduced in place over the group may live in its
+ * symmetric memory (comm.h, sym_alloc): the communicator has some, the
+ * device computes in host memory, and there is a group to reduce over.
+ * The same on every rank of the group (the same plugins and config), as
+ * the collective sym_alloc needs. */
+static int may_use_symmetric(const dt_replica_t *r)
+{
+    const dt_dp_t *dp = &r->dp;
+    if (!r->cfg.reduce_grads || dp->size < 2 || !dp->comm ||
+        !DT_HAS_OP(dt_comm_ops_t, dp->comm_ops, sym_alloc) ||
+        !DT_HAS_OP(dt_comm_ops_t, dp->comm_ops, sym_free))
+        return 0;
+    dt_device_props_t props = {.struct_size = sizeof props};
+    return dp->dev_ops->props(dp->dev, &props) == DT_OK && props.host_visible;
+}
+
+/* `bytes` for a buffer the group all-reduces in place (`what` for the
+ * log), zeroed: in the group's symmetric memory where may_use_symmetric
+ * (an all_reduce there skips the communicator's staging copies), else
+ * device memory.  *sym says which; free it with free_reduced.  A refusal
+ * of symmetric memory is not an error: every rank of the group gets the
+ * same answer and falls back alike. */
+static int alloc_reduced(dt_replica_t *r, uint64_t bytes, int tag, const char *what,
+                         void **out, uint8_t *sym)
+{
+    const dt_dp_t *dp = &r->dp;
+    *sym = 0;
+    if (may_use_symmetric(r)) {
+        int rc = dp->comm_ops->sym_alloc(dp->comm, bytes, tag, out);
+        if (rc == DT_OK) {
+            *sym = 1;
+            dp->host->log(dp->host, DT_LOG_DEBUG, "%s in the communicator's symmetric "
+                          "memory (%.1f MiB)", what, (double)bytes / 1048576.0);
+            return DT_OK;
+        }
+        dp->host->log(dp->host, DT_LOG_DEBUG, "%s in device memory: the communicator's "
+                      "symmetric memory was refused (%s)", what, dt_status_name(rc));
+    }
+    int rc = dp->dev_ops->alloc(dp->dev, bytes, tag, out);
+    if (rc == DT_OK && (rc = dp->dev_ops->memset_async(dp->dev, *out, 0, bytes, dp->cs)) != DT_OK) {
+        dp->dev_ops->free(dp->dev, *out);
+        *out = NULL;
+    }
+    if (rc != DT_OK)
+        dp->host->log(dp->host, DT_LOG_ERROR, "allocating %s (%llu bytes, tag %s) failed", what,
+                      (unsigned long long)bytes, dt_mem_tag_name(tag));
+    return rc;
+}
+
+static void free_reduced(dt_replica_t *r, void *p, uint8_t sym)
+{
+    if (sym)
+        (void)r->dp.comm_ops->sym_free(r->dp.comm, p);
+    else
+        r->dp.dev_ops->free(r->dp.dev, p);
+}
+
+/* The f32 gradients: all-reduced in place bucket by bucket when
+ * reduce_dtype is f32. */
+static int alloc_grads(dt_replica_t *r)
+{
+    if (r->cfg.reduce_dtype != DT_F32)
+        return alloc_flat(r, DT_F32, DT_TAG_GRADS, "grads", (void **)&r->grads);
+    return alloc_reduced(r, r->layout.total * sizeof(float), DT_TAG_GRADS, "grads",
+                         (void **)&r->grads, &r->sym_grads);
+}
+
+
 static int alloc_state(dt_replica_t *r)
 {
     const dt_model_desc_v1_t *model = r->dp.model;
@@ -128,7 +199,7 @@ static int alloc_state(dt_replica_t *r)
                                         r->layout.total, dt_replica_has_v(r), NULL)) ||
             (rc = alloc_flat(r, model->param_dtype, DT_TAG_PARAMS, "compute params",
                              &r->compute)) ||
-            (rc = alloc_flat(r, DT_F32, DT_TAG_GRADS, "grads", (void **)&r->grads)))
+            (rc = alloc_grads(r)))
             return rc;
         return r->dp.dev_ops->alloc(r->dp.dev, sizeof(double), DT_TAG_OTHER,
                                     (void **)&r->norm_slot);
@@ -142,7 +213,7 @@ static int alloc_state(dt_replica_t *r)
     } else {
         r->compute = r->master;
     }
-    if ((rc = alloc_flat(r, DT_F32, DT_TAG_GRADS, "grads", (void **)&r->grads)))
+    if ((rc = alloc_grads(r)))
         return rc;
     if ((rc = alloc_flat(r, DT_F32, DT_TAG_OPTIMIZER,
                          r->dp.optim.kind == DT_OPTIM_ADAMW ? "adamw exp_avg" : "sgd momentum",
@@ -206,12 +277,12 @@ static int make_buckets(dt_replica_t *r)
         r->n_slots = r->n_buckets < DT_REPLICA_MAX_SLOTS ? r->n_buckets : DT_REPLICA_MAX_SLOTS;
         r->slot_elems = max_count;
         uint64_t bytes = (uint64_t)r->n_slots * max_count * dt_dtype_size(r->cfg.reduce_dtype);
-        if ((rc = d->alloc(r->dp.dev, bytes, DT_TAG_COMM, &r->comm_buf)) != DT_OK) {
-            host->log(host, DT_LOG_ERROR, "allocating %u %s bucket buffers (%llu bytes) "
-                      "failed", r->n_slots, dt_dtype_name(r->cfg.reduce_dtype),
-                      (unsigned long long)bytes);
+        char what[64];
+        snprintf(what, sizeof what, "%u %s bucket buffers", r->n_slots,
+                 dt_dtype_name(r->cfg.reduce_dtype));
+        if ((rc = alloc_reduced(r, bytes, DT_TAG_COMM, what, &r->comm_buf,
+                                &r->sym_comm_buf)) != DT_OK)
             return rc;
-        }
     }
     return DT_OK;
 }

@@ -7,7 +7,9 @@
 #   netns_make           needs root and `ip netns`, otherwise exits 77
 #                        (ctest SKIP_RETURN_CODE) with the reason; sets
 #                        ns0 ns1 v0 v1 a0 a1 and installs netns_teardown
-#                        as the EXIT trap
+#                        as the EXIT trap; also IPv6 addresses b0 and b1
+#                        on the same link (fd77::1, fd77::2), or b0 empty
+#                        and no6 the reason where IPv6 cannot be had
 #   netns_teardown       kills the pids in the caller's `pids` array and
 #                        every process left in either namespace, removes
 #                        the namespaces and the veth pair (whatever happened)
@@ -32,6 +34,7 @@
 # pair; the addresses may repeat (each pair lives in namespaces of its own).
 ns0=dtn$$a ns1=dtn$$b v0=dtv$$a v1=dtv$$b
 a0=10.77.0.1 a1=10.77.0.2
+b0=fd77::1 b1=fd77::2 no6=""
 pids=()
 
 netns_procs() { echo $(ip netns pids "$ns0" 2>/dev/null) $(ip netns pids "$ns1" 2>/dev/null); }
@@ -64,6 +67,12 @@ netns_make() {
   ip -n "$ns0" addr add "$a0/24" dev "$v0"
   ip -n "$ns1" addr add "$a1/24" dev "$v1"
   for ns in "$ns0" "$ns1"; do ip -n "$ns" link set lo up; done
+  # IPv6 beside: nodad, or the addresses stay tentative for a second
+  if ! no6=$(ip -n "$ns0" addr add "$b0/64" dev "$v0" nodad 2>&1 &&
+             ip -n "$ns1" addr add "$b1/64" dev "$v1" nodad 2>&1); then
+    b0="" b1=""
+    no6="no IPv6 on the veth pair: ${no6:-ip addr add failed}"
+  fi
   ip -n "$ns0" link set "$v0" up
   ip -n "$ns1" link set "$v1" up
   # each namespace reaches the other's address only through the veth pair

@@ -234,6 +234,21 @@ if has_test_hooks "$bin"; then
 else
   skip "bench comm: a wrong result fails" "test hooks (DTRAIN_TEST_BENCH_CORRUPT) compiled out of $bin"
 fi
+# --sym: all_reduce in place on shm's symmetric memory, every size checked
+expect_exit 0 "bench comm --sym, 3 ranks" "$bin" bench comm --nproc 3 --sizes 4K:1M --sym
+expect_out "--sym says so in the header" "# dtrain bench comm: all_reduce in place on symmetric memory, 3 ranks, comm shm"
+rows=$(printf '%s\n' "$out" | grep -cE '^ +[0-9]+ +[0-9]+ +f32 +sum .* 0$' || true)
+if [ "$rows" = 9 ]; then ok "--sym: 9 checked rows (4K..1M)"; else bad "--sym: $rows rows" "$out"; fi
+if has_test_hooks "$bin"; then
+  expect_exit 1 "--sym: a wrong result fails" env DTRAIN_TEST_BENCH_CORRUPT=1 "$bin" bench comm \
+    --nproc 2 --sizes 4K:8K --sym
+  expect_out "--sym: wrong result named" "rank 1: all_reduce (f32 sum) of 4096 bytes: 1 of 1024 elements wrong"
+fi
+expect_exit 1 "--sym with shm.symmetric = false" "$bin" bench comm --nproc 2 --sizes 4K:4K --sym \
+  --set shm.symmetric=false
+expect_out "--sym refusal names the key" "comm/shm: symmetric memory is off (shm.symmetric = false)"
+expect_exit 2 "--sym is for all_reduce" "$bin" bench comm --sym --op all_gather
+expect_out "--sym with another op explained" "--sym times all_reduce in place, not all_gather"
 expect_exit 2 "bench comm: unknown op" "$bin" bench comm --op allreduce
 expect_out "unknown op named" "unknown --op 'allreduce'"
 expect_exit 2 "bench without a benchmark" "$bin" bench

@@ -98,6 +98,47 @@ rc=0; for p in "${pids[@]}"; do wait "$p" || rc=$?; done
 [ $rc = 0 ] && ok "2 ranks under a Slurm (srun) environment" || bad "Slurm ranks failed" "$(cat rank*.log)"
 same_losses "Slurm ranks vs dtrain's own" n2.jsonl slurm.jsonl
 
+# ---- gradients in shm's symmetric memory ------------------------------------
+# ddp keeps its gradients (or its 16-bit bucket slots) in the memory every
+# rank of its group maps (comm sym_alloc), where each bucket's all_reduce
+# skips the staging copies.  It must change no bit, and its bytes are the
+# strategy's: the memory record counts them under their tag as planned.
+sym_used() { # METRICS TAG: comm/shm's host memory holds TAG bytes
+  $py - "$1" "$2" <<'P'
+import json, sys
+h = [json.loads(l)["host_memory"] for l in open(sys.argv[1]) if '"host_memory"' in l][0]
+m = [json.loads(l)["memory"] for l in open(sys.argv[1]) if '"memory"' in l][0]
+shm = h["peak_bytes"].get("comm/shm", {}).get(sys.argv[2], 0)
+t = sys.argv[2]
+# as planned, but for the page the symmetric copy is rounded up to
+assert 0 <= m["peak_bytes"][t] - m["planned_bytes"][t] < 4096, (m["peak_bytes"][t], m["planned_bytes"][t])
+print(shm)
+P
+}
+b=$(sym_used n2.jsonl grads) || b=err
+if [ "$b" != err ] && [ "$b" -gt 0 ]; then ok "ddp's gradients in symmetric memory ($b bytes), counted as planned"
+else bad "ddp's gradients not in symmetric memory, or not counted as planned: $b"; fi
+for v in "fp32 n2" "bf16 n2bf"; do
+  set -- $v
+  if [ "$1" = bf16 ] && ! ranks 2 eq.toml --set train.micro_batch=4 --set ddp.reduce_dtype=bf16 \
+       --set run.name=n2bf --metrics n2bf.jsonl; then
+    bad "2 ranks, reduce_dtype bf16, failed" "$(cat rank*.log)"; continue; fi
+  if ranks 2 eq.toml --set train.micro_batch=4 --set ddp.reduce_dtype="$1" \
+       --set shm.symmetric=false --set run.name="$2-nosym" --metrics "$2-nosym.jsonl"; then
+    ok "2 ranks, reduce_dtype $1, shm.symmetric = false trained"
+  else bad "2 ranks, shm.symmetric = false failed" "$(cat rank*.log)"; continue; fi
+  if cmp -s <(losses "$2.jsonl") <(losses "$2-nosym.jsonl") && [ -s "$2.jsonl" ]; then
+    ok "reduce_dtype $1: symmetric memory on and off give the same losses, bit for bit"
+  else bad "reduce_dtype $1: symmetric memory changed the losses" \
+    "$(paste <(losses "$2.jsonl") <(losses "$2-nosym.jsonl"))"; fi
+done
+b=$(sym_used n2-nosym.jsonl grads) || b=err
+[ "$b" = 0 ] && ok "shm.symmetric = false: gradients in device memory, counted as planned" ||
+  bad "shm.symmetric = false still used symmetric memory, or miscounted: $b"
+b=$(sym_used n2bf.jsonl comm) || b=err
+if [ "$b" != err ] && [ "$b" -gt 0 ]; then ok "reduce_dtype bf16: the bucket slots in symmetric memory ($b bytes)"
+else bad "reduce_dtype bf16: bucket slots not in symmetric memory: $b"; fi
+
 # ---- topology-free checkpoints ---------------------------------------------
 if ranks 2 eq.toml --set train.micro_batch=4 --set run.name=s2 --set train.stop_at=10; then
   ok "2 ranks stopped after step 10 with a checkpoint"

@@ -19,6 +19,10 @@
 #     and both hashes
 #   - the link taken down during the rendezvous: rank 0 names the missing
 #     ranks 2 and 3 within the bound; node 1's ranks name rank 0
+#   - the same over IPv6 (the rendezvous at MASTER_ADDR fd77::1, the tcp
+#     mesh on the nodes' fd77:: addresses): the same losses within 1e-5,
+#     and node 0's veth receives the gradient bytes (skipped, with the
+#     reason, where the veth pair gets no IPv6 address)
 #   - `dtrain bench comm --comm tcp` launched as two nodes gives one
 #     4-rank table on node 0, every size checked;
 #   - tcp, node 1's ranks killed (SIGKILL, inside ns1) mid-training: node
@@ -77,7 +81,7 @@ DTRAIN_JOB_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 node() {
   local ns=$1 r=$2 log=$3; shift 3
   timeout -k 2 40 ip netns exec "$ns" "$bin" run eq.toml --nnodes 2 --node-rank "$r" \
-    --nproc 2 --master-addr "$a0" --master-port "$port" "$@" >"$log" 2>&1 &
+    --nproc 2 --master-addr "${master:-$a0}" --master-port "$port" "$@" >"$log" 2>&1 &
   pids+=($!)
 }
 # both_nodes NAME ARGS0 -- ARGS1: both nodes at once; rc0, rc1 their exits
@@ -207,6 +211,33 @@ if [ "$elems" -gt 0 ] && [ $((rx1 - rx0)) -ge "$need" ]; then
   ok "tcp: node 0's veth received $((rx1 - rx0)) bytes >= $need (gradient $((elems * 4)) bytes x 6 steps)"
 else bad "tcp: node 0's veth received $((rx1 - rx0)) bytes, less than $need ($elems params)" "$out"; fi
 nothing_left tcp
+
+# ---- tcp over IPv6 ------------------------------------------------------------
+if [ -n "$b0" ]; then
+  # the link-down case above took the IPv6 addresses with the link (the
+  # kernel drops them on down unless keep_addr_on_down): put them back
+  ip -n "$ns0" addr replace "$b0/64" dev "$v0" nodad
+  ip -n "$ns1" addr replace "$b1/64" dev "$v1" nodad
+  port=$((port + 1))
+  master=$b0
+  rx0=$(rx_bytes)
+  both_nodes tcp6 "${tcp0[@]}" --set run.name=tcp6 --metrics tcp6.jsonl -- "${tcp0[@]}" \
+    --set run.name=tcp6
+  rx1=$(rx_bytes)
+  master=""
+  out=$(cat tcp6.n0.log tcp6.n1.log)
+  if [ "$rc0" = 0 ] && [ "$rc1" = 0 ]; then
+    ok "tcp over IPv6: the 2 x 2 job trains across the namespaces (master $b0)"
+  else bad "tcp over IPv6: the 2 x 2 run failed ($rc0, $rc1)" "$out"; fi
+  job=$(joined_ids tcp6.n0.log tcp6.n1.log)
+  same_losses "tcp over IPv6, 2 nodes x 2 ranks vs shm, 1 node x 4 ranks" one.jsonl tcp6.jsonl 1e-5
+  if [ $((rx1 - rx0)) -ge "$need" ]; then
+    ok "tcp over IPv6: node 0's veth received $((rx1 - rx0)) bytes >= $need"
+  else bad "tcp over IPv6: node 0's veth received $((rx1 - rx0)) bytes, less than $need" "$out"; fi
+  nothing_left tcp6
+else
+  skip "tcp over IPv6 across the namespaces" "$no6"
+fi
 
 # ---- tcp: `dtrain bench comm` as two nodes ----------------------------------
 # the same multi-node launch as `dtrain run` (core/cli/cli_launch.c): each

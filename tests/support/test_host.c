@@ -38,6 +38,16 @@ static int th_set_error(const dt_host_v1_t *h, int status, const char *fmt, ...)
 /* Header in front of each block so free() knows size and tag. */
 typedef struct { uint64_t bytes; int32_t tag; int32_t pad; char align[48]; } th_hdr_t;
 
+static void tally(dt_test_host_t *th, int tag, int64_t delta)
+{
+    th->mem.current[tag] += (uint64_t)delta;
+    th->mem.total_current += (uint64_t)delta;
+    if (th->mem.current[tag] > th->mem.peak[tag])
+        th->mem.peak[tag] = th->mem.current[tag];
+    if (th->mem.total_current > th->mem.total_peak)
+        th->mem.total_peak = th->mem.total_current;
+}
+
 static void *th_alloc(const dt_host_v1_t *h, uint64_t bytes, int tag)
 {
     dt_test_host_t *th = th_of(h);
@@ -53,13 +63,14 @@ static void *th_alloc(const dt_host_v1_t *h, uint64_t bytes, int tag)
     }
     p->bytes = bytes;
     p->tag = tag;
-    th->mem.current[tag] += bytes;
-    th->mem.total_current += bytes;
-    if (th->mem.current[tag] > th->mem.peak[tag])
-        th->mem.peak[tag] = th->mem.current[tag];
-    if (th->mem.total_current > th->mem.total_peak)
-        th->mem.total_peak = th->mem.total_current;
+    tally(th, tag, (int64_t)bytes);
     return p + 1;
+}
+
+static void th_mem_account(const dt_host_v1_t *h, int tag, int64_t delta)
+{
+    if (tag >= 0 && tag < DT_TAG_COUNT)
+        tally(th_of(h), tag, delta);
 }
 
 static void th_free(const dt_host_v1_t *h, void *ptr)
@@ -68,8 +79,7 @@ static void th_free(const dt_host_v1_t *h, void *ptr)
         return;
     dt_test_host_t *th = th_of(h);
     th_hdr_t *p = (th_hdr_t *)ptr - 1;
-    th->mem.current[p->tag] -= p->bytes;
-    th->mem.total_current -= p->bytes;
+    tally(th, p->tag, -(int64_t)p->bytes);
     free(p);
 }
 
@@ -146,5 +156,6 @@ void dt_test_host_init(dt_test_host_t *th, const char *prefix, const dt_test_kv_
         .cfg_float = th_cfg_float,
         .cfg_string = th_cfg_string,
         .now_ns = th_now_ns,
+        .mem_account = th_mem_account,
     };
 }

@@ -128,9 +128,11 @@ static void test_abi_layouts_cover_structs(void **state)
     assert_string_equal(c->mandatory[3].name, "all_reduce");
     assert_int_equal(c->mandatory[3].offset,
                      offsetof(dt_comm_ops_v1_t, all_reduce));
-    assert_int_equal(c->n_optional, 2);
+    assert_int_equal(c->n_optional, 4);
     assert_string_equal(c->optional[0].name, "test");
     assert_string_equal(c->optional[1].name, "cleanup_job");
+    assert_string_equal(c->optional[2].name, "sym_alloc");
+    assert_string_equal(c->optional[3].name, "sym_free");
     assert_int_equal(c->min_size, offsetof(dt_comm_ops_v1_t, test));
     const dt_abi_layout_t *d = dt_abi_layout(DT_KIND_DEVICE, 1);
     assert_int_equal(d->n_mandatory, 21);
@@ -561,7 +563,7 @@ static void test_optional_method_past_struct_size(void **state)
     snprintf(expect, sizeof expect,
              "comm/fakesmall: optional method 'test' is not provided (the "
              "plugin's ops table is %zu bytes and ends before it; built "
-             "against comm ABI 1.0)", offsetof(dt_comm_ops_v1_t, test));
+             "against comm ABI 1.%d)", offsetof(dt_comm_ops_v1_t, test), DT_COMM_ABI_MINOR);
     assert_msg(expect);
     assert_int_equal(dt_plugin_require_op(p, "tset"), DT_ERR_INVALID);
     assert_msg("comm/fakesmall: 'tset' is not a method of the comm ABI 1.x");
@@ -617,8 +619,8 @@ static void test_newer_minor_is_accepted(void **state)
     fclose(cap);
     const char *want = "[rank ?] loader: comm plugin 'fakenewer' at " FAKE
                        "/dtrain_fakenewer.so was built against comm ABI "
-                       "1.1, newer than this dtrain's 1.0; methods added "
-                       "after 1.0 are not used\n";
+                       "1.2, newer than this dtrain's 1.1; methods added "
+                       "after 1.1 are not used\n";
     if (!strstr(log, want))
         fail_msg("debug log lacks\n  %s\ngot\n  %s", want, log);
 }
@@ -880,7 +882,7 @@ static void test_discover(void **state)
     assert_int_equal(e->kind, DT_KIND_COMM);
     assert_int_equal(e->loadable, 1);
     assert_int_equal(e->abi_major, 1);
-    assert_int_equal(e->abi_minor, 0);
+    assert_int_equal(e->abi_minor, DT_COMM_ABI_MINOR);
     assert_string_equal(e->version, "0.1.0");
     assert_string_equal(e->path, FAKE "/dtrain_fake.so");
     assert_string_equal(e->why, "");
@@ -892,7 +894,7 @@ static void test_discover(void **state)
     assert_string_equal(e->version, "one");
     e = find_listing(l, n, "fakenewer");
     assert_int_equal(e->loadable, 1);
-    assert_int_equal(e->abi_minor, 1);
+    assert_int_equal(e->abi_minor, DT_COMM_ABI_MINOR + 1);
     assert_string_equal(e->version, "1.1.0");
 
     e = find_listing(l, n, "fakev2");

@@ -40,7 +40,7 @@ extern "C" {
 #endif
 
 #define DT_COMM_ABI_MAJOR 1
-#define DT_COMM_ABI_MINOR 0
+#define DT_COMM_ABI_MINOR 1
 
 typedef struct dt_comm dt_comm_t;         /* a group of ranks, opaque */
 typedef struct dt_comm_req dt_comm_req_t; /* an operation in flight, opaque */
@@ -160,6 +160,30 @@ typedef struct dt_comm_ops_v1 {
     int (*cleanup_job)(const dt_host_v1_t *host, const char *job_id);
 
     /* ---- minor 0 ends here; append only ---- */
+
+    /* ---- symmetric memory (optional, minor 1) ----
+     * Host memory that every rank of the group maps as well, as NCCL's
+     * registered buffers and PyTorch's SymmetricMemory are on GPUs.  An
+     * in-place all_reduce whose buffer lies in such an allocation at the
+     * same offset on every rank reads and writes the peers' copies
+     * directly instead of staging them through the communicator's own
+     * buffers: a copy less per element.  Every rank of a collective must
+     * then pass symmetric memory at the same place, or none (a mismatch
+     * fails like mismatched arguments).  Otherwise it is ordinary host
+     * memory: any thread may read and write it between operations.
+     *
+     * sym_alloc is collective over `c`: every rank calls it in the same
+     * order with the same `bytes`; all succeed or all fail (then the caller
+     * allocates ordinary memory instead; DT_ERR_UNSUPPORTED when the
+     * communicator cannot or was told not to).  The memory is zeroed and
+     * counted as the caller's under `tag` (dt_mem_tag_t).  sym_free is
+     * local and needs no peer: every operation on the memory must have
+     * been waited for; DT_ERR_INVALID for a pointer sym_alloc did not
+     * return.  Finalizing the group frees what is left. */
+    int (*sym_alloc)(dt_comm_t *c, uint64_t bytes, int tag, void **out);
+    int (*sym_free)(dt_comm_t *c, void *ptr);
+
+    /* ---- minor 1 ends here; append only ---- */
 } dt_comm_ops_v1_t;
 
 /* Current-version names. */

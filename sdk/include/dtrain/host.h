@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 #define DT_HOST_ABI_MAJOR 1
-#define DT_HOST_ABI_MINOR 1
+#define DT_HOST_ABI_MINOR 2
 
 typedef enum dt_log_level {
     DT_LOG_ERROR = 0,
@@ -101,6 +101,14 @@ typedef struct dt_host_v1 {
                                 uint64_t bytes, void *all, int64_t timeout_ms);
 
     /* ---- minor 1 ends here; append only ---- */
+
+    /* Optional (DT_HOST_HAS(h, mem_account)): count `delta` bytes (negative:
+     * give back) of host memory this plugin holds by other means than
+     * `alloc` (a shared mapping) under `tag`, so reports see it.  Never
+     * fails; an unknown tag is ignored. */
+    void (*mem_account)(const struct dt_host_v1 *h, int tag, int64_t delta);
+
+    /* ---- minor 2 ends here; append only ---- */
 } dt_host_v1_t;
 
 /* Most bytes one rank contributes to bootstrap_all_gather. */

@@ -140,7 +140,8 @@ typedef struct dt_replica {
     dt_flat_layout_t layout;
     float *master;              /* f32 master parameters */
     void *compute;              /* bf16/f16 compute copy, or == master */
-    float *grads;
+    float *grads;               /* in the group's symmetric memory when
+                                 * sym_grads (dt_replica_alloc_reduced) */
     float *m, *v;               /* AdamW moments; SGD: m = momentum, v NULL */
     double *norm_slot;          /* one device double for sums of squares */
     int norm_copies;            /* dt_dp_has_norm_copies: tensor-parallel
@@ -154,7 +155,9 @@ typedef struct dt_replica {
     uint32_t n_buckets;
     uint32_t *bucket_of_unit;
     uint32_t next_launch;       /* buckets start strictly in index order */
-    void *comm_buf;             /* 16-bit reduce_dtype: n_slots * slot_elems */
+    void *comm_buf;             /* 16-bit reduce_dtype: n_slots * slot_elems
+                                 * (symmetric memory when sym_comm_buf) */
+    uint8_t sym_grads, sym_comm_buf;
     uint32_t n_slots;
     uint64_t slot_elems;
     int32_t slot_bucket[DT_REPLICA_MAX_SLOTS]; /* bucket using the slot, -1 none */

@@ -81,6 +81,7 @@ typedef struct tcp_job {
     uint8_t key[DT_SHA256_BYTES];   /* HMAC key: SHA-256 of the secret (or job id) */
     tcp_ip_t addr;                  /* where this process listens */
     int64_t sock_buf;               /* [tcp] socket_buffer_bytes, 0: kernel's */
+    int hierarchical;               /* [tcp] hierarchical */
     pthread_mutex_t mu;             /* groups list, failure record */
     struct dt_comm *groups;         /* live groups of this process */
     _Atomic int failed;             /* 0 none, 1 being written, 2 published */
@@ -157,6 +158,15 @@ struct dt_comm {
     dt_device_t *dev;
     tcp_peer_t *peers;         /* [size] */
     int wake[2];               /* pipe: a caller wakes the thread's poll */
+    /* Nodes (tcp_mesh.c, tcp_find_nodes): the ranks that listen on one
+     * address share a machine.  When every node holds the same number L
+     * >= 2 of the group's ranks and there are M >= 2 nodes, all_reduce
+     * goes hierarchically ([tcp] hierarchical): a ring inside the node,
+     * a ring across the nodes between ranks of the same local index, a
+     * ring inside the node again; n_local = 0 otherwise. */
+    int32_t n_local, local_idx, n_cross, cross_idx;
+    int32_t *local;            /* [n_local] group ranks on this node, in order */
+    int32_t *cross;            /* [n_cross] this local index on every node */
 
     pthread_t thread;
     int thread_started;
@@ -217,6 +227,10 @@ int tcp_listen(const dt_host_v1_t *h, const char *gname, tcp_ip_t addr, int *fd,
  * caller's (closed by it). */
 int tcp_mesh_connect(dt_comm_t *c, int listen_fd, const tcp_ip_t *addrs,
                      const uint16_t *ports, int64_t timeout_ms);
+/* Fill c's node rings from every member's listen address (addrs[size])
+ * when hierarchical all_reduce applies (see dt_comm); DT_OK, or
+ * DT_ERR_NOMEM.  `want`: [tcp] hierarchical. */
+int tcp_find_nodes(dt_comm_t *c, const tcp_ip_t *addrs, int want);
 /* Socket options every data socket gets (nonblocking, no Nagle, buffers,
  * a user timeout so a dead link fails its writes). */
 void tcp_sock_setup(int fd, int64_t sock_buf, int64_t timeout_ms);

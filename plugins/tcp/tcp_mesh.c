@@ -174,6 +174,70 @@ int tcp_listen(const dt_host_v1_t *h, const char *gname, tcp_ip_t addr, int *fd,
     return DT_OK;
 }
 
+static int same_ip(const tcp_ip_t *a, const tcp_ip_t *b)
+{
+    return a->family == b->family && a->scope == b->scope &&
+           memcmp(a->bytes, b->bytes, a->family == AF_INET6 ? 16 : 4) == 0;
+}
+
+int tcp_find_nodes(dt_comm_t *c, const tcp_ip_t *addrs, int want)
+{
+    const int n = c->size;
+    c->n_local = c->n_cross = 0;
+    if (!want || n < 4)
+        return DT_OK;
+    int32_t *node = malloc(sizeof(int32_t) * (size_t)n * 3); /* node id of each rank */
+    if (!node)
+        return DT_ERR_NOMEM;
+    int32_t *count = node + n, *first = node + 2 * n, m = 0;
+    for (int p = 0; p < n; p++) {
+        int q = 0;
+        while (q < p && !same_ip(&addrs[q], &addrs[p]))
+            q++;
+        node[p] = q < p ? node[q] : m++;
+        if (q == p) {
+            first[node[p]] = p;
+            count[node[p]] = 0;
+        }
+        count[node[p]]++;
+    }
+    const int32_t L = count[node[c->rank]];
+    int uniform = m >= 2 && L >= 2;
+    for (int k = 0; k < m && uniform; k++)
+        uniform = count[k] == L;
+    if (uniform) {
+        c->local = malloc(sizeof(int32_t) * (size_t)L);
+        c->cross = malloc(sizeof(int32_t) * (size_t)m);
+        if (!c->local || !c->cross) {
+            free(node);
+            return DT_ERR_NOMEM;
+        }
+        /* local: this node's ranks in rank order; cross: the rank of each
+         * node (in order of their first rank) at this rank's local index */
+        int li = 0;
+        for (int p = 0; p < n; p++)
+            if (node[p] == node[c->rank]) {
+                if (p == c->rank)
+                    c->local_idx = li;
+                c->local[li++] = p;
+            }
+        for (int k = 0; k < m; k++) {
+            int seen = 0;
+            for (int p = first[k]; p < n; p++)
+                if (node[p] == k && seen++ == c->local_idx) {
+                    c->cross[k] = p;
+                    break;
+                }
+            if (c->cross[k] == c->rank)
+                c->cross_idx = k;
+        }
+        c->n_local = L;
+        c->n_cross = m;
+    }
+    free(node);
+    return DT_OK;
+}
+
 void tcp_sock_setup(int fd, int64_t sock_buf, int64_t timeout_ms)
 {
     int one = 1;

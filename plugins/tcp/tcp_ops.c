@@ -5,7 +5,9 @@
  *
  * Algorithms, for bandwidth (each rank moves about 2 (n-1)/n of the
  * buffer whatever the group size):
- *   all_reduce      ring reduce-scatter, then ring all-gather
+ *   all_reduce      ring reduce-scatter, then ring all-gather; across
+ *                   nodes of L >= 2 ranks each, three rings instead
+ *                   (inside, across, inside: run_hier_all_reduce)
  *   reduce_scatter  ring reduce-scatter
  *   all_gather      ring all-gather
  *   reduce          ring reduce-scatter, then every block to the root
@@ -135,11 +137,30 @@ static uint64_t coll_key(const struct dt_comm_req *r, uint32_t step)
     return (r->seq << 24) | step;
 }
 
+/* A ring over some of the group's ranks, in ring order (members NULL:
+ * the whole group in rank order); `me` is this rank's position. */
+typedef struct ring {
+    const int32_t *members;
+    int32_t n, me;
+} ring_t;
+
+static ring_t whole_ring(const dt_comm_t *c)
+{
+    return (ring_t){.members = NULL, .n = c->size, .me = c->rank};
+}
+
+/* The group rank at ring position i (any integer: taken mod n). */
+static int ring_rank(const ring_t *g, int i)
+{
+    i = ((i % g->n) + g->n) % g->n;
+    return g->members ? g->members[i] : i;
+}
+
 /* One ring step: sbytes from sbuf to the right, rbytes from the left. */
-static int ring_step(dt_comm_t *c, const struct dt_comm_req *r, uint32_t step,
+static int ring_step(dt_comm_t *c, const ring_t *g, const struct dt_comm_req *r, uint32_t step,
                      const void *sbuf, uint64_t sbytes, void *rbuf, uint64_t rbytes)
 {
-    int n = c->size, right = (c->rank + 1) % n, left = (c->rank + n - 1) % n;
+    int right = ring_rank(g, g->me + 1), left = ring_rank(g, g->me - 1);
     uint64_t key = coll_key(r, step);
     tcp_out_t o = {.hdr = {.type = TCP_FR_COLL, .key = key, .bytes = sbytes},
                    .data = sbuf};
@@ -200,13 +221,16 @@ static void scratch_free(scratch_t *s)
         s->h->free(s->h, s->p[i]);
 }
 
-/* Ring reduce-scatter of `in` (dtype, blocks off/len in elements): block
- * `rank` of the reduction lands in `out` (dtype).  Steps from step0. */
-static int ring_reduce_scatter(dt_comm_t *c, const struct dt_comm_req *r, const void *in,
-                               const uint64_t *off, const uint64_t *len, void *out,
-                               uint32_t step0, char *msg, size_t cap)
+/* Ring reduce-scatter of `in` (dtype, blocks off/len in elements, one per
+ * ring position) with `op` (DT_OP_AVG divides the sum by `div`): the
+ * block of this rank's position lands in `out` (dtype).  Steps from
+ * step0. */
+static int ring_reduce_scatter(dt_comm_t *c, const ring_t *g, const struct dt_comm_req *r,
+                               int op, int div, const void *in, const uint64_t *off,
+                               const uint64_t *len, void *out, uint32_t step0, char *msg,
+                               size_t cap)
 {
-    const int n = c->size, half = is_half(r->dtype);
+    const int n = g->n, me = g->me, half = is_half(r->dtype);
     const int wdt = half ? DT_F32 : r->dtype;
     const size_t es = r->esize, wes = dt_dtype_size(wdt);
     const unsigned char *inb = in;
@@ -225,7 +249,7 @@ static int ring_reduce_scatter(dt_comm_t *c, const struct dt_comm_req *r, const 
     }
     int cur = 0, st = DT_OK;
     for (int k = 0; k < n - 1 && st == DT_OK; k++) {
-        int sb = (c->rank - k - 1 + 2 * n) % n, rb = (c->rank - k - 2 + 2 * n) % n;
+        int sb = (me - k - 1 + 2 * n) % n, rb = (me - k - 2 + 2 * n) % n;
         const void *sbuf;
         if (k > 0) {
             sbuf = acc[cur];
@@ -235,7 +259,7 @@ static int ring_reduce_scatter(dt_comm_t *c, const struct dt_comm_req *r, const 
         } else {
             sbuf = inb + off[sb] * es;
         }
-        st = ring_step(c, r, step0 + (uint32_t)k, sbuf, len[sb] * wes, tmp, len[rb] * wes);
+        st = ring_step(c, g, r, step0 + (uint32_t)k, sbuf, len[sb] * wes, tmp, len[rb] * wes);
         if (st != DT_OK)
             break;
         const void *mine = inb + off[rb] * es;
@@ -246,8 +270,7 @@ static int ring_reduce_scatter(dt_comm_t *c, const struct dt_comm_req *r, const 
         const int last = k == n - 2;
         void *dst = last && !half ? out : acc[cur ^ 1];
         const void *srcs[2] = {tmp, mine};
-        dt_reduce(dst, srcs, 2, len[rb], wdt,
-                  last || r->op != DT_OP_AVG ? r->op : DT_OP_SUM, n);
+        dt_reduce(dst, srcs, 2, len[rb], wdt, last || op != DT_OP_AVG ? op : DT_OP_SUM, div);
         if (last && half)
             narrow(out, (const float *)dst, len[rb], r->dtype);
         cur ^= 1;
@@ -256,20 +279,61 @@ static int ring_reduce_scatter(dt_comm_t *c, const struct dt_comm_req *r, const 
     return st;
 }
 
-/* Ring all-gather in place: block `rank` of buf is filled; after it,
- * every block is. */
-static int ring_all_gather(dt_comm_t *c, const struct dt_comm_req *r, void *buf,
-                           const uint64_t *off, const uint64_t *len, uint32_t step0)
+/* Ring all-gather in place: the block of this rank's ring position in buf
+ * is filled; after it, every block is. */
+static int ring_all_gather(dt_comm_t *c, const ring_t *g, const struct dt_comm_req *r,
+                           void *buf, const uint64_t *off, const uint64_t *len, uint32_t step0)
 {
-    const int n = c->size;
+    const int n = g->n, me = g->me;
     const size_t es = r->esize;
     unsigned char *b = buf;
     int st = DT_OK;
     for (int k = 0; k < n - 1 && st == DT_OK; k++) {
-        int sb = (c->rank - k + n) % n, rb = (c->rank - k - 1 + n) % n;
-        st = ring_step(c, r, step0 + (uint32_t)k, b + off[sb] * es, len[sb] * es,
+        int sb = (me - k + n) % n, rb = (me - k - 1 + n) % n;
+        st = ring_step(c, g, r, step0 + (uint32_t)k, b + off[sb] * es, len[sb] * es,
                        b + off[rb] * es, len[rb] * es);
     }
+    return st;
+}
+
+/* all_reduce over L ranks per node on M nodes (dt_comm's node rings):
+ * reduce-scatter inside the node into L blocks, all_reduce of this rank's
+ * block across the nodes (reduce-scatter and all-gather in M pieces),
+ * all-gather inside the node.  A node's link carries 2(M-1)/M of the
+ * buffer each way instead of the flat ring's 2(n-1)/n x L.  Every element
+ * is still computed by one rank, so every rank gets the same bits; not a
+ * half dtype (each ring would round it again). */
+static int run_hier_all_reduce(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t cap)
+{
+    const size_t es = r->esize;
+    const int L = c->n_local, M = c->n_cross;
+    const ring_t local = {.members = c->local, .n = L, .me = c->local_idx};
+    const ring_t cross = {.members = c->cross, .n = M, .me = c->cross_idx};
+    uint64_t *off = malloc(sizeof(uint64_t) * 2 * (size_t)(L + M));
+    if (!off) {
+        snprintf(msg, cap, "out of memory");
+        return DT_ERR_NOMEM;
+    }
+    uint64_t *len = off + L, *coff = len + L, *clen = coff + M;
+    blocks_of(r->count, L, off, len);
+    unsigned char *recv = r->recv, *mine = recv + off[local.me] * es;
+    blocks_of(len[local.me], M, coff, clen);
+    /* the sum inside the node; max and min as they are; the average
+     * divides by the whole group once, across */
+    const int op1 = r->op == DT_OP_AVG ? DT_OP_SUM : r->op;
+    uint32_t step = 0;
+    int st = ring_reduce_scatter(c, &local, r, op1, 1, r->send, off, len, mine, step, msg, cap);
+    step += (uint32_t)(L - 1);
+    if (st == DT_OK)
+        st = ring_reduce_scatter(c, &cross, r, r->op, c->size, mine, coff, clen,
+                                 mine + coff[cross.me] * es, step, msg, cap);
+    step += (uint32_t)(M - 1);
+    if (st == DT_OK)
+        st = ring_all_gather(c, &cross, r, mine, coff, clen, step);
+    step += (uint32_t)(M - 1);
+    if (st == DT_OK)
+        st = ring_all_gather(c, &local, r, recv, off, len, step);
+    free(off);
     return st;
 }
 
@@ -284,6 +348,9 @@ static int run_all_reduce(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t
             memcpy(r->recv, r->send, r->count * es);
         return DT_OK;
     }
+    if (c->n_local && !is_half(r->dtype))
+        return run_hier_all_reduce(c, r, msg, cap);
+    const ring_t g = whole_ring(c);
     uint64_t *off = malloc(sizeof(uint64_t) * 2 * (size_t)n);
     if (!off) {
         snprintf(msg, cap, "out of memory");
@@ -292,10 +359,10 @@ static int run_all_reduce(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t
     uint64_t *len = off + n;
     blocks_of(r->count, n, off, len);
     unsigned char *recv = r->recv;
-    int st = ring_reduce_scatter(c, r, r->send, off, len, recv + off[c->rank] * es, 0, msg,
-                                 cap);
+    int st = ring_reduce_scatter(c, &g, r, r->op, n, r->send, off, len,
+                                 recv + off[c->rank] * es, 0, msg, cap);
     if (st == DT_OK)
-        st = ring_all_gather(c, r, recv, off, len, (uint32_t)(n - 1));
+        st = ring_all_gather(c, &g, r, recv, off, len, (uint32_t)(n - 1));
     free(off);
     return st;
 }
@@ -318,7 +385,8 @@ static int run_reduce_scatter(dt_comm_t *c, struct dt_comm_req *r, char *msg, si
         off[b] = (uint64_t)b * r->count;
         len[b] = r->count;
     }
-    int st = ring_reduce_scatter(c, r, r->send, off, len, r->recv, 0, msg, cap);
+    const ring_t g = whole_ring(c);
+    int st = ring_reduce_scatter(c, &g, r, r->op, n, r->send, off, len, r->recv, 0, msg, cap);
     free(off);
     return st;
 }
@@ -342,7 +410,8 @@ static int run_all_gather(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t
         off[b] = (uint64_t)b * r->count;
         len[b] = r->count;
     }
-    int st = ring_all_gather(c, r, r->recv, off, len, 0);
+    const ring_t g = whole_ring(c);
+    int st = ring_all_gather(c, &g, r, r->recv, off, len, 0);
     free(off);
     return st;
 }
@@ -413,7 +482,8 @@ static int run_reduce(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t cap
         }
         dst = block;
     }
-    st = ring_reduce_scatter(c, r, r->send, off, len, dst, 0, msg, cap);
+    const ring_t g = whole_ring(c);
+    st = ring_reduce_scatter(c, &g, r, r->op, n, r->send, off, len, dst, 0, msg, cap);
     if (st != DT_OK)
         goto out;
     uint64_t key = coll_key(r, (uint32_t)(n - 1));

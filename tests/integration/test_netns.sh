@@ -14,7 +14,9 @@
 #     the single-node 4-rank shm run within 1e-5 (the ring adds the 4
 #     ranks' f32 gradients in another order than shm; the max diff is
 #     printed), and node 0's veth receives at least the gradient bytes x
-#     steps (node 0 must learn node 1's half of every all-reduce)
+#     steps (node 0 must learn node 1's half of every all-reduce) and
+#     under 1.25 x that (the hierarchical all_reduce: the flat ring's 4
+#     ranks would carry 1.5 x)
 #   - a config that differs on node 1 fails every rank, naming ranks 2 and 3
 #     and both hashes
 #   - the link taken down during the rendezvous: rank 0 names the missing
@@ -210,6 +212,12 @@ need=$((elems * 4 * 6))
 if [ "$elems" -gt 0 ] && [ $((rx1 - rx0)) -ge "$need" ]; then
   ok "tcp: node 0's veth received $((rx1 - rx0)) bytes >= $need (gradient $((elems * 4)) bytes x 6 steps)"
 else bad "tcp: node 0's veth received $((rx1 - rx0)) bytes, less than $need ($elems params)" "$out"; fi
+# the hierarchical all_reduce ([tcp] hierarchical, 2 nodes of 2): each way
+# the link carries one gradient per step, where the flat ring over 4 ranks
+# carries 1.5 (2(n-1)/n)
+if [ $((rx1 - rx0)) -lt $((need * 5 / 4)) ]; then
+  ok "tcp: under 1.25 x that: the three rings, not the flat ring's 1.5 x"
+else bad "tcp: node 0's veth received $((rx1 - rx0)) bytes, 1.25 x $need or more: a flat ring?" "$out"; fi
 nothing_left tcp
 
 # ---- tcp over IPv6 ------------------------------------------------------------

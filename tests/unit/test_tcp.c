@@ -117,6 +117,9 @@ typedef struct run_args {
     int param;
     const char *master;       /* MASTER_ADDR; NULL: 127.0.0.1 */
     const dt_test_kv_t *kv;   /* [tcp] keys; NULL: none */
+    int nodes;                /* > 0: rank r listens on 127.0.0.(1 + r % nodes), so
+                               * the group spans that many "nodes" */
+    const char *hier;         /* [tcp] hierarchical with `nodes`; NULL: default */
 } run_args_t;
 
 static void new_args(run_args_t *a, const char *what, int64_t timeout_ms)
@@ -132,7 +135,15 @@ static int join(const run_args_t *a, int rank, int size, dt_test_host_t *th, dt_
 {
     g_rank = rank;
     g_size = size;
-    dt_test_host_init(th, "comm/tcp", a->kv);
+    static char addr[32];
+    static dt_test_kv_t kv[3];
+    if (a->nodes > 0) {
+        snprintf(addr, sizeof addr, "127.0.0.%d", 1 + rank % a->nodes);
+        kv[0] = (dt_test_kv_t){"address", addr};
+        kv[1] = (dt_test_kv_t){a->hier ? "hierarchical" : NULL, a->hier};
+        kv[2] = (dt_test_kv_t){NULL, NULL};
+    }
+    dt_test_host_init(th, "comm/tcp", a->nodes > 0 ? kv : a->kv);
     th->host.bootstrap_all_gather = fake_all_gather;
     dt_comm_init_v1_t ia;
     memset(&ia, 0, sizeof ia);
@@ -653,6 +664,140 @@ static int child_ipv6(int rank, int N, void *arg)
     return 0;
 }
 
+/* ---- hierarchical all_reduce -------------------------------------------------- */
+
+/* Ranks on `nodes` loopback addresses (rank r on node r % nodes: local
+ * position r / nodes, node k's ranks k, k + nodes, ...).  The three rings
+ * add in a known order, computed here independently: element i lies in
+ * local block j (the count in L near-equal blocks, the longer first) and
+ * in piece b of it (that block in M pieces); a ring reduce-scatter adds a
+ * block's terms starting after its owner, so the node sum is x[j+1] +
+ * x[j+2] + ... + x[j] over local positions and the total s[b+1] + ... +
+ * s[b] over nodes.  The flat ring's order differs from that in many
+ * elements, so a match proves the three rings ran; with hierarchical =
+ * false some element must differ.  Integers are exact either way; max
+ * too; avg divides the whole sum once, at the end. */
+static float hier_in(int rank, int i)
+{
+    return (float)((i * 37 + rank * 11) % 101) * 0.0137f + 0.1f * (float)rank;
+}
+
+/* The block (of `parts` near-equal blocks of n, the first n % parts one
+ * longer) holding index i, and where it starts. */
+static int block_of(long n, int parts, long i, long *start, long *len)
+{
+    long base = n / parts, extra = n % parts, o = 0;
+    for (int b = 0; b < parts; b++) {
+        long l = base + (b < extra);
+        if (i < o + l) {
+            *start = o;
+            *len = l;
+            return b;
+        }
+        o += l;
+    }
+    return -1;
+}
+
+static float hier_want(int N, int nodes, long n, long i, int avg)
+{
+    const int L = N / nodes, M = nodes;
+    long s0 = 0, l0 = 1, s1 = 0, l1 = 1;
+    const int j = block_of(n, L, i, &s0, &l0);
+    const int b = block_of(l0, M, i - s0, &s1, &l1);
+    float tot = 0;
+    for (int t = 1; t <= M; t++) {
+        const int k = (b + t) % M; /* node */
+        float node = 0;
+        for (int u = 1; u <= L; u++) {
+            const int pos = (j + u) % L, r = pos * nodes + k;
+            node = u == 1 ? hier_in(r, (int)i) : node + hier_in(r, (int)i);
+        }
+        tot = t == 1 ? node : tot + node;
+    }
+    return avg ? tot / (float)N : tot;
+}
+
+static int child_hier(int rank, int N, void *arg)
+{
+    run_args_t *a = arg;
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    CHILD_OK(join(a, rank, N, &th, &c));
+    enum { n = 100003 }; /* blocks of unequal length at every level */
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    int32_t *k = malloc(n * sizeof *k);
+    CHILD_CHECK(x && y && k, "out of memory");
+    const int expect_hier = !a->hier || strcmp(a->hier, "true") == 0;
+    for (int avg = 0; avg <= 1; avg++) {
+        for (int i = 0; i < n; i++)
+            x[i] = hier_in(rank, i);
+        /* out of place the first time, in place the second */
+        float *out = avg ? x : y;
+        CHILD_OK(g_ops->all_reduce(c, x, out, n, DT_F32, avg ? DT_OP_AVG : DT_OP_SUM, NULL,
+                                   NULL));
+        int differ = 0;
+        for (int i = 0; i < n; i++) {
+            float w = hier_want(N, a->nodes, n, i, avg);
+            if (memcmp(&w, &out[i], 4) != 0)
+                differ++;
+            CHILD_CHECK(fabsf(out[i] - w) <= 1e-5f * (fabsf(w) + 1.0f),
+                        "element %d: %.9g, want %.9g", i, (double)out[i], (double)w);
+        }
+        if (expect_hier)
+            CHILD_CHECK(differ == 0, "%s: %d elements differ from the per-node order",
+                        avg ? "avg" : "sum", differ);
+        else
+            CHILD_CHECK(differ > 0, "hierarchical = false, yet the per-node order's bits");
+    }
+    for (int i = 0; i < n; i++)
+        k[i] = i * (rank + 1) - 7 * rank;
+    CHILD_OK(g_ops->all_reduce(c, k, k, n, DT_I32, DT_OP_SUM, NULL, NULL));
+    for (int i = 0; i < n; i++)
+        CHILD_CHECK(k[i] == i * N * (N + 1) / 2 - 7 * N * (N - 1) / 2, "i32 element %d: %d", i,
+                    k[i]);
+    for (int i = 0; i < n; i++)
+        k[i] = (i * 31 + rank * 17) % 1000;
+    CHILD_OK(g_ops->all_reduce(c, k, k, n, DT_I32, DT_OP_MAX, NULL, NULL));
+    for (int i = 0; i < n; i++) {
+        int32_t w = 0;
+        for (int r = 0; r < N; r++)
+            w = (i * 31 + r * 17) % 1000 > w ? (i * 31 + r * 17) % 1000 : w;
+        CHILD_CHECK(k[i] == w, "max element %d: %d, want %d", i, k[i], w);
+    }
+    /* a split of one rank per node has no node of two: the flat ring */
+    dt_comm_t *g = NULL;
+    CHILD_OK(g_ops->split(c, rank / a->nodes, rank, &g));
+    int32_t one = rank, got = 0;
+    CHILD_OK(g_ops->all_reduce(g, &one, &got, 1, DT_I32, DT_OP_SUM, NULL, NULL));
+    int32_t want = 0;
+    for (int r = (rank / a->nodes) * a->nodes; r < (rank / a->nodes + 1) * a->nodes && r < N; r++)
+        want += r;
+    CHILD_CHECK(got == want, "split all_reduce: %d, want %d", got, want);
+    g_ops->finalize(g);
+    free(x);
+    free(y);
+    free(k);
+    g_ops->finalize(c);
+    return 0;
+}
+
+static void test_hierarchical(void **state)
+{
+    (void)state;
+    run_args_t a;
+    new_args(&a, "hier4", 30000);
+    a.nodes = 2;
+    run_ok(4, child_hier, &a, 90);
+    new_args(&a, "hier6", 30000);
+    a.nodes = 3;
+    run_ok(6, child_hier, &a, 90);
+    new_args(&a, "flat4", 30000);
+    a.nodes = 2;
+    a.hier = "false";
+    run_ok(4, child_hier, &a, 90);
+}
+
 /* A bad [tcp] address is a config error naming it. */
 static int child_bad_address(int rank, int N, void *arg)
 {
@@ -1047,9 +1192,10 @@ static void test_plugin_info(void **state)
     (void)state;
     assert_string_equal(g_ops->info.name, "tcp");
     assert_int_equal(g_ops->info.kind, DT_KIND_COMM);
-    assert_int_equal(g_ops->info.n_config_keys, 2);
+    assert_int_equal(g_ops->info.n_config_keys, 3);
     assert_string_equal(g_ops->info.config_keys[0].name, "address");
-    assert_string_equal(g_ops->info.config_keys[1].name, "socket_buffer_bytes");
+    assert_string_equal(g_ops->info.config_keys[1].name, "hierarchical");
+    assert_string_equal(g_ops->info.config_keys[2].name, "socket_buffer_bytes");
     assert_null(dlsym(g_dl, "tcp_all_reduce")); /* only the entry is exported */
 }
 
@@ -1091,6 +1237,7 @@ int main(void)
         cmocka_unit_test(test_progress_thread),
         cmocka_unit_test(test_split),
         cmocka_unit_test(test_ipv6),
+        cmocka_unit_test(test_hierarchical),
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_wait_limit),
         cmocka_unit_test(test_rank_killed),

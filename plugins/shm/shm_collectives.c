@@ -121,6 +121,17 @@ static int round_await(dt_comm_t *c, struct dt_comm_req *r, uint64_t G, uint64_t
     return st;
 }
 
+/* A one-round op's first half: begin round G, publish it with the op's
+ * record, and wait until every rank did (records checked). */
+static int round_meet(dt_comm_t *c, struct dt_comm_req *r, uint64_t G)
+{
+    int st = round_begin(c, r, G);
+    if (st != DT_OK)
+        return st;
+    round_publish(c, r, G, 0);
+    return round_await(c, r, G, 0, -1);
+}
+
 /* Done reading everybody's round-G buffers. */
 static void round_end(dt_comm_t *c, uint64_t G)
 {
@@ -177,11 +188,8 @@ static int run_sym_all_reduce(dt_comm_t *c, struct dt_comm_req *r)
     const int nt = total * es > 2 * c->mid_lo;
     unsigned char *const *base = r->sym->base;
     const uint64_t off = r->sym_off;
-    int st;
-    if ((st = round_begin(c, r, G)) != DT_OK)
-        return st;
-    round_publish(c, r, G, 0);
-    if ((st = round_await(c, r, G, 0, -1)) != DT_OK)
+    int st = round_meet(c, r, G);
+    if (st != DT_OK)
         return st;
     const uint64_t lo = part_lo(total, me, N, align), hi = part_lo(total, me + 1, N, align);
     if (hi > lo) {
@@ -368,11 +376,8 @@ static int run_broadcast(dt_comm_t *c, struct dt_comm_req *r)
 static int run_barrier(dt_comm_t *c, struct dt_comm_req *r)
 {
     const uint64_t G = c->round;
-    int st;
-    if ((st = round_begin(c, r, G)) != DT_OK)
-        return st;
-    round_publish(c, r, G, 0);
-    if ((st = round_await(c, r, G, 0, -1)) != DT_OK)
+    int st = round_meet(c, r, G);
+    if (st != DT_OK)
         return st;
     round_end(c, G);
     return DT_OK;

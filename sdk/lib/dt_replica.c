@@ -139,7 +139,7 @@ static int may_use_symmetric(const dt_replica_t *r)
  * (an all_reduce there skips the communicator's staging copies), else
  * device memory.  *sym says which; free it with free_reduced.  A refusal
  * of symmetric memory is not an error: every rank of the group gets the
- * same answer and falls back alike. */
+ * same answer (sym_alloc is all or nothing) and falls back alike. */
 static int alloc_reduced(dt_replica_t *r, uint64_t bytes, int tag, const char *what,
                          void **out, uint8_t *sym)
 {
@@ -153,8 +153,16 @@ static int alloc_reduced(dt_replica_t *r, uint64_t bytes, int tag, const char *w
                           "memory (%.1f MiB)", what, (double)bytes / 1048576.0);
             return DT_OK;
         }
-        dp->host->log(dp->host, DT_LOG_DEBUG, "%s in device memory: the communicator's "
-                      "symmetric memory was refused (%s)", what, dt_status_name(rc));
+        /* a lost or stalled peer is the job's failure, not a refusal (the
+         * ranks may not even agree on the outcome) */
+        if (rc == DT_ERR_TIMEOUT || rc == DT_ERR_REMOTE) {
+            dp->host->log(dp->host, DT_LOG_ERROR, "allocating %s in symmetric memory failed",
+                          what);
+            return rc;
+        }
+        dp->host->log(dp->host, rc == DT_ERR_UNSUPPORTED ? DT_LOG_DEBUG : DT_LOG_WARN,
+                      "%s in device memory: the communicator refused symmetric memory (%s)",
+                      what, dt_status_name(rc));
     }
     int rc = dp->dev_ops->alloc(dp->dev, bytes, tag, out);
     if (rc == DT_OK && (rc = dp->dev_ops->memset_async(dp->dev, *out, 0, bytes, dp->cs)) != DT_OK) {

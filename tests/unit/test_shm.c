@@ -2364,20 +2364,23 @@ static void test_cleanup_job(void **state)
 {
     (void)state;
     assert_true(DT_HAS_OP(dt_comm_ops_v1_t, g_ops, cleanup_job));
-    char job[128], mine[3][192], other[3][192], link[192], foreign[192], target[256];
+    char job[128], mine[5][192], other[3][192], link[192], foreign[192], target[256];
     new_job(job, sizeof job, "clean");
-    /* what a crash of job `job` can leave: the world and nested splits */
+    /* what a crash of job `job` can leave: the world and nested splits,
+     * and ranks' symmetric memory of either */
     snprintf(mine[0], sizeof mine[0], "dtrain-%s", job);
     snprintf(mine[1], sizeof mine[1], "dtrain-%s-g1c0", job);
     snprintf(mine[2], sizeof mine[2], "dtrain-%s-g1c0-g2c1", job);
+    snprintf(mine[3], sizeof mine[3], "dtrain-%s-s1r0", job);
+    snprintf(mine[4], sizeof mine[4], "dtrain-%s-g1c0-s2r3", job);
     /* other jobs whose ids start with ours, and a name no split has */
     snprintf(other[0], sizeof other[0], "dtrain-%s7", job);
     snprintf(other[1], sizeof other[1], "dtrain-%s-x", job);
     snprintf(other[2], sizeof other[2], "dtrain-%s-g3", job);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++)
         plant(mine[i], geteuid());
+    for (int i = 0; i < 3; i++)
         plant(other[i], geteuid());
-    }
     /* a symlink under one of our names, pointing at a file of ours */
     snprintf(target, sizeof target, "/tmp/%s-target", job);
     int fd = open(target, O_CREAT | O_EXCL | O_WRONLY, 0600);
@@ -2399,10 +2402,10 @@ static void test_cleanup_job(void **state)
     dt_test_host_t th;
     dt_test_host_init(&th, "comm/shm", NULL);
     assert_int_equal(g_ops->cleanup_job(&th.host, job), DT_OK);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++)
         assert_false(shm_entry_exists(mine[i]));
+    for (int i = 0; i < 3; i++)
         assert_true(shm_entry_exists(other[i]));
-    }
     struct stat st;
     assert_int_equal(lstat(link_path, &st), 0); /* the link itself is kept */
     assert_true(S_ISLNK(st.st_mode));

@@ -71,7 +71,8 @@ void dt_help_bench(FILE *f)
     fprintf(f,
             "usage: dtrain bench comm [--op OP] [--nproc N] [--sizes MIN:MAX] [--dtype T]\n"
             "                         [--redop R] [--comm NAME] [--iters N] [--warmup N]\n"
-            "                         [--timeout S] [--bind] [--sym] [--set table.key=value ...]\n\n"
+            "                         [--timeout S] [--bind] [--sym]\n"
+            "                         [--set table.key=value ...]\n\n"
             "Time a comm plugin's collectives over N local ranks and print an nccl-tests\n"
             "style table (size, count, type, redop, time(us), algbw(GB/s), busbw(GB/s),\n"
             "#wrong).  Every size's result is checked on every rank; a wrong one names\n"
@@ -467,7 +468,8 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
     void *a = NULL, *b = NULL;
     if (o->sym) {
         /* in place: one buffer in memory every rank maps */
-        if (!DT_HAS_OP(dt_comm_ops_t, x.ops, sym_alloc) || !DT_HAS_OP(dt_comm_ops_t, x.ops, sym_free))
+        if (!DT_HAS_OP(dt_comm_ops_t, x.ops, sym_alloc) ||
+            !DT_HAS_OP(dt_comm_ops_t, x.ops, sym_free))
             rc = dt_err_set(DT_ERR_UNSUPPORTED, "--sym: comm plugin '%s' has no symmetric "
                             "memory (sym_alloc, comm ABI 1.1)", p->name);
         else if ((rc = x.ops->sym_alloc(x.c, a_elems * es + 64, DT_TAG_COMM, &a)) != DT_OK)

@@ -90,8 +90,9 @@ void dt_help_bench(FILE *f)
             "  --warmup  untimed calls per size (default 3)\n"
             "  --timeout seconds any call may wait (default 60)\n"
             "  --bind    pin local rank i to the i-th CPU this process may use\n"
-            "  --sym     all_reduce in place on the comm's symmetric memory (sym_alloc),\n"
-            "            where strategies keep their gradients\n"
+            "  --sym     the comm's symmetric memory (sym_alloc), where strategies keep\n"
+            "            their gradients: all_reduce in place, reduce_scatter's send and\n"
+            "            all_gather's recv there\n"
             "  --set     plugin keys, e.g. --set shm.spin_us=200\n\n"
             "busbw = algbw x 2(n-1)/n (all_reduce), (n-1)/n (all_gather, reduce_scatter),\n"
             "1 (broadcast, reduce, sendrecv).\n"
@@ -466,28 +467,35 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
     uint64_t a_elems = o->op == OP_REDUCE_SCATTER ? max_count * (uint64_t)x.n : max_count;
     uint64_t b_elems = o->op == OP_ALL_GATHER ? max_count * (uint64_t)x.n : max_count;
     void *a = NULL, *b = NULL;
-    if (o->sym) {
-        /* in place: one buffer in memory every rank maps */
+    /* --sym: the buffer the op reads from the peers lies in symmetric
+     * memory: all_reduce's (in place), reduce_scatter's send, all_gather's
+     * recv */
+    void **symbuf = !o->sym ? NULL : o->op == OP_ALL_GATHER ? &b : &a;
+    if (symbuf) {
+        uint64_t bytes = (o->op == OP_ALL_GATHER ? b_elems : a_elems) * es + 64;
         if (!DT_HAS_OP(dt_comm_ops_t, x.ops, sym_alloc) ||
             !DT_HAS_OP(dt_comm_ops_t, x.ops, sym_free))
             rc = dt_err_set(DT_ERR_UNSUPPORTED, "--sym: comm plugin '%s' has no symmetric "
                             "memory (sym_alloc, comm ABI 1.1)", p->name);
-        else if ((rc = x.ops->sym_alloc(x.c, a_elems * es + 64, DT_TAG_COMM, &a)) != DT_OK)
+        else if ((rc = x.ops->sym_alloc(x.c, bytes, DT_TAG_COMM, symbuf)) != DT_OK)
             rc = dt_plugin_failed(p, rc, "sym_alloc");
-        b = a;
-    } else if (posix_memalign(&a, 4096, a_elems * es + 64) ||
-               posix_memalign(&b, 4096, b_elems * es + 64)) {
+        if (o->op == OP_ALL_REDUCE)
+            b = a;
+    }
+    if (rc == DT_OK && ((!a && posix_memalign(&a, 4096, a_elems * es + 64)) ||
+                        (!b && posix_memalign(&b, 4096, b_elems * es + 64))))
         rc = dt_err_set(DT_ERR_NOMEM, "rank %d: cannot allocate 2 x %.1f MiB of buffers",
                         x.rank, (double)(a_elems > b_elems ? a_elems : b_elems) * (double)es /
                                     1048576.0);
-    }
     if (rc == DT_OK) {
         memset(a, 0, a_elems * es + 64); /* fault the pages in before timing */
         memset(b, 0, b_elems * es + 64);
         if (x.rank == 0) {
             printf("# dtrain bench comm: %s%s, %d rank%s%s, comm %s, %s%s%s, iters %s, "
                    "warmup %d\n",
-                   op_names[o->op], o->sym ? " in place on symmetric memory" : "", x.n,
+                   op_names[o->op],
+                   !o->sym ? "" : o->op == OP_ALL_REDUCE ? " in place on symmetric memory"
+                                                         : " on symmetric memory", x.n,
                    x.n == 1 ? "" : "s", o->bind ? " (bound to CPUs)" : "", p->name,
                    dt_dtype_name(o->dtype), redop_used(o->op) ? " " : "",
                    redop_used(o->op) ? redop_names[o->redop] : "", o->iters ? "fixed" : "auto",
@@ -504,9 +512,12 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
         if (rc == DT_OK && any_wrong && x.n == 1)
             rc = dt_err_set(DT_ERR_DATA, "wrong results");
     }
-    if (o->sym) {
-        if (a)
-            x.ops->sym_free(x.c, a);
+    if (symbuf) {
+        void *other = symbuf == &a ? b : a; /* all_reduce: none */
+        if (other != *symbuf)
+            free(other);
+        if (*symbuf)
+            x.ops->sym_free(x.c, *symbuf);
     } else {
         free(a);
         free(b);
@@ -663,9 +674,10 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
         if (bad)
             return DT_EXIT_USAGE;
     }
-    if (o->sym && o->op != OP_ALL_REDUCE) {
-        fprintf(stderr, "dtrain bench comm: error: --sym times all_reduce in place, not %s\n",
-                op_names[o->op]);
+    if (o->sym && o->op != OP_ALL_REDUCE && o->op != OP_REDUCE_SCATTER &&
+        o->op != OP_ALL_GATHER) {
+        fprintf(stderr, "dtrain bench comm: error: --sym times all_reduce (in place), "
+                        "reduce_scatter and all_gather, not %s\n", op_names[o->op]);
         return DT_EXIT_USAGE;
     }
     return DT_EXIT_OK;

@@ -217,6 +217,10 @@ typedef struct dt_shard_engine {
                                    * in cshard / replica (f32 params) */
     float *gshard;                /* grads sharded: f32 shard */
     float *gfull;                 /* grads_full: f32 full layout */
+    /* replica and gfull in the shard group's symmetric memory (comm.h
+     * sym_alloc; dt_dp_alloc_shared): its gathers into the replica and
+     * reduce-scatters out of gfull then skip the staging copies */
+    uint8_t sym_replica, sym_gfull;
     float *m, *v;                 /* optimizer moments of the shard (NULL
                                    * when offloaded) */
     double *norm_slot;

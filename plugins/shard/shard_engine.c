@@ -25,11 +25,11 @@ void dt_shard_engine_free(dt_shard_engine_t *e)
             if (g->full && (g->transient || g->owns_full))
                 d->free(e->dp.dev, g->full);
         }
-        d->free(e->dp.dev, e->replica);
+        dt_dp_free_shared(&e->dp, e->scomm, e->replica, e->sym_replica);
         d->free(e->dp.dev, e->cshard);
         d->free(e->dp.dev, e->master);
         d->free(e->dp.dev, e->gshard);
-        d->free(e->dp.dev, e->gfull);
+        dt_dp_free_shared(&e->dp, e->scomm, e->gfull, e->sym_gfull);
         d->free(e->dp.dev, e->m);
         d->free(e->dp.dev, e->v);
         d->free(e->dp.dev, e->norm_slot);
@@ -143,9 +143,13 @@ static int make_buffers(dt_shard_engine_t *e)
     uint32_t what = e->offload_what ? e->offload_what : e->cfg.plan_offload_what;
     e->grads_offloaded = (what & DT_OFFLOAD_WHAT_OPTIMIZER) && !e->cfg.grads_full &&
                          e->rsize == 1 && !e->dp.tied_comm;
+    /* the buffers the shard group gathers into (the replica) and
+     * reduce-scatters from (the full gradients): in its symmetric memory
+     * where it has some */
+    dt_comm_t *sym_comm = e->ssize > 1 ? e->scomm : NULL;
     if (e->cfg.params_replicated)
-        rc = shard_alloc_zeroed(e, F, e->pdtype, DT_TAG_PARAMS, "the parameter replica",
-                                    &e->replica);
+        rc = dt_dp_alloc_shared(&e->dp, sym_comm, F * e->pes, DT_TAG_PARAMS,
+                                "the parameter replica", &e->replica, &e->sym_replica);
     else if (!shard_params_offloaded(e))
         rc = shard_alloc_zeroed(e, S, e->pdtype, DT_TAG_PARAMS, "the parameter shard",
                                     &e->cshard);
@@ -162,8 +166,8 @@ static int make_buffers(dt_shard_engine_t *e)
                           (void **)&e->master);
     if (rc == DT_OK) {
         if (e->cfg.grads_full)
-            rc = shard_alloc_zeroed(e, F, DT_F32, DT_TAG_GRADS, "the full gradients",
-                              (void **)&e->gfull);
+            rc = dt_dp_alloc_shared(&e->dp, sym_comm, F * sizeof(float), DT_TAG_GRADS,
+                                    "the full gradients", (void **)&e->gfull, &e->sym_gfull);
         else if (!shard_grads_offloaded(e))
             rc = shard_alloc_zeroed(e, S, DT_F32, DT_TAG_GRADS, "the gradient shard",
                               (void **)&e->gshard);

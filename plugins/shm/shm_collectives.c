@@ -17,9 +17,11 @@
  * the N reduced parts out.  The copy-out of round G overlaps with the
  * copy-in of round G+1.  Every
  * output element is computed by exactly one rank in a fixed order, so all
- * ranks get the same bits.  In place on symmetric memory (shm_sym.c) the
- * slots are skipped: the parts are reduced from and into the ranks' own
- * copies (run_sym_all_reduce).
+ * ranks get the same bits.  On symmetric memory (shm_sym.c) the slots are
+ * skipped: an in-place all_reduce reduces the parts from and into the
+ * ranks' own copies, a reduce_scatter reads its blocks from the ranks'
+ * send copies, an all_gather copies the blocks from the ranks' recv
+ * copies (run_sym_*).
  */
 #include <string.h>
 
@@ -207,6 +209,51 @@ static int run_sym_all_reduce(dt_comm_t *c, struct dt_comm_req *r)
     return shm_wait_phase(c, r, PH_R(G), -1);
 }
 
+/* reduce_scatter whose send buffer is symmetric memory at the same offset
+ * on every rank: rank p reduces block p straight from every rank's copy,
+ * in rank order as the staged path does, into its recv (which may be its
+ * own block of send: each rank reads only its own block of the others'
+ * copies).  A rank returns once every rank is done reading. */
+static int run_sym_reduce_scatter(dt_comm_t *c, struct dt_comm_req *r)
+{
+    const size_t es = r->esize;
+    const int N = c->size, me = c->rank;
+    const uint64_t G = c->round, at = r->sym_off + (uint64_t)me * r->count * es;
+    int st = round_meet(c, r, G);
+    if (st != DT_OK)
+        return st;
+    for (int p = 0; p < N; p++)
+        c->srcs[p] = r->sym->base[p] + at;
+    dt_reduce(r->recv, c->srcs, N, r->count, r->dtype, r->op, N);
+    round_end(c, G);
+    return shm_wait_phase(c, r, PH_R(G), -1);
+}
+
+/* all_gather whose recv buffer is symmetric memory at the same offset on
+ * every rank: each rank puts its block in place in its own copy (unless
+ * send is already there), and once all did, copies every other block
+ * from its owner's copy.  A rank returns once every rank is done reading
+ * its block. */
+static int run_sym_all_gather(dt_comm_t *c, struct dt_comm_req *r)
+{
+    const size_t es = r->esize, bytes = r->count * es;
+    const int N = c->size, me = c->rank;
+    const uint64_t G = c->round;
+    unsigned char *const *base = r->sym->base;
+    unsigned char *mine = base[me] + r->sym_off + (size_t)me * bytes;
+    if (r->send != mine)
+        memcpy(mine, r->send, bytes);
+    int st = round_meet(c, r, G);
+    if (st != DT_OK)
+        return st;
+    for (int p = 0; p < N; p++)
+        if (p != me)
+            memcpy(base[me] + r->sym_off + (size_t)p * bytes,
+                   base[p] + r->sym_off + (size_t)p * bytes, bytes);
+    round_end(c, G);
+    return shm_wait_phase(c, r, PH_R(G), -1);
+}
+
 /* all_reduce (root < 0) and reduce (only `root` copies out). */
 static int run_all_reduce(dt_comm_t *c, struct dt_comm_req *r, int root)
 {
@@ -389,8 +436,10 @@ int shm_run_collective(dt_comm_t *c, struct dt_comm_req *r)
     case DT_COMM_OP_ALL_REDUCE:
         return r->sym ? run_sym_all_reduce(c, r) : run_all_reduce(c, r, -1);
     case DT_COMM_OP_REDUCE: return run_all_reduce(c, r, r->root);
-    case DT_COMM_OP_REDUCE_SCATTER: return run_reduce_scatter(c, r);
-    case DT_COMM_OP_ALL_GATHER: return run_all_gather(c, r);
+    case DT_COMM_OP_REDUCE_SCATTER:
+        return r->sym ? run_sym_reduce_scatter(c, r) : run_reduce_scatter(c, r);
+    case DT_COMM_OP_ALL_GATHER:
+        return r->sym ? run_sym_all_gather(c, r) : run_all_gather(c, r);
     case DT_COMM_OP_BROADCAST: return run_broadcast(c, r);
     case DT_COMM_OP_BARRIER: return run_barrier(c, r);
     default:

@@ -349,6 +349,7 @@ typedef struct shm_sym {
     uint32_t no;            /* 1, 2, ... per group: the same on every rank */
     int tag;                /* the caller's dt_mem_tag_t */
     uint64_t bytes;         /* of each copy (whole pages) */
+    uint64_t asked;         /* what the caller asked for (accounted) */
     unsigned char **base;   /* [size]: rank p's copy; base[rank] is ours */
 } shm_sym_t;
 

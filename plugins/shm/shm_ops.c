@@ -485,6 +485,9 @@ int shm_op_reduce_scatter(dt_comm_t *c, const void *send, void *recv,
     struct dt_comm_req t = {.kind = DT_COMM_OP_REDUCE_SCATTER, .send = send, .recv = recv,
                             .count = recv_count, .dtype = dtype, .op = op, .root = -1};
     CHECK(check_args(c, &t));
+    /* a send buffer in symmetric memory: the blocks are read in place */
+    if (recv_count > 0)
+        t.sym = shm_sym_find(c, send, recv_count * t.esize * (uint64_t)c->size, &t.sym_off);
     return submit(c, &t, stream, req);
 }
 
@@ -496,6 +499,9 @@ int shm_op_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t send_
     struct dt_comm_req t = {.kind = DT_COMM_OP_ALL_GATHER, .send = send, .recv = recv,
                             .count = send_count, .dtype = dtype, .root = -1};
     CHECK(check_args(c, &t));
+    /* a recv buffer in symmetric memory: the blocks are read in place */
+    if (send_count > 0)
+        t.sym = shm_sym_find(c, recv, send_count * t.esize * (uint64_t)c->size, &t.sym_off);
     return submit(c, &t, stream, req);
 }
 

@@ -178,6 +178,7 @@ int shm_sym_alloc(dt_comm_t *c, uint64_t bytes, int tag, void **out)
     if (bytes == 0 || bytes > (UINT64_MAX >> 2))
         return h->set_error(h, DT_ERR_INVALID, "sym_alloc on group %s: %llu bytes",
                             c->gname, (unsigned long long)bytes);
+    const uint64_t asked = bytes;
     bytes = (bytes + (uint64_t)page - 1) / (uint64_t)page * (uint64_t)page;
     const uint32_t no = ++c->sym_no; /* the same on every rank: collective */
     char what[256], path[sizeof SHM_DIR + SHM_NAME_MAX + 48];
@@ -198,6 +199,7 @@ int shm_sym_alloc(dt_comm_t *c, uint64_t bytes, int tag, void **out)
     s->no = no;
     s->tag = tag;
     s->bytes = bytes;
+    s->asked = asked;
 
     /* 1: every rank makes and names its copy */
     sym_rec_t mine = {0};
@@ -226,7 +228,9 @@ int shm_sym_alloc(dt_comm_t *c, uint64_t bytes, int tag, void **out)
     }
     s->next = c->sym;
     c->sym = s;
-    account(c, tag, (int64_t)bytes);
+    /* counted as asked, as devices count their allocations (the page it
+     * is rounded to is the mapping's, like an allocator's overhead) */
+    account(c, tag, (int64_t)asked);
     *out = s->base[c->rank]; /* a fresh file: zeroed */
     return DT_OK;
 }
@@ -242,7 +246,7 @@ int shm_sym_free(dt_comm_t *c, void *ptr)
         if (s->base[c->rank] != ptr)
             continue;
         *pp = s->next;
-        account(c, s->tag, -(int64_t)s->bytes);
+        account(c, s->tag, -(int64_t)s->asked);
         unmap_all(c, s);
         return DT_OK;
     }

@@ -536,3 +536,59 @@ int dt_dp_norm_copies(const dt_dp_t *b, double *slot, const float *x, uint64_t f
     *out = c.sum;
     return rc;
 }
+
+/* ---- buffers the group reduces or gathers ---------------------------------- */
+
+static int may_use_symmetric(const dt_dp_t *b, dt_comm_t *comm)
+{
+    int32_t rank, size;
+    if (!comm || !DT_HAS_OP(dt_comm_ops_t, b->comm_ops, sym_alloc) ||
+        !DT_HAS_OP(dt_comm_ops_t, b->comm_ops, sym_free) ||
+        b->comm_ops->rank_size(comm, &rank, &size) != DT_OK || size < 2)
+        return 0;
+    dt_device_props_t props = {.struct_size = sizeof props};
+    return b->dev_ops->props(b->dev, &props) == DT_OK && props.host_visible;
+}
+
+int dt_dp_alloc_shared(const dt_dp_t *b, dt_comm_t *comm, uint64_t bytes, int tag,
+                       const char *what, void **out, uint8_t *sym)
+{
+    *sym = 0;
+    *out = NULL;
+    if (may_use_symmetric(b, comm)) {
+        int rc = b->comm_ops->sym_alloc(comm, bytes, tag, out);
+        if (rc == DT_OK) {
+            *sym = 1;
+            b->host->log(b->host, DT_LOG_DEBUG, "%s in the communicator's symmetric memory "
+                         "(%.1f MiB)", what, (double)bytes / 1048576.0);
+            return DT_OK;
+        }
+        /* a lost or stalled peer is the job's failure, not a refusal (the
+         * ranks may not even agree on the outcome) */
+        if (rc == DT_ERR_TIMEOUT || rc == DT_ERR_REMOTE) {
+            b->host->log(b->host, DT_LOG_ERROR, "allocating %s in symmetric memory failed",
+                         what);
+            return rc;
+        }
+        b->host->log(b->host, rc == DT_ERR_UNSUPPORTED ? DT_LOG_DEBUG : DT_LOG_WARN,
+                     "%s in device memory: the communicator refused symmetric memory (%s)",
+                     what, dt_status_name(rc));
+    }
+    int rc = b->dev_ops->alloc(b->dev, bytes, tag, out);
+    if (rc == DT_OK && (rc = b->dev_ops->memset_async(b->dev, *out, 0, bytes, b->cs)) != DT_OK) {
+        b->dev_ops->free(b->dev, *out);
+        *out = NULL;
+    }
+    if (rc != DT_OK)
+        b->host->log(b->host, DT_LOG_ERROR, "allocating %s (%llu bytes, tag %s) failed", what,
+                     (unsigned long long)bytes, dt_mem_tag_name(tag));
+    return rc;
+}
+
+void dt_dp_free_shared(const dt_dp_t *b, dt_comm_t *comm, void *p, uint8_t sym)
+{
+    if (sym)
+        (void)b->comm_ops->sym_free(comm, p);
+    else
+        b->dev_ops->free(b->dev, p);
+}

@@ -118,69 +118,18 @@ static int alloc_flat(dt_replica_t *r, int dtype, int tag, const char *what, voi
                          what, out);
 }
 
-/* Whether buffers all-reduced in place over the group may live in its
- * symmetric memory (comm.h, sym_alloc): the communicator has some, the
- * device computes in host memory, and there is a group to reduce over.
- * The same on every rank of the group (the same plugins and config), as
- * the collective sym_alloc needs. */
-static int may_use_symmetric(const dt_replica_t *r)
-{
-    const dt_dp_t *dp = &r->dp;
-    if (!r->cfg.reduce_grads || dp->size < 2 || !dp->comm ||
-        !DT_HAS_OP(dt_comm_ops_t, dp->comm_ops, sym_alloc) ||
-        !DT_HAS_OP(dt_comm_ops_t, dp->comm_ops, sym_free))
-        return 0;
-    dt_device_props_t props = {.struct_size = sizeof props};
-    return dp->dev_ops->props(dp->dev, &props) == DT_OK && props.host_visible;
-}
-
-/* `bytes` for a buffer the group all-reduces in place (`what` for the
- * log), zeroed: in the group's symmetric memory where may_use_symmetric
- * (an all_reduce there skips the communicator's staging copies), else
- * device memory.  *sym says which; free it with free_reduced.  A refusal
- * of symmetric memory is not an error: every rank of the group gets the
- * same answer (sym_alloc is all or nothing) and falls back alike. */
+/* A buffer the group all-reduces in place: in its symmetric memory where
+ * it has some (dt_dp_alloc_shared), else device memory. */
 static int alloc_reduced(dt_replica_t *r, uint64_t bytes, int tag, const char *what,
                          void **out, uint8_t *sym)
 {
-    const dt_dp_t *dp = &r->dp;
-    *sym = 0;
-    if (may_use_symmetric(r)) {
-        int rc = dp->comm_ops->sym_alloc(dp->comm, bytes, tag, out);
-        if (rc == DT_OK) {
-            *sym = 1;
-            dp->host->log(dp->host, DT_LOG_DEBUG, "%s in the communicator's symmetric "
-                          "memory (%.1f MiB)", what, (double)bytes / 1048576.0);
-            return DT_OK;
-        }
-        /* a lost or stalled peer is the job's failure, not a refusal (the
-         * ranks may not even agree on the outcome) */
-        if (rc == DT_ERR_TIMEOUT || rc == DT_ERR_REMOTE) {
-            dp->host->log(dp->host, DT_LOG_ERROR, "allocating %s in symmetric memory failed",
-                          what);
-            return rc;
-        }
-        dp->host->log(dp->host, rc == DT_ERR_UNSUPPORTED ? DT_LOG_DEBUG : DT_LOG_WARN,
-                      "%s in device memory: the communicator refused symmetric memory (%s)",
-                      what, dt_status_name(rc));
-    }
-    int rc = dp->dev_ops->alloc(dp->dev, bytes, tag, out);
-    if (rc == DT_OK && (rc = dp->dev_ops->memset_async(dp->dev, *out, 0, bytes, dp->cs)) != DT_OK) {
-        dp->dev_ops->free(dp->dev, *out);
-        *out = NULL;
-    }
-    if (rc != DT_OK)
-        dp->host->log(dp->host, DT_LOG_ERROR, "allocating %s (%llu bytes, tag %s) failed", what,
-                      (unsigned long long)bytes, dt_mem_tag_name(tag));
-    return rc;
+    dt_comm_t *comm = r->cfg.reduce_grads && r->dp.size > 1 ? r->dp.comm : NULL;
+    return dt_dp_alloc_shared(&r->dp, comm, bytes, tag, what, out, sym);
 }
 
 static void free_reduced(dt_replica_t *r, void *p, uint8_t sym)
 {
-    if (sym)
-        (void)r->dp.comm_ops->sym_free(r->dp.comm, p);
-    else
-        r->dp.dev_ops->free(r->dp.dev, p);
+    dt_dp_free_shared(&r->dp, r->dp.comm, p, sym);
 }
 
 /* The f32 gradients: all-reduced in place bucket by bucket when

@@ -102,7 +102,8 @@ same_losses "Slurm ranks vs dtrain's own" n2.jsonl slurm.jsonl
 # ddp keeps its gradients (or its 16-bit bucket slots) in the memory every
 # rank of its group maps (comm sym_alloc), where each bucket's all_reduce
 # skips the staging copies.  It must change no bit, and its bytes are the
-# strategy's: the memory record counts them under their tag as planned.
+# strategy's: the memory record counts them under their tag, as planned
+# to the byte.
 sym_used() { # METRICS TAG: comm/shm's host memory holds TAG bytes
   $py - "$1" "$2" <<'P'
 import json, sys
@@ -110,8 +111,7 @@ h = [json.loads(l)["host_memory"] for l in open(sys.argv[1]) if '"host_memory"' 
 m = [json.loads(l)["memory"] for l in open(sys.argv[1]) if '"memory"' in l][0]
 shm = h["peak_bytes"].get("comm/shm", {}).get(sys.argv[2], 0)
 t = sys.argv[2]
-# as planned, but for the page the symmetric copy is rounded up to
-assert 0 <= m["peak_bytes"][t] - m["planned_bytes"][t] < 4096, (m["peak_bytes"][t], m["planned_bytes"][t])
+assert m["peak_bytes"][t] == m["planned_bytes"][t], (m["peak_bytes"][t], m["planned_bytes"][t])
 print(shm)
 P
 }
@@ -219,6 +219,23 @@ for v in "zero 1 2 6 1" "zero 2 3 2 2" "zero 3 4 1 3" "fsdp FULL_SHARD 3 4 1" \
   same_losses "$1 $2 on $3 ranks vs ddp on 1" ref12.jsonl "$name.jsonl"
   state_vs_plan "$1 $2 on $3 ranks" "$name.jsonl"
 done
+# ZeRO-1/2 keep their parameter replica (and ZeRO-1 its full gradients)
+# in the shard group's symmetric memory, where the all-gathers and
+# reduce-scatters skip shm's staging copies: the same bits without it
+for name in zero-1-2 zero-2-3; do
+  n=${name##*-} stage=${name#zero-}; stage=${stage%-*}
+  if mt "$n" eq.toml --set parallel.data=zero --set zero.stage="$stage" \
+       --set train.micro_batch=$((12 / n / (stage == 1 ? 1 : 2))) --set shm.symmetric=false \
+       --set run.name="$name-nosym" --metrics "$name-nosym.jsonl"; then
+    if cmp -s <(losses "$name.jsonl") <(losses "$name-nosym.jsonl") && [ -s "$name.jsonl" ]; then
+      ok "$name: symmetric memory on and off give the same losses, bit for bit"
+    else bad "$name: symmetric memory changed the losses" \
+      "$(paste <(losses "$name.jsonl") <(losses "$name-nosym.jsonl"))"; fi
+  else bad "$name with shm.symmetric = false failed" "$(cat rank*.log)"; fi
+done
+b=$(sym_used zero-1-2.jsonl params) || b=err
+if [ "$b" != err ] && [ "$b" -gt 0 ]; then ok "zero-1: the parameter replica in symmetric memory ($b bytes), counted as planned"
+else bad "zero-1: the parameter replica not in symmetric memory, or miscounted: $b"; fi
 # resume(SAVED_RUN, NEW_NAME, N, MICRO, STRATEGY SETS...)
 resume() {
   local from=$1 name=$2 n=$3 micro=$4; shift 4

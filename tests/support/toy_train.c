@@ -228,6 +228,20 @@ void dt_toy_env_mem(const dt_toy_env_t *env, const dt_toy_run_t *run, dt_mem_sta
     }
     out->total_current -= env->base.total_current;
     out->total_peak -= env->base.total_current;
+    /* the communicator's symmetric memory (comm.h sym_alloc), where the
+     * strategy put buffers it reduces or gathers, is memory of a
+     * host-visible device as the core counts it (train.c,
+     * device_mem_stats) */
+    dt_device_props_t props = {.struct_size = sizeof props};
+    if (run->D->props(env->dev, &props) == DT_OK && props.host_visible) {
+        const dt_mem_stats_t *cm = &env->th_comm.mem;
+        for (int t = 0; t < DT_TAG_COUNT; t++) {
+            out->current[t] += cm->current[t];
+            out->peak[t] += cm->peak[t];
+        }
+        out->total_current += cm->total_current;
+        out->total_peak += cm->total_peak;
+    }
 }
 
 void dt_toy_env_close(dt_toy_env_t *env, const dt_toy_run_t *run)

@@ -1037,8 +1037,9 @@ static void test_mismatched_collectives(void **state)
 
 /* In place on symmetric memory: bit-identical to the reference (and so to
  * the staged path, which test_world_* check against the same reference),
- * blocking and overlapped, at an offset, every reduced dtype; counted
- * under the caller's tag; freed once. */
+ * blocking and overlapped, at an offset, every reduced dtype; then
+ * reduce_scatter out of it and all_gather into it, plain and in place;
+ * counted under the caller's tag; freed once. */
 static int child_sym(int rank, int N, void *arg)
 {
     const run_args_t *a = arg;
@@ -1048,9 +1049,10 @@ static int child_sym(int rank, int N, void *arg)
     const uint64_t n = (1u << 20) + 77, off = 1000; /* elements of f32 */
     unsigned char *m = NULL;
     CHILD_OK(g_ops->sym_alloc(c, (n + off) * 4 * 2, DT_TAG_GRADS, (void **)&m));
-    const uint64_t bytes = ((n + off) * 8 + 4095) / 4096 * 4096;
-    CHILD_CHECK(th.mem.current[DT_TAG_GRADS] == bytes, "accounted %llu bytes, want %llu",
-                (unsigned long long)th.mem.current[DT_TAG_GRADS], (unsigned long long)bytes);
+    /* counted as asked; the mapping is whole pages, zeroed */
+    const uint64_t asked = (n + off) * 4 * 2, bytes = (asked + 4095) / 4096 * 4096;
+    CHILD_CHECK(th.mem.current[DT_TAG_GRADS] == asked, "accounted %llu bytes, want %llu",
+                (unsigned long long)th.mem.current[DT_TAG_GRADS], (unsigned long long)asked);
     for (uint64_t i = 0; i < bytes; i++)
         CHILD_CHECK(m[i] == 0, "byte %llu of fresh symmetric memory is %d",
                     (unsigned long long)i, m[i]);
@@ -1083,6 +1085,34 @@ static int child_sym(int rank, int N, void *arg)
         check_reduced(m + h * 4, DT_F32, DT_OP_SUM, N, n - h, 0, 121, "second half") ||
         check_reduced(plain, DT_F32, DT_OP_SUM, N, 4096, 0, 122, "staged beside"))
         return 1;
+    /* reduce_scatter out of symmetric memory, into a plain buffer and in
+     * place into this rank's own block */
+    const uint64_t rcnt = 5003;
+    fill(m, DT_F32, rank, rcnt * (uint64_t)N, 124);
+    CHILD_OK(g_ops->reduce_scatter(c, m, plain, 4096, DT_F32, DT_OP_SUM, NULL,
+                                   NULL));
+    if (check_reduced(plain, DT_F32, DT_OP_SUM, N, 4096, (uint64_t)rank * 4096, 124,
+                      "symmetric reduce_scatter"))
+        return 1;
+    fill(m, DT_F32, rank, rcnt * (uint64_t)N, 125);
+    float *own = (float *)(void *)m + (uint64_t)rank * rcnt;
+    CHILD_OK(g_ops->reduce_scatter(c, m, own, rcnt, DT_F32, DT_OP_AVG, NULL, NULL));
+    if (check_reduced(own, DT_F32, DT_OP_AVG, N, rcnt, (uint64_t)rank * rcnt, 125,
+                      "symmetric reduce_scatter in place"))
+        return 1;
+    /* all_gather into symmetric memory, from a plain buffer and in place */
+    fill(plain, DT_F32, rank, 4096, 126);
+    CHILD_OK(g_ops->all_gather(c, plain, m, 4096, DT_F32, NULL, NULL));
+    for (int p = 0; p < N; p++)
+        if (check_copy(m + (size_t)p * 4096 * 4, DT_F32, p, 4096, 0, 126,
+                       "symmetric all_gather"))
+            return 1;
+    fill(own, DT_F32, rank, rcnt, 127);
+    CHILD_OK(g_ops->all_gather(c, own, m, rcnt, DT_F32, NULL, NULL));
+    for (int p = 0; p < N; p++)
+        if (check_copy(m + (size_t)p * rcnt * 4, DT_F32, p, rcnt, 0, 127,
+                       "symmetric all_gather in place"))
+            return 1;
     /* out of place from symmetric memory is the staged path: still right */
     fill(m, DT_F32, rank, 4096, 123);
     CHILD_OK(g_ops->all_reduce(c, m, plain, 4096, DT_F32, DT_OP_SUM, NULL, NULL));

@@ -116,6 +116,20 @@ int dt_dp_init(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_init_v1_t
                const char *what);
 void dt_dp_free(dt_dp_t *b);
 
+/* `bytes`, zeroed, for a buffer the group `comm` reduces or gathers
+ * (`what` and `tag` for the log and the accounting): in comm's symmetric
+ * memory (comm.h, sym_alloc) when the communicator offers it, `comm` has
+ * ranks to talk to (NULL: none) and the device computes in host memory
+ * (its collectives on such buffers skip staging copies); else device
+ * memory.  *sym says which; free it with dt_dp_free_shared.  A refusal of
+ * symmetric memory falls back alike on every rank (sym_alloc is all or
+ * nothing), with a warning unless the communicator has none; a lost or
+ * stalled peer during the allocation is an error.  Collective over comm
+ * when it is not NULL: every rank calls it with the same bytes. */
+int dt_dp_alloc_shared(const dt_dp_t *b, dt_comm_t *comm, uint64_t bytes, int tag,
+                       const char *what, void **out, uint8_t *sym);
+void dt_dp_free_shared(const dt_dp_t *b, dt_comm_t *comm, void *p, uint8_t sym);
+
 /* Hook bookkeeping: every hook and the buffers `out` enter fills are
  * checked under the growth rule (abi.h; out's params and grads cleared);
  * enter (pre_forward / pre_backward) checks the hook

@@ -247,8 +247,16 @@ fi
 expect_exit 1 "--sym with shm.symmetric = false" "$bin" bench comm --nproc 2 --sizes 4K:4K --sym \
   --set shm.symmetric=false
 expect_out "--sym refusal names the key" "comm/shm: symmetric memory is off (shm.symmetric = false)"
-expect_exit 2 "--sym is for all_reduce" "$bin" bench comm --sym --op all_gather
-expect_out "--sym with another op explained" "--sym times all_reduce in place, not all_gather"
+expect_exit 0 "bench comm --sym reduce_scatter, 2 ranks" "$bin" bench comm --nproc 2 \
+  --sizes 64K:1M --sym --op reduce_scatter --redop avg
+expect_out "--sym reduce_scatter header" "# dtrain bench comm: reduce_scatter on symmetric memory, 2 ranks"
+expect_exit 0 "bench comm --sym all_gather, 3 ranks" "$bin" bench comm --nproc 3 \
+  --sizes 64K:1M --sym --op all_gather
+rows=$(printf '%s\n' "$out" | grep -cE '^ +[0-9]+ +[0-9]+ +f32 +- .* 0$' || true)
+if [ "$rows" = 5 ]; then ok "--sym all_gather: 5 checked rows"; else bad "--sym all_gather: $rows rows" "$out"; fi
+expect_exit 2 "--sym is for all_reduce, reduce_scatter, all_gather" "$bin" bench comm --sym \
+  --op broadcast
+expect_out "--sym with another op explained" "--sym times all_reduce (in place), reduce_scatter and all_gather, not broadcast"
 expect_exit 2 "bench comm: unknown op" "$bin" bench comm --op allreduce
 expect_out "unknown op named" "unknown --op 'allreduce'"
 expect_exit 2 "bench without a benchmark" "$bin" bench

@@ -198,26 +198,37 @@ nothing_left link-down
 ip -n "$ns0" link set "$v0" up # down since the case above
 port=$((port + 1)) # the link-down case's listener may linger in TIME_WAIT
 tcp0=(--set run.comm=tcp)
-rx0=$(rx_bytes)
-both_nodes tcp "${tcp0[@]}" --set run.name=tcp --metrics tcp.jsonl -- "${tcp0[@]}" --set run.name=tcp
-rx1=$(rx_bytes)
-out=$(cat tcp.n0.log tcp.n1.log)
-if [ "$rc0" = 0 ] && [ "$rc1" = 0 ]; then
-  ok "tcp: the 2 x 2 job trains across the namespaces (both nodes exit 0)"
-else bad "tcp: the 2 x 2 run failed ($rc0, $rc1)" "$out"; fi
-job=$(joined_ids tcp.n0.log tcp.n1.log)
-same_losses "tcp, 2 nodes x 2 ranks vs shm, 1 node x 4 ranks" one.jsonl tcp.jsonl 1e-5
-elems=$("$bin" ckpt inspect out/tcp/ckpt/step-00000006 | awk '$1 ~ /\/params$/ { n += $3 } END { print n + 0 }')
-need=$((elems * 4 * 6))
-if [ "$elems" -gt 0 ] && [ $((rx1 - rx0)) -ge "$need" ]; then
-  ok "tcp: node 0's veth received $((rx1 - rx0)) bytes >= $need (gradient $((elems * 4)) bytes x 6 steps)"
-else bad "tcp: node 0's veth received $((rx1 - rx0)) bytes, less than $need ($elems params)" "$out"; fi
+# tcp_job NAME LABEL: the 2 x 2 job over tcp as run NAME (master $master,
+# else $a0): both nodes exit 0, the losses are the single-node 4-rank shm
+# run's within 1e-5, and node 0's veth received at least the gradient
+# bytes x 6 steps (node 0 must learn node 1's half of every all-reduce);
+# sets rx (those bytes) and need
+tcp_job() {
+  local name=$1 label=$2 rx0 elems
+  rx0=$(rx_bytes)
+  both_nodes "$name" "${tcp0[@]}" --set run.name="$name" --metrics "$name.jsonl" -- \
+    "${tcp0[@]}" --set run.name="$name"
+  rx=$(($(rx_bytes) - rx0))
+  out=$(cat "$name.n0.log" "$name.n1.log")
+  if [ "$rc0" = 0 ] && [ "$rc1" = 0 ]; then
+    ok "$label: the 2 x 2 job trains across the namespaces (master ${master:-$a0})"
+  else bad "$label: the 2 x 2 run failed ($rc0, $rc1)" "$out"; fi
+  job=$(joined_ids "$name.n0.log" "$name.n1.log")
+  same_losses "$label, 2 nodes x 2 ranks vs shm, 1 node x 4 ranks" one.jsonl "$name.jsonl" 1e-5
+  elems=$("$bin" ckpt inspect "out/$name/ckpt/step-00000006" |
+          awk '$1 ~ /\/params$/ { n += $3 } END { print n + 0 }')
+  need=$((elems * 4 * 6))
+  if [ "$elems" -gt 0 ] && [ "$rx" -ge "$need" ]; then
+    ok "$label: node 0's veth received $rx bytes >= $need (gradient $((elems * 4)) bytes x 6 steps)"
+  else bad "$label: node 0's veth received $rx bytes, less than $need ($elems params)" "$out"; fi
+}
+tcp_job tcp tcp
 # the hierarchical all_reduce ([tcp] hierarchical, 2 nodes of 2): each way
 # the link carries one gradient per step, where the flat ring over 4 ranks
 # carries 1.5 (2(n-1)/n)
-if [ $((rx1 - rx0)) -lt $((need * 5 / 4)) ]; then
+if [ "$rx" -lt $((need * 5 / 4)) ]; then
   ok "tcp: under 1.25 x that: the three rings, not the flat ring's 1.5 x"
-else bad "tcp: node 0's veth received $((rx1 - rx0)) bytes, 1.25 x $need or more: a flat ring?" "$out"; fi
+else bad "tcp: node 0's veth received $rx bytes, 1.25 x $need or more: a flat ring?" "$out"; fi
 nothing_left tcp
 
 # ---- tcp over IPv6 ------------------------------------------------------------
@@ -228,20 +239,8 @@ if [ -n "$b0" ]; then
   ip -n "$ns1" addr replace "$b1/64" dev "$v1" nodad
   port=$((port + 1))
   master=$b0
-  rx0=$(rx_bytes)
-  both_nodes tcp6 "${tcp0[@]}" --set run.name=tcp6 --metrics tcp6.jsonl -- "${tcp0[@]}" \
-    --set run.name=tcp6
-  rx1=$(rx_bytes)
+  tcp_job tcp6 "tcp over IPv6"
   master=""
-  out=$(cat tcp6.n0.log tcp6.n1.log)
-  if [ "$rc0" = 0 ] && [ "$rc1" = 0 ]; then
-    ok "tcp over IPv6: the 2 x 2 job trains across the namespaces (master $b0)"
-  else bad "tcp over IPv6: the 2 x 2 run failed ($rc0, $rc1)" "$out"; fi
-  job=$(joined_ids tcp6.n0.log tcp6.n1.log)
-  same_losses "tcp over IPv6, 2 nodes x 2 ranks vs shm, 1 node x 4 ranks" one.jsonl tcp6.jsonl 1e-5
-  if [ $((rx1 - rx0)) -ge "$need" ]; then
-    ok "tcp over IPv6: node 0's veth received $((rx1 - rx0)) bytes >= $need"
-  else bad "tcp over IPv6: node 0's veth received $((rx1 - rx0)) bytes, less than $need" "$out"; fi
   nothing_left tcp6
 else
   skip "tcp over IPv6 across the namespaces" "$no6"

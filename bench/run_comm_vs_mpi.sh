@@ -67,16 +67,15 @@ while [ "$i" -lt "$REPEAT" ]; do
 done
 
 # best and worst time per size: "size best worst"
-span() { awk '{ if (!($1 in b) || $2 < b[$1]) b[$1] = $2; if ($2 > w[$1]) w[$1] = $2 }
-              END { for (k in b) print k, b[k], w[k] }' "$1" | sort -n; }
+. "$(dirname "$0")/rounds.sh"
 span "$TMP/plugin" > "$TMP/p"
 span "$TMP/mpi" > "$TMP/m"
 
 echo "# $OP, $NP ranks, $REPEAT interleaved rounds of --comm $COMM${EXTRA:+ $EXTRA} and MPI ($MPIRUN $ROOT --oversubscribe -np $NP)"
 echo "| size | $COMM best (us) | spread | MPI best (us) | spread | $COMM / MPI time - 1 | MPI / $COMM time |"
 echo "|-----:|-----------------:|-------:|--------------:|-------:|----------------:|-----------------:|"
-awk 'NR == FNR { mb[$1] = $2; mw[$1] = $3; next }
-     ($1 in mb) { s = $1; h = s " B";
-       if (s >= 1048576) h = s / 1048576 " MiB"; else if (s >= 1024) h = s / 1024 " KiB";
-       printf "| %s | %.1f | %.2fx | %.1f | %.2fx | %+.1f %% | %.2fx |\n", h, $2, $3 / $2, mb[s],
-              mw[s] / mb[s], 100 * ($2 / mb[s] - 1), mb[s] / $2 }' "$TMP/m" "$TMP/p"
+awk "$AWK_SIZE"'
+     NR == FNR { mb[$1] = $2; mw[$1] = $3; next }
+     ($1 in mb) { s = $1;
+       printf "| %s | %.1f | %.2fx | %.1f | %.2fx | %+.1f %% | %.2fx |\n", size_label(s), $2,
+              $3 / $2, mb[s], mw[s] / mb[s], 100 * ($2 / mb[s] - 1), mb[s] / $2 }' "$TMP/m" "$TMP/p"

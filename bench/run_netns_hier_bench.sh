@@ -53,14 +53,13 @@ run() {
 echo "# all_reduce f32, 2 nodes x 2 ranks over tcp, link shaped to $rate each way," \
      "$repeat rounds ($(date -u +%H:%M), load $(cut -d' ' -f1 /proc/loadavg))"
 for ((i = 0; i < repeat; i++)); do run true; run false; done
-span() { awk '{ if (!($1 in b) || $2 < b[$1]) b[$1] = $2; if ($2 > w[$1]) w[$1] = $2 }
-              END { for (k in b) print k, b[k], w[k] }' "$1" | sort -n; }
+. "$here/rounds.sh"
 span "$tmp/true" > "$tmp/h"
 span "$tmp/false" > "$tmp/f"
 echo "| size | hierarchical best (us) | spread | flat ring best (us) | spread | flat / hierarchical |"
 echo "|-----:|------------:|-------:|------------:|-------:|------:|"
-awk 'NR == FNR { fb[$1] = $2; fw[$1] = $3; next }
-     ($1 in fb) { s = $1; h = s " B";
-       if (s >= 1048576) h = s / 1048576 " MiB"; else if (s >= 1024) h = s / 1024 " KiB";
-       printf "| %s | %.0f | %.2fx | %.0f | %.2fx | %.2fx |\n", h, $2, $3 / $2, fb[s],
-              fw[s] / fb[s], fb[s] / $2 }' "$tmp/f" "$tmp/h"
+awk "$AWK_SIZE"'
+     NR == FNR { fb[$1] = $2; fw[$1] = $3; next }
+     ($1 in fb) { s = $1;
+       printf "| %s | %.0f | %.2fx | %.0f | %.2fx | %.2fx |\n", size_label(s), $2, $3 / $2,
+              fb[s], fw[s] / fb[s], fb[s] / $2 }' "$tmp/f" "$tmp/h"

@@ -466,10 +466,15 @@ int shm_rendezvous(dt_comm_t *c, const char *what, uint64_t chunk,
  * job is failing, so remove the name now (nobody else should join it). */
 void shm_leave_failed(dt_comm_t *c);
 
-/* Shared with shm_sym.c: give the complete file open as `fd` the name
- * `path` (0, EEXIST, or another errno); check a file we are about to open
- * that somebody else named (regular, one name, ours, mode 0600): DT_OK or
- * the refusal naming it (DT_ERR_DATA). */
+/* Shared with shm_sym.c (shm_rendezvous.c): make the new unnamed file
+ * `fd` mode 0600 whatever the umask, `bytes` long with its memory reserved
+ * (posix_fallocate: a full /dev/shm fails here, not later with SIGBUS) and
+ * map it shared at *base (0, or the errno of the step that failed: ENOSPC
+ * for a full /dev/shm; nothing mapped then); give the complete file the
+ * name `path` (0, EEXIST, or another errno); check a file we are about to
+ * open that somebody else named (regular, one name, ours, mode 0600):
+ * DT_OK or the refusal naming it (DT_ERR_DATA). */
+int shm_reserve(int fd, uint64_t bytes, void **base);
 int shm_name_fd(int fd, const char *path);
 int shm_check_file(dt_comm_t *c, const char *what, const char *path, const struct stat *st);
 

@@ -443,6 +443,22 @@ static int validate_segment(dt_comm_t *c, const char *what, const char *path, in
 /* Give the complete segment open as `fd` the name `path`: 0, EEXIST when
  * the name is taken, or another errno.  AT_EMPTY_PATH needs
  * CAP_DAC_READ_SEARCH; /proc/self/fd works for anyone. */
+int shm_reserve(int fd, uint64_t bytes, void **base)
+{
+    /* 0600 whatever the umask: only this user may open it */
+    int err = fchmod(fd, 0600) != 0 ? errno : 0;
+    if (!err && ftruncate(fd, (off_t)bytes) != 0)
+        err = errno;
+    if (!err)
+        err = posix_fallocate(fd, 0, (off_t)bytes);
+    void *p = err ? MAP_FAILED : mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (!err && p == MAP_FAILED)
+        err = errno;
+    if (!err)
+        *base = p;
+    return err;
+}
+
 int shm_name_fd(int fd, const char *path)
 {
     if (linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH) == 0)
@@ -500,16 +516,8 @@ static int seg_create(dt_comm_t *c, const char *what, const char *path, uint64_t
         return rdv_error(c, what, DT_ERR_SYSTEM, "cannot create a segment in %s: %s (shm "
                          "needs %s to be a tmpfs with O_TMPFILE, Linux 3.11 or later)",
                          SHM_DIR, strerror(errno), SHM_DIR);
-    /* 0600 whatever the umask: only this user may open it */
-    int err = fchmod(fd, 0600) != 0 ? errno : 0;
-    if (!err && ftruncate(fd, (off_t)L->total) != 0)
-        err = errno;
-    if (!err)
-        err = posix_fallocate(fd, 0, (off_t)L->total);
-    void *base = err ? MAP_FAILED
-                     : mmap(NULL, L->total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (!err && base == MAP_FAILED)
-        err = errno;
+    void *base = NULL;
+    int err = shm_reserve(fd, L->total, &base);
     if (err) {
         close(fd);
         return rdv_error(c, what, err == ENOSPC ? DT_ERR_NOMEM : DT_ERR_SYSTEM,

@@ -59,16 +59,12 @@ static int make_own(dt_comm_t *c, const char *what, const char *path, uint64_t b
         return h->set_error(h, DT_ERR_SYSTEM, "%s: cannot create a file in %s: %s", what,
                             SHM_DIR, strerror(errno));
     struct stat st;
-    int err = fchmod(fd, 0600) != 0 ? errno : 0;
-    if (!err && ftruncate(fd, (off_t)bytes) != 0)
+    void *p = NULL;
+    int err = shm_reserve(fd, bytes, &p);
+    if (!err && fstat(fd, &st) != 0) {
         err = errno;
-    if (!err)
-        err = posix_fallocate(fd, 0, (off_t)bytes);
-    if (!err && fstat(fd, &st) != 0)
-        err = errno;
-    void *p = err ? MAP_FAILED : mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (!err && p == MAP_FAILED)
-        err = errno;
+        munmap(p, bytes);
+    }
     if (err) {
         close(fd);
         return h->set_error(h, err == ENOSPC ? DT_ERR_NOMEM : DT_ERR_SYSTEM,

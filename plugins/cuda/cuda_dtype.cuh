@@ -21,12 +21,20 @@
 #define DT_ELEM(t) typename std::remove_pointer<decltype(t)>::type
 
 __device__ __forceinline__ float ld(const float *p, int64_t i) { return p[i]; }
+/* Widening is exact; a NaN keeps its sign and payload (dtrain/half.h's
+ * rule).  bf16 is the top half of an f32.  f16's hardware conversion
+ * (cvt.f32.f16) returns one canonical positive NaN, as the H200 showed
+ * (test_kernels' exhaustive cast), so NaNs take the bit path. */
 __device__ __forceinline__ float ld(const __nv_bfloat16 *p, int64_t i)
 {
-    return __bfloat162float(p[i]);
+    return __uint_as_float((uint32_t)__bfloat16_as_ushort(p[i]) << 16);
 }
 __device__ __forceinline__ float ld(const __half *p, int64_t i)
 {
+    unsigned short h = __half_as_ushort(p[i]);
+    if ((h & 0x7C00u) == 0x7C00u && (h & 0x03FFu) != 0)
+        return __uint_as_float(((uint32_t)(h & 0x8000u) << 16) | 0x7F800000u |
+                               ((uint32_t)(h & 0x03FFu) << 13));
     return __half2float(p[i]);
 }
 __device__ __forceinline__ void st(float *p, int64_t i, float v) { p[i] = v; }

@@ -160,6 +160,8 @@ int cuda_axpy(dt_device_t *d, dt_stream_t *s, void *y, const void *x,
     CUDA_DIM(d, op, n);
     CUDA_PTR(d, op, y, n);
     CUDA_PTR(d, op, x, n);
+    if (x == y && n > 0) /* as the cpu refuses it: y += a y is scale's job */
+        return CUDA_INVALID(d, "%s: x and y are the same buffer", op);
     if (n == 0)
         return DT_OK;
     CUDA_LAUNCHED(d, op, cuda_launch_axpy(st->cs, y, x, dtype, alpha, n));
@@ -359,8 +361,13 @@ int cuda_adamw_update(dt_device_t *d, dt_stream_t *s, float *param,
     CUDA_BEGIN(d, s, op, st);
     CHECK(cuda_check_elems(d, op, grad_dtype, 0));
     CUDA_DIM(d, op, n);
+    /* the cpu's refusals word for word: a bias correction 1 - beta^t of 0
+     * would write inf/NaN into every parameter */
     if (t < 1)
-        return CUDA_INVALID(d, "%s: step t = %lld must be >= 1", op, (long long)t);
+        return CUDA_INVALID(d, "%s: step t = %lld; it is 1-based", op, (long long)t);
+    if (!(beta1 >= 0.0f && beta1 < 1.0f) || !(beta2 >= 0.0f && beta2 < 1.0f))
+        return CUDA_INVALID(d, "%s: beta1 = %g, beta2 = %g must be in [0, 1)", op,
+                            (double)beta1, (double)beta2);
     CUDA_PTR(d, op, param, n);
     CUDA_PTR(d, op, grad, n);
     CUDA_PTR(d, op, m, n);

@@ -1,7 +1,7 @@
 /*
  * plugins/cuda/cuda_matmul.c - the cuda device's matmuls through cuBLASLt:
- * f32 (TF32 tensor cores when the `tf32` key allows; bf16 weights with
- * f32 activations are widened to f32 first) and bf16 with f32
+ * f32 (TF32 tensor cores when the `tf32` key allows; bf16 and f16 weights
+ * with f32 activations are widened to f32 first) and bf16 with f32
  * accumulation; the forward's bias goes in cuBLASLt's BIAS epilogue, the
  * weight gradient accumulates (beta = 1) into the f32 dweight straight
  * from bf16 inputs, and the bias gradient is a column-sum kernel
@@ -44,6 +44,17 @@ static int lt_layout(dt_device_t *d, const char *op, cublasLtMatrixLayout_t *l,
     return s == CUBLAS_STATUS_SUCCESS
                ? DT_OK
                : cuda_lt_fail(d, op, "cublasLtMatrixLayoutCreate", s);
+}
+
+/* The largest power of two up to 256 that divides the address: cuBLASLt's
+ * heuristic assumes 256-byte aligned operands unless told otherwise, and a
+ * slice of a flat parameter buffer is often only 16- or 64-byte aligned. */
+static uint32_t ptr_align(const void *p)
+{
+    uint32_t a = 256;
+    while (a > 1 && ((uintptr_t)p & (a - 1)) != 0)
+        a >>= 1;
+    return a;
 }
 
 static int lt_matmul(dt_device_t *d, dt_stream_t *st, const char *op,
@@ -91,6 +102,17 @@ static int lt_matmul(dt_device_t *d, dt_stream_t *st, const char *op,
     uint64_t ws = CUDA_LT_WORKSPACE;
     LT(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    const struct {
+        cublasLtMatmulPreferenceAttributes_t attr;
+        const void *p;
+    } al[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, c->A},
+              {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, c->B},
+              {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c->D},
+              {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c->D}};
+    for (size_t i = 0; i < sizeof al / sizeof al[0]; i++) {
+        uint32_t a = ptr_align(al[i].p);
+        LT(cublasLtMatmulPreferenceSetAttribute(pref, al[i].attr, &a, sizeof a));
+    }
     if (d->deterministic) {
         uint32_t mask = CUBLASLT_REDUCTION_SCHEME_NONE;
         LT(cublasLtMatmulPreferenceSetAttribute(
@@ -129,27 +151,28 @@ out:
     return rc;
 }
 
-/* f32 activations with f32 or bf16 weights, or bf16 with bf16. */
+/* f32 activations with f32, bf16 or f16 weights, or bf16 with bf16. */
 static int check_types(dt_device_t *d, const char *op, int dtype, int wdtype)
 {
-    if ((dtype == DT_F32 && (wdtype == DT_F32 || wdtype == DT_BF16)) ||
+    if ((dtype == DT_F32 && (wdtype == DT_F32 || wdtype == DT_BF16 || wdtype == DT_F16)) ||
         (dtype == DT_BF16 && wdtype == DT_BF16))
         return DT_OK;
     char got[96];
     snprintf(got, sizeof got, "%s activations with %s weights",
              dt_dtype_name(dtype), dt_dtype_name(wdtype));
     return cuda_dtype_refused(d, op, got,
-                              "f32 activations with f32 or bf16 weights, or bf16 "
-                              "with bf16");
+                              "f32 activations with f32, bf16 or f16 weights, or "
+                              "bf16 with bf16");
 }
 
-/* cuBLASLt multiplies bf16 only with bf16: with f32 activations the bf16
- * weight (OC, C) is widened (exactly) into the stream's scratch, ordered
- * on the stream, and the product runs in f32.  *w points at the f32 copy. */
+/* cuBLASLt multiplies bf16 only with bf16 (f16 with f16): with f32
+ * activations a bf16 or f16 weight (OC, C) is widened (exactly) into the
+ * stream's scratch, ordered on the stream, and the product runs in f32.
+ * *w points at the f32 copy. */
 static int widen_weight(dt_device_t *d, dt_stream_t *st, const char *op,
                         const void **w, int wdtype, int64_t OC, int64_t C)
 {
-    if (wdtype != DT_BF16)
+    if (wdtype != DT_BF16 && wdtype != DT_F16)
         return DT_OK;
     uint64_t bytes = (uint64_t)OC * (uint64_t)C * sizeof(float);
     if (bytes > st->wide_bytes) {
@@ -164,7 +187,7 @@ static int widen_weight(dt_device_t *d, dt_stream_t *st, const char *op,
             return rc;
         st->wide_bytes = bytes;
     }
-    CUDA_LAUNCHED(d, op, cuda_launch_cast(st->cs, st->wide, DT_F32, *w, DT_BF16,
+    CUDA_LAUNCHED(d, op, cuda_launch_cast(st->cs, st->wide, DT_F32, *w, wdtype,
                                           OC * C));
     *w = st->wide;
     return DT_OK;

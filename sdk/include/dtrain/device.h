@@ -141,8 +141,8 @@ DT_ABI_CHECK_(dt_kernels_info_size_at_, offsetof(dt_kernels_info_t, struct_size)
  * A kernel refuses a combination it does not run with DT_ERR_UNSUPPORTED,
  * naming itself and the dtypes ("matmul_forward: bf16 activations with
  * f32 weights: unsupported (...)"), before touching any buffer.  The cpu
- * device runs f32 activations with f32 or bf16 weights; a GPU backend may
- * run bf16 activations. */
+ * and cuda devices run f32 activations with f32, bf16 or f16 weights; cuda
+ * also runs bf16 activations with bf16 weights. */
 typedef struct dt_kernels_v1 {
     dt_kernels_info_t info; /* first: DT_HAS_OP(dt_kernels_t, k, field) works */
 

@@ -22,9 +22,9 @@
 #               3-layer GPT-2 against the float64 numpy oracle
 #     e2e       tests/integration/test_cuda.sh gpu: 6 steps on cuda against
 #               cpu (losses within 1e-3), deterministic mode repeats its bits
-#     profile   GPT-2 124M, micro-batch 8 x 1024 tokens: tokens/s and MFU
-#               (f32, then tf32), and the per-kernel table of
-#               --profile device:skip=1:sync
+#     profile   GPT-2 124M, 1024 tokens a sequence: tokens/s and MFU at
+#               micro-batch 8 (f32, tf32) and 16 (tf32; bf16 weights), and
+#               the per-kernel table of --profile device:skip=1:sync
 #     oom       the memory_limit refusal and a real out-of-memory message
 #
 # Where there is no GPU (no nvidia-smi, or it lists none) the stages that
@@ -166,14 +166,17 @@ lr = 3e-4
 overwrite = true
 T
   local rc=0
-  echo "---- f32 (tf32 off): steps 2-6 are the steady state"
+  echo "---- f32 (tf32 off), micro-batch 8: steps 2-6 are the steady state"
   "$build/dtrain" run gpt2.toml --set run.name=f32 || rc=1
-  echo "---- tf32 on"
+  echo "---- tf32 on, micro-batch 8"
   "$build/dtrain" run gpt2.toml --set run.name=tf32 --set cuda.tf32=true || rc=1
-  echo "---- bf16 weights, tf32 on"
+  echo "---- tf32 on, micro-batch 16 (llm.c's shape), 10 steps"
+  "$build/dtrain" run gpt2.toml --set run.name=tf32b16 --set cuda.tf32=true \
+    --set train.micro_batch=16 --set train.steps=10 || rc=1
+  echo "---- bf16 weights, tf32 on, micro-batch 16"
   "$build/dtrain" run gpt2.toml --set run.name=bf16w --set cuda.tf32=true \
-    --set model.dtype=bf16 || rc=1
-  echo "---- per-kernel times (sync after each call), tf32 on"
+    --set train.micro_batch=16 --set model.dtype=bf16 || rc=1
+  echo "---- per-kernel times (sync after each call), tf32 on, micro-batch 8"
   "$build/dtrain" run gpt2.toml --set run.name=prof --set cuda.tf32=true --set train.steps=4 \
     --profile device:skip=1:sync || rc=1
   return $rc

@@ -1,22 +1,19 @@
 /*
- * plugins/cuda/cuda_attention.cu - causal multi-head self-attention for the
- * cuda device.
- *
- * Approach: a fused row kernel, not batched cuBLAS plus a softmax.  One
- * block per (batch, head, query row) computes that row's scores into
- * shared memory, its softmax and its output; the saved state is the
- * log-sum-exp per row, (B, NH, T) f32, as flash attention keeps, not the
- * (B, NH, T, T) probabilities: the probabilities are recomputed in the
- * backward pass.  Backward is two kernels: one block per query row for dq,
- * one block per key row for dk and dv (D_t = dout_t . out_t, the flash
- * attention identity, stands in for the softmax's row sums), so every
- * gradient element is written by one thread: no atomics, deterministic.
- * Why: it is short, exact in its arithmetic order, needs no T x T buffer,
- * and compiles to a handful of instantiations.  It does not use tensor
- * cores and does O(T^2 hs) work per head in plain FMAs, so it is far
- * slower than a tiled flash-attention kernel (the next step when a GPU is
- * there to measure on).  T <= CUDA_ATTENTION_MAX_T (shared memory per
- * row).  Compiled for sm_80 and sm_90; not yet run on a GPU.
+ * plugins/cuda/cuda_attention.cu - the device code of causal attention
+ * (cuda_attention.c drives it):
+ *   - the row kernels of the main path, between cuBLASLt's batched
+ *     products: a score row's causal softmax and log-sum-exp (forward),
+ *     and a row's P = exp(S - lse), D = dO . out and dS = P (dP - D)
+ *     (backward); one block per (query row, head), one thread per output;
+ *   - the fallback for when the scratch of the main path cannot be had:
+ *     fused row kernels, one block per (batch, head, query row) computing
+ *     that row's scores into shared memory, its softmax and its output;
+ *     backward one block per query row for dq and one per key row for dk
+ *     and dv, every gradient element written by one thread (no atomics,
+ *     deterministic).  Plain FMAs, no tensor cores, O(T^2 hs) per head:
+ *     slow, but no T x T buffer.  T <= CUDA_ATTENTION_MAX_T (a row in
+ *     shared memory).
+ * The saved state is the log-sum-exp per row, (B, NH, T) f32.
  */
 #include "cuda_dtype.cuh"
 #include "cuda_launch.h"
@@ -149,6 +146,54 @@ __global__ void att_bwd_kv(E *dqkv, const E *dout, const E *qkv, const E *out,
     }
 }
 
+/* Row (t, h) of the (NH, T, T) scores S: P = softmax over s <= t, 0 above
+ * the diagonal, written in the activations' type (in place when that is
+ * f32: every element is read and written by the same thread, the writes
+ * after the block's reductions); lse[h T + t] = max + log(sum). */
+template <typename E>
+__global__ void att_softmax_rows(E *P, float *lse, const float *S, int64_t T)
+{
+    __shared__ float red[32];
+    int64_t t = blockIdx.x, h = blockIdx.y, row = (h * T + t) * T;
+    float mx = -INFINITY;
+    for (int64_t s = threadIdx.x; s <= t; s += blockDim.x)
+        mx = fmaxf(mx, S[row + s]);
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (int64_t s = threadIdx.x; s <= t; s += blockDim.x)
+        sum += expf(S[row + s] - mx);
+    sum = block_sum(sum, red);
+    float inv = 1.0f / sum;
+    for (int64_t s = threadIdx.x; s < T; s += blockDim.x)
+        st(P, row + s, s <= t ? expf(S[row + s] - mx) * inv : 0.0f);
+    if (threadIdx.x == 0)
+        lse[h * T + t] = mx + logf(sum);
+}
+
+/* Row (t, h) in backward: P = exp(S - lse) (0 above the diagonal), D =
+ * dO_t . out_t over the head's hs columns, dS = P (dP - D); P and dS in the
+ * activations' type (in place of S and dP when that is f32, as above).
+ * dout and out are one sequence's (T, C) rows. */
+template <typename E>
+__global__ void att_grad_rows(E *P, E *dS, const float *S, const float *dP,
+                              const float *lse, const E *dout, const E *out,
+                              int64_t T, int64_t C, int64_t NH)
+{
+    __shared__ float red[32];
+    int64_t t = blockIdx.x, h = blockIdx.y, hs = C / NH, row = (h * T + t) * T;
+    float part = 0.0f;
+    for (int64_t d = threadIdx.x; d < hs; d += blockDim.x)
+        part += ld(dout, t * C + h * hs + d) * ld(out, t * C + h * hs + d);
+    float D = block_sum(part, red);
+    float l = lse[h * T + t];
+    for (int64_t s = threadIdx.x; s < T; s += blockDim.x) {
+        float p = s <= t ? expf(S[row + s] - l) : 0.0f;
+        float g = p * (dP[row + s] - D);
+        st(P, row + s, p);
+        st(dS, row + s, g);
+    }
+}
+
 /* Dynamic shared memory beyond 48 KiB needs an opt-in per kernel. */
 template <typename K>
 static cudaError_t smem_opt_in(K kernel, size_t bytes)
@@ -206,6 +251,38 @@ cudaError_t cuda_launch_attention_backward(cudaStream_t cs, void *dqkv,
             return e;
         att_bwd_kv<E><<<grid, ATT_BLOCK, smem_kv, cs>>>(
             (E *)dqkv, (const E *)dout, (const E *)qkv, (const E *)out, lse, T, C, NH);
+        return cudaGetLastError();
+    });
+}
+
+cudaError_t cuda_launch_attention_softmax(cudaStream_t cs, void *P, float *lse,
+                                          const float *S, int dtype, int64_t T,
+                                          int64_t NH)
+{
+    if (T == 0 || NH == 0)
+        return cudaSuccess;
+    dim3 grid((unsigned)T, (unsigned)NH);
+    return dt_dispatch(dtype, [&](auto *t) {
+        using E = DT_ELEM(t);
+        att_softmax_rows<E><<<grid, ATT_BLOCK, 0, cs>>>((E *)P, lse, S, T);
+        return cudaGetLastError();
+    });
+}
+
+cudaError_t cuda_launch_attention_grad_rows(cudaStream_t cs, void *P, void *dS,
+                                            const float *S, const float *dP,
+                                            const float *lse, const void *dout,
+                                            const void *out, int dtype, int64_t T,
+                                            int64_t C, int64_t NH)
+{
+    if (T == 0 || NH == 0)
+        return cudaSuccess;
+    dim3 grid((unsigned)T, (unsigned)NH);
+    return dt_dispatch(dtype, [&](auto *t) {
+        using E = DT_ELEM(t);
+        att_grad_rows<E><<<grid, ATT_BLOCK, 0, cs>>>((E *)P, (E *)dS, S, dP, lse,
+                                                     (const E *)dout, (const E *)out,
+                                                     T, C, NH);
         return cudaGetLastError();
     });
 }

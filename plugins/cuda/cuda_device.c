@@ -6,14 +6,24 @@
  * kernel table.  Kernels: cuda_kernels.c (entry points and checks),
  * cuda_matmul.c (cuBLASLt), cuda_*.cu (device code).
  *
- * Status: compiled (sm_80, sm_90) and tested without a GPU only: the init
- * error on a machine without one, the keys, the allocator's bookkeeping.
- * None of it has run on a GPU yet.
+ * Memory is reused in stream order (see mem_put): a free never waits for
+ * the device; every wait for the device (synchronize, stream_sync,
+ * event_sync, stream_destroy, the allocator under pressure) polls, spinning
+ * briefly then sleeping, and gives up after CUDA_WAIT_LIMIT_MS with a
+ * message.  Every entry point that makes CUDA calls first makes the
+ * instance's GPU current in the calling thread (cuda_guard).
+ *
+ * Status: on one NVIDIA H200 (2026-11-27, scripts/gpu-check.sh) the
+ * runtime tests, the kernel tests under compute-sanitizer, the GPT-2
+ * oracle and GPT-2 124M training ran with the fences and the bounded
+ * waits; the guard's switch between GPUs and a wait running into its
+ * bound need more than one GPU or a stuck collective, and have not run.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dtrain/sdk/cfg.h"
 #include "cuda_internal.h"
@@ -62,6 +72,407 @@ int cuda_check_elems(dt_device_t *d, const char *op, int dtype, int f16_ok)
                                      : "f32 or bf16 elements");
 }
 
+/* ------------------------------------------------ the guard and the waits */
+
+int cuda_guard(dt_device_t *d, const char *op)
+{
+    int cur = -1;
+    cudaError_t e = cudaGetDevice(&cur);
+    if (e == cudaSuccess && cur == d->index)
+        return DT_OK;
+    if (e != cudaSuccess)
+        (void)cudaGetLastError(); /* leave no error behind for a launch */
+    if ((e = cudaSetDevice(d->index)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return d->host->set_error(d->host, DT_ERR_SYSTEM,
+                                  "%s: cudaSetDevice(%d): %s (%s)", op, d->index,
+                                  cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    return DT_OK;
+}
+
+/* Guard, or return its failure. */
+#define CUDA_GUARD(d, op)                                                      \
+    do {                                                                       \
+        int grc_ = cuda_guard((d), (op));                                      \
+        if (grc_ != DT_OK)                                                     \
+            return grc_;                                                       \
+    } while (0)
+
+/* A wait's first CUDA_SPIN_NS look without sleeping, so a short wait
+ * returns within microseconds; then naps of 2, 4, ... up to
+ * CUDA_NAP_MAX_NS between looks (a long wait costs at most that much
+ * latency and a few thousand queries a second). */
+#define CUDA_SPIN_NS 20000ull
+#define CUDA_NAP_MAX_NS 100000ull
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+typedef cudaError_t (*cuda_query_fn)(void *h);
+
+static cudaError_t query_event(void *h) { return cudaEventQuery((cudaEvent_t)h); }
+static cudaError_t query_stream(void *h) { return cudaStreamQuery((cudaStream_t)h); }
+
+/* Poll q(h) until it is not cudaErrorNotReady, for at most `ms` (0: look
+ * once): cudaSuccess, cudaErrorNotReady when still not done, or the
+ * query's error.  Never a blocking CUDA call. */
+static cudaError_t cuda_poll(cuda_query_fn q, void *h, uint64_t ms)
+{
+    uint64_t t0 = mono_ns(), nap = 2000;
+    for (;;) {
+        cudaError_t e = q(h);
+        if (e != cudaErrorNotReady)
+            return e;
+        /* "not ready" is no error: leave none behind for the next launch's
+         * cudaGetLastError (PyTorch does the same) */
+        (void)cudaGetLastError();
+        uint64_t spent = mono_ns() - t0;
+        if (spent >= ms * 1000000ull)
+            return cudaErrorNotReady;
+        if (spent < CUDA_SPIN_NS)
+            continue;
+        struct timespec ts = {0, (long)nap};
+        nanosleep(&ts, NULL);
+        if (nap < CUDA_NAP_MAX_NS)
+            nap = nap * 2 < CUDA_NAP_MAX_NS ? nap * 2 : CUDA_NAP_MAX_NS;
+    }
+}
+
+/* "300 s", "50 ms". */
+static const char *fmt_ms(char buf[32], uint64_t ms)
+{
+    if (ms >= 1000 && ms % 1000 == 0)
+        snprintf(buf, 32, "%" PRIu64 " s", ms / 1000);
+    else
+        snprintf(buf, 32, "%" PRIu64 " ms", ms);
+    return buf;
+}
+
+/* ---------------------------------------------------------------- fences
+ *
+ * A fence is an event that completes once all the work queued so far on
+ * every live stream of this instance (its default stream and every stream
+ * from stream_create: all its kernels, copies, and a comm's collectives
+ * queued through native_stream) has finished.  Making one: a look at each
+ * live stream (cudaStreamQuery); the idle ones need nothing.  No busy
+ * stream: no fence at all (the block is reusable at once).  One busy
+ * stream: the fence's event is recorded on it.  More: on each busy stream
+ * its marker event is recorded and the private fence stream made to wait
+ * for it, then the fence's event is recorded on the fence stream.
+ * cudaStreamWaitEvent waits for the marker's record at the time of the
+ * call, so the one marker per stream can be recorded again by the next
+ * fence without disturbing this one; the fence stream holds nothing but
+ * these waits and records.  Cost per fence: a query per live stream, 2
+ * calls per busy one, 1 record; no host wait, and no event created in
+ * steady state (the fences' events come from a pool).  The alternative,
+ * one event per busy stream per fence, avoids the fence stream but makes
+ * every later look at the fence a query per stream.  All under mem_mu.
+ */
+
+typedef struct cuda_live_stream {
+    dt_stream_t *s;
+    cudaEvent_t marker; /* recorded on s by the fences */
+    int busy;           /* fence_make's scratch */
+} cuda_live_stream_t;
+
+struct cuda_fences {
+    cudaStream_t cs;          /* the fence stream */
+    cuda_live_stream_t *live; /* every live stream, the default one included */
+    int nlive, live_cap;
+    cudaEvent_t *idle; /* events for the next fences */
+    int nidle, idle_cap;
+    uint64_t wait_ms; /* bound on every wait for the device */
+    int stuck;        /* finalize's wait ran out: no cudaFree, which could
+                       * block on the stuck work */
+};
+
+static void fence_put(struct cuda_fences *f, cudaEvent_t ev)
+{
+    if (f->nidle == f->idle_cap) {
+        int cap = f->idle_cap ? f->idle_cap * 2 : 64;
+        cudaEvent_t *n = realloc(f->idle, (size_t)cap * sizeof *n);
+        if (!n) {
+            (void)cudaEventDestroy(ev); /* released once it completes */
+            return;
+        }
+        f->idle = n;
+        f->idle_cap = cap;
+    }
+    f->idle[f->nidle++] = ev;
+}
+
+/* A fence for the work queued so far, into *out (NULL: every live stream
+ * is idle, nothing to wait for); mem_mu held.  *call names the CUDA call
+ * that failed. */
+static cudaError_t fence_make(dt_device_t *d, cudaEvent_t *out, const char **call,
+                              int force)
+{
+    struct cuda_fences *f = d->fences;
+    cudaError_t e;
+    int nbusy = 0, last = -1;
+    *out = NULL;
+    for (int i = 0; i < f->nlive; i++) {
+        e = force ? cudaErrorNotReady : cudaStreamQuery(f->live[i].s->cs);
+        f->live[i].busy = e == cudaErrorNotReady;
+        if (e == cudaErrorNotReady) {
+            (void)cudaGetLastError(); /* no error (cuda_poll) */
+            nbusy++;
+            last = i;
+        } else if (e != cudaSuccess) {
+            *call = "cudaStreamQuery";
+            (void)cudaGetLastError();
+            return e;
+        }
+    }
+    if (nbusy == 0)
+        return cudaSuccess;
+    cudaEvent_t ev;
+    if (f->nidle) {
+        ev = f->idle[--f->nidle];
+    } else if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess) {
+        *call = "cudaEventCreateWithFlags";
+        (void)cudaGetLastError();
+        return e;
+    }
+    cudaStream_t tail = f->cs;
+    if (nbusy == 1) {
+        tail = f->live[last].s->cs;
+    } else {
+        for (int i = 0; i < f->nlive; i++) {
+            if (!f->live[i].busy)
+                continue;
+            *call = "cudaEventRecord";
+            if ((e = cudaEventRecord(f->live[i].marker, f->live[i].s->cs)) != cudaSuccess)
+                goto fail;
+            *call = "cudaStreamWaitEvent";
+            if ((e = cudaStreamWaitEvent(f->cs, f->live[i].marker, 0)) != cudaSuccess)
+                goto fail;
+        }
+    }
+    *call = "cudaEventRecord";
+    if ((e = cudaEventRecord(ev, tail)) != cudaSuccess)
+        goto fail;
+    *out = ev;
+    return cudaSuccess;
+fail:
+    (void)cudaGetLastError();
+    fence_put(f, ev);
+    return e;
+}
+
+/* `s` joins (or leaves) the streams every fence covers (mem_mu taken). */
+static int live_add(dt_device_t *d, dt_stream_t *s, const char *op)
+{
+    struct cuda_fences *f = d->fences;
+    cudaEvent_t marker;
+    cudaError_t e = cudaEventCreateWithFlags(&marker, cudaEventDisableTiming);
+    if (e != cudaSuccess)
+        return cuda_fail(d, op, "cudaEventCreateWithFlags", e);
+    pthread_mutex_lock(&d->mem_mu);
+    if (f->nlive == f->live_cap) {
+        int cap = f->live_cap ? f->live_cap * 2 : 8;
+        cuda_live_stream_t *n = realloc(f->live, (size_t)cap * sizeof *n);
+        if (!n) {
+            pthread_mutex_unlock(&d->mem_mu);
+            (void)cudaEventDestroy(marker);
+            return d->host->set_error(d->host, DT_ERR_NOMEM, "%s: out of memory", op);
+        }
+        f->live = n;
+        f->live_cap = cap;
+    }
+    f->live[f->nlive++] = (cuda_live_stream_t){.s = s, .marker = marker};
+    pthread_mutex_unlock(&d->mem_mu);
+    return DT_OK;
+}
+
+static void live_remove(dt_device_t *d, dt_stream_t *s)
+{
+    struct cuda_fences *f = d->fences;
+    if (!f)
+        return;
+    pthread_mutex_lock(&d->mem_mu);
+    for (int i = 0; i < f->nlive; i++)
+        if (f->live[i].s == s) {
+            /* a fence stream waiting on it still works: CUDA releases a
+             * destroyed event once it has completed */
+            (void)cudaEventDestroy(f->live[i].marker);
+            f->live[i] = f->live[--f->nlive];
+            break;
+        }
+    pthread_mutex_unlock(&d->mem_mu);
+}
+
+static int fences_open(dt_device_t *d)
+{
+    struct cuda_fences *f = calloc(1, sizeof *f);
+    if (!f)
+        return d->host->set_error(d->host, DT_ERR_NOMEM, "init: out of memory");
+    cudaError_t e = cudaStreamCreateWithFlags(&f->cs, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        free(f);
+        return cuda_fail(d, "init: fence stream", "cudaStreamCreateWithFlags", e);
+    }
+    f->wait_ms = CUDA_WAIT_LIMIT_MS;
+    d->fences = f;
+    return DT_OK;
+}
+
+/* After the allocator and every stream are gone. */
+static void fences_close(dt_device_t *d)
+{
+    struct cuda_fences *f = d->fences;
+    if (!f)
+        return;
+    for (int i = 0; i < f->nlive; i++) /* none by now */
+        (void)cudaEventDestroy(f->live[i].marker);
+    for (int i = 0; i < f->nidle; i++)
+        (void)cudaEventDestroy(f->idle[i]);
+    (void)cudaStreamDestroy(f->cs);
+    free(f->live);
+    free(f->idle);
+    free(f);
+    d->fences = NULL;
+}
+
+/* Once a poll has seen `ev` complete, cudaEventSynchronize on it returns at
+ * once, and it is the synchronization point that tools watching the API
+ * recognise: the H200 under compute-sanitizer memcheck read stale results
+ * from managed memory after a poll alone (CUDA documents a successful query
+ * as equivalent for Unified Memory; the tool did not act so). */
+static cudaError_t sync_point(cudaEvent_t ev) { return cudaEventSynchronize(ev); }
+
+/* Wait until the work queued so far on every live stream is done (a
+ * fence over all of them, idle or not, polled, up to `ms`): DT_OK, or a status and the text ("the work
+ * queued on the device's streams not done after 300 s", or the failed
+ * call) in msg.  mem_mu only around making and returning the fence. */
+static int device_settle(dt_device_t *d, uint64_t ms, char *msg, size_t len)
+{
+    cudaEvent_t ev;
+    const char *call = "";
+    pthread_mutex_lock(&d->mem_mu);
+    cudaError_t e = fence_make(d, &ev, &call, 1);
+    pthread_mutex_unlock(&d->mem_mu);
+    if (e != cudaSuccess) {
+        snprintf(msg, len, "%s: %s (%s)", call, cudaGetErrorString(e),
+                 cudaGetErrorName(e));
+        return DT_ERR_SYSTEM;
+    }
+    if (!ev)
+        return DT_OK; /* every stream idle */
+    e = cuda_poll(query_event, (void *)ev, ms);
+    if (e == cudaSuccess) /* returns at once: see sync_point */
+        e = sync_point(ev);
+    pthread_mutex_lock(&d->mem_mu);
+    fence_put(d->fences, ev);
+    pthread_mutex_unlock(&d->mem_mu);
+    if (e == cudaSuccess)
+        return DT_OK;
+    if (e == cudaErrorNotReady) {
+        char t[32];
+        snprintf(msg, len, "the work queued on the device's streams not done "
+                 "after %s", fmt_ms(t, ms));
+        return DT_ERR_TIMEOUT;
+    }
+    snprintf(msg, len, "cudaEventQuery: %s (%s)", cudaGetErrorString(e),
+             cudaGetErrorName(e));
+    return DT_ERR_SYSTEM;
+}
+
+/* Wait for the work before an event, or queued on a stream, up to the
+ * bound: DT_OK, or the message "<op>: <what> not done after 300 s<tail>"
+ * (DT_ERR_TIMEOUT) or "<op>: <query>: <CUDA's string> (<its name>)". */
+static int wait_done(dt_device_t *d, const char *op, cuda_query_fn q, void *h,
+                     const char *what, const char *tail)
+{
+    cudaEvent_t mark = NULL;
+    if (q == query_stream) { /* an event after the stream's work: polled, then synced */
+        pthread_mutex_lock(&d->mem_mu);
+        struct cuda_fences *f = d->fences;
+        cudaError_t ce = f->nidle ? cudaSuccess
+                                  : cudaEventCreateWithFlags(&mark, cudaEventDisableTiming);
+        if (ce == cudaSuccess && f->nidle)
+            mark = f->idle[--f->nidle];
+        if (ce == cudaSuccess && (ce = cudaEventRecord(mark, (cudaStream_t)h)) != cudaSuccess)
+            fence_put(f, mark);
+        pthread_mutex_unlock(&d->mem_mu);
+        if (ce != cudaSuccess) {
+            (void)cudaGetLastError();
+            return cuda_fail(d, op, "cudaEventRecord", ce);
+        }
+        q = query_event;
+        h = (void *)mark;
+    }
+    cudaError_t e = cuda_poll(q, h, d->fences->wait_ms);
+    if (e == cudaSuccess)
+        e = sync_point((cudaEvent_t)h);
+    if (mark) {
+        pthread_mutex_lock(&d->mem_mu);
+        fence_put(d->fences, mark);
+        pthread_mutex_unlock(&d->mem_mu);
+    }
+    if (e == cudaSuccess)
+        return DT_OK;
+    if (e == cudaErrorNotReady) {
+        char t[32];
+        return d->host->set_error(d->host, DT_ERR_TIMEOUT,
+                                  "%s: %s not done after %s%s", op, what,
+                                  fmt_ms(t, d->fences->wait_ms), tail);
+    }
+    return cuda_fail(d, op, "cudaEventQuery", e);
+}
+
+/* The allocator's fences (cuda_alloc.h), ctx the instance; mem_mu is held
+ * and the guard done by mem_get / mem_put, their only callers. */
+static int dev_fence_new(void *ctx, void **out, char *err, size_t errlen)
+{
+    cudaEvent_t ev;
+    const char *call = "";
+    cudaError_t e = fence_make(ctx, &ev, &call, 0);
+    if (e != cudaSuccess) {
+        *out = NULL;
+        snprintf(err, errlen, "%s: %s (%s)", call, cudaGetErrorString(e),
+                 cudaGetErrorName(e));
+        return 1;
+    }
+    *out = (void *)ev;
+    return 0;
+}
+
+static int dev_fence_result(cudaError_t e, char *err, size_t errlen)
+{
+    if (e == cudaSuccess)
+        return 1;
+    if (e == cudaErrorNotReady)
+        return 0;
+    snprintf(err, errlen, "cudaEventQuery: %s (%s)", cudaGetErrorString(e),
+             cudaGetErrorName(e));
+    return -1;
+}
+
+static int dev_fence_done(void *ctx, void *fence, char *err, size_t errlen)
+{
+    (void)ctx;
+    return dev_fence_result(cuda_poll(query_event, fence, 0), err, errlen);
+}
+
+static int dev_fence_wait(void *ctx, void *fence, uint64_t timeout_ms, char *err,
+                          size_t errlen)
+{
+    (void)ctx;
+    return dev_fence_result(cuda_poll(query_event, fence, timeout_ms), err, errlen);
+}
+
+static void dev_fence_free(void *ctx, void *fence)
+{
+    dt_device_t *d = ctx;
+    fence_put(d->fences, (cudaEvent_t)fence);
+}
+
 /* ---------------------------------------------------------------- memory */
 
 static int dev_raw_alloc(void *ctx, uint64_t bytes, void **out, char *err,
@@ -80,7 +491,9 @@ static int dev_raw_alloc(void *ctx, uint64_t bytes, void **out, char *err,
 
 static void dev_raw_free(void *ctx, void *p)
 {
-    (void)ctx;
+    dt_device_t *d = ctx;
+    if (d->fences && d->fences->stuck)
+        return; /* cudaFree may wait for the stuck work: left to the exit */
     (void)cudaFree(p);
 }
 
@@ -100,7 +513,9 @@ static int pinned_raw_alloc(void *ctx, uint64_t bytes, void **out, char *err,
 
 static void pinned_raw_free(void *ctx, void *p)
 {
-    (void)ctx;
+    dt_device_t *d = ctx;
+    if (d->fences && d->fences->stuck)
+        return; /* as dev_raw_free */
     (void)cudaFreeHost(p);
 }
 
@@ -110,6 +525,7 @@ static int mem_get(dt_device_t *d, uint64_t bytes, int tag, int pinned,
 {
     char err[640];
     *out = NULL;
+    CUDA_GUARD(d, who ? who : pinned ? "host_alloc" : "alloc");
     pthread_mutex_lock(&d->mem_mu);
     int rc = cuda_alloc_get(pinned ? &d->pmem : &d->dmem, bytes, tag, out,
                             err, sizeof err);
@@ -127,16 +543,26 @@ int cuda_mem_alloc(dt_device_t *d, uint64_t bytes, int tag, void **out,
     return mem_get(d, bytes, tag, 0, out, who);
 }
 
-/* A freed block may be handed out again at once, to work on any stream.
- * With only the default stream live, stream order already runs that work
- * after the work queued on the old owner; with more streams live, the
- * device is synchronized first (correct and slow: per-stream free lists
- * are the better design, not done yet). */
+/* Stream-ordered reuse.  A freed device block goes into the allocator's
+ * cache with a fence (above): an event that completes once everything
+ * queued so far on every live stream of this instance has finished, so
+ * whatever work used the block, on whichever stream, is behind it.  The
+ * allocator hands the block out again, or gives it back with cudaFree,
+ * only after the fence has completed (cuda_alloc.h), so a free never
+ * waits for the device and the host runs ahead.  The host waits (bounded
+ * by CUDA_WAIT_LIMIT_MS, mem_mu held) only when memory is short (the
+ * budget or cudaMalloc) and no completed block is left to give back, or
+ * when the cache cannot keep the block (caching = false, over the
+ * budget).  Pinned host memory has no fences and no cache: cudaFreeHost
+ * at once, as before, relying on its implicit synchronization with the
+ * device (not bounded).  None of this has run on a GPU yet. */
 static int mem_put(dt_device_t *d, void *ptr, int pinned)
 {
     const char *fn = pinned ? "host_free" : "free";
     if (!ptr)
         return DT_OK;
+    CUDA_GUARD(d, fn);
+    char err[640] = "";
     pthread_mutex_lock(&d->mem_mu);
     cuda_alloc_t *mine = pinned ? &d->pmem : &d->dmem;
     cuda_alloc_t *other = pinned ? &d->dmem : &d->pmem;
@@ -151,15 +577,10 @@ static int mem_put(dt_device_t *d, void *ptr, int pinned)
         return CUDA_INVALID(d, "%s: %p was not allocated by this device (or "
                                "was already freed)", fn, ptr);
     }
-    if (!pinned && d->nstreams > 0) {
-        cudaError_t e = cudaDeviceSynchronize();
-        if (e != cudaSuccess) {
-            pthread_mutex_unlock(&d->mem_mu);
-            return cuda_fail(d, fn, "cudaDeviceSynchronize", e);
-        }
-    }
-    cuda_alloc_put(mine, ptr);
+    int rc = cuda_alloc_put(mine, ptr, err, sizeof err);
     pthread_mutex_unlock(&d->mem_mu);
+    if (rc != DT_OK)
+        return d->host->set_error(d->host, rc, "%s: %s", fn, err);
     return DT_OK;
 }
 
@@ -269,6 +690,7 @@ static void peak_flops(int major, int sms, double ghz, double *f32,
 /* Idempotent: what it released is NULL afterwards. */
 static void stream_release(dt_device_t *d, dt_stream_t *s)
 {
+    live_remove(d, s); /* fences no longer look at it */
     if (s->cs)
         (void)cudaStreamDestroy(s->cs);
     if (s->workspace)
@@ -277,15 +699,20 @@ static void stream_release(dt_device_t *d, dt_stream_t *s)
         cuda_mem_free(d, s->partials);
     if (s->wide)
         cuda_mem_free(d, s->wide);
+    if (s->att)
+        cuda_mem_free(d, s->att);
     s->cs = NULL;
     s->workspace = NULL;
     s->partials = NULL;
     s->wide = NULL;
     s->wide_bytes = 0;
+    s->att = NULL;
+    s->att_bytes = 0;
     s->magic = 0;
 }
 
-/* A stream with its scratch; the caller sets s->magic last. */
+/* A stream with its scratch, covered by the fences from now on; the
+ * caller sets s->magic last. */
 static int stream_open(dt_device_t *d, dt_stream_t *s, const char *op)
 {
     memset(s, 0, sizeof *s);
@@ -299,34 +726,57 @@ static int stream_open(dt_device_t *d, dt_stream_t *s, const char *op)
     if (rc == DT_OK)
         rc = cuda_mem_alloc(d, CUDA_PARTIALS * sizeof(double), DT_TAG_STAGING,
                             (void **)&s->partials, who);
+    if (rc == DT_OK)
+        rc = live_add(d, s, op);
     if (rc != DT_OK)
         stream_release(d, s);
     return rc;
 }
 
+/* Finish the queued work (bounded: when it does not finish, say so and
+ * leave the device memory to the process's exit, since cudaFree could
+ * block on the stuck work), then free everything. */
 static void cuda_finalize(dt_device_t *d)
 {
     if (!d)
         return;
-    (void)cudaDeviceSynchronize();
+    int cur = -1; /* the guard, silent: finalize never fails */
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != d->index) {
+        (void)cudaGetLastError();
+        if (cudaSetDevice(d->index) != cudaSuccess)
+            (void)cudaGetLastError();
+    }
+    char msg[640];
+    if (d->fences && device_settle(d, d->fences->wait_ms, msg, sizeof msg) != DT_OK) {
+        d->host->log(d->host, DT_LOG_WARN, "finalize: %s; device memory and "
+                     "cuBLASLt are left to the process's exit", msg);
+        d->fences->stuck = 1;
+        d->dmem.wait_ms = 0; /* waited already: look once */
+    }
     stream_release(d, &d->def);
-    if (d->lt)
+    if (d->lt && !(d->fences && d->fences->stuck))
         cublasLtDestroy(d->lt);
     const cuda_alloc_stats_t *as = &d->dmem.st;
     char peak[32];
     d->host->log(d->host, DT_LOG_DEBUG,
                  "caching allocator: %" PRIu64 " cudaMalloc, %" PRIu64 " cudaFree, %" PRIu64
-                 " requests served from the cache, emptied %" PRIu64 " time%s; peak in use %s",
+                 " requests served from the cache, emptied %" PRIu64 " time%s, waited for "
+                 "the device %" PRIu64 " time%s; peak in use %s",
                  as->raw_allocs, as->raw_frees, as->cache_hits, as->releases,
-                 as->releases == 1 ? "" : "s", dt_mem_fmt_bytes(peak, as->tally.total_peak));
+                 as->releases == 1 ? "" : "s", as->fence_waits,
+                 as->fence_waits == 1 ? "" : "s",
+                 dt_mem_fmt_bytes(peak, as->tally.total_peak));
     uint64_t n = 0, bytes = 0, pn = 0, pbytes = 0;
-    cuda_alloc_destroy(&d->dmem, &n, &bytes);
-    cuda_alloc_destroy(&d->pmem, &pn, &pbytes);
+    msg[0] = '\0';
+    if (cuda_alloc_destroy(&d->dmem, &n, &bytes, msg, sizeof msg) != DT_OK)
+        d->host->log(d->host, DT_LOG_WARN, "finalize: %s", msg);
+    (void)cuda_alloc_destroy(&d->pmem, &pn, &pbytes, NULL, 0); /* no fences */
     if (n || pn)
         d->host->log(d->host, DT_LOG_DEBUG,
                      "finalize: freed %" PRIu64 " device blocks (%" PRIu64
                      " bytes) and %" PRIu64 " pinned blocks (%" PRIu64
                      " bytes) still allocated", n, bytes, pn, pbytes);
+    fences_close(d);
     pthread_mutex_destroy(&d->mem_mu);
     free(d);
 }
@@ -379,11 +829,19 @@ static int cuda_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
     d->limit = (uint64_t)limit;
     pthread_mutex_init(&d->mem_mu, NULL);
     cuda_alloc_backend_t dbe = {.ctx = d, .raw_alloc = dev_raw_alloc,
-                                .raw_free = dev_raw_free};
+                                .raw_free = dev_raw_free,
+                                .fence_new = dev_fence_new,
+                                .fence_done = dev_fence_done,
+                                .fence_wait = dev_fence_wait,
+                                .fence_free = dev_fence_free};
     cuda_alloc_backend_t pbe = {.ctx = d, .raw_alloc = pinned_raw_alloc,
                                 .raw_free = pinned_raw_free};
     cuda_alloc_init(&d->dmem, &dbe, d->limit, caching);
     cuda_alloc_init(&d->pmem, &pbe, 0, 0);
+    if ((rc = fences_open(d)) != DT_OK) {
+        cuda_finalize(d);
+        return rc;
+    }
 
     struct cudaDeviceProp prop;
     int clock_khz = 0;
@@ -400,6 +858,11 @@ static int cuda_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
         d->total_memory = d->limit;
     peak_flops(prop.major, prop.multiProcessorCount, (double)clock_khz / 1e6,
                &d->peak_f32, &d->peak_bf16);
+    /* With tf32 the f32 products run on the tensor cores at half the bf16
+     * rate: that is the f32 peak an MFU is measured against (the H200's
+     * first profile read 139 % against the CUDA cores' peak). */
+    if (tf32)
+        d->peak_f32 = d->peak_bf16 / 2.0;
     snprintf(d->name, sizeof d->name, "%.100s (cuda:%d, sm_%d%d)", prop.name,
              index, prop.major, prop.minor);
 
@@ -467,6 +930,7 @@ static int cuda_stream_create(dt_device_t *d, dt_stream_t **out)
         return DT_ERR_INVALID;
     if (!out)
         return CUDA_INVALID(d, "stream_create: out is NULL");
+    CUDA_GUARD(d, "stream_create");
     dt_stream_t *s = malloc(sizeof *s);
     if (!s)
         return d->host->set_error(d->host, DT_ERR_NOMEM,
@@ -477,9 +941,6 @@ static int cuda_stream_create(dt_device_t *d, dt_stream_t **out)
         return rc;
     }
     s->magic = CUDA_STREAM_MAGIC;
-    pthread_mutex_lock(&d->mem_mu);
-    d->nstreams++;
-    pthread_mutex_unlock(&d->mem_mu);
     *out = s;
     return DT_OK;
 }
@@ -493,14 +954,13 @@ static int cuda_stream_destroy(dt_device_t *d, dt_stream_t *s)
                                "cannot be destroyed");
     if (!cuda_stream(d, s, "stream_destroy"))
         return DT_ERR_INVALID;
-    cudaError_t e = cudaStreamSynchronize(s->cs);
-    if (e != cudaSuccess)
-        return cuda_fail(d, "stream_destroy", "cudaStreamSynchronize", e);
+    CUDA_GUARD(d, "stream_destroy");
+    int rc = wait_done(d, "stream_destroy", query_stream, (void *)s->cs,
+                       "the work queued on the stream", "; the stream is kept");
+    if (rc != DT_OK)
+        return rc;
     stream_release(d, s);
     free(s);
-    pthread_mutex_lock(&d->mem_mu);
-    d->nstreams--;
-    pthread_mutex_unlock(&d->mem_mu);
     return DT_OK;
 }
 
@@ -511,9 +971,9 @@ static int cuda_stream_sync(dt_device_t *d, dt_stream_t *s)
     dt_stream_t *st = cuda_stream(d, s, "stream_sync");
     if (!st)
         return DT_ERR_INVALID;
-    cudaError_t e = cudaStreamSynchronize(st->cs);
-    return e == cudaSuccess ? DT_OK
-                            : cuda_fail(d, "stream_sync", "cudaStreamSynchronize", e);
+    CUDA_GUARD(d, "stream_sync");
+    return wait_done(d, "stream_sync", query_stream, (void *)st->cs,
+                     "the work queued on the stream", "");
 }
 
 static int cuda_event_create(dt_device_t *d, dt_event_t **out)
@@ -522,6 +982,7 @@ static int cuda_event_create(dt_device_t *d, dt_event_t **out)
         return DT_ERR_INVALID;
     if (!out)
         return CUDA_INVALID(d, "event_create: out is NULL");
+    CUDA_GUARD(d, "event_create");
     dt_event_t *ev = calloc(1, sizeof *ev);
     if (!ev)
         return d->host->set_error(d->host, DT_ERR_NOMEM,
@@ -544,6 +1005,7 @@ static int cuda_event_destroy(dt_device_t *d, dt_event_t *ev)
     int rc = check_event(d, ev, "event_destroy");
     if (rc != DT_OK)
         return rc;
+    CUDA_GUARD(d, "event_destroy");
     (void)cudaEventDestroy(ev->ev);
     ev->magic = 0;
     free(ev);
@@ -560,6 +1022,7 @@ static int cuda_event_record(dt_device_t *d, dt_event_t *ev, dt_stream_t *s)
     dt_stream_t *st = cuda_stream(d, s, "event_record");
     if (!st)
         return DT_ERR_INVALID;
+    CUDA_GUARD(d, "event_record");
     cudaError_t e = cudaEventRecord(ev->ev, st->cs);
     return e == cudaSuccess ? DT_OK
                             : cuda_fail(d, "event_record", "cudaEventRecord", e);
@@ -576,6 +1039,7 @@ static int cuda_stream_wait_event(dt_device_t *d, dt_stream_t *s,
     dt_stream_t *st = cuda_stream(d, s, "stream_wait_event");
     if (!st)
         return DT_ERR_INVALID;
+    CUDA_GUARD(d, "stream_wait_event");
     cudaError_t e = cudaStreamWaitEvent(st->cs, ev->ev, 0);
     return e == cudaSuccess
                ? DT_OK
@@ -589,19 +1053,24 @@ static int cuda_event_sync(dt_device_t *d, dt_event_t *ev)
     int rc = check_event(d, ev, "event_sync");
     if (rc != DT_OK)
         return rc;
-    cudaError_t e = cudaEventSynchronize(ev->ev);
-    return e == cudaSuccess ? DT_OK
-                            : cuda_fail(d, "event_sync", "cudaEventSynchronize", e);
+    CUDA_GUARD(d, "event_sync");
+    return wait_done(d, "event_sync", query_event, (void *)ev->ev,
+                     "the work before the event", "");
 }
 
+/* device.h: "all queued work on all streams": this instance's, the
+ * default stream and every stream from stream_create, where everything it
+ * runs is queued (a comm's collectives too, through native_stream).  One
+ * fence over them, polled: bounded, unlike cudaDeviceSynchronize, which
+ * also waited for other instances on the same GPU. */
 static int cuda_synchronize(dt_device_t *d)
 {
     if (!d)
         return DT_ERR_INVALID;
-    cudaError_t e = cudaDeviceSynchronize();
-    return e == cudaSuccess
-               ? DT_OK
-               : cuda_fail(d, "synchronize", "cudaDeviceSynchronize", e);
+    CUDA_GUARD(d, "synchronize");
+    char msg[256];
+    int rc = device_settle(d, d->fences->wait_ms, msg, sizeof msg);
+    return rc == DT_OK ? DT_OK : d->host->set_error(d->host, rc, "synchronize: %s", msg);
 }
 
 static int cuda_native_stream(dt_device_t *d, dt_stream_t *s, void **out)
@@ -634,6 +1103,7 @@ static int cuda_memcpy_async(dt_device_t *d, void *dst, const void *src,
                             dst ? "src" : "dst", bytes);
     if (!bytes)
         return DT_OK;
+    CUDA_GUARD(d, op);
     cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)bytes, kinds[kind], st->cs);
     return e == cudaSuccess ? DT_OK : cuda_fail(d, op, "cudaMemcpyAsync", e);
 }
@@ -647,6 +1117,7 @@ static int cuda_memset_async(dt_device_t *d, void *dst, int value,
         return CUDA_INVALID(d, "%s: dst is NULL (%" PRIu64 " bytes)", op, bytes);
     if (!bytes)
         return DT_OK;
+    CUDA_GUARD(d, op);
     cudaError_t e = cudaMemsetAsync(dst, value, (size_t)bytes, st->cs);
     return e == cudaSuccess ? DT_OK : cuda_fail(d, op, "cudaMemsetAsync", e);
 }
@@ -682,7 +1153,7 @@ static const dt_kernels_v1_t *cuda_kernel_table(void) { return &cuda_kernels; }
 static const dt_device_ops_v1_t cuda_ops = {
     .info = DT_PLUGIN_INFO(DEVICE, dt_device_ops_v1_t, "cuda", "0.1.0",
                            "NVIDIA GPU: CUDA kernels, cuBLASLt matmuls, a "
-                           "caching allocator (compiled, not yet run on a GPU)",
+                           "caching allocator",
                            cuda_keys),
     .init = cuda_init,
     .finalize = cuda_finalize,

@@ -2,7 +2,7 @@
  * plugins/cuda/cuda_elementwise.cu - the cuda device's element-wise
  * kernels: GELU forward/backward, residual, axpy, scale, casts, and the
  * sum of squares (two passes, no atomics, so the same bits every run).
- * Compiled for sm_80 and sm_90; not yet run on a GPU.
+ * Compiled for sm_80 and sm_90; ran on an H200 (test_kernels).
  */
 #include <math.h>
 

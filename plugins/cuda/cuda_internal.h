@@ -36,6 +36,9 @@ struct dt_stream {
     float *wide;       /* bf16 weights widened to f32 for f32 matmuls,
                         * grown on demand, DT_TAG_STAGING */
     uint64_t wide_bytes;
+    void *att;         /* attention's score matrices (cuda_attention.cu),
+                        * grown on demand, DT_TAG_STAGING */
+    uint64_t att_bytes;
 };
 
 struct dt_event {
@@ -55,7 +58,8 @@ struct dt_device {
      * (cudaHostAlloc, not cached).  Both under mem_mu. */
     pthread_mutex_t mem_mu;
     cuda_alloc_t dmem, pmem;
-    int nstreams; /* streams created by the caller and live (mem_mu) */
+    struct cuda_fences *fences; /* live streams, fence stream, event pool
+                                 * (cuda_device.c; under mem_mu) */
 
     dt_stream_t def; /* what a NULL stream means: a stream of our own */
     cublasLtHandle_t lt;
@@ -73,6 +77,13 @@ int cuda_fail(dt_device_t *d, const char *op, const char *call, cudaError_t e);
 int cuda_lt_fail(dt_device_t *d, const char *op, const char *call,
                  cublasStatus_t st);
 
+/* Make d->index the calling thread's current CUDA device (cudaSetDevice
+ * only when cudaGetDevice says otherwise: well under a microsecond).  The
+ * first thing of every entry point that makes CUDA calls, since the
+ * current device is per host thread.  DT_OK, or DT_ERR_SYSTEM with
+ * "<op>: cudaSetDevice(<index>): <string> (<name>)". */
+int cuda_guard(dt_device_t *d, const char *op);
+
 /* The stream `s` stands for (NULL: the device's default), checked to be a
  * live stream of `d`; NULL with the message set otherwise. */
 dt_stream_t *cuda_stream(dt_device_t *d, dt_stream_t *s, const char *op);
@@ -86,7 +97,8 @@ int cuda_mem_free(dt_device_t *d, void *ptr);
 #define CUDA_INVALID(d, ...)                                                   \
     (d)->host->set_error((d)->host, DT_ERR_INVALID, __VA_ARGS__)
 
-/* Start of every kernel: a device, a live stream of it (into `st`). */
+/* Start of every kernel: a device, a live stream of it (into `st`), and
+ * the instance's GPU current in this thread (cuda_guard). */
 #define CUDA_BEGIN(d, s, op, st)                                               \
     dt_stream_t *st;                                                           \
     do {                                                                       \
@@ -94,6 +106,9 @@ int cuda_mem_free(dt_device_t *d, void *ptr);
             return DT_ERR_INVALID;                                             \
         if (!(st = cuda_stream((d), (s), (op))))                               \
             return DT_ERR_INVALID;                                             \
+        int grc_ = cuda_guard((d), (op));                                      \
+        if (grc_ != DT_OK)                                                     \
+            return grc_;                                                       \
     } while (0)
 
 #define CUDA_DIM(d, op, x)                                                     \
@@ -125,6 +140,28 @@ int cuda_dtype_refused(dt_device_t *d, const char *op, const char *got,
 int cuda_check_act(dt_device_t *d, const char *op, int dtype);
 /* Element-wise arithmetic and gradients: f32 or bf16 (and f16 for sumsq). */
 int cuda_check_elems(dt_device_t *d, const char *op, int dtype, int f16_ok);
+
+/* One cuBLASLt product (cuda_matmul.c): column-major D (m, n) = alpha
+ * op(A) op(B) + beta D, A and B of `atype` (their stored shapes have lda,
+ * ldb rows), D of `dtype`, `bias` (m, D's type) added in the epilogue when
+ * non-NULL; alpha 0 means 1.  With batch > 1, `batch` such products, the
+ * i-th at A + i sa, B + i sb, D + i sd (elements).  Compute in f32 (TF32
+ * with the tf32 key for f32 inputs); no split-K reductions with
+ * `deterministic`; the algorithm cached per problem description. */
+typedef struct cuda_lt_call {
+    cublasOperation_t ta, tb;
+    uint64_t m, n, k;
+    const void *A, *B;
+    void *D;
+    int atype, dtype;
+    int64_t lda, ldb, ldd;
+    float alpha, beta;
+    const void *bias;
+    int batch;
+    int64_t sa, sb, sd;
+} cuda_lt_call_t;
+int cuda_lt_matmul(dt_device_t *d, dt_stream_t *st, const char *op,
+                   const cuda_lt_call_t *c);
 
 /* ---- kernels (signatures are the ABI's; see dtrain/device.h) ---- */
 int cuda_matmul_forward(dt_device_t *d, dt_stream_t *s, void *out,

@@ -2,9 +2,9 @@
  * plugins/cuda/cuda_kernels.c - the cuda device's kernel entry points (the
  * ABI's signatures): each checks the stream, the shapes, the pointers and
  * the dtypes, then enqueues the device code of cuda_*.cu through
- * cuda_launch.h.  The matmuls are in cuda_matmul.c.  dtypes: activations
- * f32 or bf16 (with weights of the same type), gradients f32 or bf16,
- * casts and sumsq also f16.  Compiled; not yet run on a GPU.
+ * cuda_launch.h.  The matmuls are in cuda_matmul.c, attention in
+ * cuda_attention.c.  dtypes: activations f32 or bf16 (with weights of the
+ * same type), gradients f32 or bf16, casts and sumsq also f16.
  */
 #include <math.h>
 #include <stdio.h>
@@ -243,82 +243,6 @@ int cuda_layernorm_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
     CUDA_LAUNCHED(d, op, cuda_launch_layernorm_backward(st->cs, dinp, dweight, dbias,
                                                         dout, inp, weight, mean,
                                                         rstd, dtype, N, C));
-    return DT_OK;
-}
-
-/* The log-sum-exp per (b, h, t) row: (B, NH, T) f32. */
-int cuda_attention_state_bytes(int64_t B, int64_t T, int64_t C, int64_t NH,
-                               int dtype, uint64_t *out)
-{
-    if (!out || B < 0 || T < 0 || C < 0 || NH <= 0 || C % NH != 0)
-        return DT_ERR_INVALID;
-    if (dtype != DT_F32 && dtype != DT_BF16)
-        return DT_ERR_UNSUPPORTED;
-    uint64_t n = (uint64_t)B;
-    if ((NH && n > UINT64_MAX / (uint64_t)NH) ||
-        (T && n * (uint64_t)NH > UINT64_MAX / 4 / (uint64_t)T))
-        return DT_ERR_INVALID;
-    *out = n * (uint64_t)NH * (uint64_t)T * sizeof(float);
-    return DT_OK;
-}
-
-static int attention_check(dt_device_t *d, const char *op, int dtype, int64_t B,
-                           int64_t T, int64_t C, int64_t NH)
-{
-    CHECK(cuda_check_act(d, op, dtype));
-    CUDA_DIM(d, op, B);
-    CUDA_DIM(d, op, T);
-    CUDA_DIM(d, op, C);
-    if (NH <= 0 || C % NH != 0)
-        return CUDA_INVALID(d, "%s: C = %lld is not a multiple of NH = %lld", op,
-                            (long long)C, (long long)NH);
-    if (T > CUDA_ATTENTION_MAX_T)
-        return d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
-                                  "%s: T = %lld: the cuda device's attention "
-                                  "runs T <= %d", op, (long long)T,
-                                  CUDA_ATTENTION_MAX_T);
-    if (B > 65535 || NH > 65535)
-        return d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
-                                  "%s: B = %lld, NH = %lld: at most 65535 each",
-                                  op, (long long)B, (long long)NH);
-    return DT_OK;
-}
-
-int cuda_attention_forward(dt_device_t *d, dt_stream_t *s, void *out,
-                           void *state, const void *qkv, int dtype, int64_t B,
-                           int64_t T, int64_t C, int64_t NH)
-{
-    static const char op[] = "attention_forward";
-    CUDA_BEGIN(d, s, op, st);
-    CHECK(attention_check(d, op, dtype, B, T, C, NH));
-    CUDA_PTR(d, op, out, B * T * C);
-    CUDA_PTR(d, op, state, B * NH * T);
-    CUDA_PTR(d, op, qkv, B * T * 3 * C);
-    if (B * T * C == 0)
-        return DT_OK;
-    CUDA_LAUNCHED(d, op, cuda_launch_attention_forward(st->cs, out, (float *)state,
-                                                       qkv, dtype, B, T, C, NH));
-    return DT_OK;
-}
-
-int cuda_attention_backward(dt_device_t *d, dt_stream_t *s, void *dqkv,
-                            const void *dout, const void *qkv, const void *out,
-                            const void *state, int dtype, int64_t B, int64_t T,
-                            int64_t C, int64_t NH)
-{
-    static const char op[] = "attention_backward";
-    CUDA_BEGIN(d, s, op, st);
-    CHECK(attention_check(d, op, dtype, B, T, C, NH));
-    CUDA_PTR(d, op, dqkv, B * T * 3 * C);
-    CUDA_PTR(d, op, dout, B * T * C);
-    CUDA_PTR(d, op, qkv, B * T * 3 * C);
-    CUDA_PTR(d, op, out, B * T * C);
-    CUDA_PTR(d, op, state, B * NH * T);
-    if (B * T * C == 0)
-        return DT_OK;
-    CUDA_LAUNCHED(d, op, cuda_launch_attention_backward(st->cs, dqkv, dout, qkv, out,
-                                                        (const float *)state, dtype,
-                                                        B, T, C, NH));
     return DT_OK;
 }
 

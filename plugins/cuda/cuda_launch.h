@@ -65,8 +65,8 @@ cudaError_t cuda_launch_layernorm_forward(cudaStream_t cs, void *out,
                                           const void *inp, const void *weight,
                                           const void *bias, int dtype,
                                           int64_t N, int64_t C);
-/* dinp per row; dweight, dbias per column over the rows in order (no
- * atomics). */
+/* dinp per row; dweight, dbias per column over the rows in a fixed order
+ * (no atomics). */
 cudaError_t cuda_launch_layernorm_backward(cudaStream_t cs, void *dinp,
                                            float *dweight, float *dbias,
                                            const void *dout, const void *inp,
@@ -83,15 +83,26 @@ cudaError_t cuda_launch_softmax_xent_backward(cudaStream_t cs, void *dlogits,
                                               const int32_t *targets,
                                               int dtype, float dloss,
                                               int64_t N, int64_t V);
-/* dbias[o] += sum_n dout[n, o], per column in order (no atomics). */
+/* dbias[o] += sum_n dout[n, o], per column in a fixed order (no atomics). */
 cudaError_t cuda_launch_bias_backward(cudaStream_t cs, float *dbias,
                                       const void *dout, int dtype, int64_t N,
                                       int64_t OC);
 
 /* ---- cuda_attention.cu ---- */
 /* Largest T the attention kernels take (a row of scores in shared
- * memory). */
+ * memory, in the fallback). */
 #define CUDA_ATTENTION_MAX_T 4096
+/* The main path's row kernels, for one sequence: S, P (NH, T, T) row-major;
+ * lse (NH, T); dout, out (T, C).  P may be S (f32), dS may be dP. */
+cudaError_t cuda_launch_attention_softmax(cudaStream_t cs, void *P, float *lse,
+                                          const float *S, int dtype, int64_t T,
+                                          int64_t NH);
+cudaError_t cuda_launch_attention_grad_rows(cudaStream_t cs, void *P, void *dS,
+                                            const float *S, const float *dP,
+                                            const float *lse, const void *dout,
+                                            const void *out, int dtype, int64_t T,
+                                            int64_t C, int64_t NH);
+/* The fallback's fused row kernels, for the whole batch. */
 cudaError_t cuda_launch_attention_forward(cudaStream_t cs, void *out,
                                           float *lse, const void *qkv,
                                           int dtype, int64_t B, int64_t T,

@@ -11,9 +11,11 @@
  * A row-major (N, C) matrix is a column-major (C, N) one, so each product
  * is computed on the transposes in cuBLAS's column-major terms (llm.c's
  * arrangement; the shapes are at each call).  Compiled for sm_80 and
- * sm_90; not yet run on a GPU.
+ * sm_90; ran on an H200 (test_kernels, the GPT-2 oracle).
  */
+#include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cuda_internal.h"
 #include "cuda_launch.h"
@@ -23,48 +25,108 @@ static cudaDataType_t lt_type(int dtype)
     return dtype == DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
-/* Column-major D (m, n) = alpha op(A) op(B) + beta D, A of type atype (its
- * stored shape (lda rows)), B of btype, D of dtype, with `bias` (m) added
- * in the epilogue when non-NULL. */
-typedef struct lt_call {
-    cublasOperation_t ta, tb;
-    uint64_t m, n, k;
-    const void *A, *B;
-    void *D;
-    int atype, dtype; /* B has A's type */
-    int64_t lda, ldb, ldd;
-    float beta;
-    const void *bias;
-} lt_call_t;
-
 static int lt_layout(dt_device_t *d, const char *op, cublasLtMatrixLayout_t *l,
-                     int dtype, uint64_t rows, uint64_t cols, int64_t ld)
+                     int dtype, uint64_t rows, uint64_t cols, int64_t ld,
+                     int batch, int64_t stride)
 {
     cublasStatus_t s = cublasLtMatrixLayoutCreate(l, lt_type(dtype), rows, cols, ld);
+    if (s == CUBLAS_STATUS_SUCCESS && batch > 1) {
+        int32_t n = batch;
+        s = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n,
+                                             sizeof n);
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasLtMatrixLayoutSetAttribute(
+                *l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
+    }
     return s == CUBLAS_STATUS_SUCCESS
                ? DT_OK
-               : cuda_lt_fail(d, op, "cublasLtMatrixLayoutCreate", s);
+               : cuda_lt_fail(d, op, "cublasLtMatrixLayout", s);
 }
 
-/* The largest power of two up to 256 that divides the address: cuBLASLt's
- * heuristic assumes 256-byte aligned operands unless told otherwise, and a
- * slice of a flat parameter buffer is often only 16- or 64-byte aligned. */
-static uint32_t ptr_align(const void *p)
+/* The largest power of two up to 256 that divides the address (and, for a
+ * batch, every matrix's address): cuBLASLt's heuristic assumes 256-byte
+ * aligned operands unless told otherwise, and a slice of a flat parameter
+ * buffer, or one head of a (T, 3C) qkv matrix, is often only 16- or 64-byte
+ * aligned. */
+static uint32_t ptr_align(const void *p, int batch, int64_t stride, int dtype)
 {
+    uintptr_t bits = (uintptr_t)p;
+    if (batch > 1)
+        bits |= (uintptr_t)stride * (dtype == DT_BF16 ? 2u : 4u);
     uint32_t a = 256;
-    while (a > 1 && ((uintptr_t)p & (a - 1)) != 0)
+    while (a > 1 && (bits & (a - 1)) != 0)
         a >>= 1;
     return a;
 }
 
-static int lt_matmul(dt_device_t *d, dt_stream_t *st, const char *op,
-                     const lt_call_t *c)
+/* cuBLASLt's heuristic query costs tens of microseconds a call, more than
+ * most of the products it picks for; its answer depends only on the
+ * problem's description, so it is kept per description (process-wide: the
+ * key holds the device index).  A full table stops caching, never evicts. */
+typedef struct lt_key {
+    int32_t dev, ta, tb, atype, dtype, batch, compute, bias, det;
+    uint32_t align[3];
+    uint64_t m, n, k;
+    int64_t lda, ldb, ldd, sa, sb, sd;
+} lt_key_t;
+#define LT_CACHE 512
+static struct {
+    pthread_mutex_t mu;
+    int used[LT_CACHE];
+    lt_key_t key[LT_CACHE];
+    cublasLtMatmulAlgo_t algo[LT_CACHE];
+} lt_cache = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static uint64_t lt_hash(const lt_key_t *k)
+{
+    const unsigned char *b = (const unsigned char *)k;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < sizeof *k; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* 1 and *algo when cached; else 0 and *slot (or -1: table full). */
+static int lt_cache_find(const lt_key_t *k, cublasLtMatmulAlgo_t *algo, int *slot)
+{
+    int found = 0;
+    *slot = -1;
+    pthread_mutex_lock(&lt_cache.mu);
+    for (uint64_t i = lt_hash(k) % LT_CACHE, n = 0; n < LT_CACHE; i = (i + 1) % LT_CACHE, n++) {
+        if (!lt_cache.used[i]) {
+            *slot = (int)i;
+            break;
+        }
+        if (memcmp(&lt_cache.key[i], k, sizeof *k) == 0) {
+            *algo = lt_cache.algo[i];
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lt_cache.mu);
+    return found;
+}
+
+static void lt_cache_put(const lt_key_t *k, const cublasLtMatmulAlgo_t *algo, int slot)
+{
+    pthread_mutex_lock(&lt_cache.mu);
+    if (!lt_cache.used[slot]) { /* another thread may have taken it */
+        lt_cache.key[slot] = *k;
+        lt_cache.algo[slot] = *algo;
+        lt_cache.used[slot] = 1;
+    }
+    pthread_mutex_unlock(&lt_cache.mu);
+}
+
+int cuda_lt_matmul(dt_device_t *d, dt_stream_t *st, const char *op,
+                   const cuda_lt_call_t *c)
 {
     cublasLtMatmulDesc_t desc = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
     cublasLtMatmulPreference_t pref = NULL;
     cublasStatus_t s;
     int rc = DT_OK;
+    int batch = c->batch > 1 ? c->batch : 1;
     cublasComputeType_t ct = c->atype == DT_F32 && d->tf32
                                  ? CUBLAS_COMPUTE_32F_FAST_TF32
                                  : CUBLAS_COMPUTE_32F;
@@ -94,47 +156,67 @@ static int lt_matmul(dt_device_t *d, dt_stream_t *st, const char *op,
     uint64_t ac = c->ta == CUBLAS_OP_N ? c->k : c->m;
     uint64_t br = c->tb == CUBLAS_OP_N ? c->k : c->n;
     uint64_t bc = c->tb == CUBLAS_OP_N ? c->n : c->k;
-    if ((rc = lt_layout(d, op, &la, c->atype, ar, ac, c->lda)) != DT_OK ||
-        (rc = lt_layout(d, op, &lb, c->atype, br, bc, c->ldb)) != DT_OK ||
-        (rc = lt_layout(d, op, &ld, c->dtype, c->m, c->n, c->ldd)) != DT_OK)
+    if ((rc = lt_layout(d, op, &la, c->atype, ar, ac, c->lda, batch, c->sa)) != DT_OK ||
+        (rc = lt_layout(d, op, &lb, c->atype, br, bc, c->ldb, batch, c->sb)) != DT_OK ||
+        (rc = lt_layout(d, op, &ld, c->dtype, c->m, c->n, c->ldd, batch, c->sd)) != DT_OK)
         goto out;
-    LT(cublasLtMatmulPreferenceCreate(&pref));
-    uint64_t ws = CUDA_LT_WORKSPACE;
-    LT(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    const struct {
-        cublasLtMatmulPreferenceAttributes_t attr;
-        const void *p;
-    } al[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, c->A},
-              {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, c->B},
-              {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c->D},
-              {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c->D}};
-    for (size_t i = 0; i < sizeof al / sizeof al[0]; i++) {
-        uint32_t a = ptr_align(al[i].p);
-        LT(cublasLtMatmulPreferenceSetAttribute(pref, al[i].attr, &a, sizeof a));
-    }
-    if (d->deterministic) {
-        uint32_t mask = CUBLASLT_REDUCTION_SCHEME_NONE;
+
+    lt_key_t key;
+    memset(&key, 0, sizeof key); /* the padding too: the key is compared bytewise */
+    key.dev = d->index;
+    key.ta = c->ta, key.tb = c->tb, key.atype = c->atype, key.dtype = c->dtype;
+    key.batch = batch, key.compute = ct, key.bias = c->bias != NULL;
+    key.det = d->deterministic;
+    key.align[0] = ptr_align(c->A, batch, c->sa, c->atype);
+    key.align[1] = ptr_align(c->B, batch, c->sb, c->atype);
+    key.align[2] = ptr_align(c->D, batch, c->sd, c->dtype);
+    if (c->bias) /* the epilogue reads the bias vector: its alignment too */
+        key.align[2] = key.align[2] < ptr_align(c->bias, 1, 0, c->dtype)
+                           ? key.align[2]
+                           : ptr_align(c->bias, 1, 0, c->dtype);
+    key.m = c->m, key.n = c->n, key.k = c->k;
+    key.lda = c->lda, key.ldb = c->ldb, key.ldd = c->ldd;
+    if (batch > 1)
+        key.sa = c->sa, key.sb = c->sb, key.sd = c->sd;
+    cublasLtMatmulAlgo_t algo;
+    int slot;
+    if (!lt_cache_find(&key, &algo, &slot)) {
+        LT(cublasLtMatmulPreferenceCreate(&pref));
+        uint64_t ws = CUDA_LT_WORKSPACE;
         LT(cublasLtMatmulPreferenceSetAttribute(
-            pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask));
+            pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+        const cublasLtMatmulPreferenceAttributes_t al[] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; i < 4; i++)
+            LT(cublasLtMatmulPreferenceSetAttribute(pref, al[i], &key.align[i < 3 ? i : 2],
+                                                    sizeof key.align[0]));
+        if (d->deterministic) {
+            uint32_t mask = CUBLASLT_REDUCTION_SCHEME_NONE;
+            LT(cublasLtMatmulPreferenceSetAttribute(
+                pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask));
+        }
+        cublasLtMatmulHeuristicResult_t heur;
+        int found = 0;
+        LT(cublasLtMatmulAlgoGetHeuristic(d->lt, desc, la, lb, ld, ld, pref, 1,
+                                          &heur, &found));
+        if (found == 0) {
+            rc = d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
+                                    "%s: cuBLASLt has no algorithm for %s x %s "
+                                    "(%llu x %llu x %llu%s)%s", op,
+                                    dt_dtype_name(c->atype), dt_dtype_name(c->atype),
+                                    (unsigned long long)c->m, (unsigned long long)c->n,
+                                    (unsigned long long)c->k, batch > 1 ? ", batched" : "",
+                                    c->bias ? " with a bias epilogue" : "");
+            goto out;
+        }
+        algo = heur.algo;
+        if (slot >= 0)
+            lt_cache_put(&key, &algo, slot);
     }
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    LT(cublasLtMatmulAlgoGetHeuristic(d->lt, desc, la, lb, ld, ld, pref, 1,
-                                      &heur, &found));
-    if (found == 0) {
-        rc = d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
-                                "%s: cuBLASLt has no algorithm for %s x %s "
-                                "(%llu x %llu x %llu)%s", op,
-                                dt_dtype_name(c->atype), dt_dtype_name(c->atype),
-                                (unsigned long long)c->m, (unsigned long long)c->n,
-                                (unsigned long long)c->k,
-                                c->bias ? " with a bias epilogue" : "");
-        goto out;
-    }
-    float alpha = 1.0f;
+    float alpha = c->alpha != 0.0f ? c->alpha : 1.0f;
     LT(cublasLtMatmul(d->lt, desc, &alpha, c->A, la, c->B, lb, &c->beta, c->D,
-                      ld, c->D, ld, &heur.algo, st->workspace, CUDA_LT_WORKSPACE,
+                      ld, c->D, ld, &algo, st->workspace, CUDA_LT_WORKSPACE,
                       st->cs));
 #undef LT
 out:
@@ -216,11 +298,11 @@ int cuda_matmul_forward(dt_device_t *d, dt_stream_t *s, void *out,
     if ((rc = widen_weight(d, st, op, &weight, wdtype, OC, C)) != DT_OK)
         return rc;
     /* out^T (OC, N) = W (OC, C) inp^T (C, N); W is col-major (C, OC): op T */
-    lt_call_t c = {.ta = CUBLAS_OP_T, .tb = CUBLAS_OP_N,
+    cuda_lt_call_t c = {.ta = CUBLAS_OP_T, .tb = CUBLAS_OP_N,
                    .m = (uint64_t)OC, .n = (uint64_t)N, .k = (uint64_t)C,
                    .A = weight, .B = inp, .D = out, .atype = dtype, .dtype = dtype,
                    .lda = C, .ldb = C, .ldd = OC, .beta = 0.0f, .bias = bias};
-    return lt_matmul(d, st, op, &c);
+    return cuda_lt_matmul(d, st, op, &c);
 }
 
 int cuda_matmul_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
@@ -246,19 +328,19 @@ int cuda_matmul_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
     if (dinp && (rc = widen_weight(d, st, op, &weight, wdtype, OC, C)) != DT_OK)
         return rc;
     if (dinp) { /* dinp^T (C, N) += W^T (C, OC) dout^T (OC, N) */
-        lt_call_t c = {.ta = CUBLAS_OP_N, .tb = CUBLAS_OP_N,
+        cuda_lt_call_t c = {.ta = CUBLAS_OP_N, .tb = CUBLAS_OP_N,
                        .m = (uint64_t)C, .n = (uint64_t)N, .k = (uint64_t)OC,
                        .A = weight, .B = dout, .D = dinp, .atype = dtype,
                        .dtype = dtype, .lda = C, .ldb = OC, .ldd = C, .beta = 1.0f};
-        if ((rc = lt_matmul(d, st, op, &c)) != DT_OK)
+        if ((rc = cuda_lt_matmul(d, st, op, &c)) != DT_OK)
             return rc;
     }
     if (dweight) { /* dW^T (C, OC) += inp^T (C, N) dout (N, OC), in f32 */
-        lt_call_t c = {.ta = CUBLAS_OP_N, .tb = CUBLAS_OP_T,
+        cuda_lt_call_t c = {.ta = CUBLAS_OP_N, .tb = CUBLAS_OP_T,
                        .m = (uint64_t)C, .n = (uint64_t)OC, .k = (uint64_t)N,
                        .A = inp, .B = dout, .D = dweight, .atype = dtype,
                        .dtype = DT_F32, .lda = C, .ldb = OC, .ldd = C, .beta = 1.0f};
-        if ((rc = lt_matmul(d, st, op, &c)) != DT_OK)
+        if ((rc = cuda_lt_matmul(d, st, op, &c)) != DT_OK)
             return rc;
     }
     if (dbias)

@@ -2,11 +2,16 @@
  * plugins/cuda/cuda_nn.cu - the cuda device's row and gather kernels:
  * embedding forward/backward, LayerNorm forward/backward, softmax
  * cross-entropy forward/backward, and the bias gradient of a matmul.
- * Reductions over rows (LayerNorm's dweight/dbias, the bias gradient,
- * dwpe) walk the rows in order in one thread per column: no atomics, the
- * same bits every run.  Only dwte has an atomic path (the default), since
- * a per-column walk over every token is slow; `deterministic` turns it
- * off.  Compiled for sm_80 and sm_90; not yet run on a GPU.
+ * Reductions over rows (LayerNorm's dweight/dbias, the bias gradient)
+ * give each block 16 columns and 32 or 64 row lanes: a half-warp reads 16
+ * consecutive columns of one row, each lane adds its rows (lane, lane +
+ * lanes, ...) in order in a register, and a fixed tree in shared memory
+ * adds the lanes.  No atomics and no scratch in global memory; the order
+ * depends only on N and C, so the same bits every run.  dwpe sums over B
+ * in order per (t, c), one thread each (T * C threads fill the GPU).
+ * Only dwte has an atomic path (the default), since a per-column walk over
+ * every token is slow; `deterministic` turns it off.  Compiled for sm_80
+ * and sm_90; ran on an H200 (test_kernels, the GPT-2 oracle).
  */
 #include "cuda_dtype.cuh"
 #include "cuda_launch.h"
@@ -120,25 +125,80 @@ __global__ void layernorm_bwd_inp(T *dinp, const T *dout, const T *inp,
     }
 }
 
-template <typename T>
-__global__ void layernorm_bwd_params(float *dweight, float *dbias,
-                                     const T *dout, const T *inp,
-                                     const float *mean, const float *rstd,
-                                     int64_t N, int64_t C)
+/* Column reductions over the N rows of a row-major (N, C) array.  A block
+ * of (COL_TILE, RL) threads owns COL_TILE consecutive columns; thread
+ * (tx, ty) adds column blockIdx.x * COL_TILE + tx over rows ty, ty + RL,
+ * ty + 2 RL, ... in that order, then col_tree_sum adds the RL partials.
+ * A half-warp is COL_TILE consecutive elements of one row, so loads are
+ * whole 32-byte sectors even for bf16.  COL_UNROLL rows are loaded before
+ * they are added (still in row order): with C = 768 only 48 blocks run,
+ * and each of their SMs needs many loads in flight to draw bandwidth. */
+#define COL_TILE 16
+#define COL_UNROLL 8
+
+/* sh[l][tx] += sh[l + s][tx] for s = RL / 2, ..., 1, l < s: a fixed tree,
+ * so sh[0][tx] ends as the column's total, in thread (tx, 0), which did
+ * the last add itself.  Every thread calls it after writing sh[ty][tx]. */
+template <int RL>
+__device__ __forceinline__ void col_tree_sum(float (*sh)[COL_TILE])
 {
-    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (c >= C)
-        return;
-    float dw = 0.0f, db = 0.0f;
-    for (int64_t n = 0; n < N; n++) {
-        float dy = ld(dout, n * C + c);
-        dw += dy * (ld(inp, n * C + c) - mean[n]) * rstd[n];
-        db += dy;
+    static_assert(RL > 0 && (RL & (RL - 1)) == 0, "row lanes: a power of two");
+    int tx = threadIdx.x, ty = threadIdx.y;
+    for (int s = RL / 2; s > 0; s >>= 1) {
+        __syncthreads();
+        if (ty < s)
+            sh[ty][tx] += sh[ty + s][tx];
     }
-    if (dweight)
-        dweight[c] += dw;
-    if (dbias)
-        dbias[c] += db;
+}
+
+/* The launch bounds keep 1024 threads of either block size resident on an
+ * SM (at most 64 registers a thread), so two 512-thread blocks can share
+ * one. */
+template <typename T, int RL>
+__global__ void __launch_bounds__(COL_TILE * RL, 1024 / (COL_TILE * RL))
+layernorm_bwd_params(float *dweight, float *dbias, const T *dout,
+                     const T *inp, const float *mean, const float *rstd,
+                     int64_t N, int64_t C)
+{
+    __shared__ float shw[RL][COL_TILE], shb[RL][COL_TILE];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int64_t c = (int64_t)blockIdx.x * COL_TILE + tx;
+    float dw = 0.0f, db = 0.0f;
+    if (c < C) {
+        int64_t n = ty;
+        for (; n + (COL_UNROLL - 1) * RL < N; n += COL_UNROLL * RL) {
+            float dy[COL_UNROLL], x[COL_UNROLL], m[COL_UNROLL], r[COL_UNROLL];
+#pragma unroll
+            for (int u = 0; u < COL_UNROLL; u++) {
+                int64_t row = n + u * RL;
+                dy[u] = ld(dout, row * C + c);
+                x[u] = ld(inp, row * C + c);
+                m[u] = mean[row];
+                r[u] = rstd[row];
+            }
+#pragma unroll
+            for (int u = 0; u < COL_UNROLL; u++) {
+                dw += dy[u] * (x[u] - m[u]) * r[u];
+                db += dy[u];
+            }
+        }
+        for (; n < N; n += RL) {
+            float g = ld(dout, n * C + c);
+            dw += g * (ld(inp, n * C + c) - mean[n]) * rstd[n];
+            db += g;
+        }
+    }
+    /* Columns past C add zeros and still reach every barrier. */
+    shw[ty][tx] = dw;
+    shb[ty][tx] = db;
+    col_tree_sum<RL>(shw);
+    col_tree_sum<RL>(shb);
+    if (ty == 0 && c < C) {
+        if (dweight)
+            dweight[c] += shw[0][tx];
+        if (dbias)
+            dbias[c] += shb[0][tx];
+    }
 }
 
 template <typename T>
@@ -178,19 +238,44 @@ __global__ void softmax_xent_bwd(T *dlogits, const T *probs,
     }
 }
 
-template <typename T>
-__global__ void bias_bwd(float *dbias, const T *dout, int64_t N, int64_t OC)
+template <typename T, int RL>
+__global__ void __launch_bounds__(COL_TILE * RL, 1024 / (COL_TILE * RL))
+bias_bwd(float *dbias, const T *dout, int64_t N, int64_t OC)
 {
-    int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (o >= OC)
-        return;
+    __shared__ float sh[RL][COL_TILE];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int64_t o = (int64_t)blockIdx.x * COL_TILE + tx;
     float acc = 0.0f;
-    for (int64_t n = 0; n < N; n++)
-        acc += ld(dout, n * OC + o);
-    dbias[o] += acc;
+    if (o < OC) {
+        int64_t n = ty;
+        for (; n + (COL_UNROLL - 1) * RL < N; n += COL_UNROLL * RL) {
+            float v[COL_UNROLL];
+#pragma unroll
+            for (int u = 0; u < COL_UNROLL; u++)
+                v[u] = ld(dout, (n + u * RL) * OC + o);
+#pragma unroll
+            for (int u = 0; u < COL_UNROLL; u++)
+                acc += v[u];
+        }
+        for (; n < N; n += RL)
+            acc += ld(dout, n * OC + o);
+    }
+    sh[ty][tx] = acc;
+    col_tree_sum<RL>(sh);
+    if (ty == 0 && o < OC)
+        dbias[o] += sh[0][tx];
 }
 
 static unsigned cols_grid(int64_t C) { return (unsigned)((C + DT_BLOCK - 1) / DT_BLOCK); }
+
+/* Row lanes of a column-reduction block, from the number of column tiles
+ * alone (so a shape's summation order, hence its bits, is the same on any
+ * GPU): 64 (1024 threads) while there are few enough tiles for each block
+ * to have an SM to itself on current GPUs (108 to 132 SMs), as the few busy
+ * SMs need many loads in flight; 32 beyond, so two blocks share an SM and
+ * C = 2304 or 3072 (144 or 192 tiles) runs in one wave on 132 SMs. */
+#define COL_WIDE_MAX_TILES 96
+static int64_t col_tiles(int64_t C) { return (C + COL_TILE - 1) / COL_TILE; }
 
 extern "C" {
 
@@ -267,8 +352,17 @@ cudaError_t cuda_launch_layernorm_backward(cudaStream_t cs, void *dinp,
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess || (!dweight && !dbias))
             return e;
-        layernorm_bwd_params<E><<<cols_grid(C), DT_BLOCK, 0, cs>>>(
-            dweight, dbias, (const E *)dout, (const E *)inp, mean, rstd, N, C);
+        int64_t tiles = col_tiles(C);
+        if (tiles == 0)
+            return e;
+        if (tiles > INT32_MAX)
+            return cudaErrorInvalidValue;
+        if (tiles <= COL_WIDE_MAX_TILES)
+            layernorm_bwd_params<E, 64><<<(unsigned)tiles, dim3(COL_TILE, 64), 0, cs>>>(
+                dweight, dbias, (const E *)dout, (const E *)inp, mean, rstd, N, C);
+        else
+            layernorm_bwd_params<E, 32><<<(unsigned)tiles, dim3(COL_TILE, 32), 0, cs>>>(
+                dweight, dbias, (const E *)dout, (const E *)inp, mean, rstd, N, C);
         return cudaGetLastError();
     });
 }
@@ -306,11 +400,19 @@ cudaError_t cuda_launch_bias_backward(cudaStream_t cs, float *dbias,
                                       const void *dout, int dtype, int64_t N,
                                       int64_t OC)
 {
-    if (OC == 0)
+    int64_t tiles = col_tiles(OC);
+    if (tiles == 0)
         return cudaSuccess;
+    if (tiles > INT32_MAX)
+        return cudaErrorInvalidValue;
     return dt_dispatch(dtype, [&](auto *t) {
         using E = DT_ELEM(t);
-        bias_bwd<E><<<cols_grid(OC), DT_BLOCK, 0, cs>>>(dbias, (const E *)dout, N, OC);
+        if (tiles <= COL_WIDE_MAX_TILES)
+            bias_bwd<E, 64><<<(unsigned)tiles, dim3(COL_TILE, 64), 0, cs>>>(
+                dbias, (const E *)dout, N, OC);
+        else
+            bias_bwd<E, 32><<<(unsigned)tiles, dim3(COL_TILE, 32), 0, cs>>>(
+                dbias, (const E *)dout, N, OC);
         return cudaGetLastError();
     });
 }

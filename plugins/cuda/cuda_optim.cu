@@ -5,7 +5,7 @@
  * of a unit or of the rank's shard, one buffer) to one call, so one launch
  * already covers many tensors: the multi-tensor fusion PyTorch's
  * _foreach/fused optimizers do over lists of tensors.  Compiled for sm_80
- * and sm_90; not yet run on a GPU.
+ * and sm_90; ran on an H200 (test_kernels).
  */
 #include "cuda_dtype.cuh"
 #include "cuda_launch.h"

@@ -24,7 +24,7 @@
  * dt_mh_device), with the same tolerances: the cuda kernels compute in f32
  * too (TF32 off).  unit.test_gpt2_oracle.cuda exits 77, which ctest
  * reports as skipped, printing "no CUDA device: ..." where there is none;
- * it has not yet run on a GPU.
+ * it passed on an H200 (scripts/gpu-check.sh).
  *
  * AdamW is not checked here: tests/unit/test_cpu_kernels.c (test_adamw:
  * the kernel's bias correction and decoupled decay against

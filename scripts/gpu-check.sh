@@ -23,8 +23,9 @@
 #     e2e       tests/integration/test_cuda.sh gpu: 6 steps on cuda against
 #               cpu (losses within 1e-3), deterministic mode repeats its bits
 #     profile   GPT-2 124M, 1024 tokens a sequence: tokens/s and MFU at
-#               micro-batch 8 (f32, tf32) and 16 (tf32; bf16 weights), and
-#               the per-kernel table of --profile device:skip=1:sync
+#               micro-batch 8 (f32, tf32) and 16 (tf32; bf16 weights; bf16
+#               activations), and per-kernel tables of
+#               --profile device:skip=1:sync
 #     oom       the memory_limit refusal and a real out-of-memory message
 #
 # Where there is no GPU (no nvidia-smi, or it lists none) the stages that
@@ -176,6 +177,15 @@ T
   echo "---- bf16 weights, tf32 on, micro-batch 16"
   "$build/dtrain" run gpt2.toml --set run.name=bf16w --set cuda.tf32=true \
     --set train.micro_batch=16 --set model.dtype=bf16 || rc=1
+  echo "---- bf16 activations, f32 parameters, micro-batch 16"
+  "$build/dtrain" run gpt2.toml --set run.name=a16 --set model.activations=bf16 \
+    --set train.micro_batch=16 --set train.steps=10 || rc=1
+  echo "---- bf16 activations and parameters, micro-batch 16"
+  "$build/dtrain" run gpt2.toml --set run.name=a16b16 --set model.activations=bf16 \
+    --set model.dtype=bf16 --set train.micro_batch=16 --set train.steps=10 || rc=1
+  echo "---- per-kernel times (sync after each call), bf16 activations, micro-batch 16"
+  "$build/dtrain" run gpt2.toml --set run.name=profa16 --set model.activations=bf16 \
+    --set train.micro_batch=16 --set train.steps=4 --profile device:skip=1:sync || rc=1
   echo "---- per-kernel times (sync after each call), tf32 on, micro-batch 8"
   "$build/dtrain" run gpt2.toml --set run.name=prof --set cuda.tf32=true --set train.steps=4 \
     --profile device:skip=1:sync || rc=1

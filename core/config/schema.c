@@ -41,8 +41,12 @@ static const dt_config_key_t model_keys[] = {
     K_INT("context", "64", 1, 1048576.0, "gpt2: maximum sequence length"),
     K_ENUM("dtype", "\"fp32\"", "fp32|bf16|fp16",
            "compute dtype of parameters (bf16, fp16: matmuls read 16-bit weights; "
-           "gradients, activations and the optimizer's master copy stay fp32; fp16 "
-           "scales the loss as [fp16] says)"),
+           "gradients and the optimizer's master copy stay fp32, activations as "
+           "[model] activations says; fp16 scales the loss as [fp16] says)"),
+    K_ENUM("activations", "\"fp32\"", "fp32|bf16",
+           "dtype of activations and their gradients: bf16 halves their memory and runs "
+           "matmuls and attention on bf16 tensor cores, with f32 accumulation and f32 "
+           "parameter gradients (the cuda device; the cpu device runs fp32 only)"),
     K_ENUM("activation_checkpointing", "\"none\"", "none|all|every",
            "recompute activations in backward"),
     K_INT("checkpoint_every", "2", 1, 1024,

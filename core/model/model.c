@@ -79,10 +79,11 @@ int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, dt_model_t **o
 int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t tp,
                          int32_t tp_rank, dt_model_t **out)
 {
-    const char *arch, *dtype, *recompute;
+    const char *arch, *dtype, *recompute, *acts;
     int rc;
     if ((rc = dt_config_get_string(cfg, "model.arch", &arch)) ||
         (rc = dt_config_get_string(cfg, "model.dtype", &dtype)) ||
+        (rc = dt_config_get_string(cfg, "model.activations", &acts)) ||
         (rc = dt_config_get_string(cfg, "model.activation_checkpointing", &recompute)))
         return rc;
     if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
@@ -127,6 +128,18 @@ int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t t
         goto fail;
     }
     m->desc.param_dtype = m->wdtype;
+    if (strcmp(acts, "bf16") == 0) {
+        /* matmuls multiply bf16 activations by bf16 weights, or by f32 ones
+         * rounded to bf16; f16 weights would need a third format */
+        if (m->wdtype == DT_F16) {
+            rc = dt_err_set(DT_ERR_CONFIG,
+                            "%s: [model] activations = \"bf16\" with dtype = \"fp16\": bf16 "
+                            "activations take fp32 or bf16 parameters",
+                            dt_model_cfg_name(cfg));
+            goto fail;
+        }
+        m->adtype = DT_BF16;
+    }
     /* [model] activation_checkpointing: which units backward recomputes */
     m->recompute_mode = strcmp(recompute, "all") == 0     ? DT_RECOMPUTE_ALL
                         : strcmp(recompute, "every") == 0 ? DT_RECOMPUTE_EVERY
@@ -752,8 +765,17 @@ int dt_model_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t B, int
                           "model: created for device '%s', run on an instance of device '%s'",
                           m->dev_name, ctx->dev_ops->info.name ? ctx->dev_ops->info.name : "?");
     dt_model_act_t plan;
-    int rc = dt_model_plan_acts(m, B, T, &plan);
-    if (rc)
+    int rc;
+    if (m->adtype != DT_F32 &&
+        (rc = m->kern->residual_forward(ctx->dev, ctx->stream, NULL, NULL, NULL, m->adtype, 0))) {
+        /* a call of no elements: the device's dtype check alone, before any
+         * memory is planned for activations it cannot run */
+        char why[256];
+        snprintf(why, sizeof why, "%s", dt_last_error());
+        return dt_err_set(DT_ERR_CONFIG, "[model] activations = \"%s\": device '%s' does not "
+                          "run them (%s)", dt_dtype_name(m->adtype), m->dev_name, why);
+    }
+    if ((rc = dt_model_plan_acts(m, B, T, &plan)))
         return rc;
     const int64_t BT = B * T;
     const uint32_t n = m->desc.n_units;

@@ -1272,10 +1272,13 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
     }
     rep->step_s = now_s() - t0;
     rep->tokens_per_s = (double)(t->global_batch * t->seq_len) / rep->step_s;
-    rep->mfu = R->props.peak_flops_f32 > 0
-                   ? rep->tokens_per_s * R->flops_per_token /
-                         ((double)R->world.size * R->props.peak_flops_f32)
-                   : 0;
+    /* against the peak of the type the products run in: bf16 activations
+     * multiply in bf16, f32 ones in f32 (a device that runs them on TF32
+     * tensor cores says so in peak_flops_f32) */
+    const double peak = dt_model_act_dtype(R->model) == DT_BF16 ? R->props.peak_flops_bf16
+                                                                : R->props.peak_flops_f32;
+    rep->mfu = peak > 0 ? rep->tokens_per_s * R->flops_per_token / ((double)R->world.size * peak)
+                        : 0;
     dt_mem_stats_t ms;
     device_mem_stats(R, &ms);
     rep->mem_now = ms.total_current;

@@ -91,7 +91,8 @@ static int scratch(dt_device_t *d, dt_stream_t *st, int dtype, int64_t T, int64_
                    int backward, att_scratch_t *sc)
 {
     uint64_t n = (uint64_t)NH * (uint64_t)T * (uint64_t)T;
-    uint64_t per = sizeof(float) * (backward ? 2 : 1) + (dtype == DT_BF16 ? 2 * (backward ? 2 : 1) : 0);
+    const uint64_t mats = backward ? 2 : 1; /* S (and dP) */
+    uint64_t per = mats * (sizeof(float) + (dtype == DT_BF16 ? 2 : 0));
     uint64_t bytes = n * per;
     if (bytes > st->att_bytes) {
         if (st->att)
@@ -160,8 +161,8 @@ int cuda_attention_forward(dt_device_t *d, dt_stream_t *s, void *out,
         const char *q = (const char *)qkv + b * T * 3 * C * e;
         char *o = (char *)out + b * T * C * e;
         CHECK(scores(d, st, op, sc.S, q, q + C * e, 3 * C, dtype, T, hs, NH, scale));
-        CUDA_LAUNCHED(d, op, cuda_launch_attention_softmax(st->cs, sc.P, (float *)state + b * NH * T,
-                                                           sc.S, dtype, T, NH));
+        float *lse = (float *)state + b * NH * T;
+        CUDA_LAUNCHED(d, op, cuda_launch_attention_softmax(st->cs, sc.P, lse, sc.S, dtype, T, NH));
         /* out_h (T, hs) = P_h V_h: out_h^T = V_h^T P_h^T, column-major */
         cuda_lt_call_t c = {.ta = CUBLAS_OP_N, .tb = CUBLAS_OP_N,
                             .m = (uint64_t)hs, .n = (uint64_t)T, .k = (uint64_t)T,

@@ -37,7 +37,7 @@ __global__ void att_fwd(E *out, float *lse, const E *qkv, int64_t T,
     int64_t t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hs = C / NH;
     float *sc = sm;          /* (t + 1) scores */
     float *q = sm + T;       /* (hs) */
-    float scale = rsqrtf((float)hs);
+    float scale = 1.0f / sqrtf((float)hs); /* as cuda_attention.c's */
     for (int64_t d = threadIdx.x; d < hs; d += blockDim.x)
         q[d] = ld(qkv, qkv_at(b, t, 0, h, d, T, C, hs));
     __syncthreads();
@@ -77,7 +77,7 @@ __global__ void att_bwd_q(E *dqkv, const E *dout, const E *qkv, const E *out,
     int64_t t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hs = C / NH;
     float *ds = sm;              /* (t + 1) */
     float *q = sm + T, *dy = sm + T + hs;
-    float scale = rsqrtf((float)hs);
+    float scale = 1.0f / sqrtf((float)hs); /* as cuda_attention.c's */
     float l = lse[(b * NH + h) * T + t];
     float dpart = 0.0f;
     for (int64_t d = threadIdx.x; d < hs; d += blockDim.x) {
@@ -114,7 +114,7 @@ __global__ void att_bwd_kv(E *dqkv, const E *dout, const E *qkv, const E *out,
     int64_t s = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hs = C / NH;
     float *P = sm, *ds = sm + T;        /* indexed by t */
     float *k = sm + 2 * T, *v = sm + 2 * T + hs;
-    float scale = rsqrtf((float)hs);
+    float scale = 1.0f / sqrtf((float)hs); /* as cuda_attention.c's */
     for (int64_t d = threadIdx.x; d < hs; d += blockDim.x) {
         k[d] = ld(qkv, qkv_at(b, s, 1, h, d, T, C, hs));
         v[d] = ld(qkv, qkv_at(b, s, 2, h, d, T, C, hs));

@@ -347,9 +347,9 @@ static void fences_close(dt_device_t *d)
 static cudaError_t sync_point(cudaEvent_t ev) { return cudaEventSynchronize(ev); }
 
 /* Wait until the work queued so far on every live stream is done (a
- * fence over all of them, idle or not, polled, up to `ms`): DT_OK, or a status and the text ("the work
- * queued on the device's streams not done after 300 s", or the failed
- * call) in msg.  mem_mu only around making and returning the fence. */
+ * fence over all of them, idle or not, polled, up to `ms`): DT_OK, or a
+ * status and the text ("the work queued on the device's streams not done
+ * after 300 s", or the failed call) in msg.  mem_mu only around making and returning the fence. */
 static int device_settle(dt_device_t *d, uint64_t ms, char *msg, size_t len)
 {
     cudaEvent_t ev;

@@ -33,8 +33,9 @@ struct dt_stream {
     cudaStream_t cs;
     void *workspace;   /* CUDA_LT_WORKSPACE bytes, DT_TAG_STAGING */
     double *partials;  /* CUDA_PARTIALS doubles, DT_TAG_STAGING */
-    float *wide;       /* bf16 weights widened to f32 for f32 matmuls,
-                        * grown on demand, DT_TAG_STAGING */
+    void *wide;        /* weights converted to the activations' type for a
+                        * matmul (cuda_matmul.c), grown on demand,
+                        * DT_TAG_STAGING */
     uint64_t wide_bytes;
     void *att;         /* attention's score matrices (cuda_attention.cu),
                         * grown on demand, DT_TAG_STAGING */

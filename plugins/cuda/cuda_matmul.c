@@ -2,10 +2,11 @@
  * plugins/cuda/cuda_matmul.c - the cuda device's matmuls through cuBLASLt:
  * f32 (TF32 tensor cores when the `tf32` key allows; bf16 and f16 weights
  * with f32 activations are widened to f32 first) and bf16 with f32
- * accumulation; the forward's bias goes in cuBLASLt's BIAS epilogue, the
+ * accumulation (an f32 weight with bf16 activations is rounded to bf16
+ * first); the forward's bias goes in cuBLASLt's BIAS epilogue, the
  * weight gradient accumulates (beta = 1) into the f32 dweight straight
  * from bf16 inputs, and the bias gradient is a column-sum kernel
- * (cuda_nn.cu: ordered, no atomics).  With `deterministic` cuBLASLt is
+ * (cuda_nn.cu: a fixed order, no atomics).  With `deterministic` cuBLASLt is
  * asked for algorithms without split-K reductions.
  *
  * A row-major (N, C) matrix is a column-major (C, N) one, so each product
@@ -191,8 +192,13 @@ int cuda_lt_matmul(dt_device_t *d, dt_stream_t *st, const char *op,
         for (int i = 0; i < 4; i++)
             LT(cublasLtMatmulPreferenceSetAttribute(pref, al[i], &key.align[i < 3 ? i : 2],
                                                     sizeof key.align[0]));
-        if (d->deterministic) {
-            uint32_t mask = CUBLASLT_REDUCTION_SCHEME_NONE;
+        /* deterministic: no split-K.  A bf16 output: split-K only with its
+         * partial sums in the compute type (f32), never in the output's
+         * 8-bit mantissa (the OUTPUT_TYPE and INPLACE schemes). */
+        if (d->deterministic || c->dtype == DT_BF16) {
+            uint32_t mask = d->deterministic ? CUBLASLT_REDUCTION_SCHEME_NONE
+                                             : CUBLASLT_REDUCTION_SCHEME_NONE |
+                                                   CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
             LT(cublasLtMatmulPreferenceSetAttribute(
                 pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask));
         }
@@ -233,44 +239,46 @@ out:
     return rc;
 }
 
-/* f32 activations with f32, bf16 or f16 weights, or bf16 with bf16. */
+/* f32 activations with f32, bf16 or f16 weights; bf16 activations with
+ * bf16 or f32 weights. */
 static int check_types(dt_device_t *d, const char *op, int dtype, int wdtype)
 {
     if ((dtype == DT_F32 && (wdtype == DT_F32 || wdtype == DT_BF16 || wdtype == DT_F16)) ||
-        (dtype == DT_BF16 && wdtype == DT_BF16))
+        (dtype == DT_BF16 && (wdtype == DT_BF16 || wdtype == DT_F32)))
         return DT_OK;
     char got[96];
     snprintf(got, sizeof got, "%s activations with %s weights",
              dt_dtype_name(dtype), dt_dtype_name(wdtype));
     return cuda_dtype_refused(d, op, got,
                               "f32 activations with f32, bf16 or f16 weights, or "
-                              "bf16 with bf16");
+                              "bf16 activations with bf16 or f32 weights");
 }
 
-/* cuBLASLt multiplies bf16 only with bf16 (f16 with f16): with f32
- * activations a bf16 or f16 weight (OC, C) is widened (exactly) into the
- * stream's scratch, ordered on the stream, and the product runs in f32.
- * *w points at the f32 copy. */
-static int widen_weight(dt_device_t *d, dt_stream_t *st, const char *op,
-                        const void **w, int wdtype, int64_t OC, int64_t C)
+/* cuBLASLt multiplies A and B of one type: a weight of another type than
+ * the activations is converted into the stream's scratch, ordered on the
+ * stream, and the product runs in the activations' type.  bf16 and f16
+ * weights with f32 activations are widened (exactly); an f32 weight with
+ * bf16 activations is rounded to bf16 (nearest even), as mixed precision
+ * computes with an f32 master copy.  *w points at the converted copy. */
+static int convert_weight(dt_device_t *d, dt_stream_t *st, const char *op,
+                          const void **w, int dtype, int wdtype, int64_t OC, int64_t C)
 {
-    if (wdtype != DT_BF16 && wdtype != DT_F16)
+    if (wdtype == dtype)
         return DT_OK;
-    uint64_t bytes = (uint64_t)OC * (uint64_t)C * sizeof(float);
+    uint64_t bytes = (uint64_t)OC * (uint64_t)C * dt_dtype_size(dtype);
     if (bytes > st->wide_bytes) {
         if (st->wide)
             cuda_mem_free(d, st->wide);
         st->wide = NULL;
         st->wide_bytes = 0;
         char who[64];
-        snprintf(who, sizeof who, "%s: widened weight", op);
+        snprintf(who, sizeof who, "%s: converted weight", op);
         int rc = cuda_mem_alloc(d, bytes, DT_TAG_STAGING, (void **)&st->wide, who);
         if (rc != DT_OK)
             return rc;
         st->wide_bytes = bytes;
     }
-    CUDA_LAUNCHED(d, op, cuda_launch_cast(st->cs, st->wide, DT_F32, *w, wdtype,
-                                          OC * C));
+    CUDA_LAUNCHED(d, op, cuda_launch_cast(st->cs, st->wide, dtype, *w, wdtype, OC * C));
     *w = st->wide;
     return DT_OK;
 }
@@ -295,7 +303,7 @@ int cuda_matmul_forward(dt_device_t *d, dt_stream_t *s, void *out,
     if (C == 0) /* an empty sum: out = bias (or 0) */
         return d->host->set_error(d->host, DT_ERR_UNSUPPORTED,
                                   "%s: C = 0 is not run by the cuda device", op);
-    if ((rc = widen_weight(d, st, op, &weight, wdtype, OC, C)) != DT_OK)
+    if ((rc = convert_weight(d, st, op, &weight, dtype, wdtype, OC, C)) != DT_OK)
         return rc;
     /* out^T (OC, N) = W (OC, C) inp^T (C, N); W is col-major (C, OC): op T */
     cuda_lt_call_t c = {.ta = CUBLAS_OP_T, .tb = CUBLAS_OP_N,
@@ -325,7 +333,7 @@ int cuda_matmul_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
         CUDA_PTR(d, op, inp, N * C);
     if (N == 0 || OC == 0 || C == 0)
         return DT_OK;
-    if (dinp && (rc = widen_weight(d, st, op, &weight, wdtype, OC, C)) != DT_OK)
+    if (dinp && (rc = convert_weight(d, st, op, &weight, dtype, wdtype, OC, C)) != DT_OK)
         return rc;
     if (dinp) { /* dinp^T (C, N) += W^T (C, OC) dout^T (OC, N) */
         cuda_lt_call_t c = {.ta = CUBLAS_OP_N, .tb = CUBLAS_OP_N,

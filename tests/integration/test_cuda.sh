@@ -2,10 +2,12 @@
 # The cuda device plugin through the CLI.  Mode "any" (every machine whose
 # build has the plugin): `dtrain plugins --describe cuda` lists every key
 # with its doc, `dtrain env` reports the CUDA runtime, a bad [cuda] value
-# is a config error (exit 2), and on a machine without a GPU
+# is a config error (exit 2), so are bf16 activations on the cpu device,
+# and on a machine without a GPU
 # `run.device = "cuda"` fails at init with exit 1, "no CUDA device" and
 # CUDA's own error string.  Mode "gpu": a short GPT-2 run on cuda against
-# the same run on cpu (f32, tf32 off); exits 77 (skipped) with "no CUDA
+# the same run on cpu (f32, tf32 off), fsdp and zero-3 at world 1 against
+# ddp, bf16 activations against f32; exits 77 (skipped) with "no CUDA
 # device" where there is none; with two GPUs or more, also two ranks on
 # nccl against shm.  The nccl communicator: `--describe nccl`, and its
 # refusal of a device without CUDA streams (exit 2).  The gpu mode passed
@@ -58,6 +60,22 @@ if [ "$mode" = gpu ]; then
     --set run.name=d1 --set cuda.deterministic=true
   "$bin" run tiny.toml --metrics d2.jsonl --set run.name=d2 --set cuda.deterministic=true >/dev/null 2>&1
   same_losses "deterministic runs repeat the same losses" d1.jsonl d2.jsonl 0
+  # the sharded strategies at world 1 gather and scatter through comm
+  # "self", which must copy device memory with the device
+  expect_exit 0 "fsdp on one GPU" "$bin" run tiny.toml --metrics fsdp.jsonl --set run.name=fsdp \
+    --set parallel.data=fsdp
+  same_losses "fsdp against ddp on one GPU" cuda.jsonl fsdp.jsonl 1e-6
+  expect_exit 0 "zero-3 on one GPU" "$bin" run tiny.toml --metrics z3.jsonl --set run.name=z3 \
+    --set parallel.data=zero --set zero.stage=3
+  same_losses "zero-3 against ddp on one GPU" cuda.jsonl z3.jsonl 1e-6
+  # bf16 activations (f32 and bf16 parameters): every activation rounded to
+  # 8 bits of mantissa moves the loss by about 1e-2 over 6 steps
+  expect_exit 0 "bf16 activations" "$bin" run tiny.toml --metrics a16.jsonl --set run.name=a16 \
+    --set model.activations=bf16
+  same_losses "bf16 activations against f32" cuda.jsonl a16.jsonl 5e-2
+  expect_exit 0 "bf16 activations and parameters" "$bin" run tiny.toml --metrics b16.jsonl \
+    --set run.name=b16 --set model.activations=bf16 --set model.dtype=bf16
+  same_losses "bf16 activations and parameters against f32" cuda.jsonl b16.jsonl 5e-2
   n=$("$bin" env | sed -n 's/^  GPUs *\([0-9]*\) visible.*/\1/p')
   if [ -f "$(dirname "$bin")/plugins-out/dtrain_nccl.so" ] && [ "${n:-0}" -ge 2 ]; then
     expect_exit 0 "2 ranks on nccl" "$bin" run tiny.toml --metrics nccl.jsonl --set run.name=nccl \
@@ -112,6 +130,13 @@ want=$(awk 'BEGIN { printf "%.4f", (4*2*32*32 - 4*2*32) * 4 * 2 / 1048576 }')
 if awk -v a="$a_cpu" -v b="$a_cuda" -v w="$want" 'BEGIN { d = a - b - w; exit !(d < 0.011 && d > -0.011) }'
 then ok "plan: cuda's attention state is the log-sum-exp ($a_cpu - $a_cuda MiB = $want MiB within the rounding)"
 else bad "plan: activations cpu $a_cpu MiB, cuda $a_cuda MiB, expected a difference of $want MiB"; fi
+
+expect_exit 2 "bf16 activations on the cpu device" "$bin" run tiny.toml --set run.device=cpu \
+  --set model.activations=bf16
+expect_out "bf16 activations: the cpu's refusal" "dtrain run: error: [model] activations = \"bf16\": device 'cpu' does not run them (device/cpu: residual_forward: bf16 activations: unsupported (the cpu device runs f32 activations))"
+expect_exit 2 "bf16 activations with fp16 parameters" "$bin" run tiny.toml --set run.device=cpu \
+  --set model.activations=bf16 --set model.dtype=fp16
+expect_out "bf16 activations with fp16: refused" "tiny.toml: [model] activations = \"bf16\" with dtype = \"fp16\": bf16 activations take fp32 or bf16 parameters"
 
 expect_exit 0 "env" "$bin" env
 expect_out "env reports the CUDA runtime" "  CUDA       found: "

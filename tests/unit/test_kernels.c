@@ -17,8 +17,18 @@
  * cuda variant passed on an H200, also under compute-sanitizer memcheck and
  * racecheck (scripts/gpu-check.sh).
  *
- * Tolerances are |got - want| <= atol + rtol |want|, stated at each check
- * with the reason.  u = 2^-24 ~ 6e-8 is the f32 unit roundoff.
+ * On cuda a second group, "bf16 activations on cuda", runs every kernel
+ * with bf16 activations (matmul with bf16 weights and with f32 master
+ * weights rounded to bf16, embedding, layernorm, GELU, residual/axpy/scale,
+ * softmax cross-entropy, attention, and the optimizers on bf16 gradients)
+ * against the same references fed exactly the bf16 inputs, each element
+ * within a bound built from its terms' magnitudes: f32 arithmetic, then
+ * bf16's unit roundoff 2^-8 ~ 3.9e-3 per stored rounding.  Its failures
+ * count in the exit status.  It has not run on a GPU yet.
+ *
+ * Tolerances are |got - want| <= atol + rtol |want| (in the bf16 group,
+ * mostly a bound per element), stated at each check with the reason.
+ * u = 2^-24 ~ 6e-8 is the f32 unit roundoff.
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -1544,6 +1554,756 @@ static void test_threads_matmul(void **state)
     }
 }
 
+/* ==================================== bf16 activations (cuda only) */
+
+/* The cuda device runs every kernel with bf16 activations (dtype DT_BF16,
+ * device.h): it widens bf16 exactly to f32, computes in f32 (the matmuls
+ * and attention's products: exact bf16 products summed in f32 by the
+ * tensor cores) and rounds every bf16 it stores once, to nearest even.
+ * The cpu runs f32 activations only, so this group runs on cuda alone.
+ * Each test feeds the double reference exactly the values the bf16
+ * buffers hold, and bounds every element on its own: the error of the f32
+ * arithmetic, from the magnitudes of the terms it adds (the same reference
+ * run on absolute values), plus each rounding to bf16.
+ *
+ * bf16 keeps 8 significant bits (7 stored): its unit roundoff is 2^-8 ~
+ * 3.9e-3, the largest relative error of one rounding to nearest (as f32's
+ * 24 bits give u = 2^-24), so a stored bf16 result is good to ~4e-3
+ * relative and no better.  A bf16 store rounds an f32 value that was
+ * itself rounded once from the sum or product it holds: within BF_R of
+ * that exact value, relative.  (A result next to a tie comes within 0.4%
+ * of this bound, as it should: a bound's margin is in its f32 part.) */
+#define BF_R (0x1p-8 + 0x1p-23)
+/* The error of one add in an f32 sum, relative to its operands'
+ * magnitudes: 2^-22, four times f32's u, so that it also covers tensor-core
+ * accumulators (which truncate instead of rounding) with a margin.  A
+ * K-term sum in any order is then within (K + 1) F32_ADD of the sum of its
+ * terms' magnitudes (the usual gamma_{K-1} bound). */
+#define F32_ADD 0x1p-22
+
+/* n uniform [lo, hi) draws rounded to bf16 into p; exact[i] (if not NULL)
+ * receives the value p[i] holds. */
+static void fill_bf(uint16_t *p, double *exact, dt_ref_rng_t *r, int64_t n, double lo,
+                    double hi)
+{
+    for (int64_t i = 0; i < n; i++) {
+        p[i] = dt_ref_f32_to_bf16((float)dt_ref_rng_uniform(r, lo, hi));
+        if (exact)
+            exact[i] = dt_ref_bf16_to_double(p[i]);
+    }
+}
+
+/* A device bf16 buffer of n such values; *exact (host memory, free())
+ * receives them exactly: what the reference is fed. */
+static uint16_t *dbf(cpu_t *c, dt_ref_rng_t *r, int64_t n, double lo, double hi,
+                     double **exact)
+{
+    uint16_t *p = dalloc(c, n * 2);
+    *exact = hzero(n);
+    fill_bf(p, *exact, r, n, lo, hi);
+    return p;
+}
+
+/* Exact double copy of bf16 values (host memory, free()). */
+static double *hbf(const uint16_t *x, int64_t n)
+{
+    double *d = hzero(n);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = dt_ref_bf16_to_double(x[i]);
+    return d;
+}
+
+static double *habs(const double *x, int64_t n)
+{
+    double *d = hzero(n);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = fabs(x[i]);
+    return d;
+}
+
+/* Bounds on a bf16 result after `calls` calls that each add to g0 (NULL:
+ * zeros; with calls = 1, a plain result) a value computed in f32 within
+ * e = ek mag[i] + e0 of grad[i] (mag may be NULL), and round the sum to
+ * bf16: after call j the result is within
+ *   b_j = b_{j-1} + e + BF_R (|g0 + j grad| + b_{j-1} + e)
+ * of g0 + j grad, the last term the rounding of a value that far from it. */
+static double *bound_bf16(const double *g0, const double *grad, const double *mag,
+                          double ek, double e0, int calls, int64_t n)
+{
+    double *b = hzero(n);
+    for (int64_t i = 0; i < n; i++) {
+        const double e = (mag ? ek * mag[i] : 0.0) + e0;
+        double s = 0.0;
+        for (int j = 1; j <= calls; j++)
+            s += e + BF_R * (fabs((g0 ? g0[i] : 0.0) + j * grad[i]) + s + e);
+        b[i] = s;
+    }
+    return b;
+}
+
+/* Bounds on an f32 gradient after `calls` calls that each add a sum of at
+ * most K terms whose magnitudes add up to mag[i] (K counts one more for
+ * terms that are themselves rounded products): the whole is one f32 sum of
+ * 1 + calls K terms, g0's and every call's, in whatever order. */
+static double *bound_f32(const double *g0, const double *mag, int64_t K, int calls, int64_t n)
+{
+    double *b = hzero(n);
+    for (int64_t i = 0; i < n; i++)
+        b[i] = (double)(2 + calls * K) * F32_ADD * (fabs(g0[i]) + calls * mag[i]);
+    return b;
+}
+
+/* Every |got[i] - want[i]| <= bound[i] (a NaN fails); else the count and
+ * the element furthest past its bound. */
+static void check_within(const char *what, const double *got, const double *want,
+                         const double *bound, int64_t n)
+{
+    int64_t bad = 0, worst = -1;
+    double worst_ratio = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double err = fabs(got[i] - want[i]);
+        if (err <= bound[i])
+            continue;
+        bad++;
+        double ratio = isnan(err) ? INFINITY : err / bound[i];
+        if (worst < 0 || ratio > worst_ratio) {
+            worst = i;
+            worst_ratio = ratio;
+        }
+    }
+    if (bad)
+        fail_msg("%s: %lld of %lld elements out of bounds; worst [%lld]: got %.9g, want "
+                 "%.9g, bound %.3g (%.3gx)",
+                 what, (long long)bad, (long long)n, (long long)worst, got[worst],
+                 want[worst], bound[worst], worst_ratio);
+}
+
+/* check_within on bf16 or f32 results; both free `want` and `bound` (so
+ * a reference output checked this way is not freed again). */
+static void check_bf(const char *what, const uint16_t *got, double *want, double *bound,
+                     int64_t n)
+{
+    double *g = hbf(got, n);
+    check_within(what, g, want, bound, n);
+    free(g), free(want), free(bound);
+}
+static void check_f(const char *what, const float *got, double *want, double *bound,
+                    int64_t n)
+{
+    double *g = hd(got, n);
+    check_within(what, g, want, bound, n);
+    free(g), free(want), free(bound);
+}
+
+/* ---------------------------------------------------------- bf16 matmul */
+
+/* Forward and two backward calls at (N, C, OC) with bf16 activations
+ * (inp, out, bias, dout, dinp) and weights in `wdtype`: bf16, or an f32
+ * master weight that the device rounds to bf16 (nearest even) before the
+ * bf16 product, so that the reference multiplies by the rounded weight.
+ * dweight and dbias are f32. */
+static void matmul_bf16_case(cpu_t *c, uint64_t seed, int wdtype, int with_bias, int64_t N,
+                             int64_t C, int64_t OC)
+{
+    /* which case failed: the instance (deterministic on, off), the shape */
+    print_message("bf16 matmul: %s weights, deterministic %s, bias %s, N %lld C %lld OC %lld\n",
+                  dt_dtype_name(wdtype), c == &g_t1 ? "on" : "off", with_bias ? "yes" : "no",
+                  (long long)N, (long long)C, (long long)OC);
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, seed);
+    double *inpd, *biasd = NULL, *wd;
+    uint16_t *inp = dbf(c, &r, N * C, -1, 1, &inpd);
+    uint16_t *bias = with_bias ? dbf(c, &r, OC, -1, 1, &biasd) : NULL;
+    void *w;
+    if (wdtype == DT_BF16) {
+        w = dbf(c, &r, OC * C, -1, 1, &wd);
+    } else {
+        float *wf = drand(c, &r, OC * C, -1, 1);
+        wd = hzero(OC * C);
+        for (int64_t i = 0; i < OC * C; i++)
+            wd[i] = dt_ref_bf16_to_double(dt_ref_f32_to_bf16(wf[i]));
+        w = wf;
+    }
+    double *ai = habs(inpd, N * C), *aw = habs(wd, OC * C);
+    double *ab = biasd ? habs(biasd, OC) : NULL;
+
+    uint16_t *out = dalloc(c, N * OC * 2);
+    OK(c->K->matmul_forward(c->dev, NULL, out, inp, w, bias, DT_BF16, wdtype, N, C, OC));
+    double *outd = hzero(N * OC), *mo = hzero(N * OC);
+    dt_ref_matmul_forward(outd, inpd, wd, biasd, N, C, OC);
+    dt_ref_matmul_forward(mo, ai, aw, ab, N, C, OC); /* sum |inp w| + |bias| */
+    /* C exact products and the bias (cuBLASLt's epilogue, in f32) summed in
+     * f32: (C + 2) F32_ADD of their magnitudes; then one rounding to bf16
+     * (~4e-3 relative) */
+    check_bf("bf16 matmul_forward out", out,
+             outd, bound_bf16(NULL, outd, mo, (double)(C + 2) * F32_ADD, 0, 1, N * OC),
+             N * OC);
+
+    double *doutd, *dinp0;
+    uint16_t *dout = dbf(c, &r, N * OC, -1, 1, &doutd);
+    uint16_t *dinp = dbf(c, &r, N * C, -1, 1, &dinp0); /* g0: backward must add */
+    float *dw = drand(c, &r, OC * C, -1, 1), *db = drand(c, &r, OC, -1, 1);
+    double *dw0 = hd(dw, OC * C), *db0 = hd(db, OC);
+    double *gi = hzero(N * C), *gw = hzero(OC * C), *gb = hzero(OC);
+    dt_ref_matmul_backward(gi, gw, gb, doutd, inpd, wd, N, C, OC);
+    double *ado = habs(doutd, N * OC);
+    double *mi = hzero(N * C), *mw = hzero(OC * C), *mb = hzero(OC);
+    dt_ref_matmul_backward(mi, mw, mb, ado, ai, aw, N, C, OC);
+    for (int call = 1; call <= 2; call++) {
+        OK(c->K->matmul_backward(c->dev, NULL, dinp, dw, with_bias ? db : NULL, dout, inp,
+                                 w, DT_BF16, wdtype, N, C, OC));
+        /* dinp: OC exact products summed in f32, added to the bf16 dinp
+         * (beta = 1) and rounded to bf16 once a call; and cuBLASLt rounds
+         * the product itself to bf16 before it adds C: on the H200 the
+         * (64, 96, 80) case was off by 3.8 ulps of the result (4.4x the
+         * single rounding's bound), as a rounding of the larger product
+         * would be.  So one more BF_R |product| a call. */
+        double *bi = bound_bf16(dinp0, gi, mi, (double)(OC + 2) * F32_ADD, 0, call, N * C);
+        for (int64_t i = 0; i < N * C; i++)
+            bi[i] += call * BF_R * (fabs(gi[i]) + (double)(OC + 2) * F32_ADD * mi[i]);
+        check_bf("bf16 matmul_backward dinp", dinp, accum(dinp0, gi, call, N * C), bi, N * C);
+        /* dweight: N exact products a call, accumulated (beta = 1) into
+         * the f32 dweight; dbias: N bf16 values a call, summed in f32 */
+        check_f("bf16 matmul_backward dweight", dw, accum(dw0, gw, call, OC * C),
+                bound_f32(dw0, mw, N, call, OC * C), OC * C);
+        if (with_bias)
+            check_f("bf16 matmul_backward dbias", db, accum(db0, gb, call, OC),
+                    bound_f32(db0, mb, N, call, OC), OC);
+        else /* NULL dbias: untouched */
+            CHECK("bf16 matmul_backward dbias untouched", db, db0, OC, 0, 0);
+    }
+    dfree(c, inp), dfree(c, w), dfree(c, out), dfree(c, dout), dfree(c, dinp);
+    dfree(c, dw), dfree(c, db);
+    if (bias)
+        dfree(c, bias);
+    free(inpd), free(biasd), free(wd), free(ai), free(aw), free(ab), free(mo);
+    free(doutd), free(dinp0), free(dw0), free(db0), free(gi), free(gw), free(gb);
+    free(ado), free(mi), free(mw), free(mb);
+}
+
+/* bf16 weights and f32 master weights, with and without bias, on both
+ * instances: odd shapes (7, 13, 9); (64, 96, 80); and N = 600 rows, past
+ * the unrolled part of the bias gradient's column sums (8 x 64 rows). */
+static void test_bf16_matmul(void **state)
+{
+    for (int f32w = 0; f32w < 2; f32w++) {
+        const int wdt = f32w ? DT_F32 : DT_BF16;
+        const uint64_t s = 300 + 10 * (uint64_t)f32w;
+        matmul_bf16_case(&g_t1, s + 1, wdt, 1, 7, 13, 9);
+        matmul_bf16_case(&g_t2, s + 2, wdt, 0, 7, 13, 9);
+        matmul_bf16_case(&g_t2, s + 3, wdt, 1, 64, 96, 80);
+        matmul_bf16_case(&g_t1, s + 4, wdt, 0, 64, 96, 80);
+        matmul_bf16_case(&g_t1, s + 5, wdt, 1, 600, 24, 40);
+    }
+}
+
+/* ------------------------------------------------------- bf16 embedding */
+
+static void test_bf16_embedding(void **state)
+{
+    const int64_t B = 2, T = 5, C = 12, V = 17, n = B * T * C;
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 311);
+    for (int pass = 0; pass < 2; pass++) {
+        cpu_t *c = pass ? &g_t2 : &g_t1;
+        int32_t *tok = dalloc(c, B * T * 4);
+        dt_ref_fill_int(&r, tok, B * T, (int32_t)V);
+        tok[7] = tok[2]; /* a repeated token: its dwte row sums two rows */
+        double *wted, *wped;
+        uint16_t *wte = dbf(c, &r, V * C, -1, 1, &wted), *wpe = dbf(c, &r, T * C, -1, 1, &wped);
+        uint16_t *out = dalloc(c, n * 2);
+        OK(c->K->embedding_forward(c->dev, NULL, out, tok, wte, wpe, DT_BF16, B, T, C));
+        double *outd = hzero(n);
+        dt_ref_embedding_forward(outd, tok, wted, wped, B, T, C);
+        /* one f32 add of two bf16 values, rounded to bf16: BF_R |out| */
+        check_bf("bf16 embedding_forward", out, outd, bound_bf16(NULL, outd, NULL, 0, 0, 1, n),
+                 n);
+
+        double *doutd;
+        uint16_t *dout = dbf(c, &r, n, -1, 1, &doutd);
+        float *dwte = drand(c, &r, V * C, -1, 1), *dwpe = drand(c, &r, T * C, -1, 1);
+        double *dwte0 = hd(dwte, V * C), *dwpe0 = hd(dwpe, T * C);
+        double *gte = hzero(V * C), *gpe = hzero(T * C);
+        dt_ref_embedding_backward(gte, gpe, doutd, tok, B, T, C);
+        double *ado = habs(doutd, n), *mte = hzero(V * C), *mpe = hzero(T * C);
+        dt_ref_embedding_backward(mte, mpe, ado, tok, B, T, C);
+        for (int call = 1; call <= 2; call++) {
+            OK(c->K->embedding_backward(c->dev, NULL, dwte, dwpe, dout, tok, DT_BF16, B, T, C));
+            /* f32 sums of exact bf16 values: a dwte row gets at most B T of
+             * them a call (atomics, any order), a dwpe row B */
+            check_f("bf16 embedding_backward dwte", dwte, accum(dwte0, gte, call, V * C),
+                    bound_f32(dwte0, mte, B * T, call, V * C), V * C);
+            check_f("bf16 embedding_backward dwpe", dwpe, accum(dwpe0, gpe, call, T * C),
+                    bound_f32(dwpe0, mpe, B, call, T * C), T * C);
+        }
+        dfree(c, tok), dfree(c, wte), dfree(c, wpe), dfree(c, out), dfree(c, dout);
+        dfree(c, dwte), dfree(c, dwpe);
+        free(wted), free(wped), free(doutd), free(dwte0), free(dwpe0);
+        free(gte), free(gpe), free(ado), free(mte), free(mpe);
+    }
+}
+
+/* ------------------------------------------------------- bf16 layernorm */
+
+/* Forward, then two backward calls fed forward's own f32 mean and rstd
+ * (what a model passes): the reference backward gets exactly those too. */
+static void layernorm_bf16_case(cpu_t *c, uint64_t seed, int64_t N, int64_t C)
+{
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, seed);
+    double *inpd, *wd, *bd;
+    uint16_t *inp = dbf(c, &r, N * C, 1, 5, &inpd); /* offset 3: the mean matters */
+    uint16_t *w = dbf(c, &r, C, 0.5, 1.5, &wd), *b = dbf(c, &r, C, -1, 1, &bd);
+    uint16_t *out = dalloc(c, N * C * 2);
+    float *mean = dalloc(c, N * 4), *rstd = dalloc(c, N * 4);
+    OK(c->K->layernorm_forward(c->dev, NULL, out, mean, rstd, inp, w, b, DT_BF16, N, C));
+    double *outd = hzero(N * C), *meand = hzero(N), *rstdd = hzero(N);
+    dt_ref_layernorm_forward(outd, meand, rstdd, inpd, wd, bd, N, C);
+    /* mean: bf16 values in [1, 5] are multiples of 2^-7 and C <= 512 of them
+     * add up to < 2^12, 19 bits: the f32 sum is exact in any order, and
+     * the mean one division: 2 u */
+    CHECK("bf16 layernorm_forward mean", mean, meand, N, 0x1p-23, 0);
+    /* rstd: C squares of one-rounding differences (the mean's own error
+     * enters only squared) summed by a tree of depth <= 10, / C, + eps,
+     * then rsqrtf (2 ulp): <= 11 u; 1e-6 is 16 u */
+    CHECK("bf16 layernorm_forward rstd", rstd, rstdd, N, 1e-6, 0);
+    /* out = (x - mean) rstd w + b in f32: the difference's rounding and the
+     * mean's (u |mean| rstd |w|), rstd's 16 u, three more roundings: within
+     * 2^-19 (32 u) of |n w| + |b| + rstd |w| |mean|; then to bf16 */
+    double *mo = hzero(N * C);
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t j = 0; j < C; j++)
+            mo[i * C + j] = fabs((inpd[i * C + j] - meand[i]) * rstdd[i] * wd[j]) +
+                            fabs(bd[j]) + rstdd[i] * fabs(wd[j]) * fabs(meand[i]);
+    check_bf("bf16 layernorm_forward out", out, outd,
+             bound_bf16(NULL, outd, mo, 0x1p-19, 0, 1, N * C), N * C);
+
+    double *doutd, *dinp0;
+    uint16_t *dout = dbf(c, &r, N * C, -1, 1, &doutd);
+    uint16_t *dinp = dbf(c, &r, N * C, -1, 1, &dinp0); /* g0: backward must add */
+    float *dw = drand(c, &r, C, -1, 1), *db = drand(c, &r, C, -1, 1);
+    double *dw0 = hd(dw, C), *db0 = hd(db, C);
+    double *mf = hd(mean, N), *rf = hd(rstd, N); /* what backward reads */
+    double *gi = hzero(N * C), *gw = hzero(C), *gb = hzero(C);
+    dt_ref_layernorm_backward(gi, gw, gb, doutd, inpd, wd, mf, rf, N, C);
+    /* Magnitudes.  dinp = rstd (dn - mean(dn) - n mean(dn n)), dn = w dout
+     * (exact), n = (x - mean) rstd: two C-term f32 means and a few
+     * roundings a term, within (C + 8) F32_ADD of rstd (|dn| + mean|dn| +
+     * |n| mean|dn n|).  dweight sums dout n (three roundings a term: one
+     * more term), dbias sums dout. */
+    double *mi = hzero(N * C), *mw = hzero(C), *mb = hzero(C);
+    for (int64_t i = 0; i < N; i++) {
+        const double *x = inpd + i * C, *g = doutd + i * C;
+        double s1 = 0.0, s2 = 0.0;
+        for (int64_t j = 0; j < C; j++) {
+            double nj = (x[j] - mf[i]) * rf[i];
+            s1 += fabs(wd[j] * g[j]) / (double)C;
+            s2 += fabs(wd[j] * g[j] * nj) / (double)C;
+            mw[j] += fabs(g[j] * nj);
+            mb[j] += fabs(g[j]);
+        }
+        for (int64_t j = 0; j < C; j++)
+            mi[i * C + j] = rf[i] * (fabs(wd[j] * g[j]) + s1 + fabs((x[j] - mf[i]) * rf[i]) * s2);
+    }
+    for (int call = 1; call <= 2; call++) {
+        OK(c->K->layernorm_backward(c->dev, NULL, dinp, dw, db, dout, inp, w, mean, rstd,
+                                    DT_BF16, N, C));
+        check_bf("bf16 layernorm_backward dinp", dinp, accum(dinp0, gi, call, N * C),
+                 bound_bf16(dinp0, gi, mi, (double)(C + 8) * F32_ADD, 0, call, N * C), N * C);
+        check_f("bf16 layernorm_backward dweight", dw, accum(dw0, gw, call, C),
+                bound_f32(dw0, mw, N + 1, call, C), C);
+        check_f("bf16 layernorm_backward dbias", db, accum(db0, gb, call, C),
+                bound_f32(db0, mb, N, call, C), C);
+    }
+    dfree(c, inp), dfree(c, w), dfree(c, b), dfree(c, out), dfree(c, mean), dfree(c, rstd);
+    dfree(c, dout), dfree(c, dinp), dfree(c, dw), dfree(c, db);
+    free(inpd), free(wd), free(bd), free(meand), free(rstdd), free(mo);
+    free(doutd), free(dinp0), free(dw0), free(db0), free(mf), free(rf), free(gi), free(gw);
+    free(gb), free(mi), free(mw), free(mb);
+}
+
+/* Odd shapes; C = 300, more than a row block's 256 threads; N = 520 rows,
+ * past the unrolled part of dweight's and dbias' column sums. */
+static void test_bf16_layernorm(void **state)
+{
+    layernorm_bf16_case(&g_t1, 321, 7, 13);
+    layernorm_bf16_case(&g_t2, 322, 5, 300);
+    layernorm_bf16_case(&g_t1, 323, 520, 40);
+}
+
+/* ------------------------------------------------------------ bf16 GELU */
+
+static void test_bf16_gelu(void **state)
+{
+    const int64_t n = 1001;
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 331);
+    cpu_t *c = &g_t1;
+    double *inpd;
+    uint16_t *inp = dbf(c, &r, n, -4, 4, &inpd);
+    /* the tails, where exp(-2u) over- and underflows (all exact in bf16) */
+    static const float tails[] = {-100.0f, -30.0f, -10.0f, -5.5f, 0.0f,
+                                  -0.0f, 5.5f, 10.0f, 30.0f, 100.0f};
+    for (int k = 0; k < 10; k++) {
+        inp[500 + k] = dt_ref_f32_to_bf16(tails[k]);
+        inpd[500 + k] = dt_ref_bf16_to_double(inp[500 + k]);
+    }
+    uint16_t *out = dalloc(c, n * 2);
+    OK(c->K->gelu_forward(c->dev, NULL, out, inp, DT_BF16, n));
+    double *outd = hzero(n);
+    dt_ref_gelu_forward(outd, inpd, n);
+    /* 0.5 x (1 + th) in f32: tanhf's 2 ulp (and u's roundings through
+     * tanh' <= 1: 2^-22 in all) times 0.5 |x|, and two roundings of |out|:
+     * within 2^-22 (|x| + |out|); then to bf16 */
+    double *mo = hzero(n);
+    for (int64_t i = 0; i < n; i++)
+        mo[i] = fabs(inpd[i]) + fabs(outd[i]);
+    check_bf("bf16 gelu_forward", out, outd, bound_bf16(NULL, outd, mo, 0x1p-22, 0, 1, n), n);
+    free(mo);
+
+    double *doutd, *dinp0;
+    uint16_t *dout = dbf(c, &r, n, -1, 1, &doutd), *dinp = dbf(c, &r, n, -1, 1, &dinp0);
+    double *g = hzero(n);
+    dt_ref_gelu_backward(g, inpd, doutd, n);
+    /* gelu'(x) = 0.5 (1 + th) + 0.5 x (1 - th^2) k (1 + 3 0.044715 x^2), k =
+     * sqrt(2/pi): th's 2^-22 times |d gelu'/d th| <= 0.5 + 0.8 |x| (1 +
+     * 0.135 x^2), and a few roundings of its terms: within 2^-20 (1 + |x|
+     * (1 + 0.135 x^2)) |dout|, plus the product's rounding (u |g|); then
+     * added to dinp and rounded to bf16 */
+    double *mg = hzero(n);
+    for (int64_t i = 0; i < n; i++) {
+        double x = fabs(inpd[i]);
+        mg[i] = 0x1p-20 * (1.0 + x * (1.0 + 0.135 * x * x)) * fabs(doutd[i]) +
+                0x1p-24 * fabs(g[i]);
+    }
+    for (int call = 1; call <= 2; call++) {
+        OK(c->K->gelu_backward(c->dev, NULL, dinp, inp, dout, DT_BF16, n));
+        check_bf("bf16 gelu_backward", dinp, accum(dinp0, g, call, n),
+                 bound_bf16(dinp0, g, mg, 1.0, 0, call, n), n);
+    }
+    dfree(c, inp), dfree(c, out), dfree(c, dout), dfree(c, dinp);
+    free(inpd), free(doutd), free(dinp0), free(g), free(mg);
+}
+
+/* ------------------------------------- bf16 residual, axpy and scale */
+
+/* Each is one f32 operation on exact inputs, rounded to bf16, and so is
+ * the reference: the double sum or product of these operands is exact (or
+ * so far from a float midpoint that double rounding cannot matter), its
+ * float rounding is the device's f32 result, and dt_ref_f32_to_bf16
+ * rounds as the device's store does (test_cast_from_f32_vs_reference):
+ * bit-exact. */
+static void test_bf16_residual_axpy_scale(void **state)
+{
+    const int64_t n = 1003;
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 341);
+    cpu_t *c = &g_t2;
+    double *ad, *bd;
+    uint16_t *a = dbf(c, &r, n, -2, 2, &ad), *b = dbf(c, &r, n, -2, 2, &bd);
+    uint16_t *o = dalloc(c, n * 2), *a2 = dalloc(c, n * 2);
+    OK(c->K->residual_forward(c->dev, NULL, o, a, b, DT_BF16, n));
+    for (int64_t i = 0; i < n; i++)
+        if (o[i] != dt_ref_f32_to_bf16((float)(ad[i] + bd[i])))
+            fail_msg("bf16 residual_forward [%lld]: %a + %a gave 0x%04X, want 0x%04X",
+                     (long long)i, ad[i], bd[i], o[i],
+                     dt_ref_f32_to_bf16((float)(ad[i] + bd[i])));
+    /* in place (out aliases a) */
+    memcpy(a2, a, (size_t)n * 2);
+    OK(c->K->residual_forward(c->dev, NULL, a2, a2, b, DT_BF16, n));
+    assert_memory_equal(a2, o, (size_t)n * 2);
+    /* y += -0.75 x: -0.75 x is exact in f32 (10 bits), so fused or not the
+     * f32 result is the rounded sum */
+    OK(c->K->axpy(c->dev, NULL, a, b, DT_BF16, -0.75f, n));
+    for (int64_t i = 0; i < n; i++)
+        if (a[i] != dt_ref_f32_to_bf16((float)(ad[i] - 0.75 * bd[i])))
+            fail_msg("bf16 axpy [%lld]: %a - 0.75 %a gave 0x%04X", (long long)i, ad[i],
+                     bd[i], a[i]);
+    /* x *= 0.3f: 24 bits times 8, exact in double */
+    memcpy(a2, b, (size_t)n * 2);
+    OK(c->K->scale(c->dev, NULL, a2, DT_BF16, 0.3f, n));
+    for (int64_t i = 0; i < n; i++)
+        if (a2[i] != dt_ref_f32_to_bf16((float)((double)0.3f * bd[i])))
+            fail_msg("bf16 scale [%lld]: 0.3f %a gave 0x%04X", (long long)i, bd[i], a2[i]);
+    dfree(c, a), dfree(c, b), dfree(c, o), dfree(c, a2);
+    free(ad), free(bd);
+}
+
+/* ---------------------------------------- bf16 softmax + cross-entropy */
+
+static void xent_bf16_case(cpu_t *c, uint64_t seed, int64_t N, int64_t V)
+{
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, seed);
+    double *ld;
+    uint16_t *logits = dbf(c, &r, N * V, -4, 4, &ld);
+    int32_t *tg = dalloc(c, N * 4);
+    dt_ref_fill_int(&r, tg, N, (int32_t)V);
+    float *losses = dalloc(c, N * 4);
+    uint16_t *probs = dalloc(c, N * V * 2);
+    OK(c->K->softmax_xent_forward(c->dev, NULL, losses, probs, logits, tg, DT_BF16, N, V));
+    double *lossd = hzero(N), *probd = hzero(N * V);
+    dt_ref_softmax_xent_forward(lossd, probd, ld, tg, N, V);
+    /* probs in f32: expf (2 ulp) of x - max (one rounding of < 8), a tree
+     * sum of depth <= 10 of positive terms, a reciprocal, a product: within
+     * ~2.2e-6 relative, 1e-5 with margin; then to bf16 */
+    check_bf("bf16 softmax_xent_forward probs", probs, probd,
+             bound_bf16(NULL, probd, probd, 1e-5, 0, 1, N * V), N * V);
+    /* losses (f32) = -(x_t - max - logf(sum)): the sum's ~1.3e-6 relative
+     * error as an absolute one in its log, logf's ulp (|log sum| < 6:
+     * 4.8e-7) and two subtractions of |terms| < 14 (1.4e-6): 4e-6 */
+    CHECK("bf16 softmax_xent_forward losses", losses, lossd, N, 1e-6, 4e-6);
+
+    const float dloss = 1.0f / (float)N;
+    double *dl0;
+    uint16_t *dl = dbf(c, &r, N * V, -1, 1, &dl0);
+    double *pd = hbf(probs, N * V); /* backward reads the bf16 probs forward stored */
+    double *g = hzero(N * V);
+    dt_ref_softmax_xent_backward(g, pd, tg, dloss, N, V);
+    double *mg = habs(g, N * V);
+    for (int call = 1; call <= 2; call++) {
+        OK(c->K->softmax_xent_backward(c->dev, NULL, dl, probs, tg, DT_BF16, dloss, N, V));
+        /* dloss (p - y) in f32: p - 1 and the product, two roundings (2^-23
+         * |g|); then added to dlogits and rounded to bf16 */
+        check_bf("bf16 softmax_xent_backward", dl, accum(dl0, g, call, N * V),
+                 bound_bf16(dl0, g, mg, 0x1p-23, 0, call, N * V), N * V);
+    }
+    dfree(c, logits), dfree(c, tg), dfree(c, losses), dfree(c, probs), dfree(c, dl);
+    free(ld), free(lossd), free(dl0), free(pd), free(g), free(mg);
+}
+
+/* Rows of 17, and of 300 (more than a row block's 256 threads). */
+static void test_bf16_softmax_xent(void **state)
+{
+    xent_bf16_case(&g_t1, 351, 7, 17);
+    xent_bf16_case(&g_t2, 352, 5, 300);
+}
+
+/* ------------------------------------------------------- bf16 attention */
+
+/* Element-wise error bounds of cuda's attention with bf16 activations
+ * (cuda_attention.c; its fallback rounds less), from the exact qkv and
+ * dout, the reference's probabilities P and output, and what the device's
+ * forward gave and backward reads (out in bf16, lse in f32).  Per head,
+ * scale = 1/sqrt(hs):
+ *  S = scale q.k: hs exact products summed in f32, scaled (and scale
+ *    itself rounded): within eS = (hs + 3) F32_ADD scale sum|q k|.
+ *  lse = max + logf(sum expf(S - max)): within the row's largest eS, plus
+ *    expf's 2 ulp, the subtraction's rounding (of < rng, the row's spread),
+ *    a tree sum of depth <= 8 (T <= 128), logf's ulp and the add: 2^-20
+ *    (16 u) (1 + rng + log(t + 1) + |lse|).
+ *  Forward: P in f32 is within rho = eS + max eS + 2^-19 (1 + rng),
+ *    relative (the same errors and a reciprocal and a product); rounded to
+ *    bf16 for the product P V: pe = rho + BF_R (1 + rho); out = P V sums
+ *    t + 1 terms in f32 (rounded to bf16 by the caller's bound).
+ *  Backward, per row t and key s: dP = dout_t . v_s in f32 (hs exact
+ *    products); D = dout_t . out_t from the bf16 out, whose difference from
+ *    the exact dout_t . out_t is known here; P = expf(S - lse) from the
+ *    device's lse, within rho_b of the exact P; dS = P (dP - D) rounded to
+ *    bf16, and P rounded to bf16, for the products dV += P^T dout, dQ +=
+ *    scale dS K, dK += scale dS^T Q: f32 sums of t + 1 terms (the added
+ *    gradient's rounding is the caller's). */
+static void att_bf16_bounds(const double *qkv, const double *dout, const double *outx,
+                            const double *P, const double *od, const double *lsed, int64_t B,
+                            int64_t T, int64_t C, int64_t NH, double *lse_want,
+                            double *lse_e, double *out_e, double *dqkv_e)
+{
+    const int64_t hs = C / NH;
+    const double scale = 1.0 / sqrt((double)hs);
+    double *S = hzero(T), *eS = hzero(T), *pe = hzero(T);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < NH; h++)
+            for (int64_t t = 0; t < T; t++) {
+                const int64_t row = (b * NH + h) * T + t;
+                const double *q = qkv + (b * T + t) * 3 * C + h * hs;
+                const double *g = dout + (b * T + t) * C + h * hs;
+                const double *o = od + (b * T + t) * C + h * hs;
+                const double *ox = outx + (b * T + t) * C + h * hs;
+                const double *Pr = P + row * T;
+                double mx = -INFINITY, meS = 0.0;
+                for (int64_t s = 0; s <= t; s++) {
+                    const double *k = qkv + (b * T + s) * 3 * C + C + h * hs;
+                    double dot = 0.0, mag = 0.0;
+                    for (int64_t i = 0; i < hs; i++) {
+                        dot += q[i] * k[i];
+                        mag += fabs(q[i] * k[i]);
+                    }
+                    S[s] = dot * scale;
+                    eS[s] = (double)(hs + 3) * F32_ADD * scale * mag;
+                    mx = fmax(mx, S[s]);
+                    meS = fmax(meS, eS[s]);
+                }
+                double sum = 0.0, rng = 0.0;
+                for (int64_t s = 0; s <= t; s++) {
+                    sum += exp(S[s] - mx);
+                    rng = fmax(rng, mx - S[s]);
+                }
+                const double L = mx + log(sum);
+                lse_want[row] = L;
+                lse_e[row] = meS + 0x1p-20 * (1.0 + rng + log((double)(t + 1)) + fabs(L));
+                /* forward */
+                for (int64_t s = 0; s <= t; s++) {
+                    double rho = 1.01 * (eS[s] + meS + 0x1p-19 * (1.0 + rng));
+                    pe[s] = rho + BF_R * (1.0 + rho);
+                }
+                for (int64_t i = 0; i < hs; i++) {
+                    double e = 0.0;
+                    for (int64_t s = 0; s <= t; s++) {
+                        double v = fabs(qkv[(b * T + s) * 3 * C + 2 * C + h * hs + i]);
+                        e += Pr[s] * v * (pe[s] + (double)(T + 1) * F32_ADD * (1.0 + pe[s]));
+                    }
+                    out_e[(b * T + t) * C + h * hs + i] = e;
+                }
+                /* backward */
+                double D = 0.0, Dd = 0.0, Dm = 0.0;
+                for (int64_t i = 0; i < hs; i++) {
+                    D += g[i] * ox[i];
+                    Dd += g[i] * o[i];
+                    Dm += fabs(g[i] * o[i]);
+                }
+                const double eD = fabs(Dd - D) + (double)(hs + 1) * F32_ADD * Dm;
+                const double eL = fabs(lsed[row] - L);
+                for (int64_t s = 0; s <= t; s++) {
+                    const double *k = qkv + (b * T + s) * 3 * C + C + h * hs, *v = k + C;
+                    double dP = 0.0, mP = 0.0;
+                    for (int64_t i = 0; i < hs; i++) {
+                        dP += g[i] * v[i];
+                        mP += fabs(g[i] * v[i]);
+                    }
+                    const double X = fabs(dP - D), p = Pr[s];
+                    const double eX = (double)(hs + 1) * F32_ADD * mP + eD;
+                    const double eX2 = eX + 0x1p-24 * (X + eX); /* the subtraction */
+                    const double rho = 1.01 * (eS[s] + eL + 0x1p-22 * (1.0 + fabs(S[s] - L)));
+                    const double eG = p * ((rho + 0x1p-22) * (X + eX2) + eX2);
+                    const double eDS = eG + BF_R * (p * X + eG);
+                    const double eP = p * (rho + BF_R * (1.0 + rho));
+                    const double fdq = scale * (eDS + (double)(T + 3) * F32_ADD * (p * X + eDS));
+                    const double fdv = eP + (double)(T + 2) * F32_ADD * (p + eP);
+                    double *dq = dqkv_e + (b * T + t) * 3 * C + h * hs;
+                    double *dk = dqkv_e + (b * T + s) * 3 * C + C + h * hs, *dv = dk + C;
+                    for (int64_t i = 0; i < hs; i++) {
+                        dq[i] += fdq * fabs(k[i]);
+                        dk[i] += fdq * fabs(q[i]);
+                        dv[i] += fdv * fabs(g[i]);
+                    }
+                }
+            }
+    free(S), free(eS), free(pe);
+}
+
+/* Forward (out, and the (B, NH, T) f32 log-sum-exp state, sized by
+ * attention_state_bytes for bf16, with guard bytes after it that forward
+ * must leave alone), then two backward calls, on both instances. */
+static void attention_bf16_case(int64_t B, int64_t T, int64_t C, int64_t NH, uint64_t seed)
+{
+    const int64_t n3 = B * T * 3 * C, no = B * T * C, nl = B * NH * T, natt = nl * T;
+    enum { GUARD = 64 };
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, seed);
+    for (int pass = 0; pass < 2; pass++) {
+        cpu_t *c = pass ? &g_t2 : &g_t1;
+        uint64_t sb = 0;
+        OK(c->K->attention_state_bytes(B, T, C, NH, DT_BF16, &sb));
+        assert_int_equal(sb, nl * 4);
+        double *qkvd;
+        uint16_t *qkv = dbf(c, &r, n3, -1.5, 1.5, &qkvd);
+        uint16_t *out = dalloc(c, no * 2);
+        float *lse = dalloc(c, (int64_t)sb + GUARD);
+        unsigned char *guard = (unsigned char *)lse + sb;
+        memset(guard, 0xA5, GUARD);
+        OK(c->K->attention_forward(c->dev, NULL, out, lse, qkv, DT_BF16, B, T, C, NH));
+        for (int i = 0; i < GUARD; i++)
+            assert_int_equal(guard[i], 0xA5);
+        double *outd = hzero(no), *attd = hzero(natt);
+        dt_ref_attention_forward(outd, attd, qkvd, B, T, C, NH);
+
+        double *doutd, *dqkv0;
+        uint16_t *dout = dbf(c, &r, no, -1, 1, &doutd), *dqkv = dbf(c, &r, n3, -1, 1, &dqkv0);
+        double *od = hbf(out, no), *lsed = hd(lse, nl);
+        double *lse_want = hzero(nl), *lse_e = hzero(nl), *out_e = hzero(no);
+        double *dqkv_e = hzero(n3);
+        att_bf16_bounds(qkvd, doutd, outd, attd, od, lsed, B, T, C, NH, lse_want, lse_e, out_e,
+                        dqkv_e);
+        check_f("bf16 attention_forward lse", lse, lse_want, lse_e, nl);
+        check_bf("bf16 attention_forward out", out, outd,
+                 bound_bf16(NULL, outd, out_e, 1.0, 0, 1, no), no);
+
+        double *g = hzero(n3);
+        dt_ref_attention_backward(g, doutd, qkvd, attd, B, T, C, NH);
+        for (int call = 1; call <= 2; call++) {
+            OK(c->K->attention_backward(c->dev, NULL, dqkv, dout, qkv, out, lse, DT_BF16, B,
+                                        T, C, NH));
+            check_bf("bf16 attention_backward dqkv", dqkv, accum(dqkv0, g, call, n3),
+                     bound_bf16(dqkv0, g, dqkv_e, 1.0, 0, call, n3), n3);
+        }
+        dfree(c, qkv), dfree(c, out), dfree(c, lse), dfree(c, dout), dfree(c, dqkv);
+        free(qkvd), free(attd), free(doutd), free(dqkv0), free(od), free(lsed);
+        free(out_e), free(dqkv_e), free(g);
+    }
+}
+
+/* The small case; T = 67 (rows longer than a warp and than 64, odd score
+ * matrices, heads at 32-byte offsets in bf16). */
+static void test_bf16_attention(void **state)
+{
+    attention_bf16_case(2, 5, 12, 3, 361);
+    attention_bf16_case(2, 67, 48, 3, 362);
+}
+
+/* ------------------------------------------ optimizers, bf16 gradients */
+
+/* test_adamw's and sgd_case's steps with the gradient in bf16: the same
+ * f32 arithmetic on exact inputs, so their tolerances and reasons. */
+static void test_bf16_optimizers(void **state)
+{
+    const int64_t n = 1003;
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 371);
+    cpu_t *c = &g_t1;
+    uint16_t *g = dalloc(c, n * 2);
+    double *gd = hzero(n);
+    {
+        const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+        float *p = drand(c, &r, n, -1, 1), *m = dalloc(c, n * 4), *v = dalloc(c, n * 4);
+        memset(m, 0, (size_t)n * 4);
+        memset(v, 0, (size_t)n * 4);
+        double *pd = hd(p, n), *md = hzero(n), *vd = hzero(n);
+        for (int64_t t = 1; t <= 5; t++) {
+            fill_bf(g, gd, &r, n, -1, 1); /* fresh gradient each step */
+            OK(c->K->adamw_update(c->dev, NULL, p, g, m, v, DT_BF16, n, lr, b1, b2, eps, wd,
+                                  gs, t));
+            dt_ref_adamw_update(pd, gd, md, vd, n, lr, b1, b2, eps, wd, gs, t);
+            CHECK("bf16-gradient adamw m", m, md, n, 1e-5, 1e-7);
+            CHECK("bf16-gradient adamw v", v, vd, n, 1e-5, 1e-12);
+            CHECK("bf16-gradient adamw param", p, pd, n, 1e-6, 1e-6);
+        }
+        dfree(c, p), dfree(c, m), dfree(c, v);
+        free(pd), free(md), free(vd);
+    }
+    for (int k = 0; k < 3; k++) { /* plain, nesterov, no momentum (no buffer) */
+        const int nesterov = k == 1, with_buf = k < 2;
+        const float lr = 0.05f, wd = 0.01f, gs = 0.5f, mu = with_buf ? 0.9f : 0.0f;
+        float *p = drand(c, &r, n, -1, 1), *mom = with_buf ? dalloc(c, n * 4) : NULL;
+        if (mom)
+            memset(mom, 0, (size_t)n * 4);
+        double *pd = hd(p, n), *momd = with_buf ? hzero(n) : NULL;
+        for (int step = 0; step < 4; step++) {
+            fill_bf(g, gd, &r, n, -1, 1);
+            OK(c->K->sgd_update(c->dev, NULL, p, g, mom, DT_BF16, n, lr, mu, wd, nesterov, gs));
+            dt_ref_sgd_update(pd, gd, momd, n, lr, mu, wd, nesterov, gs);
+            CHECK("bf16-gradient sgd param", p, pd, n, 1e-6, 1e-6);
+            if (mom)
+                CHECK("bf16-gradient sgd momentum", mom, momd, n, 1e-5, 1e-6);
+        }
+        dfree(c, p);
+        if (mom)
+            dfree(c, mom);
+        free(pd), free(momd);
+    }
+    dfree(c, g);
+    free(gd);
+}
+
 int main(int argc, char **argv)
 {
     /* Every device: the kernels against the references (messages compared
@@ -1580,6 +2340,18 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_threads_matmul),
         cmocka_unit_test(test_sumsq_host_run),
     };
+    /* cuda's own: every kernel with bf16 activations (the cpu runs f32
+     * activations only and refuses them, test_dtype_refusals). */
+    const struct CMUnitTest cuda_bf16[] = {
+        cmocka_unit_test(test_bf16_matmul),
+        cmocka_unit_test(test_bf16_embedding),
+        cmocka_unit_test(test_bf16_layernorm),
+        cmocka_unit_test(test_bf16_gelu),
+        cmocka_unit_test(test_bf16_residual_axpy_scale),
+        cmocka_unit_test(test_bf16_softmax_xent),
+        cmocka_unit_test(test_bf16_attention),
+        cmocka_unit_test(test_bf16_optimizers),
+    };
     if (argc > 1)
         g_device = argv[1];
     snprintf(g_prefix, sizeof g_prefix, "device/%s", g_device);
@@ -1590,8 +2362,10 @@ int main(int argc, char **argv)
             return DT_TEST_SKIP_CODE;
         }
         g_cuda = 1;
-        return cmocka_run_group_tests_name("kernels on cuda", common, group_setup,
-                                           group_teardown);
+        int failed = cmocka_run_group_tests_name("kernels on cuda", common, group_setup,
+                                                 group_teardown);
+        return failed + cmocka_run_group_tests_name("bf16 activations on cuda", cuda_bf16,
+                                                    group_setup, group_teardown);
     }
     if (strcmp(g_device, "cpu") != 0) {
         fprintf(stderr, "usage: test_kernels [cpu|cuda]\n");

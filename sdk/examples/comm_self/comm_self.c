@@ -19,6 +19,10 @@
 
 struct dt_comm {
     const dt_host_v1_t *host;
+    /* The compute device, when its memory is not the host's (a GPU):
+     * buffers are device memory, copied by the device on the stream. */
+    const dt_device_ops_v1_t *dev_ops;
+    dt_device_t *dev;
 };
 
 /* Completed operations need no state: a request is a marker. */
@@ -34,6 +38,18 @@ static int self_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *args, dt
     if (!c)
         return host->set_error(host, DT_ERR_NOMEM, "out of memory");
     c->host = host;
+    if (args->dev_ops && args->dev) {
+        dt_device_props_v1_t p = {.struct_size = sizeof p};
+        int rc = args->dev_ops->props(args->dev, &p);
+        if (rc != DT_OK) {
+            free(c);
+            return rc;
+        }
+        if (!p.host_visible) {
+            c->dev_ops = args->dev_ops;
+            c->dev = args->dev;
+        }
+    }
     *out = c;
     return DT_OK;
 }
@@ -47,15 +63,25 @@ static int self_rank_size(dt_comm_t *c, int32_t *rank, int32_t *size)
     return DT_OK;
 }
 
-/* Copy `count` elements unless the operation is in place. */
+/* Copy `count` elements unless the operation is in place: with memmove
+ * in host memory, or, on a device whose memory the host cannot touch, by
+ * the device after the work queued on `s`, waited for (a collective is
+ * complete when its wait returns, and this one has no wait of its own). */
 static int copy(dt_comm_t *c, void *dst, const void *src, uint64_t count, int dtype,
-                dt_comm_req_t **req)
+                dt_stream_t *s, dt_comm_req_t **req)
 {
     size_t es = dt_dtype_size(dtype);
     if (es == 0)
         return c->host->set_error(c->host, DT_ERR_INVALID, "unknown dtype %d", dtype);
-    if (dst != src && count)
+    if (dst != src && count && c->dev_ops) {
+        int rc = c->dev_ops->memcpy_async(c->dev, dst, src, count * es, DT_COPY_D2D, s);
+        if (rc == DT_OK)
+            rc = c->dev_ops->stream_sync(c->dev, s);
+        if (rc != DT_OK)
+            return rc;
+    } else if (dst != src && count) {
         memmove(dst, src, count * es);
+    }
     if (req)
         *req = done_req;
     return DT_OK;
@@ -64,31 +90,31 @@ static int copy(dt_comm_t *c, void *dst, const void *src, uint64_t count, int dt
 static int self_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count,
                            int dtype, int op, dt_stream_t *s, dt_comm_req_t **req)
 {
-    return copy(c, recv, send, count, dtype, req); /* sum/avg/max/min of one */
+    return copy(c, recv, send, count, dtype, s, req); /* sum/avg/max/min of one */
 }
 
 static int self_reduce_scatter(dt_comm_t *c, const void *send, void *recv, uint64_t n,
                                int dtype, int op, dt_stream_t *s, dt_comm_req_t **req)
 {
-    return copy(c, recv, send, n, dtype, req);
+    return copy(c, recv, send, n, dtype, s, req);
 }
 
 static int self_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t n, int dtype,
                            dt_stream_t *s, dt_comm_req_t **req)
 {
-    return copy(c, recv, send, n, dtype, req);
+    return copy(c, recv, send, n, dtype, s, req);
 }
 
 static int self_broadcast(dt_comm_t *c, void *buf, uint64_t n, int dtype, int32_t root,
                           dt_stream_t *s, dt_comm_req_t **req)
 {
-    return copy(c, buf, buf, n, dtype, req);
+    return copy(c, buf, buf, n, dtype, s, req);
 }
 
 static int self_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t n, int dtype,
                        int op, int32_t root, dt_stream_t *s, dt_comm_req_t **req)
 {
-    return copy(c, recv, send, n, dtype, req);
+    return copy(c, recv, send, n, dtype, s, req);
 }
 
 static int self_p2p(dt_comm_t *c, int32_t peer)

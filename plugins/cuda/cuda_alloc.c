@@ -427,9 +427,16 @@ int cuda_alloc_get(cuda_alloc_t *a, uint64_t bytes, int tag, void **out,
             }
         }
         if (e != 0 || !p) {
+            /* in the planner's terms: what each tag holds, and what the
+             * allocator itself keeps (class rounding, cached blocks) */
+            char tags[400], res[32], cached[32];
             snprintf(err, errlen, "allocating %s (%" PRIu64 " bytes) for %s "
-                     "failed: %s", dt_mem_fmt_bytes(req, bytes), bytes,
-                     dt_mem_tag_name(tag), why[0] ? why : "no reason given");
+                     "failed: %s (in use: %s; reserved %s, %s of it cached)",
+                     dt_mem_fmt_bytes(req, bytes), bytes, dt_mem_tag_name(tag),
+                     why[0] ? why : "no reason given",
+                     dt_mem_tally_in_use_text(&a->st.tally, tags, sizeof tags),
+                     dt_mem_fmt_bytes(res, a->st.reserved),
+                     dt_mem_fmt_bytes(cached, a->st.cached));
             return DT_ERR_NOMEM;
         }
         if (fresh) {

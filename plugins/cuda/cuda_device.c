@@ -853,7 +853,19 @@ static int cuda_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
         return rc;
     }
     d->sm_count = prop.multiProcessorCount;
-    d->total_memory = (uint64_t)prop.totalGlobalMem;
+    /* Usable, not installed: what is free once this process's context
+     * exists, less a margin for what the allocator does not see (NCCL's
+     * buffers, cuBLASLt's internal allocations, the allocator's class
+     * rounding): 512 MiB and 2 % of the card.  A plan sized to
+     * totalGlobalMem would not fit. */
+    size_t mfree = 0, mtotal = 0;
+    if ((e = cudaMemGetInfo(&mfree, &mtotal)) != cudaSuccess) {
+        rc = cuda_fail(d, "init", "cudaMemGetInfo", e);
+        cuda_finalize(d);
+        return rc;
+    }
+    const uint64_t margin = ((uint64_t)512 << 20) + (uint64_t)mtotal / 50;
+    d->total_memory = (uint64_t)mfree > margin ? (uint64_t)mfree - margin : 0;
     if (d->limit && d->limit < d->total_memory)
         d->total_memory = d->limit;
     peak_flops(prop.major, prop.multiProcessorCount, (double)clock_khz / 1e6,

@@ -63,21 +63,31 @@ const char *dt_mem_fmt_bytes(char buf[32], uint64_t b)
     return buf;
 }
 
-void dt_mem_tally_budget_text(const dt_mem_tally_t *m, uint64_t bytes, int tag,
-                              uint64_t limit, char *buf, size_t cap)
+const char *dt_mem_tally_in_use_text(const dt_mem_tally_t *m, char *buf, size_t cap)
 {
-    char req[32], tot[32], lim[32], one[32];
-    char tags[512] = "";
+    char one[32];
     size_t len = 0;
+    if (cap == 0)
+        return buf;
+    buf[0] = '\0';
     for (int t = 0; t < DT_TAG_COUNT; t++) {
         if (m->current[t] == 0)
             continue;
-        int w = snprintf(tags + len, sizeof tags - len, "%s%s %s", len ? ", " : "",
-                         dt_mem_tag_name(t), dt_mem_fmt_bytes(one, m->current[t]));
-        if (w < 0 || (size_t)w >= sizeof tags - len)
+        int w = snprintf(buf + len, cap - len, "%s%s %s", len ? ", " : "", dt_mem_tag_name(t),
+                         dt_mem_fmt_bytes(one, m->current[t]));
+        if (w < 0 || (size_t)w >= cap - len)
             break;
         len += (size_t)w;
     }
+    if (len == 0)
+        snprintf(buf, cap, "nothing");
+    return buf;
+}
+
+void dt_mem_tally_budget_text(const dt_mem_tally_t *m, uint64_t bytes, int tag,
+                              uint64_t limit, char *buf, size_t cap)
+{
+    char req[32], tot[32], lim[32], tags[512];
     uint64_t total = m->total_current + bytes;
     if (total < bytes) /* wrapped: an absurd request */
         total = UINT64_MAX;
@@ -86,5 +96,5 @@ void dt_mem_tally_budget_text(const dt_mem_tally_t *m, uint64_t bytes, int tag,
              "would bring the total to %s, over memory_limit %s (in use: %s)",
              dt_mem_fmt_bytes(req, bytes), bytes, dt_mem_tag_name(tag),
              dt_mem_fmt_bytes(tot, total), dt_mem_fmt_bytes(lim, limit),
-             len ? tags : "nothing");
+             dt_mem_tally_in_use_text(m, tags, sizeof tags));
 }

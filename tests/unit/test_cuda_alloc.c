@@ -341,8 +341,10 @@ static void test_release_on_pressure(void **state)
     assert_int_equal(cuda_alloc_get(&a, 5 * MiB, DT_TAG_GRADS, &q, err, sizeof err),
                      DT_ERR_NOMEM);
     assert_null(q);
+    /* with what is in use in the planner's terms, and what the cache holds */
     assert_string_equal(err, "allocating 5.0 MiB (5242880 bytes) for grads "
-                             "failed: fake: out of memory");
+                             "failed: fake: out of memory (in use: params 4.0 MiB; "
+                             "reserved 4.0 MiB, 0 B of it cached)");
     assert_int_equal(a.st.releases, 1);
     assert_int_equal(a.st.tally.current[DT_TAG_GRADS], 0);
     assert_int_equal(put(&a, big), DT_OK);
@@ -509,7 +511,8 @@ static void test_fence_oom_waits(void **state)
     assert_int_equal(cuda_alloc_get(&a, 3 * MiB, DT_TAG_GRADS, &r, err, sizeof err),
                      DT_ERR_NOMEM);
     assert_string_equal(err, "allocating 3.0 MiB (3145728 bytes) for grads "
-                             "failed: fake: out of memory");
+                             "failed: fake: out of memory (in use: params 2.0 MiB; "
+                             "reserved 2.0 MiB, 0 B of it cached)");
     assert_int_equal(a.st.cached, 0);
     assert_int_equal(a.st.releases, 1);
     assert_int_equal(f.waits, 2);

@@ -54,6 +54,10 @@ void dt_mem_tally_stats(const dt_mem_tally_t *dev, const dt_mem_tally_t *pinned,
 /* "512 B", "4.0 KiB", "12.5 MiB", "3.2 GiB" into buf; returns buf. */
 const char *dt_mem_fmt_bytes(char buf[32], uint64_t bytes);
 
+/* What is in use, tag by tag, into buf (cut to cap): "params 1.0 MiB,
+ * grads 3.0 MiB", or "nothing" when no tag holds bytes; returns buf. */
+const char *dt_mem_tally_in_use_text(const dt_mem_tally_t *m, char *buf, size_t cap);
+
 /* The budget refusal of `bytes` for `tag` over `limit`, into buf (cut to
  * cap): "out of memory budget: allocating 3.0 MiB (3145728 bytes) for
  * grads would bring the total to 4.0 MiB, over memory_limit 3.5 MiB (in

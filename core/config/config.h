@@ -152,6 +152,11 @@ const char *dt_suggest(const char *word, const char *const *candidates,
  * "optimizer.params"), write "gradient_accumulation_steps is DeepSpeed's
  * name for train.grad_accum" into buf and return 1; 0 when it is none. */
 int dt_config_alias(const char *parent, const char *key, char *buf, size_t cap);
+/* For an alias whose dtrain value is a product (warmup_ratio x
+ * train.steps is train.warmup_steps): *times = "train.steps", *is =
+ * "train.warmup_steps", 1; else 0. */
+int dt_config_alias_product(const char *parent, const char *key, const char **times,
+                            const char **is);
 /* A key of one of the core's sections other than `parent`: write "'lr' is
  * a key of [train] (train.lr)" and return 1; 0 when it is none. */
 int dt_config_home(const char *parent, const char *key, char *buf, size_t cap);

@@ -182,6 +182,21 @@ alias_case "PyTorch lr in [optimizer]" '[optimizer]\nlr = 0.1\n' \
   "4:1: unknown key 'lr' in [optimizer]; 'lr' is a key of [train] (train.lr)"
 alias_case "PyTorch betas" '[optimizer]\nbetas = [0.9, 0.95]\n' \
   "4:1: unknown key 'betas' in [optimizer]; betas is PyTorch's name for optimizer.beta1 and optimizer.beta2"
+alias_case "DeepSpeed offload_optimizer in the selected [zero]" \
+  '[parallel]\ndata = "zero"\n[zero]\nstage = 2\noffload_optimizer = true\n' \
+  "7:1: unknown key 'offload_optimizer' in [zero]; offload_optimizer is DeepSpeed's name for parallel.offload = \"offload_cpu\" (device \"nvme\": \"offload_nvme\" and its [offload_nvme] path) with offload_what = \"optimizer\" in the strategy's table ([zero] offload_what)"
+alias_case "DeepSpeed zero_optimization.offload_param" \
+  '[zero_optimization.offload_param]\ndevice = "cpu"\n' \
+  "3:1: unknown table [zero_optimization]; offload_param is DeepSpeed's name for parallel.offload = \"offload_cpu\" or \"offload_nvme\" with offload_what = \"params\" or \"optimizer_and_params\" in the strategy's table ([zero] offload_what, zero stage 3)"
+alias_case "FSDP cpu_offload in the selected [fsdp]" \
+  '[parallel]\ndata = "fsdp"\n[fsdp]\ncpu_offload = true\n' \
+  "6:1: unknown key 'cpu_offload' in [fsdp]; cpu_offload is PyTorch FSDP's name for parallel.offload = \"offload_cpu\" with [fsdp] offload_what = \"optimizer_and_params\" (CPUOffload(offload_params=True): parameters on the host, the optimizer step there)"
+alias_case "FSDP mixed_precision in the selected [fsdp]" \
+  '[parallel]\ndata = "fsdp"\n[fsdp]\nmixed_precision = "bf16"\n' \
+  "6:1: unknown key 'mixed_precision' in [fsdp]; mixed_precision is PyTorch FSDP's name for model.dtype (MixedPrecision's param_dtype: \"bf16\" or \"fp16\") and [fsdp] reduce_dtype (its reduce_dtype)"
+alias_case "Trainer warmup_ratio: the warmup_steps it comes to" \
+  '[train]\nsteps = 300\nwarmup_ratio = 0.1\n' \
+  "5:1: unknown key 'warmup_ratio' in [train]; warmup_ratio is the Hugging Face Trainer's name for train.warmup_steps, counted in steps (warmup_ratio x train.steps); here train.warmup_steps = 30 (0.1 x train.steps = 300)"
 printf '[run]\ncomm = "self"\n' > good.toml
 expect_exit 2 "a DeepSpeed key in --set" "$bin" check good.toml --set train.gradient_accumulation_steps=2
 expect_line "pointed at dtrain's key" \

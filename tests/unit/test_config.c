@@ -364,6 +364,54 @@ static void test_aliases(void **state)
         {"[train]\nmax_iters = 10\n", NULL,
          "t.toml:2:1: unknown key 'max_iters' in [train]; max_iters is nanoGPT's name for "
          "train.steps"},
+        /* DeepSpeed's offload blocks, FSDP's cpu_offload and mixed_precision */
+        {"[zero_optimization.offload_optimizer]\ndevice = \"cpu\"\n", NULL,
+         "t.toml:1:1: unknown table [zero_optimization]; offload_optimizer is DeepSpeed's "
+         "name for parallel.offload = \"offload_cpu\" (device \"nvme\": \"offload_nvme\" and its "
+         "[offload_nvme] path) with offload_what = \"optimizer\" in the strategy's table "
+         "([zero] offload_what)"},
+        {"[zero_optimization]\n[zero_optimization.offload_param]\ndevice = \"nvme\"\n", NULL,
+         "t.toml:1:1: unknown table [zero_optimization]; offload_param is DeepSpeed's name for "
+         "parallel.offload = \"offload_cpu\" or \"offload_nvme\" with offload_what = \"params\" "
+         "or \"optimizer_and_params\" in the strategy's table ([zero] offload_what, zero stage "
+         "3)"},
+        {"[parallel]\noffload_param = true\n", NULL,
+         "t.toml:2:1: unknown key 'offload_param' in [parallel]; offload_param is DeepSpeed's "
+         "name for parallel.offload = \"offload_cpu\" or \"offload_nvme\" with offload_what = "
+         "\"params\" or \"optimizer_and_params\" in the strategy's table ([zero] offload_what, "
+         "zero stage 3)"},
+        {"[train]\ncpu_offload = true\n", NULL,
+         "t.toml:2:1: unknown key 'cpu_offload' in [train]; cpu_offload is PyTorch FSDP's name "
+         "for parallel.offload = \"offload_cpu\" with [fsdp] offload_what = "
+         "\"optimizer_and_params\" (CPUOffload(offload_params=True): parameters on the host, "
+         "the optimizer step there)"},
+        {"mixed_precision = \"bf16\"\n", NULL,
+         "t.toml:1:1: key 'mixed_precision' is outside any table; mixed_precision is PyTorch "
+         "FSDP's name for model.dtype (MixedPrecision's param_dtype: \"bf16\" or \"fp16\") and "
+         "[fsdp] reduce_dtype (its reduce_dtype)"},
+        /* warmup_ratio: the warmup_steps it comes to, with train.steps from
+         * the file, from --set, or the default (100) */
+        {"[train]\nsteps = 300\nwarmup_ratio = 0.1\n", NULL,
+         "t.toml:3:1: unknown key 'warmup_ratio' in [train]; warmup_ratio is the Hugging Face "
+         "Trainer's name for train.warmup_steps, counted in steps (warmup_ratio x "
+         "train.steps); here train.warmup_steps = 30 (0.1 x train.steps = 300)"},
+        {"[train]\nsteps = 300\nwarmup_ratio = 0.03\n", "train.steps=1000",
+         "t.toml:3:1: unknown key 'warmup_ratio' in [train]; warmup_ratio is the Hugging Face "
+         "Trainer's name for train.warmup_steps, counted in steps (warmup_ratio x "
+         "train.steps); here train.warmup_steps = 30 (0.03 x train.steps = 1000)"},
+        {"warmup_ratio = 0.05\n", NULL,
+         "t.toml:1:1: key 'warmup_ratio' is outside any table; warmup_ratio is the Hugging "
+         "Face Trainer's name for train.warmup_steps, counted in steps (warmup_ratio x "
+         "train.steps); here train.warmup_steps = 5 (0.05 x train.steps = 100)"},
+        {"[train]\nsteps = 40\n", "train.warmup_ratio=0.25",
+         "--set train.warmup_ratio=0.25: unknown key 'warmup_ratio' in [train]; warmup_ratio "
+         "is the Hugging Face Trainer's name for train.warmup_steps, counted in steps "
+         "(warmup_ratio x train.steps); here train.warmup_steps = 10 (0.25 x train.steps = "
+         "40)"},
+        {"[train]\nwarmup_ratio = \"a tenth\"\n", NULL,
+         "t.toml:2:1: unknown key 'warmup_ratio' in [train]; warmup_ratio is the Hugging Face "
+         "Trainer's name for train.warmup_steps, counted in steps (warmup_ratio x "
+         "train.steps)"},
         {"", "train.gradient_accumulation_steps=2",
          "--set train.gradient_accumulation_steps=2: unknown key "
          "'gradient_accumulation_steps' in [train]; gradient_accumulation_steps is "

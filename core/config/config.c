@@ -42,6 +42,8 @@ typedef struct ctable {
     char *name;
     cval_t *vals;
     uint32_t n;
+    char *error;         /* claimed in spite of these errors (their values
+                          * at the defaults): returned by every later claim */
 } ctable_t;
 
 /* One --set, kept until its table's schema is applied. */
@@ -357,6 +359,7 @@ static void free_table(ctable_t *t)
         free_cval(&t->vals[i]);
     free(t->vals);
     free(t->name);
+    free(t->error);
 }
 
 static ctable_t *find_table(const dt_config_t *c, const char *name)
@@ -876,10 +879,12 @@ static int tree_alias(const dt_config_t *c, const char *path, const dt_toml_node
     return 0;
 }
 
-/* Check the table as written in the file: shape, unknown keys, nesting. */
+/* Check the table as written in the file: shape, then every key (unknown
+ * keys, nesting), each problem added to `errs`.  DT_ERR_CONFIG when the
+ * table is no table at all (its keys cannot be read). */
 static int check_file_table(const dt_config_t *c, const char *table,
                             const dt_toml_node_t *tn,
-                            const dt_config_key_t *keys, uint32_t n)
+                            const dt_config_key_t *keys, uint32_t n, dt_errlist_t *errs)
 {
     char loc[1200];
     if (tn->type == DT_TOML_ARRAY) {
@@ -911,15 +916,16 @@ static int check_file_table(const dt_config_t *c, const char *table,
             snprintf(path, sizeof path, "%s.%s", table, e->key);
             if (tree_alias(c, path, e, alias + 2, sizeof alias - 2))
                 memcpy(alias, "; ", 2);
-            return dt_err_set(DT_ERR_CONFIG,
-                              "%s: [%s] %s: nested tables are not allowed in "
-                              "[%s] (no [%s.%s] headers or dotted keys "
-                              "'%s.x = ...'; every key is a plain value)%s",
-                              loc, table, e->key, table, table, e->key, e->key, alias);
-        }
-        if (!schema_key(keys, n, e->key)) {
+            dt_err_set(DT_ERR_CONFIG,
+                       "%s: [%s] %s: nested tables are not allowed in "
+                       "[%s] (no [%s.%s] headers or dotted keys "
+                       "'%s.x = ...'; every key is a plain value)%s",
+                       loc, table, e->key, table, table, e->key, e->key, alias);
+            dt_errlist_add(errs, NULL);
+        } else if (!schema_key(keys, n, e->key)) {
             node_loc(c, e, 1, loc, sizeof loc);
-            return unknown_key(c, loc, table, keys, n, e->key, e);
+            unknown_key(c, loc, table, keys, n, e->key, e);
+            dt_errlist_add(errs, NULL);
         }
     }
     return DT_OK;
@@ -946,22 +952,31 @@ static int apply_schema(dt_config_t *c, const char *table, const dt_config_key_t
         return rc;
     const ctable_t *seen = find_table(c, table);
     if (seen) {
-        if (same_schema(seen, keys, n_keys))
-            return DT_OK;
-        return dt_err_set(DT_ERR_INVALID,
-                          "config table [%s] was already claimed with other keys",
-                          table);
+        if (!same_schema(seen, keys, n_keys))
+            return dt_err_set(DT_ERR_INVALID,
+                              "config table [%s] was already claimed with other keys",
+                              table);
+        return seen->error ? dt_err_set(DT_ERR_CONFIG, "%s", seen->error) : DT_OK;
     }
 
+    /* every problem of the table is reported at once: each goes to errs,
+     * and a value in error stands at its default meanwhile */
+    dt_errlist_t errs = {.n = 0};
     const dt_toml_node_t *tn = root_child(c, table);
-    if (tn && (rc = check_file_table(c, table, tn, keys, n_keys)) != DT_OK)
-        return rc;
+    if (tn && (rc = check_file_table(c, table, tn, keys, n_keys, &errs)) != DT_OK) {
+        if (rc != DT_ERR_CONFIG)
+            return rc;
+        dt_errlist_add(&errs, NULL);
+    }
+    if (tn && tn->type != DT_TOML_TABLE)
+        tn = NULL; /* reported above: no keys to read from it */
     for (size_t i = 0; i < c->n_ovr; i++) {
         const override_t *o = &c->ovr[i];
         if (strcmp(o->table, table) == 0 && !schema_key(keys, n_keys, o->key)) {
             char loc[1200];
             snprintf(loc, sizeof loc, "--set %s", o->assign);
-            return unknown_key(c, loc, table, keys, n_keys, o->key, o->node);
+            unknown_key(c, loc, table, keys, n_keys, o->key, o->node);
+            dt_errlist_add(&errs, NULL);
         }
     }
 
@@ -991,16 +1006,30 @@ static int apply_schema(dt_config_t *c, const char *table, const dt_config_key_t
                 fn = &tn->u.children.items[j];
         char loc[1200];
         source_t src = {.fail = DT_ERR_CONFIG, .loc = loc};
+        int bad = 0; /* a value was given and is in error (reported) */
         if (o) {
             snprintf(loc, sizeof loc, "--set %s", o->assign);
             src.origin = DT_ORIGIN_CLI;
             rc = resolve_value(table, k, o->node, o->text, &src, v);
+        } else if (fn && fn->type == DT_TOML_TABLE) {
+            bad = 1; /* check_file_table reported the nested table */
         } else if (fn) {
             node_loc(c, fn, 0, loc, sizeof loc);
             src.origin = DT_ORIGIN_FILE;
             src.line = fn->line > 0 ? fn->line : fn->key_line;
             rc = resolve_value(table, k, fn, NULL, &src, v);
-        } else if (k->def) {
+        }
+        if (rc == DT_ERR_CONFIG) {
+            dt_errlist_add(&errs, NULL);
+            rc = DT_OK;
+            bad = 1;
+            src = (source_t){.fail = DT_ERR_CONFIG, .loc = loc};
+        }
+        if (rc != DT_OK)
+            break;
+        if ((o || fn) && !bad)
+            continue; /* resolved */
+        if (k->def) {
             dt_toml_node_t *dn = NULL;
             rc = dt_toml_parse_value(k->def, &dn);
             if (rc == DT_ERR_NOMEM) {
@@ -1018,30 +1047,39 @@ static int apply_schema(dt_config_t *c, const char *table, const dt_config_key_t
                 rc = resolve_value(table, k, dn, NULL, &src, v);
             }
             dt_toml_free(dn);
-        } else if (!aside) {
+        } else if (!aside && !bad) {
             if (tn)
                 node_loc(c, tn, 0, loc, sizeof loc);
             else
                 snprintf(loc, sizeof loc, "%s", c->name);
-            rc = dt_err_set(DT_ERR_CONFIG,
-                            "%s%srequired key '%s.%s' is missing (add '%s = ...' "
-                            "under [%s] or pass --set %s.%s=VALUE)",
-                            loc, *loc ? ": " : "", table, k->name, k->name,
-                            table, table, k->name);
+            dt_err_set(DT_ERR_CONFIG,
+                       "%s%srequired key '%s.%s' is missing (add '%s = ...' "
+                       "under [%s] or pass --set %s.%s=VALUE)",
+                       loc, *loc ? ": " : "", table, k->name, k->name,
+                       table, table, k->name);
+            dt_errlist_add(&errs, NULL);
         }
+        /* a required key missing or in error reads as empty, never NULL */
+        if (rc == DT_OK && (k->type == DT_CFG_STRING || k->type == DT_CFG_ENUM) && !v->s &&
+            !(v->s = strdup("")))
+            rc = nomem("config value");
     }
     if (aside) {
         free_table(&t);
-        if (rc != DT_OK || is_aside(c, table))
+        if (rc != DT_OK)
             return rc;
-        char **na = realloc(c->aside, (c->n_aside + 1) * sizeof *na);
-        if (!na)
-            return nomem("config table");
-        c->aside = na;
-        if (!(c->aside[c->n_aside] = strdup(table)))
-            return nomem("config table");
-        c->n_aside++;
-        return DT_OK;
+        /* set aside in spite of errors: the table is known, its errors
+         * reported here, not again as an unknown table */
+        if (!is_aside(c, table)) {
+            char **na = realloc(c->aside, (c->n_aside + 1) * sizeof *na);
+            if (!na)
+                return nomem("config table");
+            c->aside = na;
+            if (!(c->aside[c->n_aside] = strdup(table)))
+                return nomem("config table");
+            c->n_aside++;
+        }
+        return dt_errlist_fail(&errs, DT_ERR_CONFIG);
     }
     if (rc == DT_OK && c->n_tables == c->cap_tables) {
         size_t ncap = c->cap_tables ? c->cap_tables * 2 : 16;
@@ -1052,6 +1090,11 @@ static int apply_schema(dt_config_t *c, const char *table, const dt_config_key_t
             c->tables = nt;
             c->cap_tables = ncap;
         }
+    }
+    if (rc == DT_OK && (errs.n || errs.dropped)) {
+        dt_errlist_fail(&errs, DT_ERR_CONFIG);
+        if (!(t.error = strdup(dt_last_error())))
+            rc = nomem("config table");
     }
     if (rc != DT_OK) {
         free_table(&t);
@@ -1065,7 +1108,7 @@ static int apply_schema(dt_config_t *c, const char *table, const dt_config_key_t
             c->n_aside--;
             break;
         }
-    return DT_OK;
+    return t.error ? dt_err_set(DT_ERR_CONFIG, "%s", t.error) : DT_OK;
 }
 
 int dt_config_apply_schema(dt_config_t *c, const char *table,
@@ -1242,6 +1285,7 @@ int dt_config_check_unclaimed(const dt_config_t *c, const char *hint)
     if (!c)
         return dt_err_set(DT_ERR_INVALID, "dt_config_check_unclaimed: NULL config");
     char loc[1200];
+    dt_errlist_t errs = {.n = 0};
     for (size_t i = 0; i < c->root->u.children.n; i++) {
         const dt_toml_node_t *n = &c->root->u.children.items[i];
         if (find_table(c, n->key) || (n->type == DT_TOML_TABLE && is_aside(c, n->key)))
@@ -1251,10 +1295,12 @@ int dt_config_check_unclaimed(const dt_config_t *c, const char *hint)
             char alias[512] = "";
             if (!tree_alias(c, n->key, n, alias, sizeof alias))
                 dt_config_alias("", n->key, alias, sizeof alias);
-            return unknown_table(c, loc, n->key, alias, hint);
+            unknown_table(c, loc, n->key, alias, hint);
+        } else {
+            node_loc(c, n, 1, loc, sizeof loc);
+            stray_key(c, loc, n->key, n);
         }
-        node_loc(c, n, 1, loc, sizeof loc);
-        return stray_key(c, loc, n->key, n);
+        dt_errlist_add(&errs, NULL);
     }
     for (size_t i = 0; i < c->n_ovr; i++) {
         if (find_table(c, c->ovr[i].table) || is_aside(c, c->ovr[i].table))
@@ -1263,9 +1309,10 @@ int dt_config_check_unclaimed(const dt_config_t *c, const char *hint)
         char alias[512] = "";
         if (!alias_hint(c, c->ovr[i].table, c->ovr[i].key, c->ovr[i].node, alias, sizeof alias))
             dt_config_alias("", c->ovr[i].table, alias, sizeof alias);
-        return unknown_table(c, loc, c->ovr[i].table, alias, hint);
+        unknown_table(c, loc, c->ovr[i].table, alias, hint);
+        dt_errlist_add(&errs, NULL);
     }
-    return DT_OK;
+    return dt_errlist_fail(&errs, DT_ERR_CONFIG);
 }
 
 /* ------------------------------------------------------------------------

@@ -208,12 +208,12 @@ expect_line "pointed at dtrain's key" \
 # ---- errors about a plugin name the key that selected it -------------------
 printf '[run]\ncomm = "self"\n[model]\nn_head = 3\nn_embd = 48\n[parallel]\ntensor = 2\n' > tp.toml
 expect_exit 2 "parallel.tensor = 2 on one rank" "$bin" check tp.toml
-expect_out "the degrees and the world named" \
-  "dtrain check: error: tp.toml: parallel.tensor = 2 x parallel.pipeline = 1 = 2 ranks per model replica does not divide the world of 1 ranks"
+expect_line "the degrees and the world named (\"1 rank\")" \
+  "dtrain check: error: tp.toml: parallel.tensor = 2 x parallel.pipeline = 1 = 2 ranks per model replica does not divide the world of 1 rank"
 # (the pipeline plugin exists: its stages must divide the world)
 expect_exit 2 "parallel.pipeline from --set" "$bin" check good.toml --set parallel.pipeline=2
-expect_out "the stages and the world named" \
-  "dtrain check: error: good.toml: parallel.tensor = 1 x parallel.pipeline = 2 = 2 ranks per model replica does not divide the world of 1 ranks"
+expect_line "the stages and the world named (\"1 rank\")" \
+  "dtrain check: error: good.toml: parallel.tensor = 1 x parallel.pipeline = 2 = 2 ranks per model replica does not divide the world of 1 rank"
 expect_exit 2 "parallel.tensor = 2 over 3 heads under a 2-rank run" "$bin" run tp.toml \
   --set launch.nproc=2
 expect_lines "named once, nothing else: no rank started" 1 "$out"

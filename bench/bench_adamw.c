@@ -11,6 +11,7 @@
  * work cut into one contiguous slice per thread.  Prints a markdown table
  * (bench/results/offload.md).
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,20 +72,68 @@ static double best(int op, int threads, int64_t n, int reps, float *p, float *g,
     return t_best;
 }
 
+/* The usage line; with `full`, what the program does. */
+static void usage(FILE *f, int full)
+{
+    fprintf(f, "usage: bench_adamw [--params N] [--threads 1,2] [--reps 5]\n");
+    if (full)
+        fprintf(f, "\nThe host AdamW (dt_adamw_f32) against a copy of the same bytes, in GB/s "
+                   "of\ntraffic, best of --reps passes, for each thread count of --threads "
+                   "(1..64).\n--params N: parameters (default 8388608).  Prints a markdown "
+                   "table.\n");
+}
+
+/* A whole decimal in [lo, hi], or -1. */
+static long long number(const char *s, long long lo, long long hi)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    return end != s && !*end && !errno && v >= lo && v <= hi ? v : -1;
+}
+
+/* "1,2,4": every entry a thread count in [1, 64]. */
+static int valid_threads(const char *s)
+{
+    char buf[256];
+    if (!*s || strlen(s) >= sizeof buf)
+        return 0;
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        if (number(t, 1, 64) < 0)
+            return 0;
+    return s[strlen(s) - 1] != ',' && !strstr(s, ",,") && s[0] != ',';
+}
+
 int main(int argc, char **argv)
 {
     int64_t n = 8 << 20;
     int reps = 5;
     const char *threads = "1,2";
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--params"))
-            n = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--threads"))
-            threads = argv[i + 1];
-        else if (!strcmp(argv[i], "--reps"))
-            reps = atoi(argv[i + 1]);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout, 1);
+            return 0;
+        }
+        int known = !strcmp(a, "--params") || !strcmp(a, "--threads") || !strcmp(a, "--reps");
+        if (!known || !v) {
+            fprintf(stderr, known ? "bench_adamw: error: %s needs a value\n"
+                                  : "bench_adamw: error: unknown argument '%s'\n", a);
+            usage(stderr, 0);
+            return 2;
+        }
+        i++;
+        long long x = 0;
+        if (!strcmp(a, "--params") && (x = number(v, 1, 1LL << 36)) > 0)
+            n = x;
+        else if (!strcmp(a, "--reps") && (x = number(v, 1, 1000000)) > 0)
+            reps = (int)x;
+        else if (!strcmp(a, "--threads") && valid_threads(v))
+            threads = v;
         else {
-            fprintf(stderr, "usage: bench_adamw [--params N] [--threads 1,2] [--reps 5]\n");
+            fprintf(stderr, "bench_adamw: error: %s '%s': not a valid value\n", a, v);
+            usage(stderr, 0);
             return 2;
         }
     }
@@ -109,9 +158,7 @@ int main(int argc, char **argv)
     double bytes = 28.0 * (double)n;
     printf("| threads | AdamW GB/s | copy GB/s | AdamW / copy |\n|---|---|---|---|\n");
     for (const char *s = threads; *s;) {
-        int t = atoi(s);
-        if (t < 1 || t > 64)
-            return 2;
+        int t = atoi(s); /* checked by valid_threads */
         double ta = best(0, t, n, reps, p, g, m, v, dst, src, &h);
         double tc = best(1, t, n, reps, p, g, m, v, dst, src, &h);
         printf("| %d | %.2f | %.2f | %.0f %% |\n", t, bytes / ta / 1e9, bytes / tc / 1e9,

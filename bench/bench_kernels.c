@@ -400,11 +400,12 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--matmul-only"))
             skip_others = 1;
         else {
-            fprintf(stderr,
+            int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+            fprintf(help ? stdout : stderr,
                     "usage: %s [--threads 1,2] [--plugin file] [--B 4] "
                     "[--T 64] [--min-time 0.3] [--matmul-only]\n",
                     argv[0]);
-            return 2;
+            return help ? 0 : 2;
         }
     }
     void *h = dlopen(plugin, RTLD_NOW | RTLD_LOCAL);

@@ -53,8 +53,18 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+#define USAGE                                                                           \
+    "usage: bench_offload_io --dir DIR [--mib N] [--bs BYTES (4096k)] [--qd N] "          \
+    "[--request BYTES] [--inflight N] [--direct on|auto|off] [--misalign BYTES (< 4096)]\n"
+
+/* 1: options in *o; 0: a usage error (printed); -1: --help (printed). */
 static int parse(int argc, char **argv, opts_t *o)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(USAGE, stdout);
+            return -1;
+        }
     *o = (opts_t){.direct = "on", .mib = 256, .bs = 1 << 20, .request = 0, .qd = 4,
                   .inflight = 2};
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -86,9 +96,7 @@ static int parse(int argc, char **argv, opts_t *o)
     }
     if (argc % 2 == 0 || !o->dir || !o->mib || !o->bs || o->bs % 4096 || o->qd < 1 ||
         o->inflight < 1) {
-        fprintf(stderr, "usage: bench_offload_io --dir DIR [--mib N] [--bs BYTES (4096k)] "
-                        "[--qd N] [--request BYTES] [--inflight N] [--direct on|auto|off] "
-                        "[--misalign BYTES (< 4096)]\n");
+        fputs(USAGE, stderr);
         return 0;
     }
     if (!o->request)
@@ -136,8 +144,9 @@ static int stream(const dt_offload_ops_t *ops, dt_offload_t *tier, dt_offload_bu
 int main(int argc, char **argv)
 {
     opts_t o;
-    if (!parse(argc, argv, &o))
-        return 2;
+    int parsed = parse(argc, argv, &o);
+    if (parsed <= 0)
+        return parsed < 0 ? 0 : 2;
     dt_search_path_t *sp = NULL;
     dt_config_t *cfg = NULL;
     dt_plugin_t *pdev = NULL, *poff = NULL;

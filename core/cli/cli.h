@@ -30,8 +30,9 @@ void dt_cli_print_keys(FILE *f, const char *table, const dt_config_key_t *keys, 
 
 /* Map a dt_status_t to an exit code (config/usage errors -> 2). */
 int dt_cli_exit_code(int status);
-/* Print "dtrain <cmd>: error: <dt_last_error()>" to stderr and return the
- * exit code for `status`. */
+/* Print "dtrain <cmd>: error: <dt_last_error()>" to stderr, one such line
+ * for each line of the message (a config's errors, all at once), and
+ * return the exit code for `status`. */
 int dt_cli_fail(const char *cmd, int status);
 /* This process is rank `rank` of a job of several (< 0: not, the default):
  * its error lines start "[rank R] " from now on, as dtrain's launcher

@@ -34,11 +34,12 @@ static int check_nodes(const dt_resolved_t *r, const dt_launch_plan_t *plan)
             plan->world.size != l->nnodes * plan->world.local_size)
             return dt_err_set(DT_ERR_CONFIG,
                               "launch.nnodes = %lld (%s), but %s started this process as one "
-                              "of %d ranks, %d of them on this node: under another launcher "
+                              "of %d rank%s, %d of them on this node: under another launcher "
                               "dtrain starts no ranks itself; remove launch.nnodes or make "
                               "the two agree",
                               (long long)l->nnodes, key_from(r, "launch.nnodes", f1, sizeof f1),
-                              plan->world.source, plan->world.size, plan->world.local_size);
+                              plan->world.source, plan->world.size,
+                              plan->world.size == 1 ? "" : "s", plan->world.local_size);
         return DT_OK;
     }
     if (l->node_rank >= l->nnodes)

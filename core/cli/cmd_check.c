@@ -23,8 +23,10 @@ void dt_help_check(FILE *f)
             "plugin's keys and noted as not used, so one file can configure every\n"
             "strategy and --set picks one.\n\n"
             "Errors name file:line:col and suggest the closest valid key, or dtrain's\n"
-            "key for one spelled as DeepSpeed, torchrun or PyTorch spell it.  Every core\n"
-            "key: dtrain config doc.\n"
+            "key for one spelled as DeepSpeed, torchrun, PyTorch or the Hugging Face\n"
+            "Trainer spell it.  Every config error of the file is reported at once, one\n"
+            "line each (the first 16, and how many more).  Every core key: dtrain\n"
+            "config doc.\n"
             "exit codes: 0 valid, 2 usage or config error, 1 runtime failure\n");
 }
 

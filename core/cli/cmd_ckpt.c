@@ -48,12 +48,18 @@ int dt_cli_ckpt_dir(const char *arg, char *dir, size_t cap)
     }
     uint64_t step;
     int rc = dt_ckpt_latest(arg, dir, cap, &step);
-    if (rc == DT_ERR_NOT_FOUND)
-        return dt_err_set(DT_ERR_NOT_FOUND,
-                          "'%s' is neither a checkpoint (no manifest.json) nor a folder of "
-                          "complete checkpoints",
-                          arg);
-    return rc;
+    if (rc != DT_ERR_NOT_FOUND)
+        return rc;
+    /* a run folder (<out_dir>/<name>): its checkpoints are in ckpt/ */
+    char ckpt[4096], probe_dir[4096], hint[4200] = "";
+    size_t n = strlen(arg);
+    snprintf(ckpt, sizeof ckpt, "%s%sckpt", arg, n && arg[n - 1] == '/' ? "" : "/");
+    if (dt_ckpt_latest(ckpt, probe_dir, sizeof probe_dir, &step) == DT_OK)
+        snprintf(hint, sizeof hint, "; did you mean '%s'?", ckpt);
+    return dt_err_set(DT_ERR_NOT_FOUND,
+                      "'%s' is neither a checkpoint (no manifest.json) nor a folder of "
+                      "complete checkpoints%s",
+                      arg, hint);
 }
 
 static int usage(const char *cmd, const char *why)

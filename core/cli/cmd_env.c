@@ -115,13 +115,19 @@ int dt_cmd_env(int argc, char **argv)
         printf("  (%s)\n", dt_last_error());
         return DT_EXIT_OK;
     }
-    for (size_t i = 0; i < dt_search_path_count(sp); i++)
-        printf("  search     %s\n", dt_search_path_dir(sp, i));
     dt_plugin_listing_t *ls = NULL;
     size_t n = 0;
-    if (dt_plugin_discover(sp, &ls, &n) == DT_OK) {
+    int found = dt_plugin_discover(sp, &ls, &n) == DT_OK;
+    /* the name column as wide as the longest name (offload_nvme is 12) */
+    int w = 10;
+    for (size_t i = 0; found && i < n; i++)
+        if ((int)strlen(ls[i].name) > w)
+            w = (int)strlen(ls[i].name);
+    for (size_t i = 0; i < dt_search_path_count(sp); i++)
+        printf("  %-*s %s\n", w, "search", dt_search_path_dir(sp, i));
+    if (found) {
         for (size_t i = 0; i < n; i++) {
-            printf("  %-10s %-8s %s\n", ls[i].name,
+            printf("  %-*s %-8s %s\n", w, ls[i].name,
                    ls[i].kind >= 0 ? dt_kind_name(ls[i].kind) : "?",
                    ls[i].loadable ? "loadable" : ls[i].why);
         }

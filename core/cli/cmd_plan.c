@@ -435,11 +435,15 @@ static void print_recommendation(const plan_row_t *rows, size_t n, const plan_li
         printf(", %s at %.2f Gb/s",
                dt_plan_seconds(dt_plan_comm_seconds(best->sent, lim->gbps), b[0], 32),
                lim->gbps);
-    if (offload)
+    if (offload && n_fit == 1)
+        printf(")\n  nothing fits without offload; the only offload choice that fits\n");
+    else if (offload)
         printf(")\n  nothing fits without offload; of the %zu offload choices that fit, the "
                "least tier I/O per step; of those within %.0f%% of it, the least traffic, "
                "then the least memory per rank\n",
                n_fit, PLAN_TRAFFIC_TIE * 100.0);
+    else if (n_fit == 1)
+        printf(")\n  the only strategy that fits\n");
     else
         printf(")\n  the least traffic of the %zu strategies that fit; of those within %.0f%% "
                "of it, the least memory per rank\n",
@@ -909,8 +913,8 @@ int dt_cmd_plan(int argc, char **argv)
     const int32_t tp = (int32_t)r.set.parallel.tensor;
     if (world % tp != 0)
         vs.n = 0, rc = dt_err_set(DT_ERR_CONFIG, "%s: parallel.tensor = %d does not divide "
-                                  "the world of %lld ranks", r.set.config_path, (int)tp,
-                                  (long long)world);
+                                  "the world of %lld rank%s", r.set.config_path, (int)tp,
+                                  (long long)world, world == 1 ? "" : "s");
     stage_rows_t sr = {calloc(vs.n ? vs.n : 1, sizeof *sr.label),
                        calloc((vs.n ? vs.n : 1) * (size_t)(n_stages ? n_stages : 1),
                               sizeof *sr.state),

@@ -10,6 +10,15 @@
  * which is written to FILE atomically: a failed plot leaves no file.  A
  * resumed run appends to its metrics file and repeats the steps after its
  * checkpoint: the later rows of a step replace the earlier ones.
+ *
+ * Nothing the user wrote reaches gnuplot as script.  The output path never
+ * goes to gnuplot at all; the metrics file's name, the one user text in
+ * the image (its title), goes through gp_quote: a single-quoted gnuplot
+ * string, in which gnuplot expands nothing (no `command` substitution, no
+ * @macro, no backslash escape; '' is a quote), on one line (control bytes
+ * and invalid UTF-8 become '?'), drawn by terminals set `noenhanced` (no
+ * ^_{}@& markup).  The memory record's tag names are kept to [a-z_] and
+ * every other value is a number printed by printf.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +43,7 @@
 #define PLOT_H 900
 #define PLOT_TIMEOUT_S 120      /* gnuplot gets this long for the whole plot */
 #define PLOT_MAX_OUT (256u << 20) /* bytes of image accepted from gnuplot */
+#define PLOT_TITLE_MAX 160        /* bytes of the metrics file's name in the title */
 
 void dt_help_plot(FILE *f)
 {
@@ -123,6 +133,47 @@ static int load_metrics(const char *path, metrics_t *m)
     return rc;
 }
 
+/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if none:
+ * shortest form only, no surrogates, nothing above U+10FFFF. */
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+    size_t len = p[0] >= 0xc2 && p[0] <= 0xdf ? 2 : p[0] >= 0xe0 && p[0] <= 0xef ? 3
+               : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : 0;
+    if (len == 0 || len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] > 0x9f) ||
+        (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] > 0x8f))
+        return 0;
+    return len;
+}
+
+/* Write text[0..n) as a gnuplot single-quoted string: the one quoting in
+ * which gnuplot evaluates nothing (no `...` substitution, no @macro, no
+ * backslash escapes); a quote is written twice.  Control bytes (a newline
+ * would end the command) and bytes that are not UTF-8 become '?'. */
+static void gp_quote(FILE *s, const char *text, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)text;
+    fputc('\'', s);
+    for (size_t i = 0; i < n;) {
+        size_t u = p[i] >= 0x80 ? utf8_len(p + i, n - i) : 0;
+        if (u) {
+            fwrite(p + i, 1, u, s);
+            i += u;
+            continue;
+        }
+        if (p[i] == '\'')
+            fputs("''", s);
+        else
+            fputc(p[i] < 0x20 || p[i] >= 0x7f ? '?' : p[i], s);
+        i++;
+    }
+    fputc('\'', s);
+}
+
 /* A datablock of the rows' step and `field`, finite values only. */
 static void datablock(FILE *s, const char *name, const metrics_t *m, size_t field)
 {
@@ -150,20 +201,25 @@ static void panel(FILE *s, const metrics_t *m, const char *title, const char *yl
                   const size_t *fields, const char *const *keys, const char *const *blocks,
                   const char *const *styles, int n)
 {
-    fprintf(s, "set title \"%s\"\nset ylabel \"%s\"\n", title, ylabel);
+    fprintf(s, "set title ");
+    gp_quote(s, title, strlen(title));
+    fprintf(s, "\nset ylabel ");
+    gp_quote(s, ylabel, strlen(ylabel));
+    fprintf(s, "\n");
     int any = 0;
     for (int i = 0; i < n; i++)
         any |= has_field(m, fields[i]);
     if (!any) {
-        fprintf(s, "set label 1 \"no data\" at graph 0.5, 0.5 center\n"
+        fprintf(s, "set label 1 'no data' at graph 0.5, 0.5 center\n"
                    "plot [0:1] [0:1] NaN notitle\nunset label 1\n");
         return;
     }
     fprintf(s, "plot ");
     for (int i = 0, k = 0; i < n; i++)
-        if (has_field(m, fields[i]))
-            fprintf(s, "%s$%s using 1:2 with %s title \"%s\"", k++ ? ", " : "", blocks[i],
-                    styles[i], keys[i]);
+        if (has_field(m, fields[i])) {
+            fprintf(s, "%s$%s using 1:2 with %s title ", k++ ? ", " : "", blocks[i], styles[i]);
+            gp_quote(s, keys[i], strlen(keys[i]));
+        }
     fprintf(s, "\n");
 }
 
@@ -173,7 +229,7 @@ static void memory_panel(FILE *s, const metrics_t *m)
     const cJSON *peak = cJSON_GetObjectItemCaseSensitive(m->memory, "peak_bytes");
     const cJSON *plan = cJSON_GetObjectItemCaseSensitive(m->memory, "planned_bytes");
     const cJSON *rank = cJSON_GetObjectItemCaseSensitive(m->memory, "rank");
-    fprintf(s, "set title \"peak memory by tag, rank %d (MiB)\"\nset ylabel \"MiB\"\n"
+    fprintf(s, "set title 'peak memory by tag, rank %d (MiB)'\nset ylabel 'MiB'\n"
                "unset xlabel\n",
             cJSON_IsNumber(rank) ? rank->valueint : 0);
     fprintf(s, "$memory << EOD\n");
@@ -195,14 +251,14 @@ static void memory_panel(FILE *s, const metrics_t *m)
     }
     fprintf(s, "EOD\n");
     if (n == 0) {
-        fprintf(s, "set label 1 \"no memory record\" at graph 0.5, 0.5 center\n"
+        fprintf(s, "set label 1 'no memory record' at graph 0.5, 0.5 center\n"
                    "plot [0:1] [0:1] NaN notitle\nunset label 1\n");
         return;
     }
     fprintf(s, "set style data histograms\nset style histogram clustered gap 1\n"
                "set style fill solid 0.7 border -1\nset boxwidth 0.9\nset yrange [0:*]\n"
                "set xtics rotate by -30\n"
-               "plot $memory using 2:xtic(1) title \"planned\", '' using 3 title \"measured\"\n");
+               "plot $memory using 2:xtic(1) title 'planned', '' using 3 title 'measured'\n");
 }
 
 /* The whole script: terminal, datablocks, then the five panels. */
@@ -213,25 +269,32 @@ static char *build_script(const metrics_t *m, const char *input, int svg, size_t
     if (!s)
         return NULL;
     if (svg)
-        fprintf(s, "set terminal svg size %d,%d fixed noenhanced font \"sans,10\"\n", PLOT_W,
+        fprintf(s, "set terminal svg size %d,%d fixed noenhanced font 'sans,10'\n", PLOT_W,
                 PLOT_H);
     else
-        fprintf(s, "set terminal pngcairo size %d,%d noenhanced font \"sans,9\"\n", PLOT_W,
+        fprintf(s, "set terminal pngcairo size %d,%d noenhanced font 'sans,9'\n", PLOT_W,
                 PLOT_H);
     datablock(s, "loss", m, F_LOSS);
     datablock(s, "val", m, F_VAL);
     datablock(s, "lr", m, F_LR);
     datablock(s, "tok", m, F_TOK);
     datablock(s, "norm", m, F_NORM);
-    /* the file's name in the title, without what would end a gnuplot string */
-    char name[256];
-    snprintf(name, sizeof name, "%s", input);
-    for (char *c = name; *c; c++)
-        if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
-            *c = '_';
-    fprintf(s, "set multiplot layout 3,2 title \"dtrain: %s (steps %.0f-%.0f)\"\n", name,
-            m->rows[0].v[F_STEP], m->rows[m->n - 1].v[F_STEP]);
-    fprintf(s, "set grid\nset key top right\nset xlabel \"step\"\n");
+    /* the title names the file as a string gnuplot only draws (gp_quote):
+     * a long name keeps its end, where the file's own name is */
+    char title[PLOT_TITLE_MAX + 128];
+    size_t name_len = strlen(input);
+    const char *name = input;
+    if (name_len > PLOT_TITLE_MAX) {
+        name = input + name_len - PLOT_TITLE_MAX;
+        while ((*name & 0xc0) == 0x80) /* not inside a UTF-8 sequence */
+            name++;
+    }
+    snprintf(title, sizeof title, "dtrain: %s%s (steps %.0f-%.0f)", name == input ? "" : "...",
+             name, m->rows[0].v[F_STEP], m->rows[m->n - 1].v[F_STEP]);
+    fprintf(s, "set multiplot layout 3,2 title ");
+    gp_quote(s, title, strlen(title));
+    fprintf(s, "\n");
+    fprintf(s, "set grid\nset key top right\nset xlabel 'step'\n");
     static const char *const lines = "lines", *const points = "linespoints pt 7 ps 0.6";
     panel(s, m, "loss", "loss", (const size_t[]){F_LOSS, F_VAL},
           (const char *const[]){"loss", "val loss"}, (const char *const[]){"loss", "val"},

@@ -155,7 +155,7 @@ int dt_cmd_run(int argc, char **argv)
     rc = plan_launch(&r, &plan);
     /* a config error is found here, once, before any rank is started */
     if (rc == DT_OK && plan.spawn &&
-        ((rc = dt_resolve_plugins(&r)) || (rc = dt_resolve_finish(&r, NULL)) ||
+        ((rc = dt_resolve_rest(&r, NULL)) ||
          (rc = dt_preflight(&r, (int64_t)plan.nproc * plan.nnodes, 1)))) {
         ec = dt_cli_fail("run", rc);
         dt_resolved_free(&r);
@@ -179,9 +179,8 @@ int dt_cmd_run(int argc, char **argv)
         dt_log_set_rank(plan.world.rank);
         setvbuf(stdout, NULL, _IOLBF, 0);
     }
-    if (rc == DT_OK && (rc = dt_resolve_plugins(&r)) == DT_OK &&
+    if (rc == DT_OK && (rc = dt_resolve_rest(&r, NULL)) == DT_OK &&
         (rc = install_crash_handler(&r, plan.world.rank)) == DT_OK &&
-        (rc = dt_resolve_finish(&r, NULL)) == DT_OK &&
         (rc = dt_run_profile_begin(&prof, &r)) == DT_OK) {
         dt_train_opts_t o = {.metrics_path = vals[0]};
         rc = dt_train(&r, &o);

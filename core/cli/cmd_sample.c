@@ -286,6 +286,10 @@ int dt_cmd_sample(int argc, char **argv)
     char dir[4096];
     sample_run_t s = {0};
     dt_log_set_rank(0); /* one process: the device's log lines are rank 0's */
+    /* what sample prints is the text: the device's info line ("cpu (2
+     * threads, ...)") only when DTRAIN_LOG asks for it */
+    if (!getenv("DTRAIN_LOG"))
+        dt_log_set_level(DT_LOG_WARN);
     int rc = dt_cli_ckpt_dir(a.ckpt, dir, sizeof dir);
     if (!rc)
         rc = load_model(&s, dir);

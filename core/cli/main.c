@@ -74,8 +74,15 @@ const char *dt_cli_rank_prefix(void)
 int dt_cli_fail(const char *cmd, int status)
 {
     const char *msg = dt_last_error();
-    fprintf(stderr, "%sdtrain %s: error: %s\n", rank_prefix, cmd,
-            msg[0] ? msg : dt_status_name(status));
+    if (!msg[0])
+        msg = dt_status_name(status);
+    /* a message of several errors (a config's, util/error.h dt_errlist):
+     * one prefixed line each */
+    do {
+        int n = (int)strcspn(msg, "\n");
+        fprintf(stderr, "%sdtrain %s: error: %.*s\n", rank_prefix, cmd, n, msg);
+        msg += n + (msg[n] == '\n');
+    } while (*msg);
     return dt_cli_exit_code(status);
 }
 

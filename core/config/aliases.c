@@ -31,6 +31,13 @@ static const struct {
     {"zero_optimization.stage3_prefetch_bucket_size", "DeepSpeed", "[zero] prefetch_bucket_size"},
     {"zero_optimization.stage3_param_persistence_threshold", "DeepSpeed",
      "[zero] param_persistence_threshold"},
+    {"offload_optimizer", "DeepSpeed",
+     "parallel.offload = \"offload_cpu\" (device \"nvme\": \"offload_nvme\" and its [offload_nvme] "
+     "path) with offload_what = \"optimizer\" in the strategy's table ([zero] offload_what)"},
+    {"offload_param", "DeepSpeed",
+     "parallel.offload = \"offload_cpu\" or \"offload_nvme\" with offload_what = \"params\" or "
+     "\"optimizer_and_params\" in the strategy's table ([zero] offload_what, zero stage 3)"},
+    {"nvme_path", "DeepSpeed", "[offload_nvme] path (with parallel.offload = \"offload_nvme\")"},
     {"zero_optimization", "DeepSpeed",
      "the [zero] table (with parallel.data = \"zero\"; its keys: dtrain plugins --describe zero)"},
     {"fp16.enabled", "DeepSpeed", "model.dtype = \"fp16\""},
@@ -52,12 +59,20 @@ static const struct {
     {"max_norm", "PyTorch", "train.gradient_clipping"},
     {"param_dtype", "PyTorch FSDP", "model.dtype"},
     {"auto_wrap_policy", "PyTorch FSDP", "[fsdp] min_num_params"},
+    {"cpu_offload", "PyTorch FSDP",
+     "parallel.offload = \"offload_cpu\" with [fsdp] offload_what = \"optimizer_and_params\" "
+     "(CPUOffload(offload_params=True): parameters on the host, the optimizer step there)"},
+    {"mixed_precision", "PyTorch FSDP",
+     "model.dtype (MixedPrecision's param_dtype: \"bf16\" or \"fp16\") and [fsdp] reduce_dtype "
+     "(its reduce_dtype)"},
     /* the Hugging Face Trainer */
     {"learning_rate", "the Hugging Face Trainer", "train.lr"},
     {"per_device_train_batch_size", "the Hugging Face Trainer", "train.micro_batch"},
     {"max_steps", "the Hugging Face Trainer", "train.steps"},
     {"max_grad_norm", "the Hugging Face Trainer", "train.gradient_clipping"},
     {"lr_scheduler_type", "the Hugging Face Trainer", "train.decay"},
+    {"warmup_ratio", "the Hugging Face Trainer",
+     "train.warmup_steps, counted in steps (warmup_ratio x train.steps)"},
     {"logging_steps", "the Hugging Face Trainer", "run.log_every"},
     {"save_steps", "the Hugging Face Trainer", "checkpoint.every"},
     {"save_total_limit", "the Hugging Face Trainer", "checkpoint.keep"},
@@ -70,6 +85,14 @@ static const struct {
     {"eval_interval", "nanoGPT", "train.eval_every"},
     {"eval_iters", "nanoGPT", "train.eval_steps"},
     {"log_interval", "nanoGPT", "run.log_every"},
+};
+
+/* Aliases (by the path above) whose dtrain value is computed from their
+ * own: dtrain's key `is` = the foreign value x the value of key `times`. */
+static const struct {
+    const char *path, *times, *is;
+} products[] = {
+    {"warmup_ratio", "train.steps", "train.warmup_steps"},
 };
 
 /* Does `path` name key `key` under `parent`? */
@@ -91,6 +114,20 @@ int dt_config_alias(const char *parent, const char *key, char *buf, size_t cap)
         if (alias_matches(aliases[i].path, parent, key)) {
             snprintf(buf, cap, "%s is %s's name for %s", aliases[i].path, aliases[i].who,
                      aliases[i].dtrain);
+            return 1;
+        }
+    return 0;
+}
+
+int dt_config_alias_product(const char *parent, const char *key, const char **times,
+                            const char **is)
+{
+    if (!key)
+        return 0;
+    for (size_t i = 0; i < DT_ARRAY_LEN(products); i++)
+        if (alias_matches(products[i].path, parent, key)) {
+            *times = products[i].times;
+            *is = products[i].is;
             return 1;
         }
     return 0;

@@ -42,6 +42,8 @@ typedef struct ctable {
     char *name;
     cval_t *vals;
     uint32_t n;
+    char *error;         /* claimed in spite of these errors (their values
+                          * at the defaults): returned by every later claim */
 } ctable_t;
 
 /* One --set, kept until its table's schema is applied. */
@@ -357,6 +359,7 @@ static void free_table(ctable_t *t)
         free_cval(&t->vals[i]);
     free(t->vals);
     free(t->name);
+    free(t->error);
 }
 
 static ctable_t *find_table(const dt_config_t *c, const char *name)
@@ -493,7 +496,9 @@ const char *dt_config_path(const dt_config_t *c) { return c ? c->path : ""; }
  * --set overrides
  * --------------------------------------------------------------------- */
 
-static int apply_to_claimed(ctable_t *t, const override_t *o);
+static int apply_to_claimed(const dt_config_t *c, ctable_t *t, const override_t *o);
+static int alias_hint(const dt_config_t *c, const char *parent, const char *key,
+                      const dt_toml_node_t *value, char *buf, size_t cap);
 
 static int valid_name(const char *s, size_t n)
 {
@@ -528,8 +533,12 @@ int dt_config_override(dt_config_t *c, const char *assignment)
         snprintf(parent, sizeof parent, "%.*s", last > lhs ? (int)(last - lhs - 1) : 0, lhs);
         char key[256];
         snprintf(key, sizeof key, "%.*s", (int)(lhs_end - last), last);
-        if (eq && dt_config_alias(parent, key, alias + 2, sizeof alias - 2))
+        dt_toml_node_t *value = NULL;
+        if (eq && dt_toml_parse_value(eq + 1, &value) != DT_OK)
+            value = NULL; /* only for a hint that computes with it */
+        if (eq && alias_hint(c, parent, key, value, alias + 2, sizeof alias - 2))
             memcpy(alias, "; ", 2);
+        dt_toml_free(value);
         return dt_err_set(DT_ERR_CONFIG,
                           "--set %s: expected table.key=value "
                           "(e.g. --set train.lr=3e-4)%s",
@@ -580,7 +589,7 @@ int dt_config_override(dt_config_t *c, const char *assignment)
     }
     c->ovr[c->n_ovr++] = o;
     ctable_t *t = find_table(c, o.table);
-    return t ? apply_to_claimed(t, &c->ovr[c->n_ovr - 1]) : DT_OK;
+    return t ? apply_to_claimed(c, t, &c->ovr[c->n_ovr - 1]) : DT_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -738,12 +747,12 @@ static void suggest_key(const dt_config_key_t *keys, uint32_t n,
     free(names);
 }
 
-static int unknown_key(const char *loc, const char *table,
-                       const dt_config_key_t *keys, uint32_t n,
-                       const char *key)
+static int unknown_key(const dt_config_t *c, const char *loc, const char *table,
+                       const dt_config_key_t *keys, uint32_t n, const char *key,
+                       const dt_toml_node_t *value)
 {
-    char sug[256];
-    if (dt_config_alias(table, key, sug, sizeof sug) ||
+    char sug[512];
+    if (alias_hint(c, table, key, value, sug, sizeof sug) ||
         dt_config_home(table, key, sug, sizeof sug))
         return dt_err_set(DT_ERR_CONFIG, "%s: unknown key '%s' in [%s]; %s", loc, key, table,
                           sug);
@@ -779,29 +788,103 @@ static const override_t *find_override(const dt_config_t *c, const char *table,
     return NULL;
 }
 
+static cval_t *lookup(const dt_config_t *c, const char *path);
+
+/* The number "table.key" holds before or after its table is resolved:
+ * resolved, else its last --set, else the file, else the core schema's
+ * default; 0 when it is none of these or not a number. */
+static int raw_number(const dt_config_t *c, const char *path, double *out)
+{
+    const cval_t *v = lookup(c, path);
+    if (v && (v->type == DT_CFG_INT || v->type == DT_CFG_FLOAT)) {
+        *out = v->type == DT_CFG_INT ? (double)v->i : v->f;
+        return 1;
+    }
+    const char *dot = strchr(path, '.');
+    char table[64];
+    if (!dot || (size_t)(dot - path) >= sizeof table)
+        return 0;
+    snprintf(table, sizeof table, "%.*s", (int)(dot - path), path);
+    const dt_toml_node_t *n = NULL;
+    const override_t *o = find_override(c, table, dot + 1);
+    if (o) {
+        n = o->node;
+    } else {
+        const dt_toml_node_t *t = root_child(c, table);
+        for (size_t i = 0; t && t->type == DT_TOML_TABLE && i < t->u.children.n; i++)
+            if (strcmp(t->u.children.items[i].key, dot + 1) == 0)
+                n = &t->u.children.items[i];
+    }
+    if (n) {
+        if (n->type != DT_TOML_INT && n->type != DT_TOML_FLOAT)
+            return 0;
+        *out = n->type == DT_TOML_INT ? (double)n->u.i : n->u.f;
+        return 1;
+    }
+    for (uint32_t s = 0; s < dt_core_n_sections; s++)
+        for (uint32_t k = 0; strcmp(dt_core_sections[s].table, table) == 0 &&
+                             k < dt_core_sections[s].n_keys; k++) {
+            const dt_config_key_t *key = &dt_core_sections[s].keys[k];
+            if (strcmp(key->name, dot + 1) == 0 && key->def) {
+                char *end;
+                *out = strtod(key->def, &end);
+                return *end == '\0' && end != key->def;
+            }
+        }
+    return 0;
+}
+
+/* dt_config_alias's hint for key `key` under `parent`; for a key whose
+ * dtrain value is a product (warmup_ratio x train.steps) and `value` a
+ * number, what it comes to in this config: "...; here train.warmup_steps =
+ * 30 (0.1 x train.steps = 300)". */
+static int alias_hint(const dt_config_t *c, const char *parent, const char *key,
+                      const dt_toml_node_t *value, char *buf, size_t cap)
+{
+    if (!dt_config_alias(parent, key, buf, cap))
+        return 0;
+    const char *times, *is;
+    double of;
+    if (!value || (value->type != DT_TOML_INT && value->type != DT_TOML_FLOAT) ||
+        !dt_config_alias_product(parent, key, &times, &is) || !raw_number(c, times, &of))
+        return 1;
+    double v = value->type == DT_TOML_INT ? (double)value->u.i : value->u.f;
+    char a[64], b[64];
+    fmt_double(v, a, sizeof a, 0);
+    fmt_double(of, b, sizeof b, 0);
+    size_t len = strlen(buf);
+    if (isfinite(v * of) && fabs(v * of) < 1e15)
+        snprintf(buf + len, cap - len, "; here %s = %.0f (%s x %s = %s)", is, round(v * of), a,
+                 times, b);
+    return 1;
+}
+
 /* The first key under table node `t` (found at `path`, "fp16" or
  * "optimizer.params"), depth first, that another stack spells that way:
- * its hint (dt_config_alias) into buf, 1; else 0. */
-static int tree_alias(const char *path, const dt_toml_node_t *t, char *buf, size_t cap)
+ * its hint (alias_hint) into buf, 1; else 0. */
+static int tree_alias(const dt_config_t *c, const char *path, const dt_toml_node_t *t,
+                      char *buf, size_t cap)
 {
     if (t->type != DT_TOML_TABLE)
         return 0;
     for (size_t i = 0; i < t->u.children.n; i++) {
         const dt_toml_node_t *e = &t->u.children.items[i];
-        if (dt_config_alias(path, e->key, buf, cap))
+        if (alias_hint(c, path, e->key, e, buf, cap))
             return 1;
         char sub[256];
         snprintf(sub, sizeof sub, "%s.%s", path, e->key);
-        if (e->type == DT_TOML_TABLE && tree_alias(sub, e, buf, cap))
+        if (e->type == DT_TOML_TABLE && tree_alias(c, sub, e, buf, cap))
             return 1;
     }
     return 0;
 }
 
-/* Check the table as written in the file: shape, unknown keys, nesting. */
+/* Check the table as written in the file: shape, then every key (unknown
+ * keys, nesting), each problem added to `errs`.  DT_ERR_CONFIG when the
+ * table is no table at all (its keys cannot be read). */
 static int check_file_table(const dt_config_t *c, const char *table,
                             const dt_toml_node_t *tn,
-                            const dt_config_key_t *keys, uint32_t n)
+                            const dt_config_key_t *keys, uint32_t n, dt_errlist_t *errs)
 {
     char loc[1200];
     if (tn->type == DT_TOML_ARRAY) {
@@ -831,17 +914,18 @@ static int check_file_table(const dt_config_t *c, const char *table,
             node_loc(c, e, 0, loc, sizeof loc);
             char path[256], alias[512] = "";
             snprintf(path, sizeof path, "%s.%s", table, e->key);
-            if (tree_alias(path, e, alias + 2, sizeof alias - 2))
+            if (tree_alias(c, path, e, alias + 2, sizeof alias - 2))
                 memcpy(alias, "; ", 2);
-            return dt_err_set(DT_ERR_CONFIG,
-                              "%s: [%s] %s: nested tables are not allowed in "
-                              "[%s] (no [%s.%s] headers or dotted keys "
-                              "'%s.x = ...'; every key is a plain value)%s",
-                              loc, table, e->key, table, table, e->key, e->key, alias);
-        }
-        if (!schema_key(keys, n, e->key)) {
+            dt_err_set(DT_ERR_CONFIG,
+                       "%s: [%s] %s: nested tables are not allowed in "
+                       "[%s] (no [%s.%s] headers or dotted keys "
+                       "'%s.x = ...'; every key is a plain value)%s",
+                       loc, table, e->key, table, table, e->key, e->key, alias);
+            dt_errlist_add(errs, NULL);
+        } else if (!schema_key(keys, n, e->key)) {
             node_loc(c, e, 1, loc, sizeof loc);
-            return unknown_key(loc, table, keys, n, e->key);
+            unknown_key(c, loc, table, keys, n, e->key, e);
+            dt_errlist_add(errs, NULL);
         }
     }
     return DT_OK;
@@ -868,22 +952,31 @@ static int apply_schema(dt_config_t *c, const char *table, const dt_config_key_t
         return rc;
     const ctable_t *seen = find_table(c, table);
     if (seen) {
-        if (same_schema(seen, keys, n_keys))
-            return DT_OK;
-        return dt_err_set(DT_ERR_INVALID,
-                          "config table [%s] was already claimed with other keys",
-                          table);
+        if (!same_schema(seen, keys, n_keys))
+            return dt_err_set(DT_ERR_INVALID,
+                              "config table [%s] was already claimed with other keys",
+                              table);
+        return seen->error ? dt_err_set(DT_ERR_CONFIG, "%s", seen->error) : DT_OK;
     }
 
+    /* every problem of the table is reported at once: each goes to errs,
+     * and a value in error stands at its default meanwhile */
+    dt_errlist_t errs = {.n = 0};
     const dt_toml_node_t *tn = root_child(c, table);
-    if (tn && (rc = check_file_table(c, table, tn, keys, n_keys)) != DT_OK)
-        return rc;
+    if (tn && (rc = check_file_table(c, table, tn, keys, n_keys, &errs)) != DT_OK) {
+        if (rc != DT_ERR_CONFIG)
+            return rc;
+        dt_errlist_add(&errs, NULL);
+    }
+    if (tn && tn->type != DT_TOML_TABLE)
+        tn = NULL; /* reported above: no keys to read from it */
     for (size_t i = 0; i < c->n_ovr; i++) {
         const override_t *o = &c->ovr[i];
         if (strcmp(o->table, table) == 0 && !schema_key(keys, n_keys, o->key)) {
             char loc[1200];
             snprintf(loc, sizeof loc, "--set %s", o->assign);
-            return unknown_key(loc, table, keys, n_keys, o->key);
+            unknown_key(c, loc, table, keys, n_keys, o->key, o->node);
+            dt_errlist_add(&errs, NULL);
         }
     }
 
@@ -913,16 +1006,30 @@ static int apply_schema(dt_config_t *c, const char *table, const dt_config_key_t
                 fn = &tn->u.children.items[j];
         char loc[1200];
         source_t src = {.fail = DT_ERR_CONFIG, .loc = loc};
+        int bad = 0; /* a value was given and is in error (reported) */
         if (o) {
             snprintf(loc, sizeof loc, "--set %s", o->assign);
             src.origin = DT_ORIGIN_CLI;
             rc = resolve_value(table, k, o->node, o->text, &src, v);
+        } else if (fn && fn->type == DT_TOML_TABLE) {
+            bad = 1; /* check_file_table reported the nested table */
         } else if (fn) {
             node_loc(c, fn, 0, loc, sizeof loc);
             src.origin = DT_ORIGIN_FILE;
             src.line = fn->line > 0 ? fn->line : fn->key_line;
             rc = resolve_value(table, k, fn, NULL, &src, v);
-        } else if (k->def) {
+        }
+        if (rc == DT_ERR_CONFIG) {
+            dt_errlist_add(&errs, NULL);
+            rc = DT_OK;
+            bad = 1;
+            src = (source_t){.fail = DT_ERR_CONFIG, .loc = loc};
+        }
+        if (rc != DT_OK)
+            break;
+        if ((o || fn) && !bad)
+            continue; /* resolved */
+        if (k->def) {
             dt_toml_node_t *dn = NULL;
             rc = dt_toml_parse_value(k->def, &dn);
             if (rc == DT_ERR_NOMEM) {
@@ -940,30 +1047,39 @@ static int apply_schema(dt_config_t *c, const char *table, const dt_config_key_t
                 rc = resolve_value(table, k, dn, NULL, &src, v);
             }
             dt_toml_free(dn);
-        } else if (!aside) {
+        } else if (!aside && !bad) {
             if (tn)
                 node_loc(c, tn, 0, loc, sizeof loc);
             else
                 snprintf(loc, sizeof loc, "%s", c->name);
-            rc = dt_err_set(DT_ERR_CONFIG,
-                            "%s%srequired key '%s.%s' is missing (add '%s = ...' "
-                            "under [%s] or pass --set %s.%s=VALUE)",
-                            loc, *loc ? ": " : "", table, k->name, k->name,
-                            table, table, k->name);
+            dt_err_set(DT_ERR_CONFIG,
+                       "%s%srequired key '%s.%s' is missing (add '%s = ...' "
+                       "under [%s] or pass --set %s.%s=VALUE)",
+                       loc, *loc ? ": " : "", table, k->name, k->name,
+                       table, table, k->name);
+            dt_errlist_add(&errs, NULL);
         }
+        /* a required key missing or in error reads as empty, never NULL */
+        if (rc == DT_OK && (k->type == DT_CFG_STRING || k->type == DT_CFG_ENUM) && !v->s &&
+            !(v->s = strdup("")))
+            rc = nomem("config value");
     }
     if (aside) {
         free_table(&t);
-        if (rc != DT_OK || is_aside(c, table))
+        if (rc != DT_OK)
             return rc;
-        char **na = realloc(c->aside, (c->n_aside + 1) * sizeof *na);
-        if (!na)
-            return nomem("config table");
-        c->aside = na;
-        if (!(c->aside[c->n_aside] = strdup(table)))
-            return nomem("config table");
-        c->n_aside++;
-        return DT_OK;
+        /* set aside in spite of errors: the table is known, its errors
+         * reported here, not again as an unknown table */
+        if (!is_aside(c, table)) {
+            char **na = realloc(c->aside, (c->n_aside + 1) * sizeof *na);
+            if (!na)
+                return nomem("config table");
+            c->aside = na;
+            if (!(c->aside[c->n_aside] = strdup(table)))
+                return nomem("config table");
+            c->n_aside++;
+        }
+        return dt_errlist_fail(&errs, DT_ERR_CONFIG);
     }
     if (rc == DT_OK && c->n_tables == c->cap_tables) {
         size_t ncap = c->cap_tables ? c->cap_tables * 2 : 16;
@@ -974,6 +1090,11 @@ static int apply_schema(dt_config_t *c, const char *table, const dt_config_key_t
             c->tables = nt;
             c->cap_tables = ncap;
         }
+    }
+    if (rc == DT_OK && (errs.n || errs.dropped)) {
+        dt_errlist_fail(&errs, DT_ERR_CONFIG);
+        if (!(t.error = strdup(dt_last_error())))
+            rc = nomem("config table");
     }
     if (rc != DT_OK) {
         free_table(&t);
@@ -987,7 +1108,7 @@ static int apply_schema(dt_config_t *c, const char *table, const dt_config_key_t
             c->n_aside--;
             break;
         }
-    return DT_OK;
+    return t.error ? dt_err_set(DT_ERR_CONFIG, "%s", t.error) : DT_OK;
 }
 
 int dt_config_apply_schema(dt_config_t *c, const char *table,
@@ -1038,7 +1159,7 @@ size_t dt_config_unclaimed(const dt_config_t *c, const char **names, size_t cap)
  * would have been before the claim: unknown keys with a did-you-mean,
  * types, ranges and choices.  The schema's keys are rebuilt from the
  * table's values, which keep everything the check needs. */
-static int apply_to_claimed(ctable_t *t, const override_t *o)
+static int apply_to_claimed(const dt_config_t *c, ctable_t *t, const override_t *o)
 {
     dt_config_key_t *keys = calloc(t->n ? t->n : 1, sizeof *keys);
     if (!keys)
@@ -1055,7 +1176,7 @@ static int apply_to_claimed(ctable_t *t, const override_t *o)
     snprintf(loc, sizeof loc, "--set %s", o->assign);
     int rc;
     if (at == t->n) {
-        rc = unknown_key(loc, t->name, keys, t->n, o->key);
+        rc = unknown_key(c, loc, t->name, keys, t->n, o->key, o->node);
     } else {
         cval_t v = t->vals[at];
         v.s = NULL;
@@ -1121,7 +1242,8 @@ static int unknown_table(const dt_config_t *c, const char *loc,
 
 /* A key written above every [table] heading: name the claimed table that
  * declares it (or a close one), since that is where it was meant to go. */
-static int stray_key(const dt_config_t *c, const char *loc, const char *key)
+static int stray_key(const dt_config_t *c, const char *loc, const char *key,
+                     const dt_toml_node_t *value)
 {
     const char *home = NULL, *close_key = NULL, *close_table = NULL;
     for (size_t i = 0; i < c->n_tables && !home; i++) {
@@ -1144,7 +1266,7 @@ static int stray_key(const dt_config_t *c, const char *loc, const char *key)
                           "%s: key '%s' is outside any table; did you mean to "
                           "put it under [%s]?",
                           loc, key, home);
-    if (dt_config_alias("", key, alias, sizeof alias))
+    if (alias_hint(c, "", key, value, alias, sizeof alias))
         return dt_err_set(DT_ERR_CONFIG, "%s: key '%s' is outside any table; %s", loc, key,
                           alias);
     if (close_key)
@@ -1163,6 +1285,7 @@ int dt_config_check_unclaimed(const dt_config_t *c, const char *hint)
     if (!c)
         return dt_err_set(DT_ERR_INVALID, "dt_config_check_unclaimed: NULL config");
     char loc[1200];
+    dt_errlist_t errs = {.n = 0};
     for (size_t i = 0; i < c->root->u.children.n; i++) {
         const dt_toml_node_t *n = &c->root->u.children.items[i];
         if (find_table(c, n->key) || (n->type == DT_TOML_TABLE && is_aside(c, n->key)))
@@ -1170,23 +1293,26 @@ int dt_config_check_unclaimed(const dt_config_t *c, const char *hint)
         if (n->type == DT_TOML_TABLE || n->type == DT_TOML_ARRAY) {
             node_loc(c, n, 0, loc, sizeof loc);
             char alias[512] = "";
-            if (!tree_alias(n->key, n, alias, sizeof alias))
+            if (!tree_alias(c, n->key, n, alias, sizeof alias))
                 dt_config_alias("", n->key, alias, sizeof alias);
-            return unknown_table(c, loc, n->key, alias, hint);
+            unknown_table(c, loc, n->key, alias, hint);
+        } else {
+            node_loc(c, n, 1, loc, sizeof loc);
+            stray_key(c, loc, n->key, n);
         }
-        node_loc(c, n, 1, loc, sizeof loc);
-        return stray_key(c, loc, n->key);
+        dt_errlist_add(&errs, NULL);
     }
     for (size_t i = 0; i < c->n_ovr; i++) {
         if (find_table(c, c->ovr[i].table) || is_aside(c, c->ovr[i].table))
             continue;
         snprintf(loc, sizeof loc, "--set %s", c->ovr[i].assign);
         char alias[512] = "";
-        if (!dt_config_alias(c->ovr[i].table, c->ovr[i].key, alias, sizeof alias))
+        if (!alias_hint(c, c->ovr[i].table, c->ovr[i].key, c->ovr[i].node, alias, sizeof alias))
             dt_config_alias("", c->ovr[i].table, alias, sizeof alias);
-        return unknown_table(c, loc, c->ovr[i].table, alias, hint);
+        unknown_table(c, loc, c->ovr[i].table, alias, hint);
+        dt_errlist_add(&errs, NULL);
     }
-    return DT_OK;
+    return dt_errlist_fail(&errs, DT_ERR_CONFIG);
 }
 
 /* ------------------------------------------------------------------------

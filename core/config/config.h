@@ -1,7 +1,8 @@
 /*
  * core/config/config.h - the typed configuration: TOML (through toml++
  * behind a C shim) checked against schemas, with command-line overrides and
- * the origin of every value.
+ * the origin of every value.  Checks report every problem they find at
+ * once, one a line of the message.
  *
  * Life of a config:
  *   dt_config_load(path)             parse; syntax errors give file:line:col
@@ -64,13 +65,19 @@ int dt_config_override(dt_config_t *c, const char *assignment);
 /* Validate table `table` ("train", or a plugin's name) against `keys` and
  * fill defaults.  A missing table is created from defaults.  Nested tables
  * inside are errors.  Calling it twice for one table is allowed (same
- * keys).  Returns DT_ERR_CONFIG with file:line:col on the first problem. */
+ * keys).  Returns DT_ERR_CONFIG with every problem of the table, one a
+ * line with its file:line:col (the unknown keys, then the values in the
+ * keys' order; at most DT_ERRLIST_MAX, util/error.h).  A table in error is
+ * claimed all the same, each value in error at its default (a required
+ * one empty or 0), so a check can go on; claiming it again returns the
+ * same errors. */
 int dt_config_apply_schema(dt_config_t *c, const char *table,
                            const dt_config_key_t *keys, uint32_t n_keys);
 
 /* Error on any top-level table or key that no dt_config_apply_schema call
- * claimed.  `hint` (may be NULL) is appended to the message for unknown
- * tables, e.g. "plugin tables are named after a selected plugin". */
+ * claimed, one line each (all of them, up to DT_ERRLIST_MAX).  `hint` (may
+ * be NULL) is appended to the message for unknown tables, e.g. "plugin
+ * tables are named after a selected plugin". */
 int dt_config_check_unclaimed(const dt_config_t *c, const char *hint);
 
 /* Check table `table` as dt_config_apply_schema would (unknown keys with a
@@ -79,7 +86,9 @@ int dt_config_check_unclaimed(const dt_config_t *c, const char *hint);
  * error, dt_config_check_unclaimed passes it over.  For the table of an
  * installed plugin the config does not select, so one file can configure
  * every strategy and --set picks one.  A later dt_config_apply_schema of
- * the table claims it after all. */
+ * the table claims it after all.  A table with errors is set aside all
+ * the same (its errors are returned, not reported again as an unknown
+ * table). */
 int dt_config_set_aside(dt_config_t *c, const char *table, const dt_config_key_t *keys,
                         uint32_t n_keys);
 /* The i-th table set aside, in the order they were; NULL past the end. */
@@ -152,6 +161,11 @@ const char *dt_suggest(const char *word, const char *const *candidates,
  * "optimizer.params"), write "gradient_accumulation_steps is DeepSpeed's
  * name for train.grad_accum" into buf and return 1; 0 when it is none. */
 int dt_config_alias(const char *parent, const char *key, char *buf, size_t cap);
+/* For an alias whose dtrain value is a product (warmup_ratio x
+ * train.steps is train.warmup_steps): *times = "train.steps", *is =
+ * "train.warmup_steps", 1; else 0. */
+int dt_config_alias_product(const char *parent, const char *key, const char **times,
+                            const char **is);
 /* A key of one of the core's sections other than `parent`: write "'lr' is
  * a key of [train] (train.lr)" and return 1; 0 when it is none. */
 int dt_config_home(const char *parent, const char *key, char *buf, size_t cap);

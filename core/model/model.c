@@ -88,8 +88,8 @@ int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t t
         return rc;
     if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
         return dt_err_set(DT_ERR_INVALID,
-                          "model: tensor rank %d is outside the tensor group of %d ranks",
-                          (int)tp_rank, (int)tp);
+                          "model: tensor rank %d is outside the tensor group of %d rank%s",
+                          (int)tp_rank, (int)tp, tp == 1 ? "" : "s");
     const dt_model_arch_t *a = NULL;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (strcmp(arch, archs[i]->name) == 0)

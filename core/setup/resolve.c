@@ -43,6 +43,18 @@ void dt_resolved_free(dt_resolved_t *r)
     memset(r, 0, sizeof *r);
 }
 
+/* A config error is added to `errs` and the check goes on; any other
+ * failure stops it (returned). */
+static int keep_going(dt_errlist_t *errs, int rc)
+{
+    if (rc != DT_ERR_CONFIG)
+        return rc;
+    dt_errlist_add(errs, NULL);
+    return DT_OK;
+}
+
+static int rest_stages(dt_resolved_t *r, const char *hint, dt_errlist_t *errs);
+
 int dt_resolve_core(const char *path, const char *const *sets, int n_sets,
                     dt_resolved_t *out)
 {
@@ -54,18 +66,34 @@ int dt_resolve_core(const char *path, const char *const *sets, int n_sets,
             rc = DT_ERR_CONFIG;
         goto fail;
     }
+    /* every config error of the file is reported at once: a table in error
+     * is claimed all the same (its values in error at their defaults), so
+     * the checks go on through every section */
+    dt_errlist_t errs = {.n = 0};
     for (int i = 0; i < n_sets; i++)
-        if ((rc = dt_config_override(out->cfg, sets[i])))
+        if ((rc = keep_going(&errs, dt_config_override(out->cfg, sets[i]))))
             goto fail;
     for (uint32_t i = 0; i < dt_core_n_sections; i++) {
         const dt_config_section_t *s = &dt_core_sections[i];
-        if ((rc = dt_config_apply_schema(out->cfg, s->table, s->keys, s->n_keys)))
+        if ((rc = keep_going(&errs, dt_config_apply_schema(out->cfg, s->table, s->keys,
+                                                           s->n_keys))))
             goto fail;
     }
-    if ((rc = dt_settings_read(out->cfg, &out->set)) ||
-        (rc = dt_search_path_new(out->set.run.plugin_path, &out->search)))
+    rc = dt_settings_read(out->cfg, &out->set);
+    if (rc == DT_OK)
+        rc = dt_search_path_new(out->set.run.plugin_path, &out->search);
+    else if ((rc = keep_going(&errs, rc)) == DT_OK)
+        goto report; /* without settings, no plugin can be chosen */
+    if (rc)
         goto fail;
-    return DT_OK;
+    if (errs.n == 0)
+        return DT_OK;
+    /* the rest of the file too: the tables of the plugins it selects, and
+     * tables nothing claims (the values in error stand at their defaults,
+     * which select plugins as an unset key would) */
+    rest_stages(out, NULL, &errs); /* a failure that is not the config's shows later */
+report:
+    rc = dt_errlist_fail(&errs, DT_ERR_CONFIG);
 fail:
     dt_resolved_free(out);
     return rc;
@@ -191,12 +219,20 @@ int dt_resolve_plugin(dt_resolved_t *r, dt_role_t role, const char *name,
     return DT_OK;
 }
 
-int dt_resolve_plugins(dt_resolved_t *r)
+/* Every role, a config error of one not stopping the others. */
+static int plugin_stage(dt_resolved_t *r, dt_errlist_t *errs)
 {
     int rc = DT_OK;
     for (int role = 0; role < DT_ROLE_COUNT && rc == DT_OK; role++)
-        rc = dt_resolve_plugin(r, (dt_role_t)role, NULL, NULL);
+        rc = keep_going(errs, dt_resolve_plugin(r, (dt_role_t)role, NULL, NULL));
     return rc;
+}
+
+int dt_resolve_plugins(dt_resolved_t *r)
+{
+    dt_errlist_t errs = {.n = 0};
+    int rc = plugin_stage(r, &errs);
+    return rc ? rc : dt_errlist_fail(&errs, DT_ERR_CONFIG);
 }
 
 /* The most unclaimed tables looked at; more than this many tables no
@@ -204,8 +240,9 @@ int dt_resolve_plugins(dt_resolved_t *r)
 #define MAX_UNCLAIMED 64
 
 /* The tables the config writes for plugins on the search path that it does
- * not select: each checked against its plugin's keys, then set aside. */
-static int set_aside_unselected(const dt_resolved_t *r)
+ * not select: each checked against its plugin's keys, then set aside (its
+ * errors added to errs). */
+static int set_aside_unselected(const dt_resolved_t *r, dt_errlist_t *errs)
 {
     const char *names[MAX_UNCLAIMED];
     size_t n = dt_config_unclaimed(r->cfg, names, MAX_UNCLAIMED);
@@ -222,8 +259,9 @@ static int set_aside_unselected(const dt_resolved_t *r)
                 continue;
             dt_plugin_t *p = NULL;
             if ((rc = dt_plugin_open(r->search, ls[j].kind, ls[j].name, &p)) == DT_OK)
-                rc = dt_config_set_aside(r->cfg, ls[j].name, p->info->config_keys,
-                                         p->info->n_config_keys);
+                rc = keep_going(errs, dt_config_set_aside(r->cfg, ls[j].name,
+                                                          p->info->config_keys,
+                                                          p->info->n_config_keys));
             dt_plugin_unload(p);
             break;
         }
@@ -232,10 +270,31 @@ static int set_aside_unselected(const dt_resolved_t *r)
     return rc;
 }
 
+static int finish_stage(const dt_resolved_t *r, const char *hint, dt_errlist_t *errs)
+{
+    int rc = set_aside_unselected(r, errs);
+    return rc ? rc : keep_going(errs, dt_config_check_unclaimed(r->cfg, hint ? hint
+                                                                             : DEFAULT_HINT));
+}
+
 int dt_resolve_finish(const dt_resolved_t *r, const char *hint)
 {
-    int rc = set_aside_unselected(r);
-    return rc ? rc : dt_config_check_unclaimed(r->cfg, hint ? hint : DEFAULT_HINT);
+    dt_errlist_t errs = {.n = 0};
+    int rc = finish_stage(r, hint, &errs);
+    return rc ? rc : dt_errlist_fail(&errs, DT_ERR_CONFIG);
+}
+
+static int rest_stages(dt_resolved_t *r, const char *hint, dt_errlist_t *errs)
+{
+    int rc = plugin_stage(r, errs);
+    return rc ? rc : finish_stage(r, hint, errs);
+}
+
+int dt_resolve_rest(dt_resolved_t *r, const char *hint)
+{
+    dt_errlist_t errs = {.n = 0};
+    int rc = rest_stages(r, hint, &errs);
+    return rc ? rc : dt_errlist_fail(&errs, DT_ERR_CONFIG);
 }
 
 int dt_resolve(const char *path, const char *const *sets, int n_sets,
@@ -244,7 +303,7 @@ int dt_resolve(const char *path, const char *const *sets, int n_sets,
     int rc = dt_resolve_core(path, sets, n_sets, out);
     if (rc)
         return rc;
-    if ((rc = dt_resolve_plugins(out)) || (rc = dt_resolve_finish(out, NULL)))
+    if ((rc = dt_resolve_rest(out, NULL)))
         dt_resolved_free(out);
     return rc;
 }

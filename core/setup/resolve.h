@@ -20,6 +20,13 @@
  * launching parent of `dtrain run` stops after the core stage; `dtrain
  * plan` changes the selection between estimates (dt_resolve_set) and skips
  * the last stage; `dtrain bench comm` loads only a comm plugin.
+ *
+ * Config errors are reported all at once (up to DT_ERRLIST_MAX of them,
+ * one a line of the message): a stage goes on past a config error, and a
+ * table in error is claimed all the same, its values in error at their
+ * defaults, so the stages after it can check the rest of the file.  When
+ * the core stage finds config errors it runs the later stages too, only
+ * for their errors, before it fails.
  */
 #ifndef DT_SETUP_RESOLVE_H
 #define DT_SETUP_RESOLVE_H
@@ -76,6 +83,10 @@ int dt_resolve_plugins(dt_resolved_t *r);
  * claimed.  `hint` (NULL: the default, that a plugin's table is named
  * after a plugin on the search path) ends the message. */
 int dt_resolve_finish(const dt_resolved_t *r, const char *hint);
+
+/* dt_resolve_plugins, then dt_resolve_finish even when the first found
+ * config errors: the message holds both stages' errors. */
+int dt_resolve_rest(dt_resolved_t *r, const char *hint);
 
 /* Every stage; on failure everything is released. */
 int dt_resolve(const char *path, const char *const *sets, int n_sets,

@@ -16,7 +16,7 @@ int dt_grid_init(dt_grid_t *g, int32_t world, int32_t rank, int64_t tp,
 {
     if (world < 1 || rank < 0 || rank >= world)
         return dt_err_set(DT_ERR_INVALID, "process grid: rank %d of a world "
-                          "of %d ranks", (int)rank, (int)world);
+                          "of %d rank%s", (int)rank, (int)world, world == 1 ? "" : "s");
     if (tp < 1 || pp < 1)
         return dt_err_set(DT_ERR_CONFIG, "parallel.tensor = %lld and "
                           "parallel.pipeline = %lld: both must be at least 1",
@@ -24,9 +24,9 @@ int dt_grid_init(dt_grid_t *g, int32_t world, int32_t rank, int64_t tp,
     if (tp > world || pp > world || world % (tp * pp) != 0)
         return dt_err_set(DT_ERR_CONFIG, "parallel.tensor = %lld x "
                           "parallel.pipeline = %lld = %lld ranks per model "
-                          "replica does not divide the world of %d ranks",
+                          "replica does not divide the world of %d rank%s",
                           (long long)tp, (long long)pp,
-                          (long long)(tp * pp), (int)world);
+                          (long long)(tp * pp), (int)world, world == 1 ? "" : "s");
     g->world = world;
     g->tp = (int32_t)tp;
     g->pp = (int32_t)pp;

@@ -1409,9 +1409,14 @@ static int report_step(run_t *R, const step_report_t *rep)
         R->last_val_step = step;
     }
     if (R->world.rank == 0 && (step % R->set->run.log_every == 0 || step == steps || step == 1)) {
-        printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms | "
+        /* an fp16 step skipped on overflow has no norm ("null" in the
+         * metrics file): "n/a", not printf's "-nan" */
+        char norm[32] = "n/a";
+        if (isfinite(rep->grad_norm))
+            snprintf(norm, sizeof norm, "%.3f", rep->grad_norm);
+        printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %s | %.0f tok/s | %.1f ms | "
                "mfu %.1f%% | mem %.1f MiB",
-               (long long)step, (long long)steps, rep->loss, rep->lr, rep->grad_norm,
+               (long long)step, (long long)steps, rep->loss, rep->lr, norm,
                rep->tokens_per_s, rep->step_s * 1e3, rep->mfu * 100, mib(rep->mem_now));
         print_progress(R, step);
         if (!isnan(rep->eval_loss))

@@ -315,59 +315,6 @@ static int cfg_int_or(const dt_host_v1_t *host, const char *key, int64_t def,
 
 /* ----------------------------------------------------------------- props */
 
-/* Clock in GHz: the maximum from cpufreq when the kernel exposes it, else
- * the current "cpu MHz" of /proc/cpuinfo, else 2 GHz. */
-static double cpu_ghz(void)
-{
-    FILE *f =
-        fopen("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq", "r");
-    if (f) {
-        double khz = 0;
-        int ok = fscanf(f, "%lf", &khz) == 1;
-        fclose(f);
-        if (ok && khz > 0)
-            return khz / 1e6;
-    }
-    f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        char line[256];
-        double mhz = 0;
-        while (fgets(line, sizeof line, f))
-            if (strncmp(line, "cpu MHz", 7) == 0) {
-                const char *colon = strchr(line, ':');
-                if (colon)
-                    mhz = strtod(colon + 1, NULL);
-                break;
-            }
-        fclose(f);
-        if (mhz > 0)
-            return mhz / 1e3;
-    }
-    return 2.0;
-}
-
-/* Peak f32 FLOP/s, an ESTIMATE for MFU only: threads x clock x FLOP per
- * cycle per core, where a core is taken to retire two FMAs per cycle: 64
- * FLOP with AVX-512F (16 lanes), 32 with AVX2 + FMA (8 lanes); anything
- * older one 4-wide add plus one 4-wide multiply (8 FLOP).  The clock is
- * the nominal one (boost is invisible here), so this can be off either
- * way: some AVX-512 parts run 512-bit FMAs at half rate but boost above
- * nominal.  On the 2-core AMD EPYC (AVX-512, 2.6 GHz nominal) the bench
- * was written on, one-thread sgemm reached ~120 of the 166 GFLOP/s this
- * gives (bench/results/kernels.md). */
-static double cpu_peak_flops(int threads)
-{
-    double per_cycle = 8.0;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        per_cycle = 32.0;
-    if (__builtin_cpu_supports("avx512f"))
-        per_cycle = 64.0;
-#endif
-    return (double)threads * cpu_ghz() * 1e9 * per_cycle;
-}
-
 /* "0.3.21" from "OpenBLAS 0.3.21 DYNAMIC_ARCH ...". */
 static void openblas_version(char *buf, size_t n)
 {
@@ -467,9 +414,13 @@ static int cpu_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
         pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
     if (d->limit && (d->total_memory == 0 || d->limit < d->total_memory))
         d->total_memory = d->limit;
-    d->peak_flops = cpu_peak_flops(d->threads);
+    const char *how = "";
+    d->peak_flops = (double)d->threads * cpu_peak_flops_per_thread(&how);
     host->log(host, DT_LOG_INFO, "%s, memory_limit %llu bytes", d->name,
               (unsigned long long)d->limit);
+    host->log(host, DT_LOG_DEBUG, "peak %.1f GFLOP/s f32 for MFU: %d thread%s x %.1f (%s)",
+              d->peak_flops * 1e-9, d->threads, d->threads == 1 ? "" : "s",
+              d->peak_flops * 1e-9 / d->threads, how);
     *out = d;
     return DT_OK;
 }

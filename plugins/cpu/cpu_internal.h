@@ -277,6 +277,10 @@ int cpu_memcpy_async(dt_device_t *d, void *dst, const void *src,
 int cpu_memset_async(dt_device_t *d, void *dst, int value, uint64_t bytes,
                      dt_stream_t *s);
 
+/* Peak f32 FLOP/s of one thread, for MFU: measured once per process with
+ * an FMA loop (cpu_peak.c); *how (may be NULL) says how it was found. */
+double cpu_peak_flops_per_thread(const char **how);
+
 /* Hot loops get an AVX2 clone, chosen once at load time (ifunc), beside
  * the baseline x86-64 one, so the module still runs on any x86-64 CPU.
  * "avx2" does not enable FMA and ISO C mode does not contract a * b + c,

@@ -114,11 +114,13 @@ static int fsdp_read_config(const dt_host_v1_t *host, int32_t world, fsdp_conf_t
             return host->set_error(host, DT_ERR_CONFIG,
                                    "sharding_strategy = \"HYBRID_SHARD\" needs "
                                    "hybrid_group_size (ranks per shard group, dividing the "
-                                   "data-parallel world of %d ranks)", world);
+                                   "data-parallel world of %d rank%s)", world,
+                                   world == 1 ? "" : "s");
         if (world > 0 && (c->hybrid > world || world % c->hybrid != 0))
             return host->set_error(host, DT_ERR_CONFIG,
                                    "hybrid_group_size = %lld does not divide the data-parallel "
-                                   "world of %d ranks", (long long)c->hybrid, world);
+                                   "world of %d rank%s", (long long)c->hybrid, world,
+                                   world == 1 ? "" : "s");
     }
     return DT_OK;
 }

@@ -91,9 +91,9 @@ static int make_groups(dt_shard_engine_t *e)
     uint32_t ss = e->cfg.shard_ranks ? e->cfg.shard_ranks : size;
     if (ss > size || size % ss != 0)
         return host->set_error(host, DT_ERR_CONFIG,
-                               "%s: shard groups of %u ranks do not divide the data-parallel "
-                               "group of %u ranks", e->cfg.what ? e->cfg.what : "sharding", ss,
-                               size);
+                               "%s: shard groups of %u rank%s do not divide the data-parallel "
+                               "group of %u rank%s", e->cfg.what ? e->cfg.what : "sharding", ss,
+                               ss == 1 ? "" : "s", size, size == 1 ? "" : "s");
     e->ssize = ss;
     e->rsize = size / ss;
     e->srank = rank % ss;

@@ -292,8 +292,8 @@ dt_optim_step_t dt_dp_step_norm(const dt_dp_t *b, const dt_step_args_v1_t *args,
     out->grad_norm = norm;
     if (!isfinite(norm)) {
         out->nonfinite = 1;
-        b->host->log(b->host, DT_LOG_WARN, "step %lld: gradient norm is %g, update skipped",
-                     (long long)args->step, norm);
+        b->host->log(b->host, DT_LOG_WARN, "step %lld: gradient norm is %s, update skipped",
+                     (long long)args->step, isnan(norm) ? "NaN" : norm > 0 ? "inf" : "-inf");
         return st;
     }
     st.grad_scale = (float)((double)dt_clip_scale(norm, args->clip) / carried);

@@ -37,6 +37,11 @@ ids=$("$bin" sample "$ck" --prompt "the text" --tokens 7 --temperature 0 --ids 2
 want=$(printf '%s' "$s1" | od -An -tu1 -v | xargs)
 [ "$ids" = "$want" ] && ok "--ids prints the bytes' values ($ids)" || bad "--ids" "$ids / $want"
 
+[ "$greedy" = "$s1" ] && ok "sample prints the text only: no log line on stderr" ||
+  bad "sample printed more than the text" "$greedy"
+expect_exit 0 "sample with DTRAIN_LOG=info" env DTRAIN_LOG=info "$bin" sample "$ck" \
+  --prompt "the text" --tokens 7 --temperature 0
+expect_out "DTRAIN_LOG=info shows the device line" "[rank 0] device/cpu: cpu ("
 a=$("$bin" sample "$ck" --tokens 12 --seed 5 2>/dev/null)
 b=$("$bin" sample "$ck" --tokens 12 --seed 5 2>/dev/null)
 c=$("$bin" sample "$ck" --tokens 12 --seed 6 2>/dev/null)
@@ -62,6 +67,19 @@ expect_exit 2 "no checkpoint" "$bin" sample
 # bad checkpoints: each error names the file
 expect_exit 1 "a checkpoint that does not exist" "$bin" sample out/none
 expect_out "names the path" "checkpoint 'out/none'"
+# the run folder instead of its checkpoints: pointed at its ckpt/
+for a in out/a out/a/; do
+  expect_exit 1 "sample of the run folder $a" "$bin" sample "$a"
+  expect_out "did you mean its ckpt/" \
+    "dtrain sample: error: '$a' is neither a checkpoint (no manifest.json) nor a folder of complete checkpoints; did you mean 'out/a/ckpt'?"
+done
+expect_exit 1 "export of the run folder" "$bin" export out/a x.safetensors
+expect_out "did you mean its ckpt/" \
+  "dtrain export: error: 'out/a' is neither a checkpoint (no manifest.json) nor a folder of complete checkpoints; did you mean 'out/a/ckpt'?"
+expect_exit 1 "a folder with no checkpoints at all" "$bin" sample out
+expect_out "no guess where there is none" \
+  "dtrain sample: error: 'out' is neither a checkpoint (no manifest.json) nor a folder of complete checkpoints"
+case $out in *"did you mean"*) bad "a guess without a checkpoint" "$out";; *) ok "no did-you-mean";; esac
 cp -r "$ck/step-00000002" bad
 printf 'X' | dd of=bad/shard-00000.bin bs=1 seek=100 conv=notrunc status=none
 expect_exit 1 "a corrupt shard" "$bin" sample bad

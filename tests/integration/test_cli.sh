@@ -105,4 +105,11 @@ else bad "describe: types start at columns $(echo $cols)" "$out"; fi
 expect_exit 0 "env reports" "$bin" env
 expect_out "env reports GPUs" "GPUs"
 expect_out "env reports MPI" "MPI"
+# the plugin table: every row's second column where the search line's is,
+# past the longest name (offload_nvme)
+if grep -qxF "  offload_nvme offload  loadable" <<<"$out"; then ok "env: the longest plugin name in its column"
+else bad "env: no line '  offload_nvme offload  loadable'" "$out"; fi
+cols=$(sed -n '/^plugins$/,$p' <<<"$out" | awk 'NR > 1 { match($0, /^  [^ ]+ +/); print RLENGTH }' | sort -u)
+if [ "$cols" = 15 ]; then ok "env: the plugin table's columns line up (the kind at column 16)"
+else bad "env: the plugin table's second column starts at $(echo $cols)" "$out"; fi
 finish

@@ -182,6 +182,21 @@ alias_case "PyTorch lr in [optimizer]" '[optimizer]\nlr = 0.1\n' \
   "4:1: unknown key 'lr' in [optimizer]; 'lr' is a key of [train] (train.lr)"
 alias_case "PyTorch betas" '[optimizer]\nbetas = [0.9, 0.95]\n' \
   "4:1: unknown key 'betas' in [optimizer]; betas is PyTorch's name for optimizer.beta1 and optimizer.beta2"
+alias_case "DeepSpeed offload_optimizer in the selected [zero]" \
+  '[parallel]\ndata = "zero"\n[zero]\nstage = 2\noffload_optimizer = true\n' \
+  "7:1: unknown key 'offload_optimizer' in [zero]; offload_optimizer is DeepSpeed's name for parallel.offload = \"offload_cpu\" (device \"nvme\": \"offload_nvme\" and its [offload_nvme] path) with offload_what = \"optimizer\" in the strategy's table ([zero] offload_what)"
+alias_case "DeepSpeed zero_optimization.offload_param" \
+  '[zero_optimization.offload_param]\ndevice = "cpu"\n' \
+  "3:1: unknown table [zero_optimization]; offload_param is DeepSpeed's name for parallel.offload = \"offload_cpu\" or \"offload_nvme\" with offload_what = \"params\" or \"optimizer_and_params\" in the strategy's table ([zero] offload_what, zero stage 3)"
+alias_case "FSDP cpu_offload in the selected [fsdp]" \
+  '[parallel]\ndata = "fsdp"\n[fsdp]\ncpu_offload = true\n' \
+  "6:1: unknown key 'cpu_offload' in [fsdp]; cpu_offload is PyTorch FSDP's name for parallel.offload = \"offload_cpu\" with [fsdp] offload_what = \"optimizer_and_params\" (CPUOffload(offload_params=True): parameters on the host, the optimizer step there)"
+alias_case "FSDP mixed_precision in the selected [fsdp]" \
+  '[parallel]\ndata = "fsdp"\n[fsdp]\nmixed_precision = "bf16"\n' \
+  "6:1: unknown key 'mixed_precision' in [fsdp]; mixed_precision is PyTorch FSDP's name for model.dtype (MixedPrecision's param_dtype: \"bf16\" or \"fp16\") and [fsdp] reduce_dtype (its reduce_dtype)"
+alias_case "Trainer warmup_ratio: the warmup_steps it comes to" \
+  '[train]\nsteps = 300\nwarmup_ratio = 0.1\n' \
+  "5:1: unknown key 'warmup_ratio' in [train]; warmup_ratio is the Hugging Face Trainer's name for train.warmup_steps, counted in steps (warmup_ratio x train.steps); here train.warmup_steps = 30 (0.1 x train.steps = 300)"
 printf '[run]\ncomm = "self"\n' > good.toml
 expect_exit 2 "a DeepSpeed key in --set" "$bin" check good.toml --set train.gradient_accumulation_steps=2
 expect_line "pointed at dtrain's key" \
@@ -193,12 +208,12 @@ expect_line "pointed at dtrain's key" \
 # ---- errors about a plugin name the key that selected it -------------------
 printf '[run]\ncomm = "self"\n[model]\nn_head = 3\nn_embd = 48\n[parallel]\ntensor = 2\n' > tp.toml
 expect_exit 2 "parallel.tensor = 2 on one rank" "$bin" check tp.toml
-expect_out "the degrees and the world named" \
-  "dtrain check: error: tp.toml: parallel.tensor = 2 x parallel.pipeline = 1 = 2 ranks per model replica does not divide the world of 1 ranks"
+expect_line "the degrees and the world named (\"1 rank\")" \
+  "dtrain check: error: tp.toml: parallel.tensor = 2 x parallel.pipeline = 1 = 2 ranks per model replica does not divide the world of 1 rank"
 # (the pipeline plugin exists: its stages must divide the world)
 expect_exit 2 "parallel.pipeline from --set" "$bin" check good.toml --set parallel.pipeline=2
-expect_out "the stages and the world named" \
-  "dtrain check: error: good.toml: parallel.tensor = 1 x parallel.pipeline = 2 = 2 ranks per model replica does not divide the world of 1 ranks"
+expect_line "the stages and the world named (\"1 rank\")" \
+  "dtrain check: error: good.toml: parallel.tensor = 1 x parallel.pipeline = 2 = 2 ranks per model replica does not divide the world of 1 rank"
 expect_exit 2 "parallel.tensor = 2 over 3 heads under a 2-rank run" "$bin" run tp.toml \
   --set launch.nproc=2
 expect_lines "named once, nothing else: no rank started" 1 "$out"
@@ -211,5 +226,56 @@ printf '[run]\ncomm = "shmm"\n' > comm.toml
 expect_exit 2 "a misspelt comm plugin in the file" "$bin" check comm.toml
 expect_out "named with file and line" "dtrain check: error: comm.toml:2: run.comm = \"shmm\": comm plugin 'shmm' not found in: "
 expect_out "with the closest comm plugin" "; did you mean 'shm'?"
+
+# ---- every config error of a file at once ---------------------------------
+# errors in core tables (file and --set), in the selected plugin's table,
+# in a plugin table the config does not select, a misspelt plugin, an
+# unknown table and a stray key: one line each, in stage order, exit 2
+cat > many.toml <<'T'
+stray_thing = 1
+[run]
+comm = "self"
+nmae = "x"
+[model]
+n_layer = 0
+[train]
+lr = "fast"
+[parallel]
+data = "zero"
+offload = "offload_cpuu"
+[zero]
+stage = 7
+[fsdp]
+sharding_strategy = "FULL"
+[deepspeed]
+x = 1
+T
+want_many="dtrain check: error: many.toml:4:1: unknown key 'nmae' in [run]; did you mean 'name'?
+dtrain check: error: many.toml:6:11: [model] n_layer = 0 is out of range (allowed 1 .. 1024)
+dtrain check: error: --set train.micro_batch=abc: [train] micro_batch: expected an integer, got string \"abc\"
+dtrain check: error: many.toml:8:6: [train] lr: expected a float, got string \"fast\"
+dtrain check: error: many.toml:13:9: [zero] stage = 7 is out of range (allowed 1 .. 3)
+dtrain check: error: many.toml:11: parallel.offload = \"offload_cpuu\": offload plugin 'offload_cpuu' not found in: $(realpath "$(dirname "$bin")")/plugins-out (files are named dtrain_<name>.so); did you mean 'offload_cpu'?
+dtrain check: error: many.toml:15:21: [fsdp] sharding_strategy = \"FULL\" is not one of \"FULL_SHARD\", \"SHARD_GRAD_OP\", \"NO_SHARD\", \"HYBRID_SHARD\"; did you mean \"FULL_SHARD\"?
+dtrain check: error: many.toml:1:1: key 'stray_thing' is outside any table; every key belongs under a [table] heading
+dtrain check: error: many.toml:16:1: unknown table [deepspeed]; the tables in use are [run], [model], [data], [train], [optimizer], [parallel], [launch], [checkpoint], [fp16], [cpu], [self], [zero] (a plugin's table is named after a plugin on the search path)"
+expect_exit 2 "a file with 9 errors" "$bin" check many.toml --set train.micro_batch=abc
+if [ "$out" = "$want_many" ]; then ok "check reports all 9, one line each, nothing else"
+else bad "check did not report the 9 errors" "$(diff <(echo "$want_many") <(echo "$out"))"; fi
+expect_exit 2 "dtrain run of the same file" "$bin" run many.toml --set train.micro_batch=abc
+if [ "$out" = "${want_many//dtrain check:/dtrain run:}" ]; then ok "run reports the same 9 before any rank"
+else bad "run did not report the 9 errors" "$(diff <(echo "${want_many//dtrain check:/dtrain run:}") <(echo "$out"))"; fi
+expect_exit 2 "and run with 2 ranks (the launching process)" "$bin" run many.toml \
+  --set train.micro_batch=abc --set launch.nproc=2
+expect_lines "each error once, from the launcher" 1 \
+  "dtrain run: error: many.toml:13:9: [zero] stage = 7 is out of range (allowed 1 .. 3)"
+n=$(grep -c '^dtrain run: error: ' <<<"$out" || true)
+[ "$n" = 9 ] && ok "the launcher reports all 9" || bad "$n error lines, expected 9" "$out"
+# the bound: 20 unknown keys, 16 shown and the rest counted
+{ printf '[run]\ncomm = "self"\n[train]\n'; for k in $(seq 10 29); do echo "zq$k = 1"; done; } > lots.toml
+expect_exit 2 "a file with 20 errors" "$bin" check lots.toml
+n=$(grep -c "^dtrain check: error: lots.toml:[0-9]*:1: unknown key 'zq[0-9]*' in \[train\]\$" <<<"$out" || true)
+[ "$n" = 16 ] && ok "the first 16 listed" || bad "$n listed, expected 16" "$out"
+expect_line "the rest counted" "dtrain check: error: ... and 4 more errors (the first 16 are shown)"
 
 finish

@@ -81,6 +81,10 @@ expect_exit 0 "overflowing fp16 run recovers" "$bin" run tiny.toml --set run.nam
   --set fp16.initial_scale_power=24 --set fp16.hysteresis=1 --metrics ovf.jsonl
 expect_out "log line: the overflow and the lowered scale" \
   "| scale 1.67772e+07 (overflow, step skipped) | skipped 1"
+if grep -qE '^(\[rank 0\] )?step +1/8 \| loss [0-9.]+ \| lr [0-9.e+-]+ \| norm n/a \| .*\(overflow, step skipped\)' <<<"$out"
+then ok "log line: a skipped step's norm is n/a"
+else bad "log line: a skipped step's norm is not 'n/a'" "$out"; fi
+case $out in *nan*) bad "a log line says nan" "$(grep nan <<<"$out")";; *) ok "no nan in the log";; esac
 expect_out "warning: the scale halves" \
   "train: step 1: gradient overflowed at loss scale 1.67772e+07: step skipped, scale now 8.38861e+06"
 if /usr/bin/python3 - ovf.jsonl <<'P'

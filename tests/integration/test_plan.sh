@@ -65,6 +65,10 @@ for row in "ddp " "zero-1 " "zero-2 " "zero-3 " "fsdp FULL_SHARD " "fsdp SHARD_G
     bad "plan lacks ${row% }" "$out"
 done
 expect_out "hybrid without a group size says why" "fsdp HYBRID_SHARD     not planned"
+expect_exit 0 "plan at 1 rank" "$bin" plan eq.toml --world 1
+if grep -qxF 'fsdp HYBRID_SHARD     not planned: strategy/fsdp: sharding_strategy = "HYBRID_SHARD" needs hybrid_group_size (ranks per shard group, dividing the data-parallel world of 1 rank)' <<<"$out"
+then ok "hybrid at 1 rank: 'the data-parallel world of 1 rank'"
+else bad "hybrid at 1 rank: no line '... world of 1 rank)'" "$out"; fi
 expect_exit 0 "plan hybrid groups of 2" "$bin" plan eq.toml --world 4 --set fsdp.hybrid_group_size=2
 grep -q '^fsdp HYBRID_SHARD .*MiB' <<<"$out" && ok "hybrid planned with a group size" ||
   bad "hybrid not planned" "$out"
@@ -192,6 +196,13 @@ expect_exit 0 "plan 1.5B with 8GiB per rank" "$bin" plan eq.toml --world 8 --mod
 fits_check 8 "zero-3,fsdp FULL_SHARD"
 expect_out "equal traffic: the least memory is recommended" \
   "recommended: fsdp FULL_SHARD (4.66 GiB per rank of 8.00 GiB; sends 15.77 GiB per step)"
+expect_exit 0 "plan 1.5B with 5GiB per rank" "$bin" plan eq.toml --world 8 --model gpt2-1558m \
+  --device-memory 5GiB
+fits_check 5 "fsdp FULL_SHARD"
+expect_out "one fits: it is recommended" \
+  "recommended: fsdp FULL_SHARD (4.66 GiB per rank of 5.00 GiB; sends 15.77 GiB per step)"
+if grep -qxF "  the only strategy that fits" <<<"$out"; then ok "and why: the only one that fits"
+else bad "the reason for one fitting strategy is not 'the only strategy that fits'" "$out"; fi
 expect_exit 0 "plan 1.5B with 4GiB per rank" "$bin" plan eq.toml --world 8 --model gpt2-1558m \
   --device-memory 4GiB
 fits_check 4 ""

@@ -4,6 +4,10 @@
 #  - the installed `dtrain plugins` lists the plugins installed in the
 #    prefix, found beside itself, and searches nothing in the build tree;
 #  - a dtrain program with no plugins beside it exits 1 naming the folder;
+#  - the example configs (examples/*.toml) are installed, as they are, in
+#    share/dtrain/examples/; the installed dtrain reads their data/ and
+#    runs/ in the working folder, never beside the file or in the source
+#    tree, writes nothing where it only checks, and trains from one;
 #  - the example plugin builds against the INSTALLED SDK with
 #    find_package(dtrain) and with one plain `cc ... $(pkg-config --cflags
 #    --libs dtrain-sdk)` line (no undefined symbols), and both copies load.
@@ -15,9 +19,47 @@ prefix=$work/prefix
 install_alone "$build" "$prefix"
 for f in include/dtrain/dtrain.h include/dtrain/comm.h lib/pkgconfig/dtrain.pc \
          lib/pkgconfig/dtrain-sdk.pc lib/libdtrain_sdk.a lib/dtrain/plugins/dtrain_cpu.so \
-         lib/cmake/dtrain/dtrainConfig.cmake bin/dtrain share/dtrain/examples/comm_self/comm_self.c; do
+         lib/cmake/dtrain/dtrainConfig.cmake bin/dtrain share/dtrain/examples/comm_self/comm_self.c \
+         share/dtrain/examples/gpt2_fortunes.toml share/dtrain/examples/gpt2_1558m_nvme.toml; do
   if [ -e "$prefix/$f" ]; then ok "installed $f"; else bad "not installed: $f"; fi
 done
+
+# ---- the example configs, beside the SDK's example plugins ------------------
+src_examples=$(cd "$(dirname "$0")/../../examples" && pwd)
+ex=$prefix/share/dtrain/examples
+n=0
+for f in "$src_examples"/*.toml; do
+  n=$((n + 1))
+  if cmp -s "$f" "$ex/$(basename "$f")"; then ok "installed examples/$(basename "$f") as it is"
+  else bad "examples/$(basename "$f") not installed as share/dtrain/examples/$(basename "$f")"; fi
+done
+[ "$n" -ge 2 ] && ok "$n example configs in the source tree" || bad "only $n example configs found"
+# from an empty working folder: the example's data is the folder's, not the
+# source tree's (whose data/ the user may have prepared) nor the share's
+cwd=$work/user; mkdir -p "$cwd"; cd "$cwd"
+expect_exit 1 "installed dtrain check of the installed example, no data yet" \
+  env -u DTRAIN_PLUGIN_PATH "$prefix/bin/dtrain" check "$ex/gpt2_fortunes.toml"
+expect_out "it looks for data/ in the working folder" \
+  "dtrain check: error: data file 'data/fortunes_train.bin': No such file or directory"
+[ -z "$(ls -A "$cwd")" ] && ok "check wrote nothing" || bad "check wrote into the working folder" "$(ls -A "$cwd")"
+mkdir data
+printf 'the text this example trains on, repeated. %.0s' $(seq 800) > text.txt
+expect_exit 0 "data prepare as the example says" "$prefix/bin/dtrain" data prepare text.txt \
+  data/fortunes_train.bin --val data/fortunes_val.bin --val-fraction 0.05
+for f in "$ex"/*.toml; do
+  cp data/fortunes_train.bin data/readme_train.bin; cp data/fortunes_val.bin data/readme_val.bin
+  expect_exit 0 "installed dtrain check $(basename "$f")" \
+    env -u DTRAIN_PLUGIN_PATH "$prefix/bin/dtrain" check "$f"
+  expect_out "valid" "# dtrain check: $f is valid"
+done
+expect_exit 0 "installed dtrain runs 2 steps of the installed example" \
+  env -u DTRAIN_PLUGIN_PATH "$prefix/bin/dtrain" run "$ex/gpt2_fortunes.toml" --set train.steps=2
+expect_out "trained" "summary: 2 steps (1-2 of 2)"
+[ -f runs/gpt2-fortunes/ckpt/step-00000002/COMPLETE ] && ok "its outputs in the working folder's runs/" ||
+  bad "no runs/gpt2-fortunes/ckpt/step-00000002 in the working folder" "$(find . -maxdepth 3)"
+left=$(find "$ex" -newer text.txt)
+[ -z "$left" ] && ok "nothing written beside the installed examples" || bad "written in $ex" "$left"
+cd "$work"
 
 # ---- the installed dtrain finds the installed plugins, and only them --------
 plugdir=$(realpath "$prefix/lib/dtrain/plugins")

@@ -4,7 +4,7 @@
 # against the metrics file and the checkpoint folder), validation loss
 # equal at every world size, a note when a resume changes train.steps
 # under a decaying schedule, `dtrain plot` rendering real PNG and SVG
-# files, and the crash report of a rank whose plugin segfaults (a fake
+# files (and running nothing a metrics file's name holds), and the crash report of a rank whose plugin segfaults (a fake
 # strategy that trains, then stores to address 0x10 in a chosen method).
 set -euo pipefail
 bin=$1 work=$2 fakes=${3:-}  # fakes: the fake plugins' folder (a strategy that crashes)
@@ -189,6 +189,36 @@ P
   { grep '"step"' w.jsonl; grep -E '"step": [34],' w.jsonl; } > resumed.jsonl
   expect_exit 0 "plot a metrics file with steps 3-4 repeated" "$bin" plot resumed.jsonl -o r.svg
   expect_out "counts each step once" "resumed.jsonl: 4 steps (1-4) -> r.svg"
+  # a name holding every gnuplot metacharacter: `command` and $(command)
+  # substitution, both quotes, backslashes (one last), a newline, @macro,
+  # %, ';' then system(), enhanced-text markup, XML's <&>, a byte that is
+  # not UTF-8.  Nothing runs (no MARK file appears), the plot is drawn, and
+  # the title shows the name with the newline and the bad byte as '?'.
+  hostile=$'m`touch MARK1`$(touch MARK2)\'q\'"dq"\\n\\\n@GPVAL_PWD %s%d ; system(\'touch MARK3\') ; {a}^b_c <&> \xc3\xa9\xff x\\'
+  cp w.jsonl "$hostile"
+  rm -f MARK1 MARK2 MARK3
+  expect_exit 0 "plot a metrics file whose name holds gnuplot metacharacters" \
+    "$bin" plot "$hostile" -o "$hostile.svg"
+  left=$(ls MARK* 2>/dev/null || true)
+  [ -z "$left" ] && ok "no command in the name ran (no MARK file)" || bad "commands ran: $left"
+  expect_exit 0 "and to png" "$bin" plot "$hostile" -o "$hostile.png"
+  left=$(ls MARK* 2>/dev/null || true)
+  [ -z "$left" ] && ok "png: no command in the name ran" || bad "png: commands ran: $left"
+  if out=$(/usr/bin/python3 - "$hostile.svg" "$hostile.png" 2>&1 <<'P'
+import sys
+import xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+root = ET.parse(sys.argv[1]).getroot()
+want = ("dtrain: m`touch MARK1`$(touch MARK2)'q'\"dq\"\\n\\?@GPVAL_PWD %s%d ; "
+        "system('touch MARK3') ; {a}^b_c <&> \u00e9? x\\ (steps 1-4)")
+titles = [t.text for t in root.iter(ns + "text") if (t.text or "").startswith("dtrain:")]
+assert titles == [want], titles
+texts = [t.text for t in root.iter(ns + "text")]
+assert "loss" in texts and "grad norm" in texts and "activations" in texts, texts
+assert open(sys.argv[2], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+P
+  ); then ok "the title shows the name as text, every panel drawn, both files written"
+  else bad "the title or the plot is wrong" "$out"; fi
 fi
 
 # ---- a plugin that crashes: the report names signal, plugin, method, step ----

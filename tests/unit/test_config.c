@@ -364,6 +364,54 @@ static void test_aliases(void **state)
         {"[train]\nmax_iters = 10\n", NULL,
          "t.toml:2:1: unknown key 'max_iters' in [train]; max_iters is nanoGPT's name for "
          "train.steps"},
+        /* DeepSpeed's offload blocks, FSDP's cpu_offload and mixed_precision */
+        {"[zero_optimization.offload_optimizer]\ndevice = \"cpu\"\n", NULL,
+         "t.toml:1:1: unknown table [zero_optimization]; offload_optimizer is DeepSpeed's "
+         "name for parallel.offload = \"offload_cpu\" (device \"nvme\": \"offload_nvme\" and its "
+         "[offload_nvme] path) with offload_what = \"optimizer\" in the strategy's table "
+         "([zero] offload_what)"},
+        {"[zero_optimization]\n[zero_optimization.offload_param]\ndevice = \"nvme\"\n", NULL,
+         "t.toml:1:1: unknown table [zero_optimization]; offload_param is DeepSpeed's name for "
+         "parallel.offload = \"offload_cpu\" or \"offload_nvme\" with offload_what = \"params\" "
+         "or \"optimizer_and_params\" in the strategy's table ([zero] offload_what, zero stage "
+         "3)"},
+        {"[parallel]\noffload_param = true\n", NULL,
+         "t.toml:2:1: unknown key 'offload_param' in [parallel]; offload_param is DeepSpeed's "
+         "name for parallel.offload = \"offload_cpu\" or \"offload_nvme\" with offload_what = "
+         "\"params\" or \"optimizer_and_params\" in the strategy's table ([zero] offload_what, "
+         "zero stage 3)"},
+        {"[train]\ncpu_offload = true\n", NULL,
+         "t.toml:2:1: unknown key 'cpu_offload' in [train]; cpu_offload is PyTorch FSDP's name "
+         "for parallel.offload = \"offload_cpu\" with [fsdp] offload_what = "
+         "\"optimizer_and_params\" (CPUOffload(offload_params=True): parameters on the host, "
+         "the optimizer step there)"},
+        {"mixed_precision = \"bf16\"\n", NULL,
+         "t.toml:1:1: key 'mixed_precision' is outside any table; mixed_precision is PyTorch "
+         "FSDP's name for model.dtype (MixedPrecision's param_dtype: \"bf16\" or \"fp16\") and "
+         "[fsdp] reduce_dtype (its reduce_dtype)"},
+        /* warmup_ratio: the warmup_steps it comes to, with train.steps from
+         * the file, from --set, or the default (100) */
+        {"[train]\nsteps = 300\nwarmup_ratio = 0.1\n", NULL,
+         "t.toml:3:1: unknown key 'warmup_ratio' in [train]; warmup_ratio is the Hugging Face "
+         "Trainer's name for train.warmup_steps, counted in steps (warmup_ratio x "
+         "train.steps); here train.warmup_steps = 30 (0.1 x train.steps = 300)"},
+        {"[train]\nsteps = 300\nwarmup_ratio = 0.03\n", "train.steps=1000",
+         "t.toml:3:1: unknown key 'warmup_ratio' in [train]; warmup_ratio is the Hugging Face "
+         "Trainer's name for train.warmup_steps, counted in steps (warmup_ratio x "
+         "train.steps); here train.warmup_steps = 30 (0.03 x train.steps = 1000)"},
+        {"warmup_ratio = 0.05\n", NULL,
+         "t.toml:1:1: key 'warmup_ratio' is outside any table; warmup_ratio is the Hugging "
+         "Face Trainer's name for train.warmup_steps, counted in steps (warmup_ratio x "
+         "train.steps); here train.warmup_steps = 5 (0.05 x train.steps = 100)"},
+        {"[train]\nsteps = 40\n", "train.warmup_ratio=0.25",
+         "--set train.warmup_ratio=0.25: unknown key 'warmup_ratio' in [train]; warmup_ratio "
+         "is the Hugging Face Trainer's name for train.warmup_steps, counted in steps "
+         "(warmup_ratio x train.steps); here train.warmup_steps = 10 (0.25 x train.steps = "
+         "40)"},
+        {"[train]\nwarmup_ratio = \"a tenth\"\n", NULL,
+         "t.toml:2:1: unknown key 'warmup_ratio' in [train]; warmup_ratio is the Hugging Face "
+         "Trainer's name for train.warmup_steps, counted in steps (warmup_ratio x "
+         "train.steps)"},
         {"", "train.gradient_accumulation_steps=2",
          "--set train.gradient_accumulation_steps=2: unknown key "
          "'gradient_accumulation_steps' in [train]; gradient_accumulation_steps is "
@@ -389,6 +437,104 @@ static void test_aliases(void **state)
                      dt_last_error(), cases[i].want);
         dt_config_free(c);
     }
+}
+
+/* Every error of a table, and of the tables nothing claims, at once: one
+ * a line (a table's unknown keys, then its values in the schema's order),
+ * a table in error claimed with its values in error
+ * at their defaults, the same message for a second claim, at most
+ * DT_ERRLIST_MAX lines. */
+static void test_all_errors_at_once(void **state)
+{
+    (void)state;
+    dt_config_t *c = load("[train]\nsteps = 0\nlrr = 1\nlr = \"fast\"\nmicro_batch = 8\n"
+                          "[deepspeed]\nx = 1\nstray = 2\n");
+    /* the file's [deepspeed] holds stray: only one table */
+    assert_int_equal(dt_config_override(c, "train.seq_len=abc"), DT_OK);
+    assert_int_equal(dt_config_override(c, "train.zz=1"), DT_OK);
+    const char *want =
+        "t.toml:3:1: unknown key 'lrr' in [train]; did you mean 'lr'?\n"
+        "--set train.zz=1: unknown key 'zz' in [train]\n"
+        "t.toml:2:9: [train] steps = 0 is out of range (allowed 1 .. 1000000000)\n"
+        "--set train.seq_len=abc: [train] seq_len: expected an integer, got string \"abc\"\n"
+        "t.toml:4:6: [train] lr: expected a float, got string \"fast\"";
+    assert_int_equal(apply(c, "train"), DT_ERR_CONFIG);
+    assert_msg(want);
+    /* claimed: the good value read, those in error at their defaults */
+    assert_true(dt_config_claimed(c, "train"));
+    int64_t i = 0;
+    double f = 0;
+    assert_int_equal(dt_config_get_int(c, "train.micro_batch", &i), DT_OK);
+    assert_int_equal(i, 8);
+    assert_int_equal(dt_config_get_int(c, "train.steps", &i), DT_OK);
+    assert_int_equal(i, 100);
+    assert_int_equal(dt_config_get_float(c, "train.lr", &f), DT_OK);
+    assert_true(f == 6e-4);
+    assert_int_equal(dt_config_origin(c, "train.lr"), DT_ORIGIN_DEFAULT);
+    /* claimed again (dtrain plan re-selects plugins): the same errors */
+    dt_err_clear();
+    assert_int_equal(apply(c, "train"), DT_ERR_CONFIG);
+    assert_msg(want);
+    /* the other tables are fine; the unclaimed ones, all at once */
+    assert_int_equal(apply(c, "run"), DT_OK);
+    assert_int_equal(dt_config_override(c, "deepspeed2.y=1"), DT_OK);
+    assert_int_equal(dt_config_check_unclaimed(c, NULL), DT_ERR_CONFIG);
+    assert_msg_starts("t.toml:6:1: unknown table [deepspeed]; the tables in use are [train], "
+                      "[run]\n--set deepspeed2.y=1: unknown table [deepspeed2]; ");
+    dt_config_free(c);
+
+    /* a required key missing and one in error, a nested table: all three */
+    static const dt_config_key_t keys[] = {
+        {"name", DT_CFG_STRING, NULL, 0, 0, NULL, "required"},
+        {"size", DT_CFG_INT, NULL, 1, 9, NULL, "required"},
+        {"mode", DT_CFG_ENUM, NULL, 0, 0, "a|b", "required"},
+    };
+    c = load("[p]\nsize = 10\nmode = \"c\"\n[p.sub]\nk = 1\n");
+    assert_int_equal(dt_config_apply_schema(c, "p", keys, 3), DT_ERR_CONFIG);
+    assert_msg("t.toml:4:1: [p] sub: nested tables are not allowed in [p] (no [p.sub] headers "
+               "or dotted keys 'sub.x = ...'; every key is a plain value)\n"
+               "t.toml:1:1: required key 'p.name' is missing (add 'name = ...' under [p] or "
+               "pass --set p.name=VALUE)\n"
+               "t.toml:2:8: [p] size = 10 is out of range (allowed 1 .. 9)\n"
+               "t.toml:3:8: [p] mode = \"c\" is not one of \"a\", \"b\"");
+    const char *str = NULL;
+    assert_int_equal(dt_config_get_string(c, "p.name", &str), DT_OK);
+    assert_string_equal(str, ""); /* never NULL */
+    assert_int_equal(dt_config_get_string(c, "p.mode", &str), DT_OK);
+    assert_string_equal(str, "");
+    dt_config_free(c);
+
+    /* the bound: 20 unknown keys, the first DT_ERRLIST_MAX (16) shown */
+    char text[1024] = "[train]\n";
+    for (int k = 0; k < 20; k++)
+        snprintf(text + strlen(text), sizeof text - strlen(text), "zq%02d = 1\n", k);
+    c = load(text);
+    assert_int_equal(apply(c, "train"), DT_ERR_CONFIG);
+    const char *m = dt_last_error();
+    int lines = 1;
+    for (const char *p = m; *p; p++)
+        lines += *p == '\n';
+    assert_int_equal(lines, DT_ERRLIST_MAX + 1);
+    assert_msg_starts("t.toml:2:1: unknown key 'zq00' in [train]\n");
+    assert_non_null(strstr(m, "t.toml:17:1: unknown key 'zq15' in [train]\n"
+                              "... and 4 more errors (the first 16 are shown)"));
+    assert_null(strstr(m, "zq16"));
+    dt_config_free(c);
+
+    /* the list itself: one line each, a repeated line once */
+    dt_errlist_t l = {.n = 0};
+    assert_int_equal(dt_errlist_fail(&l, DT_ERR_CONFIG), DT_OK);
+    dt_errlist_add(&l, "a: one\nb: two");
+    dt_errlist_add(&l, "a: one");
+    dt_errlist_add(&l, "c: three\n");
+    assert_int_equal(l.n, 3);
+    assert_int_equal(dt_errlist_fail(&l, DT_ERR_CONFIG), DT_ERR_CONFIG);
+    assert_msg("a: one\nb: two\nc: three");
+    /* a list added to a list: what the first dropped is counted on */
+    dt_errlist_add(&l, "d: four\n... and 3 more errors (the first 1 are shown)");
+    assert_int_equal(dt_errlist_fail(&l, DT_ERR_CONFIG), DT_ERR_CONFIG);
+    assert_msg("a: one\nb: two\nc: three\nd: four\n... and 3 more errors (the first 4 are "
+               "shown)");
 }
 
 /* The table of a plugin the config does not select: checked, not claimed. */
@@ -423,7 +569,10 @@ static void test_set_aside(void **state)
     c = load("[zero]\nstgae = 1\n");
     assert_int_equal(dt_config_set_aside(c, "zero", zkeys, 2), DT_ERR_CONFIG);
     assert_msg("t.toml:2:1: unknown key 'stgae' in [zero]; did you mean 'stage'?");
-    assert_null(dt_config_aside(c, 0));
+    /* set aside all the same: a known table, its errors reported once, not
+     * again as an unknown table by a check that goes on */
+    assert_string_equal(dt_config_aside(c, 0), "zero");
+    assert_int_equal(dt_config_check_unclaimed(c, NULL), DT_OK);
     dt_config_free(c);
     c = load("[zero]\noverlap_comm = 1\n");
     assert_int_equal(dt_config_set_aside(c, "zero", zkeys, 2), DT_ERR_CONFIG);
@@ -1060,6 +1209,7 @@ int main(void)
         cmocka_unit_test(test_unknown_table),
         cmocka_unit_test(test_aliases),
         cmocka_unit_test(test_set_aside),
+        cmocka_unit_test(test_all_errors_at_once),
         cmocka_unit_test(test_wrong_type),
         cmocka_unit_test(test_range),
         cmocka_unit_test(test_enum),

@@ -395,7 +395,7 @@ static int bind_listener(dt_rdzv_t *r)
             a->sin_port = htons((uint16_t)r->port);
             sl = sizeof *a;
         }
-        if (bind(fd, (struct sockaddr *)&ss, sl) == 0 && listen(fd, 128) == 0) {
+        if (bind(fd, (struct sockaddr *)&ss, sl) == 0 && listen(fd, SOMAXCONN) == 0) {
             sl = sizeof ss;
             if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
                 r->port = ntohs(ss.ss_family == AF_INET6

@@ -180,7 +180,7 @@ int tcp_listen(const dt_host_v1_t *h, const char *gname, tcp_ip_t addr, int *fd,
     struct sockaddr_storage sa;
     socklen_t sl = ip_sockaddr(&addr, 0, &sa), len = sizeof sa;
     int s = socket(addr.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (s < 0 || bind(s, (struct sockaddr *)&sa, sl) != 0 || listen(s, 128) != 0 ||
+    if (s < 0 || bind(s, (struct sockaddr *)&sa, sl) != 0 || listen(s, SOMAXCONN) != 0 ||
         getsockname(s, (struct sockaddr *)&sa, &len) != 0) {
         int e = errno;
         if (s >= 0)

@@ -24,7 +24,7 @@ static const char *key_from(const dt_resolved_t *r, const char *key, char *buf, 
 }
 
 /* A job on several nodes needs a node_rank below nnodes, a shared secret
- * and a rendezvous address every node can reach. */
+ * and a rendezvous address every node can reach (one that resolves). */
 static int check_nodes(const dt_resolved_t *r, const dt_launch_plan_t *plan)
 {
     const dt_launch_settings_t *l = &r->set.launch;
@@ -64,6 +64,18 @@ static int check_nodes(const dt_resolved_t *r, const dt_launch_plan_t *plan)
                           "the address of node 0 that every node can reach (the default "
                           "127.0.0.1 reaches only this machine)",
                           (long long)l->nnodes, key_from(r, "launch.nnodes", f1, sizeof f1));
+    /* a name that will never resolve fails here, once, before any rank
+     * starts; one that may resolve later (EAI_AGAIN) is the ranks' to
+     * retry within launch.timeout */
+    char why[320];
+    if (dt_rdzv_check_host(plan->world.master_addr, why, sizeof why) < 0)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "launch.master_addr = '%s' (%s): %s: it must name node 0 so that "
+                          "every node can reach it",
+                          plan->world.master_addr,
+                          getenv("MASTER_ADDR") ? "from MASTER_ADDR"
+                                                : key_from(r, "launch.master_addr", f1, sizeof f1),
+                          why);
     if (plan->world.master_port == 0)
         return dt_err_set(DT_ERR_CONFIG,
                           "launch.nnodes = %lld (%s) needs a rendezvous port: launch.master_port "

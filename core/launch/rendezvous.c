@@ -4,8 +4,12 @@
  * Rank 0 is one poll loop over its listener and every connection: an
  * accepted connection gets a challenge (a fresh nonce) and has
  * DT_RDZV_HELLO_S to answer with a hello that proves the job secret; until
- * then it is "pending" and only costs a slot.  A proven connection is
- * filed under its rank.  When every rank is in (or the deadline passed)
+ * then it is "pending".  Pending connections are capped, and a new one
+ * evicts the oldest rather than being refused, so strangers that connect
+ * and stay silent (a port scanner, a flood) only ever shorten each
+ * other's time: a real rank answers its challenge within a round trip and
+ * is filed under its rank before it could be evicted.  Drops are logged
+ * through a limiter (droplog_t): a burst of lines, then a count.  When every rank is in (or the deadline passed)
  * rank 0 answers each with a welcome: the job id and status, or the error
  * every rank then reports.  The connections stay open for the bootstrap
  * all-gathers: each rank sends its blob, rank 0 answers with all of them.
@@ -28,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,8 +57,13 @@ enum frame_type {
     T_HELLO = 2,     /* rank -> rank 0: who it is and its proof */
     T_WELCOME = 3,   /* rank 0 -> rank: status, job id, message, proof */
     T_GATHER = 4,    /* rank -> rank 0: one blob */
-    T_GATHERED = 5   /* rank 0 -> rank: status, every blob or a message */
+    T_GATHERED = 5,  /* rank 0 -> rank: status, every blob or a message */
+    T_REFUSED = 6    /* rank 0 -> rank: why its hello was refused (REFUSED_*) */
 };
+
+/* T_REFUSED's payload: one reason code. */
+#define REFUSED_SECRET 1 /* the hello's proof of the job secret is wrong */
+#define REFUSED_MAX 4
 
 /* Payload sizes: fixed parts and the limits a reader enforces. */
 #define HELLO_FIXED (4 + 4 + 8 + NONCE_BYTES + 2 + MAC_BYTES)
@@ -68,6 +78,7 @@ static const char welcome_label[] = "dtrain-rdzv-welcome"; /* with its NUL */
 /* One connection and the frame being read from it. */
 typedef struct conn {
     int fd; /* -1: a free slot */
+    double since;               /* pending: when it was accepted */
     double deadline;            /* pending: when its hello is due */
     uint8_t nonce[NONCE_BYTES]; /* rank 0's challenge to it */
     uint8_t peer_nonce[NONCE_BYTES];
@@ -238,11 +249,13 @@ static int write_frame(int fd, uint16_t type, const uint8_t *payload, uint32_t l
 }
 
 /* Read what the non-blocking c->fd has of its next frame, which must be of
- * type `want` with a payload of at most `max_len` bytes.  1: the frame is
- * complete (c->payload, c->len); 0: more to come; -1: refused, with the
- * reason in why (the peer closed, sent something else, or claims a size
- * over the limit: checked before any payload byte is read). */
-static int frame_step(conn_t *c, uint16_t want, uint32_t max_len, char *why, size_t cap)
+ * type `want` (or `alt`, unless 0) with a payload of at most `max_len`
+ * bytes.  1: the frame is complete (c->type, c->payload, c->len); 0: more
+ * to come; -1: refused, with the reason in why (the peer closed, sent
+ * something else - judged from its first byte - or claims a size over the
+ * limit: checked before any payload byte is read). */
+static int frame_step(conn_t *c, uint16_t want, uint16_t alt, uint32_t max_len, char *why,
+                      size_t cap)
 {
     for (;;) {
         size_t need = c->have < DT_RDZV_HEADER_BYTES ? DT_RDZV_HEADER_BYTES
@@ -263,6 +276,20 @@ static int frame_step(conn_t *c, uint16_t want, uint32_t max_len, char *why, siz
             return -1;
         }
         c->have += (size_t)got;
+        if (!c->payload && c->have < DT_RDZV_HEADER_BYTES) {
+            /* garbage shows in its first bytes: drop it without waiting
+             * for a whole header */
+            static const uint8_t magic[4] = {DT_RDZV_MAGIC >> 24, (DT_RDZV_MAGIC >> 16) & 0xff,
+                                             (DT_RDZV_MAGIC >> 8) & 0xff, DT_RDZV_MAGIC & 0xff};
+            size_t n = c->have < 4 ? c->have : 4;
+            if (memcmp(c->hdr, magic, n) != 0) {
+                char hex[9] = "";
+                for (size_t i = 0; i < n; i++)
+                    snprintf(hex + 2 * i, 3, "%02x", c->hdr[i]);
+                snprintf(why, cap, "not a dtrain rendezvous frame (it starts 0x%s)", hex);
+                return -1;
+            }
+        }
         if (c->have != DT_RDZV_HEADER_BYTES || c->payload)
             continue;
         /* the header is complete: judge it before reading a payload */
@@ -278,10 +305,12 @@ static int frame_step(conn_t *c, uint16_t want, uint32_t max_len, char *why, siz
                      version, DT_RDZV_VERSION);
             return -1;
         }
-        if (c->type != want) {
+        if (c->type != want && (!alt || c->type != alt)) {
             snprintf(why, cap, "a frame of type %u where type %u was due", c->type, want);
             return -1;
         }
+        if (c->type == T_REFUSED && c->type != want)
+            max_len = REFUSED_MAX;
         if (c->len > max_len) {
             snprintf(why, cap, "a frame claiming %u bytes, over the %u-byte limit of its type",
                      c->len, max_len);
@@ -297,12 +326,12 @@ static int frame_step(conn_t *c, uint16_t want, uint32_t max_len, char *why, siz
 
 /* The same, blocking until the frame is complete or `deadline`:
  * 1, or -1 with why set. */
-static int read_frame(conn_t *c, uint16_t want, uint32_t max_len, double deadline, char *why,
-                      size_t cap)
+static int read_frame(conn_t *c, uint16_t want, uint16_t alt, uint32_t max_len, double deadline,
+                      char *why, size_t cap)
 {
     conn_reset_frame(c);
     for (;;) {
-        int st = frame_step(c, want, max_len, why, cap);
+        int st = frame_step(c, want, alt, max_len, why, cap);
         if (st != 0)
             return st;
         int ms = ms_until(deadline);
@@ -366,7 +395,7 @@ static int bind_listener(dt_rdzv_t *r)
             a->sin_port = htons((uint16_t)r->port);
             sl = sizeof *a;
         }
-        if (bind(fd, (struct sockaddr *)&ss, sl) == 0 && listen(fd, 128) == 0) {
+        if (bind(fd, (struct sockaddr *)&ss, sl) == 0 && listen(fd, SOMAXCONN) == 0) {
             sl = sizeof ss;
             if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
                 r->port = ntohs(ss.ss_family == AF_INET6
@@ -455,17 +484,74 @@ void dt_rdzv_close(dt_rdzv_t *r)
 
 /* ------------------------------------------------------ rank 0's join -- */
 
+/* The log of dropped connections, bounded: the first DT_RDZV_LOG_BURST
+ * drops of a window of DT_RDZV_LOG_WINDOW_S are logged one by one, the
+ * rest counted and logged as one line when the window ends (or the join
+ * does), so a flood of thousands a second writes a few lines, while a
+ * single misconfigured node is still named at once. */
+typedef struct droplog {
+    double start;          /* the window's first drop; 0: no window open */
+    unsigned logged, held; /* lines written, drops counted this window */
+    char last_peer[96], last_why[240];
+} droplog_t;
+
+static void drop_flush(droplog_t *d, double now)
+{
+    if (d->held)
+        dt_log(DT_LOG_WARN, "rendezvous",
+               "dropped %u more connection%s that did not prove they belong to the job in "
+               "the last %.1f s (the last from %s: %s)",
+               d->held, d->held == 1 ? "" : "s", now - d->start, d->last_peer, d->last_why);
+    d->start = 0;
+    d->logged = d->held = 0;
+}
+
+/* Close the window when its time is up. */
+static void drop_tick(droplog_t *d, double now)
+{
+    if (d->start > 0 && now - d->start >= DT_RDZV_LOG_WINDOW_S)
+        drop_flush(d, now);
+}
+
+static void drop_note(droplog_t *d, const char *peer, const char *why)
+{
+    double now = mono_s();
+    drop_tick(d, now);
+    if (d->start == 0)
+        d->start = now;
+    if (d->logged < DT_RDZV_LOG_BURST) {
+        d->logged++;
+        dt_log(DT_LOG_WARN, "rendezvous", "refused a connection from %s: %s%s", peer, why,
+               d->logged == DT_RDZV_LOG_BURST
+                   ? " (further refusals in the next 10 s are counted, not logged one by one)"
+                   : "");
+        return;
+    }
+    d->held++;
+    snprintf(d->last_peer, sizeof d->last_peer, "%s", peer);
+    snprintf(d->last_why, sizeof d->last_why, "%s", why);
+}
+
 typedef struct server {
     dt_rdzv_t *r;
-    conn_t pend[DT_RDZV_PENDING_MAX];
-    int fatal;           /* a job-level failure (status) found while joining */
+    conn_t *pend;           /* [cap]: accepted, not proven (fd < 0: free) */
+    int cap, n_pend;
+    struct pollfd *pf;      /* [1 + size + cap] */
+    conn_t **who;
+    double listen_pause;    /* out of file descriptors: accept again then */
+    droplog_t drops;
+    char bad_peer[96];      /* the last hello that failed the secret */
+    uint32_t bad_rank;
+    int fatal;              /* a job-level failure (status) found while joining */
     char fatal_msg[MSG_MAX];
 } server_t;
 
-static void refuse(conn_t *c, const char *why)
+/* Drop pending connection c, logged through the limiter. */
+static void refuse(server_t *s, conn_t *c, const char *why)
 {
-    dt_log(DT_LOG_WARN, "rendezvous", "refused a connection from %s: %s", c->peer, why);
+    drop_note(&s->drops, c->peer, why);
     conn_close(c);
+    s->n_pend--;
 }
 
 __attribute__((format(printf, 3, 4))) static void set_fatal(server_t *s, int status,
@@ -480,30 +566,80 @@ __attribute__((format(printf, 3, 4))) static void set_fatal(server_t *s, int sta
     va_end(ap);
 }
 
-static void accept_all(server_t *s)
+/* How many unproven connections to hold: DT_RDZV_PENDING_MAX, or half the
+ * open-file limit when that is less. */
+static int pending_cap(void)
+{
+    struct rlimit rl;
+    int cap = DT_RDZV_PENDING_MAX;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur / 2 < (rlim_t)cap)
+        cap = (int)(rl.rlim_cur / 2);
+    return cap < 8 ? 8 : cap;
+}
+
+/* The pending connection a newcomer replaces: the oldest that sent
+ * nothing yet, else the oldest. */
+static conn_t *evictee(server_t *s)
+{
+    conn_t *silent = NULL, *any = NULL;
+    for (int i = 0; i < s->cap; i++) {
+        conn_t *c = &s->pend[i];
+        if (c->fd < 0)
+            continue;
+        if (!any || c->since < any->since)
+            any = c;
+        if (c->have == 0 && (!silent || c->since < silent->since))
+            silent = c;
+    }
+    return silent ? silent : any;
+}
+
+/* Accept what the listener has (at most a bounded batch, so the hellos of
+ * those already in are read between batches).  Each newcomer gets a slot
+ * and a challenge; when every slot is taken, the oldest unproven
+ * connection makes room. */
+static void accept_some(server_t *s)
 {
     dt_rdzv_t *r = s->r;
-    for (;;) {
+    for (int n = 0; n < 64; n++) {
         int fd = accept4(r->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return; /* EAGAIN, or a connection that went away meanwhile */
-        conn_t *c = NULL;
-        for (int i = 0; i < DT_RDZV_PENDING_MAX && !c; i++)
-            if (s->pend[i].fd < 0)
-                c = &s->pend[i];
-        conn_t tmp = {.fd = fd};
-        peer_name(fd, (c ? c : &tmp)->peer, sizeof tmp.peer);
-        if (!c) {
-            refuse(&tmp, "too many connections have not proved they belong to the job");
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE) && s->n_pend > 0) {
+            refuse(s, evictee(s), "rank 0 ran out of file descriptors and a newer connection "
+                                  "came (this one was the oldest unproven)");
             continue;
         }
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE) /* nothing to give up: wait a little */
+                s->listen_pause = mono_s() + 0.01;
+            return; /* EAGAIN, or a connection that went away meanwhile */
+        }
+        if (s->n_pend == s->cap) {
+            char why[160];
+            snprintf(why, sizeof why, "%d connections had not proved they belong to the job "
+                     "and a newer one came (this one was the oldest)", s->cap);
+            refuse(s, evictee(s), why);
+        }
+        conn_t *c = NULL;
+        for (int i = 0; i < s->cap && !c; i++)
+            if (s->pend[i].fd < 0)
+                c = &s->pend[i];
+        if (!c) { /* (cannot be: a slot was just given up) */
+            close(fd);
+            return;
+        }
+        memset(c, 0, sizeof *c);
         c->fd = fd;
-        c->deadline = mono_s() + DT_RDZV_HELLO_S;
+        s->n_pend++;
+        peer_name(fd, c->peer, sizeof c->peer);
+        c->since = mono_s();
+        c->deadline = c->since + DT_RDZV_HELLO_S;
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        /* a fresh socket's send buffer takes the 32 bytes at once */
         if (random_bytes(c->nonce, sizeof c->nonce) ||
-            write_frame(fd, T_CHALLENGE, c->nonce, NONCE_BYTES, mono_s() + 0.5) != 0)
-            refuse(c, "could not send it a challenge");
+            write_frame(fd, T_CHALLENGE, c->nonce, NONCE_BYTES, c->since + 0.05) != 0)
+            refuse(s, c, "could not send it a challenge");
     }
 }
 
@@ -531,17 +667,29 @@ static void take_hello(server_t *s, conn_t *c)
     dt_rdzv_t *r = s->r;
     const uint8_t *p = c->payload;
     if (c->len < HELLO_FIXED || get16(p + 32) != c->len - HELLO_FIXED) {
-        refuse(c, "a malformed hello");
+        refuse(s, c, "a malformed hello");
         return;
     }
     uint32_t idlen = get16(p + 32);
+    uint32_t rank = get32(p), size = get32(p + 4);
     uint8_t mac[MAC_BYTES];
     mac_of(r, hello_label, sizeof hello_label, c->nonce, p, 34 + idlen, mac);
     if (!dt_equal_ct(mac, p + 34 + idlen, MAC_BYTES)) {
-        refuse(c, "no proof of this job's secret (a rank of another job, or not dtrain)");
+        /* a dtrain rank with another secret, most likely: tell it (it
+         * learns nothing it did not know), and remember it for the
+         * timeout's message */
+        uint8_t why[REFUSED_MAX];
+        put32(why, REFUSED_SECRET);
+        write_frame(c->fd, T_REFUSED, why, sizeof why, mono_s() + 0.05);
+        snprintf(s->bad_peer, sizeof s->bad_peer, "%s", c->peer);
+        s->bad_rank = rank;
+        char text[200];
+        snprintf(text, sizeof text, "it claims rank %u of %u but its proof of the job secret "
+                 "is wrong (DTRAIN_JOB_SECRET differs on its node, or it is another job's "
+                 "rank)", rank, size);
+        refuse(s, c, text);
         return;
     }
-    uint32_t rank = get32(p), size = get32(p + 4);
     uint64_t hash = get64(p + 8);
     memcpy(c->peer_nonce, p + 16, NONCE_BYTES);
     conn_reset_frame(c);
@@ -555,6 +703,7 @@ static void take_hello(server_t *s, conn_t *c)
                   "rendezvous: rank %u joined twice (from %s and from %s): two nodes were "
                   "given the same node_rank?",
                   rank, r->peers[rank].peer, c->peer);
+    s->n_pend--;
     if (s->fatal) {
         /* it proved the secret: it is the job's, and learns why it fails */
         send_welcome(r, c, s->fatal, s->fatal_msg, mono_s() + 0.5);
@@ -573,8 +722,8 @@ static void take_hello(server_t *s, conn_t *c)
 static void gather_ranks(server_t *s, double deadline)
 {
     dt_rdzv_t *r = s->r;
-    struct pollfd pf[1 + DT_RDZV_PENDING_MAX];
-    conn_t *who[1 + DT_RDZV_PENDING_MAX];
+    struct pollfd *pf = s->pf;
+    conn_t **who = s->who;
     for (;;) {
         int n_in = 0;
         for (int q = 1; q < r->size; q++)
@@ -584,16 +733,30 @@ static void gather_ranks(server_t *s, double deadline)
         double now = mono_s();
         if (now >= deadline)
             return;
+        drop_tick(&s->drops, now);
         double wake = deadline;
         int np = 0;
-        pf[np] = (struct pollfd){.fd = r->listen_fd, .events = POLLIN};
-        who[np++] = NULL;
-        for (int i = 0; i < DT_RDZV_PENDING_MAX; i++) {
+        if (now >= s->listen_pause) {
+            pf[np] = (struct pollfd){.fd = r->listen_fd, .events = POLLIN};
+            who[np++] = NULL;
+        } else if (s->listen_pause < wake) {
+            wake = s->listen_pause;
+        }
+        /* a joined rank that closes before the job formed leaves its slot
+         * free for a retry; anything it sends is left unread until then */
+        for (int q = 1; q < r->size; q++)
+            if (r->peers[q].fd >= 0) {
+                pf[np] = (struct pollfd){.fd = r->peers[q].fd, .events = POLLRDHUP};
+                who[np++] = &r->peers[q];
+            }
+        for (int i = 0; i < s->cap; i++) {
             conn_t *c = &s->pend[i];
             if (c->fd < 0)
                 continue;
             if (now >= c->deadline) {
-                refuse(c, "it proved nothing within the time a rank has to");
+                char why[96];
+                snprintf(why, sizeof why, "it proved nothing within %g s", DT_RDZV_HELLO_S);
+                refuse(s, c, why);
                 continue;
             }
             if (c->deadline < wake)
@@ -601,73 +764,99 @@ static void gather_ranks(server_t *s, double deadline)
             pf[np] = (struct pollfd){.fd = c->fd, .events = POLLIN};
             who[np++] = c;
         }
+        if (s->drops.held && s->drops.start + DT_RDZV_LOG_WINDOW_S < wake)
+            wake = s->drops.start + DT_RDZV_LOG_WINDOW_S;
         if (poll(pf, (nfds_t)np, ms_until(wake)) < 0 && errno != EINTR)
             return;
-        /* a joined rank that closes before the job formed leaves its slot
-         * free for a retry; anything else from it is ignored until then */
-        for (int q = 1; q < r->size; q++) {
-            conn_t *c = &r->peers[q];
-            char b;
-            if (c->fd >= 0 && recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
-                dt_log(DT_LOG_WARN, "rendezvous",
-                       "rank %d (%s) left before the job formed; waiting for it again", q,
-                       c->peer);
-                conn_close(c);
-            }
-        }
         for (int i = 0; i < np; i++) {
-            if (!pf[i].revents)
-                continue;
-            if (!who[i]) {
-                accept_all(s);
-                continue;
+            conn_t *c = who[i];
+            if (!pf[i].revents || (c && c->fd != pf[i].fd))
+                continue; /* (a slot evicted and reused in this round) */
+            if (!c) {
+                accept_some(s);
+            } else if (c >= r->peers && c < r->peers + r->size) {
+                char b;
+                ssize_t k = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+                if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                               errno != EINTR)) {
+                    dt_log(DT_LOG_WARN, "rendezvous",
+                           "rank %d (%s) left before the job formed; waiting for it again",
+                           (int)(c - r->peers), c->peer);
+                    conn_close(c);
+                }
+            } else {
+                char why[200];
+                int st = frame_step(c, T_HELLO, 0, HELLO_MAX, why, sizeof why);
+                if (st < 0)
+                    refuse(s, c, why);
+                else if (st > 0)
+                    take_hello(s, c);
             }
-            char why[200];
-            int st = frame_step(who[i], T_HELLO, HELLO_MAX, why, sizeof why);
-            if (st < 0)
-                refuse(who[i], why);
-            else if (st > 0)
-                take_hello(s, who[i]);
         }
     }
+}
+
+static void server_free(server_t *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; s->pend && i < s->cap; i++)
+        conn_close(&s->pend[i]);
+    free(s->pend);
+    free(s->pf);
+    free(s->who);
+    free(s);
 }
 
 static int server_join(dt_rdzv_t *r)
 {
     server_t *s = calloc(1, sizeof *s);
-    if (!s)
+    if (s) {
+        s->r = r;
+        s->cap = pending_cap();
+        s->pend = calloc((size_t)s->cap, sizeof *s->pend);
+        s->pf = calloc(1 + (size_t)r->size + (size_t)s->cap, sizeof *s->pf);
+        s->who = calloc(1 + (size_t)r->size + (size_t)s->cap, sizeof *s->who);
+    }
+    if (!s || !s->pend || !s->pf || !s->who) {
+        server_free(s);
         return dt_err_set(DT_ERR_NOMEM, "rendezvous: out of memory");
-    s->r = r;
-    for (int i = 0; i < DT_RDZV_PENDING_MAX; i++)
+    }
+    for (int i = 0; i < s->cap; i++)
         s->pend[i].fd = -1;
     double t0 = mono_s();
     snprintf(r->job_id, sizeof r->job_id, "%s", r->proposal);
     gather_ranks(s, t0 + r->timeout_s);
-    for (int i = 0; i < DT_RDZV_PENDING_MAX; i++)
+    for (int i = 0; i < s->cap; i++)
         if (s->pend[i].fd >= 0)
-            refuse(&s->pend[i], "the job formed (or failed) before it proved anything");
+            refuse(s, &s->pend[i], "the job formed (or failed) before it proved anything");
+    drop_flush(&s->drops, mono_s());
 
     int *mark = calloc((size_t)r->size, sizeof *mark);
     if (!mark) {
-        free(s);
+        server_free(s);
         return dt_err_set(DT_ERR_NOMEM, "rendezvous: out of memory");
     }
     int n_missing = 0, n_diff = 0;
     for (int q = 1; q < r->size; q++)
         n_missing += r->peers[q].fd < 0;
     if (!s->fatal && n_missing > 0) {
-        char missing[400], in[400];
+        char missing[400], in[400], bad[300] = "";
         for (int q = 0; q < r->size; q++)
             mark[q] = q > 0 && r->peers[q].fd < 0;
         rank_list(missing, sizeof missing, mark, r->size);
         for (int q = 0; q < r->size; q++)
             mark[q] = q == 0 || r->peers[q].fd >= 0;
         rank_list(in, sizeof in, mark, r->size);
+        if (s->bad_peer[0])
+            snprintf(bad, sizeof bad, "; a connection from %s claiming rank %u failed the "
+                     "job secret check: is DTRAIN_JOB_SECRET the same on every node?",
+                     s->bad_peer, s->bad_rank);
         set_fatal(s, DT_ERR_TIMEOUT,
                   "rendezvous at %s:%d timed out after %g s: rank%s %s of %d never joined "
-                  "(joined: %s)",
+                  "(joined: %s)%s",
                   r->addr, r->port, r->timeout_s, n_missing == 1 ? "" : "s", missing, r->size,
-                  in);
+                  in, bad);
     }
     if (!s->fatal) {
         /* every rank is in: do they run the same config? */
@@ -704,21 +893,98 @@ static int server_join(dt_rdzv_t *r)
     if (s->fatal)
         rc = dt_err_set(s->fatal, "%s", s->fatal_msg);
     free(mark);
-    free(s);
+    server_free(s);
     return rc;
 }
 
 /* ------------------------------------------------- another rank's join -- */
 
-/* One connect attempt to rank 0, every address its name resolves to. */
-static int try_connect(dt_rdzv_t *r, double deadline, char *why, size_t cap)
+#ifdef DTRAIN_TEST_HOOKS
+static _Atomic int hook_gai_error, hook_gai_times;
+
+void dt_rdzv_test_resolve_fail(int gai_error, int times)
 {
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    hook_gai_error = gai_error;
+    hook_gai_times = times;
+}
+#endif
+
+/* The getaddrinfo error's own name, for messages a user can search. */
+static const char *gai_name(int g)
+{
+    switch (g) {
+    case EAI_NONAME: return "EAI_NONAME";
+    case EAI_AGAIN: return "EAI_AGAIN";
+    case EAI_FAIL: return "EAI_FAIL";
+    case EAI_FAMILY: return "EAI_FAMILY";
+    case EAI_SERVICE: return "EAI_SERVICE";
+    case EAI_MEMORY: return "EAI_MEMORY";
+    case EAI_SYSTEM: return "EAI_SYSTEM";
+#ifdef EAI_NODATA
+    case EAI_NODATA: return "EAI_NODATA";
+#endif
+#ifdef EAI_ADDRFAMILY
+    case EAI_ADDRFAMILY: return "EAI_ADDRFAMILY";
+#endif
+    default: return "EAI_?";
+    }
+}
+
+/* Whether asking again cannot help: the name does not exist, has no
+ * address, or the resolver says its failure is final.  EAI_AGAIN (a DNS
+ * server that did not answer), EAI_MEMORY and EAI_SYSTEM may pass. */
+static int gai_permanent(int g)
+{
+    return g == EAI_NONAME || g == EAI_FAIL || g == EAI_FAMILY || g == EAI_SERVICE
+#ifdef EAI_NODATA
+           || g == EAI_NODATA
+#endif
+#ifdef EAI_ADDRFAMILY
+           || g == EAI_ADDRFAMILY
+#endif
+        ;
+}
+
+/* getaddrinfo for a stream socket to host:port (port NULL: any); on
+ * failure `why` = "cannot resolve 'host': <gai_strerror> (EAI_...)". */
+static int resolve(const char *host, const char *port, struct addrinfo **res, char *why,
+                   size_t cap)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
+    int g;
+#ifdef DTRAIN_TEST_HOOKS
+    if (hook_gai_times > 0 && hook_gai_times-- > 0)
+        g = hook_gai_error;
+    else
+#endif
+        g = getaddrinfo(host, port, &hints, res);
+    if (g != 0)
+        snprintf(why, cap, "cannot resolve '%.180s': %s (%s)", host,
+                 g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g), gai_name(g));
+    return g;
+}
+
+int dt_rdzv_check_host(const char *host, char *why, size_t cap)
+{
+    struct addrinfo *res = NULL;
+    int g = resolve(host, NULL, &res, why, cap);
+    if (g == 0) {
+        freeaddrinfo(res);
+        return 1;
+    }
+    return gai_permanent(g) ? -1 : 0;
+}
+
+/* One connect attempt to rank 0, every address its name resolves to: the
+ * socket, or -1 with why (*final: a name that will never resolve). */
+static int try_connect(dt_rdzv_t *r, double deadline, char *why, size_t cap, int *final)
+{
+    struct addrinfo *res = NULL;
     char port[16];
     snprintf(port, sizeof port, "%d", r->port);
-    int g = getaddrinfo(r->addr, port, &hints, &res);
+    int g = resolve(r->addr, port, &res, why, cap);
     if (g != 0) {
-        snprintf(why, cap, "cannot resolve '%.180s': %s", r->addr, gai_strerror(g));
+        *final = gai_permanent(g);
         return -1;
     }
     int fd = -1;
@@ -758,14 +1024,15 @@ static int try_connect(dt_rdzv_t *r, double deadline, char *why, size_t cap)
 
 /* Answer rank 0's challenge and wait for its welcome.  1: welcomed (r's
  * job id set) or a failure rank 0 reported (*status, msg); 0: the attempt
- * failed (why), worth another; -1: rank 0 could not prove the secret. */
+ * failed (why), worth another; -1: rank 0 could not prove the secret;
+ * -2: rank 0 refused this rank's proof of it (why). */
 static int client_attempt(dt_rdzv_t *r, double deadline, int *status, char *msg, size_t mcap,
                           char *why, size_t cap)
 {
     conn_t *c = &r->up;
     double hello_by = mono_s() + DT_RDZV_HELLO_S;
-    if (read_frame(c, T_CHALLENGE, NONCE_BYTES, hello_by < deadline ? hello_by : deadline, why,
-                   cap) < 0)
+    if (read_frame(c, T_CHALLENGE, 0, NONCE_BYTES, hello_by < deadline ? hello_by : deadline,
+                   why, cap) < 0)
         return 0;
     if (c->len != NONCE_BYTES) {
         snprintf(why, cap, "a malformed challenge");
@@ -788,8 +1055,22 @@ static int client_attempt(dt_rdzv_t *r, double deadline, int *status, char *msg,
         snprintf(why, cap, "sending the hello: %s", strerror(errno));
         return 0;
     }
-    if (read_frame(c, T_WELCOME, WELCOME_MAX, deadline, why, cap) < 0)
+    if (read_frame(c, T_WELCOME, T_REFUSED, WELCOME_MAX, deadline, why, cap) < 0)
         return 0;
+    if (c->type == T_REFUSED) {
+        /* not authenticated (rank 0 cannot prove a key this rank does not
+         * share), but a wrong secret does not mend itself, and whoever can
+         * answer on master_port can stop the job anyway */
+        uint32_t code = c->len == REFUSED_MAX ? get32(c->payload) : 0;
+        if (code == REFUSED_SECRET)
+            snprintf(why, cap, "refused this rank's proof of the job secret: "
+                     "DTRAIN_JOB_SECRET on this node differs from rank 0's (set the same "
+                     "value on every node; or master_addr:master_port is another job's "
+                     "rendezvous)");
+        else
+            snprintf(why, cap, "refused this rank (reason %u)", code);
+        return -2;
+    }
     const uint8_t *w = c->payload;
     uint32_t wl = c->len;
     if (wl < WELCOME_FIXED)
@@ -825,7 +1106,13 @@ static int client_join(dt_rdzv_t *r)
     int reached = 0, impostor = 0;
     while (mono_s() < deadline) {
         conn_close(&r->up);
-        r->up.fd = try_connect(r, deadline, why, sizeof why);
+        int final = 0;
+        r->up.fd = try_connect(r, deadline, why, sizeof why, &final);
+        if (final)
+            return dt_err_set(DT_ERR_CONFIG,
+                              "rendezvous: rank %d of %d %s: check launch.master_addr "
+                              "(--master-addr; MASTER_ADDR under torchrun)",
+                              r->rank, r->size, why);
         if (r->up.fd >= 0) {
             reached = 1;
             int status = 0;
@@ -839,6 +1126,11 @@ static int client_join(dt_rdzv_t *r)
                                       ? status
                                       : DT_ERR_REMOTE,
                                   "%s (reported by rank 0)", msg);
+            }
+            if (st == -2) {
+                conn_close(&r->up);
+                return dt_err_set(DT_ERR_CONFIG, "rendezvous: rank %d of %d: rank 0 at %s:%d %s",
+                                  r->rank, r->size, r->addr, r->port, why);
             }
             if (st < 0) {
                 impostor = 1;
@@ -933,7 +1225,7 @@ static int server_gather(dt_rdzv_t *r, const void *mine, size_t bytes, uint8_t *
             int q = which[i];
             conn_t *c = &r->peers[q];
             char why[200];
-            int st = frame_step(c, T_GATHER, GATHER_MAX, why, sizeof why);
+            int st = frame_step(c, T_GATHER, 0, GATHER_MAX, why, sizeof why);
             if (st == 0)
                 continue;
             if (st < 0) {
@@ -1000,7 +1292,7 @@ static int client_gather(dt_rdzv_t *r, const void *mine, size_t bytes, uint8_t *
     size_t want = 8 + (size_t)r->size * bytes;
     uint32_t max = (uint32_t)(want > 10 + MSG_MAX ? want : 10 + MSG_MAX);
     char why[200];
-    if (read_frame(&r->up, T_GATHERED, max, deadline, why, sizeof why) < 0)
+    if (read_frame(&r->up, T_GATHERED, 0, max, deadline, why, sizeof why) < 0)
         return dt_err_set(DT_ERR_TIMEOUT,
                           "rendezvous: bootstrap all-gather #%u: rank 0 at %s:%d did not "
                           "answer within %g s: %s",

@@ -9,11 +9,19 @@
  *               sends; rank 0 proves the same back over the rank's nonce).
  *               The secret itself never crosses the wire.  A connection
  *               without the proof - a rank of another job, a port scanner,
- *               garbage - is refused and logged (warning "rendezvous:
- *               refused a connection from A:P: why") and never holds up the
- *               real ranks: rank 0 serves every connection at once, each
- *               with its own short deadline, at most DT_RDZV_PENDING_MAX of
- *               them unproven at a time.
+ *               garbage - is dropped and never holds up the real ranks:
+ *               rank 0 serves every connection at once from one poll loop,
+ *               each with DT_RDZV_HELLO_S to prove itself; garbage is
+ *               dropped at its first wrong byte; and when
+ *               DT_RDZV_PENDING_MAX connections are unproven a new one
+ *               evicts the oldest (one that sent nothing first), so a flood
+ *               cannot fill the slots a real rank needs.  Drops are logged
+ *               ("rendezvous: refused a connection from A:P: why"), at
+ *               most DT_RDZV_LOG_BURST lines in DT_RDZV_LOG_WINDOW_S, then
+ *               one line counting the rest.  A rank whose hello is well
+ *               formed but fails the secret is told so (a refusal frame:
+ *               it fails at once naming DTRAIN_JOB_SECRET), and rank 0's
+ *               timeout names where it came from.
  *   job id      rank 0's proposal is the job's; every rank learns it
  *   config      every rank sends its config hash; any difference fails the
  *               job on every rank with DT_ERR_CONFIG naming the ranks and
@@ -42,10 +50,15 @@
 #define DT_RDZV_HEADER_BYTES 16
 /* Bytes one rank may contribute to a bootstrap all-gather. */
 #define DT_RDZV_BLOB_MAX 4096
-/* Connections rank 0 holds before they proved they belong to the job. */
-#define DT_RDZV_PENDING_MAX 64
+/* Connections rank 0 holds before they proved they belong to the job (at
+ * most half the process's open-file limit); one more evicts the oldest. */
+#define DT_RDZV_PENDING_MAX 1024
 /* Seconds a connection has to prove itself after it was accepted. */
-#define DT_RDZV_HELLO_S 5.0
+#define DT_RDZV_HELLO_S 3.0
+/* Dropped connections logged one by one per window; the rest are counted
+ * in one line when the window ends (or the join does). */
+#define DT_RDZV_LOG_BURST 5
+#define DT_RDZV_LOG_WINDOW_S 10.0
 
 typedef struct dt_rdzv_opts {
     const char *addr;     /* rank 0's host name or IPv4/IPv6 literal */
@@ -75,7 +88,9 @@ int dt_rdzv_port(const dt_rdzv_t *r);
 /* Collective: meet every rank, agree on the job id, compare config hashes.
  * DT_OK, or DT_ERR_TIMEOUT naming the missing ranks, DT_ERR_CONFIG naming
  * the ranks whose config hash differs, DT_ERR_REMOTE when rank 0 reported
- * another failure. */
+ * another failure.  A rank > 0 fails at once with DT_ERR_CONFIG when rank
+ * 0's address does not resolve (EAI_NONAME and the like; EAI_AGAIN is
+ * retried until the timeout) or rank 0 refused its proof of the secret. */
 int dt_rdzv_join(dt_rdzv_t *r);
 
 /* The job id every rank agreed on (rank 0's); "" before a join. */
@@ -97,6 +112,18 @@ void dt_rdzv_close(dt_rdzv_t *r);
  * so it names the job without revealing the secret. */
 void dt_rdzv_nodes_job_id(const char *secret, const char *addr, int port, char *out,
                           size_t cap);
+
+/* Whether `host` resolves as the ranks will resolve master_addr: 1 yes;
+ * 0 not now, but it may (EAI_AGAIN: the ranks retry within their timeout);
+ * -1 never (EAI_NONAME, ...).  Unless 1, `why` says "cannot resolve
+ * 'host': <gai_strerror> (EAI_...)". */
+int dt_rdzv_check_host(const char *host, char *why, size_t cap);
+
+#ifdef DTRAIN_TEST_HOOKS
+/* Test hook: the next `times` resolutions of rank 0's address fail with
+ * getaddrinfo error `gai_error` (EAI_AGAIN: the retry path). */
+void dt_rdzv_test_resolve_fail(int gai_error, int times);
+#endif
 
 /* ---- the job's rendezvous while a run starts (one per process) ----
  * `dtrain run` opens a session around its communicator's init: when the

@@ -6,8 +6,10 @@
 #include "train/preflight.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "data/data.h"
+#include "loader/loader.h"
 #include "model/model.h"
 #include "train/grid.h"
 #include "train/train.h"
@@ -43,6 +45,40 @@ int dt_preflight_stages(const dt_resolved_t *r, dt_model_t *m)
                           "(each stage needs at least one)",
                           r->set.config_path, (long long)pp, n);
     return DT_OK;
+}
+
+int dt_preflight_pipeline(const dt_resolved_t *r, dt_model_t *m)
+{
+    const dt_plugin_t *pp = r->plugin[DT_ROLE_PIPELINE];
+    const int64_t p = r->set.parallel.pipeline;
+    if (p <= 1 || !pp || !DT_HAS_OP(dt_strategy_ops_t, (const dt_strategy_ops_t *)pp->ops,
+                                    assign_stages))
+        return DT_OK; /* (a plugin without assign_stages: the run says so) */
+    const dt_strategy_ops_t *ops = pp->ops;
+    dt_model_desc_t *d = dt_model_desc(m);
+    const uint32_t nu = d->n_units;
+    /* what the training loop gives assign_stages (train.c, assign_stage) */
+    uint32_t *stage_of = calloc(nu ? nu : 1, sizeof *stage_of);
+    uint32_t *per_stage = calloc(3 * (size_t)p, sizeof *per_stage);
+    double *flops = calloc(nu ? nu : 1, sizeof *flops);
+    int rc = DT_OK;
+    if (!stage_of || !per_stage || !flops) {
+        rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
+    } else {
+        dt_model_unit_flops(m, r->set.train.seq_len, flops);
+        uint32_t chunks = 1;
+        dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = (int32_t)p, .model = d,
+                              .n_micro = (uint32_t)r->set.train.grad_accum,
+                              .in_flight = per_stage, .stash = per_stage + p,
+                              .buffers = per_stage + 2 * p, .chunks = &chunks,
+                              .unit_flops = flops};
+        dt_err_clear();
+        rc = dt_plugin_failed(pp, ops->assign_stages(pp->host, &sa, stage_of), "assign_stages");
+    }
+    free(stage_of);
+    free(per_stage);
+    free(flops);
+    return rc;
 }
 
 int dt_preflight_batch(dt_resolved_t *r, int64_t dp, int64_t context)
@@ -104,7 +140,8 @@ int dt_preflight(dt_resolved_t *r, int64_t world, int require_data)
     if ((rc = dt_model_create_part(r->cfg, r->plugin[DT_ROLE_DEVICE]->ops,
                                    (int32_t)r->set.parallel.tensor, 0, &m)) == DT_OK &&
         (rc = dt_preflight_stages(r, m)) == DT_OK &&
-        (rc = dt_preflight_batch(r, dp, dt_model_info(m)->context)) == DT_OK)
+        (rc = dt_preflight_batch(r, dp, dt_model_info(m)->context)) == DT_OK &&
+        (rc = dt_preflight_pipeline(r, m)) == DT_OK)
         rc = dt_preflight_data(&r->set, dt_model_info(m)->vocab_size, require_data);
     if (m)
         dt_model_free(m, NULL);

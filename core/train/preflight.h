@@ -21,6 +21,11 @@
  *                        the two written back to the config (origin
  *                        "derived" where computed), seq_len within the
  *                        model's context
+ *   dt_preflight_pipeline  with parallel.pipeline > 1, the pipeline
+ *                        strategy's layout for that many micro-batches
+ *                        (its assign_stages: virtual_stages against
+ *                        keep_activations, grad_accum and the model's
+ *                        units; stages against units)
  *   dt_preflight_data    the token files: [data] train named (only with
  *                        `require_data`: `check` of a config without data
  *                        passes), each file given opened and its tokens
@@ -38,6 +43,13 @@ int dt_preflight_dp(const dt_resolved_t *r, int64_t world, int64_t *dp);
  * (an arch that cannot be split, or fewer units than stages, is
  * DT_ERR_CONFIG naming the config). */
 int dt_preflight_stages(const dt_resolved_t *r, dt_model_t *m);
+
+/* With parallel.pipeline > 1: the pipeline strategy plugin's
+ * assign_stages, as the training loop calls it (after dt_preflight_batch:
+ * n_micro is train.grad_accum), on the model `m` describes; its error
+ * (DT_ERR_CONFIG, "strategy/pipeline: ...") as it would fail every rank.
+ * DT_OK when there is no pipeline or its plugin has no assign_stages. */
+int dt_preflight_pipeline(const dt_resolved_t *r, dt_model_t *m);
 
 /* [data] train names a token file: DT_ERR_CONFIG when it is empty. */
 int dt_preflight_data_named(const dt_settings_t *set);

@@ -221,10 +221,11 @@ void tcp_ip_text(const tcp_ip_t *ip, char *buf, size_t cap);
 /* A listening socket on addr, any port; *port its port (host order). */
 int tcp_listen(const dt_host_v1_t *h, const char *gname, tcp_ip_t addr, int *fd,
                uint16_t *port);
-/* Connect the group's mesh: every lower rank connects to every higher
- * one's listener (addrs[p], ports[p]); both ends prove the job's key.
- * Fills c->peers[p].fd; bounded by timeout_ms.  The listener is the
- * caller's (closed by it). */
+/* Connect the group's mesh: every rank connects to every lower one's
+ * listener (addrs[p], ports[p]), then serves its own for the higher ones,
+ * every incoming connection at once (tcp_mesh.c); both ends prove the
+ * job's key.  Fills c->peers[p].fd; bounded by timeout_ms.  The listener
+ * is the caller's (closed by it). */
 int tcp_mesh_connect(dt_comm_t *c, int listen_fd, const tcp_ip_t *addrs,
                      const uint16_t *ports, int64_t timeout_ms);
 /* Fill c's node rings from every member's listen address (addrs[size])

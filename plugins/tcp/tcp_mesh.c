@@ -14,8 +14,16 @@
  * HMAC(key, "dtrain-tcp-hello", job id, group, both nonces, its rank);
  * the acceptor checks it and answers HMAC(key, "dtrain-tcp-ack", ... its
  * rank), which the connector checks.  A connection that cannot prove the
- * key (another job, a port scanner) is closed and logged, never counted,
- * and the accept loop goes on; each gets TCP_HANDSHAKE_MS to prove itself.
+ * key (another job, a port scanner) is closed and logged, never counted.
+ * The acceptor serves every incoming connection at once from one poll
+ * loop, each with TCP_HANDSHAKE_MS to prove itself (garbage is dropped at
+ * its first wrong byte); at most TCP_PENDING_MAX are unproven, and a
+ * newcomer evicts the oldest rather than being refused, so silent
+ * connections cannot hold up a real rank.  Drops are logged a few lines
+ * per window, then counted (droplog_t).  A hello whose proof of the key is
+ * wrong is answered with TCP_REFUSED_SECRET instead of an ack: the
+ * connector fails at once naming DTRAIN_JOB_SECRET, and the acceptor's
+ * timeout names where the wrong proof came from.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +44,16 @@
 
 #define HS_MAGIC "DTTCP01"   /* 8 bytes with its NUL */
 #define NONCE_BYTES 16
+/* Unproven incoming connections held at once (at most a quarter of the
+ * open-file limit); one more evicts the oldest. */
+#define TCP_PENDING_MAX 256
+/* Drops logged one by one per window, the rest counted in one line. */
+#define TCP_LOG_BURST 5
+#define TCP_LOG_WINDOW_MS 10000
+
+/* What the acceptor sends instead of its ack when the hello's proof of the
+ * key is wrong (32 bytes, as an ack; no HMAC is this text). */
+static const uint8_t refused_secret[DT_SHA256_BYTES] = "DTTCP01 refused: job secret";
 
 static int64_t now_ms(void)
 {
@@ -161,7 +180,7 @@ int tcp_listen(const dt_host_v1_t *h, const char *gname, tcp_ip_t addr, int *fd,
     struct sockaddr_storage sa;
     socklen_t sl = ip_sockaddr(&addr, 0, &sa), len = sizeof sa;
     int s = socket(addr.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (s < 0 || bind(s, (struct sockaddr *)&sa, sl) != 0 || listen(s, 128) != 0 ||
+    if (s < 0 || bind(s, (struct sockaddr *)&sa, sl) != 0 || listen(s, SOMAXCONN) != 0 ||
         getsockname(s, (struct sockaddr *)&sa, &len) != 0) {
         int e = errno;
         if (s >= 0)
@@ -324,7 +343,8 @@ typedef struct challenge {
     uint8_t nonce[NONCE_BYTES];
 } challenge_t;
 
-/* Connector side: 0, or a text in why. */
+/* Connector side: 0, or -1 with a text in why (-2: the peer refused this
+ * rank's proof of the key). */
 static int hs_connect(dt_comm_t *c, int fd, int peer, int64_t deadline, char *why, size_t cap)
 {
     challenge_t ch;
@@ -351,6 +371,11 @@ static int hs_connect(dt_comm_t *c, int fd, int peer, int64_t deadline, char *wh
                  e == EPIPE ? "it closed the connection" : strerror(e));
         return -1;
     }
+    if (memcmp(ack, refused_secret, sizeof ack) == 0) {
+        snprintf(why, cap, "it refused this rank's proof of the job secret: DTRAIN_JOB_SECRET "
+                 "on this node differs from its node's");
+        return -2;
+    }
     mac_of(c->job, "dtrain-tcp-ack", c->gname, ch.nonce, he.nonce, peer, want);
     if (!dt_equal_ct(ack, want, sizeof ack)) {
         snprintf(why, cap, "it could not prove the job's secret");
@@ -359,47 +384,10 @@ static int hs_connect(dt_comm_t *c, int fd, int peer, int64_t deadline, char *wh
     return 0;
 }
 
-/* Acceptor side: the proven peer's rank, or -1 with a text in why. */
-static int hs_accept(dt_comm_t *c, int fd, int64_t deadline, char *why, size_t cap)
-{
-    challenge_t ch;
-    hello_t he;
-    uint8_t want[DT_SHA256_BYTES], ack[DT_SHA256_BYTES];
-    memcpy(ch.magic, HS_MAGIC, 8);
-    int e = fresh_nonce(ch.nonce);
-    if (e == 0)
-        e = io_full(fd, &ch, sizeof ch, 1, deadline);
-    if (e == 0)
-        e = io_full(fd, &he, sizeof he, 0, deadline);
-    if (e) {
-        snprintf(why, cap, "no hello: %s", e == EPIPE ? "closed" : strerror(e));
-        return -1;
-    }
-    if (memcmp(he.magic, HS_MAGIC, 8) != 0) {
-        snprintf(why, cap, "not a dtrain tcp peer (bad magic)");
-        return -1;
-    }
-    mac_of(c->job, "dtrain-tcp-hello", c->gname, ch.nonce, he.nonce, he.rank, want);
-    if (!dt_equal_ct(he.mac, want, sizeof want)) {
-        snprintf(why, cap, "it could not prove the job's secret (another job, or none)");
-        return -1;
-    }
-    if (he.rank <= c->rank || he.rank >= c->size) {
-        snprintf(why, cap, "it claims rank %d, which does not connect to rank %d",
-                 (int)he.rank, (int)c->rank);
-        return -1;
-    }
-    mac_of(c->job, "dtrain-tcp-ack", c->gname, ch.nonce, he.nonce, c->rank, ack);
-    if ((e = io_full(fd, ack, sizeof ack, 1, deadline)) != 0) {
-        snprintf(why, cap, "answering: %s", strerror(e));
-        return -1;
-    }
-    return he.rank;
-}
-
-/* Connect to peer p's listener, retrying refusals until the deadline. */
+/* Connect to peer p's listener, retrying refusals until the deadline:
+ * the socket, or -1 (*secret: the peer refused this rank's proof). */
 static int connect_peer(dt_comm_t *c, int p, const tcp_ip_t *addr, uint16_t port,
-                        int64_t deadline, char *why, size_t cap)
+                        int64_t deadline, char *why, size_t cap, int *secret)
 {
     char last[200] = "";
     struct sockaddr_storage sa;
@@ -422,8 +410,10 @@ static int connect_peer(dt_comm_t *c, int p, const tcp_ip_t *addr, uint16_t port
             }
         }
         if (e == 0) {
-            if (hs_connect(c, fd, p, deadline, why, cap) == 0)
+            int hs = hs_connect(c, fd, p, deadline, why, cap);
+            if (hs == 0)
                 return fd;
+            *secret = hs == -2;
             close(fd);
             return -1;
         }
@@ -438,6 +428,317 @@ static int connect_peer(dt_comm_t *c, int p, const tcp_ip_t *addr, uint16_t port
     }
 }
 
+/* ---- the acceptor ---------------------------------------------------------- */
+
+/* The log of dropped connections, bounded: TCP_LOG_BURST lines a window of
+ * TCP_LOG_WINDOW_MS, the rest counted in one line when it ends (or the
+ * accept loop does). */
+typedef struct droplog {
+    int64_t start;         /* the window's first drop (ms); 0: none open */
+    unsigned logged, held;
+    char last_from[TCP_IP_TEXT + 8], last_why[200];
+} droplog_t;
+
+static void drop_flush(dt_comm_t *c, droplog_t *d, int64_t now)
+{
+    if (d->held)
+        c->host->log(c->host, DT_LOG_WARN, "group %s: dropped %u more connection%s that did "
+                     "not prove the job's secret in the last %.1f s (the last from %s: %s)",
+                     c->gname, d->held, d->held == 1 ? "" : "s", (double)(now - d->start) / 1e3,
+                     d->last_from, d->last_why);
+    d->start = 0;
+    d->logged = d->held = 0;
+}
+
+static void drop_tick(dt_comm_t *c, droplog_t *d, int64_t now)
+{
+    if (d->start > 0 && now - d->start >= TCP_LOG_WINDOW_MS)
+        drop_flush(c, d, now);
+}
+
+/* An incoming connection that has not proved itself yet. */
+typedef struct pending {
+    int fd;            /* -1: a free slot */
+    int64_t since, deadline;
+    challenge_t ch;
+    hello_t he;
+    size_t got;        /* bytes of the hello read */
+    char from[TCP_IP_TEXT + 8];
+} pending_t;
+
+typedef struct acceptor {
+    dt_comm_t *c;
+    int listen_fd;
+    pending_t *pend;   /* [cap] */
+    int cap, n;
+    struct pollfd *pf; /* [1 + cap] */
+    int64_t pause_until; /* out of file descriptors: accept again then */
+    droplog_t drops;
+    char bad_from[TCP_IP_TEXT + 8]; /* the last hello that failed the key */
+    int32_t bad_rank;
+} acceptor_t;
+
+static void drop(acceptor_t *A, pending_t *q, const char *why)
+{
+    droplog_t *d = &A->drops;
+    int64_t now = now_ms();
+    drop_tick(A->c, d, now);
+    if (d->start == 0)
+        d->start = now;
+    if (d->logged < TCP_LOG_BURST) {
+        d->logged++;
+        A->c->host->log(A->c->host, DT_LOG_WARN, "group %s: refused a connection from %s: %s%s",
+                        A->c->gname, q->from, why,
+                        d->logged == TCP_LOG_BURST ? " (further refusals in the next 10 s are "
+                                                     "counted, not logged one by one)" : "");
+    } else {
+        d->held++;
+        snprintf(d->last_from, sizeof d->last_from, "%s", q->from);
+        snprintf(d->last_why, sizeof d->last_why, "%s", why);
+    }
+    close(q->fd);
+    q->fd = -1;
+    A->n--;
+}
+
+/* The pending connection a newcomer replaces: the oldest that sent
+ * nothing, else the oldest. */
+static pending_t *evictee(acceptor_t *A)
+{
+    pending_t *silent = NULL, *any = NULL;
+    for (int i = 0; i < A->cap; i++) {
+        pending_t *q = &A->pend[i];
+        if (q->fd < 0)
+            continue;
+        if (!any || q->since < any->since)
+            any = q;
+        if (q->got == 0 && (!silent || q->since < silent->since))
+            silent = q;
+    }
+    return silent ? silent : any;
+}
+
+/* Accept a batch of newcomers; each gets a slot and a challenge. */
+static void accept_some(acceptor_t *A)
+{
+    for (int k = 0; k < 64; k++) {
+        struct sockaddr_storage from;
+        socklen_t fl = sizeof from;
+        int fd = accept4(A->listen_fd, (struct sockaddr *)&from, &fl,
+                         SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE) && A->n > 0) {
+            drop(A, evictee(A), "this rank ran out of file descriptors and a newer "
+                                "connection came (this one was the oldest unproven)");
+            continue;
+        }
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE)
+                A->pause_until = now_ms() + 10;
+            return;
+        }
+        if (A->n == A->cap) {
+            char why[160];
+            snprintf(why, sizeof why, "%d connections had not proved the job's secret and a "
+                     "newer one came (this one was the oldest)", A->cap);
+            drop(A, evictee(A), why);
+        }
+        pending_t *q = NULL;
+        for (int i = 0; i < A->cap && !q; i++)
+            if (A->pend[i].fd < 0)
+                q = &A->pend[i];
+        if (!q) { /* (cannot be: a slot was just given up) */
+            close(fd);
+            return;
+        }
+        memset(q, 0, sizeof *q);
+        q->fd = fd;
+        A->n++;
+        tcp_ip_t ip;
+        char t[TCP_IP_TEXT];
+        ip_from_sockaddr((struct sockaddr *)&from, &ip);
+        tcp_ip_text(&ip, t, sizeof t);
+        snprintf(q->from, sizeof q->from, "%s:%u", t, (unsigned)sockaddr_port(&from));
+        q->since = now_ms();
+        q->deadline = q->since + TCP_HANDSHAKE_MS;
+        memcpy(q->ch.magic, HS_MAGIC, 8);
+        int e = fresh_nonce(q->ch.nonce);
+        /* a fresh socket's send buffer takes the 24 bytes at once */
+        if (e || send(fd, &q->ch, sizeof q->ch, MSG_NOSIGNAL) != (ssize_t)sizeof q->ch)
+            drop(A, q, "could not send it a challenge");
+    }
+}
+
+/* Read what pending q has of its hello; judge it when complete. */
+static void read_hello(acceptor_t *A, pending_t *q)
+{
+    dt_comm_t *c = A->c;
+    ssize_t k = recv(q->fd, (uint8_t *)&q->he + q->got, sizeof q->he - q->got, 0);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (k <= 0) {
+        char why[120];
+        snprintf(why, sizeof why, "no hello: %s", k == 0 ? "closed" : strerror(errno));
+        drop(A, q, why);
+        return;
+    }
+    q->got += (size_t)k;
+    size_t m = q->got < 8 ? q->got : 8;
+    if (memcmp(q->he.magic, HS_MAGIC, m) != 0) { /* garbage: judged at once */
+        drop(A, q, "not a dtrain tcp peer (bad magic)");
+        return;
+    }
+    if (q->got < sizeof q->he)
+        return;
+    uint8_t want[DT_SHA256_BYTES], ack[DT_SHA256_BYTES];
+    mac_of(c->job, "dtrain-tcp-hello", c->gname, q->ch.nonce, q->he.nonce, q->he.rank, want);
+    if (!dt_equal_ct(q->he.mac, want, sizeof want)) {
+        /* a dtrain rank with another secret, most likely: tell it (it
+         * learns nothing it did not know), remember it for the timeout */
+        ssize_t w = send(q->fd, refused_secret, sizeof refused_secret, MSG_NOSIGNAL);
+        (void)w;
+        snprintf(A->bad_from, sizeof A->bad_from, "%s", q->from);
+        A->bad_rank = q->he.rank;
+        char why[200];
+        snprintf(why, sizeof why, "it claims rank %d but its proof of the job's secret is "
+                 "wrong (DTRAIN_JOB_SECRET differs on its node, or it is another job's rank)",
+                 (int)q->he.rank);
+        drop(A, q, why);
+        return;
+    }
+    const int p = q->he.rank;
+    char why[160];
+    if (p <= c->rank || p >= c->size) {
+        snprintf(why, sizeof why, "it claims rank %d, which does not connect to rank %d", p,
+                 (int)c->rank);
+        drop(A, q, why);
+        return;
+    }
+    if (c->peers[p].fd >= 0) {
+        snprintf(why, sizeof why, "rank %d is connected already", p);
+        drop(A, q, why);
+        return;
+    }
+    mac_of(c->job, "dtrain-tcp-ack", c->gname, q->ch.nonce, q->he.nonce, c->rank, ack);
+    if (send(q->fd, ack, sizeof ack, MSG_NOSIGNAL) != (ssize_t)sizeof ack) {
+        snprintf(why, sizeof why, "answering: %s", strerror(errno));
+        drop(A, q, why);
+        return;
+    }
+    c->peers[p].fd = q->fd; /* proven: filed under its rank */
+    q->fd = -1;
+    A->n--;
+}
+
+/* The timeout of the accept loop: the ranks that never connected. */
+static int accept_timeout(acceptor_t *A, int64_t timeout_ms)
+{
+    dt_comm_t *c = A->c;
+    const dt_host_v1_t *h = c->host;
+    int *list = malloc(sizeof(int) * (size_t)c->size), n = 0;
+    for (int p = c->rank + 1; list && p < c->size; p++)
+        if (c->peers[p].fd < 0)
+            list[n++] = p;
+    dt_comm_names_t g = {.gname = c->gname, .is_world = c->is_world, .size = c->size,
+                         .wranks = c->wranks};
+    char ranks[300] = "some ranks", bad[300] = "";
+    if (list)
+        dt_comm_fmt_ranks(&g, list, n, ranks, sizeof ranks);
+    free(list);
+    if (A->bad_from[0])
+        snprintf(bad, sizeof bad, "; a connection from %s claiming rank %d failed the job "
+                 "secret check: is DTRAIN_JOB_SECRET the same on every node?",
+                 A->bad_from, (int)A->bad_rank);
+    return h->set_error(h, DT_ERR_TIMEOUT, "init: group %s: timed out after %.1f s waiting "
+                        "for %s to connect%s", c->gname, (double)timeout_ms / 1000.0, ranks,
+                        bad);
+}
+
+/* Serve the listener until every higher rank connected and proved itself
+ * (c->peers filled), or the deadline. */
+static int accept_peers(dt_comm_t *c, int listen_fd, int64_t deadline, int64_t timeout_ms)
+{
+    acceptor_t A = {.c = c, .listen_fd = listen_fd, .cap = TCP_PENDING_MAX};
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur / 4 < (rlim_t)A.cap)
+        A.cap = rl.rlim_cur / 4 < 8 ? 8 : (int)(rl.rlim_cur / 4);
+    A.pend = malloc(sizeof *A.pend * (size_t)A.cap);
+    A.pf = malloc(sizeof *A.pf * (1 + (size_t)A.cap));
+    pending_t **who = malloc(sizeof *who * (1 + (size_t)A.cap));
+    if (!A.pend || !A.pf || !who) {
+        free(A.pend);
+        free(A.pf);
+        free(who);
+        return c->host->set_error(c->host, DT_ERR_NOMEM, "init: group %s: the accept loop",
+                                  c->gname);
+    }
+    for (int i = 0; i < A.cap; i++)
+        A.pend[i].fd = -1;
+    int rc = DT_OK;
+    for (;;) {
+        int missing = 0;
+        for (int p = c->rank + 1; p < c->size; p++)
+            missing += c->peers[p].fd < 0;
+        if (missing == 0)
+            break;
+        int64_t now = now_ms();
+        if (now >= deadline) {
+            rc = accept_timeout(&A, timeout_ms);
+            break;
+        }
+        drop_tick(c, &A.drops, now);
+        int64_t wake = deadline;
+        int np = 0;
+        if (now >= A.pause_until) {
+            A.pf[np] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+            who[np++] = NULL;
+        } else if (A.pause_until < wake) {
+            wake = A.pause_until;
+        }
+        for (int i = 0; i < A.cap; i++) {
+            pending_t *q = &A.pend[i];
+            if (q->fd < 0)
+                continue;
+            if (now >= q->deadline) {
+                char why[80];
+                snprintf(why, sizeof why, "no hello within %.1f s", TCP_HANDSHAKE_MS / 1000.0);
+                drop(&A, q, why);
+                continue;
+            }
+            if (q->deadline < wake)
+                wake = q->deadline;
+            A.pf[np] = (struct pollfd){.fd = q->fd, .events = POLLIN};
+            who[np++] = q;
+        }
+        if (A.drops.held && A.drops.start + TCP_LOG_WINDOW_MS < wake)
+            wake = A.drops.start + TCP_LOG_WINDOW_MS;
+        int64_t left = wake - now;
+        if (poll(A.pf, (nfds_t)np, left > 0 ? (int)(left > 1000 ? 1000 : left) : 0) < 0 &&
+            errno != EINTR) {
+            rc = c->host->set_error(c->host, DT_ERR_SYSTEM, "init: group %s: poll: %s",
+                                    c->gname, strerror(errno));
+            break;
+        }
+        for (int i = 0; i < np; i++) {
+            pending_t *q = who[i];
+            if (!A.pf[i].revents || (q && q->fd != A.pf[i].fd))
+                continue; /* (a slot given up and reused in this round) */
+            if (!q)
+                accept_some(&A);
+            else
+                read_hello(&A, q);
+        }
+    }
+    for (int i = 0; i < A.cap; i++)
+        if (A.pend[i].fd >= 0)
+            drop(&A, &A.pend[i], "the group formed (or failed) before it proved anything");
+    drop_flush(c, &A.drops, now_ms());
+    free(A.pend);
+    free(A.pf);
+    free(who);
+    return rc;
+}
+
 int tcp_mesh_connect(dt_comm_t *c, int listen_fd, const tcp_ip_t *addrs,
                      const uint16_t *ports, int64_t timeout_ms)
 {
@@ -445,64 +746,22 @@ int tcp_mesh_connect(dt_comm_t *c, int listen_fd, const tcp_ip_t *addrs,
     int64_t t0 = now_ms(), deadline = t0 + timeout_ms;
     char why[300], who[200], ip[TCP_IP_TEXT];
     for (int p = 0; p < c->rank; p++) {
-        int fd = connect_peer(c, p, &addrs[p], ports[p], deadline, why, sizeof why);
+        int secret = 0;
+        int fd = connect_peer(c, p, &addrs[p], ports[p], deadline, why, sizeof why, &secret);
         if (fd < 0) {
             tcp_fmt_rank(c, p, who, sizeof who);
             tcp_ip_text(&addrs[p], ip, sizeof ip);
-            return h->set_error(h, now_ms() >= deadline ? DT_ERR_TIMEOUT : DT_ERR_REMOTE,
+            return h->set_error(h, secret                   ? DT_ERR_CONFIG
+                                   : now_ms() >= deadline ? DT_ERR_TIMEOUT
+                                                          : DT_ERR_REMOTE,
                                 "init: group %s: %s at %s:%u: %s", c->gname, who, ip,
                                 (unsigned)ports[p], why);
         }
         c->peers[p].fd = fd;
     }
-    int missing = c->size - 1 - c->rank;
-    while (missing > 0) {
-        int64_t left = deadline - now_ms();
-        struct pollfd pf = {.fd = listen_fd, .events = POLLIN};
-        if (left <= 0 || poll(&pf, 1, left > 1000 ? 1000 : (int)left) < 0) {
-            if (left > 0 && errno == EINTR)
-                continue;
-        }
-        struct sockaddr_storage from;
-        socklen_t fl = sizeof from;
-        int fd = accept4(listen_fd, (struct sockaddr *)&from, &fl, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) {
-            if (now_ms() < deadline)
-                continue;
-            int *list = malloc(sizeof(int) * (size_t)c->size), n = 0;
-            for (int p = c->rank + 1; list && p < c->size; p++)
-                if (c->peers[p].fd < 0)
-                    list[n++] = p;
-            dt_comm_names_t g = {.gname = c->gname, .is_world = c->is_world,
-                                 .size = c->size, .wranks = c->wranks};
-            char ranks[300] = "some ranks";
-            if (list)
-                dt_comm_fmt_ranks(&g, list, n, ranks, sizeof ranks);
-            free(list);
-            return h->set_error(h, DT_ERR_TIMEOUT, "init: group %s: timed out after %.1f s "
-                                "waiting for %s to connect", c->gname,
-                                (double)timeout_ms / 1000.0, ranks);
-        }
-        int64_t hs_deadline = now_ms() + TCP_HANDSHAKE_MS;
-        int p = hs_accept(c, fd, hs_deadline < deadline ? hs_deadline : deadline, why,
-                          sizeof why);
-        tcp_ip_t fip;
-        ip_from_sockaddr((struct sockaddr *)&from, &fip);
-        tcp_ip_text(&fip, ip, sizeof ip);
-        const uint16_t fport = sockaddr_port(&from);
-        if (p >= 0 && c->peers[p].fd >= 0) {
-            snprintf(why, sizeof why, "rank %d is connected already", p);
-            p = -1;
-        }
-        if (p < 0) {
-            h->log(h, DT_LOG_WARN, "group %s: refused a connection from %s:%u: %s", c->gname,
-                   ip, (unsigned)fport, why);
-            close(fd);
-            continue;
-        }
-        c->peers[p].fd = fd;
-        missing--;
-    }
+    int rc = accept_peers(c, listen_fd, deadline, timeout_ms);
+    if (rc)
+        return rc;
     for (int p = 0; p < c->size; p++)
         if (c->peers[p].fd >= 0)
             tcp_sock_setup(c->peers[p].fd, c->job->sock_buf, c->timeout_ms);

@@ -3,7 +3,8 @@
 # every strategy with --set picking one (the tables of unselected plugins
 # checked, then set aside), `check` doing run's checks that need no plugin
 # instance (batch arithmetic, derived and preset values), config errors of a
-# multi-rank run reported once before any rank starts, `config doc`, the
+# multi-rank run (the pipeline's layout among them) reported once before any
+# rank starts, `config doc`, the
 # DeepSpeed/PyTorch spellings pointed at dtrain's keys, and plugin errors
 # naming the key that selected the plugin.
 set -euo pipefail
@@ -219,6 +220,28 @@ expect_exit 2 "parallel.tensor = 2 over 3 heads under a 2-rank run" "$bin" run t
 expect_lines "named once, nothing else: no rank started" 1 "$out"
 expect_out "by the launching process" \
   "dtrain run: error: tp.toml: [parallel] tensor = 2 does not divide [model] n_head = 3: attention heads are split across the tensor group"
+# the pipeline's layout (its plugin's assign_stages: virtual_stages against
+# keep_activations, grad_accum and the model's units) is checked by the
+# launching process too, and by check: before, every rank started and
+# failed in the pipeline's init, each printing it
+pp=(--set launch.nproc=2 --set run.comm=shm --set parallel.pipeline=2 --set pipeline.virtual_stages=2)
+ppmsg="strategy/pipeline: virtual_stages = 2 needs keep_activations = true: an interleaved stage keeps every chunk's activations rather than stash each chunk's inputs to recompute them"
+expect_exit 2 "2 chunks a stage without kept activations under a 2-rank run" "$bin" run tiny.toml \
+  "${pp[@]}" --set pipeline.keep_activations=false
+expect_lines "named once, by the launching process" 1 "dtrain run: error: $ppmsg"
+expect_lines "nothing else: no rank started" 1 "$out"
+expect_exit 2 "check refuses it too" "$bin" check tiny.toml "${pp[@]}" --set pipeline.keep_activations=false
+expect_line "with the same message" "dtrain check: error: $ppmsg"
+expect_exit 2 "3 micro-batches over 2 stages of 2 chunks under a 2-rank run" "$bin" run tiny.toml \
+  "${pp[@]}" --set train.grad_accum=3
+expect_lines "named once, nothing else" 1 "dtrain run: error: strategy/pipeline: virtual_stages = 2 needs the micro-batches of a step ([train] grad_accum = 3) to be a multiple of the 2 stages"
+expect_lines "and nothing else" 1 "$out"
+expect_exit 2 "more chunks than units under a 2-rank run" "$bin" run tiny.toml "${pp[@]}" \
+  --set train.grad_accum=2 --set pipeline.virtual_stages=3 --set model.n_layer=2
+expect_lines "named once, nothing else" 1 "dtrain run: error: strategy/pipeline: parallel.pipeline = 2 stages x virtual_stages = 3 chunks, but model gpt2 has 4 units (each chunk needs at least one)"
+expect_lines "and nothing else" 1 "$out"
+expect_exit 0 "a layout that fits passes check" "$bin" check tiny.toml "${pp[@]}" \
+  --set train.grad_accum=2 --set model.n_layer=2
 expect_exit 2 "a misspelt strategy plugin" "$bin" check good.toml --set parallel.data=fsdq
 expect_out "named where it was given" "dtrain check: error: --set parallel.data=fsdq: strategy plugin 'fsdq' not found in: "
 expect_out "with the closest plugin of that kind" "(files are named dtrain_<name>.so); did you mean 'fsdp'?"

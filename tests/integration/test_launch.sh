@@ -6,7 +6,9 @@
 # (and SIGKILL) to the launcher leaves no rank behind, bad nproc values and
 # a clash with an outer launcher's world size are config errors, ranks
 # started torchrun-style by hand join one job and train exactly like
-# launched ones, and the comm benchmark prints its table and catches a wrong
+# launched ones, a job on several nodes is checked before any rank starts
+# (an unresolvable master_addr at once), two nodes with different secrets
+# both say so, and the comm benchmark prints its table and catches a wrong
 # result.
 set -euo pipefail
 bin=$1 work=$2 fakes=${3:-}
@@ -191,6 +193,18 @@ expect_exit 2 "nnodes against torchrun's world" env RANK=0 WORLD_SIZE=2 LOCAL_WO
   "$bin" run tiny.toml --nnodes 2
 expect_out "nnodes and torchrun named" "launch.nnodes = 2 (from the command line), but torchrun started this process as one of 2 ranks, 2 of them on this node"
 
+# an address that can never resolve is refused at once by the launching
+# process, naming it and the resolver's error ('!' fails glibc's own check,
+# with or without DNS; before, each rank retried it until launch.timeout
+# and exited 1)
+t0=$(date +%s)
+expect_exit 2 "an unresolvable master_addr" env DTRAIN_JOB_SECRET=s "$bin" run tiny.toml \
+  --nnodes 2 --node-rank 1 --master-addr 'no_such_host!' --set launch.timeout=20
+expect_out "named with the resolver's error" "dtrain run: error: launch.master_addr = 'no_such_host!' (from the command line): cannot resolve 'no_such_host!': Name or service not known (EAI_NONAME): it must name node 0 so that every node can reach it"
+if [ $(( $(date +%s) - t0 )) -lt 10 ] && ! grep -qF "launching" <<<"$out"; then
+  ok "refused before any rank started, not after launch.timeout"
+else bad "an unresolvable master_addr was not refused at once" "$out"; fi
+
 # ---- two nodes on this machine's loopback: the job forms, shm refuses it ----
 port=$(( 20000 + ($$ + 7) % 20000 ))
 for n in 0 1; do
@@ -207,6 +221,30 @@ else bad "the nodes did not agree on a job id" "$out"; fi
 expect_out "node 1 runs global rank 1" "dtrain: launching rank 1 of 2 (job $ids)"
 expect_out "shm refuses ranks on several nodes" "comm/shm: init: the job spans several nodes (1 of its 2 ranks on this one)"
 if [ "$c0" = 2 ] && [ "$c1" = 2 ]; then ok "both nodes exit 2"; else bad "nodes exited $c0 and $c1" "$out"; fi
+
+# ---- two nodes, one with another secret: both say so ----
+# (node 1 is refused at once, told its DTRAIN_JOB_SECRET differs; node 0
+# logs the refusal and its timeout names where the wrong proof came from;
+# neither prints either secret)
+port=$(( 20000 + ($$ + 11) % 20000 ))
+for n in 0 1; do
+  env DTRAIN_JOB_SECRET="sec$n-$$" "$bin" run tiny.toml --nnodes 2 --node-rank $n \
+    --master-addr 127.0.0.1 --master-port $port --set run.comm=tcp --set launch.timeout=3 \
+    > "wrong$n.log" 2>&1 &
+  eval "npid$n=\$!"
+done
+set +e; wait "$npid0"; c0=$?; wait "$npid1"; c1=$?; set -e
+out=$(cat wrong0.log wrong1.log)
+if [ "$c1" = 2 ] && grep -qF "[rank 1] dtrain run: error: rendezvous: rank 1 of 2: rank 0 at 127.0.0.1:$port refused this rank's proof of the job secret: DTRAIN_JOB_SECRET on this node differs from rank 0's" wrong1.log
+then ok "the node with another secret is told so (exit 2)"
+else bad "node 1 (another secret) exited $c1" "$out"; fi
+if [ "$c0" = 1 ] && grep -qF "[rank 0] rendezvous: refused a connection from 127.0.0.1:" wrong0.log &&
+   grep -qF "it claims rank 1 of 2 but its proof of the job secret is wrong (DTRAIN_JOB_SECRET differs on its node, or it is another job's rank)" wrong0.log &&
+   grep -qE "timed out after 3 s: rank 1 of 2 never joined \(joined: 0\); a connection from 127\.0\.0\.1:[0-9]+ claiming rank 1 failed the job secret check: is DTRAIN_JOB_SECRET the same on every node\?" wrong0.log
+then ok "node 0 logs the refusal and its timeout names the secret"
+else bad "node 0 exited $c0 without naming the secret mismatch" "$out"; fi
+if grep -qF -e "sec0-$$" -e "sec1-$$" <<<"$out"; then bad "a secret was printed" "$out"
+else ok "neither secret is printed"; fi
 
 # ---- dtrain bench comm ----
 expect_exit 0 "bench comm, 2 ranks" "$bin" bench comm --nproc 2 --sizes 4K:1M

@@ -17,6 +17,9 @@
 #     steps (node 0 must learn node 1's half of every all-reduce) and
 #     under 1.25 x that (the hierarchical all_reduce: the flat ring's 4
 #     ranks would carry 1.5 x)
+#   - a flood on master_port from node 1's side (300 connections held and
+#     re-opened) does not stop the job forming, and node 0 logs it in a
+#     few lines
 #   - a config that differs on node 1 fails every rank, naming ranks 2 and 3
 #     and both hashes
 #   - the link taken down during the rendezvous: rank 0 names the missing
@@ -136,6 +139,53 @@ expect_out "shm refuses a job that spans nodes" "comm/shm: init: the job spans s
 if [ "$rc0" = 2 ] && [ "$rc1" = 2 ]; then ok "both nodes exit 2 (a config error)"
 else bad "exit codes $rc0 and $rc1, expected 2 and 2" "$out"; fi
 nothing_left forms
+
+# ---- a flood on master_port does not stop the job forming -----------------
+# (from node 1's side: 300 connections held and re-opened as fast as node 0
+# closes them, from before rank 0 listens until the job formed; node 1
+# starts a second after node 0.  Before the fix rank 0's 64 slots stayed
+# full, every rank timed out (exit 1) and each refusal logged its own line)
+cat > flood.py <<'P'
+import select, socket, sys, time
+host, port, n, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+socks, opened, end = [], 0, time.time() + secs
+while time.time() < end:
+    while len(socks) < n:
+        s = socket.socket(); s.setblocking(False)
+        try: s.connect((host, port))
+        except BlockingIOError: pass
+        except OSError: s.close(); break
+        socks.append(s); opened += 1
+    for s in select.select(socks, [], [], 0.005)[0]:
+        try: d = s.recv(64)
+        except BlockingIOError: continue
+        except OSError: d = b''
+        if not d: socks.remove(s); s.close()
+print(opened)
+P
+ip netns exec "$ns1" timeout -k 1 30 /usr/bin/python3 flood.py "$a0" "$port" 300 25 >flood.out 2>&1 &
+fpid=$!; pids+=($fpid)
+# node 0 first, node 1 once the flood has had a second at rank 0's port
+node "$ns0" 0 flood.n0.log
+p0=$!
+sleep 1
+t0=$(date +%s.%N)
+node "$ns1" 1 flood.n1.log
+p1=$!
+set +e; wait "$p0"; rc0=$?; wait "$p1"; rc1=$?; set -e
+took=$(since "$t0")
+kill "$fpid" 2>/dev/null || true; wait "$fpid" 2>/dev/null || true
+out=$(cat flood.n0.log flood.n1.log)
+if [ "$rc0" = 2 ] && [ "$rc1" = 2 ] && grep -qF "comm/shm: init: the job spans several nodes" <<<"$out"
+then ok "under the flood node 1's ranks join within launch.timeout (then shm refuses the job, exit 2; ${took} s after node 1 started)"
+else bad "under the flood: exit codes $rc0 and $rc1, expected the job to form" "$out"; fi
+singles=$(grep -c "^\[rank 0\] rendezvous: refused a connection from " flood.n0.log || true)
+counted=$(grep -c "^\[rank 0\] rendezvous: dropped [0-9]* more connections that did not prove they belong to the job in the last " flood.n0.log || true)
+if [ "$singles" -ge 1 ] && [ "$singles" -le 5 ] && [ "$counted" -le 1 ] &&
+   grep -qF "rendezvous: refused a connection from $a1:" flood.n0.log; then
+  ok "node 0's log of the flood is bounded: $singles single lines, $counted counting the rest"
+else bad "node 0's log of the flood: $singles single lines, $counted counting lines" "$(head -c 3000 flood.n0.log)"; fi
+nothing_left flood
 
 # ---- the explicit opt-in: shm across the namespaces, one host --------------
 "$bin" run eq.toml --nproc 4 --set run.name=one --metrics one.jsonl >one.log 2>&1 ||

@@ -22,6 +22,13 @@ void dt_test_require_hooks(const char *what)
 }
 
 #ifndef DTRAIN_TEST_HOOKS
+void dt_rdzv_test_resolve_fail(int gai_error, int times)
+{
+    (void)gai_error;
+    if (times > 0)
+        dt_test_require_hooks("dt_rdzv_test_resolve_fail");
+}
+
 void dt_fileutil_test_fail_after(int64_t bytes)
 {
     if (bytes >= 0)

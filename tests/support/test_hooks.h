@@ -15,9 +15,11 @@
 #include <stdint.h>
 
 #ifdef DTRAIN_TEST_HOOKS
+#include "launch/rendezvous.h"
 #include "loader/abi_tables.h"
 #include "util/fileutil.h"
 #else
+void dt_rdzv_test_resolve_fail(int gai_error, int times);
 void dt_fileutil_test_fail_after(int64_t bytes);
 void dt_fileutil_test_fail_fsync_after(int64_t n_fsyncs);
 void dt_abi_set_extra_major(int kind, uint32_t major);

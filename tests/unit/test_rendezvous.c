@@ -4,12 +4,20 @@
  * agrees on, bootstrap all-gathers, a config-hash mismatch named on every
  * rank, a missing rank named within the bound, strays (a wrong secret, a
  * silent connection, garbage, an oversized or other-version frame) refused
- * and logged while the real job still forms, rank 0 never reached, and
- * IPv6.
+ * and logged while the real job still forms, a flood of silent connections
+ * (held and re-opened, more than rank 0 holds unproven) that neither stops
+ * the real ranks nor floods the log, a wrong secret named on both sides,
+ * an address that never resolves failing at once while one that may
+ * resolve later is retried, rank 0 never reached, and IPv6.
  */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -28,6 +38,7 @@
 #include "launch/world.h"
 #include "util/error.h"
 #include "test_assert.h"
+#include "test_hooks.h"
 
 #define MAX_RANKS 8
 #define BLOB 24
@@ -275,7 +286,7 @@ static void test_rank0_never_answers(void **state)
 
 /* Another job's rank (the wrong secret) and a silent connection are there
  * first; the job still forms, the stray is refused and logged, and learns
- * nothing but a closed connection. */
+ * at once that its secret is not this job's (and nothing else). */
 static void test_stray_wrong_secret(void **state)
 {
     rank_run_t k[3], stray;
@@ -287,7 +298,9 @@ static void test_stray_wrong_secret(void **state)
     stray.o = (dt_rdzv_opts_t){.addr = "127.0.0.1", .port = port, .rank = 1, .size = 3,
                                .job_id = "other-job", .secret = "another job's secret",
                                .config_hash = 0x1234, .timeout_s = 0.5};
-    rank_main(&stray); /* refused at once; retries until its own deadline */
+    double t0 = mono_s();
+    rank_main(&stray); /* refused at once, and told why */
+    double took = mono_s() - t0;
     /* now the real ranks 1 and 2 */
     for (int r = 1; r < 3; r++) {
         memset(&k[r], 0, sizeof k[r]);
@@ -305,11 +318,21 @@ static void test_stray_wrong_secret(void **state)
             fail_msg("rank %d: %s\nstderr: %s", r, k[r].msg, err);
         assert_string_equal(k[r].job_id, "job-of-rank-0");
     }
-    assert_int_equal(stray.rc, DT_ERR_TIMEOUT);
-    assert_has(stray.msg, "could not join rank 0 at 127.0.0.1:");
-    assert_has(stray.msg, "rank 0 was reached but the job did not form");
+    char want[512];
+    snprintf(want, sizeof want,
+             "rendezvous: rank 1 of 3: rank 0 at 127.0.0.1:%d refused this rank's proof of the "
+             "job secret: DTRAIN_JOB_SECRET on this node differs from rank 0's (set the same "
+             "value on every node; or master_addr:master_port is another job's rendezvous)",
+             port);
+    assert_int_equal(stray.rc, DT_ERR_CONFIG);
+    assert_string_equal(stray.msg, want);
+    assert_true(took < 0.4); /* not its 0.5 s timeout */
+    assert_null(strstr(stray.msg, "s3cret"));
     assert_has(err, "rendezvous: refused a connection from 127.0.0.1:");
-    assert_has(err, ": no proof of this job's secret (a rank of another job, or not dtrain)");
+    assert_has(err, ": it claims rank 1 of 3 but its proof of the job secret is wrong "
+                    "(DTRAIN_JOB_SECRET differs on its node, or it is another job's rank)\n");
+    assert_null(strstr(err, "s3cret"));
+    assert_null(strstr(err, "another job's secret"));
     /* the silent one is dropped when the job forms */
     assert_has(err, ": the job formed (or failed) before it proved anything");
     free(err);
@@ -356,6 +379,223 @@ static void test_garbage_frames(void **state)
     assert_has(err, ": rendezvous protocol version 9 (this dtrain speaks 1)");
     assert_has(err, ": a frame claiming 2147483647 bytes, over the 193-byte limit of its type");
     free(err);
+}
+
+/* ---- a flood ---------------------------------------------------------------- */
+
+/* The flood: a child process that holds `n` silent connections to
+ * 127.0.0.1:port and re-opens each one rank 0 closes, as fast as it can
+ * (it reads and ignores the challenges), until it is killed.  The child
+ * dies with the test. */
+static pid_t flood_start(int port, int n)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid > 0)
+        return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) { /* the parent may have lowered it */
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct pollfd *pf = calloc((size_t)n, sizeof *pf);
+    if (!pf)
+        _exit(3);
+    for (int i = 0; i < n; i++)
+        pf[i].fd = -1;
+    for (;;) {
+        for (int i = 0; i < n; i++) {
+            if (pf[i].fd >= 0)
+                continue;
+            int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+            if (fd < 0)
+                break;
+            if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0 && errno != EINPROGRESS) {
+                close(fd);
+                continue; /* (the listener is gone: the job formed) */
+            }
+            pf[i] = (struct pollfd){.fd = fd, .events = POLLIN};
+        }
+        if (poll(pf, (nfds_t)n, 5) <= 0)
+            continue;
+        for (int i = 0; i < n; i++) {
+            if (pf[i].fd < 0 || !pf[i].revents)
+                continue;
+            char b[64];
+            ssize_t k = recv(pf[i].fd, b, sizeof b, 0);
+            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
+                close(pf[i].fd); /* closed by rank 0: open another */
+                pf[i].fd = -1;
+            }
+            pf[i].revents = 0;
+        }
+    }
+}
+
+static void flood_stop(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* Lines of `text` that contain `part`. */
+static int count_lines(const char *text, const char *part)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, part)); p += strlen(part))
+        n++;
+    return n;
+}
+
+/* 300 silent connections held and re-opened as fast as rank 0 closes
+ * them - more than rank 0 holds unproven (its open-file limit lowered to
+ * 256 here: 128 slots), so every newcomer evicts the oldest - and three
+ * real ranks still join within a bound; the log stays bounded (a burst of
+ * single lines, then one line counting the rest).  Before the fix the 64
+ * fixed slots stayed full of the flood, every real rank was refused until
+ * its timeout, and each refusal wrote its own line. */
+static void test_flood(void **state)
+{
+    struct rlimit saved, low;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    low = saved;
+    low.rlim_cur = saved.rlim_cur < 256 ? saved.rlim_cur : 256;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    rank_run_t k[4];
+    int port = 0;
+    dt_test_stderr_begin();
+    start_ranks(k, 1, 4, 8.0, NULL, NULL, 1, &port);
+    pid_t flood = flood_start(port, 300);
+    usleep(500 * 1000); /* the flood is in full swing */
+    double t0 = mono_s();
+    for (int r = 1; r < 4; r++) {
+        memset(&k[r], 0, sizeof k[r]);
+        k[r].o = (dt_rdzv_opts_t){.addr = "127.0.0.1", .port = port, .rank = r, .size = 4,
+                                  .job_id = "x", .secret = "s3cret", .config_hash = 0x1234,
+                                  .timeout_s = 4.0};
+        k[r].gathers = 1;
+        assert_int_equal(pthread_create(&k[r].th, NULL, rank_main, &k[r]), 0);
+    }
+    join_ranks(k, 4);
+    double took = mono_s() - t0;
+    flood_stop(flood);
+    char *err = dt_test_stderr_end();
+    setrlimit(RLIMIT_NOFILE, &saved);
+    for (int r = 0; r < 4; r++)
+        if (k[r].rc)
+            fail_msg("rank %d under the flood: %s\nstderr: %.2000s", r, k[r].msg, err);
+    if (took > 3.0)
+        fail_msg("the real ranks took %.2f s to join under the flood (bound 3 s)", took);
+    int singles = count_lines(err, "rendezvous: refused a connection from ");
+    int counted = count_lines(err, "rendezvous: dropped ");
+    int lines = count_lines(err, "\n");
+    if (singles != DT_RDZV_LOG_BURST || counted != 1 || lines != singles + counted)
+        fail_msg("the log under the flood: %d single lines (want %d), %d counting lines (want "
+                 "1), %d lines in all\n%.3000s", singles, DT_RDZV_LOG_BURST, counted, lines,
+                 err);
+    assert_has(err, " (further refusals in the next 10 s are counted, not logged one by one)\n");
+    assert_has(err, " more connections that did not prove they belong to the job in the last ");
+    free(err);
+}
+
+/* A rank with the wrong secret is named by rank 0's timeout (where it
+ * connected from, the rank it claimed, the secret to check), never the
+ * secret itself. */
+static void test_wrong_secret_named(void **state)
+{
+    rank_run_t k[2];
+    int port = 0;
+    dt_test_stderr_begin();
+    start_ranks(k, 1, 2, 1.0, NULL, NULL, 0, &port);
+    memset(&k[1], 0, sizeof k[1]);
+    k[1].o = (dt_rdzv_opts_t){.addr = "127.0.0.1", .port = port, .rank = 1, .size = 2,
+                              .job_id = "x", .secret = "not the secret",
+                              .config_hash = 0x1234, .timeout_s = 1.0};
+    rank_main(&k[1]);
+    join_ranks(k, 1);
+    char *err = dt_test_stderr_end();
+    assert_int_equal(k[1].rc, DT_ERR_CONFIG);
+    assert_has(k[1].msg, "refused this rank's proof of the job secret: DTRAIN_JOB_SECRET on "
+                         "this node differs from rank 0's");
+    char want[256];
+    snprintf(want, sizeof want, "rendezvous at 127.0.0.1:%d timed out after 1 s: rank 1 of 2 "
+             "never joined (joined: 0); a connection from 127.0.0.1:", port);
+    assert_int_equal(k[0].rc, DT_ERR_TIMEOUT);
+    if (strncmp(k[0].msg, want, strlen(want)) != 0)
+        fail_msg("rank 0: %s\nwant it to start: %s", k[0].msg, want);
+    assert_has(k[0].msg, " claiming rank 1 failed the job secret check: is DTRAIN_JOB_SECRET "
+                         "the same on every node?");
+    assert_null(strstr(k[0].msg, "s3cret"));
+    assert_null(strstr(k[1].msg, "not the secret"));
+    assert_null(strstr(err, "s3cret"));
+    free(err);
+}
+
+/* ---- resolving rank 0's address ------------------------------------------- */
+
+/* A name that can never resolve fails at once (a config error naming the
+ * name, the resolver's words and its code), not after the timeout.  (A
+ * name with a '!' fails in the C library's own check, with or without a
+ * network or a DNS server.) */
+static void test_unresolvable(void **state)
+{
+    rank_run_t k[2];
+    memset(&k[1], 0, sizeof k[1]);
+    k[1].o = (dt_rdzv_opts_t){.addr = "no_such_host!", .port = 29500, .rank = 1, .size = 2,
+                              .job_id = "x", .secret = "s3cret", .timeout_s = 5.0};
+    double t0 = mono_s();
+    rank_main(&k[1]);
+    double took = mono_s() - t0;
+    assert_int_equal(k[1].rc, DT_ERR_CONFIG);
+    assert_string_equal(k[1].msg, "rendezvous: rank 1 of 2 cannot resolve 'no_such_host!': Name "
+                                  "or service not known (EAI_NONAME): check launch.master_addr "
+                                  "(--master-addr; MASTER_ADDR under torchrun)");
+    assert_true(took < 1.0);
+    char why[300];
+    assert_int_equal(dt_rdzv_check_host("no_such_host!", why, sizeof why), -1);
+    assert_string_equal(why, "cannot resolve 'no_such_host!': Name or service not known "
+                             "(EAI_NONAME)");
+    assert_int_equal(dt_rdzv_check_host("127.0.0.1", why, sizeof why), 1);
+}
+
+/* A resolver that cannot answer now (EAI_AGAIN: a DNS server down for a
+ * moment) is asked again: three such failures, then the job forms; one
+ * that never answers ends in the timeout, naming it. */
+static void test_resolve_transient(void **state)
+{
+    dt_test_require_hooks("dt_rdzv_test_resolve_fail");
+    rank_run_t k[2];
+    int port = 0;
+    start_ranks(k, 1, 2, 5.0, NULL, NULL, 0, &port);
+    dt_rdzv_test_resolve_fail(EAI_AGAIN, 3);
+    memset(&k[1], 0, sizeof k[1]);
+    k[1].o = (dt_rdzv_opts_t){.addr = "127.0.0.1", .port = port, .rank = 1, .size = 2,
+                              .job_id = "x", .secret = "s3cret", .config_hash = 0x1234,
+                              .timeout_s = 5.0};
+    rank_main(&k[1]);
+    join_ranks(k, 1);
+    dt_rdzv_test_resolve_fail(0, 0);
+    if (k[1].rc)
+        fail_msg("rank 1 after 3 transient failures: %s", k[1].msg);
+    assert_int_equal(k[0].rc, DT_OK);
+
+    dt_rdzv_test_resolve_fail(EAI_AGAIN, 1000000);
+    memset(&k[1], 0, sizeof k[1]);
+    k[1].o = (dt_rdzv_opts_t){.addr = "127.0.0.1", .port = port, .rank = 1, .size = 2,
+                              .job_id = "x", .secret = "s3cret", .timeout_s = 0.3};
+    rank_main(&k[1]);
+    dt_rdzv_test_resolve_fail(0, 0);
+    char want[512];
+    snprintf(want, sizeof want,
+             "rendezvous: rank 1 of 2 could not join rank 0 at 127.0.0.1:%d within 0.3 s: "
+             "rank 0 never answered (not started, a firewall, or the wrong "
+             "master_addr/master_port?) (last: cannot resolve '127.0.0.1': Temporary failure "
+             "in name resolution (EAI_AGAIN))", port);
+    assert_int_equal(k[1].rc, DT_ERR_TIMEOUT);
+    assert_string_equal(k[1].msg, want);
 }
 
 /* ---- all-gather ----------------------------------------------------------- */
@@ -509,6 +749,10 @@ int main(void)
         cmocka_unit_test(test_rank0_never_answers),
         cmocka_unit_test(test_stray_wrong_secret),
         cmocka_unit_test(test_garbage_frames),
+        cmocka_unit_test(test_flood),
+        cmocka_unit_test(test_wrong_secret_named),
+        cmocka_unit_test(test_unresolvable),
+        cmocka_unit_test(test_resolve_transient),
         cmocka_unit_test(test_gather_size_mismatch),
         cmocka_unit_test(test_ipv6),
         cmocka_unit_test(test_session),

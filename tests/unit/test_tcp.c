@@ -26,7 +26,10 @@
  * another size than its send (failing alone), a SIGKILLed peer
  * (every survivor fails within a fraction of the timeout naming it), an
  * abort's reason reaching every rank, a stray connection without the
- * job's secret refused while the job still forms.
+ * job's secret refused (and told so) while the job still forms, a flood
+ * of silent connections on a listener that neither stops the group from
+ * forming nor floods the log, and two ranks with different secrets each
+ * naming the secret.
  */
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -69,8 +72,14 @@ static int g_job_no;
 typedef struct boot {
     _Atomic int arrived;
     int delay_rank;     /* this rank contributes late (stray test), -1 none */
-    int delay_ms;
+    int delay_ms;       /* by this much, or until `go` when until_go */
+    int until_go;
+    int delay_after;    /* 1: it contributes at once, then returns late (the
+                         * others go on into the mesh; it connects late) */
+    _Atomic int go;     /* set by a test's helper process: the late rank may go on */
+    double go_at;       /* when (now_s) */
     _Atomic int published; /* every blob is in */
+    double published_at;   /* when (now_s, CLOCK_MONOTONIC) */
     _Atomic int done1;     /* ranks past a test's first step */
     unsigned char blob[BOOT_MAX_RANKS][64];
     uint64_t bytes;
@@ -85,14 +94,22 @@ static int fake_all_gather(const dt_host_v1_t *h, const void *mine, uint64_t byt
     if (bytes > sizeof g_boot->blob[0])
         return h->set_error(h, DT_ERR_INVALID, "fake rendezvous: %llu bytes",
                             (unsigned long long)bytes);
-    if (g_rank == g_boot->delay_rank) {
-        struct timespec d = {g_boot->delay_ms / 1000, (long)(g_boot->delay_ms % 1000) * 1000000};
-        nanosleep(&d, NULL);
+    if (g_rank == g_boot->delay_rank && !g_boot->delay_after) {
+        for (int waited = 0; waited < g_boot->delay_ms; waited++) {
+            if (g_boot->until_go && atomic_load(&g_boot->go))
+                break;
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+        }
     }
     memcpy(g_boot->blob[g_rank], mine, bytes);
     g_boot->bytes = bytes;
-    if (atomic_fetch_add(&g_boot->arrived, 1) + 1 == g_size)
+    if (atomic_fetch_add(&g_boot->arrived, 1) + 1 == g_size) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        g_boot->published_at = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
         atomic_store(&g_boot->published, 1);
+    }
     for (int64_t waited = 0; !atomic_load(&g_boot->published); waited++) {
         if (waited >= timeout_ms)
             return h->set_error(h, DT_ERR_TIMEOUT, "fake rendezvous: timed out");
@@ -101,6 +118,14 @@ static int fake_all_gather(const dt_host_v1_t *h, const void *mine, uint64_t byt
     }
     for (int p = 0; p < g_size; p++)
         memcpy((unsigned char *)all + (size_t)p * bytes, g_boot->blob[p], bytes);
+    if (g_rank == g_boot->delay_rank && g_boot->delay_after) {
+        for (int waited = 0; waited < g_boot->delay_ms; waited++) {
+            if (g_boot->until_go && atomic_load(&g_boot->go))
+                break;
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+        }
+    }
     return DT_OK;
 }
 
@@ -1040,15 +1065,16 @@ static void test_abort(void **state)
 }
 
 /* A process that is no rank connects to rank 0 while rank 0 waits for
- * rank 1, and answers the challenge without the job's secret: it is
- * closed without an answer; the job forms anyway. */
+ * rank 1, and answers the challenge without the job's secret: it is told
+ * its proof is refused (a fixed text, no ack) and closed; the job forms
+ * anyway. */
 static int child_stray(int proc, int nproc, void *arg)
 {
     (void)nproc;
     run_args_t *a = arg;
-    if (proc == 2) { /* the stray */
+    if (proc == 2) { /* the stray (rank 1 waits for it at most 10 s) */
         g_size = 2;
-        for (int i = 0; i < 3000 && atomic_load(&g_boot->arrived) < 1; i++) {
+        for (int i = 0; i < 3000 && !atomic_load(&g_boot->published); i++) {
             struct timespec ms = {0, 1000000};
             nanosleep(&ms, NULL);
         }
@@ -1062,7 +1088,7 @@ static int child_stray(int proc, int nproc, void *arg)
             uint32_t reserved;
         } blob;
         memcpy(&blob, g_boot->blob[0], sizeof blob);
-        CHILD_CHECK(atomic_load(&g_boot->arrived) >= 1 && blob.valid == 1 &&
+        CHILD_CHECK(atomic_load(&g_boot->published) && blob.valid == 1 &&
                     blob.family == AF_INET, "rank 0 never published its IPv4 address");
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(blob.port)};
@@ -1080,9 +1106,13 @@ static int child_stray(int proc, int nproc, void *arg)
         memset(hello + 12, 0x5a, sizeof hello - 12); /* a nonce and a guessed mac */
         CHILD_CHECK(send(fd, hello, sizeof hello, 0) == (ssize_t)sizeof hello, "send hello");
         ssize_t k = recv(fd, ack, sizeof ack, MSG_WAITALL);
-        CHILD_CHECK(k == 0, "the stray got %zd bytes of answer (want the connection closed)",
-                    k);
+        CHILD_CHECK(k == (ssize_t)sizeof ack && memcmp(ack, "DTTCP01 refused: job secret", 28) == 0,
+                    "the stray got %zd bytes of answer (want the 32-byte refusal)", k);
+        k = recv(fd, ack, sizeof ack, 0);
+        CHILD_CHECK(k == 0, "after the refusal the stray got %zd bytes (want the connection "
+                    "closed)", k);
         close(fd);
+        atomic_store(&g_boot->go, 1); /* now rank 1 */
         return 0;
     }
     dt_test_host_t th;
@@ -1100,9 +1130,147 @@ static void test_stray_connection(void **state)
     (void)state;
     run_args_t a;
     new_args(&a, "stray", 20000);
-    g_boot->delay_rank = 1; /* rank 0 listens alone for 1 s */
-    g_boot->delay_ms = 1000;
+    g_boot->delay_rank = 1; /* rank 0 serves its listener alone until the stray was refused */
+    g_boot->delay_ms = 10000;
+    g_boot->until_go = 1;
+    g_boot->delay_after = 1;
     run_ok(3, child_stray, &a, 30);
+}
+
+/* Lines of `text` that contain `part`. */
+static int count_lines(const char *text, const char *part)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, part)); p += strlen(part))
+        n++;
+    return n;
+}
+
+/* A flood on rank 0's listener while it waits for rank 1: 40 silent
+ * connections held and re-opened as rank 0 closes them.  Rank 0 serves
+ * them all at once, each with its own deadline, so rank 1 (late: it
+ * starts once the flood is on) is in within a bound, not behind 40
+ * handshakes of 2 s each (before the fix the group timed out); rank 0's
+ * log stays bounded: at most 5 single lines and one counting the rest. */
+static int child_flood(int proc, int nproc, void *arg)
+{
+    (void)nproc;
+    run_args_t *a = arg;
+    if (proc == 2) { /* the flood */
+        g_size = 2;
+        for (int i = 0; i < 3000 && !atomic_load(&g_boot->published); i++) {
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+        }
+        struct {
+            char magic[8];
+            int32_t family;
+            uint32_t scope;
+            uint8_t bytes[16];
+            uint16_t port, valid;
+            uint32_t reserved;
+        } blob;
+        memcpy(&blob, g_boot->blob[0], sizeof blob);
+        CHILD_CHECK(atomic_load(&g_boot->published) && blob.valid == 1 &&
+                    blob.family == AF_INET, "rank 0 never published its IPv4 address");
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(blob.port)};
+        memcpy(&sa.sin_addr, blob.bytes, 4);
+        enum { HOLD = 40 };
+        struct pollfd pf[HOLD];
+        for (int i = 0; i < HOLD; i++)
+            pf[i].fd = -1;
+        double t0 = now_s();
+        int rounds = 0;
+        while (atomic_load(&g_boot->done1) < 2 && now_s() - t0 < 10) {
+            if (++rounds == 40) { /* the flood is on (40 rounds of up to 5 ms): now rank 1 */
+                g_boot->go_at = now_s();
+                atomic_store(&g_boot->go, 1);
+            }
+            for (int i = 0; i < HOLD; i++) {
+                if (pf[i].fd >= 0)
+                    continue;
+                int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+                if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 &&
+                    errno != EINPROGRESS) {
+                    close(fd);
+                    fd = -1;
+                }
+                pf[i] = (struct pollfd){.fd = fd, .events = POLLIN};
+            }
+            if (poll(pf, HOLD, 5) <= 0)
+                continue;
+            for (int i = 0; i < HOLD; i++) {
+                char b[64];
+                ssize_t k;
+                if (pf[i].fd >= 0 && pf[i].revents &&
+                    ((k = recv(pf[i].fd, b, sizeof b, 0)) == 0 ||
+                     (k < 0 && errno != EAGAIN && errno != EINTR))) {
+                    close(pf[i].fd); /* closed by rank 0: open another */
+                    pf[i].fd = -1;
+                }
+            }
+        }
+        for (int i = 0; i < HOLD; i++)
+            if (pf[i].fd >= 0)
+                close(pf[i].fd);
+        return 0;
+    }
+    /* rank 0 keeps what it logs */
+    char path[] = "/tmp/dt_tcp_flood.XXXXXX";
+    int log_fd = -1, saved = -1;
+    if (proc == 0) {
+        log_fd = mkstemp(path);
+        CHILD_CHECK(log_fd >= 0, "mkstemp: %s", strerror(errno));
+        unlink(path);
+        fflush(stderr);
+        saved = dup(2);
+        dup2(log_fd, 2);
+    }
+    dt_test_host_t th;
+    dt_comm_t *c = NULL;
+    int st = join(a, proc, 2, &th, &c);
+    double took = now_s() - g_boot->go_at; /* since rank 1 went on into the mesh */
+    if (proc == 0) {
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+    }
+    CHILD_OK(st);
+    CHILD_CHECK(took < 2.0, "the mesh took %.2f s to form under the flood (its timeout is "
+                "4 s)", took);
+    int32_t v = proc + 1, sum = 0;
+    CHILD_OK(g_ops->all_reduce(c, &v, &sum, 1, DT_I32, DT_OP_SUM, NULL, NULL));
+    CHILD_CHECK(sum == 3, "sum %d", sum);
+    atomic_fetch_add(&g_boot->done1, 1);
+    g_ops->finalize(c);
+    if (proc == 0) {
+        static char text[65536];
+        ssize_t n = pread(log_fd, text, sizeof text - 1, 0);
+        close(log_fd);
+        text[n > 0 ? n : 0] = '\0';
+        int singles = count_lines(text, "comm/tcp: group world: refused a connection from ");
+        int counted = count_lines(text, "comm/tcp: group world: dropped ");
+        CHILD_CHECK(singles >= 1 && singles <= 5 && counted <= 1 &&
+                        count_lines(text, "\n") == singles + counted,
+                    "rank 0's log under the flood: %d single lines (want 1 to 5), %d counting "
+                    "(want at most 1):\n%.3000s", singles, counted, text);
+        CHILD_CHECK(counted == 0 || strstr(text, " more connections that did not prove the "
+                                                 "job's secret in the last "),
+                    "the counting line:\n%.3000s", text);
+    }
+    return 0;
+}
+
+static void test_flood(void **state)
+{
+    (void)state;
+    run_args_t a;
+    new_args(&a, "flood", 4000);
+    g_boot->delay_rank = 1; /* rank 0 serves its listener alone (flooded) until the flood is on */
+    g_boot->delay_ms = 10000;
+    g_boot->until_go = 1;
+    g_boot->delay_after = 1;
+    run_ok(3, child_flood, &a, 30);
 }
 
 /* A recv of another size than the send fails alone, with both sizes,
@@ -1162,17 +1330,25 @@ static int child_wrong_secret(int rank, int N, void *arg)
     mine.secret = rank == 0 ? "one" : "two";
     dt_test_host_t th;
     dt_comm_t *c = NULL;
+    double t0 = now_s();
     int st = join(&mine, rank, 2, &th, &c);
+    double took = now_s() - t0;
     CHILD_CHECK(st != DT_OK && c == NULL, "joined with another secret");
-    if (rank == 1)
-        CHILD_CHECK(strstr(dt_last_error(), "init: group world: rank 0 at 127.0.0.1:") &&
-                        strstr(dt_last_error(), "it closed the connection (it refuses a peer "
-                                                "that cannot prove the job's secret)"),
-                    "message: %s", dt_last_error());
-    else
-        CHILD_CHECK(st == DT_ERR_TIMEOUT && strstr(dt_last_error(), "waiting for rank 1 to "
-                                                   "connect"),
-                    "message: %s: %s", dt_status_name(st), dt_last_error());
+    const char *e = dt_last_error();
+    if (rank == 1) /* told at once, not after its timeout */
+        CHILD_CHECK(st == DT_ERR_CONFIG && took < 1.0 &&
+                        strstr(e, "comm/tcp: init: group world: rank 0 at 127.0.0.1:") == e &&
+                        strstr(e, ": it refused this rank's proof of the job secret: "
+                                  "DTRAIN_JOB_SECRET on this node differs from its node's"),
+                    "after %.2f s: %s: %s", took, dt_status_name(st), e);
+    else /* its timeout names where the wrong proof came from */
+        CHILD_CHECK(st == DT_ERR_TIMEOUT &&
+                        strstr(e, "comm/tcp: init: group world: timed out after 1.5 s waiting "
+                                  "for rank 1 to connect; a connection from 127.0.0.1:") == e &&
+                        strstr(e, " claiming rank 1 failed the job secret check: is "
+                                  "DTRAIN_JOB_SECRET the same on every node?"),
+                    "message: %s: %s", dt_status_name(st), e);
+    CHILD_CHECK(!strstr(e, "one") && !strstr(e, "two"), "a secret in: %s", e);
     return 0;
 }
 
@@ -1258,6 +1434,7 @@ int main(void)
         cmocka_unit_test(test_abort),
         cmocka_unit_test(test_p2p_size_mismatch),
         cmocka_unit_test(test_stray_connection),
+        cmocka_unit_test(test_flood),
         cmocka_unit_test(test_wrong_secret),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -47,7 +47,7 @@ int dt_ckpt_begin(const char *root, uint64_t step, char *tmp_dir, size_t cap)
         rc = dt_ckpt_step_dir(root, step, 1, tmp_dir, cap);
     if (!rc)
         rc = dt_fileutil_rm_rf(tmp_dir);
-    if (!rc && mkdir(tmp_dir, 0755) != 0)
+    if (!rc && mkdir(tmp_dir, DT_FILEUTIL_DIR_MODE) != 0)
         rc = dt_err_set(DT_ERR_IO, "creating directory '%s': %s", tmp_dir,
                         strerror(errno));
     if (!rc) /* removed on SIGINT/SIGTERM until commit or abort */
@@ -358,8 +358,15 @@ int dt_ckpt_lock(const char *root, int *fd_out)
         rc = dt_ckpt_join(path, sizeof path, root, LOCK_FILE);
     if (rc)
         return rc;
-    /* never through a link planted at the name; ours alone */
-    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    /* A FIFO or a device at the name is refused before it is opened, and
+     * O_NONBLOCK | O_NOCTTY keep one swapped in since from blocking the
+     * open (fstat below refuses it); never through a link planted at the
+     * name.  0600, never more whatever the umask: anyone who may open it may
+     * flock it, and so keep this folder's runs from starting. */
+    if ((rc = dt_fileutil_check_output(path, NULL)))
+        return dt_err_context(rc, "checkpoint folder '%s'", root);
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
+                  0600);
     if (fd < 0)
         return dt_err_set(DT_ERR_IO, "checkpoint folder '%s': opening '%s': %s",
                           root, path, errno == ELOOP ? "a symbolic link, refused"

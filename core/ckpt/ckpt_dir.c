@@ -47,7 +47,7 @@ int dt_ckpt_begin(const char *root, uint64_t step, char *tmp_dir, size_t cap)
         rc = dt_ckpt_step_dir(root, step, 1, tmp_dir, cap);
     if (!rc)
         rc = dt_fileutil_rm_rf(tmp_dir);
-    if (!rc && mkdir(tmp_dir, 0755) != 0)
+    if (!rc && mkdir(tmp_dir, DT_FILEUTIL_DIR_MODE) != 0)
         rc = dt_err_set(DT_ERR_IO, "creating directory '%s': %s", tmp_dir,
                         strerror(errno));
     if (!rc) /* removed on SIGINT/SIGTERM until commit or abort */
@@ -302,11 +302,34 @@ static int u64_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Remove all but the `keep` newest complete checkpoints (keep may be 0). */
-static int remove_beyond(const char *root, uint32_t keep)
+/* Remove complete checkpoint `step` of root.  The marker goes first: a
+ * crash mid-delete then leaves an incomplete directory that is never
+ * loaded, not a torn one.  The directory is opened without following a
+ * link (list_complete skipped links; this closes the window since). */
+static int remove_step(const char *root, uint64_t step)
+{
+    char dir[PATH_MAX];
+    int rc = dt_ckpt_step_dir(root, step, 0, dir, sizeof dir);
+    int fd = rc ? -1 : open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (!rc && fd < 0)
+        rc = dt_err_set(DT_ERR_IO, "pruning '%s': %s", dir, strerror(errno));
+    if (!rc && unlinkat(fd, MARKER, 0) != 0 && errno != ENOENT)
+        rc = dt_err_set(DT_ERR_IO, "pruning '%s': %s", dir, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return rc ? rc : dt_fileutil_rm_rf(dir);
+}
+
+/* Remove all but the `keep` newest complete checkpoints (keep may be 0),
+ * and never step `spare` (UINT64_MAX: none); *removed (may be NULL)
+ * counts what went. */
+static int remove_beyond_sparing(const char *root, uint32_t keep, uint64_t spare,
+                                 size_t *removed)
 {
     uint64_t *steps;
     size_t n;
+    if (removed)
+        *removed = 0;
     int rc = list_complete(root, &steps, &n);
     if (rc == DT_ERR_NOT_FOUND)
         return DT_OK;
@@ -314,29 +337,25 @@ static int remove_beyond(const char *root, uint32_t keep)
         return rc;
     qsort(steps, n, sizeof *steps, u64_desc);
     for (size_t i = keep; i < n && !rc; i++) {
-        char dir[PATH_MAX];
-        rc = dt_ckpt_step_dir(root, steps[i], 0, dir, sizeof dir);
-        /* Remove the marker first: a crash mid-delete then leaves an
-         * incomplete directory that is never loaded, not a torn one.  The
-         * directory is opened without following a link (list_complete
-         * skipped links; this closes the window since). */
-        int fd = rc ? -1 : open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-                                O_CLOEXEC);
-        if (!rc && fd < 0)
-            rc = dt_err_set(DT_ERR_IO, "pruning '%s': %s", dir,
-                            strerror(errno));
-        if (!rc && unlinkat(fd, MARKER, 0) != 0 && errno != ENOENT)
-            rc = dt_err_set(DT_ERR_IO, "pruning '%s': %s", dir,
-                            strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        if (!rc)
-            rc = dt_fileutil_rm_rf(dir);
+        if (steps[i] == spare)
+            continue;
+        if (!(rc = remove_step(root, steps[i])) && removed)
+            (*removed)++;
     }
     free(steps);
     if (!rc)
         rc = dt_fileutil_fsync_dir(root);
     return rc;
+}
+
+static int remove_beyond(const char *root, uint32_t keep)
+{
+    return remove_beyond_sparing(root, keep, UINT64_MAX, NULL);
+}
+
+int dt_ckpt_remove_others(const char *root, uint64_t step, size_t *removed)
+{
+    return remove_beyond_sparing(root, 0, step, removed);
 }
 
 int dt_ckpt_prune(const char *root, uint32_t keep)
@@ -358,8 +377,15 @@ int dt_ckpt_lock(const char *root, int *fd_out)
         rc = dt_ckpt_join(path, sizeof path, root, LOCK_FILE);
     if (rc)
         return rc;
-    /* never through a link planted at the name; ours alone */
-    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    /* A FIFO or a device at the name is refused before it is opened, and
+     * O_NONBLOCK | O_NOCTTY keep one swapped in since from blocking the
+     * open (fstat below refuses it); never through a link planted at the
+     * name.  0600, never more whatever the umask: anyone who may open it may
+     * flock it, and so keep this folder's runs from starting. */
+    if ((rc = dt_fileutil_check_output(path, NULL)))
+        return dt_err_context(rc, "checkpoint folder '%s'", root);
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
+                  0600);
     if (fd < 0)
         return dt_err_set(DT_ERR_IO, "checkpoint folder '%s': opening '%s': %s",
                           root, path, errno == ELOOP ? "a symbolic link, refused"

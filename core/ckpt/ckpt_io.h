@@ -274,6 +274,12 @@ int dt_ckpt_lock(const char *root, int *fd);
  * An empty or missing folder: DT_OK. */
 int dt_ckpt_claim_fresh(const char *root, int overwrite, const char *cfg_path);
 
+/* Remove every complete checkpoint of root but step `step` (links are
+ * skipped, never followed; incomplete ones are left to
+ * dt_ckpt_clean_stale); *removed (may be NULL) counts them.  What
+ * `dtrain import --overwrite` does once its step 0 is in place. */
+int dt_ckpt_remove_others(const char *root, uint64_t step, size_t *removed);
+
 /* ---- reading --------------------------------------------------------- */
 
 typedef struct dt_ckpt_reader dt_ckpt_reader_t;

@@ -6,8 +6,10 @@
 #include "ckpt/ckpt_tools.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dtrain/half.h"
 #include "dtrain/tensor.h"
@@ -16,6 +18,8 @@
 #include "ckpt/hf_gpt2.h"
 #include "ckpt/safetensors.h"
 #include "util/error.h"
+#include "util/fileutil.h"
+#include "util/log.h"
 
 #define DEFAULT_CHUNK (4u << 20)
 
@@ -195,8 +199,9 @@ void dt_ckpt_hf_config_path(const char *weights, char *buf, size_t cap)
         snprintf(buf, cap, "config.json");
 }
 
-/* config.json beside the exported weights, from the manifest's shape keys. */
-static int write_hf_config(const dt_ckpt_reader_t *r, const char *dir, const char *out_path)
+/* config.json's text for the exported weights (*text, malloc'd), from the
+ * manifest's shape keys. */
+static int hf_config_text(const dt_ckpt_reader_t *r, const char *dir, char **text, size_t *len)
 {
     const cJSON *model = dt_ckpt_reader_model(r);
     dt_gpt2_shape_t s;
@@ -211,12 +216,44 @@ static int write_hf_config(const dt_ckpt_reader_t *r, const char *dir, const cha
                               dir, keys[i]);
         *dst[i] = (int64_t)v->valuedouble;
     }
-    char path[4096];
-    dt_ckpt_hf_config_path(out_path, path, sizeof path);
-    return dt_hf_gpt2_config_write(path, &s);
+    if (!(*text = dt_hf_gpt2_config_text(&s, len)))
+        return dt_err_set(DT_ERR_NOMEM, "config.json: out of memory");
+    return DT_OK;
 }
 
-int dt_ckpt_export(const char *dir, const char *out_path, int layout, int *wrote_config)
+/* Whether the export may write config.json at `path`: nothing there, the
+ * very text it would write (the same model exported again), or
+ * `overwrite`; anything but a regular file never (dt_fileutil_check_output).
+ * Checked before the weights are written, so a refusal leaves both files
+ * as they were. */
+static int hf_config_may_write(const char *path, const char *text, size_t len, int overwrite)
+{
+    int exists, rc = dt_fileutil_check_output(path, &exists);
+    if (rc || !exists || overwrite)
+        return rc;
+    char what[4200];
+    snprintf(what, sizeof what, "reading '%s'", path);
+    int fd;
+    uint64_t size;
+    if ((rc = dt_fileutil_open_input(path, DT_FILEUTIL_NOFOLLOW, what, &fd, &size)))
+        return rc;
+    int same = 0;
+    char *old = NULL;
+    size_t n = 0;
+    if (size == len && !(rc = dt_fileutil_read_fd(fd, size, len, what, &old, &n)))
+        same = n == len && memcmp(old, text, len) == 0;
+    free(old);
+    close(fd);
+    if (rc || same)
+        return rc;
+    return dt_err_set(DT_ERR_CONFIG,
+                      "'%s' already exists and is not this export's config.json (another "
+                      "model's?): give --overwrite to replace it, or export to another folder",
+                      path);
+}
+
+int dt_ckpt_export(const char *dir, const char *out_path, int layout, int overwrite,
+                   int *wrote_config)
 {
     if (wrote_config)
         *wrote_config = 0;
@@ -226,6 +263,8 @@ int dt_ckpt_export(const char *dir, const char *out_path, int layout, int *wrote
         return rc;
     uint64_t largest = 0;
     float *buf = NULL, *tr = NULL;
+    char *cfg_text = NULL, cfg_path[4096];
+    size_t cfg_len = 0;
     dt_safetensors_writer_t *w = NULL;
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(dt_ckpt_reader_model(r), "arch");
     const int gpt2 = cJSON_IsString(arch) && strcmp(arch->valuestring, "gpt2") == 0;
@@ -238,6 +277,17 @@ int dt_ckpt_export(const char *dir, const char *out_path, int layout, int *wrote
         rc = dt_err_set(DT_ERR_NOMEM, "out of memory (largest tensor %" PRIu64 " elements)",
                         largest);
         goto out;
+    }
+    /* OUT's folder made as mkdir -p would (the README's own line exports
+     * into hf/, which need not exist); then config.json's place checked
+     * before a byte of the weights is written */
+    if ((rc = dt_fileutil_mkdir_parent(out_path)))
+        goto out;
+    if (gpt2 && layout == DT_EXPORT_HF) {
+        dt_ckpt_hf_config_path(out_path, cfg_path, sizeof cfg_path);
+        if ((rc = hf_config_text(r, dir, &cfg_text, &cfg_len)) ||
+            (rc = hf_config_may_write(cfg_path, cfg_text, cfg_len, overwrite)))
+            goto out;
     }
     if ((rc = dt_safetensors_writer_open(out_path, &w)))
         goto out;
@@ -275,7 +325,7 @@ int dt_ckpt_export(const char *dir, const char *out_path, int layout, int *wrote
         goto fail;
     rc = dt_safetensors_commit(w);
     w = NULL;
-    if (!rc && gpt2 && layout == DT_EXPORT_HF && !(rc = write_hf_config(r, dir, out_path)) &&
+    if (!rc && cfg_text && !(rc = dt_fileutil_write_atomic(cfg_path, cfg_text, cfg_len)) &&
         wrote_config)
         *wrote_config = 1;
     goto out;
@@ -284,6 +334,7 @@ fail:
 out:
     if (rc)
         dt_err_context(rc, "exporting '%s' to '%s'", dir, out_path);
+    free(cfg_text);
     free(buf);
     free(tr);
     dt_ckpt_close(r);
@@ -414,7 +465,27 @@ static int import_check_head(dt_safetensors_reader_t *st, const char *weights,
     return DT_OK;
 }
 
-int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root)
+/* An import may write into out_root when it holds no complete checkpoint,
+ * or with `overwrite` (they go once the import is in place). */
+static int import_may_write(const char *out_root, int overwrite)
+{
+    char dir[4096];
+    uint64_t step;
+    int rc = dt_ckpt_latest(out_root, dir, sizeof dir, &step);
+    if (rc == DT_ERR_NOT_FOUND) {
+        dt_err_clear();
+        return DT_OK;
+    }
+    if (rc || overwrite)
+        return rc;
+    return dt_err_set(DT_ERR_CONFIG,
+                      "the folder '%s' already holds checkpoints (the newest: step %" PRIu64
+                      "): give --overwrite to replace them with the import, or import into "
+                      "another folder",
+                      out_root, step);
+}
+
+int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root, int overwrite)
 {
     if (!dt_model_gpt2_shape(m))
         return dt_err_set(DT_ERR_INVALID, "importing '%s': the model is not a gpt2", weights);
@@ -441,7 +512,7 @@ int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root)
     size_t n_segs = 0;
     cJSON *model = NULL, *extra = NULL;
     char tmp[4096];
-    int begun = 0, rc;
+    int begun = 0, lock_fd = -1, rc;
     if (!src || !entries || !raw || !buf || !zeros) {
         rc = dt_err_set(DT_ERR_NOMEM, "out of memory (largest tensor %" PRIu64 " elements)",
                         largest);
@@ -458,7 +529,10 @@ int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root)
         if (rc)
             goto out;
     }
-    if ((rc = dt_ckpt_begin(out_root, 0, tmp, sizeof tmp)))
+    /* an import writes the folder as a run does: one writer at a time */
+    if ((rc = dt_ckpt_lock(out_root, &lock_fd)) ||
+        (rc = import_may_write(out_root, overwrite)) ||
+        (rc = dt_ckpt_begin(out_root, 0, tmp, sizeof tmp)))
         goto out;
     begun = 1;
     if ((rc = dt_ckpt_shard_open(tmp, 0, &w)))
@@ -505,7 +579,13 @@ int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root)
         (rc = dt_ckpt_commit(out_root, 0)))
         goto out;
     begun = 0;
+    size_t removed = 0;
+    if (overwrite && !(rc = dt_ckpt_remove_others(out_root, 0, &removed)) && removed)
+        dt_log(DT_LOG_WARN, "ckpt", "warning: --overwrite: removed the %zu other "
+               "checkpoint(s) of '%s'; it now holds the import, step 0", removed, out_root);
 out:
+    if (lock_fd >= 0)
+        close(lock_fd);
     dt_ckpt_shard_abort(w);
     if (begun)
         dt_ckpt_abort(out_root, 0);

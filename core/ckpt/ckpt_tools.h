@@ -34,8 +34,16 @@ typedef enum dt_export_layout {
  * tensor per model parameter under its GPT-2 name, f32.  A GPT-2 in the
  * HF layout also gets Hugging Face's config.json beside the file
  * (dt_ckpt_hf_config_path), so the folder loads as a GPT2LMHeadModel;
- * *wrote_config (may be NULL) says whether it did. */
-int dt_ckpt_export(const char *dir, const char *out_path, int layout, int *wrote_config);
+ * *wrote_config (may be NULL) says whether it did.  out_path's folder is
+ * made if missing (mkdir -p).  Either file replaces only a regular file
+ * (or nothing); a config.json already there that is not byte for byte the
+ * one this export writes (another model's, or one edited by hand) is
+ * replaced only with `overwrite`, else DT_ERR_CONFIG "'<dir>/config.json'
+ * already exists and is not this export's config.json (another model's?):
+ * give --overwrite to replace it, or export to another folder" before
+ * anything is written. */
+int dt_ckpt_export(const char *dir, const char *out_path, int layout, int overwrite,
+                   int *wrote_config);
 /* The config.json beside weights file `weights` (same folder). */
 void dt_ckpt_hf_config_path(const char *weights, char *buf, size_t cap);
 
@@ -53,7 +61,13 @@ typedef struct dt_model dt_model_t;
  * parameter of m in HF's shape (F32, BF16 or F16), the attn.bias /
  * attn.masked_bias buffers (ignored) or an lm_head.weight equal to wte;
  * every parameter must be there.  Errors are DT_ERR_DATA naming the file
- * and the tensor.  Memory: two buffers of the largest tensor. */
-int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root);
+ * and the tensor.  Memory: two buffers of the largest tensor.
+ * out_root is locked as a run locks it (dt_ckpt_lock).  When it already
+ * holds complete checkpoints: without `overwrite`, DT_ERR_CONFIG "the
+ * folder '<out_root>' already holds checkpoints (the newest: step N): give
+ * --overwrite to replace them with the import, or import into another
+ * folder", nothing written; with it, they are removed once the import is
+ * in place (dt_ckpt_remove_others), with a warning. */
+int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root, int overwrite);
 
 #endif /* DT_ENGINE_CKPT_TOOLS_H */

@@ -45,13 +45,14 @@ int dt_hf_gpt2_role(const char *name, const char **base)
     return DT_HF_PARAM;
 }
 
-int dt_hf_gpt2_config_write(const char *path, const dt_gpt2_shape_t *s)
+char *dt_hf_gpt2_config_text(const dt_gpt2_shape_t *s, size_t *len)
 {
+    *len = 0;
     cJSON *j = cJSON_CreateObject(), *arch = cJSON_CreateArray();
     if (!j || !arch) {
         cJSON_Delete(j);
         cJSON_Delete(arch);
-        return dt_err_set(DT_ERR_NOMEM, "'%s': out of memory", path);
+        return NULL;
     }
     cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
     cJSON_AddItemToObject(j, "architectures", arch);
@@ -72,16 +73,40 @@ int dt_hf_gpt2_config_write(const char *path, const dt_gpt2_shape_t *s)
     cJSON_AddNumberToObject(j, "initializer_range", 0.02);
     cJSON_AddBoolToObject(j, "scale_attn_weights", 1);
     cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
+    /* absent, GPT2Config assumes 50256 whatever the vocabulary (hf_gpt2.h) */
+    if (s->vocab_size > DT_HF_GPT2_EOT) {
+        cJSON_AddNumberToObject(j, "bos_token_id", DT_HF_GPT2_EOT);
+        cJSON_AddNumberToObject(j, "eos_token_id", DT_HF_GPT2_EOT);
+    } else {
+        cJSON_AddNullToObject(j, "bos_token_id");
+        cJSON_AddNullToObject(j, "eos_token_id");
+    }
     cJSON_AddStringToObject(j, "torch_dtype", "float32");
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text)
-        return dt_err_set(DT_ERR_NOMEM, "'%s': out of memory", path);
+        return NULL;
     size_t n = strlen(text);
-    text[n] = '\n'; /* replaces the NUL: the file ends with a newline */
-    int rc = dt_fileutil_write_atomic(path, text, n + 1);
+    char *out = malloc(n + 2); /* cJSON's allocator is not ours to realloc */
+    if (out) {
+        memcpy(out, text, n);
+        out[n] = '\n'; /* the file ends with a newline */
+        out[n + 1] = '\0';
+        *len = n + 1;
+    }
     cJSON_free(text);
-    return rc ? dt_err_context(rc, "writing '%s'", path) : DT_OK;
+    return out;
+}
+
+int dt_hf_gpt2_config_write(const char *path, const dt_gpt2_shape_t *s)
+{
+    size_t n;
+    char *text = dt_hf_gpt2_config_text(s, &n);
+    if (!text)
+        return dt_err_set(DT_ERR_NOMEM, "'%s': out of memory", path);
+    int rc = dt_fileutil_write_atomic(path, text, n); /* its errors name `path` */
+    free(text);
+    return rc;
 }
 
 /* A positive integer key; absent: DT_ERR_NOT_FOUND without a message. */

@@ -32,7 +32,19 @@ typedef enum dt_hf_gpt2_role {
  * "transformer." prefix (a pointer into `name`). */
 int dt_hf_gpt2_role(const char *name, const char **base);
 
-/* config.json for a GPT-2 of shape `s`, written atomically at `path`. */
+/* GPT-2's <|endoftext|>, its one special token: bos and eos alike. */
+#define DT_HF_GPT2_EOT 50256
+
+/* config.json's text for a GPT-2 of shape `s` (malloc'd, NUL-terminated,
+ * ending in a newline; *len excludes the NUL; NULL when out of memory).
+ * bos_token_id and eos_token_id are DT_HF_GPT2_EOT when the vocabulary
+ * holds GPT-2's (vocab_size > 50256: 50257, or llm.c's padded 50304), else
+ * null: a byte-level vocabulary of 256 (`dtrain data prepare`) has no
+ * special token, every id is a byte, and any other vocabulary is not one
+ * dtrain knows the tokens of.  Stated either way, so transformers neither
+ * assumes GPT-2's 50256 for a model without it nor warns at each load. */
+char *dt_hf_gpt2_config_text(const dt_gpt2_shape_t *s, size_t *len);
+/* That text written atomically at `path`. */
 int dt_hf_gpt2_config_write(const char *path, const dt_gpt2_shape_t *s);
 /* Read a GPT-2 config.json: n_layer, n_head, n_embd, vocab_size and
  * n_positions (or n_ctx) as positive integers; model_type "gpt2" when

@@ -19,21 +19,26 @@ void dt_help_ckpt(FILE *f)
     fprintf(f,
             "usage: dtrain ckpt inspect CKPT [--verify]\n"
             "       dtrain ckpt consolidate CKPT OUT_ROOT\n"
-            "       dtrain ckpt export CKPT OUT.safetensors [--layout hf|dtrain]\n\n"
+            "       dtrain ckpt export CKPT OUT.safetensors [--layout hf|dtrain] [--overwrite]\n\n"
             "CKPT is a checkpoint directory (.../step-00000200) or a checkpoint root, which\n"
             "means its newest complete checkpoint.  inspect describes the manifest (--verify\n"
             "also checks every CRC); consolidate rewrites it as one shard under OUT_ROOT;\n"
             "export writes the weights as safetensors with GPT-2 tensor names (--layout hf,\n"
             "the default, stores Conv1D weights as (in, out) like Hugging Face's GPT-2;\n"
             "dtrain keeps (out, in)); a GPT-2 in the hf layout also gets Hugging Face's\n"
-            "config.json in the same folder (replacing one there), so the folder loads as\n"
-            "a GPT2LMHeadModel.  Memory stays bounded by the largest tensor.\n"
-            "exit codes: 0 done, 1 unreadable or corrupt checkpoint, 2 usage error\n");
+            "config.json in the same folder, so the folder loads as a GPT2LMHeadModel.\n"
+            "OUT's folder is made if missing.  A config.json already there that is not\n"
+            "the one this export writes (another model's) is replaced only with\n"
+            "--overwrite.  Only a regular file is ever replaced: a folder, a link, a FIFO\n"
+            "or a device at OUT or config.json is an error.  Memory stays bounded by the\n"
+            "largest tensor.\n"
+            "exit codes: 0 done, 1 unreadable or corrupt checkpoint or an output that\n"
+            "cannot be written, 2 usage error or a config.json not replaced\n");
 }
 
 void dt_help_export(FILE *f)
 {
-    fprintf(f, "usage: dtrain export CKPT OUT.safetensors [--layout hf|dtrain]\n\n"
+    fprintf(f, "usage: dtrain export CKPT OUT.safetensors [--layout hf|dtrain] [--overwrite]\n\n"
                "Same as 'dtrain ckpt export' (see dtrain ckpt --help).\n");
 }
 
@@ -70,13 +75,15 @@ static int usage(const char *cmd, const char *why)
 
 /* Split argv into positionals and the options this subcommand knows. */
 static int parse(const char *cmd, int argc, char **argv, const char **pos, int n_pos,
-                 int *verify, const char **layout)
+                 int *verify, const char **layout, int *overwrite)
 {
     int got = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (verify && strcmp(a, "--verify") == 0) {
             *verify = 1;
+        } else if (overwrite && strcmp(a, "--overwrite") == 0) {
+            *overwrite = 1;
         } else if (layout && strcmp(a, "--layout") == 0) {
             if (++i == argc)
                 return usage(cmd, "--layout needs hf or dtrain");
@@ -101,7 +108,8 @@ static int parse(const char *cmd, int argc, char **argv, const char **pos, int n
 static int do_export(const char *cmd, int argc, char **argv)
 {
     const char *pos[2], *layout = "hf";
-    int ec = parse(cmd, argc, argv, pos, 2, NULL, &layout);
+    int overwrite = 0;
+    int ec = parse(cmd, argc, argv, pos, 2, NULL, &layout, &overwrite);
     if (ec)
         return ec;
     int lay;
@@ -115,7 +123,7 @@ static int do_export(const char *cmd, int argc, char **argv)
     int wrote_config = 0;
     int rc = dt_cli_ckpt_dir(pos[0], dir, sizeof dir);
     if (!rc)
-        rc = dt_ckpt_export(dir, pos[1], lay, &wrote_config);
+        rc = dt_ckpt_export(dir, pos[1], lay, overwrite, &wrote_config);
     if (rc)
         return dt_cli_fail(cmd, rc);
     printf("dtrain: exported %s to %s (%s layout)\n", dir, pos[1], layout);
@@ -132,28 +140,35 @@ int dt_cmd_export(int argc, char **argv) { return do_export("export", argc, argv
 void dt_help_import(FILE *f)
 {
     fprintf(f,
-            "usage: dtrain import WEIGHTS.safetensors [config.json] OUT_CKPT\n\n"
+            "usage: dtrain import WEIGHTS.safetensors [config.json] OUT_CKPT [--overwrite]\n\n"
             "Write a GPT-2 saved by Hugging Face (GPT2LMHeadModel's model.safetensors:\n"
             "Conv1D weights as (in, out), the LM head tied to wte) as a dtrain checkpoint\n"
             "under the folder OUT_CKPT: OUT_CKPT/step-00000000, written atomically, the\n"
             "parameters from the file and the optimizer's moments zero.  The shape comes\n"
             "from config.json (default: the one beside WEIGHTS).  Every tensor is checked:\n"
             "a parameter of that shape (F32, BF16 or F16, stored as f32), an attn.bias or\n"
-            "attn.masked_bias buffer (ignored), or an lm_head.weight equal to wte.\n\n"
+            "attn.masked_bias buffer (ignored), or an lm_head.weight equal to wte.\n"
+            "OUT_CKPT must not hold checkpoints already: --overwrite replaces them (they\n"
+            "are removed once the import is in place), as checkpoint.overwrite does for\n"
+            "a run.\n\n"
             "To fine-tune, resume from it in a config with the same [model] shape:\n"
             "  [checkpoint]\n"
             "  resume = \"OUT_CKPT/step-00000000\"\n"
             "training then starts at step 1 from these weights (with fresh AdamW moments\n"
             "and the config's own schedule), as a fresh run starts from its init.\n"
             "exit codes: 0 done, 1 unreadable weights or a tensor that does not fit,\n"
-            "2 usage error or a bad config.json\n");
+            "2 usage error, a bad config.json, or OUT_CKPT holding checkpoints\n");
 }
 
 int dt_cmd_import(int argc, char **argv)
 {
     const char *pos[3] = {NULL, NULL, NULL};
-    int n = 0;
+    int n = 0, overwrite = 0;
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--overwrite") == 0) {
+            overwrite = 1;
+            continue;
+        }
         if (argv[i][0] == '-' && argv[i][1]) {
             char why[256];
             snprintf(why, sizeof why, "unknown option '%s'", argv[i]);
@@ -188,7 +203,7 @@ int dt_cmd_import(int argc, char **argv)
     dt_cli_model_t cm;
     if ((rc = dt_cli_model_open(&cm, setp, 6, origin)))
         return dt_cli_fail("import", rc);
-    rc = dt_ckpt_import(weights, cm.model, out);
+    rc = dt_ckpt_import(weights, cm.model, out, overwrite);
     dt_cli_model_close(&cm);
     if (rc)
         return dt_cli_fail("import", rc);
@@ -210,7 +225,7 @@ int dt_cmd_ckpt(int argc, char **argv)
     if (strcmp(act, "inspect") == 0) {
         const char *pos[1];
         int verify = 0;
-        int ec = parse("ckpt inspect", argc - 1, argv + 1, pos, 1, &verify, NULL);
+        int ec = parse("ckpt inspect", argc - 1, argv + 1, pos, 1, &verify, NULL, NULL);
         if (ec)
             return ec;
         if (!(rc = dt_cli_ckpt_dir(pos[0], dir, sizeof dir)))
@@ -219,7 +234,7 @@ int dt_cmd_ckpt(int argc, char **argv)
     }
     if (strcmp(act, "consolidate") == 0) {
         const char *pos[2];
-        int ec = parse("ckpt consolidate", argc - 1, argv + 1, pos, 2, NULL, NULL);
+        int ec = parse("ckpt consolidate", argc - 1, argv + 1, pos, 2, NULL, NULL, NULL);
         if (ec)
             return ec;
         if (!(rc = dt_cli_ckpt_dir(pos[0], dir, sizeof dir)))

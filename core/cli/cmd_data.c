@@ -16,7 +16,9 @@ void dt_help_data(FILE *f)
                "Write TEXT as byte-level tokens (vocab 256) in llm.c's token-file format\n"
                "(256 int32 header, magic 20240520, version 1, then uint16 tokens), so\n"
                "[data] train = \"OUT\" trains on it.  With --val, the last F of the text\n"
-               "(default 0.05) goes to VALOUT instead.\n");
+               "(default 0.05) goes to VALOUT instead.  Missing folders of OUT and VALOUT are\n"
+               "made; only a regular file there is replaced (a folder, a link, a FIFO or a\n"
+               "device is an error).\n");
 }
 
 int dt_cmd_data(int argc, char **argv)

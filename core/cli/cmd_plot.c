@@ -52,7 +52,8 @@ void dt_help_plot(FILE *f)
             "Draw a run's metrics file (dtrain run --metrics, or run.metrics) as one\n"
             "%dx%d image: loss and validation loss, learning rate, tokens/s and\n"
             "gradient norm against step, and the peak memory of the last memory record\n"
-            "by tag, planned beside measured.  The format follows FILE's extension.\n"
+            "by tag, planned beside measured.  The format follows FILE's extension;\n"
+            "FILE's folder is made if missing, and only a regular file there is replaced.\n"
             "Needs gnuplot on PATH (Debian: gnuplot-nox; scripts/install-deps.sh\n"
             "installs it).\n\n"
             "exit codes: 0 written, 1 unreadable metrics or gnuplot failed, 2 usage\n",
@@ -472,6 +473,10 @@ int dt_cmd_plot(int argc, char **argv)
     char *script = NULL, *image = NULL;
     size_t script_len = 0, image_len = 0;
     int rc = load_metrics(input, &m);
+    /* where the image goes, before gnuplot runs: its folder made (mkdir
+     * -p), and nothing but a regular file there to replace */
+    if (rc == DT_OK && (rc = dt_fileutil_mkdir_parent(output)) == DT_OK)
+        rc = dt_fileutil_check_output(output, NULL);
     if (rc == DT_OK && !(script = build_script(&m, input, svg, &script_len)))
         rc = dt_err_set(DT_ERR_NOMEM, "plot: out of memory for the gnuplot script");
     if (rc == DT_OK)

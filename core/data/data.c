@@ -258,6 +258,12 @@ int dt_data_prepare(const char *text_path, const char *out_train,
     dt_afile_t *ft = NULL, *fv = NULL;
     if (!in || !tok)
         rc = dt_err_set(DT_ERR_NOMEM, "data prepare: out of memory");
+    /* the outputs' folders made as mkdir -p would; the writer refuses
+     * anything but a regular file at either name before a byte is read */
+    if (!rc)
+        rc = dt_fileutil_mkdir_parent(out_train);
+    if (!rc && out_val)
+        rc = dt_fileutil_mkdir_parent(out_val);
     if (!rc)
         rc = dt_afile_open(out_train, &ft);
     if (!rc)

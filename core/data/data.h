@@ -66,8 +66,10 @@ int dt_data_check_vocab(const dt_dataset_t *ds, uint32_t vocab_size);
  * becomes one token (vocab 256).  With val_fraction in (0, 1) the
  * last floor(n * val_fraction) bytes go to out_val instead (out_val must
  * then be non-NULL, and NULL when val_fraction is 0).  Streams in chunks,
- * so any file size works.  n_train / n_val (may be NULL) receive the token
- * counts written. */
+ * so any file size works.  The outputs' folders are made if missing
+ * (mkdir -p), and each output replaces only a regular file (or nothing:
+ * dt_afile_open).  n_train / n_val (may be NULL) receive the token counts
+ * written. */
 int dt_data_prepare(const char *text_path, const char *out_train,
                     const char *out_val, double val_fraction,
                     uint64_t *n_train, uint64_t *n_val);

@@ -35,6 +35,7 @@
 #include "loader/abi_tables.h"
 #include "loader/host_services.h"
 #include "util/error.h"
+#include "util/fileutil.h"
 #include "util/log.h"
 
 /* Where plugins are, set by core/CMakeLists.txt:
@@ -294,6 +295,14 @@ static int open_module(int kind, const char *name, const char *path,
 {
     char subj[4600];
     *out = NULL;
+    /* dlopen would block in open() on a FIFO planted at the name, and read
+     * a device: only a regular file (a link to one is fine) is loaded */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        subject(subj, sizeof subj, kind, name, path);
+        return dt_err_set(DT_ERR_SYSTEM, "%s exists but is not a regular file (%s)", subj,
+                          dt_fileutil_file_type(st.st_mode));
+    }
     dlerror();
     void *pre = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!pre) {

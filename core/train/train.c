@@ -717,15 +717,18 @@ static int open_metrics(run_t *R)
         if ((rc = dt_fileutil_mkdir_p(parent)))
             return rc;
     }
-    /* ours alone (0600), and never written through a link planted there */
-    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC |
-                            (R->start_step > 0 ? O_APPEND : O_TRUNC), 0600);
-    if (fd < 0 || !(R->metrics = fdopen(fd, R->start_step > 0 ? "a" : "w"))) {
+    /* a regular file or nothing, never written through a link, and a FIFO
+     * or a device there is an error, not a hang (dt_fileutil_open_output) */
+    char what[4200];
+    snprintf(what, sizeof what, "opening metrics file '%s'", path);
+    int fd;
+    if ((rc = dt_fileutil_open_output(path, R->start_step > 0 ? DT_FILEUTIL_APPEND : 0, what,
+                                      &fd)))
+        return rc;
+    if (!(R->metrics = fdopen(fd, R->start_step > 0 ? "a" : "w"))) {
         int err = errno;
-        if (fd >= 0)
-            close(fd);
-        return dt_err_set(DT_ERR_IO, "opening metrics file '%s': %s", path,
-                          err == ELOOP ? "a symbolic link, refused" : strerror(err));
+        close(fd);
+        return dt_err_set(DT_ERR_IO, "%s: %s", what, strerror(err));
     }
     return DT_OK;
 }

@@ -307,6 +307,85 @@ static int split_path(const char *path, char *dir, char *base, size_t cap)
     return DT_OK;
 }
 
+/* ---- what an output may replace --------------------------------------- */
+
+const char *dt_fileutil_file_type(unsigned m)
+{
+    return S_ISFIFO(m) ? "a FIFO" : S_ISDIR(m) ? "a directory"
+         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link"
+         : S_ISREG(m) ? "a regular file" : "of an unknown type";
+}
+
+/* Entry `name` of directory `dirfd` (AT_FDCWD: a path), never following a
+ * link: nothing (*exists = 0) or a regular file (1) may be replaced;
+ * anything else is refused, the message prefixed "<what>: ". */
+static int check_target(int dirfd, const char *name, const char *what, int *exists)
+{
+    struct stat st;
+    *exists = 0;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? DT_OK
+                               : dt_err_set(DT_ERR_IO, "%s: %s", what, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return dt_err_set(DT_ERR_IO, "%s: not a regular file (%s): only a regular file is "
+                          "replaced", what, dt_fileutil_file_type(st.st_mode));
+    *exists = 1;
+    return DT_OK;
+}
+
+/* "writing '<path>'" into what[cap], for messages. */
+static const char *writing(char *what, size_t cap, const char *path)
+{
+    snprintf(what, cap, "writing '%s'", path);
+    return what;
+}
+
+int dt_fileutil_check_output(const char *path, int *exists)
+{
+    char what[PATH_MAX + 16];
+    int e;
+    return check_target(AT_FDCWD, path, writing(what, sizeof what, path),
+                        exists ? exists : &e);
+}
+
+int dt_fileutil_open_output(const char *path, int flags, const char *what, int *fd)
+{
+    *fd = -1;
+    int exists, rc = check_target(AT_FDCWD, path, what, &exists);
+    if (rc)
+        return rc;
+    /* O_NONBLOCK: a FIFO or a device put there since the check neither
+     * blocks the open nor is written (fstat below); O_NOFOLLOW: nor a
+     * link.  Not O_TRUNC: only a file known to be regular is truncated. */
+    int f = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC |
+                 ((flags & DT_FILEUTIL_APPEND) ? O_APPEND : 0), DT_FILEUTIL_FILE_MODE);
+    if (f < 0) { /* ELOOP: a link swapped in; ENXIO: a FIFO without a reader */
+        int e = errno;
+        if (e == ELOOP || e == ENXIO)
+            return dt_err_set(DT_ERR_IO, "%s: not a regular file (%s): only a regular file "
+                              "is replaced", what, e == ELOOP ? "a symbolic link" : "a FIFO");
+        return dt_err_set(DT_ERR_IO, "%s: %s", what, strerror(e));
+    }
+    struct stat st;
+    int of;
+    if (fstat(f, &st) != 0)
+        rc = dt_err_set(DT_ERR_IO, "%s: %s", what, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        rc = dt_err_set(DT_ERR_IO, "%s: not a regular file (%s): only a regular file is "
+                        "replaced", what, dt_fileutil_file_type(st.st_mode));
+    else if (!(flags & DT_FILEUTIL_APPEND) && ftruncate(f, 0) != 0)
+        rc = dt_err_set(DT_ERR_IO, "%s: %s", what, strerror(errno));
+    else if ((of = fcntl(f, F_GETFL)) < 0 || fcntl(f, F_SETFL, of & ~O_NONBLOCK) != 0)
+        rc = dt_err_set(DT_ERR_IO, "%s: %s", what, strerror(errno));
+    if (rc) {
+        close(f);
+        return rc;
+    }
+    *fd = f;
+    return DT_OK;
+}
+
 /* ---- the atomic writer ----------------------------------------------- */
 
 /* Small writes (headers, manifests) are coalesced; large ones go straight
@@ -379,16 +458,31 @@ int dt_afile_open(const char *path, dt_afile_t **out)
         return dt_err_set(DT_ERR_NOMEM, "writing '%s': out of memory", path);
     }
     f->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int e = f->dirfd < 0 ? errno : EEXIST;
-    for (int i = 0; f->dirfd >= 0 && f->fd < 0 && e == EEXIST &&
-                    i < AFILE_TRIES; i++) {
+    if (f->dirfd < 0) {
+        int e = errno;
+        afile_free(f);
+        if (e == ENOENT)
+            return dt_err_set(DT_ERR_IO, "writing '%s': the folder '%s' does not exist",
+                              path, dir);
+        return dt_err_set(DT_ERR_IO, "writing '%s': %s", path, strerror(e));
+    }
+    char what[PATH_MAX + 16];
+    int exists; /* refused before a byte is written: the export may be long */
+    if ((rc = check_target(f->dirfd, f->base, writing(what, sizeof what, path), &exists))) {
+        afile_free(f);
+        return rc;
+    }
+    int e = EEXIST;
+    for (int i = 0; f->fd < 0 && e == EEXIST && i < AFILE_TRIES; i++) {
         char sfx[13];
         random_suffix(sfx);
         snprintf(f->tmp_base, strlen(base) + 32, "%s.tmp.%s", base, sfx);
         /* O_EXCL: never an existing file, and (with O_CREAT) never through
-         * a link; O_NOFOLLOW says the same to a reader of this line. */
+         * a link; O_NOFOLLOW says the same to a reader of this line.  The
+         * final mode (the umask applies), so nobody sees more of the temp
+         * file than of the finished one. */
         f->fd = openat(f->dirfd, f->tmp_base, O_WRONLY | O_CREAT | O_EXCL |
-                       O_NOFOLLOW | O_CLOEXEC, 0600);
+                       O_NOFOLLOW | O_CLOEXEC, DT_FILEUTIL_FILE_MODE);
         e = errno;
     }
     if (f->fd < 0) {
@@ -451,6 +545,37 @@ void dt_afile_abort(dt_afile_t *f)
     afile_free(f);
 }
 
+/* The temp file renamed over the target, which must still be nothing or
+ * a regular file (the check at open was long ago: a big export takes
+ * minutes).  Nothing there: RENAME_NOREPLACE, so whatever appears in
+ * between is looked at again rather than replaced.  (A regular file
+ * swapped for something else between the look and the rename is beyond
+ * reach: whoever can do that owns the folder's entries anyway.) */
+static int afile_rename(dt_afile_t *f)
+{
+    char what[PATH_MAX + 16];
+    writing(what, sizeof what, f->path);
+    for (int tries = 0; tries < 4; tries++) {
+        int exists, rc = check_target(f->dirfd, f->base, what, &exists);
+        if (rc)
+            return rc;
+        if (!exists) {
+            if (renameat2(f->dirfd, f->tmp_base, f->dirfd, f->base, RENAME_NOREPLACE) == 0)
+                return DT_OK;
+            if (errno == EEXIST)
+                continue; /* something appeared: look at it */
+            if (errno != EINVAL && errno != ENOSYS)
+                break;
+            /* a filesystem without RENAME_NOREPLACE: a plain rename */
+        }
+        if (renameat(f->dirfd, f->tmp_base, f->dirfd, f->base) == 0)
+            return DT_OK;
+        break;
+    }
+    return dt_err_set(DT_ERR_IO, "writing '%s': rename from '%s': %s", f->path, f->tmp,
+                      strerror(errno));
+}
+
 int dt_afile_commit(dt_afile_t *f)
 {
     int rc = afile_flush(f);
@@ -463,11 +588,8 @@ int dt_afile_commit(dt_afile_t *f)
             rc = dt_err_set(DT_ERR_IO, "writing '%s': %s", f->path,
                             strerror(errno));
     }
-    /* rename replaces whatever is at the target, a link included, and
-     * never writes through it. */
-    if (!rc && renameat(f->dirfd, f->tmp_base, f->dirfd, f->base) != 0)
-        rc = dt_err_set(DT_ERR_IO, "writing '%s': rename from '%s': %s",
-                        f->path, f->tmp, strerror(errno));
+    if (!rc)
+        rc = afile_rename(f);
     if (rc) {
         dt_afile_abort(f);
         return rc;
@@ -499,14 +621,6 @@ int dt_fileutil_write_atomic(const char *path, const void *buf, size_t n)
 
 /* ---- reading inputs -------------------------------------------------- */
 
-static const char *file_type(mode_t m)
-{
-    return S_ISFIFO(m) ? "a FIFO" : S_ISDIR(m) ? "a directory"
-         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
-         : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link"
-         : "of an unknown type";
-}
-
 int dt_fileutil_open_input(const char *path, int flags, const char *what,
                            int *fd, uint64_t *size)
 {
@@ -528,7 +642,7 @@ int dt_fileutil_open_input(const char *path, int flags, const char *what,
         rc = dt_err_set(DT_ERR_IO, "%s: %s", what, strerror(errno));
     else if (!S_ISREG(st.st_mode))
         rc = dt_err_set(DT_ERR_IO, "%s: not a regular file (%s)", what,
-                        file_type(st.st_mode));
+                        dt_fileutil_file_type(st.st_mode));
     else if ((of = fcntl(f, F_GETFL)) < 0 ||
              fcntl(f, F_SETFL, of & ~O_NONBLOCK) != 0)
         rc = dt_err_set(DT_ERR_IO, "%s: %s", what, strerror(errno));
@@ -609,7 +723,7 @@ int dt_fileutil_mkdir_p(const char *path)
             continue;
         char saved = p[i];
         p[i] = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+        if (mkdir(p, DT_FILEUTIL_DIR_MODE) != 0 && errno != EEXIST) {
             int e = errno;
             return dt_err_set(DT_ERR_IO, "creating directory '%s': %s", p,
                               strerror(e));
@@ -624,6 +738,21 @@ int dt_fileutil_mkdir_p(const char *path)
         return dt_err_set(DT_ERR_IO, "creating directory '%s': %s", path,
                           strerror(ENOTDIR));
     return DT_OK;
+}
+
+int dt_fileutil_mkdir_parent(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    while (slash && slash > path && slash[-1] == '/')
+        slash--; /* "a//b": the folder is "a" */
+    if (!slash || slash == path) /* a bare name, or one in "/" */
+        return DT_OK;
+    char dir[PATH_MAX];
+    if ((size_t)(slash - path) >= sizeof dir)
+        return dt_err_set(DT_ERR_INVALID, "writing '%s': path too long", path);
+    memcpy(dir, path, (size_t)(slash - path));
+    dir[slash - path] = '\0';
+    return dt_fileutil_mkdir_p(dir);
 }
 
 /* Deeper trees than this are refused (ELOOP) rather than walked: what

@@ -3,17 +3,36 @@
  * leaves on disk (token files, checkpoints, safetensors exports).
  *
  * A file is never written in place: bytes go to a new temp file beside it,
- * "<path>.tmp.<12 random hex digits>", created with O_EXCL | O_NOFOLLOW and
- * mode 0600 (so a link or file another user planted there, at this or any
- * guessable name, is never opened: the name is drawn again), which is
- * fsynced, renamed over <path> (replacing a link there, never writing
- * through it), and the directory fsynced.  The directory is held open from
- * start to commit, so the temp file and the rename stay in the same one.
- * A crash or a full disk therefore leaves either the old file or the new
- * one, never a torn one, and a failed write removes its temp file.  Files
- * written here are the owner's alone (0600, less the umask).  Errors are
- * DT_ERR_IO with "writing '<path>': <strerror>" (e.g. "No space left on
- * device").
+ * "<path>.tmp.<12 random hex digits>", created with O_EXCL | O_NOFOLLOW (so
+ * a link or file another user planted there, at this or any guessable
+ * name, is never opened: the name is drawn again), which is fsynced,
+ * renamed over <path>, and the directory fsynced.  The directory is held
+ * open from start to commit, so the temp file and the rename stay in the
+ * same one.  A crash or a full disk therefore leaves either the old file
+ * or the new one, never a torn one, and a failed write removes its temp
+ * file.  Errors are DT_ERR_IO with "writing '<path>': <strerror>" (e.g.
+ * "No space left on device").
+ *
+ * Only a regular file (or nothing) at <path> is replaced.  Anything else
+ * there - a FIFO, a socket, a device, a directory, a symbolic link (to
+ * anything: the link is the user's, not ours to turn into a file) - is
+ * DT_ERR_IO "writing '<path>': not a regular file (a FIFO): only a regular
+ * file is replaced", checked when the write starts (before any byte is
+ * written) and again just before the rename, which, when nothing was
+ * there, is RENAME_NOREPLACE so nothing that appeared meanwhile is
+ * replaced either.  A file written in place (the metrics file, appended
+ * line by line) is opened by dt_fileutil_open_output under the same rule,
+ * never blocking on a FIFO.
+ *
+ * Modes follow the umask, as any program's output does: files are created
+ * DT_FILEUTIL_FILE_MODE (0666) and folders DT_FILEUTIL_DIR_MODE (0777),
+ * less the umask (0644 and 0755 under the usual 022).  The temp file is
+ * created with its final mode, so a reader never sees more than the
+ * finished file will show.  What holds a secret is not written here and
+ * stays 0600 whatever the umask: the shm plugin's segments and the nccl
+ * plugin's id file (/dev/shm), the offload_nvme plugin's spill files; the
+ * checkpoint folder's LOCK stays 0600 too, since anyone who can open a
+ * file can flock it (ckpt_io.h).
  *
  * An interrupted write leaves nothing either: every temp path (the
  * writer's temp file, a checkpoint's "step-N.tmp" directory) is put in a
@@ -59,16 +78,20 @@
 /* An atomic streaming writer: the target appears only at commit. */
 typedef struct dt_afile dt_afile_t;
 
-/* Start writing `path` (its directory must exist).  *out is released by
- * exactly one of dt_afile_commit / dt_afile_abort. */
+/* Start writing `path` (its folder must exist: "writing '<path>': the
+ * folder '<dir>' does not exist" else; dt_fileutil_mkdir_parent makes it).
+ * Refused when something other than a regular file is at `path` (see the
+ * top of this file).  *out is released by exactly one of dt_afile_commit /
+ * dt_afile_abort. */
 int dt_afile_open(const char *path, dt_afile_t **out);
 /* Append `n` bytes.  On failure the writer stays open (the caller still
  * aborts it) and the error names the target path. */
 int dt_afile_write(dt_afile_t *f, const void *buf, size_t n);
 /* Bytes appended so far (the offset the next write lands at). */
 uint64_t dt_afile_offset(const dt_afile_t *f);
-/* Flush, fsync, rename over the target, fsync the directory; frees `f`.
- * On failure the temp file is removed and any previous file is untouched. */
+/* Flush, fsync, rename over the target (still nothing or a regular file:
+ * checked again), fsync the directory; frees `f`.  On failure the temp
+ * file is removed and any previous file is untouched. */
 int dt_afile_commit(dt_afile_t *f);
 /* Remove the temp file and free `f`; the previous file is untouched.
  * abort(NULL) is a no-op. */
@@ -85,6 +108,39 @@ void dt_cleanup_remove(const char *path);
 
 /* Write `n` bytes as the whole content of `path`, atomically. */
 int dt_fileutil_write_atomic(const char *path, const void *buf, size_t n);
+
+/* What st_mode `m` is, for messages: "a FIFO", "a directory", "a
+ * character device", "a block device", "a socket", "a symbolic link",
+ * "a regular file", else "of an unknown type". */
+const char *dt_fileutil_file_type(unsigned m);
+
+/* The modes files and folders are created with, less the umask. */
+#define DT_FILEUTIL_FILE_MODE 0666
+#define DT_FILEUTIL_DIR_MODE 0777
+
+/* DT_OK when `path` names nothing (*exists = 0) or a regular file
+ * (*exists = 1), looked at without following a link: what an output may
+ * replace.  Else DT_ERR_IO "writing '<path>': not a regular file (a FIFO):
+ * only a regular file is replaced" (a socket, a directory, a character
+ * device, a block device, a symbolic link), or the strerror of lstat.
+ * `exists` may be NULL. */
+int dt_fileutil_check_output(const char *path, int *exists);
+
+/* dt_fileutil_open_output's flags. */
+#define DT_FILEUTIL_APPEND 1 /* keep what is there and append; else truncate */
+
+/* Open `path` for writing in place (a metrics file, appended line by
+ * line), creating it (DT_FILEUTIL_FILE_MODE less the umask) if missing:
+ * refused, as dt_fileutil_check_output says, unless nothing or a regular
+ * file is there, and opened with O_NOFOLLOW | O_NONBLOCK so neither a link
+ * nor a FIFO or device swapped in meanwhile is written through or blocks
+ * the open (fstat checks the result; the fd is then blocking again).
+ * Truncated after those checks unless DT_FILEUTIL_APPEND.  *fd
+ * close-on-exec.  Errors are DT_ERR_IO "<what>: not a regular file (a
+ * FIFO): only a regular file is replaced" (as dt_fileutil_check_output,
+ * also for a link or a FIFO swapped in after its look), or "<what>:
+ * <strerror>". */
+int dt_fileutil_open_output(const char *path, int flags, const char *what, int *fd);
 
 /* dt_fileutil_open_input's flags. */
 #define DT_FILEUTIL_NOFOLLOW 1 /* a symbolic link at `path` is refused */
@@ -110,8 +166,13 @@ int dt_fileutil_read_all(const char *path, char **buf, size_t *n);
 int dt_fileutil_read_fd(int fd, uint64_t size, uint64_t max, const char *what,
                         char **buf, size_t *n);
 
-/* mkdir -p with mode 0755; an existing directory is fine. */
+/* mkdir -p, each folder made DT_FILEUTIL_DIR_MODE less the umask (as
+ * mkdir -p does); an existing directory is fine. */
 int dt_fileutil_mkdir_p(const char *path);
+/* mkdir -p of the folder that will hold file `path` (nothing to do for a
+ * bare name): outputs the user names (export, data prepare, plot -o) may
+ * go into folders that do not exist yet.  Errors name the folder. */
+int dt_fileutil_mkdir_parent(const char *path);
 /* Remove a file or a directory tree (rm -rf); a missing path is fine.
  * Symbolic links are never followed: a link (at `path` or anywhere inside)
  * is removed as a link and what it points to is untouched; directories are

@@ -126,11 +126,18 @@ static int publish(const dt_host_v1_t *host, const char *path, const id_file_t *
 /* 1 when read, 0 when not there (yet), or a negative status (set). */
 static int try_read(const dt_host_v1_t *host, const char *path, id_file_t *f)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* O_NONBLOCK: a FIFO planted at the name (by anyone: /dev/shm is
+     * shared) would block the open forever; only a regular file is read */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return errno == ENOENT ? 0
                                : -host->set_error(host, DT_ERR_SYSTEM, "init: opening %s: %s",
                                                   path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -host->set_error(host, DT_ERR_SYSTEM, "init: %s is not a regular file", path);
+    }
     ssize_t r = read(fd, f, sizeof *f);
     close(fd);
     if (r != (ssize_t)sizeof *f || memcmp(f->magic, ID_MAGIC, sizeof ID_MAGIC) != 0)

@@ -94,7 +94,7 @@ expect_out "says generation needs gpt2" "generation needs a gpt2 model"
 
 # ---- dtrain export: config.json beside the weights -------------------------
 py=/usr/bin/python3
-mkdir -p hf nat
+# (hf/ and nat/ do not exist: export makes them, as the README's line needs)
 expect_exit 0 "export, hf layout" "$bin" export "$ck" hf/model.safetensors
 expect_out "export says where config.json went" "dtrain: wrote hf/config.json (Hugging Face GPT-2 config)"
 if out=$($py - hf/config.json <<'P' 2>&1
@@ -104,7 +104,8 @@ want = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 1
         "n_head": 2, "n_embd": 16, "vocab_size": 256, "n_positions": 16, "n_ctx": 16,
         "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
         "resid_pdrop": 0, "embd_pdrop": 0, "attn_pdrop": 0, "initializer_range": 0.02,
-        "scale_attn_weights": True, "tie_word_embeddings": True, "torch_dtype": "float32"}
+        "scale_attn_weights": True, "tie_word_embeddings": True,
+        "bos_token_id": None, "eos_token_id": None, "torch_dtype": "float32"}
 assert got == want, "got %r" % got
 P
 ); then ok "config.json holds HF's GPT-2 keys for this shape"; else bad "config.json" "$out"; fi

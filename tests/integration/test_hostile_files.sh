@@ -23,8 +23,9 @@ intact() { cmp -s victim victim.orig && ok "$1: the linked-to file is untouched"
 expect_exit 0 "data prepare with a link at OUT.tmp.<pid>" \
   bash -c 'ln -s victim "$1.tmp.$$" && exec "$0" data prepare text.txt "$1"' "$bin" prepared.bin
 intact "data prepare"
-[ -f prepared.bin ] && [ ! -L prepared.bin ] && [ "$(stat -c %a prepared.bin)" = 600 ] &&
-  ok "data prepare: the output is a regular file of mode 600" ||
+want_mode=$(printf '%03o' $((0666 & ~$(umask))))
+[ -f prepared.bin ] && [ ! -L prepared.bin ] && [ "$(stat -c %a prepared.bin)" = "$want_mode" ] &&
+  ok "data prepare: the output is a regular file of mode $want_mode (0666 less the umask)" ||
   bad "data prepare: output" "$(ls -l prepared.bin)"
 expect_exit 0 "a run saving step 2" "$bin" run tiny.toml --set run.name=a
 ck=out/a/ckpt/step-00000002 ck_sums=$(ckpt_sums out/a/ckpt/step-00000002)
@@ -156,9 +157,19 @@ ln -s victim planted-metrics.jsonl
 expect_exit 1 "a run whose metrics file is a planted link" "$bin" run tiny.toml \
   --set run.name=pm --metrics planted-metrics.jsonl
 expect_out "metrics link named" \
-  "opening metrics file 'planted-metrics.jsonl': a symbolic link, refused"
+  "opening metrics file 'planted-metrics.jsonl': not a regular file (a symbolic link): only a regular file is replaced"
 intact "metrics"
 clean_after "a planted metrics link"
+
+# -- a FIFO as the metrics file: an error, never a hang (more odd files in
+# test_output_paths.sh)
+mkfifo fifo.jsonl
+expect_exit 1 "a FIFO as the metrics file" timeout 20 "$bin" run tiny.toml --set run.name=fm \
+  --metrics fifo.jsonl
+expect_out "FIFO metrics file named" \
+  "opening metrics file 'fifo.jsonl': not a regular file (a FIFO): only a regular file is replaced"
+[ -p fifo.jsonl ] && ok "the FIFO is left a FIFO" || bad "the FIFO was replaced" "$(ls -l fifo.jsonl)"
+clean_after "a FIFO as the metrics file"
 
 # -- a FIFO as the config file: an error, never a hang
 mkfifo fifo.toml

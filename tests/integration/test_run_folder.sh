@@ -74,16 +74,25 @@ expect_exit 0 "after the holder ended, the folder is free" "$bin" run tiny.toml 
 mkdir -p out/lk/ckpt; printf 'x\n' > victim; ln -s "$PWD/victim" out/lk/ckpt/LOCK
 expect_exit 1 "a link at the lock file" "$bin" run tiny.toml --set run.name=lk
 expect_out "the link is refused, named" \
-  "checkpoint folder 'out/lk/ckpt': opening 'out/lk/ckpt/LOCK': a symbolic link, refused"
+  "checkpoint folder 'out/lk/ckpt': writing 'out/lk/ckpt/LOCK': not a regular file (a symbolic link): only a regular file is replaced"
 [ "$(cat victim)" = x ] && ok "the linked-to file is untouched" || bad "victim changed" ""
 
-# -- 3. a metrics file that cannot be written
+# -- 3. a metrics file that cannot be written: a regular file that cannot
+# grow (RLIMIT_FSIZE at its size, SIGXFSZ ignored: writes fail with EFBIG
+# as a full disk fails them with ENOSPC)
 expect_exit 0 "a run saves step 2 (name m)" "$bin" run tiny.toml --set run.name=m
 before=$(crc out/m/ckpt/step-00000002)
+# (a device such as /dev/full is no metrics file: refused before step 1)
 expect_exit 1 "a run whose metrics file is /dev/full" "$bin" run tiny.toml --set run.name=m \
   --set checkpoint.resume=latest --set train.steps=4 --metrics /dev/full
+expect_out "/dev/full refused, named" \
+  "dtrain run: error: opening metrics file '/dev/full': not a regular file (a character device): only a regular file is replaced"
+head -c 1024 /dev/zero > full.jsonl
+expect_exit 1 "a run whose metrics file cannot grow" bash -c 'trap "" XFSZ; ulimit -f 1
+  exec "$0" run tiny.toml --set run.name=m --set checkpoint.resume=latest --set train.steps=4 \
+    --metrics full.jsonl' "$bin"
 expect_out "the error names the file and the cause" \
-  "dtrain run: error: writing metrics file '/dev/full': No space left on device"
+  "dtrain run: error: writing metrics file 'full.jsonl': File too large"
 n=$(printf '%s\n' "$out" | grep -c "writing metrics file" || true)
 [ "$n" = 1 ] && ok "reported once" || bad "reported $n times" "$out"
 [ "$(crc out/m/ckpt/step-00000002)" = "$before" ] && [ ! -e out/m/ckpt/step-00000003 ] &&

@@ -19,7 +19,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -131,10 +135,10 @@ static void test_atomic_write(void **state)
     char missing[600];
     snprintf(missing, sizeof missing, "%s/no/such/dir/x", g_dir);
     assert_int_equal(dt_fileutil_write_atomic(missing, "x", 1), DT_ERR_IO);
-    char want[700];
-    snprintf(want, sizeof want, "writing '%s': No such file or directory",
-             missing);
-    assert_msg_has(want);
+    char want[1400];
+    snprintf(want, sizeof want, "writing '%s': the folder '%s/no/such/dir' does not exist",
+             missing, g_dir);
+    assert_msg(want);
 }
 
 static void test_atomic_write_enospc(void **state)
@@ -177,7 +181,8 @@ static void test_atomic_write_enospc(void **state)
 /* Links another user planted where a writer might put its temp file (the
  * old "<path>.tmp.<pid>", other guessable names) or at the target itself
  * are never written through: what they point to is untouched (or never
- * created), and the target comes out a regular file of ours, mode 0600. */
+ * created), and the target comes out a regular file of ours, of mode 0666
+ * less the umask; a link at the target itself is refused, not replaced. */
 static void test_atomic_write_planted_links(void **state)
 {
     char dir[512], victim[600], out[600], absent[600];
@@ -220,7 +225,9 @@ static void test_atomic_write_planted_links(void **state)
         struct stat st;
         assert_int_equal(lstat(out, &st), 0);
         assert_true(S_ISREG(st.st_mode));
-        assert_int_equal(st.st_mode & 0777, 0600);
+        mode_t mask = umask(0);
+        umask(mask);
+        assert_int_equal(st.st_mode & 0777, 0666 & ~mask);
         for (int i = 0; i < 5; i++) {
             assert_int_equal(lstat(links[i], &st), 0);
             assert_true(S_ISLNK(st.st_mode));
@@ -235,18 +242,258 @@ static void test_atomic_write_planted_links(void **state)
         closedir(d);
         assert_int_equal(entries, 7);
     }
-    /* A link at the target itself is replaced, not written through. */
+    /* A link at the target itself is neither written through nor
+     * replaced: only a regular file is (test_atomic_write_not_regular). */
     assert_int_equal(unlink(out), 0);
     assert_int_equal(symlink(victim, out), 0);
-    assert_int_equal(dt_fileutil_write_atomic(out, "fresh", 5), DT_OK);
+    assert_int_equal(dt_fileutil_write_atomic(out, "fresh", 5), DT_ERR_IO);
     struct stat st;
     assert_int_equal(lstat(out, &st), 0);
-    assert_true(S_ISREG(st.st_mode));
+    assert_true(S_ISLNK(st.st_mode));
     char *buf;
     size_t n;
     assert_int_equal(dt_fileutil_read_all(victim, &buf, &n), DT_OK);
     assert_memory_equal(buf, "victim's bytes", 14);
     free(buf);
+}
+
+/* Make a Unix socket's file at `path` (closed: the file stays). */
+static void make_socket_file(const char *path)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    assert_true(strlen(path) < sizeof a.sun_path);
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    close(fd);
+}
+
+/* Things that are not regular files, made in folder `dir`: a FIFO, a
+ * socket, a folder, a link to a device and a link to a regular file, and
+ * (as root, who may) a character device node of the null device; their
+ * paths in p[], what each is in kind[] as messages word it.  Returns how
+ * many. */
+static int make_not_regular(const char *dir, char p[][600], const char **kind)
+{
+    int n = 0;
+    snprintf(p[n], 600, "%s/fifo", dir);
+    assert_int_equal(mkfifo(p[n], 0600), 0);
+    kind[n++] = "a FIFO";
+    snprintf(p[n], 600, "%s/sock", dir);
+    make_socket_file(p[n]);
+    kind[n++] = "a socket";
+    snprintf(p[n], 600, "%s/folder", dir);
+    assert_int_equal(mkdir(p[n], 0700), 0);
+    kind[n++] = "a directory";
+    snprintf(p[n], 600, "%s/devlink", dir);
+    assert_int_equal(symlink("/dev/null", p[n]), 0);
+    kind[n++] = "a symbolic link";
+    char victim[600];
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    assert_ok(dt_fileutil_write_atomic(victim, "victim", 6));
+    snprintf(p[n], 600, "%s/filelink", dir);
+    assert_int_equal(symlink(victim, p[n]), 0);
+    kind[n++] = "a symbolic link";
+    if (geteuid() == 0) { /* /dev/null's own numbers, in our folder */
+        snprintf(p[n], 600, "%s/chardev", dir);
+        assert_int_equal(mknod(p[n], S_IFCHR | 0600, makedev(1, 3)), 0);
+        kind[n++] = "a character device";
+    }
+    return n;
+}
+
+/* lstat's type and, for a link, where it points: what must not change. */
+static void describe(const char *path, char *out, size_t cap)
+{
+    struct stat st;
+    assert_int_equal(lstat(path, &st), 0);
+    char to[600] = "";
+    if (S_ISLNK(st.st_mode)) {
+        ssize_t n = readlink(path, to, sizeof to - 1);
+        assert_true(n > 0);
+        to[n] = '\0';
+    }
+    snprintf(out, cap, "%o %s", (unsigned)(st.st_mode & S_IFMT), to);
+}
+
+/* Only a regular file (or nothing) is replaced: a FIFO, a socket, a
+ * folder, a link (to a device or to a file) or a device at the target is
+ * an error naming it and what it is, checked when the write starts (no
+ * temp file is made) and again at commit (one that appeared meanwhile),
+ * and it is left exactly as it was. */
+static void test_atomic_write_not_regular(void **state)
+{
+    char dir[512], p[8][600], want[6000], before[700], after[700];
+    const char *kind[8];
+    subdir(dir, sizeof dir, "notreg");
+    int n = make_not_regular(dir, p, kind);
+    for (int i = 0; i < n; i++) {
+        describe(p[i], before, sizeof before);
+        snprintf(want, sizeof want, "writing '%s': not a regular file (%s): only a regular "
+                 "file is replaced", p[i], kind[i]);
+        assert_status(dt_fileutil_write_atomic(p[i], "new", 3), DT_ERR_IO);
+        assert_msg(want);
+        dt_afile_t *f = NULL; /* refused at open, before any byte */
+        assert_status(dt_afile_open(p[i], &f), DT_ERR_IO);
+        assert_null(f);
+        assert_msg(want);
+        int exists = -1;
+        assert_status(dt_fileutil_check_output(p[i], &exists), DT_ERR_IO);
+        assert_msg(want);
+        describe(p[i], after, sizeof after);
+        assert_string_equal(before, after);
+        dt_test_assert_no_tmp(dir);
+    }
+    char *buf;
+    size_t len;
+    snprintf(want, sizeof want, "%s/victim", dir);
+    assert_ok(dt_fileutil_read_all(want, &buf, &len));
+    assert_memory_equal(buf, "victim", 6);
+    free(buf);
+
+    /* nothing at open; a FIFO there by commit: refused all the same */
+    char late[600];
+    snprintf(late, sizeof late, "%s/late", dir);
+    dt_afile_t *f;
+    assert_ok(dt_afile_open(late, &f));
+    assert_ok(dt_afile_write(f, "late", 4));
+    assert_int_equal(mkfifo(late, 0600), 0);
+    assert_status(dt_afile_commit(f), DT_ERR_IO);
+    snprintf(want, sizeof want, "writing '%s': not a regular file (a FIFO): only a regular "
+             "file is replaced", late);
+    assert_msg(want);
+    struct stat st;
+    assert_int_equal(lstat(late, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    dt_test_assert_no_tmp(dir);
+
+    /* a regular file, and nothing, are fine */
+    int exists = -1;
+    snprintf(want, sizeof want, "%s/victim", dir);
+    assert_ok(dt_fileutil_check_output(want, &exists));
+    assert_int_equal(exists, 1);
+    assert_ok(dt_fileutil_write_atomic(want, "replaced", 8));
+    snprintf(want, sizeof want, "%s/absent", dir);
+    assert_ok(dt_fileutil_check_output(want, &exists));
+    assert_int_equal(exists, 0);
+}
+
+/* Files and folders follow the umask as any program's do (0666 and 0777
+ * less it): atomic writes, files opened in place, mkdir -p. */
+static void test_output_modes(void **state)
+{
+    char dir[512], p[600], d[600];
+    subdir(dir, sizeof dir, "modes");
+    static const mode_t masks[] = {022, 002, 027, 077};
+    mode_t saved = umask(0);
+    for (size_t i = 0; i < sizeof masks / sizeof masks[0]; i++) {
+        umask(masks[i]);
+        struct stat st;
+        snprintf(p, sizeof p, "%s/atomic-%zu", dir, i);
+        assert_ok(dt_fileutil_write_atomic(p, "x", 1));
+        assert_int_equal(stat(p, &st), 0);
+        assert_int_equal(st.st_mode & 07777, 0666 & ~masks[i]);
+        /* replacing a file gives the new file the umask's mode too */
+        assert_int_equal(chmod(p, 0600), 0);
+        assert_ok(dt_fileutil_write_atomic(p, "y", 1));
+        assert_int_equal(stat(p, &st), 0);
+        assert_int_equal(st.st_mode & 07777, 0666 & ~masks[i]);
+        snprintf(p, sizeof p, "%s/inplace-%zu", dir, i);
+        int fd;
+        assert_ok(dt_fileutil_open_output(p, 0, "in place", &fd));
+        close(fd);
+        assert_int_equal(stat(p, &st), 0);
+        assert_int_equal(st.st_mode & 07777, 0666 & ~masks[i]);
+        snprintf(d, sizeof d, "%s/dir-%zu/a/b", dir, i);
+        assert_ok(dt_fileutil_mkdir_p(d));
+        for (int up = 0; up < 3; up++) {
+            assert_int_equal(stat(d, &st), 0);
+            assert_int_equal(st.st_mode & 07777, 0777 & ~masks[i]);
+            *strrchr(d, '/') = '\0';
+        }
+    }
+    umask(saved);
+}
+
+/* A file opened to be written in place (the metrics file): created, or
+ * truncated, or appended to when it is a regular file; a FIFO (with or
+ * without a reader: never a hang), a socket, a folder, a link or a device
+ * is refused naming it, and left as it was. */
+static void test_open_output(void **state)
+{
+    char dir[512], p[8][600], want[6000], before[700], after[700];
+    const char *kind[8];
+    subdir(dir, sizeof dir, "openout");
+    int n = make_not_regular(dir, p, kind);
+    dt_test_deadline(30, "opening a FIFO as an output");
+    int reader = open(p[0], O_RDONLY | O_NONBLOCK); /* the FIFO, with a reader */
+    assert_true(reader >= 0);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < n; i++) {
+            describe(p[i], before, sizeof before);
+            int fd = 7;
+            assert_status(dt_fileutil_open_output(p[i], round ? DT_FILEUTIL_APPEND : 0,
+                                                  "metrics", &fd),
+                          DT_ERR_IO);
+            assert_int_equal(fd, -1);
+            snprintf(want, sizeof want, "metrics: not a regular file (%s): only a regular "
+                     "file is replaced", kind[i]);
+            assert_msg(want);
+            describe(p[i], after, sizeof after);
+            assert_string_equal(before, after);
+        }
+        if (round == 0) { /* the FIFO again, now without a reader */
+            close(reader);
+            reader = -1;
+        }
+    }
+    dt_test_deadline(0, NULL);
+    char reg[600], *buf;
+    size_t len;
+    int fd;
+    snprintf(reg, sizeof reg, "%s/metrics.jsonl", dir);
+    assert_ok(dt_fileutil_open_output(reg, 0, "metrics", &fd));
+    assert_int_equal(write(fd, "one\n", 4), 4);
+    close(fd);
+    assert_ok(dt_fileutil_open_output(reg, DT_FILEUTIL_APPEND, "metrics", &fd));
+    assert_int_equal(write(fd, "two\n", 4), 4);
+    close(fd);
+    assert_ok(dt_fileutil_read_all(reg, &buf, &len));
+    assert_string_equal(buf, "one\ntwo\n");
+    free(buf);
+    assert_ok(dt_fileutil_open_output(reg, 0, "metrics", &fd)); /* truncates */
+    assert_int_equal(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+    assert_int_equal(fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+    close(fd);
+    assert_ok(dt_fileutil_read_all(reg, &buf, &len));
+    assert_int_equal(len, 0);
+    free(buf);
+}
+
+/* The folder that will hold a file, made as mkdir -p makes it. */
+static void test_mkdir_parent(void **state)
+{
+    char dir[512], p[700];
+    subdir(dir, sizeof dir, "parent");
+    snprintf(p, sizeof p, "%s/a/b//c/model.safetensors", dir);
+    assert_ok(dt_fileutil_mkdir_parent(p));
+    snprintf(p, sizeof p, "%s/a/b/c", dir);
+    struct stat st;
+    assert_int_equal(stat(p, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    snprintf(p, sizeof p, "%s/a/b/c/model.safetensors", dir);
+    assert_int_equal(access(p, F_OK), -1); /* the file itself is not made */
+    assert_ok(dt_fileutil_mkdir_parent("bare-name.bin")); /* nothing to make */
+    assert_ok(dt_fileutil_mkdir_parent("/at-the-root.bin"));
+    snprintf(p, sizeof p, "%s/a/b/c/model.safetensors", dir); /* a file in the way */
+    assert_ok(dt_fileutil_write_atomic(p, "x", 1));
+    snprintf(p, sizeof p, "%s/a/b/c/model.safetensors/x.bin", dir);
+    assert_status(dt_fileutil_mkdir_parent(p), DT_ERR_IO);
+    char want[1400];
+    snprintf(want, sizeof want, "creating directory '%s/a/b/c/model.safetensors': Not a "
+             "directory", dir);
+    assert_msg(want);
 }
 
 /* The environment variable arms the hook too (checked in a fresh process,
@@ -1705,7 +1952,7 @@ static void test_blocks_read_as_ranges(void **state)
 
     /* export: the tensors of the table, whole, from their blocks */
     snprintf(out, sizeof out, "%s/model.safetensors", root);
-    assert_ok(dt_ckpt_export(dir, out, DT_EXPORT_NATIVE, NULL));
+    assert_ok(dt_ckpt_export(dir, out, DT_EXPORT_NATIVE, 0, NULL));
     dt_test_st_t *st;
     assert_ok(dt_test_st_open(out, &st));
     static const struct {
@@ -2011,6 +2258,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_atomic_write),
         cmocka_unit_test(test_atomic_write_enospc),
         cmocka_unit_test(test_atomic_write_planted_links),
+        cmocka_unit_test(test_atomic_write_not_regular),
+        cmocka_unit_test(test_output_modes),
+        cmocka_unit_test(test_open_output),
+        cmocka_unit_test(test_mkdir_parent),
         cmocka_unit_test(test_fault_env),
         cmocka_unit_test(test_roundtrip_3ranks),
         cmocka_unit_test(test_python_reads_checkpoint),

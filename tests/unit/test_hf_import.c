@@ -24,6 +24,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <cjson/cJSON.h>
+
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_io.h"
 #include "ckpt/ckpt_tools.h"
@@ -180,7 +182,7 @@ static void test_import_matches_reference(void **state)
     open_model(&h);
     char root[600];
     snprintf(root, sizeof root, "%s/imported", g.dir);
-    if (dt_ckpt_import(g.hf, h.model, root) != DT_OK)
+    if (dt_ckpt_import(g.hf, h.model, root, 0) != DT_OK)
         fail_msg("dt_ckpt_import: %s", dt_last_error());
     float **orig = take_masters(&h);
     load_import(&h, root);
@@ -283,7 +285,7 @@ static void test_import_prefix_bf16_tied_head(void **state)
     write_variant(path, V_PREFIX_BF16);
     dt_mh_t h;
     open_model(&h);
-    if (dt_ckpt_import(path, h.model, root) != DT_OK)
+    if (dt_ckpt_import(path, h.model, root, 0) != DT_OK)
         fail_msg("dt_ckpt_import: %s", dt_last_error());
     float **orig = take_masters(&h);
     load_import(&h, root);
@@ -320,7 +322,7 @@ static void test_import_refuses(void **state)
         snprintf(path, sizeof path, "%s/bad%zu.safetensors", g.dir, c);
         snprintf(root, sizeof root, "%s/bad%zu", g.dir, c);
         write_variant(path, cases[c].v);
-        assert_status(dt_ckpt_import(path, h.model, root), DT_ERR_DATA);
+        assert_status(dt_ckpt_import(path, h.model, root, 0), DT_ERR_DATA);
         snprintf(want, sizeof want, "importing '%s' into '%s': '%s'%s", path, root, path,
                  cases[c].msg);
         assert_msg(want);
@@ -376,10 +378,62 @@ static void test_config_refuses(void **state)
     dt_fileutil_rm_rf(dir);
 }
 
+/* bos_token_id / eos_token_id in the config.json export writes: GPT-2's
+ * <|endoftext|> (50256) where the vocabulary holds it (GPT-2's 50257,
+ * llm.c's padded 50304), null elsewhere (a byte-level 256 has no special
+ * token; another vocabulary's is unknown), never absent, since
+ * transformers would then assume 50256.  The file reads back as it was
+ * written. */
+static void test_config_special_tokens(void **state)
+{
+    (void)state;
+    static const struct {
+        int64_t vocab;
+        int id; /* -1: null */
+    } cases[] = {{256, -1}, {83, -1}, {50256, -1}, {50257, 50256}, {50304, 50256}};
+    char dir[512], path[600];
+    dt_mh_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        dt_gpt2_shape_t s = {.n_layer = 2, .n_head = 2, .n_embd = 8,
+                             .vocab_size = cases[c].vocab, .context = 6};
+        size_t len = 0;
+        char *text = dt_hf_gpt2_config_text(&s, &len);
+        assert_non_null(text);
+        assert_int_equal(len, strlen(text));
+        assert_int_equal(text[len - 1], '\n');
+        cJSON *j = cJSON_Parse(text);
+        assert_non_null(j);
+        static const char *const keys[] = {"bos_token_id", "eos_token_id"};
+        for (int k = 0; k < 2; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[k]);
+            assert_non_null(v);
+            if (cases[c].id < 0)
+                assert_true(cJSON_IsNull(v));
+            else
+                assert_true(cJSON_IsNumber(v) && v->valuedouble == cases[c].id);
+        }
+        cJSON_Delete(j);
+        assert_ok(dt_hf_gpt2_config_write(path, &s));
+        char *back;
+        size_t n;
+        assert_ok(dt_fileutil_read_all(path, &back, &n));
+        assert_int_equal(n, len);
+        assert_memory_equal(back, text, len);
+        free(back);
+        dt_gpt2_shape_t r;
+        assert_ok(dt_hf_gpt2_config_read(path, &r));
+        assert_int_equal(r.vocab_size, cases[c].vocab);
+        free(text);
+    }
+    dt_fileutil_rm_rf(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_refuses),
+        cmocka_unit_test(test_config_special_tokens),
         cmocka_unit_test(test_config_from_reference),
         cmocka_unit_test(test_import_matches_reference),
         cmocka_unit_test(test_import_prefix_bf16_tied_head),

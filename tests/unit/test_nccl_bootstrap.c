@@ -55,6 +55,7 @@
 #include "launch/world.h"
 #include "loader/host_services.h"
 #include "loader/plugin_handle.h"
+#include "test_assert.h"
 #include "test_host.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -145,6 +146,28 @@ static void test_refusals(void **state)
     /* one rank: no file at all */
     dt_comm_init_v1_t one = args(0, 1, 1, NULL, 1000);
     assert_int_equal(nccl_bootstrap_id(&th.host, &one, &id), DT_OK);
+}
+
+/* A FIFO planted at the id file's name: the other ranks refuse it at
+ * once instead of blocking in open() for ever (a hang fails at the
+ * deadline). */
+static void test_fifo_at_id_path(void **state)
+{
+    (void)state;
+    dt_test_host_t th;
+    dt_test_host_init(&th, "comm/nccl", NULL);
+    char path[256], want[400];
+    snprintf(path, sizeof path, "/dev/shm/dtrain-%s-nccl-id", g_job);
+    unlink(path);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    dt_comm_init_v1_t a1 = args(1, 2, 2, NULL, 1000);
+    ncclUniqueId id;
+    dt_test_deadline(20, "reading the id file a FIFO replaced");
+    assert_int_equal(nccl_bootstrap_id(&th.host, &a1, &id), DT_ERR_SYSTEM);
+    dt_test_deadline(0, NULL);
+    snprintf(want, sizeof want, "comm/nccl: init: %s is not a regular file", path);
+    assert_string_equal(dt_last_error(), want);
+    unlink(path);
 }
 
 static void test_cleanup_job(void **state)
@@ -615,6 +638,7 @@ int main(void)
         cmocka_unit_test(test_publish_and_read),
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_fifo_at_id_path),
         cmocka_unit_test(test_cleanup_job),
         cmocka_unit_test(test_rendezvous_one_node),
         cmocka_unit_test(test_rendezvous_nodes),

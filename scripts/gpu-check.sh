@@ -20,8 +20,12 @@
 #     racecheck compute-sanitizer racecheck over them (shared memory hazards)
 #     oracle    tests/test_gpt2_oracle cuda: every parameter gradient of a
 #               3-layer GPT-2 against the float64 numpy oracle
+#     nccl      tests/test_nccl_comm gpu: the nccl communicator at one rank:
+#               the core's host-memory control messages (staged), f64/i64/u8,
+#               the device path, the refusals (its 2-GPU cases skip on one)
 #     e2e       tests/integration/test_cuda.sh gpu: 6 steps on cuda against
-#               cpu (losses within 1e-3), deterministic mode repeats its bits
+#               cpu (losses within 1e-3), deterministic mode repeats its bits,
+#               dtrain bench comm on nccl at one rank
 #     profile   GPT-2 124M, 1024 tokens a sequence: tokens/s and MFU at
 #               micro-batch 8 (f32, tf32) and 16 (tf32; bf16 weights; bf16
 #               activations), and per-kernel tables of
@@ -43,7 +47,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 build=$1 out=$2
 shift 2
 case $build in /*) ;; *) build="$PWD/$build" ;; esac
-all=(probe build runtime kernels memcheck racecheck oracle e2e profile oom)
+all=(probe build runtime kernels memcheck racecheck oracle nccl e2e profile oom)
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=("${all[@]}")
 for s in "${stages[@]}"; do
@@ -141,6 +145,9 @@ build_here() {
     -DCMAKE_CUDA_ARCHITECTURES="$arch" || return 1
   cmake --build "$build" -j "$(nproc)" --target dtrain plugin_cpu plugin_cuda plugin_self \
     plugin_ddp test_cuda_device test_kernels test_gpt2_oracle || return 1
+  # the nccl communicator exists where the build found NCCL
+  cmake --build "$build" -j "$(nproc)" --target plugin_nccl test_nccl_comm ||
+    echo "no nccl communicator in this build (the nccl stage and e2e's bench part skip)"
   usable
 }
 
@@ -240,9 +247,14 @@ for s in "${stages[@]}"; do
         if python_numpy; then stage oracle 180 "$build/tests/test_gpt2_oracle" cuda
         else note oracle "SKIP (/usr/bin/python3 cannot import numpy)"; fi
       fi ;;
+    nccl)
+      # the GPU-free checks anywhere; the GPU cases where there is one
+      if [ ! -x "$build/tests/test_nccl_comm" ]; then note nccl "SKIP (no tests/test_nccl_comm)"
+      elif [ -z "$gpu" ]; then stage nccl 60 "$build/tests/test_nccl_comm"
+      else stage nccl 120 "$build/tests/test_nccl_comm" gpu; fi ;;
     e2e)
       if [ -z "$gpu" ]; then stage e2e 180 bash "$src/tests/integration/test_cuda.sh" "$build/dtrain" "$work/e2e" any
-      else stage e2e 180 bash "$src/tests/integration/test_cuda.sh" "$build/dtrain" "$work/e2e" gpu; fi ;;
+      else stage e2e 300 bash "$src/tests/integration/test_cuda.sh" "$build/dtrain" "$work/e2e" gpu; fi ;;
     profile) needs_gpu profile && stage profile 300 profile_runs ;;
     oom) needs_gpu oom && stage oom 120 oom_drill ;;
   esac

@@ -7,7 +7,11 @@
  * of itself through core/launch (rank 0's table is relayed unprefixed), and
  * under mpirun/torchrun the command joins that job instead.  Each rank loads
  * the plugin through the loader, as `dtrain run` does, and drives it through
- * its ops table.
+ * its ops table.  Each rank also opens the compute device as `dtrain run`
+ * does (--device, or run.device: cpu by default) and hands it to the comm
+ * plugin; on a device whose memory the host cannot touch (cuda, for the
+ * nccl communicator) the buffers are device memory, filled and checked
+ * through copies outside the timed calls.
  *
  * Per size: `warmup` calls, a barrier, `iters` blocking calls back to back;
  * the time is the slowest rank's mean (an all_reduce MAX over the ranks).
@@ -63,6 +67,7 @@ typedef struct bench_opts {
     int sym;   /* all_reduce in place on the comm's symmetric memory */
     double timeout_s;
     const char *comm;
+    const char *device; /* NULL: run.device */
     dt_cli_config_args_t sets; /* --set, for the plugin's own keys */
 } bench_opts_t;
 
@@ -70,8 +75,8 @@ void dt_help_bench(FILE *f)
 {
     fprintf(f,
             "usage: dtrain bench comm [--op OP] [--nproc N] [--sizes MIN:MAX] [--dtype T]\n"
-            "                         [--redop R] [--comm NAME] [--iters N] [--warmup N]\n"
-            "                         [--timeout S] [--bind] [--sym]\n"
+            "                         [--redop R] [--comm NAME] [--device NAME] [--iters N]\n"
+            "                         [--warmup N] [--timeout S] [--bind] [--sym]\n"
             "                         [--set table.key=value ...]\n\n"
             "Time a comm plugin's collectives over N local ranks and print an nccl-tests\n"
             "style table (size, count, type, redop, time(us), algbw(GB/s), busbw(GB/s),\n"
@@ -86,6 +91,9 @@ void dt_help_bench(FILE *f)
             "  --dtype   f32 (default), bf16, f16, f64, i32, i64, u16, u8\n"
             "  --redop   sum (default), avg, max, min\n"
             "  --comm    comm plugin (default shm)\n"
+            "  --device  device plugin whose memory holds the buffers, opened as\n"
+            "            `dtrain run` opens it (default run.device: cpu); nccl needs\n"
+            "            --device cuda (one GPU per local rank)\n"
             "  --iters   timed calls per size; 0 (default) = 1 GiB / size in [10, 1000]\n"
             "  --warmup  untimed calls per size (default 3)\n"
             "  --timeout seconds any call may wait (default 60)\n"
@@ -189,6 +197,14 @@ typedef struct rank_ctx {
     const dt_comm_ops_t *ops;
     dt_comm_t *c;
     int rank, n;
+    /* the device; dev_mem: its memory is not the host's, so a and b are
+     * device memory and ha, hb their host copies (else ha == a, hb == b) */
+    const dt_plugin_t *pdev;
+    const dt_device_ops_t *dev_ops;
+    dt_device_t *dev;
+    int dev_mem;
+    int dev_failed; /* the last failure was the device's (a copy) */
+    void *ha, *hb;
 } rank_ctx_t;
 
 static double busbw_factor(int op, int n)
@@ -242,6 +258,36 @@ static int run_op(rank_ctx_t *x, void *a, void *b, uint64_t count)
 static void *checked_buf(const bench_opts_t *o, void *a, void *b)
 {
     return o->op == OP_BROADCAST ? a : b;
+}
+
+/* Bytes of the input (a) and the output (b) for `count`. */
+static uint64_t in_bytes(const rank_ctx_t *x, uint64_t count)
+{
+    size_t es = dt_dtype_size(x->o->dtype);
+    return x->o->op == OP_REDUCE_SCATTER ? count * (uint64_t)x->n * es : count * es;
+}
+
+static uint64_t out_bytes(const rank_ctx_t *x, uint64_t count)
+{
+    size_t es = dt_dtype_size(x->o->dtype);
+    return x->o->op == OP_ALL_GATHER ? count * (uint64_t)x->n * es : count * es;
+}
+
+/* On a device with its own memory: `bytes` between the host copy and the
+ * device buffer (kind DT_COPY_H2D or DT_COPY_D2H), waited for.  Nothing
+ * to do where the host reads the buffers themselves. */
+static int dev_copy(rank_ctx_t *x, void *dst, const void *src, uint64_t bytes, int kind)
+{
+    if (!x->dev_mem || bytes == 0)
+        return DT_OK;
+    int rc = x->dev_ops->memcpy_async(x->dev, dst, src, bytes, kind, NULL);
+    if (rc == DT_OK)
+        rc = x->dev_ops->stream_sync(x->dev, NULL);
+    if (rc == DT_OK)
+        return DT_OK;
+    x->dev_failed = 1;
+    return dt_plugin_failed(x->pdev, rc, kind == DT_COPY_H2D ? "copying the inputs in"
+                                                             : "copying the results out");
 }
 
 static void check_result(rank_ctx_t *x, void *a, void *b, uint64_t count, wrong_t *w)
@@ -358,8 +404,8 @@ static int bench_sizes(rank_ctx_t *x, void *a, void *b, int *any_wrong)
         int iters = o->iters > 0 ? o->iters : per < 10 ? 10 : per > 1000 ? 1000 : (int)per;
         char what[160];
         describe(o, size, what, sizeof what);
-        prepare(x, a, count);
-        int st = DT_OK;
+        prepare(x, x->ha, count);
+        int st = dev_copy(x, a, x->ha, in_bytes(x, count), DT_COPY_H2D);
         for (int w = 0; w < o->warmup && st == DT_OK; w++)
             st = run_op(x, a, b, count);
         if (st == DT_OK)
@@ -371,16 +417,22 @@ static int bench_sizes(rank_ctx_t *x, void *a, void *b, int *any_wrong)
         wrong_t w;
         memset(&w, 0, sizeof w);
         if (st == DT_OK) {
-            prepare(x, a, count);
-            st = run_op(x, a, b, count);
+            prepare(x, x->ha, count);
+            st = dev_copy(x, a, x->ha, in_bytes(x, count), DT_COPY_H2D);
         }
+        if (st == DT_OK)
+            st = run_op(x, a, b, count);
+        if (st == DT_OK)
+            st = o->op == OP_BROADCAST
+                     ? dev_copy(x, x->ha, a, in_bytes(x, count), DT_COPY_D2H)
+                     : dev_copy(x, x->hb, b, out_bytes(x, count), DT_COPY_D2H);
         if (st == DT_OK) {
             if (corrupt) {
-                void *out = checked_buf(o, a, b);
+                void *out = checked_buf(o, x->ha, x->hb);
                 put(out, o->dtype, 0, (float)get(out, o->dtype, 0) + 1.0f);
                 corrupt = 0;
             }
-            check_result(x, a, b, count, &w);
+            check_result(x, x->ha, x->hb, count, &w);
         }
         /* the slowest rank's time and everyone's wrong count, for rank 0 */
         double agg_t = t, agg_w = (double)w.count;
@@ -389,7 +441,8 @@ static int bench_sizes(rank_ctx_t *x, void *a, void *b, int *any_wrong)
         if (st == DT_OK)
             st = ops->all_reduce(x->c, &agg_w, &agg_w, 1, DT_F64, DT_OP_SUM, NULL, NULL);
         if (st != DT_OK) {
-            dt_plugin_failed(x->plugin, st, "a collective");
+            if (!x->dev_failed)
+                dt_plugin_failed(x->plugin, st, "a collective");
             return dt_err_context(st, "rank %d: %s", x->rank, what);
         }
         if (x->rank == 0) {
@@ -428,39 +481,106 @@ static int bench_sizes(rank_ctx_t *x, void *a, void *b, int *any_wrong)
     return rc;
 }
 
+/* The compute device of this rank, opened as `dtrain run` opens it (one
+ * per local rank, device_index -1), and whether its memory is the host's. */
+static int open_device(rank_ctx_t *x, const dt_world_t *world)
+{
+    dt_device_init_t da = {.struct_size = sizeof da, .rank = world->rank,
+                           .local_rank = world->local_rank,
+                           .local_size = world->local_size, .device_index = -1};
+    int rc = x->dev_ops->init(x->pdev->host, &da, &x->dev);
+    if (rc)
+        return dt_plugin_failed(x->pdev, rc, "init");
+    dt_device_props_t props = {.struct_size = sizeof props};
+    if ((rc = x->dev_ops->props(x->dev, &props)))
+        return dt_plugin_failed(x->pdev, rc, "props");
+    x->dev_mem = !props.host_visible;
+    return DT_OK;
+}
+
+/* a (a_bytes) and b (b_bytes), the buffers the collectives are given: on
+ * a device with its own memory, device memory (zeroed) with host copies
+ * ha and hb; else host memory, faulted in before timing (unless --sym
+ * placed one already). */
+static int alloc_bufs(rank_ctx_t *x, uint64_t a_bytes, uint64_t b_bytes, void **a, void **b)
+{
+    if (x->dev_mem) {
+        int rc = x->dev_ops->alloc(x->dev, a_bytes, DT_TAG_COMM, a);
+        if (rc == DT_OK)
+            rc = x->dev_ops->alloc(x->dev, b_bytes, DT_TAG_COMM, b);
+        if (rc == DT_OK)
+            rc = x->dev_ops->memset_async(x->dev, *a, 0, a_bytes, NULL);
+        if (rc == DT_OK)
+            rc = x->dev_ops->memset_async(x->dev, *b, 0, b_bytes, NULL);
+        if (rc == DT_OK)
+            rc = x->dev_ops->stream_sync(x->dev, NULL);
+        if (rc)
+            return dt_plugin_failed(x->pdev, rc, "allocating the buffers");
+        x->ha = calloc(1, a_bytes);
+        x->hb = calloc(1, b_bytes);
+        if (!x->ha || !x->hb)
+            return dt_err_set(DT_ERR_NOMEM, "rank %d: cannot allocate the host copies of "
+                              "the buffers (%.1f MiB)", x->rank,
+                              (double)(a_bytes + b_bytes) / 1048576.0);
+        return DT_OK;
+    }
+    if ((!*a && posix_memalign(a, 4096, a_bytes)) || (!*b && posix_memalign(b, 4096, b_bytes)))
+        return dt_err_set(DT_ERR_NOMEM, "rank %d: cannot allocate 2 x %.1f MiB of buffers",
+                          x->rank,
+                          (double)(a_bytes > b_bytes ? a_bytes : b_bytes) / 1048576.0);
+    memset(*a, 0, a_bytes); /* fault the pages in before timing */
+    memset(*b, 0, b_bytes);
+    x->ha = *a;
+    x->hb = *b;
+    return DT_OK;
+}
+
 static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world)
 {
     if (o->bind)
         bind_rank(world->local_rank);
-    char named_by[96];
+    char named_by[96], dev_named_by[96];
     snprintf(named_by, sizeof named_by, "--comm %s", o->comm);
+    snprintf(dev_named_by, sizeof dev_named_by, "--device %s", o->device ? o->device : "");
     int rc = dt_resolve_plugin(r, DT_ROLE_COMM, o->comm, named_by);
     if (rc == DT_OK)
-        rc = dt_resolve_finish(r, "--set may name the core's tables and the comm "
-                                  "plugin's");
+        rc = dt_resolve_plugin(r, DT_ROLE_DEVICE, o->device, o->device ? dev_named_by : NULL);
+    if (rc == DT_OK)
+        rc = dt_resolve_finish(r, "--set may name the core's tables, the comm plugin's and "
+                                  "the device plugin's");
     if (rc)
         return rc;
     const dt_plugin_t *p = r->plugin[DT_ROLE_COMM];
     rank_ctx_t x = {.o = o, .plugin = p, .ops = p->ops, .rank = world->rank,
-                    .n = world->size};
+                    .n = world->size, .pdev = r->plugin[DT_ROLE_DEVICE],
+                    .dev_ops = r->plugin[DT_ROLE_DEVICE]->ops};
+    if ((rc = open_device(&x, world)))
+        goto out;
+    if (o->sym && x.dev_mem) {
+        rc = dt_err_set(DT_ERR_UNSUPPORTED, "--sym: symmetric memory is host memory, and "
+                        "device '%s' keeps the buffers in its own memory", x.pdev->name);
+        goto out;
+    }
     dt_comm_init_t ia = {.struct_size = sizeof ia, .rank = world->rank,
                             .size = world->size, .local_rank = world->local_rank,
                             .local_size = world->local_size, .job_id = world->job_id,
                             .job_secret = world->job_secret[0] ? world->job_secret : NULL,
                             .master_addr = world->master_addr,
                             .master_port = world->master_port,
-                            .timeout_ms = (int64_t)(o->timeout_s * 1000.0)};
+                            .timeout_ms = (int64_t)(o->timeout_s * 1000.0),
+                            .dev_ops = x.dev_ops, .dev = x.dev};
     /* the job's rendezvous around init, as `dtrain run` opens it: a comm
      * plugin that exchanges bootstrap bytes (tcp, nccl) meets its peers
      * there, on one node or several ([launch] nnodes) */
-    rc = dt_rdzv_session_begin(world, dt_config_hash(r->cfg), o->timeout_s);
-    if (rc)
-        return rc;
+    if ((rc = dt_rdzv_session_begin(world, dt_config_hash(r->cfg), o->timeout_s)))
+        goto out;
     ia.job_id = world->job_id; /* the id the nodes agreed on */
     rc = x.ops->init(p->host, &ia, &x.c);
     dt_rdzv_session_end();
-    if (rc)
-        return dt_plugin_failed(p, rc, "init");
+    if (rc) {
+        rc = dt_plugin_failed(p, rc, "init");
+        goto out;
+    }
     const size_t es = dt_dtype_size(o->dtype);
     /* largest buffers: a holds the input, b the output */
     uint64_t max_count = count_for(o->op, o->max_bytes, es, x.n);
@@ -482,22 +602,17 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
         if (o->op == OP_ALL_REDUCE)
             b = a;
     }
-    if (rc == DT_OK && ((!a && posix_memalign(&a, 4096, a_elems * es + 64)) ||
-                        (!b && posix_memalign(&b, 4096, b_elems * es + 64))))
-        rc = dt_err_set(DT_ERR_NOMEM, "rank %d: cannot allocate 2 x %.1f MiB of buffers",
-                        x.rank, (double)(a_elems > b_elems ? a_elems : b_elems) * (double)es /
-                                    1048576.0);
+    if (rc == DT_OK)
+        rc = alloc_bufs(&x, a_elems * es + 64, b_elems * es + 64, &a, &b);
     if (rc == DT_OK) {
-        memset(a, 0, a_elems * es + 64); /* fault the pages in before timing */
-        memset(b, 0, b_elems * es + 64);
         if (x.rank == 0) {
-            printf("# dtrain bench comm: %s%s, %d rank%s%s, comm %s, %s%s%s, iters %s, "
-                   "warmup %d\n",
+            printf("# dtrain bench comm: %s%s, %d rank%s%s, comm %s, device %s, %s%s%s, "
+                   "iters %s, warmup %d\n",
                    op_names[o->op],
                    !o->sym ? "" : o->op == OP_ALL_REDUCE ? " in place on symmetric memory"
                                                          : " on symmetric memory", x.n,
                    x.n == 1 ? "" : "s", o->bind ? " (bound to CPUs)" : "", p->name,
-                   dt_dtype_name(o->dtype), redop_used(o->op) ? " " : "",
+                   x.pdev->name, dt_dtype_name(o->dtype), redop_used(o->op) ? " " : "",
                    redop_used(o->op) ? redop_names[o->redop] : "", o->iters ? "fixed" : "auto",
                    o->warmup);
             printf("# %10s %12s %6s %6s %12s %12s %12s %8s\n", "size(B)", "count", "type",
@@ -512,7 +627,12 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
         if (rc == DT_OK && any_wrong && x.n == 1)
             rc = dt_err_set(DT_ERR_DATA, "wrong results");
     }
-    if (symbuf) {
+    if (x.dev_mem) {
+        x.dev_ops->free(x.dev, a);
+        x.dev_ops->free(x.dev, b);
+        free(x.ha);
+        free(x.hb);
+    } else if (symbuf) {
         void *other = symbuf == &a ? b : a; /* all_reduce: none */
         if (other != *symbuf)
             free(other);
@@ -523,6 +643,9 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
         free(b);
     }
     x.ops->finalize(x.c);
+out:
+    if (x.dev)
+        x.dev_ops->finalize(x.dev);
     return rc;
 }
 
@@ -647,6 +770,8 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
             bad = pick("--redop", v, redop_names, 4, &o->redop);
         } else if (!strcmp(a, "--comm")) {
             o->comm = v;
+        } else if (!strcmp(a, "--device")) {
+            o->device = v;
         } else if (!strcmp(a, "--iters")) {
             bad = parse_int("--iters", v, 0, 1000000000, &o->iters);
         } else if (!strcmp(a, "--warmup")) {
@@ -689,15 +814,19 @@ static int bench_comm(int argc, char **argv)
     int ec = parse_args(argc, argv, &o);
     if (ec)
         return ec;
-    /* the core's defaults, the --set values, and --comm as run.comm (last,
-     * so it wins) */
-    const char *sets[DT_ARRAY_LEN(o.sets.sets) + 1];
-    char comm_set[96];
+    /* the core's defaults, the --set values, and --comm as run.comm and
+     * --device as run.device (last, so they win) */
+    const char *sets[DT_ARRAY_LEN(o.sets.sets) + 2];
+    char comm_set[96], dev_set[96];
     int n = 0;
     for (int i = 0; i < o.sets.n_sets; i++)
         sets[n++] = o.sets.sets[i];
     snprintf(comm_set, sizeof comm_set, "run.comm=%s", o.comm);
     sets[n++] = comm_set;
+    if (o.device) {
+        snprintf(dev_set, sizeof dev_set, "run.device=%s", o.device);
+        sets[n++] = dev_set;
+    }
     dt_resolved_t r;
     int rc = dt_resolve_core(NULL, sets, n, &r);
     if (rc)

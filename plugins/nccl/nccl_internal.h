@@ -1,7 +1,9 @@
 /*
  * plugins/nccl/nccl_internal.h - what the nccl communicator's files share:
- * the group and request structs, the NCCL error helper, and the bootstrap
- * seam (nccl_bootstrap.c).  Nothing here is exported from the module.
+ * the group and request structs, the NCCL error helper, the device guard,
+ * and the bootstrap seam (nccl_bootstrap.c); the decisions that need no
+ * GPU are declared in nccl_logic.h.  Nothing here is exported from the
+ * module.
  */
 #ifndef DT_NCCL_INTERNAL_H
 #define DT_NCCL_INTERNAL_H
@@ -15,6 +17,7 @@
 
 #include "dtrain/comm.h"
 #include "dtrain/sdk/comm_text.h"
+#include "nccl_logic.h"
 
 /* What a started operation is, for messages, and the event that marks its
  * end on the stream it was enqueued on. */
@@ -30,41 +33,68 @@ struct dt_comm_req {
     cudaEvent_t ev;
 };
 
+/* The group's bounce buffers for host memory (comm.h: control messages),
+ * grown on first use, kept up to NCCL_BOUNCE_KEEP bytes each. */
+typedef struct nccl_bounce {
+    void *dev;          /* device memory (DT_TAG_COMM) */
+    void *host;         /* pinned host memory (host_alloc, DT_TAG_STAGING) */
+    uint64_t dev_cap, host_cap;
+} nccl_bounce_t;
+
 struct dt_comm {
     const dt_host_v1_t *host;
-    /* mu guards nc: every NCCL call on it, and its abort, which another
-     * thread may call at any time (dt_comm_ops_v1_t.abort).  Held for one
-     * call or one poll of a wait, never across a wait's sleep. */
-    pthread_mutex_t mu;
-    ncclComm_t nc;      /* NULL once aborted */
+    /* The lock of nc and the failure record (nccl_logic.h): every NCCL
+     * call on nc is made with guard.mu held, ncclCommAbort included, and
+     * abort() never waits for it.  Held for one call, or one bounded
+     * settle, never across an operation's wait: a wait takes it for each
+     * look. */
+    nccl_guard_t guard;
+    ncclComm_t nc;      /* NULL once aborted or destroyed (guarded by mu) */
     int32_t rank, size; /* in this group */
     int32_t world_rank;
+    int gpu;            /* the CUDA device of dev, made current at every
+                         * entry that calls CUDA (nccl_gpu_guard) */
     int64_t timeout_ms;
     int64_t poll_us;
     const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
-    void *barrier_buf;  /* one f32 of device memory (DT_TAG_COMM) */
+    void *barrier_buf;  /* one f32 of device memory (DT_TAG_COMM), zeroed */
+    nccl_bounce_t bounce; /* driven by the group's one thread (comm.h) */
     char gname[96];     /* "world", "world/split 1 color 0" */
     uint64_t seq;
     uint32_t nsplits;
-    /* After a failure (an NCCL error, a timeout, abort) every later
-     * operation fails at once with this status and message. */
-    atomic_int broken; /* a dt_status_t, 0 while healthy */
-    char broken_msg[640];
 };
 
-/* "<what>: <ncclGetErrorString> (<ncclGetLastError>)"; DT_ERR_SYSTEM. */
+/* "<what>: <ncclGetErrorString> (<ncclGetLastError>)"; DT_ERR_SYSTEM.
+ * With guard.mu held. */
 int nccl_fail(dt_comm_t *c, const char *what, ncclResult_t r);
 
-/* (All three below are called with c->mu held.)
- * Wait until a nonblocking communicator's last call finished (its async
- * state leaves ncclInProgress), at most timeout_ms.  DT_OK, or the error
- * (message set, prefixed `what`), with the communicator aborted. */
+/* With c->guard.mu held: wait until nonblocking communicator nc's last
+ * call finished (its async state leaves ncclInProgress), at most
+ * timeout_ms, stopping early when c's failure is recorded (abort from
+ * another thread).  nc is c->nc, or a communicator being made from it
+ * (split's child; not c's own, so its failure fails only the split).
+ * DT_OK, or the error (message set, prefixed `what`), with nc aborted. */
 int nccl_settle(dt_comm_t *c, ncclComm_t nc, const char *what);
 
-/* Mark the group failed (first reason wins) and abort the NCCL
- * communicator, so no collective of it can hang. */
+/* With c->guard.mu held: mark the group failed (first reason wins) and
+ * abort the NCCL communicator, so no collective of it can hang. */
 void nccl_break(dt_comm_t *c, int status, const char *msg);
+
+/* The group's failure status (0: healthy) and its message. */
+static inline int nccl_broken(const dt_comm_t *c)
+{
+    return nccl_fail_status(&c->guard.fail);
+}
+static inline const char *nccl_broken_msg(const dt_comm_t *c)
+{
+    return c->guard.fail.msg;
+}
+
+/* Make c->gpu the calling thread's current CUDA device (cudaSetDevice
+ * only when cudaGetDevice says otherwise, as the cuda device's guard
+ * does): DT_OK, or DT_ERR_SYSTEM "<op>: cudaSetDevice(<gpu>): ...". */
+int nccl_gpu_guard(dt_comm_t *c, const char *op);
 
 /* ---- bootstrap (nccl_bootstrap.c) ----
  * The world's ncclUniqueId, agreed by every rank of the job, bounded by

@@ -9,8 +9,10 @@
 # the same run on cpu (f32, tf32 off), fsdp and zero-3 at world 1 against
 # ddp, bf16 activations against f32; exits 77 (skipped) with "no CUDA
 # device" where there is none; with two GPUs or more, also two ranks on
-# nccl against shm.  The nccl communicator: `--describe nccl`, and its
-# refusal of a device without CUDA streams (exit 2).  The gpu mode passed
+# nccl against shm, and `dtrain bench comm` on nccl (one rank per GPU: 1
+# and, with two GPUs, 2).  The nccl communicator: `--describe nccl`, and
+# its refusal of a device without CUDA streams (exit 2), in `dtrain run`
+# and in `dtrain bench comm` without --device cuda.  The gpu mode passed
 # on an H200 (scripts/gpu-check.sh); its two-rank part needs two GPUs and
 # has not run.
 # Exit 77 when the build has no cuda plugin.
@@ -86,6 +88,26 @@ if [ "$mode" = gpu ]; then
   else
     skip "2 ranks on nccl" "needs the nccl plugin and 2 GPUs (${n:-0} visible)"
   fi
+  # dtrain bench comm on nccl: device buffers on the cuda device, and the
+  # bench's own host-memory reductions (time, wrong counts) staged: every
+  # size checked, in the dtypes only the core's control messages used
+  if [ -f "$(dirname "$bin")/plugins-out/dtrain_nccl.so" ]; then
+    for dt in f32 f64 i64 u8; do
+      expect_exit 0 "bench comm on nccl, 1 rank, $dt" "$bin" bench comm --comm nccl \
+        --device cuda --nproc 1 --sizes 4K:4M --dtype "$dt" --iters 5 --warmup 1
+      expect_out "bench comm on nccl: the header names the device" "comm nccl, device cuda, $dt"
+    done
+    for op in reduce_scatter all_gather broadcast reduce; do
+      expect_exit 0 "bench comm on nccl, 1 rank, $op" "$bin" bench comm --comm nccl \
+        --device cuda --nproc 1 --sizes 4K:1M --op "$op" --iters 5 --warmup 1
+    done
+    if [ "${n:-0}" -ge 2 ]; then
+      expect_exit 0 "bench comm on nccl, 2 ranks" "$bin" bench comm --comm nccl --device cuda \
+        --nproc 2 --sizes 4K:16M --iters 5 --warmup 1
+    else
+      skip "bench comm on nccl, 2 ranks" "needs 2 GPUs (${n:-0} visible)"
+    fi
+  fi
   finish
   exit
 fi
@@ -108,11 +130,14 @@ if [ "$n" = 5 ]; then ok "describe: five keys"; else bad "describe: $n keys, exp
 
 if [ -f "$(dirname "$bin")/plugins-out/dtrain_nccl.so" ]; then
   expect_exit 0 "describe nccl" "$bin" plugins --describe nccl
-  expect_out "describe nccl: kind, and not run on a GPU" "nccl: comm plugin, ABI 1.0, version 0.1.0
-  NVIDIA NCCL on the cuda device's streams, id through the rendezvous (compiled, not yet run on a GPU)"
+  expect_out "describe nccl: kind, host staging, bf16 rounding, not run on 2+ GPUs" "nccl: comm plugin, ABI 1.0, version 0.1.0
+  NVIDIA NCCL on the cuda device's streams, id through the rendezvous; host-memory control messages staged through a device buffer; bf16/f16 reduced in their own type, rounded at every step (not accumulated in f32); not yet run on 2+ GPUs"
   expect_out "describe nccl: poll_us" "  poll_us            int    default 50, range 1 .. 100000"
+  expect_exit 2 "bench comm on nccl without --device cuda" "$bin" bench comm --comm nccl \
+    --nproc 1 --sizes 4K:4K
+  expect_out "bench comm on nccl: names what is missing" "dtrain bench comm: error: comm/nccl: init: the nccl communicator runs on a CUDA device's streams (run.device = \"cuda\"; dtrain bench comm --device cuda); device \"cpu\" has no native stream"
   expect_exit 2 "nccl with the cpu device" "$bin" run tiny.toml --set run.comm=nccl --set run.device=cpu
-  expect_out "nccl: needs a CUDA device" "dtrain run: error: comm/nccl: init: the nccl communicator runs on a CUDA device's streams (run.device = \"cuda\"); device \"cpu\" has no native stream"
+  expect_out "nccl: needs a CUDA device" "dtrain run: error: comm/nccl: init: the nccl communicator runs on a CUDA device's streams (run.device = \"cuda\"; dtrain bench comm --device cuda); device \"cpu\" has no native stream"
 else
   skip "nccl" "this build has no nccl communicator"
 fi

@@ -66,7 +66,7 @@ ids=$(grep -ho 'rendezvous: rank [01] of 2 joined job [^ ]*' cpu0.log cpu1.log |
 if [ "$(grep -c . <<<"$ids")" = 1 ] && [[ "$ids" == mn-* ]]; then
   ok "two nodes with run.comm = nccl meet and agree on the job id ($ids)"
 else bad "the nodes did not agree on a job id" "$out"; fi
-expect_out "nccl refuses the cpu device" "comm/nccl: init: the nccl communicator runs on a CUDA device's streams (run.device = \"cuda\"); device \"cpu\" has no native stream"
+expect_out "nccl refuses the cpu device" "comm/nccl: init: the nccl communicator runs on a CUDA device's streams (run.device = \"cuda\"; dtrain bench comm --device cuda); device \"cpu\" has no native stream"
 if [ "$c0" = 2 ] && [ "$c1" = 2 ]; then ok "both nodes exit 2"; else bad "nodes exited $c0 and $c1" "$out"; fi
 
 gpus=$("$bin" env | sed -n 's/^  GPUs *\([0-9]*\) visible.*/\1/p')

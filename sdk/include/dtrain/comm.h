@@ -11,7 +11,54 @@
  * Ordering: every rank of a group must start the same collectives in the
  * same order (as in MPI and NCCL).  Buffers passed to a started operation
  * must stay valid and unmodified (send) / untouched (recv) until its wait
- * returns.  Reduced dtypes (bf16, f16) are accumulated in f32.
+ * returns.
+ *
+ * Memory: every buffer passed to an operation is one of
+ *  - device memory of the communicator's device (dt_comm_init_v1_t.dev,
+ *    from its alloc, or a pointer into it).  This is the memory of all bulk
+ *    traffic (gradients, parameters, activations) and the only memory
+ *    send and recv take.  On a host-visible device (cpu) it is host
+ *    memory;
+ *  - host memory (malloc, the stack, host_alloc) holding a CONTROL
+ *    MESSAGE: values the caller made on the host and reads back on the
+ *    host (a config hash, a flag, the loss, an error text, a checkpoint's
+ *    segment table), passed to a collective (all_reduce, reduce_scatter,
+ *    all_gather, broadcast, reduce).
+ * Who does what:
+ *  - Callers pass device memory for anything large or frequent, and
+ *    host memory only for control messages, normally blocking
+ *    (req == NULL) on the NULL stream.  Another device's memory is never
+ *    passed.  Every rank of an operation need not pass the same kind.
+ *  - A communicator that moves host memory (shm, tcp, mpi) runs only
+ *    with a host-visible device (dt_comm_check_host_memory), where the
+ *    two kinds are the same memory.  self (one rank) copies an
+ *    out-of-place operation with the device when its memory is not host
+ *    memory, so there it takes host memory in place only; the core makes
+ *    no control message at one rank.
+ *  - A communicator for a device whose memory is not host memory (nccl
+ *    on cuda) tells the two apart at each call and stages host memory
+ *    through device memory of its own (accounted to DT_TAG_COMM and, for
+ *    pinned copies, DT_TAG_STAGING).  A staged operation completes before
+ *    it returns, even when `req` is given (the request handed out is
+ *    already complete), bounded by the group's timeout; it is ordered
+ *    after the work queued on `stream` and waits for it.  A host buffer
+ *    is staged whole, in one operation, with no size limit, so every rank
+ *    makes the same underlying calls whatever memory it passed; the
+ *    staging buffers grown for it are kept up to 1 MiB each.  It refuses
+ *    host memory in send and recv (DT_ERR_UNSUPPORTED: a staged transfer
+ *    would wait for its peer, so two ranks that both send first would
+ *    wait out the timeout) and memory of another device, or memory it
+ *    cannot place (DT_ERR_INVALID), naming the buffer.
+ *
+ * Reductions of bf16 and f16: shm and tcp accumulate in f32 and round
+ * once.  mpi rounds each combine of two partial results to the type
+ * (as many roundings as ranks less one).  nccl reduces in the type's own
+ * arithmetic as NCCL does, each step of its ring or tree rounding the
+ * partial result to the type, so a sum over N ranks may differ from the
+ * f32-accumulated one by up to N - 1 roundings of the partial sums.  A
+ * caller that needs f32 accumulation on every communicator reduces f32
+ * (the strategies' reduce_dtype = "fp32", their default).  Integer sums
+ * wrap; f32 and f64 are reduced in their own type everywhere.
  *
  * Streams: `stream` orders the operation after work already queued on that
  * device stream (NCCL enqueues on its native handle; host-memory

@@ -107,7 +107,8 @@ typedef struct dt_interpose_call {
                        * interposer (every instance, every thread), 2, ... */
     uint64_t bytes;   /* comm: payload, count x element size, count as
                        * the slot defines it (all_gather: elements each
-                       * rank sends; reduce_scatter: each rank receives);
+                       * rank sends; reduce_scatter: each rank receives;
+                       * sendrecv: both halves');
                        * device: the memory the call reads and writes
                        * (dt_interpose_device_call_t); 0 none */
     const char *op;   /* the operation the call's time belongs to: `name`,
@@ -199,7 +200,8 @@ void dt_interpose_profile_free(dt_interpose_profile_t *p);
     X(TEST, test, DT_ICALL_WAIT)                                               \
     X(CLEANUP_JOB, cleanup_job, 0)                                             \
     X(SYM_ALLOC, sym_alloc, DT_ICALL_COLLECTIVE)                               \
-    X(SYM_FREE, sym_free, 0)
+    X(SYM_FREE, sym_free, 0)                                                   \
+    X(SENDRECV, sendrecv, DT_ICALL_P2P | DT_ICALL_START)
 
 #define DT_INTERPOSE_ENUM_(up, field, flags) DT_ICOMM_##up,
 typedef enum dt_interpose_comm_slot {
@@ -218,15 +220,22 @@ typedef struct dt_interpose_comm_call {
     const dt_host_t *host;    /* the plugin's host table (init's), for
                                * messages: "comm/shm: ..." */
     int32_t group_rank, group_size; /* in this group; -1 unknown (init) */
-    uint64_t count;           /* elements, as the slot's count argument */
+    uint64_t count;           /* elements, as the slot's count argument
+                               * (sendrecv: its send's) */
     int32_t dtype, reduce_op; /* dt_dtype_t, dt_reduce_op_t; -1 none */
     int32_t peer, tag;        /* root (broadcast, reduce) or peer (send,
-                               * recv); -1 none */
+                               * recv; sendrecv: its send's); -1 none */
+    const void *send;         /* the buffer the call reads (send's buf;
+                               * broadcast: buf, also `recv`); NULL none */
+    void *recv;               /* the buffer it writes (recv's buf) */
+    uint64_t recv_count;      /* sendrecv: its recv's count, peer and tag */
+    int32_t recv_peer, recv_tag;
     int32_t color, key;       /* split */
     int64_t timeout_ms;       /* wait */
     dt_comm_req_t *req;       /* wait/test: the request; start slots, in
                                * `after`: the one handed out (NULL when
-                               * blocking or failed) */
+                               * blocking or failed; sendrecv: its send's) */
+    dt_comm_req_t *recv_req;  /* sendrecv, in `after`: its recv's request */
     int32_t req_slot;         /* wait/test: the slot that started req, -1
                                * unknown */
     const char *text;         /* abort: the reason; init, cleanup_job: the

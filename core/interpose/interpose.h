@@ -65,6 +65,10 @@
  * record carries): `dtrain run --profile device` is the profiler over the
  * device interposer, for every device plugin at once (core/cli/
  * run_profile.c); it replaced the cpu plugin's own profiler.
+ * `dtrain run --strict-device` gives one set of hooks (the strict device
+ * checks below) to both interposers of a rank: the device's calls feed
+ * the allocation table the comm's calls are checked against
+ * (core/cli/run_strict.c).
  *
  * Thread safety: the interposer adds none of its own constraints.  Hooks
  * are called on the caller's thread, concurrently when the plugin's calls
@@ -178,6 +182,28 @@ void dt_interpose_profile_print(dt_interpose_profile_t *p, FILE *f, const char *
  * the skipped ones it says so and prints no table. */
 void dt_interpose_profile_print_passes(dt_interpose_profile_t *p, FILE *f, const char *title);
 void dt_interpose_profile_free(dt_interpose_profile_t *p);
+
+/* ---- strict device checks: hooks for the device and comm interposers --- */
+
+/* Holds every comm call of a process to what a device communicator (nccl
+ * on a GPU) accepts (comm.h, "Memory"), so a run on the cpu device fails
+ * where it would on a GPU (interpose_strict.c says what is tracked and
+ * checked).  Give the same hooks to the process's device interposer,
+ * whose allocations they track, and to its comm interposer, whose calls
+ * they check and refuse (DT_ERR_INVALID; DT_ERR_UNSUPPORTED for a dtype
+ * NCCL has no type for, and for sym_alloc) with "strict device: <call>:
+ * <what is wrong>".  Thread safe. */
+typedef struct dt_interpose_strict dt_interpose_strict_t;
+
+/* NULL when out of memory (message set). */
+dt_interpose_strict_t *dt_interpose_strict_create(void);
+dt_interpose_hooks_t dt_interpose_strict_hooks(dt_interpose_strict_t *s);
+/* `title`, then what was checked, on one line:
+ *   "strict device (rank 0): 120 comm calls checked: 200 buffers in device
+ *    memory, 30 control messages in host memory (at most 64 bytes); 0
+ *    refused" */
+void dt_interpose_strict_print(dt_interpose_strict_t *s, FILE *f, const char *title);
+void dt_interpose_strict_free(dt_interpose_strict_t *s);
 
 /* ------------------------------------------------------------------ comm */
 

@@ -52,10 +52,10 @@
  * first cannot deadlock on a communicator whose sends wait for their
  * receiver (nccl); interleaved schedules move activations and gradients
  * on two groups, which one sendrecv cannot join, and still exchange them
- * one after the other.  Every wait is bounded by the group's timeout; a
- * failure is logged naming the peer stage, the operation and the
- * micro-batch, with the communicator's own message (the peer rank) kept
- * as the error.
+ * one after the other (--strict-device stops them).  Every wait is
+ * bounded by the group's timeout; a failure is logged naming the peer
+ * stage, the operation and the micro-batch, with the communicator's own
+ * message (the peer rank) kept as the error.
  */
 #ifndef DT_PLUGIN_PIPELINE_H
 #define DT_PLUGIN_PIPELINE_H

@@ -191,8 +191,8 @@ void dt_interpose_profile_free(dt_interpose_profile_t *p);
  * checked).  Give the same hooks to the process's device interposer,
  * whose allocations they track, and to its comm interposer, whose calls
  * they check and refuse (DT_ERR_INVALID; DT_ERR_UNSUPPORTED for a dtype
- * NCCL has no type for, and for sym_alloc) with "strict device: <call>:
- * <what is wrong>".  Thread safe. */
+ * nccl cannot carry in the call, and for sym_alloc) with "strict device:
+ * <call>: <what is wrong>".  Thread safe. */
 typedef struct dt_interpose_strict dt_interpose_strict_t;
 
 /* NULL when out of memory (message set). */

@@ -12,7 +12,9 @@
  * peer and whether its request was waited for.
  *
  * What is checked, before the plugin runs (comm.h, "Memory"):
- *  - the dtype is one NCCL moves (NCCL has no type for dtrain's u16);
+ *  - the dtype is one the nccl communicator carries: NCCL's own types
+ *    anywhere, and u16 (which NCCL has no type for) as bytes where
+ *    nothing is reduced (all_gather, broadcast, send, recv, sendrecv);
  *  - each buffer that moves bytes is either inside one live device
  *    allocation with room for them from where it starts, or plain host
  *    memory (in no allocation the device handed out) passed to a
@@ -245,11 +247,11 @@ __attribute__((format(printf, 4, 5))) static int refuse(dt_interpose_strict_t *s
 
 /* ---- the checks (lock held) ---------------------------------------------- */
 
-/* The types NCCL moves (ncclFloat32, ncclBfloat16, ncclFloat16,
- * ncclFloat64, ncclInt32, ncclInt64, ncclUint8; ncclInt8 too, which
- * dtrain has no dtype for). */
+/* NCCL's own types (ncclFloat32, ncclBfloat16, ncclFloat16, ncclFloat64,
+ * ncclInt32, ncclInt64, ncclUint8; ncclInt8 too, which dtrain has no
+ * dtype for). */
 #define STRICT_NCCL_TYPES "f32, bf16, f16, f64, i32, i64, u8"
-static int nccl_moves(int dtype)
+static int nccl_type(int dtype)
 {
     switch (dtype) {
     case DT_F32: case DT_BF16: case DT_F16: case DT_F64:
@@ -258,6 +260,31 @@ static int nccl_moves(int dtype)
     default:
         return 0;
     }
+}
+
+/* An operation that reduces (NCCL needs the type's arithmetic). */
+static int reduces(int slot)
+{
+    return slot == DT_ICOMM_ALL_REDUCE || slot == DT_ICOMM_REDUCE_SCATTER ||
+           slot == DT_ICOMM_REDUCE;
+}
+
+/* The dtype is one nccl carries in this operation: NCCL's own types
+ * anywhere; u16, which has none, as bytes (ncclUint8, twice the count)
+ * where nothing is reduced, as the nccl communicator does
+ * (plugins/nccl, nccl_wire). */
+static int check_dtype(dt_interpose_strict_t *s, const dt_interpose_comm_call_t *k,
+                       const char *call)
+{
+    if (nccl_type(k->dtype) || (k->dtype == DT_U16 && !reduces((int)k->base.slot)))
+        return DT_OK;
+    char dtb[24];
+    if (k->dtype == DT_U16)
+        return refuse(s, DT_ERR_UNSUPPORTED, call, "u16 cannot be reduced on NCCL: it has no "
+                      "NCCL type (NCCL reduces " STRICT_NCCL_TYPES "; the nccl communicator "
+                      "moves u16 as bytes, without reducing it)");
+    return refuse(s, DT_ERR_UNSUPPORTED, call, "%s is not a type NCCL moves ("
+                  STRICT_NCCL_TYPES ", and u16 as bytes)", dtype_text(k->dtype, dtb));
 }
 
 /* Bytes of `count` elements of `es` bytes times `n` (saturated). */
@@ -460,12 +487,9 @@ static int comm_before(dt_interpose_strict_t *s, const dt_interpose_comm_call_t 
     char call[200];
     describe(k, call, sizeof call);
     s->calls++;
-    if (!nccl_moves(k->dtype)) {
-        char dtb[24];
-        return refuse(s, DT_ERR_UNSUPPORTED, call, "%s is not a type NCCL moves ("
-                      STRICT_NCCL_TYPES ")", dtype_text(k->dtype, dtb));
-    }
-    int rc = check_bufs(s, k, call);
+    int rc = check_dtype(s, k, call);
+    if (rc == DT_OK)
+        rc = check_bufs(s, k, call);
     if (rc == DT_OK && (slot == DT_ICOMM_SEND || slot == DT_ICOMM_RECV))
         rc = check_order(s, k, call);
     return rc;

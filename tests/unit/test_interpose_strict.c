@@ -14,7 +14,9 @@
  *  - plain host memory: a control message in a collective is allowed, in
  *    send, recv or sendrecv refused; pinned host memory (host_alloc) is
  *    refused everywhere; reduce's recv counts on its root only;
- *  - dtypes: u16 (NCCL has no type for it) and an unknown dtype refused;
+ *  - dtypes: u16 (NCCL has no type for it) refused where it is reduced,
+ *    moved as bytes elsewhere, as the nccl communicator does; an unknown
+ *    dtype refused;
  *  - order: an ungrouped send to a peer, then a recv from it while the
  *    send is in flight, is refused naming both calls (and recv, then
  *    send); waited for, to another peer, on another group, or through
@@ -396,21 +398,45 @@ static void test_pinned_host_memory(void **state)
 static void test_dtypes_nccl_cannot_move(void **state)
 {
     (void)state;
-    uint16_t *u = dalloc(32 * sizeof(uint16_t), DT_TAG_OTHER);
+    uint16_t *u = dalloc(4 * 32 * sizeof(uint16_t), DT_TAG_OTHER);
+    const char *no_u16 = "u16 cannot be reduced on NCCL: it has no NCCL type (NCCL reduces "
+                         "f32, bf16, f16, f64, i32, i64, u8; the nccl communicator moves u16 "
+                         "as bytes, without reducing it)";
+    char want[512];
     assert_status(C->all_reduce(world, u, u, 32, DT_U16, DT_OP_SUM, NULL, NULL),
                   DT_ERR_UNSUPPORTED);
-    assert_msg("strict device: all_reduce #1 (u16, 64 bytes): u16 is not a type NCCL moves "
-               "(f32, bf16, f16, f64, i32, i64, u8)");
-    assert_status(C->broadcast(world, u, 4, 42, 0, NULL, NULL), DT_ERR_UNSUPPORTED);
-    assert_msg("strict device: broadcast #1 (dtype 42, 4 elements, root 0): dtype 42 is not a "
-               "type NCCL moves (f32, bf16, f16, f64, i32, i64, u8)");
-    /* host memory does not make it movable */
+    snprintf(want, sizeof want, "strict device: all_reduce #1 (u16, 64 bytes): %s", no_u16);
+    assert_msg(want);
+    assert_status(C->reduce_scatter(world, u, u, 32, DT_U16, DT_OP_MAX, NULL, NULL),
+                  DT_ERR_UNSUPPORTED);
+    snprintf(want, sizeof want, "strict device: reduce_scatter #1 (u16, 64 bytes per rank): %s",
+             no_u16);
+    assert_msg(want);
+    assert_status(C->reduce(world, u, u, 32, DT_U16, DT_OP_SUM, 0, NULL, NULL),
+                  DT_ERR_UNSUPPORTED);
+    snprintf(want, sizeof want, "strict device: reduce #1 (u16, 64 bytes, root 0): %s", no_u16);
+    assert_msg(want);
+    /* host memory does not make it reducible */
     uint16_t flag = 1;
     assert_status(C->all_reduce(world, &flag, &flag, 1, DT_U16, DT_OP_MAX, NULL, NULL),
                   DT_ERR_UNSUPPORTED);
-    assert_msg("strict device: all_reduce #2 (u16, 2 bytes): u16 is not a type NCCL moves "
-               "(f32, bf16, f16, f64, i32, i64, u8)");
-    assert_int_equal(calls[DT_ICOMM_ALL_REDUCE] + calls[DT_ICOMM_BROADCAST], 0);
+    snprintf(want, sizeof want, "strict device: all_reduce #2 (u16, 2 bytes): %s", no_u16);
+    assert_msg(want);
+    assert_int_equal(calls[DT_ICOMM_ALL_REDUCE] + calls[DT_ICOMM_REDUCE_SCATTER] +
+                         calls[DT_ICOMM_REDUCE],
+                     0);
+    /* moved, not reduced: as bytes */
+    assert_ok(C->all_gather(world, u, u, 32, DT_U16, NULL, NULL));
+    assert_ok(C->broadcast(world, u, 32, DT_U16, 0, NULL, NULL));
+    assert_ok(C->send(world, u, 32, DT_U16, 2, 0, NULL, NULL));
+    assert_int_equal(calls[DT_ICOMM_ALL_GATHER] + calls[DT_ICOMM_BROADCAST] +
+                         calls[DT_ICOMM_SEND],
+                     3);
+    /* a dtype dtrain does not know */
+    assert_status(C->broadcast(world, u, 4, 42, 0, NULL, NULL), DT_ERR_UNSUPPORTED);
+    assert_msg("strict device: broadcast #2 (dtype 42, 4 elements, root 0): dtype 42 is not a "
+               "type NCCL moves (f32, bf16, f16, f64, i32, i64, u8, and u16 as bytes)");
+    assert_int_equal(calls[DT_ICOMM_BROADCAST], 1);
     assert_ok(D->free(dev, u));
 }
 

@@ -19,6 +19,7 @@
 #include "cli/cli.h"
 #include "cli/cli_launch.h"
 #include "cli/run_profile.h"
+#include "cli/run_strict.h"
 #include "train/preflight.h"
 #include "train/train.h"
 #include "launch/launcher.h"
@@ -33,6 +34,7 @@ void dt_help_run(FILE *f)
     fprintf(f,
             "usage: dtrain run CONFIG [--set table.key=value ...] [--metrics FILE]\n"
             "                  [--profile comm|device[:skip=N][:sync]|comm,device]\n"
+            "                  [--strict-device]\n"
             "                  [--nproc N] [--nnodes N --node-rank R --master-addr A\n"
             "                   --master-port P]\n\n"
             "Train the model CONFIG describes.  --metrics writes one JSON object per\n"
@@ -44,7 +46,14 @@ void dt_help_run(FILE *f)
             "GFLOP/s, GB/s, errors, over whole forward passes (one per step with one\n"
             "micro-batch a step; skip=N leaves out the first N).  Times are the calls'\n"
             "own: a device that only enqueues (CUDA) is timed for the enqueue unless\n"
-            "sync waits for each kernel's stream around it.  comm,device does both.\n\n"
+            "sync waits for each kernel's stream around it.  comm,device does both.\n"
+            "--strict-device holds every communicator call to what nccl on a GPU\n"
+            "accepts, on any device and comm plugin: a buffer is device memory (inside\n"
+            "one allocation of the device, with room for the call's bytes) or, for a\n"
+            "collective only, a control message in plain host memory; the dtype is one\n"
+            "NCCL has; a send and a recv exchanged with one peer go together\n"
+            "(sendrecv).  The first call that breaks a rule stops the run (exit 1)\n"
+            "with a message naming it; at the end every rank prints what it checked.\n\n"
             "Multi-process: with [launch] nproc = N > 1 (or --set launch.nproc=N) this\n"
             "command starts N ranks of itself on this machine and relays their output,\n"
             "each line prefixed \"[rank R] \".  Ctrl-C/SIGTERM/SIGHUP are passed on to\n"
@@ -138,8 +147,11 @@ int dt_cmd_run(int argc, char **argv)
     if (dt_world_from_env(NULL, &w) == DT_OK && w.size > 1)
         dt_cli_set_rank(w.rank);
     dt_err_clear();
+    dt_run_strict_t strict;
+    char *args[argc + 1];
+    int nargs = dt_run_strict_take(argc, argv, opts, args, &strict);
     dt_cli_config_args_t a;
-    int ec = dt_cli_parse_config_args("run", argc, argv, &a, opts, vals);
+    int ec = dt_cli_parse_config_args("run", nargs, args, &a, opts, vals);
     if (!ec)
         ec = launch_options(vals + 2, &a);
     if (ec)
@@ -181,10 +193,13 @@ int dt_cmd_run(int argc, char **argv)
     }
     if (rc == DT_OK && (rc = dt_resolve_rest(&r, NULL)) == DT_OK &&
         (rc = install_crash_handler(&r, plan.world.rank)) == DT_OK &&
-        (rc = dt_run_profile_begin(&prof, &r)) == DT_OK) {
-        dt_train_opts_t o = {.metrics_path = vals[0]};
-        rc = dt_train(&r, &o);
-        dt_run_profile_end(&prof, plan.world.rank);
+        (rc = dt_run_strict_begin(&strict, &r)) == DT_OK) {
+        if ((rc = dt_run_profile_begin(&prof, &r)) == DT_OK) {
+            dt_train_opts_t o = {.metrics_path = vals[0]};
+            rc = dt_train(&r, &o);
+            dt_run_profile_end(&prof, plan.world.rank);
+        }
+        dt_run_strict_end(&strict, plan.world.rank);
     }
     ec = rc ? dt_cli_fail("run", rc) : DT_EXIT_OK;
     dt_resolved_free(&r);

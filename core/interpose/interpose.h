@@ -65,6 +65,10 @@
  * record carries): `dtrain run --profile device` is the profiler over the
  * device interposer, for every device plugin at once (core/cli/
  * run_profile.c); it replaced the cpu plugin's own profiler.
+ * `dtrain run --strict-device` gives one set of hooks (the strict device
+ * checks below) to both interposers of a rank: the device's calls feed
+ * the allocation table the comm's calls are checked against
+ * (core/cli/run_strict.c).
  *
  * Thread safety: the interposer adds none of its own constraints.  Hooks
  * are called on the caller's thread, concurrently when the plugin's calls
@@ -107,7 +111,8 @@ typedef struct dt_interpose_call {
                        * interposer (every instance, every thread), 2, ... */
     uint64_t bytes;   /* comm: payload, count x element size, count as
                        * the slot defines it (all_gather: elements each
-                       * rank sends; reduce_scatter: each rank receives);
+                       * rank sends; reduce_scatter: each rank receives;
+                       * sendrecv: both halves');
                        * device: the memory the call reads and writes
                        * (dt_interpose_device_call_t); 0 none */
     const char *op;   /* the operation the call's time belongs to: `name`,
@@ -178,6 +183,28 @@ void dt_interpose_profile_print(dt_interpose_profile_t *p, FILE *f, const char *
 void dt_interpose_profile_print_passes(dt_interpose_profile_t *p, FILE *f, const char *title);
 void dt_interpose_profile_free(dt_interpose_profile_t *p);
 
+/* ---- strict device checks: hooks for the device and comm interposers --- */
+
+/* Holds every comm call of a process to what a device communicator (nccl
+ * on a GPU) accepts (comm.h, "Memory"), so a run on the cpu device fails
+ * where it would on a GPU (interpose_strict.c says what is tracked and
+ * checked).  Give the same hooks to the process's device interposer,
+ * whose allocations they track, and to its comm interposer, whose calls
+ * they check and refuse (DT_ERR_INVALID; DT_ERR_UNSUPPORTED for a dtype
+ * nccl cannot carry in the call, and for sym_alloc) with "strict device:
+ * <call>: <what is wrong>".  Thread safe. */
+typedef struct dt_interpose_strict dt_interpose_strict_t;
+
+/* NULL when out of memory (message set). */
+dt_interpose_strict_t *dt_interpose_strict_create(void);
+dt_interpose_hooks_t dt_interpose_strict_hooks(dt_interpose_strict_t *s);
+/* `title`, then what was checked, on one line:
+ *   "strict device (rank 0): 120 comm calls checked: 200 buffers in device
+ *    memory, 30 control messages in host memory (at most 64 bytes); 0
+ *    refused" */
+void dt_interpose_strict_print(dt_interpose_strict_t *s, FILE *f, const char *title);
+void dt_interpose_strict_free(dt_interpose_strict_t *s);
+
 /* ------------------------------------------------------------------ comm */
 
 /* The comm table's slots in field order, as X(ENUM, field, DT_ICALL_*). */
@@ -199,7 +226,8 @@ void dt_interpose_profile_free(dt_interpose_profile_t *p);
     X(TEST, test, DT_ICALL_WAIT)                                               \
     X(CLEANUP_JOB, cleanup_job, 0)                                             \
     X(SYM_ALLOC, sym_alloc, DT_ICALL_COLLECTIVE)                               \
-    X(SYM_FREE, sym_free, 0)
+    X(SYM_FREE, sym_free, 0)                                                   \
+    X(SENDRECV, sendrecv, DT_ICALL_P2P | DT_ICALL_START)
 
 #define DT_INTERPOSE_ENUM_(up, field, flags) DT_ICOMM_##up,
 typedef enum dt_interpose_comm_slot {
@@ -218,15 +246,22 @@ typedef struct dt_interpose_comm_call {
     const dt_host_t *host;    /* the plugin's host table (init's), for
                                * messages: "comm/shm: ..." */
     int32_t group_rank, group_size; /* in this group; -1 unknown (init) */
-    uint64_t count;           /* elements, as the slot's count argument */
+    uint64_t count;           /* elements, as the slot's count argument
+                               * (sendrecv: its send's) */
     int32_t dtype, reduce_op; /* dt_dtype_t, dt_reduce_op_t; -1 none */
     int32_t peer, tag;        /* root (broadcast, reduce) or peer (send,
-                               * recv); -1 none */
+                               * recv; sendrecv: its send's); -1 none */
+    const void *send;         /* the buffer the call reads (send's buf;
+                               * broadcast: buf, also `recv`); NULL none */
+    void *recv;               /* the buffer it writes (recv's buf) */
+    uint64_t recv_count;      /* sendrecv: its recv's count, peer and tag */
+    int32_t recv_peer, recv_tag;
     int32_t color, key;       /* split */
     int64_t timeout_ms;       /* wait */
     dt_comm_req_t *req;       /* wait/test: the request; start slots, in
                                * `after`: the one handed out (NULL when
-                               * blocking or failed) */
+                               * blocking or failed; sendrecv: its send's) */
+    dt_comm_req_t *recv_req;  /* sendrecv, in `after`: its recv's request */
     int32_t req_slot;         /* wait/test: the slot that started req, -1
                                * unknown */
     const char *text;         /* abort: the reason; init, cleanup_job: the

@@ -12,7 +12,8 @@
  *
  * Each slot's signature is written once, in IC_PLAIN_SLOTS (slots that
  * only forward) or as a function (init, finalize, wait, split,
- * cleanup_job: they create or destroy handles or requests).  The
+ * cleanup_job, sendrecv: they create or destroy handles or requests, or
+ * hand out two).  The
  * compile-time checks after the includes prove the slot enum of
  * interpose.h follows dt_comm_ops_t field by field.
  */
@@ -129,14 +130,17 @@ static void call_begin(ic_call_t *x, dt_interpose_comm_t *ic, dt_comm_t *g, int 
     k->host = g ? g->host : NULL;
     k->group_rank = g ? g->rank : -1;
     k->group_size = g ? g->size : -1;
-    k->dtype = k->reduce_op = k->peer = k->tag = -1;
+    k->dtype = k->reduce_op = k->peer = k->tag = k->recv_peer = k->recv_tag = -1;
     k->req_slot = -1;
 }
 
-/* The data a start slot moves, and where its request goes. */
-static void call_data(ic_call_t *x, uint64_t count, int dtype, int op, int32_t peer, int32_t tag,
-                      dt_comm_req_t **req)
+/* The data a start slot moves (the buffers it reads and writes), and
+ * where its request goes. */
+static void call_data(ic_call_t *x, const void *send, void *recv, uint64_t count, int dtype,
+                      int op, int32_t peer, int32_t tag, dt_comm_req_t **req)
 {
+    x->k.send = send;
+    x->k.recv = recv;
     x->k.count = count;
     x->k.dtype = dtype;
     x->k.reduce_op = op;
@@ -199,39 +203,39 @@ static int null_group(const char *slot)
       (dt_comm_t * c, const void *send, void *recv, uint64_t count, int dtype, int op,         \
        dt_stream_t *stream, dt_comm_req_t **req),                                              \
       (c->inner, send, recv, count, dtype, op, stream, req),                                   \
-      call_data(&x, count, dtype, op, -1, -1, req))                                            \
+      call_data(&x, send, recv, count, dtype, op, -1, -1, req))                                \
     X(REDUCE_SCATTER, reduce_scatter,                                                          \
       (dt_comm_t * c, const void *send, void *recv, uint64_t recv_count, int dtype, int op,    \
        dt_stream_t *stream, dt_comm_req_t **req),                                              \
       (c->inner, send, recv, recv_count, dtype, op, stream, req),                              \
-      call_data(&x, recv_count, dtype, op, -1, -1, req))                                       \
+      call_data(&x, send, recv, recv_count, dtype, op, -1, -1, req))                           \
     X(ALL_GATHER, all_gather,                                                                  \
       (dt_comm_t * c, const void *send, void *recv, uint64_t send_count, int dtype,            \
        dt_stream_t *stream, dt_comm_req_t **req),                                              \
       (c->inner, send, recv, send_count, dtype, stream, req),                                  \
-      call_data(&x, send_count, dtype, -1, -1, -1, req))                                       \
+      call_data(&x, send, recv, send_count, dtype, -1, -1, -1, req))                           \
     X(BROADCAST, broadcast,                                                                    \
       (dt_comm_t * c, void *buf, uint64_t count, int dtype, int32_t root, dt_stream_t *stream, \
        dt_comm_req_t **req),                                                                   \
       (c->inner, buf, count, dtype, root, stream, req),                                        \
-      call_data(&x, count, dtype, -1, root, -1, req))                                          \
+      call_data(&x, buf, buf, count, dtype, -1, root, -1, req))                                \
     X(REDUCE, reduce,                                                                          \
       (dt_comm_t * c, const void *send, void *recv, uint64_t count, int dtype, int op,         \
        int32_t root, dt_stream_t *stream, dt_comm_req_t **req),                                \
       (c->inner, send, recv, count, dtype, op, root, stream, req),                             \
-      call_data(&x, count, dtype, op, root, -1, req))                                          \
+      call_data(&x, send, recv, count, dtype, op, root, -1, req))                              \
     X(SEND, send,                                                                              \
       (dt_comm_t * c, const void *buf, uint64_t count, int dtype, int32_t peer, int32_t tag,   \
        dt_stream_t *stream, dt_comm_req_t **req),                                              \
       (c->inner, buf, count, dtype, peer, tag, stream, req),                                   \
-      call_data(&x, count, dtype, -1, peer, tag, req))                                         \
+      call_data(&x, buf, NULL, count, dtype, -1, peer, tag, req))                              \
     X(RECV, recv,                                                                              \
       (dt_comm_t * c, void *buf, uint64_t count, int dtype, int32_t peer, int32_t tag,         \
        dt_stream_t *stream, dt_comm_req_t **req),                                              \
       (c->inner, buf, count, dtype, peer, tag, stream, req),                                   \
-      call_data(&x, count, dtype, -1, peer, tag, req))                                         \
+      call_data(&x, NULL, buf, count, dtype, -1, peer, tag, req))                              \
     X(BARRIER, barrier, (dt_comm_t * c, dt_comm_req_t **req), (c->inner, req),                 \
-      call_data(&x, 0, -1, -1, -1, -1, req))                                                   \
+      call_data(&x, NULL, NULL, 0, -1, -1, -1, -1, req))                                       \
     X(ABORT, abort, (dt_comm_t * c, const char *reason), (c->inner, reason),                   \
       x.k.text = reason)                                                                       \
     X(TEST, test, (dt_comm_t * c, dt_comm_req_t *req, int *done), (c->inner, req, done),       \
@@ -333,6 +337,36 @@ static int ic_wait(dt_comm_t *c, dt_comm_req_t *req, int64_t timeout_ms)
     int rc = c->ic->inner->wait(c->inner, req, timeout_ms);
     req_forget(c, req);
     return call_leave(&x, injected != DT_OK ? injected : rc);
+}
+
+/* Two requests: the send's goes where call_data says, the recv's is
+ * tracked here. */
+static int ic_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *recvbuf,
+                       uint64_t recv_count, int dtype, int32_t send_peer, int32_t recv_peer,
+                       int32_t send_tag, int32_t recv_tag, dt_stream_t *stream,
+                       dt_comm_req_t **send_req, dt_comm_req_t **recv_req)
+{
+    if (!c)
+        return null_group("sendrecv");
+    ic_call_t x;
+    call_begin(&x, c->ic, c, DT_ICOMM_SENDRECV);
+    call_data(&x, sendbuf, recvbuf, send_count, dtype, -1, send_peer, send_tag, send_req);
+    x.k.recv_count = recv_count;
+    x.k.recv_peer = recv_peer;
+    x.k.recv_tag = recv_tag;
+    x.k.base.bytes += recv_count * (uint64_t)dt_dtype_size(dtype);
+    int rc = call_enter(&x);
+    if (rc == DT_OK)
+        rc = c->ic->inner->sendrecv(c->inner, sendbuf, send_count, recvbuf, recv_count, dtype,
+                                    send_peer, recv_peer, send_tag, recv_tag, stream, send_req,
+                                    recv_req);
+    else if (recv_req)
+        *recv_req = NULL;
+    if (rc == DT_OK && recv_req && *recv_req) {
+        x.k.recv_req = *recv_req;
+        req_track(c, *recv_req, DT_ICOMM_SENDRECV);
+    }
+    return call_leave(&x, rc);
 }
 
 static int ic_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
@@ -450,15 +484,16 @@ int dt_interpose_comm_create(const dt_comm_ops_t *inner, const dt_interpose_hook
     ic->ops.wait = IC_HAS(wait) ? ic_wait : NULL;
     ic->ops.split = IC_HAS(split) ? ic_split : NULL;
     ic->ops.cleanup_job = IC_HAS(cleanup_job) ? ic_tramps[pool].cleanup_job : NULL;
+    ic->ops.sendrecv = IC_HAS(sendrecv) ? ic_sendrecv : NULL;
 #undef IC_SET
 #undef IC_HAS
     *out = ic;
     return DT_OK;
 }
 
-/* Every slot is set above: the plain ones and the five written out. */
+/* Every slot is set above: the plain ones and the six written out. */
 #define IC_COUNT(up, field, params, args, describe) +1
-_Static_assert(0 IC_PLAIN_SLOTS(IC_COUNT) + 5 == DT_ICOMM_SLOT_COUNT,
+_Static_assert(0 IC_PLAIN_SLOTS(IC_COUNT) + 6 == DT_ICOMM_SLOT_COUNT,
                "a comm slot has no wrapper in interpose_comm.c");
 
 const dt_comm_ops_t *dt_interpose_comm_ops(const dt_interpose_comm_t *ic)

@@ -96,7 +96,8 @@ static const dt_abi_subtable_t device_v1_sub[] = {
     {"kernels", offsetof(dt_device_ops_v1_t, kernels), &kernels_v1_layout},
 };
 
-/* comm v1: the non-blocking completion check and the crash cleanup are
+/* comm v1: the non-blocking completion check, the crash cleanup,
+ * symmetric memory (minor 1) and the grouped send/recv (minor 2) are
  * optional. */
 static const dt_abi_method_t comm_v1_mandatory[] = {
     M(comm, init), M(comm, finalize), M(comm, rank_size), M(comm, all_reduce),
@@ -106,8 +107,9 @@ static const dt_abi_method_t comm_v1_mandatory[] = {
 };
 static const dt_abi_method_t comm_v1_optional[] = {
     M(comm, test), M(comm, cleanup_job), M(comm, sym_alloc), M(comm, sym_free),
+    M(comm, sendrecv),
 };
-DT_LAYOUT_CHECK(comm, 18);
+DT_LAYOUT_CHECK(comm, 19);
 
 /* offload v1: host_ptr is a shortcut for host-memory tiers only. */
 static const dt_abi_method_t offload_v1_mandatory[] = {

@@ -692,6 +692,7 @@ static const dt_comm_ops_v1_t mpi_ops = {
     .split = mpi_split,
     .abort = mpi_abort,
     .test = mpic_test,
+    .sendrecv = mpic_sendrecv,
 };
 
 DT_PLUGIN_ENTRY(comm, 1, dt_comm_ops_v1_t, &mpi_ops)

@@ -410,16 +410,13 @@ static const char *mpi_call_name(int kind)
     }
 }
 
-/* Number, start, and either hand out the request or wait for it. */
-static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *recv,
-                  dt_stream_t *stream, dt_comm_req_t **req)
+/* Before starting: what is queued on the stream done (host-memory
+ * transport), t numbered, the group and the job not failed. */
+static int start_check(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream)
 {
     const dt_host_v1_t *h = c->host;
     char desc[256], text[MPI_ABORT_MSG + 64];
-    if (req)
-        *req = NULL;
     if (c->dev_ops && c->dev) {
-        /* host-memory transport: what is queued on the stream comes first */
         int st = c->dev_ops->stream_sync(c->dev, stream);
         if (st != DT_OK)
             return st;
@@ -438,10 +435,21 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *r
         mpic_req_desc(c, t, desc, sizeof desc);
         return h->set_error(h, fst, "%s: not started: %s", desc, text);
     }
+    return DT_OK;
+}
+
+/* Start t's MPI call: its request, in flight and on the live list; NULL
+ * with the message set when it could not be started. */
+static struct dt_comm_req *start_req(dt_comm_t *c, const struct dt_comm_req *t,
+                                     const void *send, void *recv, int *status)
+{
+    const dt_host_v1_t *h = c->host;
+    char desc[256];
     struct dt_comm_req *r = malloc(sizeof *r);
     if (!r) {
         mpic_req_desc(c, t, desc, sizeof desc);
-        return h->set_error(h, DT_ERR_NOMEM, "%s: out of memory for the request", desc);
+        *status = h->set_error(h, DT_ERR_NOMEM, "%s: out of memory for the request", desc);
+        return NULL;
     }
     *r = *t;
     r->mreq = MPI_REQUEST_NULL;
@@ -457,8 +465,9 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *r
             if (!r->tmp) {
                 free(r);
                 mpic_req_desc(c, t, desc, sizeof desc);
-                return h->set_error(h, DT_ERR_NOMEM, "%s: out of memory for a %zu-byte "
-                                    "receive buffer", desc, out_bytes);
+                *status = h->set_error(h, DT_ERR_NOMEM, "%s: out of memory for a %zu-byte "
+                                       "receive buffer", desc, out_bytes);
+                return NULL;
             }
             r->tmp_dst = recv;
             r->tmp_bytes = out_bytes;
@@ -482,10 +491,27 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *r
         if (r->tmp)
             h->free(h, r->tmp);
         free(r);
-        return h->set_error(h, DT_ERR_SYSTEM, "%s: %s failed: %s", desc,
-                            mpi_call_name(t->kind), etext);
+        *status = h->set_error(h, DT_ERR_SYSTEM, "%s: %s failed: %s", desc,
+                               mpi_call_name(t->kind), etext);
+        return NULL;
     }
     live_add(c, r);
+    *status = DT_OK;
+    return r;
+}
+
+/* Number, start, and either hand out the request or wait for it. */
+static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *recv,
+                  dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (req)
+        *req = NULL;
+    int st = start_check(c, t, stream);
+    if (st != DT_OK)
+        return st;
+    struct dt_comm_req *r = start_req(c, t, send, recv, &st);
+    if (!r)
+        return st;
     if (!req)
         return mpic_wait(c, r, -1);
     *req = r;
@@ -576,6 +602,56 @@ int mpic_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer, 
     CHECK(check_args(c, &t, NULL, buf));
     CHECK(check_tag(c, &t));
     return submit(c, &t, NULL, buf, stream, req);
+}
+
+/* MPI_Isend and MPI_Irecv never wait for their match: started one after
+ * the other, neither holds up the other.  Both halves are checked first;
+ * if MPI refuses to start the recv once the send is started, the send
+ * stays with MPI and the group is failed (MPI cannot take a send back). */
+int mpic_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *recvbuf,
+                  uint64_t recv_count, int dtype, int32_t send_peer, int32_t recv_peer,
+                  int32_t send_tag, int32_t recv_tag, dt_stream_t *stream,
+                  dt_comm_req_t **send_req, dt_comm_req_t **recv_req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    if (send_req)
+        *send_req = NULL;
+    if (recv_req)
+        *recv_req = NULL;
+    if (!send_req != !recv_req)
+        return c->host->set_error(c->host, DT_ERR_INVALID, "sendrecv: send_req and recv_req "
+                                  "are both given or both NULL");
+    struct dt_comm_req ts = {.kind = DT_COMM_OP_SEND, .count = send_count, .dtype = dtype,
+                             .root = send_peer, .tag = send_tag};
+    struct dt_comm_req tr = {.kind = DT_COMM_OP_RECV, .count = recv_count, .dtype = dtype,
+                             .root = recv_peer, .tag = recv_tag};
+    CHECK(check_args(c, &ts, sendbuf, NULL));
+    CHECK(check_tag(c, &ts));
+    CHECK(check_args(c, &tr, NULL, recvbuf));
+    CHECK(check_tag(c, &tr));
+    CHECK(start_check(c, &ts, stream));
+    tr.seq = ++c->p2p_seq;
+    int st;
+    struct dt_comm_req *rs = start_req(c, &ts, sendbuf, NULL, &st);
+    if (!rs)
+        return st;
+    struct dt_comm_req *rr = start_req(c, &tr, NULL, recvbuf, &st);
+    if (!rr) {
+        mark_broken(c, st, "a sendrecv's recv could not be started after its send");
+        uncount(c, rs); /* MPI keeps the send */
+        live_remove(c, rs);
+        free(rs);
+        return st;
+    }
+    if (send_req) {
+        *send_req = rs;
+        *recv_req = rr;
+        return DT_OK;
+    }
+    st = mpic_wait(c, rs, -1);
+    int st2 = mpic_wait(c, rr, -1);
+    return st != DT_OK ? st : st2;
 }
 
 int mpic_barrier(dt_comm_t *c, dt_comm_req_t **req)

@@ -45,10 +45,17 @@
  * s + 1 with tag 2i, its gradient back with tag 2i + 1, each started on
  * the compute stream with an asynchronous request; a send is waited for
  * only when its buffer is needed again or at the end of the step, so a
- * stage computes while its output travels.  Every wait is bounded by the
- * group's timeout; a failure is logged naming the peer stage, the
- * operation and the micro-batch, with the communicator's own message
- * (the peer rank) kept as the error.
+ * stage computes while its output travels.  An operation's output is
+ * sent as the next operation starts, together with that one's input in
+ * one sendrecv when both go to and come from the same neighbour on the
+ * same group (1F1B's steady state), so that two stages that each send
+ * first cannot deadlock on a communicator whose sends wait for their
+ * receiver (nccl); interleaved schedules move activations and gradients
+ * on two groups, which one sendrecv cannot join, and still exchange them
+ * one after the other (--strict-device stops them).  Every wait is
+ * bounded by the group's timeout; a failure is logged naming the peer
+ * stage, the operation and the micro-batch, with the communicator's own
+ * message (the peer rank) kept as the error.
  */
 #ifndef DT_PLUGIN_PIPELINE_H
 #define DT_PLUGIN_PIPELINE_H

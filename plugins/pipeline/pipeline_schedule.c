@@ -3,6 +3,17 @@
  * pipeline_order.c gives, run over the core's stage runner, boundary
  * tensors moved with the pipeline group's send / recv (pipeline.h says
  * how).
+ *
+ * An operation's output is not sent when it is computed but when the
+ * next operation starts: if that one begins by receiving from the same
+ * neighbour on the same group (1F1B's steady state: a forward's
+ * activation goes to stage k + 1 as the next backward's gradient comes
+ * back from it; GPipe's turn from forwards to backwards), the two go as
+ * one sendrecv, so that on a communicator whose sends block until their
+ * receiver runs (nccl) two neighbours that each send first cannot wait
+ * for each other forever (B8).  Nothing is computed in between, so the
+ * send starts no later than before.  A communicator without sendrecv
+ * gets the send, then the recv.
  */
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +28,8 @@ typedef struct pp_step {
                       * activations this step: no stash of inputs */
     double loss;     /* the last stage's sum of micro-batch losses */
     uint64_t wait_ns; /* time in receives */
+    pp_buf_t *pending; /* the last operation's output, not sent yet
+                        * (its from, peer, micro, grad and comm set) */
 } pp_step_t;
 
 static const char *what_of(int grad) { return grad ? "activation gradient" : "activation"; }
@@ -186,32 +199,59 @@ static int32_t tag_of(const pp_step_t *t, uint32_t j, uint32_t micro, int grad)
     return (int32_t)(2 * (chunk * t->a->n_micro + micro) + (uint32_t)grad);
 }
 
-/* Start sending b (from virtual stage `from`) to virtual stage `to`. */
-static int start_send(pp_step_t *t, pp_buf_t *b, uint32_t from, uint32_t to, uint32_t micro,
-                      int grad)
+/* b (from virtual stage `from`) is to go to virtual stage `to`: sent when
+ * the next operation starts (send_pending, recv_into). */
+static void defer_send(pp_step_t *t, pp_buf_t *b, uint32_t from, uint32_t to, uint32_t micro,
+                       int grad)
 {
-    dt_strategy_t *s = t->s;
     b->from = from;
     b->peer = to;
     b->micro = micro;
     b->grad = grad;
-    b->comm = route(s, grad);
+    b->comm = route(t->s, grad);
+    t->pending = b;
+}
+
+static int32_t rank_of(const dt_strategy_t *s, uint32_t j)
+{
+    return (int32_t)(j % (uint32_t)s->n_stages);
+}
+
+/* Start sending the pending output on its own. */
+static int send_pending(pp_step_t *t)
+{
+    dt_strategy_t *s = t->s;
+    pp_buf_t *b = t->pending;
+    if (!b)
+        return DT_OK;
+    t->pending = NULL;
     int rc = s->comm_ops->send(b->comm, b->p, t->a->act_count, t->a->act_dtype,
-                               (int32_t)(to % (uint32_t)s->n_stages), tag_of(t, to, micro, grad),
-                               s->cs, &b->send);
+                               rank_of(s, b->peer), tag_of(t, b->peer, b->micro, b->grad), s->cs,
+                               &b->send);
     if (rc != DT_OK) {
         char me[64], pe[64];
         b->send = NULL;
         s->host->log(s->host, DT_LOG_ERROR,
                      "step %lld: %s: starting the send of the %s of micro-batch %u to %s "
-                     "failed", (long long)t->a->step, vname(s, from, me, sizeof me),
-                     what_of(grad), micro, vname(s, to, pe, sizeof pe));
+                     "failed", (long long)t->a->step, vname(s, b->from, me, sizeof me),
+                     what_of(b->grad), b->micro, vname(s, b->peer, pe, sizeof pe));
     }
     return rc;
 }
 
+/* The pending output goes with a recv from virtual stage `from` on group
+ * c: the same rank, the same group, and a communicator with sendrecv. */
+static int pairs_with(const pp_step_t *t, dt_comm_t *c, uint32_t from)
+{
+    const dt_strategy_t *s = t->s;
+    const pp_buf_t *b = t->pending;
+    return b && b->comm == c && rank_of(s, b->peer) == rank_of(s, from) &&
+           DT_HAS_OP(dt_comm_ops_t, s->comm_ops, sendrecv);
+}
+
 /* Receive into buf virtual stage j's input (from j - 1) or, with `grad`,
- * the gradient of its output (from j + 1). */
+ * the gradient of its output (from j + 1); the pending output goes
+ * first, or with it when they share the neighbour (pairs_with). */
 static int recv_into(pp_step_t *t, void *buf, uint32_t j, uint32_t micro, int grad)
 {
     dt_strategy_t *s = t->s;
@@ -219,18 +259,37 @@ static int recv_into(pp_step_t *t, void *buf, uint32_t j, uint32_t micro, int gr
     const uint64_t t0 = s->host->now_ns(s->host);
     dt_comm_t *c = route(s, grad);
     dt_comm_req_t *req = NULL;
-    int rc = s->comm_ops->recv(c, buf, t->a->act_count, t->a->act_dtype,
-                               (int32_t)(from % (uint32_t)s->n_stages),
+    pp_buf_t *b = pairs_with(t, c, from) ? t->pending : NULL;
+    int rc;
+    if (b) {
+        t->pending = NULL;
+        rc = s->comm_ops->sendrecv(c, b->p, t->a->act_count, buf, t->a->act_count,
+                                   t->a->act_dtype, rank_of(s, b->peer), rank_of(s, from),
+                                   tag_of(t, b->peer, b->micro, b->grad),
+                                   tag_of(t, j, micro, grad), s->cs, &b->send, &req);
+    } else if ((rc = send_pending(t)) == DT_OK) {
+        rc = s->comm_ops->recv(c, buf, t->a->act_count, t->a->act_dtype, rank_of(s, from),
                                tag_of(t, j, micro, grad), s->cs, &req);
+    } else {
+        return rc;
+    }
     if (rc == DT_OK)
         rc = s->comm_ops->wait(c, req, -1);
     t->wait_ns += s->host->now_ns(s->host) - t0;
     if (rc != DT_OK) {
-        char me[64], pe[64];
-        s->host->log(s->host, DT_LOG_ERROR,
-                     "step %lld: %s: recv of the %s of micro-batch %u from %s failed",
-                     (long long)t->a->step, vname(s, j, me, sizeof me), what_of(grad), micro,
-                     vname(s, from, pe, sizeof pe));
+        char me[64], pe[64], to[64];
+        if (b)
+            s->host->log(s->host, DT_LOG_ERROR,
+                         "step %lld: %s: sendrecv of the %s of micro-batch %u to %s and the "
+                         "%s of micro-batch %u from %s failed", (long long)t->a->step,
+                         vname(s, j, me, sizeof me), what_of(b->grad), b->micro,
+                         vname(s, b->peer, to, sizeof to), what_of(grad), micro,
+                         vname(s, from, pe, sizeof pe));
+        else
+            s->host->log(s->host, DT_LOG_ERROR,
+                         "step %lld: %s: recv of the %s of micro-batch %u from %s failed",
+                         (long long)t->a->step, vname(s, j, me, sizeof me), what_of(grad),
+                         micro, vname(s, from, pe, sizeof pe));
     }
     return rc;
 }
@@ -248,6 +307,8 @@ static int forward(pp_step_t *t, uint32_t chunk, uint32_t m)
         in = s->stash[chunk * s->n_stash + m % s->n_stash].p;
         if ((rc = recv_into(t, in, j, m, 0)) != DT_OK)
             return rc;
+    } else if ((rc = send_pending(t)) != DT_OK) {
+        return rc;
     }
     if (j + 1 < n_vstages(s)) {
         ob = &s->out[chunk * s->n_ring + m % s->n_ring];
@@ -259,7 +320,9 @@ static int forward(pp_step_t *t, uint32_t chunk, uint32_t m)
                    : r->forward_chunk(r->ctx, chunk, m, in, out, &t->loss);
     if (rc != DT_OK)
         return rc;
-    return ob ? start_send(t, ob, j, j + 1, m, 0) : DT_OK;
+    if (ob)
+        defer_send(t, ob, j, j + 1, m, 0);
+    return DT_OK;
 }
 
 /* B(chunk, m): receive the output's gradient, run the chunk's backward,
@@ -279,6 +342,8 @@ static int backward(pp_step_t *t, uint32_t chunk, uint32_t m)
         dout = s->dout[chunk].p;
         if ((rc = recv_into(t, dout, j, m, 1)) != DT_OK)
             return rc;
+    } else if ((rc = send_pending(t)) != DT_OK) {
+        return rc;
     }
     if (j > 0) {
         db = &s->din[chunk * s->n_ring + m % s->n_ring];
@@ -290,7 +355,9 @@ static int backward(pp_step_t *t, uint32_t chunk, uint32_t m)
                    : r->backward_chunk(r->ctx, chunk, m, in, dout, din);
     if (rc != DT_OK)
         return rc;
-    return db ? start_send(t, db, j, j - 1, m, 1) : DT_OK;
+    if (db)
+        defer_send(t, db, j, j - 1, m, 1);
+    return DT_OK;
 }
 
 /* The most micro-batches a chunk of this stage has in flight for m
@@ -365,6 +432,8 @@ int pp_run(dt_strategy_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result
     for (uint32_t i = 0; i < n && rc == DT_OK; i++)
         rc = s->ops[i].kind == PP_FWD ? forward(&t, s->ops[i].chunk, s->ops[i].micro)
                                       : backward(&t, s->ops[i].chunk, s->ops[i].micro);
+    if (rc == DT_OK)
+        rc = send_pending(&t);
     /* the last sends: their buffers are reused next step */
     for (uint32_t i = 0; i < s->V * s->n_ring && rc == DT_OK; i++) {
         rc = finish_send(&t, &s->out[i]);

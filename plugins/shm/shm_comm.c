@@ -517,6 +517,7 @@ static const dt_comm_ops_v1_t shm_ops = {
     .cleanup_job = shm_cleanup_job,
     .sym_alloc = shm_sym_alloc,
     .sym_free = shm_sym_free,
+    .sendrecv = shm_op_sendrecv,
 };
 
 DT_PLUGIN_ENTRY(comm, 1, dt_comm_ops_v1_t, &shm_ops)

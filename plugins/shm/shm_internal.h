@@ -540,6 +540,10 @@ int shm_op_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype, int32_
                 int32_t tag, dt_stream_t *stream, dt_comm_req_t **req);
 int shm_op_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
                 int32_t tag, dt_stream_t *stream, dt_comm_req_t **req);
+int shm_op_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *recvbuf,
+                    uint64_t recv_count, int dtype, int32_t send_peer, int32_t recv_peer,
+                    int32_t send_tag, int32_t recv_tag, dt_stream_t *stream,
+                    dt_comm_req_t **send_req, dt_comm_req_t **recv_req);
 int shm_op_barrier(dt_comm_t *c, dt_comm_req_t **req);
 int shm_op_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms);
 int shm_op_test(dt_comm_t *c, dt_comm_req_t *r, int *done);

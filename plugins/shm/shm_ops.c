@@ -346,14 +346,12 @@ int shm_op_test(dt_comm_t *c, dt_comm_req_t *r, int *done)
     return DT_OK;
 }
 
-/* Validate, queue, and either hand out the request or wait for it. */
-static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
-                  dt_comm_req_t **req)
+/* Before the operation t describes is queued: the work queued on the
+ * stream done, the group and the job not failed. */
+static int submit_check(dt_comm_t *c, const struct dt_comm_req *t, dt_stream_t *stream)
 {
     const dt_host_v1_t *h = c->host;
     char desc[256], text[700];
-    if (req)
-        *req = NULL;
     if (c->dev_ops && c->dev) {
         /* Host-memory transport: data queued on the stream must be there
          * before we read it. */
@@ -371,6 +369,54 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
         shm_req_desc(c, t, desc, sizeof desc);
         return h->set_error(h, st, "%s: not started: %s", desc, text);
     }
+    return DT_OK;
+}
+
+/* A request for the caller to wait on, a copy of t; NULL (message set)
+ * when out of memory. */
+static struct dt_comm_req *req_new(dt_comm_t *c, const struct dt_comm_req *t)
+{
+    struct dt_comm_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        char desc[256];
+        shm_req_desc(c, t, desc, sizeof desc);
+        c->host->set_error(c->host, DT_ERR_NOMEM, "%s: out of memory for the request", desc);
+        return NULL;
+    }
+    *r = *t;
+    atomic_init(&r->state, SHM_REQ_QUEUED);
+    atomic_init(&r->waiters, 0);
+    atomic_init(&r->released, 0);
+    return r;
+}
+
+/* Number r and queue it for the progress thread (qlock held). */
+static void enqueue_locked(dt_comm_t *c, struct dt_comm_req *r)
+{
+    r->id = ++c->next_id;
+    r->seq = (r->kind == DT_COMM_OP_SEND || r->kind == DT_COMM_OP_RECV) ? ++c->p2p_seq
+                                                                        : ++c->coll_seq;
+    if (c->qtail)
+        c->qtail->next = r;
+    else
+        c->qhead = r;
+    c->qtail = r;
+    r->live_next = c->live;
+    if (c->live)
+        c->live->live_prev = r;
+    c->live = r;
+}
+
+/* Validate, queue, and either hand out the request or wait for it. */
+static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
+                  dt_comm_req_t **req)
+{
+    const dt_host_v1_t *h = c->host;
+    if (req)
+        *req = NULL;
+    int chk = submit_check(c, t, stream);
+    if (chk != DT_OK)
+        return chk;
     if (!req && t->kind != DT_COMM_OP_SEND && t->kind != DT_COMM_OP_RECV &&
         atomic_load(&c->enqueued) == atomic_load(&c->taken) &&
         pthread_mutex_trylock(&c->exec) == 0) {
@@ -401,28 +447,11 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
         }
         pthread_mutex_unlock(&c->exec);
     }
-    struct dt_comm_req *r = calloc(1, sizeof *r);
-    if (!r) {
-        shm_req_desc(c, t, desc, sizeof desc);
-        return h->set_error(h, DT_ERR_NOMEM, "%s: out of memory for the request", desc);
-    }
-    *r = *t;
-    atomic_init(&r->state, SHM_REQ_QUEUED);
-    atomic_init(&r->waiters, 0);
-    atomic_init(&r->released, 0);
+    struct dt_comm_req *r = req_new(c, t);
+    if (!r)
+        return DT_ERR_NOMEM;
     pthread_mutex_lock(&c->qlock);
-    r->id = ++c->next_id;
-    r->seq = (r->kind == DT_COMM_OP_SEND || r->kind == DT_COMM_OP_RECV) ? ++c->p2p_seq
-                                                                        : ++c->coll_seq;
-    if (c->qtail)
-        c->qtail->next = r;
-    else
-        c->qhead = r;
-    c->qtail = r;
-    r->live_next = c->live;
-    if (c->live)
-        c->live->live_prev = r;
-    c->live = r;
+    enqueue_locked(c, r);
     pthread_mutex_unlock(&c->qlock);
     atomic_fetch_add(&c->enqueued, 1);
     shm_wake_progress(c);
@@ -548,6 +577,51 @@ int shm_op_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer
                             .dtype = dtype, .root = peer, .tag = tag};
     CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
+}
+
+/* Both halves are checked, then queued together (one lock), so either
+ * both run or neither: the progress thread keeps every started send and
+ * recv moving side by side (shm_p2p.c), so neither waits for the other. */
+int shm_op_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *recvbuf,
+                    uint64_t recv_count, int dtype, int32_t send_peer, int32_t recv_peer,
+                    int32_t send_tag, int32_t recv_tag, dt_stream_t *stream,
+                    dt_comm_req_t **send_req, dt_comm_req_t **recv_req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    if (send_req)
+        *send_req = NULL;
+    if (recv_req)
+        *recv_req = NULL;
+    if (!send_req != !recv_req)
+        return c->host->set_error(c->host, DT_ERR_INVALID, "sendrecv: send_req and recv_req "
+                                  "are both given or both NULL");
+    struct dt_comm_req ts = {.kind = DT_COMM_OP_SEND, .send = sendbuf, .count = send_count,
+                             .dtype = dtype, .root = send_peer, .tag = send_tag};
+    struct dt_comm_req tr = {.kind = DT_COMM_OP_RECV, .recv = recvbuf, .count = recv_count,
+                             .dtype = dtype, .root = recv_peer, .tag = recv_tag};
+    CHECK(check_args(c, &ts));
+    CHECK(check_args(c, &tr));
+    CHECK(submit_check(c, &ts, stream));
+    struct dt_comm_req *rs = req_new(c, &ts), *rr = rs ? req_new(c, &tr) : NULL;
+    if (!rr) {
+        free(rs);
+        return DT_ERR_NOMEM;
+    }
+    pthread_mutex_lock(&c->qlock);
+    enqueue_locked(c, rs);
+    enqueue_locked(c, rr);
+    pthread_mutex_unlock(&c->qlock);
+    atomic_fetch_add(&c->enqueued, 2);
+    shm_wake_progress(c);
+    if (send_req) {
+        *send_req = rs;
+        *recv_req = rr;
+        return DT_OK;
+    }
+    int st = shm_op_wait(c, rs, -1);
+    int st2 = shm_op_wait(c, rr, -1);
+    return st != DT_OK ? st : st2;
 }
 
 int shm_op_barrier(dt_comm_t *c, dt_comm_req_t **req)

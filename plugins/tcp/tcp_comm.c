@@ -475,6 +475,7 @@ static const dt_comm_ops_v1_t tcp_ops = {
     .split = tcp_split,
     .abort = tcp_abort,
     .test = tcp_test,
+    .sendrecv = tcp_sendrecv,
 };
 
 DT_PLUGIN_ENTRY(comm, 1, dt_comm_ops_v1_t, &tcp_ops)

@@ -630,21 +630,13 @@ int tcp_drop_live(dt_comm_t *c)
     return n;
 }
 
-/* Check, number, queue for the progress thread, and hand out the request
- * or wait for it. */
-static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *recv,
-                  dt_stream_t *stream, dt_comm_req_t **req)
+/* Before queueing: what is queued on the stream done (host-memory
+ * transport), t numbered, the group not failed. */
+static int start_check(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream)
 {
-    const dt_host_v1_t *h = c->host;
     char desc[256], text[700];
-    if (req)
-        *req = NULL;
-    int st = check_args(c, t, send, recv);
-    if (st != DT_OK)
-        return st;
     if (c->dev_ops && c->dev) {
-        /* host-memory transport: what is queued on the stream comes first */
-        st = c->dev_ops->stream_sync(c->dev, stream);
+        int st = c->dev_ops->stream_sync(c->dev, stream);
         if (st != DT_OK)
             return st;
     }
@@ -652,29 +644,62 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *r
         t->seq = ++c->p2p_seq;
     else
         t->seq = ++c->coll_seq;
-    st = tcp_group_failure(c, text, sizeof text);
+    int st = tcp_group_failure(c, text, sizeof text);
     if (st != DT_OK) {
         tcp_req_desc(c, t, desc, sizeof desc);
-        return h->set_error(h, st, "%s: not started: the group failed earlier: %s", desc,
-                            text);
+        return c->host->set_error(c->host, st, "%s: not started: the group failed earlier: %s",
+                                  desc, text);
     }
+    return DT_OK;
+}
+
+/* The request for t on send/recv; NULL (message set) when out of memory. */
+static struct dt_comm_req *req_new(dt_comm_t *c, const struct dt_comm_req *t, const void *send,
+                                   void *recv)
+{
     struct dt_comm_req *r = malloc(sizeof *r);
     if (!r) {
+        char desc[256];
         tcp_req_desc(c, t, desc, sizeof desc);
-        return h->set_error(h, DT_ERR_NOMEM, "%s: out of memory for the request", desc);
+        c->host->set_error(c->host, DT_ERR_NOMEM, "%s: out of memory for the request", desc);
+        return NULL;
     }
     *r = *t;
     r->send = send;
     r->recv = recv;
     r->state = TCP_RQ_QUEUED;
     r->q_next = NULL;
-    pthread_mutex_lock(&c->mu);
+    return r;
+}
+
+/* Queue r for the progress thread (c->mu held). */
+static void enqueue_locked(dt_comm_t *c, struct dt_comm_req *r)
+{
     live_add(c, r);
     if (c->q_tail)
         c->q_tail->q_next = r;
     else
         c->q_head = r;
     c->q_tail = r;
+}
+
+/* Check, number, queue for the progress thread, and hand out the request
+ * or wait for it. */
+static int submit(dt_comm_t *c, struct dt_comm_req *t, const void *send, void *recv,
+                  dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (req)
+        *req = NULL;
+    int st = check_args(c, t, send, recv);
+    if (st == DT_OK)
+        st = start_check(c, t, stream);
+    if (st != DT_OK)
+        return st;
+    struct dt_comm_req *r = req_new(c, t, send, recv);
+    if (!r)
+        return DT_ERR_NOMEM;
+    pthread_mutex_lock(&c->mu);
+    enqueue_locked(c, r);
     pthread_mutex_unlock(&c->mu);
     tcp_wake(c);
     if (req) {
@@ -849,6 +874,57 @@ int tcp_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
         return DT_ERR_INVALID;
     START(DT_COMM_OP_RECV, dtype, DT_OP_SUM, peer, tag, count);
     return submit(c, &t, NULL, buf, stream, req);
+}
+
+/* Both halves checked, then queued together: the progress thread posts
+ * the send's frame and the recv's receive without waiting for either to
+ * be matched, so neither half holds up the other. */
+int tcp_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *recvbuf,
+                 uint64_t recv_count, int dtype, int32_t send_peer, int32_t recv_peer,
+                 int32_t send_tag, int32_t recv_tag, dt_stream_t *stream,
+                 dt_comm_req_t **send_req, dt_comm_req_t **recv_req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    if (send_req)
+        *send_req = NULL;
+    if (recv_req)
+        *recv_req = NULL;
+    if (!send_req != !recv_req)
+        return c->host->set_error(c->host, DT_ERR_INVALID, "sendrecv: send_req and recv_req "
+                                  "are both given or both NULL");
+    struct dt_comm_req ts = {.kind = DT_COMM_OP_SEND, .dtype = dtype, .op = DT_OP_SUM,
+                             .root = send_peer, .tag = send_tag, .count = send_count};
+    struct dt_comm_req tr = {.kind = DT_COMM_OP_RECV, .dtype = dtype, .op = DT_OP_SUM,
+                             .root = recv_peer, .tag = recv_tag, .count = recv_count};
+    int st = check_args(c, &ts, sendbuf, NULL);
+    if (st == DT_OK)
+        st = check_args(c, &tr, NULL, recvbuf);
+    if (st == DT_OK)
+        st = start_check(c, &ts, stream);
+    if (st == DT_OK)
+        tr.seq = ++c->p2p_seq;
+    if (st != DT_OK)
+        return st;
+    struct dt_comm_req *rs = req_new(c, &ts, sendbuf, NULL);
+    struct dt_comm_req *rr = rs ? req_new(c, &tr, NULL, recvbuf) : NULL;
+    if (!rr) {
+        free(rs);
+        return DT_ERR_NOMEM;
+    }
+    pthread_mutex_lock(&c->mu);
+    enqueue_locked(c, rs);
+    enqueue_locked(c, rr);
+    pthread_mutex_unlock(&c->mu);
+    tcp_wake(c);
+    if (send_req) {
+        *send_req = rs;
+        *recv_req = rr;
+        return DT_OK;
+    }
+    st = tcp_wait(c, rs, -1);
+    int st2 = tcp_wait(c, rr, -1);
+    return st != DT_OK ? st : st2;
 }
 
 int tcp_barrier(dt_comm_t *c, dt_comm_req_t **req)

@@ -328,7 +328,8 @@ expect_out "an mlp in stages: named" \
 # Rank 1 (the last stage) kills itself as it starts the backward of
 # micro-batch 2 of step 3 (DTRAIN_FAULT_KILL_AT_BACKWARD, a test hook):
 # stage 0 has sent micro-batch 2 on and waits for its gradient, so it
-# finds out inside the pipeline's recv (or the send of micro-batch 3).
+# finds out inside the pipeline's exchange of micro-batch 3's activation
+# for micro-batch 2's gradient (one sendrecv; or its recv, or the send).
 if has_test_hooks "$bin"; then
   job="pk$$"
   killed_pair "$job" 3:2 k eq.toml --set parallel.pipeline=2 --set train.micro_batch=1 \
@@ -338,7 +339,7 @@ if has_test_hooks "$bin"; then
     bad "rank 1: exit $e1, expected 137" "$(cat k1.log)"
   [ "$e0" = 1 ] && ok "rank 0 stops when rank 1 is killed (exit 1)" ||
     bad "rank 0: exit $e0 after rank 1 was killed" "$out"
-  if grep -qE "step 3: stage 0: (recv of the activation gradient of micro-batch 2 from|send of the activation of micro-batch 3 to) stage 1 failed" <<<"$out"
+  if grep -qE "step 3: stage 0: (sendrecv of the activation of micro-batch 3 to stage 1 and the activation gradient of micro-batch 2 from|recv of the activation gradient of micro-batch 2 from|send of the activation of micro-batch 3 to) stage 1 failed" <<<"$out"
   then ok "the pipeline operation, micro-batch and peer stage are named"
   else bad "no pipeline operation named" "$out"; fi
   expect_out "the dead rank is named" "world rank 1 (pid"

@@ -98,7 +98,7 @@ expect_exit 0 "example builds with pkg-config" bash -c \
 syms=$(nm -D --defined-only "$work/ex/dtrain_self.so" | awk '{print $3}' | grep -v '^_' || true)
 if [ "$syms" = "dtrain_comm_v1" ]; then ok "only the entry symbol is exported"; else bad "exported: $syms"; fi
 expect_exit 0 "installed dtrain lists the plugin" env DTRAIN_PLUGIN_PATH="$work/ex" "$prefix/bin/dtrain" plugins
-expect_out "listed as a loadable comm plugin" "self         comm      1.1   0.1.0    loadable"
+expect_out "listed as a loadable comm plugin" "self         comm      1.2   0.1.0    loadable"
 expect_exit 0 "describe shows its keys" env DTRAIN_PLUGIN_PATH="$work/pc" "$prefix/bin/dtrain" plugins --describe self
 expect_out "key documented" "an example key: log each call"
 finish

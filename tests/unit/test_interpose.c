@@ -55,6 +55,9 @@ static struct {
     int32_t a, b;               /* root / peer, tag / color, key */
     dt_stream_t *stream;
     dt_comm_req_t **reqp;
+    uint64_t count2;            /* sendrecv's recv: count, peer, tag, req */
+    int32_t a2, b2;
+    dt_comm_req_t **reqp2;
     dt_comm_req_t *req;
     int64_t timeout_ms;
     const char *text;
@@ -142,6 +145,19 @@ static int f_recv(dt_comm_t *c, void *b, uint64_t n, int dt, int32_t peer, int32
 {
     return rec_start(DT_ICOMM_RECV, c, NULL, b, n, dt, -1, peer, tag, st, req);
 }
+static int f_sendrecv(dt_comm_t *c, const void *sb, uint64_t sn, void *rb, uint64_t rn, int dt,
+                      int32_t sp, int32_t rp, int32_t stag, int32_t rtag, dt_stream_t *st,
+                      dt_comm_req_t **sreq, dt_comm_req_t **rreq)
+{
+    int rc = rec_start(DT_ICOMM_SENDRECV, c, sb, rb, sn, dt, -1, sp, stag, st, sreq);
+    F.count2 = rn;
+    F.a2 = rp;
+    F.b2 = rtag;
+    F.reqp2 = rreq;
+    if (rreq)
+        *rreq = fake_rc == DT_OK ? REQ2 : NULL;
+    return rc;
+}
 static int f_barrier(dt_comm_t *c, dt_comm_req_t **req)
 {
     return rec_start(DT_ICOMM_BARRIER, c, NULL, NULL, 0, -1, -1, -1, -1, NULL, req);
@@ -201,6 +217,7 @@ static const dt_comm_ops_t fake_ops = {
     .abort = f_abort,
     .test = f_test,
     .cleanup_job = f_cleanup_job,
+    .sendrecv = f_sendrecv,
 };
 
 /* ---- recording hooks --------------------------------------------------- */
@@ -464,6 +481,46 @@ static void test_every_slot_passes_through(void **state)
     assert_ok(C->wait(c, req, -1));
     H.n_before = H.n_after = 0;
 
+    /* sendrecv: both halves' arguments, two requests, each wait named
+     * after it */
+    dt_comm_req_t *req2 = NULL;
+    assert_ok(C->sendrecv(c, send, 3, recv, 5, DT_BF16, 1, 2, 44, 45, STREAM, &req, &req2));
+    assert_int_equal(F.slot, DT_ICOMM_SENDRECV);
+    assert_ptr_equal(F.c, W);
+    assert_ptr_equal(F.send, send);
+    assert_ptr_equal(F.recv, recv);
+    assert_int_equal(F.count, 3);
+    assert_int_equal(F.count2, 5);
+    assert_int_equal(F.dtype, DT_BF16);
+    assert_int_equal(F.a, 1);
+    assert_int_equal(F.a2, 2);
+    assert_int_equal(F.b, 44);
+    assert_int_equal(F.b2, 45);
+    assert_ptr_equal(F.stream, STREAM);
+    assert_ptr_equal(F.reqp, &req);
+    assert_ptr_equal(F.reqp2, &req2);
+    assert_ptr_equal(req, REQ);
+    assert_ptr_equal(req2, REQ2);
+    saw(DT_ICOMM_SENDRECV, "sendrecv", 3, DT_OK);
+    assert_int_equal(H.before.base.flags, DT_ICALL_P2P | DT_ICALL_START);
+    assert_int_equal(H.before.base.bytes, 16); /* (3 + 5) x 2 */
+    assert_ptr_equal(H.before.send, send);
+    assert_ptr_equal(H.before.recv, recv);
+    assert_int_equal(H.before.count, 3);
+    assert_int_equal(H.before.peer, 1);
+    assert_int_equal(H.before.tag, 44);
+    assert_int_equal(H.before.recv_count, 5);
+    assert_int_equal(H.before.recv_peer, 2);
+    assert_int_equal(H.before.recv_tag, 45);
+    assert_ptr_equal(H.after.req, REQ);
+    assert_ptr_equal(H.after.recv_req, REQ2);
+    assert_ok(C->wait(c, req2, -1));
+    saw(DT_ICOMM_WAIT, "wait", 3, DT_OK);
+    assert_string_equal(H.after.base.op, "sendrecv");
+    assert_ok(C->wait(c, req, -1));
+    saw(DT_ICOMM_WAIT, "wait", 3, DT_OK);
+    assert_string_equal(H.after.base.op, "sendrecv");
+
     assert_ok(C->barrier(c, &req));
     assert_int_equal(F.slot, DT_ICOMM_BARRIER);
     assert_ptr_equal(F.c, W);
@@ -499,9 +556,9 @@ static void test_every_slot_passes_through(void **state)
         [DT_ICOMM_INIT] = 1, [DT_ICOMM_FINALIZE] = 1, [DT_ICOMM_RANK_SIZE] = 2,
         [DT_ICOMM_ALL_REDUCE] = 1, [DT_ICOMM_REDUCE_SCATTER] = 1, [DT_ICOMM_ALL_GATHER] = 1,
         [DT_ICOMM_BROADCAST] = 1, [DT_ICOMM_REDUCE] = 1, [DT_ICOMM_SEND] = 1,
-        [DT_ICOMM_RECV] = 1, [DT_ICOMM_BARRIER] = 1, [DT_ICOMM_WAIT] = 7,
+        [DT_ICOMM_RECV] = 1, [DT_ICOMM_BARRIER] = 1, [DT_ICOMM_WAIT] = 9,
         [DT_ICOMM_SPLIT] = 0, [DT_ICOMM_ABORT] = 1, [DT_ICOMM_TEST] = 1,
-        [DT_ICOMM_CLEANUP_JOB] = 1};
+        [DT_ICOMM_CLEANUP_JOB] = 1, [DT_ICOMM_SENDRECV] = 1};
     for (int s = 0; s < DT_ICOMM_SLOT_COUNT; s++)
         if (F.n[s] != want[s])
             fail_msg("slot %d: the plugin was called %d times, expected %d", s, F.n[s],
@@ -523,6 +580,15 @@ static void test_failures_pass_through(void **state)
     assert_null(H.after.req);
     assert_status(C->wait(c, REQ, 5), DT_ERR_TIMEOUT);
     saw(DT_ICOMM_WAIT, "wait", 3, DT_ERR_TIMEOUT);
+    dt_comm_req_t *req2 = REQ;
+    req = REQ2;
+    assert_status(C->sendrecv(c, buf, 2, buf, 2, DT_F32, 0, 0, 1, 2, NULL, &req, &req2),
+                  DT_ERR_TIMEOUT);
+    assert_null(req);
+    assert_null(req2);
+    saw(DT_ICOMM_SENDRECV, "sendrecv", 3, DT_ERR_TIMEOUT);
+    assert_null(H.after.req);
+    assert_null(H.after.recv_req);
     dt_comm_t *sub = c;
     assert_status(C->split(c, 1, 0, &sub), DT_ERR_TIMEOUT);
     assert_null(sub);
@@ -556,6 +622,18 @@ static void test_injected_failure(void **state)
     saw(DT_ICOMM_REDUCE_SCATTER, "reduce_scatter", 3, DT_ERR_REMOTE);
     assert_int_equal(H.elapsed_ns, 0);
     assert_int_equal(H.before.base.seq, 1);
+    /* a sendrecv refused hands out neither request */
+    H.inject_slot = DT_ICOMM_SENDRECV;
+    dt_comm_req_t *req2 = REQ;
+    req = REQ2;
+    assert_status(C->sendrecv(c, buf, 2, buf, 2, DT_F32, 0, 0, 1, 2, NULL, &req, &req2),
+                  DT_ERR_REMOTE);
+    assert_msg("comm/fake: sendrecv: injected");
+    assert_int_equal(F.n[DT_ICOMM_SENDRECV], 0);
+    assert_null(req);
+    assert_null(req2);
+    saw(DT_ICOMM_SENDRECV, "sendrecv", 3, DT_ERR_REMOTE);
+    H.inject_slot = DT_ICOMM_REDUCE_SCATTER;
     /* other slots are untouched */
     assert_ok(C->all_reduce(c, buf, buf, 2, DT_F32, DT_OP_SUM, NULL, &req));
     assert_ptr_equal(req, REQ);
@@ -680,6 +758,15 @@ static void test_older_and_newer_tables(void **state)
     assert_ok(w->rank_size(c, &r, &n));
     assert_int_equal(n, 5);
     w->finalize(c);
+    dt_interpose_comm_destroy(io);
+
+    /* a minor-1 plugin (before sendrecv): the wrapper has none either */
+    dt_comm_ops_t minor1 = fake_ops;
+    minor1.info.struct_size = (uint32_t)offsetof(dt_comm_ops_t, sendrecv);
+    minor1.info.abi_minor = 1;
+    assert_ok(dt_interpose_comm_create(&minor1, NULL, &io));
+    assert_false(DT_HAS_OP(dt_comm_ops_t, dt_interpose_comm_ops(io), sendrecv));
+    assert_true(DT_HAS_OP(dt_comm_ops_t, dt_interpose_comm_ops(io), cleanup_job));
     dt_interpose_comm_destroy(io);
 
     /* a slot the plugin leaves NULL stays absent */

@@ -522,6 +522,63 @@ static int battery_split(dt_comm_t *c, int rank, int N)
     return 0;
 }
 
+/* sendrecv (comm ABI 1.2): a ring exchange started as one; different
+ * counts each way, blocking; a half matched by the peer's plain recv and
+ * send; an argument error in either half starts neither (the next
+ * exchange on that tag gets the right message); one request asked of two
+ * is refused. */
+static int battery_sendrecv(dt_comm_t *c, int rank, int N)
+{
+    if (N < 2)
+        return 0;
+    const int right = (rank + 1) % N, left = (rank + N - 1) % N;
+    enum { M = 300000 };
+    float *sb = malloc(M * sizeof *sb), *rb = malloc(M * sizeof *rb);
+    RK_CHECK(sb && rb, "out of memory");
+    dt_comm_req_t *rs = NULL, *rr = NULL;
+    fill(sb, DT_F32, rank, M, 0, 901);
+    RK_OK(g_ops->sendrecv(c, sb, M, rb, M, DT_F32, right, left, 5, 5, NULL, &rs, &rr));
+    RK_CHECK(rs && rr && rs != rr, "sendrecv handed out %p and %p", (void *)rs, (void *)rr);
+    RK_OK(g_ops->wait(c, rr, -1));
+    if (check_copy(rb, DT_F32, left, M, 0, 901, "sendrecv ring"))
+        return 1;
+    RK_OK(g_ops->wait(c, rs, -1));
+    /* blocking, 10 + rank elements to the right, 10 + left from the left */
+    fill(sb, DT_F32, rank, 10 + (uint64_t)rank, 0, 902);
+    RK_OK(g_ops->sendrecv(c, sb, 10 + (uint64_t)rank, rb, 10 + (uint64_t)left, DT_F32, right,
+                        left, 6, 6, NULL, NULL, NULL));
+    if (check_copy(rb, DT_F32, left, 10 + (uint64_t)left, 0, 902, "blocking sendrecv"))
+        return 1;
+    /* rank 0's sendrecv against rank 1's plain recv, then send */
+    fill(sb, DT_F32, rank, 64, 0, 903);
+    if (rank == 0)
+        RK_OK(g_ops->sendrecv(c, sb, 64, rb, 64, DT_F32, 1, 1, 7, 8, NULL, NULL, NULL));
+    if (rank == 1) {
+        RK_OK(g_ops->recv(c, rb, 64, DT_F32, 0, 7, NULL, NULL));
+        RK_OK(g_ops->send(c, sb, 64, DT_F32, 0, 8, NULL, NULL));
+    }
+    if (rank < 2 && check_copy(rb, DT_F32, 1 - rank, 64, 0, 903, "sendrecv vs send/recv"))
+        return 1;
+    /* refused: a bad recv peer (the send half not sent), one request */
+    rs = rr = (dt_comm_req_t *)sb;
+    int rc = g_ops->sendrecv(c, sb, 4, rb, 4, DT_F32, right, N, 9, 9, NULL, &rs, &rr);
+    char want[128];
+    snprintf(want, sizeof want, "peer %d is not a rank of the group [0, %d)", N, N);
+    RK_CHECK(rc == DT_ERR_INVALID && strstr(dt_last_error(), want) && !rs && !rr,
+           "bad recv peer gave %s: %s", dt_status_name(rc), dt_last_error());
+    rc = g_ops->sendrecv(c, sb, 4, rb, 4, DT_F32, right, left, 9, 9, NULL, &rs, NULL);
+    RK_CHECK(rc == DT_ERR_INVALID && strcmp(dt_last_error(), "comm/mpi: sendrecv: send_req "
+           "and recv_req are both given or both NULL") == 0 && !rs,
+           "one request gave %s: %s", dt_status_name(rc), dt_last_error());
+    fill(sb, DT_F32, rank, 8, 0, 904);
+    RK_OK(g_ops->sendrecv(c, sb, 8, rb, 8, DT_F32, right, left, 9, 9, NULL, NULL, NULL));
+    if (check_copy(rb, DT_F32, left, 8, 0, 904, "sendrecv after refusals"))
+        return 1;
+    free(sb);
+    free(rb);
+    return 0;
+}
+
 static int battery_errors(dt_comm_t *c, int rank, int N)
 {
     int32_t x[4] = {0};
@@ -558,6 +615,8 @@ static int case_battery(int N)
         rc = battery_split(c, g_rank, N);
     if (!rc)
         rc = battery_errors(c, g_rank, N);
+    if (!rc)
+        rc = battery_sendrecv(c, g_rank, N);
     if (!rc)
         RK_OK(g_ops->barrier(c, NULL));
     g_ops->finalize(c);

@@ -4,8 +4,9 @@
  *
  * To start a new plugin: copy this folder, rename every "self" (file
  * names, the plugin name string, the CMake target), and replace the
- * bodies.  Only mandatory methods are implemented; the optional `test` is
- * left NULL and the core copes.  Build it against the INSTALLED SDK:
+ * bodies.  Only mandatory methods are implemented, and `sendrecv`, which
+ * refuses as send and recv do (a pipeline stage asks for it first); the
+ * optional `test` is left NULL and the core copes.  Build it against the INSTALLED SDK:
  *     cmake -S . -B build -DCMAKE_PREFIX_PATH=<dtrain prefix> && cmake --build build
  * or without CMake:
  *     cc -shared -fPIC -fvisibility=hidden -Wl,--no-undefined comm_self.c \
@@ -135,6 +136,18 @@ static int self_recv(dt_comm_t *c, void *buf, uint64_t n, int dtype, int32_t pee
     return self_p2p(c, peer);
 }
 
+static int self_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *recvbuf,
+                         uint64_t recv_count, int dtype, int32_t send_peer, int32_t recv_peer,
+                         int32_t send_tag, int32_t recv_tag, dt_stream_t *s,
+                         dt_comm_req_t **send_req, dt_comm_req_t **recv_req)
+{
+    if (send_req)
+        *send_req = NULL;
+    if (recv_req)
+        *recv_req = NULL;
+    return self_p2p(c, send_peer);
+}
+
 static int self_barrier(dt_comm_t *c, dt_comm_req_t **req)
 {
     if (req)
@@ -180,6 +193,7 @@ static const dt_comm_ops_v1_t self_ops = {
     .wait = self_wait,
     .split = self_split,
     .abort = self_abort,
+    .sendrecv = self_sendrecv,
 };
 
 DT_PLUGIN_ENTRY(comm, 1, dt_comm_ops_v1_t, &self_ops)

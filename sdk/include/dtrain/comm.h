@@ -87,7 +87,7 @@ extern "C" {
 #endif
 
 #define DT_COMM_ABI_MAJOR 1
-#define DT_COMM_ABI_MINOR 1
+#define DT_COMM_ABI_MINOR 2 /* 1: symmetric memory; 2: sendrecv */
 
 typedef struct dt_comm dt_comm_t;         /* a group of ranks, opaque */
 typedef struct dt_comm_req dt_comm_req_t; /* an operation in flight, opaque */
@@ -231,6 +231,41 @@ typedef struct dt_comm_ops_v1 {
     int (*sym_free)(dt_comm_t *c, void *ptr);
 
     /* ---- minor 1 ends here; append only ---- */
+
+    /* ---- grouped point to point (optional, minor 2) ----
+     * A send to `send_peer` and a recv from `recv_peer` started as ONE
+     * operation: neither waits for the other to be matched, whatever order
+     * the peers start theirs in.  Where a send blocks until its receiver
+     * runs (NCCL: a send on a stream, once the message is larger than
+     * NCCL buffers), two ranks that each send to the other and then
+     * receive from it deadlock unless each starts the two together (NCCL:
+     * ncclGroupStart/End around them; Megatron's batch_isend_irecv).  A
+     * pipeline stage exchanging an activation for a gradient with its
+     * neighbour is that case.
+     *
+     * Each half is exactly send(c, sendbuf, send_count, dtype, send_peer,
+     * send_tag) and recv(c, recvbuf, recv_count, dtype, recv_peer,
+     * recv_tag): the same matching, tags, buffers and counts (ELEMENTS of
+     * `dtype`; 0 moves nothing for that half), so a peer may match either
+     * half with its own sendrecv or with a plain send or recv.  The peers
+     * may differ (a middle stage sends on and receives from behind).
+     * Requests: with send_req and recv_req both given, each half's
+     * request, waited for on its own (the recv's data is there when its
+     * wait returns, the send's buffer free when its wait returns); with
+     * both NULL the call blocks until both halves are done; one NULL and
+     * not the other is DT_ERR_INVALID.  On failure no request is handed
+     * out and no half is left running (an argument error of either half
+     * starts neither).  Where it is absent (DT_HAS_OP), a caller starts
+     * the send, then the recv: the same where sends never wait for their
+     * receiver (shm, tcp, mpi; all three have it), the deadlock above on
+     * nccl. */
+    int (*sendrecv)(dt_comm_t *c, const void *sendbuf, uint64_t send_count,
+                    void *recvbuf, uint64_t recv_count, int dtype,
+                    int32_t send_peer, int32_t recv_peer, int32_t send_tag,
+                    int32_t recv_tag, dt_stream_t *stream,
+                    dt_comm_req_t **send_req, dt_comm_req_t **recv_req);
+
+    /* ---- minor 2 ends here; append only ---- */
 } dt_comm_ops_v1_t;
 
 /* Current-version names. */

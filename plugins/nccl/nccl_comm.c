@@ -394,6 +394,7 @@ static const dt_comm_ops_v1_t nccl_ops_table = {
     .abort = nccl_abort,
     .test = nccl_test,
     .cleanup_job = nccl_cleanup_job,
+    .sendrecv = nccl_sendrecv,
 };
 
 DT_PLUGIN_ENTRY(comm, 1, dt_comm_ops_v1_t, &nccl_ops_table)

@@ -131,6 +131,10 @@ int nccl_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype,
               dt_comm_req_t **req);
 int nccl_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
               int32_t tag, dt_stream_t *stream, dt_comm_req_t **req);
+int nccl_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *recvbuf,
+                  uint64_t recv_count, int dtype, int32_t send_peer, int32_t recv_peer,
+                  int32_t send_tag, int32_t recv_tag, dt_stream_t *stream,
+                  dt_comm_req_t **send_req, dt_comm_req_t **recv_req);
 int nccl_barrier(dt_comm_t *c, dt_comm_req_t **req);
 int nccl_wait(dt_comm_t *c, dt_comm_req_t *req, int64_t timeout_ms);
 int nccl_test(dt_comm_t *c, dt_comm_req_t *req, int *done);

@@ -446,6 +446,68 @@ int nccl_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
     return run_op(c, &a, stream, req);
 }
 
+/* A send and a recv as one NCCL group (ncclGroupStart/End), so neither
+ * waits for the other to be matched: two ranks that each send first then
+ * receive would otherwise block in their sends on the GPU (review B8;
+ * Megatron's batch_isend_irecv).  Both halves are checked (and host
+ * memory refused, as send and recv refuse it) before either starts; each
+ * gets its request, or both are waited for (NULL, NULL). */
+int nccl_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *recvbuf,
+                  uint64_t recv_count, int dtype, int32_t send_peer, int32_t recv_peer,
+                  int32_t send_tag, int32_t recv_tag, dt_stream_t *stream,
+                  dt_comm_req_t **send_req, dt_comm_req_t **recv_req)
+{
+    if (!c)
+        return DT_ERR_INVALID;
+    if (!send_req != !recv_req)
+        return c->host->set_error(c->host, DT_ERR_INVALID, "rank %d: sendrecv: give both "
+                                  "requests or neither", (int)c->world_rank);
+    if (send_req)
+        *send_req = *recv_req = NULL;
+    op_args_t as = {DT_COMM_OP_SEND, dtype, -1, send_count, send_peer, send_tag, sendbuf, NULL};
+    op_args_t ar = {DT_COMM_OP_RECV, dtype, -1, recv_count, recv_peer, recv_tag, NULL, recvbuf};
+    struct dt_comm_req rs, rr, *qs = NULL, *qr = NULL;
+    op_wire_t ws, wr;
+    memset(&ws, 0, sizeof ws);
+    memset(&wr, 0, sizeof wr);
+    ws.nr = wr.nr = ncclSum;
+    nccl_guard_lock(&c->guard);
+    int rc = begin(c, &rs, &as, stream, &ws);
+    if (rc == DT_OK)
+        rc = begin(c, &rr, &ar, stream, &wr);
+    if (rc == DT_OK && (ws.staged || wr.staged)) /* begin refuses host memory in p2p */
+        rc = c->host->set_error(c->host, DT_ERR_INVALID, "rank %d: sendrecv: a host buffer "
+                                "was staged", (int)c->world_rank);
+    if (rc == DT_OK) {
+        ncclResult_t g = ncclGroupStart();
+        ncclResult_t n1 = g == ncclSuccess ? issue(c, &as, &ws) : g;
+        ncclResult_t n2 = g == ncclSuccess ? issue(c, &ar, &wr) : g;
+        ncclResult_t e = g == ncclSuccess ? ncclGroupEnd() : g;
+        ncclResult_t first = n1 != ncclSuccess && n1 != ncclInProgress ? n1
+                             : n2 != ncclSuccess && n2 != ncclInProgress ? n2
+                                                                          : e;
+        rc = finish(c, &rs, first, &ws, &qs);
+        if (rc == DT_OK)
+            rc = finish(c, &rr, ncclSuccess, &wr, &qr);
+    }
+    nccl_guard_unlock(&c->guard);
+    if (rc != DT_OK) {
+        if (qs)
+            req_free(qs);
+        return rc;
+    }
+    if (send_req) {
+        *send_req = qs;
+        *recv_req = qr;
+        return DT_OK;
+    }
+    rc = wait_req(c, qr, -1);
+    int rc2 = wait_req(c, qs, -1);
+    req_free(qr);
+    req_free(qs);
+    return rc != DT_OK ? rc : rc2;
+}
+
 /* An all-reduce of the group's one zeroed f32 on the default stream: every
  * rank arrives (the sum of zeros stays zero). */
 int nccl_barrier(dt_comm_t *c, dt_comm_req_t **req)

@@ -19,7 +19,8 @@
  *    traffic (gradients, parameters, activations) and the only memory
  *    send and recv take.  On a host-visible device (cpu) it is host
  *    memory;
- *  - host memory (malloc, the stack, host_alloc) holding a CONTROL
+ *  - host memory (malloc, the stack; not host_alloc's pinned memory,
+ *    which holds bulk offload and staging data) holding a CONTROL
  *    MESSAGE: values the caller made on the host and reads back on the
  *    host (a config hash, a flag, the loss, an error text, a checkpoint's
  *    segment table), passed to a collective (all_reduce, reduce_scatter,

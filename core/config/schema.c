@@ -46,7 +46,8 @@ static const dt_config_key_t model_keys[] = {
     K_ENUM("activations", "\"fp32\"", "fp32|bf16",
            "dtype of activations and their gradients: bf16 halves their memory and runs "
            "matmuls and attention on bf16 tensor cores, with f32 accumulation and f32 "
-           "parameter gradients (the cuda device; the cpu device runs fp32 only)"),
+           "parameter gradients (the cuda device; the cpu device stores bf16 and "
+           "computes in f32, the same rounding, so CI takes bf16 runs' paths)"),
     K_ENUM("activation_checkpointing", "\"none\"", "none|all|every",
            "recompute activations in backward"),
     K_INT("checkpoint_every", "2", 1, 1024,

@@ -122,10 +122,19 @@ int dt_decoder_create(dt_model_t *m, const dt_model_ctx_t *ctx, void *const *par
     if (!s)
         return dt_err_set(DT_ERR_UNSUPPORTED,
                           "decoder: arch %s: generation needs a gpt2 model", m->arch->name);
-    if (m->wdtype != DT_F32 || m->adtype != DT_F32)
+    if (m->wdtype != DT_F32)
         return dt_err_set(DT_ERR_UNSUPPORTED,
                           "decoder: [model] dtype %s: generation runs fp32 parameters",
                           m->info.dtype);
+    /* a checkpoint trained with bf16 activations holds f32 weights like
+     * any other: dtrain sample builds its model with the default fp32
+     * activations, so only a caller asking for bf16 lands here */
+    if (m->adtype != DT_F32)
+        return dt_err_set(DT_ERR_UNSUPPORTED,
+                          "decoder: [model] activations = \"%s\": generation runs fp32 "
+                          "activations (the weights of a run with bf16 activations sample "
+                          "in fp32)",
+                          dt_dtype_name(m->adtype));
     if (max_len < 1 || max_len > s->context)
         return dt_err_set(DT_ERR_INVALID,
                           "decoder: %lld positions: 1 to the model's context of %lld",

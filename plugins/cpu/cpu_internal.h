@@ -137,51 +137,58 @@ static inline void cpu_unlock(dt_device_t *d) { pthread_mutex_unlock(&d->kmu); }
 int cpu_check_product(dt_device_t *d, const char *op, int64_t a, int64_t b,
                       int64_t *out);
 
-/* ---- dtypes: the cpu runs f32 activations, f32, bf16 or f16 matmul weights,
- * f32 gradients.  Each check returns DT_OK or DT_ERR_UNSUPPORTED with
+/* ---- dtypes: the cpu runs f32 or bf16 activations (bf16: stored in bf16,
+ * computed in f32, each stored result rounded once to nearest even, as the
+ * cuda device does), f32, bf16 or f16 matmul weights with f32 activations
+ * and bf16 or f32 ones (rounded to bf16) with bf16 activations, f32 or
+ * bf16 gradients.  Each check returns DT_OK or DT_ERR_UNSUPPORTED with
  * "<op>: <what it got>: unsupported (the cpu device runs <what it runs>)". */
 int cpu_dtype_refused(dt_device_t *d, const char *op, const char *got,
                       const char *runs);
-/* Activations (and a layer's non-matrix parameters) must be f32. */
+/* Activations (and a layer's non-matrix parameters, which come in the
+ * activations' dtype) must be f32 or bf16. */
 static inline int cpu_check_act(dt_device_t *d, const char *op, int dtype)
 {
-    if (dtype == DT_F32)
+    if (dtype == DT_F32 || dtype == DT_BF16)
         return DT_OK;
     char got[64];
     snprintf(got, sizeof got, "%s activations", dt_dtype_name(dtype));
-    return cpu_dtype_refused(d, op, got, "f32 activations");
+    return cpu_dtype_refused(d, op, got, "f32 or bf16 activations");
 }
-/* A matmul: f32 activations with f32, bf16 or f16 weights. */
+/* A matmul: f32 activations with f32, bf16 or f16 weights; bf16
+ * activations with bf16 or f32 weights (cuda's pairs). */
 static inline int cpu_check_act_weight(dt_device_t *d, const char *op,
                                        int dtype, int wdtype)
 {
-    if (dtype == DT_F32 &&
-        (wdtype == DT_F32 || wdtype == DT_BF16 || wdtype == DT_F16))
+    if ((dtype == DT_F32 &&
+         (wdtype == DT_F32 || wdtype == DT_BF16 || wdtype == DT_F16)) ||
+        (dtype == DT_BF16 && (wdtype == DT_BF16 || wdtype == DT_F32)))
         return DT_OK;
     char got[96];
     snprintf(got, sizeof got, "%s activations with %s weights",
              dt_dtype_name(dtype), dt_dtype_name(wdtype));
     return cpu_dtype_refused(d, op, got,
                              "f32 activations with f32, bf16 or f16 "
+                             "weights, or bf16 activations with bf16 or f32 "
                              "weights");
 }
-/* Element-wise arithmetic (axpy, scale): f32. */
+/* Element-wise arithmetic (axpy, scale): f32 or bf16. */
 static inline int cpu_check_elems(dt_device_t *d, const char *op, int dtype)
 {
-    if (dtype == DT_F32)
+    if (dtype == DT_F32 || dtype == DT_BF16)
         return DT_OK;
     char got[64];
     snprintf(got, sizeof got, "%s elements", dt_dtype_name(dtype));
-    return cpu_dtype_refused(d, op, got, "f32 elements");
+    return cpu_dtype_refused(d, op, got, "f32 or bf16 elements");
 }
-/* Optimizer updates: f32 gradients. */
+/* Optimizer updates: f32 or bf16 gradients (parameters and state f32). */
 static inline int cpu_check_grad(dt_device_t *d, const char *op, int dtype)
 {
-    if (dtype == DT_F32)
+    if (dtype == DT_F32 || dtype == DT_BF16)
         return DT_OK;
     char got[64];
     snprintf(got, sizeof got, "%s gradients", dt_dtype_name(dtype));
-    return cpu_dtype_refused(d, op, got, "f32 gradients");
+    return cpu_dtype_refused(d, op, got, "f32 or bf16 gradients");
 }
 /* Return the check's refusal. */
 #define CPU_DTYPES(check)                                                      \

@@ -13,9 +13,18 @@
  * owns those rows of dqkv outright, so threads never share an output and
  * each sum runs in the same order at any thread count.  The only scratch
  * is one row of T floats per thread.
+ *
+ * bf16 activations: qkv, out, dout and dqkv in bf16, the state still the
+ * f32 probabilities (the state's dtype is the device's choice; f32 keeps
+ * backward from reading rounded probabilities).  Work goes by (b, h) slab
+ * both ways: a thread widens the head's q, k and v rows (and dout, and the
+ * dqkv it adds to) into its slice of the device scratch, runs the f32 code
+ * below on them with the head's own row stride, and rounds what it stores
+ * once: out once per forward, each dqkv element once per backward call.
  */
 #include <math.h>
 
+#include "cpu_bf16.h"
 #include "cpu_internal.h"
 #include "cpu_math.h"
 
@@ -23,7 +32,42 @@ typedef struct {
     float *out, *att, *dqkv, *scratch;
     const float *qkv, *dout, *catt;
     int64_t B, T, C, NH;
+    int64_t stride; /* scratch floats per thread */
 } attn_t;
+
+/* Query row t of one head: q (hs); key t2 at k + t2 ks, value t2 at
+ * v + t2 ks; row (T) receives the probabilities, o (hs) the output. */
+static inline void attn_fwd_row(float *restrict row, float *restrict o,
+                                const float *restrict q, const float *k,
+                                const float *v, int64_t ks, int64_t t,
+                                int64_t T, int64_t hs, float scale)
+{
+    float mx = -INFINITY;
+    for (int64_t t2 = 0; t2 <= t; t2++) {
+        const float *restrict kr = k + t2 * ks;
+        float dot = cpu_dot_f32(q, kr, hs) * scale;
+        row[t2] = dot;
+        mx = dot > mx ? dot : mx;
+    }
+    for (int64_t t2 = 0; t2 <= t; t2++)
+        row[t2] = cpu_expf(row[t2] - mx);
+    double sum = 0.0;
+    for (int64_t t2 = 0; t2 <= t; t2++)
+        sum += row[t2];
+    float inv = (float)(1.0 / sum);
+    for (int64_t t2 = 0; t2 <= t; t2++)
+        row[t2] *= inv;
+    for (int64_t t2 = t + 1; t2 < T; t2++)
+        row[t2] = 0.0f; /* unspecified by the contract; zero is tidy */
+    for (int64_t i = 0; i < hs; i++)
+        o[i] = 0.0f;
+    for (int64_t t2 = 0; t2 <= t; t2++) {
+        const float *restrict vr = v + t2 * ks;
+        float p = row[t2];
+        for (int64_t i = 0; i < hs; i++)
+            o[i] += p * vr[i];
+    }
+}
 
 CPU_CLONES static void attn_fwd_task(void *ctx, int64_t b0, int64_t e0, int tid)
 {
@@ -32,34 +76,39 @@ CPU_CLONES static void attn_fwd_task(void *ctx, int64_t b0, int64_t e0, int tid)
     float scale = (float)(1.0 / sqrt((double)hs));
     for (int64_t r = b0; r < e0; r++) {
         int64_t t = r % T, h = (r / T) % NH, b = r / (T * NH);
-        const float *base = a->qkv + b * T * C3;
-        const float *restrict q = base + t * C3 + h * hs;
-        float *restrict row = a->att + r * T; /* r == (b*NH + h)*T + t */
-        float mx = -INFINITY;
-        for (int64_t t2 = 0; t2 <= t; t2++) {
-            const float *restrict k = base + t2 * C3 + C + h * hs;
-            float dot = cpu_dot_f32(q, k, hs) * scale;
-            row[t2] = dot;
-            mx = dot > mx ? dot : mx;
-        }
-        for (int64_t t2 = 0; t2 <= t; t2++)
-            row[t2] = cpu_expf(row[t2] - mx);
-        double sum = 0.0;
-        for (int64_t t2 = 0; t2 <= t; t2++)
-            sum += row[t2];
-        float inv = (float)(1.0 / sum);
-        for (int64_t t2 = 0; t2 <= t; t2++)
-            row[t2] *= inv;
-        for (int64_t t2 = t + 1; t2 < T; t2++)
-            row[t2] = 0.0f; /* unspecified by the contract; zero is tidy */
-        float *restrict o = a->out + (b * T + t) * C + h * hs;
-        for (int64_t i = 0; i < hs; i++)
-            o[i] = 0.0f;
-        for (int64_t t2 = 0; t2 <= t; t2++) {
-            const float *restrict v = base + t2 * C3 + 2 * C + h * hs;
-            float p = row[t2];
-            for (int64_t i = 0; i < hs; i++)
-                o[i] += p * v[i];
+        const float *base = a->qkv + b * T * C3 + h * hs;
+        /* r == (b*NH + h)*T + t */
+        attn_fwd_row(a->att + r * T, a->out + (b * T + t) * C + h * hs,
+                     base + t * C3, base + C, base + 2 * C, C3, t, T, hs, scale);
+    }
+}
+
+/* The (T, hs) rows of head h of sequence b in a bf16 (B, T, ld) array,
+ * columns from `col`, widened into dst (T, hs). */
+static inline void head_widen(float *dst, const float *src, int64_t ld,
+                              int64_t col, int64_t b, int64_t T, int64_t hs)
+{
+    cpu_bf16_widen_rows(dst, hs, CPU_CBF16(src) + b * T * ld + col, ld, T, hs);
+}
+
+/* bf16, (b, h) slabs: q, k, v widened, (T, hs) each; o one row. */
+CPU_CLONES static void attn_fwd_bf16_task(void *ctx, int64_t b0, int64_t e0,
+                                          int tid)
+{
+    const attn_t *a = ctx;
+    int64_t T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
+    float scale = (float)(1.0 / sqrt((double)hs));
+    float *q = a->scratch + (int64_t)tid * a->stride, *k = q + T * hs,
+          *v = k + T * hs, *o = v + T * hs;
+    for (int64_t bh = b0; bh < e0; bh++) {
+        int64_t b = bh / NH, h = bh % NH;
+        head_widen(q, a->qkv, C3, h * hs, b, T, hs);
+        head_widen(k, a->qkv, C3, C + h * hs, b, T, hs);
+        head_widen(v, a->qkv, C3, 2 * C + h * hs, b, T, hs);
+        for (int64_t t = 0; t < T; t++) {
+            attn_fwd_row(a->att + (bh * T + t) * T, o, q + t * hs, k, v, hs, t,
+                         T, hs, scale);
+            cpu_bf16_round(CPU_BF16(a->out) + (b * T + t) * C + h * hs, o, hs);
         }
     }
 }
@@ -67,44 +116,89 @@ CPU_CLONES static void attn_fwd_task(void *ctx, int64_t b0, int64_t e0, int tid)
 /* For query t with probabilities p = att[t, :t+1] and upstream g = dout:
  *   datt[t2] = g . v[t2]                 dv[t2] += p[t2] g
  *   dpre[t2] = p[t2] (datt[t2] - sum_j p[j] datt[j])   (softmax backward)
- *   dq += scale sum_t2 dpre[t2] k[t2]    dk[t2] += scale dpre[t2] q */
+ *   dq += scale sum_t2 dpre[t2] k[t2]    dk[t2] += scale dpre[t2] q
+ * One head: att (T, T) its probabilities; row t of q, k, v at q + t qs
+ * (and k, v), of dout at g + t gs, of dq, dk, dv at dq + t ds (and dk, dv);
+ * datt T floats of scratch. */
+static inline void attn_bwd_head(float *restrict datt, const float *att,
+                                 const float *qb, const float *kb,
+                                 const float *vb, int64_t qs, const float *gb,
+                                 int64_t gs, float *dqb, float *dkb,
+                                 float *dvb, int64_t ds, int64_t T,
+                                 int64_t hs, float scale)
+{
+    for (int64_t t = 0; t < T; t++) {
+        const float *restrict p = att + t * T;
+        const float *restrict g = gb + t * gs;
+        const float *restrict q = qb + t * qs;
+        float *restrict dq = dqb + t * ds;
+        double wsum = 0.0;
+        for (int64_t t2 = 0; t2 <= t; t2++) {
+            const float *restrict v = vb + t2 * qs;
+            float *restrict dv = dvb + t2 * ds;
+            float dot = cpu_dot_f32(g, v, hs);
+            datt[t2] = dot;
+            wsum += (double)p[t2] * dot;
+            float pt = p[t2];
+            for (int64_t i = 0; i < hs; i++)
+                dv[i] += pt * g[i];
+        }
+        float ws = (float)wsum;
+        for (int64_t t2 = 0; t2 <= t; t2++) {
+            const float *restrict k = kb + t2 * qs;
+            float *restrict dk = dkb + t2 * ds;
+            float dp = p[t2] * (datt[t2] - ws) * scale;
+            for (int64_t i = 0; i < hs; i++) {
+                dq[i] += dp * k[i];
+                dk[i] += dp * q[i];
+            }
+        }
+    }
+}
+
 CPU_CLONES static void attn_bwd_task(void *ctx, int64_t b0, int64_t e0, int tid)
 {
     const attn_t *a = ctx;
     int64_t T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
     float scale = (float)(1.0 / sqrt((double)hs));
-    float *restrict datt = a->scratch + (int64_t)tid * T;
+    float *datt = a->scratch + (int64_t)tid * a->stride;
     for (int64_t bh = b0; bh < e0; bh++) {
         int64_t b = bh / NH, h = bh % NH;
-        const float *base = a->qkv + b * T * C3;
-        float *dbase = a->dqkv + b * T * C3;
-        for (int64_t t = 0; t < T; t++) {
-            const float *restrict p = a->catt + (bh * T + t) * T;
-            const float *restrict g = a->dout + (b * T + t) * C + h * hs;
-            const float *restrict q = base + t * C3 + h * hs;
-            float *restrict dq = dbase + t * C3 + h * hs;
-            double wsum = 0.0;
-            for (int64_t t2 = 0; t2 <= t; t2++) {
-                const float *restrict v = base + t2 * C3 + 2 * C + h * hs;
-                float *restrict dv = dbase + t2 * C3 + 2 * C + h * hs;
-                float dot = cpu_dot_f32(g, v, hs);
-                datt[t2] = dot;
-                wsum += (double)p[t2] * dot;
-                float pt = p[t2];
-                for (int64_t i = 0; i < hs; i++)
-                    dv[i] += pt * g[i];
-            }
-            float ws = (float)wsum;
-            for (int64_t t2 = 0; t2 <= t; t2++) {
-                const float *restrict k = base + t2 * C3 + C + h * hs;
-                float *restrict dk = dbase + t2 * C3 + C + h * hs;
-                float dp = p[t2] * (datt[t2] - ws) * scale;
-                for (int64_t i = 0; i < hs; i++) {
-                    dq[i] += dp * k[i];
-                    dk[i] += dp * q[i];
-                }
-            }
-        }
+        const float *base = a->qkv + b * T * C3 + h * hs;
+        float *dbase = a->dqkv + b * T * C3 + h * hs;
+        attn_bwd_head(datt, a->catt + bh * T * T, base, base + C, base + 2 * C,
+                      C3, a->dout + b * T * C + h * hs, C, dbase, dbase + C,
+                      dbase + 2 * C, C3, T, hs, scale);
+    }
+}
+
+/* bf16, (b, h) slabs: q, k, v, dout and the dq, dk, dv being added to
+ * widened, (T, hs) each, then dq, dk, dv rounded back. */
+CPU_CLONES static void attn_bwd_bf16_task(void *ctx, int64_t b0, int64_t e0,
+                                          int tid)
+{
+    const attn_t *a = ctx;
+    int64_t T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C;
+    int64_t th = T * hs;
+    float scale = (float)(1.0 / sqrt((double)hs));
+    float *datt = a->scratch + (int64_t)tid * a->stride;
+    float *q = datt + cpu_pad16(T), *k = q + th, *v = k + th, *g = v + th;
+    float *dq = g + th, *dk = dq + th, *dv = dk + th;
+    for (int64_t bh = b0; bh < e0; bh++) {
+        int64_t b = bh / NH, h = bh % NH;
+        head_widen(q, a->qkv, C3, h * hs, b, T, hs);
+        head_widen(k, a->qkv, C3, C + h * hs, b, T, hs);
+        head_widen(v, a->qkv, C3, 2 * C + h * hs, b, T, hs);
+        head_widen(g, a->dout, C, h * hs, b, T, hs);
+        head_widen(dq, a->dqkv, C3, h * hs, b, T, hs);
+        head_widen(dk, a->dqkv, C3, C + h * hs, b, T, hs);
+        head_widen(dv, a->dqkv, C3, 2 * C + h * hs, b, T, hs);
+        attn_bwd_head(datt, a->catt + bh * T * T, q, k, v, hs, g, hs, dq, dk,
+                      dv, hs, T, hs, scale);
+        uint16_t *d = CPU_BF16(a->dqkv) + b * T * C3 + h * hs;
+        cpu_bf16_round_rows(d, C3, dq, hs, T, hs);
+        cpu_bf16_round_rows(d + C, C3, dk, hs, T, hs);
+        cpu_bf16_round_rows(d + 2 * C, C3, dv, hs, T, hs);
     }
 }
 
@@ -134,13 +228,14 @@ static int check_attn(dt_device_t *d, const char *op, int64_t B, int64_t T,
     return rc;
 }
 
-/* The state is att (B, NH, T, T) f32, whatever else the shape holds. */
+/* The state is att (B, NH, T, T) f32, whatever else the shape holds, and
+ * whether the activations are f32 or bf16. */
 int cpu_attention_state_bytes(int64_t B, int64_t T, int64_t C, int64_t NH,
                               int dtype, uint64_t *out)
 {
     if (!out || B < 0 || T < 0 || C < 0 || NH < 1 || C % NH != 0)
         return DT_ERR_INVALID;
-    if (dtype != DT_F32)
+    if (dtype != DT_F32 && dtype != DT_BF16)
         return DT_ERR_UNSUPPORTED;
     /* B * NH * T * T floats, each product within int64 as the kernels
      * check it (check_attn) */
@@ -177,6 +272,21 @@ int cpu_attention_forward(dt_device_t *d, dt_stream_t *s, void *out,
     attn_t a = {.out = out, .att = att, .qkv = qkv, .B = B, .T = T, .C = C,
                 .NH = NH};
     cpu_lock(d);
+    if (dtype == DT_BF16) {
+        /* q, k, v (T, hs) and a row of out, per thread */
+        void *scratch = NULL;
+        a.stride = cpu_pad16(3 * T * (C / NH) + C / NH);
+        rc = cpu_scratch(d, (uint64_t)d->threads * (uint64_t)a.stride *
+                                sizeof(float), &scratch, op);
+        if (rc != DT_OK) {
+            cpu_unlock(d);
+            return rc;
+        }
+        a.scratch = scratch;
+        cpu_pool_run(d->pool, B * NH, 1, attn_fwd_bf16_task, &a);
+        cpu_unlock(d);
+        return DT_OK;
+    }
     /* a row costs ~ t * hs; ask for a few hundred thousand flops a chunk */
     cpu_pool_run(d->pool, B * NH * T, 1 + 65536 / (T * (C / NH) + 1),
                  attn_fwd_task, &a);
@@ -204,17 +314,20 @@ int cpu_attention_backward(dt_device_t *d, dt_stream_t *s, void *dqkv,
     CPU_PTR(d, op, state, natt);
     if (n3 == 0)
         return DT_OK;
+    /* datt (T) per thread; bf16: q, k, v, dout, dq, dk, dv (T, hs) too */
+    const int64_t stride = dtype == DT_BF16 ? cpu_pad16(T) + 7 * T * (C / NH) : T;
     cpu_lock(d);
     void *scratch = NULL;
-    rc = cpu_scratch(d, (uint64_t)d->threads * (uint64_t)T * sizeof(float),
+    rc = cpu_scratch(d, (uint64_t)d->threads * (uint64_t)stride * sizeof(float),
                      &scratch, op);
     if (rc != DT_OK) {
         cpu_unlock(d);
         return rc;
     }
     attn_t a = {.dqkv = dqkv, .scratch = scratch, .dout = dout, .qkv = qkv,
-                .catt = att, .B = B, .T = T, .C = C, .NH = NH};
-    cpu_pool_run(d->pool, B * NH, 1, attn_bwd_task, &a);
+                .catt = att, .B = B, .T = T, .C = C, .NH = NH, .stride = stride};
+    cpu_pool_run(d->pool, B * NH, 1,
+                 dtype == DT_BF16 ? attn_bwd_bf16_task : attn_bwd_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }

@@ -9,10 +9,18 @@
  * (layernorm's dweight, embedding's dwte).  Results are therefore the same
  * bits at any thread count, and nothing needs atomics or per-thread copies
  * of a gradient.
+ *
+ * bf16 activations (cpu_bf16.h) have tasks of their own beside the f32
+ * ones, sharing the f32 arithmetic through the inline row and element
+ * functions below: element-wise kernels widen and round in the loop, row
+ * kernels (layernorm, the softmaxes) widen a row into a per-thread slice
+ * of the device scratch, run the f32 row code on it and round what they
+ * store.  The f32 tasks are unchanged by them.
  */
 #include <math.h>
 #include <string.h>
 
+#include "cpu_bf16.h"
 #include "cpu_internal.h"
 #include "cpu_math.h"
 
@@ -57,6 +65,34 @@ static void emb_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
     }
 }
 
+/* bf16: out = wte row + wpe row in f32, rounded (a row outside the range
+ * adds to 0; without wpe the row is copied, exact). */
+CPU_CLONES static void emb_fwd_bf16_task(void *ctx, int64_t b, int64_t e,
+                                         int tid)
+{
+    const emb_t *a = ctx;
+    int64_t C = a->C;
+    for (int64_t bt = b; bt < e; bt++) {
+        int64_t t = bt % a->T, row = (int64_t)a->tokens[bt] - a->v0;
+        int in = row >= 0 && row < a->nv;
+        uint16_t *restrict o = CPU_BF16(a->out) + bt * C;
+        const uint16_t *restrict we = CPU_CBF16(a->wte) + (in ? row : 0) * C;
+        if (!a->wpe) {
+            for (int64_t c = 0; c < C; c++)
+                o[c] = in ? we[c] : 0;
+            continue;
+        }
+        const uint16_t *restrict wp = CPU_CBF16(a->wpe) + t * C;
+        if (in)
+            for (int64_t c = 0; c < C; c++)
+                o[c] = dt_f32_to_bf16(dt_bf16_to_f32(we[c]) +
+                                      dt_bf16_to_f32(wp[c]));
+        else
+            for (int64_t c = 0; c < C; c++)
+                o[c] = dt_f32_to_bf16(0.0f + dt_bf16_to_f32(wp[c]));
+    }
+}
+
 /* Channels [b, e) of every position: a token repeated in the batch adds
  * into the same dwte row, so threads split channels, not positions. */
 static void emb_bwd_task(void *ctx, int64_t b, int64_t e, int tid)
@@ -75,6 +111,28 @@ static void emb_bwd_task(void *ctx, int64_t b, int64_t e, int tid)
             float *restrict dp = a->dwpe + (bt % a->T) * C;
             for (int64_t c = b; c < e; c++)
                 dp[c] += g[c];
+        }
+    }
+}
+
+/* bf16 dout into the f32 gradients (exact loads, f32 sums). */
+CPU_CLONES static void emb_bwd_bf16_task(void *ctx, int64_t b, int64_t e,
+                                         int tid)
+{
+    const emb_t *a = ctx;
+    int64_t C = a->C;
+    for (int64_t bt = 0; bt < a->B * a->T; bt++) {
+        const uint16_t *restrict g = CPU_CBF16(a->dout) + bt * C;
+        int64_t row = (int64_t)a->tokens[bt] - a->v0;
+        if (a->dwte && row >= 0 && row < a->nv) {
+            float *restrict dw = a->dwte + row * C;
+            for (int64_t c = b; c < e; c++)
+                dw[c] += dt_bf16_to_f32(g[c]);
+        }
+        if (a->dwpe) {
+            float *restrict dp = a->dwpe + (bt % a->T) * C;
+            for (int64_t c = b; c < e; c++)
+                dp[c] += dt_bf16_to_f32(g[c]);
         }
     }
 }
@@ -132,7 +190,8 @@ static int embedding_forward(dt_device_t *d, dt_stream_t *s, const char *op,
     emb_t a = {.out = out, .tokens = tokens, .wte = wte, .wpe = wpe,
                .B = B, .T = T, .C = C, .v0 = v0, .nv = nv};
     cpu_lock(d);
-    cpu_pool_run(d->pool, BT, row_grain(C), emb_fwd_task, &a);
+    cpu_pool_run(d->pool, BT, row_grain(C),
+                 dtype == DT_BF16 ? emb_fwd_bf16_task : emb_fwd_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }
@@ -165,7 +224,7 @@ static int embedding_backward(dt_device_t *d, dt_stream_t *s, const char *op,
     cpu_lock(d);
     /* Each chunk walks all B*T rows: ask for enough channels to pay. */
     cpu_pool_run(d->pool, C, BT >= CPU_GRAIN ? 16 : CPU_GRAIN / BT + 16,
-                 emb_bwd_task, &a);
+                 dtype == DT_BF16 ? emb_bwd_bf16_task : emb_bwd_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }
@@ -224,28 +283,75 @@ typedef struct {
     const float *dout, *inp, *weight, *bias;
     const float *cmean, *crstd;
     int64_t N, C;
+    /* bf16: weight and bias widened (shared), and `stride` floats of rows
+     * per thread */
+    const float *wf, *bf;
+    float *scratch;
+    int64_t stride;
 } ln_t;
+
+/* One row: o = (x - mean) rstd w + b. */
+static inline void ln_fwd_row(float *restrict o, float *mean, float *rstd,
+                              const float *restrict x, const float *restrict w,
+                              const float *restrict bs, int64_t C)
+{
+    /* Two passes in double: the mean first, then the variance around
+     * it, so large offsets do not cancel. */
+    double mu = cpu_sum_f32(x, C) / (double)C;
+    double var = cpu_sumsqdev_f32(x, mu, C) / (double)C;
+    float m = (float)mu;
+    float rs = (float)(1.0 / sqrt(var + CPU_LN_EPS));
+    for (int64_t c = 0; c < C; c++)
+        o[c] = (x[c] - m) * rs * w[c] + bs[c];
+    *mean = m;
+    *rstd = rs;
+}
 
 CPU_CLONES static void ln_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     const ln_t *a = ctx;
     int64_t C = a->C;
-    const float *restrict w = a->weight;
-    const float *restrict bs = a->bias;
+    for (int64_t n = b; n < e; n++)
+        ln_fwd_row(a->out + n * C, a->mean + n, a->rstd + n, a->inp + n * C,
+                   a->weight, a->bias, C);
+}
+
+/* bf16: the row widened, normalised in f32, rounded. */
+CPU_CLONES static void ln_fwd_bf16_task(void *ctx, int64_t b, int64_t e,
+                                        int tid)
+{
+    const ln_t *a = ctx;
+    int64_t C = a->C;
+    float *x = a->scratch + (int64_t)tid * a->stride, *o = x + cpu_pad16(C);
     for (int64_t n = b; n < e; n++) {
-        const float *restrict x = a->inp + n * C;
-        float *restrict o = a->out + n * C;
-        /* Two passes in double: the mean first, then the variance around
-         * it, so large offsets do not cancel. */
-        double mu = cpu_sum_f32(x, C) / (double)C;
-        double var = cpu_sumsqdev_f32(x, mu, C) / (double)C;
-        float m = (float)mu;
-        float rs = (float)(1.0 / sqrt(var + CPU_LN_EPS));
-        for (int64_t c = 0; c < C; c++)
-            o[c] = (x[c] - m) * rs * w[c] + bs[c];
-        a->mean[n] = m;
-        a->rstd[n] = rs;
+        cpu_bf16_widen(x, CPU_CBF16(a->inp) + n * C, C);
+        ln_fwd_row(o, a->mean + n, a->rstd + n, x, a->wf, a->bf, C);
+        cpu_bf16_round(CPU_BF16(a->out) + n * C, o, C);
     }
+}
+
+/* The bf16 runs' scratch, with kmu held: `shared` rows of C floats (the
+ * widened weight, bias), then `per` rows for each thread; the widened
+ * weight (and bias) filled in. */
+static int ln_bf16_scratch(dt_device_t *d, const char *op, ln_t *a,
+                           const void *weight, const void *bias, int per)
+{
+    const int64_t pc = cpu_pad16(a->C), shared = bias ? 2 : 1;
+    a->stride = per * pc;
+    void *p = NULL;
+    int rc = cpu_scratch(d, (uint64_t)(shared + d->threads * (int64_t)per) *
+                                (uint64_t)pc * sizeof(float), &p, op);
+    if (rc != DT_OK)
+        return rc;
+    float *f = p;
+    cpu_bf16_widen(f, weight, a->C);
+    a->wf = f;
+    if (bias) {
+        cpu_bf16_widen(f + pc, bias, a->C);
+        a->bf = f + pc;
+    }
+    a->scratch = f + shared * pc;
+    return DT_OK;
 }
 
 int cpu_layernorm_forward(dt_device_t *d, dt_stream_t *s, void *out,
@@ -272,50 +378,77 @@ int cpu_layernorm_forward(dt_device_t *d, dt_stream_t *s, void *out,
     CPU_PTR(d, op, bias, C);
     ln_t a = {.out = out, .mean = mean, .rstd = rstd, .inp = inp,
               .weight = weight, .bias = bias, .N = N, .C = C};
+    if (N == 0)
+        return DT_OK;
     cpu_lock(d);
-    cpu_pool_run(d->pool, N, row_grain(C), ln_fwd_task, &a);
+    if (dtype == DT_BF16 &&
+        (rc = ln_bf16_scratch(d, op, &a, weight, bias, 2)) != DT_OK) {
+        cpu_unlock(d);
+        return rc;
+    }
+    cpu_pool_run(d->pool, N, row_grain(C),
+                 dtype == DT_BF16 ? ln_fwd_bf16_task : ln_fwd_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }
 
 /* dinp, row by row:
  *   g = w * dout;  dinp += (g - mean(g) - norm * mean(g * norm)) * rstd */
+static inline void ln_bwd_row(float *restrict dx, const float *restrict x,
+                              const float *restrict g, const float *restrict w,
+                              float m, float rs, int64_t C)
+{
+    /* sums of w g and w g norm, eight double lanes each */
+    double sg[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    double sgn[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t c = 0;
+    for (; c + 8 <= C; c += 8)
+        for (int j = 0; j < 8; j++) {
+            float wg = w[c + j] * g[c + j];
+            sg[j] += wg;
+            sgn[j] += (double)wg * ((x[c + j] - m) * rs);
+        }
+    for (int j = 0; c < C; c++, j++) {
+        float wg = w[c] * g[c];
+        sg[j] += wg;
+        sgn[j] += (double)wg * ((x[c] - m) * rs);
+    }
+    for (int j = 1; j < 8; j++) {
+        sg[0] += sg[j];
+        sgn[0] += sgn[j];
+    }
+    float mg = (float)(sg[0] / (double)C);
+    float mgn = (float)(sgn[0] / (double)C);
+    for (int64_t c = 0; c < C; c++) {
+        float norm = (x[c] - m) * rs;
+        dx[c] += (w[c] * g[c] - mg - norm * mgn) * rs;
+    }
+}
+
 CPU_CLONES static void ln_bwd_rows_task(void *ctx, int64_t b, int64_t e,
                                         int tid)
 {
     const ln_t *a = ctx;
     int64_t C = a->C;
-    const float *restrict w = a->weight;
+    for (int64_t n = b; n < e; n++)
+        ln_bwd_row(a->dinp + n * C, a->inp + n * C, a->dout + n * C,
+                   a->weight, a->cmean[n], a->crstd[n], C);
+}
+
+/* bf16: x, dout and dinp widened, dinp added to in f32 and rounded once. */
+CPU_CLONES static void ln_bwd_rows_bf16_task(void *ctx, int64_t b, int64_t e,
+                                             int tid)
+{
+    const ln_t *a = ctx;
+    int64_t C = a->C, pc = cpu_pad16(C);
+    float *x = a->scratch + (int64_t)tid * a->stride, *g = x + pc, *dx = g + pc;
     for (int64_t n = b; n < e; n++) {
-        const float *restrict x = a->inp + n * C;
-        const float *restrict g = a->dout + n * C;
-        float *restrict dx = a->dinp + n * C;
-        float m = a->cmean[n], rs = a->crstd[n];
-        /* sums of w g and w g norm, eight double lanes each */
-        double sg[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        double sgn[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        int64_t c = 0;
-        for (; c + 8 <= C; c += 8)
-            for (int j = 0; j < 8; j++) {
-                float wg = w[c + j] * g[c + j];
-                sg[j] += wg;
-                sgn[j] += (double)wg * ((x[c + j] - m) * rs);
-            }
-        for (int j = 0; c < C; c++, j++) {
-            float wg = w[c] * g[c];
-            sg[j] += wg;
-            sgn[j] += (double)wg * ((x[c] - m) * rs);
-        }
-        for (int j = 1; j < 8; j++) {
-            sg[0] += sg[j];
-            sgn[0] += sgn[j];
-        }
-        float mg = (float)(sg[0] / (double)C);
-        float mgn = (float)(sgn[0] / (double)C);
-        for (int64_t c = 0; c < C; c++) {
-            float norm = (x[c] - m) * rs;
-            dx[c] += (w[c] * g[c] - mg - norm * mgn) * rs;
-        }
+        uint16_t *dxh = CPU_BF16(a->dinp) + n * C;
+        cpu_bf16_widen(x, CPU_CBF16(a->inp) + n * C, C);
+        cpu_bf16_widen(g, CPU_CBF16(a->dout) + n * C, C);
+        cpu_bf16_widen(dx, dxh, C);
+        ln_bwd_row(dx, x, g, a->wf, a->cmean[n], a->crstd[n], C);
+        cpu_bf16_round(dxh, dx, C);
     }
 }
 
@@ -337,6 +470,26 @@ CPU_CLONES static void ln_bwd_cols_task(void *ctx, int64_t b, int64_t e,
         if (dw)
             for (int64_t c = b; c < e; c++)
                 dw[c] += (x[c] - m) * rs * g[c];
+    }
+}
+
+CPU_CLONES static void ln_bwd_cols_bf16_task(void *ctx, int64_t b, int64_t e,
+                                             int tid)
+{
+    const ln_t *a = ctx;
+    int64_t C = a->C;
+    float *restrict dw = a->dweight;
+    float *restrict db = a->dbias;
+    for (int64_t n = 0; n < a->N; n++) {
+        const uint16_t *restrict x = CPU_CBF16(a->inp) + n * C;
+        const uint16_t *restrict g = CPU_CBF16(a->dout) + n * C;
+        float m = a->cmean[n], rs = a->crstd[n];
+        if (db)
+            for (int64_t c = b; c < e; c++)
+                db[c] += dt_bf16_to_f32(g[c]);
+        if (dw)
+            for (int64_t c = b; c < e; c++)
+                dw[c] += (dt_bf16_to_f32(x[c]) - m) * rs * dt_bf16_to_f32(g[c]);
     }
 }
 
@@ -366,12 +519,19 @@ int cpu_layernorm_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
     ln_t a = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = dout,
               .inp = inp, .weight = weight, .cmean = mean, .crstd = rstd,
               .N = N, .C = C};
+    const int bf = dtype == DT_BF16;
     cpu_lock(d);
+    /* scratch first: a budget failure must leave every gradient as it was */
+    if (bf && dinp && (rc = ln_bf16_scratch(d, op, &a, weight, NULL, 3)) != DT_OK) {
+        cpu_unlock(d);
+        return rc;
+    }
     if (dinp)
-        cpu_pool_run(d->pool, N, row_grain(C), ln_bwd_rows_task, &a);
+        cpu_pool_run(d->pool, N, row_grain(C),
+                     bf ? ln_bwd_rows_bf16_task : ln_bwd_rows_task, &a);
     if (dweight || dbias)
         cpu_pool_run(d->pool, C, N >= CPU_GRAIN ? 16 : CPU_GRAIN / N + 16,
-                     ln_bwd_cols_task, &a);
+                     bf ? ln_bwd_cols_bf16_task : ln_bwd_cols_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }
@@ -390,38 +550,66 @@ typedef struct {
 /* GPT-2's x/2 (1 + tanh u), u = S (x + K x^3), computed as the identical
  * x sigmoid(2u) = x / (1 + exp(-2u)): one vectorisable exp, and no
  * cancellation in 1 + tanh u for negative x. */
-CPU_CLONES static void gelu_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
+static inline float gelu_f32(float xi)
 {
-    const ew_t *a = ctx;
-    float *restrict o = a->out;
-    const float *restrict x = a->inp;
-    for (int64_t i = b; i < e; i++) {
-        float xi = x[i];
-        float u = CPU_GELU_S * (xi + CPU_GELU_K * xi * xi * xi);
-        o[i] = xi / (1.0f + cpu_expf(-2.0f * u));
-    }
+    float u = CPU_GELU_S * (xi + CPU_GELU_K * xi * xi * xi);
+    return xi / (1.0f + cpu_expf(-2.0f * u));
 }
 
 /* With s = sigmoid(2u) and du = S (1 + 3K x^2):
  *   d/dx [x s] = s + 2 x s (1 - s) du,
  * where 1 - s = exp(-2u) s without cancellation (1 when exp overflows and
  * s is 0). */
+static inline float gelu_grad_f32(float xi)
+{
+    float u = CPU_GELU_S * (xi + CPU_GELU_K * xi * xi * xi);
+    float en = cpu_expf(-2.0f * u);
+    float sg = 1.0f / (1.0f + en);
+    float om = en < INFINITY ? en * sg : 1.0f;
+    float du = CPU_GELU_S * (1.0f + 3.0f * CPU_GELU_K * xi * xi);
+    return sg + 2.0f * xi * sg * om * du;
+}
+
+CPU_CLONES static void gelu_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const ew_t *a = ctx;
+    float *restrict o = a->out;
+    const float *restrict x = a->inp;
+    for (int64_t i = b; i < e; i++)
+        o[i] = gelu_f32(x[i]);
+}
+
 CPU_CLONES static void gelu_bwd_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     const ew_t *a = ctx;
     float *restrict dx = a->out;
     const float *restrict x = a->inp;
     const float *restrict g = a->dout;
-    for (int64_t i = b; i < e; i++) {
-        float xi = x[i];
-        float u = CPU_GELU_S * (xi + CPU_GELU_K * xi * xi * xi);
-        float en = cpu_expf(-2.0f * u);
-        float sg = 1.0f / (1.0f + en);
-        float om = en < INFINITY ? en * sg : 1.0f;
-        float du = CPU_GELU_S * (1.0f + 3.0f * CPU_GELU_K * xi * xi);
-        float lg = sg + 2.0f * xi * sg * om * du;
-        dx[i] += lg * g[i];
-    }
+    for (int64_t i = b; i < e; i++)
+        dx[i] += gelu_grad_f32(x[i]) * g[i];
+}
+
+CPU_CLONES static void gelu_fwd_bf16_task(void *ctx, int64_t b, int64_t e,
+                                          int tid)
+{
+    const ew_t *a = ctx;
+    uint16_t *restrict o = CPU_BF16(a->out);
+    const uint16_t *restrict x = CPU_CBF16(a->inp);
+    for (int64_t i = b; i < e; i++)
+        o[i] = dt_f32_to_bf16(gelu_f32(dt_bf16_to_f32(x[i])));
+}
+
+CPU_CLONES static void gelu_bwd_bf16_task(void *ctx, int64_t b, int64_t e,
+                                          int tid)
+{
+    const ew_t *a = ctx;
+    uint16_t *restrict dx = CPU_BF16(a->out);
+    const uint16_t *restrict x = CPU_CBF16(a->inp);
+    const uint16_t *restrict g = CPU_CBF16(a->dout);
+    for (int64_t i = b; i < e; i++)
+        dx[i] = dt_f32_to_bf16(dt_bf16_to_f32(dx[i]) +
+                               gelu_grad_f32(dt_bf16_to_f32(x[i])) *
+                                   dt_bf16_to_f32(g[i]));
 }
 
 int cpu_gelu_forward(dt_device_t *d, dt_stream_t *s, void *out,
@@ -435,7 +623,8 @@ int cpu_gelu_forward(dt_device_t *d, dt_stream_t *s, void *out,
     CPU_PTR(d, op, inp, n);
     ew_t a = {.out = out, .inp = inp, .n = n};
     cpu_lock(d);
-    cpu_pool_run(d->pool, n, CPU_GRAIN, gelu_fwd_task, &a);
+    cpu_pool_run(d->pool, n, CPU_GRAIN,
+                 dtype == DT_BF16 ? gelu_fwd_bf16_task : gelu_fwd_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }
@@ -452,7 +641,8 @@ int cpu_gelu_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
     CPU_PTR(d, op, dout, n);
     ew_t a = {.out = dinp, .inp = inp, .dout = dout, .n = n};
     cpu_lock(d);
-    cpu_pool_run(d->pool, n, CPU_GRAIN, gelu_bwd_task, &a);
+    cpu_pool_run(d->pool, n, CPU_GRAIN,
+                 dtype == DT_BF16 ? gelu_bwd_bf16_task : gelu_bwd_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }
@@ -485,6 +675,27 @@ static void axpy_task(void *ctx, int64_t b, int64_t e, int tid)
         y[i] += alpha * x[i];
 }
 
+/* bf16: the same f32 add or multiply-add, rounded once. */
+CPU_CLONES static void residual_bf16_task(void *ctx, int64_t b, int64_t e,
+                                          int tid)
+{
+    const add_t *a = ctx;
+    uint16_t *o = CPU_BF16(a->y);
+    const uint16_t *x = CPU_CBF16(a->a), *y = CPU_CBF16(a->b);
+    for (int64_t i = b; i < e; i++)
+        o[i] = dt_f32_to_bf16(dt_bf16_to_f32(x[i]) + dt_bf16_to_f32(y[i]));
+}
+
+CPU_CLONES static void axpy_bf16_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const add_t *a = ctx;
+    uint16_t *restrict y = CPU_BF16(a->y);
+    const uint16_t *restrict x = CPU_CBF16(a->a);
+    float alpha = a->alpha;
+    for (int64_t i = b; i < e; i++)
+        y[i] = dt_f32_to_bf16(dt_bf16_to_f32(y[i]) + alpha * dt_bf16_to_f32(x[i]));
+}
+
 int cpu_residual_forward(dt_device_t *d, dt_stream_t *s, void *out,
                          const void *a, const void *b, int dtype, int64_t n)
 {
@@ -497,7 +708,8 @@ int cpu_residual_forward(dt_device_t *d, dt_stream_t *s, void *out,
     CPU_PTR(d, op, b, n);
     add_t t = {.y = out, .a = a, .b = b};
     cpu_lock(d);
-    cpu_pool_run(d->pool, n, CPU_GRAIN, residual_task, &t);
+    cpu_pool_run(d->pool, n, CPU_GRAIN,
+                 dtype == DT_BF16 ? residual_bf16_task : residual_task, &t);
     cpu_unlock(d);
     return DT_OK;
 }
@@ -515,7 +727,8 @@ int cpu_axpy(dt_device_t *d, dt_stream_t *s, void *y, const void *x,
         return CPU_INVALID(d, "%s: x and y are the same buffer", op);
     add_t t = {.y = y, .a = x, .alpha = alpha};
     cpu_lock(d);
-    cpu_pool_run(d->pool, n, CPU_GRAIN, axpy_task, &t);
+    cpu_pool_run(d->pool, n, CPU_GRAIN,
+                 dtype == DT_BF16 ? axpy_bf16_task : axpy_task, &t);
     cpu_unlock(d);
     return DT_OK;
 }
@@ -531,6 +744,8 @@ typedef struct {
     int64_t v0;   /* the columns are vocabulary ids [v0, v0 + V) */
     int phase;    /* vocab_xent_forward's */
     float *stats; /* vocab_xent_forward's (3N) */
+    float *scratch; /* bf16 forwards: a row of `stride` floats per thread */
+    int64_t stride;
 } xent_t;
 
 CPU_CLONES static void xent_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
@@ -568,6 +783,50 @@ CPU_CLONES static void xent_bwd_task(void *ctx, int64_t b, int64_t e, int tid)
     }
 }
 
+/* bf16: the logits row widened into the thread's scratch, the f32 row
+ * code on it, probabilities rounded as they are stored. */
+CPU_CLONES static void xent_fwd_bf16_task(void *ctx, int64_t b, int64_t e,
+                                          int tid)
+{
+    const xent_t *a = ctx;
+    int64_t V = a->V;
+    float *restrict p = a->scratch + (int64_t)tid * a->stride;
+    for (int64_t n = b; n < e; n++) {
+        cpu_bf16_widen(p, CPU_CBF16(a->logits) + n * V, V);
+        float xt = p[a->targets[n]];
+        float mx = cpu_max_f32(p, V);
+        for (int64_t v = 0; v < V; v++)
+            p[v] = cpu_expf(p[v] - mx);
+        double sum = cpu_sum_f32(p, V);
+        float inv = (float)(1.0 / sum);
+        uint16_t *restrict ph = CPU_BF16(a->probs) + n * V;
+        for (int64_t v = 0; v < V; v++)
+            ph[v] = dt_f32_to_bf16(p[v] * inv);
+        a->losses[n] = (float)(log(sum) - ((double)xt - mx));
+    }
+}
+
+/* bf16: dlogits + dloss (p - y) in f32, rounded once (the target's
+ * p - 1 before the product, as cuda computes it). */
+CPU_CLONES static void xent_bwd_bf16_task(void *ctx, int64_t b, int64_t e,
+                                          int tid)
+{
+    const xent_t *a = ctx;
+    int64_t V = a->V;
+    float dl = a->dloss;
+    for (int64_t n = b; n < e; n++) {
+        const uint16_t *restrict p = CPU_CBF16(a->cprobs) + n * V;
+        uint16_t *restrict g = CPU_BF16(a->dlogits) + n * V;
+        int64_t t = (int64_t)a->targets[n] - a->v0;
+        int in = t >= 0 && t < V;
+        float gt = in ? dt_bf16_to_f32(g[t]) : 0.0f;
+        for (int64_t v = 0; v < V; v++)
+            g[v] = dt_f32_to_bf16(dt_bf16_to_f32(g[v]) + dl * dt_bf16_to_f32(p[v]));
+        if (in)
+            g[t] = dt_f32_to_bf16(gt + dl * (dt_bf16_to_f32(p[t]) - 1.0f));
+    }
+}
+
 /* One phase of the vocabulary-parallel cross-entropy (device.h). */
 CPU_CLONES static void vxent_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
 {
@@ -593,6 +852,46 @@ CPU_CLONES static void vxent_fwd_task(void *ctx, int64_t b, int64_t e, int tid)
             a->losses[n] = (float)(log((double)sum[n]) - ((double)tl[n] - mx[n]));
         }
     }
+}
+
+/* bf16: the phase's f32 code on the widened row. */
+CPU_CLONES static void vxent_fwd_bf16_task(void *ctx, int64_t b, int64_t e,
+                                           int tid)
+{
+    const xent_t *a = ctx;
+    int64_t V = a->V, N = a->N;
+    float *mx = a->stats, *sum = a->stats + N, *tl = a->stats + 2 * N;
+    float *restrict x = a->scratch + (int64_t)tid * a->stride;
+    for (int64_t n = b; n < e; n++) {
+        int64_t t = (int64_t)a->targets[n] - a->v0;
+        cpu_bf16_widen(x, CPU_CBF16(a->logits) + n * V, V);
+        if (a->phase == 0) {
+            mx[n] = cpu_max_f32(x, V);
+        } else if (a->phase == 1) {
+            double acc = 0;
+            for (int64_t v = 0; v < V; v++)
+                acc += (double)cpu_expf(x[v] - mx[n]);
+            sum[n] = (float)acc;
+            tl[n] = t >= 0 && t < V ? x[t] : 0.0f;
+        } else {
+            uint16_t *restrict p = CPU_BF16(a->probs) + n * V;
+            float inv = (float)(1.0 / (double)sum[n]);
+            for (int64_t v = 0; v < V; v++)
+                p[v] = dt_f32_to_bf16(cpu_expf(x[v] - mx[n]) * inv);
+            a->losses[n] = (float)(log((double)sum[n]) - ((double)tl[n] - mx[n]));
+        }
+    }
+}
+
+/* The bf16 forwards' scratch (a row of V floats per thread), kmu held. */
+static int xent_bf16_scratch(dt_device_t *d, const char *op, xent_t *a)
+{
+    a->stride = cpu_pad16(a->V);
+    void *p = NULL;
+    int rc = cpu_scratch(d, (uint64_t)d->threads * (uint64_t)a->stride *
+                                sizeof(float), &p, op);
+    a->scratch = p;
+    return rc;
 }
 
 static int check_targets(dt_device_t *d, const char *op,
@@ -628,8 +927,15 @@ int cpu_softmax_xent_forward(dt_device_t *d, dt_stream_t *s, float *losses,
         return rc;
     xent_t a = {.losses = losses, .probs = probs, .logits = logits,
                 .targets = targets, .N = N, .V = V};
+    if (N == 0)
+        return DT_OK;
     cpu_lock(d);
-    cpu_pool_run(d->pool, N, row_grain(V), xent_fwd_task, &a);
+    if (dtype == DT_BF16 && (rc = xent_bf16_scratch(d, op, &a)) != DT_OK) {
+        cpu_unlock(d);
+        return rc;
+    }
+    cpu_pool_run(d->pool, N, row_grain(V),
+                 dtype == DT_BF16 ? xent_fwd_bf16_task : xent_fwd_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }
@@ -661,7 +967,8 @@ static int xent_backward(dt_device_t *d, dt_stream_t *s, const char *op,
     xent_t a = {.dlogits = dlogits, .cprobs = probs, .targets = targets,
                 .dloss = dloss, .N = N, .V = nv, .v0 = v0};
     cpu_lock(d);
-    cpu_pool_run(d->pool, N, row_grain(nv), xent_bwd_task, &a);
+    cpu_pool_run(d->pool, N, row_grain(nv),
+                 dtype == DT_BF16 ? xent_bwd_bf16_task : xent_bwd_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }
@@ -703,8 +1010,15 @@ int cpu_vocab_xent_forward(dt_device_t *d, dt_stream_t *s, int phase,
     xent_t a = {.losses = losses, .probs = probs, .logits = logits,
                 .targets = targets, .N = N, .V = nv, .v0 = v0, .phase = phase,
                 .stats = stats};
+    if (N == 0)
+        return DT_OK;
     cpu_lock(d);
-    cpu_pool_run(d->pool, N, row_grain(nv), vxent_fwd_task, &a);
+    if (dtype == DT_BF16 && (rc = xent_bf16_scratch(d, op, &a)) != DT_OK) {
+        cpu_unlock(d);
+        return rc;
+    }
+    cpu_pool_run(d->pool, N, row_grain(nv),
+                 dtype == DT_BF16 ? vxent_fwd_bf16_task : vxent_fwd_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }

@@ -11,7 +11,13 @@
 #include "dtrain/half.h"
 #include "dtrain/sdk/norm.h"
 #include "dtrain/sdk/optim.h"
+#include "cpu_bf16.h"
 #include "cpu_internal.h"
+
+/* bf16 gradients reach the f32 loops widened (exactly), this many at a
+ * time on the worker's stack: the loops are element-wise, so the blocks
+ * change no result. */
+#define CPU_GRAD_BLOCK 1024
 
 /* ------------------------------------------------------------------ AdamW */
 
@@ -30,6 +36,18 @@ static void adamw_task(void *ctx, int64_t b, int64_t e, int tid)
     const adamw_t *a = ctx;
     (void)tid;
     dt_adamw_f32(a->param + b, a->grad + b, a->m + b, a->v + b, e - b, &a->h);
+}
+
+CPU_CLONES static void adamw_bf16_task(void *ctx, int64_t b, int64_t e,
+                                       int tid)
+{
+    const adamw_t *a = ctx;
+    float g[CPU_GRAD_BLOCK];
+    for (int64_t i = b; i < e; i += CPU_GRAD_BLOCK) {
+        int64_t n = e - i < CPU_GRAD_BLOCK ? e - i : CPU_GRAD_BLOCK;
+        cpu_bf16_widen(g, CPU_CBF16(a->grad) + i, n);
+        dt_adamw_f32(a->param + i, g, a->m + i, a->v + i, n, &a->h);
+    }
 }
 
 int cpu_adamw_update(dt_device_t *d, dt_stream_t *s, float *param,
@@ -56,7 +74,8 @@ int cpu_adamw_update(dt_device_t *d, dt_stream_t *s, float *param,
     adamw_t a = {.param = param, .m = m, .v = v, .grad = grad,
                  .h = dt_adamw_hyper(&o, lr, weight_decay, grad_scale, t)};
     cpu_lock(d);
-    cpu_pool_run(d->pool, n, CPU_GRAIN, adamw_task, &a);
+    cpu_pool_run(d->pool, n, CPU_GRAIN,
+                 grad_dtype == DT_BF16 ? adamw_bf16_task : adamw_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }
@@ -78,6 +97,18 @@ static void sgd_task(void *ctx, int64_t b, int64_t e, int tid)
                a->wd, a->nesterov, a->gs);
 }
 
+CPU_CLONES static void sgd_bf16_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const sgd_t *a = ctx;
+    float g[CPU_GRAD_BLOCK];
+    for (int64_t i = b; i < e; i += CPU_GRAD_BLOCK) {
+        int64_t n = e - i < CPU_GRAD_BLOCK ? e - i : CPU_GRAD_BLOCK;
+        cpu_bf16_widen(g, CPU_CBF16(a->grad) + i, n);
+        dt_sgd_f32(a->param + i, g, a->mom ? a->mom + i : NULL, n, a->lr, a->mu,
+                   a->wd, a->nesterov, a->gs);
+    }
+}
+
 int cpu_sgd_update(dt_device_t *d, dt_stream_t *s, float *param,
                    const void *grad, float *mom, int grad_dtype, int64_t n,
                    float lr, float momentum, float weight_decay, int nesterov,
@@ -95,7 +126,8 @@ int cpu_sgd_update(dt_device_t *d, dt_stream_t *s, float *param,
                .mu = momentum, .wd = weight_decay, .gs = grad_scale,
                .nesterov = nesterov};
     cpu_lock(d);
-    cpu_pool_run(d->pool, n, CPU_GRAIN, sgd_task, &a);
+    cpu_pool_run(d->pool, n, CPU_GRAIN,
+                 grad_dtype == DT_BF16 ? sgd_bf16_task : sgd_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }
@@ -197,6 +229,17 @@ static void scale_task(void *ctx, int64_t b, int64_t e, int tid)
         x[i] *= alpha;
 }
 
+/* bf16: the f32 product, rounded. */
+CPU_CLONES static void scale_bf16_task(void *ctx, int64_t b, int64_t e,
+                                       int tid)
+{
+    const scale_t *a = ctx;
+    uint16_t *restrict x = CPU_BF16(a->x);
+    float alpha = a->alpha;
+    for (int64_t i = b; i < e; i++)
+        x[i] = dt_f32_to_bf16(dt_bf16_to_f32(x[i]) * alpha);
+}
+
 int cpu_scale(dt_device_t *d, dt_stream_t *s, void *x, int dtype, float alpha,
               int64_t n)
 {
@@ -207,7 +250,8 @@ int cpu_scale(dt_device_t *d, dt_stream_t *s, void *x, int dtype, float alpha,
     CPU_PTR(d, op, x, n);
     scale_t a = {.x = x, .alpha = alpha};
     cpu_lock(d);
-    cpu_pool_run(d->pool, n, CPU_GRAIN, scale_task, &a);
+    cpu_pool_run(d->pool, n, CPU_GRAIN,
+                 dtype == DT_BF16 ? scale_bf16_task : scale_task, &a);
     cpu_unlock(d);
     return DT_OK;
 }

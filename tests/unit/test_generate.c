@@ -233,6 +233,27 @@ static void test_seed_reproducible(void **state)
 
 /* The choice itself: greedy takes the largest logit (the lower id on a
  * tie); draws follow softmax(logits / T) over the top k. */
+/* Generation runs f32 activations: a model built with bf16 ones (which the
+ * cpu device now runs) is refused naming the key, not its fp32 dtype;
+ * `dtrain sample` builds its model with fp32 activations whatever the
+ * checkpoint's run used (tests/integration/test_bf16.sh samples one). */
+static void test_bf16_activations_refused(void **state)
+{
+    (void)state;
+    char t[512];
+    snprintf(t, sizeof t, "%sactivations = \"bf16\"\n", toml);
+    dt_mh_t h;
+    if (dt_mh_open(&h, t, 1, MAXT, 4244) != DT_OK)
+        fail_msg("opening the model: %s", dt_last_error());
+    void *params[L + 2] = {0};
+    dt_decoder_t *d = NULL;
+    assert_status(dt_decoder_create(h.model, &h.ctx, params, MAXT, &d), DT_ERR_UNSUPPORTED);
+    assert_msg("decoder: [model] activations = \"bf16\": generation runs fp32 activations (the "
+               "weights of a run with bf16 activations sample in fp32)");
+    assert_null(d);
+    dt_mh_close(&h);
+}
+
 static void test_pick(void **state)
 {
     (void)state;
@@ -292,6 +313,7 @@ int main(void)
         cmocka_unit_test(test_cache_matches_full_forward),
         cmocka_unit_test(test_greedy_matches_reference),
         cmocka_unit_test(test_seed_reproducible),
+        cmocka_unit_test(test_bf16_activations_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

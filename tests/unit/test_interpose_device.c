@@ -352,11 +352,11 @@ static void test_kernels_match_the_plugin(void **state)
     pair_same(&db, "matmul_backward dbias");
 
     /* a refusal: the same status and message */
-    assert_status(KW->matmul_forward(d, NULL, inp, inp, wt, NULL, DT_BF16, F, N, C, OC),
+    assert_status(KW->matmul_forward(d, NULL, inp, inp, wt, NULL, DT_F16, F, N, C, OC),
                   DT_ERR_UNSUPPORTED);
     char *msg = strdup(dt_last_error());
     assert_int_equal(R.status, DT_ERR_UNSUPPORTED);
-    assert_status(KC->matmul_forward(in, NULL, inp, inp, wt, NULL, DT_BF16, F, N, C, OC),
+    assert_status(KC->matmul_forward(in, NULL, inp, inp, wt, NULL, DT_F16, F, N, C, OC),
                   DT_ERR_UNSUPPORTED);
     assert_msg(msg);
     free(msg);
@@ -869,7 +869,7 @@ static void test_profile_passes(void **state)
         for (int m = 0; m < pass; m++)
             assert_ok(K->matmul_forward(d, NULL, out, inp, w, NULL, DT_F32, DT_F32, 4, 2, 3));
         if (pass == 2) /* a refused call counts as an error */
-            assert_status(K->matmul_forward(d, NULL, out, inp, w, NULL, DT_BF16, DT_F32, 4, 2,
+            assert_status(K->matmul_forward(d, NULL, out, inp, w, NULL, DT_F16, DT_F32, 4, 2,
                                             3),
                           DT_ERR_UNSUPPORTED);
     }

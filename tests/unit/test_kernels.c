@@ -17,14 +17,15 @@
  * cuda variant passed on an H200, also under compute-sanitizer memcheck and
  * racecheck (scripts/gpu-check.sh).
  *
- * On cuda a second group, "bf16 activations on cuda", runs every kernel
- * with bf16 activations (matmul with bf16 weights and with f32 master
- * weights rounded to bf16, embedding, layernorm, GELU, residual/axpy/scale,
+ * A second group, "bf16 activations on <device>", runs every kernel with
+ * bf16 activations (matmul with bf16 weights and with f32 master weights
+ * rounded to bf16, embedding, layernorm, GELU, residual/axpy/scale,
  * softmax cross-entropy, attention, and the optimizers on bf16 gradients)
  * against the same references fed exactly the bf16 inputs, each element
  * within a bound built from its terms' magnitudes: f32 arithmetic, then
- * bf16's unit roundoff 2^-8 ~ 3.9e-3 per stored rounding.  Its failures
- * count in the exit status.  It has not run on a GPU yet.
+ * bf16's unit roundoff 2^-8 ~ 3.9e-3 per stored rounding.  The bounds are
+ * cuda's (the looser: its attention rounds P and dS to bf16 for the tensor
+ * cores); the cpu's attention state differs and is checked as such.
  *
  * Tolerances are |got - want| <= atol + rtol |want| (in the bf16 group,
  * mostly a bound per element), stated at each check with the reason.
@@ -719,20 +720,22 @@ static void test_attention_errors(void **state)
 }
 
 /* What the cpu's attention keeps, asked without an instance: B NH T^2
- * floats for any C; refusals without a message (nothing to set it on). */
+ * floats for any C, f32 or bf16 activations alike (the probabilities stay
+ * f32); refusals without a message (nothing to set it on). */
 static void test_attention_state_bytes(void **state)
 {
     const dt_kernels_v1_t *K = cpu_ops()->kernels();
     static const int64_t shapes[][4] = {
         {1, 1, 1, 1}, {2, 5, 12, 3}, {8, 1024, 768, 12}, {3, 7, 0, 1}, {0, 9, 4, 2}};
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        const int64_t *s = shapes[i];
-        uint64_t sb = 1;
-        OK(K->attention_state_bytes(s[0], s[1], s[2], s[3], DT_F32, &sb));
-        assert_int_equal(sb, (uint64_t)(s[0] * s[3] * s[1] * s[1]) * 4);
-    }
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int bf = 0; bf < 2; bf++) {
+            const int64_t *s = shapes[i];
+            uint64_t sb = 1;
+            OK(K->attention_state_bytes(s[0], s[1], s[2], s[3], bf ? DT_BF16 : DT_F32, &sb));
+            assert_int_equal(sb, (uint64_t)(s[0] * s[3] * s[1] * s[1]) * 4);
+        }
     uint64_t sb = 123;
-    assert_int_equal(K->attention_state_bytes(2, 5, 12, 3, DT_BF16, &sb), DT_ERR_UNSUPPORTED);
+    assert_int_equal(K->attention_state_bytes(2, 5, 12, 3, DT_F16, &sb), DT_ERR_UNSUPPORTED);
     assert_int_equal(K->attention_state_bytes(2, 5, 10, 3, DT_F32, &sb), DT_ERR_INVALID);
     assert_int_equal(K->attention_state_bytes(2, 5, 12, 0, DT_F32, &sb), DT_ERR_INVALID);
     assert_int_equal(K->attention_state_bytes(-1, 5, 12, 3, DT_F32, &sb), DT_ERR_INVALID);
@@ -1331,8 +1334,9 @@ static void test_cast_errors(void **state)
  * sizes make every kernel split into at least two chunks. */
 /* ============================================================== dtypes */
 
-/* Every kernel states its dtypes; the cpu runs f32 activations with f32 or
- * bf16 matmul weights and f32 gradients, and refuses anything else with
+/* Every kernel states its dtypes; the cpu runs f32 or bf16 activations
+ * (f32 ones with f32, bf16 or f16 matmul weights, bf16 ones with bf16 or
+ * f32 weights) and f32 or bf16 gradients, and refuses anything else with
  * DT_ERR_UNSUPPORTED naming the kernel and the dtypes, before it touches a
  * buffer (checked: every output still holds its sentinel). */
 static void test_dtype_refusals(void **state)
@@ -1353,50 +1357,62 @@ static void test_dtype_refusals(void **state)
         assert_status((call), DT_ERR_UNSUPPORTED);                            \
         assert_dev_msg(msg);                                                   \
     } while (0)
-#define ACTS(op) op ": bf16 activations: unsupported (the cpu device runs f32 activations)"
+#define ACTS(op) op ": f16 activations: unsupported (the cpu device runs f32 or bf16 activations)"
+#define MM_RUNS                                                                \
+    "(the cpu device runs f32 activations with f32, bf16 or f16 weights, or bf16 "        \
+    "activations with bf16 or f32 weights)"
     /* matmul: the activation and weight dtypes together */
     REFUSED(K->matmul_forward(d, NULL, y, x, z, NULL, DT_F32, DT_F64, 2, 2, 2),
-            "matmul_forward: f32 activations with f64 weights: unsupported (the cpu device "
-            "runs f32 activations with f32, bf16 or f16 weights)");
-    REFUSED(K->matmul_forward(d, NULL, y, x, z, NULL, DT_BF16, DT_BF16, 2, 2, 2),
-            "matmul_forward: bf16 activations with bf16 weights: unsupported (the cpu "
-            "device runs f32 activations with f32, bf16 or f16 weights)");
-    REFUSED(K->matmul_backward(d, NULL, y, z, st, x, x, x, DT_BF16, DT_F32, 2, 2, 2),
-            "matmul_backward: bf16 activations with f32 weights: unsupported (the cpu "
-            "device runs f32 activations with f32, bf16 or f16 weights)");
+            "matmul_forward: f32 activations with f64 weights: unsupported " MM_RUNS);
+    REFUSED(K->matmul_forward(d, NULL, y, x, z, NULL, DT_BF16, DT_F16, 2, 2, 2),
+            "matmul_forward: bf16 activations with f16 weights: unsupported " MM_RUNS);
+    REFUSED(K->matmul_backward(d, NULL, y, z, st, x, x, x, DT_F16, DT_F32, 2, 2, 2),
+            "matmul_backward: f16 activations with f32 weights: unsupported " MM_RUNS);
     /* the activation dtype of every layer kernel */
-    REFUSED(K->embedding_forward(d, NULL, y, tok, x, x, DT_BF16, 1, 2, 2),
+    REFUSED(K->embedding_forward(d, NULL, y, tok, x, x, DT_F16, 1, 2, 2),
             ACTS("embedding_forward"));
-    REFUSED(K->embedding_backward(d, NULL, z, st, x, tok, DT_BF16, 1, 2, 2),
+    REFUSED(K->embedding_backward(d, NULL, z, st, x, tok, DT_F16, 1, 2, 2),
             ACTS("embedding_backward"));
-    REFUSED(K->gelu_forward(d, NULL, y, x, DT_BF16, 4), ACTS("gelu_forward"));
-    REFUSED(K->gelu_backward(d, NULL, y, x, x, DT_BF16, 4), ACTS("gelu_backward"));
-    REFUSED(K->softmax_xent_forward(d, NULL, st, y, x, tok, DT_BF16, 2, 2),
+    REFUSED(K->vocab_embedding_forward(d, NULL, y, tok, x, x, DT_F16, 1, 2, 2, 0, 4),
+            ACTS("vocab_embedding_forward"));
+    REFUSED(K->gelu_forward(d, NULL, y, x, DT_F16, 4), ACTS("gelu_forward"));
+    REFUSED(K->gelu_backward(d, NULL, y, x, x, DT_F16, 4), ACTS("gelu_backward"));
+    REFUSED(K->softmax_xent_forward(d, NULL, st, y, x, tok, DT_F16, 2, 2),
             ACTS("softmax_xent_forward"));
-    REFUSED(K->softmax_xent_backward(d, NULL, y, x, tok, DT_BF16, 1.0f, 2, 2),
+    REFUSED(K->softmax_xent_backward(d, NULL, y, x, tok, DT_F16, 1.0f, 2, 2),
             ACTS("softmax_xent_backward"));
-    REFUSED(K->layernorm_forward(d, NULL, y, z, st, x, x, x, DT_BF16, 2, 2),
+    REFUSED(K->vocab_xent_forward(d, NULL, 0, z, st, y, x, tok, DT_F16, 2, 0, 2),
+            ACTS("vocab_xent_forward"));
+    REFUSED(K->layernorm_forward(d, NULL, y, z, st, x, x, x, DT_F16, 2, 2),
             ACTS("layernorm_forward"));
-    REFUSED(K->layernorm_backward(d, NULL, y, z, st, x, x, x, x, x, DT_BF16, 2, 2),
+    REFUSED(K->layernorm_backward(d, NULL, y, z, st, x, x, x, x, x, DT_F16, 2, 2),
             ACTS("layernorm_backward"));
-    REFUSED(K->attention_forward(d, NULL, y, st, x, DT_BF16, 1, 2, 2, 1),
+    REFUSED(K->attention_forward(d, NULL, y, st, x, DT_F16, 1, 2, 2, 1),
             ACTS("attention_forward"));
-    REFUSED(K->attention_backward(d, NULL, y, x, x, x, x, DT_BF16, 1, 2, 2, 1),
+    REFUSED(K->attention_backward(d, NULL, y, x, x, x, x, DT_F16, 1, 2, 2, 1),
             ACTS("attention_backward"));
-    REFUSED(K->residual_forward(d, NULL, y, x, x, DT_F16, 4),
-            "residual_forward: f16 activations: unsupported (the cpu device runs f32 "
+    REFUSED(K->residual_forward(d, NULL, y, x, x, DT_F64, 4),
+            "residual_forward: f64 activations: unsupported (the cpu device runs f32 or bf16 "
             "activations)");
+    /* attention's state: f32 probabilities for f32 and bf16 activations */
+    uint64_t sb = 0;
+    assert_status(K->attention_state_bytes(1, 2, 2, 1, DT_F16, &sb), DT_ERR_UNSUPPORTED);
     /* element-wise arithmetic and the optimizers */
-    REFUSED(K->axpy(d, NULL, y, x, DT_BF16, 1.0f, 4),
-            "axpy: bf16 elements: unsupported (the cpu device runs f32 elements)");
+    REFUSED(K->axpy(d, NULL, y, x, DT_F16, 1.0f, 4),
+            "axpy: f16 elements: unsupported (the cpu device runs f32 or bf16 elements)");
     REFUSED(K->scale(d, NULL, y, DT_F64, 2.0f, 4),
-            "scale: f64 elements: unsupported (the cpu device runs f32 elements)");
-    REFUSED(K->adamw_update(d, NULL, y, x, z, st, DT_BF16, 4, 0.1f, 0.9f, 0.99f, 1e-8f, 0.0f,
+            "scale: f64 elements: unsupported (the cpu device runs f32 or bf16 elements)");
+    REFUSED(K->adamw_update(d, NULL, y, x, z, st, DT_F16, 4, 0.1f, 0.9f, 0.99f, 1e-8f, 0.0f,
                             1.0f, 1),
-            "adamw_update: bf16 gradients: unsupported (the cpu device runs f32 gradients)");
+            "adamw_update: f16 gradients: unsupported (the cpu device runs f32 or bf16 "
+            "gradients)");
     REFUSED(K->sgd_update(d, NULL, y, x, z, DT_F16, 4, 0.1f, 0.9f, 0.0f, 0, 1.0f),
-            "sgd_update: f16 gradients: unsupported (the cpu device runs f32 gradients)");
+            "sgd_update: f16 gradients: unsupported (the cpu device runs f32 or bf16 "
+            "gradients)");
     REFUSED(K->sumsq(d, NULL, sq, x, DT_F64, 4), "sumsq: dtype f64; only f32, bf16, f16");
+    /* the zero-length call the model probes bf16 activations with is run */
+    OK(K->residual_forward(d, NULL, NULL, NULL, NULL, DT_BF16, 0));
+#undef MM_RUNS
 #undef ACTS
 #undef REFUSED
     for (int i = 0; i < NB; i++)
@@ -1554,13 +1570,13 @@ static void test_threads_matmul(void **state)
     }
 }
 
-/* ==================================== bf16 activations (cuda only) */
+/* ================================================ bf16 activations */
 
-/* The cuda device runs every kernel with bf16 activations (dtype DT_BF16,
- * device.h): it widens bf16 exactly to f32, computes in f32 (the matmuls
- * and attention's products: exact bf16 products summed in f32 by the
- * tensor cores) and rounds every bf16 it stores once, to nearest even.
- * The cpu runs f32 activations only, so this group runs on cuda alone.
+/* The cuda and cpu devices run every kernel with bf16 activations (dtype
+ * DT_BF16, device.h): they widen bf16 exactly to f32, compute in f32 (the
+ * matmuls and attention's products: exact bf16 products summed in f32, by
+ * the tensor cores or by sgemm on widened blocks) and round every bf16
+ * they store once, to nearest even.
  * Each test feeds the double reference exactly the values the bf16
  * buffers hold, and bounds every element on its own: the error of the f32
  * arithmetic, from the magnitudes of the terms it adds (the same reference
@@ -2102,11 +2118,19 @@ static void test_bf16_softmax_xent(void **state)
  *    device's lse, within rho_b of the exact P; dS = P (dP - D) rounded to
  *    bf16, and P rounded to bf16, for the products dV += P^T dout, dQ +=
  *    scale dS K, dK += scale dS^T Q: f32 sums of t + 1 terms (the added
- *    gradient's rounding is the caller's). */
+ *    gradient's rounding is the caller's).
+ * The cpu rounds less (cpu_kernels_attention.c): its state is the f32
+ * probabilities P themselves (P_e, when not NULL, receives their bound:
+ * rho P), its P V and backward products read them in f32, not rounded to
+ * bf16, and backward reads forward's P instead of recomputing it from an
+ * lse.  So the cuda bounds hold for it with a margin; it passes the exact
+ * lse as lsed (eL = 0), as it keeps no lse, and the forward's rho covers
+ * the P backward reads (rho's terms dwarf eL's where it matters: the
+ * bf16 roundings of dS and P dominate each gradient's bound). */
 static void att_bf16_bounds(const double *qkv, const double *dout, const double *outx,
                             const double *P, const double *od, const double *lsed, int64_t B,
                             int64_t T, int64_t C, int64_t NH, double *lse_want,
-                            double *lse_e, double *out_e, double *dqkv_e)
+                            double *lse_e, double *out_e, double *dqkv_e, double *P_e)
 {
     const int64_t hs = C / NH;
     const double scale = 1.0 / sqrt((double)hs);
@@ -2145,6 +2169,8 @@ static void att_bf16_bounds(const double *qkv, const double *dout, const double 
                 for (int64_t s = 0; s <= t; s++) {
                     double rho = 1.01 * (eS[s] + meS + 0x1p-19 * (1.0 + rng));
                     pe[s] = rho + BF_R * (1.0 + rho);
+                    if (P_e) /* the f32 probability itself */
+                        P_e[row * T + s] = rho * Pr[s];
                 }
                 for (int64_t i = 0; i < hs; i++) {
                     double e = 0.0;
@@ -2191,9 +2217,11 @@ static void att_bf16_bounds(const double *qkv, const double *dout, const double 
     free(S), free(eS), free(pe);
 }
 
-/* Forward (out, and the (B, NH, T) f32 log-sum-exp state, sized by
- * attention_state_bytes for bf16, with guard bytes after it that forward
- * must leave alone), then two backward calls, on both instances. */
+/* Forward (out, and the state, sized by attention_state_bytes for bf16,
+ * with guard bytes after it that forward must leave alone: on cuda the
+ * (B, NH, T) f32 log-sum-exp, on the cpu the (B, NH, T, T) f32
+ * probabilities, as for f32 activations), then two backward calls, on
+ * both instances. */
 static void attention_bf16_case(int64_t B, int64_t T, int64_t C, int64_t NH, uint64_t seed)
 {
     const int64_t n3 = B * T * 3 * C, no = B * T * C, nl = B * NH * T, natt = nl * T;
@@ -2204,7 +2232,7 @@ static void attention_bf16_case(int64_t B, int64_t T, int64_t C, int64_t NH, uin
         cpu_t *c = pass ? &g_t2 : &g_t1;
         uint64_t sb = 0;
         OK(c->K->attention_state_bytes(B, T, C, NH, DT_BF16, &sb));
-        assert_int_equal(sb, nl * 4);
+        assert_int_equal(sb, (g_cuda ? nl : natt) * 4);
         double *qkvd;
         uint16_t *qkv = dbf(c, &r, n3, -1.5, 1.5, &qkvd);
         uint16_t *out = dalloc(c, no * 2);
@@ -2219,12 +2247,22 @@ static void attention_bf16_case(int64_t B, int64_t T, int64_t C, int64_t NH, uin
 
         double *doutd, *dqkv0;
         uint16_t *dout = dbf(c, &r, no, -1, 1, &doutd), *dqkv = dbf(c, &r, n3, -1, 1, &dqkv0);
-        double *od = hbf(out, no), *lsed = hd(lse, nl);
-        double *lse_want = hzero(nl), *lse_e = hzero(nl), *out_e = hzero(no);
-        double *dqkv_e = hzero(n3);
+        double *od = hbf(out, no), *lse_want = hzero(nl), *lse_e = hzero(nl);
+        double *out_e = hzero(no), *dqkv_e = hzero(n3), *P_e = g_cuda ? NULL : hzero(natt);
+        /* cuda's backward reads forward's lse; the cpu keeps none: the exact
+         * one, which att_bf16_bounds writes before it reads it (eL = 0) */
+        double *lsed = g_cuda ? hd(lse, nl) : lse_want;
         att_bf16_bounds(qkvd, doutd, outd, attd, od, lsed, B, T, C, NH, lse_want, lse_e, out_e,
-                        dqkv_e);
-        check_f("bf16 attention_forward lse", lse, lse_want, lse_e, nl);
+                        dqkv_e, P_e);
+        if (g_cuda) {
+            check_f("bf16 attention_forward lse", lse, lse_want, lse_e, nl);
+        } else { /* the probabilities, zero above the diagonal (bound 0) */
+            double *want = hzero(natt);
+            memcpy(want, attd, (size_t)natt * sizeof *want);
+            check_f("bf16 attention_forward probabilities", lse, want, P_e, natt);
+            free(lse_want), free(lse_e);
+            lsed = NULL;
+        }
         check_bf("bf16 attention_forward out", out, outd,
                  bound_bf16(NULL, outd, out_e, 1.0, 0, 1, no), no);
 
@@ -2304,6 +2342,207 @@ static void test_bf16_optimizers(void **state)
     free(gd);
 }
 
+/* ----------------------------------------- the cpu's bf16 specifics */
+
+/* A bf16 matmul of more rows than one block holds (cpu_kernels_matmul.c:
+ * CPU_BF16_MM_FLOATS = 2^23 floats of rows, C + OC a row forward, OC + 2C
+ * backward): (N, C, OC) = (4100, 16, 2048) runs as blocks of 4064 + 36
+ * rows forward and 4032 + 68 backward, with f32 weights (rounded to bf16)
+ * and bf16 weights.  Checked against the cpu's f32 matmul fed the widened
+ * inputs and the rounded weight: the same f32 sums, in one block.  Every
+ * input is positive, so every sum is as large as its terms' magnitudes
+ * (no cancellation): a block's rows lost or added twice would move a
+ * result by at least 36 / 4100 ~ 0.9% of it, far past the bounds.
+ *  out, dinp: one rounding to bf16 (BF_R) of an f32 sum of C + 1 or OC + 1
+ *    terms, against another order of that sum: BF_R + 2 (K + 2) F32_ADD,
+ *    relative;
+ *  dweight, dbias (f32, N terms a call): 2 (N + 2) F32_ADD relative (5e-3;
+ *    with identical summation orders they come out equal). */
+static void test_bf16_matmul_row_blocks(void **state)
+{
+    const int64_t N = 4100, C = 16, OC = 2048;
+    cpu_t *c = &g_t2;
+    dt_ref_rng_t r;
+    dt_ref_rng_seed(&r, 391);
+    uint16_t *inp = dalloc(c, N * C * 2), *dout = dalloc(c, N * OC * 2);
+    uint16_t *bias = dalloc(c, OC * 2), *wb = dalloc(c, OC * C * 2);
+    uint16_t *out = dalloc(c, N * OC * 2), *dinp = dalloc(c, N * C * 2);
+    float *inpf = dalloc(c, N * C * 4), *doutf = dalloc(c, N * OC * 4);
+    float *biasf = dalloc(c, OC * 4), *w = dalloc(c, OC * C * 4), *wr = dalloc(c, OC * C * 4);
+    float *outf = dalloc(c, N * OC * 4), *dinpf = dalloc(c, N * C * 4);
+    float *dw = dalloc(c, OC * C * 4), *dwf = dalloc(c, OC * C * 4);
+    float *db = dalloc(c, OC * 4), *dbf = dalloc(c, OC * 4);
+    fill_bf(inp, NULL, &r, N * C, 0.25, 1);
+    fill_bf(dout, NULL, &r, N * OC, 0.25, 1);
+    fill_bf(bias, NULL, &r, OC, 0.25, 1);
+    for (int64_t i = 0; i < N * C; i++)
+        inpf[i] = (float)dt_ref_bf16_to_double(inp[i]);
+    for (int64_t i = 0; i < N * OC; i++)
+        doutf[i] = (float)dt_ref_bf16_to_double(dout[i]);
+    for (int64_t i = 0; i < OC; i++)
+        biasf[i] = (float)dt_ref_bf16_to_double(bias[i]);
+    for (int64_t i = 0; i < OC * C; i++) {
+        w[i] = (float)dt_ref_rng_uniform(&r, 0.25, 1);
+        wb[i] = dt_ref_f32_to_bf16(w[i]);
+        wr[i] = (float)dt_ref_bf16_to_double(wb[i]);
+    }
+    for (int f32w = 0; f32w < 2; f32w++) {
+        const int wdt = f32w ? DT_F32 : DT_BF16;
+        const void *wt = f32w ? (const void *)w : (const void *)wb;
+        OK(c->K->matmul_forward(c->dev, NULL, out, inp, wt, bias, DT_BF16, wdt, N, C, OC));
+        OK(c->K->matmul_forward(c->dev, NULL, outf, inpf, wr, biasf, DT_F32, DT_F32, N, C,
+                                OC));
+        fill_bf(dinp, NULL, &r, N * C, 0.25, 1);
+        for (int64_t i = 0; i < N * C; i++)
+            dinpf[i] = (float)dt_ref_bf16_to_double(dinp[i]);
+        memset(dw, 0, (size_t)(OC * C) * 4), memset(dwf, 0, (size_t)(OC * C) * 4);
+        memset(db, 0, (size_t)OC * 4), memset(dbf, 0, (size_t)OC * 4);
+        OK(c->K->matmul_backward(c->dev, NULL, dinp, dw, db, dout, inp, wt, DT_BF16, wdt, N,
+                                 C, OC));
+        OK(c->K->matmul_backward(c->dev, NULL, dinpf, dwf, dbf, doutf, inpf, wr, DT_F32,
+                                 DT_F32, N, C, OC));
+        struct {
+            const char *what;
+            const uint16_t *h;
+            const float *got, *want;
+            int64_t n, K;
+        } cmp[] = {{"out", out, NULL, outf, N * OC, C + 1},
+                   {"dinp", dinp, NULL, dinpf, N * C, OC + 1},
+                   {"dweight", NULL, dw, dwf, OC * C, N},
+                   {"dbias", NULL, db, dbf, OC, N}};
+        for (size_t k = 0; k < sizeof cmp / sizeof cmp[0]; k++) {
+            const double rel = (cmp[k].h ? BF_R : 0.0) + 2.0 * (double)(cmp[k].K + 2) * F32_ADD;
+            for (int64_t i = 0; i < cmp[k].n; i++) {
+                double g = cmp[k].h ? dt_ref_bf16_to_double(cmp[k].h[i]) : cmp[k].got[i];
+                double want = cmp[k].want[i];
+                if (!(fabs(g - want) <= rel * fabs(want)))
+                    fail_msg("bf16 matmul in row blocks (%s weights): %s[%lld] = %.9g, the f32 "
+                             "matmul gives %.9g (relative bound %.3g)",
+                             dt_dtype_name(wdt), cmp[k].what, (long long)i, g, want, rel);
+            }
+        }
+    }
+    dfree(c, inp), dfree(c, dout), dfree(c, bias), dfree(c, wb), dfree(c, out), dfree(c, dinp);
+    dfree(c, inpf), dfree(c, doutf), dfree(c, biasf), dfree(c, w), dfree(c, wr);
+    dfree(c, outf), dfree(c, dinpf), dfree(c, dw), dfree(c, dwf), dfree(c, db), dfree(c, dbf);
+}
+
+/* test_threads_bitwise with bf16 activations: every kernel but the matmul
+ * (OpenBLAS's, equal within rounding: test_threads_matmul) gives the same
+ * bits at 1 and 2 threads, widening and rounding included. */
+static void test_threads_bitwise_bf16(void **state)
+{
+    dt_ref_rng_t r;
+    cpu_t *cs[2] = {&g_t1, &g_t2};
+    void *res[2][16];
+    int64_t bytes[16];
+    int nres = 0;
+    for (int d = 0; d < 2; d++) {
+        cpu_t *c = cs[d];
+        dt_ref_rng_seed(&r, 4321); /* same inputs on both */
+        int k = 0;
+        double *e; /* exact values: not needed here */
+        /* element-wise: n = 70001 > 2 x 16384 */
+        const int64_t n = 70001;
+        uint16_t *x = dbf(c, &r, n, -3, 3, &e);
+        free(e);
+        uint16_t *y = dbf(c, &r, n, -1, 1, &e);
+        free(e);
+        uint16_t *o = dalloc(c, n * 2);
+        OK(c->K->gelu_forward(c->dev, NULL, o, x, DT_BF16, n));
+        OK(c->K->gelu_backward(c->dev, NULL, y, x, o, DT_BF16, n));
+        OK(c->K->residual_forward(c->dev, NULL, o, o, y, DT_BF16, n));
+        OK(c->K->axpy(c->dev, NULL, o, x, DT_BF16, 0.3f, n));
+        OK(c->K->scale(c->dev, NULL, o, DT_BF16, 1.7f, n));
+        float *p = drand(c, &r, n, -1, 1), *m = drand(c, &r, n, -0.1, 0.1);
+        float *v = drand(c, &r, n, 0, 0.1);
+        OK(c->K->adamw_update(c->dev, NULL, p, y, m, v, DT_BF16, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                              0.1f, 0.5f, 3));
+        OK(c->K->sgd_update(c->dev, NULL, p, o, m, DT_BF16, n, 1e-2f, 0.9f, 0.01f, 1, 1.0f));
+        res[d][k] = o, bytes[k++] = n * 2;
+        res[d][k] = y, bytes[k++] = n * 2;
+        res[d][k] = p, bytes[k++] = n * 4;
+        res[d][k] = m, bytes[k++] = n * 4;
+
+        /* layernorm (N, C) = (64, 768): rows and columns both split */
+        const int64_t N = 64, C = 768;
+        uint16_t *li = dbf(c, &r, N * C, -2, 2, &e);
+        free(e);
+        uint16_t *lw = dbf(c, &r, C, 0.5, 1.5, &e);
+        free(e);
+        uint16_t *lb = dbf(c, &r, C, -1, 1, &e);
+        free(e);
+        uint16_t *ldo = dbf(c, &r, N * C, -1, 1, &e);
+        free(e);
+        uint16_t *ldi = dbf(c, &r, N * C, -1, 1, &e);
+        free(e);
+        uint16_t *lo = dalloc(c, N * C * 2);
+        float *lm = dalloc(c, N * 4), *lr = dalloc(c, N * 4);
+        float *ldw = drand(c, &r, C, -1, 1), *ldb = drand(c, &r, C, -1, 1);
+        OK(c->K->layernorm_forward(c->dev, NULL, lo, lm, lr, li, lw, lb, DT_BF16, N, C));
+        OK(c->K->layernorm_backward(c->dev, NULL, ldi, ldw, ldb, ldo, li, lw, lm, lr, DT_BF16,
+                                    N, C));
+        res[d][k] = lo, bytes[k++] = N * C * 2;
+        res[d][k] = ldi, bytes[k++] = N * C * 2;
+        res[d][k] = ldw, bytes[k++] = C * 4;
+        res[d][k] = ldb, bytes[k++] = C * 4;
+
+        /* embedding (B, T, C) = (4, 64, 256), V = 50: repeats galore */
+        const int64_t B = 4, T = 64, EC = 256, V = 50;
+        int32_t *tok = dalloc(c, B * T * 4);
+        dt_ref_fill_int(&r, tok, B * T, (int32_t)V);
+        uint16_t *wte = dbf(c, &r, V * EC, -1, 1, &e);
+        free(e);
+        uint16_t *wpe = dbf(c, &r, T * EC, -1, 1, &e);
+        free(e);
+        uint16_t *eo = dalloc(c, B * T * EC * 2);
+        float *dwte = drand(c, &r, V * EC, -1, 1);
+        OK(c->K->embedding_forward(c->dev, NULL, eo, tok, wte, wpe, DT_BF16, B, T, EC));
+        OK(c->K->embedding_backward(c->dev, NULL, dwte, NULL, eo, tok, DT_BF16, B, T, EC));
+        res[d][k] = eo, bytes[k++] = B * T * EC * 2;
+        res[d][k] = dwte, bytes[k++] = V * EC * 4;
+
+        /* attention (B, T, C, NH) = (2, 64, 64, 4) */
+        const int64_t AB = 2, AT = 64, AC = 64, NH = 4;
+        uint16_t *qkv = dbf(c, &r, AB * AT * 3 * AC, -1, 1, &e);
+        free(e);
+        uint16_t *dqkv = dbf(c, &r, AB * AT * 3 * AC, -1, 1, &e);
+        free(e);
+        uint16_t *ao = dalloc(c, AB * AT * AC * 2);
+        float *att = dalloc(c, AB * NH * AT * AT * 4);
+        OK(c->K->attention_forward(c->dev, NULL, ao, att, qkv, DT_BF16, AB, AT, AC, NH));
+        OK(c->K->attention_backward(c->dev, NULL, dqkv, ao, qkv, ao, att, DT_BF16, AB, AT, AC,
+                                    NH));
+        res[d][k] = ao, bytes[k++] = AB * AT * AC * 2;
+        res[d][k] = dqkv, bytes[k++] = AB * AT * 3 * AC * 2;
+
+        /* softmax cross-entropy (64, 1000) */
+        const int64_t XN = 64, XV = 1000;
+        uint16_t *lg = dbf(c, &r, XN * XV, -5, 5, &e);
+        free(e);
+        uint16_t *pr = dalloc(c, XN * XV * 2);
+        float *ls = dalloc(c, XN * 4);
+        int32_t *tg = dalloc(c, XN * 4);
+        dt_ref_fill_int(&r, tg, XN, (int32_t)XV);
+        OK(c->K->softmax_xent_forward(c->dev, NULL, ls, pr, lg, tg, DT_BF16, XN, XV));
+        OK(c->K->softmax_xent_backward(c->dev, NULL, lg, pr, tg, DT_BF16, 0.25f, XN, XV));
+        res[d][k] = ls, bytes[k++] = XN * 4;
+        res[d][k] = lg, bytes[k++] = XN * XV * 2;
+        nres = k;
+    }
+    static const char *names[] = {"gelu/residual/axpy/scale", "gelu_backward",
+                                  "adamw/sgd param", "sgd momentum",
+                                  "layernorm out", "layernorm dinp",
+                                  "layernorm dweight", "layernorm dbias",
+                                  "embedding out", "embedding dwte",
+                                  "attention out", "attention dqkv",
+                                  "xent losses", "xent dlogits"};
+    for (int k = 0; k < nres; k++)
+        if (memcmp(res[0][k], res[1][k], (size_t)bytes[k]) != 0)
+            fail_msg("bf16 %s differs between 1 and 2 threads", names[k]);
+    /* (device buffers are released with the devices at teardown) */
+}
+
 int main(int argc, char **argv)
 {
     /* Every device: the kernels against the references (messages compared
@@ -2327,7 +2566,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cast_from_f32_vs_reference),
     };
     /* The cpu's own: its expf, its attention state (probabilities), its
-     * argument and dtype refusals word for word, its thread split. */
+     * argument and dtype refusals word for word, its thread split, its
+     * bf16 matmul's blocks of rows. */
     const struct CMUnitTest cpu_only[] = {
         cmocka_unit_test(test_expf_accuracy),
         cmocka_unit_test(test_attention_errors),
@@ -2339,10 +2579,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_threads_bitwise),
         cmocka_unit_test(test_threads_matmul),
         cmocka_unit_test(test_sumsq_host_run),
+        cmocka_unit_test(test_bf16_matmul_row_blocks),
+        cmocka_unit_test(test_threads_bitwise_bf16),
     };
-    /* cuda's own: every kernel with bf16 activations (the cpu runs f32
-     * activations only and refuses them, test_dtype_refusals). */
-    const struct CMUnitTest cuda_bf16[] = {
+    /* Every device: every kernel with bf16 activations. */
+    const struct CMUnitTest bf16[] = {
         cmocka_unit_test(test_bf16_matmul),
         cmocka_unit_test(test_bf16_embedding),
         cmocka_unit_test(test_bf16_layernorm),
@@ -2364,7 +2605,7 @@ int main(int argc, char **argv)
         g_cuda = 1;
         int failed = cmocka_run_group_tests_name("kernels on cuda", common, group_setup,
                                                  group_teardown);
-        return failed + cmocka_run_group_tests_name("bf16 activations on cuda", cuda_bf16,
+        return failed + cmocka_run_group_tests_name("bf16 activations on cuda", bf16,
                                                     group_setup, group_teardown);
     }
     if (strcmp(g_device, "cpu") != 0) {
@@ -2373,6 +2614,8 @@ int main(int argc, char **argv)
     }
     int failed = cmocka_run_group_tests_name("kernels on cpu", common, group_setup,
                                              group_teardown);
+    failed += cmocka_run_group_tests_name("bf16 activations on cpu", bf16, group_setup,
+                                          group_teardown);
     return failed + cmocka_run_group_tests_name("the cpu's own", cpu_only, group_setup,
                                                 group_teardown);
 }

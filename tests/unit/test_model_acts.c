@@ -4,14 +4,16 @@
  * the planner reads must be what dt_model_alloc_acts allocates.
  *
  * For gpt2 and mlp, over micro-batch shapes, activation_checkpointing
- * none / all / every 2 and dtype fp32 / bf16:
+ * none / all / every 2, dtype fp32 / bf16 and activations fp32 / bf16
+ * (the cpu device runs both):
  *   - the planned total equals, to the byte, what the cpu device reports
  *     as current DT_TAG_ACTIVATIONS after dt_model_alloc_acts (nothing
  *     else allocates that tag), and each unit's desc act_bytes equals the
  *     plan's per-unit bytes;
  *   - the plan equals a formula written out here from the tensors each
- *     arch keeps (GPT-2 block: 15 (B,T,C) tensors, 4 (B,T) norm
- *     statistics, the (B,NH,T,T) attention probabilities), so
+ *     arch keeps (GPT-2 block: 15 (B,T,C) tensors in the activation
+ *     dtype, 4 (B,T) f32 norm statistics, the (B,NH,T,T) f32 attention
+ *     probabilities), so
  *     checkpointing every block removes L - 1 blocks' worth exactly (one
  *     block's worth comes back as the shared recompute buffer).
  * Presets (gpt2-124m, gpt2-1558m) are planned from the description and
@@ -42,22 +44,35 @@
 enum { GL = 3, GNH = 2, GC = 16, GV = 40, GCTX = 16 };
 enum { MV = 30, MD = 8, MH = 12, ML = 3 };
 
-static void gpt2_toml(char *out, size_t cap, const char *dtype, const char *ckpt)
+static void gpt2_toml_acts(char *out, size_t cap, const char *dtype, const char *ckpt,
+                           const char *acts)
 {
     snprintf(out, cap,
              "[model]\narch = \"gpt2\"\nn_layer = %d\nn_head = %d\nn_embd = %d\n"
              "vocab_size = %d\ncontext = %d\ndtype = \"%s\"\n"
-             "activation_checkpointing = \"%s\"\ncheckpoint_every = 2\n",
-             GL, GNH, GC, GV, GCTX, dtype, ckpt);
+             "activation_checkpointing = \"%s\"\ncheckpoint_every = 2\n"
+             "activations = \"%s\"\n",
+             GL, GNH, GC, GV, GCTX, dtype, ckpt, acts);
 }
 
-static void mlp_toml(char *out, size_t cap, const char *dtype, const char *ckpt)
+static void gpt2_toml(char *out, size_t cap, const char *dtype, const char *ckpt)
+{
+    gpt2_toml_acts(out, cap, dtype, ckpt, "fp32");
+}
+
+static void mlp_toml_acts(char *out, size_t cap, const char *dtype, const char *ckpt,
+                          const char *acts)
 {
     snprintf(out, cap,
              "[model]\narch = \"mlp\"\nvocab_size = %d\nmlp_in = %d\nmlp_hidden = %d\n"
              "mlp_layers = %d\ndtype = \"%s\"\nactivation_checkpointing = \"%s\"\n"
-             "checkpoint_every = 2\n",
-             MV, MD, MH, ML, dtype, ckpt);
+             "checkpoint_every = 2\nactivations = \"%s\"\n",
+             MV, MD, MH, ML, dtype, ckpt, acts);
+}
+
+static void mlp_toml(char *out, size_t cap, const char *dtype, const char *ckpt)
+{
+    mlp_toml_acts(out, cap, dtype, ckpt, "fp32");
 }
 
 /* The cpu plugin's runtime table (never dlclosed). */
@@ -99,58 +114,73 @@ static int is_ckpt(const char *ckpt, int l)
     return strcmp(ckpt, "all") == 0 || (strcmp(ckpt, "every") == 0 && l % 2 == 0);
 }
 
-static uint64_t gpt2_block(uint64_t B, uint64_t T)
+/* A block's kept bytes with activations of `es` bytes: 15 (B,T,C)
+ * activations, 4 (B,T) f32 norm statistics, the f32 probabilities. */
+static uint64_t gpt2_block_es(uint64_t B, uint64_t T, uint64_t es)
 {
-    return 4 * (15 * B * T * GC + 4 * B * T + B * GNH * T * T);
+    return es * 15 * B * T * GC + 4 * (4 * B * T + B * GNH * T * T);
 }
 
-/* Per-unit kept bytes and the workspace of the small GPT-2. */
+static uint64_t gpt2_block(uint64_t B, uint64_t T) { return gpt2_block_es(B, T, 4); }
+
+/* Bytes of an element of a [model] dtype or activations value. */
+static uint64_t esize(const char *dt) { return strcmp(dt, "fp32") == 0 ? 4 : 2; }
+
+/* Per-unit kept bytes and the workspace of the small GPT-2: tokens,
+ * targets, norm statistics and losses i32 / f32, the rest in the
+ * activation dtype. */
 static void gpt2_expect(uint64_t B, uint64_t T, const char *dtype, const char *ckpt,
-                        uint64_t *unit, uint64_t *ws)
+                        const char *acts, uint64_t *unit, uint64_t *ws)
 {
-    const uint64_t BT = B * T;
+    const uint64_t BT = B * T, es = esize(acts);
     int any = 0;
-    unit[0] = 4 * (BT + BT * GC); /* tokens, x[0] */
+    unit[0] = 4 * BT + es * BT * GC; /* tokens, x[0] */
     for (int l = 0; l < GL; l++) {
-        unit[l + 1] = 4 * BT * GC + (is_ckpt(ckpt, l) ? 0 : gpt2_block(B, T));
+        unit[l + 1] = es * BT * GC + (is_ckpt(ckpt, l) ? 0 : gpt2_block_es(B, T, es));
         any |= is_ckpt(ckpt, l);
     }
-    unit[GL + 1] = 4 * (BT + BT * GC + 2 * BT + BT * GV); /* targets, ln_f, probs */
+    /* targets, ln_f, its mean and rstd, probs */
+    unit[GL + 1] = 4 * BT + es * BT * GC + 4 * 2 * BT + es * BT * GV;
     /* recompute block, attproj + fcproj, logits, losses, dx dbuf_c dbuf_c2
-     * dqkv dfch dfch_gelu (14 C), dlogits, and bf16's view (wte + wpe) */
-    *ws = (any ? gpt2_block(B, T) : 0) + 4 * (2 * BT * GC + BT * GV + BT) +
-          4 * (14 * BT * GC + BT * GV) +
-          (strcmp(dtype, "bf16") == 0 ? 4 * (uint64_t)(GV + GCTX) * GC : 0);
+     * dqkv dfch dfch_gelu (14 C), dlogits, and the view when the parameter
+     * and activation dtypes differ (wte + wpe in the activation dtype) */
+    *ws = (any ? gpt2_block_es(B, T, es) : 0) + es * (2 * BT * GC + BT * GV) + 4 * BT +
+          es * (14 * BT * GC + BT * GV) +
+          (strcmp(dtype, acts) != 0 ? es * (uint64_t)(GV + GCTX) * GC : 0);
 }
 
 static void mlp_expect(uint64_t B, uint64_t T, const char *dtype, const char *ckpt,
-                       uint64_t *unit, uint64_t *ws)
+                       const char *acts, uint64_t *unit, uint64_t *ws)
 {
-    const uint64_t BT = B * T;
+    const uint64_t BT = B * T, es = esize(acts);
     int any = 0;
-    unit[0] = 4 * (BT + BT * MD); /* tokens, x0 */
+    unit[0] = 4 * BT + es * BT * MD; /* tokens, x0 */
     for (int l = 0; l < ML; l++) {
-        unit[l + 1] = 4 * BT * MH * (is_ckpt(ckpt, l) ? 1 : 2); /* out, pre */
+        unit[l + 1] = es * BT * MH * (is_ckpt(ckpt, l) ? 1 : 2); /* out, pre */
         any |= is_ckpt(ckpt, l);
     }
-    unit[ML + 1] = 4 * (BT + BT * MV); /* targets, probs */
+    unit[ML + 1] = 4 * BT + es * BT * MV; /* targets, probs */
     /* recompute pre, zeros (T, D), da db (max(D, H) = H), dpre, dlogits,
-     * logits, losses; bf16's view holds the largest unit's f32-read
-     * tensors: embed.weight (V D) */
-    *ws = 4 * ((any ? BT * MH : 0) + T * MD + 2 * BT * MH + BT * MH + 2 * BT * MV + BT) +
-          (strcmp(dtype, "bf16") == 0 ? 4 * (uint64_t)MV * MD : 0);
+     * logits, losses (f32); the view, when the parameter and activation
+     * dtypes differ, holds the largest unit's tensors read in the
+     * activation dtype: embed.weight (V D) */
+    *ws = es * ((any ? BT * MH : 0) + T * MD + 2 * BT * MH + BT * MH + 2 * BT * MV) + 4 * BT +
+          (strcmp(dtype, acts) != 0 ? es * (uint64_t)MV * MD : 0);
 }
 
 /* ---- planned == allocated, planned == formula ---- */
 
 typedef struct combo {
     int64_t B, T;
-    const char *dtype, *ckpt;
+    const char *dtype, *ckpt, *acts;
 } combo_t;
 
 static const combo_t combos[] = {
-    {2, 8, "fp32", "none"}, {2, 8, "fp32", "all"}, {3, 5, "fp32", "every"},
-    {1, 16, "fp32", "all"}, {4, 3, "bf16", "none"}, {2, 7, "bf16", "every"},
+    {2, 8, "fp32", "none", "fp32"}, {2, 8, "fp32", "all", "fp32"},
+    {3, 5, "fp32", "every", "fp32"}, {1, 16, "fp32", "all", "fp32"},
+    {4, 3, "bf16", "none", "fp32"}, {2, 7, "bf16", "every", "fp32"},
+    {2, 8, "fp32", "none", "bf16"}, {3, 5, "fp32", "every", "bf16"},
+    {2, 7, "bf16", "all", "bf16"},
 };
 
 static void check_arch(int gpt2)
@@ -159,15 +189,17 @@ static void check_arch(int gpt2)
         const combo_t *k = &combos[c];
         char toml[512];
         if (gpt2)
-            gpt2_toml(toml, sizeof toml, k->dtype, k->ckpt);
+            gpt2_toml_acts(toml, sizeof toml, k->dtype, k->ckpt, k->acts);
         else
-            mlp_toml(toml, sizeof toml, k->dtype, k->ckpt);
+            mlp_toml_acts(toml, sizeof toml, k->dtype, k->ckpt, k->acts);
         const uint32_t n = gpt2 ? GL + 2 : ML + 2;
         uint64_t want[8], want_ws;
         if (gpt2)
-            gpt2_expect((uint64_t)k->B, (uint64_t)k->T, k->dtype, k->ckpt, want, &want_ws);
+            gpt2_expect((uint64_t)k->B, (uint64_t)k->T, k->dtype, k->ckpt, k->acts, want,
+                        &want_ws);
         else
-            mlp_expect((uint64_t)k->B, (uint64_t)k->T, k->dtype, k->ckpt, want, &want_ws);
+            mlp_expect((uint64_t)k->B, (uint64_t)k->T, k->dtype, k->ckpt, k->acts, want,
+                       &want_ws);
         uint64_t want_kept = 0;
         for (uint32_t u = 0; u < n; u++)
             want_kept += want[u];
@@ -181,9 +213,10 @@ static void check_arch(int gpt2)
         assert_ok(dt_model_act_bytes(m, k->B, k->T, unit, &plan));
         for (uint32_t u = 0; u < n; u++)
             if (unit[u] != want[u])
-                fail_msg("%s %lldx%lld %s %s: unit %s plans %llu bytes, the formula %llu",
+                fail_msg("%s %lldx%lld %s %s activations %s: unit %s plans %llu bytes, the "
+                         "formula %llu",
                          gpt2 ? "gpt2" : "mlp", (long long)k->B, (long long)k->T, k->dtype,
-                         k->ckpt, dt_model_desc(m)->units[u].name,
+                         k->ckpt, k->acts, dt_model_desc(m)->units[u].name,
                          (unsigned long long)unit[u], (unsigned long long)want[u]);
         assert_int_equal(plan.kept, want_kept);
         assert_int_equal(plan.workspace, want_ws);
@@ -201,9 +234,10 @@ static void check_arch(int gpt2)
             fail_msg("opening %s: %s", toml, dt_last_error());
         dt_mem_stats_t ms = {.struct_size = sizeof(dt_mem_stats_t)};
         assert_ok(h.D->mem_stats(h.dev, &ms));
-        printf("%s B=%lld T=%lld %s %-5s: kept %llu + workspace %llu = %llu bytes; device "
-               "activations %llu\n",
+        printf("%s B=%lld T=%lld %s %-5s acts %s: kept %llu + workspace %llu = %llu bytes; "
+               "device activations %llu\n",
                gpt2 ? "gpt2" : "mlp ", (long long)k->B, (long long)k->T, k->dtype, k->ckpt,
+               k->acts,
                (unsigned long long)plan.kept, (unsigned long long)plan.workspace,
                (unsigned long long)plan.total,
                (unsigned long long)ms.current[DT_TAG_ACTIVATIONS]);
@@ -441,6 +475,46 @@ static void test_attention_state_refused(void **state)
     dt_config_free(cfg);
 }
 
+/* A device that refuses bf16 activations (the cpu and cuda run them; a
+ * third party's may not) fails dt_model_alloc_acts with a config error
+ * naming the key and the device's own refusal, asked with a zero-length
+ * residual_forward before anything is planned or allocated. */
+static int f32_only_residual(dt_device_t *d, dt_stream_t *s, void *out, const void *a,
+                             const void *b, int dtype, int64_t n)
+{
+    if (dtype != DT_F32)
+        return dt_err_set(DT_ERR_UNSUPPORTED,
+                          "residual_forward: %s activations: unsupported (f32 only)",
+                          dt_dtype_name(dtype));
+    return DT_OK;
+}
+static dt_kernels_v1_t g_f32_only;
+static const dt_kernels_v1_t *f32_only_kernels(void)
+{
+    g_f32_only = *cpu_ops()->kernels();
+    g_f32_only.residual_forward = f32_only_residual;
+    return &g_f32_only;
+}
+
+static void test_bf16_refused_by_device(void **state)
+{
+    (void)state;
+    dt_device_ops_t dev = *cpu_ops();
+    dev.info.name = "f32only";
+    dev.kernels = f32_only_kernels;
+    char toml[512];
+    gpt2_toml_acts(toml, sizeof toml, "fp32", "none", "bf16");
+    dt_config_t *cfg = model_config(toml);
+    dt_model_t *m = NULL;
+    assert_ok(dt_model_create(cfg, &dev, &m));
+    const dt_model_ctx_t ctx = {.dev_ops = &dev};
+    assert_status(dt_model_alloc_acts(m, &ctx, 2, 8), DT_ERR_CONFIG);
+    assert_msg("[model] activations = \"bf16\": device 'f32only' does not run them "
+               "(residual_forward: bf16 activations: unsupported (f32 only))");
+    dt_model_free(m, NULL);
+    dt_config_free(cfg);
+}
+
 static void test_bad_shapes(void **state)
 {
     (void)state;
@@ -477,6 +551,7 @@ int main(void)
         cmocka_unit_test(test_device_lacking_a_kernel),
         cmocka_unit_test(test_attention_state_is_the_devices),
         cmocka_unit_test(test_attention_state_refused),
+        cmocka_unit_test(test_bf16_refused_by_device),
         cmocka_unit_test(test_bad_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -140,9 +140,11 @@ DT_ABI_CHECK_(dt_kernels_info_size_at_, offsetof(dt_kernels_info_t, struct_size)
  *    grad_dtype, dst_dtype, src_dtype say what their names say.
  * A kernel refuses a combination it does not run with DT_ERR_UNSUPPORTED,
  * naming itself and the dtypes ("matmul_forward: bf16 activations with
- * f32 weights: unsupported (...)"), before touching any buffer.  The cpu
- * and cuda devices run f32 activations with f32, bf16 or f16 weights; cuda
- * also runs bf16 activations with bf16 weights. */
+ * f16 weights: unsupported (...)"), before touching any buffer.  The cpu
+ * and cuda devices run f32 activations with f32, bf16 or f16 weights, and
+ * bf16 activations (stored in bf16, computed in f32, every stored result
+ * rounded once to nearest even) with bf16 weights or f32 weights rounded
+ * to bf16; both take f32 or bf16 gradients in the optimizer updates. */
 typedef struct dt_kernels_v1 {
     dt_kernels_info_t info; /* first: DT_HAS_OP(dt_kernels_t, k, field) works */
 
@@ -232,11 +234,12 @@ typedef struct dt_kernels_v1 {
                               int64_t N, int64_t C);
     /* Attention keeps what its backward needs in a state buffer whose
      * layout is the backend's own: the cpu keeps the (B, NH, T, T) f32
-     * softmax probabilities, a flash-attention backend the (B, NH, T) f32
-     * log-sum-exp.  *out receives its size in bytes for (B, T, C, NH) and
-     * activations of `dtype`; the caller allocates that much device memory
-     * (alloc's alignment) and passes it to attention_forward, which writes
-     * it, and to attention_backward, which reads it.  A pure function of
+     * softmax probabilities (also with bf16 activations), a flash-attention
+     * backend (cuda) the (B, NH, T) f32 log-sum-exp.  *out receives its
+     * size in bytes for (B, T, C, NH) and activations of `dtype`; the
+     * caller allocates that much device memory (alloc's alignment) and
+     * passes it to attention_forward, which writes it, and to
+     * attention_backward, which reads it.  A pure function of
      * its arguments, asked with no instance (a planner sizes activations
      * before any device exists), so it sets no message: DT_ERR_INVALID for
      * a bad or overflowing shape or a NULL out, DT_ERR_UNSUPPORTED for a

@@ -1158,6 +1158,11 @@ static const dt_kernels_v1_t cuda_kernels = {
     .scale = cuda_scale,
     .adamw_update = cuda_adamw_update,
     .sgd_update = cuda_sgd_update,
+    /* minor 1: the vocabulary-parallel kernels (tensor parallelism) */
+    .vocab_embedding_forward = cuda_vocab_embedding_forward,
+    .vocab_embedding_backward = cuda_vocab_embedding_backward,
+    .vocab_xent_forward = cuda_vocab_xent_forward,
+    .vocab_xent_backward = cuda_vocab_xent_backward,
 };
 
 static const dt_kernels_v1_t *cuda_kernel_table(void) { return &cuda_kernels; }

@@ -181,6 +181,20 @@ int cuda_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte,
                             float *dwpe, const void *dout,
                             const int32_t *tokens, int dtype, int64_t B,
                             int64_t T, int64_t C);
+int cuda_vocab_embedding_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                                 const int32_t *tokens, const void *wte, const void *wpe,
+                                 int dtype, int64_t B, int64_t T, int64_t C, int64_t v0,
+                                 int64_t nv);
+int cuda_vocab_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte, float *dwpe,
+                                  const void *dout, const int32_t *tokens, int dtype,
+                                  int64_t B, int64_t T, int64_t C, int64_t v0, int64_t nv);
+int cuda_vocab_xent_forward(dt_device_t *d, dt_stream_t *s, int phase, float *stats,
+                            float *losses, void *probs, const void *logits,
+                            const int32_t *targets, int dtype, int64_t N, int64_t v0,
+                            int64_t nv);
+int cuda_vocab_xent_backward(dt_device_t *d, dt_stream_t *s, void *dlogits, const void *probs,
+                             const int32_t *targets, int dtype, float dloss, int64_t N,
+                             int64_t v0, int64_t nv);
 int cuda_gelu_forward(dt_device_t *d, dt_stream_t *s, void *out,
                       const void *inp, int dtype, int64_t n);
 int cuda_gelu_backward(dt_device_t *d, dt_stream_t *s, void *dinp,

@@ -7,6 +7,7 @@
  * same type), gradients f32 or bf16, casts and sumsq also f16.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "cuda_internal.h"
@@ -33,12 +34,22 @@ static int rows_check(dt_device_t *d, const char *op, int64_t N, int64_t width,
     return DT_OK;
 }
 
-int cuda_embedding_forward(dt_device_t *d, dt_stream_t *s, void *out,
-                           const int32_t *tokens, const void *wte,
-                           const void *wpe, int dtype, int64_t B, int64_t T,
-                           int64_t C)
+/* A vocabulary range's ids: [v0, v0 + nv), nv >= 1 (the cpu's message). */
+static int vocab_range_check(dt_device_t *d, const char *op, int64_t v0, int64_t nv)
 {
-    static const char op[] = "embedding_forward";
+    if (v0 < 0 || nv < 1)
+        return CUDA_INVALID(d, "%s: vocabulary ids [%lld, %lld + %lld)", op, (long long)v0,
+                            (long long)v0, (long long)nv);
+    return DT_OK;
+}
+
+/* The embeddings over the vocabulary range [v0, v0 + nv) of wte (the
+ * whole vocabulary: 0, INT64_MAX, and wpe required). */
+static int embedding_forward(dt_device_t *d, dt_stream_t *s, const char *op, void *out,
+                             const int32_t *tokens, const void *wte, const void *wpe,
+                             int need_wpe, int dtype, int64_t B, int64_t T, int64_t C,
+                             int64_t v0, int64_t nv)
+{
     CUDA_BEGIN(d, s, op, st);
     CHECK(cuda_check_act(d, op, dtype));
     CUDA_DIM(d, op, B);
@@ -47,20 +58,20 @@ int cuda_embedding_forward(dt_device_t *d, dt_stream_t *s, void *out,
     CUDA_PTR(d, op, out, B * T * C);
     CUDA_PTR(d, op, tokens, B * T);
     CUDA_PTR(d, op, wte, C);
-    CUDA_PTR(d, op, wpe, T * C);
+    if (need_wpe)
+        CUDA_PTR(d, op, wpe, T * C);
     if (B * T * C == 0)
         return DT_OK;
-    CUDA_LAUNCHED(d, op, cuda_launch_embedding_forward(st->cs, out, tokens, wte,
-                                                       wpe, dtype, B, T, C));
+    CUDA_LAUNCHED(d, op, cuda_launch_embedding_forward(st->cs, out, tokens, wte, wpe, dtype,
+                                                       B, T, C, v0, nv));
     return DT_OK;
 }
 
-int cuda_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte,
-                            float *dwpe, const void *dout,
-                            const int32_t *tokens, int dtype, int64_t B,
-                            int64_t T, int64_t C)
+static int embedding_backward(dt_device_t *d, dt_stream_t *s, const char *op, float *dwte,
+                              float *dwpe, const void *dout, const int32_t *tokens,
+                              int dtype, int64_t B, int64_t T, int64_t C, int64_t v0,
+                              int64_t nv)
 {
-    static const char op[] = "embedding_backward";
     CUDA_BEGIN(d, s, op, st);
     CHECK(cuda_check_act(d, op, dtype));
     CUDA_DIM(d, op, B);
@@ -71,10 +82,51 @@ int cuda_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte,
         CUDA_PTR(d, op, tokens, B * T);
     if (B * T * C == 0 || (!dwte && !dwpe))
         return DT_OK;
-    CUDA_LAUNCHED(d, op, cuda_launch_embedding_backward(st->cs, dwte, dwpe, dout,
-                                                        tokens, dtype, B, T, C,
+    CUDA_LAUNCHED(d, op, cuda_launch_embedding_backward(st->cs, dwte, dwpe, dout, tokens,
+                                                        dtype, B, T, C, v0, nv,
                                                         d->deterministic));
     return DT_OK;
+}
+
+int cuda_embedding_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                           const int32_t *tokens, const void *wte,
+                           const void *wpe, int dtype, int64_t B, int64_t T,
+                           int64_t C)
+{
+    return embedding_forward(d, s, "embedding_forward", out, tokens, wte, wpe, 1, dtype, B,
+                             T, C, 0, INT64_MAX);
+}
+
+int cuda_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte,
+                            float *dwpe, const void *dout,
+                            const int32_t *tokens, int dtype, int64_t B,
+                            int64_t T, int64_t C)
+{
+    return embedding_backward(d, s, "embedding_backward", dwte, dwpe, dout, tokens, dtype, B,
+                              T, C, 0, INT64_MAX);
+}
+
+int cuda_vocab_embedding_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                                 const int32_t *tokens, const void *wte, const void *wpe,
+                                 int dtype, int64_t B, int64_t T, int64_t C, int64_t v0,
+                                 int64_t nv)
+{
+    static const char op[] = "vocab_embedding_forward";
+    if (!d)
+        return DT_ERR_INVALID;
+    CHECK(vocab_range_check(d, op, v0, nv));
+    return embedding_forward(d, s, op, out, tokens, wte, wpe, 0, dtype, B, T, C, v0, nv);
+}
+
+int cuda_vocab_embedding_backward(dt_device_t *d, dt_stream_t *s, float *dwte, float *dwpe,
+                                  const void *dout, const int32_t *tokens, int dtype,
+                                  int64_t B, int64_t T, int64_t C, int64_t v0, int64_t nv)
+{
+    static const char op[] = "vocab_embedding_backward";
+    if (!d)
+        return DT_ERR_INVALID;
+    CHECK(vocab_range_check(d, op, v0, nv));
+    return embedding_backward(d, s, op, dwte, dwpe, dout, tokens, dtype, B, T, C, v0, nv);
 }
 
 int cuda_gelu_forward(dt_device_t *d, dt_stream_t *s, void *out,
@@ -131,11 +183,10 @@ int cuda_softmax_xent_forward(dt_device_t *d, dt_stream_t *s, float *losses,
     return DT_OK;
 }
 
-int cuda_softmax_xent_backward(dt_device_t *d, dt_stream_t *s, void *dlogits,
-                               const void *probs, const int32_t *targets,
-                               int dtype, float dloss, int64_t N, int64_t V)
+static int xent_backward(dt_device_t *d, dt_stream_t *s, const char *op, void *dlogits,
+                         const void *probs, const int32_t *targets, int dtype, float dloss,
+                         int64_t N, int64_t V, int64_t v0)
 {
-    static const char op[] = "softmax_xent_backward";
     CUDA_BEGIN(d, s, op, st);
     CHECK(cuda_check_act(d, op, dtype));
     CUDA_DIM(d, op, N);
@@ -145,9 +196,54 @@ int cuda_softmax_xent_backward(dt_device_t *d, dt_stream_t *s, void *dlogits,
     CUDA_PTR(d, op, targets, N);
     if (N * V == 0)
         return DT_OK;
-    CUDA_LAUNCHED(d, op, cuda_launch_softmax_xent_backward(st->cs, dlogits, probs,
-                                                           targets, dtype, dloss,
-                                                           N, V));
+    CUDA_LAUNCHED(d, op, cuda_launch_softmax_xent_backward(st->cs, dlogits, probs, targets,
+                                                           dtype, dloss, N, V, v0));
+    return DT_OK;
+}
+
+int cuda_softmax_xent_backward(dt_device_t *d, dt_stream_t *s, void *dlogits,
+                               const void *probs, const int32_t *targets,
+                               int dtype, float dloss, int64_t N, int64_t V)
+{
+    return xent_backward(d, s, "softmax_xent_backward", dlogits, probs, targets, dtype, dloss,
+                         N, V, 0);
+}
+
+int cuda_vocab_xent_backward(dt_device_t *d, dt_stream_t *s, void *dlogits, const void *probs,
+                             const int32_t *targets, int dtype, float dloss, int64_t N,
+                             int64_t v0, int64_t nv)
+{
+    static const char op[] = "vocab_xent_backward";
+    if (!d)
+        return DT_ERR_INVALID;
+    CHECK(vocab_range_check(d, op, v0, nv));
+    return xent_backward(d, s, op, dlogits, probs, targets, dtype, dloss, N, nv, v0);
+}
+
+int cuda_vocab_xent_forward(dt_device_t *d, dt_stream_t *s, int phase, float *stats,
+                            float *losses, void *probs, const void *logits,
+                            const int32_t *targets, int dtype, int64_t N, int64_t v0,
+                            int64_t nv)
+{
+    static const char op[] = "vocab_xent_forward";
+    CUDA_BEGIN(d, s, op, st);
+    CHECK(cuda_check_act(d, op, dtype));
+    CUDA_DIM(d, op, N);
+    CHECK(vocab_range_check(d, op, v0, nv));
+    if (phase < 0 || phase > 2)
+        return CUDA_INVALID(d, "%s: phase %d (0, 1 or 2)", op, phase);
+    CHECK(rows_check(d, op, N, nv, NULL));
+    CUDA_PTR(d, op, stats, 3 * N);
+    CUDA_PTR(d, op, logits, N * nv);
+    CUDA_PTR(d, op, targets, N);
+    if (phase == 2) {
+        CUDA_PTR(d, op, losses, N);
+        CUDA_PTR(d, op, probs, N * nv);
+    }
+    if (N == 0)
+        return DT_OK;
+    CUDA_LAUNCHED(d, op, cuda_launch_vocab_xent_forward(st->cs, phase, stats, losses, probs,
+                                                        logits, targets, dtype, N, nv, v0));
     return DT_OK;
 }
 

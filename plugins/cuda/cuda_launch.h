@@ -47,11 +47,14 @@ cudaError_t cuda_launch_sumsq(cudaStream_t cs, double *out, const void *x,
                               int npartials);
 
 /* ---- cuda_nn.cu ---- */
+/* The embeddings take the vocabulary range [v0, v0 + nv) wte holds (the
+ * whole vocabulary: 0, INT64_MAX); tokens outside it read and add
+ * nothing; wpe may be NULL in forward. */
 cudaError_t cuda_launch_embedding_forward(cudaStream_t cs, void *out,
                                           const int32_t *tokens,
                                           const void *wte, const void *wpe,
                                           int dtype, int64_t B, int64_t T,
-                                          int64_t C);
+                                          int64_t C, int64_t v0, int64_t nv);
 /* deterministic: each thread owns one channel and walks the tokens in
  * order (no atomics); otherwise atomicAdd on dwte.  dwpe sums over B per
  * (t, c) in order either way. */
@@ -59,6 +62,7 @@ cudaError_t cuda_launch_embedding_backward(cudaStream_t cs, float *dwte,
                                            float *dwpe, const void *dout,
                                            const int32_t *tokens, int dtype,
                                            int64_t B, int64_t T, int64_t C,
+                                           int64_t v0, int64_t nv,
                                            int deterministic);
 cudaError_t cuda_launch_layernorm_forward(cudaStream_t cs, void *out,
                                           float *mean, float *rstd,
@@ -82,7 +86,13 @@ cudaError_t cuda_launch_softmax_xent_backward(cudaStream_t cs, void *dlogits,
                                               const void *probs,
                                               const int32_t *targets,
                                               int dtype, float dloss,
-                                              int64_t N, int64_t V);
+                                              int64_t N, int64_t V, int64_t v0);
+/* One phase of the vocabulary-parallel cross-entropy (device.h's
+ * vocab_xent_forward): one block per row. */
+cudaError_t cuda_launch_vocab_xent_forward(cudaStream_t cs, int phase, float *stats,
+                                           float *losses, void *probs, const void *logits,
+                                           const int32_t *targets, int dtype, int64_t N,
+                                           int64_t V, int64_t v0);
 /* dbias[o] += sum_n dout[n, o], per column in a fixed order (no atomics). */
 cudaError_t cuda_launch_bias_backward(cudaStream_t cs, float *dbias,
                                       const void *dout, int dtype, int64_t N,

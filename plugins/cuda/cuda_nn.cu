@@ -19,28 +19,42 @@
 #define LN_EPS 1e-5f
 #define ROW_BLOCK 256
 
+/* The row of token id `tok` in a table holding ids [v0, v0 + nv), or -1
+ * when another rank holds it (the whole vocabulary: v0 0, nv INT64_MAX). */
+__device__ __forceinline__ int64_t vocab_row(int32_t tok, int64_t v0, int64_t nv)
+{
+    int64_t r = (int64_t)tok - v0;
+    return r >= 0 && r < nv ? r : -1;
+}
+
+/* wpe may be NULL (a vocabulary range without the positions). */
 template <typename T>
 __global__ void embedding_fwd(T *out, const int32_t *tokens, const T *wte,
-                              const T *wpe, int64_t BT, int64_t T_, int64_t C)
+                              const T *wpe, int64_t BT, int64_t T_, int64_t C,
+                              int64_t v0, int64_t nv)
 {
     int64_t n = BT * C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t bt = i / C, c = i % C, t = bt % T_;
-        st(out, i, ld(wte, (int64_t)tokens[bt] * C + c) + ld(wpe, t * C + c));
+        int64_t bt = i / C, c = i % C, t = bt % T_, r = vocab_row(tokens[bt], v0, nv);
+        float x = r >= 0 ? ld(wte, r * C + c) : 0.0f;
+        if (wpe)
+            x += ld(wpe, t * C + c);
+        st(out, i, x);
     }
 }
 
 template <typename T>
 __global__ void embedding_bwd_wte_atomic(float *dwte, const T *dout,
                                          const int32_t *tokens, int64_t BT,
-                                         int64_t C)
+                                         int64_t C, int64_t v0, int64_t nv)
 {
     int64_t n = BT * C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t bt = i / C, c = i % C;
-        atomicAdd(&dwte[(int64_t)tokens[bt] * C + c], ld(dout, i));
+        int64_t bt = i / C, c = i % C, r = vocab_row(tokens[bt], v0, nv);
+        if (r >= 0)
+            atomicAdd(&dwte[r * C + c], ld(dout, i));
     }
 }
 
@@ -48,13 +62,16 @@ __global__ void embedding_bwd_wte_atomic(float *dwte, const T *dout,
 template <typename T>
 __global__ void embedding_bwd_wte_ordered(float *dwte, const T *dout,
                                           const int32_t *tokens, int64_t BT,
-                                          int64_t C)
+                                          int64_t C, int64_t v0, int64_t nv)
 {
     int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (c >= C)
         return;
-    for (int64_t bt = 0; bt < BT; bt++)
-        dwte[(int64_t)tokens[bt] * C + c] += ld(dout, bt * C + c);
+    for (int64_t bt = 0; bt < BT; bt++) {
+        int64_t r = vocab_row(tokens[bt], v0, nv);
+        if (r >= 0)
+            dwte[r * C + c] += ld(dout, bt * C + c);
+    }
 }
 
 /* One thread per (t, c), over b in order. */
@@ -224,16 +241,60 @@ __global__ void softmax_xent_fwd(float *losses, T *probs, const T *logits,
         losses[row] = -(ld(x, targets[row]) - mx - logf(s));
 }
 
+/* One phase of the vocabulary-parallel cross-entropy over the columns
+ * [v0, v0 + V) of row blockIdx.x (device.h): 0 the row's maximum, 1 its
+ * sum of exponentials and its target's logit (0 when another rank holds
+ * it), 2 the probabilities and the loss from the reduced statistics. */
+template <typename T>
+__global__ void vocab_xent_fwd(int phase, float *stats, float *losses, T *probs,
+                               const T *logits, const int32_t *targets, int64_t N,
+                               int64_t V, int64_t v0)
+{
+    __shared__ float sh[32];
+    int64_t row = blockIdx.x;
+    const T *x = logits + row * V;
+    if (phase == 0) {
+        float mx = -INFINITY;
+        for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+            mx = fmaxf(mx, ld(x, i));
+        mx = block_max(mx, sh);
+        if (threadIdx.x == 0)
+            stats[row] = mx;
+        return;
+    }
+    const float mx = stats[row];
+    if (phase == 1) {
+        float s = 0.0f;
+        for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+            s += expf(ld(x, i) - mx);
+        s = block_sum(s, sh);
+        if (threadIdx.x == 0) {
+            int64_t r = (int64_t)targets[row] - v0;
+            stats[N + row] = s;
+            stats[2 * N + row] = r >= 0 && r < V ? ld(x, r) : 0.0f;
+        }
+        return;
+    }
+    const float s = stats[N + row], inv = 1.0f / s;
+    T *p = probs + row * V;
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+        st(p, i, expf(ld(x, i) - mx) * inv);
+    if (threadIdx.x == 0)
+        losses[row] = logf(s) - (stats[2 * N + row] - mx);
+}
+
+/* dlogits += dloss (probs - onehot(target)): the columns are vocabulary
+ * ids [v0, v0 + V) (the whole vocabulary: v0 0). */
 template <typename T>
 __global__ void softmax_xent_bwd(T *dlogits, const T *probs,
                                  const int32_t *targets, float dloss,
-                                 int64_t N, int64_t V)
+                                 int64_t N, int64_t V, int64_t v0)
 {
     int64_t n = N * V;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t row = i / V, v = i % V;
-        float y = v == targets[row] ? 1.0f : 0.0f;
+        float y = v + v0 == (int64_t)targets[row] ? 1.0f : 0.0f;
         st(dlogits, i, ld(dlogits, i) + dloss * (ld(probs, i) - y));
     }
 }
@@ -283,12 +344,12 @@ cudaError_t cuda_launch_embedding_forward(cudaStream_t cs, void *out,
                                           const int32_t *tokens,
                                           const void *wte, const void *wpe,
                                           int dtype, int64_t B, int64_t T,
-                                          int64_t C)
+                                          int64_t C, int64_t v0, int64_t nv)
 {
     return dt_dispatch(dtype, [&](auto *t) {
         using E = DT_ELEM(t);
         embedding_fwd<E><<<dt_grid(B * T * C), DT_BLOCK, 0, cs>>>(
-            (E *)out, tokens, (const E *)wte, (const E *)wpe, B * T, T, C);
+            (E *)out, tokens, (const E *)wte, (const E *)wpe, B * T, T, C, v0, nv);
         return cudaGetLastError();
     });
 }
@@ -297,16 +358,17 @@ cudaError_t cuda_launch_embedding_backward(cudaStream_t cs, float *dwte,
                                            float *dwpe, const void *dout,
                                            const int32_t *tokens, int dtype,
                                            int64_t B, int64_t T, int64_t C,
+                                           int64_t v0, int64_t nv,
                                            int deterministic)
 {
     return dt_dispatch(dtype, [&](auto *t) {
         using E = DT_ELEM(t);
         if (dwte && deterministic)
             embedding_bwd_wte_ordered<E><<<cols_grid(C), DT_BLOCK, 0, cs>>>(
-                dwte, (const E *)dout, tokens, B * T, C);
+                dwte, (const E *)dout, tokens, B * T, C, v0, nv);
         else if (dwte)
             embedding_bwd_wte_atomic<E><<<dt_grid(B * T * C), DT_BLOCK, 0, cs>>>(
-                dwte, (const E *)dout, tokens, B * T, C);
+                dwte, (const E *)dout, tokens, B * T, C, v0, nv);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess || !dwpe)
             return e;
@@ -386,12 +448,27 @@ cudaError_t cuda_launch_softmax_xent_backward(cudaStream_t cs, void *dlogits,
                                               const void *probs,
                                               const int32_t *targets,
                                               int dtype, float dloss,
-                                              int64_t N, int64_t V)
+                                              int64_t N, int64_t V, int64_t v0)
 {
     return dt_dispatch(dtype, [&](auto *t) {
         using E = DT_ELEM(t);
         softmax_xent_bwd<E><<<dt_grid(N * V), DT_BLOCK, 0, cs>>>(
-            (E *)dlogits, (const E *)probs, targets, dloss, N, V);
+            (E *)dlogits, (const E *)probs, targets, dloss, N, V, v0);
+        return cudaGetLastError();
+    });
+}
+
+cudaError_t cuda_launch_vocab_xent_forward(cudaStream_t cs, int phase, float *stats,
+                                           float *losses, void *probs, const void *logits,
+                                           const int32_t *targets, int dtype, int64_t N,
+                                           int64_t V, int64_t v0)
+{
+    if (N == 0)
+        return cudaSuccess;
+    return dt_dispatch(dtype, [&](auto *t) {
+        using E = DT_ELEM(t);
+        vocab_xent_fwd<E><<<(unsigned)N, ROW_BLOCK, 0, cs>>>(
+            phase, stats, losses, (E *)probs, (const E *)logits, targets, N, V, v0);
         return cudaGetLastError();
     });
 }

@@ -2564,6 +2564,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cast_known_patterns),
         cmocka_unit_test(test_cast_exhaustive_16bit),
         cmocka_unit_test(test_cast_from_f32_vs_reference),
+        cmocka_unit_test(test_vocab_parallel),
     };
     /* The cpu's own: its expf, its attention state (probabilities), its
      * argument and dtype refusals word for word, its thread split, its
@@ -2573,7 +2574,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_attention_errors),
         cmocka_unit_test(test_attention_state_bytes),
         cmocka_unit_test(test_softmax_xent_extremes),
-        cmocka_unit_test(test_vocab_parallel),
         cmocka_unit_test(test_cast_errors),
         cmocka_unit_test(test_dtype_refusals),
         cmocka_unit_test(test_threads_bitwise),

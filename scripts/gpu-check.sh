@@ -136,6 +136,10 @@ build_here() {
     echo "$build: usable here (dtrain, dtrain_cuda.so, test_kernels start)"
     return 0
   fi
+  if [ -f "$build/CMakeCache.txt" ] && [ ! -e "$build/plugins-out/dtrain_cuda.so" ]; then
+    echo "$build: a build without the cuda plugin (no CUDA toolkit, or -DDTRAIN_CUDA=OFF); not reconfiguring it"
+    return 1
+  fi
   echo "$build: missing or a library not found; building here"
   local arch=90
   if [ -n "$gpu" ]; then

@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -302,9 +303,13 @@ static int each_part_range(const state_io_t *io, const dt_unit_desc_t *ud, int p
     return rc;
 }
 
-/* The manifest's "model": the architecture's hyper-parameters and every
- * parameter tensor (unit, offset in the unit's flat space, global shape), so
- * tools can export and check shapes without building the model. */
+/* The manifest's "model": the model description - the arch, the keys that
+ * with it fix what the model computes (dt_model_info's keys: GPT-2's
+ * n_layer, n_head, n_embd, vocab_size, context), the precisions (dtype,
+ * activations) - and every parameter tensor (unit, offset in the unit's
+ * flat space, global shape), so tools can export and check shapes without
+ * building the model, and a resume can refuse another model
+ * (check_model). */
 cJSON *dt_ckpt_model_json(dt_model_t *m)
 {
     const dt_model_info_t *mi = dt_model_info(m);
@@ -318,6 +323,10 @@ cJSON *dt_ckpt_model_json(dt_model_t *m)
     cJSON_AddStringToObject(j, "arch", d->arch);
     for (uint32_t i = 0; i < mi->n_keys; i++)
         cJSON_AddNumberToObject(j, mi->keys[i].key, (double)mi->keys[i].value);
+    if (mi->dtype)
+        cJSON_AddStringToObject(j, "dtype", mi->dtype);
+    if (mi->activations)
+        cJSON_AddStringToObject(j, "activations", mi->activations);
     cJSON_AddItemToObject(j, "tensors", ts);
     for (uint32_t u = 0; u < d->n_units; u++) {
         uint64_t goff[DT_MODEL_MAX_PARAMS];
@@ -392,6 +401,94 @@ int dt_ckpt_check_tensors(const char *dir, const dt_ckpt_reader_t *rd, const dt_
                                   (unsigned long long)goff[k], entry);
         }
     }
+    return DT_OK;
+}
+
+/* ---- the model description on resume ----
+ * A checkpoint holds the state of one model function.  The arch and every
+ * key that, with it, fixes what the model computes must be this run's:
+ * most change a tensor's shape (dt_ckpt_check_tensors would catch those,
+ * naming a tensor), but not all - GPT-2's n_head splits the same weights
+ * into other attention heads, so a checkpoint of 4 heads would load into
+ * a model of 2 and train on silently.  Checked at every layout, since the
+ * description is the whole model's.  The precisions may change (the state
+ * is f32 master weights whatever computed them; one config can flip
+ * model.dtype): a change is noted.  A checkpoint that predates a key
+ * (dtype and activations were first recorded by issue 24) is read, with a
+ * note naming what was not checked. */
+static const char *const precision_keys[] = {"dtype", "activations"};
+
+/* Append "dtrain: note: ...\n" to note[cap]. */
+static void add_note(char *note, size_t cap, const char *fmt, ...) DT_PRINTF(3, 4);
+static void add_note(char *note, size_t cap, const char *fmt, ...)
+{
+    size_t len = strlen(note);
+    if (len >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = snprintf(note + len, cap - len, "dtrain: note: ");
+    if (n > 0 && (size_t)n < cap - len)
+        vsnprintf(note + len + (size_t)n, cap - len - (size_t)n, fmt, ap);
+    va_end(ap);
+    len = strlen(note);
+    if (len + 1 < cap) {
+        note[len] = '\n';
+        note[len + 1] = '\0';
+    }
+}
+
+static int check_model(const char *dir, const cJSON *saved, const dt_model_info_t *mi,
+                       char *note, size_t cap)
+{
+    char missing[256] = "";
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(saved, "arch");
+    if (!arch)
+        snprintf(missing, sizeof missing, "arch");
+    else if (!cJSON_IsString(arch))
+        return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"arch\" is "
+                          "not a string", dir);
+    else if (strcmp(arch->valuestring, mi->arch) != 0)
+        return dt_err_set(DT_ERR_DATA, "checkpoint '%s': [model] arch = \"%s\" there but \"%s\" "
+                          "in this run: it was saved from another model", dir, arch->valuestring,
+                          mi->arch);
+    for (uint32_t i = 0; i < mi->n_keys; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(saved, mi->keys[i].key);
+        if (!v) {
+            size_t len = strlen(missing);
+            snprintf(missing + len, sizeof missing - len, "%s%s", len ? ", " : "",
+                     mi->keys[i].key);
+            continue;
+        }
+        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble)
+            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" is "
+                              "not an integer", dir, mi->keys[i].key);
+        if ((int64_t)v->valuedouble != mi->keys[i].value)
+            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': [model] %s = %lld there but %lld in "
+                              "this run: it was saved from another model", dir,
+                              mi->keys[i].key, (long long)v->valuedouble,
+                              (long long)mi->keys[i].value);
+    }
+    const char *now[] = {mi->dtype, mi->activations};
+    for (size_t i = 0; i < sizeof precision_keys / sizeof precision_keys[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(saved, precision_keys[i]);
+        if (!v) {
+            size_t len = strlen(missing);
+            snprintf(missing + len, sizeof missing - len, "%s%s", len ? ", " : "",
+                     precision_keys[i]);
+        } else if (!cJSON_IsString(v)) {
+            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" is "
+                              "not a string", dir, precision_keys[i]);
+        } else if (now[i] && strcmp(v->valuestring, now[i]) != 0) {
+            add_note(note, cap, "[model] %s is %s in this run but %s in checkpoint '%s': "
+                     "training continues from its f32 state in %s", precision_keys[i], now[i],
+                     v->valuestring, dir, now[i]);
+        }
+    }
+    if (missing[0])
+        add_note(note, cap, "checkpoint '%s' does not record [model] %s (an older dtrain saved "
+                 "it): resuming without checking %s", dir, missing,
+                 strchr(missing, ',') ? "them" : "it");
     return DT_OK;
 }
 
@@ -520,7 +617,8 @@ static void schedule_note(const dt_train_settings_t *t, int64_t was, int64_t sta
 
 static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strategy_t *s,
                 dt_model_t *m, const char *dir, int64_t *start_step, char *changed,
-                size_t changed_cap, int64_t *was_steps, cJSON **loop)
+                size_t changed_cap, char *note, size_t note_cap, int64_t *was_steps,
+                cJSON **loop)
 {
     dt_ckpt_reader_t *rd = NULL;
     int rc = dt_ckpt_open(dir, &rd);
@@ -529,7 +627,10 @@ static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strat
     dt_model_desc_t *d = dt_model_desc(m);
     const int parts = dt_model_info(m)->tensor_parallel > 1;
     float *buf = NULL;
-    rc = dt_ckpt_check_tensors(dir, rd, d);
+    note[0] = '\0';
+    rc = check_model(dir, dt_ckpt_reader_model(rd), dt_model_info(m), note, note_cap);
+    if (!rc)
+        rc = dt_ckpt_check_tensors(dir, rd, d);
     for (uint32_t u = 0; u < d->n_units && !rc; u++) {
         for (int k = 0; k < n_states(set) && !rc; k++) {
             char name[DT_CKPT_NAME_MAX];
@@ -612,12 +713,14 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
     } else {
         snprintf(dir, sizeof dir, "%s", resume);
     }
-    char changed[512];
+    char changed[512], note[3 * 4096 + 512];
     int64_t was_steps = 0;
-    if ((rc = load(set, ops, s, m, dir, start_step, changed, sizeof changed, &was_steps, loop)))
+    if ((rc = load(set, ops, s, m, dir, start_step, changed, sizeof changed, note, sizeof note,
+                   &was_steps, loop)))
         return rc;
     if (w->rank == 0) {
         printf("dtrain: resumed from %s (step %lld)\n", dir, (long long)*start_step);
+        fputs(note, stdout);
         if (changed[0])
             printf("dtrain: note: the data order after step %lld differs from the saved run's: "
                    "changed %s\n",

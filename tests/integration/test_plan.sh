@@ -21,7 +21,10 @@
 #  - --device-memory: the fits column agrees with total/rank for a size
 #    that fits some strategies and not others (GPT-2 1.5B on 8 ranks), and
 #    the recommendation is the least traffic among them, ties within 1% to
-#    the least memory; none fitting names the smallest;
+#    the least memory; none fitting names the smallest and what lowers
+#    it, each remedy planned alone (activation checkpointing, a
+#    micro-batch of 1, offload, twice the ranks), most first: activation
+#    checkpointing first where activations dominate at micro-batch 1;
 #  - --link-gbps: the time column against a hand computation (below);
 #  - bad --device-memory and --link-gbps values exit 2 naming the option;
 #  - --offload TIER: under each row a sub-row per offload_what the strategy
@@ -392,10 +395,32 @@ expect_out "no offload where a row fits without" "recommended: ddp (13.94 MiB pe
 expect_exit 0 "--offload with 8MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
   --device-memory 8MiB
 expect_out "none fits: the smallest offload choice is named" \
-  'recommended: none: no planned strategy fits in 8.00 MiB per rank; the smallest, zero-3, offload_what = "optimizer_and_params" on offload_cpu, needs 8.18 MiB (more ranks or a smaller micro-batch lower it)'
+  'recommended: none: no planned strategy fits in 8.00 MiB per rank; the smallest, zero-3, offload_what = "optimizer_and_params" on offload_cpu, needs 8.18 MiB; what lowers it, each alone, most first:'
+expect_out "with a tier: a smaller micro-batch first, then checkpointing" \
+  $'  a micro-batch of 1 sequence (--set train.micro_batch=1): 2.73 MiB per rank, fits\n  activation checkpointing (--set model.activation_checkpointing=all): 6.17 MiB per rank, fits\n'
 expect_exit 0 "without --offload, 8MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --device-memory 8MiB
-expect_out "none fits: offload is suggested" \
-  "needs 13.94 MiB (more ranks, a smaller micro-batch or an offload tier (--offload) lower it)"
+expect_out "none fits: offload is suggested, in the order that helps" \
+  $'needs 13.94 MiB; what lowers it, each alone, most first:\n  a micro-batch of 1 sequence (--set train.micro_batch=1): 8.50 MiB per rank\n  offload (--offload offload_cpu --set ddp.offload_what=optimizer): 10.60 MiB per rank\n  activation checkpointing (--set model.activation_checkpointing=all): 11.94 MiB per rank\n'
+# activations dominate and the micro-batch is 1 already (512 tokens of a
+# 2-layer model): activation checkpointing comes first, and fits; no
+# smaller micro-batch is offered.  Each remedy's number is the planner's
+# own with that setting (the zero-1 row of a plan with it).
+long=(--set model.context=512 --set train.seq_len=512 --set train.micro_batch=1)
+expect_exit 0 "activations dominate, micro-batch 1, 7MiB" "$bin" plan eq.toml --world 2 "${long[@]}" \
+  --device-memory 7MiB
+expect_out "activation checkpointing is named first" \
+  $'the smallest, zero-1, needs 9.22 MiB; what lowers it, each alone, most first:\n  activation checkpointing (--set model.activation_checkpointing=all): 6.28 MiB per rank, fits\n  offload (--offload offload_cpu --set zero.offload_what=optimizer): 9.03 MiB per rank\n  twice the ranks (--world 4): 9.13 MiB per rank\n'
+if grep -qF "micro-batch of 1" <<<"$out"; then bad "a micro-batch of 1 offered at micro-batch 1" "$out"
+else ok "no smaller micro-batch offered at micro-batch 1"; fi
+remedy_is() { # WHAT WANT ARGS...: zero-1's total/rank planned with ARGS
+  local what=$1 want=$2 got; shift 2
+  out=$("$bin" plan eq.toml "$@" 2>&1) || true
+  got=$(cell "$(grep -E '^zero-1 ' <<<"$out" | sed -E 's/^zero-1 +//')" 7)
+  [ "$got" = "$want" ] && ok "$what: the plan with it says $got too" ||
+    bad "$what: the plan with it says '$got', the remedy $want" "$out"
+}
+remedy_is "checkpointing" "6.28 MiB" --world 2 "${long[@]}" --set model.activation_checkpointing=all
+remedy_is "twice the ranks" "9.13 MiB" --world 4 "${long[@]}"
 if grep -qE 'tier/rank|^  optimizer' <<<"$out"; then bad "offload rows without a tier" "$out"
 else ok "no offload rows without a tier"; fi
 # the config's own tier: the same rows, named by it

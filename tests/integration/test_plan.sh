@@ -350,7 +350,10 @@ awk -v a="${t_main% *}" -v b="${t_sub% *}" -v d="$(mib $((8 * P)))" \
   bad "ddp totals: $t_main, $t_sub" "$out"
 sub_check zero-3 params 9 $((4 * P)) "tier/rank (4P)"
 sub_check zero-3 params 10 $((20 * P)) "tier I/O ((2 x 2 + 1) x 4P)"
-sub_check zero-3 optimizer_and_params 1 0 "params on the device"
+# the embedding ((V + T) C, below zero's persistence threshold) stays
+# gathered on the device, as the run keeps it; fsdp keeps no such group
+sub_check zero-3 optimizer_and_params 1 $(((V + T) * C * 4)) "params on the device ((V + T) C)"
+sub_check "fsdp FULL_SHARD" optimizer_and_params 1 0 "params on the device"
 sub_check zero-3 optimizer_and_params 3 0 "optimizer on the device"
 sub_check zero-3 optimizer_and_params 2 0 "grads on the device"
 sub_check zero-3 optimizer_and_params 9 $((20 * P)) "tier/rank (20P)"
@@ -372,8 +375,10 @@ sub_check zero-3 params 10 $((10 * P)) "tier I/O (5 x 2P)"
 
 # fits and the recommendation (1 rank: every row sends nothing; the rows
 # total 13.94 MiB, ddp's and zero-1's optimizer sub-rows 10.60, zero-3's
-# 9.85, optimizer_and_params 8.18: the gradient shard in the tier, one
-# unit's gradient buffer and the tied embedding's on the device)
+# 9.85, fsdp FULL_SHARD's optimizer_and_params 9.69: the gradient shard
+# in the tier, on the device the gathered groups loaded from it, one
+# ahead, and the gradient buffers; zero-3's 9.85 with its embedding kept
+# gathered)
 expect_exit 0 "--offload with 11MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
   --device-memory 11MiB
 grep -qE '^ddp .* offload$' <<<"$out" && ok "ddp fits only with offload: says so" ||
@@ -385,19 +390,19 @@ grep -qE '^ddp .* offload$' <<<"$out" && ok "ddp fits only with offload: says so
 expect_out "the least tier I/O that fits, first of equals" \
   'recommended: ddp, offload_what = "optimizer" on offload_cpu (10.60 MiB per rank of 11.00 MiB; the tier holds 5.01 MiB per rank and moves 10.02 MiB per step; sends 0.00 MiB per step)'
 expect_out "and why" "  nothing fits without offload; of the 9 offload choices that fit, the least tier I/O per step"
-expect_exit 0 "--offload with 9MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
-  --device-memory 9MiB
+expect_exit 0 "--offload with 9.75MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
+  --device-memory 9.75MiB
 expect_out "only optimizer_and_params fits" \
-  'recommended: zero-3, offload_what = "optimizer_and_params" on offload_cpu (8.18 MiB per rank of 9.00 MiB; the tier holds 8.35 MiB per rank and moves 26.72 MiB per step;'
+  'recommended: fsdp FULL_SHARD, offload_what = "optimizer_and_params" on offload_cpu (9.69 MiB per rank of 9.75 MiB; the tier holds 8.35 MiB per rank and moves 26.72 MiB per step;'
 expect_exit 0 "--offload with 14MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
   --device-memory 14MiB
 expect_out "no offload where a row fits without" "recommended: ddp (13.94 MiB per rank of 14.00 MiB; sends 0.00 MiB per step)"
 expect_exit 0 "--offload with 8MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
   --device-memory 8MiB
 expect_out "none fits: the smallest offload choice is named" \
-  'recommended: none: no planned strategy fits in 8.00 MiB per rank; the smallest, zero-3, offload_what = "optimizer_and_params" on offload_cpu, needs 8.18 MiB; what lowers it, each alone, most first:'
+  'recommended: none: no planned strategy fits in 8.00 MiB per rank; the smallest, fsdp FULL_SHARD, offload_what = "optimizer_and_params" on offload_cpu, needs 9.69 MiB; what lowers it, each alone, most first:'
 expect_out "with a tier: a smaller micro-batch first, then checkpointing" \
-  $'  a micro-batch of 1 sequence (--set train.micro_batch=1): 2.73 MiB per rank, fits\n  activation checkpointing (--set model.activation_checkpointing=all): 6.17 MiB per rank, fits\n'
+  $'  a micro-batch of 1 sequence (--set train.micro_batch=1): 4.24 MiB per rank, fits\n  activation checkpointing (--set model.activation_checkpointing=all): 7.68 MiB per rank, fits\n'
 expect_exit 0 "without --offload, 8MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --device-memory 8MiB
 expect_out "none fits: offload is suggested, in the order that helps" \
   $'needs 13.94 MiB; what lowers it, each alone, most first:\n  a micro-batch of 1 sequence (--set train.micro_batch=1): 8.50 MiB per rank\n  offload (--offload offload_cpu --set ddp.offload_what=optimizer): 10.60 MiB per rank\n  activation checkpointing (--set model.activation_checkpointing=all): 11.94 MiB per rank\n'

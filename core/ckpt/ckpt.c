@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,9 +16,25 @@
 
 #include "ckpt/ckpt_io.h"
 #include "train/train.h"
+#include "util/crash.h"
 #include "util/error.h"
 
 static const char *const state_names[DT_STATE_COUNT] = {"params", "exp_avg", "exp_avg_sq"};
+
+/* Every call into a plugin on the checkpoint paths (the strategy's
+ * state_ranges, get_state and set_state; the communicator's collectives)
+ * is attributed (util/crash.h): a crash inside one is reported naming the
+ * plugin and its method, never as the core's "between plugin calls".
+ * The comma operator enters the record before the call's arguments are
+ * evaluated and the call made; left() leaves it when the call returns. */
+static int left(int rc)
+{
+    dt_crash_leave();
+    return rc;
+}
+#define STRATEGY_CALL(ops, call, method)                                                       \
+    (dt_crash_enter("strategy", (ops)->info.name, (method)), left(call))
+#define COMM_CALL(cops, call, method) (dt_crash_enter("comm", (cops)->info.name, (method)), left(call))
 
 int dt_ckpt_root(const dt_settings_t *set, char *buf, size_t cap)
 {
@@ -44,13 +61,15 @@ static int ranges(const dt_strategy_ops_t *ops, dt_strategy_t *s, uint32_t unit,
     *out = NULL;
     *n = 0;
     uint32_t count = 0, n2 = 0;
-    int rc = ops->state_ranges(s, unit, kind, purpose, NULL, 0, &count);
+    int rc = STRATEGY_CALL(ops, ops->state_ranges(s, unit, kind, purpose, NULL, 0, &count),
+                           "state_ranges");
     if (rc)
         return rc;
     dt_range_t *rg = calloc(count ? count : 1, sizeof *rg);
     if (!rg)
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
-    if ((rc = ops->state_ranges(s, unit, kind, purpose, rg, count, &n2))) {
+    if ((rc = STRATEGY_CALL(ops, ops->state_ranges(s, unit, kind, purpose, rg, count, &n2),
+                            "state_ranges"))) {
         free(rg);
         return rc;
     }
@@ -121,7 +140,9 @@ static int each_piece(const state_io_t *io, int purpose, const piece_ops_t *po, 
 static int load_piece(const state_io_t *io, dt_range_t p, float *buf)
 {
     int rc = dt_ckpt_read(io->rd, io->entry, p.offset, p.count, buf);
-    return rc ? rc : io->ops->set_state(io->s, io->u, io->k, p, buf);
+    return rc ? rc
+              : STRATEGY_CALL(io->ops, io->ops->set_state(io->s, io->u, io->k, p, buf),
+                              "set_state");
 }
 
 /* Saving: strategy (get_state) -> one segment per range of the shard. */
@@ -132,7 +153,8 @@ static int save_begin(const state_io_t *io, dt_range_t r)
 
 static int save_piece(const state_io_t *io, dt_range_t p, float *buf)
 {
-    int rc = io->ops->get_state(io->s, io->u, io->k, p, buf);
+    int rc = STRATEGY_CALL(io->ops, io->ops->get_state(io->s, io->u, io->k, p, buf),
+                           "get_state");
     return rc ? rc : dt_ckpt_shard_append(io->wr, buf, (size_t)p.count * sizeof *buf);
 }
 
@@ -267,8 +289,9 @@ static int each_part_piece(const state_io_t *io, const dt_unit_desc_t *ud, dt_ra
 
 static int save_part_piece(const state_io_t *io, const part_piece_t *pc, float *buf)
 {
-    int rc = io->ops->get_state(io->s, io->u, io->k,
-                                (dt_range_t){.offset = pc->local, .count = pc->count}, buf);
+    const dt_range_t r = {.offset = pc->local, .count = pc->count};
+    int rc = STRATEGY_CALL(io->ops, io->ops->get_state(io->s, io->u, io->k, r, buf),
+                           "get_state");
     if (!rc)
         rc = pc->block.ndim ? dt_ckpt_shard_begin_block(io->wr, io->entry, DT_F32, &pc->block)
                             : dt_ckpt_shard_begin(io->wr, io->entry, DT_F32, pc->flat,
@@ -282,9 +305,10 @@ static int load_part_piece(const state_io_t *io, const part_piece_t *pc, float *
 {
     int rc = pc->block.ndim ? dt_ckpt_read_block(io->rd, io->entry, &pc->block, buf)
                             : dt_ckpt_read(io->rd, io->entry, pc->flat, pc->count, buf);
-    return rc ? rc : io->ops->set_state(io->s, io->u, io->k,
-                                        (dt_range_t){.offset = pc->local, .count = pc->count},
-                                        buf);
+    const dt_range_t r = {.offset = pc->local, .count = pc->count};
+    return rc ? rc
+              : STRATEGY_CALL(io->ops, io->ops->set_state(io->s, io->u, io->k, r, buf),
+                              "set_state");
 }
 
 /* A part's `purpose` ranges of io's unit and state, piece by piece. */
@@ -302,9 +326,13 @@ static int each_part_range(const state_io_t *io, const dt_unit_desc_t *ud, int p
     return rc;
 }
 
-/* The manifest's "model": the architecture's hyper-parameters and every
- * parameter tensor (unit, offset in the unit's flat space, global shape), so
- * tools can export and check shapes without building the model. */
+/* The manifest's "model": the model description - the arch, the keys that
+ * with it fix what the model computes (dt_model_info's keys: GPT-2's
+ * n_layer, n_head, n_embd, vocab_size, context), the precisions (dtype,
+ * activations) - and every parameter tensor (unit, offset in the unit's
+ * flat space, global shape), so tools can export and check shapes without
+ * building the model, and a resume can refuse another model
+ * (check_model). */
 cJSON *dt_ckpt_model_json(dt_model_t *m)
 {
     const dt_model_info_t *mi = dt_model_info(m);
@@ -318,6 +346,10 @@ cJSON *dt_ckpt_model_json(dt_model_t *m)
     cJSON_AddStringToObject(j, "arch", d->arch);
     for (uint32_t i = 0; i < mi->n_keys; i++)
         cJSON_AddNumberToObject(j, mi->keys[i].key, (double)mi->keys[i].value);
+    if (mi->dtype)
+        cJSON_AddStringToObject(j, "dtype", mi->dtype);
+    if (mi->activations)
+        cJSON_AddStringToObject(j, "activations", mi->activations);
     cJSON_AddItemToObject(j, "tensors", ts);
     for (uint32_t u = 0; u < d->n_units; u++) {
         uint64_t goff[DT_MODEL_MAX_PARAMS];
@@ -392,6 +424,94 @@ int dt_ckpt_check_tensors(const char *dir, const dt_ckpt_reader_t *rd, const dt_
                                   (unsigned long long)goff[k], entry);
         }
     }
+    return DT_OK;
+}
+
+/* ---- the model description on resume ----
+ * A checkpoint holds the state of one model function.  The arch and every
+ * key that, with it, fixes what the model computes must be this run's:
+ * most change a tensor's shape (dt_ckpt_check_tensors would catch those,
+ * naming a tensor), but not all - GPT-2's n_head splits the same weights
+ * into other attention heads, so a checkpoint of 4 heads would load into
+ * a model of 2 and train on silently.  Checked at every layout, since the
+ * description is the whole model's.  The precisions may change (the state
+ * is f32 master weights whatever computed them; one config can flip
+ * model.dtype): a change is noted.  A checkpoint that predates a key
+ * (dtype and activations were first recorded by issue 24) is read, with a
+ * note naming what was not checked. */
+static const char *const precision_keys[] = {"dtype", "activations"};
+
+/* Append "dtrain: note: ...\n" to note[cap]. */
+static void add_note(char *note, size_t cap, const char *fmt, ...) DT_PRINTF(3, 4);
+static void add_note(char *note, size_t cap, const char *fmt, ...)
+{
+    size_t len = strlen(note);
+    if (len >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = snprintf(note + len, cap - len, "dtrain: note: ");
+    if (n > 0 && (size_t)n < cap - len)
+        vsnprintf(note + len + (size_t)n, cap - len - (size_t)n, fmt, ap);
+    va_end(ap);
+    len = strlen(note);
+    if (len + 1 < cap) {
+        note[len] = '\n';
+        note[len + 1] = '\0';
+    }
+}
+
+static int check_model(const char *dir, const cJSON *saved, const dt_model_info_t *mi,
+                       char *note, size_t cap)
+{
+    char missing[256] = "";
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(saved, "arch");
+    if (!arch)
+        snprintf(missing, sizeof missing, "arch");
+    else if (!cJSON_IsString(arch))
+        return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"arch\" is "
+                          "not a string", dir);
+    else if (strcmp(arch->valuestring, mi->arch) != 0)
+        return dt_err_set(DT_ERR_DATA, "checkpoint '%s': [model] arch = \"%s\" there but \"%s\" "
+                          "in this run: it was saved from another model", dir, arch->valuestring,
+                          mi->arch);
+    for (uint32_t i = 0; i < mi->n_keys; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(saved, mi->keys[i].key);
+        if (!v) {
+            size_t len = strlen(missing);
+            snprintf(missing + len, sizeof missing - len, "%s%s", len ? ", " : "",
+                     mi->keys[i].key);
+            continue;
+        }
+        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble)
+            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" is "
+                              "not an integer", dir, mi->keys[i].key);
+        if ((int64_t)v->valuedouble != mi->keys[i].value)
+            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': [model] %s = %lld there but %lld in "
+                              "this run: it was saved from another model", dir,
+                              mi->keys[i].key, (long long)v->valuedouble,
+                              (long long)mi->keys[i].value);
+    }
+    const char *now[] = {mi->dtype, mi->activations};
+    for (size_t i = 0; i < sizeof precision_keys / sizeof precision_keys[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(saved, precision_keys[i]);
+        if (!v) {
+            size_t len = strlen(missing);
+            snprintf(missing + len, sizeof missing - len, "%s%s", len ? ", " : "",
+                     precision_keys[i]);
+        } else if (!cJSON_IsString(v)) {
+            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" is "
+                              "not a string", dir, precision_keys[i]);
+        } else if (now[i] && strcmp(v->valuestring, now[i]) != 0) {
+            add_note(note, cap, "[model] %s is %s in this run but %s in checkpoint '%s': "
+                     "training continues from its f32 state in %s", precision_keys[i], now[i],
+                     v->valuestring, dir, now[i]);
+        }
+    }
+    if (missing[0])
+        add_note(note, cap, "checkpoint '%s' does not record [model] %s (an older dtrain saved "
+                 "it): resuming without checking %s", dir, missing,
+                 strchr(missing, ',') ? "them" : "it");
     return DT_OK;
 }
 
@@ -520,7 +640,8 @@ static void schedule_note(const dt_train_settings_t *t, int64_t was, int64_t sta
 
 static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strategy_t *s,
                 dt_model_t *m, const char *dir, int64_t *start_step, char *changed,
-                size_t changed_cap, int64_t *was_steps, cJSON **loop)
+                size_t changed_cap, char *note, size_t note_cap, int64_t *was_steps,
+                cJSON **loop)
 {
     dt_ckpt_reader_t *rd = NULL;
     int rc = dt_ckpt_open(dir, &rd);
@@ -529,13 +650,17 @@ static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strat
     dt_model_desc_t *d = dt_model_desc(m);
     const int parts = dt_model_info(m)->tensor_parallel > 1;
     float *buf = NULL;
-    rc = dt_ckpt_check_tensors(dir, rd, d);
+    note[0] = '\0';
+    rc = check_model(dir, dt_ckpt_reader_model(rd), dt_model_info(m), note, note_cap);
+    if (!rc)
+        rc = dt_ckpt_check_tensors(dir, rd, d);
     for (uint32_t u = 0; u < d->n_units && !rc; u++) {
         for (int k = 0; k < n_states(set) && !rc; k++) {
             char name[DT_CKPT_NAME_MAX];
             snprintf(name, sizeof name, "%s/%s", d->units[u].name, state_names[k]);
             if ((rc = find_unit_entry(dir, rd, &d->units[u], name)))
                 break;
+            dt_crash_set_unit(u, d->units[u].name);
             const state_io_t io = {ops, s, u, k, name, rd, NULL};
             static const piece_ops_t lo = {NULL, load_piece, NULL};
             rc = parts ? each_part_range(&io, &d->units[u], DT_RANGES_HELD, load_part_piece,
@@ -543,6 +668,7 @@ static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strat
                        : each_piece(&io, DT_RANGES_HELD, &lo, &buf);
         }
     }
+    dt_crash_set_unit(-1, NULL);
     if (!rc) {
         *start_step = (int64_t)dt_ckpt_reader_step(rd);
         data_changes(set, dt_ckpt_reader_extra(rd), changed, changed_cap);
@@ -568,6 +694,7 @@ static int fresh(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_stra
         if (!full)
             return dt_err_set(DT_ERR_NOMEM, "out of memory initialising unit %s",
                               d->units[u].name);
+        dt_crash_set_unit(u, d->units[u].name);
         rc = dt_model_init_unit(m, u, (uint64_t)set->run.seed, full);
         for (int k = 0; k < n_states(set) && !rc; k++) {
             if (k == DT_STATE_EXP_AVG)
@@ -577,11 +704,13 @@ static int fresh(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_stra
             if ((rc = ranges(ops, s, u, k, DT_RANGES_HELD, &rg, &n)))
                 break;
             for (uint32_t i = 0; i < n && !rc; i++)
-                rc = ops->set_state(s, u, k, rg[i], full + rg[i].offset);
+                rc = STRATEGY_CALL(ops, ops->set_state(s, u, k, rg[i], full + rg[i].offset),
+                                   "set_state");
             free(rg);
         }
         free(full);
     }
+    dt_crash_set_unit(-1, NULL);
     return rc;
 }
 
@@ -597,6 +726,9 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
     int rc;
     if ((rc = dt_ckpt_root(set, root, sizeof root)))
         return rc;
+    /* a crash report says which (util/crash.h); the save's phase is the
+     * training loop's, which knows the step */
+    dt_crash_set_phase("state initialisation", 0);
     if (!resume[0])
         return fresh(set, ops, s, m);
     if (strcmp(resume, "latest") == 0) {
@@ -612,12 +744,15 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
     } else {
         snprintf(dir, sizeof dir, "%s", resume);
     }
-    char changed[512];
+    dt_crash_set_phase("checkpoint load", 0);
+    char changed[512], note[3 * 4096 + 512];
     int64_t was_steps = 0;
-    if ((rc = load(set, ops, s, m, dir, start_step, changed, sizeof changed, &was_steps, loop)))
+    if ((rc = load(set, ops, s, m, dir, start_step, changed, sizeof changed, note, sizeof note,
+                   &was_steps, loop)))
         return rc;
     if (w->rank == 0) {
         printf("dtrain: resumed from %s (step %lld)\n", dir, (long long)*start_step);
+        fputs(note, stdout);
         if (changed[0])
             printf("dtrain: note: the data order after step %lld differs from the saved run's: "
                    "changed %s\n",
@@ -640,6 +775,7 @@ static int write_shard(const dt_world_t *w, const dt_strategy_ops_t *ops, dt_str
         for (int k = 0; k < ns && !rc; k++) {
             char name[DT_CKPT_NAME_MAX];
             snprintf(name, sizeof name, "%s/%s", d->units[u].name, state_names[k]);
+            dt_crash_set_unit(u, d->units[u].name);
             const state_io_t io = {ops, s, u, k, name, NULL, wr};
             static const piece_ops_t so = {save_begin, save_piece, save_end};
             rc = dt_model_info(m)->tensor_parallel > 1
@@ -648,6 +784,7 @@ static int write_shard(const dt_world_t *w, const dt_strategy_ops_t *ops, dt_str
         }
     }
     free(buf);
+    dt_crash_set_unit(-1, NULL);
     if (rc) {
         dt_ckpt_shard_abort(wr);
         return rc;
@@ -661,7 +798,8 @@ static int agree(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t *comm
 {
     int32_t v = local_rc ? w->rank : INT32_MAX;
     if (w->size > 1) {
-        int rc = cops->all_reduce(comm, &v, &v, 1, DT_I32, DT_OP_MIN, NULL, NULL);
+        int rc = COMM_CALL(cops, cops->all_reduce(comm, &v, &v, 1, DT_I32, DT_OP_MIN, NULL, NULL),
+                           "all_reduce");
         if (rc)
             return rc;
     }
@@ -678,7 +816,8 @@ static int gather_segs(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t
     int64_t nm = (int64_t)n_mine, most = 0, total = 0;
     if (!counts)
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
-    int rc = cops->all_gather(comm, &nm, counts, 1, DT_I64, NULL, NULL);
+    int rc = COMM_CALL(cops, cops->all_gather(comm, &nm, counts, 1, DT_I64, NULL, NULL),
+                       "all_gather");
     for (int r = 0; r < w->size && !rc; r++) {
         most = counts[r] > most ? counts[r] : most;
         total += counts[r];
@@ -693,7 +832,10 @@ static int gather_segs(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t
     }
     if (!rc) {
         memcpy(pad, mine, n_mine * sizeof *pad);
-        rc = cops->all_gather(comm, pad, gath, (uint64_t)most * sizeof *pad, DT_U8, NULL, NULL);
+        rc = COMM_CALL(cops,
+                       cops->all_gather(comm, pad, gath, (uint64_t)most * sizeof *pad, DT_U8,
+                                        NULL, NULL),
+                       "all_gather");
     }
     if (!rc) {
         size_t k = 0;
@@ -823,7 +965,9 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
                 commit_rc = dt_ckpt_commit(root, (uint64_t)step);
         }
     }
-    if (multi && (rc = cops->broadcast(comm, &commit_rc, 1, DT_I32, 0, NULL, NULL)))
+    if (multi && (rc = COMM_CALL(cops, cops->broadcast(comm, &commit_rc, 1, DT_I32, 0, NULL,
+                                                       NULL),
+                                 "broadcast")))
         goto fail;
     if (commit_rc) {
         if (w->rank != 0)

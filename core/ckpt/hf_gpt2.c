@@ -122,6 +122,88 @@ static int int_key(const char *path, const cJSON *j, const char *key, int64_t *o
     return DT_OK;
 }
 
+/* ---- the settings dtrain's GPT-2 computes -----------------------------
+ * GPT2Config's keys that change what the model computes, each with the one
+ * value (or the equivalent values) dtrain's GPT-2 (core/model/gpt2.c and
+ * the device's kernels) computes; a key absent takes transformers' default,
+ * which is that value.  Keys that do not change the function are ignored:
+ * reorder_and_upcast_attn (the same scaled scores, computed in f32 in
+ * another order: transformers' remedy for f16 overflow), the dropouts
+ * resid_pdrop, embd_pdrop and attn_pdrop (dtrain trains without dropout;
+ * inference is the same), summary_* (heads of other model classes),
+ * use_cache, bos/eos ids, torch_dtype (the tensors carry theirs). */
+
+static int is_gpt2(const cJSON *v, const dt_gpt2_shape_t *s)
+{
+    (void)s;
+    return cJSON_IsString(v) && strcmp(v->valuestring, "gpt2") == 0;
+}
+
+static int is_tanh_gelu(const cJSON *v, const dt_gpt2_shape_t *s)
+{
+    (void)s; /* gelu_pytorch_tanh: the same function, torch's kernel */
+    return cJSON_IsString(v) && (strcmp(v->valuestring, "gelu_new") == 0 ||
+                                 strcmp(v->valuestring, "gelu_pytorch_tanh") == 0);
+}
+
+static int is_ln_eps(const cJSON *v, const dt_gpt2_shape_t *s)
+{
+    (void)s;
+    return cJSON_IsNumber(v) && fabs(v->valuedouble - 1e-5) <= 1e-12;
+}
+
+static int is_4_embd(const cJSON *v, const dt_gpt2_shape_t *s)
+{
+    return cJSON_IsNull(v) || (cJSON_IsNumber(v) && v->valuedouble == 4.0 * (double)s->n_embd);
+}
+
+static int is_true(const cJSON *v, const dt_gpt2_shape_t *s)
+{
+    (void)s;
+    return cJSON_IsTrue(v);
+}
+
+static int is_false(const cJSON *v, const dt_gpt2_shape_t *s)
+{
+    (void)s;
+    return cJSON_IsFalse(v);
+}
+
+static const struct {
+    const char *key;
+    int (*ok)(const cJSON *v, const dt_gpt2_shape_t *s);
+    const char *computes; /* what dtrain computes instead */
+} rules[] = {
+    {"model_type", is_gpt2, "dtrain imports \"gpt2\" only"},
+    {"activation_function", is_tanh_gelu,
+     "dtrain's GPT-2 computes \"gelu_new\" (GELU's tanh approximation)"},
+    {"layer_norm_epsilon", is_ln_eps, "dtrain's GPT-2 computes its layernorms with epsilon 1e-5"},
+    {"n_inner", is_4_embd, "dtrain's GPT-2 computes an MLP 4 n_embd wide (n_inner null)"},
+    {"scale_attn_weights", is_true,
+     "dtrain's GPT-2 scales attention scores by 1/sqrt(head size) (scale_attn_weights true)"},
+    {"scale_attn_by_inverse_layer_idx", is_false,
+     "dtrain's GPT-2 scales attention scores by 1/sqrt(head size) only, not by "
+     "1/(layer index + 1)"},
+    {"add_cross_attention", is_false, "dtrain's GPT-2 is decoder-only, without cross-attention"},
+    {"tie_word_embeddings", is_true,
+     "dtrain's GPT-2 ties the LM head to the token embedding wte (tie_word_embeddings true)"},
+};
+
+/* "'<path>': \"<key>\" is <value as JSON>; <computes>" */
+static int refuse(const char *path, const char *key, const cJSON *v, const char *computes)
+{
+    char *text = cJSON_PrintUnformatted(v);
+    char shown[80];
+    if (!text)
+        snprintf(shown, sizeof shown, "not a value dtrain reads");
+    else if (strlen(text) < sizeof shown)
+        snprintf(shown, sizeof shown, "%s", text);
+    else
+        snprintf(shown, sizeof shown, "%.60s...", text);
+    cJSON_free(text);
+    return dt_err_set(DT_ERR_CONFIG, "'%s': \"%s\" is %s; %s", path, key, shown, computes);
+}
+
 int dt_hf_gpt2_config_read(const char *path, dt_gpt2_shape_t *out)
 {
     char *text = NULL;
@@ -140,7 +222,6 @@ int dt_hf_gpt2_config_read(const char *path, dt_gpt2_shape_t *out)
         cJSON_Delete(j);
         return dt_err_set(DT_ERR_CONFIG, "'%s' is not a JSON object", path);
     }
-    const cJSON *v;
     static const struct {
         const char *key;
         size_t off;
@@ -160,35 +241,11 @@ int dt_hf_gpt2_config_read(const char *path, dt_gpt2_shape_t *out)
             rc = dt_err_set(DT_ERR_CONFIG, "'%s' has no \"%s\": is it a GPT-2 config.json?",
                             path, keys[i].key);
     }
-    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "model_type")) &&
-        !(cJSON_IsString(v) && strcmp(v->valuestring, "gpt2") == 0))
-        rc = dt_err_set(DT_ERR_CONFIG, "'%s': \"model_type\" is not \"gpt2\"", path);
-    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "activation_function")) &&
-        !(cJSON_IsString(v) && (strcmp(v->valuestring, "gelu_new") == 0 ||
-                                strcmp(v->valuestring, "gelu_pytorch_tanh") == 0)))
-        rc = dt_err_set(DT_ERR_CONFIG,
-                        "'%s': \"activation_function\" is %s%s%s; dtrain's GPT-2 computes "
-                        "\"gelu_new\" (GELU's tanh approximation)",
-                        path, cJSON_IsString(v) ? "\"" : "",
-                        cJSON_IsString(v) ? v->valuestring : "not a string",
-                        cJSON_IsString(v) ? "\"" : "");
-    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "layer_norm_epsilon")) &&
-        !(cJSON_IsNumber(v) && fabs(v->valuedouble - 1e-5) <= 1e-12))
-        rc = dt_err_set(DT_ERR_CONFIG,
-                        "'%s': \"layer_norm_epsilon\" is not 1e-5, the epsilon of dtrain's "
-                        "layernorm",
-                        path);
-    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "n_inner")) && !cJSON_IsNull(v) &&
-        !(cJSON_IsNumber(v) && v->valuedouble == 4.0 * (double)out->n_embd))
-        rc = dt_err_set(DT_ERR_CONFIG,
-                        "'%s': \"n_inner\" is not 4 n_embd, the MLP width of dtrain's GPT-2",
-                        path);
-    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "scale_attn_by_inverse_layer_idx")) &&
-        cJSON_IsTrue(v))
-        rc = dt_err_set(DT_ERR_CONFIG,
-                        "'%s': \"scale_attn_by_inverse_layer_idx\" is true; dtrain's GPT-2 "
-                        "scales attention by 1/sqrt(head size) only",
-                        path);
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0] && !rc; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, rules[i].key);
+        if (v && !rules[i].ok(v, out))
+            rc = refuse(path, rules[i].key, v, rules[i].computes);
+    }
     cJSON_Delete(j);
     return rc;
 }

@@ -47,11 +47,14 @@ char *dt_hf_gpt2_config_text(const dt_gpt2_shape_t *s, size_t *len);
 /* That text written atomically at `path`. */
 int dt_hf_gpt2_config_write(const char *path, const dt_gpt2_shape_t *s);
 /* Read a GPT-2 config.json: n_layer, n_head, n_embd, vocab_size and
- * n_positions (or n_ctx) as positive integers; model_type "gpt2" when
- * present; layer_norm_epsilon 1e-5 and activation_function "gelu_new" (or
- * "gelu_pytorch_tanh", the same function) when present, since dtrain's
- * GPT-2 computes only those; n_inner null or 4 n_embd.  DT_ERR_CONFIG
- * naming the file and the key otherwise. */
+ * n_positions (or n_ctx) as positive integers.  Every key that changes
+ * what the model computes, when present, must hold what dtrain's GPT-2
+ * computes: model_type "gpt2", activation_function "gelu_new" (or
+ * "gelu_pytorch_tanh", the same function), layer_norm_epsilon 1e-5,
+ * n_inner null or 4 n_embd, scale_attn_weights true,
+ * scale_attn_by_inverse_layer_idx false, add_cross_attention false,
+ * tie_word_embeddings true.  DT_ERR_CONFIG otherwise:
+ * "'<path>': \"<key>\" is <value>; <what dtrain computes>". */
 int dt_hf_gpt2_config_read(const char *path, dt_gpt2_shape_t *out);
 
 #endif /* DT_ENGINE_HF_GPT2_H */

@@ -301,6 +301,73 @@ static int parse_tensor(dt_safetensors_reader_t *r, const cJSON *e, dt_safetenso
     return DT_OK;
 }
 
+/* Tensor pointers ordered by where their data begins (then ends). */
+static int by_span(const void *a, const void *b)
+{
+    const dt_safetensors_tensor_t *x = *(const dt_safetensors_tensor_t *const *)a;
+    const dt_safetensors_tensor_t *y = *(const dt_safetensors_tensor_t *const *)b;
+    if (x->offset != y->offset)
+        return x->offset < y->offset ? -1 : 1;
+    if (x->nbytes != y->nbytes)
+        return x->nbytes < y->nbytes ? -1 : 1;
+    return 0;
+}
+
+/* The format's rule: the tensors' spans, in whatever order the header
+ * lists them, tile the data buffer exactly - no two overlap, none leaves a
+ * hole, and the last ends where the file does (the reference
+ * implementation refuses the same files).  A hole would be bytes no tensor
+ * owns; an overlap, two tensors that alias one another's bytes. */
+static int check_tiling(dt_safetensors_reader_t *r)
+{
+    const uint64_t data = r->size - r->data_start;
+    const dt_safetensors_tensor_t **ord = malloc((r->n ? r->n : 1) * sizeof *ord);
+    if (!ord)
+        return dt_err_set(DT_ERR_NOMEM, "safetensors '%s': out of memory", r->path);
+    for (size_t i = 0; i < r->n; i++)
+        ord[i] = &r->t[i];
+    qsort(ord, r->n, sizeof *ord, by_span);
+    uint64_t at = 0; /* where the tiled prefix of the buffer ends */
+    const dt_safetensors_tensor_t *prev = NULL;
+    int rc = DT_OK;
+    char why[600];
+    for (size_t i = 0; i < r->n && !rc; i++) {
+        const dt_safetensors_tensor_t *t = ord[i];
+        const uint64_t b = t->offset - r->data_start, e = b + t->nbytes;
+        if (b == at) {
+            at = e;
+            prev = t;
+            continue;
+        }
+        if (!prev)
+            snprintf(why, sizeof why, "data_offsets [%" PRIu64 ", %" PRIu64 "] leave a hole: "
+                     "no tensor holds data bytes [0, %" PRIu64 ")", b, e, b);
+        else if (b > at)
+            snprintf(why, sizeof why, "data_offsets [%" PRIu64 ", %" PRIu64 "] leave a hole: "
+                     "no tensor holds data bytes [%" PRIu64 ", %" PRIu64 ") after tensor %s's [%"
+                     PRIu64 ", %" PRIu64 "]", b, e, at, b, prev->name,
+                     prev->offset - r->data_start, at);
+        else
+            snprintf(why, sizeof why, "data_offsets [%" PRIu64 ", %" PRIu64 "] overlap tensor "
+                     "%s's [%" PRIu64 ", %" PRIu64 "]", b, e, prev->name,
+                     prev->offset - r->data_start, at);
+        rc = bad(r, t->name, why);
+    }
+    if (!rc && at != data) {
+        if (prev)
+            snprintf(why, sizeof why, "the tensors hold %" PRIu64 " of the %" PRIu64 " data "
+                     "bytes: no tensor holds bytes [%" PRIu64 ", %" PRIu64 ") after tensor %s's "
+                     "[%" PRIu64 ", %" PRIu64 "]", at, data, at, data, prev->name,
+                     prev->offset - r->data_start, at);
+        else
+            snprintf(why, sizeof why, "the tensors hold none of the %" PRIu64 " data bytes",
+                     data);
+        rc = bad(r, NULL, why);
+    }
+    free(ord);
+    return rc;
+}
+
 int dt_safetensors_open(const char *path, dt_safetensors_reader_t **out)
 {
     *out = NULL;
@@ -355,6 +422,8 @@ int dt_safetensors_open(const char *path, dt_safetensors_reader_t **out)
             r->n++;
         }
     }
+    if (!rc)
+        rc = check_tiling(r);
     if (rc) {
         dt_safetensors_close(r);
         return rc;

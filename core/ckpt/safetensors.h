@@ -79,7 +79,9 @@ typedef struct dt_safetensors_tensor {
  * a JSON object, every tensor with a dtype string, a shape of at most
  * DT_SAFETENSORS_MAX_DIMS non-negative integers and data_offsets [begin,
  * end] inside the data buffer spanning exactly numel x the dtype's size
- * (known dtypes; others only inside the buffer).  Errors are DT_ERR_DATA
+ * (known dtypes; others only inside the buffer), and the spans, in any
+ * order, tiling the buffer up to the file's end: no overlap, no hole, no
+ * bytes left over.  Errors are DT_ERR_DATA
  * "safetensors '<path>': tensor <name>: ..." (DT_ERR_NOT_FOUND, DT_ERR_IO
  * from opening). */
 int dt_safetensors_open(const char *path, dt_safetensors_reader_t **out);

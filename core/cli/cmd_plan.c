@@ -14,7 +14,8 @@
  * that does not divide the world), shows why.
  *
  * Deciding: --device-memory adds whether each row fits and recommends the
- * row that sends the least per step among those that fit;  --link-gbps
+ * row that sends the least per step among those that fit (none fitting:
+ * the smallest, and each remedy planned for it alone, most first);  --link-gbps
  * adds the time each row's traffic takes on such a link.
  *
  * Offload: --offload TIER (or the config's [parallel] offload) adds under
@@ -58,7 +59,10 @@ void dt_help_plan(FILE *f)
             "--device-memory SIZE  memory per rank (80GiB, 24GiB, 512MiB; binary KiB MiB GiB\n"
             "                      TiB, or decimal KB MB GB TB): a \"fits\" column, and the\n"
             "                      recommended strategy: of those that fit, the one that\n"
-            "                      sends the least per step (within 1%%: the least memory)\n"
+            "                      sends the least per step (within 1%%: the least memory);\n"
+            "                      when none fits, the smallest and what lowers it, each\n"
+            "                      planned alone, most first: activation checkpointing, a\n"
+            "                      micro-batch of 1, offload, twice the ranks\n"
             "--link-gbps GBPS      link bandwidth per rank in Gb/s (10^9 bit/s): a column\n"
             "                      with each strategy's communication time per step, its\n"
             "                      ring algorithms' bytes over the link (bandwidth-bound,\n"
@@ -293,6 +297,8 @@ typedef struct plan_row {
     char label[128];
     uint64_t total, sent, held, traffic; /* held, traffic: the tier's */
     int planned, offload;
+    size_t variant; /* its variant (row of the table) */
+    char what[40];  /* an offload sub-row's offload_what; "" for a row */
 } plan_row_t;
 
 /* Traffic within this fraction of the least counts as the same. */
@@ -400,10 +406,136 @@ static const plan_row_t *pick(const plan_row_t *rows, size_t n, uint64_t mem, in
     return best;
 }
 
+/* What lowers the smallest row's memory when nothing fits: each remedy
+ * planned on its own for that row (the same strategy, preset and offload
+ * choice), the row's total with it. */
+typedef struct remedy {
+    char what[200]; /* "activation checkpointing (--set ...)" */
+    uint64_t total;
+} remedy_t;
+
+#define PLAN_MAX_REMEDIES 4
+
+typedef struct plan_ctx {
+    dt_resolved_t *r;
+    const variant_t *variants;
+    const char *own, *own_where;
+    int64_t world;
+    int32_t tp;
+} plan_ctx_t;
+
+/* Row `row` planned again on a model built from the config as it now is,
+ * at `world` ranks, with offload_what `what` on a tier ("": none): its
+ * device total per rank. */
+static int replan(const plan_ctx_t *c, const plan_row_t *row, const char *what, int64_t world,
+                  uint64_t *total)
+{
+    dt_resolved_t *r = c->r;
+    const variant_t *v = &c->variants[row->variant];
+    dt_model_t *m = NULL;
+    dt_estimate_t e = {.struct_size = sizeof e};
+    int rc = select_variant(r, v, c->own, c->own_where);
+    if (!rc && what[0]) {
+        char set[160];
+        snprintf(set, sizeof set, "%s.offload_what=%s", v->plugin, what);
+        rc = dt_resolve_set(r, set);
+    }
+    if (!rc)
+        rc = dt_model_create_part(r->cfg, r->plugin[DT_ROLE_DEVICE]->ops, c->tp, 0, &m);
+    if (!rc)
+        rc = dt_plan_strategy_offload(r->plugin[DT_ROLE_DATA], m, &r->set,
+                                      (int)(world / c->tp), what[0] != 0, &e);
+    if (m)
+        dt_model_free(m, NULL);
+    *total = dt_plan_total(&e);
+    return rc;
+}
+
+/* The remedies that lower `row` (nothing fits; `row` is the smallest),
+ * most first: activation checkpointing of every unit (when not already),
+ * micro-batches of 1 sequence (when larger), offload (when no tier was
+ * planned: the strategy's offload_what choice that saves the most), twice
+ * the ranks (what a sharded strategy's state shrinks by).  Each is planned
+ * from the config as given with only that change; the config is restored
+ * after each.  Returns how many lower it. */
+static size_t remedies(const plan_ctx_t *c, const plan_row_t *row, const plan_limits_t *lim,
+                       remedy_t *out)
+{
+    dt_resolved_t *r = c->r;
+    size_t n = 0;
+    uint64_t t;
+    const char *was;
+    char restore[160];
+    if (dt_config_get_string(r->cfg, "model.activation_checkpointing", &was) == DT_OK &&
+        strcmp(was, "all") != 0) {
+        snprintf(restore, sizeof restore, "model.activation_checkpointing=%s", was);
+        if (dt_resolve_set(r, "model.activation_checkpointing=all") == DT_OK &&
+            replan(c, row, row->what, c->world, &t) == DT_OK && t < row->total) {
+            snprintf(out[n].what, sizeof out[n].what,
+                     "activation checkpointing (--set model.activation_checkpointing=all)");
+            out[n++].total = t;
+        }
+        dt_resolve_set(r, restore);
+    }
+    const int64_t micro = r->set.train.micro_batch;
+    if (micro > 1) {
+        snprintf(restore, sizeof restore, "train.micro_batch=%lld", (long long)micro);
+        if (dt_resolve_set(r, "train.micro_batch=1") == DT_OK &&
+            replan(c, row, row->what, c->world, &t) == DT_OK && t < row->total) {
+            snprintf(out[n].what, sizeof out[n].what,
+                     "a micro-batch of 1 sequence (--set train.micro_batch=1)");
+            out[n++].total = t;
+        }
+        dt_resolve_set(r, restore);
+    }
+    if (!lim->tier && !row->offload) {
+        const dt_plugin_t *p = NULL;
+        const dt_config_key_t *key = NULL;
+        uint64_t best = row->total;
+        char best_what[40] = "";
+        if (select_variant(r, &c->variants[row->variant], c->own, c->own_where) == DT_OK)
+            p = r->plugin[DT_ROLE_DATA];
+        for (uint32_t k = 0; p && k < p->info->n_config_keys; k++)
+            if (strcmp(p->info->config_keys[k].name, "offload_what") == 0)
+                key = &p->info->config_keys[k];
+        for (const char *v = key ? key->choices : NULL; v && *v;) {
+            char what[40];
+            size_t len = strcspn(v, "|");
+            snprintf(what, sizeof what, "%.*s", (int)len, v);
+            v += len + (v[len] == '|');
+            if (replan(c, row, what, c->world, &t) == DT_OK && t < best) {
+                best = t;
+                snprintf(best_what, sizeof best_what, "%s", what);
+            }
+        }
+        if (best_what[0]) {
+            snprintf(out[n].what, sizeof out[n].what,
+                     "offload (--offload offload_cpu --set %s.offload_what=%s)",
+                     c->variants[row->variant].plugin, best_what);
+            out[n++].total = best;
+        }
+    }
+    if (replan(c, row, row->what, 2 * c->world, &t) == DT_OK && t < row->total) {
+        snprintf(out[n].what, sizeof out[n].what, "twice the ranks (--world %lld)",
+                 (long long)(2 * c->world));
+        out[n++].total = t;
+    }
+    /* most first: the least total (stable: ties keep the order above) */
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && out[j].total < out[j - 1].total; j--) {
+            remedy_t x = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = x;
+        }
+    return n;
+}
+
 /* No offload where a row fits without it; else, with a tier planned, the
  * offload choice with the least tier I/O per step (then the least traffic,
- * then the least memory).  None fits: say which comes closest. */
-static void print_recommendation(const plan_row_t *rows, size_t n, const plan_limits_t *lim)
+ * then the least memory).  None fits: say which comes closest, and what
+ * lowers it, most first (remedies). */
+static void print_recommendation(const plan_ctx_t *c, const plan_row_t *rows, size_t n,
+                                 const plan_limits_t *lim)
 {
     const plan_row_t *smallest = NULL, *best;
     size_t n_fit = 0;
@@ -418,11 +550,19 @@ static void print_recommendation(const plan_row_t *rows, size_t n, const plan_li
         best = pick(rows, n, lim->mem, offload = 1, &n_fit);
     if (!best) {
         printf("\nrecommended: none: no planned strategy fits in %s per rank; the smallest, "
-               "%s, needs %s (%s lower it)\n",
+               "%s, needs %s",
                dt_plan_bytes(lim->mem, b[0], 32), smallest->label,
-               dt_plan_bytes(smallest->total, b[1], 32),
-               lim->tier ? "more ranks or a smaller micro-batch"
-                         : "more ranks, a smaller micro-batch or an offload tier (--offload)");
+               dt_plan_bytes(smallest->total, b[1], 32));
+        remedy_t rem[PLAN_MAX_REMEDIES];
+        const size_t nrem = remedies(c, smallest, lim, rem);
+        if (!nrem)
+            printf("; neither activation checkpointing, a smaller micro-batch, offload nor "
+                   "more ranks lowers it\n");
+        else
+            printf("; what lowers it, each alone, most first:\n");
+        for (size_t i = 0; i < nrem; i++)
+            printf("  %s: %s per rank%s\n", rem[i].what, dt_plan_bytes(rem[i].total, b[2], 32),
+                   rem[i].total <= lim->mem ? ", fits" : "");
         return;
     }
     printf("\nrecommended: %s (%s per rank of %s; ", best->label,
@@ -951,6 +1091,7 @@ int dt_cmd_plan(int argc, char **argv)
             row->total = dt_plan_total(&e);
             row->sent = e.comm_bytes_per_step;
             row->planned = 1;
+            row->variant = i;
             planned++;
             if (lim.tier && !has_key)
                 printf("%-*s   offload: %s keeps nothing in an offload tier (no offload_what "
@@ -969,7 +1110,8 @@ int dt_cmd_plan(int argc, char **argv)
                 *row = (plan_row_t){.total = dt_plan_total(ce), .sent = ce->comm_bytes_per_step,
                                     .held = ce->bytes[DT_TAG_OFFLOAD],
                                     .traffic = dt_plan_tier_traffic(ce), .planned = 1,
-                                    .offload = 1};
+                                    .offload = 1, .variant = i};
+                snprintf(row->what, sizeof row->what, "%.39s", choice[k].what);
                 snprintf(row->label, sizeof row->label, "%.63s, offload_what = \"%.20s\" on %.20s",
                          variants[i].label, choice[k].what, lim.tier);
             }
@@ -983,8 +1125,10 @@ int dt_cmd_plan(int argc, char **argv)
                 first_rc = rc;
         }
     }
-    if (planned && lim.mem)
-        print_recommendation(rows, nr, &lim);
+    if (planned && lim.mem) {
+        const plan_ctx_t pc = {&r, variants, own, own_where, world, tp};
+        print_recommendation(&pc, rows, nr, &lim);
+    }
     if (planned && m && r.plugin[DT_ROLE_PIPELINE] && (rc = print_pipeline(&r, m, world, &sr)))
         planned = 0, first_rc = rc;
     if (planned && m && tp > 1)

@@ -30,8 +30,9 @@ typedef struct dt_host_state {
     char who[96];                /* "comm/shm" */
     const dt_config_t *cfg;      /* what cfg_* read; may be own_cfg */
     dt_config_t *own_cfg;        /* the plugin's declared defaults */
-    pthread_mutex_t lock;        /* guards mem */
-    dt_mem_stats_t mem;
+    pthread_mutex_t lock;        /* guards mem and accounted */
+    dt_mem_stats_t mem;          /* alloc and mem_account together */
+    dt_mem_stats_t accounted;    /* mem_account only: shared mappings */
 } dt_host_state_t;
 
 static dt_host_state_t *state_of(const dt_host_t *h)
@@ -75,25 +76,32 @@ typedef struct host_block {
 } host_block_t;
 _Static_assert(sizeof(host_block_t) <= HOST_HDR, "host block header");
 
-/* Add `delta` bytes (may be negative) to the plugin's count under `tag`,
- * with the peaks. */
-static void tally(dt_host_state_t *hs, int tag, int64_t delta)
+static void count(dt_mem_stats_t *m, int tag, int64_t delta)
 {
-    pthread_mutex_lock(&hs->lock);
-    dt_mem_stats_t *m = &hs->mem;
     m->current[tag] += (uint64_t)delta;
     m->total_current += (uint64_t)delta;
     if (m->current[tag] > m->peak[tag])
         m->peak[tag] = m->current[tag];
     if (m->total_current > m->total_peak)
         m->total_peak = m->total_current;
+}
+
+/* Add `delta` bytes (may be negative) to the plugin's count under `tag`,
+ * with the peaks; `accounted`: held by other means than alloc (counted
+ * apart too). */
+static void tally(dt_host_state_t *hs, int tag, int64_t delta, int accounted)
+{
+    pthread_mutex_lock(&hs->lock);
+    count(&hs->mem, tag, delta);
+    if (accounted)
+        count(&hs->accounted, tag, delta);
     pthread_mutex_unlock(&hs->lock);
 }
 
 static void host_mem_account(const dt_host_t *h, int tag, int64_t delta)
 {
     if (tag >= 0 && tag < DT_TAG_COUNT)
-        tally(state_of(h), tag, delta);
+        tally(state_of(h), tag, delta, 1);
 }
 
 static void *host_alloc(const dt_host_t *h, uint64_t bytes, int tag)
@@ -115,11 +123,11 @@ static void *host_alloc(const dt_host_t *h, uint64_t bytes, int tag)
     }
 
     /* Counted before allocating, undone below if the allocation fails. */
-    tally(hs, tag, (int64_t)bytes);
+    tally(hs, tag, (int64_t)bytes, 0);
 
     void *raw = NULL;
     if (posix_memalign(&raw, HOST_HDR, HOST_HDR + (size_t)bytes) != 0) {
-        tally(hs, tag, -(int64_t)bytes);
+        tally(hs, tag, -(int64_t)bytes, 0);
         dt_err_set(DT_ERR_NOMEM,
                    "%s: host alloc of %" PRIu64 " bytes tagged '%s' failed: "
                    "out of memory", hs->who, bytes, dt_mem_tag_name(tag));
@@ -147,7 +155,7 @@ static void host_free(const dt_host_t *h, void *ptr)
                "alloc (freed twice, or from another table); ignored", ptr);
         return;
     }
-    tally(hs, b->tag, -(int64_t)b->bytes);
+    tally(hs, b->tag, -(int64_t)b->bytes, 0);
     b->magic = 0;
     free(b);
 }
@@ -323,13 +331,13 @@ void dt_host_destroy(dt_plugin_t *p)
     p->host = NULL;
 }
 
-int dt_plugin_host_mem_stats(const dt_plugin_t *p, dt_mem_stats_t *out)
+static int mem_stats(const dt_plugin_t *p, int accounted, dt_mem_stats_t *out)
 {
     if (!p || !p->host || !out)
         return dt_err_set(DT_ERR_INVALID, "host mem stats: NULL argument");
     dt_host_state_t *hs = state_of(p->host);
     pthread_mutex_lock(&hs->lock);
-    dt_mem_stats_t m = hs->mem;
+    dt_mem_stats_t m = accounted ? hs->accounted : hs->mem;
     pthread_mutex_unlock(&hs->lock);
     m.struct_size = (uint32_t)sizeof m;
     m.n_tags = DT_TAG_COUNT;
@@ -340,5 +348,15 @@ int dt_plugin_host_mem_stats(const dt_plugin_t *p, dt_mem_stats_t *out)
                           (unsigned)out->struct_size,
                           (unsigned)DT_MEM_STATS_V1_SIZE0);
     return DT_OK;
+}
+
+int dt_plugin_host_mem_stats(const dt_plugin_t *p, dt_mem_stats_t *out)
+{
+    return mem_stats(p, 0, out);
+}
+
+int dt_plugin_host_accounted_stats(const dt_plugin_t *p, dt_mem_stats_t *out)
+{
+    return mem_stats(p, 1, out);
 }
 

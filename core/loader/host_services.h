@@ -29,5 +29,9 @@ void dt_host_destroy(dt_plugin_t *p);
  * (n_tags = DT_TAG_COUNT).  `out` is the caller's: zero-filled with
  * struct_size set; written under the growth rule (abi.h rule 4). */
 int dt_plugin_host_mem_stats(const dt_plugin_t *p, dt_mem_stats_t *out);
+/* The part of it held by other means than alloc (mem_account: a shared
+ * mapping, such as a communicator's symmetric memory, which it maps on a
+ * strategy's behalf under the strategy's tag).  The same contract. */
+int dt_plugin_host_accounted_stats(const dt_plugin_t *p, dt_mem_stats_t *out);
 
 #endif /* DT_CORE_HOST_SERVICES_H */

@@ -128,6 +128,7 @@ int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t t
         goto fail;
     }
     m->desc.param_dtype = m->wdtype;
+    m->info.activations = "fp32";
     if (strcmp(acts, "bf16") == 0) {
         /* matmuls multiply bf16 activations by bf16 weights, or by f32 ones
          * rounded to bf16; f16 weights would need a third format */
@@ -139,6 +140,7 @@ int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t t
             goto fail;
         }
         m->adtype = DT_BF16;
+        m->info.activations = "bf16";
     }
     /* [model] activation_checkpointing: which units backward recomputes */
     m->recompute_mode = strcmp(recompute, "all") == 0     ? DT_RECOMPUTE_ALL

@@ -63,6 +63,7 @@ typedef struct dt_model_key {
 typedef struct dt_model_info {
     const char *arch;     /* "gpt2", "mlp" */
     const char *dtype;    /* "fp32", "bf16", "fp16": [model] dtype */
+    const char *activations; /* "fp32", "bf16": [model] activations */
     int64_t vocab_size;   /* tokens are in [0, vocab_size) */
     int64_t context;      /* longest sequence it takes; 0 = any length */
     /* The keys that, with arch, determine every parameter's shape, in

@@ -1181,9 +1181,14 @@ static void device_mem_stats(run_t *R, dt_mem_stats_t *ms)
 {
     *ms = (dt_mem_stats_t){.struct_size = sizeof(dt_mem_stats_t)};
     R->dev_ops->mem_stats(R->dev, ms);
+    /* on a device whose memory is host memory, the strategy's buffers the
+     * communicator maps as symmetric memory (under the strategy's tags,
+     * as its plan counts them); not the communicator's own working
+     * buffers (tcp's ring scratch), which are its host memory, on the
+     * host memory line by plugin, and in no strategy's plan */
     const dt_plugin_t *pc = R->r->plugin[DT_ROLE_COMM];
     dt_mem_stats_t cs = {.struct_size = sizeof(dt_mem_stats_t)};
-    if (!R->props.host_visible || !pc || dt_plugin_host_mem_stats(pc, &cs) != DT_OK)
+    if (!R->props.host_visible || !pc || dt_plugin_host_accounted_stats(pc, &cs) != DT_OK)
         return;
     for (int t = 0; t < DT_TAG_COUNT && t < (int)ms->n_tags; t++) {
         ms->peak[t] += dt_tag_bytes(cs.peak, cs.n_tags, t);

@@ -296,13 +296,13 @@ static void on_crash(int sig, siginfo_t *si, void *uc)
             put(&t, ", micro-batch ");
             put_i(&t, m);
         }
-        if (u >= 0) {
-            put(&t, ", unit ");
-            put_i(&t, u);
-            put(&t, " (");
-            put(&t, atomic_load_explicit(&unit_name, RELAXED));
-            put(&t, ")");
-        }
+    }
+    if (u >= 0) { /* before any step too: loading a checkpoint goes unit by unit */
+        put(&t, s > 0 ? ", unit " : ", at unit ");
+        put_i(&t, u);
+        put(&t, " (");
+        put(&t, atomic_load_explicit(&unit_name, RELAXED));
+        put(&t, ")");
     }
     if (ph) {
         put(&t, ", ");

@@ -53,8 +53,10 @@ int dt_crash_install(int rank);
 void dt_crash_add_object(const char *kind, const char *name, const void *addr);
 
 /* The context: `phase` a static string ("training", "evaluation",
- * "checkpoint save"); step 0, micro-batch or unit < 0: none.  `unit_name`
- * must outlive the run (the model's unit names). */
+ * "checkpoint save", "checkpoint load", "state initialisation"); step 0,
+ * micro-batch or unit < 0: none (a unit is reported before any step too:
+ * "at unit 1 (block.0), checkpoint load").  `unit_name` must outlive the
+ * run (the model's unit names). */
 void dt_crash_set_phase(const char *phase, int64_t step);
 void dt_crash_set_micro(int64_t micro);
 void dt_crash_set_unit(int64_t unit, const char *unit_name);

@@ -180,10 +180,15 @@ static inline int shard_optim_offloaded(const dt_shard_engine_t *e)
 {
     return (e->offload_what & DT_OFFLOAD_WHAT_OPTIMIZER) != 0;
 }
-/* The compute shard lives in the offload tier (zero-3, FULL_SHARD). */
+/* The compute shard lives in the offload tier (zero-3, FULL_SHARD).  The
+ * planner's replay (no tier: plan_offload_what) takes the same schedule -
+ * every gathered group loaded into a buffer of its own, one loaded ahead,
+ * small groups kept gathered - only the tier's transfers are left out
+ * (shard_offload_load_start, shard_offload_push), so its comm bytes and
+ * the persistent groups it counts are the run's. */
 static inline int shard_params_offloaded(const dt_shard_engine_t *e)
 {
-    return (e->offload_what & DT_OFFLOAD_WHAT_PARAMS) != 0;
+    return ((e->offload_what | e->cfg.plan_offload_what) & DT_OFFLOAD_WHAT_PARAMS) != 0;
 }
 /* The reduced gradient shard lives in the tier beside the optimizer state
  * (DeepSpeed's offload_optimizer moves gradients too): whenever the

@@ -93,6 +93,8 @@ int shard_offload_load_start(dt_shard_engine_t *e, uint32_t gi)
         shard_log_group(e, gi, "allocating the gathered parameters", rc);
         return rc;
     }
+    if (!e->offload_what) /* the planner's replay: the buffer, no tier to load from */
+        return DT_OK;
     void *mine = (char *)g->full + (uint64_t)e->srank * gr->shard * e->pes;
     rc = dt_offload_params_load(&e->par, gr->shard_off, gr->shard, mine, e->dp.cs, &g->lreq);
     if (rc != DT_OK) {
@@ -220,6 +222,8 @@ int shard_offload_step(dt_shard_engine_t *e, const dt_optim_step_t *st)
 
 int shard_offload_push(dt_shard_engine_t *e)
 {
+    if (!e->offload_what) /* the planner's replay: no tier to write */
+        return DT_OK;
     if (!shard_optim_offloaded(e))
         return params_from_master(e);
     int rc = DT_OK;

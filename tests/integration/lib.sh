@@ -55,6 +55,34 @@ same_losses() {
     ok "$1: losses match within $tol (max diff ${d% *} over ${d#* } steps)"
   else bad "$1: losses differ by more than $tol (max diff $d)" "$(paste <(losses "$2") <(losses "$3"))"; fi
 }
+# planned_is_measured NAME METRICS [SCRATCH]: rank 0's memory record
+# planned every tag's peak to the byte (the total measured, the peak of
+# the sum, at most the plan's sum of peaks), but for the
+# device's own kernel scratch, which no plan holds: SCRATCH bytes (0 by
+# default) of measured staging beyond the plan (the cpu device's, its
+# threads x T floats of attention backward or threads x min(C OC, 2^20)
+# floats widening 16-bit weights, whichever is larger; README "Memory")
+planned_is_measured() {
+  local r
+  if r=$(/usr/bin/python3 - "$2" "${3:-0}" 2>&1 <<'P'
+import json, sys
+m = [json.loads(l)["memory"] for l in open(sys.argv[1]) if l.startswith('{"memory"')][0]
+scratch = int(sys.argv[2])
+want = dict(m["planned_bytes"])
+want["staging"] += scratch
+bad = ["%s %d measured, %d planned%s" % (t, v, m["planned_bytes"][t],
+       " + %d scratch" % scratch if t == "staging" and scratch else "")
+       for t, v in m["peak_bytes"].items() if v != want[t]]
+# the total measured is the peak of the sum, never above the sum of peaks
+if m["total_peak_bytes"] > m["planned_total_bytes"] + scratch:
+    bad.append("total %d measured, above the %d planned" % (m["total_peak_bytes"],
+                                                           m["planned_total_bytes"]))
+print("; ".join(bad) if bad else "%d bytes planned" % m["planned_total_bytes"])
+sys.exit(1 if bad else 0)
+P
+  ); then ok "$1: planned equals measured, every tag to the byte ($r${3:+; $3 bytes of device scratch beside it})"
+  else bad "$1: planned differs from measured: $r"; fi
+}
 
 # ---- after a fault: the post-conditions every fault case states ----------
 # ckpt_sums DIR: one "sha256  ./path" line per file under DIR, sorted; taken

@@ -6,7 +6,8 @@
 # the run naming the gradient, rank and step (also under pp2 x dp2, with
 # the stage); reduce_dtype bf16/fp16 for
 # zero-2, zero-3 and fsdp against fp32; and bad [fp16] / reduce_dtype
-# values refused naming the key.
+# values refused naming the key; memory as planned to the byte, the cpu
+# device's kernel scratch (fp16's widened weights) the only staging.
 set -euo pipefail
 bin=$1 work=$2
 . "$(dirname "$0")/lib.sh"
@@ -54,6 +55,13 @@ expect_exit 0 "fp32 run" "$bin" run tiny.toml --set run.name=fp32 --metrics fp32
 expect_exit 0 "fp16 run" "$bin" run tiny.toml --set run.name=fp16 --set model.dtype=fp16 \
   --metrics fp16.jsonl
 within "fp16 losses vs fp32" fp32.jsonl fp16.jsonl 1e-3
+# memory as planned, every tag, but for the cpu device's own kernel
+# scratch (measured as staging, in no plan: README "Memory"): one buffer
+# per thread, the larger of attention backward's T floats and the widest
+# 16-bit weight widened for a matmul (at most 2^20 floats): fp32 1 x 32 x
+# 4 = 128 bytes; fp16 the LM head's V x C = 256 x 32 floats, 32768 bytes
+planned_is_measured "fp32, 1 rank" fp32.jsonl 128
+planned_is_measured "fp16, 1 rank" fp16.jsonl 32768
 expect_out "the log line shows the scale and the skipped steps" "| scale 65536 | skipped 0"
 if /usr/bin/python3 - fp16.jsonl <<'P'
 import json, sys

@@ -8,6 +8,7 @@
 #  - checkpoints do not depend on topology: saved by 2 ranks, resumed by 1
 #    and by 4, the loss curve continues;
 #  - `dtrain ckpt inspect|consolidate|export` on a sharded checkpoint;
+#  - on tcp, memory as planned to the byte (its scratch is its own);
 #  - failures: configs that differ between ranks, a peer that never
 #    arrives, a rank killed in the middle of a checkpoint write, a rank
 #    whose disk fills: clear errors and the previous checkpoint intact.
@@ -182,7 +183,30 @@ expect_out "export names the choices" "--layout is hf or dtrain"
 expect_exit 1 "inspect: not a checkpoint" "$bin" ckpt inspect train.bin
 expect_exit 1 "resume from another model shape" "$bin" run eq.toml --set run.comm=self \
   --set model.n_embd=64 --set checkpoint.resume=out/s2/ckpt/step-00000010 --set train.micro_batch=8
-expect_out "shape mismatch names the tensor" "tensor wte.weight has shape [256, 32] there but [256, 64] in this model"
+expect_out "another model shape names the key and both values" \
+  "[model] n_embd = 32 there but 64 in this run: it was saved from another model"
+
+# ---- the communicator's own buffers are its host memory -------------------
+# tcp's ring scratch is the communicator's (the host memory line names it,
+# comm/tcp), not device memory a strategy planned: the memory record counts
+# of a communicator only the symmetric memory it maps for the strategy
+# (shm's, above), so a tcp run is as planned to the byte (its scratch once
+# read as comm bytes beyond the plan), the cpu device's scratch aside (1
+# thread x T 32 floats of attention backward, 128 bytes).
+for s in ddp zero; do
+  if DTRAIN_JOB_SECRET=s$$ ranks 2 eq.toml --set run.comm=tcp --set cpu.threads=1 --set parallel.data=$s \
+       --set zero.stage=3 --set train.micro_batch=4 --set run.name=tcp-$s --metrics tcp-$s.jsonl
+  then planned_is_measured "tcp, $s, 2 ranks" tcp-$s.jsonl 128
+  else bad "tcp, $s, 2 ranks failed" "$(cat rank*.log)"; fi
+  b=$($py - tcp-$s.jsonl <<'P' 2>&1
+import json, sys
+h = [json.loads(l)["host_memory"] for l in open(sys.argv[1]) if '"host_memory"' in l][0]
+print(h["peak_bytes"]["comm/tcp"]["comm"])
+P
+) || b=err
+  if [ "$b" != err ] && [ "$b" -gt 0 ]; then ok "tcp, $s: its scratch on the host memory line ($b bytes)"
+  else bad "tcp, $s: no comm/tcp scratch on the host memory line: $b"; fi
+done
 
 # ---- strategies and layouts: save by one, resume by another -----------------
 # Global batch 12 divides over 1-4 ranks.  Reference: ddp on 1 rank.  Each

@@ -8,7 +8,10 @@
 #    Nesterov), fsdp HYBRID_SHARD and NO_SHARD, the host optimizer on 2
 #    threads;
 #  - the same with the parameters offloaded too (zero stage 3, fsdp
-#    FULL_SHARD; gathered from the tier per use, with and without prefetch);
+#    FULL_SHARD; gathered from the tier per use, with and without prefetch),
+#    each run's memory record planned to the byte, every tag (on 1 rank
+#    the plan once took the schedule of parameters on the device: no
+#    gathered group kept, none loaded ahead);
 #  - checkpoints go through the same manifest: saved with offload, resumed
 #    without (same ranks: bit for bit), saved without, resumed with offload
 #    at another world size (bit for bit against the same resume without);
@@ -138,7 +141,9 @@ done
 
 # parameters offloaded (zero stage 3, fsdp FULL_SHARD): alone (device
 # optimizer) and with the optimizer; units gathered per use
-# (param_persistence_threshold 0) and kept gathered, prefetching on and off
+# (param_persistence_threshold 0) and kept gathered, prefetching on and off;
+# each run's memory as planned (the cpu device's scratch aside: 1 thread x
+# T 16 floats of attention backward, 64 bytes)
 for strat in "zero zero.param_persistence_threshold=0" "zero zero.prefetch_bucket_size=0" \
              "zero zero.param_persistence_threshold=100000" \
              "fsdp fsdp.sharding_strategy=FULL_SHARD"; do
@@ -150,7 +155,8 @@ for strat in "zero zero.param_persistence_threshold=0" "zero zero.prefetch_bucke
     run "$tag" "${common[@]}" || continue
     for w in params optimizer_and_params; do
       run "$tag-${w:0:3}" "${common[@]}" --set parallel.offload=offload_cpu --set "$1.offload_what=$w" &&
-        same "offload_what = $w, $1 ${2%%=*}=${2#*=}, $n rank(s)" "$tag" "$tag-${w:0:3}"
+        same "offload_what = $w, $1 ${2%%=*}=${2#*=}, $n rank(s)" "$tag" "$tag-${w:0:3}" &&
+        planned_is_measured "offload_what = $w, $1 ${2%%=*}=${2#*=}, $n rank(s)" "$tag-${w:0:3}.jsonl" 64
     done
   done
 done

@@ -21,7 +21,10 @@
 #  - --device-memory: the fits column agrees with total/rank for a size
 #    that fits some strategies and not others (GPT-2 1.5B on 8 ranks), and
 #    the recommendation is the least traffic among them, ties within 1% to
-#    the least memory; none fitting names the smallest;
+#    the least memory; none fitting names the smallest and what lowers
+#    it, each remedy planned alone (activation checkpointing, a
+#    micro-batch of 1, offload, twice the ranks), most first: activation
+#    checkpointing first where activations dominate at micro-batch 1;
 #  - --link-gbps: the time column against a hand computation (below);
 #  - bad --device-memory and --link-gbps values exit 2 naming the option;
 #  - --offload TIER: under each row a sub-row per offload_what the strategy
@@ -347,7 +350,10 @@ awk -v a="${t_main% *}" -v b="${t_sub% *}" -v d="$(mib $((8 * P)))" \
   bad "ddp totals: $t_main, $t_sub" "$out"
 sub_check zero-3 params 9 $((4 * P)) "tier/rank (4P)"
 sub_check zero-3 params 10 $((20 * P)) "tier I/O ((2 x 2 + 1) x 4P)"
-sub_check zero-3 optimizer_and_params 1 0 "params on the device"
+# the embedding ((V + T) C, below zero's persistence threshold) stays
+# gathered on the device, as the run keeps it; fsdp keeps no such group
+sub_check zero-3 optimizer_and_params 1 $(((V + T) * C * 4)) "params on the device ((V + T) C)"
+sub_check "fsdp FULL_SHARD" optimizer_and_params 1 0 "params on the device"
 sub_check zero-3 optimizer_and_params 3 0 "optimizer on the device"
 sub_check zero-3 optimizer_and_params 2 0 "grads on the device"
 sub_check zero-3 optimizer_and_params 9 $((20 * P)) "tier/rank (20P)"
@@ -369,8 +375,10 @@ sub_check zero-3 params 10 $((10 * P)) "tier I/O (5 x 2P)"
 
 # fits and the recommendation (1 rank: every row sends nothing; the rows
 # total 13.94 MiB, ddp's and zero-1's optimizer sub-rows 10.60, zero-3's
-# 9.85, optimizer_and_params 8.18: the gradient shard in the tier, one
-# unit's gradient buffer and the tied embedding's on the device)
+# 9.85, fsdp FULL_SHARD's optimizer_and_params 9.69: the gradient shard
+# in the tier, on the device the gathered groups loaded from it, one
+# ahead, and the gradient buffers; zero-3's 9.85 with its embedding kept
+# gathered)
 expect_exit 0 "--offload with 11MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
   --device-memory 11MiB
 grep -qE '^ddp .* offload$' <<<"$out" && ok "ddp fits only with offload: says so" ||
@@ -382,20 +390,42 @@ grep -qE '^ddp .* offload$' <<<"$out" && ok "ddp fits only with offload: says so
 expect_out "the least tier I/O that fits, first of equals" \
   'recommended: ddp, offload_what = "optimizer" on offload_cpu (10.60 MiB per rank of 11.00 MiB; the tier holds 5.01 MiB per rank and moves 10.02 MiB per step; sends 0.00 MiB per step)'
 expect_out "and why" "  nothing fits without offload; of the 9 offload choices that fit, the least tier I/O per step"
-expect_exit 0 "--offload with 9MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
-  --device-memory 9MiB
+expect_exit 0 "--offload with 9.75MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
+  --device-memory 9.75MiB
 expect_out "only optimizer_and_params fits" \
-  'recommended: zero-3, offload_what = "optimizer_and_params" on offload_cpu (8.18 MiB per rank of 9.00 MiB; the tier holds 8.35 MiB per rank and moves 26.72 MiB per step;'
+  'recommended: fsdp FULL_SHARD, offload_what = "optimizer_and_params" on offload_cpu (9.69 MiB per rank of 9.75 MiB; the tier holds 8.35 MiB per rank and moves 26.72 MiB per step;'
 expect_exit 0 "--offload with 14MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
   --device-memory 14MiB
 expect_out "no offload where a row fits without" "recommended: ddp (13.94 MiB per rank of 14.00 MiB; sends 0.00 MiB per step)"
 expect_exit 0 "--offload with 8MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
   --device-memory 8MiB
 expect_out "none fits: the smallest offload choice is named" \
-  'recommended: none: no planned strategy fits in 8.00 MiB per rank; the smallest, zero-3, offload_what = "optimizer_and_params" on offload_cpu, needs 8.18 MiB (more ranks or a smaller micro-batch lower it)'
+  'recommended: none: no planned strategy fits in 8.00 MiB per rank; the smallest, fsdp FULL_SHARD, offload_what = "optimizer_and_params" on offload_cpu, needs 9.69 MiB; what lowers it, each alone, most first:'
+expect_out "with a tier: a smaller micro-batch first, then checkpointing" \
+  $'  a micro-batch of 1 sequence (--set train.micro_batch=1): 4.24 MiB per rank, fits\n  activation checkpointing (--set model.activation_checkpointing=all): 7.68 MiB per rank, fits\n'
 expect_exit 0 "without --offload, 8MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --device-memory 8MiB
-expect_out "none fits: offload is suggested" \
-  "needs 13.94 MiB (more ranks, a smaller micro-batch or an offload tier (--offload) lower it)"
+expect_out "none fits: offload is suggested, in the order that helps" \
+  $'needs 13.94 MiB; what lowers it, each alone, most first:\n  a micro-batch of 1 sequence (--set train.micro_batch=1): 8.50 MiB per rank\n  offload (--offload offload_cpu --set ddp.offload_what=optimizer): 10.60 MiB per rank\n  activation checkpointing (--set model.activation_checkpointing=all): 11.94 MiB per rank\n'
+# activations dominate and the micro-batch is 1 already (512 tokens of a
+# 2-layer model): activation checkpointing comes first, and fits; no
+# smaller micro-batch is offered.  Each remedy's number is the planner's
+# own with that setting (the zero-1 row of a plan with it).
+long=(--set model.context=512 --set train.seq_len=512 --set train.micro_batch=1)
+expect_exit 0 "activations dominate, micro-batch 1, 7MiB" "$bin" plan eq.toml --world 2 "${long[@]}" \
+  --device-memory 7MiB
+expect_out "activation checkpointing is named first" \
+  $'the smallest, zero-1, needs 9.22 MiB; what lowers it, each alone, most first:\n  activation checkpointing (--set model.activation_checkpointing=all): 6.28 MiB per rank, fits\n  offload (--offload offload_cpu --set zero.offload_what=optimizer): 9.03 MiB per rank\n  twice the ranks (--world 4): 9.13 MiB per rank\n'
+if grep -qF "micro-batch of 1" <<<"$out"; then bad "a micro-batch of 1 offered at micro-batch 1" "$out"
+else ok "no smaller micro-batch offered at micro-batch 1"; fi
+remedy_is() { # WHAT WANT ARGS...: zero-1's total/rank planned with ARGS
+  local what=$1 want=$2 got; shift 2
+  out=$("$bin" plan eq.toml "$@" 2>&1) || true
+  got=$(cell "$(grep -E '^zero-1 ' <<<"$out" | sed -E 's/^zero-1 +//')" 7)
+  [ "$got" = "$want" ] && ok "$what: the plan with it says $got too" ||
+    bad "$what: the plan with it says '$got', the remedy $want" "$out"
+}
+remedy_is "checkpointing" "6.28 MiB" --world 2 "${long[@]}" --set model.activation_checkpointing=all
+remedy_is "twice the ranks" "9.13 MiB" --world 4 "${long[@]}"
 if grep -qE 'tier/rank|^  optimizer' <<<"$out"; then bad "offload rows without a tier" "$out"
 else ok "no offload rows without a tier"; fi
 # the config's own tier: the same rows, named by it

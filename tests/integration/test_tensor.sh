@@ -27,6 +27,10 @@
 #    layouts: tp2 -> pp2 gpipe, tp2 -> pp4 x 2 interleaved chunks of a
 #    6-layer model): steps 4-6 continue the uninterrupted 1-rank curve
 #    within 1e-6;
+#  - the model description on resume: a tp2 checkpoint of 4 heads into 2
+#    heads (the same shapes) refused naming n_head and both values, at tp2
+#    and on one rank; a checkpoint without dtype and activations (saved
+#    before they were recorded) resumes with a note, a dtype change noted;
 #  - config errors (exit 2, the exact message): heads not divisible by the
 #    tensor degree, a world the grid does not divide, the mlp arch;
 #  - a rank killed in a step (a test hook): its tensor-group peer stops
@@ -146,6 +150,48 @@ else bad "tp2 -> pp4 x 2 chunks: failed" "$(cat rank*.log | tail -20)"; fi
 if v=$($py "$cmp" curves n6.jsonl ri.jsonl 1e-6 1e-5); then
   ok "tp2 -> pp4 x 2 chunks: steps 1-6 follow one rank's: $v"
 else bad "tp2 -> pp4 x 2 chunks: the resumed curve differs from one rank's" "$v"; fi
+
+# ---- the model description on resume ------------------------------------
+# A tp2 checkpoint of 4 heads (out/t2, step 6) into a model of 2 heads: the
+# same tensor shapes, other attention.  Refused (exit 1) naming the key,
+# both values and the checkpoint, at tp2 and on one rank (before the
+# manifest's model description was checked, both resumed silently).
+nh="[model] n_head = 4 there but 2 in this run: it was saved from another model"
+t2ck=out/t2/ckpt/step-00000006
+if ranks 2 eq.toml --set parallel.tensor=2 --set model.n_head=2 --set run.name=nh \
+     --set checkpoint.resume=$t2ck; then
+  bad "tp2: a 4-head checkpoint resumed into 2 heads" "$(cat rank0.log)"
+else
+  out=$(cat rank0.log)
+  expect_out "tp2: another n_head is refused naming the key and both values" \
+    "dtrain run: error: resuming from '$t2ck': checkpoint '$t2ck': $nh"
+fi
+expect_exit 1 "1 rank: a tp2 checkpoint of 4 heads into 2 heads" "$bin" run eq.toml \
+  --set run.comm=self --set model.n_head=2 --set run.name=nh1 --set checkpoint.resume=$t2ck
+expect_out "1 rank: another n_head is refused naming the key and both values" \
+  "dtrain run: error: resuming from '$t2ck': checkpoint '$t2ck': $nh"
+# A checkpoint saved before dtype and activations were recorded (its
+# manifest without them, COMPLETE rewritten as a save writes it) still
+# resumes, with a note; a changed dtype is noted, not refused.
+mkdir -p old && cp -r $t2ck old/
+$py - old/step-00000006 <<'P'
+import json, sys, zlib
+d = sys.argv[1]
+m = json.load(open(d + "/manifest.json"))
+del m["model"]["dtype"], m["model"]["activations"]
+raw = json.dumps(m, indent=1).encode()
+open(d + "/manifest.json", "wb").write(raw)
+open(d + "/COMPLETE", "w").write("dtrain checkpoint complete\nmanifest.json %d bytes crc32 %08x\n"
+                                 % (len(raw), zlib.crc32(raw)))
+P
+expect_exit 0 "a checkpoint without dtype and activations resumes" "$bin" run eq.toml \
+  --set run.comm=self --set run.name=old1 --set checkpoint.resume=old/step-00000006
+expect_out "with a note naming what was not checked" \
+  "dtrain: note: checkpoint 'old/step-00000006' does not record [model] dtype, activations (an older dtrain saved it): resuming without checking them"
+expect_exit 0 "a tp2 fp32 checkpoint resumes in bf16" "$bin" run eq.toml --set run.comm=self \
+  --set run.name=bf1 --set model.dtype=bf16 --set checkpoint.resume=$t2ck
+expect_out "the dtype change is noted" \
+  "dtrain: note: [model] dtype is bf16 in this run but fp32 in checkpoint '$t2ck': training continues from its f32 state in bf16"
 
 # ---- config errors ---------------------------------------------------------
 expect_exit 2 "heads not divisible by the tensor degree" "$bin" check eq.toml \

@@ -5,7 +5,8 @@
 # equal at every world size, a note when a resume changes train.steps
 # under a decaying schedule, `dtrain plot` rendering real PNG and SVG
 # files (and running nothing a metrics file's name holds), and the crash report of a rank whose plugin segfaults (a fake
-# strategy that trains, then stores to address 0x10 in a chosen method).
+# strategy that trains, then stores to address 0x10 in a chosen method,
+# the state methods a checkpoint save, load or initialisation calls too).
 set -euo pipefail
 bin=$1 work=$2 fakes=${3:-}  # fakes: the fake plugins' folder (a strategy that crashes)
 . "$(dirname "$0")/lib.sh"
@@ -247,6 +248,29 @@ else
     --set crashy.method=step --set crashy.step=1
   expect_out "report: step 1, the optimizer step" \
     "[rank 0] crash: SIGSEGV (address not mapped: 0x10) in strategy/crashy step, at step 1, optimizer step; the faulting code is in strategy/crashy"
+  # the checkpoint paths: a crash in the strategy's state methods while a
+  # save (every = 2) or a load walks the units is the strategy's, named
+  # with the method, the unit and the phase (before, it read "in the core,
+  # between plugin calls")
+  expect_exit 139 "a crash in get_state during a checkpoint save" "${crashy[@]}" \
+    --set run.name=crash4 --set crashy.method=get_state --set crashy.step=2 --set crashy.unit=1
+  expect_out "report: get_state, step 2, unit 1, checkpoint save" \
+    "[rank 0] crash: SIGSEGV (address not mapped: 0x10) in strategy/crashy get_state, at step 2, unit 1 (block.0), checkpoint save; the faulting code is in strategy/crashy ($so); pid "
+  expect_exit 139 "a crash in state_ranges during a checkpoint save" "${crashy[@]}" \
+    --set run.name=crash5 --set crashy.method=state_ranges --set crashy.step=2
+  expect_out "report: state_ranges, step 2, unit 0, checkpoint save" \
+    "[rank 0] crash: SIGSEGV (address not mapped: 0x10) in strategy/crashy state_ranges, at step 2, unit 0 (embedding), checkpoint save; the faulting code is in strategy/crashy"
+  expect_exit 0 "a checkpoint to load (ddp, stopped at step 2)" "$bin" run tiny.toml \
+    --set run.name=crash6 --set train.stop_at=2
+  expect_exit 139 "a crash in set_state while loading it" "${crashy[@]}" --set run.name=crash6 \
+    --set checkpoint.resume=latest --set crashy.method=set_state --set crashy.step=0 \
+    --set crashy.unit=2
+  expect_out "report: set_state, unit 2, checkpoint load" \
+    "[rank 0] crash: SIGSEGV (address not mapped: 0x10) in strategy/crashy set_state, at unit 2 (head), checkpoint load; the faulting code is in strategy/crashy"
+  expect_exit 139 "a crash in set_state while initialising a fresh state" "${crashy[@]}" \
+    --set run.name=crash7 --set crashy.method=set_state --set crashy.step=0 --set crashy.unit=1
+  expect_out "report: set_state, unit 1, state initialisation" \
+    "[rank 0] crash: SIGSEGV (address not mapped: 0x10) in strategy/crashy set_state, at unit 1 (block.0), state initialisation; the faulting code is in strategy/crashy"
   # one of two ranks: the launcher's last line quotes its report
   sed -i 's/^comm = "self"$/comm = "shm"/' tiny.toml
   expect_exit 1 "2 ranks, rank 1 crashes in pre_backward: the launcher exits 1" "${crashy[@]}" \

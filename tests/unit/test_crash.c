@@ -192,6 +192,25 @@ static void test_fpe_sent(void **state)
                                       "strategy/fsdp step, at step 2, optimizer step");
 }
 
+static void loading_a_unit(void)
+{
+    dt_crash_set_phase("checkpoint load", 0);
+    dt_crash_set_unit(1, "block.0");
+    dt_crash_enter("strategy", "zero", "set_state");
+}
+
+/* Before any step (loading a checkpoint) the unit is still named. */
+static void test_segv_loading_a_unit(void **state)
+{
+    (void)state;
+    char out[16384];
+    int st = crash_child(loading_a_unit, FAULT_SEGV, out, sizeof out);
+    assert_int_equal(WTERMSIG(st), SIGSEGV);
+    assert_string_equal(summary(out), "[rank 3] crash: SIGSEGV (address not mapped: 0x10) in "
+                                      "strategy/zero set_state, at unit 1 (block.0), "
+                                      "checkpoint load");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -199,6 +218,7 @@ int main(void)
         cmocka_unit_test(test_segv_in_nested_call),
         cmocka_unit_test(test_bus_after_call_returned),
         cmocka_unit_test(test_fpe_sent),
+        cmocka_unit_test(test_segv_loading_a_unit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -335,7 +335,9 @@ static void test_import_refuses(void **state)
     dt_mh_close(&h);
 }
 
-/* config.json: what dtrain's GPT-2 cannot compute is refused by key. */
+/* config.json: every setting dtrain's GPT-2 cannot compute is refused by
+ * key, naming the value and what dtrain computes; the settings it does
+ * compute (and those that do not change the function) are accepted. */
 static void test_config_refuses(void **state)
 {
     (void)state;
@@ -349,19 +351,45 @@ static void test_config_refuses(void **state)
     } cases[] = {
         {", \"n_positions\": 6}", NULL},
         {", \"n_ctx\": 6, \"activation_function\": \"gelu_pytorch_tanh\"}", NULL},
+        /* what transformers' GPT-2 computes as dtrain does: accepted */
+        {", \"n_positions\": 6, \"n_inner\": 32, \"scale_attn_weights\": true, "
+         "\"scale_attn_by_inverse_layer_idx\": false, \"add_cross_attention\": false, "
+         "\"tie_word_embeddings\": true, \"reorder_and_upcast_attn\": true, "
+         "\"resid_pdrop\": 0.1, \"layer_norm_epsilon\": 1e-5, \"model_type\": \"gpt2\"}", NULL},
         {"}", " has no \"n_positions\": is it a GPT-2 config.json?"},
-        {", \"n_positions\": 6, \"model_type\": \"llama\"}", ": \"model_type\" is not \"gpt2\""},
+        {", \"n_positions\": 6, \"model_type\": \"llama\"}",
+         ": \"model_type\" is \"llama\"; dtrain imports \"gpt2\" only"},
         {", \"n_positions\": 6, \"activation_function\": \"relu\"}",
          ": \"activation_function\" is \"relu\"; dtrain's GPT-2 computes \"gelu_new\" (GELU's "
          "tanh approximation)"},
+        {", \"n_positions\": 6, \"activation_function\": 3}",
+         ": \"activation_function\" is 3; dtrain's GPT-2 computes \"gelu_new\" (GELU's "
+         "tanh approximation)"},
+        {", \"n_positions\": 6, \"activation_function\": \"gelu_new_but_with_a_very_long_name_"
+         "that_goes_on_and_on_and_on_and_on_and_on_and_on_and_on\"}",
+         ": \"activation_function\" is \"gelu_new_but_with_a_very_long_name_that_goes_on_and_"
+         "on_and_...; dtrain's GPT-2 computes \"gelu_new\" (GELU's tanh approximation)"},
         {", \"n_positions\": 6, \"layer_norm_epsilon\": 1e-6}",
-         ": \"layer_norm_epsilon\" is not 1e-5, the epsilon of dtrain's layernorm"},
+         ": \"layer_norm_epsilon\" is 1e-06; dtrain's GPT-2 computes its layernorms with "
+         "epsilon 1e-5"},
         {", \"n_positions\": 6, \"n_inner\": 20}",
-         ": \"n_inner\" is not 4 n_embd, the MLP width of dtrain's GPT-2"},
+         ": \"n_inner\" is 20; dtrain's GPT-2 computes an MLP 4 n_embd wide (n_inner null)"},
+        {", \"n_positions\": 6, \"scale_attn_weights\": false}",
+         ": \"scale_attn_weights\" is false; dtrain's GPT-2 scales attention scores by "
+         "1/sqrt(head size) (scale_attn_weights true)"},
+        {", \"n_positions\": 6, \"scale_attn_by_inverse_layer_idx\": true}",
+         ": \"scale_attn_by_inverse_layer_idx\" is true; dtrain's GPT-2 scales attention "
+         "scores by 1/sqrt(head size) only, not by 1/(layer index + 1)"},
+        {", \"n_positions\": 6, \"add_cross_attention\": true}",
+         ": \"add_cross_attention\" is true; dtrain's GPT-2 is decoder-only, without "
+         "cross-attention"},
+        {", \"n_positions\": 6, \"tie_word_embeddings\": false}",
+         ": \"tie_word_embeddings\" is false; dtrain's GPT-2 ties the LM head to the token "
+         "embedding wte (tie_word_embeddings true)"},
         {", \"n_positions\": 6.5}", ": \"n_positions\" is not a positive integer"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char text[512], want[800];
+        char text[1024], want[1024];
         snprintf(text, sizeof text, "{%s%s", shape, cases[c].rest);
         assert_ok(dt_fileutil_write_atomic(path, text, strlen(text)));
         dt_gpt2_shape_t s;

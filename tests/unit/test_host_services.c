@@ -505,6 +505,37 @@ static void test_unload_warns_about_leaks(void **state)
     free((char *)y - 64);
 }
 
+/* mem_account (a shared mapping) counts in the plugin's stats beside its
+ * allocs, and alone in the accounted stats: what a run counts as device
+ * memory of a communicator on a host-visible device (its symmetric
+ * memory, under the strategy's tag), never its own working buffers. */
+static void test_accounted_apart(void **state)
+{
+    dt_plugin_t *p = *state;
+    assert_true(DT_HOST_HAS(p->host, mem_account));
+    void *x = p->host->alloc(p->host, 1000, DT_TAG_COMM);
+    assert_non_null(x);
+    p->host->mem_account(p->host, DT_TAG_GRADS, 4096);
+    p->host->mem_account(p->host, DT_TAG_COMM, 300);
+    check_stats(p, DT_TAG_COMM, 1300, 1300, 5396, 5396);
+    dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
+    assert_int_equal(dt_plugin_host_accounted_stats(p, &st), DT_OK);
+    assert_int_equal(st.n_tags, DT_TAG_COUNT);
+    assert_int_equal(st.current[DT_TAG_GRADS], 4096);
+    assert_int_equal(st.current[DT_TAG_COMM], 300);
+    assert_int_equal(st.peak[DT_TAG_COMM], 300);
+    assert_int_equal(st.total_peak, 4396);
+    p->host->mem_account(p->host, DT_TAG_GRADS, -4096);
+    p->host->mem_account(p->host, DT_TAG_COMM, -300);
+    p->host->free(p->host, x);
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    assert_int_equal(dt_plugin_host_accounted_stats(p, &st), DT_OK);
+    assert_int_equal(st.total_current, 0);
+    assert_int_equal(st.total_peak, 4396);
+    check_stats(p, DT_TAG_COMM, 0, 1300, 0, 5396);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -516,6 +547,7 @@ int main(void)
         T(test_alloc_failures),
         T(test_alloc_threads),
         T(test_alloc_is_per_plugin),
+        T(test_accounted_apart),
         T(test_cfg_reads_plugin_table),
         T(test_cfg_validated_against_declared_keys),
         T(test_cfg_defaults_without_config),

@@ -3,7 +3,8 @@
  * independent parser (/usr/bin/python3 with json + struct), writer misuse,
  * and a full disk during export; and the tests' own reader
  * (tests/support/safetensors_read.h, which the model tests load their
- * reference files with) on a file Python wrote and on malformed files.
+ * reference files with) on a file Python wrote and on malformed files;
+ * dtrain's own reader's rule that the tensors tile the data buffer.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -268,6 +269,63 @@ static void test_reader_errors(void **state)
     dt_test_st_close(st);
 }
 
+/* dtrain's own reader (core/ckpt/safetensors.h, what `dtrain import`
+ * opens): the tensors' data_offsets must tile the data buffer exactly, in
+ * whatever order the header lists them; an overlap, a hole (at the start,
+ * between two tensors, or bytes left after the last) and a span that does
+ * not fit its shape and dtype are refused naming the tensor and the
+ * bytes.  Before the tiling check, the overlap and hole cases opened. */
+static void test_core_reader_spans(void **state)
+{
+    (void)state;
+    char p[512];
+    path_of(p, sizeof p, "spans.safetensors");
+    dt_safetensors_reader_t *r = (void *)1;
+    /* valid: listed out of order, with a zero-sized tensor between two */
+    write_st(p, "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]},"
+                " \"z\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [4, 4]},"
+                " \"b\": {\"dtype\": \"I32\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
+             12);
+    assert_ok(dt_safetensors_open(p, &r));
+    assert_int_equal(dt_safetensors_count(r), 3);
+    assert_int_equal(dt_safetensors_find(r, "a")->nbytes, 8);
+    dt_safetensors_close(r);
+    static const struct {
+        const char *hdr;
+        size_t ndata;
+        const char *msg; /* after "safetensors '<path>': " */
+    } cases[] = {
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
+         " \"b\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 8,
+         "tensor b: data_offsets [4, 8] overlap tensor a's [0, 8]"},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
+         " \"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}", 12,
+         "tensor b: data_offsets [4, 12] overlap tensor a's [0, 8]"},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 8,
+         "tensor a: data_offsets [4, 8] leave a hole: no tensor holds data bytes [0, 4)"},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
+         " \"b\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [8, 12]}}", 12,
+         "tensor b: data_offsets [8, 12] leave a hole: no tensor holds data bytes [4, 8) after "
+         "tensor a's [0, 4]"},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 12,
+         "the tensors hold 4 of the 12 data bytes: no tensor holds bytes [4, 12) after tensor "
+         "a's [0, 4]"},
+        {"{\"__metadata__\": {\"k\": \"v\"}}", 4,
+         "the tensors hold none of the 4 data bytes"},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 4]}}", 4,
+         "tensor a: 4 bytes of data for 2 F32 elements (8 bytes)"},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}", 4,
+         "tensor a: data_offsets lie outside the 4 bytes of data"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        write_st(p, cases[i].hdr, cases[i].ndata);
+        assert_status(dt_safetensors_open(p, &r), DT_ERR_DATA);
+        assert_null(r);
+        char want[800];
+        snprintf(want, sizeof want, "safetensors '%s': %s", p, cases[i].msg);
+        assert_msg(want);
+    }
+}
 
 static void test_writer_misuse(void **state)
 {
@@ -342,6 +400,7 @@ int main(void)
         cmocka_unit_test(test_write_checked_by_python),
         cmocka_unit_test(test_read_python_file),
         cmocka_unit_test(test_reader_errors),
+        cmocka_unit_test(test_core_reader_spans),
         cmocka_unit_test(test_writer_misuse),
         cmocka_unit_test(test_disk_full),
     };

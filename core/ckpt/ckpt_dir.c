@@ -51,7 +51,7 @@ int dt_ckpt_begin(const char *root, uint64_t step, char *tmp_dir, size_t cap)
         rc = dt_err_set(DT_ERR_IO, "creating directory '%s': %s", tmp_dir,
                         strerror(errno));
     if (!rc) /* removed on SIGINT/SIGTERM until commit or abort */
-        dt_cleanup_add(tmp_dir, 1);
+        dt_cleanup_add(tmp_dir, DT_CLEANUP_TREE);
     if (rc)
         return dt_err_context(rc, "saving checkpoint step %" PRIu64, step);
     return DT_OK;

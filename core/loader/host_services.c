@@ -17,6 +17,7 @@
 
 #include "launch/rendezvous.h"
 #include "util/error.h"
+#include "util/fileutil.h"
 #include "util/log.h"
 
 _Static_assert(DT_HOST_BOOTSTRAP_MAX == DT_RDZV_BLOB_MAX, "the host slot's blob bound is the "
@@ -233,6 +234,22 @@ static int host_bootstrap_all_gather(const dt_host_t *h, const void *mine, uint6
     return rc ? dt_err_context(rc, "%s", hs->who) : DT_OK;
 }
 
+/* The core's list of paths removed on SIGINT/SIGTERM (util/fileutil.h). */
+static int host_cleanup_add(const dt_host_t *h, const char *path, uint32_t flags)
+{
+    (void)h;
+    if (flags != DT_HOST_CLEANUP_FILE && flags != DT_HOST_CLEANUP_EMPTY_DIR)
+        return DT_ERR_INVALID;
+    return dt_cleanup_add(path, flags == DT_HOST_CLEANUP_FILE ? DT_CLEANUP_FILE
+                                                               : DT_CLEANUP_EMPTY_DIR);
+}
+
+static void host_cleanup_remove(const dt_host_t *h, const char *path)
+{
+    (void)h;
+    dt_cleanup_remove(path);
+}
+
 /* -------------------------------------------------------- lifecycle -- */
 
 /* A config holding only the plugin's table, filled from its declared
@@ -300,6 +317,8 @@ int dt_host_create(dt_plugin_t *p, const dt_config_t *cfg)
     t->now_ns = host_now_ns;
     t->bootstrap_all_gather = host_bootstrap_all_gather;
     t->mem_account = host_mem_account;
+    t->cleanup_add = host_cleanup_add;
+    t->cleanup_remove = host_cleanup_remove;
     p->host = t;
     return DT_OK;
 }

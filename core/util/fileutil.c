@@ -107,13 +107,12 @@ static int fault_fsync_fails(void) { return 0; }
  * or ARMED (the handler removes its path).  Only lock-free atomics and
  * system calls are touched from the handler. */
 enum { SLOT_FREE, SLOT_FILLING, SLOT_ARMED };
-#define CLEANUP_SLOTS 32
 
 static struct cleanup_slot {
     _Atomic int state;
-    int is_dir;
+    int kind; /* DT_CLEANUP_* */
     char path[PATH_MAX];
-} cleanup_slots[CLEANUP_SLOTS];
+} cleanup_slots[DT_CLEANUP_MAX];
 static atomic_flag cleanup_installed = ATOMIC_FLAG_INIT;
 static const int cleanup_signals[] = {SIGINT, SIGTERM};
 
@@ -146,14 +145,26 @@ static void cleanup_remove_dir(const char *path)
 static void cleanup_on_signal(int sig)
 {
     int saved = errno;
-    for (int i = 0; i < CLEANUP_SLOTS; i++) {
+    /* files and trees first, then the empty folders that held them */
+    for (int i = 0; i < DT_CLEANUP_MAX; i++) {
         struct cleanup_slot *s = &cleanup_slots[i];
         if (atomic_load(&s->state) != SLOT_ARMED)
             continue;
-        if (s->is_dir)
+        if (s->kind == DT_CLEANUP_TREE)
             cleanup_remove_dir(s->path);
-        else
+        else if (s->kind == DT_CLEANUP_FILE)
             unlink(s->path);
+    }
+    /* a folder is empty only once the ones inside it are gone: passes
+     * until one removes nothing (registration order says nothing) */
+    for (int pass = 0, removed = 1; removed && pass < DT_CLEANUP_MAX; pass++) {
+        removed = 0;
+        for (int i = 0; i < DT_CLEANUP_MAX; i++) {
+            struct cleanup_slot *s = &cleanup_slots[i];
+            if (atomic_load(&s->state) == SLOT_ARMED && s->kind == DT_CLEANUP_EMPTY_DIR &&
+                rmdir(s->path) == 0)
+                removed = 1;
+        }
     }
     /* die of the signal, as without this handler, so the exit status
      * says which one */
@@ -185,26 +196,30 @@ static void cleanup_install(void)
     }
 }
 
-void dt_cleanup_add(const char *path, int is_dir)
+int dt_cleanup_add(const char *path, int kind)
 {
-    size_t n = strlen(path);
-    if (n >= PATH_MAX)
-        return;
+    size_t n = path ? strlen(path) : 0;
+    if (n == 0 || n >= PATH_MAX ||
+        (kind != DT_CLEANUP_FILE && kind != DT_CLEANUP_TREE && kind != DT_CLEANUP_EMPTY_DIR))
+        return DT_ERR_INVALID;
     cleanup_install();
-    for (int i = 0; i < CLEANUP_SLOTS; i++) {
+    for (int i = 0; i < DT_CLEANUP_MAX; i++) {
         int want = SLOT_FREE;
         if (!atomic_compare_exchange_strong(&cleanup_slots[i].state, &want, SLOT_FILLING))
             continue;
         memcpy(cleanup_slots[i].path, path, n + 1);
-        cleanup_slots[i].is_dir = is_dir;
+        cleanup_slots[i].kind = kind;
         atomic_store(&cleanup_slots[i].state, SLOT_ARMED);
-        return;
+        return DT_OK;
     }
+    return DT_ERR_NOMEM;
 }
 
 void dt_cleanup_remove(const char *path)
 {
-    for (int i = 0; i < CLEANUP_SLOTS; i++) {
+    if (!path)
+        return;
+    for (int i = 0; i < DT_CLEANUP_MAX; i++) {
         struct cleanup_slot *s = &cleanup_slots[i];
         int want = SLOT_ARMED;
         if (atomic_load(&s->state) != SLOT_ARMED || strcmp(s->path, path) != 0 ||
@@ -492,7 +507,7 @@ int dt_afile_open(const char *path, dt_afile_t **out)
     snprintf(f->tmp, tn, "%s%s%s", strcmp(dir, ".") == 0 ? "" : dir,
              strcmp(dir, ".") == 0 || strcmp(dir, "/") == 0 ? "" : "/",
              f->tmp_base);
-    dt_cleanup_add(f->tmp, 0);
+    dt_cleanup_add(f->tmp, DT_CLEANUP_FILE);
     *out = f;
     return DT_OK;
 }

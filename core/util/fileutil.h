@@ -36,8 +36,9 @@
  *
  * An interrupted write leaves nothing either: every temp path (the
  * writer's temp file, a checkpoint's "step-N.tmp" directory) is put in a
- * small registry while it exists (dt_cleanup_add / dt_cleanup_remove), and
- * SIGINT and SIGTERM, where they have their default action, get a handler
+ * small registry while it exists (dt_cleanup_add / dt_cleanup_remove; plugins
+ * reach it through the host table's cleanup_add, dtrain/host.h: the
+ * offload_nvme plugin's tier files), and SIGINT and SIGTERM, where they have their default action, get a handler
  * that removes what is registered and then dies of the same signal (the
  * exit status still says "killed by SIGTERM": 128 + 15 in a shell).  The
  * handler is installed at the first registration; a program with its own
@@ -97,12 +98,26 @@ int dt_afile_commit(dt_afile_t *f);
  * abort(NULL) is a no-op. */
 void dt_afile_abort(dt_afile_t *f);
 
-/* Remove `path` (a file; with is_dir, a directory and the files in it,
- * one level, links as links) should the process get SIGINT or SIGTERM
- * before dt_cleanup_remove(path).  At most 32 paths at once (more are not
- * registered, and are only left behind as without the registry); a path
- * longer than PATH_MAX is not registered. */
-void dt_cleanup_add(const char *path, int is_dir);
+/* What dt_cleanup_add removes at `path`. */
+enum {
+    DT_CLEANUP_FILE = 0,      /* a file (unlink; a link as a link) */
+    DT_CLEANUP_TREE = 1,      /* a directory and the files in it, one level,
+                               * links as links */
+    DT_CLEANUP_EMPTY_DIR = 2  /* a directory, only if empty once every file
+                               * and tree is removed (rmdir; deepest first
+                               * whatever the order of registration) */
+};
+
+/* Remove `path` as `kind` says (DT_CLEANUP_*) should the process get
+ * SIGINT or SIGTERM before dt_cleanup_remove(path).  A relative path is
+ * taken from the working folder at the signal (the core never changes
+ * it).  DT_OK; DT_ERR_NOMEM when DT_CLEANUP_MAX paths are registered
+ * already; DT_ERR_INVALID for a path of PATH_MAX bytes or more, empty, or
+ * an unknown kind (nothing registered then: the path is only left behind
+ * as without the registry).  Sets no error message: callers say what it
+ * means for them. */
+#define DT_CLEANUP_MAX 64
+int dt_cleanup_add(const char *path, int kind);
 /* Forget `path` (the string given to dt_cleanup_add); unknown: a no-op. */
 void dt_cleanup_remove(const char *path);
 

@@ -135,6 +135,48 @@ static uint64_t th_now_ns(const dt_host_v1_t *h)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static int th_cleanup_add(const dt_host_v1_t *h, const char *path, uint32_t flags)
+{
+    dt_test_host_t *th = th_of(h);
+    th->cleanup_calls++;
+    if (!path || !path[0] || strlen(path) >= sizeof th->cleanup[0] ||
+        (flags != DT_HOST_CLEANUP_FILE && flags != DT_HOST_CLEANUP_EMPTY_DIR))
+        return DT_ERR_INVALID;
+    for (int i = 0; i < DT_TEST_HOST_CLEANUP_MAX; i++)
+        if (!th->cleanup[i][0]) {
+            snprintf(th->cleanup[i], sizeof th->cleanup[i], "%s", path);
+            th->cleanup_flags[i] = flags;
+            return DT_OK;
+        }
+    return DT_ERR_NOMEM;
+}
+
+static void th_cleanup_remove(const dt_host_v1_t *h, const char *path)
+{
+    dt_test_host_t *th = th_of(h);
+    for (int i = 0; path && i < DT_TEST_HOST_CLEANUP_MAX; i++)
+        if (strcmp(th->cleanup[i], path) == 0) {
+            th->cleanup[i][0] = '\0';
+            return;
+        }
+}
+
+int dt_test_host_cleanup_has(const dt_test_host_t *th, const char *path, uint32_t *flags)
+{
+    int n = 0;
+    for (int i = 0; i < DT_TEST_HOST_CLEANUP_MAX; i++) {
+        if (!th->cleanup[i][0])
+            continue;
+        n++;
+        if (path && strcmp(th->cleanup[i], path) == 0) {
+            if (flags)
+                *flags = th->cleanup_flags[i];
+            return 1;
+        }
+    }
+    return path ? 0 : n;
+}
+
 void dt_test_host_init(dt_test_host_t *th, const char *prefix, const dt_test_kv_t *kv)
 {
     memset(th, 0, sizeof *th);
@@ -157,5 +199,7 @@ void dt_test_host_init(dt_test_host_t *th, const char *prefix, const dt_test_kv_
         .cfg_string = th_cfg_string,
         .now_ns = th_now_ns,
         .mem_account = th_mem_account,
+        .cleanup_add = th_cleanup_add,
+        .cleanup_remove = th_cleanup_remove,
     };
 }

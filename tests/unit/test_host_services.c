@@ -2,16 +2,20 @@
  * tests/unit/test_host_services.c - the per-plugin host table the loader
  * builds (core/loader/host_services.c), through a loaded fake plugin:
  * set_error prefixing, tagged allocation with per-tag peaks,
- * config reads of the plugin's own table, log format and filtering, clock.
+ * config reads of the plugin's own table, log format and filtering, clock,
+ * paths removed on SIGINT/SIGTERM (cleanup_add).
  */
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -536,6 +540,79 @@ static void test_accounted_apart(void **state)
     check_stats(p, DT_TAG_COMM, 0, 1300, 0, 5396);
 }
 
+/* cleanup_add (minor 3): what a plugin registers is removed when the
+ * process is stopped by SIGTERM or SIGINT, files first, then the empty
+ * folders deepest first whatever the order they were registered in; a
+ * forgotten path stays (and the folder holding it); the process still
+ * dies of the signal.  Bad flags and paths are refused, and a full list
+ * says so. */
+static void signal_child(const dt_host_v1_t *h, const char *top, int sig, int forget)
+{
+    char d[600], e[700], f[800], g[800];
+    snprintf(d, sizeof d, "%s/d", top);
+    snprintf(e, sizeof e, "%s/e", d);
+    snprintf(f, sizeof f, "%s/f.bin", e);
+    snprintf(g, sizeof g, "%s/g.bin", d);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        FILE *x;
+        if (mkdir(d, 0700) || mkdir(e, 0700) || !(x = fopen(f, "w")) || fclose(x) ||
+            !(x = fopen(g, "w")) || fclose(x))
+            _exit(3);
+        /* the outer folder first: removed last all the same */
+        if (h->cleanup_add(h, d, DT_HOST_CLEANUP_EMPTY_DIR) ||
+            h->cleanup_add(h, e, DT_HOST_CLEANUP_EMPTY_DIR) ||
+            h->cleanup_add(h, f, DT_HOST_CLEANUP_FILE) || h->cleanup_add(h, g, DT_HOST_CLEANUP_FILE))
+            _exit(4);
+        if (forget)
+            h->cleanup_remove(h, g);
+        raise(sig);
+        _exit(5); /* not reached: the handler dies of the signal */
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFSIGNALED(st));
+    assert_int_equal(WTERMSIG(st), sig);
+    assert_int_equal(access(f, F_OK), -1);
+    assert_int_equal(access(e, F_OK), -1);
+    assert_int_equal(access(g, F_OK), forget ? 0 : -1);
+    assert_int_equal(access(d, F_OK), forget ? 0 : -1);
+}
+
+static void test_cleanup_on_signal(void **state)
+{
+    const dt_host_v1_t *h = ((dt_plugin_t *)*state)->host;
+    assert_true(DT_HOST_HAS(h, cleanup_add));
+    assert_true(DT_HOST_HAS(h, cleanup_remove));
+    char top[] = DT_TEST_BINARY_DIR "/host-cleanup-XXXXXX";
+    assert_non_null(mkdtemp(top));
+    signal_child(h, top, SIGTERM, 0);
+    signal_child(h, top, SIGINT, 1);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", top);
+    assert_int_equal(system(cmd), 0);
+
+    assert_int_equal(h->cleanup_add(h, top, 2), DT_ERR_INVALID);
+    assert_int_equal(h->cleanup_add(h, "", DT_HOST_CLEANUP_FILE), DT_ERR_INVALID);
+    assert_int_equal(h->cleanup_add(h, NULL, DT_HOST_CLEANUP_FILE), DT_ERR_INVALID);
+    /* the list is full at 64 paths; forgetting one makes room */
+    static char names[65][600];
+    int n = 0;
+    for (; n < 65; n++) {
+        snprintf(names[n], sizeof names[n], "%s/never-made-%d", top, n);
+        if (h->cleanup_add(h, names[n], DT_HOST_CLEANUP_FILE) != DT_OK)
+            break;
+    }
+    assert_int_equal(n, 64);
+    assert_int_equal(h->cleanup_add(h, names[64], DT_HOST_CLEANUP_FILE), DT_ERR_NOMEM);
+    h->cleanup_remove(h, names[3]);
+    assert_int_equal(h->cleanup_add(h, names[64], DT_HOST_CLEANUP_FILE), DT_OK);
+    h->cleanup_remove(h, names[64]);
+    for (int i = 0; i < 64; i++)
+        h->cleanup_remove(h, names[i]);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -554,6 +631,7 @@ int main(void)
         T(test_log_format_and_levels),
         T(test_now_ns_monotonic),
         T(test_unload_warns_about_leaks),
+        T(test_cleanup_on_signal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

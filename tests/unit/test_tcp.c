@@ -1431,7 +1431,7 @@ static void test_no_rendezvous(void **state)
     assert_string_equal(dt_last_error(),
                         "comm/tcp: init: the tcp communicator meets its peers through the "
                         "job's rendezvous (bootstrap_all_gather, host ABI 1.1), which this "
-                        "host (ABI 1.2) lacks");
+                        "host (ABI 1.3) lacks");
 }
 
 static void test_plugin_info(void **state)

@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 #define DT_HOST_ABI_MAJOR 1
-#define DT_HOST_ABI_MINOR 2
+#define DT_HOST_ABI_MINOR 3
 
 typedef enum dt_log_level {
     DT_LOG_ERROR = 0,
@@ -109,7 +109,38 @@ typedef struct dt_host_v1 {
     void (*mem_account)(const struct dt_host_v1 *h, int tag, int64_t delta);
 
     /* ---- minor 2 ends here; append only ---- */
+
+    /* Optional (DT_HOST_HAS(h, cleanup_add)): should this process be
+     * stopped by SIGINT or SIGTERM before cleanup_remove(h, path), the
+     * core's signal handler removes `path` (in: copied) and the process
+     * then dies of the signal as it would have.  For what a plugin makes
+     * on disk and removes itself when it ends (the offload_nvme tier's
+     * files): a one-process run has no launcher to call cleanup_job.
+     * `flags` (in): DT_HOST_CLEANUP_FILE, a file (unlinked: a link is
+     * removed as a link), or DT_HOST_CLEANUP_EMPTY_DIR, a folder removed
+     * only if it is empty once every registered file is gone.  A relative
+     * path is taken from the working folder (the core never changes it).
+     * Register right after creating (what is not yours yet must not be
+     * removed), forget right after removing.  Where the handler cannot be
+     * installed (the program has its own for the signal, or ignores it)
+     * the path is kept in the list and nothing happens.  Returns DT_OK;
+     * DT_ERR_NOMEM when the core's list is full (the path is then only
+     * left behind, as without this slot); DT_ERR_INVALID for a NULL or
+     * empty path, one longer than the core's PATH_MAX, or unknown flags.
+     * Sets no error message: the caller says what it means (a log line).
+     * Non-blocking; SIGKILL and crashes are beyond it. */
+    int (*cleanup_add)(const struct dt_host_v1 *h, const char *path,
+                       uint32_t flags);
+    /* Forget `path` (the same string given to cleanup_add; unknown: a
+     * no-op).  Non-blocking. */
+    void (*cleanup_remove)(const struct dt_host_v1 *h, const char *path);
+
+    /* ---- minor 3 ends here; append only ---- */
 } dt_host_v1_t;
+
+/* cleanup_add's flags. */
+#define DT_HOST_CLEANUP_FILE 0u
+#define DT_HOST_CLEANUP_EMPTY_DIR 1u
 
 /* Most bytes one rank contributes to bootstrap_all_gather. */
 #define DT_HOST_BOOTSTRAP_MAX 4096

@@ -19,8 +19,9 @@
 
 static const dt_config_key_t on_keys[] = {
     {.name = "path", .type = DT_CFG_STRING, .def = "\"\"",
-     .doc = "folder for the tier's files (made 0700 if missing); \"\" = $TMPDIR or /var/tmp, "
-            "under dtrain-offload"},
+     .doc = "folder for the tier's files (made 0700 if missing, with missing folders above it; "
+            "refused where another user may write); \"\" = $TMPDIR or /var/tmp, under "
+            "dtrain-offload"},
     {.name = "capacity", .type = DT_CFG_INT, .def = "0", DT_CFG_RANGE(0, 4.0e18),
      .doc = "most bytes the tier holds; 0 = what the file system has free"},
     {.name = "queue_depth", .type = DT_CFG_INT, .def = "32", DT_CFG_RANGE(1, 4096),
@@ -40,7 +41,9 @@ static void on_finalize(dt_offload_t *o);
 static void on_release(void *ctx, dt_ob_buf_t *ob)
 {
     dt_offload_buf_t *b = (dt_offload_buf_t *)ob;
-    on_files_remove(ctx, b);
+    dt_offload_t *o = ctx;
+    on_files_remove(o, b);
+    o->q.host->free(o->q.host, b->sums);
     free(b);
 }
 
@@ -76,6 +79,7 @@ static int on_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
         return host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
     o->q.host = host; /* for messages until the queue starts */
     o->q.rank = a.rank;
+    o->local_rank = a.local_rank;
     snprintf(o->job, sizeof o->job, "%s", a.job_id);
     dt_ob_init(&o->bufs, &o->q, ON_BUF_MAGIC, "offload_nvme", "files", (uint64_t)capacity,
                on_release, o);
@@ -135,8 +139,7 @@ static void on_finalize(dt_offload_t *o)
                   (unsigned long long)o->n_ios, o->max_inflight);
     dt_ob_release_all(&o->bufs);
     on_io_free(o);
-    if (o->made_dir)
-        rmdir(o->dir); /* only when empty: another job's files stay */
+    on_files_remove_dirs(o);
     free(o);
 }
 
@@ -175,6 +178,17 @@ static int on_alloc(dt_offload_t *o, uint64_t bytes, int tag, dt_offload_buf_t *
         free(b);
         return rc;
     }
+    /* a checksum per 4 KiB block: 1/1024 of the file's bytes, in host memory */
+    uint64_t n_sums = b->ob.held / ON_ALIGN;
+    if (n_sums && !(b->sums = host->alloc(host, n_sums * sizeof *b->sums, DT_TAG_OTHER))) {
+        on_files_remove(o, b);
+        free(b);
+        return host->set_error(host, DT_ERR_NOMEM, "rank %d: alloc: out of host memory for the "
+                               "checksums of %llu blocks of 4096 bytes", o->q.rank,
+                               (unsigned long long)n_sums);
+    }
+    for (uint64_t i = 0; i < n_sums; i++)
+        b->sums[i] = on_sum_zero(); /* reserved, never written: zeros */
     dt_ob_link(&o->bufs, &b->ob);
     *out = b;
     return DT_OK;

@@ -7,6 +7,23 @@
  * and the bytes free; the O_DIRECT probe (tmpfs of older kernels refuses
  * it); and cleanup_job, which removes the files a crashed job left.
  *
+ * The folder: missing folders on the way are made 0700, like the tier's
+ * own, and removed again at finalize when empty.  Every folder from the
+ * root down (links resolved) must be ours or root's, and not writable by
+ * others unless sticky (/tmp): otherwise another user could remove or
+ * rename the tier's files, or swap a folder on the way for one of theirs,
+ * so the tier refuses to start (DT_ERR_CONFIG), naming the folder and
+ * why.  One writable by its group only is said (a warning, local rank 0):
+ * a user's private group or a team's project folder is a site's choice.
+ * The way is checked before anything is made in it and again once all is
+ * made.
+ *
+ * Every file and folder made is registered with the core's signal cleanup
+ * (host minor 3, cleanup_add) while it exists, so Ctrl-C or SIGTERM of a
+ * one-process run (no launcher to call cleanup_job) leaves none of them.
+ * A file is registered right after it is made: a signal between the two
+ * leaves an empty file, never removes one that is not ours.
+ *
  * Test hook (DTRAIN_TEST_HOOKS builds only, never in a shipped binary):
  * DTRAIN_FAULT_NO_ODIRECT=1 makes every O_DIRECT open here fail with
  * EINVAL, as tmpfs before Linux 6.6 does, so the buffered fallback is
@@ -56,23 +73,181 @@ static int open_file(const char *path, int flags, mode_t mode)
     return open(path, flags, mode);
 }
 
+/* ---- the core's signal cleanup (host minor 3) ---- */
+
+/* Have the core remove `path` should the process get SIGINT or SIGTERM:
+ * a one-process run has no launcher whose cleanup_job would.  Called
+ * right after the path is made, so nothing that is not ours is ever
+ * named.  A core without the slot: nothing (the launcher still cleans up
+ * after a rank); a full list: said once per tier. */
+static void cleanup_add(dt_offload_t *o, const char *path, uint32_t flags)
+{
+    const dt_host_v1_t *host = o->q.host;
+    if (!DT_HOST_HAS(host, cleanup_add) || !DT_HOST_HAS(host, cleanup_remove))
+        return;
+    int rc = host->cleanup_add(host, path, flags);
+    if (rc != DT_OK && !o->cleanup_warned) {
+        o->cleanup_warned = 1;
+        host->log(host, DT_LOG_WARN, "rank %d: '%s' is not removed should the run be stopped "
+                  "by SIGINT or SIGTERM (%s: the core's list of paths to remove is full)",
+                  o->q.rank, path, dt_status_name(rc));
+    }
+}
+
+static void cleanup_forget(dt_offload_t *o, const char *path)
+{
+    const dt_host_v1_t *host = o->q.host;
+    if (DT_HOST_HAS(host, cleanup_add) && DT_HOST_HAS(host, cleanup_remove))
+        host->cleanup_remove(host, path);
+}
+
+/* ---- the folder ---- */
+
+/* Whether folder `st` lets another user remove or rename what is in it:
+ * 0 no (ours or root's, and only its owner may write it, or it is
+ * sticky like /tmp, where only an entry's owner may remove or rename
+ * it); 1 yes, refused: owned by another user, or writable by others; 2
+ * writable by its group (a user's private group, or a team's folder: a
+ * warning).  `why` says so. */
+static int loose_folder(const struct stat *st, char *why, size_t n)
+{
+    unsigned mode = (unsigned)st->st_mode & 07777;
+    if (st->st_uid != 0 && st->st_uid != geteuid()) {
+        snprintf(why, n, "is owned by uid %u, not by this user (uid %u) or root: its owner could "
+                 "remove or replace the tier's files; use a folder of your own",
+                 (unsigned)st->st_uid, (unsigned)geteuid());
+        return 1;
+    }
+    if (st->st_mode & S_ISVTX)
+        return 0;
+    if (st->st_mode & S_IWOTH) {
+        snprintf(why, n, "is writable by others (mode %04o) and not sticky: another user could "
+                 "remove or replace the tier's files; use a folder only you can write (or "
+                 "chmod o-w, or chmod +t)", mode);
+        return 1;
+    }
+    if (st->st_mode & S_IWGRP) {
+        snprintf(why, n, "is writable by its group (mode %04o) and not sticky: another member "
+                 "could remove or replace the tier's files (chmod g-w, or chmod +t)", mode);
+        return 2;
+    }
+    return 0;
+}
+
+/* Every folder from the root down to `dir` (links resolved), checked
+ * with loose_folder: DT_OK, or the refusal (DT_ERR_CONFIG) naming the
+ * path as given and the folder; a group-writable one is said once per
+ * machine (local rank 0) when `say`. */
+static int check_folders(dt_offload_t *o, const char *dir, int say)
+{
+    const dt_host_v1_t *host = o->q.host;
+    char real[PATH_MAX], p[PATH_MAX], why[256];
+    if (!realpath(dir, real))
+        return host->set_error(host, DT_ERR_IO, "rank %d: path '%s': resolving '%s': %s",
+                               o->q.rank, o->dir, dir, strerror(errno));
+    size_t n = strlen(real);
+    for (size_t end = 1; end <= n; end++) {
+        if (end < n && real[end] != '/')
+            continue;
+        memcpy(p, real, end);
+        p[end] = '\0';
+        struct stat st;
+        if (lstat(p, &st) != 0)
+            return host->set_error(host, DT_ERR_IO, "rank %d: path '%s': '%s': %s", o->q.rank,
+                                   o->dir, p, strerror(errno));
+        int loose = loose_folder(&st, why, sizeof why);
+        if (loose == 1)
+            return host->set_error(host, DT_ERR_CONFIG, "rank %d: path '%s': the folder '%s' %s",
+                                   o->q.rank, o->dir, p, why);
+        if (loose == 2 && say && o->local_rank == 0)
+            host->log(host, DT_LOG_WARN, "path '%s': the folder '%s' %s", o->dir, p, why);
+    }
+    return DT_OK;
+}
+
+/* The first `len` bytes of dir as a path: "/" or "." for none. */
+static const char *dir_prefix(const dt_offload_t *o, size_t len, char *out)
+{
+    if (len == 0)
+        return strcpy(out, ".");
+    memcpy(out, o->dir, len);
+    out[len] = '\0';
+    return out;
+}
+
+/* The length of dir's parent folder ("/a/b" -> 2, "/a" -> 1, "a" -> 0). */
+static size_t parent_len(const char *dir, size_t len)
+{
+    while (len > 0 && dir[len - 1] != '/')
+        len--;
+    return len > 1 ? len - 1 : len;
+}
+
 int on_files_dir(dt_offload_t *o, const char *path)
 {
     const dt_host_v1_t *host = o->q.host;
-    char def[PATH_MAX];
+    char def[PATH_MAX], p[PATH_MAX];
     const char *dir = path && path[0] ? path : on_default_dir(def, sizeof def);
     if (strlen(dir) >= sizeof o->dir - 200) /* room for the file names */
         return host->set_error(host, DT_ERR_CONFIG, "path '%s' is too long", dir);
-    snprintf(o->dir, sizeof o->dir, "%s", dir);
-    if (mkdir(o->dir, 0700) == 0)
-        o->made_dir = 1;
-    else if (errno != EEXIST)
-        return host->set_error(host, DT_ERR_IO, "rank %d: creating the offload folder '%s': %s",
-                               o->q.rank, o->dir, strerror(errno));
+    /* one '/' between folders, none at the end (but for "/") */
+    size_t len = 0;
+    for (const char *c = dir; *c; c++)
+        if (*c != '/' || len == 0 || o->dir[len - 1] != '/')
+            o->dir[len++] = *c;
+    while (len > 1 && o->dir[len - 1] == '/')
+        len--;
+    o->dir[len] = '\0';
+    o->made_from = len;
+    /* the deepest folder that exists ... */
+    size_t have = len;
     struct stat st;
+    while (have > 0 && stat(dir_prefix(o, have, p), &st) != 0) {
+        if (errno != ENOENT && errno != ENOTDIR)
+            return host->set_error(host, DT_ERR_IO, "rank %d: path '%s': '%s': %s", o->q.rank,
+                                   o->dir, p, strerror(errno));
+        have = parent_len(o->dir, have);
+    }
+    if (have == len && stat(o->dir, &st) == 0 && !S_ISDIR(st.st_mode))
+        return host->set_error(host, DT_ERR_CONFIG, "path '%s' is not a folder", o->dir);
+    if (have < len && stat(dir_prefix(o, have, p), &st) == 0 && !S_ISDIR(st.st_mode))
+        return host->set_error(host, DT_ERR_CONFIG, "path '%s': '%s' is not a folder", o->dir,
+                               p);
+    /* ... is one nobody else can change, before anything is made in it */
+    int rc = check_folders(o, dir_prefix(o, have, p), 0);
+    if (rc != DT_OK)
+        return rc;
+    /* the missing ones, 0700 as the tier's own */
+    for (size_t end = have + 1; end <= len; end++) {
+        if (end < len && o->dir[end] != '/')
+            continue;
+        dir_prefix(o, end, p);
+        if (mkdir(p, 0700) == 0) {
+            if (o->made_from == len)
+                o->made_from = parent_len(o->dir, end);
+            cleanup_add(o, p, DT_HOST_CLEANUP_EMPTY_DIR);
+        } else if (errno != EEXIST) { /* (EEXIST: another rank made it meanwhile) */
+            return host->set_error(host, DT_ERR_IO, "rank %d: path '%s': creating the folder "
+                                   "'%s': %s", o->q.rank, o->dir, p, strerror(errno));
+        }
+    }
     if (stat(o->dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return host->set_error(host, DT_ERR_CONFIG, "path '%s' is not a folder", o->dir);
-    return DT_OK;
+    return check_folders(o, o->dir, 1); /* the whole way, as it is now */
+}
+
+void on_files_remove_dirs(dt_offload_t *o)
+{
+    char p[PATH_MAX];
+    size_t len = strlen(o->dir);
+    while (len > o->made_from) {
+        dir_prefix(o, len, p);
+        int removed = rmdir(p) == 0; /* only when empty: another job's files stay */
+        cleanup_forget(o, p);
+        if (!removed)
+            break;
+        len = parent_len(o->dir, len);
+    }
 }
 
 int on_files_probe_direct(dt_offload_t *o, int *direct)
@@ -82,8 +257,10 @@ int on_files_probe_direct(dt_offload_t *o, int *direct)
     int fd = open_file(p, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_DIRECT, 0600);
     int err = errno;
     if (fd >= 0) {
+        cleanup_add(o, p, DT_HOST_CLEANUP_FILE);
         close(fd);
         unlink(p);
+        cleanup_forget(o, p);
         *direct = 1;
         return DT_OK;
     }
@@ -126,10 +303,12 @@ int on_files_create(dt_offload_t *o, dt_offload_buf_t *b)
     if (b->fd < 0)
         return host->set_error(host, DT_ERR_IO, "rank %d: alloc: creating '%s': %s", o->q.rank,
                                b->path, strerror(errno));
+    cleanup_add(o, b->path, DT_HOST_CLEANUP_FILE);
     if (b->ob.held && fallocate(b->fd, 0, 0, (off_t)b->ob.held) != 0) {
         int err = errno;
         close(b->fd);
         unlink(b->path);
+        cleanup_forget(o, b->path);
         b->fd = -1;
         return host->set_error(host, err == ENOSPC ? DT_ERR_NOMEM : DT_ERR_IO,
                                "rank %d: alloc: reserving %llu bytes for '%s': %s (%llu bytes "
@@ -148,6 +327,8 @@ void on_files_remove(dt_offload_t *o, dt_offload_buf_t *b)
     b->fd = -1;
     if (b->path[0] && unlink(b->path) != 0 && errno != ENOENT)
         o->q.host->log(o->q.host, DT_LOG_WARN, "removing '%s': %s", b->path, strerror(errno));
+    if (b->path[0])
+        cleanup_forget(o, b->path);
 }
 
 /* "dtrain-<job>-r<digits>-<digits|probe>.bin" */

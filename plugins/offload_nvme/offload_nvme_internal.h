@@ -4,18 +4,22 @@
  * the functions each file gives the others.
  *
  *   offload_nvme.c        keys, init/finalize, alloc/free/capacity, the ops
- *   offload_nvme_files.c  the folder, file names with the job id, the
- *                         free-space check, O_DIRECT probing, cleanup_job
+ *   offload_nvme_files.c  the folder (missing ones made, loose ones
+ *                         refused), file names with the job id, the
+ *                         free-space check, O_DIRECT probing, the core's
+ *                         signal cleanup, cleanup_job
  *   offload_nvme_io.c     the transfers: the queue's worker loop, one
  *                         io_uring ring kept full across requests,
  *                         registered bounce buffers, the read-modify-write
- *                         of partial 4 KiB blocks, overlap ordering
+ *                         of partial 4 KiB blocks, overlap ordering, each
+ *                         block's checksum kept as written, checked as read
+ *   offload_nvme_sum.c    the checksum (CRC-32C, in hardware on x86-64)
  *
  * Locking: the queue's mutex (o->q.mu) guards the buffer list (the SDK's,
  * dtrain/sdk/offload_bufs.h), the byte counts and every buffer's count of
- * transfers in flight.  The ring, the
- * bounce buffers, the slots and the jobs belong to the queue's worker
- * thread alone (after init, before finalize).
+ * transfers in flight.  The ring, the bounce buffers, the slots, the jobs
+ * and the buffers' checksums belong to the queue's worker thread alone
+ * (after init, before finalize; a buffer's between its alloc and free).
  */
 #ifndef DT_OFFLOAD_NVME_INTERNAL_H
 #define DT_OFFLOAD_NVME_INTERNAL_H
@@ -66,6 +70,9 @@ struct dt_offload_buf {
                                  * reserved), tag, pending */
     int fd;
     int32_t blocks_counted;     /* fstat counted the reserved bytes at creation */
+    uint32_t *sums;             /* (held / ON_ALIGN) the checksum of each
+                                 * 4 KiB block as last written (the worker's;
+                                 * a zero block's until then); host memory */
     char path[PATH_MAX];
 };
 
@@ -73,7 +80,12 @@ struct dt_offload {
     dt_oq_t q;                  /* host, rank, device, the worker */
     char dir[PATH_MAX];         /* the folder the files live in */
     char job[128];              /* job id, in every file's name */
-    int32_t made_dir;           /* init created dir: finalize removes it */
+    int32_t local_rank;         /* 0 says what is said once per machine */
+    size_t made_from;           /* dir's folders past its first made_from
+                                 * bytes did not exist at init: finalize
+                                 * removes them (when empty) */
+    int32_t cleanup_warned;     /* said once that the core's signal cleanup
+                                 * list is full */
     int32_t direct;             /* files opened O_DIRECT */
     dt_ob_list_t bufs;          /* live buffers; capacity 0 = the file
                                  * system's free space */
@@ -105,8 +117,12 @@ static inline const char *on_buf_name(const dt_offload_buf_t *b, char *out, size
 
 /* ------------------------------------------------ offload_nvme_files.c */
 
-/* The folder for `path` ("" = the default), made 0700 if missing. */
+/* The folder for `path` ("" = the default), made 0700 if missing, with
+ * any missing folders above it; refused where another user could change
+ * it (see offload_nvme_files.c). */
 int on_files_dir(dt_offload_t *o, const char *path);
+/* Remove the folders on_files_dir made, deepest first, while empty. */
+void on_files_remove_dirs(dt_offload_t *o);
 /* Whether the folder takes O_DIRECT (a probe file, removed again). */
 int on_files_probe_direct(dt_offload_t *o, int *direct);
 /* Bytes free for an unprivileged writer in the folder (statvfs). */
@@ -121,6 +137,14 @@ int on_cleanup_job(const dt_host_v1_t *host, const char *job_id);
 /* The default folder, and whether a job id may name files. */
 const char *on_default_dir(char *out, size_t n);
 int on_valid_job(const char *job);
+
+/* ------------------------------------------------ offload_nvme_sum.c */
+
+/* The checksums (CRC-32C) of `n` ON_ALIGN-byte blocks at `mem` into
+ * out[0..n); any thread. */
+void on_sum_blocks(const void *mem, uint64_t n, uint32_t *out);
+/* A zero block's: what a reserved block never written reads as. */
+uint32_t on_sum_zero(void);
 
 /* ------------------------------------------------ offload_nvme_io.c */
 

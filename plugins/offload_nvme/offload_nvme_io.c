@@ -41,6 +41,17 @@
  * it was made - with fewer bytes on disk than reserved, which is what a
  * truncation during a store leaves once later writes have grown the file
  * back over the holes.
+ *
+ * Checksums: every 4 KiB block written gets its CRC-32C
+ * (offload_nvme_sum.c) kept in host memory, computed from the very bytes
+ * the I/O writes (the bounce buffer after the copy or the merge, or the
+ * caller's memory written in place), and every block read - a load's,
+ * and a partial store's read before its merge - is checked against it
+ * before any byte reaches the caller; a block never written must read as
+ * zeros (its reserved state).  A mismatch fails the request with
+ * DT_ERR_DATA naming the file, the block's bytes and both checksums, so
+ * bytes changed under the running job are caught where they are read
+ * instead of training on them.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -215,6 +226,39 @@ static int held_back(const dt_offload_t *o, const dt_offload_buf_t *b, uint64_t 
     return 0;
 }
 
+/* Slot i's blocks, about to be written: their checksums become the ones
+ * a read must find. */
+static void sum_written(dt_offload_t *o, uint32_t i)
+{
+    const on_slot_t *s = &o->slot[i];
+    on_sum_blocks(s->mem, (s->c1 - s->c0) / ON_ALIGN, s->job->b->sums + s->c0 / ON_ALIGN);
+}
+
+/* Slot i's blocks, just read: each must have the checksum it was written
+ * with (or a zero block's, never written), else the file was changed
+ * under the tier (DT_ERR_DATA, naming the block and both checksums). */
+static int sum_check(dt_offload_t *o, uint32_t i)
+{
+    const on_slot_t *s = &o->slot[i];
+    const uint32_t *want = s->job->b->sums + s->c0 / ON_ALIGN;
+    uint32_t got[64];
+    uint64_t n = (s->c1 - s->c0) / ON_ALIGN;
+    for (uint64_t k0 = 0; k0 < n; k0 += 64) {
+        uint64_t m = n - k0 < 64 ? n - k0 : 64;
+        on_sum_blocks(s->mem + k0 * ON_ALIGN, m, got);
+        for (uint64_t k = 0; k < m; k++)
+            if (got[k] != want[k0 + k]) {
+                uint64_t at = s->c0 + (k0 + k) * ON_ALIGN;
+                return fail(s->job, DT_ERR_DATA, "checksum mismatch in bytes [%llu, %llu) of "
+                            "the file: CRC-32C 0x%08x as written, 0x%08x as read (changed "
+                            "outside the tier)", (unsigned long long)at,
+                            (unsigned long long)(at + ON_ALIGN), (unsigned)want[k0 + k],
+                            (unsigned)got[k]);
+            }
+    }
+    return DT_OK;
+}
+
 /* Start job j's next blocks while bounce buffers are free and nothing
  * earlier holds them back: 1 once every block has started (or j failed),
  * 0 when j must wait for a completion. */
@@ -235,6 +279,8 @@ static int start_ios(dt_offload_t *o, dt_oq_t *q, on_job_t *j)
         j->next = c1;
         j->ios++;
         int rc = store && !s->rmw && !mem ? copy_part(o, q, i) : DT_OK;
+        if (rc == DT_OK && store && !s->rmw)
+            sum_written(o, i);
         if (rc == DT_OK)
             rc = prep(o, i, store && !s->rmw);
         if (rc != DT_OK)
@@ -258,12 +304,17 @@ static void complete(dt_offload_t *o, dt_oq_t *q, uint32_t i, int res)
              write ? "write" : "read", (unsigned long long)s->c0, res,
              (unsigned long long)(s->c1 - s->c0));
     } else if (s->rmw) {
-        /* the block as it was, the store's bytes over it, written back
-         * from the same buffer (which stays held) */
+        /* the block as it was (checked: a store must not launder bytes
+         * changed under it), the store's bytes over it, written back from
+         * the same buffer (which stays held) */
         s->rmw = 0;
-        if (j->status == DT_OK && copy_part(o, q, i) == DT_OK && prep(o, i, 1) == DT_OK)
-            return;
-    } else if (!write && j->status == DT_OK && s->mem == slot_mem(o, i)) {
+        if (j->status == DT_OK && sum_check(o, i) == DT_OK && copy_part(o, q, i) == DT_OK) {
+            sum_written(o, i);
+            if (prep(o, i, 1) == DT_OK)
+                return;
+        }
+    } else if (!write && j->status == DT_OK && sum_check(o, i) == DT_OK &&
+               s->mem == slot_mem(o, i)) {
         copy_part(o, q, i);
     }
     release(o, i);

@@ -9,9 +9,15 @@
 #  - checkpoints: saved with the tier by 2 ranks and resumed without it by
 #    1, and the other way round, end bit for bit alike;
 #  - a rank killed mid-run: the launcher's cleanup removes the job's files;
-#  - a file deleted or truncated under a running job: the run stops (exit
-#    1, no hang) with an error naming the operation, the file and the rank,
-#    and the last checkpoint still verifies;
+#  - Ctrl-C or SIGTERM of a one-process run (no launcher): the core's
+#    signal cleanup removes the tier's files and the missing folders of its
+#    path that it made (two deep, 0700), and the run dies of the signal;
+#  - a tier path in a folder others may write: refused (exit 2), nothing
+#    made there;
+#  - a file deleted, truncated or changed (random bytes) under a running
+#    job: the run stops (exit 1, no hang) with an error naming the
+#    operation, the file and the rank (a change: the block and both
+#    checksums), and the last checkpoint still verifies;
 #  - a full disk (a small tmpfs as the path, where this user may mount
 #    one): refused before step 1 naming the path and the bytes.
 # usage: test_offload_nvme.sh DTRAIN WORKDIR
@@ -146,7 +152,59 @@ else
   bad "the run to be killed did not reach step 2" "$(cat kill.log)"
 fi
 
-# ---- a file deleted or truncated under the running job ------------------------
+# ---- Ctrl-C / SIGTERM of a one-process run: no launcher, so the core's signal
+# cleanup removes the tier's files (SIGINT: in a folder that exists), and the
+# folders the tier made (SIGTERM: its path two folders deep, missing: each made
+# 0700) ---------------------------------------------------------------------------
+one=(--set launch.nproc=1 --set run.comm=self --set parallel.data=zero --set zero.stage=2
+     --set parallel.offload=offload_nvme --set offload_nvme.block_size=8192
+     --set train.steps=1000000 --set checkpoint.every=0)
+mkdir -p sig-INT
+for sig in INT TERM; do
+  top=$work/sig-$sig deep=$work/sig-$sig/tier made=0
+  [ "$sig" = TERM ] && deep=$work/sig-$sig/a/tier made=1
+  # (job control: a script's background job would start with SIGINT ignored)
+  set -m
+  "$bin" run t.toml "${one[@]}" --set offload_nvme.path="$deep" --set run.name="sig$sig" \
+    > "sig$sig.log" 2>&1 &
+  pid=$!
+  set +m
+  if wait_for "sig$sig.log" "step     2/" 30; then
+    n=$(find "$deep" -name 'dtrain-*' | wc -l)
+    [ "$n" -gt 0 ] && ok "SIG$sig: $n tier files while it runs" || bad "SIG$sig: no tier file in $deep"
+    if [ "$made" = 1 ]; then
+      modes=$(stat -c %a "$top" "$top/a" "$deep" | sort -u)
+      [ "$modes" = 700 ] && ok "SIG$sig: in the 3 missing folders of its path, made 0700" ||
+        bad "SIG$sig: the folders made are not 0700 ($modes)" "$(ls -laR "$top")"
+    fi
+    kill -"$sig" "$pid"
+    code=0; wait "$pid" || code=$?
+    want=$((128 + $(kill -l "$sig")))
+    [ "$code" = "$want" ] && ok "SIG$sig: the run dies of it (exit $want)" ||
+      bad "SIG$sig: exit $code, expected $want" "$(tail -n 5 "sig$sig.log")"
+    if [ "$made" = 1 ]; then
+      [ ! -e "$top" ] && ok "SIG$sig: no tier file left, nor the folders the tier made" ||
+        bad "SIG$sig: left behind" "$(find "$top")"
+    else
+      left=$(find "$top" -mindepth 1)
+      [ -z "$left" ] && ok "SIG$sig: no tier file left (the tier folder, made by it, too)" ||
+        bad "SIG$sig: left behind" "$left"
+    fi
+  else
+    kill -KILL "$pid" 2>/dev/null || true
+    bad "SIG$sig: the one-process run did not reach step 2" "$(cat "sig$sig.log")"
+  fi
+done
+
+# ---- a folder others may write, on the tier's way: refused before any step
+mkdir -p open; chmod 0777 open
+expect_exit 2 "a tier path in a folder others may write is refused" "$bin" run t.toml \
+  --set run.name=open "${one[@]}" --set train.steps=2 --set offload_nvme.path="$work/open/tier"
+expect_out "... naming the folder and why" "rank 0: path '$work/open/tier': the folder '$(realpath open)' is writable by others (mode 0777) and not sticky: another user could remove or replace the tier's files"
+if grep -q '^step' <<<"$out" || [ -e open/tier ]; then bad "a step ran, or open/tier was made" "$out"
+else ok "... no step ran, nothing made in it"; fi
+
+# ---- a file deleted, truncated or changed under the running job --------------
 fault() {
   local what=$1 cmd=$2 want=$3 job="$tag-$1" code
   DTRAIN_JOB_ID=$job "$bin" run t.toml "${long[@]}" --set run.name="$what" \
@@ -186,6 +244,25 @@ truncate_for_a_while() {
 }
 fault deleted "rm -f" "the file was deleted under the running job"
 fault truncated truncate_for_a_while "the file was truncated"
+# Random bytes over the file's first block, again and again for a second (a
+# store of the block between two loads may write over one), never creating
+# it again: the next load of the block finds it changed.
+corrupt_for_a_while() {
+  local i
+  for i in $(seq 50); do
+    head -c 4096 /dev/urandom |
+      dd of="$1" bs=4096 count=1 conv=notrunc,nocreat status=none 2>/dev/null || break
+    sleep 0.02
+  done
+}
+fault corrupted corrupt_for_a_while "checksum mismatch in bytes [0, 4096) of the file: CRC-32C 0x"
+if [ -f corrupted.log ]; then
+  f=$(realpath -m "$nv/dtrain-$tag-corrupted-r1-1.bin")
+  # (a load of a piece over the block, or a store of part of it, reading it first)
+  line="^\[rank 1\] dtrain run: error: strategy/zero: offload/offload_nvme: rank 1: (load|store) of [0-9]+ bytes at offset [0-9]+ of '$f': checksum mismatch in bytes \[0, 4096\) of the file: CRC-32C 0x[0-9a-f]{8} as written, 0x[0-9a-f]{8} as read \(changed outside the tier\)$"
+  if grep -qE "$line" corrupted.log; then ok "corrupted: the whole error line, both checksums"
+  else bad "corrupted: no line matching $line" "$(grep -i error corrupted.log)"; fi
+fi
 
 # ---- a full disk: a 256 KiB tmpfs ----------------------------------------------
 mkdir -p small

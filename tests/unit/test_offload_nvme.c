@@ -9,7 +9,11 @@
  * and - with a fake device whose copies block, holding the worker while
  * requests queue - a bounded wait, block-sized requests keeping every
  * bounce buffer busy, and loads after stores of overlapping bytes (all in
- * flight together) seeing exactly what was stored before them.
+ * flight together) seeing exactly what was stored before them; bytes
+ * changed in a file caught by the checksums (hardware and table, against
+ * a bit-by-bit reference); missing folders made and removed, each file
+ * and folder registered with the core's signal cleanup; folders another
+ * user could change refused.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -753,6 +757,314 @@ static void test_direct_refused(void **state)
     unsetenv("DTRAIN_FAULT_NO_ODIRECT");
 }
 
+/* ---- checksums ---- */
+
+/* CRC-32C bit by bit, the obvious way: the reference the plugin's
+ * (hardware or table) is held to. */
+static uint32_t ref_crc32c(const void *p, size_t n)
+{
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= ((const uint8_t *)p)[i];
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+    }
+    return ~c;
+}
+
+/* Write `n` bytes at `off` of the tier's file `path` from outside, as a
+ * neighbour (or a bad disk) would. */
+static void scribble(const char *path, uint64_t off, const void *src, size_t n)
+{
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, src, n, (off_t)off), (ssize_t)n);
+    assert_int_equal(fsync(fd), 0);
+    close(fd);
+}
+
+/* `op` of `n` bytes at `off` fails DT_ERR_DATA with the exact message:
+ * block [at, at + 4096) of file `path` was written with `want`, reads
+ * back as `got`. */
+static void expect_mismatch(tier_t *t, dt_offload_buf_t *b, int store, uint64_t off,
+                            void *mem, uint64_t n, const char *path, uint64_t at,
+                            uint32_t want, uint32_t got)
+{
+    dt_offload_req_t *r;
+    if (store)
+        assert_ok(t->ops->store(t->o, b, off, mem, n, DT_MEM_HOST, NULL, &r));
+    else
+        assert_ok(t->ops->load(t->o, b, off, mem, n, DT_MEM_HOST, NULL, &r));
+    assert_status(t->ops->wait(t->o, r, -1), DT_ERR_DATA);
+    char msg[1800];
+    snprintf(msg, sizeof msg, "offload/offload_nvme: rank 2: %s of %llu bytes at offset %llu of "
+             "'%s': checksum mismatch in bytes [%llu, %llu) of the file: CRC-32C 0x%08x as "
+             "written, 0x%08x as read (changed outside the tier)", store ? "store" : "load",
+             (unsigned long long)n, (unsigned long long)off, path, (unsigned long long)at,
+             (unsigned long long)(at + 4096), (unsigned)want, (unsigned)got);
+    assert_msg(msg);
+}
+
+/* Bytes changed in a tier file between a store and a load are caught
+ * where they are read, naming the file, the block and both checksums
+ * (each checked against the reference): a load that touches the block,
+ * a partial store into it (whose read-modify-write would otherwise write
+ * them back under a fresh checksum), and a block never written (a zero
+ * block's checksum); blocks around it still load, and the block loads
+ * again once its bytes are put back.  `sw`: the table instead of the
+ * hardware instruction (test hook), and stores made one way load the
+ * other, so both give the same values. */
+static void checksums(int sw)
+{
+    assert_int_equal(ref_crc32c("123456789", 9), 0xe3069283u); /* the check value */
+    if (sw)
+        dt_test_require_hooks("DTRAIN_FAULT_NO_CRC32C_HW");
+    const char *dir = fresh_dir(sw ? "sum-sw" : "sum");
+    tier_t t;
+    tier_open(&t, dir, "auto");
+    enum { N = 5 * 4096 + 100, NB = 40 * 4096 };
+    uint8_t *src = malloc(NB), *back = calloc(NB, 1), junk[16];
+    fill(src, NB, 3);
+    memset(junk, 0x5a, sizeof junk);
+    dt_offload_buf_t *b, *z, *big;
+    assert_ok(t.ops->alloc(t.o, N, DT_TAG_OPTIMIZER, &b));
+    assert_ok(t.ops->alloc(t.o, 3 * 4096, DT_TAG_OPTIMIZER, &z));
+    assert_ok(t.ops->alloc(t.o, NB, DT_TAG_OPTIMIZER, &big));
+    /* 40 blocks of bytes that are not zeros, stored one way, loaded the
+     * other: the hardware and the table agree on every block */
+    if (sw)
+        setenv("DTRAIN_FAULT_NO_CRC32C_HW", "1", 1);
+    store_wait(&t, big, 0, src, NB, DT_MEM_HOST);
+    if (sw)
+        unsetenv("DTRAIN_FAULT_NO_CRC32C_HW");
+    load_wait(&t, big, 0, back, NB, DT_MEM_HOST);
+    assert_memory_equal(back, src, NB);
+    if (sw)
+        setenv("DTRAIN_FAULT_NO_CRC32C_HW", "1", 1);
+
+    store_wait(&t, b, 0, src, N, DT_MEM_HOST);
+    load_wait(&t, b, 0, back, N, DT_MEM_HOST);
+    assert_memory_equal(back, src, N);
+    char p[1200];
+    snprintf(p, sizeof p, "%s/dtrain-unitjob-r2-1.bin", dir);
+    scribble(p, 9000, junk, sizeof junk); /* into block 2: bytes [8192, 12288) */
+    uint8_t blk[4096];
+    memcpy(blk, src + 8192, 4096);
+    memcpy(blk + 9000 - 8192, junk, sizeof junk);
+    uint32_t want = ref_crc32c(src + 8192, 4096), got = ref_crc32c(blk, 4096);
+    expect_mismatch(&t, b, 0, 8500, back, 100, p, 8192, want, got);
+    expect_mismatch(&t, b, 0, 0, back, N, p, 8192, want, got);
+    /* the blocks around it load */
+    memset(back, 0, N);
+    load_wait(&t, b, 0, back, 8192, DT_MEM_HOST);
+    load_wait(&t, b, 12288, back + 12288, N - 12288, DT_MEM_HOST);
+    assert_memory_equal(back, src, 8192);
+    assert_memory_equal(back + 12288, src + 12288, N - 12288);
+    /* a store of part of the block reads it first: caught there, and the
+     * block is not written back under a new checksum */
+    expect_mismatch(&t, b, 1, 8200, src + 8200, 100, p, 8192, want, got);
+    expect_mismatch(&t, b, 0, 8192, back, 4096, p, 8192, want, got);
+    /* its bytes put back: it loads (the check is of what the file holds) */
+    scribble(p, 9000, src + 9000, sizeof junk);
+    load_wait(&t, b, 0, back, N, DT_MEM_HOST);
+    assert_memory_equal(back, src, N);
+    /* a block never written reads as the zeros it was reserved with */
+    uint8_t zeros[4096] = {0};
+    load_wait(&t, z, 0, back, 3 * 4096, DT_MEM_HOST);
+    assert_memory_equal(back + 4096, zeros, sizeof zeros);
+    snprintf(p, sizeof p, "%s/dtrain-unitjob-r2-2.bin", dir);
+    scribble(p, 4096 + 7, junk, 1);
+    memset(blk, 0, sizeof blk);
+    blk[7] = junk[0];
+    expect_mismatch(&t, z, 0, 4096, back, 10, p, 4096, ref_crc32c(zeros, 4096),
+                    ref_crc32c(blk, 4096));
+    unsetenv("DTRAIN_FAULT_NO_CRC32C_HW");
+    free(src);
+    free(back);
+    tier_close(&t);
+    assert_int_equal(count_files(dir), -1);
+}
+
+static void test_checksums(void **state) { (void)state; checksums(0); }
+static void test_checksums_table(void **state) { (void)state; checksums(1); }
+
+/* ---- the folder ---- */
+
+static void mode_is(const char *path, unsigned mode)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    assert_int_equal(st.st_mode & 07777, mode);
+}
+
+/* A path whose folders are missing, several deep: each made 0700 and
+ * registered with the core's signal cleanup (as an empty folder) while
+ * it exists, as every file is (as a file) until it is freed; finalize
+ * removes what it made, deepest first, but not a folder that holds
+ * something else, nor one that was there before. */
+static void test_nested_path(void **state)
+{
+    (void)state;
+    char base[1024], dir[1200], p[1300];
+    snprintf(base, sizeof base, "%s", fresh_dir("nested"));
+    snprintf(dir, sizeof dir, "%s/a/b/tier", base);
+    tier_t t;
+    tier_open(&t, dir, "auto");
+    const char *made[4] = {base, NULL, NULL, dir};
+    char a[1100], ab[1100];
+    snprintf(a, sizeof a, "%s/a", base);
+    snprintf(ab, sizeof ab, "%s/a/b", base);
+    made[1] = a, made[2] = ab;
+    uint32_t flags = 99;
+    for (int i = 0; i < 4; i++) {
+        mode_is(made[i], 0700);
+        assert_true(dt_test_host_cleanup_has(&t.oh, made[i], &flags));
+        assert_int_equal(flags, DT_HOST_CLEANUP_EMPTY_DIR);
+    }
+    assert_int_equal(dt_test_host_cleanup_has(&t.oh, NULL, NULL), 4); /* the probe is gone */
+    dt_offload_buf_t *x, *y;
+    assert_ok(t.ops->alloc(t.o, 100, DT_TAG_OPTIMIZER, &x));
+    assert_ok(t.ops->alloc(t.o, 100, DT_TAG_OPTIMIZER, &y));
+    snprintf(p, sizeof p, "%s/dtrain-unitjob-r2-1.bin", dir);
+    assert_true(dt_test_host_cleanup_has(&t.oh, p, &flags));
+    assert_int_equal(flags, DT_HOST_CLEANUP_FILE);
+    assert_ok(t.ops->free(t.o, x));
+    assert_false(dt_test_host_cleanup_has(&t.oh, p, NULL));
+    assert_int_equal(dt_test_host_cleanup_has(&t.oh, NULL, NULL), 5);
+    tier_close(&t);
+    assert_int_equal(dt_test_host_cleanup_has(&t.oh, NULL, NULL), 0);
+    assert_int_equal(access(base, F_OK), -1); /* all four made, all four gone */
+
+    /* base there before, something else in a/: base/a stays, base too */
+    assert_int_equal(mkdir(base, 0755), 0);
+    tier_open(&t, dir, "auto");
+    snprintf(p, sizeof p, "%s/notes.txt", a);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fclose(f);
+    tier_close(&t);
+    assert_int_equal(access(ab, F_OK), -1);
+    assert_int_equal(access(p, F_OK), 0);
+    mode_is(base, 0755);
+    /* a file on the way: named */
+    snprintf(dir, sizeof dir, "%s/notes.txt/tier", a);
+    assert_status(tier_open_rc(&t, dir, "auto", NULL, NULL), DT_ERR_CONFIG);
+    char want[2600];
+    snprintf(want, sizeof want, "offload/offload_nvme: path '%s': '%s' is not a folder", dir, p);
+    assert_msg(want);
+    t.dops->finalize(t.dev);
+    /* a host of minor 2 (no cleanup slots): the same tier, nothing asked */
+    snprintf(dir, sizeof dir, "%s/c/tier", base);
+    dt_test_host_init(&t.oh, "offload/offload_nvme", NULL); /* (tier_open_rc sets it again) */
+    int k = 0;
+    t.kv[k++] = (dt_test_kv_t){"path", dir};
+    t.kv[k] = (dt_test_kv_t){NULL, NULL};
+    t.dops = cpu_ops();
+    t.ops = on_ops();
+    dt_test_host_init(&t.dh, "device/cpu", NULL);
+    dt_test_host_init(&t.oh, "offload/offload_nvme", t.kv);
+    t.oh.host.struct_size = (uint32_t)offsetof(dt_host_v1_t, cleanup_add);
+    dt_device_init_v1_t da = {.struct_size = sizeof da, .local_size = 1, .device_index = -1};
+    assert_ok(t.dops->init(&t.dh.host, &da, &t.dev));
+    dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 2, .job_id = "unitjob",
+                               .timeout_ms = 10000, .dev_ops = t.dops, .dev = t.dev};
+    assert_ok(t.ops->init(&t.oh.host, &oa, &t.o));
+    assert_ok(t.ops->alloc(t.o, 100, DT_TAG_OPTIMIZER, &x));
+    uint8_t v[100] = {7}, w[100];
+    store_wait(&t, x, 0, v, sizeof v, DT_MEM_HOST);
+    load_wait(&t, x, 0, w, sizeof w, DT_MEM_HOST);
+    assert_memory_equal(v, w, sizeof v);
+    tier_close(&t);
+    assert_int_equal(t.oh.cleanup_calls, 0);
+    snprintf(p, sizeof p, "%s/c", base);
+    assert_int_equal(access(p, F_OK), -1);
+    snprintf(p, sizeof p, "rm -rf '%s'", base);
+    assert_int_equal(system(p), 0);
+}
+
+/* A folder on the way another user could write, or another user's: the
+ * tier does not start (DT_ERR_CONFIG), names the path, the folder (links
+ * resolved) and why, and makes nothing in it; a sticky one (/tmp) is
+ * fine; one writable by its group only is said once, on local rank 0. */
+static void test_loose_folders(void **state)
+{
+    (void)state;
+    char base[1024], real[1100], dir[1200], want[2600], link[1100];
+    snprintf(base, sizeof base, "%s", fresh_dir("loose"));
+    assert_int_equal(mkdir(base, 0700), 0);
+    assert_non_null(realpath(base, real));
+    snprintf(dir, sizeof dir, "%s/tier", base);
+    tier_t t;
+    static const struct {
+        unsigned mode;
+        const char *why;
+    } cases[] = {
+        {0777, "is writable by others (mode 0777) and not sticky: another user could remove or "
+               "replace the tier's files; use a folder only you can write (or chmod o-w, or "
+               "chmod +t)"},
+        {0703, "is writable by others (mode 0703) and not sticky: another user could remove or "
+               "replace the tier's files; use a folder only you can write (or chmod o-w, or "
+               "chmod +t)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(chmod(base, cases[i].mode), 0);
+        assert_status(tier_open_rc(&t, dir, "auto", NULL, NULL), DT_ERR_CONFIG);
+        snprintf(want, sizeof want, "offload/offload_nvme: rank 2: path '%s': the folder '%s' %s",
+                 dir, real, cases[i].why);
+        assert_msg(want);
+        assert_int_equal(access(dir, F_OK), -1); /* nothing made in it */
+        t.dops->finalize(t.dev);
+    }
+    /* through a link: the folder it leads to is named */
+    snprintf(link, sizeof link, "%s-link", base);
+    unlink(link);
+    assert_int_equal(symlink(base, link), 0);
+    snprintf(dir, sizeof dir, "%s/tier", link);
+    assert_status(tier_open_rc(&t, dir, "auto", NULL, NULL), DT_ERR_CONFIG);
+    snprintf(want, sizeof want, "offload/offload_nvme: rank 2: path '%s': the folder '%s' %s",
+             dir, real, cases[1].why);
+    assert_msg(want);
+    t.dops->finalize(t.dev);
+    assert_int_equal(unlink(link), 0);
+    snprintf(dir, sizeof dir, "%s/tier", base);
+    /* sticky, as /tmp: fine, silent */
+    assert_int_equal(chmod(base, 01777), 0);
+    assert_ok(direct_tier(&t, dir, "auto", 0));
+    assert_null(strstr(g_log, "writable"));
+    tier_close(&t);
+    /* its group may write: a warning on local rank 0 only */
+    assert_int_equal(chmod(base, 0770), 0);
+    assert_ok(direct_tier(&t, dir, "auto", 0));
+    snprintf(want, sizeof want, "path '%s': the folder '%s' is writable by its group (mode 0770) "
+             "and not sticky: another member could remove or replace the tier's files (chmod "
+             "g-w, or chmod +t)\n", dir, real);
+    char *line = strstr(g_log, want);
+    assert_non_null(line);
+    assert_null(strstr(line + strlen(want), "writable")); /* one line */
+    tier_close(&t);
+    assert_ok(direct_tier(&t, dir, "auto", 1));
+    assert_null(strstr(g_log, "writable"));
+    tier_close(&t);
+    /* another user's folder (root can make one) */
+    assert_int_equal(chmod(base, 0755), 0);
+    if (geteuid() == 0) {
+        assert_int_equal(chown(base, 65534, 65534), 0);
+        assert_status(tier_open_rc(&t, dir, "auto", NULL, NULL), DT_ERR_CONFIG);
+        snprintf(want, sizeof want, "offload/offload_nvme: rank 2: path '%s': the folder '%s' is "
+                 "owned by uid 65534, not by this user (uid 0) or root: its owner could remove "
+                 "or replace the tier's files; use a folder of your own", dir, real);
+        assert_msg(want);
+        assert_int_equal(access(dir, F_OK), -1);
+        t.dops->finalize(t.dev);
+    } else {
+        print_message("note: not root: no folder of another user to try\n");
+    }
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -770,6 +1082,10 @@ int main(void)
         cmocka_unit_test(test_ring_stays_full),
         cmocka_unit_test(test_order_in_flight),
         cmocka_unit_test(test_direct_refused),
+        cmocka_unit_test(test_checksums),
+        cmocka_unit_test(test_checksums_table),
+        cmocka_unit_test(test_nested_path),
+        cmocka_unit_test(test_loose_folders),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -673,13 +673,14 @@ static const dt_config_key_t cuda_keys[] = {
 /* ----------------------------------------------------------------- props */
 
 /* FLOP/s estimates for MFU: SMs x clock x FLOP per SM per clock, dense.
- * f32 on the CUDA cores (2 x 64 lanes on sm_80, 2 x 128 from sm_90), bf16
+ * f32 on the CUDA cores (2 x 64 lanes on sm_80, 2 x 128 on sm_86, sm_89 and sm_90), bf16
  * on the tensor cores (2048 on sm_80, 4096 on sm_90: 312 and 989 TFLOP/s
  * on A100 and H100 SXM at their boost clocks). */
-static void peak_flops(int major, int sms, double ghz, double *f32,
+static void peak_flops(int major, int minor, int sms, double ghz, double *f32,
                        double *bf16)
 {
-    double lanes = major >= 9 ? 128.0 : 64.0;
+    /* 128 f32 lanes an SM from sm_86 (GA10x, Ada) and sm_90; 64 on sm_80 */
+    double lanes = major >= 9 || (major == 8 && minor >= 6) ? 128.0 : 64.0;
     double tc = major >= 9 ? 4096.0 : major >= 8 ? 2048.0 : 1024.0;
     *f32 = (double)sms * ghz * 1e9 * 2.0 * lanes;
     *bf16 = (double)sms * ghz * 1e9 * tc;
@@ -868,7 +869,7 @@ static int cuda_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
     d->total_memory = (uint64_t)mfree > margin ? (uint64_t)mfree - margin : 0;
     if (d->limit && d->limit < d->total_memory)
         d->total_memory = d->limit;
-    peak_flops(prop.major, prop.multiProcessorCount, (double)clock_khz / 1e6,
+    peak_flops(prop.major, prop.minor, prop.multiProcessorCount, (double)clock_khz / 1e6,
                &d->peak_f32, &d->peak_bf16);
     /* With tf32 the f32 products run on the tensor cores at half the bf16
      * rate: that is the f32 peak an MFU is measured against (the H200's

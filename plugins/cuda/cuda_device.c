@@ -673,9 +673,9 @@ static const dt_config_key_t cuda_keys[] = {
 /* ----------------------------------------------------------------- props */
 
 /* FLOP/s estimates for MFU: SMs x clock x FLOP per SM per clock, dense.
- * f32 on the CUDA cores (2 x 64 lanes on sm_80, 2 x 128 on sm_86, sm_89 and sm_90), bf16
- * on the tensor cores (2048 on sm_80, 4096 on sm_90: 312 and 989 TFLOP/s
- * on A100 and H100 SXM at their boost clocks). */
+ * f32 on the CUDA cores (2 x 64 lanes on sm_80, 2 x 128 on sm_86, sm_89
+ * and sm_90), bf16 on the tensor cores (2048 on sm_80, 4096 on sm_90: 312
+ * and 989 TFLOP/s on A100 and H100 SXM at their boost clocks). */
 static void peak_flops(int major, int minor, int sms, double ghz, double *f32,
                        double *bf16)
 {

@@ -615,13 +615,9 @@ int mpic_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *
 {
     if (!c)
         return DT_ERR_INVALID;
-    if (send_req)
-        *send_req = NULL;
-    if (recv_req)
-        *recv_req = NULL;
-    if (!send_req != !recv_req)
-        return c->host->set_error(c->host, DT_ERR_INVALID, "sendrecv: send_req and recv_req "
-                                  "are both given or both NULL");
+    int rq = dt_comm_sendrecv_reqs(c->host, send_req, recv_req);
+    if (rq != DT_OK)
+        return rq;
     struct dt_comm_req ts = {.kind = DT_COMM_OP_SEND, .count = send_count, .dtype = dtype,
                              .root = send_peer, .tag = send_tag};
     struct dt_comm_req tr = {.kind = DT_COMM_OP_RECV, .count = recv_count, .dtype = dtype,

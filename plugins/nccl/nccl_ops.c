@@ -459,11 +459,9 @@ int nccl_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *
 {
     if (!c)
         return DT_ERR_INVALID;
-    if (!send_req != !recv_req)
-        return c->host->set_error(c->host, DT_ERR_INVALID, "rank %d: sendrecv: give both "
-                                  "requests or neither", (int)c->world_rank);
-    if (send_req)
-        *send_req = *recv_req = NULL;
+    int rq = dt_comm_sendrecv_reqs(c->host, send_req, recv_req);
+    if (rq != DT_OK)
+        return rq;
     op_args_t as = {DT_COMM_OP_SEND, dtype, -1, send_count, send_peer, send_tag, sendbuf, NULL};
     op_args_t ar = {DT_COMM_OP_RECV, dtype, -1, recv_count, recv_peer, recv_tag, NULL, recvbuf};
     struct dt_comm_req rs, rr, *qs = NULL, *qr = NULL;

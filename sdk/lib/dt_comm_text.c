@@ -160,6 +160,19 @@ static int need_buf(const dt_host_v1_t *h, const dt_comm_names_t *g,
     return dt_comm_op_fail(h, g, d, DT_ERR_INVALID, "%s buffer is NULL", what);
 }
 
+int dt_comm_sendrecv_reqs(const dt_host_v1_t *h, dt_comm_req_t **send_req,
+                          dt_comm_req_t **recv_req)
+{
+    if (send_req)
+        *send_req = NULL;
+    if (recv_req)
+        *recv_req = NULL;
+    if (!send_req != !recv_req)
+        return h->set_error(h, DT_ERR_INVALID, "sendrecv: send_req and recv_req are both "
+                            "given or both NULL");
+    return DT_OK;
+}
+
 int dt_comm_check_args(const dt_host_v1_t *h, const dt_comm_names_t *g,
                        const dt_comm_op_desc_t *d, int32_t rank, uint64_t count,
                        const void *send, const void *recv)

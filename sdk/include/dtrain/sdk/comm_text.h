@@ -122,6 +122,12 @@ int dt_comm_check_args(const dt_host_v1_t *h, const dt_comm_names_t *g,
                        const dt_comm_op_desc_t *d, int32_t rank,
                        uint64_t count, const void *send, const void *recv);
 
+/* sendrecv's requests: both out-pointers cleared where given; both given
+ * or both NULL, else DT_ERR_INVALID "sendrecv: send_req and recv_req are
+ * both given or both NULL". */
+int dt_comm_sendrecv_reqs(const dt_host_v1_t *h, dt_comm_req_t **send_req,
+                          dt_comm_req_t **recv_req);
+
 /* ---- init, wait and test checks ----------------------------------------
  * The checks every communicator's init, wait and test make before its own,
  * in the same words.  h NULL (nowhere to put a message: a NULL host, or a

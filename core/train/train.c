@@ -919,6 +919,18 @@ static int stage_forward(void *ctx, uint32_t micro, const void *in, void *out, d
 }
 
 #ifdef DTRAIN_TEST_HOOKS
+/* DTRAIN_FAULT_HOST_READS_DEVICE=STEP (test builds only): as step STEP
+ * starts, the core reads the model's logits, device memory, straight from
+ * the host, which a GPU forbids; [cpu] guard_memory must turn that into a
+ * SIGSEGV (tests/integration/test_guard_memory.sh). */
+static void fault_host_reads_device(const run_t *R, int64_t step)
+{
+    const char *v = getenv("DTRAIN_FAULT_HOST_READS_DEVICE");
+    const volatile unsigned char *logits = dt_model_logits(R->model);
+    if (v && atoll(v) == step && logits)
+        fprintf(stderr, "test hook: the host reads device memory: %u\n", logits[0]);
+}
+
 /* DTRAIN_FAULT_KILL_AT_BACKWARD=STEP:MICRO (test builds only): this rank
  * kills itself (SIGKILL) as its stage starts the backward of micro-batch
  * MICRO of step STEP (without a pipeline: as the micro-batch starts), so a
@@ -1211,6 +1223,9 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
     rep->eval_loss = NAN;
     rep->lr = dt_lr_at(step, t->steps, t->warmup_steps, t->lr, t->min_lr, t->decay);
     dt_crash_set_phase("training", step);
+#ifdef DTRAIN_TEST_HOOKS
+    fault_host_reads_device(R, step);
+#endif
     int rc = PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step), "begin_step");
     if (rc)
         return rc;

@@ -168,18 +168,25 @@ static int mem_alloc(dt_device_t *d, uint64_t bytes, int tag, int pinned,
                                   "%s%s%s: no memory for the allocation "
                                   "table", who, sep, fn);
     }
-    void *p = pinned ? NULL : cache_take(d, bytes);
+    void *p = NULL;
+    int e;
+    if (!pinned && d->guard) { /* guard_memory: from the arena, no cache */
+        e = cpu_guard_take(d, bytes, &p);
+        goto taken;
+    }
+    p = pinned ? NULL : cache_take(d, bytes);
     /* the budget emulates a device's memory: cached blocks give way */
     if (!p && !pinned && d->limit &&
         d->mem.total_current + d->cached_bytes + bytes > d->limit)
         cache_release(d);
     /* bytes == 0 still gets a real (smallest) block, so the pointer is
      * unique and can be freed like any other. */
-    int e = p ? 0 : posix_memalign(&p, 64, bytes ? (size_t)bytes : 64);
+    e = p ? 0 : posix_memalign(&p, 64, bytes ? (size_t)bytes : 64);
     if (e != 0 && d->cached_bytes) { /* the host is short: give the cache back */
         cache_release(d);
         e = posix_memalign(&p, 64, bytes ? (size_t)bytes : 64);
     }
+taken:
     if (e != 0) {
         pthread_mutex_unlock(&d->mem_mu);
         return d->host->set_error(d->host, DT_ERR_NOMEM,
@@ -222,6 +229,11 @@ static int mem_free(dt_device_t *d, void *ptr, int pinned)
     }
     dt_mem_tally_sub(pinned ? &d->pinned_mem : &d->mem, b->tag, b->bytes);
     b->ptr = CPU_TOMBSTONE;
+    if (!pinned && d->guard) {
+        cpu_guard_give(d, ptr, b->bytes);
+        pthread_mutex_unlock(&d->mem_mu);
+        return DT_OK;
+    }
     int kept = !pinned && cache_put(d, ptr, b->bytes);
     pthread_mutex_unlock(&d->mem_mu);
     if (!kept)
@@ -290,6 +302,10 @@ static const dt_config_key_t cpu_keys[] = {
     {.name = "memory_limit", .type = DT_CFG_INT, .def = "0", .min = 0,
      .max = CPU_MAX_LIMIT, .choices = NULL,
      .doc = "memory budget in bytes for device allocations; 0 = none"},
+    {.name = "guard_memory", .type = DT_CFG_BOOL, .def = "false", .choices = NULL,
+     .doc = "device memory the host cannot touch outside the device's kernels and "
+            "copies, as on a GPU: a host access faults (SIGSEGV); for tests with small "
+            "models, one rank"},
 };
 
 /* Read an INT key; absent (tests that pass no keys) means the default. */
@@ -344,7 +360,8 @@ static void cpu_finalize(dt_device_t *d)
         if (b->ptr && b->ptr != CPU_TOMBSTONE) {
             leaked += b->bytes;
             nleaked++;
-            free(b->ptr);
+            if (b->pinned || !d->guard) /* the arena goes whole below */
+                free(b->ptr);
         }
     }
     if (nleaked)
@@ -352,6 +369,7 @@ static void cpu_finalize(dt_device_t *d)
                      "finalize: freed %" PRIu64 " blocks (%" PRIu64 " bytes) "
                      "still allocated", nleaked, leaked);
     cache_release(d);
+    cpu_guard_fini(d);
     cpu_pool_destroy(d->pool);
     free(d->blocks);
     pthread_mutex_destroy(&d->kmu);
@@ -376,6 +394,13 @@ static int cpu_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
     rc = cfg_int_or(host, "memory_limit", 0, 0, (int64_t)1 << 62, &limit);
     if (rc != DT_OK)
         return rc;
+    int guard = 0;
+    rc = host->cfg_bool(host, "guard_memory", &guard);
+    if (rc == DT_ERR_NOT_FOUND)
+        guard = 0;
+    else if (rc != DT_OK)
+        return host->set_error(host, DT_ERR_CONFIG, "config key guard_memory: cannot read "
+                                                    "it as a boolean (%s)", dt_status_name(rc));
     int local_size = a.local_size > 0 ? a.local_size : 1;
     if (threads == 0) {
         long online = sysconf(_SC_NPROCESSORS_ONLN);
@@ -414,10 +439,16 @@ static int cpu_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
         pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
     if (d->limit && (d->total_memory == 0 || d->limit < d->total_memory))
         d->total_memory = d->limit;
+    if (guard && (rc = cpu_guard_init(d)) != DT_OK) {
+        cpu_finalize(d);
+        return rc;
+    }
+    d->guard = guard;
     const char *how = "";
     d->peak_flops = (double)d->threads * cpu_peak_flops_per_thread(&how);
-    host->log(host, DT_LOG_INFO, "%s, memory_limit %llu bytes", d->name,
-              (unsigned long long)d->limit);
+    host->log(host, DT_LOG_INFO, "%s, memory_limit %llu bytes%s", d->name,
+              (unsigned long long)d->limit,
+              guard ? ", guard_memory (device memory closed to the host)" : "");
     host->log(host, DT_LOG_DEBUG, "peak %.1f GFLOP/s f32 for MFU: %d thread%s x %.1f (%s)",
               d->peak_flops * 1e-9, d->threads, d->threads == 1 ? "" : "s",
               d->peak_flops * 1e-9 / d->threads, how);
@@ -437,7 +468,7 @@ static int cpu_props(dt_device_t *d, dt_device_props_v1_t *out)
     p.peak_flops_f32 = d->peak_flops;
     /* bf16 weights are widened and multiplied in f32: same rate. */
     p.peak_flops_bf16 = d->peak_flops;
-    p.host_visible = 1;
+    p.host_visible = !d->guard; /* guard_memory: as a GPU's */
     p.threads = d->threads;
     return dt_result_write(d->host, "props", out, &p, sizeof p, DT_DEVICE_PROPS_V1_SIZE0);
 }
@@ -637,11 +668,20 @@ int cpu_memcpy_async(dt_device_t *d, void *dst, const void *src,
     if (bytes && (!dst || !src))
         return CPU_INVALID(d, "%s: %s is NULL (%" PRIu64 " bytes)", op,
                            dst ? "src" : "dst", bytes);
+    if (!bytes)
+        return DT_OK;
     /* Host and device memory are the same here; memmove because nothing in
      * the contract forbids overlap and memcpy would be undefined. */
-    if (bytes)
+    if (!d->guard) {
         memmove(dst, src, (size_t)bytes);
-    return DT_OK;
+        return DT_OK;
+    }
+    int rc = cpu_guard_check_copy(d, op, dst, src, bytes, kind);
+    if (rc == DT_OK && (rc = cpu_guard_open(d, op)) == DT_OK) {
+        memmove(dst, src, (size_t)bytes);
+        rc = cpu_guard_close(d, op);
+    }
+    return rc;
 }
 
 int cpu_memset_async(dt_device_t *d, void *dst, int value, uint64_t bytes,
@@ -651,43 +691,21 @@ int cpu_memset_async(dt_device_t *d, void *dst, int value, uint64_t bytes,
     CPU_BEGIN(d, s, op);
     if (bytes && !dst)
         return CPU_INVALID(d, "%s: dst is NULL (%" PRIu64 " bytes)", op, bytes);
-    if (bytes)
+    if (!bytes)
+        return DT_OK;
+    if (!d->guard) {
         memset(dst, value, (size_t)bytes);
-    return DT_OK;
+        return DT_OK;
+    }
+    int rc = cpu_guard_check_copy(d, op, dst, NULL, bytes, DT_COPY_D2D);
+    if (rc == DT_OK && (rc = cpu_guard_open(d, op)) == DT_OK) {
+        memset(dst, value, (size_t)bytes);
+        rc = cpu_guard_close(d, op);
+    }
+    return rc;
 }
 
 /* ----------------------------------------------------------------- tables */
-
-/* Every kernel the ABI has: the core set and all the optional ones. */
-static const dt_kernels_v1_t cpu_kernels = {
-    .info = DT_KERNELS_INFO(dt_kernels_v1_t),
-    .matmul_forward = cpu_matmul_forward,
-    .matmul_backward = cpu_matmul_backward,
-    .embedding_forward = cpu_embedding_forward,
-    .embedding_backward = cpu_embedding_backward,
-    .gelu_forward = cpu_gelu_forward,
-    .gelu_backward = cpu_gelu_backward,
-    .softmax_xent_forward = cpu_softmax_xent_forward,
-    .softmax_xent_backward = cpu_softmax_xent_backward,
-    .axpy = cpu_axpy,
-    .sumsq = cpu_sumsq,
-    .cast = cpu_cast,
-    .layernorm_forward = cpu_layernorm_forward,
-    .layernorm_backward = cpu_layernorm_backward,
-    .attention_state_bytes = cpu_attention_state_bytes,
-    .attention_forward = cpu_attention_forward,
-    .attention_backward = cpu_attention_backward,
-    .residual_forward = cpu_residual_forward,
-    .scale = cpu_scale,
-    .adamw_update = cpu_adamw_update,
-    .sgd_update = cpu_sgd_update,
-    .vocab_embedding_forward = cpu_vocab_embedding_forward,
-    .vocab_embedding_backward = cpu_vocab_embedding_backward,
-    .vocab_xent_forward = cpu_vocab_xent_forward,
-    .vocab_xent_backward = cpu_vocab_xent_backward,
-};
-
-static const dt_kernels_v1_t *cpu_kernel_table(void) { return &cpu_kernels; }
 
 static const dt_device_ops_v1_t cpu_ops = {
     .info = DT_PLUGIN_INFO(DEVICE, dt_device_ops_v1_t, "cpu", "0.1.0",

@@ -53,6 +53,20 @@ typedef struct cpu_cached {
     uint64_t bytes;
 } cpu_cached_t;
 
+/* guard_memory's arena (cpu_guard.c): a free run of it, bytes. */
+typedef struct cpu_run {
+    uint64_t off, len;
+} cpu_run_t;
+
+typedef struct cpu_arena {
+    char *base;        /* the reserved range [base, base + reserved) */
+    uint64_t reserved;
+    uint64_t used;     /* the front [base, base + used) holds every block */
+    uint64_t opened;   /* kernels and copies running: the front is open */
+    cpu_run_t *runs;   /* free runs inside the front, by offset */
+    uint64_t nruns, cap;
+} cpu_arena_t;
+
 struct dt_device {
     const dt_host_v1_t *host;
     int threads;
@@ -77,6 +91,11 @@ struct dt_device {
      * memory_limit leaves free. */
     cpu_cached_t cache[CPU_CACHE_SLOTS];
     uint64_t cached_bytes;
+    /* guard_memory: device memory comes from `arena` and is closed to the
+     * host outside this device's kernels and copies (cpu_guard.c); the
+     * arena is guarded by mem_mu, and the cache is not used. */
+    int guard;
+    cpu_arena_t arena;
 
     /* Kernels take kmu: the pool, the scratch buffer and OpenBLAS are used
      * by one kernel at a time. */
@@ -96,6 +115,26 @@ int cpu_mem_free(dt_device_t *d, void *ptr);
 /* A scratch buffer of at least `bytes`, valid until the next call; call
  * with kmu held.  Counted under DT_TAG_STAGING (and the budget). */
 int cpu_scratch(dt_device_t *d, uint64_t bytes, void **out, const char *op);
+
+/* guard_memory (cpu_guard.c).  init reserves the arena (with total_memory
+ * set) and fini gives it back; take and give, with mem_mu held, hand out
+ * and take back a block (errno on failure); open and close bracket a
+ * kernel or copy (DT_ERR_SYSTEM with the message when mprotect fails);
+ * owns says whether `p` lies in the arena. */
+int cpu_guard_init(dt_device_t *d);
+void cpu_guard_fini(dt_device_t *d);
+int cpu_guard_take(dt_device_t *d, uint64_t bytes, void **out);
+void cpu_guard_give(dt_device_t *d, void *p, uint64_t bytes);
+int cpu_guard_open(dt_device_t *d, const char *op);
+int cpu_guard_close(dt_device_t *d, const char *op);
+int cpu_guard_owns(const dt_device_t *d, const void *p);
+/* A copy's (memset's: src NULL, kind D2D) buffers are where `kind` says
+ * (DT_ERR_INVALID naming the buffer otherwise). */
+int cpu_guard_check_copy(dt_device_t *d, const char *op, const void *dst,
+                         const void *src, uint64_t bytes, int kind);
+/* The kernel table (the same for every instance; its entries open the
+ * arena of an instance with guard_memory around the kernel). */
+const dt_kernels_v1_t *cpu_kernel_table(void);
 
 /* Checks every kernel does before it runs: a live device and a stream of
  * that device (NULL: default).  Sets the message and returns the status. */

@@ -89,7 +89,7 @@ static void test_info_and_keys(void **state)
     assert_int_equal(ops->info.struct_size, sizeof(dt_device_ops_v1_t));
     assert_int_equal(ops->info.kind, DT_KIND_DEVICE);
     assert_string_equal(ops->info.name, "cpu");
-    assert_int_equal(ops->info.n_config_keys, 2);
+    assert_int_equal(ops->info.n_config_keys, 3);
     const dt_config_key_t *k = ops->info.config_keys;
     assert_string_equal(k[0].name, "threads");
     assert_int_equal(k[0].type, DT_CFG_INT);
@@ -99,6 +99,8 @@ static void test_info_and_keys(void **state)
     assert_int_equal(k[1].type, DT_CFG_INT);
     assert_string_equal(k[1].def, "0");
     assert_true(k[1].min == 0.0 && k[1].max == 4611686018427387904.0);
+    assert_string_equal(k[2].name, "guard_memory"); /* test_cpu_guard.c */
+    assert_int_equal(k[2].type, DT_CFG_BOOL);
     /* Every mandatory slot filled; the optional native_stream absent. */
     assert_non_null(ops->init);
     assert_false(DT_HAS_OP(dt_device_ops_v1_t, ops, native_stream));

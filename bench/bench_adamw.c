@@ -156,13 +156,14 @@ int main(int argc, char **argv)
                                   .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     dt_adamw_hyper_t h = dt_adamw_hyper(&o, 6e-4f, 0.1f, 1.0f, 10);
     double bytes = 28.0 * (double)n;
-    printf("| threads | AdamW GB/s | copy GB/s | AdamW / copy |\n|---|---|---|---|\n");
+    printf("| threads | AdamW GB/s | AdamW M params/s | copy GB/s | AdamW / copy |\n"
+           "|---|---|---|---|---|\n");
     for (const char *s = threads; *s;) {
         int t = atoi(s); /* checked by valid_threads */
         double ta = best(0, t, n, reps, p, g, m, v, dst, src, &h);
         double tc = best(1, t, n, reps, p, g, m, v, dst, src, &h);
-        printf("| %d | %.2f | %.2f | %.0f %% |\n", t, bytes / ta / 1e9, bytes / tc / 1e9,
-               100.0 * tc / ta);
+        printf("| %d | %.2f | %.1f | %.2f | %.0f %% |\n", t, bytes / ta / 1e9,
+               (double)n / ta / 1e6, bytes / tc / 1e9, 100.0 * tc / ta);
         s = strchr(s, ',');
         if (!s)
             break;

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dtrain/sdk/optim.h"
 #include "cuda_internal.h"
 #include "cuda_launch.h"
 
@@ -394,12 +395,15 @@ int cuda_adamw_update(dt_device_t *d, dt_stream_t *s, float *param,
     CUDA_PTR(d, op, v, n);
     if (n == 0)
         return DT_OK;
-    /* bias corrections in double on the host, once per call */
-    float bc1 = (float)(1.0 - pow((double)beta1, (double)t));
-    float bc2 = (float)(1.0 - pow((double)beta2, (double)t));
+    /* the bias corrections folded into the cpu's scalars, on the host,
+     * once per call (sdk/optim.h dt_adamw_scalars) */
+    const dt_optim_desc_v1_t o = {.struct_size = sizeof o, .kind = DT_OPTIM_ADAMW,
+                                  .beta1 = beta1, .beta2 = beta2, .eps = eps};
+    const dt_adamw_hyper_t h = dt_adamw_hyper(&o, lr, weight_decay, grad_scale, t);
+    const dt_adamw_scalars_t k = dt_adamw_scalars(&h);
     CUDA_LAUNCHED(d, op, cuda_launch_adamw(st->cs, param, grad, m, v, grad_dtype, n,
-                                           lr, beta1, beta2, eps, weight_decay,
-                                           grad_scale, bc1, bc2));
+                                           beta1, beta2, eps, grad_scale, k.step,
+                                           k.rsqrt_bc2, k.lr_wd));
     return DT_OK;
 }
 

@@ -126,9 +126,9 @@ cudaError_t cuda_launch_attention_backward(cudaStream_t cs, void *dqkv,
 /* ---- cuda_optim.cu ---- */
 cudaError_t cuda_launch_adamw(cudaStream_t cs, float *param, const void *grad,
                               float *m, float *v, int grad_dtype, int64_t n,
-                              float lr, float beta1, float beta2, float eps,
-                              float weight_decay, float grad_scale,
-                              float bc1, float bc2);
+                              float beta1, float beta2, float eps,
+                              float grad_scale, float step, float rsqrt_bc2,
+                              float lr_wd);
 cudaError_t cuda_launch_sgd(cudaStream_t cs, float *param, const void *grad,
                             float *mom, int grad_dtype, int64_t n, float lr,
                             float momentum, float weight_decay, int nesterov,

@@ -10,10 +10,13 @@
 #include "cuda_dtype.cuh"
 #include "cuda_launch.h"
 
+/* The cpu's formula (sdk/lib/dt_optim_host.c): the bias corrections are
+ * folded into step = lr / bc1 and rbc2 = 1 / sqrt(bc2), computed on the
+ * host; one division and one square root an element. */
 template <typename G>
 __global__ void adamw_k(float *param, const G *grad, float *m, float *v,
-                        int64_t n, float lr, float b1, float b2, float eps,
-                        float wd, float gs, float bc1, float bc2)
+                        int64_t n, float b1, float b2, float eps, float gs,
+                        float step, float rbc2, float lr_wd)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -23,7 +26,7 @@ __global__ void adamw_k(float *param, const G *grad, float *m, float *v,
         m[i] = mi;
         v[i] = vi;
         float p = param[i];
-        param[i] = p - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p);
+        param[i] = p - (step * mi / (sqrtf(vi) * rbc2 + eps) + lr_wd * p);
     }
 }
 
@@ -49,16 +52,16 @@ extern "C" {
 
 cudaError_t cuda_launch_adamw(cudaStream_t cs, float *param, const void *grad,
                               float *m, float *v, int grad_dtype, int64_t n,
-                              float lr, float beta1, float beta2, float eps,
-                              float weight_decay, float grad_scale,
-                              float bc1, float bc2)
+                              float beta1, float beta2, float eps,
+                              float grad_scale, float step, float rsqrt_bc2,
+                              float lr_wd)
 {
     return dt_dispatch(grad_dtype, [&](auto *t) {
         using G = DT_ELEM(t);
         adamw_k<G><<<dt_grid(n), DT_BLOCK, 0, cs>>>(param, (const G *)grad, m, v,
-                                                     n, lr, beta1, beta2, eps,
-                                                     weight_decay, grad_scale,
-                                                     bc1, bc2);
+                                                     n, beta1, beta2, eps,
+                                                     grad_scale, step, rsqrt_bc2,
+                                                     lr_wd);
         return cudaGetLastError();
     });
 }

@@ -7,7 +7,9 @@
  * These loops are THE arithmetic of both optimizers: the cpu device's
  * adamw_update / sgd_update kernels run them over their threads' chunks,
  * and a strategy whose state lives in an offload tier runs them on the
- * tier's memory (dt_optim_range_host).  Each element is computed by the
+ * tier's memory (dt_optim_range_host).  AdamW's bias corrections are
+ * folded into per-call scalars (dt_adamw_scalars), so an element costs
+ * one division and one square root.  Each element is computed by the
  * same IEEE operations in the same order on every path (no reassociation,
  * no contraction into FMA: -ffp-contract=off on this file; sqrtf and the
  * divisions are correctly rounded in every vector width), so a run with
@@ -35,6 +37,13 @@ dt_adamw_hyper_t dt_adamw_hyper(const dt_optim_desc_v1_t *o, float lr, float wd,
                               .bc2 = (float)(1.0 - pow((double)o->beta2, (double)t))};
 }
 
+dt_adamw_scalars_t dt_adamw_scalars(const dt_adamw_hyper_t *h)
+{
+    return (dt_adamw_scalars_t){.step = (float)((double)h->lr / (double)h->bc1),
+                                .rsqrt_bc2 = (float)(1.0 / sqrt((double)h->bc2)),
+                                .lr_wd = (float)((double)h->lr * (double)h->wd)};
+}
+
 /* The clones and their dispatcher are static: a target_clones function
  * with external linkage gets a dispatcher symbol that ignores the hidden
  * visibility, and would be exported from every plugin that links it. */
@@ -42,17 +51,16 @@ static DT_OPTIM_CLONES void adamw_loop(float *restrict p, const float *restrict 
                                        float *restrict m, float *restrict v, int64_t n,
                                        const dt_adamw_hyper_t *h)
 {
-    const float lr = h->lr, b1 = h->beta1, b2 = h->beta2, eps = h->eps, wd = h->wd;
-    const float gs = h->grad_scale, bc1 = h->bc1, bc2 = h->bc2;
+    const float b1 = h->beta1, b2 = h->beta2, eps = h->eps, gs = h->grad_scale;
+    dt_adamw_scalars_t k = dt_adamw_scalars(h);
     for (int64_t i = 0; i < n; i++) {
         float g = grad[i] * gs;
         float mi = b1 * m[i] + (1.0f - b1) * g;
         float vi = b2 * v[i] + (1.0f - b2) * g * g;
         m[i] = mi;
         v[i] = vi;
-        float mhat = mi / bc1;
-        float vhat = vi / bc2;
-        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+        float denom = sqrtf(vi) * k.rsqrt_bc2 + eps;
+        p[i] -= k.step * mi / denom + k.lr_wd * p[i];
     }
 }
 

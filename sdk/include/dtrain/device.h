@@ -272,6 +272,10 @@ typedef struct dt_kernels_v1 {
      *   g = grad * grad_scale
      *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
      *   param -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * param)
+     * computed as PyTorch's fused AdamW does, the bias corrections folded
+     * into per-call scalars (sdk/optim.h dt_adamw_scalars): with
+     * step = lr/(1-b1^t), r = 1/sqrt(1-b2^t),
+     *   param -= step * m / (sqrt(v) * r + eps) + lr*wd * param
      * param (the f32 master), m, v: f32; grad: grad_dtype.  t >= 1 is the
      * 1-based step count. */
     int (*adamw_update)(dt_device_t *d, dt_stream_t *s, float *param,

@@ -68,6 +68,16 @@ typedef struct dt_adamw_hyper {
 dt_adamw_hyper_t dt_adamw_hyper(const dt_optim_desc_v1_t *o, float lr, float wd,
                                 float grad_scale, int64_t t);
 
+/* The per-call scalars the loop multiplies by, so that an element costs
+ * one division and one square root (PyTorch's fused AdamW does the same):
+ * step = lr / bc1, rsqrt_bc2 = 1 / sqrt(bc2), lr_wd = lr * wd, each
+ * computed in double and rounded once.  A device computing AdamW itself
+ * (cuda) takes these to give the loop's formula. */
+typedef struct dt_adamw_scalars {
+    float step, rsqrt_bc2, lr_wd;
+} dt_adamw_scalars_t;
+dt_adamw_scalars_t dt_adamw_scalars(const dt_adamw_hyper_t *h);
+
 /* The loops (device.h's adamw_update / sgd_update formulas), n f32
  * elements, arrays not overlapping; the widest vector code the machine
  * runs is chosen when the plugin is loaded.  mom may be NULL for SGD

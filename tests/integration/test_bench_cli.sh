@@ -38,7 +38,7 @@ expect_out "and the usage" "usage: bench_adamw [--params N] [--threads 1,2] [--r
 
 expect_exit 0 "a tiny bench_adamw run" "$adamw" --params 4096 --threads 1,2 --reps 1
 expect_out "its table" "| threads | AdamW GB/s | AdamW M params/s | copy GB/s | AdamW / copy |"
-if grep -qE '^\| 2 \| [0-9.]+ \| [0-9.]+ \| [0-9]+ % \|$' <<<"$out"; then ok "a row for 2 threads"
+if grep -qE '^\| 2 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9]+ % \|$' <<<"$out"; then ok "a row for 2 threads"
 else bad "no row for 2 threads" "$out"; fi
 expect_out "and what it measured" "4096 parameters (0 MB of traffic per pass), best of 1"
 finish

@@ -10,7 +10,8 @@ packages=(
   libltdl-dev           # plugin loading
   libcmocka-dev         # unit tests
   libopenblas-dev       # cpu device plugin: sgemm
-  libcjson-dev          # checkpoint manifests, safetensors headers
+  libcjson-dev          # checkpoint manifests, safetensors headers, tokenizer.json
+  libpcre2-dev          # the BPE tokenizer's Unicode-aware pre-tokenizer pattern
   zlib1g-dev            # CRC-32 of checkpoint segments
   liburing-dev          # NVMe offload
   fio                   # bench/bench_offload_fio.sh: the NVMe tier beside fio (not needed by the tests)

@@ -13,6 +13,7 @@
 #include "ckpt/ckpt_io.h"
 #include "cli/cli.h"
 #include "cli/cli_model.h"
+#include "data/tokenizer.h"
 #include "model/generate.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -25,7 +26,7 @@ void dt_help_sample(FILE *f)
 {
     fprintf(f,
             "usage: dtrain sample CKPT [--prompt TEXT] [--tokens N] [--temperature T]\n"
-            "                          [--top-k K] [--seed S] [--ids]\n\n"
+            "                          [--top-k K] [--seed S] [--ids] [--tokenizer JSON]\n\n"
             "Generate N tokens (default 64) after TEXT from the GPT-2 of checkpoint CKPT (a\n"
             "checkpoint directory, or a checkpoint root meaning its newest complete one),\n"
             "on the cpu device plugin with a KV cache: each token runs one position.\n\n"
@@ -34,8 +35,10 @@ void dt_help_sample(FILE *f)
             "reads TEXT as token ids (\"464 2068 7586\", spaces or commas) and prints ids.\n"
             "Without --prompt it starts from one token: a newline for a byte-level model,\n"
             "else the last id of the vocabulary (GPT-2's <|endoftext|> is 50256).\n"
-            "--ids prints token ids for a byte-level model too.  The prompt and the\n"
-            "continuation together must fit the model's context.\n\n"
+            "--ids prints token ids for a byte-level model too.  With --tokenizer (the\n"
+            "Hugging Face tokenizer.json the data was prepared with: 'dtrain data prepare\n"
+            "--tokenizer'), TEXT is encoded by it and the output decoded to text.  The\n"
+            "prompt and the continuation together must fit the model's context.\n\n"
             "  --temperature T  0 picks the most likely token (greedy, deterministic);\n"
             "                   else logits / T are sampled (default 1.0)\n"
             "  --top-k K        sample only among the K most likely tokens (default 0: all;\n"
@@ -66,7 +69,7 @@ static int parse_i64(const char *opt, const char *v, int64_t lo, int64_t *out)
 }
 
 typedef struct sample_args {
-    const char *ckpt, *prompt;
+    const char *ckpt, *prompt, *tokenizer;
     int64_t tokens;
     dt_pick_opts_t pick;
     int ids;
@@ -78,6 +81,7 @@ static int parse(int argc, char **argv, sample_args_t *a)
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         int takes = strcmp(o, "--prompt") == 0 || strcmp(o, "--tokens") == 0 ||
+                    strcmp(o, "--tokenizer") == 0 ||
                     strcmp(o, "--temperature") == 0 || strcmp(o, "--top-k") == 0 ||
                     strcmp(o, "--seed") == 0;
         if (takes && i + 1 == argc) {
@@ -89,6 +93,8 @@ static int parse(int argc, char **argv, sample_args_t *a)
         int64_t v;
         if (strcmp(o, "--prompt") == 0) {
             a->prompt = argv[++i];
+        } else if (strcmp(o, "--tokenizer") == 0) {
+            a->tokenizer = argv[++i];
         } else if (strcmp(o, "--tokens") == 0) {
             ec = parse_i64(o, argv[++i], 1, &a->tokens);
         } else if (strcmp(o, "--top-k") == 0) {
@@ -123,6 +129,43 @@ static int parse(int argc, char **argv, sample_args_t *a)
             return ec;
     }
     return a->ckpt ? DT_EXIT_OK : usage("missing CKPT");
+}
+
+/* The prompt encoded by the tokenizer (ids checked against V); no prompt:
+ * the last id of the vocabulary, as without one. */
+static int prompt_encoded(const dt_tokenizer_t *tok, const char *p, int64_t V, int32_t **out,
+                          int64_t *n)
+{
+    dt_token_vec_t v = {0};
+    int rc = p && *p ? dt_tokenizer_encode(tok, p, strlen(p), 1, NULL, NULL, &v) : DT_OK;
+    if (rc) {
+        dt_token_vec_free(&v);
+        return dt_cli_fail("sample", rc);
+    }
+    *out = malloc((v.n ? v.n : 1) * sizeof **out);
+    if (!*out) {
+        dt_token_vec_free(&v);
+        fprintf(stderr, "dtrain sample: error: out of memory\n");
+        return DT_EXIT_RUNTIME;
+    }
+    *n = 0;
+    if (!v.n)
+        (*out)[(*n)++] = (int32_t)(V - 1);
+    for (size_t i = 0; i < v.n; i++) {
+        if ((int64_t)v.ids[i] >= V) {
+            char why[256];
+            snprintf(why, sizeof why, "--prompt: the tokenizer gives id %u, outside this "
+                     "model's vocabulary of %lld (another tokenizer than the data's?)",
+                     v.ids[i], (long long)V);
+            dt_token_vec_free(&v);
+            free(*out);
+            *out = NULL;
+            return usage(why);
+        }
+        (*out)[(*n)++] = (int32_t)v.ids[i];
+    }
+    dt_token_vec_free(&v);
+    return DT_EXIT_OK;
 }
 
 /* The prompt as tokens (malloc'd): bytes, or ids in [0, V). */
@@ -176,12 +219,18 @@ static int prompt_tokens(const sample_args_t *a, int64_t V, int32_t **out, int64
 typedef struct out_fmt {
     int ids;
     int first; /* no separator before the next id */
+    const dt_tokenizer_t *tok; /* text by the tokenizer */
 } out_fmt_t;
 
 static void emit(void *arg, int32_t token)
 {
     out_fmt_t *o = arg;
-    if (o->ids)
+    size_t n = 0;
+    const char *text = o->tok && !o->ids ? dt_tokenizer_token(o->tok, (uint32_t)token, &n)
+                                         : NULL;
+    if (text)
+        fwrite(text, 1, n, stdout);
+    else if (o->ids || o->tok) /* an id no token has: shown as an id */
         printf(o->first ? "%d" : " %d", (int)token);
     else
         putchar(token);
@@ -202,6 +251,7 @@ typedef struct sample_run {
     dt_decoder_t *dec;
     dt_pick_t pick;
     int32_t *prompt;
+    dt_tokenizer_t *tok;
 } sample_run_t;
 
 static void release(sample_run_t *s)
@@ -219,6 +269,7 @@ static void release(sample_run_t *s)
     dt_cli_model_close(&s->cm);
     dt_ckpt_close(s->rd);
     free(s->prompt);
+    dt_tokenizer_free(s->tok);
 }
 
 /* The checkpoint's model on the device with its weights: the [model]
@@ -291,6 +342,8 @@ int dt_cmd_sample(int argc, char **argv)
     if (!getenv("DTRAIN_LOG"))
         dt_log_set_level(DT_LOG_WARN);
     int rc = dt_cli_ckpt_dir(a.ckpt, dir, sizeof dir);
+    if (!rc && a.tokenizer)
+        rc = dt_tokenizer_load(a.tokenizer, &s.tok);
     if (!rc)
         rc = load_model(&s, dir);
     if (rc) {
@@ -299,7 +352,12 @@ int dt_cmd_sample(int argc, char **argv)
     }
     const dt_model_info_t *mi = dt_model_info(s.model);
     int64_t n_prompt = 0;
-    if ((ec = prompt_tokens(&a, mi->vocab_size, &s.prompt, &n_prompt))) {
+    if (s.tok && dt_tokenizer_vocab_size(s.tok) > (uint32_t)mi->vocab_size)
+        fprintf(stderr, "dtrain sample: warning: the tokenizer has %u ids, the model %lld: "
+                        "ids past the model's are never produced\n",
+                dt_tokenizer_vocab_size(s.tok), (long long)mi->vocab_size);
+    if ((ec = s.tok ? prompt_encoded(s.tok, a.prompt, mi->vocab_size, &s.prompt, &n_prompt)
+                    : prompt_tokens(&a, mi->vocab_size, &s.prompt, &n_prompt))) {
         release(&s);
         return ec;
     }
@@ -313,7 +371,8 @@ int dt_cmd_sample(int argc, char **argv)
         return DT_EXIT_USAGE;
     }
     const dt_model_ctx_t ctx = {.dev_ops = s.ops, .dev = s.dev, .stream = s.stream};
-    out_fmt_t fmt = {.ids = a.ids || mi->vocab_size != BYTE_VOCAB, .first = 1};
+    out_fmt_t fmt = {.ids = a.ids || (!s.tok && mi->vocab_size != BYTE_VOCAB), .first = 1,
+                     .tok = s.tok};
     if (!(rc = dt_decoder_create(s.model, &ctx, s.params, n_prompt + a.tokens - 1, &s.dec)) &&
         !(rc = dt_pick_init(&s.pick, &a.pick, mi->vocab_size))) {
         for (int64_t i = 0; i < n_prompt; i++)

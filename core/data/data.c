@@ -15,27 +15,28 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data/tokenizer.h"
 #include "util/fileutil.h"
 #include "util/error.h"
 
 /* ---- opening and validating ------------------------------------------ */
 
 /* Largest token.  Blocks of fixed length let GCC vectorize the inner max
- * even at -O2; the values are biased into int16 because SSE2 (the x86-64
- * baseline) has a signed 16-bit max (pmaxsw) but no unsigned one.  About
- * 25 GB/s on one core, so the open-time scan costs nothing noticeable. */
-static uint16_t max_token(const uint16_t *p, uint64_t n)
+ * even at -O2; the values are biased into int32 because SSE2 (the x86-64
+ * baseline) has no unsigned 32-bit max.  The open-time scan runs at
+ * memory speed, so it costs nothing noticeable. */
+static uint32_t max_token(const uint32_t *p, uint64_t n)
 {
     enum { BLK = 128 };
-    uint16_t m = 0;
+    uint32_t m = 0;
     uint64_t i = 0;
     for (; i + BLK <= n; i += BLK) {
-        int16_t bm = INT16_MIN;
+        int32_t bm = INT32_MIN;
         for (int j = 0; j < BLK; j++) {
-            int16_t v = (int16_t)(p[i + j] ^ 0x8000u);
+            int32_t v = (int32_t)(p[i + j] ^ 0x80000000u);
             bm = v > bm ? v : bm;
         }
-        uint16_t ub = (uint16_t)((uint16_t)bm ^ 0x8000u);
+        uint32_t ub = (uint32_t)bm ^ 0x80000000u;
         m = ub > m ? ub : m;
     }
     for (; i < n; i++)
@@ -83,32 +84,42 @@ static int read_at(int fd, const char *path, void *dst, size_t n, uint64_t at)
     return DT_OK;
 }
 
-/* Tokens [first, first + n) of the file into dst. */
+/* Tokens [first, first + n) of the file into dst, widened: a uint16
+ * file is read into the back half of dst and widened front to back. */
 static int tokens_read(const dt_dataset_t *ds, uint64_t first, size_t n,
-                       uint16_t *dst)
+                       uint32_t *dst)
 {
-    return read_at(ds->fd, ds->path, dst, n * sizeof *dst,
-                   DT_DATA_HEADER_BYTES + first * sizeof *dst);
+    if (ds->width == 4)
+        return read_at(ds->fd, ds->path, dst, n * 4, DT_DATA_HEADER_BYTES + first * 4);
+    uint16_t *half = (uint16_t *)(dst + n) - n;
+    int rc = read_at(ds->fd, ds->path, half, n * 2, DT_DATA_HEADER_BYTES + first * 2);
+    for (size_t i = 0; !rc && i < n; i++)
+        dst[i] = half[i];
+    return rc;
 }
 
 /* Token reads in pieces of this many (1 MiB) when scanning a whole file. */
 #define SCAN_TOKENS ((size_t)1 << 19)
 
-/* The header's magic, version and count against the file's size. */
-static int header_check(const char *path, const int32_t *hdr, uint64_t size)
+/* The header's magic, version and count against the file's size; the
+ * token width in *width. */
+static int header_check(const char *path, const int32_t *hdr, uint64_t size, uint32_t *width)
 {
-    if (hdr[0] != DT_DATA_MAGIC)
+    if (hdr[0] != DT_DATA_MAGIC && hdr[0] != DT_DATA_MAGIC32)
         return dt_err_set(DT_ERR_DATA, "data file '%s': bad magic %d (expected "
-                          "%d): not an llm.c token file", path, hdr[0],
-                          DT_DATA_MAGIC);
-    if (hdr[1] != DT_DATA_VERSION)
+                          "%d, or %d for uint32 tokens): not an llm.c token file", path,
+                          hdr[0], DT_DATA_MAGIC, DT_DATA_MAGIC32);
+    int wide = hdr[0] == DT_DATA_MAGIC32;
+    if (hdr[1] != (wide ? DT_DATA_VERSION32 : DT_DATA_VERSION))
         return dt_err_set(DT_ERR_DATA, "data file '%s': unsupported version %d "
-                          "(expected %d: uint16 tokens)", path, hdr[1],
-                          DT_DATA_VERSION);
+                          "(expected %d with magic %d: %s tokens)", path, hdr[1],
+                          wide ? DT_DATA_VERSION32 : DT_DATA_VERSION, hdr[0],
+                          wide ? "uint32" : "uint16");
     if (hdr[2] < 0)
         return dt_err_set(DT_ERR_DATA, "data file '%s': negative token count "
                           "%d in header", path, hdr[2]);
-    uint64_t want = DT_DATA_HEADER_BYTES + 2 * (uint64_t)hdr[2];
+    *width = wide ? 4 : 2;
+    uint64_t want = DT_DATA_HEADER_BYTES + *width * (uint64_t)hdr[2];
     if (size < want)
         return dt_err_set(DT_ERR_DATA, "data file '%s': truncated: header "
                           "says %d tokens (%llu bytes) but the file has "
@@ -144,12 +155,12 @@ int dt_data_open(const char *path, dt_dataset_t **out)
     if (!rc)
         rc = read_at(ds->fd, path, hdr, sizeof hdr, 0);
     if (!rc)
-        rc = header_check(path, hdr, size);
+        rc = header_check(path, hdr, size, &ds->width);
     if (!rc) {
         ds->ntok = (uint64_t)hdr[2];
         /* The largest token, read front to back in big pieces (a pass the
          * page cache then serves training from). */
-        uint16_t *buf = malloc(SCAN_TOKENS * sizeof *buf);
+        uint32_t *buf = malloc(SCAN_TOKENS * sizeof *buf);
         if (!buf)
             rc = dt_err_set(DT_ERR_NOMEM, "data file '%s': out of memory",
                             path);
@@ -158,7 +169,7 @@ int dt_data_open(const char *path, dt_dataset_t **out)
                                                    : SCAN_TOKENS;
             rc = tokens_read(ds, at, n, buf);
             if (!rc) {
-                uint16_t m = max_token(buf, n);
+                uint32_t m = max_token(buf, n);
                 ds->max_token = m > ds->max_token ? m : ds->max_token;
             }
         }
@@ -177,7 +188,7 @@ int dt_data_check_vocab(const dt_dataset_t *ds, uint32_t vocab_size)
     if (ds->ntok == 0 || ds->max_token < vocab_size)
         return DT_OK;
     /* Only on failure: find the first offender for the message. */
-    uint16_t *buf = malloc(SCAN_TOKENS * sizeof *buf);
+    uint32_t *buf = malloc(SCAN_TOKENS * sizeof *buf);
     if (!buf)
         return dt_err_set(DT_ERR_NOMEM, "data file '%s': out of memory",
                           ds->path);
@@ -204,15 +215,15 @@ int dt_data_check_vocab(const dt_dataset_t *ds, uint32_t vocab_size)
 
 /* ---- writing --------------------------------------------------------- */
 
-static int header_write(dt_afile_t *f, const char *path, uint64_t n)
+static int header_write(dt_afile_t *f, const char *path, uint64_t n, int width)
 {
     if (n > INT32_MAX)
         return dt_err_set(DT_ERR_INVALID, "data file '%s': %llu tokens do "
                           "not fit the llm.c header (at most %d)", path,
                           (unsigned long long)n, INT32_MAX);
     int32_t hdr[DT_DATA_HEADER_INTS] = {0};
-    hdr[0] = DT_DATA_MAGIC;
-    hdr[1] = DT_DATA_VERSION;
+    hdr[0] = width == 4 ? DT_DATA_MAGIC32 : DT_DATA_MAGIC;
+    hdr[1] = width == 4 ? DT_DATA_VERSION32 : DT_DATA_VERSION;
     hdr[2] = (int32_t)n;
     return dt_afile_write(f, hdr, sizeof hdr);
 }
@@ -267,11 +278,11 @@ int dt_data_prepare(const char *text_path, const char *out_train,
     if (!rc)
         rc = dt_afile_open(out_train, &ft);
     if (!rc)
-        rc = header_write(ft, out_train, nt);
+        rc = header_write(ft, out_train, nt, 2);
     if (!rc && out_val)
         rc = dt_afile_open(out_val, &fv);
     if (!rc && fv)
-        rc = header_write(fv, out_val, nv);
+        rc = header_write(fv, out_val, nv, 2);
     uint64_t done = 0;
     while (!rc && done < n) {
         size_t want = n - done < CHUNK ? (size_t)(n - done) : CHUNK;
@@ -306,6 +317,108 @@ int dt_data_prepare(const char *text_path, const char *out_train,
     free(tok);
     /* Commit val first: a crash in between leaves a new val beside an old
      * train file at worst, never a train file whose val split is missing. */
+    if (!rc && fv) {
+        rc = dt_afile_commit(fv);
+        fv = NULL;
+    }
+    if (!rc) {
+        rc = dt_afile_commit(ft);
+        ft = NULL;
+    }
+    dt_afile_abort(ft);
+    dt_afile_abort(fv);
+    if (rc)
+        return rc;
+    if (n_train)
+        *n_train = nt;
+    if (n_val)
+        *n_val = nv;
+    return DT_OK;
+}
+
+/* ---- preparing with a BPE tokenizer ------------------------------------ */
+
+/* ids[0, n) as `width`-byte tokens into f, through a bounded buffer. */
+static int ids_write(dt_afile_t *f, const uint32_t *ids, uint64_t n, int width)
+{
+    if (width == 4)
+        return dt_afile_write(f, ids, n * 4);
+    enum { PIECE = 1 << 16 };
+    uint16_t buf[PIECE];
+    int rc = DT_OK;
+    for (uint64_t at = 0; !rc && at < n; at += PIECE) {
+        size_t k = n - at < PIECE ? (size_t)(n - at) : PIECE;
+        for (size_t i = 0; i < k; i++)
+            buf[i] = (uint16_t)ids[at + i];
+        rc = dt_afile_write(f, buf, k * 2);
+    }
+    return rc;
+}
+
+int dt_data_prepare_bpe(const char *text_path, const struct dt_tokenizer *tok, int threads,
+                        void (*progress)(void *arg, size_t done, size_t total), void *arg,
+                        const char *out_train, const char *out_val, double val_fraction,
+                        uint64_t *n_train, uint64_t *n_val)
+{
+    if (n_train)
+        *n_train = 0;
+    if (n_val)
+        *n_val = 0;
+    if (!(val_fraction >= 0.0 && val_fraction < 1.0))
+        return dt_err_set(DT_ERR_INVALID, "data prepare: val fraction %g is "
+                          "outside [0, 1)", val_fraction);
+    if ((val_fraction > 0.0) != (out_val != NULL))
+        return dt_err_set(DT_ERR_INVALID, "data prepare: a val file needs a "
+                          "val fraction > 0 and the reverse (fraction %g, val "
+                          "file %s)", val_fraction, out_val ? out_val : "none");
+    char what[PATH_MAX + 16];
+    snprintf(what, sizeof what, "text file '%s'", text_path);
+    int fd;
+    uint64_t n;
+    int rc = dt_fileutil_open_input(text_path, 0, what, &fd, &n);
+    if (rc)
+        return rc;
+    char *text = NULL;
+    if (n == 0)
+        rc = dt_err_set(DT_ERR_DATA, "text file '%s' is empty", text_path);
+    else if (n > (uint64_t)SIZE_MAX / 2 || !(text = malloc((size_t)n)))
+        rc = dt_err_set(DT_ERR_NOMEM, "text file '%s': no memory to hold its %llu bytes",
+                        text_path, (unsigned long long)n);
+    for (uint64_t done = 0; !rc && done < n;) {
+        ssize_t got = read(fd, text + done, (size_t)(n - done));
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            rc = got < 0 ? dt_err_set(DT_ERR_IO, "text file '%s': %s", text_path, strerror(errno))
+                         : dt_err_set(DT_ERR_IO, "text file '%s': shrank to %llu bytes while "
+                                      "reading (expected %llu)", text_path,
+                                      (unsigned long long)done, (unsigned long long)n);
+        else
+            done += (uint64_t)got;
+    }
+    close(fd);
+    dt_token_vec_t ids = {0};
+    if (!rc)
+        rc = dt_tokenizer_encode(tok, text, (size_t)n, threads, progress, arg, &ids);
+    free(text);
+    uint64_t nv = (uint64_t)floor((double)ids.n * val_fraction), nt = ids.n - nv;
+    if (!rc && out_val && nv == 0)
+        rc = dt_err_set(DT_ERR_DATA, "text file '%s': val fraction %g of %llu tokens leaves "
+                        "no val tokens", text_path, val_fraction, (unsigned long long)ids.n);
+    const int width = dt_tokenizer_vocab_size(tok) > 65536 ? 4 : 2;
+    dt_afile_t *ft = NULL, *fv = NULL;
+    if (!rc)
+        rc = dt_fileutil_mkdir_parent(out_train);
+    if (!rc && out_val)
+        rc = dt_fileutil_mkdir_parent(out_val);
+    if (!rc && !(rc = dt_afile_open(out_train, &ft)) && !(rc = header_write(ft, out_train, nt,
+                                                                             width)))
+        rc = ids_write(ft, ids.ids, nt, width);
+    if (!rc && out_val && !(rc = dt_afile_open(out_val, &fv)) &&
+        !(rc = header_write(fv, out_val, nv, width)))
+        rc = ids_write(fv, ids.ids + nt, nv, width);
+    dt_token_vec_free(&ids);
+    /* val first, as dt_data_prepare commits */
     if (!rc && fv) {
         rc = dt_afile_commit(fv);
         fv = NULL;
@@ -489,7 +602,7 @@ static int seq_read(const dt_dataset_t *ds, uint32_t T, uint64_t seq,
                     int32_t *inputs, int32_t *targets)
 {
     enum { PIECE = 2048 };
-    uint16_t buf[PIECE];
+    uint32_t buf[PIECE];
     const uint64_t first = seq * T, total = (uint64_t)T + 1;
     for (uint64_t done = 0; done < total; done += PIECE) {
         size_t n = total - done < PIECE ? (size_t)(total - done) : PIECE;
@@ -497,7 +610,7 @@ static int seq_read(const dt_dataset_t *ds, uint32_t T, uint64_t seq,
         if (rc)
             return rc;
         for (size_t i = 0; i < n; i++) {
-            uint16_t t = buf[i];
+            uint32_t t = buf[i];
             if (t > ds->max_token)
                 return dt_err_set(DT_ERR_DATA, "data file '%s': changed while "
                                   "in use: token %u at position %llu is larger "

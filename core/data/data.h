@@ -5,7 +5,9 @@
  * File format (llm.c's, so its prepared datasets load unchanged):
  *   int32 header[256]: [0] = 20240520 (magic), [1] = 1 (version: uint16
  *   tokens), [2] = number of tokens; the rest zero.  Then header[2] uint16
- *   tokens.  Everything little-endian (as llm.c; dtrain targets LE hosts).
+ *   tokens.  A vocabulary of more than 65536 ids (Llama 3's, Qwen2's) takes
+ *   llm.c's second kind: magic 20240801, version 7, uint32 tokens.
+ *   Everything little-endian (as llm.c; dtrain targets LE hosts).
  *
  * Sampling (llm.c's cut): the token stream is cut into sequences of
  * seq_len + 1 tokens taken at stride seq_len, so sequence k covers tokens
@@ -24,10 +26,13 @@
 #ifndef DT_ENGINE_DATA_H
 #define DT_ENGINE_DATA_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define DT_DATA_MAGIC 20240520
 #define DT_DATA_VERSION 1
+#define DT_DATA_MAGIC32 20240801 /* llm.c's llama-3 files: uint32 tokens */
+#define DT_DATA_VERSION32 7
 #define DT_DATA_HEADER_INTS 256
 #define DT_DATA_HEADER_BYTES (DT_DATA_HEADER_INTS * 4)
 
@@ -44,7 +49,8 @@ typedef struct dt_dataset {
     char *path;
     int fd;                 /* the open file */
     uint64_t ntok;
-    uint16_t max_token;     /* largest token in the file (0 when empty) */
+    uint32_t width;         /* bytes a token: 2 (uint16) or 4 (uint32) */
+    uint32_t max_token;     /* largest token in the file (0 when empty) */
 } dt_dataset_t;
 
 /* Open and validate a token file: header size, magic, version, token count
@@ -73,6 +79,18 @@ int dt_data_check_vocab(const dt_dataset_t *ds, uint32_t vocab_size);
 int dt_data_prepare(const char *text_path, const char *out_train,
                     const char *out_val, double val_fraction,
                     uint64_t *n_train, uint64_t *n_val);
+
+/* The same with a BPE tokenizer (data/tokenizer.h): the whole text is
+ * read into memory and encoded on `threads` threads (0: the online cores),
+ * calling `progress` now and then (may be NULL); the last
+ * floor(n * val_fraction) TOKENS go to out_val.  The token file is uint16
+ * when every id of the tokenizer fits (vocabulary of at most 65536), else
+ * uint32 (magic 20240801, version 7). */
+struct dt_tokenizer;
+int dt_data_prepare_bpe(const char *text_path, const struct dt_tokenizer *tok, int threads,
+                        void (*progress)(void *arg, size_t done, size_t total), void *arg,
+                        const char *out_train, const char *out_val, double val_fraction,
+                        uint64_t *n_train, uint64_t *n_val);
 
 /* ---- sampler --------------------------------------------------------- */
 

@@ -58,8 +58,6 @@ static int mlp_create(dt_model_t *m, dt_config_t *cfg)
         (rc = dt_config_get_int(cfg, "model.mlp_hidden", &p->H)) ||
         (rc = dt_config_get_int(cfg, "model.mlp_layers", &p->NL)))
         return rc;
-    if ((rc = dt_model_check_vocab(cfg, p->V)))
-        return rc;
     dt_model_add_key(m, "vocab_size", p->V);
     dt_model_add_key(m, "mlp_in", p->D);
     dt_model_add_key(m, "mlp_hidden", p->H);

@@ -22,16 +22,6 @@ const char *dt_model_cfg_name(const dt_config_t *cfg)
     return p && p[0] ? p : "config";
 }
 
-int dt_model_check_vocab(const dt_config_t *cfg, int64_t vocab_size)
-{
-    if (vocab_size > 65536) /* token files hold uint16 tokens */
-        return dt_err_set(DT_ERR_CONFIG,
-                          "%s: [model] vocab_size = %lld exceeds 65536, the largest "
-                          "vocabulary uint16 token files can address",
-                          dt_model_cfg_name(cfg), (long long)vocab_size);
-    return DT_OK;
-}
-
 static const dt_model_arch_t *const archs[] = {&dt_model_arch_gpt2, &dt_model_arch_mlp};
 
 /* [model] keys that only one arch reads: setting one for another arch is

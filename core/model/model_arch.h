@@ -281,10 +281,6 @@ int dt_model_probe(dt_model_t *m, const dt_model_ctx_t *ctx, const char *what, u
 
 /* ---- what both archs' create, forward and backward share ---- */
 
-/* [model] vocab_size fits uint16 token files (<= 65536); DT_ERR_CONFIG
- * naming the config otherwise. */
-int dt_model_check_vocab(const dt_config_t *cfg, int64_t vocab_size);
-
 /* Return a failing status as it is (hooks and probes set their own
  * message). */
 #define DT_TRY(call)                                                                           \

@@ -12,6 +12,7 @@ packages=(
   libopenblas-dev       # cpu device plugin: sgemm
   libcjson-dev          # checkpoint manifests, safetensors headers, tokenizer.json
   libpcre2-dev          # the BPE tokenizer's Unicode-aware pre-tokenizer pattern
+  libutf8proc-dev       # the BPE tokenizer's NFC normalizer (Qwen2's)
   zlib1g-dev            # CRC-32 of checkpoint segments
   liburing-dev          # NVMe offload
   fio                   # bench/bench_offload_fio.sh: the NVMe tier beside fio (not needed by the tests)

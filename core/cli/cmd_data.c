@@ -22,7 +22,7 @@ void dt_help_data(FILE *f)
                "20240520, version 1, then uint16 tokens), so [data] train = \"OUT\" trains on\n"
                "it.  Without --tokenizer every byte is a token (vocab 256).  With\n"
                "--tokenizer, the byte-level BPE of a Hugging Face tokenizer.json (GPT-2,\n"
-               "Llama 3, Qwen2-style without a normalizer) gives the ids the tokenizers\n"
+               "Llama 3, Qwen2-style) gives the ids the tokenizers\n"
                "library's encode(text, add_special_tokens=False) gives, on N threads (default:\n"
                "the online cores); a vocabulary of more than 65536 ids writes uint32 tokens\n"
                "(llm.c's magic 20240801, version 7).  With --val, the last F of the text\n"

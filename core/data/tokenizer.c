@@ -24,6 +24,7 @@
 #include <limits.h>
 #include <pcre2.h>
 #include <pthread.h>
+#include <utf8proc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +69,7 @@ struct dt_tokenizer {
     uint32_t n_added, n_normalized;
     uint32_t first[257];
     pcre2_code *re;
-    int add_prefix_space, ignore_merges;
+    int add_prefix_space, ignore_merges, nfc;
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -606,8 +607,11 @@ int dt_tokenizer_load(const char *path, dt_tokenizer_t **out)
     const cJSON *norm = root ? cJSON_GetObjectItemCaseSensitive(root, "normalizer") : NULL;
     if (!rc && norm && !cJSON_IsNull(norm)) {
         const cJSON *ty = cJSON_GetObjectItemCaseSensitive(norm, "type");
-        rc = fail(t, "normalizer", "not supported (only null); this one is ",
-                  cJSON_IsString(ty) ? ty->valuestring : json_type_name(norm));
+        if (cJSON_IsString(ty) && strcmp(ty->valuestring, "NFC") == 0)
+            t->nfc = 1; /* Qwen2's */
+        else
+            rc = fail(t, "normalizer", "not supported (only null and NFC); this one is ",
+                      cJSON_IsString(ty) ? ty->valuestring : json_type_name(norm));
     }
     const cJSON *model = root ? cJSON_GetObjectItemCaseSensitive(root, "model") : NULL;
     if (!rc && !cJSON_IsObject(model))
@@ -832,33 +836,39 @@ typedef struct {
     uint32_t len, id;
 } piece_t;
 
-/* Where the splitting stands: the text, what the added tokens left of
- * it (segments), and the regex inside the current segment. */
+/* A stretch of bytes and where the scan of it stands. */
+typedef struct {
+    const unsigned char *p;
+    size_t len, pos;
+    unsigned char *owned; /* p, when this level made it (NFC, a prefix space) */
+} cursor_t;
+
+/* Where the splitting stands, three levels deep as in `tokenizers`:
+ *  raw   the text, cut by the non-normalized added tokens;
+ *  norm  a stretch of it between two of them, normalized (NFC) when the
+ *        file asks, cut by the normalized added tokens;
+ *  sub   a stretch of that, with a space in front under add_prefix_space,
+ *        cut by the pattern into pieces.
+ * A level's token after its current stretch is pending until the stretch
+ * is done.  Buffers a level made stay alive until the window whose pieces
+ * point into them has been encoded (retire, then split_window_done). */
 typedef struct {
     const dt_tokenizer_t *t;
-    const unsigned char *text;
-    size_t len;
-    size_t pos;          /* next byte of the text not yet in a piece */
-    size_t seg_end;      /* the current segment: [pos, seg_end) */
-    uint32_t seg_token;  /* the added token after the segment, or NO_ID */
-    size_t tok_end;      /* where that token (with its strips) ends */
-    int in_segment;
-    unsigned char *prefixed; /* add_prefix_space: " " + segment */
-    size_t prefixed_cap;
-    const unsigned char *subj;
-    size_t subj_len, subj_pos;
+    cursor_t raw, norm, sub;
+    int in_norm, in_sub;
+    uint32_t raw_token, norm_token; /* pending, or NO_ID */
+    size_t raw_next, norm_next;     /* where the level goes on after it */
+    unsigned char **retired;
+    size_t n_retired, cap_retired;
     pcre2_match_data *md;
 } splitter_t;
 
-/* The first added token at or after `from` in text[from, len), leftmost
- * and then longest; its span with the strips in [*b, *e).  Tokens of the
- * kind `normalized` only (tokenizers matches the non-normalized ones
- * first, then the normalized ones in what is left: with no normalizer
- * the order is all that differs). */
+/* The first added token in text[from, len), leftmost and then longest, of
+ * the kind `normalized`; its span with the strips in [*b, *e). */
 static uint32_t find_added(const dt_tokenizer_t *t, const unsigned char *text, size_t from,
                            size_t len, int normalized, size_t *b, size_t *e)
 {
-    if (normalized && !t->n_normalized)
+    if (normalized ? !t->n_normalized : t->n_normalized == t->n_added)
         return NO_ID;
     for (size_t i = from; i < len; i++) {
         uint32_t best = NO_ID, best_len = 0;
@@ -888,67 +898,142 @@ static uint32_t find_added(const dt_tokenizer_t *t, const unsigned char *text, s
                 end += used;
         *b = s;
         *e = end;
-        return best;
+        return a->id;
     }
     return NO_ID;
 }
 
-/* The next segment and the added token after it. */
-static int next_segment(splitter_t *s)
+static int retire(splitter_t *s, cursor_t *c)
 {
-    const dt_tokenizer_t *t = s->t;
-    size_t b = s->len, e = s->len;
-    uint32_t k = find_added(t, s->text, s->pos, s->len, 0, &b, &e);
-    /* normalized tokens, inside what the others leave */
-    size_t b2, e2;
-    uint32_t k2 = find_added(t, s->text, s->pos, k == NO_ID ? s->len : b, 1, &b2, &e2);
-    if (k2 != NO_ID) {
-        k = k2;
-        b = b2;
-        e = e2;
+    if (!c->owned)
+        return 0;
+    if (s->n_retired == s->cap_retired) {
+        size_t cap = s->cap_retired ? 2 * s->cap_retired : 16;
+        unsigned char **r = realloc(s->retired, cap * sizeof *r);
+        if (!r)
+            return -1;
+        s->retired = r;
+        s->cap_retired = cap;
     }
-    s->seg_end = b;
-    s->seg_token = k == NO_ID ? NO_ID : t->added[k].id;
-    s->tok_end = e;
-    s->subj = s->text + s->pos;
-    s->subj_len = b - s->pos;
-    s->subj_pos = 0;
-    if (t->add_prefix_space && s->subj_len && s->subj[0] != ' ') {
-        if (s->subj_len + 1 > s->prefixed_cap) {
-            size_t cap = 2 * (s->subj_len + 1);
-            unsigned char *p = realloc(s->prefixed, cap);
-            if (!p)
-                return -1;
-            s->prefixed = p;
-            s->prefixed_cap = cap;
-        }
-        s->prefixed[0] = ' ';
-        memcpy(s->prefixed + 1, s->subj, s->subj_len);
-        s->subj = s->prefixed;
-        s->subj_len++;
-    }
-    s->in_segment = 1;
+    s->retired[s->n_retired++] = c->owned;
+    c->owned = NULL;
     return 0;
 }
 
-/* Up to `max` pieces into out; 0 when the text is done.  A segment made
- * with a prefix space must be BPE'd before the next segment is split
- * (its bytes live in `prefixed`): the window stops at its end then. */
+/* The window's pieces are encoded: the buffers they pointed into go. */
+static void split_window_done(splitter_t *s)
+{
+    for (size_t i = 0; i < s->n_retired; i++)
+        free(s->retired[i]);
+    s->n_retired = 0;
+}
+
+/* NFC of p[0, n) into a new buffer (*out, *out_len): runs of valid UTF-8
+ * are normalized, invalid bytes kept as they are. */
+static int nfc(const unsigned char *p, size_t n, unsigned char **out, size_t *out_len)
+{
+    unsigned char *o = malloc(n * 3 + 1); /* NFC grows a character at most 3x */
+    if (!o)
+        return -1;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i, used;
+        while (j < n && utf8_next(p + j, n - j, &used) >= 0)
+            j += used;
+        if (j > i) {
+            utf8proc_uint8_t *m = NULL;
+            utf8proc_ssize_t r = utf8proc_map(p + i, (utf8proc_ssize_t)(j - i), &m,
+                                              UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            if (r < 0 || (size_t)r > (j - i) * 3) {
+                free(m);
+                free(o);
+                return -1;
+            }
+            memcpy(o + k, m, (size_t)r);
+            k += (size_t)r;
+            free(m);
+            i = j;
+        }
+        while (i < n && utf8_next(p + i, n - i, &used) < 0)
+            o[k++] = p[i++];
+    }
+    *out = o;
+    *out_len = k;
+    return 0;
+}
+
+/* Enter the next stretch of the raw text: up to the next non-normalized
+ * added token, normalized when the file asks. */
+static int enter_norm(splitter_t *s)
+{
+    const dt_tokenizer_t *t = s->t;
+    size_t b = s->raw.len, e = s->raw.len;
+    s->raw_token = find_added(t, s->raw.p, s->raw.pos, s->raw.len, 0, &b, &e);
+    s->raw_next = s->raw_token == NO_ID ? s->raw.len : e;
+    s->norm = (cursor_t){s->raw.p + s->raw.pos, b - s->raw.pos, 0, NULL};
+    if (t->nfc && s->norm.len) {
+        unsigned char *o;
+        size_t n;
+        if (nfc(s->norm.p, s->norm.len, &o, &n) != 0)
+            return -1;
+        s->norm = (cursor_t){o, n, 0, o};
+    }
+    s->in_norm = 1;
+    return 0;
+}
+
+/* Enter the next stretch of the normalized one: up to the next normalized
+ * added token, with a space in front under add_prefix_space. */
+static int enter_sub(splitter_t *s)
+{
+    const dt_tokenizer_t *t = s->t;
+    size_t b = s->norm.len, e = s->norm.len;
+    s->norm_token = find_added(t, s->norm.p, s->norm.pos, s->norm.len, 1, &b, &e);
+    s->norm_next = s->norm_token == NO_ID ? s->norm.len : e;
+    s->sub = (cursor_t){s->norm.p + s->norm.pos, b - s->norm.pos, 0, NULL};
+    if (t->add_prefix_space && s->sub.len && s->sub.p[0] != ' ') {
+        unsigned char *o = malloc(s->sub.len + 1);
+        if (!o)
+            return -1;
+        o[0] = ' ';
+        memcpy(o + 1, s->sub.p, s->sub.len);
+        s->sub = (cursor_t){o, s->sub.len + 1, 0, o};
+    }
+    s->in_sub = 1;
+    return 0;
+}
+
+/* Up to `max` pieces into out; 0 when the text is done. */
 static size_t split_some(splitter_t *s, piece_t *out, size_t max, int *err)
 {
+    const dt_tokenizer_t *t = s->t;
     size_t n = 0;
-    while (n < max && (s->pos < s->len || s->in_segment)) {
-        if (!s->in_segment) {
-            if (next_segment(s) != 0) {
-                *err = DT_ERR_NOMEM;
-                return n;
-            }
+    while (n < max) {
+        if (!s->in_norm) {
+            if (s->raw.pos >= s->raw.len)
+                break;
+            if (enter_norm(s) != 0)
+                return *err = DT_ERR_NOMEM, n;
         }
-        const dt_tokenizer_t *t = s->t;
-        while (n < max && s->subj_pos < s->subj_len) {
-            size_t at = s->subj_pos, mb = s->subj_len, me = s->subj_len;
+        if (!s->in_sub) {
+            if (s->norm.pos >= s->norm.len) {
+                /* the normalized stretch is done: its token, then on */
+                if (s->raw_token != NO_ID)
+                    out[n++] = (piece_t){NULL, 0, s->raw_token};
+                s->raw.pos = s->raw_next;
+                s->in_norm = 0;
+                if (retire(s, &s->norm) != 0)
+                    return *err = DT_ERR_NOMEM, n;
+                continue;
+            }
+            if (enter_sub(s) != 0)
+                return *err = DT_ERR_NOMEM, n;
+        }
+        cursor_t *c = &s->sub;
+        while (n < max && c->pos < c->len) {
+            size_t at = c->pos, mb = c->len, me = c->len;
             if (t->re) {
-                int rc = pcre2_match(t->re, s->subj, s->subj_len, at, 0, s->md, NULL);
+                int rc = pcre2_match(t->re, c->p, c->len, at, 0, s->md, NULL);
                 if (rc >= 0) {
                     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
                     mb = ov[0];
@@ -960,41 +1045,39 @@ static size_t split_some(splitter_t *s, piece_t *out, size_t max, int *err)
                 }
             }
             if (mb > at) { /* the text before the match is a piece too */
-                out[n++] = (piece_t){s->subj + at, (uint32_t)(mb - at), NO_ID};
-                s->subj_pos = mb;
+                out[n++] = (piece_t){c->p + at, (uint32_t)(mb - at), NO_ID};
+                c->pos = mb;
                 continue;
             }
             if (me == mb) { /* an empty match: one character on its own */
                 size_t used;
-                utf8_next(s->subj + at, s->subj_len - at, &used);
+                utf8_next(c->p + at, c->len - at, &used);
                 me = at + used;
             }
-            out[n++] = (piece_t){s->subj + at, (uint32_t)(me - at), NO_ID};
-            s->subj_pos = me;
+            out[n++] = (piece_t){c->p + at, (uint32_t)(me - at), NO_ID};
+            c->pos = me;
         }
-        if (s->subj_pos < s->subj_len)
+        if (c->pos < c->len || n == max)
             break; /* the window is full */
-        if (n < max) {
-            if (s->seg_token != NO_ID)
-                out[n++] = (piece_t){NULL, 0, s->seg_token};
-            s->pos = s->seg_token != NO_ID ? s->tok_end : s->seg_end;
-            s->in_segment = 0;
-            if (s->subj == s->prefixed)
-                break; /* its pieces point into `prefixed`: BPE them first */
-        }
+        /* the sub-stretch is done: its normalized token, then on */
+        if (s->norm_token != NO_ID)
+            out[n++] = (piece_t){NULL, 0, s->norm_token};
+        s->norm.pos = s->norm_next;
+        s->norm_token = NO_ID;
+        s->in_sub = 0;
+        if (retire(s, &s->sub) != 0)
+            return *err = DT_ERR_NOMEM, n;
     }
     return n;
 }
 
 /* ----------------------------------------------------------- encoding */
 
-/* Bytes of the text split so far. */
+/* Bytes of the raw text split so far (a stretch being split counts as
+ * done: progress only). */
 static size_t split_done(const splitter_t *s)
 {
-    if (!s->in_segment)
-        return s->pos;
-    size_t in = s->subj_pos - (s->subj == s->prefixed && s->subj_pos ? 1 : 0);
-    return s->pos + in;
+    return s->raw.pos;
 }
 
 typedef struct {
@@ -1030,7 +1113,8 @@ int dt_tokenizer_encode(const dt_tokenizer_t *t, const char *text, size_t len, i
     }
     if (threads > 64)
         threads = 64;
-    splitter_t s = {.t = t, .text = (const unsigned char *)text, .len = len};
+    splitter_t s = {.t = t, .raw = {(const unsigned char *)text, len, 0, NULL},
+                    .raw_token = NO_ID, .norm_token = NO_ID};
     piece_t *pieces = malloc(WINDOW_PIECES * sizeof *pieces);
     job_t *jobs = calloc((size_t)threads, sizeof *jobs);
     s.md = t->re ? pcre2_match_data_create_from_pattern(t->re, NULL) : NULL;
@@ -1068,6 +1152,7 @@ int dt_tokenizer_encode(const dt_tokenizer_t *t, const char *text, size_t len, i
         for (int i = 0; i < used && !rc; i++)
             if (jobs[i].failed || vec_push(out, jobs[i].out.ids, jobs[i].out.n) != 0)
                 rc = dt_err_set(DT_ERR_NOMEM, "tokenizer '%s': out of memory", t->path);
+        split_window_done(&s);
         if (progress)
             progress(arg, split_done(&s), len);
     }
@@ -1077,7 +1162,10 @@ int dt_tokenizer_encode(const dt_tokenizer_t *t, const char *text, size_t len, i
     }
     free(jobs);
     free(pieces);
-    free(s.prefixed);
+    split_window_done(&s);
+    free(s.norm.owned);
+    free(s.sub.owned);
+    free(s.retired);
     pcre2_match_data_free(s.md);
     return rc;
 }

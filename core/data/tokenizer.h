@@ -1,14 +1,17 @@
 /*
  * core/data/tokenizer.h - byte-level BPE read from a Hugging Face
- * `tokenizer.json` (GPT-2, Llama 3, Qwen2-style tokenizers without a
- * normalizer), giving the ids the `tokenizers` library's
- * `encode(text, add_special_tokens=False)` gives.
+ * `tokenizer.json` (GPT-2, Llama 3, Qwen2-style tokenizers), giving the
+ * ids the `tokenizers` library's `encode(text, add_special_tokens=False)`
+ * gives.
  *
  * What a text goes through, as in `tokenizers`:
  *  1. added tokens (`added_tokens`: "<|endoftext|>", ...) are cut out of the
  *     text first, leftmost and then longest, each one id (lstrip / rstrip
- *     take the whitespace beside them);
- *  2. each stretch between them is pre-tokenized: split by the model's
+ *     take the whitespace beside them); those marked `normalized` are
+ *     matched after the normalizer;
+ *  2. each stretch between them is normalized when the file asks (NFC, by
+ *     utf8proc; runs of invalid UTF-8 are left as they are) and
+ *     pre-tokenized: split by the model's
  *     pattern (GPT-2's when `ByteLevel` has `use_regex`, or a `Split`'s
  *     regex, behaviour "Isolated": the matches and the text between them
  *     are pieces), matched by PCRE2 with Unicode properties, after a space
@@ -25,7 +28,7 @@
  * (byte-level vocabularies hold every byte); decoding gives the same bytes.
  *
  * Refused with a message naming the file and the key: other models than
- * BPE, a normalizer, other pre-tokenizers (Metaspace, Digits, ...), Split
+ * BPE, other normalizers than NFC, other pre-tokenizers (Metaspace, Digits, ...), Split
  * behaviours other than "Isolated", BPE dropout, subword prefixes and
  * suffixes, byte_fallback, single_word added tokens, and a vocabulary that
  * lacks a byte.  The post-processor (BOS/EOS templates) is not applied.

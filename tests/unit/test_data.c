@@ -166,7 +166,8 @@ static void test_open_bad_magic(void **state)
     write_header_file(p, 123, 1, 4, 4);
     dt_dataset_t *ds;
     assert_int_equal(dt_data_open(p, &ds), DT_ERR_DATA);
-    assert_msg_has("bad magic 123 (expected 20240520): not an llm.c token file");
+    assert_msg_has("bad magic 123 (expected 20240520, or 20240801 for uint32 tokens): not an "
+                   "llm.c token file");
 }
 
 static void test_open_bad_version(void **state)
@@ -175,7 +176,11 @@ static void test_open_bad_version(void **state)
     write_header_file(p, DT_DATA_MAGIC, 7, 4, 4);
     dt_dataset_t *ds;
     assert_int_equal(dt_data_open(p, &ds), DT_ERR_DATA);
-    assert_msg_has("unsupported version 7 (expected 1");
+    assert_msg_has("unsupported version 7 (expected 1 with magic 20240520: uint16 tokens)");
+    /* and the uint32 kind's magic with the uint16 kind's version */
+    write_header_file(p, DT_DATA_MAGIC32, 1, 4, 4);
+    assert_int_equal(dt_data_open(p, &ds), DT_ERR_DATA);
+    assert_msg_has("unsupported version 1 (expected 7 with magic 20240801: uint32 tokens)");
 }
 
 static void test_open_count_mismatch(void **state)

@@ -2,7 +2,8 @@
  * tests/unit/test_tokenizer.c - the byte-level BPE tokenizer
  * (core/data/tokenizer.c) against Hugging Face's `tokenizers` library:
  * the fixtures in tests/data/tokenizers (made by make_fixtures.py there)
- * hold three tokenizer.json files and the ids `tokenizers` gives for a
+ * hold four tokenizer.json files (GPT-2's pre-tokenizer, with and without
+ * a prefix space; Llama 3's pattern; Qwen2's with its NFC normalizer) and the ids `tokenizers` gives for a
  * multilingual sample (whitespace runs, digits, CJK, Cyrillic, Arabic,
  * Devanagari, combining marks, emoji with ZWJ and skin tones, special
  * tokens inline) and for edge cases; every id must be equal, on 1 and 3
@@ -78,11 +79,13 @@ static void round_trip(const dt_tokenizer_t *t, const dt_token_vec_t *v, const c
     free(buf);
 }
 
-/* Decoding gives the text back unless a prefix space was added or an
- * lstrip/rstrip token (llama3.json's <mask>) took whitespace. */
+/* Decoding gives the text back unless a prefix space was added, NFC
+ * changed it (qwen2.json) or an lstrip/rstrip token (llama3.json's <mask>)
+ * took whitespace. */
 static int lossless(const char *name, const char *text)
 {
-    return !strstr(name, "prefix") && !(strstr(name, "llama3") && strstr(text, "<mask>"));
+    return !strstr(name, "prefix") && !strstr(name, "qwen2") &&
+           !(strstr(name, "llama3") && strstr(text, "<mask>"));
 }
 
 static void against_tokenizers(const char *name)
@@ -153,6 +156,14 @@ static void test_llama3(void **state)
     assert_memory_equal(the, " the", 4);
     assert_null(dt_tokenizer_token(t, 70001, &n));
     dt_tokenizer_free(t);
+}
+
+/* Qwen2's NFC normalizer and single-digit pattern, and a normalized added
+ * token matched after NFC */
+static void test_qwen2_nfc(void **state)
+{
+    (void)state;
+    against_tokenizers("qwen2");
 }
 
 /* Invalid UTF-8 is kept: its bytes are pieces of their own and come back
@@ -268,7 +279,8 @@ static void test_refusals(void **state)
     struct {
         const char *path, *value, *msg;
     } cases[] = {
-        {"normalizer", "{\"type\": \"NFC\"}", "normalizer: not supported (only null); this one is NFC"},
+        {"normalizer", "{\"type\": \"NFKC\"}", "normalizer: not supported (only null and NFC); "
+                                              "this one is NFKC"},
         {"model.type", "\"WordPiece\"", "model.type: only \"BPE\" is supported, not WordPiece"},
         {"model.dropout", "0.1", "model.dropout: not supported (it must be null)"},
         {"model.byte_fallback", "true", "model.byte_fallback: true is not supported (a "
@@ -353,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_gpt2),
         cmocka_unit_test(test_gpt2_prefix_space),
         cmocka_unit_test(test_llama3),
+        cmocka_unit_test(test_qwen2_nfc),
         cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_prepare_token_files),
         cmocka_unit_test(test_refusals),

@@ -11,11 +11,17 @@
 #                 ignore_merges, special <|begin_of_text|> / <|end_of_text|>,
 #                 <mask> (lstrip, rstrip), and one added token at id 70000
 #                 so the vocabulary needs uint32 token files
+#   qwen2.json    Qwen2's normalizer (NFC) and pattern (single digits),
+#                 special <|im_start|> / <|im_end|>, and [N] a normalized
+#                 added token (matched after NFC)
 #   <name>.expected.json  {"sample": [ids], "cases": [{"text", "ids"}]}
 # Run from this folder; the outputs are checked in.
 import json
-from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers, Regex, AddedToken
+from tokenizers import (Tokenizer, models, normalizers, pre_tokenizers, decoders, trainers,
+                        Regex, AddedToken)
 
+QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+         r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
           r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 corpus = ["/usr/share/common-licenses/GPL-3", "sample.txt"]
@@ -23,10 +29,13 @@ CASES = ["", " ", "a", "  leading", "trailing  ", "a\n\n\nb", "\r\n\r\n", "\t\t 
          "<|endoftext|>", "<|endoftext|><|endoftext|>", "x<|endoftext|>y", "<|endoftext",
          "x<mask>y", "  <mask>  z", "<|begin_of_text|>Hi<|end_of_text|>", "It's I'M we'LL",
          "1234567 12 3", "😀😀 👨‍👩‍👧", "日本語のテキスト", "e\u0301 n\u0303", "a\u00a0b\u3000c",
-         " " * 40 + "x", "x" * 300, "Hello, world!\n", "\u0100\u0101 ÿ", "the the"]
+         " " * 40 + "x", "x" * 300, "Hello, world!\n", "\u0100\u0101 ÿ", "the the",
+         "cafe\u0301 [N] x[N]y 12345", "\u212b\u2126 A\u030a"]
 
-def train(pre, special, vocab):
+def train(pre, special, vocab, norm=None):
     t = Tokenizer(models.BPE())
+    if norm:
+        t.normalizer = norm
     t.pre_tokenizer = pre
     t.decoder = decoders.ByteLevel()
     t.train(corpus, trainers.BpeTrainer(vocab_size=vocab, special_tokens=special,
@@ -60,5 +69,11 @@ d = json.load(open("llama3.json"))
 d["model"]["ignore_merges"] = True
 d["model"]["vocab"]["\u0120the"] = 70000
 json.dump(d, open("llama3.json", "w"), ensure_ascii=False)
-for n in ("gpt2", "gpt2_prefix", "llama3"):
+q = train(pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2), "isolated"),
+                                   pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                            use_regex=False)]),
+          ["<|im_start|>", "<|im_end|>"], 700, normalizers.NFC())
+q.add_tokens([AddedToken("[N]", normalized=True)])
+q.save("qwen2.json")
+for n in ("gpt2", "gpt2_prefix", "llama3", "qwen2"):
     expected(n)

@@ -190,6 +190,31 @@ typedef struct dt_shard_cfg {
 /* Per-group and per-reduction bookkeeping (shard_internal.h). */
 struct dt_shard_group_state;
 struct dt_shard_reduction;
+struct dt_shard_engine;
+
+/* Where a rank's shard lives: the slots gather, reduce, step and state
+ * call, filled once at init (shard_engine.c) from the device buffers
+ * (shard_home.c) and, for what offload_what names, an offload tier
+ * (shard_offload.c).  Contracts in shard_internal.h. */
+typedef struct dt_shard_home {
+    /* parameters: this rank's compute shard of a group for its gather */
+    int (*load_ahead)(struct dt_shard_engine *e, uint32_t gi);
+    int (*load)(struct dt_shard_engine *e, uint32_t gi, const void **send);
+    int (*load_wait)(struct dt_shard_engine *e, uint32_t gi);
+    /* gradients: a group's buffer, its reduced block, the step's end, norm */
+    int (*grads_buffer)(struct dt_shard_engine *e, uint32_t gi, float **out);
+    int (*grads_add)(struct dt_shard_engine *e, uint32_t gi, const float *block,
+                     dt_stream_t *stream, int whole);
+    int (*grads_end)(struct dt_shard_engine *e);
+    int (*grads_sumsq)(struct dt_shard_engine *e, double *out);
+    /* the update, the compute copy from the master, checkpoint state */
+    int (*update)(struct dt_shard_engine *e, const dt_optim_step_t *st);
+    int (*publish)(struct dt_shard_engine *e, const char *when);
+    int (*state_get)(struct dt_shard_engine *e, uint32_t unit, int kind, dt_range_t r,
+                     uint64_t at, float *buf);
+    int (*state_set)(struct dt_shard_engine *e, uint32_t unit, int kind, dt_range_t r,
+                     uint64_t at, const float *buf);
+} dt_shard_home_t;
 
 /* One engine.  A strategy built on it embeds it FIRST in its instance
  * (the ops wrappers below cast the instance to it).  Read-only outside
@@ -224,12 +249,11 @@ typedef struct dt_shard_engine {
     float *m, *v;                 /* optimizer moments of the shard (NULL
                                    * when offloaded) */
     double *norm_slot;
-    int norm_copies;              /* dt_dp_has_norm_copies (tensor
-                                   * parallelism) */
-    dt_range_t *copy_ranges;      /* with the gradient shard offloaded: the
-                                   * copies' ranges of the shard buffer
-                                   * (dt_dp_copy_ranges), the norm leaves out */
-    uint32_t n_copy_ranges;
+    dt_norm_plan_t norm;          /* what this rank's norm sums, in the
+                                   * gradient buffer (gfull, else the shard
+                                   * buffer): less a pipeline stage's COPY
+                                   * units and tensor-parallel duplicates */
+    dt_shard_home_t home;         /* where the shard lives */
     /* offload (shard_offload.c): what the tier holds (DT_OFFLOAD_WHAT_*)
      * and, with the optimizer there, the master shard and moments; with
      * the parameters there, the compute shard (in place of cshard) and

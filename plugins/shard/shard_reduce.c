@@ -18,10 +18,10 @@
  * reduced block is cast back into the f32 place the f32 collective would
  * have written.  The communicator sums in f32 and rounds once.
  *
- * Gradients offloaded with the optimizer (shard_offload.c): a completed
- * reduce-scatter's block goes into the tier instead of the device's
- * shard; on one shard rank there is nothing to reduce, and a group's
- * buffer goes into the tier when its gradient is complete.
+ * A completed reduce-scatter's block goes to the gradient shard through
+ * e->home.grads_add (the device's shard; an offload tier's with the
+ * optimizer there, shard_offload.c); on one shard rank a transient buffer
+ * (only a tier's) has nothing to reduce and goes there whole.
  *
  * Reductions run on the communication stream, ordered after the compute
  * stream by an event when they start, and complete oldest first; they
@@ -165,13 +165,9 @@ static int red_finish_one(dt_shard_engine_t *e, int64_t timeout_ms)
                                                 (int64_t)gr->shard);
         e->dp.dev_ops->free(e->dp.dev, r.wire);
     }
-    if (rc == DT_OK && r.kind == SH_R_SCATTER_ADD && shard_grads_offloaded(e))
-        rc = shard_offload_grads_add(e, r.group, r.buf + (uint64_t)e->srank * gr->shard,
-                                     e->comm_stream, 0);
-    else if (rc == DT_OK && r.kind == SH_R_SCATTER_ADD)
-        rc = e->dp.kernels->axpy(e->dp.dev, e->comm_stream, shard_gshard(e, r.group),
-                                            r.buf + (uint64_t)e->srank * gr->shard, DT_F32,
-                                            1.0f, (int64_t)gr->shard);
+    if (rc == DT_OK && r.kind == SH_R_SCATTER_ADD)
+        rc = e->home.grads_add(e, r.group, r.buf + (uint64_t)e->srank * gr->shard,
+                               e->comm_stream, 0);
     if (r.buf)
         e->dp.dev_ops->free(e->dp.dev, r.buf); /* waits for the axpy */
     if (rc != DT_OK) {
@@ -215,15 +211,16 @@ static int launch_final(dt_shard_engine_t *e, uint32_t gi)
     return DT_OK;
 }
 
-/* One shard rank, gradients offloaded: group gi's buffer (the step's sum
- * so far) into the tier whole, then freed. */
+/* One shard rank with a transient buffer (a tier's: grads_buffer carried
+ * the step's sum so far over): group gi's buffer into the gradient shard
+ * whole, then freed. */
 static int grads_local(dt_shard_engine_t *e, uint32_t gi)
 {
     sh_group_t *g = &e->g[gi];
     float *buf = g->gbuf;
     g->gbuf = NULL;
     g->gbuf_transient = 0;
-    int rc = shard_offload_grads_add(e, gi, buf, e->dp.cs, 1);
+    int rc = e->home.grads_add(e, gi, buf, e->dp.cs, 1);
     e->dp.dev_ops->free(e->dp.dev, buf);
     return rc;
 }
@@ -263,11 +260,8 @@ int shard_grad_buffer(dt_shard_engine_t *e, uint32_t gi)
     int rc = DT_OK;
     while (rc == DT_OK && g->queued > 0)
         rc = red_finish_one(e, -1);
-    if (rc == DT_OK && e->ssize == 1) /* gradients offloaded: nothing reduces */
-        rc = shard_offload_grads_buffer(e, gi, &g->gbuf);
-    else if (rc == DT_OK)
-        rc = shard_alloc_zeroed(e, e->plan.groups[gi].padded, DT_F32, DT_TAG_COMM,
-                                "a group's gradient buffer", (void **)&g->gbuf);
+    if (rc == DT_OK)
+        rc = e->home.grads_buffer(e, gi, &g->gbuf);
     if (rc != DT_OK)
         return rc;
     g->gbuf_transient = 1;
@@ -298,18 +292,7 @@ int shard_reduce_all(dt_shard_engine_t *e)
     /* after a failure, what is queued is destroy's to drop */
     if (rc == DT_OK)
         rc = shard_reductions_finish(e, -1);
-    /* gradients offloaded: a group no backward touched this step holds
-     * zeros, as the device's shard zeroed at begin_step would */
-    for (uint32_t i = 0; rc == DT_OK && shard_grads_offloaded(e) && i < e->plan.n_groups; i++) {
-        if (e->g[i].gadds > 0)
-            continue;
-        float *zeros = NULL;
-        rc = shard_alloc_zeroed(e, e->plan.groups[i].shard, DT_F32, DT_TAG_COMM,
-                                "zero gradients of an untouched group", (void **)&zeros);
-        if (rc == DT_OK)
-            rc = shard_offload_grads_add(e, i, zeros, e->dp.cs, 1);
-        if (zeros)
-            e->dp.dev_ops->free(e->dp.dev, zeros);
-    }
+    if (rc == DT_OK)
+        rc = e->home.grads_end(e);
     return rc;
 }

@@ -537,6 +537,33 @@ int dt_dp_norm_copies(const dt_dp_t *b, double *slot, const float *x, uint64_t f
     return rc;
 }
 
+typedef struct plan_skip {
+    const dt_host_v1_t *host;
+    dt_norm_plan_t *p;
+} plan_skip_t;
+
+static int skip_copy(void *ctx, dt_range_t r)
+{
+    plan_skip_t *c = ctx;
+    return dt_norm_plan_skip(c->host, c->p, r);
+}
+
+int dt_dp_norm_plan_add(const dt_dp_t *b, dt_norm_plan_t *p, uint64_t first, uint64_t n,
+                        uint32_t unit_lo, uint32_t unit_hi, const uint64_t *unit_start,
+                        uint64_t base)
+{
+    int counted = 0;
+    for (uint32_t u = unit_lo; u <= unit_hi && u < b->model->n_units; u++)
+        counted |= !(dt_dp_unit_flags(b, u) & DT_UNIT_COPY);
+    if (!counted)
+        return DT_OK; /* the other stage's */
+    int rc = dt_norm_plan_part(b->host, p, (dt_range_t){.offset = base, .count = n});
+    plan_skip_t c = {b->host, p};
+    if (rc == DT_OK)
+        rc = each_copy_range(b, first, n, unit_lo, unit_hi, unit_start, base, skip_copy, &c);
+    return rc;
+}
+
 /* ---- buffers the group reduces or gathers ---------------------------------- */
 
 static int may_use_symmetric(const dt_dp_t *b, dt_comm_t *comm)

@@ -17,9 +17,15 @@
  *                     completes it (ZeRO-2/3, FSDP), across replicas (HYBRID)
  *   shard_hooks.c     the unit hooks and the start of a step
  *   shard_step.c      the sharded optimizer step: norm, clip, update
+ *   shard_home.c      where the shard lives (dt_shard_home_t, chosen at
+ *                     init): the device's buffers - what a gather sends,
+ *                     where a reduced block goes, the norm, the update
+ *   shard_offload.c   the same slots over an offload tier (ZeRO-Offload:
+ *                     optimizer state and gradients; ZeRO-Infinity:
+ *                     parameters), for what offload_what names
  *   shard_state.c     checkpoint state by global ranges, state_loaded
- *   shard_offload.c   the optimizer state in an offload tier (ZeRO-Offload)
- *   shard_engine.c    creating and freeing an engine: groups, buffers
+ *   shard_engine.c    creating and freeing an engine: groups, buffers,
+ *                     the home, the norm plan; waiting for all (drain)
  *   shard_estimate.c  the planner's estimate (a replay of one step)
  *   shard_strategy.c  a strategy plugin over the engine: init, estimate, ops
  */
@@ -254,7 +260,7 @@ typedef struct dt_shard_engine {
                                    * buffer): less a pipeline stage's COPY
                                    * units and tensor-parallel duplicates */
     dt_shard_home_t home;         /* where the shard lives */
-    /* offload (shard_offload.c): what the tier holds (DT_OFFLOAD_WHAT_*)
+    /* offload (shard_offload.c, behind `home`): what the tier holds (DT_OFFLOAD_WHAT_*)
      * and, with the optimizer there, the master shard and moments; with
      * the parameters there, the compute shard (in place of cshard) and
      * pinned staging to fill it from a device master */

@@ -9,7 +9,8 @@
  * both plugins; not part of the SDK.
  *
  * Where to look:
- *   shard_plan.c      groups of units, padded equal shards, what a rank holds
+ *   shard_plan.c      groups of units, padded equal shards, what a rank holds,
+ *                     the two collectives that move a group
  *   shard_gather.c    parameters: a group's all-gather before its use (FSDP's
  *                     unit all-gather, ZeRO-3), prefetching, resharding, and
  *                     the all-gather of replicated parameters after a step
@@ -119,7 +120,7 @@ dt_range_t dt_shard_held(const dt_shard_plan_t *p, uint32_t unit,
 /* The two collectives that move a group between its sharded and its full
  * form. */
 
-/* shard_gather.c.  Start the all_gather of group `group`: every rank's `shard` (shard
+/* Start the all_gather of group `group`: every rank's `shard` (shard
  * elements of `dtype`; may alias full + rank * shard, in place) into
  * `full` (padded elements), on `stream`.  `req` as in comm.h (NULL:
  * blocking).  A failure is logged naming the group's units. */
@@ -128,7 +129,7 @@ int dt_shard_gather(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
                     const void *shard, void *full, int dtype,
                     dt_stream_t *stream, dt_comm_req_t **req);
 
-/* shard_reduce.c.  Start the reduce_scatter of group `group`'s gradients: `full` (padded
+/* Start the reduce_scatter of group `group`'s gradients: `full` (padded
  * elements of `dtype`, every rank's own) reduced with `op` (DT_OP_AVG:
  * the data-parallel mean), this rank's block into `shard` (shard elements
  * of `dtype`; may alias full + rank * shard, in place). */

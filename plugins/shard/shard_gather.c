@@ -15,20 +15,6 @@
  */
 #include "shard_internal.h"
 
-int dt_shard_gather(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
-                    dt_comm_t *comm, const dt_shard_plan_t *p, uint32_t group,
-                    const void *shard, void *full, int dtype,
-                    dt_stream_t *stream, dt_comm_req_t **req)
-{
-    if (group >= p->n_groups)
-        return host->set_error(host, DT_ERR_INVALID, "gather: group %u of %u", group,
-                               p->n_groups);
-    int rc = cops->all_gather(comm, shard, full, p->groups[group].shard, dtype, stream, req);
-    if (rc != DT_OK)
-        shard_plan_log(host, p, group, "all_gather", rc);
-    return rc;
-}
-
 int shard_gather_finish(dt_shard_engine_t *e, uint32_t gi, int64_t timeout_ms)
 {
     sh_group_t *g = &e->g[gi];

@@ -6,7 +6,8 @@
  *
  * The files stand in layers; each calls only into the layers above it, so
  * no two files depend on each other:
- *   shard_plan.c                   the plan (pure arithmetic)
+ *   shard_plan.c                   the plan (pure arithmetic), the group
+ *                                  collectives (dt_shard_gather, _reduce)
  *   this header                    buffers, ordering, logging (inline)
  *   shard_home.c, shard_offload.c  where the shard lives (dt_shard_home_t):
  *                                  device buffers; an offload tier for
@@ -85,14 +86,6 @@ typedef struct dt_shard_reduction {
     void *wire;            /* 16-bit reduce_dtype: what travels, or NULL */
     dt_comm_req_t *req;
 } sh_red_t;
-
-/* ------------------------------------------------ shard_plan.c */
-
-/* Log that collective `what` of plan group `group` failed with rc, naming
- * its units, shard length and ranks (the group collectives of shard.h,
- * which know no engine). */
-void shard_plan_log(const dt_host_v1_t *host, const dt_shard_plan_t *p, uint32_t group,
-                    const char *what, int rc);
 
 /* ------------------------------------------------ buffers */
 

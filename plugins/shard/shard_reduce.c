@@ -30,44 +30,27 @@
  */
 #include "shard_internal.h"
 
-int dt_shard_reduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
-                    dt_comm_t *comm, const dt_shard_plan_t *p, uint32_t group,
-                    const void *full, void *shard, int dtype, int op,
-                    dt_stream_t *stream, dt_comm_req_t **req)
-{
-    if (group >= p->n_groups)
-        return host->set_error(host, DT_ERR_INVALID, "reduce: group %u of %u", group,
-                               p->n_groups);
-    int rc = cops->reduce_scatter(comm, full, shard, p->groups[group].shard, dtype, op,
-                                  stream, req);
-    if (rc != DT_OK)
-        shard_plan_log(host, p, group, "reduce_scatter", rc);
-    return rc;
-}
-
-static dt_comm_t *red_comm(const dt_shard_engine_t *e, int kind)
-{
-    return kind == SH_R_REPLICAS ? e->rcomm : e->scomm;
-}
-
 static int red_finish_one(dt_shard_engine_t *e, int64_t timeout_ms);
 
-/* Where reduction `kind` of group gi reads (f32, `numel` elements) and
- * where this rank's reduced block lands (f32): `buf` is a SCATTER_ADD's
- * transient buffer. */
-static float *red_source(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf)
-{
-    const dt_shard_group_t *gr = &e->plan.groups[gi];
-    return kind == SH_R_SCATTER_ADD ? buf
-           : kind == SH_R_SCATTER   ? e->gfull + gr->full_off
-                                    : shard_gshard(e, gi);
-}
+/* What reduction `kind` of group gi moves: `numel` f32 elements at `src`
+ * reduced over `comm`, this rank's reduced block (`shard` elements) `at`
+ * elements into it.  `buf`: a SCATTER_ADD's transient buffer. */
+typedef struct red_what {
+    dt_comm_t *comm;
+    float *src;
+    uint64_t numel, at;
+} red_what_t;
 
-static float *red_block(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf)
+static red_what_t red_what(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf)
 {
     const dt_shard_group_t *gr = &e->plan.groups[gi];
-    return kind == SH_R_REPLICAS ? shard_gshard(e, gi)
-                                 : red_source(e, gi, kind, buf) + (uint64_t)e->srank * gr->shard;
+    const uint64_t mine = (uint64_t)e->srank * gr->shard;
+    switch (kind) {
+    case SH_R_SCATTER_ADD: return (red_what_t){e->scomm, buf, gr->padded, mine};
+    case SH_R_SCATTER: return (red_what_t){e->scomm, e->gfull + gr->full_off, gr->padded, mine};
+    default: /* HYBRID: the reduced shard across its replicas */
+        return (red_what_t){e->rcomm, shard_gshard(e, gi), gr->shard, 0};
+    }
 }
 
 /* A 16-bit reduce_dtype: `numel` elements of the source cast into a new
@@ -97,13 +80,12 @@ static int red_wire(dt_shard_engine_t *e, uint32_t gi, const float *src, uint64_
  * while the queue is over its caps. */
 static int red_launch(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf, int then_replicas)
 {
-    const dt_shard_group_t *gr = &e->plan.groups[gi];
-    uint64_t numel = kind == SH_R_REPLICAS ? gr->shard : gr->padded;
+    const red_what_t w = red_what(e, gi, kind, buf);
     int rc = DT_OK;
     while (e->red_n > 0 && (e->red_n == e->red_cap ||
                             (e->cfg.max_reduces && e->red_n >= e->cfg.max_reduces) ||
                             (e->cfg.max_reduce_numel &&
-                             e->red_numel + numel > e->cfg.max_reduce_numel)))
+                             e->red_numel + w.numel > e->cfg.max_reduce_numel)))
         if ((rc = red_finish_one(e, -1)) != DT_OK)
             break;
     if (rc == DT_OK)
@@ -112,20 +94,18 @@ static int red_launch(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf, i
     /* in place, in f32 or in the wire buffer of the reduce dtype */
     const int dt = e->cfg.reduce_dtype ? e->cfg.reduce_dtype : DT_F32;
     void *wire = NULL;
-    char *src = (char *)red_source(e, gi, kind, buf);
-    if (rc == DT_OK && dt != DT_F32 && (rc = red_wire(e, gi, (float *)src, numel, &wire)) == DT_OK)
+    char *src = (char *)w.src;
+    if (rc == DT_OK && dt != DT_F32 && (rc = red_wire(e, gi, w.src, w.numel, &wire)) == DT_OK)
         src = wire;
-    if (rc == DT_OK) {
-        if (kind != SH_R_REPLICAS) {
-            rc = dt_shard_reduce(e->dp.host, e->dp.comm_ops, e->scomm, &e->plan, gi, src,
-                                 src + (uint64_t)e->srank * gr->shard * dt_dtype_size(dt), dt,
-                                 DT_OP_AVG, e->comm_stream, &req);
-        } else {
-            rc = e->dp.comm_ops->all_reduce(e->rcomm, src, src, gr->shard, dt, DT_OP_AVG,
-                                            e->comm_stream, &req);
-            if (rc != DT_OK)
-                shard_log_group(e, gi, "all_reduce across replicas of the gradient shard", rc);
-        }
+    if (rc == DT_OK && kind != SH_R_REPLICAS) {
+        rc = dt_shard_reduce(e->dp.host, e->dp.comm_ops, w.comm, &e->plan, gi, src,
+                             src + w.at * dt_dtype_size(dt), dt, DT_OP_AVG, e->comm_stream,
+                             &req);
+    } else if (rc == DT_OK) {
+        rc = e->dp.comm_ops->all_reduce(w.comm, src, src, w.numel, dt, DT_OP_AVG,
+                                        e->comm_stream, &req);
+        if (rc != DT_OK)
+            shard_log_group(e, gi, "all_reduce across replicas of the gradient shard", rc);
     }
     if (rc != DT_OK) {
         e->failed = 1;
@@ -137,9 +117,9 @@ static int red_launch(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf, i
     }
     sh_red_t *r = &e->red[(e->red_head + e->red_n) % e->red_cap];
     *r = (sh_red_t){.group = gi, .kind = kind, .then_replicas = then_replicas,
-                    .numel = numel, .buf = buf, .wire = wire, .req = req};
+                    .numel = w.numel, .buf = buf, .wire = wire, .req = req};
     e->red_n++;
-    e->red_numel += numel;
+    e->red_numel += w.numel;
     e->g[gi].queued++;
     return DT_OK;
 }
@@ -153,21 +133,18 @@ static int red_finish_one(dt_shard_engine_t *e, int64_t timeout_ms)
     e->red_n--;
     e->red_numel -= r.numel;
     e->g[r.group].queued--;
-    const dt_shard_group_t *gr = &e->plan.groups[r.group];
-    int rc = e->dp.comm_ops->wait(red_comm(e, r.kind), r.req, timeout_ms); /* frees req */
+    const red_what_t w = red_what(e, r.group, r.kind, r.buf);
+    const int64_t shard = (int64_t)e->plan.groups[r.group].shard;
+    int rc = e->dp.comm_ops->wait(w.comm, r.req, timeout_ms); /* frees req */
     if (r.wire) { /* this rank's reduced block back to f32 where f32 would be */
         const int dt = e->cfg.reduce_dtype;
-        const uint64_t at = r.kind == SH_R_REPLICAS ? 0 : (uint64_t)e->srank * gr->shard;
         if (rc == DT_OK)
-            rc = e->dp.kernels->cast(e->dp.dev, e->comm_stream,
-                                                red_block(e, r.group, r.kind, r.buf), DT_F32,
-                                                (char *)r.wire + at * dt_dtype_size(dt), dt,
-                                                (int64_t)gr->shard);
+            rc = e->dp.kernels->cast(e->dp.dev, e->comm_stream, w.src + w.at, DT_F32,
+                                     (char *)r.wire + w.at * dt_dtype_size(dt), dt, shard);
         e->dp.dev_ops->free(e->dp.dev, r.wire);
     }
-    if (rc == DT_OK && r.kind == SH_R_SCATTER_ADD)
-        rc = e->home.grads_add(e, r.group, r.buf + (uint64_t)e->srank * gr->shard,
-                               e->comm_stream, 0);
+    if (rc == DT_OK && r.kind == SH_R_SCATTER_ADD) /* into the gradient shard */
+        rc = e->home.grads_add(e, r.group, w.src + w.at, e->comm_stream, 0);
     if (r.buf)
         e->dp.dev_ops->free(e->dp.dev, r.buf); /* waits for the axpy */
     if (rc != DT_OK) {

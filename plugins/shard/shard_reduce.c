@@ -188,15 +188,21 @@ static int launch_final(dt_shard_engine_t *e, uint32_t gi)
     return DT_OK;
 }
 
-/* One shard rank with a transient buffer (a tier's: grads_buffer carried
- * the step's sum so far over): group gi's buffer into the gradient shard
- * whole, then freed. */
-static int grads_local(dt_shard_engine_t *e, uint32_t gi)
+/* Hand group gi's gradient of this micro-step on: its transient buffer
+ * to a reduce-scatter (then freed), `final` the step's last, followed
+ * across replicas (HYBRID); on one shard rank (a tier's buffer, carrying
+ * the step's sum so far: grads_buffer) nothing reduces, the buffer goes
+ * to the gradient shard whole. */
+static int hand_on(dt_shard_engine_t *e, uint32_t gi, int final)
 {
     sh_group_t *g = &e->g[gi];
     float *buf = g->gbuf;
     g->gbuf = NULL;
     g->gbuf_transient = 0;
+    if (final)
+        g->final_sent = 1;
+    if (e->ssize > 1)
+        return red_launch(e, gi, SH_R_SCATTER_ADD, buf, final && e->rsize > 1);
     int rc = e->home.grads_add(e, gi, buf, e->dp.cs, 1);
     e->dp.dev_ops->free(e->dp.dev, buf);
     return rc;
@@ -208,17 +214,8 @@ int shard_group_complete(dt_shard_engine_t *e, uint32_t gi, int final_micro)
     g->n_final = 0;
     g->bwd_done = 1;
     int rc = DT_OK;
-    if (g->gbuf_transient && e->ssize == 1) {
-        if (final_micro)
-            g->final_sent = 1;
-        rc = grads_local(e, gi);
-    } else if (g->gbuf_transient) {
-        float *buf = g->gbuf;
-        g->gbuf = NULL;
-        g->gbuf_transient = 0;
-        if (final_micro)
-            g->final_sent = 1;
-        rc = red_launch(e, gi, SH_R_SCATTER_ADD, buf, final_micro && e->rsize > 1);
+    if (g->gbuf_transient) {
+        rc = hand_on(e, gi, final_micro);
         if (rc == DT_OK && !e->cfg.overlap)
             rc = shard_reductions_finish(e, -1);
     } else if (final_micro && e->cfg.overlap) {
@@ -252,19 +249,10 @@ int shard_reduce_all(dt_shard_engine_t *e)
      * waits for the step (overlap off): in backward order, the same on
      * every rank */
     for (uint32_t i = e->plan.n_groups; rc == DT_OK && i-- > 0;) {
-        sh_group_t *g = &e->g[i];
-        if (g->gbuf_transient && e->ssize == 1) {
-            g->final_sent = 1;
-            rc = grads_local(e, i);
-        } else if (g->gbuf_transient) {
-            float *buf = g->gbuf;
-            g->gbuf = NULL;
-            g->gbuf_transient = 0;
-            g->final_sent = 1;
-            rc = red_launch(e, i, SH_R_SCATTER_ADD, buf, e->rsize > 1);
-        } else if (!g->final_sent) {
+        if (e->g[i].gbuf_transient)
+            rc = hand_on(e, i, 1);
+        else if (!e->g[i].final_sent)
             rc = launch_final(e, i);
-        }
     }
     /* after a failure, what is queued is destroy's to drop */
     if (rc == DT_OK)

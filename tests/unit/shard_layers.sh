@@ -19,11 +19,12 @@ BEGIN {
 {
     n = split($1, part, ":"); f = ""
     for (i = 1; i <= n; i++) if (part[i] ~ /\.o$/) f = part[i]
-    if (f == "" || NF < 3) next
+    if (f == "" || NF < 2) next
     sub(/\.c\.o$|\.o$/, "", f)
     files[f] = 1
-    if ($2 == "U") { used[f, $3] = 1; users[$3] = users[$3] " " f }
-    else if ($2 ~ /^[TDBR]$/) owner[$3] = f
+    type = $(NF - 1); sym = $NF   # GNU nm and llvm-nm put the value apart
+    if (type == "U") users[sym] = users[sym] " " f
+    else if (type ~ /^[TDBR]$/) owner[sym] = f
 }
 END {
     bad = 0; calls = 0

@@ -211,9 +211,13 @@ static inline int shard_full_alloc(dt_shard_engine_t *e, uint32_t g)
  *   state_get/set(unit, kind, r, at, buf)  checkpoint state at shard
  *                    buffer element `at`
  * --------------------------------------------------------------------- */
+/* Fill `h` with the device's slots (shard_home.c). */
 void shard_home_device(dt_shard_home_t *h);
 
-/* ------------------------------------------------ shard_offload.c */
+/* ------------------------------------------------ shard_offload.c
+ *
+ * What the tier holds: asked only where the home is chosen and its
+ * buffers made (shard_engine.c) and inside the tier (shard_offload.c). */
 
 /* The optimizer state lives in the offload tier (e->off). */
 static inline int shard_optim_offloaded(const dt_shard_engine_t *e)

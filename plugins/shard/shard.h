@@ -9,7 +9,8 @@
  * both plugins; not part of the SDK.
  *
  * Where to look:
- *   shard_plan.c      groups of units, padded equal shards, what a rank holds
+ *   shard_plan.c      groups of units, padded equal shards, what a rank holds,
+ *                     the two collectives that move a group
  *   shard_gather.c    parameters: a group's all-gather before its use (FSDP's
  *                     unit all-gather, ZeRO-3), prefetching, resharding, and
  *                     the all-gather of replicated parameters after a step
@@ -17,9 +18,15 @@
  *                     completes it (ZeRO-2/3, FSDP), across replicas (HYBRID)
  *   shard_hooks.c     the unit hooks and the start of a step
  *   shard_step.c      the sharded optimizer step: norm, clip, update
+ *   shard_home.c      where the shard lives (dt_shard_home_t, chosen at
+ *                     init): the device's buffers - what a gather sends,
+ *                     where a reduced block goes, the norm, the update
+ *   shard_offload.c   the same slots over an offload tier (ZeRO-Offload:
+ *                     optimizer state and gradients; ZeRO-Infinity:
+ *                     parameters), for what offload_what names
  *   shard_state.c     checkpoint state by global ranges, state_loaded
- *   shard_offload.c   the optimizer state in an offload tier (ZeRO-Offload)
- *   shard_engine.c    creating and freeing an engine: groups, buffers
+ *   shard_engine.c    creating and freeing an engine: groups, buffers,
+ *                     the home, the norm plan; waiting for all (drain)
  *   shard_estimate.c  the planner's estimate (a replay of one step)
  *   shard_strategy.c  a strategy plugin over the engine: init, estimate, ops
  */
@@ -113,7 +120,7 @@ dt_range_t dt_shard_held(const dt_shard_plan_t *p, uint32_t unit,
 /* The two collectives that move a group between its sharded and its full
  * form. */
 
-/* shard_gather.c.  Start the all_gather of group `group`: every rank's `shard` (shard
+/* Start the all_gather of group `group`: every rank's `shard` (shard
  * elements of `dtype`; may alias full + rank * shard, in place) into
  * `full` (padded elements), on `stream`.  `req` as in comm.h (NULL:
  * blocking).  A failure is logged naming the group's units. */
@@ -122,7 +129,7 @@ int dt_shard_gather(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
                     const void *shard, void *full, int dtype,
                     dt_stream_t *stream, dt_comm_req_t **req);
 
-/* shard_reduce.c.  Start the reduce_scatter of group `group`'s gradients: `full` (padded
+/* Start the reduce_scatter of group `group`'s gradients: `full` (padded
  * elements of `dtype`, every rank's own) reduced with `op` (DT_OP_AVG:
  * the data-parallel mean), this rank's block into `shard` (shard elements
  * of `dtype`; may alias full + rank * shard, in place). */
@@ -190,6 +197,31 @@ typedef struct dt_shard_cfg {
 /* Per-group and per-reduction bookkeeping (shard_internal.h). */
 struct dt_shard_group_state;
 struct dt_shard_reduction;
+struct dt_shard_engine;
+
+/* Where a rank's shard lives: the slots gather, reduce, step and state
+ * call, filled once at init (shard_engine.c) from the device buffers
+ * (shard_home.c) and, for what offload_what names, an offload tier
+ * (shard_offload.c).  Contracts in shard_internal.h. */
+typedef struct dt_shard_home {
+    /* parameters: this rank's compute shard of a group for its gather */
+    int (*load_ahead)(struct dt_shard_engine *e, uint32_t gi);
+    int (*load)(struct dt_shard_engine *e, uint32_t gi, const void **send);
+    int (*load_wait)(struct dt_shard_engine *e, uint32_t gi);
+    /* gradients: a group's buffer, its reduced block, the step's end, norm */
+    int (*grads_buffer)(struct dt_shard_engine *e, uint32_t gi, float **out);
+    int (*grads_add)(struct dt_shard_engine *e, uint32_t gi, const float *block,
+                     dt_stream_t *stream, int whole);
+    int (*grads_end)(struct dt_shard_engine *e);
+    int (*grads_sumsq)(struct dt_shard_engine *e, double *out);
+    /* the update, the compute copy from the master, checkpoint state */
+    int (*update)(struct dt_shard_engine *e, const dt_optim_step_t *st);
+    int (*publish)(struct dt_shard_engine *e, const char *when);
+    int (*state_get)(struct dt_shard_engine *e, uint32_t unit, int kind, dt_range_t r,
+                     uint64_t at, float *buf);
+    int (*state_set)(struct dt_shard_engine *e, uint32_t unit, int kind, dt_range_t r,
+                     uint64_t at, const float *buf);
+} dt_shard_home_t;
 
 /* One engine.  A strategy built on it embeds it FIRST in its instance
  * (the ops wrappers below cast the instance to it).  Read-only outside
@@ -224,13 +256,12 @@ typedef struct dt_shard_engine {
     float *m, *v;                 /* optimizer moments of the shard (NULL
                                    * when offloaded) */
     double *norm_slot;
-    int norm_copies;              /* dt_dp_has_norm_copies (tensor
-                                   * parallelism) */
-    dt_range_t *copy_ranges;      /* with the gradient shard offloaded: the
-                                   * copies' ranges of the shard buffer
-                                   * (dt_dp_copy_ranges), the norm leaves out */
-    uint32_t n_copy_ranges;
-    /* offload (shard_offload.c): what the tier holds (DT_OFFLOAD_WHAT_*)
+    dt_norm_plan_t norm;          /* what this rank's norm sums, in the
+                                   * gradient buffer (gfull, else the shard
+                                   * buffer): less a pipeline stage's COPY
+                                   * units and tensor-parallel duplicates */
+    dt_shard_home_t home;         /* where the shard lives */
+    /* offload (shard_offload.c, behind `home`): what the tier holds (DT_OFFLOAD_WHAT_*)
      * and, with the optimizer there, the master shard and moments; with
      * the parameters there, the compute shard (in place of cshard) and
      * pinned staging to fill it from a device master */

@@ -1,11 +1,22 @@
 /*
  * plugins/shard/shard_engine.c - setting up and freeing a sharded engine:
  * the shard and replica groups (comm splits for HYBRID_SHARD), the plan,
- * the persistent buffers and each group's place in them.
+ * where the shard lives (e->home), the persistent buffers and each
+ * group's place in them, the norm plan; and waiting for everything in
+ * flight (shard_drain).
  */
 #include <string.h>
 
 #include "shard_internal.h"
+
+int shard_drain(dt_shard_engine_t *e, int64_t timeout_ms)
+{
+    int first = shard_reductions_finish(e, timeout_ms);
+    if (first != DT_OK && timeout_ms != 0)
+        return first;
+    int rc = shard_gathers_finish(e, timeout_ms);
+    return first != DT_OK ? first : rc;
+}
 
 void dt_shard_engine_free(dt_shard_engine_t *e)
 {
@@ -50,36 +61,30 @@ void dt_shard_engine_free(dt_shard_engine_t *e)
     host->free(host, e->red);
     dt_dp_free(&e->dp);
     host->free(host, e->final_at);
-    if (e->copy_ranges)
-        host->free(host, e->copy_ranges);
+    dt_norm_plan_free(host, &e->norm);
     memset(e, 0, sizeof *e);
 }
 
-/* Tensor parallelism with the gradient shard offloaded: where the copies
- * another rank counts lie in this rank's shard buffer, group by group
- * (group g's shard is its flat elements [srank x shard, + shard), kept
- * from shard_off on). */
-static int copy_ranges(dt_shard_engine_t *e)
+/* What this rank's norm sums, as ranges of its gradient buffer (gfull's
+ * full layout, else the shard buffer, where a tier keeps it too): the
+ * whole shard buffer at once when nothing is left out, else group by
+ * group, a pipeline stage's COPY units left to the owning stage and
+ * tensor-parallel duplicates to the tensor group's rank 0. */
+static int norm_plan(dt_shard_engine_t *e)
 {
-    const dt_host_v1_t *host = e->dp.host;
-    uint32_t n = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        n = 0;
-        for (uint32_t i = 0; i < e->plan.n_groups; i++) {
-            const dt_shard_group_t *gr = &e->plan.groups[i];
-            n += dt_dp_copy_ranges(&e->dp, (uint64_t)e->srank * gr->shard, gr->shard,
-                                   gr->unit_lo, gr->unit_hi, e->plan.unit_off + gr->unit_lo,
-                                   gr->shard_off, pass ? e->copy_ranges + n : NULL,
-                                   pass ? e->n_copy_ranges - n : 0);
-        }
-        if (pass == 0) {
-            e->n_copy_ranges = n;
-            if (n && !(e->copy_ranges = host->alloc(host, n * sizeof *e->copy_ranges,
-                                                     DT_TAG_OTHER)))
-                return host->set_error(host, DT_ERR_NOMEM, "the norm's %u copy ranges", n);
-        }
+    const dt_shard_plan_t *p = &e->plan;
+    if (!e->gfull && !e->dp.tied_comm && !dt_dp_has_norm_copies(&e->dp))
+        return dt_norm_plan_part(e->dp.host, &e->norm,
+                                 (dt_range_t){.offset = 0, .count = p->shard_total});
+    int rc = DT_OK;
+    for (uint32_t i = 0; rc == DT_OK && i < p->n_groups; i++) {
+        const dt_shard_group_t *gr = &p->groups[i];
+        const uint64_t first = (uint64_t)e->srank * gr->shard;
+        rc = dt_dp_norm_plan_add(&e->dp, &e->norm, first, gr->shard, gr->unit_lo, gr->unit_hi,
+                                 p->unit_off + gr->unit_lo,
+                                 e->gfull ? gr->full_off + first : gr->shard_off);
     }
-    return DT_OK;
+    return rc;
 }
 
 /* Shard and replica groups: split only when both have more than one rank
@@ -143,6 +148,9 @@ static int make_buffers(dt_shard_engine_t *e)
     uint32_t what = e->offload_what ? e->offload_what : e->cfg.plan_offload_what;
     e->grads_offloaded = (what & DT_OFFLOAD_WHAT_OPTIMIZER) && !e->cfg.grads_full &&
                          e->rsize == 1 && !e->dp.tied_comm;
+    /* where the shard lives, once: the device, the tier for what it holds */
+    shard_home_device(&e->home);
+    shard_offload_home(e, &e->home);
     /* the buffers the shard group gathers into (the replica) and
      * reduce-scatters from (the full gradients): in its symmetric memory
      * where it has some */
@@ -181,9 +189,8 @@ static int make_buffers(dt_shard_engine_t *e)
                                     (void **)&e->v);
     if (rc == DT_OK)
         rc = d->alloc(e->dp.dev, sizeof(double), DT_TAG_OTHER, (void **)&e->norm_slot);
-    e->norm_copies = dt_dp_has_norm_copies(&e->dp);
-    if (rc == DT_OK && e->norm_copies && shard_grads_offloaded(e))
-        rc = copy_ranges(e);
+    if (rc == DT_OK)
+        rc = norm_plan(e);
     if (rc != DT_OK)
         return rc;
 
@@ -214,6 +221,7 @@ static int make_buffers(dt_shard_engine_t *e)
         } else if (e->ssize == 1 && !shard_params_offloaded(e)) {
             g->full = (char *)e->cshard + gr->shard_off * e->pes;
             g->persistent = 1;
+            g->is_shard = 1;
             g->pstate = SH_P_READY;
         } else if (gr->numel < e->cfg.persist_numel) {
             if ((rc = shard_alloc_zeroed(e, gr->padded, e->pdtype, DT_TAG_PARAMS,

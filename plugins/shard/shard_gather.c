@@ -15,20 +15,6 @@
  */
 #include "shard_internal.h"
 
-int dt_shard_gather(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
-                    dt_comm_t *comm, const dt_shard_plan_t *p, uint32_t group,
-                    const void *shard, void *full, int dtype,
-                    dt_stream_t *stream, dt_comm_req_t **req)
-{
-    if (group >= p->n_groups)
-        return host->set_error(host, DT_ERR_INVALID, "gather: group %u of %u", group,
-                               p->n_groups);
-    int rc = cops->all_gather(comm, shard, full, p->groups[group].shard, dtype, stream, req);
-    if (rc != DT_OK)
-        shard_plan_log(host, p, group, "all_gather", rc);
-    return rc;
-}
-
 int shard_gather_finish(dt_shard_engine_t *e, uint32_t gi, int64_t timeout_ms)
 {
     sh_group_t *g = &e->g[gi];
@@ -72,28 +58,14 @@ int shard_gather_start(dt_shard_engine_t *e, uint32_t gi)
     while (e->cfg.max_gathers && e->n_gathers >= e->cfg.max_gathers)
         if ((rc = shard_gather_finish(e, oldest_gather(e), -1)) != DT_OK)
             return rc;
-    const dt_shard_group_t *gr = &e->plan.groups[gi];
-    if (g->transient && !g->full) {
-        rc = e->dp.dev_ops->alloc(e->dp.dev, gr->padded * e->pes, DT_TAG_COMM, &g->full);
-        if (rc != DT_OK) {
-            g->full = NULL;
-            shard_log_group(e, gi, "allocating the gathered parameters", rc);
-            return rc;
-        }
-    }
-    const void *send = shard_cshard(e, gi);
-    if (shard_params_offloaded(e)) {
-        /* this rank's shard from the tier into its slot (usually loaded
-         * ahead by shard_prefetch), gathered in place */
-        void *mine = (char *)g->full + (uint64_t)e->srank * gr->shard * e->pes;
-        if ((rc = shard_offload_load_start(e, gi)) != DT_OK ||
-            (rc = shard_offload_load_finish(e, gi)) != DT_OK)
-            return rc;
-        if (e->ssize == 1) { /* nothing to gather: the shard is the group */
-            g->pstate = SH_P_READY;
-            return DT_OK;
-        }
-        send = mine;
+    /* this rank's shard where the gather sends it from (one loaded from a
+     * tier lands in its slot of `full`, gathered in place) */
+    const void *send = NULL;
+    if ((rc = shard_full_alloc(e, gi)) != DT_OK || (rc = e->home.load(e, gi, &send)) != DT_OK)
+        return rc;
+    if (e->ssize == 1) { /* nothing to gather: the shard is the group */
+        g->pstate = SH_P_READY;
+        return DT_OK;
     }
     if ((rc = shard_comm_after_compute(e)) != DT_OK)
         return rc;
@@ -106,14 +78,14 @@ int shard_gather_start(dt_shard_engine_t *e, uint32_t gi)
     g->pstate = SH_P_INFLIGHT;
     g->gseq = ++e->gseq;
     e->n_gathers++;
-    e->gather_inflight += gr->padded;
+    e->gather_inflight += e->plan.groups[gi].padded;
     return DT_OK;
 }
 
 int shard_release_params(dt_shard_engine_t *e, uint32_t gi)
 {
     sh_group_t *g = &e->g[gi];
-    int lrc = shard_offload_load_finish(e, gi); /* a load ahead never used */
+    int lrc = e->home.load_wait(e, gi); /* a load ahead never used */
     if (!g->transient)
         return lrc;
     int rc = shard_gather_finish(e, gi, -1); /* never free under a collective */
@@ -126,21 +98,22 @@ int shard_release_params(dt_shard_engine_t *e, uint32_t gi)
     return rc;
 }
 
-/* Parameters offloaded: start loading the group after `last` (in
- * direction dir) from the tier, so its gather finds it there. */
+/* Start bringing this rank's shard of the group after `last` (in
+ * direction dir) to its gathered buffer (home.load_ahead: from a tier),
+ * so its gather finds it there. */
 static int load_ahead(dt_shard_engine_t *e, int64_t last, int dir)
 {
     int64_t j = last + dir;
-    if (!shard_params_offloaded(e) || j < 0 || j >= (int64_t)e->plan.n_groups)
+    if (j < 0 || j >= (int64_t)e->plan.n_groups)
         return DT_OK;
-    return shard_offload_load_start(e, (uint32_t)j);
+    return e->home.load_ahead(e, (uint32_t)j);
 }
 
 int shard_prefetch(dt_shard_engine_t *e, uint32_t gi, int dir, uint32_t count)
 {
     if (count == 0 || e->cfg.params_replicated)
         return DT_OK;
-    if (e->ssize == 1) /* nothing to gather; offloaded parameters to load */
+    if (e->ssize == 1) /* nothing to gather; maybe a shard to load */
         return load_ahead(e, gi, dir);
     uint64_t ahead = 0;
     int64_t last = gi;
@@ -184,7 +157,7 @@ int shard_gathers_finish(dt_shard_engine_t *e, int64_t timeout_ms)
     int first = DT_OK;
     for (uint32_t i = 0; e->g && i < e->plan.n_groups; i++) {
         int rc = shard_gather_finish(e, i, timeout_ms);
-        int lrc = shard_offload_load_finish(e, i); /* loads are waited even when dropping */
+        int lrc = e->home.load_wait(e, i); /* loads are waited even when dropping */
         if (rc == DT_OK)
             rc = lrc;
         /* After a failure (timeout_ms != 0) the rest stay queued for
@@ -200,33 +173,15 @@ int shard_gathers_finish(dt_shard_engine_t *e, int64_t timeout_ms)
 
 int shard_refresh_params(dt_shard_engine_t *e, const char *when)
 {
-    const dt_device_ops_v1_t *d = e->dp.dev_ops;
     int rc = DT_OK;
-    /* an offloaded optimizer wrote the compute copy itself, and so did
-     * shard_offload_push where the compute copy is offloaded */
-    if (e->pdtype != DT_F32 && !e->offload_what) {
-        if (e->replica) {
-            for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++)
-                rc = d->kernels()->cast(e->dp.dev, e->dp.cs, shard_cshard(e, i), e->pdtype,
-                             shard_master(e, i), DT_F32, (int64_t)e->plan.groups[i].shard);
-        } else {
-            rc = d->kernels()->cast(e->dp.dev, e->dp.cs, e->cshard, e->pdtype, e->master, DT_F32,
-                         (int64_t)e->plan.shard_total);
-        }
-        if (rc != DT_OK) {
-            e->dp.host->log(e->dp.host, DT_LOG_ERROR, "%s: refreshing the %s parameters failed",
-                            when, dt_dtype_name(e->pdtype));
-            return rc;
-        }
-    }
-    if (e->ssize == 1 && !shard_params_offloaded(e))
-        return DT_OK; /* the compute copy is the shard itself */
     if (!e->cfg.params_replicated) {
         for (uint32_t i = 0; i < e->plan.n_groups; i++)
-            if (e->g[i].persistent)
+            if (e->g[i].persistent && !e->g[i].is_shard)
                 e->g[i].pstate = SH_P_FREE; /* stale: gathered again on use */
         return DT_OK;
     }
+    if (e->ssize == 1)
+        return DT_OK; /* the replica is the shard itself */
     /* replicas: every rank's updated shard to everyone, in place, at most
      * gather_numel elements in flight */
     for (uint32_t i = 0; i < e->plan.n_groups; i++)

@@ -6,17 +6,22 @@
  *
  * The files stand in layers; each calls only into the layers above it, so
  * no two files depend on each other:
- *   shard_plan.c                   the plan (pure arithmetic)
+ *   shard_plan.c                   the plan (pure arithmetic), the group
+ *                                  collectives (dt_shard_gather, _reduce)
  *   this header                    buffers, ordering, logging (inline)
+ *   shard_home.c, shard_offload.c  where the shard lives (dt_shard_home_t):
+ *                                  device buffers; an offload tier for
+ *                                  what offload_what names
  *   shard_gather.c, shard_reduce.c the collectives in flight (parameters;
- *                                  gradients), independent of each other
- *   shard_offload.c                optimizer state (and the reduced
- *                                  gradient shard) in an offload tier
+ *                                  gradients), independent of each other;
+ *                                  they reach the shard through e->home
+ *   shard_engine.c                 init (groups, plan, buffers, the home,
+ *                                  the norm plan), free, shard_drain
  *   shard_hooks.c, shard_step.c,   the strategy's calls
  *   shard_state.c
- *   shard_engine.c                 init and free
- *   shard_estimate.c,              over a whole engine
- *   shard_strategy.c
+ *   shard_estimate.c               the planner's replay of a whole engine
+ *   shard_strategy.c               a strategy plugin over all of it
+ * (tests/unit/shard_layers.sh checks this on what the objects link to.)
  *
  * Everything lives in flat buffers laid out by one dt_shard_plan_t: a
  * shard buffer (plan.shard_total) per persistent sharded state, a full
@@ -52,14 +57,16 @@ typedef struct dt_shard_group_state {
                             * or below persist_numel) */
     int32_t transient;     /* `full` is allocated per gather (tag comm) */
     int32_t owns_full;     /* persistent `full` allocated for the group */
+    int32_t is_shard;      /* `full` is the compute shard itself (one
+                            * shard rank): never stale */
     int32_t bwd_done;      /* gradient of this micro-step handed to the
                             * reduction: SHARD_GRAD_OP may reshard now */
     uint32_t active;       /* open hooks over the group's units */
     uint32_t n_units;
     uint64_t gseq;         /* when its gather started (oldest first) */
     dt_comm_req_t *greq;
-    dt_offload_req_t *lreq;/* params offloaded: this rank's shard loading
-                            * into `full` ahead of the gather */
+    dt_offload_req_t *lreq;/* a tier's load of this rank's shard into
+                            * `full` ahead of the gather (home.load_ahead) */
     /* gradients */
     float *gbuf;           /* what backward accumulates into (padded f32) */
     int32_t gbuf_transient;/* allocated per micro-step (tag comm) */
@@ -81,14 +88,6 @@ typedef struct dt_shard_reduction {
     dt_comm_req_t *req;
 } sh_red_t;
 
-/* ------------------------------------------------ shard_plan.c */
-
-/* Log that collective `what` of plan group `group` failed with rc, naming
- * its units, shard length and ranks (the group collectives of shard.h,
- * which know no engine). */
-void shard_plan_log(const dt_host_v1_t *host, const dt_shard_plan_t *p, uint32_t group,
-                    const char *what, int rc);
-
 /* ------------------------------------------------ buffers */
 
 /* Group g's f32 master shard (`shard` elements). */
@@ -103,7 +102,7 @@ static inline float *shard_master(dt_shard_engine_t *e, uint32_t g)
 }
 
 /* Group g's compute-dtype shard: what its all-gather sends (NULL when
- * the parameters are offloaded: shard_offload_load_params). */
+ * the parameters live in the offload tier). */
 static inline void *shard_cshard(dt_shard_engine_t *e, uint32_t g)
 {
     const dt_shard_group_t *gr = &e->plan.groups[g];
@@ -173,7 +172,52 @@ static inline void shard_log_group(dt_shard_engine_t *e, uint32_t gi, const char
                     shard_unit_name(e, g->unit_hi), dt_status_name(rc));
 }
 
-/* ------------------------------------------------ shard_offload.c */
+/* Group g's gathered buffer, allocated (tag comm) if it is transient and
+ * has none: where its gather lands (and an offloaded shard loads). */
+static inline int shard_full_alloc(dt_shard_engine_t *e, uint32_t g)
+{
+    sh_group_t *gs = &e->g[g];
+    if (!gs->transient || gs->full)
+        return DT_OK;
+    int rc = e->dp.dev_ops->alloc(e->dp.dev, e->plan.groups[g].padded * e->pes, DT_TAG_COMM,
+                                  &gs->full);
+    if (rc != DT_OK) {
+        gs->full = NULL;
+        shard_log_group(e, g, "allocating the gathered parameters", rc);
+    }
+    return rc;
+}
+
+/* ------------------------------------------------ where the shard lives
+ *
+ * e->home (dt_shard_home_t, shard.h), filled once at init: the device's
+ * slots (shard_home_device), then the tier's for what offload_what names
+ * (shard_offload_home).  The contracts:
+ *   load_ahead(gi)   start bringing this rank's shard of group gi to its
+ *                    slot of the gathered buffer (device: nothing to do)
+ *   load(gi, &send)  that shard ready; *send is what the gather sends
+ *                    (device: the compute shard; tier: the slot, in place)
+ *   load_wait(gi)    wait for a load ahead, if any (before freeing)
+ *   grads_buffer(gi, &buf)  a new transient gradient buffer for group gi
+ *                    (padded f32, zeroed where nothing is carried over)
+ *   grads_add(gi, block, stream, whole)  this rank's reduced block
+ *                    (`shard` f32, device) after the work on `stream` into
+ *                    the gradient shard: added, or (whole) replacing it
+ *   grads_end()      the step's reductions are done
+ *   grads_sumsq(&ss) this rank's part of the norm (the norm plan)
+ *   update(st)       the optimizer over every held range, then the compute
+ *                    copy current
+ *   publish(when)    the compute copy from the master (state_loaded)
+ *   state_get/set(unit, kind, r, at, buf)  checkpoint state at shard
+ *                    buffer element `at`
+ * --------------------------------------------------------------------- */
+/* Fill `h` with the device's slots (shard_home.c). */
+void shard_home_device(dt_shard_home_t *h);
+
+/* ------------------------------------------------ shard_offload.c
+ *
+ * What the tier holds: asked only where the home is chosen and its
+ * buffers made (shard_engine.c) and inside the tier (shard_offload.c). */
 
 /* The optimizer state lives in the offload tier (e->off). */
 static inline int shard_optim_offloaded(const dt_shard_engine_t *e)
@@ -184,7 +228,7 @@ static inline int shard_optim_offloaded(const dt_shard_engine_t *e)
  * planner's replay (no tier: plan_offload_what) takes the same schedule -
  * every gathered group loaded into a buffer of its own, one loaded ahead,
  * small groups kept gathered - only the tier's transfers are left out
- * (shard_offload_load_start, shard_offload_push), so its comm bytes and
+ * (the tier's loads and pushes), so its comm bytes and
  * the persistent groups it counts are the run's. */
 static inline int shard_params_offloaded(const dt_shard_engine_t *e)
 {
@@ -212,32 +256,9 @@ int shard_offload_configure(dt_shard_engine_t *e);
 int shard_offload_alloc(dt_shard_engine_t *e);
 /* Free them (engine free). */
 void shard_offload_free(dt_shard_engine_t *e);
-/* Parameters offloaded: start loading this rank's shard of group gi from
- * the tier into its slot of the gathered buffer (allocating a transient
- * one), ordered after the compute stream's work so far; no-op when the
- * group is gathered or loading, or nothing is offloaded. */
-int shard_offload_load_start(dt_shard_engine_t *e, uint32_t gi);
-/* Wait for group gi's load, if one is in flight. */
-int shard_offload_load_finish(dt_shard_engine_t *e, uint32_t gi);
-/* Grads offloaded: group gi's f32 block (`shard` elements, device) after
- * the work queued on `stream` into the tier, added to what earlier
- * micro-steps put there (copy: the block is the whole sum so far).  In
- * the planner's replay (no tier) nothing moves. */
-int shard_offload_grads_add(dt_shard_engine_t *e, uint32_t gi, const float *dblock,
-                            dt_stream_t *stream, int copy);
-/* Grads offloaded on one shard rank: a new gradient buffer for group gi
- * (`padded` f32, device, tag comm) holding what earlier micro-steps of the
- * step accumulated, so backward adds onto the same bits a persistent
- * buffer would hold (zeroed in the first). */
-int shard_offload_grads_buffer(dt_shard_engine_t *e, uint32_t gi, float **out);
-/* Grads offloaded: the sum of squares of this rank's gradient shard. */
-int shard_offload_grads_sumsq(dt_shard_engine_t *e, double *out);
-/* The update of every held range on the host, parameters written back to
- * the compute copy (the step, in place of the device optimizer). */
-int shard_offload_step(dt_shard_engine_t *e, const dt_optim_step_t *st);
-/* The whole master shard to the compute copy (state_loaded; after the
- * device optimizer's step when only the parameters are offloaded). */
-int shard_offload_push(dt_shard_engine_t *e);
+/* Put the tier's slots in place of the device's in `h` for what it holds
+ * (the planner's replay: the same schedule, no tier). */
+void shard_offload_home(dt_shard_engine_t *e, dt_shard_home_t *h);
 
 /* ------------------------------------------------ shard_gather.c */
 
@@ -256,8 +277,8 @@ int shard_prefetch(dt_shard_engine_t *e, uint32_t gi, int dir, uint32_t count);
 int shard_release_params(dt_shard_engine_t *e, uint32_t gi);
 /* Wait for (timeout_ms 0: drop) every all-gather in flight. */
 int shard_gathers_finish(dt_shard_engine_t *e, int64_t timeout_ms);
-/* Bring the compute copy up to date with the master shards and, for
- * replicated parameters, all-gather every group; sharded groups become
+/* After the compute shards are current (home.update, home.publish): for
+ * replicated parameters all-gather every group; sharded groups become
  * stale (gathered again on next use).  Blocking. */
 int shard_refresh_params(dt_shard_engine_t *e, const char *when);
 
@@ -277,15 +298,10 @@ int shard_reduce_all(dt_shard_engine_t *e);
  * them all (destroy). */
 int shard_reductions_finish(dt_shard_engine_t *e, int64_t timeout_ms);
 
-/* Wait for every collective in flight, stopping at the first failure;
- * timeout_ms 0 drops them all (destroy). */
-static inline int shard_drain(dt_shard_engine_t *e, int64_t timeout_ms)
-{
-    int first = shard_reductions_finish(e, timeout_ms);
-    if (first != DT_OK && timeout_ms != 0)
-        return first;
-    int rc = shard_gathers_finish(e, timeout_ms);
-    return first != DT_OK ? first : rc;
-}
+/* ------------------------------------------------ shard_engine.c */
+
+/* Wait for every collective in flight (reductions, then gathers),
+ * stopping at the first failure; timeout_ms 0 drops them all (destroy). */
+int shard_drain(dt_shard_engine_t *e, int64_t timeout_ms);
 
 #endif /* DT_SHARD_INTERNAL_H */

@@ -30,6 +30,10 @@
  * Only where the state lives changes, never the arithmetic: losses equal
  * the run without offload bit for bit (on the cpu device, whose sum of
  * squares dt_sumsq_run_t reproduces on the host).
+ *
+ * All of it reaches the engine as the slots of dt_shard_home_t that
+ * shard_offload_home puts in place of the device's (shard_home.c) at
+ * init: gather, reduce, step and state never ask what is offloaded.
  */
 #include <stdio.h>
 
@@ -79,24 +83,27 @@ void shard_offload_free(dt_shard_engine_t *e)
     e->pstage = NULL;
 }
 
-int shard_offload_load_start(dt_shard_engine_t *e, uint32_t gi)
+/* This rank's slot of group gi's gathered buffer. */
+static void *slot_of(dt_shard_engine_t *e, uint32_t gi)
+{
+    return (char *)e->g[gi].full + (uint64_t)e->srank * e->plan.groups[gi].shard * e->pes;
+}
+
+/* load_ahead: start loading this rank's shard of group gi from the tier
+ * into its slot of the gathered buffer (allocating a transient one),
+ * ordered after the compute stream's work so far; no-op when the group is
+ * gathered or loading.  The planner's replay allocates only. */
+static int load_start(dt_shard_engine_t *e, uint32_t gi)
 {
     sh_group_t *g = &e->g[gi];
     const dt_shard_group_t *gr = &e->plan.groups[gi];
-    if (!shard_params_offloaded(e) || g->pstate != SH_P_FREE || g->lreq)
+    if (g->pstate != SH_P_FREE || g->lreq)
         return DT_OK;
-    int rc;
-    if (g->transient && !g->full &&
-        (rc = e->dp.dev_ops->alloc(e->dp.dev, gr->padded * e->pes, DT_TAG_COMM, &g->full)) !=
-            DT_OK) {
-        g->full = NULL;
-        shard_log_group(e, gi, "allocating the gathered parameters", rc);
+    int rc = shard_full_alloc(e, gi);
+    if (rc != DT_OK || !e->offload_what) /* the planner's replay: no tier to load from */
         return rc;
-    }
-    if (!e->offload_what) /* the planner's replay: the buffer, no tier to load from */
-        return DT_OK;
-    void *mine = (char *)g->full + (uint64_t)e->srank * gr->shard * e->pes;
-    rc = dt_offload_params_load(&e->par, gr->shard_off, gr->shard, mine, e->dp.cs, &g->lreq);
+    rc = dt_offload_params_load(&e->par, gr->shard_off, gr->shard, slot_of(e, gi), e->dp.cs,
+                                &g->lreq);
     if (rc != DT_OK) {
         g->lreq = NULL;
         shard_log_group(e, gi, "loading the offloaded parameter shard", rc);
@@ -104,7 +111,8 @@ int shard_offload_load_start(dt_shard_engine_t *e, uint32_t gi)
     return rc;
 }
 
-int shard_offload_load_finish(dt_shard_engine_t *e, uint32_t gi)
+/* load_wait: wait for group gi's load, if one is in flight. */
+static int load_finish(dt_shard_engine_t *e, uint32_t gi)
 {
     sh_group_t *g = &e->g[gi];
     if (!g->lreq)
@@ -117,12 +125,27 @@ int shard_offload_load_finish(dt_shard_engine_t *e, uint32_t gi)
     return rc;
 }
 
-int shard_offload_grads_add(dt_shard_engine_t *e, uint32_t gi, const float *dblock,
-                            dt_stream_t *stream, int copy)
+/* load: the shard loaded (usually ahead, by shard_prefetch) into its
+ * slot, which the gather then sends in place. */
+static int load(dt_shard_engine_t *e, uint32_t gi, const void **send)
+{
+    int rc = load_start(e, gi);
+    if (rc == DT_OK)
+        rc = load_finish(e, gi);
+    *send = rc == DT_OK ? slot_of(e, gi) : NULL;
+    return rc;
+}
+
+/* grads_add: group gi's f32 block (`shard` elements, device) after the
+ * work queued on `stream` into the tier, added to what earlier
+ * micro-steps put there (whole: the block is the whole sum so far).  In
+ * the planner's replay (no tier) nothing moves. */
+static int grads_add(dt_shard_engine_t *e, uint32_t gi, const float *dblock, dt_stream_t *stream,
+                     int whole)
 {
     sh_group_t *g = &e->g[gi];
     const dt_shard_group_t *gr = &e->plan.groups[gi];
-    int mode = copy ? DT_OFFLOAD_GRADS_COPY
+    int mode = whole ? DT_OFFLOAD_GRADS_COPY
                : g->gadds == 0 ? DT_OFFLOAD_GRADS_FIRST : DT_OFFLOAD_GRADS_ADD;
     int rc = DT_OK;
     if (shard_optim_offloaded(e)) /* else the planner's replay: no tier */
@@ -135,13 +158,19 @@ int shard_offload_grads_add(dt_shard_engine_t *e, uint32_t gi, const float *dblo
     return DT_OK;
 }
 
-int shard_offload_grads_buffer(dt_shard_engine_t *e, uint32_t gi, float **out)
+/* grads_buffer: a new gradient buffer for group gi (`padded` f32,
+ * device, tag comm, zeroed: [shard, padded) is padding, zero like a
+ * persistent buffer's); on one shard rank, where nothing reduces it,
+ * holding what earlier micro-steps of the step accumulated, so backward
+ * adds onto the same bits a persistent buffer would hold. */
+static int grads_buffer(dt_shard_engine_t *e, uint32_t gi, float **out)
 {
     const dt_shard_group_t *gr = &e->plan.groups[gi];
     *out = NULL;
-    /* zeroed: [shard, padded) is padding, zero like a persistent buffer's */
     int rc = shard_alloc_zeroed(e, gr->padded, DT_F32, DT_TAG_COMM,
                                 "a group's gradient buffer", (void **)out);
+    if (e->ssize > 1)
+        return rc; /* reduced into the tier block by block (grads_add) */
     if (rc == DT_OK && e->g[gi].gadds > 0 && shard_optim_offloaded(e))
         rc = dt_offload_grads_load(&e->off, gr->shard_off, gr->shard, *out, e->dp.cs);
     if (rc != DT_OK) {
@@ -153,13 +182,35 @@ int shard_offload_grads_buffer(dt_shard_engine_t *e, uint32_t gi, float **out)
     return rc;
 }
 
-int shard_offload_grads_sumsq(dt_shard_engine_t *e, double *out)
+/* grads_end: a group no backward touched this step holds zeros in the
+ * tier, as the device's shard zeroed at begin_step would. */
+static int grads_end(dt_shard_engine_t *e)
+{
+    int rc = DT_OK;
+    for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++) {
+        if (e->g[i].gadds > 0)
+            continue;
+        float *zeros = NULL;
+        rc = shard_alloc_zeroed(e, e->plan.groups[i].shard, DT_F32, DT_TAG_COMM,
+                                "zero gradients of an untouched group", (void **)&zeros);
+        if (rc == DT_OK)
+            rc = grads_add(e, i, zeros, e->dp.cs, 1);
+        if (zeros)
+            e->dp.dev_ops->free(e->dp.dev, zeros);
+    }
+    return rc;
+}
+
+/* grads_sumsq: the sum of squares of this rank's gradient shard in the
+ * tier, less the norm plan's skip ranges (a shard of several parts: the
+ * tensor-parallel copies another rank counts; never a stage's COPY unit,
+ * whose tied gradient stays on the device). */
+static int grads_sumsq(dt_shard_engine_t *e, double *out)
 {
     *out = 0.0;
     if (!shard_optim_offloaded(e)) /* the planner's replay */
         return DT_OK;
-    /* under tensor parallelism less the copies another rank counts */
-    int rc = dt_offload_grads_sumsq_skip(&e->off, e->copy_ranges, e->n_copy_ranges, out);
+    int rc = dt_offload_grads_sumsq_skip(&e->off, e->norm.skip, e->norm.n_skip, out);
     if (rc != DT_OK)
         e->dp.host->log(e->dp.host, DT_LOG_ERROR, "rank %d/%d: the norm of the offloaded "
                         "gradient shard failed", e->dp.rank, e->dp.size);
@@ -198,7 +249,9 @@ static void *compute_at(dt_shard_engine_t *e, uint32_t gi, uint64_t local)
     return c ? c + local * e->pes : NULL; /* NULL: the tier's (e->par) */
 }
 
-int shard_offload_step(dt_shard_engine_t *e, const dt_optim_step_t *st)
+/* update: every held range on the host, parameters written back to the
+ * compute copy (in place of the device optimizer). */
+static int update(dt_shard_engine_t *e, const dt_optim_step_t *st)
 {
     for (uint32_t u = 0; u < e->dp.model->n_units; u++) {
         uint64_t off;
@@ -220,10 +273,19 @@ int shard_offload_step(dt_shard_engine_t *e, const dt_optim_step_t *st)
     return DT_OK;
 }
 
-int shard_offload_push(dt_shard_engine_t *e)
+/* The planner's replay with the gradient shard in the tier: the tier's
+ * update is left out, the compute copy refreshed as on the device. */
+static int replay_update(dt_shard_engine_t *e, const dt_optim_step_t *st)
 {
-    if (!e->offload_what) /* the planner's replay: no tier to write */
-        return DT_OK;
+    (void)st;
+    return e->home.publish(e, "step");
+}
+
+/* publish: the whole master shard to the compute copy (state_loaded; after
+ * the device optimizer's step when only the parameters are offloaded). */
+static int push(dt_shard_engine_t *e, const char *when)
+{
+    (void)when; /* the tier names what failed */
     if (!shard_optim_offloaded(e))
         return params_from_master(e);
     int rc = DT_OK;
@@ -231,4 +293,42 @@ int shard_offload_push(dt_shard_engine_t *e)
         rc = dt_offload_state_push(&e->off, e->plan.groups[i].shard_off,
                                    e->plan.groups[i].shard, compute_at(e, i, 0));
     return rc;
+}
+
+static int state_get(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_t r, uint64_t at,
+                     float *buf)
+{
+    (void)unit;
+    return r.count ? dt_offload_state_read(&e->off, kind, at, r.count, buf) : DT_OK;
+}
+
+static int state_set(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_t r, uint64_t at,
+                     const float *buf)
+{
+    (void)unit;
+    return r.count ? dt_offload_state_write(&e->off, kind, at, r.count, buf) : DT_OK;
+}
+
+void shard_offload_home(dt_shard_engine_t *e, dt_shard_home_t *h)
+{
+    if (shard_params_offloaded(e)) { /* the planner's replay too: its schedule */
+        h->load_ahead = load_start;
+        h->load = load;
+        h->load_wait = load_finish;
+    }
+    if (shard_grads_offloaded(e)) {
+        h->grads_buffer = grads_buffer;
+        h->grads_add = grads_add;
+        h->grads_end = grads_end;
+        h->grads_sumsq = grads_sumsq;
+        if (!shard_optim_offloaded(e))
+            h->update = replay_update;
+    }
+    if (e->offload_what) /* a tier, not the replay */
+        h->publish = push;
+    if (shard_optim_offloaded(e)) {
+        h->update = update;
+        h->state_get = state_get;
+        h->state_set = state_set;
+    }
 }

@@ -2,8 +2,9 @@
  * plugins/shard/shard_plan.c - flat-shard bookkeeping: units grouped into
  * flat parameters (FSDP's wrap policy; ZeRO's buckets come from
  * dt_bucket_plan), each group padded to an equal shard per rank, and the
- * part of a unit each rank holds.  Pure arithmetic; the collectives that
- * move a group are in shard_gather.c and shard_reduce.c.
+ * part of a unit each rank holds.  Pure arithmetic, and the two group
+ * collectives over a plan (a group's all-gather and reduce-scatter, which
+ * know no engine: shard_gather.c and shard_reduce.c schedule them).
  */
 #include "shard_internal.h"
 
@@ -164,7 +165,7 @@ dt_range_t dt_shard_held(const dt_shard_plan_t *p, uint32_t unit, uint32_t rank,
     return (dt_range_t){x.offset - lo, x.count};
 }
 
-void shard_plan_log(const dt_host_v1_t *host, const dt_shard_plan_t *p, uint32_t group,
+static void plan_log(const dt_host_v1_t *host, const dt_shard_plan_t *p, uint32_t group,
                     const char *what, int rc)
 {
     const dt_shard_group_t *g = &p->groups[group];
@@ -172,4 +173,35 @@ void shard_plan_log(const dt_host_v1_t *host, const dt_shard_plan_t *p, uint32_t
               "%s of shard group %u (units %u..%u, %llu elements per rank of %u) failed: %s",
               what, group, g->unit_lo, g->unit_hi, (unsigned long long)g->shard, p->ranks,
               dt_status_name(rc));
+}
+
+/* ------------------------------------------------ the group collectives */
+
+int dt_shard_gather(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
+                    dt_comm_t *comm, const dt_shard_plan_t *p, uint32_t group,
+                    const void *shard, void *full, int dtype,
+                    dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (group >= p->n_groups)
+        return host->set_error(host, DT_ERR_INVALID, "gather: group %u of %u", group,
+                               p->n_groups);
+    int rc = cops->all_gather(comm, shard, full, p->groups[group].shard, dtype, stream, req);
+    if (rc != DT_OK)
+        plan_log(host, p, group, "all_gather", rc);
+    return rc;
+}
+
+int dt_shard_reduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
+                    dt_comm_t *comm, const dt_shard_plan_t *p, uint32_t group,
+                    const void *full, void *shard, int dtype, int op,
+                    dt_stream_t *stream, dt_comm_req_t **req)
+{
+    if (group >= p->n_groups)
+        return host->set_error(host, DT_ERR_INVALID, "reduce: group %u of %u", group,
+                               p->n_groups);
+    int rc = cops->reduce_scatter(comm, full, shard, p->groups[group].shard, dtype, op,
+                                  stream, req);
+    if (rc != DT_OK)
+        plan_log(host, p, group, "reduce_scatter", rc);
+    return rc;
 }

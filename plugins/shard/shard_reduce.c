@@ -18,10 +18,10 @@
  * reduced block is cast back into the f32 place the f32 collective would
  * have written.  The communicator sums in f32 and rounds once.
  *
- * Gradients offloaded with the optimizer (shard_offload.c): a completed
- * reduce-scatter's block goes into the tier instead of the device's
- * shard; on one shard rank there is nothing to reduce, and a group's
- * buffer goes into the tier when its gradient is complete.
+ * A completed reduce-scatter's block goes to the gradient shard through
+ * e->home.grads_add (the device's shard; an offload tier's with the
+ * optimizer there, shard_offload.c); on one shard rank a transient buffer
+ * (only a tier's) has nothing to reduce and goes there whole.
  *
  * Reductions run on the communication stream, ordered after the compute
  * stream by an event when they start, and complete oldest first; they
@@ -30,44 +30,27 @@
  */
 #include "shard_internal.h"
 
-int dt_shard_reduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
-                    dt_comm_t *comm, const dt_shard_plan_t *p, uint32_t group,
-                    const void *full, void *shard, int dtype, int op,
-                    dt_stream_t *stream, dt_comm_req_t **req)
-{
-    if (group >= p->n_groups)
-        return host->set_error(host, DT_ERR_INVALID, "reduce: group %u of %u", group,
-                               p->n_groups);
-    int rc = cops->reduce_scatter(comm, full, shard, p->groups[group].shard, dtype, op,
-                                  stream, req);
-    if (rc != DT_OK)
-        shard_plan_log(host, p, group, "reduce_scatter", rc);
-    return rc;
-}
-
-static dt_comm_t *red_comm(const dt_shard_engine_t *e, int kind)
-{
-    return kind == SH_R_REPLICAS ? e->rcomm : e->scomm;
-}
-
 static int red_finish_one(dt_shard_engine_t *e, int64_t timeout_ms);
 
-/* Where reduction `kind` of group gi reads (f32, `numel` elements) and
- * where this rank's reduced block lands (f32): `buf` is a SCATTER_ADD's
- * transient buffer. */
-static float *red_source(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf)
-{
-    const dt_shard_group_t *gr = &e->plan.groups[gi];
-    return kind == SH_R_SCATTER_ADD ? buf
-           : kind == SH_R_SCATTER   ? e->gfull + gr->full_off
-                                    : shard_gshard(e, gi);
-}
+/* What reduction `kind` of group gi moves: `numel` f32 elements at `src`
+ * reduced over `comm`, this rank's reduced block (`shard` elements) `at`
+ * elements into it.  `buf`: a SCATTER_ADD's transient buffer. */
+typedef struct red_what {
+    dt_comm_t *comm;
+    float *src;
+    uint64_t numel, at;
+} red_what_t;
 
-static float *red_block(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf)
+static red_what_t red_what(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf)
 {
     const dt_shard_group_t *gr = &e->plan.groups[gi];
-    return kind == SH_R_REPLICAS ? shard_gshard(e, gi)
-                                 : red_source(e, gi, kind, buf) + (uint64_t)e->srank * gr->shard;
+    const uint64_t mine = (uint64_t)e->srank * gr->shard;
+    switch (kind) {
+    case SH_R_SCATTER_ADD: return (red_what_t){e->scomm, buf, gr->padded, mine};
+    case SH_R_SCATTER: return (red_what_t){e->scomm, e->gfull + gr->full_off, gr->padded, mine};
+    default: /* HYBRID: the reduced shard across its replicas */
+        return (red_what_t){e->rcomm, shard_gshard(e, gi), gr->shard, 0};
+    }
 }
 
 /* A 16-bit reduce_dtype: `numel` elements of the source cast into a new
@@ -97,13 +80,12 @@ static int red_wire(dt_shard_engine_t *e, uint32_t gi, const float *src, uint64_
  * while the queue is over its caps. */
 static int red_launch(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf, int then_replicas)
 {
-    const dt_shard_group_t *gr = &e->plan.groups[gi];
-    uint64_t numel = kind == SH_R_REPLICAS ? gr->shard : gr->padded;
+    const red_what_t w = red_what(e, gi, kind, buf);
     int rc = DT_OK;
     while (e->red_n > 0 && (e->red_n == e->red_cap ||
                             (e->cfg.max_reduces && e->red_n >= e->cfg.max_reduces) ||
                             (e->cfg.max_reduce_numel &&
-                             e->red_numel + numel > e->cfg.max_reduce_numel)))
+                             e->red_numel + w.numel > e->cfg.max_reduce_numel)))
         if ((rc = red_finish_one(e, -1)) != DT_OK)
             break;
     if (rc == DT_OK)
@@ -112,20 +94,18 @@ static int red_launch(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf, i
     /* in place, in f32 or in the wire buffer of the reduce dtype */
     const int dt = e->cfg.reduce_dtype ? e->cfg.reduce_dtype : DT_F32;
     void *wire = NULL;
-    char *src = (char *)red_source(e, gi, kind, buf);
-    if (rc == DT_OK && dt != DT_F32 && (rc = red_wire(e, gi, (float *)src, numel, &wire)) == DT_OK)
+    char *src = (char *)w.src;
+    if (rc == DT_OK && dt != DT_F32 && (rc = red_wire(e, gi, w.src, w.numel, &wire)) == DT_OK)
         src = wire;
-    if (rc == DT_OK) {
-        if (kind != SH_R_REPLICAS) {
-            rc = dt_shard_reduce(e->dp.host, e->dp.comm_ops, e->scomm, &e->plan, gi, src,
-                                 src + (uint64_t)e->srank * gr->shard * dt_dtype_size(dt), dt,
-                                 DT_OP_AVG, e->comm_stream, &req);
-        } else {
-            rc = e->dp.comm_ops->all_reduce(e->rcomm, src, src, gr->shard, dt, DT_OP_AVG,
-                                            e->comm_stream, &req);
-            if (rc != DT_OK)
-                shard_log_group(e, gi, "all_reduce across replicas of the gradient shard", rc);
-        }
+    if (rc == DT_OK && kind != SH_R_REPLICAS) {
+        rc = dt_shard_reduce(e->dp.host, e->dp.comm_ops, w.comm, &e->plan, gi, src,
+                             src + w.at * dt_dtype_size(dt), dt, DT_OP_AVG, e->comm_stream,
+                             &req);
+    } else if (rc == DT_OK) {
+        rc = e->dp.comm_ops->all_reduce(w.comm, src, src, w.numel, dt, DT_OP_AVG,
+                                        e->comm_stream, &req);
+        if (rc != DT_OK)
+            shard_log_group(e, gi, "all_reduce across replicas of the gradient shard", rc);
     }
     if (rc != DT_OK) {
         e->failed = 1;
@@ -137,9 +117,9 @@ static int red_launch(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf, i
     }
     sh_red_t *r = &e->red[(e->red_head + e->red_n) % e->red_cap];
     *r = (sh_red_t){.group = gi, .kind = kind, .then_replicas = then_replicas,
-                    .numel = numel, .buf = buf, .wire = wire, .req = req};
+                    .numel = w.numel, .buf = buf, .wire = wire, .req = req};
     e->red_n++;
-    e->red_numel += numel;
+    e->red_numel += w.numel;
     e->g[gi].queued++;
     return DT_OK;
 }
@@ -153,25 +133,18 @@ static int red_finish_one(dt_shard_engine_t *e, int64_t timeout_ms)
     e->red_n--;
     e->red_numel -= r.numel;
     e->g[r.group].queued--;
-    const dt_shard_group_t *gr = &e->plan.groups[r.group];
-    int rc = e->dp.comm_ops->wait(red_comm(e, r.kind), r.req, timeout_ms); /* frees req */
+    const red_what_t w = red_what(e, r.group, r.kind, r.buf);
+    const int64_t shard = (int64_t)e->plan.groups[r.group].shard;
+    int rc = e->dp.comm_ops->wait(w.comm, r.req, timeout_ms); /* frees req */
     if (r.wire) { /* this rank's reduced block back to f32 where f32 would be */
         const int dt = e->cfg.reduce_dtype;
-        const uint64_t at = r.kind == SH_R_REPLICAS ? 0 : (uint64_t)e->srank * gr->shard;
         if (rc == DT_OK)
-            rc = e->dp.kernels->cast(e->dp.dev, e->comm_stream,
-                                                red_block(e, r.group, r.kind, r.buf), DT_F32,
-                                                (char *)r.wire + at * dt_dtype_size(dt), dt,
-                                                (int64_t)gr->shard);
+            rc = e->dp.kernels->cast(e->dp.dev, e->comm_stream, w.src + w.at, DT_F32,
+                                     (char *)r.wire + w.at * dt_dtype_size(dt), dt, shard);
         e->dp.dev_ops->free(e->dp.dev, r.wire);
     }
-    if (rc == DT_OK && r.kind == SH_R_SCATTER_ADD && shard_grads_offloaded(e))
-        rc = shard_offload_grads_add(e, r.group, r.buf + (uint64_t)e->srank * gr->shard,
-                                     e->comm_stream, 0);
-    else if (rc == DT_OK && r.kind == SH_R_SCATTER_ADD)
-        rc = e->dp.kernels->axpy(e->dp.dev, e->comm_stream, shard_gshard(e, r.group),
-                                            r.buf + (uint64_t)e->srank * gr->shard, DT_F32,
-                                            1.0f, (int64_t)gr->shard);
+    if (rc == DT_OK && r.kind == SH_R_SCATTER_ADD) /* into the gradient shard */
+        rc = e->home.grads_add(e, r.group, w.src + w.at, e->comm_stream, 0);
     if (r.buf)
         e->dp.dev_ops->free(e->dp.dev, r.buf); /* waits for the axpy */
     if (rc != DT_OK) {
@@ -215,15 +188,22 @@ static int launch_final(dt_shard_engine_t *e, uint32_t gi)
     return DT_OK;
 }
 
-/* One shard rank, gradients offloaded: group gi's buffer (the step's sum
- * so far) into the tier whole, then freed. */
-static int grads_local(dt_shard_engine_t *e, uint32_t gi)
+/* Hand group gi's gradient of this micro-step on: its transient buffer
+ * to a reduce-scatter (then freed), `final` the step's last, followed
+ * across replicas (HYBRID); on one shard rank (a tier's buffer, carrying
+ * the step's sum so far: grads_buffer) nothing reduces, the buffer goes
+ * to the gradient shard whole. */
+static int hand_on(dt_shard_engine_t *e, uint32_t gi, int final)
 {
     sh_group_t *g = &e->g[gi];
     float *buf = g->gbuf;
     g->gbuf = NULL;
     g->gbuf_transient = 0;
-    int rc = shard_offload_grads_add(e, gi, buf, e->dp.cs, 1);
+    if (final)
+        g->final_sent = 1;
+    if (e->ssize > 1)
+        return red_launch(e, gi, SH_R_SCATTER_ADD, buf, final && e->rsize > 1);
+    int rc = e->home.grads_add(e, gi, buf, e->dp.cs, 1);
     e->dp.dev_ops->free(e->dp.dev, buf);
     return rc;
 }
@@ -234,17 +214,8 @@ int shard_group_complete(dt_shard_engine_t *e, uint32_t gi, int final_micro)
     g->n_final = 0;
     g->bwd_done = 1;
     int rc = DT_OK;
-    if (g->gbuf_transient && e->ssize == 1) {
-        if (final_micro)
-            g->final_sent = 1;
-        rc = grads_local(e, gi);
-    } else if (g->gbuf_transient) {
-        float *buf = g->gbuf;
-        g->gbuf = NULL;
-        g->gbuf_transient = 0;
-        if (final_micro)
-            g->final_sent = 1;
-        rc = red_launch(e, gi, SH_R_SCATTER_ADD, buf, final_micro && e->rsize > 1);
+    if (g->gbuf_transient) {
+        rc = hand_on(e, gi, final_micro);
         if (rc == DT_OK && !e->cfg.overlap)
             rc = shard_reductions_finish(e, -1);
     } else if (final_micro && e->cfg.overlap) {
@@ -263,11 +234,8 @@ int shard_grad_buffer(dt_shard_engine_t *e, uint32_t gi)
     int rc = DT_OK;
     while (rc == DT_OK && g->queued > 0)
         rc = red_finish_one(e, -1);
-    if (rc == DT_OK && e->ssize == 1) /* gradients offloaded: nothing reduces */
-        rc = shard_offload_grads_buffer(e, gi, &g->gbuf);
-    else if (rc == DT_OK)
-        rc = shard_alloc_zeroed(e, e->plan.groups[gi].padded, DT_F32, DT_TAG_COMM,
-                                "a group's gradient buffer", (void **)&g->gbuf);
+    if (rc == DT_OK)
+        rc = e->home.grads_buffer(e, gi, &g->gbuf);
     if (rc != DT_OK)
         return rc;
     g->gbuf_transient = 1;
@@ -281,35 +249,15 @@ int shard_reduce_all(dt_shard_engine_t *e)
      * waits for the step (overlap off): in backward order, the same on
      * every rank */
     for (uint32_t i = e->plan.n_groups; rc == DT_OK && i-- > 0;) {
-        sh_group_t *g = &e->g[i];
-        if (g->gbuf_transient && e->ssize == 1) {
-            g->final_sent = 1;
-            rc = grads_local(e, i);
-        } else if (g->gbuf_transient) {
-            float *buf = g->gbuf;
-            g->gbuf = NULL;
-            g->gbuf_transient = 0;
-            g->final_sent = 1;
-            rc = red_launch(e, i, SH_R_SCATTER_ADD, buf, e->rsize > 1);
-        } else if (!g->final_sent) {
+        if (e->g[i].gbuf_transient)
+            rc = hand_on(e, i, 1);
+        else if (!e->g[i].final_sent)
             rc = launch_final(e, i);
-        }
     }
     /* after a failure, what is queued is destroy's to drop */
     if (rc == DT_OK)
         rc = shard_reductions_finish(e, -1);
-    /* gradients offloaded: a group no backward touched this step holds
-     * zeros, as the device's shard zeroed at begin_step would */
-    for (uint32_t i = 0; rc == DT_OK && shard_grads_offloaded(e) && i < e->plan.n_groups; i++) {
-        if (e->g[i].gadds > 0)
-            continue;
-        float *zeros = NULL;
-        rc = shard_alloc_zeroed(e, e->plan.groups[i].shard, DT_F32, DT_TAG_COMM,
-                                "zero gradients of an untouched group", (void **)&zeros);
-        if (rc == DT_OK)
-            rc = shard_offload_grads_add(e, i, zeros, e->dp.cs, 1);
-        if (zeros)
-            e->dp.dev_ops->free(e->dp.dev, zeros);
-    }
+    if (rc == DT_OK)
+        rc = e->home.grads_end(e);
     return rc;
 }

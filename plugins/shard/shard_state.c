@@ -9,10 +9,10 @@
  * each rank reading the global ranges it holds whatever wrote them.  Its
  * replicas (hybrid sharding) hold the same shard; to SAVE, they split it
  * evenly, so over the whole group each element is written exactly once
- * and the writes spread over every rank.  Where the optimizer state is
- * offloaded (shard_offload.c), the master and the moments are read and
- * written in the tier's host memory, and state_loaded pushes the master
- * to the compute copy.
+ * and the writes spread over every rank.  The copies go where the shard
+ * lives (e->home: the device's buffers, or the tier's host memory where
+ * the optimizer state is offloaded, shard_offload.c), and state_loaded
+ * publishes the master to the compute copy.
  */
 #include <string.h>
 
@@ -36,62 +36,41 @@ int dt_shard_state_ranges(dt_shard_engine_t *e, uint32_t unit, int kind, int pur
     return dt_dp_ranges_one(r, out, cap, n);
 }
 
-/* Device pointer of state `kind` at global range r of `unit`, which must
- * lie inside this rank's shard; *at its place in the shard buffer (where
- * the offloaded state keeps it too). */
-static float *state_ptr(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_t r, const void *buf,
-                        const char *what, uint64_t *at_out, int *rc)
+/* Check a get/set of state `kind` at global range r of `unit`, which
+ * must lie inside this rank's shard; *at: its place in the shard buffer
+ * (where every home keeps it). */
+static int state_at(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_t r,
+                    const void *buf, const char *what, uint64_t *at)
 {
-    if ((*rc = dt_dp_state_check(&e->dp, unit, kind, shard_has_v(e), r, buf, what)) != DT_OK)
-        return NULL;
+    int rc = dt_dp_state_check(&e->dp, unit, kind, shard_has_v(e), r, buf, what);
+    if (rc != DT_OK)
+        return rc;
     uint64_t off;
     dt_range_t h = dt_shard_held(&e->plan, unit, e->srank, &off);
-    if (r.count > 0 && (r.offset < h.offset || r.offset + r.count > h.offset + h.count)) {
-        *rc = e->dp.host->set_error(e->dp.host, DT_ERR_INVALID,
-                                    "%s: unit '%s' state %s: range [%llu, +%llu) is not inside "
-                                    "this rank's shard [%llu, +%llu) (shard rank %u of %u)",
-                                    what, e->dp.model->units[unit].name,
-                                    dt_state_kind_name(kind), (unsigned long long)r.offset,
-                                    (unsigned long long)r.count, (unsigned long long)h.offset,
-                                    (unsigned long long)h.count, e->srank, e->ssize);
-        return NULL;
-    }
-    static float none;
-    uint64_t at = off + (r.offset - h.offset); /* in the shard buffer */
-    *at_out = at;
-    if (r.count == 0 || shard_optim_offloaded(e))
-        return &none; /* any valid pointer: nothing is copied here */
-    uint32_t gi = e->plan.group_of_unit[unit];
-    switch (kind) {
-    case DT_STATE_PARAMS:
-        return shard_master(e, gi) + (at - e->plan.groups[gi].shard_off);
-    case DT_STATE_EXP_AVG: return e->m + at;
-    default: return e->v + at;
-    }
+    if (r.count > 0 && (r.offset < h.offset || r.offset + r.count > h.offset + h.count))
+        return e->dp.host->set_error(e->dp.host, DT_ERR_INVALID,
+                                     "%s: unit '%s' state %s: range [%llu, +%llu) is not inside "
+                                     "this rank's shard [%llu, +%llu) (shard rank %u of %u)",
+                                     what, e->dp.model->units[unit].name,
+                                     dt_state_kind_name(kind), (unsigned long long)r.offset,
+                                     (unsigned long long)r.count, (unsigned long long)h.offset,
+                                     (unsigned long long)h.count, e->srank, e->ssize);
+    *at = off + (r.offset - h.offset);
+    return DT_OK;
 }
 
 int dt_shard_get_state(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_t r, float *buf)
 {
-    int rc;
     uint64_t at = 0;
-    float *p = state_ptr(e, unit, kind, r, buf, "get_state", &at, &rc);
-    if (!p)
-        return rc;
-    if (shard_optim_offloaded(e)) /* the tier's */
-        return r.count ? dt_offload_state_read(&e->off, kind, at, r.count, buf) : DT_OK;
-    return dt_dp_state_copy(&e->dp, unit, kind, r, buf, p, DT_COPY_D2H, "get_state");
+    int rc = state_at(e, unit, kind, r, buf, "get_state", &at);
+    return rc == DT_OK ? e->home.state_get(e, unit, kind, r, at, buf) : rc;
 }
 
 int dt_shard_set_state(dt_shard_engine_t *e, uint32_t unit, int kind, dt_range_t r, const float *buf)
 {
-    int rc;
     uint64_t at = 0;
-    float *p = state_ptr(e, unit, kind, r, buf, "set_state", &at, &rc);
-    if (!p)
-        return rc;
-    if (shard_optim_offloaded(e)) /* the tier's */
-        return r.count ? dt_offload_state_write(&e->off, kind, at, r.count, buf) : DT_OK;
-    return dt_dp_state_copy(&e->dp, unit, kind, r, p, buf, DT_COPY_H2D, "set_state");
+    int rc = state_at(e, unit, kind, r, buf, "set_state", &at);
+    return rc == DT_OK ? e->home.state_set(e, unit, kind, r, at, buf) : rc;
 }
 
 int dt_shard_state_loaded(dt_shard_engine_t *e)
@@ -107,9 +86,9 @@ int dt_shard_state_loaded(dt_shard_engine_t *e)
             g->pstate = SH_P_FREE;
         }
     }
-    /* offloaded: the loaded master reaches the compute copy first */
-    if (rc == DT_OK && e->offload_what)
-        rc = shard_offload_push(e);
+    /* the loaded master reaches the compute copy first */
+    if (rc == DT_OK)
+        rc = e->home.publish(e, "state_loaded");
     if (rc == DT_OK)
         rc = shard_refresh_params(e, "state_loaded");
     if (rc == DT_OK)

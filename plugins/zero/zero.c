@@ -5,8 +5,10 @@
  * the sharded engine in plugins/shard (shared with fsdp: the parameter
  * all-gather in shard_gather.c, the gradient reduce-scatter in
  * shard_reduce.c, the optimizer step on each rank's shard in
- * shard_step.c); this file turns the [zero] table into its configuration,
- * and its ops are the engine's, through the wrappers of shard.h.
+ * shard_step.c, the shard itself in device buffers, shard_home.c, or with
+ * offload_what in an offload tier, shard_offload.c); this file turns the
+ * [zero] table into its configuration, and its ops are the engine's,
+ * through the wrappers of shard.h.
  *
  *   stage 1  optimizer state and the f32 master sharded.  Full f32
  *            gradients accumulate over micro-steps; in the final one each

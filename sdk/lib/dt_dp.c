@@ -451,7 +451,7 @@ int dt_dp_has_norm_copies(const dt_dp_t *b)
 }
 
 /* Call fn(ctx, r) for every run of DT_SPLIT_DUPLICATE tensors within
- * [first, first + n) of the flat space (dt_dp_copy_ranges), r moved to
+ * [first, first + n) of the flat space (dt_dp_norm_plan_add), r moved to
  * start at base; stops at fn's first failure.  Allocates nothing: the
  * norm runs it every step. */
 typedef int (*copy_fn)(void *ctx, dt_range_t r);
@@ -488,29 +488,6 @@ static int each_copy_range(const dt_dp_t *b, uint64_t first, uint64_t n, uint32_
     return DT_OK;
 }
 
-typedef struct copy_list {
-    dt_range_t *out;
-    uint32_t cap, count;
-} copy_list_t;
-
-static int list_copy(void *ctx, dt_range_t r)
-{
-    copy_list_t *l = ctx;
-    if (l->count < l->cap)
-        l->out[l->count] = r;
-    l->count++;
-    return DT_OK;
-}
-
-uint32_t dt_dp_copy_ranges(const dt_dp_t *b, uint64_t first, uint64_t n, uint32_t unit_lo,
-                           uint32_t unit_hi, const uint64_t *unit_start, uint64_t base,
-                           dt_range_t *out, uint32_t cap)
-{
-    copy_list_t l = {out, cap, 0};
-    each_copy_range(b, first, n, unit_lo, unit_hi, unit_start, base, list_copy, &l);
-    return l.count;
-}
-
 typedef struct copy_sumsq {
     const dt_dp_t *b;
     double *slot, sum;
@@ -534,6 +511,33 @@ int dt_dp_norm_copies(const dt_dp_t *b, double *slot, const float *x, uint64_t f
     copy_sumsq_t c = {b, slot, 0.0, x};
     int rc = each_copy_range(b, first, n, unit_lo, unit_hi, unit_start, 0, sumsq_copy, &c);
     *out = c.sum;
+    return rc;
+}
+
+typedef struct plan_skip {
+    const dt_host_v1_t *host;
+    dt_norm_plan_t *p;
+} plan_skip_t;
+
+static int skip_copy(void *ctx, dt_range_t r)
+{
+    plan_skip_t *c = ctx;
+    return dt_norm_plan_skip(c->host, c->p, r);
+}
+
+int dt_dp_norm_plan_add(const dt_dp_t *b, dt_norm_plan_t *p, uint64_t first, uint64_t n,
+                        uint32_t unit_lo, uint32_t unit_hi, const uint64_t *unit_start,
+                        uint64_t base)
+{
+    int counted = 0;
+    for (uint32_t u = unit_lo; u <= unit_hi && u < b->model->n_units; u++)
+        counted |= !(dt_dp_unit_flags(b, u) & DT_UNIT_COPY);
+    if (!counted)
+        return DT_OK; /* the other stage's */
+    int rc = dt_norm_plan_part(b->host, p, (dt_range_t){.offset = base, .count = n});
+    plan_skip_t c = {b->host, p};
+    if (rc == DT_OK)
+        rc = each_copy_range(b, first, n, unit_lo, unit_hi, unit_start, base, skip_copy, &c);
     return rc;
 }
 

@@ -574,6 +574,86 @@ static void test_norms(void **state)
     assert_int_equal(comm.n_allreduce, 1);
 }
 
+/* (part - skipped, never below 0) with the fake device's sequential sums. */
+static double part_less(const float *x, uint64_t lo, uint64_t n, uint64_t slo, uint64_t sn)
+{
+    double part = 0, skipped = 0;
+    for (uint64_t i = lo; i < lo + n; i++)
+        part += (double)x[i] * x[i];
+    double one = 0;
+    for (uint64_t i = slo; i < slo + sn; i++)
+        one += (double)x[i] * x[i];
+    skipped += one;
+    return part - skipped < 0.0 ? 0.0 : part - skipped;
+}
+
+/* The norm plan dt_dp builds once: a pipeline stage's COPY unit left out
+ * whole, tensor-parallel duplicates as skip ranges of their part, moved to
+ * where the buffer keeps the span; the norm is then one loop. */
+static void test_norm_plan(void **state)
+{
+    const dt_param_split_v1_t dup = {.struct_size = sizeof dup, .n_blocks = 1,
+                                     .flags = DT_SPLIT_DUPLICATE};
+    dt_param_desc_v1_t p0[3] = {{.name = "a", .offset = 0, .numel = 4},
+                                {.name = "b", .offset = 4, .numel = 6, .ext = &dup},
+                                {.name = "c", .offset = 10, .numel = 2, .ext = &dup}};
+    dt_param_desc_v1_t p1[1] = {{.name = "wte", .offset = 0, .numel = 8}};
+    dt_param_desc_v1_t p2[2] = {{.name = "d", .offset = 0, .numel = 5, .ext = &dup},
+                                {.name = "e", .offset = 5, .numel = 5}};
+    dt_unit_desc_v1_t units[3] = {{.name = "u0", .index = 0, .n_params = 3, .params = p0, .numel = 12},
+                                  {.name = "u1", .index = 1, .n_params = 1, .params = p1, .numel = 8},
+                                  {.name = "u2", .index = 2, .n_params = 2, .params = p2, .numel = 10}};
+    dt_model_desc_v1_t model = {.struct_size = sizeof model, .n_units = 3, .units = units};
+    uint8_t flags[3] = {DT_UNIT_HELD, DT_UNIT_HELD | DT_UNIT_TIED | DT_UNIT_COPY, DT_UNIT_HELD};
+    dt_dp_t b = {.host = &th.host, .model = &model, .unit_flags = flags};
+    dt_norm_plan_t plan = {0};
+    const uint64_t at0 = 0, at1 = 0, at2 = 0;
+    /* elements [2, 12) of u0 at buffer 0; u1 (COPY) at 10; [0, 10) of u2 at 20 */
+    assert_int_equal(dt_dp_norm_plan_add(&b, &plan, 2, 10, 0, 0, &at0, 0), DT_OK);
+    assert_int_equal(dt_dp_norm_plan_add(&b, &plan, 0, 8, 1, 1, &at1, 10), DT_OK);
+    assert_int_equal(dt_dp_norm_plan_add(&b, &plan, 0, 10, 2, 2, &at2, 20), DT_OK);
+    assert_int_equal(plan.n_parts, 2);
+    assert_int_equal(plan.n_skip, 2);
+    assert_true(plan.parts[0].sum.offset == 0 && plan.parts[0].sum.count == 10);
+    assert_true(plan.parts[0].skip_lo == 0 && plan.parts[0].n_skip == 1);
+    assert_true(plan.skip[0].offset == 2 && plan.skip[0].count == 8); /* b and c, one run */
+    assert_true(plan.parts[1].sum.offset == 20 && plan.parts[1].sum.count == 10);
+    assert_true(plan.parts[1].skip_lo == 1 && plan.parts[1].n_skip == 1);
+    assert_true(plan.skip[1].offset == 20 && plan.skip[1].count == 5);
+
+    struct dt_device dev = {0};
+    float x[30];
+    for (int i = 0; i < 30; i++)
+        x[i] = (float)(0.5 * i - 4.0);
+    double slot, got = -1;
+    assert_int_equal(dt_norm_plan_sumsq(&th.host, &fake_dev_ops, &dev, NULL, &slot, x, &plan,
+                                        &got), DT_OK);
+    double want = 0.0;
+    want += part_less(x, 0, 10, 2, 8);
+    want += part_less(x, 20, 10, 20, 5);
+    assert_true(got == want);
+    dt_norm_plan_free(&th.host, &plan);
+    assert_null(plan.parts);
+
+    /* one part without skips: exactly dt_norm_sumsq over it */
+    double whole = -1;
+    assert_int_equal(dt_norm_plan_part(&th.host, &plan, (dt_range_t){.offset = 3, .count = 27}),
+                     DT_OK);
+    assert_int_equal(dt_norm_plan_sumsq(&th.host, &fake_dev_ops, &dev, NULL, &slot, x, &plan,
+                                        &got), DT_OK);
+    assert_int_equal(dt_norm_sumsq(&th.host, &fake_dev_ops, &dev, NULL, &slot, x + 3, DT_F32, 27,
+                                   &whole), DT_OK);
+    assert_true(got == whole);
+    dt_norm_plan_free(&th.host, &plan);
+
+    /* an empty plan sums nothing; a skip range needs a part */
+    assert_int_equal(dt_norm_plan_sumsq(&th.host, &fake_dev_ops, &dev, NULL, &slot, x, &plan,
+                                        &got), DT_OK);
+    assert_true(got == 0.0);
+    assert_int_equal(dt_norm_plan_skip(&th.host, &plan, (dt_range_t){0, 1}), DT_ERR_INVALID);
+    assert_non_null(strstr(dt_last_error(), "norm plan: a skip range before any part"));
+}
+
 static void test_hash(void **state)
 {
     uint32_t w[257];
@@ -644,6 +724,7 @@ int main(void)
         cmocka_unit_test_setup(test_optim_range_sgd_whole_unit, setup),
         cmocka_unit_test_setup(test_optim_range_kernel_missing, setup),
         cmocka_unit_test_setup(test_norms, setup),
+        cmocka_unit_test_setup(test_norm_plan, setup),
         cmocka_unit_test_setup(test_hash, setup),
         cmocka_unit_test_setup(test_replica_check, setup),
     };

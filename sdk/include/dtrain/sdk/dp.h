@@ -19,6 +19,7 @@
 #include "dtrain/comm.h"
 #include "dtrain/device.h"
 #include "dtrain/host.h"
+#include "dtrain/sdk/norm.h"
 #include "dtrain/sdk/optim.h"
 #include "dtrain/strategy.h"
 #include "dtrain/tensor.h"
@@ -82,15 +83,18 @@ int dt_dp_has_norm_copies(const dt_dp_t *b);
 int dt_dp_norm_copies(const dt_dp_t *b, double *slot, const float *x, uint64_t first,
                       uint64_t n, uint32_t unit_lo, uint32_t unit_hi,
                       const uint64_t *unit_start, double *out);
-/* The same elements as ranges: the runs of DT_SPLIT_DUPLICATE tensors
- * within [first, first + n) of that flat space, each moved to start at
- * `base` + (its offset - first) (where a buffer holding that span keeps
- * them), into out[cap] in order; their count (only the first cap are
- * written).  For a caller that sums its gradient elsewhere than on the
- * device (an offloaded shard: dt_offload_grads_sumsq_skip). */
-uint32_t dt_dp_copy_ranges(const dt_dp_t *b, uint64_t first, uint64_t n, uint32_t unit_lo,
-                           uint32_t unit_hi, const uint64_t *unit_start, uint64_t base,
-                           dt_range_t *out, uint32_t cap);
+/* Add to norm plan `p` (dtrain/sdk/norm.h) the span of a gradient buffer
+ * at [base, base + n) holding elements [first, first + n) of the flat
+ * space laid out as for dt_dp_norm_copies, as the global norm counts it
+ * here: nothing when every unit of [unit_lo, unit_hi] is a pipeline
+ * stage's DT_UNIT_COPY (the owning stage counts it), else one part less
+ * the runs of DT_SPLIT_DUPLICATE tensors in it as skip ranges, each
+ * moved to start at base + (its offset - first).  Run once at init; the
+ * norm is then dt_norm_plan_sumsq (or, for a gradient in an offload tier,
+ * dt_offload_grads_sumsq_skip over the plan's skip ranges). */
+int dt_dp_norm_plan_add(const dt_dp_t *b, dt_norm_plan_t *p, uint64_t first, uint64_t n,
+                        uint32_t unit_lo, uint32_t unit_hi, const uint64_t *unit_start,
+                        uint64_t base);
 
 /* Unit u's DT_UNIT_* flags: DT_UNIT_HELD for every unit without a stage. */
 static inline uint32_t dt_dp_unit_flags(const dt_dp_t *b, uint32_t u)

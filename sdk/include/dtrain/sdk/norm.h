@@ -1,6 +1,6 @@
 /*
  * dtrain/sdk/norm.h - gradient norms: a sum of squares brought to the
- * host, and its sum across a group.
+ * host, its sum across a group, and a plan of the parts a rank sums.
  *
  * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
  * it and the conventions every helper follows).
@@ -13,6 +13,7 @@
 #include "dtrain/comm.h"
 #include "dtrain/device.h"
 #include "dtrain/host.h"
+#include "dtrain/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,6 +35,40 @@ int dt_norm_allreduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
                       dt_comm_t *comm, const dt_device_ops_v1_t *ops,
                       dt_device_t *dev, dt_stream_t *s, double *slot,
                       double *sumsq);
+
+/* ------------------------------------------------------------------------
+ * A norm plan: the parts of a gradient buffer whose sums of squares make
+ * this rank's share of the global norm, each less the elements in it that
+ * another rank counts (skip ranges inside the part).  Built once at init
+ * (dt_dp_norm_plan_add, dtrain/sdk/dp.h, knows which elements: a pipeline
+ * stage's COPY units, tensor-parallel duplicates); every step is then one
+ * loop (dt_norm_plan_sumsq).  Offsets are elements of the buffer.
+ * --------------------------------------------------------------------- */
+typedef struct dt_norm_part {
+    dt_range_t sum;             /* the elements summed */
+    uint32_t skip_lo, n_skip;   /* its entries of skip[]: taken off again */
+} dt_norm_part_t;
+
+typedef struct dt_norm_plan {
+    dt_norm_part_t *parts;      /* in buffer order */
+    dt_range_t *skip;           /* every part's skip ranges, in order */
+    uint32_t n_parts, n_skip;
+    uint32_t cap_parts, cap_skip;
+} dt_norm_plan_t;
+
+/* Append a part summing `sum`, then (dt_norm_plan_skip) its skip ranges.
+ * Tables come from host->alloc (DT_ERR_NOMEM). */
+int dt_norm_plan_part(const dt_host_v1_t *host, dt_norm_plan_t *p, dt_range_t sum);
+int dt_norm_plan_skip(const dt_host_v1_t *host, dt_norm_plan_t *p, dt_range_t r);
+void dt_norm_plan_free(const dt_host_v1_t *host, dt_norm_plan_t *p);
+
+/* *out = the sum over the parts of `plan` of (the part's sum of squares
+ * less its skip ranges', never below 0; NaN and Inf pass), each a
+ * dt_norm_sumsq over f32 `x` (device) in plan order.  A plan of one part
+ * without skips gives exactly dt_norm_sumsq over that part. */
+int dt_norm_plan_sumsq(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
+                       dt_device_t *dev, dt_stream_t *s, double *slot, const float *x,
+                       const dt_norm_plan_t *plan, double *out);
 
 /* ------------------------------------------------------------------------
  * The sum of squares on the host, with the cpu device's bits (its sumsq

@@ -216,7 +216,8 @@ int dt_offload_grads_load(dt_offload_state_t *st, uint64_t at, uint64_t n, float
 int dt_offload_grads_sumsq(dt_offload_state_t *st, double *out);
 /* The same, less the sum of squares of the elements in skip[n_skip]
  * (ranges of the shard, in order, not overlapping): tensor parallelism's
- * copies another rank counts (dt_dp_copy_ranges).  Read once. */
+ * copies another rank counts (a norm plan's skip ranges,
+ * dt_dp_norm_plan_add).  Read once. */
 int dt_offload_grads_sumsq_skip(dt_offload_state_t *st, const dt_range_t *skip,
                                 uint32_t n_skip, double *out);
 

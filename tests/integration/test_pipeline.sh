@@ -171,15 +171,15 @@ same_as_n1 pvz "pp2 x dp2 x 2 chunks, zero-1"
 expect_exit 2 "2 chunks without kept activations" "$bin" plan eq.toml --world 2 \
   --set parallel.pipeline=2 --set pipeline.virtual_stages=2 --set pipeline.keep_activations=false
 expect_out "2 chunks without kept activations: why" \
-  "dtrain plan: error: strategy/pipeline: virtual_stages = 2 needs keep_activations = true: an interleaved stage keeps every chunk's activations rather than stash each chunk's inputs to recompute them"
+  "dtrain plan: error: schedule/1f1b: pipeline.virtual_stages = 2 needs pipeline.keep_activations = true: an interleaved stage keeps every chunk's activations rather than stash each chunk's inputs to recompute them"
 expect_exit 2 "3 micro-batches over 2 stages of 2 chunks" "$bin" plan eq.toml --world 2 \
   --set parallel.pipeline=2 --set pipeline.virtual_stages=2 --set train.global_batch=6
 expect_out "3 micro-batches: why" \
-  "dtrain plan: error: strategy/pipeline: virtual_stages = 2 needs the micro-batches of a step ([train] grad_accum = 3) to be a multiple of the 2 stages"
+  "dtrain plan: error: schedule/1f1b: pipeline.virtual_stages = 2 needs the micro-batches of a step ([train] grad_accum = 3) to be a multiple of the 2 stages"
 expect_exit 2 "more chunks than units" "$bin" plan eq.toml --world 2 \
   --set parallel.pipeline=2 --set pipeline.virtual_stages=3
 expect_out "more chunks than units: why" \
-  "dtrain plan: error: strategy/pipeline: parallel.pipeline = 2 stages x virtual_stages = 3 chunks, but model gpt2 has 4 units (each chunk needs at least one)"
+  "dtrain plan: error: schedule/1f1b: parallel.pipeline = 2 stages x pipeline.virtual_stages = 3 chunks, but model gpt2 has 4 units (each chunk needs at least one)"
 
 # ---- the measured bubble -------------------------------------------------
 # The same 8 sequences per step through gpipe as one micro-batch of 8

@@ -376,23 +376,23 @@ int pp_run(dt_schedule_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result
 {
     const dt_host_v1_t *host = s->host;
     dt_schedule_args_v1_t a;
-    int rc = dt_args_read(host, "run_schedule args", &a, sizeof a, in,
+    int rc = dt_args_read(host, "run args", &a, sizeof a, in,
                           DT_SCHEDULE_ARGS_V1_SIZE0);
     if (rc != DT_OK)
         return rc;
     if (!a.runner || a.n_micro < 1 || a.act_count == 0)
-        return host->set_error(host, DT_ERR_INVALID, "run_schedule: %s",
+        return host->set_error(host, DT_ERR_INVALID, "run: %s",
                                !a.runner ? "NULL runner" : a.n_micro < 1 ? "n_micro = 0"
                                                                          : "act_count = 0");
     if ((rc = dt_args_check(host, "stage runner", a.runner, sizeof *a.runner,
                             DT_STAGE_RUNNER_V1_SIZE0)) != DT_OK)
         return rc;
     if (!a.runner->forward || !a.runner->backward)
-        return host->set_error(host, DT_ERR_INVALID, "run_schedule: the runner has no %s",
+        return host->set_error(host, DT_ERR_INVALID, "run: the runner has no %s",
                                !a.runner->forward ? "forward" : "backward");
     const int no_grad = (a.flags & DT_SCHEDULE_NO_GRAD) != 0;
     if (!no_grad && s->V > 1 && a.n_micro % (uint32_t)s->n_stages != 0)
-        return host->set_error(host, DT_ERR_INVALID, "run_schedule: %u micro-batches, not a "
+        return host->set_error(host, DT_ERR_INVALID, "run: %u micro-batches, not a "
                                "multiple of the %d stages (virtual_stages = %u)",
                                a.n_micro, s->n_stages, s->V);
     /* [pipeline] keep_activations holds when the core kept as many slots
@@ -403,7 +403,7 @@ int pp_run(dt_schedule_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result
         return rc;
     const int keep = s->keep && slots >= most;
     if (s->V > 1 && !keep && !no_grad)
-        return host->set_error(host, DT_ERR_INVALID, "run_schedule: the core keeps %u "
+        return host->set_error(host, DT_ERR_INVALID, "run: the core keeps %u "
                                "micro-batches' activations, and %u chunks a stage need %u",
                                slots, s->V, most);
     if ((rc = ensure_buffers(s, a.act_count * dt_dtype_size(a.act_dtype), a.n_micro, no_grad,
@@ -415,7 +415,7 @@ int pp_run(dt_schedule_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result
         s->host->free(s->host, s->ops);
         s->ops_cap = 0;
         if (!(s->ops = s->host->alloc(s->host, cap * sizeof *s->ops, DT_TAG_OTHER)))
-            return host->set_error(host, DT_ERR_NOMEM, "run_schedule: the order of %u "
+            return host->set_error(host, DT_ERR_NOMEM, "run: the order of %u "
                                    "operations", cap);
         s->ops_cap = cap;
     }
@@ -439,5 +439,5 @@ int pp_run(dt_schedule_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result
     r.n_loss = s->stage == s->n_stages - 1 ? a.n_micro : 0;
     r.loss_sum = r.n_loss ? t.loss : 0.0;
     r.recv_wait_s = (double)t.wait_ns * 1e-9;
-    return dt_result_write(host, "run_schedule", res, &r, sizeof r, DT_SCHEDULE_RESULT_V1_SIZE0);
+    return dt_result_write(host, "run", res, &r, sizeof r, DT_SCHEDULE_RESULT_V1_SIZE0);
 }

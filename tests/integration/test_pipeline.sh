@@ -38,7 +38,8 @@
 #    tensor the stages' probed forwards found, and the stage (the tensor
 #    one rank names at the same step);
 #  - config errors (exit 2, the exact message): stages that do not divide
-#    the world, an arch that cannot be split;
+#    the world, an unknown [pipeline] schedule (the key, the folders
+#    searched, the closest schedule), an arch that cannot be split;
 #  - a rank killed in the pipeline's backward (a test hook): the other
 #    rank stops (exit 1) naming the peer stage, the send/recv, the
 #    micro-batch and the dead rank.
@@ -305,6 +306,22 @@ expect_exit 2 "3 stages on 2 ranks" "$bin" check eq.toml --set parallel.pipeline
   --set launch.nproc=2
 expect_out "3 stages on 2 ranks: named" \
   "eq.toml: parallel.tensor = 1 x parallel.pipeline = 3 = 3 ranks per model replica does not divide the world of 2 ranks"
+# [pipeline] schedule names a schedule plugin: one not on the search path
+# is the config's error, named where it was written, with the folders
+# searched and the closest schedule
+expect_exit 2 "an unknown schedule" "$bin" check eq.toml --set parallel.pipeline=2 \
+  --set launch.nproc=2 --set pipeline.schedule=1fib
+expect_out "an unknown schedule: the key and the search named" \
+  "dtrain check: error: --set pipeline.schedule=1fib: schedule plugin '1fib' not found in: "
+expect_out "an unknown schedule: the closest schedule" \
+  " (files are named dtrain_<name>.so); did you mean '1f1b'?"
+sed 's/^\[train\]$/[pipeline]\nschedule = "zb"\n[train]/' eq.toml > zb.toml
+line=$(grep -n '^schedule = "zb"' zb.toml | cut -d: -f1)
+expect_exit 2 "an unknown schedule in the file, under a 2-rank run" "$bin" run zb.toml \
+  --set parallel.pipeline=2 --set launch.nproc=2
+expect_out "an unknown schedule in the file: its line named" \
+  "dtrain run: error: zb.toml:$line: pipeline.schedule = \"zb\": schedule plugin 'zb' not found in: "
+expect_exit 0 "a schedule no pipeline uses is not loaded" "$bin" check zb.toml
 cat > mlp.toml <<'T'
 [model]
 arch = "mlp"

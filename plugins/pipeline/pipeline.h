@@ -23,8 +23,9 @@
  *          remaining Bs (PipeDream-Flush, Megatron's default).  A stage
  *          stashes at most p - stage inputs; same bubble as GPipe.
  * Interleaved ([pipeline] virtual_stages = V > 1: Megatron's interleaved
- * 1F1B with the `1f1b` plugin, interleaved GPipe with `gpipe`): the units are cut into p x V virtual stages, stage k running
- * virtual stages k, k + p, ... as its chunks 0..V-1.  Every stage runs
+ * 1F1B with the `1f1b` plugin, interleaved GPipe with `gpipe`): the units
+ * are cut into p x V virtual stages, stage k running virtual stages k,
+ * k + p, ... as its chunks 0..V-1.  Every stage runs
  * the forwards in one order, the k-th being micro-batch
  * (k / (p V)) p + k % p of chunk (k / p) % V (groups of p micro-batches
  * through each chunk in turn), and the backwards in the same order over
@@ -159,7 +160,7 @@ int pp_run(dt_schedule_t *s, const dt_schedule_args_v1_t *args, dt_schedule_resu
 void pp_free_buffers(dt_schedule_t *s);
 
 /* pipeline_glue.c: the schedule table's slots for the order `schedule`
- * (PP_SCHED_*); `name` names the plugin in messages. */
+ * (PP_SCHED_*). */
 int pp_init(const dt_host_v1_t *host, int schedule, const dt_schedule_init_v1_t *args,
             dt_schedule_t **out);
 void pp_finalize(dt_schedule_t *s);

@@ -38,6 +38,7 @@
 #include "model/model.h"
 #include "train/plan.h"
 #include "train/preflight.h"
+#include "train/stage_runner.h"
 #include "train/train.h"
 #include "setup/resolve.h"
 #include "util/error.h"
@@ -149,11 +150,9 @@ static int add_strategy(variants_t *vs, const char *name, const dt_search_path_t
     int rc = dt_plugin_open(sp, DT_KIND_STRATEGY, name, &p);
     if (rc == DT_OK) {
         const dt_strategy_ops_t *ops = p->ops;
-        /* a model-parallel strategy (a pipeline's schedule, a tensor
-         * group's reductions) holds no state: it is not a row of its own
-         * (the pipeline and tensor blocks) */
-        if (DT_HAS_OP(dt_strategy_ops_t, ops, run_schedule) ||
-            DT_HAS_OP(dt_strategy_ops_t, ops, reduce_activation)) {
+        /* a tensor group's reductions hold no state: not a row of their
+         * own (the tensor block) */
+        if (DT_HAS_OP(dt_strategy_ops_t, ops, reduce_activation)) {
             dt_plugin_unload(p);
             return DT_OK;
         }
@@ -714,7 +713,7 @@ static int check_tier(const dt_resolved_t *r, const char *tier, const char *name
     return DT_EXIT_OK;
 }
 
-/* ---- pipeline (issue 14): the model state (parameters, gradients,
+/* ---- pipeline: the model state (parameters, gradients,
  * optimizer) per rank of each stage under each planned row's data
  * strategy, over the data group (dt_plan_stage): state[row * p + k]. */
 typedef struct stage_rows {
@@ -723,7 +722,7 @@ typedef struct stage_rows {
     size_t n;
 } stage_rows_t;
 
-/* The pipeline plugin's layout: p stages of V chunks each (virtual
+/* The schedule plugin's layout: p stages of V chunks each (virtual
  * stage j = chunk j / p of stage j % p, units [start[j], start[j + 1])),
  * M micro-batches a step, and per stage the inputs its schedule stashes,
  * the micro-batches whose activations it keeps and the boundary tensors
@@ -748,14 +747,12 @@ static void layout_free(stage_layout_t *L)
 static int stage_layout(const dt_resolved_t *r, dt_model_t *m, int64_t dp, stage_layout_t *L)
 {
     const dt_plugin_t *pp = r->plugin[DT_ROLE_PIPELINE];
-    const dt_strategy_ops_t *ops = pp->ops;
+    const dt_schedule_ops_t *ops = pp->ops;
     dt_model_desc_t *d = dt_model_desc(m);
     const uint32_t nu = d->n_units;
     memset(L, 0, sizeof *L);
     L->p = (int32_t)r->set.parallel.pipeline;
-    L->V = 1;
-    if (!DT_HAS_OP(dt_strategy_ops_t, ops, assign_stages))
-        return dt_err_set(DT_ERR_CONFIG, "strategy plugin '%s' has no assign_stages", pp->name);
+    L->V = (uint32_t)r->set.pipeline.virtual_stages;
     uint32_t *stage_of = calloc(nu, sizeof *stage_of);
     L->start = calloc((size_t)nu + 1, sizeof *L->start);
     L->stash = calloc((size_t)L->p, sizeof *L->stash);
@@ -779,23 +776,26 @@ static int stage_layout(const dt_resolved_t *r, dt_model_t *m, int64_t dp, stage
         rc = dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
     if (flops)
         dt_model_unit_flops(m, r->set.train.seq_len, flops);
-    dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = L->p, .model = d, .n_micro = L->M,
-                          .stash = L->stash, .in_flight = L->in_flight, .chunks = &L->V,
-                          .buffers = L->buffers, .unit_flops = flops};
+    dt_stage_args_t sa;
+    dt_stage_args_init(&sa, &r->set, L->p, d, L->M);
+    sa.stash = L->stash;
+    sa.in_flight = L->in_flight;
+    sa.buffers = L->buffers;
+    sa.unit_flops = flops;
     if (!rc && (rc = ops->assign_stages(pp->host, &sa, stage_of)))
         dt_plugin_failed(pp, rc, "assign_stages");
     free(flops);
     const uint32_t nv = (uint32_t)L->p * L->V;
     if (!rc && (L->V < 1 || L->V > DT_MODEL_MAX_CHUNKS || nv > nu))
-        rc = dt_err_set(DT_ERR_INVALID, "strategy plugin '%s': %u chunks per stage", pp->name,
-                        L->V);
+        rc = dt_err_set(DT_ERR_CONFIG, "pipeline.virtual_stages = %u chunks per stage for "
+                        "%u units", L->V, nu);
     for (uint32_t u = 0, j = 0; !rc && j < nv; j++) {
         L->start[j] = u;
         while (u < nu && stage_of[u] == j)
             u++;
         L->start[j + 1] = u;
         if (L->start[j + 1] == L->start[j])
-            rc = dt_err_set(DT_ERR_INVALID, "strategy plugin '%s': stage %u has no unit",
+            rc = dt_err_set(DT_ERR_INVALID, "schedule plugin '%s': stage %u has no unit",
                             pp->name, j);
     }
     free(stage_of);
@@ -858,11 +858,11 @@ static void units_phrase(const dt_model_desc_t *d, uint32_t n, const uint32_t *f
         snprintf(out + w, cap - w, ")");
 }
 
-/* ---- pipeline (issue 14): with parallel.pipeline > 1, a block per
+/* ---- pipeline: with parallel.pipeline > 1, a block per
  * stage after the table: its units and parameters (a tied copy
  * included), the activations it keeps (its units' for each micro-batch
  * in flight it keeps, plus the stage inputs the schedule stashes: the
- * pipeline plugin says both), the bytes it sends a step (boundary tensors
+ * schedule plugin says both), the bytes it sends a step (boundary tensors
  * forward, their gradients back, each chunk's, and the tied gradient's
  * all-reduce), and the bubble ((p - 1) / (V m + p - 1) with V chunks a
  * stage); then each stage's model state under every planned row

@@ -98,6 +98,29 @@ static const dt_config_key_t parallel_keys[] = {
     K_STR("offload", "\"none\"", "offload plugin, or \"none\""),
 };
 
+/* The pipeline's layout, the same keys whichever schedule plugin runs it
+ * (dtrain/schedule.h hands them to the plugin). */
+static const dt_config_key_t pipeline_keys[] = {
+    K_STR("schedule", "\"1f1b\"",
+          "pipeline schedule plugin (parallel.pipeline > 1): gpipe (all forwards, then all "
+          "backwards; stashes every micro-batch's input) or 1f1b (one forward one backward; "
+          "stashes at most the stage count), or another schedule on the search path"),
+    K_BOOL("keep_activations", "true",
+           "keep the activations of every micro-batch in flight (1f1b: at most the stage "
+           "count, gpipe: all of them) so each backward runs on its forward's; false keeps one "
+           "micro-batch's and recomputes the others' forwards (less memory, about 1/3 more "
+           "compute on every stage but the last)"),
+    K_INT("virtual_stages", "1", 1, 16,
+          "chunks per stage (Megatron's interleaved schedule): the model is cut into "
+          "pipeline x virtual_stages pieces, stage k running pieces k, k + pipeline, ...; the "
+          "bubble shrinks by this factor for as many more boundary transfers; needs "
+          "grad_accum a multiple of the stages and keep_activations"),
+    K_ENUM("balance", "\"uniform\"", "uniform|params|flops",
+           "units per stage: uniform (equal counts), params (contiguous stages with the "
+           "smallest largest parameter count) or flops (the same by FLOPs per token: GPT-2's "
+           "embedding runs no matmul, its head runs the LM head)"),
+};
+
 static const dt_config_key_t launch_keys[] = {
     K_INT("nproc", "1", 1, 256, "local ranks to spawn (on each node)"),
     K_INT("nnodes", "1", 1, 65536,
@@ -149,6 +172,7 @@ const dt_config_section_t dt_core_sections[] = {
     SECTION("train", train_keys, "the training loop and schedule"),
     SECTION("optimizer", optimizer_keys, "the optimizer"),
     SECTION("parallel", parallel_keys, "parallel strategies"),
+    SECTION("pipeline", pipeline_keys, "the pipeline's schedule and layout"),
     SECTION("launch", launch_keys, "processes and rendezvous"),
     SECTION("checkpoint", checkpoint_keys, "saving and resuming"),
     SECTION("fp16", fp16_keys, "loss scaling of model.dtype = \"fp16\" (DeepSpeed's fp16 block)"),

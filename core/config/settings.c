@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "dtrain/schedule.h"
 #include "dtrain/strategy.h"
 #include "train/loss_scale.h"
 #include "util/error.h"
@@ -54,6 +55,9 @@ static const struct field {
     FIELD("parallel.tensor", F_INT, parallel.tensor),
     FIELD("parallel.pipeline", F_INT, parallel.pipeline),
     FIELD("parallel.offload", F_STRING, parallel.offload),
+    FIELD("pipeline.schedule", F_STRING, pipeline.schedule),
+    FIELD("pipeline.keep_activations", F_BOOL, pipeline.keep_activations),
+    FIELD("pipeline.virtual_stages", F_INT, pipeline.virtual_stages),
     FIELD("launch.nproc", F_INT, launch.nproc),
     FIELD("launch.nnodes", F_INT, launch.nnodes),
     FIELD("launch.node_rank", F_INT, launch.node_rank),
@@ -74,6 +78,9 @@ static const struct field {
 
 /* The schema's ENUM choices, in dt_lr_decay_t order. */
 static const char *const decay_names[] = {"cosine", "linear", "constant"};
+
+/* The schema's [pipeline] balance choices, in dt_balance_t order. */
+static const char *const balance_names[] = {"uniform", "params", "flops"};
 
 const char *dt_lr_decay_name(dt_lr_decay_t d)
 {
@@ -161,10 +168,15 @@ int dt_settings_read(const dt_config_t *cfg, dt_settings_t *out)
             return rc;
     if ((rc = check_run_name(cfg, s.run.name)) || (rc = check_fp16_keys(cfg, &s.fp16)))
         return rc;
-    const char *decay, *opt;
+    const char *decay, *opt, *balance;
     if ((rc = dt_config_get_string(cfg, "train.decay", &decay)) ||
-        (rc = dt_config_get_string(cfg, "optimizer.type", &opt)))
+        (rc = dt_config_get_string(cfg, "optimizer.type", &opt)) ||
+        (rc = dt_config_get_string(cfg, "pipeline.balance", &balance)))
         return rc;
+    s.pipeline.balance = DT_BALANCE_UNIFORM;
+    for (int b = 0; b < (int)(sizeof balance_names / sizeof balance_names[0]); b++)
+        if (strcmp(balance, balance_names[b]) == 0)
+            s.pipeline.balance = b;
     s.train.decay = DT_DECAY_COSINE;
     for (int d = 0; d < (int)(sizeof decay_names / sizeof decay_names[0]); d++)
         if (strcmp(decay, decay_names[d]) == 0)

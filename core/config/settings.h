@@ -69,9 +69,18 @@ typedef struct dt_optimizer_settings {
 typedef struct dt_parallel_settings {
     const char *data;    /* data-parallel strategy plugin */
     int64_t tensor;      /* degree; > 1 selects the "tensor" plugin */
-    int64_t pipeline;    /* stages; > 1 selects the "pipeline" plugin */
+    int64_t pipeline;    /* stages; > 1 selects pipeline.schedule's plugin */
     const char *offload; /* offload plugin, "none" = no tier */
 } dt_parallel_settings_t;
+
+/* [pipeline]: the schedule plugin and the layout every schedule gets
+ * (dtrain/schedule.h dt_stage_args_v1_t) */
+typedef struct dt_pipeline_settings {
+    const char *schedule;   /* schedule plugin, with parallel.pipeline > 1 */
+    int keep_activations;
+    int64_t virtual_stages; /* chunks per stage */
+    int balance;            /* dt_balance_t */
+} dt_pipeline_settings_t;
 
 typedef struct dt_launch_settings {
     int64_t nproc;        /* local ranks, on each node */
@@ -107,6 +116,7 @@ typedef struct dt_settings {
     dt_train_settings_t train;
     dt_optimizer_settings_t optimizer;
     dt_parallel_settings_t parallel;
+    dt_pipeline_settings_t pipeline;
     dt_launch_settings_t launch;
     dt_checkpoint_settings_t checkpoint;
     dt_fp16_settings_t fp16;

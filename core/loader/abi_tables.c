@@ -122,8 +122,8 @@ static const dt_abi_method_t offload_v1_optional[] = {
 };
 DT_LAYOUT_CHECK(offload, 10);
 
-/* strategy v1: the planner's presets and the pipeline's slots (minor 3)
- * are optional. */
+/* strategy v1: the planner's presets and the tensor group's slots (minor
+ * 6) are optional. */
 static const dt_abi_method_t strategy_v1_mandatory[] = {
     M(strategy, init), M(strategy, finalize), M(strategy, begin_step),
     M(strategy, pre_forward), M(strategy, post_forward),
@@ -132,10 +132,18 @@ static const dt_abi_method_t strategy_v1_mandatory[] = {
     M(strategy, state_loaded), M(strategy, estimate),
 };
 static const dt_abi_method_t strategy_v1_optional[] = {
-    M(strategy, plan_presets), M(strategy, assign_stages), M(strategy, run_schedule),
-    M(strategy, reduce_activation), M(strategy, wait_activation),
+    M(strategy, plan_presets), M(strategy, reduce_activation), M(strategy, wait_activation),
 };
-DT_LAYOUT_CHECK(strategy, 18);
+DT_LAYOUT_CHECK(strategy, 16);
+
+/* schedule v1: a pipeline schedule; every slot is mandatory. */
+static const dt_abi_method_t schedule_v1_mandatory[] = {
+    M(schedule, init), M(schedule, finalize), M(schedule, assign_stages), M(schedule, run),
+};
+_Static_assert(sizeof(dt_schedule_ops_v1_t) ==
+                   sizeof(dt_plugin_info_t) +
+                       DT_ARRAY_LEN(schedule_v1_mandatory) * sizeof(dt_any_fn_t),
+               "dt_schedule_ops_v1_t changed: update abi_tables.c");
 
 #define LAYOUT(kind, KIND, sub_, n_sub_)                                       \
     LAYOUT_OF(dt_##kind##_ops_v1_t, kind##_v1, DT_##KIND##_ABI_MAJOR,          \
@@ -150,6 +158,12 @@ static const dt_abi_layout_t layouts_v1[DT_KIND_COUNT] = {
     [DT_KIND_COMM] = LAYOUT(comm, COMM, NULL, 0),
     [DT_KIND_OFFLOAD] = LAYOUT(offload, OFFLOAD, NULL, 0),
     [DT_KIND_STRATEGY] = LAYOUT(strategy, STRATEGY, NULL, 0),
+    /* no optional slot yet (an empty array is not C) */
+    [DT_KIND_SCHEDULE] = {DT_SCHEDULE_ABI_MAJOR, DT_SCHEDULE_ABI_MINOR,
+                          sizeof(dt_schedule_ops_v1_t), schedule_v1_mandatory,
+                          DT_ARRAY_LEN(schedule_v1_mandatory), NULL, 0,
+                          sizeof(dt_schedule_ops_v1_t), "ops table", "schedule", "method",
+                          NULL, 0},
 };
 
 #ifdef DTRAIN_TEST_HOOKS
@@ -199,7 +213,8 @@ const char *dt_abi_entry_name(int kind, uint32_t major, char *buf, size_t cap)
 {
     static const char *const kinds[DT_KIND_COUNT] = {
         [DT_KIND_DEVICE] = "device", [DT_KIND_COMM] = "comm",
-        [DT_KIND_OFFLOAD] = "offload", [DT_KIND_STRATEGY] = "strategy"};
+        [DT_KIND_OFFLOAD] = "offload", [DT_KIND_STRATEGY] = "strategy",
+        [DT_KIND_SCHEDULE] = "schedule"};
     const char *k = (kind >= 0 && kind < DT_KIND_COUNT) ? kinds[kind] : "?";
     /* Spelled as DT_ENTRY_NAME spells it: dtrain_##kind##_v##major. */
     snprintf(buf, cap, "dtrain_%s_v%u", k, (unsigned)major);

@@ -25,7 +25,7 @@ typedef struct dt_plugin {
     void *priv;                  /* loader-private */
 } dt_plugin_t;
 
-/* "device", "comm", "offload", "strategy"; NULL for an unknown kind. */
+/* "device", "comm", "offload", "strategy", "schedule"; NULL for an unknown kind. */
 const char *dt_kind_name(int kind);
 
 #endif /* DT_CORE_PLUGIN_HANDLE_H */

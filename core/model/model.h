@@ -215,7 +215,7 @@ int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t 
                         const int32_t *targets, uint32_t micro, uint32_t n_micro,
                         int no_grad, float loss_scale, double *loss);
 
-/* ---- pipeline stages (the pipeline strategy, sdk strategy.h minor 3) ----
+/* ---- pipeline stages (the schedule plugin, sdk schedule.h) ----
  *
  * A stage runs the contiguous units [first, end).  Between stage k and
  * stage k + 1 flows one boundary tensor per micro-batch: the activation

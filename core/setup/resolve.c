@@ -23,7 +23,7 @@ static const struct {
     [DT_ROLE_COMM] = {"comm", DT_KIND_COMM, "run.comm"},
     [DT_ROLE_DATA] = {"data-parallel strategy", DT_KIND_STRATEGY, "parallel.data"},
     [DT_ROLE_TENSOR] = {"tensor-parallel strategy", DT_KIND_STRATEGY, "parallel.tensor"},
-    [DT_ROLE_PIPELINE] = {"pipeline strategy", DT_KIND_STRATEGY, "parallel.pipeline"},
+    [DT_ROLE_PIPELINE] = {"pipeline schedule", DT_KIND_SCHEDULE, "pipeline.schedule"},
     [DT_ROLE_OFFLOAD] = {"offload tier", DT_KIND_OFFLOAD, "parallel.offload"},
 };
 
@@ -120,9 +120,11 @@ static int role_plugin_name(const dt_resolved_t *r, dt_role_t role, const char *
     case DT_ROLE_TENSOR:
         *name = s->parallel.tensor > 1 ? "tensor" : NULL;
         return DT_OK;
-    default: /* DT_ROLE_PIPELINE */
-        *name = s->parallel.pipeline > 1 ? "pipeline" : NULL;
-        return DT_OK;
+    default: /* DT_ROLE_PIPELINE: the schedule, only with stages to run */
+        if (s->parallel.pipeline <= 1)
+            return DT_OK;
+        v = s->pipeline.schedule;
+        break;
     }
     if (role == DT_ROLE_OFFLOAD && strcmp(v, "none") == 0)
         return DT_OK;
@@ -198,7 +200,7 @@ int dt_resolve_plugin(dt_resolved_t *r, dt_role_t role, const char *name,
             /* blame the value where it was written: the file, or --set */
             char where[1400];
             dt_config_where(r->cfg, roles[role].key, where, sizeof where);
-            if (role == DT_ROLE_TENSOR || role == DT_ROLE_PIPELINE)
+            if (role == DT_ROLE_TENSOR)
                 /* a size, not a name: say which plugin it stands for */
                 dt_err_context(rc, "%s (above 1 it selects the %s plugin '%s')", where,
                                roles[role].name, name);

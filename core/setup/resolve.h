@@ -7,8 +7,9 @@
  *                       typed settings (config/settings.h) and build the
  *                       plugin search path (run.plugin_path)
  *   dt_resolve_plugins  for each role the settings select (run.device,
- *                       run.comm, parallel.data, parallel.offload, and
- *                       tensor/pipeline when their sizes are above 1): load
+ *                       run.comm, parallel.data, parallel.offload, the
+ *                       tensor plugin when parallel.tensor is above 1 and
+ *                       pipeline.schedule when parallel.pipeline is): load
  *                       the plugin (which checks its ABI), check its table
  *                       against the keys it declares, then give it its host
  *                       table; dt_resolve_plugin does one role
@@ -41,7 +42,7 @@ typedef enum dt_role {
     DT_ROLE_COMM,
     DT_ROLE_DATA,     /* data-parallel strategy (ddp, zero, fsdp) */
     DT_ROLE_TENSOR,   /* tensor-parallel strategy */
-    DT_ROLE_PIPELINE, /* pipeline strategy */
+    DT_ROLE_PIPELINE, /* pipeline schedule (kind schedule) */
     DT_ROLE_OFFLOAD,
     DT_ROLE_COUNT
 } dt_role_t;

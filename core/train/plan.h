@@ -33,7 +33,7 @@ int dt_plan_strategy_offload(const dt_plugin_t *strat, dt_model_t *m, const dt_s
  * others emptied from the description as a data strategy running the
  * stage sees them; activations of the stage's units for `slots`
  * micro-batches, and `boundary_bytes` the schedule's boundary tensors
- * (counted as activations: the pipeline plugin allocates them so).
+ * (counted as activations: the schedule plugin allocates them so).
  * `world` is the data-parallel group's size. */
 int dt_plan_stage(const dt_plugin_t *strat, dt_model_t *m, const dt_settings_t *set, int world,
                   int offload, uint32_t n, const uint32_t *first, const uint32_t *end,

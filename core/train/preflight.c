@@ -12,6 +12,7 @@
 #include "loader/loader.h"
 #include "model/model.h"
 #include "train/grid.h"
+#include "train/stage_runner.h"
 #include "train/train.h"
 #include "util/error.h"
 
@@ -51,10 +52,9 @@ int dt_preflight_pipeline(const dt_resolved_t *r, dt_model_t *m)
 {
     const dt_plugin_t *pp = r->plugin[DT_ROLE_PIPELINE];
     const int64_t p = r->set.parallel.pipeline;
-    if (p <= 1 || !pp || !DT_HAS_OP(dt_strategy_ops_t, (const dt_strategy_ops_t *)pp->ops,
-                                    assign_stages))
-        return DT_OK; /* (a plugin without assign_stages: the run says so) */
-    const dt_strategy_ops_t *ops = pp->ops;
+    if (p <= 1 || !pp)
+        return DT_OK;
+    const dt_schedule_ops_t *ops = pp->ops;
     dt_model_desc_t *d = dt_model_desc(m);
     const uint32_t nu = d->n_units;
     /* what the training loop gives assign_stages (train.c, assign_stage) */
@@ -66,12 +66,12 @@ int dt_preflight_pipeline(const dt_resolved_t *r, dt_model_t *m)
         rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
     } else {
         dt_model_unit_flops(m, r->set.train.seq_len, flops);
-        uint32_t chunks = 1;
-        dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = (int32_t)p, .model = d,
-                              .n_micro = (uint32_t)r->set.train.grad_accum,
-                              .in_flight = per_stage, .stash = per_stage + p,
-                              .buffers = per_stage + 2 * p, .chunks = &chunks,
-                              .unit_flops = flops};
+        dt_stage_args_t sa;
+        dt_stage_args_init(&sa, &r->set, (int32_t)p, d, (uint32_t)r->set.train.grad_accum);
+        sa.in_flight = per_stage;
+        sa.stash = per_stage + p;
+        sa.buffers = per_stage + 2 * p;
+        sa.unit_flops = flops;
         dt_err_clear();
         rc = dt_plugin_failed(pp, ops->assign_stages(pp->host, &sa, stage_of), "assign_stages");
     }

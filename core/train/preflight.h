@@ -21,8 +21,8 @@
  *                        the two written back to the config (origin
  *                        "derived" where computed), seq_len within the
  *                        model's context
- *   dt_preflight_pipeline  with parallel.pipeline > 1, the pipeline
- *                        strategy's layout for that many micro-batches
+ *   dt_preflight_pipeline  with parallel.pipeline > 1, the schedule
+ *                        plugin's layout for that many micro-batches
  *                        (its assign_stages: virtual_stages against
  *                        keep_activations, grad_accum and the model's
  *                        units; stages against units)
@@ -44,11 +44,11 @@ int dt_preflight_dp(const dt_resolved_t *r, int64_t world, int64_t *dp);
  * DT_ERR_CONFIG naming the config). */
 int dt_preflight_stages(const dt_resolved_t *r, dt_model_t *m);
 
-/* With parallel.pipeline > 1: the pipeline strategy plugin's
- * assign_stages, as the training loop calls it (after dt_preflight_batch:
- * n_micro is train.grad_accum), on the model `m` describes; its error
- * (DT_ERR_CONFIG, "strategy/pipeline: ...") as it would fail every rank.
- * DT_OK when there is no pipeline or its plugin has no assign_stages. */
+/* With parallel.pipeline > 1: the schedule plugin's assign_stages, as the
+ * training loop calls it (after dt_preflight_batch: n_micro is
+ * train.grad_accum), on the model `m` describes; its error (DT_ERR_CONFIG,
+ * "schedule/1f1b: ...") as it would fail every rank.  DT_OK when there is
+ * no pipeline. */
 int dt_preflight_pipeline(const dt_resolved_t *r, dt_model_t *m);
 
 /* [data] train names a token file: DT_ERR_CONFIG when it is empty. */

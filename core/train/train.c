@@ -12,17 +12,16 @@
  * it goes it keeps the crash handler's record (util/crash.h): the phase,
  * step and micro-batch, and every plugin call PLUGIN_CALL makes.  An fp16
  * model's loss scaling (the scaler itself: loss_scale.c) is one block of
- * its own, before "one step".  Pipeline parallelism (parallel.pipeline >
- * 1) is in blocks marked "pipeline (issue 14)": the grid's groups, this
- * rank's stage, and the stage runner the pipeline strategy's schedule
- * drives in place of the micro-batch loop.
+ * its own, before "one step".  Under pipeline parallelism
+ * (parallel.pipeline > 1) the schedule plugin drives this rank's stage
+ * (stage_runner.c: its units, the runner, the bubble) in place of the
+ * micro-batch loop; the blocks here that say "pipeline" hand over to it.
  */
 #include "train/train.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +41,8 @@
 #include "util/fileutil.h"
 #include "model/model.h"
 #include "train/plan.h"
+#include "train/plugin_call.h"
+#include "train/stage_runner.h"
 #include "train/preflight.h"
 #include "launch/rendezvous.h"
 #include "launch/world.h"
@@ -123,39 +124,17 @@ typedef struct run {
     dt_strategy_t *strat;
     dt_comm_t *dp_comm;       /* the data strategy's group: comm, or the
                                * grid's data group under a pipeline */
-    /* ---- tensor parallelism (issue 14): all zero without parallel.tensor
-     * > 1; the tensor strategy over the grid's tensor group ---- */
+    /* ---- tensor parallelism: all zero without parallel.tensor > 1; the
+     * tensor strategy over the grid's tensor group ---- */
     const dt_plugin_t *ptens;
     const dt_strategy_ops_t *tens_ops;
     dt_strategy_t *tens;
-    /* ---- pipeline (issue 14): all zero without parallel.pipeline > 1 ---- */
-    const dt_plugin_t *ppipe;
-    const dt_strategy_ops_t *pipe_ops;
-    dt_strategy_t *pipe;
+    /* ---- the grid (tp x pp x dp) under tensor or pipeline parallelism,
+     * and the stage this rank runs (all zero without parallel.pipeline >
+     * 1: stage.plugin NULL) ---- */
     dt_grid_t grid;
     dt_comm_t *groups[DT_GRID_N_GROUPS]; /* split from comm (grid.h) */
-    /* this rank's units: its chunks [chunk_first[c], chunk_end[c]), one
-     * unless the pipeline interleaves (virtual stage c x pp + pp_rank) */
-    uint32_t n_chunks;
-    uint32_t chunk_first[DT_MODEL_MAX_CHUNKS], chunk_end[DT_MODEL_MAX_CHUNKS];
-    uint32_t n_slots;         /* micro-batches' activations the stage keeps
-                               * per chunk (assign_stages' in_flight) */
-    uint32_t n_boundary;      /* boundary tensors the schedule allocates
-                               * (assign_stages' buffers), planned */
-    int64_t *slot_micro;      /* (n_chunks x n_slots) the micro-batch whose
-                               * activations chunk c's slot i holds (-1:
-                               * none of this pass) */
-    /* The measured bubble, one block of 4 * pp + 1 doubles: pipe_red is
-     * what the loss's all-reduce sums over the world (the loss, then each
-     * stage's receive-wait seconds, then its seconds in run_schedule; a
-     * rank fills its own stage's slots; after a training pass, the means
-     * over the data-parallel replicas); pipe_wait and pipe_busy the
-     * training steps' totals per stage (busy: in run_schedule, not
-     * waiting on a receive); pipe_step_span the last training pass's
-     * slowest stage's schedule seconds, pipe_span their total. */
-    double *pipe_red, *pipe_wait, *pipe_busy;
-    double pipe_step_span, pipe_span;
-    /* ---- end pipeline ---- */
+    dt_stage_t stage;
     dt_optim_desc_t optim;    /* the strategy keeps a pointer until finalize */
     dt_model_t *model;
     dt_model_ctx_t ctx;       /* where the model's kernels and hooks run */
@@ -196,8 +175,7 @@ static void run_free(run_t *R)
     dt_crash_set_phase("shutting down", 0);
     if (R->strat)
         R->strat_ops->finalize(R->strat);
-    if (R->pipe)
-        R->pipe_ops->finalize(R->pipe);
+    dt_stage_free(&R->stage);
     if (R->tens)
         R->tens_ops->finalize(R->tens);
     if (R->off) /* after the strategy, which frees its buffers there */
@@ -218,38 +196,22 @@ static void run_free(run_t *R)
     dt_data_close(R->val);
     free(R->inputs);
     free(R->targets);
-    free(R->pipe_red);
-    free(R->slot_micro);
     if (R->metrics)
         fclose(R->metrics);
     if (R->ckpt_lock >= 0)
         close(R->ckpt_lock);
 }
 
-static int plugin_rc(const dt_plugin_t *p, int rc, const char *what)
-{
-    dt_crash_leave();
-    return rc ? dt_plugin_failed(p, rc, what) : DT_OK;
-}
-
-/* Call into plugin `p`: the error buffer is cleared first, so a plugin
- * that fails without a message is reported as such, never with a stale
- * message from earlier; a crash inside it is reported naming it and
- * `what` (util/crash.h). */
-#define PLUGIN_CALL(p, call, what)                                                             \
-    (dt_err_clear(), dt_crash_enter(dt_kind_name((p)->kind), (p)->name, (what)),               \
-     plugin_rc((p), (call), (what)))
-
 /* ---- start: plugins, model, batch, data, strategy, resume, metrics ---- */
 
-/* ---- pipeline and tensor parallelism (issue 14): the grid's groups
+/* ---- pipeline and tensor parallelism: the grid's groups
  * (core/train/grid.h: tp fastest, then dp, then pp); the data strategy
  * gets the data group ---- */
 static int start_grid(run_t *R)
 {
-    R->ppipe = R->r->plugin[DT_ROLE_PIPELINE];
+    const dt_plugin_t *ppipe = R->r->plugin[DT_ROLE_PIPELINE];
     R->ptens = R->r->plugin[DT_ROLE_TENSOR];
-    if (!R->ppipe && !R->ptens)
+    if (!ppipe && !R->ptens)
         return DT_OK;
     int rc = dt_grid_init(&R->grid, R->world.size, R->world.rank, R->set->parallel.tensor,
                           R->set->parallel.pipeline);
@@ -269,24 +231,8 @@ static int start_grid(run_t *R)
                               R->set->config_path, (long long)R->set->parallel.tensor,
                               R->ptens->name);
     }
-    if (!R->ppipe)
-        return DT_OK;
-    R->pipe_ops = R->ppipe->ops;
-    if (!(R->pipe_red = calloc(4 * (size_t)R->grid.pp + 1, sizeof *R->pipe_red)))
-        return dt_err_set(DT_ERR_NOMEM, "pipeline: the bubble's %d stage slots",
-                          (int)R->grid.pp);
-    R->pipe_wait = R->pipe_red + 1 + 2 * R->grid.pp;
-    R->pipe_busy = R->pipe_wait + R->grid.pp;
-    if (!DT_HAS_OP(dt_strategy_ops_t, R->pipe_ops, assign_stages) ||
-        !DT_HAS_OP(dt_strategy_ops_t, R->pipe_ops, run_schedule))
-        return dt_err_set(DT_ERR_CONFIG,
-                          "%s: parallel.pipeline = %lld selects strategy plugin '%s', which has "
-                          "no assign_stages/run_schedule (strategy ABI 1.3)",
-                          R->set->config_path, (long long)R->set->parallel.pipeline,
-                          R->ppipe->name);
-    return DT_OK;
+    return ppipe ? dt_stage_start(&R->stage, ppipe, &R->grid) : DT_OK;
 }
-/* ---- end pipeline ---- */
 
 /* The roles this loop drives, who this rank is, the device and its
  * stream, the communicator, and every rank agreeing on the config. */
@@ -389,132 +335,6 @@ static int open_data(run_t *R)
     return DT_OK;
 }
 
-/* ---- pipeline (issue 14): this rank's stage ---- */
-
-/* A stage's units as a phrase: "units 0-2 (embedding .. block.1), 1.23M
- * parameters". */
-static void stage_phrase(const dt_model_desc_t *d, uint32_t a, uint32_t b, char *out, size_t cap)
-{
-    uint64_t n = 0;
-    for (uint32_t u = a; u < b; u++)
-        n += d->units[u].numel;
-    snprintf(out, cap, "units %u-%u (%s .. %s), %.3fM parameters", a, b - 1, d->units[a].name,
-             d->units[b - 1].name, (double)n / 1e6);
-}
-
-/* The pipeline strategy's assignment of units to stages, checked and
- * printed by rank 0 (one line per stage, or per virtual stage when the
- * plugin interleaves V chunks per rank: virtual stage j is rank
- * j % pp's chunk j / pp); this rank's chunks [chunk_first[c],
- * chunk_end[c]), and the DT_UNIT_* flags its data strategy holds them by
- * (`flags`: n_units entries): the chunks' units, and a unit the last
- * stage also reads (GPT-2's wte, for the tied LM head) TIED on its owner
- * and a TIED COPY on the last stage.  *tied: this rank holds a TIED unit. */
-static int assign_stage(run_t *R, uint8_t *flags, int *tied)
-{
-    dt_model_desc_t *d = dt_model_desc(R->model);
-    const uint32_t nu = d->n_units;
-    const int32_t pp = R->grid.pp, me = R->grid.pp_rank;
-    uint32_t *stage_of = calloc(nu, sizeof *stage_of);
-    uint32_t *start = calloc((size_t)nu + 1, sizeof *start); /* per virtual stage */
-    uint32_t *in_flight = calloc((size_t)pp, sizeof *in_flight);
-    uint32_t *buffers = calloc((size_t)pp, sizeof *buffers);
-    double *flops = calloc(nu, sizeof *flops);
-    if (!stage_of || !start || !in_flight || !buffers || !flops) {
-        free(stage_of);
-        free(start);
-        free(in_flight);
-        free(buffers);
-        free(flops);
-        return dt_err_set(DT_ERR_NOMEM, "out of memory");
-    }
-    dt_model_unit_flops(R->model, R->set->train.seq_len, flops);
-    for (int32_t k = 0; k < pp; k++)
-        in_flight[k] = 1; /* a plugin that does not say: one, recompute the rest */
-    uint32_t V = 1;
-    const uint32_t n_micro = (uint32_t)R->set->train.grad_accum;
-    dt_stage_args_t sa = {.struct_size = sizeof sa, .n_stages = pp, .model = d,
-                          .n_micro = n_micro, .in_flight = in_flight, .chunks = &V,
-                          .buffers = buffers, .unit_flops = flops};
-    int rc = PLUGIN_CALL(R->ppipe, R->pipe_ops->assign_stages(R->ppipe->host, &sa, stage_of),
-                         "assign_stages");
-    free(flops);
-    const uint32_t nv = (uint32_t)pp * V; /* virtual stages */
-    if (!rc && (V < 1 || V > DT_MODEL_MAX_CHUNKS || nv > nu))
-        rc = dt_err_set(DT_ERR_INVALID,
-                        "strategy plugin '%s': assign_stages gives each of %d stages %u chunks "
-                        "(1 to %d, at most %u virtual stages for the model's %u units)",
-                        R->ppipe->name, pp, V, DT_MODEL_MAX_CHUNKS, nu, nu);
-    for (int32_t k = 0; !rc && k < pp; k++)
-        if (in_flight[k] < 1 || in_flight[k] > n_micro)
-            rc = dt_err_set(DT_ERR_INVALID,
-                            "strategy plugin '%s': assign_stages keeps the activations of %u "
-                            "micro-batches on stage %d (1 to the %u of a step)",
-                            R->ppipe->name, in_flight[k], k, n_micro);
-    /* contiguous, 0 to nv - 1 in order, none empty */
-    for (uint32_t u = 0; !rc && u < nu; u++) {
-        uint32_t want_lo = u ? stage_of[u - 1] : 0, want_hi = u ? stage_of[u - 1] + 1 : 0;
-        if (stage_of[u] < want_lo || stage_of[u] > want_hi ||
-            (u == nu - 1 && stage_of[u] != nv - 1))
-            rc = dt_err_set(DT_ERR_INVALID,
-                            "strategy plugin '%s': assign_stages put unit %u in stage %u (stages "
-                            "must be contiguous, 0 to %u in order, none empty)",
-                            R->ppipe->name, u, stage_of[u], nv - 1);
-    }
-    for (uint32_t u = 0, j = 0; !rc && j < nv; j++) {
-        start[j] = u;
-        while (u < nu && stage_of[u] == j)
-            u++;
-        start[j + 1] = u;
-        const uint32_t k = j % (uint32_t)pp;
-        if (R->world.rank == 0) {
-            char ph[256];
-            stage_phrase(d, start[j], u, ph, sizeof ph);
-            if (V == 1)
-                printf("pipeline: stage %u of %d: %s; keeps the activations of %u "
-                       "micro-batch%s\n", j, pp, ph, in_flight[k], in_flight[k] == 1 ? "" : "es");
-            else
-                printf("pipeline: virtual stage %u of %u (stage %u, chunk %u): %s; keeps the "
-                       "activations of %u micro-batch%s\n", j, nv, k, j / (uint32_t)pp, ph,
-                       in_flight[k], in_flight[k] == 1 ? "" : "es");
-        }
-    }
-    if (!rc) {
-        R->n_chunks = V;
-        for (uint32_t c = 0; c < V; c++) {
-            R->chunk_first[c] = start[c * (uint32_t)pp + (uint32_t)me];
-            R->chunk_end[c] = start[c * (uint32_t)pp + (uint32_t)me + 1];
-        }
-        R->n_slots = in_flight[me];
-        R->n_boundary = buffers[me];
-        memset(flags, 0, nu);
-        for (uint32_t c = 0; c < V; c++)
-            for (uint32_t u = R->chunk_first[c]; u < R->chunk_end[c]; u++)
-                flags[u] = DT_UNIT_HELD;
-        uint32_t t[4];
-        uint32_t nt = dt_model_stage_tied(R->model, start[nv - 1], nu, t, 4);
-        *tied = 0;
-        for (uint32_t i = 0; i < nt && i < 4; i++) {
-            if ((int32_t)(stage_of[t[i]] % (uint32_t)pp) == me)
-                flags[t[i]] |= DT_UNIT_TIED;
-            if (me == pp - 1)
-                flags[t[i]] = DT_UNIT_HELD | DT_UNIT_TIED | DT_UNIT_COPY;
-            *tied |= (flags[t[i]] & DT_UNIT_TIED) != 0;
-        }
-        if (R->world.rank == 0 && nt)
-            printf("pipeline: the last stage holds a copy of unit %s (tied), its gradient summed "
-                   "with stage %u's each step\n", d->units[t[0]].name,
-                   stage_of[t[0]] % (uint32_t)pp);
-        if (!(R->slot_micro = malloc((size_t)V * R->n_slots * sizeof *R->slot_micro)))
-            rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
-    }
-    free(stage_of);
-    free(start);
-    free(in_flight);
-    free(buffers);
-    return rc;
-}
-
 /* The tensor group's all-reduce, as the model calls it
  * (dt_model_set_tensor_reduce): the tensor strategy's. */
 static int tensor_reduce(void *arg, void *buf, uint64_t count, int dtype, int op,
@@ -552,18 +372,6 @@ static int init_tensor(run_t *R)
     return rc;
 }
 
-/* The pipeline strategy over the pipeline group. */
-static int init_pipeline(run_t *R)
-{
-    dt_strategy_init_t pa = {
-        .struct_size = sizeof pa, .n_micro = (uint32_t)R->set->train.grad_accum,
-        .dev_ops = R->dev_ops, .dev = R->dev, .compute_stream = R->stream,
-        .comm_ops = R->comm_ops, .comm = R->groups[DT_GRID_PIPELINE],
-        .model = dt_model_desc(R->model), .optim = &R->optim};
-    return PLUGIN_CALL(R->ppipe, R->pipe_ops->init(R->ppipe->host, &pa, &R->pipe), "init");
-}
-/* ---- end pipeline ---- */
-
 /* The optimizer, the strategy instance over the model, and the model's
  * activations for one micro-batch. */
 static int init_strategy(run_t *R)
@@ -594,18 +402,20 @@ static int init_strategy(run_t *R)
         .comm_ops = R->comm_ops, .comm = R->dp_comm, .model = dt_model_desc(R->model),
         .optim = &R->optim,
         .offload_ops = R->poff ? R->poff->ops : NULL, .offload = R->off};
-    /* ---- pipeline (issue 14): the data strategy holds this stage ---- */
+    /* ---- pipeline: the data strategy holds this rank's stage ---- */
     uint8_t *flags = NULL;
     int rc, tied = 0;
     if (R->ptens && (rc = init_tensor(R)))
         return rc;
     /* the gradient norm over the model's ranks (tp x pp): each holds part */
-    if (R->ptens || R->ppipe)
+    if (R->ptens || R->stage.plugin)
         sa.norm_comm = R->groups[DT_GRID_MODEL];
-    if (R->ppipe) {
+    if (R->stage.plugin) {
         if (!(flags = calloc(dt_model_desc(R->model)->n_units, 1)))
             return dt_err_set(DT_ERR_NOMEM, "out of memory");
-        if ((rc = assign_stage(R, flags, &tied)) || (rc = init_pipeline(R))) {
+        if ((rc = dt_stage_assign(&R->stage, R->model, R->set, R->world.rank, flags, &tied)) ||
+            (rc = dt_stage_init(&R->stage, R->set, R->dev_ops, R->dev, R->stream, R->comm_ops,
+                                R->groups[DT_GRID_PIPELINE]))) {
             free(flags);
             return rc;
         }
@@ -614,16 +424,15 @@ static int init_strategy(run_t *R)
     }
     rc = PLUGIN_CALL(R->pstrat, R->strat_ops->init(R->pstrat->host, &sa, &R->strat), "init");
     free(flags);
-    if (rc == DT_ERR_UNSUPPORTED && (R->ppipe || R->ptens)) {
+    if (rc == DT_ERR_UNSUPPORTED && (R->stage.plugin || R->ptens)) {
         char msg[DT_ERR_MAX];
         snprintf(msg, sizeof msg, "%s", dt_last_error());
         return dt_err_set(DT_ERR_CONFIG, "%s: [parallel] data = \"%s\" with parallel.%s "
                           "= %lld: %s", R->set->config_path, R->pstrat->name,
-                          R->ppipe ? "pipeline" : "tensor",
-                          (long long)(R->ppipe ? R->set->parallel.pipeline
-                                               : R->set->parallel.tensor), msg);
+                          R->stage.plugin ? "pipeline" : "tensor",
+                          (long long)(R->stage.plugin ? R->set->parallel.pipeline
+                                                      : R->set->parallel.tensor), msg);
     }
-    /* ---- end pipeline ---- */
     if (rc == DT_ERR_NOMEM && !R->poff) {
         /* ---- offload tier (issue 13): say how the state could fit ---- */
         char msg[DT_ERR_MAX];
@@ -638,9 +447,19 @@ static int init_strategy(run_t *R)
     R->ctx = (dt_model_ctx_t){R->dev_ops, R->dev, R->stream, R->strat_ops, R->strat,
                               R->pstrat->name};
     /* a stage's rank keeps its own units' activations only */
-    if (R->ppipe && ((rc = dt_model_set_stages(R->model, R->n_chunks, R->chunk_first,
-                                               R->chunk_end)) ||
-                     (rc = dt_model_set_slots(R->model, R->n_slots))))
+    dt_stage_t *S = &R->stage;
+    if (S->plugin) {
+        dt_stage_env_t env = {.set = R->set, .model = R->model, .ctx = &R->ctx,
+                              .sampler = R->sampler, .val = R->val, .inputs = R->inputs,
+                              .targets = R->targets, .dp = R->dp, .dp_rank = R->dp_rank,
+                              .world_rank = R->world.rank, .world_size = R->world.size,
+                              .pcomm = R->pcomm, .comm_ops = R->comm_ops, .comm = R->comm,
+                              .pstrat = R->pstrat, .strat_ops = R->strat_ops, .strat = R->strat};
+        dt_stage_bind(S, &env);
+    }
+    if (S->plugin && ((rc = dt_model_set_stages(R->model, S->n_chunks, S->chunk_first,
+                                                S->chunk_end)) ||
+                      (rc = dt_model_set_slots(R->model, S->n_slots))))
         return rc;
     return dt_model_alloc_acts(R->model, &R->ctx, R->set->train.micro_batch,
                                R->set->train.seq_len);
@@ -748,10 +567,10 @@ static void print_header(run_t *R)
            d->arch, (double)dt_model_info(R->model)->global_numel / 1e6, d->n_units, (long long)t->steps,
            (long long)t->global_batch, (long long)t->seq_len, (long long)t->micro_batch,
            (long long)t->grad_accum, (long long)R->dp, R->props.name, R->pstrat->name);
-    if (R->ppipe)
-        printf("dtrain: pipeline of %d stages x %d data-parallel replicas (strategy %s over "
-               "the pipeline groups, %s over the data groups)\n",
-               R->grid.pp, R->grid.dp, R->ppipe->name, R->pstrat->name);
+    if (R->stage.plugin)
+        printf("dtrain: pipeline of %d stages x %d data-parallel replicas (schedule %s over "
+               "the pipeline groups, strategy %s over the data groups)\n",
+               R->grid.pp, R->grid.dp, R->stage.plugin->name, R->pstrat->name);
     if (R->ptens)
         printf("dtrain: tensor parallel over %d ranks x %d pipeline stage(s) x %d "
                "data-parallel replicas (strategy %s over the tensor groups; this rank holds "
@@ -779,9 +598,6 @@ static int start_loss_scale(run_t *R)
  * then the scaler's answer: a clean step, a skipped one (*skipped), or,
  * with the scale at its floor, the run's end naming the first non-finite
  * gradient, the rank and the step. */
-static int pipeline_find_nonfinite_grad(run_t *R, int64_t step, double scale, char *what,
-                                        size_t cap);
-
 static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres, int *skipped)
 {
     float any = sres->nonfinite ? 1.0f : 0.0f;
@@ -805,8 +621,8 @@ static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres,
      * micro-batch again; every rank, as its hooks are collective (under a
      * pipeline the step's micro-batches through the schedule, each stage
      * searching its own units) */
-    if (R->ppipe) {
-        if (pipeline_find_nonfinite_grad(R, step, scale, what, sizeof what))
+    if (R->stage.plugin) {
+        if (dt_stage_find_nonfinite_grad(&R->stage, step, scale, what, sizeof what))
             snprintf(what, sizeof what, "unknown (the search failed: %s)", dt_last_error());
     } else if ((rc = PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step),
                                  "begin_step"))) {
@@ -832,92 +648,6 @@ static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres,
 
 /* ---- one step ---- */
 
-/* ---- pipeline (issue 14): the core's side of a stage, driven by the
- * pipeline strategy's schedule (strategy.h dt_stage_runner_v1_t) ---- */
-
-typedef struct stage_pass {
-    run_t *R;
-    int64_t step;
-    uint32_t n_micro;
-    float micro_scale;   /* the loss gradient's scale (1 / accumulation) */
-    int eval;            /* forward only (hooks flagged no-grad) */
-    int probe;           /* with eval: the step's training micro-batches (the
-                          * non-finite search), not validation batches */
-} stage_pass_t;
-
-/* This rank's share (its data-parallel rank's) of micro-batch `micro`. */
-static int stage_fill(const stage_pass_t *x, uint32_t micro)
-{
-    run_t *R = x->R;
-    const dt_train_settings_t *t = &R->set->train;
-    if (x->eval && !x->probe)
-        return dt_data_eval_fill(R->val, (uint32_t)t->seq_len, (uint32_t)t->micro_batch, micro,
-                                 (uint32_t)R->dp_rank, (uint32_t)R->dp, R->inputs, R->targets);
-    return dt_sampler_fill(R->sampler, (uint64_t)(x->step - 1), micro, (uint32_t)R->dp_rank,
-                           (uint32_t)R->dp, R->inputs, R->targets);
-}
-
-/* Micro-batch `micro`'s activation slot in chunk `chunk`, made the
- * model's: *slot indexes R->slot_micro (chunk c's slots are
- * [c x n_slots, (c + 1) x n_slots)). */
-static int stage_slot(run_t *R, uint32_t chunk, uint32_t micro, uint32_t *slot)
-{
-    if (chunk >= R->n_chunks)
-        return dt_err_set(DT_ERR_INVALID, "the schedule ran chunk %u of a stage of %u",
-                          chunk, R->n_chunks);
-    *slot = chunk * R->n_slots + micro % R->n_slots;
-    return dt_model_use_slot(R->model, micro % R->n_slots);
-}
-
-/* "pipeline stage 1" or, interleaved, "pipeline stage 1, chunk 0 (virtual
- * stage 1)", for messages. */
-static const char *stage_name(const run_t *R, uint32_t chunk, char *out, size_t cap)
-{
-    if (R->n_chunks == 1)
-        snprintf(out, cap, "pipeline stage %d", R->grid.pp_rank);
-    else
-        snprintf(out, cap, "pipeline stage %d, chunk %u (virtual stage %u)", R->grid.pp_rank,
-                 chunk, chunk * (uint32_t)R->grid.pp + (uint32_t)R->grid.pp_rank);
-    return out;
-}
-
-static int stage_forward_of(stage_pass_t *x, uint32_t chunk, uint32_t micro, const void *in,
-                            void *out, double *loss)
-{
-    run_t *R = x->R;
-    dt_crash_set_micro(micro);
-    uint32_t slot = 0;
-    int rc = stage_slot(R, chunk, micro, &slot);
-    if (rc)
-        return rc;
-    if (!(rc = stage_fill(x, micro)))
-        rc = dt_model_stage_forward(R->model, &R->ctx, R->chunk_first[chunk], R->chunk_end[chunk],
-                                    R->inputs, R->targets, in, out, micro, x->n_micro, x->eval,
-                                    loss);
-    R->slot_micro[slot] = rc ? -1 : (int64_t)micro;
-    return rc;
-}
-
-static int stage_forward_chunk(void *ctx, uint32_t chunk, uint32_t micro, const void *in,
-                               void *out, double *loss)
-{
-    stage_pass_t *x = ctx;
-    double l = 0;
-    int rc = stage_forward_of(x, chunk, micro, in, out, &l);
-    if (rc) {
-        char sn[96];
-        return dt_err_context(rc, "step %lld, micro-batch %u, forward of %s", (long long)x->step,
-                              micro, stage_name(x->R, chunk, sn, sizeof sn));
-    }
-    *loss += l;
-    return DT_OK;
-}
-
-static int stage_forward(void *ctx, uint32_t micro, const void *in, void *out, double *loss)
-{
-    return stage_forward_chunk(ctx, 0, micro, in, out, loss);
-}
-
 #ifdef DTRAIN_TEST_HOOKS
 /* DTRAIN_FAULT_HOST_READS_DEVICE=STEP (test builds only): as step STEP
  * starts, the core reads the model's logits, device memory, straight from
@@ -930,260 +660,7 @@ static void fault_host_reads_device(const run_t *R, int64_t step)
     if (v && atoll(v) == step && logits)
         fprintf(stderr, "test hook: the host reads device memory: %u\n", logits[0]);
 }
-
-/* DTRAIN_FAULT_KILL_AT_BACKWARD=STEP:MICRO (test builds only): this rank
- * kills itself (SIGKILL) as its stage starts the backward of micro-batch
- * MICRO of step STEP (without a pipeline: as the micro-batch starts), so a
- * test finds its peers inside the pipeline's send/recv or the tensor
- * group's all-reduce, not wherever a kill from outside happened to land. */
-static void fault_kill_at_backward(int64_t step, uint32_t micro)
-{
-    const char *v = getenv("DTRAIN_FAULT_KILL_AT_BACKWARD");
-    long long s;
-    unsigned m;
-    if (v && sscanf(v, "%lld:%u", &s, &m) == 2 && s == step && m == micro)
-        raise(SIGKILL);
-}
 #endif
-
-/* The backward runs on the activations micro-batch `micro`'s forward left
- * in its slot; when another micro-batch's forward took the slot since (a
- * stage keeping fewer slots than it has micro-batches in flight), that
- * forward runs again from its input first. */
-static int stage_backward_chunk(void *ctx, uint32_t chunk, uint32_t micro, const void *in,
-                                const void *dout, void *din)
-{
-    stage_pass_t *x = ctx;
-    run_t *R = x->R;
-    double unused = 0;
-    uint32_t slot = 0;
-    char sn[96];
-#ifdef DTRAIN_TEST_HOOKS
-    fault_kill_at_backward(x->step, micro);
-#endif
-    int rc = stage_slot(R, chunk, micro, &slot);
-    if (!rc && R->slot_micro[slot] != (int64_t)micro) {
-        if (!in && R->chunk_first[chunk] > 0)
-            rc = dt_err_set(DT_ERR_INVALID,
-                            "the schedule ran the backward of micro-batch %u, whose activations "
-                            "slot %u of %u no longer holds, without its input to recompute them",
-                            micro, slot % R->n_slots, R->n_slots);
-        else
-            rc = stage_forward_of(x, chunk, micro, in, NULL, &unused);
-    }
-    if (!rc)
-        rc = dt_model_stage_backward(R->model, &R->ctx, R->chunk_first[chunk], R->chunk_end[chunk],
-                                     dout, din, micro, x->n_micro, x->micro_scale);
-    if (rc)
-        return dt_err_context(rc, "step %lld, micro-batch %u, backward of %s",
-                              (long long)x->step, micro, stage_name(R, chunk, sn, sizeof sn));
-    return DT_OK;
-}
-
-static int stage_backward(void *ctx, uint32_t micro, const void *in, const void *dout, void *din)
-{
-    return stage_backward_chunk(ctx, 0, micro, in, dout, din);
-}
-
-/* Pass x through the pipeline strategy's schedule (forwards only when
- * x->eval), the core's side of this rank's stage as the runner, no slot
- * holding anything of this pass yet. */
-static int schedule_pass(stage_pass_t *x, dt_schedule_result_t *sr)
-{
-    run_t *R = x->R;
-    dt_stage_runner_t rn = {.struct_size = sizeof rn, .ctx = x, .forward = stage_forward,
-                            .backward = stage_backward, .act_slots = R->n_slots,
-                            .forward_chunk = stage_forward_chunk,
-                            .backward_chunk = stage_backward_chunk};
-    dt_schedule_args_t sa = {.struct_size = sizeof sa, .n_micro = x->n_micro, .step = x->step,
-                             .act_count = dt_model_boundary_count(R->model),
-                             .act_dtype = dt_model_act_dtype(R->model),
-                             .flags = x->eval ? DT_SCHEDULE_NO_GRAD : 0u, .runner = &rn};
-    for (uint32_t i = 0; i < R->n_chunks * R->n_slots; i++)
-        R->slot_micro[i] = -1;
-    return PLUGIN_CALL(R->ppipe, R->pipe_ops->run_schedule(R->pipe, &sa, sr), "run_schedule");
-}
-
-/* The fraction of `span` seconds a stage was not busy (computing or
- * sending: in run_schedule, not waiting on a receive).  span is the
- * slowest stage's schedule time, so the last stage's idle tail (it ends
- * its backwards first and waits outside the schedule) counts as idle, as
- * in the formula (p-1)/(m+p-1). */
-static double idle_fraction(double busy, double span)
-{
-    return span > 0 ? 1.0 - busy / span : 0.0;
-}
-
-/* After a training pass's reduction: each stage's seconds made the mean
- * over the data-parallel replicas, and added to the run's totals. */
-static void pipeline_bubble_add(run_t *R)
-{
-    const int32_t pp = R->grid.pp;
-    double *wait = R->pipe_red + 1, *wall = R->pipe_red + 1 + pp, span = 0;
-    for (int32_t s = 0; s < pp; s++) {
-        wait[s] /= (double)R->dp;
-        wall[s] /= (double)R->dp;
-        R->pipe_wait[s] += wait[s];
-        R->pipe_busy[s] += wall[s] - wait[s];
-        span = wall[s] > span ? wall[s] : span;
-    }
-    R->pipe_step_span = span;
-    R->pipe_span += span;
-}
-
-/* The n_micro micro-batches of a training step (or, with `eval`, the
- * forwards of n_micro validation batches) through the pipeline schedule;
- * *loss the mean micro-batch loss over the data-parallel replicas (the
- * last stages hold it; f64, so one replica's is the single-rank number
- * exactly). */
-static int pipeline_pass(run_t *R, int64_t step, uint32_t n_micro, float micro_scale, int eval,
-                         double *loss)
-{
-    stage_pass_t x = {.R = R, .step = step, .n_micro = n_micro, .micro_scale = micro_scale,
-                      .eval = eval};
-    dt_schedule_result_t sr = {.struct_size = sizeof sr};
-    double t0 = now_s();
-    int rc = schedule_pass(&x, &sr);
-    if (rc)
-        return rc;
-    /* the loss, and in a training pass the stages' measured bubble, in one
-     * all-reduce (an evaluation's leaves the last training pass's) */
-    const int32_t pp = R->grid.pp;
-    const size_t n = eval ? 1 : 1 + 2 * (size_t)pp;
-    memset(R->pipe_red, 0, n * sizeof *R->pipe_red);
-    /* one rank of each tensor group speaks for it: its ranks hold the same
-     * loss and ran the same schedule */
-    if (R->grid.tp_rank == 0)
-        R->pipe_red[0] = sr.n_loss ? sr.loss_sum / (double)sr.n_loss : 0.0;
-    if (!eval && R->grid.tp_rank == 0) {
-        R->pipe_red[1 + R->grid.pp_rank] = sr.recv_wait_s;
-        R->pipe_red[1 + pp + R->grid.pp_rank] = now_s() - t0;
-    }
-    if ((rc = PLUGIN_CALL(R->pcomm,
-                          R->comm_ops->all_reduce(R->comm, R->pipe_red, R->pipe_red, n, DT_F64,
-                                                  DT_OP_SUM, NULL, NULL),
-                          "all_reduce of the loss")))
-        return rc;
-    *loss = R->pipe_red[0] / (double)R->dp;
-    if (!eval)
-        pipeline_bubble_add(R);
-    return DT_OK;
-}
-
-/* The search's answer from the rank that found it to every rank: `what`
- * (cap bytes, the same on every rank) broadcast from world rank `root`,
- * with its pipeline stage named. */
-static int share_finding(run_t *R, int32_t root, char *what, size_t cap)
-{
-    int rc = PLUGIN_CALL(R->pcomm,
-                         R->comm_ops->broadcast(R->comm, what, cap, DT_U8, root, NULL, NULL),
-                         "broadcast of the non-finite search's answer");
-    if (rc)
-        return rc;
-    what[cap - 1] = 0; /* another rank's bytes: ended here whatever they hold */
-    const size_t n = strlen(what);
-    snprintf(what + n, cap - n, ", on pipeline stage %d",
-             root / (R->grid.dp * R->grid.tp));
-    return DT_OK;
-}
-
-/* One double over the world: *v = op(every rank's). */
-static int world_reduce(run_t *R, double *v, int op, const char *what)
-{
-    return PLUGIN_CALL(R->pcomm,
-                       R->comm_ops->all_reduce(R->comm, v, v, 1, DT_F64, op, NULL, NULL), what);
-}
-
-/* After the loss scale reached its floor under a pipeline: the step's
- * forwards and backwards again through the schedule at `scale` (a fresh
- * step's gradients), each stage probing its own units' gradients as
- * backward leaves them (dt_model_grad_probe_begin).  Every rank's `what`
- * then names the first non-finite gradient in backward order - the latest
- * stage that found one, of the lowest replica - and that stage, or, all
- * finite, the model's largest gradient element.  The search's reductions
- * end in a step, as every step's do (lr 0: the run stops here, nothing is
- * saved).  Collective over the world. */
-static int pipeline_find_nonfinite_grad(run_t *R, int64_t step, double scale, char *what,
-                                        size_t cap)
-{
-    const uint32_t accum = (uint32_t)R->set->train.grad_accum;
-    int rc = PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step), "begin_step");
-    if (!rc)
-        rc = dt_model_grad_probe_begin(R->model, what, cap);
-    if (rc)
-        return rc;
-    double loss = 0, largest = 0;
-    rc = pipeline_pass(R, step, accum, (float)(scale / (double)accum), 0, &loss);
-    const int found = dt_model_grad_probe_end(R->model, &largest);
-    if (rc)
-        return rc;
-    dt_step_args_t sa = {.struct_size = sizeof sa, .step = step, .loss_scale = (float)scale};
-    dt_step_result_t sr = {.struct_size = sizeof sr};
-    if ((rc = PLUGIN_CALL(R->pstrat, R->strat_ops->step(R->strat, &sa, &sr), "step")))
-        return rc;
-    const int32_t dp = R->grid.dp;
-    double who = found ? (double)(R->grid.pp_rank * dp + (dp - 1 - R->grid.dp_rank)) : -1.0;
-    if ((rc = world_reduce(R, &who, DT_OP_MAX, "all_reduce of the stage that found a "
-                           "non-finite gradient")))
-        return rc;
-    if (who >= 0) {
-        const int32_t k = (int32_t)who / dp, r = dp - 1 - (int32_t)who % dp;
-        return share_finding(R, dt_grid_rank_at(&R->grid, 0, k, r), what, cap);
-    }
-    /* all finite: the largest element, from the rank that saw it, said
-     * of the whole step (the model's phrase speaks of one micro-batch) */
-    const char *at = strstr(what, "; the largest: ");
-    char buf[2048];
-    snprintf(buf, sizeof buf, "none in the backward of this step's micro-batches on any "
-             "pipeline stage (every parameter gradient is finite before the reduction): the "
-             "reduction overflowed (a 16-bit reduce_dtype)%s", at ? at : "");
-    size_t n = strlen(buf);
-    n = n < cap ? n : cap - 1;
-    memcpy(what, buf, n);
-    what[n] = 0;
-    double top = largest, owner;
-    if ((rc = world_reduce(R, &top, DT_OP_MAX, "all_reduce of the largest gradient")))
-        return rc;
-    owner = largest == top ? (double)R->world.rank : (double)R->world.size;
-    if ((rc = world_reduce(R, &owner, DT_OP_MIN, "all_reduce of the largest gradient's rank")))
-        return rc;
-    return share_finding(R, (int32_t)owner, what, cap);
-}
-
-/* After a non-finite step under a pipeline: the forward of the step's
- * micro-batches again through the schedule (forward only), each stage
- * probing its own units (dt_model_probe_begin); every rank's `what` is
- * then the first non-finite tensor of the earliest stage that found one
- * (of the lowest data-parallel replica), with the stage named.
- * Collective over the world, as every rank stops on the same step. */
-static int pipeline_find_nonfinite(run_t *R, int64_t step, char *what, size_t cap)
-{
-    stage_pass_t x = {.R = R, .step = step, .n_micro = (uint32_t)R->set->train.grad_accum,
-                      .eval = 1, .probe = 1};
-    dt_schedule_result_t sr = {.struct_size = sizeof sr};
-    int rc = dt_model_probe_begin(R->model, what, cap);
-    if (rc)
-        return rc;
-    rc = schedule_pass(&x, &sr);
-    const int found = dt_model_probe_end(R->model);
-    if (rc)
-        return rc;
-    const int32_t dp = R->grid.dp;
-    const double none = (double)R->grid.pp * dp;
-    double who = found ? (double)(R->grid.pp_rank * dp + R->grid.dp_rank) : none;
-    if ((rc = world_reduce(R, &who, DT_OP_MIN, "all_reduce of the stage that found a "
-                           "non-finite tensor")))
-        return rc;
-    if (who >= none) {
-        snprintf(what, cap, "none in the forward of this step's micro-batches on any pipeline "
-                 "stage (every parameter and activation is finite): the gradient went "
-                 "non-finite in backward");
-        return DT_OK;
-    }
-    const int32_t k = (int32_t)who / dp;
-    return share_finding(R, dt_grid_rank_at(&R->grid, 0, k, (int32_t)who % dp), what, cap);
-}
-/* ---- end pipeline ---- */
 
 /* The device's memory peaks.  The communicator's symmetric memory
  * (comm.h: the strategy's gradients, where it offers some) is the host
@@ -1232,14 +709,14 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
     double loss_sum = 0;
     rep->loss_scale = R->ls_on ? R->ls.scale : 0; /* fp16: what the loss carries */
     const float micro_scale = (float)((R->ls_on ? R->ls.scale : 1.0) / (double)accum);
-    if (R->ppipe) {
-        if ((rc = pipeline_pass(R, step, accum, micro_scale, 0, &rep->loss)))
+    if (R->stage.plugin) {
+        if ((rc = dt_stage_pass(&R->stage, step, accum, micro_scale, 0, &rep->loss)))
             return rc;
     }
-    for (uint32_t m = 0; m < accum && !R->ppipe; m++) {
+    for (uint32_t m = 0; m < accum && !R->stage.plugin; m++) {
         dt_crash_set_micro(m);
 #ifdef DTRAIN_TEST_HOOKS
-        fault_kill_at_backward(step, m); /* the whole model: as the micro-batch starts */
+        dt_fault_kill_at_backward(step, m); /* the whole model: as the micro-batch starts */
 #endif
         if ((rc = dt_sampler_fill(R->sampler, (uint64_t)(step - 1), m, (uint32_t)R->dp_rank,
                                   (uint32_t)R->dp, R->inputs, R->targets)))
@@ -1258,13 +735,13 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
      * collective there would make them wait for each other. */
     double loss_local = loss_sum / (double)accum;
     float lbuf = (float)loss_local;
-    if (!R->ppipe && R->dp > 1 &&
+    if (!R->stage.plugin && R->dp > 1 &&
         (rc = PLUGIN_CALL(R->pcomm,
                           R->comm_ops->all_reduce(R->comm, &lbuf, &lbuf, 1, DT_F32, DT_OP_AVG,
                                                   NULL, NULL),
                           "all_reduce of the loss")))
         return rc;
-    if (!R->ppipe)
+    if (!R->stage.plugin)
         rep->loss = R->dp > 1 ? (double)lbuf : loss_local;
     dt_step_args_t sargs = {.struct_size = sizeof(dt_step_args_t), .step = step,
                             .lr = (float)rep->lr, .clip = (float)t->gradient_clipping,
@@ -1282,10 +759,10 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
         /* every rank: under a sharding strategy the forward's hooks are
          * collective (the loss and the norm agree across ranks); under a
          * pipeline the stages search their own units through the schedule */
-        if (!R->ppipe)
+        if (!R->stage.plugin)
             dt_model_find_nonfinite(R->model, &R->ctx, R->inputs, R->targets, what,
                                     sizeof what);
-        else if (pipeline_find_nonfinite(R, step, what, sizeof what))
+        else if (dt_stage_find_nonfinite(&R->stage, step, what, sizeof what))
             snprintf(what, sizeof what, "unknown (the search failed: %s)", dt_last_error());
         return dt_err_set(DT_ERR_NUMERIC,
                           "step %lld: %s is non-finite (loss %g, grad norm %g); first "
@@ -1328,8 +805,8 @@ static int evaluate(run_t *R, int64_t step, double *eval_loss)
     double es = 0;
     int rc;
     dt_crash_set_phase("evaluation", step);
-    if (R->ppipe) /* ---- pipeline (issue 14) ---- */
-        return pipeline_pass(R, step, (uint32_t)nb, 1.0f, 1, eval_loss);
+    if (R->stage.plugin) /* the validation batches' forwards through the schedule */
+        return dt_stage_pass(&R->stage, step, (uint32_t)nb, 1.0f, 1, eval_loss);
     for (uint64_t b = 0; b < nb; b++) {
         double l;
         dt_crash_set_micro((int64_t)b);
@@ -1373,13 +850,13 @@ static int metrics_line_end(run_t *R)
                       strerror(R->metrics_errno));
 }
 
-/* ---- pipeline (issue 14) ---- */
 /* The metrics line's pipeline fields of the last training pass: per
  * stage, its receive-wait and schedule seconds and its idle fraction. */
 static void metrics_pipeline(run_t *R)
 {
+    const dt_stage_t *S = &R->stage;
     const int32_t pp = R->grid.pp;
-    const double *wait = R->pipe_red + 1, *wall = R->pipe_red + 1 + pp;
+    const double *wait = S->red + 1, *wall = S->red + 1 + pp;
     static const char *const key[] = {"recv_wait_s", "schedule_s", "pipeline_idle"};
     for (int k = 0; k < 3; k++) {
         metrics_printf(R, ", \"%s\": [", key[k]);
@@ -1387,11 +864,10 @@ static void metrics_pipeline(run_t *R)
             metrics_printf(R, "%s%.6g", s ? ", " : "",
                            k == 0   ? wait[s]
                            : k == 1 ? wall[s]
-                                    : idle_fraction(wall[s] - wait[s], R->pipe_step_span));
+                                    : dt_stage_idle_fraction(wall[s] - wait[s], S->step_span));
         metrics_printf(R, "]");
     }
 }
-/* ---- end pipeline ---- */
 
 /* "1:02:03" (h:mm:ss) into buf[cap]. */
 static void format_hms(double s, char *buf, size_t cap)
@@ -1466,7 +942,7 @@ static int report_step(run_t *R, const step_report_t *rep)
         metrics_printf(R, ", \"loss_scale\": %.9g, \"skipped\": %s, \"skipped_steps\": %lld",
                        rep->loss_scale, rep->skipped ? "true" : "false",
                        (long long)R->ls.skipped);
-    if (R->ppipe)
+    if (R->stage.plugin)
         metrics_pipeline(R);
     metrics_printf(R, "}\n");
     return metrics_line_end(R);
@@ -1565,10 +1041,11 @@ static int report_memory(run_t *R)
     device_mem_stats(R, &ms);
     dt_estimate_t plan = {.struct_size = sizeof(dt_estimate_t)};
     /* a pipeline stage's rank holds its units only: plan those */
-    int rc = R->ppipe ? dt_plan_stage(R->pstrat, R->model, R->set, (int)R->dp,
+    const dt_stage_t *S = &R->stage;
+    int rc = S->plugin ? dt_plan_stage(R->pstrat, R->model, R->set, (int)R->dp,
                                       strcmp(R->set->parallel.offload, "none") != 0,
-                                      R->n_chunks, R->chunk_first, R->chunk_end, R->n_slots,
-                                      R->n_boundary * dt_model_boundary_count(R->model) *
+                                      S->n_chunks, S->chunk_first, S->chunk_end, S->n_slots,
+                                      S->n_boundary * dt_model_boundary_count(R->model) *
                                           dt_dtype_size(dt_model_act_dtype(R->model)),
                                       &plan)
                       : dt_plan_strategy(R->pstrat, R->model, R->set, (int)R->dp, &plan);
@@ -1668,13 +1145,14 @@ static int print_summary(run_t *R)
     else
         printf("-");
     printf("; peak device memory %.2f MiB (rank 0)\n", mib(ms.total_peak));
-    if (R->ppipe && n > 0 && R->pipe_span > 0) { /* ---- pipeline (issue 14) ---- */
+    const dt_stage_t *S = &R->stage;
+    if (S->plugin && n > 0 && S->span > 0) { /* the pipeline's measured bubble */
         printf("pipeline: idle fraction per stage over %lld step%s (of the slowest stage's "
                "%.3f s in the schedule; receive wait in s):",
-               (long long)n, n == 1 ? "" : "s", R->pipe_span);
+               (long long)n, n == 1 ? "" : "s", S->span);
         for (int32_t s = 0; s < R->grid.pp; s++)
             printf("%s stage %d %.3f (%.3f)", s ? "," : "", (int)s,
-                   idle_fraction(R->pipe_busy[s], R->pipe_span), R->pipe_wait[s]);
+                   dt_stage_idle_fraction(S->busy[s], S->span), S->wait[s]);
         printf("\n");
     }
     fflush(stdout);

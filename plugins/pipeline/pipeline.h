@@ -1,16 +1,19 @@
 /*
- * plugins/pipeline/pipeline.h - the `pipeline` strategy's instance and its
- * four parts: the plugin glue (pipeline.c: config, init, the ops table),
- * the balance policies (pipeline_balance.c: units -> stages), the order
- * of a stage's operations (pipeline_order.c: GPipe, 1F1B, interleaved)
- * and running them (pipeline_schedule.c: the runner, send and recv).
+ * plugins/pipeline/pipeline.h - what the shipped pipeline schedules share
+ * (a static, hidden library linked into the `gpipe` and `1f1b` schedule
+ * plugins): the instance and its four parts: the glue every schedule
+ * plugin's table points at (pipeline_glue.c: init, finalize,
+ * assign_stages, run; PP_SCHEDULE_PLUGIN), the balance policies
+ * (pipeline_balance.c: units -> stages), the order of a stage's operations
+ * (pipeline_order.c: GPipe, 1F1B, interleaved) and running them
+ * (pipeline_schedule.c: the runner, send and recv).
  *
- * How a pipeline runs (strategy.h, "Pipeline parallelism", is the ABI):
- * the core splits the world into the grid's groups (core/train/grid.h),
- * asks assign_stages which units each stage runs, initialises this
- * strategy over the pipeline group and the data strategy (ddp) over the
- * data group holding only its stage's units, and each step calls
- * run_schedule, which drives the core's stage runner.
+ * How a pipeline runs (schedule.h is the ABI): the core splits the world
+ * into the grid's groups (core/train/grid.h), asks assign_stages which
+ * units each stage runs, initialises the schedule over the pipeline group
+ * and the data strategy (ddp) over the data group holding only its
+ * stage's units, and each step calls run, which drives the core's stage
+ * runner (core/train/stage_runner.c).
  *
  * Schedules, with p stages and m micro-batches ([train] grad_accum), F and
  * B a micro-batch's forward and backward on this stage:
@@ -19,9 +22,10 @@
  *   1f1b   p - stage - 1 warm-up Fs, then F and B alternating, then the
  *          remaining Bs (PipeDream-Flush, Megatron's default).  A stage
  *          stashes at most p - stage inputs; same bubble as GPipe.
- * Interleaved ([pipeline] virtual_stages = V > 1, Megatron's interleaved
- * 1F1B): the units are cut into p x V virtual stages, stage k running
- * virtual stages k, k + p, ... as its chunks 0..V-1.  Every stage runs
+ * Interleaved ([pipeline] virtual_stages = V > 1: Megatron's interleaved
+ * 1F1B with the `1f1b` plugin, interleaved GPipe with `gpipe`): the units
+ * are cut into p x V virtual stages, stage k running virtual stages k,
+ * k + p, ... as its chunks 0..V-1.  Every stage runs
  * the forwards in one order, the k-th being micro-batch
  * (k / (p V)) p + k % p of chunk (k / p) % V (groups of p micro-batches
  * through each chunk in turn), and the backwards in the same order over
@@ -64,10 +68,6 @@
 
 enum { PP_SCHED_GPIPE = 0, PP_SCHED_1F1B = 1 };
 #define PP_MAX_CHUNKS 16 /* the core's DT_MODEL_MAX_CHUNKS */
-enum { PP_BALANCE_UNIFORM = 0, PP_BALANCE_PARAMS = 1, PP_BALANCE_FLOPS = 2 };
-
-#define PP_SCHEDULES "gpipe|1f1b"
-#define PP_BALANCES "uniform|params|flops"
 
 /* A device buffer of one boundary tensor and the send still reading it. */
 typedef struct pp_buf {
@@ -97,7 +97,7 @@ uint32_t pp_order(int schedule, uint32_t V, int32_t k, int32_t p, uint32_t m, in
 uint32_t pp_order_in_flight(const dt_host_v1_t *host, int schedule, uint32_t V, int32_t k,
                             int32_t p, uint32_t m);
 
-struct dt_strategy {
+struct dt_schedule {
     const dt_host_v1_t *host;
     const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
@@ -130,12 +130,6 @@ struct dt_strategy {
                                  * micro-batches (0: not yet asked) */
 };
 
-/* The plugin's [pipeline] settings (pipeline.c). */
-typedef struct pp_config {
-    int schedule, keep, balance;
-    uint32_t V;
-} pp_config_t;
-
 /* The sends in flight per chunk and direction: 2, each waited for before
  * its buffer is reused; interleaved one per micro-batch, none reused
  * within a step (a send completes only as its receiver takes it, and with
@@ -160,9 +154,40 @@ static inline uint32_t pp_stash(int keep, uint32_t in_flight) { return keep ? 1 
 int pp_assign(const dt_host_v1_t *host, const dt_model_desc_v1_t *model, int32_t n_stages,
               int policy, const double *unit_flops, uint32_t *out);
 
-/* pipeline_schedule.c: one step (strategy.h run_schedule). */
-int pp_run(dt_strategy_t *s, const dt_schedule_args_v1_t *args, dt_schedule_result_v1_t *res);
+/* pipeline_schedule.c: one step (schedule.h run). */
+int pp_run(dt_schedule_t *s, const dt_schedule_args_v1_t *args, dt_schedule_result_v1_t *res);
 /* Wait for (timeout 0: drop) every send in flight; frees the buffers. */
-void pp_free_buffers(dt_strategy_t *s);
+void pp_free_buffers(dt_schedule_t *s);
+
+/* pipeline_glue.c: the schedule table's slots for the order `schedule`
+ * (PP_SCHED_*). */
+int pp_init(const dt_host_v1_t *host, int schedule, const dt_schedule_init_v1_t *args,
+            dt_schedule_t **out);
+void pp_finalize(dt_schedule_t *s);
+int pp_assign_stages(const dt_host_v1_t *host, int schedule, const dt_stage_args_v1_t *args,
+                     uint32_t *out);
+
+/* A schedule plugin of the order SCHED (GPIPE, 1F1B) named `name_`: its
+ * table and entry, every slot the shared glue's.  `id` is a C name. */
+#define PP_SCHEDULE_PLUGIN(id, SCHED, name_, summary_)                                        \
+    static int id##_init(const dt_host_v1_t *host, const dt_schedule_init_v1_t *args,         \
+                         dt_schedule_t **out)                                                 \
+    {                                                                                          \
+        return pp_init(host, PP_SCHED_##SCHED, args, out);                                    \
+    }                                                                                          \
+    static int id##_assign_stages(const dt_host_v1_t *host, const dt_stage_args_v1_t *args,   \
+                                  uint32_t *out)                                               \
+    {                                                                                          \
+        return pp_assign_stages(host, PP_SCHED_##SCHED, args, out);                           \
+    }                                                                                          \
+    static const dt_schedule_ops_v1_t id##_ops = {                                             \
+        .info = DT_PLUGIN_INFO_NOKEYS(SCHEDULE, dt_schedule_ops_v1_t, name_, "0.1.0",          \
+                                      summary_),                                               \
+        .init = id##_init,                                                                     \
+        .finalize = pp_finalize,                                                               \
+        .assign_stages = id##_assign_stages,                                                   \
+        .run = pp_run,                                                                         \
+    };                                                                                         \
+    DT_PLUGIN_ENTRY(schedule, 1, dt_schedule_ops_v1_t, &id##_ops)
 
 #endif /* DT_PLUGIN_PIPELINE_H */

@@ -87,15 +87,15 @@ int pp_assign(const dt_host_v1_t *host, const dt_model_desc_v1_t *model, int32_t
                                "parallel.pipeline = %d stages, but model %s has %u units (each "
                                "stage needs at least one)",
                                n_stages, model->arch ? model->arch : "?", n);
-    if (policy == PP_BALANCE_UNIFORM) {
+    if (policy == DT_BALANCE_UNIFORM) {
         uniform(n, n_stages, out);
         return DT_OK;
     }
-    if (policy == PP_BALANCE_FLOPS) {
+    if (policy == DT_BALANCE_FLOPS) {
         if (!unit_flops)
             return host->set_error(host, DT_ERR_CONFIG,
-                                   "balance = \"flops\": the core gives no unit FLOPs "
-                                   "(strategy ABI before 1.6); use \"params\"");
+                                   "balance = \"flops\": the core gives no unit FLOPs; "
+                                   "use \"params\"");
         return linear(host, n, unit_flops, n_stages, out);
     }
     double *w = host->alloc(host, (n ? n : 1) * sizeof *w, DT_TAG_OTHER);

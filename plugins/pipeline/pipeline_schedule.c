@@ -20,9 +20,9 @@
 
 #include "pipeline.h"
 
-/* What one run_schedule call carries through its operations. */
+/* What one run call carries through its operations. */
 typedef struct pp_step {
-    dt_strategy_t *s;
+    dt_schedule_t *s;
     const dt_schedule_args_v1_t *a;
     int keep;        /* the core keeps every in-flight micro-batch's
                       * activations this step: no stash of inputs */
@@ -36,7 +36,7 @@ static const char *what_of(int grad) { return grad ? "activation gradient" : "ac
 
 /* Virtual stage j's name in messages: "stage 1", or with chunks "virtual
  * stage 3 (stage 1, chunk 1)". */
-static const char *vname(const dt_strategy_t *s, uint32_t j, char *out, size_t cap)
+static const char *vname(const dt_schedule_t *s, uint32_t j, char *out, size_t cap)
 {
     const uint32_t p = (uint32_t)s->n_stages;
     if (s->V == 1)
@@ -46,14 +46,14 @@ static const char *vname(const dt_strategy_t *s, uint32_t j, char *out, size_t c
     return out;
 }
 
-static uint32_t vstage(const dt_strategy_t *s, uint32_t chunk)
+static uint32_t vstage(const dt_schedule_t *s, uint32_t chunk)
 {
     return chunk * (uint32_t)s->n_stages + (uint32_t)s->stage;
 }
 
-static uint32_t n_vstages(const dt_strategy_t *s) { return s->V * (uint32_t)s->n_stages; }
+static uint32_t n_vstages(const dt_schedule_t *s) { return s->V * (uint32_t)s->n_stages; }
 
-static void pp_buf_free(dt_strategy_t *s, pp_buf_t *b)
+static void pp_buf_free(dt_schedule_t *s, pp_buf_t *b)
 {
     if (b->send)
         s->comm_ops->wait(b->comm, b->send, 0); /* drops it: the step failed */
@@ -62,7 +62,7 @@ static void pp_buf_free(dt_strategy_t *s, pp_buf_t *b)
     memset(b, 0, sizeof *b);
 }
 
-static void bufs_free(dt_strategy_t *s, pp_buf_t **b, uint32_t n)
+static void bufs_free(dt_schedule_t *s, pp_buf_t **b, uint32_t n)
 {
     for (uint32_t i = 0; *b && i < n; i++)
         pp_buf_free(s, &(*b)[i]);
@@ -70,7 +70,7 @@ static void bufs_free(dt_strategy_t *s, pp_buf_t **b, uint32_t n)
     *b = NULL;
 }
 
-void pp_free_buffers(dt_strategy_t *s)
+void pp_free_buffers(dt_schedule_t *s)
 {
     bufs_free(s, &s->stash, s->V * s->n_stash);
     bufs_free(s, &s->out, s->V * s->n_ring);
@@ -83,7 +83,7 @@ void pp_free_buffers(dt_strategy_t *s)
     s->act_bytes = 0;
 }
 
-static int pp_buf_alloc(dt_strategy_t *s, pp_buf_t *b, uint64_t bytes)
+static int pp_buf_alloc(dt_schedule_t *s, pp_buf_t *b, uint64_t bytes)
 {
     int rc = s->dev_ops->alloc(s->dev, bytes, DT_TAG_ACTIVATIONS, &b->p);
     if (rc != DT_OK)
@@ -92,7 +92,7 @@ static int pp_buf_alloc(dt_strategy_t *s, pp_buf_t *b, uint64_t bytes)
     return rc;
 }
 
-static int bufs_alloc(dt_strategy_t *s, pp_buf_t **b, uint32_t n)
+static int bufs_alloc(dt_schedule_t *s, pp_buf_t **b, uint32_t n)
 {
     if (n == 0)
         return DT_OK;
@@ -125,7 +125,7 @@ uint32_t pp_buffers(uint32_t V, int32_t k, int32_t p, uint32_t m, uint32_t n_sta
  * stage 0: it reads tokens), outputs and the received output gradient
  * (not on the last), input gradients (not on virtual stage 0), sends in
  * flight as pp_ring says. */
-static int ensure_buffers(dt_strategy_t *s, uint64_t bytes, uint32_t n_micro, int no_grad,
+static int ensure_buffers(dt_schedule_t *s, uint64_t bytes, uint32_t n_micro, int no_grad,
                           int keep, uint32_t most)
 {
     /* forwards only: each input is used as it arrives; the training
@@ -169,7 +169,7 @@ static int ensure_buffers(dt_strategy_t *s, uint64_t bytes, uint32_t n_micro, in
 /* The send still reading b has finished (b may be reused). */
 static int finish_send(pp_step_t *t, pp_buf_t *b)
 {
-    dt_strategy_t *s = t->s;
+    dt_schedule_t *s = t->s;
     if (!b->send)
         return DT_OK;
     int rc = s->comm_ops->wait(b->comm, b->send, -1); /* frees the request */
@@ -186,7 +186,7 @@ static int finish_send(pp_step_t *t, pp_buf_t *b)
 /* The group a tensor travels on, the rank of virtual stage j in it, and
  * its tag: micro-batch `micro` into virtual stage j (an activation from
  * j - 1, or with `grad` a gradient from j + 1). */
-static dt_comm_t *route(const dt_strategy_t *s, int grad)
+static dt_comm_t *route(const dt_schedule_t *s, int grad)
 {
     if (s->V == 1)
         return s->comm;
@@ -212,7 +212,7 @@ static void defer_send(pp_step_t *t, pp_buf_t *b, uint32_t from, uint32_t to, ui
     t->pending = b;
 }
 
-static int32_t rank_of(const dt_strategy_t *s, uint32_t j)
+static int32_t rank_of(const dt_schedule_t *s, uint32_t j)
 {
     return (int32_t)(j % (uint32_t)s->n_stages);
 }
@@ -220,7 +220,7 @@ static int32_t rank_of(const dt_strategy_t *s, uint32_t j)
 /* Start sending the pending output on its own. */
 static int send_pending(pp_step_t *t)
 {
-    dt_strategy_t *s = t->s;
+    dt_schedule_t *s = t->s;
     pp_buf_t *b = t->pending;
     if (!b)
         return DT_OK;
@@ -243,7 +243,7 @@ static int send_pending(pp_step_t *t)
  * c: the same rank, the same group, and a communicator with sendrecv. */
 static int pairs_with(const pp_step_t *t, dt_comm_t *c, uint32_t from)
 {
-    const dt_strategy_t *s = t->s;
+    const dt_schedule_t *s = t->s;
     const pp_buf_t *b = t->pending;
     return b && b->comm == c && rank_of(s, b->peer) == rank_of(s, from) &&
            DT_HAS_OP(dt_comm_ops_t, s->comm_ops, sendrecv);
@@ -254,7 +254,7 @@ static int pairs_with(const pp_step_t *t, dt_comm_t *c, uint32_t from)
  * first, or with it when they share the neighbour (pairs_with). */
 static int recv_into(pp_step_t *t, void *buf, uint32_t j, uint32_t micro, int grad)
 {
-    dt_strategy_t *s = t->s;
+    dt_schedule_t *s = t->s;
     const uint32_t from = grad ? j + 1 : j - 1;
     const uint64_t t0 = s->host->now_ns(s->host);
     dt_comm_t *c = route(s, grad);
@@ -297,7 +297,7 @@ static int recv_into(pp_step_t *t, void *buf, uint32_t j, uint32_t micro, int gr
 /* F(chunk, m): receive the input, run the chunk, send the output on. */
 static int forward(pp_step_t *t, uint32_t chunk, uint32_t m)
 {
-    dt_strategy_t *s = t->s;
+    dt_schedule_t *s = t->s;
     const dt_stage_runner_v1_t *r = t->a->runner;
     const uint32_t j = vstage(s, chunk);
     void *in = NULL, *out = NULL;
@@ -316,8 +316,7 @@ static int forward(pp_step_t *t, uint32_t chunk, uint32_t m)
             return rc;
         out = ob->p;
     }
-    rc = s->V == 1 ? r->forward(r->ctx, m, in, out, &t->loss)
-                   : r->forward_chunk(r->ctx, chunk, m, in, out, &t->loss);
+    rc = r->forward(r->ctx, chunk, m, in, out, &t->loss);
     if (rc != DT_OK)
         return rc;
     if (ob)
@@ -329,7 +328,7 @@ static int forward(pp_step_t *t, uint32_t chunk, uint32_t m)
  * send the input's gradient back. */
 static int backward(pp_step_t *t, uint32_t chunk, uint32_t m)
 {
-    dt_strategy_t *s = t->s;
+    dt_schedule_t *s = t->s;
     const dt_stage_runner_v1_t *r = t->a->runner;
     const uint32_t j = vstage(s, chunk);
     /* with kept activations the input is in them (and the one stash
@@ -351,8 +350,7 @@ static int backward(pp_step_t *t, uint32_t chunk, uint32_t m)
             return rc;
         din = db->p;
     }
-    rc = s->V == 1 ? r->backward(r->ctx, m, in, dout, din)
-                   : r->backward_chunk(r->ctx, chunk, m, in, dout, din);
+    rc = r->backward(r->ctx, chunk, m, in, dout, din);
     if (rc != DT_OK)
         return rc;
     if (db)
@@ -362,7 +360,7 @@ static int backward(pp_step_t *t, uint32_t chunk, uint32_t m)
 
 /* The most micro-batches a chunk of this stage has in flight for m
  * micro-batches a step, walked once per m (every step asks). */
-static int in_flight_of(dt_strategy_t *s, uint32_t m, uint32_t *most)
+static int in_flight_of(dt_schedule_t *s, uint32_t m, uint32_t *most)
 {
     if (s->most_micro != m) {
         s->most = pp_order_in_flight(s->host, s->schedule, s->V, s->stage, s->n_stages, m);
@@ -374,43 +372,38 @@ static int in_flight_of(dt_strategy_t *s, uint32_t m, uint32_t *most)
                                         s->stage);
 }
 
-int pp_run(dt_strategy_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result_v1_t *res)
+int pp_run(dt_schedule_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result_v1_t *res)
 {
     const dt_host_v1_t *host = s->host;
     dt_schedule_args_v1_t a;
-    int rc = dt_args_read(host, "run_schedule args", &a, sizeof a, in,
+    int rc = dt_args_read(host, "run args", &a, sizeof a, in,
                           DT_SCHEDULE_ARGS_V1_SIZE0);
     if (rc != DT_OK)
         return rc;
     if (!a.runner || a.n_micro < 1 || a.act_count == 0)
-        return host->set_error(host, DT_ERR_INVALID, "run_schedule: %s",
+        return host->set_error(host, DT_ERR_INVALID, "run: %s",
                                !a.runner ? "NULL runner" : a.n_micro < 1 ? "n_micro = 0"
                                                                          : "act_count = 0");
     if ((rc = dt_args_check(host, "stage runner", a.runner, sizeof *a.runner,
                             DT_STAGE_RUNNER_V1_SIZE0)) != DT_OK)
         return rc;
-    const int has_chunks =
-        a.runner->struct_size >= DT_FIELD_END(dt_stage_runner_v1_t, backward_chunk) &&
-        a.runner->forward_chunk && a.runner->backward_chunk;
-    if (s->V > 1 && !has_chunks)
-        return host->set_error(host, DT_ERR_INVALID, "run_schedule: %u chunks a stage, and the "
-                               "core's runner has no forward_chunk/backward_chunk", s->V);
+    if (!a.runner->forward || !a.runner->backward)
+        return host->set_error(host, DT_ERR_INVALID, "run: the runner has no %s",
+                               !a.runner->forward ? "forward" : "backward");
     const int no_grad = (a.flags & DT_SCHEDULE_NO_GRAD) != 0;
     if (!no_grad && s->V > 1 && a.n_micro % (uint32_t)s->n_stages != 0)
-        return host->set_error(host, DT_ERR_INVALID, "run_schedule: %u micro-batches, not a "
+        return host->set_error(host, DT_ERR_INVALID, "run: %u micro-batches, not a "
                                "multiple of the %d stages (virtual_stages = %u)",
                                a.n_micro, s->n_stages, s->V);
     /* [pipeline] keep_activations holds when the core kept as many slots
-     * as this stage has micro-batches in flight (an older core keeps 1) */
-    const uint32_t slots = a.runner->struct_size >= DT_FIELD_END(dt_stage_runner_v1_t, act_slots)
-                               ? a.runner->act_slots
-                               : 1;
+     * as this stage has micro-batches in flight */
+    const uint32_t slots = a.runner->act_slots ? a.runner->act_slots : 1;
     uint32_t most;
     if ((rc = in_flight_of(s, a.n_micro, &most)) != DT_OK)
         return rc;
     const int keep = s->keep && slots >= most;
     if (s->V > 1 && !keep && !no_grad)
-        return host->set_error(host, DT_ERR_INVALID, "run_schedule: the core keeps %u "
+        return host->set_error(host, DT_ERR_INVALID, "run: the core keeps %u "
                                "micro-batches' activations, and %u chunks a stage need %u",
                                slots, s->V, most);
     if ((rc = ensure_buffers(s, a.act_count * dt_dtype_size(a.act_dtype), a.n_micro, no_grad,
@@ -422,7 +415,7 @@ int pp_run(dt_strategy_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result
         s->host->free(s->host, s->ops);
         s->ops_cap = 0;
         if (!(s->ops = s->host->alloc(s->host, cap * sizeof *s->ops, DT_TAG_OTHER)))
-            return host->set_error(host, DT_ERR_NOMEM, "run_schedule: the order of %u "
+            return host->set_error(host, DT_ERR_NOMEM, "run: the order of %u "
                                    "operations", cap);
         s->ops_cap = cap;
     }
@@ -446,5 +439,5 @@ int pp_run(dt_strategy_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result
     r.n_loss = s->stage == s->n_stages - 1 ? a.n_micro : 0;
     r.loss_sum = r.n_loss ? t.loss : 0.0;
     r.recv_wait_s = (double)t.wait_ns * 1e-9;
-    return dt_result_write(host, "run_schedule", res, &r, sizeof r, DT_SCHEDULE_RESULT_V1_SIZE0);
+    return dt_result_write(host, "run", res, &r, sizeof r, DT_SCHEDULE_RESULT_V1_SIZE0);
 }

@@ -139,7 +139,7 @@ missing=$(awk '/^\[/ { t = $1 } /^[a-z_]+ = / { print t " " $1 }' <<<"$out" |
   bad "keys config doc lacks" "$missing"
 expect_exit 2 "config doc of an unknown section" "$bin" config doc trian
 expect_line "named, with the closest and where plugins are documented" \
-  "dtrain config: error: no core section [trian]; did you mean [train]? (the sections: run, model, data, train, optimizer, parallel, launch, checkpoint, fp16; a plugin's keys: dtrain plugins --describe trian)"
+  "dtrain config: error: no core section [trian]; did you mean [train]? (the sections: run, model, data, train, optimizer, parallel, pipeline, launch, checkpoint, fp16; a plugin's keys: dtrain plugins --describe trian)"
 expect_exit 2 "config without a subcommand" "$bin" config
 expect_exit 0 "config --help" "$bin" config --help
 expect_out "usage shown" "usage: dtrain config doc [SECTION]"
@@ -225,7 +225,7 @@ expect_out "by the launching process" \
 # launching process too, and by check: before, every rank started and
 # failed in the pipeline's init, each printing it
 pp=(--set launch.nproc=2 --set run.comm=shm --set parallel.pipeline=2 --set pipeline.virtual_stages=2)
-ppmsg="strategy/pipeline: virtual_stages = 2 needs keep_activations = true: an interleaved stage keeps every chunk's activations rather than stash each chunk's inputs to recompute them"
+ppmsg="schedule/1f1b: pipeline.virtual_stages = 2 needs pipeline.keep_activations = true: an interleaved stage keeps every chunk's activations rather than stash each chunk's inputs to recompute them"
 expect_exit 2 "2 chunks a stage without kept activations under a 2-rank run" "$bin" run tiny.toml \
   "${pp[@]}" --set pipeline.keep_activations=false
 expect_lines "named once, by the launching process" 1 "dtrain run: error: $ppmsg"
@@ -234,11 +234,11 @@ expect_exit 2 "check refuses it too" "$bin" check tiny.toml "${pp[@]}" --set pip
 expect_line "with the same message" "dtrain check: error: $ppmsg"
 expect_exit 2 "3 micro-batches over 2 stages of 2 chunks under a 2-rank run" "$bin" run tiny.toml \
   "${pp[@]}" --set train.grad_accum=3
-expect_lines "named once, nothing else" 1 "dtrain run: error: strategy/pipeline: virtual_stages = 2 needs the micro-batches of a step ([train] grad_accum = 3) to be a multiple of the 2 stages"
+expect_lines "named once, nothing else" 1 "dtrain run: error: schedule/1f1b: pipeline.virtual_stages = 2 needs the micro-batches of a step ([train] grad_accum = 3) to be a multiple of the 2 stages"
 expect_lines "and nothing else" 1 "$out"
 expect_exit 2 "more chunks than units under a 2-rank run" "$bin" run tiny.toml "${pp[@]}" \
   --set train.grad_accum=2 --set pipeline.virtual_stages=3 --set model.n_layer=2
-expect_lines "named once, nothing else" 1 "dtrain run: error: strategy/pipeline: parallel.pipeline = 2 stages x virtual_stages = 3 chunks, but model gpt2 has 4 units (each chunk needs at least one)"
+expect_lines "named once, nothing else" 1 "dtrain run: error: schedule/1f1b: parallel.pipeline = 2 stages x pipeline.virtual_stages = 3 chunks, but model gpt2 has 4 units (each chunk needs at least one)"
 expect_lines "and nothing else" 1 "$out"
 expect_exit 0 "a layout that fits passes check" "$bin" check tiny.toml "${pp[@]}" \
   --set train.grad_accum=2 --set model.n_layer=2
@@ -281,7 +281,7 @@ dtrain check: error: many.toml:13:9: [zero] stage = 7 is out of range (allowed 1
 dtrain check: error: many.toml:11: parallel.offload = \"offload_cpuu\": offload plugin 'offload_cpuu' not found in: $(realpath "$(dirname "$bin")")/plugins-out (files are named dtrain_<name>.so); did you mean 'offload_cpu'?
 dtrain check: error: many.toml:15:21: [fsdp] sharding_strategy = \"FULL\" is not one of \"FULL_SHARD\", \"SHARD_GRAD_OP\", \"NO_SHARD\", \"HYBRID_SHARD\"; did you mean \"FULL_SHARD\"?
 dtrain check: error: many.toml:1:1: key 'stray_thing' is outside any table; every key belongs under a [table] heading
-dtrain check: error: many.toml:16:1: unknown table [deepspeed]; the tables in use are [run], [model], [data], [train], [optimizer], [parallel], [launch], [checkpoint], [fp16], [cpu], [self], [zero] (a plugin's table is named after a plugin on the search path)"
+dtrain check: error: many.toml:16:1: unknown table [deepspeed]; the tables in use are [run], [model], [data], [train], [optimizer], [parallel], [pipeline], [launch], [checkpoint], [fp16], [cpu], [self], [zero] (a plugin's table is named after a plugin on the search path)"
 expect_exit 2 "a file with 9 errors" "$bin" check many.toml --set train.micro_batch=abc
 if [ "$out" = "$want_many" ]; then ok "check reports all 9, one line each, nothing else"
 else bad "check did not report the 9 errors" "$(diff <(echo "$want_many") <(echo "$out"))"; fi

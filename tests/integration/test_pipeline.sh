@@ -38,7 +38,8 @@
 #    tensor the stages' probed forwards found, and the stage (the tensor
 #    one rank names at the same step);
 #  - config errors (exit 2, the exact message): stages that do not divide
-#    the world, an arch that cannot be split;
+#    the world, an unknown [pipeline] schedule (the key, the folders
+#    searched, the closest schedule), an arch that cannot be split;
 #  - a rank killed in the pipeline's backward (a test hook): the other
 #    rank stops (exit 1) naming the peer stage, the send/recv, the
 #    micro-batch and the dead rank.
@@ -171,15 +172,15 @@ same_as_n1 pvz "pp2 x dp2 x 2 chunks, zero-1"
 expect_exit 2 "2 chunks without kept activations" "$bin" plan eq.toml --world 2 \
   --set parallel.pipeline=2 --set pipeline.virtual_stages=2 --set pipeline.keep_activations=false
 expect_out "2 chunks without kept activations: why" \
-  "dtrain plan: error: strategy/pipeline: virtual_stages = 2 needs keep_activations = true: an interleaved stage keeps every chunk's activations rather than stash each chunk's inputs to recompute them"
+  "dtrain plan: error: schedule/1f1b: pipeline.virtual_stages = 2 needs pipeline.keep_activations = true: an interleaved stage keeps every chunk's activations rather than stash each chunk's inputs to recompute them"
 expect_exit 2 "3 micro-batches over 2 stages of 2 chunks" "$bin" plan eq.toml --world 2 \
   --set parallel.pipeline=2 --set pipeline.virtual_stages=2 --set train.global_batch=6
 expect_out "3 micro-batches: why" \
-  "dtrain plan: error: strategy/pipeline: virtual_stages = 2 needs the micro-batches of a step ([train] grad_accum = 3) to be a multiple of the 2 stages"
+  "dtrain plan: error: schedule/1f1b: pipeline.virtual_stages = 2 needs the micro-batches of a step ([train] grad_accum = 3) to be a multiple of the 2 stages"
 expect_exit 2 "more chunks than units" "$bin" plan eq.toml --world 2 \
   --set parallel.pipeline=2 --set pipeline.virtual_stages=3
 expect_out "more chunks than units: why" \
-  "dtrain plan: error: strategy/pipeline: parallel.pipeline = 2 stages x virtual_stages = 3 chunks, but model gpt2 has 4 units (each chunk needs at least one)"
+  "dtrain plan: error: schedule/1f1b: parallel.pipeline = 2 stages x pipeline.virtual_stages = 3 chunks, but model gpt2 has 4 units (each chunk needs at least one)"
 
 # ---- the measured bubble -------------------------------------------------
 # The same 8 sequences per step through gpipe as one micro-batch of 8
@@ -305,6 +306,22 @@ expect_exit 2 "3 stages on 2 ranks" "$bin" check eq.toml --set parallel.pipeline
   --set launch.nproc=2
 expect_out "3 stages on 2 ranks: named" \
   "eq.toml: parallel.tensor = 1 x parallel.pipeline = 3 = 3 ranks per model replica does not divide the world of 2 ranks"
+# [pipeline] schedule names a schedule plugin: one not on the search path
+# is the config's error, named where it was written, with the folders
+# searched and the closest schedule
+expect_exit 2 "an unknown schedule" "$bin" check eq.toml --set parallel.pipeline=2 \
+  --set launch.nproc=2 --set pipeline.schedule=1fib
+expect_out "an unknown schedule: the key and the search named" \
+  "dtrain check: error: --set pipeline.schedule=1fib: schedule plugin '1fib' not found in: "
+expect_out "an unknown schedule: the closest schedule" \
+  " (files are named dtrain_<name>.so); did you mean '1f1b'?"
+sed 's/^\[train\]$/[pipeline]\nschedule = "zb"\n[train]/' eq.toml > zb.toml
+line=$(grep -n '^schedule = "zb"' zb.toml | cut -d: -f1)
+expect_exit 2 "an unknown schedule in the file, under a 2-rank run" "$bin" run zb.toml \
+  --set parallel.pipeline=2 --set launch.nproc=2
+expect_out "an unknown schedule in the file: its line named" \
+  "dtrain run: error: zb.toml:$line: pipeline.schedule = \"zb\": schedule plugin 'zb' not found in: "
+expect_exit 0 "a schedule no pipeline uses is not loaded" "$bin" check zb.toml
 cat > mlp.toml <<'T'
 [model]
 arch = "mlp"

@@ -90,15 +90,15 @@ expect_exit 1 "interleaved 1f1b under --strict-device" "$bin" run s.toml --stric
 # each rank makes the same mistake; which one is caught first depends on
 # timing (the other may then fail on its peer's departure), so either
 # rank's exact message counts
-r0="[rank 0] dtrain run: error: strategy/pipeline: strict device: recv #2 (f32, 4096 bytes from rank 1, tag 11): send #4 (f32, 4096 bytes to rank 1, tag 1) on the same group is still in flight (not waited for) and was not started with this recv: on NCCL two ranks that each send before they receive block in their sends, a deadlock once a message exceeds NCCL's buffers; start the two together with sendrecv"
-r1="[rank 1] dtrain run: error: strategy/pipeline: strict device: recv #4 (f32, 4096 bytes from rank 0, tag 1): send #2 (f32, 4096 bytes to rank 0, tag 11) on the same group is still in flight (not waited for) and was not started with this recv: on NCCL two ranks that each send before they receive block in their sends, a deadlock once a message exceeds NCCL's buffers; start the two together with sendrecv"
+r0="[rank 0] dtrain run: error: schedule/1f1b: strict device: recv #2 (f32, 4096 bytes from rank 1, tag 11): send #4 (f32, 4096 bytes to rank 1, tag 1) on the same group is still in flight (not waited for) and was not started with this recv: on NCCL two ranks that each send before they receive block in their sends, a deadlock once a message exceeds NCCL's buffers; start the two together with sendrecv"
+r1="[rank 1] dtrain run: error: schedule/1f1b: strict device: recv #4 (f32, 4096 bytes from rank 0, tag 1): send #2 (f32, 4096 bytes to rank 0, tag 11) on the same group is still in flight (not waited for) and was not started with this recv: on NCCL two ranks that each send before they receive block in their sends, a deadlock once a message exceeds NCCL's buffers; start the two together with sendrecv"
 if grep -qxF -- "$r0" <<<"$out" || grep -qxF -- "$r1" <<<"$out"; then
   ok "the exchange nccl would deadlock on, both calls named"
 else bad "the exchange nccl would deadlock on: neither rank's message" "$out"; fi
 n_err=$(grep -c "^\[rank [01]\] dtrain run: error: " <<<"$out" || true)
 if [ "$n_err" = 2 ]; then ok "both ranks stopped with an error"
 else bad "expected an error line from each rank" "$out"; fi
-if grep -qE "^dtrain: rank [01] failed \(exit 1\); its last error line: dtrain run: error: strategy/pipeline: strict device: recv #" <<<"$out"
+if grep -qE "^dtrain: rank [01] failed \(exit 1\); its last error line: dtrain run: error: schedule/1f1b: strict device: recv #" <<<"$out"
 then ok "the launcher names the failed rank and its message"
 else bad "the launcher's last line" "$out"; fi
 

@@ -78,7 +78,7 @@ static void expect_load_fail(int kind, const char *name, int rc)
 
 static void test_kind_names(void **state)
 {
-    const char *names[] = {"device", "comm", "offload", "strategy"};
+    const char *names[] = {"device", "comm", "offload", "strategy", "schedule"};
     for (int k = 0; k < DT_KIND_COUNT; k++)
         assert_string_equal(dt_kind_name(k), names[k]);
     assert_null(dt_kind_name(DT_KIND_COUNT));
@@ -97,6 +97,9 @@ static void test_entry_names_match_macro(void **state)
     assert_string_equal(dt_abi_entry_name(DT_KIND_STRATEGY, 12, buf,
                                           sizeof buf),
                         DT_ENTRY_STRING(strategy, 12));
+    assert_string_equal(dt_abi_entry_name(DT_KIND_SCHEDULE, 1, buf, sizeof buf),
+                        DT_ENTRY_STRING(schedule, 1));
+    assert_string_equal(buf, "dtrain_schedule_v1");
 }
 
 /* Every slot after the info block is listed once, in struct order, and
@@ -106,7 +109,8 @@ static void test_abi_layouts_cover_structs(void **state)
     const size_t fn = sizeof(void (*)(void));
     const size_t sizes[DT_KIND_COUNT] = {
         sizeof(dt_device_ops_v1_t), sizeof(dt_comm_ops_v1_t),
-        sizeof(dt_offload_ops_v1_t), sizeof(dt_strategy_ops_v1_t)};
+        sizeof(dt_offload_ops_v1_t), sizeof(dt_strategy_ops_v1_t),
+        sizeof(dt_schedule_ops_v1_t)};
     for (int k = 0; k < DT_KIND_COUNT; k++) {
         uint32_t majors[4];
         assert_int_equal(dt_abi_majors(k, majors, 4), 1);
@@ -174,12 +178,19 @@ static void test_abi_layouts_cover_structs(void **state)
     assert_int_equal(o->n_mandatory, 8);
     const dt_abi_layout_t *s = dt_abi_layout(DT_KIND_STRATEGY, 1);
     assert_string_equal(s->mandatory[s->n_mandatory - 1].name, "estimate");
-    assert_int_equal(s->n_optional, 5);
+    assert_int_equal(s->n_optional, 3);
     assert_string_equal(s->optional[0].name, "plan_presets");
-    assert_string_equal(s->optional[1].name, "assign_stages");
-    assert_string_equal(s->optional[2].name, "run_schedule");
-    assert_string_equal(s->optional[3].name, "reduce_activation");
-    assert_string_equal(s->optional[4].name, "wait_activation");
+    assert_string_equal(s->optional[1].name, "reduce_activation");
+    assert_string_equal(s->optional[2].name, "wait_activation");
+    /* a pipeline schedule: its own kind, every slot mandatory */
+    const dt_abi_layout_t *sc = dt_abi_layout(DT_KIND_SCHEDULE, 1);
+    assert_int_equal(sc->minor, 0);
+    assert_int_equal(sc->n_mandatory, 4);
+    assert_string_equal(sc->mandatory[0].name, "init");
+    assert_string_equal(sc->mandatory[2].name, "assign_stages");
+    assert_string_equal(sc->mandatory[3].name, "run");
+    assert_int_equal(sc->n_optional, 0);
+    assert_int_equal(sc->min_size, sizeof(dt_schedule_ops_v1_t));
 }
 
 /* --------------------------------------------------------- search path -- */

@@ -49,7 +49,7 @@ extern "C" {
  *
  * Plugins see each other's tables (a comm gets the device's, a strategy
  * gets device, comm and offload tables).  Those tables are versioned
- * TOGETHER: the four kinds and the host table form one ABI generation
+ * TOGETHER: every kind and the host table form one ABI generation
  * (DT_ABI_GENERATION).  Minors move independently (a receiver checks the
  * other table's optional slots with DT_HAS_OP, exactly as the loader
  * does); a major change of any one kind starts a new generation for all of

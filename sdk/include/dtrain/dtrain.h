@@ -12,6 +12,7 @@
 #include "dtrain/comm.h"
 #include "dtrain/offload.h"
 #include "dtrain/strategy.h"
+#include "dtrain/schedule.h"
 
 #define DTRAIN_VERSION_MAJOR 0
 #define DTRAIN_VERSION_MINOR 1

@@ -23,12 +23,13 @@
 extern "C" {
 #endif
 
-/* The four kinds of plugin.  Stable numbers. */
+/* The kinds of plugin.  Stable numbers: append only. */
 typedef enum dt_plugin_kind {
     DT_KIND_DEVICE = 0,
     DT_KIND_COMM = 1,
     DT_KIND_OFFLOAD = 2,
     DT_KIND_STRATEGY = 3,
+    DT_KIND_SCHEDULE = 4, /* a pipeline schedule (schedule.h) */
     DT_KIND_COUNT
 } dt_plugin_kind_t;
 

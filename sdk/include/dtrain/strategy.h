@@ -2,8 +2,8 @@
  * dtrain/strategy.h - the parallel strategy ABI (plugin kind "strategy").
  *
  * A strategy owns how parameters, gradients and optimizer state are held
- * along its parallel dimension (data: ddp, zero, fsdp; model: tensor,
- * pipeline).  The core describes the model as an ordered list of UNITS (the
+ * along its parallel dimension (data: ddp, zero, fsdp; model: tensor; a
+ * pipeline's schedule is a kind of its own, schedule.h).  The core describes the model as an ordered list of UNITS (the
  * embedding, each transformer block, the head): the granularity that is
  * gathered, sharded and reduced.  Each unit's parameters form one flat f32
  * index space [0, unit.numel); a shard is a range of it.
@@ -32,24 +32,15 @@
  * be called from any thread.
  *
  * Pipeline parallelism (minor 3).  World = tp x pp x dp (core/train/
- * grid.h: tp fastest, then dp, then pp).  Two strategies run on a rank:
- *
- *   - the PIPELINE strategy (the "pipeline" plugin, [parallel] pipeline >
- *     1), initialised over the pipeline group (init.comm: one rank per
- *     stage, group rank = stage).  It holds no parameters (its state_ranges
- *     are empty, its unit hooks are never called) and owns the step's
- *     schedule: `assign_stages` (no instance) maps units to stages, and
- *     `run_schedule` runs this stage's forward and backward passes of every
- *     micro-batch in the schedule's order, moving the boundary activations
- *     and their gradients to the neighbouring stages with the comm table's
- *     send / recv (started on the compute stream, asynchronous requests,
- *     bounded waits), through the core's dt_stage_runner_v1_t;
- *   - the DATA strategy (ddp, zero, fsdp), initialised over the data group
- *     as ever, but told which units its stage holds (init.unit_flags): it
- *     allocates, hooks, reduces, updates and saves only those.  The
- *     gradient norm it reports counts every element once across the whole
- *     model: its own sum of squares is summed over init.norm_comm (the
- *     pipeline group) too, and so is the non-finite flag.
+ * grid.h: tp fastest, then dp, then pp).  The pipeline's schedule is a
+ * plugin of its own kind (schedule.h), which owns the order of a step and
+ * the boundary transfers; the DATA strategy (ddp, zero, fsdp) is
+ * initialised over the data group as ever, but told which units its stage
+ * holds (init.unit_flags): it allocates, hooks, reduces, updates and saves
+ * only those.  The gradient norm it reports counts every element once
+ * across the whole model: its own sum of squares is summed over
+ * init.norm_comm (the model's other ranks) too, and so is the non-finite
+ * flag.
  *
  * A unit read by two stages (GPT-2's wte: the first stage's embedding, the
  * last stage's tied LM head) is held by both: the owner with
@@ -64,18 +55,16 @@
  * alike (same description, same dp size), so the shards line up.
  *
  * Interleaved stages (minor 4): a stage may run several chunks (virtual
- * stages chunk x pp + stage, assign_stages' `chunks`), so the units it
+ * stages chunk x pp + stage, schedule.h), so the units it
  * holds need not be contiguous.  Its units' backwards then interleave
  * across micro-batches chunk by chunk: a data strategy that groups units
  * for a reduction and counts their last uses per micro-batch must not
  * group units of two chunks (the shard engine keeps them apart).
  *
  * Growth: minor 3 appends unit_flags, norm_comm and tied_comm to the init
- * arguments and the optional slots assign_stages and run_schedule.  A data
- * strategy built before minor 3 refuses non-zero minor-3 init fields with
- * DT_ERR_UNSUPPORTED (rule 3 of abi.h), which the core reports as "this
- * strategy cannot run a pipeline stage"; the core calls the two slots only
- * after DT_HAS_OP.
+ * arguments.  A data strategy built before minor 3 refuses non-zero
+ * minor-3 init fields with DT_ERR_UNSUPPORTED (rule 3 of abi.h), which the
+ * core reports as "this strategy cannot run a pipeline stage".
  */
 #ifndef DTRAIN_STRATEGY_H
 #define DTRAIN_STRATEGY_H
@@ -97,18 +86,13 @@ extern "C" {
 #define DT_STRATEGY_ABI_MINOR 6 /* 1: dt_step_args_v1_t.loss_scale, dt_estimate_args_v1_t.offload;
                                  * 2: dt_estimate_v1_t.offload_bytes_per_step;
                                  * 3: pipeline stages: dt_strategy_init_v1_t.unit_flags,
-                                 *    norm_comm, tied_comm; the slots assign_stages and
-                                 *    run_schedule and their structs;
-                                 * 4: dt_stage_args_v1_t.in_flight (activations kept per
-                                 *    micro-batch in flight), .chunks (interleaved
-                                 *    virtual stages) and .buffers (the schedule's
-                                 *    boundary tensors); dt_stage_runner_v1_t.act_slots,
-                                 *    forward_chunk, backward_chunk;
+                                 *    norm_comm, tied_comm (the schedule is a kind
+                                 *    of its own: schedule.h);
+                                 * 4: (interleaved stages: schedule.h);
                                  * 5: dt_param_desc_v1_t.ext may point at a
                                  *    dt_param_split_v1_t (tensor parallelism);
                                  * 6: the slots reduce_activation and
-                                 *    wait_activation (a tensor strategy's);
-                                 *    dt_stage_args_v1_t.unit_flops */
+                                 *    wait_activation (a tensor strategy's) */
 
 typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 
@@ -396,144 +380,6 @@ typedef struct dt_plan_preset_v1 {
                           * defaults */
 } dt_plan_preset_v1_t;
 
-/* ------------------------------------------------------------------------
- * Pipeline schedule (minor 3).
- * --------------------------------------------------------------------- */
-
-/* assign_stages' question (in; the core's).  Introduced in minor 3: its
- * minor-0 size is its size then. */
-typedef struct dt_stage_args_v1 {
-    uint32_t struct_size;            /* sizeof(dt_stage_args_v1_t), core's build */
-    int32_t n_stages;                /* [parallel] pipeline, >= 2 */
-    const dt_model_desc_v1_t *model; /* units in model order */
-    uint32_t n_micro;                /* micro-batches a step (with `stash`) */
-    uint32_t reserved0;
-    /* out, optional (NULL: not asked; the planner asks): n_stages
-     * entries, the most stage inputs (boundary tensors) stage k keeps at
-     * once under the plugin's schedule for n_micro micro-batches (GPipe
-     * n_micro, 1F1B min(n_micro, n_stages - k); 0 for the first stage,
-     * which reads tokens; 1 where the core keeps the activations of every
-     * micro-batch in flight, `in_flight`, and the stash is the receive
-     * buffer only). */
-    uint32_t *stash;
-    /* ---- minor 0 ends here; append only ---- */
-    /* out, optional (NULL: not asked), n_stages entries, filled with 1 by
-     * the caller: the micro-batches whose activations stage k keeps at
-     * once, so that each backward runs on the activations its forward
-     * left (the core allocates that many activation slots): the most in
-     * flight under the schedule (GPipe n_micro, 1F1B min(n_micro,
-     * n_stages - k)), or 1 when the plugin's config trades compute for
-     * memory and has the core recompute a micro-batch's forward before
-     * its backward.  A plugin that leaves it at 1 gets the latter.  With
-     * chunks, per chunk: slot i of each of the rank's chunks. */
-    uint32_t *in_flight;
-    /* out, optional (NULL: not asked; the caller sets it to 1 first): the
-     * chunks ("virtual stages") each rank runs, V.  With V > 1 assign_stages
-     * maps units to n_stages x V virtual stages (out[u] in [0, n_stages x
-     * V), never decreasing, none empty); virtual stage j runs on rank
-     * j % n_stages as its chunk j / n_stages (Megatron's interleaved
-     * layout), and run_schedule drives the runner's *_chunk calls.  A
-     * caller that does not ask gets V = 1 (the plugin refuses to
-     * interleave then). */
-    uint32_t *chunks;
-    /* out, optional (NULL: not asked), n_stages entries: the boundary
-     * tensors (B x T x boundary width in the activation dtype) the
-     * schedule allocates on stage k: stashed inputs, outputs and input
-     * gradients in flight, received gradients.  The planner adds them to
-     * the stage's activations. */
-    uint32_t *buffers;
-    /* ---- minor 6 ---- */
-    /* in, optional (NULL: the core does not say): model->n_units entries,
-     * the FLOPs each unit spends on one token, forward and backward (the
-     * model's estimate: 6 per matmul parameter plus attention's; GPT-2's
-     * tied LM head counted in the head unit that runs it, not in the
-     * embedding that holds it), for a balance by compute. */
-    const double *unit_flops;
-} dt_stage_args_v1_t;
-#define DT_STAGE_ARGS_V1_SIZE0 DT_FIELD_END(dt_stage_args_v1_t, stash)
-
-/* The core's side of a stage, handed to run_schedule (in; the core's,
- * valid during the call).  Boundary tensors are device memory of
- * dt_schedule_args_v1_t.act_count elements of act_dtype, (B, T, C) for
- * GPT-2: the residual stream between two units.  Both calls queue their
- * kernels on the compute stream and return when the output is ready to be
- * sent (the core synchronises the stream; a later minor may return
- * earlier with an event).  Any failure is returned with the message set;
- * the schedule stops and returns it. */
-typedef struct dt_stage_runner_v1 {
-    uint32_t struct_size;  /* sizeof(dt_stage_runner_v1_t), core's build */
-    uint32_t reserved0;
-    void *ctx;             /* the core's, passed back */
-    /* Forward of micro-batch `micro` through this stage's units.  `in`:
-     * the previous stage's output (NULL on the first stage, which reads
-     * the micro-batch's tokens itself); `out`: this stage's output (NULL
-     * on the last stage, which computes the loss instead and adds the
-     * micro-batch's mean loss to *loss; untouched elsewhere). */
-    int (*forward)(void *ctx, uint32_t micro, const void *in, void *out, double *loss);
-    /* Backward of micro-batch `micro`: `in` is the same input its forward
-     * had (NULL on the first stage); `dout` the gradient of this stage's
-     * output (NULL on the last stage: the loss starts it), `din` receives
-     * the gradient of `in` (NULL on the first stage).  The core keeps the
-     * activations of assign_stages' in_flight micro-batches (slot micro %
-     * in_flight): when those of `micro` are still there it runs backward
-     * on them and `in` may be NULL; otherwise (in_flight 1: any micro-batch
-     * but the last forward) it recomputes the stage's forward from `in`
-     * first (GPipe's re-materialisation), so such a schedule stashes the
-     * stage inputs, one boundary tensor per micro-batch in flight.  A
-     * backward that would need `in` and has NULL fails DT_ERR_INVALID. */
-    int (*backward)(void *ctx, uint32_t micro, const void *in, const void *dout,
-                    void *din);
-    /* ---- minor 0 ends here; append only ---- */
-    /* The activation slots the core keeps for this stage (minor 4; a
-     * runner without the field keeps 1): a schedule passes `in` NULL to
-     * backward only when this covers its micro-batches in flight. */
-    uint32_t act_slots;
-    uint32_t reserved1;
-    /* Minor 4, with chunks (assign_stages' V > 1): forward and backward
-     * as above, of micro-batch `micro` through this rank's chunk `chunk`
-     * (its virtual stage chunk x n_stages + rank).  `in` is NULL only for
-     * virtual stage 0 and `out` / `dout` only for the last, which computes
-     * the loss; `din` is NULL only for virtual stage 0.  Chunk 0 of a
-     * one-chunk stage is forward / backward. */
-    int (*forward_chunk)(void *ctx, uint32_t chunk, uint32_t micro, const void *in, void *out,
-                         double *loss);
-    int (*backward_chunk)(void *ctx, uint32_t chunk, uint32_t micro, const void *in,
-                          const void *dout, void *din);
-} dt_stage_runner_v1_t;
-#define DT_STAGE_RUNNER_V1_SIZE0 DT_FIELD_END(dt_stage_runner_v1_t, backward)
-
-/* dt_schedule_args_v1_t.flags */
-#define DT_SCHEDULE_NO_GRAD 0x1u /* forwards only (evaluation): the runner's
-                                  * backward is never called, and the
-                                  * runner's forward flags its hooks
-                                  * DT_HOOK_NO_GRAD */
-
-/* run_schedule's arguments (in; the core's). */
-typedef struct dt_schedule_args_v1 {
-    uint32_t struct_size;     /* sizeof(dt_schedule_args_v1_t), core's build */
-    uint32_t n_micro;         /* micro-batches this step (train accumulation) */
-    int64_t step;             /* 1-based, for messages */
-    uint64_t act_count;       /* elements of one boundary tensor */
-    int32_t act_dtype;        /* their dtype (dt_dtype_t) */
-    uint32_t flags;           /* DT_SCHEDULE_* */
-    const dt_stage_runner_v1_t *runner;
-    /* ---- minor 0 ends here; append only ---- */
-} dt_schedule_args_v1_t;
-#define DT_SCHEDULE_ARGS_V1_SIZE0 DT_FIELD_END(dt_schedule_args_v1_t, runner)
-
-/* run_schedule's result (out: core zero-fills and sets struct_size;
- * dt_result_write). */
-typedef struct dt_schedule_result_v1 {
-    uint32_t struct_size;     /* sizeof(dt_schedule_result_v1_t), core's build */
-    uint32_t n_loss;          /* micro-batches whose loss this stage computed:
-                               * n_micro on the last stage, else 0 */
-    double loss_sum;          /* the sum of their mean losses */
-    double recv_wait_s;       /* seconds waiting on receives: the bubble as
-                               * measured on this stage */
-    /* ---- minor 0 ends here; append only ---- */
-} dt_schedule_result_v1_t;
-#define DT_SCHEDULE_RESULT_V1_SIZE0 DT_FIELD_END(dt_schedule_result_v1_t, recv_wait_s)
-
 typedef struct dt_strategy_ops_v1 {
     dt_plugin_info_t info; /* base first; info.kind == DT_KIND_STRATEGY */
 
@@ -595,34 +441,12 @@ typedef struct dt_strategy_ops_v1 {
 
     /* ---- minor 0 ends here; append only ---- */
 
-    /* ---- pipeline (minor 3, optional: a pipeline strategy has both) ---- */
-    /* Map every unit to a stage (no instance: the planner calls it too):
-     * out[u] in [0, n_stages) for each of model->n_units units, never
-     * decreasing, every stage given at least one unit, by the plugin's
-     * balance policy (its config).  DT_ERR_CONFIG naming the model and
-     * the stage count when there are fewer units than stages. */
-    int (*assign_stages)(const dt_host_v1_t *host, const dt_stage_args_v1_t *args,
-                         uint32_t *out);
-    /* One step of this stage: every micro-batch's forward and backward in
-     * the schedule's order, boundary tensors received from stage - 1 and
-     * sent to stage + 1 (their gradients the other way) on the pipeline
-     * group, with the micro-batch as tag.  Collective over the pipeline
-     * group; blocking, every wait bounded by the group's timeout: a dead
-     * peer fails it with DT_ERR_REMOTE / DT_ERR_TIMEOUT and a message
-     * naming the peer stage, the operation (send / recv of activation or
-     * gradient), the micro-batch and the step.  The data strategy's
-     * begin_step before and step after are the core's. */
-    int (*run_schedule)(dt_strategy_t *s, const dt_schedule_args_v1_t *args,
-                        dt_schedule_result_v1_t *out);
-    /* ---- minor 3 ends here; append only ---- */
-
     /* ---- tensor parallelism (minor 6, optional: a tensor strategy has
      * it) ----
      * The model's layers know their math (which projection is column- or
      * row-parallel, the parallel cross-entropy: core/model/model.h); the
-     * tensor strategy owns the tensor group and what crosses it.  Like
-     * the pipeline strategy it holds no parameters: every rank's data
-     * strategy holds that rank's parts (dt_param_split_v1_t), its group
+     * tensor strategy owns the tensor group and what crosses it.  It
+     * holds no parameters: every rank's data strategy holds that rank's parts (dt_param_split_v1_t), its group
      * the ranks holding the same parts.
      *
      * All-reduce `count` elements of `dtype` at device memory `buf`, in
@@ -663,10 +487,6 @@ typedef dt_step_result_v1_t dt_step_result_t;
 typedef dt_estimate_args_v1_t dt_estimate_args_t;
 typedef dt_estimate_v1_t dt_estimate_t;
 typedef dt_plan_preset_v1_t dt_plan_preset_t;
-typedef dt_stage_args_v1_t dt_stage_args_t;
-typedef dt_stage_runner_v1_t dt_stage_runner_t;
-typedef dt_schedule_args_v1_t dt_schedule_args_t;
-typedef dt_schedule_result_v1_t dt_schedule_result_t;
 
 #ifdef __cplusplus
 }

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "dtrain/comm.h"
-#include "dtrain/sdk/comm_text.h"
+#include "common/comm/comm_text.h"
 
 /* Defaults and limits of the config keys (also in the key table). */
 #define MPI_SPIN_DEFAULT 50
@@ -115,7 +115,7 @@ struct dt_comm {
 
 struct dt_comm_req {
     struct dt_comm_req *live_prev, *live_next; /* the group's `live` list */
-    int kind;               /* dt_comm_op_kind_t (dtrain/sdk/comm_text.h) */
+    int kind;               /* dt_comm_op_kind_t (plugins/common/comm/comm_text.h) */
     int dtype, op;
     int32_t root;           /* root, or peer for send / recv */
     int32_t tag;
@@ -179,8 +179,8 @@ int mpic_test(dt_comm_t *c, dt_comm_req_t *r, int *done);
 /* At finalize: free the requests nobody waited for; returns how many, and
  * sets *unfinished when one of them had not completed (MPI keeps it). */
 int mpic_drop_live(dt_comm_t *c, int *unfinished);
-/* "all_reduce #17 (f32, 4194304 bytes) on group world": the SDK's text
- * (dtrain/sdk/comm_text.h), as every communicator says it. */
+/* "all_reduce #17 (f32, 4194304 bytes) on group world": the shared text
+ * (plugins/common/comm/comm_text.h), as every communicator says it. */
 void mpic_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap);
 /* Text of an MPI error code. */
 void mpic_err_text(int code, char *buf, size_t cap);

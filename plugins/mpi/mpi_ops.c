@@ -314,7 +314,7 @@ typedef struct start {
 } start_t;
 
 /* Every argument check of the operation t describes (sets t->esize): the
- * SDK's, with MPI's count limit between them. */
+ * shared ones, with MPI's count limit between them. */
 static int check_args(dt_comm_t *c, struct dt_comm_req *t, const void *send,
                       const void *recv)
 {

@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "dtrain/sdk/cfg.h"
-#include "dtrain/sdk/comm_split.h"
+#include "common/comm/comm_split.h"
 #include "nccl_internal.h"
 
 static const dt_config_key_t nccl_keys[] = {

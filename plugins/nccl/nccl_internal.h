@@ -16,7 +16,7 @@
 #include <nccl.h>
 
 #include "dtrain/comm.h"
-#include "dtrain/sdk/comm_text.h"
+#include "common/comm/comm_text.h"
 #include "nccl_logic.h"
 
 /* What a started operation is, for messages, and the event that marks its

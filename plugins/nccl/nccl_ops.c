@@ -46,8 +46,8 @@ static dt_comm_op_desc_t op_desc(const struct dt_comm_req *r)
                                .bytes = r->bytes};
 }
 
-/* "all_reduce #12 (f32, 4096 bytes) on group world": the SDK's text
- * (dtrain/sdk/comm_text.h), as every communicator says it. */
+/* "all_reduce #12 (f32, 4096 bytes) on group world": the shared text
+ * (plugins/common/comm/comm_text.h), as every communicator says it. */
 static void req_desc(const dt_comm_t *c, const struct dt_comm_req *r, char *buf,
                      size_t cap)
 {
@@ -180,7 +180,7 @@ static void bounce_trim(dt_comm_t *c)
     }
 }
 
-/* Everything an operation checks before NCCL sees it (the SDK's checks,
+/* Everything an operation checks before NCCL sees it (the shared checks,
  * NCCL's dtypes between them, the memory of each buffer), then the GPU
  * made current, the stream, and the host buffers staged in (their H2D
  * copies enqueued on the stream).  Fills r and w.  c->guard.mu held. */

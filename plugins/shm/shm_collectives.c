@@ -27,7 +27,7 @@
 
 #include "shm_internal.h"
 #include "shm_msg.h"
-#include "dtrain/sdk/reduce.h"
+#include "common/comm/reduce.h"
 #include "shm_sync.h"
 
 #define PH_A(G) ((uint32_t)(2u * (uint32_t)(G) + 1u))

@@ -6,7 +6,7 @@
  * lifecycle: init (rendezvous), split, abort, finalize.  The operations
  * themselves, their queue and the progress thread are in shm_ops.c; the
  * data movement in shm_collectives.c and shm_p2p.c; waiting in
- * shm_sync.c; arithmetic in sdk/lib/dt_reduce.c; the text of messages and the
+ * shm_sync.c; arithmetic in plugins/common/comm/reduce.c; the text of messages and the
  * job's failure record in shm_msg.c.
  *
  * Failure handling: every wait is bounded by the group's timeout (a stall
@@ -32,7 +32,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "dtrain/sdk/comm_split.h"
+#include "common/comm/comm_split.h"
 #include "shm_internal.h"
 #include "shm_msg.h"
 #include "shm_sync.h"

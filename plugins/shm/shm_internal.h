@@ -4,7 +4,7 @@
  * process-local communicator and request structs, and the functions the
  * plugin's source files share.  Two concerns that need none of this have
  * their own headers, so nothing depends on the group lifecycle for them:
- * shm_msg.h (message texts, the failure record) and dtrain/sdk/reduce.h (the
+ * shm_msg.h (message texts, the failure record) and plugins/common/comm/reduce.h (the
  * arithmetic).
  *
  * One segment per group.  Every rank of the group maps it; nothing else
@@ -36,7 +36,7 @@
 #include <sys/types.h>
 
 #include "dtrain/comm.h"
-#include "dtrain/sdk/comm_text.h"
+#include "common/comm/comm_text.h"
 #include "shm_secret.h"
 
 /* ------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 /*
  * plugins/shm/shm_msg.c - the text of the shared-memory communicator's
  * messages: an operation, a rank and a list of ranks named through the
- * SDK's comm_text (the words every communicator uses), and the job's
+ * comm_text (plugins/common/comm: the words every communicator uses), and the job's
  * failure record (published once, read by every group's waits).
  */
 #include "shm_msg.h"

@@ -25,7 +25,7 @@
 
 #include "shm_internal.h"
 #include "shm_msg.h"
-#include "dtrain/sdk/reduce.h"
+#include "common/comm/reduce.h"
 #include "shm_sync.h"
 
 /* ---- requests ---------------------------------------------------------- */
@@ -462,7 +462,7 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
 }
 
 /* Every argument check of the operation t describes (kind, send, recv,
- * count, dtype, op, root/peer; sets t->esize): the SDK's, with shm's own
+ * count, dtype, op, root/peer; sets t->esize): the shared ones, with shm's own
  * count limit between them. */
 static int check_args(dt_comm_t *c, struct dt_comm_req *t)
 {

@@ -30,7 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dtrain/sdk/comm_split.h"
+#include "common/comm/comm_split.h"
 #include "tcp_internal.h"
 
 static const dt_config_key_t tcp_keys[] = {

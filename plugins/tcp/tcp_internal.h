@@ -29,8 +29,8 @@
 #include <stdint.h>
 
 #include "dtrain/comm.h"
-#include "dtrain/sdk/comm_text.h"
-#include "dtrain/sdk/sha256.h"
+#include "common/comm/comm_text.h"
+#include "common/sha256/sha256.h"
 
 /* Longest timeout honoured (~115 days): keeps ms -> ns products in range. */
 #define TCP_TIMEOUT_MAX_MS 10000000000ll

@@ -13,8 +13,8 @@
  *   reduce          ring reduce-scatter, then every block to the root
  *   broadcast       the root sends to every rank
  *   barrier         dissemination (log2 n rounds of empty frames)
- * The blocks of a ring are reduced with the SDK's kernels
- * (dtrain/sdk/reduce.h, as shm does).  bf16 / f16 travel through the
+ * The blocks of a ring are reduced with the shared kernels
+ * (plugins/common/comm/reduce.h, as shm does).  bf16 / f16 travel through the
  * reduce-scatter as f32 partial sums and are rounded once, by the rank
  * that owns the block, so they accumulate in f32 like shm and mpi; the
  * result differs from shm's rank-order sum only by the order of the f32
@@ -36,7 +36,7 @@
 #include <time.h>
 
 #include "dtrain/half.h"
-#include "dtrain/sdk/reduce.h"
+#include "common/comm/reduce.h"
 #include "tcp_internal.h"
 
 static dt_comm_names_t names(dt_comm_t *c)

@@ -382,6 +382,13 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     return DT_OK;
 }
 
+/* A request nobody waited for, at finalize (the progress thread is gone). */
+static void drop_req(void *ctx, dt_creq_t *r)
+{
+    (void)ctx;
+    free(r); /* b is first: r is the whole request */
+}
+
 static void shm_finalize(dt_comm_t *c)
 {
     if (!c)
@@ -394,14 +401,7 @@ static void shm_finalize(dt_comm_t *c)
     log_stats(c);
     shm_sym_free_all(c);
     /* Requests never waited for: nobody can wait for them any more. */
-    struct dt_comm_req *r = c->live;
-    int leaked = 0;
-    while (r) {
-        struct dt_comm_req *next = r->live_next;
-        free(r);
-        leaked++;
-        r = next;
-    }
+    int leaked = dt_creq_drop_live(&c->live, drop_req, NULL);
     if (leaked)
         c->host->log(c->host, DT_LOG_DEBUG, "group %s: finalize freed %d request(s) that "
                      "were never waited for", c->gname, leaked);

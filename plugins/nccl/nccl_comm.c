@@ -273,7 +273,7 @@ static int nccl_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *args,
     return DT_OK;
 }
 
-static int nccl_rank_size(dt_comm_t *c, int32_t *rank, int32_t *size)
+int nccl_rank_size(dt_comm_t *c, int32_t *rank, int32_t *size)
 {
     if (!c)
         return DT_ERR_INVALID;

@@ -115,7 +115,7 @@ static void run_one(dt_comm_t *c, struct dt_comm_req *r)
         fail_unstarted(c, r, DT_ERR_TIMEOUT, text);
         return;
     }
-    if (r->b.kind == DT_COMM_OP_SEND || r->b.kind == DT_COMM_OP_RECV) {
+    if (dt_creq_is_p2p(&r->b)) {
         shm_p2p_start(c, r);
         return;
     }
@@ -391,7 +391,7 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
     int chk = submit_check(c, t, stream);
     if (chk != DT_OK)
         return chk;
-    if (!req && t->b.kind != DT_COMM_OP_SEND && t->b.kind != DT_COMM_OP_RECV &&
+    if (!req && !dt_creq_is_p2p(&t->b) &&
         atomic_load(&c->enqueued) == atomic_load(&c->taken) &&
         pthread_mutex_trylock(&c->exec) == 0) {
         /* Blocking collective and the progress thread has nothing queued
@@ -406,7 +406,7 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
                 atomic_init(&r->released, 0);
                 pthread_mutex_lock(&c->qlock);
                 r->id = ++c->next_id;
-                r->b.seq = ++c->coll_seq;
+                dt_creq_number(&r->b, &c->coll_seq, &c->p2p_seq);
                 pthread_mutex_unlock(&c->qlock);
                 run_one(c, r);
                 if (c->stats.on)
@@ -436,8 +436,8 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
 }
 
 /* Every argument check of the operation t describes (kind, send, recv,
- * count, dtype, op, root/peer; sets t->b.esize): the shared ones, with shm's own
- * count limit between them. */
+ * count, dtype, op, root/peer; sets t->b.esize): the shared ones, with
+ * shm's own count limit between them. */
 static int check_args(dt_comm_t *c, struct dt_comm_req *t)
 {
     const dt_host_v1_t *h = c->host;

@@ -37,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dtrain/sdk/sha256.h"
+#include "common/sha256/sha256.h"
 #include "launch/world.h"
 #include "util/error.h"
 #include "util/log.h"

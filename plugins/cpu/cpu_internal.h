@@ -13,7 +13,7 @@
 #include <stdio.h>
 
 #include "dtrain/device.h"
-#include "dtrain/sdk/mem_tally.h"
+#include "common/device/mem_tally.h"
 #include "cpu_pool.h"
 
 #define CPU_STREAM_MAGIC 0x43505553u /* "CPUS" */

@@ -52,7 +52,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dtrain/sdk/mem_tally.h"
+#include "common/device/mem_tally.h"
 #include "dtrain/tensor.h"
 
 /* How long any wait for the device may take, in milliseconds (the

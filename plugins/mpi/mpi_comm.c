@@ -47,7 +47,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dtrain/sdk/comm_split.h"
+#include "common/comm/comm_split.h"
 #include "mpi_internal.h"
 
 static const dt_config_key_t mpi_keys[] = {

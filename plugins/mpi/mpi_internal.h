@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "dtrain/comm.h"
-#include "dtrain/sdk/comm_text.h"
+#include "common/comm/creq.h"
 
 /* Defaults and limits of the config keys (also in the key table). */
 #define MPI_SPIN_DEFAULT 50
@@ -105,7 +105,7 @@ struct dt_comm {
     uint64_t coll_seq, p2p_seq;
     const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
-    struct dt_comm_req *live; /* started and not yet waited for */
+    dt_creq_t *live;        /* started and not yet waited for */
     /* set once an operation timed out or MPI failed: MPI cannot cancel a
      * collective, so the group is out of step for good */
     int broken;
@@ -114,14 +114,7 @@ struct dt_comm {
 };
 
 struct dt_comm_req {
-    struct dt_comm_req *live_prev, *live_next; /* the group's `live` list */
-    int kind;               /* dt_comm_op_kind_t (dtrain/sdk/comm_text.h) */
-    int dtype, op;
-    int32_t root;           /* root, or peer for send / recv */
-    int32_t tag;
-    uint64_t count;         /* elements, as the op's ABI slot counts them */
-    size_t esize;
-    uint64_t seq;           /* "#n": per group, collectives and p2p apart */
+    dt_creq_t b;            /* the op, its number, the group's `live` list */
     MPI_Request mreq;
     int counted;            /* still in job->inflight */
     /* set once test or wait saw it end: 1 done, -status failed (msg) */
@@ -154,33 +147,12 @@ void mpic_inflight_sub(mpic_job_t *job);
 int mpic_job_failure(mpic_job_t *job, int is_world, char *buf, size_t cap);
 
 /* ---- operations (mpi_ops.c; contracts in comm.h) ----------------------- */
-int mpic_rank_size(dt_comm_t *c, int32_t *rank, int32_t *size);
-int mpic_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,
-                    int op, dt_stream_t *stream, dt_comm_req_t **req);
-int mpic_reduce_scatter(dt_comm_t *c, const void *send, void *recv, uint64_t recv_count,
-                        int dtype, int op, dt_stream_t *stream, dt_comm_req_t **req);
-int mpic_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t send_count,
-                    int dtype, dt_stream_t *stream, dt_comm_req_t **req);
-int mpic_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t root,
-                   dt_stream_t *stream, dt_comm_req_t **req);
-int mpic_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,
-                int op, int32_t root, dt_stream_t *stream, dt_comm_req_t **req);
-int mpic_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype, int32_t peer,
-              int32_t tag, dt_stream_t *stream, dt_comm_req_t **req);
-int mpic_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
-              int32_t tag, dt_stream_t *stream, dt_comm_req_t **req);
-int mpic_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *recvbuf,
-                  uint64_t recv_count, int dtype, int32_t send_peer, int32_t recv_peer,
-                  int32_t send_tag, int32_t recv_tag, dt_stream_t *stream,
-                  dt_comm_req_t **send_req, dt_comm_req_t **recv_req);
-int mpic_barrier(dt_comm_t *c, dt_comm_req_t **req);
-int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms);
-int mpic_test(dt_comm_t *c, dt_comm_req_t *r, int *done);
+DT_CREQ_OPS(mpic_);
 /* At finalize: free the requests nobody waited for; returns how many, and
  * sets *unfinished when one of them had not completed (MPI keeps it). */
 int mpic_drop_live(dt_comm_t *c, int *unfinished);
-/* "all_reduce #17 (f32, 4194304 bytes) on group world": the SDK's text
- * (dtrain/sdk/comm_text.h), as every communicator says it. */
+/* "all_reduce #17 (f32, 4194304 bytes) on group world": the shared text
+ * (plugins/common/comm/comm_text.h), as every communicator says it. */
 void mpic_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap);
 /* Text of an MPI error code. */
 void mpic_err_text(int code, char *buf, size_t cap);

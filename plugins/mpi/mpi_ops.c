@@ -42,13 +42,6 @@ static dt_comm_names_t names(dt_comm_t *c)
                              .size = c->size, .wranks = c->wranks};
 }
 
-static dt_comm_op_desc_t op_desc(const struct dt_comm_req *r)
-{
-    return (dt_comm_op_desc_t){.kind = r->kind, .seq = r->seq, .dtype = r->dtype,
-                               .op = r->op, .root = r->root, .tag = r->tag,
-                               .bytes = r->count * r->esize};
-}
-
 void mpic_err_text(int code, char *buf, size_t cap)
 {
     char s[MPI_MAX_ERROR_STRING];
@@ -62,8 +55,7 @@ void mpic_err_text(int code, char *buf, size_t cap)
 void mpic_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap)
 {
     dt_comm_names_t g = names(c);
-    dt_comm_op_desc_t d = op_desc(r);
-    dt_comm_op_text(&g, &d, buf, cap);
+    dt_creq_text(&g, &r->b, buf, cap);
 }
 
 /* Whom a request waits for: its peer, the other rank of a pair, or every
@@ -71,8 +63,8 @@ void mpic_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t 
 static void fmt_waited(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap)
 {
     dt_comm_names_t g = names(c);
-    if (r->kind == DT_COMM_OP_SEND || r->kind == DT_COMM_OP_RECV) {
-        dt_comm_fmt_rank(&g, r->root, buf, cap);
+    if (dt_creq_is_p2p(&r->b)) {
+        dt_comm_fmt_rank(&g, r->b.root, buf, cap);
         return;
     }
     if (c->size == 2) {
@@ -118,7 +110,7 @@ static void uncount(dt_comm_t *c, struct dt_comm_req *r)
 static void finish(dt_comm_t *c, struct dt_comm_req *r)
 {
     if (r->avg_buf)
-        mpic_avg_divide(r->avg_buf, r->avg_count, r->dtype, c->size);
+        mpic_avg_divide(r->avg_buf, r->avg_count, r->b.dtype, c->size);
     r->avg_buf = NULL;
     if (r->tmp) {
         memcpy(r->tmp_dst, r->tmp, r->tmp_bytes);
@@ -159,7 +151,7 @@ static int test_once(dt_comm_t *c, struct dt_comm_req *r)
 static void abandon(dt_comm_t *c, struct dt_comm_req *r, int status, const char *text)
 {
     int cancelled = 0;
-    if (r->kind == DT_COMM_OP_RECV && r->mreq != MPI_REQUEST_NULL) {
+    if (r->b.kind == DT_COMM_OP_RECV && r->mreq != MPI_REQUEST_NULL) {
         mpic_lock();
         if (MPI_Cancel(&r->mreq) == MPI_SUCCESS) {
             /* A cancelled receive completes locally, but bound it anyway. */
@@ -178,43 +170,34 @@ static void abandon(dt_comm_t *c, struct dt_comm_req *r, int status, const char 
         r->tmp = NULL; /* MPI may still write it: leaked on purpose */
 }
 
-static void live_add(dt_comm_t *c, struct dt_comm_req *r)
-{
-    r->live_prev = NULL;
-    r->live_next = c->live;
-    if (c->live)
-        c->live->live_prev = r;
-    c->live = r;
-}
+typedef struct drop_ctx {
+    dt_comm_t *c;
+    int unfinished;
+} drop_ctx_t;
 
-static void live_remove(dt_comm_t *c, struct dt_comm_req *r)
+/* A request nobody waited for, at finalize: freed; one MPI still holds
+ * stays with MPI (its buffers too) and the job is marked abandoned. */
+static void drop_one(void *ctx, dt_creq_t *b)
 {
-    if (r->live_prev)
-        r->live_prev->live_next = r->live_next;
-    else
-        c->live = r->live_next;
-    if (r->live_next)
-        r->live_next->live_prev = r->live_prev;
+    drop_ctx_t *d = ctx;
+    dt_comm_t *c = d->c;
+    struct dt_comm_req *r = (struct dt_comm_req *)b;
+    if (test_once(c, r) == 0) {
+        d->unfinished = 1;     /* still with MPI, its buffers too */
+        uncount(c, r);
+        r->tmp = NULL;         /* MPI may still write it: leaked */
+        atomic_store(&c->job->abandoned, 1);
+    }
+    if (r->tmp)
+        c->host->free(c->host, r->tmp);
+    free(r);
 }
 
 int mpic_drop_live(dt_comm_t *c, int *unfinished)
 {
-    int n = 0;
-    *unfinished = 0;
-    while (c->live) {
-        struct dt_comm_req *r = c->live;
-        live_remove(c, r);
-        if (test_once(c, r) == 0) {
-            *unfinished = 1;       /* still with MPI, its buffers too */
-            uncount(c, r);
-            r->tmp = NULL;         /* MPI may still write it: leaked */
-            atomic_store(&c->job->abandoned, 1);
-        }
-        if (r->tmp)
-            c->host->free(c->host, r->tmp);
-        free(r);
-        n++;
-    }
+    drop_ctx_t d = {.c = c, .unfinished = 0};
+    int n = dt_creq_drop_live(&c->live, drop_one, &d);
+    *unfinished = d.unfinished;
     return n;
 }
 
@@ -225,10 +208,8 @@ int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
         return chk;
     const dt_host_v1_t *h = c->host;
     char msg[1024], desc[256], who[768], text[MPI_ABORT_MSG + 64];
-    int own_limit = timeout_ms >= 0;
-    int64_t ms = own_limit ? timeout_ms : c->timeout_ms;
-    if (ms > MPI_TIMEOUT_MAX_MS)
-        ms = MPI_TIMEOUT_MAX_MS;
+    int own_limit;
+    int64_t ms = dt_creq_limit_ms(timeout_ms, c->timeout_ms, MPI_TIMEOUT_MAX_MS, &own_limit);
     uint64_t t0 = now_ns(), limit = (uint64_t)ms * 1000000ull;
     uint64_t spin_end = t0 + (uint64_t)c->job->spin_ns, next_abort_check = t0;
     uint64_t nap = 20000;
@@ -260,8 +241,7 @@ int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
         if (now - t0 >= limit) {
             mpic_req_desc(c, r, desc, sizeof desc);
             fmt_waited(c, r, who, sizeof who);
-            snprintf(msg, sizeof msg, "%s: timed out after %.1f s%s waiting for %s", desc,
-                     (double)ms / 1000.0, own_limit ? " (the wait's limit)" : "", who);
+            dt_creq_timeout_text(desc, ms, own_limit, who, msg, sizeof msg);
             st = DT_ERR_TIMEOUT;
             abandon(c, r, st, msg);
             break;
@@ -288,7 +268,7 @@ int mpic_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
     if (spinning)
         atomic_fetch_sub(&c->job->spinning, 1);
     uncount(c, r); /* abandoned: MPI keeps it, nobody waits for it */
-    live_remove(c, r);
+    dt_creq_live_remove(&c->live, &r->b);
     free(r);
     if (st != DT_OK)
         return h->set_error(h, st, "%s", msg);
@@ -313,79 +293,75 @@ typedef struct start {
     void *recv;
 } start_t;
 
-/* Every argument check of the operation t describes (sets t->esize): the
- * SDK's, with MPI's count limit between them. */
+/* Every argument check of the operation t describes (sets t->b.esize): the
+ * shared ones, with MPI's count limit between them. */
 static int check_args(dt_comm_t *c, struct dt_comm_req *t, const void *send,
                       const void *recv)
 {
     const dt_host_v1_t *h = c->host;
-    /* an unknown dtype's message counts its bytes as elements */
-    t->esize = dt_dtype_size(t->dtype) ? dt_dtype_size(t->dtype) : 1;
     dt_comm_names_t g = names(c);
-    dt_comm_op_desc_t d = op_desc(t);
-    int st = dt_comm_check_dtype(h, &g, &d);
-    if (st == DT_OK)
-        st = dt_comm_check_reduce(h, &g, &d);
-    if (st == DT_OK && t->count > (uint64_t)INT_MAX)
+    int st = dt_creq_check_op(h, &g, &t->b);
+    dt_comm_op_desc_t d = dt_creq_desc(&t->b);
+    if (st == DT_OK && t->b.count > (uint64_t)INT_MAX)
         st = dt_comm_op_fail(h, &g, &d, DT_ERR_UNSUPPORTED, "count %llu is above MPI's "
                              "count limit (%d elements per call); split the buffer",
-                             (unsigned long long)t->count, INT_MAX);
+                             (unsigned long long)t->b.count, INT_MAX);
     if (st == DT_OK)
-        st = dt_comm_check_args(h, &g, &d, c->rank, t->count, send, recv);
+        st = dt_comm_check_args(h, &g, &d, c->rank, t->b.count, send, recv);
     return st;
 }
 
 /* send / recv: MPI's tags are >= 0 (MPI_ANY_TAG only receives). */
 static int check_tag(dt_comm_t *c, struct dt_comm_req *t)
 {
-    if (t->tag >= 0 && !(t->kind == DT_COMM_OP_SEND && t->tag == MPI_ANY_TAG))
+    if (t->b.tag >= 0 && !(t->b.kind == DT_COMM_OP_SEND && t->b.tag == MPI_ANY_TAG))
         return DT_OK;
     dt_comm_names_t g = names(c);
-    dt_comm_op_desc_t d = op_desc(t);
+    dt_comm_op_desc_t d = dt_creq_desc(&t->b);
     return dt_comm_op_fail(c->host, &g, &d, DT_ERR_INVALID, "tag %d must be >= 0",
-                           (int)t->tag);
+                           (int)t->b.tag);
 }
 
 /* Start r's MPI call; MPI_SUCCESS or MPI's error code. */
 static int start_mpi(dt_comm_t *c, struct dt_comm_req *r, const void *send, void *recv)
 {
-    MPI_Datatype dt = mpic_datatype(r->dtype);
+    MPI_Datatype dt = mpic_datatype(r->b.dtype);
     MPI_Op op = MPI_OP_NULL;
-    if (r->kind == DT_COMM_OP_ALL_REDUCE || r->kind == DT_COMM_OP_REDUCE_SCATTER ||
-        r->kind == DT_COMM_OP_REDUCE)
-        mpic_reduce_op(r->dtype, r->op, &op);
-    int n = (int)r->count;
+    if (r->b.kind == DT_COMM_OP_ALL_REDUCE || r->b.kind == DT_COMM_OP_REDUCE_SCATTER ||
+        r->b.kind == DT_COMM_OP_REDUCE)
+        mpic_reduce_op(r->b.dtype, r->b.op, &op);
+    int n = (int)r->b.count;
     int rc;
     mpic_lock();
-    switch (r->kind) {
+    switch (r->b.kind) {
     case DT_COMM_OP_ALL_REDUCE:
         rc = mpic_iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, dt, op, c->comm,
-                             r->count * r->esize, (uint64_t)c->job->ring_bytes, &r->mreq);
+                             r->b.count * r->b.esize, (uint64_t)c->job->ring_bytes, &r->mreq);
         break;
     case DT_COMM_OP_REDUCE_SCATTER:
         rc = MPI_Ireduce_scatter_block(send, recv, n, dt, op, c->comm, &r->mreq);
         break;
     case DT_COMM_OP_ALL_GATHER: {
-        const char *mine = (const char *)recv + (size_t)c->rank * (size_t)n * r->esize;
+        const char *mine = (const char *)recv + (size_t)c->rank * (size_t)n * r->b.esize;
         rc = MPI_Iallgather(send == mine ? MPI_IN_PLACE : send, n, dt, recv, n, dt, c->comm,
                             &r->mreq);
         break;
     }
     case DT_COMM_OP_BROADCAST:
-        rc = MPI_Ibcast(recv, n, dt, r->root, c->comm, &r->mreq);
+        rc = MPI_Ibcast(recv, n, dt, r->b.root, c->comm, &r->mreq);
         break;
     case DT_COMM_OP_REDUCE:
-        rc = MPI_Ireduce(c->rank == r->root && send == recv ? MPI_IN_PLACE : send, recv, n, dt,
-                         op, r->root, c->comm, &r->mreq);
+        rc = MPI_Ireduce(c->rank == r->b.root && send == recv ? MPI_IN_PLACE : send, recv, n, dt,
+                         op, r->b.root, c->comm, &r->mreq);
         break;
     case DT_COMM_OP_BARRIER:
         rc = MPI_Ibarrier(c->comm, &r->mreq);
         break;
     case DT_COMM_OP_SEND:
-        rc = MPI_Isend(send, n, dt, r->root, r->tag, c->comm, &r->mreq);
+        rc = MPI_Isend(send, n, dt, r->b.root, r->b.tag, c->comm, &r->mreq);
         break;
     case DT_COMM_OP_RECV:
-        rc = MPI_Irecv(recv, n, dt, r->root, r->tag, c->comm, &r->mreq);
+        rc = MPI_Irecv(recv, n, dt, r->b.root, r->b.tag, c->comm, &r->mreq);
         break;
     default:
         rc = MPI_ERR_OTHER;
@@ -414,27 +390,17 @@ static const char *mpi_call_name(int kind)
  * transport), t numbered, the group and the job not failed. */
 static int start_check(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream)
 {
-    const dt_host_v1_t *h = c->host;
-    char desc[256], text[MPI_ABORT_MSG + 64];
-    if (c->dev_ops && c->dev) {
-        int st = c->dev_ops->stream_sync(c->dev, stream);
-        if (st != DT_OK)
-            return st;
-    }
-    if (t->kind == DT_COMM_OP_SEND || t->kind == DT_COMM_OP_RECV)
-        t->seq = ++c->p2p_seq;
-    else
-        t->seq = ++c->coll_seq;
-    if (c->broken) {
-        mpic_req_desc(c, t, desc, sizeof desc);
-        return h->set_error(h, c->broken_status, "%s: not started: the group failed "
-                            "earlier: %s", desc, c->broken_msg);
-    }
+    char text[MPI_ABORT_MSG + 64];
+    int st = dt_creq_stream_sync(c->dev_ops, c->dev, stream);
+    if (st != DT_OK)
+        return st;
+    dt_creq_number(&t->b, &c->coll_seq, &c->p2p_seq);
+    dt_comm_names_t g = names(c);
+    if (c->broken)
+        return dt_creq_refuse_broken(c->host, &g, &t->b, c->broken_status, c->broken_msg);
     int fst = mpic_job_failure(c->job, c->is_world, text, sizeof text);
-    if (fst != DT_OK) {
-        mpic_req_desc(c, t, desc, sizeof desc);
-        return h->set_error(h, fst, "%s: not started: %s", desc, text);
-    }
+    if (fst != DT_OK)
+        return dt_creq_refuse_failed(c->host, &g, &t->b, fst, text);
     return DT_OK;
 }
 
@@ -445,21 +411,20 @@ static struct dt_comm_req *start_req(dt_comm_t *c, const struct dt_comm_req *t,
 {
     const dt_host_v1_t *h = c->host;
     char desc[256];
-    struct dt_comm_req *r = malloc(sizeof *r);
+    dt_comm_names_t g = names(c);
+    struct dt_comm_req *r = dt_creq_new(h, &g, t, sizeof *r);
     if (!r) {
-        mpic_req_desc(c, t, desc, sizeof desc);
-        *status = h->set_error(h, DT_ERR_NOMEM, "%s: out of memory for the request", desc);
+        *status = DT_ERR_NOMEM;
         return NULL;
     }
-    *r = *t;
     r->mreq = MPI_REQUEST_NULL;
     /* reduce_scatter into a block of its own input: MPI forbids the
      * overlap (its in-place form leaves the result at block 0), so the
      * block is received beside and copied in at completion */
-    if (r->kind == DT_COMM_OP_REDUCE_SCATTER && r->count) {
+    if (r->b.kind == DT_COMM_OP_REDUCE_SCATTER && r->b.count) {
         const char *s = send, *d = recv;
-        size_t in_bytes = (size_t)r->count * r->esize * (size_t)c->size;
-        size_t out_bytes = (size_t)r->count * r->esize;
+        size_t in_bytes = (size_t)r->b.count * r->b.esize * (size_t)c->size;
+        size_t out_bytes = (size_t)r->b.count * r->b.esize;
         if (d < s + in_bytes && s < d + out_bytes) {
             r->tmp = h->alloc(h, out_bytes, DT_TAG_COMM);
             if (!r->tmp) {
@@ -474,11 +439,11 @@ static struct dt_comm_req *start_req(dt_comm_t *c, const struct dt_comm_req *t,
             recv = r->tmp;
         }
     }
-    if (r->op == DT_OP_AVG &&
-        (r->kind == DT_COMM_OP_ALL_REDUCE || r->kind == DT_COMM_OP_REDUCE_SCATTER ||
-         (r->kind == DT_COMM_OP_REDUCE && c->rank == r->root))) {
+    if (r->b.op == DT_OP_AVG &&
+        (r->b.kind == DT_COMM_OP_ALL_REDUCE || r->b.kind == DT_COMM_OP_REDUCE_SCATTER ||
+         (r->b.kind == DT_COMM_OP_REDUCE && c->rank == r->b.root))) {
         r->avg_buf = recv;
-        r->avg_count = r->count;
+        r->avg_count = r->b.count;
     }
     int rc = start_mpi(c, r, send, recv);
     if (rc == MPI_SUCCESS) {
@@ -492,10 +457,10 @@ static struct dt_comm_req *start_req(dt_comm_t *c, const struct dt_comm_req *t,
             h->free(h, r->tmp);
         free(r);
         *status = h->set_error(h, DT_ERR_SYSTEM, "%s: %s failed: %s", desc,
-                               mpi_call_name(t->kind), etext);
+                               mpi_call_name(t->b.kind), etext);
         return NULL;
     }
-    live_add(c, r);
+    dt_creq_live_add(&c->live, &r->b);
     *status = DT_OK;
     return r;
 }
@@ -530,8 +495,8 @@ int mpic_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, 
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = DT_COMM_OP_ALL_REDUCE, .count = count, .dtype = dtype,
-                            .op = op, .root = -1};
+    struct dt_comm_req t = {.b = {.kind = DT_COMM_OP_ALL_REDUCE, .count = count, .dtype = dtype,
+                                  .op = op, .root = -1}};
     CHECK(check_args(c, &t, send, recv));
     return submit(c, &t, send, recv, stream, req);
 }
@@ -541,8 +506,8 @@ int mpic_reduce_scatter(dt_comm_t *c, const void *send, void *recv, uint64_t rec
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = DT_COMM_OP_REDUCE_SCATTER, .count = recv_count,
-                            .dtype = dtype, .op = op, .root = -1};
+    struct dt_comm_req t = {.b = {.kind = DT_COMM_OP_REDUCE_SCATTER, .count = recv_count,
+                                  .dtype = dtype, .op = op, .root = -1}};
     CHECK(check_args(c, &t, send, recv));
     return submit(c, &t, send, recv, stream, req);
 }
@@ -552,8 +517,8 @@ int mpic_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t send_co
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = DT_COMM_OP_ALL_GATHER, .count = send_count, .dtype = dtype,
-                            .root = -1};
+    struct dt_comm_req t = {.b = {.kind = DT_COMM_OP_ALL_GATHER, .count = send_count,
+                                  .dtype = dtype, .root = -1}};
     CHECK(check_args(c, &t, send, recv));
     return submit(c, &t, send, recv, stream, req);
 }
@@ -563,8 +528,8 @@ int mpic_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t r
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = DT_COMM_OP_BROADCAST, .count = count, .dtype = dtype,
-                            .root = root};
+    struct dt_comm_req t = {.b = {.kind = DT_COMM_OP_BROADCAST, .count = count, .dtype = dtype,
+                                  .root = root}};
     CHECK(check_args(c, &t, buf, NULL));
     return submit(c, &t, buf, buf, stream, req);
 }
@@ -574,8 +539,8 @@ int mpic_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int 
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = DT_COMM_OP_REDUCE, .count = count, .dtype = dtype, .op = op,
-                            .root = root};
+    struct dt_comm_req t = {.b = {.kind = DT_COMM_OP_REDUCE, .count = count, .dtype = dtype,
+                                  .op = op, .root = root}};
     CHECK(check_args(c, &t, send, recv));
     return submit(c, &t, send, recv, stream, req);
 }
@@ -585,8 +550,8 @@ int mpic_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype, int32_t 
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = DT_COMM_OP_SEND, .count = count, .dtype = dtype,
-                            .root = peer, .tag = tag};
+    struct dt_comm_req t = {.b = {.kind = DT_COMM_OP_SEND, .count = count, .dtype = dtype,
+                                  .root = peer, .tag = tag}};
     CHECK(check_args(c, &t, buf, NULL));
     CHECK(check_tag(c, &t));
     return submit(c, &t, buf, NULL, stream, req);
@@ -597,8 +562,8 @@ int mpic_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer, 
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = DT_COMM_OP_RECV, .count = count, .dtype = dtype,
-                            .root = peer, .tag = tag};
+    struct dt_comm_req t = {.b = {.kind = DT_COMM_OP_RECV, .count = count, .dtype = dtype,
+                                  .root = peer, .tag = tag}};
     CHECK(check_args(c, &t, NULL, buf));
     CHECK(check_tag(c, &t));
     return submit(c, &t, NULL, buf, stream, req);
@@ -618,16 +583,16 @@ int mpic_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *
     int rq = dt_comm_sendrecv_reqs(c->host, send_req, recv_req);
     if (rq != DT_OK)
         return rq;
-    struct dt_comm_req ts = {.kind = DT_COMM_OP_SEND, .count = send_count, .dtype = dtype,
-                             .root = send_peer, .tag = send_tag};
-    struct dt_comm_req tr = {.kind = DT_COMM_OP_RECV, .count = recv_count, .dtype = dtype,
-                             .root = recv_peer, .tag = recv_tag};
+    struct dt_comm_req ts = {.b = {.kind = DT_COMM_OP_SEND, .count = send_count, .dtype = dtype,
+                                   .root = send_peer, .tag = send_tag}};
+    struct dt_comm_req tr = {.b = {.kind = DT_COMM_OP_RECV, .count = recv_count, .dtype = dtype,
+                                   .root = recv_peer, .tag = recv_tag}};
     CHECK(check_args(c, &ts, sendbuf, NULL));
     CHECK(check_tag(c, &ts));
     CHECK(check_args(c, &tr, NULL, recvbuf));
     CHECK(check_tag(c, &tr));
     CHECK(start_check(c, &ts, stream));
-    tr.seq = ++c->p2p_seq;
+    tr.b.seq = ++c->p2p_seq;
     int st;
     struct dt_comm_req *rs = start_req(c, &ts, sendbuf, NULL, &st);
     if (!rs)
@@ -636,7 +601,7 @@ int mpic_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *
     if (!rr) {
         mark_broken(c, st, "a sendrecv's recv could not be started after its send");
         uncount(c, rs); /* MPI keeps the send */
-        live_remove(c, rs);
+        dt_creq_live_remove(&c->live, &rs->b);
         free(rs);
         return st;
     }
@@ -654,7 +619,8 @@ int mpic_barrier(dt_comm_t *c, dt_comm_req_t **req)
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = DT_COMM_OP_BARRIER, .dtype = DT_U8, .esize = 1, .root = -1};
+    struct dt_comm_req t = {.b = {.kind = DT_COMM_OP_BARRIER, .dtype = DT_U8, .esize = 1,
+                                  .root = -1}};
     return submit(c, &t, NULL, NULL, NULL, req);
 }
 

@@ -21,7 +21,7 @@
  * /dev/shm/dtrain-<job>-nccl-id (mode 0600, written under a temporary name
  * and renamed, so a reader never sees half a file) holding a magic, the
  * id, and an HMAC-SHA256 under the job secret of the job id and the id
- * (dtrain/sdk/sha256.h, as shm's segment tags); the other ranks poll for
+ * (plugins/common/sha256/sha256.h, as shm's segment tags); the other ranks poll for
  * it, bounded by the init timeout, and refuse a file whose HMAC their
  * secret does not reproduce (naming the file, never the secret).  The
  * file's mode keeps other users out; the HMAC keeps another job of this
@@ -41,7 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dtrain/sdk/sha256.h"
+#include "common/sha256/sha256.h"
 #include "nccl_internal.h"
 
 #define ID_DIR "/dev/shm"

@@ -8,7 +8,7 @@
  * drive every case with a fake one.
  */
 #include "dtrain/comm.h"
-#include "dtrain/sdk/comm_text.h"
+#include "common/comm/comm_text.h"
 #include "dtrain/status.h"
 #include "nccl_logic.h"
 

@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "dtrain/sdk/cfg.h"
-#include "dtrain/sdk/comm_split.h"
+#include "common/comm/comm_split.h"
 #include "nccl_internal.h"
 
 static const dt_config_key_t nccl_keys[] = {
@@ -273,7 +273,7 @@ static int nccl_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *args,
     return DT_OK;
 }
 
-static int nccl_rank_size(dt_comm_t *c, int32_t *rank, int32_t *size)
+int nccl_rank_size(dt_comm_t *c, int32_t *rank, int32_t *size)
 {
     if (!c)
         return DT_ERR_INVALID;

@@ -16,20 +16,14 @@
 #include <nccl.h>
 
 #include "dtrain/comm.h"
-#include "dtrain/sdk/comm_text.h"
+#include "common/comm/creq.h"
 #include "nccl_logic.h"
 
 /* What a started operation is, for messages, and the event that marks its
  * end on the stream it was enqueued on. */
 struct dt_comm_req {
-    int kind;        /* dt_comm_op_kind_t */
-    uint64_t seq;    /* 1-based per group */
-    int dtype;
-    uint64_t bytes;  /* this rank's buffer (count elements, counted as
-                      * bytes for an unknown dtype) */
-    int32_t root;    /* root, or the peer of send/recv; -1 */
-    int32_t tag;
-    int op;          /* dt_reduce_op_t, or -1 */
+    dt_creq_t b;     /* the op and its number (one count for every op of the
+                      * group; no live list: NCCL's stream holds the op) */
     cudaEvent_t ev;
 };
 
@@ -112,31 +106,8 @@ void nccl_bootstrap_done(const dt_comm_init_v1_t *a);
 /* cleanup_job: the id files a job left behind. */
 int nccl_cleanup_job(const dt_host_v1_t *host, const char *job_id);
 
-/* ---- operations (nccl_ops.c), the ABI's signatures ---- */
-int nccl_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count,
-                    int dtype, int op, dt_stream_t *stream, dt_comm_req_t **req);
-int nccl_reduce_scatter(dt_comm_t *c, const void *send, void *recv,
-                        uint64_t recv_count, int dtype, int op,
-                        dt_stream_t *stream, dt_comm_req_t **req);
-int nccl_all_gather(dt_comm_t *c, const void *send, void *recv,
-                    uint64_t send_count, int dtype, dt_stream_t *stream,
-                    dt_comm_req_t **req);
-int nccl_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype,
-                   int32_t root, dt_stream_t *stream, dt_comm_req_t **req);
-int nccl_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count,
-                int dtype, int op, int32_t root, dt_stream_t *stream,
-                dt_comm_req_t **req);
-int nccl_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype,
-              int32_t peer, int32_t tag, dt_stream_t *stream,
-              dt_comm_req_t **req);
-int nccl_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
-              int32_t tag, dt_stream_t *stream, dt_comm_req_t **req);
-int nccl_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *recvbuf,
-                  uint64_t recv_count, int dtype, int32_t send_peer, int32_t recv_peer,
-                  int32_t send_tag, int32_t recv_tag, dt_stream_t *stream,
-                  dt_comm_req_t **send_req, dt_comm_req_t **recv_req);
-int nccl_barrier(dt_comm_t *c, dt_comm_req_t **req);
-int nccl_wait(dt_comm_t *c, dt_comm_req_t *req, int64_t timeout_ms);
-int nccl_test(dt_comm_t *c, dt_comm_req_t *req, int *done);
+/* ---- operations (nccl_ops.c, rank_size in nccl_comm.c), the ABI's
+ * signatures ---- */
+DT_CREQ_OPS(nccl_);
 
 #endif /* DT_NCCL_INTERNAL_H */

@@ -39,21 +39,13 @@ static dt_comm_names_t names(const dt_comm_t *c)
     return (dt_comm_names_t){.gname = c->gname, .size = c->size};
 }
 
-static dt_comm_op_desc_t op_desc(const struct dt_comm_req *r)
-{
-    return (dt_comm_op_desc_t){.kind = r->kind, .seq = r->seq, .dtype = r->dtype,
-                               .op = r->op, .root = r->root, .tag = r->tag,
-                               .bytes = r->bytes};
-}
-
-/* "all_reduce #12 (f32, 4096 bytes) on group world": the SDK's text
- * (dtrain/sdk/comm_text.h), as every communicator says it. */
+/* "all_reduce #12 (f32, 4096 bytes) on group world": the shared text
+ * (plugins/common/comm/comm_text.h), as every communicator says it. */
 static void req_desc(const dt_comm_t *c, const struct dt_comm_req *r, char *buf,
                      size_t cap)
 {
     dt_comm_names_t g = names(c);
-    dt_comm_op_desc_t d = op_desc(r);
-    dt_comm_op_text(&g, &d, buf, cap);
+    dt_creq_text(&g, &r->b, buf, cap);
 }
 
 static int nccl_red(int op, ncclRedOp_t *out)
@@ -107,11 +99,11 @@ static int classify(dt_comm_t *c, const struct dt_comm_req *r, const char *which
     *m = nccl_mem_of(cudaPointerGetAttributes, p, c->gpu, &where, &err);
     if (*m == NCCL_MEM_UNKNOWN)
         (void)cudaGetLastError(); /* leave no error behind for a launch */
-    int st = nccl_mem_allowed(r->kind, *m);
+    int st = nccl_mem_allowed(r->b.kind, *m);
     if (st == DT_OK)
         return DT_OK;
     dt_comm_names_t g = names(c);
-    dt_comm_op_desc_t d = op_desc(r);
+    dt_comm_op_desc_t d = dt_creq_desc(&r->b);
     if (st == DT_ERR_UNSUPPORTED)
         return dt_comm_op_fail(c->host, &g, &d, st, "%s buffer %p is host memory: the nccl "
                                "communicator's sends and receives take device memory of "
@@ -180,7 +172,7 @@ static void bounce_trim(dt_comm_t *c)
     }
 }
 
-/* Everything an operation checks before NCCL sees it (the SDK's checks,
+/* Everything an operation checks before NCCL sees it (the shared checks,
  * NCCL's dtypes between them, the memory of each buffer), then the GPU
  * made current, the stream, and the host buffers staged in (their H2D
  * copies enqueued on the stream).  Fills r and w.  c->guard.mu held. */
@@ -188,17 +180,13 @@ static int begin(dt_comm_t *c, struct dt_comm_req *r, const op_args_t *a, dt_str
                  op_wire_t *w)
 {
     memset(r, 0, sizeof *r);
-    r->kind = a->kind;
-    r->seq = ++c->seq;
-    r->dtype = a->dtype;
-    r->op = a->op;
-    r->root = a->root;
-    r->tag = a->tag;
     size_t esize = dt_dtype_size(a->dtype);
-    r->bytes = a->count * (esize ? esize : 1);
+    r->b = (dt_creq_t){.kind = a->kind, .seq = ++c->seq, .dtype = a->dtype, .op = a->op,
+                       .root = a->root, .tag = a->tag, .count = a->count,
+                       .esize = esize ? esize : 1};
     const dt_host_v1_t *h = c->host;
     dt_comm_names_t g = names(c);
-    dt_comm_op_desc_t d = op_desc(r);
+    dt_comm_op_desc_t d = dt_creq_desc(&r->b);
     int st = nccl_broken(c);
     if (st) {
         char desc[256];
@@ -206,8 +194,7 @@ static int begin(dt_comm_t *c, struct dt_comm_req *r, const op_args_t *a, dt_str
         return h->set_error(h, st, "rank %d: %s: the group failed earlier: %s",
                             (int)c->world_rank, desc, nccl_broken_msg(c));
     }
-    if ((st = dt_comm_check_dtype(h, &g, &d)) != DT_OK ||
-        (st = dt_comm_check_reduce(h, &g, &d)) != DT_OK)
+    if ((st = dt_creq_check_op(h, &g, &r->b)) != DT_OK)
         return st;
     if (!nccl_wire(a->kind, a->dtype, a->count, &w->nt, &w->n))
         return dt_comm_op_fail(h, &g, &d, DT_ERR_UNSUPPORTED, "dtype %s: NCCL has no such "

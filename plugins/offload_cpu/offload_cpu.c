@@ -4,7 +4,7 @@
  * host_alloc, tag offload), outside the compute device's budget and
  * counted in the device's pinned-memory report.  Its `host_ptr` lets a
  * strategy update the state in place with a CPU optimizer; store and load
- * run on the SDK's offload queue (a background thread, bounded waits).
+ * run on the tiers' shared offload queue (a background thread, bounded waits).
  *
  * A tier may be bounded (`capacity`): an allocation past it fails naming
  * the bytes asked, held and allowed.  Nothing outlives the process, so
@@ -24,14 +24,14 @@ static const dt_config_key_t oc_keys[] = {
 
 /* A transfer (the queue's worker): host memory by memcpy, device memory
  * by the device's copy on the queue's stream. */
-static int oc_run(void *ctx, dt_oq_t *q, dt_oq_req_t *r)
+static int oc_run(void *ctx, offload_queue_t *q, offload_req_t *r)
 {
     (void)ctx;
     dt_offload_buf_t *b = r->buf;
     char *tier = (char *)b->mem + r->offset;
     if (r->space == DT_MEM_DEVICE)
-        return dt_oq_device_copy(q, r, 0, tier, r->bytes);
-    if (r->op == DT_OQ_STORE)
+        return offload_queue_device_copy(q, r, 0, tier, r->bytes);
+    if (r->op == OFFLOAD_QUEUE_STORE)
         memcpy(tier, r->ext, r->bytes);
     else
         memcpy(r->ext, tier, r->bytes);
@@ -39,7 +39,7 @@ static int oc_run(void *ctx, dt_oq_t *q, dt_oq_req_t *r)
 }
 
 /* The list's release: the pinned memory back to the device, then b. */
-static void oc_release(void *ctx, dt_ob_buf_t *ob)
+static void oc_release(void *ctx, offload_buf_t *ob)
 {
     dt_offload_t *o = ctx;
     dt_offload_buf_t *b = (dt_offload_buf_t *)ob;
@@ -51,9 +51,9 @@ static int oc_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
                    dt_offload_t **out)
 {
     dt_offload_init_v1_t a;
-    int rc = dt_oq_check_init(host, args, out,
-                              ": the tier's pinned host memory comes from the device's "
-                              "host_alloc", &a);
+    int rc = offload_queue_check_init(host, args, out,
+                                      ": the tier's pinned host memory comes from the "
+                                      "device's host_alloc", &a);
     if (rc != DT_OK)
         return rc;
     int64_t capacity = 0;
@@ -62,13 +62,13 @@ static int oc_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
     dt_offload_t *o = calloc(1, sizeof *o);
     if (!o)
         return host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
-    if ((rc = dt_oq_start(&o->q, host, a.rank, a.timeout_ms, a.dev_ops, a.dev, oc_run, o)) !=
-        DT_OK) {
+    rc = offload_queue_start(&o->q, host, a.rank, a.timeout_ms, a.dev_ops, a.dev, oc_run, o);
+    if (rc != DT_OK) {
         free(o);
         return rc;
     }
-    dt_ob_init(&o->bufs, &o->q, OC_BUF_MAGIC, "offload_cpu", "buffers", (uint64_t)capacity,
-               oc_release, o);
+    offload_bufs_init(&o->bufs, &o->q, OC_BUF_MAGIC, "offload_cpu", "buffers", (uint64_t)capacity,
+                      oc_release, o);
     host->log(host, DT_LOG_DEBUG, "rank %d: host-memory tier, capacity %llu bytes%s", a.rank,
               (unsigned long long)capacity, capacity ? "" : " (unbounded)");
     *out = o;
@@ -81,14 +81,14 @@ static void oc_finalize(dt_offload_t *o)
         return;
     /* the worker drains the queue before it stops; a copy that never ends
      * (a hung device) leaves everything allocated rather than freed under it */
-    if (dt_ob_drain(&o->bufs) != DT_OK) {
+    if (offload_bufs_drain(&o->bufs) != DT_OK) {
         o->q.host->log(o->q.host, DT_LOG_ERROR, "rank %d: finalize: transfers still running "
                        "after %lld ms; the tier's memory is left allocated", o->q.rank,
                        (long long)o->q.timeout_ms);
         return;
     }
-    dt_ob_release_all(&o->bufs); /* (before stop: release uses the device) */
-    dt_oq_stop(&o->q);
+    offload_bufs_release_all(&o->bufs); /* (before stop: release uses the device) */
+    offload_queue_stop(&o->q);
     free(o);
 }
 
@@ -100,7 +100,7 @@ static int oc_capacity(dt_offload_t *o, uint64_t *total, uint64_t *used)
         return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "capacity: %s is NULL",
                                   !total ? "total" : "used");
     *total = o->bufs.capacity;
-    dt_ob_usage(&o->bufs, used, NULL);
+    offload_bufs_usage(&o->bufs, used, NULL);
     return DT_OK;
 }
 
@@ -113,7 +113,7 @@ static int oc_alloc(dt_offload_t *o, uint64_t bytes, int tag, dt_offload_buf_t *
         return host->set_error(host, DT_ERR_INVALID, "alloc: out is NULL");
     *out = NULL;
     uint64_t held;
-    int rc = dt_ob_check(&o->bufs, bytes, 1, tag, &held);
+    int rc = offload_bufs_check(&o->bufs, bytes, 1, tag, &held);
     if (rc != DT_OK)
         return rc;
     dt_offload_buf_t *b = calloc(1, sizeof *b);
@@ -126,8 +126,8 @@ static int oc_alloc(dt_offload_t *o, uint64_t bytes, int tag, dt_offload_buf_t *
                   "failed", o->q.rank, (unsigned long long)bytes, dt_mem_tag_name(tag));
         return rc;
     }
-    dt_ob_prepare(&o->bufs, &b->ob, bytes, held, tag);
-    dt_ob_link(&o->bufs, &b->ob);
+    offload_bufs_prepare(&o->bufs, &b->ob, bytes, held, tag);
+    offload_bufs_link(&o->bufs, &b->ob);
     *out = b;
     return DT_OK;
 }
@@ -137,9 +137,9 @@ static int oc_free(dt_offload_t *o, dt_offload_buf_t *b)
     if (!o)
         return DT_ERR_INVALID;
     char bn[96] = ""; /* its name, for a free that times out */
-    if (b && dt_ob_live(&o->bufs, b, "free") == DT_OK)
+    if (b && offload_bufs_live(&o->bufs, b, "free") == DT_OK)
         oc_buf_name(b, bn, sizeof bn);
-    return dt_ob_free(&o->bufs, b ? &b->ob : NULL, bn);
+    return offload_bufs_free(&o->bufs, b ? &b->ob : NULL, bn);
 }
 
 static int submit(dt_offload_t *o, int op, dt_offload_buf_t *buf, uint64_t offset, void *ext,
@@ -147,11 +147,12 @@ static int submit(dt_offload_t *o, int op, dt_offload_buf_t *buf, uint64_t offse
 {
     char bn[96];
     *req = NULL;
-    int rc = dt_ob_live(&o->bufs, buf, op == DT_OQ_STORE ? "store" : "load");
+    int rc = offload_bufs_live(&o->bufs, buf, op == OFFLOAD_QUEUE_STORE ? "store" : "load");
     if (rc != DT_OK)
         return rc;
-    return dt_oq_submit(&o->q, op, buf, &buf->ob.pending, buf->ob.bytes,
-                        oc_buf_name(buf, bn, sizeof bn), offset, ext, bytes, space, stream, req);
+    return offload_queue_submit(&o->q, op, buf, &buf->ob.pending, buf->ob.bytes,
+                                oc_buf_name(buf, bn, sizeof bn), offset, ext, bytes, space,
+                                stream, req);
 }
 
 static int oc_store(dt_offload_t *o, dt_offload_buf_t *buf, uint64_t offset, const void *src,
@@ -161,7 +162,7 @@ static int oc_store(dt_offload_t *o, dt_offload_buf_t *buf, uint64_t offset, con
         return DT_ERR_INVALID;
     if (!req)
         return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "store: req is NULL");
-    return submit(o, DT_OQ_STORE, buf, offset, (void *)src, bytes, space, stream, req);
+    return submit(o, OFFLOAD_QUEUE_STORE, buf, offset, (void *)src, bytes, space, stream, req);
 }
 
 static int oc_load(dt_offload_t *o, dt_offload_buf_t *buf, uint64_t offset, void *dst,
@@ -171,14 +172,14 @@ static int oc_load(dt_offload_t *o, dt_offload_buf_t *buf, uint64_t offset, void
         return DT_ERR_INVALID;
     if (!req)
         return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "load: req is NULL");
-    return submit(o, DT_OQ_LOAD, buf, offset, dst, bytes, space, stream, req);
+    return submit(o, OFFLOAD_QUEUE_LOAD, buf, offset, dst, bytes, space, stream, req);
 }
 
 static int oc_wait_op(dt_offload_t *o, dt_offload_req_t *req, int64_t timeout_ms)
 {
     if (!o)
         return DT_ERR_INVALID;
-    return dt_oq_wait(&o->q, req, timeout_ms);
+    return offload_queue_wait(&o->q, req, timeout_ms);
 }
 
 static int oc_host_ptr(dt_offload_t *o, dt_offload_buf_t *b, void **out)
@@ -187,7 +188,7 @@ static int oc_host_ptr(dt_offload_t *o, dt_offload_buf_t *b, void **out)
         return DT_ERR_INVALID;
     if (!out)
         return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "host_ptr: out is NULL");
-    int rc = dt_ob_live(&o->bufs, b, "host_ptr");
+    int rc = offload_bufs_live(&o->bufs, b, "host_ptr");
     if (rc != DT_OK)
         return rc;
     *out = b->mem;

@@ -1,8 +1,8 @@
 /*
  * plugins/offload_cpu/offload_cpu_internal.h - the offload_cpu instance
- * and its buffers.  Transfers run on the SDK's offload queue
- * (dtrain/sdk/offload_queue.h): one worker thread, bounded waits; the
- * buffers are kept on the SDK's list (dtrain/sdk/offload_bufs.h).
+ * and its buffers.  Transfers run on the tiers' shared offload queue
+ * (plugins/common/offload/offload_queue.h): one worker thread, bounded waits; the
+ * buffers are kept on the tiers' shared list (plugins/common/offload/offload_bufs.h).
  *
  * Locking: the queue's mutex (o->q.mu) guards the live-buffer list, the
  * byte counts and every buffer's count of transfers in flight.  The worker
@@ -17,19 +17,19 @@
 #include <stdio.h>
 
 #include "dtrain/dtrain.h"
-#include "dtrain/sdk/offload_bufs.h"
-#include "dtrain/sdk/offload_queue.h"
+#include "common/offload/offload_bufs.h"
+#include "common/offload/offload_queue.h"
 
 #define OC_BUF_MAGIC 0x4f434246u /* "OCBF" */
 
 struct dt_offload_buf {
-    dt_ob_buf_t ob;            /* base first: id, bytes, tag, pending */
+    offload_buf_t ob;            /* base first: id, bytes, tag, pending */
     void *mem;                 /* pinned host memory from host_alloc */
 };
 
 struct dt_offload {
-    dt_oq_t q;                 /* host, rank, device, the worker */
-    dt_ob_list_t bufs;         /* live buffers, capacity (0 = unbounded) */
+    offload_queue_t q;                 /* host, rank, device, the worker */
+    offload_bufs_t bufs;         /* live buffers, capacity (0 = unbounded) */
 };
 
 /* "buffer #3 (4096 bytes of optimizer)" into out. */

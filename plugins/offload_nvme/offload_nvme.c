@@ -17,7 +17,7 @@
 #include "dtrain/sdk/cfg.h"
 #include "offload_nvme_internal.h"
 
-static const dt_config_key_t on_keys[] = {
+static const dt_config_key_t nvme_keys[] = {
     {.name = "path", .type = DT_CFG_STRING, .def = "\"\"",
      .doc = "folder for the tier's files (made 0700 if missing, with missing folders above it; "
             "refused where another user may write); \"\" = $TMPDIR or /var/tmp, under "
@@ -26,7 +26,7 @@ static const dt_config_key_t on_keys[] = {
      .doc = "most bytes the tier holds; 0 = what the file system has free"},
     {.name = "queue_depth", .type = DT_CFG_INT, .def = "32", DT_CFG_RANGE(1, 4096),
      .doc = "io_uring submission queue entries"},
-    {.name = "buffers", .type = DT_CFG_INT, .def = "4", DT_CFG_RANGE(1, ON_MAX_BOUNCE),
+    {.name = "buffers", .type = DT_CFG_INT, .def = "4", DT_CFG_RANGE(1, NVME_MAX_BOUNCE),
      .doc = "registered bounce buffers: I/Os in flight at once (2 = double-buffering)"},
     {.name = "block_size", .type = DT_CFG_INT, .def = "1048576", DT_CFG_RANGE(4096, 1 << 30),
      .doc = "bytes per I/O, a multiple of 4096"},
@@ -35,26 +35,26 @@ static const dt_config_key_t on_keys[] = {
             "machine), on = required, off = buffered I/O"},
 };
 
-static void on_finalize(dt_offload_t *o);
+static void nvme_finalize(dt_offload_t *o);
 
 /* The list's release: b's file closed and removed, then b. */
-static void on_release(void *ctx, dt_ob_buf_t *ob)
+static void nvme_release(void *ctx, offload_buf_t *ob)
 {
     dt_offload_buf_t *b = (dt_offload_buf_t *)ob;
     dt_offload_t *o = ctx;
-    on_files_remove(o, b);
+    nvme_files_remove(o, b);
     o->q.host->free(o->q.host, b->sums);
     free(b);
 }
 
-static int on_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
-                   dt_offload_t **out)
+static int nvme_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
+                     dt_offload_t **out)
 {
     dt_offload_init_v1_t a;
-    int rc = dt_oq_check_init(host, args, out, "", &a);
+    int rc = offload_queue_check_init(host, args, out, "", &a);
     if (rc != DT_OK)
         return rc;
-    if (!on_valid_job(a.job_id))
+    if (!nvme_valid_job(a.job_id))
         return host->set_error(host, DT_ERR_INVALID, "init: job id '%s' cannot name files "
                                "(letters, digits, '-', '_', '.')", a.job_id ? a.job_id : "(null)");
     const char *path = NULL;
@@ -64,15 +64,15 @@ static int on_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
         (rc = dt_cfg_int(host, "capacity", 0, 0, &capacity)) ||
         (rc = dt_cfg_int(host, "queue_depth", 32, 1, &qd)) ||
         (rc = dt_cfg_int(host, "buffers", 4, 1, &nbuf)) ||
-        (rc = dt_cfg_int(host, "block_size", 1 << 20, ON_ALIGN, &block)) ||
+        (rc = dt_cfg_int(host, "block_size", 1 << 20, NVME_ALIGN, &block)) ||
         (rc = dt_cfg_enum(host, "direct", "auto", "auto|on|off", &direct)))
         return rc;
-    if (block % ON_ALIGN != 0)
+    if (block % NVME_ALIGN != 0)
         return host->set_error(host, DT_ERR_CONFIG, "block_size = %lld is not a multiple of %u "
-                               "(O_DIRECT's alignment)", (long long)block, ON_ALIGN);
-    if (nbuf > ON_MAX_BOUNCE || nbuf > qd)
+                               "(O_DIRECT's alignment)", (long long)block, NVME_ALIGN);
+    if (nbuf > NVME_MAX_BOUNCE || nbuf > qd)
         return host->set_error(host, DT_ERR_CONFIG, "buffers = %lld: at most %u and at most "
-                               "queue_depth (%lld)", (long long)nbuf, ON_MAX_BOUNCE,
+                               "queue_depth (%lld)", (long long)nbuf, NVME_MAX_BOUNCE,
                                (long long)qd);
     dt_offload_t *o = calloc(1, sizeof *o);
     if (!o)
@@ -81,13 +81,16 @@ static int on_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
     o->q.rank = a.rank;
     o->local_rank = a.local_rank;
     snprintf(o->job, sizeof o->job, "%s", a.job_id);
-    dt_ob_init(&o->bufs, &o->q, ON_BUF_MAGIC, "offload_nvme", "files", (uint64_t)capacity,
-               on_release, o);
+    offload_bufs_init(&o->bufs, &o->q, NVME_BUF_MAGIC, "offload_nvme", "files", (uint64_t)capacity,
+                      nvme_release, o);
     o->queue_depth = (uint32_t)qd;
     o->n_bounce = (uint32_t)nbuf;
     o->block = (uint64_t)block;
     int can = 0;
-    if ((rc = on_files_dir(o, path)) == DT_OK && (rc = on_files_probe_direct(o, &can)) == DT_OK) {
+    rc = nvme_files_dir(o, path);
+    if (rc == DT_OK)
+        rc = nvme_files_probe_direct(o, &can);
+    if (rc == DT_OK) {
         if (direct == 1 && !can)
             rc = host->set_error(host, DT_ERR_CONFIG, "rank %d: direct = \"on\", but '%s' "
                                  "refuses O_DIRECT (tmpfs?); use direct = \"auto\" or another "
@@ -98,15 +101,15 @@ static int on_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
             host->log(host, DT_LOG_INFO, "'%s' refuses O_DIRECT (tmpfs?): buffered I/O", o->dir);
     }
     if (rc == DT_OK)
-        rc = on_io_init(o); /* the ring, before the worker that uses it */
+        rc = nvme_io_init(o); /* the ring, before the worker that uses it */
     if (rc == DT_OK) {
-        dt_oq_t q0 = o->q;
-        if ((rc = dt_oq_start_loop(&o->q, host, a.rank, a.timeout_ms, a.dev_ops, a.dev,
-                                   on_io_loop, o)) != DT_OK)
+        offload_queue_t q0 = o->q;
+        if ((rc = offload_queue_start_loop(&o->q, host, a.rank, a.timeout_ms, a.dev_ops, a.dev,
+                                           nvme_io_loop, o)) != DT_OK)
             o->q = q0;
     }
     if (rc != DT_OK) {
-        on_finalize(o);
+        nvme_finalize(o);
         return rc;
     }
     host->log(host, DT_LOG_DEBUG, "rank %d: files in '%s', %s I/O, queue depth %u, %u x %llu "
@@ -117,12 +120,12 @@ static int on_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
     return DT_OK;
 }
 
-static void on_finalize(dt_offload_t *o)
+static void nvme_finalize(dt_offload_t *o)
 {
     if (!o)
         return;
     const dt_host_v1_t *host = o->q.host;
-    if (o->q.started && dt_ob_drain(&o->bufs) != DT_OK) {
+    if (o->q.started && offload_bufs_drain(&o->bufs) != DT_OK) {
         host->log(host, DT_LOG_ERROR, "rank %d: finalize: transfers still running after %lld "
                   "ms; the tier's files and buffers are left as they are", o->q.rank,
                   (long long)o->q.timeout_ms);
@@ -130,20 +133,20 @@ static void on_finalize(dt_offload_t *o)
     }
     int started = o->q.started;
     int32_t rank = o->q.rank;
-    dt_oq_stop(&o->q); /* (a no-op when it never started) */
+    offload_queue_stop(&o->q); /* (a no-op when it never started) */
     o->q.host = host;  /* stop cleared the queue: for removal messages */
     o->q.rank = rank;
     if (started) /* the worker's counts, read after it stopped */
         host->log(host, DT_LOG_DEBUG, "rank %d: %llu requests in %llu I/Os, at most %u in "
                   "flight at once", rank, (unsigned long long)o->n_reqs,
                   (unsigned long long)o->n_ios, o->max_inflight);
-    dt_ob_release_all(&o->bufs);
-    on_io_free(o);
-    on_files_remove_dirs(o);
+    offload_bufs_release_all(&o->bufs);
+    nvme_io_free(o);
+    nvme_files_remove_dirs(o);
     free(o);
 }
 
-static int on_capacity(dt_offload_t *o, uint64_t *total, uint64_t *used)
+static int nvme_capacity(dt_offload_t *o, uint64_t *total, uint64_t *used)
 {
     if (!o)
         return DT_ERR_INVALID;
@@ -151,13 +154,13 @@ static int on_capacity(dt_offload_t *o, uint64_t *total, uint64_t *used)
         return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "capacity: %s is NULL",
                                     !total ? "total" : "used");
     uint64_t free_bytes = 0;
-    int rc = o->bufs.capacity ? DT_OK : on_files_free(o, &free_bytes);
-    dt_ob_usage(&o->bufs, used, NULL);
+    int rc = o->bufs.capacity ? DT_OK : nvme_files_free(o, &free_bytes);
+    offload_bufs_usage(&o->bufs, used, NULL);
     *total = o->bufs.capacity ? o->bufs.capacity : *used + free_bytes;
     return rc;
 }
 
-static int on_alloc(dt_offload_t *o, uint64_t bytes, int tag, dt_offload_buf_t **out)
+static int nvme_alloc(dt_offload_t *o, uint64_t bytes, int tag, dt_offload_buf_t **out)
 {
     if (!o)
         return DT_ERR_INVALID;
@@ -166,42 +169,42 @@ static int on_alloc(dt_offload_t *o, uint64_t bytes, int tag, dt_offload_buf_t *
         return host->set_error(host, DT_ERR_INVALID, "alloc: out is NULL");
     *out = NULL;
     uint64_t file_bytes; /* whole blocks: O_DIRECT's */
-    int rc = dt_ob_check(&o->bufs, bytes, ON_ALIGN, tag, &file_bytes);
+    int rc = offload_bufs_check(&o->bufs, bytes, NVME_ALIGN, tag, &file_bytes);
     if (rc != DT_OK)
         return rc;
     dt_offload_buf_t *b = calloc(1, sizeof *b);
     if (!b)
         return host->set_error(host, DT_ERR_NOMEM, "alloc: out of memory for a buffer");
     b->fd = -1;
-    dt_ob_prepare(&o->bufs, &b->ob, bytes, file_bytes, tag); /* its id names the file */
-    if ((rc = on_files_create(o, b)) != DT_OK) {
+    offload_bufs_prepare(&o->bufs, &b->ob, bytes, file_bytes, tag); /* its id names the file */
+    if ((rc = nvme_files_create(o, b)) != DT_OK) {
         free(b);
         return rc;
     }
     /* a checksum per 4 KiB block: 1/1024 of the file's bytes, in host memory */
-    uint64_t n_sums = b->ob.held / ON_ALIGN;
+    uint64_t n_sums = b->ob.held / NVME_ALIGN;
     if (n_sums && !(b->sums = host->alloc(host, n_sums * sizeof *b->sums, DT_TAG_OTHER))) {
-        on_files_remove(o, b);
+        nvme_files_remove(o, b);
         free(b);
         return host->set_error(host, DT_ERR_NOMEM, "rank %d: alloc: out of host memory for the "
                                "checksums of %llu blocks of 4096 bytes", o->q.rank,
                                (unsigned long long)n_sums);
     }
     for (uint64_t i = 0; i < n_sums; i++)
-        b->sums[i] = on_sum_zero(); /* reserved, never written: zeros */
-    dt_ob_link(&o->bufs, &b->ob);
+        b->sums[i] = nvme_sum_zero(); /* reserved, never written: zeros */
+    offload_bufs_link(&o->bufs, &b->ob);
     *out = b;
     return DT_OK;
 }
 
-static int on_free(dt_offload_t *o, dt_offload_buf_t *b)
+static int nvme_free(dt_offload_t *o, dt_offload_buf_t *b)
 {
     if (!o)
         return DT_ERR_INVALID;
-    char bn[DT_OQ_WHAT_MAX] = ""; /* its name, for a free that times out */
-    if (b && dt_ob_live(&o->bufs, b, "free") == DT_OK)
-        on_buf_name(b, bn, sizeof bn);
-    return dt_ob_free(&o->bufs, b ? &b->ob : NULL, bn);
+    char bn[OFFLOAD_QUEUE_WHAT_MAX] = ""; /* its name, for a free that times out */
+    if (b && offload_bufs_live(&o->bufs, b, "free") == DT_OK)
+        nvme_buf_name(b, bn, sizeof bn);
+    return offload_bufs_free(&o->bufs, b ? &b->ob : NULL, bn);
 }
 
 static int submit(dt_offload_t *o, int op, dt_offload_buf_t *buf, uint64_t offset, void *ext,
@@ -209,50 +212,51 @@ static int submit(dt_offload_t *o, int op, dt_offload_buf_t *buf, uint64_t offse
 {
     if (!o)
         return DT_ERR_INVALID;
-    const char *dir = op == DT_OQ_STORE ? "store" : "load";
+    const char *dir = op == OFFLOAD_QUEUE_STORE ? "store" : "load";
     if (!req)
         return o->q.host->set_error(o->q.host, DT_ERR_INVALID, "%s: req is NULL", dir);
     *req = NULL;
-    int rc = dt_ob_live(&o->bufs, buf, dir);
+    int rc = offload_bufs_live(&o->bufs, buf, dir);
     if (rc != DT_OK)
         return rc;
-    char bn[DT_OQ_WHAT_MAX];
-    return dt_oq_submit(&o->q, op, buf, &buf->ob.pending, buf->ob.bytes,
-                        on_buf_name(buf, bn, sizeof bn), offset, ext, bytes, space, stream, req);
+    char bn[OFFLOAD_QUEUE_WHAT_MAX];
+    return offload_queue_submit(&o->q, op, buf, &buf->ob.pending, buf->ob.bytes,
+                                nvme_buf_name(buf, bn, sizeof bn), offset, ext, bytes, space,
+                                stream, req);
 }
 
-static int on_store(dt_offload_t *o, dt_offload_buf_t *buf, uint64_t offset, const void *src,
-                    uint64_t bytes, int space, dt_stream_t *stream, dt_offload_req_t **req)
+static int nvme_store(dt_offload_t *o, dt_offload_buf_t *buf, uint64_t offset, const void *src,
+                      uint64_t bytes, int space, dt_stream_t *stream, dt_offload_req_t **req)
 {
-    return submit(o, DT_OQ_STORE, buf, offset, (void *)src, bytes, space, stream, req);
+    return submit(o, OFFLOAD_QUEUE_STORE, buf, offset, (void *)src, bytes, space, stream, req);
 }
 
-static int on_load(dt_offload_t *o, dt_offload_buf_t *buf, uint64_t offset, void *dst,
-                   uint64_t bytes, int space, dt_stream_t *stream, dt_offload_req_t **req)
+static int nvme_load(dt_offload_t *o, dt_offload_buf_t *buf, uint64_t offset, void *dst,
+                     uint64_t bytes, int space, dt_stream_t *stream, dt_offload_req_t **req)
 {
-    return submit(o, DT_OQ_LOAD, buf, offset, dst, bytes, space, stream, req);
+    return submit(o, OFFLOAD_QUEUE_LOAD, buf, offset, dst, bytes, space, stream, req);
 }
 
-static int on_wait(dt_offload_t *o, dt_offload_req_t *req, int64_t timeout_ms)
+static int nvme_wait(dt_offload_t *o, dt_offload_req_t *req, int64_t timeout_ms)
 {
     if (!o)
         return DT_ERR_INVALID;
-    return dt_oq_wait(&o->q, req, timeout_ms);
+    return offload_queue_wait(&o->q, req, timeout_ms);
 }
 
-static const dt_offload_ops_v1_t on_ops = {
+static const dt_offload_ops_v1_t nvme_ops = {
     .info = DT_PLUGIN_INFO(OFFLOAD, dt_offload_ops_v1_t, "offload_nvme", "0.1.0",
                            "offload tier in files on NVMe: O_DIRECT, io_uring, queued",
-                           on_keys),
-    .init = on_init,
-    .finalize = on_finalize,
-    .capacity = on_capacity,
-    .alloc = on_alloc,
-    .free = on_free,
-    .store = on_store,
-    .load = on_load,
-    .wait = on_wait,
-    .cleanup_job = on_cleanup_job,
+                           nvme_keys),
+    .init = nvme_init,
+    .finalize = nvme_finalize,
+    .capacity = nvme_capacity,
+    .alloc = nvme_alloc,
+    .free = nvme_free,
+    .store = nvme_store,
+    .load = nvme_load,
+    .wait = nvme_wait,
+    .cleanup_job = nvme_cleanup_job,
 };
 
-DT_PLUGIN_ENTRY(offload, 1, dt_offload_ops_v1_t, &on_ops)
+DT_PLUGIN_ENTRY(offload, 1, dt_offload_ops_v1_t, &nvme_ops)

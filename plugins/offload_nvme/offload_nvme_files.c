@@ -40,16 +40,16 @@
 
 #include "offload_nvme_internal.h"
 
-#define ON_PREFIX "dtrain-"
+#define NVME_PREFIX "dtrain-"
 
-const char *on_default_dir(char *out, size_t n)
+const char *nvme_default_dir(char *out, size_t n)
 {
     const char *t = getenv("TMPDIR");
     snprintf(out, n, "%s/dtrain-offload", t && t[0] == '/' ? t : "/var/tmp");
     return out;
 }
 
-int on_valid_job(const char *job)
+int nvme_valid_job(const char *job)
 {
     if (!job || !job[0] || strlen(job) > 100)
         return 0;
@@ -183,11 +183,11 @@ static size_t parent_len(const char *dir, size_t len)
     return len > 1 ? len - 1 : len;
 }
 
-int on_files_dir(dt_offload_t *o, const char *path)
+int nvme_files_dir(dt_offload_t *o, const char *path)
 {
     const dt_host_v1_t *host = o->q.host;
     char def[PATH_MAX], p[PATH_MAX];
-    const char *dir = path && path[0] ? path : on_default_dir(def, sizeof def);
+    const char *dir = path && path[0] ? path : nvme_default_dir(def, sizeof def);
     if (strlen(dir) >= sizeof o->dir - 200) /* room for the file names */
         return host->set_error(host, DT_ERR_CONFIG, "path '%s' is too long", dir);
     /* one '/' between folders, none at the end (but for "/") */
@@ -236,7 +236,7 @@ int on_files_dir(dt_offload_t *o, const char *path)
     return check_folders(o, o->dir, 1); /* the whole way, as it is now */
 }
 
-void on_files_remove_dirs(dt_offload_t *o)
+void nvme_files_remove_dirs(dt_offload_t *o)
 {
     char p[PATH_MAX];
     size_t len = strlen(o->dir);
@@ -250,10 +250,10 @@ void on_files_remove_dirs(dt_offload_t *o)
     }
 }
 
-int on_files_probe_direct(dt_offload_t *o, int *direct)
+int nvme_files_probe_direct(dt_offload_t *o, int *direct)
 {
     char p[PATH_MAX + 64];
-    snprintf(p, sizeof p, "%s/" ON_PREFIX "%s-r%d-probe.bin", o->dir, o->job, o->q.rank);
+    snprintf(p, sizeof p, "%s/" NVME_PREFIX "%s-r%d-probe.bin", o->dir, o->job, o->q.rank);
     int fd = open_file(p, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_DIRECT, 0600);
     int err = errno;
     if (fd >= 0) {
@@ -273,7 +273,7 @@ int on_files_probe_direct(dt_offload_t *o, int *direct)
                                 strerror(err));
 }
 
-int on_files_free(dt_offload_t *o, uint64_t *free_bytes)
+int nvme_files_free(dt_offload_t *o, uint64_t *free_bytes)
 {
     struct statvfs sv;
     if (statvfs(o->dir, &sv) != 0)
@@ -283,13 +283,13 @@ int on_files_free(dt_offload_t *o, uint64_t *free_bytes)
     return DT_OK;
 }
 
-int on_files_create(dt_offload_t *o, dt_offload_buf_t *b)
+int nvme_files_create(dt_offload_t *o, dt_offload_buf_t *b)
 {
     const dt_host_v1_t *host = o->q.host;
-    snprintf(b->path, sizeof b->path, "%s/" ON_PREFIX "%s-r%d-%u.bin", o->dir, o->job, o->q.rank,
+    snprintf(b->path, sizeof b->path, "%s/" NVME_PREFIX "%s-r%d-%u.bin", o->dir, o->job, o->q.rank,
              b->ob.id);
     uint64_t free_bytes = 0;
-    int rc = on_files_free(o, &free_bytes);
+    int rc = nvme_files_free(o, &free_bytes);
     if (rc != DT_OK)
         return rc;
     if (b->ob.held > free_bytes)
@@ -320,7 +320,7 @@ int on_files_create(dt_offload_t *o, dt_offload_buf_t *b)
     return DT_OK;
 }
 
-void on_files_remove(dt_offload_t *o, dt_offload_buf_t *b)
+void nvme_files_remove(dt_offload_t *o, dt_offload_buf_t *b)
 {
     if (b->fd >= 0)
         close(b->fd);
@@ -334,8 +334,8 @@ void on_files_remove(dt_offload_t *o, dt_offload_buf_t *b)
 /* "dtrain-<job>-r<digits>-<digits|probe>.bin" */
 static int is_job_file(const char *name, const char *job)
 {
-    size_t pl = strlen(ON_PREFIX), jl = strlen(job);
-    if (strncmp(name, ON_PREFIX, pl) != 0 || strncmp(name + pl, job, jl) != 0 ||
+    size_t pl = strlen(NVME_PREFIX), jl = strlen(job);
+    if (strncmp(name, NVME_PREFIX, pl) != 0 || strncmp(name + pl, job, jl) != 0 ||
         strncmp(name + pl + jl, "-r", 2) != 0)
         return 0;
     const char *p = name + pl + jl + 2;
@@ -355,17 +355,17 @@ static int is_job_file(const char *name, const char *job)
     return strcmp(p, ".bin") == 0;
 }
 
-int on_cleanup_job(const dt_host_v1_t *host, const char *job_id)
+int nvme_cleanup_job(const dt_host_v1_t *host, const char *job_id)
 {
     if (!host)
         return DT_ERR_INVALID;
-    if (!on_valid_job(job_id))
+    if (!nvme_valid_job(job_id))
         return host->set_error(host, DT_ERR_INVALID, "cleanup_job: job id '%s' is not a plain "
                                "name", job_id ? job_id : "(null)");
     const char *path = NULL;
     char def[PATH_MAX];
     if (host->cfg_string(host, "path", &path) != DT_OK || !path || !path[0])
-        path = on_default_dir(def, sizeof def);
+        path = nvme_default_dir(def, sizeof def);
     DIR *d = opendir(path);
     if (!d)
         return errno == ENOENT ? DT_OK

@@ -1,7 +1,7 @@
 /*
  * plugins/offload_nvme/offload_nvme_io.c - the tier's transfers, run by
  * the offload queue's worker thread in a loop of its own
- * (dt_oq_start_loop): io_uring with `queue_depth` entries, `buffers`
+ * (offload_queue_start_loop): io_uring with `queue_depth` entries, `buffers`
  * bounce buffers of `block_size` bytes registered with the ring
  * (read_fixed / write_fixed; plain reads and writes where registering is
  * refused), one I/O in flight per bounce buffer.
@@ -62,7 +62,7 @@
 
 #include "offload_nvme_internal.h"
 
-int on_io_init(dt_offload_t *o)
+int nvme_io_init(dt_offload_t *o)
 {
     const dt_host_v1_t *host = o->q.host;
     int e = io_uring_queue_init(o->queue_depth, &o->ring, 0);
@@ -70,12 +70,12 @@ int on_io_init(dt_offload_t *o)
         return host->set_error(host, DT_ERR_SYSTEM, "rank %d: io_uring_queue_init(%u): %s",
                                o->q.rank, o->queue_depth, strerror(-e));
     o->ring_ok = 1;
-    if (posix_memalign(&o->bounce, ON_ALIGN, (size_t)o->n_bounce * o->block) != 0) {
+    if (posix_memalign(&o->bounce, NVME_ALIGN, (size_t)o->n_bounce * o->block) != 0) {
         o->bounce = NULL;
         return host->set_error(host, DT_ERR_NOMEM, "rank %d: %u bounce buffers of %llu bytes",
                                o->q.rank, o->n_bounce, (unsigned long long)o->block);
     }
-    struct iovec iov[ON_MAX_BOUNCE];
+    struct iovec iov[NVME_MAX_BOUNCE];
     for (uint32_t i = 0; i < o->n_bounce; i++)
         iov[i] = (struct iovec){(char *)o->bounce + (size_t)i * o->block, (size_t)o->block};
     e = io_uring_register_buffers(&o->ring, iov, o->n_bounce);
@@ -91,7 +91,7 @@ int on_io_init(dt_offload_t *o)
     return DT_OK;
 }
 
-void on_io_free(dt_offload_t *o)
+void nvme_io_free(dt_offload_t *o)
 {
     if (o->broken) /* the kernel may still write into them */
         return;
@@ -107,8 +107,8 @@ void on_io_free(dt_offload_t *o)
 
 /* Job j's first failure, named with its operation, bytes and file (a
  * later one keeps the first).  Returns j's status. */
-static int fail(on_job_t *j, int status, const char *fmt, ...) DT_PRINTF(3, 4);
-static int fail(on_job_t *j, int status, const char *fmt, ...)
+static int fail(nvme_job_t *j, int status, const char *fmt, ...) DT_PRINTF(3, 4);
+static int fail(nvme_job_t *j, int status, const char *fmt, ...)
 {
     if (j->status != DT_OK)
         return j->status;
@@ -118,7 +118,7 @@ static int fail(on_job_t *j, int status, const char *fmt, ...)
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     snprintf(j->r->msg, sizeof j->r->msg, "%s of %llu bytes at offset %llu of '%s': %s",
-             j->r->op == DT_OQ_STORE ? "store" : "load", (unsigned long long)j->r->bytes,
+             j->r->op == OFFLOAD_QUEUE_STORE ? "store" : "load", (unsigned long long)j->r->bytes,
              (unsigned long long)j->r->offset, j->b->path, why);
     j->status = status;
     return status;
@@ -130,7 +130,7 @@ static char *slot_mem(const dt_offload_t *o, uint32_t i)
 }
 
 /* The file is still ours and whole (see the top of this file). */
-static int check_file(on_job_t *j)
+static int check_file(nvme_job_t *j)
 {
     struct stat st;
     if (fstat(j->b->fd, &st) != 0)
@@ -149,20 +149,20 @@ static int check_file(on_job_t *j)
 
 /* The caller's bytes of slot i's block: into the slot (store) or out of
  * it (load). */
-static int copy_part(dt_offload_t *o, dt_oq_t *q, uint32_t i)
+static int copy_part(dt_offload_t *o, offload_queue_t *q, uint32_t i)
 {
-    const on_slot_t *s = &o->slot[i];
-    on_job_t *j = s->job;
+    const nvme_slot_t *s = &o->slot[i];
+    nvme_job_t *j = s->job;
     uint64_t s0 = s->c0 > j->lo ? s->c0 : j->lo, s1 = s->c1 < j->hi ? s->c1 : j->hi;
     char *mem = slot_mem(o, i) + (s0 - s->c0);
     uint64_t at = s0 - j->lo, n = s1 - s0;
     if (j->r->space == DT_MEM_DEVICE) {
-        int rc = dt_oq_device_copy(q, j->r, at, mem, n);
+        int rc = offload_queue_device_copy(q, j->r, at, mem, n);
         if (rc != DT_OK) /* its message names the buffer; add the file */
             return fail(j, rc, "the device's copy failed (%s)", dt_status_name(rc));
         return DT_OK;
     }
-    if (j->r->op == DT_OQ_STORE)
+    if (j->r->op == OFFLOAD_QUEUE_STORE)
         memcpy(mem, (const char *)j->r->ext + at, n);
     else
         memcpy((char *)j->r->ext + at, mem, n);
@@ -174,7 +174,7 @@ static int copy_part(dt_offload_t *o, dt_oq_t *q, uint32_t i)
  * and queue_depth >= buffers (init checks). */
 static int prep(dt_offload_t *o, uint32_t i, int write)
 {
-    const on_slot_t *s = &o->slot[i];
+    const nvme_slot_t *s = &o->slot[i];
     struct io_uring_sqe *sqe = io_uring_get_sqe(&o->ring);
     if (!sqe)
         return fail(s->job, DT_ERR_SYSTEM, "the io_uring submission queue is full");
@@ -199,12 +199,12 @@ static int prep(dt_offload_t *o, uint32_t i, int write)
 /* The caller's memory for block [c0, c1) of job j, when the I/O can use
  * it in place: host memory, the whole block inside the request, at a
  * 4 KiB-aligned address (c1 - c0 is a multiple of 4 KiB); else NULL. */
-static char *in_place(const on_job_t *j, uint64_t c0, uint64_t c1)
+static char *in_place(const nvme_job_t *j, uint64_t c0, uint64_t c1)
 {
     if (j->r->space != DT_MEM_HOST || c0 < j->lo || c1 > j->hi)
         return NULL;
     char *p = (char *)j->r->ext + (c0 - j->lo);
-    return (uintptr_t)p % ON_ALIGN == 0 ? p : NULL;
+    return (uintptr_t)p % NVME_ALIGN == 0 ? p : NULL;
 }
 
 static void release(dt_offload_t *o, uint32_t i)
@@ -219,7 +219,7 @@ static int held_back(const dt_offload_t *o, const dt_offload_buf_t *b, uint64_t 
                      int write)
 {
     for (uint32_t i = 0; i < o->n_bounce; i++) {
-        const on_slot_t *s = &o->slot[i];
+        const nvme_slot_t *s = &o->slot[i];
         if (s->job && s->job->b == b && (write || s->write) && c0 < s->c1 && s->c0 < c1)
             return 1;
     }
@@ -230,8 +230,8 @@ static int held_back(const dt_offload_t *o, const dt_offload_buf_t *b, uint64_t 
  * a read must find. */
 static void sum_written(dt_offload_t *o, uint32_t i)
 {
-    const on_slot_t *s = &o->slot[i];
-    on_sum_blocks(s->mem, (s->c1 - s->c0) / ON_ALIGN, s->job->b->sums + s->c0 / ON_ALIGN);
+    const nvme_slot_t *s = &o->slot[i];
+    nvme_sum_blocks(s->mem, (s->c1 - s->c0) / NVME_ALIGN, s->job->b->sums + s->c0 / NVME_ALIGN);
 }
 
 /* Slot i's blocks, just read: each must have the checksum it was written
@@ -239,20 +239,20 @@ static void sum_written(dt_offload_t *o, uint32_t i)
  * under the tier (DT_ERR_DATA, naming the block and both checksums). */
 static int sum_check(dt_offload_t *o, uint32_t i)
 {
-    const on_slot_t *s = &o->slot[i];
-    const uint32_t *want = s->job->b->sums + s->c0 / ON_ALIGN;
+    const nvme_slot_t *s = &o->slot[i];
+    const uint32_t *want = s->job->b->sums + s->c0 / NVME_ALIGN;
     uint32_t got[64];
-    uint64_t n = (s->c1 - s->c0) / ON_ALIGN;
+    uint64_t n = (s->c1 - s->c0) / NVME_ALIGN;
     for (uint64_t k0 = 0; k0 < n; k0 += 64) {
         uint64_t m = n - k0 < 64 ? n - k0 : 64;
-        on_sum_blocks(s->mem + k0 * ON_ALIGN, m, got);
+        nvme_sum_blocks(s->mem + k0 * NVME_ALIGN, m, got);
         for (uint64_t k = 0; k < m; k++)
             if (got[k] != want[k0 + k]) {
-                uint64_t at = s->c0 + (k0 + k) * ON_ALIGN;
+                uint64_t at = s->c0 + (k0 + k) * NVME_ALIGN;
                 return fail(s->job, DT_ERR_DATA, "checksum mismatch in bytes [%llu, %llu) of "
                             "the file: CRC-32C 0x%08x as written, 0x%08x as read (changed "
                             "outside the tier)", (unsigned long long)at,
-                            (unsigned long long)(at + ON_ALIGN), (unsigned)want[k0 + k],
+                            (unsigned long long)(at + NVME_ALIGN), (unsigned)want[k0 + k],
                             (unsigned)got[k]);
             }
     }
@@ -262,9 +262,9 @@ static int sum_check(dt_offload_t *o, uint32_t i)
 /* Start job j's next blocks while bounce buffers are free and nothing
  * earlier holds them back: 1 once every block has started (or j failed),
  * 0 when j must wait for a completion. */
-static int start_ios(dt_offload_t *o, dt_oq_t *q, on_job_t *j)
+static int start_ios(dt_offload_t *o, offload_queue_t *q, nvme_job_t *j)
 {
-    const int store = j->r->op == DT_OQ_STORE;
+    const int store = j->r->op == OFFLOAD_QUEUE_STORE;
     uint32_t i = 0;
     while (j->status == DT_OK && j->next < j->end) {
         uint64_t c0 = j->next, c1 = c0 + o->block < j->end ? c0 + o->block : j->end;
@@ -272,9 +272,9 @@ static int start_ios(dt_offload_t *o, dt_oq_t *q, on_job_t *j)
             i++;
         if (i == o->n_bounce || held_back(o, j->b, c0, c1, store))
             return 0;
-        on_slot_t *s = &o->slot[i];
+        nvme_slot_t *s = &o->slot[i];
         char *mem = in_place(j, c0, c1);
-        *s = (on_slot_t){.job = j, .c0 = c0, .c1 = c1, .mem = mem ? mem : slot_mem(o, i),
+        *s = (nvme_slot_t){.job = j, .c0 = c0, .c1 = c1, .mem = mem ? mem : slot_mem(o, i),
                          .write = store, .rmw = store && (c0 < j->lo || c1 > j->hi)};
         j->next = c1;
         j->ios++;
@@ -290,10 +290,10 @@ static int start_ios(dt_offload_t *o, dt_oq_t *q, on_job_t *j)
 }
 
 /* Slot i's I/O completed with `res` (bytes, or -errno). */
-static void complete(dt_offload_t *o, dt_oq_t *q, uint32_t i, int res)
+static void complete(dt_offload_t *o, offload_queue_t *q, uint32_t i, int res)
 {
-    on_slot_t *s = &o->slot[i];
-    on_job_t *j = s->job;
+    nvme_slot_t *s = &o->slot[i];
+    nvme_job_t *j = s->job;
     const int write = s->write && !s->rmw;
     o->inflight--;
     if (res < 0) {
@@ -321,11 +321,11 @@ static void complete(dt_offload_t *o, dt_oq_t *q, uint32_t i, int res)
 }
 
 /* Finish every running job with nothing left to start or in flight. */
-static void finish_done(dt_offload_t *o, dt_oq_t *q)
+static void finish_done(dt_offload_t *o, offload_queue_t *q)
 {
-    on_job_t **pp = &o->running;
+    nvme_job_t **pp = &o->running;
     while (*pp) {
-        on_job_t *j = *pp;
+        nvme_job_t *j = *pp;
         if (j->ios > 0 || (j->status == DT_OK && j->next < j->end)) {
             pp = &j->next_job;
             continue;
@@ -333,7 +333,7 @@ static void finish_done(dt_offload_t *o, dt_oq_t *q)
         if (j->status == DT_OK && j->r->bytes > 0)
             check_file(j);
         *pp = j->next_job;
-        dt_oq_finish(q, j->r, j->status);
+        offload_queue_finish(q, j->r, j->status);
         j->r = NULL;
         j->next_job = o->free_jobs;
         o->free_jobs = j;
@@ -342,10 +342,10 @@ static void finish_done(dt_offload_t *o, dt_oq_t *q)
 
 /* The ring failed or an I/O never completed: every running request fails
  * with `why`, and the tier stops submitting (o->broken). */
-static void break_all(dt_offload_t *o, dt_oq_t *q, int status, const char *why)
+static void break_all(dt_offload_t *o, offload_queue_t *q, int status, const char *why)
 {
     o->broken = 1;
-    for (on_job_t *j = o->running; j; j = j->next_job) {
+    for (nvme_job_t *j = o->running; j; j = j->next_job) {
         fail(j, status, "%s", why);
         j->ios = 0;
     }
@@ -357,7 +357,7 @@ static void break_all(dt_offload_t *o, dt_oq_t *q, int status, const char *why)
 
 /* Submit what is prepared and wait (one system call, bounded by the
  * queue's timeout) for a completion, then take every one that is ready. */
-static void reap(dt_offload_t *o, dt_oq_t *q)
+static void reap(dt_offload_t *o, offload_queue_t *q)
 {
     char why[160];
     struct io_uring_cqe *cqe = NULL;
@@ -388,38 +388,38 @@ static void reap(dt_offload_t *o, dt_oq_t *q)
 
 /* A request taken off the queue becomes the newest running job; one that
  * cannot run (a broken tier, its file gone) is failed at once. */
-static on_job_t *admit(dt_offload_t *o, dt_oq_req_t *r)
+static nvme_job_t *admit(dt_offload_t *o, offload_req_t *r)
 {
-    on_job_t *j = o->free_jobs;
+    nvme_job_t *j = o->free_jobs;
     o->free_jobs = j->next_job;
     o->n_reqs++;
-    *j = (on_job_t){.r = r, .b = r->buf, .lo = r->offset, .hi = r->offset + r->bytes};
-    j->next = j->lo / ON_ALIGN * ON_ALIGN;
-    j->end = r->bytes ? (j->hi + ON_ALIGN - 1) / ON_ALIGN * ON_ALIGN : j->next;
+    *j = (nvme_job_t){.r = r, .b = r->buf, .lo = r->offset, .hi = r->offset + r->bytes};
+    j->next = j->lo / NVME_ALIGN * NVME_ALIGN;
+    j->end = r->bytes ? (j->hi + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN : j->next;
     if (o->broken)
         fail(j, DT_ERR_IO, "an earlier I/O of this tier never completed");
     else if (r->bytes)
         check_file(j);
-    on_job_t **pp = &o->running;
+    nvme_job_t **pp = &o->running;
     while (*pp)
         pp = &(*pp)->next_job;
     *pp = j;
     return j;
 }
 
-void on_io_loop(void *ctx, dt_oq_t *q)
+void nvme_io_loop(void *ctx, offload_queue_t *q)
 {
     dt_offload_t *o = ctx;
     for (;;) {
         /* oldest first; a job held back holds back the later ones */
         int waiting = 0;
-        for (on_job_t *j = o->running; j && !waiting; j = j->next_job)
+        for (nvme_job_t *j = o->running; j && !waiting; j = j->next_job)
             waiting = !start_ios(o, q, j);
         /* more requests while the running ones have started everything
          * and a bounce buffer is free; idle, block for the next */
         while (!waiting && o->free_jobs && o->inflight < o->n_bounce) {
             int idle = !o->running && !o->inflight;
-            dt_oq_req_t *r = dt_oq_take(q, idle);
+            offload_req_t *r = offload_queue_take(q, idle);
             if (!r) {
                 if (idle)
                     return; /* the queue stopped */

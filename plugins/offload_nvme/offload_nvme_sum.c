@@ -30,13 +30,13 @@ static uint32_t zero_sum;
 static pthread_once_t sum_once = PTHREAD_ONCE_INIT;
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define ON_SUM_LE 1 /* the table eight bytes at a time */
+#define NVME_SUM_LE 1 /* the table eight bytes at a time */
 #endif
 #if defined(__x86_64__) && defined(__GNUC__)
-#define ON_SUM_HW 1 /* SSE4.2 crc32, where the CPU has it */
+#define NVME_SUM_HW 1 /* SSE4.2 crc32, where the CPU has it */
 #endif
 
-#if defined(ON_SUM_LE) || defined(ON_SUM_HW)
+#if defined(NVME_SUM_LE) || defined(NVME_SUM_HW)
 static inline uint64_t load64(const unsigned char *p)
 {
     uint64_t v;
@@ -50,7 +50,7 @@ static inline uint64_t load64(const unsigned char *p)
 static uint32_t crc_sw(uint32_t crc, const unsigned char *p, size_t n)
 {
     crc = ~crc;
-#ifdef ON_SUM_LE
+#ifdef NVME_SUM_LE
     for (; n >= 8; n -= 8, p += 8) {
         uint64_t v = load64(p) ^ crc;
         crc = crc_table[7][v & 0xff] ^ crc_table[6][(v >> 8) & 0xff] ^
@@ -64,7 +64,7 @@ static uint32_t crc_sw(uint32_t crc, const unsigned char *p, size_t n)
     return ~crc;
 }
 
-#ifdef ON_SUM_HW
+#ifdef NVME_SUM_HW
 #include <nmmintrin.h>
 
 static int have_hw; /* the CPU has SSE4.2 (sum_setup) */
@@ -86,8 +86,8 @@ static int use_hw(void)
 __attribute__((target("sse4.2"))) static void crc_hw4(const unsigned char *p, uint32_t *out)
 {
     uint64_t a = 0xffffffffu, b = a, c = a, d = a;
-    const unsigned char *q = p + ON_ALIGN, *r = q + ON_ALIGN, *s = r + ON_ALIGN;
-    for (size_t i = 0; i < ON_ALIGN; i += 8) {
+    const unsigned char *q = p + NVME_ALIGN, *r = q + NVME_ALIGN, *s = r + NVME_ALIGN;
+    for (size_t i = 0; i < NVME_ALIGN; i += 8) {
         a = _mm_crc32_u64(a, load64(p + i));
         b = _mm_crc32_u64(b, load64(q + i));
         c = _mm_crc32_u64(c, load64(r + i));
@@ -99,7 +99,7 @@ __attribute__((target("sse4.2"))) static void crc_hw4(const unsigned char *p, ui
 __attribute__((target("sse4.2"))) static uint32_t crc_hw1(const unsigned char *p)
 {
     uint64_t a = 0xffffffffu;
-    for (size_t i = 0; i < ON_ALIGN; i += 8)
+    for (size_t i = 0; i < NVME_ALIGN; i += 8)
         a = _mm_crc32_u64(a, load64(p + i));
     return ~(uint32_t)a;
 }
@@ -116,33 +116,33 @@ static void sum_setup(void)
     for (uint32_t i = 0; i < 256; i++)
         for (int t = 1; t < 8; t++)
             crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
-#ifdef ON_SUM_HW
+#ifdef NVME_SUM_HW
     __builtin_cpu_init();
     have_hw = __builtin_cpu_supports("sse4.2");
 #endif
-    static const unsigned char zeros[ON_ALIGN];
+    static const unsigned char zeros[NVME_ALIGN];
     zero_sum = crc_sw(0, zeros, sizeof zeros);
 }
 
-uint32_t on_sum_zero(void)
+uint32_t nvme_sum_zero(void)
 {
     pthread_once(&sum_once, sum_setup);
     return zero_sum;
 }
 
-void on_sum_blocks(const void *mem, uint64_t n, uint32_t *out)
+void nvme_sum_blocks(const void *mem, uint64_t n, uint32_t *out)
 {
     pthread_once(&sum_once, sum_setup);
     const unsigned char *p = mem;
     uint64_t i = 0;
-#ifdef ON_SUM_HW
+#ifdef NVME_SUM_HW
     if (use_hw()) {
         for (; i + 4 <= n; i += 4)
-            crc_hw4(p + i * ON_ALIGN, out + i);
+            crc_hw4(p + i * NVME_ALIGN, out + i);
         for (; i < n; i++)
-            out[i] = crc_hw1(p + i * ON_ALIGN);
+            out[i] = crc_hw1(p + i * NVME_ALIGN);
     }
 #endif
     for (; i < n; i++)
-        out[i] = crc_sw(0, p + i * ON_ALIGN, ON_ALIGN);
+        out[i] = crc_sw(0, p + i * NVME_ALIGN, NVME_ALIGN);
 }

@@ -27,7 +27,7 @@
 
 #include "shm_internal.h"
 #include "shm_msg.h"
-#include "dtrain/sdk/reduce.h"
+#include "common/comm/reduce.h"
 #include "shm_sync.h"
 
 #define PH_A(G) ((uint32_t)(2u * (uint32_t)(G) + 1u))
@@ -45,12 +45,12 @@ static int round_begin(dt_comm_t *c, struct dt_comm_req *r, uint64_t G)
 static void put_desc(dt_comm_t *c, struct dt_comm_req *r, uint64_t G)
 {
     shm_desc_t *d = &c->ranks[c->rank].desc[G % SHM_NBUF];
-    d->kind = (uint32_t)r->kind;
-    d->dtype = r->dtype;
-    d->op = r->op;
-    d->root = r->root;
-    d->count = r->count;
-    d->seq = r->seq;
+    d->kind = (uint32_t)r->b.kind;
+    d->dtype = r->b.dtype;
+    d->op = r->b.op;
+    d->root = r->b.root;
+    d->count = r->b.count;
+    d->seq = r->b.seq;
     d->sym_no = r->sym ? r->sym->no : 0;
     d->sym_off = r->sym ? r->sym_off : 0;
 }
@@ -180,9 +180,9 @@ static uint64_t round_elems(dt_comm_t *c, uint64_t total, size_t es)
  * reads it any more. */
 static int run_sym_all_reduce(dt_comm_t *c, struct dt_comm_req *r)
 {
-    const size_t es = r->esize;
+    const size_t es = r->b.esize;
     const int N = c->size, me = c->rank;
-    const uint64_t total = r->count, align = align_elems(es);
+    const uint64_t total = r->b.count, align = align_elems(es);
     const uint64_t G = c->round;
     /* the result is read soon (the caller's next step): cached, unless all
      * copies together exceed the last-level cache (2 * mid_lo, see
@@ -200,7 +200,7 @@ static int run_sym_all_reduce(dt_comm_t *c, struct dt_comm_req *r)
             c->srcs[p] = base[p] + at;
         const int next = (me + 1) % N;
         dt_reduce2(base[me] + at, N > 1 ? base[next] + at : NULL, c->srcs, N, hi - lo,
-                   r->dtype, r->op, N, nt);
+                   r->b.dtype, r->b.op, N, nt);
         for (int p = 0; p < N; p++)
             if (p != me && p != next)
                 dt_reduce_copy_out(base[p] + at, base[me] + at, n, nt);
@@ -216,15 +216,15 @@ static int run_sym_all_reduce(dt_comm_t *c, struct dt_comm_req *r)
  * copies).  A rank returns once every rank is done reading. */
 static int run_sym_reduce_scatter(dt_comm_t *c, struct dt_comm_req *r)
 {
-    const size_t es = r->esize;
+    const size_t es = r->b.esize;
     const int N = c->size, me = c->rank;
-    const uint64_t G = c->round, at = r->sym_off + (uint64_t)me * r->count * es;
+    const uint64_t G = c->round, at = r->sym_off + (uint64_t)me * r->b.count * es;
     int st = round_meet(c, r, G);
     if (st != DT_OK)
         return st;
     for (int p = 0; p < N; p++)
         c->srcs[p] = r->sym->base[p] + at;
-    dt_reduce(r->recv, c->srcs, N, r->count, r->dtype, r->op, N);
+    dt_reduce(r->recv, c->srcs, N, r->b.count, r->b.dtype, r->b.op, N);
     round_end(c, G);
     return shm_wait_phase(c, r, PH_R(G), -1);
 }
@@ -236,7 +236,7 @@ static int run_sym_reduce_scatter(dt_comm_t *c, struct dt_comm_req *r)
  * its block. */
 static int run_sym_all_gather(dt_comm_t *c, struct dt_comm_req *r)
 {
-    const size_t es = r->esize, bytes = r->count * es;
+    const size_t es = r->b.esize, bytes = r->b.count * es;
     const int N = c->size, me = c->rank;
     const uint64_t G = c->round;
     unsigned char *const *base = r->sym->base;
@@ -257,9 +257,9 @@ static int run_sym_all_gather(dt_comm_t *c, struct dt_comm_req *r)
 /* all_reduce (root < 0) and reduce (only `root` copies out). */
 static int run_all_reduce(dt_comm_t *c, struct dt_comm_req *r, int root)
 {
-    const size_t es = r->esize;
+    const size_t es = r->b.esize;
     const int N = c->size, me = c->rank;
-    const uint64_t total = r->count, ce_max = round_elems(c, total, es);
+    const uint64_t total = r->b.count, ce_max = round_elems(c, total, es);
     const uint64_t nrounds = (total + ce_max - 1) / ce_max;
     const uint64_t align = align_elems(es);
     const unsigned char *send = r->send;
@@ -308,7 +308,7 @@ static int run_all_reduce(dt_comm_t *c, struct dt_comm_req *r, int root)
                     srcs[p] = p == me ? send + (off + lo) * es : shm_slot_buf(c, p, G) + lo * es;
                 unsigned char *dst = shm_slot_buf(c, me, G) + lo * es;
                 dt_reduce2(dst, out ? recv + (off + lo) * es : NULL, srcs, N, hi - lo,
-                            r->dtype, r->op, N, nt);
+                            r->b.dtype, r->b.op, N, nt);
             }
             round_end(c, G);
         }
@@ -320,9 +320,9 @@ static int run_all_reduce(dt_comm_t *c, struct dt_comm_req *r, int root)
  * reduces the pieces of block p straight into its recv. */
 static int run_reduce_scatter(dt_comm_t *c, struct dt_comm_req *r)
 {
-    const size_t es = r->esize;
+    const size_t es = r->b.esize;
     const int N = c->size, me = c->rank;
-    const uint64_t rc = r->count, align = align_elems(es);
+    const uint64_t rc = r->b.count, align = align_elems(es);
     uint64_t pe_max = (c->chunk / es) / (uint64_t)N;
     if (pe_max >= align)
         pe_max -= pe_max % align;
@@ -349,7 +349,7 @@ static int run_reduce_scatter(dt_comm_t *c, struct dt_comm_req *r)
         for (int p = 0; p < N; p++)
             srcs[p] = p == me ? send + ((uint64_t)me * rc + off) * es
                               : shm_slot_buf(c, p, G) + (size_t)me * pe_max * es;
-        dt_reduce(recv + off * es, srcs, N, pe, r->dtype, r->op, N);
+        dt_reduce(recv + off * es, srcs, N, pe, r->b.dtype, r->b.op, N);
         round_end(c, G);
     }
     return DT_OK;
@@ -357,9 +357,9 @@ static int run_reduce_scatter(dt_comm_t *c, struct dt_comm_req *r)
 
 static int run_all_gather(dt_comm_t *c, struct dt_comm_req *r)
 {
-    const size_t es = r->esize;
+    const size_t es = r->b.esize;
     const int N = c->size, me = c->rank;
-    const uint64_t sc = r->count, ce_max = c->chunk / es;
+    const uint64_t sc = r->b.count, ce_max = c->chunk / es;
     const uint64_t nrounds = (sc + ce_max - 1) / ce_max;
     const unsigned char *send = r->send;
     unsigned char *recv = r->recv;
@@ -391,9 +391,9 @@ static int run_all_gather(dt_comm_t *c, struct dt_comm_req *r)
 
 static int run_broadcast(dt_comm_t *c, struct dt_comm_req *r)
 {
-    const size_t es = r->esize;
-    const int me = c->rank, root = r->root;
-    const uint64_t count = r->count, ce_max = c->chunk / es;
+    const size_t es = r->b.esize;
+    const int me = c->rank, root = r->b.root;
+    const uint64_t count = r->b.count, ce_max = c->chunk / es;
     const uint64_t nrounds = (count + ce_max - 1) / ce_max;
     unsigned char *buf = r->recv;
     const int nt = count * es >= DT_REDUCE_STREAM_MIN;
@@ -432,10 +432,10 @@ static int run_barrier(dt_comm_t *c, struct dt_comm_req *r)
 
 int shm_run_collective(dt_comm_t *c, struct dt_comm_req *r)
 {
-    switch (r->kind) {
+    switch (r->b.kind) {
     case DT_COMM_OP_ALL_REDUCE:
         return r->sym ? run_sym_all_reduce(c, r) : run_all_reduce(c, r, -1);
-    case DT_COMM_OP_REDUCE: return run_all_reduce(c, r, r->root);
+    case DT_COMM_OP_REDUCE: return run_all_reduce(c, r, r->b.root);
     case DT_COMM_OP_REDUCE_SCATTER:
         return r->sym ? run_sym_reduce_scatter(c, r) : run_reduce_scatter(c, r);
     case DT_COMM_OP_ALL_GATHER:
@@ -443,7 +443,7 @@ int shm_run_collective(dt_comm_t *c, struct dt_comm_req *r)
     case DT_COMM_OP_BROADCAST: return run_broadcast(c, r);
     case DT_COMM_OP_BARRIER: return run_barrier(c, r);
     default:
-        snprintf(r->msg, sizeof r->msg, "internal error: unknown collective %d", r->kind);
+        snprintf(r->msg, sizeof r->msg, "internal error: unknown collective %d", r->b.kind);
         return DT_ERR_INVALID;
     }
 }

@@ -6,7 +6,7 @@
  * lifecycle: init (rendezvous), split, abort, finalize.  The operations
  * themselves, their queue and the progress thread are in shm_ops.c; the
  * data movement in shm_collectives.c and shm_p2p.c; waiting in
- * shm_sync.c; arithmetic in sdk/lib/dt_reduce.c; the text of messages and the
+ * shm_sync.c; arithmetic in plugins/common/comm/reduce.c; the text of messages and the
  * job's failure record in shm_msg.c.
  *
  * Failure handling: every wait is bounded by the group's timeout (a stall
@@ -32,7 +32,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "dtrain/sdk/comm_split.h"
+#include "common/comm/comm_split.h"
 #include "shm_internal.h"
 #include "shm_msg.h"
 #include "shm_sync.h"
@@ -382,6 +382,13 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     return DT_OK;
 }
 
+/* A request nobody waited for, at finalize (the progress thread is gone). */
+static void drop_req(void *ctx, dt_creq_t *r)
+{
+    (void)ctx;
+    free(r); /* b is first: r is the whole request */
+}
+
 static void shm_finalize(dt_comm_t *c)
 {
     if (!c)
@@ -394,14 +401,7 @@ static void shm_finalize(dt_comm_t *c)
     log_stats(c);
     shm_sym_free_all(c);
     /* Requests never waited for: nobody can wait for them any more. */
-    struct dt_comm_req *r = c->live;
-    int leaked = 0;
-    while (r) {
-        struct dt_comm_req *next = r->live_next;
-        free(r);
-        leaked++;
-        r = next;
-    }
+    int leaked = dt_creq_drop_live(&c->live, drop_req, NULL);
     if (leaked)
         c->host->log(c->host, DT_LOG_DEBUG, "group %s: finalize freed %d request(s) that "
                      "were never waited for", c->gname, leaked);

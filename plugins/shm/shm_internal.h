@@ -4,7 +4,7 @@
  * process-local communicator and request structs, and the functions the
  * plugin's source files share.  Two concerns that need none of this have
  * their own headers, so nothing depends on the group lifecycle for them:
- * shm_msg.h (message texts, the failure record) and dtrain/sdk/reduce.h (the
+ * shm_msg.h (message texts, the failure record) and plugins/common/comm/reduce.h (the
  * arithmetic).
  *
  * One segment per group.  Every rank of the group maps it; nothing else
@@ -36,7 +36,7 @@
 #include <sys/types.h>
 
 #include "dtrain/comm.h"
-#include "dtrain/sdk/comm_text.h"
+#include "common/comm/creq.h"
 #include "shm_secret.h"
 
 /* ------------------------------------------------------------------------
@@ -299,18 +299,11 @@ typedef struct shm_job {
 enum { SHM_REQ_QUEUED = 0, SHM_REQ_DONE = 1 };
 
 struct dt_comm_req {
+    dt_creq_t b;                  /* the op, its number, `live` (qlock) */
     struct dt_comm_req *next;     /* queue link */
-    struct dt_comm_req *live_prev, *live_next; /* not yet waited, qlock */
     struct dt_comm_req *p2p_next; /* active point-to-point list link */
-    int kind;                     /* dt_comm_op_kind_t */
     const void *send;
     void *recv;
-    uint64_t count;               /* elements (see each op) */
-    int dtype, op;
-    int32_t root;                 /* root, or peer for send/recv */
-    int32_t tag;
-    size_t esize;
-    uint64_t seq;                 /* "#n": per group, collectives and p2p apart */
     uint64_t id;                  /* enqueue order, for cancellation */
     /* point-to-point progress (progress thread only) */
     uint64_t done;                /* bytes moved */
@@ -403,7 +396,7 @@ struct dt_comm {
     _Atomic uint32_t idle_word;     /* private futex: local events */
     _Atomic uint32_t idle_sleeping; /* the thread sleeps on idle_word */
     struct dt_comm_req *qhead, *qtail;
-    struct dt_comm_req *live;       /* every request not yet waited */
+    dt_creq_t *live;                /* every request not yet waited */
     _Atomic int stop;
     _Atomic uint64_t cancel_upto;   /* fail ops with id <= this */
     _Atomic int64_t cancel_ms;      /* the wait limit that expired */
@@ -525,27 +518,6 @@ static inline uint64_t shm_exec_spin_ns(dt_comm_t *c)
     return c->spin_ns;
 }
 /* The ABI's operations (shm_ops.c); see comm.h for their contracts. */
-int shm_op_rank_size(dt_comm_t *c, int32_t *rank, int32_t *size);
-int shm_op_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,
-                      int op, dt_stream_t *stream, dt_comm_req_t **req);
-int shm_op_reduce_scatter(dt_comm_t *c, const void *send, void *recv, uint64_t recv_count,
-                          int dtype, int op, dt_stream_t *stream, dt_comm_req_t **req);
-int shm_op_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t send_count,
-                      int dtype, dt_stream_t *stream, dt_comm_req_t **req);
-int shm_op_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t root,
-                     dt_stream_t *stream, dt_comm_req_t **req);
-int shm_op_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,
-                  int op, int32_t root, dt_stream_t *stream, dt_comm_req_t **req);
-int shm_op_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype, int32_t peer,
-                int32_t tag, dt_stream_t *stream, dt_comm_req_t **req);
-int shm_op_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
-                int32_t tag, dt_stream_t *stream, dt_comm_req_t **req);
-int shm_op_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *recvbuf,
-                    uint64_t recv_count, int dtype, int32_t send_peer, int32_t recv_peer,
-                    int32_t send_tag, int32_t recv_tag, dt_stream_t *stream,
-                    dt_comm_req_t **send_req, dt_comm_req_t **recv_req);
-int shm_op_barrier(dt_comm_t *c, dt_comm_req_t **req);
-int shm_op_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms);
-int shm_op_test(dt_comm_t *c, dt_comm_req_t *r, int *done);
+DT_CREQ_OPS(shm_op_);
 
 #endif /* DT_SHM_INTERNAL_H */

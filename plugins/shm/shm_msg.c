@@ -1,7 +1,7 @@
 /*
  * plugins/shm/shm_msg.c - the text of the shared-memory communicator's
  * messages: an operation, a rank and a list of ranks named through the
- * SDK's comm_text (the words every communicator uses), and the job's
+ * comm_text (plugins/common/comm: the words every communicator uses), and the job's
  * failure record (published once, read by every group's waits).
  */
 #include "shm_msg.h"
@@ -27,18 +27,10 @@ void shm_fmt_ranks(dt_comm_t *c, const int *list, int n, char *buf, size_t cap)
     dt_comm_fmt_ranks(&g, list, n, buf, cap);
 }
 
-dt_comm_op_desc_t shm_op_desc(const struct dt_comm_req *r)
-{
-    return (dt_comm_op_desc_t){.kind = r->kind, .seq = r->seq, .dtype = r->dtype,
-                               .op = r->op, .root = r->root, .tag = r->tag,
-                               .bytes = r->count * r->esize};
-}
-
 void shm_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap)
 {
     dt_comm_names_t g = shm_names(c);
-    dt_comm_op_desc_t d = shm_op_desc(r);
-    dt_comm_op_text(&g, &d, buf, cap);
+    dt_creq_text(&g, &r->b, buf, cap);
 }
 
 void shm_publish_fail(shm_job_t *job, int kind, int32_t world_rank, int32_t pid,

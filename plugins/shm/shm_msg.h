@@ -16,13 +16,11 @@
 
 #include "shm_internal.h"
 
-/* The texts themselves are the SDK's (dtrain/sdk/comm_text.h), so every
+/* The texts themselves are comm_text's (plugins/common/comm), so every
  * communicator says the same; these apply them to a shm group and request.
  * Operation kinds are named with dt_comm_op_name. */
-/* c's name and ranks, for the SDK's texts. */
+/* c's name and ranks, for the shared texts. */
 dt_comm_names_t shm_names(dt_comm_t *c);
-/* r as the SDK describes an operation (bytes: count * esize). */
-dt_comm_op_desc_t shm_op_desc(const struct dt_comm_req *r);
 /* "all_reduce #17 (f32, 4194304 bytes) on group world" */
 void shm_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf,
                   size_t cap);

@@ -25,7 +25,7 @@
 
 #include "shm_internal.h"
 #include "shm_msg.h"
-#include "dtrain/sdk/reduce.h"
+#include "common/comm/reduce.h"
 #include "shm_sync.h"
 
 /* ---- requests ---------------------------------------------------------- */
@@ -115,7 +115,7 @@ static void run_one(dt_comm_t *c, struct dt_comm_req *r)
         fail_unstarted(c, r, DT_ERR_TIMEOUT, text);
         return;
     }
-    if (r->kind == DT_COMM_OP_SEND || r->kind == DT_COMM_OP_RECV) {
+    if (dt_creq_is_p2p(&r->b)) {
         shm_p2p_start(c, r);
         return;
     }
@@ -123,7 +123,7 @@ static void run_one(dt_comm_t *c, struct dt_comm_req *r)
     int st = shm_run_collective(c, r);
     if (c->stats.on) {
         c->stats.coll_ops++;
-        c->stats.coll_bytes += r->count * r->esize;
+        c->stats.coll_bytes += r->b.count * r->b.esize;
         c->stats.coll_ns += shm_now_ns() - t0;
     }
     if (st == DT_OK) {
@@ -272,16 +272,6 @@ static int req_wait_done(dt_comm_t *c, struct dt_comm_req *r, int64_t timeout_ns
     }
 }
 
-static void live_remove(dt_comm_t *c, struct dt_comm_req *r)
-{
-    if (r->live_prev)
-        r->live_prev->live_next = r->live_next;
-    else
-        c->live = r->live_next;
-    if (r->live_next)
-        r->live_next->live_prev = r->live_prev;
-}
-
 int shm_op_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
 {
     int chk = dt_comm_check_wait(c ? c->host : NULL, r);
@@ -330,7 +320,7 @@ int shm_op_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
     if (st != DT_OK)
         c->host->set_error(c->host, st, "%s", r->msg);
     pthread_mutex_lock(&c->qlock);
-    live_remove(c, r);
+    dt_creq_live_remove(&c->live, &r->b);
     pthread_mutex_unlock(&c->qlock);
     if (req_release(r))
         free(r);
@@ -350,24 +340,16 @@ int shm_op_test(dt_comm_t *c, dt_comm_req_t *r, int *done)
  * stream done, the group and the job not failed. */
 static int submit_check(dt_comm_t *c, const struct dt_comm_req *t, dt_stream_t *stream)
 {
-    const dt_host_v1_t *h = c->host;
-    char desc[256], text[700];
-    if (c->dev_ops && c->dev) {
-        /* Host-memory transport: data queued on the stream must be there
-         * before we read it. */
-        int st = c->dev_ops->stream_sync(c->dev, stream);
-        if (st != DT_OK)
-            return st;
-    }
-    if (atomic_load(&c->broken)) {
-        shm_req_desc(c, t, desc, sizeof desc);
-        return h->set_error(h, c->broken_status, "%s: not started: the group failed earlier: %s",
-                            desc, c->broken_msg);
-    }
+    char text[700];
+    int st = dt_creq_stream_sync(c->dev_ops, c->dev, stream);
+    if (st != DT_OK)
+        return st;
+    dt_comm_names_t g = shm_names(c);
+    if (atomic_load(&c->broken))
+        return dt_creq_refuse_broken(c->host, &g, &t->b, c->broken_status, c->broken_msg);
     if (atomic_load(&c->job->world->fail.state) == 2) {
-        int st = shm_fail_text(c, text, sizeof text);
-        shm_req_desc(c, t, desc, sizeof desc);
-        return h->set_error(h, st, "%s: not started: %s", desc, text);
+        st = shm_fail_text(c, text, sizeof text);
+        return dt_creq_refuse_failed(c->host, &g, &t->b, st, text);
     }
     return DT_OK;
 }
@@ -376,14 +358,10 @@ static int submit_check(dt_comm_t *c, const struct dt_comm_req *t, dt_stream_t *
  * when out of memory. */
 static struct dt_comm_req *req_new(dt_comm_t *c, const struct dt_comm_req *t)
 {
-    struct dt_comm_req *r = calloc(1, sizeof *r);
-    if (!r) {
-        char desc[256];
-        shm_req_desc(c, t, desc, sizeof desc);
-        c->host->set_error(c->host, DT_ERR_NOMEM, "%s: out of memory for the request", desc);
+    dt_comm_names_t g = shm_names(c);
+    struct dt_comm_req *r = dt_creq_new(c->host, &g, t, sizeof *r);
+    if (!r)
         return NULL;
-    }
-    *r = *t;
     atomic_init(&r->state, SHM_REQ_QUEUED);
     atomic_init(&r->waiters, 0);
     atomic_init(&r->released, 0);
@@ -394,17 +372,13 @@ static struct dt_comm_req *req_new(dt_comm_t *c, const struct dt_comm_req *t)
 static void enqueue_locked(dt_comm_t *c, struct dt_comm_req *r)
 {
     r->id = ++c->next_id;
-    r->seq = (r->kind == DT_COMM_OP_SEND || r->kind == DT_COMM_OP_RECV) ? ++c->p2p_seq
-                                                                        : ++c->coll_seq;
+    dt_creq_number(&r->b, &c->coll_seq, &c->p2p_seq);
     if (c->qtail)
         c->qtail->next = r;
     else
         c->qhead = r;
     c->qtail = r;
-    r->live_next = c->live;
-    if (c->live)
-        c->live->live_prev = r;
-    c->live = r;
+    dt_creq_live_add(&c->live, &r->b);
 }
 
 /* Validate, queue, and either hand out the request or wait for it. */
@@ -417,7 +391,7 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
     int chk = submit_check(c, t, stream);
     if (chk != DT_OK)
         return chk;
-    if (!req && t->kind != DT_COMM_OP_SEND && t->kind != DT_COMM_OP_RECV &&
+    if (!req && !dt_creq_is_p2p(&t->b) &&
         atomic_load(&c->enqueued) == atomic_load(&c->taken) &&
         pthread_mutex_trylock(&c->exec) == 0) {
         /* Blocking collective and the progress thread has nothing queued
@@ -432,7 +406,7 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
                 atomic_init(&r->released, 0);
                 pthread_mutex_lock(&c->qlock);
                 r->id = ++c->next_id;
-                r->seq = ++c->coll_seq;
+                dt_creq_number(&r->b, &c->coll_seq, &c->p2p_seq);
                 pthread_mutex_unlock(&c->qlock);
                 run_one(c, r);
                 if (c->stats.on)
@@ -462,23 +436,19 @@ static int submit(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream,
 }
 
 /* Every argument check of the operation t describes (kind, send, recv,
- * count, dtype, op, root/peer; sets t->esize): the SDK's, with shm's own
- * count limit between them. */
+ * count, dtype, op, root/peer; sets t->b.esize): the shared ones, with
+ * shm's own count limit between them. */
 static int check_args(dt_comm_t *c, struct dt_comm_req *t)
 {
     const dt_host_v1_t *h = c->host;
-    /* an unknown dtype's message counts its bytes as elements */
-    t->esize = dt_dtype_size(t->dtype) ? dt_dtype_size(t->dtype) : 1;
     dt_comm_names_t g = shm_names(c);
-    dt_comm_op_desc_t d = shm_op_desc(t);
-    int st = dt_comm_check_dtype(h, &g, &d);
-    if (st == DT_OK)
-        st = dt_comm_check_reduce(h, &g, &d);
-    if (st == DT_OK && t->count > (UINT64_MAX / 16) / t->esize / (uint64_t)c->size)
+    int st = dt_creq_check_op(h, &g, &t->b);
+    dt_comm_op_desc_t d = dt_creq_desc(&t->b);
+    if (st == DT_OK && t->b.count > (UINT64_MAX / 16) / t->b.esize / (uint64_t)c->size)
         st = dt_comm_op_fail(h, &g, &d, DT_ERR_INVALID, "count %llu is too large",
-                             (unsigned long long)t->count);
+                             (unsigned long long)t->b.count);
     if (st == DT_OK)
-        st = dt_comm_check_args(h, &g, &d, c->rank, t->count, t->send, t->recv);
+        st = dt_comm_check_args(h, &g, &d, c->rank, t->b.count, t->send, t->recv);
     return st;
 }
 
@@ -494,14 +464,14 @@ int shm_op_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = DT_COMM_OP_ALL_REDUCE, .send = send, .recv = recv,
-                            .count = count, .dtype = dtype, .op = op, .root = -1};
+    struct dt_comm_req t = {.b = {.kind = DT_COMM_OP_ALL_REDUCE, .count = count, .dtype = dtype,
+                                  .op = op, .root = -1}, .send = send, .recv = recv};
     CHECK(check_args(c, &t));
     /* in place on symmetric memory: the peers' copies are read directly
      * (shm_collectives.c); looked up here, on the caller's thread, which
      * alone changes the list */
     if (send == recv && count > 0)
-        t.sym = shm_sym_find(c, recv, count * t.esize, &t.sym_off);
+        t.sym = shm_sym_find(c, recv, count * t.b.esize, &t.sym_off);
     return submit(c, &t, stream, req);
 }
 
@@ -511,12 +481,13 @@ int shm_op_reduce_scatter(dt_comm_t *c, const void *send, void *recv,
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = DT_COMM_OP_REDUCE_SCATTER, .send = send, .recv = recv,
-                            .count = recv_count, .dtype = dtype, .op = op, .root = -1};
+    struct dt_comm_req t = {.b = {.kind = DT_COMM_OP_REDUCE_SCATTER, .count = recv_count,
+                                  .dtype = dtype, .op = op, .root = -1}, .send = send,
+                                  .recv = recv};
     CHECK(check_args(c, &t));
     /* a send buffer in symmetric memory: the blocks are read in place */
     if (recv_count > 0)
-        t.sym = shm_sym_find(c, send, recv_count * t.esize * (uint64_t)c->size, &t.sym_off);
+        t.sym = shm_sym_find(c, send, recv_count * t.b.esize * (uint64_t)c->size, &t.sym_off);
     return submit(c, &t, stream, req);
 }
 
@@ -525,12 +496,12 @@ int shm_op_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t send_
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = DT_COMM_OP_ALL_GATHER, .send = send, .recv = recv,
-                            .count = send_count, .dtype = dtype, .root = -1};
+    struct dt_comm_req t = {.b = {.kind = DT_COMM_OP_ALL_GATHER, .count = send_count,
+                                  .dtype = dtype, .root = -1}, .send = send, .recv = recv};
     CHECK(check_args(c, &t));
     /* a recv buffer in symmetric memory: the blocks are read in place */
     if (send_count > 0)
-        t.sym = shm_sym_find(c, recv, send_count * t.esize * (uint64_t)c->size, &t.sym_off);
+        t.sym = shm_sym_find(c, recv, send_count * t.b.esize * (uint64_t)c->size, &t.sym_off);
     return submit(c, &t, stream, req);
 }
 
@@ -539,8 +510,8 @@ int shm_op_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = DT_COMM_OP_BROADCAST, .send = buf, .recv = buf,
-                            .count = count, .dtype = dtype, .root = root};
+    struct dt_comm_req t = {.b = {.kind = DT_COMM_OP_BROADCAST, .count = count, .dtype = dtype,
+                                  .root = root}, .send = buf, .recv = buf};
     CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
 }
@@ -551,8 +522,8 @@ int shm_op_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count,
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = DT_COMM_OP_REDUCE, .send = send, .recv = recv,
-                            .count = count, .dtype = dtype, .op = op, .root = root};
+    struct dt_comm_req t = {.b = {.kind = DT_COMM_OP_REDUCE, .count = count, .dtype = dtype,
+                                  .op = op, .root = root}, .send = send, .recv = recv};
     CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
 }
@@ -562,8 +533,8 @@ int shm_op_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype, int32_
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = DT_COMM_OP_SEND, .send = buf, .count = count,
-                            .dtype = dtype, .root = peer, .tag = tag};
+    struct dt_comm_req t = {.b = {.kind = DT_COMM_OP_SEND, .count = count, .dtype = dtype,
+                                  .root = peer, .tag = tag}, .send = buf};
     CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
 }
@@ -573,8 +544,8 @@ int shm_op_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = DT_COMM_OP_RECV, .recv = buf, .count = count,
-                            .dtype = dtype, .root = peer, .tag = tag};
+    struct dt_comm_req t = {.b = {.kind = DT_COMM_OP_RECV, .count = count, .dtype = dtype,
+                                  .root = peer, .tag = tag}, .recv = buf};
     CHECK(check_args(c, &t));
     return submit(c, &t, stream, req);
 }
@@ -592,10 +563,10 @@ int shm_op_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void
     int rq = dt_comm_sendrecv_reqs(c->host, send_req, recv_req);
     if (rq != DT_OK)
         return rq;
-    struct dt_comm_req ts = {.kind = DT_COMM_OP_SEND, .send = sendbuf, .count = send_count,
-                             .dtype = dtype, .root = send_peer, .tag = send_tag};
-    struct dt_comm_req tr = {.kind = DT_COMM_OP_RECV, .recv = recvbuf, .count = recv_count,
-                             .dtype = dtype, .root = recv_peer, .tag = recv_tag};
+    struct dt_comm_req ts = {.b = {.kind = DT_COMM_OP_SEND, .count = send_count, .dtype = dtype,
+                                   .root = send_peer, .tag = send_tag}, .send = sendbuf};
+    struct dt_comm_req tr = {.b = {.kind = DT_COMM_OP_RECV, .count = recv_count, .dtype = dtype,
+                                   .root = recv_peer, .tag = recv_tag}, .recv = recvbuf};
     CHECK(check_args(c, &ts));
     CHECK(check_args(c, &tr));
     CHECK(submit_check(c, &ts, stream));
@@ -624,7 +595,8 @@ int shm_op_barrier(dt_comm_t *c, dt_comm_req_t **req)
 {
     if (!c)
         return DT_ERR_INVALID;
-    struct dt_comm_req t = {.kind = DT_COMM_OP_BARRIER, .dtype = DT_U8, .esize = 1, .root = -1};
+    struct dt_comm_req t = {.b = {.kind = DT_COMM_OP_BARRIER, .dtype = DT_U8, .esize = 1,
+                                  .root = -1}};
     return submit(c, &t, NULL, req);
 }
 

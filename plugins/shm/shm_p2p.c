@@ -24,7 +24,7 @@
 
 void shm_p2p_start(dt_comm_t *c, struct dt_comm_req *r)
 {
-    if (r->count == 0) {
+    if (r->b.count == 0) {
         /* Nothing to move, nothing to match: the peer skips it as well. */
         shm_req_complete(r, DT_OK);
         return;
@@ -66,12 +66,12 @@ static void fail_with(dt_comm_t *c, struct dt_comm_req *r, int status,
 /* Returns 1 when data moved, 0 when it could not, -status on failure. */
 static int send_step(dt_comm_t *c, struct dt_comm_req *r)
 {
-    const int peer = r->root, me = c->rank;
+    const int peer = r->b.root, me = c->rank;
     if (c->cur_send[peer] && c->cur_send[peer] != r)
         return 0; /* an earlier send to this peer owns the channel */
     c->cur_send[peer] = r;
     shm_chan_t *ch = shm_chan(c, me, peer);
-    const uint64_t bytes = r->count * r->esize;
+    const uint64_t bytes = r->b.count * r->b.esize;
     uint32_t posted = atomic_load_explicit(&ch->posted, memory_order_relaxed);
     uint32_t consumed = atomic_load(&ch->consumed);
     int moved = 0;
@@ -79,8 +79,8 @@ static int send_step(dt_comm_t *c, struct dt_comm_req *r)
         uint64_t len = bytes - r->done < c->p2p_chunk ? bytes - r->done : c->p2p_chunk;
         memcpy(shm_chan_buf(c, me, peer, posted), (const unsigned char *)r->send + r->done, len);
         ch->hdr[posted % SHM_P2P_NBUF] = (shm_chunk_hdr_t){
-            .tag = r->tag, .len = (uint32_t)len, .msg_bytes = bytes,
-            .offset = r->done, .msg_no = r->seq};
+            .tag = r->b.tag, .len = (uint32_t)len, .msg_bytes = bytes,
+            .offset = r->done, .msg_no = r->b.seq};
         posted++;
         atomic_store(&ch->posted, posted);
         r->done += len;
@@ -101,18 +101,18 @@ static int send_step(dt_comm_t *c, struct dt_comm_req *r)
 
 static int recv_step(dt_comm_t *c, struct dt_comm_req *r)
 {
-    const int peer = r->root, me = c->rank;
+    const int peer = r->b.root, me = c->rank;
     if (c->cur_recv[peer] && c->cur_recv[peer] != r)
         return 0; /* the channel's head belongs to another recv */
     shm_chan_t *ch = shm_chan(c, peer, me);
-    const uint64_t bytes = r->count * r->esize;
+    const uint64_t bytes = r->b.count * r->b.esize;
     uint32_t consumed = atomic_load_explicit(&ch->consumed, memory_order_relaxed);
     uint32_t posted = atomic_load(&ch->posted);
     int moved = 0;
     while (posted != consumed && r->done < bytes) {
         const shm_chunk_hdr_t *h = &ch->hdr[consumed % SHM_P2P_NBUF];
         if (!r->matched) {
-            if (h->tag != r->tag)
+            if (h->tag != r->b.tag)
                 return moved; /* an older or other recv's message */
             if (h->msg_bytes != bytes || h->offset != 0) {
                 char text[320], who[96];
@@ -159,7 +159,7 @@ static int check_op(dt_comm_t *c, struct dt_comm_req *r, uint64_t now)
     }
     if (atomic_load(&c->cancel_upto) >= r->id) {
         char who[96];
-        shm_fmt_rank(c, r->root, who, sizeof who);
+        shm_fmt_rank(c, r->b.root, who, sizeof who);
         snprintf(text, sizeof text, "timed out after %.1f s (the wait's limit) waiting for %s",
                  (double)atomic_load(&c->cancel_ms) / 1000.0, who);
         fail_with(c, r, DT_ERR_TIMEOUT, text);
@@ -170,23 +170,23 @@ static int check_op(dt_comm_t *c, struct dt_comm_req *r, uint64_t now)
                   "the group was finalized while the operation was in flight");
         return DT_ERR_ABORTED;
     }
-    int gone = shm_peer_gone(c, r->root);
+    int gone = shm_peer_gone(c, r->b.root);
     if (gone == SHM_FAIL_DEAD) {
-        shm_publish_fail(c->job, SHM_FAIL_DEAD, c->wranks[r->root], c->pids[r->root], "died");
+        shm_publish_fail(c->job, SHM_FAIL_DEAD, c->wranks[r->b.root], c->pids[r->b.root], "died");
         int st = shm_fail_text(c, text, sizeof text);
         fail_with(c, r, st, text);
         return st;
     }
     if (gone == SHM_FAIL_LEFT) {
         char who[96];
-        shm_fmt_rank(c, r->root, who, sizeof who);
+        shm_fmt_rank(c, r->b.root, who, sizeof who);
         snprintf(text, sizeof text, "%s left the group (finalize) first", who);
         fail_with(c, r, DT_ERR_REMOTE, text);
         return DT_ERR_REMOTE;
     }
     if (now - r->last_ns >= (uint64_t)c->timeout_ms * 1000000ull) {
         char who[96];
-        shm_fmt_rank(c, r->root, who, sizeof who);
+        shm_fmt_rank(c, r->b.root, who, sizeof who);
         snprintf(text, sizeof text, "timed out after %.1f s waiting for %s",
                  (double)c->timeout_ms / 1000.0, who);
         fail_with(c, r, DT_ERR_TIMEOUT, text);
@@ -201,7 +201,7 @@ int shm_p2p_progress(dt_comm_t *c)
     struct dt_comm_req *prev = NULL, *r = c->p2p_head;
     while (r) {
         struct dt_comm_req *next = r->p2p_next;
-        int st = r->kind == DT_COMM_OP_SEND ? send_step(c, r) : recv_step(c, r);
+        int st = r->b.kind == DT_COMM_OP_SEND ? send_step(c, r) : recv_step(c, r);
         if (st < 0) {
             unlink_active(c, r, prev);
             shm_break(c, -st, r->msg);

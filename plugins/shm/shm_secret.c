@@ -1,6 +1,6 @@
 /*
  * plugins/shm/shm_secret.c - the job secret's key and a segment's tag,
- * built from the SDK's SHA-256 and HMAC (dtrain/sdk/sha256.h; see
+ * built from the shared SHA-256 and HMAC (plugins/common/sha256/sha256.h; see
  * shm_secret.h).
  */
 #include "shm_secret.h"

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dtrain/sdk/sha256.h"
+#include "common/sha256/sha256.h"
 
 #define SHM_SHA256_BYTES DT_SHA256_BYTES
 #define SHM_SALT_BYTES 16

@@ -30,7 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dtrain/sdk/comm_split.h"
+#include "common/comm/comm_split.h"
 #include "tcp_internal.h"
 
 static const dt_config_key_t tcp_keys[] = {
@@ -353,8 +353,8 @@ static void tcp_finalize(dt_comm_t *c)
     const dt_host_v1_t *h = c->host;
     pthread_mutex_lock(&c->mu);
     int pending = 0;
-    for (struct dt_comm_req *r = c->live; r; r = r->live_next)
-        pending += r->state != TCP_RQ_DONE;
+    for (dt_creq_t *b = c->live; b; b = b->live_next)
+        pending += ((struct dt_comm_req *)b)->state != TCP_RQ_DONE;
     pthread_mutex_unlock(&c->mu);
     char why[256];
     if (pending) {

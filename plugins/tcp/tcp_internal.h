@@ -29,8 +29,8 @@
 #include <stdint.h>
 
 #include "dtrain/comm.h"
-#include "dtrain/sdk/comm_text.h"
-#include "dtrain/sdk/sha256.h"
+#include "common/comm/creq.h"
+#include "common/sha256/sha256.h"
 
 /* Longest timeout honoured (~115 days): keeps ms -> ns products in range. */
 #define TCP_TIMEOUT_MAX_MS 10000000000ll
@@ -173,7 +173,7 @@ struct dt_comm {
     pthread_mutex_t mu;        /* everything below */
     pthread_cond_t cv;         /* a request completed, the thread left one */
     struct dt_comm_req *q_head, *q_tail; /* started, not yet run */
-    struct dt_comm_req *live;  /* started and not waited for */
+    dt_creq_t *live;           /* started and not waited for */
     int stop;                  /* finalize: drain and leave */
     _Atomic int notified;      /* the group's failure was handled: receives
                                 * failed, peers told (progress thread) */
@@ -193,15 +193,8 @@ struct dt_comm {
 enum { TCP_RQ_QUEUED = 0, TCP_RQ_RUNNING = 1, TCP_RQ_POSTED = 2, TCP_RQ_DONE = 3 };
 
 struct dt_comm_req {
+    dt_creq_t b;            /* the op, its number, the group's `live` list */
     struct dt_comm_req *q_next;             /* the group's queue */
-    struct dt_comm_req *live_prev, *live_next;
-    int kind;               /* dt_comm_op_kind_t */
-    int dtype, op;
-    int32_t root;           /* root, or peer for send / recv */
-    int32_t tag;
-    uint64_t count;         /* elements, as the op's ABI slot counts them */
-    size_t esize;
-    uint64_t seq;
     const void *send;
     void *recv;
     int state;              /* TCP_RQ_* (under c->mu) */
@@ -264,28 +257,7 @@ int tcp_pump(dt_comm_t *c, int ms);
 int tcp_group_failure(dt_comm_t *c, char *buf, size_t cap);
 
 /* ---- tcp_ops.c (contracts in comm.h) ------------------------------------- */
-int tcp_rank_size(dt_comm_t *c, int32_t *rank, int32_t *size);
-int tcp_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,
-                   int op, dt_stream_t *stream, dt_comm_req_t **req);
-int tcp_reduce_scatter(dt_comm_t *c, const void *send, void *recv, uint64_t recv_count,
-                       int dtype, int op, dt_stream_t *stream, dt_comm_req_t **req);
-int tcp_all_gather(dt_comm_t *c, const void *send, void *recv, uint64_t send_count,
-                   int dtype, dt_stream_t *stream, dt_comm_req_t **req);
-int tcp_broadcast(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t root,
-                  dt_stream_t *stream, dt_comm_req_t **req);
-int tcp_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,
-               int op, int32_t root, dt_stream_t *stream, dt_comm_req_t **req);
-int tcp_send(dt_comm_t *c, const void *buf, uint64_t count, int dtype, int32_t peer,
-             int32_t tag, dt_stream_t *stream, dt_comm_req_t **req);
-int tcp_recv(dt_comm_t *c, void *buf, uint64_t count, int dtype, int32_t peer,
-             int32_t tag, dt_stream_t *stream, dt_comm_req_t **req);
-int tcp_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *recvbuf,
-                 uint64_t recv_count, int dtype, int32_t send_peer, int32_t recv_peer,
-                 int32_t send_tag, int32_t recv_tag, dt_stream_t *stream,
-                 dt_comm_req_t **send_req, dt_comm_req_t **recv_req);
-int tcp_barrier(dt_comm_t *c, dt_comm_req_t **req);
-int tcp_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms);
-int tcp_test(dt_comm_t *c, dt_comm_req_t *r, int *done);
+DT_CREQ_OPS(tcp_);
 /* Run one started request on the progress thread. */
 void tcp_run_request(dt_comm_t *c, struct dt_comm_req *r);
 /* Finish r with status st and message (NULL: none); wakes waiters. */

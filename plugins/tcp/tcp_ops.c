@@ -13,8 +13,8 @@
  *   reduce          ring reduce-scatter, then every block to the root
  *   broadcast       the root sends to every rank
  *   barrier         dissemination (log2 n rounds of empty frames)
- * The blocks of a ring are reduced with the SDK's kernels
- * (dtrain/sdk/reduce.h, as shm does).  bf16 / f16 travel through the
+ * The blocks of a ring are reduced with the shared kernels
+ * (plugins/common/comm/reduce.h, as shm does).  bf16 / f16 travel through the
  * reduce-scatter as f32 partial sums and are rounded once, by the rank
  * that owns the block, so they accumulate in f32 like shm and mpi; the
  * result differs from shm's rank-order sum only by the order of the f32
@@ -36,7 +36,7 @@
 #include <time.h>
 
 #include "dtrain/half.h"
-#include "dtrain/sdk/reduce.h"
+#include "common/comm/reduce.h"
 #include "tcp_internal.h"
 
 static dt_comm_names_t names(dt_comm_t *c)
@@ -45,18 +45,10 @@ static dt_comm_names_t names(dt_comm_t *c)
                              .size = c->size, .wranks = c->wranks};
 }
 
-static dt_comm_op_desc_t op_desc(const struct dt_comm_req *r)
-{
-    return (dt_comm_op_desc_t){.kind = r->kind, .seq = r->seq, .dtype = r->dtype,
-                               .op = r->op, .root = r->root, .tag = r->tag,
-                               .bytes = r->count * r->esize};
-}
-
 void tcp_req_desc(dt_comm_t *c, const struct dt_comm_req *r, char *buf, size_t cap)
 {
     dt_comm_names_t g = names(c);
-    dt_comm_op_desc_t d = op_desc(r);
-    dt_comm_op_text(&g, &d, buf, cap);
+    dt_creq_text(&g, &r->b, buf, cap);
 }
 
 void tcp_fmt_rank(dt_comm_t *c, int r, char *buf, size_t cap)
@@ -134,7 +126,7 @@ static int xfer(dt_comm_t *c, const int *to, tcp_out_t *outs, int nout, tcp_post
 
 static uint64_t coll_key(const struct dt_comm_req *r, uint32_t step)
 {
-    return (r->seq << 24) | step;
+    return (r->b.seq << 24) | step;
 }
 
 /* A ring over some of the group's ranks, in ring order (members NULL:
@@ -230,9 +222,9 @@ static int ring_reduce_scatter(dt_comm_t *c, const ring_t *g, const struct dt_co
                                const uint64_t *len, void *out, uint32_t step0, char *msg,
                                size_t cap)
 {
-    const int n = g->n, me = g->me, half = is_half(r->dtype);
-    const int wdt = half ? DT_F32 : r->dtype;
-    const size_t es = r->esize, wes = dt_dtype_size(wdt);
+    const int n = g->n, me = g->me, half = is_half(r->b.dtype);
+    const int wdt = half ? DT_F32 : r->b.dtype;
+    const size_t es = r->b.esize, wes = dt_dtype_size(wdt);
     const unsigned char *inb = in;
     uint64_t maxlen = 0;
     for (int b = 0; b < n; b++)
@@ -254,7 +246,7 @@ static int ring_reduce_scatter(dt_comm_t *c, const ring_t *g, const struct dt_co
         if (k > 0) {
             sbuf = acc[cur];
         } else if (half) {
-            widen((float *)acc[0], inb + off[sb] * es, len[sb], r->dtype);
+            widen((float *)acc[0], inb + off[sb] * es, len[sb], r->b.dtype);
             sbuf = acc[0];
         } else {
             sbuf = inb + off[sb] * es;
@@ -264,7 +256,7 @@ static int ring_reduce_scatter(dt_comm_t *c, const ring_t *g, const struct dt_co
             break;
         const void *mine = inb + off[rb] * es;
         if (half) {
-            widen((float *)wid, mine, len[rb], r->dtype);
+            widen((float *)wid, mine, len[rb], r->b.dtype);
             mine = wid;
         }
         const int last = k == n - 2;
@@ -272,7 +264,7 @@ static int ring_reduce_scatter(dt_comm_t *c, const ring_t *g, const struct dt_co
         const void *srcs[2] = {tmp, mine};
         dt_reduce(dst, srcs, 2, len[rb], wdt, last || op != DT_OP_AVG ? op : DT_OP_SUM, div);
         if (last && half)
-            narrow(out, (const float *)dst, len[rb], r->dtype);
+            narrow(out, (const float *)dst, len[rb], r->b.dtype);
         cur ^= 1;
     }
     scratch_free(&s);
@@ -285,7 +277,7 @@ static int ring_all_gather(dt_comm_t *c, const ring_t *g, const struct dt_comm_r
                            void *buf, const uint64_t *off, const uint64_t *len, uint32_t step0)
 {
     const int n = g->n, me = g->me;
-    const size_t es = r->esize;
+    const size_t es = r->b.esize;
     unsigned char *b = buf;
     int st = DT_OK;
     for (int k = 0; k < n - 1 && st == DT_OK; k++) {
@@ -305,7 +297,7 @@ static int ring_all_gather(dt_comm_t *c, const ring_t *g, const struct dt_comm_r
  * half dtype (each ring would round it again). */
 static int run_hier_all_reduce(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t cap)
 {
-    const size_t es = r->esize;
+    const size_t es = r->b.esize;
     const int L = c->n_local, M = c->n_cross;
     const ring_t local = {.members = c->local, .n = L, .me = c->local_idx};
     const ring_t cross = {.members = c->cross, .n = M, .me = c->cross_idx};
@@ -315,17 +307,17 @@ static int run_hier_all_reduce(dt_comm_t *c, struct dt_comm_req *r, char *msg, s
         return DT_ERR_NOMEM;
     }
     uint64_t *len = off + L, *coff = len + L, *clen = coff + M;
-    blocks_of(r->count, L, off, len);
+    blocks_of(r->b.count, L, off, len);
     unsigned char *recv = r->recv, *mine = recv + off[local.me] * es;
     blocks_of(len[local.me], M, coff, clen);
     /* the sum inside the node; max and min as they are; the average
      * divides by the whole group once, across */
-    const int op1 = r->op == DT_OP_AVG ? DT_OP_SUM : r->op;
+    const int op1 = r->b.op == DT_OP_AVG ? DT_OP_SUM : r->b.op;
     uint32_t step = 0;
     int st = ring_reduce_scatter(c, &local, r, op1, 1, r->send, off, len, mine, step, msg, cap);
     step += (uint32_t)(L - 1);
     if (st == DT_OK)
-        st = ring_reduce_scatter(c, &cross, r, r->op, c->size, mine, coff, clen,
+        st = ring_reduce_scatter(c, &cross, r, r->b.op, c->size, mine, coff, clen,
                                  mine + coff[cross.me] * es, step, msg, cap);
     step += (uint32_t)(M - 1);
     if (st == DT_OK)
@@ -342,13 +334,13 @@ static int run_hier_all_reduce(dt_comm_t *c, struct dt_comm_req *r, char *msg, s
 static int run_all_reduce(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t cap)
 {
     const int n = c->size;
-    const size_t es = r->esize;
+    const size_t es = r->b.esize;
     if (n == 1) {
         if (r->send != r->recv)
-            memcpy(r->recv, r->send, r->count * es);
+            memcpy(r->recv, r->send, r->b.count * es);
         return DT_OK;
     }
-    if (c->n_local && !is_half(r->dtype))
+    if (c->n_local && !is_half(r->b.dtype))
         return run_hier_all_reduce(c, r, msg, cap);
     const ring_t g = whole_ring(c);
     uint64_t *off = malloc(sizeof(uint64_t) * 2 * (size_t)n);
@@ -357,9 +349,9 @@ static int run_all_reduce(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t
         return DT_ERR_NOMEM;
     }
     uint64_t *len = off + n;
-    blocks_of(r->count, n, off, len);
+    blocks_of(r->b.count, n, off, len);
     unsigned char *recv = r->recv;
-    int st = ring_reduce_scatter(c, &g, r, r->op, n, r->send, off, len,
+    int st = ring_reduce_scatter(c, &g, r, r->b.op, n, r->send, off, len,
                                  recv + off[c->rank] * es, 0, msg, cap);
     if (st == DT_OK)
         st = ring_all_gather(c, &g, r, recv, off, len, (uint32_t)(n - 1));
@@ -372,7 +364,7 @@ static int run_reduce_scatter(dt_comm_t *c, struct dt_comm_req *r, char *msg, si
     const int n = c->size;
     if (n == 1) {
         if (r->send != r->recv)
-            memmove(r->recv, r->send, r->count * r->esize);
+            memmove(r->recv, r->send, r->b.count * r->b.esize);
         return DT_OK;
     }
     uint64_t *off = malloc(sizeof(uint64_t) * 2 * (size_t)n);
@@ -382,11 +374,11 @@ static int run_reduce_scatter(dt_comm_t *c, struct dt_comm_req *r, char *msg, si
     }
     uint64_t *len = off + n;
     for (int b = 0; b < n; b++) {
-        off[b] = (uint64_t)b * r->count;
-        len[b] = r->count;
+        off[b] = (uint64_t)b * r->b.count;
+        len[b] = r->b.count;
     }
     const ring_t g = whole_ring(c);
-    int st = ring_reduce_scatter(c, &g, r, r->op, n, r->send, off, len, r->recv, 0, msg, cap);
+    int st = ring_reduce_scatter(c, &g, r, r->b.op, n, r->send, off, len, r->recv, 0, msg, cap);
     free(off);
     return st;
 }
@@ -394,7 +386,7 @@ static int run_reduce_scatter(dt_comm_t *c, struct dt_comm_req *r, char *msg, si
 static int run_all_gather(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t cap)
 {
     const int n = c->size;
-    const size_t bytes = r->count * r->esize;
+    const size_t bytes = r->b.count * r->b.esize;
     unsigned char *mine = (unsigned char *)r->recv + (size_t)c->rank * bytes;
     if (r->send != mine)
         memmove(mine, r->send, bytes);
@@ -407,8 +399,8 @@ static int run_all_gather(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t
     }
     uint64_t *len = off + n;
     for (int b = 0; b < n; b++) {
-        off[b] = (uint64_t)b * r->count;
-        len[b] = r->count;
+        off[b] = (uint64_t)b * r->b.count;
+        len[b] = r->b.count;
     }
     const ring_t g = whole_ring(c);
     int st = ring_all_gather(c, &g, r, r->recv, off, len, 0);
@@ -419,11 +411,11 @@ static int run_all_gather(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t
 static int run_broadcast(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t cap)
 {
     const int n = c->size;
-    const uint64_t bytes = r->count * r->esize, key = coll_key(r, 0);
+    const uint64_t bytes = r->b.count * r->b.esize, key = coll_key(r, 0);
     if (n == 1)
         return DT_OK;
-    if (c->rank != r->root) {
-        tcp_post_t p = {.peer = r->root, .type = TCP_FR_COLL, .key = key, .buf = r->recv,
+    if (c->rank != r->b.root) {
+        tcp_post_t p = {.peer = r->b.root, .type = TCP_FR_COLL, .key = key, .buf = r->recv,
                         .bytes = bytes};
         return xfer(c, NULL, NULL, 0, &p, 1);
     }
@@ -450,11 +442,11 @@ static int run_broadcast(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t 
 
 static int run_reduce(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t cap)
 {
-    const int n = c->size, root = r->root;
-    const size_t es = r->esize;
+    const int n = c->size, root = r->b.root;
+    const size_t es = r->b.esize;
     if (n == 1) {
         if (r->send != r->recv)
-            memcpy(r->recv, r->send, r->count * es);
+            memcpy(r->recv, r->send, r->b.count * es);
         return DT_OK;
     }
     uint64_t *off = malloc(sizeof(uint64_t) * 2 * (size_t)n);
@@ -467,7 +459,7 @@ static int run_reduce(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t cap
         goto out;
     }
     uint64_t *len = off + n;
-    blocks_of(r->count, n, off, len);
+    blocks_of(r->b.count, n, off, len);
     unsigned char *dst;
     if (c->rank == root) {
         dst = (unsigned char *)r->recv + off[c->rank] * es;
@@ -483,7 +475,7 @@ static int run_reduce(dt_comm_t *c, struct dt_comm_req *r, char *msg, size_t cap
         dst = block;
     }
     const ring_t g = whole_ring(c);
-    st = ring_reduce_scatter(c, &g, r, r->op, n, r->send, off, len, dst, 0, msg, cap);
+    st = ring_reduce_scatter(c, &g, r, r->b.op, n, r->send, off, len, dst, 0, msg, cap);
     if (st != DT_OK)
         goto out;
     uint64_t key = coll_key(r, (uint32_t)(n - 1));
@@ -533,31 +525,31 @@ void tcp_run_request(dt_comm_t *c, struct dt_comm_req *r)
         tcp_complete(c, r, st, msg);
         return;
     }
-    if (r->kind == DT_COMM_OP_SEND) {
+    if (r->b.kind == DT_COMM_OP_SEND) {
         pthread_mutex_lock(&c->mu);
         r->state = TCP_RQ_POSTED;
         pthread_mutex_unlock(&c->mu);
-        r->out.hdr = (tcp_frame_hdr_t){.type = TCP_FR_P2P, .tag = r->tag,
-                                       .bytes = r->count * r->esize};
+        r->out.hdr = (tcp_frame_hdr_t){.type = TCP_FR_P2P, .tag = r->b.tag,
+                                       .bytes = r->b.count * r->b.esize};
         r->out.data = r->send;
         r->out.req = r;
-        tcp_out_push(c, r->root, &r->out);
+        tcp_out_push(c, r->b.root, &r->out);
         return;
     }
-    if (r->kind == DT_COMM_OP_RECV) {
+    if (r->b.kind == DT_COMM_OP_RECV) {
         pthread_mutex_lock(&c->mu);
         r->state = TCP_RQ_POSTED;
         pthread_mutex_unlock(&c->mu);
-        r->post = (tcp_post_t){.peer = r->root, .type = TCP_FR_P2P, .tag = r->tag,
-                               .buf = r->recv, .bytes = r->count * r->esize, .req = r};
+        r->post = (tcp_post_t){.peer = r->b.root, .type = TCP_FR_P2P, .tag = r->b.tag,
+                               .buf = r->recv, .bytes = r->b.count * r->b.esize, .req = r};
         tcp_post_recv(c, &r->post);
         return;
     }
     text[0] = '\0';
-    if (r->count == 0 && r->kind != DT_COMM_OP_BARRIER) {
+    if (r->b.count == 0 && r->b.kind != DT_COMM_OP_BARRIER) {
         st = DT_OK; /* synchronises nothing */
     } else {
-        switch (r->kind) {
+        switch (r->b.kind) {
         case DT_COMM_OP_ALL_REDUCE: st = run_all_reduce(c, r, text, sizeof text); break;
         case DT_COMM_OP_REDUCE_SCATTER: st = run_reduce_scatter(c, r, text, sizeof text); break;
         case DT_COMM_OP_ALL_GATHER: st = run_all_gather(c, r, text, sizeof text); break;
@@ -580,75 +572,44 @@ void tcp_run_request(dt_comm_t *c, struct dt_comm_req *r)
 static int check_args(dt_comm_t *c, struct dt_comm_req *t, const void *send, const void *recv)
 {
     const dt_host_v1_t *h = c->host;
-    t->esize = dt_dtype_size(t->dtype) ? dt_dtype_size(t->dtype) : 1;
     dt_comm_names_t g = names(c);
-    dt_comm_op_desc_t d = op_desc(t);
-    int st = dt_comm_check_dtype(h, &g, &d);
-    if (st == DT_OK)
-        st = dt_comm_check_reduce(h, &g, &d);
-    if (st == DT_OK && t->count > (UINT64_MAX >> 8) / (uint64_t)c->size / 8)
+    int st = dt_creq_check_op(h, &g, &t->b);
+    dt_comm_op_desc_t d = dt_creq_desc(&t->b);
+    if (st == DT_OK && t->b.count > (UINT64_MAX >> 8) / (uint64_t)c->size / 8)
         st = dt_comm_op_fail(h, &g, &d, DT_ERR_UNSUPPORTED, "count %llu is too large",
-                             (unsigned long long)t->count);
+                             (unsigned long long)t->b.count);
     if (st == DT_OK)
-        st = dt_comm_check_args(h, &g, &d, c->rank, t->count, send, recv);
-    if (st == DT_OK && (t->kind == DT_COMM_OP_SEND || t->kind == DT_COMM_OP_RECV) &&
-        t->root == c->rank)
+        st = dt_comm_check_args(h, &g, &d, c->rank, t->b.count, send, recv);
+    if (st == DT_OK && dt_creq_is_p2p(&t->b) && t->b.root == c->rank)
         st = dt_comm_op_fail(h, &g, &d, DT_ERR_UNSUPPORTED, "the tcp communicator does not "
                              "send to this rank itself (copy the buffer instead)");
     return st;
 }
 
-static void live_add(dt_comm_t *c, struct dt_comm_req *r)
+static void drop_one(void *ctx, dt_creq_t *r)
 {
-    r->live_prev = NULL;
-    r->live_next = c->live;
-    if (c->live)
-        c->live->live_prev = r;
-    c->live = r;
-}
-
-static void live_remove(dt_comm_t *c, struct dt_comm_req *r)
-{
-    if (r->live_prev)
-        r->live_prev->live_next = r->live_next;
-    else if (c->live == r)
-        c->live = r->live_next;
-    if (r->live_next)
-        r->live_next->live_prev = r->live_prev;
-    r->live_prev = r->live_next = NULL;
+    (void)ctx;
+    free(r); /* b is first: r is the whole request */
 }
 
 int tcp_drop_live(dt_comm_t *c)
 {
-    int n = 0;
-    while (c->live) {
-        struct dt_comm_req *r = c->live;
-        live_remove(c, r);
-        free(r);
-        n++;
-    }
-    return n;
+    return dt_creq_drop_live(&c->live, drop_one, NULL);
 }
 
 /* Before queueing: what is queued on the stream done (host-memory
  * transport), t numbered, the group not failed. */
 static int start_check(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream)
 {
-    char desc[256], text[700];
-    if (c->dev_ops && c->dev) {
-        int st = c->dev_ops->stream_sync(c->dev, stream);
-        if (st != DT_OK)
-            return st;
-    }
-    if (t->kind == DT_COMM_OP_SEND || t->kind == DT_COMM_OP_RECV)
-        t->seq = ++c->p2p_seq;
-    else
-        t->seq = ++c->coll_seq;
-    int st = tcp_group_failure(c, text, sizeof text);
+    char text[700];
+    int st = dt_creq_stream_sync(c->dev_ops, c->dev, stream);
+    if (st != DT_OK)
+        return st;
+    dt_creq_number(&t->b, &c->coll_seq, &c->p2p_seq);
+    st = tcp_group_failure(c, text, sizeof text);
     if (st != DT_OK) {
-        tcp_req_desc(c, t, desc, sizeof desc);
-        return c->host->set_error(c->host, st, "%s: not started: the group failed earlier: %s",
-                                  desc, text);
+        dt_comm_names_t g = names(c);
+        return dt_creq_refuse_broken(c->host, &g, &t->b, st, text);
     }
     return DT_OK;
 }
@@ -657,14 +618,10 @@ static int start_check(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream)
 static struct dt_comm_req *req_new(dt_comm_t *c, const struct dt_comm_req *t, const void *send,
                                    void *recv)
 {
-    struct dt_comm_req *r = malloc(sizeof *r);
-    if (!r) {
-        char desc[256];
-        tcp_req_desc(c, t, desc, sizeof desc);
-        c->host->set_error(c->host, DT_ERR_NOMEM, "%s: out of memory for the request", desc);
+    dt_comm_names_t g = names(c);
+    struct dt_comm_req *r = dt_creq_new(c->host, &g, t, sizeof *r);
+    if (!r)
         return NULL;
-    }
-    *r = *t;
     r->send = send;
     r->recv = recv;
     r->state = TCP_RQ_QUEUED;
@@ -675,7 +632,7 @@ static struct dt_comm_req *req_new(dt_comm_t *c, const struct dt_comm_req *t, co
 /* Queue r for the progress thread (c->mu held). */
 static void enqueue_locked(dt_comm_t *c, struct dt_comm_req *r)
 {
-    live_add(c, r);
+    dt_creq_live_add(&c->live, &r->b);
     if (c->q_tail)
         c->q_tail->q_next = r;
     else
@@ -730,10 +687,8 @@ int tcp_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
     if (rc != DT_OK) /* a NULL c gives no host: DT_ERR_INVALID */
         return rc;
     const dt_host_v1_t *h = c->host;
-    int own_limit = timeout_ms >= 0;
-    int64_t ms = own_limit ? timeout_ms : c->timeout_ms;
-    if (ms > TCP_TIMEOUT_MAX_MS)
-        ms = TCP_TIMEOUT_MAX_MS;
+    int own_limit;
+    int64_t ms = dt_creq_limit_ms(timeout_ms, c->timeout_ms, TCP_TIMEOUT_MAX_MS, &own_limit);
     struct timespec end = deadline_after((uint64_t)ms * 1000000ull), now;
     char msg[1024];
     int st;
@@ -755,14 +710,13 @@ int tcp_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
         int w = atomic_load(&c->waiting_on);
         if (r->state == TCP_RQ_QUEUED && w < 0)
             snprintf(who, sizeof who, "the operations started before it");
-        else if (w < 0 && (r->kind == DT_COMM_OP_SEND || r->kind == DT_COMM_OP_RECV))
-            tcp_fmt_rank(c, r->root, who, sizeof who);
+        else if (w < 0 && dt_creq_is_p2p(&r->b))
+            tcp_fmt_rank(c, r->b.root, who, sizeof who);
         else if (w < 0)
             snprintf(who, sizeof who, "the other ranks");
         else
             tcp_fmt_rank(c, w, who, sizeof who);
-        snprintf(msg, sizeof msg, "%s: timed out after %.1f s%s waiting for %s", desc,
-                 (double)ms / 1000.0, own_limit ? " (the wait's limit)" : "", who);
+        dt_creq_timeout_text(desc, ms, own_limit, who, msg, sizeof msg);
         st = DT_ERR_TIMEOUT;
         tcp_mark_broken_locked(c, st, msg);
         pthread_mutex_unlock(&c->mu);
@@ -782,7 +736,7 @@ int tcp_wait(dt_comm_t *c, dt_comm_req_t *r, int64_t timeout_ms)
             return h->set_error(h, st, "%s", msg);
         }
     }
-    live_remove(c, r);
+    dt_creq_live_remove(&c->live, &r->b);
     pthread_mutex_unlock(&c->mu);
     free(r);
     if (st != DT_OK)
@@ -806,12 +760,12 @@ int tcp_test(dt_comm_t *c, dt_comm_req_t *r, int *done)
 #define START(kind_, dtype_, op_, root_, tag_, count_)                            \
     struct dt_comm_req t;                                                        \
     memset(&t, 0, sizeof t);                                                     \
-    t.kind = (kind_);                                                            \
-    t.dtype = (dtype_);                                                          \
-    t.op = (op_);                                                                \
-    t.root = (root_);                                                            \
-    t.tag = (tag_);                                                              \
-    t.count = (count_)
+    t.b.kind = (kind_);                                                          \
+    t.b.dtype = (dtype_);                                                        \
+    t.b.op = (op_);                                                              \
+    t.b.root = (root_);                                                          \
+    t.b.tag = (tag_);                                                            \
+    t.b.count = (count_)
 
 int tcp_all_reduce(dt_comm_t *c, const void *send, void *recv, uint64_t count, int dtype,
                    int op, dt_stream_t *stream, dt_comm_req_t **req)
@@ -889,17 +843,17 @@ int tcp_sendrecv(dt_comm_t *c, const void *sendbuf, uint64_t send_count, void *r
     int rq = dt_comm_sendrecv_reqs(c->host, send_req, recv_req);
     if (rq != DT_OK)
         return rq;
-    struct dt_comm_req ts = {.kind = DT_COMM_OP_SEND, .dtype = dtype, .op = DT_OP_SUM,
-                             .root = send_peer, .tag = send_tag, .count = send_count};
-    struct dt_comm_req tr = {.kind = DT_COMM_OP_RECV, .dtype = dtype, .op = DT_OP_SUM,
-                             .root = recv_peer, .tag = recv_tag, .count = recv_count};
+    struct dt_comm_req ts = {.b = {.kind = DT_COMM_OP_SEND, .dtype = dtype, .op = DT_OP_SUM,
+                                   .root = send_peer, .tag = send_tag, .count = send_count}};
+    struct dt_comm_req tr = {.b = {.kind = DT_COMM_OP_RECV, .dtype = dtype, .op = DT_OP_SUM,
+                                   .root = recv_peer, .tag = recv_tag, .count = recv_count}};
     int st = check_args(c, &ts, sendbuf, NULL);
     if (st == DT_OK)
         st = check_args(c, &tr, NULL, recvbuf);
     if (st == DT_OK)
         st = start_check(c, &ts, stream);
     if (st == DT_OK)
-        tr.seq = ++c->p2p_seq;
+        tr.b.seq = ++c->p2p_seq;
     if (st != DT_OK)
         return st;
     struct dt_comm_req *rs = req_new(c, &ts, sendbuf, NULL);

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_comm_split.c - dtrain/sdk/comm_split.h: split
+ * tests/unit/test_comm_split.c - plugins/common/comm/comm_split.h: split
  * membership (ranks of a color ordered by (key, old rank), this rank's new
  * index, DT_COMM_NO_COLOR), the gather through a communicator's all_gather
  * (a fake here, holding the other ranks' {color, key}) and split's argument
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "dtrain/sdk/comm_split.h"
+#include "common/comm/comm_split.h"
 #include "test_host.h"
 #include "util/error.h"
 

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_comm_text.c - dtrain/sdk/comm_text.h: how every
+ * tests/unit/test_comm_text.c - plugins/common/comm/comm_text.h: how every
  * communicator names its operations and ranks, and the argument checks
  * every operation makes, checked against the exact texts the shm and mpi
  * communicators' own tests expect (tests/unit/test_shm.c, test_mpi.c).
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "dtrain/sdk/comm_text.h"
+#include "common/comm/comm_text.h"
 #include "test_host.h"
 #include "util/error.h"
 

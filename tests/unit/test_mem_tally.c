@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_mem_tally.c - dtrain/sdk/mem_tally.h: a device's memory
+ * tests/unit/test_mem_tally.c - plugins/common/device/mem_tally.h: a device's memory
  * accounting by tag (current, peaks per tag and in total, reset), the
  * mem_stats it fills, and the budget refusal's exact words, which the cpu
  * and cuda devices both give (tests/unit/test_cpu_device.c and
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "dtrain/sdk/mem_tally.h"
+#include "common/device/mem_tally.h"
 
 #define MiB (1024ull * 1024ull)
 

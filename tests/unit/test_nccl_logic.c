@@ -43,7 +43,7 @@
 #if defined(DT_TEST_HAVE_NCCL)
 #include "../../plugins/nccl/nccl_logic.h"
 #include "dtrain/dtrain.h"
-#include "dtrain/sdk/comm_text.h"
+#include "common/comm/comm_text.h"
 
 static int64_t now_us(void)
 {

@@ -37,7 +37,7 @@
 #include "test_host.h"
 #include "test_plugin.h"
 
-static const dt_offload_ops_v1_t *on_ops(void)
+static const dt_offload_ops_v1_t *nvme_ops(void)
 {
     static const dt_offload_ops_v1_t *ops;
     if (!ops && !(ops = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_offload_nvme.so",
@@ -110,7 +110,7 @@ static int tier_open_rc(tier_t *t, const char *dir, const char *direct, const ch
     t->kv[k++] = (dt_test_kv_t){"buffers", "2"};
     t->kv[k] = (dt_test_kv_t){NULL, NULL};
     t->dops = cpu_ops();
-    t->ops = on_ops();
+    t->ops = nvme_ops();
     dt_test_host_init(&t->dh, "device/cpu", NULL);
     dt_test_host_init(&t->oh, "offload/offload_nvme", t->kv);
     dt_device_init_v1_t da = {.struct_size = sizeof da, .local_size = 1, .device_index = -1};
@@ -157,7 +157,7 @@ static void load_wait(tier_t *t, dt_offload_buf_t *b, uint64_t off, void *dst, u
 static void test_keys(void **state)
 {
     (void)state;
-    const dt_offload_ops_v1_t *ops = on_ops();
+    const dt_offload_ops_v1_t *ops = nvme_ops();
     assert_int_equal(ops->info.kind, DT_KIND_OFFLOAD);
     assert_string_equal(ops->info.name, "offload_nvme");
     assert_false(DT_HAS_OP(dt_offload_ops_t, ops, host_ptr));
@@ -336,7 +336,7 @@ static void test_config_errors(void **state)
     dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .job_id = "../x",
                                .dev_ops = cpu_ops(), .dev = (dt_device_t *)&th};
     dt_offload_t *o = NULL;
-    assert_status(on_ops()->init(&th.host, &oa, &o), DT_ERR_INVALID);
+    assert_status(nvme_ops()->init(&th.host, &oa, &o), DT_ERR_INVALID);
     assert_msg("offload/offload_nvme: init: job id '../x' cannot name files (letters, digits, "
                "'-', '_', '.')");
 }
@@ -465,13 +465,13 @@ static void test_cleanup_job(void **state)
     dt_test_kv_t kv[] = {{"path", dir}, {NULL, NULL}};
     dt_test_host_t th;
     dt_test_host_init(&th, "offload/offload_nvme", kv);
-    assert_ok(on_ops()->cleanup_job(&th.host, "jobX"));
+    assert_ok(nvme_ops()->cleanup_job(&th.host, "jobX"));
     assert_int_equal(count_files(dir), 5);
     for (int i = 0; i < 4; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, others[i]);
         assert_int_equal(access(p, F_OK), 0);
     }
-    assert_status(on_ops()->cleanup_job(&th.host, "a/b"), DT_ERR_INVALID);
+    assert_status(nvme_ops()->cleanup_job(&th.host, "a/b"), DT_ERR_INVALID);
     assert_msg("offload/offload_nvme: cleanup_job: job id 'a/b' is not a plain name");
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -493,7 +493,7 @@ static void test_wait_timeout(void **state)
                                .timeout_ms = 5000, .dev_ops = &dt_fake_device,
                                .dev = dt_fake_device_instance()};
     dt_offload_t *o = NULL;
-    const dt_offload_ops_v1_t *ops = on_ops();
+    const dt_offload_ops_v1_t *ops = nvme_ops();
     assert_ok(ops->init(&th.host, &oa, &o));
     dt_offload_buf_t *b;
     assert_ok(ops->alloc(o, 4096, DT_TAG_OPTIMIZER, &b));
@@ -556,9 +556,9 @@ static dt_offload_t *held_tier(dt_test_host_t *th, dt_test_kv_t *kv, const char 
                                .timeout_ms = 10000, .dev_ops = &dt_fake_device,
                                .dev = dt_fake_device_instance()};
     dt_offload_t *o = NULL;
-    assert_ok(on_ops()->init(&th->host, &oa, &o));
-    assert_ok(on_ops()->alloc(o, sizeof src, DT_TAG_OPTIMIZER, blocker));
-    assert_ok(on_ops()->store(o, *blocker, 0, src, sizeof src, DT_MEM_DEVICE, NULL, breq));
+    assert_ok(nvme_ops()->init(&th->host, &oa, &o));
+    assert_ok(nvme_ops()->alloc(o, sizeof src, DT_TAG_OPTIMIZER, blocker));
+    assert_ok(nvme_ops()->store(o, *blocker, 0, src, sizeof src, DT_MEM_DEVICE, NULL, breq));
     return o;
 }
 
@@ -570,7 +570,7 @@ static void test_ring_stays_full(void **state)
 {
     (void)state;
     dt_test_deadline(60, "offload_nvme ring stays full");
-    const dt_offload_ops_v1_t *ops = on_ops();
+    const dt_offload_ops_v1_t *ops = nvme_ops();
     dt_test_host_t th;
     dt_test_kv_t kv[5];
     dt_offload_buf_t *blocker, *b;
@@ -610,7 +610,7 @@ static void test_order_in_flight(void **state)
 {
     (void)state;
     dt_test_deadline(60, "offload_nvme order in flight");
-    const dt_offload_ops_v1_t *ops = on_ops();
+    const dt_offload_ops_v1_t *ops = nvme_ops();
     dt_test_host_t th;
     dt_test_kv_t kv[5];
     dt_offload_buf_t *blocker, *b;
@@ -690,7 +690,7 @@ static int direct_tier(tier_t *t, const char *dir, const char *direct, int local
     t->kv[1] = (dt_test_kv_t){"direct", direct};
     t->kv[2] = (dt_test_kv_t){NULL, NULL};
     t->dops = cpu_ops();
-    t->ops = on_ops();
+    t->ops = nvme_ops();
     dt_test_host_init(&t->dh, "device/cpu", NULL);
     dt_test_host_init(&t->oh, "offload/offload_nvme", t->kv);
     t->oh.host.log = capture_log;
@@ -961,7 +961,7 @@ static void test_nested_path(void **state)
     t.kv[k++] = (dt_test_kv_t){"path", dir};
     t.kv[k] = (dt_test_kv_t){NULL, NULL};
     t.dops = cpu_ops();
-    t.ops = on_ops();
+    t.ops = nvme_ops();
     dt_test_host_init(&t.dh, "device/cpu", NULL);
     dt_test_host_init(&t.oh, "offload/offload_nvme", t.kv);
     t.oh.host.struct_size = (uint32_t)offsetof(dt_host_v1_t, cleanup_add);

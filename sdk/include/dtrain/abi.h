@@ -1,6 +1,8 @@
 /*
  * dtrain/abi.h - how every table and struct of the ABI grows within a major,
  * and the two helpers that apply the rule.  Included by every SDK header.
+ *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
  */
 #ifndef DTRAIN_ABI_H
 #define DTRAIN_ABI_H

@@ -1,6 +1,8 @@
 /*
  * dtrain/comm.h - the communicator ABI (plugin kind "comm").
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * A communicator connects the `size` ranks of a group.  Collectives and
  * point-to-point transfers are started asynchronously and return a request
  * that is waited on, so communication overlaps compute.  EVERY wait is

@@ -2,6 +2,8 @@
  * dtrain/device.h - the compute backend ABI (plugin kind "device"): a
  * runtime table and, separately sized and versioned, a kernel table.
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * The runtime (dt_device_ops_v1_t, the plugin's entry) owns memory (every
  * allocation tagged, peaks kept per tag, an optional budget), pinned host
  * memory for asynchronous copies (offload tiers), ordered streams and

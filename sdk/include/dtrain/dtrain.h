@@ -1,5 +1,7 @@
 /*
  * dtrain/dtrain.h - the whole public plugin SDK in one include.
+ *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
  */
 #ifndef DTRAIN_DTRAIN_H
 #define DTRAIN_DTRAIN_H

@@ -3,6 +3,8 @@
  * float formats (bf16, f16), round to nearest even, for any plugin that
  * stores, reduces or casts them (the cpu device, the shm communicator).
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * Done with integer bit manipulation rather than F16C/AVX-512-BF16
  * instructions so plugins run on any x86-64 (and any other) CPU and give
  * the same bits everywhere; branch-free so conversion loops vectorise.  NaNs stay NaN (quiet, sign and top

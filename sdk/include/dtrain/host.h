@@ -1,6 +1,8 @@
 /*
  * dtrain/host.h - the services the core hands each plugin instance.
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * Every plugin `init` receives a `const dt_host_v1_t *host`.  The table is
  * per plugin: the core knows which plugin it belongs to, so errors a plugin
  * reports are prefixed "kind/name: " (e.g. "comm/shm: ") without the plugin

@@ -1,6 +1,8 @@
 /*
  * dtrain/offload.h - the offload tier ABI (plugin kind "offload").
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * An offload tier holds tensors away from the compute device: pinned host
  * memory (offload_cpu) or files on NVMe read and written with direct,
  * queued I/O (offload_nvme).  Strategies keep optimizer state or parameters

@@ -3,6 +3,8 @@
  * info block, the declaration of its configuration keys, and the one
  * exported entry symbol per kind and ABI major.
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * A plugin is a shared object exporting exactly one function per kind and
  * major it implements, named by DT_ENTRY_NAME(kind, major), e.g.
  * `dtrain_comm_v1`.  The function takes no arguments and returns a pointer

@@ -4,6 +4,8 @@
  * header per concern; this one includes them all, for plugins that want
  * everything:
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  *   dtrain/sdk/ranges.h   even partitions, padded equal shards,
  *                         intersections; the tensor pieces a range of a
  *                         unit's flat space touches
@@ -16,24 +18,9 @@
  *   dtrain/sdk/norm.h     sum of squares to the host; summed across a group
  *   dtrain/sdk/offload.h  optimizer state in an offload tier, updated on
  *                         the host (ZeRO-Offload)
- *   dtrain/sdk/offload_queue.h  an offload tier's transfers on a worker
- *                         thread, with bounded waits (link Threads)
- *   dtrain/sdk/offload_bufs.h  an offload tier's live buffers: alloc's
- *                         checks, capacity, free after their transfers
  *   dtrain/sdk/hash.h     a 64-bit content hash of device memory and a
  *                         collective check that every rank holds the same
- *   dtrain/sdk/sha256.h   SHA-256, HMAC-SHA256, a constant-time compare
- *                         (a job secret's proof)
  *   dtrain/sdk/cfg.h      reading a plugin's config values with defaults
- *   dtrain/sdk/comm_text.h  a communicator's operations and ranks in
- *                         messages; the argument checks every op makes
- *   dtrain/sdk/mem_tally.h  a device's memory by tag: bytes and peaks,
- *                         the budget refusal, its mem_stats
- *   dtrain/sdk/comm_split.h  split membership: {color, key} gathered,
- *                         members ordered by (key, old rank)
- *   dtrain/sdk/reduce.h   elementwise reductions (f32 accumulation for
- *                         bf16 / f16) and copies, a host communicator's
- *                         arithmetic
  *   dtrain/sdk/dp.h       the data-parallel core every strategy checks and
  *                         keeps alike (init args, hooks, the step's start
  *                         and norm, state by range, estimate)
@@ -44,10 +31,17 @@
  *
  * Link the static library `dtrain_sdk` (libdtrain_sdk.a: CMake target
  * dtrain::dtrain_sdk, which dtrain_add_plugin links for every plugin;
- * pkg-config: `pkg-config --cflags --libs dtrain-sdk`; position independent, hidden visibility, so a plugin linking it still
- * exports only its entry symbol).  Nothing here is part of the frozen
- * plugin ABI: these are ordinary C functions compiled into the plugin, and
- * their structs may change between dtrain versions.
+ * pkg-config: `pkg-config --cflags --libs dtrain-sdk`; position
+ * independent, hidden visibility, so a plugin linking it still exports
+ * only its entry symbol).  These are ordinary C functions compiled into
+ * the plugin, not ABI tables: a plugin carries the helpers it was built
+ * with, whatever core loads it.  Within a major the headers only grow
+ * (new functions, new fields at the end), as its first lines say.
+ *
+ * Utilities that only one family of in-tree plugins uses (the
+ * communicators' message texts and request base, the offload tiers'
+ * queue, the devices' memory tally, SHA-256) are not part of the SDK:
+ * they live in plugins/common/ and are not installed.
  *
  * Conventions: functions that can fail return a dt_status_t and set the
  * message through `host->set_error`, naming the unit/tensor/range.  When a
@@ -61,21 +55,14 @@
 
 #include "dtrain/sdk/buckets.h"
 #include "dtrain/sdk/cfg.h"
-#include "dtrain/sdk/comm_split.h"
-#include "dtrain/sdk/comm_text.h"
 #include "dtrain/sdk/dp.h"
 #include "dtrain/sdk/flat.h"
 #include "dtrain/sdk/hash.h"
-#include "dtrain/sdk/mem_tally.h"
 #include "dtrain/sdk/no_params.h"
 #include "dtrain/sdk/norm.h"
 #include "dtrain/sdk/offload.h"
-#include "dtrain/sdk/offload_bufs.h"
-#include "dtrain/sdk/offload_queue.h"
 #include "dtrain/sdk/optim.h"
 #include "dtrain/sdk/ranges.h"
-#include "dtrain/sdk/reduce.h"
 #include "dtrain/sdk/replica.h"
-#include "dtrain/sdk/sha256.h"
 
 #endif /* DTRAIN_SDK_HELPERS_H */

@@ -1,6 +1,8 @@
 /*
  * dtrain/status.h - the status codes every dtrain ABI function returns.
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * Every function that crosses the plugin boundary returns an `int` that is
  * one of these codes.  The numbers are stable: never renumber, only append.
  * The human-readable message for a failure is not returned; it lives in the

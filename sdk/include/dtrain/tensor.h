@@ -2,6 +2,8 @@
  * dtrain/tensor.h - element types, memory tags and the tensor view that
  * crosses plugin boundaries.
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * A tensor view does not own memory: it is a pointer, an element type, an
  * element count and where the bytes live.  Shapes belong to the model
  * (strategy.h: dt_param_desc_v1_t); kernels take explicit dimensions.

@@ -2,6 +2,8 @@
  * dtrain/sdk/buckets.h - units grouped for one collective each: ddp's
  * gradient buckets, ZeRO's reduction buckets.  Pure arithmetic.
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
  * it and the conventions every helper follows).
  */

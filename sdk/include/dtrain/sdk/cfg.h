@@ -4,6 +4,8 @@
  * the host does not know (DT_ERR_NOT_FOUND) takes `def`; any other failure
  * is DT_ERR_CONFIG "<key>: cannot read (<status>)".
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
  * it and the conventions every helper follows).
  */

@@ -3,6 +3,8 @@
  * allocation (llm.c's malloc_and_point_parameters), with a pointer per
  * unit and per tensor.
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * A layout places slice u (counts[u] elements: a unit's numel for a
  * replica, a shard length for ZeRO/FSDP) at element offset[u], each start
  * rounded up to `align` elements, so per-unit pointers keep the device's

@@ -4,6 +4,8 @@
  * that needs nothing but f32 MAX/MIN all-reduces (which every communicator
  * has; 64-bit integer reductions are not guaranteed).
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
  * it and the conventions every helper follows).
  */

@@ -6,6 +6,8 @@
  * that are both optimizers' arithmetic; and the gradient-clipping
  * coefficient.
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
  * it and the conventions every helper follows).
  */

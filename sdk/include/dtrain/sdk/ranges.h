@@ -3,6 +3,8 @@
  * partitions, padded equal shards, intersections) and the tensor pieces a
  * range touches (per-tensor weight decay on a shard).  Pure arithmetic.
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
  * it and the conventions every helper follows).
  */

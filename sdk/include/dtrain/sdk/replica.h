@@ -5,6 +5,8 @@
  * over it.  ddp is built on it (plugins/ddp); sdk/examples/strategy_local_sgd
  * is an out-of-tree strategy built on it.
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * What a dt_replica_t keeps, each ONE flat device buffer laid out unit
  * after unit (flat.h, DT_REPLICA_ALIGN elements between units):
  *   master   f32 parameters (the optimizer's)

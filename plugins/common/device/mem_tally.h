@@ -1,9 +1,9 @@
 /*
- * dtrain/sdk/mem_tally.h - a device's memory accounting by tag: bytes live
- * and their peaks per dt_mem_tag_t and in total, the budget refusal that
- * lists what is in use, and the dt_mem_stats_t a device's mem_stats
- * returns, so that every device plugin (cpu, cuda, third-party ones)
- * counts and says it the same way:
+ * plugins/common/device/mem_tally.h - a device's memory accounting by tag:
+ * bytes live and their peaks per dt_mem_tag_t and in total, the budget
+ * refusal that lists what is in use, and the dt_mem_stats_t a device's
+ * mem_stats returns, so that every device plugin (cpu, cuda, third-party
+ * ones) counts and says it the same way:
  *
  *     out of memory budget: allocating 3.0 MiB (3145728 bytes) for grads
  *     would bring the total to 4.0 MiB, over memory_limit 3.5 MiB (in use:
@@ -13,11 +13,13 @@
  * its allocator's lock around every call).  Tags are the caller's to
  * check (0 <= tag < DT_TAG_COUNT) before they reach a tally.
  *
- * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
- * it and the conventions every helper follows).
+ * In-tree only, not installed: part of dtrain_common_device, the static,
+ * hidden-visibility library the in-tree device plugins link
+ * (plugins/common/CMakeLists.txt); it changes with them and follows the SDK
+ * helpers' conventions (dtrain/sdk_helpers.h).
  */
-#ifndef DTRAIN_SDK_MEM_TALLY_H
-#define DTRAIN_SDK_MEM_TALLY_H
+#ifndef DT_COMMON_MEM_TALLY_H
+#define DT_COMMON_MEM_TALLY_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -69,4 +71,4 @@ void dt_mem_tally_budget_text(const dt_mem_tally_t *m, uint64_t bytes, int tag,
 }
 #endif
 
-#endif /* DTRAIN_SDK_MEM_TALLY_H */
+#endif /* DT_COMMON_MEM_TALLY_H */

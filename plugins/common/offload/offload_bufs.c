@@ -1,21 +1,22 @@
 /*
- * sdk/lib/dt_offload_bufs.c - the live buffers of an offload tier: the
- * alloc checks (tag, capacity), marks, numbering, the byte count, and a
- * free that waits for the buffer's transfers.  See
- * dtrain/sdk/offload_bufs.h.
+ * plugins/common/offload/offload_bufs.c - the live buffers of an offload
+ * tier: the alloc checks (tag, capacity), marks, numbering, the byte count,
+ * and a free that waits for the buffer's transfers.  See
+ * plugins/common/offload/offload_bufs.h.
  */
-#include "dtrain/sdk/offload_bufs.h"
+#include "common/offload/offload_bufs.h"
 
 #include <string.h>
 
-void dt_ob_init(dt_ob_list_t *l, dt_oq_t *q, uint32_t magic, const char *section,
-                const char *unit, uint64_t capacity, dt_ob_release_fn release, void *ctx)
+void offload_bufs_init(offload_bufs_t *l, offload_queue_t *q, uint32_t magic, const char *section,
+                       const char *unit, uint64_t capacity, offload_bufs_release_fn release,
+                       void *ctx)
 {
-    *l = (dt_ob_list_t){.q = q, .magic = magic, .section = section, .unit = unit,
+    *l = (offload_bufs_t){.q = q, .magic = magic, .section = section, .unit = unit,
                         .capacity = capacity, .release = release, .ctx = ctx};
 }
 
-void dt_ob_usage(dt_ob_list_t *l, uint64_t *used, uint32_t *n)
+void offload_bufs_usage(offload_bufs_t *l, uint64_t *used, uint32_t *n)
 {
     pthread_mutex_lock(&l->q->mu);
     if (used)
@@ -25,7 +26,7 @@ void dt_ob_usage(dt_ob_list_t *l, uint64_t *used, uint32_t *n)
     pthread_mutex_unlock(&l->q->mu);
 }
 
-int dt_ob_check(dt_ob_list_t *l, uint64_t bytes, uint64_t align, int tag, uint64_t *held)
+int offload_bufs_check(offload_bufs_t *l, uint64_t bytes, uint64_t align, int tag, uint64_t *held)
 {
     const dt_host_v1_t *host = l->q->host;
     if (tag < 0 || tag >= DT_TAG_COUNT)
@@ -41,7 +42,7 @@ int dt_ob_check(dt_ob_list_t *l, uint64_t bytes, uint64_t align, int tag, uint64
     *held = (bytes + align - 1) / align * align;
     uint64_t used;
     uint32_t n;
-    dt_ob_usage(l, &used, &n);
+    offload_bufs_usage(l, &used, &n);
     if (l->capacity && (*held > l->capacity || used > l->capacity - *held))
         return host->set_error(host, DT_ERR_NOMEM,
                                "rank %d: alloc: %llu bytes for %s would bring the tier to %llu "
@@ -53,7 +54,8 @@ int dt_ob_check(dt_ob_list_t *l, uint64_t bytes, uint64_t align, int tag, uint64
     return DT_OK;
 }
 
-void dt_ob_prepare(dt_ob_list_t *l, dt_ob_buf_t *b, uint64_t bytes, uint64_t held, int tag)
+void offload_bufs_prepare(offload_bufs_t *l, offload_buf_t *b, uint64_t bytes, uint64_t held,
+                          int tag)
 {
     b->magic = 0;
     b->bytes = bytes;
@@ -66,7 +68,7 @@ void dt_ob_prepare(dt_ob_list_t *l, dt_ob_buf_t *b, uint64_t bytes, uint64_t hel
     pthread_mutex_unlock(&l->q->mu);
 }
 
-void dt_ob_link(dt_ob_list_t *l, dt_ob_buf_t *b)
+void offload_bufs_link(offload_bufs_t *l, offload_buf_t *b)
 {
     pthread_mutex_lock(&l->q->mu);
     b->magic = l->magic;
@@ -80,9 +82,9 @@ void dt_ob_link(dt_ob_list_t *l, dt_ob_buf_t *b)
     pthread_mutex_unlock(&l->q->mu);
 }
 
-int dt_ob_live(dt_ob_list_t *l, const void *buf, const char *op)
+int offload_bufs_live(offload_bufs_t *l, const void *buf, const char *op)
 {
-    const dt_ob_buf_t *b = buf;
+    const offload_buf_t *b = buf;
     if (b && b->magic == l->magic)
         return DT_OK;
     return l->q->host->set_error(l->q->host, DT_ERR_INVALID,
@@ -90,7 +92,7 @@ int dt_ob_live(dt_ob_list_t *l, const void *buf, const char *op)
 }
 
 /* Off the list, unmarked, given back (mu held, or no transfer left). */
-static void release(dt_ob_list_t *l, dt_ob_buf_t *b)
+static void release(offload_bufs_t *l, offload_buf_t *b)
 {
     if (b->prev)
         b->prev->next = b->next;
@@ -104,16 +106,16 @@ static void release(dt_ob_list_t *l, dt_ob_buf_t *b)
     l->release(l->ctx, b);
 }
 
-int dt_ob_free(dt_ob_list_t *l, dt_ob_buf_t *b, const char *name)
+int offload_bufs_free(offload_bufs_t *l, offload_buf_t *b, const char *name)
 {
     if (!b)
         return DT_OK;
-    int rc = dt_ob_live(l, b, "free");
+    int rc = offload_bufs_live(l, b, "free");
     if (rc != DT_OK)
         return rc;
-    dt_oq_t *q = l->q;
+    offload_queue_t *q = l->q;
     pthread_mutex_lock(&q->mu);
-    rc = dt_oq_wait_zero_locked(q, &b->pending, -1);
+    rc = offload_queue_wait_zero_locked(q, &b->pending, -1);
     if (rc == DT_OK)
         release(l, b);
     pthread_mutex_unlock(&q->mu);
@@ -124,17 +126,17 @@ int dt_ob_free(dt_ob_list_t *l, dt_ob_buf_t *b, const char *name)
     return DT_OK;
 }
 
-int dt_ob_drain(dt_ob_list_t *l)
+int offload_bufs_drain(offload_bufs_t *l)
 {
     int rc = DT_OK;
     pthread_mutex_lock(&l->q->mu);
-    for (dt_ob_buf_t *b = l->head; b && rc == DT_OK; b = b->next)
-        rc = dt_oq_wait_zero_locked(l->q, &b->pending, -1);
+    for (offload_buf_t *b = l->head; b && rc == DT_OK; b = b->next)
+        rc = offload_queue_wait_zero_locked(l->q, &b->pending, -1);
     pthread_mutex_unlock(&l->q->mu);
     return rc;
 }
 
-void dt_ob_release_all(dt_ob_list_t *l)
+void offload_bufs_release_all(offload_bufs_t *l)
 {
     while (l->head)
         release(l, l->head);

@@ -1,14 +1,16 @@
 /*
- * dtrain/sdk/sha256.h - SHA-256, HMAC-SHA256 and a constant-time compare:
- * what a job secret's proof is built from (the core's TCP rendezvous, the
- * shm communicator's segment tags), so a secret is never sent or stored,
- * only a keyed hash bound to something fresh.
+ * plugins/common/sha256/sha256.h - SHA-256, HMAC-SHA256 and a constant-time
+ * compare: what a job secret's proof is built from (the core's TCP
+ * rendezvous, the shm communicator's segment tags), so a secret is never
+ * sent or stored, only a keyed hash bound to something fresh.
  *
- * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
- * it).  Not fast, and not meant for bulk data.
+ * In-tree only, not installed: dtrain_common_sha256, the static,
+ * hidden-visibility library the core (the rendezvous) and the shm, tcp and
+ * nccl communicators link (plugins/common/CMakeLists.txt).  Not fast, and
+ * not meant for bulk data.
  */
-#ifndef DTRAIN_SDK_SHA256_H
-#define DTRAIN_SDK_SHA256_H
+#ifndef DT_COMMON_SHA256_H
+#define DT_COMMON_SHA256_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -40,4 +42,4 @@ int dt_equal_ct(const void *a, const void *b, size_t n);
 #ifdef __cplusplus
 }
 #endif
-#endif /* DTRAIN_SDK_SHA256_H */
+#endif /* DT_COMMON_SHA256_H */

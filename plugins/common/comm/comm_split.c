@@ -1,9 +1,9 @@
 /*
- * sdk/lib/dt_comm_split.c - split membership: every rank's {color, key}
- * gathered, the ranks of one color ordered by (key, old rank) (see
- * dtrain/sdk/comm_split.h).
+ * plugins/common/comm/comm_split.c - split membership: every rank's {color,
+ * key} gathered, the ranks of one color ordered by (key, old rank) (see
+ * plugins/common/comm/comm_split.h).
  */
-#include "dtrain/sdk/comm_split.h"
+#include "common/comm/comm_split.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,8 +1,9 @@
 /*
- * sdk/lib/dt_mem_tally.c - a device's memory accounting by tag, its budget
- * refusal and its mem_stats (see dtrain/sdk/mem_tally.h).
+ * plugins/common/device/mem_tally.c - a device's memory accounting by tag,
+ * its budget refusal and its mem_stats (see
+ * plugins/common/device/mem_tally.h).
  */
-#include "dtrain/sdk/mem_tally.h"
+#include "common/device/mem_tally.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,9 +1,9 @@
 /*
- * sdk/lib/dt_comm_text.c - a communicator's operations and ranks in
+ * plugins/common/comm/comm_text.c - a communicator's operations and ranks in
  * messages, and the argument checks every operation makes (see
- * dtrain/sdk/comm_text.h).
+ * plugins/common/comm/comm_text.h).
  */
-#include "dtrain/sdk/comm_text.h"
+#include "common/comm/comm_text.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * dtrain/sdk/comm_text.h - how a communicator names its operations and
+ * plugins/common/comm/comm_text.h - how a communicator names its operations and
  * ranks in messages, and the argument checks every operation makes, so
  * that the shm, mpi and nccl communicators (and third-party ones) say the
  * same thing in the same words:
@@ -12,11 +12,13 @@
  * Pure text: no communication, nothing allocated.  Messages are cut to
  * the caller's buffer, never failed for length.
  *
- * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
- * it and the conventions every helper follows).
+ * In-tree only, not installed: part of dtrain_common_comm, the static,
+ * hidden-visibility library the in-tree communicators link
+ * (plugins/common/CMakeLists.txt); it changes with them and follows the SDK
+ * helpers' conventions (dtrain/sdk_helpers.h).
  */
-#ifndef DTRAIN_SDK_COMM_TEXT_H
-#define DTRAIN_SDK_COMM_TEXT_H
+#ifndef DT_COMMON_COMM_TEXT_H
+#define DT_COMMON_COMM_TEXT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -158,4 +160,4 @@ int dt_comm_check_test(const dt_host_v1_t *h, const dt_comm_req_t *req,
 }
 #endif
 
-#endif /* DTRAIN_SDK_COMM_TEXT_H */
+#endif /* DT_COMMON_COMM_TEXT_H */

@@ -1,5 +1,5 @@
 /*
- * sdk/lib/dt_reduce.c - elementwise reduction kernels the host-memory
+ * plugins/common/comm/reduce.c - elementwise reduction kernels the host-memory
  * communicators share (shm reduces shared-memory slots with them, tcp the
  * blocks its ring receives).
  *
@@ -20,7 +20,7 @@
  * registers.  Every path performs the same IEEE operations on each element
  * in the same order, so results are bitwise identical whichever runs.
  */
-#include "dtrain/sdk/reduce.h"
+#include "common/comm/reduce.h"
 
 #include <stdatomic.h>
 #include <stdint.h>

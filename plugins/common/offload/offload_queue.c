@@ -1,9 +1,10 @@
 /*
- * sdk/lib/dt_offload_queue.c - transfers in the background for offload
- * tiers: store and load queue a request, one worker thread per instance
- * runs the queue oldest first through the tier's `run` (or the tier's own
- * loop takes requests and finishes them as they complete), and wait
- * blocks on the request with a deadline.  See dtrain/sdk/offload_queue.h.
+ * plugins/common/offload/offload_queue.c - transfers in the background for
+ * offload tiers: store and load queue a request, one worker thread per
+ * instance runs the queue oldest first through the tier's `run` (or the
+ * tier's own loop takes requests and finishes them as they complete), and
+ * wait blocks on the request with a deadline.  See
+ * plugins/common/offload/offload_queue.h.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -11,11 +12,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "dtrain/sdk/offload_queue.h"
+#include "common/offload/offload_queue.h"
 
 #define OQ_REQ_MAGIC 0x4f515251u /* "OQRQ" */
 
-static void req_unref_locked(dt_oq_t *q, dt_oq_req_t *r)
+static void req_unref_locked(offload_queue_t *q, offload_req_t *r)
 {
     if (--r->refs > 0)
         return;
@@ -25,8 +26,8 @@ static void req_unref_locked(dt_oq_t *q, dt_oq_req_t *r)
     free(r);
 }
 
-int dt_oq_device_copy(dt_oq_t *q, dt_oq_req_t *r, uint64_t ext_off, void *host,
-                      uint64_t bytes)
+int offload_queue_device_copy(offload_queue_t *q, offload_req_t *r, uint64_t ext_off, void *host,
+                              uint64_t bytes)
 {
     const dt_device_ops_v1_t *d = q->dev_ops;
     char *dev = (char *)r->ext + ext_off;
@@ -34,7 +35,7 @@ int dt_oq_device_copy(dt_oq_t *q, dt_oq_req_t *r, uint64_t ext_off, void *host,
     int rc = d->stream_wait_event(q->dev, q->stream, r->ev);
     if (rc == DT_OK) {
         step = "memcpy_async";
-        rc = r->op == DT_OQ_STORE
+        rc = r->op == OFFLOAD_QUEUE_STORE
                  ? d->memcpy_async(q->dev, host, dev, bytes, DT_COPY_D2H, q->stream)
                  : d->memcpy_async(q->dev, dev, host, bytes, DT_COPY_H2D, q->stream);
     }
@@ -45,17 +46,17 @@ int dt_oq_device_copy(dt_oq_t *q, dt_oq_req_t *r, uint64_t ext_off, void *host,
     if (rc != DT_OK)
         snprintf(r->msg, sizeof r->msg,
                  "%s of %llu bytes at offset %llu of %s: the device's %s failed (%s)",
-                 r->op == DT_OQ_STORE ? "store" : "load", (unsigned long long)r->bytes,
+                 r->op == OFFLOAD_QUEUE_STORE ? "store" : "load", (unsigned long long)r->bytes,
                  (unsigned long long)r->offset, r->what, step, dt_status_name(rc));
     return rc;
 }
 
-dt_oq_req_t *dt_oq_take(dt_oq_t *q, int block)
+offload_req_t *offload_queue_take(offload_queue_t *q, int block)
 {
     pthread_mutex_lock(&q->mu);
     while (block && !q->head && !q->stop)
         pthread_cond_wait(&q->work, &q->mu);
-    dt_oq_req_t *r = q->head;
+    offload_req_t *r = q->head;
     if (r) {
         q->head = r->next;
         if (!q->head)
@@ -66,7 +67,7 @@ dt_oq_req_t *dt_oq_take(dt_oq_t *q, int block)
     return r;
 }
 
-void dt_oq_finish(dt_oq_t *q, dt_oq_req_t *r, int status)
+void offload_queue_finish(offload_queue_t *q, offload_req_t *r, int status)
 {
     pthread_mutex_lock(&q->mu);
     r->status = status;
@@ -79,24 +80,24 @@ void dt_oq_finish(dt_oq_t *q, dt_oq_req_t *r, int status)
 
 static void *worker_main(void *arg)
 {
-    dt_oq_t *q = arg;
+    offload_queue_t *q = arg;
     if (q->loop) {
         q->loop(q->ctx, q);
         return NULL;
     }
-    dt_oq_req_t *r;
-    while ((r = dt_oq_take(q, 1)) != NULL)
-        dt_oq_finish(q, r, q->run(q->ctx, q, r));
+    offload_req_t *r;
+    while ((r = offload_queue_take(q, 1)) != NULL)
+        offload_queue_finish(q, r, q->run(q->ctx, q, r));
     return NULL;
 }
 
-static int start(dt_oq_t *q, const dt_host_v1_t *host, int32_t rank, int64_t timeout_ms,
-                 const dt_device_ops_v1_t *dev_ops, dt_device_t *dev, dt_oq_run_fn run,
-                 dt_oq_loop_fn loop, void *ctx)
+static int start(offload_queue_t *q, const dt_host_v1_t *host, int32_t rank, int64_t timeout_ms,
+                 const dt_device_ops_v1_t *dev_ops, dt_device_t *dev, offload_queue_run_fn run,
+                 offload_queue_loop_fn loop, void *ctx)
 {
     memset(q, 0, sizeof *q);
-    *q = (dt_oq_t){.host = host, .rank = rank,
-                   .timeout_ms = timeout_ms > 0 ? timeout_ms : DT_OQ_DEFAULT_TIMEOUT_MS,
+    *q = (offload_queue_t){.host = host, .rank = rank,
+                   .timeout_ms = timeout_ms > 0 ? timeout_ms : OFFLOAD_QUEUE_DEFAULT_TIMEOUT_MS,
                    .dev_ops = dev_ops, .dev = dev, .run = run, .loop = loop, .ctx = ctx};
     int rc = dev_ops->stream_create(dev, &q->stream);
     if (rc != DT_OK) {
@@ -112,7 +113,7 @@ static int start(dt_oq_t *q, const dt_host_v1_t *host, int32_t rank, int64_t tim
     pthread_condattr_destroy(&ca);
     int e = pthread_create(&q->worker, NULL, worker_main, q);
     if (e != 0) {
-        dt_oq_stop(q);
+        offload_queue_stop(q);
         return host->set_error(host, DT_ERR_SYSTEM, "starting the transfer thread: %s",
                                strerror(e));
     }
@@ -120,21 +121,21 @@ static int start(dt_oq_t *q, const dt_host_v1_t *host, int32_t rank, int64_t tim
     return DT_OK;
 }
 
-int dt_oq_start(dt_oq_t *q, const dt_host_v1_t *host, int32_t rank, int64_t timeout_ms,
-                const dt_device_ops_v1_t *dev_ops, dt_device_t *dev, dt_oq_run_fn run,
-                void *ctx)
+int offload_queue_start(offload_queue_t *q, const dt_host_v1_t *host, int32_t rank,
+                        int64_t timeout_ms, const dt_device_ops_v1_t *dev_ops, dt_device_t *dev,
+                        offload_queue_run_fn run, void *ctx)
 {
     return start(q, host, rank, timeout_ms, dev_ops, dev, run, NULL, ctx);
 }
 
-int dt_oq_start_loop(dt_oq_t *q, const dt_host_v1_t *host, int32_t rank, int64_t timeout_ms,
-                     const dt_device_ops_v1_t *dev_ops, dt_device_t *dev, dt_oq_loop_fn loop,
-                     void *ctx)
+int offload_queue_start_loop(offload_queue_t *q, const dt_host_v1_t *host, int32_t rank,
+                             int64_t timeout_ms, const dt_device_ops_v1_t *dev_ops,
+                             dt_device_t *dev, offload_queue_loop_fn loop, void *ctx)
 {
     return start(q, host, rank, timeout_ms, dev_ops, dev, NULL, loop, ctx);
 }
 
-void dt_oq_stop(dt_oq_t *q)
+void offload_queue_stop(offload_queue_t *q)
 {
     if (!q->host)
         return;
@@ -166,12 +167,12 @@ static void deadline_after(struct timespec *ts, int64_t ms)
     }
 }
 
-static int64_t effective_timeout(const dt_oq_t *q, int64_t timeout_ms)
+static int64_t effective_timeout(const offload_queue_t *q, int64_t timeout_ms)
 {
     return timeout_ms >= 0 ? timeout_ms : q->timeout_ms;
 }
 
-int dt_oq_wait_zero_locked(dt_oq_t *q, const uint32_t *count, int64_t timeout_ms)
+int offload_queue_wait_zero_locked(offload_queue_t *q, const uint32_t *count, int64_t timeout_ms)
 {
     struct timespec ts;
     deadline_after(&ts, effective_timeout(q, timeout_ms));
@@ -181,12 +182,12 @@ int dt_oq_wait_zero_locked(dt_oq_t *q, const uint32_t *count, int64_t timeout_ms
     return DT_OK;
 }
 
-int dt_oq_submit(dt_oq_t *q, int op, void *buf, uint32_t *pending, uint64_t buf_bytes,
-                 const char *what, uint64_t offset, void *ext, uint64_t bytes, int space,
-                 dt_stream_t *stream, dt_offload_req_t **req)
+int offload_queue_submit(offload_queue_t *q, int op, void *buf, uint32_t *pending,
+                         uint64_t buf_bytes, const char *what, uint64_t offset, void *ext,
+                         uint64_t bytes, int space, dt_stream_t *stream, dt_offload_req_t **req)
 {
     const dt_host_v1_t *host = q->host;
-    const char *dir = op == DT_OQ_STORE ? "store" : "load";
+    const char *dir = op == OFFLOAD_QUEUE_STORE ? "store" : "load";
     *req = NULL;
     if (offset > buf_bytes || bytes > buf_bytes - offset)
         return host->set_error(host, DT_ERR_INVALID, "%s: bytes [%llu, +%llu) are outside %s",
@@ -194,15 +195,15 @@ int dt_oq_submit(dt_oq_t *q, int op, void *buf, uint32_t *pending, uint64_t buf_
                                what);
     if (!ext && bytes > 0)
         return host->set_error(host, DT_ERR_INVALID, "%s: %s pointer is NULL (%s)", dir,
-                               op == DT_OQ_STORE ? "source" : "destination", what);
+                               op == OFFLOAD_QUEUE_STORE ? "source" : "destination", what);
     if (space != DT_MEM_HOST && space != DT_MEM_DEVICE)
         return host->set_error(host, DT_ERR_INVALID,
                                "%s: space %d is neither host (%d) nor device (%d) memory", dir,
                                space, DT_MEM_HOST, DT_MEM_DEVICE);
-    dt_oq_req_t *r = calloc(1, sizeof *r);
+    offload_req_t *r = calloc(1, sizeof *r);
     if (!r)
         return host->set_error(host, DT_ERR_NOMEM, "%s: out of memory for a request", dir);
-    *r = (dt_oq_req_t){.magic = OQ_REQ_MAGIC, .op = op, .buf = buf, .pending = pending,
+    *r = (offload_req_t){.magic = OQ_REQ_MAGIC, .op = op, .buf = buf, .pending = pending,
                        .offset = offset, .bytes = bytes, .ext = ext, .space = space,
                        .refs = 2};
     snprintf(r->what, sizeof r->what, "%s", what);
@@ -233,10 +234,10 @@ int dt_oq_submit(dt_oq_t *q, int op, void *buf, uint32_t *pending, uint64_t buf_
     return DT_OK;
 }
 
-int dt_oq_wait(dt_oq_t *q, dt_offload_req_t *req, int64_t timeout_ms)
+int offload_queue_wait(offload_queue_t *q, dt_offload_req_t *req, int64_t timeout_ms)
 {
     const dt_host_v1_t *host = q->host;
-    dt_oq_req_t *r = (dt_oq_req_t *)req;
+    offload_req_t *r = (offload_req_t *)req;
     if (!r || r->magic != OQ_REQ_MAGIC)
         return host->set_error(host, DT_ERR_INVALID,
                                "wait: not a request of this tier, or already waited on (%p)",
@@ -252,7 +253,7 @@ int dt_oq_wait(dt_oq_t *q, dt_offload_req_t *req, int64_t timeout_ms)
     char msg[sizeof r->msg], what[sizeof r->what];
     snprintf(msg, sizeof msg, "%s", r->msg);
     snprintf(what, sizeof what, "%s", r->what);
-    const char *dir = r->op == DT_OQ_STORE ? "store" : "load";
+    const char *dir = r->op == OFFLOAD_QUEUE_STORE ? "store" : "load";
     uint64_t bytes = r->bytes, offset = r->offset;
     r->magic = 0; /* the caller's handle is gone either way */
     req_unref_locked(q, r);
@@ -267,8 +268,8 @@ int dt_oq_wait(dt_oq_t *q, dt_offload_req_t *req, int64_t timeout_ms)
     return DT_OK;
 }
 
-int dt_oq_check_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
-                     dt_offload_t **out, const char *why_device, dt_offload_init_v1_t *a)
+int offload_queue_check_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
+                             dt_offload_t **out, const char *why_device, dt_offload_init_v1_t *a)
 {
     if (!host || !out)
         return DT_ERR_INVALID;

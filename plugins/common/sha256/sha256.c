@@ -1,13 +1,14 @@
 /*
- * sdk/lib/dt_sha256.c - SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104),
- * and a constant-time comparison (dtrain/sdk/sha256.h).
+ * plugins/common/sha256/sha256.c - SHA-256 (FIPS 180-4) and HMAC-SHA256
+ * (RFC 2104), and a constant-time comparison
+ * (plugins/common/sha256/sha256.h).
  *
  * Written out here rather than linked from a crypto library: the core and
  * the plugins depend on nothing but libc and the SDK, and the few hundred
  * bytes a job secret's proof covers need no speed.  Checked against the
  * FIPS 180-4 and RFC 4231 test vectors in tests/unit/test_shm.c.
  */
-#include "dtrain/sdk/sha256.h"
+#include "common/sha256/sha256.h"
 
 #include <string.h>
 

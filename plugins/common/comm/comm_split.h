@@ -1,9 +1,9 @@
 /*
- * dtrain/sdk/comm_split.h - who joins which group when a communicator's
- * group is split (dt_comm_ops_v1_t.split): every rank gives {color, key},
- * the ranks of one color form a group ordered by (key, old rank).  For
- * communicators that build the new group themselves from this membership
- * (shm) or check their library's against it (mpi).
+ * plugins/common/comm/comm_split.h - who joins which group when a
+ * communicator's group is split (dt_comm_ops_v1_t.split): every rank gives
+ * {color, key}, the ranks of one color form a group ordered by (key, old
+ * rank).  For communicators that build the new group themselves from this
+ * membership (shm) or check their library's against it (mpi).
  *
  *     dt_comm_split_t s;
  *     int st = dt_comm_split_check(h, c->gname, color, out);
@@ -13,11 +13,13 @@
  *     ... s.size ranks, this one s.rank, s.members[i] its old ranks ...
  *     dt_comm_split_free(&s);
  *
- * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
- * it and the conventions every helper follows).
+ * In-tree only, not installed: part of dtrain_common_comm, the static,
+ * hidden-visibility library the in-tree communicators link
+ * (plugins/common/CMakeLists.txt); it changes with them and follows the SDK
+ * helpers' conventions (dtrain/sdk_helpers.h).
  */
-#ifndef DTRAIN_SDK_COMM_SPLIT_H
-#define DTRAIN_SDK_COMM_SPLIT_H
+#ifndef DT_COMMON_COMM_SPLIT_H
+#define DT_COMMON_COMM_SPLIT_H
 
 #include <stdint.h>
 
@@ -76,4 +78,4 @@ void dt_comm_split_free(dt_comm_split_t *s);
 }
 #endif
 
-#endif /* DTRAIN_SDK_COMM_SPLIT_H */
+#endif /* DT_COMMON_COMM_SPLIT_H */

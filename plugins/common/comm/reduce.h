@@ -1,13 +1,15 @@
 /*
- * dtrain/sdk/reduce.h - the elementwise reduction kernels and copies a
+ * plugins/common/comm/reduce.h - the elementwise reduction kernels and copies a
  * host-memory communicator's collectives run (shm, tcp).  Pure arithmetic
  * on buffers: nothing here knows about groups, segments or sockets.
  *
- * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
- * it and the conventions every helper follows).
+ * In-tree only, not installed: part of dtrain_common_comm, the static,
+ * hidden-visibility library the in-tree communicators link
+ * (plugins/common/CMakeLists.txt); it changes with them and follows the SDK
+ * helpers' conventions (dtrain/sdk_helpers.h).
  */
-#ifndef DTRAIN_SDK_REDUCE_H
-#define DTRAIN_SDK_REDUCE_H
+#ifndef DT_COMMON_REDUCE_H
+#define DT_COMMON_REDUCE_H
 
 #include <stddef.h>
 
@@ -31,4 +33,4 @@ void dt_reduce_copy_out(void *dst, const void *src, size_t n, int streaming);
 /* Messages at least this large are copied out with streaming stores. */
 #define DT_REDUCE_STREAM_MIN (16ull << 20)
 
-#endif /* DTRAIN_SDK_REDUCE_H */
+#endif /* DT_COMMON_REDUCE_H */

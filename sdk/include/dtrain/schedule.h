@@ -1,7 +1,7 @@
 /*
  * dtrain/schedule.h - the pipeline schedule ABI (plugin kind "schedule").
- * Stable: this header is part of the installed SDK and grows only by the
- * rules of abi.h.
+ *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
  *
  * Pipeline parallelism splits the model's units into stages, one per rank
  * of the pipeline group.  World = tp x pp x dp (tp fastest, then dp, then

@@ -8,6 +8,8 @@
  * puts a dt_dp_t first in its instance, or the base it builds on does
  * (dt_replica_t, the shard engine).
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
  * it and the conventions every helper follows).
  */

@@ -2,6 +2,8 @@
  * dtrain/sdk/norm.h - gradient norms: a sum of squares brought to the
  * host, its sum across a group, and a plan of the parts a rank sums.
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
  * it and the conventions every helper follows).
  */

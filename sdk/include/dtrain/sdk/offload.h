@@ -8,6 +8,8 @@
  * piece through pinned staging.  The sharded engine (zero, fsdp) and the
  * replica machinery (ddp) use it alike.
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * Layout: the strategy's own flat index space of `numel` elements (a shard
  * buffer, a replica's layout); `at` arguments are offsets in it.
  *

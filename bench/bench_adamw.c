@@ -18,7 +18,24 @@
 #include <string.h>
 #include <time.h>
 
+#include <sys/mman.h>
+
 #include "dtrain/sdk/optim.h"
+
+/* As the cpu device allocates what AdamW runs on (plugins/cpu/
+ * cpu_device.c host_memalign): 2 MiB boundaries and transparent huge
+ * pages for blocks of 2 MiB or more. */
+static void *alloc_like_device(size_t n)
+{
+    const size_t huge = (size_t)2 << 20;
+    void *p = NULL;
+    if (n < huge)
+        return malloc(n);
+    if (posix_memalign(&p, huge, n) != 0)
+        return NULL;
+    (void)madvise(p, n, MADV_HUGEPAGE);
+    return p;
+}
 
 typedef struct {
     int op; /* 0 adamw, 1 copy */
@@ -137,8 +154,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    float *p = malloc((size_t)n * 4), *g = malloc((size_t)n * 4), *m = malloc((size_t)n * 4),
-          *v = malloc((size_t)n * 4);
+    float *p = alloc_like_device((size_t)n * 4), *g = alloc_like_device((size_t)n * 4),
+          *m = alloc_like_device((size_t)n * 4), *v = alloc_like_device((size_t)n * 4);
     char *dst = malloc((size_t)n * 14), *src = malloc((size_t)n * 14);
     if (!p || !g || !m || !v || !dst || !src) {
         fprintf(stderr, "bench_adamw: out of memory for %lld parameters\n", (long long)n);

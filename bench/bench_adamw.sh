@@ -12,7 +12,10 @@
 #   python3 -m venv ~/.venvs/torch && ~/.venvs/torch/bin/pip install torch
 #   PYTHON=~/.venvs/torch/bin/python bench/bench_adamw.sh build
 # Each figure is the best of 5 passes (steps); the ratio is dtrain's
-# params/s over torch's, per round.  Results: bench/results/offload.md.
+# params/s over torch's, per round.  Both sides get transparent huge pages
+# for their large arrays: dtrain's as the cpu device allocates them,
+# torch's through its own switch (THP_MEM_ALLOC_ENABLE=1).  Results:
+# bench/results/offload.md.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:?usage: bench/bench_adamw.sh BUILD [PARAMS] [ROUNDS]}
@@ -28,7 +31,7 @@ echo "| round | threads | dtrain M params/s | torch fused M params/s | dtrain / 
 echo "|---|---|---|---|---|---|"
 for ((r = 1; r <= rounds; r++)); do
   d=$("$exe" --params "$n" --threads 1,2 --reps 5)
-  t=$("$py" "$here/adamw_torch.py" "$n" 1,2 5)
+  t=$(THP_MEM_ALLOC_ENABLE=1 "$py" "$here/adamw_torch.py" "$n" 1,2 5)
   load=$(cut -d' ' -f1 /proc/loadavg)
   for th in 1 2; do
     dm=$(awk -F'|' -v th=$th '$2 + 0 == th && $3 ~ /[0-9]/ { gsub(/ /, "", $4); print $4 }' <<<"$d")

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cblas.h>
@@ -137,6 +138,25 @@ static void cache_release(dt_device_t *d)
     d->cached_bytes = 0;
 }
 
+/* Memory from the host's allocator: 64-byte aligned, and a block of 2 MiB
+ * or more on 2 MiB boundaries with transparent huge pages asked for
+ * (MADV_HUGEPAGE; ignored where the kernel has them off): element-wise
+ * kernels streaming several large arrays (AdamW reads four, writes three)
+ * run at the memory's speed instead of the page walker's, 15-20 % faster
+ * on AdamW here (bench/results/offload.md).  bytes == 0 still gets a real
+ * (smallest) block, so the pointer is unique and can be freed like any
+ * other. */
+static int host_memalign(void **p, uint64_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (bytes < huge)
+        return posix_memalign(p, 64, bytes ? (size_t)bytes : 64);
+    int e = posix_memalign(p, huge, (size_t)bytes);
+    if (e == 0)
+        (void)madvise(*p, (size_t)bytes, MADV_HUGEPAGE);
+    return e;
+}
+
 /* Device memory (pinned = 0: the budget and the block cache apply) or
  * pinned host memory (pinned = 1: accounted apart, outside the budget). */
 static int mem_alloc(dt_device_t *d, uint64_t bytes, int tag, int pinned,
@@ -179,12 +199,10 @@ static int mem_alloc(dt_device_t *d, uint64_t bytes, int tag, int pinned,
     if (!p && !pinned && d->limit &&
         d->mem.total_current + d->cached_bytes + bytes > d->limit)
         cache_release(d);
-    /* bytes == 0 still gets a real (smallest) block, so the pointer is
-     * unique and can be freed like any other. */
-    e = p ? 0 : posix_memalign(&p, 64, bytes ? (size_t)bytes : 64);
+    e = p ? 0 : host_memalign(&p, bytes);
     if (e != 0 && d->cached_bytes) { /* the host is short: give the cache back */
         cache_release(d);
-        e = posix_memalign(&p, 64, bytes ? (size_t)bytes : 64);
+        e = host_memalign(&p, bytes);
     }
 taken:
     if (e != 0) {

@@ -205,6 +205,18 @@ dt_interpose_hooks_t dt_interpose_strict_hooks(dt_interpose_strict_t *s);
 void dt_interpose_strict_print(dt_interpose_strict_t *s, FILE *f, const char *title);
 void dt_interpose_strict_free(dt_interpose_strict_t *s);
 
+/* ---- the collective ledger: hooks for the comm interposer -------------- */
+
+/* Record every collective and point-to-point call of a process's
+ * communicator into `ledger` (core/interpose/ledger.h): the groups init
+ * and split make, each call with its group's number, and the first
+ * failure of a call that moves data or waits for it.  Injects nothing
+ * (but see DTRAIN_FAULT_DIVERGE in interpose_ledger.c, test builds only).
+ * `dtrain run` gives these hooks to the innermost comm interposer of every
+ * run (core/cli/run_ledger.c). */
+struct dt_ledger;
+dt_interpose_hooks_t dt_interpose_ledger_hooks(struct dt_ledger *ledger);
+
 /* ------------------------------------------------------------------ comm */
 
 /* The comm table's slots in field order, as X(ENUM, field, DT_ICALL_*). */
@@ -266,6 +278,8 @@ typedef struct dt_interpose_comm_call {
                                * unknown */
     const char *text;         /* abort: the reason; init, cleanup_job: the
                                * job id */
+    dt_comm_t *new_comm;      /* init, split, in `after`: the plugin's
+                               * handle of the group made (NULL: none) */
 } dt_interpose_comm_call_t;
 
 typedef struct dt_interpose_comm dt_interpose_comm_t;

@@ -301,7 +301,7 @@ static int ic_init(dt_interpose_comm_t *ic, const dt_host_t *host, const dt_comm
     if (rc == DT_OK && inner) {
         rc = wrap(ic, host, x.k.base.rank, inner, out);
         if (rc == DT_OK) {
-            x.k.comm = inner;
+            x.k.comm = x.k.new_comm = inner;
             x.k.group_rank = (*out)->rank;
             x.k.group_size = (*out)->size;
         }
@@ -383,8 +383,11 @@ static int ic_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
     int rc = call_enter(&x);
     if (rc == DT_OK)
         rc = c->ic->inner->split(c->inner, color, key, out ? &inner : NULL);
-    if (rc == DT_OK && inner)
+    if (rc == DT_OK && inner) {
         rc = wrap(c->ic, c->host, c->world_rank, inner, out);
+        if (rc == DT_OK)
+            x.k.new_comm = inner;
+    }
     return call_leave(&x, rc);
 }
 

@@ -1,0 +1,48 @@
+/*
+ * core/cli/run_ledger.h - the collective ledger of every `dtrain run`
+ * (core/interpose/ledger.h): the comm plugin's table is, for the whole
+ * run, the interposer over it with the ledger's hooks (the innermost one:
+ * --strict-device and --profile comm wrap it in turn), and rank 0 of a
+ * job on one node listens for the ledger exchange
+ * (core/launch/ledger_exchange.h).  When the run fails after a
+ * communicator call failed, the ranks hand their ledgers to rank 0, which
+ * compares them; every rank gets the same line to print.
+ */
+#ifndef DT_CLI_RUN_LEDGER_H
+#define DT_CLI_RUN_LEDGER_H
+
+#include <stddef.h>
+
+#include "interpose/interpose.h"
+#include "interpose/ledger.h"
+#include "launch/ledger_exchange.h"
+#include "launch/world.h"
+#include "setup/resolve.h"
+
+typedef struct dt_run_ledger {
+    dt_ledger_t *ledger;
+    dt_interpose_comm_t *ic;
+    dt_plugin_t *comm_plugin;
+    const void *comm_ops;   /* the plugin's own table */
+    dt_ledger_xchg_t *xchg;
+    double timeout_s;       /* [launch] timeout */
+} dt_run_ledger_t;
+
+/* Wrap the comm plugin of `r` (when the run has one) and open the
+ * exchange for rank w->rank of w->size.  *l zeroed first. */
+int dt_run_ledger_begin(dt_run_ledger_t *l, dt_resolved_t *r, const dt_world_t *w);
+
+/* After the run ended with status `rc`: when it failed and a communicator
+ * call had failed on this rank, exchange the ledgers (bounded: see
+ * ledger_exchange.h) and write the line into text.  Returns
+ * DT_LEDGER_DIVERGED (print it after the error: the launcher quotes a
+ * failed rank's last line), DT_LEDGER_AGREE (print it before the error:
+ * no call differs, or the ledgers could not be compared), or -1 (nothing
+ * to say).  The error message (util/error.h) is left as it was. */
+int dt_run_ledger_judge(dt_run_ledger_t *l, int rc, char *text, size_t cap);
+
+/* Put the plugin's table back and free everything (every group
+ * finalized first). */
+void dt_run_ledger_end(dt_run_ledger_t *l);
+
+#endif /* DT_CLI_RUN_LEDGER_H */

@@ -169,14 +169,14 @@ static int call_enter(ic_call_t *x)
     if (rc != DT_OK && x->reqp)
         *x->reqp = NULL;
     x->called = rc == DT_OK;
-    x->t0 = dt_interpose_now_ns();
+    x->t0 = x->ic->hooks.untimed ? 0 : dt_interpose_now_ns();
     return rc;
 }
 
 /* The after hook, with the status the caller gets. */
 static int call_leave(ic_call_t *x, int rc)
 {
-    uint64_t elapsed = x->called ? dt_interpose_now_ns() - x->t0 : 0;
+    uint64_t elapsed = x->called && !x->ic->hooks.untimed ? dt_interpose_now_ns() - x->t0 : 0;
     if (rc == DT_OK && x->reqp && *x->reqp) {
         x->k.req = *x->reqp;
         if (x->g)

@@ -121,5 +121,6 @@ static void ledger_after(void *ctx, const dt_interpose_call_t *call, int status,
 
 dt_interpose_hooks_t dt_interpose_ledger_hooks(dt_ledger_t *ledger)
 {
-    return (dt_interpose_hooks_t){.ctx = ledger, .before = ledger_before, .after = ledger_after};
+    return (dt_interpose_hooks_t){.ctx = ledger, .before = ledger_before, .after = ledger_after,
+                                  .untimed = 1};
 }

@@ -60,7 +60,7 @@ static int judge(void *ctx, const uint8_t *const *blobs, const size_t *sizes, in
 
 int dt_run_ledger_judge(dt_run_ledger_t *l, int rc, char *text, size_t cap)
 {
-    if (rc == DT_OK || !l->ledger || !l->xchg || dt_ledger_failed(l->ledger) == DT_OK)
+    if (rc == DT_OK || !l->ledger || !l->xchg || !dt_ledger_joined(l->ledger))
         return -1;
     char *saved = strdup(dt_last_error());
     uint8_t *mine = malloc(DT_LEDGER_BLOB_MAX);
@@ -72,8 +72,8 @@ int dt_run_ledger_judge(dt_run_ledger_t *l, int rc, char *text, size_t cap)
         int verdict = -1;
         if (dt_ledger_xchg_run(l->xchg, mine, bytes, l->timeout_s, judge, l, text, cap,
                                &verdict) == DT_OK &&
-            verdict == DT_LEDGER_DIVERGED)
-            v = DT_LEDGER_DIVERGED;
+            (verdict == DT_LEDGER_DIVERGED || verdict == DT_LEDGER_QUIET))
+            v = verdict == DT_LEDGER_QUIET ? -1 : verdict;
     }
     free(mine);
     if (saved)

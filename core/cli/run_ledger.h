@@ -32,13 +32,18 @@ typedef struct dt_run_ledger {
  * exchange for rank w->rank of w->size.  *l zeroed first. */
 int dt_run_ledger_begin(dt_run_ledger_t *l, dt_resolved_t *r, const dt_world_t *w);
 
-/* After the run ended with status `rc`: when it failed and a communicator
- * call had failed on this rank, exchange the ledgers (bounded: see
- * ledger_exchange.h) and write the line into text.  Returns
- * DT_LEDGER_DIVERGED (print it after the error: the launcher quotes a
- * failed rank's last line), DT_LEDGER_AGREE (print it before the error:
- * no call differs, or the ledgers could not be compared), or -1 (nothing
- * to say).  The error message (util/error.h) is left as it was. */
+/* After the run ended with status `rc`: when it failed after the
+ * communicator was up, exchange the ledgers (bounded: see
+ * ledger_exchange.h; every failed rank takes part, whatever failed, so
+ * that one rank's failure outside the communicator, which its peers see
+ * as a failed collective, does not leave them waiting for its ledger) and
+ * write the line into text.  Returns DT_LEDGER_DIVERGED (print it after
+ * the error: the launcher quotes a failed rank's last line),
+ * DT_LEDGER_AGREE (print it before the error: no call differs, but a
+ * collective failed or a rank sent no ledger; or the ledgers could not be
+ * compared), or -1 (nothing to say: not run, or the ledgers agree and no
+ * communicator call failed anywhere).  The error message (util/error.h)
+ * is left as it was. */
 int dt_run_ledger_judge(dt_run_ledger_t *l, int rc, char *text, size_t cap);
 
 /* Put the plugin's table back and free everything (every group

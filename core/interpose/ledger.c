@@ -39,6 +39,7 @@ struct dt_ledger {
     dt_ledger_entry_t ring[DT_LEDGER_K];
     slot_t groups[DT_LEDGER_GROUPS];
     int32_t rank, size;
+    int joined;                         /* the world group's init succeeded */
     _Atomic int failed;
 };
 
@@ -89,6 +90,7 @@ void dt_ledger_group_add(dt_ledger_t *l, const void *handle, uint32_t key, int32
     if (key == DT_LEDGER_WORLD) {
         l->rank = rank;
         l->size = size;
+        l->joined = 1;
     }
 }
 
@@ -141,6 +143,8 @@ int dt_ledger_failed(const dt_ledger_t *l)
     return atomic_load_explicit(&((dt_ledger_t *)l)->failed, memory_order_relaxed);
 }
 
+int dt_ledger_joined(const dt_ledger_t *l) { return l->joined; }
+
 void dt_ledger_note_failure(dt_ledger_t *l, int status)
 {
     int expect = DT_OK;
@@ -178,7 +182,8 @@ size_t dt_ledger_encode(const dt_ledger_t *l, uint8_t *out, size_t cap)
     put32(out, LEDGER_MAGIC);
     put32(out + 4, (uint32_t)l->rank);
     put32(out + 8, (uint32_t)l->size);
-    put32(out + 12, ng | ne << 16);
+    uint32_t failed = (uint32_t)dt_ledger_failed(l) & 0xffu;
+    put32(out + 12, ng | ne << 8 | failed << 16);
     uint8_t *p = out + HEADER_BYTES;
     for (uint32_t i = 0; i < ng; i++, p += GROUP_BYTES) {
         const dt_ledger_group_t *g = &l->groups[i].g;
@@ -211,8 +216,9 @@ int dt_ledger_decode(const uint8_t *in, size_t bytes, dt_ledger_view_t *v)
         return dt_err_set(DT_ERR_INVALID, "collective ledger: not a ledger (%zu bytes)", bytes);
     v->rank = (int32_t)get32(in + 4);
     v->size = (int32_t)get32(in + 8);
-    v->n_groups = get32(in + 12) & 0xffffu;
-    v->n_entries = get32(in + 12) >> 16;
+    v->n_groups = get32(in + 12) & 0xffu;
+    v->n_entries = (get32(in + 12) >> 8) & 0xffu;
+    v->failed = (int32_t)((get32(in + 12) >> 16) & 0xffu);
     if (v->n_groups > DT_LEDGER_GROUPS || v->n_entries > DT_LEDGER_K ||
         bytes != HEADER_BYTES + v->n_groups * GROUP_BYTES + v->n_entries * ENTRY_BYTES)
         return dt_err_set(DT_ERR_INVALID, "collective ledger: %u groups and %u calls in %zu "
@@ -609,9 +615,13 @@ int dt_ledger_compare(const dt_ledger_view_t *const *views, int n, const char *m
     }
     for (int r = 0; r < n; r++)
         mark[r] = views[r] == NULL;
-    int missing = 0;
-    for (int r = 0; r < n; r++)
+    int missing = 0, failed = 0;
+    for (int r = 0; r < n; r++) {
         missing += mark[r];
+        failed |= views[r] && views[r]->failed != 0;
+    }
+    if (rc == DT_LEDGER_AGREE && !missing && !failed)
+        rc = DT_LEDGER_QUIET;
     if (missing) {
         add(&t, "; ");
         ranks_text(&t, mark, n, 1);

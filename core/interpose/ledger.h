@@ -97,14 +97,17 @@ void dt_ledger_group_remove(dt_ledger_t *l, const void *handle);
 void dt_ledger_record(dt_ledger_t *l, const void *handle, int collective, dt_ledger_entry_t *e);
 
 /* The first failed communicator call's status (DT_OK: none yet), and
- * noting one (the first stays). */
+ * noting one (the first stays); whether the world group's init succeeded
+ * (the ledger has a job to compare with). */
 int dt_ledger_failed(const dt_ledger_t *l);
+int dt_ledger_joined(const dt_ledger_t *l);
 void dt_ledger_note_failure(dt_ledger_t *l, int status);
 int32_t dt_ledger_rank(const dt_ledger_t *l);
 int32_t dt_ledger_size(const dt_ledger_t *l);
 
 /* The ledger as bytes (little-endian, at most DT_LEDGER_BLOB_MAX): the
- * world rank and size, the groups, the kept calls oldest first.  Returns
+ * world rank and size, the first failure, the groups, the kept calls
+ * oldest first.  Returns
  * the bytes written. */
 size_t dt_ledger_encode(const dt_ledger_t *l, uint8_t *out, size_t cap);
 
@@ -113,6 +116,7 @@ size_t dt_ledger_encode(const dt_ledger_t *l, uint8_t *out, size_t cap);
 /* One rank's ledger, decoded. */
 typedef struct dt_ledger_view {
     int32_t rank, size;
+    int32_t failed; /* its first failed communicator call's status; DT_OK */
     uint32_t n_groups, n_entries;
     dt_ledger_group_t groups[DT_LEDGER_GROUPS];
     dt_ledger_entry_t entries[DT_LEDGER_K]; /* oldest first */
@@ -124,6 +128,9 @@ int dt_ledger_decode(const uint8_t *in, size_t bytes, dt_ledger_view_t *out);
 /* dt_ledger_compare's outcome. */
 #define DT_LEDGER_AGREE 0    /* no call differs among the ledgers present */
 #define DT_LEDGER_DIVERGED 1 /* the line names the first call that differs */
+#define DT_LEDGER_QUIET 2    /* agree, every rank reported, and none had a
+                              * communicator call fail: the failure is not
+                              * the communicator's, nothing to add */
 
 /* Compare the ledgers of `n` ranks (views[r]: rank r's, NULL when it sent
  * none; `missing_why` says why, e.g. "sent no ledger within 30 s") and
@@ -138,8 +145,9 @@ int dt_ledger_decode(const uint8_t *in, size_t bytes, dt_ledger_view_t *out);
  * Within a group, calls are compared from the first number every member
  * still keeps; a member whose group has fewer calls "issued nothing after
  * #N".  Of several divergences the one at the earliest step is named (a
- * mismatch before a missing call).  Returns DT_LEDGER_AGREE or
- * DT_LEDGER_DIVERGED. */
+ * mismatch before a missing call).  Returns DT_LEDGER_DIVERGED,
+ * DT_LEDGER_AGREE, or DT_LEDGER_QUIET (the agree line written all the
+ * same). */
 int dt_ledger_compare(const dt_ledger_view_t *const *views, int n, const char *missing_why,
                       char *out, size_t cap);
 

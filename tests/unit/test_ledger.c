@@ -5,7 +5,8 @@
  *  - the ring keeps the last DT_LEDGER_K calls, oldest first, numbered per
  *    group, with the crash record's step, micro-batch and unit; encoding
  *    round-trips and malformed bytes are refused;
- *  - the comparison: equal ledgers agree (naming the last call), the
+ *  - the comparison: equal ledgers agree (naming the last call; quiet
+ *    when no communicator call failed and every rank reported), the
  *    first divergence is named with the odd rank first, a missing call
  *    ("issued nothing after"), a rank that sent no ledger is named and
  *    invents no divergence, wrapped rings compare from the first number
@@ -177,10 +178,18 @@ static void test_equal_ledgers_agree(void **state)
     for (int r = 0; r < 3; r++)
         calls(l[r], handles[r], 12, 4096, 5);
     char out[1024];
+    const char *want = "ledger: ranks 0-2 issued the same calls (rank 0's last: "
+                       "all_reduce(f32, 4096, sum, world group) #12 at step 5, "
+                       "micro-batch 0, unit 1)";
+    /* nothing failed in the communicator: nothing to add */
+    assert_int_equal(compare(l, 3, -1, out, sizeof out), DT_LEDGER_QUIET);
+    assert_string_equal(out, want);
+    /* a collective failed on one rank: the ledgers agree, said so */
+    dt_ledger_note_failure(l[1], DT_ERR_TIMEOUT);
+    dt_ledger_note_failure(l[1], DT_ERR_REMOTE); /* the first stays */
+    assert_int_equal(dt_ledger_failed(l[1]), DT_ERR_TIMEOUT);
     assert_int_equal(compare(l, 3, -1, out, sizeof out), DT_LEDGER_AGREE);
-    assert_string_equal(out, "ledger: ranks 0-2 issued the same calls (rank 0's last: "
-                             "all_reduce(f32, 4096, sum, world group) #12 at step 5, "
-                             "micro-batch 0, unit 1)");
+    assert_string_equal(out, want);
     free_all(l, 3);
 }
 
@@ -264,7 +273,7 @@ static void test_wrapped_rings(void **state)
     calls(l[1], handles[1], 9, 8, 1);
     calls(l[0], handles[0], 90, 8, 2);
     calls(l[1], handles[1], 90, 8, 2);
-    assert_int_equal(compare(l, 2, -1, out, sizeof out), DT_LEDGER_AGREE);
+    assert_int_equal(compare(l, 2, -1, out, sizeof out), DT_LEDGER_QUIET);
     assert_string_equal(out, "ledger: ranks 0, 1 issued the same calls (rank 0's last: "
                              "all_reduce(f32, 8, sum, world group) #100 at step 2, micro-batch "
                              "0, unit 1)");
@@ -388,7 +397,11 @@ static void test_hooks_record_groups(void **state)
         assert_int_equal(dt_ledger_size(l[r]), 4);
     }
     dt_ledger_view_t v;
+    view_of(l[2], &v);
+    assert_int_equal(v.failed, DT_ERR_TIMEOUT);
+    assert_true(dt_ledger_joined(l[2]));
     view_of(l[1], &v);
+    assert_int_equal(v.failed, DT_OK);
     assert_int_equal(v.n_groups, 2);
     assert_int_equal(v.groups[0].calls, 3); /* all_reduce, split, split */
     assert_int_equal(v.groups[1].calls, 2);

@@ -13,8 +13,10 @@
  * all_gather of training step S, issue a broadcast (root 0, of the
  * call's output buffer and count, which it can hold) in its place: one
  * rank issuing a different collective, for tests/integration/
- * test_ledger.sh.  The broadcast is recorded; the call it replaces fails
- * with the broadcast's status (the communicator's message).
+ * test_ledger.sh.  R:S:world issues it on the world group instead of the
+ * call's (where the others are not: they wait until the timeout).  The
+ * broadcast is recorded; the call it replaces fails with the broadcast's
+ * status (the communicator's message).
  */
 #include "interpose/interpose.h"
 
@@ -31,14 +33,16 @@
 
 static _Atomic int diverge_fired;
 
-/* DTRAIN_FAULT_DIVERGE=R:S: whether this call is the one to replace. */
-static int diverge_now(const dt_interpose_comm_call_t *k)
+/* DTRAIN_FAULT_DIVERGE=R:S[:world]: whether this call is the one to
+ * replace (*world: on the world group). */
+static int diverge_now(const dt_interpose_comm_call_t *k, int *world)
 {
     const char *v = getenv("DTRAIN_FAULT_DIVERGE");
-    int rank;
+    int rank, n = 0;
     long long step;
-    if (!v || sscanf(v, "%d:%lld", &rank, &step) != 2 || rank != k->base.rank)
+    if (!v || sscanf(v, "%d:%lld%n", &rank, &step, &n) != 2 || rank != k->base.rank)
         return 0;
+    *world = strcmp(v + n, ":world") == 0;
     if (k->base.slot != DT_ICOMM_ALL_REDUCE && k->base.slot != DT_ICOMM_REDUCE_SCATTER &&
         k->base.slot != DT_ICOMM_ALL_GATHER)
         return 0;
@@ -50,12 +54,13 @@ static int diverge_now(const dt_interpose_comm_call_t *k)
     return atomic_compare_exchange_strong(&diverge_fired, &expect, 1);
 }
 
-static int diverge(dt_ledger_t *l, const dt_interpose_comm_call_t *k)
+static int diverge(dt_ledger_t *l, const dt_interpose_comm_call_t *k, int world)
 {
+    dt_comm_t *g = world && dt_ledger_world(l) ? (dt_comm_t *)dt_ledger_world(l) : k->comm;
     dt_ledger_entry_t e = {.count = k->count, .peer = 0, .slot = DT_ICOMM_BROADCAST,
                            .dtype = (int8_t)k->dtype, .reduce_op = -1};
-    dt_ledger_record(l, k->comm, 1, &e);
-    int rc = k->ops->broadcast(k->comm, k->recv, k->count, k->dtype, 0, NULL, NULL);
+    dt_ledger_record(l, g, 1, &e);
+    int rc = k->ops->broadcast(g, k->recv, k->count, k->dtype, 0, NULL, NULL);
     if (rc == DT_OK && k->host)
         rc = k->host->set_error(k->host, DT_ERR_INVALID, "test hook DTRAIN_FAULT_DIVERGE: the "
                                 "broadcast issued in place of %s completed", k->base.name);
@@ -76,8 +81,9 @@ static int ledger_before(void *ctx, const dt_interpose_call_t *call)
     if (!(flags & (DT_ICALL_COLLECTIVE | DT_ICALL_P2P)))
         return DT_OK;
 #ifdef DTRAIN_TEST_HOOKS
-    if (diverge_now(k))
-        return diverge(l, k);
+    int world = 0;
+    if (diverge_now(k, &world))
+        return diverge(l, k, world);
 #endif
     dt_ledger_entry_t e = {.count = k->count, .peer = k->peer, .slot = (uint8_t)call->slot,
                            .dtype = (int8_t)k->dtype, .reduce_op = (int8_t)k->reduce_op};

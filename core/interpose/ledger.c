@@ -122,6 +122,14 @@ void dt_ledger_group_remove(dt_ledger_t *l, const void *handle)
         s->handle = NULL;
 }
 
+const void *dt_ledger_world(const dt_ledger_t *l)
+{
+    for (int i = 0; i < DT_LEDGER_GROUPS && l->groups[i].used; i++)
+        if (l->groups[i].g.key == DT_LEDGER_WORLD && l->groups[i].handle)
+            return l->groups[i].handle;
+    return NULL;
+}
+
 /* ---- recording ---- */
 
 void dt_ledger_record(dt_ledger_t *l, const void *handle, int collective, dt_ledger_entry_t *e)
@@ -432,6 +440,7 @@ typedef struct found {
     uint64_t seq;
     int64_t step;  /* earliest step among the entries */
     int has_none;
+    int members;
 } found_t;
 
 static int better(const found_t *a, const found_t *b)
@@ -440,7 +449,9 @@ static int better(const found_t *a, const found_t *b)
         return 1;
     if (a->step != b->step)
         return a->step < b->step;
-    return a->has_none < b->has_none;
+    if (a->has_none != b->has_none)
+        return a->has_none < b->has_none;
+    return a->members > b->members; /* the wider group: its members wait on it */
 }
 
 /* The first call of group `key` where its members differ, or none. */
@@ -486,7 +497,8 @@ static found_t diverge_in(const dt_ledger_view_t *const *views, int n, uint32_t 
             first = 0;
         }
         if (differ) {
-            f = (found_t){.any = 1, .key = key, .seq = s, .step = step, .has_none = none};
+            f = (found_t){.any = 1, .key = key, .seq = s, .step = step, .has_none = none,
+                          .members = members};
             return f;
         }
     }

@@ -91,6 +91,8 @@ void dt_ledger_group_add(dt_ledger_t *l, const void *handle, uint32_t key, int32
 uint32_t dt_ledger_split_key(uint32_t parent, uint32_t split_no, int32_t color);
 uint32_t dt_ledger_split_count(dt_ledger_t *l, const void *handle, uint32_t *parent_key);
 void dt_ledger_group_remove(dt_ledger_t *l, const void *handle);
+/* The world group's handle; NULL before init and after its finalize. */
+const void *dt_ledger_world(const dt_ledger_t *l);
 
 /* Record a call on group `handle`: e->group and e->seq are filled here
  * (seq only when `collective`), e->step, micro, unit from util/crash.h. */
@@ -145,7 +147,7 @@ int dt_ledger_decode(const uint8_t *in, size_t bytes, dt_ledger_view_t *out);
  * Within a group, calls are compared from the first number every member
  * still keeps; a member whose group has fewer calls "issued nothing after
  * #N".  Of several divergences the one at the earliest step is named (a
- * mismatch before a missing call).  Returns DT_LEDGER_DIVERGED,
+ * mismatch before a missing call, then the wider group's).  Returns DT_LEDGER_DIVERGED,
  * DT_LEDGER_AGREE, or DT_LEDGER_QUIET (the agree line written all the
  * same). */
 int dt_ledger_compare(const dt_ledger_view_t *const *views, int n, const char *missing_why,

@@ -9,6 +9,8 @@
 #    the same ledger line naming the rank, the step and both calls; the
 #    launcher quotes it; ddp (all_reduce), zero-2 (reduce_scatter) and
 #    HYBRID_SHARD (a split group, named by its members), and over tcp;
+#    and one that hangs: the broadcast on the world group while the others
+#    are in their shard groups, found after the collectives time out;
 #  - a rank killed (DTRAIN_FAULT_KILL_AT_BACKWARD) under an external
 #    launcher: the survivors' ledgers agree, the line names the dead rank
 #    after the timeout and invents no divergence, and the last line is
@@ -79,6 +81,11 @@ diverge ddp 3 1:2 "ledger: rank 1 issued broadcast(f32, 34.2K, root 0, world gro
 diverge zero2 4 3:2 "ledger: rank 3 issued broadcast(f32, 8544, root 0, world group) #9 at step 2, micro-batch 0, unit 0 while ranks 0-2 issued reduce_scatter(f32, 8544, avg, world group) #9 at step 2, micro-batch 0, unit 0" \
   --set parallel.data=zero --set zero.stage=2
 diverge hybrid 4 3:2 "ledger: rank 2 issued all_gather(f32, 4352, group of ranks 2, 3) #16 at step 2, micro-batch 0, unit 0 while rank 3 issued broadcast(f32, 4352, root 0, group of ranks 2, 3) #16 at step 2, micro-batch 0, unit 0" \
+  --set parallel.data=fsdp --set fsdp.sharding_strategy=HYBRID_SHARD --set fsdp.hybrid_group_size=2
+# on the world group while the others are inside their shard groups'
+# collectives: nobody notices a mismatch; every wait runs out (3 s), then
+# the ranks compare
+diverge hang 4 3:2:world "ledger: rank 3 issued broadcast(f32, 4352, root 0, world group) #6 at step 2, micro-batch 0, unit 0 while ranks 0-2 issued nothing on the world group after #5" \
   --set parallel.data=fsdp --set fsdp.sharding_strategy=HYBRID_SHARD --set fsdp.hybrid_group_size=2
 port=$((20000 + ($$ * 7) % 20000))
 diverge tcp 3 1:2 "ledger: rank 1 issued broadcast(f32, 34.2K, root 0, world group) #8 at step 2, micro-batch 0, unit 0 while ranks 0, 2 issued all_reduce(f32, 34.2K, avg, world group) #8 at step 2, micro-batch 0, unit 0" \

@@ -10,7 +10,8 @@
  *    first divergence is named with the odd rank first, a missing call
  *    ("issued nothing after"), a rank that sent no ledger is named and
  *    invents no divergence, wrapped rings compare from the first number
- *    every member keeps, a split group is named by its members;
+ *    every member keeps, a split group is named by its members, of two
+ *    divergences at one step the wider group's is named;
  *  - the hooks over the comm interposer (a fake comm): init's group is the
  *    world, a split's key is the same on every member, failures are noted;
  *  - the exchange between forked ranks: every rank gets rank 0's line; a
@@ -314,6 +315,34 @@ static void test_split_group_named(void **state)
     free_all(l, 4);
 }
 
+/* Rank 3 issues an extra call on the world group while ranks 2 and 3
+ * share a subgroup whose next call rank 3 never makes: two divergences at
+ * one step, both a missing call; the wider group's is named. */
+static void test_wider_group_first(void **state)
+{
+    (void)state;
+    dt_ledger_t *l[4];
+    world(l, 4);
+    for (int r = 0; r < 4; r++) {
+        uint32_t parent = 0;
+        uint32_t no = dt_ledger_split_count(l[r], handles[r], &parent);
+        dt_ledger_group_add(l[r], handles[4 + r], dt_ledger_split_key(parent, no, r / 2),
+                            r % 2, 2);
+        calls(l[r], handles[r], 5, 4, 1);
+        calls(l[r], handles[4 + r], 15, 4, 1);
+    }
+    one(l[3], handles[3], DT_ICOMM_BROADCAST, 4352, DT_F32, -1, 0, 2);
+    one(l[2], handles[6], DT_ICOMM_ALL_GATHER, 4352, DT_F32, -1, -1, 2);
+    for (int r = 0; r < 4; r++)
+        dt_ledger_note_failure(l[r], DT_ERR_TIMEOUT);
+    char out[1024];
+    assert_int_equal(compare(l, 4, -1, out, sizeof out), DT_LEDGER_DIVERGED);
+    assert_string_equal(out, "ledger: rank 3 issued broadcast(f32, 4352, root 0, world group) "
+                             "#6 at step 2 while ranks 0-2 issued nothing on the world group "
+                             "after #5");
+    free_all(l, 4);
+}
+
 /* ---- the hooks over the comm interposer ---- */
 
 struct dt_comm {
@@ -558,6 +587,7 @@ int main(void)
         cmocka_unit_test(test_missing_rank_invents_nothing),
         cmocka_unit_test(test_wrapped_rings),
         cmocka_unit_test(test_split_group_named),
+        cmocka_unit_test(test_wider_group_first),
         cmocka_unit_test(test_hooks_record_groups),
         cmocka_unit_test(test_exchange),
         cmocka_unit_test(test_exchange_rank_absent),

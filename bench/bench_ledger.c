@@ -1,10 +1,10 @@
 /*
  * bench/bench_ledger.c - what the collective ledger adds to each
  * communicator call: a fake comm plugin whose all_reduce returns at once,
- * called directly, through the comm interposer with no hooks, and through
- * it with the ledger's hooks (core/interpose/interpose_ledger.c, as every
- * `dtrain run` calls its comm plugin), in ns per call, best of `reps`
- * passes of `calls` calls, the three interleaved.
+ * called directly, through the comm interposer with no hooks (timed, and
+ * untimed), and through it with the ledger's hooks (core/interpose/
+ * interpose_ledger.c, as every `dtrain run` calls its comm plugin), in ns
+ * per call, best of `reps` passes of `calls` calls, the four interleaved.
  *
  *   bench_ledger [--calls N] [--reps R]
  *
@@ -93,36 +93,40 @@ int main(int argc, char **argv)
         return 2;
     }
     dt_ledger_t *l = dt_ledger_create(0, 2);
-    dt_interpose_hooks_t none = {0}, ledger = dt_interpose_ledger_hooks(l);
-    dt_interpose_comm_t *ic_none = NULL, *ic_ledger = NULL;
-    if (!l || dt_interpose_comm_create(&fake_ops, &none, &ic_none) != DT_OK ||
-        dt_interpose_comm_create(&fake_ops, &ledger, &ic_ledger) != DT_OK) {
-        fprintf(stderr, "bench_ledger: setup failed\n");
-        return 1;
+    enum { N = 4 };
+    dt_interpose_hooks_t hooks[N - 1] = {{0}, {.untimed = 1}, dt_interpose_ledger_hooks(l)};
+    dt_interpose_comm_t *ic[N - 1] = {NULL};
+    const dt_comm_ops_t *T[N] = {&fake_ops};
+    for (int k = 1; k < N; k++) {
+        if (!l || dt_interpose_comm_create(&fake_ops, &hooks[k - 1], &ic[k - 1]) != DT_OK) {
+            fprintf(stderr, "bench_ledger: setup failed\n");
+            return 1;
+        }
+        T[k] = dt_interpose_comm_ops(ic[k - 1]);
     }
-    const dt_comm_ops_t *T[3] = {&fake_ops, dt_interpose_comm_ops(ic_none),
-                                 dt_interpose_comm_ops(ic_ledger)};
-    const char *names[3] = {"direct", "interposer, no hooks", "interposer, ledger hooks"};
-    dt_comm_t *c[3];
+    const char *names[N] = {"direct", "interposer, no hooks (timed, as under --profile)",
+                            "interposer, no hooks, untimed",
+                            "interposer, ledger hooks (untimed): every `dtrain run`"};
+    dt_comm_t *c[N];
     dt_comm_init_t a = {.struct_size = sizeof a, .rank = 0, .size = 2, .job_id = "bench"};
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < N; k++)
         if (T[k]->init(NULL, &a, &c[k]) != DT_OK)
             return 1;
     dt_crash_set_phase("training", 1);
-    double best[3] = {1e30, 1e30, 1e30};
+    double best[N] = {1e30, 1e30, 1e30, 1e30};
     for (int r = 0; r < reps; r++)
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < N; k++) {
             double ns = pass(T[k], c[k], calls);
             best[k] = ns < best[k] ? ns : best[k];
         }
     printf("| path | ns per all_reduce (best of %d x %ld) | added |\n|---|---|---|\n", reps,
            calls);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < N; k++)
         printf("| %s | %.1f | %+.1f |\n", names[k], best[k], best[k] - best[0]);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < N; k++)
         T[k]->finalize(c[k]);
-    dt_interpose_comm_destroy(ic_none);
-    dt_interpose_comm_destroy(ic_ledger);
+    for (int k = 0; k < N - 1; k++)
+        dt_interpose_comm_destroy(ic[k]);
     dt_ledger_free(l);
     return 0;
 }

@@ -68,7 +68,10 @@
  * `dtrain run --strict-device` gives one set of hooks (the strict device
  * checks below) to both interposers of a rank: the device's calls feed
  * the allocation table the comm's calls are checked against
- * (core/cli/run_strict.c).
+ * (core/cli/run_strict.c).  And every `dtrain run` gives its comm
+ * plugin's innermost interposer the collective ledger's hooks (below;
+ * core/cli/run_ledger.c), which record each call the plugin gets so the
+ * ranks can name the first call where they differ when a collective fails.
  *
  * Thread safety: the interposer adds none of its own constraints.  Hooks
  * are called on the caller's thread, concurrently when the plugin's calls

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "util/error.h"
+#include "util/log.h"
 
 int dt_run_ledger_begin(dt_run_ledger_t *l, dt_resolved_t *r, const dt_world_t *w)
 {
@@ -22,11 +23,15 @@ int dt_run_ledger_begin(dt_run_ledger_t *l, dt_resolved_t *r, const dt_world_t *
         return DT_ERR_NOMEM;
     dt_interpose_hooks_t hooks = dt_interpose_ledger_hooks(l->ledger);
     int rc = dt_interpose_comm_create(pl->ops, &hooks, &l->ic);
-    if (rc == DT_OK && w->size > 1)
-        rc = dt_ledger_xchg_open(w, &l->xchg);
     if (rc != DT_OK) {
         dt_run_ledger_end(l);
         return rc;
+    }
+    /* a diagnosis, not the run's business: without it the run goes on */
+    if (w->size > 1 && dt_ledger_xchg_open(w, &l->xchg) != DT_OK) {
+        dt_log(DT_LOG_WARN, "ledger", "%s; a failed collective will not be compared",
+               dt_last_error());
+        dt_err_clear();
     }
     l->comm_plugin = pl;
     l->comm_ops = pl->ops;
@@ -58,10 +63,43 @@ static int judge(void *ctx, const uint8_t *const *blobs, const size_t *sizes, in
     return v;
 }
 
+/* "; this rank's last: all_reduce(f32, 4096, sum, world group) #12 at
+ * step 5", for a line whose ledgers were not compared. */
+static void own_last(const dt_ledger_t *l, char *text, size_t cap)
+{
+    uint8_t *blob = malloc(DT_LEDGER_BLOB_MAX);
+    dt_ledger_view_t *v = malloc(sizeof *v);
+    size_t n = blob && v ? dt_ledger_encode(l, blob, DT_LEDGER_BLOB_MAX) : 0;
+    if (n && dt_ledger_decode(blob, n, v) == DT_OK) {
+        for (uint32_t i = v->n_entries; i-- > 0;) {
+            const dt_ledger_entry_t *e = &v->entries[i];
+            if (!e->seq)
+                continue;
+            char gname[64], call[320];
+            int32_t size = -1;
+            for (uint32_t g = 0; g < v->n_groups; g++)
+                if (v->groups[g].key == e->group)
+                    size = v->groups[g].size;
+            if (e->group == DT_LEDGER_WORLD)
+                snprintf(gname, sizeof gname, "world group");
+            else
+                snprintf(gname, sizeof gname, "a group of %d ranks", (int)size);
+            dt_ledger_call_text(e, gname, call, sizeof call);
+            size_t k = strlen(text);
+            snprintf(text + k, cap - k, "; this rank's last: %s #%llu at step %lld", call,
+                     (unsigned long long)e->seq, (long long)e->step);
+            break;
+        }
+    }
+    free(blob);
+    free(v);
+}
+
 int dt_run_ledger_judge(dt_run_ledger_t *l, int rc, char *text, size_t cap)
 {
     if (rc == DT_OK || !l->ledger || !l->xchg || !dt_ledger_joined(l->ledger))
         return -1;
+    int failed = dt_ledger_failed(l->ledger) != DT_OK;
     char *saved = strdup(dt_last_error());
     uint8_t *mine = malloc(DT_LEDGER_BLOB_MAX);
     int v = DT_LEDGER_AGREE;
@@ -70,10 +108,14 @@ int dt_run_ledger_judge(dt_run_ledger_t *l, int rc, char *text, size_t cap)
     } else {
         size_t bytes = dt_ledger_encode(l->ledger, mine, DT_LEDGER_BLOB_MAX);
         int verdict = -1;
-        if (dt_ledger_xchg_run(l->xchg, mine, bytes, l->timeout_s, judge, l, text, cap,
-                               &verdict) == DT_OK &&
-            (verdict == DT_LEDGER_DIVERGED || verdict == DT_LEDGER_QUIET))
+        int xrc = dt_ledger_xchg_run(l->xchg, mine, bytes, l->timeout_s, judge, l, text, cap,
+                                     &verdict);
+        if (xrc == DT_OK && (verdict == DT_LEDGER_DIVERGED || verdict == DT_LEDGER_QUIET))
             v = verdict == DT_LEDGER_QUIET ? -1 : verdict;
+        else if (xrc != DT_OK && !failed)
+            v = -1; /* not compared, and nothing failed in the communicator here */
+        else if (xrc != DT_OK)
+            own_last(l->ledger, text, cap);
     }
     free(mine);
     if (saved)

@@ -14,7 +14,9 @@
 #  - a rank killed (DTRAIN_FAULT_KILL_AT_BACKWARD) under an external
 #    launcher: the survivors' ledgers agree, the line names the dead rank
 #    after the timeout and invents no divergence, and the last line is
-#    still the communicator's error naming the dead rank;
+#    still the communicator's error naming the dead rank; with rank 0
+#    (which compares) killed, the others say they could not compare and
+#    name their own last call, within about a second;
 #  - under dtrain's launcher a killed rank is named as before, with no
 #    divergence.
 # The comparison's cases one by one: unit.test_ledger.
@@ -123,6 +125,37 @@ for r in 0 1; do
 done
 if [ "$took" -lt 15000 ]; then ok "killed: over in $took ms (the exchange waits at most the 3 s timeout)"
 else bad "killed: took $took ms"; fi
+
+# rank 0, which compares, killed: the others say so within about a
+# second and name their own last call; no divergence
+job="ledger0$$"
+t0=$(date +%s%N)
+pids=()
+for r in 0 1 2; do
+  if [ $r = 0 ]; then export DTRAIN_FAULT_KILL_AT_BACKWARD=2:0; fi
+  DTRAIN_RANK=$r DTRAIN_WORLD_SIZE=3 DTRAIN_LOCAL_RANK=$r DTRAIN_LOCAL_SIZE=3 \
+    DTRAIN_JOB_ID=$job "$bin" run s.toml --set train.global_batch=6 --set run.name=killed0 \
+    --set launch.timeout=30 \
+    >"z$r.log" 2>&1 &
+  pids+=($!)
+  unset DTRAIN_FAULT_KILL_AT_BACKWARD
+done
+codes=""
+for p in "${pids[@]}"; do set +e; { wait "$p"; } 2>/dev/null; codes="$codes $?"; set -e; done
+took=$(ms)
+if [ "$codes" = " 137 1 1" ]; then ok "rank 0 killed: the others exit 1"
+else bad "rank 0 killed: exit codes$codes, expected 137 1 1" "$(cat z1.log z2.log)"; fi
+for r in 1 2; do
+  out=$(cat "z$r.log")
+  expect_out "rank 0 killed: rank $r says the ledgers were not compared" \
+    "[rank $r] ledger: not compared: rank 0, which compares the ledgers, is gone; this rank's last: all_reduce(f32, 1, avg, world group) #10 at step 2"
+  case "$(tail -n 1 "z$r.log")" in
+    *"dtrain run: error: "*"rank 0 (pid "*") died") ok "rank 0 killed: rank $r's last line is the error" ;;
+    *) bad "rank 0 killed: rank $r's last line" "$out" ;;
+  esac
+done
+if [ "$took" -lt 15000 ]; then ok "rank 0 killed: over in $took ms (not the 30 s timeout)"
+else bad "rank 0 killed: took $took ms"; fi
 
 # under dtrain's launcher the survivors are stopped; the dead rank is named
 export DTRAIN_FAULT_KILL_AT_BACKWARD=2:0

@@ -493,7 +493,7 @@ static void exchange(int n, int absent, int dead, double timeout_s, char lines[]
                 pause(); /* stuck outside the communicator until killed */
             if (r != 0 && dead == 0)
                 usleep(200 * 1000); /* rank 0 is gone by then */
-            char mine[8], text[256] = "", line[300];
+            char mine[16], text[256] = "", line[300];
             snprintf(mine, sizeof mine, "L%d", r);
             int verdict = 0;
             int rc = dt_ledger_xchg_run(x, mine, strlen(mine), timeout_s, judge, NULL, text,

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "util/error.h"
 #include "util/log.h"
@@ -107,9 +108,16 @@ int dt_run_ledger_judge(dt_run_ledger_t *l, int rc, char *text, size_t cap)
         snprintf(text, cap, "ledger: not compared (out of memory)");
     } else {
         size_t bytes = dt_ledger_encode(l->ledger, mine, DT_LEDGER_BLOB_MAX);
-        int verdict = -1;
+        int verdict = -1, order = 0;
         int xrc = dt_ledger_xchg_run(l->xchg, mine, bytes, l->timeout_s, judge, l, text, cap,
-                                     &verdict);
+                                     &verdict, &order);
+        /* the exchange ends every rank at once; the launcher names the
+         * first rank to end, which should be the one that failed first
+         * (within its DT_LAUNCH_REPORT_S the others end unprompted) */
+        if (xrc == DT_OK && order > 0) {
+            struct timespec nap = {0, DT_LEDGER_LATER_MS * 1000000L};
+            nanosleep(&nap, NULL);
+        }
         if (xrc == DT_OK && (verdict == DT_LEDGER_DIVERGED || verdict == DT_LEDGER_QUIET))
             v = verdict == DT_LEDGER_QUIET ? -1 : verdict;
         else if (xrc != DT_OK && !failed)

@@ -19,6 +19,10 @@
 #include "launch/world.h"
 #include "setup/resolve.h"
 
+/* After the exchange, how long a rank that did not fail first waits before
+ * it ends (less than the launcher's DT_LAUNCH_REPORT_S). */
+#define DT_LEDGER_LATER_MS 200
+
 typedef struct dt_run_ledger {
     dt_ledger_t *ledger;
     dt_interpose_comm_t *ic;

@@ -2,9 +2,10 @@
  * core/launch/ledger_exchange.c - the ledger exchange of
  * ledger_exchange.h over an abstract Unix socket.
  *
- * A rank sends one frame: magic, its rank, the length, its bytes (all
- * 32-bit little-endian).  Rank 0 answers each with the verdict, the
- * length and the line.  Rank 0 serves every connection from one poll loop, so a rank that
+ * A rank sends one frame: magic, its rank, the length, when it began to
+ * exchange (CLOCK_MONOTONIC, ns, 64 bits), its bytes (little-endian).
+ * Rank 0 answers each with the verdict, how many ranks began before it,
+ * the length and the line.  Rank 0 serves every connection from one poll loop, so a rank that
  * connects and stays silent only runs out the deadline; lengths from the
  * socket are checked before a byte of the body is read.
  */
@@ -27,6 +28,7 @@
 #define XCHG_MAGIC 0x58474c44u /* "DLGX" */
 #define CONNECT_S 1.0          /* how long a refused connect is retried */
 #define ANSWER_S 2.0           /* rank 0's answer to each rank */
+#define HDR 20                 /* magic, rank, length, when it came (64 bits) */
 
 struct dt_ledger_xchg {
     int rank, size, single;  /* single: every rank on this node */
@@ -56,6 +58,15 @@ static void put32(uint8_t *p, uint32_t v)
 static uint32_t get32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get64(const uint8_t *p) { return get32(p) | (uint64_t)get32(p + 4) << 32; }
+
+/* CLOCK_MONOTONIC in ns: one clock for every process of a machine. */
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 int dt_ledger_xchg_open(const dt_world_t *w, dt_ledger_xchg_t **out)
@@ -144,7 +155,7 @@ static int same_user(int fd)
 
 typedef struct peer {
     int fd;
-    uint8_t hdr[12];
+    uint8_t hdr[HDR];
     size_t have;      /* header and body bytes read */
     int rank;         /* from the header; -1 before */
     uint32_t len;
@@ -165,12 +176,12 @@ static int peer_step(peer_t *p, int size)
     for (;;) {
         uint8_t *dst;
         size_t want;
-        if (p->have < 12) {
+        if (p->have < HDR) {
             dst = p->hdr + p->have;
-            want = 12 - p->have;
+            want = HDR - p->have;
         } else {
-            dst = p->body + (p->have - 12);
-            want = 12 + p->len - p->have;
+            dst = p->body + (p->have - HDR);
+            want = HDR + p->len - p->have;
         }
         if (want == 0)
             return 1;
@@ -180,7 +191,7 @@ static int peer_step(peer_t *p, int size)
         if (k < 0)
             return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
         p->have += (size_t)k;
-        if (p->have == 12) {
+        if (p->have == HDR) {
             uint32_t r = get32(p->hdr + 4);
             p->len = get32(p->hdr + 8);
             if (get32(p->hdr) != XCHG_MAGIC || r == 0 || r >= (uint32_t)size ||
@@ -193,8 +204,9 @@ static int peer_step(peer_t *p, int size)
 
 static int serve(dt_ledger_xchg_t *x, const void *mine, size_t bytes, double timeout_s,
                  dt_ledger_xchg_judge_fn judge, void *ctx, char *text, size_t cap,
-                 int *verdict)
+                 int *verdict, int *order)
 {
+    uint64_t t_mine = mono_ns();
     int n = x->size, maxp = 2 * n + 8;
     peer_t *peers = calloc((size_t)maxp, sizeof *peers);
     peer_t **from = calloc((size_t)n, sizeof *from); /* rank -> its whole frame */
@@ -262,16 +274,26 @@ static int serve(dt_ledger_xchg_t *x, const void *mine, size_t bytes, double tim
             sizes[r] = from[r]->len;
         }
     *verdict = judge(ctx, blobs, sizes, n, text, cap);
-    /* every rank that sent its ledger gets the line */
+    /* every rank that sent its ledger gets the line, and how many came
+     * before it (a rank that failed first should exit first: the launcher
+     * names the first rank that ends) */
     uint32_t tl = (uint32_t)strnlen(text, cap);
     double adl = mono_s() + ANSWER_S;
+    *order = 0;
+    for (int r = 1; r < n; r++)
+        *order += from[r] && get64(from[r]->hdr + 12) < t_mine;
     for (int r = 1; r < n; r++) {
         if (!from[r])
             continue;
-        uint8_t len[8];
+        uint64_t t = get64(from[r]->hdr + 12);
+        uint32_t before = t_mine < t;
+        for (int q = 1; q < n; q++)
+            before += from[q] && q != r && get64(from[q]->hdr + 12) < t;
+        uint8_t len[12];
         put32(len, (uint32_t)*verdict);
-        put32(len + 4, tl);
-        if (io_all(from[r]->fd, len, 8, 1, adl) == 0)
+        put32(len + 4, before);
+        put32(len + 8, tl);
+        if (io_all(from[r]->fd, len, 12, 1, adl) == 0)
             (void)io_all(from[r]->fd, text, tl, 1, adl);
     }
     for (int i = 0; i < maxp; i++)
@@ -283,8 +305,9 @@ static int serve(dt_ledger_xchg_t *x, const void *mine, size_t bytes, double tim
 /* ---- the other ranks ---- */
 
 static int ask(dt_ledger_xchg_t *x, const void *mine, size_t bytes, double timeout_s,
-               char *text, size_t cap, int *verdict)
+               char *text, size_t cap, int *verdict, int *order)
 {
+    uint64_t t_mine = mono_ns();
     int fd = -1;
     double cdl = mono_s() + CONNECT_S;
     for (;;) {
@@ -310,16 +333,18 @@ static int ask(dt_ledger_xchg_t *x, const void *mine, size_t bytes, double timeo
     /* writes and reads below wait with a deadline, through poll */
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     double deadline = mono_s() + 2 * timeout_s + 5.0;
-    uint8_t hdr[12], len[8];
+    uint8_t hdr[HDR], len[12];
     put32(hdr, XCHG_MAGIC);
     put32(hdr + 4, (uint32_t)x->rank);
     put32(hdr + 8, (uint32_t)bytes);
-    int rc = io_all(fd, hdr, 12, 1, deadline);
+    put32(hdr + 12, (uint32_t)t_mine);
+    put32(hdr + 16, (uint32_t)(t_mine >> 32));
+    int rc = io_all(fd, hdr, HDR, 1, deadline);
     if (rc == 0)
         rc = io_all(fd, (void *)mine, bytes, 1, deadline);
     if (rc == 0)
-        rc = io_all(fd, len, 8, 0, deadline);
-    uint32_t tl = rc == 0 ? get32(len + 4) : 0;
+        rc = io_all(fd, len, 12, 0, deadline);
+    uint32_t tl = rc == 0 ? get32(len + 8) : 0;
     if (rc == 0 && (tl >= cap || io_all(fd, text, tl, 0, deadline) != 0))
         rc = -1;
     int timed_out = rc != 0 && errno == ETIMEDOUT;
@@ -332,14 +357,16 @@ static int ask(dt_ledger_xchg_t *x, const void *mine, size_t bytes, double timeo
     }
     text[tl] = '\0';
     *verdict = (int)get32(len);
+    *order = (int)get32(len + 4);
     return DT_OK;
 }
 
 int dt_ledger_xchg_run(dt_ledger_xchg_t *x, const void *mine, size_t bytes, double timeout_s,
                        dt_ledger_xchg_judge_fn judge, void *ctx, char *text, size_t cap,
-                       int *verdict)
+                       int *verdict, int *order)
 {
     *verdict = -1;
+    *order = 0;
     if (cap)
         text[0] = '\0';
     if (!x || x->size < 2 || !x->single || bytes > DT_LEDGER_XCHG_MAX || cap < 64) {
@@ -350,6 +377,6 @@ int dt_ledger_xchg_run(dt_ledger_xchg_t *x, const void *mine, size_t bytes, doub
         return dt_err_set(DT_ERR_UNSUPPORTED, "ledger exchange: not supported here");
     }
     if (x->rank == 0)
-        return serve(x, mine, bytes, timeout_s, judge, ctx, text, cap, verdict);
-    return ask(x, mine, bytes, timeout_s, text, cap, verdict);
+        return serve(x, mine, bytes, timeout_s, judge, ctx, text, cap, verdict, order);
+    return ask(x, mine, bytes, timeout_s, text, cap, verdict, order);
 }

@@ -48,13 +48,15 @@ typedef int (*dt_ledger_xchg_judge_fn)(void *ctx, const uint8_t *const *blobs,
                                        const size_t *sizes, int n, char *text, size_t cap);
 
 /* Hand `mine` (at most DT_LEDGER_XCHG_MAX bytes) over and get the line
- * into text and the judge's verdict into *verdict.  Rank 0 runs `judge`
- * (with its own bytes as blobs[0]).  DT_OK, or DT_ERR_UNSUPPORTED /
- * DT_ERR_REMOTE / DT_ERR_TIMEOUT with text saying why no line came
- * ("rank 0, which compares the ledgers, is gone"). */
+ * into text, the judge's verdict into *verdict, and into *order how many
+ * of the ranks that took part began to exchange before this one (0: it
+ * failed first; the clock is the machine's, CLOCK_MONOTONIC).  Rank 0
+ * runs `judge` (with its own bytes as blobs[0]).  DT_OK, or
+ * DT_ERR_UNSUPPORTED / DT_ERR_REMOTE / DT_ERR_TIMEOUT with text saying
+ * why no line came ("rank 0, which compares the ledgers, is gone"). */
 int dt_ledger_xchg_run(dt_ledger_xchg_t *x, const void *mine, size_t bytes, double timeout_s,
                        dt_ledger_xchg_judge_fn judge, void *ctx, char *text, size_t cap,
-                       int *verdict);
+                       int *verdict, int *order);
 
 /* Stop listening and free; NULL is a no-op. */
 void dt_ledger_xchg_close(dt_ledger_xchg_t *x);

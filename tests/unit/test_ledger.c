@@ -14,7 +14,8 @@
  *    divergences at one step the wider group's is named;
  *  - the hooks over the comm interposer (a fake comm): init's group is the
  *    world, a split's key is the same on every member, failures are noted;
- *  - the exchange between forked ranks: every rank gets rank 0's line; a
+ *  - the exchange between forked ranks: every rank gets rank 0's line
+ *    and how many ranks began to exchange before it; a
  *    rank that never comes is reported after the timeout; with rank 0
  *    gone a rank says so within about a second.
  */
@@ -466,10 +467,11 @@ static double now_s(void)
 }
 
 /* Ranks 0..n-1 of job `job` (all on this node); rank `absent` never
- * comes, rank `dead` is gone before anyone exchanges.  Each child writes
- * "rc verdict text" into a pipe; lines[r] gets them. */
-static void exchange(int n, int absent, int dead, double timeout_s, char lines[][256],
-                     double *secs)
+ * comes, rank `dead` is gone before anyone exchanges, rank r begins after
+ * r x stagger_ms.  Each child writes "rc verdict order text" into a pipe;
+ * lines[r] gets them. */
+static void exchange(int n, int absent, int dead, int stagger_ms, double timeout_s,
+                     char lines[][256], double *secs)
 {
     char job[64];
     snprintf(job, sizeof job, "ledger-test-%d-%d", (int)getpid(), absent * 10 + dead);
@@ -493,12 +495,13 @@ static void exchange(int n, int absent, int dead, double timeout_s, char lines[]
                 pause(); /* stuck outside the communicator until killed */
             if (r != 0 && dead == 0)
                 usleep(200 * 1000); /* rank 0 is gone by then */
+            usleep((useconds_t)(r * stagger_ms * 1000));
             char mine[16], text[256] = "", line[300];
             snprintf(mine, sizeof mine, "L%d", r);
-            int verdict = 0;
+            int verdict = 0, order = -1;
             int rc = dt_ledger_xchg_run(x, mine, strlen(mine), timeout_s, judge, NULL, text,
-                                        sizeof text, &verdict);
-            int k = snprintf(line, sizeof line, "%d %d %s", rc, verdict, text);
+                                        sizeof text, &verdict, &order);
+            int k = snprintf(line, sizeof line, "%d %d %d %s", rc, verdict, order, text);
             if (write(p[r][1], line, (size_t)k) != k)
                 _exit(4);
             dt_ledger_xchg_close(x);
@@ -524,10 +527,14 @@ static void test_exchange(void **state)
     (void)state;
     char lines[8][256];
     double secs;
-    /* everyone: each rank gets rank 0's line and verdict */
-    exchange(3, -1, -1, 5.0, lines, &secs);
-    for (int r = 0; r < 3; r++)
-        assert_string_equal(lines[r], "0 7 got 0:L0 1:L1 2:L2");
+    /* everyone: each rank gets rank 0's line and verdict, and how many
+     * began before it */
+    exchange(3, -1, -1, 100, 5.0, lines, &secs);
+    for (int r = 0; r < 3; r++) {
+        char want[64];
+        snprintf(want, sizeof want, "0 7 %d got 0:L0 1:L1 2:L2", r);
+        assert_string_equal(lines[r], want);
+    }
     assert_true(secs < 4.0);
 }
 
@@ -536,9 +543,9 @@ static void test_exchange_rank_absent(void **state)
     (void)state;
     char lines[8][256];
     double secs;
-    exchange(3, 2, -1, 0.5, lines, &secs);
-    assert_string_equal(lines[0], "0 7 got 0:L0 1:L1 2:-");
-    assert_string_equal(lines[1], "0 7 got 0:L0 1:L1 2:-");
+    exchange(3, 2, -1, 100, 0.5, lines, &secs);
+    assert_string_equal(lines[0], "0 7 0 got 0:L0 1:L1 2:-");
+    assert_string_equal(lines[1], "0 7 1 got 0:L0 1:L1 2:-");
     assert_string_equal(lines[2], "");
     assert_true(secs >= 0.5 && secs < 4.0);
 }
@@ -548,9 +555,9 @@ static void test_exchange_rank0_gone(void **state)
     (void)state;
     char lines[8][256];
     double secs;
-    exchange(3, -1, 0, 30.0, lines, &secs);
+    exchange(3, -1, 0, 0, 30.0, lines, &secs);
     char want[200];
-    snprintf(want, sizeof want, "%d -1 ledger: not compared: rank 0, which compares the "
+    snprintf(want, sizeof want, "%d -1 0 ledger: not compared: rank 0, which compares the "
              "ledgers, is gone", DT_ERR_REMOTE);
     assert_string_equal(lines[1], want);
     assert_string_equal(lines[2], want);
@@ -565,9 +572,9 @@ static void test_exchange_not_on_several_nodes(void **state)
     dt_ledger_xchg_t *x = NULL;
     assert_ok(dt_ledger_xchg_open(&w, &x));
     char text[200];
-    int verdict = 0;
+    int verdict = 0, order = 0;
     assert_int_equal(dt_ledger_xchg_run(x, "a", 1, 1.0, judge, NULL, text, sizeof text,
-                                        &verdict),
+                                        &verdict, &order),
                      DT_ERR_UNSUPPORTED);
     assert_string_equal(text, "ledger: not compared (the ranks span several nodes: not "
                               "supported yet)");

@@ -65,7 +65,8 @@ static int judge(void *ctx, const uint8_t *const *blobs, const size_t *sizes, in
 }
 
 /* "; this rank's last: all_reduce(f32, 4096, sum, world group) #12 at
- * step 5", for a line whose ledgers were not compared. */
+ * step 5" (a point-to-point call has no number), for a line whose
+ * ledgers were not compared. */
 static void own_last(const dt_ledger_t *l, char *text, size_t cap)
 {
     uint8_t *blob = malloc(DT_LEDGER_BLOB_MAX);
@@ -74,9 +75,7 @@ static void own_last(const dt_ledger_t *l, char *text, size_t cap)
     if (n && dt_ledger_decode(blob, n, v) == DT_OK) {
         for (uint32_t i = v->n_entries; i-- > 0;) {
             const dt_ledger_entry_t *e = &v->entries[i];
-            if (!e->seq)
-                continue;
-            char gname[64], call[320];
+            char gname[64], call[320], num[32] = "";
             int32_t size = -1;
             for (uint32_t g = 0; g < v->n_groups; g++)
                 if (v->groups[g].key == e->group)
@@ -86,9 +85,11 @@ static void own_last(const dt_ledger_t *l, char *text, size_t cap)
             else
                 snprintf(gname, sizeof gname, "a group of %d ranks", (int)size);
             dt_ledger_call_text(e, gname, call, sizeof call);
+            if (e->seq)
+                snprintf(num, sizeof num, " #%llu", (unsigned long long)e->seq);
             size_t k = strlen(text);
-            snprintf(text + k, cap - k, "; this rank's last: %s #%llu at step %lld", call,
-                     (unsigned long long)e->seq, (long long)e->step);
+            snprintf(text + k, cap - k, "; this rank's last: %s%s at step %lld", call, num,
+                     (long long)e->step);
             break;
         }
     }

@@ -505,25 +505,26 @@ static found_t diverge_in(const dt_ledger_view_t *const *views, int n, uint32_t 
     return f;
 }
 
-/* " (rank 0's last: all_reduce(...) #41 at step 5)" */
+/* " (rank 0's last: all_reduce(...) #41 at step 5)"; a point-to-point
+ * call has no number */
 static void last_text(text_t *t, const dt_ledger_view_t *const *views, int n)
 {
     for (int r = 0; r < n; r++) {
         if (!views[r])
             continue;
-        for (uint32_t i = views[r]->n_entries; i-- > 0;) {
-            const dt_ledger_entry_t *e = &views[r]->entries[i];
-            if (!e->seq)
-                continue;
-            char gn[200], call[320];
-            group_name(views, n, e->group, gn, sizeof gn);
-            dt_ledger_call_text(e, gn, call, sizeof call);
-            add(t, " (rank %d's last: %s #%llu", r, call, (unsigned long long)e->seq);
-            where_text(t, e);
-            add(t, ")");
+        if (!views[r]->n_entries) {
+            add(t, " (rank %d issued no call)", r);
             return;
         }
-        add(t, " (none issued a collective)");
+        const dt_ledger_entry_t *e = &views[r]->entries[views[r]->n_entries - 1];
+        char gn[200], call[320];
+        group_name(views, n, e->group, gn, sizeof gn);
+        dt_ledger_call_text(e, gn, call, sizeof call);
+        add(t, " (rank %d's last: %s", r, call);
+        if (e->seq)
+            add(t, " #%llu", (unsigned long long)e->seq);
+        where_text(t, e);
+        add(t, ")");
         return;
     }
 }

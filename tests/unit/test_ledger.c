@@ -252,6 +252,26 @@ static void test_missing_rank_invents_nothing(void **state)
     free_all(l, 4);
 }
 
+/* Point-to-point calls are kept, never compared, and may be the last. */
+static void test_p2p_not_compared(void **state)
+{
+    (void)state;
+    dt_ledger_t *l[2];
+    world(l, 2);
+    for (int r = 0; r < 2; r++) {
+        calls(l[r], handles[r], 3, 16, 4);
+        dt_crash_set_phase("training", 4);
+        dt_ledger_entry_t e = {.count = 16, .peer = 1 - r, .dtype = DT_F32, .reduce_op = -1,
+                               .slot = (uint8_t)(r == 0 ? DT_ICOMM_SEND : DT_ICOMM_RECV)};
+        dt_ledger_record(l[r], handles[r], 0, &e);
+    }
+    char out[1024];
+    assert_int_equal(compare(l, 2, -1, out, sizeof out), DT_LEDGER_QUIET);
+    assert_string_equal(out, "ledger: ranks 0, 1 issued the same calls (rank 0's last: "
+                             "send(f32, 16, peer 1, world group) at step 4)");
+    free_all(l, 2);
+}
+
 static void test_wrapped_rings(void **state)
 {
     (void)state;
@@ -592,6 +612,7 @@ int main(void)
         cmocka_unit_test(test_first_divergence_named),
         cmocka_unit_test(test_missing_call_named),
         cmocka_unit_test(test_missing_rank_invents_nothing),
+        cmocka_unit_test(test_p2p_not_compared),
         cmocka_unit_test(test_wrapped_rings),
         cmocka_unit_test(test_split_group_named),
         cmocka_unit_test(test_wider_group_first),

@@ -45,6 +45,8 @@
 #include "cli/cli_launch.h"
 #include "launch/launcher.h"
 #include "launch/rendezvous.h"
+#include "interpose/interpose.h"
+#include "interpose/ledger.h"
 #include "setup/resolve.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -65,6 +67,7 @@ typedef struct bench_opts {
     int warmup;
     int bind;  /* pin local rank i to the i-th usable CPU (mpirun's default) */
     int sym;   /* all_reduce in place on the comm's symmetric memory */
+    int ledger; /* through the collective ledger's interposer, as `dtrain run` */
     double timeout_s;
     const char *comm;
     const char *device; /* NULL: run.device */
@@ -76,7 +79,7 @@ void dt_help_bench(FILE *f)
     fprintf(f,
             "usage: dtrain bench comm [--op OP] [--nproc N] [--sizes MIN:MAX] [--dtype T]\n"
             "                         [--redop R] [--comm NAME] [--device NAME] [--iters N]\n"
-            "                         [--warmup N] [--timeout S] [--bind] [--sym]\n"
+            "                         [--warmup N] [--timeout S] [--bind] [--sym] [--ledger]\n"
             "                         [--set table.key=value ...]\n\n"
             "Time a comm plugin's collectives over N local ranks and print an nccl-tests\n"
             "style table (size, count, type, redop, time(us), algbw(GB/s), busbw(GB/s),\n"
@@ -101,6 +104,8 @@ void dt_help_bench(FILE *f)
             "  --sym     the comm's symmetric memory (sym_alloc), where strategies keep\n"
             "            their gradients: all_reduce in place, reduce_scatter's send and\n"
             "            all_gather's recv there\n"
+            "  --ledger  call the plugin through the collective ledger's interposer, as\n"
+            "            `dtrain run` always does (what it costs: compare with and without)\n"
             "  --set     plugin keys, e.g. --set shm.spin_us=200\n\n"
             "busbw = algbw x 2(n-1)/n (all_reduce), (n-1)/n (all_gather, reduce_scatter),\n"
             "1 (broadcast, reduce, sendrecv).\n"
@@ -447,7 +452,7 @@ static int bench_sizes(rank_ctx_t *x, void *a, void *b, int *any_wrong)
         }
         if (x->rank == 0) {
             double algbw = (double)size / agg_t * 1e-9;
-            printf("%12llu %12llu %6s %6s %12.1f %12.2f %12.2f %8s\n",
+            printf("%12llu %12llu %6s %6s %12.2f %12.2f %12.2f %8s\n",
                    (unsigned long long)size, (unsigned long long)(size / es),
                    dt_dtype_name(o->dtype), redop_used(o->op) ? redop_names[o->redop] : "-",
                    agg_t * 1e6, algbw, algbw * busbw_factor(o->op, x->n),
@@ -554,6 +559,19 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
     rank_ctx_t x = {.o = o, .plugin = p, .ops = p->ops, .rank = world->rank,
                     .n = world->size, .pdev = r->plugin[DT_ROLE_DEVICE],
                     .dev_ops = r->plugin[DT_ROLE_DEVICE]->ops};
+    dt_ledger_t *ledger = NULL;
+    dt_interpose_comm_t *ic = NULL;
+    if (o->ledger) {
+        dt_interpose_hooks_t hooks;
+        if (!(ledger = dt_ledger_create(world->rank, world->size))) {
+            rc = DT_ERR_NOMEM;
+            goto out;
+        }
+        hooks = dt_interpose_ledger_hooks(ledger);
+        if ((rc = dt_interpose_comm_create(x.ops, &hooks, &ic)))
+            goto out;
+        x.ops = dt_interpose_comm_ops(ic);
+    }
     if ((rc = open_device(&x, world)))
         goto out;
     if (o->sym && x.dev_mem) {
@@ -606,12 +624,13 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
         rc = alloc_bufs(&x, a_elems * es + 64, b_elems * es + 64, &a, &b);
     if (rc == DT_OK) {
         if (x.rank == 0) {
-            printf("# dtrain bench comm: %s%s, %d rank%s%s, comm %s, device %s, %s%s%s, "
+            printf("# dtrain bench comm: %s%s, %d rank%s%s, comm %s%s, device %s, %s%s%s, "
                    "iters %s, warmup %d\n",
                    op_names[o->op],
                    !o->sym ? "" : o->op == OP_ALL_REDUCE ? " in place on symmetric memory"
                                                          : " on symmetric memory", x.n,
                    x.n == 1 ? "" : "s", o->bind ? " (bound to CPUs)" : "", p->name,
+                   o->ledger ? " (through the ledger)" : "",
                    x.pdev->name, dt_dtype_name(o->dtype), redop_used(o->op) ? " " : "",
                    redop_used(o->op) ? redop_names[o->redop] : "", o->iters ? "fixed" : "auto",
                    o->warmup);
@@ -646,6 +665,8 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
 out:
     if (x.dev)
         x.dev_ops->finalize(x.dev);
+    dt_interpose_comm_destroy(ic);
+    dt_ledger_free(ledger);
     return rc;
 }
 
@@ -726,6 +747,10 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
         }
         if (!strcmp(a, "--sym")) {
             o->sym = 1;
+            continue;
+        }
+        if (!strcmp(a, "--ledger")) {
+            o->ledger = 1;
             continue;
         }
         const char *v = NULL;

@@ -18,6 +18,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_launch.h"
+#include "cli/run_ledger.h"
 #include "cli/run_profile.h"
 #include "cli/run_strict.h"
 #include "train/preflight.h"
@@ -58,7 +59,12 @@ void dt_help_run(FILE *f)
             "command starts N ranks of itself on this machine and relays their output,\n"
             "each line prefixed \"[rank R] \".  Ctrl-C/SIGTERM/SIGHUP are passed on to\n"
             "every rank; when one rank fails the others are stopped (SIGTERM, then\n"
-            "SIGKILL after %.0f s) and the last line names it.  nproc may be at most %d\n"
+            "SIGKILL after %.0f s) and the last line names it.  When a collective fails\n"
+            "(a timeout, a peer gone, ranks that disagree), the ranks on this machine\n"
+            "compare the last 64 communicator calls each issued (the collective ledger)\n"
+            "and every rank's last line names the first call where they differ:\n"
+            "\"ledger: rank 3 issued all_gather(...) #41 at step 41, unit 7 while ranks\n"
+            "0-2 issued reduce_scatter(...) #41 ...\".  nproc may be at most %d\n"
             "per CPU this process may use.  Started by torchrun (RANK, WORLD_SIZE,\n"
             "LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), mpirun\n"
             "(OMPI_COMM_WORLD_*) or dtrain itself (DTRAIN_RANK, DTRAIN_WORLD_SIZE, ...),\n"
@@ -191,8 +197,15 @@ int dt_cmd_run(int argc, char **argv)
         dt_log_set_rank(plan.world.rank);
         setvbuf(stdout, NULL, _IOLBF, 0);
     }
+    /* the ledger is the innermost interposer (the calls the plugin got);
+     * after a failed collective its line comes last when it names a
+     * divergence, since the launcher quotes a failed rank's last line */
+    dt_run_ledger_t ledger = {0};
+    char verdict[2048];
+    int v = -1;
     if (rc == DT_OK && (rc = dt_resolve_rest(&r, NULL)) == DT_OK &&
         (rc = install_crash_handler(&r, plan.world.rank)) == DT_OK &&
+        (rc = dt_run_ledger_begin(&ledger, &r, &plan.world)) == DT_OK &&
         (rc = dt_run_strict_begin(&strict, &r)) == DT_OK) {
         if ((rc = dt_run_profile_begin(&prof, &r)) == DT_OK) {
             dt_train_opts_t o = {.metrics_path = vals[0]};
@@ -200,8 +213,14 @@ int dt_cmd_run(int argc, char **argv)
             dt_run_profile_end(&prof, plan.world.rank);
         }
         dt_run_strict_end(&strict, plan.world.rank);
+        v = dt_run_ledger_judge(&ledger, rc, verdict, sizeof verdict);
     }
+    dt_run_ledger_end(&ledger);
+    if (v == DT_LEDGER_AGREE)
+        fprintf(stderr, "%s%s\n", dt_cli_rank_prefix(), verdict);
     ec = rc ? dt_cli_fail("run", rc) : DT_EXIT_OK;
+    if (v == DT_LEDGER_DIVERGED)
+        fprintf(stderr, "%s%s\n", dt_cli_rank_prefix(), verdict);
     dt_resolved_free(&r);
     return ec;
 }

@@ -68,7 +68,10 @@
  * `dtrain run --strict-device` gives one set of hooks (the strict device
  * checks below) to both interposers of a rank: the device's calls feed
  * the allocation table the comm's calls are checked against
- * (core/cli/run_strict.c).
+ * (core/cli/run_strict.c).  And every `dtrain run` gives its comm
+ * plugin's innermost interposer the collective ledger's hooks (below;
+ * core/cli/run_ledger.c), which record each call the plugin gets so the
+ * ranks can name the first call where they differ when a collective fails.
  *
  * Thread safety: the interposer adds none of its own constraints.  Hooks
  * are called on the caller's thread, concurrently when the plugin's calls
@@ -137,6 +140,10 @@ typedef struct dt_interpose_hooks {
     /* After the slot: `status` is what the caller gets, `elapsed_ns` the
      * plugin's time (0 when the failure was injected). */
     void (*after)(void *ctx, const dt_interpose_call_t *call, int status, uint64_t elapsed_ns);
+    /* Nonzero: the hooks have no use for the time, so the interposer reads
+     * no clock around the plugin's call (two reads fewer per call: the
+     * ledger, which is always on) and `after` gets elapsed_ns 0. */
+    int untimed;
 } dt_interpose_hooks_t;
 
 /* Monotonic clock the interposers time calls with, nanoseconds. */
@@ -205,6 +212,18 @@ dt_interpose_hooks_t dt_interpose_strict_hooks(dt_interpose_strict_t *s);
 void dt_interpose_strict_print(dt_interpose_strict_t *s, FILE *f, const char *title);
 void dt_interpose_strict_free(dt_interpose_strict_t *s);
 
+/* ---- the collective ledger: hooks for the comm interposer -------------- */
+
+/* Record every collective and point-to-point call of a process's
+ * communicator into `ledger` (core/interpose/ledger.h): the groups init
+ * and split make, each call with its group's number, and the first
+ * failure of a call that moves data or waits for it.  Injects nothing
+ * (but see DTRAIN_FAULT_DIVERGE in interpose_ledger.c, test builds only).
+ * `dtrain run` gives these hooks to the innermost comm interposer of every
+ * run (core/cli/run_ledger.c). */
+struct dt_ledger;
+dt_interpose_hooks_t dt_interpose_ledger_hooks(struct dt_ledger *ledger);
+
 /* ------------------------------------------------------------------ comm */
 
 /* The comm table's slots in field order, as X(ENUM, field, DT_ICALL_*). */
@@ -266,6 +285,8 @@ typedef struct dt_interpose_comm_call {
                                * unknown */
     const char *text;         /* abort: the reason; init, cleanup_job: the
                                * job id */
+    dt_comm_t *new_comm;      /* init, split, in `after`: the plugin's
+                               * handle of the group made (NULL: none) */
 } dt_interpose_comm_call_t;
 
 typedef struct dt_interpose_comm dt_interpose_comm_t;

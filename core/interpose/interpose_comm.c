@@ -169,14 +169,14 @@ static int call_enter(ic_call_t *x)
     if (rc != DT_OK && x->reqp)
         *x->reqp = NULL;
     x->called = rc == DT_OK;
-    x->t0 = dt_interpose_now_ns();
+    x->t0 = x->ic->hooks.untimed ? 0 : dt_interpose_now_ns();
     return rc;
 }
 
 /* The after hook, with the status the caller gets. */
 static int call_leave(ic_call_t *x, int rc)
 {
-    uint64_t elapsed = x->called ? dt_interpose_now_ns() - x->t0 : 0;
+    uint64_t elapsed = x->called && !x->ic->hooks.untimed ? dt_interpose_now_ns() - x->t0 : 0;
     if (rc == DT_OK && x->reqp && *x->reqp) {
         x->k.req = *x->reqp;
         if (x->g)
@@ -301,7 +301,7 @@ static int ic_init(dt_interpose_comm_t *ic, const dt_host_t *host, const dt_comm
     if (rc == DT_OK && inner) {
         rc = wrap(ic, host, x.k.base.rank, inner, out);
         if (rc == DT_OK) {
-            x.k.comm = inner;
+            x.k.comm = x.k.new_comm = inner;
             x.k.group_rank = (*out)->rank;
             x.k.group_size = (*out)->size;
         }
@@ -383,8 +383,11 @@ static int ic_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
     int rc = call_enter(&x);
     if (rc == DT_OK)
         rc = c->ic->inner->split(c->inner, color, key, out ? &inner : NULL);
-    if (rc == DT_OK && inner)
+    if (rc == DT_OK && inner) {
         rc = wrap(c->ic, c->host, c->world_rank, inner, out);
+        if (rc == DT_OK)
+            x.k.new_comm = inner;
+    }
     return call_leave(&x, rc);
 }
 

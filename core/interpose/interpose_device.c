@@ -145,7 +145,7 @@ static int call_enter(id_call_t *x)
             *x->out_event = NULL;
     }
     x->called = rc == DT_OK;
-    x->t0 = dt_interpose_now_ns();
+    x->t0 = x->id->hooks.untimed ? 0 : dt_interpose_now_ns();
     return rc;
 }
 
@@ -155,7 +155,7 @@ static int call_leave(id_call_t *x, int rc)
 {
     if (x->called && x->sync && rc == DT_OK)
         rc = x->id->inner->stream_sync(x->d->inner, x->k.stream);
-    uint64_t elapsed = x->called ? dt_interpose_now_ns() - x->t0 : 0;
+    uint64_t elapsed = x->called && !x->id->hooks.untimed ? dt_interpose_now_ns() - x->t0 : 0;
     if (rc == DT_OK) {
         if (x->out_ptr)
             x->k.ptr = *x->out_ptr;

@@ -67,6 +67,14 @@ void dt_crash_set_unit(int64_t u, const char *name)
     atomic_store_explicit(&unit, u, RELAXED);
 }
 
+void dt_crash_where(dt_crash_where_t *out)
+{
+    out->phase = atomic_load_explicit(&phase, RELAXED);
+    out->step = atomic_load_explicit(&step, RELAXED);
+    out->micro = atomic_load_explicit(&micro, RELAXED);
+    out->unit = atomic_load_explicit(&unit, RELAXED);
+}
+
 void dt_crash_enter(const char *kind, const char *name, const char *method)
 {
     int d = atomic_load_explicit(&depth, RELAXED);

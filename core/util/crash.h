@@ -61,6 +61,16 @@ void dt_crash_set_phase(const char *phase, int64_t step);
 void dt_crash_set_micro(int64_t micro);
 void dt_crash_set_unit(int64_t unit, const char *unit_name);
 
+/* The context as the setters above left it, for others that report where
+ * the run was (the collective ledger, core/interpose/ledger.h): four
+ * relaxed loads, cheap enough for every collective.  phase NULL and step 0
+ * before any; micro and unit -1 when none. */
+typedef struct dt_crash_where {
+    const char *phase;
+    int64_t step, micro, unit;
+} dt_crash_where_t;
+void dt_crash_where(dt_crash_where_t *out);
+
 /* A call into plugin kind/name, method `method` begins / has returned.
  * Calls nest (a record of 4); the strings must outlive the call (a
  * plugin's name, string literals).  After the call the record keeps it

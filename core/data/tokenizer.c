@@ -758,7 +758,7 @@ static uint64_t heap_pop(uint64_t *h, size_t *n)
 
 static void push_pair(const dt_tokenizer_t *t, work_t *w, size_t *nh, uint32_t pos)
 {
-    uint32_t nx = w->nxt[pos], id;
+    uint32_t nx = w->nxt[pos], id = NO_ID;
     if (nx == NO_ID)
         return;
     uint32_t r = merge_find(t, w->id[pos], w->id[nx], &id);
@@ -797,7 +797,7 @@ static int bpe_piece(const dt_tokenizer_t *t, work_t *w, const unsigned char *p,
         push_pair(t, w, &nh, i);
     while (nh) {
         uint64_t top = heap_pop(w->heap, &nh);
-        uint32_t pos = (uint32_t)top, rank = (uint32_t)(top >> 32), nx = w->nxt[pos], id;
+        uint32_t pos = (uint32_t)top, rank = (uint32_t)(top >> 32), nx = w->nxt[pos], id = NO_ID;
         /* stale: the symbol was merged away or its pair changed since */
         if (w->id[pos] == NO_ID || nx == NO_ID ||
             merge_find(t, w->id[pos], w->id[nx], &id) != rank)

@@ -5,8 +5,8 @@
  *
  * Entries are "<unit name>/<state>" ("block.3/params", "embedding/exp_avg").
  */
-#ifndef DT_ENGINE_CKPT_H
-#define DT_ENGINE_CKPT_H
+#ifndef DT_CKPT_H
+#define DT_CKPT_H
 
 #include "config/settings.h"
 #include "dtrain/dtrain.h"
@@ -62,4 +62,4 @@ int dt_ckpt_model_sets(const dt_ckpt_reader_t *rd, const char *dir, char (*sets)
 int dt_ckpt_read_unit_params(dt_ckpt_reader_t *rd, const char *dir, const dt_model_desc_t *d,
                              uint32_t u, float *dst);
 
-#endif /* DT_ENGINE_CKPT_H */
+#endif /* DT_CKPT_H */

@@ -109,8 +109,8 @@
  * abort, finding and pruning) and ckpt_read.c (the reader); what they
  * share is in ckpt_internal.h.
  */
-#ifndef DT_ENGINE_CKPT_IO_H
-#define DT_ENGINE_CKPT_IO_H
+#ifndef DT_CKPT_IO_H
+#define DT_CKPT_IO_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -368,4 +368,4 @@ int dt_ckpt_verify(dt_ckpt_reader_t *r);
  * stored as decimal strings. */
 int dt_ckpt_json_add_u64(cJSON *obj, const char *key, uint64_t v);
 
-#endif /* DT_ENGINE_CKPT_IO_H */
+#endif /* DT_CKPT_IO_H */

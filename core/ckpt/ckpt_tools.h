@@ -8,8 +8,8 @@
  * whatever the model size.  Import, the way in, writes a checkpoint of a
  * model description its caller built.
  */
-#ifndef DT_ENGINE_CKPT_TOOLS_H
-#define DT_ENGINE_CKPT_TOOLS_H
+#ifndef DT_CKPT_TOOLS_H
+#define DT_CKPT_TOOLS_H
 
 #include <stdint.h>
 #include <stddef.h>
@@ -70,4 +70,4 @@ typedef struct dt_model dt_model_t;
  * in place (dt_ckpt_remove_others), with a warning. */
 int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root, int overwrite);
 
-#endif /* DT_ENGINE_CKPT_TOOLS_H */
+#endif /* DT_CKPT_TOOLS_H */

@@ -14,8 +14,8 @@
  *    layer_norm_epsilon 1e-5 and activation_function "gelu_new" (GELU's
  *    tanh approximation), which are what dtrain's GPT-2 computes.
  */
-#ifndef DT_ENGINE_HF_GPT2_H
-#define DT_ENGINE_HF_GPT2_H
+#ifndef DT_CKPT_HF_GPT2_H
+#define DT_CKPT_HF_GPT2_H
 
 #include "model/model.h"
 
@@ -57,4 +57,4 @@ int dt_hf_gpt2_config_write(const char *path, const dt_gpt2_shape_t *s);
  * "'<path>': \"<key>\" is <value>; <what dtrain computes>". */
 int dt_hf_gpt2_config_read(const char *path, dt_gpt2_shape_t *out);
 
-#endif /* DT_ENGINE_HF_GPT2_H */
+#endif /* DT_CKPT_HF_GPT2_H */

@@ -19,8 +19,8 @@
  * Reading checks the header once and then reads any tensor's bytes by
  * pread, so memory is the caller's buffers.
  */
-#ifndef DT_ENGINE_SAFETENSORS_H
-#define DT_ENGINE_SAFETENSORS_H
+#ifndef DT_CKPT_SAFETENSORS_H
+#define DT_CKPT_SAFETENSORS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -95,4 +95,4 @@ const dt_safetensors_tensor_t *dt_safetensors_find(const dt_safetensors_reader_t
 int dt_safetensors_read(dt_safetensors_reader_t *r, const dt_safetensors_tensor_t *t,
                         uint64_t first, uint64_t n, void *dst);
 
-#endif /* DT_ENGINE_SAFETENSORS_H */
+#endif /* DT_CKPT_SAFETENSORS_H */

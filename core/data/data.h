@@ -23,8 +23,8 @@
  * accumulation, which is what makes DDP equivalence testable.  The only
  * state is the step number, so resuming needs nothing else.
  */
-#ifndef DT_ENGINE_DATA_H
-#define DT_ENGINE_DATA_H
+#ifndef DT_DATA_H
+#define DT_DATA_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -145,4 +145,4 @@ int dt_data_eval_fill(const dt_dataset_t *ds, uint32_t seq_len,
                       uint32_t dp_size, int32_t *inputs /* (B, T) */,
                       int32_t *targets /* (B, T) */);
 
-#endif /* DT_ENGINE_DATA_H */
+#endif /* DT_DATA_H */

@@ -27,8 +27,8 @@
  * hold only letters, digits, '.', '_' and '-' (other characters become
  * '_').
  */
-#ifndef DT_ENGINE_WORLD_H
-#define DT_ENGINE_WORLD_H
+#ifndef DT_LAUNCH_WORLD_H
+#define DT_LAUNCH_WORLD_H
 
 #include "config/settings.h"
 
@@ -63,4 +63,4 @@ int dt_world_from_launcher(const dt_world_t *w);
 /* Replace every character of a job id outside [A-Za-z0-9._-] with '_'. */
 void dt_world_sanitize_job_id(char *s);
 
-#endif /* DT_ENGINE_WORLD_H */
+#endif /* DT_LAUNCH_WORLD_H */

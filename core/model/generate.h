@@ -9,8 +9,8 @@
  * new token runs one position through every layer (its attention reads
  * the cache), so a token costs one position whatever came before it.
  */
-#ifndef DT_ENGINE_GENERATE_H
-#define DT_ENGINE_GENERATE_H
+#ifndef DT_MODEL_GENERATE_H
+#define DT_MODEL_GENERATE_H
 
 #include <stdint.h>
 
@@ -81,4 +81,4 @@ int dt_generate(dt_decoder_t *d, dt_pick_t *p, const int32_t *prompt, int64_t n_
                 int64_t n_new, int32_t *out, void (*emit)(void *arg, int32_t token),
                 void *arg);
 
-#endif /* DT_ENGINE_GENERATE_H */
+#endif /* DT_MODEL_GENERATE_H */

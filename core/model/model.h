@@ -27,8 +27,8 @@
  * weights (desc.param_dtype), f32 gradients.  Gradients and the
  * optimizer's master copy are f32.
  */
-#ifndef DT_ENGINE_MODEL_H
-#define DT_ENGINE_MODEL_H
+#ifndef DT_MODEL_H
+#define DT_MODEL_H
 
 #include <stdint.h>
 
@@ -398,4 +398,4 @@ void dt_model_unit_flops(const dt_model_t *m, int64_t T, double *out);
  * plus attention's for GPT-2. */
 double dt_model_flops_per_token(const dt_model_t *m, int64_t T);
 
-#endif /* DT_ENGINE_MODEL_H */
+#endif /* DT_MODEL_H */

@@ -12,8 +12,8 @@
  * hooks.  `forward` passes each kernel's output to dt_model_probe, which
  * does nothing except inside dt_model_find_nonfinite.
  */
-#ifndef DT_ENGINE_MODEL_ARCH_H
-#define DT_ENGINE_MODEL_ARCH_H
+#ifndef DT_MODEL_ARCH_H
+#define DT_MODEL_ARCH_H
 
 #include "model/model.h"
 #include "util/error.h" /* DT_TRY_UNIT */
@@ -307,4 +307,4 @@ int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t hea
 int dt_model_loss_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head,
                            void *dlogits, float loss_scale);
 
-#endif /* DT_ENGINE_MODEL_ARCH_H */
+#endif /* DT_MODEL_ARCH_H */

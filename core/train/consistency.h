@@ -2,8 +2,8 @@
  * core/train/consistency.h - checks that every rank of a job agrees before
  * training starts.
  */
-#ifndef DT_ENGINE_CONSISTENCY_H
-#define DT_ENGINE_CONSISTENCY_H
+#ifndef DT_TRAIN_CONSISTENCY_H
+#define DT_TRAIN_CONSISTENCY_H
 
 #include "config/config.h"
 #include "dtrain/dtrain.h"
@@ -15,4 +15,4 @@
 int dt_consistency_check(const dt_world_t *w, const dt_config_t *cfg,
                          const dt_comm_ops_t *ops, dt_comm_t *comm);
 
-#endif /* DT_ENGINE_CONSISTENCY_H */
+#endif /* DT_TRAIN_CONSISTENCY_H */

@@ -4,8 +4,8 @@
  * model's activation plan: what `dtrain plan` prints for every strategy,
  * and what a run prints beside the bytes it measured.
  */
-#ifndef DT_ENGINE_PLAN_H
-#define DT_ENGINE_PLAN_H
+#ifndef DT_TRAIN_PLAN_H
+#define DT_TRAIN_PLAN_H
 
 #include "config/settings.h"
 #include "dtrain/dtrain.h"
@@ -73,4 +73,4 @@ double dt_plan_comm_seconds(uint64_t sent, double gbps);
 const char *dt_plan_bytes(uint64_t b, char *buf, size_t cap);
 const char *dt_plan_seconds(double s, char *buf, size_t cap);
 
-#endif /* DT_ENGINE_PLAN_H */
+#endif /* DT_TRAIN_PLAN_H */

@@ -4,8 +4,8 @@
  * rank, then steps of micro-batches with accumulation, clipping, schedule,
  * evaluation, metrics and checkpoints.
  */
-#ifndef DT_ENGINE_TRAIN_H
-#define DT_ENGINE_TRAIN_H
+#ifndef DT_TRAIN_H
+#define DT_TRAIN_H
 
 #include "setup/resolve.h"
 
@@ -29,4 +29,4 @@ double dt_lr_at(int64_t step, int64_t steps, int64_t warmup, double lr, double m
 int dt_batch_resolve(const char *cfg_path, int64_t micro, int64_t *accum, int64_t *global,
                      int64_t dp);
 
-#endif /* DT_ENGINE_TRAIN_H */
+#endif /* DT_TRAIN_H */

@@ -70,8 +70,8 @@
  * Thread safety: every function may be called from any thread; one
  * dt_afile_t is used by one thread at a time.
  */
-#ifndef DT_ENGINE_FILEUTIL_H
-#define DT_ENGINE_FILEUTIL_H
+#ifndef DT_UTIL_FILEUTIL_H
+#define DT_UTIL_FILEUTIL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -214,4 +214,4 @@ void dt_fileutil_test_fail_after(int64_t bytes);
 void dt_fileutil_test_fail_fsync_after(int64_t n_fsyncs);
 #endif
 
-#endif /* DT_ENGINE_FILEUTIL_H */
+#endif /* DT_UTIL_FILEUTIL_H */

@@ -278,7 +278,7 @@ static int start_plugins(run_t *R)
     dt_rdzv_session_end();
     if (rc)
         return rc;
-    /* ---- offload tier (issue 13): the strategy keeps state there ---- */
+    /* ---- offload tier: the strategy keeps state there ---- */
     if ((R->poff = r->plugin[DT_ROLE_OFFLOAD])) {
         const dt_offload_ops_t *oops = R->poff->ops;
         dt_offload_init_t oa = {.struct_size = sizeof oa, .rank = R->world.rank,
@@ -434,7 +434,7 @@ static int init_strategy(run_t *R)
                                                       : R->set->parallel.tensor), msg);
     }
     if (rc == DT_ERR_NOMEM && !R->poff) {
-        /* ---- offload tier (issue 13): say how the state could fit ---- */
+        /* ---- offload tier: say how the state could fit ---- */
         char msg[DT_ERR_MAX];
         snprintf(msg, sizeof msg, "%s", dt_last_error());
         return dt_err_set(rc, "%s; to keep the optimizer state (f32 master and moments) in "
@@ -1057,7 +1057,7 @@ static int report_memory(run_t *R)
         planned[t] = dt_tag_bytes(plan.bytes, plan.n_tags, t);
         plan_total += planned[t];
     }
-    /* ---- offload tier (issue 13): the plan's offload tag is the tier's
+    /* ---- offload tier: the plan's offload tag is the tier's
      * bytes, measured by the tier (not device memory: not in the total) */
     if (R->poff) {
         uint64_t total = 0, held = 0;
@@ -1089,7 +1089,7 @@ static int report_memory(run_t *R)
         if ((rc = metrics_line_end(R)))
             return rc;
     }
-    /* ---- offload tier (issue 13): the bytes it holds (its own count:
+    /* ---- offload tier: the bytes it holds (its own count:
      * pinned memory or files), and the pinned staging beside it ---- */
     if (R->poff) {
         uint64_t total = 0, tier = 0;

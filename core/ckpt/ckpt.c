@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "ckpt/ckpt_io.h"
-#include "train/train.h"
+#include "train/batch_lr.h"
 #include "util/crash.h"
 #include "util/error.h"
 

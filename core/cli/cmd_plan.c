@@ -39,7 +39,7 @@
 #include "train/plan.h"
 #include "train/preflight.h"
 #include "train/stage_runner.h"
-#include "train/train.h"
+#include "train/batch_lr.h"
 #include "setup/resolve.h"
 #include "util/error.h"
 

@@ -13,7 +13,7 @@
 #include "model/model.h"
 #include "train/grid.h"
 #include "train/stage_runner.h"
-#include "train/train.h"
+#include "train/batch_lr.h"
 #include "util/error.h"
 
 int dt_preflight_dp(const dt_resolved_t *r, int64_t world, int64_t *dp)

@@ -5,12 +5,12 @@
  */
 #include "config/settings.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
 #include "dtrain/schedule.h"
 #include "dtrain/strategy.h"
-#include "train/loss_scale.h"
 #include "util/error.h"
 
 enum { F_STRING, F_INT, F_FLOAT, F_BOOL };
@@ -130,15 +130,34 @@ static int check_run_name(const dt_config_t *cfg, const char *name)
  * plugin's table the config does not select, so one file can flip
  * model.dtype from the command line; `dtrain check` says so
  * (dt_settings_fp16_unused). */
+int dt_settings_fp16_check(const dt_fp16_settings_t *f, const char *cfg_path)
+{
+    const char *where = cfg_path && cfg_path[0] ? cfg_path : "config";
+    if (!(f->loss_scale >= 0 && f->loss_scale <= DT_LOSS_SCALE_MAX))
+        return dt_err_set(DT_ERR_CONFIG, "%s: [fp16] loss_scale = %g: must be 0 (dynamic) or a "
+                          "static scale in (0, 2^127]", where, f->loss_scale);
+    if (f->loss_scale > 0)
+        return DT_OK;
+    if (f->initial_scale_power < 0 || f->initial_scale_power > 127)
+        return dt_err_set(DT_ERR_CONFIG, "%s: [fp16] initial_scale_power = %lld: must be in "
+                          "[0, 127] (the scale 2^power must fit an f32)", where,
+                          (long long)f->initial_scale_power);
+    if (f->loss_scale_window < 1 || f->hysteresis < 1)
+        return dt_err_set(DT_ERR_CONFIG, "%s: [fp16] %s = %lld: must be at least 1", where,
+                          f->loss_scale_window < 1 ? "loss_scale_window" : "hysteresis",
+                          (long long)(f->loss_scale_window < 1 ? f->loss_scale_window
+                                                               : f->hysteresis));
+    const double initial = ldexp(1.0, (int)f->initial_scale_power);
+    if (!(f->min_loss_scale > 0 && f->min_loss_scale <= initial))
+        return dt_err_set(DT_ERR_CONFIG, "%s: [fp16] min_loss_scale = %g: must be > 0 and at "
+                          "most the initial scale 2^initial_scale_power = %g", where,
+                          f->min_loss_scale, initial);
+    return DT_OK;
+}
+
 static int check_fp16_keys(const dt_config_t *cfg, const dt_fp16_settings_t *f)
 {
-    dt_loss_scaler_t s;
-    dt_loss_scale_cfg_t c = {.loss_scale = f->loss_scale,
-                             .initial_power = f->initial_scale_power,
-                             .window = f->loss_scale_window,
-                             .hysteresis = f->hysteresis,
-                             .min_scale = f->min_loss_scale};
-    return dt_loss_scale_init(&s, &c, dt_config_path(cfg));
+    return dt_settings_fp16_check(f, dt_config_path(cfg));
 }
 
 const char *dt_settings_fp16_unused(const dt_config_t *cfg)

@@ -129,6 +129,13 @@ typedef struct dt_settings {
  * "fp16" (the table is checked but not used then), or NULL. */
 const char *dt_settings_fp16_unused(const dt_config_t *cfg);
 
+/* [fp16]'s values together are what the loss scaler runs with
+ * (core/train/loss_scale.c takes this check as its own): a static scale
+ * in (0, DT_LOSS_SCALE_MAX], or a dynamic one whose initial power, window,
+ * hysteresis and floor fit.  DT_ERR_CONFIG naming the file and the key. */
+#define DT_LOSS_SCALE_MAX 0x1p127 /* the largest power of 2 an f32 holds */
+int dt_settings_fp16_check(const dt_fp16_settings_t *f, const char *cfg_path);
+
 int dt_settings_read(const dt_config_t *cfg, dt_settings_t *out);
 
 /* "cosine", "linear", "constant". */

@@ -18,27 +18,16 @@ int dt_loss_scale_init(dt_loss_scaler_t *s, const dt_loss_scale_cfg_t *cfg,
 {
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
-    const char *where = cfg_path && cfg_path[0] ? cfg_path : "config";
-    if (!(cfg->loss_scale >= 0 && cfg->loss_scale <= DT_LOSS_SCALE_MAX))
-        return dt_err_set(DT_ERR_CONFIG, "%s: [fp16] loss_scale = %g: must be 0 (dynamic) or a "
-                          "static scale in (0, 2^127]", where, cfg->loss_scale);
-    if (cfg->loss_scale > 0) {
-        s->scale = cfg->loss_scale;
-        return DT_OK;
-    }
-    if (cfg->initial_power < 0 || cfg->initial_power > 127)
-        return dt_err_set(DT_ERR_CONFIG, "%s: [fp16] initial_scale_power = %lld: must be in "
-                          "[0, 127] (the scale 2^power must fit an f32)", where,
-                          (long long)cfg->initial_power);
-    if (cfg->window < 1 || cfg->hysteresis < 1)
-        return dt_err_set(DT_ERR_CONFIG, "%s: [fp16] %s = %lld: must be at least 1", where,
-                          cfg->window < 1 ? "loss_scale_window" : "hysteresis",
-                          (long long)(cfg->window < 1 ? cfg->window : cfg->hysteresis));
-    s->scale = ldexp(1.0, (int)cfg->initial_power);
-    if (!(cfg->min_scale > 0 && cfg->min_scale <= s->scale))
-        return dt_err_set(DT_ERR_CONFIG, "%s: [fp16] min_loss_scale = %g: must be > 0 and at "
-                          "most the initial scale 2^initial_scale_power = %g", where,
-                          cfg->min_scale, s->scale);
+    /* the one definition of a valid [fp16] is the config's */
+    const dt_fp16_settings_t f = {.loss_scale = cfg->loss_scale,
+                                  .initial_scale_power = cfg->initial_power,
+                                  .loss_scale_window = cfg->window,
+                                  .hysteresis = cfg->hysteresis,
+                                  .min_loss_scale = cfg->min_scale};
+    int rc = dt_settings_fp16_check(&f, cfg_path);
+    if (rc)
+        return rc;
+    s->scale = cfg->loss_scale > 0 ? cfg->loss_scale : ldexp(1.0, (int)cfg->initial_power);
     s->hyst_left = cfg->hysteresis;
     return DT_OK;
 }

@@ -27,6 +27,8 @@
 
 #include <stdint.h>
 
+#include "config/settings.h"
+
 struct cJSON;
 
 /* [fp16] as read from the config. */
@@ -55,8 +57,8 @@ typedef enum dt_loss_scale_event {
                          * the run must stop */
 } dt_loss_scale_event_t;
 
-/* The largest scale: 2^127, the largest power of two an f32 holds. */
-#define DT_LOSS_SCALE_MAX 0x1p127
+/* The largest scale, DT_LOSS_SCALE_MAX (2^127), is config/settings.h's,
+ * beside the check of [fp16] this scaler runs with. */
 
 /* Check `cfg` (config errors name the key, with `cfg_path`, DT_ERR_CONFIG)
  * and start the scaler at its initial scale. */

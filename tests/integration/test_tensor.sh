@@ -58,7 +58,7 @@ expect_exit 0 "1 rank, micro 2 x accumulation 4" "$bin" run eq.toml --set run.co
 "$bin" export out/n1/ckpt n1.st --layout dtrain >/dev/null
 layout 2 t2 "tp2" --set parallel.tensor=2
 expect_out "tp2: the layout and the rank's part printed" \
-  "dtrain: tensor parallel over 2 ranks x 1 pipeline stage(s) x 1 data-parallel replicas (strategy tensor over the tensor groups; this rank holds 0.018M of the parameters)"
+  "dtrain: tensor parallel over 2 ranks x 1 pipeline stage(s) x 1 data-parallel replicas (scheme megatron over the tensor groups; this rank holds 0.018M of the parameters)"
 expect_out "tp2: the whole model's parameters counted" "dtrain: gpt2, 0.03M parameters"
 layout 4 t4 "tp4" --set parallel.tensor=4
 expect_out "tp4: a quarter of the heads and the vocabulary" "this rank holds 0.010M of the parameters"

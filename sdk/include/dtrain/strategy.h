@@ -1,12 +1,14 @@
 /*
  * dtrain/strategy.h - the parallel strategy ABI (plugin kind "strategy").
  *
- * A strategy owns how parameters, gradients and optimizer state are held
- * along its parallel dimension (data: ddp, zero, fsdp; model: tensor; a
- * pipeline's schedule is a kind of its own, schedule.h).  The core describes the model as an ordered list of UNITS (the
- * embedding, each transformer block, the head): the granularity that is
- * gathered, sharded and reduced.  Each unit's parameters form one flat f32
- * index space [0, unit.numel); a shard is a range of it.
+ * A data strategy owns how parameters, gradients and optimizer state are
+ * held along the data-parallel dimension (ddp, zero, fsdp); a pipeline's
+ * schedule (schedule.h) and a tensor-parallel scheme (tensor_parallel.h)
+ * are kinds of their own.  The core describes the model as an ordered
+ * list of UNITS (the embedding, each transformer block, the head): the
+ * granularity that is gathered, sharded and reduced.  Each unit's
+ * parameters form one flat f32 index space [0, unit.numel); a shard is a
+ * range of it.
  *
  * One training step, as the core drives it:
  *

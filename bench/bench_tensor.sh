@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # bench/bench_tensor.sh - tensor parallelism measured: (1) the all-reduces
-# a tensor group runs, counted by the tensor plugin itself (its report at
-# the end of a run: "tensor group of T ranks: N all-reduces of B bytes in
-# all"), per step and per transformer block, beside Megatron-LM's 2 in
-# forward + 2 in backward per block and the model's own plan
+# a tensor group runs, counted by the tensor-parallel scheme itself
+# (megatron's report at the end of a run: "tensor group of T ranks: N
+# all-reduces of B bytes in all"), per step and per transformer block,
+# beside Megatron-LM's 2 in forward + 2 in backward per block and the
+# model's own plan
 # (dt_model_tp_comm: + 1 for the embedding, + 1 for the LM head, + 2 small
 # ones for the parallel cross-entropy); (2) step time and tokens/s of tp2
 # on 2 ranks against 1 rank training the same global batch.  Prints

@@ -150,12 +150,6 @@ static int add_strategy(variants_t *vs, const char *name, const dt_search_path_t
     int rc = dt_plugin_open(sp, DT_KIND_STRATEGY, name, &p);
     if (rc == DT_OK) {
         const dt_strategy_ops_t *ops = p->ops;
-        /* a tensor group's reductions hold no state: not a row of their
-         * own (the tensor block) */
-        if (DT_HAS_OP(dt_strategy_ops_t, ops, reduce_activation)) {
-            dt_plugin_unload(p);
-            return DT_OK;
-        }
         if (DT_HAS_OP(dt_strategy_ops_t, ops, plan_presets) &&
             (rc = ops->plan_presets(&pre, &n)) != DT_OK)
             dt_plugin_failed(p, rc, "plan_presets");

@@ -121,6 +121,15 @@ static const dt_config_key_t pipeline_keys[] = {
            "embedding runs no matmul, its head runs the LM head)"),
 };
 
+/* Tensor parallelism's scheme: the plugin (dtrain/tensor_parallel.h) whose
+ * collectives surround the model's split layers. */
+static const dt_config_key_t tensor_keys[] = {
+    K_STR("scheme", "\"megatron\"",
+          "tensor-parallel scheme plugin (parallel.tensor > 1): megatron (Megatron-LM's 1D "
+          "layout: heads, MLP and vocabulary split, partial results all-reduced), or another "
+          "scheme on the search path"),
+};
+
 static const dt_config_key_t launch_keys[] = {
     K_INT("nproc", "1", 1, 256, "local ranks to spawn (on each node)"),
     K_INT("nnodes", "1", 1, 65536,
@@ -173,6 +182,7 @@ const dt_config_section_t dt_core_sections[] = {
     SECTION("optimizer", optimizer_keys, "the optimizer"),
     SECTION("parallel", parallel_keys, "parallel strategies"),
     SECTION("pipeline", pipeline_keys, "the pipeline's schedule and layout"),
+    SECTION("tensor", tensor_keys, "the tensor-parallel scheme"),
     SECTION("launch", launch_keys, "processes and rendezvous"),
     SECTION("checkpoint", checkpoint_keys, "saving and resuming"),
     SECTION("fp16", fp16_keys, "loss scaling of model.dtype = \"fp16\" (DeepSpeed's fp16 block)"),

@@ -58,6 +58,7 @@ static const struct field {
     FIELD("pipeline.schedule", F_STRING, pipeline.schedule),
     FIELD("pipeline.keep_activations", F_BOOL, pipeline.keep_activations),
     FIELD("pipeline.virtual_stages", F_INT, pipeline.virtual_stages),
+    FIELD("tensor.scheme", F_STRING, tensor.scheme),
     FIELD("launch.nproc", F_INT, launch.nproc),
     FIELD("launch.nnodes", F_INT, launch.nnodes),
     FIELD("launch.node_rank", F_INT, launch.node_rank),

@@ -68,7 +68,7 @@ typedef struct dt_optimizer_settings {
 
 typedef struct dt_parallel_settings {
     const char *data;    /* data-parallel strategy plugin */
-    int64_t tensor;      /* degree; > 1 selects the "tensor" plugin */
+    int64_t tensor;      /* degree; > 1 selects tensor.scheme's plugin */
     int64_t pipeline;    /* stages; > 1 selects pipeline.schedule's plugin */
     const char *offload; /* offload plugin, "none" = no tier */
 } dt_parallel_settings_t;
@@ -81,6 +81,11 @@ typedef struct dt_pipeline_settings {
     int64_t virtual_stages; /* chunks per stage */
     int balance;            /* dt_balance_t */
 } dt_pipeline_settings_t;
+
+/* [tensor]: the tensor-parallel scheme (dtrain/tensor_parallel.h) */
+typedef struct dt_tensor_settings {
+    const char *scheme; /* scheme plugin, with parallel.tensor > 1 */
+} dt_tensor_settings_t;
 
 typedef struct dt_launch_settings {
     int64_t nproc;        /* local ranks, on each node */
@@ -117,6 +122,7 @@ typedef struct dt_settings {
     dt_optimizer_settings_t optimizer;
     dt_parallel_settings_t parallel;
     dt_pipeline_settings_t pipeline;
+    dt_tensor_settings_t tensor;
     dt_launch_settings_t launch;
     dt_checkpoint_settings_t checkpoint;
     dt_fp16_settings_t fp16;

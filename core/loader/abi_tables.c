@@ -122,8 +122,7 @@ static const dt_abi_method_t offload_v1_optional[] = {
 };
 DT_LAYOUT_CHECK(offload, 10);
 
-/* strategy v1: the planner's presets and the tensor group's slots (minor
- * 6) are optional. */
+/* strategy v1: the planner's presets are optional. */
 static const dt_abi_method_t strategy_v1_mandatory[] = {
     M(strategy, init), M(strategy, finalize), M(strategy, begin_step),
     M(strategy, pre_forward), M(strategy, post_forward),
@@ -132,9 +131,9 @@ static const dt_abi_method_t strategy_v1_mandatory[] = {
     M(strategy, state_loaded), M(strategy, estimate),
 };
 static const dt_abi_method_t strategy_v1_optional[] = {
-    M(strategy, plan_presets), M(strategy, reduce_activation), M(strategy, wait_activation),
+    M(strategy, plan_presets),
 };
-DT_LAYOUT_CHECK(strategy, 16);
+DT_LAYOUT_CHECK(strategy, 14);
 
 /* schedule v1: a pipeline schedule; every slot is mandatory. */
 static const dt_abi_method_t schedule_v1_mandatory[] = {
@@ -144,6 +143,17 @@ _Static_assert(sizeof(dt_schedule_ops_v1_t) ==
                    sizeof(dt_plugin_info_t) +
                        DT_ARRAY_LEN(schedule_v1_mandatory) * sizeof(dt_any_fn_t),
                "dt_schedule_ops_v1_t changed: update abi_tables.c");
+
+/* tensor v1: a tensor-parallel scheme; every slot is mandatory. */
+static const dt_abi_method_t tensor_v1_mandatory[] = {
+    M(tensor, init), M(tensor, finalize), M(tensor, row_forward),
+    M(tensor, column_backward_start), M(tensor, column_backward_wait),
+    M(tensor, embedding_forward), M(tensor, xent_reduce),
+};
+_Static_assert(sizeof(dt_tensor_ops_v1_t) ==
+                   sizeof(dt_plugin_info_t) +
+                       DT_ARRAY_LEN(tensor_v1_mandatory) * sizeof(dt_any_fn_t),
+               "dt_tensor_ops_v1_t changed: update abi_tables.c");
 
 #define LAYOUT(kind, KIND, sub_, n_sub_)                                       \
     LAYOUT_OF(dt_##kind##_ops_v1_t, kind##_v1, DT_##KIND##_ABI_MAJOR,          \
@@ -164,6 +174,9 @@ static const dt_abi_layout_t layouts_v1[DT_KIND_COUNT] = {
                           DT_ARRAY_LEN(schedule_v1_mandatory), NULL, 0,
                           sizeof(dt_schedule_ops_v1_t), "ops table", "schedule", "method",
                           NULL, 0},
+    [DT_KIND_TENSOR] = {DT_TENSOR_ABI_MAJOR, DT_TENSOR_ABI_MINOR, sizeof(dt_tensor_ops_v1_t),
+                        tensor_v1_mandatory, DT_ARRAY_LEN(tensor_v1_mandatory), NULL, 0,
+                        sizeof(dt_tensor_ops_v1_t), "ops table", "tensor", "method", NULL, 0},
 };
 
 #ifdef DTRAIN_TEST_HOOKS
@@ -214,7 +227,7 @@ const char *dt_abi_entry_name(int kind, uint32_t major, char *buf, size_t cap)
     static const char *const kinds[DT_KIND_COUNT] = {
         [DT_KIND_DEVICE] = "device", [DT_KIND_COMM] = "comm",
         [DT_KIND_OFFLOAD] = "offload", [DT_KIND_STRATEGY] = "strategy",
-        [DT_KIND_SCHEDULE] = "schedule"};
+        [DT_KIND_SCHEDULE] = "schedule", [DT_KIND_TENSOR] = "tensor"};
     const char *k = (kind >= 0 && kind < DT_KIND_COUNT) ? kinds[kind] : "?";
     /* Spelled as DT_ENTRY_NAME spells it: dtrain_##kind##_v##major. */
     snprintf(buf, cap, "dtrain_%s_v%u", k, (unsigned)major);

@@ -25,7 +25,8 @@ typedef struct dt_plugin {
     void *priv;                  /* loader-private */
 } dt_plugin_t;
 
-/* "device", "comm", "offload", "strategy", "schedule"; NULL for an unknown kind. */
+/* "device", "comm", "offload", "strategy", "schedule",
+ * "tensor"; NULL for an unknown kind. */
 const char *dt_kind_name(int kind);
 
 #endif /* DT_CORE_PLUGIN_HANDLE_H */

@@ -600,7 +600,7 @@ static int block_forward(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l,
     DT_TRY(probe_block(m, ctx, l, P_ATTY, a->atty, BT * CA));
     DT_TRY(K->matmul_forward(D, a->attproj, a->atty, v->w[PROJW], bias ? v->a[PROJB] : NULL, ad,
                              wd, BT, CA, C));
-    DT_TRY(dt_model_tp_reduce(m, ctx, a->attproj, BT * C, ad, DT_OP_SUM, "the attn output", u));
+    DT_TRY(dt_model_tp_row_forward(m, ctx, a->attproj, BT * C, "the attn output", u));
     DT_TRY(probe_block(m, ctx, l, P_ATTPROJ, a->attproj, BT * C));
     DT_TRY(K->residual_forward(D, a->res2, x, a->attproj, ad, BT * C));
     DT_TRY(probe_block(m, ctx, l, P_RES2, a->res2, BT * C));
@@ -613,7 +613,7 @@ static int block_forward(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l,
     DT_TRY(probe_block(m, ctx, l, P_GELU, a->fch_gelu, BT * H));
     DT_TRY(K->matmul_forward(D, a->fcproj, a->fch_gelu, v->w[FCPW], bias ? v->a[FCPB] : NULL, ad,
                              wd, BT, H, C));
-    DT_TRY(dt_model_tp_reduce(m, ctx, a->fcproj, BT * C, ad, DT_OP_SUM, "the mlp output", u));
+    DT_TRY(dt_model_tp_row_forward(m, ctx, a->fcproj, BT * C, "the mlp output", u));
     DT_TRY(probe_block(m, ctx, l, P_FCPROJ, a->fcproj, BT * C));
     DT_TRY(K->residual_forward(D, out, a->res2, a->fcproj, ad, BT * C));
     DT_TRY(probe_block(m, ctx, l, P_OUT, out, BT * C));
@@ -633,11 +633,11 @@ static int column_backward(dt_model_t *m, const dt_model_ctx_t *ctx, void *dinp,
     DT_TRY(dt_model_zero(ctx, dinp, (uint64_t)(N * C) * dt_model_act_size(m)));
     if (m->tp == 1)
         return K->matmul_backward(D, dinp, dw, db, dout, inp, w, ad, wd, N, C, OC);
-    void *req = NULL;
+    dt_comm_req_t *req = NULL;
     DT_TRY(K->matmul_backward(D, dinp, NULL, NULL, dout, inp, w, ad, wd, N, C, OC));
-    DT_TRY(dt_model_tp_start(m, ctx, dinp, N * C, ad, DT_OP_SUM, what, u, &req));
+    DT_TRY(dt_model_tp_column_start(m, ctx, dinp, N * C, what, u, &req));
     int rc = K->matmul_backward(D, NULL, dw, db, dout, inp, w, ad, wd, N, C, OC);
-    int wrc = dt_model_tp_wait(m, req, what, u); /* always: the request is freed */
+    int wrc = dt_model_tp_column_wait(m, req, what, u); /* always: the request is freed */
     return rc ? rc : wrc;
 }
 
@@ -711,8 +711,7 @@ static int gpt2_stage_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt
                                                    m->tp_rank == 0 ? v0.a[WPE] : NULL, ad, B, T,
                                                    C, m->vocab_first, m->vocab_local),
                         "forward", 0);
-        DT_TRY(dt_model_tp_reduce(m, ctx, g->x[0], BT * C, ad, DT_OP_SUM,
-                                  "the embedding output", 0));
+        DT_TRY(dt_model_tp_embedding(m, ctx, g->x[0], BT * C, "the embedding output", 0));
         DT_TRY(dt_model_probe(m, ctx, "activation embedding output", 0,
                               "the forward of wte.weight + wpe.weight", g->x[0], ad,
                               (uint64_t)(BT * C)));

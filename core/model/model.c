@@ -337,47 +337,85 @@ uint64_t dt_model_param_global(const dt_param_desc_t *p, int64_t *shape)
     return n;
 }
 
-void dt_model_set_tensor_reduce(dt_model_t *m, const dt_model_tp_comm_ops_t *ops, void *arg)
+void dt_model_set_tensor(dt_model_t *m, const dt_tensor_ops_t *ops, dt_tensor_group_t *group)
 {
     m->tp_ops = ops;
-    m->tp_arg = arg;
+    m->tp_group = group;
 }
 
-int dt_model_tp_start(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf, int64_t n,
-                      int dtype, int op, const char *what, uint32_t unit, void **req)
+/* Under tensor parallelism a scheme must be set: 1 when the collective is
+ * to be issued, 0 at tp 1, a negative status (message set) without one. */
+static int tp_issue(const dt_model_t *m, const char *what, uint32_t unit)
 {
-    if (req)
-        *req = NULL;
     if (m->tp == 1)
-        return DT_OK;
-    const char *un = m->desc.units[unit].name;
+        return 0;
     if (!m->tp_ops)
-        return dt_err_set(DT_ERR_INVALID,
-                          "model: the all-reduce of %s (unit %s) over the tensor group of %d "
-                          "ranks: no reduction was set (dt_model_set_tensor_reduce)",
-                          what, un, (int)m->tp);
-    int rc = m->tp_ops->reduce(m->tp_arg, buf, (uint64_t)n, dtype, op, ctx->stream, req);
-    if (rc)
-        return dt_err_context(rc, "the all-reduce of %s (unit %s) over the tensor group", what,
-                              un);
-    return DT_OK;
+        return -dt_err_set(DT_ERR_INVALID,
+                           "model: the all-reduce of %s (unit %s) over the tensor group of %d "
+                           "ranks: no tensor-parallel scheme was set (dt_model_set_tensor)",
+                           what, m->desc.units[unit].name, (int)m->tp);
+    return 1;
 }
 
-int dt_model_tp_wait(const dt_model_t *m, void *req, const char *what, uint32_t unit)
+/* A scheme's failure, with the tensor and the unit. */
+static int tp_failed(const dt_model_t *m, int rc, const char *what, uint32_t unit)
 {
-    if (!req)
-        return DT_OK;
-    int rc = m->tp_ops->wait(m->tp_arg, req);
     if (rc)
         return dt_err_context(rc, "the all-reduce of %s (unit %s) over the tensor group", what,
                               m->desc.units[unit].name);
     return DT_OK;
 }
 
-int dt_model_tp_reduce(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf, int64_t n,
-                       int dtype, int op, const char *what, uint32_t unit)
+int dt_model_tp_row_forward(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf,
+                            int64_t n, const char *what, uint32_t unit)
 {
-    return dt_model_tp_start(m, ctx, buf, n, dtype, op, what, unit, NULL);
+    int go = tp_issue(m, what, unit);
+    if (go <= 0)
+        return -go;
+    return tp_failed(m, m->tp_ops->row_forward(m->tp_group, buf, (uint64_t)n, m->adtype,
+                                               ctx->stream),
+                     what, unit);
+}
+
+int dt_model_tp_column_start(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf,
+                             int64_t n, const char *what, uint32_t unit, dt_comm_req_t **req)
+{
+    *req = NULL;
+    int go = tp_issue(m, what, unit);
+    if (go <= 0)
+        return -go;
+    return tp_failed(m, m->tp_ops->column_backward_start(m->tp_group, buf, (uint64_t)n,
+                                                         m->adtype, ctx->stream, req),
+                     what, unit);
+}
+
+int dt_model_tp_column_wait(const dt_model_t *m, dt_comm_req_t *req, const char *what,
+                            uint32_t unit)
+{
+    if (!req)
+        return DT_OK;
+    return tp_failed(m, m->tp_ops->column_backward_wait(m->tp_group, req), what, unit);
+}
+
+int dt_model_tp_embedding(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf, int64_t n,
+                          const char *what, uint32_t unit)
+{
+    int go = tp_issue(m, what, unit);
+    if (go <= 0)
+        return -go;
+    return tp_failed(m, m->tp_ops->embedding_forward(m->tp_group, buf, (uint64_t)n, m->adtype,
+                                                     ctx->stream),
+                     what, unit);
+}
+
+int dt_model_tp_xent(const dt_model_t *m, const dt_model_ctx_t *ctx, float *buf, int64_t n,
+                     int op, const char *what, uint32_t unit)
+{
+    int go = tp_issue(m, what, unit);
+    if (go <= 0)
+        return -go;
+    return tp_failed(m, m->tp_ops->xent_reduce(m->tp_group, buf, (uint64_t)n, op, ctx->stream),
+                     what, unit);
 }
 
 void dt_model_add_key(dt_model_t *m, const char *key, int64_t value)
@@ -1118,11 +1156,11 @@ int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t hea
                                               m->vocab_first, V),
                         "forward", head);
             if (phase == 0)
-                DT_TRY(dt_model_tp_reduce(m, ctx, st, BT, DT_F32, DT_OP_MAX,
-                                          "the logits' row maxima", head));
+                DT_TRY(dt_model_tp_xent(m, ctx, st, BT, DT_OP_MAX, "the logits' row maxima",
+                                        head));
             else if (phase == 1)
-                DT_TRY(dt_model_tp_reduce(m, ctx, st + BT, 2 * BT, DT_F32, DT_OP_SUM,
-                                          "the sums of exponentials and target logits", head));
+                DT_TRY(dt_model_tp_xent(m, ctx, st + BT, 2 * BT, DT_OP_SUM,
+                                        "the sums of exponentials and target logits", head));
         }
     }
     DT_TRY(dt_model_probe(m, ctx, "activation probabilities", head,

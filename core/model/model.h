@@ -111,18 +111,13 @@ typedef struct dt_gpt2_shape {
  * and a row-parallel bias is added by tensor rank 0 only, before the
  * all-reduce.  The description's tensors are this rank's parts, each with
  * a dt_param_split_t (ext) saying where it sits in the global tensor.
- * The all-reduce is the caller's (the engine's tensor group):
- * `reduce(arg, buf, count, dtype, op, stream, req)` reduces count
- * elements of dtype at device memory buf, in place, over the group,
- * ordered after the work enqueued on `stream`; with `req` NULL it returns
- * when buf holds the result, else it may leave the operation in flight in
- * *req for `wait(arg, *req)`.  Backward overlaps a column-parallel
- * layer's weight gradient with the reduction of its input gradient. */
-typedef struct dt_model_tp_comm_ops {
-    int (*reduce)(void *arg, void *buf, uint64_t count, int dtype, int op, dt_stream_t *stream,
-                  void **req);
-    int (*wait)(void *arg, void *req);
-} dt_model_tp_comm_ops_t;
+ * The collectives that join the parts are the tensor-parallel scheme's
+ * (dtrain/tensor_parallel.h, [tensor] scheme): the model calls the
+ * scheme's slot named after what it does for the layer (row_forward,
+ * column_backward_start / _wait, embedding_forward, xent_reduce), and the
+ * scheme calls the tensor group's communicator.  Backward overlaps a
+ * column-parallel layer's weight gradient with the reduction of its input
+ * gradient. */
 
 /* Build the description (units, tensors) from the resolved config's
  * [model] table; presets fill the shape and are shown as "derived".  The
@@ -139,9 +134,10 @@ int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, dt_model_t **o
  * DT_ERR_INVALID for a rank outside the group. */
 int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t tp,
                          int32_t tp_rank, dt_model_t **out);
-/* The tensor group's all-reduce (needed before any pass when P > 1);
- * `ops` is kept (the caller's, living as long as the model). */
-void dt_model_set_tensor_reduce(dt_model_t *m, const dt_model_tp_comm_ops_t *ops, void *arg);
+/* The tensor-parallel scheme over the tensor group (needed before any
+ * pass when P > 1): the plugin's table and instance, kept (the caller's,
+ * living as long as the model). */
+void dt_model_set_tensor(dt_model_t *m, const dt_tensor_ops_t *ops, dt_tensor_group_t *group);
 /* Tensor p's global shape into shape[p->ndim] (its own unless it is a
  * tensor-parallel part: dt_param_split_t's) and its element count. */
 uint64_t dt_model_param_global(const dt_param_desc_t *p, int64_t *shape);

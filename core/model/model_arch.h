@@ -145,11 +145,11 @@ struct dt_model {
      * key chooses it once a device runs bf16 activations). */
     int adtype;
     /* Tensor parallelism ([parallel] tensor, dt_model_create_part): this
-     * rank's place in the tensor group and the all-reduce over it
-     * (dt_model_set_tensor_reduce); tp 1: none. */
+     * rank's place in the tensor group and the scheme whose collectives
+     * join the parts (dt_model_set_tensor); tp 1: none. */
     int32_t tp, tp_rank;
-    const dt_model_tp_comm_ops_t *tp_ops;
-    void *tp_arg;
+    const dt_tensor_ops_t *tp_ops;
+    dt_tensor_group_t *tp_group;
     /* The vocabulary columns this rank's logits hold: [vocab_first,
      * vocab_first + vocab_local), the whole vocabulary unless tp > 1. */
     int64_t vocab_first, vocab_local;
@@ -206,16 +206,28 @@ int dt_model_add_param(dt_model_t *m, uint32_t unit, const char *name, int ndim,
  * when m->tp is 1. */
 int dt_model_part(dt_model_t *m, uint32_t unit, int64_t g0, int64_t g1, uint32_t n_blocks,
                   const dt_param_block_t *blocks);
-/* Sum (DT_OP_SUM) or maximum (DT_OP_MAX) of `n` elements of `dtype` at
- * device memory `buf` over the tensor group, in place; DT_OK at once when
- * m->tp is 1.  A failure names the tensor `what` and the unit. */
-int dt_model_tp_reduce(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf, int64_t n,
-                       int dtype, int op, const char *what, uint32_t unit);
-/* The same, left in flight in *req (NULL at tp 1) for dt_model_tp_wait,
- * which fails naming `what` and the unit as the reduce would. */
-int dt_model_tp_start(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf, int64_t n,
-                      int dtype, int op, const char *what, uint32_t unit, void **req);
-int dt_model_tp_wait(const dt_model_t *m, void *req, const char *what, uint32_t unit);
+/* The tensor group's collectives around a split layer, through the
+ * scheme (dtrain/tensor_parallel.h), `n` elements of the activation dtype
+ * at device memory `buf`, in place; each is DT_OK at once when m->tp is 1.
+ * A failure names the tensor `what` and the unit.
+ *   row_forward:   a row-parallel layer's partial outputs summed;
+ *   column_start:  a column-parallel layer's partial input gradient,
+ *                  its sum left in flight in *req (NULL at tp 1 or when
+ *                  already done) for column_wait, which fails naming
+ *                  `what` and the unit as the start would;
+ *   embedding:     the vocabulary-parallel embedding's lookups summed;
+ *   xent:          the parallel cross-entropy's f32 row statistics,
+ *                  DT_OP_MAX or DT_OP_SUM. */
+int dt_model_tp_row_forward(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf,
+                            int64_t n, const char *what, uint32_t unit);
+int dt_model_tp_column_start(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf,
+                             int64_t n, const char *what, uint32_t unit, dt_comm_req_t **req);
+int dt_model_tp_column_wait(const dt_model_t *m, dt_comm_req_t *req, const char *what,
+                            uint32_t unit);
+int dt_model_tp_embedding(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf, int64_t n,
+                          const char *what, uint32_t unit);
+int dt_model_tp_xent(const dt_model_t *m, const dt_model_ctx_t *ctx, float *buf, int64_t n,
+                     int op, const char *what, uint32_t unit);
 /* Set the shape key `key` of m->info (in the order they are added). */
 void dt_model_add_key(dt_model_t *m, const char *key, int64_t value);
 

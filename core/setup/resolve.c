@@ -22,7 +22,7 @@ static const struct {
     [DT_ROLE_DEVICE] = {"device", DT_KIND_DEVICE, "run.device"},
     [DT_ROLE_COMM] = {"comm", DT_KIND_COMM, "run.comm"},
     [DT_ROLE_DATA] = {"data-parallel strategy", DT_KIND_STRATEGY, "parallel.data"},
-    [DT_ROLE_TENSOR] = {"tensor-parallel strategy", DT_KIND_STRATEGY, "parallel.tensor"},
+    [DT_ROLE_TENSOR] = {"tensor-parallel scheme", DT_KIND_TENSOR, "tensor.scheme"},
     [DT_ROLE_PIPELINE] = {"pipeline schedule", DT_KIND_SCHEDULE, "pipeline.schedule"},
     [DT_ROLE_OFFLOAD] = {"offload tier", DT_KIND_OFFLOAD, "parallel.offload"},
 };
@@ -117,9 +117,11 @@ static int role_plugin_name(const dt_resolved_t *r, dt_role_t role, const char *
     case DT_ROLE_COMM: v = s->run.comm; break;
     case DT_ROLE_DATA: v = s->parallel.data; break;
     case DT_ROLE_OFFLOAD: v = s->parallel.offload; break;
-    case DT_ROLE_TENSOR:
-        *name = s->parallel.tensor > 1 ? "tensor" : NULL;
-        return DT_OK;
+    case DT_ROLE_TENSOR: /* the scheme, only with a tensor group to run */
+        if (s->parallel.tensor <= 1)
+            return DT_OK;
+        v = s->tensor.scheme;
+        break;
     default: /* DT_ROLE_PIPELINE: the schedule, only with stages to run */
         if (s->parallel.pipeline <= 1)
             return DT_OK;
@@ -200,12 +202,7 @@ int dt_resolve_plugin(dt_resolved_t *r, dt_role_t role, const char *name,
             /* blame the value where it was written: the file, or --set */
             char where[1400];
             dt_config_where(r->cfg, roles[role].key, where, sizeof where);
-            if (role == DT_ROLE_TENSOR)
-                /* a size, not a name: say which plugin it stands for */
-                dt_err_context(rc, "%s (above 1 it selects the %s plugin '%s')", where,
-                               roles[role].name, name);
-            else
-                dt_err_context(rc, "%s", where);
+            dt_err_context(rc, "%s", where);
         }
         return rc;
     }

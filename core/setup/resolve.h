@@ -7,8 +7,8 @@
  *                       typed settings (config/settings.h) and build the
  *                       plugin search path (run.plugin_path)
  *   dt_resolve_plugins  for each role the settings select (run.device,
- *                       run.comm, parallel.data, parallel.offload, the
- *                       tensor plugin when parallel.tensor is above 1 and
+ *                       run.comm, parallel.data, parallel.offload,
+ *                       tensor.scheme when parallel.tensor is above 1 and
  *                       pipeline.schedule when parallel.pipeline is): load
  *                       the plugin (which checks its ABI), check its table
  *                       against the keys it declares, then give it its host
@@ -41,7 +41,7 @@ typedef enum dt_role {
     DT_ROLE_DEVICE = 0,
     DT_ROLE_COMM,
     DT_ROLE_DATA,     /* data-parallel strategy (ddp, zero, fsdp) */
-    DT_ROLE_TENSOR,   /* tensor-parallel strategy */
+    DT_ROLE_TENSOR,   /* tensor-parallel scheme (kind tensor) */
     DT_ROLE_PIPELINE, /* pipeline schedule (kind schedule) */
     DT_ROLE_OFFLOAD,
     DT_ROLE_COUNT

@@ -33,10 +33,10 @@
  *
  * The training loop (core/train/train.c) splits the world with it when
  * parallel.pipeline or parallel.tensor > 1: the pipeline schedule runs
- * over the pipeline group, the tensor strategy over the tensor group, the
- * data strategy over the data group, GPT-2's tied embedding gradient is
- * summed over the embedding group and the gradient norm over the model
- * group.
+ * over the pipeline group, the tensor-parallel scheme over the tensor
+ * group, the data strategy over the data group, GPT-2's tied embedding
+ * gradient is summed over the embedding group and the gradient norm over
+ * the model group.
  */
 #ifndef DT_TRAIN_GRID_H
 #define DT_TRAIN_GRID_H

@@ -82,10 +82,11 @@ typedef struct run {
     dt_comm_t *dp_comm;       /* the data strategy's group: comm, or the
                                * grid's data group under a pipeline */
     /* ---- tensor parallelism: all zero without parallel.tensor > 1; the
-     * tensor strategy over the grid's tensor group ---- */
+     * tensor-parallel scheme (tensor.scheme) over the grid's tensor group,
+     * which the model calls itself ---- */
     const dt_plugin_t *ptens;
-    const dt_strategy_ops_t *tens_ops;
-    dt_strategy_t *tens;
+    const dt_tensor_ops_t *tens_ops;
+    dt_tensor_group_t *tens;
     /* ---- the grid (tp x pp x dp) under tensor or pipeline parallelism,
      * and the stage this rank runs (all zero without parallel.pipeline >
      * 1: stage.plugin NULL) ---- */
@@ -178,16 +179,8 @@ static int start_grid(run_t *R)
         return rc;
     R->dp_rank = R->grid.dp_rank;
     R->dp_comm = R->groups[DT_GRID_DATA];
-    if (R->ptens) {
+    if (R->ptens)
         R->tens_ops = R->ptens->ops;
-        if (!DT_HAS_OP(dt_strategy_ops_t, R->tens_ops, reduce_activation) ||
-            !DT_HAS_OP(dt_strategy_ops_t, R->tens_ops, wait_activation))
-            return dt_err_set(DT_ERR_CONFIG,
-                              "%s: parallel.tensor = %lld selects strategy plugin '%s', which "
-                              "has no reduce_activation/wait_activation (strategy ABI 1.6)",
-                              R->set->config_path, (long long)R->set->parallel.tensor,
-                              R->ptens->name);
-    }
     return ppipe ? dt_stage_start(&R->stage, ppipe, &R->grid) : DT_OK;
 }
 
@@ -292,40 +285,16 @@ static int open_data(run_t *R)
     return DT_OK;
 }
 
-/* The tensor group's all-reduce, as the model calls it
- * (dt_model_set_tensor_reduce): the tensor strategy's. */
-static int tensor_reduce(void *arg, void *buf, uint64_t count, int dtype, int op,
-                         dt_stream_t *stream, void **req)
-{
-    run_t *R = arg;
-    dt_comm_req_t *r = NULL;
-    int rc = R->tens_ops->reduce_activation(R->tens, buf, count, dtype, op, stream,
-                                            req ? &r : NULL);
-    if (req)
-        *req = r;
-    return rc;
-}
-
-static int tensor_wait(void *arg, void *req)
-{
-    run_t *R = arg;
-    return R->tens_ops->wait_activation(R->tens, req);
-}
-
-static const dt_model_tp_comm_ops_t tensor_comm = {tensor_reduce, tensor_wait};
-
-/* The tensor strategy over the tensor group, and the model's reductions
- * through it. */
+/* The tensor-parallel scheme over the tensor group; the model calls it
+ * itself (dt_model_set_tensor). */
 static int init_tensor(run_t *R)
 {
-    dt_strategy_init_t ta = {
-        .struct_size = sizeof ta, .n_micro = (uint32_t)R->set->train.grad_accum,
-        .dev_ops = R->dev_ops, .dev = R->dev, .compute_stream = R->stream,
-        .comm_ops = R->comm_ops, .comm = R->groups[DT_GRID_TENSOR],
-        .model = dt_model_desc(R->model), .optim = &R->optim};
+    dt_tensor_init_t ta = {.struct_size = sizeof ta, .dev_ops = R->dev_ops, .dev = R->dev,
+                           .compute_stream = R->stream, .comm_ops = R->comm_ops,
+                           .comm = R->groups[DT_GRID_TENSOR]};
     int rc = PLUGIN_CALL(R->ptens, R->tens_ops->init(R->ptens->host, &ta, &R->tens), "init");
     if (!rc)
-        dt_model_set_tensor_reduce(R->model, &tensor_comm, R);
+        dt_model_set_tensor(R->model, R->tens_ops, R->tens);
     return rc;
 }
 
@@ -530,7 +499,7 @@ static void print_header(run_t *R)
                R->grid.pp, R->grid.dp, R->stage.plugin->name, R->pstrat->name);
     if (R->ptens)
         printf("dtrain: tensor parallel over %d ranks x %d pipeline stage(s) x %d "
-               "data-parallel replicas (strategy %s over the tensor groups; this rank holds "
+               "data-parallel replicas (scheme %s over the tensor groups; this rank holds "
                "%.3fM of the parameters)\n",
                R->grid.tp, R->grid.pp, R->grid.dp, R->ptens->name, (double)d->numel / 1e6);
 }

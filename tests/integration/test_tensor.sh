@@ -32,7 +32,10 @@
 #    and on one rank; a checkpoint without dtype and activations (saved
 #    before they were recorded) resumes with a note, a dtype change noted;
 #  - config errors (exit 2, the exact message): heads not divisible by the
-#    tensor degree, a world the grid does not divide, the mlp arch;
+#    tensor degree, a world the grid does not divide, the mlp arch, an
+#    unknown [tensor] scheme (the key, the folders searched, the closest
+#    scheme; in the file: its line), a scheme no tensor group uses not
+#    loaded;
 #  - a rank killed in a step (a test hook): its tensor-group peer stops
 #    (exit 1) naming the all-reduce it was in and the dead rank.
 set -euo pipefail
@@ -58,7 +61,7 @@ expect_exit 0 "1 rank, micro 2 x accumulation 4" "$bin" run eq.toml --set run.co
 "$bin" export out/n1/ckpt n1.st --layout dtrain >/dev/null
 layout 2 t2 "tp2" --set parallel.tensor=2
 expect_out "tp2: the layout and the rank's part printed" \
-  "dtrain: tensor parallel over 2 ranks x 1 pipeline stage(s) x 1 data-parallel replicas (strategy tensor over the tensor groups; this rank holds 0.018M of the parameters)"
+  "dtrain: tensor parallel over 2 ranks x 1 pipeline stage(s) x 1 data-parallel replicas (scheme megatron over the tensor groups; this rank holds 0.018M of the parameters)"
 expect_out "tp2: the whole model's parameters counted" "dtrain: gpt2, 0.03M parameters"
 layout 4 t4 "tp4" --set parallel.tensor=4
 expect_out "tp4: a quarter of the heads and the vocabulary" "this rank holds 0.010M of the parameters"
@@ -207,6 +210,22 @@ printf '[run]\ncomm = "shm"\n[model]\narch = "mlp"\n[parallel]\ntensor = 2\n[lau
 expect_exit 2 "the mlp arch under tensor parallelism" "$bin" check mlp.toml
 expect_out "the arch is named" \
   "dtrain check: error: mlp.toml: [parallel] tensor = 2: arch \"mlp\" has no tensor-parallel layout (gpt2 has)"
+# [tensor] scheme names a tensor-parallel scheme plugin: one not on the
+# search path is the config's error, named where it was written, with the
+# folders searched and the closest scheme
+expect_exit 2 "an unknown scheme" "$bin" check eq.toml --set launch.nproc=2 \
+  --set parallel.tensor=2 --set tensor.scheme=megatorn
+expect_out "an unknown scheme: the key and the search named" \
+  "dtrain check: error: --set tensor.scheme=megatorn: tensor plugin 'megatorn' not found in: "
+expect_out "an unknown scheme: the closest scheme" \
+  " (files are named dtrain_<name>.so); did you mean 'megatron'?"
+sed 's/^\[train\]$/[tensor]\nscheme = "seqpar"\n[train]/' eq.toml > sp.toml
+line=$(grep -n '^scheme = "seqpar"' sp.toml | cut -d: -f1)
+expect_exit 2 "an unknown scheme in the file, under a 2-rank run" "$bin" run sp.toml \
+  --set parallel.tensor=2 --set launch.nproc=2
+expect_out "an unknown scheme in the file: its line named" \
+  "dtrain run: error: sp.toml:$line: tensor.scheme = \"seqpar\": tensor plugin 'seqpar' not found in: "
+expect_exit 0 "a scheme no tensor group uses is not loaded" "$bin" check sp.toml
 
 # ---- a rank killed in a step -------------------------------------------------
 if has_test_hooks "$bin"; then

@@ -78,7 +78,7 @@ static void expect_load_fail(int kind, const char *name, int rc)
 
 static void test_kind_names(void **state)
 {
-    const char *names[] = {"device", "comm", "offload", "strategy", "schedule"};
+    const char *names[] = {"device", "comm", "offload", "strategy", "schedule", "tensor"};
     for (int k = 0; k < DT_KIND_COUNT; k++)
         assert_string_equal(dt_kind_name(k), names[k]);
     assert_null(dt_kind_name(DT_KIND_COUNT));
@@ -100,6 +100,9 @@ static void test_entry_names_match_macro(void **state)
     assert_string_equal(dt_abi_entry_name(DT_KIND_SCHEDULE, 1, buf, sizeof buf),
                         DT_ENTRY_STRING(schedule, 1));
     assert_string_equal(buf, "dtrain_schedule_v1");
+    assert_string_equal(dt_abi_entry_name(DT_KIND_TENSOR, 1, buf, sizeof buf),
+                        DT_ENTRY_STRING(tensor, 1));
+    assert_string_equal(buf, "dtrain_tensor_v1");
 }
 
 /* Every slot after the info block is listed once, in struct order, and
@@ -110,7 +113,7 @@ static void test_abi_layouts_cover_structs(void **state)
     const size_t sizes[DT_KIND_COUNT] = {
         sizeof(dt_device_ops_v1_t), sizeof(dt_comm_ops_v1_t),
         sizeof(dt_offload_ops_v1_t), sizeof(dt_strategy_ops_v1_t),
-        sizeof(dt_schedule_ops_v1_t)};
+        sizeof(dt_schedule_ops_v1_t), sizeof(dt_tensor_ops_v1_t)};
     for (int k = 0; k < DT_KIND_COUNT; k++) {
         uint32_t majors[4];
         assert_int_equal(dt_abi_majors(k, majors, 4), 1);
@@ -178,10 +181,8 @@ static void test_abi_layouts_cover_structs(void **state)
     assert_int_equal(o->n_mandatory, 8);
     const dt_abi_layout_t *s = dt_abi_layout(DT_KIND_STRATEGY, 1);
     assert_string_equal(s->mandatory[s->n_mandatory - 1].name, "estimate");
-    assert_int_equal(s->n_optional, 3);
+    assert_int_equal(s->n_optional, 1);
     assert_string_equal(s->optional[0].name, "plan_presets");
-    assert_string_equal(s->optional[1].name, "reduce_activation");
-    assert_string_equal(s->optional[2].name, "wait_activation");
     /* a pipeline schedule: its own kind, every slot mandatory */
     const dt_abi_layout_t *sc = dt_abi_layout(DT_KIND_SCHEDULE, 1);
     assert_int_equal(sc->minor, 0);
@@ -191,6 +192,18 @@ static void test_abi_layouts_cover_structs(void **state)
     assert_string_equal(sc->mandatory[3].name, "run");
     assert_int_equal(sc->n_optional, 0);
     assert_int_equal(sc->min_size, sizeof(dt_schedule_ops_v1_t));
+    /* a tensor-parallel scheme: its own kind, every slot mandatory */
+    const dt_abi_layout_t *tp = dt_abi_layout(DT_KIND_TENSOR, 1);
+    assert_int_equal(tp->minor, 0);
+    assert_int_equal(tp->n_mandatory, 7);
+    assert_string_equal(tp->mandatory[0].name, "init");
+    assert_string_equal(tp->mandatory[2].name, "row_forward");
+    assert_string_equal(tp->mandatory[3].name, "column_backward_start");
+    assert_string_equal(tp->mandatory[4].name, "column_backward_wait");
+    assert_string_equal(tp->mandatory[5].name, "embedding_forward");
+    assert_string_equal(tp->mandatory[6].name, "xent_reduce");
+    assert_int_equal(tp->n_optional, 0);
+    assert_int_equal(tp->min_size, sizeof(dt_tensor_ops_v1_t));
 }
 
 /* --------------------------------------------------------- search path -- */

@@ -8,8 +8,8 @@
  * parameters perturbed away from init) and once per rank of a tensor group
  * of P ranks (dt_model_create_part), each rank's parameters set to its
  * blocks of the reference's (the description's dt_param_split_t), so the
- * two hold the same model.  The ranks run as threads; their all-reduce
- * (dt_model_set_tensor_reduce) is the test's, summing (or taking the
+ * two hold the same model.  The ranks run as threads; their tensor-parallel
+ * scheme (dt_model_set_tensor) is the test's, summing (or taking the
  * maximum) in rank order so every rank gets the same bits.  One step of 2
  * micro-batches with accumulation; asserted:
  *   - every rank's loss equals the reference's within LOSS_ATOL (1e-5;
@@ -128,29 +128,35 @@ static int group_reduce_now(rank_t *rk, void *buf, uint64_t count, int dtype, in
     return tmp ? DT_OK : DT_ERR_NOMEM;
 }
 
-/* Done before it returns, so a caller asking for a request gets none
- * (NULL: nothing to wait for), as reduce_activation may; or with
- * rk->defer left for group_wait. */
-static int group_reduce(void *arg, void *buf, uint64_t count, int dtype, int op,
-                        dt_stream_t *stream, void **req)
+/* The test's tensor-parallel scheme (dtrain/tensor_parallel.h): its
+ * instance is the rank. */
+static int group_row(dt_tensor_group_t *g, void *buf, uint64_t count, int dtype,
+                     dt_stream_t *stream)
 {
-    rank_t *rk = arg;
-    if (req)
-        *req = NULL;
-    if (req && rk->defer) {
-        if (rk->pending.buf)
-            return DT_ERR_INVALID; /* one in flight at a time is what the model does */
-        rk->pending = (struct pending){buf, count, dtype, op, stream};
-        *req = &rk->pending;
-        return DT_OK;
-    }
-    return group_reduce_now(rk, buf, count, dtype, op, stream);
+    return group_reduce_now((rank_t *)g, buf, count, dtype, DT_OP_SUM, stream);
 }
 
-static int group_wait(void *arg, void *req)
+/* Done before it returns, so the model gets no request (NULL: nothing to
+ * wait for), as a scheme may; or with rk->defer left for group_wait. */
+static int group_column_start(dt_tensor_group_t *g, void *buf, uint64_t count, int dtype,
+                              dt_stream_t *stream, dt_comm_req_t **req)
 {
-    rank_t *rk = arg;
-    if (!req || req != &rk->pending || !rk->pending.buf)
+    rank_t *rk = (rank_t *)g;
+    *req = NULL;
+    if (rk->defer) {
+        if (rk->pending.buf)
+            return DT_ERR_INVALID; /* one in flight at a time is what the model does */
+        rk->pending = (struct pending){buf, count, dtype, DT_OP_SUM, stream};
+        *req = (dt_comm_req_t *)&rk->pending;
+        return DT_OK;
+    }
+    return group_reduce_now(rk, buf, count, dtype, DT_OP_SUM, stream);
+}
+
+static int group_wait(dt_tensor_group_t *g, dt_comm_req_t *req)
+{
+    rank_t *rk = (rank_t *)g;
+    if (!req || req != (dt_comm_req_t *)&rk->pending || !rk->pending.buf)
         return DT_ERR_INVALID;
     struct pending p = rk->pending;
     rk->pending.buf = NULL;
@@ -158,7 +164,19 @@ static int group_wait(void *arg, void *req)
     return group_reduce_now(rk, p.buf, p.count, p.dtype, p.op, p.stream);
 }
 
-static const dt_model_tp_comm_ops_t group_comm = {group_reduce, group_wait};
+static int group_xent(dt_tensor_group_t *g, float *buf, uint64_t count, int op,
+                      dt_stream_t *stream)
+{
+    return group_reduce_now((rank_t *)g, buf, count, DT_F32, op, stream);
+}
+
+static const dt_tensor_ops_t group_scheme = {
+    .row_forward = group_row,
+    .column_backward_start = group_column_start,
+    .column_backward_wait = group_wait,
+    .embedding_forward = group_row,
+    .xent_reduce = group_xent,
+};
 
 /* One step of M micro-batches on this rank (a thread: no cmocka calls). */
 static void *rank_step(void *arg)
@@ -246,7 +264,7 @@ static void ranks_open(ref_t *w, group_t *g, rank_t *rk, int P, const char *ckpt
         rk[r].targets = w->targets;
         dt_mh_tp_rank = r;
         must(dt_mh_open(&rk[r].h, toml, B, T, SEED), "opening a tensor-parallel rank");
-        dt_model_set_tensor_reduce(rk[r].h.model, &group_comm, &rk[r]);
+        dt_model_set_tensor(rk[r].h.model, &group_scheme, (dt_tensor_group_t *)&rk[r]);
         for (uint32_t u = 0; u < NU; u++) {
             const dt_unit_desc_t *ud = &rk[r].h.desc->units[u];
             float *mine = dt_mh_master(&rk[r].h, u);
@@ -449,8 +467,8 @@ static void test_no_reduce(void **state)
                      DT_ERR_INVALID);
     assert_string_equal(dt_last_error(),
                         "model: the all-reduce of the embedding output (unit embedding) over "
-                        "the tensor group of 2 ranks: no reduction was set "
-                        "(dt_model_set_tensor_reduce)");
+                        "the tensor group of 2 ranks: no tensor-parallel scheme was set "
+                        "(dt_model_set_tensor)");
     dt_mh_close(&h);
 }
 

@@ -15,6 +15,7 @@
 #include "dtrain/offload.h"
 #include "dtrain/strategy.h"
 #include "dtrain/schedule.h"
+#include "dtrain/tensor_parallel.h"
 
 #define DTRAIN_VERSION_MAJOR 0
 #define DTRAIN_VERSION_MINOR 1

@@ -58,7 +58,6 @@
 #include "dtrain/sdk/dp.h"
 #include "dtrain/sdk/flat.h"
 #include "dtrain/sdk/hash.h"
-#include "dtrain/sdk/no_params.h"
 #include "dtrain/sdk/norm.h"
 #include "dtrain/sdk/offload.h"
 #include "dtrain/sdk/optim.h"

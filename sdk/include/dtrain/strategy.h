@@ -1,12 +1,14 @@
 /*
  * dtrain/strategy.h - the parallel strategy ABI (plugin kind "strategy").
  *
- * A strategy owns how parameters, gradients and optimizer state are held
- * along its parallel dimension (data: ddp, zero, fsdp; model: tensor; a
- * pipeline's schedule is a kind of its own, schedule.h).  The core describes the model as an ordered list of UNITS (the
- * embedding, each transformer block, the head): the granularity that is
- * gathered, sharded and reduced.  Each unit's parameters form one flat f32
- * index space [0, unit.numel); a shard is a range of it.
+ * A data strategy owns how parameters, gradients and optimizer state are
+ * held along the data-parallel dimension (ddp, zero, fsdp); a pipeline's
+ * schedule (schedule.h) and a tensor-parallel scheme (tensor_parallel.h)
+ * are kinds of their own.  The core describes the model as an ordered
+ * list of UNITS (the embedding, each transformer block, the head): the
+ * granularity that is gathered, sharded and reduced.  Each unit's
+ * parameters form one flat f32 index space [0, unit.numel); a shard is a
+ * range of it.
  *
  * One training step, as the core drives it:
  *
@@ -91,8 +93,8 @@ extern "C" {
                                  * 4: (interleaved stages: schedule.h);
                                  * 5: dt_param_desc_v1_t.ext may point at a
                                  *    dt_param_split_v1_t (tensor parallelism);
-                                 * 6: the slots reduce_activation and
-                                 *    wait_activation (a tensor strategy's) */
+                                 * 6: (tensor parallelism is a kind of its own:
+                                 *    tensor_parallel.h) */
 
 typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 
@@ -440,35 +442,6 @@ typedef struct dt_strategy_ops_v1 {
     int (*plan_presets)(const dt_plan_preset_v1_t **out, uint32_t *n);
 
     /* ---- minor 0 ends here; append only ---- */
-
-    /* ---- tensor parallelism (minor 6, optional: a tensor strategy has
-     * it) ----
-     * The model's layers know their math (which projection is column- or
-     * row-parallel, the parallel cross-entropy: core/model/model.h); the
-     * tensor strategy owns the tensor group and what crosses it.  It
-     * holds no parameters: every rank's data strategy holds that rank's parts (dt_param_split_v1_t), its group
-     * the ranks holding the same parts.
-     *
-     * All-reduce `count` elements of `dtype` at device memory `buf`, in
-     * place, with `op` (DT_OP_SUM, DT_OP_MAX) over the tensor group
-     * (init.comm), ordered after the work enqueued on `stream`: the
-     * partial sums of a row-parallel layer's output in forward, of a
-     * column-parallel layer's input gradient in backward, the parallel
-     * cross-entropy's row statistics.  With `req` NULL it returns when
-     * `buf` holds the result; else it may return at once with the
-     * operation in flight in *req, which the caller hands to
-     * wait_activation before it reads `buf` (the model overlaps a
-     * column-parallel layer's weight gradient with the reduction of its
-     * input gradient, as Megatron-LM does).  Every wait is bounded by the
-     * group's timeout: a dead peer fails it with DT_ERR_REMOTE /
-     * DT_ERR_TIMEOUT and a message naming the operation, its size and the
-     * group. */
-    int (*reduce_activation)(dt_strategy_t *s, void *buf, uint64_t count, int dtype, int op,
-                             dt_stream_t *stream, dt_comm_req_t **req);
-    /* Wait for a reduce_activation that returned a request: DT_OK when
-     * its buffer holds the result.  Frees the request either way. */
-    int (*wait_activation)(dt_strategy_t *s, dt_comm_req_t *req);
-    /* ---- minor 6 ends here; append only ---- */
 } dt_strategy_ops_v1_t;
 
 /* Current-version names. */

@@ -947,7 +947,7 @@ static int print_pipeline(const dt_resolved_t *r, dt_model_t *m, int64_t world,
     return rc;
 }
 
-/* ---- tensor parallelism (issue 14): with parallel.tensor > 1, a block
+/* ---- tensor parallelism: with parallel.tensor > 1, a block
  * after the table: what a rank holds of the model, and the all-reduces
  * its tensor group runs a step (dt_model_tp_comm, per micro-batch: the
  * model's count, checked against the run in test_model_tp), with the

@@ -1,20 +1,21 @@
 /*
  * dtrain/sdk/cfg.h - reading a plugin's configuration values through
- * host->cfg_* (its declared keys).  A key's default, range and choices are
- * declared once, in the plugin's dt_config_key_t table (dtrain/plugin.h):
- * the core checks the config against it and fills the defaults before
- * init, so these helpers take no default and repeat no range check.  One
- * rule for every plugin: a key the host does not know (DT_ERR_NOT_FOUND:
- * the plugin did not declare it, or the host applied no defaults) is
- * DT_ERR_CONFIG "config key <key>: no value (not declared by the plugin,
- * or the host applied no defaults)"; any other failure is DT_ERR_CONFIG
- * "config key <key>: cannot read (<status>)".  A plugin keeps only the
- * checks its schema cannot express (e.g. "> 0" where the range is [0, x]).
+ * host->cfg_*.  Defaults, ranges and choices are declared once, in the
+ * plugin's config_keys (dtrain/plugin.h); the core checks and fills them
+ * before init, so these helpers take no default and repeat no check.
  *
  * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
  *
  * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
  * it and the conventions every helper follows).
+ *
+ * One rule for every plugin: a key the host holds no value for
+ * (DT_ERR_NOT_FOUND: the plugin did not declare it, or the host applied
+ * no defaults) is DT_ERR_CONFIG "config key <key>: no value (not declared
+ * by the plugin, or the host applied no defaults)"; any other failure is
+ * DT_ERR_CONFIG "config key <key>: cannot read (<status>)".  A plugin
+ * keeps only the checks its declared keys cannot express (e.g. "> 0"
+ * where the range is [0, x], or one key against another).
  */
 #ifndef DTRAIN_SDK_CFG_H
 #define DTRAIN_SDK_CFG_H

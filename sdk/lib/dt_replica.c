@@ -39,7 +39,8 @@ static int declared(const dt_host_v1_t *host, const char *key)
 static int default_is(const dt_config_key_t *k, const char *v)
 {
     size_t n = strlen(v);
-    return k->def[0] == '"' && strncmp(k->def + 1, v, n) == 0 && strcmp(k->def + 1 + n, "\"") == 0;
+    return k->def[0] == '"' && strncmp(k->def + 1, v, n) == 0 &&
+           strcmp(k->def + 1 + n, "\"") == 0;
 }
 
 int dt_replica_read_config(const dt_host_v1_t *host, dt_replica_cfg_t *cfg)

@@ -21,6 +21,7 @@
 #include <cblas.h>
 
 #include "cpu_internal.h"
+#include "dtrain/sdk/cfg.h"
 
 #define CPU_TOMBSTONE ((void *)(uintptr_t)1)
 #define CPU_MAX_THREADS 1024
@@ -326,27 +327,6 @@ static const dt_config_key_t cpu_keys[] = {
             "models, one rank"},
 };
 
-/* Read an INT key; absent (tests that pass no keys) means the default. */
-static int cfg_int_or(const dt_host_v1_t *host, const char *key, int64_t def,
-                      int64_t lo, int64_t hi, int64_t *out)
-{
-    int64_t v = def;
-    int rc = host->cfg_int(host, key, &v);
-    if (rc == DT_ERR_NOT_FOUND)
-        v = def;
-    else if (rc != DT_OK)
-        return host->set_error(host, DT_ERR_CONFIG,
-                               "config key %s: cannot read it as an integer "
-                               "(%s)", key, dt_status_name(rc));
-    if (v < lo || v > hi)
-        return host->set_error(host, DT_ERR_CONFIG,
-                               "config key %s = %lld is out of range [%lld, "
-                               "%lld]", key, (long long)v, (long long)lo,
-                               (long long)hi);
-    *out = v;
-    return DT_OK;
-}
-
 /* ----------------------------------------------------------------- props */
 
 /* "0.3.21" from "OpenBLAS 0.3.21 DYNAMIC_ARCH ...". */
@@ -406,19 +386,11 @@ static int cpu_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
     if (rc != DT_OK)
         return rc;
     int64_t threads = 0, limit = 0;
-    rc = cfg_int_or(host, "threads", 0, 0, CPU_MAX_THREADS, &threads);
-    if (rc != DT_OK)
-        return rc;
-    rc = cfg_int_or(host, "memory_limit", 0, 0, (int64_t)1 << 62, &limit);
-    if (rc != DT_OK)
-        return rc;
     int guard = 0;
-    rc = host->cfg_bool(host, "guard_memory", &guard);
-    if (rc == DT_ERR_NOT_FOUND)
-        guard = 0;
-    else if (rc != DT_OK)
-        return host->set_error(host, DT_ERR_CONFIG, "config key guard_memory: cannot read "
-                                                    "it as a boolean (%s)", dt_status_name(rc));
+    if ((rc = dt_cfg_int(host, "threads", &threads)) != DT_OK ||
+        (rc = dt_cfg_int(host, "memory_limit", &limit)) != DT_OK ||
+        (rc = dt_cfg_bool(host, "guard_memory", &guard)) != DT_OK)
+        return rc;
     int local_size = a.local_size > 0 ? a.local_size : 1;
     if (threads == 0) {
         long online = sysconf(_SC_NPROCESSORS_ONLN);

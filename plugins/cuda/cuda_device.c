@@ -793,13 +793,13 @@ static int cuda_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
                           DT_DEVICE_INIT_V1_SIZE0);
     if (rc != DT_OK)
         return rc;
-    int64_t key_index = -1, limit = 0;
-    int caching = 1, tf32 = 0, deterministic = 0;
-    if ((rc = dt_cfg_int(host, "device_index", -1, -1, &key_index)) != DT_OK ||
-        (rc = dt_cfg_int(host, "memory_limit", 0, 0, &limit)) != DT_OK ||
-        (rc = dt_cfg_bool(host, "caching", 1, &caching)) != DT_OK ||
-        (rc = dt_cfg_bool(host, "tf32", 0, &tf32)) != DT_OK ||
-        (rc = dt_cfg_bool(host, "deterministic", 0, &deterministic)) != DT_OK)
+    int64_t key_index = 0, limit = 0;
+    int caching = 0, tf32 = 0, deterministic = 0;
+    if ((rc = dt_cfg_int(host, "device_index", &key_index)) != DT_OK ||
+        (rc = dt_cfg_int(host, "memory_limit", &limit)) != DT_OK ||
+        (rc = dt_cfg_bool(host, "caching", &caching)) != DT_OK ||
+        (rc = dt_cfg_bool(host, "tf32", &tf32)) != DT_OK ||
+        (rc = dt_cfg_bool(host, "deterministic", &deterministic)) != DT_OK)
         return rc;
 
     int count = 0;

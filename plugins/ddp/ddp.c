@@ -27,13 +27,13 @@ static const dt_config_key_t ddp_keys[] = {
             "sharing memory bandwidth do not all update at once (same results)"},
 };
 
-/* The [ddp] table; a key the host did not declare takes its default. */
+/* The [ddp] table (the host filled the declared keys' defaults). */
 static int ddp_read_config(const dt_host_v1_t *host, dt_replica_cfg_t *cfg, int32_t *stagger)
 {
     int st;
     int rc = dt_replica_read_config(host, cfg);
     if (rc == DT_OK)
-        rc = dt_cfg_bool(host, "stagger_update", 1, &st);
+        rc = dt_cfg_bool(host, "stagger_update", &st);
     if (rc == DT_OK)
         *stagger = st;
     return rc;

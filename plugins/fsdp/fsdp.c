@@ -99,15 +99,15 @@ typedef struct fsdp_conf {
 static int fsdp_read_config(const dt_host_v1_t *host, int32_t world, fsdp_conf_t *c)
 {
     int rc;
-    if ((rc = dt_cfg_enum(host, "sharding_strategy", "FULL_SHARD", FSDP_STRATEGIES,
+    if ((rc = dt_cfg_enum(host, "sharding_strategy", FSDP_STRATEGIES,
                           &c->strategy)) ||
-        (rc = dt_cfg_enum(host, "backward_prefetch", "BACKWARD_PRE", FSDP_PREFETCHES,
+        (rc = dt_cfg_enum(host, "backward_prefetch", FSDP_PREFETCHES,
                           &c->prefetch_bwd)) ||
-        (rc = dt_cfg_int(host, "hybrid_group_size", 0, 0, &c->hybrid)) ||
-        (rc = dt_cfg_int(host, "min_num_params", 0, 0, &c->min_params)) ||
-        (rc = dt_cfg_int(host, "limit_all_gathers", 2, 0, &c->limit)) ||
-        (rc = dt_cfg_bool(host, "forward_prefetch", 0, &c->forward_prefetch)) ||
-        (rc = dt_cfg_bool(host, "reshard_after_forward", 1, &c->reshard)))
+        (rc = dt_cfg_int(host, "hybrid_group_size", &c->hybrid)) ||
+        (rc = dt_cfg_int(host, "min_num_params", &c->min_params)) ||
+        (rc = dt_cfg_int(host, "limit_all_gathers", &c->limit)) ||
+        (rc = dt_cfg_bool(host, "forward_prefetch", &c->forward_prefetch)) ||
+        (rc = dt_cfg_bool(host, "reshard_after_forward", &c->reshard)))
         return rc;
     if (c->strategy == HYBRID_SHARD) {
         if (c->hybrid < 1)

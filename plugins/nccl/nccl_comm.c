@@ -223,8 +223,8 @@ static int nccl_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *args,
     int rc = dt_comm_check_init(host, args, out, &a);
     if (rc != DT_OK)
         return rc;
-    int64_t poll_us = 50;
-    if ((rc = dt_cfg_int(host, "poll_us", 50, 1, &poll_us)) != DT_OK)
+    int64_t poll_us = 0;
+    if ((rc = dt_cfg_int(host, "poll_us", &poll_us)) != DT_OK)
         return rc;
     if (!a.dev_ops || !a.dev || !DT_HAS_OP(dt_device_ops_v1_t, a.dev_ops, native_stream) ||
         !a.dev_ops->native_stream)

@@ -57,7 +57,7 @@ static int oc_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
     if (rc != DT_OK)
         return rc;
     int64_t capacity = 0;
-    if ((rc = dt_cfg_int(host, "capacity", 0, 0, &capacity)) != DT_OK)
+    if ((rc = dt_cfg_int(host, "capacity", &capacity)) != DT_OK)
         return rc;
     dt_offload_t *o = calloc(1, sizeof *o);
     if (!o)

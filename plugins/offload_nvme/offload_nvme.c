@@ -58,14 +58,14 @@ static int nvme_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
         return host->set_error(host, DT_ERR_INVALID, "init: job id '%s' cannot name files "
                                "(letters, digits, '-', '_', '.')", a.job_id ? a.job_id : "(null)");
     const char *path = NULL;
-    int64_t capacity = 0, qd = 32, nbuf = 4, block = 1 << 20;
+    int64_t capacity = 0, qd = 0, nbuf = 0, block = 0;
     int direct = 0;
-    if ((rc = dt_cfg_string(host, "path", "", &path)) ||
-        (rc = dt_cfg_int(host, "capacity", 0, 0, &capacity)) ||
-        (rc = dt_cfg_int(host, "queue_depth", 32, 1, &qd)) ||
-        (rc = dt_cfg_int(host, "buffers", 4, 1, &nbuf)) ||
-        (rc = dt_cfg_int(host, "block_size", 1 << 20, NVME_ALIGN, &block)) ||
-        (rc = dt_cfg_enum(host, "direct", "auto", "auto|on|off", &direct)))
+    if ((rc = dt_cfg_string(host, "path", &path)) ||
+        (rc = dt_cfg_int(host, "capacity", &capacity)) ||
+        (rc = dt_cfg_int(host, "queue_depth", &qd)) ||
+        (rc = dt_cfg_int(host, "buffers", &nbuf)) ||
+        (rc = dt_cfg_int(host, "block_size", &block)) ||
+        (rc = dt_cfg_enum(host, "direct", "auto|on|off", &direct)))
         return rc;
     if (block % NVME_ALIGN != 0)
         return host->set_error(host, DT_ERR_CONFIG, "block_size = %lld is not a multiple of %u "

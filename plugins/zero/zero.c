@@ -85,25 +85,15 @@ typedef struct zero_conf {
 
 static int zero_read_config(const dt_host_v1_t *host, zero_conf_t *c)
 {
-    int rc = host->cfg_int(host, "stage", &c->stage);
-    if (rc == DT_ERR_NOT_FOUND)
-        return host->set_error(host, DT_ERR_CONFIG,
-                               "stage is not set: choose 1 (optimizer state sharded), 2 (+ "
-                               "gradients) or 3 (+ parameters)");
-    if (rc != DT_OK)
-        return host->set_error(host, DT_ERR_CONFIG, "stage: cannot read (%s)",
-                               dt_status_name(rc));
-    if (c->stage < 1 || c->stage > 3)
-        return host->set_error(host, DT_ERR_CONFIG,
-                               "stage = %lld is not a ZeRO stage: valid stages are 1 (optimizer "
-                               "state sharded), 2 (+ gradients), 3 (+ parameters)",
-                               (long long)c->stage);
-    if ((rc = dt_cfg_int(host, "reduce_bucket_size", 500000000, 1, &c->reduce_bucket)) ||
-        (rc = dt_cfg_int(host, "allgather_bucket_size", 500000000, 1, &c->allgather_bucket)) ||
-        (rc = dt_cfg_int(host, "prefetch_bucket_size", 50000000, 0, &c->prefetch_bucket)) ||
-        (rc = dt_cfg_int(host, "param_persistence_threshold", 100000, 0, &c->persistence)))
+    int rc;
+    /* stage is required and in 1..3 (the core checks the declared keys) */
+    if ((rc = dt_cfg_int(host, "stage", &c->stage)) ||
+        (rc = dt_cfg_int(host, "reduce_bucket_size", &c->reduce_bucket)) ||
+        (rc = dt_cfg_int(host, "allgather_bucket_size", &c->allgather_bucket)) ||
+        (rc = dt_cfg_int(host, "prefetch_bucket_size", &c->prefetch_bucket)) ||
+        (rc = dt_cfg_int(host, "param_persistence_threshold", &c->persistence)))
         return rc;
-    return dt_cfg_bool(host, "overlap_comm", 1, &c->overlap);
+    return dt_cfg_bool(host, "overlap_comm", &c->overlap);
 }
 
 static const char *stage_names[] = {"", "zero stage 1", "zero stage 2", "zero stage 3"};

@@ -1,59 +1,64 @@
 /*
  * sdk/lib/dt_cfg.c - reading a plugin's configuration values through the
- * host table, with one rule for every plugin: a key the host did not
- * declare takes its default, anything else that fails is a config error
- * naming the key.
+ * host table, with one rule for every plugin: the defaults, ranges and
+ * choices are the plugin's declared keys (the host applied them), and a
+ * read that fails - a key the host does not know included - is a config
+ * error naming the key.
  */
 #include "dtrain/sdk/cfg.h"
 
 #include <string.h>
 
-static int cannot_read(const dt_host_v1_t *host, const char *key, int rc)
+/* The error for host->cfg_* status `rc` reading `key`. */
+static int read_failed(const dt_host_v1_t *host, const char *key, int rc)
 {
-    return host->set_error(host, DT_ERR_CONFIG, "%s: cannot read (%s)", key, dt_status_name(rc));
+    if (rc == DT_ERR_NOT_FOUND)
+        return host->set_error(host, DT_ERR_CONFIG,
+                               "config key %s: no value (not declared by the plugin, or the "
+                               "host applied no defaults)",
+                               key);
+    return host->set_error(host, DT_ERR_CONFIG, "config key %s: cannot read (%s)", key,
+                           dt_status_name(rc));
 }
 
-int dt_cfg_int(const dt_host_v1_t *host, const char *key, int64_t def, int64_t min,
-               int64_t *out)
+int dt_cfg_int(const dt_host_v1_t *host, const char *key, int64_t *out)
 {
-    int64_t v = def;
+    int64_t v = 0;
     int rc = host->cfg_int(host, key, &v);
-    if (rc != DT_OK && rc != DT_ERR_NOT_FOUND)
-        return cannot_read(host, key, rc);
-    if (v < min)
-        return host->set_error(host, DT_ERR_CONFIG, "%s = %lld: must be >= %lld", key,
-                               (long long)v, (long long)min);
+    if (rc != DT_OK)
+        return read_failed(host, key, rc);
     *out = v;
     return DT_OK;
 }
 
-int dt_cfg_bool(const dt_host_v1_t *host, const char *key, int def, int *out)
+int dt_cfg_bool(const dt_host_v1_t *host, const char *key, int *out)
 {
-    int v = def;
+    int v = 0;
     int rc = host->cfg_bool(host, key, &v);
-    if (rc != DT_OK && rc != DT_ERR_NOT_FOUND)
-        return cannot_read(host, key, rc);
+    if (rc != DT_OK)
+        return read_failed(host, key, rc);
     *out = v ? 1 : 0;
     return DT_OK;
 }
 
-int dt_cfg_float(const dt_host_v1_t *host, const char *key, double def, double *out)
+int dt_cfg_float(const dt_host_v1_t *host, const char *key, double *out)
 {
-    double v = def;
+    double v = 0.0;
     int rc = host->cfg_float(host, key, &v);
-    if (rc != DT_OK && rc != DT_ERR_NOT_FOUND)
-        return cannot_read(host, key, rc);
+    if (rc != DT_OK)
+        return read_failed(host, key, rc);
     *out = v;
     return DT_OK;
 }
 
-int dt_cfg_string(const dt_host_v1_t *host, const char *key, const char *def,
-                  const char **out)
+int dt_cfg_string(const dt_host_v1_t *host, const char *key, const char **out)
 {
-    const char *v = def;
+    const char *v = NULL;
     int rc = host->cfg_string(host, key, &v);
-    if (rc != DT_OK && rc != DT_ERR_NOT_FOUND)
-        return cannot_read(host, key, rc);
+    if (rc != DT_OK)
+        return read_failed(host, key, rc);
+    if (!v)
+        return read_failed(host, key, DT_ERR_INVALID);
     *out = v;
     return DT_OK;
 }
@@ -75,11 +80,10 @@ static int choice_index(const char *choices, const char *v)
     return -1;
 }
 
-int dt_cfg_enum(const dt_host_v1_t *host, const char *key, const char *def,
-                const char *choices, int *out)
+int dt_cfg_enum(const dt_host_v1_t *host, const char *key, const char *choices, int *out)
 {
-    const char *v = def;
-    int rc = dt_cfg_string(host, key, def, &v);
+    const char *v = NULL;
+    int rc = dt_cfg_string(host, key, &v);
     if (rc != DT_OK)
         return rc;
     int i = choice_index(choices, v);
@@ -106,7 +110,7 @@ int dt_cfg_reduce_dtype(const dt_host_v1_t *host, int *out)
 {
     static const int dtypes[] = {DT_F32, DT_BF16, DT_F16}; /* the choices' order */
     int i = 0;
-    int rc = dt_cfg_enum(host, "reduce_dtype", "fp32", "fp32|bf16|fp16", &i);
+    int rc = dt_cfg_enum(host, "reduce_dtype", "fp32|bf16|fp16", &i);
     *out = rc == DT_OK ? dtypes[i] : DT_F32;
     return rc;
 }

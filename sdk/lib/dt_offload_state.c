@@ -29,7 +29,7 @@ static int what_read(const dt_host_v1_t *host, int params_ok, const char *what_i
                      uint32_t *what)
 {
     int idx = 0;
-    int rc = dt_cfg_enum(host, "offload_what", "optimizer", what_choices, &idx);
+    int rc = dt_cfg_enum(host, "offload_what", what_choices, &idx);
     if (rc != DT_OK)
         return rc;
     if ((what_bits[idx] & DT_OFFLOAD_WHAT_PARAMS) && !params_ok)
@@ -49,7 +49,10 @@ int dt_offload_what(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
     *what = 0;
     if (!args->offload_ops || !args->offload) {
         int idx;
-        return dt_cfg_enum(host, "offload_what", "optimizer", what_choices, &idx);
+        /* no tier: the key, where declared, is only checked */
+        if (host->cfg_string(host, "offload_what", &v) == DT_ERR_NOT_FOUND)
+            return DT_OK;
+        return dt_cfg_enum(host, "offload_what", what_choices, &idx);
     }
     if (host->cfg_string(host, "offload_what", &v) == DT_ERR_NOT_FOUND)
         return host->set_error(host, DT_ERR_CONFIG,

@@ -8,6 +8,7 @@
 #include "dtrain/sdk/replica.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dtrain/sdk/buckets.h"
@@ -15,36 +16,56 @@
 
 /* ------------------------------------------------------------ config */
 
-/* String key `key` (default: the first choice) as 0 for choice `a`, 1
- * for `b`; anything else is a config error naming both. */
-static int read_pair(const dt_host_v1_t *host, const char *key, const char *a, const char *b,
-                     int *out)
+/* The replica's keys.  A strategy declares those it offers (the host then
+ * fills their defaults); one it does not declare takes the default written
+ * in these macros, so each is written once. */
+static const dt_config_key_t replica_keys[] = {
+    DT_REPLICA_KEY_BUCKET_CAP_MB,
+    DT_REPLICA_KEY_REDUCE_DTYPE,
+    DT_REPLICA_KEY_OVERLAP,
+    DT_REPLICA_KEY_INIT_CHECK,
+};
+enum { KEY_CAP, KEY_DTYPE, KEY_OVERLAP, KEY_INIT };
+
+/* Whether the strategy declared `key` (the host knows it, whatever its
+ * type). */
+static int declared(const dt_host_v1_t *host, const char *key)
 {
-    const char *v;
-    int rc = dt_cfg_string(host, key, a, &v);
-    if (rc != DT_OK)
-        return rc;
-    if (strcmp(v, a) != 0 && strcmp(v, b) != 0)
-        return host->set_error(host, DT_ERR_CONFIG, "%s = \"%s\": must be \"%s\" or \"%s\"",
-                               key, v, a, b);
-    *out = strcmp(v, b) == 0;
-    return DT_OK;
+    const char *v = NULL;
+    return host->cfg_string(host, key, &v) != DT_ERR_NOT_FOUND;
+}
+
+/* Whether string key k's declared default (TOML: "\"fp32\"") is `v`. */
+static int default_is(const dt_config_key_t *k, const char *v)
+{
+    size_t n = strlen(v);
+    return k->def[0] == '"' && strncmp(k->def + 1, v, n) == 0 &&
+           strcmp(k->def + 1 + n, "\"") == 0;
 }
 
 int dt_replica_read_config(const dt_host_v1_t *host, dt_replica_cfg_t *cfg)
 {
-    double cap;
-    int rdt = DT_F32, ov = 1, bc = 0;
+    static const int dtypes[] = {DT_F32, DT_BF16, DT_F16};
+    double cap = strtod(replica_keys[KEY_CAP].def, NULL);
+    int rdt = DT_F32, ov = strcmp(replica_keys[KEY_OVERLAP].def, "true") == 0;
+    int bc = default_is(&replica_keys[KEY_INIT], "broadcast");
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+        if (default_is(&replica_keys[KEY_DTYPE], dt_cfg_reduce_dtype_name(dtypes[i])))
+            rdt = dtypes[i];
     memset(cfg, 0, sizeof *cfg);
-    int rc = dt_cfg_float(host, "bucket_cap_mb", 25.0, &cap);
-    if (rc != DT_OK)
-        return rc;
-    if (!(cap > 0.0 && cap <= 1e6))
-        return host->set_error(host, DT_ERR_CONFIG,
-                               "bucket_cap_mb = %g: must be in (0, 1e6] MiB", cap);
-    if ((rc = dt_cfg_reduce_dtype(host, &rdt)) != DT_OK ||
-        (rc = dt_cfg_bool(host, "overlap", 1, &ov)) != DT_OK ||
-        (rc = read_pair(host, "init_check", "checksum", "broadcast", &bc)) != DT_OK)
+    int rc = DT_OK;
+    if (declared(host, "bucket_cap_mb")) {
+        if ((rc = dt_cfg_float(host, "bucket_cap_mb", &cap)) != DT_OK)
+            return rc;
+        /* narrower than the declared range [0, 1e6]: 0 is no bucket size */
+        if (!(cap > 0.0 && cap <= 1e6))
+            return host->set_error(host, DT_ERR_CONFIG,
+                                   "bucket_cap_mb = %g: must be in (0, 1e6] MiB", cap);
+    }
+    if ((declared(host, "reduce_dtype") && (rc = dt_cfg_reduce_dtype(host, &rdt)) != DT_OK) ||
+        (declared(host, "overlap") && (rc = dt_cfg_bool(host, "overlap", &ov)) != DT_OK) ||
+        (declared(host, "init_check") &&
+         (rc = dt_cfg_enum(host, "init_check", replica_keys[KEY_INIT].choices, &bc)) != DT_OK))
         return rc;
     cfg->bucket_cap_mb = cap;
     cfg->reduce_grads = 1;

@@ -96,15 +96,15 @@ static int crashy_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *ar
     dt_replica_cfg_t cfg;
     int rc = dt_replica_read_config(host, &cfg);
     if (rc == DT_OK)
-        rc = dt_cfg_enum(host, "method", "post_backward", CRASHY_METHODS, &s->method);
+        rc = dt_cfg_enum(host, "method", CRASHY_METHODS, &s->method);
     if (rc == DT_OK)
-        rc = dt_cfg_int(host, "step", 2, 0, &s->step);
+        rc = dt_cfg_int(host, "step", &s->step);
     if (rc == DT_OK)
-        rc = dt_cfg_int(host, "unit", -1, -1, &s->unit);
+        rc = dt_cfg_int(host, "unit", &s->unit);
     if (rc == DT_OK)
-        rc = dt_cfg_int(host, "micro", -1, -1, &s->micro);
+        rc = dt_cfg_int(host, "micro", &s->micro);
     if (rc == DT_OK)
-        rc = dt_cfg_int(host, "rank", -1, -1, &s->rank);
+        rc = dt_cfg_int(host, "rank", &s->rank);
     if (rc == DT_OK)
         rc = dt_replica_init(&s->rep, host, args, &cfg, FAKE_NAME);
     if (rc != DT_OK) {

@@ -1,17 +1,120 @@
 /*
- * tests/support/test_host.c - the unit tests' host services table.
+ * tests/support/test_host.c - the unit tests' host services table, the
+ * defaults of the plugins' declared keys it falls back to, and the core's
+ * schema check for a test's values.
  */
 #include "test_host.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "config/config.h"
+#include "loader/plugin_handle.h"
 #include "util/error.h"
 
 static dt_test_host_t *th_of(const dt_host_v1_t *h) { return (dt_test_host_t *)h->ctx; }
+
+/* ------------------------------------------------- declared defaults -- */
+
+#define DEFAULTS_PLUGINS_MAX 32
+#define DEFAULTS_KEYS_MAX 32
+
+/* One plugin's declared keys: names and defaults as kv holds values (a
+ * string unquoted, a number without '_'); has_def 0 for a required key. */
+typedef struct dt_test_defaults {
+    char prefix[96];
+    uint32_t n;
+    char name[DEFAULTS_KEYS_MAX][64];
+    char def[DEFAULTS_KEYS_MAX][128];
+    int has_def[DEFAULTS_KEYS_MAX];
+} dt_test_defaults_t;
+
+static dt_test_defaults_t g_defaults[DEFAULTS_PLUGINS_MAX];
+static uint32_t g_n_defaults;
+static pthread_mutex_t g_defaults_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Default `def` (TOML literal) as kv would hold it. */
+static void decode_default(const char *def, char *out, size_t cap)
+{
+    size_t n = 0, len = strlen(def);
+    int quoted = len >= 2 && def[0] == '"' && def[len - 1] == '"';
+    if (quoted) {
+        def++;
+        len -= 2;
+    }
+    for (size_t i = 0; i < len && n + 1 < cap; i++)
+        if (quoted || def[i] != '_')
+            out[n++] = def[i];
+    out[n] = '\0';
+}
+
+static const dt_test_defaults_t *defaults_find(const char *prefix)
+{
+    const dt_test_defaults_t *d = NULL;
+    pthread_mutex_lock(&g_defaults_mu);
+    for (uint32_t i = 0; i < g_n_defaults && !d; i++)
+        if (strcmp(g_defaults[i].prefix, prefix) == 0)
+            d = &g_defaults[i];
+    pthread_mutex_unlock(&g_defaults_mu);
+    return d;
+}
+
+void dt_test_host_declare(const dt_plugin_info_t *info)
+{
+    if (!info || !info->name || info->n_config_keys == 0 || !info->config_keys)
+        return;
+    char prefix[96];
+    const char *kind = dt_kind_name((int)info->kind);
+    snprintf(prefix, sizeof prefix, "%s/%s", kind ? kind : "plugin", info->name);
+    if (info->n_config_keys > DEFAULTS_KEYS_MAX) {
+        fprintf(stderr, "dt_test_host_declare: %s declares %u keys, more than %d\n", prefix,
+                (unsigned)info->n_config_keys, DEFAULTS_KEYS_MAX);
+        abort();
+    }
+    pthread_mutex_lock(&g_defaults_mu);
+    dt_test_defaults_t *d = NULL;
+    for (uint32_t i = 0; i < g_n_defaults && !d; i++)
+        if (strcmp(g_defaults[i].prefix, prefix) == 0)
+            d = &g_defaults[i];
+    if (!d && g_n_defaults == DEFAULTS_PLUGINS_MAX) {
+        fprintf(stderr, "dt_test_host_declare: more than %d plugins\n", DEFAULTS_PLUGINS_MAX);
+        abort();
+    }
+    if (!d)
+        d = &g_defaults[g_n_defaults++];
+    memset(d, 0, sizeof *d);
+    snprintf(d->prefix, sizeof d->prefix, "%s", prefix);
+    d->n = info->n_config_keys;
+    for (uint32_t i = 0; i < d->n; i++) {
+        const dt_config_key_t *k = &info->config_keys[i];
+        snprintf(d->name[i], sizeof d->name[i], "%s", k->name);
+        d->has_def[i] = k->def != NULL;
+        if (k->def)
+            decode_default(k->def, d->def[i], sizeof d->def[i]);
+    }
+    pthread_mutex_unlock(&g_defaults_mu);
+}
+
+int dt_test_schema_check(const dt_plugin_info_t *info, const dt_test_kv_t *kv)
+{
+    dt_config_t *c = NULL;
+    int rc = dt_config_new(&c);
+    for (; rc == DT_OK && kv && kv->key; kv++) {
+        char a[512];
+        snprintf(a, sizeof a, "%s.%s=%s", info->name, kv->key, kv->value);
+        rc = dt_config_override(c, a);
+    }
+    if (rc == DT_OK)
+        rc = dt_config_apply_schema(c, info->name, info->config_keys, info->n_config_keys);
+    dt_config_free(c);
+    return rc;
+}
+
+/* ------------------------------------------------------- host table -- */
 
 static void th_log(const dt_host_v1_t *h, int level, const char *fmt, ...)
 {
@@ -85,10 +188,14 @@ static void th_free(const dt_host_v1_t *h, void *ptr)
 
 static const char *th_find(const dt_host_v1_t *h, const char *key)
 {
-    const dt_test_kv_t *kv = th_of(h)->kv;
-    for (; kv && kv->key; kv++)
+    const dt_test_host_t *th = th_of(h);
+    for (const dt_test_kv_t *kv = th->kv; kv && kv->key; kv++)
         if (strcmp(kv->key, key) == 0)
             return kv->value;
+    const dt_test_defaults_t *d = defaults_find(th->prefix);
+    for (uint32_t i = 0; d && i < d->n; i++)
+        if (strcmp(d->name[i], key) == 0)
+            return d->has_def[i] ? d->def[i] : NULL;
     return NULL;
 }
 
@@ -203,3 +310,4 @@ void dt_test_host_init(dt_test_host_t *th, const char *prefix, const dt_test_kv_
         .cleanup_remove = th_cleanup_remove,
     };
 }
+

@@ -1,11 +1,14 @@
 /*
- * tests/support/test_plugin.c - load a plugin module and fetch its entry.
+ * tests/support/test_plugin.c - load a plugin module and fetch its entry
+ * (its declared defaults then reach the test hosts named after it).
  */
 #include "test_plugin.h"
 
 #include <dlfcn.h>
 
+#include "dtrain/plugin.h"
 #include "dtrain/status.h"
+#include "test_host.h"
 #include "util/error.h"
 
 const void *dt_test_plugin_entry(const char *path, const char *entry, void **handle)
@@ -22,5 +25,8 @@ const void *dt_test_plugin_entry(const char *path, const char *entry, void **han
         dt_err_set(DT_ERR_ABI, "dlsym %s in %s: %s", entry, path, dlerror());
         return NULL;
     }
-    return fn();
+    const void *ops = fn();
+    if (ops) /* base first: every ops table starts with its info block */
+        dt_test_host_declare((const dt_plugin_info_t *)ops);
+    return ops;
 }

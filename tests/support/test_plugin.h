@@ -7,7 +7,8 @@
 #define DT_TEST_PLUGIN_H
 
 /* The ops table `entry` (e.g. DT_ENTRY_STRING(device, 1)) of plugin module
- * `path`, or NULL with the reason in dt_last_error().  *handle receives the
+ * `path` (its declared defaults recorded for test hosts:
+ * dt_test_host_declare), or NULL with the reason in dt_last_error().  *handle receives the
  * dlopen handle (may be NULL when not wanted; the module then stays loaded
  * for the life of the process). */
 const void *dt_test_plugin_entry(const char *path, const char *entry, void **handle);

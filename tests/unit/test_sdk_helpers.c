@@ -6,12 +6,15 @@
  * Device and comm are small fakes in this file: host memory, kernels with
  * the formulas of dtrain/device.h, and a log of every optimizer call so the
  * driver's split into pieces and its weight decays are checked exactly.
+ * The config readers (dt_cfg_*) read a plugin's declared keys through the
+ * test host, which holds their defaults as the core does.
  */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -710,10 +713,106 @@ static void test_replica_check(void **state)
     assert_int_equal(th.mem.current[DT_TAG_OTHER], 0); /* scratch freed */
 }
 
+/* -------------------------------------------------------------- config */
+
+static const dt_config_key_t cfgtest_keys[] = {
+    {.name = "n", .type = DT_CFG_INT, .def = "1_024", DT_CFG_RANGE(0, 1e6)},
+    {.name = "on", .type = DT_CFG_BOOL, .def = "true"},
+    {.name = "rate", .type = DT_CFG_FLOAT, .def = "2.5"},
+    {.name = "path", .type = DT_CFG_STRING, .def = "\"/tmp/a_b\""},
+    {.name = "mode", .type = DT_CFG_ENUM, .def = "\"b\"", .choices = "a|b|c"},
+    {.name = "req", .type = DT_CFG_INT, .def = NULL},
+};
+static const dt_plugin_info_t cfgtest_info = {
+    .kind = DT_KIND_STRATEGY, .name = "cfgtest", .config_keys = cfgtest_keys,
+    .n_config_keys = sizeof cfgtest_keys / sizeof cfgtest_keys[0]};
+
+static int cfg_int_fails(const dt_host_v1_t *h, const char *key, int64_t *out)
+{
+    (void)h, (void)key, (void)out;
+    return DT_ERR_INVALID;
+}
+
+static void test_cfg_reads_declared_defaults(void **state)
+{
+    (void)state;
+    dt_test_host_declare(&cfgtest_info);
+    dt_test_host_t h;
+    const dt_test_kv_t kv[] = {{"mode", "c"}, {"rate", "0.5"}, {NULL, NULL}};
+    dt_test_host_init(&h, "strategy/cfgtest", kv);
+    int64_t n = -1;
+    int on = 0, mode = -1;
+    double rate = 0;
+    const char *path = NULL;
+    /* the declared defaults reach the plugin; the host's values win */
+    assert_int_equal(dt_cfg_int(&h.host, "n", &n), DT_OK);
+    assert_int_equal(n, 1024);
+    assert_int_equal(dt_cfg_bool(&h.host, "on", &on), DT_OK);
+    assert_int_equal(on, 1);
+    assert_int_equal(dt_cfg_string(&h.host, "path", &path), DT_OK);
+    assert_string_equal(path, "/tmp/a_b");
+    assert_int_equal(dt_cfg_float(&h.host, "rate", &rate), DT_OK);
+    assert_true(rate == 0.5);
+    assert_int_equal(dt_cfg_enum(&h.host, "mode", "a|b|c", &mode), DT_OK);
+    assert_int_equal(mode, 2);
+    dt_test_host_init(&h, "strategy/cfgtest", NULL);
+    assert_int_equal(dt_cfg_enum(&h.host, "mode", "a|b|c", &mode), DT_OK);
+    assert_int_equal(mode, 1);
+}
+
+static void test_cfg_key_without_value(void **state)
+{
+    (void)state;
+    dt_test_host_declare(&cfgtest_info);
+    dt_test_host_t h;
+    dt_test_host_init(&h, "strategy/cfgtest", NULL);
+    int64_t v = 7;
+    /* a required key the host holds no value for, a key not declared */
+    assert_int_equal(dt_cfg_int(&h.host, "req", &v), DT_ERR_CONFIG);
+    assert_string_equal(dt_last_error(), "strategy/cfgtest: config key req: no value (not "
+                                         "declared by the plugin, or the host applied no "
+                                         "defaults)");
+    assert_int_equal(v, 7);
+    int b = 0;
+    assert_int_equal(dt_cfg_bool(&h.host, "nope", &b), DT_ERR_CONFIG);
+    assert_string_equal(dt_last_error(), "strategy/cfgtest: config key nope: no value (not "
+                                         "declared by the plugin, or the host applied no "
+                                         "defaults)");
+    /* a host that applied no defaults (no plugin of that name declared) */
+    dt_test_host_init(&h, "strategy/undeclared", NULL);
+    const char *sv = NULL;
+    assert_int_equal(dt_cfg_string(&h.host, "path", &sv), DT_ERR_CONFIG);
+    assert_string_equal(dt_last_error(), "strategy/undeclared: config key path: no value (not "
+                                         "declared by the plugin, or the host applied no "
+                                         "defaults)");
+    /* any other failure names the key and the status */
+    dt_test_host_init(&h, "strategy/cfgtest", NULL);
+    h.host.cfg_int = cfg_int_fails;
+    assert_int_equal(dt_cfg_int(&h.host, "n", &v), DT_ERR_CONFIG);
+    char want[160];
+    snprintf(want, sizeof want, "strategy/cfgtest: config key n: cannot read (%s)",
+             dt_status_name(DT_ERR_INVALID));
+    assert_string_equal(dt_last_error(), want);
+    /* a value outside the choices the plugin converts (a host that did not
+     * check them) */
+    const dt_test_kv_t bad[] = {{"mode", "d"}, {NULL, NULL}};
+    dt_test_host_init(&h, "strategy/cfgtest", bad);
+    int mode = -1;
+    assert_int_equal(dt_cfg_enum(&h.host, "mode", "a|b|c", &mode), DT_ERR_CONFIG);
+    assert_string_equal(dt_last_error(),
+                        "strategy/cfgtest: mode = \"d\" is not one of the valid choices: a, b, c");
+    assert_int_equal(mode, -1);
+    /* the core's check of the same value against the declared keys */
+    assert_int_equal(dt_test_schema_check(&cfgtest_info, bad), DT_ERR_CONFIG);
+    assert_non_null(strstr(dt_last_error(), "[cfgtest] mode = \"d\" is not one of"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_range_split_partitions, setup),
+        cmocka_unit_test_setup(test_cfg_reads_declared_defaults, setup),
+        cmocka_unit_test_setup(test_cfg_key_without_value, setup),
         cmocka_unit_test_setup(test_shards_and_intersect, setup),
         cmocka_unit_test_setup(test_pieces_of_a_range, setup),
         cmocka_unit_test_setup(test_unit_validate, setup),

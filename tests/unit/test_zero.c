@@ -431,31 +431,32 @@ static void test_config_errors(void **state)
     dt_strategy_init_v1_t a = {
         .struct_size = sizeof a, .n_micro = 1, .model = &m, .optim = &toy_optim};
     dt_strategy_t *s = (dt_strategy_t *)&a; /* must be reset to NULL */
-    struct { const char *key, *value, *msg; } cases[] = {
-        {"stage", "4", "strategy/zero: stage = 4 is not a ZeRO stage: valid stages are 1 "
-                       "(optimizer state sharded), 2 (+ gradients), 3 (+ parameters)"},
-        {"stage", "0", "stage = 0 is not a ZeRO stage"},
-        {NULL, NULL, "strategy/zero: stage is not set: choose 1 (optimizer state sharded), 2 "
-                     "(+ gradients) or 3 (+ parameters)"},
+    /* stage (required, 1..3) and the bucket sizes are checked by the core
+     * against the declared keys before init */
+    struct { dt_test_kv_t kv[3]; const char *msg; } cases[] = {
+        {{{"stage", "4"}, {NULL, NULL}}, "[zero] stage = 4 is out of range (allowed 1 .. 3)"},
+        {{{"stage", "0"}, {NULL, NULL}}, "[zero] stage = 0 is out of range (allowed 1 .. 3)"},
+        {{{NULL, NULL}}, "required key 'zero.stage' is missing"},
+        {{{"stage", "2"}, {"reduce_bucket_size", "0"}, {NULL, NULL}},
+         "[zero] reduce_bucket_size = 0 is out of range (allowed 1 .. 1000000000000000)"},
     };
-    for (size_t k = 0; k < 3; k++) {
-        const dt_test_kv_t kv[] = {{cases[k].key, cases[k].value}, {NULL, NULL}};
-        dt_test_host_t th;
-        dt_test_host_init(&th, "strategy/zero", cases[k].key ? kv : NULL);
-        assert_status(Z->init(&th.host, &a, &s), DT_ERR_CONFIG);
-        assert_msg_has(cases[k].msg);
-        assert_null(s);
-        /* the planner refuses it the same way */
-        dt_estimate_args_v1_t ea = dt_toy_est_args(&m, 2, DT_F32, DT_OPTIM_ADAMW, 1);
-        dt_estimate_v1_t est = {.struct_size = sizeof(dt_estimate_v1_t)};
-        assert_status(Z->estimate(&th.host, &ea, &est), DT_ERR_CONFIG);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        assert_status(dt_test_schema_check(&Z->info, cases[k].kv), DT_ERR_CONFIG);
         assert_msg_has(cases[k].msg);
     }
-    const dt_test_kv_t kb[] = {{"stage", "2"}, {"reduce_bucket_size", "0"}, {NULL, NULL}};
+    /* a host that holds no stage (it has no default): the plugin names the
+     * key, in init and in the planner */
     dt_test_host_t th;
-    dt_test_host_init(&th, "strategy/zero", kb);
+    dt_test_host_init(&th, "strategy/zero", NULL);
     assert_status(Z->init(&th.host, &a, &s), DT_ERR_CONFIG);
-    assert_msg_has("reduce_bucket_size = 0: must be >= 1");
+    assert_msg("strategy/zero: config key stage: no value (not declared by the plugin, or the "
+               "host applied no defaults)");
+    assert_null(s);
+    dt_estimate_args_v1_t ea = dt_toy_est_args(&m, 2, DT_F32, DT_OPTIM_ADAMW, 1);
+    dt_estimate_v1_t est = {.struct_size = sizeof(dt_estimate_v1_t)};
+    assert_status(Z->estimate(&th.host, &ea, &est), DT_ERR_CONFIG);
+    assert_msg("strategy/zero: config key stage: no value (not declared by the plugin, or the "
+               "host applied no defaults)");
     /* the wire dtype of the gradient reductions, named with its choices */
     const dt_test_kv_t kr[] = {{"stage", "2"}, {"reduce_dtype", "f16"}, {NULL, NULL}};
     dt_test_host_init(&th, "strategy/zero", kr);

@@ -75,11 +75,11 @@ static int read_config(const dt_host_v1_t *host, dt_replica_cfg_t *cfg, int64_t 
 {
     int rc = dt_replica_read_config(host, cfg); /* init_check; the rest defaults */
     if (rc == DT_OK)
-        rc = dt_cfg_int(host, "sync_every", 4, 1, k);
+        rc = dt_cfg_int(host, "sync_every", k);
     if (rc == DT_OK)
-        rc = dt_cfg_bool(host, "average_optimizer", 0, avg_optim);
+        rc = dt_cfg_bool(host, "average_optimizer", avg_optim);
     if (rc == DT_OK)
-        rc = dt_cfg_bool(host, "log_params_hash", 0, log_hash);
+        rc = dt_cfg_bool(host, "log_params_hash", log_hash);
     cfg->reduce_grads = 0; /* every rank keeps its own gradient */
     return rc;
 }

@@ -1,13 +1,21 @@
 /*
  * dtrain/sdk/cfg.h - reading a plugin's configuration values through
- * host->cfg_* (its declared keys), with one rule for every plugin: a key
- * the host does not know (DT_ERR_NOT_FOUND) takes `def`; any other failure
- * is DT_ERR_CONFIG "<key>: cannot read (<status>)".
+ * host->cfg_*.  Defaults, ranges and choices are declared once, in the
+ * plugin's config_keys (dtrain/plugin.h); the core checks and fills them
+ * before init, so these helpers take no default and repeat no check.
  *
  * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
  *
  * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
  * it and the conventions every helper follows).
+ *
+ * One rule for every plugin: a key the host holds no value for
+ * (DT_ERR_NOT_FOUND: the plugin did not declare it, or the host applied
+ * no defaults) is DT_ERR_CONFIG "config key <key>: no value (not declared
+ * by the plugin, or the host applied no defaults)"; any other failure is
+ * DT_ERR_CONFIG "config key <key>: cannot read (<status>)".  A plugin
+ * keeps only the checks its declared keys cannot express (e.g. "> 0"
+ * where the range is [0, x], or one key against another).
  */
 #ifndef DTRAIN_SDK_CFG_H
 #define DTRAIN_SDK_CFG_H
@@ -20,19 +28,18 @@
 extern "C" {
 #endif
 
-/* *out = the integer; DT_ERR_CONFIG "<key> = <v>: must be >= <min>" below. */
-int dt_cfg_int(const dt_host_v1_t *host, const char *key, int64_t def, int64_t min,
-               int64_t *out);
+/* *out = the integer (its declared range already checked by the core). */
+int dt_cfg_int(const dt_host_v1_t *host, const char *key, int64_t *out);
 /* *out = 0 or 1. */
-int dt_cfg_bool(const dt_host_v1_t *host, const char *key, int def, int *out);
-int dt_cfg_float(const dt_host_v1_t *host, const char *key, double def, double *out);
-/* *out: the core's string (valid until finalize), or `def`. */
-int dt_cfg_string(const dt_host_v1_t *host, const char *key, const char *def,
-                  const char **out);
-/* *out = the string's index in `choices` ("A|B|C"); another value is
- * DT_ERR_CONFIG "<key> = \"<v>\" is not one of the valid choices: A, B, C". */
-int dt_cfg_enum(const dt_host_v1_t *host, const char *key, const char *def,
-                const char *choices, int *out);
+int dt_cfg_bool(const dt_host_v1_t *host, const char *key, int *out);
+int dt_cfg_float(const dt_host_v1_t *host, const char *key, double *out);
+/* *out: the core's string (valid until finalize). */
+int dt_cfg_string(const dt_host_v1_t *host, const char *key, const char **out);
+/* *out = the string's index in `choices` ("A|B|C", the declared choices in
+ * the order the plugin numbers them); another value (a host that did not
+ * check the choices) is DT_ERR_CONFIG "<key> = \"<v>\" is not one of the
+ * valid choices: A, B, C". */
+int dt_cfg_enum(const dt_host_v1_t *host, const char *key, const char *choices, int *out);
 
 /* The dtype gradients travel in when a data-parallel strategy reduces
  * them: one key every such strategy declares alike (ddp's, zero's and

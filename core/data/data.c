@@ -228,9 +228,10 @@ static int header_write(dt_afile_t *f, const char *path, uint64_t n, int width)
     return dt_afile_write(f, hdr, sizeof hdr);
 }
 
-int dt_data_prepare(const char *text_path, const char *out_train,
-                    const char *out_val, double val_fraction,
-                    uint64_t *n_train, uint64_t *n_val)
+/* What both preparations check first: the val fraction and file agree;
+ * the counts start at 0. */
+static int prepare_begin(const char *out_val, double val_fraction, uint64_t *n_train,
+                         uint64_t *n_val)
 {
     if (n_train)
         *n_train = 0;
@@ -243,12 +244,40 @@ int dt_data_prepare(const char *text_path, const char *out_train,
         return dt_err_set(DT_ERR_INVALID, "data prepare: a val file needs a "
                           "val fraction > 0 and the reverse (fraction %g, val "
                           "file %s)", val_fraction, out_val ? out_val : "none");
+    return DT_OK;
+}
+
+/* Both preparations end here: with rc DT_OK, val is committed first (a
+ * crash in between leaves a new val beside an old train file at worst,
+ * never a train file whose val split is missing), then train; anything
+ * not committed is aborted. */
+static int prepare_commit(int rc, dt_afile_t *ft, dt_afile_t *fv)
+{
+    if (!rc && fv) {
+        rc = dt_afile_commit(fv);
+        fv = NULL;
+    }
+    if (!rc) {
+        rc = dt_afile_commit(ft);
+        ft = NULL;
+    }
+    dt_afile_abort(ft);
+    dt_afile_abort(fv);
+    return rc;
+}
+
+int dt_data_prepare(const char *text_path, const char *out_train,
+                    const char *out_val, double val_fraction,
+                    uint64_t *n_train, uint64_t *n_val)
+{
+    int rc = prepare_begin(out_val, val_fraction, n_train, n_val);
+    if (rc)
+        return rc;
     char what[PATH_MAX + 16];
     snprintf(what, sizeof what, "text file '%s'", text_path);
     int fd;
     uint64_t n;
-    int rc = dt_fileutil_open_input(text_path, 0, what, &fd, &n);
-    if (rc)
+    if ((rc = dt_fileutil_open_input(text_path, 0, what, &fd, &n)))
         return rc;
     uint64_t nv = (uint64_t)floor((double)n * val_fraction);
     uint64_t nt = n - nv;
@@ -315,19 +344,7 @@ int dt_data_prepare(const char *text_path, const char *out_train,
     close(fd);
     free(in);
     free(tok);
-    /* Commit val first: a crash in between leaves a new val beside an old
-     * train file at worst, never a train file whose val split is missing. */
-    if (!rc && fv) {
-        rc = dt_afile_commit(fv);
-        fv = NULL;
-    }
-    if (!rc) {
-        rc = dt_afile_commit(ft);
-        ft = NULL;
-    }
-    dt_afile_abort(ft);
-    dt_afile_abort(fv);
-    if (rc)
+    if ((rc = prepare_commit(rc, ft, fv)))
         return rc;
     if (n_train)
         *n_train = nt;
@@ -360,46 +377,25 @@ int dt_data_prepare_bpe(const char *text_path, const struct dt_tokenizer *tok, i
                         const char *out_train, const char *out_val, double val_fraction,
                         uint64_t *n_train, uint64_t *n_val)
 {
-    if (n_train)
-        *n_train = 0;
-    if (n_val)
-        *n_val = 0;
-    if (!(val_fraction >= 0.0 && val_fraction < 1.0))
-        return dt_err_set(DT_ERR_INVALID, "data prepare: val fraction %g is "
-                          "outside [0, 1)", val_fraction);
-    if ((val_fraction > 0.0) != (out_val != NULL))
-        return dt_err_set(DT_ERR_INVALID, "data prepare: a val file needs a "
-                          "val fraction > 0 and the reverse (fraction %g, val "
-                          "file %s)", val_fraction, out_val ? out_val : "none");
+    int rc = prepare_begin(out_val, val_fraction, n_train, n_val);
+    if (rc)
+        return rc;
     char what[PATH_MAX + 16];
     snprintf(what, sizeof what, "text file '%s'", text_path);
     int fd;
     uint64_t n;
-    int rc = dt_fileutil_open_input(text_path, 0, what, &fd, &n);
-    if (rc)
+    if ((rc = dt_fileutil_open_input(text_path, 0, what, &fd, &n)))
         return rc;
     char *text = NULL;
+    size_t len = 0;
     if (n == 0)
         rc = dt_err_set(DT_ERR_DATA, "text file '%s' is empty", text_path);
-    else if (n > (uint64_t)SIZE_MAX / 2 || !(text = malloc((size_t)n)))
-        rc = dt_err_set(DT_ERR_NOMEM, "text file '%s': no memory to hold its %llu bytes",
-                        text_path, (unsigned long long)n);
-    for (uint64_t done = 0; !rc && done < n;) {
-        ssize_t got = read(fd, text + done, (size_t)(n - done));
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            rc = got < 0 ? dt_err_set(DT_ERR_IO, "text file '%s': %s", text_path, strerror(errno))
-                         : dt_err_set(DT_ERR_IO, "text file '%s': shrank to %llu bytes while "
-                                      "reading (expected %llu)", text_path,
-                                      (unsigned long long)done, (unsigned long long)n);
-        else
-            done += (uint64_t)got;
-    }
+    else
+        rc = dt_fileutil_read_fd(fd, n, UINT64_MAX, what, &text, &len);
     close(fd);
     dt_token_vec_t ids = {0};
     if (!rc)
-        rc = dt_tokenizer_encode(tok, text, (size_t)n, threads, progress, arg, &ids);
+        rc = dt_tokenizer_encode(tok, text, len, threads, progress, arg, &ids);
     free(text);
     uint64_t nv = (uint64_t)floor((double)ids.n * val_fraction), nt = ids.n - nv;
     if (!rc && out_val && nv == 0)
@@ -418,18 +414,7 @@ int dt_data_prepare_bpe(const char *text_path, const struct dt_tokenizer *tok, i
         !(rc = header_write(fv, out_val, nv, width)))
         rc = ids_write(fv, ids.ids + nt, nv, width);
     dt_token_vec_free(&ids);
-    /* val first, as dt_data_prepare commits */
-    if (!rc && fv) {
-        rc = dt_afile_commit(fv);
-        fv = NULL;
-    }
-    if (!rc) {
-        rc = dt_afile_commit(ft);
-        ft = NULL;
-    }
-    dt_afile_abort(ft);
-    dt_afile_abort(fv);
-    if (rc)
+    if ((rc = prepare_commit(rc, ft, fv)))
         return rc;
     if (n_train)
         *n_train = nt;

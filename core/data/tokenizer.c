@@ -20,7 +20,6 @@
 #include "data/tokenizer.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <limits.h>
 #include <pcre2.h>
 #include <pthread.h>
@@ -576,29 +575,16 @@ int dt_tokenizer_load(const char *path, dt_tokenizer_t **out)
     snprintf(what, sizeof what, "tokenizer '%s'", path);
     int fd = -1;
     uint64_t size = 0;
+    size_t len = 0;
     char *text = NULL;
     cJSON *root = NULL;
     int rc = dt_fileutil_open_input(path, 0, what, &fd, &size);
-    if (!rc && size > MAX_FILE)
-        rc = dt_err_set(DT_ERR_DATA, "tokenizer '%s': %llu bytes, more than a tokenizer.json "
-                        "may have (1 GiB)", path, (unsigned long long)size);
-    if (!rc && !(text = malloc((size_t)size + 1)))
-        rc = dt_err_set(DT_ERR_NOMEM, "tokenizer '%s': out of memory", path);
-    for (size_t got = 0; !rc && got < size;) {
-        ssize_t r = read(fd, text + got, (size_t)size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            rc = dt_err_set(DT_ERR_IO, "tokenizer '%s': %s", path,
-                            r < 0 ? strerror(errno) : "shrank while being read");
-        else
-            got += (size_t)r;
-    }
-    if (fd >= 0)
+    if (!rc) { /* a tokenizer.json of more than MAX_FILE is refused */
+        rc = dt_fileutil_read_fd(fd, size, MAX_FILE, what, &text, &len);
         close(fd);
+    }
     if (!rc) {
-        text[size] = 0;
-        root = cJSON_ParseWithLength(text, (size_t)size);
+        root = cJSON_ParseWithLength(text, len);
         if (!root || !cJSON_IsObject(root))
             rc = dt_err_set(DT_ERR_CONFIG, "tokenizer '%s': not a JSON object (a Hugging Face "
                             "tokenizer.json)", path);

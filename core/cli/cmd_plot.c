@@ -38,6 +38,7 @@
 #include "cli/cli.h"
 #include "util/error.h"
 #include "util/fileutil.h"
+#include "util/utf8.h"
 
 #define PLOT_W 1200
 #define PLOT_H 900
@@ -134,23 +135,6 @@ static int load_metrics(const char *path, metrics_t *m)
     return rc;
 }
 
-/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if none:
- * shortest form only, no surrogates, nothing above U+10FFFF. */
-static size_t utf8_len(const unsigned char *p, size_t n)
-{
-    size_t len = p[0] >= 0xc2 && p[0] <= 0xdf ? 2 : p[0] >= 0xe0 && p[0] <= 0xef ? 3
-               : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : 0;
-    if (len == 0 || len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] > 0x9f) ||
-        (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] > 0x8f))
-        return 0;
-    return len;
-}
-
 /* Write text[0..n) as a gnuplot single-quoted string: the one quoting in
  * which gnuplot evaluates nothing (no `...` substitution, no @macro, no
  * backslash escapes); a quote is written twice.  Control bytes (a newline
@@ -160,7 +144,7 @@ static void gp_quote(FILE *s, const char *text, size_t n)
     const unsigned char *p = (const unsigned char *)text;
     fputc('\'', s);
     for (size_t i = 0; i < n;) {
-        size_t u = p[i] >= 0x80 ? utf8_len(p + i, n - i) : 0;
+        size_t u = p[i] >= 0x80 ? dt_utf8_len(p + i, n - i) : 0;
         if (u) {
             fwrite(p + i, 1, u, s);
             i += u;

@@ -31,6 +31,7 @@
 
 #include "util/error.h"
 #include "util/fileutil.h"
+#include "util/utf8.h"
 
 /* tokenizers' ByteLevel pattern (use_regex = true): GPT-2's. */
 static const char GPT2_PATTERN[] =
@@ -114,24 +115,6 @@ static void byte_table_init(void)
         byte_of_cp[printable ? b : 256 + extra++] = b;
     }
     done = 1;
-}
-
-/* One UTF-8 character of s[0, n): its code point, or -1 if malformed. */
-static int32_t utf8_next(const unsigned char *s, size_t n, size_t *used)
-{
-    unsigned c = s[0];
-    int len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
-            : (c & 0xF8) == 0xF0 ? 4 : 0;
-    if (!len || (size_t)len > n)
-        return *used = 1, -1;
-    int32_t cp = len == 1 ? (int32_t)c : (int32_t)(c & (0x7F >> len));
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return *used = 1, -1;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    *used = (size_t)len;
-    return cp;
 }
 
 /* Rust's char::is_whitespace (Unicode White_Space), as lstrip/rstrip use. */
@@ -237,7 +220,7 @@ static int key_bytes(const char *key, unsigned char *buf, size_t *n)
     size_t len = strlen(key), k = 0;
     for (size_t i = 0; i < len;) {
         size_t used;
-        int32_t cp = utf8_next(s + i, len - i, &used);
+        int32_t cp = dt_utf8_decode(s + i, len - i, &used);
         if (cp < 0 || cp >= 324 || byte_of_cp[cp] < 0)
             return -1;
         buf[k++] = (unsigned char)byte_of_cp[cp];
@@ -875,12 +858,12 @@ static uint32_t find_added(const dt_tokenizer_t *t, const unsigned char *text, s
                 size_t k = s - 1, used;
                 while (k > from && (text[k] & 0xC0) == 0x80 && s - k < 4)
                     k--;
-                if (!is_ws(utf8_next(text + k, s - k, &used)) || k + used != s)
+                if (!is_ws(dt_utf8_decode(text + k, s - k, &used)) || k + used != s)
                     break;
                 s = k;
             }
         if (a->rstrip)
-            for (size_t used; end < len && is_ws(utf8_next(text + end, len - end, &used));)
+            for (size_t used; end < len && is_ws(dt_utf8_decode(text + end, len - end, &used));)
                 end += used;
         *b = s;
         *e = end;
@@ -924,7 +907,7 @@ static int nfc(const unsigned char *p, size_t n, unsigned char **out, size_t *ou
     size_t k = 0;
     for (size_t i = 0; i < n;) {
         size_t j = i, used;
-        while (j < n && utf8_next(p + j, n - j, &used) >= 0)
+        while (j < n && dt_utf8_decode(p + j, n - j, &used) >= 0)
             j += used;
         if (j > i) {
             utf8proc_uint8_t *m = NULL;
@@ -940,7 +923,7 @@ static int nfc(const unsigned char *p, size_t n, unsigned char **out, size_t *ou
             free(m);
             i = j;
         }
-        while (i < n && utf8_next(p + i, n - i, &used) < 0)
+        while (i < n && dt_utf8_decode(p + i, n - i, &used) < 0)
             o[k++] = p[i++];
     }
     *out = o;
@@ -1037,7 +1020,7 @@ static size_t split_some(splitter_t *s, piece_t *out, size_t max, int *err)
             }
             if (me == mb) { /* an empty match: one character on its own */
                 size_t used;
-                utf8_next(c->p + at, c->len - at, &used);
+                dt_utf8_decode(c->p + at, c->len - at, &used);
                 me = at + used;
             }
             out[n++] = (piece_t){c->p + at, (uint32_t)(me - at), NO_ID};

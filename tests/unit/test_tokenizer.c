@@ -193,6 +193,14 @@ static void test_invalid_utf8(void **state)
     dt_token_vec_free(&abc);
     dt_token_vec_free(&v);
     dt_tokenizer_free(t);
+    /* under NFC too: an overlong form (C0 80) and a surrogate (ED A0 80)
+     * are invalid bytes, kept as they are around the normalized text */
+    assert_ok(dt_tokenizer_load(FIX "qwen2.json", &t));
+    static const char bad[] = "ab\xc0\x80 x\xed\xa0\x80y caf\xc3\xa9";
+    assert_ok(dt_tokenizer_encode(t, bad, sizeof bad - 1, 1, NULL, NULL, &v));
+    round_trip(t, &v, bad, sizeof bad - 1);
+    dt_token_vec_free(&v);
+    dt_tokenizer_free(t);
 }
 
 static char tmpdir[] = "/tmp/dt_test_tokenizer_XXXXXX";

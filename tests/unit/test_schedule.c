@@ -26,6 +26,7 @@
 
 #include "dtrain/dtrain.h"
 #include "mp_check.h"
+#include "mp_cpu_shm.h"
 #include "mp_harness.h"
 #include "test_host.h"
 #include "test_plugin.h"
@@ -313,21 +314,13 @@ static int rank_run(int rank, int nproc, const char *job, void *arg)
 {
     const run_case_t *rc_ = arg;
     const dt_schedule_ops_v1_t *ops = *rc_->ops;
-    dt_test_host_t dh, ch, sh;
-    dt_test_host_init(&dh, "device/cpu", NULL);
-    dt_test_host_init(&ch, "comm/shm", NULL);
+    dt_test_host_t sh;
     dt_test_host_init(&sh, "schedule/test", NULL);
-    dt_device_init_v1_t di = {.struct_size = sizeof di, .rank = rank, .local_rank = rank,
-                              .local_size = nproc, .device_index = -1};
-    dt_device_t *dev;
-    DT_MP_OK(DEV->init(&dh.host, &di, &dev));
-    dt_stream_t *cs;
-    DT_MP_OK(DEV->stream_create(dev, &cs));
-    dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = nproc,
-                            .local_rank = rank, .local_size = nproc, .job_id = job,
-                            .timeout_ms = 20000};
-    dt_comm_t *world;
-    DT_MP_OK(COMM->init(&ch.host, &ci, &world));
+    dt_mp_cpu_shm_t e;
+    DT_MP_OK(dt_mp_cpu_shm_open(&e, DEV, COMM, rank, nproc, job));
+    dt_device_t *dev = e.dev;
+    dt_stream_t *cs = e.stream;
+    dt_comm_t *world = e.world;
     dt_schedule_init_v1_t si = {.struct_size = sizeof si, .n_micro = M, .dev_ops = DEV,
                                 .dev = dev, .compute_stream = cs, .comm_ops = COMM,
                                 .comm = world, .chunks = rc_->V, .keep_activations = 1};
@@ -354,9 +347,7 @@ static int rank_run(int rank, int nproc, const char *job, void *arg)
     DT_MP_OK(ops->run(s, &a, &r));
     DT_MP_CHECK(trace->n[rank] == (int)(M * rc_->V));
     ops->finalize(s);
-    COMM->finalize(world);
-    DEV->stream_destroy(dev, cs);
-    DEV->finalize(dev);
+    dt_mp_cpu_shm_close(&e);
     return 0;
 }
 

@@ -31,6 +31,7 @@
 #include "dtrain/dtrain.h"
 #include "dtrain/half.h"
 #include "mp_check.h"
+#include "mp_cpu_shm.h"
 #include "mp_harness.h"
 #include "test_host.h"
 #include "test_plugin.h"
@@ -141,22 +142,14 @@ static int same(const float *got, const float *want, int n)
 static int rank_collectives(int rank, int nproc, const char *job, void *arg)
 {
     (void)arg;
-    dt_test_host_t dh, ch, th;
-    dt_test_host_init(&dh, "device/cpu", NULL);
-    dt_test_host_init(&ch, "comm/shm", NULL);
+    dt_test_host_t th;
     dt_test_host_init(&th, "tensor/megatron", NULL);
     th.host.log = capture_log;
-    dt_device_init_v1_t di = {.struct_size = sizeof di, .rank = rank, .local_rank = rank,
-                              .local_size = nproc, .device_index = -1};
-    dt_device_t *dev;
-    DT_MP_OK(DEV->init(&dh.host, &di, &dev));
-    dt_stream_t *cs;
-    DT_MP_OK(DEV->stream_create(dev, &cs));
-    dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = nproc,
-                            .local_rank = rank, .local_size = nproc, .job_id = job,
-                            .timeout_ms = 20000};
-    dt_comm_t *world;
-    DT_MP_OK(SHM->init(&ch.host, &ci, &world));
+    dt_mp_cpu_shm_t e;
+    DT_MP_OK(dt_mp_cpu_shm_open(&e, DEV, SHM, rank, nproc, job));
+    dt_device_t *dev = e.dev;
+    dt_stream_t *cs = e.stream;
+    dt_comm_t *world = e.world;
     dt_tensor_init_v1_t ti = {.struct_size = sizeof ti, .dev_ops = DEV, .dev = dev,
                               .compute_stream = cs, .comm_ops = SHM, .comm = world};
     dt_tensor_group_t *g;
@@ -229,9 +222,7 @@ static int rank_collectives(int rank, int nproc, const char *job, void *arg)
     DEV->free(dev, buf);
     DEV->free(dev, half);
     MG->finalize(g);
-    SHM->finalize(world);
-    DEV->stream_destroy(dev, cs);
-    DEV->finalize(dev);
+    dt_mp_cpu_shm_close(&e);
     return 0;
 }
 

@@ -614,7 +614,7 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
         if (!DT_HAS_OP(dt_comm_ops_t, x.ops, sym_alloc) ||
             !DT_HAS_OP(dt_comm_ops_t, x.ops, sym_free))
             rc = dt_err_set(DT_ERR_UNSUPPORTED, "--sym: comm plugin '%s' has no symmetric "
-                            "memory (sym_alloc, comm ABI 1.1)", p->name);
+                            "memory (sym_alloc)", p->name);
         else if ((rc = x.ops->sym_alloc(x.c, bytes, DT_TAG_COMM, symbuf)) != DT_OK)
             rc = dt_plugin_failed(p, rc, "sym_alloc");
         if (o->op == OP_ALL_REDUCE)

@@ -66,7 +66,7 @@ static const dt_abi_method_t kernels_v1_optional[] = {
     K(layernorm_forward), K(layernorm_backward), K(attention_state_bytes),
     K(attention_forward), K(attention_backward), K(residual_forward),
     K(scale), K(adamw_update), K(sgd_update),
-    /* minor 1: tensor parallelism's vocabulary split */
+    /* tensor parallelism's vocabulary split */
     K(vocab_embedding_forward), K(vocab_embedding_backward),
     K(vocab_xent_forward), K(vocab_xent_backward),
 };
@@ -97,8 +97,7 @@ static const dt_abi_subtable_t device_v1_sub[] = {
 };
 
 /* comm v1: the non-blocking completion check, the crash cleanup,
- * symmetric memory (minor 1) and the grouped send/recv (minor 2) are
- * optional. */
+ * symmetric memory and the grouped send/recv are optional. */
 static const dt_abi_method_t comm_v1_mandatory[] = {
     M(comm, init), M(comm, finalize), M(comm, rank_size), M(comm, all_reduce),
     M(comm, reduce_scatter), M(comm, all_gather), M(comm, broadcast),

@@ -131,7 +131,7 @@ uint64_t dt_plan_tier_traffic(const dt_estimate_t *e)
 {
     if (e->offload_bytes_per_step || !e->bytes[DT_TAG_OFFLOAD])
         return e->offload_bytes_per_step;
-    return 2 * e->bytes[DT_TAG_OFFLOAD]; /* a plugin before strategy ABI 1.2 */
+    return 2 * e->bytes[DT_TAG_OFFLOAD]; /* the strategy did not say */
 }
 
 uint64_t dt_plan_model_state(const dt_estimate_t *e)

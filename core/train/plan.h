@@ -46,8 +46,8 @@ int dt_plan_stage_acts(dt_model_t *m, int64_t B, int64_t T, uint32_t n, const ui
                        const uint32_t *end, uint32_t slots, uint64_t *out);
 
 /* Bytes a rank reads from and writes to the offload tier per step: the
- * estimate's offload_bytes_per_step, or, from a strategy built before it
- * (strategy ABI 1.2), twice the bytes the tier holds. */
+ * estimate's offload_bytes_per_step, or, from a strategy that leaves it 0,
+ * twice the bytes the tier holds. */
 uint64_t dt_plan_tier_traffic(const dt_estimate_t *e);
 
 /* Model-state bytes (params + grads + optimizer) of an estimate. */

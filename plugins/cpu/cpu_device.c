@@ -698,7 +698,7 @@ int cpu_memset_async(dt_device_t *d, void *dst, int value, uint64_t bytes,
 /* ----------------------------------------------------------------- tables */
 
 static const dt_device_ops_v1_t cpu_ops = {
-    .info = DT_PLUGIN_INFO(DEVICE, dt_device_ops_v1_t, "cpu", "0.1.0",
+    .info = DT_PLUGIN_INFO(DEVICE, dt_device_ops_v1_t, "cpu", "1.0.0",
                            "host CPU: OpenBLAS sgemm plus threaded C kernels",
                            cpu_keys),
     .init = cpu_init,

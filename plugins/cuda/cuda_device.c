@@ -1169,7 +1169,7 @@ static const dt_kernels_v1_t cuda_kernels = {
 static const dt_kernels_v1_t *cuda_kernel_table(void) { return &cuda_kernels; }
 
 static const dt_device_ops_v1_t cuda_ops = {
-    .info = DT_PLUGIN_INFO(DEVICE, dt_device_ops_v1_t, "cuda", "0.1.0",
+    .info = DT_PLUGIN_INFO(DEVICE, dt_device_ops_v1_t, "cuda", "1.0.0",
                            "NVIDIA GPU: CUDA kernels, cuBLASLt matmuls, a "
                            "caching allocator",
                            cuda_keys),

@@ -136,7 +136,7 @@ static int ddp_state_loaded(dt_strategy_t *s)
 }
 
 static const dt_strategy_ops_v1_t ddp_ops = {
-    .info = DT_PLUGIN_INFO(STRATEGY, dt_strategy_ops_v1_t, "ddp", "0.1.0",
+    .info = DT_PLUGIN_INFO(STRATEGY, dt_strategy_ops_v1_t, "ddp", "1.0.0",
                            "data parallel: full replica, bucketed gradient all-reduce",
                            ddp_keys),
     .init = ddp_init,

@@ -195,7 +195,7 @@ static int fsdp_plan_presets(const dt_plan_preset_v1_t **out, uint32_t *n)
 }
 
 static const dt_strategy_ops_v1_t fsdp_ops = {
-    .info = DT_PLUGIN_INFO(STRATEGY, dt_strategy_ops_v1_t, "fsdp", "0.1.0",
+    .info = DT_PLUGIN_INFO(STRATEGY, dt_strategy_ops_v1_t, "fsdp", "1.0.0",
                            "fully sharded data parallel: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, "
                            "HYBRID_SHARD",
                            fsdp_keys),

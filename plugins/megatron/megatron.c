@@ -143,7 +143,7 @@ static int mg_xent_reduce(dt_tensor_group_t *g, float *buf, uint64_t count, int 
 }
 
 static const dt_tensor_ops_v1_t mg_ops = {
-    .info = DT_PLUGIN_INFO_NOKEYS(TENSOR, dt_tensor_ops_v1_t, "megatron", "0.1.0",
+    .info = DT_PLUGIN_INFO_NOKEYS(TENSOR, dt_tensor_ops_v1_t, "megatron", "1.0.0",
                                   "Megatron-LM 1D tensor parallelism: heads, MLP and vocabulary "
                                   "split over the tensor group, partial results all-reduced"),
     .init = mg_init,

@@ -48,6 +48,7 @@
 #include <time.h>
 
 #include "common/comm/comm_split.h"
+#include "dtrain/sdk/cfg.h"
 #include "mpi_internal.h"
 
 static const dt_config_key_t mpi_keys[] = {
@@ -383,38 +384,17 @@ static dt_comm_t *comm_alloc(const dt_host_v1_t *host, int32_t rank, int32_t siz
     return c;
 }
 
-static int read_int_key(const dt_host_v1_t *h, const char *key, int64_t def, int64_t max,
-                        int64_t *out)
-{
-    *out = def;
-    int st = h->cfg_int(h, key, out);
-    if (st != DT_OK && st != DT_ERR_NOT_FOUND)
-        return h->set_error(h, st, "cannot read config key [mpi] %s (%s)", key,
-                            dt_status_name(st));
-    if (st == DT_ERR_NOT_FOUND)
-        *out = def;
-    if (*out < 0 || *out > max)
-        return h->set_error(h, DT_ERR_CONFIG, "[mpi] %s = %lld is outside [0, %lld]", key,
-                            (long long)*out, (long long)max);
-    return DT_OK;
-}
-
 static int read_keys(const dt_host_v1_t *h, int64_t *spin, int64_t *progress, int64_t *ring,
                      int *abort_job)
 {
-    *abort_job = 0;
-    int st = read_int_key(h, "spin_us", MPI_SPIN_DEFAULT, MPI_SPIN_MAX, spin);
+    int st = dt_cfg_int(h, "spin_us", spin);
     if (st == DT_OK)
-        st = read_int_key(h, "progress_us", MPI_PROGRESS_DEFAULT, MPI_PROGRESS_MAX, progress);
+        st = dt_cfg_int(h, "progress_us", progress);
     if (st == DT_OK)
-        st = read_int_key(h, "ring_bytes", MPI_RING_DEFAULT, MPI_RING_MAX, ring);
-    if (st != DT_OK)
-        return st;
-    st = h->cfg_bool(h, "abort_job", abort_job);
-    if (st != DT_OK && st != DT_ERR_NOT_FOUND)
-        return h->set_error(h, st, "cannot read config key [mpi] abort_job (%s)",
-                            dt_status_name(st));
-    return DT_OK;
+        st = dt_cfg_int(h, "ring_bytes", ring);
+    if (st == DT_OK)
+        st = dt_cfg_bool(h, "abort_job", abort_job);
+    return st;
 }
 
 /* Duplicate the world (MPI_Comm_idup, bounded) with MPI_ERRORS_RETURN. */
@@ -673,7 +653,7 @@ static int mpi_abort(dt_comm_t *c, const char *reason)
 }
 
 static const dt_comm_ops_v1_t mpi_ops = {
-    .info = DT_PLUGIN_INFO(COMM, dt_comm_ops_v1_t, "mpi", "0.1.0",
+    .info = DT_PLUGIN_INFO(COMM, dt_comm_ops_v1_t, "mpi", "1.0.0",
                            "ranks anywhere MPI reaches, through MPI's nonblocking collectives "
                            "(one MPI process per rank, started by mpirun)",
                            mpi_keys),

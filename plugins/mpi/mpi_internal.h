@@ -24,14 +24,12 @@
 #include "dtrain/comm.h"
 #include "common/comm/creq.h"
 
-/* Defaults and limits of the config keys (also in the key table). */
-#define MPI_SPIN_DEFAULT 50
+/* Limits of the config keys (their key table, mpi_comm.c, declares the
+ * defaults). */
 #define MPI_SPIN_MAX 1000000
-#define MPI_PROGRESS_DEFAULT 100
 #define MPI_PROGRESS_MAX 1000000
 /* [mpi] ring_bytes: all-reduces of at least this many bytes run libnbc's
  * ring (mpi_tune.c); 0 leaves every one to libnbc's own choice. */
-#define MPI_RING_DEFAULT 524288
 #define MPI_RING_MAX (1ll << 40)
 /* Tag nobody sends: the progress thread's probe only runs MPI's engine. */
 #define MPI_TAG_PROGRESS 8

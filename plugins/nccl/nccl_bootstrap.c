@@ -2,8 +2,8 @@
  * plugins/nccl/nccl_bootstrap.c - how the ranks of a job agree on the
  * world's ncclUniqueId (see the seam described in nccl_internal.h).
  *
- * Through the job's rendezvous, when the host offers it (host ABI minor 1,
- * DT_HOST_HAS(host, bootstrap_all_gather)): every rank contributes one
+ * Through the job's rendezvous, when the host offers it
+ * (DT_HOST_HAS(host, bootstrap_all_gather)): every rank contributes one
  * blob of NCCL_UNIQUE_ID_BYTES (rank 0 the id it made, the others zeros)
  * and every rank takes rank 0's entry of the all-gather.  This is the TCP
  * rendezvous at MASTER_ADDR:MASTER_PORT that `dtrain run` opens around the
@@ -253,7 +253,7 @@ int nccl_bootstrap_id(const dt_host_v1_t *host, const dt_comm_init_v1_t *a,
         return host->set_error(host, DT_ERR_UNSUPPORTED,
                                "init: %d ranks on several machines (%d on this one): the NCCL "
                                "unique id crosses machines through the host's rendezvous "
-                               "(bootstrap_all_gather, host ABI 1.1), which this host (ABI "
+                               "(the host table's optional bootstrap_all_gather), which this host (ABI "
                                "%u.%u) does not offer", (int)a->size, (int)a->local_size,
                                (unsigned)host->abi_major, (unsigned)host->abi_minor);
     }

@@ -372,7 +372,7 @@ static int nccl_abort(dt_comm_t *c, const char *reason)
 }
 
 static const dt_comm_ops_v1_t nccl_ops_table = {
-    .info = DT_PLUGIN_INFO(COMM, dt_comm_ops_v1_t, "nccl", "0.1.0",
+    .info = DT_PLUGIN_INFO(COMM, dt_comm_ops_v1_t, "nccl", "1.0.0",
                            "NVIDIA NCCL on the cuda device's streams, id through the "
                            "rendezvous; host-memory control messages staged through a "
                            "device buffer; bf16/f16 reduced in their own type, rounded at "

@@ -206,7 +206,7 @@ static int oc_cleanup_job(const dt_host_v1_t *host, const char *job_id)
 }
 
 static const dt_offload_ops_v1_t oc_ops = {
-    .info = DT_PLUGIN_INFO(OFFLOAD, dt_offload_ops_v1_t, "offload_cpu", "0.1.0",
+    .info = DT_PLUGIN_INFO(OFFLOAD, dt_offload_ops_v1_t, "offload_cpu", "1.0.0",
                            "offload tier in pinned host memory, outside the device's budget",
                            oc_keys),
     .init = oc_init,

@@ -245,7 +245,7 @@ static int nvme_wait(dt_offload_t *o, dt_offload_req_t *req, int64_t timeout_ms)
 }
 
 static const dt_offload_ops_v1_t nvme_ops = {
-    .info = DT_PLUGIN_INFO(OFFLOAD, dt_offload_ops_v1_t, "offload_nvme", "0.1.0",
+    .info = DT_PLUGIN_INFO(OFFLOAD, dt_offload_ops_v1_t, "offload_nvme", "1.0.0",
                            "offload tier in files on NVMe: O_DIRECT, io_uring, queued",
                            nvme_keys),
     .init = nvme_init,

@@ -181,7 +181,7 @@ int pp_assign_stages(const dt_host_v1_t *host, int schedule, const dt_stage_args
         return pp_assign_stages(host, PP_SCHED_##SCHED, args, out);                           \
     }                                                                                          \
     static const dt_schedule_ops_v1_t id##_ops = {                                             \
-        .info = DT_PLUGIN_INFO_NOKEYS(SCHEDULE, dt_schedule_ops_v1_t, name_, "0.1.0",          \
+        .info = DT_PLUGIN_INFO_NOKEYS(SCHEDULE, dt_schedule_ops_v1_t, name_, "1.0.0",          \
                                       summary_),                                               \
         .init = id##_init,                                                                     \
         .finalize = pp_finalize,                                                               \

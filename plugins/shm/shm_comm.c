@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "common/comm/comm_split.h"
+#include "dtrain/sdk/cfg.h"
 #include "shm_internal.h"
 #include "shm_msg.h"
 #include "shm_sync.h"
@@ -271,23 +272,6 @@ static int group_cpus(dt_comm_t *c)
     return n;
 }
 
-static int read_int(const dt_host_v1_t *h, const char *key, int64_t def, int64_t lo,
-                    int64_t hi, int64_t *out)
-{
-    int64_t v = def;
-    int st = h->cfg_int(h, key, &v);
-    if (st == DT_ERR_NOT_FOUND)
-        v = def;
-    else if (st != DT_OK)
-        return h->set_error(h, st, "cannot read config key [shm] %s (%s)", key,
-                            dt_status_name(st));
-    if (v < lo || v > hi)
-        return h->set_error(h, DT_ERR_CONFIG, "[shm] %s = %lld is outside [%lld, %lld]",
-                            key, (long long)v, (long long)lo, (long long)hi);
-    *out = v;
-    return DT_OK;
-}
-
 static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_comm_t **out)
 {
     dt_comm_init_v1_t args;
@@ -306,8 +290,9 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
      * passes by a path no real cluster has */
     if (a->local_size > 0 && a->local_size < a->size) {
         int share = 0;
-        if (host->cfg_bool(host, "nodes_share_memory", &share) != DT_OK)
-            share = 0;
+        int st = dt_cfg_bool(host, "nodes_share_memory", &share);
+        if (st != DT_OK)
+            return st;
         if (!share)
             return host->set_error(
                 host, DT_ERR_CONFIG,
@@ -318,9 +303,12 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
                 (int)a->local_size, (int)a->size);
     }
     int64_t slot, spin;
-    int st = read_int(host, "slot_bytes", SHM_SLOT_DEFAULT, SHM_SLOT_MIN, SHM_SLOT_MAX, &slot);
+    int sym;
+    int st = dt_cfg_int(host, "slot_bytes", &slot);
     if (st == DT_OK)
-        st = read_int(host, "spin_us", SHM_SPIN_DEFAULT, 0, SHM_SPIN_MAX, &spin);
+        st = dt_cfg_int(host, "spin_us", &spin);
+    if (st == DT_OK)
+        st = dt_cfg_bool(host, "symmetric", &sym);
     if (st != DT_OK)
         return st;
 
@@ -345,9 +333,6 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
         shm_secret_key(a->job_secret, job->secret_key);
     }
 
-    int sym = 1;
-    if (host->cfg_bool(host, "symmetric", &sym) != DT_OK)
-        sym = 1;
     c->sym_enabled = sym;
     c->job = job;
     c->is_world = 1;
@@ -496,7 +481,7 @@ static int shm_abort(dt_comm_t *c, const char *reason)
 }
 
 static const dt_comm_ops_v1_t shm_ops = {
-    .info = DT_PLUGIN_INFO(COMM, dt_comm_ops_v1_t, "shm", "0.1.0",
+    .info = DT_PLUGIN_INFO(COMM, dt_comm_ops_v1_t, "shm", "1.0.0",
                            "ranks on one machine through POSIX shared memory",
                            shm_keys),
     .init = shm_init,

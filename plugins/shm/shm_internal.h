@@ -154,11 +154,10 @@ static inline int shm_is_job_segment(const char *file, const char *job_id)
 #define SHM_VERSION 4u
 #define SHM_MAGIC 0x31686d736e727464ull /* "dtrnshm1" little-endian */
 
-/* Default and limits of the config keys (also in the key table). */
-#define SHM_SLOT_DEFAULT (4ll << 20)
+/* Limits of the config keys (their key table, shm_comm.c, declares the
+ * defaults). */
 #define SHM_SLOT_MIN (16ll << 10)
 #define SHM_SLOT_MAX (1ll << 30)
-#define SHM_SPIN_DEFAULT 50
 #define SHM_SPIN_MAX 1000000
 
 /* Bounds of a segment's buffer sizes (shm_comm.c picks them, the

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "common/comm/comm_split.h"
+#include "dtrain/sdk/cfg.h"
 #include "tcp_internal.h"
 
 static const dt_config_key_t tcp_keys[] = {
@@ -201,26 +202,12 @@ static void comm_stop(dt_comm_t *c, const char *why)
 
 static int read_keys(const dt_host_v1_t *h, const char **addr, int64_t *sock_buf, int *hier)
 {
-    *addr = "";
-    *sock_buf = 0;
-    if (h->cfg_bool(h, "hierarchical", hier) != DT_OK)
-        *hier = 1;
-    int st = h->cfg_string(h, "address", addr);
-    if (st != DT_OK && st != DT_ERR_NOT_FOUND)
-        return h->set_error(h, st, "cannot read config key [tcp] address (%s)",
-                            dt_status_name(st));
-    if (st == DT_ERR_NOT_FOUND || !*addr)
-        *addr = "";
-    st = h->cfg_int(h, "socket_buffer_bytes", sock_buf);
-    if (st != DT_OK && st != DT_ERR_NOT_FOUND)
-        return h->set_error(h, st, "cannot read config key [tcp] socket_buffer_bytes (%s)",
-                            dt_status_name(st));
-    if (st == DT_ERR_NOT_FOUND)
-        *sock_buf = 0;
-    if (*sock_buf < 0 || *sock_buf > (1 << 30))
-        return h->set_error(h, DT_ERR_CONFIG, "[tcp] socket_buffer_bytes = %lld is outside "
-                            "[0, %d]", (long long)*sock_buf, 1 << 30);
-    return DT_OK;
+    int st = dt_cfg_bool(h, "hierarchical", hier);
+    if (st == DT_OK)
+        st = dt_cfg_string(h, "address", addr);
+    if (st == DT_OK)
+        st = dt_cfg_int(h, "socket_buffer_bytes", sock_buf);
+    return st;
 }
 
 /* Every rank's listener from the job's rendezvous. */
@@ -230,8 +217,8 @@ static int swap_addresses(const dt_host_v1_t *h, const dt_comm_init_v1_t *a, dt_
 {
     if (!DT_HOST_HAS(h, bootstrap_all_gather))
         return h->set_error(h, DT_ERR_UNSUPPORTED, "init: the tcp communicator meets its "
-                            "peers through the job's rendezvous (bootstrap_all_gather, host "
-                            "ABI 1.1), which this host (ABI %u.%u) lacks", h->abi_major,
+                            "peers through the job's rendezvous (the host table's optional "
+                            "bootstrap_all_gather), which this host (ABI %u.%u) lacks", h->abi_major,
                             h->abi_minor);
     addr_blob_t mine = {.addr = addr, .port = port, .valid = 1};
     memcpy(mine.magic, ADDR_MAGIC, sizeof mine.magic);
@@ -455,7 +442,7 @@ static int tcp_abort(dt_comm_t *c, const char *reason)
 }
 
 static const dt_comm_ops_v1_t tcp_ops = {
-    .info = DT_PLUGIN_INFO(COMM, dt_comm_ops_v1_t, "tcp", "0.1.0",
+    .info = DT_PLUGIN_INFO(COMM, dt_comm_ops_v1_t, "tcp", "1.0.0",
                            "ranks on any machines that reach each other over IPv4, through "
                            "authenticated TCP sockets (ring collectives; peers found through "
                            "the job's rendezvous, so `dtrain run --nnodes` needs nothing else)",

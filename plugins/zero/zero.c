@@ -168,7 +168,7 @@ static int zero_plan_presets(const dt_plan_preset_v1_t **out, uint32_t *n)
 }
 
 static const dt_strategy_ops_v1_t zero_ops = {
-    .info = DT_PLUGIN_INFO(STRATEGY, dt_strategy_ops_v1_t, "zero", "0.1.0",
+    .info = DT_PLUGIN_INFO(STRATEGY, dt_strategy_ops_v1_t, "zero", "1.0.0",
                            "ZeRO stages 1-3: optimizer state, gradients, parameters sharded",
                            zero_keys),
     .init = zero_init,

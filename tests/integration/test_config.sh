@@ -52,6 +52,10 @@ sed 's/^stage = 2/stage = 7/' tiny.toml > range.toml
 expect_exit 2 "out-of-range value in the unselected [zero]" "$bin" check range.toml
 expect_line "range error located" \
   "dtrain check: error: range.toml:$(line_of range.toml '^stage'):9: [zero] stage = 7 is out of range (allowed 1 .. 3)"
+# a plugin's declared range is the core's check (the plugin repeats none)
+expect_exit 2 "[shm] slot_bytes below its declared minimum" "$bin" check tiny.toml \
+  --set run.comm=shm --set shm.slot_bytes=100
+expect_line "... named, with the declared range" "dtrain check: error: --set shm.slot_bytes=100: [shm] slot_bytes = 100 is out of range (allowed 16384 .. 1073741824)"
 printf '[run]\ncomm = "self"\n[zeroo]\nstage = 2\n' > notplugin.toml
 expect_exit 2 "a table named after no plugin" "$bin" check notplugin.toml
 expect_out "unknown table, with the closest and why" \

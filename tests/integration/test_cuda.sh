@@ -114,7 +114,7 @@ if [ "$mode" = gpu ]; then
 fi
 
 expect_exit 0 "describe cuda" "$bin" plugins --describe cuda
-expect_out "describe: kind and ABI" "cuda: device plugin, ABI 1.0, version 0.1.0"
+expect_out "describe: kind and ABI" "cuda: device plugin, ABI 1.0, version 1.0.0"
 expect_out "describe: what it is" "  NVIDIA GPU: CUDA kernels, cuBLASLt matmuls, a caching allocator"
 expect_out "describe: device_index" "  device_index       int    default -1, range -1 .. 1023
       CUDA device this rank runs on; -1 = its local rank (one GPU per local rank; more local ranks than GPUs is refused)"
@@ -131,7 +131,7 @@ if [ "$n" = 5 ]; then ok "describe: five keys"; else bad "describe: $n keys, exp
 
 if [ -f "$(dirname "$bin")/plugins-out/dtrain_nccl.so" ]; then
   expect_exit 0 "describe nccl" "$bin" plugins --describe nccl
-  expect_out "describe nccl: kind, host staging, bf16 rounding, not run on 2+ GPUs" "nccl: comm plugin, ABI 1.0, version 0.1.0
+  expect_out "describe nccl: kind, host staging, bf16 rounding, not run on 2+ GPUs" "nccl: comm plugin, ABI 1.0, version 1.0.0
   NVIDIA NCCL on the cuda device's streams, id through the rendezvous; host-memory control messages staged through a device buffer; bf16/f16 reduced in their own type, rounded at every step (not accumulated in f32); not yet run on 2+ GPUs"
   expect_out "describe nccl: poll_us" "  poll_us            int    default 50, range 1 .. 100000"
   expect_exit 2 "bench comm on nccl without --device cuda" "$bin" bench comm --comm nccl \

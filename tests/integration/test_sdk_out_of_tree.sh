@@ -102,7 +102,7 @@ expect_exit 0 "installed dtrain plugins" env -u DTRAIN_PLUGIN_PATH "$prefix/bin/
 if grep -qxF "search path: $plugdir" <<<"$out"; then ok "searches the prefix's plugin folder only"
 else bad "search path is not the prefix's plugin folder alone" "$out"; fi
 # (the NAME column is as wide as offload_nvme, the longest name installed)
-expect_out "lists the installed cpu device" "cpu          device    1.0   0.1.0    loadable   $plugdir/dtrain_cpu.so"
+expect_out "lists the installed cpu device" "cpu          device    1.0   1.0.0    loadable   $plugdir/dtrain_cpu.so"
 expect_out "lists the installed shm comm" "$plugdir/dtrain_shm.so"
 if grep -qF "plugins-out" <<<"$out"; then bad "the installed dtrain searches the build tree" "$out"
 else ok "the build tree is not searched"; fi
@@ -133,7 +133,7 @@ expect_exit 0 "example builds with pkg-config" bash -c \
 syms=$(nm -D --defined-only "$work/ex/dtrain_self.so" | awk '{print $3}' | grep -v '^_' || true)
 if [ "$syms" = "dtrain_comm_v1" ]; then ok "only the entry symbol is exported"; else bad "exported: $syms"; fi
 expect_exit 0 "installed dtrain lists the plugin" env DTRAIN_PLUGIN_PATH="$work/ex" "$prefix/bin/dtrain" plugins
-expect_out "listed as a loadable comm plugin" "self         comm      1.2   0.1.0    loadable"
+expect_out "listed as a loadable comm plugin" "self         comm      1.0   0.1.0    loadable"
 expect_exit 0 "describe shows its keys" env DTRAIN_PLUGIN_PATH="$work/pc" "$prefix/bin/dtrain" plugins --describe self
 expect_out "key documented" "an example key: log each call"
 finish

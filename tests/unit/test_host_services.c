@@ -540,7 +540,7 @@ static void test_accounted_apart(void **state)
     check_stats(p, DT_TAG_COMM, 0, 1300, 0, 5396);
 }
 
-/* cleanup_add (minor 3): what a plugin registers is removed when the
+/* cleanup_add: what a plugin registers is removed when the
  * process is stopped by SIGTERM or SIGINT, files first, then the empty
  * folders deepest first whatever the order they were registered in; a
  * forgotten path stays (and the folder holding it); the process still

@@ -522,7 +522,7 @@ static int battery_split(dt_comm_t *c, int rank, int N)
     return 0;
 }
 
-/* sendrecv (comm ABI 1.2): a ring exchange started as one; different
+/* sendrecv: a ring exchange started as one; different
  * counts each way, blocking; a half matched by the peer's plain recv and
  * send; an argument error in either half starts neither (the next
  * exchange on that tag gets the right message); one request asked of two

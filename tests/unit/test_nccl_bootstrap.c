@@ -134,7 +134,7 @@ static void test_refusals(void **state)
     assert_string_equal(dt_last_error(),
                         "comm/nccl: init: 8 ranks on several machines (4 on this one): the "
                         "NCCL unique id crosses machines through the host's rendezvous "
-                        "(bootstrap_all_gather, host ABI 1.1), which this host (ABI 1.3) "
+                        "(the host table's optional bootstrap_all_gather), which this host (ABI 1.0) "
                         "does not offer");
     dt_comm_init_v1_t badjob = args(0, 2, 2, NULL, 1000);
     badjob.job_id = "../etc";
@@ -534,7 +534,7 @@ static void test_minor0_host(void **state)
     assert_string_equal(dt_last_error(),
                         "comm/nccl: init: 4 ranks on several machines (2 on this one): the "
                         "NCCL unique id crosses machines through the host's rendezvous "
-                        "(bootstrap_all_gather, host ABI 1.1), which this host (ABI 1.0) "
+                        "(the host table's optional bootstrap_all_gather), which this host (ABI 1.0) "
                         "does not offer");
     fake_world_fini(&w);
 }

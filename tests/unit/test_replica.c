@@ -192,10 +192,6 @@ static int rank_replica(int rank, int size, const char *job, void *arg)
         }
         dt_step_args_v1_t sa = {.struct_size = sizeof sa, .step = 1, .lr = 0.5f,
                                 .loss_scale = scale};
-        if (variant == 0) { /* a minor-0 core's args: bytes past them are not its */
-            sa.struct_size = (uint32_t)DT_STEP_ARGS_V1_SIZE0;
-            sa.loss_scale = 8.0f;
-        }
         dt_step_result_v1_t res = {.struct_size = sizeof res};
         DT_MP_OK(dt_replica_step(&r, &sa, &res));
         /* the norm of the gradient used: this rank's own, or the mean's */
@@ -210,7 +206,7 @@ static int rank_replica(int rank, int size, const char *job, void *arg)
     return 0;
 }
 
-/* ---- a pipeline stage (strategy ABI 1.3, dtrain/sdk/dp.h) ----
+/* ---- a pipeline stage (dtrain/sdk/dp.h) ----
  * Two ranks as the two stages of one pipeline (data groups of one rank:
  * the world split by rank; the world as pipeline and embedding group):
  * stage 0 holds units 0 (TIED) and 1, stage 1 unit 2 and a TIED COPY of

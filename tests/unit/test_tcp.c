@@ -508,7 +508,7 @@ static int battery_p2p_async(dt_comm_t *c, int rank, int N)
     return 0;
 }
 
-/* sendrecv (comm ABI 1.2): a ring exchange started as one; different
+/* sendrecv: a ring exchange started as one; different
  * counts each way, blocking; a half matched by the peer's plain recv and
  * send; an argument error in either half starts neither (the next
  * exchange on that tag gets the right message); one request asked of two
@@ -1430,8 +1430,8 @@ static void test_no_rendezvous(void **state)
     assert_null(c);
     assert_string_equal(dt_last_error(),
                         "comm/tcp: init: the tcp communicator meets its peers through the "
-                        "job's rendezvous (bootstrap_all_gather, host ABI 1.1), which this "
-                        "host (ABI 1.3) lacks");
+                        "job's rendezvous (the host table's optional bootstrap_all_gather), "
+                        "which this host (ABI 1.0) lacks");
 }
 
 static void test_plugin_info(void **state)

@@ -90,7 +90,7 @@ extern "C" {
 #endif
 
 #define DT_COMM_ABI_MAJOR 1
-#define DT_COMM_ABI_MINOR 2 /* 1: symmetric memory; 2: sendrecv */
+#define DT_COMM_ABI_MINOR 0
 
 typedef struct dt_comm dt_comm_t;         /* a group of ranks, opaque */
 typedef struct dt_comm_req dt_comm_req_t; /* an operation in flight, opaque */
@@ -209,9 +209,7 @@ typedef struct dt_comm_ops_v1 {
      * DT_OK.  Idempotent. */
     int (*cleanup_job)(const dt_host_v1_t *host, const char *job_id);
 
-    /* ---- minor 0 ends here; append only ---- */
-
-    /* ---- symmetric memory (optional, minor 1) ----
+    /* ---- symmetric memory (optional) ----
      * Host memory that every rank of the group maps as well, as NCCL's
      * registered buffers and PyTorch's SymmetricMemory are on GPUs.  An
      * in-place all_reduce whose buffer lies in such an allocation at the
@@ -233,9 +231,7 @@ typedef struct dt_comm_ops_v1 {
     int (*sym_alloc)(dt_comm_t *c, uint64_t bytes, int tag, void **out);
     int (*sym_free)(dt_comm_t *c, void *ptr);
 
-    /* ---- minor 1 ends here; append only ---- */
-
-    /* ---- grouped point to point (optional, minor 2) ----
+    /* ---- grouped point to point (optional) ----
      * A send to `send_peer` and a recv from `recv_peer` started as ONE
      * operation: neither waits for the other to be matched, whatever order
      * the peers start theirs in.  Where a send blocks until its receiver
@@ -268,7 +264,7 @@ typedef struct dt_comm_ops_v1 {
                     int32_t recv_tag, dt_stream_t *stream,
                     dt_comm_req_t **send_req, dt_comm_req_t **recv_req);
 
-    /* ---- minor 2 ends here; append only ---- */
+    /* ---- minor 0 ends here; append only ---- */
 } dt_comm_ops_v1_t;
 
 /* Current-version names. */

@@ -59,8 +59,7 @@ extern "C" {
 /* The kernel table versions on its own (NCCL's net vs collNet): a kernel
  * added is a kernel minor, not a device one. */
 #define DT_KERNELS_ABI_MAJOR 1
-#define DT_KERNELS_ABI_MINOR 1 /* 1: the vocabulary-parallel embedding and
-                                * cross-entropy (tensor parallelism) */
+#define DT_KERNELS_ABI_MINOR 0
 
 typedef struct dt_device dt_device_t; /* plugin instance, opaque */
 typedef struct dt_stream dt_stream_t; /* ordered queue of work, opaque */
@@ -295,9 +294,7 @@ typedef struct dt_kernels_v1 {
                       int64_t n, float lr, float momentum,
                       float weight_decay, int nesterov, float grad_scale);
 
-    /* ---- minor 0 ends here; append only ---- */
-
-    /* ---- minor 1, optional: a vocabulary split across ranks (tensor
+    /* ---- optional: a vocabulary split across ranks (tensor
      * parallelism, Megatron's vocab-parallel embedding and parallel
      * cross-entropy).  The rank holds vocabulary rows [v0, v0 + nv);
      * tokens and targets are global ids, and an id outside the range
@@ -347,7 +344,7 @@ typedef struct dt_kernels_v1 {
                                int dtype, float dloss, int64_t N, int64_t v0,
                                int64_t nv);
 
-    /* ---- minor 1 ends here; append only ---- */
+    /* ---- minor 0 ends here; append only ---- */
 } dt_kernels_v1_t;
 
 typedef struct dt_device_ops_v1 {

@@ -17,9 +17,9 @@
 #include "dtrain/schedule.h"
 #include "dtrain/tensor_parallel.h"
 
-#define DTRAIN_VERSION_MAJOR 0
-#define DTRAIN_VERSION_MINOR 1
+#define DTRAIN_VERSION_MAJOR 1
+#define DTRAIN_VERSION_MINOR 0
 #define DTRAIN_VERSION_PATCH 0
-#define DTRAIN_VERSION_STRING "0.1.0"
+#define DTRAIN_VERSION_STRING "1.0.0"
 
 #endif /* DTRAIN_DTRAIN_H */

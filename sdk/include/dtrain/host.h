@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define DT_HOST_ABI_MAJOR 1
-#define DT_HOST_ABI_MINOR 3
+#define DT_HOST_ABI_MINOR 0
 
 typedef enum dt_log_level {
     DT_LOG_ERROR = 0,
@@ -85,8 +85,6 @@ typedef struct dt_host_v1 {
     /* Monotonic clock, nanoseconds. */
     uint64_t (*now_ns)(const struct dt_host_v1 *h);
 
-    /* ---- minor 0 ends here; append only ---- */
-
     /* Optional (DT_HOST_HAS(h, bootstrap_all_gather)): an all-gather of
      * small blobs among every rank of the job through the core's TCP
      * rendezvous, for a communicator that must exchange bootstrap bytes
@@ -102,15 +100,11 @@ typedef struct dt_host_v1 {
     int (*bootstrap_all_gather)(const struct dt_host_v1 *h, const void *mine,
                                 uint64_t bytes, void *all, int64_t timeout_ms);
 
-    /* ---- minor 1 ends here; append only ---- */
-
     /* Optional (DT_HOST_HAS(h, mem_account)): count `delta` bytes (negative:
      * give back) of host memory this plugin holds by other means than
      * `alloc` (a shared mapping) under `tag`, so reports see it.  Never
      * fails; an unknown tag is ignored. */
     void (*mem_account)(const struct dt_host_v1 *h, int tag, int64_t delta);
-
-    /* ---- minor 2 ends here; append only ---- */
 
     /* Optional (DT_HOST_HAS(h, cleanup_add)): should this process be
      * stopped by SIGINT or SIGTERM before cleanup_remove(h, path), the
@@ -137,7 +131,7 @@ typedef struct dt_host_v1 {
      * no-op).  Non-blocking. */
     void (*cleanup_remove)(const struct dt_host_v1 *h, const char *path);
 
-    /* ---- minor 3 ends here; append only ---- */
+    /* ---- minor 0 ends here; append only ---- */
 } dt_host_v1_t;
 
 /* cleanup_add's flags. */
@@ -150,8 +144,8 @@ typedef struct dt_host_v1 {
 /* The current version's name; plugin and core code spell this. */
 typedef dt_host_v1_t dt_host_t;
 
-/* True when the host table `h` has slot `field` (a core of an older minor
- * has fewer): check before calling a slot added after minor 0. */
+/* True when the host table `h` has slot `field` and it is set (a core of
+ * an older minor has fewer slots): check before calling an optional slot. */
 #define DT_HOST_HAS(h, field)                                                  \
     (DT_SIZE_HAS((h)->struct_size, dt_host_v1_t, field) && (h)->field != NULL)
 

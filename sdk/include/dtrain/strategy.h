@@ -1,6 +1,8 @@
 /*
  * dtrain/strategy.h - the parallel strategy ABI (plugin kind "strategy").
  *
+ * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
+ *
  * A data strategy owns how parameters, gradients and optimizer state are
  * held along the data-parallel dimension (ddp, zero, fsdp); a pipeline's
  * schedule (schedule.h) and a tensor-parallel scheme (tensor_parallel.h)
@@ -33,7 +35,7 @@
  * (device.h, comm.h).  estimate and plan_presets need no instance and may
  * be called from any thread.
  *
- * Pipeline parallelism (minor 3).  World = tp x pp x dp (core/train/
+ * Pipeline parallelism.  World = tp x pp x dp (core/train/
  * grid.h: tp fastest, then dp, then pp).  The pipeline's schedule is a
  * plugin of its own kind (schedule.h), which owns the order of a step and
  * the boundary transfers; the DATA strategy (ddp, zero, fsdp) is
@@ -56,17 +58,12 @@
  * norm.  A sharding strategy sums its shard: both stages shard the unit
  * alike (same description, same dp size), so the shards line up.
  *
- * Interleaved stages (minor 4): a stage may run several chunks (virtual
+ * Interleaved stages: a stage may run several chunks (virtual
  * stages chunk x pp + stage, schedule.h), so the units it
  * holds need not be contiguous.  Its units' backwards then interleave
  * across micro-batches chunk by chunk: a data strategy that groups units
  * for a reduction and counts their last uses per micro-batch must not
  * group units of two chunks (the shard engine keeps them apart).
- *
- * Growth: minor 3 appends unit_flags, norm_comm and tied_comm to the init
- * arguments.  A data strategy built before minor 3 refuses non-zero
- * minor-3 init fields with DT_ERR_UNSUPPORTED (rule 3 of abi.h), which the
- * core reports as "this strategy cannot run a pipeline stage".
  */
 #ifndef DTRAIN_STRATEGY_H
 #define DTRAIN_STRATEGY_H
@@ -85,16 +82,7 @@ extern "C" {
 #endif
 
 #define DT_STRATEGY_ABI_MAJOR 1
-#define DT_STRATEGY_ABI_MINOR 6 /* 1: dt_step_args_v1_t.loss_scale, dt_estimate_args_v1_t.offload;
-                                 * 2: dt_estimate_v1_t.offload_bytes_per_step;
-                                 * 3: pipeline stages: dt_strategy_init_v1_t.unit_flags,
-                                 *    norm_comm, tied_comm (the schedule is a kind
-                                 *    of its own: schedule.h);
-                                 * 4: (interleaved stages: schedule.h);
-                                 * 5: dt_param_desc_v1_t.ext may point at a
-                                 *    dt_param_split_v1_t (tensor parallelism);
-                                 * 6: (tensor parallelism is a kind of its own:
-                                 *    tensor_parallel.h) */
+#define DT_STRATEGY_ABI_MINOR 0
 
 typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 
@@ -105,7 +93,7 @@ typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 /* Flags of a parameter tensor. */
 #define DT_PARAM_NO_DECAY 0x1u /* exempt from weight decay (biases, norms) */
 
-/* Tensor parallelism (minor 5): what part of a global tensor this rank
+/* Tensor parallelism: what part of a global tensor this rank
  * holds.  The rank's tensor is n_blocks blocks of the global one, laid one
  * after another in the unit's flat buffer, each row-major over its own
  * sizes; block b covers global indices [start[d], start[d] + size[d]) along
@@ -153,7 +141,7 @@ typedef struct dt_param_desc_v1 {
     int32_t ndim;       /* 1..4 */
     uint32_t flags;     /* DT_PARAM_* */
     int64_t shape[4];   /* shape of what this rank holds, row-major */
-    const void *ext;    /* NULL, or (minor 5, tensor parallelism) a
+    const void *ext;    /* NULL, or (tensor parallelism) a
                          * dt_param_split_v1_t: the part of the global
                          * tensor this rank holds */
 } dt_param_desc_v1_t;
@@ -231,7 +219,6 @@ typedef struct dt_strategy_init_v1 {
     const dt_model_desc_v1_t *model; /* valid until finalize */
     const dt_optim_desc_v1_t *optim; /* valid until finalize (a pointer, so
                                       * either struct grows on its own) */
-    /* ---- minor 0 ends here; append only ---- */
     /* Pipeline stages (see the top of this file).  NULL: this instance
      * holds every unit (no pipeline).  Else model->n_units entries of
      * DT_UNIT_* flags, valid during init only (copy what you keep): a
@@ -248,11 +235,11 @@ typedef struct dt_strategy_init_v1 {
      * the norm (the grid's embedding group: first and last stage).  Set
      * exactly when some unit is DT_UNIT_TIED. */
     dt_comm_t *tied_comm;
-    /* ---- minor 3 ends here; append only ---- */
+    /* ---- minor 0 ends here; append only ---- */
 } dt_strategy_init_v1_t;
-#define DT_STRATEGY_INIT_V1_SIZE0 DT_FIELD_END(dt_strategy_init_v1_t, optim)
+#define DT_STRATEGY_INIT_V1_SIZE0 DT_FIELD_END(dt_strategy_init_v1_t, tied_comm)
 
-/* dt_strategy_init_v1_t.unit_flags (minor 3). */
+/* dt_strategy_init_v1_t.unit_flags. */
 #define DT_UNIT_HELD 0x1u /* this stage runs the unit: held, hooked, saved */
 #define DT_UNIT_TIED 0x2u /* also held by another stage: its gradient is
                            * summed over init.tied_comm before the norm */
@@ -296,7 +283,6 @@ typedef struct dt_step_args_v1 {
     int64_t step;        /* 1-based optimizer step (AdamW bias correction) */
     float lr;
     float clip;          /* max global grad norm; <= 0: no clipping */
-    /* ---- minor 0 ends here; append only ---- */
     float loss_scale;    /* the factor every gradient carries: the core
                           * multiplied the loss by it before backward (fp16
                           * loss scaling); 0 = absent = 1.  The strategy
@@ -304,13 +290,11 @@ typedef struct dt_step_args_v1 {
                           * it reports and clips by, and the update are
                           * those of the unscaled gradient.  A non-finite
                           * (overflowed) gradient anywhere in the group
-                          * skips the update with nonfinite = 1, as ever.
-                          * A plugin built before minor 1 refuses a
-                          * non-zero value (dt_args_check). */
+                          * skips the update with nonfinite = 1, as ever. */
     uint32_t reserved1;
-    /* ---- minor 1 ends here; append only ---- */
+    /* ---- minor 0 ends here; append only ---- */
 } dt_step_args_v1_t;
-#define DT_STEP_ARGS_V1_SIZE0 DT_FIELD_END(dt_step_args_v1_t, clip)
+#define DT_STEP_ARGS_V1_SIZE0 DT_FIELD_END(dt_step_args_v1_t, reserved1)
 
 /* (out: core zero-fills and sets struct_size; dt_result_write) */
 typedef struct dt_step_result_v1 {
@@ -337,16 +321,15 @@ typedef struct dt_estimate_args_v1 {
                                   * precision Adam, 8 for fp32 Adam) */
     uint32_t n_micro;
     uint64_t act_bytes;          /* activations of one micro-batch, whole model */
-    /* ---- minor 0 ends here; append only ---- */
     uint32_t offload;            /* 1: [parallel] offload names a tier; the
                                   * strategy's own config says what goes
                                   * there, and the bytes the tier would hold
                                   * are planned under DT_TAG_OFFLOAD (the
                                   * other tags stay device memory) */
     uint32_t reserved1;
-    /* ---- minor 1 ends here; append only ---- */
+    /* ---- minor 0 ends here; append only ---- */
 } dt_estimate_args_v1_t;
-#define DT_ESTIMATE_ARGS_V1_SIZE0 DT_FIELD_END(dt_estimate_args_v1_t, act_bytes)
+#define DT_ESTIMATE_ARGS_V1_SIZE0 DT_FIELD_END(dt_estimate_args_v1_t, reserved1)
 
 /* Planner output (out: core zero-fills and sets struct_size). */
 typedef struct dt_estimate_v1 {
@@ -360,17 +343,15 @@ typedef struct dt_estimate_v1 {
                                    * --link-gbps` divides it by the link */
     char note[160];               /* words, e.g. "params gathered per unit";
                                    * sizes belong in the planner's columns */
-    /* ---- minor 0 ends here; append only ---- */
     uint64_t offload_bytes_per_step; /* with args->offload: bytes this rank
                                    * reads from and writes to the tier per
                                    * step (`dtrain plan` prefers the least
                                    * of it among offload choices that fit);
-                                   * 0 from a plugin before minor 2, where
-                                   * the planner assumes every byte held is
-                                   * read and written once */
-    /* ---- minor 2 ends here; append only ---- */
+                                   * 0: the planner assumes every byte held
+                                   * is read and written once */
+    /* ---- minor 0 ends here; append only ---- */
 } dt_estimate_v1_t;
-#define DT_ESTIMATE_V1_SIZE0 DT_FIELD_END(dt_estimate_v1_t, note)
+#define DT_ESTIMATE_V1_SIZE0 DT_FIELD_END(dt_estimate_v1_t, offload_bytes_per_step)
 
 /* A row `dtrain plan` prints for a strategy: its label and the settings of
  * the plugin's own table that select it.  Frozen for the major (an array

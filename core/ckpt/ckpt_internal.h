@@ -103,4 +103,17 @@ uint64_t dt_ckpt_seg_bytes(const dt_ckpt_seg_t *s);
  * *v set, or 0 when absent, not a number or not exact. */
 int dt_ckpt_json_uint(const cJSON *o, const char *key, uint64_t *v);
 
+/* manifest.json's segment objects, one field table for both directions
+ * (ckpt_manifest.c).  to_json: the object (NULL when out of memory).
+ * from_json: fills *s's fields from object js (a block when js has
+ * "offsets"; block.ndim set, entry and dtype left alone), *file the
+ * "file" string (s->shard parsed from it, UINT32_MAX when it is not a
+ * shard name); 0, or which field was missing or bad: */
+enum { DT_CKPT_SEG_BAD_FIELD = 1, /* offset, count, file, byte_offset, crc32 */
+       DT_CKPT_SEG_BAD_BLOCK = 2, /* base, shape, offsets, sizes (1 to
+                                   * DT_CKPT_MAX_DIMS, all of one length) */
+       DT_CKPT_SEG_BAD_CRC = 3 }; /* crc32 not 8 hex digits */
+cJSON *dt_ckpt_seg_to_json(const dt_ckpt_seg_t *s);
+int dt_ckpt_seg_from_json(const cJSON *js, dt_ckpt_seg_t *s, const char **file);
+
 #endif /* DT_CKPT_INTERNAL_H */

@@ -116,49 +116,16 @@ static int reader_file(dt_ckpt_reader_t *r, const char *name, uint32_t *idx)
     return MERR(r, "segment file '%s' is not listed in \"files\"", name);
 }
 
-/* A JSON array of 1..DT_CKPT_MAX_DIMS exact integers into v: its length,
- * or -1. */
-static int json_dims(const cJSON *a, uint64_t *v)
+/* A block segment's checks beyond its fields (manifest version 2): the
+ * block inside its tensor and the tensor inside entry e; s->offset is set
+ * to its first element, *count to its elements. */
+static int check_block(dt_ckpt_reader_t *r, const dt_ckpt_entry_t *e, int k,
+                       dt_ckpt_seg_t *s, uint64_t *count)
 {
-    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
-    if (n < 1 || n > DT_CKPT_MAX_DIMS)
-        return -1;
-    int k = 0;
-    const cJSON *d;
-    cJSON_ArrayForEach(d, a) {
-        double x = cJSON_IsNumber(d) ? d->valuedouble : -1;
-        if (!(x >= 0 && x <= (double)JSON_INT_MAX) || x != (double)(uint64_t)x)
-            return -1;
-        v[k++] = (uint64_t)x;
-    }
-    return n;
-}
-
-/* The block of segment k of entry e (manifest version 2): base, shape,
- * offsets and sizes, the block inside its tensor and the tensor inside
- * the entry; s->offset is set to its first element, *count to its
- * elements. */
-static int parse_block(dt_ckpt_reader_t *r, const dt_ckpt_entry_t *e, int k,
-                       const cJSON *js, dt_ckpt_seg_t *s, uint64_t *count)
-{
-    if (r->version < 2)
-        return MERR(r, "entry %s: segment %d is a block (\"offsets\"), which "
-                    "needs format_version 2, but the manifest is version %"
-                    PRIu32, e->name, k, r->version);
-    dt_ckpt_block_t *b = &s->block;
-    int n1 = json_dims(cJSON_GetObjectItemCaseSensitive(js, "shape"), b->shape);
-    int n2 = json_dims(cJSON_GetObjectItemCaseSensitive(js, "offsets"), b->start);
-    int n3 = json_dims(cJSON_GetObjectItemCaseSensitive(js, "sizes"), b->size);
-    if (!dt_ckpt_json_uint(js, "base", &b->base) || n1 < 0 || n1 != n2 ||
-        n1 != n3)
-        return MERR(r, "entry %s: segment %d: a block needs \"base\" and "
-                    "\"shape\", \"offsets\" and \"sizes\" of one length, 1 "
-                    "to %d", e->name, k, DT_CKPT_MAX_DIMS);
-    b->ndim = n1;
+    const dt_ckpt_block_t *b = &s->block;
     char where[PATH_MAX + 32];
     snprintf(where, sizeof where, "checkpoint '%s': " MANIFEST ": ", r->dir);
-    int rc = dt_ckpt_block_check(DT_ERR_DATA, where, e->name, b, count,
-                                 &s->offset);
+    int rc = dt_ckpt_block_check(DT_ERR_DATA, where, e->name, b, count, &s->offset);
     if (rc)
         return rc;
     uint64_t tn = 1;
@@ -171,7 +138,54 @@ static int parse_block(dt_ckpt_reader_t *r, const dt_ckpt_entry_t *e, int k,
     return DT_OK;
 }
 
-static int reader_parse(dt_ckpt_reader_t *r)
+/* Segment k of entry re from object js, appended to r->segs. */
+static int parse_segment(dt_ckpt_reader_t *r, const rentry_t *re, int k, const cJSON *js)
+{
+    const char *name = re->e.name, *fn = NULL;
+    rseg_t *rs = &r->segs[r->n_segs];
+    int blk = cJSON_GetObjectItemCaseSensitive(js, "offsets") != NULL;
+    if (blk && r->version < 2)
+        return MERR(r, "entry %s: segment %d is a block (\"offsets\"), which "
+                    "needs format_version 2, but the manifest is version %"
+                    PRIu32, name, k, r->version);
+    switch (dt_ckpt_seg_from_json(js, &rs->s, &fn)) {
+    case 0:
+        break;
+    case DT_CKPT_SEG_BAD_BLOCK:
+        return MERR(r, "entry %s: segment %d: a block needs \"base\" and "
+                    "\"shape\", \"offsets\" and \"sizes\" of one length, 1 "
+                    "to %d", name, k, DT_CKPT_MAX_DIMS);
+    case DT_CKPT_SEG_BAD_CRC:
+        return MERR(r, "entry %s: segment %d: bad crc32 '%s'", name, k,
+                    cJSON_GetObjectItemCaseSensitive(js, "crc32")->valuestring);
+    default:
+        return MERR(r, "entry %s: segment %d: needs offset, count, "
+                    "file, byte_offset and crc32", name, k);
+    }
+    uint64_t blk_count = 0;
+    int rc = blk ? check_block(r, &re->e, k, &rs->s, &blk_count) : DT_OK;
+    if (!rc)
+        rc = reader_file(r, fn, &rs->file);
+    if (rc)
+        return rc;
+    memcpy(rs->s.entry, name, strlen(name) + 1);
+    rs->s.dtype = re->e.dtype;
+    uint64_t end = rs->s.byte_offset + dt_ckpt_seg_bytes(&rs->s);
+    if (blk && rs->s.count != blk_count)
+        return MERR(r, "entry %s: segment %d: \"count\" %" PRIu64
+                    " is not the product of \"sizes\" (%" PRIu64 ")",
+                    name, k, rs->s.count, blk_count);
+    if (rs->s.count > JSON_INT_MAX / 8 || end > r->files[rs->file].bytes)
+        return MERR(r, "entry %s: segment %d needs bytes [%" PRIu64
+                    ", %" PRIu64 ") of %s but the manifest gives the "
+                    "file %" PRIu64 " bytes", name, k,
+                    rs->s.byte_offset, end, fn, r->files[rs->file].bytes);
+    r->n_segs++;
+    return DT_OK;
+}
+
+/* The top: format, version, step, who wrote it, model and extra. */
+static int parse_head(dt_ckpt_reader_t *r)
 {
     const cJSON *j = r->json;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
@@ -201,9 +215,13 @@ static int reader_parse(dt_ckpt_reader_t *r)
     r->extra = cJSON_GetObjectItemCaseSensitive(j, "extra");
     if (!cJSON_IsObject(r->model) || !cJSON_IsObject(r->extra))
         return MERR(r, "\"model\" and \"extra\" must be objects");
+    return DT_OK;
+}
 
-    /* files */
-    const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
+/* "files": plain names, each once, with their sizes. */
+static int parse_files(dt_ckpt_reader_t *r)
+{
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(r->json, "files");
     if (!cJSON_IsObject(files))
         return MERR(r, "missing \"files\"");
     size_t nf = (size_t)cJSON_GetArraySize(files);
@@ -228,9 +246,68 @@ static int reader_parse(dt_ckpt_reader_t *r)
                               r->dir);
         r->n_files++;
     }
+    return DT_OK;
+}
 
+/* Entry object e (its name, dtype, numel, shape and segments) appended to
+ * r->entries, its segments to r->segs sorted by offset. */
+static int parse_entry(dt_ckpt_reader_t *r, const cJSON *e)
+{
+    rentry_t *re = &r->entries[r->n_entries];
+    const char *name = e->string;
+    if (strlen(name) >= DT_CKPT_NAME_MAX)
+        return MERR(r, "entry name '%.40s...' is too long", name);
+    for (size_t i = 0; i < r->n_entries; i++)
+        if (strcmp(r->entries[i].e.name, name) == 0)
+            return MERR(r, "entry %s listed twice", name);
+    memcpy(re->e.name, name, strlen(name) + 1);
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    re->e.dtype = cJSON_IsString(dt) ? dtype_parse(dt->valuestring) : -1;
+    if (re->e.dtype < 0)
+        return MERR(r, "entry %s: missing or unknown \"dtype\"", name);
+    if (!dt_ckpt_json_uint(e, "numel", &re->e.numel))
+        return MERR(r, "entry %s: missing or bad \"numel\"", name);
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    if (sh) {
+        int nd = cJSON_GetArraySize(sh);
+        if (!cJSON_IsArray(sh) || nd > DT_CKPT_MAX_DIMS)
+            return MERR(r, "entry %s: bad \"shape\"", name);
+        uint64_t prod = 1;
+        const cJSON *d;
+        cJSON_ArrayForEach(d, sh) {
+            if (!cJSON_IsNumber(d) || d->valuedouble < 0 ||
+                d->valuedouble > (double)JSON_INT_MAX)
+                return MERR(r, "entry %s: bad \"shape\"", name);
+            re->e.shape[re->e.ndim++] = (int64_t)d->valuedouble;
+            prod *= (uint64_t)d->valuedouble;
+        }
+        if (prod != re->e.numel)
+            return MERR(r, "entry %s: shape holds %" PRIu64 " elements "
+                        "but numel is %" PRIu64, name, prod, re->e.numel);
+    }
+    re->first = r->n_segs;
+    const cJSON *s;
+    int k = 0;
+    cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(e, "segments")) {
+        int rc = parse_segment(r, re, k++, s);
+        if (rc)
+            return rc;
+    }
+    re->n = r->n_segs - re->first;
+    qsort(r->segs + re->first, re->n, sizeof *r->segs, rseg_cmp);
+    r->n_entries++;
+    return DT_OK;
+}
+
+static int reader_parse(dt_ckpt_reader_t *r)
+{
+    int rc = parse_head(r);
+    if (!rc)
+        rc = parse_files(r);
+    if (rc)
+        return rc;
     /* entries: count segments first to size one array */
-    const cJSON *ents = cJSON_GetObjectItemCaseSensitive(j, "entries");
+    const cJSON *ents = cJSON_GetObjectItemCaseSensitive(r->json, "entries");
     if (!cJSON_IsObject(ents))
         return MERR(r, "missing \"entries\"");
     size_t ne = (size_t)cJSON_GetArraySize(ents), ns = 0;
@@ -246,88 +323,8 @@ static int reader_parse(dt_ckpt_reader_t *r)
     if (!r->entries || !r->segs)
         return dt_err_set(DT_ERR_NOMEM, "checkpoint '%s': out of memory", r->dir);
     cJSON_ArrayForEach(e, ents) {
-        rentry_t *re = &r->entries[r->n_entries];
-        const char *name = e->string;
-        if (strlen(name) >= DT_CKPT_NAME_MAX)
-            return MERR(r, "entry name '%.40s...' is too long", name);
-        for (size_t i = 0; i < r->n_entries; i++)
-            if (strcmp(r->entries[i].e.name, name) == 0)
-                return MERR(r, "entry %s listed twice", name);
-        memcpy(re->e.name, name, strlen(name) + 1);
-        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-        re->e.dtype = cJSON_IsString(dt) ? dtype_parse(dt->valuestring) : -1;
-        if (re->e.dtype < 0)
-            return MERR(r, "entry %s: missing or unknown \"dtype\"", name);
-        if (!dt_ckpt_json_uint(e, "numel", &re->e.numel))
-            return MERR(r, "entry %s: missing or bad \"numel\"", name);
-        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
-        if (sh) {
-            int nd = cJSON_GetArraySize(sh);
-            if (!cJSON_IsArray(sh) || nd > DT_CKPT_MAX_DIMS)
-                return MERR(r, "entry %s: bad \"shape\"", name);
-            uint64_t prod = 1;
-            const cJSON *d;
-            cJSON_ArrayForEach(d, sh) {
-                if (!cJSON_IsNumber(d) || d->valuedouble < 0 ||
-                    d->valuedouble > (double)JSON_INT_MAX)
-                    return MERR(r, "entry %s: bad \"shape\"", name);
-                re->e.shape[re->e.ndim++] = (int64_t)d->valuedouble;
-                prod *= (uint64_t)d->valuedouble;
-            }
-            if (prod != re->e.numel)
-                return MERR(r, "entry %s: shape holds %" PRIu64 " elements "
-                            "but numel is %" PRIu64, name, prod, re->e.numel);
-        }
-        re->first = r->n_segs;
-        const cJSON *s;
-        int k = 0;
-        cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(e, "segments")) {
-            rseg_t *rs = &r->segs[r->n_segs];
-            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(s, "file");
-            const cJSON *crc = cJSON_GetObjectItemCaseSensitive(s, "crc32");
-            char *endp = NULL;
-            int blk = cJSON_GetObjectItemCaseSensitive(s, "offsets") != NULL;
-            uint64_t blk_count = 0;
-            if (blk) {
-                int rc = parse_block(r, &re->e, k, s, &rs->s, &blk_count);
-                if (rc)
-                    return rc;
-            }
-            if ((!blk && !dt_ckpt_json_uint(s, "offset", &rs->s.offset)) ||
-                !dt_ckpt_json_uint(s, "count", &rs->s.count) ||
-                !dt_ckpt_json_uint(s, "byte_offset", &rs->s.byte_offset) ||
-                !cJSON_IsString(fn) || !cJSON_IsString(crc))
-                return MERR(r, "entry %s: segment %d: needs offset, count, "
-                            "file, byte_offset and crc32", name, k);
-            unsigned long cv = strtoul(crc->valuestring, &endp, 16);
-            if (strlen(crc->valuestring) != 8 || *endp != '\0')
-                return MERR(r, "entry %s: segment %d: bad crc32 '%s'", name, k,
-                            crc->valuestring);
-            int rc = reader_file(r, fn->valuestring, &rs->file);
-            if (rc)
-                return rc;
-            memcpy(rs->s.entry, name, strlen(name) + 1);
-            rs->s.crc32 = (uint32_t)cv;
-            rs->s.dtype = re->e.dtype;
-            rs->s.shard = UINT32_MAX;
-            sscanf(fn->valuestring, "shard-%" SCNu32 ".bin", &rs->s.shard);
-            uint64_t end = rs->s.byte_offset + dt_ckpt_seg_bytes(&rs->s);
-            if (blk && rs->s.count != blk_count)
-                return MERR(r, "entry %s: segment %d: \"count\" %" PRIu64
-                            " is not the product of \"sizes\" (%" PRIu64 ")",
-                            name, k, rs->s.count, blk_count);
-            if (rs->s.count > JSON_INT_MAX / 8 || end > r->files[rs->file].bytes)
-                return MERR(r, "entry %s: segment %d needs bytes [%" PRIu64
-                            ", %" PRIu64 ") of %s but the manifest gives the "
-                            "file %" PRIu64 " bytes", name, k,
-                            rs->s.byte_offset, end, fn->valuestring,
-                            r->files[rs->file].bytes);
-            r->n_segs++;
-            k++;
-        }
-        re->n = r->n_segs - re->first;
-        qsort(r->segs + re->first, re->n, sizeof *r->segs, rseg_cmp);
-        r->n_entries++;
+        if ((rc = parse_entry(r, e)))
+            return rc;
     }
     return DT_OK;
 }
@@ -392,6 +389,82 @@ static int str_ptr_cmp(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* Tensor object t of the tensor table into x (checked: a name, a unit,
+ * an offset, a shape of 1 to DT_CKPT_MAX_DIMS whole dimensions) and its
+ * span inside its "<unit>/params" entry, found among the sorted entry
+ * names. */
+static int parse_tensor(dt_ckpt_reader_t *r, const cJSON *t, const char **names,
+                        dt_ckpt_tensor_t *x)
+{
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
+    const cJSON *un = cJSON_GetObjectItemCaseSensitive(t, "unit");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(t, "shape");
+    int nd = cJSON_IsArray(sh) ? cJSON_GetArraySize(sh) : 0;
+    if (!cJSON_IsString(nm) || !nm->valuestring[0] ||
+        strlen(nm->valuestring) >= DT_CKPT_NAME_MAX ||
+        !cJSON_IsString(un) || !un->valuestring[0] ||
+        strlen(un->valuestring) + sizeof "/params" > DT_CKPT_NAME_MAX ||
+        !dt_ckpt_json_uint(t, "offset", &x->offset) || nd < 1 ||
+        nd > DT_CKPT_MAX_DIMS)
+        return MERR(r, "tensor %zu of \"model\".\"tensors\" lacks a name, a "
+                    "unit, an offset or a shape of 1 to %d dimensions",
+                    r->n_tensors, DT_CKPT_MAX_DIMS);
+    memcpy(x->name, nm->valuestring, strlen(nm->valuestring) + 1);
+    snprintf(x->entry, sizeof x->entry, "%s/params", un->valuestring);
+    x->numel = 1;
+    const cJSON *d;
+    cJSON_ArrayForEach(d, sh) {
+        double v = cJSON_IsNumber(d) ? d->valuedouble : -1;
+        if (!(v >= 1 && v <= (double)JSON_INT_MAX) || v != (double)(uint64_t)v ||
+            x->numel > JSON_INT_MAX / (uint64_t)v)
+            return MERR(r, "tensor %s: bad \"shape\" (dimensions are whole "
+                        "numbers >= 1, their product at most 2^53)", x->name);
+        x->shape[x->ndim++] = (int64_t)v;
+        x->numel *= (uint64_t)v;
+    }
+    const char *key = x->entry;
+    const char **hit = bsearch(&key, names, r->n_entries, sizeof *names, str_ptr_cmp);
+    /* name is the first member: its address is the entry's */
+    const dt_ckpt_entry_t *e = hit ? (const dt_ckpt_entry_t *)(const void *)*hit : NULL;
+    if (!e)
+        return MERR(r, "tensor %s: no entry %s", x->name, x->entry);
+    if (x->offset > e->numel || x->numel > e->numel - x->offset)
+        return MERR(r, "tensor %s: elements [%" PRIu64 ", %" PRIu64 ") lie "
+                    "outside entry %s (%" PRIu64 " elements)", x->name,
+                    x->offset, x->offset + x->numel, x->entry, e->numel);
+    return DT_OK;
+}
+
+/* The tensors' spans sp[] (sorted) tile every "<unit>/params" entry, in
+ * manifest order, exactly once (a run of the sorted spans; none at all is
+ * a gap); `run` has room for every span. */
+static int check_tensor_tiling(dt_ckpt_reader_t *r, const tspan_t *sp, dt_ckpt_span_t *run)
+{
+    char where[PATH_MAX + 32];
+    snprintf(where, sizeof where, "checkpoint '%s': " MANIFEST ": ", r->dir);
+    for (size_t i = 0; i < r->n_entries; i++) {
+        const dt_ckpt_entry_t *e = &r->entries[i].e;
+        size_t len = strlen(e->name);
+        if (len < 7 || strcmp(e->name + len - 7, "/params") != 0)
+            continue;
+        size_t lo = 0, hi = r->n_tensors; /* first span of entry e */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (strcmp(sp[mid].entry, e->name) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        size_t m = 0;
+        for (size_t k = lo; k < r->n_tensors && strcmp(sp[k].entry, e->name) == 0; k++)
+            run[m++] = sp[k].s;
+        int rc = dt_ckpt_check_tiling(where, e, "tensor", run, m);
+        if (rc)
+            return rc;
+    }
+    return DT_OK;
+}
+
 /* The tensor table ("model"."tensors"), when there is one: every tensor
  * well formed and inside an existing "<unit>/params" entry, and the
  * tensors of each such entry tiling it exactly once.  Kept in manifest
@@ -424,53 +497,8 @@ static int reader_parse_tensors(dt_ckpt_reader_t *r)
     const cJSON *t;
     cJSON_ArrayForEach(t, ts) {
         dt_ckpt_tensor_t *x = &r->tensors[r->n_tensors];
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
-        const cJSON *un = cJSON_GetObjectItemCaseSensitive(t, "unit");
-        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(t, "shape");
-        int nd = cJSON_IsArray(sh) ? cJSON_GetArraySize(sh) : 0;
-        if (!cJSON_IsString(nm) || !nm->valuestring[0] ||
-            strlen(nm->valuestring) >= DT_CKPT_NAME_MAX ||
-            !cJSON_IsString(un) || !un->valuestring[0] ||
-            strlen(un->valuestring) + sizeof "/params" > DT_CKPT_NAME_MAX ||
-            !dt_ckpt_json_uint(t, "offset", &x->offset) || nd < 1 ||
-            nd > DT_CKPT_MAX_DIMS) {
-            rc = MERR(r, "tensor %zu of \"model\".\"tensors\" lacks a name, a "
-                      "unit, an offset or a shape of 1 to %d dimensions",
-                      r->n_tensors, DT_CKPT_MAX_DIMS);
+        if ((rc = parse_tensor(r, t, names, x)))
             goto out;
-        }
-        memcpy(x->name, nm->valuestring, strlen(nm->valuestring) + 1);
-        snprintf(x->entry, sizeof x->entry, "%s/params", un->valuestring);
-        x->numel = 1;
-        const cJSON *d;
-        cJSON_ArrayForEach(d, sh) {
-            double v = cJSON_IsNumber(d) ? d->valuedouble : -1;
-            if (!(v >= 1 && v <= (double)JSON_INT_MAX) ||
-                v != (double)(uint64_t)v ||
-                x->numel > JSON_INT_MAX / (uint64_t)v) {
-                rc = MERR(r, "tensor %s: bad \"shape\" (dimensions are whole "
-                          "numbers >= 1, their product at most 2^53)", x->name);
-                goto out;
-            }
-            x->shape[x->ndim++] = (int64_t)v;
-            x->numel *= (uint64_t)v;
-        }
-        const char *key = x->entry;
-        const char **hit = bsearch(&key, names, r->n_entries, sizeof *names,
-                                   str_ptr_cmp);
-        /* name is the first member: its address is the entry's */
-        const dt_ckpt_entry_t *e = hit ? (const dt_ckpt_entry_t *)(const void *)*hit
-                                       : NULL;
-        if (!e) {
-            rc = MERR(r, "tensor %s: no entry %s", x->name, x->entry);
-            goto out;
-        }
-        if (x->offset > e->numel || x->numel > e->numel - x->offset) {
-            rc = MERR(r, "tensor %s: elements [%" PRIu64 ", %" PRIu64 ") lie "
-                      "outside entry %s (%" PRIu64 " elements)", x->name,
-                      x->offset, x->offset + x->numel, x->entry, e->numel);
-            goto out;
-        }
         sp[r->n_tensors] = (tspan_t){x->entry, {x->offset, x->numel, x->name}};
         r->n_tensors++;
     }
@@ -483,29 +511,8 @@ static int reader_parse_tensors(dt_ckpt_reader_t *r)
             rc = MERR(r, "tensor %s listed twice", names[i]);
             goto out;
         }
-    /* Every "<unit>/params" entry, in manifest order, is tiled by its
-     * tensors (a run of the sorted spans; none at all is a gap). */
     qsort(sp, r->n_tensors, sizeof *sp, tspan_cmp);
-    char where[PATH_MAX + 32];
-    snprintf(where, sizeof where, "checkpoint '%s': " MANIFEST ": ", r->dir);
-    for (size_t i = 0; i < r->n_entries && !rc; i++) {
-        const dt_ckpt_entry_t *e = &r->entries[i].e;
-        size_t len = strlen(e->name);
-        if (len < 7 || strcmp(e->name + len - 7, "/params") != 0)
-            continue;
-        size_t lo = 0, hi = r->n_tensors; /* first span of entry e */
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (strcmp(sp[mid].entry, e->name) < 0)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        size_t m = 0;
-        for (size_t k = lo; k < r->n_tensors && strcmp(sp[k].entry, e->name) == 0; k++)
-            run[m++] = sp[k].s;
-        rc = dt_ckpt_check_tiling(where, e, "tensor", run, m);
-    }
+    rc = check_tensor_tiling(r, sp, run);
 out:
     free(sp);
     free(run);

@@ -1164,6 +1164,15 @@ static const dt_kernels_v1_t cuda_kernels = {
     .vocab_embedding_backward = cuda_vocab_embedding_backward,
     .vocab_xent_forward = cuda_vocab_xent_forward,
     .vocab_xent_backward = cuda_vocab_xent_backward,
+    /* minor 2: compiled, not yet run on a GPU (cuda_llama.c) */
+    .rmsnorm_forward = cuda_rmsnorm_forward,
+    .rmsnorm_backward = cuda_rmsnorm_backward,
+    .rope_forward = cuda_rope_forward,
+    .rope_backward = cuda_rope_backward,
+    .swiglu_forward = cuda_swiglu_forward,
+    .swiglu_backward = cuda_swiglu_backward,
+    .gqa_attention_forward = cuda_gqa_attention_forward,
+    .gqa_attention_backward = cuda_gqa_attention_backward,
 };
 
 static const dt_kernels_v1_t *cuda_kernel_table(void) { return &cuda_kernels; }

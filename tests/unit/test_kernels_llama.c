@@ -7,7 +7,8 @@
  * two calls; rope_backward in place; grouped-query attention with NKV = NH
  * against attention_forward/backward bit for bit; and, on the cpu, the
  * same bits at 1, 2 and 3 threads, bf16 activations within bf16's
- * rounding, and the refusals word for word.
+ * rounding, the refusals word for word, and guard_memory's refusal of
+ * host memory in every new kernel.
  *
  * Device-parametrized like test_kernels: `test_kernels_llama [cpu|cuda]`;
  * on cuda the buffers are managed memory and every call is synchronized.
@@ -884,6 +885,50 @@ static void test_errors(void **state)
                    "bf16 activations)");
     assert_status(c->K->swiglu_backward(c->dev, NULL, x, x, x, DT_F32, -1, 3), DT_ERR_INVALID);
     assert_dev_msg("swiglu_backward: N = -1 must be >= 0");
+    /* guard_memory: each new kernel refuses a host pointer, naming it */
+    {
+        dev_t_ gd;
+        static const dt_test_kv_t kv_guard[] = {{"guard_memory", "true"}, {NULL, NULL}};
+        gd.ops = plugin_ops();
+        gd.K = gd.ops->kernels();
+        dt_test_host_init(&gd.th, g_prefix, kv_guard);
+        const dt_device_init_v1_t ia = {.struct_size = sizeof ia, .local_size = 1,
+                                        .device_index = -1};
+        OK(gd.ops->init(&gd.th.host, &ia, &gd.dev));
+        float *dv = NULL;
+        OK(gd.ops->alloc(gd.dev, 1024, DT_TAG_ACTIVATIONS, (void **)&dv));
+        const char *why = " is not this device's memory";
+        assert_status(gd.K->rmsnorm_forward(gd.dev, NULL, x, dv, dv, dv, DT_F32, 2, 3, 1e-5f),
+                      DT_ERR_INVALID);
+        assert_non_null(strstr(dt_last_error(), "rmsnorm_forward: out = "));
+        assert_non_null(strstr(dt_last_error(), why));
+        assert_status(gd.K->rmsnorm_backward(gd.dev, NULL, dv, x, dv, dv, dv, dv, DT_F32, 2, 3),
+                      DT_ERR_INVALID);
+        assert_non_null(strstr(dt_last_error(), "rmsnorm_backward: dweight = "));
+        assert_status(gd.K->rope_forward(gd.dev, NULL, dv, dv, x, dv, DT_F32, 1, 2, 1, 4, 4),
+                      DT_ERR_INVALID);
+        assert_non_null(strstr(dt_last_error(), "rope_forward: cos = "));
+        assert_status(gd.K->rope_backward(gd.dev, NULL, dv, dv, dv, x, DT_F32, 1, 2, 1, 4, 4),
+                      DT_ERR_INVALID);
+        assert_non_null(strstr(dt_last_error(), "rope_backward: sin = "));
+        assert_status(gd.K->swiglu_forward(gd.dev, NULL, dv, x, DT_F32, 2, 3), DT_ERR_INVALID);
+        assert_non_null(strstr(dt_last_error(), "swiglu_forward: inp = "));
+        assert_status(gd.K->swiglu_backward(gd.dev, NULL, dv, dv, x, DT_F32, 2, 3),
+                      DT_ERR_INVALID);
+        assert_non_null(strstr(dt_last_error(), "swiglu_backward: dout = "));
+        assert_status(gd.K->gqa_attention_forward(gd.dev, NULL, dv, x, dv, DT_F32, 1, 2, 2, 1,
+                                                  4),
+                      DT_ERR_INVALID);
+        assert_non_null(strstr(dt_last_error(), "gqa_attention_forward: state = "));
+        assert_status(gd.K->gqa_attention_backward(gd.dev, NULL, dv, dv, dv, dv, x, DT_F32, 1, 2,
+                                                   2, 1, 4),
+                      DT_ERR_INVALID);
+        assert_non_null(strstr(dt_last_error(), "gqa_attention_backward: state = "));
+        /* device memory runs (the arena opened and closed around it) */
+        OK(gd.K->swiglu_forward(gd.dev, NULL, dv, dv + 64, DT_F32, 2, 3));
+        OK(gd.ops->free(gd.dev, dv));
+        gd.ops->finalize(gd.dev);
+    }
     /* empty shapes touch nothing */
     OK(c->K->swiglu_forward(c->dev, NULL, NULL, NULL, DT_F32, 0, 3));
     OK(c->K->rope_forward(c->dev, NULL, NULL, NULL, NULL, NULL, DT_F32, 0, 2, 2, 4, 8));

@@ -6,10 +6,11 @@
 # step (the same code, the same batches, the same weights: equal to the
 # last printed digit, %.9g of the same float), from the training config or
 # from --set alone, on the file in uint16 and in uint32 (llm.c v7) tokens;
-# on 2 ranks the same sequences give the same loss within 1e-6 relative
-# (each rank averages its half, then the ranks average: another order of
-# f32 additions than one rank's); nothing is written; errors name the file
-# and exit 2 for usage, 1 for unreadable input.
+# on 2 ranks (ddp, fsdp, two pipeline stages) the same sequences give the
+# same loss within 1e-6 relative (each rank averages its half, then the
+# ranks average: another order of additions than one rank's); nothing is
+# written; errors name the file and exit 2 for usage, 1 for unreadable
+# input.
 set -euo pipefail
 bin=$1 work=$2
 . "$(dirname "$0")/lib.sh"
@@ -64,6 +65,18 @@ expect_out "rank 0 prints the line" "[rank 0] eval: out/a/ckpt/step-00000002 ste
 got=$(loss_of "$out")
 python3 -c "import sys; a,b=float('$got'),float('$want'); sys.exit(0 if abs(a-b)<=1e-6*abs(b) else 1)" &&
   ok "2 ranks: the same loss within 1e-6 ($got)" || bad "2-rank eval" "$got vs $want"
+
+# any layout loads the checkpoint: fsdp's shards, two pipeline stages
+# (a rank of fsdp takes one sequence of each batch, a pipeline stage both)
+for lay in "parallel.data=fsdp train.micro_batch=1" "parallel.pipeline=2 train.micro_batch=2"; do
+  set -- $lay
+  expect_exit 0 "eval on 2 ranks, $1" "$bin" eval "$ck" --data val.bin --config tiny.toml \
+    --batches 3 --set run.comm=shm --set train.global_batch=2 --set "$1" --set "$2" --nproc 2
+  lay=$1
+  got=$(loss_of "$out")
+  python3 -c "import sys; a,b=float('$got'),float('$want'); sys.exit(0 if abs(a-b)<=1e-6*abs(b) else 1)" &&
+    ok "$lay: the same loss within 1e-6 ($got)" || bad "$lay eval" "$got vs $want"
+done
 
 expect_exit 0 "every whole batch by default" "$bin" eval "$ck" --data val.bin --config tiny.toml
 all=$(sed -n 's/.* step 2: \([0-9]*\) batches of 2 x 16 tokens.*/\1/p' <<<"$out")

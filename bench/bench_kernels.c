@@ -354,8 +354,15 @@ static void bench_others(int64_t B, int64_t T)
     k.v = drand(k.P, 0, 0, 29);
     k.h = dalloc(k.P * 2, DT_TAG_PARAMS);
     k.sq = dalloc(8, DT_TAG_OTHER);
-    k.cs = drand(T * (C / k.NH) / 2, -1, 1, 30);
-    k.sn = drand(T * (C / k.NH) / 2, -1, 1, 31);
+    /* real rotations (cos^2 + sin^2 = 1): rope runs in place on qkv call
+     * after call, and a table of random numbers would shrink q and k into
+     * subnormals (slow arithmetic in whatever reads them next) */
+    k.cs = dalloc(T * (C / k.NH) / 2 * 4, DT_TAG_OTHER);
+    k.sn = dalloc(T * (C / k.NH) / 2 * 4, DT_TAG_OTHER);
+    for (int64_t i = 0; i < T * (C / k.NH) / 2; i++) {
+        k.cs[i] = (float)cos(0.37 * (double)i);
+        k.sn[i] = (float)sin(0.37 * (double)i);
+    }
     CK(K->layernorm_forward(dev, NULL, k.y, k.mean, k.rstd, k.x, k.w, k.b, DT_F32, N,
                               C));
     CK(K->attention_forward(dev, NULL, k.y, k.att, k.qkv, DT_F32, B, T, C, k.NH));

@@ -1,7 +1,9 @@
 /*
  * bench/bench_kernels.c - times the cpu device's kernels at GPT-2 124M
  * shapes: sgemm forward/backward for every linear layer (GFLOP/s, at each
- * thread count asked for) and every other kernel once per layer's size.
+ * thread count asked for) and every other kernel once per layer's size
+ * (the LLaMA family's RMSNorm, SwiGLU, RoPE and grouped-query attention at
+ * the same sizes).
  *
  *   bench_kernels [--threads 1,2] [--plugin path/dtrain_cpu.so]
  *                 [--B 4] [--T 64] [--min-time 0.3]
@@ -56,12 +58,21 @@ static void h_free(const dt_host_v1_t *h, void *p)
 {
     free(p);
 }
+/* The cpu plugin's keys: threads as asked, no memory budget, no
+ * guard_memory (the plugin reads each one and refuses an absent one). */
 static int h_cfg_bool(const dt_host_v1_t *h, const char *k, int *o)
 {
-    return DT_ERR_NOT_FOUND;
+    if (strcmp(k, "guard_memory") != 0)
+        return DT_ERR_NOT_FOUND;
+    *o = 0;
+    return DT_OK;
 }
 static int h_cfg_int(const dt_host_v1_t *h, const char *k, int64_t *o)
 {
+    if (strcmp(k, "memory_limit") == 0) {
+        *o = 0;
+        return DT_OK;
+    }
     if (strcmp(k, "threads") != 0)
         return DT_ERR_NOT_FOUND;
     *o = g_threads;
@@ -251,6 +262,7 @@ typedef struct {
     float *x, *y, *z, *w, *b, *mean, *rstd, *att, *qkv, *dqkv, *probs, *losses,
         *logits, *wte, *wpe;
     float *p, *g, *m, *v;
+    float *cs, *sn; /* RoPE's (T, hs/2) tables */
     uint16_t *h;
     double *sq;
     int32_t *tok;
@@ -279,6 +291,25 @@ KFN(k_attn_f, CK(K->attention_forward(dev, NULL, k->y, k->att, k->qkv, DT_F32, k
                                         k->T, k->C, k->NH)))
 KFN(k_attn_b, CK(K->attention_backward(dev, NULL, k->dqkv, k->y, k->qkv, k->y,
                                          k->att, DT_F32, k->B, k->T, k->C, k->NH)))
+/* the LLaMA family's: RMSNorm as layernorm's shape;
+ * SwiGLU with H = 2C on x (N, 4C); RoPE in place on q and k of qkv (NH
+ * heads of hs = C / NH each); grouped-query attention with NKV = NH / 3 */
+KFN(k_rms_f, CK(K->rmsnorm_forward(dev, NULL, k->y, k->rstd, k->x, k->w, DT_F32,
+                                     k->B * k->T, k->C, 1e-5f)))
+KFN(k_rms_b, CK(K->rmsnorm_backward(dev, NULL, k->z, k->b, k->y, k->x, k->w, k->rstd,
+                                      DT_F32, k->B * k->T, k->C)))
+KFN(k_swi_f, CK(K->swiglu_forward(dev, NULL, k->y, k->x, DT_F32, k->B * k->T, 2 * k->C)))
+KFN(k_swi_b, CK(K->swiglu_backward(dev, NULL, k->z, k->x, k->y, DT_F32, k->B * k->T,
+                                     2 * k->C)))
+KFN(k_rope_f, CK(K->rope_forward(dev, NULL, k->qkv, k->qkv, k->cs, k->sn, DT_F32, k->B,
+                                   k->T, 2 * k->NH, k->C / k->NH, 3 * k->C)))
+KFN(k_rope_b, CK(K->rope_backward(dev, NULL, k->dqkv, k->dqkv, k->cs, k->sn, DT_F32, k->B,
+                                    k->T, 2 * k->NH, k->C / k->NH, 3 * k->C)))
+KFN(k_gqa_f, CK(K->gqa_attention_forward(dev, NULL, k->y, k->att, k->qkv, DT_F32, k->B,
+                                           k->T, k->NH, k->NH / 3, k->C / k->NH)))
+KFN(k_gqa_b, CK(K->gqa_attention_backward(dev, NULL, k->dqkv, k->y, k->qkv, k->y, k->att,
+                                            DT_F32, k->B, k->T, k->NH, k->NH / 3,
+                                            k->C / k->NH)))
 KFN(k_res,
     CK(K->residual_forward(dev, NULL, k->z, k->x, k->y, DT_F32, k->B * k->T * k->C)))
 KFN(k_axpy, CK(K->axpy(dev, NULL, k->z, k->x, DT_F32, 0.5f, k->B * k->T * k->C)))
@@ -323,6 +354,15 @@ static void bench_others(int64_t B, int64_t T)
     k.v = drand(k.P, 0, 0, 29);
     k.h = dalloc(k.P * 2, DT_TAG_PARAMS);
     k.sq = dalloc(8, DT_TAG_OTHER);
+    /* real rotations (cos^2 + sin^2 = 1): rope runs in place on qkv call
+     * after call, and a table of random numbers would shrink q and k into
+     * subnormals (slow arithmetic in whatever reads them next) */
+    k.cs = dalloc(T * (C / k.NH) / 2 * 4, DT_TAG_OTHER);
+    k.sn = dalloc(T * (C / k.NH) / 2 * 4, DT_TAG_OTHER);
+    for (int64_t i = 0; i < T * (C / k.NH) / 2; i++) {
+        k.cs[i] = (float)cos(0.37 * (double)i);
+        k.sn[i] = (float)sin(0.37 * (double)i);
+    }
     CK(K->layernorm_forward(dev, NULL, k.y, k.mean, k.rstd, k.x, k.w, k.b, DT_F32, N,
                               C));
     CK(K->attention_forward(dev, NULL, k.y, k.att, k.qkv, DT_F32, B, T, C, k.NH));
@@ -350,6 +390,14 @@ static void bench_others(int64_t B, int64_t T)
         {"gelu_backward", s_n4c, k_gelu_b, 4.0 * N * 4 * C * 4},
         {"attention_forward", s_attn, k_attn_f, 0},
         {"attention_backward", s_attn, k_attn_b, 0},
+        {"rmsnorm_forward", s_btc, k_rms_f, 2.0 * N * C * 4},
+        {"rmsnorm_backward", s_btc, k_rms_b, 4.0 * N * C * 4},
+        {"swiglu_forward (H = 2C)", s_n4c, k_swi_f, 1.5 * N * 4 * C * 4},
+        {"swiglu_backward (H = 2C)", s_n4c, k_swi_b, 3.5 * N * 4 * C * 4},
+        {"rope_forward (q, k in place)", s_btc, k_rope_f, 4.0 * N * C * 4},
+        {"rope_backward (in place)", s_btc, k_rope_b, 4.0 * N * C * 4},
+        {"gqa_attention_forward (NKV = 4)", s_attn, k_gqa_f, 0},
+        {"gqa_attention_backward (NKV = 4)", s_attn, k_gqa_b, 0},
         {"residual_forward", s_btc, k_res, 3.0 * N * C * 4},
         {"axpy", s_btc, k_axpy, 3.0 * N * C * 4},
         {"softmax_xent_forward", s_nv, k_xent_f, 2.0 * N * k.V * 4},
@@ -375,7 +423,7 @@ static void bench_others(int64_t B, int64_t T)
     void *bufs[] = {k.x,      k.y,   k.z,   k.w,    k.b,      k.mean,
                     k.rstd,   k.att, k.qkv, k.dqkv, k.logits, k.probs,
                     k.losses, k.wte, k.wpe, k.tok,  k.p,      k.g,
-                    k.m,      k.v,   k.h,   k.sq};
+                    k.m,      k.v,   k.h,   k.sq,   k.cs,     k.sn};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         CK(ops->free(dev, bufs[i]));
 }

@@ -92,6 +92,8 @@ int dt_cmd_import(int argc, char **argv);
 void dt_help_import(FILE *f);
 int dt_cmd_sample(int argc, char **argv);
 void dt_help_sample(FILE *f);
+int dt_cmd_eval(int argc, char **argv);
+void dt_help_eval(FILE *f);
 int dt_cmd_plot(int argc, char **argv);
 void dt_help_plot(FILE *f);
 

@@ -28,6 +28,8 @@ static const dt_cli_cmd_t cmds[] = {
      dt_help_import},
     {"sample", "generate text from a checkpoint's GPT-2 (KV cache)", dt_cmd_sample,
      dt_help_sample},
+    {"eval", "loss and perplexity of a checkpoint on a token file", dt_cmd_eval,
+     dt_help_eval},
     {"bench", "measure a communicator's collectives (nccl-tests style)", dt_cmd_bench,
      dt_help_bench},
     {"plot", "draw a metrics file (loss, lr, tokens/s, norm, memory) with gnuplot",

@@ -357,7 +357,15 @@ void dt_interpose_comm_destroy(dt_interpose_comm_t *ic);
     X(VOCAB_EMBEDDING_FORWARD, vocab_embedding_forward, DT_IKERN_FLAGS_)       \
     X(VOCAB_EMBEDDING_BACKWARD, vocab_embedding_backward, DT_IKERN_FLAGS_)     \
     X(VOCAB_XENT_FORWARD, vocab_xent_forward, DT_IKERN_FLAGS_)                 \
-    X(VOCAB_XENT_BACKWARD, vocab_xent_backward, DT_IKERN_FLAGS_)
+    X(VOCAB_XENT_BACKWARD, vocab_xent_backward, DT_IKERN_FLAGS_)             \
+    X(RMSNORM_FORWARD, rmsnorm_forward, DT_IKERN_FLAGS_)                       \
+    X(RMSNORM_BACKWARD, rmsnorm_backward, DT_IKERN_FLAGS_)                     \
+    X(ROPE_FORWARD, rope_forward, DT_IKERN_FLAGS_)                             \
+    X(ROPE_BACKWARD, rope_backward, DT_IKERN_FLAGS_)                           \
+    X(SWIGLU_FORWARD, swiglu_forward, DT_IKERN_FLAGS_)                         \
+    X(SWIGLU_BACKWARD, swiglu_backward, DT_IKERN_FLAGS_)                       \
+    X(GQA_ATTENTION_FORWARD, gqa_attention_forward, DT_IKERN_FLAGS_)           \
+    X(GQA_ATTENTION_BACKWARD, gqa_attention_backward, DT_IKERN_FLAGS_)
 
 /* One enum for both tables: the runtime's slots (DT_IDEV_*), then the
  * kernel table's (DT_IKERN_*), so call->slot names one slot of the kind;
@@ -389,6 +397,7 @@ typedef enum dt_interpose_device_slot {
  *                           (T+1)/2 dot products of C/NH per head) and the
  *                           same for P V
  *       attention_backward  4 B C T (T+1): dP, dV, dQ, dK
+ *       gqa_attention_*     as attention_* with C = NH HD
  *   base.bytes: every buffer read once and written once, gradients that
  *     are accumulated (+=) read and written, f32 statistics and indices
  *     counted, e.g.
@@ -431,7 +440,9 @@ typedef struct dt_interpose_device_call {
                                    * argument order (matmul N, C, OC;
                                    * attention B, T, C, NH; embedding B, T,
                                    * C; softmax_xent N, V; layernorm N, C;
-                                   * the others n) */
+                                   * rmsnorm N, C; rope B, T, NH, HD;
+                                   * swiglu N, H; gqa_attention B, T, NH,
+                                   * NKV; the others n) */
     int64_t dims[4];
     uint64_t flops;               /* kernels: FLOPs, as above */
 } dt_interpose_device_call_t;

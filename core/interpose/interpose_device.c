@@ -247,6 +247,44 @@ static void cost_attention(id_call_t *x, int backward, int dtype, int64_t B, int
     cost(x, backward ? 2 * fwd : fwd, a * b * t * c * (backward ? 11 : 4) + state);
 }
 
+/* Grouped-query attention: attention's FLOPs with C = NH HD; qkv holds
+ * (NH + 2 NKV) HD per position, out and dout NH HD; the state is
+ * multi-head attention's with NH heads (device.h). */
+static void cost_gqa_attention(id_call_t *x, int backward, int dtype, int64_t B, int64_t T,
+                               int64_t NH, int64_t NKV, int64_t HD)
+{
+    shape(x, dtype, -1, 4, B, T, NH, NKV);
+    double b = n_(B), t = n_(T), c = n_(NH) * n_(HD), a = sz(dtype);
+    double qkv = (n_(NH) + 2 * n_(NKV)) * n_(HD);
+    double state = attention_state(x->id->inner_kern, B, T, NH * HD, NH, dtype);
+    double fwd = 2 * b * c * t * (t + 1);
+    /* forward: qkv, out; backward: qkv, dqkv (+=), out, dout */
+    cost(x, backward ? 2 * fwd : fwd,
+         a * b * t * (backward ? 3 * qkv + 2 * c : qkv + c) + state);
+}
+
+/* RMSNorm: as layernorm without the bias and with one statistic */
+static void cost_rmsnorm(id_call_t *x, int backward, int dinp, int dweight, int dtype,
+                         int64_t N, int64_t C)
+{
+    shape(x, dtype, -1, 2, N, C, 0, 0);
+    double n = n_(N), c = n_(C), a = sz(dtype);
+    if (!backward) /* inp, out, weight; rstd */
+        cost(x, 0, a * (2 * n * c + c) + 4 * n);
+    else           /* dout, inp, rstd; dinp (+=) and weight; dweight (+=) */
+        cost(x, 0, a * 2 * n * c + 4 * n + (dinp ? a * (2 * n * c + c) : 0) +
+                       (dweight ? 8 * c : 0));
+}
+
+/* RoPE: NH heads of HD per position read and written, and the tables */
+static void cost_rope(id_call_t *x, int backward, int dtype, int64_t B, int64_t T,
+                      int64_t NH, int64_t HD)
+{
+    shape(x, dtype, -1, 4, B, T, NH, HD);
+    double bt = n_(B) * n_(T), h = n_(NH) * n_(HD), a = sz(dtype);
+    cost(x, 0, a * bt * h * (backward ? 3 : 2) + 4 * n_(T) * n_(HD));
+}
+
 static void cost_embedding(id_call_t *x, int backward, int dwte, int dwpe, int dtype,
                            int64_t B, int64_t T, int64_t C)
 {
@@ -285,6 +323,14 @@ static void cost_layernorm(id_call_t *x, int backward, int dweight, int dbias, i
         cost(x, 0, a * (2 * n * c + 2 * c) + 8 * n);
     else           /* dinp (+=), dout, inp, weight; mean, rstd; dweight, dbias (+=) */
         cost(x, 0, a * (4 * n * c + c) + 8 * n + (dweight ? 8 * c : 0) + (dbias ? 8 * c : 0));
+}
+
+/* SwiGLU: inp (N, 2H), out (N, H); backward: inp, dout, dinp (+=) */
+static void cost_swiglu(id_call_t *x, int backward, int dtype, int64_t N, int64_t H)
+{
+    shape(x, dtype, -1, 2, N, H, 0, 0);
+    double nh = n_(N) * n_(H), a = sz(dtype);
+    cost(x, 0, a * nh * (backward ? 7 : 3));
 }
 
 static void cost_cast(id_call_t *x, int dst_dtype, int src_dtype, int64_t n)
@@ -481,7 +527,47 @@ ID_PLAIN_SLOTS(ID_PLAIN_FN)
       (dt_device_t * d, dt_stream_t *s, void *dlogits, const void *probs,                      \
        const int32_t *targets, int dtype, float dloss, int64_t N, int64_t v0, int64_t nv),     \
       (d->inner, s, dlogits, probs, targets, dtype, dloss, N, v0, nv),                         \
-      cost_softmax_xent(&x, 1, dtype, N, nv))
+      cost_softmax_xent(&x, 1, dtype, N, nv))                                                  \
+    X(RMSNORM_FORWARD, rmsnorm_forward,                                                        \
+      (dt_device_t * d, dt_stream_t *s, void *out, float *rstd, const void *inp,              \
+       const void *weight, int dtype, int64_t N, int64_t C, float eps),                        \
+      (d->inner, s, out, rstd, inp, weight, dtype, N, C, eps),                                 \
+      cost_rmsnorm(&x, 0, 0, 0, dtype, N, C))                                                  \
+    X(RMSNORM_BACKWARD, rmsnorm_backward,                                                      \
+      (dt_device_t * d, dt_stream_t *s, void *dinp, float *dweight, const void *dout,         \
+       const void *inp, const void *weight, const float *rstd, int dtype, int64_t N,           \
+       int64_t C),                                                                             \
+      (d->inner, s, dinp, dweight, dout, inp, weight, rstd, dtype, N, C),                      \
+      cost_rmsnorm(&x, 1, dinp != NULL, dweight != NULL, dtype, N, C))                         \
+    X(ROPE_FORWARD, rope_forward,                                                              \
+      (dt_device_t * d, dt_stream_t *s, void *out, const void *inp, const float *cos,         \
+       const float *sin, int dtype, int64_t B, int64_t T, int64_t NH, int64_t HD, int64_t ld), \
+      (d->inner, s, out, inp, cos, sin, dtype, B, T, NH, HD, ld),                              \
+      cost_rope(&x, 0, dtype, B, T, NH, HD))                                                   \
+    X(ROPE_BACKWARD, rope_backward,                                                            \
+      (dt_device_t * d, dt_stream_t *s, void *dinp, const void *dout, const float *cos,       \
+       const float *sin, int dtype, int64_t B, int64_t T, int64_t NH, int64_t HD, int64_t ld), \
+      (d->inner, s, dinp, dout, cos, sin, dtype, B, T, NH, HD, ld),                            \
+      cost_rope(&x, dinp != dout, dtype, B, T, NH, HD))                                        \
+    X(SWIGLU_FORWARD, swiglu_forward,                                                          \
+      (dt_device_t * d, dt_stream_t *s, void *out, const void *inp, int dtype, int64_t N,     \
+       int64_t H),                                                                             \
+      (d->inner, s, out, inp, dtype, N, H), cost_swiglu(&x, 0, dtype, N, H))                   \
+    X(SWIGLU_BACKWARD, swiglu_backward,                                                        \
+      (dt_device_t * d, dt_stream_t *s, void *dinp, const void *inp, const void *dout,        \
+       int dtype, int64_t N, int64_t H),                                                       \
+      (d->inner, s, dinp, inp, dout, dtype, N, H), cost_swiglu(&x, 1, dtype, N, H))            \
+    X(GQA_ATTENTION_FORWARD, gqa_attention_forward,                                            \
+      (dt_device_t * d, dt_stream_t *s, void *out, void *state, const void *qkv, int dtype,    \
+       int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HD),                             \
+      (d->inner, s, out, state, qkv, dtype, B, T, NH, NKV, HD),                                \
+      cost_gqa_attention(&x, 0, dtype, B, T, NH, NKV, HD))                                     \
+    X(GQA_ATTENTION_BACKWARD, gqa_attention_backward,                                          \
+      (dt_device_t * d, dt_stream_t *s, void *dqkv, const void *dout, const void *qkv,         \
+       const void *out, const void *state, int dtype, int64_t B, int64_t T, int64_t NH,        \
+       int64_t NKV, int64_t HD),                                                               \
+      (d->inner, s, dqkv, dout, qkv, out, state, dtype, B, T, NH, NKV, HD),                    \
+      cost_gqa_attention(&x, 1, dtype, B, T, NH, NKV, HD))
 
 #define IK_FN(up, field, params, args, describe)                               \
     static int ik_##field params                                               \

@@ -69,8 +69,12 @@ static const dt_abi_method_t kernels_v1_optional[] = {
     /* tensor parallelism's vocabulary split */
     K(vocab_embedding_forward), K(vocab_embedding_backward),
     K(vocab_xent_forward), K(vocab_xent_backward),
+    /* the LLaMA family's layers */
+    K(rmsnorm_forward), K(rmsnorm_backward), K(rope_forward),
+    K(rope_backward), K(swiglu_forward), K(swiglu_backward),
+    K(gqa_attention_forward), K(gqa_attention_backward),
 };
-DT_LAYOUT_CHECK_TABLE(dt_kernels_v1_t, dt_kernels_info_t, kernels_v1, 24);
+DT_LAYOUT_CHECK_TABLE(dt_kernels_v1_t, dt_kernels_info_t, kernels_v1, 32);
 static const dt_abi_layout_t kernels_v1_layout =
     LAYOUT_OF(dt_kernels_v1_t, kernels_v1, DT_KERNELS_ABI_MAJOR,
               DT_KERNELS_ABI_MINOR, "kernel table", "kernel", "kernel", NULL,

@@ -66,6 +66,7 @@ typedef struct run {
     dt_resolved_t *r;
     dt_settings_t *set;       /* r->set; the batch values resolved here */
     const char *metrics_path; /* --metrics, else run.metrics; "" = none */
+    const dt_train_opts_t *opts; /* eval_only: `dtrain eval` (train.h) */
     dt_world_t world;
     int64_t dp;               /* data-parallel ranks: world / pipeline stages */
     int32_t dp_rank;          /* this rank among them (the sampler's rank) */
@@ -261,10 +262,13 @@ static int open_data(run_t *R)
     const dt_train_settings_t *t = &R->set->train;
     const uint32_t vocab = (uint32_t)dt_model_info(R->model)->vocab_size;
     int rc;
-    if ((rc = dt_preflight_data_named(R->set)))
+    const int eval_only = R->opts && R->opts->eval_only;
+    if (eval_only && !d->val[0]) /* dtrain eval sets it: a caller's slip */
+        return dt_err_set(DT_ERR_CONFIG, "%s: evaluation needs [data] val", R->set->config_path);
+    if (!eval_only && (rc = dt_preflight_data_named(R->set)))
         return rc;
-    if ((rc = dt_data_open(d->train, &R->train)) ||
-        (rc = dt_data_check_vocab(R->train, vocab)))
+    if (!eval_only && ((rc = dt_data_open(d->train, &R->train)) ||
+                       (rc = dt_data_check_vocab(R->train, vocab))))
         return rc;
     /* a validation file too short for one evaluation batch is an error, as
      * the same file is for training: never a run with no val loss */
@@ -274,9 +278,10 @@ static int open_data(run_t *R)
                                                (uint32_t)(t->global_batch / R->dp),
                                                (uint32_t)R->dp))))
         return rc;
-    if ((rc = dt_sampler_init(&R->sampler, R->train, (uint32_t)t->seq_len,
-                              (uint32_t)t->micro_batch, (uint32_t)t->global_batch,
-                              (uint64_t)R->set->run.seed, d->shuffle)))
+    if (!eval_only && (rc = dt_sampler_init(&R->sampler, R->train, (uint32_t)t->seq_len,
+                                            (uint32_t)t->micro_batch,
+                                            (uint32_t)t->global_batch,
+                                            (uint64_t)R->set->run.seed, d->shuffle)))
         return rc;
     R->inputs = malloc((size_t)(t->micro_batch * t->seq_len) * sizeof *R->inputs);
     R->targets = malloc((size_t)(t->micro_batch * t->seq_len) * sizeof *R->targets);
@@ -717,6 +722,8 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
  * the file (fewer when it is shorter), each rank taking its share of each
  * in micro-batches, like a training step; so the same weights give the
  * same loss on 1 rank or N (up to the order of the reduction). */
+static int evaluate_batches(run_t *R, int64_t step, uint64_t global, double *eval_loss);
+
 static int evaluate(run_t *R, int64_t step, double *eval_loss)
 {
     const dt_train_settings_t *t = &R->set->train;
@@ -726,6 +733,14 @@ static int evaluate(run_t *R, int64_t step, double *eval_loss)
                                            (uint32_t)t->global_batch, 1);
     if (global > (uint64_t)t->eval_steps)
         global = (uint64_t)t->eval_steps;
+    return evaluate_batches(R, step, global, eval_loss);
+}
+
+/* The validation loss over the first `global` global batches of data.val:
+ * a run's evaluation, and `dtrain eval`'s. */
+static int evaluate_batches(run_t *R, int64_t step, uint64_t global, double *eval_loss)
+{
+    const dt_train_settings_t *t = &R->set->train;
     /* micro x dp sequences per round, grad_accum rounds per global batch */
     uint64_t nb = global * (uint64_t)t->grad_accum;
     double es = 0;
@@ -1099,6 +1114,73 @@ static int (*const stages[])(run_t *) = {
     claim_checkpoints, load_state, open_metrics, train_steps, report_memory, print_summary,
 };
 
+/* ---- `dtrain eval`: the checkpoint's state, one evaluation ---- */
+
+/* One evaluation of data.val after load_state, and rank 0's line. */
+static int eval_once(run_t *R)
+{
+    const dt_train_settings_t *t = &R->set->train;
+    const int64_t want = R->opts->eval_batches;
+    uint64_t global = dt_data_eval_batches(R->val, (uint32_t)t->seq_len,
+                                           (uint32_t)t->global_batch, 1);
+    if (want > 0 && (uint64_t)want > global)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "--batches %lld: '%s' holds %llu whole batch%s of %lld sequences "
+                          "of %lld tokens",
+                          (long long)want, R->set->data.val, (unsigned long long)global,
+                          global == 1 ? "" : "es", (long long)t->global_batch,
+                          (long long)t->seq_len);
+    if (want > 0)
+        global = (uint64_t)want;
+    double loss = NAN;
+    int rc = evaluate_batches(R, R->start_step, global, &loss);
+    if (rc)
+        return rc;
+    if (R->opts->eval_loss)
+        *R->opts->eval_loss = loss;
+    if (R->world.rank == 0) {
+        printf("eval: %s step %lld: %llu batch%s of %lld x %lld tokens of '%s': loss %.9g, "
+               "perplexity %.9g\n",
+               R->set->checkpoint.resume, (long long)R->start_step, (unsigned long long)global,
+               global == 1 ? "" : "es", (long long)t->global_batch, (long long)t->seq_len,
+               R->set->data.val, loss, exp(loss));
+        fflush(stdout);
+    }
+    return DT_OK;
+}
+
+/* load_state without the notes a resumed run prints (the data order and
+ * the learning-rate schedule it continues with: an evaluation has
+ * neither): dt_ckpt_init_or_resume prints them on rank 0 only, and reads
+ * nothing else from the world. */
+static int eval_load_state(run_t *R)
+{
+    dt_world_t quiet = R->world;
+    quiet.rank = -1;
+    cJSON *loop = NULL;
+    int rc = dt_ckpt_init_or_resume(&quiet, R->set, R->strat_ops, R->strat, R->model,
+                                    &R->start_step, &loop);
+    cJSON_Delete(loop);
+    return rc ? rc : PLUGIN_CALL(R->pstrat, R->strat_ops->state_loaded(R->strat),
+                                 "state_loaded");
+}
+
+/* The resume an evaluation needs (dtrain eval sets it). */
+static int eval_needs_resume(run_t *R)
+{
+    if (!R->set->checkpoint.resume[0])
+        return dt_err_set(DT_ERR_CONFIG, "%s: evaluation needs [checkpoint] resume",
+                          R->set->config_path);
+    return DT_OK;
+}
+
+/* An evaluation, in order: a run's start without its train data, sampler
+ * and checkpoint folder claim (nothing is written), then eval_once. */
+static int (*const eval_stages[])(run_t *) = {
+    eval_needs_resume, start_plugins, create_model, start_loss_scale, resolve_batch,
+    open_data, init_strategy, eval_load_state, eval_once,
+};
+
 int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
 {
     run_t R;
@@ -1108,9 +1190,16 @@ int dt_train(dt_resolved_t *r, const dt_train_opts_t *opts)
     R.ckpt_lock = -1;
     R.last_loss = R.last_val = NAN;
     R.metrics_path = opts && opts->metrics_path ? opts->metrics_path : r->set.run.metrics;
-    int rc = dt_setup_output_dir(&r->set);
-    for (size_t i = 0; i < sizeof stages / sizeof stages[0] && rc == DT_OK; i++)
-        rc = stages[i](&R);
+    R.opts = opts;
+    int rc = DT_OK;
+    if (opts && opts->eval_only) {
+        for (size_t i = 0; i < sizeof eval_stages / sizeof eval_stages[0] && rc == DT_OK; i++)
+            rc = eval_stages[i](&R);
+    } else {
+        rc = dt_setup_output_dir(&r->set);
+        for (size_t i = 0; i < sizeof stages / sizeof stages[0] && rc == DT_OK; i++)
+            rc = stages[i](&R);
+    }
     /* Teardown drops what a failed step left in flight (the strategy's
      * finalize drains its requests with timeout 0, and a communicator
      * reports each one it drops); those reports must not replace the

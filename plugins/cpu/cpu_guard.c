@@ -442,6 +442,50 @@ CPU_GUARDED(vocab_xent_backward,
              int64_t v0, int64_t nv),
             (d, s, dlogits, probs, targets, dtype, dloss, N, v0, nv),
             (dlogits, probs, targets))
+CPU_GUARDED(rmsnorm_forward,
+            (dt_device_t *d, dt_stream_t *s, void *out, float *rstd,
+             const void *inp, const void *weight, int dtype, int64_t N,
+             int64_t C, float eps),
+            (d, s, out, rstd, inp, weight, dtype, N, C, eps),
+            (out, rstd, inp, weight))
+CPU_GUARDED(rmsnorm_backward,
+            (dt_device_t *d, dt_stream_t *s, void *dinp, float *dweight,
+             const void *dout, const void *inp, const void *weight,
+             const float *rstd, int dtype, int64_t N, int64_t C),
+            (d, s, dinp, dweight, dout, inp, weight, rstd, dtype, N, C),
+            (dinp, dweight, dout, inp, weight, rstd))
+CPU_GUARDED(rope_forward,
+            (dt_device_t *d, dt_stream_t *s, void *out, const void *inp,
+             const float *cos, const float *sin, int dtype, int64_t B,
+             int64_t T, int64_t NH, int64_t HD, int64_t ld),
+            (d, s, out, inp, cos, sin, dtype, B, T, NH, HD, ld),
+            (out, inp, cos, sin))
+CPU_GUARDED(rope_backward,
+            (dt_device_t *d, dt_stream_t *s, void *dinp, const void *dout,
+             const float *cos, const float *sin, int dtype, int64_t B,
+             int64_t T, int64_t NH, int64_t HD, int64_t ld),
+            (d, s, dinp, dout, cos, sin, dtype, B, T, NH, HD, ld),
+            (dinp, dout, cos, sin))
+CPU_GUARDED(swiglu_forward,
+            (dt_device_t *d, dt_stream_t *s, void *out, const void *inp,
+             int dtype, int64_t N, int64_t H),
+            (d, s, out, inp, dtype, N, H), (out, inp))
+CPU_GUARDED(swiglu_backward,
+            (dt_device_t *d, dt_stream_t *s, void *dinp, const void *inp,
+             const void *dout, int dtype, int64_t N, int64_t H),
+            (d, s, dinp, inp, dout, dtype, N, H), (dinp, inp, dout))
+CPU_GUARDED(gqa_attention_forward,
+            (dt_device_t *d, dt_stream_t *s, void *out, void *state,
+             const void *qkv, int dtype, int64_t B, int64_t T, int64_t NH,
+             int64_t NKV, int64_t HD),
+            (d, s, out, state, qkv, dtype, B, T, NH, NKV, HD),
+            (out, state, qkv))
+CPU_GUARDED(gqa_attention_backward,
+            (dt_device_t *d, dt_stream_t *s, void *dqkv, const void *dout,
+             const void *qkv, const void *out, const void *state, int dtype,
+             int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HD),
+            (d, s, dqkv, dout, qkv, out, state, dtype, B, T, NH, NKV, HD),
+            (dqkv, dout, qkv, out, state))
 
 /* Every kernel the ABI has: the core set and all the optional ones. */
 static const dt_kernels_v1_t cpu_kernels = {
@@ -470,6 +514,14 @@ static const dt_kernels_v1_t cpu_kernels = {
     .vocab_embedding_backward = guard_vocab_embedding_backward,
     .vocab_xent_forward = guard_vocab_xent_forward,
     .vocab_xent_backward = guard_vocab_xent_backward,
+    .rmsnorm_forward = guard_rmsnorm_forward,
+    .rmsnorm_backward = guard_rmsnorm_backward,
+    .rope_forward = guard_rope_forward,
+    .rope_backward = guard_rope_backward,
+    .swiglu_forward = guard_swiglu_forward,
+    .swiglu_backward = guard_swiglu_backward,
+    .gqa_attention_forward = guard_gqa_attention_forward,
+    .gqa_attention_backward = guard_gqa_attention_backward,
 };
 
 /* One table for every instance (the ABI: the same pointer on every call,

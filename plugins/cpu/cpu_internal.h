@@ -318,6 +318,35 @@ int cpu_sgd_update(dt_device_t *d, dt_stream_t *s, float *param,
                    const void *grad, float *mom, int grad_dtype, int64_t n,
                    float lr, float momentum, float weight_decay, int nesterov,
                    float grad_scale);
+int cpu_rmsnorm_forward(dt_device_t *d, dt_stream_t *s, void *out, float *rstd,
+                        const void *inp, const void *weight, int dtype,
+                        int64_t N, int64_t C, float eps);
+int cpu_rmsnorm_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                         float *dweight, const void *dout, const void *inp,
+                         const void *weight, const float *rstd, int dtype,
+                         int64_t N, int64_t C);
+int cpu_rope_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                     const void *inp, const float *cos, const float *sin,
+                     int dtype, int64_t B, int64_t T, int64_t NH, int64_t HD,
+                     int64_t ld);
+int cpu_rope_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                      const void *dout, const float *cos, const float *sin,
+                      int dtype, int64_t B, int64_t T, int64_t NH, int64_t HD,
+                      int64_t ld);
+int cpu_swiglu_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                       const void *inp, int dtype, int64_t N, int64_t H);
+int cpu_swiglu_backward(dt_device_t *d, dt_stream_t *s, void *dinp,
+                        const void *inp, const void *dout, int dtype,
+                        int64_t N, int64_t H);
+int cpu_gqa_attention_forward(dt_device_t *d, dt_stream_t *s, void *out,
+                              void *state, const void *qkv, int dtype,
+                              int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                              int64_t HD);
+int cpu_gqa_attention_backward(dt_device_t *d, dt_stream_t *s, void *dqkv,
+                               const void *dout, const void *qkv,
+                               const void *out, const void *state, int dtype,
+                               int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                               int64_t HD);
 int cpu_memcpy_async(dt_device_t *d, void *dst, const void *src,
                      uint64_t bytes, int kind, dt_stream_t *s);
 int cpu_memset_async(dt_device_t *d, void *dst, int value, uint64_t bytes,

@@ -1159,11 +1159,20 @@ static const dt_kernels_v1_t cuda_kernels = {
     .scale = cuda_scale,
     .adamw_update = cuda_adamw_update,
     .sgd_update = cuda_sgd_update,
-    /* minor 1: the vocabulary-parallel kernels (tensor parallelism) */
+    /* the vocabulary-parallel kernels (tensor parallelism) */
     .vocab_embedding_forward = cuda_vocab_embedding_forward,
     .vocab_embedding_backward = cuda_vocab_embedding_backward,
     .vocab_xent_forward = cuda_vocab_xent_forward,
     .vocab_xent_backward = cuda_vocab_xent_backward,
+    /* the LLaMA family's: compiled, not yet run on a GPU (cuda_llama.c) */
+    .rmsnorm_forward = cuda_rmsnorm_forward,
+    .rmsnorm_backward = cuda_rmsnorm_backward,
+    .rope_forward = cuda_rope_forward,
+    .rope_backward = cuda_rope_backward,
+    .swiglu_forward = cuda_swiglu_forward,
+    .swiglu_backward = cuda_swiglu_backward,
+    .gqa_attention_forward = cuda_gqa_attention_forward,
+    .gqa_attention_backward = cuda_gqa_attention_backward,
 };
 
 static const dt_kernels_v1_t *cuda_kernel_table(void) { return &cuda_kernels; }

@@ -213,6 +213,29 @@ int cuda_sumsq(dt_device_t *d, dt_stream_t *s, double *out, const void *x,
                int dtype, int64_t n);
 int cuda_cast(dt_device_t *d, dt_stream_t *s, void *dst, int dst_dtype,
               const void *src, int src_dtype, int64_t n);
+int cuda_rmsnorm_forward(dt_device_t *d, dt_stream_t *s, void *out, float *rstd,
+                         const void *inp, const void *weight, int dtype, int64_t N,
+                         int64_t C, float eps);
+int cuda_rmsnorm_backward(dt_device_t *d, dt_stream_t *s, void *dinp, float *dweight,
+                          const void *dout, const void *inp, const void *weight,
+                          const float *rstd, int dtype, int64_t N, int64_t C);
+int cuda_rope_forward(dt_device_t *d, dt_stream_t *s, void *out, const void *inp,
+                      const float *cos_t, const float *sin_t, int dtype, int64_t B, int64_t T,
+                      int64_t NH, int64_t HD, int64_t ld);
+int cuda_rope_backward(dt_device_t *d, dt_stream_t *s, void *dinp, const void *dout,
+                       const float *cos_t, const float *sin_t, int dtype, int64_t B,
+                       int64_t T, int64_t NH, int64_t HD, int64_t ld);
+int cuda_swiglu_forward(dt_device_t *d, dt_stream_t *s, void *out, const void *inp,
+                        int dtype, int64_t N, int64_t H);
+int cuda_swiglu_backward(dt_device_t *d, dt_stream_t *s, void *dinp, const void *inp,
+                         const void *dout, int dtype, int64_t N, int64_t H);
+int cuda_gqa_attention_forward(dt_device_t *d, dt_stream_t *s, void *out, void *state,
+                               const void *qkv, int dtype, int64_t B, int64_t T, int64_t NH,
+                               int64_t NKV, int64_t HD);
+int cuda_gqa_attention_backward(dt_device_t *d, dt_stream_t *s, void *dqkv, const void *dout,
+                                const void *qkv, const void *out, const void *state,
+                                int dtype, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                                int64_t HD);
 int cuda_layernorm_forward(dt_device_t *d, dt_stream_t *s, void *out,
                            float *mean, float *rstd, const void *inp,
                            const void *weight, const void *bias, int dtype,

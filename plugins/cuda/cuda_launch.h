@@ -123,6 +123,42 @@ cudaError_t cuda_launch_attention_backward(cudaStream_t cs, void *dqkv,
                                            int dtype, int64_t B, int64_t T,
                                            int64_t C, int64_t NH);
 
+/* ---- cuda_llama.cu (not yet run on a GPU) ---- */
+cudaError_t cuda_launch_rmsnorm_forward(cudaStream_t cs, void *out, float *rstd,
+                                        const void *inp, const void *weight,
+                                        int dtype, int64_t N, int64_t C,
+                                        float eps);
+/* dinp per row (NULL: skipped); dweight one thread per column over the
+ * rows in order (NULL: skipped). */
+cudaError_t cuda_launch_rmsnorm_backward(cudaStream_t cs, void *dinp,
+                                         float *dweight, const void *dout,
+                                         const void *inp, const void *weight,
+                                         const float *rstd, int dtype,
+                                         int64_t N, int64_t C);
+/* mode 0: out = R inp; 1: out += R^T inp; 2: out = R^T out in place */
+cudaError_t cuda_launch_rope(cudaStream_t cs, void *out, const void *inp,
+                             const float *cos_t, const float *sin_t, int dtype,
+                             int64_t B, int64_t T, int64_t NH, int64_t HD,
+                             int64_t ldr, int mode);
+cudaError_t cuda_launch_swiglu_forward(cudaStream_t cs, void *out,
+                                       const void *inp, int dtype, int64_t N,
+                                       int64_t H);
+cudaError_t cuda_launch_swiglu_backward(cudaStream_t cs, void *dinp,
+                                        const void *inp, const void *dout,
+                                        int dtype, int64_t N, int64_t H);
+/* Fused row kernels as attention's fallback; lse (B, NH, T). */
+cudaError_t cuda_launch_gqa_attention_forward(cudaStream_t cs, void *out,
+                                              float *lse, const void *qkv,
+                                              int dtype, int64_t B, int64_t T,
+                                              int64_t NH, int64_t NKV,
+                                              int64_t HD);
+cudaError_t cuda_launch_gqa_attention_backward(cudaStream_t cs, void *dqkv,
+                                               const void *dout,
+                                               const void *qkv, const void *out,
+                                               const float *lse, int dtype,
+                                               int64_t B, int64_t T, int64_t NH,
+                                               int64_t NKV, int64_t HD);
+
 /* ---- cuda_optim.cu ---- */
 cudaError_t cuda_launch_adamw(cudaStream_t cs, float *param, const void *grad,
                               float *m, float *v, int grad_dtype, int64_t n,

@@ -501,6 +501,52 @@ static void test_kernels_match_the_plugin(void **state)
     pair_same(&ps, "sgd_update param");
     pair_same(&mom, "sgd_update mom");
 
+    /* the LLaMA family's kernels: RMSNorm over (N, C), RoPE on
+     * the q part of qkv (NH heads of C/NH), SwiGLU on inp as (N, 2 (C/2)),
+     * grouped-query attention with one kv head over qkv's first
+     * (NH + 2) C/NH columns of each row */
+    pair_t ro = pair_rand(&g, N * C), rr = pair_rand(&g, N);
+    BOTH(KW->rmsnorm_forward(d, NULL, ro.w, rr.w, inp, lw, F, N, C, 1e-6f),
+         KC->rmsnorm_forward(in, NULL, ro.c, rr.c, inp, lw, F, N, C, 1e-6f));
+    assert_int_equal(R.after.n_dims, 2);
+    pair_t rdi = pair_rand(&g, N * C), rdw = pair_rand(&g, C);
+    BOTH(KW->rmsnorm_backward(d, NULL, rdi.w, rdw.w, dln, inp, lw, rr.w, F, N, C),
+         KC->rmsnorm_backward(in, NULL, rdi.c, rdw.c, dln, inp, lw, rr.w, F, N, C));
+    pair_same(&ro, "rmsnorm_forward");
+    pair_same(&rr, "rmsnorm_forward rstd");
+    pair_same(&rdi, "rmsnorm_backward dinp");
+    pair_same(&rdw, "rmsnorm_backward dweight");
+    const int64_t HD = C / NH;
+    float *rcos = frand(&g, T * HD / 2, -1, 1), *rsin = frand(&g, T * HD / 2, -1, 1);
+    pair_t rp = pair_rand(&g, B * T * 3 * C), rpd = pair_rand(&g, B * T * 3 * C);
+    BOTH(KW->rope_forward(d, NULL, rp.w, qkv, rcos, rsin, F, B, T, NH, HD, 3 * C),
+         KC->rope_forward(in, NULL, rp.c, qkv, rcos, rsin, F, B, T, NH, HD, 3 * C));
+    assert_int_equal(R.after.n_dims, 4);
+    assert_int_equal(R.after.dims[3], HD);
+    BOTH(KW->rope_backward(d, NULL, rpd.w, qkv, rcos, rsin, F, B, T, NH, HD, 3 * C),
+         KC->rope_backward(in, NULL, rpd.c, qkv, rcos, rsin, F, B, T, NH, HD, 3 * C));
+    pair_same(&rp, "rope_forward");
+    pair_same(&rpd, "rope_backward");
+    pair_t so = pair_rand(&g, N * C / 2), sd = pair_rand(&g, N * C);
+    BOTH(KW->swiglu_forward(d, NULL, so.w, inp, F, N, C / 2),
+         KC->swiglu_forward(in, NULL, so.c, inp, F, N, C / 2));
+    BOTH(KW->swiglu_backward(d, NULL, sd.w, inp, dout, F, N, C / 2),
+         KC->swiglu_backward(in, NULL, sd.c, inp, dout, F, N, C / 2));
+    pair_same(&so, "swiglu_forward");
+    pair_same(&sd, "swiglu_backward");
+    pair_t go = pair_rand(&g, B * T * C), gst = pair_rand(&g, (int64_t)stc / 4);
+    BOTH(KW->gqa_attention_forward(d, NULL, go.w, gst.w, qkv, F, B, T, NH, 1, HD),
+         KC->gqa_attention_forward(in, NULL, go.c, gst.c, qkv, F, B, T, NH, 1, HD));
+    assert_int_equal(R.after.dims[3], 1);
+    pair_t gdq = pair_rand(&g, B * T * (NH + 2) * HD);
+    BOTH(KW->gqa_attention_backward(d, NULL, gdq.w, dbtc, qkv, go.w, gst.w, F, B, T, NH, 1, HD),
+         KC->gqa_attention_backward(in, NULL, gdq.c, dbtc, qkv, go.w, gst.w, F, B, T, NH, 1,
+                                    HD));
+    pair_same(&go, "gqa_attention_forward");
+    pair_same(&gst, "gqa_attention_forward state");
+    pair_same(&gdq, "gqa_attention_backward");
+    free(rcos), free(rsin);
+
     /* every kernel went through the hooks */
     for (int sl = DT_IKERN_FIRST; sl < DT_IDEV_SLOT_COUNT; sl++)
         if (R.seen[sl] == 0)

@@ -954,7 +954,7 @@ static void test_nested_path(void **state)
     snprintf(want, sizeof want, "offload/offload_nvme: path '%s': '%s' is not a folder", dir, p);
     assert_msg(want);
     t.dops->finalize(t.dev);
-    /* a host of minor 2 (no cleanup slots): the same tier, nothing asked */
+    /* a host table without the cleanup slots: the same tier, nothing asked */
     snprintf(dir, sizeof dir, "%s/c/tier", base);
     dt_test_host_init(&t.oh, "offload/offload_nvme", NULL); /* (tier_open_rc sets it again) */
     int k = 0;

@@ -344,6 +344,80 @@ typedef struct dt_kernels_v1 {
                                int dtype, float dloss, int64_t N, int64_t v0,
                                int64_t nv);
 
+    /* ---- optional: the LLaMA family's layers (Hugging Face
+     * LlamaForCausalLM's arithmetic): RMSNorm, rotary position embedding,
+     * SwiGLU and grouped-query attention. ---- */
+
+    /* out = inp * rstd * weight over the last dim, with rstd =
+     * 1 / sqrt(mean(inp^2) + eps) (the mean taken in double, rstd stored
+     * in f32).  out, inp (N, C), weight (C): dtype; rstd (N): f32, written
+     * for backward. */
+    int (*rmsnorm_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                           float *rstd, const void *inp, const void *weight,
+                           int dtype, int64_t N, int64_t C, float eps);
+    /* dinp += d(out)/d(inp) . dout; dweight += sum_n inp * rstd * dout.
+     * dinp, dout, inp (N, C), weight (C): dtype; dweight (C): f32; dinp and
+     * dweight may each be NULL to skip it; rstd (N): f32 from forward. */
+    int (*rmsnorm_backward)(dt_device_t *d, dt_stream_t *s, void *dinp,
+                            float *dweight, const void *dout, const void *inp,
+                            const void *weight, const float *rstd, int dtype,
+                            int64_t N, int64_t C);
+    /* Rotary position embedding, the "rotate_half" convention: head
+     * dimension i pairs with i + HD/2 (i < HD/2), and with c = cos[t, i],
+     * s = sin[t, i] for position t,
+     *   out[i] = x[i] c - x[i + HD/2] s,  out[i + HD/2] = x[i + HD/2] c + x[i] s.
+     * Rows: position (b, t) of inp and out starts at (b T + t) ld elements
+     * and holds NH heads of HD (NH HD <= ld), so q and k can be rotated
+     * where they lie in a packed qkv buffer (ld its row length).  cos, sin
+     * (T, HD/2): f32, row t for position t (the caller computes them, with
+     * rope_theta and any frequency scaling; for positions from t0, pass
+     * the tables from row t0).  inp, out: dtype; out may be inp (in
+     * place).  HD even. */
+    int (*rope_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                        const void *inp, const float *cos, const float *sin,
+                        int dtype, int64_t B, int64_t T, int64_t NH,
+                        int64_t HD, int64_t ld);
+    /* dinp += R^T dout (the inverse rotation), layout as rope_forward's;
+     * with dinp == dout (the same buffer) the rotation runs in place,
+     * dout = R^T dout, instead of accumulating: the gradient of the
+     * rotated q or k becomes that of the unrotated one where it lies. */
+    int (*rope_backward)(dt_device_t *d, dt_stream_t *s, void *dinp,
+                         const void *dout, const float *cos, const float *sin,
+                         int dtype, int64_t B, int64_t T, int64_t NH,
+                         int64_t HD, int64_t ld);
+    /* SwiGLU on the fused gate and up projections (one matmul with the
+     * stacked weight [W_gate; W_up]): out[n,j] = silu(inp[n,j]) *
+     * inp[n,H+j], silu(x) = x / (1 + exp(-x)).  inp (N, 2H): each row
+     * gate (H) then up (H); out (N, H): dtype. */
+    int (*swiglu_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                          const void *inp, int dtype, int64_t N, int64_t H);
+    /* dinp += d(out)/d(inp) applied to dout: the gate half silu'(gate) up
+     * dout, the up half silu(gate) dout.  dinp, inp (N, 2H), dout (N, H):
+     * dtype. */
+    int (*swiglu_backward)(dt_device_t *d, dt_stream_t *s, void *dinp,
+                           const void *inp, const void *dout, int dtype,
+                           int64_t N, int64_t H);
+    /* Causal grouped-query self-attention: NH query heads share NKV key and
+     * value heads (NKV divides NH; query head h reads kv head
+     * h / (NH / NKV)), head size HD, scores scaled by 1/sqrt(HD).  qkv
+     * (B, T, (NH + 2 NKV) HD): each position's q (NH, HD), then k (NKV,
+     * HD), then v (NKV, HD); out (B, T, NH HD): dtype.  state: the
+     * attention_state_bytes(B, T, NH HD, NH, dtype) bytes (the state of
+     * multi-head attention with NH heads of HD), written with what
+     * backward needs.  With NKV == NH this is attention_forward. */
+    int (*gqa_attention_forward)(dt_device_t *d, dt_stream_t *s, void *out,
+                                 void *state, const void *qkv, int dtype,
+                                 int64_t B, int64_t T, int64_t NH,
+                                 int64_t NKV, int64_t HD);
+    /* dqkv += d(out)/d(qkv) applied to dout.  dqkv (B, T, (NH + 2 NKV)
+     * HD), dout (B, T, NH HD), qkv and out (the forward's input and
+     * output): dtype; state: what that forward wrote, unchanged since. */
+    int (*gqa_attention_backward)(dt_device_t *d, dt_stream_t *s, void *dqkv,
+                                  const void *dout, const void *qkv,
+                                  const void *out, const void *state,
+                                  int dtype, int64_t B, int64_t T, int64_t NH,
+                                  int64_t NKV, int64_t HD);
+
     /* ---- minor 0 ends here; append only ---- */
 } dt_kernels_v1_t;
 

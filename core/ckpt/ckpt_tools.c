@@ -487,7 +487,8 @@ static int import_may_write(const char *out_root, int overwrite)
 
 int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root, int overwrite)
 {
-    if (!dt_model_gpt2_shape(m))
+    dt_gpt2_shape_t shape;
+    if (dt_model_gpt2_shape(m, &shape) != DT_OK)
         return dt_err_set(DT_ERR_INVALID, "importing '%s': the model is not a gpt2", weights);
     const dt_model_desc_t *d = dt_model_desc(m);
     const int n_states = 3; /* params, exp_avg, exp_avg_sq: what AdamW resumes */
@@ -520,7 +521,7 @@ int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root, int
     }
     if ((rc = dt_safetensors_open(weights, &st)) || (rc = import_map(st, weights, d, src, &head)))
         goto out;
-    if (head) { /* wte is the embedding unit's first tensor (gpt2.c) */
+    if (head) { /* wte is the embedding unit's first tensor (plugins/gpt2/gpt2.c) */
         if (strcmp(d->units[0].params[0].name, "wte.weight") != 0)
             rc = dt_err_set(DT_ERR_INVALID, "import: the model's first tensor is %s, not "
                             "wte.weight", d->units[0].params[0].name);

@@ -124,7 +124,7 @@ static int int_key(const char *path, const cJSON *j, const char *key, int64_t *o
 
 /* ---- the settings dtrain's GPT-2 computes -----------------------------
  * GPT2Config's keys that change what the model computes, each with the one
- * value (or the equivalent values) dtrain's GPT-2 (core/model/gpt2.c and
+ * value (or the equivalent values) dtrain's GPT-2 (plugins/gpt2/gpt2.c and
  * the device's kernels) computes; a key absent takes transformers' default,
  * which is that value.  Keys that do not change the function are ignored:
  * reorder_and_upcast_attn (the same scaled scores, computed in f32 in

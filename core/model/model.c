@@ -146,10 +146,10 @@ int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev,
         m->info.activations = "bf16";
     }
     /* [model] activation_checkpointing: which units backward recomputes */
-    m->s.recompute_mode = strcmp(recompute, "all") == 0     ? DT_RECOMPUTE_ALL
+    m->recompute_mode = strcmp(recompute, "all") == 0     ? DT_RECOMPUTE_ALL
                         : strcmp(recompute, "every") == 0 ? DT_RECOMPUTE_EVERY
                                                           : DT_RECOMPUTE_NONE;
-    if ((rc = dt_config_get_int(cfg, "model.checkpoint_every", &m->s.recompute_every)) ||
+    if ((rc = dt_config_get_int(cfg, "model.checkpoint_every", &m->recompute_every)) ||
         (rc = a->create(&m->s)) || (rc = check_arch_keys(m, cfg, arch)) ||
         (a->need_kernels && (rc = a->need_kernels(&m->s))))
         goto fail;
@@ -214,21 +214,6 @@ const void *dt_model_logits(const dt_model_t *m) { return m->s.logits; }
 const dt_model_ops_t *dt_model_ops(const dt_model_t *m) { return m->arch; }
 dt_model_state_t *dt_model_state(dt_model_t *m) { return &m->s; }
 
-int dt_model_gpt2_shape(const dt_model_t *m, dt_gpt2_shape_t *out)
-{
-    static const char *const names[] = {"n_layer", "n_head", "n_embd", "vocab_size",
-                                        "context"};
-    int64_t *dst[] = {&out->n_layer, &out->n_head, &out->n_embd, &out->vocab_size,
-                      &out->context};
-    if (m->info.n_keys != 5)
-        return DT_ERR_NOT_FOUND;
-    for (int i = 0; i < 5; i++) {
-        if (strcmp(m->info.keys[i].key, names[i]) != 0)
-            return DT_ERR_NOT_FOUND;
-        *dst[i] = m->info.keys[i].value;
-    }
-    return DT_OK;
-}
 int dt_model_act_dtype(const dt_model_t *m) { return m->s.adtype; }
 
 void dt_model_tp_comm(const dt_model_t *m, int64_t B, int64_t T, dt_model_tp_comm_t *out)
@@ -264,9 +249,9 @@ int dt_model_alloc_units(dt_model_t *m, uint32_t n)
     if (!m->desc.units || !m->extra)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     m->desc.n_units = n;
-    m->s.n_chunks = 1;
-    m->s.chunk_first[0] = 0;
-    m->s.chunk_end[0] = n;
+    m->n_chunks = 1;
+    m->chunk_first[0] = 0;
+    m->chunk_end[0] = n;
     m->s.n_slots = 1;
     for (uint32_t i = 0; i < n; i++) {
         dt_unit_desc_t *u = &m->desc.units[i];
@@ -563,10 +548,10 @@ int dt_model_dalloc(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t n, size_t 
 int dt_model_keeps(const dt_model_t *m, uint32_t u)
 {
     int keep = DT_KEEP_NONE;
-    for (uint32_t i = 0; i < m->s.n_chunks; i++) {
-        if (u >= m->s.chunk_first[i] && u < m->s.chunk_end[i])
+    for (uint32_t i = 0; i < m->n_chunks; i++) {
+        if (u >= m->chunk_first[i] && u < m->chunk_end[i])
             return DT_KEEP_ALL;
-        if (u + 1 == m->s.chunk_first[i])
+        if (u + 1 == m->chunk_first[i])
             keep = DT_KEEP_OUTPUT;
     }
     return keep;
@@ -574,9 +559,9 @@ int dt_model_keeps(const dt_model_t *m, uint32_t u)
 
 int dt_model_set_stages(dt_model_t *m, uint32_t n, const uint32_t *first, const uint32_t *end)
 {
-    int same = n == m->s.n_chunks;
+    int same = n == m->n_chunks;
     for (uint32_t i = 0; same && i < n; i++)
-        same = first[i] == m->s.chunk_first[i] && end[i] == m->s.chunk_end[i];
+        same = first[i] == m->chunk_first[i] && end[i] == m->chunk_end[i];
     if (same)
         return DT_OK;
     if (m->host_losses)
@@ -595,10 +580,10 @@ int dt_model_set_stages(dt_model_t *m, uint32_t n, const uint32_t *first, const 
                               "[%u, %u) are not in model order without overlap",
                               first[i - 1], end[i - 1], first[i], end[i]);
     }
-    m->s.n_chunks = n;
+    m->n_chunks = n;
     for (uint32_t i = 0; i < n; i++) {
-        m->s.chunk_first[i] = first[i];
-        m->s.chunk_end[i] = end[i];
+        m->chunk_first[i] = first[i];
+        m->chunk_end[i] = end[i];
     }
     return DT_OK;
 }
@@ -642,19 +627,19 @@ int dt_model_use_slot(dt_model_t *m, uint32_t i)
 
 uint32_t dt_model_stages(const dt_model_t *m, uint32_t *first, uint32_t *end)
 {
-    for (uint32_t i = 0; i < m->s.n_chunks; i++) {
-        first[i] = m->s.chunk_first[i];
-        end[i] = m->s.chunk_end[i];
+    for (uint32_t i = 0; i < m->n_chunks; i++) {
+        first[i] = m->chunk_first[i];
+        end[i] = m->chunk_end[i];
     }
-    return m->s.n_chunks;
+    return m->n_chunks;
 }
 
 int dt_model_recomputes(const dt_model_t *m, int64_t l)
 {
-    if (m->s.recompute_mode == DT_RECOMPUTE_ALL)
+    if (m->recompute_mode == DT_RECOMPUTE_ALL)
         return 1;
-    if (m->s.recompute_mode == DT_RECOMPUTE_EVERY)
-        return (l % m->s.recompute_every) == 0;
+    if (m->recompute_mode == DT_RECOMPUTE_EVERY)
+        return (l % m->recompute_every) == 0;
     return 0;
 }
 
@@ -932,16 +917,16 @@ static int mean_loss(const dt_model_t *m, const dt_model_ctx_t *ctx, double *los
  * whose activations are one stage's (dt_model_set_stage). */
 static int is_whole(const dt_model_t *m)
 {
-    return m->s.n_chunks == 1 && m->s.chunk_first[0] == 0 && m->s.chunk_end[0] == m->desc.n_units;
+    return m->n_chunks == 1 && m->chunk_first[0] == 0 && m->chunk_end[0] == m->desc.n_units;
 }
 
 /* "units 2-4" or "units 0-1, 4-5": the ranges this rank runs. */
 static const char *chunk_list(const dt_model_t *m, char *out, size_t cap)
 {
     size_t n = (size_t)snprintf(out, cap, "units");
-    for (uint32_t i = 0; i < m->s.n_chunks && n < cap; i++)
-        n += (size_t)snprintf(out + n, cap - n, "%s %u-%u", i ? "," : "", m->s.chunk_first[i],
-                              m->s.chunk_end[i] - 1);
+    for (uint32_t i = 0; i < m->n_chunks && n < cap; i++)
+        n += (size_t)snprintf(out + n, cap - n, "%s %u-%u", i ? "," : "", m->chunk_first[i],
+                              m->chunk_end[i] - 1);
     return out;
 }
 
@@ -961,8 +946,8 @@ static int allocated_stage(const dt_model_t *m, uint32_t first, uint32_t end)
     int rc = dt_model_stage_check(m, first, end);
     if (rc || is_whole(m))
         return rc;
-    for (uint32_t i = 0; i < m->s.n_chunks; i++)
-        if (first == m->s.chunk_first[i] && end == m->s.chunk_end[i])
+    for (uint32_t i = 0; i < m->n_chunks; i++)
+        if (first == m->chunk_first[i] && end == m->chunk_end[i])
             return DT_OK;
     char cl[256];
     return dt_err_set(DT_ERR_INVALID, "model: stage units %u-%u run on activations allocated "

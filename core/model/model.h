@@ -36,15 +36,8 @@
 typedef struct dt_model dt_model_t;
 
 /* dt_model_ctx_t, dt_model_info_t (arch, vocabulary, context, shape
- * keys), dt_model_key_t, dt_model_tp_comm_t and DT_MODEL_MAX_* are the
- * SDK's (dtrain/model.h): a model plugin reads them too. */
-
-/* The shape of a GPT-2 family model, read from a model's shape keys
- * (dt_model_gpt2_shape) for the Hugging Face GPT-2 import and export
- * (core/ckpt/hf_gpt2.c). */
-typedef struct dt_gpt2_shape {
-    int64_t n_layer, n_head, n_embd, vocab_size, context;
-} dt_gpt2_shape_t;
+ * keys), dt_model_key_t, dt_model_tp_comm_t and DT_MODEL_MAX_PARAMS /
+ * _KEYS are the SDK's (dtrain/model.h): a model plugin reads them too. */
 
 /* Tensor parallelism ([parallel] tensor = P > 1, Megatron-LM's layout):
  * each rank of a tensor group holds part of every large tensor and the
@@ -110,10 +103,6 @@ void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx);
 dt_model_desc_t *dt_model_desc(dt_model_t *m);
 /* Arch, vocabulary, context and shape keys, for any arch. */
 const dt_model_info_t *dt_model_info(const dt_model_t *m);
-/* The model's GPT-2 shape into *out, when its shape keys are exactly a
- * GPT-2's (n_layer n_head n_embd vocab_size context, in that order):
- * DT_OK; else DT_ERR_NOT_FOUND (no message). */
-int dt_model_gpt2_shape(const dt_model_t *m, dt_gpt2_shape_t *out);
 /* The model plugin's table (the one dt_model_create was given) and the
  * state its slots take. */
 const dt_model_ops_t *dt_model_ops(const dt_model_t *m);
@@ -211,6 +200,7 @@ int dt_model_use_slot(dt_model_t *m, uint32_t i);
  * virtual stages): dt_model_set_stage for n of them at once, in model
  * order without overlap, each a stage of its own for the passes (the unit
  * before each keeps its output).  At most DT_MODEL_MAX_CHUNKS. */
+#define DT_MODEL_MAX_CHUNKS 16
 int dt_model_set_stages(dt_model_t *m, uint32_t n, const uint32_t *first, const uint32_t *end);
 /* The ranges set (the whole model's one by default) into first[] / end[]
  * (DT_MODEL_MAX_CHUNKS entries): their count. */

@@ -33,6 +33,12 @@ typedef struct dt_tensor_extra {
 
 typedef struct dt_model_probe dt_model_probe_t; /* model.c */
 
+/* Which units backward recomputes instead of keeping their activations
+ * ("activation checkpointing", [model] activation_checkpointing: none,
+ * all, every checkpoint_every-th; dt_model_recomputes).  Named recompute,
+ * not checkpoint: model checkpoints are core/ckpt/'s. */
+enum { DT_RECOMPUTE_NONE = 0, DT_RECOMPUTE_ALL = 1, DT_RECOMPUTE_EVERY = 2 };
+
 struct dt_model {
     /* What the plugin reads and writes (dtrain/model.h); first, so a
      * plugin's dt_model_state_t * is the model's address. */
@@ -46,6 +52,15 @@ struct dt_model {
     const char *read_keys[32];
     uint32_t n_read_keys;
     dt_tensor_extra_t **extra; /* [unit][param] */
+    int recompute_mode;        /* DT_RECOMPUTE_*: which units backward
+                                * recomputes ([model] activation_checkpointing) */
+    int64_t recompute_every;   /* [model] checkpoint_every */
+    /* The units this rank runs (dt_model_set_stages): n_chunks ranges
+     * [chunk_first[i], chunk_end[i]) in model order; one, the whole model,
+     * unless a pipeline stage was set (an interleaved pipeline's rank runs
+     * several).  Activations are planned and allocated for those only. */
+    uint32_t n_chunks;
+    uint32_t chunk_first[DT_MODEL_MAX_CHUNKS], chunk_end[DT_MODEL_MAX_CHUNKS];
     /* The tensor-parallel scheme whose collectives join the parts
      * (dt_model_set_tensor); tp 1: none. */
     const dt_tensor_ops_t *tp_ops;

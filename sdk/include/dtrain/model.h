@@ -69,8 +69,6 @@ extern "C" {
 #define DT_MODEL_MAX_PARAMS 16
 /* Most shape keys (dt_model_info_v1_t.keys). */
 #define DT_MODEL_MAX_KEYS 8
-/* Most unit ranges one rank runs (an interleaved pipeline's chunks). */
-#define DT_MODEL_MAX_CHUNKS 16
 
 /* The compute context a model runs in (in; the core's): an instance of
  * the device the model was created for, a stream of it, the strategy. */
@@ -149,10 +147,6 @@ typedef struct dt_unit_view {
     const void *a[DT_MODEL_MAX_PARAMS];
 } dt_unit_view_t;
 
-/* m->recompute_mode: which units backward recomputes instead of keeping
- * their activations ([model] activation_checkpointing). */
-enum { DT_RECOMPUTE_NONE = 0, DT_RECOMPUTE_ALL = 1, DT_RECOMPUTE_EVERY = 2 };
-
 /* m->act_owner: a unit index, or this for the workspace (memory no unit
  * keeps from forward to backward). */
 #define DT_ACT_WORKSPACE UINT32_MAX
@@ -194,17 +188,10 @@ typedef struct dt_model_state_v1 {
      * vocabulary unless tp > 1). */
     int32_t tp, tp_rank;
     int64_t vocab_first, vocab_local;
-    /* tp > 1: (3, B*T) f32, the parallel cross-entropy's row state (the
-     * core's loss_forward / loss_backward use it). */
+    /* plugin (alloc_acts, tp > 1): (3, B*T) f32, the vocabulary-parallel
+     * cross-entropy's row state the core's loss_forward / loss_backward
+     * use; counted in the plugin's workspace. */
     float *xent_stats;
-    int32_t recompute_mode;    /* DT_RECOMPUTE_* */
-    int32_t reserved1;
-    int64_t recompute_every;   /* [model] checkpoint_every */
-    /* The units this rank runs: n_chunks ranges [chunk_first[i],
-     * chunk_end[i]) in model order (one, the whole model, without a
-     * pipeline); activations are planned and allocated for those only. */
-    uint32_t n_chunks;
-    uint32_t chunk_first[DT_MODEL_MAX_CHUNKS], chunk_end[DT_MODEL_MAX_CHUNKS];
     /* Activation slots: n_slots micro-batches' activations kept at once
      * (use_slot switches). */
     uint32_t n_slots;

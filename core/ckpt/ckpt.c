@@ -589,18 +589,6 @@ int dt_ckpt_read_unit_params(dt_ckpt_reader_t *rd, const char *dir, const dt_mod
     return rc ? rc : dt_ckpt_read(rd, name, 0, d->units[u].numel, dst);
 }
 
-/* Whether `key` is one of the core's [model] keys; a shape key that is not
- * is the model plugin's own, in the table named after it. */
-static int core_model_key(const char *key)
-{
-    for (uint32_t i = 0; i < dt_core_n_sections; i++)
-        if (strcmp(dt_core_sections[i].table, "model") == 0)
-            for (uint32_t k = 0; k < dt_core_sections[i].n_keys; k++)
-                if (strcmp(dt_core_sections[i].keys[k].name, key) == 0)
-                    return 1;
-    return 0;
-}
-
 int dt_ckpt_model_sets(const dt_ckpt_reader_t *rd, const char *dir, char (*sets)[96], int cap,
                        int *n)
 {
@@ -621,7 +609,7 @@ int dt_ckpt_model_sets(const dt_ckpt_reader_t *rd, const char *dir, char (*sets)
                               "model key dtrain writes",
                               dir, it->string);
         snprintf(sets[(*n)++], 96, "%s.%s=%lld",
-                 core_model_key(it->string) ? "model" : arch->valuestring, it->string,
+                 dt_model_key_table(arch->valuestring, it->string), it->string,
                  (long long)it->valuedouble);
     }
     return DT_OK;

@@ -251,7 +251,8 @@ static int apply_preset(dt_resolved_t *r, const char *preset)
     dt_model_key_t keys[DT_MODEL_MAX_KEYS];
     uint32_t n = ops->preset(preset, keys, DT_MODEL_MAX_KEYS);
     for (uint32_t k = 0; k < n && !rc; k++) {
-        snprintf(buf, sizeof buf, "model.%s=%lld", keys[k].key, (long long)keys[k].value);
+        snprintf(buf, sizeof buf, "%s.%s=%lld", dt_model_key_table(ops->info.name, keys[k].key),
+                 keys[k].key, (long long)keys[k].value);
         rc = dt_resolve_set(r, buf);
     }
     return rc;

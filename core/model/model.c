@@ -212,6 +212,16 @@ dt_model_desc_t *dt_model_desc(dt_model_t *m) { return &m->desc; }
 const dt_model_info_t *dt_model_info(const dt_model_t *m) { return &m->info; }
 const void *dt_model_logits(const dt_model_t *m) { return m->s.logits; }
 const dt_model_ops_t *dt_model_ops(const dt_model_t *m) { return m->arch; }
+
+const char *dt_model_key_table(const char *arch, const char *key)
+{
+    for (uint32_t i = 0; i < dt_core_n_sections; i++)
+        if (strcmp(dt_core_sections[i].table, "model") == 0)
+            for (uint32_t k = 0; k < dt_core_sections[i].n_keys; k++)
+                if (strcmp(dt_core_sections[i].keys[k].name, key) == 0)
+                    return "model";
+    return arch;
+}
 dt_model_state_t *dt_model_state(dt_model_t *m) { return &m->s; }
 
 int dt_model_act_dtype(const dt_model_t *m) { return m->s.adtype; }

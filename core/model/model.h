@@ -103,6 +103,9 @@ void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx);
 dt_model_desc_t *dt_model_desc(dt_model_t *m);
 /* Arch, vocabulary, context and shape keys, for any arch. */
 const dt_model_info_t *dt_model_info(const dt_model_t *m);
+/* The table of shape key `key` of a model of plugin `arch`: "model" for
+ * a key of the core's [model] table, else `arch` (the plugin's own). */
+const char *dt_model_key_table(const char *arch, const char *key);
 /* The model plugin's table (the one dt_model_create was given) and the
  * state its slots take. */
 const dt_model_ops_t *dt_model_ops(const dt_model_t *m);

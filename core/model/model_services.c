@@ -49,6 +49,13 @@ static int config_int(const dt_model_state_t *s, const char *key, int64_t *out)
     return rc ? rc : dt_config_get_int(cfg, key, out);
 }
 
+static int config_float(const dt_model_state_t *s, const char *key, double *out)
+{
+    dt_config_t *cfg;
+    int rc = config_of(s, key, &cfg);
+    return rc ? rc : dt_config_get_float(cfg, key, out);
+}
+
 static int config_string(const dt_model_state_t *s, const char *key, const char **out)
 {
     dt_config_t *cfg;
@@ -180,6 +187,7 @@ const dt_model_services_t dt_model_services = {
     .err_context = dt_err_context,
     .config_name = config_name,
     .config_int = config_int,
+    .config_float = config_float,
     .config_string = config_string,
     .config_origin = config_origin,
     .config_set_preset = config_set_preset,

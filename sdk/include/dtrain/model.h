@@ -226,9 +226,12 @@ typedef struct dt_model_services_v1 {
     /* ---- the config (create only) ---- */
     /* The config's file for messages ("config" when it came from text). */
     const char *(*config_name)(const dt_model_state_v1_t *m);
-    /* Read "model.<key>" (full name: "model.n_layer"): DT_OK, or the
-     * status with the message set (an undeclared key, another type). */
+    /* Read a key by its full name: "model.<key>", the core's [model]
+     * table ("model.vocab_size"), or "<arch>.<key>", the plugin's own
+     * table, its info.config_keys ("bigram.width").  DT_OK, or the status
+     * with the message set (an undeclared key, another type). */
     int (*config_int)(const dt_model_state_v1_t *m, const char *key, int64_t *out);
+    int (*config_float)(const dt_model_state_v1_t *m, const char *key, double *out);
     int (*config_string)(const dt_model_state_v1_t *m, const char *key, const char **out);
     /* DT_MODEL_ORIGIN_* of the key's value. */
     int (*config_origin)(const dt_model_state_v1_t *m, const char *key);
@@ -360,8 +363,9 @@ typedef struct dt_model_ops_v1 {
      * (DT_MODEL_NEED); NULL when the core set is enough. */
     int (*need_kernels)(const dt_model_state_v1_t *m);
     /* Named shapes ([model] preset): the shape keys preset `name` sets,
-     * into out[cap] (each key a [model] int key): their count, or 0 for
-     * an unknown name.  No model needed (the planner). */
+     * into out[cap] (each an int key of [model] or of the plugin's own
+     * table, by its name there): their count, or 0 for an unknown name.
+     * No model needed (the planner). */
     uint32_t (*preset)(const char *name, dt_model_key_v1_t *out, uint32_t cap);
     /* Generation one position at a time with a cache: create a decoder
      * over unit parameter buffers `params` (device, f32) holding up to

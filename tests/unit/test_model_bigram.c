@@ -129,6 +129,16 @@ static void test_description(void **state)
     assert_int_equal(mi->keys[1].value, WIDTH);
     assert_int_equal(mi->context, 0);
     assert_int_equal(dt_model_stage_check(h.model, 0, 1), DT_ERR_CONFIG);
+    /* the state the plugin saw: the core's description and info, its
+     * services; the config is the plugin's during create only */
+    dt_model_state_t *st = dt_model_state(h.model);
+    assert_int_equal(st->struct_size, sizeof(dt_model_state_t));
+    assert_ptr_equal(st->desc, h.desc);
+    assert_ptr_equal(st->info, mi);
+    assert_int_equal(st->svc->struct_size, sizeof(dt_model_services_t));
+    int64_t v = 0;
+    assert_status(st->svc->config_int(st, "bigram.width", &v), DT_ERR_INVALID);
+    assert_msg("model: bigram.width read outside create");
     dt_mh_close(&h);
 }
 

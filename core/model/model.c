@@ -36,28 +36,27 @@ static const char *const common_keys[] = {
  * it read (dt_model_t.read_keys). */
 static int check_arch_keys(const dt_model_t *m, dt_config_t *cfg, const char *arch)
 {
-    const dt_config_section_t *sec = NULL;
-    for (uint32_t i = 0; i < dt_core_n_sections; i++)
-        if (strcmp(dt_core_sections[i].table, "model") == 0)
-            sec = &dt_core_sections[i];
-    const char *keys[64];
-    size_t n = 0;
-    for (uint32_t i = 0; sec && i < sec->n_keys && n < 64; i++)
-        keys[n++] = sec->keys[i].name;
-    for (size_t i = 0; i < n; i++) {
-        int known = 0;
-        for (size_t j = 0; j < sizeof common_keys / sizeof common_keys[0]; j++)
-            known |= strcmp(keys[i], common_keys[j]) == 0;
-        for (uint32_t j = 0; j < m->n_read_keys; j++)
-            known |= strcmp(keys[i], m->read_keys[j]) == 0;
-        char path[96];
-        snprintf(path, sizeof path, "model.%s", keys[i]);
-        dt_origin_t o = dt_config_origin(cfg, path);
-        if (!known && (o == DT_ORIGIN_FILE || o == DT_ORIGIN_CLI))
-            return dt_err_set(DT_ERR_CONFIG,
-                              "%s: [model] %s is set (%s) but arch = \"%s\" does not read it",
-                              dt_model_cfg_name(cfg), keys[i],
-                              o == DT_ORIGIN_CLI ? "--set" : "in the file", arch);
+    for (uint32_t t = 0; t < dt_core_n_sections; t++) {
+        const dt_config_section_t *sec = &dt_core_sections[t];
+        if (strcmp(sec->table, "model") != 0)
+            continue;
+        for (uint32_t i = 0; i < sec->n_keys; i++) {
+            const char *key = sec->keys[i].name;
+            int known = 0;
+            for (size_t j = 0; j < sizeof common_keys / sizeof common_keys[0]; j++)
+                known |= strcmp(key, common_keys[j]) == 0;
+            for (uint32_t j = 0; j < m->n_read_keys; j++)
+                known |= strcmp(key, m->read_keys[j]) == 0;
+            char path[96];
+            snprintf(path, sizeof path, "model.%s", key);
+            dt_origin_t o = dt_config_origin(cfg, path);
+            if (!known && (o == DT_ORIGIN_FILE || o == DT_ORIGIN_CLI))
+                return dt_err_set(DT_ERR_CONFIG,
+                                  "%s: [model] %s is set (%s) but arch = \"%s\" does not read "
+                                  "it",
+                                  dt_model_cfg_name(cfg), key,
+                                  o == DT_ORIGIN_CLI ? "--set" : "in the file", arch);
+        }
     }
     return DT_OK;
 }

@@ -209,7 +209,8 @@ typedef struct dt_model_state_v1 {
 #define DT_MODEL_STATE_V1_SIZE0 DT_FIELD_END(dt_model_state_v1_t, reserved2)
 
 /* What the core does for a model plugin (the core's; valid while the
- * model lives).  Every function takes the model first.  Errors: the
+ * model lives).  Every function but set_error and err_context takes the
+ * model first.  Thread safety: the model's thread only.  Errors: the
  * functions that fail set the message and return the status; set_error
  * and err_context are the plugin's own way to say what failed (no
  * "kind/name:" prefix: model messages name the config file and key). */

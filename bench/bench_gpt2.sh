@@ -30,7 +30,7 @@
 # Step time is the engine's step_ms (metrics file, rank 0), which covers
 # forward, backward, the strategy's step and the loss all-reduce, not the
 # checkpoint the run writes at its end.  GFLOP/s uses the engine's FLOPs
-# per token (core/model/gpt2.c: 6 x non-position parameters + 6 L T C, the
+# per token (plugins/gpt2/gpt2.c: 6 x non-position parameters + 6 L T C, the
 # FLOPs behind the run's "mfu") x the tokens of one step over all ranks.
 #
 # The outside-matmul share: with `dtrain run --profile device:skip=<warm-up>`

@@ -608,7 +608,9 @@ int dt_ckpt_model_sets(const dt_ckpt_reader_t *rd, const char *dir, char (*sets)
                               "checkpoint '%s': manifest.json: \"model\".\"%s\" is not a "
                               "model key dtrain writes",
                               dir, it->string);
-        snprintf(sets[(*n)++], 96, "model.%s=%lld", it->string, (long long)it->valuedouble);
+        snprintf(sets[(*n)++], 96, "%s.%s=%lld",
+                 dt_model_key_table(arch->valuestring, it->string), it->string,
+                 (long long)it->valuedouble);
     }
     return DT_OK;
 }

@@ -266,8 +266,8 @@ int dt_ckpt_export(const char *dir, const char *out_path, int layout, int overwr
     char *cfg_text = NULL, cfg_path[4096];
     size_t cfg_len = 0;
     dt_safetensors_writer_t *w = NULL;
-    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(dt_ckpt_reader_model(r), "arch");
-    const int gpt2 = cJSON_IsString(arch) && strcmp(arch->valuestring, "gpt2") == 0;
+    /* a GPT-2 by its shape keys: Hugging Face's GPT-2 layout applies */
+    const int gpt2 = dt_hf_gpt2_manifest(dt_ckpt_reader_model(r));
     const size_t n = dt_ckpt_n_tensors(r);
     if ((rc = export_tensors(r, dir, &largest)))
         goto out;
@@ -487,7 +487,8 @@ static int import_may_write(const char *out_root, int overwrite)
 
 int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root, int overwrite)
 {
-    if (!dt_model_gpt2_shape(m))
+    dt_gpt2_shape_t shape;
+    if (dt_hf_gpt2_shape(dt_model_info(m), &shape) != DT_OK)
         return dt_err_set(DT_ERR_INVALID, "importing '%s': the model is not a gpt2", weights);
     const dt_model_desc_t *d = dt_model_desc(m);
     const int n_states = 3; /* params, exp_avg, exp_avg_sq: what AdamW resumes */
@@ -520,7 +521,7 @@ int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root, int
     }
     if ((rc = dt_safetensors_open(weights, &st)) || (rc = import_map(st, weights, d, src, &head)))
         goto out;
-    if (head) { /* wte is the embedding unit's first tensor (gpt2.c) */
+    if (head) { /* wte is the embedding unit's first tensor (plugins/gpt2/gpt2.c) */
         if (strcmp(d->units[0].params[0].name, "wte.weight") != 0)
             rc = dt_err_set(DT_ERR_INVALID, "import: the model's first tensor is %s, not "
                             "wte.weight", d->units[0].params[0].name);

@@ -45,6 +45,38 @@ int dt_hf_gpt2_role(const char *name, const char **base)
     return DT_HF_PARAM;
 }
 
+static const char *const shape_keys[] = {"n_layer", "n_head", "n_embd", "vocab_size",
+                                         "context"};
+
+int dt_hf_gpt2_shape(const dt_model_info_t *mi, dt_gpt2_shape_t *out)
+{
+    int64_t *dst[] = {&out->n_layer, &out->n_head, &out->n_embd, &out->vocab_size,
+                      &out->context};
+    if (mi->n_keys != 5)
+        return DT_ERR_NOT_FOUND;
+    for (int i = 0; i < 5; i++) {
+        if (strcmp(mi->keys[i].key, shape_keys[i]) != 0)
+            return DT_ERR_NOT_FOUND;
+        *dst[i] = mi->keys[i].value;
+    }
+    return DT_OK;
+}
+
+int dt_hf_gpt2_manifest(const cJSON *model)
+{
+    const cJSON *it;
+    int i = 0;
+    cJSON_ArrayForEach(it, model)
+    {
+        if (!cJSON_IsNumber(it))
+            continue;
+        if (i == 5 || strcmp(it->string, shape_keys[i]) != 0)
+            return 0;
+        i++;
+    }
+    return i == 5;
+}
+
 char *dt_hf_gpt2_config_text(const dt_gpt2_shape_t *s, size_t *len)
 {
     *len = 0;
@@ -124,7 +156,7 @@ static int int_key(const char *path, const cJSON *j, const char *key, int64_t *o
 
 /* ---- the settings dtrain's GPT-2 computes -----------------------------
  * GPT2Config's keys that change what the model computes, each with the one
- * value (or the equivalent values) dtrain's GPT-2 (core/model/gpt2.c and
+ * value (or the equivalent values) dtrain's GPT-2 (plugins/gpt2/gpt2.c and
  * the device's kernels) computes; a key absent takes transformers' default,
  * which is that value.  Keys that do not change the function are ignored:
  * reorder_and_upcast_attn (the same scaled scores, computed in f32 in

@@ -17,7 +17,23 @@
 #ifndef DT_CKPT_HF_GPT2_H
 #define DT_CKPT_HF_GPT2_H
 
+#include <cjson/cJSON.h>
+
 #include "model/model.h"
+
+/* The shape of a GPT-2 family model.  Which model is one is told by its
+ * shape keys (dtrain/model.h dt_model_info_t), not by its plugin's name:
+ * exactly n_layer, n_head, n_embd, vocab_size, context, in that order. */
+typedef struct dt_gpt2_shape {
+    int64_t n_layer, n_head, n_embd, vocab_size, context;
+} dt_gpt2_shape_t;
+
+/* The GPT-2 shape of model info `mi` into *out: DT_OK, or
+ * DT_ERR_NOT_FOUND (no message) when its keys are not a GPT-2's. */
+int dt_hf_gpt2_shape(const dt_model_info_t *mi, dt_gpt2_shape_t *out);
+/* The same of a checkpoint manifest's "model" object (its numeric keys in
+ * the order written): 1 when they are a GPT-2's, else 0. */
+int dt_hf_gpt2_manifest(const cJSON *model);
 
 /* Whether GPT-2 tensor `name` is a Conv1D weight (stored transposed). */
 int dt_hf_gpt2_conv1d(const char *name);

@@ -14,9 +14,11 @@ int dt_cli_model_open(dt_cli_model_t *cm, const char *const *sets, int n, const 
     if (rc)
         return dt_err_context(rc, "%s: its [model] table", origin);
     cm->resolved = 1;
-    if (!(rc = dt_resolve_plugin(&cm->r, DT_ROLE_DEVICE, NULL, NULL))) {
+    if (!(rc = dt_resolve_plugin(&cm->r, DT_ROLE_DEVICE, NULL, NULL)) &&
+        !(rc = dt_resolve_plugin(&cm->r, DT_ROLE_MODEL, NULL, NULL))) {
         cm->dev = cm->r.plugin[DT_ROLE_DEVICE];
-        if ((rc = dt_model_create(cm->r.cfg, cm->dev->ops, &cm->model)))
+        if ((rc = dt_model_create(cm->r.cfg, cm->dev->ops, dt_resolved_model(&cm->r),
+                                  &cm->model)))
             dt_err_context(rc, "%s", origin);
     }
     if (rc)

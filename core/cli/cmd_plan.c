@@ -235,22 +235,27 @@ static int plan_variants(const dt_resolved_t *r, variants_t *vs)
     return rc;
 }
 
-/* The assignments --model PRESET stands for, into sets[] from *n on:
- * --model replaces the file's shape, not just its defaults. */
-static void preset_sets(const char *preset, char buf[6][96], const char **sets, int *n)
+/* Apply --model PRESET: model.preset, and the shape keys the model
+ * plugin's preset slot says it sets, as --set would (--model replaces the
+ * file's shape, not just its defaults). */
+static int apply_preset(dt_resolved_t *r, const char *preset)
 {
-    dt_gpt2_shape_t s;
-    snprintf(buf[0], 96, "model.preset=%s", preset);
-    sets[(*n)++] = buf[0];
-    if (dt_gpt2_preset(preset, &s) != DT_OK)
-        return;
-    snprintf(buf[1], 96, "model.n_layer=%lld", (long long)s.n_layer);
-    snprintf(buf[2], 96, "model.n_head=%lld", (long long)s.n_head);
-    snprintf(buf[3], 96, "model.n_embd=%lld", (long long)s.n_embd);
-    snprintf(buf[4], 96, "model.vocab_size=%lld", (long long)s.vocab_size);
-    snprintf(buf[5], 96, "model.context=%lld", (long long)s.context);
-    for (int k = 1; k < 6; k++)
-        sets[(*n)++] = buf[k];
+    char buf[128];
+    snprintf(buf, sizeof buf, "model.preset=%s", preset);
+    int rc = dt_resolve_set(r, buf);
+    if (!rc)
+        rc = dt_resolve_plugin(r, DT_ROLE_MODEL, NULL, NULL);
+    const dt_model_ops_t *ops = dt_resolved_model(r);
+    if (rc || !DT_HAS_OP(dt_model_ops_v1_t, ops, preset))
+        return rc;
+    dt_model_key_t keys[DT_MODEL_MAX_KEYS];
+    uint32_t n = ops->preset(preset, keys, DT_MODEL_MAX_KEYS);
+    for (uint32_t k = 0; k < n && !rc; k++) {
+        snprintf(buf, sizeof buf, "%s.%s=%lld", dt_model_key_table(ops->info.name, keys[k].key),
+                 keys[k].key, (long long)keys[k].value);
+        rc = dt_resolve_set(r, buf);
+    }
+    return rc;
 }
 
 /* Select the variant on the one resolved config (its strategy and that
@@ -434,7 +439,8 @@ static int replan(const plan_ctx_t *c, const plan_row_t *row, const char *what, 
         rc = dt_resolve_set(r, set);
     }
     if (!rc)
-        rc = dt_model_create_part(r->cfg, r->plugin[DT_ROLE_DEVICE]->ops, c->tp, 0, &m);
+        rc = dt_model_create_part(r->cfg, r->plugin[DT_ROLE_DEVICE]->ops, dt_resolved_model(r),
+                                  c->tp, 0, &m);
     if (!rc)
         rc = dt_plan_strategy_offload(r->plugin[DT_ROLE_DATA], m, &r->set,
                                       (int)(world / c->tp), what[0] != 0, &e);
@@ -994,18 +1000,15 @@ int dt_cmd_plan(int argc, char **argv)
     plan_limits_t lim = {0, 0.0, NULL, 19};
     if ((ec = parse_options(vals, &world, &lim)))
         return ec;
-    const char *sets[DT_ARRAY_LEN(a.sets) + 6];
-    char preset[6][96];
-    int n = 0;
-    for (int i = 0; i < a.n_sets; i++)
-        sets[n++] = a.sets[i];
-    if (vals[1])
-        preset_sets(vals[1], preset, sets, &n);
     /* one parse of the file; each variant changes the selection on it */
     dt_resolved_t r;
-    int rc = dt_resolve_core(a.config, sets, n, &r);
+    int rc = dt_resolve_core(a.config, a.sets, a.n_sets, &r);
     if (rc)
         return dt_cli_fail("plan", rc);
+    if (vals[1] && (rc = apply_preset(&r, vals[1]))) {
+        dt_resolved_free(&r);
+        return dt_cli_fail("plan", rc);
+    }
     if (world <= 0)
         world = r.set.launch.nproc;
     char own[96], own_where[1400], tier[96] = "", tier_summary[256] = "";
@@ -1062,8 +1065,8 @@ int dt_cmd_plan(int argc, char **argv)
         /* under tensor parallelism, a rank's part (tensor rank 0's: the
          * first ranks hold a vocabulary row more when it does not divide) */
         if (rc == DT_OK && !m &&
-            (rc = dt_model_create_part(r.cfg, r.plugin[DT_ROLE_DEVICE]->ops, tp, 0, &m)) ==
-                DT_OK)
+            (rc = dt_model_create_part(r.cfg, r.plugin[DT_ROLE_DEVICE]->ops,
+                                       dt_resolved_model(&r), tp, 0, &m)) == DT_OK)
             print_header(&r, m, world, &lim, tier_summary);
         if (rc == DT_OK)
             rc = dt_plan_strategy_offload(r.plugin[DT_ROLE_DATA], m, &r.set, (int)(world / tp),

@@ -302,10 +302,10 @@ static int load_model(sample_run_t *s, const char *dir)
         s->stream = NULL;
         return dt_plugin_failed(p, rc, "stream_create");
     }
-    if (!dt_model_gpt2_shape(s->model))
+    if (!DT_HAS_OP(dt_model_ops_v1_t, dt_model_ops(s->model), decoder_create))
         return dt_err_set(DT_ERR_UNSUPPORTED,
                           "checkpoint '%s' holds an arch = \"%s\" model: generation needs a "
-                          "gpt2 model",
+                          "model plugin with a decoder (gpt2 has one)",
                           dir, dt_model_info(s->model)->arch);
     const dt_model_desc_t *d = dt_model_desc(s->model);
     if ((rc = dt_ckpt_check_tensors(dir, s->rd, d)))

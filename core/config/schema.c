@@ -29,11 +29,12 @@ static const dt_config_key_t run_keys[] = {
 };
 
 static const dt_config_key_t model_keys[] = {
-    K_ENUM("arch", "\"gpt2\"", "gpt2|mlp",
-           "model architecture: gpt2, or mlp (a bigram Linear+GELU stack, for testing)"),
-    K_ENUM("preset", "\"custom\"",
-           "custom|gpt2-tiny|gpt2-small|gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1558m",
-           "gpt2: named size; custom = use n_layer/n_head/n_embd"),
+    K_STR("arch", "\"gpt2\"",
+          "model plugin (architecture): gpt2, mlp (a bigram Linear+GELU stack, for testing), "
+          "or another model plugin on the search path"),
+    K_STR("preset", "\"custom\"",
+          "gpt2: named size (gpt2-tiny, gpt2-small, gpt2-124m, gpt2-350m, gpt2-774m, "
+          "gpt2-1558m: the model plugin's preset slot); custom = use n_layer/n_head/n_embd"),
     K_INT("n_layer", "2", 1, 1024, "gpt2: transformer blocks"),
     K_INT("n_head", "4", 1, 1024, "gpt2: attention heads"),
     K_INT("n_embd", "128", 1, 65536, "gpt2: embedding width"),

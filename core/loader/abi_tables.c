@@ -158,6 +158,21 @@ _Static_assert(sizeof(dt_tensor_ops_v1_t) ==
                        DT_ARRAY_LEN(tensor_v1_mandatory) * sizeof(dt_any_fn_t),
                "dt_tensor_ops_v1_t changed: update abi_tables.c");
 
+/* model v1: an architecture; pipeline stages, slots, per-unit FLOPs,
+ * tensor parallelism's count, presets and the decoder are optional. */
+static const dt_abi_method_t model_v1_mandatory[] = {
+    M(model, create), M(model, act_bytes), M(model, alloc_acts),
+    M(model, forward), M(model, backward), M(model, flops_per_token),
+};
+static const dt_abi_method_t model_v1_optional[] = {
+    M(model, stage_forward), M(model, stage_backward), M(model, use_slot),
+    M(model, unit_flops), M(model, tp_comm), M(model, free),
+    M(model, need_kernels), M(model, preset), M(model, decoder_create),
+    M(model, decoder_step), M(model, decoder_len), M(model, decoder_reset),
+    M(model, decoder_free),
+};
+DT_LAYOUT_CHECK(model, 19);
+
 #define LAYOUT(kind, KIND, sub_, n_sub_)                                       \
     LAYOUT_OF(dt_##kind##_ops_v1_t, kind##_v1, DT_##KIND##_ABI_MAJOR,          \
               DT_##KIND##_ABI_MINOR, "ops table", #kind, "method", sub_,     \
@@ -180,6 +195,7 @@ static const dt_abi_layout_t layouts_v1[DT_KIND_COUNT] = {
     [DT_KIND_TENSOR] = {DT_TENSOR_ABI_MAJOR, DT_TENSOR_ABI_MINOR, sizeof(dt_tensor_ops_v1_t),
                         tensor_v1_mandatory, DT_ARRAY_LEN(tensor_v1_mandatory), NULL, 0,
                         sizeof(dt_tensor_ops_v1_t), "ops table", "tensor", "method", NULL, 0},
+    [DT_KIND_MODEL] = LAYOUT(model, MODEL, NULL, 0),
 };
 
 #ifdef DTRAIN_TEST_HOOKS
@@ -230,7 +246,8 @@ const char *dt_abi_entry_name(int kind, uint32_t major, char *buf, size_t cap)
     static const char *const kinds[DT_KIND_COUNT] = {
         [DT_KIND_DEVICE] = "device", [DT_KIND_COMM] = "comm",
         [DT_KIND_OFFLOAD] = "offload", [DT_KIND_STRATEGY] = "strategy",
-        [DT_KIND_SCHEDULE] = "schedule", [DT_KIND_TENSOR] = "tensor"};
+        [DT_KIND_SCHEDULE] = "schedule", [DT_KIND_TENSOR] = "tensor",
+        [DT_KIND_MODEL] = "model"};
     const char *k = (kind >= 0 && kind < DT_KIND_COUNT) ? kinds[kind] : "?";
     /* Spelled as DT_ENTRY_NAME spells it: dtrain_##kind##_v##major. */
     snprintf(buf, cap, "dtrain_%s_v%u", k, (unsigned)major);

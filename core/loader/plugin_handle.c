@@ -13,6 +13,7 @@ static const char *const kind_names[DT_KIND_COUNT] = {
     [DT_KIND_STRATEGY] = "strategy",
     [DT_KIND_SCHEDULE] = "schedule",
     [DT_KIND_TENSOR] = "tensor",
+    [DT_KIND_MODEL] = "model",
 };
 
 const char *dt_kind_name(int kind)

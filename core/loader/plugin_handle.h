@@ -26,7 +26,7 @@ typedef struct dt_plugin {
 } dt_plugin_t;
 
 /* "device", "comm", "offload", "strategy", "schedule",
- * "tensor"; NULL for an unknown kind. */
+ * "tensor", "model"; NULL for an unknown kind. */
 const char *dt_kind_name(int kind);
 
 #endif /* DT_CORE_PLUGIN_HANDLE_H */

@@ -1,6 +1,7 @@
 /*
  * core/model/generate.c - choosing the next token (greedy, temperature,
- * top-k) and the generation loop over a decoder (generate.h).
+ * top-k), the generation loop over a decoder (generate.h), and the decoder
+ * itself as the model plugin's decoder slots (dtrain/model.h).
  */
 #include "model/generate.h"
 
@@ -9,6 +10,55 @@
 #include <string.h>
 
 #include "util/error.h"
+
+struct dt_decoder {
+    const dt_model_ops_t *ops;  /* the model plugin's */
+    dt_model_decoder_t *d;      /* its decoder */
+};
+
+int dt_decoder_create(dt_model_t *m, const dt_model_ctx_t *ctx, void *const *params,
+                      int64_t max_len, dt_decoder_t **out)
+{
+    *out = NULL;
+    const dt_model_ops_t *ops = dt_model_ops(m);
+    if (!DT_HAS_OP(dt_model_ops_v1_t, ops, decoder_create) ||
+        !DT_HAS_OP(dt_model_ops_v1_t, ops, decoder_free))
+        return dt_err_set(DT_ERR_UNSUPPORTED,
+                          "decoder: arch %s: generation needs a model plugin with a decoder "
+                          "(gpt2 has one)",
+                          dt_model_info(m)->arch);
+    if (dt_model_info(m)->tensor_parallel > 1)
+        return dt_err_set(DT_ERR_UNSUPPORTED,
+                          "decoder: generation runs the whole model, not a tensor-parallel part");
+    dt_decoder_t *d = calloc(1, sizeof *d);
+    if (!d)
+        return dt_err_set(DT_ERR_NOMEM, "decoder: out of memory");
+    d->ops = ops;
+    int rc = ops->decoder_create(dt_model_state(m), ctx, params, max_len, &d->d);
+    if (rc) {
+        free(d);
+        return rc;
+    }
+    *out = d;
+    return DT_OK;
+}
+
+int dt_decoder_step(dt_decoder_t *d, int32_t token, float *logits)
+{
+    return d->ops->decoder_step(d->d, token, logits);
+}
+
+int64_t dt_decoder_len(const dt_decoder_t *d) { return d->ops->decoder_len(d->d); }
+
+void dt_decoder_reset(dt_decoder_t *d) { d->ops->decoder_reset(d->d); }
+
+void dt_decoder_free(dt_decoder_t *d)
+{
+    if (!d)
+        return;
+    d->ops->decoder_free(d->d);
+    free(d);
+}
 
 /* splitmix64: small, seedable, and the same on every platform. */
 static uint64_t next_u64(uint64_t *s)

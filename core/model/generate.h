@@ -1,6 +1,7 @@
 /*
- * core/model/generate.h - text generation from a trained GPT-2: a decoder
- * that runs one position at a time with a KV cache (gpt2_decode.c), the
+ * core/model/generate.h - text generation from a trained model: a decoder
+ * that runs one position at a time with a KV cache (the model plugin's
+ * decoder slots, dtrain/model.h: plugins/gpt2/gpt2_decode.c), the
  * choice of the next token from its logits (generate.c), and the loop
  * joining the two (`dtrain sample`).
  *
@@ -18,15 +19,16 @@
 
 typedef struct dt_decoder dt_decoder_t;
 
-/* A decoder for model `m` (arch gpt2, [model] dtype fp32) on ctx's device
+/* A decoder for model `m` (through its plugin's decoder slots: gpt2's
+ * needs [model] dtype fp32 at tensor degree 1) on ctx's device
  * and stream (ctx->strat is not used: the decoder calls no hooks).
  * params[u] is unit u's flat parameter buffer, device memory of
  * desc.units[u].numel f32 laid out as the description says; the caller
  * keeps params and m alive while the decoder lives.  It holds up to
  * `max_len` positions (1 .. the model's context).  Its cache and scratch
  * are device memory tagged activations, freed by dt_decoder_free.
- * DT_ERR_INVALID / DT_ERR_UNSUPPORTED naming what is wrong for another
- * arch, a bf16 model or a bad max_len. */
+ * DT_ERR_INVALID / DT_ERR_UNSUPPORTED naming what is wrong for an arch
+ * without a decoder, a bf16 model or a bad max_len. */
 int dt_decoder_create(dt_model_t *m, const dt_model_ctx_t *ctx, void *const *params,
                       int64_t max_len, dt_decoder_t **out);
 /* Run `token` (in [0, vocab_size)) at the next position, appending its K

@@ -22,32 +22,41 @@ const char *dt_model_cfg_name(const dt_config_t *cfg)
     return p && p[0] ? p : "config";
 }
 
-static const dt_model_arch_t *const archs[] = {&dt_model_arch_gpt2, &dt_model_arch_mlp};
-
-/* [model] keys that only one arch reads: setting one for another arch is
- * an error, so a config never carries a value that silently does nothing. */
-static const struct {
-    const char *key, *arch;
-} arch_keys[] = {
-    {"preset", "gpt2"},  {"n_layer", "gpt2"},    {"n_head", "gpt2"},
-    {"n_embd", "gpt2"},  {"context", "gpt2"},    {"mlp_in", "mlp"},
-    {"mlp_hidden", "mlp"}, {"mlp_layers", "mlp"},
+/* The [model] keys the core reads itself, whatever the arch; every other
+ * [model] key is an arch's shape key, read by the plugins that declare it
+ * (their `create` reads it).  Setting one the selected plugin does not
+ * read is refused, so a config never carries a value that silently does
+ * nothing. */
+static const char *const common_keys[] = {
+    "arch", "dtype", "activations", "activation_checkpointing", "checkpoint_every",
 };
 
-static int check_arch_keys(dt_config_t *cfg, const char *arch)
+/* Every [model] key the config sets (file or --set) must be common or
+ * read by the plugin during create: checked after create, from the keys
+ * it read (dt_model_t.read_keys). */
+static int check_arch_keys(const dt_model_t *m, dt_config_t *cfg, const char *arch)
 {
-    for (size_t i = 0; i < sizeof arch_keys / sizeof arch_keys[0]; i++) {
-        char path[64];
-        snprintf(path, sizeof path, "model.%s", arch_keys[i].key);
-        dt_origin_t o = dt_config_origin(cfg, path);
-        if (strcmp(arch_keys[i].arch, arch) != 0 &&
-            (o == DT_ORIGIN_FILE || o == DT_ORIGIN_CLI))
-            return dt_err_set(DT_ERR_CONFIG,
-                              "%s: [model] %s is set (%s) but only arch = \"%s\" reads it; "
-                              "this model is arch = \"%s\"",
-                              dt_model_cfg_name(cfg), arch_keys[i].key,
-                              o == DT_ORIGIN_CLI ? "--set" : "in the file", arch_keys[i].arch,
-                              arch);
+    for (uint32_t t = 0; t < dt_core_n_sections; t++) {
+        const dt_config_section_t *sec = &dt_core_sections[t];
+        if (strcmp(sec->table, "model") != 0)
+            continue;
+        for (uint32_t i = 0; i < sec->n_keys; i++) {
+            const char *key = sec->keys[i].name;
+            int known = 0;
+            for (size_t j = 0; j < sizeof common_keys / sizeof common_keys[0]; j++)
+                known |= strcmp(key, common_keys[j]) == 0;
+            for (uint32_t j = 0; j < m->n_read_keys; j++)
+                known |= strcmp(key, m->read_keys[j]) == 0;
+            char path[96];
+            snprintf(path, sizeof path, "model.%s", key);
+            dt_origin_t o = dt_config_origin(cfg, path);
+            if (!known && (o == DT_ORIGIN_FILE || o == DT_ORIGIN_CLI))
+                return dt_err_set(DT_ERR_CONFIG,
+                                  "%s: [model] %s is set (%s) but arch = \"%s\" does not read "
+                                  "it",
+                                  dt_model_cfg_name(cfg), key,
+                                  o == DT_ORIGIN_CLI ? "--set" : "in the file", arch);
+        }
     }
     return DT_OK;
 }
@@ -57,17 +66,19 @@ int dt_model_missing_kernel(const dt_model_t *m, const char *kernel)
     return dt_err_set(DT_ERR_UNSUPPORTED,
                       "device '%s' has no kernel '%s' (%s activations, %s weights); arch %s "
                       "needs it",
-                      m->dev_name, kernel, dt_dtype_name(m->adtype), dt_dtype_name(m->wdtype),
-                      m->arch->name);
+                      m->s.dev_name, kernel, dt_dtype_name(m->s.adtype), dt_dtype_name(m->s.wdtype),
+                      m->info.arch);
 }
 
-int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, dt_model_t **out)
+int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, const dt_model_ops_t *arch,
+                    dt_model_t **out)
 {
-    return dt_model_create_part(cfg, dev, 1, 0, out);
+    return dt_model_create_part(cfg, dev, arch, 1, 0, out);
 }
 
-int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t tp,
-                         int32_t tp_rank, dt_model_t **out)
+int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev,
+                         const dt_model_ops_t *a, int32_t tp, int32_t tp_rank,
+                         dt_model_t **out)
 {
     const char *arch, *dtype, *recompute, *acts;
     int rc;
@@ -80,56 +91,57 @@ int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t t
         return dt_err_set(DT_ERR_INVALID,
                           "model: tensor rank %d is outside the tensor group of %d rank%s",
                           (int)tp_rank, (int)tp, tp == 1 ? "" : "s");
-    const dt_model_arch_t *a = NULL;
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-        if (strcmp(arch, archs[i]->name) == 0)
-            a = archs[i];
-    if (!a) /* the schema's choices and this table disagree */
-        return dt_err_set(DT_ERR_CONFIG, "%s: [model] arch = \"%s\" has no implementation",
-                          dt_model_cfg_name(cfg), arch);
-    if ((rc = check_arch_keys(cfg, arch)))
-        return rc;
+    if (!a || !a->info.name || strcmp(arch, a->info.name) != 0)
+        return dt_err_set(DT_ERR_INVALID,
+                          "model: [model] arch = \"%s\" but the model plugin given is '%s'",
+                          arch, a && a->info.name ? a->info.name : "(none)");
     dt_model_t *m = calloc(1, sizeof *m);
     if (!m)
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
     m->arch = a;
-    m->tp = tp;
-    m->tp_rank = tp_rank;
+    m->s.struct_size = sizeof m->s;
+    m->s.svc = &dt_model_services;
+    m->s.desc = &m->desc;
+    m->s.info = &m->info;
+    m->info.struct_size = sizeof m->info;
+    m->cfg = cfg;
+    m->s.tp = tp;
+    m->s.tp_rank = tp_rank;
     m->info.tensor_parallel = tp;
     m->info.tensor_rank = tp_rank;
-    m->kern = dev->kernels();
-    m->dev_name = dev->info.name ? dev->info.name : "?";
-    m->adtype = DT_F32;
+    m->s.kern = dev->kernels();
+    m->s.dev_name = dev->info.name ? dev->info.name : "?";
+    m->s.adtype = DT_F32;
     m->desc.struct_size = sizeof m->desc;
-    m->desc.arch = a->name;
-    m->info.arch = a->name;
+    m->desc.arch = a->info.name;
+    m->info.arch = a->info.name;
     if (strcmp(dtype, "fp32") == 0) {
-        m->wdtype = DT_F32;
+        m->s.wdtype = DT_F32;
         m->info.dtype = "fp32";
     } else if (strcmp(dtype, "bf16") == 0) {
-        m->wdtype = DT_BF16;
+        m->s.wdtype = DT_BF16;
         m->info.dtype = "bf16";
     } else if (strcmp(dtype, "fp16") == 0) {
-        m->wdtype = DT_F16;
+        m->s.wdtype = DT_F16;
         m->info.dtype = "fp16";
     } else {
         rc = dt_err_set(DT_ERR_CONFIG, "%s: [model] dtype = \"%s\": fp32, bf16 or fp16",
                         dt_model_cfg_name(cfg), dtype);
         goto fail;
     }
-    m->desc.param_dtype = m->wdtype;
+    m->desc.param_dtype = m->s.wdtype;
     m->info.activations = "fp32";
     if (strcmp(acts, "bf16") == 0) {
         /* matmuls multiply bf16 activations by bf16 weights, or by f32 ones
          * rounded to bf16; f16 weights would need a third format */
-        if (m->wdtype == DT_F16) {
+        if (m->s.wdtype == DT_F16) {
             rc = dt_err_set(DT_ERR_CONFIG,
                             "%s: [model] activations = \"bf16\" with dtype = \"fp16\": bf16 "
                             "activations take fp32 or bf16 parameters",
                             dt_model_cfg_name(cfg));
             goto fail;
         }
-        m->adtype = DT_BF16;
+        m->s.adtype = DT_BF16;
         m->info.activations = "bf16";
     }
     /* [model] activation_checkpointing: which units backward recomputes */
@@ -137,10 +149,12 @@ int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t t
                         : strcmp(recompute, "every") == 0 ? DT_RECOMPUTE_EVERY
                                                           : DT_RECOMPUTE_NONE;
     if ((rc = dt_config_get_int(cfg, "model.checkpoint_every", &m->recompute_every)) ||
-        (rc = a->create(m, cfg)) || (a->need_kernels && (rc = a->need_kernels(m))))
+        (rc = a->create(&m->s)) || (rc = check_arch_keys(m, cfg, arch)) ||
+        (a->need_kernels && (rc = a->need_kernels(&m->s))))
         goto fail;
-    if (m->vocab_local == 0) /* the arch holds the whole vocabulary */
-        m->vocab_local = m->info.vocab_size;
+    m->cfg = NULL;
+    if (m->s.vocab_local == 0) /* the arch holds the whole vocabulary */
+        m->s.vocab_local = m->info.vocab_size;
     for (uint32_t u = 0; u < m->desc.n_units; u++) {
         const dt_unit_desc_t *ud = &m->desc.units[u];
         if (!ud->name) {
@@ -178,7 +192,7 @@ void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx)
     free(m->slot_targets);
     free(m->host_losses);
     if (m->arch->free)
-        m->arch->free(m);
+        m->arch->free(&m->s);
     for (uint32_t i = 0; m->desc.units && i < m->desc.n_units; i++) {
         dt_unit_desc_t *u = &m->desc.units[i];
         for (uint32_t k = 0; k < u->n_params; k++)
@@ -195,20 +209,33 @@ void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx)
 
 dt_model_desc_t *dt_model_desc(dt_model_t *m) { return &m->desc; }
 const dt_model_info_t *dt_model_info(const dt_model_t *m) { return &m->info; }
-const void *dt_model_logits(const dt_model_t *m) { return m->logits; }
-int dt_model_act_dtype(const dt_model_t *m) { return m->adtype; }
+const void *dt_model_logits(const dt_model_t *m) { return m->s.logits; }
+const dt_model_ops_t *dt_model_ops(const dt_model_t *m) { return m->arch; }
+
+const char *dt_model_key_table(const char *arch, const char *key)
+{
+    for (uint32_t i = 0; i < dt_core_n_sections; i++)
+        if (strcmp(dt_core_sections[i].table, "model") == 0)
+            for (uint32_t k = 0; k < dt_core_sections[i].n_keys; k++)
+                if (strcmp(dt_core_sections[i].keys[k].name, key) == 0)
+                    return "model";
+    return arch;
+}
+dt_model_state_t *dt_model_state(dt_model_t *m) { return &m->s; }
+
+int dt_model_act_dtype(const dt_model_t *m) { return m->s.adtype; }
 
 void dt_model_tp_comm(const dt_model_t *m, int64_t B, int64_t T, dt_model_tp_comm_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (m->tp > 1 && m->arch->tp_comm)
-        m->arch->tp_comm(m, B, T, out);
+    if (m->s.tp > 1 && m->arch->tp_comm)
+        m->arch->tp_comm(&m->s, B, T, out);
 }
 
 void dt_model_unit_flops(const dt_model_t *m, int64_t T, double *out)
 {
     if (m->arch->unit_flops) {
-        m->arch->unit_flops(m, T, out);
+        m->arch->unit_flops(&m->s, T, out);
         return;
     }
     const double all = dt_model_flops_per_token(m, T);
@@ -219,7 +246,7 @@ void dt_model_unit_flops(const dt_model_t *m, int64_t T, double *out)
 
 double dt_model_flops_per_token(const dt_model_t *m, int64_t T)
 {
-    return m->arch->flops_per_token(m, T);
+    return m->arch->flops_per_token(&m->s, T);
 }
 
 /* ---- describing ---- */
@@ -234,7 +261,7 @@ int dt_model_alloc_units(dt_model_t *m, uint32_t n)
     m->n_chunks = 1;
     m->chunk_first[0] = 0;
     m->chunk_end[0] = n;
-    m->n_slots = 1;
+    m->s.n_slots = 1;
     for (uint32_t i = 0; i < n; i++) {
         dt_unit_desc_t *u = &m->desc.units[i];
         u->index = i;
@@ -287,7 +314,7 @@ int dt_model_add_param(dt_model_t *m, uint32_t unit, const char *name, int ndim,
 int dt_model_part(dt_model_t *m, uint32_t unit, int64_t g0, int64_t g1, uint32_t n_blocks,
                   const dt_param_block_t *blocks)
 {
-    if (m->tp == 1)
+    if (m->s.tp == 1)
         return DT_OK;
     dt_unit_desc_t *u = &m->desc.units[unit];
     const uint32_t k = u->n_params - 1;
@@ -300,11 +327,11 @@ int dt_model_part(dt_model_t *m, uint32_t unit, int64_t g0, int64_t g1, uint32_t
     sp->struct_size = sizeof *sp;
     sp->global_shape[0] = g0;
     sp->global_shape[1] = p->ndim > 1 ? g1 : 0;
-    sp->group_size = m->tp;
+    sp->group_size = m->s.tp;
     if (n_blocks == 0) { /* whole on every rank */
         sp->n_blocks = 1;
-        sp->copies = m->tp;
-        sp->flags = m->tp_rank == 0 ? 0u : DT_SPLIT_DUPLICATE;
+        sp->copies = m->s.tp;
+        sp->flags = m->s.tp_rank == 0 ? 0u : DT_SPLIT_DUPLICATE;
         for (int d = 0; d < p->ndim; d++)
             sp->blocks[0].size[d] = sp->global_shape[d];
     } else {
@@ -347,13 +374,13 @@ void dt_model_set_tensor(dt_model_t *m, const dt_tensor_ops_t *ops, dt_tensor_gr
  * to be issued, 0 at tp 1, a negative status (message set) without one. */
 static int tp_issue(const dt_model_t *m, const char *what, uint32_t unit)
 {
-    if (m->tp == 1)
+    if (m->s.tp == 1)
         return 0;
     if (!m->tp_ops)
         return -dt_err_set(DT_ERR_INVALID,
                            "model: the all-reduce of %s (unit %s) over the tensor group of %d "
                            "ranks: no tensor-parallel scheme was set (dt_model_set_tensor)",
-                           what, m->desc.units[unit].name, (int)m->tp);
+                           what, m->desc.units[unit].name, (int)m->s.tp);
     return 1;
 }
 
@@ -372,7 +399,7 @@ int dt_model_tp_row_forward(const dt_model_t *m, const dt_model_ctx_t *ctx, void
     int go = tp_issue(m, what, unit);
     if (go <= 0)
         return -go;
-    return tp_failed(m, m->tp_ops->row_forward(m->tp_group, buf, (uint64_t)n, m->adtype,
+    return tp_failed(m, m->tp_ops->row_forward(m->tp_group, buf, (uint64_t)n, m->s.adtype,
                                                ctx->stream),
                      what, unit);
 }
@@ -385,7 +412,7 @@ int dt_model_tp_column_start(const dt_model_t *m, const dt_model_ctx_t *ctx, voi
     if (go <= 0)
         return -go;
     return tp_failed(m, m->tp_ops->column_backward_start(m->tp_group, buf, (uint64_t)n,
-                                                         m->adtype, ctx->stream, req),
+                                                         m->s.adtype, ctx->stream, req),
                      what, unit);
 }
 
@@ -403,7 +430,7 @@ int dt_model_tp_embedding(const dt_model_t *m, const dt_model_ctx_t *ctx, void *
     int go = tp_issue(m, what, unit);
     if (go <= 0)
         return -go;
-    return tp_failed(m, m->tp_ops->embedding_forward(m->tp_group, buf, (uint64_t)n, m->adtype,
+    return tp_failed(m, m->tp_ops->embedding_forward(m->tp_group, buf, (uint64_t)n, m->s.adtype,
                                                      ctx->stream),
                      what, unit);
 }
@@ -521,7 +548,7 @@ int dt_model_dalloc(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t n, size_t 
         return dt_err_context(rc, "allocating activations (%lld x %zu bytes)", (long long)n, es);
     m->allocs[m->n_allocs++] = p;
     if (m->act_got)
-        m->act_got[m->act_owner == DT_ACT_WORKSPACE ? m->desc.n_units : m->act_owner] +=
+        m->act_got[m->s.act_owner == DT_ACT_WORKSPACE ? m->desc.n_units : m->s.act_owner] +=
             (uint64_t)n * es;
     *(void **)out = p;
     return DT_OK;
@@ -577,7 +604,7 @@ int dt_model_set_stage(dt_model_t *m, uint32_t first, uint32_t end)
 
 int dt_model_set_slots(dt_model_t *m, uint32_t n)
 {
-    if (n == m->n_slots)
+    if (n == m->s.n_slots)
         return DT_OK;
     if (m->host_losses)
         return dt_err_set(DT_ERR_INVALID, "model: activation slots are set before the "
@@ -586,24 +613,24 @@ int dt_model_set_slots(dt_model_t *m, uint32_t n)
         return dt_err_set(DT_ERR_INVALID, "model: 0 activation slots");
     if (n > 1 && !m->arch->use_slot)
         return dt_err_set(DT_ERR_CONFIG, "model: arch %s keeps one micro-batch's activations "
-                          "only, not %u", m->arch->name, n);
-    m->n_slots = n;
+                          "only, not %u", m->info.arch, n);
+    m->s.n_slots = n;
     return DT_OK;
 }
 
-uint32_t dt_model_slots(const dt_model_t *m) { return m->n_slots; }
+uint32_t dt_model_slots(const dt_model_t *m) { return m->s.n_slots; }
 
 int dt_model_use_slot(dt_model_t *m, uint32_t i)
 {
     if (!m->host_losses)
         return dt_err_set(DT_ERR_INVALID, "model: activation slot chosen before "
                           "dt_model_alloc_acts");
-    if (i >= m->n_slots)
-        return dt_err_set(DT_ERR_INVALID, "model: activation slot %u of %u", i, m->n_slots);
-    m->tokens = m->slot_tokens[i];
-    m->targets = m->slot_targets[i];
+    if (i >= m->s.n_slots)
+        return dt_err_set(DT_ERR_INVALID, "model: activation slot %u of %u", i, m->s.n_slots);
+    m->s.tokens = m->slot_tokens[i];
+    m->s.targets = m->slot_targets[i];
     if (m->arch->use_slot)
-        m->arch->use_slot(m, i);
+        m->arch->use_slot(&m->s, i);
     return DT_OK;
 }
 
@@ -669,11 +696,11 @@ int dt_model_view(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, const
 {
     const dt_unit_desc_t *u = &m->desc.units[unit];
     const dt_tensor_extra_t *e = m->extra[unit];
-    const size_t es = dt_dtype_size(m->wdtype), aes = dt_model_act_size(m);
+    const size_t es = dt_dtype_size(m->s.wdtype), aes = dt_model_act_size(m);
     memset(v, 0, sizeof *v);
     for (uint32_t k = 0; k < u->n_params; k++) {
         v->w[k] = (const char *)params + u->params[k].offset * es;
-        if (m->wdtype == m->adtype)
+        if (m->s.wdtype == m->s.adtype)
             v->a[k] = v->w[k];
         else if (need_act && e[k].kind != DT_TENSOR_MATRIX)
             v->a[k] = (const char *)m->view + e[k].view_off * aes;
@@ -684,13 +711,13 @@ int dt_model_view(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, const
             char what[160];
             snprintf(what, sizeof what, "parameter %s as the forward reads it",
                      u->params[k].name);
-            int rc = dt_model_probe(m, ctx, what, unit, NULL, v->w[k], m->wdtype,
+            int rc = dt_model_probe(m, ctx, what, unit, NULL, v->w[k], m->s.wdtype,
                                     u->params[k].numel);
             if (rc)
                 return rc;
         }
     }
-    if (m->wdtype == m->adtype || !need_act)
+    if (m->s.wdtype == m->s.adtype || !need_act)
         return DT_OK;
     /* One cast per run of adjacent non-matrix tensors: they are contiguous
      * in the strategy's buffer and in the view alike. */
@@ -703,11 +730,11 @@ int dt_model_view(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, const
         uint64_t n = 0;
         while (j < u->n_params && e[j].kind != DT_TENSOR_MATRIX)
             n += u->params[j++].numel;
-        int rc = m->kern->cast(ctx->dev, ctx->stream, (void *)v->a[k], m->adtype, v->w[k],
-                               m->wdtype, (int64_t)n);
+        int rc = m->s.kern->cast(ctx->dev, ctx->stream, (void *)v->a[k], m->s.adtype, v->w[k],
+                               m->s.wdtype, (int64_t)n);
         if (rc)
             return dt_err_context(rc, "casting %s.. of unit %s to %s", u->params[k].name,
-                                  u->name, dt_dtype_name(m->adtype));
+                                  u->name, dt_dtype_name(m->s.adtype));
         k = j;
     }
     return DT_OK;
@@ -739,21 +766,21 @@ int dt_model_act_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *unit
      * parameter and activation dtypes differ casts one unit's non-matrix
      * tensors at a time into the view */
     const double BT = (double)B * (double)T;
-    double ws = m->wdtype == m->adtype
+    double ws = m->s.wdtype == m->s.adtype
                     ? 0.0
                     : (double)dt_model_act_size(m) * (double)m->view_numel;
     if (dt_model_keeps(m, 0) == DT_KEEP_ALL)
         u[0] += 4.0 * BT;
     if (dt_model_keeps(m, n - 1) == DT_KEEP_ALL)
         u[n - 1] += 4.0 * BT;
-    int rc = m->arch->act_bytes(m, B, T, u, &ws);
+    int rc = m->arch->act_bytes(&m->s, B, T, u, &ws);
     if (rc) {
         free(u);
         return rc;
     }
     double kept = 0;
     for (uint32_t i = 0; i < n; i++) {
-        u[i] *= (double)m->n_slots; /* what a unit keeps, once per slot */
+        u[i] *= (double)m->s.n_slots; /* what a unit keeps, once per slot */
         kept += u[i];
     }
     if (!(kept + ws < ACT_BYTES_MAX)) {
@@ -790,49 +817,50 @@ int dt_model_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t B, int
 {
     if (m->host_losses)
         return dt_err_set(DT_ERR_INVALID, "model: activations are already allocated");
-    if (ctx->dev_ops->kernels() != m->kern)
+    if (ctx->dev_ops->kernels() != m->s.kern)
         return dt_err_set(DT_ERR_INVALID,
                           "model: created for device '%s', run on an instance of device '%s'",
-                          m->dev_name, ctx->dev_ops->info.name ? ctx->dev_ops->info.name : "?");
+                          m->s.dev_name, ctx->dev_ops->info.name ? ctx->dev_ops->info.name : "?");
     dt_model_act_t plan;
     int rc;
-    if (m->adtype != DT_F32 &&
-        (rc = m->kern->residual_forward(ctx->dev, ctx->stream, NULL, NULL, NULL, m->adtype, 0))) {
+    if (m->s.adtype != DT_F32 &&
+        (rc = m->s.kern->residual_forward(ctx->dev, ctx->stream, NULL, NULL, NULL, m->s.adtype,
+                                          0))) {
         /* a call of no elements: the device's dtype check alone, before any
          * memory is planned for activations it cannot run */
         char why[256];
         snprintf(why, sizeof why, "%s", dt_last_error());
         return dt_err_set(DT_ERR_CONFIG, "[model] activations = \"%s\": device '%s' does not "
-                          "run them (%s)", dt_dtype_name(m->adtype), m->dev_name, why);
+                          "run them (%s)", dt_dtype_name(m->s.adtype), m->s.dev_name, why);
     }
     if ((rc = dt_model_plan_acts(m, B, T, &plan)))
         return rc;
     const int64_t BT = B * T;
     const uint32_t n = m->desc.n_units;
-    m->B = B;
-    m->T = T;
+    m->s.B = B;
+    m->s.T = T;
     if (!(m->host_losses = malloc((size_t)BT * sizeof(float))) ||
         !(m->act_got = calloc((size_t)n + 1, sizeof *m->act_got)) ||
-        !(m->slot_tokens = calloc(m->n_slots, sizeof *m->slot_tokens)) ||
-        !(m->slot_targets = calloc(m->n_slots, sizeof *m->slot_targets)))
+        !(m->slot_tokens = calloc(m->s.n_slots, sizeof *m->slot_tokens)) ||
+        !(m->slot_targets = calloc(m->s.n_slots, sizeof *m->slot_targets)))
         return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
-    for (uint32_t s = 0; s < m->n_slots; s++) {
-        m->act_owner = 0;
+    for (uint32_t s = 0; s < m->s.n_slots; s++) {
+        m->s.act_owner = 0;
         if (dt_model_keeps(m, 0) == DT_KEEP_ALL &&
             (rc = dt_model_dalloc(m, ctx, BT, 4, &m->slot_tokens[s])))
             return rc;
-        m->act_owner = n - 1;
+        m->s.act_owner = n - 1;
         if (dt_model_keeps(m, n - 1) == DT_KEEP_ALL &&
             (rc = dt_model_dalloc(m, ctx, BT, 4, &m->slot_targets[s])))
             return rc;
     }
-    m->tokens = m->slot_tokens[0];
-    m->targets = m->slot_targets[0];
-    m->act_owner = DT_ACT_WORKSPACE;
-    if ((m->wdtype != m->adtype &&
+    m->s.tokens = m->slot_tokens[0];
+    m->s.targets = m->slot_targets[0];
+    m->s.act_owner = DT_ACT_WORKSPACE;
+    if ((m->s.wdtype != m->s.adtype &&
          (rc = dt_model_dalloc(m, ctx, (int64_t)m->view_numel, dt_model_act_size(m),
                                &m->view))) ||
-        (rc = m->arch->alloc_acts(m, ctx)))
+        (rc = m->arch->alloc_acts(&m->s, ctx)))
         return rc;
     /* The plan is what the planner and strategies were told: an arch whose
      * allocations drift from its act_bytes is a bug to report, not to run. */
@@ -842,25 +870,25 @@ int dt_model_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t B, int
             return dt_err_set(DT_ERR_INVALID,
                               "model: arch %s allocated %llu activation bytes for %s%s, its "
                               "act_bytes plans %llu (B %lld, T %lld)",
-                              m->arch->name, (unsigned long long)m->act_got[i],
+                              m->info.arch, (unsigned long long)m->act_got[i],
                               i < n ? "unit " : "the workspace", i < n ? m->desc.units[i].name : "",
                               (unsigned long long)want, (long long)B, (long long)T);
     }
     free(m->act_got);
     m->act_got = NULL;
     if (m->arch->use_slot)
-        m->arch->use_slot(m, 0);
+        m->arch->use_slot(&m->s, 0);
     return DT_OK;
 }
 
 static int check_tokens(const dt_model_t *m, const char *what, const int32_t *tok)
 {
-    for (int64_t i = 0; i < m->B * m->T; i++)
+    for (int64_t i = 0; i < m->s.B * m->s.T; i++)
         if (tok[i] < 0 || tok[i] >= m->info.vocab_size)
             return dt_err_set(DT_ERR_INVALID,
                               "model: %s token %d at sequence %lld, position %lld is outside "
                               "the vocabulary [0, %lld)",
-                              what, (int)tok[i], (long long)(i / m->T), (long long)(i % m->T),
+                              what, (int)tok[i], (long long)(i / m->s.T), (long long)(i % m->s.T),
                               (long long)m->info.vocab_size);
     return DT_OK;
 }
@@ -872,17 +900,17 @@ static int put_tokens(const dt_model_t *m, const dt_model_ctx_t *ctx, const char
                       const int32_t *tok, int32_t *dst)
 {
     int rc = check_tokens(m, what, tok);
-    return rc ? rc : ctx->dev_ops->memcpy_async(ctx->dev, dst, tok, (uint64_t)(m->B * m->T) * 4,
+    return rc ? rc : ctx->dev_ops->memcpy_async(ctx->dev, dst, tok, (uint64_t)(m->s.B * m->s.T) * 4,
                                                 DT_COPY_H2D, ctx->stream);
 }
 
-/* The mean of m->losses, after the stream's work. */
+/* The mean of m->s.losses, after the stream's work. */
 static int mean_loss(const dt_model_t *m, const dt_model_ctx_t *ctx, double *loss)
 {
-    const int64_t BT = m->B * m->T;
+    const int64_t BT = m->s.B * m->s.T;
     const dt_device_ops_t *R = ctx->dev_ops;
     int rc;
-    if ((rc = R->memcpy_async(ctx->dev, m->host_losses, m->losses, (uint64_t)BT * 4,
+    if ((rc = R->memcpy_async(ctx->dev, m->host_losses, m->s.losses, (uint64_t)BT * 4,
                               DT_COPY_D2H, ctx->stream)) ||
         (rc = R->stream_sync(ctx->dev, ctx->stream)))
         return rc;
@@ -944,19 +972,19 @@ int dt_model_step_micro(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_t 
     int rc = whole_model(m, "step");
     if (rc)
         return rc;
-    if ((rc = put_tokens(m, ctx, "input", inputs, m->tokens)) ||
-        (rc = put_tokens(m, ctx, "target", targets, m->targets)))
+    if ((rc = put_tokens(m, ctx, "input", inputs, m->s.tokens)) ||
+        (rc = put_tokens(m, ctx, "target", targets, m->s.targets)))
         return rc;
     dt_hook_t h = {.struct_size = sizeof(dt_hook_t),
                       .micro = micro,
                       .n_micro = n_micro,
                       .flags = no_grad ? DT_HOOK_NO_GRAD : 0u};
-    if ((rc = m->arch->forward(m, ctx, &h)) || (rc = mean_loss(m, ctx, loss)))
+    if ((rc = m->arch->forward(&m->s, ctx, &h)) || (rc = mean_loss(m, ctx, loss)))
         return rc;
     if (no_grad)
         return DT_OK;
     h.flags = 0;
-    return m->arch->backward(m, ctx, &h, loss_scale);
+    return m->arch->backward(&m->s, ctx, &h, loss_scale);
 }
 
 /* ---- pipeline stages ---- */
@@ -965,7 +993,7 @@ int dt_model_stage_check(const dt_model_t *m, uint32_t first, uint32_t end)
 {
     if (!m->arch->stage_forward || !m->arch->stage_backward || m->info.boundary_width <= 0)
         return dt_err_set(DT_ERR_CONFIG, "model: arch %s cannot be split into pipeline stages",
-                          m->arch->name);
+                          m->info.arch);
     if (first >= end || end > m->desc.n_units)
         return dt_err_set(DT_ERR_INVALID,
                           "model: stage of units [%u, %u) is not a non-empty range of the "
@@ -976,7 +1004,7 @@ int dt_model_stage_check(const dt_model_t *m, uint32_t first, uint32_t end)
 
 uint64_t dt_model_boundary_count(const dt_model_t *m)
 {
-    return (uint64_t)(m->B * m->T * m->info.boundary_width);
+    return (uint64_t)(m->s.B * m->s.T * m->info.boundary_width);
 }
 
 uint32_t dt_model_stage_tied(const dt_model_t *m, uint32_t first, uint32_t end, uint32_t *out,
@@ -1000,12 +1028,12 @@ int dt_model_stage_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t fi
     if (!m->host_losses)
         return dt_err_set(DT_ERR_INVALID, "model: stage forward before dt_model_alloc_acts");
     const int last = end == m->desc.n_units;
-    if ((first == 0 && (rc = put_tokens(m, ctx, "input", inputs, m->tokens))) ||
-        (last && (rc = put_tokens(m, ctx, "target", targets, m->targets))))
+    if ((first == 0 && (rc = put_tokens(m, ctx, "input", inputs, m->s.tokens))) ||
+        (last && (rc = put_tokens(m, ctx, "target", targets, m->s.targets))))
         return rc;
     const dt_hook_t h = {.struct_size = sizeof(dt_hook_t), .micro = micro, .n_micro = n_micro,
                          .flags = no_grad ? DT_HOOK_NO_GRAD : 0u};
-    if ((rc = m->arch->stage_forward(m, ctx, &h, first, end, in, out)))
+    if ((rc = m->arch->stage_forward(&m->s, ctx, &h, first, end, in, out)))
         return rc;
     if (last)
         return mean_loss(m, ctx, loss);
@@ -1020,7 +1048,7 @@ int dt_model_stage_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t f
     if (rc)
         return rc;
     const dt_hook_t h = {.struct_size = sizeof(dt_hook_t), .micro = micro, .n_micro = n_micro};
-    if ((rc = m->arch->stage_backward(m, ctx, &h, first, end, dout, din, loss_scale)))
+    if ((rc = m->arch->stage_backward(&m->s, ctx, &h, first, end, dout, din, loss_scale)))
         return rc;
     return ctx->dev_ops->stream_sync(ctx->dev, ctx->stream);
 }
@@ -1140,20 +1168,20 @@ static int probe_into(dt_model_probe_t *p, const dt_model_t *m, const dt_model_c
 
 int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head)
 {
-    const dt_kernels_t *K = m->kern;
-    const int64_t BT = m->B * m->T, V = m->vocab_local;
-    if (m->tp == 1) {
-        DT_TRY_UNIT(K->softmax_xent_forward(ctx->dev, ctx->stream, m->losses, m->probs,
-                                            m->logits, m->targets, m->adtype, BT, V),
+    const dt_kernels_t *K = m->s.kern;
+    const int64_t BT = m->s.B * m->s.T, V = m->s.vocab_local;
+    if (m->s.tp == 1) {
+        DT_TRY_UNIT(K->softmax_xent_forward(ctx->dev, ctx->stream, m->s.losses, m->s.probs,
+                                            m->s.logits, m->s.targets, m->s.adtype, BT, V),
                     "forward", head);
     } else {
         /* the parallel cross-entropy: the row maxima, then the sums of
          * exponentials and the target logits, reduced over the group */
-        float *st = m->xent_stats;
+        float *st = m->s.xent_stats;
         for (int phase = 0; phase < 3; phase++) {
-            DT_TRY_UNIT(K->vocab_xent_forward(ctx->dev, ctx->stream, phase, st, m->losses,
-                                              m->probs, m->logits, m->targets, m->adtype, BT,
-                                              m->vocab_first, V),
+            DT_TRY_UNIT(K->vocab_xent_forward(ctx->dev, ctx->stream, phase, st, m->s.losses,
+                                              m->s.probs, m->s.logits, m->s.targets,
+                                              m->s.adtype, BT, m->s.vocab_first, V),
                         "forward", head);
             if (phase == 0)
                 DT_TRY(dt_model_tp_xent(m, ctx, st, BT, DT_OP_MAX, "the logits' row maxima",
@@ -1164,29 +1192,29 @@ int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t hea
         }
     }
     DT_TRY(dt_model_probe(m, ctx, "activation probabilities", head,
-                          "the forward of the softmax cross-entropy", m->probs, m->adtype,
+                          "the forward of the softmax cross-entropy", m->s.probs, m->s.adtype,
                           (uint64_t)(BT * V)));
     return dt_model_probe(m, ctx, "per-position loss", head,
-                          "the forward of the softmax cross-entropy", m->losses, DT_F32,
+                          "the forward of the softmax cross-entropy", m->s.losses, DT_F32,
                           (uint64_t)BT);
 }
 
 int dt_model_loss_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head,
                            void *dlogits, float loss_scale)
 {
-    const dt_kernels_t *K = m->kern;
-    const int64_t BT = m->B * m->T, V = m->vocab_local;
+    const dt_kernels_t *K = m->s.kern;
+    const int64_t BT = m->s.B * m->s.T, V = m->s.vocab_local;
     DT_TRY_UNIT(dt_model_zero(ctx, dlogits, (uint64_t)(BT * V) * dt_model_act_size(m)),
                 "backward", head);
-    if (m->tp == 1)
-        DT_TRY_UNIT(K->softmax_xent_backward(ctx->dev, ctx->stream, dlogits, m->probs,
-                                             m->targets, m->adtype, loss_scale / (float)BT, BT,
+    if (m->s.tp == 1)
+        DT_TRY_UNIT(K->softmax_xent_backward(ctx->dev, ctx->stream, dlogits, m->s.probs,
+                                             m->s.targets, m->s.adtype, loss_scale / (float)BT, BT,
                                              V),
                     "backward", head);
     else
-        DT_TRY_UNIT(K->vocab_xent_backward(ctx->dev, ctx->stream, dlogits, m->probs, m->targets,
-                                           m->adtype, loss_scale / (float)BT, BT,
-                                           m->vocab_first, V),
+        DT_TRY_UNIT(K->vocab_xent_backward(ctx->dev, ctx->stream, dlogits, m->s.probs, m->s.targets,
+                                           m->s.adtype, loss_scale / (float)BT, BT,
+                                           m->s.vocab_first, V),
                     "backward", head);
     return DT_OK;
 }
@@ -1204,16 +1232,16 @@ static int probed_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_
         return rc;
     if ((rc = check_tokens(m, "input", inputs)) || (rc = check_tokens(m, "target", targets)))
         return rc;
-    const uint64_t bytes = (uint64_t)(m->B * m->T) * 4;
+    const uint64_t bytes = (uint64_t)(m->s.B * m->s.T) * 4;
     const dt_device_ops_t *R = ctx->dev_ops;
-    if ((rc = R->memcpy_async(ctx->dev, m->tokens, inputs, bytes, DT_COPY_H2D, ctx->stream)) ||
-        (rc = R->memcpy_async(ctx->dev, m->targets, targets, bytes, DT_COPY_H2D, ctx->stream)))
+    if ((rc = R->memcpy_async(ctx->dev, m->s.tokens, inputs, bytes, DT_COPY_H2D, ctx->stream)) ||
+        (rc = R->memcpy_async(ctx->dev, m->s.targets, targets, bytes, DT_COPY_H2D, ctx->stream)))
         return rc;
     /* an evaluation pass: strategies gather and release as for one */
     const dt_hook_t h = {
         .struct_size = sizeof(dt_hook_t), .micro = 0, .n_micro = 1, .flags = DT_HOOK_NO_GRAD};
     m->probe = p;
-    rc = m->arch->forward(m, ctx, &h);
+    rc = m->arch->forward(&m->s, ctx, &h);
     m->probe = NULL;
     return rc ? rc : R->stream_sync(ctx->dev, ctx->stream);
 }

@@ -8,14 +8,12 @@
  * same model code runs replicated (ddp), sharded (zero-3, fsdp) or
  * offloaded.  The model owns activations, tagged DT_TAG_ACTIVATIONS.
  *
- * Architectures ([model] arch):
- *   "gpt2"  core/model/gpt2.c: embedding, one unit per transformer block,
- *           head (final layernorm; the LM head is tied to wte)
- *   "mlp"   core/model/mlp.c: a bigram model on the same token data:
- *           embedding, mlp_layers Linear+GELU units, a Linear head to the
- *           vocabulary (a non-transformer shape for testing strategies)
- * Common machinery (config dispatch, init, activations, the bf16 parameter
- * views) is in core/model/model.c.
+ * Architectures are model plugins ([model] arch names one; dtrain/model.h):
+ * plugins/gpt2 (embedding, one unit per transformer block, head; the LM
+ * head tied to wte) and plugins/mlp (a bigram Linear+GELU stack on the same
+ * token data, a non-transformer shape for testing strategies).  The common
+ * machinery (config dispatch, init, activations, the bf16 parameter views,
+ * the services a plugin calls) is core/model/model.c.
  *
  * [model] dtype = "bf16" (or "fp16"): the strategy holds compute parameters
  * in bf16 (f16) (desc.param_dtype); matmuls read the weights so (the device's
@@ -37,60 +35,9 @@
 
 typedef struct dt_model dt_model_t;
 
-/* Most tensors one unit may have (GPT-2's block has 12). */
-#define DT_MODEL_MAX_PARAMS 16
-
-/* The compute context the model runs in: an instance of the device the
- * model was created for (dt_model_create), a stream of it, the strategy. */
-typedef struct dt_model_ctx {
-    const dt_device_ops_t *dev_ops;
-    dt_device_t *dev;
-    dt_stream_t *stream;
-    const dt_strategy_ops_t *strat_ops;
-    dt_strategy_t *strat;
-    const char *strat_name; /* for messages */
-} dt_model_ctx_t;
-
-/* One [model] key that fixes the parameter shapes. */
-typedef struct dt_model_key {
-    const char *key;  /* the [model] key's name: "n_layer", "mlp_hidden" */
-    int64_t value;
-} dt_model_key_t;
-
-#define DT_MODEL_MAX_KEYS 8
-
-/* What the rest of the engine needs to know about any model. */
-typedef struct dt_model_info {
-    const char *arch;     /* "gpt2", "mlp" */
-    const char *dtype;    /* "fp32", "bf16", "fp16": [model] dtype */
-    const char *activations; /* "fp32", "bf16": [model] activations */
-    int64_t vocab_size;   /* tokens are in [0, vocab_size) */
-    int64_t context;      /* longest sequence it takes; 0 = any length */
-    /* The keys that, with arch, determine every parameter's shape, in
-     * schema order: what a checkpoint manifest records ("model" object)
-     * and a loader compares.  gpt2: n_layer n_head n_embd vocab_size
-     * context; mlp: vocab_size mlp_in mlp_hidden mlp_layers. */
-    uint32_t n_keys;
-    dt_model_key_t keys[DT_MODEL_MAX_KEYS];
-    /* Pipeline stages: elements per token of the tensor between two units
-     * (GPT-2: n_embd, the residual stream); 0 when the arch cannot be
-     * split into stages. */
-    int64_t boundary_width;
-    /* 1 when the last unit also reads unit 0's parameters (GPT-2's LM
-     * head tied to wte): a stage holding the last unit but not unit 0
-     * holds a copy of unit 0 (dt_model_stage_tied). */
-    int tied_embedding;
-    /* [parallel] tensor and this rank's place in the tensor group. */
-    int32_t tensor_parallel, tensor_rank;
-    /* The whole model's parameter count (desc.numel is this rank's part
-     * under tensor parallelism). */
-    uint64_t global_numel;
-} dt_model_info_t;
-
-/* Shape of a GPT-2 family model. */
-typedef struct dt_gpt2_shape {
-    int64_t n_layer, n_head, n_embd, vocab_size, context;
-} dt_gpt2_shape_t;
+/* dt_model_ctx_t, dt_model_info_t (arch, vocabulary, context, shape
+ * keys), dt_model_key_t, dt_model_tp_comm_t and DT_MODEL_MAX_PARAMS /
+ * _KEYS are the SDK's (dtrain/model.h): a model plugin reads them too. */
 
 /* Tensor parallelism ([parallel] tensor = P > 1, Megatron-LM's layout):
  * each rank of a tensor group holds part of every large tensor and the
@@ -125,15 +72,17 @@ typedef struct dt_gpt2_shape {
  * table; no instance is needed, so a planner describes models without
  * one): one lacking an optional kernel the arch needs is refused here
  * with DT_ERR_UNSUPPORTED naming the device, the kernel and the dtypes. */
-int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, dt_model_t **out);
+int dt_model_create(dt_config_t *cfg, const dt_device_ops_t *dev, const dt_model_ops_t *arch,
+                    dt_model_t **out);
 /* The part of it rank `tp_rank` of a tensor group of `tp` ranks holds
  * ([parallel] tensor = tp; dt_model_create is the whole model, tp 1):
  * DT_ERR_CONFIG naming the dimension when the layout is impossible
  * ("[parallel] tensor = 4 does not divide [model] n_head = 6: attention
  * heads are split across the tensor group") or the arch has none (mlp);
  * DT_ERR_INVALID for a rank outside the group. */
-int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev, int32_t tp,
-                         int32_t tp_rank, dt_model_t **out);
+int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev,
+                         const dt_model_ops_t *arch, int32_t tp, int32_t tp_rank,
+                         dt_model_t **out);
 /* The tensor-parallel scheme over the tensor group (needed before any
  * pass when P > 1): the plugin's table and instance, kept (the caller's,
  * living as long as the model). */
@@ -154,14 +103,13 @@ void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx);
 dt_model_desc_t *dt_model_desc(dt_model_t *m);
 /* Arch, vocabulary, context and shape keys, for any arch. */
 const dt_model_info_t *dt_model_info(const dt_model_t *m);
-/* GPT-2's shape; NULL when the arch is not "gpt2" (use dt_model_info for
- * what every arch has). */
-const dt_gpt2_shape_t *dt_model_gpt2_shape(const dt_model_t *m);
-/* The shape of a named GPT-2 preset ("gpt2-124m"); DT_ERR_NOT_FOUND (no
- * message) for another name. */
-int dt_gpt2_preset(const char *name, dt_gpt2_shape_t *out);
-/* Parameter count of a preset without building a model (planner, docs). */
-uint64_t dt_gpt2_param_count(const dt_gpt2_shape_t *s);
+/* The table of shape key `key` of a model of plugin `arch`: "model" for
+ * a key of the core's [model] table, else `arch` (the plugin's own). */
+const char *dt_model_key_table(const char *arch, const char *key);
+/* The model plugin's table (the one dt_model_create was given) and the
+ * state its slots take. */
+const dt_model_ops_t *dt_model_ops(const dt_model_t *m);
+dt_model_state_t *dt_model_state(dt_model_t *m);
 
 /* Deterministic initial values of unit `unit` (host memory, unit.numel
  * floats), a function of (seed, tensor name) only: identical for any world
@@ -376,10 +324,6 @@ int dt_model_act_dtype(const dt_model_t *m);
  * (the cross-entropy's row maxima and sums, B x T and 2 B x T f32);
  * backward 2 per block (the LayerNorm inputs' gradients) + 1 (the LM
  * head's input gradient): Megatron's 2 + 2 per transformer block. */
-typedef struct dt_model_tp_comm {
-    uint32_t fwd, bwd;           /* all-reduces */
-    uint64_t fwd_bytes, bwd_bytes;
-} dt_model_tp_comm_t;
 void dt_model_tp_comm(const dt_model_t *m, int64_t B, int64_t T, dt_model_tp_comm_t *out);
 
 /* The FLOPs of one forward+backward token unit by unit, into out[n_units]

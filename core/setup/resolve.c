@@ -25,6 +25,7 @@ static const struct {
     [DT_ROLE_TENSOR] = {"tensor-parallel scheme", DT_KIND_TENSOR, "tensor.scheme"},
     [DT_ROLE_PIPELINE] = {"pipeline schedule", DT_KIND_SCHEDULE, "pipeline.schedule"},
     [DT_ROLE_OFFLOAD] = {"offload tier", DT_KIND_OFFLOAD, "parallel.offload"},
+    [DT_ROLE_MODEL] = {"model", DT_KIND_MODEL, "model.arch"},
 };
 
 #define DEFAULT_HINT "a plugin's table is named after a plugin on the search path"
@@ -117,6 +118,10 @@ static int role_plugin_name(const dt_resolved_t *r, dt_role_t role, const char *
     case DT_ROLE_COMM: v = s->run.comm; break;
     case DT_ROLE_DATA: v = s->parallel.data; break;
     case DT_ROLE_OFFLOAD: v = s->parallel.offload; break;
+    case DT_ROLE_MODEL: /* [model] is read by the model itself (core/model) */
+        if (dt_config_get_string(r->cfg, "model.arch", &v) != DT_OK)
+            return DT_OK;
+        break;
     case DT_ROLE_TENSOR: /* the scheme, only with a tensor group to run */
         if (s->parallel.tensor <= 1)
             return DT_OK;

@@ -8,6 +8,7 @@
  *                       plugin search path (run.plugin_path)
  *   dt_resolve_plugins  for each role the settings select (run.device,
  *                       run.comm, parallel.data, parallel.offload,
+ *                       model.arch,
  *                       tensor.scheme when parallel.tensor is above 1 and
  *                       pipeline.schedule when parallel.pipeline is): load
  *                       the plugin (which checks its ABI), check its table
@@ -44,6 +45,7 @@ typedef enum dt_role {
     DT_ROLE_TENSOR,   /* tensor-parallel scheme (kind tensor) */
     DT_ROLE_PIPELINE, /* pipeline schedule (kind schedule) */
     DT_ROLE_OFFLOAD,
+    DT_ROLE_MODEL,    /* the architecture (kind model), [model] arch */
     DT_ROLE_COUNT
 } dt_role_t;
 
@@ -75,6 +77,12 @@ int dt_resolve_set(dt_resolved_t *r, const char *assignment);
  * failure the role is empty and the rest of *r stays valid. */
 int dt_resolve_plugin(dt_resolved_t *r, dt_role_t role, const char *name,
                       const char *named_by);
+/* The model plugin's table (DT_ROLE_MODEL), NULL before it is resolved. */
+static inline const dt_model_ops_t *dt_resolved_model(const dt_resolved_t *r)
+{
+    return r->plugin[DT_ROLE_MODEL] ? (const dt_model_ops_t *)r->plugin[DT_ROLE_MODEL]->ops
+                                    : NULL;
+}
 /* dt_resolve_plugin for every role, from the settings. */
 int dt_resolve_plugins(dt_resolved_t *r);
 

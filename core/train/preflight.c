@@ -138,7 +138,8 @@ int dt_preflight(dt_resolved_t *r, int64_t world, int require_data)
     dt_model_t *m = NULL;
     /* tensor rank 0's part: an impossible tensor-parallel layout fails here */
     if ((rc = dt_model_create_part(r->cfg, r->plugin[DT_ROLE_DEVICE]->ops,
-                                   (int32_t)r->set.parallel.tensor, 0, &m)) == DT_OK &&
+                                   dt_resolved_model(r), (int32_t)r->set.parallel.tensor, 0,
+                                   &m)) == DT_OK &&
         (rc = dt_preflight_stages(r, m)) == DT_OK &&
         (rc = dt_preflight_batch(r, dp, dt_model_info(m)->context)) == DT_OK &&
         (rc = dt_preflight_pipeline(r, m)) == DT_OK)

@@ -1104,7 +1104,8 @@ static int print_summary(run_t *R)
 static int create_model(run_t *R)
 {
     /* under tensor parallelism, this rank's part of it */
-    return dt_model_create_part(R->r->cfg, R->dev_ops, R->grid.tp ? R->grid.tp : 1,
+    return dt_model_create_part(R->r->cfg, R->dev_ops, dt_resolved_model(R->r),
+                                R->grid.tp ? R->grid.tp : 1,
                                 R->grid.tp_rank, &R->model);
 }
 

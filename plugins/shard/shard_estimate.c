@@ -269,7 +269,7 @@ static int hook(dt_shard_engine_t *e, int phase, uint32_t unit, uint32_t micro, 
     }
 }
 
-/* One step as the core drives `arch` (core/model gpt2.c, mlp.c): every
+/* One step as the core drives `arch` (the model plugins: plugins/gpt2, plugins/mlp): every
  * unit forward; gpt2's head re-reads unit 0 (the tied embedding) inside
  * its own hooks, forward and backward; backward in reverse, each unit's
  * last post_backward ending its gradient. */

@@ -90,7 +90,7 @@ expect_out "says it is incomplete" "incomplete (no COMPLETE marker)"
 sed -e '/^n_layer\|^n_head\|^n_embd\|^context/d' -e 's/^\[model\]/[model]\narch = "mlp"/' tiny.toml > mlp.toml
 expect_exit 0 "an mlp run" "$bin" run mlp.toml --set run.name=m
 expect_exit 1 "sample of an mlp checkpoint" "$bin" sample out/m/ckpt
-expect_out "says generation needs gpt2" "generation needs a gpt2 model"
+expect_out "says generation needs gpt2" "generation needs a model plugin with a decoder"
 
 # ---- dtrain export: config.json beside the weights -------------------------
 py=/usr/bin/python3

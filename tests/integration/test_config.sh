@@ -285,7 +285,7 @@ dtrain check: error: many.toml:13:9: [zero] stage = 7 is out of range (allowed 1
 dtrain check: error: many.toml:11: parallel.offload = \"offload_cpuu\": offload plugin 'offload_cpuu' not found in: $(realpath "$(dirname "$bin")")/plugins-out (files are named dtrain_<name>.so); did you mean 'offload_cpu'?
 dtrain check: error: many.toml:15:21: [fsdp] sharding_strategy = \"FULL\" is not one of \"FULL_SHARD\", \"SHARD_GRAD_OP\", \"NO_SHARD\", \"HYBRID_SHARD\"; did you mean \"FULL_SHARD\"?
 dtrain check: error: many.toml:1:1: key 'stray_thing' is outside any table; every key belongs under a [table] heading
-dtrain check: error: many.toml:16:1: unknown table [deepspeed]; the tables in use are [run], [model], [data], [train], [optimizer], [parallel], [pipeline], [tensor], [launch], [checkpoint], [fp16], [cpu], [self], [zero] (a plugin's table is named after a plugin on the search path)"
+dtrain check: error: many.toml:16:1: unknown table [deepspeed]; the tables in use are [run], [model], [data], [train], [optimizer], [parallel], [pipeline], [tensor], [launch], [checkpoint], [fp16], [cpu], [self], [zero], [gpt2] (a plugin's table is named after a plugin on the search path)"
 expect_exit 2 "a file with 9 errors" "$bin" check many.toml --set train.micro_batch=abc
 if [ "$out" = "$want_many" ]; then ok "check reports all 9, one line each, nothing else"
 else bad "check did not report the 9 errors" "$(diff <(echo "$want_many") <(echo "$out"))"; fi

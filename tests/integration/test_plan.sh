@@ -228,7 +228,7 @@ else ok "no fits column and no recommendation without --device-memory"; fi
 # 25 Gb/s 871078656 x 8 / 25e9 s = 278.75 ms; zero-2 the same
 # (reduce-scatter + all-gather).  fsdp FULL_SHARD all-gathers every unit in
 # forward and again in backward, and the embedding twice more (the tied
-# head reads it again in forward and in backward, core/model gpt2.c), then
+# head reads it again in forward and in backward, plugins/gpt2/gpt2.c), then
 # reduce-scatters the gradients: (n-1)/n x 4 (3 P + 2 E) = 1,582,304,640
 # bytes, 506.34 ms.  The engines pad each unit to an aligned shard, so the
 # check allows 0.5%.

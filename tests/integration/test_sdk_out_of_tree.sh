@@ -31,7 +31,7 @@ done
 # The installed headers are the 1.0 SDK's promise; adding or dropping one is
 # a decision made here, never a side effect of the install rule.  The
 # in-tree family utilities (plugins/common/) are never installed.
-declared="abi.h comm.h device.h dtrain.h half.h host.h offload.h plugin.h schedule.h
+declared="abi.h comm.h device.h dtrain.h half.h host.h model.h offload.h plugin.h schedule.h
 sdk_helpers.h status.h strategy.h tensor.h tensor_parallel.h sdk/buckets.h sdk/cfg.h sdk/dp.h
 sdk/flat.h sdk/hash.h sdk/norm.h sdk/offload.h sdk/optim.h sdk/ranges.h sdk/replica.h"
 # Installed but not yet saying it: strategy.h, whose minors fold into 1.0

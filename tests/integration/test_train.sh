@@ -45,7 +45,7 @@ import json, sys
 h = [json.loads(l)["host_memory"] for l in open(sys.argv[1]) if '"host_memory"' in l]
 assert len(h) == 1 and h[0]["rank"] == 0, h
 p = h[0]["peak_bytes"]
-assert sorted(p) == ["comm/self", "device/cpu", "strategy/ddp"], sorted(p)
+assert sorted(p) == ["comm/self", "device/cpu", "model/gpt2", "strategy/ddp"], sorted(p)
 for name, tags in p.items():
     assert tags["total"] <= sum(v for k, v in tags.items() if k != "total"), (name, tags)
 assert p["strategy/ddp"]["other"] > 0, p

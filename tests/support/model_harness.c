@@ -238,6 +238,18 @@ void dt_mh_perturb(float *w, const dt_unit_desc_v1_t *u, uint64_t seed)
     }
 }
 
+const dt_model_ops_t *dt_mh_model_ops(const char *plugin_dir, const dt_config_t *cfg)
+{
+    const char *arch = NULL;
+    if (dt_config_get_string(cfg, "model.arch", &arch))
+        return NULL;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/dtrain_%s.so", plugin_dir, arch);
+    return dt_test_plugin_entry(path, DT_ENTRY_STRING(model, 1), NULL);
+}
+
+const char *dt_mh_model_dir;
+
 int dt_mh_open_at(dt_mh_t *h, const char *plugin_dir, const char *source_dir,
                   const char *model_toml, int64_t B, int64_t T, uint64_t seed)
 {
@@ -270,8 +282,14 @@ int dt_mh_open_at(dt_mh_t *h, const char *plugin_dir, const char *source_dir,
                                          dt_core_sections[i].n_keys)))
             return rc;
     int64_t tp = 1;
+    const dt_model_ops_t *ops = NULL;
     if ((rc = dt_config_get_int(h->cfg, "parallel.tensor", &tp)) ||
-        (rc = dt_model_create_part(h->cfg, h->D, (int32_t)tp, dt_mh_tp_rank, &h->model)))
+        !(ops = dt_mh_model_ops(dt_mh_model_dir ? dt_mh_model_dir : plugin_dir, h->cfg)))
+        return rc ? rc : DT_ERR_NOT_FOUND;
+    /* the plugin's own table, as the core resolves it */
+    if ((rc = dt_config_apply_schema(h->cfg, ops->info.name, ops->info.config_keys,
+                                     ops->info.n_config_keys)) ||
+        (rc = dt_model_create_part(h->cfg, h->D, ops, (int32_t)tp, dt_mh_tp_rank, &h->model)))
         return rc;
     h->desc = dt_model_desc(h->model);
     dt_mh_strategy_t *s = calloc(1, sizeof *s);

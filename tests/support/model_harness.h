@@ -52,7 +52,15 @@ extern uint32_t dt_mh_slots;
  * (dt_model_set_stages). */
 extern uint32_t dt_mh_n_chunks, dt_mh_chunk_first[4], dt_mh_chunk_end[4];
 
-/* Load the device plugin (dt_mh_device), build the model from TOML text holding
+/* Non-NULL: the folder dt_mh_open_at loads the model plugin from (an
+ * example plugin's build folder) instead of its plugin_dir. */
+extern const char *dt_mh_model_dir;
+/* The model plugin the config's [model] arch names, from `plugin_dir`
+ * (never dlclosed); NULL with the message set when it is missing. */
+const dt_model_ops_t *dt_mh_model_ops(const char *plugin_dir, const dt_config_t *cfg);
+
+/* Load the device plugin (dt_mh_device) and the model plugin ([model]
+ * arch), build the model from TOML text holding
  * a [model] table, allocate activations for B x T and the strategy, and
  * set the parameters to dt_model_init_unit(seed) perturbed by
  * dt_mh_perturb.  Returns DT_OK or a status with dt_last_error(). */

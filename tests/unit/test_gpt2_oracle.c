@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_gpt2_oracle.c - the GPT-2 model (core/model/gpt2.c) on
+ * tests/unit/test_gpt2_oracle.c - the GPT-2 model (plugins/gpt2/gpt2.c) on
  * the real cpu device against tests/reference/gpt2_ref.py, an independent
  * float64 numpy GPT-2 with a hand-written backward (itself checked by
  * finite differences in test_gpt2_ref_selfcheck.py).
@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/hf_gpt2.h"
 #include "dtrain/dtrain.h"
 #include "model/model.h"
 #include "model_harness.h"
@@ -294,8 +295,11 @@ static void test_description(void **state)
             int nd = p->ndim == 1; /* biases and norms, and only they */
             assert_int_equal((p->flags & DT_PARAM_NO_DECAY) != 0, nd);
         }
-    dt_gpt2_shape_t s = {L, NH, C, V, MAXT};
-    assert_int_equal(d->numel, dt_gpt2_param_count(&s));
+    /* wte, wpe, per block ln_1, c_attn, attn.c_proj, ln_2, c_fc,
+     * mlp.c_proj with their biases, ln_f */
+    const uint64_t block = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C +
+                           4 * C * C + C;
+    assert_int_equal(d->numel, (uint64_t)V * C + (uint64_t)MAXT * C + L * block + 2 * C);
     const dt_model_info_t *mi = dt_model_info(h.model);
     assert_string_equal(mi->arch, "gpt2");
     assert_int_equal(mi->vocab_size, V);
@@ -305,7 +309,11 @@ static void test_description(void **state)
     assert_int_equal(mi->keys[0].value, L);
     assert_string_equal(mi->keys[4].key, "context");
     assert_int_equal(mi->keys[4].value, MAXT);
-    assert_non_null(dt_model_gpt2_shape(h.model));
+    dt_gpt2_shape_t s;
+    assert_int_equal(dt_hf_gpt2_shape(mi, &s), DT_OK);
+    assert_int_equal(s.n_layer, L);
+    assert_int_equal(s.n_head, NH);
+    assert_int_equal(s.context, MAXT);
     dt_mh_close(&h);
 }
 

@@ -78,7 +78,8 @@ static void expect_load_fail(int kind, const char *name, int rc)
 
 static void test_kind_names(void **state)
 {
-    const char *names[] = {"device", "comm", "offload", "strategy", "schedule", "tensor"};
+    const char *names[] = {"device", "comm", "offload", "strategy", "schedule", "tensor",
+                           "model"};
     for (int k = 0; k < DT_KIND_COUNT; k++)
         assert_string_equal(dt_kind_name(k), names[k]);
     assert_null(dt_kind_name(DT_KIND_COUNT));
@@ -103,6 +104,9 @@ static void test_entry_names_match_macro(void **state)
     assert_string_equal(dt_abi_entry_name(DT_KIND_TENSOR, 1, buf, sizeof buf),
                         DT_ENTRY_STRING(tensor, 1));
     assert_string_equal(buf, "dtrain_tensor_v1");
+    assert_string_equal(dt_abi_entry_name(DT_KIND_MODEL, 1, buf, sizeof buf),
+                        DT_ENTRY_STRING(model, 1));
+    assert_string_equal(buf, "dtrain_model_v1");
 }
 
 /* Every slot after the info block is listed once, in struct order, and
@@ -113,7 +117,8 @@ static void test_abi_layouts_cover_structs(void **state)
     const size_t sizes[DT_KIND_COUNT] = {
         sizeof(dt_device_ops_v1_t), sizeof(dt_comm_ops_v1_t),
         sizeof(dt_offload_ops_v1_t), sizeof(dt_strategy_ops_v1_t),
-        sizeof(dt_schedule_ops_v1_t), sizeof(dt_tensor_ops_v1_t)};
+        sizeof(dt_schedule_ops_v1_t), sizeof(dt_tensor_ops_v1_t),
+        sizeof(dt_model_ops_v1_t)};
     for (int k = 0; k < DT_KIND_COUNT; k++) {
         uint32_t majors[4];
         assert_int_equal(dt_abi_majors(k, majors, 4), 1);
@@ -204,6 +209,17 @@ static void test_abi_layouts_cover_structs(void **state)
     assert_string_equal(tp->mandatory[6].name, "xent_reduce");
     assert_int_equal(tp->n_optional, 0);
     assert_int_equal(tp->min_size, sizeof(dt_tensor_ops_v1_t));
+    /* a model architecture: its own kind; what a whole-model run needs is
+     * mandatory, stages, slots, presets and the decoder optional */
+    const dt_abi_layout_t *md = dt_abi_layout(DT_KIND_MODEL, 1);
+    assert_int_equal(md->minor, 0);
+    assert_int_equal(md->n_mandatory, 6);
+    assert_string_equal(md->mandatory[0].name, "create");
+    assert_string_equal(md->mandatory[5].name, "flops_per_token");
+    assert_int_equal(md->n_optional, 13);
+    assert_string_equal(md->optional[0].name, "stage_forward");
+    assert_string_equal(md->optional[7].name, "preset");
+    assert_string_equal(md->optional[12].name, "decoder_free");
 }
 
 /* --------------------------------------------------------- search path -- */

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_mlp.c - the arch = "mlp" model (core/model/mlp.c): its
+ * tests/unit/test_mlp.c - the arch = "mlp" model (plugins/mlp/mlp.c): its
  * description and config rules, and one forward+backward on the real cpu
  * device against tests/reference/mlp_ref.py (float64 numpy, hand-written
  * backward, itself checked first by test_mlp_ref_selfcheck.py: naive loop
@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/hf_gpt2.h"
 #include "config/config.h"
 #include "dtrain/dtrain.h"
 #include "model/model.h"
@@ -206,7 +207,8 @@ static void test_description(void **state)
         assert_string_equal(mi->keys[i].key, keys[i]);
         assert_int_equal(mi->keys[i].value, vals[i]);
     }
-    assert_null(dt_model_gpt2_shape(h.model));
+    dt_gpt2_shape_t s;
+    assert_int_equal(dt_hf_gpt2_shape(mi, &s), DT_ERR_NOT_FOUND);
     /* 6 FLOPs per matmul parameter; the lookup table is no matmul */
     assert_true(dt_model_flops_per_token(h.model, T) == 6.0 * (double)(want - V * DIN));
 
@@ -246,13 +248,13 @@ static void test_config_errors(void **state)
     dt_mh_t h;
     model_toml(toml, sizeof toml, NL, "fp32", "none", "n_layer = 4\n");
     assert_status(dt_mh_open(&h, toml, B, T, SEED), DT_ERR_CONFIG);
-    assert_msg("config: [model] n_layer is set (in the file) but only arch = \"gpt2\" "
-               "reads it; this model is arch = \"mlp\"");
+    assert_msg("config: [model] n_layer is set (in the file) but arch = \"mlp\" does not "
+               "read it");
     dt_mh_close(&h);
     assert_status(dt_mh_open(&h, "[model]\narch = \"gpt2\"\nmlp_hidden = 8\n", B, T, SEED),
                   DT_ERR_CONFIG);
-    assert_msg("config: [model] mlp_hidden is set (in the file) but only arch = \"mlp\" "
-               "reads it; this model is arch = \"gpt2\"");
+    assert_msg("config: [model] mlp_hidden is set (in the file) but arch = \"gpt2\" does not "
+               "read it");
     dt_mh_close(&h);
     assert_status(dt_mh_open(&h, "[model]\narch = \"mlp\"\nmlp_out = 8\n", B, T, SEED),
                   DT_ERR_CONFIG);

@@ -85,6 +85,15 @@ static const dt_device_ops_t *cpu_ops(void)
     return ops;
 }
 
+/* The model plugin the config names (never dlclosed). */
+static const dt_model_ops_t *arch_ops(const dt_config_t *cfg)
+{
+    const dt_model_ops_t *ops = dt_mh_model_ops(DT_TEST_PLUGIN_DIR, cfg);
+    if (!ops)
+        fail_msg("%s", dt_last_error());
+    return ops;
+}
+
 /* The config of TOML text with the [model] schema applied. */
 static dt_config_t *model_config(const char *toml)
 {
@@ -103,7 +112,7 @@ static dt_model_t *describe(const char *toml, dt_config_t **cfg)
 {
     *cfg = model_config(toml);
     dt_model_t *m = NULL;
-    assert_ok(dt_model_create(*cfg, cpu_ops(), &m));
+    assert_ok(dt_model_create(*cfg, cpu_ops(), arch_ops(*cfg), &m));
     return m;
 }
 
@@ -369,7 +378,7 @@ static void test_device_lacking_a_kernel(void **state)
             g_missing = need[i].offset;
             dt_config_t *cfg = model_config(toml);
             dt_model_t *m = NULL;
-            assert_status(dt_model_create(cfg, &dev, &m), DT_ERR_UNSUPPORTED);
+            assert_status(dt_model_create(cfg, &dev, arch_ops(cfg), &m), DT_ERR_UNSUPPORTED);
             assert_null(m);
             snprintf(want, sizeof want,
                      "device 'lacking' has no kernel '%s' (f32 activations, %s weights); "
@@ -384,7 +393,7 @@ static void test_device_lacking_a_kernel(void **state)
     mlp_toml(toml, sizeof toml, "fp32", "none");
     dt_config_t *cfg = model_config(toml);
     dt_model_t *m = NULL;
-    assert_ok(dt_model_create(cfg, &dev, &m));
+    assert_ok(dt_model_create(cfg, &dev, arch_ops(cfg), &m));
     dt_model_free(m, NULL);
     dt_config_free(cfg);
 }
@@ -420,7 +429,7 @@ static void test_attention_state_is_the_devices(void **state)
     gpt2_toml(toml, sizeof toml, "fp32", "none");
     dt_config_t *cfg = model_config(toml), *cfg2 = NULL;
     dt_model_t *flash = NULL, *cpu = describe(toml, &cfg2);
-    assert_ok(dt_model_create(cfg, &dev, &flash));
+    assert_ok(dt_model_create(cfg, &dev, arch_ops(cfg), &flash));
     const uint64_t B = 3, T = 11;
     uint64_t uf[GL + 2], uc[GL + 2];
     dt_model_act_t af, ac;
@@ -466,7 +475,7 @@ static void test_attention_state_refused(void **state)
     gpt2_toml(toml, sizeof toml, "fp32", "none");
     dt_config_t *cfg = model_config(toml);
     dt_model_t *m = NULL;
-    assert_ok(dt_model_create(cfg, &dev, &m));
+    assert_ok(dt_model_create(cfg, &dev, arch_ops(cfg), &m));
     dt_model_act_t a;
     assert_status(dt_model_act_bytes(m, 2, 8, NULL, &a), DT_ERR_UNSUPPORTED);
     assert_msg("model: device 'picky' refused attention_state_bytes for B 2, T 8, C 16, NH 2, "
@@ -506,7 +515,7 @@ static void test_bf16_refused_by_device(void **state)
     gpt2_toml_acts(toml, sizeof toml, "fp32", "none", "bf16");
     dt_config_t *cfg = model_config(toml);
     dt_model_t *m = NULL;
-    assert_ok(dt_model_create(cfg, &dev, &m));
+    assert_ok(dt_model_create(cfg, &dev, arch_ops(cfg), &m));
     const dt_model_ctx_t ctx = {.dev_ops = &dev};
     assert_status(dt_model_alloc_acts(m, &ctx, 2, 8), DT_ERR_CONFIG);
     assert_msg("[model] activations = \"bf16\": device 'f32only' does not run them "

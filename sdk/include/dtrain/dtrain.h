@@ -16,6 +16,7 @@
 #include "dtrain/strategy.h"
 #include "dtrain/schedule.h"
 #include "dtrain/tensor_parallel.h"
+#include "dtrain/model.h"
 
 #define DTRAIN_VERSION_MAJOR 1
 #define DTRAIN_VERSION_MINOR 0

@@ -33,6 +33,7 @@ typedef enum dt_plugin_kind {
     DT_KIND_STRATEGY = 3,
     DT_KIND_SCHEDULE = 4, /* a pipeline schedule (schedule.h) */
     DT_KIND_TENSOR = 5,   /* a tensor-parallel scheme (tensor_parallel.h) */
+    DT_KIND_MODEL = 6,    /* a model architecture (model.h) */
     DT_KIND_COUNT
 } dt_plugin_kind_t;
 

@@ -1,6 +1,7 @@
 /*
- * core/model/gpt2_decode.c - GPT-2 inference one position at a time with
- * a KV cache (generate.h), on the device kernel table training uses.
+ * plugins/gpt2/gpt2_decode.c - GPT-2 inference one position at a time with
+ * a KV cache (the model table's decoder slots, which core/model/generate.h
+ * drives), on the device kernel table training uses.
  *
  * The kernel table has no single-query attention reading a cache:
  * attention_forward takes the whole (B, T, 3C) qkv and recomputes every
@@ -28,9 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/generate.h"
-#include "model/model_arch.h"
-#include "util/error.h"
+#include "gpt2_internal.h"
 
 /* A block's tensors, in gpt2.c's order (looked up by name, so a change of
  * layout there fails here loudly instead of reading the wrong memory). */
@@ -41,8 +40,8 @@ static const char *const block_names[] = {
 };
 enum { LN1W, LN1B, ATTW, ATTB, PROJW, PROJB, LN2W, LN2B, FCW, FCB, FCPW, FCPB, NBLOCK };
 
-struct dt_decoder {
-    const dt_model_t *m;
+struct dt_model_decoder {
+    const dt_model_state_t *m;
     dt_model_ctx_t ctx;
     int64_t L, NH, C, V, hs, max_len, len;
     const float *wte, *wpe, *lnfw, *lnfb; /* (V,C) (maxT,C) (C) (C) */
@@ -59,40 +58,41 @@ struct dt_decoder {
     size_t n_allocs;
 };
 
-static int dalloc(dt_decoder_t *d, int64_t n, size_t es, void *out)
+static int dalloc(dt_model_decoder_t *d, int64_t n, size_t es, void *out)
 {
     void *p = NULL;
     int rc = d->ctx.dev_ops->alloc(d->ctx.dev, (uint64_t)n * es, DT_TAG_ACTIVATIONS, &p);
     if (rc)
-        return dt_err_context(rc, "decoder: allocating %lld bytes",
-                              (long long)((uint64_t)n * es));
+        return d->m->svc->err_context(rc, "decoder: allocating %lld bytes",
+                                      (long long)((uint64_t)n * es));
     d->allocs[d->n_allocs++] = p;
     *(void **)out = p;
     return DT_OK;
 }
 
 /* Tensor `name` of unit u in its flat buffer, checked to have n elements. */
-static int find(const dt_model_t *m, void *const *params, uint32_t u, const char *name,
+static int find(const dt_model_state_t *m, void *const *params, uint32_t u, const char *name,
                 uint64_t n, const float **out)
 {
-    const dt_unit_desc_t *ud = &m->desc.units[u];
+    const dt_unit_desc_t *ud = &m->desc->units[u];
     for (uint32_t k = 0; k < ud->n_params; k++)
         if (strcmp(ud->params[k].name, name) == 0) {
             if (ud->params[k].numel != n)
-                return dt_err_set(DT_ERR_INVALID,
-                                  "decoder: tensor %s has %llu elements, expected %llu", name,
-                                  (unsigned long long)ud->params[k].numel,
-                                  (unsigned long long)n);
+                return m->svc->set_error(DT_ERR_INVALID,
+                                         "decoder: tensor %s has %llu elements, expected %llu",
+                                         name,
+                                         (unsigned long long)ud->params[k].numel,
+                                         (unsigned long long)n);
             *out = (const float *)params[u] + ud->params[k].offset;
             return DT_OK;
         }
-    return dt_err_set(DT_ERR_INVALID, "decoder: unit %s has no tensor %s", ud->name, name);
+    return m->svc->set_error(DT_ERR_INVALID, "decoder: unit %s has no tensor %s", ud->name, name);
 }
 
-static int point(dt_decoder_t *d, void *const *params)
+static int point(dt_model_decoder_t *d, void *const *params)
 {
-    const dt_model_t *m = d->m;
-    const uint64_t C = (uint64_t)d->C, V = (uint64_t)d->V, maxT = (uint64_t)m->info.context;
+    const dt_model_state_t *m = d->m;
+    const uint64_t C = (uint64_t)d->C, V = (uint64_t)d->V, maxT = (uint64_t)m->info->context;
     const uint32_t head = (uint32_t)d->L + 1;
     int rc;
     if ((rc = find(m, params, 0, "wte.weight", V * C, &d->wte)) ||
@@ -114,34 +114,31 @@ static int point(dt_decoder_t *d, void *const *params)
     return DT_OK;
 }
 
-int dt_decoder_create(dt_model_t *m, const dt_model_ctx_t *ctx, void *const *params,
-                      int64_t max_len, dt_decoder_t **out)
+int gpt2_decoder_create(dt_model_state_t *m, const dt_model_ctx_t *ctx, void *const *params,
+                      int64_t max_len, dt_model_decoder_t **out)
 {
     *out = NULL;
-    const dt_gpt2_shape_t *s = dt_model_gpt2_shape(m);
-    if (!s)
-        return dt_err_set(DT_ERR_UNSUPPORTED,
-                          "decoder: arch %s: generation needs a gpt2 model", m->arch->name);
+    const gpt2_shape_t *s = gpt2_shape(m);
     if (m->wdtype != DT_F32)
-        return dt_err_set(DT_ERR_UNSUPPORTED,
-                          "decoder: [model] dtype %s: generation runs fp32 parameters",
-                          m->info.dtype);
+        return m->svc->set_error(DT_ERR_UNSUPPORTED,
+                                 "decoder: [model] dtype %s: generation runs fp32 parameters",
+                                 m->info->dtype);
     /* a checkpoint trained with bf16 activations holds f32 weights like
      * any other: dtrain sample builds its model with the default fp32
      * activations, so only a caller asking for bf16 lands here */
     if (m->adtype != DT_F32)
-        return dt_err_set(DT_ERR_UNSUPPORTED,
-                          "decoder: [model] activations = \"%s\": generation runs fp32 "
-                          "activations (the weights of a run with bf16 activations sample "
-                          "in fp32)",
-                          dt_dtype_name(m->adtype));
+        return m->svc->set_error(DT_ERR_UNSUPPORTED,
+                                 "decoder: [model] activations = \"%s\": generation runs fp32 "
+                                 "activations (the weights of a run with bf16 activations sample "
+                                 "in fp32)",
+                                 dt_dtype_name(m->adtype));
     if (max_len < 1 || max_len > s->context)
-        return dt_err_set(DT_ERR_INVALID,
-                          "decoder: %lld positions: 1 to the model's context of %lld",
-                          (long long)max_len, (long long)s->context);
-    dt_decoder_t *d = calloc(1, sizeof *d);
+        return m->svc->set_error(DT_ERR_INVALID,
+                                 "decoder: %lld positions: 1 to the model's context of %lld",
+                                 (long long)max_len, (long long)s->context);
+    dt_model_decoder_t *d = calloc(1, sizeof *d);
     if (!d)
-        return dt_err_set(DT_ERR_NOMEM, "decoder: out of memory");
+        return m->svc->set_error(DT_ERR_NOMEM, "decoder: out of memory");
     d->m = m;
     d->ctx = *ctx;
     d->L = s->n_layer;
@@ -156,7 +153,7 @@ int dt_decoder_create(dt_model_t *m, const dt_model_ctx_t *ctx, void *const *par
     d->vc = calloc((size_t)L, sizeof *d->vc);
     d->allocs = calloc((size_t)(2 * L + 32), sizeof *d->allocs);
     int rc = (!d->blk || !d->kc || !d->vc || !d->allocs)
-                 ? dt_err_set(DT_ERR_NOMEM, "decoder: out of memory")
+                 ? m->svc->set_error(DT_ERR_NOMEM, "decoder: out of memory")
                  : point(d, params);
     for (int64_t l = 0; l < L && !rc; l++)
         if (!(rc = dalloc(d, max_len * C, 4, &d->kc[l])))
@@ -171,14 +168,14 @@ int dt_decoder_create(dt_model_t *m, const dt_model_ctx_t *ctx, void *const *par
         (rc = dalloc(d, d->V, 4, &d->logits)) || (rc = dalloc(d, 1, 4, &d->tok)) ||
         (rc = dalloc(d, 1, 4, &d->tgt)) ||
         (rc = ctx->dev_ops->memset_async(ctx->dev, d->tgt, 0, 4, ctx->stream))) {
-        dt_decoder_free(d);
+        gpt2_decoder_free(d);
         return rc;
     }
     *out = d;
     return DT_OK;
 }
 
-void dt_decoder_free(dt_decoder_t *d)
+void gpt2_decoder_free(dt_model_decoder_t *d)
 {
     if (!d)
         return;
@@ -191,16 +188,16 @@ void dt_decoder_free(dt_decoder_t *d)
     free(d);
 }
 
-int64_t dt_decoder_len(const dt_decoder_t *d) { return d->len; }
+int64_t gpt2_decoder_len(const dt_model_decoder_t *d) { return d->len; }
 
-void dt_decoder_reset(dt_decoder_t *d) { d->len = 0; }
+void gpt2_decoder_reset(dt_model_decoder_t *d) { d->len = 0; }
 
 #define K (d->m->kern)
 #define D d->ctx.dev, d->ctx.stream
 
 /* Attention of the newest position t = d->len of layer l, qkv holding its
  * q, k, v: cache k and v, then atty = softmax(q K^T / sqrt(hs)) V. */
-static int attend(dt_decoder_t *d, int64_t l)
+static int attend(dt_model_decoder_t *d, int64_t l)
 {
     const dt_device_ops_t *o = d->ctx.dev_ops;
     const int64_t C = d->C, hs = d->hs, t = d->len, n = t + 1, cap = d->max_len;
@@ -228,7 +225,7 @@ static int attend(dt_decoder_t *d, int64_t l)
 }
 
 /* Block l on d->x (1, C), in place. */
-static int block(dt_decoder_t *d, int64_t l)
+static int block(dt_model_decoder_t *d, int64_t l)
 {
     const float *const *w = d->blk[l];
     const int64_t C = d->C;
@@ -247,35 +244,37 @@ static int block(dt_decoder_t *d, int64_t l)
     return DT_OK;
 }
 
-int dt_decoder_step(dt_decoder_t *d, int32_t token, float *logits)
+int gpt2_decoder_step(dt_model_decoder_t *d, int32_t token, float *logits)
 {
+    const dt_model_state_t *m = d->m;
     if (d->len >= d->max_len)
-        return dt_err_set(DT_ERR_INVALID, "decoder: all %lld positions are used",
-                          (long long)d->max_len);
+        return m->svc->set_error(DT_ERR_INVALID, "decoder: all %lld positions are used",
+                                 (long long)d->max_len);
     if (token < 0 || token >= d->V)
-        return dt_err_set(DT_ERR_INVALID, "decoder: token %d is outside the vocabulary (%lld)",
-                          (int)token, (long long)d->V);
+        return m->svc->set_error(DT_ERR_INVALID,
+                                 "decoder: token %d is outside the vocabulary (%lld)",
+                                 (int)token, (long long)d->V);
     const dt_device_ops_t *o = d->ctx.dev_ops;
     const int64_t C = d->C;
     int rc;
     d->host_tok = token;
     if ((rc = o->memcpy_async(d->ctx.dev, d->tok, &d->host_tok, 4, DT_COPY_H2D, d->ctx.stream)))
-        return dt_err_context(rc, "decoder: position %lld", (long long)d->len);
+        return m->svc->err_context(rc, "decoder: position %lld", (long long)d->len);
     /* wpe's row t as a one-row table: the kernel adds row 0 of what it gets */
     if ((rc = K->embedding_forward(D, d->x, d->tok, d->wte, d->wpe + d->len * C, DT_F32, 1, 1,
                                    C)))
-        return dt_err_context(rc, "decoder: embedding at position %lld", (long long)d->len);
+        return m->svc->err_context(rc, "decoder: embedding at position %lld", (long long)d->len);
     for (int64_t l = 0; l < d->L; l++)
         if ((rc = block(d, l)))
-            return dt_err_context(rc, "decoder: block %lld at position %lld", (long long)l,
-                                  (long long)d->len);
+            return m->svc->err_context(rc, "decoder: block %lld at position %lld", (long long)l,
+                                       (long long)d->len);
     if ((rc = K->layernorm_forward(D, d->ln, d->mean, d->rstd, d->x, d->lnfw, d->lnfb, DT_F32,
                                    1, C)) ||
         (rc = K->matmul_forward(D, d->logits, d->ln, d->wte, NULL, DT_F32, DT_F32, 1, C, d->V)) ||
         (rc = o->memcpy_async(d->ctx.dev, logits, d->logits, (uint64_t)d->V * 4, DT_COPY_D2H,
                               d->ctx.stream)) ||
         (rc = o->stream_sync(d->ctx.dev, d->ctx.stream)))
-        return dt_err_context(rc, "decoder: head at position %lld", (long long)d->len);
+        return m->svc->err_context(rc, "decoder: head at position %lld", (long long)d->len);
     d->len++;
     return DT_OK;
 }

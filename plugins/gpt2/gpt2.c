@@ -1,7 +1,8 @@
 /*
- * core/model/gpt2.c - the GPT-2 family as units: embedding, one unit per
- * transformer block, head (final layernorm; the LM head is tied to the
- * embedding's wte and re-uses unit 0).  Forward and backward follow llm.c's
+ * plugins/gpt2/gpt2.c - the gpt2 model plugin (dtrain/model.h): the GPT-2
+ * family as units: embedding, one unit per transformer block, head (final
+ * layernorm; the LM head is tied to the embedding's wte and re-uses unit
+ * 0).  Forward and backward follow llm.c's
  * train_gpt2.c, built from the device kernel table, with per-block
  * activation checkpointing (recompute the block in backward).
  *
@@ -13,8 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model_arch.h"
-#include "util/error.h"
+#include "gpt2_internal.h"
 
 /* Tensors of each unit, in their order in the unit's flat buffer. */
 enum { WTE, WPE };
@@ -52,7 +52,7 @@ typedef struct gpt2_slot {
 } gpt2_slot_t;
 
 typedef struct gpt2 {
-    dt_gpt2_shape_t s;
+    gpt2_shape_t s;
     /* This rank's part under tensor parallelism (m->tp ranks; the whole
      * model at tp 1): attention width and heads, MLP width. */
     int64_t ca, nha, hid;
@@ -72,7 +72,7 @@ typedef struct gpt2 {
     void *dlogits;                    /* (B,T,V) */
 } gpt2_t;
 
-static gpt2_t *G(const dt_model_t *m) { return m->arch_state; }
+static gpt2_t *G(const dt_model_state_t *m) { return m->arch_state; }
 
 /* The parameters of one transformer block of width C: ln_1, c_attn,
  * attn.c_proj, ln_2, c_fc, mlp.c_proj, each with its bias. */
@@ -81,23 +81,20 @@ static uint64_t block_params(uint64_t C)
     return 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
 }
 
-uint64_t dt_gpt2_param_count(const dt_gpt2_shape_t *s)
+static uint64_t param_count(const gpt2_shape_t *s)
 {
     uint64_t C = (uint64_t)s->n_embd;
     return (uint64_t)s->vocab_size * C + (uint64_t)s->context * C +
            (uint64_t)s->n_layer * block_params(C) + 2 * C;
 }
 
-const dt_gpt2_shape_t *dt_model_gpt2_shape(const dt_model_t *m)
-{
-    return m->arch == &dt_model_arch_gpt2 ? &G(m)->s : NULL;
-}
+const gpt2_shape_t *gpt2_shape(const dt_model_state_t *m) { return &G(m)->s; }
 
 /* ---- description ---- */
 
 static const struct {
     const char *name;
-    dt_gpt2_shape_t s;
+    gpt2_shape_t s;
 } presets[] = {
     {"gpt2-tiny", {2, 4, 128, 256, 64}},
     {"gpt2-small", {4, 4, 256, 256, 128}},
@@ -107,44 +104,64 @@ static const struct {
     {"gpt2-1558m", {48, 25, 1600, 50257, 1024}},
 };
 
-int dt_gpt2_preset(const char *name, dt_gpt2_shape_t *out)
+/* The preset slot: the shape keys of preset `name`, in the order
+ * read_shape reads them. */
+static uint32_t gpt2_preset(const char *name, dt_model_key_t *out, uint32_t cap)
 {
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (strcmp(name, presets[i].name) == 0) {
-            *out = presets[i].s;
-            return DT_OK;
+            const gpt2_shape_t *s = &presets[i].s;
+            const dt_model_key_t k[] = {{"n_layer", s->n_layer},
+                                        {"n_head", s->n_head},
+                                        {"n_embd", s->n_embd},
+                                        {"vocab_size", s->vocab_size},
+                                        {"context", s->context}};
+            uint32_t n = 0;
+            for (; n < 5 && n < cap; n++)
+                out[n] = k[n];
+            return n;
         }
-    return DT_ERR_NOT_FOUND;
+    return 0;
 }
 
-static int read_shape(dt_config_t *cfg, dt_gpt2_shape_t *s)
+static int read_shape(dt_model_state_t *m, gpt2_shape_t *s)
 {
     const char *preset;
-    int rc = dt_config_get_string(cfg, "model.preset", &preset);
+    int rc = m->svc->config_string(m, "model.preset", &preset);
     if (rc)
         return rc;
     static const char *keys[] = {"model.n_layer", "model.n_head", "model.n_embd",
                                  "model.vocab_size", "model.context"};
     int64_t *dst[] = {&s->n_layer, &s->n_head, &s->n_embd, &s->vocab_size, &s->context};
-    const dt_gpt2_shape_t *p = NULL;
+    const gpt2_shape_t *p = NULL;
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (strcmp(preset, presets[i].name) == 0)
             p = &presets[i].s;
+    if (!p && strcmp(preset, "custom") != 0) {
+        char names[256] = "custom";
+        for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+            strncat(names, ", ", sizeof names - strlen(names) - 1);
+            strncat(names, presets[i].name, sizeof names - strlen(names) - 1);
+        }
+        return m->svc->set_error(DT_ERR_CONFIG, "%s: [model] preset = \"%s\": gpt2's presets "
+                                 "are %s", dt_model_cfg_name(m), preset, names);
+    }
     const int64_t pv[] = {p ? p->n_layer : 0, p ? p->n_head : 0, p ? p->n_embd : 0,
                           p ? p->vocab_size : 0, p ? p->context : 0};
     for (int i = 0; i < 5; i++) {
-        if ((rc = dt_config_get_int(cfg, keys[i], dst[i])))
+        if ((rc = m->svc->config_int(m, keys[i], dst[i])))
             return rc;
         /* A preset supplies every shape key the user did not write. */
-        if (p && dt_config_origin(cfg, keys[i]) == DT_ORIGIN_DEFAULT) {
+        if (p && m->svc->config_origin(m, keys[i]) == DT_MODEL_ORIGIN_DEFAULT) {
             *dst[i] = pv[i];
-            dt_config_set_int(cfg, keys[i], pv[i], DT_ORIGIN_PRESET);
+            if ((rc = m->svc->config_set_preset(m, keys[i], pv[i])))
+                return rc;
         }
     }
     if (s->n_embd % s->n_head != 0)
-        return dt_err_set(DT_ERR_CONFIG,
-                          "%s: [model] n_embd = %lld is not divisible by n_head = %lld",
-                          dt_model_cfg_name(cfg), (long long)s->n_embd, (long long)s->n_head);
+        return m->svc->set_error(DT_ERR_CONFIG,
+                                 "%s: [model] n_embd = %lld is not divisible by n_head = %lld",
+                                 dt_model_cfg_name(m), (long long)s->n_embd, (long long)s->n_head);
     return DT_OK;
 }
 
@@ -157,7 +174,7 @@ enum { TP_WHOLE = 0, TP_ROWS = 1, TP_COLS = 2 };
 
 /* Add tensor `name` of global shape (r x C) or (r x C, c x C) laid as
  * `how` (groups: TP_ROWS's group count). */
-static int add_block_param(dt_model_t *m, uint32_t u, const char *name, int ndim, int64_t r,
+static int add_block_param(dt_model_state_t *m, uint32_t u, const char *name, int ndim, int64_t r,
                            int64_t c, int kind, double std, int how, int groups)
 {
     const int64_t P = m->tp, k = m->tp_rank;
@@ -185,13 +202,13 @@ static int add_block_param(dt_model_t *m, uint32_t u, const char *name, int ndim
     return rc ? rc : dt_model_part(m, u, r, c, nb, b);
 }
 
-static int gpt2_create(dt_model_t *m, dt_config_t *cfg)
+static int gpt2_create(dt_model_state_t *m)
 {
     gpt2_t *g = calloc(1, sizeof *g);
     if (!g)
-        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+        return m->svc->set_error(DT_ERR_NOMEM, "model: out of memory");
     m->arch_state = g;
-    int rc = read_shape(cfg, &g->s);
+    int rc = read_shape(m, &g->s);
     if (rc)
         return rc;
     const int64_t L = g->s.n_layer, C = g->s.n_embd, V = g->s.vocab_size, maxT = g->s.context;
@@ -199,15 +216,16 @@ static int gpt2_create(dt_model_t *m, dt_config_t *cfg)
     /* tensor parallelism: heads (so n_embd and the MLP width) split P
      * ways; the vocabulary in P near-equal ranges, nothing padded */
     if (g->s.n_head % P != 0)
-        return dt_err_set(DT_ERR_CONFIG,
-                          "%s: [parallel] tensor = %lld does not divide [model] n_head = %lld: "
-                          "attention heads are split across the tensor group",
-                          dt_model_cfg_name(cfg), (long long)P, (long long)g->s.n_head);
+        return m->svc->set_error(DT_ERR_CONFIG,
+                                 "%s: [parallel] tensor = %lld does not divide [model] "
+                                 "n_head = %lld: attention heads are split across the "
+                                 "tensor group",
+                                 dt_model_cfg_name(m), (long long)P, (long long)g->s.n_head);
     if (V < P)
-        return dt_err_set(DT_ERR_CONFIG,
-                          "%s: [parallel] tensor = %lld exceeds [model] vocab_size = %lld: "
-                          "the vocabulary is split across the tensor group",
-                          dt_model_cfg_name(cfg), (long long)P, (long long)V);
+        return m->svc->set_error(DT_ERR_CONFIG,
+                                 "%s: [parallel] tensor = %lld exceeds [model] vocab_size = %lld: "
+                                 "the vocabulary is split across the tensor group",
+                                 dt_model_cfg_name(m), (long long)P, (long long)V);
     g->ca = C / P;
     g->nha = g->s.n_head / P;
     g->hid = 4 * C / P;
@@ -218,10 +236,10 @@ static int gpt2_create(dt_model_t *m, dt_config_t *cfg)
     dt_model_add_key(m, "n_embd", C);
     dt_model_add_key(m, "vocab_size", V);
     dt_model_add_key(m, "context", maxT);
-    m->info.vocab_size = V;
-    m->info.context = maxT;
-    m->info.boundary_width = C;
-    m->info.tied_embedding = 1;
+    m->info->vocab_size = V;
+    m->info->context = maxT;
+    m->info->boundary_width = C;
+    m->info->tied_embedding = 1;
 
     const dt_param_block_t wte_part = {.start = {m->vocab_first, 0},
                                        .size = {m->vocab_local, C}};
@@ -279,7 +297,7 @@ static int gpt2_create(dt_model_t *m, dt_config_t *cfg)
     return DT_OK;
 }
 
-static void gpt2_free(dt_model_t *m)
+static void gpt2_free(dt_model_state_t *m)
 {
     gpt2_t *g = G(m);
     if (!g)
@@ -297,16 +315,16 @@ static void gpt2_free(dt_model_t *m)
 
 /* The bytes of attention's saved state for B x T, as the device sizes it
  * (the one query both the plan and the allocation use). */
-static int attn_state_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *out)
+static int attn_state_bytes(const dt_model_state_t *m, int64_t B, int64_t T, uint64_t *out)
 {
     const gpt2_t *g = G(m);
     int rc = m->kern->attention_state_bytes(B, T, g->ca, g->nha, m->adtype, out);
     if (rc)
-        return dt_err_set(rc,
-                          "model: device '%s' refused attention_state_bytes for B %lld, T %lld, "
-                          "C %lld, NH %lld, %s activations (%s)",
-                          m->dev_name, (long long)B, (long long)T, (long long)g->ca,
-                          (long long)g->nha, dt_dtype_name(m->adtype), dt_status_name(rc));
+        return m->svc->set_error(rc,
+                                 "model: device '%s' refused attention_state_bytes for B "
+                                 "%lld, T %lld, C %lld, NH %lld, %s activations (%s)",
+                                 m->dev_name, (long long)B, (long long)T, (long long)g->ca,
+                                 (long long)g->nha, dt_dtype_name(m->adtype), dt_status_name(rc));
     return DT_OK;
 }
 
@@ -321,7 +339,7 @@ static double block_bytes(double B, double T, double C, double CA, double H, dou
     return es * B * T * (3.0 * C + 4.0 * CA + 2.0 * H) + 4.0 * 4.0 * B * T + (double)att_state;
 }
 
-static int alloc_block(dt_model_t *m, const dt_model_ctx_t *ctx, block_acts_t *a)
+static int alloc_block(dt_model_state_t *m, const dt_model_ctx_t *ctx, block_acts_t *a)
 {
     const int64_t BT = m->B * m->T, C = G(m)->s.n_embd, CA = G(m)->ca, H = G(m)->hid;
     const size_t es = dt_model_act_size(m);
@@ -351,7 +369,7 @@ static int alloc_block(dt_model_t *m, const dt_model_ctx_t *ctx, block_acts_t *a
  * also keeps its intermediates; the head keeps ln_f's output and
  * statistics and the probabilities (the loss backward reads them).  All
  * else is workspace. */
-static int gpt2_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *unit,
+static int gpt2_act_bytes(const dt_model_state_t *m, int64_t B_, int64_t T_, double *unit,
                           double *ws)
 {
     const gpt2_t *g = G(m);
@@ -396,7 +414,7 @@ static int gpt2_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *u
 
 /* Slot s's kept activations: x[l] for every unit that keeps its output,
  * the blocks not recomputed, the head's ln_f and probabilities. */
-static int alloc_slot(dt_model_t *m, const dt_model_ctx_t *ctx, gpt2_slot_t *s)
+static int alloc_slot(dt_model_state_t *m, const dt_model_ctx_t *ctx, gpt2_slot_t *s)
 {
     const gpt2_t *g = G(m);
     const int64_t L = g->s.n_layer, C = g->s.n_embd, V = m->vocab_local, BT = m->B * m->T;
@@ -405,7 +423,7 @@ static int alloc_slot(dt_model_t *m, const dt_model_ctx_t *ctx, gpt2_slot_t *s)
     s->x = calloc((size_t)L + 1, sizeof *s->x);
     s->acts = calloc((size_t)L, sizeof *s->acts);
     if (!s->x || !s->acts)
-        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+        return m->svc->set_error(DT_ERR_NOMEM, "model: out of memory");
     int rc;
     for (int64_t l = 0; l <= L; l++) {
         m->act_owner = (uint32_t)l; /* x[l] is unit l's output */
@@ -430,7 +448,7 @@ static int alloc_slot(dt_model_t *m, const dt_model_ctx_t *ctx, gpt2_slot_t *s)
     return DT_OK;
 }
 
-static void gpt2_use_slot(dt_model_t *m, uint32_t i)
+static void gpt2_use_slot(dt_model_state_t *m, uint32_t i)
 {
     gpt2_t *g = G(m);
     const gpt2_slot_t *s = &g->slots[i];
@@ -442,7 +460,7 @@ static void gpt2_use_slot(dt_model_t *m, uint32_t i)
     m->probs = s->probs;
 }
 
-static int gpt2_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
+static int gpt2_alloc_acts(dt_model_state_t *m, const dt_model_ctx_t *ctx)
 {
     gpt2_t *g = G(m);
     const int64_t L = g->s.n_layer, C = g->s.n_embd, V = m->vocab_local, BT = m->B * m->T,
@@ -451,7 +469,7 @@ static int gpt2_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
     const size_t es = dt_model_act_size(m);
     g->slots = calloc(m->n_slots, sizeof *g->slots);
     if (!g->slots)
-        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+        return m->svc->set_error(DT_ERR_NOMEM, "model: out of memory");
     int rc;
     m->act_owner = DT_ACT_WORKSPACE;
     if ((rc = dt_model_dalloc(m, ctx, BT * C, es, &g->attproj)) ||
@@ -487,18 +505,18 @@ static int gpt2_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
     return DT_OK;
 }
 
-static double gpt2_flops_per_token(const dt_model_t *m, int64_t T)
+static double gpt2_flops_per_token(const dt_model_state_t *m, int64_t T)
 {
     /* 6 FLOPs per parameter per token (fwd 2 + bwd 4, the tied head counted
      * once through wte) plus attention's 6 * L * T * C (PaLM appendix B). */
-    const dt_gpt2_shape_t *s = &G(m)->s;
-    double N = (double)dt_gpt2_param_count(s) - (double)s->context * (double)s->n_embd;
+    const gpt2_shape_t *s = &G(m)->s;
+    double N = (double)param_count(s) - (double)s->context * (double)s->n_embd;
     return 6.0 * N + 6.0 * (double)s->n_layer * (double)T * (double)s->n_embd;
 }
 
 /* The all-reduces of one micro-batch through the units this rank keeps
  * (block_forward, block_backward, the embedding and the head below). */
-static void gpt2_tp_comm(const dt_model_t *m, int64_t B, int64_t T, dt_model_tp_comm_t *out)
+static void gpt2_tp_comm(const dt_model_state_t *m, int64_t B, int64_t T, dt_model_tp_comm_t *out)
 {
     const gpt2_t *g = G(m);
     const uint64_t BT = (uint64_t)(B * T), act = BT * (uint64_t)g->s.n_embd *
@@ -528,9 +546,9 @@ static void gpt2_tp_comm(const dt_model_t *m, int64_t B, int64_t T, dt_model_tp_
 /* gpt2_flops_per_token unit by unit: the embedding's lookups count 0 (and
  * wpe, as there, nothing), a block 6 per parameter and its attention's
  * 6 T C, the head 6 per ln_f parameter and the tied LM head's 6 V C. */
-static void gpt2_unit_flops(const dt_model_t *m, int64_t T, double *out)
+static void gpt2_unit_flops(const dt_model_state_t *m, int64_t T, double *out)
 {
-    const dt_gpt2_shape_t *s = &G(m)->s;
+    const gpt2_shape_t *s = &G(m)->s;
     const double C = (double)s->n_embd, V = (double)s->vocab_size;
     const double block = (double)block_params((uint64_t)s->n_embd);
     const uint32_t L = (uint32_t)s->n_layer;
@@ -565,7 +583,7 @@ static const struct {
     [P_OUT] = {" output (residual stream after the block)", "the residual add of", ".mlp"},
 };
 
-static int probe_block(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l, int which,
+static int probe_block(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_t l, int which,
                        const void *x, int64_t n)
 {
     if (!dt_model_probing(m))
@@ -582,7 +600,7 @@ static int probe_block(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l, int 
  * share of the MLP (H wide); each row-parallel projection gives a partial
  * sum, all-reduced over the tensor group (its bias added by rank 0 only),
  * so the residual stream is whole on every rank. */
-static int block_forward(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l,
+static int block_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_t l,
                          const dt_unit_view_t *v, const void *x, block_acts_t *a, void *out)
 {
     const gpt2_t *g = G(m);
@@ -625,7 +643,7 @@ static int block_forward(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l,
  * tp 1 one matmul_backward; under tensor parallelism dinp first, its
  * all-reduce started, the weight and bias gradients computed while it is
  * in flight, then the wait (Megatron-LM's overlap). */
-static int column_backward(dt_model_t *m, const dt_model_ctx_t *ctx, void *dinp, float *dw,
+static int column_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, void *dinp, float *dw,
                            float *db, const void *dout, const void *inp, const void *w,
                            int64_t N, int64_t C, int64_t OC, const char *what, uint32_t u)
 {
@@ -647,7 +665,7 @@ static int column_backward(dt_model_t *m, const dt_model_ctx_t *ctx, void *dinp,
  * partial sum, all-reduced before its LayerNorm's backward; the
  * replicated tensors' gradients (norms, row-parallel biases) come from
  * whole, identical inputs, so they are the same on every rank. */
-static int block_backward(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l,
+static int block_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_t l,
                           const dt_unit_view_t *v, float *gr, const uint64_t *o, const void *x,
                           const block_acts_t *a)
 {
@@ -687,7 +705,7 @@ static int block_backward(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t l,
  * model).  Boundary u (between unit u - 1 and unit u) is the residual
  * stream x[u - 1]: a stage not starting at the embedding copies `in` there,
  * one not ending at the head copies its last x to `out`. */
-static int gpt2_stage_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
+static int gpt2_stage_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
                               uint32_t first, uint32_t end, const void *in, void *out)
 {
     gpt2_t *g = G(m);
@@ -761,7 +779,7 @@ static int gpt2_stage_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt
  * the stage ends at the head, else from `dout` (the gradient of boundary
  * `end`); a stage not starting at the embedding leaves the gradient of its
  * input (boundary `first`) in `din`. */
-static int gpt2_stage_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
+static int gpt2_stage_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
                                uint32_t first, uint32_t end, const void *dout, void *din,
                                float loss_scale)
 {
@@ -801,7 +819,7 @@ static int gpt2_stage_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const d
     uint64_t o[NBLOCK];
     const uint32_t lo = first > 0 ? first - 1 : 0; /* first block of the stage */
     for (uint32_t l = end - 1 < L ? end - 1 : L; l-- > lo;) {
-        const dt_unit_desc_t *ud = &m->desc.units[l + 1];
+        const dt_unit_desc_t *ud = &m->desc->units[l + 1];
         for (int k = 0; k < NBLOCK; k++)
             o[k] = ud->params[k].offset;
         DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, l + 1, 0, &bl));
@@ -820,7 +838,7 @@ static int gpt2_stage_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const d
         return DT_OK;
     }
     DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, 0, 0, &b0));
-    float *dwpe = b0.grads + m->desc.units[0].params[WPE].offset;
+    float *dwpe = b0.grads + m->desc->units[0].params[WPE].offset;
     if (m->tp == 1)
         DT_TRY_UNIT(K->embedding_backward(D, b0.grads, dwpe, g->dx, m->tokens, ad, B, T, C),
                     "backward", 0);
@@ -833,19 +851,19 @@ static int gpt2_stage_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const d
 }
 
 /* The whole model: the one stage [0, L + 2). */
-static int gpt2_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h)
+static int gpt2_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h)
 {
-    return gpt2_stage_forward(m, ctx, h, 0, m->desc.n_units, NULL, NULL);
+    return gpt2_stage_forward(m, ctx, h, 0, m->desc->n_units, NULL, NULL);
 }
 
-static int gpt2_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
+static int gpt2_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
                          float loss_scale)
 {
-    return gpt2_stage_backward(m, ctx, h, 0, m->desc.n_units, NULL, NULL, loss_scale);
+    return gpt2_stage_backward(m, ctx, h, 0, m->desc->n_units, NULL, NULL, loss_scale);
 }
 
 /* Beyond the core set: norms, attention, residual adds. */
-static int gpt2_need_kernels(const dt_model_t *m)
+static int gpt2_need_kernels(const dt_model_state_t *m)
 {
     DT_MODEL_NEED(m, layernorm_forward);
     DT_MODEL_NEED(m, layernorm_backward);
@@ -862,19 +880,30 @@ static int gpt2_need_kernels(const dt_model_t *m)
     return DT_OK;
 }
 
-const dt_model_arch_t dt_model_arch_gpt2 = {
-    .name = "gpt2",
+static const dt_model_ops_v1_t gpt2_ops = {
+    .info = DT_PLUGIN_INFO_NOKEYS(MODEL, dt_model_ops_v1_t, "gpt2", "0.1.0",
+                                  "the GPT-2 family ([model] preset, n_layer, n_head, n_embd, "
+                                  "context): transformer blocks, LM head tied to wte, tensor "
+                                  "and pipeline parallel, KV-cache generation"),
     .create = gpt2_create,
     .act_bytes = gpt2_act_bytes,
     .alloc_acts = gpt2_alloc_acts,
     .forward = gpt2_forward,
     .backward = gpt2_backward,
+    .flops_per_token = gpt2_flops_per_token,
     .stage_forward = gpt2_stage_forward,
     .stage_backward = gpt2_stage_backward,
     .use_slot = gpt2_use_slot,
-    .flops_per_token = gpt2_flops_per_token,
-    .tp_comm = gpt2_tp_comm,
     .unit_flops = gpt2_unit_flops,
+    .tp_comm = gpt2_tp_comm,
     .free = gpt2_free,
     .need_kernels = gpt2_need_kernels,
+    .preset = gpt2_preset,
+    .decoder_create = gpt2_decoder_create,
+    .decoder_step = gpt2_decoder_step,
+    .decoder_len = gpt2_decoder_len,
+    .decoder_reset = gpt2_decoder_reset,
+    .decoder_free = gpt2_decoder_free,
 };
+
+DT_PLUGIN_ENTRY(model, 1, dt_model_ops_v1_t, &gpt2_ops)

@@ -1,8 +1,8 @@
 /*
- * core/model/mlp.c - arch = "mlp": a bigram language model as units, so
- * every strategy can be exercised on a shape that is not a transformer
- * (no tied unit, no attention, units of very different sizes) while
- * training on the same token files.
+ * plugins/mlp/mlp.c - the mlp model plugin (arch = "mlp", dtrain/model.h):
+ * a bigram language model as units, so every strategy can be exercised on
+ * a shape that is not a transformer (no tied unit, no attention, units of
+ * very different sizes) while training on the same token files.
  *
  *   unit 0        "embedding"  embed.weight (V, mlp_in): x = embed[token]
  *   unit 1+l      "layer.l"    fc.l.weight (mlp_hidden, in), fc.l.bias:
@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model_arch.h"
-#include "util/error.h"
+#define DT_MODEL_PLUGIN_HELPERS
+#include "dtrain/model.h"
 
 enum { EMB = 0 };    /* unit 0 */
 enum { W = 0, BIAS }; /* layers and head */
@@ -39,31 +39,31 @@ typedef struct mlp {
     void *dlogits;       /* (B,T,V) */
 } mlp_t;
 
-static mlp_t *P(const dt_model_t *m) { return m->arch_state; }
+static mlp_t *P(const dt_model_state_t *m) { return m->arch_state; }
 
-static int mlp_create(dt_model_t *m, dt_config_t *cfg)
+static int mlp_create(dt_model_state_t *m)
 {
     mlp_t *p = calloc(1, sizeof *p);
     if (!p)
-        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+        return m->svc->set_error(DT_ERR_NOMEM, "model: out of memory");
     m->arch_state = p;
     if (m->tp > 1)
-        return dt_err_set(DT_ERR_CONFIG,
-                          "%s: [parallel] tensor = %d: arch \"mlp\" has no tensor-parallel "
-                          "layout (gpt2 has)",
-                          dt_model_cfg_name(cfg), (int)m->tp);
+        return m->svc->set_error(DT_ERR_CONFIG,
+                                 "%s: [parallel] tensor = %d: arch \"mlp\" has no tensor-parallel "
+                                 "layout (gpt2 has)",
+                                 dt_model_cfg_name(m), (int)m->tp);
     int rc;
-    if ((rc = dt_config_get_int(cfg, "model.vocab_size", &p->V)) ||
-        (rc = dt_config_get_int(cfg, "model.mlp_in", &p->D)) ||
-        (rc = dt_config_get_int(cfg, "model.mlp_hidden", &p->H)) ||
-        (rc = dt_config_get_int(cfg, "model.mlp_layers", &p->NL)))
+    if ((rc = m->svc->config_int(m, "model.vocab_size", &p->V)) ||
+        (rc = m->svc->config_int(m, "model.mlp_in", &p->D)) ||
+        (rc = m->svc->config_int(m, "model.mlp_hidden", &p->H)) ||
+        (rc = m->svc->config_int(m, "model.mlp_layers", &p->NL)))
         return rc;
     dt_model_add_key(m, "vocab_size", p->V);
     dt_model_add_key(m, "mlp_in", p->D);
     dt_model_add_key(m, "mlp_hidden", p->H);
     dt_model_add_key(m, "mlp_layers", p->NL);
-    m->info.vocab_size = p->V;
-    m->info.context = 0;
+    m->info->vocab_size = p->V;
+    m->info->context = 0;
 
     const uint32_t head = (uint32_t)p->NL + 1;
     if ((rc = dt_model_alloc_units(m, head + 1)) ||
@@ -92,7 +92,7 @@ static int mlp_create(dt_model_t *m, dt_config_t *cfg)
     return DT_OK;
 }
 
-static void mlp_free(dt_model_t *m)
+static void mlp_free(dt_model_state_t *m)
 {
     mlp_t *p = P(m);
     if (!p)
@@ -103,7 +103,7 @@ static void mlp_free(dt_model_t *m)
     m->arch_state = NULL;
 }
 
-static int mlp_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
+static int mlp_alloc_acts(dt_model_state_t *m, const dt_model_ctx_t *ctx)
 {
     mlp_t *p = P(m);
     const int64_t BT = m->B * m->T, H = p->H, V = p->V, D = p->D, wide = D > H ? D : H;
@@ -111,7 +111,7 @@ static int mlp_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
     p->pre = calloc((size_t)p->NL + 1, sizeof *p->pre);
     p->out = calloc((size_t)p->NL + 1, sizeof *p->out);
     if (!p->pre || !p->out)
-        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+        return m->svc->set_error(DT_ERR_NOMEM, "model: out of memory");
     int rc, need_scratch = 0;
     m->act_owner = 0;
     if ((rc = dt_model_dalloc(m, ctx, BT * D, es, &p->x0)))
@@ -150,7 +150,8 @@ static int mlp_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx)
  * layer's GELU output, and unless the layer is recomputed its
  * pre-activation (GELU's backward reads it); the head keeps the
  * probabilities.  The rest is workspace. */
-static int mlp_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *unit, double *ws)
+static int mlp_act_bytes(const dt_model_state_t *m, int64_t B_, int64_t T_, double *unit,
+                         double *ws)
 {
     const mlp_t *p = P(m);
     const double BT = (double)B_ * (double)T_, D = (double)p->D, H = (double)p->H,
@@ -173,11 +174,11 @@ static int mlp_act_bytes(const dt_model_t *m, int64_t B_, int64_t T_, double *un
     return DT_OK;
 }
 
-static double mlp_flops_per_token(const dt_model_t *m, int64_t T)
+static double mlp_flops_per_token(const dt_model_state_t *m, int64_t T)
 {
     (void)T;
     /* 6 per matmul parameter (fwd 2 + bwd 4); the lookup is no matmul */
-    return 6.0 * (double)(m->desc.numel - m->desc.units[0].numel);
+    return 6.0 * (double)(m->desc->numel - m->desc->units[0].numel);
 }
 
 #define K (m->kern)
@@ -189,7 +190,7 @@ static const void *layer_in(const mlp_t *p, int64_t l, int64_t *width)
     return l ? p->out[l - 1] : p->x0;
 }
 
-static int mlp_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h)
+static int mlp_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h)
 {
     mlp_t *p = P(m);
     const int64_t B = m->B, T = m->T, BT = B * T, H = p->H, V = p->V;
@@ -239,7 +240,7 @@ static int mlp_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t
     return DT_OK;
 }
 
-static int mlp_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
+static int mlp_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
                         float loss_scale)
 {
     mlp_t *p = P(m);
@@ -258,14 +259,14 @@ static int mlp_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_
     DT_TRY_UNIT(dt_model_view(m, ctx, head, b.params, 0, &v), "backward", head);
     DT_TRY(dt_model_loss_backward(m, ctx, head, p->dlogits, loss_scale));
     DT_TRY_UNIT(dt_model_zero(ctx, dout, (uint64_t)(BT * in_w) * es), "backward", head);
-    DT_TRY_UNIT(K->matmul_backward(D_, dout, b.grads + m->desc.units[head].params[W].offset,
-                                   b.grads + m->desc.units[head].params[BIAS].offset,
+    DT_TRY_UNIT(K->matmul_backward(D_, dout, b.grads + m->desc->units[head].params[W].offset,
+                                   b.grads + m->desc->units[head].params[BIAS].offset,
                                    p->dlogits, in, v.w[W], ad, wd, BT, in_w, V),
                 "backward", head);
     DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
     for (int64_t l = p->NL; l-- > 0;) {
         const uint32_t u = (uint32_t)l + 1;
-        const dt_unit_desc_t *ud = &m->desc.units[u];
+        const dt_unit_desc_t *ud = &m->desc->units[u];
         in = layer_in(p, l, &in_w);
         DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, u, 0, &b));
         DT_TRY_UNIT(dt_model_view(m, ctx, u, b.params, dt_model_recomputes(m, l), &v), "backward",
@@ -293,8 +294,10 @@ static int mlp_backward(dt_model_t *m, const dt_model_ctx_t *ctx, const dt_hook_
     return DT_OK;
 }
 
-const dt_model_arch_t dt_model_arch_mlp = {
-    .name = "mlp",
+static const dt_model_ops_v1_t mlp_ops = {
+    .info = DT_PLUGIN_INFO_NOKEYS(MODEL, dt_model_ops_v1_t, "mlp", "0.1.0",
+                                  "a bigram Linear+GELU stack ([model] mlp_in, mlp_hidden, "
+                                  "mlp_layers): a non-transformer shape for testing strategies"),
     .create = mlp_create,
     .act_bytes = mlp_act_bytes,
     .alloc_acts = mlp_alloc_acts,
@@ -304,3 +307,5 @@ const dt_model_arch_t dt_model_arch_mlp = {
     .free = mlp_free,
     .need_kernels = NULL, /* the core set: embedding, matmul, GELU, loss */
 };
+
+DT_PLUGIN_ENTRY(model, 1, dt_model_ops_v1_t, &mlp_ops)

@@ -881,7 +881,7 @@ static int gpt2_need_kernels(const dt_model_state_t *m)
 }
 
 static const dt_model_ops_v1_t gpt2_ops = {
-    .info = DT_PLUGIN_INFO_NOKEYS(MODEL, dt_model_ops_v1_t, "gpt2", "0.1.0",
+    .info = DT_PLUGIN_INFO_NOKEYS(MODEL, dt_model_ops_v1_t, "gpt2", "1.0.0",
                                   "the GPT-2 family ([model] preset, n_layer, n_head, n_embd, "
                                   "context): transformer blocks, LM head tied to wte, tensor "
                                   "and pipeline parallel, KV-cache generation"),

@@ -295,7 +295,7 @@ static int mlp_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, const dt
 }
 
 static const dt_model_ops_v1_t mlp_ops = {
-    .info = DT_PLUGIN_INFO_NOKEYS(MODEL, dt_model_ops_v1_t, "mlp", "0.1.0",
+    .info = DT_PLUGIN_INFO_NOKEYS(MODEL, dt_model_ops_v1_t, "mlp", "1.0.0",
                                   "a bigram Linear+GELU stack ([model] mlp_in, mlp_hidden, "
                                   "mlp_layers): a non-transformer shape for testing strategies"),
     .create = mlp_create,

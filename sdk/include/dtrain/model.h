@@ -68,7 +68,7 @@ extern "C" {
 /* Most tensors one unit may have (GPT-2's block has 12). */
 #define DT_MODEL_MAX_PARAMS 16
 /* Most shape keys (dt_model_info_v1_t.keys). */
-#define DT_MODEL_MAX_KEYS 8
+#define DT_MODEL_MAX_KEYS 24
 
 /* The compute context a model runs in (in; the core's): an instance of
  * the device the model was created for, a stream of it, the strategy. */

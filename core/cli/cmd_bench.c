@@ -70,6 +70,7 @@ typedef struct bench_opts {
     int ledger; /* through the collective ledger's interposer, as `dtrain run` */
     double timeout_s;
     const char *comm;
+    char comm_default[64]; /* run.comm's declared default */
     const char *device; /* NULL: run.device */
     dt_cli_config_args_t sets; /* --set, for the plugin's own keys */
 } bench_opts_t;
@@ -735,7 +736,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
     o->redop = DT_OP_SUM;
     o->warmup = 3;
     o->timeout_s = 60;
-    o->comm = "shm";
+    o->comm = dt_core_default_string("run", "comm", o->comm_default, sizeof o->comm_default);
     const char *dtypes[DT_DTYPE_COUNT];
     for (int d = 0; d < DT_DTYPE_COUNT; d++)
         dtypes[d] = dt_dtype_name(d);

@@ -180,5 +180,9 @@ typedef struct dt_config_section {
 } dt_config_section_t;
 extern const dt_config_section_t dt_core_sections[];
 extern const uint32_t dt_core_n_sections;
+/* The declared default of the core's string key table.key (run.comm:
+ * "shm") into buf, or NULL when there is none: a tool that picks a plugin
+ * by default takes the config's, so no plugin name is spelled twice. */
+const char *dt_core_default_string(const char *table, const char *key, char *buf, size_t cap);
 
 #endif /* DT_CORE_CONFIG_H */

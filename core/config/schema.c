@@ -7,6 +7,8 @@
  * keys with dt_config_apply_schema.  settings.c reads these keys into typed
  * structs and the model reads [model]: a rename here is a rename there.
  */
+#include <string.h>
+
 #include "config/config.h"
 
 /* min = max = 0 means "no range" (dtrain/plugin.h). */
@@ -190,3 +192,23 @@ const dt_config_section_t dt_core_sections[] = {
 };
 
 const uint32_t dt_core_n_sections = (uint32_t)DT_ARRAY_LEN(dt_core_sections);
+
+const char *dt_core_default_string(const char *table, const char *key, char *buf, size_t cap)
+{
+    for (uint32_t s = 0; s < dt_core_n_sections; s++) {
+        const dt_config_section_t *sec = &dt_core_sections[s];
+        if (strcmp(sec->table, table) != 0)
+            continue;
+        for (uint32_t k = 0; k < sec->n_keys; k++) {
+            const char *def = sec->keys[k].def;
+            size_t n = def ? strlen(def) : 0;
+            if (strcmp(sec->keys[k].name, key) != 0 || n < 2 || def[0] != '"' ||
+                def[n - 1] != '"' || n - 2 >= cap)
+                continue;
+            memcpy(buf, def + 1, n - 2); /* declared defaults hold no escapes */
+            buf[n - 2] = '\0';
+            return buf;
+        }
+    }
+    return NULL;
+}

@@ -13,7 +13,7 @@
 #
 # The pages are checked as well: README.md under 300 lines, no line over 100
 # characters (but a program's output quoted in a ```text block), every
-# relative link to a file or folder that exists.
+# relative link to a file or folder that exists (and its #anchor to a heading).
 #
 #   test_docs_examples.sh DTRAIN WORK [FILE.md ...]    (default: all pages)
 set -euo pipefail
@@ -31,6 +31,13 @@ else
   while IFS= read -r f; do pages+=("$f"); done < <(cd "$src" && find docs -name '*.md' | sort)
 fi
 
+# slugs FILE.md: the anchors of its headings, as GitHub makes them
+slugs() {
+  awk '/^```/ { code = !code } !code && /^#+ / {
+    h = tolower($0); sub(/^#+ /, "", h); gsub(/[^a-z0-9 _-]/, "", h); gsub(/ /, "-", h); print h
+  }' "$1"
+}
+
 # ---- the pages' shape ---------------------------------------------------
 n=$(wc -l < "$src/README.md")
 [ "$n" -lt 300 ] && ok "README.md has $n lines (under 300)" ||
@@ -42,11 +49,17 @@ for p in "${pages[@]}"; do
     "$src/$p" | sed "s|^$src/||")
   [ -z "$long" ] && ok "$p: no line over 100 characters" || bad "$p: lines over 100 characters" "$long"
   # relative links: ](path) or ](path#anchor), not http(s) or a bare #anchor
+  # and an #anchor to a heading of the page it names (GitHub's slugs)
   dead=""
   while IFS= read -r l; do
     t=${l%%#*}
     [ -z "$t" ] && continue
-    [ -e "$(dirname "$src/$p")/$t" ] || dead+="$l "
+    f="$(dirname "$src/$p")/$t"
+    if [ ! -e "$f" ]; then dead+="$l "; continue; fi
+    case $l in
+      *#*) a=${l#*#}
+           grep -q -x -F -- "$a" <(slugs "$f") || dead+="$l (no such heading) " ;;
+    esac
   done < <(grep -o '](\([^)#][^)]*\))' "$src/$p" | sed 's/^](//; s/)$//' | grep -v '^[a-z]*://' || true)
   [ -z "$dead" ] && ok "$p: every relative link exists" || bad "$p: links to nothing" "$dead"
 done

@@ -43,6 +43,10 @@ n=$(wc -l < "$src/README.md")
 [ "$n" -lt 300 ] && ok "README.md has $n lines (under 300)" ||
   bad "README.md has $n lines: keep it under 300 (move detail to docs/)"
 for p in "${pages[@]}"; do
+  case $(head -n 1 "$src/$p") in
+    "# "?*) ok "$p: opens with its title" ;;
+    *) bad "$p: does not open with a '# ' title line (empty?)" ;;
+  esac
   # (example output in a ```text block is quoted as a program prints it)
   long=$(awk '/^```/ { text = !text && $0 == "```text"; next }
               !text && length($0) > 100 { printf "%s:%d (%d characters)\n", FILENAME, FNR, length($0) }' \

@@ -24,7 +24,8 @@ old=$src/docs/config-reference.md
 not_plugins=" common shard pipeline "
 
 # Wrap list items and paragraphs to 100 columns; a wrapped list item's
-# continuation lines are indented by two spaces.
+# continuation lines are indented by two spaces, and none opens with a
+# character markdown would read as a quote, a heading or a list.
 wrap() {
   awk -v W=100 '
     function flush() { if (line != "") print line; line = "" }
@@ -36,6 +37,12 @@ wrap() {
       for (i = 1; i <= n; i++) {
         if (line == "") line = w[i]
         else if (length(line) + 1 + length(w[i]) <= W) line = line " " w[i]
+        else if (w[i] ~ /^([>#*+-]|[0-9]+[.)])/ && line ~ / [^ ]+$/) {
+          # a line must not open with what markdown reads as a quote, a
+          # heading or a list item: the word before it moves down too
+          last = line; sub(/.* /, "", last); sub(/ [^ ]+$/, "", line)
+          print line; line = ind last " " w[i]
+        }
         else { print line; line = ind w[i] }
       }
       flush()

@@ -27,6 +27,10 @@ typedef struct dt_cli_cmd {
  * config doc` and `dtrain plugins --describe`).  The name column is as
  * wide as the table's longest name, 18 at least. */
 void dt_cli_print_keys(FILE *f, const char *table, const dt_config_key_t *keys, uint32_t n);
+/* The same keys as markdown, one list item per key on one line ("- `name`
+ * (type, default `D`, range LO .. HI, one of `C`): doc"; a required key says
+ * "required"): `--markdown`, for docs/config-reference.md. */
+void dt_cli_print_keys_md(FILE *f, const char *table, const dt_config_key_t *keys, uint32_t n);
 
 /* Map a dt_status_t to an exit code (config/usage errors -> 2). */
 int dt_cli_exit_code(int status);

@@ -1,8 +1,9 @@
 /*
- * core/cli/cmd_config.c - `dtrain config doc [SECTION]`: every key of the
- * core's sections with its type, default, range and doc; and the key
- * table printer it shares with `dtrain plugins --describe`, so the core's
- * keys and a plugin's read the same.
+ * core/cli/cmd_config.c - `dtrain config doc [--markdown] [SECTION]`: every
+ * key of the core's sections with its type, default, range and doc; and the
+ * key table printers (text, and markdown for docs/config-reference.md) it
+ * shares with `dtrain plugins --describe`, so the core's keys and a
+ * plugin's read the same.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,11 +16,12 @@
 void dt_help_config(FILE *f)
 {
     fprintf(f,
-            "usage: dtrain config doc [SECTION]\n\n"
+            "usage: dtrain config doc [--markdown] [SECTION]\n\n"
             "Print every key of the core's config sections (or of SECTION: run, model,\n"
             "data, train, optimizer, parallel, launch, checkpoint) with its type,\n"
             "default, allowed range or values, and documentation.  A plugin's keys:\n"
-            "dtrain plugins --describe NAME.\n"
+            "dtrain plugins --describe NAME.  --markdown prints the same as markdown,\n"
+            "one list item per key (scripts/gen-config-reference.sh).\n"
             "exit codes: 0 printed, 2 usage error (an unknown section)\n");
 }
 
@@ -85,19 +87,54 @@ void dt_cli_print_keys(FILE *f, const char *table, const dt_config_key_t *keys, 
     }
 }
 
-static void print_section(const dt_config_section_t *s)
+/* One list item per key, on one line (docs/config-reference.md wraps
+ * them): "- `name` (type, default `D`, range LO .. HI, one of `C`): doc". */
+void dt_cli_print_keys_md(FILE *f, const char *table, const dt_config_key_t *keys, uint32_t n)
 {
+    if (n == 0) {
+        fprintf(f, "`[%s]` takes no keys.\n", table);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        const dt_config_key_t *k = &keys[i];
+        fprintf(f, "- `%s` (%s, ", k->name ? k->name : "?", type_name(k->type));
+        if (!k->def)
+            fprintf(f, "required");
+        else if (!k->def[0])
+            fprintf(f, "default `\"\"`");
+        else
+            fprintf(f, "default `%s`", k->def);
+        if ((k->type == DT_CFG_INT || k->type == DT_CFG_FLOAT) && k->min <= k->max &&
+            !(k->min == 0 && k->max == 0))
+        {
+            char lo[32], hi[32];
+            fprintf(f, ", range %s .. %s", shortest(k->min, k->type == DT_CFG_INT, lo, sizeof lo),
+                    shortest(k->max, k->type == DT_CFG_INT, hi, sizeof hi));
+        }
+        if (k->type == DT_CFG_ENUM && k->choices)
+            fprintf(f, ", one of `%s`", k->choices);
+        fprintf(f, "): %s\n", k->doc ? k->doc : "");
+    }
+}
+
+static void print_section(const dt_config_section_t *s, int md)
+{
+    if (md) {
+        printf("### [%s]\n\n%s\n\n", s->table, s->doc);
+        dt_cli_print_keys_md(stdout, s->table, s->keys, s->n_keys);
+        return;
+    }
     printf("# %s\n", s->doc);
     dt_cli_print_keys(stdout, s->table, s->keys, s->n_keys);
 }
 
-static int doc(const char *section)
+static int doc(const char *section, int md)
 {
     if (!section) {
         for (uint32_t i = 0; i < dt_core_n_sections; i++) {
             if (i)
                 printf("\n");
-            print_section(&dt_core_sections[i]);
+            print_section(&dt_core_sections[i], md);
         }
         return DT_EXIT_OK;
     }
@@ -105,7 +142,7 @@ static int doc(const char *section)
     uint32_t n = 0;
     for (uint32_t i = 0; i < dt_core_n_sections; i++) {
         if (strcmp(dt_core_sections[i].table, section) == 0) {
-            print_section(&dt_core_sections[i]);
+            print_section(&dt_core_sections[i], md);
             return DT_EXIT_OK;
         }
         if (n < DT_ARRAY_LEN(names))
@@ -127,9 +164,16 @@ static int doc(const char *section)
 
 int dt_cmd_config(int argc, char **argv)
 {
+    /* --markdown right after doc: the rest reads as without it */
+    int md = argc >= 3 && strcmp(argv[1], "doc") == 0 && strcmp(argv[2], "--markdown") == 0;
+    if (md) {
+        argv[2] = argv[1];
+        argv++;
+        argc--;
+    }
     if (argc >= 2 && strcmp(argv[1], "doc") == 0 && argc <= 3 &&
         (argc == 2 || argv[2][0] != '-'))
-        return doc(argc == 3 ? argv[2] : NULL);
+        return doc(argc == 3 ? argv[2] : NULL, md);
     if (argc < 2)
         fprintf(stderr, "dtrain config: error: missing subcommand (see dtrain config --help)\n");
     else if (strcmp(argv[1], "doc") == 0)

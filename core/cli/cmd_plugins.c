@@ -1,5 +1,5 @@
 /*
- * core/cli/cmd_plugins.c - `dtrain plugins [--describe NAME]`.
+ * core/cli/cmd_plugins.c - `dtrain plugins [--describe NAME [--markdown]]`.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,18 +12,19 @@
 void dt_help_plugins(FILE *f)
 {
     fprintf(f,
-            "usage: dtrain plugins [--describe NAME] [--path DIRS]\n\n"
+            "usage: dtrain plugins [--describe NAME [--markdown]] [--path DIRS]\n\n"
             "List every plugin module (dtrain_<name>.so) on the search path with its\n"
             "kind, ABI, version and whether it loads (and why not).  --describe NAME\n"
             "prints the keys of the plugin's config table [NAME] with type, default,\n"
-            "allowed values and documentation.  Exits 1 when no plugin is found.\n\n"
+            "allowed values and documentation (--markdown: as markdown, one list\n"
+            "item per key).  Exits 1 when no plugin is found.\n\n"
             "Search path, in order: $DTRAIN_PLUGIN_PATH, --path (as run.plugin_path\n"
             "in a config), then dtrain's own plugins: the build tree's for a dtrain\n"
             "run from its build tree, else ../lib/dtrain/plugins beside the\n"
             "installed dtrain program.\n");
 }
 
-static int describe(const char *name, const dt_search_path_t *sp)
+static int describe(const char *name, const dt_search_path_t *sp, int md)
 {
     dt_plugin_listing_t *ls = NULL;
     size_t n = 0;
@@ -51,6 +52,14 @@ static int describe(const char *name, const dt_search_path_t *sp)
     if ((rc = dt_plugin_open(sp, kind, name, &p)))
         return dt_cli_fail("plugins", rc);
     const dt_plugin_info_t *in = p->info;
+    if (md) {
+        printf("### %s\n\n%s plugin, ABI %u.%u, version %s: %s\n\n", in->name,
+               dt_kind_name(kind), in->abi_major, in->abi_minor, in->version ? in->version : "?",
+               in->summary ? in->summary : "");
+        dt_cli_print_keys_md(stdout, in->name, in->config_keys, in->n_config_keys);
+        dt_plugin_unload(p);
+        return DT_EXIT_OK;
+    }
     printf("%s: %s plugin, ABI %u.%u, version %s\n  %s\n  file: %s\n\n", in->name,
            dt_kind_name(kind), in->abi_major, in->abi_minor, in->version ? in->version : "?",
            in->summary ? in->summary : "", p->path);
@@ -62,9 +71,12 @@ static int describe(const char *name, const dt_search_path_t *sp)
 int dt_cmd_plugins(int argc, char **argv)
 {
     const char *desc = NULL, *path = NULL;
+    int md = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--describe") == 0 && i + 1 < argc) {
             desc = argv[++i];
+        } else if (strcmp(argv[i], "--markdown") == 0) {
+            md = 1;
         } else if (strcmp(argv[i], "--path") == 0 && i + 1 < argc) {
             path = argv[++i];
         } else {
@@ -77,8 +89,14 @@ int dt_cmd_plugins(int argc, char **argv)
     int rc = dt_search_path_new(path, &sp);
     if (rc)
         return dt_cli_fail("plugins", rc);
+    if (md && !desc) {
+        dt_search_path_free(sp);
+        fprintf(stderr, "dtrain plugins: error: --markdown needs --describe NAME "
+                        "(see dtrain plugins --help)\n");
+        return DT_EXIT_USAGE;
+    }
     if (desc) {
-        int ec = describe(desc, sp);
+        int ec = describe(desc, sp, md);
         dt_search_path_free(sp);
         return ec;
     }

@@ -146,7 +146,7 @@ expect_line "named, with the closest and where plugins are documented" \
   "dtrain config: error: no core section [trian]; did you mean [train]? (the sections: run, model, data, train, optimizer, parallel, pipeline, tensor, launch, checkpoint, fp16; a plugin's keys: dtrain plugins --describe trian)"
 expect_exit 2 "config without a subcommand" "$bin" config
 expect_exit 0 "config --help" "$bin" config --help
-expect_out "usage shown" "usage: dtrain config doc [SECTION]"
+expect_out "usage shown" "usage: dtrain config doc [--markdown] [SECTION]"
 
 # ---- keys spelled the DeepSpeed / PyTorch way point at dtrain's -------------
 # alias NAME TOML MESSAGE: `check` of [run] comm = "self" plus TOML fails

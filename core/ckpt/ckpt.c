@@ -894,6 +894,7 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
     if ((rc = dt_ckpt_root(set, root, sizeof root)))
         return rc;
     const int multi = w->size > 1;
+    int written = 0; /* every rank's shard is written */
     int32_t failed = -1;
     dt_model_desc_t *d = dt_model_desc(m);
     const int ns = n_states(set);
@@ -922,6 +923,11 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
         rc = local ? local : dt_err_set(DT_ERR_IO, "rank %d failed writing its shard", (int)failed);
         goto fail;
     }
+    /* every shard is written: from here rank 0 may commit whatever this
+     * rank learns, so only rank 0 removes the save (a peer that removed its
+     * shard after a failed gather or broadcast would leave rank 0
+     * committing a checkpoint without it) */
+    written = 1;
     if (multi) {
         if ((rc = gather_segs(w, cops, comm, segs, n_segs, &all, &n_all)))
             goto fail;
@@ -993,7 +999,8 @@ fail:;
                        have ? "the previous checkpoint is intact"
                             : "there is no earlier checkpoint to fall back on");
     } else {
-        dt_ckpt_abort_shard(root, (uint64_t)step, (uint32_t)w->rank);
+        if (!written)
+            dt_ckpt_abort_shard(root, (uint64_t)step, (uint32_t)w->rank);
         dt_err_set(rc, "%s", why);
         dt_err_context(rc, "saving checkpoint of step %lld", (long long)step);
     }

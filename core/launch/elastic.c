@@ -657,6 +657,15 @@ int dt_elastic_agent_join(const char *addr, int port, const char *secret, int no
     return DT_OK;
 }
 
+static int lost_store(const dt_elastic_agent_t *a, const char *why)
+{
+    return dt_err_set(DT_ERR_REMOTE,
+                      "elastic: lost the job's store at %s (node 0's launcher): %s; the job "
+                      "cannot re-form without node 0 (it hosts the store, as torchrun's c10d "
+                      "store does): start node 0 and this node again to resume from the last "
+                      "checkpoint", a->where, why);
+}
+
 int dt_elastic_agent_next(dt_elastic_agent_t *a, dt_elastic_round_t *r, int *stop, char *msg,
                           size_t cap)
 {
@@ -664,11 +673,7 @@ int dt_elastic_agent_next(dt_elastic_agent_t *a, dt_elastic_round_t *r, int *sto
     msg[0] = '\0';
     char line[DT_ELASTIC_LINE + 128], why[256];
     if (read_line(a, line, sizeof line, -1, why, sizeof why) != 0)
-        return dt_err_set(DT_ERR_REMOTE,
-                          "elastic: lost the job's store at %s (node 0's launcher): %s; the "
-                          "job cannot re-form without node 0 (it hosts the store, as "
-                          "torchrun's c10d store does): start node 0 and this node again to "
-                          "resume from the last checkpoint", a->where, why);
+        return lost_store(a, why);
     const char *text = strchr(line, '|');
     text = text ? text + 1 : "";
     memset(r, 0, sizeof *r);
@@ -692,7 +697,7 @@ int dt_elastic_agent_report(dt_elastic_agent_t *a, const char *kind, const char 
         if (*p == '\n')
             *p = ' ';
     if (send_line(a->fd, line) != 0)
-        return dt_err_set(DT_ERR_REMOTE, "elastic: lost the job's store at %s", a->where);
+        return lost_store(a, "the connection closed");
     return DT_OK;
 }
 

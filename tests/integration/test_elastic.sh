@@ -28,6 +28,8 @@
 #     killed, nodes 0 and 2 form round 3 and finish the job
 #   - nothing left: no process in the namespaces, no segment in /dev/shm,
 #     no temporary file in the checkpoint folder
+#   - node 0, which hosts the store, killed: node 1 exits 1 saying the job
+#     cannot re-form without it
 set -euo pipefail
 bin=$1 work=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -223,6 +225,8 @@ if [ "${#resumed[@]}" = 2 ]; then
   for k in 1 2; do
     from=${resumed[k - 1]} to=60
     [ "$k" = 1 ] && to=$n2
+    # (round 2 may have saved nothing before node 1 died: both resume at n1)
+    [ "$from" -lt "$to" ] || continue
     "$bin" run el.toml --nproc 4 --set run.name=ref4-$k --metrics ref4-$k.jsonl \
       --set checkpoint.resume="out/el/ckpt/step-$(printf %08d "$from")" >ref4-$k.log 2>&1 ||
       bad "the 4-rank run resumed from step $from failed" "$(cat ref4-$k.log)"
@@ -240,4 +244,21 @@ job=$(grep -o '(job mn-[0-9a-f]*' n0.log | head -1 | cut -c6-)
 left=$(find /dev/shm -maxdepth 1 -name "dtrain-$job*")
 [ -z "$left" ] && ok "nothing of the job in /dev/shm" || bad "left in /dev/shm" "$left"
 after_fault "three nodes" "" out/el/ckpt "" "" n0.log n1.log n2.log
+
+# ---- node 0 (the store's) killed: the others end, saying why ---------------
+port=$((port + 2))
+tcp=(--set run.comm=tcp --set run.name=host --set train.steps=100000)
+node 0; node 1
+if wait_for n0.log "[rank 0] checkpoint: saved out/host/ckpt/" 60; then
+  t0=$(date +%s.%N)
+  kill_node 0
+  set +e; wait "${pids[1]}"; rc1=$?; set -e
+  took=$(since "$t0")
+  if [ "$rc1" = 1 ] && grep -qE "^dtrain run: error: elastic: lost the job's store at ${addr[0]}:$port \(node 0's launcher\): (the connection closed|Connection reset by peer); the job cannot re-form without node 0 \(it hosts the store, as torchrun's c10d store does\)" n1.log
+  then ok "node 0 killed: node 1 exits 1 naming the lost store (${took} s)"
+  else bad "node 0 killed: node 1 exit $rc1 without naming the lost store" "$(tail -20 n1.log)"; fi
+else bad "the two-node job saved no checkpoint" "$(tail -20 n0.log)"; fi
+sleep 0.3
+left=""; for i in 0 1 2; do left+=$(ns_procs "$i"); done
+[ -z "$left" ] && ok "node 0 killed: no process left" || bad "node 0 killed: processes left" "$(ps -o pid,args -p "${left// /,}")"
 finish

@@ -17,6 +17,7 @@ build=$(realpath "$1") repeat=${2:-3}
 bin=$build/dtrain
 [ "$(id -u)" = 0 ] || { echo "needs root (network namespaces)"; exit 2; }
 work=$(mktemp -d /tmp/bench-elastic.XXXXXX)
+keep=${DTRAIN_BENCH_KEEP:-}
 cd "$work"
 nsb=dbe$$b ns=(dbe$$n0 dbe$$n1 dbe$$n2) addr=(10.81.0.1 10.81.0.2 10.81.0.3)
 teardown() {
@@ -25,7 +26,7 @@ teardown() {
     for p in $(ip netns pids "$n" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
     ip netns del "$n" 2>/dev/null || true
   done
-  rm -rf "$work"
+  [ -n "$keep" ] || rm -rf "$work"
 }
 trap teardown EXIT
 ip netns add "$nsb"
@@ -72,7 +73,12 @@ DTRAIN_JOB_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 port=29900
 now() { date +%s.%N; }
 dt() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-wait_for() { local i; for ((i = 0; i < 1200; i++)); do grep -qE -- "$2" "$1" 2>/dev/null && return 0; sleep 0.025; done; return 1; }
+# wait_for LOG REGEX: until LOG matches (30 s), else the script ends saying so
+wait_for() {
+  local i
+  for ((i = 0; i < 1200; i++)); do grep -qE -- "$2" "$1" 2>/dev/null && return 0; sleep 0.025; done
+  echo "timed out waiting for '$2' in $1:" >&2; tail -5 "$1" >&2; exit 1
+}
 # start I LOG ARGS...: node I in its namespace, in the background
 start() {
   local i=$1 log=$2; shift 2

@@ -160,6 +160,12 @@ static const dt_config_key_t checkpoint_keys[] = {
     K_BOOL("overwrite", "false",
            "a fresh start (resume = \"\") into a folder holding checkpoints removes them "
            "first; false = refused"),
+    K_BOOL("async", "false",
+           "periodic saves (every) written in the background: each rank copies its shard to "
+           "memory at the step, a thread writes and fsyncs it while the next step trains, and "
+           "the save commits after that step, so a restart (an elastic one: --nnodes MIN:MAX) "
+           "loses at most every + 1 steps; costs a copy of the rank's state in host memory; "
+           "the last step's save is written at once"),
 };
 
 /* Loss scaling of model.dtype = "fp16", under DeepSpeed's names (its

@@ -77,6 +77,7 @@ static const struct field {
     FIELD("checkpoint.keep", F_INT, checkpoint.keep),
     FIELD("checkpoint.resume", F_STRING, checkpoint.resume),
     FIELD("checkpoint.overwrite", F_BOOL, checkpoint.overwrite),
+    FIELD("checkpoint.async", F_BOOL, checkpoint.async_),
 };
 
 /* The schema's ENUM choices, in dt_lr_decay_t order. */

@@ -104,6 +104,7 @@ typedef struct dt_checkpoint_settings {
     int64_t keep;
     const char *resume; /* "", "latest" or a checkpoint path */
     int overwrite;      /* a fresh start removes the folder's checkpoints */
+    int async_;         /* periodic saves written while the next step trains */
 } dt_checkpoint_settings_t;
 
 /* [fp16]: the loss scaler's keys (core/train/loss_scale.h) */

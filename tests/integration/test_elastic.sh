@@ -6,7 +6,10 @@
 #     malformed MIN, run.comm = "mpi" and another launcher's ranks are
 #     config errors (exit 2) naming them, and so is a round whose world
 #     size cannot keep the global batch
-#   - one node of 2 shm ranks, rank 1 killed (SIGKILL) mid-run: the agent
+#   - checkpoint.async: saves written by a thread while the next step
+#     trains hold the same shards byte for byte as synchronous ones, verify,
+#     and leave the losses unchanged
+#   - one node of 2 shm ranks (async saves), rank 1 killed (SIGKILL) mid-run: the agent
 #     logs one restart line naming the rank and the new layout, the ranks
 #     resume from the newest checkpoint and train every step; the losses
 #     equal an uninterrupted 2-rank run's bit for bit (same world size, the
@@ -36,7 +39,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 export DTRAIN_LOG=info
-cmp() { /usr/bin/python3 "$here/elastic_cmp.py" "$@"; }
+losses_cmp() { /usr/bin/python3 "$here/elastic_cmp.py" "$@"; }
 
 expect_exit 0 "data prepare" "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin
 cat > el.toml <<'T'
@@ -82,10 +85,25 @@ expect_exit 2 "a global batch 4 ranks cannot keep" "$bin" run el.toml --nproc 4 
 expect_out "the batch error names the round's world size" "dtrain run: error: elastic: at the round's world size of 4 ranks: "
 
 # ---- one node: a rank killed, the job restarts and finishes -----------------
+# ---- checkpoint.async: the same checkpoints, written while training --------
+"$bin" run el.toml --nproc 2 --set run.name=sy --set checkpoint.every=2 --set train.steps=8 \
+  --metrics sy.jsonl >sy.log 2>&1 || bad "the synchronous-save run failed" "$(cat sy.log)"
+expect_exit 0 "async saves" "$bin" run el.toml --nproc 2 --set run.name=as --set checkpoint.every=2 \
+  --set train.steps=8 --set checkpoint.async=true --metrics as.jsonl
+same=1
+for k in 2 4 6 8; do
+  d=step-$(printf %08d $k)
+  for f in out/sy/ckpt/$d/shard-*.bin; do cmp -s "$f" "out/as/ckpt/$d/${f##*/}" || same=0; done
+  "$bin" ckpt inspect "out/as/ckpt/$d" --verify >/dev/null 2>&1 || same=0
+done
+[ "$same" = 1 ] && ok "async saves: every step's shards equal the synchronous saves' byte for byte, and verify" ||
+  bad "async saves differ from the synchronous ones" "$(ls -R out/as/ckpt)"
+r=$(losses_cmp as.jsonl 1 8 sy.jsonl 0) && ok "async saves: the losses are unchanged ($r)" || bad "async saves change the losses" "$r"
+
 one=(--nproc 2 --nnodes 1:1 --max-restarts 2 --master-port "$port")
 "$bin" run el.toml --nproc 2 --set run.name=ref2 --metrics ref2.jsonl >ref2.log 2>&1 ||
   bad "the uninterrupted 2-rank run failed" "$(cat ref2.log)"
-"$bin" run el.toml "${one[@]}" --set run.name=k1 --metrics k1.jsonl >k1.log 2>&1 &
+"$bin" run el.toml "${one[@]}" --set run.name=k1 --set checkpoint.async=true --metrics k1.jsonl >k1.log 2>&1 &
 lpid=$!
 if wait_for k1.log "checkpoint: saved" 30 && victim=$(rank_pid "$lpid" 1); then
   # the ranks held while the victim dies, so it dies mid-run
@@ -98,7 +116,7 @@ if wait_for k1.log "checkpoint: saved" 30 && victim=$(rank_pid "$lpid" 1); then
   expect_out "one node: the restart line names the rank and the layout" "dtrain: elastic: restart 1 of at most 2 after node 0 (127.0.0.1): rank 1 failed (killed by SIGKILL); round 2: 1 node, 2 ranks: node 0 (127.0.0.1) ranks 0-1"
   expect_out "one node: every step trained" "[rank 0] step    60/60"
   n=$(grep -o 'resumed from [^ ]* (step [0-9]*)' k1.log | grep -o '[0-9]*)$' | tr -d ')')
-  if [ -n "$n" ] && r=$(cmp k1.jsonl 1 60 ref2.jsonl 0); then
+  if [ -n "$n" ] && r=$(losses_cmp k1.jsonl 1 60 ref2.jsonl 0); then
     ok "one node: resumed at step $n; the losses equal the uninterrupted run's bit for bit ($r)"
   else bad "one node: losses differ from the uninterrupted run's (resumed at '$n')" "${r:-}"; fi
   left=$(find /dev/shm -maxdepth 1 -name "dtrain-el$lpid-*")
@@ -220,7 +238,7 @@ expect_out "every step trained" "[rank 0] step    60/60"
 mapfile -t resumed < <(grep -o 'resumed from [^ ]* (step [0-9]*)' n0.log | grep -o '[0-9]*)$' | tr -d ')')
 if [ "${#resumed[@]}" = 2 ]; then
   n1=${resumed[0]} n2=${resumed[1]}
-  r=$(cmp n0.jsonl 1 "$n1" ref6.jsonl 1e-5) && ok "steps 1-$n1 (6 ranks) equal the uninterrupted 6-rank run's: $r" ||
+  r=$(losses_cmp n0.jsonl 1 "$n1" ref6.jsonl 1e-5) && ok "steps 1-$n1 (6 ranks) equal the uninterrupted 6-rank run's: $r" ||
     bad "steps 1-$n1 differ from the 6-rank run's" "$r"
   for k in 1 2; do
     from=${resumed[k - 1]} to=60
@@ -230,7 +248,7 @@ if [ "${#resumed[@]}" = 2 ]; then
     "$bin" run el.toml --nproc 4 --set run.name=ref4-$k --metrics ref4-$k.jsonl \
       --set checkpoint.resume="out/el/ckpt/step-$(printf %08d "$from")" >ref4-$k.log 2>&1 ||
       bad "the 4-rank run resumed from step $from failed" "$(cat ref4-$k.log)"
-    r=$(cmp n0.jsonl $((from + 1)) "$to" ref4-$k.jsonl 1e-5) &&
+    r=$(losses_cmp n0.jsonl $((from + 1)) "$to" ref4-$k.jsonl 1e-5) &&
       ok "steps $((from + 1))-$to (4 ranks, grad_accum 3) equal a 4-rank run's resumed from step $from: $r" ||
       bad "steps $((from + 1))-$to differ from the 4-rank run's" "$r"
   done

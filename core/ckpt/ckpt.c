@@ -764,7 +764,14 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
     return DT_OK;
 }
 
-/* Write this rank's SAVE ranges of every entry into shard `rank` of tmp. */
+/* The memory of the last asynchronous save's shard, for the next one
+ * (training thread only; the writer thread hands it back through its
+ * save: shard_thread, dt_ckpt_save_finish). */
+static void *spare_buf;
+static size_t spare_cap;
+
+/* Write this rank's SAVE ranges of every entry into shard `rank` of tmp
+ * (deferred: into memory, the writer handed back in *deferred). */
 static int write_shard(const dt_world_t *w, const dt_strategy_ops_t *ops, dt_strategy_t *s,
                        dt_model_t *m, int ns, const char *tmp, dt_ckpt_seg_t **segs,
                        size_t *n_segs, dt_ckpt_writer_t **deferred)
@@ -772,8 +779,16 @@ static int write_shard(const dt_world_t *w, const dt_strategy_ops_t *ops, dt_str
     dt_model_desc_t *d = dt_model_desc(m);
     dt_ckpt_writer_t *wr = NULL;
     float *buf = NULL;
-    int rc = deferred ? dt_ckpt_shard_open_deferred(tmp, (uint32_t)w->rank, &wr)
-                      : dt_ckpt_shard_open(tmp, (uint32_t)w->rank, &wr);
+    int rc;
+    if (deferred) {
+        /* the previous asynchronous save's memory, its pages already
+         * mapped (one save at a time: it was committed before) */
+        rc = dt_ckpt_shard_open_deferred(tmp, (uint32_t)w->rank, spare_buf, spare_cap, &wr);
+        spare_buf = NULL;
+        spare_cap = 0;
+    } else {
+        rc = dt_ckpt_shard_open(tmp, (uint32_t)w->rank, &wr);
+    }
     for (uint32_t u = 0; u < d->n_units && !rc; u++) {
         for (int k = 0; k < ns && !rc; k++) {
             char name[DT_CKPT_NAME_MAX];
@@ -908,6 +923,8 @@ struct dt_ckpt_async {
     dt_ckpt_seg_t *all;     /* every rank's segments (rank 0 uses them) */
     size_t n_all;
     dt_ckpt_writer_t *wr;   /* the deferred shard until its thread took it */
+    void *mem;              /* the shard's memory, once written */
+    size_t mem_cap;
     pthread_t th;
     int th_started;
     int th_rc;
@@ -950,6 +967,12 @@ static void save_free(dt_ckpt_async_t *sv)
     if (!sv)
         return;
     dt_ckpt_shard_abort(sv->wr);
+    if (sv->mem && !spare_buf) { /* kept for the next save */
+        spare_buf = sv->mem;
+        spare_cap = sv->mem_cap;
+    } else {
+        free(sv->mem);
+    }
     free(sv->all);
     cJSON_Delete(sv->loop);
     free(sv);
@@ -1105,7 +1128,7 @@ static void *shard_thread(void *arg)
     dt_ckpt_async_t *sv = arg;
     dt_ckpt_writer_t *wr = sv->wr;
     sv->wr = NULL;
-    sv->th_rc = dt_ckpt_shard_finish(wr);
+    sv->th_rc = dt_ckpt_shard_finish(wr, &sv->mem, &sv->mem_cap);
     if (sv->th_rc)
         snprintf(sv->th_err, sizeof sv->th_err, "%s", dt_last_error());
     return NULL;

@@ -33,11 +33,17 @@ struct dt_ckpt_writer {
     size_t mem_len, mem_cap;
 };
 
-int dt_ckpt_shard_open_deferred(const char *tmp_dir, uint32_t shard, dt_ckpt_writer_t **out)
+int dt_ckpt_shard_open_deferred(const char *tmp_dir, uint32_t shard, void *buf, size_t cap,
+                                dt_ckpt_writer_t **out)
 {
     int rc = dt_ckpt_shard_open(tmp_dir, shard, out);
-    if (!rc)
+    if (!rc) {
         (*out)->deferred = 1;
+        (*out)->mem = buf;
+        (*out)->mem_cap = buf ? cap : 0;
+    } else {
+        free(buf);
+    }
     return rc;
 }
 
@@ -211,14 +217,15 @@ int dt_ckpt_shard_close(dt_ckpt_writer_t *w, dt_ckpt_seg_t **segs, size_t *n)
     return DT_OK;
 }
 
-int dt_ckpt_shard_finish(dt_ckpt_writer_t *w)
+int dt_ckpt_shard_finish(dt_ckpt_writer_t *w, void **buf, size_t *cap)
 {
     int rc = dt_afile_write(w->f, w->mem, w->mem_len);
     if (rc)
         dt_afile_abort(w->f);
     else
         rc = dt_afile_commit(w->f);
-    free(w->mem);
+    *buf = w->mem;
+    *cap = w->mem_cap;
     free(w->segs);
     free(w);
     return rc;

@@ -71,6 +71,14 @@ static int check_nodes(const dt_resolved_t *r, const dt_launch_plan_t *plan)
         if (rc || dt_world_from_launcher(&plan->world))
             return rc;
     }
+    if (l->min_nnodes == 0 && dt_config_origin(r->cfg, "launch.max_restarts") != DT_ORIGIN_DEFAULT &&
+        !dt_world_from_launcher(&plan->world))
+        return dt_err_set(DT_ERR_CONFIG,
+                          "launch.max_restarts = %lld (%s) applies to an elastic job only: give "
+                          "--nnodes MIN:MAX (launch.min_nnodes; MIN = MAX restarts at a fixed "
+                          "size)",
+                          (long long)l->max_restarts,
+                          key_from(r, "launch.max_restarts", f1, sizeof f1));
     if (dt_world_from_launcher(&plan->world)) {
         if (l->nnodes > 1 && dt_config_origin(r->cfg, "launch.nnodes") != DT_ORIGIN_DEFAULT &&
             plan->world.size != l->nnodes * plan->world.local_size)

@@ -3,9 +3,9 @@
 #
 # One machine (any user):
 #   - the options are checked before anything starts: MIN above MAX, a
-#     malformed MIN, run.comm = "mpi" and another launcher's ranks are
-#     config errors (exit 2) naming them, and so is a round whose world
-#     size cannot keep the global batch
+#     malformed MIN, --max-restarts without MIN:MAX, run.comm = "mpi" and
+#     another launcher's ranks are config errors (exit 2) naming them, and
+#     so is a round whose world size cannot keep the global batch
 #   - checkpoint.async: saves written by a thread while the next step
 #     trains hold the same shards byte for byte as synchronous ones, verify,
 #     and leave the losses unchanged
@@ -78,6 +78,8 @@ expect_exit 2 "a malformed MIN" "$bin" run el.toml --nproc 2 --nnodes x:2
 expect_out "a malformed MIN: named" "--nnodes 'x:2': MIN:MAX needs MIN"
 expect_exit 2 "mpi refused" "$bin" run el.toml --nproc 2 --nnodes 1:1 --set run.comm=mpi
 expect_out "mpi refused: why" "run.comm = \"mpi\" cannot be restarted at another size: mpirun owns an MPI job's processes"
+expect_exit 2 "--max-restarts without MIN:MAX" "$bin" run el.toml --nproc 2 --max-restarts 1
+expect_out "--max-restarts without MIN:MAX: named" "launch.max_restarts = 1 (from the command line) applies to an elastic job only: give --nnodes MIN:MAX"
 expect_exit 2 "under torchrun's variables" env RANK=0 WORLD_SIZE=1 "$bin" run el.toml --nnodes 1:1
 expect_out "under another launcher: named" "asks for an elastic job, but torchrun started this process"
 
@@ -121,6 +123,11 @@ if wait_for k1.log "checkpoint: saved" 30 && victim=$(rank_pid "$lpid" 1); then
   if [ -n "$n" ] && r=$(losses_cmp k1.jsonl 1 60 ref2.jsonl 0); then
     ok "one node: resumed at step $n; the losses equal the uninterrupted run's bit for bit ($r)"
   else bad "one node: losses differ from the uninterrupted run's (resumed at '$n')" "${r:-}"; fi
+  left=""
+  for p in /proc/[0-9]*; do
+    tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -q "^DTRAIN_JOB_ID=el$lpid-r" && left+=" ${p#/proc/}"
+  done
+  [ -z "$left" ] && ok "one node: no rank of either round left" || bad "one node: ranks left:$left"
   left=$(find /dev/shm -maxdepth 1 -name "dtrain-el$lpid-*")
   [ -z "$left" ] && ok "one node: nothing of either round in /dev/shm" || bad "one node: left in /dev/shm" "$left"
   after_fault "one node" "" out/k1/ckpt "" "" k1.log

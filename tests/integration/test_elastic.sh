@@ -6,6 +6,8 @@
 #     malformed MIN, --max-restarts without MIN:MAX, run.comm = "mpi" and
 #     another launcher's ranks are config errors (exit 2) naming them, and
 #     so is a round whose world size cannot keep the global batch
+#   - the store refuses a node with another DTRAIN_JOB_SECRET (exit 2 on
+#     it), and node 0 alone gives up after launch.timeout naming the count
 #   - checkpoint.async: saves written by a thread while the next step
 #     trains hold the same shards byte for byte as synchronous ones, verify,
 #     and leave the losses unchanged
@@ -89,6 +91,21 @@ expect_exit 2 "a global batch 4 ranks cannot keep" "$bin" run el.toml --nproc 4 
 expect_out "the batch error names the round's world size" "dtrain run: error: elastic: at the round's world size of 4 ranks: "
 
 # ---- one node: a rank killed, the job restarts and finishes -----------------
+# ---- the store: another secret refused, too few nodes time out -------------
+# (two "nodes" on this machine: node 0 waits for a second node that never
+# proves the job secret, and gives up after launch.timeout)
+two=(--nproc 1 --nnodes 2:2 --master-addr 127.0.0.1 --master-port $((port + 2)) --set launch.timeout=2)
+DTRAIN_JOB_SECRET=s0 "$bin" run el.toml "${two[@]}" --node-rank 0 >st0.log 2>&1 &
+spid=$!
+sleep 0.5
+expect_exit 2 "another secret refused" env DTRAIN_JOB_SECRET=s1 "$bin" run el.toml "${two[@]}" --node-rank 1
+expect_out "another secret: named" "dtrain: elastic: the elastic store refused this node: it does not hold the job's DTRAIN_JOB_SECRET"
+set +e; wait "$spid"; rc=$?; set -e
+out=$(cat st0.log)
+[ "$rc" = 1 ] && ok "too few nodes: node 0 exits 1" || bad "too few nodes: node 0 exit $rc" "$out"
+expect_out "too few nodes: named" "dtrain: elastic: only 1 of at least 2 nodes (node 0 among them) waited for round 1 within 2 s (launch.timeout)"
+expect_out "the refusal is logged on node 0" "dtrain: elastic: refused node 1 from 127.0.0.1: it does not hold this job's DTRAIN_JOB_SECRET"
+
 # ---- checkpoint.async: the same checkpoints, written while training --------
 "$bin" run el.toml --nproc 2 --set run.name=sy --set checkpoint.every=2 --set train.steps=8 \
   --metrics sy.jsonl >sy.log 2>&1 || bad "the synchronous-save run failed" "$(cat sy.log)"

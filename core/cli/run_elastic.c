@@ -153,12 +153,15 @@ int dt_run_elastic(const dt_cli_config_args_t *a, dt_resolved_t *r, const dt_lau
         dt_rdzv_nodes_job_id(secret, addr, port, job_base, sizeof job_base);
     else
         snprintf(job_base, sizeof job_base, "el%d", (int)getpid());
-    int ec = 1;
+    int ec = 1, reported = 0;
     for (;;) {
         dt_elastic_round_t rd;
         int stop;
         char msg[DT_ELASTIC_LINE + 64];
-        if ((rc = dt_elastic_agent_next(agent, &rd, &stop, msg, sizeof msg))) {
+        /* unbounded only before this node's first round (it may join
+         * while a round runs); after a report, the store's bounds */
+        double wait_s = reported ? DT_ELASTIC_AGENT_WAIT_S(l->timeout_s) : -1;
+        if ((rc = dt_elastic_agent_next(agent, wait_s, &rd, &stop, msg, sizeof msg))) {
             ec = dt_cli_fail("run", rc);
             break;
         }
@@ -183,6 +186,7 @@ int dt_run_elastic(const dt_cli_config_args_t *a, dt_resolved_t *r, const dt_lau
             dt_elastic_agent_report(agent, "ok", "");
             break;
         }
+        reported = 1;
         if (dt_elastic_agent_report(agent, kind, what) != DT_OK && strcmp(kind, "config") != 0) {
             ec = dt_cli_fail("run", DT_ERR_REMOTE);
             break;

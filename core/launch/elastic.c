@@ -112,6 +112,7 @@ struct dt_elastic_store {
     double formable_since;  /* when a round could first be formed */
     double enough_since;    /* when min_nodes first waited; 0: not yet */
     double backoff_until;
+    double first_fail_at;   /* when this round's first failure came; 0 */
     char fails[FAILS_CAP];  /* this round's failures */
     char all_fails[FAILS_CAP]; /* the job's */
     int n_fails;
@@ -158,6 +159,8 @@ static void add_fail(dt_elastic_store_t *s, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(one, sizeof one, fmt, ap);
     va_end(ap);
+    if (!s->fails[0])
+        s->first_fail_at = mono_s();
     append(s->fails, sizeof s->fails, "%s%s", s->fails[0] ? "; " : "", one);
     append(s->all_fails, sizeof s->all_fails, "%s(round %d) %s", s->all_fails[0] ? "; " : "",
         s->round, one);
@@ -342,6 +345,7 @@ static void form_round(dt_elastic_store_t *s)
     s->live = nw;
     s->done = 0;
     s->fails[0] = '\0';
+    s->first_fail_at = 0;
     s->enough_since = 0;
 }
 
@@ -351,6 +355,19 @@ static int decide(dt_elastic_store_t *s, double now)
 {
     if (s->live < 0)
         return 1; /* a config error ended it */
+    if (s->live > 0 && s->fails[0] && now > s->first_fail_at + DT_ELASTIC_REPORT_S(s->o.timeout_s)) {
+        /* a node that has not reported long after the round failed (its
+         * ranks' collectives time out within launch.timeout) is cut off:
+         * its link may be down with its connection still open */
+        for (int i = s->n - 1; i >= 0; i--)
+            if (s->nodes[i]->state == N_RUN) {
+                add_fail(s, "node %d (%s) did not report within %g s of the round's first "
+                         "failure: taken for lost", s->nodes[i]->node_rank, s->nodes[i]->addr,
+                         DT_ELASTIC_REPORT_S(s->o.timeout_s));
+                s->live--;
+                drop(s, i);
+            }
+    }
     if (s->live > 0)
         return 0;
     if (s->round > 0 && s->formable_since == 0) {
@@ -666,14 +683,18 @@ static int lost_store(const dt_elastic_agent_t *a, const char *why)
                       "checkpoint", a->where, why);
 }
 
-int dt_elastic_agent_next(dt_elastic_agent_t *a, dt_elastic_round_t *r, int *stop, char *msg,
-                          size_t cap)
+int dt_elastic_agent_next(dt_elastic_agent_t *a, double wait_s, dt_elastic_round_t *r,
+                          int *stop, char *msg, size_t cap)
 {
     *stop = -1;
     msg[0] = '\0';
     char line[DT_ELASTIC_LINE + 128], why[256];
-    if (read_line(a, line, sizeof line, -1, why, sizeof why) != 0)
+    if (read_line(a, line, sizeof line, wait_s < 0 ? -1 : mono_s() + wait_s, why,
+                  sizeof why) != 0) {
+        if (strcmp(why, "no answer in time") == 0)
+            snprintf(why, sizeof why, "no word from it within %g s", wait_s);
         return lost_store(a, why);
+    }
     const char *text = strchr(line, '|');
     text = text ? text + 1 : "";
     memset(r, 0, sizeof *r);

@@ -19,7 +19,10 @@
  * lost.  A node that connects while a round runs waits for the next one.
  *
  * Every wait is bounded but one: an agent waiting to join while the job
- * runs waits until the next round or the job's end.  The store gives up
+ * runs waits until the next round or the job's end.  After a round's
+ * first failure its other nodes have DT_ELASTIC_REPORT_S to report (a
+ * node behind a link that went down keeps its connection open but says
+ * nothing); then they are taken for lost and the next round forms.  The store gives up
  * (every agent gets the message and exits 1) when fewer than min_nodes
  * agents wait for launch.timeout, or when a failure would be restart
  * max_restarts + 1; its message names every failure of the job.  If node
@@ -45,6 +48,10 @@
 /* Before restart k: DT_ELASTIC_BACKOFF_S x 2^(k-1), at most the max. */
 #define DT_ELASTIC_BACKOFF_S 0.5
 #define DT_ELASTIC_BACKOFF_MAX_S 16.0
+/* After a round's first failure, how long its other nodes have to report
+ * (their ranks' collectives fail within launch.timeout, then the
+ * launcher's grace) before the store takes them for lost. */
+#define DT_ELASTIC_REPORT_S(timeout_s) (2.0 * (timeout_s) + 10.0)
 /* Seconds a connection has to prove it belongs to the job. */
 #define DT_ELASTIC_HELLO_S 3.0
 
@@ -83,11 +90,18 @@ typedef struct dt_elastic_round {
  * with the message set. */
 int dt_elastic_agent_join(const char *addr, int port, const char *secret, int node_rank,
                           int nproc, double timeout_s, dt_elastic_agent_t **out);
-/* Wait for the store's word: DT_OK with *stop = -1 and *round filled, or
- * DT_OK with *stop = the exit code and msg the store's message; an error
- * (the store gone) with the message set. */
-int dt_elastic_agent_next(dt_elastic_agent_t *a, dt_elastic_round_t *round, int *stop,
-                          char *msg, size_t cap);
+/* Wait for the store's word, at most wait_s (< 0: no bound: a node
+ * waiting to join while a round runs): DT_OK with *stop = -1 and *round
+ * filled, or DT_OK with *stop = the exit code and msg the store's
+ * message; an error (the store gone or silent) with the message set. */
+int dt_elastic_agent_next(dt_elastic_agent_t *a, double wait_s, dt_elastic_round_t *round,
+                          int *stop, char *msg, size_t cap);
+/* How long an agent that reported a failure waits for the next round: the
+ * store's bound on the other nodes' reports, the longest back-off and
+ * last call, and a round's forming (launch.timeout). */
+#define DT_ELASTIC_AGENT_WAIT_S(timeout_s)                                                  \
+    (DT_ELASTIC_REPORT_S(timeout_s) + DT_ELASTIC_BACKOFF_MAX_S + DT_ELASTIC_LAST_CALL_S +   \
+     (timeout_s) + 10.0)
 /* Report how this node's round ended: kind "ok", "fail" or "config". */
 int dt_elastic_agent_report(dt_elastic_agent_t *a, const char *kind, const char *what);
 void dt_elastic_agent_close(dt_elastic_agent_t *a);

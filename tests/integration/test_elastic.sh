@@ -35,6 +35,9 @@
 #     killed, nodes 0 and 2 form round 3 and finish the job
 #   - nothing left: no process in the namespaces, no segment in /dev/shm,
 #     no temporary file in the checkpoint folder
+#   - node 2's link taken down (its launcher's connection stays open and
+#     silent): the store takes it for lost within its bound after the
+#     round's first failure, and nodes 0 and 1 finish the job
 #   - node 0, which hosts the store, killed: node 1 exits 1 saying the job
 #     cannot re-form without it
 set -euo pipefail
@@ -300,6 +303,29 @@ job=$(grep -o '(job mn-[0-9a-f]*' n0.log | head -1 | cut -c6-)
 left=$(find /dev/shm -maxdepth 1 -name "dtrain-$job*")
 [ -z "$left" ] && ok "nothing of the job in /dev/shm" || bad "left in /dev/shm" "$left"
 after_fault "three nodes" "" out/el/ckpt "" "" n0.log n1.log n2.log
+
+# ---- node 2's link down: it says nothing, the store cuts it off ------------
+# (its launcher's connection stays open; the ranks of nodes 0 and 1 fail
+# within launch.timeout = 2 s, and node 2 is taken for lost 2 x 2 + 10 s
+# after that first failure)
+port=$((port + 2))
+tcp=(--set run.comm=tcp --set run.name=part --set launch.timeout=2)
+: >n0.log; : >n1.log; : >n2.log
+node 0; node 1; node 2
+if wait_for n0.log "[rank 0] checkpoint: saved out/part/ckpt/step-00000008" 60; then
+  t0=$(date +%s.%N)
+  ip -n "${ns[2]}" link set "dte$$v2" down
+  set +e; wait "${pids[0]}"; rc0=$?; wait "${pids[1]}"; rc1=$?; set -e
+  took=$(since "$t0")
+  if grep -qE "^dtrain: elastic: restart 1 of at most 3 after .*node 2 \(${addr[2]}\) did not report within 14 s of the round's first failure: taken for lost; round 2: 2 nodes, 4 ranks" n0.log
+  then ok "node 2's link down: the store takes it for lost and nodes 0 and 1 re-form"
+  else bad "node 2's link down: no restart naming node 2 cut off" "$(grep '^dtrain' n0.log)"; fi
+  [ "$rc0" = 0 ] && [ "$rc1" = 0 ] && grep -qF "[rank 0] step    60/60" n0.log &&
+    ok "node 2's link down: nodes 0 and 1 finish the job (${took} s after the link went down)" ||
+    bad "node 2's link down: exits $rc0, $rc1" "$(tail -20 n0.log)"
+else bad "the partition case saved no checkpoint" "$(tail -20 n0.log)"; fi
+for p in $(ns_procs 2); do kill -KILL "$p" 2>/dev/null || true; done
+ip -n "${ns[2]}" link set "dte$$v2" up
 
 # ---- node 0 (the store's) killed: the others end, saying why ---------------
 port=$((port + 2))

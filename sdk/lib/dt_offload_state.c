@@ -6,7 +6,12 @@
  * in place or on pinned staging, parameters out), read and written for
  * checkpoints, hashed, and moved by collectives.  Tiers with host_ptr are
  * used in place; others through store / load, waited on within the
- * tier's own timeout.  See dtrain/sdk/offload.h.
+ * tier's own timeout.  Writes of parameters and gradients run behind the
+ * caller: each through one of two pinned pieces whose store is waited on
+ * only when the piece is reused or the bytes are read again (the load, the
+ * norm, the update, free), and f32 parameters updated on the host are
+ * stored straight from the master's staging with the state.  See
+ * dtrain/sdk/offload.h.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -156,16 +161,75 @@ static uint64_t piece_of(uint64_t numel)
     return numel < DT_OFFLOAD_PIECE ? (numel ? numel : 1) : DT_OFFLOAD_PIECE;
 }
 
+/* Wait for the gradient store from gload[i], if one is in flight; a
+ * failure names its elements. */
+static int grads_wait(dt_offload_state_t *st, int i)
+{
+    if (!st->gwreq[i])
+        return DT_OK;
+    int rc = st->ops->wait(st->tier, st->gwreq[i], -1);
+    st->gwreq[i] = NULL;
+    if (rc != DT_OK)
+        st->host->log(st->host, DT_LOG_ERROR, "rank %d: storing reduced gradients [%llu, +%llu) "
+                      "to offload tier '%s' failed", st->rank, (unsigned long long)st->gwat[i],
+                      (unsigned long long)st->gwn[i], tier_name(st->ops));
+    return rc;
+}
+
+/* Every gradient store done: before the gradient is read or its staging
+ * reused for anything else. */
+static int grads_flush(dt_offload_state_t *st)
+{
+    int rc = DT_OK;
+    for (int i = 0; i < 2; i++) {
+        int e = grads_wait(st, i);
+        if (rc == DT_OK)
+            rc = e;
+    }
+    return rc;
+}
+
 /* --------------------------------------------------- compute parameters */
+
+/* Wait for the write from wstage[i], if one is in flight; a failure
+ * names its elements. */
+static int params_wait(dt_offload_params_t *p, int i)
+{
+    if (!p->wreq[i])
+        return DT_OK;
+    int rc = p->ops->wait(p->tier, p->wreq[i], -1);
+    p->wreq[i] = NULL;
+    if (rc != DT_OK)
+        p->host->log(p->host, DT_LOG_ERROR, "rank %d: storing offloaded parameters [%llu, "
+                     "+%llu) to offload tier '%s' failed", p->rank,
+                     (unsigned long long)p->wat[i], (unsigned long long)p->wn[i],
+                     tier_name(p->ops));
+    return rc;
+}
+
+int dt_offload_params_flush(dt_offload_params_t *p)
+{
+    int rc = DT_OK;
+    for (int i = 0; i < 2; i++) {
+        int e = params_wait(p, i);
+        if (rc == DT_OK)
+            rc = e;
+    }
+    return rc;
+}
 
 void dt_offload_params_free(dt_offload_params_t *p)
 {
     if (!p || !p->host)
         return;
+    /* a store that did not finish in time keeps its staging: the tier
+     * may still read it (freed with the tier's finalize) */
+    int left = dt_offload_params_flush(p) != DT_OK;
     if (p->buf)
         p->ops->free(p->tier, p->buf);
-    if (p->stage)
-        p->dev_ops->host_free(p->dev, p->stage);
+    for (int i = 0; i < 2 && !left; i++)
+        if (p->wstage[i])
+            p->dev_ops->host_free(p->dev, p->wstage[i]);
     memset(p, 0, sizeof *p);
 }
 
@@ -182,8 +246,11 @@ int dt_offload_params_init(dt_offload_params_t *p, const dt_host_v1_t *host,
         rc = host_ptr_of(p->ops, p->tier, p->buf, &p->host_ptr);
     if (rc == DT_OK && p->host_ptr)
         memset(p->host_ptr, 0, numel * pes);
-    if (rc == DT_OK && (!p->host_ptr || p->pdtype != DT_F32))
-        rc = p->dev_ops->host_alloc(p->dev, p->piece * pes, DT_TAG_STAGING, &p->stage);
+    /* staging: two pieces alternating where writes go through store;
+     * with host_ptr, 16-bit values are rounded straight into the tier */
+    for (int i = 0; rc == DT_OK && !p->host_ptr && i < 2; i++)
+        rc = p->dev_ops->host_alloc(p->dev, p->piece * pes, DT_TAG_STAGING, &p->wstage[i]);
+    p->stage = p->wstage[0];
     if (rc != DT_OK) {
         host->log(host, DT_LOG_ERROR, "rank %d: %llu bytes of parameters in offload tier '%s' "
                   "failed", rank, (unsigned long long)(numel * pes), tier_name(p->ops));
@@ -199,13 +266,28 @@ int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, con
     for (uint64_t c = 0; rc == DT_OK && c < n; c += p->piece) {
         uint64_t k = n - c < p->piece ? n - c : p->piece;
         const float *s = src + c;
-        void *dst = p->host_ptr ? (char *)p->host_ptr + (at + c) * pes : p->stage;
+        int i = (int)p->wnext;
+        void *dst = (char *)p->host_ptr + (at + c) * pes;
+        if (!p->host_ptr) {
+            /* the staging's previous store done (the window's oldest) */
+            rc = params_wait(p, i);
+            if (rc != DT_OK)
+                break;
+            dst = p->wstage[i];
+            p->wnext ^= 1;
+        }
         if (p->pdtype != DT_F32)
             round_half(p->pdtype, s, (uint16_t *)dst, k);
         else
             memcpy(dst, s, k * sizeof(float));
-        if (!p->host_ptr)
-            rc = tier_io(p->ops, p->tier, p->buf, 1, (at + c) * pes, p->stage, k * pes);
+        if (!p->host_ptr) {
+            p->wat[i] = at + c;
+            p->wn[i] = k;
+            rc = p->ops->store(p->tier, p->buf, (at + c) * pes, dst, k * pes, DT_MEM_HOST, NULL,
+                               &p->wreq[i]);
+            if (rc != DT_OK)
+                p->wreq[i] = NULL;
+        }
     }
     if (rc != DT_OK)
         p->host->log(p->host, DT_LOG_ERROR, "rank %d: writing %llu offloaded parameters failed",
@@ -217,6 +299,11 @@ int dt_offload_params_load(dt_offload_params_t *p, uint64_t at, uint64_t n, void
                            dt_stream_t *stream, dt_offload_req_t **req)
 {
     size_t pes = dt_dtype_size(p->pdtype);
+    int rc = dt_offload_params_flush(p);
+    if (rc != DT_OK) {
+        *req = NULL;
+        return rc;
+    }
     return p->ops->load(p->tier, p->buf, at * pes, dst, n * pes, DT_MEM_DEVICE, stream, req);
 }
 
@@ -226,6 +313,8 @@ void dt_offload_state_free(dt_offload_state_t *st)
 {
     if (!st || !st->host)
         return;
+    if (grads_flush(st) != DT_OK) /* the tier may still read gload: keep it */
+        st->gload[0] = st->gload[1] = NULL;
     for (int k = 0; k < DT_STATE_COUNT; k++) {
         if (st->buf[k])
             st->ops->free(st->tier, st->buf[k]);
@@ -438,13 +527,16 @@ static int optim_slices(dt_offload_state_t *st, const dt_unit_desc_v1_t *unit, d
 
 /* Requests of one staging set: its loads or its stores, one per kind. */
 typedef struct reqs {
-    dt_offload_req_t *r[DT_STATE_COUNT + 1]; /* the last: the gradients' */
+    /* then the gradients' (a load), then the parameters' (a store of f32
+     * parameters straight from the master's staging) */
+    dt_offload_req_t *r[DT_STATE_COUNT + 2];
 } reqs_t;
+enum { REQ_GRADS = DT_STATE_COUNT, REQ_PARAMS = DT_STATE_COUNT + 1 };
 
 /* Wait for every request of `q` (each once), keeping the first failure. */
 static int wait_all(dt_offload_state_t *st, reqs_t *q, int rc)
 {
-    for (int k = 0; k <= DT_STATE_COUNT; k++) {
+    for (int k = 0; k < REQ_PARAMS + 1; k++) {
         if (!q->r[k])
             continue;
         int e = st->ops->wait(st->tier, q->r[k], -1);
@@ -464,7 +556,7 @@ static int start_piece(dt_offload_state_t *st, int set, int store, uint64_t a, u
     int rc = DT_OK;
     if (grads && !store)
         rc = st->ops->load(st->tier, st->gbuf, a * sizeof(float), st->gload[set],
-                           n * sizeof(float), DT_MEM_HOST, NULL, &q->r[DT_STATE_COUNT]);
+                           n * sizeof(float), DT_MEM_HOST, NULL, &q->r[REQ_GRADS]);
     for (int k = 0; rc == DT_OK && k < st->n_kinds; k++)
         rc = store ? st->ops->store(st->tier, st->buf[k], a * sizeof(float), st->stage[set][k],
                                     n * sizeof(float), DT_MEM_HOST, NULL, &q->r[k])
@@ -496,6 +588,13 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
     memset(stores, 0, sizeof stores);
     int rc = DT_OK;
     const char *what = "loading the state";
+    /* the gradient's stores done before it is read into gload */
+    if (tier_grads && (rc = grads_flush(st)) != DT_OK)
+        return rc;
+    /* f32 parameters in a tier without host pointers are stored straight
+     * from the master's staging, with the state's stores */
+    dt_offload_params_t *par = st->params;
+    const int direct = staged && par && st->pdtype == DT_F32 && !par->host_ptr;
     if (staged && r.count > 0)
         rc = start_piece(st, 0, 0, at, r.count < st->piece ? r.count : st->piece, tier_grads,
                          &loads[0]);
@@ -548,7 +647,11 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
         t1 = h->now_ns(h);
         st->ns_optim += t1 - t0;
         t0 = t1;
-        if (rc == DT_OK) {
+        if (rc == DT_OK && direct) {
+            what = "storing the parameters";
+            rc = par->ops->store(par->tier, par->buf, (at + c) * sizeof(float), s[0],
+                                 k * sizeof(float), DT_MEM_HOST, NULL, &stores[set].r[REQ_PARAMS]);
+        } else if (rc == DT_OK) {
             what = "writing the parameters";
             rc = push_piece(st, s[0], at + c, k, dcompute ? (char *)dcompute + c * pes : NULL);
         }
@@ -613,16 +716,14 @@ int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const 
     const dt_host_v1_t *h = st->host;
     int rc = grads_range(st, "gradients to the tier", at, n);
     uint64_t t0 = h->now_ns(h);
-    for (uint64_t c = 0; rc == DT_OK && c < n; c += st->piece) {
+    for (uint64_t c = 0; rc == DT_OK && st->grads && c < n; c += st->piece) {
+        /* in place in the tier's host memory */
         uint64_t k = n - c < st->piece ? n - c : st->piece;
+        float *y = st->grads + at + c;
         rc = d->memcpy_async(st->dev, st->gstage, dsrc + c, k * sizeof(float), DT_COPY_D2H,
                              stream);
         if (rc == DT_OK)
             rc = d->stream_sync(st->dev, stream);
-        float *y = st->grads ? st->grads + at + c : st->gload[0];
-        if (rc == DT_OK && !st->grads && mode == DT_OFFLOAD_GRADS_ADD)
-            rc = tier_io(st->ops, st->tier, st->gbuf, 0, (at + c) * sizeof(float), y,
-                         k * sizeof(float));
         if (rc != DT_OK)
             break;
         const float *x = st->gstage;
@@ -634,9 +735,51 @@ int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const 
         else
             for (uint64_t i = 0; i < k; i++)
                 y[i] = y[i] + x[i];
-        if (!st->grads)
-            rc = tier_io(st->ops, st->tier, st->gbuf, 1, (at + c) * sizeof(float), y,
-                         k * sizeof(float));
+    }
+    /* Through store: each piece combined in one of the two gload pieces
+     * and stored from it while the next piece comes over; a piece waits
+     * only for the store that last used its staging (two pieces back),
+     * and for one in flight over the same elements before reading them. */
+    for (uint64_t c = 0; rc == DT_OK && !st->grads && c < n; c += st->piece) {
+        uint64_t k = n - c < st->piece ? n - c : st->piece, a = at + c;
+        int s = (int)st->gwnext;
+        st->gwnext ^= 1;
+        rc = grads_wait(st, s);
+        if (rc == DT_OK && st->gwreq[s ^ 1] &&
+            st->gwat[s ^ 1] < a + k && a < st->gwat[s ^ 1] + st->gwn[s ^ 1])
+            rc = grads_wait(st, s ^ 1);
+        if (rc != DT_OK)
+            break;
+        float *y = st->gload[s];
+        dt_offload_req_t *lreq = NULL;
+        /* the sum so far loading while the block comes from the device */
+        if (mode == DT_OFFLOAD_GRADS_ADD)
+            rc = st->ops->load(st->tier, st->gbuf, a * sizeof(float), y, k * sizeof(float),
+                               DT_MEM_HOST, NULL, &lreq);
+        float *x = mode == DT_OFFLOAD_GRADS_ADD ? st->gstage : y;
+        if (rc == DT_OK)
+            rc = d->memcpy_async(st->dev, x, dsrc + c, k * sizeof(float), DT_COPY_D2H, stream);
+        if (rc == DT_OK)
+            rc = d->stream_sync(st->dev, stream);
+        if (lreq) {
+            int e = st->ops->wait(st->tier, lreq, -1);
+            if (rc == DT_OK)
+                rc = e;
+        }
+        if (rc != DT_OK)
+            break;
+        if (mode == DT_OFFLOAD_GRADS_FIRST)
+            for (uint64_t i = 0; i < k; i++)
+                y[i] = 0.0f + y[i];
+        else if (mode == DT_OFFLOAD_GRADS_ADD)
+            for (uint64_t i = 0; i < k; i++)
+                y[i] = y[i] + x[i];
+        st->gwat[s] = a;
+        st->gwn[s] = k;
+        rc = st->ops->store(st->tier, st->gbuf, a * sizeof(float), y, k * sizeof(float),
+                            DT_MEM_HOST, NULL, &st->gwreq[s]);
+        if (rc != DT_OK)
+            st->gwreq[s] = NULL;
     }
     st->ns_grads += h->now_ns(h) - t0;
     if (rc != DT_OK)
@@ -651,6 +794,8 @@ int dt_offload_grads_load(dt_offload_state_t *st, uint64_t at, uint64_t n, float
 {
     const dt_device_ops_v1_t *d = st->dev_ops;
     int rc = grads_range(st, "gradients from the tier", at, n);
+    if (rc == DT_OK)
+        rc = grads_flush(st); /* the stores done, gload[0] free */
     for (uint64_t c = 0; rc == DT_OK && c < n; c += st->piece) {
         uint64_t k = n - c < st->piece ? n - c : st->piece;
         float *x = st->grads ? st->grads + at + c : st->gload[0];
@@ -690,6 +835,8 @@ int dt_offload_grads_sumsq_skip(dt_offload_state_t *st, const dt_range_t *skip,
     dt_sumsq_run_init(&run, (int64_t)st->numel);
     dt_sumsq_run_init(&left, (int64_t)st->numel);
     int rc = grads_range(st, "the gradient norm", 0, st->numel);
+    if (rc == DT_OK)
+        rc = grads_flush(st);
     if (rc == DT_OK && st->grads) {
         dt_sumsq_run_add(&run, st->grads, st->numel);
         add_skipped(&left, st->grads, 0, st->numel, skip, n_skip);

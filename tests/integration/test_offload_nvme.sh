@@ -1,7 +1,8 @@
 #!/bin/bash
 # The offload_nvme tier under the training loop:
 #  - bit for bit against no offload (zero stage 3 with parameters and
-#    optimizer on the tier, ddp, a buffered-I/O run), its files gone after
+#    optimizer on the tier, ddp, a buffered-I/O run; zero stage 3 on 1 and
+#    on 2 ranks (bf16) with units of several pieces), its files gone after
 #    a clean run;
 #  - a file system that refuses O_DIRECT (test hook builds): direct =
 #    "auto" falls back with one log line (local rank 0's) and the same
@@ -68,9 +69,16 @@ no_files() {
 }
 
 # ---- bit for bit --------------------------------------------------------------
+# `big`: units of more than one 1 Mi-element piece (two layers of 1.2M), so
+# the update's pipeline, the asynchronous parameter and gradient stores
+# (two pieces in flight, waited before the bytes are read again) and the
+# gradient read back for accumulation run over several pieces
+big="--set model.n_layer=2 --set model.n_head=4 --set model.n_embd=320"
 for v in "zero3 2 --set parallel.data=zero --set zero.stage=3 --set zero.offload_what=optimizer_and_params" \
          "ddp 2 --set parallel.data=ddp --set ddp.offload_what=optimizer" \
-         "zero2-buffered 1 --set parallel.data=zero --set zero.stage=2"; do
+         "zero2-buffered 1 --set parallel.data=zero --set zero.stage=2" \
+         "zero3-pieces 1 --set parallel.data=zero --set zero.stage=3 --set zero.offload_what=optimizer_and_params $big" \
+         "zero3-pieces-bf16 2 --set parallel.data=zero --set zero.stage=3 --set zero.offload_what=optimizer_and_params $big --set model.dtype=bf16"; do
   set -- $v
   name=$1 n=$2; shift 2
   extra=(); [ "$name" = zero2-buffered ] && extra=(--set offload_nvme.direct=off)

@@ -14,7 +14,10 @@
  * buffer, a replica's layout); `at` arguments are offsets in it.
  *
  * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
- * it and the conventions every helper follows).  Blocking throughout.
+ * it and the conventions every helper follows).  Blocking, except the
+ * writes of parameters and gradients into a tier without host pointers:
+ * their stores run on behind the call, a bounded window of pieces,
+ * completed before the bytes are read again (see each function).
  */
 #ifndef DTRAIN_SDK_OFFLOAD_H
 #define DTRAIN_SDK_OFFLOAD_H
@@ -98,17 +101,36 @@ typedef struct dt_offload_params {
     uint64_t numel;
     dt_offload_buf_t *buf;
     void *host_ptr;           /* the tier's host pointer, or NULL */
-    void *stage;              /* pinned: one piece of pdtype (no host_ptr or 16-bit) */
+    void *stage;              /* pinned: one piece of pdtype (no host_ptr or
+                               * 16-bit); wstage[0] */
     uint64_t piece;
+    /* Writes through store (no host_ptr): asynchronous, alternating
+     * between two pinned pieces, each reused once its store is waited on
+     * (dt_offload_params_flush waits for both). */
+    void *wstage[2];
+    dt_offload_req_t *wreq[2];  /* the store from wstage[i] in flight, or NULL */
+    uint64_t wat[2], wn[2];     /* its elements (messages) */
+    uint32_t wnext;             /* the piece the next write uses */
+    uint32_t reserved0;
 } dt_offload_params_t;
 
 int dt_offload_params_init(dt_offload_params_t *p, const dt_host_v1_t *host,
                            const dt_strategy_init_v1_t *args, int32_t rank, uint64_t numel);
 void dt_offload_params_free(dt_offload_params_t *p);
-/* Elements [at, at + n) from f32 host memory `src`.  Blocking. */
+/* Elements [at, at + n) from f32 host memory `src`, which may be reused
+ * on return: copied (rounded to bf16/f16) into pinned staging whose store
+ * runs on while the caller goes on, at most two pieces in flight (a third
+ * waits for the oldest).  A tier with host_ptr is written at once.  A
+ * store that failed is reported by the write or flush that waits for it,
+ * naming the elements. */
 int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, const float *src);
+/* Wait (each within the tier's bound) for the writes still in flight.
+ * dt_offload_params_load and dt_offload_params_free call it first, so a
+ * load reads what was written. */
+int dt_offload_params_flush(dt_offload_params_t *p);
 /* Start loading elements [at, at + n) into device memory `dst`, ordered
- * after the work queued on `stream`; wait on *req with the tier's wait. */
+ * after the work queued on `stream` and after the writes before it
+ * (flushed first); wait on *req with the tier's wait. */
 int dt_offload_params_load(dt_offload_params_t *p, uint64_t at, uint64_t n, void *dst,
                            dt_stream_t *stream, dt_offload_req_t **req);
 
@@ -155,6 +177,14 @@ typedef struct dt_offload_state {
                                * each piece is split into this many
                                * slices (element-wise: the same bits) */
     int32_t reserved1;
+    /* dt_offload_grads_add's stores (tiers without host_ptr): from
+     * gload[i], asynchronous, completed before anything reads the
+     * gradient or reuses gload[i] (the norm, the update, grads_load, a
+     * later add over the same elements, free). */
+    dt_offload_req_t *gwreq[2];
+    uint64_t gwat[2], gwn[2];   /* their elements (messages, overlap) */
+    uint32_t gwnext;            /* the staging the next piece uses */
+    int32_t reserved2;
 } dt_offload_state_t;
 
 /* Allocate master, m (and v when has_v) of `numel` f32 in the tier and the
@@ -206,7 +236,10 @@ enum { DT_OFFLOAD_GRADS_ADD = 0,   /* y + x: the device's axpy, alpha 1 */
        DT_OFFLOAD_GRADS_COPY = 2 }; /* x: the buffer itself */
 /* Elements [at, at + n) of the gradient from device memory `dsrc` (f32),
  * after the work queued on `stream`, combined into the tier's as `mode`
- * (DT_OFFLOAD_GRADS_*) says.  Blocking. */
+ * (DT_OFFLOAD_GRADS_*) says.  Returns once dsrc is read: the last pieces'
+ * stores to the tier run on (two pieces at most), waited for before
+ * anything reads the gradient (grads_load, the norm, update) or frees
+ * the state. */
 int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const float *dsrc,
                          dt_stream_t *stream, int mode);
 /* Elements [at, at + n) of the gradient to device memory `ddst` (f32), on

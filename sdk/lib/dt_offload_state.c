@@ -133,11 +133,15 @@ static int host_ptr_of(const dt_offload_ops_v1_t *ops, dt_offload_t *tier, dt_of
     return rc;
 }
 
-/* Blocking store / load of host memory at byte `off` of `buf`. */
+/* Blocking store / load of host memory at byte `off` of `buf`; a step's
+ * traffic is counted in moved[0] (loaded) or moved[1] (stored), other
+ * (init, checkpoints: moved NULL) is not. */
 static int tier_io(const dt_offload_ops_v1_t *ops, dt_offload_t *tier, dt_offload_buf_t *buf,
-                   int store, uint64_t off, void *mem, uint64_t bytes)
+                   int store, uint64_t off, void *mem, uint64_t bytes, uint64_t *moved)
 {
     dt_offload_req_t *req = NULL;
+    if (moved)
+        moved[store ? 1 : 0] += bytes;
     int rc = store ? ops->store(tier, buf, off, mem, bytes, DT_MEM_HOST, NULL, &req)
                    : ops->load(tier, buf, off, mem, bytes, DT_MEM_HOST, NULL, &req);
     return rc == DT_OK ? ops->wait(tier, req, -1) : rc;
@@ -283,6 +287,7 @@ int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, con
         if (!p->host_ptr) {
             p->wat[i] = at + c;
             p->wn[i] = k;
+            p->moved[1] += k * pes;
             rc = p->ops->store(p->tier, p->buf, (at + c) * pes, dst, k * pes, DT_MEM_HOST, NULL,
                                &p->wreq[i]);
             if (rc != DT_OK)
@@ -304,6 +309,7 @@ int dt_offload_params_load(dt_offload_params_t *p, uint64_t at, uint64_t n, void
         *req = NULL;
         return rc;
     }
+    p->moved[0] += n * pes;
     return p->ops->load(p->tier, p->buf, at * pes, dst, n * pes, DT_MEM_DEVICE, stream, req);
 }
 
@@ -370,7 +376,7 @@ int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
         for (uint64_t c = 0; rc == DT_OK && c < numel; c += st->piece) {
             uint64_t n = numel - c < st->piece ? numel - c : st->piece;
             rc = tier_io(st->ops, st->tier, st->buf[k], 1, c * sizeof(float), st->stage[0][k],
-                         n * sizeof(float));
+                         n * sizeof(float), NULL);
         }
     }
     if (rc == DT_OK)
@@ -417,7 +423,7 @@ int dt_offload_state_read(dt_offload_state_t *st, int kind, uint64_t at, uint64_
         return DT_OK;
     }
     return tier_io(st->ops, st->tier, st->buf[kind], 0, at * sizeof(float), dst,
-                   n * sizeof(float));
+                   n * sizeof(float), NULL);
 }
 
 int dt_offload_state_write(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n,
@@ -428,7 +434,7 @@ int dt_offload_state_write(dt_offload_state_t *st, int kind, uint64_t at, uint64
         return DT_OK;
     }
     return tier_io(st->ops, st->tier, st->buf[kind], 1, at * sizeof(float), (void *)src,
-                   n * sizeof(float));
+                   n * sizeof(float), NULL);
 }
 
 int dt_offload_state_hash(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n, uint64_t *h)
@@ -554,6 +560,7 @@ static int start_piece(dt_offload_state_t *st, int set, int store, uint64_t a, u
                        int grads, reqs_t *q)
 {
     int rc = DT_OK;
+    st->moved[store ? 1 : 0] += (uint64_t)(st->n_kinds + (grads && !store)) * n * sizeof(float);
     if (grads && !store)
         rc = st->ops->load(st->tier, st->gbuf, a * sizeof(float), st->gload[set],
                            n * sizeof(float), DT_MEM_HOST, NULL, &q->r[REQ_GRADS]);
@@ -649,6 +656,7 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
         t0 = t1;
         if (rc == DT_OK && direct) {
             what = "storing the parameters";
+            par->moved[1] += k * sizeof(float);
             rc = par->ops->store(par->tier, par->buf, (at + c) * sizeof(float), s[0],
                                  k * sizeof(float), DT_MEM_HOST, NULL, &stores[set].r[REQ_PARAMS]);
         } else if (rc == DT_OK) {
@@ -753,9 +761,11 @@ int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const 
         float *y = st->gload[s];
         dt_offload_req_t *lreq = NULL;
         /* the sum so far loading while the block comes from the device */
-        if (mode == DT_OFFLOAD_GRADS_ADD)
+        if (mode == DT_OFFLOAD_GRADS_ADD) {
+            st->moved[0] += k * sizeof(float);
             rc = st->ops->load(st->tier, st->gbuf, a * sizeof(float), y, k * sizeof(float),
                                DT_MEM_HOST, NULL, &lreq);
+        }
         float *x = mode == DT_OFFLOAD_GRADS_ADD ? st->gstage : y;
         if (rc == DT_OK)
             rc = d->memcpy_async(st->dev, x, dsrc + c, k * sizeof(float), DT_COPY_D2H, stream);
@@ -776,6 +786,7 @@ int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const 
                 y[i] = y[i] + x[i];
         st->gwat[s] = a;
         st->gwn[s] = k;
+        st->moved[1] += k * sizeof(float);
         rc = st->ops->store(st->tier, st->gbuf, a * sizeof(float), y, k * sizeof(float),
                             DT_MEM_HOST, NULL, &st->gwreq[s]);
         if (rc != DT_OK)
@@ -801,7 +812,7 @@ int dt_offload_grads_load(dt_offload_state_t *st, uint64_t at, uint64_t n, float
         float *x = st->grads ? st->grads + at + c : st->gload[0];
         if (!st->grads)
             rc = tier_io(st->ops, st->tier, st->gbuf, 0, (at + c) * sizeof(float), x,
-                         k * sizeof(float));
+                         k * sizeof(float), st->moved);
         if (rc == DT_OK)
             rc = d->memcpy_async(st->dev, ddst + c, x, k * sizeof(float), DT_COPY_H2D, stream);
         if (rc == DT_OK) /* the staging is reused next */
@@ -844,7 +855,7 @@ int dt_offload_grads_sumsq_skip(dt_offload_state_t *st, const dt_range_t *skip,
     for (uint64_t c = 0; rc == DT_OK && !st->grads && c < st->numel; c += st->piece) {
         uint64_t k = st->numel - c < st->piece ? st->numel - c : st->piece;
         rc = tier_io(st->ops, st->tier, st->gbuf, 0, c * sizeof(float), st->gload[0],
-                     k * sizeof(float));
+                     k * sizeof(float), st->moved);
         if (rc == DT_OK) {
             dt_sumsq_run_add(&run, st->gload[0], k);
             add_skipped(&left, st->gload[0], c, k, skip, n_skip);
@@ -867,11 +878,20 @@ int dt_offload_grads_sumsq(dt_offload_state_t *st, double *out)
 void dt_offload_state_report(dt_offload_state_t *st, const char *when)
 {
     const dt_host_v1_t *h = st->host;
+    uint64_t rd = st->moved[0], wr = st->moved[1];
+    if (st->params) {
+        rd += st->params->moved[0];
+        wr += st->params->moved[1];
+        st->params->moved[0] = st->params->moved[1] = 0;
+    }
     h->log(h, DT_LOG_DEBUG, "%s: offloaded optimizer: tier I/O wait %.2f ms, device copies "
-           "%.2f ms, host optimizer %.2f ms (%d thread(s)), gradients to the tier %.2f ms", when,
+           "%.2f ms, host optimizer %.2f ms (%d thread(s)), gradients to the tier %.2f ms; "
+           "tier bytes loaded %llu, stored %llu, moved %llu", when,
            (double)st->ns_wait / 1e6, (double)st->ns_copy / 1e6, (double)st->ns_optim / 1e6,
-           st->threads, (double)st->ns_grads / 1e6);
+           st->threads, (double)st->ns_grads / 1e6, (unsigned long long)rd,
+           (unsigned long long)wr, (unsigned long long)(rd + wr));
     st->ns_wait = st->ns_copy = st->ns_optim = st->ns_grads = 0;
+    st->moved[0] = st->moved[1] = 0;
 }
 
 int dt_offload_state_collective(dt_offload_state_t *st, int kind, const dt_comm_ops_v1_t *cops,

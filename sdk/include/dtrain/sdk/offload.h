@@ -112,6 +112,8 @@ typedef struct dt_offload_params {
     uint64_t wat[2], wn[2];     /* its elements (messages) */
     uint32_t wnext;             /* the piece the next write uses */
     uint32_t reserved0;
+    uint64_t moved[2];          /* bytes loaded [0] and stored [1] since the
+                                 * last dt_offload_state_report */
 } dt_offload_params_t;
 
 int dt_offload_params_init(dt_offload_params_t *p, const dt_host_v1_t *host,
@@ -185,6 +187,11 @@ typedef struct dt_offload_state {
     uint64_t gwat[2], gwn[2];   /* their elements (messages, overlap) */
     uint32_t gwnext;            /* the staging the next piece uses */
     int32_t reserved2;
+    /* A step's traffic: bytes loaded from [0] and stored to [1] the tier
+     * by update, the gradients' add / load / norm and (in `params`) the
+     * parameters' loads and writes since the last report; checkpoints'
+     * reads and writes are not counted. */
+    uint64_t moved[2];
 } dt_offload_state_t;
 
 /* Allocate master, m (and v when has_v) of `numel` f32 in the tier and the
@@ -258,7 +265,10 @@ int dt_offload_grads_sumsq_skip(dt_offload_state_t *st, const dt_range_t *skip,
 
 /* Log (DT_LOG_DEBUG) where the updates since the last call spent their
  * time - waiting for the tier, copies to and from the device, the host
- * optimizer - as "<when>: ...", and start counting again. */
+ * optimizer - and the bytes the step moved through the tier (`moved`,
+ * the parameters' included: "tier bytes loaded L, stored S, moved L+S",
+ * what the planner's offload_bytes_per_step predicts) as "<when>: ...",
+ * and start counting again. */
 void dt_offload_state_report(dt_offload_state_t *st, const char *when);
 
 /* Collective over `comm` on the whole of state `kind` (dt_state_kind_t),

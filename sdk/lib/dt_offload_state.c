@@ -165,6 +165,27 @@ static uint64_t piece_of(uint64_t numel)
     return numel < DT_OFFLOAD_PIECE ? (numel ? numel : 1) : DT_OFFLOAD_PIECE;
 }
 
+/* Where a piece that starts at element `a` of a tier buffer (`es` bytes
+ * an element) sits in its staging: `lead` elements in, its offset within
+ * its 4 KiB block of the file, so that every whole block of it lies
+ * 4 KiB-aligned in the (large, aligned) staging and an O_DIRECT tier
+ * reads and writes it there in place, as fio does, instead of through
+ * its bounce buffers; only the blocks at a range's ends are partial.
+ * Such a piece holds piece - lead elements, so the next one starts on a
+ * block (lead 0).  A small piece (a small buffer) keeps lead 0. */
+static uint64_t lead_of(uint64_t a, size_t es, uint64_t piece)
+{
+    uint64_t lead = (a * es) % 4096u / es;
+    return lead < piece / 2 ? lead : 0;
+}
+
+/* Elements of the piece at element `a` with `left` elements to go. */
+static uint64_t chunk_of(uint64_t a, size_t es, uint64_t piece, uint64_t left)
+{
+    uint64_t k = piece - lead_of(a, es, piece);
+    return left < k ? left : k;
+}
+
 /* Wait for the gradient store from gload[i], if one is in flight; a
  * failure names its elements. */
 static int grads_wait(dt_offload_state_t *st, int i)
@@ -267,8 +288,9 @@ int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, con
 {
     size_t pes = dt_dtype_size(p->pdtype);
     int rc = DT_OK;
-    for (uint64_t c = 0; rc == DT_OK && c < n; c += p->piece) {
-        uint64_t k = n - c < p->piece ? n - c : p->piece;
+    for (uint64_t c = 0, k = 0; rc == DT_OK && c < n; c += k) {
+        k = p->host_ptr ? (n - c < p->piece ? n - c : p->piece)
+                        : chunk_of(at + c, pes, p->piece, n - c);
         const float *s = src + c;
         int i = (int)p->wnext;
         void *dst = (char *)p->host_ptr + (at + c) * pes;
@@ -277,7 +299,7 @@ int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, con
             rc = params_wait(p, i);
             if (rc != DT_OK)
                 break;
-            dst = p->wstage[i];
+            dst = (char *)p->wstage[i] + lead_of(at + c, pes, p->piece) * pes;
             p->wnext ^= 1;
         }
         if (p->pdtype != DT_F32)
@@ -554,21 +576,24 @@ static int wait_all(dt_offload_state_t *st, reqs_t *q, int rc)
 }
 
 /* Start the transfers of state piece [a, a + n) between the tier and
- * staging set `set` (store or load), one request per kind; `grads`: a
- * load brings the piece's gradients too. */
+ * staging set `set` (store or load; lead_of(a) elements into it), one
+ * request per kind; `grads`: a load brings the piece's gradients too. */
 static int start_piece(dt_offload_state_t *st, int set, int store, uint64_t a, uint64_t n,
                        int grads, reqs_t *q)
 {
     int rc = DT_OK;
+    const uint64_t lead = lead_of(a, sizeof(float), st->piece);
     st->moved[store ? 1 : 0] += (uint64_t)(st->n_kinds + (grads && !store)) * n * sizeof(float);
     if (grads && !store)
-        rc = st->ops->load(st->tier, st->gbuf, a * sizeof(float), st->gload[set],
+        rc = st->ops->load(st->tier, st->gbuf, a * sizeof(float), st->gload[set] + lead,
                            n * sizeof(float), DT_MEM_HOST, NULL, &q->r[REQ_GRADS]);
     for (int k = 0; rc == DT_OK && k < st->n_kinds; k++)
-        rc = store ? st->ops->store(st->tier, st->buf[k], a * sizeof(float), st->stage[set][k],
-                                    n * sizeof(float), DT_MEM_HOST, NULL, &q->r[k])
-                   : st->ops->load(st->tier, st->buf[k], a * sizeof(float), st->stage[set][k],
-                                   n * sizeof(float), DT_MEM_HOST, NULL, &q->r[k]);
+        rc = store ? st->ops->store(st->tier, st->buf[k], a * sizeof(float),
+                                    st->stage[set][k] + lead, n * sizeof(float), DT_MEM_HOST,
+                                    NULL, &q->r[k])
+                   : st->ops->load(st->tier, st->buf[k], a * sizeof(float),
+                                   st->stage[set][k] + lead, n * sizeof(float), DT_MEM_HOST,
+                                   NULL, &q->r[k]);
     return rc;
 }
 
@@ -602,28 +627,32 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
      * from the master's staging, with the state's stores */
     dt_offload_params_t *par = st->params;
     const int direct = staged && par && st->pdtype == DT_F32 && !par->host_ptr;
+    /* staged: pieces cut at the file's 4 KiB blocks (lead_of) */
+    const size_t es = sizeof(float);
     if (staged && r.count > 0)
-        rc = start_piece(st, 0, 0, at, r.count < st->piece ? r.count : st->piece, tier_grads,
+        rc = start_piece(st, 0, 0, at, chunk_of(at, es, st->piece, r.count), tier_grads,
                          &loads[0]);
     const dt_host_v1_t *h = st->host;
     uint64_t p = 0, t0 = h->now_ns(h), t1;
-    for (uint64_t c = 0; rc == DT_OK && c < r.count; c += st->piece, p++) {
-        uint64_t k = r.count - c < st->piece ? r.count - c : st->piece;
+    for (uint64_t c = 0, k = 0; rc == DT_OK && c < r.count; c += k, p++) {
+        k = staged ? chunk_of(at + c, es, st->piece, r.count - c)
+                   : (r.count - c < st->piece ? r.count - c : st->piece);
+        const uint64_t lead = staged ? lead_of(at + c, es, st->piece) : 0;
         int set = (int)(p & 1);
         float *s[DT_STATE_COUNT] = {NULL, NULL, NULL};
         if (staged) {
             /* the next piece's loads into the other set, once that set's
              * stores (the previous piece's) are done; then this piece's */
-            uint64_t c2 = c + st->piece;
+            uint64_t c2 = c + k;
             rc = wait_all(st, &stores[set ^ 1], DT_OK);
             if (rc == DT_OK && c2 < r.count)
                 rc = start_piece(st, set ^ 1, 0, at + c2,
-                                 r.count - c2 < st->piece ? r.count - c2 : st->piece,
-                                 tier_grads, &loads[set ^ 1]);
+                                 chunk_of(at + c2, es, st->piece, r.count - c2), tier_grads,
+                                 &loads[set ^ 1]);
             if (rc == DT_OK)
                 rc = wait_all(st, &loads[set], DT_OK);
             for (int kk = 0; kk < st->n_kinds; kk++)
-                s[kk] = st->stage[set][kk];
+                s[kk] = st->stage[set][kk] + lead;
             t1 = h->now_ns(h);
             st->ns_wait += t1 - t0;
             t0 = t1;
@@ -635,7 +664,7 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
          * or the device's once the compute stream wrote them */
         const float *g = st->gstage;
         if (tier_grads)
-            g = st->grads ? st->grads + at + c : st->gload[set];
+            g = st->grads ? st->grads + at + c : st->gload[set] + lead;
         if (rc == DT_OK && !tier_grads) {
             what = "copying gradients from the device";
             rc = d->memcpy_async(st->dev, st->gstage, dgrad + c, k * sizeof(float), DT_COPY_D2H,
@@ -748,8 +777,9 @@ int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const 
      * and stored from it while the next piece comes over; a piece waits
      * only for the store that last used its staging (two pieces back),
      * and for one in flight over the same elements before reading them. */
-    for (uint64_t c = 0; rc == DT_OK && !st->grads && c < n; c += st->piece) {
-        uint64_t k = n - c < st->piece ? n - c : st->piece, a = at + c;
+    for (uint64_t c = 0, k = 0; rc == DT_OK && !st->grads && c < n; c += k) {
+        const uint64_t a = at + c;
+        k = chunk_of(a, sizeof(float), st->piece, n - c);
         int s = (int)st->gwnext;
         st->gwnext ^= 1;
         rc = grads_wait(st, s);
@@ -758,7 +788,7 @@ int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const 
             rc = grads_wait(st, s ^ 1);
         if (rc != DT_OK)
             break;
-        float *y = st->gload[s];
+        float *y = st->gload[s] + lead_of(a, sizeof(float), st->piece);
         dt_offload_req_t *lreq = NULL;
         /* the sum so far loading while the block comes from the device */
         if (mode == DT_OFFLOAD_GRADS_ADD) {

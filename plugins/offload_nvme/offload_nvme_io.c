@@ -191,6 +191,8 @@ static int prep(dt_offload_t *o, uint32_t i, int write)
         io_uring_prep_read(sqe, fd, s->mem, n, s->c0);
     io_uring_sqe_set_data64(sqe, i);
     o->n_ios++;
+    o->io_bytes[write ? 1 : 0] += n;
+    o->n_bounced += s->mem == slot_mem(o, i);
     if (++o->inflight > o->max_inflight)
         o->max_inflight = o->inflight;
     return DT_OK;

@@ -278,6 +278,10 @@ static int update(dt_shard_engine_t *e, const dt_optim_step_t *st)
         if (rc != DT_OK)
             return rc;
     }
+    /* the last unit's stores, before the step's parameters are loaded */
+    int rc = dt_offload_state_flush(&e->off);
+    if (rc != DT_OK)
+        return rc;
     char when[48];
     snprintf(when, sizeof when, "step %lld", (long long)st->t);
     dt_offload_state_report(&e->off, when);

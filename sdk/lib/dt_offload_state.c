@@ -341,6 +341,8 @@ void dt_offload_state_free(dt_offload_state_t *st)
 {
     if (!st || !st->host)
         return;
+    if (dt_offload_state_flush(st) != DT_OK) /* the tier may still read the staging */
+        memset(st->stage, 0, sizeof st->stage);
     if (grads_flush(st) != DT_OK) /* the tier may still read gload: keep it */
         st->gload[0] = st->gload[1] = NULL;
     for (int k = 0; k < DT_STATE_COUNT; k++) {
@@ -440,6 +442,9 @@ static int push_piece(dt_offload_state_t *st, const float *src, uint64_t at, uin
 
 int dt_offload_state_read(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n, float *dst)
 {
+    int rc = dt_offload_state_flush(st); /* the update's last stores */
+    if (rc != DT_OK)
+        return rc;
     if (st->state[kind]) {
         memcpy(dst, st->state[kind] + at, n * sizeof(float));
         return DT_OK;
@@ -451,6 +456,9 @@ int dt_offload_state_read(dt_offload_state_t *st, int kind, uint64_t at, uint64_
 int dt_offload_state_write(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n,
                            const float *src)
 {
+    int rc = dt_offload_state_flush(st);
+    if (rc != DT_OK)
+        return rc;
     if (st->state[kind]) {
         memcpy(st->state[kind] + at, src, n * sizeof(float));
         return DT_OK;
@@ -553,25 +561,33 @@ static int optim_slices(dt_offload_state_t *st, const dt_unit_desc_v1_t *unit, d
     return sl[0].rc;
 }
 
-/* Requests of one staging set: its loads or its stores, one per kind. */
-typedef struct reqs {
-    /* then the gradients' (a load), then the parameters' (a store of f32
-     * parameters straight from the master's staging) */
-    dt_offload_req_t *r[DT_STATE_COUNT + 2];
-} reqs_t;
-enum { REQ_GRADS = DT_STATE_COUNT, REQ_PARAMS = DT_STATE_COUNT + 1 };
+/* Requests of one staging set: its loads or its stores, one per kind,
+ * then the gradients' (a load), then the parameters' (a store of f32
+ * parameters straight from the master's staging): REQ_N of them. */
+enum { REQ_GRADS = DT_STATE_COUNT, REQ_PARAMS = DT_STATE_COUNT + 1, REQ_N = DT_STATE_COUNT + 2 };
 
 /* Wait for every request of `q` (each once), keeping the first failure. */
-static int wait_all(dt_offload_state_t *st, reqs_t *q, int rc)
+static int wait_all(dt_offload_state_t *st, dt_offload_req_t **q, int rc)
 {
-    for (int k = 0; k < REQ_PARAMS + 1; k++) {
-        if (!q->r[k])
+    for (int k = 0; k < REQ_N; k++) {
+        if (!q[k])
             continue;
-        int e = st->ops->wait(st->tier, q->r[k], -1);
-        q->r[k] = NULL;
+        int e = st->ops->wait(st->tier, q[k], -1);
+        q[k] = NULL;
         if (rc == DT_OK)
             rc = e;
     }
+    return rc;
+}
+
+int dt_offload_state_flush(dt_offload_state_t *st)
+{
+    int rc = DT_OK;
+    for (int set = 0; set < 2; set++)
+        rc = wait_all(st, st->ustore[set], rc);
+    if (rc != DT_OK)
+        st->host->log(st->host, DT_LOG_ERROR, "rank %d: storing the offloaded optimizer state "
+                      "to offload tier '%s' failed", st->rank, tier_name(st->ops));
     return rc;
 }
 
@@ -579,21 +595,21 @@ static int wait_all(dt_offload_state_t *st, reqs_t *q, int rc)
  * staging set `set` (store or load; lead_of(a) elements into it), one
  * request per kind; `grads`: a load brings the piece's gradients too. */
 static int start_piece(dt_offload_state_t *st, int set, int store, uint64_t a, uint64_t n,
-                       int grads, reqs_t *q)
+                       int grads, dt_offload_req_t **q)
 {
     int rc = DT_OK;
     const uint64_t lead = lead_of(a, sizeof(float), st->piece);
     st->moved[store ? 1 : 0] += (uint64_t)(st->n_kinds + (grads && !store)) * n * sizeof(float);
     if (grads && !store)
         rc = st->ops->load(st->tier, st->gbuf, a * sizeof(float), st->gload[set] + lead,
-                           n * sizeof(float), DT_MEM_HOST, NULL, &q->r[REQ_GRADS]);
+                           n * sizeof(float), DT_MEM_HOST, NULL, &q[REQ_GRADS]);
     for (int k = 0; rc == DT_OK && k < st->n_kinds; k++)
         rc = store ? st->ops->store(st->tier, st->buf[k], a * sizeof(float),
                                     st->stage[set][k] + lead, n * sizeof(float), DT_MEM_HOST,
-                                    NULL, &q->r[k])
+                                    NULL, &q[k])
                    : st->ops->load(st->tier, st->buf[k], a * sizeof(float),
                                    st->stage[set][k] + lead, n * sizeof(float), DT_MEM_HOST,
-                                   NULL, &q->r[k]);
+                                   NULL, &q[k]);
     return rc;
 }
 
@@ -615,9 +631,13 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
                                    "is outside the %llu elements held", unit->name,
                                    (unsigned long long)r.offset, (unsigned long long)r.count,
                                    (unsigned long long)at, (unsigned long long)st->numel);
-    reqs_t loads[2], stores[2];
+    /* the loads are this call's; the stores the state's (ustore): the
+     * last piece's run on past the return, waited by the next call's
+     * first piece that reuses its staging (or dt_offload_state_flush), so
+     * the tier stays busy from one unit into the next */
+    dt_offload_req_t *loads[2][REQ_N];
+    dt_offload_req_t *(*stores)[REQ_N] = st->ustore;
     memset(loads, 0, sizeof loads);
-    memset(stores, 0, sizeof stores);
     int rc = DT_OK;
     const char *what = "loading the state";
     /* the gradient's stores done before it is read into gload */
@@ -629,28 +649,33 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
     const int direct = staged && par && st->pdtype == DT_F32 && !par->host_ptr;
     /* staged: pieces cut at the file's 4 KiB blocks (lead_of) */
     const size_t es = sizeof(float);
-    if (staged && r.count > 0)
-        rc = start_piece(st, 0, 0, at, chunk_of(at, es, st->piece, r.count), tier_grads,
-                         &loads[0]);
+    const int set0 = (int)(st->uset & 1);
     const dt_host_v1_t *h = st->host;
     uint64_t p = 0, t0 = h->now_ns(h), t1;
+    if (staged && r.count > 0)
+        rc = wait_all(st, stores[set0], DT_OK);
+    if (rc == DT_OK && staged && r.count > 0)
+        rc = start_piece(st, set0, 0, at, chunk_of(at, es, st->piece, r.count), tier_grads,
+                         loads[set0]);
+    int last = set0 ^ 1;
     for (uint64_t c = 0, k = 0; rc == DT_OK && c < r.count; c += k, p++) {
         k = staged ? chunk_of(at + c, es, st->piece, r.count - c)
                    : (r.count - c < st->piece ? r.count - c : st->piece);
         const uint64_t lead = staged ? lead_of(at + c, es, st->piece) : 0;
-        int set = (int)(p & 1);
+        int set = (int)((set0 + p) & 1);
+        last = set;
         float *s[DT_STATE_COUNT] = {NULL, NULL, NULL};
         if (staged) {
             /* the next piece's loads into the other set, once that set's
              * stores (the previous piece's) are done; then this piece's */
             uint64_t c2 = c + k;
-            rc = wait_all(st, &stores[set ^ 1], DT_OK);
+            rc = wait_all(st, stores[set ^ 1], DT_OK);
             if (rc == DT_OK && c2 < r.count)
                 rc = start_piece(st, set ^ 1, 0, at + c2,
                                  chunk_of(at + c2, es, st->piece, r.count - c2), tier_grads,
-                                 &loads[set ^ 1]);
+                                 loads[set ^ 1]);
             if (rc == DT_OK)
-                rc = wait_all(st, &loads[set], DT_OK);
+                rc = wait_all(st, loads[set], DT_OK);
             for (int kk = 0; kk < st->n_kinds; kk++)
                 s[kk] = st->stage[set][kk] + lead;
             t1 = h->now_ns(h);
@@ -687,7 +712,7 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
             what = "storing the parameters";
             par->moved[1] += k * sizeof(float);
             rc = par->ops->store(par->tier, par->buf, (at + c) * sizeof(float), s[0],
-                                 k * sizeof(float), DT_MEM_HOST, NULL, &stores[set].r[REQ_PARAMS]);
+                                 k * sizeof(float), DT_MEM_HOST, NULL, &stores[set][REQ_PARAMS]);
         } else if (rc == DT_OK) {
             what = "writing the parameters";
             rc = push_piece(st, s[0], at + c, k, dcompute ? (char *)dcompute + c * pes : NULL);
@@ -697,18 +722,19 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
         t0 = t1;
         if (rc == DT_OK && staged) {
             what = "storing the state";
-            rc = start_piece(st, set, 1, at + c, k, 0, &stores[set]);
+            rc = start_piece(st, set, 1, at + c, k, 0, stores[set]);
         }
         if (rc != DT_OK)
             st->host->log(st->host, DT_LOG_ERROR, "rank %d: offloaded optimizer step of unit "
                           "'%s' [%llu, +%llu): %s failed", st->rank, unit->name,
                           (unsigned long long)(r.offset + c), (unsigned long long)k, what);
     }
-    /* nothing may stay in flight on the staging */
-    for (int set = 0; set < 2; set++) {
-        rc = wait_all(st, &loads[set], rc);
-        rc = wait_all(st, &stores[set], rc);
-    }
+    /* no load stays in flight; the last piece's stores do (on success) */
+    for (int set = 0; set < 2; set++)
+        rc = wait_all(st, loads[set], rc);
+    if (rc != DT_OK)
+        rc = wait_all(st, stores[0], wait_all(st, stores[1], rc));
+    st->uset = (uint32_t)(last ^ 1); /* the next call starts on the other set */
     st->ns_wait += h->now_ns(h) - t0;
     int e = d->stream_sync(st->dev, st->cs);
     return rc != DT_OK ? rc : e;
@@ -882,15 +908,34 @@ int dt_offload_grads_sumsq_skip(dt_offload_state_t *st, const dt_range_t *skip,
         dt_sumsq_run_add(&run, st->grads, st->numel);
         add_skipped(&left, st->grads, 0, st->numel, skip, n_skip);
     }
-    for (uint64_t c = 0; rc == DT_OK && !st->grads && c < st->numel; c += st->piece) {
-        uint64_t k = st->numel - c < st->piece ? st->numel - c : st->piece;
-        rc = tier_io(st->ops, st->tier, st->gbuf, 0, c * sizeof(float), st->gload[0],
-                     k * sizeof(float), st->moved);
+    /* through store: the next piece loading into the other gload while
+     * this one is summed, in order */
+    dt_offload_req_t *lr[2] = {NULL, NULL};
+    const uint64_t N = st->numel, P = st->piece;
+    if (rc == DT_OK && !st->grads) {
+        st->moved[0] += N * sizeof(float);
+        rc = st->ops->load(st->tier, st->gbuf, 0, st->gload[0],
+                           (N < P ? N : P) * sizeof(float), DT_MEM_HOST, NULL, &lr[0]);
+    }
+    for (uint64_t c = 0, p = 0; rc == DT_OK && !st->grads && c < N; c += P, p++) {
+        const int b = (int)(p & 1);
+        uint64_t k = N - c < P ? N - c : P, c2 = c + P;
+        if (c2 < N)
+            rc = st->ops->load(st->tier, st->gbuf, c2 * sizeof(float), st->gload[b ^ 1],
+                               (N - c2 < P ? N - c2 : P) * sizeof(float), DT_MEM_HOST, NULL,
+                               &lr[b ^ 1]);
+        int e = st->ops->wait(st->tier, lr[b], -1);
+        lr[b] = NULL;
+        if (rc == DT_OK)
+            rc = e;
         if (rc == DT_OK) {
-            dt_sumsq_run_add(&run, st->gload[0], k);
-            add_skipped(&left, st->gload[0], c, k, skip, n_skip);
+            dt_sumsq_run_add(&run, st->gload[b], k);
+            add_skipped(&left, st->gload[b], c, k, skip, n_skip);
         }
     }
+    for (int b = 0; b < 2; b++) /* a failure's load still in flight */
+        if (lr[b])
+            (void)st->ops->wait(st->tier, lr[b], -1);
     if (rc != DT_OK)
         st->host->log(st->host, DT_LOG_ERROR, "rank %d: reading the offloaded gradients for "
                       "their norm failed", st->rank);

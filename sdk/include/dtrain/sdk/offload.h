@@ -192,6 +192,13 @@ typedef struct dt_offload_state {
      * parameters' loads and writes since the last report; checkpoints'
      * reads and writes are not counted. */
     uint64_t moved[2];
+    /* update's stores from staging set i (the state's kinds, unused, the
+     * f32 parameters'): a call's last piece's run on past its return,
+     * waited by the next call's first piece (which starts on the other
+     * set, uset) or by dt_offload_state_flush */
+    dt_offload_req_t *ustore[2][DT_STATE_COUNT + 2];
+    uint32_t uset;
+    int32_t reserved3;
 } dt_offload_state_t;
 
 /* Allocate master, m (and v when has_v) of `numel` f32 in the tier and the
@@ -210,10 +217,17 @@ void dt_offload_state_free(dt_offload_state_t *st);
  * dgrad NULL read from the tier's gradients at `at` (loaded alongside the
  * state), the update on the host, the new parameters written to
  * `dcompute` (r.count elements of pdtype, device), or to the tier's
- * compute copy at `at`. */
+ * compute copy at `at`.  On a tier without host pointers the stores of
+ * the last piece (the state's, and f32 parameters' in the tier) are still
+ * in flight on return, so consecutive calls (a step's units) keep the
+ * tier busy across them: call dt_offload_state_flush after a step's last
+ * update (the state's other functions and free flush first). */
 int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *unit,
                             dt_range_t r, uint64_t at, const float *dgrad, void *dcompute,
                             const dt_optim_step_t *opt);
+/* Wait (each within the tier's bound) for the stores update left in
+ * flight; a failure is logged and returned. */
+int dt_offload_state_flush(dt_offload_state_t *st);
 /* Copy the master parameters [at, at + n) to `dcompute` (device), or to
  * the tier's compute copy: after loading state. */
 int dt_offload_state_push(dt_offload_state_t *st, uint64_t at, uint64_t n, void *dcompute);

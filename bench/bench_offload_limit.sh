@@ -22,8 +22,9 @@
 # printed twice: with the bytes this step moves (loaded / fio read +
 # stored / fio write) and with the 30 bytes a parameter that a step with
 # f32 master and moments and bf16 parameters cannot avoid (16 read, 14
-# written).  Each row gives the 1-minute load average at its start: this
-# is a shared machine, and rows taken at different loads do not compare.
+# written).  Each row gives the 1-minute load average at its start (this
+# is a shared machine: rows taken at different loads do not compare) and
+# the process's peak resident set (/usr/bin/time).
 set -euo pipefail
 build=$(readlink -f "$1")
 dir=${2:-/var/tmp/dtrain-offload-limit}
@@ -85,13 +86,13 @@ moved() { # LOG -> "loaded stored" bytes of step 2 (the strategy's debug line), 
   if [[ $l =~ loaded\ ([0-9]+),\ stored\ ([0-9]+) ]]; then echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
   else echo "- -"; fi
 }
-run() { # NAME BIN ARGS... -> "seconds load"
+run() { # NAME BIN ARGS... -> "seconds load peak_rss_MiB"
   local name=$1 bin=$2 ld; shift 2
   ld=$(load)
   rm -rf out ckpt tier
-  DTRAIN_LOG=debug "$bin" run b.toml --set run.name="$name" --metrics "$name.jsonl" "$@" \
-    >"$name.log" 2>&1 || { echo "failed $(tail -n 1 "$name.log")"; return; }
-  echo "$(median_s "$name.jsonl") $ld"
+  DTRAIN_LOG=debug /usr/bin/time -f %M -o "$name.rss" "$bin" run b.toml --set run.name="$name" \
+    --metrics "$name.jsonl" "$@" >"$name.log" 2>&1 || { echo "failed $(tail -n 1 "$name.log")"; return; }
+  echo "$(median_s "$name.jsonl") $ld $(awk '{printf "%.0f", $1 / 1024}' "$name.rss")"
 }
 fio_bw() { # write|read -> MiB/s (1 MiB sequential, QD 4, O_DIRECT, io_uring)
   fio --name=seq --filename="$work/fio.dat" --size="${FIO_MIB}M" --bs=1M --iodepth=4 --direct=1 \
@@ -102,16 +103,16 @@ nparams=$("$new" plan b.toml "${nvme[@]}" | sed -n 's/^plan: [a-z0-9]*, \([0-9.]
 echo "$PRESET ($nparams M parameters, $DTYPE), zero-3 on 1 rank, [cpu] threads $THREADS, micro-batch 1 x 64;"
 echo "step time: median of steps 2..$STEPS; fio: 1 MiB sequential, QD 4, O_DIRECT, io_uring, ${FIO_MIB} MiB, in $dir"
 echo
-echo "| round | run | step s | load | compute-only s | tier GiB loaded / stored | fio read / write MiB/s | limit (these bytes) s | limit (30 B/param) s | step / limit |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
-row() { # ROUND WHO STEP_S LOAD COMPUTE_S LOADED STORED FIO_READ FIO_WRITE
+echo "| round | run | step s | load | peak RSS MiB | compute-only s | tier GiB loaded / stored | fio read / write MiB/s | limit (these bytes) s | limit (30 B/param) s | step / limit |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+row() { # ROUND WHO STEP_S LOAD RSS COMPUTE_S LOADED STORED FIO_READ FIO_WRITE
   $py - "$@" "$nparams" <<'P'
 import sys
-r, who, s, l, cs, lb, sb, rd, w, npar = sys.argv[1:]
+r, who, s, l, rss, cs, lb, sb, rd, w, npar = sys.argv[1:]
 try:
     s, cs, rd, w = float(s), float(cs), float(rd), float(w)
 except ValueError:
-    print("| %s | %s | %s | %s | %s | | | | | |" % (r, who, s, l, cs)); sys.exit()
+    print("| %s | %s | %s | %s | | %s | | | | | |" % (r, who, s, l, cs)); sys.exit()
 mib = 2.0 ** 20
 lim, bytes_ = None, "-"
 if lb != "-":
@@ -119,14 +120,14 @@ if lb != "-":
     bytes_ = "%.2f / %.2f" % (int(lb) / 2**30, int(sb) / 2**30)
 p = float(npar) * 1e6
 lim30 = max(cs, 16 * p / mib / rd + 14 * p / mib / w)
-print("| %s | %s | %.2f | %s | %.2f | %s | %.0f / %.0f | %s | %.2f | %s |" % (
-    r, who, s, l, cs, bytes_, rd, w, "%.2f" % lim if lim else "-", lim30,
+print("| %s | %s | %.2f | %s | %s | %.2f | %s | %.0f / %.0f | %s | %.2f | %s |" % (
+    r, who, s, l, rss, cs, bytes_, rd, w, "%.2f" % lim if lim else "-", lim30,
     "%.2fx" % (s / lim) if lim else "-"))
 P
 }
 for ((r = 1; r <= ROUNDS; r++)); do
   w=$(fio_bw write); rd=$(fio_bw read); rm -f "$work/fio.dat"
-  read -r cs cl <<<"$(run none-$r "$new")"
+  read -r cs cl crss <<<"$(run none-$r "$new")"
   order=(new); [ -n "$OLD" ] && { ((r % 2)) && order=(old new) || order=(new old); }
   declare -A res=()
   for who in "${order[@]}"; do
@@ -137,8 +138,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
   # its row takes this build's count of the same round
   read -r lb sb <<<"$(moved "new-$r.log")"
   for who in "${order[@]}"; do
-    read -r s l <<<"${res[$who]}"
-    row "$r" "$who" "$s" "$l" "$cs" "$lb" "$sb" "$rd" "$w"
+    read -r s l rss <<<"${res[$who]}"
+    row "$r" "$who" "$s" "$l" "$rss" "$cs" "$lb" "$sb" "$rd" "$w"
   done
-  echo "| $r | compute only (no offload) | $cs | $cl | | | | | | |"
+  echo "| $r | compute only (no offload) | $cs | $cl | $crss | | | | | | |"
 done

@@ -271,10 +271,12 @@ int dt_offload_params_init(dt_offload_params_t *p, const dt_host_v1_t *host,
         rc = host_ptr_of(p->ops, p->tier, p->buf, &p->host_ptr);
     if (rc == DT_OK && p->host_ptr)
         memset(p->host_ptr, 0, numel * pes);
-    /* staging: two pieces alternating where writes go through store;
+    /* staging: one piece where writes go through store (a second, for
+     * two stores in flight, would cost a piece of pinned memory more than
+     * before; the optimizer's own writes go from its staging instead);
      * with host_ptr, 16-bit values are rounded straight into the tier */
-    for (int i = 0; rc == DT_OK && !p->host_ptr && i < 2; i++)
-        rc = p->dev_ops->host_alloc(p->dev, p->piece * pes, DT_TAG_STAGING, &p->wstage[i]);
+    if (rc == DT_OK && !p->host_ptr)
+        rc = p->dev_ops->host_alloc(p->dev, p->piece * pes, DT_TAG_STAGING, &p->wstage[0]);
     p->stage = p->wstage[0];
     if (rc != DT_OK) {
         host->log(host, DT_LOG_ERROR, "rank %d: %llu bytes of parameters in offload tier '%s' "
@@ -292,7 +294,7 @@ int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, con
         k = p->host_ptr ? (n - c < p->piece ? n - c : p->piece)
                         : chunk_of(at + c, pes, p->piece, n - c);
         const float *s = src + c;
-        int i = (int)p->wnext;
+        int i = p->wstage[1] ? (int)p->wnext : 0;
         void *dst = (char *)p->host_ptr + (at + c) * pes;
         if (!p->host_ptr) {
             /* the staging's previous store done (the window's oldest) */
@@ -300,7 +302,7 @@ int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, con
             if (rc != DT_OK)
                 break;
             dst = (char *)p->wstage[i] + lead_of(at + c, pes, p->piece) * pes;
-            p->wnext ^= 1;
+            p->wnext = (uint32_t)(i ^ 1);
         }
         if (p->pdtype != DT_F32)
             round_half(p->pdtype, s, (uint16_t *)dst, k);
@@ -643,10 +645,12 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
     /* the gradient's stores done before it is read into gload */
     if (tier_grads && (rc = grads_flush(st)) != DT_OK)
         return rc;
-    /* f32 parameters in a tier without host pointers are stored straight
-     * from the master's staging, with the state's stores */
+    /* parameters in a tier without host pointers are stored with the
+     * state's stores: f32 straight from the master's staging, 16-bit
+     * rounded into the piece's gradient staging (read by then) */
     dt_offload_params_t *par = st->params;
-    const int direct = staged && par && st->pdtype == DT_F32 && !par->host_ptr;
+    const int direct = staged && par && !par->host_ptr &&
+                       (st->pdtype == DT_F32 || (tier_grads && st->gload[0] && st->gload[1]));
     /* staged: pieces cut at the file's 4 KiB blocks (lead_of) */
     const size_t es = sizeof(float);
     const int set0 = (int)(st->uset & 1);
@@ -710,9 +714,15 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
         t0 = t1;
         if (rc == DT_OK && direct) {
             what = "storing the parameters";
-            par->moved[1] += k * sizeof(float);
-            rc = par->ops->store(par->tier, par->buf, (at + c) * sizeof(float), s[0],
-                                 k * sizeof(float), DT_MEM_HOST, NULL, &stores[set][REQ_PARAMS]);
+            const void *src = s[0];
+            if (st->pdtype != DT_F32) {
+                uint16_t *h16 = (uint16_t *)(void *)st->gload[set] + lead_of(at + c, pes, st->piece);
+                round_half(st->pdtype, s[0], h16, k);
+                src = h16;
+            }
+            par->moved[1] += k * pes;
+            rc = par->ops->store(par->tier, par->buf, (at + c) * pes, src, k * pes, DT_MEM_HOST,
+                                 NULL, &stores[set][REQ_PARAMS]);
         } else if (rc == DT_OK) {
             what = "writing the parameters";
             rc = push_piece(st, s[0], at + c, k, dcompute ? (char *)dcompute + c * pes : NULL);

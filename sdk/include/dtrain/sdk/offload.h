@@ -104,9 +104,10 @@ typedef struct dt_offload_params {
     void *stage;              /* pinned: one piece of pdtype (no host_ptr or
                                * 16-bit); wstage[0] */
     uint64_t piece;
-    /* Writes through store (no host_ptr): asynchronous, alternating
-     * between two pinned pieces, each reused once its store is waited on
-     * (dt_offload_params_flush waits for both). */
+    /* Writes through store (no host_ptr): asynchronous from a pinned
+     * piece, reused once its store is waited on (dt_offload_params_flush
+     * waits); wstage[1], where allocated, a second piece alternating with
+     * it (NULL in this version: no more pinned memory than before). */
     void *wstage[2];
     dt_offload_req_t *wreq[2];  /* the store from wstage[i] in flight, or NULL */
     uint64_t wat[2], wn[2];     /* its elements (messages) */
@@ -121,8 +122,8 @@ int dt_offload_params_init(dt_offload_params_t *p, const dt_host_v1_t *host,
 void dt_offload_params_free(dt_offload_params_t *p);
 /* Elements [at, at + n) from f32 host memory `src`, which may be reused
  * on return: copied (rounded to bf16/f16) into pinned staging whose store
- * runs on while the caller goes on, at most two pieces in flight (a third
- * waits for the oldest).  A tier with host_ptr is written at once.  A
+ * runs on while the caller goes on (the next piece waits for it before
+ * reusing the staging).  A tier with host_ptr is written at once.  A
  * store that failed is reported by the write or flush that waits for it,
  * naming the elements. */
 int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, const float *src);

@@ -24,7 +24,9 @@
 # f32 master and moments and bf16 parameters cannot avoid (16 read, 14
 # written).  Each row gives the 1-minute load average at its start (this
 # is a shared machine: rows taken at different loads do not compare) and
-# the process's peak resident set (/usr/bin/time).
+# the process's peak resident set (/usr/bin/time), and where the
+# offloaded step went (medians over steps 2..: the update - tier waits,
+# device copies, host optimizer - and the gradients' moves to the tier).
 set -euo pipefail
 build=$(readlink -f "$1")
 dir=${2:-/var/tmp/dtrain-offload-limit}
@@ -81,6 +83,21 @@ ms = [o["step_ms"] for o in s if "step_ms" in o and o.get("step", 0) >= 2]
 print("%.2f" % (statistics.median(ms) / 1e3))
 P
 }
+phases() { # LOG -> "update_s grads_s": medians over steps 2.. of the strategy's debug
+  # line (the update: tier wait + device copies + host optimizer; the
+  # gradients' moves to the tier during backward)
+  $py - "$1" <<'P'
+import re, statistics, sys
+u, g = [], []
+for l in open(sys.argv[1]):
+    m = re.search(r"step (\d+): offloaded optimizer: tier I/O wait ([\d.]+) ms, device copies "
+                  r"([\d.]+) ms, host optimizer ([\d.]+) ms.*gradients to the tier ([\d.]+) ms", l)
+    if m and int(m.group(1)) >= 2:
+        u.append(sum(float(m.group(i)) for i in (2, 3, 4)) / 1e3)
+        g.append(float(m.group(5)) / 1e3)
+print("%.2f %.2f" % (statistics.median(u), statistics.median(g)) if u else "- -")
+P
+}
 moved() { # LOG -> "loaded stored" bytes of step 2 (the strategy's debug line), or "- -"
   local l; l=$(grep -E 'step 2: offloaded optimizer' "$1" | head -n 1 || true)
   if [[ $l =~ loaded\ ([0-9]+),\ stored\ ([0-9]+) ]]; then echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
@@ -103,16 +120,16 @@ nparams=$("$new" plan b.toml "${nvme[@]}" | sed -n 's/^plan: [a-z0-9]*, \([0-9.]
 echo "$PRESET ($nparams M parameters, $DTYPE), zero-3 on 1 rank, [cpu] threads $THREADS, micro-batch 1 x 64;"
 echo "step time: median of steps 2..$STEPS; fio: 1 MiB sequential, QD 4, O_DIRECT, io_uring, ${FIO_MIB} MiB, in $dir"
 echo
-echo "| round | run | step s | load | peak RSS MiB | compute-only s | tier GiB loaded / stored | fio read / write MiB/s | limit (these bytes) s | limit (30 B/param) s | step / limit |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
-row() { # ROUND WHO STEP_S LOAD RSS COMPUTE_S LOADED STORED FIO_READ FIO_WRITE
+echo "| round | run | step s | load | peak RSS MiB | update s | grads to tier s | compute-only s | tier GiB loaded / stored | fio read / write MiB/s | limit (these bytes) s | limit (30 B/param) s | step / limit |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+row() { # ROUND WHO STEP_S LOAD RSS UPDATE_S GRADS_S COMPUTE_S LOADED STORED FIO_READ FIO_WRITE
   $py - "$@" "$nparams" <<'P'
 import sys
-r, who, s, l, rss, cs, lb, sb, rd, w, npar = sys.argv[1:]
+r, who, s, l, rss, us, gs, cs, lb, sb, rd, w, npar = sys.argv[1:]
 try:
     s, cs, rd, w = float(s), float(cs), float(rd), float(w)
 except ValueError:
-    print("| %s | %s | %s | %s | | %s | | | | | |" % (r, who, s, l, cs)); sys.exit()
+    print("| %s | %s | %s | %s | | | | %s | | | | | |" % (r, who, s, l, cs)); sys.exit()
 mib = 2.0 ** 20
 lim, bytes_ = None, "-"
 if lb != "-":
@@ -120,8 +137,8 @@ if lb != "-":
     bytes_ = "%.2f / %.2f" % (int(lb) / 2**30, int(sb) / 2**30)
 p = float(npar) * 1e6
 lim30 = max(cs, 16 * p / mib / rd + 14 * p / mib / w)
-print("| %s | %s | %.2f | %s | %s | %.2f | %s | %.0f / %.0f | %s | %.2f | %s |" % (
-    r, who, s, l, rss, cs, bytes_, rd, w, "%.2f" % lim if lim else "-", lim30,
+print("| %s | %s | %.2f | %s | %s | %s | %s | %.2f | %s | %.0f / %.0f | %s | %.2f | %s |" % (
+    r, who, s, l, rss, us, gs, cs, bytes_, rd, w, "%.2f" % lim if lim else "-", lim30,
     "%.2fx" % (s / lim) if lim else "-"))
 P
 }
@@ -139,7 +156,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
   read -r lb sb <<<"$(moved "new-$r.log")"
   for who in "${order[@]}"; do
     read -r s l rss <<<"${res[$who]}"
-    row "$r" "$who" "$s" "$l" "$rss" "$cs" "$lb" "$sb" "$rd" "$w"
+    read -r us gs <<<"$(phases "$who-$r.log")"
+    row "$r" "$who" "$s" "$l" "$rss" "$us" "$gs" "$cs" "$lb" "$sb" "$rd" "$w"
   done
-  echo "| $r | compute only (no offload) | $cs | $cl | $crss | | | | | | |"
+  echo "| $r | compute only (no offload) | $cs | $cl | $crss | | | | | | | | |"
 done

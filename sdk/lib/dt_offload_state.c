@@ -7,11 +7,13 @@
  * checkpoints, hashed, and moved by collectives.  Tiers with host_ptr are
  * used in place; others through store / load, waited on within the
  * tier's own timeout.  Writes of parameters and gradients run behind the
- * caller: each through one of two pinned pieces whose store is waited on
- * only when the piece is reused or the bytes are read again (the load, the
- * norm, the update, free), and f32 parameters updated on the host are
- * stored straight from the master's staging with the state.  See
- * dtrain/sdk/offload.h.
+ * caller (gradients through two pinned pieces, parameters through one),
+ * each store waited on only when its piece is reused or the bytes are read
+ * again (the load, the norm, the update, free); parameters updated on the
+ * host are stored from the optimizer's own staging with the state, whose
+ * last stores run on into the next unit's update.  Pieces sit in their
+ * staging at their offset within the file's 4 KiB blocks, so an O_DIRECT
+ * tier uses the staging in place.  See dtrain/sdk/offload.h.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -247,8 +249,8 @@ void dt_offload_params_free(dt_offload_params_t *p)
 {
     if (!p || !p->host)
         return;
-    /* a store that did not finish in time keeps its staging: the tier
-     * may still read it (freed with the tier's finalize) */
+    /* a store that did not finish in time keeps its staging (left
+     * allocated): the tier may still read it */
     int left = dt_offload_params_flush(p) != DT_OK;
     if (p->buf)
         p->ops->free(p->tier, p->buf);
@@ -564,8 +566,9 @@ static int optim_slices(dt_offload_state_t *st, const dt_unit_desc_v1_t *unit, d
 }
 
 /* Requests of one staging set: its loads or its stores, one per kind,
- * then the gradients' (a load), then the parameters' (a store of f32
- * parameters straight from the master's staging): REQ_N of them. */
+ * then the gradients' (a load), then the parameters' (a store of the
+ * tier's compute copy from the set's staging: f32 from the master's,
+ * 16-bit from the gradients'): REQ_N of them. */
 enum { REQ_GRADS = DT_STATE_COUNT, REQ_PARAMS = DT_STATE_COUNT + 1, REQ_N = DT_STATE_COUNT + 2 };
 
 /* Wait for every request of `q` (each once), keeping the first failure. */

@@ -331,6 +331,8 @@ int dt_offload_params_load(dt_offload_params_t *p, uint64_t at, uint64_t n, void
 {
     size_t pes = dt_dtype_size(p->pdtype);
     int rc = dt_offload_params_flush(p);
+    if (rc == DT_OK && p->writer)
+        rc = dt_offload_state_flush(p->writer);
     if (rc != DT_OK) {
         *req = NULL;
         return rc;
@@ -345,6 +347,8 @@ void dt_offload_state_free(dt_offload_state_t *st)
 {
     if (!st || !st->host)
         return;
+    if (st->params && st->params->writer == st)
+        st->params->writer = NULL;
     if (dt_offload_state_flush(st) != DT_OK) /* the tier may still read the staging */
         memset(st->stage, 0, sizeof st->stage);
     if (grads_flush(st) != DT_OK) /* the tier may still read gload: keep it */
@@ -382,6 +386,8 @@ int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
                                .numel = numel, .params = params, .piece = piece_of(numel)};
     const dt_device_ops_v1_t *d = st->dev_ops;
     int rc = DT_OK;
+    if (params)
+        params->writer = st;
     for (int k = 0; rc == DT_OK && k < st->n_kinds; k++) {
         void *p = NULL;
         rc = st->ops->alloc(st->tier, numel * sizeof(float), tags[k], &st->buf[k]);

@@ -90,6 +90,7 @@ void dt_offload_estimate(const dt_estimate_args_v1_t *args, uint32_t what, uint6
  * cast) and loaded into device memory before use.  Through the tier's
  * host_ptr where it has one, else through store / load and pinned staging.
  * --------------------------------------------------------------------- */
+struct dt_offload_state;
 typedef struct dt_offload_params {
     const dt_host_v1_t *host;
     const dt_offload_ops_v1_t *ops;
@@ -115,6 +116,9 @@ typedef struct dt_offload_params {
     uint32_t reserved0;
     uint64_t moved[2];          /* bytes loaded [0] and stored [1] since the
                                  * last dt_offload_state_report */
+    struct dt_offload_state *writer; /* the optimizer state whose update
+                                 * stores these parameters (its stores are
+                                 * waited before a load), or NULL */
 } dt_offload_params_t;
 
 int dt_offload_params_init(dt_offload_params_t *p, const dt_host_v1_t *host,
@@ -132,8 +136,9 @@ int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, con
  * load reads what was written. */
 int dt_offload_params_flush(dt_offload_params_t *p);
 /* Start loading elements [at, at + n) into device memory `dst`, ordered
- * after the work queued on `stream` and after the writes before it
- * (flushed first); wait on *req with the tier's wait. */
+ * after the work queued on `stream` and after the writes before it (its
+ * own and its writer's update's, flushed first); wait on *req with the
+ * tier's wait. */
 int dt_offload_params_load(dt_offload_params_t *p, uint64_t at, uint64_t n, void *dst,
                            dt_stream_t *stream, dt_offload_req_t **req);
 

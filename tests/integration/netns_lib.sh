@@ -16,7 +16,8 @@
 #   netns_procs          the pids of every process in either namespace
 #   netns_nothing_left NAME GLOB...
 #                        checks: no process in either namespace, no entry
-#                        of /dev/shm matching a GLOB
+#                        of /dev/shm matching a GLOB (each waited for up to
+#                        10 s: a daemon may tidy up moments after the job)
 #   netns_mpirun_setup DIR MPIEXEC
 #                        Open MPI across the two nodes: writes DIR/agent.sh
 #                        and DIR/hosts (see netns_mpirun)
@@ -97,8 +98,14 @@ netns_nothing_left() {
   done
   if [ -z "${left// /}" ]; then ok "$name: no process left in the namespaces"
   else bad "$name: processes left in the namespaces: $left" "$(ps -o pid,args -p "${left// /,}")"; fi
-  left=""
-  for g in "$@"; do left+=$(find /dev/shm -maxdepth 1 -name "$g" 2>/dev/null); done
+  # Open MPI's daemons unlink their segments as they go, moments after the
+  # job's last process: bounded the same way
+  for ((i = 0; i < 100; i++)); do
+    left=""
+    for g in "$@"; do left+=$(find /dev/shm -maxdepth 1 -name "$g" 2>/dev/null); done
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
   if [ -z "$left" ]; then ok "$name: nothing of the job in /dev/shm ($*)"
   else bad "$name: left in /dev/shm" "$left"; fi
 }

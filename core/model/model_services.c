@@ -19,6 +19,17 @@ static const char *config_name(const dt_model_state_t *s)
     return CM(s)->cfg ? dt_model_cfg_name(CM(s)->cfg) : "config";
 }
 
+/* The core schema's [model] key `key` names (static), or NULL. */
+static const char *schema_name(const char *key)
+{
+    for (uint32_t t = 0; t < dt_core_n_sections; t++)
+        if (strcmp(dt_core_sections[t].table, "model") == 0)
+            for (uint32_t i = 0; i < dt_core_sections[t].n_keys; i++)
+                if (strcmp(dt_core_sections[t].keys[i].name, key) == 0)
+                    return dt_core_sections[t].keys[i].name;
+    return NULL;
+}
+
 /* The config during create; DT_ERR_INVALID after it.  A key is
  * "model.<key>" (the core's [model] table) or "<arch>.<key>" (the
  * plugin's own table, its declared config_keys). */
@@ -37,8 +48,11 @@ static int config_of(const dt_model_state_t *s, const char *key, dt_config_t **c
     for (uint32_t i = 0; i < m->n_read_keys; i++)
         if (strcmp(m->read_keys[i], key + 6) == 0)
             return DT_OK;
-    if (m->n_read_keys < sizeof m->read_keys / sizeof m->read_keys[0])
-        m->read_keys[m->n_read_keys++] = key + 6;
+    /* recorded as the schema's own name: `key` may be the plugin's
+     * buffer, gone after the call (an undeclared key is the get's error) */
+    const char *name = schema_name(key + 6);
+    if (name && m->n_read_keys < sizeof m->read_keys / sizeof m->read_keys[0])
+        m->read_keys[m->n_read_keys++] = name;
     return DT_OK;
 }
 

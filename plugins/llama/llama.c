@@ -20,6 +20,14 @@
  * other in the unit's flat buffer, so one matmul reads them as the stacked
  * (q|k|v) weight; so are gate and up, and the q/k/v biases.
  *
+ * Tensor parallelism is Megatron-LM's 1D layout by kv-head groups: each
+ * rank holds whole key/value heads with the query heads that read them
+ * (q_proj, k_proj, v_proj and their biases split by rows, so n_kv_head
+ * must divide by the tensor degree), gate_proj and up_proj column-parallel
+ * (intermediate_size divides by it), o_proj and down_proj row-parallel,
+ * embed_tokens and the LM head (tied or lm_head) vocabulary-parallel; the
+ * RMSNorm weights stay whole on every rank.
+ *
  * Checked against tests/reference/llama_ref.py (float64 numpy) by
  * tests/unit/test_llama_oracle.c: loss, logits and every gradient.
  */

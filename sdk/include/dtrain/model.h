@@ -3,7 +3,7 @@
  *
  * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
  *
- * A MODEL plugin ([model] arch names it; the shipped ones are `gpt2` and
+ * A MODEL plugin ([model] arch names it; the shipped ones are `gpt2`, `llama`,
  * `mlp`) is an architecture: it describes the model as an ordered list of
  * units, each a list of parameter tensors, and runs forward and backward
  * from the device's kernel table (device.h dt_kernels_v1_t).  The core owns

@@ -6,6 +6,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -823,15 +825,31 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
     return DT_OK;
 }
 
-/* Write this rank's SAVE ranges of every entry into shard `rank` of tmp. */
+/* The memory of the last asynchronous save's shard, for the next one
+ * (training thread only; the writer thread hands it back through its
+ * save: shard_thread, dt_ckpt_save_finish). */
+static void *spare_buf;
+static size_t spare_cap;
+
+/* Write this rank's SAVE ranges of every entry into shard `rank` of tmp
+ * (deferred: into memory, the writer handed back in *deferred). */
 static int write_shard(const dt_world_t *w, const dt_strategy_ops_t *ops, dt_strategy_t *s,
                        dt_model_t *m, int ns, const char *tmp, dt_ckpt_seg_t **segs,
-                       size_t *n_segs)
+                       size_t *n_segs, dt_ckpt_writer_t **deferred)
 {
     dt_model_desc_t *d = dt_model_desc(m);
     dt_ckpt_writer_t *wr = NULL;
     float *buf = NULL;
-    int rc = dt_ckpt_shard_open(tmp, (uint32_t)w->rank, &wr);
+    int rc;
+    if (deferred) {
+        /* the previous asynchronous save's memory, its pages already
+         * mapped (one save at a time: it was committed before) */
+        rc = dt_ckpt_shard_open_deferred(tmp, (uint32_t)w->rank, spare_buf, spare_cap, &wr);
+        spare_buf = NULL;
+        spare_cap = 0;
+    } else {
+        rc = dt_ckpt_shard_open(tmp, (uint32_t)w->rank, &wr);
+    }
     for (uint32_t u = 0; u < d->n_units && !rc; u++) {
         for (int k = 0; k < ns && !rc; k++) {
             char name[DT_CKPT_NAME_MAX];
@@ -850,7 +868,10 @@ static int write_shard(const dt_world_t *w, const dt_strategy_ops_t *ops, dt_str
         dt_ckpt_shard_abort(wr);
         return rc;
     }
-    return dt_ckpt_shard_close(wr, segs, n_segs);
+    rc = dt_ckpt_shard_close(wr, segs, n_segs);
+    if (deferred)
+        *deferred = rc ? NULL : wr;
+    return rc;
 }
 
 /* Every rank learns the lowest failing rank (or -1) of a local outcome. */
@@ -945,62 +966,146 @@ static void print_saved(const char *root, int64_t step, double t0)
     fflush(stdout);
 }
 
-int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
-                 const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
-                 dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop)
-{
+/* A save between its phases (dt_ckpt_save does both at once; an
+ * asynchronous one has its shard written by a thread in between). */
+struct dt_ckpt_async {
+    const dt_world_t *w;
+    const dt_settings_t *set;
+    uint64_t config_hash;
+    const dt_comm_ops_t *cops;
+    dt_comm_t *comm;
+    const dt_strategy_ops_t *ops;
+    dt_model_t *m;
+    int64_t step;
+    cJSON *loop;            /* a copy of the caller's */
     char root[2048], tmp[4096];
-    const double t0 = mono_s();
-    int rc;
-    if ((rc = dt_ckpt_root(set, root, sizeof root)))
-        return rc;
-    const int multi = w->size > 1;
-    int32_t failed = -1;
-    dt_model_desc_t *d = dt_model_desc(m);
-    const int ns = n_states(set);
-    const size_t n_entries = (size_t)d->n_units * (size_t)ns;
-    dt_ckpt_seg_t *segs = NULL, *all = NULL;
-    size_t n_segs = 0, n_all = 0;
-    dt_ckpt_entry_t *entries = NULL;
-    cJSON *mj = NULL, *extra = NULL;
+    double t0;
+    int written;            /* every rank's shard is on disk */
+    dt_ckpt_seg_t *all;     /* every rank's segments (rank 0 uses them) */
+    size_t n_all;
+    dt_ckpt_writer_t *wr;   /* the deferred shard until its thread took it */
+    void *mem;              /* the shard's memory, once written */
+    size_t mem_cap;
+    pthread_t th;
+    int th_started;
+    int th_rc;
+    char th_err[DT_ERR_MAX];
+};
 
+/* A save failed with rc: what it left removed (rank 0 the temp folder, a
+ * peer its shard while rank 0 cannot commit it yet), the reason kept. */
+static int save_fail(dt_ckpt_async_t *sv, int rc)
+{
+    /* neither removing what this save left nor looking for an earlier one
+     * may replace the reason the save failed */
+    char why[DT_ERR_MAX];
+    snprintf(why, sizeof why, "%s", dt_last_error());
+    uint64_t step = (uint64_t)sv->step;
+    if (sv->w->rank == 0) {
+        /* "intact" only when there is one: the first save has none */
+        char last[4096];
+        dt_ckpt_abort(sv->root, step);
+        int have = dt_ckpt_latest(sv->root, last, sizeof last, NULL) == DT_OK;
+        dt_err_set(rc, "%s", why);
+        dt_err_context(rc, "saving checkpoint of step %lld (%s)", (long long)sv->step,
+                       have ? "the previous checkpoint is intact"
+                            : "there is no earlier checkpoint to fall back on");
+    } else {
+        /* once every shard is written rank 0 may commit whatever this rank
+         * learns, so only rank 0 removes the save then (a peer that
+         * removed its shard after a failed gather or broadcast would leave
+         * rank 0 committing a checkpoint without it) */
+        if (!sv->written)
+            dt_ckpt_abort_shard(sv->root, step, (uint32_t)sv->w->rank);
+        dt_err_set(rc, "%s", why);
+        dt_err_context(rc, "saving checkpoint of step %lld", (long long)sv->step);
+    }
+    return rc;
+}
+
+static void save_free(dt_ckpt_async_t *sv)
+{
+    if (!sv)
+        return;
+    dt_ckpt_shard_abort(sv->wr);
+    if (sv->mem && !spare_buf) { /* kept for the next save */
+        spare_buf = sv->mem;
+        spare_cap = sv->mem_cap;
+    } else {
+        free(sv->mem);
+    }
+    free(sv->all);
+    cJSON_Delete(sv->loop);
+    free(sv);
+}
+
+/* Phase 1, collective: the temp folder, this rank's shard (to disk, or
+ * deferred: to memory, kept in sv->wr), the segment tables gathered. */
+static int save_shards(dt_ckpt_async_t *sv, dt_strategy_t *s, int deferred)
+{
+    const dt_world_t *w = sv->w;
+    int rc;
+    int32_t failed = -1;
+    const int ns = n_states(sv->set);
+    dt_ckpt_seg_t *segs = NULL;
+    size_t n_segs = 0;
     /* rank 0 makes the tmp dir; the others learn whether it could */
-    int32_t begin_rc = w->rank == 0 ? dt_ckpt_begin(root, (uint64_t)step, tmp, sizeof tmp)
-                                    : dt_ckpt_step_dir(root, (uint64_t)step, 1, tmp, sizeof tmp);
-    if ((rc = agree(w, cops, comm, begin_rc, &failed)))
-        goto fail; /* rank 0 made the tmp dir: it goes */
+    int32_t begin_rc = w->rank == 0
+                           ? dt_ckpt_begin(sv->root, (uint64_t)sv->step, sv->tmp, sizeof sv->tmp)
+                           : dt_ckpt_step_dir(sv->root, (uint64_t)sv->step, 1, sv->tmp,
+                                              sizeof sv->tmp);
+    if ((rc = agree(w, sv->cops, sv->comm, begin_rc, &failed)))
+        return save_fail(sv, rc); /* rank 0 made the tmp dir: it goes */
     if (failed >= 0) {
         if (failed != w->rank)
             dt_err_set(DT_ERR_IO, "rank %d could not start the checkpoint", (int)failed);
-        rc = begin_rc ? begin_rc : DT_ERR_IO;
-        goto fail;
+        return save_fail(sv, begin_rc ? begin_rc : DT_ERR_IO);
     }
-
-    int local = write_shard(w, ops, s, m, ns, tmp, &segs, &n_segs);
-    if ((rc = agree(w, cops, comm, local, &failed)))
-        goto fail;
+    int local = write_shard(w, sv->ops, s, sv->m, ns, sv->tmp, &segs, &n_segs,
+                            deferred ? &sv->wr : NULL);
+    if ((rc = agree(w, sv->cops, sv->comm, local, &failed))) {
+        free(segs);
+        return save_fail(sv, rc);
+    }
     if (failed >= 0) {
+        free(segs);
         rc = local ? local : dt_err_set(DT_ERR_IO, "rank %d failed writing its shard", (int)failed);
-        goto fail;
+        return save_fail(sv, rc);
     }
-    if (multi) {
-        if ((rc = gather_segs(w, cops, comm, segs, n_segs, &all, &n_all)))
-            goto fail;
+    sv->written = !deferred;
+    if (w->size > 1) {
+        rc = gather_segs(w, sv->cops, sv->comm, segs, n_segs, &sv->all, &sv->n_all);
+        free(segs);
+        if (rc)
+            return save_fail(sv, rc);
     } else {
-        all = segs;
-        n_all = n_segs;
-        segs = NULL;
+        sv->all = segs;
+        sv->n_all = n_segs;
     }
+    return DT_OK;
+}
 
+/* Phase 2, collective, every shard on disk: rank 0 writes the manifest
+ * and commits, every rank learns the outcome, rank 0 prunes. */
+static int save_commit(dt_ckpt_async_t *sv)
+{
+    const dt_world_t *w = sv->w;
+    const dt_settings_t *set = sv->set;
+    int rc = DT_OK;
+    dt_model_desc_t *d = dt_model_desc(sv->m);
+    const int ns = n_states(set);
+    const size_t n_entries = (size_t)d->n_units * (size_t)ns;
+    dt_ckpt_entry_t *entries = NULL;
+    cJSON *mj = NULL, *extra = NULL;
     int32_t commit_rc = DT_OK;
     if (w->rank == 0) {
         entries = calloc(n_entries, sizeof *entries);
-        mj = dt_ckpt_model_json(m);
+        mj = dt_ckpt_model_json(sv->m);
         extra = cJSON_CreateObject();
         if (!entries || !mj || !extra) {
             commit_rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
         } else {
-            dt_ckpt_json_add_u64(extra, "config_hash", config_hash);
+            dt_ckpt_json_add_u64(extra, "config_hash", sv->config_hash);
             dt_ckpt_json_add_u64(extra, "seed", (uint64_t)set->run.seed);
             cJSON *data = data_json(set);
             if (data)
@@ -1009,7 +1114,7 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
             cJSON *sched = cJSON_AddObjectToObject(extra, "schedule");
             if (sched)
                 cJSON_AddNumberToObject(sched, "train.steps", (double)set->train.steps);
-            cJSON *lp = loop ? cJSON_Duplicate(loop, 1) : NULL;
+            cJSON *lp = sv->loop ? cJSON_Duplicate(sv->loop, 1) : NULL;
             if (lp)
                 cJSON_AddItemToObject(extra, "loop", lp);
             for (uint32_t u = 0; u < d->n_units; u++)
@@ -1020,49 +1125,138 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
                     e->dtype = DT_F32;
                     e->numel = unit_global(&d->units[u], NULL);
                 }
-            dt_ckpt_info_t info = {.step = (uint64_t)step, .world_size = (uint32_t)w->size,
-                                   .strategy = ops->info.name, .model = mj, .extra = extra};
-            if (!(commit_rc = dt_ckpt_write_manifest(tmp, &info, entries, n_entries, all, n_all)))
-                commit_rc = dt_ckpt_commit(root, (uint64_t)step);
+            dt_ckpt_info_t info = {.step = (uint64_t)sv->step, .world_size = (uint32_t)w->size,
+                                   .strategy = sv->ops->info.name, .model = mj, .extra = extra};
+            if (!(commit_rc = dt_ckpt_write_manifest(sv->tmp, &info, entries, n_entries, sv->all,
+                                                     sv->n_all)))
+                commit_rc = dt_ckpt_commit(sv->root, (uint64_t)sv->step);
         }
     }
-    if (multi && (rc = COMM_CALL(cops, cops->broadcast(comm, &commit_rc, 1, DT_I32, 0, NULL,
-                                                       NULL),
-                                 "broadcast")))
-        goto fail;
-    if (commit_rc) {
-        if (w->rank != 0)
-            dt_err_set(commit_rc, "rank 0 could not write the manifest or commit");
-        rc = commit_rc;
-        goto fail;
-    }
-    if (w->rank == 0 && (rc = dt_ckpt_prune(root, (uint32_t)set->checkpoint.keep)) == DT_OK)
-        print_saved(root, step, t0);
-    goto done;
-fail:;
-    /* neither removing what this save left nor looking for an earlier one
-     * may replace the reason the save failed */
-    char why[DT_ERR_MAX];
-    snprintf(why, sizeof why, "%s", dt_last_error());
-    if (w->rank == 0) {
-        /* "intact" only when there is one: the first save has none */
-        char last[4096];
-        dt_ckpt_abort(root, (uint64_t)step);
-        int have = dt_ckpt_latest(root, last, sizeof last, NULL) == DT_OK;
-        dt_err_set(rc, "%s", why);
-        dt_err_context(rc, "saving checkpoint of step %lld (%s)", (long long)step,
-                       have ? "the previous checkpoint is intact"
-                            : "there is no earlier checkpoint to fall back on");
-    } else {
-        dt_ckpt_abort_shard(root, (uint64_t)step, (uint32_t)w->rank);
-        dt_err_set(rc, "%s", why);
-        dt_err_context(rc, "saving checkpoint of step %lld", (long long)step);
-    }
-done:
-    free(segs);
-    free(all);
     free(entries);
     cJSON_Delete(mj);
     cJSON_Delete(extra);
+    if (w->size > 1 &&
+        (rc = COMM_CALL(sv->cops, sv->cops->broadcast(sv->comm, &commit_rc, 1, DT_I32, 0, NULL,
+                                                      NULL),
+                        "broadcast")))
+        return save_fail(sv, rc);
+    if (commit_rc) {
+        if (w->rank != 0)
+            dt_err_set(commit_rc, "rank 0 could not write the manifest or commit");
+        return save_fail(sv, commit_rc);
+    }
+    if (w->rank == 0 && (rc = dt_ckpt_prune(sv->root, (uint32_t)set->checkpoint.keep)) == DT_OK)
+        print_saved(sv->root, sv->step, sv->t0);
     return rc;
+}
+
+static int save_new(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
+                    const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
+                    dt_model_t *m, int64_t step, const cJSON *loop, dt_ckpt_async_t **out)
+{
+    dt_ckpt_async_t *sv = calloc(1, sizeof *sv);
+    if (!sv || (loop && !(sv->loop = cJSON_Duplicate(loop, 1)))) {
+        free(sv);
+        return dt_err_set(DT_ERR_NOMEM, "out of memory");
+    }
+    *sv = (dt_ckpt_async_t){.w = w, .set = set, .config_hash = config_hash, .cops = cops,
+                            .comm = comm, .ops = ops, .m = m, .step = step, .loop = sv->loop,
+                            .t0 = mono_s()};
+    int rc = dt_ckpt_root(set, sv->root, sizeof sv->root);
+    if (rc) {
+        save_free(sv);
+        return rc;
+    }
+    *out = sv;
+    return DT_OK;
+}
+
+int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
+                 const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
+                 dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop)
+{
+    dt_ckpt_async_t *sv;
+    int rc = save_new(w, set, config_hash, cops, comm, ops, m, step, loop, &sv);
+    if (rc == DT_OK && (rc = save_shards(sv, s, 0)) == DT_OK)
+        rc = save_commit(sv);
+    save_free(sv);
+    return rc;
+}
+
+/* The thread of an asynchronous save: this rank's shard to disk. */
+static void *shard_thread(void *arg)
+{
+    dt_ckpt_async_t *sv = arg;
+    dt_ckpt_writer_t *wr = sv->wr;
+    sv->wr = NULL;
+    sv->th_rc = dt_ckpt_shard_finish(wr, &sv->mem, &sv->mem_cap);
+    if (sv->th_rc)
+        snprintf(sv->th_err, sizeof sv->th_err, "%s", dt_last_error());
+    return NULL;
+}
+
+int dt_ckpt_save_async(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
+                       const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
+                       dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop,
+                       dt_ckpt_async_t **out)
+{
+    *out = NULL;
+    dt_ckpt_async_t *sv;
+    int rc = save_new(w, set, config_hash, cops, comm, ops, m, step, loop, &sv);
+    if (rc == DT_OK && (rc = save_shards(sv, s, 1)) != DT_OK) {
+        save_free(sv);
+        return rc;
+    }
+    if (rc)
+        return rc;
+    /* the thread takes no signal: the training loop's own are its to take */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    sv->th_started = pthread_create(&sv->th, NULL, shard_thread, sv) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!sv->th_started)
+        shard_thread(sv); /* no thread: written now */
+    *out = sv;
+    return DT_OK;
+}
+
+int dt_ckpt_save_finish(dt_ckpt_async_t *sv)
+{
+    if (!sv)
+        return DT_OK;
+    if (sv->th_started)
+        pthread_join(sv->th, NULL);
+    sv->th_started = 0;
+    int local = sv->th_rc;
+    if (local)
+        dt_err_set(local, "%s", sv->th_err);
+    int32_t failed = -1;
+    int rc = agree(sv->w, sv->cops, sv->comm, local, &failed);
+    if (rc == DT_OK && failed >= 0)
+        rc = local ? local : dt_err_set(DT_ERR_IO, "rank %d failed writing its shard", (int)failed);
+    if (rc)
+        rc = save_fail(sv, rc);
+    else {
+        sv->written = 1;
+        rc = save_commit(sv);
+    }
+    save_free(sv);
+    return rc;
+}
+
+void dt_ckpt_save_discard(dt_ckpt_async_t *sv)
+{
+    if (!sv)
+        return;
+    if (sv->th_started)
+        pthread_join(sv->th, NULL);
+    char err[DT_ERR_MAX];
+    snprintf(err, sizeof err, "%s", dt_last_error());
+    if (sv->w->rank == 0)
+        dt_ckpt_abort(sv->root, (uint64_t)sv->step);
+    else
+        dt_ckpt_abort_shard(sv->root, (uint64_t)sv->step, (uint32_t)sv->w->rank);
+    dt_err_set(DT_ERR_IO, "%s", err); /* the run's own error stays */
+    save_free(sv);
 }

@@ -42,6 +42,22 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
                  const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
                  dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop);
 
+/* The same save in two collective halves (checkpoint.async): the first
+ * copies this rank's shard to memory and hands it to a thread that writes
+ * and fsyncs it while training goes on; dt_ckpt_save_finish (called by
+ * every rank at the same point, the step after) waits for the thread,
+ * agrees on every rank's outcome and commits as dt_ckpt_save does, and
+ * frees the handle.  dt_ckpt_save_discard (not collective: the run failed)
+ * waits for the thread and removes what the save wrote, keeping the error
+ * message as it was. */
+typedef struct dt_ckpt_async dt_ckpt_async_t;
+int dt_ckpt_save_async(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
+                       const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
+                       dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop,
+                       dt_ckpt_async_t **out);
+int dt_ckpt_save_finish(dt_ckpt_async_t *a);
+void dt_ckpt_save_discard(dt_ckpt_async_t *a);
+
 /* ---- a checkpoint's weights, for tools (sample, import) ---- */
 
 typedef struct dt_ckpt_reader dt_ckpt_reader_t;

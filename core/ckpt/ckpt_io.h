@@ -216,6 +216,16 @@ int dt_ckpt_shard_close(dt_ckpt_writer_t *w, dt_ckpt_seg_t **segs,
                         size_t *n);
 /* Drop the shard (no file left).  abort(NULL) is a no-op. */
 void dt_ckpt_shard_abort(dt_ckpt_writer_t *w);
+/* A deferred shard (an asynchronous save, checkpoint.async): the appended
+ * bytes stay in memory (starting in `buf` of `cap` bytes, the previous
+ * save's, which the writer owns from here; NULL: a new one), and
+ * dt_ckpt_shard_close returns the segments and keeps `w`;
+ * dt_ckpt_shard_finish (on any one thread) then writes, fsyncs and commits
+ * the file, frees `w` and hands the memory back in *buf, *cap for the next
+ * save (dt_ckpt_shard_abort instead drops it all). */
+int dt_ckpt_shard_open_deferred(const char *tmp_dir, uint32_t shard, void *buf, size_t cap,
+                                dt_ckpt_writer_t **out);
+int dt_ckpt_shard_finish(dt_ckpt_writer_t *w, void **buf, size_t *cap);
 
 /* Rank 0: check that the segments partition every entry exactly (names,
  * dtypes, blocks inside the entry, no gap, no overlap; DT_ERR_INVALID

@@ -1,7 +1,9 @@
 /*
  * core/ckpt/ckpt_write.c - the writing side of a checkpoint (ckpt_io.h):
  * shard writers that stream segments into one file per rank with their
- * CRC-32.  Rank 0's manifest is ckpt_manifest.c's.
+ * CRC-32, or (deferred, for an asynchronous save) keep the bytes in memory
+ * until dt_ckpt_shard_finish writes them.  Rank 0's manifest is
+ * ckpt_manifest.c's.
  */
 #include "ckpt/ckpt_internal.h"
 
@@ -26,7 +28,26 @@ struct dt_ckpt_writer {
     int in_seg;              /* between begin and end */
     uint64_t seg_left;       /* bytes the open segment still expects */
     uint32_t crc;
+    /* deferred (dt_ckpt_shard_open_deferred): the bytes kept in memory
+     * until dt_ckpt_shard_finish writes them */
+    int deferred;
+    char *mem;
+    size_t mem_len, mem_cap;
 };
+
+int dt_ckpt_shard_open_deferred(const char *tmp_dir, uint32_t shard, void *buf, size_t cap,
+                                dt_ckpt_writer_t **out)
+{
+    int rc = dt_ckpt_shard_open(tmp_dir, shard, out);
+    if (!rc) {
+        (*out)->deferred = 1;
+        (*out)->mem = buf;
+        (*out)->mem_cap = buf ? cap : 0;
+    } else {
+        free(buf);
+    }
+    return rc;
+}
 
 int dt_ckpt_shard_open(const char *tmp_dir, uint32_t shard,
                        dt_ckpt_writer_t **out)
@@ -84,7 +105,7 @@ static int shard_begin(dt_ckpt_writer_t *w, const char *entry, int dtype,
     memcpy(s->entry, entry, strlen(entry) + 1);
     s->offset = offset;
     s->count = count;
-    s->byte_offset = dt_afile_offset(w->f);
+    s->byte_offset = w->deferred ? w->mem_len : dt_afile_offset(w->f);
     s->shard = w->shard;
     s->dtype = dtype;
     if (block)
@@ -120,9 +141,24 @@ int dt_ckpt_shard_append(dt_ckpt_writer_t *w, const void *data, size_t nbytes)
         return dt_err_set(DT_ERR_INVALID, "%s: %zu bytes appended outside a "
                           "segment or past its end (%" PRIu64 " left)",
                           w->file, nbytes, w->in_seg ? w->seg_left : 0);
-    int rc = dt_afile_write(w->f, data, nbytes);
-    if (rc)
+    int rc = DT_OK;
+    if (w->deferred && w->mem_len + nbytes > w->mem_cap) {
+        size_t nc = w->mem_cap ? w->mem_cap : 1 << 20;
+        while (nc < w->mem_len + nbytes)
+            nc *= 2;
+        char *nm = realloc(w->mem, nc);
+        if (!nm)
+            return dt_err_set(DT_ERR_NOMEM, "%s: out of memory for the %zu-byte snapshot",
+                              w->file, nc);
+        w->mem = nm;
+        w->mem_cap = nc;
+    }
+    if (w->deferred) {
+        memcpy(w->mem + w->mem_len, data, nbytes);
+        w->mem_len += nbytes;
+    } else if ((rc = dt_afile_write(w->f, data, nbytes))) {
         return rc;
+    }
     w->crc = dt_fileutil_crc32(w->crc, data, nbytes);
     w->seg_left -= nbytes;
     return DT_OK;
@@ -147,6 +183,7 @@ void dt_ckpt_shard_abort(dt_ckpt_writer_t *w)
     if (!w)
         return;
     dt_afile_abort(w->f);
+    free(w->mem);
     free(w->segs);
     free(w);
 }
@@ -161,6 +198,14 @@ int dt_ckpt_shard_close(dt_ckpt_writer_t *w, dt_ckpt_seg_t **segs, size_t *n)
         dt_ckpt_shard_abort(w);
         return rc;
     }
+    if (w->deferred) {
+        /* the segments now; the bytes at dt_ckpt_shard_finish */
+        *segs = w->segs;
+        *n = w->n;
+        w->segs = NULL;
+        w->n = 0;
+        return DT_OK;
+    }
     int rc = dt_afile_commit(w->f);
     w->f = NULL;
     if (rc) {
@@ -172,4 +217,18 @@ int dt_ckpt_shard_close(dt_ckpt_writer_t *w, dt_ckpt_seg_t **segs, size_t *n)
     *n = w->n;
     free(w);
     return DT_OK;
+}
+
+int dt_ckpt_shard_finish(dt_ckpt_writer_t *w, void **buf, size_t *cap)
+{
+    int rc = dt_afile_write(w->f, w->mem, w->mem_len);
+    if (rc)
+        dt_afile_abort(w->f);
+    else
+        rc = dt_afile_commit(w->f);
+    *buf = w->mem;
+    *cap = w->mem_cap;
+    free(w->segs);
+    free(w);
+    return rc;
 }

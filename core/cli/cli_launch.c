@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "launch/rendezvous.h"
 #include "util/error.h"
@@ -23,12 +24,61 @@ static const char *key_from(const dt_resolved_t *r, const char *key, char *buf, 
     return buf;
 }
 
+/* An elastic job (launch.min_nnodes > 0): dtrain's own launcher on every
+ * node, a comm plugin whose processes it may restart, and MIN <= MAX.
+ * Its ranks (started by that launcher, at whatever world size the round
+ * has) pass. */
+static int check_elastic(const dt_resolved_t *r, const dt_launch_plan_t *plan)
+{
+    const dt_launch_settings_t *l = &r->set.launch;
+    char f1[4200], f2[4200];
+    if (dt_world_from_launcher(&plan->world)) {
+        if (strcmp(plan->world.source, "dtrain launcher") == 0)
+            return DT_OK;
+        return dt_err_set(DT_ERR_CONFIG,
+                          "launch.min_nnodes = %lld (%s) asks for an elastic job, but %s "
+                          "started this process: only dtrain's own launcher (`dtrain run` on "
+                          "each node) restarts ranks; under another launcher it owns the "
+                          "processes (use its own restart, e.g. torchrun --max-restarts), so "
+                          "remove --nnodes MIN:MAX",
+                          (long long)l->min_nnodes, key_from(r, "launch.min_nnodes", f1, sizeof f1),
+                          plan->world.source);
+    }
+    if (strcmp(r->set.run.comm, "mpi") == 0)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "launch.min_nnodes = %lld (%s) asks for an elastic job, but run.comm = "
+                          "\"mpi\" cannot be restarted at another size: mpirun owns an MPI job's "
+                          "processes and its MPI_COMM_WORLD is fixed for their life; use comm = "
+                          "\"tcp\" across nodes (\"shm\" on one), or remove --nnodes MIN:MAX",
+                          (long long)l->min_nnodes, key_from(r, "launch.min_nnodes", f1, sizeof f1));
+    if (l->min_nnodes > l->nnodes)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "launch.min_nnodes = %lld (%s) is more than launch.nnodes = %lld (%s): "
+                          "an elastic job runs on MIN to MAX nodes (--nnodes MIN:MAX)",
+                          (long long)l->min_nnodes, key_from(r, "launch.min_nnodes", f1, sizeof f1),
+                          (long long)l->nnodes, key_from(r, "launch.nnodes", f2, sizeof f2));
+    return DT_OK;
+}
+
 /* A job on several nodes needs a node_rank below nnodes, a shared secret
  * and a rendezvous address every node can reach (one that resolves). */
 static int check_nodes(const dt_resolved_t *r, const dt_launch_plan_t *plan)
 {
     const dt_launch_settings_t *l = &r->set.launch;
     char f1[4200], f2[4200];
+    if (l->min_nnodes > 0) {
+        int rc = check_elastic(r, plan);
+        if (rc || dt_world_from_launcher(&plan->world))
+            return rc;
+    }
+    if (l->min_nnodes == 0 && dt_config_origin(r->cfg, "launch.max_restarts") != DT_ORIGIN_DEFAULT &&
+        !dt_world_from_launcher(&plan->world))
+        return dt_err_set(DT_ERR_CONFIG,
+                          "launch.max_restarts = %lld (%s) applies to an elastic job only: give "
+                          "--nnodes MIN:MAX (launch.min_nnodes; MIN = MAX restarts at a fixed "
+                          "size)",
+                          (long long)l->max_restarts,
+                          key_from(r, "launch.max_restarts", f1, sizeof f1));
     if (dt_world_from_launcher(&plan->world)) {
         if (l->nnodes > 1 && dt_config_origin(r->cfg, "launch.nnodes") != DT_ORIGIN_DEFAULT &&
             plan->world.size != l->nnodes * plan->world.local_size)
@@ -89,7 +139,10 @@ int dt_cli_plan_launch(const dt_resolved_t *r, int64_t nproc, const char *what,
                        const char *from, int given, dt_launch_plan_t *plan)
 {
     int rc = dt_launch_plan(&r->set.launch, nproc, what, from, given, plan);
-    return rc ? rc : check_nodes(r, plan);
+    if (rc == DT_OK && (rc = check_nodes(r, plan)) == DT_OK && r->set.launch.min_nnodes > 0 &&
+        !dt_world_from_launcher(&plan->world))
+        plan->spawn = 1; /* the elastic agent, even of one rank on one node */
+    return rc;
 }
 
 void dt_cli_launch_nodes(const dt_launch_plan_t *plan, dt_launch_opts_t *lo, char *job,

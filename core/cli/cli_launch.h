@@ -17,7 +17,11 @@
  * then the checks of a job on several nodes ([launch] nnodes): a
  * node_rank below nnodes, DTRAIN_JOB_SECRET, a master address every node
  * can reach and a port; under another launcher, an nnodes that agrees
- * with it.  DT_ERR_CONFIG naming the key and where it was set. */
+ * with it.  An elastic job ([launch] min_nnodes > 0) needs dtrain's own
+ * launcher, a comm other than mpi and min_nnodes <= nnodes, and always
+ * spawns (this process is the node's agent: cli/run_elastic.h); its ranks
+ * pass at any world size.  DT_ERR_CONFIG naming the key and where it was
+ * set. */
 int dt_cli_plan_launch(const dt_resolved_t *r, int64_t nproc, const char *what,
                        const char *from, int given, dt_launch_plan_t *plan);
 

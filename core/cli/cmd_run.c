@@ -18,6 +18,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_launch.h"
+#include "cli/run_elastic.h"
 #include "cli/run_ledger.h"
 #include "cli/run_profile.h"
 #include "cli/run_strict.h"
@@ -36,8 +37,8 @@ void dt_help_run(FILE *f)
             "usage: dtrain run CONFIG [--set table.key=value ...] [--metrics FILE]\n"
             "                  [--profile comm|device[:skip=N][:sync]|comm,device]\n"
             "                  [--strict-device]\n"
-            "                  [--nproc N] [--nnodes N --node-rank R --master-addr A\n"
-            "                   --master-port P]\n\n"
+            "                  [--nproc N] [--nnodes N|MIN:MAX --node-rank R --master-addr A\n"
+            "                   --master-port P] [--max-restarts N]\n\n"
             "Train the model CONFIG describes.  --metrics writes one JSON object per\n"
             "step.  --profile comm wraps the communicator (any comm plugin) and, at the\n"
             "end of the run, prints on every rank per operation: calls, bytes, time in\n"
@@ -78,6 +79,19 @@ void dt_help_run(FILE *f)
             "that every node runs the same config, within launch.timeout.  Every node\n"
             "needs the same DTRAIN_JOB_SECRET in its environment: the ranks prove with\n"
             "it that they belong to the job (it never crosses the network).\n\n"
+            "Elastic: --nnodes MIN:MAX (launch.min_nnodes = MIN, launch.nnodes = MAX)\n"
+            "keeps the job going when a rank or a node fails.  Node 0's launcher\n"
+            "hosts the launchers' store on master_port (the ranks meet on\n"
+            "master_port + 1); when a round's ranks fail, the launchers left (and\n"
+            "any node started since, up to MAX) form the next round of at least MIN\n"
+            "nodes, ordered by --node-rank, after a back-off, and every rank resumes\n"
+            "from the last complete checkpoint at the new world size: the global\n"
+            "batch stays, grad_accum is derived again (exit 2 when it cannot be).\n"
+            "Each restart logs one line naming who failed and the new layout; after\n"
+            "--max-restarts N (launch.max_restarts, default 3) restarts the job ends\n"
+            "with exit 1 and a line naming every failure.  If node 0 dies the store\n"
+            "dies with it (as torchrun's c10d store): the other nodes exit 1 saying\n"
+            "so.  Not with run.comm = \"mpi\" or under another launcher (exit 2).\n\n"
             "exit codes: 0 trained, 2 usage or config error, 1 runtime failure; as a\n"
             "launcher, the failed rank's code (1 if it died by a signal), or 128 + N\n"
             "when stopped by signal N\n",
@@ -100,13 +114,33 @@ static int install_crash_handler(const dt_resolved_t *r, int rank)
  * appended to a (after the user's own --set, so the option wins). */
 static int launch_options(const char *const *vals, dt_cli_config_args_t *a)
 {
-    static const char *const keys[] = {"launch.nproc", "launch.nnodes", "launch.node_rank",
-                                       "launch.master_addr", "launch.master_port"};
-    static char sets[5][320];
-    for (int k = 0; k < 5; k++) {
+    static const char *const keys[] = {"launch.nproc",       "launch.nnodes",
+                                       "launch.node_rank",   "launch.master_addr",
+                                       "launch.master_port", "launch.max_restarts"};
+    static char sets[7][320];
+    for (int k = 0; k < 6; k++) {
         const char *v = vals[k];
         if (!v)
             continue;
+        /* --nnodes MIN:MAX (torchrun's spelling): elastic, MIN to MAX nodes */
+        const char *colon = k == 1 ? strchr(v, ':') : NULL;
+        if (colon) {
+            char *end;
+            long lo = strtol(v, &end, 10);
+            if (end != colon || colon == v || lo < 1 || lo > 65536 || strlen(colon) > 12) {
+                fprintf(stderr, "%sdtrain run: error: --nnodes '%.40s': MIN:MAX needs MIN, a "
+                        "whole number of nodes from 1\n", dt_cli_rank_prefix(), v);
+                return DT_EXIT_USAGE;
+            }
+            if (a->n_sets == (int)(sizeof a->sets / sizeof a->sets[0])) {
+                fprintf(stderr, "%sdtrain run: error: too many --set options\n",
+                        dt_cli_rank_prefix());
+                return DT_EXIT_USAGE;
+            }
+            snprintf(sets[6], sizeof sets[6], "launch.min_nnodes=%ld", lo);
+            a->sets[a->n_sets++] = sets[6];
+            v = colon + 1;
+        }
         if (strlen(v) > 256 || strpbrk(v, "\"\\\n")) {
             fprintf(stderr, "%sdtrain run: error: %s: '%.40s' is not a value for %s\n",
                     dt_cli_rank_prefix(), k == 3 ? "--master-addr" : "option", v, keys[k]);
@@ -144,8 +178,8 @@ int dt_cmd_run(int argc, char **argv)
 {
     static const char *const opts[] = {"--metrics",     "--profile",     "--nproc",
                                        "--nnodes",      "--node-rank",   "--master-addr",
-                                       "--master-port", NULL};
-    const char *vals[7] = {NULL};
+                                       "--master-port", "--max-restarts", NULL};
+    const char *vals[8] = {NULL};
     /* One rank of several (mpirun, srun, torchrun or dtrain's launcher
      * started it): its error lines name it, from the first.  A malformed
      * environment is reported by plan_launch, after the config is read. */
@@ -171,6 +205,14 @@ int dt_cmd_run(int argc, char **argv)
         return dt_cli_fail("run", rc);
     dt_launch_plan_t plan;
     rc = plan_launch(&r, &plan);
+    if (rc == DT_OK && plan.spawn && r.set.launch.min_nnodes > 0) {
+        /* elastic: this node's agent; each round's world is checked as it
+         * forms */
+        ec = (rc = dt_resolve_rest(&r, NULL)) ? dt_cli_fail("run", rc)
+                                               : dt_run_elastic(&a, &r, &plan);
+        dt_resolved_free(&r);
+        return ec;
+    }
     /* a config error is found here, once, before any rank is started */
     if (rc == DT_OK && plan.spawn &&
         ((rc = dt_resolve_rest(&r, NULL)) ||

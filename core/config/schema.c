@@ -169,6 +169,14 @@ static const dt_config_key_t launch_keys[] = {
     K_STR("master_addr", "\"127.0.0.1\"",
           "rendezvous address: node 0's host name or IP, reachable from every node"),
     K_INT("master_port", "29500", 0, 65535, "rendezvous port (node 0 listens on it)"),
+    K_INT("min_nnodes", "0", 0, 65536,
+          "elastic: > 0 makes the job elastic (`--nnodes MIN:MAX` sets this to MIN and nnodes "
+          "to MAX): when a rank or node fails, the launchers left re-form the job with at "
+          "least this many nodes and at most nnodes and resume from the last checkpoint; "
+          "node 0 then hosts the launchers' store on master_port, the ranks meet on "
+          "master_port + 1; 0 = not elastic"),
+    K_INT("max_restarts", "3", 0, 1000000,
+          "elastic: restarts after failures before the job gives up (exit 1)"),
 };
 
 static const dt_config_key_t checkpoint_keys[] = {
@@ -179,6 +187,12 @@ static const dt_config_key_t checkpoint_keys[] = {
     K_BOOL("overwrite", "false",
            "a fresh start (resume = \"\") into a folder holding checkpoints removes them "
            "first; false = refused"),
+    K_BOOL("async", "false",
+           "periodic saves (every) written in the background: each rank copies its shard to "
+           "memory at the step, a thread writes and fsyncs it while the next step trains, and "
+           "the save commits after that step, so a restart (an elastic one: --nnodes MIN:MAX) "
+           "loses at most every + 1 steps; costs a copy of the rank's state in host memory; "
+           "the last step's save is written at once"),
 };
 
 /* Loss scaling of model.dtype = "fp16", under DeepSpeed's names (its

@@ -65,6 +65,8 @@ static const struct field {
     FIELD("launch.timeout", F_FLOAT, launch.timeout_s),
     FIELD("launch.master_addr", F_STRING, launch.master_addr),
     FIELD("launch.master_port", F_INT, launch.master_port),
+    FIELD("launch.min_nnodes", F_INT, launch.min_nnodes),
+    FIELD("launch.max_restarts", F_INT, launch.max_restarts),
     FIELD("checkpoint.dir", F_STRING, checkpoint.dir),
     FIELD("fp16.loss_scale", F_FLOAT, fp16.loss_scale),
     FIELD("fp16.initial_scale_power", F_INT, fp16.initial_scale_power),
@@ -75,6 +77,7 @@ static const struct field {
     FIELD("checkpoint.keep", F_INT, checkpoint.keep),
     FIELD("checkpoint.resume", F_STRING, checkpoint.resume),
     FIELD("checkpoint.overwrite", F_BOOL, checkpoint.overwrite),
+    FIELD("checkpoint.async", F_BOOL, checkpoint.async_),
 };
 
 /* The schema's ENUM choices, in dt_lr_decay_t order. */

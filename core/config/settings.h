@@ -94,6 +94,8 @@ typedef struct dt_launch_settings {
     double timeout_s;     /* bound of every collective wait, seconds */
     const char *master_addr;
     int64_t master_port;
+    int64_t min_nnodes;   /* elastic: > 0, the fewest nodes of a round */
+    int64_t max_restarts; /* elastic: restarts before giving up */
 } dt_launch_settings_t;
 
 typedef struct dt_checkpoint_settings {
@@ -102,6 +104,7 @@ typedef struct dt_checkpoint_settings {
     int64_t keep;
     const char *resume; /* "", "latest" or a checkpoint path */
     int overwrite;      /* a fresh start removes the folder's checkpoints */
+    int async_;         /* periodic saves written while the next step trains */
 } dt_checkpoint_settings_t;
 
 /* [fp16]: the loss scaler's keys (core/train/loss_scale.h) */

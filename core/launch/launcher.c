@@ -721,6 +721,10 @@ static void summarize(const launch_t *L, int rc, dt_launch_result_t *res)
             fprintf(stderr, "dtrain: rank %d failed (%s)%s\n", L->base + L->first_fail, how,
                     others);
         res->failed_rank = L->base + L->first_fail;
+        snprintf(res->how, sizeof res->how, "%s", how);
+        if (f->last[0] && (WIFEXITED(f->status) ||
+                           strncmp(f->last, DT_CRASH_PREFIX, strlen(DT_CRASH_PREFIX)) == 0))
+            snprintf(res->last, sizeof res->last, "%s", f->last);
         res->exit_code = WIFEXITED(f->status) ? WEXITSTATUS(f->status) : 1;
     } else if (L->stop_sig) {
         fprintf(stderr, "dtrain: stopped by %s\n", sig_name(L->stop_sig, b, sizeof b));

@@ -111,6 +111,9 @@ typedef struct dt_launch_result {
                        * signal), or 128 + the signal the launcher got */
     int failed_rank;  /* first rank that failed (global); -1 when none */
     int signal;       /* signal that stopped the launcher; 0 when none */
+    char how[64];     /* how the failed rank ended ("exit 1", "killed by
+                       * SIGKILL"); "" when none failed */
+    char last[400];   /* the failed rank's last error line; "" when none */
     char job_id[128];
 } dt_launch_result_t;
 

@@ -113,6 +113,8 @@ typedef struct run {
     int64_t last_val_step;
     int ls_on;                /* model.dtype = "fp16": the loss is scaled */
     dt_loss_scaler_t ls;      /* loss_scale.h */
+    dt_ckpt_async_t *pending; /* checkpoint.async: the save of the step
+                               * before, committed after this one */
 } run_t;
 
 /* What one step measured, for the log line and the metrics file. */
@@ -132,6 +134,8 @@ static void run_free(run_t *R)
 {
     dt_model_ctx_t ctx = {R->dev_ops, R->dev, R->stream, NULL, NULL, NULL};
     dt_crash_set_phase("shutting down", 0);
+    dt_ckpt_save_discard(R->pending); /* the run failed before committing it */
+    R->pending = NULL;
     if (R->strat)
         R->strat_ops->finalize(R->strat);
     dt_stage_free(&R->stage);
@@ -890,13 +894,22 @@ static int report_step(run_t *R, const step_report_t *rep)
 }
 
 /* A checkpoint every checkpoint.every steps, at the last step and at
- * train.stop_at (then *stop). */
+ * train.stop_at (then *stop).  With checkpoint.async the periodic ones
+ * are written while the next step trains and committed after it (the
+ * last step's and stop_at's are written at once: nothing trains after). */
 static int checkpoint(run_t *R, int64_t step, int *stop)
 {
     const dt_settings_t *set = R->set;
     *stop = set->train.stop_at > 0 && step >= set->train.stop_at;
-    if (!(set->checkpoint.every > 0 && step % set->checkpoint.every == 0) &&
-        step != set->train.steps && !*stop)
+    if (R->pending) {
+        dt_crash_set_phase("checkpoint commit", step);
+        int rc = dt_ckpt_save_finish(R->pending);
+        R->pending = NULL;
+        if (rc)
+            return rc;
+    }
+    int last = step == set->train.steps || *stop;
+    if (!(set->checkpoint.every > 0 && step % set->checkpoint.every == 0) && !last)
         return DT_OK;
     dt_crash_set_phase("checkpoint save", step);
     cJSON *loop = R->ls_on ? cJSON_CreateObject() : NULL; /* the loss scaler's state */
@@ -904,8 +917,12 @@ static int checkpoint(run_t *R, int64_t step, int *stop)
         cJSON_Delete(loop);
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
     }
-    int rc = dt_ckpt_save(&R->world, set, dt_config_hash(R->r->cfg), R->comm_ops, R->comm,
-                          R->strat_ops, R->strat, R->model, step, loop);
+    int rc = set->checkpoint.async_ && !last
+                 ? dt_ckpt_save_async(&R->world, set, dt_config_hash(R->r->cfg), R->comm_ops,
+                                      R->comm, R->strat_ops, R->strat, R->model, step, loop,
+                                      &R->pending)
+                 : dt_ckpt_save(&R->world, set, dt_config_hash(R->r->cfg), R->comm_ops, R->comm,
+                                R->strat_ops, R->strat, R->model, step, loop);
     cJSON_Delete(loop);
     return rc;
 }

@@ -137,9 +137,11 @@ static void nvme_finalize(dt_offload_t *o)
     o->q.host = host;  /* stop cleared the queue: for removal messages */
     o->q.rank = rank;
     if (started) /* the worker's counts, read after it stopped */
-        host->log(host, DT_LOG_DEBUG, "rank %d: %llu requests in %llu I/Os, at most %u in "
-                  "flight at once", rank, (unsigned long long)o->n_reqs,
-                  (unsigned long long)o->n_ios, o->max_inflight);
+        host->log(host, DT_LOG_DEBUG, "rank %d: %llu requests in %llu I/Os (%llu through the "
+                  "bounce buffers), %llu bytes read and %llu written, at most %u in flight at "
+                  "once", rank, (unsigned long long)o->n_reqs, (unsigned long long)o->n_ios,
+                  (unsigned long long)o->n_bounced, (unsigned long long)o->io_bytes[0],
+                  (unsigned long long)o->io_bytes[1], o->max_inflight);
     offload_bufs_release_all(&o->bufs);
     nvme_io_free(o);
     nvme_files_remove_dirs(o);

@@ -105,6 +105,8 @@ struct dt_offload {
                                        * slot and one still starting I/Os */
     nvme_job_t *running, *free_jobs;
     uint64_t n_ios, n_reqs;     /* counted for the finalize line (debug) */
+    uint64_t n_bounced;         /* I/Os through a bounce buffer, not in place */
+    uint64_t io_bytes[2];       /* bytes the I/Os read [0] and wrote [1] */
     uint32_t max_inflight;
 };
 

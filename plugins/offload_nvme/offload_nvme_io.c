@@ -28,7 +28,10 @@
  * fio does (no copy on the worker's path); any other block goes through
  * an aligned bounce buffer, and a store that covers part of a block reads
  * the block first (read-modify-write, its bounce buffer kept for the
- * write that follows).
+ * write that follows).  Where the caller's memory and the file agree
+ * modulo 4 KiB (the strategies' staging places each piece so), a partial
+ * block at either end of a request is an I/O of its own, so only that
+ * 4 KiB goes through a bounce buffer, not the whole I/O around it.
  *
  * Faults are named with the file, the operation and the rank (wait adds
  * the rank): an I/O error (errno), a short read or write, a file deleted
@@ -191,6 +194,8 @@ static int prep(dt_offload_t *o, uint32_t i, int write)
         io_uring_prep_read(sqe, fd, s->mem, n, s->c0);
     io_uring_sqe_set_data64(sqe, i);
     o->n_ios++;
+    o->io_bytes[write ? 1 : 0] += n;
+    o->n_bounced += s->mem == slot_mem(o, i);
     if (++o->inflight > o->max_inflight)
         o->max_inflight = o->inflight;
     return DT_OK;
@@ -205,6 +210,17 @@ static char *in_place(const nvme_job_t *j, uint64_t c0, uint64_t c1)
         return NULL;
     char *p = (char *)j->r->ext + (c0 - j->lo);
     return (uintptr_t)p % NVME_ALIGN == 0 ? p : NULL;
+}
+
+/* Whether job j's whole blocks lie 4 KiB-aligned in the caller's memory
+ * (host memory whose address and file offset agree modulo 4 KiB): then
+ * a partial block at either end of the request goes alone, so that the
+ * I/Os between use the caller's memory in place instead of going
+ * through a bounce buffer beside it. */
+static int ends_alone(const nvme_job_t *j)
+{
+    return j->r->space == DT_MEM_HOST &&
+           (uintptr_t)j->r->ext % NVME_ALIGN == j->lo % NVME_ALIGN;
 }
 
 static void release(dt_offload_t *o, uint32_t i)
@@ -268,6 +284,8 @@ static int start_ios(dt_offload_t *o, offload_queue_t *q, nvme_job_t *j)
     uint32_t i = 0;
     while (j->status == DT_OK && j->next < j->end) {
         uint64_t c0 = j->next, c1 = c0 + o->block < j->end ? c0 + o->block : j->end;
+        if (c1 - c0 > NVME_ALIGN && (c0 < j->lo || c1 > j->hi) && ends_alone(j))
+            c1 = c0 < j->lo ? c0 + NVME_ALIGN : c1 - NVME_ALIGN; /* the partial end alone */
         while (i < o->n_bounce && o->slot[i].job)
             i++;
         if (i == o->n_bounce || held_back(o, j->b, c0, c1, store))

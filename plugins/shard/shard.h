@@ -269,6 +269,10 @@ typedef struct dt_shard_engine {
     dt_offload_state_t off;
     dt_offload_params_t par;      /* params offloaded: the compute shard */
     float *pstage;                /* params without optimizer: pinned f32 */
+    uint64_t replay_loaded;       /* the planner's replay: bytes of the
+                                   * compute shard its schedule loads from
+                                   * the tier (a group still gathered is
+                                   * not loaded again) */
     int32_t grads_offloaded;      /* the reduced gradient shard lives in the
                                    * tier too (shard_grads_offloaded), gshard
                                    * is NULL */

@@ -381,6 +381,7 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
     if (rc == DT_OK)
         rc = dt_shard_state_loaded(e);
     count.counting = 1;
+    e->replay_loaded = 0; /* the step's loads, not init's */
     int tied = model.arch && strcmp(model.arch, "gpt2") == 0 && model.n_units >= 2;
     if (rc == DT_OK)
         rc = replay_step(e, ia.n_micro, tied);
@@ -400,6 +401,14 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
                          cfg->grads_full ? F : S, out);
     if (what)
         dt_offload_estimate(args, what, S, S, out);
+    if (what & DT_OFFLOAD_WHAT_PARAMS) {
+        /* the compute shard's loads as the replayed schedule made them, in
+         * place of the formula's two per micro-step (a group gathered in
+         * forward and still held in backward, the tied embedding's, is
+         * not loaded again), so the plan equals what the tier moves */
+        uint64_t formula = 2 * ia.n_micro * S * args->param_bytes;
+        out->offload_bytes_per_step = out->offload_bytes_per_step - formula + e->replay_loaded;
+    }
     if (e->grads_offloaded) {
         /* the f32 gradient shard in the tier: each micro-step's blocks
          * stored (added to the sum so far, read back, after the first),

@@ -92,7 +92,8 @@ static void *slot_of(dt_shard_engine_t *e, uint32_t gi)
 /* load_ahead: start loading this rank's shard of group gi from the tier
  * into its slot of the gathered buffer (allocating a transient one),
  * ordered after the compute stream's work so far; no-op when the group is
- * gathered or loading.  The planner's replay allocates only. */
+ * gathered or loading.  The planner's replay allocates, and counts the
+ * bytes a tier would load (e->replay_loaded). */
 static int load_start(dt_shard_engine_t *e, uint32_t gi)
 {
     sh_group_t *g = &e->g[gi];
@@ -100,7 +101,15 @@ static int load_start(dt_shard_engine_t *e, uint32_t gi)
     if (g->pstate != SH_P_FREE || g->lreq)
         return DT_OK;
     int rc = shard_full_alloc(e, gi);
-    if (rc != DT_OK || !e->offload_what) /* the planner's replay: no tier to load from */
+    if (rc == DT_OK && !e->offload_what) {
+        /* the planner's replay: no tier to load from; counted, and marked
+         * loading as a tier's load would be (a second call is a no-op) */
+        static char replay_load;
+        e->replay_loaded += gr->shard * e->pes;
+        g->lreq = (dt_offload_req_t *)(void *)&replay_load;
+        return rc;
+    }
+    if (rc != DT_OK)
         return rc;
     rc = dt_offload_params_load(&e->par, gr->shard_off, gr->shard, slot_of(e, gi), e->dp.cs,
                                 &g->lreq);
@@ -115,8 +124,10 @@ static int load_start(dt_shard_engine_t *e, uint32_t gi)
 static int load_finish(dt_shard_engine_t *e, uint32_t gi)
 {
     sh_group_t *g = &e->g[gi];
-    if (!g->lreq)
+    if (!g->lreq || !e->offload_what) { /* none, or the replay's mark */
+        g->lreq = NULL;
         return DT_OK;
+    }
     /* never dropped: the tier would still write into `full` */
     int rc = e->par.ops->wait(e->par.tier, g->lreq, -1);
     g->lreq = NULL;
@@ -267,6 +278,10 @@ static int update(dt_shard_engine_t *e, const dt_optim_step_t *st)
         if (rc != DT_OK)
             return rc;
     }
+    /* the last unit's stores, before the step's parameters are loaded */
+    int rc = dt_offload_state_flush(&e->off);
+    if (rc != DT_OK)
+        return rc;
     char when[48];
     snprintf(when, sizeof when, "step %lld", (long long)st->t);
     dt_offload_state_report(&e->off, when);

@@ -6,7 +6,14 @@
  * in place or on pinned staging, parameters out), read and written for
  * checkpoints, hashed, and moved by collectives.  Tiers with host_ptr are
  * used in place; others through store / load, waited on within the
- * tier's own timeout.  See dtrain/sdk/offload.h.
+ * tier's own timeout.  Writes of parameters and gradients run behind the
+ * caller (gradients through two pinned pieces, parameters through one),
+ * each store waited on only when its piece is reused or the bytes are read
+ * again (the load, the norm, the update, free); parameters updated on the
+ * host are stored from the optimizer's own staging with the state, whose
+ * last stores run on into the next unit's update.  Pieces sit in their
+ * staging at their offset within the file's 4 KiB blocks, so an O_DIRECT
+ * tier uses the staging in place.  See dtrain/sdk/offload.h.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -128,11 +135,15 @@ static int host_ptr_of(const dt_offload_ops_v1_t *ops, dt_offload_t *tier, dt_of
     return rc;
 }
 
-/* Blocking store / load of host memory at byte `off` of `buf`. */
+/* Blocking store / load of host memory at byte `off` of `buf`; a step's
+ * traffic is counted in moved[0] (loaded) or moved[1] (stored), other
+ * (init, checkpoints: moved NULL) is not. */
 static int tier_io(const dt_offload_ops_v1_t *ops, dt_offload_t *tier, dt_offload_buf_t *buf,
-                   int store, uint64_t off, void *mem, uint64_t bytes)
+                   int store, uint64_t off, void *mem, uint64_t bytes, uint64_t *moved)
 {
     dt_offload_req_t *req = NULL;
+    if (moved)
+        moved[store ? 1 : 0] += bytes;
     int rc = store ? ops->store(tier, buf, off, mem, bytes, DT_MEM_HOST, NULL, &req)
                    : ops->load(tier, buf, off, mem, bytes, DT_MEM_HOST, NULL, &req);
     return rc == DT_OK ? ops->wait(tier, req, -1) : rc;
@@ -156,16 +167,96 @@ static uint64_t piece_of(uint64_t numel)
     return numel < DT_OFFLOAD_PIECE ? (numel ? numel : 1) : DT_OFFLOAD_PIECE;
 }
 
+/* Where a piece that starts at element `a` of a tier buffer (`es` bytes
+ * an element) sits in its staging: `lead` elements in, its offset within
+ * its 4 KiB block of the file, so that every whole block of it lies
+ * 4 KiB-aligned in the (large, aligned) staging and an O_DIRECT tier
+ * reads and writes it there in place, as fio does, instead of through
+ * its bounce buffers; only the blocks at a range's ends are partial.
+ * Such a piece holds piece - lead elements, so the next one starts on a
+ * block (lead 0).  A small piece (a small buffer) keeps lead 0. */
+static uint64_t lead_of(uint64_t a, size_t es, uint64_t piece)
+{
+    uint64_t lead = (a * es) % 4096u / es;
+    return lead < piece / 2 ? lead : 0;
+}
+
+/* Elements of the piece at element `a` with `left` elements to go. */
+static uint64_t chunk_of(uint64_t a, size_t es, uint64_t piece, uint64_t left)
+{
+    uint64_t k = piece - lead_of(a, es, piece);
+    return left < k ? left : k;
+}
+
+/* Wait for the gradient store from gload[i], if one is in flight; a
+ * failure names its elements. */
+static int grads_wait(dt_offload_state_t *st, int i)
+{
+    if (!st->gwreq[i])
+        return DT_OK;
+    int rc = st->ops->wait(st->tier, st->gwreq[i], -1);
+    st->gwreq[i] = NULL;
+    if (rc != DT_OK)
+        st->host->log(st->host, DT_LOG_ERROR, "rank %d: storing reduced gradients [%llu, +%llu) "
+                      "to offload tier '%s' failed", st->rank, (unsigned long long)st->gwat[i],
+                      (unsigned long long)st->gwn[i], tier_name(st->ops));
+    return rc;
+}
+
+/* Every gradient store done: before the gradient is read or its staging
+ * reused for anything else. */
+static int grads_flush(dt_offload_state_t *st)
+{
+    int rc = DT_OK;
+    for (int i = 0; i < 2; i++) {
+        int e = grads_wait(st, i);
+        if (rc == DT_OK)
+            rc = e;
+    }
+    return rc;
+}
+
 /* --------------------------------------------------- compute parameters */
+
+/* Wait for the write from wstage[i], if one is in flight; a failure
+ * names its elements. */
+static int params_wait(dt_offload_params_t *p, int i)
+{
+    if (!p->wreq[i])
+        return DT_OK;
+    int rc = p->ops->wait(p->tier, p->wreq[i], -1);
+    p->wreq[i] = NULL;
+    if (rc != DT_OK)
+        p->host->log(p->host, DT_LOG_ERROR, "rank %d: storing offloaded parameters [%llu, "
+                     "+%llu) to offload tier '%s' failed", p->rank,
+                     (unsigned long long)p->wat[i], (unsigned long long)p->wn[i],
+                     tier_name(p->ops));
+    return rc;
+}
+
+int dt_offload_params_flush(dt_offload_params_t *p)
+{
+    int rc = DT_OK;
+    for (int i = 0; i < 2; i++) {
+        int e = params_wait(p, i);
+        if (rc == DT_OK)
+            rc = e;
+    }
+    return rc;
+}
 
 void dt_offload_params_free(dt_offload_params_t *p)
 {
     if (!p || !p->host)
         return;
+    /* a store that did not finish in time keeps its staging (left
+     * allocated): the tier may still read it */
+    int left = dt_offload_params_flush(p) != DT_OK;
     if (p->buf)
         p->ops->free(p->tier, p->buf);
-    if (p->stage)
-        p->dev_ops->host_free(p->dev, p->stage);
+    for (int i = 0; i < 2 && !left; i++)
+        if (p->wstage[i])
+            p->dev_ops->host_free(p->dev, p->wstage[i]);
     memset(p, 0, sizeof *p);
 }
 
@@ -182,8 +273,13 @@ int dt_offload_params_init(dt_offload_params_t *p, const dt_host_v1_t *host,
         rc = host_ptr_of(p->ops, p->tier, p->buf, &p->host_ptr);
     if (rc == DT_OK && p->host_ptr)
         memset(p->host_ptr, 0, numel * pes);
-    if (rc == DT_OK && (!p->host_ptr || p->pdtype != DT_F32))
-        rc = p->dev_ops->host_alloc(p->dev, p->piece * pes, DT_TAG_STAGING, &p->stage);
+    /* staging: one piece where writes go through store (a second, for
+     * two stores in flight, would cost a piece of pinned memory more than
+     * before; the optimizer's own writes go from its staging instead);
+     * with host_ptr, 16-bit values are rounded straight into the tier */
+    if (rc == DT_OK && !p->host_ptr)
+        rc = p->dev_ops->host_alloc(p->dev, p->piece * pes, DT_TAG_STAGING, &p->wstage[0]);
+    p->stage = p->wstage[0];
     if (rc != DT_OK) {
         host->log(host, DT_LOG_ERROR, "rank %d: %llu bytes of parameters in offload tier '%s' "
                   "failed", rank, (unsigned long long)(numel * pes), tier_name(p->ops));
@@ -196,16 +292,33 @@ int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, con
 {
     size_t pes = dt_dtype_size(p->pdtype);
     int rc = DT_OK;
-    for (uint64_t c = 0; rc == DT_OK && c < n; c += p->piece) {
-        uint64_t k = n - c < p->piece ? n - c : p->piece;
+    for (uint64_t c = 0, k = 0; rc == DT_OK && c < n; c += k) {
+        k = p->host_ptr ? (n - c < p->piece ? n - c : p->piece)
+                        : chunk_of(at + c, pes, p->piece, n - c);
         const float *s = src + c;
-        void *dst = p->host_ptr ? (char *)p->host_ptr + (at + c) * pes : p->stage;
+        int i = p->wstage[1] ? (int)p->wnext : 0;
+        void *dst = (char *)p->host_ptr + (at + c) * pes;
+        if (!p->host_ptr) {
+            /* the staging's previous store done (the window's oldest) */
+            rc = params_wait(p, i);
+            if (rc != DT_OK)
+                break;
+            dst = (char *)p->wstage[i] + lead_of(at + c, pes, p->piece) * pes;
+            p->wnext = (uint32_t)(i ^ 1);
+        }
         if (p->pdtype != DT_F32)
             round_half(p->pdtype, s, (uint16_t *)dst, k);
         else
             memcpy(dst, s, k * sizeof(float));
-        if (!p->host_ptr)
-            rc = tier_io(p->ops, p->tier, p->buf, 1, (at + c) * pes, p->stage, k * pes);
+        if (!p->host_ptr) {
+            p->wat[i] = at + c;
+            p->wn[i] = k;
+            p->moved[1] += k * pes;
+            rc = p->ops->store(p->tier, p->buf, (at + c) * pes, dst, k * pes, DT_MEM_HOST, NULL,
+                               &p->wreq[i]);
+            if (rc != DT_OK)
+                p->wreq[i] = NULL;
+        }
     }
     if (rc != DT_OK)
         p->host->log(p->host, DT_LOG_ERROR, "rank %d: writing %llu offloaded parameters failed",
@@ -217,6 +330,14 @@ int dt_offload_params_load(dt_offload_params_t *p, uint64_t at, uint64_t n, void
                            dt_stream_t *stream, dt_offload_req_t **req)
 {
     size_t pes = dt_dtype_size(p->pdtype);
+    int rc = dt_offload_params_flush(p);
+    if (rc == DT_OK && p->writer)
+        rc = dt_offload_state_flush(p->writer);
+    if (rc != DT_OK) {
+        *req = NULL;
+        return rc;
+    }
+    p->moved[0] += n * pes;
     return p->ops->load(p->tier, p->buf, at * pes, dst, n * pes, DT_MEM_DEVICE, stream, req);
 }
 
@@ -226,6 +347,12 @@ void dt_offload_state_free(dt_offload_state_t *st)
 {
     if (!st || !st->host)
         return;
+    if (st->params && st->params->writer == st)
+        st->params->writer = NULL;
+    if (dt_offload_state_flush(st) != DT_OK) /* the tier may still read the staging */
+        memset(st->stage, 0, sizeof st->stage);
+    if (grads_flush(st) != DT_OK) /* the tier may still read gload: keep it */
+        st->gload[0] = st->gload[1] = NULL;
     for (int k = 0; k < DT_STATE_COUNT; k++) {
         if (st->buf[k])
             st->ops->free(st->tier, st->buf[k]);
@@ -259,6 +386,8 @@ int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
                                .numel = numel, .params = params, .piece = piece_of(numel)};
     const dt_device_ops_v1_t *d = st->dev_ops;
     int rc = DT_OK;
+    if (params)
+        params->writer = st;
     for (int k = 0; rc == DT_OK && k < st->n_kinds; k++) {
         void *p = NULL;
         rc = st->ops->alloc(st->tier, numel * sizeof(float), tags[k], &st->buf[k]);
@@ -281,7 +410,7 @@ int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
         for (uint64_t c = 0; rc == DT_OK && c < numel; c += st->piece) {
             uint64_t n = numel - c < st->piece ? numel - c : st->piece;
             rc = tier_io(st->ops, st->tier, st->buf[k], 1, c * sizeof(float), st->stage[0][k],
-                         n * sizeof(float));
+                         n * sizeof(float), NULL);
         }
     }
     if (rc == DT_OK)
@@ -323,23 +452,29 @@ static int push_piece(dt_offload_state_t *st, const float *src, uint64_t at, uin
 
 int dt_offload_state_read(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n, float *dst)
 {
+    int rc = dt_offload_state_flush(st); /* the update's last stores */
+    if (rc != DT_OK)
+        return rc;
     if (st->state[kind]) {
         memcpy(dst, st->state[kind] + at, n * sizeof(float));
         return DT_OK;
     }
     return tier_io(st->ops, st->tier, st->buf[kind], 0, at * sizeof(float), dst,
-                   n * sizeof(float));
+                   n * sizeof(float), NULL);
 }
 
 int dt_offload_state_write(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n,
                            const float *src)
 {
+    int rc = dt_offload_state_flush(st);
+    if (rc != DT_OK)
+        return rc;
     if (st->state[kind]) {
         memcpy(st->state[kind] + at, src, n * sizeof(float));
         return DT_OK;
     }
     return tier_io(st->ops, st->tier, st->buf[kind], 1, at * sizeof(float), (void *)src,
-                   n * sizeof(float));
+                   n * sizeof(float), NULL);
 }
 
 int dt_offload_state_hash(dt_offload_state_t *st, int kind, uint64_t at, uint64_t n, uint64_t *h)
@@ -436,40 +571,56 @@ static int optim_slices(dt_offload_state_t *st, const dt_unit_desc_v1_t *unit, d
     return sl[0].rc;
 }
 
-/* Requests of one staging set: its loads or its stores, one per kind. */
-typedef struct reqs {
-    dt_offload_req_t *r[DT_STATE_COUNT + 1]; /* the last: the gradients' */
-} reqs_t;
+/* Requests of one staging set: its loads or its stores, one per kind,
+ * then the gradients' (a load), then the parameters' (a store of the
+ * tier's compute copy from the set's staging: f32 from the master's,
+ * 16-bit from the gradients'): REQ_N of them. */
+enum { REQ_GRADS = DT_STATE_COUNT, REQ_PARAMS = DT_STATE_COUNT + 1, REQ_N = DT_STATE_COUNT + 2 };
 
 /* Wait for every request of `q` (each once), keeping the first failure. */
-static int wait_all(dt_offload_state_t *st, reqs_t *q, int rc)
+static int wait_all(dt_offload_state_t *st, dt_offload_req_t **q, int rc)
 {
-    for (int k = 0; k <= DT_STATE_COUNT; k++) {
-        if (!q->r[k])
+    for (int k = 0; k < REQ_N; k++) {
+        if (!q[k])
             continue;
-        int e = st->ops->wait(st->tier, q->r[k], -1);
-        q->r[k] = NULL;
+        int e = st->ops->wait(st->tier, q[k], -1);
+        q[k] = NULL;
         if (rc == DT_OK)
             rc = e;
     }
     return rc;
 }
 
-/* Start the transfers of state piece [a, a + n) between the tier and
- * staging set `set` (store or load), one request per kind; `grads`: a
- * load brings the piece's gradients too. */
-static int start_piece(dt_offload_state_t *st, int set, int store, uint64_t a, uint64_t n,
-                       int grads, reqs_t *q)
+int dt_offload_state_flush(dt_offload_state_t *st)
 {
     int rc = DT_OK;
+    for (int set = 0; set < 2; set++)
+        rc = wait_all(st, st->ustore[set], rc);
+    if (rc != DT_OK)
+        st->host->log(st->host, DT_LOG_ERROR, "rank %d: storing the offloaded optimizer state "
+                      "to offload tier '%s' failed", st->rank, tier_name(st->ops));
+    return rc;
+}
+
+/* Start the transfers of state piece [a, a + n) between the tier and
+ * staging set `set` (store or load; lead_of(a) elements into it), one
+ * request per kind; `grads`: a load brings the piece's gradients too. */
+static int start_piece(dt_offload_state_t *st, int set, int store, uint64_t a, uint64_t n,
+                       int grads, dt_offload_req_t **q)
+{
+    int rc = DT_OK;
+    const uint64_t lead = lead_of(a, sizeof(float), st->piece);
+    st->moved[store ? 1 : 0] += (uint64_t)(st->n_kinds + (grads && !store)) * n * sizeof(float);
     if (grads && !store)
-        rc = st->ops->load(st->tier, st->gbuf, a * sizeof(float), st->gload[set],
-                           n * sizeof(float), DT_MEM_HOST, NULL, &q->r[DT_STATE_COUNT]);
+        rc = st->ops->load(st->tier, st->gbuf, a * sizeof(float), st->gload[set] + lead,
+                           n * sizeof(float), DT_MEM_HOST, NULL, &q[REQ_GRADS]);
     for (int k = 0; rc == DT_OK && k < st->n_kinds; k++)
-        rc = store ? st->ops->store(st->tier, st->buf[k], a * sizeof(float), st->stage[set][k],
-                                    n * sizeof(float), DT_MEM_HOST, NULL, &q->r[k])
-                   : st->ops->load(st->tier, st->buf[k], a * sizeof(float), st->stage[set][k],
-                                   n * sizeof(float), DT_MEM_HOST, NULL, &q->r[k]);
+        rc = store ? st->ops->store(st->tier, st->buf[k], a * sizeof(float),
+                                    st->stage[set][k] + lead, n * sizeof(float), DT_MEM_HOST,
+                                    NULL, &q[k])
+                   : st->ops->load(st->tier, st->buf[k], a * sizeof(float),
+                                   st->stage[set][k] + lead, n * sizeof(float), DT_MEM_HOST,
+                                   NULL, &q[k]);
     return rc;
 }
 
@@ -491,33 +642,55 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
                                    "is outside the %llu elements held", unit->name,
                                    (unsigned long long)r.offset, (unsigned long long)r.count,
                                    (unsigned long long)at, (unsigned long long)st->numel);
-    reqs_t loads[2], stores[2];
+    /* the loads are this call's; the stores the state's (ustore): the
+     * last piece's run on past the return, waited by the next call's
+     * first piece that reuses its staging (or dt_offload_state_flush), so
+     * the tier stays busy from one unit into the next */
+    dt_offload_req_t *loads[2][REQ_N];
+    dt_offload_req_t *(*stores)[REQ_N] = st->ustore;
     memset(loads, 0, sizeof loads);
-    memset(stores, 0, sizeof stores);
     int rc = DT_OK;
     const char *what = "loading the state";
-    if (staged && r.count > 0)
-        rc = start_piece(st, 0, 0, at, r.count < st->piece ? r.count : st->piece, tier_grads,
-                         &loads[0]);
+    /* the gradient's stores done before it is read into gload */
+    if (tier_grads && (rc = grads_flush(st)) != DT_OK)
+        return rc;
+    /* parameters in a tier without host pointers are stored with the
+     * state's stores: f32 straight from the master's staging, 16-bit
+     * rounded into the piece's gradient staging (read by then) */
+    dt_offload_params_t *par = st->params;
+    const int direct = staged && par && !par->host_ptr &&
+                       (st->pdtype == DT_F32 || (tier_grads && st->gload[0] && st->gload[1]));
+    /* staged: pieces cut at the file's 4 KiB blocks (lead_of) */
+    const size_t es = sizeof(float);
+    const int set0 = (int)(st->uset & 1);
     const dt_host_v1_t *h = st->host;
     uint64_t p = 0, t0 = h->now_ns(h), t1;
-    for (uint64_t c = 0; rc == DT_OK && c < r.count; c += st->piece, p++) {
-        uint64_t k = r.count - c < st->piece ? r.count - c : st->piece;
-        int set = (int)(p & 1);
+    if (staged && r.count > 0)
+        rc = wait_all(st, stores[set0], DT_OK);
+    if (rc == DT_OK && staged && r.count > 0)
+        rc = start_piece(st, set0, 0, at, chunk_of(at, es, st->piece, r.count), tier_grads,
+                         loads[set0]);
+    int last = set0 ^ 1;
+    for (uint64_t c = 0, k = 0; rc == DT_OK && c < r.count; c += k, p++) {
+        k = staged ? chunk_of(at + c, es, st->piece, r.count - c)
+                   : (r.count - c < st->piece ? r.count - c : st->piece);
+        const uint64_t lead = staged ? lead_of(at + c, es, st->piece) : 0;
+        int set = (int)((set0 + p) & 1);
+        last = set;
         float *s[DT_STATE_COUNT] = {NULL, NULL, NULL};
         if (staged) {
             /* the next piece's loads into the other set, once that set's
              * stores (the previous piece's) are done; then this piece's */
-            uint64_t c2 = c + st->piece;
-            rc = wait_all(st, &stores[set ^ 1], DT_OK);
+            uint64_t c2 = c + k;
+            rc = wait_all(st, stores[set ^ 1], DT_OK);
             if (rc == DT_OK && c2 < r.count)
                 rc = start_piece(st, set ^ 1, 0, at + c2,
-                                 r.count - c2 < st->piece ? r.count - c2 : st->piece,
-                                 tier_grads, &loads[set ^ 1]);
+                                 chunk_of(at + c2, es, st->piece, r.count - c2), tier_grads,
+                                 loads[set ^ 1]);
             if (rc == DT_OK)
-                rc = wait_all(st, &loads[set], DT_OK);
+                rc = wait_all(st, loads[set], DT_OK);
             for (int kk = 0; kk < st->n_kinds; kk++)
-                s[kk] = st->stage[set][kk];
+                s[kk] = st->stage[set][kk] + lead;
             t1 = h->now_ns(h);
             st->ns_wait += t1 - t0;
             t0 = t1;
@@ -529,7 +702,7 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
          * or the device's once the compute stream wrote them */
         const float *g = st->gstage;
         if (tier_grads)
-            g = st->grads ? st->grads + at + c : st->gload[set];
+            g = st->grads ? st->grads + at + c : st->gload[set] + lead;
         if (rc == DT_OK && !tier_grads) {
             what = "copying gradients from the device";
             rc = d->memcpy_async(st->dev, st->gstage, dgrad + c, k * sizeof(float), DT_COPY_D2H,
@@ -548,7 +721,18 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
         t1 = h->now_ns(h);
         st->ns_optim += t1 - t0;
         t0 = t1;
-        if (rc == DT_OK) {
+        if (rc == DT_OK && direct) {
+            what = "storing the parameters";
+            const void *src = s[0];
+            if (st->pdtype != DT_F32) {
+                uint16_t *h16 = (uint16_t *)(void *)st->gload[set] + lead_of(at + c, pes, st->piece);
+                round_half(st->pdtype, s[0], h16, k);
+                src = h16;
+            }
+            par->moved[1] += k * pes;
+            rc = par->ops->store(par->tier, par->buf, (at + c) * pes, src, k * pes, DT_MEM_HOST,
+                                 NULL, &stores[set][REQ_PARAMS]);
+        } else if (rc == DT_OK) {
             what = "writing the parameters";
             rc = push_piece(st, s[0], at + c, k, dcompute ? (char *)dcompute + c * pes : NULL);
         }
@@ -557,18 +741,19 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
         t0 = t1;
         if (rc == DT_OK && staged) {
             what = "storing the state";
-            rc = start_piece(st, set, 1, at + c, k, 0, &stores[set]);
+            rc = start_piece(st, set, 1, at + c, k, 0, stores[set]);
         }
         if (rc != DT_OK)
             st->host->log(st->host, DT_LOG_ERROR, "rank %d: offloaded optimizer step of unit "
                           "'%s' [%llu, +%llu): %s failed", st->rank, unit->name,
                           (unsigned long long)(r.offset + c), (unsigned long long)k, what);
     }
-    /* nothing may stay in flight on the staging */
-    for (int set = 0; set < 2; set++) {
-        rc = wait_all(st, &loads[set], rc);
-        rc = wait_all(st, &stores[set], rc);
-    }
+    /* no load stays in flight; the last piece's stores do (on success) */
+    for (int set = 0; set < 2; set++)
+        rc = wait_all(st, loads[set], rc);
+    if (rc != DT_OK)
+        rc = wait_all(st, stores[0], wait_all(st, stores[1], rc));
+    st->uset = (uint32_t)(last ^ 1); /* the next call starts on the other set */
     st->ns_wait += h->now_ns(h) - t0;
     int e = d->stream_sync(st->dev, st->cs);
     return rc != DT_OK ? rc : e;
@@ -613,16 +798,14 @@ int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const 
     const dt_host_v1_t *h = st->host;
     int rc = grads_range(st, "gradients to the tier", at, n);
     uint64_t t0 = h->now_ns(h);
-    for (uint64_t c = 0; rc == DT_OK && c < n; c += st->piece) {
+    for (uint64_t c = 0; rc == DT_OK && st->grads && c < n; c += st->piece) {
+        /* in place in the tier's host memory */
         uint64_t k = n - c < st->piece ? n - c : st->piece;
+        float *y = st->grads + at + c;
         rc = d->memcpy_async(st->dev, st->gstage, dsrc + c, k * sizeof(float), DT_COPY_D2H,
                              stream);
         if (rc == DT_OK)
             rc = d->stream_sync(st->dev, stream);
-        float *y = st->grads ? st->grads + at + c : st->gload[0];
-        if (rc == DT_OK && !st->grads && mode == DT_OFFLOAD_GRADS_ADD)
-            rc = tier_io(st->ops, st->tier, st->gbuf, 0, (at + c) * sizeof(float), y,
-                         k * sizeof(float));
         if (rc != DT_OK)
             break;
         const float *x = st->gstage;
@@ -634,9 +817,55 @@ int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const 
         else
             for (uint64_t i = 0; i < k; i++)
                 y[i] = y[i] + x[i];
-        if (!st->grads)
-            rc = tier_io(st->ops, st->tier, st->gbuf, 1, (at + c) * sizeof(float), y,
-                         k * sizeof(float));
+    }
+    /* Through store: each piece combined in one of the two gload pieces
+     * and stored from it while the next piece comes over; a piece waits
+     * only for the store that last used its staging (two pieces back),
+     * and for one in flight over the same elements before reading them. */
+    for (uint64_t c = 0, k = 0; rc == DT_OK && !st->grads && c < n; c += k) {
+        const uint64_t a = at + c;
+        k = chunk_of(a, sizeof(float), st->piece, n - c);
+        int s = (int)st->gwnext;
+        st->gwnext ^= 1;
+        rc = grads_wait(st, s);
+        if (rc == DT_OK && st->gwreq[s ^ 1] &&
+            st->gwat[s ^ 1] < a + k && a < st->gwat[s ^ 1] + st->gwn[s ^ 1])
+            rc = grads_wait(st, s ^ 1);
+        if (rc != DT_OK)
+            break;
+        float *y = st->gload[s] + lead_of(a, sizeof(float), st->piece);
+        dt_offload_req_t *lreq = NULL;
+        /* the sum so far loading while the block comes from the device */
+        if (mode == DT_OFFLOAD_GRADS_ADD) {
+            st->moved[0] += k * sizeof(float);
+            rc = st->ops->load(st->tier, st->gbuf, a * sizeof(float), y, k * sizeof(float),
+                               DT_MEM_HOST, NULL, &lreq);
+        }
+        float *x = mode == DT_OFFLOAD_GRADS_ADD ? st->gstage : y;
+        if (rc == DT_OK)
+            rc = d->memcpy_async(st->dev, x, dsrc + c, k * sizeof(float), DT_COPY_D2H, stream);
+        if (rc == DT_OK)
+            rc = d->stream_sync(st->dev, stream);
+        if (lreq) {
+            int e = st->ops->wait(st->tier, lreq, -1);
+            if (rc == DT_OK)
+                rc = e;
+        }
+        if (rc != DT_OK)
+            break;
+        if (mode == DT_OFFLOAD_GRADS_FIRST)
+            for (uint64_t i = 0; i < k; i++)
+                y[i] = 0.0f + y[i];
+        else if (mode == DT_OFFLOAD_GRADS_ADD)
+            for (uint64_t i = 0; i < k; i++)
+                y[i] = y[i] + x[i];
+        st->gwat[s] = a;
+        st->gwn[s] = k;
+        st->moved[1] += k * sizeof(float);
+        rc = st->ops->store(st->tier, st->gbuf, a * sizeof(float), y, k * sizeof(float),
+                            DT_MEM_HOST, NULL, &st->gwreq[s]);
+        if (rc != DT_OK)
+            st->gwreq[s] = NULL;
     }
     st->ns_grads += h->now_ns(h) - t0;
     if (rc != DT_OK)
@@ -651,12 +880,14 @@ int dt_offload_grads_load(dt_offload_state_t *st, uint64_t at, uint64_t n, float
 {
     const dt_device_ops_v1_t *d = st->dev_ops;
     int rc = grads_range(st, "gradients from the tier", at, n);
+    if (rc == DT_OK)
+        rc = grads_flush(st); /* the stores done, gload[0] free */
     for (uint64_t c = 0; rc == DT_OK && c < n; c += st->piece) {
         uint64_t k = n - c < st->piece ? n - c : st->piece;
         float *x = st->grads ? st->grads + at + c : st->gload[0];
         if (!st->grads)
             rc = tier_io(st->ops, st->tier, st->gbuf, 0, (at + c) * sizeof(float), x,
-                         k * sizeof(float));
+                         k * sizeof(float), st->moved);
         if (rc == DT_OK)
             rc = d->memcpy_async(st->dev, ddst + c, x, k * sizeof(float), DT_COPY_H2D, stream);
         if (rc == DT_OK) /* the staging is reused next */
@@ -690,19 +921,40 @@ int dt_offload_grads_sumsq_skip(dt_offload_state_t *st, const dt_range_t *skip,
     dt_sumsq_run_init(&run, (int64_t)st->numel);
     dt_sumsq_run_init(&left, (int64_t)st->numel);
     int rc = grads_range(st, "the gradient norm", 0, st->numel);
+    if (rc == DT_OK)
+        rc = grads_flush(st);
     if (rc == DT_OK && st->grads) {
         dt_sumsq_run_add(&run, st->grads, st->numel);
         add_skipped(&left, st->grads, 0, st->numel, skip, n_skip);
     }
-    for (uint64_t c = 0; rc == DT_OK && !st->grads && c < st->numel; c += st->piece) {
-        uint64_t k = st->numel - c < st->piece ? st->numel - c : st->piece;
-        rc = tier_io(st->ops, st->tier, st->gbuf, 0, c * sizeof(float), st->gload[0],
-                     k * sizeof(float));
+    /* through store: the next piece loading into the other gload while
+     * this one is summed, in order */
+    dt_offload_req_t *lr[2] = {NULL, NULL};
+    const uint64_t N = st->numel, P = st->piece;
+    if (rc == DT_OK && !st->grads) {
+        st->moved[0] += N * sizeof(float);
+        rc = st->ops->load(st->tier, st->gbuf, 0, st->gload[0],
+                           (N < P ? N : P) * sizeof(float), DT_MEM_HOST, NULL, &lr[0]);
+    }
+    for (uint64_t c = 0, p = 0; rc == DT_OK && !st->grads && c < N; c += P, p++) {
+        const int b = (int)(p & 1);
+        uint64_t k = N - c < P ? N - c : P, c2 = c + P;
+        if (c2 < N)
+            rc = st->ops->load(st->tier, st->gbuf, c2 * sizeof(float), st->gload[b ^ 1],
+                               (N - c2 < P ? N - c2 : P) * sizeof(float), DT_MEM_HOST, NULL,
+                               &lr[b ^ 1]);
+        int e = st->ops->wait(st->tier, lr[b], -1);
+        lr[b] = NULL;
+        if (rc == DT_OK)
+            rc = e;
         if (rc == DT_OK) {
-            dt_sumsq_run_add(&run, st->gload[0], k);
-            add_skipped(&left, st->gload[0], c, k, skip, n_skip);
+            dt_sumsq_run_add(&run, st->gload[b], k);
+            add_skipped(&left, st->gload[b], c, k, skip, n_skip);
         }
     }
+    for (int b = 0; b < 2; b++) /* a failure's load still in flight */
+        if (lr[b])
+            (void)st->ops->wait(st->tier, lr[b], -1);
     if (rc != DT_OK)
         st->host->log(st->host, DT_LOG_ERROR, "rank %d: reading the offloaded gradients for "
                       "their norm failed", st->rank);
@@ -720,11 +972,20 @@ int dt_offload_grads_sumsq(dt_offload_state_t *st, double *out)
 void dt_offload_state_report(dt_offload_state_t *st, const char *when)
 {
     const dt_host_v1_t *h = st->host;
+    uint64_t rd = st->moved[0], wr = st->moved[1];
+    if (st->params) {
+        rd += st->params->moved[0];
+        wr += st->params->moved[1];
+        st->params->moved[0] = st->params->moved[1] = 0;
+    }
     h->log(h, DT_LOG_DEBUG, "%s: offloaded optimizer: tier I/O wait %.2f ms, device copies "
-           "%.2f ms, host optimizer %.2f ms (%d thread(s)), gradients to the tier %.2f ms", when,
+           "%.2f ms, host optimizer %.2f ms (%d thread(s)), gradients to the tier %.2f ms; "
+           "tier bytes loaded %llu, stored %llu, moved %llu", when,
            (double)st->ns_wait / 1e6, (double)st->ns_copy / 1e6, (double)st->ns_optim / 1e6,
-           st->threads, (double)st->ns_grads / 1e6);
+           st->threads, (double)st->ns_grads / 1e6, (unsigned long long)rd,
+           (unsigned long long)wr, (unsigned long long)(rd + wr));
     st->ns_wait = st->ns_copy = st->ns_optim = st->ns_grads = 0;
+    st->moved[0] = st->moved[1] = 0;
 }
 
 int dt_offload_state_collective(dt_offload_state_t *st, int kind, const dt_comm_ops_v1_t *cops,

@@ -54,7 +54,9 @@ int dt_replica_update(dt_replica_t *r, const dt_optim_step_t *st, int last_first
         if (rc != DT_OK)
             return rc;
     }
-    int rc = dt_replica_refresh(r, 0, nu);
+    int rc = dt_replica_offloaded(r) ? dt_offload_state_flush(&r->off) : DT_OK;
+    if (rc == DT_OK)
+        rc = dt_replica_refresh(r, 0, nu);
     if (dt_replica_offloaded(r)) {
         char when[48];
         snprintf(when, sizeof when, "step %lld", (long long)st->t);

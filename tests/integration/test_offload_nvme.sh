@@ -1,8 +1,11 @@
 #!/bin/bash
 # The offload_nvme tier under the training loop:
 #  - bit for bit against no offload (zero stage 3 with parameters and
-#    optimizer on the tier, ddp, a buffered-I/O run), its files gone after
+#    optimizer on the tier, ddp, a buffered-I/O run; zero stage 3 on 1 and
+#    on 2 ranks (bf16) with units of several pieces), its files gone after
 #    a clean run;
+#  - the planner's tier I/O per step equals the bytes the step moved
+#    through the tier (rank 0's count, zero stage 3 on 1 and 2 ranks);
 #  - a file system that refuses O_DIRECT (test hook builds): direct =
 #    "auto" falls back with one log line (local rank 0's) and the same
 #    losses, direct = "on" stops naming the path (exit 2);
@@ -68,9 +71,16 @@ no_files() {
 }
 
 # ---- bit for bit --------------------------------------------------------------
+# `big`: units of more than one 1 Mi-element piece (two layers of 1.2M), so
+# the update's pipeline, the asynchronous parameter and gradient stores
+# (two pieces in flight, waited before the bytes are read again) and the
+# gradient read back for accumulation run over several pieces
+big="--set model.n_layer=2 --set model.n_head=4 --set model.n_embd=320"
 for v in "zero3 2 --set parallel.data=zero --set zero.stage=3 --set zero.offload_what=optimizer_and_params" \
          "ddp 2 --set parallel.data=ddp --set ddp.offload_what=optimizer" \
-         "zero2-buffered 1 --set parallel.data=zero --set zero.stage=2"; do
+         "zero2-buffered 1 --set parallel.data=zero --set zero.stage=2" \
+         "zero3-pieces 1 --set parallel.data=zero --set zero.stage=3 --set zero.offload_what=optimizer_and_params $big" \
+         "zero3-pieces-bf16 2 --set parallel.data=zero --set zero.stage=3 --set zero.offload_what=optimizer_and_params $big --set model.dtype=bf16"; do
   set -- $v
   name=$1 n=$2; shift 2
   extra=(); [ "$name" = zero2-buffered ] && extra=(--set offload_nvme.direct=off)
@@ -87,6 +97,30 @@ if grep -qE '^\[rank 0\] offload tier \(rank 0, MiB held\): offload_nvme 0\.0[0-
    held=$(grep -o '"held_bytes": [0-9]*' zero3-nvme.jsonl | cut -d' ' -f2) && [ "$held" -gt 0 ] &&
    [ $((held % 4096)) = 0 ]; then ok "the report shows the bytes the tier's files hold ($held)"
 else bad "no offload_nvme line in the report" "$(grep -i offload zero3-nvme.log zero3-nvme.jsonl)"; fi
+
+# ---- the planner's tier I/O per step is what the tier moves: rank 0's bytes
+# loaded and stored in a step after the first (whose update also writes the
+# initial parameters), as the strategy's debug line counts them, against
+# `dtrain plan`'s "tier I/O" of the same configuration (zero-3,
+# optimizer_and_params), both in MiB to two decimals -----------------------------
+plan_io() { "$bin" plan t.toml "$@" > plan.txt 2>&1 || true
+            awk '/^zero-3 /{z = 1} z && /^  optimizer_and_params /{print $(NF - 1); exit}' plan.txt; }
+for v in "2" "1 $big"; do
+  set -- $v
+  n=$1; shift
+  z3io=(--set launch.nproc="$n" --set parallel.data=zero --set zero.stage=3
+        --set zero.offload_what=optimizer_and_params "$@" "${tier[@]}")
+  name=io-$n
+  DTRAIN_LOG=debug run "$name" "${z3io[@]}" || continue
+  moved=$(grep -E '^(\[rank 0\] )?strategy/zero: step 2: offloaded optimizer' "$name.log" |
+          sed -n 's/.*, moved \([0-9]*\)$/\1/p' || true)
+  counted=$([ -n "$moved" ] && awk -v b="$moved" 'BEGIN {printf "%.2f", b / 1048576}')
+  planned=$(plan_io "${z3io[@]}")
+  if [ -n "$counted" ] && [ "$counted" = "$planned" ]
+  then ok "zero-3 on $n rank(s): the plan's tier I/O per step is what the tier moved ($planned MiB)"
+  else bad "zero-3 on $n rank(s): planned tier I/O '$planned' MiB, the tier moved '$counted' MiB" \
+           "$(grep 'offloaded optimizer' "$name.log")"; fi
+done
 
 # ---- a file system that refuses O_DIRECT (tmpfs before Linux 6.6), by the test
 # hook DTRAIN_FAULT_NO_ODIRECT (every O_DIRECT open fails with EINVAL) -----------

@@ -297,9 +297,15 @@ expect_out "says so" "--link-gbps needs a value"
 #   params, grads and optimizer columns 0
 # World 2 (zero-3: half the elements owned; n_micro 1): optimizer_and_params
 #   tier 20P/2 = 10P = 4.17 MiB, I/O (24 + 3 x 4 + 3 x 4) P/2 = 24P = 10.02 MiB.
+# The compute shard's loads are the replayed schedule's, as the run makes
+# them: zero-3 keeps the embedding (E = (V + T) C elements) gathered after
+# its first load of the step (3 of its 4 loads at n_micro 2 saved, 1 of 2
+# at n_micro 1: 12E and, per rank of 2, 2E bytes fewer; 6E in bf16);
+# fsdp FULL_SHARD loads the tied embedding again for its use at the head,
+# forward and backward (4 more loads of 4E: 16E bytes more).
 tiny=(--set model.n_embd=128 --set model.vocab_size=256 --set model.context=64 --set train.seq_len=64)
 V=256 T=64 C=128 L=2
-P=$((V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C))
+P=$((V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C)) E=$(((V + T) * C))
 [ "$P" = 437760 ] && ok "tiny P = 437,760 by hand" || bad "tiny P = $P"
 mib() { awk -v b="$1" 'BEGIN { printf "%.2f MiB", b / 1048576 }'; }
 # sub STRATEGY CHOICE: that strategy's sub-row, "label|cells"
@@ -349,7 +355,7 @@ awk -v a="${t_main% *}" -v b="${t_sub% *}" -v d="$(mib $((8 * P)))" \
   ok "ddp: the optimizer sub-row's total is the row's less 8P ($t_main - $t_sub)" ||
   bad "ddp totals: $t_main, $t_sub" "$out"
 sub_check zero-3 params 9 $((4 * P)) "tier/rank (4P)"
-sub_check zero-3 params 10 $((20 * P)) "tier I/O ((2 x 2 + 1) x 4P)"
+sub_check zero-3 params 10 $((20 * P - 12 * E)) "tier I/O ((2 x 2 + 1) x 4P - 3 x 4E)"
 # the embedding ((V + T) C, below zero's persistence threshold) stays
 # gathered on the device, as the run keeps it; fsdp keeps no such group
 sub_check zero-3 optimizer_and_params 1 $(((V + T) * C * 4)) "params on the device ((V + T) C)"
@@ -357,11 +363,12 @@ sub_check "fsdp FULL_SHARD" optimizer_and_params 1 0 "params on the device"
 sub_check zero-3 optimizer_and_params 3 0 "optimizer on the device"
 sub_check zero-3 optimizer_and_params 2 0 "grads on the device"
 sub_check zero-3 optimizer_and_params 9 $((20 * P)) "tier/rank (20P)"
-sub_check zero-3 optimizer_and_params 10 $((64 * P)) "tier I/O (24P + 20P + 20P)"
+sub_check zero-3 optimizer_and_params 10 $((64 * P - 12 * E)) "tier I/O (24P + 20P - 12E + 20P)"
+sub_check "fsdp FULL_SHARD" optimizer_and_params 10 $((64 * P + 16 * E)) "tier I/O (24P + 20P + 16E + 20P)"
 sub_check "fsdp FULL_SHARD" optimizer_and_params 9 $((20 * P)) "tier/rank (20P)"
 expect_exit 0 "the same on 2 ranks" "$bin" plan eq.toml --world 2 "${tiny[@]}" --offload offload_cpu
 sub_check zero-3 optimizer_and_params 9 $((10 * P)) "tier/rank (20P / 2)"
-sub_check zero-3 optimizer_and_params 10 $((24 * P)) "tier I/O ((24 + 3 x 4 + 3 x 4) P / 2)"
+sub_check zero-3 optimizer_and_params 10 $((24 * P - 2 * E)) "tier I/O ((24 + 3 x 4 + 3 x 4) P / 2 - 4E / 2)"
 # bf16 compute parameters: the device keeps 2P compute + 4P master (6P);
 # "optimizer" takes the master with the moments and the f32 gradients
 # (tier 16P, device params 2P), "params" only the 2-byte compute copy
@@ -371,7 +378,7 @@ expect_exit 0 "bf16 on 1 rank" "$bin" plan eq.toml --world 1 "${tiny[@]}" --set 
 sub_check zero-3 optimizer 1 $((2 * P)) "params on the device (2P)"
 sub_check zero-3 optimizer 9 $((16 * P)) "tier/rank (16P)"
 sub_check zero-3 params 9 $((2 * P)) "tier/rank (2P)"
-sub_check zero-3 params 10 $((10 * P)) "tier I/O (5 x 2P)"
+sub_check zero-3 params 10 $((10 * P - 6 * E)) "tier I/O (5 x 2P - 3 x 2E)"
 
 # fits and the recommendation (1 rank: every row sends nothing; the rows
 # total 13.94 MiB, ddp's and zero-1's optimizer sub-rows 10.60, zero-3's
@@ -393,7 +400,7 @@ expect_out "and why" "  nothing fits without offload; of the 9 offload choices t
 expect_exit 0 "--offload with 9.75MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
   --device-memory 9.75MiB
 expect_out "only optimizer_and_params fits" \
-  'recommended: fsdp FULL_SHARD, offload_what = "optimizer_and_params" on offload_cpu (9.69 MiB per rank of 9.75 MiB; the tier holds 8.35 MiB per rank and moves 26.72 MiB per step;'
+  'recommended: fsdp FULL_SHARD, offload_what = "optimizer_and_params" on offload_cpu (9.69 MiB per rank of 9.75 MiB; the tier holds 8.35 MiB per rank and moves 27.34 MiB per step;'
 expect_exit 0 "--offload with 14MiB" "$bin" plan eq.toml --world 1 "${tiny[@]}" --offload offload_cpu \
   --device-memory 14MiB
 expect_out "no offload where a row fits without" "recommended: ddp (13.94 MiB per rank of 14.00 MiB; sends 0.00 MiB per step)"

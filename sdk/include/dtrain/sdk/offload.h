@@ -14,7 +14,10 @@
  * buffer, a replica's layout); `at` arguments are offsets in it.
  *
  * Part of the SDK helper library (dtrain/sdk_helpers.h says how to link
- * it and the conventions every helper follows).  Blocking throughout.
+ * it and the conventions every helper follows).  Blocking, except the
+ * writes of parameters and gradients into a tier without host pointers:
+ * their stores run on behind the call, a bounded window of pieces,
+ * completed before the bytes are read again (see each function).
  */
 #ifndef DTRAIN_SDK_OFFLOAD_H
 #define DTRAIN_SDK_OFFLOAD_H
@@ -87,6 +90,7 @@ void dt_offload_estimate(const dt_estimate_args_v1_t *args, uint32_t what, uint6
  * cast) and loaded into device memory before use.  Through the tier's
  * host_ptr where it has one, else through store / load and pinned staging.
  * --------------------------------------------------------------------- */
+struct dt_offload_state;
 typedef struct dt_offload_params {
     const dt_host_v1_t *host;
     const dt_offload_ops_v1_t *ops;
@@ -98,17 +102,43 @@ typedef struct dt_offload_params {
     uint64_t numel;
     dt_offload_buf_t *buf;
     void *host_ptr;           /* the tier's host pointer, or NULL */
-    void *stage;              /* pinned: one piece of pdtype (no host_ptr or 16-bit) */
+    void *stage;              /* pinned: one piece of pdtype (no host_ptr or
+                               * 16-bit); wstage[0] */
     uint64_t piece;
+    /* Writes through store (no host_ptr): asynchronous from a pinned
+     * piece, reused once its store is waited on (dt_offload_params_flush
+     * waits); wstage[1], where allocated, a second piece alternating with
+     * it (NULL in this version: no more pinned memory than before). */
+    void *wstage[2];
+    dt_offload_req_t *wreq[2];  /* the store from wstage[i] in flight, or NULL */
+    uint64_t wat[2], wn[2];     /* its elements (messages) */
+    uint32_t wnext;             /* the piece the next write uses */
+    uint32_t reserved0;
+    uint64_t moved[2];          /* bytes loaded [0] and stored [1] since the
+                                 * last dt_offload_state_report */
+    struct dt_offload_state *writer; /* the optimizer state whose update
+                                 * stores these parameters (its stores are
+                                 * waited before a load), or NULL */
 } dt_offload_params_t;
 
 int dt_offload_params_init(dt_offload_params_t *p, const dt_host_v1_t *host,
                            const dt_strategy_init_v1_t *args, int32_t rank, uint64_t numel);
 void dt_offload_params_free(dt_offload_params_t *p);
-/* Elements [at, at + n) from f32 host memory `src`.  Blocking. */
+/* Elements [at, at + n) from f32 host memory `src`, which may be reused
+ * on return: copied (rounded to bf16/f16) into pinned staging whose store
+ * runs on while the caller goes on (the next piece waits for it before
+ * reusing the staging).  A tier with host_ptr is written at once.  A
+ * store that failed is reported by the write or flush that waits for it,
+ * naming the elements. */
 int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, const float *src);
+/* Wait (each within the tier's bound) for the writes still in flight.
+ * dt_offload_params_load and dt_offload_params_free call it first, so a
+ * load reads what was written. */
+int dt_offload_params_flush(dt_offload_params_t *p);
 /* Start loading elements [at, at + n) into device memory `dst`, ordered
- * after the work queued on `stream`; wait on *req with the tier's wait. */
+ * after the work queued on `stream` and after the writes before it (its
+ * own and its writer's update's, flushed first); wait on *req with the
+ * tier's wait. */
 int dt_offload_params_load(dt_offload_params_t *p, uint64_t at, uint64_t n, void *dst,
                            dt_stream_t *stream, dt_offload_req_t **req);
 
@@ -155,6 +185,26 @@ typedef struct dt_offload_state {
                                * each piece is split into this many
                                * slices (element-wise: the same bits) */
     int32_t reserved1;
+    /* dt_offload_grads_add's stores (tiers without host_ptr): from
+     * gload[i], asynchronous, completed before anything reads the
+     * gradient or reuses gload[i] (the norm, the update, grads_load, a
+     * later add over the same elements, free). */
+    dt_offload_req_t *gwreq[2];
+    uint64_t gwat[2], gwn[2];   /* their elements (messages, overlap) */
+    uint32_t gwnext;            /* the staging the next piece uses */
+    int32_t reserved2;
+    /* A step's traffic: bytes loaded from [0] and stored to [1] the tier
+     * by update, the gradients' add / load / norm and (in `params`) the
+     * parameters' loads and writes since the last report; checkpoints'
+     * reads and writes are not counted. */
+    uint64_t moved[2];
+    /* update's stores from staging set i (the state's kinds, unused, the
+     * f32 parameters'): a call's last piece's run on past its return,
+     * waited by the next call's first piece (which starts on the other
+     * set, uset) or by dt_offload_state_flush */
+    dt_offload_req_t *ustore[2][DT_STATE_COUNT + 2];
+    uint32_t uset;
+    int32_t reserved3;
 } dt_offload_state_t;
 
 /* Allocate master, m (and v when has_v) of `numel` f32 in the tier and the
@@ -173,10 +223,17 @@ void dt_offload_state_free(dt_offload_state_t *st);
  * dgrad NULL read from the tier's gradients at `at` (loaded alongside the
  * state), the update on the host, the new parameters written to
  * `dcompute` (r.count elements of pdtype, device), or to the tier's
- * compute copy at `at`. */
+ * compute copy at `at`.  On a tier without host pointers the stores of
+ * the last piece (the state's, and f32 parameters' in the tier) are still
+ * in flight on return, so consecutive calls (a step's units) keep the
+ * tier busy across them: call dt_offload_state_flush after a step's last
+ * update (the state's other functions and free flush first). */
 int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *unit,
                             dt_range_t r, uint64_t at, const float *dgrad, void *dcompute,
                             const dt_optim_step_t *opt);
+/* Wait (each within the tier's bound) for the stores update left in
+ * flight; a failure is logged and returned. */
+int dt_offload_state_flush(dt_offload_state_t *st);
 /* Copy the master parameters [at, at + n) to `dcompute` (device), or to
  * the tier's compute copy: after loading state. */
 int dt_offload_state_push(dt_offload_state_t *st, uint64_t at, uint64_t n, void *dcompute);
@@ -206,7 +263,10 @@ enum { DT_OFFLOAD_GRADS_ADD = 0,   /* y + x: the device's axpy, alpha 1 */
        DT_OFFLOAD_GRADS_COPY = 2 }; /* x: the buffer itself */
 /* Elements [at, at + n) of the gradient from device memory `dsrc` (f32),
  * after the work queued on `stream`, combined into the tier's as `mode`
- * (DT_OFFLOAD_GRADS_*) says.  Blocking. */
+ * (DT_OFFLOAD_GRADS_*) says.  Returns once dsrc is read: the last pieces'
+ * stores to the tier run on (two pieces at most), waited for before
+ * anything reads the gradient (grads_load, the norm, update) or frees
+ * the state. */
 int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const float *dsrc,
                          dt_stream_t *stream, int mode);
 /* Elements [at, at + n) of the gradient to device memory `ddst` (f32), on
@@ -225,7 +285,10 @@ int dt_offload_grads_sumsq_skip(dt_offload_state_t *st, const dt_range_t *skip,
 
 /* Log (DT_LOG_DEBUG) where the updates since the last call spent their
  * time - waiting for the tier, copies to and from the device, the host
- * optimizer - as "<when>: ...", and start counting again. */
+ * optimizer - and the bytes the step moved through the tier (`moved`,
+ * the parameters' included: "tier bytes loaded L, stored S, moved L+S",
+ * what the planner's offload_bytes_per_step predicts) as "<when>: ...",
+ * and start counting again. */
 void dt_offload_state_report(dt_offload_state_t *st, const char *when);
 
 /* Collective over `comm` on the whole of state `kind` (dt_state_kind_t),

@@ -330,7 +330,9 @@ static int each_part_range(const state_io_t *io, const dt_unit_desc_t *ud, int p
 
 /* The manifest's "model": the model description - the arch, the keys that
  * with it fix what the model computes (dt_model_info's keys: GPT-2's
- * n_layer, n_head, n_embd, vocab_size, context), the precisions (dtype,
+ * n_layer, n_head, n_embd, vocab_size, context; booleans as JSON
+ * booleans, float and choice settings as numbers and strings), the
+ * precisions (dtype,
  * activations) - and every parameter tensor (unit, offset in the unit's
  * flat space, global shape), so tools can export and check shapes without
  * building the model, and a resume can refuse another model
@@ -346,8 +348,17 @@ cJSON *dt_ckpt_model_json(dt_model_t *m)
         return NULL;
     }
     cJSON_AddStringToObject(j, "arch", d->arch);
-    for (uint32_t i = 0; i < mi->n_keys; i++)
-        cJSON_AddNumberToObject(j, mi->keys[i].key, (double)mi->keys[i].value);
+    for (uint32_t i = 0; i < mi->n_keys; i++) {
+        const dt_model_key_t *k = &mi->keys[i];
+        if (k->kind == DT_MODEL_KEY_BOOL)
+            cJSON_AddBoolToObject(j, k->key, k->value != 0);
+        else if (k->kind == DT_MODEL_KEY_FLOAT)
+            cJSON_AddNumberToObject(j, k->key, k->f);
+        else if (k->kind == DT_MODEL_KEY_CHOICE)
+            cJSON_AddStringToObject(j, k->key, k->s ? k->s : "");
+        else
+            cJSON_AddNumberToObject(j, k->key, (double)k->value);
+    }
     if (mi->dtype)
         cJSON_AddStringToObject(j, "dtype", mi->dtype);
     if (mi->activations)
@@ -485,6 +496,38 @@ static int check_model(const char *dir, const cJSON *saved, const dt_model_info_
                      mi->keys[i].key);
             continue;
         }
+        const dt_model_key_t *k = &mi->keys[i];
+        if (k->kind == DT_MODEL_KEY_BOOL) {
+            if (!cJSON_IsBool(v))
+                return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" "
+                                  "is not a boolean", dir, k->key);
+            if (cJSON_IsTrue(v) != (k->value != 0))
+                return dt_err_set(DT_ERR_DATA, "checkpoint '%s': [model] %s = %s there but %s in "
+                                  "this run: it was saved from another model", dir, k->key,
+                                  cJSON_IsTrue(v) ? "true" : "false", k->value ? "true" : "false");
+            continue;
+        }
+        if (k->kind == DT_MODEL_KEY_FLOAT || k->kind == DT_MODEL_KEY_CHOICE) {
+            /* a setting, no shape: this run's wins, said once */
+            const char *ks = k->s ? k->s : "";
+            char was[64], now[64];
+            if ((k->kind == DT_MODEL_KEY_FLOAT && !cJSON_IsNumber(v)) ||
+                (k->kind == DT_MODEL_KEY_CHOICE && !cJSON_IsString(v)))
+                return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" "
+                                  "is not a %s", dir, k->key,
+                                  k->kind == DT_MODEL_KEY_FLOAT ? "number" : "string");
+            if (k->kind == DT_MODEL_KEY_FLOAT && v->valuedouble != k->f) {
+                snprintf(was, sizeof was, "%g", v->valuedouble);
+                snprintf(now, sizeof now, "%g", k->f);
+            } else if (k->kind == DT_MODEL_KEY_CHOICE && strcmp(v->valuestring, ks) != 0) {
+                snprintf(was, sizeof was, "\"%s\"", v->valuestring);
+                snprintf(now, sizeof now, "\"%s\"", ks);
+            } else
+                continue;
+            add_note(note, cap, "[model] %s is %s in this run but %s in checkpoint '%s': "
+                     "training continues with %s", k->key, now, was, dir, now);
+            continue;
+        }
         if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble)
             return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" is "
                               "not an integer", dir, mi->keys[i].key);
@@ -603,16 +646,32 @@ int dt_ckpt_model_sets(const dt_ckpt_reader_t *rd, const char *dir, char (*sets)
     snprintf(sets[(*n)++], 96, "model.arch=%s", arch->valuestring);
     cJSON_ArrayForEach(it, model)
     {
-        if (!cJSON_IsNumber(it))
+        /* integers, booleans, float and choice settings; not the arch,
+         * the precisions (strings) nor the tensor list */
+        const int str = cJSON_IsString(it) && strcmp(it->string, "arch") != 0 &&
+                        strcmp(it->string, "dtype") != 0 &&
+                        strcmp(it->string, "activations") != 0;
+        if (!cJSON_IsNumber(it) && !cJSON_IsBool(it) && !str)
             continue;
-        if (*n == cap || strlen(it->string) > 48 || it->valuedouble != (double)(int64_t)it->valuedouble)
+        if (*n == cap || strlen(it->string) > 48 ||
+            (str && (strlen(it->valuestring) > 32 ||
+                     strspn(it->valuestring, "abcdefghijklmnopqrstuvwxyz0123456789_-.") !=
+                         strlen(it->valuestring))))
             return dt_err_set(DT_ERR_DATA,
                               "checkpoint '%s': manifest.json: \"model\".\"%s\" is not a "
                               "model key dtrain writes",
                               dir, it->string);
-        snprintf(sets[(*n)++], 96, "%s.%s=%lld",
-                 dt_model_key_table(arch->valuestring, it->string), it->string,
-                 (long long)it->valuedouble);
+        const char *table = dt_model_key_table(arch->valuestring, it->string);
+        if (cJSON_IsBool(it))
+            snprintf(sets[(*n)++], 96, "%s.%s=%s", table, it->string,
+                     cJSON_IsTrue(it) ? "true" : "false");
+        else if (str)
+            snprintf(sets[(*n)++], 96, "%s.%s=%s", table, it->string, it->valuestring);
+        else if (it->valuedouble == (double)(int64_t)it->valuedouble)
+            snprintf(sets[(*n)++], 96, "%s.%s=%lld", table, it->string,
+                     (long long)it->valuedouble);
+        else
+            snprintf(sets[(*n)++], 96, "%s.%s=%.17g", table, it->string, it->valuedouble);
     }
     return DT_OK;
 }

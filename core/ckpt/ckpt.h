@@ -69,7 +69,8 @@ cJSON *dt_ckpt_model_json(dt_model_t *m);
  * rd) lacks, holds in another shape or at another place. */
 int dt_ckpt_check_tensors(const char *dir, const dt_ckpt_reader_t *rd, const dt_model_desc_t *d);
 /* The "model.<key>=<value>" assignments that rebuild the [model] table
- * the checkpoint was saved with (arch and its shape keys; a shape key that
+ * the checkpoint was saved with (arch, its shape keys and settings of
+ * every kind: integers, booleans, floats, choices; a key that
  * is not a [model] key is the model plugin's own: "<arch>.<key>=<value>")
  * for dt_resolve_core: *n of at most `cap` into sets. */
 int dt_ckpt_model_sets(const dt_ckpt_reader_t *rd, const char *dir, char (*sets)[96], int cap,

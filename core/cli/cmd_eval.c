@@ -158,19 +158,20 @@ int dt_cmd_eval(int argc, char **argv)
         return ec;
     /* the checkpoint's [model], then --config's other tables, --set, and
      * the command's own keys last (they win) */
-    char dir[4096], model_sets[16][96], val_set[4200], resume_set[4200], nproc_set[64];
+    char dir[4096], model_sets[DT_MODEL_MAX_KEYS + 1][96], val_set[4200], resume_set[4200];
+    char nproc_set[64];
     int n_model = 0;
     dt_ckpt_reader_t *rd = NULL;
     int rc = dt_cli_ckpt_dir(a.ckpt, dir, sizeof dir);
     if (!rc && !(rc = dt_ckpt_open(dir, &rd)))
-        rc = dt_ckpt_model_sets(rd, dir, model_sets, 16, &n_model);
+        rc = dt_ckpt_model_sets(rd, dir, model_sets, DT_MODEL_MAX_KEYS + 1, &n_model);
     dt_ckpt_close(rd);
     if (rc)
         return dt_cli_fail("eval", rc);
     if ((ec = quoted_set(val_set, sizeof val_set, "data.val", "--data", a.data)) ||
         (ec = quoted_set(resume_set, sizeof resume_set, "checkpoint.resume", "CKPT", dir)))
         return ec;
-    const char *sets[16 + 256 + 3];
+    const char *sets[DT_MODEL_MAX_KEYS + 1 + 256 + 3];
     int n = 0;
     for (int i = 0; i < n_model; i++)
         sets[n++] = model_sets[i];

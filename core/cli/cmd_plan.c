@@ -55,8 +55,10 @@ void dt_help_plan(FILE *f)
             "describes.  The strategies: every strategy plugin on the plugin search path\n"
             "and the config's parallel.data, one row per preset a plugin lists (zero's\n"
             "stages 1-3, fsdp's sharding strategies), else one with its defaults.\n"
-            "--world defaults to launch.nproc; --model picks a preset (gpt2-124m ...\n"
-            "gpt2-1558m).  Nothing is allocated, so any size can be planned on any machine.\n\n"
+            "--world defaults to launch.nproc; --model picks a preset of the config's arch\n"
+            "(gpt2: gpt2-124m ... gpt2-1558m; llama: smollm-135m, tinyllama-1.1b,\n"
+            "llama-3.2-1b ...).  Nothing is allocated, so any size can be planned on any\n"
+            "machine.\n\n"
             "--device-memory SIZE  memory per rank (80GiB, 24GiB, 512MiB; binary KiB MiB GiB\n"
             "                      TiB, or decimal KB MB GB TB): a \"fits\" column, and the\n"
             "                      recommended strategy: of those that fit, the one that\n"
@@ -235,9 +237,9 @@ static int plan_variants(const dt_resolved_t *r, variants_t *vs)
     return rc;
 }
 
-/* Apply --model PRESET: model.preset, and the shape keys the model
- * plugin's preset slot says it sets, as --set would (--model replaces the
- * file's shape, not just its defaults). */
+/* Apply --model PRESET: model.preset, and the keys (of any kind) the
+ * model plugin's preset slot says it sets, as --set would (--model
+ * replaces the file's shape, not just its defaults). */
 static int apply_preset(dt_resolved_t *r, const char *preset)
 {
     char buf[128];
@@ -251,8 +253,16 @@ static int apply_preset(dt_resolved_t *r, const char *preset)
     dt_model_key_t keys[DT_MODEL_MAX_KEYS];
     uint32_t n = ops->preset(preset, keys, DT_MODEL_MAX_KEYS);
     for (uint32_t k = 0; k < n && !rc; k++) {
-        snprintf(buf, sizeof buf, "%s.%s=%lld", dt_model_key_table(ops->info.name, keys[k].key),
-                 keys[k].key, (long long)keys[k].value);
+        const dt_model_key_t *key = &keys[k];
+        const char *table = dt_model_key_table(ops->info.name, key->key);
+        if (key->kind == DT_MODEL_KEY_BOOL)
+            snprintf(buf, sizeof buf, "%s.%s=%s", table, key->key, key->value ? "true" : "false");
+        else if (key->kind == DT_MODEL_KEY_FLOAT)
+            snprintf(buf, sizeof buf, "%s.%s=%.17g", table, key->key, key->f);
+        else if (key->kind == DT_MODEL_KEY_CHOICE)
+            snprintf(buf, sizeof buf, "%s.%s=%s", table, key->key, key->s ? key->s : "");
+        else
+            snprintf(buf, sizeof buf, "%s.%s=%lld", table, key->key, (long long)key->value);
         rc = dt_resolve_set(r, buf);
     }
     return rc;

@@ -277,11 +277,11 @@ static void release(sample_run_t *s)
  * it, every unit's parameters copied to device memory. */
 static int load_model(sample_run_t *s, const char *dir)
 {
-    char sets[16][96];
-    const char *setp[16];
+    char sets[DT_MODEL_MAX_KEYS + 1][96];
+    const char *setp[DT_MODEL_MAX_KEYS + 1];
     int n = 0, rc;
     if ((rc = dt_ckpt_open(dir, &s->rd)) ||
-        (rc = dt_ckpt_model_sets(s->rd, dir, sets, 16, &n)))
+        (rc = dt_ckpt_model_sets(s->rd, dir, sets, DT_MODEL_MAX_KEYS + 1, &n)))
         return rc;
     for (int i = 0; i < n; i++)
         setp[i] = sets[i];

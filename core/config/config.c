@@ -1475,6 +1475,68 @@ int dt_config_set_int(dt_config_t *c, const char *path, int64_t i,
     return DT_OK;
 }
 
+int dt_config_set_float(dt_config_t *c, const char *path, double f,
+                        dt_origin_t origin)
+{
+    cval_t *v = lookup(c, path);
+    if (!v)
+        return not_found(path);
+    if (v->type != DT_CFG_FLOAT)
+        return wrong_kind(path, v, "a float");
+    if (has_range(v->min, v->max) && !(f >= v->min && f <= v->max)) {
+        char rng[160];
+        fmt_range(v->type, v->min, v->max, rng, sizeof rng);
+        const char *dot = strchr(path, '.');
+        return dt_err_set(DT_ERR_CONFIG, "[%.*s] %s = %g (%s) is out of range (%s)",
+                          (int)(dot - path), path, dot + 1, f,
+                          dt_config_origin_name(origin), rng);
+    }
+    v->f = f;
+    v->origin = origin;
+    v->line = 0;
+    return DT_OK;
+}
+
+int dt_config_set_bool(dt_config_t *c, const char *path, int b,
+                       dt_origin_t origin)
+{
+    cval_t *v = lookup(c, path);
+    if (!v)
+        return not_found(path);
+    if (v->type != DT_CFG_BOOL)
+        return wrong_kind(path, v, "a boolean");
+    v->b = b != 0;
+    v->origin = origin;
+    v->line = 0;
+    return DT_OK;
+}
+
+int dt_config_set_choice(dt_config_t *c, const char *path, const char *s,
+                         dt_origin_t origin)
+{
+    cval_t *v = lookup(c, path);
+    if (!v)
+        return not_found(path);
+    if (v->type != DT_CFG_ENUM)
+        return wrong_kind(path, v, "one of its choices");
+    if (!in_choices(v->choices, s)) {
+        char ch[512];
+        fmt_choices(v->choices, ch, sizeof ch);
+        const char *dot = strchr(path, '.');
+        return dt_err_set(DT_ERR_CONFIG, "[%.*s] %s = \"%s\" (%s) is not one of %s",
+                          (int)(dot - path), path, dot + 1, s,
+                          dt_config_origin_name(origin), ch);
+    }
+    char *dup = strdup(s);
+    if (!dup)
+        return dt_err_set(DT_ERR_NOMEM, "config: out of memory");
+    free(v->s);
+    v->s = dup;
+    v->origin = origin;
+    v->line = 0;
+    return DT_OK;
+}
+
 /* ------------------------------------------------------------------------
  * Printing and hashing
  * --------------------------------------------------------------------- */

@@ -124,6 +124,14 @@ const char *dt_config_origin_name(dt_origin_t o);
  * have been declared by a schema (range-checked like a file value). */
 int dt_config_set_int(dt_config_t *c, const char *path, int64_t v,
                       dt_origin_t origin);
+/* The same for a FLOAT (range-checked), a BOOL and an ENUM (one of its
+ * choices, else DT_ERR_CONFIG): what a model preset fills in. */
+int dt_config_set_float(dt_config_t *c, const char *path, double v,
+                        dt_origin_t origin);
+int dt_config_set_bool(dt_config_t *c, const char *path, int v,
+                       dt_origin_t origin);
+int dt_config_set_choice(dt_config_t *c, const char *path, const char *v,
+                         dt_origin_t origin);
 
 /* Print the resolved config as TOML, every claimed table in claim order,
  * each value followed by a comment with its origin:

@@ -32,16 +32,20 @@ static const dt_config_key_t run_keys[] = {
 
 static const dt_config_key_t model_keys[] = {
     K_STR("arch", "\"gpt2\"",
-          "model plugin (architecture): gpt2, mlp (a bigram Linear+GELU stack, for testing), "
-          "or another model plugin on the search path"),
+          "model plugin (architecture): gpt2, llama (the LLaMA family: RMSNorm, rotary "
+          "embeddings, grouped-query attention, SwiGLU), mlp (a bigram Linear+GELU stack, for "
+          "testing), or another model plugin on the search path"),
     K_STR("preset", "\"custom\"",
-          "gpt2: named size (gpt2-tiny, gpt2-small, gpt2-124m, gpt2-350m, gpt2-774m, "
-          "gpt2-1558m: the model plugin's preset slot); custom = use n_layer/n_head/n_embd"),
-    K_INT("n_layer", "2", 1, 1024, "gpt2: transformer blocks"),
-    K_INT("n_head", "4", 1, 1024, "gpt2: attention heads"),
-    K_INT("n_embd", "128", 1, 65536, "gpt2: embedding width"),
+          "gpt2, llama: named size (the model plugin's preset slot; gpt2: gpt2-tiny, "
+          "gpt2-small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m; llama: llama-tiny, "
+          "smollm-135m, smollm-360m, tinyllama-1.1b, llama-3.2-1b, llama-3.2-3b, llama-2-7b); "
+          "custom = use n_layer/n_head/n_embd"),
+    K_INT("n_layer", "2", 1, 1024, "gpt2, llama: transformer blocks"),
+    K_INT("n_head", "4", 1, 1024, "gpt2, llama: attention (query) heads"),
+    K_INT("n_embd", "128", 1, 65536, "gpt2, llama: embedding width (hidden_size)"),
     K_INT("vocab_size", "256", 2, 16777216.0, "vocabulary size (token ids and output classes)"),
-    K_INT("context", "64", 1, 1048576.0, "gpt2: maximum sequence length"),
+    K_INT("context", "64", 1, 1048576.0,
+          "gpt2, llama: maximum sequence length (llama: max_position_embeddings)"),
     K_ENUM("dtype", "\"fp32\"", "fp32|bf16|fp16",
            "compute dtype of parameters (bf16, fp16: matmuls read 16-bit weights; "
            "gradients and the optimizer's master copy stay fp32, activations as "
@@ -58,6 +62,26 @@ static const dt_config_key_t model_keys[] = {
     K_INT("mlp_in", "16", 1, 1048576.0, "mlp: embedding width of each input token"),
     K_INT("mlp_hidden", "64", 1, 1048576.0, "mlp: hidden width"),
     K_INT("mlp_layers", "2", 0, 1024, "mlp: hidden Linear+GELU layers (units)"),
+    K_INT("n_kv_head", "0", 0, 1024,
+          "llama: key/value heads (num_key_value_heads; divides n_head); 0 = n_head"),
+    K_INT("head_dim", "0", 0, 65536, "llama: size of one head; 0 = n_embd / n_head"),
+    K_INT("intermediate_size", "0", 0, 1048576.0,
+          "llama: SwiGLU MLP width (gate_proj/up_proj rows); 0 = 4 n_embd"),
+    K_FLT("rope_theta", "10000.0", 1, 1e12, "llama: rotary embedding base"),
+    K_FLT("rms_norm_eps", "1e-5", 0, 1, "llama: RMSNorm epsilon"),
+    K_BOOL("tie_embeddings", "false",
+           "llama: the LM head is embed_tokens (tie_word_embeddings); false = its own lm_head"),
+    K_BOOL("qkv_bias", "false", "llama: biases on q_proj, k_proj, v_proj (Qwen2)"),
+    K_ENUM("rope_scaling", "\"none\"", "none|llama3",
+           "llama: rotary frequency scaling: none, or llama3 (Llama 3.1's, with the "
+           "rope_scaling_* keys)"),
+    K_FLT("rope_scaling_factor", "8.0", 1, 1e6, "llama, rope_scaling = llama3: factor"),
+    K_FLT("rope_scaling_low_freq_factor", "1.0", 0, 1e6,
+          "llama, rope_scaling = llama3: low_freq_factor"),
+    K_FLT("rope_scaling_high_freq_factor", "4.0", 0, 1e6,
+          "llama, rope_scaling = llama3: high_freq_factor"),
+    K_INT("rope_scaling_original_max_position_embeddings", "8192", 1, 1e9,
+          "llama, rope_scaling = llama3: original_max_position_embeddings"),
 };
 
 static const dt_config_key_t data_keys[] = {

@@ -445,10 +445,10 @@ int dt_model_tp_xent(const dt_model_t *m, const dt_model_ctx_t *ctx, float *buf,
                      what, unit);
 }
 
-void dt_model_add_key(dt_model_t *m, const char *key, int64_t value)
+void dt_model_add_key(dt_model_t *m, const dt_model_key_t *k)
 {
     if (m->info.n_keys < DT_MODEL_MAX_KEYS)
-        m->info.keys[m->info.n_keys++] = (dt_model_key_t){key, value};
+        m->info.keys[m->info.n_keys++] = *k;
 }
 
 /* ---- deterministic initialisation ---- */

@@ -125,8 +125,9 @@ int dt_model_tp_embedding(const dt_model_t *m, const dt_model_ctx_t *ctx, void *
                           const char *what, uint32_t unit);
 int dt_model_tp_xent(const dt_model_t *m, const dt_model_ctx_t *ctx, float *buf, int64_t n,
                      int op, const char *what, uint32_t unit);
-/* Set the shape key `key` of m->info (in the order they are added). */
-void dt_model_add_key(dt_model_t *m, const char *key, int64_t value);
+/* Append key *k (dtrain/model.h dt_model_key_t: an int or boolean shape
+ * key, a float or choice setting) to m->info, in the order added. */
+void dt_model_add_key(dt_model_t *m, const dt_model_key_t *k);
 
 /* Refuse a device lacking optional kernel `kernel` the arch needs:
  * DT_ERR_UNSUPPORTED, "device 'X' has no kernel 'attention_forward' (f32

@@ -19,6 +19,17 @@ static const char *config_name(const dt_model_state_t *s)
     return CM(s)->cfg ? dt_model_cfg_name(CM(s)->cfg) : "config";
 }
 
+/* The core schema's [model] key `key` names (static), or NULL. */
+static const char *schema_name(const char *key)
+{
+    for (uint32_t t = 0; t < dt_core_n_sections; t++)
+        if (strcmp(dt_core_sections[t].table, "model") == 0)
+            for (uint32_t i = 0; i < dt_core_sections[t].n_keys; i++)
+                if (strcmp(dt_core_sections[t].keys[i].name, key) == 0)
+                    return dt_core_sections[t].keys[i].name;
+    return NULL;
+}
+
 /* The config during create; DT_ERR_INVALID after it.  A key is
  * "model.<key>" (the core's [model] table) or "<arch>.<key>" (the
  * plugin's own table, its declared config_keys). */
@@ -37,8 +48,11 @@ static int config_of(const dt_model_state_t *s, const char *key, dt_config_t **c
     for (uint32_t i = 0; i < m->n_read_keys; i++)
         if (strcmp(m->read_keys[i], key + 6) == 0)
             return DT_OK;
-    if (m->n_read_keys < sizeof m->read_keys / sizeof m->read_keys[0])
-        m->read_keys[m->n_read_keys++] = key + 6;
+    /* recorded as the schema's own name: `key` may be the plugin's
+     * buffer, gone after the call (an undeclared key is the get's error) */
+    const char *name = schema_name(key + 6);
+    if (name && m->n_read_keys < sizeof m->read_keys / sizeof m->read_keys[0])
+        m->read_keys[m->n_read_keys++] = name;
     return DT_OK;
 }
 
@@ -63,6 +77,13 @@ static int config_string(const dt_model_state_t *s, const char *key, const char 
     return rc ? rc : dt_config_get_string(cfg, key, out);
 }
 
+static int config_bool(const dt_model_state_t *s, const char *key, int *out)
+{
+    dt_config_t *cfg;
+    int rc = config_of(s, key, &cfg);
+    return rc ? rc : dt_config_get_bool(cfg, key, out);
+}
+
 static int config_origin(const dt_model_state_t *s, const char *key)
 {
     dt_config_t *cfg;
@@ -77,11 +98,22 @@ static int config_origin(const dt_model_state_t *s, const char *key)
     }
 }
 
-static int config_set_preset(dt_model_state_t *s, const char *key, int64_t value)
+static int config_set_preset(dt_model_state_t *s, const char *key, const dt_model_key_t *v)
 {
     dt_config_t *cfg;
     int rc = config_of(s, key, &cfg);
-    return rc ? rc : dt_config_set_int(cfg, key, value, DT_ORIGIN_PRESET);
+    if (rc)
+        return rc;
+    switch (v->kind) {
+    case DT_MODEL_KEY_INT: return dt_config_set_int(cfg, key, v->value, DT_ORIGIN_PRESET);
+    case DT_MODEL_KEY_BOOL: return dt_config_set_bool(cfg, key, v->value != 0, DT_ORIGIN_PRESET);
+    case DT_MODEL_KEY_FLOAT: return dt_config_set_float(cfg, key, v->f, DT_ORIGIN_PRESET);
+    case DT_MODEL_KEY_CHOICE:
+        return dt_config_set_choice(cfg, key, v->s ? v->s : "", DT_ORIGIN_PRESET);
+    default:
+        return dt_err_set(DT_ERR_INVALID, "model: %s: a preset value of unknown kind %d", key,
+                          (int)v->kind);
+    }
 }
 
 static int alloc_units(dt_model_state_t *s, uint32_t n) { return dt_model_alloc_units(M(s), n); }
@@ -103,10 +135,7 @@ static int part(dt_model_state_t *s, uint32_t unit, int64_t g0, int64_t g1, uint
     return dt_model_part(M(s), unit, g0, g1, n_blocks, blocks);
 }
 
-static void add_key(dt_model_state_t *s, const char *key, int64_t value)
-{
-    dt_model_add_key(M(s), key, value);
-}
+static void add_key(dt_model_state_t *s, const dt_model_key_t *k) { dt_model_add_key(M(s), k); }
 
 static int missing_kernel(const dt_model_state_t *s, const char *kernel)
 {
@@ -189,6 +218,7 @@ const dt_model_services_t dt_model_services = {
     .config_int = config_int,
     .config_float = config_float,
     .config_string = config_string,
+    .config_bool = config_bool,
     .config_origin = config_origin,
     .config_set_preset = config_set_preset,
     .alloc_units = alloc_units,

@@ -111,11 +111,11 @@ static uint32_t gpt2_preset(const char *name, dt_model_key_t *out, uint32_t cap)
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (strcmp(name, presets[i].name) == 0) {
             const gpt2_shape_t *s = &presets[i].s;
-            const dt_model_key_t k[] = {{"n_layer", s->n_layer},
-                                        {"n_head", s->n_head},
-                                        {"n_embd", s->n_embd},
-                                        {"vocab_size", s->vocab_size},
-                                        {"context", s->context}};
+            const dt_model_key_t k[] = {{.key = "n_layer", .value = s->n_layer},
+                                        {.key = "n_head", .value = s->n_head},
+                                        {.key = "n_embd", .value = s->n_embd},
+                                        {.key = "vocab_size", .value = s->vocab_size},
+                                        {.key = "context", .value = s->context}};
             uint32_t n = 0;
             for (; n < 5 && n < cap; n++)
                 out[n] = k[n];
@@ -154,7 +154,8 @@ static int read_shape(dt_model_state_t *m, gpt2_shape_t *s)
         /* A preset supplies every shape key the user did not write. */
         if (p && m->svc->config_origin(m, keys[i]) == DT_MODEL_ORIGIN_DEFAULT) {
             *dst[i] = pv[i];
-            if ((rc = m->svc->config_set_preset(m, keys[i], pv[i])))
+            const dt_model_key_t v = {.value = pv[i], .kind = DT_MODEL_KEY_INT};
+            if ((rc = m->svc->config_set_preset(m, keys[i], &v)))
                 return rc;
         }
     }

@@ -1059,6 +1059,34 @@ static void test_provenance_and_print(void **state)
     int64_t i;
     assert_int_equal(dt_config_get_int(c, "train.grad_accum", &i), DT_OK);
     assert_int_equal(i, 2); /* unchanged by the failed set */
+
+    /* A float, a boolean, an enum choice (what a model preset fills in):
+     * set with their origin, checked like the integer. */
+    assert_int_equal(dt_config_set_float(c, "model.rope_theta", 5e5, DT_ORIGIN_PRESET), DT_OK);
+    assert_int_equal(dt_config_set_bool(c, "model.tie_embeddings", 1, DT_ORIGIN_PRESET), DT_OK);
+    assert_int_equal(dt_config_set_choice(c, "model.rope_scaling", "llama3", DT_ORIGIN_PRESET),
+                     DT_OK);
+    double f;
+    int b;
+    assert_int_equal(dt_config_get_float(c, "model.rope_theta", &f), DT_OK);
+    assert_true(f == 5e5);
+    assert_int_equal(dt_config_get_bool(c, "model.tie_embeddings", &b), DT_OK);
+    assert_int_equal(b, 1);
+    assert_int_equal(dt_config_get_string(c, "model.rope_scaling", &s), DT_OK);
+    assert_string_equal(s, "llama3");
+    assert_int_equal(dt_config_origin(c, "model.rope_scaling"), DT_ORIGIN_PRESET);
+    assert_int_equal(dt_config_set_float(c, "model.rms_norm_eps", 2.0, DT_ORIGIN_PRESET),
+                     DT_ERR_CONFIG);
+    assert_msg("[model] rms_norm_eps = 2 (preset) is out of range (allowed 0 .. 1)");
+    assert_int_equal(dt_config_set_choice(c, "model.rope_scaling", "yarn", DT_ORIGIN_PRESET),
+                     DT_ERR_CONFIG);
+    assert_msg_has("[model] rope_scaling = \"yarn\" (preset) is not one of ");
+    assert_int_equal(dt_config_set_bool(c, "model.rope_theta", 1, DT_ORIGIN_PRESET),
+                     DT_ERR_INVALID);
+    assert_int_equal(dt_config_set_float(c, "model.qkv_bias", 1.0, DT_ORIGIN_PRESET),
+                     DT_ERR_INVALID);
+    assert_int_equal(dt_config_set_choice(c, "run.name", "x", DT_ORIGIN_PRESET),
+                     DT_ERR_INVALID);
     dt_config_free(c);
 }
 

@@ -3,7 +3,7 @@
  *
  * Stable: part of the dtrain 1.0 SDK; it grows only by dtrain/abi.h's rules.
  *
- * A MODEL plugin ([model] arch names it; the shipped ones are `gpt2` and
+ * A MODEL plugin ([model] arch names it; the shipped ones are `gpt2`, `llama`,
  * `mlp`) is an architecture: it describes the model as an ordered list of
  * units, each a list of parameter tensors, and runs forward and backward
  * from the device's kernel table (device.h dt_kernels_v1_t).  The core owns
@@ -81,10 +81,27 @@ typedef struct dt_model_ctx_v1 {
     const char *strat_name; /* for messages */
 } dt_model_ctx_v1_t;
 
-/* One [model] key that fixes the parameter shapes. */
+/* dt_model_key_v1_t.kind: which field holds the key's value. */
+enum {
+    DT_MODEL_KEY_INT = 0,   /* value */
+    DT_MODEL_KEY_BOOL = 1,  /* value, 0 or 1 */
+    DT_MODEL_KEY_FLOAT = 2, /* f */
+    DT_MODEL_KEY_CHOICE = 3 /* s: a choice of a string key */
+};
+
+/* One [model] key a checkpoint records: an integer or a boolean that
+ * fixes parameter shapes (a resume refuses another value), or a float or
+ * choice setting that changes what the model computes but no shape
+ * (llama's rope_theta, rope_scaling: a resume notes another value; eval
+ * and sample rebuild the model with the recorded one).  {key, value}
+ * first: `{"n_layer", 12}` is an INT key. */
 typedef struct dt_model_key_v1 {
     const char *key; /* the [model] key's name: "n_layer", "mlp_hidden" */
-    int64_t value;
+    int64_t value;   /* INT, BOOL */
+    int32_t kind;    /* DT_MODEL_KEY_* */
+    uint32_t reserved0;
+    double f;        /* FLOAT */
+    const char *s;   /* CHOICE: static storage (the plugin's) */
 } dt_model_key_v1_t;
 
 /* What the rest of the core needs to know about any model (the core owns
@@ -234,11 +251,15 @@ typedef struct dt_model_services_v1 {
     int (*config_int)(const dt_model_state_v1_t *m, const char *key, int64_t *out);
     int (*config_float)(const dt_model_state_v1_t *m, const char *key, double *out);
     int (*config_string)(const dt_model_state_v1_t *m, const char *key, const char **out);
+    int (*config_bool)(const dt_model_state_v1_t *m, const char *key, int *out);
     /* DT_MODEL_ORIGIN_* of the key's value. */
     int (*config_origin)(const dt_model_state_v1_t *m, const char *key);
-    /* Set an int key's value as a preset's (DT_MODEL_ORIGIN_PRESET), so
-     * `dtrain check` shows it as derived. */
-    int (*config_set_preset)(dt_model_state_v1_t *m, const char *key, int64_t value);
+    /* Set key `key` (full name, as config_int reads it) to `v`'s value of
+     * v->kind (an int, a boolean, a float, a choice; v->key unused) as a
+     * preset's (DT_MODEL_ORIGIN_PRESET), so `dtrain check` shows it as
+     * the preset's; range and choices checked as a file's value. */
+    int (*config_set_preset)(dt_model_state_v1_t *m, const char *key,
+                             const dt_model_key_v1_t *v);
 
     /* ---- describing (create) ---- */
     /* n units, each with room for DT_MODEL_MAX_PARAMS tensors. */
@@ -254,8 +275,9 @@ typedef struct dt_model_services_v1 {
      * whole of it, replicated.  A no-op at tp 1. */
     int (*part)(dt_model_state_v1_t *m, uint32_t unit, int64_t g0, int64_t g1,
                 uint32_t n_blocks, const dt_param_block_v1_t *blocks);
-    /* Append shape key `key` (a [model] key's name) to m->info. */
-    void (*add_key)(dt_model_state_v1_t *m, const char *key, int64_t value);
+    /* Append key *k (k->key a [model] key's name, or one of the
+     * plugin's own table; k->s static) to m->info. */
+    void (*add_key)(dt_model_state_v1_t *m, const dt_model_key_v1_t *k);
     /* The refusal of a device lacking optional kernel `kernel`:
      * DT_ERR_UNSUPPORTED naming the device, the kernel, the dtypes. */
     int (*missing_kernel)(const dt_model_state_v1_t *m, const char *kernel);
@@ -364,8 +386,9 @@ typedef struct dt_model_ops_v1 {
      * (DT_MODEL_NEED); NULL when the core set is enough. */
     int (*need_kernels)(const dt_model_state_v1_t *m);
     /* Named shapes ([model] preset): the shape keys preset `name` sets,
-     * into out[cap] (each an int key of [model] or of the plugin's own
-     * table, by its name there): their count, or 0 for an unknown name.
+     * into out[cap] (each a key of [model] or of the plugin's own table,
+     * by its name there, of any kind): their count, or 0 for an unknown
+     * name.
      * No model needed (the planner). */
     uint32_t (*preset)(const char *name, dt_model_key_v1_t *out, uint32_t cap);
     /* Generation one position at a time with a cache: create a decoder
@@ -451,7 +474,36 @@ static inline int dt_model_part(dt_model_state_t *m, uint32_t unit, int64_t g0, 
 }
 static inline void dt_model_add_key(dt_model_state_t *m, const char *key, int64_t value)
 {
-    m->svc->add_key(m, key, value);
+    dt_model_key_t k = {0};
+    k.key = key;
+    k.value = value;
+    k.kind = DT_MODEL_KEY_INT;
+    m->svc->add_key(m, &k);
+}
+static inline void dt_model_add_bool_key(dt_model_state_t *m, const char *key, int value)
+{
+    dt_model_key_t k = {0};
+    k.key = key;
+    k.value = value != 0;
+    k.kind = DT_MODEL_KEY_BOOL;
+    m->svc->add_key(m, &k);
+}
+static inline void dt_model_add_float_key(dt_model_state_t *m, const char *key, double value)
+{
+    dt_model_key_t k = {0};
+    k.key = key;
+    k.f = value;
+    k.kind = DT_MODEL_KEY_FLOAT;
+    m->svc->add_key(m, &k);
+}
+/* `s` must be static: the info keeps the pointer. */
+static inline void dt_model_add_choice_key(dt_model_state_t *m, const char *key, const char *s)
+{
+    dt_model_key_t k = {0};
+    k.key = key;
+    k.s = s;
+    k.kind = DT_MODEL_KEY_CHOICE;
+    m->svc->add_key(m, &k);
 }
 static inline int dt_model_dalloc(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_t n,
                                   size_t es, void *out)

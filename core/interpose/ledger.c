@@ -459,12 +459,13 @@ static found_t diverge_in(const dt_ledger_view_t *const *views, int n, uint32_t 
 {
     found_t f = {0};
     uint64_t start = 1, end = 0;
-    int members = 0;
+    int members = 0, size = 0;
     for (int r = 0; r < n; r++) {
         const dt_ledger_group_t *g = views[r] ? group_of(views[r], key) : NULL;
         if (!g)
             continue;
         members++;
+        size = g->size > size ? g->size : size;
         uint64_t lo = (uint64_t)g->calls + 1;
         for (uint32_t i = 0; i < views[r]->n_entries; i++) {
             const dt_ledger_entry_t *e = &views[r]->entries[i];
@@ -476,9 +477,13 @@ static found_t diverge_in(const dt_ledger_view_t *const *views, int n, uint32_t 
     }
     if (members < 2)
         return f;
+    /* a member gone (it sent no ledger): the group broke under the others
+     * wherever each one was, so one stopping a call before another is no
+     * divergence; only different calls at one number are */
+    int whole = members >= size;
     for (uint64_t s = start; s <= end; s++) {
         const dt_ledger_entry_t *ref = NULL;
-        int differ = 0, none = 0, first = 1;
+        int differ = 0, none = 0;
         int64_t step = INT64_MAX;
         for (int r = 0; r < n; r++) {
             const dt_ledger_group_t *g = views[r] ? group_of(views[r], key) : NULL;
@@ -490,12 +495,13 @@ static found_t diverge_in(const dt_ledger_view_t *const *views, int n, uint32_t 
             if (e && e->step < step)
                 step = e->step;
             none |= !e;
-            if (first)
+            if (e && !ref)
                 ref = e;
-            else if (!(e == ref || (e && ref && same_call(e, ref))))
+            else if (e && !same_call(e, ref))
                 differ = 1;
-            first = 0;
         }
+        if (none && ref && whole)
+            differ = 1; /* one issued it, another nothing */
         if (differ) {
             f = (found_t){.any = 1, .key = key, .seq = s, .step = step, .has_none = none,
                           .members = members};

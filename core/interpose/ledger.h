@@ -146,7 +146,9 @@ int dt_ledger_decode(const uint8_t *in, size_t bytes, dt_ledger_view_t *out);
  * either followed by "; rank 2 <missing_why>" for the ranks absent.
  * Within a group, calls are compared from the first number every member
  * still keeps; a member whose group has fewer calls "issued nothing after
- * #N".  Of several divergences the one at the earliest step is named (a
+ * #N" - named only when every member of the group sent its ledger (with
+ * one gone, the group broke under the others wherever each was, and
+ * only different calls at one number are a divergence).  Of several divergences the one at the earliest step is named (a
  * mismatch before a missing call, then the wider group's).  Returns DT_LEDGER_DIVERGED,
  * DT_LEDGER_AGREE, or DT_LEDGER_QUIET (the agree line written all the
  * same). */

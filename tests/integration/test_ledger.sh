@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The collective ledger (issue 27, item 3): every rank keeps its last
 # communicator calls (core/interpose/ledger.c); after a failed collective
-# the ranks of a node hand them to rank 0 (core/launch/ledger_exchange.c),
+# the ranks hand them to rank 0 (core/launch/ledger_exchange.c; across
+# nodes: test_netns_ledger.sh),
 # which names the first call where they differ.  A tiny GPT-2 (2 layers,
 # n_embd 32) on shm with a 3 s timeout:
 #  - one rank issues a different collective at step 2 (DTRAIN_FAULT_DIVERGE,

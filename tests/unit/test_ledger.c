@@ -244,6 +244,16 @@ static void test_missing_rank_invents_nothing(void **state)
     assert_string_equal(out, "ledger: ranks 0, 1, 3 issued the same calls (rank 0's last: "
                              "all_reduce(f32, 64, sum, world group) #9 at step 3, micro-batch "
                              "0, unit 1); rank 2 sent no ledger within 5 s");
+    free_all(l, 4);
+    /* with rank 2 gone, rank 0 stopped a call before the others (the group
+     * broke under each where it was): no divergence either */
+    world(l, 4);
+    for (int r = 0; r < 4; r++)
+        calls(l[r], handles[r], r == 2 ? 5 : r == 0 ? 8 : 9, 64, 3);
+    assert_int_equal(compare(l, 4, 2, out, sizeof out), DT_LEDGER_AGREE);
+    assert_string_equal(out, "ledger: ranks 0, 1, 3 issued the same calls (rank 0's last: "
+                             "all_reduce(f32, 64, sum, world group) #8 at step 3, micro-batch "
+                             "0, unit 1); rank 2 sent no ledger within 5 s");
     /* none at all */
     const dt_ledger_view_t *none[2] = {NULL, NULL};
     assert_int_equal(dt_ledger_compare(none, 2, "sent no ledger", out, sizeof out),
@@ -486,12 +496,14 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Ranks 0..n-1 of job `job` (all on this node); rank `absent` never
- * comes, rank `dead` is gone before anyone exchanges, rank r begins after
- * r x stagger_ms.  Each child writes "rc verdict order text" into a pipe;
- * lines[r] gets them. */
-static void exchange(int n, int absent, int dead, int stagger_ms, double timeout_s,
-                     char lines[][256], double *secs)
+/* Ranks 0..n-1 of job `job` (all on this node, or with port > 0 each
+ * on a "node" of its own, meeting over TCP at 127.0.0.1:port - 2 under
+ * the job secret "s3cret", which rank `stranger` gets wrong); rank
+ * `absent` never comes, rank `dead` is gone before anyone exchanges, rank
+ * r begins after r x stagger_ms.  Each child writes "rc verdict order
+ * text" into a pipe; lines[r] gets them. */
+static void exchange_at(int port, int stranger, int n, int absent, int dead, int stagger_ms,
+                        double timeout_s, char lines[][256], double *secs)
 {
     char job[64];
     snprintf(job, sizeof job, "ledger-test-%d-%d", (int)getpid(), absent * 10 + dead);
@@ -504,8 +516,11 @@ static void exchange(int n, int absent, int dead, int stagger_ms, double timeout
         pids[r] = fork();
         assert_true(pids[r] >= 0);
         if (pids[r] == 0) {
-            dt_world_t w = {.rank = r, .size = n, .local_rank = r, .local_size = n};
+            dt_world_t w = {.rank = r, .size = n, .local_rank = port ? 0 : r,
+                            .local_size = port ? 1 : n, .master_port = port - 2};
             snprintf(w.job_id, sizeof w.job_id, "%s", job);
+            snprintf(w.master_addr, sizeof w.master_addr, "127.0.0.1");
+            snprintf(w.job_secret, sizeof w.job_secret, "%s", r == stranger ? "other" : "s3cret");
             dt_ledger_xchg_t *x = NULL;
             if (dt_ledger_xchg_open(&w, &x) != DT_OK)
                 _exit(3);
@@ -541,6 +556,15 @@ static void exchange(int n, int absent, int dead, int stagger_ms, double timeout
     }
     *secs = now_s() - t0;
 }
+
+static void exchange(int n, int absent, int dead, int stagger_ms, double timeout_s,
+                     char lines[][256], double *secs)
+{
+    exchange_at(0, -1, n, absent, dead, stagger_ms, timeout_s, lines, secs);
+}
+
+/* A port for the TCP cases, apart for concurrent runs of this test. */
+static int tcp_port(int k) { return 30000 + (int)(getpid() % 5000) * 4 + k; }
 
 static void test_exchange(void **state)
 {
@@ -584,11 +608,13 @@ static void test_exchange_rank0_gone(void **state)
     assert_true(secs < 5.0); /* not the 30 s timeout */
 }
 
-static void test_exchange_not_on_several_nodes(void **state)
+static void test_exchange_several_nodes_need_a_secret(void **state)
 {
     (void)state;
-    dt_world_t w = {.rank = 1, .size = 4, .local_rank = 1, .local_size = 2};
+    dt_world_t w = {.rank = 1, .size = 4, .local_rank = 1, .local_size = 2,
+                    .master_port = 29500};
     snprintf(w.job_id, sizeof w.job_id, "mn");
+    snprintf(w.master_addr, sizeof w.master_addr, "127.0.0.1");
     dt_ledger_xchg_t *x = NULL;
     assert_ok(dt_ledger_xchg_open(&w, &x));
     char text[200];
@@ -596,10 +622,56 @@ static void test_exchange_not_on_several_nodes(void **state)
     assert_int_equal(dt_ledger_xchg_run(x, "a", 1, 1.0, judge, NULL, text, sizeof text,
                                         &verdict, &order),
                      DT_ERR_UNSUPPORTED);
-    assert_string_equal(text, "ledger: not compared (the ranks span several nodes: not "
-                              "supported yet)");
+    assert_string_equal(text, "ledger: not compared (the ranks span several nodes and no job "
+                              "secret (DTRAIN_JOB_SECRET) proves who is in the job)");
     assert_int_equal(verdict, -1);
     dt_ledger_xchg_close(x);
+}
+
+/* Across nodes (TCP): the same answers as on one node. */
+static void test_exchange_tcp(void **state)
+{
+    (void)state;
+    char lines[8][256];
+    double secs;
+    exchange_at(tcp_port(2), -1, 3, -1, -1, 100, 5.0, lines, &secs);
+    for (int r = 0; r < 3; r++) {
+        char want[64];
+        snprintf(want, sizeof want, "0 7 %d got 0:L0 1:L1 2:L2", r);
+        assert_string_equal(lines[r], want);
+    }
+    assert_true(secs < 4.0);
+}
+
+/* A rank with another secret is refused: rank 0 compares without it, and
+ * it gets no line. */
+static void test_exchange_tcp_wrong_secret(void **state)
+{
+    (void)state;
+    char lines[8][256];
+    double secs;
+    exchange_at(tcp_port(3), 2, 3, -1, -1, 100, 0.5, lines, &secs);
+    assert_string_equal(lines[0], "0 7 0 got 0:L0 1:L1 2:-");
+    assert_string_equal(lines[1], "0 7 1 got 0:L0 1:L1 2:-");
+    char want[200];
+    snprintf(want, sizeof want, "%d -1 0 ledger: not compared: rank 0, which compares the "
+             "ledgers, is gone", DT_ERR_REMOTE);
+    assert_string_equal(lines[2], want);
+    assert_true(secs < 4.0);
+}
+
+static void test_exchange_tcp_rank0_gone(void **state)
+{
+    (void)state;
+    char lines[8][256];
+    double secs;
+    exchange_at(tcp_port(4), -1, 3, -1, 0, 0, 30.0, lines, &secs);
+    char want[200];
+    snprintf(want, sizeof want, "%d -1 0 ledger: not compared: rank 0, which compares the "
+             "ledgers, is gone", DT_ERR_REMOTE);
+    assert_string_equal(lines[1], want);
+    assert_string_equal(lines[2], want);
+    assert_true(secs < 5.0); /* not the 30 s timeout */
 }
 
 int main(void)
@@ -620,7 +692,10 @@ int main(void)
         cmocka_unit_test(test_exchange),
         cmocka_unit_test(test_exchange_rank_absent),
         cmocka_unit_test(test_exchange_rank0_gone),
-        cmocka_unit_test(test_exchange_not_on_several_nodes),
+        cmocka_unit_test(test_exchange_several_nodes_need_a_secret),
+        cmocka_unit_test(test_exchange_tcp),
+        cmocka_unit_test(test_exchange_tcp_wrong_secret),
+        cmocka_unit_test(test_exchange_tcp_rank0_gone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

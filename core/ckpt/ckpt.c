@@ -1175,7 +1175,7 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
                  const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
                  dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop)
 {
-    dt_ckpt_async_t *sv;
+    dt_ckpt_async_t *sv = NULL;
     int rc = save_new(w, set, config_hash, cops, comm, ops, m, step, loop, &sv);
     if (rc == DT_OK && (rc = save_shards(sv, s, 0)) == DT_OK)
         rc = save_commit(sv);
@@ -1201,7 +1201,7 @@ int dt_ckpt_save_async(const dt_world_t *w, const dt_settings_t *set, uint64_t c
                        dt_ckpt_async_t **out)
 {
     *out = NULL;
-    dt_ckpt_async_t *sv;
+    dt_ckpt_async_t *sv = NULL;
     int rc = save_new(w, set, config_hash, cops, comm, ops, m, step, loop, &sv);
     if (rc == DT_OK && (rc = save_shards(sv, s, 1)) != DT_OK) {
         save_free(sv);

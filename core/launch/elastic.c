@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "common/sha256/sha256.h"
+#include "launch/tcp_listen.h"
 #include "util/error.h"
 
 #define NONCE_BYTES 16
@@ -459,43 +460,12 @@ static void *store_main(void *arg)
 
 static int bind_store(dt_elastic_store_t *s)
 {
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
-    int family = AF_INET;
-    if (getaddrinfo(s->addr, NULL, &hints, &res) == 0 && res) {
-        family = res->ai_family;
-        freeaddrinfo(res);
-    }
-    int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return dt_err_set(DT_ERR_SYSTEM, "elastic: socket: %s", strerror(errno));
-    int one = 1, zero = 0;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof ss);
-    socklen_t sl;
-    if (family == AF_INET6) {
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-        a->sin6_family = AF_INET6;
-        a->sin6_addr = in6addr_any;
-        a->sin6_port = htons((uint16_t)s->o.port);
-        sl = sizeof *a;
-    } else {
-        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-        a->sin_family = AF_INET;
-        a->sin_addr.s_addr = htonl(INADDR_ANY);
-        a->sin_port = htons((uint16_t)s->o.port);
-        sl = sizeof *a;
-    }
-    if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, SOMAXCONN) != 0) {
-        int err = errno;
-        close(fd);
-        return dt_err_set(DT_ERR_SYSTEM,
-                          "elastic: node 0 cannot listen on port %d (launch.master_port) for the "
-                          "job's store: %s", s->o.port, strerror(err));
-    }
-    s->lfd = fd;
-    return DT_OK;
+    s->lfd = dt_tcp_listen_any(s->addr, s->o.port, NULL);
+    if (s->lfd >= 0)
+        return DT_OK;
+    return dt_err_set(DT_ERR_SYSTEM,
+                      "elastic: node 0 cannot listen on port %d (launch.master_port) for the "
+                      "job's store: %s", s->o.port, strerror(errno));
 }
 
 int dt_elastic_store_start(const dt_elastic_store_opts_t *o, dt_elastic_store_t **out)

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "common/sha256/sha256.h"
+#include "launch/tcp_listen.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -114,50 +115,11 @@ static void mac_of(const dt_ledger_xchg_t *x, const char *label, size_t label_by
  * of its addresses. */
 static int tcp_listen(dt_ledger_xchg_t *x)
 {
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
-    int family = AF_INET6;
-    if (getaddrinfo(x->host, NULL, &hints, &res) == 0 && res) {
-        family = res->ai_family;
-        freeaddrinfo(res);
-    }
-    int fams[2] = {family, family == AF_INET6 ? AF_INET : -1};
-    int err = 0;
-    for (int i = 0; i < 2 && fams[i] >= 0; i++) {
-        int fd = socket(fams[i], SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            err = errno;
-            continue;
-        }
-        int one = 1, zero = 0;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        struct sockaddr_storage ss;
-        memset(&ss, 0, sizeof ss);
-        socklen_t sl;
-        if (fams[i] == AF_INET6) {
-            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-            a->sin6_family = AF_INET6;
-            a->sin6_addr = in6addr_any;
-            a->sin6_port = htons((uint16_t)x->port);
-            sl = sizeof *a;
-        } else {
-            struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-            a->sin_family = AF_INET;
-            a->sin_addr.s_addr = htonl(INADDR_ANY);
-            a->sin_port = htons((uint16_t)x->port);
-            sl = sizeof *a;
-        }
-        if (bind(fd, (struct sockaddr *)&ss, sl) == 0 && listen(fd, SOMAXCONN) == 0) {
-            x->listen_fd = fd;
-            return DT_OK;
-        }
-        err = errno;
-        close(fd);
-        if (err == EADDRINUSE)
-            break;
-    }
+    x->listen_fd = dt_tcp_listen_any(x->host, x->port, NULL);
+    if (x->listen_fd >= 0)
+        return DT_OK;
     return dt_err_set(DT_ERR_SYSTEM, "ledger exchange: rank 0 cannot listen on port %d "
-                      "(master_port + 2): %s", x->port, strerror(err));
+                      "(master_port + 2): %s", x->port, strerror(errno));
 }
 
 int dt_ledger_xchg_open(const dt_world_t *w, dt_ledger_xchg_t **out)

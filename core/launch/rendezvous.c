@@ -39,6 +39,7 @@
 
 #include "common/sha256/sha256.h"
 #include "launch/world.h"
+#include "launch/tcp_listen.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -360,55 +361,12 @@ static void mac_of(const dt_rdzv_t *r, const char *label, size_t label_bytes,
 
 static int bind_listener(dt_rdzv_t *r)
 {
-    /* the family master_addr has; the wildcard address of it, so the
-     * others may reach rank 0 by any of its addresses */
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
-    int family = AF_INET6;
-    if (getaddrinfo(r->addr, NULL, &hints, &res) == 0 && res) {
-        family = res->ai_family;
-        freeaddrinfo(res);
+    int fd = dt_tcp_listen_any(r->addr, r->port, &r->port);
+    if (fd >= 0) {
+        r->listen_fd = fd;
+        return DT_OK;
     }
-    int fams[2] = {family, family == AF_INET6 ? AF_INET : -1};
-    int err = 0;
-    for (int i = 0; i < 2 && fams[i] >= 0; i++) {
-        int fd = socket(fams[i], SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            err = errno;
-            continue;
-        }
-        int one = 1, zero = 0;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        struct sockaddr_storage ss;
-        memset(&ss, 0, sizeof ss);
-        socklen_t sl;
-        if (fams[i] == AF_INET6) {
-            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-            a->sin6_family = AF_INET6;
-            a->sin6_addr = in6addr_any;
-            a->sin6_port = htons((uint16_t)r->port);
-            sl = sizeof *a;
-        } else {
-            struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-            a->sin_family = AF_INET;
-            a->sin_addr.s_addr = htonl(INADDR_ANY);
-            a->sin_port = htons((uint16_t)r->port);
-            sl = sizeof *a;
-        }
-        if (bind(fd, (struct sockaddr *)&ss, sl) == 0 && listen(fd, SOMAXCONN) == 0) {
-            sl = sizeof ss;
-            if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
-                r->port = ntohs(ss.ss_family == AF_INET6
-                                    ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                    : ((struct sockaddr_in *)&ss)->sin_port);
-            r->listen_fd = fd;
-            return DT_OK;
-        }
-        err = errno;
-        close(fd);
-        if (err == EADDRINUSE)
-            break;
-    }
+    int err = errno;
     return dt_err_set(DT_ERR_SYSTEM,
                       "rendezvous: rank 0 cannot listen on port %d (master_port): %s%s",
                       r->port, strerror(err),

@@ -20,8 +20,8 @@ rotary table in float32);
 otherwise that check prints SKIP.
 
 Run: /usr/bin/python3 tests/reference/test_llama_ref_selfcheck.py
-(ctest runs it as unit.llama_ref_selfcheck.)  Exit status 0 when every
-check passes, 77 (skipped) without numpy.
+(tests/unit/test_llama_oracle.c runs it before trusting the oracle.)
+Exit status 0 when every check passes, 77 (skipped) without numpy.
 """
 
 import json

@@ -639,27 +639,6 @@ static int block_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_t
     return DT_OK;
 }
 
-/* A column-parallel layer's backward (out = inp W^T + b, W's rows this
- * rank's): dinp (zeroed here) is a partial sum over the tensor group.  At
- * tp 1 one matmul_backward; under tensor parallelism dinp first, its
- * all-reduce started, the weight and bias gradients computed while it is
- * in flight, then the wait (Megatron-LM's overlap). */
-static int column_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, void *dinp, float *dw,
-                           float *db, const void *dout, const void *inp, const void *w,
-                           int64_t N, int64_t C, int64_t OC, const char *what, uint32_t u)
-{
-    const int ad = m->adtype, wd = m->wdtype;
-    DT_TRY(dt_model_zero(ctx, dinp, (uint64_t)(N * C) * dt_model_act_size(m)));
-    if (m->tp == 1)
-        return K->matmul_backward(D, dinp, dw, db, dout, inp, w, ad, wd, N, C, OC);
-    dt_comm_req_t *req = NULL;
-    DT_TRY(K->matmul_backward(D, dinp, NULL, NULL, dout, inp, w, ad, wd, N, C, OC));
-    DT_TRY(dt_model_tp_column_start(m, ctx, dinp, N * C, what, u, &req));
-    int rc = K->matmul_backward(D, NULL, dw, db, dout, inp, w, ad, wd, N, C, OC);
-    int wrc = dt_model_tp_column_wait(m, req, what, u); /* always: the request is freed */
-    return rc ? rc : wrc;
-}
-
 /* Backward of block l: g->dx holds d(out) on entry and d(x) on return;
  * `gr` is the unit's flat gradient (offsets as in the description).  Under
  * tensor parallelism each column-parallel layer's input gradient is a
@@ -683,8 +662,8 @@ static int block_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_
                               v->w[FCPW], ad, wd, BT, H, C));
     DT_TRY(dt_model_zero(ctx, g->dfch, (uint64_t)BT * H * es));
     DT_TRY(K->gelu_backward(D, g->dfch, a->fch, g->dfch_gelu, ad, BT * H));
-    DT_TRY(column_backward(m, ctx, g->dbuf_c, gr + o[FCW], gr + o[FCB], g->dfch, a->ln2,
-                           v->w[FCW], BT, C, H, "the gradient of the ln_2 output", u));
+    DT_TRY(dt_model_column_backward(m, ctx, g->dbuf_c, gr + o[FCW], gr + o[FCB], g->dfch, a->ln2,
+                                    v->w[FCW], BT, C, H, "the gradient of the ln_2 output", u));
     /* dx becomes d(res2): the residual path plus the ln_2 path */
     DT_TRY(K->layernorm_backward(D, dx, gr + o[LN2W], gr + o[LN2B], g->dbuf_c, a->res2,
                                  v->a[LN2W], a->ln2_mean, a->ln2_rstd, ad, BT, C));
@@ -694,8 +673,9 @@ static int block_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_
     DT_TRY(dt_model_zero(ctx, g->dqkv, (uint64_t)BT * 3 * CA * es));
     DT_TRY(K->attention_backward(D, g->dqkv, g->dbuf_c2, a->qkv, a->atty, a->att_state, ad, B, T,
                                  CA, NH));
-    DT_TRY(column_backward(m, ctx, g->dbuf_c, gr + o[ATTW], gr + o[ATTB], g->dqkv, a->ln1,
-                           v->w[ATTW], BT, C, 3 * CA, "the gradient of the ln_1 output", u));
+    DT_TRY(dt_model_column_backward(m, ctx, g->dbuf_c, gr + o[ATTW], gr + o[ATTB], g->dqkv, a->ln1,
+                                    v->w[ATTW], BT, C, 3 * CA, "the gradient of the ln_1 output",
+                                    u));
     /* dx becomes d(x): the residual path plus the ln_1 path */
     DT_TRY(K->layernorm_backward(D, dx, gr + o[LN1W], gr + o[LN1B], g->dbuf_c, x, v->a[LN1W],
                                  a->ln1_mean, a->ln1_rstd, ad, BT, C));
@@ -802,9 +782,9 @@ static int gpt2_stage_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, c
         DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 0, &v0), "backward", head);
         DT_TRY(dt_model_loss_backward(m, ctx, head, g->dlogits, loss_scale));
         /* the LM head is column-parallel over the vocabulary */
-        DT_TRY_UNIT(column_backward(m, ctx, g->dbuf_c, b0.grads, NULL, g->dlogits, g->lnf,
-                                    v0.w[WTE], BT, C, V, "the gradient of the ln_f output", head),
-                    "backward", head);
+        DT_TRY_UNIT(dt_model_column_backward(m, ctx, g->dbuf_c, b0.grads, NULL, g->dlogits, g->lnf,
+                                             v0.w[WTE], BT, C, V, "the gradient of the ln_f output",
+                                             head), "backward", head);
         /* on a stage without the embedding this is unit 0's last use */
         DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, first > 0, NULL));
         DT_TRY_UNIT(dt_model_zero(ctx, g->dx, (uint64_t)BT * C * es), "backward", head);

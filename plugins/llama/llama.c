@@ -861,25 +861,6 @@ static int block_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_t
     return DT_OK;
 }
 
-/* A column-parallel layer's backward, as gpt2.c's: dinp (zeroed here) is
- * a partial sum over the tensor group, its all-reduce overlapped with the
- * weight gradient. */
-static int column_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, void *dinp, float *dw,
-                           float *db, const void *dout, const void *inp, const void *w,
-                           int64_t N, int64_t C, int64_t OC, const char *what, uint32_t u)
-{
-    const int ad = m->adtype, wd = m->wdtype;
-    DT_TRY(dt_model_zero(ctx, dinp, (uint64_t)(N * C) * dt_model_act_size(m)));
-    if (m->tp == 1)
-        return K->matmul_backward(D, dinp, dw, db, dout, inp, w, ad, wd, N, C, OC);
-    dt_comm_req_t *req = NULL;
-    DT_TRY(K->matmul_backward(D, dinp, NULL, NULL, dout, inp, w, ad, wd, N, C, OC));
-    DT_TRY(dt_model_tp_column_start(m, ctx, dinp, N * C, what, u, &req));
-    int rc = K->matmul_backward(D, NULL, dw, db, dout, inp, w, ad, wd, N, C, OC);
-    int wrc = dt_model_tp_column_wait(m, req, what, u);
-    return rc ? rc : wrc;
-}
-
 /* Backward of block l: g->dx holds d(out) on entry and d(x) on return;
  * `gr` is the unit's flat gradient, `o` its tensors' offsets. */
 static int block_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_t l,
@@ -900,9 +881,9 @@ static int block_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_
     DT_TRY(dt_model_zero(ctx, g->dgu, (uint64_t)(BT * 2 * H) * es));
     DT_TRY(K->swiglu_backward(D, g->dgu, a->gu, g->dhmid, ad, BT, H));
     /* gate|up: one weight gradient of 2H rows (the two tensors adjacent) */
-    DT_TRY(column_backward(m, ctx, g->dbuf_c, gr + o[bidx(g, GW)], NULL, g->dgu, a->n2,
-                           v->w[bidx(g, GW)], BT, C, 2 * H,
-                           "the gradient of the post_attention_layernorm output", u));
+    DT_TRY(dt_model_column_backward(m, ctx, g->dbuf_c, gr + o[bidx(g, GW)], NULL, g->dgu, a->n2,
+                                    v->w[bidx(g, GW)], BT, C, 2 * H,
+                                    "the gradient of the post_attention_layernorm output", u));
     DT_TRY(K->rmsnorm_backward(D, dx, gr + o[bidx(g, LN2)], g->dbuf_c, a->res2,
                                v->a[bidx(g, LN2)], a->rstd2, ad, BT, C));
     /* o_proj */
@@ -915,9 +896,9 @@ static int block_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_
     /* the gradient of the rotated q and k becomes the unrotated ones' */
     DT_TRY(K->rope_backward(D, g->dqkv, g->dqkv, g->rope_cos, g->rope_sin, ad, B, T,
                             g->nha + g->nkva, HD, g->qkvd));
-    DT_TRY(column_backward(m, ctx, g->dbuf_c, gr + o[QW], g->s.qkv_bias ? gr + o[QB] : NULL,
-                           g->dqkv, a->n1, v->w[QW], BT, C, g->qkvd,
-                           "the gradient of the input_layernorm output", u));
+    DT_TRY(dt_model_column_backward(m, ctx, g->dbuf_c, gr + o[QW],
+                                    g->s.qkv_bias ? gr + o[QB] : NULL, g->dqkv, a->n1, v->w[QW], BT,
+                                    C, g->qkvd, "the gradient of the input_layernorm output", u));
     DT_TRY(K->rmsnorm_backward(D, dx, gr + o[LN1], g->dbuf_c, x, v->a[LN1], a->rstd1, ad, BT,
                                C));
     return DT_OK;
@@ -1021,9 +1002,9 @@ static int llama_stage_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, 
         /* the LM head is column-parallel over the vocabulary */
         float *dwlm = tie ? b0.grads : bh.grads + m->desc->units[head].params[LMW].offset;
         const void *wlm = tie ? v0.w[EMB] : vh.w[LMW];
-        DT_TRY_UNIT(column_backward(m, ctx, g->dbuf_c, dwlm, NULL, g->dlogits, g->nf, wlm, BT, C,
-                                    V, "the gradient of the norm output", head),
-                    "backward", head);
+        DT_TRY_UNIT(dt_model_column_backward(m, ctx, g->dbuf_c, dwlm, NULL, g->dlogits, g->nf, wlm,
+                                             BT, C, V, "the gradient of the norm output",
+                                             head), "backward", head);
         if (tie) /* on a stage without the embedding this is unit 0's last use */
             DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, first > 0, NULL));
         DT_TRY_UNIT(dt_model_zero(ctx, g->dx, (uint64_t)BT * C * es), "backward", head);

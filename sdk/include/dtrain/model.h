@@ -564,6 +564,34 @@ static inline int dt_model_tp_column_wait(const dt_model_state_t *m, dt_comm_req
 {
     return m->svc->tp_column_wait(m, req, what, unit);
 }
+/* A column-parallel layer's backward (out = inp W^T + b, W's rows this
+ * rank's; what matmul_backward takes, in m's dtypes): dinp (zeroed here)
+ * is a partial sum over the tensor group.  At tp 1 one matmul_backward;
+ * under tensor parallelism dinp first, its all-reduce started, the weight
+ * and bias gradients computed while it is in flight, then the wait
+ * (Megatron-LM's overlap).  `what` and `unit` name the layer in a
+ * failure. */
+static inline int dt_model_column_backward(const dt_model_state_t *m, const dt_model_ctx_t *ctx,
+                                           void *dinp, float *dw, float *db, const void *dout,
+                                           const void *inp, const void *w, int64_t N, int64_t C,
+                                           int64_t OC, const char *what, uint32_t unit)
+{
+    const dt_kernels_v1_t *k = m->kern;
+    const int ad = m->adtype, wd = m->wdtype;
+    int rc = dt_model_zero(ctx, dinp, (uint64_t)(N * C) * dt_model_act_size(m));
+    if (rc != DT_OK || m->tp == 1)
+        return rc != DT_OK ? rc
+                           : k->matmul_backward(ctx->dev, ctx->stream, dinp, dw, db, dout, inp,
+                                                w, ad, wd, N, C, OC);
+    dt_comm_req_t *req = NULL;
+    if ((rc = k->matmul_backward(ctx->dev, ctx->stream, dinp, NULL, NULL, dout, inp, w, ad, wd,
+                                 N, C, OC)) != DT_OK ||
+        (rc = dt_model_tp_column_start(m, ctx, dinp, N * C, what, unit, &req)) != DT_OK)
+        return rc;
+    rc = k->matmul_backward(ctx->dev, ctx->stream, NULL, dw, db, dout, inp, w, ad, wd, N, C, OC);
+    int wrc = dt_model_tp_column_wait(m, req, what, unit); /* always: the request is freed */
+    return rc != DT_OK ? rc : wrc;
+}
 static inline int dt_model_tp_embedding(const dt_model_state_t *m, const dt_model_ctx_t *ctx,
                                         void *buf, int64_t n, const char *what, uint32_t unit)
 {

@@ -120,6 +120,13 @@ after_fault() {
     else bad "$name: $step changed" "$(diff <(printf '%s\n' "$sums") <(ckpt_sums "$step"))"; fi
   fi
 }
+# expect_only_entry SO SYMBOL: the plugin SO exports SYMBOL, its entry,
+# and nothing else (the SDK builds plugins with hidden visibility)
+expect_only_entry() {
+  local syms
+  syms=$(nm -D --defined-only "$1" | awk '{print $3}' | grep -v '^_' || true)
+  if [ "$syms" = "$2" ]; then ok "only the entry symbol is exported"; else bad "exported: $syms"; fi
+}
 # install_alone BUILD PREFIX: `cmake --install BUILD --prefix PREFIX`, then
 # move the build tree's plugin folder (BUILD/plugins-out) aside until this
 # script exits, so the installed copy is tried as it runs on a machine

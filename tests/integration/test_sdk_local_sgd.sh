@@ -32,8 +32,7 @@ for f in "$src/local_sgd.c" "$src/CMakeLists.txt" "$prefix/include/dtrain/sdk/re
 done
 expect_exit 0 "the example builds with find_package(dtrain)" \
   bash -c "cmake -S '$src' -B '$work/ex' -DCMAKE_PREFIX_PATH='$prefix' && cmake --build '$work/ex'"
-syms=$(nm -D --defined-only "$work/ex/dtrain_local_sgd.so" | awk '{print $3}' | grep -v '^_' || true)
-if [ "$syms" = "dtrain_strategy_v1" ]; then ok "only the entry symbol is exported"; else bad "exported: $syms"; fi
+expect_only_entry "$work/ex/dtrain_local_sgd.so" dtrain_strategy_v1
 mkdir -p "$work/pc"
 expect_exit 0 "the example builds with pkg-config dtrain-sdk" bash -c \
   "cc -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -fvisibility=hidden \

@@ -26,8 +26,7 @@ for f in "$src/bigram.c" "$src/CMakeLists.txt" "$prefix/include/dtrain/model.h";
 done
 expect_exit 0 "the example builds with find_package(dtrain)" \
   bash -c "cmake -S '$src' -B '$work/ex' -DCMAKE_PREFIX_PATH='$prefix' && cmake --build '$work/ex'"
-syms=$(nm -D --defined-only "$work/ex/dtrain_bigram.so" | awk '{print $3}' | grep -v '^_' || true)
-if [ "$syms" = "dtrain_model_v1" ]; then ok "only the entry symbol is exported"; else bad "exported: $syms"; fi
+expect_only_entry "$work/ex/dtrain_bigram.so" dtrain_model_v1
 
 bin=$prefix/bin/dtrain
 export DTRAIN_PLUGIN_PATH=$work/ex

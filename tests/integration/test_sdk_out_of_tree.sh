@@ -130,8 +130,7 @@ expect_exit 0 "example builds with pkg-config" bash -c \
   "cc -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -shared -fPIC -fvisibility=hidden \
    -Wl,--no-undefined '$src/comm_self.c' \$(pkg-config --cflags --libs dtrain-sdk) \
    -o '$work/pc/dtrain_self.so'"
-syms=$(nm -D --defined-only "$work/ex/dtrain_self.so" | awk '{print $3}' | grep -v '^_' || true)
-if [ "$syms" = "dtrain_comm_v1" ]; then ok "only the entry symbol is exported"; else bad "exported: $syms"; fi
+expect_only_entry "$work/ex/dtrain_self.so" dtrain_comm_v1
 expect_exit 0 "installed dtrain lists the plugin" env DTRAIN_PLUGIN_PATH="$work/ex" "$prefix/bin/dtrain" plugins
 expect_out "listed as a loadable comm plugin" "self         comm      1.0   0.1.0    loadable"
 expect_exit 0 "describe shows its keys" env DTRAIN_PLUGIN_PATH="$work/pc" "$prefix/bin/dtrain" plugins --describe self

@@ -81,8 +81,12 @@ expect_exit 2 "MIN above MAX" "$bin" run el.toml --nproc 2 --nnodes 3:2
 expect_out "MIN above MAX: named" "launch.min_nnodes = 3 (from the command line) is more than launch.nnodes = 2 (from the command line)"
 expect_exit 2 "a malformed MIN" "$bin" run el.toml --nproc 2 --nnodes x:2
 expect_out "a malformed MIN: named" "--nnodes 'x:2': MIN:MAX needs MIN"
+# mpi's ranks are mpirun's: started by dtrain's agent they are refused by
+# the plugin itself (a config error: exit 2, and the agent does not retry)
 expect_exit 2 "mpi refused" "$bin" run el.toml --nproc 2 --nnodes 1:1 --set run.comm=mpi
-expect_out "mpi refused: why" "run.comm = \"mpi\" cannot be restarted at another size: mpirun owns an MPI job's processes"
+expect_out "mpi refused: why" "comm/mpi: init: dtrain has this process as rank 1 of 2, MPI_COMM_WORLD as rank 0 of 1: start every rank with mpirun"
+expect_out "mpi refused: the agent says which rank and why" "failed (exit 2); its last error line: dtrain run: error: comm/mpi: init:"
+if grep -q 'restart 1 of' <<<"$out"; then bad "a config error was retried" "$out"; else ok "a config error is not retried"; fi
 expect_exit 2 "--max-restarts without MIN:MAX" "$bin" run el.toml --nproc 2 --max-restarts 1
 expect_out "--max-restarts without MIN:MAX: named" "launch.max_restarts = 1 (from the command line) applies to an elastic job only: give --nnodes MIN:MAX"
 expect_exit 2 "under torchrun's variables" env RANK=0 WORLD_SIZE=1 "$bin" run el.toml --nnodes 1:1

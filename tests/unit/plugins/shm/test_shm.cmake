@@ -12,3 +12,12 @@ set_tests_properties(unit.test_shm_portable PROPERTIES TIMEOUT 240 LABELS "unit;
 add_test(NAME unit.test_shm_planted COMMAND test_shm)
 set_tests_properties(unit.test_shm_planted PROPERTIES TIMEOUT 120 LABELS "comm;faults"
   ENVIRONMENT "CMOCKA_MESSAGE_OUTPUT=STDOUT;DT_TEST_FILTER=test_planted_*")
+# Its cases by concern, in the files beside test_shm.c (shm_test.h).
+target_sources(test_shm PRIVATE
+  "${CMAKE_CURRENT_LIST_DIR}/shm_fixture.c"
+  "${CMAKE_CURRENT_LIST_DIR}/shm_collectives.c"
+  "${CMAKE_CURRENT_LIST_DIR}/shm_failures.c"
+  "${CMAKE_CURRENT_LIST_DIR}/shm_symmetric.c"
+  "${CMAKE_CURRENT_LIST_DIR}/shm_segments.c"
+  "${CMAKE_CURRENT_LIST_DIR}/shm_job_secret.c"
+  "${CMAKE_CURRENT_LIST_DIR}/shm_arguments.c")

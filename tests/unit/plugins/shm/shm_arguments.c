@@ -1,7 +1,6 @@
 /*
  * tests/unit/plugins/shm/shm_arguments.c - test_shm's one-rank checks: every
- * operation's argument refusals, the plugin's info, and a job spanning
- * nodes.
+ * operation's argument refusals, the plugin's info, and a job spanning nodes.
  */
 #include "shm_test.h"
 

@@ -1,8 +1,8 @@
 /*
- * tests/unit/plugins/shm/shm_collectives.c - test_shm's collectives: the battery (every
- * collective, dtype and op at world sizes 1 to 8, bitwise against the
- * rank-order reference), every f16 and bf16 bit pattern, 64 MiB through
- * the slots, sub-groups split from the world, and point-to-point in
+ * tests/unit/plugins/shm/shm_collectives.c - test_shm's collectives: the
+ * battery (every collective, dtype and op at world sizes 1 to 8, bitwise
+ * against the rank-order reference), every f16 and bf16 bit pattern, 64 MiB
+ * through the slots, sub-groups split from the world, and point-to-point in
  * flight with collectives.
  */
 #include "shm_test.h"

@@ -1,9 +1,9 @@
 /*
  * tests/unit/plugins/shm/shm_failures.c - test_shm's failures: a rank killed
  * mid-collective, a rank that never arrives, one that stalls, the wait's
- * limit, abort with a reason, mismatched collectives and a send and recv
- * of different sizes; each with the exact status and message, how long it
- * took, and nothing left in /dev/shm.
+ * limit, abort with a reason, mismatched collectives and a send and recv of
+ * different sizes; each with the exact status and message, how long it took,
+ * and nothing left in /dev/shm.
  */
 #include "shm_test.h"
 

@@ -211,7 +211,7 @@ const char *op_name(int op)
 /* Compare `got` (n elements) with the reference of input indices
  * base + i; fails the child with the first difference. */
 int check_reduced(const void *got, int dt, int op, int nranks, uint64_t n,
-                         uint64_t base, uint32_t salt, const char *what)
+                  uint64_t base, uint32_t salt, const char *what)
 {
     for (uint64_t i = 0; i < n; i++) {
         uint32_t want = ref_reduce_bits(dt, op, nranks, base + i, salt);
@@ -226,7 +226,7 @@ int check_reduced(const void *got, int dt, int op, int nranks, uint64_t n,
 
 /* Compare a plain copy: got[i] == rank `src`'s input element base + i. */
 int check_copy(const void *got, int dt, int src, uint64_t n, uint64_t base,
-                      uint32_t salt, const char *what)
+               uint32_t salt, const char *what)
 {
     size_t es = dt_dtype_size(dt);
     unsigned char want[8];

@@ -1,7 +1,7 @@
 /*
- * tests/unit/plugins/shm/shm_job_secret.c - test_shm's job secret: outsiders who know
- * the job id but not its secret are refused at once, and the hash behind
- * it against published vectors.
+ * tests/unit/plugins/shm/shm_job_secret.c - test_shm's job secret: outsiders
+ * who know the job id but not its secret are refused at once, and the hash
+ * behind it against published vectors.
  */
 #include "shm_test.h"
 /* white box: the hash behind the job secret, checked against published

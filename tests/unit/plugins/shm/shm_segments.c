@@ -1,9 +1,9 @@
 /*
- * tests/unit/plugins/shm/shm_segments.c - what test_shm finds at a job's segment name:
- * a stale segment left by a crash, planted files trusted by no one
- * (a foreign owner, an open mode, links, a corrupt or stale header,
- * garbage, a reused creator pid), the mode segments are created with,
- * rank 0 as their creator, their names and cleanup_job.
+ * tests/unit/plugins/shm/shm_segments.c - what test_shm finds at a job's
+ * segment name: a stale segment left by a crash, planted files trusted by no
+ * one (a foreign owner, an open mode, links, a corrupt or stale header,
+ * garbage, a reused creator pid), the mode segments are created with, rank 0
+ * as their creator, their names and cleanup_job.
  */
 #include "shm_test.h"
 

@@ -1,7 +1,7 @@
 /*
- * tests/unit/plugins/shm/shm_symmetric.c - test_shm's symmetric memory: buffers every
- * rank maps, their collectives, a mismatched or refused allocation and a
- * rank killed while they are in use.
+ * tests/unit/plugins/shm/shm_symmetric.c - test_shm's symmetric memory:
+ * buffers every rank maps, their collectives, a mismatched or refused
+ * allocation and a rank killed while they are in use.
  */
 #include "shm_test.h"
 

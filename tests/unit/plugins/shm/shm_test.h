@@ -1,9 +1,9 @@
 /*
  * tests/unit/plugins/shm/shm_test.h - what the files of test_shm share
- * (shm_fixture.c): the plugin's table, a world joined in a forked rank,
- * the deterministic inputs every rank computes for every rank and the
- * bitwise checks against them, the segment helpers; and the cases each
- * file holds, which test_shm.c lists.
+ * (shm_fixture.c): the plugin's table, a world joined in a forked rank, the
+ * deterministic inputs every rank computes for every rank and the bitwise
+ * checks against them, the segment helpers; and the cases each file holds,
+ * which test_shm.c lists.
  */
 #ifndef DT_TEST_SHM_TEST_H
 #define DT_TEST_SHM_TEST_H

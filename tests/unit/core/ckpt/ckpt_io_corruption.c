@@ -8,6 +8,8 @@
  */
 #include "ckpt_io_test.h"
 
+/* ---- a damaged checkpoint ------------------------------------------- */
+
 static void flip_byte(const char *path, long at)
 {
     FILE *f = fopen(path, "r+b");

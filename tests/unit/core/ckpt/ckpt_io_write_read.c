@@ -7,6 +7,8 @@
  */
 #include "ckpt_io_test.h"
 
+/* ---- a 3-rank checkpoint written and read back ---------------------- */
+
 void test_roundtrip_3ranks(void **state)
 {
     char root[512], dir[600];

@@ -4,6 +4,7 @@
  * behind it against published vectors.
  */
 #include "shm_test.h"
+
 /* white box: the hash behind the job secret, checked against published
  * vectors (the module exports only its entry, so its copy is unreachable;
  * this is the same source, compiled into the test) */

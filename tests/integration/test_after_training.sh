@@ -7,7 +7,7 @@
 # greedy generation from weights the float64 reference wrote equal to the
 # reference's own, errors naming the tensor).  The numbers (cached logits
 # against a full forward, imported logits against the reference) are
-# tests/unit/test_generate.c's and test_hf_import.c's; here the command
+# tests/unit/core/model/test_generate.c's and test_hf_import.c's; here the command
 # line around them.
 set -euo pipefail
 bin=$1 work=$2

@@ -49,31 +49,10 @@ export DTRAIN_LOG=info
 losses_cmp() { /usr/bin/python3 "$here/elastic_cmp.py" "$@"; }
 
 expect_exit 0 "data prepare" "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin
-cat > el.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-[train]
-steps = 60
-global_batch = 24
-micro_batch = 2
-seq_len = 32
-lr = 3e-3
-[checkpoint]
-every = 4
-keep = 100
-[launch]
-timeout = 8.0
-[cpu]
-threads = 1
-T
+toml_from gpt2_2layer el.toml \
+  '[train]' 'steps = 60' 'global_batch = 24' 'micro_batch = 2' '-warmup_steps' \
+  '[checkpoint]' 'every = 4' 'keep = 100' \
+  '[launch]' 'timeout = 8.0'
 port=$((29700 + $$ % 200 * 4))
 
 # ---- the options, checked first ---------------------------------------------

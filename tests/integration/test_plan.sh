@@ -45,22 +45,10 @@ set -euo pipefail
 bin=$1 work=$2 fakes=$3   # fakes: the fake plugins' folder (fake_strategy.c)
 . "$(dirname "$0")/lib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
-cat > eq.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-[train]
-steps = 20
-global_batch = 8
-seq_len = 32
-T
+toml_from gpt2_2layer eq.toml \
+  '[train]' 'steps = 20' '-lr' '-warmup_steps' \
+  '[launch]' '-timeout' \
+  '[cpu]' '-threads'
 
 expect_exit 0 "plan every strategy at 4 ranks" "$bin" plan eq.toml --world 4
 for row in "ddp " "zero-1 " "zero-2 " "zero-3 " "fsdp FULL_SHARD " "fsdp SHARD_GRAD_OP " "fsdp NO_SHARD "; do

@@ -13,33 +13,11 @@ bin=$1 work=$2
 . "$(dirname "$0")/lib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
-cat > p.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-[train]
-steps = 3
-global_batch = 8
-seq_len = 32
-lr = 3e-3
-warmup_steps = 1
-[parallel]
-data = "zero"
-[zero]
-stage = 2
-[launch]
-nproc = 2
-timeout = 30.0
-[cpu]
-threads = 1
-T
+toml_from gpt2_2layer p.toml \
+  '[train]' 'steps = 3' 'warmup_steps = 1' \
+  '[parallel]' 'data = "zero"' \
+  '[zero]' 'stage = 2' \
+  '[launch]' 'nproc = 2'
 expect_exit 0 "2 ranks with --profile comm,device" "$bin" run p.toml --profile comm,device
 expect_out "rank 0 prints its table" "[rank 0] comm profile (rank 0, shm):"
 expect_out "rank 1 prints its table" "[rank 1] comm profile (rank 1, shm):"

@@ -387,6 +387,7 @@ static int llama_create(dt_model_state_t *m)
     dt_model_add_key(m, "n_kv_head", s->n_kv_head);
     dt_model_add_key(m, "n_embd", C);
     dt_model_add_key(m, "vocab_size", V);
+    dt_model_add_key(m, "context", s->context);
     dt_model_add_key(m, "intermediate_size", I);
     dt_model_add_key(m, "head_dim", HD);
     dt_model_add_bool_key(m, "tie_embeddings", s->tie);

@@ -6,7 +6,7 @@
 # on tp2 and on pp2.  Checkpoints are layout-independent, so sample loads
 # each layout's as the whole model: greedy generation from the tp2 and pp2
 # checkpoints is the one-rank one's, token for token (one step apart from
-# the same weights they agree within test_llama.sh's 1e-6; the 400 steps
+# the same weights their parameters agree within test_llama.sh's 2e-5; the 400 steps
 # are what makes the greedy continuation more than one repeated byte), and
 # sampling is seeded.  The numbers (every position's cached logits against
 # the full forward, greedy against its argmax) are

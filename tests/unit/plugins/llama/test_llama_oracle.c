@@ -264,23 +264,25 @@ static void test_description(void **state)
     assert_int_equal(mi->context, MAXT);
     assert_int_equal(mi->boundary_width, C);
     assert_int_equal(mi->tied_embedding, 0);
-    static const char *keys[] = {"n_layer", "n_head", "n_kv_head", "n_embd", "vocab_size",
-                                 "intermediate_size", "head_dim", "tie_embeddings",
-                                 "qkv_bias", "rope_theta", "rms_norm_eps", "rope_scaling"};
-    const int64_t vals[] = {L, NH, NKV, C, V, I, HD, 0, 0};
-    assert_int_equal(mi->n_keys, 12);
-    for (int k = 0; k < 12; k++) {
+    /* context recorded too: dtrain sample rebuilds the model with it */
+    static const char *keys[] = {"n_layer",   "n_head",       "n_kv_head",         "n_embd",
+                                 "vocab_size", "context",     "intermediate_size", "head_dim",
+                                 "tie_embeddings", "qkv_bias", "rope_theta",       "rms_norm_eps",
+                                 "rope_scaling"};
+    const int64_t vals[] = {L, NH, NKV, C, V, MAXT, I, HD, 0, 0};
+    assert_int_equal(mi->n_keys, 13);
+    for (int k = 0; k < 13; k++) {
         assert_string_equal(mi->keys[k].key, keys[k]);
-        const int kind = k < 7 ? DT_MODEL_KEY_INT : k < 9 ? DT_MODEL_KEY_BOOL
-                                                  : k < 11 ? DT_MODEL_KEY_FLOAT
+        const int kind = k < 8 ? DT_MODEL_KEY_INT : k < 10 ? DT_MODEL_KEY_BOOL
+                                                  : k < 12 ? DT_MODEL_KEY_FLOAT
                                                            : DT_MODEL_KEY_CHOICE;
         assert_int_equal(mi->keys[k].kind, kind);
-        if (k < 9)
+        if (k < 10)
             assert_int_equal(mi->keys[k].value, vals[k]);
     }
-    assert_true(mi->keys[9].f == 10000.0);
-    assert_true(mi->keys[10].f == 1e-5);
-    assert_string_equal(mi->keys[11].s, "none");
+    assert_true(mi->keys[10].f == 10000.0);
+    assert_true(mi->keys[11].f == 1e-5);
+    assert_string_equal(mi->keys[12].s, "none");
     dt_gpt2_shape_t gs; /* not a GPT-2's keys */
     assert_int_equal(dt_hf_gpt2_shape(mi, &gs), DT_ERR_NOT_FOUND);
     dt_mh_close(&h);
@@ -297,12 +299,12 @@ static void test_description(void **state)
     /* rope_scaling: its four settings recorded too */
     open_toml(&h, NKV, "fp32", "none", "rope_scaling = \"llama3\"\n");
     mi = dt_model_info(h.model);
-    assert_int_equal(mi->n_keys, 16);
-    assert_string_equal(mi->keys[11].s, "llama3");
-    assert_string_equal(mi->keys[12].key, "rope_scaling_factor");
-    assert_true(mi->keys[12].f == 8.0);
-    assert_string_equal(mi->keys[15].key, "rope_scaling_original_max_position_embeddings");
-    assert_int_equal(mi->keys[15].value, 8192);
+    assert_int_equal(mi->n_keys, 17);
+    assert_string_equal(mi->keys[12].s, "llama3");
+    assert_string_equal(mi->keys[13].key, "rope_scaling_factor");
+    assert_true(mi->keys[13].f == 8.0);
+    assert_string_equal(mi->keys[16].key, "rope_scaling_original_max_position_embeddings");
+    assert_int_equal(mi->keys[16].value, 8192);
     dt_mh_close(&h);
 }
 

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_llama_generate.c - the llama plugin's KV-cache decoder
+ * tests/unit/plugins/llama/test_llama_generate.c - the llama plugin's KV-cache decoder
  * (plugins/llama/llama_decode.c) on the real cpu device, against the
  * model's full forward: the logits of every position, and greedy
  * generation against the argmax of a full forward over the generated

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_llama_presets.c - every llama preset described (the
+ * tests/unit/plugins/llama/test_llama_presets.c - every llama preset described (the
  * planner's path: the cpu plugin's kernel table, no device instance,
  * nothing allocated) has the real model's parameter count, to the
  * parameter: transformers' LlamaForCausalLM built from each Hugging Face

@@ -13,7 +13,8 @@
  * per-layer activation checkpointing, tensor parallelism (kv-head groups),
  * pipeline stages and activation slots, as plugins/gpt2/gpt2.c (whose
  * structure this file follows).  Presets ([model] preset) behind the
- * model table's preset slot.
+ * model table's preset slot; Hugging Face's files behind its hf_* slots
+ * (llama_hf.c).
  *
  * Parameters carry Hugging Face's names without "model.", weights (out,
  * in).  A layer's q, k and v weights are three tensors laid one after the
@@ -38,6 +39,7 @@
 
 #define DT_MODEL_PLUGIN_HELPERS
 #include "dtrain/model.h"
+#include "llama_hf.h"
 
 /* The shape and the settings of a LLaMA-family model ([model] keys). */
 typedef struct llama_shape {
@@ -1100,6 +1102,11 @@ static const dt_model_ops_v1_t llama_ops = {
     .free = llama_free,
     .need_kernels = llama_need_kernels,
     .preset = llama_preset,
+    .hf_architectures = llama_hf_architectures,
+    .hf_config_read = llama_hf_config_read,
+    .hf_config_write = llama_hf_config_write,
+    .hf_export_name = llama_hf_export_name,
+    .hf_import_name = llama_hf_import_name,
 };
 
 DT_PLUGIN_ENTRY(model, 1, dt_model_ops_v1_t, &llama_ops)

@@ -96,7 +96,7 @@ expect_out "says generation needs gpt2" "generation needs a model plugin with a 
 py=/usr/bin/python3
 # (hf/ and nat/ do not exist: export makes them, as the README's line needs)
 expect_exit 0 "export, hf layout" "$bin" export "$ck" hf/model.safetensors
-expect_out "export says where config.json went" "dtrain: wrote hf/config.json (Hugging Face GPT-2 config)"
+expect_out "export says where config.json went" "dtrain: wrote hf/config.json (Hugging Face config)"
 if out=$($py - hf/config.json <<'P' 2>&1
 import json, sys
 got = json.load(open(sys.argv[1]))
@@ -212,13 +212,13 @@ expect_out "names the id" "--prompt: '50' is not a token id in [0, 50)"
 # import errors name the file and the tensor
 expect_exit 1 "import of a dtrain-layout export" "$bin" import nat/w.safetensors hf/config.json bad1
 expect_out "names the transposed tensor" \
-  "'nat/w.safetensors': tensor h.0.attn.c_attn.weight has shape [48, 16], but this GPT-2 (from its config.json) needs [16, 48] (Hugging Face's Conv1D layout, (in, out))"
+  "'nat/w.safetensors': tensor h.0.attn.c_attn.weight has shape [48, 16], but this gpt2 (from its config.json) needs [16, 48] (stored transposed, (in, out))"
 [ ! -e bad1 ] || [ -z "$(ls -A bad1)" ] && ok "nothing imported" || bad "bad1 holds files" "$(ls -R bad1)"
 expect_exit 2 "import without a config.json" "$bin" import nat/w.safetensors bad2
 expect_out "names the missing config" "nat/config.json"
 expect_exit 1 "import with another shape's config" "$bin" import hf/model.safetensors refhf/config.json bad3
 expect_out "names the first tensor that does not fit" \
-  "'hf/model.safetensors': tensor wte.weight has shape [256, 16], but this GPT-2 (from its config.json) needs [50, 16]"
+  "'hf/model.safetensors': tensor wte.weight has shape [256, 16], but this gpt2 (from its config.json) needs [50, 16]"
 expect_exit 1 "import of something else" "$bin" import tiny.toml hf/config.json bad4
 expect_out "names the file" "safetensors 'tiny.toml'"
 expect_exit 2 "import: one argument" "$bin" import hf/model.safetensors

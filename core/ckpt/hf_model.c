@@ -134,8 +134,12 @@ static void key_set(const char *arch, const dt_model_key_t *k, char *buf, size_t
     const char *table = dt_model_key_table(arch, k->key);
     if (k->kind == DT_MODEL_KEY_BOOL)
         snprintf(buf, cap, "%s.%s=%s", table, k->key, k->value ? "true" : "false");
-    else if (k->kind == DT_MODEL_KEY_FLOAT)
-        snprintf(buf, cap, "%s.%s=%.17g", table, k->key, k->f);
+    else if (k->kind == DT_MODEL_KEY_FLOAT) /* the shortest text that reads back exactly */
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(buf, cap, "%s.%s=%.*g", table, k->key, prec, k->f);
+            if (strtod(strchr(buf, '=') + 1, NULL) == k->f)
+                break;
+        }
     else if (k->kind == DT_MODEL_KEY_CHOICE)
         snprintf(buf, cap, "%s.%s=%s", table, k->key, k->s ? k->s : "");
     else

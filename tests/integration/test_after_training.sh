@@ -110,9 +110,11 @@ assert got == want, "got %r" % got
 P
 ); then ok "config.json holds HF's GPT-2 keys for this shape"; else bad "config.json" "$out"; fi
 # where Hugging Face's own library is installed (not in the project's
-# install list), it loads the folder and continues the prompt as dtrain does
-if $py -c 'import torch, transformers' 2>/dev/null; then
-  hfg=$($py - hf <<'P' 2>/dev/null
+# install list; $DT_HF_PYTHON names a python that has it), it loads the
+# folder and continues the prompt as dtrain does
+tpy=${DT_HF_PYTHON:-$py}
+if "$tpy" -c 'import torch, transformers' 2>/dev/null; then
+  hfg=$("$tpy" - hf <<'P' 2>/dev/null
 import sys, torch
 from transformers import GPT2LMHeadModel
 m = GPT2LMHeadModel.from_pretrained(sys.argv[1]).eval()
@@ -123,7 +125,7 @@ P
 )
   [ "$hfg" = "$s1" ] && ok "transformers' GPT2LMHeadModel loads the export and continues it as dtrain sample" ||
     bad "transformers' greedy continuation differs" "$hfg / $s1"
-else skip "transformers loads the export" "python3 has no torch/transformers"; fi
+else skip "transformers loads the export" "$tpy has no torch/transformers"; fi
 expect_exit 0 "export, dtrain layout" "$bin" export "$ck" nat/w.safetensors --layout dtrain
 [ ! -e nat/config.json ] && ok "no config.json beside a dtrain-layout export" ||
   bad "config.json written beside a dtrain-layout export" ""

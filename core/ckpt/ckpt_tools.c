@@ -395,7 +395,7 @@ typedef struct import_job {
     const dt_safetensors_tensor_t **src;
     const dt_safetensors_tensor_t **tied; /* tied[i]: must equal src[tied_of[i]] */
     size_t *tied_of, n_params, n_tied;
-    uint64_t largest;
+    uint64_t largest; /* elements of raw and buf: a chunk, or a transposed tensor */
     float *raw, *buf;
 } import_job_t;
 
@@ -485,20 +485,22 @@ static int import_map(import_job_t *x)
 }
 
 /* A tied copy must be its parameter's tensor: the same dtype, shape and
- * bytes (compared in raw and buf, each of the largest tensor's size). */
+ * bytes (compared chunk by chunk in raw and buf). */
 static int import_check_tied(import_job_t *x)
 {
+    const uint64_t chunk = x->largest * sizeof *x->raw;
     for (size_t i = 0; i < x->n_tied; i++) {
         const dt_safetensors_tensor_t *a = x->tied[i], *b = x->src[x->tied_of[i]];
         int same = a->dtype == b->dtype && a->ndim == b->ndim;
         for (int k = 0; same && k < a->ndim; k++)
             same = a->shape[k] == b->shape[k];
-        int rc;
-        if (same) {
-            if ((rc = dt_safetensors_set_read(x->st, a, 0, a->nbytes, x->raw)) ||
-                (rc = dt_safetensors_set_read(x->st, b, 0, b->nbytes, x->buf)))
+        for (uint64_t off = 0; same && off < b->nbytes; off += chunk) {
+            const uint64_t c = b->nbytes - off < chunk ? b->nbytes - off : chunk;
+            int rc;
+            if ((rc = dt_safetensors_set_read(x->st, a, off, c, x->raw)) ||
+                (rc = dt_safetensors_set_read(x->st, b, off, c, x->buf)))
                 return rc;
-            same = memcmp(x->raw, x->buf, b->nbytes) == 0;
+            same = memcmp(x->raw, x->buf, c) == 0;
         }
         if (!same)
             return dt_err_set(DT_ERR_DATA,
@@ -509,32 +511,51 @@ static int import_check_tied(import_job_t *x)
     return DT_OK;
 }
 
-/* Parameter i as f32 in dtrain's layout into x->buf: widened exactly from
- * bf16 / f16, a weight HF stores transposed put back to (out, in). */
-static int import_read(import_job_t *x, size_t i)
+/* Whether Hugging Face stores parameter i transposed. */
+static int import_transposed(const import_job_t *x, size_t i)
 {
-    const dt_safetensors_tensor_t *t = x->src[i];
-    int rc = dt_safetensors_set_read(x->st, t, 0, t->nbytes, x->raw);
-    if (rc)
-        return rc;
-    float *f = x->raw; /* widened in place, from the end: 2-byte elements */
-    if (t->dtype != DT_F32)
-        for (uint64_t k = t->numel; k-- > 0;) {
-            const uint16_t h = ((const uint16_t *)x->raw)[k];
-            f[k] = t->dtype == DT_BF16 ? dt_bf16_to_f32(h) : dt_f16_to_f32(h);
-        }
     char hf[256];
     int transpose = 0;
     x->hf->hf_export_name(x->param[i]->name, hf, sizeof hf, &transpose);
-    if (transpose && t->ndim == 2) { /* (in, out) -> (out, in) */
+    return transpose && x->param[i]->ndim == 2;
+}
+
+/* Elements [first, first + n) of tensor t as f32 into out: widened
+ * exactly from bf16 / f16 (read through raw). */
+static int import_chunk(import_job_t *x, const dt_safetensors_tensor_t *t, uint64_t first,
+                        uint64_t n, float *out)
+{
+    const uint64_t es = t->dtype == DT_F32 ? 4 : 2;
+    void *dst = t->dtype == DT_F32 ? (void *)out : (void *)x->raw;
+    int rc = dt_safetensors_set_read(x->st, t, first * es, n * es, dst);
+    for (uint64_t k = 0; !rc && t->dtype != DT_F32 && k < n; k++) {
+        const uint16_t h = ((const uint16_t *)x->raw)[k];
+        out[k] = t->dtype == DT_BF16 ? dt_bf16_to_f32(h) : dt_f16_to_f32(h);
+    }
+    return rc;
+}
+
+/* Parameter i in dtrain's layout appended to shard w: chunk by chunk, or
+ * whole when Hugging Face stores it transposed ((in, out) -> (out, in)). */
+static int import_param_data(import_job_t *x, dt_ckpt_writer_t *w, size_t i)
+{
+    const dt_safetensors_tensor_t *t = x->src[i];
+    int rc = DT_OK;
+    if (import_transposed(x, i)) {
+        if ((rc = import_chunk(x, t, 0, t->numel, x->buf)))
+            return rc;
         const int64_t rows = t->shape[0], cols = t->shape[1];
         for (int64_t a = 0; a < rows; a++)
             for (int64_t b = 0; b < cols; b++)
-                x->buf[b * rows + a] = f[a * cols + b];
-    } else {
-        memcpy(x->buf, f, t->numel * sizeof *x->buf);
+                x->raw[b * rows + a] = x->buf[a * cols + b];
+        return dt_ckpt_shard_append(w, x->raw, t->numel * sizeof *x->raw);
     }
-    return DT_OK;
+    for (uint64_t off = 0; off < t->numel && !rc; off += x->largest) {
+        const uint64_t c = t->numel - off < x->largest ? t->numel - off : x->largest;
+        if (!(rc = import_chunk(x, t, off, c, x->buf)))
+            rc = dt_ckpt_shard_append(w, x->buf, c * sizeof *x->buf);
+    }
+    return rc;
 }
 
 /* An import may write into out_root when it holds no complete checkpoint,
@@ -576,8 +597,7 @@ static int import_unit(import_job_t *x, dt_ckpt_writer_t *w, uint32_t u, size_t 
         if ((rc = dt_ckpt_shard_begin(w, e->name, DT_F32, 0, ud->numel)))
             break;
         for (uint32_t k = 0; s == 0 && k < ud->n_params && !rc; k++)
-            if (!(rc = import_read(x, flat + k)))
-                rc = dt_ckpt_shard_append(w, x->buf, ud->params[k].numel * sizeof *x->buf);
+            rc = import_param_data(x, w, flat + k);
         for (uint64_t off = 0; s > 0 && off < ud->numel && !rc; off += DEFAULT_CHUNK) {
             uint64_t c = ud->numel - off < DEFAULT_CHUNK ? ud->numel - off : DEFAULT_CHUNK;
             rc = dt_ckpt_shard_append(w, zeros, c * sizeof *zeros);
@@ -628,7 +648,8 @@ static int import_write(import_job_t *x, const char *tmp)
 }
 
 /* The model's parameters listed flat, the file opened and mapped onto
- * them, the buffers sized by the largest tensor. */
+ * them, the buffers sized: a chunk of DEFAULT_CHUNK elements, or the
+ * largest tensor Hugging Face stores transposed (GPT-2's Conv1D). */
 static int import_prepare(import_job_t *x)
 {
     const dt_model_desc_t *d = dt_model_desc((dt_model_t *)x->m);
@@ -648,15 +669,18 @@ static int import_prepare(import_job_t *x)
     for (uint32_t u = 0; u < d->n_units; u++)
         for (uint32_t k = 0; k < d->units[u].n_params; k++)
             x->param[flat++] = &d->units[u].params[k];
-    for (size_t i = 0; i < n_file; i++) /* a tied copy is compared whole too */
-        if (dt_safetensors_set_at(x->st, i)->numel > x->largest)
-            x->largest = dt_safetensors_set_at(x->st, i)->numel;
-    x->raw = malloc((x->largest ? x->largest : 1) * sizeof *x->raw);
-    x->buf = malloc((x->largest ? x->largest : 1) * sizeof *x->buf);
+    if ((rc = import_map(x)))
+        return rc;
+    x->largest = DEFAULT_CHUNK; /* a chunk, or the largest tensor stored transposed */
+    for (size_t i = 0; i < x->n_params; i++)
+        if (import_transposed(x, i) && x->param[i]->numel > x->largest)
+            x->largest = x->param[i]->numel;
+    x->raw = malloc(x->largest * sizeof *x->raw);
+    x->buf = malloc(x->largest * sizeof *x->buf);
     if (!x->raw || !x->buf)
-        return dt_err_set(DT_ERR_NOMEM, "out of memory (largest tensor %" PRIu64 " elements)",
+        return dt_err_set(DT_ERR_NOMEM, "out of memory (buffers of %" PRIu64 " elements)",
                           x->largest);
-    return import_map(x);
+    return DT_OK;
 }
 
 int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root, int overwrite)

@@ -70,7 +70,9 @@ typedef struct dt_model dt_model_t;
  * parameter of m in HF's shape (F32, BF16 or F16), a buffer (ignored) or
  * a tied copy equal to its parameter (a tied LM head); every parameter
  * must be there.  Errors are DT_ERR_DATA naming the file and the tensor.
- * Memory: two buffers of the largest tensor, whatever the model size.
+ * Memory: two buffers of 4M elements (16 MiB each; of the largest tensor
+ * when Hugging Face stores it transposed, GPT-2's Conv1D), whatever the
+ * model size: tensors are read by ranges and written chunk by chunk.
  * out_root is locked as a run locks it (dt_ckpt_lock).  When it already
  * holds complete checkpoints: without `overwrite`, DT_ERR_CONFIG "the
  * folder '<out_root>' already holds checkpoints (the newest: step N): give

@@ -885,6 +885,11 @@ static const dt_model_ops_v1_t gpt2_ops = {
     .decoder_len = gpt2_decoder_len,
     .decoder_reset = gpt2_decoder_reset,
     .decoder_free = gpt2_decoder_free,
+    .hf_architectures = gpt2_hf_architectures,
+    .hf_config_read = gpt2_hf_config_read,
+    .hf_config_write = gpt2_hf_config_write,
+    .hf_export_name = gpt2_hf_export_name,
+    .hf_import_name = gpt2_hf_import_name,
 };
 
 DT_PLUGIN_ENTRY(model, 1, dt_model_ops_v1_t, &gpt2_ops)

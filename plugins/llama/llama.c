@@ -14,7 +14,8 @@
  * pipeline stages and activation slots, as plugins/gpt2/gpt2.c (whose
  * structure this file follows).  Presets ([model] preset) behind the
  * model table's preset slot; generation with a KV cache (the decoder
- * slots) is llama_decode.c's.
+ * slots) is llama_decode.c's, Hugging Face's files behind its hf_* slots
+ * llama_hf.c's.
  *
  * Parameters carry Hugging Face's names without "model.", weights (out,
  * in).  A layer's q, k and v weights are three tensors laid one after the
@@ -37,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llama_hf.h"
 #include "llama_internal.h"
 
 
@@ -1097,6 +1099,11 @@ static const dt_model_ops_v1_t llama_ops = {
     .decoder_len = llama_decoder_len,
     .decoder_reset = llama_decoder_reset,
     .decoder_free = llama_decoder_free,
+    .hf_architectures = llama_hf_architectures,
+    .hf_config_read = llama_hf_config_read,
+    .hf_config_write = llama_hf_config_write,
+    .hf_export_name = llama_hf_export_name,
+    .hf_import_name = llama_hf_import_name,
 };
 
 DT_PLUGIN_ENTRY(model, 1, dt_model_ops_v1_t, &llama_ops)

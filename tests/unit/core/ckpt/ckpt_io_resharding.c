@@ -336,7 +336,7 @@ void test_blocks_read_as_ranges(void **state)
 
     /* export: the tensors of the table, whole, from their blocks */
     snprintf(out, sizeof out, "%s/model.safetensors", root);
-    assert_ok(dt_ckpt_export(dir, out, DT_EXPORT_NATIVE, 0, NULL));
+    assert_ok(dt_ckpt_export(dir, out, DT_EXPORT_NATIVE, NULL, 0, NULL));
     dt_test_st_t *st;
     assert_ok(dt_test_st_open(out, &st));
     static const struct {

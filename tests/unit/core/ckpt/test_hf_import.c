@@ -1,7 +1,8 @@
 /*
  * tests/unit/core/ckpt/test_hf_import.c - `dtrain import`'s library side
- * (core/ckpt/ckpt_tools.h dt_ckpt_import, core/ckpt/hf_gpt2.h, the
- * safetensors reader): Hugging Face GPT-2 weights written by the float64
+ * (core/ckpt/ckpt_tools.h dt_ckpt_import, core/ckpt/hf_model.h with the
+ * gpt2 plugin's hf_* slots, plugins/gpt2/gpt2_hf.c, the safetensors
+ * reader): Hugging Face GPT-2 weights written by the float64
  * reference (tests/reference/gpt2_ref.py --write-hf-to: Conv1D weights
  * transposed, attn.bias / attn.masked_bias buffers, the tied head not
  * stored, its own config.json) become a checkpoint whose weights are the
@@ -29,7 +30,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_io.h"
 #include "ckpt/ckpt_tools.h"
-#include "ckpt/hf_gpt2.h"
+#include "ckpt/hf_model.h"
 #include "ckpt/safetensors.h"
 #include "dtrain/dtrain.h"
 #include "dtrain/half.h"
@@ -102,18 +103,42 @@ static void need_python(void)
     }
 }
 
+/* config.json `path` as [model] assignments, read by the gpt2 plugin. */
+static int config_sets(const char *path, char (*sets)[96], int *n)
+{
+    dt_mh_t h;
+    open_model(&h);
+    int rc = dt_hf_model_sets(dt_model_ops(h.model), path, sets, 8, n);
+    dt_mh_close(&h);
+    return rc;
+}
+
+/* The assignment of `key` among sets[n] ("" when absent). */
+static const char *set_of(char (*sets)[96], int n, const char *key)
+{
+    for (int i = 0; i < n; i++)
+        if (strncmp(sets[i], key, strlen(key)) == 0 && sets[i][strlen(key)] == '=')
+            return sets[i];
+    return "";
+}
+
 /* The reference's config.json gives this model's shape. */
 static void test_config_from_reference(void **state)
 {
     (void)state;
     need_python();
-    dt_gpt2_shape_t s;
-    assert_ok(dt_hf_gpt2_config_read(g.cfg, &s));
-    assert_int_equal(s.n_layer, L);
-    assert_int_equal(s.n_head, NH);
-    assert_int_equal(s.n_embd, C);
-    assert_int_equal(s.vocab_size, V);
-    assert_int_equal(s.context, MAXT);
+    char sets[8][96], want[6][96];
+    int n = 0;
+    assert_ok(config_sets(g.cfg, sets, &n));
+    assert_int_equal(n, 6);
+    snprintf(want[0], 96, "model.arch=gpt2");
+    snprintf(want[1], 96, "model.n_layer=%d", L);
+    snprintf(want[2], 96, "model.n_head=%d", NH);
+    snprintf(want[3], 96, "model.n_embd=%d", C);
+    snprintf(want[4], 96, "model.vocab_size=%d", V);
+    snprintf(want[5], 96, "model.context=%d", MAXT);
+    for (int i = 0; i < 6; i++)
+        assert_string_equal(sets[i], want[i]);
 }
 
 /* Read every unit's params of checkpoint root/step-00000000 into the
@@ -308,10 +333,10 @@ static void test_import_refuses(void **state)
     } cases[] = {
         {V_DROP, " has no tensor h.2.mlp.c_fc.bias"},
         {V_I32, ": tensor ln_f.bias is I32; import takes F32, BF16 or F16"},
-        {V_EXTRA, ": tensor h.3.ln_1.weight is not a parameter of a GPT-2 with n_layer = 3 (is "
-                  "config.json the one of these weights?)"},
-        {V_UNTIED, ": tensor lm_head.weight differs from wte.weight: dtrain's GPT-2 ties the "
-                   "LM head to the token embedding, so an untied head cannot be imported"},
+        {V_EXTRA, ": tensor h.3.ln_1.weight is not a parameter of this gpt2 (from its "
+                  "config.json: is it the one of these weights?)"},
+        {V_UNTIED, ": tensor lm_head.weight differs from wte.weight: this gpt2 ties the two "
+                   "(its config.json), so different ones cannot be imported"},
         {V_TWICE, ": tensor wpe.weight is given twice (as wpe.weight and "
                   "transformer.wpe.weight)"},
     };
@@ -392,14 +417,15 @@ static void test_config_refuses(void **state)
         char text[1024], want[1024];
         snprintf(text, sizeof text, "{%s%s", shape, cases[c].rest);
         assert_ok(dt_fileutil_write_atomic(path, text, strlen(text)));
-        dt_gpt2_shape_t s;
+        char sets[8][96];
+        int n = 0;
         if (!cases[c].msg) {
-            assert_ok(dt_hf_gpt2_config_read(path, &s));
-            assert_int_equal(s.context, 6);
-            assert_int_equal(s.vocab_size, 11);
+            assert_ok(config_sets(path, sets, &n));
+            assert_string_equal(set_of(sets, n, "model.context"), "model.context=6");
+            assert_string_equal(set_of(sets, n, "model.vocab_size"), "model.vocab_size=11");
             continue;
         }
-        assert_status(dt_hf_gpt2_config_read(path, &s), DT_ERR_CONFIG);
+        assert_status(config_sets(path, sets, &n), DT_ERR_CONFIG);
         snprintf(want, sizeof want, "'%s'%s", path, cases[c].msg);
         assert_msg(want);
     }
@@ -422,11 +448,21 @@ static void test_config_special_tokens(void **state)
     char dir[512], path[600];
     dt_mh_tmpdir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/config.json", dir);
+    dt_mh_t h;
+    open_model(&h);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        dt_gpt2_shape_t s = {.n_layer = 2, .n_head = 2, .n_embd = 8,
-                             .vocab_size = cases[c].vocab, .context = 6};
+        cJSON *model = cJSON_CreateObject(); /* a checkpoint manifest's "model" */
+        assert_non_null(model);
+        cJSON_AddStringToObject(model, "arch", "gpt2");
+        cJSON_AddNumberToObject(model, "n_layer", 2);
+        cJSON_AddNumberToObject(model, "n_head", 2);
+        cJSON_AddNumberToObject(model, "n_embd", 8);
+        cJSON_AddNumberToObject(model, "vocab_size", (double)cases[c].vocab);
+        cJSON_AddNumberToObject(model, "context", 6);
         size_t len = 0;
-        char *text = dt_hf_gpt2_config_text(&s, &len);
+        char *text = NULL;
+        assert_ok(dt_hf_model_config_text(dt_model_ops(h.model), model, 0, dir, &text, &len));
+        cJSON_Delete(model);
         assert_non_null(text);
         assert_int_equal(len, strlen(text));
         assert_int_equal(text[len - 1], '\n');
@@ -442,18 +478,15 @@ static void test_config_special_tokens(void **state)
                 assert_true(cJSON_IsNumber(v) && v->valuedouble == cases[c].id);
         }
         cJSON_Delete(j);
-        assert_ok(dt_hf_gpt2_config_write(path, &s));
-        char *back;
-        size_t n;
-        assert_ok(dt_fileutil_read_all(path, &back, &n));
-        assert_int_equal(n, len);
-        assert_memory_equal(back, text, len);
-        free(back);
-        dt_gpt2_shape_t r;
-        assert_ok(dt_hf_gpt2_config_read(path, &r));
-        assert_int_equal(r.vocab_size, cases[c].vocab);
+        assert_ok(dt_fileutil_write_atomic(path, text, len));
+        char sets[8][96], want[96];
+        int n = 0;
+        assert_ok(dt_hf_model_sets(dt_model_ops(h.model), path, sets, 8, &n));
+        snprintf(want, sizeof want, "model.vocab_size=%lld", (long long)cases[c].vocab);
+        assert_string_equal(set_of(sets, n, "model.vocab_size"), want);
         free(text);
     }
+    dt_mh_close(&h);
     dt_fileutil_rm_rf(dir);
 }
 

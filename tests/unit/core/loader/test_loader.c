@@ -210,16 +210,19 @@ static void test_abi_layouts_cover_structs(void **state)
     assert_int_equal(tp->n_optional, 0);
     assert_int_equal(tp->min_size, sizeof(dt_tensor_ops_v1_t));
     /* a model architecture: its own kind; what a whole-model run needs is
-     * mandatory, stages, slots, presets and the decoder optional */
+     * mandatory, stages, slots, presets, the decoder and the Hugging Face
+     * slots optional */
     const dt_abi_layout_t *md = dt_abi_layout(DT_KIND_MODEL, 1);
     assert_int_equal(md->minor, 0);
     assert_int_equal(md->n_mandatory, 6);
     assert_string_equal(md->mandatory[0].name, "create");
     assert_string_equal(md->mandatory[5].name, "flops_per_token");
-    assert_int_equal(md->n_optional, 13);
+    assert_int_equal(md->n_optional, 18);
     assert_string_equal(md->optional[0].name, "stage_forward");
     assert_string_equal(md->optional[7].name, "preset");
     assert_string_equal(md->optional[12].name, "decoder_free");
+    assert_string_equal(md->optional[13].name, "hf_architectures");
+    assert_string_equal(md->optional[17].name, "hf_import_name");
 }
 
 /* --------------------------------------------------------- search path -- */

@@ -49,7 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/hf_gpt2.h"
+#include "ckpt/hf_model.h"
 #include "dtrain/dtrain.h"
 #include "model/model.h"
 #include "model_harness.h"
@@ -283,8 +283,7 @@ static void test_description(void **state)
     assert_true(mi->keys[10].f == 10000.0);
     assert_true(mi->keys[11].f == 1e-5);
     assert_string_equal(mi->keys[12].s, "none");
-    dt_gpt2_shape_t gs; /* not a GPT-2's keys */
-    assert_int_equal(dt_hf_gpt2_shape(mi, &gs), DT_ERR_NOT_FOUND);
+    assert_true(dt_hf_model_has(dt_model_ops(h.model))); /* reads HF's LlamaForCausalLM */
     dt_mh_close(&h);
     /* tied: no lm_head, the last unit reads unit 0; biases after v */
     open_toml(&h, NKV, "fp32", "none", "tie_embeddings = true\nqkv_bias = true\n");

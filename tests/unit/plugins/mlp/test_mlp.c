@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/hf_gpt2.h"
+#include "ckpt/hf_model.h"
 #include "config/config.h"
 #include "dtrain/dtrain.h"
 #include "model/model.h"
@@ -207,8 +207,7 @@ static void test_description(void **state)
         assert_string_equal(mi->keys[i].key, keys[i]);
         assert_int_equal(mi->keys[i].value, vals[i]);
     }
-    dt_gpt2_shape_t s;
-    assert_int_equal(dt_hf_gpt2_shape(mi, &s), DT_ERR_NOT_FOUND);
+    assert_false(dt_hf_model_has(dt_model_ops(h.model))); /* no Hugging Face files */
     /* 6 FLOPs per matmul parameter; the lookup table is no matmul */
     assert_true(dt_model_flops_per_token(h.model, T) == 6.0 * (double)(want - V * DIN));
 

@@ -38,8 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llama_internal.h" /* first: the model helpers (DT_MODEL_PLUGIN_HELPERS) */
 #include "llama_hf.h"
-#include "llama_internal.h"
 
 
 /* Tensors of each unit, in their order in the unit's flat buffer.  A

@@ -31,7 +31,7 @@
  * RMSNorm weights stay whole on every rank.
  *
  * Checked against tests/reference/llama_ref.py (float64 numpy) by
- * tests/unit/test_llama_oracle.c: loss, logits and every gradient.
+ * tests/unit/plugins/llama/test_llama_oracle.c: loss, logits and every gradient.
  */
 #include <math.h>
 #include <stdio.h>

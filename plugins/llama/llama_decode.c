@@ -26,7 +26,7 @@
  * tables are computed on the host in double for the decoder's positions,
  * with the frequencies (rope_scaling included) of the training forward.
  *
- * Checked in tests/unit/test_llama_generate.c: the logits of every
+ * Checked in tests/unit/plugins/llama/test_llama_generate.c: the logits of every
  * position equal a full forward's (dt_model_step_micro) within a stated
  * tolerance, with grouped-query attention, tied and untied heads, q/k/v
  * biases and llama3 rope scaling.

@@ -10,7 +10,7 @@
 # are what makes the greedy continuation more than one repeated byte), and
 # sampling is seeded.  The numbers (every position's cached logits against
 # the full forward, greedy against its argmax) are
-# tests/unit/test_llama_generate.c's; here the command line.
+# tests/unit/plugins/llama/test_llama_generate.c's; here the command line.
 set -euo pipefail
 bin=$1 work=$2
 . "$(dirname "$0")/lib.sh"

@@ -7,7 +7,7 @@
  * activation checkpointing (recompute the block in backward).
  *
  * Checked against tests/reference/gpt2_ref.py (float64 numpy) by
- * tests/unit/test_gpt2_oracle.c: loss, logits and every gradient.
+ * tests/unit/plugins/gpt2/test_gpt2_oracle.c: loss, logits and every gradient.
  */
 #include <math.h>
 #include <stdio.h>

@@ -497,6 +497,10 @@ static int open_device(rank_ctx_t *x, const dt_world_t *world)
     int rc = x->dev_ops->init(x->pdev->host, &da, &x->dev);
     if (rc)
         return dt_plugin_failed(x->pdev, rc, "init");
+    if ((rc = dt_plugin_check_instance(x->pdev, x->dev_ops, x->dev))) {
+        x->dev = NULL;
+        return rc;
+    }
     dt_device_props_t props = {.struct_size = sizeof props};
     if ((rc = x->dev_ops->props(x->dev, &props)))
         return dt_plugin_failed(x->pdev, rc, "props");
@@ -598,6 +602,10 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
     dt_rdzv_session_end();
     if (rc) {
         rc = dt_plugin_failed(p, rc, "init");
+        goto out;
+    }
+    if ((rc = dt_plugin_check_instance(p, x.ops, x.c))) {
+        x.c = NULL;
         goto out;
     }
     const size_t es = dt_dtype_size(o->dtype);

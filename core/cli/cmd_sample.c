@@ -298,6 +298,10 @@ static int load_model(sample_run_t *s, const char *dir)
         s->dev = NULL;
         return dt_plugin_failed(p, rc, "init");
     }
+    if ((rc = dt_plugin_check_instance(p, s->ops, s->dev))) {
+        s->dev = NULL;
+        return rc;
+    }
     if ((rc = s->ops->stream_create(s->dev, &s->stream))) {
         s->stream = NULL;
         return dt_plugin_failed(p, rc, "stream_create");

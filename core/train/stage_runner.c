@@ -193,7 +193,10 @@ int dt_stage_init(dt_stage_t *S, const dt_settings_t *set, const dt_device_ops_t
                             .comm = comm,
                             .chunks = S->n_chunks,
                             .keep_activations = set->pipeline.keep_activations ? 1u : 0u};
-    return PLUGIN_CALL(S->plugin, S->ops->init(S->plugin->host, &a, &S->sched), "init");
+    int rc = PLUGIN_CALL(S->plugin, S->ops->init(S->plugin->host, &a, &S->sched), "init");
+    if (!rc && (rc = dt_plugin_check_instance(S->plugin, S->ops, S->sched)))
+        S->sched = NULL;
+    return rc;
 }
 
 void dt_stage_bind(dt_stage_t *S, const dt_stage_env_t *env) { S->env = *env; }

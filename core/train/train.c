@@ -211,8 +211,10 @@ static int start_plugins(run_t *R)
     dt_device_init_t da = {.struct_size = sizeof da, .rank = R->world.rank,
                            .local_rank = R->world.local_rank,
                            .local_size = R->world.local_size, .device_index = -1};
-    if ((rc = PLUGIN_CALL(R->pdev, R->dev_ops->init(R->pdev->host, &da, &R->dev), "init")) ||
-        (rc = PLUGIN_CALL(R->pdev, R->dev_ops->stream_create(R->dev, &R->stream),
+    rc = PLUGIN_CALL(R->pdev, R->dev_ops->init(R->pdev->host, &da, &R->dev), "init");
+    if (!rc && (rc = dt_plugin_check_instance(R->pdev, R->pdev->ops, R->dev)))
+        R->dev = NULL;
+    if (rc || (rc = PLUGIN_CALL(R->pdev, R->dev_ops->stream_create(R->dev, &R->stream),
                           "stream_create")))
         return rc;
     /* ranks on several nodes meet first (core/launch/rendezvous.h): the job
@@ -230,6 +232,8 @@ static int start_plugins(run_t *R)
                          .timeout_ms = (int64_t)(R->set->launch.timeout_s * 1000.0),
                          .dev_ops = R->dev_ops, .dev = R->dev};
     rc = PLUGIN_CALL(R->pcomm, R->comm_ops->init(R->pcomm->host, &ca, &R->comm), "init");
+    if (!rc && (rc = dt_plugin_check_instance(R->pcomm, R->pcomm->ops, R->comm)))
+        R->comm = NULL;
     dt_rdzv_session_end();
     if (rc)
         return rc;
@@ -240,7 +244,10 @@ static int start_plugins(run_t *R)
                                 .local_rank = R->world.local_rank, .job_id = R->world.job_id,
                                 .timeout_ms = ca.timeout_ms, .dev_ops = R->dev_ops,
                                 .dev = R->dev};
-        if ((rc = PLUGIN_CALL(R->poff, oops->init(R->poff->host, &oa, &R->off), "init")))
+        rc = PLUGIN_CALL(R->poff, oops->init(R->poff->host, &oa, &R->off), "init");
+        if (!rc && (rc = dt_plugin_check_instance(R->poff, R->poff->ops, R->off)))
+            R->off = NULL;
+        if (rc)
             return rc;
     }
     /* ---- end offload tier ---- */
@@ -302,6 +309,8 @@ static int init_tensor(run_t *R)
                            .compute_stream = R->stream, .comm_ops = R->comm_ops,
                            .comm = R->groups[DT_GRID_TENSOR]};
     int rc = PLUGIN_CALL(R->ptens, R->tens_ops->init(R->ptens->host, &ta, &R->tens), "init");
+    if (!rc && (rc = dt_plugin_check_instance(R->ptens, R->ptens->ops, R->tens)))
+        R->tens = NULL;
     if (!rc)
         dt_model_set_tensor(R->model, R->tens_ops, R->tens);
     return rc;
@@ -358,6 +367,8 @@ static int init_strategy(run_t *R)
         sa.tied_comm = tied ? R->groups[DT_GRID_EMBEDDING] : NULL;
     }
     rc = PLUGIN_CALL(R->pstrat, R->strat_ops->init(R->pstrat->host, &sa, &R->strat), "init");
+    if (!rc && (rc = dt_plugin_check_instance(R->pstrat, R->pstrat->ops, R->strat)))
+        R->strat = NULL;
     free(flags);
     if (rc == DT_ERR_UNSUPPORTED && (R->stage.plugin || R->ptens)) {
         char msg[DT_ERR_MAX];

@@ -27,6 +27,7 @@
 #include "dtrain/tensor_parallel.h"
 
 struct dt_tensor_group {
+    const dt_tensor_ops_v1_t *ops; /* first: the table that made it (dtrain/tensor_parallel.h) */
     const dt_host_v1_t *host;
     const dt_comm_ops_v1_t *comm_ops;
     dt_comm_t *comm; /* the tensor group */
@@ -48,6 +49,9 @@ static void mg_finalize(dt_tensor_group_t *g)
     g->host->free(g->host, g);
 }
 
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_tensor_ops_v1_t mg_ops;
+
 static int mg_init(const dt_host_v1_t *host, const dt_tensor_init_v1_t *in,
                    dt_tensor_group_t **out)
 {
@@ -64,6 +68,7 @@ static int mg_init(const dt_host_v1_t *host, const dt_tensor_init_v1_t *in,
         return host->set_error(host, DT_ERR_NOMEM, "init: instance");
     memset(g, 0, sizeof *g);
     g->host = host;
+    g->ops = &mg_ops;
     g->comm_ops = a.comm_ops;
     g->comm = a.comm;
     if ((rc = a.comm_ops->rank_size(a.comm, &g->rank, &g->size)) == DT_OK && g->size < 2)

@@ -367,12 +367,16 @@ static void comm_free(dt_comm_t *c)
     free(c);
 }
 
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_comm_ops_v1_t mpi_ops;
+
 static dt_comm_t *comm_alloc(const dt_host_v1_t *host, int32_t rank, int32_t size)
 {
     dt_comm_t *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
     c->host = host;
+    c->ops = &mpi_ops;
     c->rank = rank;
     c->size = size;
     c->comm = MPI_COMM_NULL;

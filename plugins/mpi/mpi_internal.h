@@ -91,6 +91,7 @@ typedef struct mpic_job {
 } mpic_job_t;
 
 struct dt_comm {
+    const dt_comm_ops_v1_t *ops; /* first: the table that made it (dtrain/comm.h) */
     const dt_host_v1_t *host;
     mpic_job_t *job;
     MPI_Comm comm;

@@ -142,6 +142,9 @@ static void comm_free(dt_comm_t *c)
 /* A group struct on `gpu` with the device and settings given, its barrier
  * word allocated and zeroed (on the default stream, where the barrier
  * runs). */
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_comm_ops_v1_t nccl_ops_table;
+
 static dt_comm_t *comm_new(const dt_host_v1_t *host, const dt_device_ops_v1_t *dev_ops,
                            dt_device_t *dev, int gpu, int64_t timeout_ms, int64_t poll_us,
                            int32_t world_rank)
@@ -152,6 +155,7 @@ static dt_comm_t *comm_new(const dt_host_v1_t *host, const dt_device_ops_v1_t *d
         return NULL;
     }
     c->host = host;
+    c->ops = &nccl_ops_table;
     c->dev_ops = dev_ops;
     c->dev = dev;
     c->gpu = gpu;

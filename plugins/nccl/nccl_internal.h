@@ -36,6 +36,7 @@ typedef struct nccl_bounce {
 } nccl_bounce_t;
 
 struct dt_comm {
+    const dt_comm_ops_v1_t *ops; /* first: the table that made it (dtrain/comm.h) */
     const dt_host_v1_t *host;
     /* The lock of nc and the failure record (nccl_logic.h): every NCCL
      * call on nc is made with guard.mu held, ncclCommAbort included, and

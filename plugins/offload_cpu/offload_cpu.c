@@ -47,6 +47,9 @@ static void oc_release(void *ctx, offload_buf_t *ob)
     free(b);
 }
 
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_offload_ops_v1_t oc_ops;
+
 static int oc_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
                    dt_offload_t **out)
 {
@@ -62,6 +65,7 @@ static int oc_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
     dt_offload_t *o = calloc(1, sizeof *o);
     if (!o)
         return host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
+    o->ops = &oc_ops;
     rc = offload_queue_start(&o->q, host, a.rank, a.timeout_ms, a.dev_ops, a.dev, oc_run, o);
     if (rc != DT_OK) {
         free(o);

@@ -47,6 +47,9 @@ static void nvme_release(void *ctx, offload_buf_t *ob)
     free(b);
 }
 
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_offload_ops_v1_t nvme_ops;
+
 static int nvme_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
                      dt_offload_t **out)
 {
@@ -78,6 +81,7 @@ static int nvme_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
     if (!o)
         return host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
     o->q.host = host; /* for messages until the queue starts */
+    o->ops = &nvme_ops;
     o->q.rank = a.rank;
     o->local_rank = a.local_rank;
     snprintf(o->job, sizeof o->job, "%s", a.job_id);

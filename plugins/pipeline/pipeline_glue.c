@@ -56,8 +56,8 @@ void pp_finalize(dt_schedule_t *s)
     s->host->free(s->host, s);
 }
 
-int pp_init(const dt_host_v1_t *host, int schedule, const dt_schedule_init_v1_t *in,
-            dt_schedule_t **out)
+int pp_init(const dt_host_v1_t *host, const dt_schedule_ops_v1_t *ops, int schedule,
+            const dt_schedule_init_v1_t *in, dt_schedule_t **out)
 {
     *out = NULL;
     dt_schedule_init_v1_t a;
@@ -72,6 +72,7 @@ int pp_init(const dt_host_v1_t *host, int schedule, const dt_schedule_init_v1_t 
     if (!s)
         return host->set_error(host, DT_ERR_NOMEM, "init: instance");
     memset(s, 0, sizeof *s);
+    s->ops = ops;
     s->host = host;
     s->dev_ops = a.dev_ops;
     s->dev = a.dev;

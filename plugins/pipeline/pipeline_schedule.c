@@ -76,9 +76,9 @@ void pp_free_buffers(dt_schedule_t *s)
     bufs_free(s, &s->out, s->V * s->n_ring);
     bufs_free(s, &s->din, s->V * s->n_ring);
     bufs_free(s, &s->dout, s->V);
-    s->host->free(s->host, s->ops);
-    s->ops = NULL;
-    s->ops_cap = 0;
+    s->host->free(s->host, s->order);
+    s->order = NULL;
+    s->order_cap = 0;
     s->n_stash = s->n_ring = 0;
     s->act_bytes = 0;
 }
@@ -411,20 +411,20 @@ int pp_run(dt_schedule_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result
         return rc;
     /* the order: 2 m V operations at most (forwards only: m V) */
     const uint32_t cap = 2 * a.n_micro * s->V;
-    if (cap > s->ops_cap) {
-        s->host->free(s->host, s->ops);
-        s->ops_cap = 0;
-        if (!(s->ops = s->host->alloc(s->host, cap * sizeof *s->ops, DT_TAG_OTHER)))
+    if (cap > s->order_cap) {
+        s->host->free(s->host, s->order);
+        s->order_cap = 0;
+        if (!(s->order = s->host->alloc(s->host, cap * sizeof *s->order, DT_TAG_OTHER)))
             return host->set_error(host, DT_ERR_NOMEM, "run: the order of %u "
                                    "operations", cap);
-        s->ops_cap = cap;
+        s->order_cap = cap;
     }
     pp_step_t t = {.s = s, .a = &a, .keep = keep};
     const uint32_t n = pp_order(s->schedule, s->V, s->stage, s->n_stages, a.n_micro, no_grad,
-                                s->ops);
+                                s->order);
     for (uint32_t i = 0; i < n && rc == DT_OK; i++)
-        rc = s->ops[i].kind == PP_FWD ? forward(&t, s->ops[i].chunk, s->ops[i].micro)
-                                      : backward(&t, s->ops[i].chunk, s->ops[i].micro);
+        rc = s->order[i].kind == PP_FWD ? forward(&t, s->order[i].chunk, s->order[i].micro)
+                                      : backward(&t, s->order[i].chunk, s->order[i].micro);
     if (rc == DT_OK)
         rc = send_pending(&t);
     /* the last sends: their buffers are reused next step */

@@ -297,11 +297,13 @@ typedef struct dt_shard_engine {
 } dt_shard_engine_t;
 
 /* Set up `e` (its memory the caller's, e.g. inside a strategy instance)
- * for `args` (the strategy's init arguments) and `cfg`; collective over
+ * for `args` (the strategy's init arguments; `ops`: the table the
+ * instance starts with, in e->dp, NULL for an engine no handle starts with) and `cfg`; collective over
  * args->comm when hybrid (comm split).  DT_ERR_CONFIG when shard_ranks
  * does not divide the group, naming both numbers.  On failure everything
  * it made is freed again. */
-int dt_shard_engine_init(dt_shard_engine_t *e, const dt_host_v1_t *host,
+int dt_shard_engine_init(dt_shard_engine_t *e, const dt_strategy_ops_v1_t *ops,
+                         const dt_host_v1_t *host,
                          const dt_strategy_init_v1_t *args, const dt_shard_cfg_t *cfg);
 /* Free what init made (not `e` itself); safe on a zeroed or freed engine. */
 void dt_shard_engine_free(dt_shard_engine_t *e);
@@ -355,7 +357,7 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *arg
  *                          const dt_strategy_init_v1_t *args,
  *                          dt_strategy_t **out)
  *     {
- *         return dt_shard_strategy_init(host, args, zero_configure,
+ *         return dt_shard_strategy_init(host, args, &zero_ops, zero_configure,
  *                                       sizeof(dt_strategy_t), out);
  *     }
  *     (likewise zero_estimate with dt_shard_strategy_estimate)
@@ -377,8 +379,10 @@ typedef int (*dt_shard_configure_fn)(const dt_host_v1_t *host,
 /* The plugin's init: check `args`, configure for the group's size, and
  * allocate the instance (`instance_size` bytes, zeroed, at least a
  * dt_shard_engine_t, which it starts with) with the engine set up in it.
+ * `ops`: the plugin's table, the instance's first member (strategy.h).
  * The instance is freed by the finalize wrapper. */
 int dt_shard_strategy_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
+                           const dt_strategy_ops_v1_t *ops,
                            dt_shard_configure_fn configure, size_t instance_size,
                            dt_strategy_t **out);
 /* The plugin's estimate: configure for args->group_size, dt_shard_estimate. */

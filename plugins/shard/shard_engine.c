@@ -294,14 +294,15 @@ static int plan_groups(dt_shard_engine_t *e, const dt_shard_cfg_t *cfg)
     return rc;
 }
 
-int dt_shard_engine_init(dt_shard_engine_t *e, const dt_host_v1_t *host,
+int dt_shard_engine_init(dt_shard_engine_t *e, const dt_strategy_ops_v1_t *ops,
+                         const dt_host_v1_t *host,
                          const dt_strategy_init_v1_t *args, const dt_shard_cfg_t *cfg)
 {
     const char *what = cfg->what ? cfg->what : "sharding";
     memset(e, 0, sizeof *e);
     e->cfg = *cfg;
     e->cfg.spans = NULL; /* planned below; not kept */
-    int rc = dt_dp_init(&e->dp, host, args, what);
+    int rc = dt_dp_init(&e->dp, ops, host, args, what);
     if (rc == DT_OK) {
         e->pdtype = args->model->param_dtype;
         e->pes = (uint32_t)dt_dtype_size(e->pdtype);

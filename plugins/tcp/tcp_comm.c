@@ -132,6 +132,9 @@ static void comm_free(dt_comm_t *c)
     free(c);
 }
 
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_comm_ops_v1_t tcp_ops;
+
 static dt_comm_t *comm_alloc(const dt_host_v1_t *host, tcp_job_t *job, int32_t rank,
                              int32_t size, int64_t timeout_ms)
 {
@@ -139,6 +142,7 @@ static dt_comm_t *comm_alloc(const dt_host_v1_t *host, tcp_job_t *job, int32_t r
     if (!c)
         return NULL;
     c->host = host;
+    c->ops = &tcp_ops;
     c->job = job;
     c->rank = rank;
     c->size = size;

@@ -144,6 +144,7 @@ typedef struct tcp_peer {
 } tcp_peer_t;
 
 struct dt_comm {
+    const dt_comm_ops_v1_t *ops; /* first: the table that made it (dtrain/comm.h) */
     const dt_host_v1_t *host;
     tcp_job_t *job;
     struct dt_comm *job_next;  /* the job's groups list */

@@ -130,10 +130,11 @@ static int read_stage(dt_dp_t *b, const char *what)
     return DT_OK;
 }
 
-int dt_dp_init(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
-               const char *what)
+int dt_dp_init(dt_dp_t *b, const dt_strategy_ops_v1_t *ops, const dt_host_v1_t *host,
+               const dt_strategy_init_v1_t *args, const char *what)
 {
     memset(b, 0, sizeof *b);
+    b->ops = ops;
     b->host = host;
     int rc = read_args(b, host, args, what);
     if (rc != DT_OK)

@@ -265,7 +265,7 @@ static int make_buckets(dt_replica_t *r)
     return DT_OK;
 }
 
-int dt_replica_init(dt_replica_t *r, const dt_host_v1_t *host,
+int dt_replica_init(dt_replica_t *r, const dt_strategy_ops_v1_t *ops, const dt_host_v1_t *host,
                     const dt_strategy_init_v1_t *args, const dt_replica_cfg_t *cfg,
                     const char *what)
 {
@@ -273,7 +273,7 @@ int dt_replica_init(dt_replica_t *r, const dt_host_v1_t *host,
     r->cfg = *cfg;
     for (uint32_t k = 0; k < DT_REPLICA_MAX_SLOTS; k++)
         r->slot_bucket[k] = -1;
-    int rc = dt_dp_init(&r->dp, host, args, what);
+    int rc = dt_dp_init(&r->dp, ops, host, args, what);
     if (rc == DT_OK)
         rc = dt_offload_what(host, &r->dp.args.init, 0, what, &r->offload_what);
     if (rc == DT_OK)

@@ -153,7 +153,7 @@ static int rank_replica(int rank, int size, const char *job, void *arg)
         dt_replica_cfg_t cfg = {.bucket_cap_mb = 0.0003, .reduce_grads = g_reduced,
                                 .reduce_dtype = DT_F32, .overlap = 1};
         dt_replica_t r;
-        DT_MP_OK(dt_replica_init(&r, &th.host, &ia, &cfg, "test"));
+        DT_MP_OK(dt_replica_init(&r, NULL, &th.host, &ia, &cfg, "test"));
         /* local gradients: no buckets, no reduction stream */
         DT_MP_CHECK((r.comm_stream != NULL) == g_reduced);
         DT_MP_CHECK((r.n_buckets == 3) == g_reduced);
@@ -246,7 +246,7 @@ static int rank_stage(int rank, int size, const char *job, void *arg)
     dt_replica_cfg_t cfg = {.bucket_cap_mb = 0.0003, .reduce_grads = 1,
                             .reduce_dtype = DT_F32, .overlap = 1};
     dt_replica_t r;
-    DT_MP_OK(dt_replica_init(&r, &th.host, &ia, &cfg, "test"));
+    DT_MP_OK(dt_replica_init(&r, NULL, &th.host, &ia, &cfg, "test"));
     const uint32_t other = rank == 0 ? 2 : 1; /* a unit of the other stage */
     dt_range_t rg[2];
     uint32_t n = 9;
@@ -315,7 +315,7 @@ static int rank_stage(int rank, int size, const char *job, void *arg)
     /* flags that make no sense: a COPY that is not TIED */
     const uint8_t bad[DT_TOY_NU] = {DT_UNIT_HELD | DT_UNIT_COPY, DT_UNIT_HELD, 0};
     ia.unit_flags = bad;
-    DT_MP_CHECK(dt_replica_init(&r, &th.host, &ia, &cfg, "test") == DT_ERR_INVALID);
+    DT_MP_CHECK(dt_replica_init(&r, NULL, &th.host, &ia, &cfg, "test") == DT_ERR_INVALID);
     snprintf(want, sizeof want, "sdk/replica: init: unit '%s' has stage flags 0x5 (COPY needs "
              "TIED, TIED needs HELD)", dt_toy_unit(0)->name);
     DT_MP_CHECK(strcmp(dt_last_error(), want) == 0);

@@ -388,7 +388,7 @@ static int rank_stage(int rank, int size, const char *job, void *arg)
     dt_shard_cfg_t cfg = {.what = "zero stage 1", .params_replicated = 1, .grads_full = 1,
                           .overlap = 1, .spans = one, .n_spans = 1};
     dt_shard_engine_t e;
-    DT_MP_OK(dt_shard_engine_init(&e, &x.th.host, &ia, &cfg));
+    DT_MP_OK(dt_shard_engine_init(&e, NULL, &x.th.host, &ia, &cfg));
     DT_MP_CHECK(e.plan.n_groups == 1 && e.g[0].n_units == 2);
     static float buf[DT_TOY_MAXN];
     for (uint32_t u = 0; u < 2; u++) {

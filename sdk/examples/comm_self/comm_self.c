@@ -19,6 +19,7 @@
 #include <dtrain/dtrain.h>
 
 struct dt_comm {
+    const dt_comm_ops_v1_t *ops; /* first: the table that made it (dtrain/comm.h) */
     const dt_host_v1_t *host;
     /* The compute device, when its memory is not the host's (a GPU):
      * buffers are device memory, copied by the device on the stream. */
@@ -28,6 +29,9 @@ struct dt_comm {
 
 /* Completed operations need no state: a request is a marker. */
 static dt_comm_req_t *const done_req = (dt_comm_req_t *)&done_req;
+
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_comm_ops_v1_t self_ops;
 
 static int self_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *args, dt_comm_t **out)
 {
@@ -39,6 +43,7 @@ static int self_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *args, dt
     if (!c)
         return host->set_error(host, DT_ERR_NOMEM, "out of memory");
     c->host = host;
+    c->ops = &self_ops;
     if (args->dev_ops && args->dev) {
         dt_device_props_v1_t p = {.struct_size = sizeof p};
         int rc = args->dev_ops->props(args->dev, &p);

@@ -34,6 +34,7 @@
 #include <dtrain/dtrain.h>
 
 struct dt_schedule {
+    const dt_schedule_ops_v1_t *ops; /* first: the table that made it (dtrain/schedule.h) */
     const dt_host_v1_t *host;
     const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
@@ -67,6 +68,9 @@ static void seq_finalize(dt_schedule_t *s)
     s->host->free(s->host, s);
 }
 
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_schedule_ops_v1_t sequential_ops;
+
 static int seq_init(const dt_host_v1_t *host, const dt_schedule_init_v1_t *in,
                     dt_schedule_t **out)
 {
@@ -80,6 +84,7 @@ static int seq_init(const dt_host_v1_t *host, const dt_schedule_init_v1_t *in,
         return host->set_error(host, DT_ERR_NOMEM, "init: instance");
     memset(s, 0, sizeof *s);
     s->host = host;
+    s->ops = &sequential_ops;
     s->dev_ops = a.dev_ops;
     s->dev = a.dev;
     s->cs = a.compute_stream;

@@ -30,6 +30,12 @@ extern "C" {
 #define DT_OFFLOAD_ABI_MAJOR 1
 #define DT_OFFLOAD_ABI_MINOR 0
 
+/* An offload tier (dt_offload_t): opaque to the core, the plugin's own struct, which
+ * must start with a pointer to the table that made it (libfabric's rule):
+ *     struct dt_offload { const dt_offload_ops_v1_t *ops; ... };  // ops = &my_ops
+ * so a handle alone is enough to call it: dt_offload_ops(o)->slot(o, ...).
+ * The core refuses a handle whose first member is not the table it
+ * loaded from the plugin. */
 typedef struct dt_offload dt_offload_t;         /* the tier instance */
 typedef struct dt_offload_buf dt_offload_buf_t; /* a region held there */
 typedef struct dt_offload_req dt_offload_req_t; /* a transfer in flight */
@@ -93,6 +99,13 @@ typedef struct dt_offload_ops_v1 {
 
 /* Current-version names. */
 typedef dt_offload_ops_v1_t dt_offload_ops_t;
+
+/* The table instance `o` was made by: its first member (the rule at
+ *  declaration). */
+static inline const dt_offload_ops_v1_t *dt_offload_ops(const dt_offload_t *o)
+{
+    return *(const dt_offload_ops_v1_t *const *)(const void *)o;
+}
 typedef dt_offload_init_v1_t dt_offload_init_t;
 
 #ifdef __cplusplus

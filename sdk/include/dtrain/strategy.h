@@ -84,6 +84,12 @@ extern "C" {
 #define DT_STRATEGY_ABI_MAJOR 1
 #define DT_STRATEGY_ABI_MINOR 0
 
+/* A strategy instance (dt_strategy_t): opaque to the core, the plugin's own struct, which
+ * must start with a pointer to the table that made it (libfabric's rule):
+ *     struct dt_strategy { const dt_strategy_ops_v1_t *ops; ... };  // ops = &my_ops
+ * so a handle alone is enough to call it: dt_strategy_ops(s)->slot(s, ...).
+ * The core refuses a handle whose first member is not the table it
+ * loaded from the plugin. */
 typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 
 /* ------------------------------------------------------------------------
@@ -427,6 +433,13 @@ typedef struct dt_strategy_ops_v1 {
 
 /* Current-version names. */
 typedef dt_strategy_ops_v1_t dt_strategy_ops_t;
+
+/* The table instance `s` was made by: its first member (the rule at
+ *  declaration). */
+static inline const dt_strategy_ops_v1_t *dt_strategy_ops(const dt_strategy_t *s)
+{
+    return *(const dt_strategy_ops_v1_t *const *)(const void *)s;
+}
 typedef dt_strategy_init_v1_t dt_strategy_init_t;
 typedef dt_param_desc_v1_t dt_param_desc_t;
 typedef dt_param_split_v1_t dt_param_split_t;

@@ -206,7 +206,6 @@ typedef struct rank_ctx {
     /* the device; dev_mem: its memory is not the host's, so a and b are
      * device memory and ha, hb their host copies (else ha == a, hb == b) */
     const dt_plugin_t *pdev;
-    const dt_device_ops_t *dev_ops;
     dt_device_t *dev;
     int dev_mem;
     int dev_failed; /* the last failure was the device's (a copy) */
@@ -286,9 +285,9 @@ static int dev_copy(rank_ctx_t *x, void *dst, const void *src, uint64_t bytes, i
 {
     if (!x->dev_mem || bytes == 0)
         return DT_OK;
-    int rc = x->dev_ops->memcpy_async(x->dev, dst, src, bytes, kind, NULL);
+    int rc = dt_device_ops(x->dev)->memcpy_async(x->dev, dst, src, bytes, kind, NULL);
     if (rc == DT_OK)
-        rc = x->dev_ops->stream_sync(x->dev, NULL);
+        rc = dt_device_ops(x->dev)->stream_sync(x->dev, NULL);
     if (rc == DT_OK)
         return DT_OK;
     x->dev_failed = 1;
@@ -494,15 +493,16 @@ static int open_device(rank_ctx_t *x, const dt_world_t *world)
     dt_device_init_t da = {.struct_size = sizeof da, .rank = world->rank,
                            .local_rank = world->local_rank,
                            .local_size = world->local_size, .device_index = -1};
-    int rc = x->dev_ops->init(x->pdev->host, &da, &x->dev);
+    const dt_device_ops_t *D = x->pdev->ops;
+    int rc = D->init(x->pdev->host, &da, &x->dev);
     if (rc)
         return dt_plugin_failed(x->pdev, rc, "init");
-    if ((rc = dt_plugin_check_instance(x->pdev, x->dev_ops, x->dev))) {
+    if ((rc = dt_plugin_check_instance(x->pdev, D, x->dev))) {
         x->dev = NULL;
         return rc;
     }
     dt_device_props_t props = {.struct_size = sizeof props};
-    if ((rc = x->dev_ops->props(x->dev, &props)))
+    if ((rc = dt_device_ops(x->dev)->props(x->dev, &props)))
         return dt_plugin_failed(x->pdev, rc, "props");
     x->dev_mem = !props.host_visible;
     return DT_OK;
@@ -515,15 +515,15 @@ static int open_device(rank_ctx_t *x, const dt_world_t *world)
 static int alloc_bufs(rank_ctx_t *x, uint64_t a_bytes, uint64_t b_bytes, void **a, void **b)
 {
     if (x->dev_mem) {
-        int rc = x->dev_ops->alloc(x->dev, a_bytes, DT_TAG_COMM, a);
+        int rc = dt_device_ops(x->dev)->alloc(x->dev, a_bytes, DT_TAG_COMM, a);
         if (rc == DT_OK)
-            rc = x->dev_ops->alloc(x->dev, b_bytes, DT_TAG_COMM, b);
+            rc = dt_device_ops(x->dev)->alloc(x->dev, b_bytes, DT_TAG_COMM, b);
         if (rc == DT_OK)
-            rc = x->dev_ops->memset_async(x->dev, *a, 0, a_bytes, NULL);
+            rc = dt_device_ops(x->dev)->memset_async(x->dev, *a, 0, a_bytes, NULL);
         if (rc == DT_OK)
-            rc = x->dev_ops->memset_async(x->dev, *b, 0, b_bytes, NULL);
+            rc = dt_device_ops(x->dev)->memset_async(x->dev, *b, 0, b_bytes, NULL);
         if (rc == DT_OK)
-            rc = x->dev_ops->stream_sync(x->dev, NULL);
+            rc = dt_device_ops(x->dev)->stream_sync(x->dev, NULL);
         if (rc)
             return dt_plugin_failed(x->pdev, rc, "allocating the buffers");
         x->ha = calloc(1, a_bytes);
@@ -562,8 +562,7 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
         return rc;
     const dt_plugin_t *p = r->plugin[DT_ROLE_COMM];
     rank_ctx_t x = {.o = o, .plugin = p, .ops = p->ops, .rank = world->rank,
-                    .n = world->size, .pdev = r->plugin[DT_ROLE_DEVICE],
-                    .dev_ops = r->plugin[DT_ROLE_DEVICE]->ops};
+                    .n = world->size, .pdev = r->plugin[DT_ROLE_DEVICE]};
     dt_ledger_t *ledger = NULL;
     dt_interpose_comm_t *ic = NULL;
     if (o->ledger) {
@@ -590,8 +589,7 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
                             .job_secret = world->job_secret[0] ? world->job_secret : NULL,
                             .master_addr = world->master_addr,
                             .master_port = world->master_port,
-                            .timeout_ms = (int64_t)(o->timeout_s * 1000.0),
-                            .dev_ops = x.dev_ops, .dev = x.dev};
+                            .timeout_ms = (int64_t)(o->timeout_s * 1000.0), .dev = x.dev};
     /* the job's rendezvous around init, as `dtrain run` opens it: a comm
      * plugin that exchanges bootstrap bytes (tcp, nccl) meets its peers
      * there, on one node or several ([launch] nnodes) */
@@ -656,8 +654,8 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
             rc = dt_err_set(DT_ERR_DATA, "wrong results");
     }
     if (x.dev_mem) {
-        x.dev_ops->free(x.dev, a);
-        x.dev_ops->free(x.dev, b);
+        dt_device_ops(x.dev)->free(x.dev, a);
+        dt_device_ops(x.dev)->free(x.dev, b);
         free(x.ha);
         free(x.hb);
     } else if (symbuf) {
@@ -673,7 +671,7 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
     x.ops->finalize(x.c);
 out:
     if (x.dev)
-        x.dev_ops->finalize(x.dev);
+        dt_device_ops(x.dev)->finalize(x.dev);
     dt_interpose_comm_destroy(ic);
     dt_ledger_free(ledger);
     return rc;

@@ -374,7 +374,7 @@ int dt_cmd_sample(int argc, char **argv)
         release(&s);
         return DT_EXIT_USAGE;
     }
-    const dt_model_ctx_t ctx = {.dev_ops = s.ops, .dev = s.dev, .stream = s.stream};
+    const dt_model_ctx_t ctx = {.dev = s.dev, .stream = s.stream};
     out_fmt_t fmt = {.ids = a.ids || (!s.tok && mi->vocab_size != BYTE_VOCAB), .first = 1,
                      .tok = s.tok};
     if (!(rc = dt_decoder_create(s.model, &ctx, s.params, n_prompt + a.tokens - 1, &s.dec)) &&

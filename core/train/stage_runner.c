@@ -180,16 +180,12 @@ int dt_stage_assign(dt_stage_t *S, dt_model_t *model, const dt_settings_t *set, 
     return rc;
 }
 
-int dt_stage_init(dt_stage_t *S, const dt_settings_t *set, const dt_device_ops_t *dev_ops,
-                  dt_device_t *dev, dt_stream_t *stream, const dt_comm_ops_t *comm_ops,
-                  dt_comm_t *comm)
+int dt_stage_init(dt_stage_t *S, const dt_settings_t *set, dt_device_t *dev, dt_stream_t *stream, dt_comm_t *comm)
 {
     dt_schedule_init_t a = {.struct_size = sizeof a,
                             .n_micro = (uint32_t)set->train.grad_accum,
-                            .dev_ops = dev_ops,
                             .dev = dev,
                             .compute_stream = stream,
-                            .comm_ops = comm_ops,
                             .comm = comm,
                             .chunks = S->n_chunks,
                             .keep_activations = set->pipeline.keep_activations ? 1u : 0u};
@@ -391,7 +387,7 @@ int dt_stage_pass(dt_stage_t *S, int64_t step, uint32_t n_micro, float micro_sca
         S->red[1 + pp + S->grid->pp_rank] = now_s() - t0;
     }
     if ((rc = PLUGIN_CALL(E->pcomm,
-                          E->comm_ops->all_reduce(E->comm, S->red, S->red, n, DT_F64, DT_OP_SUM,
+                          dt_comm_ops(E->comm)->all_reduce(E->comm, S->red, S->red, n, DT_F64, DT_OP_SUM,
                                                   NULL, NULL),
                           "all_reduce of the loss")))
         return rc;
@@ -410,7 +406,7 @@ static int share_finding(dt_stage_t *S, int32_t root, char *what, size_t cap)
 {
     const dt_stage_env_t *E = &S->env;
     int rc = PLUGIN_CALL(E->pcomm,
-                         E->comm_ops->broadcast(E->comm, what, cap, DT_U8, root, NULL, NULL),
+                         dt_comm_ops(E->comm)->broadcast(E->comm, what, cap, DT_U8, root, NULL, NULL),
                          "broadcast of the non-finite search's answer");
     if (rc)
         return rc;
@@ -425,7 +421,7 @@ static int world_reduce(dt_stage_t *S, double *v, int op, const char *what)
 {
     const dt_stage_env_t *E = &S->env;
     return PLUGIN_CALL(E->pcomm,
-                       E->comm_ops->all_reduce(E->comm, v, v, 1, DT_F64, op, NULL, NULL), what);
+                       dt_comm_ops(E->comm)->all_reduce(E->comm, v, v, 1, DT_F64, op, NULL, NULL), what);
 }
 
 /* The latest stage that found one, of the lowest replica, names the first
@@ -435,7 +431,7 @@ int dt_stage_find_nonfinite_grad(dt_stage_t *S, int64_t step, double scale, char
 {
     const dt_stage_env_t *E = &S->env;
     const uint32_t accum = (uint32_t)E->set->train.grad_accum;
-    int rc = PLUGIN_CALL(E->pstrat, E->strat_ops->begin_step(E->strat, step), "begin_step");
+    int rc = PLUGIN_CALL(E->pstrat, dt_strategy_ops(E->strat)->begin_step(E->strat, step), "begin_step");
     if (!rc)
         rc = dt_model_grad_probe_begin(E->model, what, cap);
     if (rc)
@@ -447,7 +443,7 @@ int dt_stage_find_nonfinite_grad(dt_stage_t *S, int64_t step, double scale, char
         return rc;
     dt_step_args_t sa = {.struct_size = sizeof sa, .step = step, .loss_scale = (float)scale};
     dt_step_result_t sr = {.struct_size = sizeof sr};
-    if ((rc = PLUGIN_CALL(E->pstrat, E->strat_ops->step(E->strat, &sa, &sr), "step")))
+    if ((rc = PLUGIN_CALL(E->pstrat, dt_strategy_ops(E->strat)->step(E->strat, &sa, &sr), "step")))
         return rc;
     const int32_t dp = S->grid->dp;
     double who = found ? (double)(S->grid->pp_rank * dp + (dp - 1 - S->grid->dp_rank)) : -1.0;

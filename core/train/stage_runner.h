@@ -42,10 +42,8 @@ typedef struct dt_stage_env {
     int32_t dp_rank;
     int32_t world_rank, world_size;
     const dt_plugin_t *pcomm;
-    const dt_comm_ops_t *comm_ops;
     dt_comm_t *comm;            /* the world */
     const dt_plugin_t *pstrat;
-    const dt_strategy_ops_t *strat_ops;
     dt_strategy_t *strat;
 } dt_stage_env_t;
 
@@ -99,9 +97,7 @@ int dt_stage_assign(dt_stage_t *S, dt_model_t *model, const dt_settings_t *set, 
                     uint8_t *flags, int *tied);
 
 /* The schedule instance over the pipeline group `comm`. */
-int dt_stage_init(dt_stage_t *S, const dt_settings_t *set, const dt_device_ops_t *dev_ops,
-                  dt_device_t *dev, dt_stream_t *stream, const dt_comm_ops_t *comm_ops,
-                  dt_comm_t *comm);
+int dt_stage_init(dt_stage_t *S, const dt_settings_t *set, dt_device_t *dev, dt_stream_t *stream, dt_comm_t *comm);
 
 /* What the passes read from the run, once it is all up. */
 void dt_stage_bind(dt_stage_t *S, const dt_stage_env_t *env);

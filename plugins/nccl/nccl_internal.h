@@ -51,7 +51,6 @@ struct dt_comm {
                          * entry that calls CUDA (nccl_gpu_guard) */
     int64_t timeout_ms;
     int64_t poll_us;
-    const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
     void *barrier_buf;  /* one f32 of device memory (DT_TAG_COMM), zeroed */
     nccl_bounce_t bounce; /* driven by the group's one thread (comm.h) */

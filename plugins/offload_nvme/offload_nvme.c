@@ -108,7 +108,7 @@ static int nvme_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
         rc = nvme_io_init(o); /* the ring, before the worker that uses it */
     if (rc == DT_OK) {
         offload_queue_t q0 = o->q;
-        if ((rc = offload_queue_start_loop(&o->q, host, a.rank, a.timeout_ms, a.dev_ops, a.dev,
+        if ((rc = offload_queue_start_loop(&o->q, host, a.rank, a.timeout_ms, a.dev,
                                            nvme_io_loop, o)) != DT_OK)
             o->q = q0;
     }

@@ -100,10 +100,8 @@ uint32_t pp_order_in_flight(const dt_host_v1_t *host, int schedule, uint32_t V, 
 struct dt_schedule {
     const dt_schedule_ops_v1_t *ops; /* first: the table that made it (dtrain/schedule.h) */
     const dt_host_v1_t *host;
-    const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
     dt_stream_t *cs;            /* the core's compute stream */
-    const dt_comm_ops_v1_t *comm_ops;
     dt_comm_t *comm;            /* the pipeline group: rank = stage */
     dt_comm_t *grad_comm;       /* interleaved: activations on `comm`'s
                                  * split copy act_comm, their gradients on

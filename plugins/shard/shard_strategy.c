@@ -58,8 +58,8 @@ int dt_shard_strategy_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t
      * args; without a communicator it is checked for no group (world 0)
      * and dt_shard_engine_init refuses the missing one */
     int32_t rank = 0, world = 0;
-    if (args->comm_ops && args->comm) {
-        rc = args->comm_ops->rank_size(args->comm, &rank, &world);
+    if (args->comm) {
+        rc = dt_comm_ops(args->comm)->rank_size(args->comm, &rank, &world);
         if (rc != DT_OK) {
             host->log(host, DT_LOG_ERROR, "init: comm rank_size failed");
             return rc;

@@ -366,7 +366,6 @@ struct dt_comm {
      * thread spins in its phase waits only while one is (otherwise the
      * caller is computing and a spin would take its CPU). */
     _Atomic int callers_waiting;
-    const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
 
     /* the mapping */

@@ -303,7 +303,6 @@ static int tcp_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
         return host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
     }
     c->is_world = 1;
-    c->dev_ops = a->dev_ops;
     c->dev = a->dev;
     snprintf(c->gname, sizeof c->gname, "world");
     for (int p = 0; p < c->size; p++)
@@ -403,7 +402,6 @@ static int tcp_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
         st = h->set_error(h, DT_ERR_NOMEM, "split of group %s: out of memory", c->gname);
     } else {
         g->is_world = 0;
-        g->dev_ops = c->dev_ops;
         g->dev = c->dev;
         snprintf(g->gname, sizeof g->gname, "%.120s/g%uc%u", c->gname, no, (uint32_t)color);
         for (int i = 0; i < s.size; i++) {

@@ -155,7 +155,6 @@ struct dt_comm {
     int64_t timeout_ms;
     uint32_t split_no;
     uint64_t coll_seq, p2p_seq;
-    const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
     tcp_peer_t *peers;         /* [size] */
     int wake[2];               /* pipe: a caller wakes the thread's poll */

@@ -195,7 +195,7 @@ static int setup(void **state)
     if (D->init(&dev_host.host, &da, &dev) != DT_OK)
         return -1;
     dt_comm_init_t ca = {.struct_size = sizeof ca, .rank = 1, .size = 4, .job_id = "job",
-                         .timeout_ms = 1000, .dev_ops = D, .dev = dev};
+                         .timeout_ms = 1000, .dev = dev};
     return C->init(&comm_host.host, &ca, &world) == DT_OK ? 0 : -1;
 }
 

@@ -129,7 +129,7 @@ static int log_hash(dt_strategy_t *s, int64_t step)
 {
     const dt_replica_t *r = &s->rep;
     uint64_t h = DT_HASH64_INIT;
-    int rc = dt_hash_device(r->dp.host, r->dp.dev_ops, r->dp.dev, r->dp.cs, r->master,
+    int rc = dt_hash_device(r->dp.host, r->dp.dev, r->dp.cs, r->master,
                             r->layout.total * sizeof(float), s->staging,
                             DT_REPLICA_HASH_STAGING, &h);
     if (rc == DT_OK)

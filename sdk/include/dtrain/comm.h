@@ -125,8 +125,8 @@ typedef struct dt_comm_init_v1 {
     int32_t master_port;     /* rendezvous port, 0 = none */
     int32_t reserved1;
     int64_t timeout_ms;      /* default bound for every wait, > 0 */
-    const dt_device_ops_v1_t *dev_ops; /* the compute device, for streams */
-    dt_device_t *dev;
+    dt_device_t *dev;        /* the compute device, for streams (its table:
+                              * dt_device_ops(dev)); NULL: none */
     /* A secret shared by the ranks of this job and nobody else (NUL-ended,
      * non-empty, any bytes; NULL: none).  Knowing job_id is then not
      * enough to join: a communicator that meets its peers through a named
@@ -277,10 +277,10 @@ typedef struct dt_comm_ops_v1 {
 typedef dt_comm_ops_v1_t dt_comm_ops_t;
 
 /* The table instance `c` was made by: its first member (the rule at
- *  declaration). */
+ * dt_comm_t above); NULL for a NULL handle. */
 static inline const dt_comm_ops_v1_t *dt_comm_ops(const dt_comm_t *c)
 {
-    return *(const dt_comm_ops_v1_t *const *)(const void *)c;
+    return c ? *(const dt_comm_ops_v1_t *const *)(const void *)c : NULL;
 }
 typedef dt_comm_init_v1_t dt_comm_init_t;
 

@@ -521,10 +521,10 @@ typedef struct dt_device_ops_v1 {
 typedef dt_device_ops_v1_t dt_device_ops_t;
 
 /* The table instance `d` was made by: its first member (the rule at
- *  declaration). */
+ * dt_device_t above); NULL for a NULL handle. */
 static inline const dt_device_ops_v1_t *dt_device_ops(const dt_device_t *d)
 {
-    return *(const dt_device_ops_v1_t *const *)(const void *)d;
+    return d ? *(const dt_device_ops_v1_t *const *)(const void *)d : NULL;
 }
 typedef dt_kernels_v1_t dt_kernels_t;
 typedef dt_device_init_v1_t dt_device_init_t;

@@ -48,10 +48,9 @@ typedef struct dt_offload_init_v1 {
     int32_t reserved0;
     const char *job_id;   /* unique per job: names files */
     int64_t timeout_ms;   /* default bound for every wait */
-    const dt_device_ops_v1_t *dev_ops; /* for copies to/from the device;
-                                        * pinned host buffers come from its
-                                        * host_alloc */
-    dt_device_t *dev;
+    dt_device_t *dev;     /* for copies to/from the device (its table:
+                           * dt_device_ops(dev)); pinned host buffers come
+                           * from its host_alloc */
     /* ---- minor 0 ends here; append only ---- */
 } dt_offload_init_v1_t;
 #define DT_OFFLOAD_INIT_V1_SIZE0 DT_FIELD_END(dt_offload_init_v1_t, dev)
@@ -101,10 +100,10 @@ typedef struct dt_offload_ops_v1 {
 typedef dt_offload_ops_v1_t dt_offload_ops_t;
 
 /* The table instance `o` was made by: its first member (the rule at
- *  declaration). */
+ * dt_offload_t above); NULL for a NULL handle. */
 static inline const dt_offload_ops_v1_t *dt_offload_ops(const dt_offload_t *o)
 {
-    return *(const dt_offload_ops_v1_t *const *)(const void *)o;
+    return o ? *(const dt_offload_ops_v1_t *const *)(const void *)o : NULL;
 }
 typedef dt_offload_init_v1_t dt_offload_init_t;
 

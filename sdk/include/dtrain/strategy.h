@@ -215,13 +215,11 @@ typedef enum dt_range_purpose {
 typedef struct dt_strategy_init_v1 {
     uint32_t struct_size;      /* sizeof(dt_strategy_init_v1_t), core's build */
     uint32_t n_micro;          /* accumulation micro-steps per step */
-    const dt_device_ops_v1_t *dev_ops;
+    /* Instances, each starting with its table (dt_device_ops(dev) etc.) */
     dt_device_t *dev;
     dt_stream_t *compute_stream; /* where the core runs kernels */
-    const dt_comm_ops_v1_t *comm_ops;
     dt_comm_t *comm;           /* this strategy's group (dp, tp or pp) */
-    const dt_offload_ops_v1_t *offload_ops; /* NULL: no offload tier */
-    dt_offload_t *offload;
+    dt_offload_t *offload;     /* NULL: no offload tier */
     const dt_model_desc_v1_t *model; /* valid until finalize */
     const dt_optim_desc_v1_t *optim; /* valid until finalize (a pointer, so
                                       * either struct grows on its own) */
@@ -435,10 +433,10 @@ typedef struct dt_strategy_ops_v1 {
 typedef dt_strategy_ops_v1_t dt_strategy_ops_t;
 
 /* The table instance `s` was made by: its first member (the rule at
- *  declaration). */
+ * dt_strategy_t above); NULL for a NULL handle. */
 static inline const dt_strategy_ops_v1_t *dt_strategy_ops(const dt_strategy_t *s)
 {
-    return *(const dt_strategy_ops_v1_t *const *)(const void *)s;
+    return s ? *(const dt_strategy_ops_v1_t *const *)(const void *)s : NULL;
 }
 typedef dt_strategy_init_v1_t dt_strategy_init_t;
 typedef dt_param_desc_v1_t dt_param_desc_t;

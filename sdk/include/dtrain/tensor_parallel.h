@@ -73,10 +73,8 @@ typedef struct dt_tensor_group dt_tensor_group_t; /* plugin instance, opaque */
 /* init's arguments (in; valid during init). */
 typedef struct dt_tensor_init_v1 {
     uint32_t struct_size;        /* sizeof(dt_tensor_init_v1_t), core's build */
-    const dt_device_ops_v1_t *dev_ops;
-    dt_device_t *dev;
+    dt_device_t *dev;            /* its table: dt_device_ops(dev) */
     dt_stream_t *compute_stream; /* where the core runs kernels */
-    const dt_comm_ops_v1_t *comm_ops;
     dt_comm_t *comm;             /* the tensor group: P >= 2 ranks, group
                                   * rank = tensor rank (the model's part) */
     /* ---- minor 0 ends here; append only ---- */
@@ -129,10 +127,10 @@ typedef struct dt_tensor_ops_v1 {
 typedef dt_tensor_ops_v1_t dt_tensor_ops_t;
 
 /* The table instance `g` was made by: its first member (the rule at
- *  declaration). */
+ * dt_tensor_group_t above); NULL for a NULL handle. */
 static inline const dt_tensor_ops_v1_t *dt_tensor_ops(const dt_tensor_group_t *g)
 {
-    return *(const dt_tensor_ops_v1_t *const *)(const void *)g;
+    return g ? *(const dt_tensor_ops_v1_t *const *)(const void *)g : NULL;
 }
 typedef dt_tensor_init_v1_t dt_tensor_init_t;
 

@@ -49,11 +49,9 @@ typedef struct dt_dp {
      * dt_replica_t, a shard engine) starts with its table (strategy.h). */
     const dt_strategy_ops_v1_t *ops;
     const dt_host_v1_t *host;
-    const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
-    const dt_kernels_t *kernels;     /* dev_ops->kernels(), fetched once */
+    const dt_kernels_t *kernels;     /* dt_device_ops(dev)->kernels(), once */
     dt_stream_t *cs;                 /* the core's compute stream */
-    const dt_comm_ops_v1_t *comm_ops;
     dt_comm_t *comm;                 /* the data-parallel group */
     int32_t rank, size;              /* in comm */
     const dt_model_desc_v1_t *model; /* == &args.model */

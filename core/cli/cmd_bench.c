@@ -200,8 +200,8 @@ static void count_wrong(const void *got, int dt, uint64_t n, uint64_t base, int 
 typedef struct rank_ctx {
     const bench_opts_t *o;
     const dt_plugin_t *plugin;
-    const dt_comm_ops_t *ops;
-    dt_comm_t *c;
+    dt_comm_t *c;               /* starts with its table (the interposer's
+                                 * with --ledger) */
     int rank, n;
     /* the device; dev_mem: its memory is not the host's, so a and b are
      * device memory and ha, hb their host copies (else ha == a, hb == b) */
@@ -232,7 +232,7 @@ static uint64_t count_for(int op, uint64_t bytes, size_t es, int n)
 
 static int run_op(rank_ctx_t *x, void *a, void *b, uint64_t count)
 {
-    const dt_comm_ops_t *ops = x->ops;
+    const dt_comm_ops_t *ops = dt_comm_ops(x->c);
     const bench_opts_t *o = x->o;
     dt_comm_t *c = x->c;
     switch (o->op) {
@@ -392,7 +392,7 @@ static int bench_sizes(rank_ctx_t *x, void *a, void *b, int *any_wrong)
 {
     const bench_opts_t *o = x->o;
     const size_t es = dt_dtype_size(o->dtype);
-    const dt_comm_ops_t *ops = x->ops;
+    const dt_comm_ops_t *ops = dt_comm_ops(x->c);
 #ifdef DTRAIN_TEST_HOOKS
     const char *hook = getenv("DTRAIN_TEST_BENCH_CORRUPT");
     int corrupt = hook && hook[0] && atoi(hook) == x->rank;
@@ -561,7 +561,8 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
     if (rc)
         return rc;
     const dt_plugin_t *p = r->plugin[DT_ROLE_COMM];
-    rank_ctx_t x = {.o = o, .plugin = p, .ops = p->ops, .rank = world->rank,
+    const dt_comm_ops_t *table = p->ops; /* what init is called through */
+    rank_ctx_t x = {.o = o, .plugin = p, .rank = world->rank,
                     .n = world->size, .pdev = r->plugin[DT_ROLE_DEVICE]};
     dt_ledger_t *ledger = NULL;
     dt_interpose_comm_t *ic = NULL;
@@ -572,9 +573,9 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
             goto out;
         }
         hooks = dt_interpose_ledger_hooks(ledger);
-        if ((rc = dt_interpose_comm_create(x.ops, &hooks, &ic)))
+        if ((rc = dt_interpose_comm_create(table, &hooks, &ic)))
             goto out;
-        x.ops = dt_interpose_comm_ops(ic);
+        table = dt_interpose_comm_ops(ic);
     }
     if ((rc = open_device(&x, world)))
         goto out;
@@ -596,13 +597,13 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
     if ((rc = dt_rdzv_session_begin(world, dt_config_hash(r->cfg), o->timeout_s)))
         goto out;
     ia.job_id = world->job_id; /* the id the nodes agreed on */
-    rc = x.ops->init(p->host, &ia, &x.c);
+    rc = table->init(p->host, &ia, &x.c);
     dt_rdzv_session_end();
     if (rc) {
         rc = dt_plugin_failed(p, rc, "init");
         goto out;
     }
-    if ((rc = dt_plugin_check_instance(p, x.ops, x.c))) {
+    if ((rc = dt_plugin_check_instance(p, table, x.c))) {
         x.c = NULL;
         goto out;
     }
@@ -618,11 +619,11 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
     void **symbuf = !o->sym ? NULL : o->op == OP_ALL_GATHER ? &b : &a;
     if (symbuf) {
         uint64_t bytes = (o->op == OP_ALL_GATHER ? b_elems : a_elems) * es + 64;
-        if (!DT_HAS_OP(dt_comm_ops_t, x.ops, sym_alloc) ||
-            !DT_HAS_OP(dt_comm_ops_t, x.ops, sym_free))
+        if (!DT_HAS_OP(dt_comm_ops_t, dt_comm_ops(x.c), sym_alloc) ||
+            !DT_HAS_OP(dt_comm_ops_t, dt_comm_ops(x.c), sym_free))
             rc = dt_err_set(DT_ERR_UNSUPPORTED, "--sym: comm plugin '%s' has no symmetric "
                             "memory (sym_alloc)", p->name);
-        else if ((rc = x.ops->sym_alloc(x.c, bytes, DT_TAG_COMM, symbuf)) != DT_OK)
+        else if ((rc = dt_comm_ops(x.c)->sym_alloc(x.c, bytes, DT_TAG_COMM, symbuf)) != DT_OK)
             rc = dt_plugin_failed(p, rc, "sym_alloc");
         if (o->op == OP_ALL_REDUCE)
             b = a;
@@ -663,12 +664,12 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
         if (other != *symbuf)
             free(other);
         if (*symbuf)
-            x.ops->sym_free(x.c, *symbuf);
+            dt_comm_ops(x.c)->sym_free(x.c, *symbuf);
     } else {
         free(a);
         free(b);
     }
-    x.ops->finalize(x.c);
+    dt_comm_ops(x.c)->finalize(x.c);
 out:
     if (x.dev)
         dt_device_ops(x.dev)->finalize(x.dev);

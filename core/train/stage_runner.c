@@ -40,7 +40,6 @@ void dt_stage_args_init(dt_stage_args_t *sa, const dt_settings_t *set, int32_t p
 int dt_stage_start(dt_stage_t *S, const dt_plugin_t *p, const dt_grid_t *grid)
 {
     S->plugin = p;
-    S->ops = p->ops;
     S->grid = grid;
     if (!(S->red = calloc(4 * (size_t)grid->pp + 1, sizeof *S->red)))
         return dt_err_set(DT_ERR_NOMEM, "pipeline: the bubble's %d stage slots", (int)grid->pp);
@@ -52,7 +51,7 @@ int dt_stage_start(dt_stage_t *S, const dt_plugin_t *p, const dt_grid_t *grid)
 void dt_stage_free(dt_stage_t *S)
 {
     if (S->sched)
-        S->ops->finalize(S->sched);
+        dt_schedule_ops(S->sched)->finalize(S->sched);
     free(S->red);
     free(S->slot_micro);
     memset(S, 0, sizeof *S);
@@ -101,7 +100,7 @@ int dt_stage_assign(dt_stage_t *S, dt_model_t *model, const dt_settings_t *set, 
     sa.buffers = buffers;
     sa.unit_flops = flops;
     const uint32_t V = sa.chunks;
-    int rc = PLUGIN_CALL(S->plugin, S->ops->assign_stages(S->plugin->host, &sa, stage_of),
+    int rc = PLUGIN_CALL(S->plugin, ((const dt_schedule_ops_t *)S->plugin->ops)->assign_stages(S->plugin->host, &sa, stage_of),
                          "assign_stages");
     free(flops);
     const uint32_t nv = (uint32_t)pp * V; /* virtual stages */
@@ -189,8 +188,9 @@ int dt_stage_init(dt_stage_t *S, const dt_settings_t *set, dt_device_t *dev, dt_
                             .comm = comm,
                             .chunks = S->n_chunks,
                             .keep_activations = set->pipeline.keep_activations ? 1u : 0u};
-    int rc = PLUGIN_CALL(S->plugin, S->ops->init(S->plugin->host, &a, &S->sched), "init");
-    if (!rc && (rc = dt_plugin_check_instance(S->plugin, S->ops, S->sched)))
+    const dt_schedule_ops_t *table = S->plugin->ops;
+    int rc = PLUGIN_CALL(S->plugin, table->init(S->plugin->host, &a, &S->sched), "init");
+    if (!rc && (rc = dt_plugin_check_instance(S->plugin, table, S->sched)))
         S->sched = NULL;
     return rc;
 }
@@ -337,7 +337,7 @@ static int schedule_pass(stage_pass_t *x, dt_schedule_result_t *sr)
                              .flags = x->eval ? DT_SCHEDULE_NO_GRAD : 0u, .runner = &rn};
     for (uint32_t i = 0; i < S->n_chunks * S->n_slots; i++)
         S->slot_micro[i] = -1;
-    return PLUGIN_CALL(S->plugin, S->ops->run(S->sched, &sa, sr), "run");
+    return PLUGIN_CALL(S->plugin, dt_schedule_ops(S->sched)->run(S->sched, &sa, sr), "run");
 }
 
 double dt_stage_idle_fraction(double busy, double span)

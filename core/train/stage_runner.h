@@ -49,8 +49,7 @@ typedef struct dt_stage_env {
 
 typedef struct dt_stage {
     const dt_plugin_t *plugin;  /* the schedule plugin; NULL: no pipeline */
-    const dt_schedule_ops_t *ops;
-    dt_schedule_t *sched;
+    dt_schedule_t *sched;       /* its instance (starts with its table) */
     const dt_grid_t *grid;      /* the run's */
     /* this rank's units: its chunks [chunk_first[c], chunk_end[c]), one
      * unless the schedule interleaves (virtual stage c x pp + pp_rank) */

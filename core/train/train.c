@@ -138,7 +138,7 @@ static void run_free(run_t *R)
     if (R->tens)
         dt_tensor_ops(R->tens)->finalize(R->tens);
     if (R->off) /* after the strategy, which frees its buffers there */
-        ((const dt_offload_ops_t *)R->poff->ops)->finalize(R->off);
+        dt_offload_ops(R->off)->finalize(R->off);
     if (R->model)
         dt_model_free(R->model, R->dev ? &ctx : NULL);
     for (int g = 0; g < DT_GRID_N_GROUPS; g++) /* before the world they came from */
@@ -1015,8 +1015,7 @@ static int report_memory(run_t *R)
      * bytes, measured by the tier (not device memory: not in the total) */
     if (R->poff) {
         uint64_t total = 0, held = 0;
-        const dt_offload_ops_t *oops = R->poff->ops;
-        if ((rc = PLUGIN_CALL(R->poff, oops->capacity(R->off, &total, &held), "capacity")))
+        if ((rc = PLUGIN_CALL(R->poff, dt_offload_ops(R->off)->capacity(R->off, &total, &held), "capacity")))
             return rc;
         peak[DT_TAG_OFFLOAD] = held;
         plan_total -= planned[DT_TAG_OFFLOAD];
@@ -1047,8 +1046,7 @@ static int report_memory(run_t *R)
      * pinned memory or files), and the pinned staging beside it ---- */
     if (R->poff) {
         uint64_t total = 0, tier = 0;
-        const dt_offload_ops_t *oops = R->poff->ops;
-        if ((rc = PLUGIN_CALL(R->poff, oops->capacity(R->off, &total, &tier), "capacity")))
+        if ((rc = PLUGIN_CALL(R->poff, dt_offload_ops(R->off)->capacity(R->off, &total, &tier), "capacity")))
             return rc;
         uint64_t stage = dt_tag_bytes(ms.pinned_peak, ms.n_tags, DT_TAG_STAGING);
         if (R->world.rank == 0)

@@ -120,8 +120,10 @@ static int stream(dt_offload_t *tier, dt_offload_buf_t *buf,
         while (rc == DT_OK && next < total && n_out < o->inflight) {
             uint64_t n = total - next < o->request ? total - next : o->request;
             dt_offload_req_t **slot = &q[(head + n_out) % o->inflight];
-            rc = store ? dt_offload_ops(tier)->store(tier, buf, next, mem + next, n, DT_MEM_HOST, NULL, slot)
-                       : dt_offload_ops(tier)->load(tier, buf, next, mem + next, n, DT_MEM_HOST, NULL, slot);
+            rc = store ? dt_offload_ops(tier)->store(tier, buf, next, mem + next, n, DT_MEM_HOST,
+                                                     NULL, slot)
+                       : dt_offload_ops(tier)->load(tier, buf, next, mem + next, n, DT_MEM_HOST,
+                                                    NULL, slot);
             if (rc == DT_OK) {
                 next += n;
                 n_out++;
@@ -182,7 +184,8 @@ int main(int argc, char **argv)
         dt_plugin_failed(pdev, rc, "init");
     char job[64];
     snprintf(job, sizeof job, "bench-io-%ld", (long)getpid());
-    dt_offload_init_t oa = {.struct_size = sizeof oa, .job_id = job, .timeout_ms = 60000, .dev = dev};
+    dt_offload_init_t oa = {
+        .struct_size = sizeof oa, .job_id = job, .timeout_ms = 60000, .dev = dev};
     if (rc == DT_OK && (rc = ops->init(poff->host, &oa, &tier)) != DT_OK)
         dt_plugin_failed(poff, rc, "init");
     if (rc == DT_OK && (rc = ops->alloc(tier, total, DT_TAG_OFFLOAD, &buf)) != DT_OK)

@@ -65,15 +65,17 @@ static int ranges(dt_strategy_t *s, uint32_t unit, int kind,
     *out = NULL;
     *n = 0;
     uint32_t count = 0, n2 = 0;
-    int rc = STRATEGY_CALL(s, dt_strategy_ops(s)->state_ranges(s, unit, kind, purpose, NULL, 0, &count),
-                           "state_ranges");
+    int rc =
+        STRATEGY_CALL(s, dt_strategy_ops(s)->state_ranges(s, unit, kind, purpose, NULL, 0, &count),
+                      "state_ranges");
     if (rc)
         return rc;
     dt_range_t *rg = calloc(count ? count : 1, sizeof *rg);
     if (!rg)
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
-    if ((rc = STRATEGY_CALL(s, dt_strategy_ops(s)->state_ranges(s, unit, kind, purpose, rg, count, &n2),
-                            "state_ranges"))) {
+    if ((rc = STRATEGY_CALL(
+             s, dt_strategy_ops(s)->state_ranges(s, unit, kind, purpose, rg, count, &n2),
+             "state_ranges"))) {
         free(rg);
         return rc;
     }
@@ -768,8 +770,9 @@ static int fresh(const dt_settings_t *set, dt_strategy_t *s,
             if ((rc = ranges(s, u, k, DT_RANGES_HELD, &rg, &n)))
                 break;
             for (uint32_t i = 0; i < n && !rc; i++)
-                rc = STRATEGY_CALL(s, dt_strategy_ops(s)->set_state(s, u, k, rg[i], full + rg[i].offset),
-                                   "set_state");
+                rc = STRATEGY_CALL(
+                    s, dt_strategy_ops(s)->set_state(s, u, k, rg[i], full + rg[i].offset),
+                    "set_state");
             free(rg);
         }
         free(full);
@@ -1158,8 +1161,14 @@ static int save_new(const dt_world_t *w, const dt_settings_t *set, uint64_t conf
         free(sv);
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
     }
-    *sv = (dt_ckpt_async_t){.w = w, .set = set, .config_hash = config_hash,
-                            .comm = comm, .strategy_name = dt_strategy_ops(s)->info.name, .m = m, .step = step, .loop = sv->loop,
+    *sv = (dt_ckpt_async_t){.w = w,
+                            .set = set,
+                            .config_hash = config_hash,
+                            .comm = comm,
+                            .strategy_name = dt_strategy_ops(s)->info.name,
+                            .m = m,
+                            .step = step,
+                            .loop = sv->loop,
                             .t0 = mono_s()};
     int rc = dt_ckpt_root(set, sv->root, sizeof sv->root);
     if (rc) {
@@ -1194,8 +1203,8 @@ static void *shard_thread(void *arg)
 }
 
 int dt_ckpt_save_async(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
-                       dt_comm_t *comm, dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop,
-                       dt_ckpt_async_t **out)
+                       dt_comm_t *comm, dt_strategy_t *s, dt_model_t *m, int64_t step,
+                       const cJSON *loop, dt_ckpt_async_t **out)
 {
     *out = NULL;
     dt_ckpt_async_t *sv = NULL;

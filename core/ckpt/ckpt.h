@@ -51,8 +51,8 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
  * message as it was. */
 typedef struct dt_ckpt_async dt_ckpt_async_t;
 int dt_ckpt_save_async(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
-                       dt_comm_t *comm, dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop,
-                       dt_ckpt_async_t **out);
+                       dt_comm_t *comm, dt_strategy_t *s, dt_model_t *m, int64_t step,
+                       const cJSON *loop, dt_ckpt_async_t **out);
 int dt_ckpt_save_finish(dt_ckpt_async_t *a);
 void dt_ckpt_save_discard(dt_ckpt_async_t *a);
 

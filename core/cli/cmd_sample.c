@@ -323,8 +323,8 @@ static int load_model(sample_run_t *s, const char *dir)
         const uint64_t bytes = d->units[u].numel * sizeof *host;
         if (!(rc = dt_ckpt_read_unit_params(s->rd, dir, d, u, host)) &&
             !(rc = dt_device_ops(s->dev)->alloc(s->dev, bytes, DT_TAG_PARAMS, &s->params[u])) &&
-            !(rc = dt_device_ops(s->dev)->memcpy_async(s->dev, s->params[u], host, bytes, DT_COPY_H2D,
-                                        s->stream)))
+            !(rc = dt_device_ops(s->dev)->memcpy_async(s->dev, s->params[u], host, bytes,
+                                                       DT_COPY_H2D, s->stream)))
             rc = dt_device_ops(s->dev)->stream_sync(s->dev, s->stream);
         free(host);
     }

@@ -398,8 +398,9 @@ int dt_model_tp_row_forward(const dt_model_t *m, const dt_model_ctx_t *ctx, void
     int go = tp_issue(m, what, unit);
     if (go <= 0)
         return -go;
-    return tp_failed(m, dt_tensor_ops(m->tp_group)->row_forward(m->tp_group, buf, (uint64_t)n, m->s.adtype,
-                                               ctx->stream),
+    return tp_failed(m,
+                     dt_tensor_ops(m->tp_group)
+                         ->row_forward(m->tp_group, buf, (uint64_t)n, m->s.adtype, ctx->stream),
                      what, unit);
 }
 
@@ -410,9 +411,11 @@ int dt_model_tp_column_start(const dt_model_t *m, const dt_model_ctx_t *ctx, voi
     int go = tp_issue(m, what, unit);
     if (go <= 0)
         return -go;
-    return tp_failed(m, dt_tensor_ops(m->tp_group)->column_backward_start(m->tp_group, buf, (uint64_t)n,
-                                                         m->s.adtype, ctx->stream, req),
-                     what, unit);
+    return tp_failed(
+        m,
+        dt_tensor_ops(m->tp_group)
+            ->column_backward_start(m->tp_group, buf, (uint64_t)n, m->s.adtype, ctx->stream, req),
+        what, unit);
 }
 
 int dt_model_tp_column_wait(const dt_model_t *m, dt_comm_req_t *req, const char *what,
@@ -420,7 +423,8 @@ int dt_model_tp_column_wait(const dt_model_t *m, dt_comm_req_t *req, const char 
 {
     if (!req)
         return DT_OK;
-    return tp_failed(m, dt_tensor_ops(m->tp_group)->column_backward_wait(m->tp_group, req), what, unit);
+    return tp_failed(m, dt_tensor_ops(m->tp_group)->column_backward_wait(m->tp_group, req), what,
+                     unit);
 }
 
 int dt_model_tp_embedding(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf, int64_t n,
@@ -429,9 +433,11 @@ int dt_model_tp_embedding(const dt_model_t *m, const dt_model_ctx_t *ctx, void *
     int go = tp_issue(m, what, unit);
     if (go <= 0)
         return -go;
-    return tp_failed(m, dt_tensor_ops(m->tp_group)->embedding_forward(m->tp_group, buf, (uint64_t)n, m->s.adtype,
-                                                     ctx->stream),
-                     what, unit);
+    return tp_failed(
+        m,
+        dt_tensor_ops(m->tp_group)
+            ->embedding_forward(m->tp_group, buf, (uint64_t)n, m->s.adtype, ctx->stream),
+        what, unit);
 }
 
 int dt_model_tp_xent(const dt_model_t *m, const dt_model_ctx_t *ctx, float *buf, int64_t n,
@@ -440,8 +446,9 @@ int dt_model_tp_xent(const dt_model_t *m, const dt_model_ctx_t *ctx, float *buf,
     int go = tp_issue(m, what, unit);
     if (go <= 0)
         return -go;
-    return tp_failed(m, dt_tensor_ops(m->tp_group)->xent_reduce(m->tp_group, buf, (uint64_t)n, op, ctx->stream),
-                     what, unit);
+    return tp_failed(
+        m, dt_tensor_ops(m->tp_group)->xent_reduce(m->tp_group, buf, (uint64_t)n, op, ctx->stream),
+        what, unit);
 }
 
 void dt_model_add_key(dt_model_t *m, const dt_model_key_t *k)
@@ -817,9 +824,10 @@ int dt_model_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t B, int
     if (m->host_losses)
         return dt_err_set(DT_ERR_INVALID, "model: activations are already allocated");
     if (dt_device_ops(ctx->dev)->kernels() != m->s.kern)
-        return dt_err_set(DT_ERR_INVALID,
-                          "model: created for device '%s', run on an instance of device '%s'",
-                          m->s.dev_name, dt_device_ops(ctx->dev)->info.name ? dt_device_ops(ctx->dev)->info.name : "?");
+        return dt_err_set(
+            DT_ERR_INVALID, "model: created for device '%s', run on an instance of device '%s'",
+            m->s.dev_name,
+            dt_device_ops(ctx->dev)->info.name ? dt_device_ops(ctx->dev)->info.name : "?");
     dt_model_act_t plan;
     int rc;
     if (m->s.adtype != DT_F32 &&
@@ -899,8 +907,9 @@ static int put_tokens(const dt_model_t *m, const dt_model_ctx_t *ctx, const char
                       const int32_t *tok, int32_t *dst)
 {
     int rc = check_tokens(m, what, tok);
-    return rc ? rc : dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, dst, tok, (uint64_t)(m->s.B * m->s.T) * 4,
-                                                DT_COPY_H2D, ctx->stream);
+    return rc ? rc
+              : dt_device_ops(ctx->dev)->memcpy_async(
+                    ctx->dev, dst, tok, (uint64_t)(m->s.B * m->s.T) * 4, DT_COPY_H2D, ctx->stream);
 }
 
 /* The mean of m->s.losses, after the stream's work. */
@@ -1133,8 +1142,8 @@ static int probe_into(dt_model_probe_t *p, const dt_model_t *m, const dt_model_c
     const size_t es = dt_dtype_size(dtype);
     for (uint64_t at = 0; at < n; at += PROBE_CHUNK) {
         const uint64_t k = n - at < PROBE_CHUNK ? n - at : PROBE_CHUNK;
-        int rc = dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, p->host, (const char *)x + at * es, k * es,
-                                            DT_COPY_D2H, ctx->stream);
+        int rc = dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, p->host, (const char *)x + at * es,
+                                                       k * es, DT_COPY_D2H, ctx->stream);
         if (!rc)
             rc = dt_device_ops(ctx->dev)->stream_sync(ctx->dev, ctx->stream);
         if (rc)

@@ -130,7 +130,8 @@ int dt_consistency_check(const dt_world_t *w, const dt_config_t *cfg,
     }
     if (w->rank == 0)
         memcpy(r0, l.v, (size_t)n0 * sizeof *r0);
-    if ((rc = dt_comm_ops(comm)->broadcast(comm, r0, (uint64_t)n0 * sizeof *r0, DT_U8, 0, NULL, NULL)))
+    if ((rc = dt_comm_ops(comm)->broadcast(comm, r0, (uint64_t)n0 * sizeof *r0, DT_U8, 0, NULL,
+                                           NULL)))
         goto out;
     char d[DIFF_MAX];
     diff(cfg, &l, r0, (size_t)n0, d, sizeof d);

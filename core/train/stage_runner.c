@@ -100,8 +100,10 @@ int dt_stage_assign(dt_stage_t *S, dt_model_t *model, const dt_settings_t *set, 
     sa.buffers = buffers;
     sa.unit_flops = flops;
     const uint32_t V = sa.chunks;
-    int rc = PLUGIN_CALL(S->plugin, ((const dt_schedule_ops_t *)S->plugin->ops)->assign_stages(S->plugin->host, &sa, stage_of),
-                         "assign_stages");
+    int rc = PLUGIN_CALL(
+        S->plugin,
+        ((const dt_schedule_ops_t *)S->plugin->ops)->assign_stages(S->plugin->host, &sa, stage_of),
+        "assign_stages");
     free(flops);
     const uint32_t nv = (uint32_t)pp * V; /* virtual stages */
     if (!rc && (V < 1 || V > DT_MODEL_MAX_CHUNKS || nv > nu))
@@ -179,7 +181,8 @@ int dt_stage_assign(dt_stage_t *S, dt_model_t *model, const dt_settings_t *set, 
     return rc;
 }
 
-int dt_stage_init(dt_stage_t *S, const dt_settings_t *set, dt_device_t *dev, dt_stream_t *stream, dt_comm_t *comm)
+int dt_stage_init(dt_stage_t *S, const dt_settings_t *set, dt_device_t *dev, dt_stream_t *stream,
+                  dt_comm_t *comm)
 {
     dt_schedule_init_t a = {.struct_size = sizeof a,
                             .n_micro = (uint32_t)set->train.grad_accum,
@@ -387,8 +390,8 @@ int dt_stage_pass(dt_stage_t *S, int64_t step, uint32_t n_micro, float micro_sca
         S->red[1 + pp + S->grid->pp_rank] = now_s() - t0;
     }
     if ((rc = PLUGIN_CALL(E->pcomm,
-                          dt_comm_ops(E->comm)->all_reduce(E->comm, S->red, S->red, n, DT_F64, DT_OP_SUM,
-                                                  NULL, NULL),
+                          dt_comm_ops(E->comm)->all_reduce(E->comm, S->red, S->red, n, DT_F64,
+                                                           DT_OP_SUM, NULL, NULL),
                           "all_reduce of the loss")))
         return rc;
     *loss = S->red[0] / (double)E->dp;
@@ -405,9 +408,9 @@ int dt_stage_pass(dt_stage_t *S, int64_t step, uint32_t n_micro, float micro_sca
 static int share_finding(dt_stage_t *S, int32_t root, char *what, size_t cap)
 {
     const dt_stage_env_t *E = &S->env;
-    int rc = PLUGIN_CALL(E->pcomm,
-                         dt_comm_ops(E->comm)->broadcast(E->comm, what, cap, DT_U8, root, NULL, NULL),
-                         "broadcast of the non-finite search's answer");
+    int rc = PLUGIN_CALL(
+        E->pcomm, dt_comm_ops(E->comm)->broadcast(E->comm, what, cap, DT_U8, root, NULL, NULL),
+        "broadcast of the non-finite search's answer");
     if (rc)
         return rc;
     what[cap - 1] = 0; /* another rank's bytes: ended here whatever they hold */
@@ -420,8 +423,8 @@ static int share_finding(dt_stage_t *S, int32_t root, char *what, size_t cap)
 static int world_reduce(dt_stage_t *S, double *v, int op, const char *what)
 {
     const dt_stage_env_t *E = &S->env;
-    return PLUGIN_CALL(E->pcomm,
-                       dt_comm_ops(E->comm)->all_reduce(E->comm, v, v, 1, DT_F64, op, NULL, NULL), what);
+    return PLUGIN_CALL(
+        E->pcomm, dt_comm_ops(E->comm)->all_reduce(E->comm, v, v, 1, DT_F64, op, NULL, NULL), what);
 }
 
 /* The latest stage that found one, of the lowest replica, names the first
@@ -431,7 +434,8 @@ int dt_stage_find_nonfinite_grad(dt_stage_t *S, int64_t step, double scale, char
 {
     const dt_stage_env_t *E = &S->env;
     const uint32_t accum = (uint32_t)E->set->train.grad_accum;
-    int rc = PLUGIN_CALL(E->pstrat, dt_strategy_ops(E->strat)->begin_step(E->strat, step), "begin_step");
+    int rc =
+        PLUGIN_CALL(E->pstrat, dt_strategy_ops(E->strat)->begin_step(E->strat, step), "begin_step");
     if (!rc)
         rc = dt_model_grad_probe_begin(E->model, what, cap);
     if (rc)

@@ -96,7 +96,8 @@ int dt_stage_assign(dt_stage_t *S, dt_model_t *model, const dt_settings_t *set, 
                     uint8_t *flags, int *tied);
 
 /* The schedule instance over the pipeline group `comm`. */
-int dt_stage_init(dt_stage_t *S, const dt_settings_t *set, dt_device_t *dev, dt_stream_t *stream, dt_comm_t *comm);
+int dt_stage_init(dt_stage_t *S, const dt_settings_t *set, dt_device_t *dev, dt_stream_t *stream,
+                  dt_comm_t *comm);
 
 /* What the passes read from the run, once it is all up. */
 void dt_stage_bind(dt_stage_t *S, const dt_stage_env_t *env);

@@ -202,7 +202,9 @@ static int start_plugins(run_t *R)
     dt_device_init_t da = {.struct_size = sizeof da, .rank = R->world.rank,
                            .local_rank = R->world.local_rank,
                            .local_size = R->world.local_size, .device_index = -1};
-    rc = PLUGIN_CALL(R->pdev, ((const dt_device_ops_t *)R->pdev->ops)->init(R->pdev->host, &da, &R->dev), "init");
+    rc = PLUGIN_CALL(R->pdev,
+                     ((const dt_device_ops_t *)R->pdev->ops)->init(R->pdev->host, &da, &R->dev),
+                     "init");
     if (!rc && (rc = dt_plugin_check_instance(R->pdev, R->pdev->ops, R->dev)))
         R->dev = NULL;
     if (rc || (rc = PLUGIN_CALL(R->pdev, dt_device_ops(R->dev)->stream_create(R->dev, &R->stream),
@@ -221,7 +223,9 @@ static int start_plugins(run_t *R)
                          .master_addr = R->world.master_addr,
                          .master_port = R->world.master_port,
                          .timeout_ms = (int64_t)(R->set->launch.timeout_s * 1000.0), .dev = R->dev};
-    rc = PLUGIN_CALL(R->pcomm, ((const dt_comm_ops_t *)R->pcomm->ops)->init(R->pcomm->host, &ca, &R->comm), "init");
+    rc = PLUGIN_CALL(R->pcomm,
+                     ((const dt_comm_ops_t *)R->pcomm->ops)->init(R->pcomm->host, &ca, &R->comm),
+                     "init");
     if (!rc && (rc = dt_plugin_check_instance(R->pcomm, R->pcomm->ops, R->comm)))
         R->comm = NULL;
     dt_rdzv_session_end();
@@ -298,7 +302,9 @@ static int init_tensor(run_t *R)
     dt_tensor_init_t ta = {.struct_size = sizeof ta, .dev = R->dev,
                            .compute_stream = R->stream,
                            .comm = R->groups[DT_GRID_TENSOR]};
-    int rc = PLUGIN_CALL(R->ptens, ((const dt_tensor_ops_t *)R->ptens->ops)->init(R->ptens->host, &ta, &R->tens), "init");
+    int rc = PLUGIN_CALL(
+        R->ptens, ((const dt_tensor_ops_t *)R->ptens->ops)->init(R->ptens->host, &ta, &R->tens),
+        "init");
     if (!rc && (rc = dt_plugin_check_instance(R->ptens, R->ptens->ops, R->tens)))
         R->tens = NULL;
     if (!rc)
@@ -330,9 +336,14 @@ static int init_strategy(run_t *R)
                           R->set->config_path, dt_optim_name(os->type),
                           R->r->plugin[DT_ROLE_DEVICE]->name,
                           R->optim.kind == DT_OPTIM_SGD ? "sgd_update" : "adamw_update");
-    dt_strategy_init_t sa = {
-        .struct_size = sizeof sa, .n_micro = (uint32_t)R->set->train.grad_accum, .dev = R->dev, .compute_stream = R->stream, .comm = R->dp_comm, .model = dt_model_desc(R->model),
-        .optim = &R->optim, .offload = R->off};
+    dt_strategy_init_t sa = {.struct_size = sizeof sa,
+                             .n_micro = (uint32_t)R->set->train.grad_accum,
+                             .dev = R->dev,
+                             .compute_stream = R->stream,
+                             .comm = R->dp_comm,
+                             .model = dt_model_desc(R->model),
+                             .optim = &R->optim,
+                             .offload = R->off};
     /* ---- pipeline: the data strategy holds this rank's stage ---- */
     uint8_t *flags = NULL;
     int rc, tied = 0;
@@ -345,14 +356,17 @@ static int init_strategy(run_t *R)
         if (!(flags = calloc(dt_model_desc(R->model)->n_units, 1)))
             return dt_err_set(DT_ERR_NOMEM, "out of memory");
         if ((rc = dt_stage_assign(&R->stage, R->model, R->set, R->world.rank, flags, &tied)) ||
-            (rc = dt_stage_init(&R->stage, R->set, R->dev, R->stream, R->groups[DT_GRID_PIPELINE]))) {
+            (rc = dt_stage_init(&R->stage, R->set, R->dev, R->stream,
+                                R->groups[DT_GRID_PIPELINE]))) {
             free(flags);
             return rc;
         }
         sa.unit_flags = flags;
         sa.tied_comm = tied ? R->groups[DT_GRID_EMBEDDING] : NULL;
     }
-    rc = PLUGIN_CALL(R->pstrat, ((const dt_strategy_ops_t *)R->pstrat->ops)->init(R->pstrat->host, &sa, &R->strat), "init");
+    rc = PLUGIN_CALL(
+        R->pstrat,
+        ((const dt_strategy_ops_t *)R->pstrat->ops)->init(R->pstrat->host, &sa, &R->strat), "init");
     if (!rc && (rc = dt_plugin_check_instance(R->pstrat, R->pstrat->ops, R->strat)))
         R->strat = NULL;
     free(flags);
@@ -430,9 +444,10 @@ static int claim_checkpoints(run_t *R)
                                                            NULL),
                           "broadcast of the checkpoint folder's claim");
     if (!arc && v)
-        arc = PLUGIN_CALL(R->pcomm, dt_comm_ops(R->comm)->broadcast(R->comm, msg, sizeof msg, DT_U8, 0,
-                                                           NULL, NULL),
-                          "broadcast of the checkpoint folder's claim");
+        arc = PLUGIN_CALL(
+            R->pcomm,
+            dt_comm_ops(R->comm)->broadcast(R->comm, msg, sizeof msg, DT_U8, 0, NULL, NULL),
+            "broadcast of the checkpoint folder's claim");
     if (arc)
         return arc;
     /* (the broadcasts cleared rank 0's own message: set it again) */
@@ -536,8 +551,8 @@ static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres,
     int rc;
     if (R->world.size > 1 &&
         (rc = PLUGIN_CALL(R->pcomm,
-                          dt_comm_ops(R->comm)->all_reduce(R->comm, &any, &any, 1, DT_F32, DT_OP_MAX, NULL,
-                                                  NULL),
+                          dt_comm_ops(R->comm)->all_reduce(R->comm, &any, &any, 1, DT_F32,
+                                                           DT_OP_MAX, NULL, NULL),
                           "all_reduce of the overflow flag")))
         return rc;
     const double scale = R->ls.scale;
@@ -635,7 +650,8 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
 #ifdef DTRAIN_TEST_HOOKS
     fault_host_reads_device(R, step);
 #endif
-    int rc = PLUGIN_CALL(R->pstrat, dt_strategy_ops(R->strat)->begin_step(R->strat, step), "begin_step");
+    int rc =
+        PLUGIN_CALL(R->pstrat, dt_strategy_ops(R->strat)->begin_step(R->strat, step), "begin_step");
     if (rc)
         return rc;
     double loss_sum = 0;
@@ -669,8 +685,8 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
     float lbuf = (float)loss_local;
     if (!R->stage.plugin && R->dp > 1 &&
         (rc = PLUGIN_CALL(R->pcomm,
-                          dt_comm_ops(R->comm)->all_reduce(R->comm, &lbuf, &lbuf, 1, DT_F32, DT_OP_AVG,
-                                                  NULL, NULL),
+                          dt_comm_ops(R->comm)->all_reduce(R->comm, &lbuf, &lbuf, 1, DT_F32,
+                                                           DT_OP_AVG, NULL, NULL),
                           "all_reduce of the loss")))
         return rc;
     if (!R->stage.plugin)
@@ -680,7 +696,8 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
                             .loss_scale = (float)rep->loss_scale};
     dt_step_result_t sres = {.struct_size = sizeof(dt_step_result_t)};
     dt_crash_set_phase("optimizer step", step);
-    if ((rc = PLUGIN_CALL(R->pstrat, dt_strategy_ops(R->strat)->step(R->strat, &sargs, &sres), "step")))
+    if ((rc = PLUGIN_CALL(R->pstrat, dt_strategy_ops(R->strat)->step(R->strat, &sargs, &sres),
+                          "step")))
         return rc;
     rep->grad_norm = sres.grad_norm;
     if (R->ls_on && isfinite(rep->loss) &&
@@ -761,8 +778,8 @@ static int evaluate_batches(run_t *R, int64_t step, uint64_t global, double *eva
         es += l;
     }
     float ebuf = nb ? (float)(es / (double)nb) : NAN;
-    if (R->dp > 1 && (rc = dt_comm_ops(R->comm)->all_reduce(R->comm, &ebuf, &ebuf, 1, DT_F32, DT_OP_AVG,
-                                                   NULL, NULL)))
+    if (R->dp > 1 && (rc = dt_comm_ops(R->comm)->all_reduce(R->comm, &ebuf, &ebuf, 1, DT_F32,
+                                                            DT_OP_AVG, NULL, NULL)))
         return rc;
     *eval_loss = ebuf;
     return DT_OK;
@@ -915,10 +932,10 @@ static int checkpoint(run_t *R, int64_t step, int *stop)
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
     }
     int rc = set->checkpoint.async_ && !last
-                 ? dt_ckpt_save_async(&R->world, set, dt_config_hash(R->r->cfg), R->comm, R->strat, R->model, step, loop,
-                                      &R->pending)
-                 : dt_ckpt_save(&R->world, set, dt_config_hash(R->r->cfg), R->comm,
-                                R->strat, R->model, step, loop);
+                 ? dt_ckpt_save_async(&R->world, set, dt_config_hash(R->r->cfg), R->comm, R->strat,
+                                      R->model, step, loop, &R->pending)
+                 : dt_ckpt_save(&R->world, set, dt_config_hash(R->r->cfg), R->comm, R->strat,
+                                R->model, step, loop);
     cJSON_Delete(loop);
     return rc;
 }
@@ -1015,7 +1032,8 @@ static int report_memory(run_t *R)
      * bytes, measured by the tier (not device memory: not in the total) */
     if (R->poff) {
         uint64_t total = 0, held = 0;
-        if ((rc = PLUGIN_CALL(R->poff, dt_offload_ops(R->off)->capacity(R->off, &total, &held), "capacity")))
+        if ((rc = PLUGIN_CALL(R->poff, dt_offload_ops(R->off)->capacity(R->off, &total, &held),
+                              "capacity")))
             return rc;
         peak[DT_TAG_OFFLOAD] = held;
         plan_total -= planned[DT_TAG_OFFLOAD];
@@ -1046,7 +1064,8 @@ static int report_memory(run_t *R)
      * pinned memory or files), and the pinned staging beside it ---- */
     if (R->poff) {
         uint64_t total = 0, tier = 0;
-        if ((rc = PLUGIN_CALL(R->poff, dt_offload_ops(R->off)->capacity(R->off, &total, &tier), "capacity")))
+        if ((rc = PLUGIN_CALL(R->poff, dt_offload_ops(R->off)->capacity(R->off, &total, &tier),
+                              "capacity")))
             return rc;
         uint64_t stage = dt_tag_bytes(ms.pinned_peak, ms.n_tags, DT_TAG_STAGING);
         if (R->world.rank == 0)

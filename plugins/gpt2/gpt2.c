@@ -793,8 +793,8 @@ static int gpt2_stage_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, c
                     "backward", head);
         DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
     } else {
-        DT_TRY_UNIT(dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, g->dx, dout, xbytes, DT_COPY_D2D,
-                                               ctx->stream),
+        DT_TRY_UNIT(dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, g->dx, dout, xbytes,
+                                                          DT_COPY_D2D, ctx->stream),
                     "backward (the stage's output gradient)", end - 1);
     }
     uint64_t o[NBLOCK];

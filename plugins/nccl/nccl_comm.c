@@ -145,8 +145,8 @@ static void comm_free(dt_comm_t *c)
 /* Defined below; every handle this plugin makes starts with it. */
 static const dt_comm_ops_v1_t nccl_ops_table;
 
-static dt_comm_t *comm_new(const dt_host_v1_t *host, dt_device_t *dev, int gpu, int64_t timeout_ms, int64_t poll_us,
-                           int32_t world_rank)
+static dt_comm_t *comm_new(const dt_host_v1_t *host, dt_device_t *dev, int gpu, int64_t timeout_ms,
+                           int64_t poll_us, int32_t world_rank)
 {
     dt_comm_t *c = calloc(1, sizeof *c);
     if (!c) {

@@ -142,7 +142,8 @@ static int bounce_reserve(dt_comm_t *c, const struct dt_comm_req *r, const nccl_
         b->host_cap = 0;
         what = "pinned host";
         cap = p->host_bytes > 4096 ? p->host_bytes : 4096;
-        if ((rc = dt_device_ops(c->dev)->host_alloc(c->dev, cap, DT_TAG_STAGING, &b->host)) == DT_OK)
+        if ((rc = dt_device_ops(c->dev)->host_alloc(c->dev, cap, DT_TAG_STAGING, &b->host)) ==
+            DT_OK)
             b->host_cap = cap;
     }
     if (rc != DT_OK) {

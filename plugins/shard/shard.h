@@ -124,16 +124,16 @@ dt_range_t dt_shard_held(const dt_shard_plan_t *p, uint32_t unit,
  * elements of `dtype`; may alias full + rank * shard, in place) into
  * `full` (padded elements), on `stream`.  `req` as in comm.h (NULL:
  * blocking).  A failure is logged naming the group's units. */
-int dt_shard_gather(const dt_host_v1_t *host, dt_comm_t *comm, const dt_shard_plan_t *p, uint32_t group,
-                    const void *shard, void *full, int dtype,
-                    dt_stream_t *stream, dt_comm_req_t **req);
+int dt_shard_gather(const dt_host_v1_t *host, dt_comm_t *comm, const dt_shard_plan_t *p,
+                    uint32_t group, const void *shard, void *full, int dtype, dt_stream_t *stream,
+                    dt_comm_req_t **req);
 
 /* Start the reduce_scatter of group `group`'s gradients: `full` (padded
  * elements of `dtype`, every rank's own) reduced with `op` (DT_OP_AVG:
  * the data-parallel mean), this rank's block into `shard` (shard elements
  * of `dtype`; may alias full + rank * shard, in place). */
-int dt_shard_reduce(const dt_host_v1_t *host, dt_comm_t *comm, const dt_shard_plan_t *p, uint32_t group,
-                    const void *full, void *shard, int dtype, int op,
+int dt_shard_reduce(const dt_host_v1_t *host, dt_comm_t *comm, const dt_shard_plan_t *p,
+                    uint32_t group, const void *full, void *shard, int dtype, int op,
                     dt_stream_t *stream, dt_comm_req_t **req);
 
 /* ------------------------------------------------------------------------

@@ -108,7 +108,8 @@ static int make_groups(dt_shard_engine_t *e)
     else if (ss == 1 && e->rsize > 1)
         e->rcomm = e->dp.comm;
     else if (ss > 1) {
-        int rc = dt_comm_ops(e->dp.comm)->split(e->dp.comm, (int32_t)(rank / ss), (int32_t)rank, &e->scomm);
+        int rc = dt_comm_ops(e->dp.comm)
+                     ->split(e->dp.comm, (int32_t)(rank / ss), (int32_t)rank, &e->scomm);
         if (rc == DT_OK)
             e->own_scomm = 1;
         if (rc == DT_OK &&

@@ -140,7 +140,8 @@ int dt_shard_begin_step(dt_shard_engine_t *e, int64_t step)
     float *grads = e->gfull ? e->gfull : e->gshard; /* NULL: in the tier */
     uint64_t n = e->gfull ? e->plan.full_total : e->plan.shard_total;
     if (grads)
-        rc = dt_device_ops(e->dp.dev)->memset_async(e->dp.dev, grads, 0, n * sizeof(float), e->dp.cs);
+        rc = dt_device_ops(e->dp.dev)->memset_async(e->dp.dev, grads, 0, n * sizeof(float),
+                                                    e->dp.cs);
     if (rc != DT_OK)
         e->dp.host->log(e->dp.host, DT_LOG_ERROR, "begin_step %lld: zeroing gradients failed",
                         (long long)step);

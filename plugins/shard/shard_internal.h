@@ -179,8 +179,8 @@ static inline int shard_full_alloc(dt_shard_engine_t *e, uint32_t g)
     sh_group_t *gs = &e->g[g];
     if (!gs->transient || gs->full)
         return DT_OK;
-    int rc = dt_device_ops(e->dp.dev)->alloc(e->dp.dev, e->plan.groups[g].padded * e->pes, DT_TAG_COMM,
-                                  &gs->full);
+    int rc = dt_device_ops(e->dp.dev)->alloc(e->dp.dev, e->plan.groups[g].padded * e->pes,
+                                             DT_TAG_COMM, &gs->full);
     if (rc != DT_OK) {
         gs->full = NULL;
         shard_log_group(e, g, "allocating the gathered parameters", rc);

@@ -61,8 +61,8 @@ int shard_offload_alloc(dt_shard_engine_t *e)
     if (shard_params_offloaded(e)) {
         rc = dt_offload_params_init(&e->par, e->dp.host, a, e->dp.rank, S);
         if (rc == DT_OK && !shard_optim_offloaded(e))
-            rc = dt_device_ops(a->dev)->host_alloc(a->dev, stage_numel(e) * sizeof(float), DT_TAG_STAGING,
-                                        (void **)&e->pstage);
+            rc = dt_device_ops(a->dev)->host_alloc(a->dev, stage_numel(e) * sizeof(float),
+                                                   DT_TAG_STAGING, (void **)&e->pstage);
         if (rc != DT_OK)
             return rc;
     }

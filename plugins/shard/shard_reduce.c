@@ -59,7 +59,8 @@ static int red_wire(dt_shard_engine_t *e, uint32_t gi, const float *src, uint64_
                     void **wire)
 {
     const int dt = e->cfg.reduce_dtype;
-    int rc = dt_device_ops(e->dp.dev)->alloc(e->dp.dev, numel * dt_dtype_size(dt), DT_TAG_COMM, wire);
+    int rc =
+        dt_device_ops(e->dp.dev)->alloc(e->dp.dev, numel * dt_dtype_size(dt), DT_TAG_COMM, wire);
     if (rc != DT_OK) {
         shard_log_group(e, gi, "allocating the 16-bit gradient wire buffer", rc);
         return rc;

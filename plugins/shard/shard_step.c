@@ -43,8 +43,9 @@ static int tied_sum(dt_shard_engine_t *e)
         if (!(dt_dp_unit_flags(&e->dp, gr->unit_lo) & DT_UNIT_TIED))
             continue;
         float *x = shard_gshard(e, g);
-        int rc = dt_comm_ops(e->dp.tied_comm)->all_reduce(e->dp.tied_comm, x, x, gr->shard, DT_F32, DT_OP_SUM,
-                                            e->dp.cs, NULL);
+        int rc =
+            dt_comm_ops(e->dp.tied_comm)
+                ->all_reduce(e->dp.tied_comm, x, x, gr->shard, DT_F32, DT_OP_SUM, e->dp.cs, NULL);
         if (rc != DT_OK) {
             e->dp.host->log(e->dp.host, DT_LOG_ERROR,
                             "summing the gradient shard of tied unit '%s' (%llu elements) "

@@ -577,7 +577,8 @@ int dt_dp_alloc_shared(const dt_dp_t *b, dt_comm_t *comm, uint64_t bytes, int ta
                      what, dt_status_name(rc));
     }
     int rc = dt_device_ops(b->dev)->alloc(b->dev, bytes, tag, out);
-    if (rc == DT_OK && (rc = dt_device_ops(b->dev)->memset_async(b->dev, *out, 0, bytes, b->cs)) != DT_OK) {
+    if (rc == DT_OK &&
+        (rc = dt_device_ops(b->dev)->memset_async(b->dev, *out, 0, bytes, b->cs)) != DT_OK) {
         dt_device_ops(b->dev)->free(b->dev, *out);
         *out = NULL;
     }

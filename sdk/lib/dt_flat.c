@@ -62,8 +62,8 @@ void dt_flat_layout_free(dt_flat_layout_t *l, const dt_host_v1_t *host)
     memset(l, 0, sizeof *l);
 }
 
-int dt_alloc_zeroed(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, uint64_t elems, int dtype,
-                    int tag, const char *what, void **out)
+int dt_alloc_zeroed(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, uint64_t elems,
+                    int dtype, int tag, const char *what, void **out)
 {
     *out = NULL;
     size_t es = dt_dtype_size(dtype);
@@ -88,8 +88,8 @@ int dt_alloc_zeroed(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, 
     return DT_OK;
 }
 
-int dt_flat_alloc(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, const dt_flat_layout_t *l,
-                  int dtype, int tag, const char *what, void **out)
+int dt_flat_alloc(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s,
+                  const dt_flat_layout_t *l, int dtype, int tag, const char *what, void **out)
 {
     return dt_alloc_zeroed(host, dev, s, l->total, dtype, tag, what, out);
 }

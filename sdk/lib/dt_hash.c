@@ -37,7 +37,8 @@ int dt_hash_device(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, c
     uint64_t acc = *h;
     for (uint64_t off = 0; off < bytes; off += chunk) {
         uint64_t n = bytes - off < chunk ? bytes - off : chunk;
-        int rc = dt_device_ops(dev)->memcpy_async(dev, staging, (const char *)x + off, n, DT_COPY_D2H, s);
+        int rc = dt_device_ops(dev)->memcpy_async(dev, staging, (const char *)x + off, n,
+                                                  DT_COPY_D2H, s);
         if (rc == DT_OK)
             rc = dt_device_ops(dev)->stream_sync(dev, s);
         if (rc != DT_OK) {
@@ -51,8 +52,8 @@ int dt_hash_device(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, c
     return DT_OK;
 }
 
-int dt_replica_check(const dt_host_v1_t *host, dt_comm_t *comm, dt_device_t *dev, dt_stream_t *s, const uint64_t *hashes,
-                     uint32_t n, uint32_t *first_diff)
+int dt_replica_check(const dt_host_v1_t *host, dt_comm_t *comm, dt_device_t *dev, dt_stream_t *s,
+                     const uint64_t *hashes, uint32_t n, uint32_t *first_diff)
 {
     *first_diff = n;
     if (n == 0)

@@ -26,8 +26,8 @@ int dt_norm_sumsq(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, do
     return DT_OK;
 }
 
-int dt_norm_allreduce(const dt_host_v1_t *host, dt_comm_t *comm, dt_device_t *dev, dt_stream_t *s, double *slot,
-                      double *sumsq)
+int dt_norm_allreduce(const dt_host_v1_t *host, dt_comm_t *comm, dt_device_t *dev, dt_stream_t *s,
+                      double *slot, double *sumsq)
 {
     double h = *sumsq;
     int rc = dt_device_ops(dev)->memcpy_async(dev, slot, &h, sizeof h, DT_COPY_H2D, s);
@@ -100,8 +100,8 @@ void dt_norm_plan_free(const dt_host_v1_t *host, dt_norm_plan_t *p)
     memset(p, 0, sizeof *p);
 }
 
-int dt_norm_plan_sumsq(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, double *slot, const float *x,
-                       const dt_norm_plan_t *plan, double *out)
+int dt_norm_plan_sumsq(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, double *slot,
+                       const float *x, const dt_norm_plan_t *plan, double *out)
 {
     int rc = DT_OK;
     double ss = 0.0;

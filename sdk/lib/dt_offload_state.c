@@ -146,8 +146,9 @@ static int tier_io(dt_offload_t *tier, dt_offload_buf_t *buf,
     dt_offload_req_t *req = NULL;
     if (moved)
         moved[store ? 1 : 0] += bytes;
-    int rc = store ? dt_offload_ops(tier)->store(tier, buf, off, mem, bytes, DT_MEM_HOST, NULL, &req)
-                   : dt_offload_ops(tier)->load(tier, buf, off, mem, bytes, DT_MEM_HOST, NULL, &req);
+    int rc = store
+                 ? dt_offload_ops(tier)->store(tier, buf, off, mem, bytes, DT_MEM_HOST, NULL, &req)
+                 : dt_offload_ops(tier)->load(tier, buf, off, mem, bytes, DT_MEM_HOST, NULL, &req);
     return rc == DT_OK ? dt_offload_ops(tier)->wait(tier, req, -1) : rc;
 }
 
@@ -279,11 +280,14 @@ int dt_offload_params_init(dt_offload_params_t *p, const dt_host_v1_t *host,
      * before; the optimizer's own writes go from its staging instead);
      * with host_ptr, 16-bit values are rounded straight into the tier */
     if (rc == DT_OK && !p->host_ptr)
-        rc = dt_device_ops(p->dev)->host_alloc(p->dev, p->piece * pes, DT_TAG_STAGING, &p->wstage[0]);
+        rc = dt_device_ops(p->dev)->host_alloc(p->dev, p->piece * pes, DT_TAG_STAGING,
+                                               &p->wstage[0]);
     p->stage = p->wstage[0];
     if (rc != DT_OK) {
-        host->log(host, DT_LOG_ERROR, "rank %d: %llu bytes of parameters in offload tier '%s' "
-                  "failed", rank, (unsigned long long)(numel * pes), tier_name(dt_offload_ops(p->tier)));
+        host->log(host, DT_LOG_ERROR,
+                  "rank %d: %llu bytes of parameters in offload tier '%s' "
+                  "failed",
+                  rank, (unsigned long long)(numel * pes), tier_name(dt_offload_ops(p->tier)));
         dt_offload_params_free(p);
     }
     return rc;
@@ -315,8 +319,8 @@ int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, con
             p->wat[i] = at + c;
             p->wn[i] = k;
             p->moved[1] += k * pes;
-            rc = dt_offload_ops(p->tier)->store(p->tier, p->buf, (at + c) * pes, dst, k * pes, DT_MEM_HOST, NULL,
-                               &p->wreq[i]);
+            rc = dt_offload_ops(p->tier)->store(p->tier, p->buf, (at + c) * pes, dst, k * pes,
+                                                DT_MEM_HOST, NULL, &p->wreq[i]);
             if (rc != DT_OK)
                 p->wreq[i] = NULL;
         }
@@ -339,7 +343,8 @@ int dt_offload_params_load(dt_offload_params_t *p, uint64_t at, uint64_t n, void
         return rc;
     }
     p->moved[0] += n * pes;
-    return dt_offload_ops(p->tier)->load(p->tier, p->buf, at * pes, dst, n * pes, DT_MEM_DEVICE, stream, req);
+    return dt_offload_ops(p->tier)->load(p->tier, p->buf, at * pes, dst, n * pes, DT_MEM_DEVICE,
+                                         stream, req);
 }
 
 /* ------------------------------------------------------ optimizer state */
@@ -612,8 +617,9 @@ static int start_piece(dt_offload_state_t *st, int set, int store, uint64_t a, u
     const uint64_t lead = lead_of(a, sizeof(float), st->piece);
     st->moved[store ? 1 : 0] += (uint64_t)(st->n_kinds + (grads && !store)) * n * sizeof(float);
     if (grads && !store)
-        rc = dt_offload_ops(st->tier)->load(st->tier, st->gbuf, a * sizeof(float), st->gload[set] + lead,
-                           n * sizeof(float), DT_MEM_HOST, NULL, &q[REQ_GRADS]);
+        rc = dt_offload_ops(st->tier)->load(st->tier, st->gbuf, a * sizeof(float),
+                                            st->gload[set] + lead, n * sizeof(float), DT_MEM_HOST,
+                                            NULL, &q[REQ_GRADS]);
     for (int k = 0; rc == DT_OK && k < st->n_kinds; k++)
         rc = store ? dt_offload_ops(st->tier)->store(st->tier, st->buf[k], a * sizeof(float),
                                     st->stage[set][k] + lead, n * sizeof(float), DT_MEM_HOST,
@@ -730,8 +736,8 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
                 src = h16;
             }
             par->moved[1] += k * pes;
-            rc = dt_offload_ops(par->tier)->store(par->tier, par->buf, (at + c) * pes, src, k * pes, DT_MEM_HOST,
-                                 NULL, &stores[set][REQ_PARAMS]);
+            rc = dt_offload_ops(par->tier)->store(par->tier, par->buf, (at + c) * pes, src, k * pes,
+                                                  DT_MEM_HOST, NULL, &stores[set][REQ_PARAMS]);
         } else if (rc == DT_OK) {
             what = "writing the parameters";
             rc = push_piece(st, s[0], at + c, k, dcompute ? (char *)dcompute + c * pes : NULL);
@@ -763,7 +769,8 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
 
 int dt_offload_state_grads(dt_offload_state_t *st)
 {
-    int rc = dt_offload_ops(st->tier)->alloc(st->tier, st->numel * sizeof(float), DT_TAG_GRADS, &st->gbuf);
+    int rc = dt_offload_ops(st->tier)->alloc(st->tier, st->numel * sizeof(float), DT_TAG_GRADS,
+                                             &st->gbuf);
     if (rc == DT_OK && (rc = host_ptr_of(st->tier, st->gbuf, (void **)&st->grads)) ==
                            DT_OK && st->grads)
         memset(st->grads, 0, st->numel * sizeof(float));
@@ -771,9 +778,11 @@ int dt_offload_state_grads(dt_offload_state_t *st)
         rc = dt_device_ops(st->dev)->host_alloc(st->dev, st->piece * sizeof(float), DT_TAG_STAGING,
                                      (void **)&st->gload[s]);
     if (rc != DT_OK)
-        st->host->log(st->host, DT_LOG_ERROR, "rank %d: %llu bytes of gradients in offload "
-                      "tier '%s' failed", st->rank,
-                      (unsigned long long)(st->numel * sizeof(float)), tier_name(dt_offload_ops(st->tier)));
+        st->host->log(st->host, DT_LOG_ERROR,
+                      "rank %d: %llu bytes of gradients in offload "
+                      "tier '%s' failed",
+                      st->rank, (unsigned long long)(st->numel * sizeof(float)),
+                      tier_name(dt_offload_ops(st->tier)));
     return rc;
 }
 
@@ -838,8 +847,8 @@ int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const 
         /* the sum so far loading while the block comes from the device */
         if (mode == DT_OFFLOAD_GRADS_ADD) {
             st->moved[0] += k * sizeof(float);
-            rc = dt_offload_ops(st->tier)->load(st->tier, st->gbuf, a * sizeof(float), y, k * sizeof(float),
-                               DT_MEM_HOST, NULL, &lreq);
+            rc = dt_offload_ops(st->tier)->load(st->tier, st->gbuf, a * sizeof(float), y,
+                                                k * sizeof(float), DT_MEM_HOST, NULL, &lreq);
         }
         float *x = mode == DT_OFFLOAD_GRADS_ADD ? st->gstage : y;
         if (rc == DT_OK)
@@ -862,8 +871,8 @@ int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const 
         st->gwat[s] = a;
         st->gwn[s] = k;
         st->moved[1] += k * sizeof(float);
-        rc = dt_offload_ops(st->tier)->store(st->tier, st->gbuf, a * sizeof(float), y, k * sizeof(float),
-                            DT_MEM_HOST, NULL, &st->gwreq[s]);
+        rc = dt_offload_ops(st->tier)->store(st->tier, st->gbuf, a * sizeof(float), y,
+                                             k * sizeof(float), DT_MEM_HOST, NULL, &st->gwreq[s]);
         if (rc != DT_OK)
             st->gwreq[s] = NULL;
     }
@@ -940,9 +949,9 @@ int dt_offload_grads_sumsq_skip(dt_offload_state_t *st, const dt_range_t *skip,
         const int b = (int)(p & 1);
         uint64_t k = N - c < P ? N - c : P, c2 = c + P;
         if (c2 < N)
-            rc = dt_offload_ops(st->tier)->load(st->tier, st->gbuf, c2 * sizeof(float), st->gload[b ^ 1],
-                               (N - c2 < P ? N - c2 : P) * sizeof(float), DT_MEM_HOST, NULL,
-                               &lr[b ^ 1]);
+            rc = dt_offload_ops(st->tier)->load(
+                st->tier, st->gbuf, c2 * sizeof(float), st->gload[b ^ 1],
+                (N - c2 < P ? N - c2 : P) * sizeof(float), DT_MEM_HOST, NULL, &lr[b ^ 1]);
         int e = dt_offload_ops(st->tier)->wait(st->tier, lr[b], -1);
         lr[b] = NULL;
         if (rc == DT_OK)
@@ -988,7 +997,8 @@ void dt_offload_state_report(dt_offload_state_t *st, const char *when)
     st->moved[0] = st->moved[1] = 0;
 }
 
-int dt_offload_state_collective(dt_offload_state_t *st, int kind, dt_comm_t *comm, int32_t root, int op)
+int dt_offload_state_collective(dt_offload_state_t *st, int kind, dt_comm_t *comm, int32_t root,
+                                int op)
 {
     const dt_device_ops_v1_t *d = dt_device_ops(st->dev);
     if (kind < 0 || kind >= st->n_kinds)
@@ -1004,8 +1014,9 @@ int dt_offload_state_collective(dt_offload_state_t *st, int kind, dt_comm_t *com
         if (rc == DT_OK)
             rc = d->memcpy_async(st->dev, dbuf, host, k * sizeof(float), DT_COPY_H2D, st->cs);
         if (rc == DT_OK)
-            rc = root >= 0 ? dt_comm_ops(comm)->broadcast(comm, dbuf, k, DT_F32, root, st->cs, NULL)
-                           : dt_comm_ops(comm)->all_reduce(comm, dbuf, dbuf, k, DT_F32, op, st->cs, NULL);
+            rc = root >= 0
+                     ? dt_comm_ops(comm)->broadcast(comm, dbuf, k, DT_F32, root, st->cs, NULL)
+                     : dt_comm_ops(comm)->all_reduce(comm, dbuf, dbuf, k, DT_F32, op, st->cs, NULL);
         if (rc == DT_OK)
             rc = d->memcpy_async(st->dev, host, dbuf, k * sizeof(float), DT_COPY_D2H, st->cs);
         if (rc == DT_OK)

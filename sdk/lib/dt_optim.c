@@ -18,11 +18,10 @@ float dt_clip_scale(double norm, float clip)
 }
 
 /* One device call over [off, off + n) of the range (range-local indices). */
-static int optim_run(const dt_host_v1_t *host, const dt_kernels_t *k, dt_device_t *dev, dt_stream_t *s,
-                     const dt_unit_desc_v1_t *unit,
-                     const dt_param_desc_v1_t *first, uint64_t off, uint64_t n,
-                     float wd, float *param, const float *grad, float *m, float *v,
-                     const dt_optim_step_t *st)
+static int optim_run(const dt_host_v1_t *host, const dt_kernels_t *k, dt_device_t *dev,
+                     dt_stream_t *s, const dt_unit_desc_v1_t *unit, const dt_param_desc_v1_t *first,
+                     uint64_t off, uint64_t n, float wd, float *param, const float *grad, float *m,
+                     float *v, const dt_optim_step_t *st)
 {
     const dt_optim_desc_v1_t *o = st->desc;
     int rc;

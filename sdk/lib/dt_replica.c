@@ -201,7 +201,8 @@ static int alloc_state(dt_replica_t *r)
         (rc = alloc_flat(r, DT_F32, DT_TAG_OPTIMIZER, "adamw exp_avg_sq", (void **)&r->v)))
         return rc;
     r->norm_copies = dt_dp_has_norm_copies(&r->dp);
-    return dt_device_ops(r->dp.dev)->alloc(r->dp.dev, sizeof(double), DT_TAG_OTHER, (void **)&r->norm_slot);
+    return dt_device_ops(r->dp.dev)->alloc(r->dp.dev, sizeof(double), DT_TAG_OTHER,
+                                           (void **)&r->norm_slot);
 }
 
 /* The buckets over the layout and, where there is someone to talk to, the

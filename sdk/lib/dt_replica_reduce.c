@@ -126,8 +126,9 @@ static int launch_bucket(dt_replica_t *r, uint32_t bi)
         rc = r->dp.kernels->cast(r->dp.dev, r->comm_stream, w, r->cfg.reduce_dtype, g, DT_F32,
                                  (int64_t)b->count);
         if (rc == DT_OK)
-            rc = dt_comm_ops(r->dp.comm)->all_reduce(r->dp.comm, w, w, b->count, r->cfg.reduce_dtype, DT_OP_AVG,
-                                            r->comm_stream, &b->req);
+            rc = dt_comm_ops(r->dp.comm)
+                     ->all_reduce(r->dp.comm, w, w, b->count, r->cfg.reduce_dtype, DT_OP_AVG,
+                                  r->comm_stream, &b->req);
         if (rc == DT_OK)
             r->slot_bucket[b->slot] = (int32_t)bi;
     }
@@ -317,8 +318,8 @@ int dt_replica_tied_sum(dt_replica_t *r)
             continue;
         float *g = dt_replica_unit_grads(r, u);
         const uint64_t n = r->dp.model->units[u].numel;
-        int rc = dt_comm_ops(r->dp.tied_comm)->all_reduce(r->dp.tied_comm, g, g, n, DT_F32, DT_OP_SUM,
-                                            r->dp.cs, NULL);
+        int rc = dt_comm_ops(r->dp.tied_comm)
+                     ->all_reduce(r->dp.tied_comm, g, g, n, DT_F32, DT_OP_SUM, r->dp.cs, NULL);
         if (rc != DT_OK) {
             r->dp.host->log(r->dp.host, DT_LOG_ERROR,
                             "summing the gradient of tied unit '%s' (%llu elements) between the "

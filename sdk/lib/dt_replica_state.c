@@ -116,8 +116,9 @@ int dt_replica_state_loaded(dt_replica_t *r)
     if (r->dp.size > 1 && r->cfg.init_broadcast) {
         rc = dt_replica_offloaded(r)
                  ? dt_offload_state_collective(&r->off, DT_STATE_PARAMS, r->dp.comm, 0, DT_OP_SUM)
-                 : dt_comm_ops(r->dp.comm)->broadcast(r->dp.comm, r->master, r->layout.total, DT_F32, 0,
-                                             r->dp.cs, NULL);
+                 : dt_comm_ops(r->dp.comm)
+                       ->broadcast(r->dp.comm, r->master, r->layout.total, DT_F32, 0, r->dp.cs,
+                                   NULL);
         if (rc != DT_OK) {
             host->log(host, DT_LOG_ERROR, "state_loaded: rank %d/%d: broadcasting rank 0's "
                       "%llu parameters failed", r->dp.rank, r->dp.size,

@@ -173,7 +173,8 @@ static void report_state(dt_strategy_t *s, dt_toy_rank_t *out)
             DT_MP_OK(dt_strategy_ops(s)->state_ranges(s, u, k, DT_RANGES_HELD, rg, 8, &n));
             DT_MP_CHECK(n <= 8);
             for (uint32_t j = 0; j < n; j++) {
-                DT_MP_OK(dt_strategy_ops(s)->get_state(s, u, k, rg[j], &out->state[k][u][rg[j].offset]));
+                DT_MP_OK(
+                    dt_strategy_ops(s)->get_state(s, u, k, rg[j], &out->state[k][u][rg[j].offset]));
                 memset(&out->held[k][u][rg[j].offset], 1, rg[j].count);
             }
             DT_MP_OK(dt_strategy_ops(s)->state_ranges(s, u, k, DT_RANGES_SAVE, rg, 8, &n));
@@ -197,9 +198,14 @@ int dt_toy_env_open(dt_toy_env_t *env, const dt_toy_run_t *run, int rank, int si
     DT_MP_OK(D->init(&env->th_dev.host, &di, &env->dev));
     DT_MP_OK(D->stream_create(env->dev, &env->cs));
     env->dd = (dt_toy_dev_t){.ops = D, .dev = env->dev, .stream = env->cs};
-    dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
-                            .local_rank = rank, .local_size = size, .job_id = job,
-                            .timeout_ms = run->timeout_ms ? run->timeout_ms : 20000, .dev = env->dev};
+    dt_comm_init_v1_t ci = {.struct_size = sizeof ci,
+                            .rank = rank,
+                            .size = size,
+                            .local_rank = rank,
+                            .local_size = size,
+                            .job_id = job,
+                            .timeout_ms = run->timeout_ms ? run->timeout_ms : 20000,
+                            .dev = env->dev};
     DT_MP_OK(run->C->init(&env->th_comm.host, &ci, &env->comm));
     env->base.struct_size = sizeof env->base;
     DT_MP_OK(D->mem_stats(env->dev, &env->base));

@@ -260,7 +260,8 @@ static void test_config_errors(void **state)
 {
     struct dt_comm four = {&fake_comm, 4};
     dt_model_desc_v1_t m = dt_toy_model(DT_F32);
-    dt_strategy_init_v1_t a = {.struct_size = sizeof a, .n_micro = 1, .model = &m, .comm = &four, .optim = &toy_optim};
+    dt_strategy_init_v1_t a = {
+        .struct_size = sizeof a, .n_micro = 1, .model = &m, .comm = &four, .optim = &toy_optim};
     dt_estimate_args_v1_t ea = dt_toy_est_args(&m, 4, DT_F32, DT_OPTIM_ADAMW, 1);
     struct { dt_test_kv_t kv[3]; const char *msg; } cases[] = {
         {{{"sharding_strategy", "ZERO3"}, {NULL, NULL}},

@@ -333,7 +333,8 @@ static void test_config_errors(void **state)
     /* a job id that could not name a file */
     dt_test_host_t th;
     dt_test_host_init(&th, "offload/offload_nvme", NULL);
-    dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .job_id = "../x", .dev = (dt_device_t *)&th};
+    dt_offload_init_v1_t oa = {
+        .struct_size = sizeof oa, .job_id = "../x", .dev = (dt_device_t *)&th};
     dt_offload_t *o = NULL;
     assert_status(nvme_ops()->init(&th.host, &oa, &o), DT_ERR_INVALID);
     assert_msg("offload/offload_nvme: init: job id '../x' cannot name files (letters, digits, "

@@ -96,8 +96,14 @@ static int start(offload_queue_t *q, const dt_host_v1_t *host, int32_t rank, int
                  offload_queue_loop_fn loop, void *ctx)
 {
     memset(q, 0, sizeof *q);
-    *q = (offload_queue_t){.host = host, .rank = rank,
-                   .timeout_ms = timeout_ms > 0 ? timeout_ms : OFFLOAD_QUEUE_DEFAULT_TIMEOUT_MS, .dev = dev, .run = run, .loop = loop, .ctx = ctx};
+    *q = (offload_queue_t){.host = host,
+                           .rank = rank,
+                           .timeout_ms =
+                               timeout_ms > 0 ? timeout_ms : OFFLOAD_QUEUE_DEFAULT_TIMEOUT_MS,
+                           .dev = dev,
+                           .run = run,
+                           .loop = loop,
+                           .ctx = ctx};
     int rc = dt_device_ops(dev)->stream_create(dev, &q->stream);
     if (rc != DT_OK) {
         host->log(host, DT_LOG_ERROR, "creating the transfer stream failed");
@@ -128,7 +134,8 @@ int offload_queue_start(offload_queue_t *q, const dt_host_v1_t *host, int32_t ra
 }
 
 int offload_queue_start_loop(offload_queue_t *q, const dt_host_v1_t *host, int32_t rank,
-                             int64_t timeout_ms, dt_device_t *dev, offload_queue_loop_fn loop, void *ctx)
+                             int64_t timeout_ms, dt_device_t *dev, offload_queue_loop_fn loop,
+                             void *ctx)
 {
     return start(q, host, rank, timeout_ms, dev, NULL, loop, ctx);
 }

@@ -115,7 +115,8 @@ int offload_queue_start(offload_queue_t *q, const dt_host_v1_t *host, int32_t ra
                         offload_queue_run_fn run, void *ctx);
 /* The same with the tier's own worker loop instead of `run`. */
 int offload_queue_start_loop(offload_queue_t *q, const dt_host_v1_t *host, int32_t rank,
-                             int64_t timeout_ms, dt_device_t *dev, offload_queue_loop_fn loop, void *ctx);
+                             int64_t timeout_ms, dt_device_t *dev, offload_queue_loop_fn loop,
+                             void *ctx);
 /* For a loop: the oldest queued request, taken off the queue.  block = 0:
  * NULL when none is queued; block = 1: waits for one, NULL once the queue
  * is stopping and empty (the loop then returns).  The worker idles here;

@@ -163,8 +163,10 @@ static int seq_run(dt_schedule_t *s, const dt_schedule_args_v1_t *in, dt_schedul
         dt_device_ops(s->dev)->free(s->dev, s->out);
         s->in = s->out = NULL;
         s->bytes = 0;
-        if ((rc = dt_device_ops(s->dev)->alloc(s->dev, bytes, DT_TAG_ACTIVATIONS, &s->in)) != DT_OK ||
-            (rc = dt_device_ops(s->dev)->alloc(s->dev, bytes, DT_TAG_ACTIVATIONS, &s->out)) != DT_OK)
+        if ((rc = dt_device_ops(s->dev)->alloc(s->dev, bytes, DT_TAG_ACTIVATIONS, &s->in)) !=
+                DT_OK ||
+            (rc = dt_device_ops(s->dev)->alloc(s->dev, bytes, DT_TAG_ACTIVATIONS, &s->out)) !=
+                DT_OK)
             return rc;
         s->bytes = bytes;
     }

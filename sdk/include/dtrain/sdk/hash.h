@@ -44,8 +44,8 @@ int dt_hash_device(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, c
  * = the first index that differs on some rank, or n when all agree (the
  * same answer on every rank).  Scratch comes from dev alloc / host alloc
  * (DT_TAG_OTHER) and is freed before return.  Blocking. */
-int dt_replica_check(const dt_host_v1_t *host, dt_comm_t *comm, dt_device_t *dev, dt_stream_t *s, const uint64_t *hashes,
-                     uint32_t n, uint32_t *first_diff);
+int dt_replica_check(const dt_host_v1_t *host, dt_comm_t *comm, dt_device_t *dev, dt_stream_t *s,
+                     const uint64_t *hashes, uint32_t n, uint32_t *first_diff);
 
 #ifdef __cplusplus
 }

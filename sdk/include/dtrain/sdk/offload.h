@@ -292,7 +292,8 @@ void dt_offload_state_report(dt_offload_state_t *st, const char *when);
  * rank's copy, root < 0 all-reduces with `op` (DT_OP_AVG: local SGD's
  * averaging).  Pieces travel through a transient device buffer (tag
  * comm), as communicators move device memory. */
-int dt_offload_state_collective(dt_offload_state_t *st, int kind, dt_comm_t *comm, int32_t root, int op);
+int dt_offload_state_collective(dt_offload_state_t *st, int kind, dt_comm_t *comm, int32_t root,
+                                int op);
 
 #ifdef __cplusplus
 }

@@ -34,9 +34,11 @@ static int left(int rc)
     dt_crash_leave();
     return rc;
 }
-#define STRATEGY_CALL(ops, call, method)                                                       \
-    (dt_crash_enter("strategy", (ops)->info.name, (method)), left(call))
-#define COMM_CALL(cops, call, method) (dt_crash_enter("comm", (cops)->info.name, (method)), left(call))
+#define STRATEGY_CALL(s, call, method)                                                         \
+    (dt_crash_enter("strategy", dt_strategy_ops(s)->info.name, (method)), left(call))
+#define COMM_CALL(comm, slot, args, method)                                                   \
+    (dt_crash_enter("comm", dt_comm_ops(comm)->info.name, (method)),                            \
+     left(dt_comm_ops(comm)->slot args))
 
 int dt_ckpt_root(const dt_settings_t *set, char *buf, size_t cap)
 {
@@ -57,21 +59,23 @@ static int n_states(const dt_settings_t *set)
 /* Ranges of `unit`/`kind` for `purpose`, malloc'd into *out (the caller
  * frees it).  On failure *out is NULL and *n 0: ranges frees what it
  * allocated and hands the caller nothing to free. */
-static int ranges(const dt_strategy_ops_t *ops, dt_strategy_t *s, uint32_t unit, int kind,
+static int ranges(dt_strategy_t *s, uint32_t unit, int kind,
                   int purpose, dt_range_t **out, uint32_t *n)
 {
     *out = NULL;
     *n = 0;
     uint32_t count = 0, n2 = 0;
-    int rc = STRATEGY_CALL(ops, ops->state_ranges(s, unit, kind, purpose, NULL, 0, &count),
-                           "state_ranges");
+    int rc =
+        STRATEGY_CALL(s, dt_strategy_ops(s)->state_ranges(s, unit, kind, purpose, NULL, 0, &count),
+                      "state_ranges");
     if (rc)
         return rc;
     dt_range_t *rg = calloc(count ? count : 1, sizeof *rg);
     if (!rg)
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
-    if ((rc = STRATEGY_CALL(ops, ops->state_ranges(s, unit, kind, purpose, rg, count, &n2),
-                            "state_ranges"))) {
+    if ((rc = STRATEGY_CALL(
+             s, dt_strategy_ops(s)->state_ranges(s, unit, kind, purpose, rg, count, &n2),
+             "state_ranges"))) {
         free(rg);
         return rc;
     }
@@ -95,7 +99,6 @@ static int ranges(const dt_strategy_ops_t *ops, dt_strategy_t *s, uint32_t unit,
 /* One (unit, state kind) moving between the strategy and a checkpoint
  * entry: rd when loading, wr when saving. */
 typedef struct state_io {
-    const dt_strategy_ops_t *ops;
     dt_strategy_t *s;
     uint32_t u;
     int k;
@@ -117,7 +120,7 @@ static int each_piece(const state_io_t *io, int purpose, const piece_ops_t *po, 
 {
     dt_range_t *rg = NULL;
     uint32_t n = 0;
-    int rc = ranges(io->ops, io->s, io->u, io->k, purpose, &rg, &n);
+    int rc = ranges(io->s, io->u, io->k, purpose, &rg, &n);
     for (uint32_t i = 0; i < n && !rc; i++) {
         if (!rg[i].count)
             continue;
@@ -143,7 +146,7 @@ static int load_piece(const state_io_t *io, dt_range_t p, float *buf)
 {
     int rc = dt_ckpt_read(io->rd, io->entry, p.offset, p.count, buf);
     return rc ? rc
-              : STRATEGY_CALL(io->ops, io->ops->set_state(io->s, io->u, io->k, p, buf),
+              : STRATEGY_CALL(io->s, dt_strategy_ops(io->s)->set_state(io->s, io->u, io->k, p, buf),
                               "set_state");
 }
 
@@ -155,7 +158,7 @@ static int save_begin(const state_io_t *io, dt_range_t r)
 
 static int save_piece(const state_io_t *io, dt_range_t p, float *buf)
 {
-    int rc = STRATEGY_CALL(io->ops, io->ops->get_state(io->s, io->u, io->k, p, buf),
+    int rc = STRATEGY_CALL(io->s, dt_strategy_ops(io->s)->get_state(io->s, io->u, io->k, p, buf),
                            "get_state");
     return rc ? rc : dt_ckpt_shard_append(io->wr, buf, (size_t)p.count * sizeof *buf);
 }
@@ -292,7 +295,7 @@ static int each_part_piece(const state_io_t *io, const dt_unit_desc_t *ud, dt_ra
 static int save_part_piece(const state_io_t *io, const part_piece_t *pc, float *buf)
 {
     const dt_range_t r = {.offset = pc->local, .count = pc->count};
-    int rc = STRATEGY_CALL(io->ops, io->ops->get_state(io->s, io->u, io->k, r, buf),
+    int rc = STRATEGY_CALL(io->s, dt_strategy_ops(io->s)->get_state(io->s, io->u, io->k, r, buf),
                            "get_state");
     if (!rc)
         rc = pc->block.ndim ? dt_ckpt_shard_begin_block(io->wr, io->entry, DT_F32, &pc->block)
@@ -309,7 +312,7 @@ static int load_part_piece(const state_io_t *io, const part_piece_t *pc, float *
                             : dt_ckpt_read(io->rd, io->entry, pc->flat, pc->count, buf);
     const dt_range_t r = {.offset = pc->local, .count = pc->count};
     return rc ? rc
-              : STRATEGY_CALL(io->ops, io->ops->set_state(io->s, io->u, io->k, r, buf),
+              : STRATEGY_CALL(io->s, dt_strategy_ops(io->s)->set_state(io->s, io->u, io->k, r, buf),
                               "set_state");
 }
 
@@ -319,7 +322,7 @@ static int each_part_range(const state_io_t *io, const dt_unit_desc_t *ud, int p
 {
     dt_range_t *rg = NULL;
     uint32_t n = 0;
-    int rc = ranges(io->ops, io->s, io->u, io->k, purpose, &rg, &n);
+    int rc = ranges(io->s, io->u, io->k, purpose, &rg, &n);
     if (!rc && n && !*buf && !(*buf = malloc(PIECE_ELEMS * sizeof **buf)))
         rc = dt_err_set(DT_ERR_NOMEM, "out of memory staging checkpoint state");
     for (uint32_t i = 0; i < n && !rc; i++)
@@ -714,7 +717,7 @@ static void schedule_note(const dt_train_settings_t *t, int64_t was, int64_t sta
            dt_lr_at(next, was, t->warmup_steps, t->lr, t->min_lr, t->decay));
 }
 
-static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strategy_t *s,
+static int load(const dt_settings_t *set, dt_strategy_t *s,
                 dt_model_t *m, const char *dir, int64_t *start_step, char *changed,
                 size_t changed_cap, char *note, size_t note_cap, int64_t *was_steps,
                 cJSON **loop)
@@ -737,7 +740,7 @@ static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strat
             if ((rc = find_unit_entry(dir, rd, &d->units[u], name)))
                 break;
             dt_crash_set_unit(u, d->units[u].name);
-            const state_io_t io = {ops, s, u, k, name, rd, NULL};
+            const state_io_t io = {s, u, k, name, rd, NULL};
             static const piece_ops_t lo = {NULL, load_piece, NULL};
             rc = parts ? each_part_range(&io, &d->units[u], DT_RANGES_HELD, load_part_piece,
                                          &buf)
@@ -760,7 +763,7 @@ static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strat
     return rc;
 }
 
-static int fresh(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strategy_t *s,
+static int fresh(const dt_settings_t *set, dt_strategy_t *s,
                  dt_model_t *m)
 {
     dt_model_desc_t *d = dt_model_desc(m);
@@ -777,11 +780,12 @@ static int fresh(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_stra
                 memset(full, 0, d->units[u].numel * sizeof *full);
             dt_range_t *rg = NULL;
             uint32_t n = 0;
-            if ((rc = ranges(ops, s, u, k, DT_RANGES_HELD, &rg, &n)))
+            if ((rc = ranges(s, u, k, DT_RANGES_HELD, &rg, &n)))
                 break;
             for (uint32_t i = 0; i < n && !rc; i++)
-                rc = STRATEGY_CALL(ops, ops->set_state(s, u, k, rg[i], full + rg[i].offset),
-                                   "set_state");
+                rc = STRATEGY_CALL(
+                    s, dt_strategy_ops(s)->set_state(s, u, k, rg[i], full + rg[i].offset),
+                    "set_state");
             free(rg);
         }
         free(full);
@@ -791,7 +795,7 @@ static int fresh(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_stra
 }
 
 int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
-                           const dt_strategy_ops_t *ops, dt_strategy_t *s, dt_model_t *m,
+                           dt_strategy_t *s, dt_model_t *m,
                            int64_t *start_step, cJSON **loop)
 {
     *start_step = 0;
@@ -806,14 +810,14 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
      * training loop's, which knows the step */
     dt_crash_set_phase("state initialisation", 0);
     if (!resume[0])
-        return fresh(set, ops, s, m);
+        return fresh(set, s, m);
     if (strcmp(resume, "latest") == 0) {
         uint64_t step;
         rc = dt_ckpt_latest(root, dir, sizeof dir, &step);
         if (rc == DT_ERR_NOT_FOUND) {
             if (w->rank == 0)
                 printf("dtrain: no complete checkpoint under %s; starting fresh\n", root);
-            return fresh(set, ops, s, m);
+            return fresh(set, s, m);
         }
         if (rc)
             return rc;
@@ -823,7 +827,7 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
     dt_crash_set_phase("checkpoint load", 0);
     char changed[512], note[3 * 4096 + 512];
     int64_t was_steps = 0;
-    if ((rc = load(set, ops, s, m, dir, start_step, changed, sizeof changed, note, sizeof note,
+    if ((rc = load(set, s, m, dir, start_step, changed, sizeof changed, note, sizeof note,
                    &was_steps, loop)))
         return rc;
     if (w->rank == 0) {
@@ -846,7 +850,7 @@ static size_t spare_cap;
 
 /* Write this rank's SAVE ranges of every entry into shard `rank` of tmp
  * (deferred: into memory, the writer handed back in *deferred). */
-static int write_shard(const dt_world_t *w, const dt_strategy_ops_t *ops, dt_strategy_t *s,
+static int write_shard(const dt_world_t *w, dt_strategy_t *s,
                        dt_model_t *m, int ns, const char *tmp, dt_ckpt_seg_t **segs,
                        size_t *n_segs, dt_ckpt_writer_t **deferred)
 {
@@ -868,7 +872,7 @@ static int write_shard(const dt_world_t *w, const dt_strategy_ops_t *ops, dt_str
             char name[DT_CKPT_NAME_MAX];
             snprintf(name, sizeof name, "%s/%s", d->units[u].name, state_names[k]);
             dt_crash_set_unit(u, d->units[u].name);
-            const state_io_t io = {ops, s, u, k, name, NULL, wr};
+            const state_io_t io = {s, u, k, name, NULL, wr};
             static const piece_ops_t so = {save_begin, save_piece, save_end};
             rc = dt_model_info(m)->tensor_parallel > 1
                      ? each_part_range(&io, &d->units[u], DT_RANGES_SAVE, save_part_piece, &buf)
@@ -888,12 +892,12 @@ static int write_shard(const dt_world_t *w, const dt_strategy_ops_t *ops, dt_str
 }
 
 /* Every rank learns the lowest failing rank (or -1) of a local outcome. */
-static int agree(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t *comm, int local_rc,
+static int agree(const dt_world_t *w, dt_comm_t *comm, int local_rc,
                  int32_t *failed)
 {
     int32_t v = local_rc ? w->rank : INT32_MAX;
     if (w->size > 1) {
-        int rc = COMM_CALL(cops, cops->all_reduce(comm, &v, &v, 1, DT_I32, DT_OP_MIN, NULL, NULL),
+        int rc = COMM_CALL(comm, all_reduce, (comm, &v, &v, 1, DT_I32, DT_OP_MIN, NULL, NULL),
                            "all_reduce");
         if (rc)
             return rc;
@@ -903,7 +907,7 @@ static int agree(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t *comm
 }
 
 /* Gather every rank's segment table to all ranks (rank 0 uses it). */
-static int gather_segs(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t *comm,
+static int gather_segs(const dt_world_t *w, dt_comm_t *comm,
                        const dt_ckpt_seg_t *mine, size_t n_mine, dt_ckpt_seg_t **all,
                        size_t *n_all)
 {
@@ -911,7 +915,7 @@ static int gather_segs(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t
     int64_t nm = (int64_t)n_mine, most = 0, total = 0;
     if (!counts)
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
-    int rc = COMM_CALL(cops, cops->all_gather(comm, &nm, counts, 1, DT_I64, NULL, NULL),
+    int rc = COMM_CALL(comm, all_gather, (comm, &nm, counts, 1, DT_I64, NULL, NULL),
                        "all_gather");
     for (int r = 0; r < w->size && !rc; r++) {
         most = counts[r] > most ? counts[r] : most;
@@ -927,8 +931,7 @@ static int gather_segs(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t
     }
     if (!rc) {
         memcpy(pad, mine, n_mine * sizeof *pad);
-        rc = COMM_CALL(cops,
-                       cops->all_gather(comm, pad, gath, (uint64_t)most * sizeof *pad, DT_U8,
+        rc = COMM_CALL(comm, all_gather, (comm, pad, gath, (uint64_t)most * sizeof *pad, DT_U8,
                                         NULL, NULL),
                        "all_gather");
     }
@@ -985,9 +988,8 @@ struct dt_ckpt_async {
     const dt_world_t *w;
     const dt_settings_t *set;
     uint64_t config_hash;
-    const dt_comm_ops_t *cops;
     dt_comm_t *comm;
-    const dt_strategy_ops_t *ops;
+    const char *strategy_name; /* the strategy's info.name, for the manifest */
     dt_model_t *m;
     int64_t step;
     cJSON *loop;            /* a copy of the caller's */
@@ -1067,16 +1069,16 @@ static int save_shards(dt_ckpt_async_t *sv, dt_strategy_t *s, int deferred)
                            ? dt_ckpt_begin(sv->root, (uint64_t)sv->step, sv->tmp, sizeof sv->tmp)
                            : dt_ckpt_step_dir(sv->root, (uint64_t)sv->step, 1, sv->tmp,
                                               sizeof sv->tmp);
-    if ((rc = agree(w, sv->cops, sv->comm, begin_rc, &failed)))
+    if ((rc = agree(w, sv->comm, begin_rc, &failed)))
         return save_fail(sv, rc); /* rank 0 made the tmp dir: it goes */
     if (failed >= 0) {
         if (failed != w->rank)
             dt_err_set(DT_ERR_IO, "rank %d could not start the checkpoint", (int)failed);
         return save_fail(sv, begin_rc ? begin_rc : DT_ERR_IO);
     }
-    int local = write_shard(w, sv->ops, s, sv->m, ns, sv->tmp, &segs, &n_segs,
+    int local = write_shard(w, s, sv->m, ns, sv->tmp, &segs, &n_segs,
                             deferred ? &sv->wr : NULL);
-    if ((rc = agree(w, sv->cops, sv->comm, local, &failed))) {
+    if ((rc = agree(w, sv->comm, local, &failed))) {
         free(segs);
         return save_fail(sv, rc);
     }
@@ -1087,7 +1089,7 @@ static int save_shards(dt_ckpt_async_t *sv, dt_strategy_t *s, int deferred)
     }
     sv->written = !deferred;
     if (w->size > 1) {
-        rc = gather_segs(w, sv->cops, sv->comm, segs, n_segs, &sv->all, &sv->n_all);
+        rc = gather_segs(w, sv->comm, segs, n_segs, &sv->all, &sv->n_all);
         free(segs);
         if (rc)
             return save_fail(sv, rc);
@@ -1139,7 +1141,7 @@ static int save_commit(dt_ckpt_async_t *sv)
                     e->numel = unit_global(&d->units[u], NULL);
                 }
             dt_ckpt_info_t info = {.step = (uint64_t)sv->step, .world_size = (uint32_t)w->size,
-                                   .strategy = sv->ops->info.name, .model = mj, .extra = extra};
+                                   .strategy = sv->strategy_name, .model = mj, .extra = extra};
             if (!(commit_rc = dt_ckpt_write_manifest(sv->tmp, &info, entries, n_entries, sv->all,
                                                      sv->n_all)))
                 commit_rc = dt_ckpt_commit(sv->root, (uint64_t)sv->step);
@@ -1149,7 +1151,7 @@ static int save_commit(dt_ckpt_async_t *sv)
     cJSON_Delete(mj);
     cJSON_Delete(extra);
     if (w->size > 1 &&
-        (rc = COMM_CALL(sv->cops, sv->cops->broadcast(sv->comm, &commit_rc, 1, DT_I32, 0, NULL,
+        (rc = COMM_CALL(sv->comm, broadcast, (sv->comm, &commit_rc, 1, DT_I32, 0, NULL,
                                                       NULL),
                         "broadcast")))
         return save_fail(sv, rc);
@@ -1164,7 +1166,7 @@ static int save_commit(dt_ckpt_async_t *sv)
 }
 
 static int save_new(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
-                    const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
+                    dt_comm_t *comm, dt_strategy_t *s,
                     dt_model_t *m, int64_t step, const cJSON *loop, dt_ckpt_async_t **out)
 {
     dt_ckpt_async_t *sv = calloc(1, sizeof *sv);
@@ -1172,8 +1174,14 @@ static int save_new(const dt_world_t *w, const dt_settings_t *set, uint64_t conf
         free(sv);
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
     }
-    *sv = (dt_ckpt_async_t){.w = w, .set = set, .config_hash = config_hash, .cops = cops,
-                            .comm = comm, .ops = ops, .m = m, .step = step, .loop = sv->loop,
+    *sv = (dt_ckpt_async_t){.w = w,
+                            .set = set,
+                            .config_hash = config_hash,
+                            .comm = comm,
+                            .strategy_name = dt_strategy_ops(s)->info.name,
+                            .m = m,
+                            .step = step,
+                            .loop = sv->loop,
                             .t0 = mono_s()};
     int rc = dt_ckpt_root(set, sv->root, sizeof sv->root);
     if (rc) {
@@ -1185,11 +1193,10 @@ static int save_new(const dt_world_t *w, const dt_settings_t *set, uint64_t conf
 }
 
 int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
-                 const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
-                 dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop)
+                 dt_comm_t *comm, dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop)
 {
     dt_ckpt_async_t *sv = NULL;
-    int rc = save_new(w, set, config_hash, cops, comm, ops, m, step, loop, &sv);
+    int rc = save_new(w, set, config_hash, comm, s, m, step, loop, &sv);
     if (rc == DT_OK && (rc = save_shards(sv, s, 0)) == DT_OK)
         rc = save_commit(sv);
     save_free(sv);
@@ -1209,13 +1216,12 @@ static void *shard_thread(void *arg)
 }
 
 int dt_ckpt_save_async(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
-                       const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
-                       dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop,
-                       dt_ckpt_async_t **out)
+                       dt_comm_t *comm, dt_strategy_t *s, dt_model_t *m, int64_t step,
+                       const cJSON *loop, dt_ckpt_async_t **out)
 {
     *out = NULL;
     dt_ckpt_async_t *sv = NULL;
-    int rc = save_new(w, set, config_hash, cops, comm, ops, m, step, loop, &sv);
+    int rc = save_new(w, set, config_hash, comm, s, m, step, loop, &sv);
     if (rc == DT_OK && (rc = save_shards(sv, s, 1)) != DT_OK) {
         save_free(sv);
         return rc;
@@ -1245,7 +1251,7 @@ int dt_ckpt_save_finish(dt_ckpt_async_t *sv)
     if (local)
         dt_err_set(local, "%s", sv->th_err);
     int32_t failed = -1;
-    int rc = agree(sv->w, sv->cops, sv->comm, local, &failed);
+    int rc = agree(sv->w, sv->comm, local, &failed);
     if (rc == DT_OK && failed >= 0)
         rc = local ? local : dt_err_set(DT_ERR_IO, "rank %d failed writing its shard", (int)failed);
     if (rc)

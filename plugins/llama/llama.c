@@ -522,11 +522,11 @@ static int upload_rope(dt_model_state_t *m, const dt_model_ctx_t *ctx)
     }
     const uint64_t bytes = (uint64_t)(T * h) * sizeof *host;
     int rc;
-    if ((rc = ctx->dev_ops->memcpy_async(ctx->dev, g->rope_cos, host, bytes, DT_COPY_H2D,
+    if ((rc = dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, g->rope_cos, host, bytes, DT_COPY_H2D,
                                          ctx->stream)) ||
-        (rc = ctx->dev_ops->memcpy_async(ctx->dev, g->rope_sin, host + T * h, bytes,
+        (rc = dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, g->rope_sin, host + T * h, bytes,
                                          DT_COPY_H2D, ctx->stream)) ||
-        (rc = ctx->dev_ops->stream_sync(ctx->dev, ctx->stream)))
+        (rc = dt_device_ops(ctx->dev)->stream_sync(ctx->dev, ctx->stream)))
         rc = m->svc->err_context(rc, "model: uploading the rotary tables");
     free(host);
     return rc;
@@ -926,7 +926,7 @@ static int llama_stage_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, c
                               (uint64_t)(BT * C)));
         DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
     } else {
-        DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, g->x[first - 1], in, xbytes,
+        DT_TRY_UNIT(dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, g->x[first - 1], in, xbytes,
                                                DT_COPY_D2D, ctx->stream),
                     "forward (the stage's input)", first);
     }
@@ -939,7 +939,7 @@ static int llama_stage_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, c
     }
     if (end <= head) {
         if (out)
-            DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, out, g->x[end - 1], xbytes,
+            DT_TRY_UNIT(dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, out, g->x[end - 1], xbytes,
                                                    DT_COPY_D2D, ctx->stream),
                         "forward (the stage's output)", end - 1);
         return DT_OK;
@@ -1007,8 +1007,8 @@ static int llama_stage_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, 
                     "backward", head);
         DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
     } else {
-        DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, g->dx, dout, xbytes, DT_COPY_D2D,
-                                               ctx->stream),
+        DT_TRY_UNIT(dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, g->dx, dout, xbytes,
+                                                          DT_COPY_D2D, ctx->stream),
                     "backward (the stage's output gradient)", end - 1);
     }
     uint64_t o[NBLOCK];
@@ -1027,7 +1027,7 @@ static int llama_stage_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, 
         DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, l + 1, 1, NULL));
     }
     if (first > 0) {
-        DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, din, g->dx, xbytes, DT_COPY_D2D,
+        DT_TRY_UNIT(dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, din, g->dx, xbytes, DT_COPY_D2D,
                                                ctx->stream),
                     "backward (the stage's input gradient)", first);
         return DT_OK;

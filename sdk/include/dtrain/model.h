@@ -73,11 +73,9 @@ extern "C" {
 /* The compute context a model runs in (in; the core's): an instance of
  * the device the model was created for, a stream of it, the strategy. */
 typedef struct dt_model_ctx_v1 {
-    const dt_device_ops_v1_t *dev_ops;
-    dt_device_t *dev;
+    dt_device_t *dev;       /* its table: dt_device_ops(dev) */
     dt_stream_t *stream;
-    const dt_strategy_ops_v1_t *strat_ops;
-    dt_strategy_t *strat;
+    dt_strategy_t *strat;   /* dt_strategy_ops(strat); NULL: none */
     const char *strat_name; /* for messages */
 } dt_model_ctx_v1_t;
 
@@ -481,7 +479,7 @@ static inline size_t dt_model_act_size(const dt_model_state_t *m)
 }
 static inline int dt_model_zero(const dt_model_ctx_t *ctx, void *p, uint64_t bytes)
 {
-    return ctx->dev_ops->memset_async(ctx->dev, p, 0, bytes, ctx->stream);
+    return dt_device_ops(ctx->dev)->memset_async(ctx->dev, p, 0, bytes, ctx->stream);
 }
 static inline const char *dt_model_cfg_name(const dt_model_state_t *m)
 {

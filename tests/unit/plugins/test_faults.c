@@ -131,13 +131,13 @@ static int fault_rank(int rank, int size, const char *job, void *arg)
             phase = PH_FORWARD;
             if (m == 0)
                 arm_at(rank, t, PH_FORWARD);
-            if ((rc = dt_toy_forward(S, env.s, &env.dd, run->param_dtype, rank, m,
+            if ((rc = dt_toy_forward(env.s, &env.dd, run->param_dtype, rank, m,
                                      run->n_micro, 0, &loss)) != DT_OK)
                 break;
             phase = PH_BACKWARD;
             if (m + 1 == run->n_micro)
                 arm_at(rank, t, PH_BACKWARD);
-            if ((rc = dt_toy_backward(S, env.s, &env.dd, run->param_dtype, rank, m,
+            if ((rc = dt_toy_backward(env.s, &env.dd, run->param_dtype, rank, m,
                                       run->n_micro)) == DT_OK)
                 m++;
         }

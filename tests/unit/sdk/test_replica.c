@@ -135,13 +135,13 @@ static int rank_replica(int rank, int size, const char *job, void *arg)
     DT_MP_OK(D->init(&th_dev.host, &di, &dev));
     dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
                             .local_rank = rank, .local_size = size, .job_id = job,
-                            .timeout_ms = 20000, .dev_ops = D, .dev = dev};
+                            .timeout_ms = 20000, .dev = dev};
     DT_MP_OK(COMM->init(&th_comm.host, &ci, &comm));
     DT_MP_OK(D->stream_create(dev, &cs));
     dt_model_desc_v1_t model = dt_toy_model(DT_F32);
     dt_optim_desc_v1_t optim = {.struct_size = sizeof optim, .kind = DT_OPTIM_SGD};
-    dt_strategy_init_v1_t ia = {.struct_size = sizeof ia, .n_micro = 1, .dev_ops = D,
-                                .dev = dev, .compute_stream = cs, .comm_ops = COMM,
+    dt_strategy_init_v1_t ia = {.struct_size = sizeof ia, .n_micro = 1,
+                                .dev = dev, .compute_stream = cs,
                                 .comm = comm, .model = &model, .optim = &optim};
     /* local and reduced gradients; each also as an fp16 run hands them
      * over: multiplied by the loss scale 8, which the step divides out
@@ -153,7 +153,7 @@ static int rank_replica(int rank, int size, const char *job, void *arg)
         dt_replica_cfg_t cfg = {.bucket_cap_mb = 0.0003, .reduce_grads = g_reduced,
                                 .reduce_dtype = DT_F32, .overlap = 1};
         dt_replica_t r;
-        DT_MP_OK(dt_replica_init(&r, &th.host, &ia, &cfg, "test"));
+        DT_MP_OK(dt_replica_init(&r, NULL, &th.host, &ia, &cfg, "test"));
         /* local gradients: no buckets, no reduction stream */
         DT_MP_CHECK((r.comm_stream != NULL) == g_reduced);
         DT_MP_CHECK((r.n_buckets == 3) == g_reduced);
@@ -230,7 +230,7 @@ static int rank_stage(int rank, int size, const char *job, void *arg)
     DT_MP_OK(D->init(&th_dev.host, &di, &dev));
     dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
                             .local_rank = rank, .local_size = size, .job_id = job,
-                            .timeout_ms = 20000, .dev_ops = D, .dev = dev};
+                            .timeout_ms = 20000, .dev = dev};
     DT_MP_OK(COMM->init(&th_comm.host, &ci, &world));
     DT_MP_OK(COMM->split(world, rank, 0, &dpc));
     DT_MP_OK(D->stream_create(dev, &cs));
@@ -238,15 +238,15 @@ static int rank_stage(int rank, int size, const char *job, void *arg)
     dt_optim_desc_v1_t optim = {.struct_size = sizeof optim, .kind = DT_OPTIM_SGD};
     const uint8_t T = DT_UNIT_HELD | DT_UNIT_TIED;
     const uint8_t flags[2][DT_TOY_NU] = {{T, DT_UNIT_HELD, 0}, {T | DT_UNIT_COPY, 0, DT_UNIT_HELD}};
-    dt_strategy_init_v1_t ia = {.struct_size = sizeof ia, .n_micro = 1, .dev_ops = D,
-                                .dev = dev, .compute_stream = cs, .comm_ops = COMM,
+    dt_strategy_init_v1_t ia = {.struct_size = sizeof ia, .n_micro = 1,
+                                .dev = dev, .compute_stream = cs,
                                 .comm = dpc, .model = &model, .optim = &optim,
                                 .unit_flags = flags[rank], .norm_comm = world,
                                 .tied_comm = world};
     dt_replica_cfg_t cfg = {.bucket_cap_mb = 0.0003, .reduce_grads = 1,
                             .reduce_dtype = DT_F32, .overlap = 1};
     dt_replica_t r;
-    DT_MP_OK(dt_replica_init(&r, &th.host, &ia, &cfg, "test"));
+    DT_MP_OK(dt_replica_init(&r, NULL, &th.host, &ia, &cfg, "test"));
     const uint32_t other = rank == 0 ? 2 : 1; /* a unit of the other stage */
     dt_range_t rg[2];
     uint32_t n = 9;
@@ -315,7 +315,7 @@ static int rank_stage(int rank, int size, const char *job, void *arg)
     /* flags that make no sense: a COPY that is not TIED */
     const uint8_t bad[DT_TOY_NU] = {DT_UNIT_HELD | DT_UNIT_COPY, DT_UNIT_HELD, 0};
     ia.unit_flags = bad;
-    DT_MP_CHECK(dt_replica_init(&r, &th.host, &ia, &cfg, "test") == DT_ERR_INVALID);
+    DT_MP_CHECK(dt_replica_init(&r, NULL, &th.host, &ia, &cfg, "test") == DT_ERR_INVALID);
     snprintf(want, sizeof want, "sdk/replica: init: unit '%s' has stage flags 0x5 (COPY needs "
              "TIED, TIED needs HELD)", dt_toy_unit(0)->name);
     DT_MP_CHECK(strcmp(dt_last_error(), want) == 0);

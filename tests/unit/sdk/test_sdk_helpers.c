@@ -35,6 +35,7 @@ typedef struct {
 } call_t;
 
 struct dt_device {
+    const dt_device_ops_v1_t *ops; /* first: &fake_dev_ops, or a copy (device.h) */
     float *base;         /* the param buffer calls are measured against */
     call_t calls[32];
     int n_calls;
@@ -132,6 +133,7 @@ static const dt_device_ops_v1_t fake_dev_ops = {
  * except that `peer_diff` (>= 0) adds 1 to f32 element peer_diff on the
  * peers: MAX then sees the bump, MIN does not. */
 struct dt_comm {
+    const dt_comm_ops_v1_t *ops; /* first: &fake_comm_ops (dtrain/comm.h) */
     int32_t size;
     int64_t peer_diff;
     int n_allreduce;
@@ -334,15 +336,15 @@ static void test_flat_layout(void **state)
     dt_flat_layout_free(&l, &th.host);
 
     /* dt_flat_alloc zero-fills the whole padded buffer */
-    struct dt_device dev = {0};
+    struct dt_device dev = {.ops = &fake_dev_ops};
     assert_int_equal(dt_flat_layout_init(&l, &th.host, counts, 4, 16), DT_OK);
     float *p = NULL;
-    assert_int_equal(dt_flat_alloc(&th.host, &fake_dev_ops, &dev, NULL, &l, DT_F32,
+    assert_int_equal(dt_flat_alloc(&th.host, &dev, NULL, &l, DT_F32,
                                    DT_TAG_GRADS, "grads", (void **)&p), DT_OK);
     for (int i = 0; i < 64; i++)
         assert_true(p[i] == 0.0f);
     free(p);
-    assert_int_equal(dt_flat_alloc(&th.host, &fake_dev_ops, &dev, NULL, &l, 99,
+    assert_int_equal(dt_flat_alloc(&th.host, &dev, NULL, &l, 99,
                                    DT_TAG_GRADS, "grads", (void **)&p), DT_ERR_INVALID);
     assert_non_null(strstr(dt_last_error(), "allocating 'grads': unknown dtype 99"));
     dt_flat_layout_free(&l, &th.host);
@@ -410,7 +412,7 @@ static void ref_adamw(double *p, double g, double *m, double *v, double lr, doub
 
 static void test_optim_range_adamw(void **state)
 {
-    struct dt_device dev = {0};
+    struct dt_device dev = {.ops = &fake_dev_ops};
     const dt_optim_desc_v1_t od = {.struct_size = sizeof(dt_optim_desc_v1_t),
                                    .kind = DT_OPTIM_ADAMW,
                                    .beta1 = 0.9f,
@@ -431,7 +433,7 @@ static void test_optim_range_adamw(void **state)
         st.t = t;
         dev.n_calls = 0;
         n_kernels_fetched = 0;
-        assert_int_equal(dt_optim_range(&th.host, &fake_dev_ops, &dev, NULL, &test_unit,
+        assert_int_equal(dt_optim_range(&th.host, &dev, NULL, &test_unit,
                                         (dt_range_t){4, 13}, p, g, m, v, &st), DT_OK);
         /* w tail (decay), then b + ln.w merged (no decay), then w2 head */
         assert_int_equal(dev.n_calls, 3);
@@ -460,35 +462,35 @@ static void test_optim_range_adamw(void **state)
         assert_true(fabs(p[i] - rp[i]) <= 1e-6 + 1e-5 * fabs(rp[i]));
 
     /* errors: outside the unit, step 0, unknown kind, missing v */
-    assert_int_equal(dt_optim_range(&th.host, &fake_dev_ops, &dev, NULL, &test_unit,
+    assert_int_equal(dt_optim_range(&th.host, &dev, NULL, &test_unit,
                                     (dt_range_t){10, 11}, p, g, m, v, &st), DT_ERR_INVALID);
     assert_non_null(strstr(dt_last_error(), "range [10, +11) is outside unit 'block.0' (0) "
                                             "of 20 elements"));
     st.t = 0;
-    assert_int_equal(dt_optim_range(&th.host, &fake_dev_ops, &dev, NULL, &test_unit,
+    assert_int_equal(dt_optim_range(&th.host, &dev, NULL, &test_unit,
                                     (dt_range_t){4, 13}, p, g, m, v, &st), DT_ERR_INVALID);
     assert_non_null(strstr(dt_last_error(), "AdamW step count 0 for unit 'block.0'"));
     st.t = 1;
-    assert_int_equal(dt_optim_range(&th.host, &fake_dev_ops, &dev, NULL, &test_unit,
+    assert_int_equal(dt_optim_range(&th.host, &dev, NULL, &test_unit,
                                     (dt_range_t){4, 13}, p, g, m, NULL, &st), DT_ERR_INVALID);
     assert_non_null(strstr(dt_last_error(), "NULL second-moment buffer for unit 'block.0'"));
     dt_optim_desc_v1_t bad = od;
     bad.kind = 7;
     st.desc = &bad;
-    assert_int_equal(dt_optim_range(&th.host, &fake_dev_ops, &dev, NULL, &test_unit,
+    assert_int_equal(dt_optim_range(&th.host, &dev, NULL, &test_unit,
                                     (dt_range_t){4, 13}, p, g, m, v, &st), DT_ERR_INVALID);
     assert_non_null(strstr(dt_last_error(), "unknown kind 7"));
 
     /* a device failure keeps the device's status */
     st.desc = &od;
     dev.fail_adamw = 1;
-    assert_int_equal(dt_optim_range(&th.host, &fake_dev_ops, &dev, NULL, &test_unit,
+    assert_int_equal(dt_optim_range(&th.host, &dev, NULL, &test_unit,
                                     (dt_range_t){0, 20}, p, g, m, v, &st), DT_ERR_SYSTEM);
 }
 
 static void test_optim_range_sgd_whole_unit(void **state)
 {
-    struct dt_device dev = {0};
+    struct dt_device dev = {.ops = &fake_dev_ops};
     const dt_optim_desc_v1_t od = {.struct_size = sizeof(dt_optim_desc_v1_t),
                                    .kind = DT_OPTIM_SGD,
                                    .momentum = 0.9f,
@@ -505,7 +507,7 @@ static void test_optim_range_sgd_whole_unit(void **state)
     dt_optim_step_t st = {.desc = &od, .lr = 0.1f, .grad_scale = 1.0f, .t = 1};
     for (int rep = 0; rep < 2; rep++) {
         dev.n_calls = 0;
-        assert_int_equal(dt_optim_range(&th.host, &fake_dev_ops, &dev, NULL, &test_unit,
+        assert_int_equal(dt_optim_range(&th.host, &dev, NULL, &test_unit,
                                         (dt_range_t){0, 20}, p, g, mom, NULL, &st), DT_OK);
         assert_int_equal(dev.n_calls, 3); /* [0,6) wd, [6,13) 0, [13,20) wd */
         assert_int_equal(dev.calls[1].off, 6);
@@ -523,7 +525,7 @@ static void test_optim_range_sgd_whole_unit(void **state)
         assert_true(fabs(p[i] - rp[i]) <= 1e-6 + 1e-6 * fabs(rp[i]));
     /* an empty range makes no call */
     dev.n_calls = 0;
-    assert_int_equal(dt_optim_range(&th.host, &fake_dev_ops, &dev, NULL, &test_unit,
+    assert_int_equal(dt_optim_range(&th.host, &dev, NULL, &test_unit,
                                     (dt_range_t){20, 0}, p, g, mom, NULL, &st), DT_OK);
     assert_int_equal(dev.n_calls, 0);
 }
@@ -540,13 +542,13 @@ static void test_optim_range_kernel_missing(void **state)
 {
     dt_device_ops_v1_t ops = fake_dev_ops;
     ops.kernels = fd_adamw_only;
-    struct dt_device dev = {0};
+    struct dt_device dev = {.ops = &ops};
     const dt_optim_desc_v1_t od = {.struct_size = sizeof(dt_optim_desc_v1_t),
                                    .kind = DT_OPTIM_SGD};
     float p[20] = {0}, g[20] = {0}, mom[20] = {0};
     dev.base = p;
     dt_optim_step_t st = {.desc = &od, .lr = 0.1f, .grad_scale = 1.0f, .t = 1};
-    assert_int_equal(dt_optim_range(&th.host, &ops, &dev, NULL, &test_unit,
+    assert_int_equal(dt_optim_range(&th.host, &dev, NULL, &test_unit,
                                     (dt_range_t){0, 20}, p, g, mom, NULL, &st),
                      DT_ERR_UNSUPPORTED);
     assert_string_equal(dt_last_error(), "strategy/test: optimizer: device 'fake' has no "
@@ -557,7 +559,7 @@ static void test_optim_range_kernel_missing(void **state)
 
 static void test_norms(void **state)
 {
-    struct dt_device dev = {0};
+    struct dt_device dev = {.ops = &fake_dev_ops};
     float x[37];
     double want = 0;
     for (int i = 0; i < 37; i++) {
@@ -565,13 +567,13 @@ static void test_norms(void **state)
         want += (double)x[i] * x[i];
     }
     double slot, got = -1;
-    assert_int_equal(dt_norm_sumsq(&th.host, &fake_dev_ops, &dev, NULL, &slot, x, DT_F32, 37,
+    assert_int_equal(dt_norm_sumsq(&th.host, &dev, NULL, &slot, x, DT_F32, 37,
                                    &got), DT_OK);
     assert_true(got == want); /* both exact double sums of the same order */
 
-    struct dt_comm comm = {.size = 3, .peer_diff = -1};
+    struct dt_comm comm = {.ops = &fake_comm_ops, .size = 3, .peer_diff = -1};
     double s = 2.5;
-    assert_int_equal(dt_norm_allreduce(&th.host, &fake_comm_ops, &comm, &fake_dev_ops, &dev,
+    assert_int_equal(dt_norm_allreduce(&th.host, &comm, &dev,
                                        NULL, &slot, &s), DT_OK);
     assert_true(s == 7.5);
     assert_int_equal(comm.n_allreduce, 1);
@@ -624,12 +626,12 @@ static void test_norm_plan(void **state)
     assert_true(plan.parts[1].skip_lo == 1 && plan.parts[1].n_skip == 1);
     assert_true(plan.skip[1].offset == 20 && plan.skip[1].count == 5);
 
-    struct dt_device dev = {0};
+    struct dt_device dev = {.ops = &fake_dev_ops};
     float x[30];
     for (int i = 0; i < 30; i++)
         x[i] = (float)(0.5 * i - 4.0);
     double slot, got = -1;
-    assert_int_equal(dt_norm_plan_sumsq(&th.host, &fake_dev_ops, &dev, NULL, &slot, x, &plan,
+    assert_int_equal(dt_norm_plan_sumsq(&th.host, &dev, NULL, &slot, x, &plan,
                                         &got), DT_OK);
     double want = 0.0;
     want += part_less(x, 0, 10, 2, 8);
@@ -642,15 +644,15 @@ static void test_norm_plan(void **state)
     double whole = -1;
     assert_int_equal(dt_norm_plan_part(&th.host, &plan, (dt_range_t){.offset = 3, .count = 27}),
                      DT_OK);
-    assert_int_equal(dt_norm_plan_sumsq(&th.host, &fake_dev_ops, &dev, NULL, &slot, x, &plan,
+    assert_int_equal(dt_norm_plan_sumsq(&th.host, &dev, NULL, &slot, x, &plan,
                                         &got), DT_OK);
-    assert_int_equal(dt_norm_sumsq(&th.host, &fake_dev_ops, &dev, NULL, &slot, x + 3, DT_F32, 27,
+    assert_int_equal(dt_norm_sumsq(&th.host, &dev, NULL, &slot, x + 3, DT_F32, 27,
                                    &whole), DT_OK);
     assert_true(got == whole);
     dt_norm_plan_free(&th.host, &plan);
 
     /* an empty plan sums nothing; a skip range needs a part */
-    assert_int_equal(dt_norm_plan_sumsq(&th.host, &fake_dev_ops, &dev, NULL, &slot, x, &plan,
+    assert_int_equal(dt_norm_plan_sumsq(&th.host, &dev, NULL, &slot, x, &plan,
                                         &got), DT_OK);
     assert_true(got == 0.0);
     assert_int_equal(dt_norm_plan_skip(&th.host, &plan, (dt_range_t){0, 1}), DT_ERR_INVALID);
@@ -680,34 +682,34 @@ static void test_hash(void **state)
         w[i] = save;
     }
     /* through the device with a tiny staging buffer (13 -> 8-byte chunks) */
-    struct dt_device dev = {0};
+    struct dt_device dev = {.ops = &fake_dev_ops};
     char staging[13];
     uint64_t hd = DT_HASH64_INIT;
-    assert_int_equal(dt_hash_device(&th.host, &fake_dev_ops, &dev, NULL, w, sizeof w, staging,
+    assert_int_equal(dt_hash_device(&th.host, &dev, NULL, w, sizeof w, staging,
                                     sizeof staging, &hd), DT_OK);
     assert_true(hd == one);
-    assert_int_equal(dt_hash_device(&th.host, &fake_dev_ops, &dev, NULL, w, sizeof w, staging,
+    assert_int_equal(dt_hash_device(&th.host, &dev, NULL, w, sizeof w, staging,
                                     4, &hd), DT_ERR_INVALID);
     assert_non_null(strstr(dt_last_error(), "staging buffer of 4 bytes (need >= 8)"));
 }
 
 static void test_replica_check(void **state)
 {
-    struct dt_device dev = {0};
+    struct dt_device dev = {.ops = &fake_dev_ops};
     const uint64_t hashes[4] = {0x1111222233334444ull, 0xffffffffffffffffull, 0, 42};
     uint32_t first = 99;
-    struct dt_comm comm = {.size = 2, .peer_diff = -1};
-    assert_int_equal(dt_replica_check(&th.host, &fake_comm_ops, &comm, &fake_dev_ops, &dev,
+    struct dt_comm comm = {.ops = &fake_comm_ops, .size = 2, .peer_diff = -1};
+    assert_int_equal(dt_replica_check(&th.host, &comm, &dev,
                                       NULL, hashes, 4, &first), DT_OK);
     assert_int_equal(first, 4);
     assert_int_equal(comm.n_allreduce, 2); /* MAX and MIN */
     /* a peer whose hash 2 differs in its third 16-bit field (f32 element 10) */
     comm.peer_diff = 2 * 4 + 2;
-    assert_int_equal(dt_replica_check(&th.host, &fake_comm_ops, &comm, &fake_dev_ops, &dev,
+    assert_int_equal(dt_replica_check(&th.host, &comm, &dev,
                                       NULL, hashes, 4, &first), DT_OK);
     assert_int_equal(first, 2);
     comm.peer_diff = 3 * 4 + 3; /* the last field of the last hash */
-    assert_int_equal(dt_replica_check(&th.host, &fake_comm_ops, &comm, &fake_dev_ops, &dev,
+    assert_int_equal(dt_replica_check(&th.host, &comm, &dev,
                                       NULL, hashes, 4, &first), DT_OK);
     assert_int_equal(first, 3);
     assert_int_equal(th.mem.current[DT_TAG_OTHER], 0); /* scratch freed */

@@ -33,7 +33,12 @@
 /* ---- the fake plugin ------------------------------------------------------ */
 
 /* Handles and requests are addresses of these; nothing is allocated. */
-static char fake_world, fake_sub, fake_stream, fake_reqs[2];
+/* Handles start with their table (dtrain/comm.h): the fake's, below. */
+static const dt_comm_ops_t fake_ops;
+static struct dt_comm {
+    const dt_comm_ops_t *ops;
+} fake_world = {&fake_ops}, fake_sub = {&fake_ops};
+static char fake_stream, fake_reqs[2];
 #define W ((dt_comm_t *)&fake_world)
 #define SUB ((dt_comm_t *)&fake_sub)
 #define STREAM ((dt_stream_t *)&fake_stream)

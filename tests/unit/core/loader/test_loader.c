@@ -359,6 +359,9 @@ static void test_load_valid_and_call(void **state)
                               .size = 1, .local_size = 1, .timeout_ms = 1000};
     dt_comm_t *c = NULL;
     assert_int_equal(ops->init(p->host, &args, &c), DT_OK);
+    /* the handle starts with the table it came from (dtrain/comm.h) */
+    assert_ptr_equal(dt_comm_ops(c), ops);
+    assert_int_equal(dt_plugin_check_instance(p, p->ops, c), DT_OK);
     int32_t rank = -1, size = -1;
     assert_int_equal(ops->rank_size(c, &rank, &size), DT_OK);
     assert_int_equal(rank, 0);
@@ -386,6 +389,31 @@ static void test_load_valid_and_call(void **state)
     assert_true(st.peak[DT_TAG_OTHER] > 0);
     dt_plugin_unload(p);
     dt_plugin_unload(NULL);
+}
+
+/* A plugin whose handle does not start with its ops table (the SDK's
+ * rule) is refused by name when it hands one out, and the instance is
+ * finalized through the plugin's own table: an error, not a crash. */
+static void test_handle_without_ops_refused(void **state)
+{
+    dt_plugin_t *p = NULL;
+    assert_int_equal(load_plugin(DT_KIND_COMM, "fakebadhandle", &p), DT_OK);
+    const dt_comm_ops_v1_t *ops = p->ops;
+    dt_comm_init_v1_t args = {.struct_size = sizeof args, .size = 1, .timeout_ms = 1000};
+    dt_comm_t *c = NULL;
+    assert_int_equal(ops->init(p->host, &args, &c), DT_OK);
+    assert_non_null(c);
+    dt_mem_stats_t st = {.struct_size = sizeof(dt_mem_stats_t)};
+    assert_int_equal(dt_plugin_host_mem_stats(p, &st), DT_OK);
+    assert_true(st.current[DT_TAG_OTHER] > 0);
+    assert_int_equal(dt_plugin_check_instance(p, p->ops, c), DT_ERR_INVALID);
+    assert_msg("plugin 'fakebadhandle': its dt_comm handle does not start with its ops table "
+               "(dtrain/comm.h)");
+    assert_int_equal(dt_plugin_host_mem_stats(p, &st), DT_OK);
+    assert_int_equal(st.current[DT_TAG_OTHER], 0); /* finalized */
+    /* no handle: nothing to check */
+    assert_int_equal(dt_plugin_check_instance(p, p->ops, NULL), DT_OK);
+    dt_plugin_unload(p);
 }
 
 static void test_bad_arguments(void **state)
@@ -572,15 +600,15 @@ static void test_name_mismatch(void **state)
 
 /* The core's side of an optional method: call it only when present, else
  * fall back (wait blocks where test would poll). */
-static int comm_poll(const dt_comm_ops_v1_t *ops, dt_comm_t *c,
+static int comm_poll(dt_comm_t *c,
                      dt_comm_req_t *req, int *done, int *used_test)
 {
-    if (DT_HAS_OP(dt_comm_ops_v1_t, ops, test)) {
+    if (DT_HAS_OP(dt_comm_ops_v1_t, dt_comm_ops(c), test)) {
         *used_test = 1;
-        return ops->test(c, req, done);
+        return dt_comm_ops(c)->test(c, req, done);
     }
     *used_test = 0;
-    int rc = ops->wait(c, req, -1);
+    int rc = dt_comm_ops(c)->wait(c, req, -1);
     *done = rc == DT_OK;
     return rc;
 }
@@ -618,7 +646,7 @@ static void test_optional_method_past_struct_size(void **state)
     dt_comm_req_t *req = NULL;
     assert_int_equal(ops->barrier(c, &req), DT_OK);
     int done = 0, used_test = -1;
-    assert_int_equal(comm_poll(ops, c, req, &done, &used_test), DT_OK);
+    assert_int_equal(comm_poll(c, req, &done, &used_test), DT_OK);
     assert_int_equal(used_test, 0);
     assert_int_equal(done, 1);
     ops->finalize(c);
@@ -629,7 +657,7 @@ static void test_optional_method_past_struct_size(void **state)
     ops = p->ops;
     assert_int_equal(ops->init(p->host, &args, &c), DT_OK);
     assert_int_equal(ops->barrier(c, &req), DT_OK);
-    assert_int_equal(comm_poll(ops, c, req, &done, &used_test), DT_OK);
+    assert_int_equal(comm_poll(c, req, &done, &used_test), DT_OK);
     assert_int_equal(used_test, 1);
     ops->finalize(c);
     dt_plugin_unload(p);
@@ -1031,6 +1059,7 @@ int main(void)
         cmocka_unit_test_setup(test_optional_method_past_struct_size, setup),
         cmocka_unit_test_setup(test_newer_minor_is_accepted, setup),
         cmocka_unit_test_setup(test_two_majors, setup),
+        cmocka_unit_test_setup(test_handle_without_ops_refused, setup),
         cmocka_unit_test_setup(test_init_failure_message, setup),
         cmocka_unit_test_setup(test_init_failure_without_message, setup),
         cmocka_unit_test_setup(test_plugin_failed_prefixing, setup),

@@ -516,7 +516,10 @@ static void test_bf16_refused_by_device(void **state)
     dt_config_t *cfg = model_config(toml);
     dt_model_t *m = NULL;
     assert_ok(dt_model_create(cfg, &dev, arch_ops(cfg), &m));
-    const dt_model_ctx_t ctx = {.dev_ops = &dev};
+    struct {
+        const dt_device_ops_t *ops; /* a device starts with its table */
+    } fake = {&dev};
+    const dt_model_ctx_t ctx = {.dev = (dt_device_t *)&fake};
     assert_status(dt_model_alloc_acts(m, &ctx, 2, 8), DT_ERR_CONFIG);
     assert_msg("[model] activations = \"bf16\": device 'f32only' does not run them "
                "(residual_forward: bf16 activations: unsupported (f32 only))");

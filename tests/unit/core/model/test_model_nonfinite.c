@@ -17,8 +17,7 @@
  *   - mlp: fc.1.weight names fc.1's output, head.weight the logits of
  *     unit head;
  *   - a finite model gives DT_MODEL_FORWARD_FINITE.
- * Each time: the search is an evaluation pass (every pre_forward flagged
- * DT_HOOK_NO_GRAD, every unit released, no gradient touched).
+ * Each time: the search is an evaluation pass (every unit released, no gradient touched).
  *
  * dt_model_find_nonfinite_grad, after an fp16 step's gradient overflowed:
  * with ln_f.weight 60000 at loss scale 1e38 the tied LM head's gradient

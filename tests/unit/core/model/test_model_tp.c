@@ -79,6 +79,8 @@ typedef struct group {
 } group_t;
 
 typedef struct rank {
+    const dt_tensor_ops_t *ops; /* first: &group_scheme, as a tensor group
+                                 * starts with its table (tensor_parallel.h) */
     group_t *g;
     int r;
     /* defer: a reduction asked for with a request is done in group_wait,
@@ -264,7 +266,8 @@ static void ranks_open(ref_t *w, group_t *g, rank_t *rk, int P, const char *ckpt
         rk[r].targets = w->targets;
         dt_mh_tp_rank = r;
         must(dt_mh_open(&rk[r].h, toml, B, T, SEED), "opening a tensor-parallel rank");
-        dt_model_set_tensor(rk[r].h.model, &group_scheme, (dt_tensor_group_t *)&rk[r]);
+        rk[r].ops = &group_scheme;
+        dt_model_set_tensor(rk[r].h.model, (dt_tensor_group_t *)&rk[r]);
         for (uint32_t u = 0; u < NU; u++) {
             const dt_unit_desc_t *ud = &rk[r].h.desc->units[u];
             float *mine = dt_mh_master(&rk[r].h, u);

@@ -207,7 +207,7 @@ static int rank_split(int rank, int nproc, const char *job, void *arg)
     DT_MP_OK(g_ops->init(&th.host, &ci, &world));
     dt_grid_t g;
     DT_MP_OK(dt_grid_init(&g, nproc, rank, sh->tp, sh->pp));
-    DT_MP_OK(dt_grid_split(&g, g_ops, world, grp));
+    DT_MP_OK(dt_grid_split(&g, world, grp));
     for (int k = 0; k < DT_GRID_N_GROUPS; k++) {
         int32_t want[8], color, key;
         int32_t n = dt_grid_members(&g, (dt_grid_group_t)k, want, 8);

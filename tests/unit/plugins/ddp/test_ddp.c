@@ -108,6 +108,7 @@ typedef struct {
 } ar_call_t;
 
 struct dt_comm {
+    const dt_comm_ops_v1_t *ops; /* first: &fake_comm (dtrain/comm.h) */
     int32_t rank, size;
     dt_toy_dev_t dd;     /* the instance's device: the fake moves bytes with it */
     ar_call_t calls[64];
@@ -193,7 +194,6 @@ typedef struct {
     dt_stream_t *cs;
     dt_toy_dev_t dd;    /* {D, dev, cs}: host access to ddp's buffers */
     struct dt_comm fc;
-    const dt_comm_ops_v1_t *cops;
     dt_comm_t *comm;
     dt_comm_t *real;    /* a real group (forked ranks), or NULL */
     dt_model_desc_v1_t model;
@@ -215,18 +215,17 @@ static int inst_open(inst_t *in, const dt_test_kv_t *kv, int param_dtype, int op
     DT_MP_OK(D->init(&in->th_dev.host, &di, &in->dev));
     DT_MP_OK(D->stream_create(in->dev, &in->cs));
     in->dd = (dt_toy_dev_t){.ops = D, .dev = in->dev, .stream = in->cs};
+    in->fc.ops = &fake_comm;
     in->fc.dd = in->dd;
     in->fc.size = size;
     in->fc.rank = rank;
-    in->cops = &fake_comm;
     in->comm = &in->fc;
     if (job) {
         dt_test_host_init(&in->th_comm, dt_toy_backend_comm_prefix(), NULL);
         dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
                                 .local_rank = rank, .local_size = size, .job_id = job,
-                                .timeout_ms = 20000, .dev_ops = D, .dev = in->dev};
+                                .timeout_ms = 20000, .dev = in->dev};
         DT_MP_OK(COMM->init(&in->th_comm.host, &ci, &in->real));
-        in->cops = COMM;
         in->comm = in->real;
     }
     in->model = make_model(param_dtype);
@@ -234,10 +233,8 @@ static int inst_open(inst_t *in, const dt_test_kv_t *kv, int param_dtype, int op
     dt_strategy_init_v1_t a = {
         .struct_size = sizeof a,
         .n_micro = n_micro,
-        .dev_ops = D,
         .dev = in->dev,
         .compute_stream = in->cs,
-        .comm_ops = in->cops,
         .comm = in->comm,
         .model = &in->model,
         .optim = &in->optim,
@@ -1152,7 +1149,7 @@ static int rank_train(int rank, int size, const char *job, void *arg)
     double *slot = NULL;
     DT_MP_OK(D->alloc(in.dev, sizeof(double), DT_TAG_OTHER, (void **)&slot));
     double x = rank + 1;
-    DT_MP_OK(dt_norm_allreduce(&in.th_ddp.host, in.cops, in.comm, D, in.dev, in.cs, slot, &x));
+    DT_MP_OK(dt_norm_allreduce(&in.th_ddp.host, in.comm, in.dev, in.cs, slot, &x));
     mp_out->f64sum[rank] = x;
     DT_MP_OK(D->free(in.dev, slot));
     inst_close(&in);

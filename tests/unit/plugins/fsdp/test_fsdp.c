@@ -238,6 +238,7 @@ static void test_paper_figures(void **state)
 /* A group of 4 ranks that answers rank_size only: enough for init to
  * reject a configuration before any collective. */
 struct dt_comm {
+    const dt_comm_ops_v1_t *ops; /* first: &fake_comm (dtrain/comm.h) */
     int32_t size;
 };
 static int fc_rank_size(dt_comm_t *c, int32_t *r, int32_t *s)
@@ -257,10 +258,10 @@ static const dt_optim_desc_v1_t toy_optim = {.struct_size = sizeof toy_optim,
 
 static void test_config_errors(void **state)
 {
-    struct dt_comm four = {4};
+    struct dt_comm four = {&fake_comm, 4};
     dt_model_desc_v1_t m = dt_toy_model(DT_F32);
-    dt_strategy_init_v1_t a = {.struct_size = sizeof a, .n_micro = 1, .model = &m,
-                               .comm_ops = &fake_comm, .comm = &four, .optim = &toy_optim};
+    dt_strategy_init_v1_t a = {
+        .struct_size = sizeof a, .n_micro = 1, .model = &m, .comm = &four, .optim = &toy_optim};
     dt_estimate_args_v1_t ea = dt_toy_est_args(&m, 4, DT_F32, DT_OPTIM_ADAMW, 1);
     struct { dt_test_kv_t kv[3]; const char *msg; } cases[] = {
         {{{"sharding_strategy", "ZERO3"}, {NULL, NULL}},

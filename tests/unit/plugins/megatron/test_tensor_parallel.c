@@ -86,18 +86,16 @@ static void test_init_refusals(void **state)
     dt_comm_t *one = NULL;
     assert_int_equal(SELF->init(&ch.host, &ci, &one), DT_OK);
 
-    dt_tensor_init_v1_t a = {.struct_size = 4, .comm_ops = SELF, .comm = one};
+    dt_tensor_init_v1_t a = {.struct_size = 4, .comm = one};
     char msg[256];
     snprintf(msg, sizeof msg,
              "tensor/megatron: init args: struct_size 4 is below the %u bytes of its minor 0 "
              "(caller built against another ABI)",
              (unsigned)DT_TENSOR_INIT_V1_SIZE0);
     expect_init_refused(&a, DT_ERR_ABI, msg);
-    a = (dt_tensor_init_v1_t){.struct_size = sizeof a, .comm = one};
-    expect_init_refused(&a, DT_ERR_INVALID, "tensor/megatron: init: NULL comm_ops");
-    a = (dt_tensor_init_v1_t){.struct_size = sizeof a, .comm_ops = SELF};
+    a = (dt_tensor_init_v1_t){.struct_size = sizeof a};
     expect_init_refused(&a, DT_ERR_INVALID, "tensor/megatron: init: NULL comm");
-    a = (dt_tensor_init_v1_t){.struct_size = sizeof a, .comm_ops = SELF, .comm = one};
+    a = (dt_tensor_init_v1_t){.struct_size = sizeof a, .comm = one};
     expect_init_refused(&a, DT_ERR_INVALID,
                         "tensor/megatron: init: a tensor group of 1 rank(s)");
     SELF->finalize(one);
@@ -150,8 +148,8 @@ static int rank_collectives(int rank, int nproc, const char *job, void *arg)
     dt_device_t *dev = e.dev;
     dt_stream_t *cs = e.stream;
     dt_comm_t *world = e.world;
-    dt_tensor_init_v1_t ti = {.struct_size = sizeof ti, .dev_ops = DEV, .dev = dev,
-                              .compute_stream = cs, .comm_ops = SHM, .comm = world};
+    dt_tensor_init_v1_t ti = {.struct_size = sizeof ti, .dev = dev,
+                              .compute_stream = cs, .comm = world};
     dt_tensor_group_t *g;
     DT_MP_OK(MG->init(&th.host, &ti, &g));
     float *buf, want[N];

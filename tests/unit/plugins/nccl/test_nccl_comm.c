@@ -99,7 +99,7 @@ static void test_refuses_cpu_device(void **state)
     dt_device_t *dev = NULL;
     assert_int_equal(cpu->init(&thd.host, &di, &dev), DT_OK);
     dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = 0, .size = 1, .local_size = 1,
-                            .job_id = "nccltest-cpu", .timeout_ms = 1000, .dev_ops = cpu,
+                            .job_id = "nccltest-cpu", .timeout_ms = 1000,
                             .dev = dev};
     dt_comm_t *c = NULL;
     assert_int_equal(C->init(&thc.host, &ci, &c), DT_ERR_CONFIG);
@@ -132,7 +132,7 @@ static void env_open(rank_env_t *e, int rank, int size, const char *job, int64_t
     DT_MP_OK(D->stream_create(e->dev, &e->cs));
     dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
                             .local_rank = rank, .local_size = size, .job_id = job,
-                            .timeout_ms = timeout_ms, .dev_ops = D, .dev = e->dev};
+                            .timeout_ms = timeout_ms, .dev = e->dev};
     DT_MP_OK(C->init(&e->thc.host, &ci, &e->c));
 }
 

@@ -64,7 +64,7 @@ static void tier_open(tier_t *t, const dt_test_kv_t *kv, const char *limit)
     dt_device_init_v1_t da = {.struct_size = sizeof da, .local_size = 1, .device_index = -1};
     assert_ok(t->dops->init(&t->dh.host, &da, &t->dev));
     dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 3, .job_id = "unit",
-                               .timeout_ms = 10000, .dev_ops = t->dops, .dev = t->dev};
+                               .timeout_ms = 10000, .dev = t->dev};
     assert_ok(t->ops->init(&t->oh.host, &oa, &t->o));
 }
 
@@ -313,7 +313,7 @@ static void test_init_errors(void **state)
     dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .job_id = "j"};
     assert_status(oc_ops()->init(&th.host, &oa, &o), DT_ERR_INVALID);
     assert_null(o);
-    assert_msg("offload/offload_cpu: init: no device (dev_ops NULL, dev NULL): the tier's "
+    assert_msg("offload/offload_cpu: init: no device (dev NULL): the tier's "
                "pinned host memory comes from the device's host_alloc");
     oa.struct_size = 8;
     assert_status(oc_ops()->init(&th.host, &oa, &o), DT_ERR_ABI);
@@ -333,7 +333,7 @@ static dt_offload_t *fake_tier(dt_test_host_t *th, int64_t timeout_ms)
 {
     dt_test_host_init(th, "offload/offload_cpu", NULL);
     dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 1, .job_id = "j",
-                               .timeout_ms = timeout_ms, .dev_ops = &dt_fake_device,
+                               .timeout_ms = timeout_ms,
                                .dev = dt_fake_device_instance()};
     dt_offload_t *o = NULL;
     assert_ok(oc_ops()->init(&th->host, &oa, &o));

@@ -116,7 +116,7 @@ static int tier_open_rc(tier_t *t, const char *dir, const char *direct, const ch
     dt_device_init_v1_t da = {.struct_size = sizeof da, .local_size = 1, .device_index = -1};
     assert_ok(t->dops->init(&t->dh.host, &da, &t->dev));
     dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 2, .job_id = "unitjob",
-                               .timeout_ms = 10000, .dev_ops = t->dops, .dev = t->dev};
+                               .timeout_ms = 10000, .dev = t->dev};
     t->o = NULL;
     return t->ops->init(&t->oh.host, &oa, &t->o);
 }
@@ -333,8 +333,8 @@ static void test_config_errors(void **state)
     /* a job id that could not name a file */
     dt_test_host_t th;
     dt_test_host_init(&th, "offload/offload_nvme", NULL);
-    dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .job_id = "../x",
-                               .dev_ops = cpu_ops(), .dev = (dt_device_t *)&th};
+    dt_offload_init_v1_t oa = {
+        .struct_size = sizeof oa, .job_id = "../x", .dev = (dt_device_t *)&th};
     dt_offload_t *o = NULL;
     assert_status(nvme_ops()->init(&th.host, &oa, &o), DT_ERR_INVALID);
     assert_msg("offload/offload_nvme: init: job id '../x' cannot name files (letters, digits, "
@@ -490,7 +490,7 @@ static void test_wait_timeout(void **state)
     dt_test_host_t th;
     dt_test_host_init(&th, "offload/offload_nvme", kv);
     dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 5, .job_id = "tj",
-                               .timeout_ms = 5000, .dev_ops = &dt_fake_device,
+                               .timeout_ms = 5000,
                                .dev = dt_fake_device_instance()};
     dt_offload_t *o = NULL;
     const dt_offload_ops_v1_t *ops = nvme_ops();
@@ -553,7 +553,7 @@ static dt_offload_t *held_tier(dt_test_host_t *th, dt_test_kv_t *kv, const char 
     g_log[0] = 0;
     dt_fake_device_release(0);
     dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 5, .job_id = "held",
-                               .timeout_ms = 10000, .dev_ops = &dt_fake_device,
+                               .timeout_ms = 10000,
                                .dev = dt_fake_device_instance()};
     dt_offload_t *o = NULL;
     assert_ok(nvme_ops()->init(&th->host, &oa, &o));
@@ -700,7 +700,7 @@ static int direct_tier(tier_t *t, const char *dir, const char *direct, int local
     dt_device_init_v1_t da = {.struct_size = sizeof da, .local_size = 2, .device_index = -1};
     assert_ok(t->dops->init(&t->dh.host, &da, &t->dev));
     dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 2, .local_rank = local,
-                               .job_id = "dj", .timeout_ms = 10000, .dev_ops = t->dops,
+                               .job_id = "dj", .timeout_ms = 10000,
                                .dev = t->dev};
     t->o = NULL;
     return t->ops->init(&t->oh.host, &oa, &t->o);
@@ -970,7 +970,7 @@ static void test_nested_path(void **state)
     dt_device_init_v1_t da = {.struct_size = sizeof da, .local_size = 1, .device_index = -1};
     assert_ok(t.dops->init(&t.dh.host, &da, &t.dev));
     dt_offload_init_v1_t oa = {.struct_size = sizeof oa, .rank = 2, .job_id = "unitjob",
-                               .timeout_ms = 10000, .dev_ops = t.dops, .dev = t.dev};
+                               .timeout_ms = 10000, .dev = t.dev};
     assert_ok(t.ops->init(&t.oh.host, &oa, &t.o));
     assert_ok(t.ops->alloc(t.o, 100, DT_TAG_OPTIMIZER, &x));
     uint8_t v[100] = {7}, w[100];

@@ -321,8 +321,8 @@ static int rank_run(int rank, int nproc, const char *job, void *arg)
     dt_device_t *dev = e.dev;
     dt_stream_t *cs = e.stream;
     dt_comm_t *world = e.world;
-    dt_schedule_init_v1_t si = {.struct_size = sizeof si, .n_micro = M, .dev_ops = DEV,
-                                .dev = dev, .compute_stream = cs, .comm_ops = COMM,
+    dt_schedule_init_v1_t si = {.struct_size = sizeof si, .n_micro = M,
+                                .dev = dev, .compute_stream = cs,
                                 .comm = world, .chunks = rc_->V, .keep_activations = 1};
     dt_schedule_t *s;
     DT_MP_OK(ops->init(&sh.host, &si, &s));

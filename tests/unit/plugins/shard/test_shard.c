@@ -278,7 +278,7 @@ static void open_rank(rank_env_t *x, int rank, int size, const char *job)
     DT_MP_OK(D->init(&x->th_cpu.host, &di, &x->dev));
     dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
                             .local_rank = rank, .local_size = size, .job_id = job,
-                            .timeout_ms = 20000, .dev_ops = D, .dev = x->dev};
+                            .timeout_ms = 20000, .dev = x->dev};
     DT_MP_OK(SHM->init(&x->th_shm.host, &ci, &x->comm));
 }
 
@@ -305,7 +305,7 @@ static int rank_collectives(int rank, int size, const char *job, void *arg)
             for (uint64_t i = 0; i < p.full_total; i++)
                 full[i] = full2[i] = -7.0f;
             for (uint32_t g = 0; g < p.n_groups; g++)
-                DT_MP_OK(dt_shard_gather(&x.th.host, SHM, comm, &p, g, shard + p.groups[g].shard_off,
+                DT_MP_OK(dt_shard_gather(&x.th.host, comm, &p, g, shard + p.groups[g].shard_off,
                                          full + p.groups[g].full_off, DT_F32, NULL, &req[g]));
             for (uint32_t g = p.n_groups; g-- > 0;)
                 DT_MP_OK(SHM->wait(comm, req[g], -1));
@@ -314,7 +314,7 @@ static int rank_collectives(int rank, int size, const char *job, void *arg)
                 float *f = full2 + p.groups[g].full_off;
                 memcpy(f + (uint64_t)rank * p.groups[g].shard, shard + p.groups[g].shard_off,
                        p.groups[g].shard * sizeof(float));
-                DT_MP_OK(dt_shard_gather(&x.th.host, SHM, comm, &p, g,
+                DT_MP_OK(dt_shard_gather(&x.th.host, comm, &p, g,
                                          f + (uint64_t)rank * p.groups[g].shard, f, DT_F32, NULL,
                                          NULL));
             }
@@ -329,7 +329,7 @@ static int rank_collectives(int rank, int size, const char *job, void *arg)
                 for (uint64_t k = 0; k < p.groups[g].padded; k++)
                     grads[p.groups[g].full_off + k] = (float)(rank + 1) * 0.25f * (float)(k + 1);
             for (uint32_t g = 0; g < p.n_groups; g++)
-                DT_MP_OK(dt_shard_reduce(&x.th.host, SHM, comm, &p, g, grads + p.groups[g].full_off,
+                DT_MP_OK(dt_shard_reduce(&x.th.host, comm, &p, g, grads + p.groups[g].full_off,
                                          red + p.groups[g].shard_off, DT_F32, DT_OP_AVG, NULL,
                                          &req[g]));
             for (uint32_t g = 0; g < p.n_groups; g++)
@@ -344,7 +344,7 @@ static int rank_collectives(int rank, int size, const char *job, void *arg)
             /* in place: this rank's block of the input receives the result */
             for (uint32_t g = 0; g < p.n_groups; g++) {
                 float *f = grads + p.groups[g].full_off;
-                DT_MP_OK(dt_shard_reduce(&x.th.host, SHM, comm, &p, g, f,
+                DT_MP_OK(dt_shard_reduce(&x.th.host, comm, &p, g, f,
                                          f + (uint64_t)rank * p.groups[g].shard, DT_F32,
                                          DT_OP_AVG, NULL, NULL));
                 for (uint64_t j = 0; j < p.groups[g].shard; j++)
@@ -380,15 +380,15 @@ static int rank_stage(int rank, int size, const char *job, void *arg)
     dt_model_desc_v1_t model = dt_toy_model(DT_F32);
     dt_optim_desc_v1_t optim = {.struct_size = sizeof optim, .kind = DT_OPTIM_SGD};
     const uint8_t flags[DT_TOY_NU] = {DT_UNIT_HELD, DT_UNIT_HELD, 0};
-    dt_strategy_init_v1_t ia = {.struct_size = sizeof ia, .n_micro = 2, .dev_ops = D,
-                                .dev = dev, .compute_stream = cs, .comm_ops = SHM,
+    dt_strategy_init_v1_t ia = {.struct_size = sizeof ia, .n_micro = 2,
+                                .dev = dev, .compute_stream = cs,
                                 .comm = comm, .model = &model, .optim = &optim,
                                 .unit_flags = flags};
     const dt_bucket_span_t one[1] = {{.unit_lo = 0, .unit_hi = DT_TOY_NU - 1}};
     dt_shard_cfg_t cfg = {.what = "zero stage 1", .params_replicated = 1, .grads_full = 1,
                           .overlap = 1, .spans = one, .n_spans = 1};
     dt_shard_engine_t e;
-    DT_MP_OK(dt_shard_engine_init(&e, &x.th.host, &ia, &cfg));
+    DT_MP_OK(dt_shard_engine_init(&e, NULL, &x.th.host, &ia, &cfg));
     DT_MP_CHECK(e.plan.n_groups == 1 && e.g[0].n_units == 2);
     static float buf[DT_TOY_MAXN];
     for (uint32_t u = 0; u < 2; u++) {
@@ -463,10 +463,10 @@ static void test_collective_errors(void **state)
     dt_shard_plan_t p;
     assert_ok(dt_shard_plan_init(&p, &th.host, &pmodel, NULL, 0, 2, 1, NULL));
     float buf[4];
-    assert_status(dt_shard_gather(&th.host, SHM, NULL, &p, 4, buf, buf, DT_F32, NULL, NULL),
+    assert_status(dt_shard_gather(&th.host, NULL, &p, 4, buf, buf, DT_F32, NULL, NULL),
                   DT_ERR_INVALID);
     assert_msg_has("sdk/shard: gather: group 4 of 4");
-    assert_status(dt_shard_reduce(&th.host, SHM, NULL, &p, 9, buf, buf, DT_F32, DT_OP_AVG, NULL,
+    assert_status(dt_shard_reduce(&th.host, NULL, &p, 9, buf, buf, DT_F32, DT_OP_AVG, NULL,
                                   NULL),
                   DT_ERR_INVALID);
     assert_msg_has("reduce: group 9 of 4");

@@ -383,7 +383,7 @@ static int rank_protocol(int rank, int size, const char *job, void *arg)
     }
     DT_MP_OK(Z->begin_step(s, 1));
     double l;
-    DT_MP_OK(dt_toy_forward(Z, s, &env.dd, DT_F32, rank, 0, 1, 0, &l));
+    DT_MP_OK(dt_toy_forward(s, &env.dd, DT_F32, rank, 0, 1, 0, &l));
     dt_hook_v1_t h2 = {.struct_size = sizeof(dt_hook_v1_t), .unit = 2, .n_micro = 1, .last_use = 1};
     DT_MP_OK(Z->pre_backward(s, &h2, &b));
     float g3 = rank == 1 ? NAN : 0.5f;
@@ -400,8 +400,8 @@ static int rank_protocol(int rank, int size, const char *job, void *arg)
     }
     /* the next clean step updates */
     DT_MP_OK(Z->begin_step(s, 1));
-    DT_MP_OK(dt_toy_forward(Z, s, &env.dd, DT_F32, rank, 0, 1, 0, &l));
-    DT_MP_OK(dt_toy_backward(Z, s, &env.dd, DT_F32, rank, 0, 1));
+    DT_MP_OK(dt_toy_forward(s, &env.dd, DT_F32, rank, 0, 1, 0, &l));
+    DT_MP_OK(dt_toy_backward(s, &env.dd, DT_F32, rank, 0, 1));
     DT_MP_OK(Z->step(s, &sa, &r));
     DT_MP_CHECK(r.nonfinite == 0 && r.grad_norm > 0.1);
     DT_MP_OK(Z->state_ranges(s, 1, DT_STATE_PARAMS, DT_RANGES_HELD, rg, 2, &n));
@@ -467,7 +467,7 @@ static void test_config_errors(void **state)
     const dt_test_kv_t ok[] = {{"stage", "2"}, {NULL, NULL}};
     dt_test_host_init(&th, "strategy/zero", ok);
     assert_status(Z->init(&th.host, &a, &s), DT_ERR_INVALID);
-    assert_msg_has("init: NULL dev_ops");
+    assert_msg_has("init: NULL dev");
     assert_int_equal(th.mem.current[DT_TAG_OTHER], 0);
 
     /* the declared schema: stage is a required integer in [1, 3] */

@@ -343,8 +343,10 @@ static void test_check_host_memory(void **state)
     (void)state;
     const dt_host_v1_t *h = &th.host;
     dt_device_ops_v1_t ops = {.props = fake_props};
-    int devobj = 0;
-    dt_comm_init_v1_t a = {.struct_size = sizeof a, .dev_ops = &ops,
+    struct {
+        const dt_device_ops_v1_t *ops; /* a device starts with its table */
+    } devobj = {&ops};
+    dt_comm_init_v1_t a = {.struct_size = sizeof a,
                            .dev = (dt_device_t *)&devobj};
     fake_visible = 0;
     fake_props_rc = DT_OK;

@@ -46,6 +46,7 @@ typedef struct tbuf {
 } tbuf_t;
 
 typedef struct fixture {
+    const dt_device_ops_v1_t *ops; /* first: the fixture is the fake device */
     dt_test_host_t th;
     offload_queue_t q;
     offload_bufs_t l;
@@ -65,8 +66,9 @@ static void rel(void *ctx, offload_buf_t *ob)
 static void open_list(fixture_t *f, uint64_t capacity, int64_t timeout_ms)
 {
     memset(f, 0, sizeof *f);
+    f->ops = &fake_dev;
     dt_test_host_init(&f->th, "offload/test", NULL);
-    assert_ok(offload_queue_start(&f->q, &f->th.host, 4, timeout_ms, &fake_dev, (dt_device_t *)f,
+    assert_ok(offload_queue_start(&f->q, &f->th.host, 4, timeout_ms, (dt_device_t *)f,
                                   never_run, NULL));
     offload_bufs_init(&f->l, &f->q, MAGIC, "offload_test", "buffers", capacity, rel, f);
 }

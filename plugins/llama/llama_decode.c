@@ -226,7 +226,8 @@ int llama_decoder_create(dt_model_state_t *m, const dt_model_ctx_t *ctx, void *c
         (rc = dalloc(d, G * max_len, 4, &d->sc)) || (rc = dalloc(d, G * max_len, 4, &d->probs)) ||
         (rc = dalloc(d, d->V, 4, &d->logits)) || (rc = dalloc(d, 1, 4, &d->tok)) ||
         (rc = dalloc(d, G, 4, &d->tgt)) ||
-        (rc = dt_device_ops(ctx->dev)->memset_async(ctx->dev, d->tgt, 0, (uint64_t)G * 4, ctx->stream)) ||
+        (rc = dt_device_ops(ctx->dev)->memset_async(ctx->dev, d->tgt, 0, (uint64_t)G * 4,
+                                                    ctx->stream)) ||
         (rc = upload_rope(d))) {
         llama_decoder_free(d);
         return rc;

@@ -1,9 +1,9 @@
 /*
- * plugins/megatron/megatron.c - the `megatron` and `megatron-sp`
+ * plugins/megatron/megatron.c - the `megatron` and `megatron_sp`
  * tensor-parallel schemes (dtrain/tensor_parallel.h): Megatron-LM's 1D
  * tensor parallelism, chosen by [tensor] scheme = "megatron" (the
  * default) when [parallel] tensor = P > 1, and the same with Megatron's
- * sequence parallelism, [tensor] scheme = "megatron-sp" (this file built
+ * sequence parallelism, [tensor] scheme = "megatron_sp" (this file built
  * a second time with DT_MEGATRON_SP, plugins/megatron_sp).
  *
  * The split itself is the model's (core/model/model.h): each rank of a
@@ -20,7 +20,7 @@
  * small ones (B*T and 2 B*T f32).  Every wait is bounded by the group's
  * timeout, so a dead peer stops every rank.
  *
- * megatron-sp (Korthikanti et al. 2022) splits each all-reduce around
+ * megatron_sp (Korthikanti et al. 2022) splits each all-reduce around
  * the blocks in its two halves and moves the regions between them (the
  * norms, the residual adds, the embedding's output) onto 1/P of the
  * positions: a column-parallel layer's input is all-gathered in forward
@@ -237,7 +237,7 @@ static int sp_duplicated_grad_reduce(dt_tensor_group_t *g, float *buf, uint64_t 
 }
 
 static const dt_tensor_ops_v1_t mg_ops = {
-    .info = DT_PLUGIN_INFO_NOKEYS(TENSOR, dt_tensor_ops_v1_t, "megatron-sp", "1.0.0",
+    .info = DT_PLUGIN_INFO_NOKEYS(TENSOR, dt_tensor_ops_v1_t, "megatron_sp", "1.0.0",
                                   "Megatron-LM tensor parallelism with sequence parallelism: "
                                   "the 1D split, the regions between its layers on 1/P of the "
                                   "positions (all-gathers and reduce-scatters)"),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sequence parallelism (issue 25: [tensor] scheme = "megatron-sp",
+# Sequence parallelism (issue 25: [tensor] scheme = "megatron_sp",
 # Megatron-LM's sequence parallelism on top of its 1D tensor parallelism)
 # through `dtrain run`, ranks started the way an external launcher starts
 # them, on the shm communicator, with the layouts of test_tensor.sh (a
@@ -14,11 +14,11 @@
 #    B*T/tp rows) and tp2 x pp2 x dp2 zero-1 (8 ranks); llama tp2, tp2 x
 #    dp2 zero-1, tp2 x pp2, and tied with biases tp2; GPT-2 bf16
 #    parameters at tp2 against one bf16 rank (loss 1e-5, norm 1e-4);
-#  - the 1D scheme's curve and megatron-sp's agree within 1e-6;
+#  - the 1D scheme's curve and megatron_sp's agree within 1e-6;
 #  - the layout line names the scheme; its rank 0 reports the all-gathers
 #    and reduce-scatters it ran; the memory the tp2 rank measured is what
 #    it planned (tag by tag, the cpu device's attention scratch aside);
-#  - a checkpoint saved under megatron-sp resumes under megatron and on one
+#  - a checkpoint saved under megatron_sp resumes under megatron and on one
 #    rank (a checkpoint holds no scheme), continuing one rank's curve;
 #  - `dtrain plan`: the sequence-parallel line, and the activations of a
 #    rank smaller than under the 1D scheme;
@@ -31,7 +31,7 @@ py=/usr/bin/python3
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
 layout_toml 4
-sp=(--set tensor.scheme=megatron-sp)
+sp=(--set tensor.scheme=megatron_sp)
 # layout N NAME DESCRIPTION ARGS...: train on N ranks, compare with n1
 layout() {
   local n=$1 name=$2 what=$3; shift 3
@@ -48,7 +48,7 @@ expect_exit 0 "gpt2: 1 rank" "$bin" run eq.toml --set run.comm=self --set run.na
 "$bin" export out/n1/ckpt n1.st --layout dtrain >/dev/null
 layout 2 s2 "gpt2 tp2 sp" --set parallel.tensor=2 "${sp[@]}"
 expect_out "tp2 sp: the layout names the scheme" \
-  "dtrain: tensor parallel over 2 ranks x 1 pipeline stage(s) x 1 data-parallel replicas (scheme megatron-sp over the tensor groups"
+  "dtrain: tensor parallel over 2 ranks x 1 pipeline stage(s) x 1 data-parallel replicas (scheme megatron_sp over the tensor groups"
 # 24 training micro-batches (6 steps of 4) of 6 L + 2 = 14 all-gathers and
 # 4 L + 2 = 10 reduce-scatters, and the 2 evaluations' 32 forward-only
 # micro-batches of 2 L + 1 = 5 each
@@ -59,8 +59,8 @@ if n=$(sed -nE 's/.* ([0-9]+) all-gathers and ([0-9]+) reduce-scatters .*/\1 \2/
 else bad "tp2 sp: all-gathers and reduce-scatters: '$n'" "$(tail -3 rank0.log)"; fi
 planned_is_measured "tp2 sp: memory as planned" s2.jsonl 128
 layout 2 t2 "gpt2 tp2 (1D, for comparison)" --set parallel.tensor=2
-if v=$($py "$cmp" curves t2.jsonl s2.jsonl 1e-6 1e-5); then ok "gpt2: megatron-sp = megatron: $v"
-else bad "gpt2: megatron-sp differs from megatron" "$v"; fi
+if v=$($py "$cmp" curves t2.jsonl s2.jsonl 1e-6 1e-5); then ok "gpt2: megatron_sp = megatron: $v"
+else bad "gpt2: megatron_sp differs from megatron" "$v"; fi
 layout 4 s4 "gpt2 tp4 sp" --set parallel.tensor=4 "${sp[@]}"
 layout 2 s2r "gpt2 tp2 sp, every block recomputed" --set parallel.tensor=2 "${sp[@]}" \
   --set model.activation_checkpointing=all
@@ -79,7 +79,7 @@ else bad "gpt2 tp2 sp bf16 failed" "$(cat n1bf.log rank*.log | tail -20)"; fi
 if v=$($py "$cmp" curves n1bf.jsonl s2bf.jsonl 1e-5 1e-4); then ok "gpt2 tp2 sp bf16: $v"
 else bad "gpt2 tp2 sp bf16: differs from one bf16 rank's" "$v"; fi
 
-# a megatron-sp checkpoint is the model's: resumed under megatron, and on 1 rank
+# a megatron_sp checkpoint is the model's: resumed under megatron, and on 1 rank
 for to in "2 --set parallel.tensor=2" "1"; do
   read -r n2 a2 <<<"$to"; name=rs$n2
   if ranks 2 eq.toml --set parallel.tensor=2 "${sp[@]}" --set run.name=$name \
@@ -116,11 +116,11 @@ acts() { # SCHEME: the activations column of ddp's row (GiB)
 if out=$("$bin" plan plan.toml --world 2 "${sp[@]}" 2>&1); then
   expect_out "plan: the sequence-parallel line" \
     "sequence parallelism (the regions between the split layers on 2048 of the 4096 positions of a micro-batch)"
-else bad "plan with megatron-sp failed" "$out"; fi
-a1=$(acts megatron) a2=$(acts megatron-sp)
+else bad "plan with megatron_sp failed" "$out"; fi
+a1=$(acts megatron) a2=$(acts megatron_sp)
 if $py -c "import sys; sys.exit(not (0 < float('$a2') < float('$a1')))" 2>/dev/null; then
-  ok "plan: a rank's activations $a2 GiB under megatron-sp, $a1 GiB under megatron"
-else bad "plan: activations megatron-sp '$a2' not below megatron's '$a1'"; fi
+  ok "plan: a rank's activations $a2 GiB under megatron_sp, $a1 GiB under megatron"
+else bad "plan: activations megatron_sp '$a2' not below megatron's '$a1'"; fi
 
 # ---- llama (a folder of its own: its 1-rank runs are n1 too) ----------------
 mkdir llama; cd llama; ln -s ../train.bin train.bin
@@ -145,5 +145,5 @@ expect_exit 2 "a sequence tp does not divide" ranks 2 eq.toml --set parallel.ten
   --set train.seq_len=31 --set run.name=bad
 out=$(cat rank0.log)
 expect_out "... names both keys and the scheme" \
-  'error: [train] seq_len = 31 is not a multiple of [parallel] tensor = 2: [tensor] scheme = "megatron-sp" splits each sequence over the tensor group'
+  'error: [train] seq_len = 31 is not a multiple of [parallel] tensor = 2: [tensor] scheme = "megatron_sp" splits each sequence over the tensor group'
 finish

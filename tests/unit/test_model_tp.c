@@ -27,7 +27,7 @@
  * P = 2 with the reductions backward leaves in flight done only at their
  * wait (a model reading an input gradient before waiting would be off).
  * Sequence parallelism (a scheme whose sequence_parallel says so,
- * dt_model_set_sequence; megatron-sp's layout): the same losses and
+ * dt_model_set_sequence; megatron_sp's layout): the same losses and
  * gradients (the replicated tensors' summed over the group by the core,
  * with accumulation over the 2 micro-batches) for P = 2 and 4 and P = 2
  * recomputed, the collectives per micro-batch (the all-gathers,

@@ -30,7 +30,7 @@
  *                          sums of exponentials and target logits).
  *
  * A scheme may also split the SEQUENCE (Megatron-LM's sequence
- * parallelism, Korthikanti et al. 2022; the shipped `megatron-sp`): its
+ * parallelism, Korthikanti et al. 2022; the shipped `megatron_sp`): its
  * optional slots, all or none, say so (sequence_parallel) and replace the
  * all-reduces by their two halves, with input and output of different
  * sizes.  The regions outside the split layers (norms, residual adds, the

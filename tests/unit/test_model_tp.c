@@ -33,7 +33,9 @@
  * recomputed, the collectives per micro-batch (the all-gathers,
  * reduce-scatters and all-reduces of gpt2's layout) equal to the
  * planner's count and bytes (dt_model_tp_comm), and the activations it
- * plans smaller than the 1D layout's.
+ * plans smaller than the 1D layout's; a sequence the group does not
+ * divide, a scheme with only some of the slots and an arch that does not
+ * declare the layout refused with their messages.
  * Also: dt_model_init_unit of a part is its blocks of the whole model's
  * init; the refusals of impossible layouts (n_head not divisible, a
  * vocabulary smaller than the group, mlp, a rank outside the group) with
@@ -552,6 +554,40 @@ static void test_sp_seq_len(void **state)
     dt_mh_close(&h);
 }
 
+/* A scheme with some of sequence parallelism's slots, and an arch that
+ * does not declare it runs it, are refused. */
+static void test_sp_refusals(void **state)
+{
+    char toml[512];
+    model_toml(toml, sizeof toml, 2, "none");
+    dt_tensor_ops_t partial = group_sp_scheme;
+    partial.duplicated_grad_reduce = NULL;
+    dt_mh_t h;
+    dt_mh_tp_scheme = &partial;
+    int rc = dt_mh_open(&h, toml, B, T, SEED);
+    dt_mh_tp_scheme = NULL;
+    assert_int_equal(rc, DT_ERR_INVALID);
+    assert_string_equal(dt_last_error(),
+                        "tensor plugin 'test' splits the sequence but lacks some of sequence "
+                        "parallelism's slots (all six or none)");
+    dt_mh_close(&h);
+    /* an arch without info.sequence_parallel (gpt2's flag cleared, as a
+     * third-party model would leave it) */
+    must(dt_mh_open(&h, toml, B, T, SEED), "open");
+    ((dt_model_info_t *)dt_model_info(h.model))->sequence_parallel = 0;
+    assert_int_equal(dt_model_set_sequence(h.model, &group_sp_scheme, "megatron_sp"),
+                     DT_ERR_CONFIG);
+    assert_string_equal(dt_last_error(),
+                        "[tensor] scheme = \"megatron_sp\" splits the sequence over the tensor "
+                        "group; [model] arch = \"gpt2\" does not run sequence parallelism (use "
+                        "scheme \"megatron\")");
+    assert_int_equal(dt_model_state(h.model)->tp_seq, 0);
+    /* the 1D scheme: nothing split, nothing asked */
+    must(dt_model_set_sequence(h.model, &group_scheme, "megatron"), "1D scheme");
+    assert_int_equal(dt_model_state(h.model)->tp_seq, 0);
+    dt_mh_close(&h);
+}
+
 static void test_tp2(void **state) { run_layout(2, "none"); }
 static void test_tp2_deferred(void **state) { run_layout_defer(2, "none", 1); }
 static void test_tp4(void **state) { run_layout(4, "none"); }
@@ -661,6 +697,7 @@ int main(void)
         cmocka_unit_test(test_refusals),     cmocka_unit_test(test_no_reduce),
         cmocka_unit_test(test_sp2),          cmocka_unit_test(test_sp4),
         cmocka_unit_test(test_sp2_recompute), cmocka_unit_test(test_sp_seq_len),
+        cmocka_unit_test(test_sp_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -60,7 +60,9 @@
  * The model calls the scheme, the scheme calls the tensor group's
  * communicator (init.comm): two hops.  Every slot is collective over the
  * tensor group: every rank calls it in the same order with the same count.
- * Buffers are device memory, reduced in place; each call is ordered after
+ * Buffers are device memory, reduced in place (the gathers and scatters of
+ * sequence parallelism: from one buffer into another, which may alias the
+ * shard's place in the whole); each call is ordered after
  * the work enqueued on `stream` and leaves `buf` ready for the work
  * enqueued after it (or, for column_backward_start, after the wait).
  * Every wait is bounded by the group's timeout: a dead peer fails the call

@@ -764,7 +764,7 @@ static int seq_grads(const dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t un
     float *g = m->seq_grads[unit];
     int rc = DT_OK;
     if (sum)
-        ((dt_model_t *)m)->seq_open[unit] = 0;
+        m->seq_open[unit] = 0;
     if (!sum && m->s.tp_rank == 0)
         return DT_OK;
     for (uint32_t k = 0; rc == DT_OK && k < u->n_params; k++) {
@@ -821,11 +821,13 @@ int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
                           m->desc.units[unit].name, buf->params ? "gradients" : "parameters");
     if (phase == DT_PRE_BACKWARD && m->grad_probe)
         grad_probe_note(m->grad_probe, unit, buf->grads);
-    if (phase == DT_PRE_BACKWARD && m->s.tp_seq && !m->seq_open[unit]) {
-        m->seq_open[unit] = 1;
-        m->seq_grads[unit] = buf->grads;
-        if ((rc = seq_grads(m, ctx, unit, 0)))
-            return rc;
+    if (phase == DT_PRE_BACKWARD && m->s.tp_seq) {
+        m->seq_grads[unit] = buf->grads; /* the buffer the last post_backward sums */
+        if (!m->seq_open[unit]) {
+            m->seq_open[unit] = 1;
+            if ((rc = seq_grads(m, ctx, unit, 0)))
+                return rc;
+        }
     }
     return DT_OK;
 }

@@ -474,6 +474,60 @@ static void add_note(char *note, size_t cap, const char *fmt, ...)
     }
 }
 
+/* Append key to the comma-separated list of keys the manifest lacks. */
+static void add_missing(char *missing, size_t cap, const char *key)
+{
+    size_t len = strlen(missing);
+    snprintf(missing + len, cap - len, "%s%s", len ? ", " : "", key);
+}
+
+/* One model key as the manifest recorded it (v) against this run's (k): a
+ * shape key or flag must match; a setting (float or choice) may differ,
+ * with a note that this run's value wins. */
+static int check_model_key(const char *dir, const cJSON *v, const dt_model_key_t *k,
+                           char *note, size_t cap)
+{
+    if (k->kind == DT_MODEL_KEY_BOOL) {
+        if (!cJSON_IsBool(v))
+            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" "
+                              "is not a boolean", dir, k->key);
+        if (cJSON_IsTrue(v) != (k->value != 0))
+            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': [model] %s = %s there but %s in "
+                              "this run: it was saved from another model", dir, k->key,
+                              cJSON_IsTrue(v) ? "true" : "false", k->value ? "true" : "false");
+        return DT_OK;
+    }
+    if (k->kind == DT_MODEL_KEY_FLOAT || k->kind == DT_MODEL_KEY_CHOICE) {
+        /* a setting, no shape: this run's wins, said once */
+        const char *ks = k->s ? k->s : "";
+        char was[64], now[64];
+        if ((k->kind == DT_MODEL_KEY_FLOAT && !cJSON_IsNumber(v)) ||
+            (k->kind == DT_MODEL_KEY_CHOICE && !cJSON_IsString(v)))
+            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" "
+                              "is not a %s", dir, k->key,
+                              k->kind == DT_MODEL_KEY_FLOAT ? "number" : "string");
+        if (k->kind == DT_MODEL_KEY_FLOAT && v->valuedouble != k->f) {
+            snprintf(was, sizeof was, "%g", v->valuedouble);
+            snprintf(now, sizeof now, "%g", k->f);
+        } else if (k->kind == DT_MODEL_KEY_CHOICE && strcmp(v->valuestring, ks) != 0) {
+            snprintf(was, sizeof was, "\"%s\"", v->valuestring);
+            snprintf(now, sizeof now, "\"%s\"", ks);
+        } else
+            return DT_OK;
+        add_note(note, cap, "[model] %s is %s in this run but %s in checkpoint '%s': "
+                 "training continues with %s", k->key, now, was, dir, now);
+        return DT_OK;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble)
+        return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" is "
+                          "not an integer", dir, k->key);
+    if ((int64_t)v->valuedouble != k->value)
+        return dt_err_set(DT_ERR_DATA, "checkpoint '%s': [model] %s = %lld there but %lld in "
+                          "this run: it was saved from another model", dir,
+                          k->key, (long long)v->valuedouble, (long long)k->value);
+    return DT_OK;
+}
+
 static int check_model(const char *dir, const cJSON *saved, const dt_model_info_t *mi,
                        char *note, size_t cap)
 {
@@ -491,59 +545,18 @@ static int check_model(const char *dir, const cJSON *saved, const dt_model_info_
     for (uint32_t i = 0; i < mi->n_keys; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(saved, mi->keys[i].key);
         if (!v) {
-            size_t len = strlen(missing);
-            snprintf(missing + len, sizeof missing - len, "%s%s", len ? ", " : "",
-                     mi->keys[i].key);
+            add_missing(missing, sizeof missing, mi->keys[i].key);
             continue;
         }
-        const dt_model_key_t *k = &mi->keys[i];
-        if (k->kind == DT_MODEL_KEY_BOOL) {
-            if (!cJSON_IsBool(v))
-                return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" "
-                                  "is not a boolean", dir, k->key);
-            if (cJSON_IsTrue(v) != (k->value != 0))
-                return dt_err_set(DT_ERR_DATA, "checkpoint '%s': [model] %s = %s there but %s in "
-                                  "this run: it was saved from another model", dir, k->key,
-                                  cJSON_IsTrue(v) ? "true" : "false", k->value ? "true" : "false");
-            continue;
-        }
-        if (k->kind == DT_MODEL_KEY_FLOAT || k->kind == DT_MODEL_KEY_CHOICE) {
-            /* a setting, no shape: this run's wins, said once */
-            const char *ks = k->s ? k->s : "";
-            char was[64], now[64];
-            if ((k->kind == DT_MODEL_KEY_FLOAT && !cJSON_IsNumber(v)) ||
-                (k->kind == DT_MODEL_KEY_CHOICE && !cJSON_IsString(v)))
-                return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" "
-                                  "is not a %s", dir, k->key,
-                                  k->kind == DT_MODEL_KEY_FLOAT ? "number" : "string");
-            if (k->kind == DT_MODEL_KEY_FLOAT && v->valuedouble != k->f) {
-                snprintf(was, sizeof was, "%g", v->valuedouble);
-                snprintf(now, sizeof now, "%g", k->f);
-            } else if (k->kind == DT_MODEL_KEY_CHOICE && strcmp(v->valuestring, ks) != 0) {
-                snprintf(was, sizeof was, "\"%s\"", v->valuestring);
-                snprintf(now, sizeof now, "\"%s\"", ks);
-            } else
-                continue;
-            add_note(note, cap, "[model] %s is %s in this run but %s in checkpoint '%s': "
-                     "training continues with %s", k->key, now, was, dir, now);
-            continue;
-        }
-        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble)
-            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" is "
-                              "not an integer", dir, mi->keys[i].key);
-        if ((int64_t)v->valuedouble != mi->keys[i].value)
-            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': [model] %s = %lld there but %lld in "
-                              "this run: it was saved from another model", dir,
-                              mi->keys[i].key, (long long)v->valuedouble,
-                              (long long)mi->keys[i].value);
+        int rc = check_model_key(dir, v, &mi->keys[i], note, cap);
+        if (rc != DT_OK)
+            return rc;
     }
     const char *now[] = {mi->dtype, mi->activations};
     for (size_t i = 0; i < sizeof precision_keys / sizeof precision_keys[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(saved, precision_keys[i]);
         if (!v) {
-            size_t len = strlen(missing);
-            snprintf(missing + len, sizeof missing - len, "%s%s", len ? ", " : "",
-                     precision_keys[i]);
+            add_missing(missing, sizeof missing, precision_keys[i]);
         } else if (!cJSON_IsString(v)) {
             return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" is "
                               "not a string", dir, precision_keys[i]);

@@ -305,7 +305,7 @@ static int load_model(sample_run_t *s, const char *dir)
     if (!DT_HAS_OP(dt_model_ops_v1_t, dt_model_ops(s->model), decoder_create))
         return dt_err_set(DT_ERR_UNSUPPORTED,
                           "checkpoint '%s' holds an arch = \"%s\" model: generation needs a "
-                          "model plugin with a decoder (gpt2 has one)",
+                          "model plugin with a decoder (gpt2 and llama have one)",
                           dir, dt_model_info(s->model)->arch);
     const dt_model_desc_t *d = dt_model_desc(s->model);
     if ((rc = dt_ckpt_check_tensors(dir, s->rd, d)))

@@ -18,7 +18,10 @@
 
 #include "cli/cli.h"
 
-#define DT_PROFILE_PASS_OP "embedding_forward"
+/* A pass (one forward) begins at the model's embedding: GPT-2's
+ * embedding_forward, llama's (and any tensor-parallel model's)
+ * vocab_embedding_forward. */
+#define DT_PROFILE_PASS_OP "embedding_forward|vocab_embedding_forward"
 
 __attribute__((format(printf, 2, 3))) static int usage(const char *list, const char *fmt, ...)
 {

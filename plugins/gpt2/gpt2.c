@@ -7,7 +7,7 @@
  * activation checkpointing (recompute the block in backward).
  *
  * Checked against tests/reference/gpt2_ref.py (float64 numpy) by
- * tests/unit/test_gpt2_oracle.c: loss, logits and every gradient.
+ * tests/unit/plugins/gpt2/test_gpt2_oracle.c: loss, logits and every gradient.
  */
 #include <math.h>
 #include <stdio.h>
@@ -1010,6 +1010,11 @@ static const dt_model_ops_v1_t gpt2_ops = {
     .decoder_len = gpt2_decoder_len,
     .decoder_reset = gpt2_decoder_reset,
     .decoder_free = gpt2_decoder_free,
+    .hf_architectures = gpt2_hf_architectures,
+    .hf_config_read = gpt2_hf_config_read,
+    .hf_config_write = gpt2_hf_config_write,
+    .hf_export_name = gpt2_hf_export_name,
+    .hf_import_name = gpt2_hf_import_name,
 };
 
 DT_PLUGIN_ENTRY(model, 1, dt_model_ops_v1_t, &gpt2_ops)

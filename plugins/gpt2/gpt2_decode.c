@@ -21,7 +21,7 @@
  * cache is stored head-major so each K[h], V[h] is a contiguous (t+1, hs)
  * matrix the matmuls read as it is.
  *
- * Checked in tests/unit/test_generate.c: the logits of every position
+ * Checked in tests/unit/core/model/test_generate.c: the logits of every position
  * equal a full forward's (dt_model_step_micro) within a stated tolerance.
  */
 #include <math.h>

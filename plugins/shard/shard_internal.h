@@ -21,7 +21,7 @@
  *   shard_state.c
  *   shard_estimate.c               the planner's replay of a whole engine
  *   shard_strategy.c               a strategy plugin over all of it
- * (tests/unit/shard_layers.sh checks this on what the objects link to.)
+ * (tests/unit/plugins/shard/shard_layers.sh checks this on what the objects link to.)
  *
  * Everything lives in flat buffers laid out by one dt_shard_plan_t: a
  * shard buffer (plan.shard_total) per persistent sharded state, a full

@@ -1,7 +1,7 @@
 /*
  * tests/fake_plugins/fake_plugin.c - one plugin source built many times
  * with -D switches, each build a way of being a (broken) plugin the loader
- * must refuse with the right message (tests/unit/test_loader.c).  A comm
+ * must refuse with the right message (tests/unit/core/loader/test_loader.c).  A comm
  * plugin unless FAKE_DEVICE (see the device part below for its switches).
  *
  *   FAKE_NAME="x"        name declared in info (the build passes the file's

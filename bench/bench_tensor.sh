@@ -7,13 +7,19 @@
 # model's own plan
 # (dt_model_tp_comm: + 1 for the embedding, + 1 for the LM head, + 2 small
 # ones for the parallel cross-entropy); (2) step time and tokens/s of tp2
-# on 2 ranks against 1 rank training the same global batch.  Prints
-# markdown tables (bench/results/pipeline.md) and the machine's load.
+# on 2 ranks against 1 rank training the same global batch; (3) the two
+# schemes on tp2: megatron (1D, all-reduces) against megatron_sp (sequence
+# parallelism: all-gathers and reduce-scatters), their traffic as each
+# scheme counts it (bytes a rank sends on a ring), step time, and the
+# activation memory a rank planned and measured (and `dtrain plan`'s for
+# GPT-2 124M at 1024 tokens).  Prints markdown tables
+# (bench/results/pipeline.md) and the machine's load.
 #
 #   bench/bench_tensor.sh DTRAIN [options]
 #       --steps N       steps per run (default 6; step 1 is left out of times)
 #       --layers "L.."  depths for the count (default "2 4 8")
 #       --tp "T.."      tensor degrees timed against 1 rank (default "2")
+#       --parts "P.."   which parts to run (default "1 2 3")
 #       --preset NAME   the timed model (default gpt2-small: 4 layers, width
 #                       256, 4 heads, vocabulary 256)
 #       --work DIR      scratch folder (default a temporary one, removed)
@@ -22,9 +28,10 @@
 # 2), fp32 AdamW, 1 cpu thread per rank, shm, no evaluation.
 set -euo pipefail
 bin=${1:?usage: bench_tensor.sh DTRAIN [options]}; shift
-steps=6 layers="2 4 8" tps="2" preset=gpt2-small work=""
+steps=6 layers="2 4 8" tps="2" preset=gpt2-small work="" parts="1 2 3"
 while [ $# -gt 0 ]; do
   case $1 in
+    --parts) parts=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --layers) layers=$2; shift 2 ;;
     --tp) tps=$2; shift 2 ;;
@@ -83,7 +90,9 @@ for line in open(sys.argv[1]):
 print(statistics.median(ms), statistics.median(tps))
 P
 }
+part() { [[ " $parts " == *" $1 "* ]]; }
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+if part 1; then
 echo
 echo "### All-reduces over the tensor group (tp2, $steps steps of $M micro-batches of $B x $T tokens)"
 echo
@@ -105,6 +114,8 @@ for L in $layers; do
     printf "| %d | %d | %.0f | %.2f | %d | %.2f | %.2f |\n", L, C, per, (per / m - 4) / L, plan,
       by / s / 1048576, pb / 1048576 }'
 done
+fi
+if part 2; then
 echo
 echo "### Step time: tp on T ranks vs 1 rank ($preset, a global batch of $M x $B sequences)"
 echo
@@ -123,5 +134,46 @@ for t in $tps; do
   awk -v t="$t" -v ms="$ms" -v tps="$tps_" -v ms1="$ms1" 'BEGIN {
     printf "| tp%d | %d | %.0f | %.0f | %.2fx |\n", t, t, ms, tps, ms1 / ms }'
 done
+fi
+if part 3; then
+echo
+echo "### megatron vs megatron_sp on tp2 ($preset, $steps steps of $M micro-batches of $B x $T)"
+echo
+echo "| scheme | all-reduces | all-gathers | reduce-scatters | MiB sent / step / rank | step (ms) | activations planned = measured (MiB) |"
+echo "|---|--:|--:|--:|--:|--:|--:|"
+for scheme in megatron megatron_sp; do
+  rm -rf ckpt
+  ranks 2 --set parallel.tensor=2 --set tensor.scheme=$scheme --set model.preset="$preset" \
+    --set run.name=s$scheme --metrics s$scheme.jsonl ||
+    { echo "| $scheme | failed: $(tail -n 1 rank0.log) |"; continue; }
+  read -r ms _ < <(median s$scheme.jsonl)
+  $py - rank0.log "$scheme" "$ms" "$steps" <<'P'
+import re, sys
+log = open(sys.argv[1]).read()
+t = re.search(r"tensor group of \d+ ranks: (\d+) all-reduces of \d+ bytes in all, (\d+) "
+              r"all-gathers and (\d+) reduce-scatters of \d+ bytes in all; (\d+) bytes sent", log)
+a = re.search(r"activations ([0-9.]+) / ([0-9.]+)", log)
+s = int(sys.argv[4])
+print("| %s | %s | %s | %s | %.2f | %.0f | %s = %s |" % (sys.argv[2], t.group(1), t.group(2),
+      t.group(3), int(t.group(4)) / s / 2**20, float(sys.argv[3]), a.group(1), a.group(2)))
+P
+done
+echo
+cat > p124.toml <<T
+[model]
+preset = "gpt2-124m"
+[train]
+micro_batch = 4
+seq_len = 1024
+global_batch = 8
+[parallel]
+tensor = 2
+T
+for scheme in megatron megatron_sp; do
+  "$bin" plan p124.toml --world 2 --set tensor.scheme=$scheme |
+    awk -v s=$scheme '$1 == "ddp" { print "- `dtrain plan`, gpt2-124m, 4 x 1024 tokens, tp2, " s \
+      ": activations " $8 " " $9 " a rank" }'
+done
+fi
 echo
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

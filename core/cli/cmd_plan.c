@@ -455,6 +455,8 @@ static int replan(const plan_ctx_t *c, const plan_row_t *row, const char *what, 
         rc = dt_model_create_part(r->cfg, r->plugin[DT_ROLE_DEVICE]->ops, dt_resolved_model(r),
                                   c->tp, 0, &m);
     if (!rc)
+        rc = dt_model_set_sequence(m, dt_resolved_tensor(r), dt_resolved_tensor_name(r));
+    if (!rc)
         rc = dt_plan_strategy_offload(r->plugin[DT_ROLE_DATA], m, &r->set,
                                       (int)(world / c->tp), what[0] != 0, &e);
     if (m)
@@ -771,7 +773,9 @@ static int stage_layout(const dt_resolved_t *r, dt_model_t *m, int64_t dp, stage
     L->stash = calloc((size_t)L->p, sizeof *L->stash);
     L->in_flight = calloc((size_t)L->p, sizeof *L->in_flight);
     L->buffers = calloc((size_t)L->p, sizeof *L->buffers);
-    L->bnd = (uint64_t)(r->set.train.micro_batch * r->set.train.seq_len *
+    /* under sequence parallelism a rank's rows of it */
+    L->bnd = (uint64_t)(r->set.train.micro_batch * r->set.train.seq_len /
+                        (dt_model_state(m)->tp_seq ? dt_model_state(m)->tp : 1) *
                         dt_model_info(m)->boundary_width) *
              dt_dtype_size(dt_model_act_dtype(m));
     int rc = DT_OK;
@@ -991,13 +995,25 @@ static void print_tensor(const dt_resolved_t *r, dt_model_t *m, int64_t world)
            "LayerNorms, wpe and the row-parallel biases whole)\n",
            (long long)tp, (long long)pp, (long long)dp, (double)dt_model_desc(m)->numel / 1e6,
            (double)mi->global_numel / 1e6, (long long)tp);
-    printf("  all-reduces over the tensor group per micro-batch%s: %u forward, %u backward "
-           "(%s); %lld micro-batches a step: %s all-reduced, %s sent per rank\n",
-           pp > 1 ? " (the whole model: each stage runs its units' share)" : "", c.fwd, c.bwd,
-           "2 + 2 per transformer block, the embedding's, the LM head's and the "
-           "cross-entropy's 2",
-           (long long)accum, dt_plan_bytes(bytes, b1, sizeof b1),
-           dt_plan_bytes((uint64_t)(ring * (double)bytes), b2, sizeof b2));
+    if (dt_model_state(m)->tp_seq)
+        printf("  sequence parallelism (the regions between the split layers on %lld of the %lld "
+               "positions of a micro-batch): collectives over the tensor group per "
+               "micro-batch%s: %u forward, %u backward (all-gathers and reduce-scatters around "
+               "the split layers, the cross-entropy's 2, the replicated tensors' gradient "
+               "sums); %lld micro-batches a step: %s as all-reduces, %s sent per rank\n",
+               (long long)(B * T / tp), (long long)(B * T),
+               pp > 1 ? " (the whole model: each stage runs its units' share)" : "", c.fwd,
+               c.bwd, (long long)accum, dt_plan_bytes(bytes, b1, sizeof b1),
+               dt_plan_bytes((uint64_t)(ring * (double)bytes), b2, sizeof b2));
+    else
+        printf("  all-reduces over the tensor group per micro-batch%s: %u forward, %u backward "
+               "(%s); %lld micro-batches a step: %s all-reduced, %s sent per rank\n",
+               pp > 1 ? " (the whole model: each stage runs its units' share)" : "", c.fwd,
+               c.bwd,
+               "2 + 2 per transformer block, the embedding's, the LM head's and the "
+               "cross-entropy's 2",
+               (long long)accum, dt_plan_bytes(bytes, b1, sizeof b1),
+               dt_plan_bytes((uint64_t)(ring * (double)bytes), b2, sizeof b2));
 }
 
 int dt_cmd_plan(int argc, char **argv)
@@ -1079,7 +1095,9 @@ int dt_cmd_plan(int argc, char **argv)
          * first ranks hold a vocabulary row more when it does not divide) */
         if (rc == DT_OK && !m &&
             (rc = dt_model_create_part(r.cfg, r.plugin[DT_ROLE_DEVICE]->ops,
-                                       dt_resolved_model(&r), tp, 0, &m)) == DT_OK)
+                                       dt_resolved_model(&r), tp, 0, &m)) == DT_OK &&
+            (rc = dt_model_set_sequence(m, dt_resolved_tensor(&r),
+                                        dt_resolved_tensor_name(&r))) == DT_OK)
             print_header(&r, m, world, &lim, tier_summary);
         if (rc == DT_OK)
             rc = dt_plan_strategy_offload(r.plugin[DT_ROLE_DATA], m, &r.set, (int)(world / tp),

@@ -153,8 +153,11 @@ static const dt_config_key_t pipeline_keys[] = {
 static const dt_config_key_t tensor_keys[] = {
     K_STR("scheme", "\"megatron\"",
           "tensor-parallel scheme plugin (parallel.tensor > 1): megatron (Megatron-LM's 1D "
-          "layout: heads, MLP and vocabulary split, partial results all-reduced), or another "
-          "scheme on the search path"),
+          "layout: heads, MLP and vocabulary split, partial results all-reduced), "
+          "megatron_sp (the same with Megatron-LM's sequence parallelism: norms and residual "
+          "adds on 1/tensor of a micro-batch's positions, all-gathers and reduce-scatters "
+          "instead of all-reduces; seq_len a multiple of tensor), or another scheme on the "
+          "search path"),
 };
 
 static const dt_config_key_t launch_keys[] = {

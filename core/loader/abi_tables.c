@@ -147,16 +147,20 @@ _Static_assert(sizeof(dt_schedule_ops_v1_t) ==
                        DT_ARRAY_LEN(schedule_v1_mandatory) * sizeof(dt_any_fn_t),
                "dt_schedule_ops_v1_t changed: update abi_tables.c");
 
-/* tensor v1: a tensor-parallel scheme; every slot is mandatory. */
+/* tensor v1: a tensor-parallel scheme; the 1D slots are mandatory,
+ * sequence parallelism's optional (all or none, checked where the core
+ * asks sequence_parallel). */
 static const dt_abi_method_t tensor_v1_mandatory[] = {
     M(tensor, init), M(tensor, finalize), M(tensor, row_forward),
     M(tensor, column_backward_start), M(tensor, column_backward_wait),
     M(tensor, embedding_forward), M(tensor, xent_reduce),
 };
-_Static_assert(sizeof(dt_tensor_ops_v1_t) ==
-                   sizeof(dt_plugin_info_t) +
-                       DT_ARRAY_LEN(tensor_v1_mandatory) * sizeof(dt_any_fn_t),
-               "dt_tensor_ops_v1_t changed: update abi_tables.c");
+static const dt_abi_method_t tensor_v1_optional[] = {
+    M(tensor, sequence_parallel), M(tensor, column_forward_gather),
+    M(tensor, column_backward_scatter), M(tensor, row_forward_scatter),
+    M(tensor, row_backward_gather), M(tensor, duplicated_grad_reduce),
+};
+DT_LAYOUT_CHECK(tensor, 13);
 
 /* model v1: an architecture; pipeline stages, slots, per-unit FLOPs,
  * tensor parallelism's count, presets, the decoder and Hugging Face's files are optional. */
@@ -193,9 +197,7 @@ static const dt_abi_layout_t layouts_v1[DT_KIND_COUNT] = {
                           DT_ARRAY_LEN(schedule_v1_mandatory), NULL, 0,
                           sizeof(dt_schedule_ops_v1_t), "ops table", "schedule", "method",
                           NULL, 0},
-    [DT_KIND_TENSOR] = {DT_TENSOR_ABI_MAJOR, DT_TENSOR_ABI_MINOR, sizeof(dt_tensor_ops_v1_t),
-                        tensor_v1_mandatory, DT_ARRAY_LEN(tensor_v1_mandatory), NULL, 0,
-                        sizeof(dt_tensor_ops_v1_t), "ops table", "tensor", "method", NULL, 0},
+    [DT_KIND_TENSOR] = LAYOUT(tensor, TENSOR, NULL, 0),
     [DT_KIND_MODEL] = LAYOUT(model, MODEL, NULL, 0),
 };
 

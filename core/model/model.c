@@ -191,6 +191,8 @@ void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx)
     free(m->slot_tokens);
     free(m->slot_targets);
     free(m->host_losses);
+    free(m->seq_open);
+    free(m->seq_grads);
     if (m->arch->free)
         m->arch->free(&m->s);
     for (uint32_t i = 0; m->desc.units && i < m->desc.n_units; i++) {
@@ -369,6 +371,31 @@ void dt_model_set_tensor(dt_model_t *m, dt_tensor_group_t *group)
     m->tp_group = group;
 }
 
+int dt_model_set_sequence(dt_model_t *m, const dt_tensor_ops_t *ops, const char *name)
+{
+    if (m->s.tp == 1 || !ops || !ops->sequence_parallel || !ops->sequence_parallel())
+        return DT_OK;
+    if (!ops->column_forward_gather || !ops->column_backward_scatter ||
+        !ops->row_forward_scatter || !ops->row_backward_gather || !ops->duplicated_grad_reduce)
+        return dt_err_set(DT_ERR_INVALID,
+                          "tensor plugin '%s' splits the sequence but lacks some of "
+                          "sequence parallelism's slots (all six or none)",
+                          name);
+    if (!m->info.sequence_parallel)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "[tensor] scheme = \"%s\" splits the sequence over the tensor group; "
+                          "[model] arch = \"%s\" does not run sequence parallelism (use scheme "
+                          "\"megatron\")",
+                          name, m->info.arch);
+    m->seq_open = calloc(m->desc.n_units, sizeof *m->seq_open);
+    m->seq_grads = calloc(m->desc.n_units, sizeof *m->seq_grads);
+    if (!m->seq_open || !m->seq_grads)
+        return dt_err_set(DT_ERR_NOMEM, "model: out of memory");
+    m->seq_scheme = name;
+    m->s.tp_seq = 1;
+    return DT_OK;
+}
+
 /* Under tensor parallelism a scheme must be set: 1 when the collective is
  * to be issued, 0 at tp 1, a negative status (message set) without one. */
 static int tp_issue(const dt_model_t *m, const char *what, uint32_t unit)
@@ -449,6 +476,81 @@ int dt_model_tp_xent(const dt_model_t *m, const dt_model_ctx_t *ctx, float *buf,
     return tp_failed(
         m, dt_tensor_ops(m->tp_group)->xent_reduce(m->tp_group, buf, (uint64_t)n, op, ctx->stream),
         what, unit);
+}
+
+/* Sequence parallelism's collectives: 1 to issue, else a negative
+ * status (message set). */
+static int seq_issue(const dt_model_t *m, const char *what, uint32_t unit)
+{
+    if (!m->s.tp_seq)
+        return -dt_err_set(DT_ERR_INVALID,
+                           "model: %s (unit %s): the sequence is not split over the tensor "
+                           "group (a scheme without sequence parallelism)",
+                           what, m->desc.units[unit].name);
+    return tp_issue(m, what, unit);
+}
+
+static int seq_failed(const dt_model_t *m, int rc, const char *op, const char *what,
+                      uint32_t unit)
+{
+    if (rc)
+        return dt_err_context(rc, "the %s of %s (unit %s) over the tensor group", op, what,
+                              m->desc.units[unit].name);
+    return DT_OK;
+}
+
+int dt_model_tp_column_gather(const dt_model_t *m, const dt_model_ctx_t *ctx, const void *shard,
+                              void *full, int64_t n, const char *what, uint32_t unit)
+{
+    int go = seq_issue(m, what, unit);
+    if (go <= 0)
+        return -go;
+    dt_tensor_group_t *g = m->tp_group;
+    return seq_failed(m,
+                      dt_tensor_ops(g)->column_forward_gather(g, shard, full, (uint64_t)n,
+                                                              m->s.adtype, ctx->stream),
+                      "all-gather", what, unit);
+}
+
+int dt_model_tp_column_scatter_start(const dt_model_t *m, const dt_model_ctx_t *ctx,
+                                     const void *full, void *shard, int64_t n, const char *what,
+                                     uint32_t unit, dt_comm_req_t **req)
+{
+    *req = NULL;
+    int go = seq_issue(m, what, unit);
+    if (go <= 0)
+        return -go;
+    dt_tensor_group_t *g = m->tp_group;
+    return seq_failed(m,
+                      dt_tensor_ops(g)->column_backward_scatter(g, full, shard, (uint64_t)n,
+                                                                m->s.adtype, ctx->stream, req),
+                      "reduce-scatter", what, unit);
+}
+
+int dt_model_tp_row_scatter(const dt_model_t *m, const dt_model_ctx_t *ctx, const void *full,
+                            void *shard, int64_t n, const char *what, uint32_t unit)
+{
+    int go = seq_issue(m, what, unit);
+    if (go <= 0)
+        return -go;
+    dt_tensor_group_t *g = m->tp_group;
+    return seq_failed(m,
+                      dt_tensor_ops(g)->row_forward_scatter(g, full, shard, (uint64_t)n,
+                                                            m->s.adtype, ctx->stream),
+                      "reduce-scatter", what, unit);
+}
+
+int dt_model_tp_row_gather(const dt_model_t *m, const dt_model_ctx_t *ctx, const void *shard,
+                           void *full, int64_t n, const char *what, uint32_t unit)
+{
+    int go = seq_issue(m, what, unit);
+    if (go <= 0)
+        return -go;
+    dt_tensor_group_t *g = m->tp_group;
+    return seq_failed(m,
+                      dt_tensor_ops(g)->row_backward_gather(g, shard, full, (uint64_t)n,
+                                                            m->s.adtype, ctx->stream),
+                      "all-gather", what, unit);
 }
 
 void dt_model_add_key(dt_model_t *m, const dt_model_key_t *k)
@@ -661,6 +763,40 @@ int dt_model_recomputes(const dt_model_t *m, int64_t l)
 static void grad_probe_note(dt_model_probe_t *p, uint32_t unit, float *grads);
 static int grad_probe_unit(const dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit);
 
+/* Sequence parallelism's replicated tensors (a part of copies > 1: norm
+ * weights and biases, a row-parallel layer's bias, a position embedding)
+ * in unit `unit`'s gradient.  Each rank computes their gradient from its
+ * own positions, so the whole is the sum over the tensor group; the
+ * buffer may already hold earlier micro-batches' sum, the same on every
+ * rank.  So at the unit's first pre_backward (sum 0) ranks other than 0
+ * zero those slices, and at its last post_backward (sum 1) every rank sums
+ * them: rank 0's earlier sum plus every rank's share of this one. */
+static int seq_grads(const dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, int sum)
+{
+    const dt_unit_desc_t *u = &m->desc.units[unit];
+    float *g = m->seq_grads[unit];
+    int rc = DT_OK;
+    if (sum)
+        m->seq_open[unit] = 0;
+    if (!sum && m->s.tp_rank == 0)
+        return DT_OK;
+    for (uint32_t k = 0; rc == DT_OK && k < u->n_params; k++) {
+        const dt_param_split_t *sp = u->params[k].ext;
+        if (!sp || sp->copies <= 1)
+            continue;
+        float *at = g + u->params[k].offset;
+        if (!sum)
+            rc = dt_device_ops(ctx->dev)->memset_async(
+                ctx->dev, at, 0, u->params[k].numel * sizeof(float), ctx->stream);
+        else if ((rc = dt_tensor_ops(m->tp_group)
+                           ->duplicated_grad_reduce(m->tp_group, at, u->params[k].numel,
+                                                    ctx->stream)) != DT_OK)
+            rc = dt_err_context(rc, "the sum of %s's gradient (unit %s) over the tensor group",
+                                u->params[k].name, u->name);
+    }
+    return rc;
+}
+
 int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
                   const dt_hook_t *h, uint32_t unit, int last_use, dt_unit_buffers_t *buf)
 {
@@ -672,6 +808,11 @@ int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
     int rc;
     /* a crash from here on names the unit */
     dt_crash_set_unit(unit, m->desc.units[unit].name);
+    /* sequence parallelism: the replicated tensors' gradients summed over
+     * the tensor group, before the probe and the strategy see them */
+    if (phase == DT_POST_BACKWARD && last_use && m->s.tp_seq && m->seq_open[unit] &&
+        (rc = seq_grads(m, ctx, unit, 1)))
+        return rc;
     /* the gradient as backward left it, before the strategy reduces it */
     if (phase == DT_POST_BACKWARD && m->grad_probe && (rc = grad_probe_unit(m, ctx, unit)))
         return rc;
@@ -694,6 +835,14 @@ int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
                           m->desc.units[unit].name, buf->params ? "gradients" : "parameters");
     if (phase == DT_PRE_BACKWARD && m->grad_probe)
         grad_probe_note(m->grad_probe, unit, buf->grads);
+    if (phase == DT_PRE_BACKWARD && m->s.tp_seq) {
+        m->seq_grads[unit] = buf->grads; /* the buffer the last post_backward sums */
+        if (!m->seq_open[unit]) {
+            m->seq_open[unit] = 1;
+            if ((rc = seq_grads(m, ctx, unit, 0)))
+                return rc;
+        }
+    }
     return DT_OK;
 }
 
@@ -752,6 +901,16 @@ int dt_model_view(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, const
  * that large: refuse rather than plan with a wrong number. */
 #define ACT_BYTES_MAX 0x1p53
 
+int dt_model_check_seq_len(const dt_model_t *m, int64_t T)
+{
+    if (m->s.tp_seq && T % m->s.tp != 0)
+        return dt_err_set(DT_ERR_CONFIG,
+                          "[train] seq_len = %lld is not a multiple of [parallel] tensor = %d: "
+                          "[tensor] scheme = \"%s\" splits each sequence over the tensor group",
+                          (long long)T, (int)m->s.tp, m->seq_scheme);
+    return DT_OK;
+}
+
 int dt_model_act_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *unit_bytes,
                        dt_model_act_t *out)
 {
@@ -763,6 +922,9 @@ int dt_model_act_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *unit
         return dt_err_set(DT_ERR_INVALID,
                           "model: sequences of %lld tokens exceed the context of %lld",
                           (long long)T, (long long)m->info.context);
+    int rc = dt_model_check_seq_len(m, T);
+    if (rc)
+        return rc;
     const uint32_t n = m->desc.n_units;
     double *u = calloc((size_t)n, sizeof *u);
     if (!u)
@@ -779,7 +941,7 @@ int dt_model_act_bytes(const dt_model_t *m, int64_t B, int64_t T, uint64_t *unit
         u[0] += 4.0 * BT;
     if (dt_model_keeps(m, n - 1) == DT_KEEP_ALL)
         u[n - 1] += 4.0 * BT;
-    int rc = m->arch->act_bytes(&m->s, B, T, u, &ws);
+    rc = m->arch->act_bytes(&m->s, B, T, u, &ws);
     if (rc) {
         free(u);
         return rc;
@@ -1012,7 +1174,8 @@ int dt_model_stage_check(const dt_model_t *m, uint32_t first, uint32_t end)
 
 uint64_t dt_model_boundary_count(const dt_model_t *m)
 {
-    return (uint64_t)(m->s.B * m->s.T * m->info.boundary_width);
+    /* under sequence parallelism the residual stream is this rank's rows */
+    return (uint64_t)(m->s.B * m->s.T / (m->s.tp_seq ? m->s.tp : 1) * m->info.boundary_width);
 }
 
 uint32_t dt_model_stage_tied(const dt_model_t *m, uint32_t first, uint32_t end, uint32_t *out,

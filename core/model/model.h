@@ -87,6 +87,18 @@ int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev,
  * pass when P > 1): the plugin's table and instance, kept (the caller's,
  * living as long as the model). */
 void dt_model_set_tensor(dt_model_t *m, dt_tensor_group_t *group);
+/* Whether scheme `ops` (named `name`, [tensor] scheme) splits the
+ * sequence (its sequence_parallel slot); if so, the model runs sequence
+ * parallelism from here on (s.tp_seq: act_bytes, boundary and passes on
+ * B*T/tp positions outside the split layers), and sequences must be a
+ * multiple of tp long (dt_model_act_bytes refuses others).  DT_ERR_CONFIG
+ * naming both keys when the arch cannot run it (info.sequence_parallel
+ * 0), DT_ERR_INVALID for a scheme with only some of the six slots.  Call
+ * after create, before act_bytes; a no-op at tp 1. */
+int dt_model_set_sequence(dt_model_t *m, const dt_tensor_ops_t *ops, const char *name);
+/* Under sequence parallelism, DT_ERR_CONFIG naming [train] seq_len and
+ * [parallel] tensor unless T is a multiple of tp; DT_OK otherwise. */
+int dt_model_check_seq_len(const dt_model_t *m, int64_t T);
 /* Tensor p's global shape into shape[p->ndim] (its own unless it is a
  * tensor-parallel part: dt_param_split_t's) and its element count. */
 uint64_t dt_model_param_global(const dt_param_desc_t *p, int64_t *shape);

@@ -64,6 +64,13 @@ struct dt_model {
     /* The tensor-parallel scheme whose collectives join the parts
      * (dt_model_set_tensor); tp 1: none. */
     dt_tensor_group_t *tp_group;
+    /* Sequence parallelism (s.tp_seq, dt_model_set_sequence): the
+     * scheme's name for messages, and per unit whether its backward is
+     * open (pre_backward seen, the last post_backward not yet) with the
+     * gradient buffer whose replicated tensors the last one sums. */
+    const char *seq_scheme;
+    uint8_t *seq_open;
+    float **seq_grads;
     /* Activation slots: each slot's device tokens and targets (s.tokens
      * / s.targets are the slot in use's). */
     int32_t **slot_tokens, **slot_targets;
@@ -124,6 +131,22 @@ int dt_model_tp_embedding(const dt_model_t *m, const dt_model_ctx_t *ctx, void *
                           const char *what, uint32_t unit);
 int dt_model_tp_xent(const dt_model_t *m, const dt_model_ctx_t *ctx, float *buf, int64_t n,
                      int op, const char *what, uint32_t unit);
+/* Sequence parallelism (s.tp_seq): `n` elements in this rank's shard, tp
+ * x n in `full`; DT_ERR_INVALID unless the sequence is split.
+ *   column_gather:        the shards all-gathered before a column layer;
+ *   column_scatter_start: its partial input gradient reduce-scattered,
+ *                         left in flight for column_wait;
+ *   row_scatter:          a row layer's partial output reduce-scattered;
+ *   row_gather:           its output gradient all-gathered. */
+int dt_model_tp_column_gather(const dt_model_t *m, const dt_model_ctx_t *ctx, const void *shard,
+                              void *full, int64_t n, const char *what, uint32_t unit);
+int dt_model_tp_column_scatter_start(const dt_model_t *m, const dt_model_ctx_t *ctx,
+                                     const void *full, void *shard, int64_t n, const char *what,
+                                     uint32_t unit, dt_comm_req_t **req);
+int dt_model_tp_row_scatter(const dt_model_t *m, const dt_model_ctx_t *ctx, const void *full,
+                            void *shard, int64_t n, const char *what, uint32_t unit);
+int dt_model_tp_row_gather(const dt_model_t *m, const dt_model_ctx_t *ctx, const void *shard,
+                           void *full, int64_t n, const char *what, uint32_t unit);
 /* Append key *k (dtrain/model.h dt_model_key_t: an int or boolean shape
  * key, a float or choice setting) to m->info, in the order added. */
 void dt_model_add_key(dt_model_t *m, const dt_model_key_t *k);

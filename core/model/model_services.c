@@ -210,6 +210,33 @@ static int tp_embedding(const dt_model_state_t *s, const dt_model_ctx_t *ctx, vo
     return dt_model_tp_embedding(CM(s), ctx, buf, n, what, unit);
 }
 
+static int tp_column_gather(const dt_model_state_t *s, const dt_model_ctx_t *ctx,
+                            const void *shard, void *full, int64_t n, const char *what,
+                            uint32_t unit)
+{
+    return dt_model_tp_column_gather(CM(s), ctx, shard, full, n, what, unit);
+}
+
+static int tp_column_scatter_start(const dt_model_state_t *s, const dt_model_ctx_t *ctx,
+                                   const void *full, void *shard, int64_t n, const char *what,
+                                   uint32_t unit, dt_comm_req_t **req)
+{
+    return dt_model_tp_column_scatter_start(CM(s), ctx, full, shard, n, what, unit, req);
+}
+
+static int tp_row_scatter(const dt_model_state_t *s, const dt_model_ctx_t *ctx,
+                          const void *full, void *shard, int64_t n, const char *what,
+                          uint32_t unit)
+{
+    return dt_model_tp_row_scatter(CM(s), ctx, full, shard, n, what, unit);
+}
+
+static int tp_row_gather(const dt_model_state_t *s, const dt_model_ctx_t *ctx, const void *shard,
+                         void *full, int64_t n, const char *what, uint32_t unit)
+{
+    return dt_model_tp_row_gather(CM(s), ctx, shard, full, n, what, unit);
+}
+
 const dt_model_services_t dt_model_services = {
     .struct_size = sizeof(dt_model_services_t),
     .set_error = dt_err_set,
@@ -240,4 +267,8 @@ const dt_model_services_t dt_model_services = {
     .tp_column_start = tp_column_start,
     .tp_column_wait = tp_column_wait,
     .tp_embedding = tp_embedding,
+    .tp_column_gather = tp_column_gather,
+    .tp_column_scatter_start = tp_column_scatter_start,
+    .tp_row_scatter = tp_row_scatter,
+    .tp_row_gather = tp_row_gather,
 };

@@ -83,6 +83,17 @@ static inline const dt_model_ops_t *dt_resolved_model(const dt_resolved_t *r)
     return r->plugin[DT_ROLE_MODEL] ? (const dt_model_ops_t *)r->plugin[DT_ROLE_MODEL]->ops
                                     : NULL;
 }
+/* The tensor-parallel scheme's table (DT_ROLE_TENSOR) and name, NULL
+ * without a tensor group. */
+static inline const dt_tensor_ops_t *dt_resolved_tensor(const dt_resolved_t *r)
+{
+    return r->plugin[DT_ROLE_TENSOR] ? (const dt_tensor_ops_t *)r->plugin[DT_ROLE_TENSOR]->ops
+                                     : NULL;
+}
+static inline const char *dt_resolved_tensor_name(const dt_resolved_t *r)
+{
+    return r->plugin[DT_ROLE_TENSOR] ? r->plugin[DT_ROLE_TENSOR]->name : NULL;
+}
 /* dt_resolve_plugin for every role, from the settings. */
 int dt_resolve_plugins(dt_resolved_t *r);
 

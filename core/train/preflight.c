@@ -140,6 +140,9 @@ int dt_preflight(dt_resolved_t *r, int64_t world, int require_data)
     if ((rc = dt_model_create_part(r->cfg, r->plugin[DT_ROLE_DEVICE]->ops,
                                    dt_resolved_model(r), (int32_t)r->set.parallel.tensor, 0,
                                    &m)) == DT_OK &&
+        (rc = dt_model_set_sequence(m, dt_resolved_tensor(r), dt_resolved_tensor_name(r))) ==
+            DT_OK &&
+        (rc = dt_model_check_seq_len(m, r->set.train.seq_len)) == DT_OK &&
         (rc = dt_preflight_stages(r, m)) == DT_OK &&
         (rc = dt_preflight_batch(r, dp, dt_model_info(m)->context)) == DT_OK &&
         (rc = dt_preflight_pipeline(r, m)) == DT_OK)

@@ -1133,10 +1133,13 @@ static int print_summary(run_t *R)
 /* The model the config describes, on no device yet. */
 static int create_model(run_t *R)
 {
-    /* under tensor parallelism, this rank's part of it */
-    return dt_model_create_part(R->r->cfg, R->pdev->ops, dt_resolved_model(R->r),
-                                R->grid.tp ? R->grid.tp : 1,
-                                R->grid.tp_rank, &R->model);
+    /* under tensor parallelism, this rank's part of it, the sequence
+     * split when the scheme splits it */
+    int rc = dt_model_create_part(R->r->cfg, R->pdev->ops, dt_resolved_model(R->r),
+                                  R->grid.tp ? R->grid.tp : 1, R->grid.tp_rank, &R->model);
+    return rc ? rc
+              : dt_model_set_sequence(R->model, dt_resolved_tensor(R->r),
+                                      dt_resolved_tensor_name(R->r));
 }
 
 /* A run, in order; each stage runs only when every earlier one succeeded. */

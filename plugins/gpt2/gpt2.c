@@ -241,6 +241,7 @@ static int gpt2_create(dt_model_state_t *m)
     m->info->context = maxT;
     m->info->boundary_width = C;
     m->info->tied_embedding = 1;
+    m->info->sequence_parallel = 1;
 
     const dt_param_block_t wte_part = {.start = {m->vocab_first, 0},
                                        .size = {m->vocab_local, C}};
@@ -331,32 +332,35 @@ static int attn_state_bytes(const dt_model_state_t *m, int64_t B, int64_t T, uin
 
 /* Bytes of a block's kept activations (alloc_block's sizes), with this
  * rank's attention width CA and MLP width H (C and 4C but under tensor
- * parallelism): ln1, res2, ln2 (B,T,C), qkv (B,T,3CA), atty (B,T,CA),
- * fch, fch_gelu (B,T,H) of `es` bytes (15 (B,T,C) at tp 1), the norms'
- * mean and rstd 4 (B,T) f32, and attention's saved state. */
-static double block_bytes(double B, double T, double C, double CA, double H, double es,
-                          uint64_t att_state)
+ * parallelism) and its S rows of the residual stream (B*T, or B*T/tp
+ * under sequence parallelism): ln1, res2, ln2 (S,C), qkv (B,T,3CA), atty
+ * (B,T,CA), fch, fch_gelu (B,T,H) of `es` bytes (15 (B,T,C) at tp 1), the
+ * norms' mean and rstd 4 (S) f32, and attention's saved state. */
+static double block_bytes(double B, double T, double S, double C, double CA, double H,
+                          double es, uint64_t att_state)
 {
-    return es * B * T * (3.0 * C + 4.0 * CA + 2.0 * H) + 4.0 * 4.0 * B * T + (double)att_state;
+    return es * (3.0 * S * C + B * T * (4.0 * CA + 2.0 * H)) + 4.0 * 4.0 * S +
+           (double)att_state;
 }
 
 static int alloc_block(dt_model_state_t *m, const dt_model_ctx_t *ctx, block_acts_t *a)
 {
-    const int64_t BT = m->B * m->T, C = G(m)->s.n_embd, CA = G(m)->ca, H = G(m)->hid;
+    const int64_t BT = m->B * m->T, C = G(m)->s.n_embd, CA = G(m)->ca, H = G(m)->hid,
+                  S = dt_model_seq_rows(m, BT);
     const size_t es = dt_model_act_size(m);
     uint64_t att_state;
     int rc;
     if ((rc = attn_state_bytes(m, m->B, m->T, &att_state)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->ln1)) ||
-        (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln1_mean)) ||
-        (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln1_rstd)) ||
+        (rc = dt_model_dalloc(m, ctx, S * C, es, &a->ln1)) ||
+        (rc = dt_model_dalloc(m, ctx, S, 4, &a->ln1_mean)) ||
+        (rc = dt_model_dalloc(m, ctx, S, 4, &a->ln1_rstd)) ||
         (rc = dt_model_dalloc(m, ctx, BT * 3 * CA, es, &a->qkv)) ||
         (rc = dt_model_dalloc(m, ctx, BT * CA, es, &a->atty)) ||
         (rc = dt_model_dalloc(m, ctx, (int64_t)att_state, 1, &a->att_state)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->res2)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->ln2)) ||
-        (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln2_mean)) ||
-        (rc = dt_model_dalloc(m, ctx, BT, 4, &a->ln2_rstd)) ||
+        (rc = dt_model_dalloc(m, ctx, S * C, es, &a->res2)) ||
+        (rc = dt_model_dalloc(m, ctx, S * C, es, &a->ln2)) ||
+        (rc = dt_model_dalloc(m, ctx, S, 4, &a->ln2_mean)) ||
+        (rc = dt_model_dalloc(m, ctx, S, 4, &a->ln2_rstd)) ||
         (rc = dt_model_dalloc(m, ctx, BT * H, es, &a->fch)) ||
         (rc = dt_model_dalloc(m, ctx, BT * H, es, &a->fch_gelu)))
         return rc;
@@ -369,29 +373,31 @@ static int alloc_block(dt_model_state_t *m, const dt_model_ctx_t *ctx, block_act
  * (the next unit's input, read by its backward); a block not recomputed
  * also keeps its intermediates; the head keeps ln_f's output and
  * statistics and the probabilities (the loss backward reads them).  All
- * else is workspace. */
+ * else is workspace.  Under sequence parallelism the residual stream, the
+ * norms' outputs and statistics are this rank's S = B*T/tp rows (ln_f's
+ * output is kept gathered: the LM head's backward reads it whole). */
 static int gpt2_act_bytes(const dt_model_state_t *m, int64_t B_, int64_t T_, double *unit,
                           double *ws)
 {
     const gpt2_t *g = G(m);
     const double B = (double)B_, T = (double)T_, BT = B * T, C = (double)g->s.n_embd,
                  CA = (double)g->ca, H = (double)g->hid, V = (double)m->vocab_local,
-                 es = (double)dt_model_act_size(m);
+                 es = (double)dt_model_act_size(m), S = (double)dt_model_seq_rows(m, B_ * T_);
     const int64_t L = g->s.n_layer;
     uint64_t att_state;
     int rc = attn_state_bytes(m, B_, T_, &att_state);
     if (rc)
         return rc;
-    const double block = block_bytes(B, T, C, CA, H, es, att_state);
+    const double block = block_bytes(B, T, S, C, CA, H, es, att_state);
     int any_recompute = 0;
     /* under a pipeline stage (dt_model_keeps) a unit outside it keeps
      * nothing, but the one before it its output x, the stage's input */
     if (dt_model_keeps(m, 0) != DT_KEEP_NONE)
-        unit[0] += es * BT * C;
+        unit[0] += es * S * C;
     for (int64_t l = 0; l < L; l++) {
         const int keep = dt_model_keeps(m, (uint32_t)l + 1);
         if (keep != DT_KEEP_NONE)
-            unit[l + 1] += es * BT * C;
+            unit[l + 1] += es * S * C;
         if (keep != DT_KEEP_ALL)
             continue;
         if (dt_model_recomputes(m, l))
@@ -401,14 +407,16 @@ static int gpt2_act_bytes(const dt_model_state_t *m, int64_t B_, int64_t T_, dou
     }
     const int head = dt_model_keeps(m, (uint32_t)L + 1) == DT_KEEP_ALL;
     if (head)
-        unit[L + 1] += es * (BT * C + BT * V) + 4.0 * 2.0 * BT;
-    /* recompute scratch, the shared projections, logits and (f32) losses,
-     * and the gradient scratch: dx dbuf_c dbuf_c2 (C), dqkv (3CA), dfch
-     * dfch_gelu (H), dlogits (V: this rank's vocabulary); the logits,
-     * losses and dlogits only where the head runs, and there under tensor
-     * parallelism the cross-entropy's (3, B*T) f32 row state */
-    *ws += (any_recompute ? block : 0.0) + es * 2.0 * BT * C +
-           es * BT * (3.0 * C + 3.0 * CA + 2.0 * H) +
+        unit[L + 1] += es * (BT * C + BT * V) + 4.0 * 2.0 * S;
+    /* recompute scratch, the shared projections (under sequence
+     * parallelism also the gathered inputs of the column layers), logits
+     * and (f32) losses, and the gradient scratch: dx (S rows), dbuf_c
+     * dbuf_c2 (C), dqkv (3CA), dfch dfch_gelu (H), dlogits (V: this
+     * rank's vocabulary); the logits, losses and dlogits only where the
+     * head runs, and there under tensor parallelism the cross-entropy's
+     * (3, B*T) f32 row state */
+    *ws += (any_recompute ? block : 0.0) + es * 2.0 * BT * C + es * S * C +
+           es * BT * (2.0 * C + 3.0 * CA + 2.0 * H) +
            (head ? es * 2.0 * BT * V + 4.0 * BT + (m->tp > 1 ? 12.0 * BT : 0.0) : 0.0);
     return DT_OK;
 }
@@ -418,7 +426,8 @@ static int gpt2_act_bytes(const dt_model_state_t *m, int64_t B_, int64_t T_, dou
 static int alloc_slot(dt_model_state_t *m, const dt_model_ctx_t *ctx, gpt2_slot_t *s)
 {
     const gpt2_t *g = G(m);
-    const int64_t L = g->s.n_layer, C = g->s.n_embd, V = m->vocab_local, BT = m->B * m->T;
+    const int64_t L = g->s.n_layer, C = g->s.n_embd, V = m->vocab_local, BT = m->B * m->T,
+                  S = dt_model_seq_rows(m, BT);
     const uint32_t head = (uint32_t)L + 1;
     const size_t es = dt_model_act_size(m);
     s->x = calloc((size_t)L + 1, sizeof *s->x);
@@ -429,7 +438,7 @@ static int alloc_slot(dt_model_state_t *m, const dt_model_ctx_t *ctx, gpt2_slot_
     for (int64_t l = 0; l <= L; l++) {
         m->act_owner = (uint32_t)l; /* x[l] is unit l's output */
         if (dt_model_keeps(m, (uint32_t)l) != DT_KEEP_NONE &&
-            (rc = dt_model_dalloc(m, ctx, BT * C, es, &s->x[l])))
+            (rc = dt_model_dalloc(m, ctx, S * C, es, &s->x[l])))
             return rc;
     }
     for (int64_t l = 0; l < L; l++) {
@@ -442,8 +451,8 @@ static int alloc_slot(dt_model_state_t *m, const dt_model_ctx_t *ctx, gpt2_slot_
     m->act_owner = head;
     if (dt_model_keeps(m, head) == DT_KEEP_ALL &&
         ((rc = dt_model_dalloc(m, ctx, BT * C, es, &s->lnf)) ||
-         (rc = dt_model_dalloc(m, ctx, BT, 4, &s->lnf_mean)) ||
-         (rc = dt_model_dalloc(m, ctx, BT, 4, &s->lnf_rstd)) ||
+         (rc = dt_model_dalloc(m, ctx, S, 4, &s->lnf_mean)) ||
+         (rc = dt_model_dalloc(m, ctx, S, 4, &s->lnf_rstd)) ||
          (rc = dt_model_dalloc(m, ctx, BT * V, es, &s->probs))))
         return rc;
     return DT_OK;
@@ -496,7 +505,7 @@ static int gpt2_alloc_acts(dt_model_state_t *m, const dt_model_ctx_t *ctx)
          (rc = dt_model_dalloc(m, ctx, BT * V, es, &g->dlogits)) ||
          (m->tp > 1 && (rc = dt_model_dalloc(m, ctx, 3 * BT, 4, &m->xent_stats)))))
         return rc;
-    if ((rc = dt_model_dalloc(m, ctx, BT * C, es, &g->dx)) ||
+    if ((rc = dt_model_dalloc(m, ctx, dt_model_seq_rows(m, BT) * C, es, &g->dx)) ||
         (rc = dt_model_dalloc(m, ctx, BT * C, es, &g->dbuf_c)) ||
         (rc = dt_model_dalloc(m, ctx, BT * C, es, &g->dbuf_c2)) ||
         (rc = dt_model_dalloc(m, ctx, BT * 3 * CA, es, &g->dqkv)) ||
@@ -515,6 +524,41 @@ static double gpt2_flops_per_token(const dt_model_state_t *m, int64_t T)
     return 6.0 * N + 6.0 * (double)s->n_layer * (double)T * (double)s->n_embd;
 }
 
+/* Sequence parallelism's collectives (dtrain/model.h dt_model_tp_comm_t:
+ * a gather or scatter of the residual stream counts half of `act`). */
+static void gpt2_tp_comm_seq(const dt_model_state_t *m, uint64_t BT, uint64_t act,
+                             dt_model_tp_comm_t *out)
+{
+    const gpt2_t *g = G(m);
+    const uint32_t L = (uint32_t)g->s.n_layer;
+    const uint64_t C4 = (uint64_t)g->s.n_embd * sizeof(float);
+    if (dt_model_keeps(m, 0) == DT_KEEP_ALL) { /* scatter; gather, wpe's sum */
+        out->fwd++;
+        out->fwd_bytes += act / 2;
+        out->bwd += 2;
+        out->bwd_bytes += act / 2 + (uint64_t)g->s.context * C4;
+    }
+    for (uint32_t l = 0; l < L; l++) {
+        if (dt_model_keeps(m, l + 1) != DT_KEEP_ALL)
+            continue;
+        /* forward 2 gathers + 2 scatters; backward 2 gathers of the
+         * gradient, 2 of the norms' outputs again, 2 scatters (and the
+         * forward again when recomputed), and the 6 replicated tensors'
+         * sums (norms, row-parallel biases: C each) */
+        const uint32_t again = dt_model_recomputes(m, l) ? 4 : 0;
+        out->fwd += 4;
+        out->fwd_bytes += 2 * act;
+        out->bwd += 6 + again + 6;
+        out->bwd_bytes += (6 + again) * act / 2 + 6 * C4;
+    }
+    if (dt_model_keeps(m, L + 1) == DT_KEEP_ALL) { /* ln_f gathered; cross-entropy; scatter */
+        out->fwd += 3;
+        out->fwd_bytes += act / 2 + 3 * BT * sizeof(float);
+        out->bwd += 1 + 2;
+        out->bwd_bytes += act / 2 + 2 * C4;
+    }
+}
+
 /* The all-reduces of one micro-batch through the units this rank keeps
  * (block_forward, block_backward, the embedding and the head below). */
 static void gpt2_tp_comm(const dt_model_state_t *m, int64_t B, int64_t T, dt_model_tp_comm_t *out)
@@ -523,6 +567,10 @@ static void gpt2_tp_comm(const dt_model_state_t *m, int64_t B, int64_t T, dt_mod
     const uint64_t BT = (uint64_t)(B * T), act = BT * (uint64_t)g->s.n_embd *
                                                   dt_model_act_size(m);
     const uint32_t L = (uint32_t)g->s.n_layer;
+    if (m->tp_seq) {
+        gpt2_tp_comm_seq(m, BT, act, out);
+        return;
+    }
     if (dt_model_keeps(m, 0) == DT_KEEP_ALL) { /* the embedding's output */
         out->fwd++;
         out->fwd_bytes += act;
@@ -600,42 +648,67 @@ static int probe_block(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_t l
  * tensor parallelism this rank runs its heads (qkv, atty: CA wide) and its
  * share of the MLP (H wide); each row-parallel projection gives a partial
  * sum, all-reduced over the tensor group (its bias added by rank 0 only),
- * so the residual stream is whole on every rank. */
+ * so the residual stream is whole on every rank.  Under sequence
+ * parallelism (m->tp_seq) the residual stream, the norms and the residual
+ * adds hold this rank's S = B*T/tp rows: each norm's output is
+ * all-gathered (into the projection's buffer, free until the projection)
+ * before its column-parallel layer, and each projection's partial sum
+ * reduce-scattered into this rank's rows of the same buffer. */
 static int block_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_t l,
                          const dt_unit_view_t *v, const void *x, block_acts_t *a, void *out)
 {
     const gpt2_t *g = G(m);
     const int64_t B = m->B, T = m->T, C = g->s.n_embd, CA = g->ca, NH = g->nha, H = g->hid,
-                  BT = B * T;
+                  BT = B * T, S = dt_model_seq_rows(m, BT);
     const int ad = m->adtype, wd = m->wdtype;
     const uint32_t u = (uint32_t)l + 1;
     const int bias = m->tp_rank == 0; /* the row-parallel biases' one rank */
+    const int sp = m->tp_seq;
+    const size_t off = (size_t)(m->tp_rank * S * C) * dt_model_act_size(m);
+    /* the column layers' inputs: the norms' outputs, gathered under sp */
+    const void *ln1 = sp ? a->attproj : a->ln1, *ln2 = sp ? a->fcproj : a->ln2;
+    /* the row layers' outputs: this rank's rows of their sums */
+    void *attproj = sp ? (char *)a->attproj + off : a->attproj;
+    void *fcproj = sp ? (char *)a->fcproj + off : a->fcproj;
     DT_TRY(K->layernorm_forward(D, a->ln1, a->ln1_mean, a->ln1_rstd, x, v->a[LN1W], v->a[LN1B],
-                                ad, BT, C));
-    DT_TRY(probe_block(m, ctx, l, P_LN1, a->ln1, BT * C));
-    DT_TRY(K->matmul_forward(D, a->qkv, a->ln1, v->w[ATTW], v->a[ATTB], ad, wd, BT, C, 3 * CA));
+                                ad, S, C));
+    DT_TRY(probe_block(m, ctx, l, P_LN1, a->ln1, S * C));
+    if (sp)
+        DT_TRY(dt_model_tp_column_gather(m, ctx, a->ln1, a->attproj, S * C, "the ln_1 output",
+                                         u));
+    DT_TRY(K->matmul_forward(D, a->qkv, ln1, v->w[ATTW], v->a[ATTB], ad, wd, BT, C, 3 * CA));
     DT_TRY(probe_block(m, ctx, l, P_QKV, a->qkv, BT * 3 * CA));
     DT_TRY(K->attention_forward(D, a->atty, a->att_state, a->qkv, ad, B, T, CA, NH));
     DT_TRY(probe_block(m, ctx, l, P_ATTY, a->atty, BT * CA));
     DT_TRY(K->matmul_forward(D, a->attproj, a->atty, v->w[PROJW], bias ? v->a[PROJB] : NULL, ad,
                              wd, BT, CA, C));
-    DT_TRY(dt_model_tp_row_forward(m, ctx, a->attproj, BT * C, "the attn output", u));
-    DT_TRY(probe_block(m, ctx, l, P_ATTPROJ, a->attproj, BT * C));
-    DT_TRY(K->residual_forward(D, a->res2, x, a->attproj, ad, BT * C));
-    DT_TRY(probe_block(m, ctx, l, P_RES2, a->res2, BT * C));
+    if (sp)
+        DT_TRY(dt_model_tp_row_scatter(m, ctx, a->attproj, attproj, S * C, "the attn output",
+                                       u));
+    else
+        DT_TRY(dt_model_tp_row_forward(m, ctx, a->attproj, BT * C, "the attn output", u));
+    DT_TRY(probe_block(m, ctx, l, P_ATTPROJ, attproj, S * C));
+    DT_TRY(K->residual_forward(D, a->res2, x, attproj, ad, S * C));
+    DT_TRY(probe_block(m, ctx, l, P_RES2, a->res2, S * C));
     DT_TRY(K->layernorm_forward(D, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, v->a[LN2W],
-                                v->a[LN2B], ad, BT, C));
-    DT_TRY(probe_block(m, ctx, l, P_LN2, a->ln2, BT * C));
-    DT_TRY(K->matmul_forward(D, a->fch, a->ln2, v->w[FCW], v->a[FCB], ad, wd, BT, C, H));
+                                v->a[LN2B], ad, S, C));
+    DT_TRY(probe_block(m, ctx, l, P_LN2, a->ln2, S * C));
+    if (sp)
+        DT_TRY(dt_model_tp_column_gather(m, ctx, a->ln2, a->fcproj, S * C, "the ln_2 output",
+                                         u));
+    DT_TRY(K->matmul_forward(D, a->fch, ln2, v->w[FCW], v->a[FCB], ad, wd, BT, C, H));
     DT_TRY(probe_block(m, ctx, l, P_FCH, a->fch, BT * H));
     DT_TRY(K->gelu_forward(D, a->fch_gelu, a->fch, ad, BT * H));
     DT_TRY(probe_block(m, ctx, l, P_GELU, a->fch_gelu, BT * H));
     DT_TRY(K->matmul_forward(D, a->fcproj, a->fch_gelu, v->w[FCPW], bias ? v->a[FCPB] : NULL, ad,
                              wd, BT, H, C));
-    DT_TRY(dt_model_tp_row_forward(m, ctx, a->fcproj, BT * C, "the mlp output", u));
-    DT_TRY(probe_block(m, ctx, l, P_FCPROJ, a->fcproj, BT * C));
-    DT_TRY(K->residual_forward(D, out, a->res2, a->fcproj, ad, BT * C));
-    DT_TRY(probe_block(m, ctx, l, P_OUT, out, BT * C));
+    if (sp)
+        DT_TRY(dt_model_tp_row_scatter(m, ctx, a->fcproj, fcproj, S * C, "the mlp output", u));
+    else
+        DT_TRY(dt_model_tp_row_forward(m, ctx, a->fcproj, BT * C, "the mlp output", u));
+    DT_TRY(probe_block(m, ctx, l, P_FCPROJ, fcproj, S * C));
+    DT_TRY(K->residual_forward(D, out, a->res2, fcproj, ad, S * C));
+    DT_TRY(probe_block(m, ctx, l, P_OUT, out, S * C));
     return DT_OK;
 }
 
@@ -644,56 +717,88 @@ static int block_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_t
  * tensor parallelism each column-parallel layer's input gradient is a
  * partial sum, all-reduced before its LayerNorm's backward; the
  * replicated tensors' gradients (norms, row-parallel biases) come from
- * whole, identical inputs, so they are the same on every rank. */
+ * whole, identical inputs, so they are the same on every rank.  Under
+ * sequence parallelism g->dx holds this rank's rows: it is all-gathered
+ * before each row-parallel layer, the norms' outputs are gathered again
+ * for their column layers' weight gradients, each column layer's input
+ * gradient is reduce-scattered, and the replicated tensors' gradients are
+ * this rank's rows' share (a row-parallel bias's only on rank 0, from the
+ * whole gradient), which the core sums over the group. */
 static int block_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_t l,
                           const dt_unit_view_t *v, float *gr, const uint64_t *o, const void *x,
                           const block_acts_t *a)
 {
     gpt2_t *g = G(m);
     const int64_t B = m->B, T = m->T, C = g->s.n_embd, CA = g->ca, NH = g->nha, H = g->hid,
-                  BT = B * T;
+                  BT = B * T, S = dt_model_seq_rows(m, BT);
     const int ad = m->adtype, wd = m->wdtype;
     const uint64_t es = dt_model_act_size(m);
     const uint32_t u = (uint32_t)l + 1;
+    const int sp = m->tp_seq;
     void *dx = g->dx;
+    /* sp: the whole output gradient, the gathered norm outputs, this
+     * rank's rows of the column layers' input gradients */
+    void *dfull = g->fcproj, *lnfull = g->attproj;
+    void *dbuf = sp ? (char *)g->dbuf_c + (size_t)(m->tp_rank * S * C) * es : g->dbuf_c;
+    const void *dout = dx, *ln1 = a->ln1, *ln2 = a->ln2;
+    if (sp) {
+        DT_TRY(dt_model_tp_row_gather(m, ctx, dx, dfull, S * C, "the gradient of the mlp output",
+                                      u));
+        DT_TRY(dt_model_tp_column_gather(m, ctx, a->ln2, lnfull, S * C, "the ln_2 output", u));
+        dout = dfull;
+        ln2 = lnfull;
+    }
     /* fcproj: out = res2 + fcproj, so d(fcproj) = d(res2) partial = dx */
     DT_TRY(dt_model_zero(ctx, g->dfch_gelu, (uint64_t)BT * H * es));
-    DT_TRY(K->matmul_backward(D, g->dfch_gelu, gr + o[FCPW], gr + o[FCPB], dx, a->fch_gelu,
+    DT_TRY(K->matmul_backward(D, g->dfch_gelu, gr + o[FCPW],
+                              !sp || m->tp_rank == 0 ? gr + o[FCPB] : NULL, dout, a->fch_gelu,
                               v->w[FCPW], ad, wd, BT, H, C));
     DT_TRY(dt_model_zero(ctx, g->dfch, (uint64_t)BT * H * es));
     DT_TRY(K->gelu_backward(D, g->dfch, a->fch, g->dfch_gelu, ad, BT * H));
-    DT_TRY(dt_model_column_backward(m, ctx, g->dbuf_c, gr + o[FCW], gr + o[FCB], g->dfch, a->ln2,
+    DT_TRY(dt_model_column_backward(m, ctx, g->dbuf_c, gr + o[FCW], gr + o[FCB], g->dfch, ln2,
                                     v->w[FCW], BT, C, H, "the gradient of the ln_2 output", u));
     /* dx becomes d(res2): the residual path plus the ln_2 path */
-    DT_TRY(K->layernorm_backward(D, dx, gr + o[LN2W], gr + o[LN2B], g->dbuf_c, a->res2,
-                                 v->a[LN2W], a->ln2_mean, a->ln2_rstd, ad, BT, C));
+    DT_TRY(K->layernorm_backward(D, dx, gr + o[LN2W], gr + o[LN2B], dbuf, a->res2, v->a[LN2W],
+                                 a->ln2_mean, a->ln2_rstd, ad, S, C));
+    if (sp) {
+        DT_TRY(dt_model_tp_row_gather(m, ctx, dx, dfull, S * C,
+                                      "the gradient of the attn output", u));
+        DT_TRY(dt_model_tp_column_gather(m, ctx, a->ln1, lnfull, S * C, "the ln_1 output", u));
+        ln1 = lnfull;
+    }
     DT_TRY(dt_model_zero(ctx, g->dbuf_c2, (uint64_t)BT * CA * es));
-    DT_TRY(K->matmul_backward(D, g->dbuf_c2, gr + o[PROJW], gr + o[PROJB], dx, a->atty,
+    DT_TRY(K->matmul_backward(D, g->dbuf_c2, gr + o[PROJW],
+                              !sp || m->tp_rank == 0 ? gr + o[PROJB] : NULL, dout, a->atty,
                               v->w[PROJW], ad, wd, BT, CA, C));
     DT_TRY(dt_model_zero(ctx, g->dqkv, (uint64_t)BT * 3 * CA * es));
     DT_TRY(K->attention_backward(D, g->dqkv, g->dbuf_c2, a->qkv, a->atty, a->att_state, ad, B, T,
                                  CA, NH));
-    DT_TRY(dt_model_column_backward(m, ctx, g->dbuf_c, gr + o[ATTW], gr + o[ATTB], g->dqkv, a->ln1,
+    DT_TRY(dt_model_column_backward(m, ctx, g->dbuf_c, gr + o[ATTW], gr + o[ATTB], g->dqkv, ln1,
                                     v->w[ATTW], BT, C, 3 * CA, "the gradient of the ln_1 output",
                                     u));
     /* dx becomes d(x): the residual path plus the ln_1 path */
-    DT_TRY(K->layernorm_backward(D, dx, gr + o[LN1W], gr + o[LN1B], g->dbuf_c, x, v->a[LN1W],
-                                 a->ln1_mean, a->ln1_rstd, ad, BT, C));
+    DT_TRY(K->layernorm_backward(D, dx, gr + o[LN1W], gr + o[LN1B], dbuf, x, v->a[LN1W],
+                                 a->ln1_mean, a->ln1_rstd, ad, S, C));
     return DT_OK;
 }
 
 /* Forward of units [first, end) (a pipeline stage; [0, L + 2) is the whole
  * model).  Boundary u (between unit u - 1 and unit u) is the residual
  * stream x[u - 1]: a stage not starting at the embedding copies `in` there,
- * one not ending at the head copies its last x to `out`. */
+ * one not ending at the head copies its last x to `out` (under sequence
+ * parallelism this rank's S rows of it).  Under sequence parallelism the
+ * embedding's partial lookups are reduce-scattered into x[0] and ln_f's
+ * output is all-gathered in place for the LM head. */
 static int gpt2_stage_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, const dt_hook_t *h,
                               uint32_t first, uint32_t end, const void *in, void *out)
 {
     gpt2_t *g = G(m);
-    const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = m->vocab_local, BT = B * T;
+    const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = m->vocab_local, BT = B * T,
+                  S = dt_model_seq_rows(m, BT);
     const uint32_t L = (uint32_t)g->s.n_layer, head = L + 1;
-    const int ad = m->adtype;
-    const uint64_t xbytes = (uint64_t)(BT * C) * dt_model_act_size(m);
+    const int ad = m->adtype, sp = m->tp_seq;
+    const uint64_t xbytes = (uint64_t)(S * C) * dt_model_act_size(m);
+    void *lnf_mine = (char *)g->lnf + (size_t)(m->tp_rank * S) * (size_t)C * dt_model_act_size(m);
     dt_unit_buffers_t b0 = {.struct_size = sizeof b0}, bl = {.struct_size = sizeof bl},
                          bh = {.struct_size = sizeof bh};
     dt_unit_view_t v0, vl, vh;
@@ -705,15 +810,21 @@ static int gpt2_stage_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, co
             DT_TRY_UNIT(K->embedding_forward(D, g->x[0], m->tokens, v0.a[WTE], v0.a[WPE], ad, B,
                                              T, C),
                         "forward", 0);
-        else /* this rank's vocabulary rows (and wpe once), summed over the group */
-            DT_TRY_UNIT(K->vocab_embedding_forward(D, g->x[0], m->tokens, v0.a[WTE],
+        else /* this rank's vocabulary rows (and wpe once), summed over the group
+              * (sp: into the projection scratch, scattered to x[0]'s rows) */
+            DT_TRY_UNIT(K->vocab_embedding_forward(D, sp ? g->attproj : g->x[0], m->tokens,
+                                                   v0.a[WTE],
                                                    m->tp_rank == 0 ? v0.a[WPE] : NULL, ad, B, T,
                                                    C, m->vocab_first, m->vocab_local),
                         "forward", 0);
-        DT_TRY(dt_model_tp_embedding(m, ctx, g->x[0], BT * C, "the embedding output", 0));
+        if (sp)
+            DT_TRY(dt_model_tp_row_scatter(m, ctx, g->attproj, g->x[0], S * C,
+                                           "the embedding output", 0));
+        else
+            DT_TRY(dt_model_tp_embedding(m, ctx, g->x[0], BT * C, "the embedding output", 0));
         DT_TRY(dt_model_probe(m, ctx, "activation embedding output", 0,
                               "the forward of wte.weight + wpe.weight", g->x[0], ad,
-                              (uint64_t)(BT * C)));
+                              (uint64_t)(S * C)));
         DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
     } else {
         DT_TRY_UNIT(dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, g->x[first - 1], in, xbytes,
@@ -739,9 +850,12 @@ static int gpt2_stage_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, co
     DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b0));
     DT_TRY_UNIT(dt_model_view(m, ctx, head, bh.params, 1, &vh), "forward", head);
     DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 0, &v0), "forward", head);
-    DT_TRY_UNIT(K->layernorm_forward(D, g->lnf, g->lnf_mean, g->lnf_rstd, g->x[L], vh.a[LNFW],
-                                     vh.a[LNFB], ad, BT, C),
+    DT_TRY_UNIT(K->layernorm_forward(D, sp ? lnf_mine : g->lnf, g->lnf_mean, g->lnf_rstd,
+                                     g->x[L], vh.a[LNFW], vh.a[LNFB], ad, S, C),
                 "forward", head);
+    if (sp) /* the LM head is column-parallel: its input whole */
+        DT_TRY(dt_model_tp_column_gather(m, ctx, lnf_mine, g->lnf, S * C, "the ln_f output",
+                                         head));
     DT_TRY(dt_model_probe(m, ctx, "activation ln_f output", head, "the forward of ln_f", g->lnf,
                           ad, (uint64_t)(BT * C)));
     DT_TRY_UNIT(K->matmul_forward(D, m->logits, g->lnf, v0.w[WTE], NULL, ad, m->wdtype, BT, C,
@@ -765,10 +879,13 @@ static int gpt2_stage_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, c
                                float loss_scale)
 {
     gpt2_t *g = G(m);
-    const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = m->vocab_local, BT = B * T;
+    const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = m->vocab_local, BT = B * T,
+                  S = dt_model_seq_rows(m, BT);
     const uint32_t L = (uint32_t)g->s.n_layer, head = L + 1;
-    const int ad = m->adtype;
-    const uint64_t es = dt_model_act_size(m), xbytes = (uint64_t)(BT * C) * es;
+    const int ad = m->adtype, sp = m->tp_seq;
+    const uint64_t es = dt_model_act_size(m), xbytes = (uint64_t)(S * C) * es;
+    /* sp: this rank's rows of the LM head's input gradient */
+    void *dlnf = sp ? (char *)g->dbuf_c + (size_t)(m->tp_rank * S * C) * es : g->dbuf_c;
     dt_unit_buffers_t b0 = {.struct_size = sizeof b0}, bl = {.struct_size = sizeof bl},
                          bh = {.struct_size = sizeof bh};
     dt_unit_view_t v0, vl, vh;
@@ -787,9 +904,9 @@ static int gpt2_stage_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, c
                                              head), "backward", head);
         /* on a stage without the embedding this is unit 0's last use */
         DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, first > 0, NULL));
-        DT_TRY_UNIT(dt_model_zero(ctx, g->dx, (uint64_t)BT * C * es), "backward", head);
-        DT_TRY_UNIT(K->layernorm_backward(D, g->dx, bh.grads, bh.grads + C, g->dbuf_c, g->x[L],
-                                          vh.a[LNFW], g->lnf_mean, g->lnf_rstd, ad, BT, C),
+        DT_TRY_UNIT(dt_model_zero(ctx, g->dx, (uint64_t)S * C * es), "backward", head);
+        DT_TRY_UNIT(K->layernorm_backward(D, g->dx, bh.grads, bh.grads + C, dlnf, g->x[L],
+                                          vh.a[LNFW], g->lnf_mean, g->lnf_rstd, ad, S, C),
                     "backward", head);
         DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
     } else {
@@ -823,10 +940,18 @@ static int gpt2_stage_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, c
     if (m->tp == 1)
         DT_TRY_UNIT(K->embedding_backward(D, b0.grads, dwpe, g->dx, m->tokens, ad, B, T, C),
                     "backward", 0);
-    else /* wpe whole on every rank, from the same (whole) gradient */
+    else if (!sp) /* wpe whole on every rank, from the same (whole) gradient */
         DT_TRY_UNIT(K->vocab_embedding_backward(D, b0.grads, dwpe, g->dx, m->tokens, ad, B, T, C,
                                                 m->vocab_first, m->vocab_local),
                     "backward", 0);
+    else { /* the gradient gathered whole; wpe's on rank 0 (the core sums it) */
+        DT_TRY(dt_model_tp_row_gather(m, ctx, g->dx, g->fcproj, S * C,
+                                      "the gradient of the embedding output", 0));
+        DT_TRY_UNIT(K->vocab_embedding_backward(D, b0.grads, m->tp_rank == 0 ? dwpe : NULL,
+                                                g->fcproj, m->tokens, ad, B, T, C,
+                                                m->vocab_first, m->vocab_local),
+                    "backward", 0);
+    }
     DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 1, NULL));
     return DT_OK;
 }

@@ -407,6 +407,7 @@ static int llama_create(dt_model_state_t *m)
     m->info->context = s->context;
     m->info->boundary_width = C;
     m->info->tied_embedding = s->tie;
+    m->info->sequence_parallel = 1;
 
     const dt_param_block_t vocab_part = {.start = {m->vocab_first, 0},
                                          .size = {m->vocab_local, C}};
@@ -548,31 +549,33 @@ static int attn_state_bytes(const dt_model_state_t *m, int64_t B, int64_t T, uin
 }
 
 /* Bytes of a block's kept activations (alloc_block's sizes): n1, res2, n2
- * (B,T,C), qkv (B,T,QKV), atty (B,T,QD), gu (B,T,2I), hmid (B,T,I) of `es`
- * bytes, rstd1 and rstd2 (B,T) f32, and attention's saved state. */
-static double block_bytes(const llama_t *g, double B, double T, double es, uint64_t att_state)
+ * (S,C: S = B*T, or B*T/tp under sequence parallelism), qkv (B,T,QKV),
+ * atty (B,T,QD), gu (B,T,2I), hmid (B,T,I) of `es` bytes, rstd1 and rstd2
+ * (S) f32, and attention's saved state. */
+static double block_bytes(const llama_t *g, double B, double T, double S, double es,
+                          uint64_t att_state)
 {
     const double C = (double)g->s.n_embd;
-    return es * B * T * (3.0 * C + (double)g->qkvd + (double)g->qd + 3.0 * (double)g->hid) +
-           2.0 * 4.0 * B * T + (double)att_state;
+    return es * (3.0 * S * C + B * T * ((double)g->qkvd + (double)g->qd + 3.0 * (double)g->hid)) +
+           2.0 * 4.0 * S + (double)att_state;
 }
 
 static int alloc_block(dt_model_state_t *m, const dt_model_ctx_t *ctx, block_acts_t *a)
 {
     const llama_t *g = G(m);
-    const int64_t BT = m->B * m->T, C = g->s.n_embd, H = g->hid;
+    const int64_t BT = m->B * m->T, C = g->s.n_embd, H = g->hid, S = dt_model_seq_rows(m, BT);
     const size_t es = dt_model_act_size(m);
     uint64_t att_state;
     int rc;
     if ((rc = attn_state_bytes(m, m->B, m->T, &att_state)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->n1)) ||
-        (rc = dt_model_dalloc(m, ctx, BT, 4, &a->rstd1)) ||
+        (rc = dt_model_dalloc(m, ctx, S * C, es, &a->n1)) ||
+        (rc = dt_model_dalloc(m, ctx, S, 4, &a->rstd1)) ||
         (rc = dt_model_dalloc(m, ctx, BT * g->qkvd, es, &a->qkv)) ||
         (rc = dt_model_dalloc(m, ctx, BT * g->qd, es, &a->atty)) ||
         (rc = dt_model_dalloc(m, ctx, (int64_t)att_state, 1, &a->att_state)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->res2)) ||
-        (rc = dt_model_dalloc(m, ctx, BT * C, es, &a->n2)) ||
-        (rc = dt_model_dalloc(m, ctx, BT, 4, &a->rstd2)) ||
+        (rc = dt_model_dalloc(m, ctx, S * C, es, &a->res2)) ||
+        (rc = dt_model_dalloc(m, ctx, S * C, es, &a->n2)) ||
+        (rc = dt_model_dalloc(m, ctx, S, 4, &a->rstd2)) ||
         (rc = dt_model_dalloc(m, ctx, BT * 2 * H, es, &a->gu)) ||
         (rc = dt_model_dalloc(m, ctx, BT * H, es, &a->hmid)))
         return rc;
@@ -583,26 +586,30 @@ static int alloc_block(dt_model_state_t *m, const dt_model_ctx_t *ctx, block_act
 
 /* As gpt2_act_bytes: each unit keeps its output; a block not recomputed
  * its intermediates; the head the final norm's output and statistics and
- * the probabilities.  All else is workspace, the rotary tables included. */
+ * the probabilities.  All else is workspace, the rotary tables included.
+ * Under sequence parallelism the residual stream, the norms' outputs and
+ * statistics are this rank's S = B*T/tp rows (the final norm's output is
+ * kept gathered, the LM head's backward reads it whole). */
 static int llama_act_bytes(const dt_model_state_t *m, int64_t B_, int64_t T_, double *unit,
                            double *ws)
 {
     const llama_t *g = G(m);
     const double B = (double)B_, T = (double)T_, BT = B * T, C = (double)g->s.n_embd,
-                 V = (double)m->vocab_local, es = (double)dt_model_act_size(m);
+                 V = (double)m->vocab_local, es = (double)dt_model_act_size(m),
+                 S = (double)dt_model_seq_rows(m, B_ * T_);
     const int64_t L = g->s.n_layer;
     uint64_t att_state;
     int rc = attn_state_bytes(m, B_, T_, &att_state);
     if (rc)
         return rc;
-    const double block = block_bytes(g, B, T, es, att_state);
+    const double block = block_bytes(g, B, T, S, es, att_state);
     int any_recompute = 0;
     if (dt_model_keeps(m, 0) != DT_KEEP_NONE)
-        unit[0] += es * BT * C;
+        unit[0] += es * S * C;
     for (int64_t l = 0; l < L; l++) {
         const int keep = dt_model_keeps(m, (uint32_t)l + 1);
         if (keep != DT_KEEP_NONE)
-            unit[l + 1] += es * BT * C;
+            unit[l + 1] += es * S * C;
         if (keep != DT_KEEP_ALL)
             continue;
         if (dt_model_recomputes(m, l))
@@ -612,12 +619,14 @@ static int llama_act_bytes(const dt_model_state_t *m, int64_t B_, int64_t T_, do
     }
     const int head = dt_model_keeps(m, (uint32_t)L + 1) == DT_KEEP_ALL;
     if (head)
-        unit[L + 1] += es * (BT * C + BT * V) + 4.0 * BT;
-    /* recompute scratch, the shared projections (2C), the gradient
-     * scratch dx dbuf_c (2C), dq (QD), dqkv (QKV), dgu (2I), dhmid (I),
-     * the rotary tables, and where the head runs the logits, losses,
-     * dlogits and under tensor parallelism the cross-entropy's row state */
-    *ws += (any_recompute ? block : 0.0) + es * 4.0 * BT * C +
+        unit[L + 1] += es * (BT * C + BT * V) + 4.0 * S;
+    /* recompute scratch, the shared projections (2C; under sequence
+     * parallelism also the gathered inputs of the column layers), the
+     * gradient scratch dx (S rows) dbuf_c (C), dq (QD), dqkv (QKV), dgu
+     * (2I), dhmid (I), the rotary tables, and where the head runs the
+     * logits, losses, dlogits and under tensor parallelism the
+     * cross-entropy's row state */
+    *ws += (any_recompute ? block : 0.0) + es * (3.0 * BT * C + S * C) +
            es * BT * ((double)g->qd + (double)g->qkvd + 3.0 * (double)g->hid) +
            rope_bytes(m, T_) +
            (head ? es * 2.0 * BT * V + 4.0 * BT + (m->tp > 1 ? 12.0 * BT : 0.0) : 0.0);
@@ -627,7 +636,8 @@ static int llama_act_bytes(const dt_model_state_t *m, int64_t B_, int64_t T_, do
 static int alloc_slot(dt_model_state_t *m, const dt_model_ctx_t *ctx, llama_slot_t *s)
 {
     const llama_t *g = G(m);
-    const int64_t L = g->s.n_layer, C = g->s.n_embd, V = m->vocab_local, BT = m->B * m->T;
+    const int64_t L = g->s.n_layer, C = g->s.n_embd, V = m->vocab_local, BT = m->B * m->T,
+                  S = dt_model_seq_rows(m, BT);
     const uint32_t head = (uint32_t)L + 1;
     const size_t es = dt_model_act_size(m);
     s->x = calloc((size_t)L + 1, sizeof *s->x);
@@ -638,7 +648,7 @@ static int alloc_slot(dt_model_state_t *m, const dt_model_ctx_t *ctx, llama_slot
     for (int64_t l = 0; l <= L; l++) {
         m->act_owner = (uint32_t)l;
         if (dt_model_keeps(m, (uint32_t)l) != DT_KEEP_NONE &&
-            (rc = dt_model_dalloc(m, ctx, BT * C, es, &s->x[l])))
+            (rc = dt_model_dalloc(m, ctx, S * C, es, &s->x[l])))
             return rc;
     }
     for (int64_t l = 0; l < L; l++) {
@@ -651,7 +661,7 @@ static int alloc_slot(dt_model_state_t *m, const dt_model_ctx_t *ctx, llama_slot
     m->act_owner = head;
     if (dt_model_keeps(m, head) == DT_KEEP_ALL &&
         ((rc = dt_model_dalloc(m, ctx, BT * C, es, &s->nf)) ||
-         (rc = dt_model_dalloc(m, ctx, BT, 4, &s->rstdf)) ||
+         (rc = dt_model_dalloc(m, ctx, S, 4, &s->rstdf)) ||
          (rc = dt_model_dalloc(m, ctx, BT * V, es, &s->probs))))
         return rc;
     return DT_OK;
@@ -705,7 +715,7 @@ static int llama_alloc_acts(dt_model_state_t *m, const dt_model_ctx_t *ctx)
          (rc = dt_model_dalloc(m, ctx, BT * V, es, &g->dlogits)) ||
          (m->tp > 1 && (rc = dt_model_dalloc(m, ctx, 3 * BT, 4, &m->xent_stats)))))
         return rc;
-    if ((rc = dt_model_dalloc(m, ctx, BT * C, es, &g->dx)) ||
+    if ((rc = dt_model_dalloc(m, ctx, dt_model_seq_rows(m, BT) * C, es, &g->dx)) ||
         (rc = dt_model_dalloc(m, ctx, BT * C, es, &g->dbuf_c)) ||
         (rc = dt_model_dalloc(m, ctx, BT * g->qd, es, &g->dq)) ||
         (rc = dt_model_dalloc(m, ctx, BT * g->qkvd, es, &g->dqkv)) ||
@@ -735,6 +745,34 @@ static void llama_tp_comm(const dt_model_state_t *m, int64_t B, int64_t T, dt_mo
     const uint64_t BT = (uint64_t)(B * T),
                    act = BT * (uint64_t)g->s.n_embd * dt_model_act_size(m);
     const uint32_t L = (uint32_t)g->s.n_layer;
+    if (m->tp_seq) { /* as gpt2's: a gather or scatter counts half of act */
+        const uint64_t C4 = (uint64_t)g->s.n_embd * sizeof(float);
+        if (dt_model_keeps(m, 0) == DT_KEEP_ALL) { /* scatter; its gradient gathered */
+            out->fwd++;
+            out->fwd_bytes += act / 2;
+            out->bwd++;
+            out->bwd_bytes += act / 2;
+        }
+        for (uint32_t l = 0; l < L; l++) {
+            if (dt_model_keeps(m, l + 1) != DT_KEEP_ALL)
+                continue;
+            /* 2 gathers + 2 scatters forward; backward 2 gradient gathers,
+             * 2 norm outputs again, 2 scatters (and the forward again),
+             * the 2 norm weights' sums */
+            const uint32_t again = dt_model_recomputes(m, l) ? 4 : 0;
+            out->fwd += 4;
+            out->fwd_bytes += 2 * act;
+            out->bwd += 6 + again + 2;
+            out->bwd_bytes += (6 + again) * act / 2 + 2 * C4;
+        }
+        if (dt_model_keeps(m, L + 1) == DT_KEEP_ALL) {
+            out->fwd += 3;
+            out->fwd_bytes += act / 2 + 3 * BT * sizeof(float);
+            out->bwd += 2;
+            out->bwd_bytes += act / 2 + C4;
+        }
+        return;
+    }
     if (dt_model_keeps(m, 0) == DT_KEEP_ALL) {
         out->fwd++;
         out->fwd_bytes += act;
@@ -813,20 +851,32 @@ static int probe_block(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_t l
  * tensor parallelism this rank runs its kv heads with their query heads
  * and its share of the MLP; o_proj and down_proj give partial sums,
  * all-reduced over the tensor group, so the residual stream is whole on
- * every rank. */
+ * every rank.  Under sequence parallelism (m->tp_seq) the residual
+ * stream, the norms and the residual adds hold this rank's S = B*T/tp
+ * rows: each norm's output is all-gathered (into its projection's buffer)
+ * before q/k/v and gate/up, each projection's partial sum reduce-scattered
+ * into this rank's rows; RoPE runs on the gathered q and k, every
+ * position's, so it needs no offset. */
 static int block_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_t l,
                          const dt_unit_view_t *v, const void *x, block_acts_t *a, void *out)
 {
     const llama_t *g = G(m);
     const int64_t B = m->B, T = m->T, C = g->s.n_embd, HD = g->s.head_dim, H = g->hid,
-                  BT = B * T;
-    const int ad = m->adtype, wd = m->wdtype;
+                  BT = B * T, S = dt_model_seq_rows(m, BT);
+    const int ad = m->adtype, wd = m->wdtype, sp = m->tp_seq;
     const float eps = (float)g->s.rms_eps;
     const uint32_t u = (uint32_t)l + 1;
     const void *qkv_bias = g->s.qkv_bias ? v->a[QB] : NULL;
-    DT_TRY(K->rmsnorm_forward(D, a->n1, a->rstd1, x, v->a[LN1], ad, BT, C, eps));
-    DT_TRY(probe_block(m, ctx, l, P_N1, a->n1, BT * C));
-    DT_TRY(K->matmul_forward(D, a->qkv, a->n1, v->w[QW], qkv_bias, ad, wd, BT, C, g->qkvd));
+    const size_t off = (size_t)(m->tp_rank * S * C) * dt_model_act_size(m);
+    const void *n1 = sp ? a->attproj : a->n1, *n2 = sp ? a->mlpout : a->n2;
+    void *attproj = sp ? (char *)a->attproj + off : a->attproj;
+    void *mlpout = sp ? (char *)a->mlpout + off : a->mlpout;
+    DT_TRY(K->rmsnorm_forward(D, a->n1, a->rstd1, x, v->a[LN1], ad, S, C, eps));
+    DT_TRY(probe_block(m, ctx, l, P_N1, a->n1, S * C));
+    if (sp)
+        DT_TRY(dt_model_tp_column_gather(m, ctx, a->n1, a->attproj, S * C,
+                                         "the input_layernorm output", u));
+    DT_TRY(K->matmul_forward(D, a->qkv, n1, v->w[QW], qkv_bias, ad, wd, BT, C, g->qkvd));
     DT_TRY(probe_block(m, ctx, l, P_QKV, a->qkv, BT * g->qkvd));
     /* q then k: nha + nkva heads from the row start, in place */
     DT_TRY(K->rope_forward(D, a->qkv, a->qkv, g->rope_cos, g->rope_sin, ad, B, T,
@@ -837,52 +887,85 @@ static int block_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_t
     DT_TRY(probe_block(m, ctx, l, P_ATTY, a->atty, BT * g->qd));
     DT_TRY(K->matmul_forward(D, a->attproj, a->atty, v->w[bidx(g, OW)], NULL, ad, wd, BT, g->qd,
                              C));
-    DT_TRY(dt_model_tp_row_forward(m, ctx, a->attproj, BT * C, "the self_attn output", u));
-    DT_TRY(probe_block(m, ctx, l, P_ATTPROJ, a->attproj, BT * C));
-    DT_TRY(K->residual_forward(D, a->res2, x, a->attproj, ad, BT * C));
-    DT_TRY(probe_block(m, ctx, l, P_RES2, a->res2, BT * C));
-    DT_TRY(K->rmsnorm_forward(D, a->n2, a->rstd2, a->res2, v->a[bidx(g, LN2)], ad, BT, C, eps));
-    DT_TRY(probe_block(m, ctx, l, P_N2, a->n2, BT * C));
-    DT_TRY(K->matmul_forward(D, a->gu, a->n2, v->w[bidx(g, GW)], NULL, ad, wd, BT, C, 2 * H));
+    if (sp)
+        DT_TRY(dt_model_tp_row_scatter(m, ctx, a->attproj, attproj, S * C,
+                                       "the self_attn output", u));
+    else
+        DT_TRY(dt_model_tp_row_forward(m, ctx, a->attproj, BT * C, "the self_attn output", u));
+    DT_TRY(probe_block(m, ctx, l, P_ATTPROJ, attproj, S * C));
+    DT_TRY(K->residual_forward(D, a->res2, x, attproj, ad, S * C));
+    DT_TRY(probe_block(m, ctx, l, P_RES2, a->res2, S * C));
+    DT_TRY(K->rmsnorm_forward(D, a->n2, a->rstd2, a->res2, v->a[bidx(g, LN2)], ad, S, C, eps));
+    DT_TRY(probe_block(m, ctx, l, P_N2, a->n2, S * C));
+    if (sp)
+        DT_TRY(dt_model_tp_column_gather(m, ctx, a->n2, a->mlpout, S * C,
+                                         "the post_attention_layernorm output", u));
+    DT_TRY(K->matmul_forward(D, a->gu, n2, v->w[bidx(g, GW)], NULL, ad, wd, BT, C, 2 * H));
     DT_TRY(probe_block(m, ctx, l, P_GU, a->gu, BT * 2 * H));
     DT_TRY(K->swiglu_forward(D, a->hmid, a->gu, ad, BT, H));
     DT_TRY(probe_block(m, ctx, l, P_SWIGLU, a->hmid, BT * H));
     DT_TRY(K->matmul_forward(D, a->mlpout, a->hmid, v->w[bidx(g, DW)], NULL, ad, wd, BT, H, C));
-    DT_TRY(dt_model_tp_row_forward(m, ctx, a->mlpout, BT * C, "the mlp output", u));
-    DT_TRY(probe_block(m, ctx, l, P_MLP, a->mlpout, BT * C));
-    DT_TRY(K->residual_forward(D, out, a->res2, a->mlpout, ad, BT * C));
-    DT_TRY(probe_block(m, ctx, l, P_OUT, out, BT * C));
+    if (sp)
+        DT_TRY(dt_model_tp_row_scatter(m, ctx, a->mlpout, mlpout, S * C, "the mlp output", u));
+    else
+        DT_TRY(dt_model_tp_row_forward(m, ctx, a->mlpout, BT * C, "the mlp output", u));
+    DT_TRY(probe_block(m, ctx, l, P_MLP, mlpout, S * C));
+    DT_TRY(K->residual_forward(D, out, a->res2, mlpout, ad, S * C));
+    DT_TRY(probe_block(m, ctx, l, P_OUT, out, S * C));
     return DT_OK;
 }
 
 /* Backward of block l: g->dx holds d(out) on entry and d(x) on return;
- * `gr` is the unit's flat gradient, `o` its tensors' offsets. */
+ * `gr` is the unit's flat gradient, `o` its tensors' offsets.  Under
+ * sequence parallelism g->dx holds this rank's rows: all-gathered before
+ * o_proj and down_proj, the norms' outputs gathered again for the weight
+ * gradients of q/k/v and gate/up, whose input gradients are
+ * reduce-scattered; the norm weights' gradients are this rank's rows'
+ * share, summed over the group by the core. */
 static int block_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_t l,
                           const dt_unit_view_t *v, float *gr, const uint64_t *o, const void *x,
                           const block_acts_t *a)
 {
     llama_t *g = G(m);
     const int64_t B = m->B, T = m->T, C = g->s.n_embd, HD = g->s.head_dim, H = g->hid,
-                  BT = B * T;
-    const int ad = m->adtype, wd = m->wdtype;
+                  BT = B * T, S = dt_model_seq_rows(m, BT);
+    const int ad = m->adtype, wd = m->wdtype, sp = m->tp_seq;
     const uint64_t es = dt_model_act_size(m);
     const uint32_t u = (uint32_t)l + 1;
     void *dx = g->dx;
+    void *dfull = g->mlpout, *nfull = g->attproj;
+    void *dbuf = sp ? (char *)g->dbuf_c + (size_t)(m->tp_rank * S * C) * es : g->dbuf_c;
+    const void *dout = dx, *n1 = a->n1, *n2 = a->n2;
+    if (sp) {
+        DT_TRY(dt_model_tp_row_gather(m, ctx, dx, dfull, S * C, "the gradient of the mlp output",
+                                      u));
+        DT_TRY(dt_model_tp_column_gather(m, ctx, a->n2, nfull, S * C,
+                                         "the post_attention_layernorm output", u));
+        dout = dfull;
+        n2 = nfull;
+    }
     /* down_proj: out = res2 + mlpout, so d(mlpout) = dx */
     DT_TRY(dt_model_zero(ctx, g->dhmid, (uint64_t)(BT * H) * es));
-    DT_TRY(K->matmul_backward(D, g->dhmid, gr + o[bidx(g, DW)], NULL, dx, a->hmid,
+    DT_TRY(K->matmul_backward(D, g->dhmid, gr + o[bidx(g, DW)], NULL, dout, a->hmid,
                               v->w[bidx(g, DW)], ad, wd, BT, H, C));
     DT_TRY(dt_model_zero(ctx, g->dgu, (uint64_t)(BT * 2 * H) * es));
     DT_TRY(K->swiglu_backward(D, g->dgu, a->gu, g->dhmid, ad, BT, H));
     /* gate|up: one weight gradient of 2H rows (the two tensors adjacent) */
-    DT_TRY(dt_model_column_backward(m, ctx, g->dbuf_c, gr + o[bidx(g, GW)], NULL, g->dgu, a->n2,
+    DT_TRY(dt_model_column_backward(m, ctx, g->dbuf_c, gr + o[bidx(g, GW)], NULL, g->dgu, n2,
                                     v->w[bidx(g, GW)], BT, C, 2 * H,
                                     "the gradient of the post_attention_layernorm output", u));
-    DT_TRY(K->rmsnorm_backward(D, dx, gr + o[bidx(g, LN2)], g->dbuf_c, a->res2,
-                               v->a[bidx(g, LN2)], a->rstd2, ad, BT, C));
+    DT_TRY(K->rmsnorm_backward(D, dx, gr + o[bidx(g, LN2)], dbuf, a->res2, v->a[bidx(g, LN2)],
+                               a->rstd2, ad, S, C));
+    if (sp) {
+        DT_TRY(dt_model_tp_row_gather(m, ctx, dx, dfull, S * C,
+                                      "the gradient of the self_attn output", u));
+        DT_TRY(dt_model_tp_column_gather(m, ctx, a->n1, nfull, S * C,
+                                         "the input_layernorm output", u));
+        n1 = nfull;
+    }
     /* o_proj */
     DT_TRY(dt_model_zero(ctx, g->dq, (uint64_t)(BT * g->qd) * es));
-    DT_TRY(K->matmul_backward(D, g->dq, gr + o[bidx(g, OW)], NULL, dx, a->atty,
+    DT_TRY(K->matmul_backward(D, g->dq, gr + o[bidx(g, OW)], NULL, dout, a->atty,
                               v->w[bidx(g, OW)], ad, wd, BT, g->qd, C));
     DT_TRY(dt_model_zero(ctx, g->dqkv, (uint64_t)(BT * g->qkvd) * es));
     DT_TRY(K->gqa_attention_backward(D, g->dqkv, g->dq, a->qkv, a->atty, a->att_state, ad, B, T,
@@ -891,10 +974,9 @@ static int block_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, int64_
     DT_TRY(K->rope_backward(D, g->dqkv, g->dqkv, g->rope_cos, g->rope_sin, ad, B, T,
                             g->nha + g->nkva, HD, g->qkvd));
     DT_TRY(dt_model_column_backward(m, ctx, g->dbuf_c, gr + o[QW],
-                                    g->s.qkv_bias ? gr + o[QB] : NULL, g->dqkv, a->n1, v->w[QW], BT,
+                                    g->s.qkv_bias ? gr + o[QB] : NULL, g->dqkv, n1, v->w[QW], BT,
                                     C, g->qkvd, "the gradient of the input_layernorm output", u));
-    DT_TRY(K->rmsnorm_backward(D, dx, gr + o[LN1], g->dbuf_c, x, v->a[LN1], a->rstd1, ad, BT,
-                               C));
+    DT_TRY(K->rmsnorm_backward(D, dx, gr + o[LN1], dbuf, x, v->a[LN1], a->rstd1, ad, S, C));
     return DT_OK;
 }
 
@@ -904,10 +986,12 @@ static int llama_stage_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, c
                                uint32_t first, uint32_t end, const void *in, void *out)
 {
     llama_t *g = G(m);
-    const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = m->vocab_local, BT = B * T;
+    const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = m->vocab_local, BT = B * T,
+                  S = dt_model_seq_rows(m, BT);
     const uint32_t L = (uint32_t)g->s.n_layer, head = L + 1;
-    const int ad = m->adtype, tie = g->s.tie;
-    const uint64_t xbytes = (uint64_t)(BT * C) * dt_model_act_size(m);
+    const int ad = m->adtype, tie = g->s.tie, sp = m->tp_seq;
+    const uint64_t xbytes = (uint64_t)(S * C) * dt_model_act_size(m);
+    void *nf_mine = (char *)g->nf + (size_t)(m->tp_rank * S) * (size_t)C * dt_model_act_size(m);
     dt_unit_buffers_t b0 = {.struct_size = sizeof b0}, bl = {.struct_size = sizeof bl},
                       bh = {.struct_size = sizeof bh};
     dt_unit_view_t v0, vl, vh;
@@ -916,14 +1000,20 @@ static int llama_stage_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, c
         DT_TRY(dt_model_hook(m, ctx, DT_PRE_FORWARD, h, 0, 0, &b0));
         DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 1, &v0), "forward", 0);
         /* this rank's vocabulary rows (all of them at tp 1), summed over
-         * the tensor group */
-        DT_TRY_UNIT(K->vocab_embedding_forward(D, g->x[0], m->tokens, v0.a[EMB], NULL, ad, B, T,
-                                               C, m->vocab_first, m->vocab_local),
+         * the tensor group (sequence parallelism: reduce-scattered from
+         * the projection scratch into x[0]'s rows) */
+        DT_TRY_UNIT(K->vocab_embedding_forward(D, sp ? g->attproj : g->x[0], m->tokens,
+                                               v0.a[EMB], NULL, ad, B, T, C, m->vocab_first,
+                                               m->vocab_local),
                     "forward", 0);
-        DT_TRY(dt_model_tp_embedding(m, ctx, g->x[0], BT * C, "the embedding output", 0));
+        if (sp)
+            DT_TRY(dt_model_tp_row_scatter(m, ctx, g->attproj, g->x[0], S * C,
+                                           "the embedding output", 0));
+        else
+            DT_TRY(dt_model_tp_embedding(m, ctx, g->x[0], BT * C, "the embedding output", 0));
         DT_TRY(dt_model_probe(m, ctx, "activation embedding output", 0,
                               "the forward of embed_tokens.weight", g->x[0], ad,
-                              (uint64_t)(BT * C)));
+                              (uint64_t)(S * C)));
         DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
     } else {
         DT_TRY_UNIT(dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, g->x[first - 1], in, xbytes,
@@ -952,9 +1042,11 @@ static int llama_stage_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, c
     if (tie)
         DT_TRY_UNIT(dt_model_view(m, ctx, 0, b0.params, 0, &v0), "forward", head);
     const void *wlm = tie ? v0.w[EMB] : vh.w[LMW];
-    DT_TRY_UNIT(K->rmsnorm_forward(D, g->nf, g->rstdf, g->x[L], vh.a[NORMW], ad, BT, C,
-                                   (float)g->s.rms_eps),
+    DT_TRY_UNIT(K->rmsnorm_forward(D, sp ? nf_mine : g->nf, g->rstdf, g->x[L], vh.a[NORMW], ad,
+                                   S, C, (float)g->s.rms_eps),
                 "forward", head);
+    if (sp) /* the LM head is column-parallel: its input whole */
+        DT_TRY(dt_model_tp_column_gather(m, ctx, nf_mine, g->nf, S * C, "the norm output", head));
     DT_TRY(dt_model_probe(m, ctx, "activation norm output", head, "the forward of norm", g->nf,
                           ad, (uint64_t)(BT * C)));
     DT_TRY_UNIT(K->matmul_forward(D, m->logits, g->nf, wlm, NULL, ad, m->wdtype, BT, C, V),
@@ -977,10 +1069,13 @@ static int llama_stage_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, 
                                 float loss_scale)
 {
     llama_t *g = G(m);
-    const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = m->vocab_local, BT = B * T;
+    const int64_t B = m->B, T = m->T, C = g->s.n_embd, V = m->vocab_local, BT = B * T,
+                  S = dt_model_seq_rows(m, BT);
     const uint32_t L = (uint32_t)g->s.n_layer, head = L + 1;
-    const int ad = m->adtype, tie = g->s.tie;
-    const uint64_t es = dt_model_act_size(m), xbytes = (uint64_t)(BT * C) * es;
+    const int ad = m->adtype, tie = g->s.tie, sp = m->tp_seq;
+    const uint64_t es = dt_model_act_size(m), xbytes = (uint64_t)(S * C) * es;
+    /* sp: this rank's rows of the LM head's input gradient */
+    void *dnf = sp ? (char *)g->dbuf_c + (size_t)(m->tp_rank * S * C) * es : g->dbuf_c;
     dt_unit_buffers_t b0 = {.struct_size = sizeof b0}, bl = {.struct_size = sizeof bl},
                       bh = {.struct_size = sizeof bh};
     dt_unit_view_t v0, vl, vh;
@@ -1001,9 +1096,9 @@ static int llama_stage_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, 
                                              head), "backward", head);
         if (tie) /* on a stage without the embedding this is unit 0's last use */
             DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, first > 0, NULL));
-        DT_TRY_UNIT(dt_model_zero(ctx, g->dx, (uint64_t)BT * C * es), "backward", head);
-        DT_TRY_UNIT(K->rmsnorm_backward(D, g->dx, bh.grads, g->dbuf_c, g->x[L], vh.a[NORMW],
-                                        g->rstdf, ad, BT, C),
+        DT_TRY_UNIT(dt_model_zero(ctx, g->dx, (uint64_t)S * C * es), "backward", head);
+        DT_TRY_UNIT(K->rmsnorm_backward(D, g->dx, bh.grads, dnf, g->x[L], vh.a[NORMW], g->rstdf,
+                                        ad, S, C),
                     "backward", head);
         DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
     } else {
@@ -1033,8 +1128,11 @@ static int llama_stage_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, 
         return DT_OK;
     }
     DT_TRY(dt_model_hook(m, ctx, DT_PRE_BACKWARD, h, 0, 0, &b0));
-    DT_TRY_UNIT(K->vocab_embedding_backward(D, b0.grads, NULL, g->dx, m->tokens, ad, B, T, C,
-                                            m->vocab_first, m->vocab_local),
+    if (sp) /* the embedding's output gradient gathered whole */
+        DT_TRY(dt_model_tp_row_gather(m, ctx, g->dx, g->mlpout, S * C,
+                                      "the gradient of the embedding output", 0));
+    DT_TRY_UNIT(K->vocab_embedding_backward(D, b0.grads, NULL, sp ? g->mlpout : g->dx, m->tokens,
+                                            ad, B, T, C, m->vocab_first, m->vocab_local),
                 "backward", 0);
     DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, 0, 1, NULL));
     return DT_OK;

@@ -146,6 +146,7 @@ static const dt_strategy_ops_v1_t mh_ops = {
 const char *dt_mh_device = "cpu";
 uint32_t dt_mh_stage_first, dt_mh_stage_end, dt_mh_slots;
 int32_t dt_mh_tp_rank;
+const dt_tensor_ops_t *dt_mh_tp_scheme;
 uint32_t dt_mh_n_chunks, dt_mh_chunk_first[4], dt_mh_chunk_end[4];
 static const dt_test_kv_t cpu_kv[] = {{"threads", "2"}, {NULL, NULL}};
 /* cuda: no atomics, so a rerun repeats the bits */
@@ -290,7 +291,8 @@ int dt_mh_open_at(dt_mh_t *h, const char *plugin_dir, const char *source_dir,
     /* the plugin's own table, as the core resolves it */
     if ((rc = dt_config_apply_schema(h->cfg, ops->info.name, ops->info.config_keys,
                                      ops->info.n_config_keys)) ||
-        (rc = dt_model_create_part(h->cfg, h->D, ops, (int32_t)tp, dt_mh_tp_rank, &h->model)))
+        (rc = dt_model_create_part(h->cfg, h->D, ops, (int32_t)tp, dt_mh_tp_rank, &h->model)) ||
+        (dt_mh_tp_scheme && (rc = dt_model_set_sequence(h->model, dt_mh_tp_scheme, "test"))))
         return rc;
     h->desc = dt_model_desc(h->model);
     dt_mh_strategy_t *s = calloc(1, sizeof *s);

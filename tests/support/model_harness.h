@@ -45,6 +45,10 @@ extern uint32_t dt_mh_stage_first, dt_mh_stage_end;
 /* The tensor rank dt_mh_open_at builds the model for (dt_model_create_part;
  * the [parallel] tensor degree is the TOML's, 1 without that table). */
 extern int32_t dt_mh_tp_rank;
+/* Non-NULL: dt_mh_open_at sets the model's sequence split from this
+ * tensor-parallel scheme (dt_model_set_sequence, named "test") before
+ * allocating activations. */
+extern const dt_tensor_ops_t *dt_mh_tp_scheme;
 /* > 1: activations for that many micro-batches at once (dt_model_set_slots). */
 extern uint32_t dt_mh_slots;
 /* dt_mh_n_chunks > 0: the unit ranges [dt_mh_chunk_first[i],

@@ -130,10 +130,18 @@ typedef struct dt_model_info_v1 {
     /* The whole model's parameter count (desc.numel is this rank's part
      * under tensor parallelism). */
     uint64_t global_numel;
+    /* plugin: 1 when the arch runs sequence parallelism (m->tp_seq): the
+     * core refuses a scheme that splits the sequence otherwise. */
+    int32_t sequence_parallel;
+    uint32_t reserved1;
 } dt_model_info_v1_t;
 
 /* The all-reduces over the tensor group one micro-batch of B x T runs on
- * this rank: how many and their bytes, forward and backward. */
+ * this rank: how many and their bytes, forward and backward.  Under
+ * sequence parallelism (m->tp_seq) the collectives, an all-gather or a
+ * reduce-scatter of a tensor counting half the bytes of an all-reduce of
+ * it (what it moves), so that on a ring a rank sends 2 (tp - 1) / tp of
+ * the bytes either way. */
 typedef struct dt_model_tp_comm_v1 {
     uint32_t fwd, bwd;
     uint64_t fwd_bytes, bwd_bytes;
@@ -219,9 +227,23 @@ typedef struct dt_model_state_v1 {
      * set before each dalloc in alloc_acts). */
     uint32_t act_owner;
     uint32_t reserved2;
+    /* Sequence parallelism (the tensor scheme's sequence_parallel, set
+     * before act_bytes): 1 when the regions outside the tensor-parallel
+     * layers (norms, residual adds, the embedding's output, the pipeline
+     * boundary) hold this rank's B*T/tp of the micro-batch's positions,
+     * rows [tp_rank * B*T/tp, (tp_rank + 1) * B*T/tp) of (B*T, C); the
+     * column-parallel layers gather them (tp_column_gather), the
+     * row-parallel ones scatter their output (tp_row_scatter).  The core
+     * sums the gradients of the tensors every tensor rank holds whole
+     * (replicated) over the group at the unit's last post_backward: each
+     * rank's partial must add up to the whole (a row-parallel bias and
+     * gpt2's wpe: rank 0 alone computes them), and rank r != 0's slices
+     * of them start each unit's backward at zero.  0 otherwise. */
+    int32_t tp_seq;
+    uint32_t reserved3;
     /* ---- minor 0 ends here; append only ---- */
 } dt_model_state_v1_t;
-#define DT_MODEL_STATE_V1_SIZE0 DT_FIELD_END(dt_model_state_v1_t, reserved2)
+#define DT_MODEL_STATE_V1_SIZE0 DT_FIELD_END(dt_model_state_v1_t, reserved3)
 
 /* What the core does for a model plugin (the core's; valid while the
  * model lives).  Every function but set_error and err_context takes the
@@ -326,9 +348,30 @@ typedef struct dt_model_services_v1 {
                           uint32_t unit);
     int (*tp_embedding)(const dt_model_state_v1_t *m, const dt_model_ctx_v1_t *ctx, void *buf,
                         int64_t n, const char *what, uint32_t unit);
+    /* ---- sequence parallelism (m->tp_seq; DT_ERR_INVALID otherwise):
+     * `n` elements of the activation dtype in this rank's shard, tp x n
+     * in the whole tensor (the shard may alias full + tp_rank * n) ---- */
+    /* Before a column-parallel layer: the shards all-gathered into full. */
+    int (*tp_column_gather)(const dt_model_state_v1_t *m, const dt_model_ctx_v1_t *ctx,
+                            const void *shard, void *full, int64_t n, const char *what,
+                            uint32_t unit);
+    /* Its backward: the partial input gradient `full` reduce-scattered
+     * into `shard`, started (tp_column_wait ends it). */
+    int (*tp_column_scatter_start)(const dt_model_state_v1_t *m, const dt_model_ctx_v1_t *ctx,
+                                   const void *full, void *shard, int64_t n, const char *what,
+                                   uint32_t unit, dt_comm_req_t **req);
+    /* After a row-parallel layer (or the vocabulary-parallel embedding):
+     * the partial output `full` reduce-scattered into `shard`. */
+    int (*tp_row_scatter)(const dt_model_state_v1_t *m, const dt_model_ctx_v1_t *ctx,
+                          const void *full, void *shard, int64_t n, const char *what,
+                          uint32_t unit);
+    /* Its backward: the output gradient's shards all-gathered into full. */
+    int (*tp_row_gather)(const dt_model_state_v1_t *m, const dt_model_ctx_v1_t *ctx,
+                         const void *shard, void *full, int64_t n, const char *what,
+                         uint32_t unit);
     /* ---- minor 0 ends here; append only ---- */
 } dt_model_services_v1_t;
-#define DT_MODEL_SERVICES_V1_SIZE0 DT_FIELD_END(dt_model_services_v1_t, tp_embedding)
+#define DT_MODEL_SERVICES_V1_SIZE0 DT_FIELD_END(dt_model_services_v1_t, tp_row_gather)
 
 /* An optional decoder (generation with a cache), the plugin's. */
 typedef struct dt_model_decoder dt_model_decoder_t;
@@ -600,8 +643,10 @@ static inline int dt_model_tp_column_wait(const dt_model_state_t *m, dt_comm_req
  * is a partial sum over the tensor group.  At tp 1 one matmul_backward;
  * under tensor parallelism dinp first, its all-reduce started, the weight
  * and bias gradients computed while it is in flight, then the wait
- * (Megatron-LM's overlap).  `what` and `unit` name the layer in a
- * failure. */
+ * (Megatron-LM's overlap).  Under sequence parallelism (m->tp_seq) `inp`
+ * is the gathered input and the reduction a reduce-scatter: the sum of
+ * this rank's rows lands in dinp + tp_rank * N/tp * C, the rest of dinp
+ * is scratch.  `what` and `unit` name the layer in a failure. */
 static inline int dt_model_column_backward(const dt_model_state_t *m, const dt_model_ctx_t *ctx,
                                            void *dinp, float *dw, float *db, const void *dout,
                                            const void *inp, const void *w, int64_t N, int64_t C,
@@ -617,7 +662,13 @@ static inline int dt_model_column_backward(const dt_model_state_t *m, const dt_m
     dt_comm_req_t *req = NULL;
     if ((rc = k->matmul_backward(ctx->dev, ctx->stream, dinp, NULL, NULL, dout, inp, w, ad, wd,
                                  N, C, OC)) != DT_OK ||
-        (rc = dt_model_tp_column_start(m, ctx, dinp, N * C, what, unit, &req)) != DT_OK)
+        (rc = m->tp_seq ? m->svc->tp_column_scatter_start(
+                              m, ctx, dinp,
+                              (char *)dinp + (size_t)(m->tp_rank * (N / m->tp) * C) *
+                                                 dt_model_act_size(m),
+                              N / m->tp * C, what, unit, &req)
+                        : dt_model_tp_column_start(m, ctx, dinp, N * C, what, unit, &req)) !=
+            DT_OK)
         return rc;
     rc = k->matmul_backward(ctx->dev, ctx->stream, NULL, dw, db, dout, inp, w, ad, wd, N, C, OC);
     int wrc = dt_model_tp_column_wait(m, req, what, unit); /* always: the request is freed */
@@ -627,6 +678,31 @@ static inline int dt_model_tp_embedding(const dt_model_state_t *m, const dt_mode
                                         void *buf, int64_t n, const char *what, uint32_t unit)
 {
     return m->svc->tp_embedding(m, ctx, buf, n, what, unit);
+}
+static inline int dt_model_tp_column_gather(const dt_model_state_t *m,
+                                            const dt_model_ctx_t *ctx, const void *shard,
+                                            void *full, int64_t n, const char *what,
+                                            uint32_t unit)
+{
+    return m->svc->tp_column_gather(m, ctx, shard, full, n, what, unit);
+}
+static inline int dt_model_tp_row_scatter(const dt_model_state_t *m, const dt_model_ctx_t *ctx,
+                                          const void *full, void *shard, int64_t n,
+                                          const char *what, uint32_t unit)
+{
+    return m->svc->tp_row_scatter(m, ctx, full, shard, n, what, unit);
+}
+static inline int dt_model_tp_row_gather(const dt_model_state_t *m, const dt_model_ctx_t *ctx,
+                                         const void *shard, void *full, int64_t n,
+                                         const char *what, uint32_t unit)
+{
+    return m->svc->tp_row_gather(m, ctx, shard, full, n, what, unit);
+}
+/* The rows of (B*T, .) this rank's regions outside the tensor-parallel
+ * layers hold: B*T/tp under sequence parallelism, else B*T. */
+static inline int64_t dt_model_seq_rows(const dt_model_state_t *m, int64_t BT)
+{
+    return m->tp_seq ? BT / m->tp : BT;
 }
 #endif /* DT_MODEL_PLUGIN_HELPERS */
 

@@ -29,10 +29,40 @@
  *                          statistics (the logits' row maxima, then the
  *                          sums of exponentials and target logits).
  *
+ * A scheme may also split the SEQUENCE (Megatron-LM's sequence
+ * parallelism, Korthikanti et al. 2022; the shipped `megatron_sp`): its
+ * optional slots, all or none, say so (sequence_parallel) and replace the
+ * all-reduces by their two halves, with input and output of different
+ * sizes.  The regions outside the split layers (norms, residual adds, the
+ * embedding's output) then hold 1/P of the micro-batch's B*T positions on
+ * each rank: tensor rank r the rows [r*S, (r+1)*S), S = B*T/P, of the
+ * (B*T, C) activations, so a gathered tensor is the whole one, in order:
+ *
+ *   column_forward_gather  before a column-parallel layer (qkv, MLP input,
+ *                          the LM head): the input's shards all-gathered
+ *                          (Megatron's g in forward under SP);
+ *   column_backward_scatter its input gradient's partial sums
+ *                          reduce-scattered into this rank's shard
+ *                          (started, then column_backward_wait);
+ *   row_forward_scatter    after a row-parallel layer (and the
+ *                          vocabulary-parallel embedding): the partial
+ *                          outputs reduce-scattered into this rank's shard;
+ *   row_backward_gather    its output gradient's shards all-gathered;
+ *   duplicated_grad_reduce the gradient of a tensor every rank of the group
+ *                          holds whole (norm weights, ...), each rank's
+ *                          from its own positions, summed over the group
+ *                          (f32, in place) before the strategy reduces it.
+ *
+ * An all-reduce is a reduce-scatter then an all-gather: per block the
+ * bytes on the wire are those of the 1D scheme; the activations outside
+ * the split layers take 1/P of the memory.
+ *
  * The model calls the scheme, the scheme calls the tensor group's
  * communicator (init.comm): two hops.  Every slot is collective over the
  * tensor group: every rank calls it in the same order with the same count.
- * Buffers are device memory, reduced in place; each call is ordered after
+ * Buffers are device memory, reduced in place (the gathers and scatters of
+ * sequence parallelism: from one buffer into another, which may alias the
+ * shard's place in the whole); each call is ordered after
  * the work enqueued on `stream` and leaves `buf` ready for the work
  * enqueued after it (or, for column_backward_start, after the wait).
  * Every wait is bounded by the group's timeout: a dead peer fails the call
@@ -120,6 +150,37 @@ typedef struct dt_tensor_ops_v1 {
      * target logits. */
     int (*xent_reduce)(dt_tensor_group_t *g, float *buf, uint64_t count, int op,
                        dt_stream_t *stream);
+
+    /* ---- optional: sequence parallelism, all six or none (NULL: the
+     * scheme never splits the sequence) ---- */
+    /* 1 when the scheme splits the sequence over the tensor group (the
+     * model then runs its regions outside the split layers on 1/P of the
+     * positions); no instance needed (a planner asks it). */
+    int (*sequence_parallel)(void);
+    /* All-gather: `shard` (count elements of dtype, this rank's rows) into
+     * `full` (P x count, rank order); `shard` may alias full + rank *
+     * count. */
+    int (*column_forward_gather)(dt_tensor_group_t *g, const void *shard, void *full,
+                                 uint64_t count, int dtype, dt_stream_t *stream);
+    /* Reduce-scatter: `full` (P x count, this rank's partial sums) summed
+     * over the group, this rank's block into `shard` (count; may alias
+     * full + rank * count); started with the operation in *req as
+     * column_backward_start does, waited with column_backward_wait. */
+    int (*column_backward_scatter)(dt_tensor_group_t *g, const void *full, void *shard,
+                                   uint64_t count, int dtype, dt_stream_t *stream,
+                                   dt_comm_req_t **req);
+    /* Reduce-scatter, waited for: a row-parallel layer's (or the
+     * vocabulary-parallel embedding's) partial output `full` (P x count)
+     * summed, this rank's rows into `shard` (count; may alias). */
+    int (*row_forward_scatter)(dt_tensor_group_t *g, const void *full, void *shard,
+                               uint64_t count, int dtype, dt_stream_t *stream);
+    /* All-gather, waited for: the output gradient's shard (count) into
+     * `full` (P x count). */
+    int (*row_backward_gather)(dt_tensor_group_t *g, const void *shard, void *full,
+                               uint64_t count, int dtype, dt_stream_t *stream);
+    /* Sum `count` f32 gradient elements over the group, in place. */
+    int (*duplicated_grad_reduce)(dt_tensor_group_t *g, float *buf, uint64_t count,
+                                  dt_stream_t *stream);
     /* ---- minor 0 ends here; append only ---- */
 } dt_tensor_ops_v1_t;
 

@@ -197,7 +197,8 @@ static void test_abi_layouts_cover_structs(void **state)
     assert_string_equal(sc->mandatory[3].name, "run");
     assert_int_equal(sc->n_optional, 0);
     assert_int_equal(sc->min_size, sizeof(dt_schedule_ops_v1_t));
-    /* a tensor-parallel scheme: its own kind, every slot mandatory */
+    /* a tensor-parallel scheme: its own kind, the 1D slots mandatory,
+     * sequence parallelism's six optional */
     const dt_abi_layout_t *tp = dt_abi_layout(DT_KIND_TENSOR, 1);
     assert_int_equal(tp->minor, 0);
     assert_int_equal(tp->n_mandatory, 7);
@@ -207,8 +208,12 @@ static void test_abi_layouts_cover_structs(void **state)
     assert_string_equal(tp->mandatory[4].name, "column_backward_wait");
     assert_string_equal(tp->mandatory[5].name, "embedding_forward");
     assert_string_equal(tp->mandatory[6].name, "xent_reduce");
-    assert_int_equal(tp->n_optional, 0);
-    assert_int_equal(tp->min_size, sizeof(dt_tensor_ops_v1_t));
+    assert_int_equal(tp->n_optional, 6);
+    assert_string_equal(tp->optional[0].name, "sequence_parallel");
+    assert_string_equal(tp->optional[5].name, "duplicated_grad_reduce");
+    assert_int_equal(tp->min_size, offsetof(dt_tensor_ops_v1_t, sequence_parallel));
+    assert_int_equal(tp->optional[5].offset + sizeof(void (*)(void)),
+                     sizeof(dt_tensor_ops_v1_t));
     /* a model architecture: its own kind; what a whole-model run needs is
      * mandatory, stages, slots, presets, the decoder and the Hugging Face
      * slots optional */

@@ -26,6 +26,16 @@
  * For P = 2 and 4, P = 2 with every block recomputed in backward, and
  * P = 2 with the reductions backward leaves in flight done only at their
  * wait (a model reading an input gradient before waiting would be off).
+ * Sequence parallelism (a scheme whose sequence_parallel says so,
+ * dt_model_set_sequence; megatron_sp's layout): the same losses and
+ * gradients (the replicated tensors' summed over the group by the core,
+ * with accumulation over the 2 micro-batches) for P = 2 and 4 and P = 2
+ * recomputed, the collectives per micro-batch (the all-gathers,
+ * reduce-scatters and all-reduces of gpt2's layout) equal to the
+ * planner's count and bytes (dt_model_tp_comm), and the activations it
+ * plans smaller than the 1D layout's; a sequence the group does not
+ * divide, a scheme with only some of the slots and an arch that does not
+ * declare the layout refused with their messages.
  * Also: dt_model_init_unit of a part is its blocks of the whole model's
  * init; the refusals of impossible layouts (n_head not divisible, a
  * vocabulary smaller than the group, mlp, a rank outside the group) with
@@ -76,6 +86,9 @@ typedef struct group {
     pthread_barrier_t bar;
     float *bufs[MAXP];
     uint64_t calls, bytes; /* rank 0's count of all-reduces and their bytes */
+    /* sequence parallelism: rank 0's all-gathers and reduce-scatters; the
+     * bytes above count each half its whole tensor (dt_model_tp_comm_t) */
+    uint64_t gathers, scatters;
 } group_t;
 
 typedef struct rank {
@@ -180,6 +193,96 @@ static const dt_tensor_ops_t group_scheme = {
     .xent_reduce = group_xent,
 };
 
+/* ---- sequence parallelism: all-gather and reduce-scatter between the
+ * threads, in rank order ---- */
+
+static int group_sp(void) { return 1; }
+
+/* full (P x count) = every rank's shard (count), rank order. */
+static int group_gather(dt_tensor_group_t *gg, const void *shard, void *full, uint64_t count,
+                        int dtype, dt_stream_t *stream)
+{
+    rank_t *rk = (rank_t *)gg;
+    group_t *g = rk->g;
+    if (dtype != DT_F32)
+        return DT_ERR_UNSUPPORTED;
+    int rc = rk->h.D->stream_sync(rk->h.dev, stream);
+    if (rc)
+        return rc;
+    float *tmp = malloc((size_t)g->P * count * sizeof *tmp);
+    g->bufs[rk->r] = (float *)shard;
+    pthread_barrier_wait(&g->bar);
+    for (int j = 0; tmp && j < g->P; j++)
+        memcpy(tmp + (size_t)j * count, g->bufs[j], count * sizeof *tmp);
+    pthread_barrier_wait(&g->bar); /* every shard read (one may alias a full) */
+    if (tmp)
+        memcpy(full, tmp, (size_t)g->P * count * sizeof *tmp);
+    free(tmp);
+    if (rk->r == 0) {
+        g->gathers++;
+        g->bytes += (uint64_t)g->P * count * sizeof(float) / 2;
+    }
+    return tmp ? DT_OK : DT_ERR_NOMEM;
+}
+
+/* shard (count) = the sum over the ranks of their full's block r. */
+static int group_scatter_now(dt_tensor_group_t *gg, const void *full, void *shard,
+                             uint64_t count, int dtype, dt_stream_t *stream)
+{
+    rank_t *rk = (rank_t *)gg;
+    group_t *g = rk->g;
+    if (dtype != DT_F32)
+        return DT_ERR_UNSUPPORTED;
+    int rc = rk->h.D->stream_sync(rk->h.dev, stream);
+    if (rc)
+        return rc;
+    float *tmp = malloc(count * sizeof *tmp);
+    g->bufs[rk->r] = (float *)full;
+    pthread_barrier_wait(&g->bar);
+    for (uint64_t i = 0; tmp && i < count; i++) {
+        float acc = g->bufs[0][(uint64_t)rk->r * count + i];
+        for (int j = 1; j < g->P; j++)
+            acc += g->bufs[j][(uint64_t)rk->r * count + i];
+        tmp[i] = acc;
+    }
+    pthread_barrier_wait(&g->bar);
+    if (tmp)
+        memcpy(shard, tmp, count * sizeof *tmp);
+    free(tmp);
+    if (rk->r == 0) {
+        g->scatters++;
+        g->bytes += (uint64_t)g->P * count * sizeof(float) / 2;
+    }
+    return tmp ? DT_OK : DT_ERR_NOMEM;
+}
+
+static int group_scatter_start(dt_tensor_group_t *gg, const void *full, void *shard,
+                               uint64_t count, int dtype, dt_stream_t *stream,
+                               dt_comm_req_t **req)
+{
+    *req = NULL; /* done before it returns */
+    return group_scatter_now(gg, full, shard, count, dtype, stream);
+}
+
+static int group_grad_sum(dt_tensor_group_t *g, float *buf, uint64_t count, dt_stream_t *stream)
+{
+    return group_reduce_now((rank_t *)g, buf, count, DT_F32, DT_OP_SUM, stream);
+}
+
+static const dt_tensor_ops_t group_sp_scheme = {
+    .row_forward = group_row,
+    .column_backward_start = group_column_start,
+    .column_backward_wait = group_wait,
+    .embedding_forward = group_row,
+    .xent_reduce = group_xent,
+    .sequence_parallel = group_sp,
+    .column_forward_gather = group_gather,
+    .column_backward_scatter = group_scatter_start,
+    .row_forward_scatter = group_scatter_now,
+    .row_backward_gather = group_gather,
+    .duplicated_grad_reduce = group_grad_sum,
+};
+
 /* One step of M micro-batches on this rank (a thread: no cmocka calls). */
 static void *rank_step(void *arg)
 {
@@ -250,8 +353,10 @@ static void take_part(const dt_param_desc_t *pd, const dt_param_desc_t *wd, cons
     }
 }
 
-/* Open the P ranks with the reference's parameters. */
-static void ranks_open(ref_t *w, group_t *g, rank_t *rk, int P, const char *ckpt)
+/* Open the P ranks with the reference's parameters (scheme: the test's
+ * 1D or its sequence-parallel one). */
+static void ranks_open_with(ref_t *w, group_t *g, rank_t *rk, int P, const char *ckpt,
+                            const dt_tensor_ops_t *scheme)
 {
     char toml[512];
     model_toml(toml, sizeof toml, P, ckpt);
@@ -265,8 +370,10 @@ static void ranks_open(ref_t *w, group_t *g, rank_t *rk, int P, const char *ckpt
         rk[r].inputs = w->inputs;
         rk[r].targets = w->targets;
         dt_mh_tp_rank = r;
+        dt_mh_tp_scheme = scheme == &group_sp_scheme ? scheme : NULL;
         must(dt_mh_open(&rk[r].h, toml, B, T, SEED), "opening a tensor-parallel rank");
-        rk[r].ops = &group_scheme;
+        dt_mh_tp_scheme = NULL;
+        rk[r].ops = scheme;
         dt_model_set_tensor(rk[r].h.model, (dt_tensor_group_t *)&rk[r]);
         for (uint32_t u = 0; u < NU; u++) {
             const dt_unit_desc_t *ud = &rk[r].h.desc->units[u];
@@ -278,6 +385,11 @@ static void ranks_open(ref_t *w, group_t *g, rank_t *rk, int P, const char *ckpt
         must(dt_mh_sync_params(&rk[r].h), "setting a rank's parameters");
     }
     dt_mh_tp_rank = 0;
+}
+
+static void ranks_open(ref_t *w, group_t *g, rank_t *rk, int P, const char *ckpt)
+{
+    ranks_open_with(w, g, rk, P, ckpt, &group_scheme);
 }
 
 static void ranks_close(group_t *g, rank_t *rk)
@@ -374,6 +486,110 @@ static void run_layout_defer(int P, const char *ckpt, int defer)
 }
 
 static void run_layout(int P, const char *ckpt) { run_layout_defer(P, ckpt, 0); }
+
+/* Sequence parallelism: the same model, its collectives the planner's. */
+static void run_layout_sp(int P, const char *ckpt)
+{
+    ref_t *w = calloc(1, sizeof *w);
+    group_t g;
+    rank_t *rk = calloc(MAXP, sizeof *rk);
+    assert_non_null(w);
+    assert_non_null(rk);
+    ref_open(w, ckpt);
+    ranks_open_with(w, &g, rk, P, ckpt, &group_sp_scheme);
+    assert_int_equal(dt_model_state(rk[0].h.model)->tp_seq, 1);
+    ranks_step(&g, rk);
+    char what[96];
+    snprintf(what, sizeof what, "tp %d, sequence parallel, activation_checkpointing %s", P,
+             ckpt);
+    check_ranks(what, w, &g, rk);
+    /* per micro-batch: all-gathers 2 per block forward, 4 backward (the
+     * output gradient before each row layer, each norm's output again),
+     * ln_f's output, the embedding's gradient; reduce-scatters 2 per
+     * block each way, the embedding's output, the LM head's input
+     * gradient; all-reduces the cross-entropy's 2, the replicated
+     * tensors' gradient sums (6 per block, ln_f's 2, wpe); a recomputed
+     * block's forward runs its 2 + 2 again */
+    const uint64_t again = strcmp(ckpt, "all") == 0 ? 2 * L : 0;
+    assert_int_equal(g.gathers, M * (6 * L + 2 + again));
+    assert_int_equal(g.scatters, M * (4 * L + 2 + again));
+    assert_int_equal(g.calls, M * (2 + 6 * L + 2 + 1));
+    dt_model_tp_comm_t tc;
+    memset(&tc, 0, sizeof tc);
+    dt_model_tp_comm(rk[0].h.model, B, T, &tc);
+    assert_int_equal(M * (tc.fwd + tc.bwd), g.calls + g.gathers + g.scatters);
+    assert_int_equal(M * (tc.fwd_bytes + tc.bwd_bytes), g.bytes);
+    /* the regions between the split layers on T/P of the positions: the
+     * activations planned below the 1D layout's */
+    dt_model_act_t sp_act, one_d;
+    must(dt_model_act_bytes(rk[0].h.model, B, T, NULL, &sp_act), "act_bytes");
+    dt_model_state(rk[0].h.model)->tp_seq = 0;
+    must(dt_model_act_bytes(rk[0].h.model, B, T, NULL, &one_d), "act_bytes");
+    dt_model_state(rk[0].h.model)->tp_seq = 1;
+    printf("%s: activations %llu bytes kept (1D: %llu), %llu workspace (1D: %llu)\n", what,
+           (unsigned long long)sp_act.kept, (unsigned long long)one_d.kept,
+           (unsigned long long)sp_act.workspace, (unsigned long long)one_d.workspace);
+    assert_true(sp_act.kept < one_d.kept);
+    assert_true(sp_act.total < one_d.total);
+    ranks_close(&g, rk);
+    ref_close(w);
+    free(rk);
+    free(w);
+}
+
+static void test_sp2(void **state) { run_layout_sp(2, "none"); }
+static void test_sp4(void **state) { run_layout_sp(4, "none"); }
+static void test_sp2_recompute(void **state) { run_layout_sp(2, "all"); }
+
+/* A sequence not a multiple of the group is refused, naming both keys. */
+static void test_sp_seq_len(void **state)
+{
+    char toml[512];
+    model_toml(toml, sizeof toml, 4, "none");
+    dt_mh_t h;
+    dt_mh_tp_scheme = &group_sp_scheme;
+    int rc = dt_mh_open(&h, toml, B, 6, SEED);
+    dt_mh_tp_scheme = NULL;
+    assert_int_equal(rc, DT_ERR_CONFIG);
+    assert_string_equal(dt_last_error(),
+                        "[train] seq_len = 6 is not a multiple of [parallel] tensor = 4: "
+                        "[tensor] scheme = \"test\" splits each sequence over the tensor group");
+    dt_mh_close(&h);
+}
+
+/* A scheme with some of sequence parallelism's slots, and an arch that
+ * does not declare it runs it, are refused. */
+static void test_sp_refusals(void **state)
+{
+    char toml[512];
+    model_toml(toml, sizeof toml, 2, "none");
+    dt_tensor_ops_t partial = group_sp_scheme;
+    partial.duplicated_grad_reduce = NULL;
+    dt_mh_t h;
+    dt_mh_tp_scheme = &partial;
+    int rc = dt_mh_open(&h, toml, B, T, SEED);
+    dt_mh_tp_scheme = NULL;
+    assert_int_equal(rc, DT_ERR_INVALID);
+    assert_string_equal(dt_last_error(),
+                        "tensor plugin 'test' splits the sequence but lacks some of sequence "
+                        "parallelism's slots (all six or none)");
+    dt_mh_close(&h);
+    /* an arch without info.sequence_parallel (gpt2's flag cleared, as a
+     * third-party model would leave it) */
+    must(dt_mh_open(&h, toml, B, T, SEED), "open");
+    ((dt_model_info_t *)dt_model_info(h.model))->sequence_parallel = 0;
+    assert_int_equal(dt_model_set_sequence(h.model, &group_sp_scheme, "megatron_sp"),
+                     DT_ERR_CONFIG);
+    assert_string_equal(dt_last_error(),
+                        "[tensor] scheme = \"megatron_sp\" splits the sequence over the tensor "
+                        "group; [model] arch = \"gpt2\" does not run sequence parallelism (use "
+                        "scheme \"megatron\")");
+    assert_int_equal(dt_model_state(h.model)->tp_seq, 0);
+    /* the 1D scheme: nothing split, nothing asked */
+    must(dt_model_set_sequence(h.model, &group_scheme, "megatron"), "1D scheme");
+    assert_int_equal(dt_model_state(h.model)->tp_seq, 0);
+    dt_mh_close(&h);
+}
 
 static void test_tp2(void **state) { run_layout(2, "none"); }
 static void test_tp2_deferred(void **state) { run_layout_defer(2, "none", 1); }
@@ -482,6 +698,9 @@ int main(void)
         cmocka_unit_test(test_tp4),
         cmocka_unit_test(test_tp2_recompute), cmocka_unit_test(test_init_parts),
         cmocka_unit_test(test_refusals),     cmocka_unit_test(test_no_reduce),
+        cmocka_unit_test(test_sp2),          cmocka_unit_test(test_sp4),
+        cmocka_unit_test(test_sp2_recompute), cmocka_unit_test(test_sp_seq_len),
+        cmocka_unit_test(test_sp_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

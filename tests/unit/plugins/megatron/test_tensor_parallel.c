@@ -1,9 +1,13 @@
 /*
- * tests/unit/plugins/megatron/test_tensor_parallel.c - the shipped tensor-parallel scheme
- * (`megatron`, plugins/megatron), loaded with dlopen and driven through its
- * tensor table (dtrain/tensor_parallel.h) the way the model drives it.
+ * tests/unit/plugins/megatron/test_tensor_parallel.c - the shipped
+ * tensor-parallel schemes (`megatron`, plugins/megatron, and
+ * `megatron_sp`, the same source built with sequence parallelism), loaded
+ * with dlopen and driven through their tensor tables
+ * (dtrain/tensor_parallel.h) the way the model drives them.
  *
  *   - the table: kind tensor, ABI 1.0, every slot, no keys of its own;
+ *     megatron without sequence parallelism's optional slots, megatron_sp
+ *     with all six and sequence_parallel() 1;
  *   - init's refusals with their exact messages: an argument struct below
  *     its minor-0 size, no communicator operations, no communicator, a
  *     group of one rank (the self communicator);
@@ -13,10 +17,16 @@
  *     embedding_forward, xent_reduce with DT_OP_MAX and DT_OP_SUM, and an
  *     op the statistics never use refused on both ranks before anything
  *     is sent;
+ *   - megatron_sp's own collectives on 2 forked ranks: the all-gather
+ *     (into another buffer and in place, the shard aliasing its place in
+ *     the whole), the column layer's reduce-scatter started then waited,
+ *     the row layer's reduce-scatter (in place too), the gradient's
+ *     all-gather, the replicated gradients' sum;
  *   - the traffic counters: the group's rank 0, and only it, logs
- *     "tensor group of 2 ranks: N all-reduces of B bytes in all" at
- *     finalize, with every collective above counted (the line
- *     bench/bench_tensor.sh reads).
+ *     "tensor group of 2 ranks: N all-reduces of B bytes in all, G
+ *     all-gathers and S reduce-scatters of B2 bytes in all; W bytes sent
+ *     per rank" at finalize, with every collective above counted (the
+ *     line bench/bench_tensor.sh reads).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -37,7 +47,7 @@
 #include "test_plugin.h"
 #include "util/error.h"
 
-static const dt_tensor_ops_v1_t *MG;
+static const dt_tensor_ops_v1_t *MG, *MS;
 static const dt_device_ops_v1_t *DEV;
 static const dt_comm_ops_v1_t *SHM, *SELF;
 
@@ -60,6 +70,22 @@ static void test_table(void **state)
     assert_non_null(MG->column_backward_wait);
     assert_non_null(MG->embedding_forward);
     assert_non_null(MG->xent_reduce);
+    /* the 1D scheme splits no sequence */
+    assert_null(MG->sequence_parallel);
+    assert_null(MG->column_forward_gather);
+    assert_null(MG->duplicated_grad_reduce);
+    assert_string_equal(MS->info.name, "megatron_sp");
+    assert_int_equal(MS->info.kind, DT_KIND_TENSOR);
+    assert_int_equal(MS->info.struct_size, sizeof(dt_tensor_ops_v1_t));
+    assert_non_null(MS->row_forward);
+    assert_non_null(MS->xent_reduce);
+    assert_non_null(MS->sequence_parallel);
+    assert_int_equal(MS->sequence_parallel(), 1);
+    assert_non_null(MS->column_forward_gather);
+    assert_non_null(MS->column_backward_scatter);
+    assert_non_null(MS->row_forward_scatter);
+    assert_non_null(MS->row_backward_gather);
+    assert_non_null(MS->duplicated_grad_reduce);
 }
 
 /* ------------------------------------------------------- refusals -- */
@@ -234,8 +260,93 @@ static void test_collectives(void **state)
      * the refused one sends nothing */
     assert_int_equal(shared->n_log[0], 1);
     assert_string_equal(shared->log[0][0],
-                        "tensor group of 2 ranks: 7 all-reduces of 136 bytes in all");
+                        "tensor group of 2 ranks: 7 all-reduces of 136 bytes in all, 0 "
+                        "all-gathers and 0 reduce-scatters of 0 bytes in all; 136 bytes sent "
+                        "per rank");
     assert_int_equal(shared->n_log[1], 0); /* said once, by rank 0 */
+}
+
+/* megatron_sp's gathers and scatters: each rank's shard is N elements of
+ * a whole of P x N. */
+static int rank_sequence(int rank, int nproc, const char *job, void *arg)
+{
+    (void)arg;
+    dt_test_host_t th;
+    dt_test_host_init(&th, "tensor/megatron_sp", NULL);
+    th.host.log = capture_log;
+    dt_mp_cpu_shm_t e;
+    DT_MP_OK(dt_mp_cpu_shm_open(&e, DEV, SHM, rank, nproc, job));
+    dt_device_t *dev = e.dev;
+    dt_stream_t *cs = e.stream;
+    dt_tensor_init_v1_t ti = {.struct_size = sizeof ti, .dev = dev,
+                              .compute_stream = cs, .comm = e.world};
+    dt_tensor_group_t *g;
+    DT_MP_OK(MS->init(&th.host, &ti, &g));
+    float *shard, *full, want[P * N];
+    DT_MP_OK(DEV->alloc(dev, N * sizeof *shard, DT_TAG_ACTIVATIONS, (void **)&shard));
+    DT_MP_OK(DEV->alloc(dev, P * N * sizeof *full, DT_TAG_ACTIVATIONS, (void **)&full));
+    const float r = (float)rank;
+    float *mine = full + rank * N; /* this rank's place in the whole */
+
+    /* column_forward_gather: the shards, in rank order */
+    for (int i = 0; i < N; i++)
+        shard[i] = 10.0f * r + (float)i;
+    for (int j = 0; j < P * N; j++)
+        want[j] = 10.0f * (float)(j / N) + (float)(j % N);
+    DT_MP_OK(MS->column_forward_gather(g, shard, full, N, DT_F32, cs));
+    DT_MP_CHECK(same(full, want, P * N));
+    /* in place: the shard already at its place */
+    for (int j = 0; j < P * N; j++)
+        full[j] = -1.0f;
+    for (int i = 0; i < N; i++)
+        mine[i] = 10.0f * r + (float)i;
+    DT_MP_OK(MS->row_backward_gather(g, mine, full, N, DT_F32, cs));
+    DT_MP_CHECK(same(full, want, P * N));
+
+    /* column_backward_scatter: partial sums, this rank's block of the sum */
+    for (int j = 0; j < P * N; j++)
+        full[j] = (r + 1) * (float)j;
+    for (int i = 0; i < N; i++)
+        want[i] = 3.0f * (float)(rank * N + i);
+    dt_comm_req_t *req = NULL;
+    DT_MP_OK(MS->column_backward_scatter(g, full, shard, N, DT_F32, cs, &req));
+    DT_MP_OK(MS->column_backward_wait(g, req));
+    DT_MP_CHECK(same(shard, want, N));
+    /* row_forward_scatter in place: into this rank's place of the whole */
+    for (int j = 0; j < P * N; j++)
+        full[j] = (r + 1) * (float)j;
+    DT_MP_OK(MS->row_forward_scatter(g, full, mine, N, DT_F32, cs));
+    DT_MP_CHECK(same(mine, want, N));
+
+    /* duplicated_grad_reduce: each rank's share of a gradient, summed */
+    for (int i = 0; i < N; i++) {
+        shard[i] = rank == 0 ? (float)i : 0.5f;
+        want[i] = (float)i + 0.5f;
+    }
+    DT_MP_OK(MS->duplicated_grad_reduce(g, shard, N, cs));
+    DT_MP_CHECK(same(shard, want, N));
+
+    DEV->free(dev, shard);
+    DEV->free(dev, full);
+    MS->finalize(g);
+    dt_mp_cpu_shm_close(&e);
+    return 0;
+}
+
+static void test_sequence(void **state)
+{
+    (void)state;
+    memset(shared, 0, sizeof *shared);
+    dt_mp_run_ranks(P, rank_sequence, NULL, 60.0, "tpseq");
+    /* 2 all-gathers and 2 reduce-scatters of a whole of 12 f32 (48 bytes
+     * each, half of it sent on a ring of 2), one all-reduce of 24 bytes
+     * (all of it sent) */
+    assert_int_equal(shared->n_log[0], 1);
+    assert_string_equal(shared->log[0][0],
+                        "tensor group of 2 ranks: 1 all-reduces of 24 bytes in all, 2 "
+                        "all-gathers and 2 reduce-scatters of 192 bytes in all; 120 bytes sent "
+                        "per rank");
+    assert_int_equal(shared->n_log[1], 0);
 }
 
 static int setup(void **state)
@@ -243,13 +354,15 @@ static int setup(void **state)
     (void)state;
     MG = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_megatron.so",
                               DT_ENTRY_STRING(tensor, 1), NULL);
+    MS = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_megatron_sp.so",
+                              DT_ENTRY_STRING(tensor, 1), NULL);
     DEV = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_cpu.so", DT_ENTRY_STRING(device, 1),
                                NULL);
     SHM = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_shm.so", DT_ENTRY_STRING(comm, 1),
                                NULL);
     SELF = dt_test_plugin_entry(DT_TEST_PLUGIN_DIR "/dtrain_self.so", DT_ENTRY_STRING(comm, 1),
                                 NULL);
-    if (!MG || !DEV || !SHM || !SELF) {
+    if (!MG || !MS || !DEV || !SHM || !SELF) {
         fprintf(stderr, "%s\n", dt_last_error());
         return -1;
     }
@@ -263,6 +376,7 @@ int main(void)
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_init_refusals),
         cmocka_unit_test(test_collectives),
+        cmocka_unit_test(test_sequence),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -13,7 +13,8 @@
  * head tied to wte) and plugins/mlp (a bigram Linear+GELU stack on the same
  * token data, a non-transformer shape for testing strategies).  The common
  * machinery (config dispatch, init, activations, the bf16 parameter views,
- * the services a plugin calls) is core/model/model.c.
+ * the services a plugin calls) is core/model/model*.c, one file a concern
+ * (model.c's header lists them).
  *
  * [model] dtype = "bf16" (or "fp16"): the strategy holds compute parameters
  * in bf16 (f16) (desc.param_dtype); matmuls read the weights so (the device's

@@ -1,15 +1,15 @@
 /*
- * core/model/model_arch.h - the model as model.c holds it (struct
+ * core/model/model_arch.h - the model as model*.c hold it (struct
  * dt_model: the public state a model plugin reads, dtrain/model.h, and
  * the core's own fields) and the functions behind the services table a
  * model plugin calls (dt_model_services): describing units and tensors,
  * device allocations the model frees, strategy hooks with context in
  * messages, and parameter views.
  *
- * model.c owns the common step: token checks and copies, the loss mean
+ * model_run.c owns the common step: token checks and copies, the loss mean
  * from per-position losses, and freeing.  An arch describes its units in
  * `create`, counts its activation bytes in `act_bytes`, allocates them in
- * `alloc_acts` (model.c checks the two agree, unit by unit), and runs
+ * `alloc_acts` (model_acts.c checks the two agree, unit by unit), and runs
  * `forward` (ending with m->losses filled) and `backward` through the
  * hooks.  `forward` passes each kernel's output to dt_model_probe, which
  * does nothing except inside dt_model_find_nonfinite.
@@ -31,7 +31,7 @@ typedef struct dt_tensor_extra {
     dt_param_split_t split;
 } dt_tensor_extra_t;
 
-typedef struct dt_model_probe dt_model_probe_t; /* model.c */
+typedef struct dt_model_probe dt_model_probe_t; /* model_probe.c */
 
 /* Which units backward recomputes instead of keeping their activations
  * ("activation checkpointing", [model] activation_checkpointing: none,
@@ -87,7 +87,7 @@ struct dt_model {
                                    * dt_model_hook probes each unit's gradient */
 };
 
-/* The services table model.c hands every model plugin (m->s.svc). */
+/* The services table create hands every model plugin (m->s.svc). */
 extern const dt_model_services_t dt_model_services;
 
 /* ---- describing (create) ---- */
@@ -230,5 +230,22 @@ int dt_model_loss_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t hea
  * of loss_scale x the mean loss over the B*T positions. */
 int dt_model_loss_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t head,
                            void *dlogits, float loss_scale);
+
+/* ---- shared by the model*.c files (not services) ---- */
+/* Tokens `tok` (B x T) within the vocabulary: DT_ERR_INVALID naming
+ * `what` and the first bad position otherwise. */
+int dt_model_check_tokens(const dt_model_t *m, const char *what, const int32_t *tok);
+/* DT_ERR_INVALID naming `what` unless this rank holds the whole model
+ * (no pipeline stage set): model_run.c. */
+int dt_model_whole(const dt_model_t *m, const char *what);
+/* Sequence parallelism, from the hooks: a unit's replicated tensors'
+ * gradient slices zeroed on ranks other than 0 at its first pre_backward
+ * (sum 0), summed over the tensor group at its last post_backward (sum
+ * 1): model_tensor.c. */
+int dt_model_seq_grads(const dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit, int sum);
+/* The gradient search (model_probe.c), from the hooks: note a unit's
+ * gradient buffer at its pre_backward; look into it at its last use. */
+void dt_model_grad_probe_note(dt_model_probe_t *p, uint32_t unit, float *grads);
+int dt_model_grad_probe_unit(const dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t unit);
 
 #endif /* DT_MODEL_ARCH_H */

@@ -30,6 +30,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cmocka.h>
 
@@ -563,8 +565,32 @@ static void exchange(int n, int absent, int dead, int stagger_ms, double timeout
     exchange_at(0, -1, n, absent, dead, stagger_ms, timeout_s, lines, secs);
 }
 
-/* A port for the TCP cases, apart for concurrent runs of this test. */
-static int tcp_port(int k) { return 30000 + (int)(getpid() % 5000) * 4 + k; }
+/* Whether TCP port `p` can be bound now (nothing listens on it, no
+ * connection holds it). */
+static int port_free(int p)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return 0;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
+    int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A port for the TCP cases: apart for concurrent runs of this test, below
+ * Linux's ephemeral range (32768-60999, where any concurrent test's
+ * outgoing connections take theirs), and free when chosen (integration
+ * tests pick theirs at random from 20000 up). */
+static int tcp_port(int k)
+{
+    for (int t = 0; t < 500; t++) {
+        int p = 20000 + (int)((getpid() + 7 * t) % 2000) * 4 + k;
+        if (port_free(p))
+            return p;
+    }
+    return 20000 + k;
+}
 
 static void test_exchange(void **state)
 {

@@ -7,14 +7,19 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ckpt/ckpt_io.h"
 #include "train/batch_lr.h"
@@ -102,6 +107,7 @@ typedef struct state_io {
     const char *entry; /* "<unit>/<state>" */
     dt_ckpt_reader_t *rd;
     dt_ckpt_writer_t *wr;
+    int direct; /* wr is deferred: get_state fills its memory in place */
 } state_io_t;
 
 /* What to do with each range (begin/end may be NULL) and each piece. */
@@ -112,7 +118,8 @@ typedef struct piece_ops {
 } piece_ops_t;
 
 /* Visit the `purpose` ranges of io's unit and state in pieces, with one
- * staging buffer (*buf, allocated on first use, freed by the caller). */
+ * staging buffer (*buf, allocated on first use, freed by the caller; none
+ * when io->direct). */
 static int each_piece(const state_io_t *io, int purpose, const piece_ops_t *po, float **buf)
 {
     dt_range_t *rg = NULL;
@@ -125,7 +132,7 @@ static int each_piece(const state_io_t *io, int purpose, const piece_ops_t *po, 
             break;
         for (uint64_t off = 0; off < rg[i].count && !rc; off += PIECE_ELEMS) {
             uint64_t c = rg[i].count - off < PIECE_ELEMS ? rg[i].count - off : PIECE_ELEMS;
-            if (!*buf && !(*buf = malloc(PIECE_ELEMS * sizeof **buf)))
+            if (!io->direct && !*buf && !(*buf = malloc(PIECE_ELEMS * sizeof **buf)))
                 rc = dt_err_set(DT_ERR_NOMEM, "out of memory staging checkpoint state");
             else
                 rc = po->piece(io, (dt_range_t){.offset = rg[i].offset + off, .count = c},
@@ -153,11 +160,22 @@ static int save_begin(const state_io_t *io, dt_range_t r)
     return dt_ckpt_shard_begin(io->wr, io->entry, DT_F32, r.offset, r.count);
 }
 
+/* get_state of range r, then into the shard: straight into a deferred
+ * shard's memory (the snapshot's only copy), else through buf. */
+static int save_state(const state_io_t *io, dt_range_t r, float *buf)
+{
+    const size_t nbytes = (size_t)r.count * sizeof *buf;
+    void *dst = buf;
+    int rc = io->direct ? dt_ckpt_shard_reserve(io->wr, nbytes, &dst) : DT_OK;
+    if (!rc)
+        rc = STRATEGY_CALL(io->ops, io->ops->get_state(io->s, io->u, io->k, r, dst),
+                           "get_state");
+    return rc || io->direct ? rc : dt_ckpt_shard_append(io->wr, buf, nbytes);
+}
+
 static int save_piece(const state_io_t *io, dt_range_t p, float *buf)
 {
-    int rc = STRATEGY_CALL(io->ops, io->ops->get_state(io->s, io->u, io->k, p, buf),
-                           "get_state");
-    return rc ? rc : dt_ckpt_shard_append(io->wr, buf, (size_t)p.count * sizeof *buf);
+    return save_state(io, p, buf);
 }
 
 static int save_end(const state_io_t *io) { return dt_ckpt_shard_end(io->wr); }
@@ -292,14 +310,11 @@ static int each_part_piece(const state_io_t *io, const dt_unit_desc_t *ud, dt_ra
 static int save_part_piece(const state_io_t *io, const part_piece_t *pc, float *buf)
 {
     const dt_range_t r = {.offset = pc->local, .count = pc->count};
-    int rc = STRATEGY_CALL(io->ops, io->ops->get_state(io->s, io->u, io->k, r, buf),
-                           "get_state");
-    if (!rc)
-        rc = pc->block.ndim ? dt_ckpt_shard_begin_block(io->wr, io->entry, DT_F32, &pc->block)
+    int rc = pc->block.ndim ? dt_ckpt_shard_begin_block(io->wr, io->entry, DT_F32, &pc->block)
                             : dt_ckpt_shard_begin(io->wr, io->entry, DT_F32, pc->flat,
                                                   pc->count);
     if (!rc)
-        rc = dt_ckpt_shard_append(io->wr, buf, (size_t)pc->count * sizeof *buf);
+        rc = save_state(io, r, buf);
     return rc ? rc : dt_ckpt_shard_end(io->wr);
 }
 
@@ -320,7 +335,7 @@ static int each_part_range(const state_io_t *io, const dt_unit_desc_t *ud, int p
     dt_range_t *rg = NULL;
     uint32_t n = 0;
     int rc = ranges(io->ops, io->s, io->u, io->k, purpose, &rg, &n);
-    if (!rc && n && !*buf && !(*buf = malloc(PIECE_ELEMS * sizeof **buf)))
+    if (!rc && n && !io->direct && !*buf && !(*buf = malloc(PIECE_ELEMS * sizeof **buf)))
         rc = dt_err_set(DT_ERR_NOMEM, "out of memory staging checkpoint state");
     for (uint32_t i = 0; i < n && !rc; i++)
         rc = each_part_piece(io, ud, rg[i], purpose == DT_RANGES_SAVE, fn, *buf);
@@ -724,7 +739,7 @@ static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strat
             if ((rc = find_unit_entry(dir, rd, &d->units[u], name)))
                 break;
             dt_crash_set_unit(u, d->units[u].name);
-            const state_io_t io = {ops, s, u, k, name, rd, NULL};
+            const state_io_t io = {ops, s, u, k, name, rd, NULL, 0};
             static const piece_ops_t lo = {NULL, load_piece, NULL};
             rc = parts ? each_part_range(&io, &d->units[u], DT_RANGES_HELD, load_part_piece,
                                          &buf)
@@ -855,7 +870,7 @@ static int write_shard(const dt_world_t *w, const dt_strategy_ops_t *ops, dt_str
             char name[DT_CKPT_NAME_MAX];
             snprintf(name, sizeof name, "%s/%s", d->units[u].name, state_names[k]);
             dt_crash_set_unit(u, d->units[u].name);
-            const state_io_t io = {ops, s, u, k, name, NULL, wr};
+            const state_io_t io = {ops, s, u, k, name, NULL, wr, deferred != NULL};
             static const piece_ops_t so = {save_begin, save_piece, save_end};
             rc = dt_model_info(m)->tensor_parallel > 1
                      ? each_part_range(&io, &d->units[u], DT_RANGES_SAVE, save_part_piece, &buf)
@@ -955,14 +970,19 @@ static uint64_t dir_bytes(const char *dir)
 }
 
 /* Rank 0's line for a save that committed: "checkpoint: saved
- * out/run/ckpt/step-00000004 (123456 bytes, 0.012 s)". */
-static void print_saved(const char *root, int64_t step, double t0)
+ * out/run/ckpt/step-00000004 (123456 bytes, 0.012 s)"; an asynchronous
+ * one (paused >= 0) adds how long it held the training loop up: "(123456
+ * bytes, 0.512 s; training paused 0.004 s)". */
+static void print_saved(const char *root, int64_t step, double t0, double paused)
 {
     char dir[4096];
     if (dt_ckpt_step_dir(root, (uint64_t)step, 0, dir, sizeof dir) != DT_OK)
         return;
-    printf("checkpoint: saved %s (%llu bytes, %.3f s)\n", dir,
-           (unsigned long long)dir_bytes(dir), mono_s() - t0);
+    printf("checkpoint: saved %s (%llu bytes, %.3f s", dir, (unsigned long long)dir_bytes(dir),
+           mono_s() - t0);
+    if (paused >= 0)
+        printf("; training paused %.3f s", paused);
+    printf(")\n");
     fflush(stdout);
 }
 
@@ -980,14 +1000,19 @@ struct dt_ckpt_async {
     cJSON *loop;            /* a copy of the caller's */
     char root[2048], tmp[4096];
     double t0;
+    double paused;          /* async: s the training loop spent on it; -1 */
+    double paused_since;    /* async: when dt_ckpt_save_finish began */
     int written;            /* every rank's shard is on disk */
     dt_ckpt_seg_t *all;     /* every rank's segments (rank 0 uses them) */
     size_t n_all;
     dt_ckpt_writer_t *wr;   /* the deferred shard until its thread took it */
     void *mem;              /* the shard's memory, once written */
     size_t mem_cap;
+    dt_ckpt_seg_t *segs;    /* this rank's segments, CRCs in, once written */
+    size_t n_segs;
     pthread_t th;
     int th_started;
+    atomic_int th_done;     /* the thread's results below are in */
     int th_rc;
     char th_err[DT_ERR_MAX];
 };
@@ -1035,12 +1060,27 @@ static void save_free(dt_ckpt_async_t *sv)
         free(sv->mem);
     }
     free(sv->all);
+    free(sv->segs);
     cJSON_Delete(sv->loop);
     free(sv);
 }
 
-/* Phase 1, collective: the temp folder, this rank's shard (to disk, or
- * deferred: to memory, kept in sv->wr), the segment tables gathered. */
+/* Every rank's segment table (this rank's `segs`, taken over) to sv->all. */
+static int share_segs(dt_ckpt_async_t *sv, dt_ckpt_seg_t *segs, size_t n_segs)
+{
+    if (sv->w->size == 1) {
+        sv->all = segs;
+        sv->n_all = n_segs;
+        return DT_OK;
+    }
+    int rc = gather_segs(sv->w, sv->cops, sv->comm, segs, n_segs, &sv->all, &sv->n_all);
+    free(segs);
+    return rc;
+}
+
+/* Phase 1, collective: the temp folder, this rank's shard (to disk, the
+ * segment tables gathered; or deferred: to memory, kept in sv->wr, its
+ * CRCs and the gather left to dt_ckpt_save_finish). */
 static int save_shards(dt_ckpt_async_t *sv, dt_strategy_t *s, int deferred)
 {
     const dt_world_t *w = sv->w;
@@ -1073,16 +1113,12 @@ static int save_shards(dt_ckpt_async_t *sv, dt_strategy_t *s, int deferred)
         return save_fail(sv, rc);
     }
     sv->written = !deferred;
-    if (w->size > 1) {
-        rc = gather_segs(w, sv->cops, sv->comm, segs, n_segs, &sv->all, &sv->n_all);
-        free(segs);
-        if (rc)
-            return save_fail(sv, rc);
-    } else {
-        sv->all = segs;
-        sv->n_all = n_segs;
+    if (deferred) {
+        free(segs); /* none: the deferred shard keeps its own */
+        return DT_OK;
     }
-    return DT_OK;
+    rc = share_segs(sv, segs, n_segs);
+    return rc ? save_fail(sv, rc) : DT_OK;
 }
 
 /* Phase 2, collective, every shard on disk: rank 0 writes the manifest
@@ -1146,7 +1182,8 @@ static int save_commit(dt_ckpt_async_t *sv)
         return save_fail(sv, commit_rc);
     }
     if (w->rank == 0 && (rc = dt_ckpt_prune(sv->root, (uint32_t)set->checkpoint.keep)) == DT_OK)
-        print_saved(sv->root, sv->step, sv->t0);
+        print_saved(sv->root, sv->step, sv->t0, sv->paused < 0 ? -1 : sv->paused + mono_s() -
+                                                                     sv->paused_since);
     return rc;
 }
 
@@ -1161,7 +1198,7 @@ static int save_new(const dt_world_t *w, const dt_settings_t *set, uint64_t conf
     }
     *sv = (dt_ckpt_async_t){.w = w, .set = set, .config_hash = config_hash, .cops = cops,
                             .comm = comm, .ops = ops, .m = m, .step = step, .loop = sv->loop,
-                            .t0 = mono_s()};
+                            .t0 = mono_s(), .paused = -1};
     int rc = dt_ckpt_root(set, sv->root, sizeof sv->root);
     if (rc) {
         save_free(sv);
@@ -1183,15 +1220,37 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
     return rc;
 }
 
-/* The thread of an asynchronous save: this rank's shard to disk. */
-static void *shard_thread(void *arg)
+/* The writer thread at idle priority (SCHED_IDLE: it runs on cycles the
+ * training threads leave; failing that the lowest nice value), so on a
+ * machine whose cores the ranks fill it does not take them from the
+ * step; what it has not written by the next save that save waits for.
+ * Best effort: a thread left at normal priority writes the same bytes. */
+static void writer_priority(void)
 {
-    dt_ckpt_async_t *sv = arg;
+#ifdef SCHED_IDLE
+    const struct sched_param sp = {.sched_priority = 0};
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) == 0)
+        return;
+#endif
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+}
+
+/* An asynchronous save's shard checksummed and written to disk, then
+ * th_done for dt_ckpt_save_poll. */
+static void shard_write(dt_ckpt_async_t *sv)
+{
     dt_ckpt_writer_t *wr = sv->wr;
     sv->wr = NULL;
-    sv->th_rc = dt_ckpt_shard_finish(wr, &sv->mem, &sv->mem_cap);
+    sv->th_rc = dt_ckpt_shard_finish(wr, &sv->segs, &sv->n_segs, &sv->mem, &sv->mem_cap);
     if (sv->th_rc)
         snprintf(sv->th_err, sizeof sv->th_err, "%s", dt_last_error());
+    atomic_store_explicit(&sv->th_done, 1, memory_order_release);
+}
+
+static void *shard_thread(void *arg)
+{
+    writer_priority();
+    shard_write(arg);
     return NULL;
 }
 
@@ -1216,15 +1275,31 @@ int dt_ckpt_save_async(const dt_world_t *w, const dt_settings_t *set, uint64_t c
     sv->th_started = pthread_create(&sv->th, NULL, shard_thread, sv) == 0;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (!sv->th_started)
-        shard_thread(sv); /* no thread: written now */
+        shard_write(sv); /* no thread: written now */
+    sv->paused = mono_s() - sv->t0;
     *out = sv;
     return DT_OK;
+}
+
+int dt_ckpt_save_poll(dt_ckpt_async_t *sv, int *ready)
+{
+    const double t = mono_s();
+    int32_t v = atomic_load_explicit(&sv->th_done, memory_order_acquire);
+    int rc = DT_OK;
+    if (sv->w->size > 1)
+        rc = COMM_CALL(sv->cops,
+                       sv->cops->all_reduce(sv->comm, &v, &v, 1, DT_I32, DT_OP_MIN, NULL, NULL),
+                       "all_reduce");
+    *ready = rc == DT_OK && v == 1;
+    sv->paused += mono_s() - t;
+    return rc;
 }
 
 int dt_ckpt_save_finish(dt_ckpt_async_t *sv)
 {
     if (!sv)
         return DT_OK;
+    sv->paused_since = mono_s();
     if (sv->th_started)
         pthread_join(sv->th, NULL);
     sv->th_started = 0;
@@ -1235,12 +1310,13 @@ int dt_ckpt_save_finish(dt_ckpt_async_t *sv)
     int rc = agree(sv->w, sv->cops, sv->comm, local, &failed);
     if (rc == DT_OK && failed >= 0)
         rc = local ? local : dt_err_set(DT_ERR_IO, "rank %d failed writing its shard", (int)failed);
-    if (rc)
-        rc = save_fail(sv, rc);
-    else {
+    if (rc == DT_OK) {
+        /* every shard is on disk: from here rank 0 alone removes the save */
         sv->written = 1;
-        rc = save_commit(sv);
+        rc = share_segs(sv, sv->segs, sv->n_segs);
+        sv->segs = NULL;
     }
+    rc = rc ? save_fail(sv, rc) : save_commit(sv);
     save_free(sv);
     return rc;
 }

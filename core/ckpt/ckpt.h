@@ -43,18 +43,24 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
                  dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop);
 
 /* The same save in two collective halves (checkpoint.async): the first
- * copies this rank's shard to memory and hands it to a thread that writes
- * and fsyncs it while training goes on; dt_ckpt_save_finish (called by
- * every rank at the same point, the step after) waits for the thread,
- * agrees on every rank's outcome and commits as dt_ckpt_save does, and
- * frees the handle.  dt_ckpt_save_discard (not collective: the run failed)
- * waits for the thread and removes what the save wrote, keeping the error
- * message as it was. */
+ * copies this rank's shard to memory (get_state straight into a buffer
+ * kept from the previous save) and hands it to a thread, at idle
+ * priority, that checksums, writes and fsyncs it while training goes on.
+ * dt_ckpt_save_poll (collective, cheap: one all-reduce of an int) sets
+ * *ready when every rank's thread is done; dt_ckpt_save_finish (called by
+ * every rank at the same point: after a poll that said ready, or to wait,
+ * before the next save) waits for the thread, agrees on every rank's
+ * outcome (a rank's failed write named with its file), gathers the
+ * segment tables and commits as dt_ckpt_save does, and frees the handle.
+ * dt_ckpt_save_discard (not collective: the run failed) waits for the
+ * thread and removes what the save wrote, keeping the error message as it
+ * was. */
 typedef struct dt_ckpt_async dt_ckpt_async_t;
 int dt_ckpt_save_async(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
                        const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
                        dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop,
                        dt_ckpt_async_t **out);
+int dt_ckpt_save_poll(dt_ckpt_async_t *a, int *ready);
 int dt_ckpt_save_finish(dt_ckpt_async_t *a);
 void dt_ckpt_save_discard(dt_ckpt_async_t *a);
 

@@ -1235,12 +1235,28 @@ static void writer_priority(void)
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
 }
 
+#ifdef DTRAIN_TEST_HOOKS
+/* DTRAIN_FAULT_CKPT_WRITER_DELAY_MS=N (test builds only): the writer
+ * waits N ms before it writes, so a test sees a commit deferred across
+ * steps, and a crash while a save is in flight, at a known point. */
+static void writer_delay(void)
+{
+    const char *v = getenv("DTRAIN_FAULT_CKPT_WRITER_DELAY_MS");
+    long ms = v ? strtol(v, NULL, 10) : 0;
+    if (ms > 0)
+        nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000000L}, NULL);
+}
+#else
+static void writer_delay(void) {}
+#endif
+
 /* An asynchronous save's shard checksummed and written to disk, then
  * th_done for dt_ckpt_save_poll. */
 static void shard_write(dt_ckpt_async_t *sv)
 {
     dt_ckpt_writer_t *wr = sv->wr;
     sv->wr = NULL;
+    writer_delay();
     sv->th_rc = dt_ckpt_shard_finish(wr, &sv->segs, &sv->n_segs, &sv->mem, &sv->mem_cap);
     if (sv->th_rc)
         snprintf(sv->th_err, sizeof sv->th_err, "%s", dt_last_error());

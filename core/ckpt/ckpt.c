@@ -1001,7 +1001,7 @@ struct dt_ckpt_async {
     char root[2048], tmp[4096];
     double t0;
     double paused;          /* async: s the training loop spent on it; -1 */
-    double paused_since;    /* async: when dt_ckpt_save_finish began */
+    double paused_since;    /* async: when the boundary's advance began */
     int written;            /* every rank's shard is on disk */
     dt_ckpt_seg_t *all;     /* every rank's segments (rank 0 uses them) */
     size_t n_all;
@@ -1010,10 +1010,18 @@ struct dt_ckpt_async {
     size_t mem_cap;
     dt_ckpt_seg_t *segs;    /* this rank's segments, CRCs in, once written */
     size_t n_segs;
+    /* rank 0's manifest (manifest_parts) */
+    dt_ckpt_entry_t *entries;
+    size_t n_entries;
+    cJSON *mj, *extra;
+    /* async: stage 1, every rank's thread writes its shard; stage 2, rank
+     * 0's commits (manifest, COMPLETE, rename) and prunes */
+    int stage;
     pthread_t th;
     int th_started;
     atomic_int th_done;     /* the thread's results below are in */
-    int th_rc;
+    int th_rc;              /* stage 2: the commit's */
+    int prune_rc;           /* stage 2: the prune's (the save stands) */
     char th_err[DT_ERR_MAX];
 };
 
@@ -1061,6 +1069,9 @@ static void save_free(dt_ckpt_async_t *sv)
     }
     free(sv->all);
     free(sv->segs);
+    free(sv->entries);
+    cJSON_Delete(sv->mj);
+    cJSON_Delete(sv->extra);
     cJSON_Delete(sv->loop);
     free(sv);
 }
@@ -1121,70 +1132,85 @@ static int save_shards(dt_ckpt_async_t *sv, dt_strategy_t *s, int deferred)
     return rc ? save_fail(sv, rc) : DT_OK;
 }
 
-/* Phase 2, collective, every shard on disk: rank 0 writes the manifest
- * and commits, every rank learns the outcome, rank 0 prunes. */
-static int save_commit(dt_ckpt_async_t *sv)
+/* Rank 0: what the manifest records besides the segments (the entries,
+ * the model, the extra keys), into sv. */
+static int manifest_parts(dt_ckpt_async_t *sv)
 {
-    const dt_world_t *w = sv->w;
     const dt_settings_t *set = sv->set;
-    int rc = DT_OK;
     dt_model_desc_t *d = dt_model_desc(sv->m);
     const int ns = n_states(set);
-    const size_t n_entries = (size_t)d->n_units * (size_t)ns;
-    dt_ckpt_entry_t *entries = NULL;
-    cJSON *mj = NULL, *extra = NULL;
-    int32_t commit_rc = DT_OK;
-    if (w->rank == 0) {
-        entries = calloc(n_entries, sizeof *entries);
-        mj = dt_ckpt_model_json(sv->m);
-        extra = cJSON_CreateObject();
-        if (!entries || !mj || !extra) {
-            commit_rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
-        } else {
-            dt_ckpt_json_add_u64(extra, "config_hash", sv->config_hash);
-            dt_ckpt_json_add_u64(extra, "seed", (uint64_t)set->run.seed);
-            cJSON *data = data_json(set);
-            if (data)
-                cJSON_AddItemToObject(extra, "data", data);
-            /* where the learning-rate schedule ends (schedule_note) */
-            cJSON *sched = cJSON_AddObjectToObject(extra, "schedule");
-            if (sched)
-                cJSON_AddNumberToObject(sched, "train.steps", (double)set->train.steps);
-            cJSON *lp = sv->loop ? cJSON_Duplicate(sv->loop, 1) : NULL;
-            if (lp)
-                cJSON_AddItemToObject(extra, "loop", lp);
-            for (uint32_t u = 0; u < d->n_units; u++)
-                for (int k = 0; k < ns; k++) {
-                    dt_ckpt_entry_t *e = &entries[u * (uint32_t)ns + (uint32_t)k];
-                    snprintf(e->name, sizeof e->name, "%s/%s", d->units[u].name,
-                             state_names[k]);
-                    e->dtype = DT_F32;
-                    e->numel = unit_global(&d->units[u], NULL);
-                }
-            dt_ckpt_info_t info = {.step = (uint64_t)sv->step, .world_size = (uint32_t)w->size,
-                                   .strategy = sv->ops->info.name, .model = mj, .extra = extra};
-            if (!(commit_rc = dt_ckpt_write_manifest(sv->tmp, &info, entries, n_entries, sv->all,
-                                                     sv->n_all)))
-                commit_rc = dt_ckpt_commit(sv->root, (uint64_t)sv->step);
+    sv->n_entries = (size_t)d->n_units * (size_t)ns;
+    sv->entries = calloc(sv->n_entries, sizeof *sv->entries);
+    sv->mj = dt_ckpt_model_json(sv->m);
+    cJSON *extra = sv->extra = cJSON_CreateObject();
+    if (!sv->entries || !sv->mj || !extra)
+        return dt_err_set(DT_ERR_NOMEM, "out of memory");
+    dt_ckpt_json_add_u64(extra, "config_hash", sv->config_hash);
+    dt_ckpt_json_add_u64(extra, "seed", (uint64_t)set->run.seed);
+    cJSON *data = data_json(set);
+    if (data)
+        cJSON_AddItemToObject(extra, "data", data);
+    /* where the learning-rate schedule ends (schedule_note) */
+    cJSON *sched = cJSON_AddObjectToObject(extra, "schedule");
+    if (sched)
+        cJSON_AddNumberToObject(sched, "train.steps", (double)set->train.steps);
+    cJSON *lp = sv->loop ? cJSON_Duplicate(sv->loop, 1) : NULL;
+    if (lp)
+        cJSON_AddItemToObject(extra, "loop", lp);
+    for (uint32_t u = 0; u < d->n_units; u++)
+        for (int k = 0; k < ns; k++) {
+            dt_ckpt_entry_t *e = &sv->entries[u * (uint32_t)ns + (uint32_t)k];
+            snprintf(e->name, sizeof e->name, "%s/%s", d->units[u].name, state_names[k]);
+            e->dtype = DT_F32;
+            e->numel = unit_global(&d->units[u], NULL);
         }
-    }
-    free(entries);
-    cJSON_Delete(mj);
-    cJSON_Delete(extra);
-    if (w->size > 1 &&
+    return DT_OK;
+}
+
+/* Rank 0, every shard on disk and manifest_parts made: the manifest
+ * written and the save committed (any thread). */
+static int write_and_commit(dt_ckpt_async_t *sv)
+{
+    dt_ckpt_info_t info = {.step = (uint64_t)sv->step, .world_size = (uint32_t)sv->w->size,
+                           .strategy = sv->ops->info.name, .model = sv->mj, .extra = sv->extra};
+    int rc = dt_ckpt_write_manifest(sv->tmp, &info, sv->entries, sv->n_entries, sv->all,
+                                    sv->n_all);
+    return rc ? rc : dt_ckpt_commit(sv->root, (uint64_t)sv->step);
+}
+
+/* Collective: every rank learns rank 0's commit_rc; a failed commit is
+ * the save's failure (save_fail); after a commit rank 0 prunes (`prune`;
+ * else its commit thread did, sv->prune_rc) and announces the save. */
+static int commit_outcome(dt_ckpt_async_t *sv, int32_t commit_rc, int prune)
+{
+    int rc = DT_OK;
+    if (sv->w->size > 1 &&
         (rc = COMM_CALL(sv->cops, sv->cops->broadcast(sv->comm, &commit_rc, 1, DT_I32, 0, NULL,
                                                       NULL),
                         "broadcast")))
         return save_fail(sv, rc);
     if (commit_rc) {
-        if (w->rank != 0)
+        if (sv->w->rank != 0)
             dt_err_set(commit_rc, "rank 0 could not write the manifest or commit");
         return save_fail(sv, commit_rc);
     }
-    if (w->rank == 0 && (rc = dt_ckpt_prune(sv->root, (uint32_t)set->checkpoint.keep)) == DT_OK)
-        print_saved(sv->root, sv->step, sv->t0, sv->paused < 0 ? -1 : sv->paused + mono_s() -
-                                                                     sv->paused_since);
+    if (sv->w->rank != 0)
+        return DT_OK;
+    rc = prune ? dt_ckpt_prune(sv->root, (uint32_t)sv->set->checkpoint.keep) : sv->prune_rc;
+    if (rc == DT_OK)
+        print_saved(sv->root, sv->step, sv->t0,
+                    sv->paused < 0 ? -1 : sv->paused + mono_s() - sv->paused_since);
     return rc;
+}
+
+/* Phase 2, collective, every shard on disk: rank 0 writes the manifest
+ * and commits, every rank learns the outcome, rank 0 prunes. */
+static int save_commit(dt_ckpt_async_t *sv)
+{
+    int32_t commit_rc = DT_OK;
+    if (sv->w->rank == 0 && !(commit_rc = manifest_parts(sv)))
+        commit_rc = write_and_commit(sv);
+    return commit_outcome(sv, commit_rc, 1);
 }
 
 static int save_new(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
@@ -1224,14 +1250,24 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
  * training threads leave; failing that the lowest nice value), so on a
  * machine whose cores the ranks fill it does not take them from the
  * step; what it has not written by the next save that save waits for.
- * Best effort: a thread left at normal priority writes the same bytes. */
+ * Best effort: a thread left at normal priority writes the same bytes.
+ * Test builds: DTRAIN_TEST_CKPT_WRITER_PRIORITY=normal leaves it as it is,
+ * =nice sets nice 19 only (bench/bench_ckpt_async.sh compares them). */
 static void writer_priority(void)
 {
-#ifdef SCHED_IDLE
-    const struct sched_param sp = {.sched_priority = 0};
-    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) == 0)
+    const char *how = NULL;
+#ifdef DTRAIN_TEST_HOOKS
+    how = getenv("DTRAIN_TEST_CKPT_WRITER_PRIORITY");
+    if (how && strcmp(how, "normal") == 0)
         return;
 #endif
+#ifdef SCHED_IDLE
+    const struct sched_param sp = {.sched_priority = 0};
+    if (!(how && strcmp(how, "nice") == 0) &&
+        pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) == 0)
+        return;
+#endif
+    (void)how;
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
 }
 
@@ -1250,24 +1286,52 @@ static void writer_delay(void)
 static void writer_delay(void) {}
 #endif
 
-/* An asynchronous save's shard checksummed and written to disk, then
- * th_done for dt_ckpt_save_poll. */
-static void shard_write(dt_ckpt_async_t *sv)
+/* The work of an asynchronous save's stage, then th_done (polled by
+ * dt_ckpt_save_advance): stage 1 this rank's shard checksummed and
+ * written to disk; stage 2, rank 0, the manifest and the commit, then the
+ * prune. */
+static void stage_work(dt_ckpt_async_t *sv)
 {
-    dt_ckpt_writer_t *wr = sv->wr;
-    sv->wr = NULL;
-    writer_delay();
-    sv->th_rc = dt_ckpt_shard_finish(wr, &sv->segs, &sv->n_segs, &sv->mem, &sv->mem_cap);
-    if (sv->th_rc)
+    if (sv->stage == 1) {
+        dt_ckpt_writer_t *wr = sv->wr;
+        sv->wr = NULL;
+        writer_delay();
+        sv->th_rc = dt_ckpt_shard_finish(wr, &sv->segs, &sv->n_segs, &sv->mem, &sv->mem_cap);
+    } else if ((sv->th_rc = write_and_commit(sv)) == DT_OK) {
+        sv->prune_rc = dt_ckpt_prune(sv->root, (uint32_t)sv->set->checkpoint.keep);
+    }
+    if (sv->th_rc || sv->prune_rc)
         snprintf(sv->th_err, sizeof sv->th_err, "%s", dt_last_error());
     atomic_store_explicit(&sv->th_done, 1, memory_order_release);
 }
 
-static void *shard_thread(void *arg)
+static void *stage_thread(void *arg)
 {
     writer_priority();
-    shard_write(arg);
+    stage_work(arg);
     return NULL;
+}
+
+/* Stage `stage` begun: its work on a thread (that takes no signal: the
+ * training loop's own are its to take), or now when none can be had. */
+static void stage_start(dt_ckpt_async_t *sv, int stage)
+{
+    sv->stage = stage;
+    atomic_store_explicit(&sv->th_done, 0, memory_order_relaxed);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    sv->th_started = pthread_create(&sv->th, NULL, stage_thread, sv) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!sv->th_started)
+        stage_work(sv); /* no thread: done now */
+}
+
+static void stage_join(dt_ckpt_async_t *sv)
+{
+    if (sv->th_started)
+        pthread_join(sv->th, NULL);
+    sv->th_started = 0;
 }
 
 int dt_ckpt_save_async(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
@@ -1284,41 +1348,17 @@ int dt_ckpt_save_async(const dt_world_t *w, const dt_settings_t *set, uint64_t c
     }
     if (rc)
         return rc;
-    /* the thread takes no signal: the training loop's own are its to take */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    sv->th_started = pthread_create(&sv->th, NULL, shard_thread, sv) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (!sv->th_started)
-        shard_write(sv); /* no thread: written now */
+    stage_start(sv, 1);
     sv->paused = mono_s() - sv->t0;
     *out = sv;
     return DT_OK;
 }
 
-int dt_ckpt_save_poll(dt_ckpt_async_t *sv, int *ready)
+/* Collective, every rank's stage 1 done: the outcomes agreed, the segment
+ * tables gathered, rank 0's commit begun (stage 2). */
+static int stage1_end(dt_ckpt_async_t *sv)
 {
-    const double t = mono_s();
-    int32_t v = atomic_load_explicit(&sv->th_done, memory_order_acquire);
-    int rc = DT_OK;
-    if (sv->w->size > 1)
-        rc = COMM_CALL(sv->cops,
-                       sv->cops->all_reduce(sv->comm, &v, &v, 1, DT_I32, DT_OP_MIN, NULL, NULL),
-                       "all_reduce");
-    *ready = rc == DT_OK && v == 1;
-    sv->paused += mono_s() - t;
-    return rc;
-}
-
-int dt_ckpt_save_finish(dt_ckpt_async_t *sv)
-{
-    if (!sv)
-        return DT_OK;
-    sv->paused_since = mono_s();
-    if (sv->th_started)
-        pthread_join(sv->th, NULL);
-    sv->th_started = 0;
+    stage_join(sv);
     int local = sv->th_rc;
     if (local)
         dt_err_set(local, "%s", sv->th_err);
@@ -1332,7 +1372,88 @@ int dt_ckpt_save_finish(dt_ckpt_async_t *sv)
         rc = share_segs(sv, sv->segs, sv->n_segs);
         sv->segs = NULL;
     }
-    rc = rc ? save_fail(sv, rc) : save_commit(sv);
+    if (rc)
+        return save_fail(sv, rc);
+    if (sv->w->rank == 0 && (sv->th_rc = manifest_parts(sv)) == DT_OK) {
+        stage_start(sv, 2);
+        return DT_OK;
+    }
+    /* a peer waits for rank 0's outcome; rank 0 out of memory has it */
+    if (sv->th_rc)
+        snprintf(sv->th_err, sizeof sv->th_err, "%s", dt_last_error());
+    sv->stage = 2;
+    atomic_store_explicit(&sv->th_done, 1, memory_order_relaxed);
+    return DT_OK;
+}
+
+/* Collective, rank 0's commit done: every rank learns its outcome. */
+static int stage2_end(dt_ckpt_async_t *sv)
+{
+    stage_join(sv);
+    if (sv->th_rc || sv->prune_rc)
+        dt_err_set(sv->th_rc ? sv->th_rc : sv->prune_rc, "%s", sv->th_err);
+    return commit_outcome(sv, sv->th_rc, 0);
+}
+
+/* Collective: whether every rank's thread has finished its stage. */
+static int all_done(dt_ckpt_async_t *sv, int *ready)
+{
+    int32_t v = atomic_load_explicit(&sv->th_done, memory_order_acquire);
+    int rc = DT_OK;
+    if (sv->w->size > 1)
+        rc = COMM_CALL(sv->cops,
+                       sv->cops->all_reduce(sv->comm, &v, &v, 1, DT_I32, DT_OP_MIN, NULL, NULL),
+                       "all_reduce");
+    *ready = rc == DT_OK && v == 1;
+    return rc;
+}
+
+/* Collective: the save's stages advanced, each once every rank is done
+ * with it (wait: until the save is over); *over when it is, rc its
+ * outcome.  On failure the thread is joined and the save removed. */
+static int advance(dt_ckpt_async_t *sv, int wait, int *over)
+{
+    const double t = sv->paused_since = mono_s();
+    int rc = DT_OK, ready = 1;
+    *over = 0;
+    while (!*over && rc == DT_OK) {
+        if (!wait && (rc = all_done(sv, &ready)) != DT_OK) {
+            stage_join(sv);
+            rc = save_fail(sv, rc);
+            break;
+        }
+        if (!ready)
+            break;
+        if (sv->stage == 1) {
+            rc = stage1_end(sv);
+            *over = rc != DT_OK;
+        } else {
+            rc = stage2_end(sv);
+            *over = 1;
+        }
+    }
+    *over = *over || rc != DT_OK;
+    sv->paused += mono_s() - t;
+    return rc;
+}
+
+int dt_ckpt_save_advance(dt_ckpt_async_t **a)
+{
+    if (!*a)
+        return DT_OK;
+    int over, rc = advance(*a, 0, &over);
+    if (over) {
+        save_free(*a);
+        *a = NULL;
+    }
+    return rc;
+}
+
+int dt_ckpt_save_finish(dt_ckpt_async_t *sv)
+{
+    if (!sv)
+        return DT_OK;
+    int over, rc = advance(sv, 1, &over);
     save_free(sv);
     return rc;
 }
@@ -1341,13 +1462,15 @@ void dt_ckpt_save_discard(dt_ckpt_async_t *sv)
 {
     if (!sv)
         return;
-    if (sv->th_started)
-        pthread_join(sv->th, NULL);
+    stage_join(sv);
     char err[DT_ERR_MAX];
     snprintf(err, sizeof err, "%s", dt_last_error());
+    /* rank 0 removes the temp folder (nothing once its commit renamed it:
+     * that save is complete); a peer its shard, unless rank 0 may be
+     * committing it */
     if (sv->w->rank == 0)
         dt_ckpt_abort(sv->root, (uint64_t)sv->step);
-    else
+    else if (!sv->written)
         dt_ckpt_abort_shard(sv->root, (uint64_t)sv->step, (uint32_t)sv->w->rank);
     dt_err_set(DT_ERR_IO, "%s", err); /* the run's own error stays */
     save_free(sv);

@@ -16,6 +16,9 @@
 #   - a rank whose disk fills in the writer thread: both ranks exit 1 at a
 #     step boundary, the failing one naming the shard file, the other the
 #     failing rank; step 2 intact, step 4 never appears
+#   - rank 0's commit thread failing to write the manifest: both ranks
+#     exit 1, rank 0 naming the file, rank 1 saying rank 0 could not
+#     commit; step 2 intact, step 4 never appears
 set -euo pipefail
 bin=$1 work=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -153,4 +156,29 @@ else bad "disk full: not reported between steps 5 and 6" "$(cat rank0.log)"; fi
 [ -f out/f/ckpt/step-00000002/COMPLETE ] && [ ! -e out/f/ckpt/step-00000004 ] &&
   ok "disk full: step 2 intact, step 4 never appears" || bad "disk full: folder" "$(ls out/f/ckpt)"
 after_fault "disk full" "$job" out/f/ckpt out/f/ckpt/step-00000002 "$sums" rank0.log rank1.log
+
+# ---- rank 0's commit thread failing -----------------------------------------
+# Rank 0's budget lets its shard of step 4 through (208128 bytes), not the
+# manifest its commit thread writes after it.
+job="man$$"
+DTRAIN_FAULT_WRITE_AFTER_BYTES=210000 \
+DTRAIN_RANK=0 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=0 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
+  "$bin" run as.toml --set run.name=f --set checkpoint.async=true --set checkpoint.resume=latest \
+  >rank0.log 2>&1 &
+p0=$!
+set +e
+DTRAIN_RANK=1 DTRAIN_WORLD_SIZE=2 DTRAIN_LOCAL_RANK=1 DTRAIN_LOCAL_SIZE=2 DTRAIN_JOB_ID=$job \
+  "$bin" run as.toml --set run.name=f --set checkpoint.async=true --set checkpoint.resume=latest \
+  >rank1.log 2>&1
+e1=$?; wait $p0; e0=$?
+set -e
+out=$(cat rank0.log rank1.log)
+[ $e0 = 1 ] && [ $e1 = 1 ] && ok "manifest write fails: both ranks exit 1" ||
+  bad "manifest write fails: exits $e0 / $e1" "$out"
+expect_out "manifest write fails: rank 0 names the file" "step-00000004.tmp/manifest.json"
+expect_out "manifest write fails: rank 1 learns it" "rank 0 could not write the manifest or commit"
+[ -f out/f/ckpt/step-00000002/COMPLETE ] && [ ! -e out/f/ckpt/step-00000004 ] &&
+  ok "manifest write fails: step 2 intact, step 4 never appears" ||
+  bad "manifest write fails: folder" "$(ls out/f/ckpt)"
+after_fault "manifest write fails" "$job" out/f/ckpt out/f/ckpt/step-00000002 "$sums" rank0.log rank1.log
 finish

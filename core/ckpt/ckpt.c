@@ -1327,10 +1327,19 @@ static void stage_start(dt_ckpt_async_t *sv, int stage)
         stage_work(sv); /* no thread: done now */
 }
 
+/* The stage's thread joined: back at normal priority first when it is
+ * still at work (the training loop waits for it now, so it may no longer
+ * wait for idle cycles; best effort: an unprivileged process may not
+ * raise it, and it then finishes at the priority it has). */
 static void stage_join(dt_ckpt_async_t *sv)
 {
-    if (sv->th_started)
-        pthread_join(sv->th, NULL);
+    if (!sv->th_started)
+        return;
+    if (!atomic_load_explicit(&sv->th_done, memory_order_acquire)) {
+        const struct sched_param sp = {.sched_priority = 0};
+        (void)pthread_setschedparam(sv->th, SCHED_OTHER, &sp);
+    }
+    pthread_join(sv->th, NULL);
     sv->th_started = 0;
 }
 

@@ -3,10 +3,10 @@
 # checkpoint every EVERY (1 and 5) steps costs per step: no saves,
 # synchronous saves (checkpoint.every = EVERY), and asynchronous ones
 # (checkpoint.async = true: the shard snapshotted to memory at the step,
-# checksummed, written and fsynced by an idle-priority thread while the
-# next steps train, committed at a later step boundary).  With a test
-# build (DTRAIN_TEST_HOOKS) also asynchronous saves whose writer keeps
-# the normal priority (DTRAIN_TEST_CKPT_WRITER_PRIORITY=normal).
+# checksummed, written and fsynced by a thread while the next steps train,
+# committed at a later step boundary).  With a test build
+# (DTRAIN_TEST_HOOKS) also asynchronous saves whose threads run at idle
+# priority (DTRAIN_TEST_CKPT_WRITER_PRIORITY=idle: SCHED_IDLE).
 # A 4-layer GPT-2 of n_embd 256 (about 3.4M parameters: params, exp_avg and
 # exp_avg_sq about 39 MB a save, half of it per rank) in NPROC (2) shm
 # ranks on the cpu, STEPS (30) steps.  The time per step is the training
@@ -17,11 +17,12 @@
 # the number of periodic saves.  DTRAIN_BENCH_REPEAT (5) runs of each,
 # interleaved (none, then each mode in turn, ...) so that a busy spell of
 # the machine hits all alike; the median and the best are printed, with
-# the mean "training paused" of the asynchronous saves' lines (the
-# snapshot, the polls and the commit: what the training loop spent on a
-# save), the time one memcpy of a rank's shard takes here (numpy), and the
-# load average before, during (the highest seen after a run) and after.
-# The memcpy is out of the caches (as the training state is at a save).
+# "held": the mean time the training loop spent on a periodic save (an
+# asynchronous save line's "training paused": the snapshot, the polls and
+# any wait for the threads; a synchronous save line's whole time), the
+# time one memcpy of a rank's shard takes here (numpy, out of the caches
+# as the training state is at a save), and the load average before,
+# during (the highest seen after a run) and after.
 set -euo pipefail
 build=$(realpath "$1") steps=${2:-30} nproc=${3:-2}
 shift $(($# < 3 ? $# : 3))
@@ -60,7 +61,7 @@ case "$("$bin" env 2>/dev/null)" in *"  hooks      test hooks compiled in"*) hoo
 modes=(none)
 for e in "${everies[@]}"; do
   modes+=("sync:$e" "async:$e")
-  [ $hooks = 1 ] && modes+=("async-normal:$e")
+  [ $hooks = 1 ] && modes+=("async-idle:$e")
 done
 load_before=$(cut -d' ' -f1-3 /proc/loadavg) load_max=0
 # one MODE: "ms/step paused_s" of one run (paused_s: mean over its lines, or -)
@@ -70,13 +71,17 @@ one() {
     none) ;;
     sync) args=(--set checkpoint.every="$every") ;;
     async) args=(--set checkpoint.every="$every" --set checkpoint.async=true) ;;
-    async-normal) args=(--set checkpoint.every="$every" --set checkpoint.async=true)
-                  env=(DTRAIN_TEST_CKPT_WRITER_PRIORITY=normal) ;;
+    async-idle) args=(--set checkpoint.every="$every" --set checkpoint.async=true)
+                env=(DTRAIN_TEST_CKPT_WRITER_PRIORITY=idle) ;;
   esac
   rm -rf out
   log=$(env "${env[@]}" "$bin" run b.toml --nproc "$nproc" "${args[@]}" 2>&1)
   t=$(sed -n 's/.* tokens in \([0-9.]*\) s .*/\1/p' <<<"$log" | head -1)
-  p=$(sed -n 's/.*training paused \([0-9.]*\) s).*/\1/p' <<<"$log" |
+  # what the loop spent on each periodic save: an asynchronous line's
+  # "training paused", a synchronous one's whole time (not the last's)
+  p=$(grep -v "step-$(printf %08d "$steps") " <<<"$log" |
+      sed -n -e 's/.*training paused \([0-9.]*\) s).*/\1/p' \
+             -e 's/.*checkpoint: saved .* bytes, \([0-9.]*\) s)$/\1/p' |
       awk '{ s += $1; n++ } END { if (n) printf "%.4f", s / n; else print "-" }')
   awk -v t="$t" -v n="$steps" -v p="$p" 'BEGIN { printf "%.2f %s\n", 1000 * t / n, p }'
 }
@@ -109,7 +114,7 @@ best() { tr ' ' '\n' | grep . | sort -g | head -1; }
 none=$(med <<<"${ms[none]}")
 echo "checkpoint of $bytes bytes ($shard bytes in rank 0's shard), $nproc ranks, $steps steps,"
 echo "$reps runs of each; one memcpy of a rank's shard: $copy ms"
-printf '  %-18s %9s %9s %9s %10s %10s\n' mode "median" "best" "+/step" "per save" "paused"
+printf '  %-18s %9s %9s %9s %10s %10s\n' mode "median" "best" "+/step" "per save" "held"
 for m in "${modes[@]}"; do
   md=$(med <<<"${ms[$m]}") b=$(best <<<"${ms[$m]}")
   every=${m#*:} n=0

@@ -1246,29 +1246,22 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
     return rc;
 }
 
-/* The writer thread at idle priority (SCHED_IDLE: it runs on cycles the
- * training threads leave; failing that the lowest nice value), so on a
- * machine whose cores the ranks fill it does not take them from the
- * step; what it has not written by the next save that save waits for.
- * Best effort: a thread left at normal priority writes the same bytes.
- * Test builds: DTRAIN_TEST_CKPT_WRITER_PRIORITY=normal leaves it as it is,
- * =nice sets nice 19 only (bench/bench_ckpt_async.sh compares them). */
+/* The threads keep the training threads' priority: at idle priority
+ * (SCHED_IDLE) or nice 19 they got nothing while other work kept the cores
+ * busy, and the next save then waited for the whole write, which held
+ * training up longer than a writer sharing the cores (bench/results/
+ * elastic.md).  Test builds: DTRAIN_TEST_CKPT_WRITER_PRIORITY=idle or nice
+ * lowers it, for bench/bench_ckpt_async.sh to compare. */
 static void writer_priority(void)
 {
-    const char *how = NULL;
 #ifdef DTRAIN_TEST_HOOKS
-    how = getenv("DTRAIN_TEST_CKPT_WRITER_PRIORITY");
-    if (how && strcmp(how, "normal") == 0)
-        return;
-#endif
-#ifdef SCHED_IDLE
+    const char *how = getenv("DTRAIN_TEST_CKPT_WRITER_PRIORITY");
     const struct sched_param sp = {.sched_priority = 0};
-    if (!(how && strcmp(how, "nice") == 0) &&
-        pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) == 0)
-        return;
+    if (how && strcmp(how, "idle") == 0)
+        (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    else if (how && strcmp(how, "nice") == 0)
+        (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
 #endif
-    (void)how;
-    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
 }
 
 #ifdef DTRAIN_TEST_HOOKS
@@ -1328,9 +1321,8 @@ static void stage_start(dt_ckpt_async_t *sv, int stage)
 }
 
 /* The stage's thread joined: back at normal priority first when it is
- * still at work (the training loop waits for it now, so it may no longer
- * wait for idle cycles; best effort: an unprivileged process may not
- * raise it, and it then finishes at the priority it has). */
+ * still at work and was lowered (writer_priority; the training loop waits
+ * for it now; best effort: an unprivileged process may not raise it). */
 static void stage_join(dt_ckpt_async_t *sv)
 {
     if (!sv->th_started)

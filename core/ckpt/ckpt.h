@@ -45,8 +45,7 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
 /* The same save in collective parts (checkpoint.async).
  * dt_ckpt_save_async copies this rank's shard to memory (get_state
  * straight into a buffer kept from the previous save) and hands it to a
- * thread, at idle priority, that checksums, writes and fsyncs it while
- * training goes on.  dt_ckpt_save_advance (every rank at the same step
+ * thread that checksums, writes and fsyncs it while training goes on.  dt_ckpt_save_advance (every rank at the same step
  * boundaries; one all-reduce of an int while a thread works) moves the
  * save on once every rank's thread is done: the outcomes agreed (a rank's
  * failed write named with its file), the segment tables gathered, rank

@@ -106,7 +106,7 @@ static int parse(int argc, char **argv, opts_t *o)
 
 /* One direction over the whole buffer: `store` 1 writes src, 0 reads into
  * dst; seconds in *s. */
-static int stream(const dt_offload_ops_t *ops, dt_offload_t *tier, dt_offload_buf_t *buf,
+static int stream(dt_offload_t *tier, dt_offload_buf_t *buf,
                   const opts_t *o, int store, char *mem, double *s)
 {
     uint64_t total = o->mib << 20, next = 0;
@@ -120,22 +120,24 @@ static int stream(const dt_offload_ops_t *ops, dt_offload_t *tier, dt_offload_bu
         while (rc == DT_OK && next < total && n_out < o->inflight) {
             uint64_t n = total - next < o->request ? total - next : o->request;
             dt_offload_req_t **slot = &q[(head + n_out) % o->inflight];
-            rc = store ? ops->store(tier, buf, next, mem + next, n, DT_MEM_HOST, NULL, slot)
-                       : ops->load(tier, buf, next, mem + next, n, DT_MEM_HOST, NULL, slot);
+            rc = store ? dt_offload_ops(tier)->store(tier, buf, next, mem + next, n, DT_MEM_HOST,
+                                                     NULL, slot)
+                       : dt_offload_ops(tier)->load(tier, buf, next, mem + next, n, DT_MEM_HOST,
+                                                    NULL, slot);
             if (rc == DT_OK) {
                 next += n;
                 n_out++;
             }
         }
         if (rc == DT_OK && n_out) {
-            rc = ops->wait(tier, q[head], 60000);
+            rc = dt_offload_ops(tier)->wait(tier, q[head], 60000);
             head = (head + 1) % o->inflight;
             n_out--;
         }
     }
     /* a failure: the rest are still waited on (wait frees them) */
     for (; n_out > 0; n_out--, head = (head + 1) % o->inflight)
-        ops->wait(tier, q[head], 60000);
+        dt_offload_ops(tier)->wait(tier, q[head], 60000);
     *s = now_s() - t0;
     free(q);
     return rc;
@@ -182,8 +184,8 @@ int main(int argc, char **argv)
         dt_plugin_failed(pdev, rc, "init");
     char job[64];
     snprintf(job, sizeof job, "bench-io-%ld", (long)getpid());
-    dt_offload_init_t oa = {.struct_size = sizeof oa, .job_id = job, .timeout_ms = 60000,
-                            .dev_ops = dops, .dev = dev};
+    dt_offload_init_t oa = {
+        .struct_size = sizeof oa, .job_id = job, .timeout_ms = 60000, .dev = dev};
     if (rc == DT_OK && (rc = ops->init(poff->host, &oa, &tier)) != DT_OK)
         dt_plugin_failed(poff, rc, "init");
     if (rc == DT_OK && (rc = ops->alloc(tier, total, DT_TAG_OFFLOAD, &buf)) != DT_OK)
@@ -202,9 +204,9 @@ int main(int argc, char **argv)
         }
         memset(dst, 0, total);
     }
-    if (rc == DT_OK && (rc = stream(ops, tier, buf, &o, 1, src, &ws)) != DT_OK)
+    if (rc == DT_OK && (rc = stream(tier, buf, &o, 1, src, &ws)) != DT_OK)
         dt_plugin_failed(poff, rc, "store");
-    if (rc == DT_OK && (rc = stream(ops, tier, buf, &o, 0, dst, &rs)) != DT_OK)
+    if (rc == DT_OK && (rc = stream(tier, buf, &o, 0, dst, &rs)) != DT_OK)
         dt_plugin_failed(poff, rc, "load");
     if (rc == DT_OK && memcmp(src, dst, total) != 0)
         rc = dt_err_set(DT_ERR_IO, "the bytes read back differ from those written");

@@ -39,9 +39,11 @@ static int left(int rc)
     dt_crash_leave();
     return rc;
 }
-#define STRATEGY_CALL(ops, call, method)                                                       \
-    (dt_crash_enter("strategy", (ops)->info.name, (method)), left(call))
-#define COMM_CALL(cops, call, method) (dt_crash_enter("comm", (cops)->info.name, (method)), left(call))
+#define STRATEGY_CALL(s, call, method)                                                         \
+    (dt_crash_enter("strategy", dt_strategy_ops(s)->info.name, (method)), left(call))
+#define COMM_CALL(comm, slot, args, method)                                                   \
+    (dt_crash_enter("comm", dt_comm_ops(comm)->info.name, (method)),                            \
+     left(dt_comm_ops(comm)->slot args))
 
 int dt_ckpt_root(const dt_settings_t *set, char *buf, size_t cap)
 {
@@ -62,21 +64,23 @@ static int n_states(const dt_settings_t *set)
 /* Ranges of `unit`/`kind` for `purpose`, malloc'd into *out (the caller
  * frees it).  On failure *out is NULL and *n 0: ranges frees what it
  * allocated and hands the caller nothing to free. */
-static int ranges(const dt_strategy_ops_t *ops, dt_strategy_t *s, uint32_t unit, int kind,
+static int ranges(dt_strategy_t *s, uint32_t unit, int kind,
                   int purpose, dt_range_t **out, uint32_t *n)
 {
     *out = NULL;
     *n = 0;
     uint32_t count = 0, n2 = 0;
-    int rc = STRATEGY_CALL(ops, ops->state_ranges(s, unit, kind, purpose, NULL, 0, &count),
-                           "state_ranges");
+    int rc =
+        STRATEGY_CALL(s, dt_strategy_ops(s)->state_ranges(s, unit, kind, purpose, NULL, 0, &count),
+                      "state_ranges");
     if (rc)
         return rc;
     dt_range_t *rg = calloc(count ? count : 1, sizeof *rg);
     if (!rg)
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
-    if ((rc = STRATEGY_CALL(ops, ops->state_ranges(s, unit, kind, purpose, rg, count, &n2),
-                            "state_ranges"))) {
+    if ((rc = STRATEGY_CALL(
+             s, dt_strategy_ops(s)->state_ranges(s, unit, kind, purpose, rg, count, &n2),
+             "state_ranges"))) {
         free(rg);
         return rc;
     }
@@ -100,7 +104,6 @@ static int ranges(const dt_strategy_ops_t *ops, dt_strategy_t *s, uint32_t unit,
 /* One (unit, state kind) moving between the strategy and a checkpoint
  * entry: rd when loading, wr when saving. */
 typedef struct state_io {
-    const dt_strategy_ops_t *ops;
     dt_strategy_t *s;
     uint32_t u;
     int k;
@@ -124,7 +127,7 @@ static int each_piece(const state_io_t *io, int purpose, const piece_ops_t *po, 
 {
     dt_range_t *rg = NULL;
     uint32_t n = 0;
-    int rc = ranges(io->ops, io->s, io->u, io->k, purpose, &rg, &n);
+    int rc = ranges(io->s, io->u, io->k, purpose, &rg, &n);
     for (uint32_t i = 0; i < n && !rc; i++) {
         if (!rg[i].count)
             continue;
@@ -150,7 +153,7 @@ static int load_piece(const state_io_t *io, dt_range_t p, float *buf)
 {
     int rc = dt_ckpt_read(io->rd, io->entry, p.offset, p.count, buf);
     return rc ? rc
-              : STRATEGY_CALL(io->ops, io->ops->set_state(io->s, io->u, io->k, p, buf),
+              : STRATEGY_CALL(io->s, dt_strategy_ops(io->s)->set_state(io->s, io->u, io->k, p, buf),
                               "set_state");
 }
 
@@ -168,7 +171,7 @@ static int save_state(const state_io_t *io, dt_range_t r, float *buf)
     void *dst = buf;
     int rc = io->direct ? dt_ckpt_shard_reserve(io->wr, nbytes, &dst) : DT_OK;
     if (!rc)
-        rc = STRATEGY_CALL(io->ops, io->ops->get_state(io->s, io->u, io->k, r, dst),
+        rc = STRATEGY_CALL(io->s, dt_strategy_ops(io->s)->get_state(io->s, io->u, io->k, r, dst),
                            "get_state");
     return rc || io->direct ? rc : dt_ckpt_shard_append(io->wr, buf, nbytes);
 }
@@ -324,7 +327,7 @@ static int load_part_piece(const state_io_t *io, const part_piece_t *pc, float *
                             : dt_ckpt_read(io->rd, io->entry, pc->flat, pc->count, buf);
     const dt_range_t r = {.offset = pc->local, .count = pc->count};
     return rc ? rc
-              : STRATEGY_CALL(io->ops, io->ops->set_state(io->s, io->u, io->k, r, buf),
+              : STRATEGY_CALL(io->s, dt_strategy_ops(io->s)->set_state(io->s, io->u, io->k, r, buf),
                               "set_state");
 }
 
@@ -334,7 +337,7 @@ static int each_part_range(const state_io_t *io, const dt_unit_desc_t *ud, int p
 {
     dt_range_t *rg = NULL;
     uint32_t n = 0;
-    int rc = ranges(io->ops, io->s, io->u, io->k, purpose, &rg, &n);
+    int rc = ranges(io->s, io->u, io->k, purpose, &rg, &n);
     if (!rc && n && !io->direct && !*buf && !(*buf = malloc(PIECE_ELEMS * sizeof **buf)))
         rc = dt_err_set(DT_ERR_NOMEM, "out of memory staging checkpoint state");
     for (uint32_t i = 0; i < n && !rc; i++)
@@ -489,6 +492,60 @@ static void add_note(char *note, size_t cap, const char *fmt, ...)
     }
 }
 
+/* Append key to the comma-separated list of keys the manifest lacks. */
+static void add_missing(char *missing, size_t cap, const char *key)
+{
+    size_t len = strlen(missing);
+    snprintf(missing + len, cap - len, "%s%s", len ? ", " : "", key);
+}
+
+/* One model key as the manifest recorded it (v) against this run's (k): a
+ * shape key or flag must match; a setting (float or choice) may differ,
+ * with a note that this run's value wins. */
+static int check_model_key(const char *dir, const cJSON *v, const dt_model_key_t *k,
+                           char *note, size_t cap)
+{
+    if (k->kind == DT_MODEL_KEY_BOOL) {
+        if (!cJSON_IsBool(v))
+            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" "
+                              "is not a boolean", dir, k->key);
+        if (cJSON_IsTrue(v) != (k->value != 0))
+            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': [model] %s = %s there but %s in "
+                              "this run: it was saved from another model", dir, k->key,
+                              cJSON_IsTrue(v) ? "true" : "false", k->value ? "true" : "false");
+        return DT_OK;
+    }
+    if (k->kind == DT_MODEL_KEY_FLOAT || k->kind == DT_MODEL_KEY_CHOICE) {
+        /* a setting, no shape: this run's wins, said once */
+        const char *ks = k->s ? k->s : "";
+        char was[64], now[64];
+        if ((k->kind == DT_MODEL_KEY_FLOAT && !cJSON_IsNumber(v)) ||
+            (k->kind == DT_MODEL_KEY_CHOICE && !cJSON_IsString(v)))
+            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" "
+                              "is not a %s", dir, k->key,
+                              k->kind == DT_MODEL_KEY_FLOAT ? "number" : "string");
+        if (k->kind == DT_MODEL_KEY_FLOAT && v->valuedouble != k->f) {
+            snprintf(was, sizeof was, "%g", v->valuedouble);
+            snprintf(now, sizeof now, "%g", k->f);
+        } else if (k->kind == DT_MODEL_KEY_CHOICE && strcmp(v->valuestring, ks) != 0) {
+            snprintf(was, sizeof was, "\"%s\"", v->valuestring);
+            snprintf(now, sizeof now, "\"%s\"", ks);
+        } else
+            return DT_OK;
+        add_note(note, cap, "[model] %s is %s in this run but %s in checkpoint '%s': "
+                 "training continues with %s", k->key, now, was, dir, now);
+        return DT_OK;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble)
+        return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" is "
+                          "not an integer", dir, k->key);
+    if ((int64_t)v->valuedouble != k->value)
+        return dt_err_set(DT_ERR_DATA, "checkpoint '%s': [model] %s = %lld there but %lld in "
+                          "this run: it was saved from another model", dir,
+                          k->key, (long long)v->valuedouble, (long long)k->value);
+    return DT_OK;
+}
+
 static int check_model(const char *dir, const cJSON *saved, const dt_model_info_t *mi,
                        char *note, size_t cap)
 {
@@ -506,59 +563,18 @@ static int check_model(const char *dir, const cJSON *saved, const dt_model_info_
     for (uint32_t i = 0; i < mi->n_keys; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(saved, mi->keys[i].key);
         if (!v) {
-            size_t len = strlen(missing);
-            snprintf(missing + len, sizeof missing - len, "%s%s", len ? ", " : "",
-                     mi->keys[i].key);
+            add_missing(missing, sizeof missing, mi->keys[i].key);
             continue;
         }
-        const dt_model_key_t *k = &mi->keys[i];
-        if (k->kind == DT_MODEL_KEY_BOOL) {
-            if (!cJSON_IsBool(v))
-                return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" "
-                                  "is not a boolean", dir, k->key);
-            if (cJSON_IsTrue(v) != (k->value != 0))
-                return dt_err_set(DT_ERR_DATA, "checkpoint '%s': [model] %s = %s there but %s in "
-                                  "this run: it was saved from another model", dir, k->key,
-                                  cJSON_IsTrue(v) ? "true" : "false", k->value ? "true" : "false");
-            continue;
-        }
-        if (k->kind == DT_MODEL_KEY_FLOAT || k->kind == DT_MODEL_KEY_CHOICE) {
-            /* a setting, no shape: this run's wins, said once */
-            const char *ks = k->s ? k->s : "";
-            char was[64], now[64];
-            if ((k->kind == DT_MODEL_KEY_FLOAT && !cJSON_IsNumber(v)) ||
-                (k->kind == DT_MODEL_KEY_CHOICE && !cJSON_IsString(v)))
-                return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" "
-                                  "is not a %s", dir, k->key,
-                                  k->kind == DT_MODEL_KEY_FLOAT ? "number" : "string");
-            if (k->kind == DT_MODEL_KEY_FLOAT && v->valuedouble != k->f) {
-                snprintf(was, sizeof was, "%g", v->valuedouble);
-                snprintf(now, sizeof now, "%g", k->f);
-            } else if (k->kind == DT_MODEL_KEY_CHOICE && strcmp(v->valuestring, ks) != 0) {
-                snprintf(was, sizeof was, "\"%s\"", v->valuestring);
-                snprintf(now, sizeof now, "\"%s\"", ks);
-            } else
-                continue;
-            add_note(note, cap, "[model] %s is %s in this run but %s in checkpoint '%s': "
-                     "training continues with %s", k->key, now, was, dir, now);
-            continue;
-        }
-        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble)
-            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" is "
-                              "not an integer", dir, mi->keys[i].key);
-        if ((int64_t)v->valuedouble != mi->keys[i].value)
-            return dt_err_set(DT_ERR_DATA, "checkpoint '%s': [model] %s = %lld there but %lld in "
-                              "this run: it was saved from another model", dir,
-                              mi->keys[i].key, (long long)v->valuedouble,
-                              (long long)mi->keys[i].value);
+        int rc = check_model_key(dir, v, &mi->keys[i], note, cap);
+        if (rc != DT_OK)
+            return rc;
     }
     const char *now[] = {mi->dtype, mi->activations};
     for (size_t i = 0; i < sizeof precision_keys / sizeof precision_keys[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(saved, precision_keys[i]);
         if (!v) {
-            size_t len = strlen(missing);
-            snprintf(missing + len, sizeof missing - len, "%s%s", len ? ", " : "",
-                     precision_keys[i]);
+            add_missing(missing, sizeof missing, precision_keys[i]);
         } else if (!cJSON_IsString(v)) {
             return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json: \"model\".\"%s\" is "
                               "not a string", dir, precision_keys[i]);
@@ -716,7 +732,7 @@ static void schedule_note(const dt_train_settings_t *t, int64_t was, int64_t sta
            dt_lr_at(next, was, t->warmup_steps, t->lr, t->min_lr, t->decay));
 }
 
-static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strategy_t *s,
+static int load(const dt_settings_t *set, dt_strategy_t *s,
                 dt_model_t *m, const char *dir, int64_t *start_step, char *changed,
                 size_t changed_cap, char *note, size_t note_cap, int64_t *was_steps,
                 cJSON **loop)
@@ -739,7 +755,7 @@ static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strat
             if ((rc = find_unit_entry(dir, rd, &d->units[u], name)))
                 break;
             dt_crash_set_unit(u, d->units[u].name);
-            const state_io_t io = {ops, s, u, k, name, rd, NULL, 0};
+            const state_io_t io = {s, u, k, name, rd, NULL, 0};
             static const piece_ops_t lo = {NULL, load_piece, NULL};
             rc = parts ? each_part_range(&io, &d->units[u], DT_RANGES_HELD, load_part_piece,
                                          &buf)
@@ -762,7 +778,7 @@ static int load(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strat
     return rc;
 }
 
-static int fresh(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_strategy_t *s,
+static int fresh(const dt_settings_t *set, dt_strategy_t *s,
                  dt_model_t *m)
 {
     dt_model_desc_t *d = dt_model_desc(m);
@@ -779,11 +795,12 @@ static int fresh(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_stra
                 memset(full, 0, d->units[u].numel * sizeof *full);
             dt_range_t *rg = NULL;
             uint32_t n = 0;
-            if ((rc = ranges(ops, s, u, k, DT_RANGES_HELD, &rg, &n)))
+            if ((rc = ranges(s, u, k, DT_RANGES_HELD, &rg, &n)))
                 break;
             for (uint32_t i = 0; i < n && !rc; i++)
-                rc = STRATEGY_CALL(ops, ops->set_state(s, u, k, rg[i], full + rg[i].offset),
-                                   "set_state");
+                rc = STRATEGY_CALL(
+                    s, dt_strategy_ops(s)->set_state(s, u, k, rg[i], full + rg[i].offset),
+                    "set_state");
             free(rg);
         }
         free(full);
@@ -793,7 +810,7 @@ static int fresh(const dt_settings_t *set, const dt_strategy_ops_t *ops, dt_stra
 }
 
 int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
-                           const dt_strategy_ops_t *ops, dt_strategy_t *s, dt_model_t *m,
+                           dt_strategy_t *s, dt_model_t *m,
                            int64_t *start_step, cJSON **loop)
 {
     *start_step = 0;
@@ -808,14 +825,14 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
      * training loop's, which knows the step */
     dt_crash_set_phase("state initialisation", 0);
     if (!resume[0])
-        return fresh(set, ops, s, m);
+        return fresh(set, s, m);
     if (strcmp(resume, "latest") == 0) {
         uint64_t step;
         rc = dt_ckpt_latest(root, dir, sizeof dir, &step);
         if (rc == DT_ERR_NOT_FOUND) {
             if (w->rank == 0)
                 printf("dtrain: no complete checkpoint under %s; starting fresh\n", root);
-            return fresh(set, ops, s, m);
+            return fresh(set, s, m);
         }
         if (rc)
             return rc;
@@ -825,7 +842,7 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
     dt_crash_set_phase("checkpoint load", 0);
     char changed[512], note[3 * 4096 + 512];
     int64_t was_steps = 0;
-    if ((rc = load(set, ops, s, m, dir, start_step, changed, sizeof changed, note, sizeof note,
+    if ((rc = load(set, s, m, dir, start_step, changed, sizeof changed, note, sizeof note,
                    &was_steps, loop)))
         return rc;
     if (w->rank == 0) {
@@ -848,7 +865,7 @@ static size_t spare_cap;
 
 /* Write this rank's SAVE ranges of every entry into shard `rank` of tmp
  * (deferred: into memory, the writer handed back in *deferred). */
-static int write_shard(const dt_world_t *w, const dt_strategy_ops_t *ops, dt_strategy_t *s,
+static int write_shard(const dt_world_t *w, dt_strategy_t *s,
                        dt_model_t *m, int ns, const char *tmp, dt_ckpt_seg_t **segs,
                        size_t *n_segs, dt_ckpt_writer_t **deferred)
 {
@@ -870,7 +887,7 @@ static int write_shard(const dt_world_t *w, const dt_strategy_ops_t *ops, dt_str
             char name[DT_CKPT_NAME_MAX];
             snprintf(name, sizeof name, "%s/%s", d->units[u].name, state_names[k]);
             dt_crash_set_unit(u, d->units[u].name);
-            const state_io_t io = {ops, s, u, k, name, NULL, wr, deferred != NULL};
+            const state_io_t io = {s, u, k, name, NULL, wr, deferred != NULL};
             static const piece_ops_t so = {save_begin, save_piece, save_end};
             rc = dt_model_info(m)->tensor_parallel > 1
                      ? each_part_range(&io, &d->units[u], DT_RANGES_SAVE, save_part_piece, &buf)
@@ -890,12 +907,12 @@ static int write_shard(const dt_world_t *w, const dt_strategy_ops_t *ops, dt_str
 }
 
 /* Every rank learns the lowest failing rank (or -1) of a local outcome. */
-static int agree(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t *comm, int local_rc,
+static int agree(const dt_world_t *w, dt_comm_t *comm, int local_rc,
                  int32_t *failed)
 {
     int32_t v = local_rc ? w->rank : INT32_MAX;
     if (w->size > 1) {
-        int rc = COMM_CALL(cops, cops->all_reduce(comm, &v, &v, 1, DT_I32, DT_OP_MIN, NULL, NULL),
+        int rc = COMM_CALL(comm, all_reduce, (comm, &v, &v, 1, DT_I32, DT_OP_MIN, NULL, NULL),
                            "all_reduce");
         if (rc)
             return rc;
@@ -905,7 +922,7 @@ static int agree(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t *comm
 }
 
 /* Gather every rank's segment table to all ranks (rank 0 uses it). */
-static int gather_segs(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t *comm,
+static int gather_segs(const dt_world_t *w, dt_comm_t *comm,
                        const dt_ckpt_seg_t *mine, size_t n_mine, dt_ckpt_seg_t **all,
                        size_t *n_all)
 {
@@ -913,7 +930,7 @@ static int gather_segs(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t
     int64_t nm = (int64_t)n_mine, most = 0, total = 0;
     if (!counts)
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
-    int rc = COMM_CALL(cops, cops->all_gather(comm, &nm, counts, 1, DT_I64, NULL, NULL),
+    int rc = COMM_CALL(comm, all_gather, (comm, &nm, counts, 1, DT_I64, NULL, NULL),
                        "all_gather");
     for (int r = 0; r < w->size && !rc; r++) {
         most = counts[r] > most ? counts[r] : most;
@@ -929,8 +946,7 @@ static int gather_segs(const dt_world_t *w, const dt_comm_ops_t *cops, dt_comm_t
     }
     if (!rc) {
         memcpy(pad, mine, n_mine * sizeof *pad);
-        rc = COMM_CALL(cops,
-                       cops->all_gather(comm, pad, gath, (uint64_t)most * sizeof *pad, DT_U8,
+        rc = COMM_CALL(comm, all_gather, (comm, pad, gath, (uint64_t)most * sizeof *pad, DT_U8,
                                         NULL, NULL),
                        "all_gather");
     }
@@ -992,9 +1008,8 @@ struct dt_ckpt_async {
     const dt_world_t *w;
     const dt_settings_t *set;
     uint64_t config_hash;
-    const dt_comm_ops_t *cops;
     dt_comm_t *comm;
-    const dt_strategy_ops_t *ops;
+    const char *strategy_name; /* the strategy's info.name, for the manifest */
     dt_model_t *m;
     int64_t step;
     cJSON *loop;            /* a copy of the caller's */
@@ -1084,7 +1099,7 @@ static int share_segs(dt_ckpt_async_t *sv, dt_ckpt_seg_t *segs, size_t n_segs)
         sv->n_all = n_segs;
         return DT_OK;
     }
-    int rc = gather_segs(sv->w, sv->cops, sv->comm, segs, n_segs, &sv->all, &sv->n_all);
+    int rc = gather_segs(sv->w, sv->comm, segs, n_segs, &sv->all, &sv->n_all);
     free(segs);
     return rc;
 }
@@ -1105,16 +1120,16 @@ static int save_shards(dt_ckpt_async_t *sv, dt_strategy_t *s, int deferred)
                            ? dt_ckpt_begin(sv->root, (uint64_t)sv->step, sv->tmp, sizeof sv->tmp)
                            : dt_ckpt_step_dir(sv->root, (uint64_t)sv->step, 1, sv->tmp,
                                               sizeof sv->tmp);
-    if ((rc = agree(w, sv->cops, sv->comm, begin_rc, &failed)))
+    if ((rc = agree(w, sv->comm, begin_rc, &failed)))
         return save_fail(sv, rc); /* rank 0 made the tmp dir: it goes */
     if (failed >= 0) {
         if (failed != w->rank)
             dt_err_set(DT_ERR_IO, "rank %d could not start the checkpoint", (int)failed);
         return save_fail(sv, begin_rc ? begin_rc : DT_ERR_IO);
     }
-    int local = write_shard(w, sv->ops, s, sv->m, ns, sv->tmp, &segs, &n_segs,
+    int local = write_shard(w, s, sv->m, ns, sv->tmp, &segs, &n_segs,
                             deferred ? &sv->wr : NULL);
-    if ((rc = agree(w, sv->cops, sv->comm, local, &failed))) {
+    if ((rc = agree(w, sv->comm, local, &failed))) {
         free(segs);
         return save_fail(sv, rc);
     }
@@ -1172,7 +1187,7 @@ static int manifest_parts(dt_ckpt_async_t *sv)
 static int write_and_commit(dt_ckpt_async_t *sv)
 {
     dt_ckpt_info_t info = {.step = (uint64_t)sv->step, .world_size = (uint32_t)sv->w->size,
-                           .strategy = sv->ops->info.name, .model = sv->mj, .extra = sv->extra};
+                           .strategy = sv->strategy_name, .model = sv->mj, .extra = sv->extra};
     int rc = dt_ckpt_write_manifest(sv->tmp, &info, sv->entries, sv->n_entries, sv->all,
                                     sv->n_all);
     return rc ? rc : dt_ckpt_commit(sv->root, (uint64_t)sv->step);
@@ -1185,8 +1200,7 @@ static int commit_outcome(dt_ckpt_async_t *sv, int32_t commit_rc, int prune)
 {
     int rc = DT_OK;
     if (sv->w->size > 1 &&
-        (rc = COMM_CALL(sv->cops, sv->cops->broadcast(sv->comm, &commit_rc, 1, DT_I32, 0, NULL,
-                                                      NULL),
+        (rc = COMM_CALL(sv->comm, broadcast, (sv->comm, &commit_rc, 1, DT_I32, 0, NULL, NULL),
                         "broadcast")))
         return save_fail(sv, rc);
     if (commit_rc) {
@@ -1214,7 +1228,7 @@ static int save_commit(dt_ckpt_async_t *sv)
 }
 
 static int save_new(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
-                    const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
+                    dt_comm_t *comm, dt_strategy_t *s,
                     dt_model_t *m, int64_t step, const cJSON *loop, dt_ckpt_async_t **out)
 {
     dt_ckpt_async_t *sv = calloc(1, sizeof *sv);
@@ -1222,9 +1236,16 @@ static int save_new(const dt_world_t *w, const dt_settings_t *set, uint64_t conf
         free(sv);
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
     }
-    *sv = (dt_ckpt_async_t){.w = w, .set = set, .config_hash = config_hash, .cops = cops,
-                            .comm = comm, .ops = ops, .m = m, .step = step, .loop = sv->loop,
-                            .t0 = mono_s(), .paused = -1};
+    *sv = (dt_ckpt_async_t){.w = w,
+                            .set = set,
+                            .config_hash = config_hash,
+                            .comm = comm,
+                            .strategy_name = dt_strategy_ops(s)->info.name,
+                            .m = m,
+                            .step = step,
+                            .loop = sv->loop,
+                            .t0 = mono_s(),
+                            .paused = -1};
     int rc = dt_ckpt_root(set, sv->root, sizeof sv->root);
     if (rc) {
         save_free(sv);
@@ -1235,11 +1256,10 @@ static int save_new(const dt_world_t *w, const dt_settings_t *set, uint64_t conf
 }
 
 int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
-                 const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
-                 dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop)
+                 dt_comm_t *comm, dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop)
 {
     dt_ckpt_async_t *sv = NULL;
-    int rc = save_new(w, set, config_hash, cops, comm, ops, m, step, loop, &sv);
+    int rc = save_new(w, set, config_hash, comm, s, m, step, loop, &sv);
     if (rc == DT_OK && (rc = save_shards(sv, s, 0)) == DT_OK)
         rc = save_commit(sv);
     save_free(sv);
@@ -1336,13 +1356,12 @@ static void stage_join(dt_ckpt_async_t *sv)
 }
 
 int dt_ckpt_save_async(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
-                       const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
-                       dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop,
-                       dt_ckpt_async_t **out)
+                       dt_comm_t *comm, dt_strategy_t *s, dt_model_t *m, int64_t step,
+                       const cJSON *loop, dt_ckpt_async_t **out)
 {
     *out = NULL;
     dt_ckpt_async_t *sv = NULL;
-    int rc = save_new(w, set, config_hash, cops, comm, ops, m, step, loop, &sv);
+    int rc = save_new(w, set, config_hash, comm, s, m, step, loop, &sv);
     if (rc == DT_OK && (rc = save_shards(sv, s, 1)) != DT_OK) {
         save_free(sv);
         return rc;
@@ -1364,7 +1383,7 @@ static int stage1_end(dt_ckpt_async_t *sv)
     if (local)
         dt_err_set(local, "%s", sv->th_err);
     int32_t failed = -1;
-    int rc = agree(sv->w, sv->cops, sv->comm, local, &failed);
+    int rc = agree(sv->w, sv->comm, local, &failed);
     if (rc == DT_OK && failed >= 0)
         rc = local ? local : dt_err_set(DT_ERR_IO, "rank %d failed writing its shard", (int)failed);
     if (rc == DT_OK) {
@@ -1402,9 +1421,8 @@ static int all_done(dt_ckpt_async_t *sv, int *ready)
     int32_t v = atomic_load_explicit(&sv->th_done, memory_order_acquire);
     int rc = DT_OK;
     if (sv->w->size > 1)
-        rc = COMM_CALL(sv->cops,
-                       sv->cops->all_reduce(sv->comm, &v, &v, 1, DT_I32, DT_OP_MIN, NULL, NULL),
-                       "all_reduce");
+        rc = COMM_CALL(sv->comm, all_reduce,
+                       (sv->comm, &v, &v, 1, DT_I32, DT_OP_MIN, NULL, NULL), "all_reduce");
     *ready = rc == DT_OK && v == 1;
     return rc;
 }

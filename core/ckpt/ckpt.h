@@ -26,7 +26,7 @@ int dt_ckpt_root(const dt_settings_t *set, char *buf, size_t cap);
  * training loop's own state saved with the checkpoint (dt_ckpt_save's
  * `loop`; the caller cJSON_Deletes it), NULL when fresh or none was saved. */
 int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
-                           const dt_strategy_ops_t *ops, dt_strategy_t *s,
+                           dt_strategy_t *s,
                            dt_model_t *m, int64_t *start_step, cJSON **loop);
 
 /* Save the state after `step`, atomically, then keep checkpoint.keep.
@@ -39,8 +39,7 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
  * none): the training loop's own state (the fp16 loss scaler's), an
  * object rank 0 records in the manifest as extra "loop", opaque here. */
 int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
-                 const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
-                 dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop);
+                 dt_comm_t *comm, dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop);
 
 /* The same save in collective parts (checkpoint.async).
  * dt_ckpt_save_async copies this rank's shard to memory (get_state
@@ -59,9 +58,8 @@ int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_
  * it was. */
 typedef struct dt_ckpt_async dt_ckpt_async_t;
 int dt_ckpt_save_async(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
-                       const dt_comm_ops_t *cops, dt_comm_t *comm, const dt_strategy_ops_t *ops,
-                       dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop,
-                       dt_ckpt_async_t **out);
+                       dt_comm_t *comm, dt_strategy_t *s, dt_model_t *m, int64_t step,
+                       const cJSON *loop, dt_ckpt_async_t **out);
 int dt_ckpt_save_advance(dt_ckpt_async_t **a);
 int dt_ckpt_save_finish(dt_ckpt_async_t *a);
 void dt_ckpt_save_discard(dt_ckpt_async_t *a);

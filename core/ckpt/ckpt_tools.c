@@ -1,7 +1,8 @@
 /*
  * core/ckpt/ckpt_tools.c - inspect, consolidate and export a checkpoint
- * from its manifest and shards alone; import Hugging Face GPT-2 weights
- * as a checkpoint.
+ * from its manifest and shards; import Hugging Face weights (one file or a
+ * sharded set) as a checkpoint.  Hugging Face's names, layouts and
+ * config.json are the model plugin's (hf_model.h).
  */
 #include "ckpt/ckpt_tools.h"
 
@@ -15,8 +16,11 @@
 #include "dtrain/tensor.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_io.h"
-#include "ckpt/hf_gpt2.h"
+#include "ckpt/hf_model.h"
 #include "ckpt/safetensors.h"
+#include "ckpt/safetensors_set.h"
+#include "loader/plugin_handle.h"
+#include "model/model.h"
 #include "util/error.h"
 #include "util/fileutil.h"
 #include "util/log.h"
@@ -160,11 +164,7 @@ out:
     return rc;
 }
 
-/* Stored transposed in the export: HF layout, a GPT-2 Conv1D weight. */
-static int transposed(const dt_ckpt_tensor_t *t, int layout, int gpt2)
-{
-    return layout == DT_EXPORT_HF && gpt2 && t->ndim == 2 && dt_hf_gpt2_conv1d(t->name);
-}
+/* ---- export -------------------------------------------------------------- */
 
 /* The manifest's tensor table (checked by the reader: inside the entries,
  * tiling them) as export needs it: f32 entries, at most 4 dimensions. */
@@ -199,28 +199,6 @@ void dt_ckpt_hf_config_path(const char *weights, char *buf, size_t cap)
         snprintf(buf, cap, "config.json");
 }
 
-/* config.json's text for the exported weights (*text, malloc'd), from the
- * manifest's shape keys. */
-static int hf_config_text(const dt_ckpt_reader_t *r, const char *dir, char **text, size_t *len)
-{
-    const cJSON *model = dt_ckpt_reader_model(r);
-    dt_gpt2_shape_t s;
-    static const char *const keys[] = {"n_layer", "n_head", "n_embd", "vocab_size", "context"};
-    int64_t *dst[] = {&s.n_layer, &s.n_head, &s.n_embd, &s.vocab_size, &s.context};
-    for (int i = 0; i < 5; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(model, keys[i]);
-        if (!cJSON_IsNumber(v) || v->valuedouble < 1)
-            return dt_err_set(DT_ERR_DATA,
-                              "checkpoint '%s': manifest.json: \"model\" has no positive "
-                              "\"%s\" for config.json",
-                              dir, keys[i]);
-        *dst[i] = (int64_t)v->valuedouble;
-    }
-    if (!(*text = dt_hf_gpt2_config_text(&s, len)))
-        return dt_err_set(DT_ERR_NOMEM, "config.json: out of memory");
-    return DT_OK;
-}
-
 /* Whether the export may write config.json at `path`: nothing there, the
  * very text it would write (the same model exported again), or
  * `overwrite`; anything but a regular file never (dt_fileutil_check_output).
@@ -252,28 +230,126 @@ static int hf_config_may_write(const char *path, const char *text, size_t len, i
                       path);
 }
 
-int dt_ckpt_export(const char *dir, const char *out_path, int layout, int overwrite,
-                   int *wrote_config)
+/* One export: the checkpoint, and in the HF layout the model plugin of its
+ * arch when that plugin names Hugging Face's tensors (hf != NULL). */
+typedef struct export_job {
+    dt_ckpt_reader_t *r;
+    const char *dir;
+    dt_plugin_t *plugin;
+    const dt_model_ops_t *hf;
+    float *buf, *tr;
+} export_job_t;
+
+/* The HF layout's plugin: the manifest's arch, loaded from `sp`. */
+static int export_plugin(export_job_t *x, const dt_search_path_t *sp)
+{
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(dt_ckpt_reader_model(x->r), "arch");
+    if (!cJSON_IsString(arch))
+        return dt_err_set(DT_ERR_DATA, "checkpoint '%s': manifest.json has no \"model\".\"arch\"",
+                          x->dir);
+    if (!sp)
+        return dt_err_set(DT_ERR_INVALID, "export: the hf layout needs the plugin search path");
+    int rc = dt_plugin_load(sp, DT_KIND_MODEL, arch->valuestring, &x->plugin);
+    if (rc)
+        return dt_err_context(rc, "checkpoint '%s': its model plugin", x->dir);
+    if (dt_hf_model_has(x->plugin->ops))
+        x->hf = x->plugin->ops;
+    return DT_OK;
+}
+
+/* The longest sequence of the checkpoint's model, for config.json when
+ * the manifest has no "context" key: the import's record, else the
+ * training run's train.seq_len; 0 when unknown. */
+static int64_t export_context(const dt_ckpt_reader_t *r)
+{
+    const cJSON *extra = dt_ckpt_reader_extra(r);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(extra, "context");
+    if (!cJSON_IsNumber(c))
+        c = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(extra, "data"),
+                                             "train.seq_len");
+    return cJSON_IsNumber(c) && c->valuedouble >= 1 ? (int64_t)c->valuedouble : 0;
+}
+
+/* Tensor t's name and shape in the file, and whether it is transposed. */
+static int export_name(const export_job_t *x, const dt_ckpt_tensor_t *t, char *name,
+                       size_t cap, int64_t shape[4])
+{
+    int transpose = 0;
+    memcpy(shape, t->shape, 4 * sizeof *shape);
+    snprintf(name, cap, "%s", t->name);
+    if (x->hf)
+        x->hf->hf_export_name(t->name, name, cap, &transpose);
+    transpose = transpose && t->ndim == 2;
+    if (transpose) {
+        shape[0] = t->shape[1];
+        shape[1] = t->shape[0];
+    }
+    return transpose;
+}
+
+/* Every tensor declared, then written, read from the checkpoint one by one. */
+static int export_weights(export_job_t *x, dt_safetensors_writer_t *w, int layout)
+{
+    char step[32], name[256];
+    int64_t shape[4];
+    const size_t n = dt_ckpt_n_tensors(x->r);
+    snprintf(step, sizeof step, "%" PRIu64, dt_ckpt_reader_step(x->r));
+    int rc = dt_safetensors_set_meta(w, "format", "pt");
+    if (!rc)
+        rc = dt_safetensors_set_meta(w, "dtrain_step", step);
+    if (!rc)
+        rc = dt_safetensors_set_meta(w, "dtrain_layout", layout == DT_EXPORT_HF ? "hf" : "dtrain");
+    for (size_t i = 0; i < n && !rc; i++) {
+        const dt_ckpt_tensor_t *t = dt_ckpt_tensor_at(x->r, i);
+        export_name(x, t, name, sizeof name, shape);
+        rc = dt_safetensors_declare(w, name, DT_F32, t->ndim, shape);
+    }
+    for (size_t i = 0; i < n && !rc; i++) {
+        const dt_ckpt_tensor_t *t = dt_ckpt_tensor_at(x->r, i);
+        if ((rc = dt_ckpt_read(x->r, t->entry, t->offset, t->numel, x->buf)))
+            break;
+        const float *src = x->buf;
+        if (export_name(x, t, name, sizeof name, shape)) {
+            const int64_t rows = t->shape[0], cols = t->shape[1];
+            for (int64_t a = 0; a < rows; a++)
+                for (int64_t b = 0; b < cols; b++)
+                    x->tr[b * rows + a] = x->buf[a * cols + b];
+            src = x->tr;
+        }
+        rc = dt_safetensors_write(w, src, (size_t)t->numel * sizeof *src);
+    }
+    return rc;
+}
+
+/* config.json's text and place, checked before a byte is written. */
+static int export_config(export_job_t *x, const char *out_path, int overwrite, char *path,
+                         size_t cap, char **text, size_t *len)
+{
+    dt_ckpt_hf_config_path(out_path, path, cap);
+    int rc = dt_hf_model_config_text(x->hf, dt_ckpt_reader_model(x->r), export_context(x->r),
+                                     x->dir, text, len);
+    return rc ? rc : hf_config_may_write(path, *text, *len, overwrite);
+}
+
+int dt_ckpt_export(const char *dir, const char *out_path, int layout,
+                   const dt_search_path_t *sp, int overwrite, int *wrote_config)
 {
     if (wrote_config)
         *wrote_config = 0;
-    dt_ckpt_reader_t *r = NULL;
-    int rc = dt_ckpt_open_flags(dir, DT_CKPT_OPEN_INCOMPLETE, &r);
+    export_job_t x = {.dir = dir};
+    int rc = dt_ckpt_open_flags(dir, DT_CKPT_OPEN_INCOMPLETE, &x.r);
     if (rc)
         return rc;
     uint64_t largest = 0;
-    float *buf = NULL, *tr = NULL;
     char *cfg_text = NULL, cfg_path[4096];
     size_t cfg_len = 0;
     dt_safetensors_writer_t *w = NULL;
-    /* a GPT-2 by its shape keys: Hugging Face's GPT-2 layout applies */
-    const int gpt2 = dt_hf_gpt2_manifest(dt_ckpt_reader_model(r));
-    const size_t n = dt_ckpt_n_tensors(r);
-    if ((rc = export_tensors(r, dir, &largest)))
+    if ((rc = export_tensors(x.r, dir, &largest)) ||
+        (layout == DT_EXPORT_HF && (rc = export_plugin(&x, sp))))
         goto out;
-    buf = malloc((largest ? largest : 1) * sizeof *buf);
-    tr = malloc((largest ? largest : 1) * sizeof *tr);
-    if (!buf || !tr) {
+    x.buf = malloc((largest ? largest : 1) * sizeof *x.buf);
+    x.tr = malloc((largest ? largest : 1) * sizeof *x.tr);
+    if (!x.buf || !x.tr) {
         rc = dt_err_set(DT_ERR_NOMEM, "out of memory (largest tensor %" PRIu64 " elements)",
                         largest);
         goto out;
@@ -281,188 +357,205 @@ int dt_ckpt_export(const char *dir, const char *out_path, int layout, int overwr
     /* OUT's folder made as mkdir -p would (the README's own line exports
      * into hf/, which need not exist); then config.json's place checked
      * before a byte of the weights is written */
-    if ((rc = dt_fileutil_mkdir_parent(out_path)))
+    if ((rc = dt_fileutil_mkdir_parent(out_path)) ||
+        (x.hf && (rc = export_config(&x, out_path, overwrite, cfg_path, sizeof cfg_path,
+                                     &cfg_text, &cfg_len))) ||
+        (rc = dt_safetensors_writer_open(out_path, &w)))
         goto out;
-    if (gpt2 && layout == DT_EXPORT_HF) {
-        dt_ckpt_hf_config_path(out_path, cfg_path, sizeof cfg_path);
-        if ((rc = hf_config_text(r, dir, &cfg_text, &cfg_len)) ||
-            (rc = hf_config_may_write(cfg_path, cfg_text, cfg_len, overwrite)))
-            goto out;
-    }
-    if ((rc = dt_safetensors_writer_open(out_path, &w)))
+    if ((rc = export_weights(&x, w, layout))) {
+        dt_safetensors_abort(w);
         goto out;
-    char step[32];
-    snprintf(step, sizeof step, "%" PRIu64, dt_ckpt_reader_step(r));
-    if ((rc = dt_safetensors_set_meta(w, "format", "pt")) ||
-        (rc = dt_safetensors_set_meta(w, "dtrain_step", step)) ||
-        (rc = dt_safetensors_set_meta(w, "dtrain_layout", layout == DT_EXPORT_HF ? "hf" : "dtrain")))
-        goto fail;
-    for (size_t i = 0; i < n && !rc; i++) {
-        const dt_ckpt_tensor_t *t = dt_ckpt_tensor_at(r, i);
-        int64_t shape[4];
-        memcpy(shape, t->shape, sizeof shape);
-        if (transposed(t, layout, gpt2)) {
-            shape[0] = t->shape[1];
-            shape[1] = t->shape[0];
-        }
-        rc = dt_safetensors_declare(w, t->name, DT_F32, t->ndim, shape);
     }
-    for (size_t i = 0; i < n && !rc; i++) {
-        const dt_ckpt_tensor_t *t = dt_ckpt_tensor_at(r, i);
-        if ((rc = dt_ckpt_read(r, t->entry, t->offset, t->numel, buf)))
-            break;
-        const float *src = buf;
-        if (transposed(t, layout, gpt2)) {
-            const int64_t rows = t->shape[0], cols = t->shape[1];
-            for (int64_t a = 0; a < rows; a++)
-                for (int64_t b = 0; b < cols; b++)
-                    tr[b * rows + a] = buf[a * cols + b];
-            src = tr;
-        }
-        rc = dt_safetensors_write(w, src, (size_t)t->numel * sizeof *src);
-    }
-    if (rc)
-        goto fail;
     rc = dt_safetensors_commit(w);
-    w = NULL;
     if (!rc && cfg_text && !(rc = dt_fileutil_write_atomic(cfg_path, cfg_text, cfg_len)) &&
         wrote_config)
         *wrote_config = 1;
-    goto out;
-fail:
-    dt_safetensors_abort(w);
 out:
     if (rc)
         dt_err_context(rc, "exporting '%s' to '%s'", dir, out_path);
     free(cfg_text);
-    free(buf);
-    free(tr);
-    dt_ckpt_close(r);
+    free(x.buf);
+    free(x.tr);
+    if (x.plugin)
+        dt_plugin_unload(x.plugin);
+    dt_ckpt_close(x.r);
     return rc;
 }
 
-/* ---- import ------------------------------------------------------------ */
+/* ---- import -------------------------------------------------------------- */
 
-/* The file's tensor for each model parameter (src[u][k], flat in unit
- * order), every tensor of the file accounted for: a parameter of this
- * model in HF's shape and a float dtype, a tied lm_head, or a buffer. */
-static int import_map(const dt_safetensors_reader_t *st, const char *weights,
-                      const dt_model_desc_t *d, const dt_safetensors_tensor_t **src,
-                      const dt_safetensors_tensor_t **lm_head)
+/* One import: the model's parameters (flat, in unit order) and the file's
+ * tensor for each; tied copies to check. */
+typedef struct import_job {
+    const char *weights;
+    dt_safetensors_set_t *st;
+    const dt_model_t *m;
+    const dt_model_ops_t *hf;
+    const dt_param_desc_t **param;
+    const dt_safetensors_tensor_t **src;
+    const dt_safetensors_tensor_t **tied; /* tied[i]: must equal src[tied_of[i]] */
+    size_t *tied_of, n_params, n_tied;
+    uint64_t largest; /* elements of raw and buf: a chunk, or a transposed tensor */
+    float *raw, *buf;
+} import_job_t;
+
+static void shape_text(const int64_t *s, int ndim, char *out, size_t cap)
 {
-    *lm_head = NULL;
-    for (size_t i = 0; i < dt_safetensors_count(st); i++) {
-        const dt_safetensors_tensor_t *t = dt_safetensors_at(st, i);
-        const char *base;
-        int role = dt_hf_gpt2_role(t->name, &base);
-        if (role == DT_HF_BUFFER)
-            continue;
-        if (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16)
-            return dt_err_set(DT_ERR_DATA,
-                              "'%s': tensor %s is %s; import takes F32, BF16 or F16", weights,
-                              t->name, t->dtype_name);
-        if (role == DT_HF_LM_HEAD) {
-            *lm_head = t;
-            continue;
-        }
-        size_t flat = 0;
-        const dt_param_desc_t *p = NULL;
-        for (uint32_t u = 0; u < d->n_units && !p; u++)
-            for (uint32_t k = 0; k < d->units[u].n_params && !p; k++, flat++)
-                if (strcmp(d->units[u].params[k].name, base) == 0)
-                    p = &d->units[u].params[k];
-        if (!p)
-            return dt_err_set(DT_ERR_DATA,
-                              "'%s': tensor %s is not a parameter of a GPT-2 with n_layer = "
-                              "%u (is config.json the one of these weights?)",
-                              weights, t->name, d->n_units - 2);
-        flat--;
-        if (src[flat])
-            return dt_err_set(DT_ERR_DATA, "'%s': tensor %s is given twice (as %s and %s)",
-                              weights, base, src[flat]->name, t->name);
-        int64_t want[4];
-        memcpy(want, p->shape, sizeof want);
-        if (p->ndim == 2 && dt_hf_gpt2_conv1d(base)) {
-            want[0] = p->shape[1];
-            want[1] = p->shape[0];
-        }
-        int same = t->ndim == p->ndim;
-        for (int k = 0; same && k < p->ndim; k++)
-            same = t->shape[k] == want[k];
-        if (!same) {
-            char w[96] = "", g[96] = "";
-            for (int k = 0; k < p->ndim; k++)
-                snprintf(w + strlen(w), sizeof w - strlen(w), "%s%lld", k ? ", " : "",
-                         (long long)want[k]);
-            for (int k = 0; k < t->ndim; k++)
-                snprintf(g + strlen(g), sizeof g - strlen(g), "%s%lld", k ? ", " : "",
-                         (long long)t->shape[k]);
-            return dt_err_set(DT_ERR_DATA,
-                              "'%s': tensor %s has shape [%s], but this GPT-2 (from its "
-                              "config.json) needs [%s]%s",
-                              weights, t->name, g, w,
-                              dt_hf_gpt2_conv1d(base) ? " (Hugging Face's Conv1D layout, (in, out))"
-                                                      : "");
-        }
-        src[flat] = t;
+    out[0] = '\0';
+    for (int k = 0; k < ndim; k++)
+        snprintf(out + strlen(out), cap - strlen(out), "%s%lld", k ? ", " : "",
+                 (long long)s[k]);
+}
+
+/* The parameter named `name`: its flat index, or n_params. */
+static size_t import_find(const import_job_t *x, const char *name)
+{
+    size_t i = 0;
+    while (i < x->n_params && strcmp(x->param[i]->name, name) != 0)
+        i++;
+    return i;
+}
+
+/* File tensor t as parameter i: not given before, HF's shape. */
+static int import_param(import_job_t *x, const dt_safetensors_tensor_t *t, size_t i)
+{
+    const dt_param_desc_t *p = x->param[i];
+    if (x->src[i])
+        return dt_err_set(DT_ERR_DATA, "'%s': tensor %s is given twice (as %s and %s)",
+                          x->weights, p->name, x->src[i]->name, t->name);
+    char hf[256];
+    int transpose = 0;
+    int64_t want[4];
+    memcpy(want, p->shape, sizeof want);
+    x->hf->hf_export_name(p->name, hf, sizeof hf, &transpose);
+    if (transpose && p->ndim == 2) {
+        want[0] = p->shape[1];
+        want[1] = p->shape[0];
     }
-    size_t flat = 0;
-    for (uint32_t u = 0; u < d->n_units; u++)
-        for (uint32_t k = 0; k < d->units[u].n_params; k++, flat++)
-            if (!src[flat])
-                return dt_err_set(DT_ERR_DATA, "'%s' has no tensor %s", weights,
-                                  d->units[u].params[k].name);
+    int same = t->ndim == p->ndim;
+    for (int k = 0; same && k < p->ndim; k++)
+        same = t->shape[k] == want[k];
+    if (!same) {
+        char w[96], g[96];
+        shape_text(want, p->ndim, w, sizeof w);
+        shape_text(t->shape, t->ndim, g, sizeof g);
+        return dt_err_set(DT_ERR_DATA,
+                          "'%s': tensor %s has shape [%s], but this %s (from its config.json) "
+                          "needs [%s]%s",
+                          x->weights, t->name, g, dt_model_info(x->m)->arch, w,
+                          transpose && p->ndim == 2 ? " (stored transposed, (in, out))" : "");
+    }
+    x->src[i] = t;
     return DT_OK;
 }
 
-/* Tensor t of the file as f32 in dtrain's layout into out (its numel):
- * widened exactly from bf16 / f16, a Conv1D weight transposed. */
-static int import_read(dt_safetensors_reader_t *st, const dt_safetensors_tensor_t *t,
-                       const dt_param_desc_t *p, void *raw, float *out)
+/* Every tensor of the file accounted for (a parameter, a tied copy, a
+ * buffer) and every parameter found. */
+static int import_map(import_job_t *x)
 {
-    int rc = dt_safetensors_read(st, t, 0, t->nbytes, raw);
-    if (rc)
-        return rc;
-    float *f = raw; /* widened in place, from the end: 2-byte elements */
-    if (t->dtype != DT_F32)
-        for (uint64_t i = t->numel; i-- > 0;) {
-            const uint16_t h = ((const uint16_t *)raw)[i];
-            f[i] = t->dtype == DT_BF16 ? dt_bf16_to_f32(h) : dt_f16_to_f32(h);
+    const dt_model_info_t *mi = dt_model_info(x->m);
+    for (size_t k = 0; k < dt_safetensors_set_count(x->st); k++) {
+        const dt_safetensors_tensor_t *t = dt_safetensors_set_at(x->st, k);
+        char name[256] = "";
+        const int role = x->hf->hf_import_name(mi->keys, mi->n_keys, t->name, name, sizeof name);
+        if (role == DT_HF_BUFFER)
+            continue;
+        const size_t i = import_find(x, name);
+        if (role == DT_HF_UNKNOWN || i == x->n_params)
+            return dt_err_set(DT_ERR_DATA,
+                              "'%s': tensor %s is not a parameter of this %s (from its "
+                              "config.json: is it the one of these weights?)",
+                              dt_safetensors_set_file(x->st, t), t->name, mi->arch);
+        if (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16)
+            return dt_err_set(DT_ERR_DATA, "'%s': tensor %s is %s; import takes F32, BF16 or F16",
+                              dt_safetensors_set_file(x->st, t), t->name, t->dtype_name);
+        int rc = DT_OK;
+        if (role == DT_HF_TIED) {
+            x->tied[x->n_tied] = t;
+            x->tied_of[x->n_tied++] = i;
+        } else if ((rc = import_param(x, t, i))) {
+            return rc;
         }
-    if (p->ndim == 2 && dt_hf_gpt2_conv1d(p->name)) { /* (in, out) -> (out, in) */
+    }
+    for (size_t i = 0; i < x->n_params; i++)
+        if (!x->src[i])
+            return dt_err_set(DT_ERR_DATA, "'%s' has no tensor %s", x->weights,
+                              x->param[i]->name);
+    return DT_OK;
+}
+
+/* A tied copy must be its parameter's tensor: the same dtype, shape and
+ * bytes (compared chunk by chunk in raw and buf). */
+static int import_check_tied(import_job_t *x)
+{
+    const uint64_t chunk = x->largest * sizeof *x->raw;
+    for (size_t i = 0; i < x->n_tied; i++) {
+        const dt_safetensors_tensor_t *a = x->tied[i], *b = x->src[x->tied_of[i]];
+        int same = a->dtype == b->dtype && a->ndim == b->ndim;
+        for (int k = 0; same && k < a->ndim; k++)
+            same = a->shape[k] == b->shape[k];
+        for (uint64_t off = 0; same && off < b->nbytes; off += chunk) {
+            const uint64_t c = b->nbytes - off < chunk ? b->nbytes - off : chunk;
+            int rc;
+            if ((rc = dt_safetensors_set_read(x->st, a, off, c, x->raw)) ||
+                (rc = dt_safetensors_set_read(x->st, b, off, c, x->buf)))
+                return rc;
+            same = memcmp(x->raw, x->buf, c) == 0;
+        }
+        if (!same)
+            return dt_err_set(DT_ERR_DATA,
+                              "'%s': tensor %s differs from %s: this %s ties the two (its "
+                              "config.json), so different ones cannot be imported",
+                              x->weights, a->name, b->name, dt_model_info(x->m)->arch);
+    }
+    return DT_OK;
+}
+
+/* Whether Hugging Face stores parameter i transposed. */
+static int import_transposed(const import_job_t *x, size_t i)
+{
+    char hf[256];
+    int transpose = 0;
+    x->hf->hf_export_name(x->param[i]->name, hf, sizeof hf, &transpose);
+    return transpose && x->param[i]->ndim == 2;
+}
+
+/* Elements [first, first + n) of tensor t as f32 into out: widened
+ * exactly from bf16 / f16 (read through raw). */
+static int import_chunk(import_job_t *x, const dt_safetensors_tensor_t *t, uint64_t first,
+                        uint64_t n, float *out)
+{
+    const uint64_t es = t->dtype == DT_F32 ? 4 : 2;
+    void *dst = t->dtype == DT_F32 ? (void *)out : (void *)x->raw;
+    int rc = dt_safetensors_set_read(x->st, t, first * es, n * es, dst);
+    for (uint64_t k = 0; !rc && t->dtype != DT_F32 && k < n; k++) {
+        const uint16_t h = ((const uint16_t *)x->raw)[k];
+        out[k] = t->dtype == DT_BF16 ? dt_bf16_to_f32(h) : dt_f16_to_f32(h);
+    }
+    return rc;
+}
+
+/* Parameter i in dtrain's layout appended to shard w: chunk by chunk, or
+ * whole when Hugging Face stores it transposed ((in, out) -> (out, in)). */
+static int import_param_data(import_job_t *x, dt_ckpt_writer_t *w, size_t i)
+{
+    const dt_safetensors_tensor_t *t = x->src[i];
+    int rc = DT_OK;
+    if (import_transposed(x, i)) {
+        if ((rc = import_chunk(x, t, 0, t->numel, x->buf)))
+            return rc;
         const int64_t rows = t->shape[0], cols = t->shape[1];
         for (int64_t a = 0; a < rows; a++)
             for (int64_t b = 0; b < cols; b++)
-                out[b * rows + a] = f[a * cols + b];
-    } else {
-        memcpy(out, f, t->numel * sizeof *out);
+                x->raw[b * rows + a] = x->buf[a * cols + b];
+        return dt_ckpt_shard_append(w, x->raw, t->numel * sizeof *x->raw);
     }
-    return DT_OK;
-}
-
-/* A present lm_head.weight must be wte itself (dtrain's head is tied):
- * the same dtype, shape and bytes, compared in raw and buf (each holds the
- * largest parameter tensor, wte's bytes included). */
-static int import_check_head(dt_safetensors_reader_t *st, const char *weights,
-                             const dt_safetensors_tensor_t *head,
-                             const dt_safetensors_tensor_t *wte, void *raw, void *buf)
-{
-    int same = head->dtype == wte->dtype && head->ndim == wte->ndim;
-    for (int k = 0; same && k < head->ndim; k++)
-        same = head->shape[k] == wte->shape[k];
-    int rc;
-    if (same) {
-        if ((rc = dt_safetensors_read(st, head, 0, head->nbytes, raw)) ||
-            (rc = dt_safetensors_read(st, wte, 0, wte->nbytes, buf)))
-            return rc;
-        same = memcmp(raw, buf, wte->nbytes) == 0;
+    for (uint64_t off = 0; off < t->numel && !rc; off += x->largest) {
+        const uint64_t c = t->numel - off < x->largest ? t->numel - off : x->largest;
+        if (!(rc = import_chunk(x, t, off, c, x->buf)))
+            rc = dt_ckpt_shard_append(w, x->buf, c * sizeof *x->buf);
     }
-    if (!same)
-        return dt_err_set(DT_ERR_DATA,
-                          "'%s': tensor %s differs from %s: dtrain's GPT-2 ties the LM head to "
-                          "the token embedding, so an untied head cannot be imported",
-                          weights, head->name, wte->name);
-    return DT_OK;
+    return rc;
 }
 
 /* An import may write into out_root when it holds no complete checkpoint,
@@ -485,99 +578,128 @@ static int import_may_write(const char *out_root, int overwrite)
                       out_root, step);
 }
 
-int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root, int overwrite)
+/* What AdamW resumes: params from the file, the two moments zero. */
+enum { N_STATES = 3 };
+static const char *const import_states[N_STATES] = {"params", "exp_avg", "exp_avg_sq"};
+
+/* Unit u's three entries into shard w, tensor by tensor (flat: the index
+ * of its first parameter). */
+static int import_unit(import_job_t *x, dt_ckpt_writer_t *w, uint32_t u, size_t flat,
+                       dt_ckpt_entry_t *entries, const float *zeros)
 {
-    dt_gpt2_shape_t shape;
-    if (dt_hf_gpt2_shape(dt_model_info(m), &shape) != DT_OK)
-        return dt_err_set(DT_ERR_INVALID, "importing '%s': the model is not a gpt2", weights);
-    const dt_model_desc_t *d = dt_model_desc(m);
-    const int n_states = 3; /* params, exp_avg, exp_avg_sq: what AdamW resumes */
-    static const char *const states[] = {"params", "exp_avg", "exp_avg_sq"};
-    size_t n_params = 0;
-    uint64_t largest = 0;
-    for (uint32_t u = 0; u < d->n_units; u++) {
-        n_params += d->units[u].n_params;
-        for (uint32_t k = 0; k < d->units[u].n_params; k++)
-            if (d->units[u].params[k].numel > largest)
-                largest = d->units[u].params[k].numel;
+    const dt_unit_desc_t *ud = &dt_model_desc((dt_model_t *)x->m)->units[u];
+    int rc = DT_OK;
+    for (int s = 0; s < N_STATES && !rc; s++) {
+        dt_ckpt_entry_t *e = &entries[u * (uint32_t)N_STATES + (uint32_t)s];
+        snprintf(e->name, sizeof e->name, "%s/%s", ud->name, import_states[s]);
+        e->dtype = DT_F32;
+        e->numel = ud->numel;
+        if ((rc = dt_ckpt_shard_begin(w, e->name, DT_F32, 0, ud->numel)))
+            break;
+        for (uint32_t k = 0; s == 0 && k < ud->n_params && !rc; k++)
+            rc = import_param_data(x, w, flat + k);
+        for (uint64_t off = 0; s > 0 && off < ud->numel && !rc; off += DEFAULT_CHUNK) {
+            uint64_t c = ud->numel - off < DEFAULT_CHUNK ? ud->numel - off : DEFAULT_CHUNK;
+            rc = dt_ckpt_shard_append(w, zeros, c * sizeof *zeros);
+        }
+        if (!rc)
+            rc = dt_ckpt_shard_end(w);
     }
-    dt_safetensors_reader_t *st = NULL;
-    const dt_safetensors_tensor_t **src = calloc(n_params ? n_params : 1, sizeof *src);
-    const dt_safetensors_tensor_t *head = NULL;
-    dt_ckpt_entry_t *entries = calloc((size_t)d->n_units * n_states, sizeof *entries);
-    float *raw = malloc((largest ? largest : 1) * sizeof *raw);
-    float *buf = malloc((largest ? largest : 1) * sizeof *buf);
+    return rc;
+}
+
+/* The checkpoint's one shard and manifest in tmp (step 0, world 1):
+ * layout-free, any layout resumes it. */
+static int import_write(import_job_t *x, const char *tmp)
+{
+    const dt_model_desc_t *d = dt_model_desc((dt_model_t *)x->m);
+    dt_ckpt_entry_t *entries = calloc((size_t)d->n_units * N_STATES, sizeof *entries);
     float *zeros = calloc(DEFAULT_CHUNK, sizeof *zeros);
     dt_ckpt_writer_t *w = NULL;
     dt_ckpt_seg_t *segs = NULL;
-    size_t n_segs = 0;
+    size_t n_segs = 0, flat = 0;
     cJSON *model = NULL, *extra = NULL;
+    int rc = entries && zeros ? dt_ckpt_shard_open(tmp, 0, &w)
+                              : dt_err_set(DT_ERR_NOMEM, "out of memory");
+    for (uint32_t u = 0; u < d->n_units && !rc; flat += d->units[u++].n_params)
+        rc = import_unit(x, w, u, flat, entries, zeros);
+    if (!rc) {
+        rc = dt_ckpt_shard_close(w, &segs, &n_segs);
+        w = NULL;
+    }
+    if (!rc && (!(model = dt_ckpt_model_json((dt_model_t *)x->m)) ||
+                !(extra = cJSON_CreateObject()) ||
+                !cJSON_AddStringToObject(extra, "imported_from", x->weights) ||
+                !cJSON_AddNumberToObject(extra, "context",
+                                         (double)dt_model_info(x->m)->context)))
+        rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
+    const dt_ckpt_info_t info = {.step = 0, .world_size = 1, .strategy = "import",
+                                 .model = model, .extra = extra};
+    if (!rc)
+        rc = dt_ckpt_write_manifest(tmp, &info, entries, (size_t)d->n_units * N_STATES, segs,
+                                    n_segs);
+    dt_ckpt_shard_abort(w);
+    cJSON_Delete(model);
+    cJSON_Delete(extra);
+    free(segs);
+    free(entries);
+    free(zeros);
+    return rc;
+}
+
+/* The model's parameters listed flat, the file opened and mapped onto
+ * them, the buffers sized: a chunk of DEFAULT_CHUNK elements, or the
+ * largest tensor Hugging Face stores transposed (GPT-2's Conv1D). */
+static int import_prepare(import_job_t *x)
+{
+    const dt_model_desc_t *d = dt_model_desc((dt_model_t *)x->m);
+    for (uint32_t u = 0; u < d->n_units; u++)
+        x->n_params += d->units[u].n_params;
+    int rc = dt_safetensors_set_open(x->weights, &x->st);
+    if (rc)
+        return rc;
+    const size_t n_file = dt_safetensors_set_count(x->st);
+    x->param = calloc(x->n_params + 1, sizeof *x->param);
+    x->src = calloc(x->n_params + 1, sizeof *x->src);
+    x->tied = calloc(n_file + 1, sizeof *x->tied);
+    x->tied_of = calloc(n_file + 1, sizeof *x->tied_of);
+    if (!x->param || !x->src || !x->tied || !x->tied_of)
+        return dt_err_set(DT_ERR_NOMEM, "out of memory");
+    size_t flat = 0;
+    for (uint32_t u = 0; u < d->n_units; u++)
+        for (uint32_t k = 0; k < d->units[u].n_params; k++)
+            x->param[flat++] = &d->units[u].params[k];
+    if ((rc = import_map(x)))
+        return rc;
+    x->largest = DEFAULT_CHUNK; /* a chunk, or the largest tensor stored transposed */
+    for (size_t i = 0; i < x->n_params; i++)
+        if (import_transposed(x, i) && x->param[i]->numel > x->largest)
+            x->largest = x->param[i]->numel;
+    x->raw = malloc(x->largest * sizeof *x->raw);
+    x->buf = malloc(x->largest * sizeof *x->buf);
+    if (!x->raw || !x->buf)
+        return dt_err_set(DT_ERR_NOMEM, "out of memory (buffers of %" PRIu64 " elements)",
+                          x->largest);
+    return DT_OK;
+}
+
+int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root, int overwrite)
+{
+    import_job_t x = {.weights = weights, .m = m, .hf = dt_model_ops(m)};
     char tmp[4096];
-    int begun = 0, lock_fd = -1, rc;
-    if (!src || !entries || !raw || !buf || !zeros) {
-        rc = dt_err_set(DT_ERR_NOMEM, "out of memory (largest tensor %" PRIu64 " elements)",
-                        largest);
+    int begun = 0, lock_fd = -1, rc = DT_OK;
+    if (!dt_hf_model_has(x.hf))
+        rc = dt_err_set(DT_ERR_UNSUPPORTED, "model/%s reads no Hugging Face weights",
+                        dt_model_info(m)->arch);
+    if (rc || (rc = import_prepare(&x)) || (rc = import_check_tied(&x)))
         goto out;
-    }
-    if ((rc = dt_safetensors_open(weights, &st)) || (rc = import_map(st, weights, d, src, &head)))
-        goto out;
-    if (head) { /* wte is the embedding unit's first tensor (plugins/gpt2/gpt2.c) */
-        if (strcmp(d->units[0].params[0].name, "wte.weight") != 0)
-            rc = dt_err_set(DT_ERR_INVALID, "import: the model's first tensor is %s, not "
-                            "wte.weight", d->units[0].params[0].name);
-        else
-            rc = import_check_head(st, weights, head, src[0], raw, buf);
-        if (rc)
-            goto out;
-    }
     /* an import writes the folder as a run does: one writer at a time */
     if ((rc = dt_ckpt_lock(out_root, &lock_fd)) ||
         (rc = import_may_write(out_root, overwrite)) ||
         (rc = dt_ckpt_begin(out_root, 0, tmp, sizeof tmp)))
         goto out;
     begun = 1;
-    if ((rc = dt_ckpt_shard_open(tmp, 0, &w)))
-        goto out;
-    size_t flat = 0;
-    for (uint32_t u = 0; u < d->n_units && !rc; u++) {
-        const dt_unit_desc_t *ud = &d->units[u];
-        for (int s = 0; s < n_states && !rc; s++) {
-            dt_ckpt_entry_t *e = &entries[u * (uint32_t)n_states + (uint32_t)s];
-            snprintf(e->name, sizeof e->name, "%s/%s", ud->name, states[s]);
-            e->dtype = DT_F32;
-            e->numel = ud->numel;
-            if ((rc = dt_ckpt_shard_begin(w, e->name, DT_F32, 0, ud->numel)))
-                break;
-            if (s == 0) {
-                for (uint32_t k = 0; k < ud->n_params && !rc; k++, flat++)
-                    if (!(rc = import_read(st, src[flat], &ud->params[k], raw, buf)))
-                        rc = dt_ckpt_shard_append(w, buf, ud->params[k].numel * sizeof *buf);
-            } else {
-                for (uint64_t off = 0; off < ud->numel && !rc; off += DEFAULT_CHUNK) {
-                    uint64_t c = ud->numel - off < DEFAULT_CHUNK ? ud->numel - off : DEFAULT_CHUNK;
-                    rc = dt_ckpt_shard_append(w, zeros, c * sizeof *zeros);
-                }
-            }
-            if (!rc)
-                rc = dt_ckpt_shard_end(w);
-        }
-    }
-    if (rc)
-        goto out;
-    rc = dt_ckpt_shard_close(w, &segs, &n_segs);
-    w = NULL;
-    if (rc)
-        goto out;
-    if (!(model = dt_ckpt_model_json(m)) || !(extra = cJSON_CreateObject()) ||
-        !cJSON_AddStringToObject(extra, "imported_from", weights)) {
-        rc = dt_err_set(DT_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    const dt_ckpt_info_t info = {.step = 0, .world_size = 1, .strategy = "import",
-                                 .model = model, .extra = extra};
-    if ((rc = dt_ckpt_write_manifest(tmp, &info, entries, (size_t)d->n_units * n_states, segs,
-                                     n_segs)) ||
-        (rc = dt_ckpt_commit(out_root, 0)))
+    if ((rc = import_write(&x, tmp)) || (rc = dt_ckpt_commit(out_root, 0)))
         goto out;
     begun = 0;
     size_t removed = 0;
@@ -587,19 +709,16 @@ int dt_ckpt_import(const char *weights, dt_model_t *m, const char *out_root, int
 out:
     if (lock_fd >= 0)
         close(lock_fd);
-    dt_ckpt_shard_abort(w);
     if (begun)
         dt_ckpt_abort(out_root, 0);
     if (rc)
         dt_err_context(rc, "importing '%s' into '%s'", weights, out_root);
-    dt_safetensors_close(st);
-    cJSON_Delete(model);
-    cJSON_Delete(extra);
-    free(segs);
-    free(src);
-    free(entries);
-    free(raw);
-    free(buf);
-    free(zeros);
+    dt_safetensors_set_close(x.st);
+    free(x.param);
+    free(x.src);
+    free(x.tied);
+    free(x.tied_of);
+    free(x.raw);
+    free(x.buf);
     return rc;
 }

@@ -94,7 +94,9 @@ static int add_shard(dt_safetensors_set_t *s, char *path)
     return DT_OK;
 }
 
-static int open_index(dt_safetensors_set_t *s, const char *index)
+/* Read and parse the index file; *j is its JSON, whose "weight_map" is an
+ * object (the caller deletes *j). */
+static int read_index(const char *index, cJSON **j)
 {
     char *text = NULL;
     size_t len = 0;
@@ -109,14 +111,21 @@ static int open_index(dt_safetensors_set_t *s, const char *index)
     close(fd);
     if (rc)
         return rc;
-    cJSON *j = cJSON_ParseWithLength(text, len);
+    *j = cJSON_ParseWithLength(text, len);
     free(text);
-    const cJSON *map = cJSON_GetObjectItemCaseSensitive(j, "weight_map");
-    if (!cJSON_IsObject(map)) {
-        cJSON_Delete(j);
+    if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(*j, "weight_map"))) {
+        cJSON_Delete(*j);
+        *j = NULL;
         return dt_err_set(DT_ERR_DATA, "'%s': not a JSON object with a \"weight_map\" object",
                           index);
     }
+    return DT_OK;
+}
+
+/* Open the shards the index's weight map names, in the order it first
+ * names them: plain file names in the index's folder. */
+static int open_index_shards(dt_safetensors_set_t *s, const char *index, const cJSON *map)
+{
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", index);
     char *slash = strrchr(dir, '/');
@@ -125,71 +134,73 @@ static int open_index(dt_safetensors_set_t *s, const char *index)
     else
         snprintf(dir, sizeof dir, ".");
 
-    /* the shards, in the order the index first names them */
     const cJSON *it;
     cJSON_ArrayForEach(it, map)
     {
-        if (!cJSON_IsString(it)) {
-            rc = dt_err_set(DT_ERR_DATA, "'%s': weight_map: tensor '%.200s' maps to a "
-                            "non-string", index, it->string);
-            goto out;
-        }
-        if (!plain_name(it->valuestring)) {
-            rc = dt_err_set(DT_ERR_DATA, "'%s': weight_map: tensor '%.200s' names shard "
-                            "'%.200s', which is not a plain *.safetensors file name in the "
-                            "index's folder", index, it->string, it->valuestring);
-            goto out;
-        }
+        if (!cJSON_IsString(it))
+            return dt_err_set(DT_ERR_DATA, "'%s': weight_map: tensor '%.200s' maps to a "
+                              "non-string", index, it->string);
+        if (!plain_name(it->valuestring))
+            return dt_err_set(DT_ERR_DATA, "'%s': weight_map: tensor '%.200s' names shard "
+                              "'%.200s', which is not a plain *.safetensors file name in the "
+                              "index's folder", index, it->string, it->valuestring);
         size_t k = 0;
         while (k < s->n_shards && strcmp(strrchr(s->paths[k], '/') + 1, it->valuestring))
             k++;
         if (k < s->n_shards)
             continue;
-        if (s->n_shards == DT_SAFETENSORS_MAX_SHARDS) {
-            rc = dt_err_set(DT_ERR_DATA, "'%s': names more than %d shards", index,
-                            DT_SAFETENSORS_MAX_SHARDS);
-            goto out;
-        }
+        if (s->n_shards == DT_SAFETENSORS_MAX_SHARDS)
+            return dt_err_set(DT_ERR_DATA, "'%s': names more than %d shards", index,
+                              DT_SAFETENSORS_MAX_SHARDS);
         char *p = join(dir, it->valuestring);
-        if (!p) {
-            rc = dt_err_set(DT_ERR_NOMEM, "safetensors: out of memory");
-            goto out;
-        }
-        if ((rc = add_shard(s, p)))
-            goto out;
+        if (!p)
+            return dt_err_set(DT_ERR_NOMEM, "safetensors: out of memory");
+        int rc = add_shard(s, p);
+        if (rc)
+            return rc;
     }
-    if (!s->n_shards) {
-        rc = dt_err_set(DT_ERR_DATA, "'%s': weight_map is empty", index);
-        goto out;
-    }
-    /* every mapped tensor is where the index says, and nowhere else */
+    if (!s->n_shards)
+        return dt_err_set(DT_ERR_DATA, "'%s': weight_map is empty", index);
+    return DT_OK;
+}
+
+/* Every mapped tensor is where the index says, and nowhere else. */
+static int check_index_map(const dt_safetensors_set_t *s, const char *index, const cJSON *map)
+{
     for (size_t i = 0; i < s->n; i++) {
         const char *name = s->e[i].t->name;
         const char *shard = strrchr(s->paths[s->e[i].shard], '/') + 1;
         const cJSON *to = cJSON_GetObjectItemCaseSensitive(map, name);
-        if (!to) {
-            rc = dt_err_set(DT_ERR_DATA, "'%s': shard '%s' holds tensor '%.200s', which the "
-                            "index's weight_map does not name", index, shard, name);
-            goto out;
-        }
-        if (strcmp(to->valuestring, shard) != 0) {
-            rc = dt_err_set(DT_ERR_DATA, "'%s': weight_map: tensor '%.200s' is in shard '%s' "
-                            "but the index says '%s'", index, name, shard, to->valuestring);
-            goto out;
-        }
+        if (!to)
+            return dt_err_set(DT_ERR_DATA, "'%s': shard '%s' holds tensor '%.200s', which the "
+                              "index's weight_map does not name", index, shard, name);
+        if (strcmp(to->valuestring, shard) != 0)
+            return dt_err_set(DT_ERR_DATA, "'%s': weight_map: tensor '%.200s' is in shard '%s' "
+                              "but the index says '%s'", index, name, shard, to->valuestring);
     }
+    const cJSON *it;
     cJSON_ArrayForEach(it, map)
     {
         size_t k = 0;
         while (strcmp(strrchr(s->paths[k], '/') + 1, it->valuestring))
             k++;
-        if (!dt_safetensors_find(s->rd[k], it->string)) {
-            rc = dt_err_set(DT_ERR_DATA, "'%s': weight_map: tensor '%.200s' is not in shard "
-                            "'%s'", index, it->string, it->valuestring);
-            goto out;
-        }
+        if (!dt_safetensors_find(s->rd[k], it->string))
+            return dt_err_set(DT_ERR_DATA, "'%s': weight_map: tensor '%.200s' is not in shard "
+                              "'%s'", index, it->string, it->valuestring);
     }
-out:
+    return DT_OK;
+}
+
+static int open_index(dt_safetensors_set_t *s, const char *index)
+{
+    cJSON *j = NULL;
+    int rc = read_index(index, &j);
+    if (rc)
+        return rc;
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(j, "weight_map");
+    rc = open_index_shards(s, index, map);
+    if (!rc)
+        rc = check_index_map(s, index, map);
     cJSON_Delete(j);
     return rc;
 }

@@ -44,13 +44,6 @@ static int check_elastic(const dt_resolved_t *r, const dt_launch_plan_t *plan)
                           (long long)l->min_nnodes, key_from(r, "launch.min_nnodes", f1, sizeof f1),
                           plan->world.source);
     }
-    if (strcmp(r->set.run.comm, "mpi") == 0)
-        return dt_err_set(DT_ERR_CONFIG,
-                          "launch.min_nnodes = %lld (%s) asks for an elastic job, but run.comm = "
-                          "\"mpi\" cannot be restarted at another size: mpirun owns an MPI job's "
-                          "processes and its MPI_COMM_WORLD is fixed for their life; use comm = "
-                          "\"tcp\" across nodes (\"shm\" on one), or remove --nnodes MIN:MAX",
-                          (long long)l->min_nnodes, key_from(r, "launch.min_nnodes", f1, sizeof f1));
     if (l->min_nnodes > l->nnodes)
         return dt_err_set(DT_ERR_CONFIG,
                           "launch.min_nnodes = %lld (%s) is more than launch.nnodes = %lld (%s): "

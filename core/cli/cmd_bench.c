@@ -200,13 +200,12 @@ static void count_wrong(const void *got, int dt, uint64_t n, uint64_t base, int 
 typedef struct rank_ctx {
     const bench_opts_t *o;
     const dt_plugin_t *plugin;
-    const dt_comm_ops_t *ops;
-    dt_comm_t *c;
+    dt_comm_t *c;               /* starts with its table (the interposer's
+                                 * with --ledger) */
     int rank, n;
     /* the device; dev_mem: its memory is not the host's, so a and b are
      * device memory and ha, hb their host copies (else ha == a, hb == b) */
     const dt_plugin_t *pdev;
-    const dt_device_ops_t *dev_ops;
     dt_device_t *dev;
     int dev_mem;
     int dev_failed; /* the last failure was the device's (a copy) */
@@ -233,7 +232,7 @@ static uint64_t count_for(int op, uint64_t bytes, size_t es, int n)
 
 static int run_op(rank_ctx_t *x, void *a, void *b, uint64_t count)
 {
-    const dt_comm_ops_t *ops = x->ops;
+    const dt_comm_ops_t *ops = dt_comm_ops(x->c);
     const bench_opts_t *o = x->o;
     dt_comm_t *c = x->c;
     switch (o->op) {
@@ -286,9 +285,9 @@ static int dev_copy(rank_ctx_t *x, void *dst, const void *src, uint64_t bytes, i
 {
     if (!x->dev_mem || bytes == 0)
         return DT_OK;
-    int rc = x->dev_ops->memcpy_async(x->dev, dst, src, bytes, kind, NULL);
+    int rc = dt_device_ops(x->dev)->memcpy_async(x->dev, dst, src, bytes, kind, NULL);
     if (rc == DT_OK)
-        rc = x->dev_ops->stream_sync(x->dev, NULL);
+        rc = dt_device_ops(x->dev)->stream_sync(x->dev, NULL);
     if (rc == DT_OK)
         return DT_OK;
     x->dev_failed = 1;
@@ -393,7 +392,7 @@ static int bench_sizes(rank_ctx_t *x, void *a, void *b, int *any_wrong)
 {
     const bench_opts_t *o = x->o;
     const size_t es = dt_dtype_size(o->dtype);
-    const dt_comm_ops_t *ops = x->ops;
+    const dt_comm_ops_t *ops = dt_comm_ops(x->c);
 #ifdef DTRAIN_TEST_HOOKS
     const char *hook = getenv("DTRAIN_TEST_BENCH_CORRUPT");
     int corrupt = hook && hook[0] && atoi(hook) == x->rank;
@@ -494,11 +493,16 @@ static int open_device(rank_ctx_t *x, const dt_world_t *world)
     dt_device_init_t da = {.struct_size = sizeof da, .rank = world->rank,
                            .local_rank = world->local_rank,
                            .local_size = world->local_size, .device_index = -1};
-    int rc = x->dev_ops->init(x->pdev->host, &da, &x->dev);
+    const dt_device_ops_t *D = x->pdev->ops;
+    int rc = D->init(x->pdev->host, &da, &x->dev);
     if (rc)
         return dt_plugin_failed(x->pdev, rc, "init");
+    if ((rc = dt_plugin_check_instance(x->pdev, D, x->dev))) {
+        x->dev = NULL;
+        return rc;
+    }
     dt_device_props_t props = {.struct_size = sizeof props};
-    if ((rc = x->dev_ops->props(x->dev, &props)))
+    if ((rc = dt_device_ops(x->dev)->props(x->dev, &props)))
         return dt_plugin_failed(x->pdev, rc, "props");
     x->dev_mem = !props.host_visible;
     return DT_OK;
@@ -511,15 +515,15 @@ static int open_device(rank_ctx_t *x, const dt_world_t *world)
 static int alloc_bufs(rank_ctx_t *x, uint64_t a_bytes, uint64_t b_bytes, void **a, void **b)
 {
     if (x->dev_mem) {
-        int rc = x->dev_ops->alloc(x->dev, a_bytes, DT_TAG_COMM, a);
+        int rc = dt_device_ops(x->dev)->alloc(x->dev, a_bytes, DT_TAG_COMM, a);
         if (rc == DT_OK)
-            rc = x->dev_ops->alloc(x->dev, b_bytes, DT_TAG_COMM, b);
+            rc = dt_device_ops(x->dev)->alloc(x->dev, b_bytes, DT_TAG_COMM, b);
         if (rc == DT_OK)
-            rc = x->dev_ops->memset_async(x->dev, *a, 0, a_bytes, NULL);
+            rc = dt_device_ops(x->dev)->memset_async(x->dev, *a, 0, a_bytes, NULL);
         if (rc == DT_OK)
-            rc = x->dev_ops->memset_async(x->dev, *b, 0, b_bytes, NULL);
+            rc = dt_device_ops(x->dev)->memset_async(x->dev, *b, 0, b_bytes, NULL);
         if (rc == DT_OK)
-            rc = x->dev_ops->stream_sync(x->dev, NULL);
+            rc = dt_device_ops(x->dev)->stream_sync(x->dev, NULL);
         if (rc)
             return dt_plugin_failed(x->pdev, rc, "allocating the buffers");
         x->ha = calloc(1, a_bytes);
@@ -557,9 +561,9 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
     if (rc)
         return rc;
     const dt_plugin_t *p = r->plugin[DT_ROLE_COMM];
-    rank_ctx_t x = {.o = o, .plugin = p, .ops = p->ops, .rank = world->rank,
-                    .n = world->size, .pdev = r->plugin[DT_ROLE_DEVICE],
-                    .dev_ops = r->plugin[DT_ROLE_DEVICE]->ops};
+    const dt_comm_ops_t *table = p->ops; /* what init is called through */
+    rank_ctx_t x = {.o = o, .plugin = p, .rank = world->rank,
+                    .n = world->size, .pdev = r->plugin[DT_ROLE_DEVICE]};
     dt_ledger_t *ledger = NULL;
     dt_interpose_comm_t *ic = NULL;
     if (o->ledger) {
@@ -569,9 +573,9 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
             goto out;
         }
         hooks = dt_interpose_ledger_hooks(ledger);
-        if ((rc = dt_interpose_comm_create(x.ops, &hooks, &ic)))
+        if ((rc = dt_interpose_comm_create(table, &hooks, &ic)))
             goto out;
-        x.ops = dt_interpose_comm_ops(ic);
+        table = dt_interpose_comm_ops(ic);
     }
     if ((rc = open_device(&x, world)))
         goto out;
@@ -586,18 +590,21 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
                             .job_secret = world->job_secret[0] ? world->job_secret : NULL,
                             .master_addr = world->master_addr,
                             .master_port = world->master_port,
-                            .timeout_ms = (int64_t)(o->timeout_s * 1000.0),
-                            .dev_ops = x.dev_ops, .dev = x.dev};
+                            .timeout_ms = (int64_t)(o->timeout_s * 1000.0), .dev = x.dev};
     /* the job's rendezvous around init, as `dtrain run` opens it: a comm
      * plugin that exchanges bootstrap bytes (tcp, nccl) meets its peers
      * there, on one node or several ([launch] nnodes) */
     if ((rc = dt_rdzv_session_begin(world, dt_config_hash(r->cfg), o->timeout_s)))
         goto out;
     ia.job_id = world->job_id; /* the id the nodes agreed on */
-    rc = x.ops->init(p->host, &ia, &x.c);
+    rc = table->init(p->host, &ia, &x.c);
     dt_rdzv_session_end();
     if (rc) {
         rc = dt_plugin_failed(p, rc, "init");
+        goto out;
+    }
+    if ((rc = dt_plugin_check_instance(p, table, x.c))) {
+        x.c = NULL;
         goto out;
     }
     const size_t es = dt_dtype_size(o->dtype);
@@ -612,11 +619,11 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
     void **symbuf = !o->sym ? NULL : o->op == OP_ALL_GATHER ? &b : &a;
     if (symbuf) {
         uint64_t bytes = (o->op == OP_ALL_GATHER ? b_elems : a_elems) * es + 64;
-        if (!DT_HAS_OP(dt_comm_ops_t, x.ops, sym_alloc) ||
-            !DT_HAS_OP(dt_comm_ops_t, x.ops, sym_free))
+        if (!DT_HAS_OP(dt_comm_ops_t, dt_comm_ops(x.c), sym_alloc) ||
+            !DT_HAS_OP(dt_comm_ops_t, dt_comm_ops(x.c), sym_free))
             rc = dt_err_set(DT_ERR_UNSUPPORTED, "--sym: comm plugin '%s' has no symmetric "
                             "memory (sym_alloc)", p->name);
-        else if ((rc = x.ops->sym_alloc(x.c, bytes, DT_TAG_COMM, symbuf)) != DT_OK)
+        else if ((rc = dt_comm_ops(x.c)->sym_alloc(x.c, bytes, DT_TAG_COMM, symbuf)) != DT_OK)
             rc = dt_plugin_failed(p, rc, "sym_alloc");
         if (o->op == OP_ALL_REDUCE)
             b = a;
@@ -648,8 +655,8 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
             rc = dt_err_set(DT_ERR_DATA, "wrong results");
     }
     if (x.dev_mem) {
-        x.dev_ops->free(x.dev, a);
-        x.dev_ops->free(x.dev, b);
+        dt_device_ops(x.dev)->free(x.dev, a);
+        dt_device_ops(x.dev)->free(x.dev, b);
         free(x.ha);
         free(x.hb);
     } else if (symbuf) {
@@ -657,15 +664,15 @@ static int bench_rank(const bench_opts_t *o, dt_resolved_t *r, dt_world_t *world
         if (other != *symbuf)
             free(other);
         if (*symbuf)
-            x.ops->sym_free(x.c, *symbuf);
+            dt_comm_ops(x.c)->sym_free(x.c, *symbuf);
     } else {
         free(a);
         free(b);
     }
-    x.ops->finalize(x.c);
+    dt_comm_ops(x.c)->finalize(x.c);
 out:
     if (x.dev)
-        x.dev_ops->finalize(x.dev);
+        dt_device_ops(x.dev)->finalize(x.dev);
     dt_interpose_comm_destroy(ic);
     dt_ledger_free(ledger);
     return rc;

@@ -1,7 +1,8 @@
 /*
  * core/cli/cmd_ckpt.c - `dtrain ckpt inspect|consolidate|export` and its
  * shorthand `dtrain export`: offline tools over a saved checkpoint; and
- * `dtrain import`, the way in: Hugging Face GPT-2 weights as one.
+ * `dtrain import`, the way in: a Hugging Face model folder as one (the
+ * model plugin that reads its config.json says how: ckpt/hf_model.h).
  */
 #include <stdio.h>
 #include <string.h>
@@ -11,7 +12,8 @@
 #include "cli/cli_model.h"
 #include "ckpt/ckpt_io.h"
 #include "ckpt/ckpt_tools.h"
-#include "ckpt/hf_gpt2.h"
+#include "ckpt/hf_model.h"
+#include "loader/plugin_handle.h"
 #include "util/error.h"
 
 void dt_help_ckpt(FILE *f)
@@ -23,10 +25,13 @@ void dt_help_ckpt(FILE *f)
             "CKPT is a checkpoint directory (.../step-00000200) or a checkpoint root, which\n"
             "means its newest complete checkpoint.  inspect describes the manifest (--verify\n"
             "also checks every CRC); consolidate rewrites it as one shard under OUT_ROOT;\n"
-            "export writes the weights as safetensors with GPT-2 tensor names (--layout hf,\n"
-            "the default, stores Conv1D weights as (in, out) like Hugging Face's GPT-2;\n"
-            "dtrain keeps (out, in)); a GPT-2 in the hf layout also gets Hugging Face's\n"
-            "config.json in the same folder, so the folder loads as a GPT2LMHeadModel.\n"
+            "export writes the weights as safetensors: --layout hf, the default, with\n"
+            "Hugging Face's tensor names and layout (GPT-2's Conv1D weights as (in, out))\n"
+            "and Hugging Face's config.json in the same folder, so the folder loads with\n"
+            "transformers' from_pretrained (GPT2LMHeadModel, LlamaForCausalLM or, with\n"
+            "q/k/v biases, Qwen2ForCausalLM), named by the model plugin of the\n"
+            "checkpoint's arch (it must be on the plugin path); --layout dtrain keeps\n"
+            "dtrain's names and (out, in) weights, without config.json.\n"
             "OUT's folder is made if missing.  A config.json already there that is not\n"
             "the one this export writes (another model's) is replaced only with\n"
             "--overwrite.  Only a regular file is ever replaced: a folder, a link, a FIFO\n"
@@ -120,17 +125,23 @@ static int do_export(const char *cmd, int argc, char **argv)
     else
         return usage(cmd, "--layout is hf or dtrain");
     char dir[4096];
-    int wrote_config = 0;
+    int wrote_config = 0, resolved = 0;
+    dt_resolved_t r; /* the plugin search path: the model plugin names HF's tensors */
     int rc = dt_cli_ckpt_dir(pos[0], dir, sizeof dir);
+    if (!rc && lay == DT_EXPORT_HF && !(rc = dt_resolve_core(NULL, NULL, 0, &r)))
+        resolved = 1;
     if (!rc)
-        rc = dt_ckpt_export(dir, pos[1], lay, overwrite, &wrote_config);
+        rc = dt_ckpt_export(dir, pos[1], lay, resolved ? r.search : NULL, overwrite,
+                            &wrote_config);
+    if (resolved)
+        dt_resolved_free(&r);
     if (rc)
         return dt_cli_fail(cmd, rc);
     printf("dtrain: exported %s to %s (%s layout)\n", dir, pos[1], layout);
     if (wrote_config) {
         char cfg[4096];
         dt_ckpt_hf_config_path(pos[1], cfg, sizeof cfg);
-        printf("dtrain: wrote %s (Hugging Face GPT-2 config)\n", cfg);
+        printf("dtrain: wrote %s (Hugging Face config)\n", cfg);
     }
     return DT_EXIT_OK;
 }
@@ -140,21 +151,25 @@ int dt_cmd_export(int argc, char **argv) { return do_export("export", argc, argv
 void dt_help_import(FILE *f)
 {
     fprintf(f,
-            "usage: dtrain import WEIGHTS.safetensors [config.json] OUT_CKPT [--overwrite]\n\n"
-            "Write a GPT-2 saved by Hugging Face (GPT2LMHeadModel's model.safetensors:\n"
-            "Conv1D weights as (in, out), the LM head tied to wte) as a dtrain checkpoint\n"
-            "under the folder OUT_CKPT: OUT_CKPT/step-00000000, written atomically, the\n"
-            "parameters from the file and the optimizer's moments zero.  The shape comes\n"
-            "from config.json (default: the one beside WEIGHTS).  Every tensor is checked:\n"
-            "a parameter of that shape (F32, BF16 or F16, stored as f32), an attn.bias or\n"
-            "attn.masked_bias buffer (ignored), or an lm_head.weight equal to wte; the\n"
-            "tensors' data_offsets must tile the file's data (no overlap, no hole).\n"
-            "config.json settings dtrain's GPT-2 cannot compute are refused by name:\n"
-            "model_type other than \"gpt2\", activation_function other than \"gelu_new\"\n"
-            "(or \"gelu_pytorch_tanh\"), layer_norm_epsilon other than 1e-5, n_inner other\n"
-            "than 4 n_embd, scale_attn_weights false, scale_attn_by_inverse_layer_idx\n"
-            "true, add_cross_attention true, tie_word_embeddings false.  The dropouts\n"
-            "are not applied (dtrain trains without dropout).\n"
+            "usage: dtrain import HF_FOLDER|WEIGHTS [config.json] OUT_CKPT [--overwrite]\n\n"
+            "HF_FOLDER is a model folder; WEIGHTS one .safetensors file or an index\n"
+            "(model.safetensors.index.json) with its shards.\n"
+            "Write a model saved by Hugging Face transformers (save_pretrained's folder:\n"
+            "model.safetensors, or shards model-0000N-of-0000M.safetensors with\n"
+            "model.safetensors.index.json, and config.json) as a dtrain checkpoint under\n"
+            "the folder OUT_CKPT: OUT_CKPT/step-00000000, written atomically, the\n"
+            "parameters from the files and the optimizer's moments zero.  config.json\n"
+            "(default: the one in the folder, or beside the file) picks the model plugin\n"
+            "(its \"architectures\" or \"model_type\": GPT2LMHeadModel is gpt2;\n"
+            "LlamaForCausalLM, Qwen2ForCausalLM and MistralForCausalLM are llama) and\n"
+            "gives the [model] keys.  Every config.json setting that changes what the\n"
+            "model computes and that dtrain does not compute is refused by name (e.g.\n"
+            "GPT-2's scale_attn_weights false, llama's hidden_act other than silu or a\n"
+            "sliding_window); see docs/running.md.  Every tensor is checked: a parameter\n"
+            "of that shape (F32, BF16 or F16, stored as f32), a buffer (ignored), or a\n"
+            "tied LM head equal to the embedding; every parameter must be there.  Tensors\n"
+            "stream in 16 MiB chunks (memory does not grow with the model); the\n"
+            "checkpoint resumes in any layout.\n"
             "OUT_CKPT must not hold checkpoints already: --overwrite replaces them (they\n"
             "are removed once the import is in place), as checkpoint.overwrite does for\n"
             "a run.\n\n"
@@ -164,7 +179,24 @@ void dt_help_import(FILE *f)
             "training then starts at step 1 from these weights (with fresh AdamW moments\n"
             "and the config's own schedule), as a fresh run starts from its init.\n"
             "exit codes: 0 done, 1 unreadable weights or a tensor that does not fit,\n"
-            "2 usage error, a bad config.json, or OUT_CKPT holding checkpoints\n");
+            "2 usage error, a bad or unsupported config.json, or OUT_CKPT holding\n"
+            "checkpoints\n");
+}
+
+/* config.json's [model] assignments, by the model plugin that reads it. */
+static int import_sets(const char *cfg, char (*sets)[96], int cap, int *n)
+{
+    dt_resolved_t r;
+    int rc = dt_resolve_core(NULL, NULL, 0, &r);
+    if (rc)
+        return rc;
+    dt_plugin_t *p = NULL;
+    if (!(rc = dt_hf_model_find(r.search, cfg, &p)))
+        rc = dt_hf_model_sets(p->ops, cfg, sets, cap, n);
+    if (p)
+        dt_plugin_unload(p);
+    dt_resolved_free(&r);
+    return rc;
 }
 
 int dt_cmd_import(int argc, char **argv)
@@ -186,39 +218,40 @@ int dt_cmd_import(int argc, char **argv)
         pos[n++] = argv[i];
     }
     if (n < 2)
-        return usage("import", "need WEIGHTS.safetensors and OUT_CKPT");
+        return usage("import", "need HF_FOLDER (or WEIGHTS.safetensors) and OUT_CKPT");
     const char *weights = pos[0], *out = pos[n - 1];
     char cfg[4096];
+    struct stat st;
     if (n == 3)
         snprintf(cfg, sizeof cfg, "%s", pos[1]);
+    else if (stat(weights, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(cfg, sizeof cfg, "%s/config.json", weights);
     else
         dt_ckpt_hf_config_path(weights, cfg, sizeof cfg);
-    dt_gpt2_shape_t s;
-    int rc = dt_hf_gpt2_config_read(cfg, &s);
+    char sets[DT_MODEL_MAX_KEYS + 1][96], origin[4200], said[(DT_MODEL_MAX_KEYS + 1) * 97] = "";
+    const char *setp[DT_MODEL_MAX_KEYS + 1];
+    int n_sets = 0;
+    int rc = import_sets(cfg, sets, DT_MODEL_MAX_KEYS + 1, &n_sets);
     if (rc)
         return dt_cli_fail("import", rc);
-    char sets[6][96];
-    const char *setp[6] = {sets[0], sets[1], sets[2], sets[3], sets[4], sets[5]};
-    snprintf(sets[0], sizeof sets[0], "model.arch=gpt2");
-    snprintf(sets[1], sizeof sets[1], "model.n_layer=%lld", (long long)s.n_layer);
-    snprintf(sets[2], sizeof sets[2], "model.n_head=%lld", (long long)s.n_head);
-    snprintf(sets[3], sizeof sets[3], "model.n_embd=%lld", (long long)s.n_embd);
-    snprintf(sets[4], sizeof sets[4], "model.vocab_size=%lld", (long long)s.vocab_size);
-    snprintf(sets[5], sizeof sets[5], "model.context=%lld", (long long)s.context);
-    char origin[4200];
+    for (int i = 0; i < n_sets; i++) {
+        setp[i] = sets[i];
+        size_t len = strlen(said);
+        snprintf(said + len, sizeof said - len, "%s%s", i ? " " : "",
+                 strncmp(sets[i], "model.", 6) == 0 ? sets[i] + 6 : sets[i]);
+    }
     snprintf(origin, sizeof origin, "'%s'", cfg);
     dt_cli_model_t cm;
-    if ((rc = dt_cli_model_open(&cm, setp, 6, origin)))
+    if ((rc = dt_cli_model_open(&cm, setp, n_sets, origin)))
         return dt_cli_fail("import", rc);
     rc = dt_ckpt_import(weights, cm.model, out, overwrite);
     dt_cli_model_close(&cm);
     if (rc)
         return dt_cli_fail("import", rc);
-    printf("dtrain: imported %s (n_layer %lld, n_head %lld, n_embd %lld, vocab_size %lld, "
-           "context %lld) as %s/step-00000000\n"
-           "dtrain: to fine-tune, set [checkpoint] resume = \"%s/step-00000000\"\n",
-           weights, (long long)s.n_layer, (long long)s.n_head, (long long)s.n_embd,
-           (long long)s.vocab_size, (long long)s.context, out, out);
+    printf("dtrain: imported %s (%s) as %s/step-00000000\n"
+           "dtrain: to fine-tune, set [checkpoint] resume = \"%s/step-00000000\" with that "
+           "[model]\n",
+           weights, said, out, out);
     return DT_EXIT_OK;
 }
 

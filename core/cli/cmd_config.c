@@ -13,16 +13,43 @@
 #include "config/config.h"
 #include "util/error.h"
 
+/* `text` on lines of at most 76 columns, broken at spaces. */
+static void print_wrapped(FILE *f, const char *text)
+{
+    const char *p = text;
+    while (*p) {
+        size_t n = strlen(p);
+        if (n > 76) {
+            n = 76;
+            while (n > 0 && p[n] != ' ')
+                n--;
+            if (n == 0)
+                n = strcspn(p, " ");
+        }
+        fprintf(f, "%.*s\n", (int)n, p);
+        p += n;
+        while (*p == ' ')
+            p++;
+    }
+}
+
 void dt_help_config(FILE *f)
 {
-    fprintf(f,
-            "usage: dtrain config doc [--markdown] [SECTION]\n\n"
-            "Print every key of the core's config sections (or of SECTION: run, model,\n"
-            "data, train, optimizer, parallel, launch, checkpoint) with its type,\n"
-            "default, allowed range or values, and documentation.  A plugin's keys:\n"
-            "dtrain plugins --describe NAME.  --markdown prints the same as markdown,\n"
-            "one list item per key (scripts/gen-config-reference.sh).\n"
-            "exit codes: 0 printed, 2 usage error (an unknown section)\n");
+    /* the sections from the schema itself, so the list cannot fall behind */
+    char text[1024] = "Print every key of the core's config sections (or of SECTION:";
+    for (uint32_t t = 0; t < dt_core_n_sections; t++) {
+        size_t len = strlen(text);
+        snprintf(text + len, sizeof text - len, " %s%s", dt_core_sections[t].table,
+                 t + 1 < dt_core_n_sections ? "," : ")");
+    }
+    size_t len = strlen(text);
+    snprintf(text + len, sizeof text - len, "%s",
+             " with its type, default, allowed range or values, and documentation.  A "
+             "plugin's keys: dtrain plugins --describe NAME.  --markdown prints the same as "
+             "markdown, one list item per key (scripts/gen-config-reference.sh).");
+    fprintf(f, "usage: dtrain config doc [--markdown] [SECTION]\n\n");
+    print_wrapped(f, text);
+    fprintf(f, "exit codes: 0 printed, 2 usage error (an unknown section)\n");
 }
 
 static const char *type_name(int t)

@@ -184,24 +184,26 @@ static int add_strategy(variants_t *vs, const char *name, const dt_search_path_t
     return DT_OK;
 }
 
-/* The strategies dtrain ships come first, in the order its documentation
- * introduces them (replicated, then ZeRO's stages, then FSDP's); every
- * other strategy follows by name.  Only the order of the rows: nothing
- * else here depends on which strategy a plugin is. */
-static int display_rank(const char *name)
-{
-    static const char *const shipped[] = {"ddp", "zero", "fsdp"};
-    for (int i = 0; i < 3; i++)
-        if (strcmp(name, shipped[i]) == 0)
-            return i;
-    return 3;
-}
+/* A strategy row's place: the plugins in dtrain's own plugin folder (the
+ * search path's last) first, then those found elsewhere (a user's or a
+ * third party's), each group by name.  Only the order of the rows:
+ * nothing here depends on which strategy a plugin is. */
+typedef struct strategy_row {
+    const char *name;
+    int elsewhere; /* 0: in dtrain's own plugin folder */
+} strategy_row_t;
 
 static int cmp_strategy(const void *a, const void *b)
 {
-    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
-    int rx = display_rank(x), ry = display_rank(y);
-    return rx != ry ? rx - ry : strcmp(x, y);
+    const strategy_row_t *x = a, *y = b;
+    return x->elsewhere != y->elsewhere ? x->elsewhere - y->elsewhere : strcmp(x->name, y->name);
+}
+
+/* Whether plugin file `path` lies in folder `dir`. */
+static int in_folder(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    return dir[0] && strncmp(path, dir, n) == 0 && path[n] == '/' && !strchr(path + n + 1, '/');
 }
 
 /* Every row, in display order: the strategy plugins on the search path
@@ -214,22 +216,23 @@ static int plan_variants(const dt_resolved_t *r, variants_t *vs)
     int rc = dt_plugin_discover(r->search, &ls, &n);
     if (rc)
         return rc;
-    const char **names = malloc((n + 1) * sizeof *names);
-    size_t nn = 0;
+    strategy_row_t *names = malloc((n + 1) * sizeof *names);
+    size_t nn = 0, n_dirs = dt_search_path_count(r->search);
+    const char *own_dir = n_dirs ? dt_search_path_dir(r->search, n_dirs - 1) : "";
     int own_listed = !own[0] || strcmp(own, "none") == 0;
     for (size_t i = 0; names && i < n; i++)
         if (ls[i].kind == DT_KIND_STRATEGY) {
-            names[nn++] = ls[i].name;
+            names[nn++] = (strategy_row_t){ls[i].name, !in_folder(ls[i].path, own_dir)};
             own_listed |= strcmp(ls[i].name, own) == 0;
         }
     if (names && !own_listed)
-        names[nn++] = own; /* not found: its row says so */
+        names[nn++] = (strategy_row_t){own, 1}; /* not found: its row says so */
     if (!names)
         rc = dt_err_set(DT_ERR_NOMEM, "plan: out of memory");
     else
         qsort(names, nn, sizeof *names, cmp_strategy);
     for (size_t i = 0; rc == DT_OK && i < nn; i++)
-        rc = add_strategy(vs, names[i], r->search);
+        rc = add_strategy(vs, names[i].name, r->search);
     if (rc == DT_ERR_NOMEM)
         dt_err_set(rc, "plan: out of memory");
     free(names);

@@ -242,8 +242,7 @@ static void emit(void *arg, int32_t token)
 typedef struct sample_run {
     dt_cli_model_t cm;
     dt_ckpt_reader_t *rd;
-    const dt_device_ops_t *ops;
-    dt_device_t *dev;
+    dt_device_t *dev; /* starts with its table */
     dt_stream_t *stream;
     dt_model_t *model; /* cm's */
     void **params;
@@ -260,12 +259,12 @@ static void release(sample_run_t *s)
     dt_decoder_free(s->dec);
     for (uint32_t u = 0; s->params && u < s->n_units; u++)
         if (s->params[u])
-            s->ops->free(s->dev, s->params[u]);
+            dt_device_ops(s->dev)->free(s->dev, s->params[u]);
     free(s->params);
     if (s->stream)
-        s->ops->stream_destroy(s->dev, s->stream);
+        dt_device_ops(s->dev)->stream_destroy(s->dev, s->stream);
     if (s->dev)
-        s->ops->finalize(s->dev);
+        dt_device_ops(s->dev)->finalize(s->dev);
     dt_cli_model_close(&s->cm);
     dt_ckpt_close(s->rd);
     free(s->prompt);
@@ -291,21 +290,25 @@ static int load_model(sample_run_t *s, const char *dir)
         return rc;
     s->model = s->cm.model;
     const dt_plugin_t *p = s->cm.dev;
-    s->ops = p->ops;
+    const dt_device_ops_t *table = p->ops;
     const dt_device_init_t da = {.struct_size = sizeof da, .local_size = 1, .device_index = -1};
     dt_err_clear();
-    if ((rc = s->ops->init(p->host, &da, &s->dev))) {
+    if ((rc = table->init(p->host, &da, &s->dev))) {
         s->dev = NULL;
         return dt_plugin_failed(p, rc, "init");
     }
-    if ((rc = s->ops->stream_create(s->dev, &s->stream))) {
+    if ((rc = dt_plugin_check_instance(p, table, s->dev))) {
+        s->dev = NULL;
+        return rc;
+    }
+    if ((rc = dt_device_ops(s->dev)->stream_create(s->dev, &s->stream))) {
         s->stream = NULL;
         return dt_plugin_failed(p, rc, "stream_create");
     }
     if (!DT_HAS_OP(dt_model_ops_v1_t, dt_model_ops(s->model), decoder_create))
         return dt_err_set(DT_ERR_UNSUPPORTED,
                           "checkpoint '%s' holds an arch = \"%s\" model: generation needs a "
-                          "model plugin with a decoder (gpt2 has one)",
+                          "model plugin with a decoder (gpt2 and llama have one)",
                           dir, dt_model_info(s->model)->arch);
     const dt_model_desc_t *d = dt_model_desc(s->model);
     if ((rc = dt_ckpt_check_tensors(dir, s->rd, d)))
@@ -319,10 +322,10 @@ static int load_model(sample_run_t *s, const char *dir)
             return dt_err_set(DT_ERR_NOMEM, "out of memory reading unit %s", d->units[u].name);
         const uint64_t bytes = d->units[u].numel * sizeof *host;
         if (!(rc = dt_ckpt_read_unit_params(s->rd, dir, d, u, host)) &&
-            !(rc = s->ops->alloc(s->dev, bytes, DT_TAG_PARAMS, &s->params[u])) &&
-            !(rc = s->ops->memcpy_async(s->dev, s->params[u], host, bytes, DT_COPY_H2D,
-                                        s->stream)))
-            rc = s->ops->stream_sync(s->dev, s->stream);
+            !(rc = dt_device_ops(s->dev)->alloc(s->dev, bytes, DT_TAG_PARAMS, &s->params[u])) &&
+            !(rc = dt_device_ops(s->dev)->memcpy_async(s->dev, s->params[u], host, bytes,
+                                                       DT_COPY_H2D, s->stream)))
+            rc = dt_device_ops(s->dev)->stream_sync(s->dev, s->stream);
         free(host);
     }
     return rc;
@@ -370,7 +373,7 @@ int dt_cmd_sample(int argc, char **argv)
         release(&s);
         return DT_EXIT_USAGE;
     }
-    const dt_model_ctx_t ctx = {.dev_ops = s.ops, .dev = s.dev, .stream = s.stream};
+    const dt_model_ctx_t ctx = {.dev = s.dev, .stream = s.stream};
     out_fmt_t fmt = {.ids = a.ids || (!s.tok && mi->vocab_size != BYTE_VOCAB), .first = 1,
                      .tok = s.tok};
     if (!(rc = dt_decoder_create(s.model, &ctx, s.params, n_prompt + a.tokens - 1, &s.dec)) &&

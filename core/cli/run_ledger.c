@@ -35,7 +35,7 @@ int dt_run_ledger_begin(dt_run_ledger_t *l, dt_resolved_t *r, const dt_world_t *
         dt_err_clear();
     }
     l->comm_plugin = pl;
-    l->comm_ops = pl->ops;
+    l->comm_table = pl->ops;
     pl->ops = dt_interpose_comm_ops(l->ic);
     return DT_OK;
 }
@@ -136,7 +136,7 @@ int dt_run_ledger_judge(dt_run_ledger_t *l, int rc, char *text, size_t cap)
 void dt_run_ledger_end(dt_run_ledger_t *l)
 {
     if (l->comm_plugin)
-        l->comm_plugin->ops = l->comm_ops;
+        l->comm_plugin->ops = l->comm_table;
     dt_interpose_comm_destroy(l->ic);
     dt_ledger_xchg_close(l->xchg);
     dt_ledger_free(l->ledger);

@@ -27,7 +27,7 @@ typedef struct dt_run_ledger {
     dt_ledger_t *ledger;
     dt_interpose_comm_t *ic;
     dt_plugin_t *comm_plugin;
-    const void *comm_ops;   /* the plugin's own table */
+    const void *comm_table;   /* the plugin's own table */
     dt_ledger_xchg_t *xchg;
     double timeout_s;       /* [launch] timeout */
 } dt_run_ledger_t;

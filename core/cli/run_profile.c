@@ -18,7 +18,10 @@
 
 #include "cli/cli.h"
 
-#define DT_PROFILE_PASS_OP "embedding_forward"
+/* A pass (one forward) begins at the model's embedding: GPT-2's
+ * embedding_forward, llama's (and any tensor-parallel model's)
+ * vocab_embedding_forward. */
+#define DT_PROFILE_PASS_OP "embedding_forward|vocab_embedding_forward"
 
 __attribute__((format(printf, 2, 3))) static int usage(const char *list, const char *fmt, ...)
 {
@@ -98,7 +101,7 @@ static int begin_comm(dt_run_profile_t *p, dt_plugin_t *pl)
     if (rc != DT_OK)
         return rc;
     p->comm_plugin = pl;
-    p->comm_ops = pl->ops;
+    p->comm_table = pl->ops;
     pl->ops = dt_interpose_comm_ops(p->ic);
     return DT_OK;
 }
@@ -114,7 +117,7 @@ static int begin_device(dt_run_profile_t *p, dt_plugin_t *pl)
     if (rc != DT_OK)
         return rc;
     p->dev_plugin = pl;
-    p->dev_ops = pl->ops;
+    p->dev_table = pl->ops;
     pl->ops = dt_interpose_device_ops(p->id);
     return DT_OK;
 }
@@ -134,9 +137,9 @@ static void finish(dt_run_profile_t *p, int rank)
     }
     fflush(stdout);
     if (p->comm_plugin)
-        p->comm_plugin->ops = p->comm_ops;
+        p->comm_plugin->ops = p->comm_table;
     if (p->dev_plugin)
-        p->dev_plugin->ops = p->dev_ops;
+        p->dev_plugin->ops = p->dev_table;
     dt_interpose_comm_destroy(p->ic);
     dt_interpose_device_destroy(p->id);
     dt_interpose_profile_free(p->comm_prof);

@@ -25,7 +25,7 @@ typedef struct dt_run_profile {
     int sync;               /* device:sync */
     /* while the run is wrapped */
     dt_plugin_t *comm_plugin, *dev_plugin;
-    const void *comm_ops, *dev_ops; /* the plugins' own tables */
+    const void *comm_table, *dev_table; /* the plugins' own tables */
     dt_interpose_profile_t *comm_prof, *dev_prof;
     dt_interpose_comm_t *ic;
     dt_interpose_device_t *id;

@@ -48,9 +48,9 @@ static void finish(dt_run_strict_t *s, int rank)
         fflush(stdout);
     }
     if (s->comm_plugin)
-        s->comm_plugin->ops = s->comm_ops;
+        s->comm_plugin->ops = s->comm_table;
     if (s->dev_plugin)
-        s->dev_plugin->ops = s->dev_ops;
+        s->dev_plugin->ops = s->dev_table;
     dt_interpose_comm_destroy(s->ic);
     dt_interpose_device_destroy(s->id);
     dt_interpose_strict_free(s->checks);
@@ -75,10 +75,10 @@ int dt_run_strict_begin(dt_run_strict_t *s, dt_resolved_t *r)
         return rc;
     }
     s->dev_plugin = dev;
-    s->dev_ops = dev->ops;
+    s->dev_table = dev->ops;
     dev->ops = dt_interpose_device_ops(s->id);
     s->comm_plugin = comm;
-    s->comm_ops = comm->ops;
+    s->comm_table = comm->ops;
     comm->ops = dt_interpose_comm_ops(s->ic);
     return DT_OK;
 }

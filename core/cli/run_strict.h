@@ -19,7 +19,7 @@ typedef struct dt_run_strict {
     int on;                          /* --strict-device given */
     /* while the run is wrapped */
     dt_plugin_t *comm_plugin, *dev_plugin;
-    const void *comm_ops, *dev_ops;  /* the plugins' own tables */
+    const void *comm_table, *dev_table;  /* the plugins' own tables */
     dt_interpose_strict_t *checks;
     dt_interpose_comm_t *ic;
     dt_interpose_device_t *id;

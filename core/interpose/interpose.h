@@ -162,9 +162,11 @@ dt_interpose_profile_t *dt_interpose_profile_create(void);
 /* Hooks that record into `p` (an `after` only: nothing is injected). */
 dt_interpose_hooks_t dt_interpose_profile_hooks(dt_interpose_profile_t *p);
 /* Count passes: a pass begins at each call of operation `op` (a static
- * string; the device's "embedding_forward" is the first kernel of every
- * forward pass of the built-in models, so a pass is a training step when
- * a step has one micro-batch and no evaluation).  Nothing is recorded
+ * string, or alternatives "a|b", of which the first one called is taken
+ * from then on; the device's "embedding_forward" (GPT-2) or
+ * "vocab_embedding_forward" (llama, tensor-parallel models) is the first
+ * kernel of every forward pass of the built-in models, so a pass is a
+ * training step when a step has one micro-batch and no evaluation).  Nothing is recorded
  * until pass skip + 1 begins; from then on, once a later pass has begun,
  * the totals dt_interpose_profile_print_passes reports cover whole passes
  * only (from the start of pass skip + 1 to the start of the latest pass),

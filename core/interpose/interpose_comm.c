@@ -61,6 +61,7 @@ typedef struct ic_req {
 
 /* The group handle the wrapper hands out. */
 struct dt_comm {
+    const dt_comm_ops_v1_t *ops; /* first: the table that made it (dtrain/comm.h) */
     dt_interpose_comm_t *ic;
     dt_comm_t *inner;               /* the plugin's handle */
     const dt_host_t *host;          /* the host init was given */
@@ -271,6 +272,7 @@ static int wrap(dt_interpose_comm_t *ic, const dt_host_t *host, int32_t world_ra
         return dt_err_set(DT_ERR_NOMEM, "comm interposer over '%s': out of memory for a "
                           "group handle", ic->inner->info.name);
     }
+    g->ops = &ic->ops; /* the interposer's table: calls through the handle see the hooks */
     g->ic = ic;
     g->inner = inner;
     g->host = host;

@@ -84,6 +84,7 @@ struct dt_interpose_device {
 
 /* The instance the wrapper hands out. */
 struct dt_device {
+    const dt_device_ops_v1_t *ops; /* first: the table that made it (dtrain/device.h) */
     dt_interpose_device_t *id;
     dt_device_t *inner;             /* the plugin's handle */
     const dt_host_t *host;          /* the host init was given */
@@ -608,6 +609,7 @@ static int id_init(dt_interpose_device_t *id, const dt_host_t *host,
             rc = dt_err_set(DT_ERR_NOMEM, "device interposer over '%s': out of memory for "
                             "an instance", id->inner->info.name);
         } else {
+            d->ops = &id->ops; /* the interposer's table, as the comm's */
             d->id = id;
             d->inner = inner;
             d->host = host;

@@ -100,6 +100,29 @@ static void pass_begins(dt_interpose_profile_t *p, uint64_t t)
     p->whole = n - 1 - p->skip;
 }
 
+/* Whether `op` begins a pass: pass_op or, when pass_op lists
+ * alternatives ("a|b": the first operation of a model's forward, which
+ * differs by model), one of them; the first alternative seen becomes
+ * pass_op (a run calls one of them, and the report names it). */
+static int pass_marks(dt_interpose_profile_t *p, const char *op)
+{
+    if (op == p->pass_op || strcmp(op, p->pass_op) == 0)
+        return 1;
+    if (!strchr(p->pass_op, '|'))
+        return 0;
+    const size_t n = strlen(op);
+    for (const char *a = p->pass_op; *a;) {
+        const char *bar = strchr(a, '|');
+        const size_t len = bar ? (size_t)(bar - a) : strlen(a);
+        if (len == n && strncmp(a, op, n) == 0) {
+            p->pass_op = op; /* static: an operation's name */
+            return 1;
+        }
+        a += len + (bar != NULL);
+    }
+    return 0;
+}
+
 static void profile_after(void *ctx, const dt_interpose_call_t *call, int status,
                           uint64_t elapsed_ns)
 {
@@ -108,7 +131,7 @@ static void profile_after(void *ctx, const dt_interpose_call_t *call, int status
                          ? ((const dt_interpose_device_call_t *)call)->flops
                          : 0;
     pthread_mutex_lock(&p->lock);
-    if (p->pass_op && (call->op == p->pass_op || strcmp(call->op, p->pass_op) == 0))
+    if (p->pass_op && pass_marks(p, call->op))
         pass_begins(p, dt_interpose_now_ns() - elapsed_ns);
     if (p->active) {
         profile_row_t *r = row_of(&p->live, call->op);

@@ -159,7 +159,7 @@ _Static_assert(sizeof(dt_tensor_ops_v1_t) ==
                "dt_tensor_ops_v1_t changed: update abi_tables.c");
 
 /* model v1: an architecture; pipeline stages, slots, per-unit FLOPs,
- * tensor parallelism's count, presets and the decoder are optional. */
+ * tensor parallelism's count, presets, the decoder and Hugging Face's files are optional. */
 static const dt_abi_method_t model_v1_mandatory[] = {
     M(model, create), M(model, act_bytes), M(model, alloc_acts),
     M(model, forward), M(model, backward), M(model, flops_per_token),
@@ -169,9 +169,10 @@ static const dt_abi_method_t model_v1_optional[] = {
     M(model, unit_flops), M(model, tp_comm), M(model, free),
     M(model, need_kernels), M(model, preset), M(model, decoder_create),
     M(model, decoder_step), M(model, decoder_len), M(model, decoder_reset),
-    M(model, decoder_free),
+    M(model, decoder_free), M(model, hf_architectures), M(model, hf_config_read),
+    M(model, hf_config_write), M(model, hf_export_name), M(model, hf_import_name),
 };
-DT_LAYOUT_CHECK(model, 19);
+DT_LAYOUT_CHECK(model, 24);
 
 #define LAYOUT(kind, KIND, sub_, n_sub_)                                       \
     LAYOUT_OF(dt_##kind##_ops_v1_t, kind##_v1, DT_##KIND##_ABI_MAJOR,          \

@@ -94,6 +94,16 @@ int dt_plugin_cleanup_job(const dt_plugin_t *p, const char *job_id);
  * Returns rc. */
 int dt_plugin_failed(const dt_plugin_t *p, int rc, const char *what);
 
+/* After plugin `p` handed out instance `handle` (init, or a comm's split):
+ * through table `ops` (p->ops, or an interposer's over it): DT_OK when the
+ * handle starts with `ops` (the SDK's rule, e.g. dtrain/comm.h at
+ * dt_comm_t) or is NULL.  Otherwise the instance is finalized through
+ * `ops` and the call
+ * fails with DT_ERR_INVALID, "plugin 'X': its dt_comm handle does not
+ * start with its ops table (dtrain/comm.h)"; the caller drops its pointer.
+ * Models hand out no instances (a no-op for them). */
+int dt_plugin_check_instance(const dt_plugin_t *p, const void *ops, void *handle);
+
 /* Whether method `method` (a field name of the plugin's ops struct, e.g.
  * "test") is present: inside the table's struct_size and non-NULL.  The
  * by-name twin of DT_HAS_OP, for code that does not know the kind's type

@@ -25,7 +25,7 @@ int dt_decoder_create(dt_model_t *m, const dt_model_ctx_t *ctx, void *const *par
         !DT_HAS_OP(dt_model_ops_v1_t, ops, decoder_free))
         return dt_err_set(DT_ERR_UNSUPPORTED,
                           "decoder: arch %s: generation needs a model plugin with a decoder "
-                          "(gpt2 has one)",
+                          "(gpt2 and llama have one)",
                           dt_model_info(m)->arch);
     if (dt_model_info(m)->tensor_parallel > 1)
         return dt_err_set(DT_ERR_UNSUPPORTED,

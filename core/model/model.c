@@ -185,7 +185,7 @@ void dt_model_free(dt_model_t *m, const dt_model_ctx_t *ctx)
         return;
     for (size_t i = 0; i < m->n_allocs; i++)
         if (ctx)
-            ctx->dev_ops->free(ctx->dev, m->allocs[i]);
+            dt_device_ops(ctx->dev)->free(ctx->dev, m->allocs[i]);
     free(m->allocs);
     free(m->act_got);
     free(m->slot_tokens);
@@ -364,9 +364,8 @@ uint64_t dt_model_param_global(const dt_param_desc_t *p, int64_t *shape)
     return n;
 }
 
-void dt_model_set_tensor(dt_model_t *m, const dt_tensor_ops_t *ops, dt_tensor_group_t *group)
+void dt_model_set_tensor(dt_model_t *m, dt_tensor_group_t *group)
 {
-    m->tp_ops = ops;
     m->tp_group = group;
 }
 
@@ -376,7 +375,7 @@ static int tp_issue(const dt_model_t *m, const char *what, uint32_t unit)
 {
     if (m->s.tp == 1)
         return 0;
-    if (!m->tp_ops)
+    if (!m->tp_group)
         return -dt_err_set(DT_ERR_INVALID,
                            "model: the all-reduce of %s (unit %s) over the tensor group of %d "
                            "ranks: no tensor-parallel scheme was set (dt_model_set_tensor)",
@@ -399,8 +398,9 @@ int dt_model_tp_row_forward(const dt_model_t *m, const dt_model_ctx_t *ctx, void
     int go = tp_issue(m, what, unit);
     if (go <= 0)
         return -go;
-    return tp_failed(m, m->tp_ops->row_forward(m->tp_group, buf, (uint64_t)n, m->s.adtype,
-                                               ctx->stream),
+    return tp_failed(m,
+                     dt_tensor_ops(m->tp_group)
+                         ->row_forward(m->tp_group, buf, (uint64_t)n, m->s.adtype, ctx->stream),
                      what, unit);
 }
 
@@ -411,9 +411,11 @@ int dt_model_tp_column_start(const dt_model_t *m, const dt_model_ctx_t *ctx, voi
     int go = tp_issue(m, what, unit);
     if (go <= 0)
         return -go;
-    return tp_failed(m, m->tp_ops->column_backward_start(m->tp_group, buf, (uint64_t)n,
-                                                         m->s.adtype, ctx->stream, req),
-                     what, unit);
+    return tp_failed(
+        m,
+        dt_tensor_ops(m->tp_group)
+            ->column_backward_start(m->tp_group, buf, (uint64_t)n, m->s.adtype, ctx->stream, req),
+        what, unit);
 }
 
 int dt_model_tp_column_wait(const dt_model_t *m, dt_comm_req_t *req, const char *what,
@@ -421,7 +423,8 @@ int dt_model_tp_column_wait(const dt_model_t *m, dt_comm_req_t *req, const char 
 {
     if (!req)
         return DT_OK;
-    return tp_failed(m, m->tp_ops->column_backward_wait(m->tp_group, req), what, unit);
+    return tp_failed(m, dt_tensor_ops(m->tp_group)->column_backward_wait(m->tp_group, req), what,
+                     unit);
 }
 
 int dt_model_tp_embedding(const dt_model_t *m, const dt_model_ctx_t *ctx, void *buf, int64_t n,
@@ -430,9 +433,11 @@ int dt_model_tp_embedding(const dt_model_t *m, const dt_model_ctx_t *ctx, void *
     int go = tp_issue(m, what, unit);
     if (go <= 0)
         return -go;
-    return tp_failed(m, m->tp_ops->embedding_forward(m->tp_group, buf, (uint64_t)n, m->s.adtype,
-                                                     ctx->stream),
-                     what, unit);
+    return tp_failed(
+        m,
+        dt_tensor_ops(m->tp_group)
+            ->embedding_forward(m->tp_group, buf, (uint64_t)n, m->s.adtype, ctx->stream),
+        what, unit);
 }
 
 int dt_model_tp_xent(const dt_model_t *m, const dt_model_ctx_t *ctx, float *buf, int64_t n,
@@ -441,8 +446,9 @@ int dt_model_tp_xent(const dt_model_t *m, const dt_model_ctx_t *ctx, float *buf,
     int go = tp_issue(m, what, unit);
     if (go <= 0)
         return -go;
-    return tp_failed(m, m->tp_ops->xent_reduce(m->tp_group, buf, (uint64_t)n, op, ctx->stream),
-                     what, unit);
+    return tp_failed(
+        m, dt_tensor_ops(m->tp_group)->xent_reduce(m->tp_group, buf, (uint64_t)n, op, ctx->stream),
+        what, unit);
 }
 
 void dt_model_add_key(dt_model_t *m, const dt_model_key_t *k)
@@ -543,7 +549,7 @@ int dt_model_dalloc(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t n, size_t 
         m->cap_allocs = cap;
     }
     void *p = NULL;
-    int rc = ctx->dev_ops->alloc(ctx->dev, (uint64_t)n * es, DT_TAG_ACTIVATIONS, &p);
+    int rc = dt_device_ops(ctx->dev)->alloc(ctx->dev, (uint64_t)n * es, DT_TAG_ACTIVATIONS, &p);
     if (rc)
         return dt_err_context(rc, "allocating activations (%lld x %zu bytes)", (long long)n, es);
     m->allocs[m->n_allocs++] = p;
@@ -662,7 +668,7 @@ int dt_model_hook(const dt_model_t *m, const dt_model_ctx_t *ctx, int phase,
     dt_hook_t hk = *h;
     hk.unit = unit;
     hk.last_use = last_use;
-    const dt_strategy_ops_t *s = ctx->strat_ops;
+    const dt_strategy_ops_t *s = dt_strategy_ops(ctx->strat);
     int rc;
     /* a crash from here on names the unit */
     dt_crash_set_unit(unit, m->desc.units[unit].name);
@@ -817,10 +823,11 @@ int dt_model_alloc_acts(dt_model_t *m, const dt_model_ctx_t *ctx, int64_t B, int
 {
     if (m->host_losses)
         return dt_err_set(DT_ERR_INVALID, "model: activations are already allocated");
-    if (ctx->dev_ops->kernels() != m->s.kern)
-        return dt_err_set(DT_ERR_INVALID,
-                          "model: created for device '%s', run on an instance of device '%s'",
-                          m->s.dev_name, ctx->dev_ops->info.name ? ctx->dev_ops->info.name : "?");
+    if (dt_device_ops(ctx->dev)->kernels() != m->s.kern)
+        return dt_err_set(
+            DT_ERR_INVALID, "model: created for device '%s', run on an instance of device '%s'",
+            m->s.dev_name,
+            dt_device_ops(ctx->dev)->info.name ? dt_device_ops(ctx->dev)->info.name : "?");
     dt_model_act_t plan;
     int rc;
     if (m->s.adtype != DT_F32 &&
@@ -900,15 +907,16 @@ static int put_tokens(const dt_model_t *m, const dt_model_ctx_t *ctx, const char
                       const int32_t *tok, int32_t *dst)
 {
     int rc = check_tokens(m, what, tok);
-    return rc ? rc : ctx->dev_ops->memcpy_async(ctx->dev, dst, tok, (uint64_t)(m->s.B * m->s.T) * 4,
-                                                DT_COPY_H2D, ctx->stream);
+    return rc ? rc
+              : dt_device_ops(ctx->dev)->memcpy_async(
+                    ctx->dev, dst, tok, (uint64_t)(m->s.B * m->s.T) * 4, DT_COPY_H2D, ctx->stream);
 }
 
 /* The mean of m->s.losses, after the stream's work. */
 static int mean_loss(const dt_model_t *m, const dt_model_ctx_t *ctx, double *loss)
 {
     const int64_t BT = m->s.B * m->s.T;
-    const dt_device_ops_t *R = ctx->dev_ops;
+    const dt_device_ops_t *R = dt_device_ops(ctx->dev);
     int rc;
     if ((rc = R->memcpy_async(ctx->dev, m->host_losses, m->s.losses, (uint64_t)BT * 4,
                               DT_COPY_D2H, ctx->stream)) ||
@@ -1037,7 +1045,7 @@ int dt_model_stage_forward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t fi
         return rc;
     if (last)
         return mean_loss(m, ctx, loss);
-    return ctx->dev_ops->stream_sync(ctx->dev, ctx->stream);
+    return dt_device_ops(ctx->dev)->stream_sync(ctx->dev, ctx->stream);
 }
 
 int dt_model_stage_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t first,
@@ -1050,7 +1058,7 @@ int dt_model_stage_backward(dt_model_t *m, const dt_model_ctx_t *ctx, uint32_t f
     const dt_hook_t h = {.struct_size = sizeof(dt_hook_t), .micro = micro, .n_micro = n_micro};
     if ((rc = m->arch->stage_backward(&m->s, ctx, &h, first, end, dout, din, loss_scale)))
         return rc;
-    return ctx->dev_ops->stream_sync(ctx->dev, ctx->stream);
+    return dt_device_ops(ctx->dev)->stream_sync(ctx->dev, ctx->stream);
 }
 
 /* ---- finding the first non-finite tensor ---- */
@@ -1134,10 +1142,10 @@ static int probe_into(dt_model_probe_t *p, const dt_model_t *m, const dt_model_c
     const size_t es = dt_dtype_size(dtype);
     for (uint64_t at = 0; at < n; at += PROBE_CHUNK) {
         const uint64_t k = n - at < PROBE_CHUNK ? n - at : PROBE_CHUNK;
-        int rc = ctx->dev_ops->memcpy_async(ctx->dev, p->host, (const char *)x + at * es, k * es,
-                                            DT_COPY_D2H, ctx->stream);
+        int rc = dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, p->host, (const char *)x + at * es,
+                                                       k * es, DT_COPY_D2H, ctx->stream);
         if (!rc)
-            rc = ctx->dev_ops->stream_sync(ctx->dev, ctx->stream);
+            rc = dt_device_ops(ctx->dev)->stream_sync(ctx->dev, ctx->stream);
         if (rc)
             return dt_err_context(rc, "copying %s of unit %s to the host", what,
                                   m->desc.units[unit].name);
@@ -1233,7 +1241,7 @@ static int probed_forward(dt_model_t *m, const dt_model_ctx_t *ctx, const int32_
     if ((rc = check_tokens(m, "input", inputs)) || (rc = check_tokens(m, "target", targets)))
         return rc;
     const uint64_t bytes = (uint64_t)(m->s.B * m->s.T) * 4;
-    const dt_device_ops_t *R = ctx->dev_ops;
+    const dt_device_ops_t *R = dt_device_ops(ctx->dev);
     if ((rc = R->memcpy_async(ctx->dev, m->s.tokens, inputs, bytes, DT_COPY_H2D, ctx->stream)) ||
         (rc = R->memcpy_async(ctx->dev, m->s.targets, targets, bytes, DT_COPY_H2D, ctx->stream)))
         return rc;

@@ -86,7 +86,7 @@ int dt_model_create_part(dt_config_t *cfg, const dt_device_ops_t *dev,
 /* The tensor-parallel scheme over the tensor group (needed before any
  * pass when P > 1): the plugin's table and instance, kept (the caller's,
  * living as long as the model). */
-void dt_model_set_tensor(dt_model_t *m, const dt_tensor_ops_t *ops, dt_tensor_group_t *group);
+void dt_model_set_tensor(dt_model_t *m, dt_tensor_group_t *group);
 /* Tensor p's global shape into shape[p->ndim] (its own unless it is a
  * tensor-parallel part: dt_param_split_t's) and its element count. */
 uint64_t dt_model_param_global(const dt_param_desc_t *p, int64_t *shape);

@@ -63,7 +63,6 @@ struct dt_model {
     uint32_t chunk_first[DT_MODEL_MAX_CHUNKS], chunk_end[DT_MODEL_MAX_CHUNKS];
     /* The tensor-parallel scheme whose collectives join the parts
      * (dt_model_set_tensor); tp 1: none. */
-    const dt_tensor_ops_t *tp_ops;
     dt_tensor_group_t *tp_group;
     /* Activation slots: each slot's device tokens and targets (s.tokens
      * / s.targets are the slot in use's). */
@@ -142,7 +141,7 @@ static inline size_t dt_model_act_size(const dt_model_t *m) { return dt_dtype_si
 /* Zero `bytes` of device memory at p on the model's stream. */
 static inline int dt_model_zero(const dt_model_ctx_t *ctx, void *p, uint64_t bytes)
 {
-    return ctx->dev_ops->memset_async(ctx->dev, p, 0, bytes, ctx->stream);
+    return dt_device_ops(ctx->dev)->memset_async(ctx->dev, p, 0, bytes, ctx->stream);
 }
 
 /* Device memory of n * es bytes tagged activations, freed with the model,

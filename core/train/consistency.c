@@ -95,7 +95,7 @@ static void diff(const dt_config_t *cfg, const list_t *mine, const item_t *r0, s
 }
 
 int dt_consistency_check(const dt_world_t *w, const dt_config_t *cfg,
-                         const dt_comm_ops_t *ops, dt_comm_t *comm)
+                         dt_comm_t *comm)
 {
     if (w->size <= 1)
         return DT_OK;
@@ -103,7 +103,7 @@ int dt_consistency_check(const dt_world_t *w, const dt_config_t *cfg,
     if (!hashes)
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
     int64_t mine = (int64_t)dt_config_hash(cfg);
-    int rc = ops->all_gather(comm, &mine, hashes, 1, DT_I64, NULL, NULL);
+    int rc = dt_comm_ops(comm)->all_gather(comm, &mine, hashes, 1, DT_I64, NULL, NULL);
     int same = 1;
     for (int r = 1; r < w->size && !rc; r++)
         same &= hashes[r] == hashes[0];
@@ -120,7 +120,7 @@ int dt_consistency_check(const dt_world_t *w, const dt_config_t *cfg,
     if ((rc = dt_config_walk(cfg, collect, &l)))
         goto out;
     int64_t n0 = (int64_t)l.n;
-    if ((rc = ops->broadcast(comm, &n0, 1, DT_I64, 0, NULL, NULL)))
+    if ((rc = dt_comm_ops(comm)->broadcast(comm, &n0, 1, DT_I64, 0, NULL, NULL)))
         goto out;
     r0 = calloc(n0 > 0 ? (size_t)n0 : 1, sizeof *r0);
     all = calloc((size_t)w->size, DIFF_MAX);
@@ -130,11 +130,12 @@ int dt_consistency_check(const dt_world_t *w, const dt_config_t *cfg,
     }
     if (w->rank == 0)
         memcpy(r0, l.v, (size_t)n0 * sizeof *r0);
-    if ((rc = ops->broadcast(comm, r0, (uint64_t)n0 * sizeof *r0, DT_U8, 0, NULL, NULL)))
+    if ((rc = dt_comm_ops(comm)->broadcast(comm, r0, (uint64_t)n0 * sizeof *r0, DT_U8, 0, NULL,
+                                           NULL)))
         goto out;
     char d[DIFF_MAX];
     diff(cfg, &l, r0, (size_t)n0, d, sizeof d);
-    if ((rc = ops->all_gather(comm, d, all, DIFF_MAX, DT_U8, NULL, NULL)))
+    if ((rc = dt_comm_ops(comm)->all_gather(comm, d, all, DIFF_MAX, DT_U8, NULL, NULL)))
         goto out;
     char msg[2048] = "";
     int shown = 0;

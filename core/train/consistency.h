@@ -13,6 +13,6 @@
  * Otherwise DT_ERR_CONFIG on every rank, naming each differing rank's keys
  * with its value, where the value came from, and rank 0's value. */
 int dt_consistency_check(const dt_world_t *w, const dt_config_t *cfg,
-                         const dt_comm_ops_t *ops, dt_comm_t *comm);
+                         dt_comm_t *comm);
 
 #endif /* DT_TRAIN_CONSISTENCY_H */

@@ -139,20 +139,19 @@ const char *dt_grid_group_name(dt_grid_group_t which)
     return (unsigned)which < DT_GRID_N_GROUPS ? names[which] : "?";
 }
 
-int dt_grid_split(const dt_grid_t *g, const dt_comm_ops_t *ops,
-                  dt_comm_t *world, dt_comm_t *out[DT_GRID_N_GROUPS])
+int dt_grid_split(const dt_grid_t *g, dt_comm_t *world, dt_comm_t *out[DT_GRID_N_GROUPS])
 {
     for (int i = 0; i < DT_GRID_N_GROUPS; i++)
         out[i] = NULL;
     for (int i = 0; i < DT_GRID_N_GROUPS; i++) {
         int32_t color, key;
         dt_grid_split_args(g, (dt_grid_group_t)i, &color, &key);
-        int rc = ops->split(world, color, key, &out[i]);
+        int rc = dt_comm_ops(world)->split(world, color, key, &out[i]);
         if (rc) {
             out[i] = NULL;
             for (int k = 0; k < i; k++)
                 if (out[k]) {
-                    ops->finalize(out[k]);
+                    dt_comm_ops(out[k])->finalize(out[k]);
                     out[k] = NULL;
                 }
             return dt_err_context(rc, "process grid: splitting the %s groups",

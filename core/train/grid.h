@@ -97,7 +97,6 @@ const char *dt_grid_group_name(dt_grid_group_t which);
  * out[DT_GRID_EMBEDDING] (NULL where it joins none).  On failure the
  * groups already made are finalized, every out[] is NULL, and the message
  * names the group ("process grid: splitting the pipeline groups: ..."). */
-int dt_grid_split(const dt_grid_t *g, const dt_comm_ops_t *ops,
-                  dt_comm_t *world, dt_comm_t *out[DT_GRID_N_GROUPS]);
+int dt_grid_split(const dt_grid_t *g, dt_comm_t *world, dt_comm_t *out[DT_GRID_N_GROUPS]);
 
 #endif /* DT_TRAIN_GRID_H */

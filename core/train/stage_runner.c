@@ -40,7 +40,6 @@ void dt_stage_args_init(dt_stage_args_t *sa, const dt_settings_t *set, int32_t p
 int dt_stage_start(dt_stage_t *S, const dt_plugin_t *p, const dt_grid_t *grid)
 {
     S->plugin = p;
-    S->ops = p->ops;
     S->grid = grid;
     if (!(S->red = calloc(4 * (size_t)grid->pp + 1, sizeof *S->red)))
         return dt_err_set(DT_ERR_NOMEM, "pipeline: the bubble's %d stage slots", (int)grid->pp);
@@ -52,7 +51,7 @@ int dt_stage_start(dt_stage_t *S, const dt_plugin_t *p, const dt_grid_t *grid)
 void dt_stage_free(dt_stage_t *S)
 {
     if (S->sched)
-        S->ops->finalize(S->sched);
+        dt_schedule_ops(S->sched)->finalize(S->sched);
     free(S->red);
     free(S->slot_micro);
     memset(S, 0, sizeof *S);
@@ -101,8 +100,10 @@ int dt_stage_assign(dt_stage_t *S, dt_model_t *model, const dt_settings_t *set, 
     sa.buffers = buffers;
     sa.unit_flops = flops;
     const uint32_t V = sa.chunks;
-    int rc = PLUGIN_CALL(S->plugin, S->ops->assign_stages(S->plugin->host, &sa, stage_of),
-                         "assign_stages");
+    int rc = PLUGIN_CALL(
+        S->plugin,
+        ((const dt_schedule_ops_t *)S->plugin->ops)->assign_stages(S->plugin->host, &sa, stage_of),
+        "assign_stages");
     free(flops);
     const uint32_t nv = (uint32_t)pp * V; /* virtual stages */
     if (!rc && (V < 1 || V > DT_MODEL_MAX_CHUNKS || nv > nu))
@@ -180,20 +181,21 @@ int dt_stage_assign(dt_stage_t *S, dt_model_t *model, const dt_settings_t *set, 
     return rc;
 }
 
-int dt_stage_init(dt_stage_t *S, const dt_settings_t *set, const dt_device_ops_t *dev_ops,
-                  dt_device_t *dev, dt_stream_t *stream, const dt_comm_ops_t *comm_ops,
+int dt_stage_init(dt_stage_t *S, const dt_settings_t *set, dt_device_t *dev, dt_stream_t *stream,
                   dt_comm_t *comm)
 {
     dt_schedule_init_t a = {.struct_size = sizeof a,
                             .n_micro = (uint32_t)set->train.grad_accum,
-                            .dev_ops = dev_ops,
                             .dev = dev,
                             .compute_stream = stream,
-                            .comm_ops = comm_ops,
                             .comm = comm,
                             .chunks = S->n_chunks,
                             .keep_activations = set->pipeline.keep_activations ? 1u : 0u};
-    return PLUGIN_CALL(S->plugin, S->ops->init(S->plugin->host, &a, &S->sched), "init");
+    const dt_schedule_ops_t *table = S->plugin->ops;
+    int rc = PLUGIN_CALL(S->plugin, table->init(S->plugin->host, &a, &S->sched), "init");
+    if (!rc && (rc = dt_plugin_check_instance(S->plugin, table, S->sched)))
+        S->sched = NULL;
+    return rc;
 }
 
 void dt_stage_bind(dt_stage_t *S, const dt_stage_env_t *env) { S->env = *env; }
@@ -338,7 +340,7 @@ static int schedule_pass(stage_pass_t *x, dt_schedule_result_t *sr)
                              .flags = x->eval ? DT_SCHEDULE_NO_GRAD : 0u, .runner = &rn};
     for (uint32_t i = 0; i < S->n_chunks * S->n_slots; i++)
         S->slot_micro[i] = -1;
-    return PLUGIN_CALL(S->plugin, S->ops->run(S->sched, &sa, sr), "run");
+    return PLUGIN_CALL(S->plugin, dt_schedule_ops(S->sched)->run(S->sched, &sa, sr), "run");
 }
 
 double dt_stage_idle_fraction(double busy, double span)
@@ -388,8 +390,8 @@ int dt_stage_pass(dt_stage_t *S, int64_t step, uint32_t n_micro, float micro_sca
         S->red[1 + pp + S->grid->pp_rank] = now_s() - t0;
     }
     if ((rc = PLUGIN_CALL(E->pcomm,
-                          E->comm_ops->all_reduce(E->comm, S->red, S->red, n, DT_F64, DT_OP_SUM,
-                                                  NULL, NULL),
+                          dt_comm_ops(E->comm)->all_reduce(E->comm, S->red, S->red, n, DT_F64,
+                                                           DT_OP_SUM, NULL, NULL),
                           "all_reduce of the loss")))
         return rc;
     *loss = S->red[0] / (double)E->dp;
@@ -406,9 +408,9 @@ int dt_stage_pass(dt_stage_t *S, int64_t step, uint32_t n_micro, float micro_sca
 static int share_finding(dt_stage_t *S, int32_t root, char *what, size_t cap)
 {
     const dt_stage_env_t *E = &S->env;
-    int rc = PLUGIN_CALL(E->pcomm,
-                         E->comm_ops->broadcast(E->comm, what, cap, DT_U8, root, NULL, NULL),
-                         "broadcast of the non-finite search's answer");
+    int rc = PLUGIN_CALL(
+        E->pcomm, dt_comm_ops(E->comm)->broadcast(E->comm, what, cap, DT_U8, root, NULL, NULL),
+        "broadcast of the non-finite search's answer");
     if (rc)
         return rc;
     what[cap - 1] = 0; /* another rank's bytes: ended here whatever they hold */
@@ -421,8 +423,8 @@ static int share_finding(dt_stage_t *S, int32_t root, char *what, size_t cap)
 static int world_reduce(dt_stage_t *S, double *v, int op, const char *what)
 {
     const dt_stage_env_t *E = &S->env;
-    return PLUGIN_CALL(E->pcomm,
-                       E->comm_ops->all_reduce(E->comm, v, v, 1, DT_F64, op, NULL, NULL), what);
+    return PLUGIN_CALL(
+        E->pcomm, dt_comm_ops(E->comm)->all_reduce(E->comm, v, v, 1, DT_F64, op, NULL, NULL), what);
 }
 
 /* The latest stage that found one, of the lowest replica, names the first
@@ -432,7 +434,8 @@ int dt_stage_find_nonfinite_grad(dt_stage_t *S, int64_t step, double scale, char
 {
     const dt_stage_env_t *E = &S->env;
     const uint32_t accum = (uint32_t)E->set->train.grad_accum;
-    int rc = PLUGIN_CALL(E->pstrat, E->strat_ops->begin_step(E->strat, step), "begin_step");
+    int rc =
+        PLUGIN_CALL(E->pstrat, dt_strategy_ops(E->strat)->begin_step(E->strat, step), "begin_step");
     if (!rc)
         rc = dt_model_grad_probe_begin(E->model, what, cap);
     if (rc)
@@ -444,7 +447,7 @@ int dt_stage_find_nonfinite_grad(dt_stage_t *S, int64_t step, double scale, char
         return rc;
     dt_step_args_t sa = {.struct_size = sizeof sa, .step = step, .loss_scale = (float)scale};
     dt_step_result_t sr = {.struct_size = sizeof sr};
-    if ((rc = PLUGIN_CALL(E->pstrat, E->strat_ops->step(E->strat, &sa, &sr), "step")))
+    if ((rc = PLUGIN_CALL(E->pstrat, dt_strategy_ops(E->strat)->step(E->strat, &sa, &sr), "step")))
         return rc;
     const int32_t dp = S->grid->dp;
     double who = found ? (double)(S->grid->pp_rank * dp + (dp - 1 - S->grid->dp_rank)) : -1.0;

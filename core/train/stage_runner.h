@@ -42,17 +42,14 @@ typedef struct dt_stage_env {
     int32_t dp_rank;
     int32_t world_rank, world_size;
     const dt_plugin_t *pcomm;
-    const dt_comm_ops_t *comm_ops;
     dt_comm_t *comm;            /* the world */
     const dt_plugin_t *pstrat;
-    const dt_strategy_ops_t *strat_ops;
     dt_strategy_t *strat;
 } dt_stage_env_t;
 
 typedef struct dt_stage {
     const dt_plugin_t *plugin;  /* the schedule plugin; NULL: no pipeline */
-    const dt_schedule_ops_t *ops;
-    dt_schedule_t *sched;
+    dt_schedule_t *sched;       /* its instance (starts with its table) */
     const dt_grid_t *grid;      /* the run's */
     /* this rank's units: its chunks [chunk_first[c], chunk_end[c]), one
      * unless the schedule interleaves (virtual stage c x pp + pp_rank) */
@@ -99,8 +96,7 @@ int dt_stage_assign(dt_stage_t *S, dt_model_t *model, const dt_settings_t *set, 
                     uint8_t *flags, int *tied);
 
 /* The schedule instance over the pipeline group `comm`. */
-int dt_stage_init(dt_stage_t *S, const dt_settings_t *set, const dt_device_ops_t *dev_ops,
-                  dt_device_t *dev, dt_stream_t *stream, const dt_comm_ops_t *comm_ops,
+int dt_stage_init(dt_stage_t *S, const dt_settings_t *set, dt_device_t *dev, dt_stream_t *stream,
                   dt_comm_t *comm);
 
 /* What the passes read from the run, once it is all up. */

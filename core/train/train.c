@@ -71,9 +71,6 @@ typedef struct run {
     int64_t dp;               /* data-parallel ranks: world / pipeline stages */
     int32_t dp_rank;          /* this rank among them (the sampler's rank) */
     const dt_plugin_t *pdev, *pcomm, *pstrat;
-    const dt_device_ops_t *dev_ops;
-    const dt_comm_ops_t *comm_ops;
-    const dt_strategy_ops_t *strat_ops;
     dt_device_t *dev;
     dt_stream_t *stream;
     dt_comm_t *comm;
@@ -86,7 +83,6 @@ typedef struct run {
      * tensor-parallel scheme (tensor.scheme) over the grid's tensor group,
      * which the model calls itself ---- */
     const dt_plugin_t *ptens;
-    const dt_tensor_ops_t *tens_ops;
     dt_tensor_group_t *tens;
     /* ---- the grid (tp x pp x dp) under tensor or pipeline parallelism,
      * and the stage this rank runs (all zero without parallel.pipeline >
@@ -132,28 +128,28 @@ typedef struct step_report {
 
 static void run_free(run_t *R)
 {
-    dt_model_ctx_t ctx = {R->dev_ops, R->dev, R->stream, NULL, NULL, NULL};
+    dt_model_ctx_t ctx = {R->dev, R->stream, NULL, NULL};
     dt_crash_set_phase("shutting down", 0);
     dt_ckpt_save_discard(R->pending); /* the run failed before committing it */
     R->pending = NULL;
     if (R->strat)
-        R->strat_ops->finalize(R->strat);
+        dt_strategy_ops(R->strat)->finalize(R->strat);
     dt_stage_free(&R->stage);
     if (R->tens)
-        R->tens_ops->finalize(R->tens);
+        dt_tensor_ops(R->tens)->finalize(R->tens);
     if (R->off) /* after the strategy, which frees its buffers there */
-        ((const dt_offload_ops_t *)R->poff->ops)->finalize(R->off);
+        dt_offload_ops(R->off)->finalize(R->off);
     if (R->model)
         dt_model_free(R->model, R->dev ? &ctx : NULL);
     for (int g = 0; g < DT_GRID_N_GROUPS; g++) /* before the world they came from */
         if (R->groups[g])
-            R->comm_ops->finalize(R->groups[g]);
+            dt_comm_ops(R->groups[g])->finalize(R->groups[g]);
     if (R->comm)
-        R->comm_ops->finalize(R->comm);
+        dt_comm_ops(R->comm)->finalize(R->comm);
     if (R->stream)
-        R->dev_ops->stream_destroy(R->dev, R->stream);
+        dt_device_ops(R->dev)->stream_destroy(R->dev, R->stream);
     if (R->dev)
-        R->dev_ops->finalize(R->dev);
+        dt_device_ops(R->dev)->finalize(R->dev);
     dt_sampler_free(R->sampler);
     dt_data_close(R->train);
     dt_data_close(R->val);
@@ -179,13 +175,11 @@ static int start_grid(run_t *R)
     int rc = dt_grid_init(&R->grid, R->world.size, R->world.rank, R->set->parallel.tensor,
                           R->set->parallel.pipeline);
     if (!rc)
-        rc = dt_grid_split(&R->grid, R->comm_ops, R->comm, R->groups);
+        rc = dt_grid_split(&R->grid, R->comm, R->groups);
     if (rc)
         return rc;
     R->dp_rank = R->grid.dp_rank;
     R->dp_comm = R->groups[DT_GRID_DATA];
-    if (R->ptens)
-        R->tens_ops = R->ptens->ops;
     return ppipe ? dt_stage_start(&R->stage, ppipe, &R->grid) : DT_OK;
 }
 
@@ -198,9 +192,6 @@ static int start_plugins(run_t *R)
     R->pdev = r->plugin[DT_ROLE_DEVICE];
     R->pcomm = r->plugin[DT_ROLE_COMM];
     R->pstrat = r->plugin[DT_ROLE_DATA];
-    R->dev_ops = R->pdev->ops;
-    R->comm_ops = R->pcomm->ops;
-    R->strat_ops = R->pstrat->ops;
     if ((rc = dt_world_from_env(&R->set->launch, &R->world)))
         return rc;
     dt_log_set_rank(R->world.rank);
@@ -211,8 +202,12 @@ static int start_plugins(run_t *R)
     dt_device_init_t da = {.struct_size = sizeof da, .rank = R->world.rank,
                            .local_rank = R->world.local_rank,
                            .local_size = R->world.local_size, .device_index = -1};
-    if ((rc = PLUGIN_CALL(R->pdev, R->dev_ops->init(R->pdev->host, &da, &R->dev), "init")) ||
-        (rc = PLUGIN_CALL(R->pdev, R->dev_ops->stream_create(R->dev, &R->stream),
+    rc = PLUGIN_CALL(R->pdev,
+                     ((const dt_device_ops_t *)R->pdev->ops)->init(R->pdev->host, &da, &R->dev),
+                     "init");
+    if (!rc && (rc = dt_plugin_check_instance(R->pdev, R->pdev->ops, R->dev)))
+        R->dev = NULL;
+    if (rc || (rc = PLUGIN_CALL(R->pdev, dt_device_ops(R->dev)->stream_create(R->dev, &R->stream),
                           "stream_create")))
         return rc;
     /* ranks on several nodes meet first (core/launch/rendezvous.h): the job
@@ -227,9 +222,12 @@ static int start_plugins(run_t *R)
                          .job_secret = R->world.job_secret[0] ? R->world.job_secret : NULL,
                          .master_addr = R->world.master_addr,
                          .master_port = R->world.master_port,
-                         .timeout_ms = (int64_t)(R->set->launch.timeout_s * 1000.0),
-                         .dev_ops = R->dev_ops, .dev = R->dev};
-    rc = PLUGIN_CALL(R->pcomm, R->comm_ops->init(R->pcomm->host, &ca, &R->comm), "init");
+                         .timeout_ms = (int64_t)(R->set->launch.timeout_s * 1000.0), .dev = R->dev};
+    rc = PLUGIN_CALL(R->pcomm,
+                     ((const dt_comm_ops_t *)R->pcomm->ops)->init(R->pcomm->host, &ca, &R->comm),
+                     "init");
+    if (!rc && (rc = dt_plugin_check_instance(R->pcomm, R->pcomm->ops, R->comm)))
+        R->comm = NULL;
     dt_rdzv_session_end();
     if (rc)
         return rc;
@@ -238,13 +236,16 @@ static int start_plugins(run_t *R)
         const dt_offload_ops_t *oops = R->poff->ops;
         dt_offload_init_t oa = {.struct_size = sizeof oa, .rank = R->world.rank,
                                 .local_rank = R->world.local_rank, .job_id = R->world.job_id,
-                                .timeout_ms = ca.timeout_ms, .dev_ops = R->dev_ops,
+                                .timeout_ms = ca.timeout_ms,
                                 .dev = R->dev};
-        if ((rc = PLUGIN_CALL(R->poff, oops->init(R->poff->host, &oa, &R->off), "init")))
+        rc = PLUGIN_CALL(R->poff, oops->init(R->poff->host, &oa, &R->off), "init");
+        if (!rc && (rc = dt_plugin_check_instance(R->poff, R->poff->ops, R->off)))
+            R->off = NULL;
+        if (rc)
             return rc;
     }
     /* ---- end offload tier ---- */
-    if ((rc = dt_consistency_check(&R->world, R->r->cfg, R->comm_ops, R->comm)))
+    if ((rc = dt_consistency_check(&R->world, R->r->cfg, R->comm)))
         return rc;
     R->dp_comm = R->comm;
     return start_grid(R);
@@ -298,12 +299,16 @@ static int open_data(run_t *R)
  * itself (dt_model_set_tensor). */
 static int init_tensor(run_t *R)
 {
-    dt_tensor_init_t ta = {.struct_size = sizeof ta, .dev_ops = R->dev_ops, .dev = R->dev,
-                           .compute_stream = R->stream, .comm_ops = R->comm_ops,
+    dt_tensor_init_t ta = {.struct_size = sizeof ta, .dev = R->dev,
+                           .compute_stream = R->stream,
                            .comm = R->groups[DT_GRID_TENSOR]};
-    int rc = PLUGIN_CALL(R->ptens, R->tens_ops->init(R->ptens->host, &ta, &R->tens), "init");
+    int rc = PLUGIN_CALL(
+        R->ptens, ((const dt_tensor_ops_t *)R->ptens->ops)->init(R->ptens->host, &ta, &R->tens),
+        "init");
+    if (!rc && (rc = dt_plugin_check_instance(R->ptens, R->ptens->ops, R->tens)))
+        R->tens = NULL;
     if (!rc)
-        dt_model_set_tensor(R->model, R->tens_ops, R->tens);
+        dt_model_set_tensor(R->model, R->tens);
     return rc;
 }
 
@@ -322,7 +327,7 @@ static int init_strategy(run_t *R)
                                  .weight_decay = (float)os->weight_decay};
     /* the optimizer's update is an optional kernel: refuse a device without
      * it now, not at the end of the first step */
-    const dt_kernels_t *kern = R->dev_ops->kernels();
+    const dt_kernels_t *kern = dt_device_ops(R->dev)->kernels();
     if (R->optim.kind == DT_OPTIM_SGD ? !DT_HAS_OP(dt_kernels_t, kern, sgd_update)
                                       : !DT_HAS_OP(dt_kernels_t, kern, adamw_update))
         return dt_err_set(DT_ERR_UNSUPPORTED,
@@ -331,12 +336,14 @@ static int init_strategy(run_t *R)
                           R->set->config_path, dt_optim_name(os->type),
                           R->r->plugin[DT_ROLE_DEVICE]->name,
                           R->optim.kind == DT_OPTIM_SGD ? "sgd_update" : "adamw_update");
-    dt_strategy_init_t sa = {
-        .struct_size = sizeof sa, .n_micro = (uint32_t)R->set->train.grad_accum,
-        .dev_ops = R->dev_ops, .dev = R->dev, .compute_stream = R->stream,
-        .comm_ops = R->comm_ops, .comm = R->dp_comm, .model = dt_model_desc(R->model),
-        .optim = &R->optim,
-        .offload_ops = R->poff ? R->poff->ops : NULL, .offload = R->off};
+    dt_strategy_init_t sa = {.struct_size = sizeof sa,
+                             .n_micro = (uint32_t)R->set->train.grad_accum,
+                             .dev = R->dev,
+                             .compute_stream = R->stream,
+                             .comm = R->dp_comm,
+                             .model = dt_model_desc(R->model),
+                             .optim = &R->optim,
+                             .offload = R->off};
     /* ---- pipeline: the data strategy holds this rank's stage ---- */
     uint8_t *flags = NULL;
     int rc, tied = 0;
@@ -349,7 +356,7 @@ static int init_strategy(run_t *R)
         if (!(flags = calloc(dt_model_desc(R->model)->n_units, 1)))
             return dt_err_set(DT_ERR_NOMEM, "out of memory");
         if ((rc = dt_stage_assign(&R->stage, R->model, R->set, R->world.rank, flags, &tied)) ||
-            (rc = dt_stage_init(&R->stage, R->set, R->dev_ops, R->dev, R->stream, R->comm_ops,
+            (rc = dt_stage_init(&R->stage, R->set, R->dev, R->stream,
                                 R->groups[DT_GRID_PIPELINE]))) {
             free(flags);
             return rc;
@@ -357,7 +364,11 @@ static int init_strategy(run_t *R)
         sa.unit_flags = flags;
         sa.tied_comm = tied ? R->groups[DT_GRID_EMBEDDING] : NULL;
     }
-    rc = PLUGIN_CALL(R->pstrat, R->strat_ops->init(R->pstrat->host, &sa, &R->strat), "init");
+    rc = PLUGIN_CALL(
+        R->pstrat,
+        ((const dt_strategy_ops_t *)R->pstrat->ops)->init(R->pstrat->host, &sa, &R->strat), "init");
+    if (!rc && (rc = dt_plugin_check_instance(R->pstrat, R->pstrat->ops, R->strat)))
+        R->strat = NULL;
     free(flags);
     if (rc == DT_ERR_UNSUPPORTED && (R->stage.plugin || R->ptens)) {
         char msg[DT_ERR_MAX];
@@ -379,7 +390,7 @@ static int init_strategy(run_t *R)
     }
     if (rc)
         return rc;
-    R->ctx = (dt_model_ctx_t){R->dev_ops, R->dev, R->stream, R->strat_ops, R->strat,
+    R->ctx = (dt_model_ctx_t){R->dev, R->stream, R->strat,
                               R->pstrat->name};
     /* a stage's rank keeps its own units' activations only */
     dt_stage_t *S = &R->stage;
@@ -388,8 +399,8 @@ static int init_strategy(run_t *R)
                               .sampler = R->sampler, .val = R->val, .inputs = R->inputs,
                               .targets = R->targets, .dp = R->dp, .dp_rank = R->dp_rank,
                               .world_rank = R->world.rank, .world_size = R->world.size,
-                              .pcomm = R->pcomm, .comm_ops = R->comm_ops, .comm = R->comm,
-                              .pstrat = R->pstrat, .strat_ops = R->strat_ops, .strat = R->strat};
+                              .pcomm = R->pcomm, .comm = R->comm,
+                              .pstrat = R->pstrat, .strat = R->strat};
         dt_stage_bind(S, &env);
     }
     if (S->plugin && ((rc = dt_model_set_stages(R->model, S->n_chunks, S->chunk_first,
@@ -429,13 +440,14 @@ static int claim_checkpoints(run_t *R)
     char msg[2048] = "";
     if (rc)
         snprintf(msg, sizeof msg, "%s", dt_last_error());
-    int arc = PLUGIN_CALL(R->pcomm, R->comm_ops->broadcast(R->comm, &v, 1, DT_I32, 0, NULL,
+    int arc = PLUGIN_CALL(R->pcomm, dt_comm_ops(R->comm)->broadcast(R->comm, &v, 1, DT_I32, 0, NULL,
                                                            NULL),
                           "broadcast of the checkpoint folder's claim");
     if (!arc && v)
-        arc = PLUGIN_CALL(R->pcomm, R->comm_ops->broadcast(R->comm, msg, sizeof msg, DT_U8, 0,
-                                                           NULL, NULL),
-                          "broadcast of the checkpoint folder's claim");
+        arc = PLUGIN_CALL(
+            R->pcomm,
+            dt_comm_ops(R->comm)->broadcast(R->comm, msg, sizeof msg, DT_U8, 0, NULL, NULL),
+            "broadcast of the checkpoint folder's claim");
     if (arc)
         return arc;
     /* (the broadcasts cleared rank 0's own message: set it again) */
@@ -447,12 +459,12 @@ static int claim_checkpoints(run_t *R)
 static int load_state(run_t *R)
 {
     cJSON *loop = NULL; /* the loop's own state: the loss scaler's */
-    int rc = dt_ckpt_init_or_resume(&R->world, R->set, R->strat_ops, R->strat, R->model,
+    int rc = dt_ckpt_init_or_resume(&R->world, R->set, R->strat, R->model,
                                     &R->start_step, &loop);
     if (!rc && R->ls_on)
         rc = dt_loss_scale_restore(&R->ls, loop, R->set->checkpoint.resume);
     cJSON_Delete(loop);
-    return rc ? rc : PLUGIN_CALL(R->pstrat, R->strat_ops->state_loaded(R->strat),
+    return rc ? rc : PLUGIN_CALL(R->pstrat, dt_strategy_ops(R->strat)->state_loaded(R->strat),
                                  "state_loaded");
 }
 
@@ -492,7 +504,7 @@ static void print_header(run_t *R)
 {
     const dt_train_settings_t *t = &R->set->train;
     R->props = (dt_device_props_t){.struct_size = sizeof(dt_device_props_t)};
-    R->dev_ops->props(R->dev, &R->props);
+    dt_device_ops(R->dev)->props(R->dev, &R->props);
     R->flops_per_token = dt_model_flops_per_token(R->model, t->seq_len);
     if (R->world.rank != 0)
         return;
@@ -539,8 +551,8 @@ static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres,
     int rc;
     if (R->world.size > 1 &&
         (rc = PLUGIN_CALL(R->pcomm,
-                          R->comm_ops->all_reduce(R->comm, &any, &any, 1, DT_F32, DT_OP_MAX, NULL,
-                                                  NULL),
+                          dt_comm_ops(R->comm)->all_reduce(R->comm, &any, &any, 1, DT_F32,
+                                                           DT_OP_MAX, NULL, NULL),
                           "all_reduce of the overflow flag")))
         return rc;
     const double scale = R->ls.scale;
@@ -559,7 +571,7 @@ static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres,
     if (R->stage.plugin) {
         if (dt_stage_find_nonfinite_grad(&R->stage, step, scale, what, sizeof what))
             snprintf(what, sizeof what, "unknown (the search failed: %s)", dt_last_error());
-    } else if ((rc = PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step),
+    } else if ((rc = PLUGIN_CALL(R->pstrat, dt_strategy_ops(R->strat)->begin_step(R->strat, step),
                                  "begin_step"))) {
         snprintf(what, sizeof what, "unknown (the search failed: %s)", dt_last_error());
     } else if (!dt_model_find_nonfinite_grad(R->model, &R->ctx, R->inputs, R->targets,
@@ -569,7 +581,7 @@ static int loss_scale_step(run_t *R, int64_t step, const dt_step_result_t *sres,
          * the run stops here, nothing is saved) */
         dt_step_args_t sa = {.struct_size = sizeof sa, .step = step, .loss_scale = (float)scale};
         dt_step_result_t sr = {.struct_size = sizeof sr};
-        R->strat_ops->step(R->strat, &sa, &sr);
+        dt_strategy_ops(R->strat)->step(R->strat, &sa, &sr);
     }
     return dt_err_set(DT_ERR_NUMERIC,
                       "step %lld, rank %d: the gradient overflowed at loss scale %g, %s, so it "
@@ -604,7 +616,7 @@ static void fault_host_reads_device(const run_t *R, int64_t step)
 static void device_mem_stats(run_t *R, dt_mem_stats_t *ms)
 {
     *ms = (dt_mem_stats_t){.struct_size = sizeof(dt_mem_stats_t)};
-    R->dev_ops->mem_stats(R->dev, ms);
+    dt_device_ops(R->dev)->mem_stats(R->dev, ms);
     /* on a device whose memory is host memory, the strategy's buffers the
      * communicator maps as symmetric memory (under the strategy's tags,
      * as its plan counts them); not the communicator's own working
@@ -638,7 +650,8 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
 #ifdef DTRAIN_TEST_HOOKS
     fault_host_reads_device(R, step);
 #endif
-    int rc = PLUGIN_CALL(R->pstrat, R->strat_ops->begin_step(R->strat, step), "begin_step");
+    int rc =
+        PLUGIN_CALL(R->pstrat, dt_strategy_ops(R->strat)->begin_step(R->strat, step), "begin_step");
     if (rc)
         return rc;
     double loss_sum = 0;
@@ -672,8 +685,8 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
     float lbuf = (float)loss_local;
     if (!R->stage.plugin && R->dp > 1 &&
         (rc = PLUGIN_CALL(R->pcomm,
-                          R->comm_ops->all_reduce(R->comm, &lbuf, &lbuf, 1, DT_F32, DT_OP_AVG,
-                                                  NULL, NULL),
+                          dt_comm_ops(R->comm)->all_reduce(R->comm, &lbuf, &lbuf, 1, DT_F32,
+                                                           DT_OP_AVG, NULL, NULL),
                           "all_reduce of the loss")))
         return rc;
     if (!R->stage.plugin)
@@ -683,7 +696,8 @@ static int train_step(run_t *R, int64_t step, step_report_t *rep)
                             .loss_scale = (float)rep->loss_scale};
     dt_step_result_t sres = {.struct_size = sizeof(dt_step_result_t)};
     dt_crash_set_phase("optimizer step", step);
-    if ((rc = PLUGIN_CALL(R->pstrat, R->strat_ops->step(R->strat, &sargs, &sres), "step")))
+    if ((rc = PLUGIN_CALL(R->pstrat, dt_strategy_ops(R->strat)->step(R->strat, &sargs, &sres),
+                          "step")))
         return rc;
     rep->grad_norm = sres.grad_norm;
     if (R->ls_on && isfinite(rep->loss) &&
@@ -764,8 +778,8 @@ static int evaluate_batches(run_t *R, int64_t step, uint64_t global, double *eva
         es += l;
     }
     float ebuf = nb ? (float)(es / (double)nb) : NAN;
-    if (R->dp > 1 && (rc = R->comm_ops->all_reduce(R->comm, &ebuf, &ebuf, 1, DT_F32, DT_OP_AVG,
-                                                   NULL, NULL)))
+    if (R->dp > 1 && (rc = dt_comm_ops(R->comm)->all_reduce(R->comm, &ebuf, &ebuf, 1, DT_F32,
+                                                            DT_OP_AVG, NULL, NULL)))
         return rc;
     *eval_loss = ebuf;
     return DT_OK;
@@ -926,11 +940,10 @@ static int checkpoint(run_t *R, int64_t step, int *stop)
         return dt_err_set(DT_ERR_NOMEM, "out of memory");
     }
     int rc = set->checkpoint.async_ && !last
-                 ? dt_ckpt_save_async(&R->world, set, dt_config_hash(R->r->cfg), R->comm_ops,
-                                      R->comm, R->strat_ops, R->strat, R->model, step, loop,
-                                      &R->pending)
-                 : dt_ckpt_save(&R->world, set, dt_config_hash(R->r->cfg), R->comm_ops, R->comm,
-                                R->strat_ops, R->strat, R->model, step, loop);
+                 ? dt_ckpt_save_async(&R->world, set, dt_config_hash(R->r->cfg), R->comm, R->strat,
+                                      R->model, step, loop, &R->pending)
+                 : dt_ckpt_save(&R->world, set, dt_config_hash(R->r->cfg), R->comm, R->strat,
+                                R->model, step, loop);
     cJSON_Delete(loop);
     return rc;
 }
@@ -1027,8 +1040,8 @@ static int report_memory(run_t *R)
      * bytes, measured by the tier (not device memory: not in the total) */
     if (R->poff) {
         uint64_t total = 0, held = 0;
-        const dt_offload_ops_t *oops = R->poff->ops;
-        if ((rc = PLUGIN_CALL(R->poff, oops->capacity(R->off, &total, &held), "capacity")))
+        if ((rc = PLUGIN_CALL(R->poff, dt_offload_ops(R->off)->capacity(R->off, &total, &held),
+                              "capacity")))
             return rc;
         peak[DT_TAG_OFFLOAD] = held;
         plan_total -= planned[DT_TAG_OFFLOAD];
@@ -1059,8 +1072,8 @@ static int report_memory(run_t *R)
      * pinned memory or files), and the pinned staging beside it ---- */
     if (R->poff) {
         uint64_t total = 0, tier = 0;
-        const dt_offload_ops_t *oops = R->poff->ops;
-        if ((rc = PLUGIN_CALL(R->poff, oops->capacity(R->off, &total, &tier), "capacity")))
+        if ((rc = PLUGIN_CALL(R->poff, dt_offload_ops(R->off)->capacity(R->off, &total, &tier),
+                              "capacity")))
             return rc;
         uint64_t stage = dt_tag_bytes(ms.pinned_peak, ms.n_tags, DT_TAG_STAGING);
         if (R->world.rank == 0)
@@ -1129,7 +1142,7 @@ static int print_summary(run_t *R)
 static int create_model(run_t *R)
 {
     /* under tensor parallelism, this rank's part of it */
-    return dt_model_create_part(R->r->cfg, R->dev_ops, dt_resolved_model(R->r),
+    return dt_model_create_part(R->r->cfg, R->pdev->ops, dt_resolved_model(R->r),
                                 R->grid.tp ? R->grid.tp : 1,
                                 R->grid.tp_rank, &R->model);
 }
@@ -1184,10 +1197,10 @@ static int eval_load_state(run_t *R)
     dt_world_t quiet = R->world;
     quiet.rank = -1;
     cJSON *loop = NULL;
-    int rc = dt_ckpt_init_or_resume(&quiet, R->set, R->strat_ops, R->strat, R->model,
+    int rc = dt_ckpt_init_or_resume(&quiet, R->set, R->strat, R->model,
                                     &R->start_step, &loop);
     cJSON_Delete(loop);
-    return rc ? rc : PLUGIN_CALL(R->pstrat, R->strat_ops->state_loaded(R->strat),
+    return rc ? rc : PLUGIN_CALL(R->pstrat, dt_strategy_ops(R->strat)->state_loaded(R->strat),
                                  "state_loaded");
 }
 

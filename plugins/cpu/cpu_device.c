@@ -375,6 +375,9 @@ static void cpu_finalize(dt_device_t *d)
     free(d);
 }
 
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_device_ops_v1_t cpu_ops;
+
 static int cpu_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
                     dt_device_t **out)
 {
@@ -403,6 +406,7 @@ static int cpu_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
     if (!d)
         return host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
     d->host = host;
+    d->ops = &cpu_ops;
     d->threads = (int)threads;
     d->limit = (uint64_t)limit;
     pthread_mutex_init(&d->mem_mu, NULL);

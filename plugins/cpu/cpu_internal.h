@@ -68,6 +68,7 @@ typedef struct cpu_arena {
 } cpu_arena_t;
 
 struct dt_device {
+    const dt_device_ops_v1_t *ops; /* first: the table that made it (dtrain/device.h) */
     const dt_host_v1_t *host;
     int threads;
     uint64_t limit; /* memory_limit, bytes; 0 = no budget */

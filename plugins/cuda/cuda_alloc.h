@@ -10,7 +10,7 @@
  * Host-only C with no CUDA header: the memory itself comes from a backend
  * (function pointers), cudaMalloc/cudaFree in the plugin,
  * cudaHostAlloc/cudaFreeHost for pinned host memory, malloc/free in the
- * unit test (tests/unit/test_cuda_alloc.c), which checks the bookkeeping
+ * unit test (tests/unit/plugins/cuda/test_cuda_alloc.c), which checks the bookkeeping
  * on any machine.
  *
  * Size classes: a request is rounded up to a multiple of 512 bytes below

@@ -782,6 +782,9 @@ static void cuda_finalize(dt_device_t *d)
     free(d);
 }
 
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_device_ops_v1_t cuda_ops;
+
 static int cuda_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
                      dt_device_t **out)
 {
@@ -824,6 +827,7 @@ static int cuda_init(const dt_host_v1_t *host, const dt_device_init_v1_t *args,
     if (!d)
         return host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
     d->host = host;
+    d->ops = &cuda_ops;
     d->index = index;
     d->tf32 = tf32;
     d->deterministic = deterministic;

@@ -49,6 +49,7 @@ struct dt_event {
 };
 
 struct dt_device {
+    const dt_device_ops_v1_t *ops; /* first: the table that made it (dtrain/device.h) */
     const dt_host_v1_t *host;
     int index;          /* the CUDA device this instance runs on */
     int tf32;           /* f32 matmuls may use TF32 tensor cores */

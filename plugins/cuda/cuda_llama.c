@@ -4,7 +4,7 @@
  * dtrain/device.h): each checks the stream, the shapes, the pointers and
  * the dtypes (f32 or bf16 activations), then enqueues cuda_llama.cu's
  * device code.  Compiled with warnings as errors; NOT YET RUN on a GPU
- * (tests/unit/test_kernels_llama.c's cuda variant checks it where one is).
+ * (tests/unit/plugins/cpu/test_kernels_llama.c's cuda variant checks it where one is).
  */
 #include <math.h>
 #include <stdint.h>

@@ -14,7 +14,7 @@
  *     gradient element is written by one thread (deterministic).  The
  *     state is the log-sum-exp per row, (B, NH, T) f32, as attention's.
  * Compiled for sm_80 and sm_90 with warnings as errors; NOT YET RUN on a
- * GPU (written where there was none): tests/unit/test_kernels_llama.c's
+ * GPU (written where there was none): tests/unit/plugins/cpu/test_kernels_llama.c's
  * cuda variant is what checks it.
  */
 #include "cuda_dtype.cuh"

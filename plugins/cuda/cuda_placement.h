@@ -3,7 +3,7 @@
  * device_index key, else the core's init argument, else the local rank
  * (one GPU per local rank), refused with a config error naming both
  * counts when the machine has too few.  Host-only C with no CUDA call
- * (the caller counts the devices), so tests/unit/test_cuda_placement.c
+ * (the caller counts the devices), so tests/unit/plugins/cuda/test_cuda_placement.c
  * checks it on any machine.
  */
 #ifndef DT_CUDA_PLACEMENT_H

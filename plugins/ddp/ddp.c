@@ -49,6 +49,9 @@ static void ddp_finalize(dt_strategy_t *s)
     host->free(host, s);
 }
 
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_strategy_ops_v1_t ddp_ops;
+
 static int ddp_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
                     dt_strategy_t **out)
 {
@@ -60,7 +63,7 @@ static int ddp_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
     dt_replica_cfg_t cfg;
     int rc = ddp_read_config(host, &cfg, &s->stagger);
     if (rc == DT_OK)
-        rc = dt_replica_init(&s->rep, host, args, &cfg, "ddp");
+        rc = dt_replica_init(&s->rep, &ddp_ops, host, args, &cfg, "ddp");
     if (rc == DT_OK) {
         uint64_t nu1 = (uint64_t)s->rep.dp.model->n_units + 1;
         if (!(s->pending = host->alloc(host, nu1, DT_TAG_OTHER)))

@@ -7,7 +7,7 @@
  * activation checkpointing (recompute the block in backward).
  *
  * Checked against tests/reference/gpt2_ref.py (float64 numpy) by
- * tests/unit/test_gpt2_oracle.c: loss, logits and every gradient.
+ * tests/unit/plugins/gpt2/test_gpt2_oracle.c: loss, logits and every gradient.
  */
 #include <math.h>
 #include <stdio.h>
@@ -716,7 +716,7 @@ static int gpt2_stage_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, co
                               (uint64_t)(BT * C)));
         DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
     } else {
-        DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, g->x[first - 1], in, xbytes,
+        DT_TRY_UNIT(dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, g->x[first - 1], in, xbytes,
                                                DT_COPY_D2D, ctx->stream),
                     "forward (the stage's input)", first);
     }
@@ -729,7 +729,7 @@ static int gpt2_stage_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, co
     }
     if (end <= head) { /* the stage's output: boundary `end` (unless a recompute) */
         if (out)
-            DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, out, g->x[end - 1], xbytes,
+            DT_TRY_UNIT(dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, out, g->x[end - 1], xbytes,
                                                    DT_COPY_D2D, ctx->stream),
                         "forward (the stage's output)", end - 1);
         return DT_OK;
@@ -793,8 +793,8 @@ static int gpt2_stage_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, c
                     "backward", head);
         DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
     } else {
-        DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, g->dx, dout, xbytes, DT_COPY_D2D,
-                                               ctx->stream),
+        DT_TRY_UNIT(dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, g->dx, dout, xbytes,
+                                                          DT_COPY_D2D, ctx->stream),
                     "backward (the stage's output gradient)", end - 1);
     }
     uint64_t o[NBLOCK];
@@ -813,7 +813,7 @@ static int gpt2_stage_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, c
         DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, l + 1, 1, NULL));
     }
     if (first > 0) {
-        DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, din, g->dx, xbytes, DT_COPY_D2D,
+        DT_TRY_UNIT(dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, din, g->dx, xbytes, DT_COPY_D2D,
                                                ctx->stream),
                     "backward (the stage's input gradient)", first);
         return DT_OK;
@@ -885,6 +885,11 @@ static const dt_model_ops_v1_t gpt2_ops = {
     .decoder_len = gpt2_decoder_len,
     .decoder_reset = gpt2_decoder_reset,
     .decoder_free = gpt2_decoder_free,
+    .hf_architectures = gpt2_hf_architectures,
+    .hf_config_read = gpt2_hf_config_read,
+    .hf_config_write = gpt2_hf_config_write,
+    .hf_export_name = gpt2_hf_export_name,
+    .hf_import_name = gpt2_hf_import_name,
 };
 
 DT_PLUGIN_ENTRY(model, 1, dt_model_ops_v1_t, &gpt2_ops)

@@ -21,7 +21,7 @@
  * cache is stored head-major so each K[h], V[h] is a contiguous (t+1, hs)
  * matrix the matmuls read as it is.
  *
- * Checked in tests/unit/test_generate.c: the logits of every position
+ * Checked in tests/unit/core/model/test_generate.c: the logits of every position
  * equal a full forward's (dt_model_step_micro) within a stated tolerance.
  */
 #include <math.h>
@@ -61,7 +61,7 @@ struct dt_model_decoder {
 static int dalloc(dt_model_decoder_t *d, int64_t n, size_t es, void *out)
 {
     void *p = NULL;
-    int rc = d->ctx.dev_ops->alloc(d->ctx.dev, (uint64_t)n * es, DT_TAG_ACTIVATIONS, &p);
+    int rc = dt_device_ops(d->ctx.dev)->alloc(d->ctx.dev, (uint64_t)n * es, DT_TAG_ACTIVATIONS, &p);
     if (rc)
         return d->m->svc->err_context(rc, "decoder: allocating %lld bytes",
                                       (long long)((uint64_t)n * es));
@@ -167,7 +167,7 @@ int gpt2_decoder_create(dt_model_state_t *m, const dt_model_ctx_t *ctx, void *co
         (rc = dalloc(d, max_len, 4, &d->sc)) || (rc = dalloc(d, max_len, 4, &d->probs)) ||
         (rc = dalloc(d, d->V, 4, &d->logits)) || (rc = dalloc(d, 1, 4, &d->tok)) ||
         (rc = dalloc(d, 1, 4, &d->tgt)) ||
-        (rc = ctx->dev_ops->memset_async(ctx->dev, d->tgt, 0, 4, ctx->stream))) {
+        (rc = dt_device_ops(ctx->dev)->memset_async(ctx->dev, d->tgt, 0, 4, ctx->stream))) {
         gpt2_decoder_free(d);
         return rc;
     }
@@ -180,7 +180,7 @@ void gpt2_decoder_free(dt_model_decoder_t *d)
     if (!d)
         return;
     for (size_t i = 0; i < d->n_allocs; i++)
-        d->ctx.dev_ops->free(d->ctx.dev, d->allocs[i]);
+        dt_device_ops(d->ctx.dev)->free(d->ctx.dev, d->allocs[i]);
     free(d->allocs);
     free(d->blk);
     free(d->kc);
@@ -199,7 +199,7 @@ void gpt2_decoder_reset(dt_model_decoder_t *d) { d->len = 0; }
  * q, k, v: cache k and v, then atty = softmax(q K^T / sqrt(hs)) V. */
 static int attend(dt_model_decoder_t *d, int64_t l)
 {
-    const dt_device_ops_t *o = d->ctx.dev_ops;
+    const dt_device_ops_t *o = dt_device_ops(d->ctx.dev);
     const int64_t C = d->C, hs = d->hs, t = d->len, n = t + 1, cap = d->max_len;
     const uint64_t row = (uint64_t)hs * 4;
     const float scale = (float)(1.0 / sqrt((double)hs));
@@ -254,7 +254,7 @@ int gpt2_decoder_step(dt_model_decoder_t *d, int32_t token, float *logits)
         return m->svc->set_error(DT_ERR_INVALID,
                                  "decoder: token %d is outside the vocabulary (%lld)",
                                  (int)token, (long long)d->V);
-    const dt_device_ops_t *o = d->ctx.dev_ops;
+    const dt_device_ops_t *o = dt_device_ops(d->ctx.dev);
     const int64_t C = d->C;
     int rc;
     d->host_tok = token;

@@ -13,7 +13,9 @@
  * per-layer activation checkpointing, tensor parallelism (kv-head groups),
  * pipeline stages and activation slots, as plugins/gpt2/gpt2.c (whose
  * structure this file follows).  Presets ([model] preset) behind the
- * model table's preset slot.
+ * model table's preset slot; generation with a KV cache (the decoder
+ * slots) is llama_decode.c's, Hugging Face's files behind its hf_* slots
+ * llama_hf.c's.
  *
  * Parameters carry Hugging Face's names without "model.", weights (out,
  * in).  A layer's q, k and v weights are three tensors laid one after the
@@ -29,27 +31,16 @@
  * RMSNorm weights stay whole on every rank.
  *
  * Checked against tests/reference/llama_ref.py (float64 numpy) by
- * tests/unit/test_llama_oracle.c: loss, logits and every gradient.
+ * tests/unit/plugins/llama/test_llama_oracle.c: loss, logits and every gradient.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define DT_MODEL_PLUGIN_HELPERS
-#include "dtrain/model.h"
+#include "llama_internal.h" /* first: the model helpers (DT_MODEL_PLUGIN_HELPERS) */
+#include "llama_hf.h"
 
-/* The shape and the settings of a LLaMA-family model ([model] keys). */
-typedef struct llama_shape {
-    int64_t n_layer, n_head, n_kv_head, n_embd, vocab_size, context;
-    int64_t intermediate, head_dim;
-    int tie, qkv_bias;
-    double rope_theta, rms_eps;
-    /* Llama 3.1's rope_scaling (rope_type "llama3") when `scaling` */
-    int scaling;
-    double rs_factor, rs_low, rs_high;
-    int64_t rs_orig;
-} llama_shape_t;
 
 /* Tensors of each unit, in their order in the unit's flat buffer.  A
  * block's q/k/v biases (qkv_bias) sit between v and o; without them the
@@ -110,6 +101,8 @@ typedef struct llama {
 } llama_t;
 
 static llama_t *G(const dt_model_state_t *m) { return m->arch_state; }
+
+const llama_shape_t *llama_shape(const dt_model_state_t *m) { return &G(m)->s; }
 
 /* Index of tensor `k` (the enum above) in a block of this model. */
 static int bidx(const llama_t *g, int k)
@@ -396,6 +389,7 @@ static int llama_create(dt_model_state_t *m)
     dt_model_add_key(m, "n_kv_head", s->n_kv_head);
     dt_model_add_key(m, "n_embd", C);
     dt_model_add_key(m, "vocab_size", V);
+    dt_model_add_key(m, "context", s->context);
     dt_model_add_key(m, "intermediate_size", I);
     dt_model_add_key(m, "head_dim", HD);
     dt_model_add_bool_key(m, "tie_embeddings", s->tie);
@@ -487,7 +481,7 @@ static void llama_free(dt_model_state_t *m)
 
 /* inv_freq[i] = theta^(-2i/d) (i < d/2), rescaled as Llama 3.1 does under
  * rope_scaling "llama3" (transformers' _compute_llama3_parameters). */
-static double inv_freq(const llama_shape_t *s, int64_t i)
+double llama_inv_freq(const llama_shape_t *s, int64_t i)
 {
     const double d = (double)s->head_dim;
     double inv = 1.0 / pow(s->rope_theta, (double)(2 * i) / d);
@@ -520,7 +514,7 @@ static int upload_rope(dt_model_state_t *m, const dt_model_ctx_t *ctx)
     if (!host)
         return m->svc->set_error(DT_ERR_NOMEM, "model: out of memory");
     for (int64_t i = 0; i < h; i++) {
-        const double f = inv_freq(&g->s, i);
+        const double f = llama_inv_freq(&g->s, i);
         for (int64_t t = 0; t < T; t++) {
             host[t * h + i] = (float)cos((double)t * f);
             host[T * h + t * h + i] = (float)sin((double)t * f);
@@ -528,11 +522,11 @@ static int upload_rope(dt_model_state_t *m, const dt_model_ctx_t *ctx)
     }
     const uint64_t bytes = (uint64_t)(T * h) * sizeof *host;
     int rc;
-    if ((rc = ctx->dev_ops->memcpy_async(ctx->dev, g->rope_cos, host, bytes, DT_COPY_H2D,
+    if ((rc = dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, g->rope_cos, host, bytes, DT_COPY_H2D,
                                          ctx->stream)) ||
-        (rc = ctx->dev_ops->memcpy_async(ctx->dev, g->rope_sin, host + T * h, bytes,
+        (rc = dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, g->rope_sin, host + T * h, bytes,
                                          DT_COPY_H2D, ctx->stream)) ||
-        (rc = ctx->dev_ops->stream_sync(ctx->dev, ctx->stream)))
+        (rc = dt_device_ops(ctx->dev)->stream_sync(ctx->dev, ctx->stream)))
         rc = m->svc->err_context(rc, "model: uploading the rotary tables");
     free(host);
     return rc;
@@ -932,7 +926,7 @@ static int llama_stage_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, c
                               (uint64_t)(BT * C)));
         DT_TRY(dt_model_hook(m, ctx, DT_POST_FORWARD, h, 0, 0, NULL));
     } else {
-        DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, g->x[first - 1], in, xbytes,
+        DT_TRY_UNIT(dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, g->x[first - 1], in, xbytes,
                                                DT_COPY_D2D, ctx->stream),
                     "forward (the stage's input)", first);
     }
@@ -945,7 +939,7 @@ static int llama_stage_forward(dt_model_state_t *m, const dt_model_ctx_t *ctx, c
     }
     if (end <= head) {
         if (out)
-            DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, out, g->x[end - 1], xbytes,
+            DT_TRY_UNIT(dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, out, g->x[end - 1], xbytes,
                                                    DT_COPY_D2D, ctx->stream),
                         "forward (the stage's output)", end - 1);
         return DT_OK;
@@ -1013,8 +1007,8 @@ static int llama_stage_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, 
                     "backward", head);
         DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, head, 1, NULL));
     } else {
-        DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, g->dx, dout, xbytes, DT_COPY_D2D,
-                                               ctx->stream),
+        DT_TRY_UNIT(dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, g->dx, dout, xbytes,
+                                                          DT_COPY_D2D, ctx->stream),
                     "backward (the stage's output gradient)", end - 1);
     }
     uint64_t o[NBLOCK];
@@ -1033,7 +1027,7 @@ static int llama_stage_backward(dt_model_state_t *m, const dt_model_ctx_t *ctx, 
         DT_TRY(dt_model_hook(m, ctx, DT_POST_BACKWARD, h, l + 1, 1, NULL));
     }
     if (first > 0) {
-        DT_TRY_UNIT(ctx->dev_ops->memcpy_async(ctx->dev, din, g->dx, xbytes, DT_COPY_D2D,
+        DT_TRY_UNIT(dt_device_ops(ctx->dev)->memcpy_async(ctx->dev, din, g->dx, xbytes, DT_COPY_D2D,
                                                ctx->stream),
                     "backward (the stage's input gradient)", first);
         return DT_OK;
@@ -1100,6 +1094,16 @@ static const dt_model_ops_v1_t llama_ops = {
     .free = llama_free,
     .need_kernels = llama_need_kernels,
     .preset = llama_preset,
+    .decoder_create = llama_decoder_create,
+    .decoder_step = llama_decoder_step,
+    .decoder_len = llama_decoder_len,
+    .decoder_reset = llama_decoder_reset,
+    .decoder_free = llama_decoder_free,
+    .hf_architectures = llama_hf_architectures,
+    .hf_config_read = llama_hf_config_read,
+    .hf_config_write = llama_hf_config_write,
+    .hf_export_name = llama_hf_export_name,
+    .hf_import_name = llama_hf_import_name,
 };
 
 DT_PLUGIN_ENTRY(model, 1, dt_model_ops_v1_t, &llama_ops)

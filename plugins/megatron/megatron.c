@@ -27,8 +27,8 @@
 #include "dtrain/tensor_parallel.h"
 
 struct dt_tensor_group {
+    const dt_tensor_ops_v1_t *ops; /* first: the table that made it (dtrain/tensor_parallel.h) */
     const dt_host_v1_t *host;
-    const dt_comm_ops_v1_t *comm_ops;
     dt_comm_t *comm; /* the tensor group */
     int32_t rank, size;
     uint64_t calls;  /* all-reduces so far (messages, the report) */
@@ -48,6 +48,9 @@ static void mg_finalize(dt_tensor_group_t *g)
     g->host->free(g->host, g);
 }
 
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_tensor_ops_v1_t mg_ops;
+
 static int mg_init(const dt_host_v1_t *host, const dt_tensor_init_v1_t *in,
                    dt_tensor_group_t **out)
 {
@@ -56,17 +59,16 @@ static int mg_init(const dt_host_v1_t *host, const dt_tensor_init_v1_t *in,
     int rc = dt_args_read(host, "init args", &a, sizeof a, in, DT_TENSOR_INIT_V1_SIZE0);
     if (rc != DT_OK)
         return rc;
-    if (!a.comm_ops || !a.comm)
-        return host->set_error(host, DT_ERR_INVALID, "init: NULL %s",
-                               !a.comm_ops ? "comm_ops" : "comm");
+    if (!a.comm)
+        return host->set_error(host, DT_ERR_INVALID, "init: NULL comm");
     dt_tensor_group_t *g = host->alloc(host, sizeof *g, DT_TAG_OTHER);
     if (!g)
         return host->set_error(host, DT_ERR_NOMEM, "init: instance");
     memset(g, 0, sizeof *g);
     g->host = host;
-    g->comm_ops = a.comm_ops;
+    g->ops = &mg_ops;
     g->comm = a.comm;
-    if ((rc = a.comm_ops->rank_size(a.comm, &g->rank, &g->size)) == DT_OK && g->size < 2)
+    if ((rc = dt_comm_ops(a.comm)->rank_size(a.comm, &g->rank, &g->size)) == DT_OK && g->size < 2)
         rc = host->set_error(host, DT_ERR_INVALID, "init: a tensor group of %d rank(s)",
                              g->size);
     if (rc != DT_OK) {
@@ -95,13 +97,13 @@ static int mg_all_reduce(dt_tensor_group_t *g, void *buf, uint64_t count, int dt
     dt_comm_req_t *r = NULL;
     g->calls++;
     g->bytes += count * dt_dtype_size(dtype);
-    int rc = g->comm_ops->all_reduce(g->comm, buf, buf, count, dtype, op, stream, &r);
+    int rc = dt_comm_ops(g->comm)->all_reduce(g->comm, buf, buf, count, dtype, op, stream, &r);
     if (rc == DT_OK && req) {
         *req = r; /* in flight: column_backward_wait */
         return DT_OK;
     }
     if (rc == DT_OK)
-        rc = g->comm_ops->wait(g->comm, r, -1); /* the group's timeout */
+        rc = dt_comm_ops(g->comm)->wait(g->comm, r, -1); /* the group's timeout */
     return mg_failed(g, rc);
 }
 
@@ -122,7 +124,7 @@ static int mg_column_backward_wait(dt_tensor_group_t *g, dt_comm_req_t *req)
 {
     if (!req)
         return DT_OK;
-    return mg_failed(g, g->comm_ops->wait(g->comm, req, -1));
+    return mg_failed(g, dt_comm_ops(g->comm)->wait(g->comm, req, -1));
 }
 
 static int mg_embedding_forward(dt_tensor_group_t *g, void *buf, uint64_t count, int dtype,

@@ -15,7 +15,7 @@
  * a recomputed layer keeps its output and recomputes its pre-activation.
  *
  * Checked against tests/reference/mlp_ref.py (float64 numpy) by
- * tests/unit/test_mlp.c.
+ * tests/unit/plugins/mlp/test_mlp.c.
  */
 #include <stdio.h>
 #include <stdlib.h>

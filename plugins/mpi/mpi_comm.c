@@ -367,12 +367,16 @@ static void comm_free(dt_comm_t *c)
     free(c);
 }
 
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_comm_ops_v1_t mpi_ops;
+
 static dt_comm_t *comm_alloc(const dt_host_v1_t *host, int32_t rank, int32_t size)
 {
     dt_comm_t *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
     c->host = host;
+    c->ops = &mpi_ops;
     c->rank = rank;
     c->size = size;
     c->comm = MPI_COMM_NULL;
@@ -483,7 +487,6 @@ static int mpi_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     c->job = job;
     c->is_world = 1;
     c->timeout_ms = timeout_ms;
-    c->dev_ops = a->dev_ops;
     c->dev = a->dev;
     snprintf(c->gname, sizeof c->gname, "world");
     for (int p = 0; p < c->size; p++)
@@ -594,7 +597,6 @@ static int mpi_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
     g->job = c->job;
     g->is_world = 0;
     g->timeout_ms = c->timeout_ms;
-    g->dev_ops = c->dev_ops;
     g->dev = c->dev;
     snprintf(g->gname, sizeof g->gname, "%.120s/g%uc%u", c->gname, no, (uint32_t)color);
     *out = g;

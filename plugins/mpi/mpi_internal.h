@@ -91,6 +91,7 @@ typedef struct mpic_job {
 } mpic_job_t;
 
 struct dt_comm {
+    const dt_comm_ops_v1_t *ops; /* first: the table that made it (dtrain/comm.h) */
     const dt_host_v1_t *host;
     mpic_job_t *job;
     MPI_Comm comm;
@@ -101,7 +102,6 @@ struct dt_comm {
     int64_t timeout_ms;     /* default bound of a wait */
     uint32_t split_no;
     uint64_t coll_seq, p2p_seq;
-    const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
     dt_creq_t *live;        /* started and not yet waited for */
     /* set once an operation timed out or MPI failed: MPI cannot cancel a

@@ -14,7 +14,7 @@
  *
  * u8 / u16 sums are user-defined ops too, wrapping as comm.h's integer
  * arithmetic does: Open MPI 4.1.4's AVX op component saturates MPI_SUM on
- * MPI_UINT8_T / MPI_UINT16_T in its vector loop (tests/unit/test_mpi.c
+ * MPI_UINT8_T / MPI_UINT16_T in its vector loop (tests/unit/plugins/mpi/test_mpi.c
  * found 30001 + 35546 = 65535 from element 2539 of a 6561-element sum on).
  */
 #include <string.h>

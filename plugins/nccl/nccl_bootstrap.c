@@ -29,7 +29,7 @@
  * joined; cleanup_job removes one a crashed job left.
  *
  * Compiled; not yet run on a GPU (the bootstrap itself needs none and is
- * unit-tested, tests/unit/test_nccl_bootstrap.c).
+ * unit-tested, tests/unit/plugins/nccl/test_nccl_bootstrap.c).
  */
 #include <dirent.h>
 #include <errno.h>

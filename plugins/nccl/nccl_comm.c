@@ -130,11 +130,11 @@ static void comm_free(dt_comm_t *c)
     if (!c)
         return;
     if (c->barrier_buf)
-        c->dev_ops->free(c->dev, c->barrier_buf);
+        dt_device_ops(c->dev)->free(c->dev, c->barrier_buf);
     if (c->bounce.dev)
-        c->dev_ops->free(c->dev, c->bounce.dev);
+        dt_device_ops(c->dev)->free(c->dev, c->bounce.dev);
     if (c->bounce.host)
-        c->dev_ops->host_free(c->dev, c->bounce.host);
+        dt_device_ops(c->dev)->host_free(c->dev, c->bounce.host);
     nccl_guard_destroy(&c->guard);
     free(c);
 }
@@ -142,9 +142,11 @@ static void comm_free(dt_comm_t *c)
 /* A group struct on `gpu` with the device and settings given, its barrier
  * word allocated and zeroed (on the default stream, where the barrier
  * runs). */
-static dt_comm_t *comm_new(const dt_host_v1_t *host, const dt_device_ops_v1_t *dev_ops,
-                           dt_device_t *dev, int gpu, int64_t timeout_ms, int64_t poll_us,
-                           int32_t world_rank)
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_comm_ops_v1_t nccl_ops_table;
+
+static dt_comm_t *comm_new(const dt_host_v1_t *host, dt_device_t *dev, int gpu, int64_t timeout_ms,
+                           int64_t poll_us, int32_t world_rank)
 {
     dt_comm_t *c = calloc(1, sizeof *c);
     if (!c) {
@@ -152,15 +154,15 @@ static dt_comm_t *comm_new(const dt_host_v1_t *host, const dt_device_ops_v1_t *d
         return NULL;
     }
     c->host = host;
-    c->dev_ops = dev_ops;
+    c->ops = &nccl_ops_table;
     c->dev = dev;
     c->gpu = gpu;
     c->timeout_ms = timeout_ms;
     c->poll_us = poll_us;
     c->world_rank = world_rank;
     nccl_guard_init(&c->guard, abort_nc, c);
-    if (dev_ops->alloc(dev, sizeof(float), DT_TAG_COMM, &c->barrier_buf) != DT_OK ||
-        dev_ops->memset_async(dev, c->barrier_buf, 0, sizeof(float), NULL) != DT_OK) {
+    if (dt_device_ops(dev)->alloc(dev, sizeof(float), DT_TAG_COMM, &c->barrier_buf) != DT_OK ||
+        dt_device_ops(dev)->memset_async(dev, c->barrier_buf, 0, sizeof(float), NULL) != DT_OK) {
         comm_free(c);
         return NULL;
     }
@@ -194,11 +196,10 @@ static void nccl_finalize(dt_comm_t *c)
  * group runs on the instance's GPU whatever another instance made current
  * since (the runtime of CUDA 12.8 and later says; before, the current
  * device, which the cuda device's init made its own). */
-static int device_gpu(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
-                      dt_device_t *dev, int *gpu)
+static int device_gpu(const dt_host_v1_t *host, dt_device_t *dev, int *gpu)
 {
     void *native = NULL;
-    int rc = ops->native_stream(dev, NULL, &native);
+    int rc = dt_device_ops(dev)->native_stream(dev, NULL, &native);
     if (rc != DT_OK)
         return rc;
     cudaError_t e = cudaErrorNotSupported;
@@ -226,20 +227,20 @@ static int nccl_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *args,
     int64_t poll_us = 0;
     if ((rc = dt_cfg_int(host, "poll_us", &poll_us)) != DT_OK)
         return rc;
-    if (!a.dev_ops || !a.dev || !DT_HAS_OP(dt_device_ops_v1_t, a.dev_ops, native_stream) ||
-        !a.dev_ops->native_stream)
+    if (!a.dev || !DT_HAS_OP(dt_device_ops_v1_t, dt_device_ops(a.dev), native_stream) ||
+        !dt_device_ops(a.dev)->native_stream)
         return host->set_error(host, DT_ERR_CONFIG,
                                "init: the nccl communicator runs on a CUDA device's streams "
                                "(run.device = \"cuda\"; dtrain bench comm --device cuda); "
                                "device \"%s\" has no native stream",
-                               a.dev_ops ? a.dev_ops->info.name : "(none)");
+                               a.dev ? dt_device_ops(a.dev)->info.name : "(none)");
     int gpu = -1;
-    if ((rc = device_gpu(host, a.dev_ops, a.dev, &gpu)) != DT_OK)
+    if ((rc = device_gpu(host, a.dev, &gpu)) != DT_OK)
         return rc;
     ncclUniqueId id;
     if ((rc = nccl_bootstrap_id(host, &a, &id)) != DT_OK)
         return rc;
-    dt_comm_t *c = comm_new(host, a.dev_ops, a.dev, gpu, a.timeout_ms, poll_us, a.rank);
+    dt_comm_t *c = comm_new(host, a.dev, gpu, a.timeout_ms, poll_us, a.rank);
     if (!c)
         return DT_ERR_NOMEM;
     c->rank = a.rank;
@@ -337,7 +338,7 @@ static int nccl_split_locked(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t
      * parent stops it too (nccl_settle) */
     if ((rc = nccl_settle(c, nc, what)) != DT_OK)
         return rc;
-    dt_comm_t *g = comm_new(c->host, c->dev_ops, c->dev, c->gpu, c->timeout_ms, c->poll_us,
+    dt_comm_t *g = comm_new(c->host, c->dev, c->gpu, c->timeout_ms, c->poll_us,
                             c->world_rank);
     if (!g) {
         ncclCommAbort(nc);

@@ -36,6 +36,7 @@ typedef struct nccl_bounce {
 } nccl_bounce_t;
 
 struct dt_comm {
+    const dt_comm_ops_v1_t *ops; /* first: the table that made it (dtrain/comm.h) */
     const dt_host_v1_t *host;
     /* The lock of nc and the failure record (nccl_logic.h): every NCCL
      * call on nc is made with guard.mu held, ncclCommAbort included, and
@@ -50,7 +51,6 @@ struct dt_comm {
                          * entry that calls CUDA (nccl_gpu_guard) */
     int64_t timeout_ms;
     int64_t poll_us;
-    const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
     void *barrier_buf;  /* one f32 of device memory (DT_TAG_COMM), zeroed */
     nccl_bounce_t bounce; /* driven by the group's one thread (comm.h) */

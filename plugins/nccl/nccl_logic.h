@@ -1,7 +1,7 @@
 /*
  * plugins/nccl/nccl_logic.h - the nccl communicator's decisions that need
  * no GPU, kept apart from the CUDA and NCCL calls so that the unit tests
- * run them on any machine (tests/unit/test_nccl_logic.c):
+ * run them on any machine (tests/unit/plugins/nccl/test_nccl_logic.c):
  *
  *   nccl_guard.c    the group's lock and its failure record: abort from
  *                   any thread without ever blocking, and the bounded

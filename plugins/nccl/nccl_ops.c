@@ -128,21 +128,22 @@ static int bounce_reserve(dt_comm_t *c, const struct dt_comm_req *r, const nccl_
     uint64_t cap = 0;
     if (p->dev_bytes > b->dev_cap || !b->dev) {
         if (b->dev)
-            c->dev_ops->free(c->dev, b->dev);
+            dt_device_ops(c->dev)->free(c->dev, b->dev);
         b->dev = NULL;
         b->dev_cap = 0;
         cap = p->dev_bytes > 4096 ? p->dev_bytes : 4096;
-        if ((rc = c->dev_ops->alloc(c->dev, cap, DT_TAG_COMM, &b->dev)) == DT_OK)
+        if ((rc = dt_device_ops(c->dev)->alloc(c->dev, cap, DT_TAG_COMM, &b->dev)) == DT_OK)
             b->dev_cap = cap;
     }
     if (rc == DT_OK && (p->host_bytes > b->host_cap || !b->host)) {
         if (b->host)
-            c->dev_ops->host_free(c->dev, b->host);
+            dt_device_ops(c->dev)->host_free(c->dev, b->host);
         b->host = NULL;
         b->host_cap = 0;
         what = "pinned host";
         cap = p->host_bytes > 4096 ? p->host_bytes : 4096;
-        if ((rc = c->dev_ops->host_alloc(c->dev, cap, DT_TAG_STAGING, &b->host)) == DT_OK)
+        if ((rc = dt_device_ops(c->dev)->host_alloc(c->dev, cap, DT_TAG_STAGING, &b->host)) ==
+            DT_OK)
             b->host_cap = cap;
     }
     if (rc != DT_OK) {
@@ -161,12 +162,12 @@ static void bounce_trim(dt_comm_t *c)
 {
     nccl_bounce_t *b = &c->bounce;
     if (b->dev && b->dev_cap > NCCL_BOUNCE_KEEP) {
-        c->dev_ops->free(c->dev, b->dev);
+        dt_device_ops(c->dev)->free(c->dev, b->dev);
         b->dev = NULL;
         b->dev_cap = 0;
     }
     if (b->host && b->host_cap > NCCL_BOUNCE_KEEP) {
-        c->dev_ops->host_free(c->dev, b->host);
+        dt_device_ops(c->dev)->host_free(c->dev, b->host);
         b->host = NULL;
         b->host_cap = 0;
     }
@@ -208,7 +209,7 @@ static int begin(dt_comm_t *c, struct dt_comm_req *r, const op_args_t *a, dt_str
     if ((st = nccl_gpu_guard(c, dt_comm_op_name(a->kind))) != DT_OK)
         return st;
     void *native = NULL;
-    if ((st = c->dev_ops->native_stream(c->dev, stream, &native)) != DT_OK)
+    if ((st = dt_device_ops(c->dev)->native_stream(c->dev, stream, &native)) != DT_OK)
         return st;
     w->cs = (cudaStream_t)native;
     w->send = a->send;

@@ -43,9 +43,12 @@ static void oc_release(void *ctx, offload_buf_t *ob)
 {
     dt_offload_t *o = ctx;
     dt_offload_buf_t *b = (dt_offload_buf_t *)ob;
-    o->q.dev_ops->host_free(o->q.dev, b->mem);
+    dt_device_ops(o->q.dev)->host_free(o->q.dev, b->mem);
     free(b);
 }
+
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_offload_ops_v1_t oc_ops;
 
 static int oc_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
                    dt_offload_t **out)
@@ -62,7 +65,8 @@ static int oc_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
     dt_offload_t *o = calloc(1, sizeof *o);
     if (!o)
         return host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
-    rc = offload_queue_start(&o->q, host, a.rank, a.timeout_ms, a.dev_ops, a.dev, oc_run, o);
+    o->ops = &oc_ops;
+    rc = offload_queue_start(&o->q, host, a.rank, a.timeout_ms, a.dev, oc_run, o);
     if (rc != DT_OK) {
         free(o);
         return rc;
@@ -119,7 +123,7 @@ static int oc_alloc(dt_offload_t *o, uint64_t bytes, int tag, dt_offload_buf_t *
     dt_offload_buf_t *b = calloc(1, sizeof *b);
     if (!b)
         return host->set_error(host, DT_ERR_NOMEM, "alloc: out of memory for a buffer");
-    rc = o->q.dev_ops->host_alloc(o->q.dev, bytes, DT_TAG_OFFLOAD, &b->mem);
+    rc = dt_device_ops(o->q.dev)->host_alloc(o->q.dev, bytes, DT_TAG_OFFLOAD, &b->mem);
     if (rc != DT_OK) {
         free(b);
         host->log(host, DT_LOG_ERROR, "rank %d: alloc: %llu bytes of pinned host memory for %s "

@@ -28,6 +28,7 @@ struct dt_offload_buf {
 };
 
 struct dt_offload {
+    const dt_offload_ops_v1_t *ops; /* first: the table that made it (dtrain/offload.h) */
     offload_queue_t q;                 /* host, rank, device, the worker */
     offload_bufs_t bufs;         /* live buffers, capacity (0 = unbounded) */
 };

@@ -47,6 +47,9 @@ static void nvme_release(void *ctx, offload_buf_t *ob)
     free(b);
 }
 
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_offload_ops_v1_t nvme_ops;
+
 static int nvme_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
                      dt_offload_t **out)
 {
@@ -78,6 +81,7 @@ static int nvme_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
     if (!o)
         return host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
     o->q.host = host; /* for messages until the queue starts */
+    o->ops = &nvme_ops;
     o->q.rank = a.rank;
     o->local_rank = a.local_rank;
     snprintf(o->job, sizeof o->job, "%s", a.job_id);
@@ -104,7 +108,7 @@ static int nvme_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
         rc = nvme_io_init(o); /* the ring, before the worker that uses it */
     if (rc == DT_OK) {
         offload_queue_t q0 = o->q;
-        if ((rc = offload_queue_start_loop(&o->q, host, a.rank, a.timeout_ms, a.dev_ops, a.dev,
+        if ((rc = offload_queue_start_loop(&o->q, host, a.rank, a.timeout_ms, a.dev,
                                            nvme_io_loop, o)) != DT_OK)
             o->q = q0;
     }

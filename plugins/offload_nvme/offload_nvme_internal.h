@@ -77,6 +77,7 @@ struct dt_offload_buf {
 };
 
 struct dt_offload {
+    const dt_offload_ops_v1_t *ops; /* first: the table that made it (dtrain/offload.h) */
     offload_queue_t q;                  /* host, rank, device, the worker */
     char dir[PATH_MAX];         /* the folder the files live in */
     char job[128];              /* job id, in every file's name */

@@ -98,11 +98,10 @@ uint32_t pp_order_in_flight(const dt_host_v1_t *host, int schedule, uint32_t V, 
                             int32_t p, uint32_t m);
 
 struct dt_schedule {
+    const dt_schedule_ops_v1_t *ops; /* first: the table that made it (dtrain/schedule.h) */
     const dt_host_v1_t *host;
-    const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
     dt_stream_t *cs;            /* the core's compute stream */
-    const dt_comm_ops_v1_t *comm_ops;
     dt_comm_t *comm;            /* the pipeline group: rank = stage */
     dt_comm_t *grad_comm;       /* interleaved: activations on `comm`'s
                                  * split copy act_comm, their gradients on
@@ -124,8 +123,8 @@ struct dt_schedule {
     pp_buf_t *out;              /* (V x n_ring) outputs on their way on */
     pp_buf_t *din;              /* (V x n_ring) input gradients on their way back */
     pp_buf_t *dout;             /* (V) the output gradient received */
-    pp_op_t *ops;               /* the step's order (room for ops_cap) */
-    uint32_t ops_cap;
+    pp_op_t *order;             /* the step's order (room for order_cap) */
+    uint32_t order_cap;
     uint32_t most, most_micro;  /* pp_order_in_flight for most_micro
                                  * micro-batches (0: not yet asked) */
 };
@@ -160,9 +159,9 @@ int pp_run(dt_schedule_t *s, const dt_schedule_args_v1_t *args, dt_schedule_resu
 void pp_free_buffers(dt_schedule_t *s);
 
 /* pipeline_glue.c: the schedule table's slots for the order `schedule`
- * (PP_SCHED_*). */
-int pp_init(const dt_host_v1_t *host, int schedule, const dt_schedule_init_v1_t *args,
-            dt_schedule_t **out);
+ * (PP_SCHED_*); `ops`, the plugin's table, is the instance's first member. */
+int pp_init(const dt_host_v1_t *host, const dt_schedule_ops_v1_t *ops, int schedule,
+            const dt_schedule_init_v1_t *args, dt_schedule_t **out);
 void pp_finalize(dt_schedule_t *s);
 int pp_assign_stages(const dt_host_v1_t *host, int schedule, const dt_stage_args_v1_t *args,
                      uint32_t *out);
@@ -170,10 +169,11 @@ int pp_assign_stages(const dt_host_v1_t *host, int schedule, const dt_stage_args
 /* A schedule plugin of the order SCHED (GPIPE, 1F1B) named `name_`: its
  * table and entry, every slot the shared glue's.  `id` is a C name. */
 #define PP_SCHEDULE_PLUGIN(id, SCHED, name_, summary_)                                        \
+    static const dt_schedule_ops_v1_t id##_ops;                                                \
     static int id##_init(const dt_host_v1_t *host, const dt_schedule_init_v1_t *args,         \
                          dt_schedule_t **out)                                                 \
     {                                                                                          \
-        return pp_init(host, PP_SCHED_##SCHED, args, out);                                    \
+        return pp_init(host, &id##_ops, PP_SCHED_##SCHED, args, out);                          \
     }                                                                                          \
     static int id##_assign_stages(const dt_host_v1_t *host, const dt_stage_args_v1_t *args,   \
                                   uint32_t *out)                                               \

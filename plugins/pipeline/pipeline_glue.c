@@ -50,39 +50,36 @@ void pp_finalize(dt_schedule_t *s)
         return;
     pp_free_buffers(s);
     if (s->act_comm)
-        s->comm_ops->finalize(s->act_comm);
+        dt_comm_ops(s->act_comm)->finalize(s->act_comm);
     if (s->grad_comm)
-        s->comm_ops->finalize(s->grad_comm);
+        dt_comm_ops(s->grad_comm)->finalize(s->grad_comm);
     s->host->free(s->host, s);
 }
 
-int pp_init(const dt_host_v1_t *host, int schedule, const dt_schedule_init_v1_t *in,
-            dt_schedule_t **out)
+int pp_init(const dt_host_v1_t *host, const dt_schedule_ops_v1_t *ops, int schedule,
+            const dt_schedule_init_v1_t *in, dt_schedule_t **out)
 {
     *out = NULL;
     dt_schedule_init_v1_t a;
     int rc = dt_args_read(host, "init args", &a, sizeof a, in, DT_SCHEDULE_INIT_V1_SIZE0);
     if (rc != DT_OK)
         return rc;
-    if (!a.dev_ops || !a.dev || !a.comm_ops || !a.comm)
-        return host->set_error(host, DT_ERR_INVALID, "init: NULL %s",
-                               !a.dev_ops ? "dev_ops" : !a.dev ? "dev"
-                                                     : !a.comm_ops ? "comm_ops" : "comm");
+    if (!a.dev || !a.comm)
+        return host->set_error(host, DT_ERR_INVALID, "init: NULL %s", !a.dev ? "dev" : "comm");
     dt_schedule_t *s = host->alloc(host, sizeof *s, DT_TAG_OTHER);
     if (!s)
         return host->set_error(host, DT_ERR_NOMEM, "init: instance");
     memset(s, 0, sizeof *s);
+    s->ops = ops;
     s->host = host;
-    s->dev_ops = a.dev_ops;
     s->dev = a.dev;
     s->cs = a.compute_stream;
-    s->comm_ops = a.comm_ops;
     s->comm = a.comm;
     s->n_micro = a.n_micro;
     s->schedule = schedule;
     s->keep = a.keep_activations != 0;
     s->V = a.chunks ? a.chunks : 1;
-    if ((rc = a.comm_ops->rank_size(a.comm, &s->stage, &s->n_stages)) == DT_OK &&
+    if ((rc = dt_comm_ops(a.comm)->rank_size(a.comm, &s->stage, &s->n_stages)) == DT_OK &&
         s->n_stages < 2)
         rc = host->set_error(host, DT_ERR_INVALID, "init: a pipeline group of %d rank(s)",
                              s->n_stages);
@@ -90,8 +87,8 @@ int pp_init(const dt_host_v1_t *host, int schedule, const dt_schedule_init_v1_t 
         rc = check_chunks(host, s->V, (uint32_t)s->keep, s->n_stages, s->n_micro);
     /* interleaved: activations and gradients on a group each (pipeline.h) */
     if (rc == DT_OK && s->V > 1 &&
-        ((rc = a.comm_ops->split(a.comm, 0, s->stage, &s->act_comm)) != DT_OK ||
-         (rc = a.comm_ops->split(a.comm, 0, s->stage, &s->grad_comm)) != DT_OK))
+        ((rc = dt_comm_ops(a.comm)->split(a.comm, 0, s->stage, &s->act_comm)) != DT_OK ||
+         (rc = dt_comm_ops(a.comm)->split(a.comm, 0, s->stage, &s->grad_comm)) != DT_OK))
         s->host->log(host, DT_LOG_ERROR, "init: splitting the pipeline group failed");
     if (rc != DT_OK) {
         pp_finalize(s);

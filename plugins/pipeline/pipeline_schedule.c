@@ -56,9 +56,9 @@ static uint32_t n_vstages(const dt_schedule_t *s) { return s->V * (uint32_t)s->n
 static void pp_buf_free(dt_schedule_t *s, pp_buf_t *b)
 {
     if (b->send)
-        s->comm_ops->wait(b->comm, b->send, 0); /* drops it: the step failed */
+        dt_comm_ops(b->comm)->wait(b->comm, b->send, 0); /* drops it: the step failed */
     if (b->p)
-        s->dev_ops->free(s->dev, b->p);
+        dt_device_ops(s->dev)->free(s->dev, b->p);
     memset(b, 0, sizeof *b);
 }
 
@@ -76,16 +76,16 @@ void pp_free_buffers(dt_schedule_t *s)
     bufs_free(s, &s->out, s->V * s->n_ring);
     bufs_free(s, &s->din, s->V * s->n_ring);
     bufs_free(s, &s->dout, s->V);
-    s->host->free(s->host, s->ops);
-    s->ops = NULL;
-    s->ops_cap = 0;
+    s->host->free(s->host, s->order);
+    s->order = NULL;
+    s->order_cap = 0;
     s->n_stash = s->n_ring = 0;
     s->act_bytes = 0;
 }
 
 static int pp_buf_alloc(dt_schedule_t *s, pp_buf_t *b, uint64_t bytes)
 {
-    int rc = s->dev_ops->alloc(s->dev, bytes, DT_TAG_ACTIVATIONS, &b->p);
+    int rc = dt_device_ops(s->dev)->alloc(s->dev, bytes, DT_TAG_ACTIVATIONS, &b->p);
     if (rc != DT_OK)
         s->host->log(s->host, DT_LOG_ERROR, "stage %d: allocating a boundary tensor of %llu "
                      "bytes failed", s->stage, (unsigned long long)bytes);
@@ -172,7 +172,7 @@ static int finish_send(pp_step_t *t, pp_buf_t *b)
     dt_schedule_t *s = t->s;
     if (!b->send)
         return DT_OK;
-    int rc = s->comm_ops->wait(b->comm, b->send, -1); /* frees the request */
+    int rc = dt_comm_ops(b->comm)->wait(b->comm, b->send, -1); /* frees the request */
     b->send = NULL;
     if (rc != DT_OK) {
         char me[64], to[64];
@@ -225,7 +225,7 @@ static int send_pending(pp_step_t *t)
     if (!b)
         return DT_OK;
     t->pending = NULL;
-    int rc = s->comm_ops->send(b->comm, b->p, t->a->act_count, t->a->act_dtype,
+    int rc = dt_comm_ops(b->comm)->send(b->comm, b->p, t->a->act_count, t->a->act_dtype,
                                rank_of(s, b->peer), tag_of(t, b->peer, b->micro, b->grad), s->cs,
                                &b->send);
     if (rc != DT_OK) {
@@ -246,7 +246,7 @@ static int pairs_with(const pp_step_t *t, dt_comm_t *c, uint32_t from)
     const dt_schedule_t *s = t->s;
     const pp_buf_t *b = t->pending;
     return b && b->comm == c && rank_of(s, b->peer) == rank_of(s, from) &&
-           DT_HAS_OP(dt_comm_ops_t, s->comm_ops, sendrecv);
+           DT_HAS_OP(dt_comm_ops_t, dt_comm_ops(s->comm), sendrecv);
 }
 
 /* Receive into buf virtual stage j's input (from j - 1) or, with `grad`,
@@ -263,18 +263,18 @@ static int recv_into(pp_step_t *t, void *buf, uint32_t j, uint32_t micro, int gr
     int rc;
     if (b) {
         t->pending = NULL;
-        rc = s->comm_ops->sendrecv(c, b->p, t->a->act_count, buf, t->a->act_count,
+        rc = dt_comm_ops(c)->sendrecv(c, b->p, t->a->act_count, buf, t->a->act_count,
                                    t->a->act_dtype, rank_of(s, b->peer), rank_of(s, from),
                                    tag_of(t, b->peer, b->micro, b->grad),
                                    tag_of(t, j, micro, grad), s->cs, &b->send, &req);
     } else if ((rc = send_pending(t)) == DT_OK) {
-        rc = s->comm_ops->recv(c, buf, t->a->act_count, t->a->act_dtype, rank_of(s, from),
+        rc = dt_comm_ops(c)->recv(c, buf, t->a->act_count, t->a->act_dtype, rank_of(s, from),
                                tag_of(t, j, micro, grad), s->cs, &req);
     } else {
         return rc;
     }
     if (rc == DT_OK)
-        rc = s->comm_ops->wait(c, req, -1);
+        rc = dt_comm_ops(c)->wait(c, req, -1);
     t->wait_ns += s->host->now_ns(s->host) - t0;
     if (rc != DT_OK) {
         char me[64], pe[64], to[64];
@@ -411,20 +411,20 @@ int pp_run(dt_schedule_t *s, const dt_schedule_args_v1_t *in, dt_schedule_result
         return rc;
     /* the order: 2 m V operations at most (forwards only: m V) */
     const uint32_t cap = 2 * a.n_micro * s->V;
-    if (cap > s->ops_cap) {
-        s->host->free(s->host, s->ops);
-        s->ops_cap = 0;
-        if (!(s->ops = s->host->alloc(s->host, cap * sizeof *s->ops, DT_TAG_OTHER)))
+    if (cap > s->order_cap) {
+        s->host->free(s->host, s->order);
+        s->order_cap = 0;
+        if (!(s->order = s->host->alloc(s->host, cap * sizeof *s->order, DT_TAG_OTHER)))
             return host->set_error(host, DT_ERR_NOMEM, "run: the order of %u "
                                    "operations", cap);
-        s->ops_cap = cap;
+        s->order_cap = cap;
     }
     pp_step_t t = {.s = s, .a = &a, .keep = keep};
     const uint32_t n = pp_order(s->schedule, s->V, s->stage, s->n_stages, a.n_micro, no_grad,
-                                s->ops);
+                                s->order);
     for (uint32_t i = 0; i < n && rc == DT_OK; i++)
-        rc = s->ops[i].kind == PP_FWD ? forward(&t, s->ops[i].chunk, s->ops[i].micro)
-                                      : backward(&t, s->ops[i].chunk, s->ops[i].micro);
+        rc = s->order[i].kind == PP_FWD ? forward(&t, s->order[i].chunk, s->order[i].micro)
+                                      : backward(&t, s->order[i].chunk, s->order[i].micro);
     if (rc == DT_OK)
         rc = send_pending(&t);
     /* the last sends: their buffers are reused next step */

@@ -124,18 +124,16 @@ dt_range_t dt_shard_held(const dt_shard_plan_t *p, uint32_t unit,
  * elements of `dtype`; may alias full + rank * shard, in place) into
  * `full` (padded elements), on `stream`.  `req` as in comm.h (NULL:
  * blocking).  A failure is logged naming the group's units. */
-int dt_shard_gather(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
-                    dt_comm_t *comm, const dt_shard_plan_t *p, uint32_t group,
-                    const void *shard, void *full, int dtype,
-                    dt_stream_t *stream, dt_comm_req_t **req);
+int dt_shard_gather(const dt_host_v1_t *host, dt_comm_t *comm, const dt_shard_plan_t *p,
+                    uint32_t group, const void *shard, void *full, int dtype, dt_stream_t *stream,
+                    dt_comm_req_t **req);
 
 /* Start the reduce_scatter of group `group`'s gradients: `full` (padded
  * elements of `dtype`, every rank's own) reduced with `op` (DT_OP_AVG:
  * the data-parallel mean), this rank's block into `shard` (shard elements
  * of `dtype`; may alias full + rank * shard, in place). */
-int dt_shard_reduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
-                    dt_comm_t *comm, const dt_shard_plan_t *p, uint32_t group,
-                    const void *full, void *shard, int dtype, int op,
+int dt_shard_reduce(const dt_host_v1_t *host, dt_comm_t *comm, const dt_shard_plan_t *p,
+                    uint32_t group, const void *full, void *shard, int dtype, int op,
                     dt_stream_t *stream, dt_comm_req_t **req);
 
 /* ------------------------------------------------------------------------
@@ -297,11 +295,13 @@ typedef struct dt_shard_engine {
 } dt_shard_engine_t;
 
 /* Set up `e` (its memory the caller's, e.g. inside a strategy instance)
- * for `args` (the strategy's init arguments) and `cfg`; collective over
+ * for `args` (the strategy's init arguments; `ops`: the table the
+ * instance starts with, in e->dp, NULL for an engine no handle starts with) and `cfg`; collective over
  * args->comm when hybrid (comm split).  DT_ERR_CONFIG when shard_ranks
  * does not divide the group, naming both numbers.  On failure everything
  * it made is freed again. */
-int dt_shard_engine_init(dt_shard_engine_t *e, const dt_host_v1_t *host,
+int dt_shard_engine_init(dt_shard_engine_t *e, const dt_strategy_ops_v1_t *ops,
+                         const dt_host_v1_t *host,
                          const dt_strategy_init_v1_t *args, const dt_shard_cfg_t *cfg);
 /* Free what init made (not `e` itself); safe on a zeroed or freed engine. */
 void dt_shard_engine_free(dt_shard_engine_t *e);
@@ -355,7 +355,7 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *arg
  *                          const dt_strategy_init_v1_t *args,
  *                          dt_strategy_t **out)
  *     {
- *         return dt_shard_strategy_init(host, args, zero_configure,
+ *         return dt_shard_strategy_init(host, args, &zero_ops, zero_configure,
  *                                       sizeof(dt_strategy_t), out);
  *     }
  *     (likewise zero_estimate with dt_shard_strategy_estimate)
@@ -377,8 +377,10 @@ typedef int (*dt_shard_configure_fn)(const dt_host_v1_t *host,
 /* The plugin's init: check `args`, configure for the group's size, and
  * allocate the instance (`instance_size` bytes, zeroed, at least a
  * dt_shard_engine_t, which it starts with) with the engine set up in it.
+ * `ops`: the plugin's table, the instance's first member (strategy.h).
  * The instance is freed by the finalize wrapper. */
 int dt_shard_strategy_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
+                           const dt_strategy_ops_v1_t *ops,
                            dt_shard_configure_fn configure, size_t instance_size,
                            dt_strategy_t **out);
 /* The plugin's estimate: configure for args->group_size, dt_shard_estimate. */

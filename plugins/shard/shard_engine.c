@@ -23,7 +23,7 @@ void dt_shard_engine_free(dt_shard_engine_t *e)
     if (!e || !e->dp.host)
         return;
     const dt_host_v1_t *host = e->dp.host;
-    const dt_device_ops_v1_t *d = e->dp.dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(e->dp.dev);
     /* nothing may be freed under a collective: a failing drain leaves
      * requests in flight, dropped then */
     if (e->red && (e->failed || shard_drain(e, -1) != DT_OK))
@@ -53,9 +53,9 @@ void dt_shard_engine_free(dt_shard_engine_t *e)
             d->stream_destroy(e->dp.dev, e->comm_stream);
     }
     if (e->own_scomm)
-        e->dp.comm_ops->finalize(e->scomm);
+        dt_comm_ops(e->scomm)->finalize(e->scomm);
     if (e->own_rcomm)
-        e->dp.comm_ops->finalize(e->rcomm);
+        dt_comm_ops(e->rcomm)->finalize(e->rcomm);
     dt_shard_plan_free(&e->plan, host);
     host->free(host, e->g);
     host->free(host, e->red);
@@ -108,11 +108,12 @@ static int make_groups(dt_shard_engine_t *e)
     else if (ss == 1 && e->rsize > 1)
         e->rcomm = e->dp.comm;
     else if (ss > 1) {
-        int rc = e->dp.comm_ops->split(e->dp.comm, (int32_t)(rank / ss), (int32_t)rank, &e->scomm);
+        int rc = dt_comm_ops(e->dp.comm)
+                     ->split(e->dp.comm, (int32_t)(rank / ss), (int32_t)rank, &e->scomm);
         if (rc == DT_OK)
             e->own_scomm = 1;
         if (rc == DT_OK &&
-            (rc = e->dp.comm_ops->split(e->dp.comm, (int32_t)(rank % ss), (int32_t)rank,
+            (rc = dt_comm_ops(e->dp.comm)->split(e->dp.comm, (int32_t)(rank % ss), (int32_t)rank,
                                         &e->rcomm)) == DT_OK)
             e->own_rcomm = 1;
         if (rc != DT_OK) {
@@ -121,8 +122,8 @@ static int make_groups(dt_shard_engine_t *e)
             return rc;
         }
         int32_t r1 = -1, s1 = -1, r2 = -1, s2 = -1;
-        if ((rc = e->dp.comm_ops->rank_size(e->scomm, &r1, &s1)) != DT_OK ||
-            (rc = e->dp.comm_ops->rank_size(e->rcomm, &r2, &s2)) != DT_OK)
+        if ((rc = dt_comm_ops(e->scomm)->rank_size(e->scomm, &r1, &s1)) != DT_OK ||
+            (rc = dt_comm_ops(e->rcomm)->rank_size(e->rcomm, &r2, &s2)) != DT_OK)
             return rc;
         if (r1 != (int32_t)e->srank || s1 != (int32_t)ss || r2 != (int32_t)e->rrank ||
             s2 != (int32_t)e->rsize)
@@ -137,7 +138,7 @@ static int make_groups(dt_shard_engine_t *e)
 static int make_buffers(dt_shard_engine_t *e)
 {
     const dt_host_v1_t *host = e->dp.host;
-    const dt_device_ops_v1_t *d = e->dp.dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(e->dp.dev);
     const dt_shard_plan_t *p = &e->plan;
     uint64_t S = p->shard_total, F = p->full_total;
     int rc;
@@ -294,14 +295,15 @@ static int plan_groups(dt_shard_engine_t *e, const dt_shard_cfg_t *cfg)
     return rc;
 }
 
-int dt_shard_engine_init(dt_shard_engine_t *e, const dt_host_v1_t *host,
+int dt_shard_engine_init(dt_shard_engine_t *e, const dt_strategy_ops_v1_t *ops,
+                         const dt_host_v1_t *host,
                          const dt_strategy_init_v1_t *args, const dt_shard_cfg_t *cfg)
 {
     const char *what = cfg->what ? cfg->what : "sharding";
     memset(e, 0, sizeof *e);
     e->cfg = *cfg;
     e->cfg.spans = NULL; /* planned below; not kept */
-    int rc = dt_dp_init(&e->dp, host, args, what);
+    int rc = dt_dp_init(&e->dp, ops, host, args, what);
     if (rc == DT_OK) {
         e->pdtype = args->model->param_dtype;
         e->pes = (uint32_t)dt_dtype_size(e->pdtype);

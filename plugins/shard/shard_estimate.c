@@ -26,6 +26,7 @@ typedef struct est_blk {
 } est_blk_t;
 
 struct dt_device {
+    const dt_device_ops_v1_t *ops; /* first: the table that made it (dtrain/device.h) */
     const dt_host_v1_t *host;
     uint64_t next;        /* next fake address */
     est_blk_t *blk;       /* live allocations */
@@ -170,6 +171,7 @@ typedef struct est_count {
 } est_count_t;
 
 struct dt_comm {
+    const dt_comm_ops_v1_t *ops; /* first: the table that made it (dtrain/comm.h) */
     const dt_host_v1_t *host;
     int32_t size;
     int32_t owned;       /* a split: freed by finalize */
@@ -244,7 +246,7 @@ static int ec_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
     dt_comm_t *n = c->host->alloc(c->host, sizeof *n, DT_TAG_OTHER);
     if (!n)
         return c->host->set_error(c->host, DT_ERR_NOMEM, "estimate: split");
-    *n = (dt_comm_t){.host = c->host, .owned = 1, .count = c->count};
+    *n = (dt_comm_t){.ops = &est_comm_ops, .host = c->host, .owned = 1, .count = c->count};
     n->size = c->n_splits++ == 0 ? (int32_t)c->shard : c->size / (int32_t)c->shard;
     *out = n;
     return DT_OK;
@@ -347,10 +349,10 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
      * largest: padding falls on the last ranks) */
     dt_model_desc_v1_t model = *args->model;
     model.param_dtype = args->param_bytes == 2 ? DT_BF16 : DT_F32;
-    struct dt_device dev = {.host = host, .next = (uint64_t)1 << 40};
+    struct dt_device dev = {.ops = &est_dev_ops, .host = host, .next = (uint64_t)1 << 40};
     est_count_t count = {0, 0.0};
-    struct dt_comm comm = {.host = host, .size = args->group_size, .count = &count,
-                           .shard = cfg->shard_ranks ? cfg->shard_ranks : 1};
+    struct dt_comm comm = {.ops = &est_comm_ops, .host = host, .size = args->group_size,
+                           .count = &count, .shard = cfg->shard_ranks ? cfg->shard_ranks : 1};
     const dt_optim_desc_v1_t optim = {.struct_size = sizeof optim,
                                       .kind = DT_OPTIM_ADAMW,
                                       .beta1 = 0.9f,
@@ -359,10 +361,8 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
     dt_strategy_init_v1_t ia = {
         .struct_size = sizeof ia,
         .n_micro = args->n_micro ? args->n_micro : 1,
-        .dev_ops = &est_dev_ops,
         .dev = &dev,
         .compute_stream = (dt_stream_t *)(void *)&est_token,
-        .comm_ops = &est_comm_ops,
         .comm = &comm,
         .model = &model,
         .optim = &optim,
@@ -377,7 +377,7 @@ int dt_shard_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *in,
     dt_shard_cfg_t rcfg = *cfg;
     rcfg.plan_offload_what = what;
     dt_shard_engine_t engine, *e = &engine;
-    rc = dt_shard_engine_init(e, host, &ia, &rcfg);
+    rc = dt_shard_engine_init(e, NULL, host, &ia, &rcfg);
     if (rc == DT_OK)
         rc = dt_shard_state_loaded(e);
     count.counting = 1;

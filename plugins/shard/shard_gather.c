@@ -20,7 +20,7 @@ int shard_gather_finish(dt_shard_engine_t *e, uint32_t gi, int64_t timeout_ms)
     sh_group_t *g = &e->g[gi];
     if (g->pstate != SH_P_INFLIGHT)
         return DT_OK;
-    int rc = e->dp.comm_ops->wait(e->scomm, g->greq, timeout_ms); /* frees greq */
+    int rc = dt_comm_ops(e->scomm)->wait(e->scomm, g->greq, timeout_ms); /* frees greq */
     g->greq = NULL;
     e->n_gathers--;
     e->gather_inflight -= e->plan.groups[gi].padded;
@@ -69,7 +69,7 @@ int shard_gather_start(dt_shard_engine_t *e, uint32_t gi)
     }
     if ((rc = shard_comm_after_compute(e)) != DT_OK)
         return rc;
-    rc = dt_shard_gather(e->dp.host, e->dp.comm_ops, e->scomm, &e->plan, gi, send,
+    rc = dt_shard_gather(e->dp.host, e->scomm, &e->plan, gi, send,
                          g->full, e->pdtype, e->comm_stream, &g->greq);
     if (rc != DT_OK) {
         g->greq = NULL;
@@ -92,7 +92,7 @@ int shard_release_params(dt_shard_engine_t *e, uint32_t gi)
     if (rc == DT_OK)
         rc = lrc;
     if (g->full)
-        e->dp.dev_ops->free(e->dp.dev, g->full);
+        dt_device_ops(e->dp.dev)->free(e->dp.dev, g->full);
     g->full = NULL;
     g->pstate = SH_P_FREE;
     return rc;

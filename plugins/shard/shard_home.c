@@ -38,7 +38,7 @@ static int grads_add(dt_shard_engine_t *e, uint32_t gi, const float *block, dt_s
 {
     const int64_t n = (int64_t)e->plan.groups[gi].shard;
     if (whole)
-        return e->dp.dev_ops->memcpy_async(e->dp.dev, shard_gshard(e, gi), block,
+        return dt_device_ops(e->dp.dev)->memcpy_async(e->dp.dev, shard_gshard(e, gi), block,
                                            (uint64_t)n * sizeof(float), DT_COPY_D2D, stream);
     return e->dp.kernels->axpy(e->dp.dev, stream, shard_gshard(e, gi), block, DT_F32, 1.0f, n);
 }
@@ -51,7 +51,7 @@ static int grads_end(dt_shard_engine_t *e)
 
 static int grads_sumsq(dt_shard_engine_t *e, double *out)
 {
-    return dt_norm_plan_sumsq(e->dp.host, e->dp.dev_ops, e->dp.dev, e->dp.cs, e->norm_slot,
+    return dt_norm_plan_sumsq(e->dp.host, e->dp.dev, e->dp.cs, e->norm_slot,
                               e->gfull ? e->gfull : e->gshard, &e->norm, out);
 }
 
@@ -61,7 +61,7 @@ static int publish(dt_shard_engine_t *e, const char *when)
 {
     if (e->pdtype == DT_F32)
         return DT_OK;
-    const dt_device_ops_v1_t *d = e->dp.dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(e->dp.dev);
     int rc = DT_OK;
     if (e->replica) {
         for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++)
@@ -90,7 +90,7 @@ static int update(dt_shard_engine_t *e, const dt_optim_step_t *st)
             continue;
         uint32_t gi = e->plan.group_of_unit[u];
         uint64_t local = off - e->plan.groups[gi].shard_off;
-        int rc = dt_optim_range(e->dp.host, e->dp.dev_ops, e->dp.dev, e->dp.cs,
+        int rc = dt_optim_range(e->dp.host, e->dp.dev, e->dp.cs,
                                 &e->dp.model->units[u], r, shard_master(e, gi) + local,
                                 shard_gshard(e, gi) + local, e->m + off,
                                 e->v ? e->v + off : NULL, st);

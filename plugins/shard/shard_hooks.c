@@ -124,7 +124,7 @@ int dt_shard_begin_step(dt_shard_engine_t *e, int64_t step)
     for (uint32_t i = 0; i < e->plan.n_groups; i++) {
         sh_group_t *g = &e->g[i];
         if (g->gbuf_transient) {
-            e->dp.dev_ops->free(e->dp.dev, g->gbuf);
+            dt_device_ops(e->dp.dev)->free(e->dp.dev, g->gbuf);
             g->gbuf = NULL;
             g->gbuf_transient = 0;
         }
@@ -140,7 +140,8 @@ int dt_shard_begin_step(dt_shard_engine_t *e, int64_t step)
     float *grads = e->gfull ? e->gfull : e->gshard; /* NULL: in the tier */
     uint64_t n = e->gfull ? e->plan.full_total : e->plan.shard_total;
     if (grads)
-        rc = e->dp.dev_ops->memset_async(e->dp.dev, grads, 0, n * sizeof(float), e->dp.cs);
+        rc = dt_device_ops(e->dp.dev)->memset_async(e->dp.dev, grads, 0, n * sizeof(float),
+                                                    e->dp.cs);
     if (rc != DT_OK)
         e->dp.host->log(e->dp.host, DT_LOG_ERROR, "begin_step %lld: zeroing gradients failed",
                         (long long)step);

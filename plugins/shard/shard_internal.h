@@ -21,7 +21,7 @@
  *   shard_state.c
  *   shard_estimate.c               the planner's replay of a whole engine
  *   shard_strategy.c               a strategy plugin over all of it
- * (tests/unit/shard_layers.sh checks this on what the objects link to.)
+ * (tests/unit/plugins/shard/shard_layers.sh checks this on what the objects link to.)
  *
  * Everything lives in flat buffers laid out by one dt_shard_plan_t: a
  * shard buffer (plan.shard_total) per persistent sharded state, a full
@@ -127,7 +127,7 @@ static inline float *shard_gshard(dt_shard_engine_t *e, uint32_t g)
 static inline int shard_alloc_zeroed(dt_shard_engine_t *e, uint64_t elems, int dtype, int tag,
                                      const char *what, void **out)
 {
-    return dt_alloc_zeroed(e->dp.host, e->dp.dev_ops, e->dp.dev, e->dp.cs, elems, dtype, tag,
+    return dt_alloc_zeroed(e->dp.host, e->dp.dev, e->dp.cs, elems, dtype, tag,
                            what, out);
 }
 
@@ -137,7 +137,7 @@ static inline int shard_alloc_zeroed(dt_shard_engine_t *e, uint64_t elems, int d
  * compute stream's work so far (gradients written, shards updated). */
 static inline int shard_comm_after_compute(dt_shard_engine_t *e)
 {
-    const dt_device_ops_v1_t *d = e->dp.dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(e->dp.dev);
     int rc = d->event_record(e->dp.dev, e->ev_compute, e->dp.cs);
     if (rc == DT_OK)
         rc = d->stream_wait_event(e->dp.dev, e->comm_stream, e->ev_compute);
@@ -149,7 +149,7 @@ static inline int shard_compute_after_comm(dt_shard_engine_t *e)
 {
     if (!e->comm_stream)
         return DT_OK;
-    const dt_device_ops_v1_t *d = e->dp.dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(e->dp.dev);
     int rc = d->event_record(e->dp.dev, e->ev_comm, e->comm_stream);
     if (rc == DT_OK)
         rc = d->stream_wait_event(e->dp.dev, e->dp.cs, e->ev_comm);
@@ -179,8 +179,8 @@ static inline int shard_full_alloc(dt_shard_engine_t *e, uint32_t g)
     sh_group_t *gs = &e->g[g];
     if (!gs->transient || gs->full)
         return DT_OK;
-    int rc = e->dp.dev_ops->alloc(e->dp.dev, e->plan.groups[g].padded * e->pes, DT_TAG_COMM,
-                                  &gs->full);
+    int rc = dt_device_ops(e->dp.dev)->alloc(e->dp.dev, e->plan.groups[g].padded * e->pes,
+                                             DT_TAG_COMM, &gs->full);
     if (rc != DT_OK) {
         gs->full = NULL;
         shard_log_group(e, g, "allocating the gathered parameters", rc);

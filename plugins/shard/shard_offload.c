@@ -61,8 +61,8 @@ int shard_offload_alloc(dt_shard_engine_t *e)
     if (shard_params_offloaded(e)) {
         rc = dt_offload_params_init(&e->par, e->dp.host, a, e->dp.rank, S);
         if (rc == DT_OK && !shard_optim_offloaded(e))
-            rc = a->dev_ops->host_alloc(a->dev, stage_numel(e) * sizeof(float), DT_TAG_STAGING,
-                                        (void **)&e->pstage);
+            rc = dt_device_ops(a->dev)->host_alloc(a->dev, stage_numel(e) * sizeof(float),
+                                                   DT_TAG_STAGING, (void **)&e->pstage);
         if (rc != DT_OK)
             return rc;
     }
@@ -79,7 +79,7 @@ void shard_offload_free(dt_shard_engine_t *e)
     dt_offload_state_free(&e->off);
     dt_offload_params_free(&e->par);
     if (e->pstage)
-        e->dp.dev_ops->host_free(e->dp.dev, e->pstage);
+        dt_device_ops(e->dp.dev)->host_free(e->dp.dev, e->pstage);
     e->pstage = NULL;
 }
 
@@ -129,7 +129,7 @@ static int load_finish(dt_shard_engine_t *e, uint32_t gi)
         return DT_OK;
     }
     /* never dropped: the tier would still write into `full` */
-    int rc = e->par.ops->wait(e->par.tier, g->lreq, -1);
+    int rc = dt_offload_ops(e->par.tier)->wait(e->par.tier, g->lreq, -1);
     g->lreq = NULL;
     if (rc != DT_OK)
         shard_log_group(e, gi, "loading the offloaded parameter shard", rc);
@@ -187,7 +187,7 @@ static int grads_buffer(dt_shard_engine_t *e, uint32_t gi, float **out)
     if (rc != DT_OK) {
         shard_log_group(e, gi, "loading the offloaded gradient shard", rc);
         if (*out)
-            e->dp.dev_ops->free(e->dp.dev, *out);
+            dt_device_ops(e->dp.dev)->free(e->dp.dev, *out);
         *out = NULL;
     }
     return rc;
@@ -207,7 +207,7 @@ static int grads_end(dt_shard_engine_t *e)
         if (rc == DT_OK)
             rc = grads_add(e, i, zeros, e->dp.cs, 1);
         if (zeros)
-            e->dp.dev_ops->free(e->dp.dev, zeros);
+            dt_device_ops(e->dp.dev)->free(e->dp.dev, zeros);
     }
     return rc;
 }
@@ -233,7 +233,7 @@ static int grads_sumsq(dt_shard_engine_t *e, double *out)
  * staging (bf16/f16 rounded on the host, nearest even like the device's cast). */
 static int params_from_master(dt_shard_engine_t *e)
 {
-    const dt_device_ops_v1_t *d = e->dp.dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(e->dp.dev);
     uint64_t S = e->plan.shard_total, piece = stage_numel(e);
     int rc = DT_OK;
     for (uint64_t c = 0; rc == DT_OK && c < S; c += piece) {

@@ -177,29 +177,28 @@ static void plan_log(const dt_host_v1_t *host, const dt_shard_plan_t *p, uint32_
 
 /* ------------------------------------------------ the group collectives */
 
-int dt_shard_gather(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
-                    dt_comm_t *comm, const dt_shard_plan_t *p, uint32_t group,
-                    const void *shard, void *full, int dtype,
-                    dt_stream_t *stream, dt_comm_req_t **req)
+int dt_shard_gather(const dt_host_v1_t *host, dt_comm_t *comm, const dt_shard_plan_t *p,
+                    uint32_t group, const void *shard, void *full, int dtype, dt_stream_t *stream,
+                    dt_comm_req_t **req)
 {
     if (group >= p->n_groups)
         return host->set_error(host, DT_ERR_INVALID, "gather: group %u of %u", group,
                                p->n_groups);
-    int rc = cops->all_gather(comm, shard, full, p->groups[group].shard, dtype, stream, req);
+    int rc = dt_comm_ops(comm)->all_gather(comm, shard, full, p->groups[group].shard, dtype, stream,
+                                           req);
     if (rc != DT_OK)
         plan_log(host, p, group, "all_gather", rc);
     return rc;
 }
 
-int dt_shard_reduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
-                    dt_comm_t *comm, const dt_shard_plan_t *p, uint32_t group,
-                    const void *full, void *shard, int dtype, int op,
+int dt_shard_reduce(const dt_host_v1_t *host, dt_comm_t *comm, const dt_shard_plan_t *p,
+                    uint32_t group, const void *full, void *shard, int dtype, int op,
                     dt_stream_t *stream, dt_comm_req_t **req)
 {
     if (group >= p->n_groups)
         return host->set_error(host, DT_ERR_INVALID, "reduce: group %u of %u", group,
                                p->n_groups);
-    int rc = cops->reduce_scatter(comm, full, shard, p->groups[group].shard, dtype, op,
+    int rc = dt_comm_ops(comm)->reduce_scatter(comm, full, shard, p->groups[group].shard, dtype, op,
                                   stream, req);
     if (rc != DT_OK)
         plan_log(host, p, group, "reduce_scatter", rc);

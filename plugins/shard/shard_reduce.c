@@ -59,7 +59,8 @@ static int red_wire(dt_shard_engine_t *e, uint32_t gi, const float *src, uint64_
                     void **wire)
 {
     const int dt = e->cfg.reduce_dtype;
-    int rc = e->dp.dev_ops->alloc(e->dp.dev, numel * dt_dtype_size(dt), DT_TAG_COMM, wire);
+    int rc =
+        dt_device_ops(e->dp.dev)->alloc(e->dp.dev, numel * dt_dtype_size(dt), DT_TAG_COMM, wire);
     if (rc != DT_OK) {
         shard_log_group(e, gi, "allocating the 16-bit gradient wire buffer", rc);
         return rc;
@@ -68,7 +69,7 @@ static int red_wire(dt_shard_engine_t *e, uint32_t gi, const float *src, uint64_
                                         (int64_t)numel);
     if (rc != DT_OK) {
         shard_log_group(e, gi, "casting the gradients to the reduce dtype", rc);
-        e->dp.dev_ops->free(e->dp.dev, *wire);
+        dt_device_ops(e->dp.dev)->free(e->dp.dev, *wire);
         *wire = NULL;
     }
     return rc;
@@ -98,11 +99,11 @@ static int red_launch(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf, i
     if (rc == DT_OK && dt != DT_F32 && (rc = red_wire(e, gi, w.src, w.numel, &wire)) == DT_OK)
         src = wire;
     if (rc == DT_OK && kind != SH_R_REPLICAS) {
-        rc = dt_shard_reduce(e->dp.host, e->dp.comm_ops, w.comm, &e->plan, gi, src,
+        rc = dt_shard_reduce(e->dp.host, w.comm, &e->plan, gi, src,
                              src + w.at * dt_dtype_size(dt), dt, DT_OP_AVG, e->comm_stream,
                              &req);
     } else if (rc == DT_OK) {
-        rc = e->dp.comm_ops->all_reduce(w.comm, src, src, w.numel, dt, DT_OP_AVG,
+        rc = dt_comm_ops(w.comm)->all_reduce(w.comm, src, src, w.numel, dt, DT_OP_AVG,
                                         e->comm_stream, &req);
         if (rc != DT_OK)
             shard_log_group(e, gi, "all_reduce across replicas of the gradient shard", rc);
@@ -110,9 +111,9 @@ static int red_launch(dt_shard_engine_t *e, uint32_t gi, int kind, float *buf, i
     if (rc != DT_OK) {
         e->failed = 1;
         if (buf)
-            e->dp.dev_ops->free(e->dp.dev, buf);
+            dt_device_ops(e->dp.dev)->free(e->dp.dev, buf);
         if (wire)
-            e->dp.dev_ops->free(e->dp.dev, wire);
+            dt_device_ops(e->dp.dev)->free(e->dp.dev, wire);
         return rc;
     }
     sh_red_t *r = &e->red[(e->red_head + e->red_n) % e->red_cap];
@@ -135,18 +136,18 @@ static int red_finish_one(dt_shard_engine_t *e, int64_t timeout_ms)
     e->g[r.group].queued--;
     const red_what_t w = red_what(e, r.group, r.kind, r.buf);
     const int64_t shard = (int64_t)e->plan.groups[r.group].shard;
-    int rc = e->dp.comm_ops->wait(w.comm, r.req, timeout_ms); /* frees req */
+    int rc = dt_comm_ops(w.comm)->wait(w.comm, r.req, timeout_ms); /* frees req */
     if (r.wire) { /* this rank's reduced block back to f32 where f32 would be */
         const int dt = e->cfg.reduce_dtype;
         if (rc == DT_OK)
             rc = e->dp.kernels->cast(e->dp.dev, e->comm_stream, w.src + w.at, DT_F32,
                                      (char *)r.wire + w.at * dt_dtype_size(dt), dt, shard);
-        e->dp.dev_ops->free(e->dp.dev, r.wire);
+        dt_device_ops(e->dp.dev)->free(e->dp.dev, r.wire);
     }
     if (rc == DT_OK && r.kind == SH_R_SCATTER_ADD) /* into the gradient shard */
         rc = e->home.grads_add(e, r.group, w.src + w.at, e->comm_stream, 0);
     if (r.buf)
-        e->dp.dev_ops->free(e->dp.dev, r.buf); /* waits for the axpy */
+        dt_device_ops(e->dp.dev)->free(e->dp.dev, r.buf); /* waits for the axpy */
     if (rc != DT_OK) {
         e->failed = 1;
         if (timeout_ms != 0)
@@ -204,7 +205,7 @@ static int hand_on(dt_shard_engine_t *e, uint32_t gi, int final)
     if (e->ssize > 1)
         return red_launch(e, gi, SH_R_SCATTER_ADD, buf, final && e->rsize > 1);
     int rc = e->home.grads_add(e, gi, buf, e->dp.cs, 1);
-    e->dp.dev_ops->free(e->dp.dev, buf);
+    dt_device_ops(e->dp.dev)->free(e->dp.dev, buf);
     return rc;
 }
 

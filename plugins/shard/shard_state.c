@@ -81,7 +81,7 @@ int dt_shard_state_loaded(dt_shard_engine_t *e)
     for (uint32_t i = 0; rc == DT_OK && i < e->plan.n_groups; i++) {
         sh_group_t *g = &e->g[i];
         if (g->transient && g->active == 0 && g->full) {
-            e->dp.dev_ops->free(e->dp.dev, g->full);
+            dt_device_ops(e->dp.dev)->free(e->dp.dev, g->full);
             g->full = NULL;
             g->pstate = SH_P_FREE;
         }
@@ -92,6 +92,6 @@ int dt_shard_state_loaded(dt_shard_engine_t *e)
     if (rc == DT_OK)
         rc = shard_refresh_params(e, "state_loaded");
     if (rc == DT_OK)
-        rc = e->dp.dev_ops->stream_sync(e->dp.dev, e->dp.cs);
+        rc = dt_device_ops(e->dp.dev)->stream_sync(e->dp.dev, e->dp.cs);
     return rc;
 }

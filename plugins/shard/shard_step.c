@@ -20,11 +20,10 @@ static int grad_sumsq(dt_shard_engine_t *e, double *out)
     /* each element is owned by one rank of the shard group; replicas of a
      * shard hold the same numbers and are not summed again */
     if (rc == DT_OK && e->ssize > 1)
-        rc = dt_norm_allreduce(e->dp.host, e->dp.comm_ops, e->scomm, e->dp.dev_ops, e->dp.dev,
+        rc = dt_norm_allreduce(e->dp.host, e->scomm, e->dp.dev,
                                e->dp.cs, e->norm_slot, &ss);
     if (rc == DT_OK && e->dp.norm_comm)
-        rc = dt_norm_allreduce(e->dp.host, e->dp.comm_ops, e->dp.norm_comm, e->dp.dev_ops,
-                               e->dp.dev, e->dp.cs, e->norm_slot, &ss);
+        rc = dt_norm_allreduce(e->dp.host, e->dp.norm_comm, e->dp.dev, e->dp.cs, e->norm_slot, &ss);
     *out = ss;
     return rc;
 }
@@ -44,8 +43,9 @@ static int tied_sum(dt_shard_engine_t *e)
         if (!(dt_dp_unit_flags(&e->dp, gr->unit_lo) & DT_UNIT_TIED))
             continue;
         float *x = shard_gshard(e, g);
-        int rc = e->dp.comm_ops->all_reduce(e->dp.tied_comm, x, x, gr->shard, DT_F32, DT_OP_SUM,
-                                            e->dp.cs, NULL);
+        int rc =
+            dt_comm_ops(e->dp.tied_comm)
+                ->all_reduce(e->dp.tied_comm, x, x, gr->shard, DT_F32, DT_OP_SUM, e->dp.cs, NULL);
         if (rc != DT_OK) {
             e->dp.host->log(e->dp.host, DT_LOG_ERROR,
                             "summing the gradient shard of tied unit '%s' (%llu elements) "

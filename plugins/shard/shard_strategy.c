@@ -40,6 +40,7 @@ static int configure_model(const dt_host_v1_t *host, const dt_model_desc_v1_t *m
 }
 
 int dt_shard_strategy_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *in,
+                           const dt_strategy_ops_v1_t *ops,
                            dt_shard_configure_fn configure, size_t instance_size,
                            dt_strategy_t **out)
 {
@@ -57,8 +58,8 @@ int dt_shard_strategy_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t
      * args; without a communicator it is checked for no group (world 0)
      * and dt_shard_engine_init refuses the missing one */
     int32_t rank = 0, world = 0;
-    if (args->comm_ops && args->comm) {
-        rc = args->comm_ops->rank_size(args->comm, &rank, &world);
+    if (args->comm) {
+        rc = dt_comm_ops(args->comm)->rank_size(args->comm, &rank, &world);
         if (rc != DT_OK) {
             host->log(host, DT_LOG_ERROR, "init: comm rank_size failed");
             return rc;
@@ -72,7 +73,7 @@ int dt_shard_strategy_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t
         rc = host->set_error(host, DT_ERR_NOMEM, "init: instance");
     if (rc == DT_OK) {
         memset(s, 0, instance_size);
-        rc = dt_shard_engine_init(s, host, args, &cfg);
+        rc = dt_shard_engine_init(s, ops, host, args, &cfg);
     }
     host->free(host, spans);
     if (rc != DT_OK) {

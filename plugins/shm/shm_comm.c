@@ -90,12 +90,16 @@ static void comm_free(dt_comm_t *c)
 }
 
 /* A new comm struct for rank `rank` of `size` (no segment yet). */
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_comm_ops_v1_t shm_ops;
+
 static dt_comm_t *comm_alloc(const dt_host_v1_t *host, int32_t rank, int32_t size)
 {
     dt_comm_t *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
     c->host = host;
+    c->ops = &shm_ops;
     c->rank = rank;
     c->size = size;
     pthread_mutex_init(&c->qlock, NULL);
@@ -314,7 +318,6 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
 
     if ((st = dt_comm_check_host_memory(host, a, "shm")) != DT_OK)
         return st;
-    const dt_device_ops_v1_t *dev_ops = a->dev_ops;
     dt_device_t *dev = a->dev;
 
     shm_job_t *job = calloc(1, sizeof *job);
@@ -338,7 +341,6 @@ static int shm_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
     c->is_world = 1;
     c->timeout_ms = a->timeout_ms < SHM_TIMEOUT_MAX_MS ? a->timeout_ms : SHM_TIMEOUT_MAX_MS;
     c->caller_one_cpu = usable_cpus() == 1;
-    c->dev_ops = dev_ops;
     c->dev = dev;
     snprintf(c->gname, sizeof c->gname, "world");
     shm_world_name(c->name, sizeof c->name, a->job_id);
@@ -436,7 +438,6 @@ static int shm_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
     g->sym_enabled = c->sym_enabled;
     g->spin_ns = c->spin_ns;
     g->caller_one_cpu = usable_cpus() == 1;
-    g->dev_ops = c->dev_ops;
     g->dev = c->dev;
     snprintf(g->gname, sizeof g->gname, "%.120s/g%uc%u", c->gname, no, (uint32_t)color);
     if (shm_split_name(g->name, sizeof g->name, c->name, no, color) < 0 ||

@@ -348,6 +348,7 @@ typedef struct shm_sym {
 typedef struct dt_comm dt_comm_t;
 
 struct dt_comm {
+    const dt_comm_ops_v1_t *ops; /* first: the table that made it (dtrain/comm.h) */
     const dt_host_v1_t *host;
     shm_job_t *job;
     char name[SHM_NAME_MAX + 16]; /* segment name, "/dtrain-..." */
@@ -365,7 +366,6 @@ struct dt_comm {
      * thread spins in its phase waits only while one is (otherwise the
      * caller is computing and a spin would take its CPU). */
     _Atomic int callers_waiting;
-    const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
 
     /* the mapping */

@@ -341,7 +341,7 @@ int shm_op_test(dt_comm_t *c, dt_comm_req_t *r, int *done)
 static int submit_check(dt_comm_t *c, const struct dt_comm_req *t, dt_stream_t *stream)
 {
     char text[700];
-    int st = dt_creq_stream_sync(c->dev_ops, c->dev, stream);
+    int st = dt_creq_stream_sync(c->dev, stream);
     if (st != DT_OK)
         return st;
     dt_comm_names_t g = shm_names(c);

@@ -132,6 +132,9 @@ static void comm_free(dt_comm_t *c)
     free(c);
 }
 
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_comm_ops_v1_t tcp_ops;
+
 static dt_comm_t *comm_alloc(const dt_host_v1_t *host, tcp_job_t *job, int32_t rank,
                              int32_t size, int64_t timeout_ms)
 {
@@ -139,6 +142,7 @@ static dt_comm_t *comm_alloc(const dt_host_v1_t *host, tcp_job_t *job, int32_t r
     if (!c)
         return NULL;
     c->host = host;
+    c->ops = &tcp_ops;
     c->job = job;
     c->rank = rank;
     c->size = size;
@@ -299,7 +303,6 @@ static int tcp_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *in, dt_co
         return host->set_error(host, DT_ERR_NOMEM, "init: out of memory");
     }
     c->is_world = 1;
-    c->dev_ops = a->dev_ops;
     c->dev = a->dev;
     snprintf(c->gname, sizeof c->gname, "world");
     for (int p = 0; p < c->size; p++)
@@ -399,7 +402,6 @@ static int tcp_split(dt_comm_t *c, int32_t color, int32_t key, dt_comm_t **out)
         st = h->set_error(h, DT_ERR_NOMEM, "split of group %s: out of memory", c->gname);
     } else {
         g->is_world = 0;
-        g->dev_ops = c->dev_ops;
         g->dev = c->dev;
         snprintf(g->gname, sizeof g->gname, "%.120s/g%uc%u", c->gname, no, (uint32_t)color);
         for (int i = 0; i < s.size; i++) {

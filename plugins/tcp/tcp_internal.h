@@ -144,6 +144,7 @@ typedef struct tcp_peer {
 } tcp_peer_t;
 
 struct dt_comm {
+    const dt_comm_ops_v1_t *ops; /* first: the table that made it (dtrain/comm.h) */
     const dt_host_v1_t *host;
     tcp_job_t *job;
     struct dt_comm *job_next;  /* the job's groups list */
@@ -154,7 +155,6 @@ struct dt_comm {
     int64_t timeout_ms;
     uint32_t split_no;
     uint64_t coll_seq, p2p_seq;
-    const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
     tcp_peer_t *peers;         /* [size] */
     int wake[2];               /* pipe: a caller wakes the thread's poll */

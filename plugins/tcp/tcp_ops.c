@@ -602,7 +602,7 @@ int tcp_drop_live(dt_comm_t *c)
 static int start_check(dt_comm_t *c, struct dt_comm_req *t, dt_stream_t *stream)
 {
     char text[700];
-    int st = dt_creq_stream_sync(c->dev_ops, c->dev, stream);
+    int st = dt_creq_stream_sync(c->dev, stream);
     if (st != DT_OK)
         return st;
     dt_creq_number(&t->b, &c->coll_seq, &c->p2p_seq);

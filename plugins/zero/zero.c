@@ -139,10 +139,14 @@ struct dt_strategy {
 };
 _Static_assert(offsetof(struct dt_strategy, engine) == 0, "the engine comes first");
 
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_strategy_ops_v1_t zero_ops;
+
 static int zero_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
                      dt_strategy_t **out)
 {
-    return dt_shard_strategy_init(host, args, zero_configure, sizeof(dt_strategy_t), out);
+    return dt_shard_strategy_init(host, args, &zero_ops, zero_configure, sizeof(dt_strategy_t),
+                                  out);
 }
 
 static int zero_estimate(const dt_host_v1_t *host, const dt_estimate_args_v1_t *args,

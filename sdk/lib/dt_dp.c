@@ -50,10 +50,9 @@ static int read_args(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_ini
     if (rc != DT_OK)
         return rc;
     const dt_strategy_init_v1_t *args = &b->args.init;
-    if (!args->dev_ops || !args->dev || !args->comm_ops || !args->comm)
+    if (!args->dev || !args->comm)
         return host->set_error(host, DT_ERR_INVALID, "init: NULL %s",
-                               !args->dev_ops ? "dev_ops" : !args->dev ? "dev"
-                               : !args->comm_ops ? "comm_ops" : "comm");
+                               !args->dev ? "dev" : "comm");
     if (args->n_micro < 1)
         return host->set_error(host, DT_ERR_INVALID, "init: n_micro = 0");
     const dt_model_desc_v1_t *model = args->model;
@@ -130,25 +129,24 @@ static int read_stage(dt_dp_t *b, const char *what)
     return DT_OK;
 }
 
-int dt_dp_init(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
-               const char *what)
+int dt_dp_init(dt_dp_t *b, const dt_strategy_ops_v1_t *ops, const dt_host_v1_t *host,
+               const dt_strategy_init_v1_t *args, const char *what)
 {
     memset(b, 0, sizeof *b);
+    b->ops = ops;
     b->host = host;
     int rc = read_args(b, host, args, what);
     if (rc != DT_OK)
         return rc;
-    b->dev_ops = b->args.init.dev_ops;
     b->dev = b->args.init.dev;
-    b->kernels = b->dev_ops->kernels();
+    b->kernels = dt_device_ops(b->dev)->kernels();
     b->cs = b->args.init.compute_stream;
-    b->comm_ops = b->args.init.comm_ops;
     b->comm = b->args.init.comm;
     b->model = &b->args.model;
     b->optim = b->args.optim;
     if ((rc = read_stage(b, what)) != DT_OK)
         return rc;
-    if ((rc = b->comm_ops->rank_size(b->comm, &b->rank, &b->size)) != DT_OK) {
+    if ((rc = dt_comm_ops(b->comm)->rank_size(b->comm, &b->rank, &b->size)) != DT_OK) {
         host->log(host, DT_LOG_ERROR, "init: comm rank_size failed");
         return rc;
     }
@@ -376,7 +374,7 @@ int dt_dp_state_check(const dt_dp_t *b, uint32_t unit, int kind, int has_v, dt_r
 int dt_dp_state_copy(const dt_dp_t *b, uint32_t unit, int kind, dt_range_t r, void *dst,
                      const void *src, int dir, const char *what)
 {
-    const dt_device_ops_v1_t *d = b->dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(b->dev);
     int rc = DT_OK;
     if (r.count > 0) {
         rc = d->memcpy_async(b->dev, dst, src, r.count * sizeof(float), dir, b->cs);
@@ -498,7 +496,7 @@ static int sumsq_copy(void *ctx, dt_range_t r)
 {
     copy_sumsq_t *c = ctx;
     double s = 0.0;
-    int rc = dt_norm_sumsq(c->b->host, c->b->dev_ops, c->b->dev, c->b->cs, c->slot,
+    int rc = dt_norm_sumsq(c->b->host, c->b->dev, c->b->cs, c->slot,
                            c->x + r.offset, DT_F32, (int64_t)r.count, &s);
     c->sum += s;
     return rc;
@@ -546,12 +544,12 @@ int dt_dp_norm_plan_add(const dt_dp_t *b, dt_norm_plan_t *p, uint64_t first, uin
 static int may_use_symmetric(const dt_dp_t *b, dt_comm_t *comm)
 {
     int32_t rank, size;
-    if (!comm || !DT_HAS_OP(dt_comm_ops_t, b->comm_ops, sym_alloc) ||
-        !DT_HAS_OP(dt_comm_ops_t, b->comm_ops, sym_free) ||
-        b->comm_ops->rank_size(comm, &rank, &size) != DT_OK || size < 2)
+    if (!comm || !DT_HAS_OP(dt_comm_ops_t, dt_comm_ops(b->comm), sym_alloc) ||
+        !DT_HAS_OP(dt_comm_ops_t, dt_comm_ops(b->comm), sym_free) ||
+        dt_comm_ops(comm)->rank_size(comm, &rank, &size) != DT_OK || size < 2)
         return 0;
     dt_device_props_t props = {.struct_size = sizeof props};
-    return b->dev_ops->props(b->dev, &props) == DT_OK && props.host_visible;
+    return dt_device_ops(b->dev)->props(b->dev, &props) == DT_OK && props.host_visible;
 }
 
 int dt_dp_alloc_shared(const dt_dp_t *b, dt_comm_t *comm, uint64_t bytes, int tag,
@@ -560,7 +558,7 @@ int dt_dp_alloc_shared(const dt_dp_t *b, dt_comm_t *comm, uint64_t bytes, int ta
     *sym = 0;
     *out = NULL;
     if (may_use_symmetric(b, comm)) {
-        int rc = b->comm_ops->sym_alloc(comm, bytes, tag, out);
+        int rc = dt_comm_ops(comm)->sym_alloc(comm, bytes, tag, out);
         if (rc == DT_OK) {
             *sym = 1;
             b->host->log(b->host, DT_LOG_DEBUG, "%s in the communicator's symmetric memory "
@@ -578,9 +576,10 @@ int dt_dp_alloc_shared(const dt_dp_t *b, dt_comm_t *comm, uint64_t bytes, int ta
                      "%s in device memory: the communicator refused symmetric memory (%s)",
                      what, dt_status_name(rc));
     }
-    int rc = b->dev_ops->alloc(b->dev, bytes, tag, out);
-    if (rc == DT_OK && (rc = b->dev_ops->memset_async(b->dev, *out, 0, bytes, b->cs)) != DT_OK) {
-        b->dev_ops->free(b->dev, *out);
+    int rc = dt_device_ops(b->dev)->alloc(b->dev, bytes, tag, out);
+    if (rc == DT_OK &&
+        (rc = dt_device_ops(b->dev)->memset_async(b->dev, *out, 0, bytes, b->cs)) != DT_OK) {
+        dt_device_ops(b->dev)->free(b->dev, *out);
         *out = NULL;
     }
     if (rc != DT_OK)
@@ -592,7 +591,7 @@ int dt_dp_alloc_shared(const dt_dp_t *b, dt_comm_t *comm, uint64_t bytes, int ta
 void dt_dp_free_shared(const dt_dp_t *b, dt_comm_t *comm, void *p, uint8_t sym)
 {
     if (sym)
-        (void)b->comm_ops->sym_free(comm, p);
+        (void)dt_comm_ops(comm)->sym_free(comm, p);
     else
-        b->dev_ops->free(b->dev, p);
+        dt_device_ops(b->dev)->free(b->dev, p);
 }

@@ -62,9 +62,8 @@ void dt_flat_layout_free(dt_flat_layout_t *l, const dt_host_v1_t *host)
     memset(l, 0, sizeof *l);
 }
 
-int dt_alloc_zeroed(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
-                    dt_device_t *dev, dt_stream_t *s, uint64_t elems, int dtype,
-                    int tag, const char *what, void **out)
+int dt_alloc_zeroed(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, uint64_t elems,
+                    int dtype, int tag, const char *what, void **out)
 {
     *out = NULL;
     size_t es = dt_dtype_size(dtype);
@@ -73,25 +72,24 @@ int dt_alloc_zeroed(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
                                dtype);
     uint64_t bytes = elems * es;
     void *p = NULL;
-    int rc = ops->alloc(dev, bytes, tag, &p);
+    int rc = dt_device_ops(dev)->alloc(dev, bytes, tag, &p);
     if (rc != DT_OK) {
         host->log(host, DT_LOG_ERROR, "allocating %s (%llu bytes, tag %s) failed", what,
                   (unsigned long long)bytes, dt_mem_tag_name(tag));
         return rc;
     }
-    rc = ops->memset_async(dev, p, 0, bytes, s);
+    rc = dt_device_ops(dev)->memset_async(dev, p, 0, bytes, s);
     if (rc != DT_OK) {
         host->log(host, DT_LOG_ERROR, "zeroing %s failed", what);
-        ops->free(dev, p);
+        dt_device_ops(dev)->free(dev, p);
         return rc;
     }
     *out = p;
     return DT_OK;
 }
 
-int dt_flat_alloc(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
-                  dt_device_t *dev, dt_stream_t *s, const dt_flat_layout_t *l,
-                  int dtype, int tag, const char *what, void **out)
+int dt_flat_alloc(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s,
+                  const dt_flat_layout_t *l, int dtype, int tag, const char *what, void **out)
 {
-    return dt_alloc_zeroed(host, ops, dev, s, l->total, dtype, tag, what, out);
+    return dt_alloc_zeroed(host, dev, s, l->total, dtype, tag, what, out);
 }

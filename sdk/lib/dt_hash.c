@@ -26,8 +26,7 @@ uint64_t dt_hash64_update(uint64_t h, const void *p, size_t bytes)
     return h;
 }
 
-int dt_hash_device(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
-                   dt_device_t *dev, dt_stream_t *s, const void *x,
+int dt_hash_device(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, const void *x,
                    uint64_t bytes, void *staging, uint64_t staging_bytes,
                    uint64_t *h)
 {
@@ -38,9 +37,10 @@ int dt_hash_device(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
     uint64_t acc = *h;
     for (uint64_t off = 0; off < bytes; off += chunk) {
         uint64_t n = bytes - off < chunk ? bytes - off : chunk;
-        int rc = ops->memcpy_async(dev, staging, (const char *)x + off, n, DT_COPY_D2H, s);
+        int rc = dt_device_ops(dev)->memcpy_async(dev, staging, (const char *)x + off, n,
+                                                  DT_COPY_D2H, s);
         if (rc == DT_OK)
-            rc = ops->stream_sync(dev, s);
+            rc = dt_device_ops(dev)->stream_sync(dev, s);
         if (rc != DT_OK) {
             host->log(host, DT_LOG_ERROR, "hash: copying %llu bytes at +%llu to the host failed",
                       (unsigned long long)n, (unsigned long long)off);
@@ -52,10 +52,8 @@ int dt_hash_device(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
     return DT_OK;
 }
 
-int dt_replica_check(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
-                     dt_comm_t *comm, const dt_device_ops_v1_t *ops,
-                     dt_device_t *dev, dt_stream_t *s, const uint64_t *hashes,
-                     uint32_t n, uint32_t *first_diff)
+int dt_replica_check(const dt_host_v1_t *host, dt_comm_t *comm, dt_device_t *dev, dt_stream_t *s,
+                     const uint64_t *hashes, uint32_t n, uint32_t *first_diff)
 {
     *first_diff = n;
     if (n == 0)
@@ -67,7 +65,7 @@ int dt_replica_check(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
         return host->set_error(host, DT_ERR_NOMEM, "replica check: %llu host bytes",
                                (unsigned long long)(3 * bytes));
     void *dbuf = NULL;
-    int rc = ops->alloc(dev, 3 * bytes, DT_TAG_OTHER, &dbuf);
+    int rc = dt_device_ops(dev)->alloc(dev, 3 * bytes, DT_TAG_OTHER, &dbuf);
     if (rc != DT_OK) {
         host->free(host, hbuf);
         host->log(host, DT_LOG_ERROR, "replica check: allocating %llu device bytes failed",
@@ -78,15 +76,15 @@ int dt_replica_check(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
         for (int f = 0; f < 4; f++)
             hbuf[(uint64_t)i * 4 + f] = (float)((hashes[i] >> (16 * f)) & 0xffffu);
     float *dmine = dbuf, *dmax = dmine + nf, *dmin = dmax + nf;
-    rc = ops->memcpy_async(dev, dmine, hbuf, bytes, DT_COPY_H2D, s);
+    rc = dt_device_ops(dev)->memcpy_async(dev, dmine, hbuf, bytes, DT_COPY_H2D, s);
     if (rc == DT_OK)
-        rc = cops->all_reduce(comm, dmine, dmax, nf, DT_F32, DT_OP_MAX, s, NULL);
+        rc = dt_comm_ops(comm)->all_reduce(comm, dmine, dmax, nf, DT_F32, DT_OP_MAX, s, NULL);
     if (rc == DT_OK)
-        rc = cops->all_reduce(comm, dmine, dmin, nf, DT_F32, DT_OP_MIN, s, NULL);
+        rc = dt_comm_ops(comm)->all_reduce(comm, dmine, dmin, nf, DT_F32, DT_OP_MIN, s, NULL);
     if (rc == DT_OK)
-        rc = ops->memcpy_async(dev, hbuf + nf, dmax, 2 * bytes, DT_COPY_D2H, s);
+        rc = dt_device_ops(dev)->memcpy_async(dev, hbuf + nf, dmax, 2 * bytes, DT_COPY_D2H, s);
     if (rc == DT_OK)
-        rc = ops->stream_sync(dev, s);
+        rc = dt_device_ops(dev)->stream_sync(dev, s);
     if (rc == DT_OK) {
         for (uint64_t k = 0; k < nf; k++)
             if (hbuf[nf + k] != hbuf[2 * nf + k]) {
@@ -97,7 +95,7 @@ int dt_replica_check(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
         host->log(host, DT_LOG_ERROR, "replica check: comparing %u hashes across ranks "
                   "failed: %s", n, dt_status_name(rc));
     }
-    ops->free(dev, dbuf);
+    dt_device_ops(dev)->free(dev, dbuf);
     host->free(host, hbuf);
     return rc;
 }

@@ -8,16 +8,15 @@
 
 #include "dtrain/sdk/norm.h"
 
-int dt_norm_sumsq(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
-                  dt_device_t *dev, dt_stream_t *s, double *slot,
+int dt_norm_sumsq(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, double *slot,
                   const void *x, int dtype, int64_t n, double *out)
 {
     double h = 0.0;
-    int rc = ops->kernels()->sumsq(dev, s, slot, x, dtype, n);
+    int rc = dt_device_ops(dev)->kernels()->sumsq(dev, s, slot, x, dtype, n);
     if (rc == DT_OK)
-        rc = ops->memcpy_async(dev, &h, slot, sizeof h, DT_COPY_D2H, s);
+        rc = dt_device_ops(dev)->memcpy_async(dev, &h, slot, sizeof h, DT_COPY_D2H, s);
     if (rc == DT_OK)
-        rc = ops->stream_sync(dev, s);
+        rc = dt_device_ops(dev)->stream_sync(dev, s);
     if (rc != DT_OK) {
         host->log(host, DT_LOG_ERROR, "sum of squares over %lld %s elements failed: %s",
                   (long long)n, dt_dtype_name(dtype), dt_status_name(rc));
@@ -27,21 +26,19 @@ int dt_norm_sumsq(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
     return DT_OK;
 }
 
-int dt_norm_allreduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
-                      dt_comm_t *comm, const dt_device_ops_v1_t *ops,
-                      dt_device_t *dev, dt_stream_t *s, double *slot,
-                      double *sumsq)
+int dt_norm_allreduce(const dt_host_v1_t *host, dt_comm_t *comm, dt_device_t *dev, dt_stream_t *s,
+                      double *slot, double *sumsq)
 {
     double h = *sumsq;
-    int rc = ops->memcpy_async(dev, slot, &h, sizeof h, DT_COPY_H2D, s);
+    int rc = dt_device_ops(dev)->memcpy_async(dev, slot, &h, sizeof h, DT_COPY_H2D, s);
     if (rc == DT_OK)
-        rc = ops->stream_sync(dev, s); /* h lives on this stack frame */
+        rc = dt_device_ops(dev)->stream_sync(dev, s); /* h lives on this stack frame */
     if (rc == DT_OK)
-        rc = cops->all_reduce(comm, slot, slot, 1, DT_F64, DT_OP_SUM, s, NULL);
+        rc = dt_comm_ops(comm)->all_reduce(comm, slot, slot, 1, DT_F64, DT_OP_SUM, s, NULL);
     if (rc == DT_OK)
-        rc = ops->memcpy_async(dev, &h, slot, sizeof h, DT_COPY_D2H, s);
+        rc = dt_device_ops(dev)->memcpy_async(dev, &h, slot, sizeof h, DT_COPY_D2H, s);
     if (rc == DT_OK)
-        rc = ops->stream_sync(dev, s);
+        rc = dt_device_ops(dev)->stream_sync(dev, s);
     if (rc != DT_OK) {
         host->log(host, DT_LOG_ERROR, "all-reducing the gradient norm failed: %s",
                   dt_status_name(rc));
@@ -103,20 +100,19 @@ void dt_norm_plan_free(const dt_host_v1_t *host, dt_norm_plan_t *p)
     memset(p, 0, sizeof *p);
 }
 
-int dt_norm_plan_sumsq(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
-                       dt_device_t *dev, dt_stream_t *s, double *slot, const float *x,
-                       const dt_norm_plan_t *plan, double *out)
+int dt_norm_plan_sumsq(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, double *slot,
+                       const float *x, const dt_norm_plan_t *plan, double *out)
 {
     int rc = DT_OK;
     double ss = 0.0;
     for (uint32_t i = 0; rc == DT_OK && i < plan->n_parts; i++) {
         const dt_norm_part_t *pt = &plan->parts[i];
         double part = 0.0, skipped = 0.0;
-        rc = dt_norm_sumsq(host, ops, dev, s, slot, x + pt->sum.offset, DT_F32,
+        rc = dt_norm_sumsq(host, dev, s, slot, x + pt->sum.offset, DT_F32,
                            (int64_t)pt->sum.count, &part);
         for (uint32_t k = pt->skip_lo; rc == DT_OK && k < pt->skip_lo + pt->n_skip; k++) {
             double one = 0.0;
-            rc = dt_norm_sumsq(host, ops, dev, s, slot, x + plan->skip[k].offset, DT_F32,
+            rc = dt_norm_sumsq(host, dev, s, slot, x + plan->skip[k].offset, DT_F32,
                                (int64_t)plan->skip[k].count, &one);
             skipped += one;
         }

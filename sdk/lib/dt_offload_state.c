@@ -54,7 +54,7 @@ int dt_offload_what(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
 {
     const char *v = NULL;
     *what = 0;
-    if (!args->offload_ops || !args->offload) {
+    if (!args->offload) {
         int idx;
         /* no tier: the key, where declared, is only checked */
         if (host->cfg_string(host, "offload_what", &v) == DT_ERR_NOT_FOUND)
@@ -66,7 +66,9 @@ int dt_offload_what(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
                                "[parallel] offload names tier '%s', but %s keeps no state in an "
                                "offload tier (it declares no offload_what key); set "
                                "[parallel] offload = \"none\" or use zero, fsdp or ddp",
-                               args->offload_ops->info.name ? args->offload_ops->info.name : "?",
+                               dt_offload_ops(args->offload)->info.name
+                                   ? dt_offload_ops(args->offload)->info.name
+                                   : "?",
                                what_is);
     return what_read(host, params_ok, what_is, what);
 }
@@ -121,13 +123,13 @@ static const char *tier_name(const dt_offload_ops_v1_t *ops)
 }
 
 /* The tier's host pointer of `buf`, or NULL when it has none. */
-static int host_ptr_of(const dt_offload_ops_v1_t *ops, dt_offload_t *tier, dt_offload_buf_t *buf,
+static int host_ptr_of(dt_offload_t *tier, dt_offload_buf_t *buf,
                        void **out)
 {
     *out = NULL;
-    if (!DT_HAS_OP(dt_offload_ops_t, ops, host_ptr))
+    if (!DT_HAS_OP(dt_offload_ops_t, dt_offload_ops(tier), host_ptr))
         return DT_OK;
-    int rc = ops->host_ptr(tier, buf, out);
+    int rc = dt_offload_ops(tier)->host_ptr(tier, buf, out);
     if (rc == DT_ERR_UNSUPPORTED) {
         *out = NULL;
         return DT_OK;
@@ -138,15 +140,16 @@ static int host_ptr_of(const dt_offload_ops_v1_t *ops, dt_offload_t *tier, dt_of
 /* Blocking store / load of host memory at byte `off` of `buf`; a step's
  * traffic is counted in moved[0] (loaded) or moved[1] (stored), other
  * (init, checkpoints: moved NULL) is not. */
-static int tier_io(const dt_offload_ops_v1_t *ops, dt_offload_t *tier, dt_offload_buf_t *buf,
+static int tier_io(dt_offload_t *tier, dt_offload_buf_t *buf,
                    int store, uint64_t off, void *mem, uint64_t bytes, uint64_t *moved)
 {
     dt_offload_req_t *req = NULL;
     if (moved)
         moved[store ? 1 : 0] += bytes;
-    int rc = store ? ops->store(tier, buf, off, mem, bytes, DT_MEM_HOST, NULL, &req)
-                   : ops->load(tier, buf, off, mem, bytes, DT_MEM_HOST, NULL, &req);
-    return rc == DT_OK ? ops->wait(tier, req, -1) : rc;
+    int rc = store
+                 ? dt_offload_ops(tier)->store(tier, buf, off, mem, bytes, DT_MEM_HOST, NULL, &req)
+                 : dt_offload_ops(tier)->load(tier, buf, off, mem, bytes, DT_MEM_HOST, NULL, &req);
+    return rc == DT_OK ? dt_offload_ops(tier)->wait(tier, req, -1) : rc;
 }
 
 /* f32 to 16-bit compute parameters (bf16 or f16), round to nearest even as
@@ -194,12 +197,12 @@ static int grads_wait(dt_offload_state_t *st, int i)
 {
     if (!st->gwreq[i])
         return DT_OK;
-    int rc = st->ops->wait(st->tier, st->gwreq[i], -1);
+    int rc = dt_offload_ops(st->tier)->wait(st->tier, st->gwreq[i], -1);
     st->gwreq[i] = NULL;
     if (rc != DT_OK)
         st->host->log(st->host, DT_LOG_ERROR, "rank %d: storing reduced gradients [%llu, +%llu) "
                       "to offload tier '%s' failed", st->rank, (unsigned long long)st->gwat[i],
-                      (unsigned long long)st->gwn[i], tier_name(st->ops));
+                      (unsigned long long)st->gwn[i], tier_name(dt_offload_ops(st->tier)));
     return rc;
 }
 
@@ -224,13 +227,13 @@ static int params_wait(dt_offload_params_t *p, int i)
 {
     if (!p->wreq[i])
         return DT_OK;
-    int rc = p->ops->wait(p->tier, p->wreq[i], -1);
+    int rc = dt_offload_ops(p->tier)->wait(p->tier, p->wreq[i], -1);
     p->wreq[i] = NULL;
     if (rc != DT_OK)
         p->host->log(p->host, DT_LOG_ERROR, "rank %d: storing offloaded parameters [%llu, "
                      "+%llu) to offload tier '%s' failed", p->rank,
                      (unsigned long long)p->wat[i], (unsigned long long)p->wn[i],
-                     tier_name(p->ops));
+                     tier_name(dt_offload_ops(p->tier)));
     return rc;
 }
 
@@ -253,24 +256,23 @@ void dt_offload_params_free(dt_offload_params_t *p)
      * allocated): the tier may still read it */
     int left = dt_offload_params_flush(p) != DT_OK;
     if (p->buf)
-        p->ops->free(p->tier, p->buf);
+        dt_offload_ops(p->tier)->free(p->tier, p->buf);
     for (int i = 0; i < 2 && !left; i++)
         if (p->wstage[i])
-            p->dev_ops->host_free(p->dev, p->wstage[i]);
+            dt_device_ops(p->dev)->host_free(p->dev, p->wstage[i]);
     memset(p, 0, sizeof *p);
 }
 
 int dt_offload_params_init(dt_offload_params_t *p, const dt_host_v1_t *host,
                            const dt_strategy_init_v1_t *args, int32_t rank, uint64_t numel)
 {
-    *p = (dt_offload_params_t){.host = host, .ops = args->offload_ops, .tier = args->offload,
-                               .dev_ops = args->dev_ops, .dev = args->dev, .rank = rank,
+    *p = (dt_offload_params_t){.host = host, .tier = args->offload, .dev = args->dev, .rank = rank,
                                .pdtype = args->model->param_dtype, .numel = numel,
                                .piece = piece_of(numel)};
     size_t pes = dt_dtype_size(p->pdtype);
-    int rc = p->ops->alloc(p->tier, numel * pes, DT_TAG_PARAMS, &p->buf);
+    int rc = dt_offload_ops(p->tier)->alloc(p->tier, numel * pes, DT_TAG_PARAMS, &p->buf);
     if (rc == DT_OK)
-        rc = host_ptr_of(p->ops, p->tier, p->buf, &p->host_ptr);
+        rc = host_ptr_of(p->tier, p->buf, &p->host_ptr);
     if (rc == DT_OK && p->host_ptr)
         memset(p->host_ptr, 0, numel * pes);
     /* staging: one piece where writes go through store (a second, for
@@ -278,11 +280,14 @@ int dt_offload_params_init(dt_offload_params_t *p, const dt_host_v1_t *host,
      * before; the optimizer's own writes go from its staging instead);
      * with host_ptr, 16-bit values are rounded straight into the tier */
     if (rc == DT_OK && !p->host_ptr)
-        rc = p->dev_ops->host_alloc(p->dev, p->piece * pes, DT_TAG_STAGING, &p->wstage[0]);
+        rc = dt_device_ops(p->dev)->host_alloc(p->dev, p->piece * pes, DT_TAG_STAGING,
+                                               &p->wstage[0]);
     p->stage = p->wstage[0];
     if (rc != DT_OK) {
-        host->log(host, DT_LOG_ERROR, "rank %d: %llu bytes of parameters in offload tier '%s' "
-                  "failed", rank, (unsigned long long)(numel * pes), tier_name(p->ops));
+        host->log(host, DT_LOG_ERROR,
+                  "rank %d: %llu bytes of parameters in offload tier '%s' "
+                  "failed",
+                  rank, (unsigned long long)(numel * pes), tier_name(dt_offload_ops(p->tier)));
         dt_offload_params_free(p);
     }
     return rc;
@@ -314,8 +319,8 @@ int dt_offload_params_write(dt_offload_params_t *p, uint64_t at, uint64_t n, con
             p->wat[i] = at + c;
             p->wn[i] = k;
             p->moved[1] += k * pes;
-            rc = p->ops->store(p->tier, p->buf, (at + c) * pes, dst, k * pes, DT_MEM_HOST, NULL,
-                               &p->wreq[i]);
+            rc = dt_offload_ops(p->tier)->store(p->tier, p->buf, (at + c) * pes, dst, k * pes,
+                                                DT_MEM_HOST, NULL, &p->wreq[i]);
             if (rc != DT_OK)
                 p->wreq[i] = NULL;
         }
@@ -338,7 +343,8 @@ int dt_offload_params_load(dt_offload_params_t *p, uint64_t at, uint64_t n, void
         return rc;
     }
     p->moved[0] += n * pes;
-    return p->ops->load(p->tier, p->buf, at * pes, dst, n * pes, DT_MEM_DEVICE, stream, req);
+    return dt_offload_ops(p->tier)->load(p->tier, p->buf, at * pes, dst, n * pes, DT_MEM_DEVICE,
+                                         stream, req);
 }
 
 /* ------------------------------------------------------ optimizer state */
@@ -355,20 +361,20 @@ void dt_offload_state_free(dt_offload_state_t *st)
         st->gload[0] = st->gload[1] = NULL;
     for (int k = 0; k < DT_STATE_COUNT; k++) {
         if (st->buf[k])
-            st->ops->free(st->tier, st->buf[k]);
+            dt_offload_ops(st->tier)->free(st->tier, st->buf[k]);
         for (int s = 0; s < 2; s++)
             if (st->stage[s][k])
-                st->dev_ops->host_free(st->dev, st->stage[s][k]);
+                dt_device_ops(st->dev)->host_free(st->dev, st->stage[s][k]);
     }
     if (st->gstage)
-        st->dev_ops->host_free(st->dev, st->gstage);
+        dt_device_ops(st->dev)->host_free(st->dev, st->gstage);
     if (st->gbuf)
-        st->ops->free(st->tier, st->gbuf);
+        dt_offload_ops(st->tier)->free(st->tier, st->gbuf);
     for (int s = 0; s < 2; s++)
         if (st->gload[s])
-            st->dev_ops->host_free(st->dev, st->gload[s]);
+            dt_device_ops(st->dev)->host_free(st->dev, st->gload[s]);
     if (st->pstage)
-        st->dev_ops->host_free(st->dev, st->pstage);
+        dt_device_ops(st->dev)->host_free(st->dev, st->pstage);
     memset(st, 0, sizeof *st);
 }
 
@@ -379,19 +385,18 @@ int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
     static const char *names[] = {"f32 master parameters", "optimizer exp_avg",
                                   "optimizer exp_avg_sq"};
     static const int tags[] = {DT_TAG_PARAMS, DT_TAG_OPTIMIZER, DT_TAG_OPTIMIZER};
-    *st = (dt_offload_state_t){.host = host, .ops = args->offload_ops, .tier = args->offload,
-                               .dev_ops = args->dev_ops, .dev = args->dev,
+    *st = (dt_offload_state_t){.host = host, .tier = args->offload, .dev = args->dev,
                                .cs = args->compute_stream, .rank = rank,
                                .pdtype = args->model->param_dtype, .n_kinds = has_v ? 3 : 2,
                                .numel = numel, .params = params, .piece = piece_of(numel)};
-    const dt_device_ops_v1_t *d = st->dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(st->dev);
     int rc = DT_OK;
     if (params)
         params->writer = st;
     for (int k = 0; rc == DT_OK && k < st->n_kinds; k++) {
         void *p = NULL;
-        rc = st->ops->alloc(st->tier, numel * sizeof(float), tags[k], &st->buf[k]);
-        if (rc == DT_OK && (rc = host_ptr_of(st->ops, st->tier, st->buf[k], &p)) == DT_OK) {
+        rc = dt_offload_ops(st->tier)->alloc(st->tier, numel * sizeof(float), tags[k], &st->buf[k]);
+        if (rc == DT_OK && (rc = host_ptr_of(st->tier, st->buf[k], &p)) == DT_OK) {
             st->state[k] = p;
             if (p)
                 memset(p, 0, numel * sizeof(float)); /* moments start at zero */
@@ -402,14 +407,14 @@ int dt_offload_state_init(dt_offload_state_t *st, const dt_host_v1_t *host,
         if (rc != DT_OK)
             host->log(host, DT_LOG_ERROR, "rank %d: %llu bytes of %s in offload tier '%s' failed",
                       rank, (unsigned long long)(numel * sizeof(float)), names[k],
-                      tier_name(st->ops));
+                      tier_name(dt_offload_ops(st->tier)));
     }
     /* a tier without host pointers starts zeroed too: written piece by piece */
     for (int k = 1; rc == DT_OK && !st->state[0] && k < st->n_kinds; k++) {
         memset(st->stage[0][k], 0, st->piece * sizeof(float));
         for (uint64_t c = 0; rc == DT_OK && c < numel; c += st->piece) {
             uint64_t n = numel - c < st->piece ? numel - c : st->piece;
-            rc = tier_io(st->ops, st->tier, st->buf[k], 1, c * sizeof(float), st->stage[0][k],
+            rc = tier_io(st->tier, st->buf[k], 1, c * sizeof(float), st->stage[0][k],
                          n * sizeof(float), NULL);
         }
     }
@@ -437,7 +442,7 @@ static int push_piece(dt_offload_state_t *st, const float *src, uint64_t at, uin
 {
     if (st->params)
         return dt_offload_params_write(st->params, at, n, src);
-    const dt_device_ops_v1_t *d = st->dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(st->dev);
     int rc;
     if (st->pdtype == DT_F32) {
         rc = d->memcpy_async(st->dev, dcompute, src, n * sizeof(float), DT_COPY_H2D, st->cs);
@@ -459,7 +464,7 @@ int dt_offload_state_read(dt_offload_state_t *st, int kind, uint64_t at, uint64_
         memcpy(dst, st->state[kind] + at, n * sizeof(float));
         return DT_OK;
     }
-    return tier_io(st->ops, st->tier, st->buf[kind], 0, at * sizeof(float), dst,
+    return tier_io(st->tier, st->buf[kind], 0, at * sizeof(float), dst,
                    n * sizeof(float), NULL);
 }
 
@@ -473,7 +478,7 @@ int dt_offload_state_write(dt_offload_state_t *st, int kind, uint64_t at, uint64
         memcpy(st->state[kind] + at, src, n * sizeof(float));
         return DT_OK;
     }
-    return tier_io(st->ops, st->tier, st->buf[kind], 1, at * sizeof(float), (void *)src,
+    return tier_io(st->tier, st->buf[kind], 1, at * sizeof(float), (void *)src,
                    n * sizeof(float), NULL);
 }
 
@@ -583,7 +588,7 @@ static int wait_all(dt_offload_state_t *st, dt_offload_req_t **q, int rc)
     for (int k = 0; k < REQ_N; k++) {
         if (!q[k])
             continue;
-        int e = st->ops->wait(st->tier, q[k], -1);
+        int e = dt_offload_ops(st->tier)->wait(st->tier, q[k], -1);
         q[k] = NULL;
         if (rc == DT_OK)
             rc = e;
@@ -598,7 +603,7 @@ int dt_offload_state_flush(dt_offload_state_t *st)
         rc = wait_all(st, st->ustore[set], rc);
     if (rc != DT_OK)
         st->host->log(st->host, DT_LOG_ERROR, "rank %d: storing the offloaded optimizer state "
-                      "to offload tier '%s' failed", st->rank, tier_name(st->ops));
+                      "to offload tier '%s' failed", st->rank, tier_name(dt_offload_ops(st->tier)));
     return rc;
 }
 
@@ -612,13 +617,14 @@ static int start_piece(dt_offload_state_t *st, int set, int store, uint64_t a, u
     const uint64_t lead = lead_of(a, sizeof(float), st->piece);
     st->moved[store ? 1 : 0] += (uint64_t)(st->n_kinds + (grads && !store)) * n * sizeof(float);
     if (grads && !store)
-        rc = st->ops->load(st->tier, st->gbuf, a * sizeof(float), st->gload[set] + lead,
-                           n * sizeof(float), DT_MEM_HOST, NULL, &q[REQ_GRADS]);
+        rc = dt_offload_ops(st->tier)->load(st->tier, st->gbuf, a * sizeof(float),
+                                            st->gload[set] + lead, n * sizeof(float), DT_MEM_HOST,
+                                            NULL, &q[REQ_GRADS]);
     for (int k = 0; rc == DT_OK && k < st->n_kinds; k++)
-        rc = store ? st->ops->store(st->tier, st->buf[k], a * sizeof(float),
+        rc = store ? dt_offload_ops(st->tier)->store(st->tier, st->buf[k], a * sizeof(float),
                                     st->stage[set][k] + lead, n * sizeof(float), DT_MEM_HOST,
                                     NULL, &q[k])
-                   : st->ops->load(st->tier, st->buf[k], a * sizeof(float),
+                   : dt_offload_ops(st->tier)->load(st->tier, st->buf[k], a * sizeof(float),
                                    st->stage[set][k] + lead, n * sizeof(float), DT_MEM_HOST,
                                    NULL, &q[k]);
     return rc;
@@ -629,7 +635,7 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
                             const dt_optim_step_t *opt)
 {
     size_t pes = dt_dtype_size(st->pdtype);
-    const dt_device_ops_v1_t *d = st->dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(st->dev);
     const int staged = st->state[0] == NULL;
     const int tier_grads = dgrad == NULL; /* read from the tier */
     if (tier_grads && !st->gbuf)
@@ -730,8 +736,8 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
                 src = h16;
             }
             par->moved[1] += k * pes;
-            rc = par->ops->store(par->tier, par->buf, (at + c) * pes, src, k * pes, DT_MEM_HOST,
-                                 NULL, &stores[set][REQ_PARAMS]);
+            rc = dt_offload_ops(par->tier)->store(par->tier, par->buf, (at + c) * pes, src, k * pes,
+                                                  DT_MEM_HOST, NULL, &stores[set][REQ_PARAMS]);
         } else if (rc == DT_OK) {
             what = "writing the parameters";
             rc = push_piece(st, s[0], at + c, k, dcompute ? (char *)dcompute + c * pes : NULL);
@@ -763,17 +769,20 @@ int dt_offload_state_update(dt_offload_state_t *st, const dt_unit_desc_v1_t *uni
 
 int dt_offload_state_grads(dt_offload_state_t *st)
 {
-    int rc = st->ops->alloc(st->tier, st->numel * sizeof(float), DT_TAG_GRADS, &st->gbuf);
-    if (rc == DT_OK && (rc = host_ptr_of(st->ops, st->tier, st->gbuf, (void **)&st->grads)) ==
+    int rc = dt_offload_ops(st->tier)->alloc(st->tier, st->numel * sizeof(float), DT_TAG_GRADS,
+                                             &st->gbuf);
+    if (rc == DT_OK && (rc = host_ptr_of(st->tier, st->gbuf, (void **)&st->grads)) ==
                            DT_OK && st->grads)
         memset(st->grads, 0, st->numel * sizeof(float));
     for (int s = 0; rc == DT_OK && !st->grads && s < 2; s++)
-        rc = st->dev_ops->host_alloc(st->dev, st->piece * sizeof(float), DT_TAG_STAGING,
+        rc = dt_device_ops(st->dev)->host_alloc(st->dev, st->piece * sizeof(float), DT_TAG_STAGING,
                                      (void **)&st->gload[s]);
     if (rc != DT_OK)
-        st->host->log(st->host, DT_LOG_ERROR, "rank %d: %llu bytes of gradients in offload "
-                      "tier '%s' failed", st->rank,
-                      (unsigned long long)(st->numel * sizeof(float)), tier_name(st->ops));
+        st->host->log(st->host, DT_LOG_ERROR,
+                      "rank %d: %llu bytes of gradients in offload "
+                      "tier '%s' failed",
+                      st->rank, (unsigned long long)(st->numel * sizeof(float)),
+                      tier_name(dt_offload_ops(st->tier)));
     return rc;
 }
 
@@ -794,7 +803,7 @@ static int grads_range(dt_offload_state_t *st, const char *what, uint64_t at, ui
 int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const float *dsrc,
                          dt_stream_t *stream, int mode)
 {
-    const dt_device_ops_v1_t *d = st->dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(st->dev);
     const dt_host_v1_t *h = st->host;
     int rc = grads_range(st, "gradients to the tier", at, n);
     uint64_t t0 = h->now_ns(h);
@@ -838,8 +847,8 @@ int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const 
         /* the sum so far loading while the block comes from the device */
         if (mode == DT_OFFLOAD_GRADS_ADD) {
             st->moved[0] += k * sizeof(float);
-            rc = st->ops->load(st->tier, st->gbuf, a * sizeof(float), y, k * sizeof(float),
-                               DT_MEM_HOST, NULL, &lreq);
+            rc = dt_offload_ops(st->tier)->load(st->tier, st->gbuf, a * sizeof(float), y,
+                                                k * sizeof(float), DT_MEM_HOST, NULL, &lreq);
         }
         float *x = mode == DT_OFFLOAD_GRADS_ADD ? st->gstage : y;
         if (rc == DT_OK)
@@ -847,7 +856,7 @@ int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const 
         if (rc == DT_OK)
             rc = d->stream_sync(st->dev, stream);
         if (lreq) {
-            int e = st->ops->wait(st->tier, lreq, -1);
+            int e = dt_offload_ops(st->tier)->wait(st->tier, lreq, -1);
             if (rc == DT_OK)
                 rc = e;
         }
@@ -862,8 +871,8 @@ int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const 
         st->gwat[s] = a;
         st->gwn[s] = k;
         st->moved[1] += k * sizeof(float);
-        rc = st->ops->store(st->tier, st->gbuf, a * sizeof(float), y, k * sizeof(float),
-                            DT_MEM_HOST, NULL, &st->gwreq[s]);
+        rc = dt_offload_ops(st->tier)->store(st->tier, st->gbuf, a * sizeof(float), y,
+                                             k * sizeof(float), DT_MEM_HOST, NULL, &st->gwreq[s]);
         if (rc != DT_OK)
             st->gwreq[s] = NULL;
     }
@@ -871,14 +880,14 @@ int dt_offload_grads_add(dt_offload_state_t *st, uint64_t at, uint64_t n, const 
     if (rc != DT_OK)
         h->log(h, DT_LOG_ERROR, "rank %d: moving %llu reduced gradients at %llu to offload "
                "tier '%s' failed", st->rank, (unsigned long long)n, (unsigned long long)at,
-               tier_name(st->ops));
+               tier_name(dt_offload_ops(st->tier)));
     return rc;
 }
 
 int dt_offload_grads_load(dt_offload_state_t *st, uint64_t at, uint64_t n, float *ddst,
                           dt_stream_t *stream)
 {
-    const dt_device_ops_v1_t *d = st->dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(st->dev);
     int rc = grads_range(st, "gradients from the tier", at, n);
     if (rc == DT_OK)
         rc = grads_flush(st); /* the stores done, gload[0] free */
@@ -886,7 +895,7 @@ int dt_offload_grads_load(dt_offload_state_t *st, uint64_t at, uint64_t n, float
         uint64_t k = n - c < st->piece ? n - c : st->piece;
         float *x = st->grads ? st->grads + at + c : st->gload[0];
         if (!st->grads)
-            rc = tier_io(st->ops, st->tier, st->gbuf, 0, (at + c) * sizeof(float), x,
+            rc = tier_io(st->tier, st->gbuf, 0, (at + c) * sizeof(float), x,
                          k * sizeof(float), st->moved);
         if (rc == DT_OK)
             rc = d->memcpy_async(st->dev, ddst + c, x, k * sizeof(float), DT_COPY_H2D, stream);
@@ -896,7 +905,7 @@ int dt_offload_grads_load(dt_offload_state_t *st, uint64_t at, uint64_t n, float
     if (rc != DT_OK)
         st->host->log(st->host, DT_LOG_ERROR, "rank %d: loading %llu gradients at %llu from "
                       "offload tier '%s' failed", st->rank, (unsigned long long)n,
-                      (unsigned long long)at, tier_name(st->ops));
+                      (unsigned long long)at, tier_name(dt_offload_ops(st->tier)));
     return rc;
 }
 
@@ -933,17 +942,17 @@ int dt_offload_grads_sumsq_skip(dt_offload_state_t *st, const dt_range_t *skip,
     const uint64_t N = st->numel, P = st->piece;
     if (rc == DT_OK && !st->grads) {
         st->moved[0] += N * sizeof(float);
-        rc = st->ops->load(st->tier, st->gbuf, 0, st->gload[0],
+        rc = dt_offload_ops(st->tier)->load(st->tier, st->gbuf, 0, st->gload[0],
                            (N < P ? N : P) * sizeof(float), DT_MEM_HOST, NULL, &lr[0]);
     }
     for (uint64_t c = 0, p = 0; rc == DT_OK && !st->grads && c < N; c += P, p++) {
         const int b = (int)(p & 1);
         uint64_t k = N - c < P ? N - c : P, c2 = c + P;
         if (c2 < N)
-            rc = st->ops->load(st->tier, st->gbuf, c2 * sizeof(float), st->gload[b ^ 1],
-                               (N - c2 < P ? N - c2 : P) * sizeof(float), DT_MEM_HOST, NULL,
-                               &lr[b ^ 1]);
-        int e = st->ops->wait(st->tier, lr[b], -1);
+            rc = dt_offload_ops(st->tier)->load(
+                st->tier, st->gbuf, c2 * sizeof(float), st->gload[b ^ 1],
+                (N - c2 < P ? N - c2 : P) * sizeof(float), DT_MEM_HOST, NULL, &lr[b ^ 1]);
+        int e = dt_offload_ops(st->tier)->wait(st->tier, lr[b], -1);
         lr[b] = NULL;
         if (rc == DT_OK)
             rc = e;
@@ -954,7 +963,7 @@ int dt_offload_grads_sumsq_skip(dt_offload_state_t *st, const dt_range_t *skip,
     }
     for (int b = 0; b < 2; b++) /* a failure's load still in flight */
         if (lr[b])
-            (void)st->ops->wait(st->tier, lr[b], -1);
+            (void)dt_offload_ops(st->tier)->wait(st->tier, lr[b], -1);
     if (rc != DT_OK)
         st->host->log(st->host, DT_LOG_ERROR, "rank %d: reading the offloaded gradients for "
                       "their norm failed", st->rank);
@@ -988,10 +997,10 @@ void dt_offload_state_report(dt_offload_state_t *st, const char *when)
     st->moved[0] = st->moved[1] = 0;
 }
 
-int dt_offload_state_collective(dt_offload_state_t *st, int kind, const dt_comm_ops_v1_t *cops,
-                                dt_comm_t *comm, int32_t root, int op)
+int dt_offload_state_collective(dt_offload_state_t *st, int kind, dt_comm_t *comm, int32_t root,
+                                int op)
 {
-    const dt_device_ops_v1_t *d = st->dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(st->dev);
     if (kind < 0 || kind >= st->n_kinds)
         return DT_OK; /* SGD keeps no second moment */
     float *dbuf = NULL;
@@ -1005,8 +1014,9 @@ int dt_offload_state_collective(dt_offload_state_t *st, int kind, const dt_comm_
         if (rc == DT_OK)
             rc = d->memcpy_async(st->dev, dbuf, host, k * sizeof(float), DT_COPY_H2D, st->cs);
         if (rc == DT_OK)
-            rc = root >= 0 ? cops->broadcast(comm, dbuf, k, DT_F32, root, st->cs, NULL)
-                           : cops->all_reduce(comm, dbuf, dbuf, k, DT_F32, op, st->cs, NULL);
+            rc = root >= 0
+                     ? dt_comm_ops(comm)->broadcast(comm, dbuf, k, DT_F32, root, st->cs, NULL)
+                     : dt_comm_ops(comm)->all_reduce(comm, dbuf, dbuf, k, DT_F32, op, st->cs, NULL);
         if (rc == DT_OK)
             rc = d->memcpy_async(st->dev, host, dbuf, k * sizeof(float), DT_COPY_D2H, st->cs);
         if (rc == DT_OK)

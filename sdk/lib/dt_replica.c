@@ -104,7 +104,7 @@ void dt_replica_free(dt_replica_t *r)
     if (!r || !r->dp.host)
         return;
     const dt_host_v1_t *host = r->dp.host;
-    const dt_device_ops_v1_t *d = r->dp.dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(r->dp.dev);
     if (r->buckets)
         dt_replica_drain(r, 0); /* frees requests a failed step left behind */
     if (r->dp.dev) {
@@ -135,7 +135,7 @@ void dt_replica_free(dt_replica_t *r)
 /* One flat buffer of the replica, zeroed; logs what failed. */
 static int alloc_flat(dt_replica_t *r, int dtype, int tag, const char *what, void **out)
 {
-    return dt_flat_alloc(r->dp.host, r->dp.dev_ops, r->dp.dev, r->dp.cs, &r->layout, dtype, tag,
+    return dt_flat_alloc(r->dp.host, r->dp.dev, r->dp.cs, &r->layout, dtype, tag,
                          what, out);
 }
 
@@ -179,7 +179,7 @@ static int alloc_state(dt_replica_t *r)
                              &r->compute)) ||
             (rc = alloc_grads(r)))
             return rc;
-        return r->dp.dev_ops->alloc(r->dp.dev, sizeof(double), DT_TAG_OTHER,
+        return dt_device_ops(r->dp.dev)->alloc(r->dp.dev, sizeof(double), DT_TAG_OTHER,
                                     (void **)&r->norm_slot);
     }
     if ((rc = alloc_flat(r, DT_F32, DT_TAG_PARAMS, "master params", (void **)&r->master)))
@@ -201,7 +201,8 @@ static int alloc_state(dt_replica_t *r)
         (rc = alloc_flat(r, DT_F32, DT_TAG_OPTIMIZER, "adamw exp_avg_sq", (void **)&r->v)))
         return rc;
     r->norm_copies = dt_dp_has_norm_copies(&r->dp);
-    return r->dp.dev_ops->alloc(r->dp.dev, sizeof(double), DT_TAG_OTHER, (void **)&r->norm_slot);
+    return dt_device_ops(r->dp.dev)->alloc(r->dp.dev, sizeof(double), DT_TAG_OTHER,
+                                           (void **)&r->norm_slot);
 }
 
 /* The buckets over the layout and, where there is someone to talk to, the
@@ -209,7 +210,7 @@ static int alloc_state(dt_replica_t *r)
 static int make_buckets(dt_replica_t *r)
 {
     const dt_host_v1_t *host = r->dp.host;
-    const dt_device_ops_v1_t *d = r->dp.dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(r->dp.dev);
     uint32_t nu = r->dp.model->n_units;
     uint64_t nu1 = (uint64_t)nu + 1;
     r->bucket_of_unit = host->alloc(host, nu1 * sizeof(uint32_t), DT_TAG_OTHER);
@@ -265,7 +266,7 @@ static int make_buckets(dt_replica_t *r)
     return DT_OK;
 }
 
-int dt_replica_init(dt_replica_t *r, const dt_host_v1_t *host,
+int dt_replica_init(dt_replica_t *r, const dt_strategy_ops_v1_t *ops, const dt_host_v1_t *host,
                     const dt_strategy_init_v1_t *args, const dt_replica_cfg_t *cfg,
                     const char *what)
 {
@@ -273,7 +274,7 @@ int dt_replica_init(dt_replica_t *r, const dt_host_v1_t *host,
     r->cfg = *cfg;
     for (uint32_t k = 0; k < DT_REPLICA_MAX_SLOTS; k++)
         r->slot_bucket[k] = -1;
-    int rc = dt_dp_init(&r->dp, host, args, what);
+    int rc = dt_dp_init(&r->dp, ops, host, args, what);
     if (rc == DT_OK)
         rc = dt_offload_what(host, &r->dp.args.init, 0, what, &r->offload_what);
     if (rc == DT_OK)
@@ -291,7 +292,7 @@ int dt_replica_init(dt_replica_t *r, const dt_host_v1_t *host,
     /* the zeroing memsets are queued on the compute stream; make them land
      * before anyone reads state through get_state on another path */
     if (rc == DT_OK)
-        rc = r->dp.dev_ops->stream_sync(r->dp.dev, r->dp.cs);
+        rc = dt_device_ops(r->dp.dev)->stream_sync(r->dp.dev, r->dp.cs);
     if (rc != DT_OK) {
         dt_replica_free(r);
         return rc;

@@ -88,7 +88,7 @@ static int finish_bucket(dt_replica_t *r, uint32_t bi, int64_t timeout_ms)
     dt_replica_bucket_t *b = &r->buckets[bi];
     if (b->state != DT_REPLICA_BUCKET_INFLIGHT)
         return DT_OK;
-    int rc = r->dp.comm_ops->wait(r->dp.comm, b->req, timeout_ms); /* frees req */
+    int rc = dt_comm_ops(r->dp.comm)->wait(r->dp.comm, b->req, timeout_ms); /* frees req */
     b->req = NULL;
     b->state = DT_REPLICA_BUCKET_DONE;
     if (r->cfg.reduce_dtype != DT_F32) {
@@ -105,7 +105,7 @@ static int finish_bucket(dt_replica_t *r, uint32_t bi, int64_t timeout_ms)
 static int launch_bucket(dt_replica_t *r, uint32_t bi)
 {
     dt_replica_bucket_t *b = &r->buckets[bi];
-    const dt_device_ops_v1_t *d = r->dp.dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(r->dp.dev);
     int rc;
     /* the reduction stream starts after every gradient kernel queued so far */
     if ((rc = d->event_record(r->dp.dev, r->ev_grads, r->dp.cs)) != DT_OK ||
@@ -115,7 +115,7 @@ static int launch_bucket(dt_replica_t *r, uint32_t bi)
     }
     float *g = r->grads + b->off;
     if (r->cfg.reduce_dtype == DT_F32) {
-        rc = r->dp.comm_ops->all_reduce(r->dp.comm, g, g, b->count, DT_F32, DT_OP_AVG,
+        rc = dt_comm_ops(r->dp.comm)->all_reduce(r->dp.comm, g, g, b->count, DT_F32, DT_OP_AVG,
                                         r->comm_stream, &b->req);
     } else {
         b->slot = bi % r->n_slots;
@@ -126,8 +126,9 @@ static int launch_bucket(dt_replica_t *r, uint32_t bi)
         rc = r->dp.kernels->cast(r->dp.dev, r->comm_stream, w, r->cfg.reduce_dtype, g, DT_F32,
                                  (int64_t)b->count);
         if (rc == DT_OK)
-            rc = r->dp.comm_ops->all_reduce(r->dp.comm, w, w, b->count, r->cfg.reduce_dtype, DT_OP_AVG,
-                                            r->comm_stream, &b->req);
+            rc = dt_comm_ops(r->dp.comm)
+                     ->all_reduce(r->dp.comm, w, w, b->count, r->cfg.reduce_dtype, DT_OP_AVG,
+                                  r->comm_stream, &b->req);
         if (rc == DT_OK)
             r->slot_bucket[b->slot] = (int32_t)bi;
     }
@@ -241,7 +242,7 @@ int dt_replica_reduce(dt_replica_t *r)
         return rc; /* what was started is finalize's to drop (dt_replica_drain) */
     if ((rc = dt_replica_drain(r, -1)) != DT_OK)
         return rc;
-    const dt_device_ops_v1_t *d = r->dp.dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(r->dp.dev);
     if ((rc = d->event_record(r->dp.dev, r->ev_reduced, r->comm_stream)) != DT_OK ||
         (rc = d->stream_wait_event(r->dp.dev, r->dp.cs, r->ev_reduced)) != DT_OK)
         r->dp.host->log(r->dp.host, DT_LOG_ERROR, "ordering the optimizer after the reductions "
@@ -269,7 +270,7 @@ static int sumsq_counted(dt_replica_t *r, dt_range_t part, double *sumsq)
         uint64_t b = off[hi] < part.offset + part.count ? off[hi] : part.offset + part.count;
         double s = 0.0, copies = 0.0;
         if (a < b) {
-            int rc = dt_norm_sumsq(r->dp.host, r->dp.dev_ops, r->dp.dev, r->dp.cs, r->norm_slot,
+            int rc = dt_norm_sumsq(r->dp.host, r->dp.dev, r->dp.cs, r->norm_slot,
                                    r->grads + a, DT_F32, (int64_t)(b - a), &s);
             /* tensor parallelism: the tensor group's rank 0 counts the
              * tensors every rank of it holds */
@@ -299,11 +300,11 @@ int dt_replica_grad_sumsq(dt_replica_t *r, double *sumsq)
                                  : (dt_range_t){0, r->layout.total};
     int rc = sumsq_counted(r, part, sumsq);
     if (rc == DT_OK && reduces(r))
-        rc = dt_norm_allreduce(host, r->dp.comm_ops, r->dp.comm, r->dp.dev_ops, r->dp.dev,
+        rc = dt_norm_allreduce(host, r->dp.comm, r->dp.dev,
                                r->dp.cs, r->norm_slot, sumsq);
     /* a pipeline stage: the other stages hold the rest of the model */
     if (rc == DT_OK && r->dp.norm_comm)
-        rc = dt_norm_allreduce(host, r->dp.comm_ops, r->dp.norm_comm, r->dp.dev_ops, r->dp.dev,
+        rc = dt_norm_allreduce(host, r->dp.norm_comm, r->dp.dev,
                                r->dp.cs, r->norm_slot, sumsq);
     return rc;
 }
@@ -317,8 +318,8 @@ int dt_replica_tied_sum(dt_replica_t *r)
             continue;
         float *g = dt_replica_unit_grads(r, u);
         const uint64_t n = r->dp.model->units[u].numel;
-        int rc = r->dp.comm_ops->all_reduce(r->dp.tied_comm, g, g, n, DT_F32, DT_OP_SUM,
-                                            r->dp.cs, NULL);
+        int rc = dt_comm_ops(r->dp.tied_comm)
+                     ->all_reduce(r->dp.tied_comm, g, g, n, DT_F32, DT_OP_SUM, r->dp.cs, NULL);
         if (rc != DT_OK) {
             r->dp.host->log(r->dp.host, DT_LOG_ERROR,
                             "summing the gradient of tied unit '%s' (%llu elements) between the "

@@ -86,14 +86,14 @@ static int check_replicas(dt_replica_t *r)
                                        r->dp.model->units[u].numel, &hashes[u]);
             continue;
         }
-        rc = dt_hash_device(host, r->dp.dev_ops, r->dp.dev, r->dp.cs,
+        rc = dt_hash_device(host, r->dp.dev, r->dp.cs,
                             r->master + r->layout.offset[u],
                             r->dp.model->units[u].numel * sizeof(float), staging, staging_bytes,
                             &hashes[u]);
     }
     uint32_t first = nu;
     if (rc == DT_OK)
-        rc = dt_replica_check(host, r->dp.comm_ops, r->dp.comm, r->dp.dev_ops, r->dp.dev,
+        rc = dt_replica_check(host, r->dp.comm, r->dp.dev,
                               r->dp.cs, hashes, nu, &first);
     if (rc == DT_OK && first < nu)
         rc = host->set_error(host, DT_ERR_DATA,
@@ -111,14 +111,14 @@ static int check_replicas(dt_replica_t *r)
 int dt_replica_state_loaded(dt_replica_t *r)
 {
     const dt_host_v1_t *host = r->dp.host;
-    const dt_device_ops_v1_t *d = r->dp.dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(r->dp.dev);
     int rc = DT_OK;
     if (r->dp.size > 1 && r->cfg.init_broadcast) {
         rc = dt_replica_offloaded(r)
-                 ? dt_offload_state_collective(&r->off, DT_STATE_PARAMS, r->dp.comm_ops,
-                                               r->dp.comm, 0, DT_OP_SUM)
-                 : r->dp.comm_ops->broadcast(r->dp.comm, r->master, r->layout.total, DT_F32, 0,
-                                             r->dp.cs, NULL);
+                 ? dt_offload_state_collective(&r->off, DT_STATE_PARAMS, r->dp.comm, 0, DT_OP_SUM)
+                 : dt_comm_ops(r->dp.comm)
+                       ->broadcast(r->dp.comm, r->master, r->layout.total, DT_F32, 0, r->dp.cs,
+                                   NULL);
         if (rc != DT_OK) {
             host->log(host, DT_LOG_ERROR, "state_loaded: rank %d/%d: broadcasting rank 0's "
                       "%llu parameters failed", r->dp.rank, r->dp.size,

@@ -20,7 +20,7 @@ int dt_replica_update_unit(dt_replica_t *r, uint32_t u, const dt_optim_step_t *s
                                        (char *)r->compute +
                                            off * dt_dtype_size(r->dp.model->param_dtype),
                                        st);
-    return dt_optim_range(r->dp.host, r->dp.dev_ops, r->dp.dev, r->dp.cs, unit,
+    return dt_optim_range(r->dp.host, r->dp.dev, r->dp.cs, unit,
                           (dt_range_t){0, unit->numel}, r->master + off, r->grads + off,
                           r->m + off, r->v ? r->v + off : NULL, st);
 }
@@ -42,7 +42,7 @@ int dt_replica_zero_grads(dt_replica_t *r, uint32_t lo, uint32_t hi)
     if (lo >= hi)
         return DT_OK;
     uint64_t off = r->layout.offset[lo];
-    return r->dp.dev_ops->memset_async(r->dp.dev, r->grads + off, 0,
+    return dt_device_ops(r->dp.dev)->memset_async(r->dp.dev, r->grads + off, 0,
                                        (r->layout.offset[hi] - off) * sizeof(float), r->dp.cs);
 }
 
@@ -107,12 +107,12 @@ int dt_replica_average(dt_replica_t *r, int kind)
         return DT_OK;
     int rc;
     if (dt_replica_offloaded(r)) {
-        rc = dt_offload_state_collective(&r->off, kind, r->dp.comm_ops, r->dp.comm, -1,
+        rc = dt_offload_state_collective(&r->off, kind, r->dp.comm, -1,
                                          DT_OP_AVG);
         if (rc == DT_OK && kind == DT_STATE_PARAMS)
             rc = dt_offload_state_push(&r->off, 0, r->layout.total, r->compute);
     } else {
-        rc = r->dp.comm_ops->all_reduce(r->dp.comm, buf, buf, r->layout.total, DT_F32,
+        rc = dt_comm_ops(r->dp.comm)->all_reduce(r->dp.comm, buf, buf, r->layout.total, DT_F32,
                                         DT_OP_AVG, r->dp.cs, NULL);
     }
     if (rc == DT_OK && kind == DT_STATE_PARAMS)

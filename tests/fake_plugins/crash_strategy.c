@@ -84,6 +84,9 @@ static void crashy_finalize(dt_strategy_t *s)
     host->free(host, s);
 }
 
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_strategy_ops_v1_t crashy_ops;
+
 static int crashy_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
                        dt_strategy_t **out)
 {
@@ -106,7 +109,7 @@ static int crashy_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *ar
     if (rc == DT_OK)
         rc = dt_cfg_int(host, "rank", &s->rank);
     if (rc == DT_OK)
-        rc = dt_replica_init(&s->rep, host, args, &cfg, FAKE_NAME);
+        rc = dt_replica_init(&s->rep, &crashy_ops, host, args, &cfg, FAKE_NAME);
     if (rc != DT_OK) {
         crashy_finalize(s);
         return rc;

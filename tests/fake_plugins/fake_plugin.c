@@ -1,7 +1,7 @@
 /*
  * tests/fake_plugins/fake_plugin.c - one plugin source built many times
  * with -D switches, each build a way of being a (broken) plugin the loader
- * must refuse with the right message (tests/unit/test_loader.c).  A comm
+ * must refuse with the right message (tests/unit/core/loader/test_loader.c).  A comm
  * plugin unless FAKE_DEVICE (see the device part below for its switches).
  *
  *   FAKE_NAME="x"        name declared in info (the build passes the file's
@@ -18,6 +18,8 @@
  *   FAKE_NEWER           built against a newer minor: abi_minor + 1 and a
  *                        larger struct with a slot this dtrain does not know
  *   FAKE_UNDEF           calls a function no library defines
+ *   FAKE_BAD_HANDLE      init hands out a dt_comm whose first member is not
+ *                        its ops table (the rule in dtrain/comm.h)
  *   FAKE_INFO_TINY       the entry returns a 12-byte table: abi_major,
  *                        abi_minor and struct_size (4) only, no room for
  *                        the rest of the info block (the loader must not
@@ -44,6 +46,7 @@
 #ifndef FAKE_DEVICE
 
 struct dt_comm {
+    const dt_comm_ops_v1_t *ops; /* first: the table that made it (dtrain/comm.h) */
     const dt_host_v1_t *host;
     int32_t rank, size;
     int64_t count;
@@ -70,6 +73,9 @@ static const dt_config_key_t fake_keys[] = {
 int dt_fake_missing_symbol(void);
 #endif
 
+/* The exported table (below, one per build): every handle starts with it. */
+static const dt_comm_ops_v1_t *fake_table(void);
+
 static int fake_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *args,
                      dt_comm_t **out)
 {
@@ -91,6 +97,12 @@ static int fake_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *args,
     if (!c)
         return DT_ERR_NOMEM;
     c->host = host;
+#ifdef FAKE_BAD_HANDLE
+    (void)fake_table;
+    c->ops = NULL; /* forgot the rule: the core must refuse the handle */
+#else
+    c->ops = fake_table();
+#endif
     c->rank = args ? args->rank : 0;
     c->size = args ? args->size : 1;
     rc = host->cfg_int(host, "count", &c->count);
@@ -332,6 +344,10 @@ static const dt_comm_ops_v1_t fake_ops_v2 = FAKE_OPS(2, "two");
 DT_PLUGIN_ENTRY(comm, 2, dt_comm_ops_v1_t, &fake_ops_v2)
 #endif
 #endif
+static const dt_comm_ops_v1_t *fake_table(void)
+{
+    return (const dt_comm_ops_v1_t *)(const void *)&fake_ops;
+}
 #endif /* !FAKE_DEVICE */
 
 #ifdef FAKE_DEVICE
@@ -349,6 +365,7 @@ DT_PLUGIN_ENTRY(comm, 2, dt_comm_ops_v1_t, &fake_ops_v2)
  *   FAKE_NULL_RUNTIME    the mandatory runtime slot `kernels` is NULL
  */
 struct dt_device {
+    const dt_device_ops_v1_t *ops; /* first: the table that made it (dtrain/device.h) */
     int unused;
 };
 

@@ -36,6 +36,7 @@ static int refuse(const dt_host_v1_t *host, const char *what)
 }
 
 struct dt_strategy {
+    const dt_strategy_ops_v1_t *ops; /* first: the table that made it (dtrain/strategy.h) */
     const dt_host_v1_t *host;
 };
 

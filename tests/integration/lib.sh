@@ -147,6 +147,41 @@ install_alone() {
   else ok "the build tree's plugins are moved aside"; fi
 }
 
+# toml_from FIXTURE FILE [LINE ...]: FILE, the config of
+# fixtures/FIXTURE.toml (beside this file) changed by the LINEs, in TOML's
+# words: '[table]' picks a table (added at the end when the fixture has
+# none), 'key = value' sets a key of it (in the fixture's line's place, or
+# at the end of the table), '-key' removes one.  A table left without keys
+# is left out, and so are the fixture's comments.
+toml_fixtures="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/fixtures"
+toml_from() {
+  local src="$toml_fixtures/$1.toml" out=$2; shift 2
+  printf '%s\n' "$@" | awk '
+    function key(l, k) { k = l; sub(/[ \t]*=.*/, "", k); return k }
+    function put(l) { if (hdr != "") { print hdr; hdr = "" } print l }
+    function rest(t, i, n, a) {   # the keys set for table t the fixture lacks
+      n = split(order[t], a, SUBSEP)
+      for (i = 2; i <= n; i++) if (!((t, a[i]) in done)) put(line[t, a[i]])
+    }
+    FILENAME == "-" {
+      if (/^\[/) { t = $0; if (!(t in seen)) { seen[t] = 1; tabs[++nt] = t } }
+      else if (/^-/) drop[t, substr($0, 2)] = 1
+      else if (/=/) { k = key($0); if (!((t, k) in line)) order[t] = order[t] SUBSEP k; line[t, k] = $0 }
+      next
+    }
+    /^#/ || /^[ \t]*$/ { next }
+    /^\[/ { if (cur != "") rest(cur); cur = $0; hdr = $0; infix[cur] = 1; next }
+    {
+      k = key($0)
+      if ((cur, k) in drop) next
+      if ((cur, k) in line) { put(line[cur, k]); done[cur, k] = 1 } else put($0)
+    }
+    END {
+      if (cur != "") rest(cur)
+      for (i = 1; i <= nt; i++) if (!(tabs[i] in infix)) { hdr = tabs[i]; rest(tabs[i]) }
+    }' - "$src" > "$out"
+}
+
 # tiny_run_setup BIN [LINE ...]: in the current folder, text.txt, its byte
 # tokens train.bin, and tiny.toml: a 1-layer GPT-2 trained 2 steps on one
 # rank with one cpu thread, LINEs appended (e.g. '[launch]' 'timeout = 20.0').
@@ -154,28 +189,7 @@ tiny_run_setup() {
   local bin=$1; shift
   printf 'the text this run trains on, repeated. %.0s' $(seq 400) > text.txt
   expect_exit 0 "data prepare" "$bin" data prepare text.txt train.bin
-  cat > tiny.toml <<'T'
-[run]
-comm = "self"
-out_dir = "out"
-log_every = 1
-[model]
-n_layer = 1
-n_head = 2
-n_embd = 16
-context = 16
-[data]
-train = "train.bin"
-[train]
-steps = 2
-micro_batch = 2
-grad_accum = 1
-seq_len = 16
-lr = 1e-3
-warmup_steps = 1
-[cpu]
-threads = 1
-T
+  toml_from gpt2_1layer tiny.toml '[run]' 'log_every = 1' '[train]' 'grad_accum = 1'
   local line
   for line in "$@"; do printf '%s\n' "$line" >> tiny.toml; done
 }
@@ -211,31 +225,8 @@ rank_pid() {
 # trained 6 AdamW steps on train.bin, a global batch of 8 in micro-batches
 # of 2, validated at steps 3 and 6, 1 cpu thread per rank
 layout_toml() {
-  cat > eq.toml <<T
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = $1
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-val = "train.bin"
-[train]
-steps = 6
-global_batch = 8
-micro_batch = 2
-seq_len = 32
-lr = 3e-3
-warmup_steps = 2
-eval_every = 3
-[launch]
-timeout = 30.0
-[cpu]
-threads = 1
-T
+  toml_from gpt2_2layer eq.toml '[model]' "n_head = $1" \
+    '[data]' 'val = "train.bin"' '[train]' 'micro_batch = 2' 'eval_every = 3'
 }
 # cmp_runs.py, beside this file: compares two runs' curves or parameters
 cmp="$(dirname "${BASH_SOURCE[0]}")/cmp_runs.py"

@@ -7,7 +7,7 @@
 # greedy generation from weights the float64 reference wrote equal to the
 # reference's own, errors naming the tensor).  The numbers (cached logits
 # against a full forward, imported logits against the reference) are
-# tests/unit/test_generate.c's and test_hf_import.c's; here the command
+# tests/unit/core/model/test_generate.c's and test_hf_import.c's; here the command
 # line around them.
 set -euo pipefail
 bin=$1 work=$2
@@ -96,7 +96,7 @@ expect_out "says generation needs gpt2" "generation needs a model plugin with a 
 py=/usr/bin/python3
 # (hf/ and nat/ do not exist: export makes them, as the README's line needs)
 expect_exit 0 "export, hf layout" "$bin" export "$ck" hf/model.safetensors
-expect_out "export says where config.json went" "dtrain: wrote hf/config.json (Hugging Face GPT-2 config)"
+expect_out "export says where config.json went" "dtrain: wrote hf/config.json (Hugging Face config)"
 if out=$($py - hf/config.json <<'P' 2>&1
 import json, sys
 got = json.load(open(sys.argv[1]))
@@ -110,9 +110,11 @@ assert got == want, "got %r" % got
 P
 ); then ok "config.json holds HF's GPT-2 keys for this shape"; else bad "config.json" "$out"; fi
 # where Hugging Face's own library is installed (not in the project's
-# install list), it loads the folder and continues the prompt as dtrain does
-if $py -c 'import torch, transformers' 2>/dev/null; then
-  hfg=$($py - hf <<'P' 2>/dev/null
+# install list; $DT_HF_PYTHON names a python that has it), it loads the
+# folder and continues the prompt as dtrain does
+tpy=${DT_HF_PYTHON:-$py}
+if "$tpy" -c 'import torch, transformers' 2>/dev/null; then
+  hfg=$("$tpy" - hf <<'P' 2>/dev/null
 import sys, torch
 from transformers import GPT2LMHeadModel
 m = GPT2LMHeadModel.from_pretrained(sys.argv[1]).eval()
@@ -123,7 +125,7 @@ P
 )
   [ "$hfg" = "$s1" ] && ok "transformers' GPT2LMHeadModel loads the export and continues it as dtrain sample" ||
     bad "transformers' greedy continuation differs" "$hfg / $s1"
-else skip "transformers loads the export" "python3 has no torch/transformers"; fi
+else skip "transformers loads the export" "$tpy has no torch/transformers"; fi
 expect_exit 0 "export, dtrain layout" "$bin" export "$ck" nat/w.safetensors --layout dtrain
 [ ! -e nat/config.json ] && ok "no config.json beside a dtrain-layout export" ||
   bad "config.json written beside a dtrain-layout export" ""
@@ -212,13 +214,13 @@ expect_out "names the id" "--prompt: '50' is not a token id in [0, 50)"
 # import errors name the file and the tensor
 expect_exit 1 "import of a dtrain-layout export" "$bin" import nat/w.safetensors hf/config.json bad1
 expect_out "names the transposed tensor" \
-  "'nat/w.safetensors': tensor h.0.attn.c_attn.weight has shape [48, 16], but this GPT-2 (from its config.json) needs [16, 48] (Hugging Face's Conv1D layout, (in, out))"
+  "'nat/w.safetensors': tensor h.0.attn.c_attn.weight has shape [48, 16], but this gpt2 (from its config.json) needs [16, 48] (stored transposed, (in, out))"
 [ ! -e bad1 ] || [ -z "$(ls -A bad1)" ] && ok "nothing imported" || bad "bad1 holds files" "$(ls -R bad1)"
 expect_exit 2 "import without a config.json" "$bin" import nat/w.safetensors bad2
 expect_out "names the missing config" "nat/config.json"
 expect_exit 1 "import with another shape's config" "$bin" import hf/model.safetensors refhf/config.json bad3
 expect_out "names the first tensor that does not fit" \
-  "'hf/model.safetensors': tensor wte.weight has shape [256, 16], but this GPT-2 (from its config.json) needs [50, 16]"
+  "'hf/model.safetensors': tensor wte.weight has shape [256, 16], but this gpt2 (from its config.json) needs [50, 16]"
 expect_exit 1 "import of something else" "$bin" import tiny.toml hf/config.json bad4
 expect_out "names the file" "safetensors 'tiny.toml'"
 expect_exit 2 "import: one argument" "$bin" import hf/model.safetensors

@@ -147,6 +147,12 @@ expect_line "named, with the closest and where plugins are documented" \
 expect_exit 2 "config without a subcommand" "$bin" config
 expect_exit 0 "config --help" "$bin" config --help
 expect_out "usage shown" "usage: dtrain config doc [--markdown] [SECTION]"
+# every section config doc prints (its "[name]" headings) is named in the help
+help=$(tr '\n' ' ' <<<"$out")
+unnamed=$("$bin" config doc | sed -n 's/^\[\([a-z0-9_]*\)\].*/\1/p' | sort -u |
+  while read -r t; do grep -qE "[ :]$t[,)]" <<<"$help" || echo "$t"; done)
+[ -z "$unnamed" ] && ok "config --help names every section" ||
+  bad "sections config --help does not name" "$unnamed"
 
 # ---- keys spelled the DeepSpeed / PyTorch way point at dtrain's -------------
 # alias NAME TOML MESSAGE: `check` of [run] comm = "self" plus TOML fails

@@ -28,25 +28,11 @@ case "$("$bin" env 2>/dev/null)" in
   *"  GPUs       none "*) gpus=no ;;
 esac
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
-cat > tiny.toml <<'T'
-[run]
-comm = "self"
-device = "cuda"
-out_dir = "out"
-log_every = 1
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-[train]
-steps = 6
-micro_batch = 4
-seq_len = 32
-lr = 3e-3
-T
+toml_from gpt2_2layer tiny.toml \
+  '[run]' 'comm = "self"' 'device = "cuda"' 'log_every = 1' \
+  '[train]' 'micro_batch = 4' '-global_batch' '-warmup_steps' \
+  '[launch]' '-timeout' \
+  '[cpu]' '-threads'
 
 if [ "$mode" = gpu ]; then
   if [ $gpus = no ]; then

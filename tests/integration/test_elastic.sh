@@ -49,31 +49,10 @@ export DTRAIN_LOG=info
 losses_cmp() { /usr/bin/python3 "$here/elastic_cmp.py" "$@"; }
 
 expect_exit 0 "data prepare" "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin
-cat > el.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-[train]
-steps = 60
-global_batch = 24
-micro_batch = 2
-seq_len = 32
-lr = 3e-3
-[checkpoint]
-every = 4
-keep = 100
-[launch]
-timeout = 8.0
-[cpu]
-threads = 1
-T
+toml_from gpt2_2layer el.toml \
+  '[train]' 'steps = 60' 'global_batch = 24' 'micro_batch = 2' '-warmup_steps' \
+  '[checkpoint]' 'every = 4' 'keep = 100' \
+  '[launch]' 'timeout = 8.0'
 port=$((29700 + $$ % 200 * 4))
 
 # ---- the options, checked first ---------------------------------------------
@@ -81,8 +60,12 @@ expect_exit 2 "MIN above MAX" "$bin" run el.toml --nproc 2 --nnodes 3:2
 expect_out "MIN above MAX: named" "launch.min_nnodes = 3 (from the command line) is more than launch.nnodes = 2 (from the command line)"
 expect_exit 2 "a malformed MIN" "$bin" run el.toml --nproc 2 --nnodes x:2
 expect_out "a malformed MIN: named" "--nnodes 'x:2': MIN:MAX needs MIN"
+# mpi's ranks are mpirun's: started by dtrain's agent they are refused by
+# the plugin itself (a config error: exit 2, and the agent does not retry)
 expect_exit 2 "mpi refused" "$bin" run el.toml --nproc 2 --nnodes 1:1 --set run.comm=mpi
-expect_out "mpi refused: why" "run.comm = \"mpi\" cannot be restarted at another size: mpirun owns an MPI job's processes"
+expect_out "mpi refused: why" "comm/mpi: init: dtrain has this process as rank 1 of 2, MPI_COMM_WORLD as rank 0 of 1: start every rank with mpirun"
+expect_out "mpi refused: the agent says which rank and why" "failed (exit 2); its last error line: dtrain run: error: comm/mpi: init:"
+if grep -q 'restart 1 of' <<<"$out"; then bad "a config error was retried" "$out"; else ok "a config error is not retried"; fi
 expect_exit 2 "--max-restarts without MIN:MAX" "$bin" run el.toml --nproc 2 --max-restarts 1
 expect_out "--max-restarts without MIN:MAX: named" "launch.max_restarts = 1 (from the command line) applies to an elastic job only: give --nnodes MIN:MAX"
 expect_exit 2 "under torchrun's variables" env RANK=0 WORLD_SIZE=1 "$bin" run el.toml --nnodes 1:1

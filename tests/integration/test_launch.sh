@@ -20,29 +20,10 @@ export DTRAIN_LOG=info   # the device's info line is rank 1's only output in a r
 final_loss() { losses "$1" | tail -n 1; }
 
 expect_exit 0 "data prepare" "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin
-cat > tiny.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-log_every = 1
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-[train]
-steps = 6
-micro_batch = 2
-seq_len = 32
-lr = 3e-3
-warmup_steps = 2
-[launch]
-timeout = 20.0
-[cpu]
-threads = 1
-T
+toml_from gpt2_2layer tiny.toml \
+  '[run]' 'log_every = 1' \
+  '[train]' 'micro_batch = 2' '-global_batch' \
+  '[launch]' 'timeout = 20.0'
 
 # ---- launched ranks train; every line carries its rank ----
 expect_exit 0 "nproc=2 run" "$bin" run tiny.toml --set launch.nproc=2 --set run.name=l2 \

@@ -29,31 +29,11 @@ if ! has_test_hooks "$bin"; then
   skip "ledger" "this build has no test hooks (DTRAIN_FAULT_DIVERGE)"; finish; exit
 fi
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
-cat > s.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 4
-n_embd = 32
-context = 16
-[data]
-train = "train.bin"
-[train]
-steps = 4
-global_batch = 4
-micro_batch = 2
-seq_len = 16
-lr = 3e-3
-warmup_steps = 1
-[checkpoint]
-every = 0
-[launch]
-timeout = 3.0
-[cpu]
-threads = 1
-T
+toml_from gpt2_2layer s.toml \
+  '[model]' 'n_head = 4' 'context = 16' \
+  '[train]' 'steps = 4' 'global_batch = 4' 'micro_batch = 2' 'seq_len = 16' 'warmup_steps = 1' \
+  '[checkpoint]' 'every = 0' \
+  '[launch]' 'timeout = 3.0'
 
 ms() { echo $(( ($(date +%s%N) - t0) / 1000000 )); }
 

@@ -35,28 +35,7 @@ expect_out "describe lists progress_us" "progress_us        int    default 100"
 expect_out "describe lists abort_job" "abort_job          bool   default false"
 
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
-cat > eq.toml <<'T'
-[run]
-comm = "mpi"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-[train]
-steps = 8
-global_batch = 8
-seq_len = 32
-lr = 3e-3
-warmup_steps = 2
-[launch]
-timeout = 30.0
-[cpu]
-threads = 1
-T
+toml_from gpt2_2layer eq.toml '[run]' 'comm = "mpi"' '[train]' 'steps = 8'
 # "loss" and "grad_norm" of every step, for exact comparisons
 curve() { grep -o '"loss": [^,]*, "lr": [^,]*, "grad_norm": [^,]*' "$1"; }
 same_curve() {

@@ -22,28 +22,7 @@ part=${3:-all}
 py=/usr/bin/python3
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
-cat > eq.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-[train]
-steps = 20
-global_batch = 8
-seq_len = 32
-lr = 3e-3
-warmup_steps = 2
-[launch]
-timeout = 30.0
-[cpu]
-threads = 1
-T
+toml_from gpt2_2layer eq.toml '[train]' 'steps = 20'
 
 if [ "$part" != faults ]; then   # (not indented: the main part is most of the file)
 cat > cmp.py <<'P'

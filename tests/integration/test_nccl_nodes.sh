@@ -22,25 +22,11 @@ if [ ! -f "$(dirname "$bin")/plugins-out/dtrain_nccl.so" ]; then
 fi
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
-cat > tiny.toml <<'T'
-[run]
-comm = "nccl"
-device = "cuda"
-out_dir = "out"
-log_every = 1
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-[train]
-steps = 6
-micro_batch = 4
-seq_len = 32
-lr = 3e-3
-T
+toml_from gpt2_2layer tiny.toml \
+  '[run]' 'comm = "nccl"' 'device = "cuda"' 'log_every = 1' \
+  '[train]' 'micro_batch = 4' '-global_batch' '-warmup_steps' \
+  '[launch]' '-timeout' \
+  '[cpu]' '-threads'
 
 # nodes NAME ARGS...: node 0 and node 1 of a 2-node job, one rank each, on
 # a port of their own, the same config (launch.node_rank aside, a

@@ -57,27 +57,9 @@ netns_make
 
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
-cat > eq.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-[train]
-steps = 6
-global_batch = 16
-seq_len = 32
-lr = 3e-3
-[launch]
-timeout = 4.0
-[cpu]
-threads = 1
-T
+toml_from gpt2_2layer eq.toml \
+  '[train]' 'global_batch = 16' '-warmup_steps' \
+  '[launch]' 'timeout = 4.0'
 export DTRAIN_JOB_SECRET
 DTRAIN_JOB_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 

@@ -28,31 +28,12 @@ netns_make
 
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
-cat > s.toml <<'T'
-[run]
-comm = "tcp"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 4
-n_embd = 32
-context = 16
-[data]
-train = "train.bin"
-[train]
-steps = 4
-global_batch = 8
-micro_batch = 2
-seq_len = 16
-lr = 3e-3
-warmup_steps = 1
-[checkpoint]
-every = 0
-[launch]
-timeout = 3.0
-[cpu]
-threads = 1
-T
+toml_from gpt2_2layer s.toml \
+  '[run]' 'comm = "tcp"' \
+  '[model]' 'n_head = 4' 'context = 16' \
+  '[train]' 'steps = 4' 'micro_batch = 2' 'seq_len = 16' 'warmup_steps = 1' \
+  '[checkpoint]' 'every = 0' \
+  '[launch]' 'timeout = 3.0'
 export DTRAIN_JOB_SECRET
 DTRAIN_JOB_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 

@@ -73,29 +73,11 @@ job_glob() {
 }
 
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
-cat > eq.toml <<'T'
-[run]
-comm = "mpi"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-[train]
-steps = 6
-global_batch = 16
-seq_len = 32
-lr = 3e-3
-[launch]
-timeout = 4.0
-[cpu]
-threads = 1
-[checkpoint]
-keep = 3
-T
+toml_from gpt2_2layer eq.toml \
+  '[run]' 'comm = "mpi"' \
+  '[train]' 'global_batch = 16' '-warmup_steps' \
+  '[launch]' 'timeout = 4.0' \
+  '[checkpoint]' 'keep = 3'
 
 # ---- the 2 x 2 job trains across the link --------------------------------
 expect_exit 0 "shm, 1 node x 4 ranks" "$bin" run eq.toml --set run.comm=shm --nproc 4 \

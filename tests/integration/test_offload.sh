@@ -28,28 +28,10 @@ bin=$1 work=$2
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 printf 'the text this run trains on, repeated. %.0s' $(seq 400) > text.txt
 "$bin" data prepare text.txt train.bin >/dev/null
-cat > t.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 1
-n_head = 2
-n_embd = 16
-context = 16
-[data]
-train = "train.bin"
-[train]
-steps = 3
-micro_batch = 2
-seq_len = 16
-lr = 1e-3
-warmup_steps = 1
-[launch]
-timeout = 30.0
-[cpu]
-threads = 1
-T
+toml_from gpt2_1layer t.toml \
+  '[run]' 'comm = "shm"' \
+  '[train]' 'steps = 3' \
+  '[launch]' 'timeout = 30.0'
 
 # run NAME ARGS...: train, export the final parameters to NAME.st
 run() {

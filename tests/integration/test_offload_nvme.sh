@@ -32,29 +32,10 @@ tag="on$$"
 printf 'the text this run trains on, repeated. %.0s' $(seq 400) > text.txt
 "$bin" data prepare text.txt train.bin >/dev/null
 nv=$work/nv
-cat > t.toml <<T
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 1
-n_head = 2
-n_embd = 16
-context = 16
-[data]
-train = "train.bin"
-[train]
-steps = 3
-micro_batch = 2
-grad_accum = 2
-seq_len = 16
-lr = 1e-3
-warmup_steps = 1
-[launch]
-timeout = 20.0
-[cpu]
-threads = 1
-T
+toml_from gpt2_1layer t.toml \
+  '[run]' 'comm = "shm"' \
+  '[train]' 'steps = 3' 'grad_accum = 2' \
+  '[launch]' 'timeout = 20.0'
 # the tier's settings, given with it ([offload_nvme] is allowed only then)
 tier=(--set parallel.offload=offload_nvme --set offload_nvme.path="$nv"
       --set offload_nvme.block_size=8192)

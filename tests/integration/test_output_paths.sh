@@ -126,7 +126,7 @@ done
 rm -rf hf
 expect_exit 0 "export runs/tiny/ckpt hf/model.safetensors without hf/" "$bin" export "$ck" \
   hf/model.safetensors
-expect_out "... says where config.json went" "dtrain: wrote hf/config.json (Hugging Face GPT-2 config)"
+expect_out "... says where config.json went" "dtrain: wrote hf/config.json (Hugging Face config)"
 if python3 - hf/config.json <<'P'
 import json, sys
 c = json.load(open(sys.argv[1]))

@@ -8,25 +8,7 @@ bin=$1 work=$2
 . "$(dirname "$0")/lib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 expect_exit 0 "data prepare" "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin
-cat > tiny.toml <<'T'
-[run]
-comm = "self"
-name = "t"
-out_dir = "out"
-[model]
-n_layer = 1
-n_head = 2
-n_embd = 16
-context = 16
-[data]
-train = "train.bin"
-[train]
-steps = 2
-micro_batch = 2
-seq_len = 16
-[cpu]
-threads = 1
-T
+toml_from gpt2_1layer tiny.toml '[run]' 'name = "t"' '[train]' '-lr' '-warmup_steps'
 
 # a file where the folder should be: no step is taken
 echo x > afile

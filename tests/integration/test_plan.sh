@@ -45,22 +45,10 @@ set -euo pipefail
 bin=$1 work=$2 fakes=$3   # fakes: the fake plugins' folder (fake_strategy.c)
 . "$(dirname "$0")/lib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
-cat > eq.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-[train]
-steps = 20
-global_batch = 8
-seq_len = 32
-T
+toml_from gpt2_2layer eq.toml \
+  '[train]' 'steps = 20' '-lr' '-warmup_steps' \
+  '[launch]' '-timeout' \
+  '[cpu]' '-threads'
 
 expect_exit 0 "plan every strategy at 4 ranks" "$bin" plan eq.toml --world 4
 for row in "ddp " "zero-1 " "zero-2 " "zero-3 " "fsdp FULL_SHARD " "fsdp SHARD_GRAD_OP " "fsdp NO_SHARD "; do
@@ -83,7 +71,7 @@ expect_exit 0 "plan with a third-party strategy on the path" \
   env DTRAIN_PLUGIN_PATH="$fakes" "$bin" plan eq.toml --world 4 --set fakestrat.note=from-the-config
 rows=$(printf '%s\n' "$out" | sed -n '/^strategy /,$p' | grep -v '^ ' | tail -n +2 |
        sed -E 's/ +([0-9.]+ [MG]iB|not planned).*//' | paste -sd'|')
-want="ddp|zero-1|zero-2|zero-3|fsdp NO_SHARD|fsdp SHARD_GRAD_OP|fsdp FULL_SHARD|fsdp HYBRID_SHARD|fakepresets first|fakepresets second|fakepresets broken|fakestrat"
+want="ddp|fsdp NO_SHARD|fsdp SHARD_GRAD_OP|fsdp FULL_SHARD|fsdp HYBRID_SHARD|zero-1|zero-2|zero-3|fakepresets first|fakepresets second|fakepresets broken|fakestrat"
 if [ "$rows" = "$want" ]; then ok "rows in order, the third-party strategy last"
 else bad "rows: $rows, expected $want" "$out"; fi
 grep -q '^ *from-the-config$' <<<"$(grep -A1 '^fakestrat .*MiB' <<<"$out")" &&
@@ -190,13 +178,13 @@ expect_exit 0 "plan 1.5B with 10GiB per rank" "$bin" plan eq.toml --world 8 --mo
   --device-memory 10GiB
 expect_out "the device memory is stated" "device memory: 10.00 GiB per rank (fits: total/rank within it)"
 grep -qE '^strategy .* sent/step +fits$' <<<"$out" && ok "a fits column" || bad "no fits column" "$out"
-fits_check 10 "zero-3,fsdp SHARD_GRAD_OP,fsdp FULL_SHARD"
+fits_check 10 "fsdp SHARD_GRAD_OP,fsdp FULL_SHARD,zero-3"
 expect_out "the least traffic that fits is recommended" \
   "recommended: fsdp SHARD_GRAD_OP (9.81 GiB per rank of 10.00 GiB; sends 10.15 GiB per step)"
 expect_out "and why" "  the least traffic of the 3 strategies that fit; of those within 1% of it, the least memory per rank"
 expect_exit 0 "plan 1.5B with 8GiB per rank" "$bin" plan eq.toml --world 8 --model gpt2-1558m \
   --device-memory 8GiB
-fits_check 8 "zero-3,fsdp FULL_SHARD"
+fits_check 8 "fsdp FULL_SHARD,zero-3"
 expect_out "equal traffic: the least memory is recommended" \
   "recommended: fsdp FULL_SHARD (4.66 GiB per rank of 8.00 GiB; sends 15.77 GiB per step)"
 expect_exit 0 "plan 1.5B with 5GiB per rank" "$bin" plan eq.toml --world 8 --model gpt2-1558m \
@@ -214,7 +202,7 @@ expect_out "none fits: the smallest is named" \
 expect_exit 0 "--device-memory in decimal units" "$bin" plan eq.toml --world 8 --model gpt2-1558m \
   --device-memory "80 GB"
 expect_out "80 GB is 74.51 GiB" "device memory: 74.51 GiB per rank"
-fits_check 74.505806 "ddp,zero-1,zero-2,zero-3,fsdp NO_SHARD,fsdp SHARD_GRAD_OP,fsdp FULL_SHARD"
+fits_check 74.505806 "ddp,fsdp NO_SHARD,fsdp SHARD_GRAD_OP,fsdp FULL_SHARD,zero-1,zero-2,zero-3"
 expect_exit 0 "plan without --device-memory" "$bin" plan eq.toml --world 8 --model gpt2-1558m
 if grep -qE 'fits|recommended' <<<"$out"; then bad "fits or a recommendation without --device-memory" "$out"
 else ok "no fits column and no recommendation without --device-memory"; fi

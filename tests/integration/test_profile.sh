@@ -7,39 +7,18 @@
 # micro-batch per step and `device:skip=1` reports one whole forward pass,
 # which is one step (passes 2..2 of 3): the 4 L + 1 = 9 matmuls of a
 # 2-layer GPT-2's forward and backward, with FLOP rates; `sync` says so in
-# the title.  Unknown --profile values are usage errors.
+# the title; a llama's passes begin at its vocab_embedding_forward.
+# Unknown --profile values are usage errors.
 set -euo pipefail
 bin=$1 work=$2
 . "$(dirname "$0")/lib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
-cat > p.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-[train]
-steps = 3
-global_batch = 8
-seq_len = 32
-lr = 3e-3
-warmup_steps = 1
-[parallel]
-data = "zero"
-[zero]
-stage = 2
-[launch]
-nproc = 2
-timeout = 30.0
-[cpu]
-threads = 1
-T
+toml_from gpt2_2layer p.toml \
+  '[train]' 'steps = 3' 'warmup_steps = 1' \
+  '[parallel]' 'data = "zero"' \
+  '[zero]' 'stage = 2' \
+  '[launch]' 'nproc = 2'
 expect_exit 0 "2 ranks with --profile comm,device" "$bin" run p.toml --profile comm,device
 expect_out "rank 0 prints its table" "[rank 0] comm profile (rank 0, shm):"
 expect_out "rank 1 prints its table" "[rank 1] comm profile (rank 1, shm):"
@@ -80,6 +59,16 @@ r=$(dev_row adamw_update)
 if printf '%s\n' "$r" | awk '$1 > 0 && $2 == "-" {f = 1} END {exit !f}'
 then ok "adamw_update: called, no FLOP rate (memory bound: bytes only)"
 else bad "adamw_update row" "$out"; fi
+# a llama's forward begins at vocab_embedding_forward: its passes too; a
+# 2-layer llama's step has 4 L + 1 = 9 matmuls as GPT-2's (q|k|v fused,
+# o_proj, gate|up fused, down_proj; the head)
+expect_exit 0 "a llama with --profile device:skip=1" "$bin" run p.toml --set launch.nproc=1 \
+  --set run.comm=self --set train.micro_batch=8 --set checkpoint.overwrite=true \
+  --set model.arch=llama --set run.name=llama --profile device:skip=1
+expect_out "the llama's table covers step 2" "device profile (rank 0, cpu): passes 2..2 of 3 (1 whole; a pass begins at each vocab_embedding_forward)"
+r=$(dev_row matmul_forward)
+[ "${r%% *}" = 9 ] && ok "llama: matmul_forward 9 calls in the step" ||
+  bad "llama: matmul_forward row '$r', expected 9 calls" "$out"
 expect_exit 0 "--profile device:sync" "$bin" run p.toml --set launch.nproc=1 \
   --set run.comm=self --set train.micro_batch=8 --set checkpoint.overwrite=true \
   --profile device:sync:skip=1

@@ -50,33 +50,9 @@ expect_out "sync_every is declared" "sync_every         int    default 4, range 
 
 cd "$work"
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
-cat > lsgd.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-[train]
-steps = 16
-global_batch = 8
-micro_batch = 4
-seq_len = 32
-lr = 0.1
-decay = "constant"
-gradient_clipping = 0
-[optimizer]
-type = "sgd"
-momentum = 0
-[launch]
-timeout = 30.0
-[cpu]
-threads = 1
-T
+toml_from gpt2_2layer lsgd.toml \
+  '[train]' 'steps = 16' 'micro_batch = 4' 'lr = 0.1' 'decay = "constant"' 'gradient_clipping = 0' '-warmup_steps' \
+  '[optimizer]' 'type = "sgd"' 'momentum = 0'
 lsgd() { ranks 2 lsgd.toml --set parallel.data=local_sgd "$@"; }
 # hashes R: "step hash" for every step rank R logged
 hashes() { grep -o 'step [0-9]*: parameters hash [0-9a-f]*' "rank$1.log" | awk '{print $2, $5}' | tr -d :; }

@@ -10,7 +10,7 @@
 #    its losses are arch = "mlp" with mlp_layers = 0's to the bit (tolerance
 #    0, over 6 steps, evaluation included): the same tensors, so the same
 #    initial parameters, and the same kernels.  The in-tree mlp, and the
-#    example itself (tests/unit/test_model_bigram), are checked against
+#    example itself (tests/unit/sdk/test_model_bigram), are checked against
 #    tests/reference/mlp_ref.py (float64 numpy) within DT_MH_TOL_F32;
 #  - its checkpoint rebuilds it ([bigram] width from the manifest's keys);
 #  - a [model] key it does not read is refused before any rank starts.

@@ -33,32 +33,10 @@ else bad "not listed as a schedule at ABI 1.0" "$out"; fi
 
 cd "$work"
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
-cat > pp.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-val = "train.bin"
-[train]
-steps = 6
-global_batch = 8
-micro_batch = 2
-seq_len = 32
-lr = 0.003
-eval_every = 3
-[parallel]
-pipeline = 2
-[launch]
-timeout = 30.0
-[cpu]
-threads = 1
-T
+toml_from gpt2_2layer pp.toml \
+  '[data]' 'val = "train.bin"' \
+  '[train]' 'micro_batch = 2' 'lr = 0.003' 'eval_every = 3' '-warmup_steps' \
+  '[parallel]' 'pipeline = 2'
 for s in gpipe sequential; do
   if ranks 2 pp.toml --set pipeline.schedule=$s --set run.name=$s --metrics $s.jsonl; then
     ok "2 stages, schedule $s, trained"

@@ -20,31 +20,10 @@ bin=$1 work=$2
 . "$(dirname "$0")/lib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin >/dev/null
-cat > s.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-[model]
-n_layer = 2
-n_head = 4
-n_embd = 32
-context = 16
-[data]
-train = "train.bin"
-[train]
-steps = 2
-global_batch = 8
-micro_batch = 2
-seq_len = 16
-lr = 3e-3
-warmup_steps = 1
-[checkpoint]
-every = 0
-[launch]
-timeout = 30.0
-[cpu]
-threads = 1
-T
+toml_from gpt2_2layer s.toml \
+  '[model]' 'n_head = 4' 'context = 16' \
+  '[train]' 'steps = 2' 'micro_batch = 2' 'seq_len = 16' 'warmup_steps = 1' \
+  '[checkpoint]' 'every = 0'
 
 # strict N NAME ARGS...: N ranks train under the checks; every rank's
 # summary line says it checked device buffers and refused nothing

@@ -10,28 +10,10 @@ bin=$1 work=$2
 . "$(dirname "$0")/lib.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 expect_exit 0 "data prepare" "$bin" data prepare /usr/share/common-licenses/GPL-3 train.bin
-cat > tiny.toml <<'T'
-[run]
-comm = "self"
-out_dir = "out"
-log_every = 1
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "train.bin"
-[train]
-steps = 8
-micro_batch = 4
-grad_accum = 2
-seq_len = 32
-lr = 3e-3
-warmup_steps = 2
-[cpu]
-threads = 1
-T
+toml_from gpt2_2layer tiny.toml \
+  '[run]' 'comm = "self"' 'log_every = 1' \
+  '[train]' 'steps = 8' 'micro_batch = 4' 'grad_accum = 2' '-global_batch' \
+  '[launch]' '-timeout'
 loss() { losses "$1" | sed -n "${2}p"; }
 expect_exit 0 "uninterrupted 8-step run" "$bin" run tiny.toml --metrics full.jsonl --set run.name=full
 first=$(loss full.jsonl 1); last=$(loss full.jsonl 8)

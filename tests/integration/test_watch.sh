@@ -71,35 +71,11 @@ else bad "summary of the stopped run" "$out"; fi
 # validation file.  Tolerance 1e-5: only the reduction order differs (the
 # old per-rank count gave 2x the sequences on 2 ranks and differed by 5e-2).
 "$bin" data prepare /usr/share/common-licenses/GPL-3 gpl.bin --val gpl-val.bin --val-fraction 0.1 >/dev/null
-cat > v.toml <<'T'
-[run]
-comm = "shm"
-out_dir = "out"
-log_every = 100
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-context = 32
-[data]
-train = "gpl.bin"
-val = "gpl-val.bin"
-[train]
-steps = 6
-global_batch = 8
-micro_batch = 2
-seq_len = 32
-lr = 3e-3
-warmup_steps = 2
-eval_every = 1000
-eval_steps = 4
-[checkpoint]
-every = 6
-[launch]
-timeout = 30.0
-[cpu]
-threads = 1
-T
+toml_from gpt2_2layer v.toml \
+  '[run]' 'log_every = 100' \
+  '[data]' 'train = "gpl.bin"' 'val = "gpl-val.bin"' \
+  '[train]' 'micro_batch = 2' 'eval_every = 1000' 'eval_steps = 4' \
+  '[checkpoint]' 'every = 6'
 expect_exit 0 "6 steps on 1 rank, checkpoint at 6" "$bin" run v.toml --set run.name=pre
 at_lr0=(--set checkpoint.resume=out/pre/ckpt/step-00000006 --set train.steps=7 --set train.lr=0
         --set train.min_lr=0 --set train.eval_every=7)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Float64 numpy reference of dtrain's arch = "mlp" model (a bigram
 Linear+GELU stack; plugins/mlp/mlp.c): forward, mean cross-entropy loss and a
-hand-written backward, used by tests/unit/test_mlp.c as an oracle.
+hand-written backward, used by tests/unit/plugins/mlp/test_mlp.c as an oracle.
 
     /usr/bin/python3 tests/reference/mlp_ref.py --params P.safetensors \
         --tokens T.bin --out O.safetensors --mlp-layers NL

@@ -20,7 +20,7 @@ rotary table in float32);
 otherwise that check prints SKIP.
 
 Run: /usr/bin/python3 tests/reference/test_llama_ref_selfcheck.py
-(tests/unit/test_llama_oracle.c runs it before trusting the oracle.)
+(tests/unit/plugins/llama/test_llama_oracle.c runs it before trusting the oracle.)
 Exit status 0 when every check passes, 77 (skipped) without numpy.
 """
 

@@ -12,7 +12,7 @@ checks:
   4. bad input exits with status 1 and a message naming the problem.
 
 Run: /usr/bin/python3 tests/reference/test_mlp_ref_selfcheck.py
-(tests/unit/test_mlp.c runs it before trusting the oracle.)
+(tests/unit/plugins/mlp/test_mlp.c runs it before trusting the oracle.)
 Exit status 0 when every check passes.  The fixtures are ref_common.py's,
 shared with test_gpt2_ref_selfcheck.py.
 """

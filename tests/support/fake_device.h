@@ -10,7 +10,7 @@
 #include "dtrain/device.h"
 
 extern const dt_device_ops_v1_t dt_fake_device;
-/* The instance to pass beside dt_fake_device. */
+/* The instance (it starts with &dt_fake_device, dtrain/device.h). */
 dt_device_t *dt_fake_device_instance(void);
 /* Copies block from now on, and once released fail when `fail`. */
 void dt_fake_device_reset(int fail);

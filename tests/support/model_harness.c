@@ -29,6 +29,7 @@
 /* ------------------------------------------------------------ strategy */
 
 struct dt_mh_strategy {
+    const dt_strategy_ops_v1_t *ops; /* first: &mh_ops (dtrain/strategy.h) */
     dt_mh_t *h;
     uint32_t n_units, n_micro;
     float **master;  /* host, f32 */
@@ -318,7 +319,8 @@ int dt_mh_open_at(dt_mh_t *h, const char *plugin_dir, const char *source_dir,
             return rc;
         dt_mh_perturb(s->master[u], ud, seed);
     }
-    h->ctx = (dt_model_ctx_t){h->D, h->dev, h->stream, &mh_ops, (dt_strategy_t *)s, "oracle"};
+    s->ops = &mh_ops;
+    h->ctx = (dt_model_ctx_t){h->dev, h->stream, (dt_strategy_t *)s, "oracle"};
     if (dt_mh_slots > 1 && (rc = dt_model_set_slots(h->model, dt_mh_slots)))
         return rc;
     if (dt_mh_n_chunks &&

@@ -145,7 +145,7 @@ static uint64_t pbytes(int dtype, uint64_t n)
     return n * (dtype == DT_BF16 ? 2u : 4u);
 }
 
-int dt_toy_forward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, const dt_toy_dev_t *dd,
+int dt_toy_forward(dt_strategy_t *s, const dt_toy_dev_t *dd,
                    int param_dtype, int rank, uint32_t micro, uint32_t n_micro, uint32_t flags,
                    double *loss)
 {
@@ -159,7 +159,7 @@ int dt_toy_forward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, const dt_toy
                           .micro = micro,
                           .n_micro = n_micro,
                           .flags = flags};
-        if ((rc = S->pre_forward(s, &h, &b)) != DT_OK ||
+        if ((rc = dt_strategy_ops(s)->pre_forward(s, &h, &b)) != DT_OK ||
             (rc = dt_toy_read(dd, p, b.params, pbytes(param_dtype, units[u].numel))) != DT_OK)
             break;
         l += unit_loss(p, param_dtype, rank, micro, u);
@@ -169,14 +169,14 @@ int dt_toy_forward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, const dt_toy
                                .micro = micro,
                                .n_micro = n_micro,
                                .flags = flags};
-            if ((rc = S->pre_forward(s, &h0, &b0)) != DT_OK ||
+            if ((rc = dt_strategy_ops(s)->pre_forward(s, &h0, &b0)) != DT_OK ||
                 (rc = dt_toy_read(dd, p, b0.params, pbytes(param_dtype, DT_TOY_TIED))) != DT_OK)
                 break;
             l += tie_loss(p, param_dtype, rank, micro);
-            rc = S->post_forward(s, &h0);
+            rc = dt_strategy_ops(s)->post_forward(s, &h0);
         }
         if (rc == DT_OK)
-            rc = S->post_forward(s, &h);
+            rc = dt_strategy_ops(s)->post_forward(s, &h);
     }
     *loss = l;
     return rc;
@@ -200,7 +200,7 @@ static int add_grad(const dt_toy_dev_t *dd, const dt_unit_buffers_v1_t *b, int d
     return dt_toy_write(dd, b->grads, g, n * sizeof(float));
 }
 
-int dt_toy_backward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, const dt_toy_dev_t *dd,
+int dt_toy_backward(dt_strategy_t *s, const dt_toy_dev_t *dd,
                     int param_dtype, int rank, uint32_t micro, uint32_t n_micro)
 {
     dt_unit_buffers_v1_t b = {.struct_size = sizeof b}, b0 = {.struct_size = sizeof b0};
@@ -210,23 +210,23 @@ int dt_toy_backward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, const dt_to
     dt_hook_v1_t h0 = {
         .struct_size = sizeof(dt_hook_v1_t), .unit = 0, .micro = micro, .n_micro = n_micro};
     int rc;
-    if ((rc = S->pre_backward(s, &h, &b)) != DT_OK ||
-        (rc = S->pre_backward(s, &h0, &b0)) != DT_OK ||
+    if ((rc = dt_strategy_ops(s)->pre_backward(s, &h, &b)) != DT_OK ||
+        (rc = dt_strategy_ops(s)->pre_backward(s, &h0, &b0)) != DT_OK ||
         (rc = add_grad(dd, &b0, param_dtype, rank, micro, 0, 1)) != DT_OK ||
-        (rc = S->post_backward(s, &h0)) != DT_OK ||
+        (rc = dt_strategy_ops(s)->post_backward(s, &h0)) != DT_OK ||
         (rc = add_grad(dd, &b, param_dtype, rank, micro, head, 0)) != DT_OK)
         return rc;
     h.last_use = 1;
-    if ((rc = S->post_backward(s, &h)) != DT_OK)
+    if ((rc = dt_strategy_ops(s)->post_backward(s, &h)) != DT_OK)
         return rc;
     for (uint32_t u = head; u-- > 0;) {
         dt_hook_v1_t hu = {
             .struct_size = sizeof(dt_hook_v1_t), .unit = u, .micro = micro, .n_micro = n_micro};
-        if ((rc = S->pre_backward(s, &hu, &b)) != DT_OK ||
+        if ((rc = dt_strategy_ops(s)->pre_backward(s, &hu, &b)) != DT_OK ||
             (rc = add_grad(dd, &b, param_dtype, rank, micro, u, 0)) != DT_OK)
             return rc;
         hu.last_use = 1;
-        if ((rc = S->post_backward(s, &hu)) != DT_OK)
+        if ((rc = dt_strategy_ops(s)->post_backward(s, &hu)) != DT_OK)
             return rc;
     }
     return DT_OK;

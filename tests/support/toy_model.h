@@ -72,14 +72,14 @@ int dt_toy_write(const dt_toy_dev_t *dd, void *dst, const void *src, uint64_t by
  * with unit 0 re-entered inside it), computing this rank's loss from the
  * parameters handed out (param_dtype f32 or bf16), read through `dd`.
  * flags: DT_HOOK_*. */
-int dt_toy_forward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, const dt_toy_dev_t *dd,
+int dt_toy_forward(dt_strategy_t *s, const dt_toy_dev_t *dd,
                    int param_dtype, int rank, uint32_t micro, uint32_t n_micro, uint32_t flags,
                    double *loss);
 /* One backward pass in the core's order (head with unit 0 nested,
  * last_use 0; the block; unit 0, last_use 1), adding the loss's gradient
  * at the handed-out parameters into the handed-out gradient buffers
  * (read, added to and written back through `dd`). */
-int dt_toy_backward(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, const dt_toy_dev_t *dd,
+int dt_toy_backward(dt_strategy_t *s, const dt_toy_dev_t *dd,
                     int param_dtype, int rank, uint32_t micro, uint32_t n_micro);
 
 /* The float64 reference: parameters and moments of every unit. */

@@ -148,7 +148,7 @@ int dt_toy_setup(const char *plugin_dir, const dt_device_ops_v1_t **D,
 
 /* Load the initial state through HELD ranges, as the core's fresh start
  * does: parameters from dt_toy_pval, moments zero. */
-static void load_fresh(const dt_strategy_ops_v1_t *S, dt_strategy_t *s)
+static void load_fresh(dt_strategy_t *s)
 {
     float full[DT_TOY_MAXN];
     for (uint32_t u = 0; u < DT_TOY_NU; u++)
@@ -157,26 +157,27 @@ static void load_fresh(const dt_strategy_ops_v1_t *S, dt_strategy_t *s)
                 full[i] = k == DT_STATE_PARAMS ? dt_toy_pval(u, i) : 0.0f;
             dt_range_t rg[8];
             uint32_t n = 0;
-            DT_MP_OK(S->state_ranges(s, u, k, DT_RANGES_HELD, rg, 8, &n));
+            DT_MP_OK(dt_strategy_ops(s)->state_ranges(s, u, k, DT_RANGES_HELD, rg, 8, &n));
             DT_MP_CHECK(n <= 8);
             for (uint32_t j = 0; j < n; j++)
-                DT_MP_OK(S->set_state(s, u, k, rg[j], full + rg[j].offset));
+                DT_MP_OK(dt_strategy_ops(s)->set_state(s, u, k, rg[j], full + rg[j].offset));
         }
 }
 
-static void report_state(const dt_strategy_ops_v1_t *S, dt_strategy_t *s, dt_toy_rank_t *out)
+static void report_state(dt_strategy_t *s, dt_toy_rank_t *out)
 {
     for (int k = 0; k < DT_STATE_COUNT; k++)
         for (uint32_t u = 0; u < DT_TOY_NU; u++) {
             dt_range_t rg[8];
             uint32_t n = 0;
-            DT_MP_OK(S->state_ranges(s, u, k, DT_RANGES_HELD, rg, 8, &n));
+            DT_MP_OK(dt_strategy_ops(s)->state_ranges(s, u, k, DT_RANGES_HELD, rg, 8, &n));
             DT_MP_CHECK(n <= 8);
             for (uint32_t j = 0; j < n; j++) {
-                DT_MP_OK(S->get_state(s, u, k, rg[j], &out->state[k][u][rg[j].offset]));
+                DT_MP_OK(
+                    dt_strategy_ops(s)->get_state(s, u, k, rg[j], &out->state[k][u][rg[j].offset]));
                 memset(&out->held[k][u][rg[j].offset], 1, rg[j].count);
             }
-            DT_MP_OK(S->state_ranges(s, u, k, DT_RANGES_SAVE, rg, 8, &n));
+            DT_MP_OK(dt_strategy_ops(s)->state_ranges(s, u, k, DT_RANGES_SAVE, rg, 8, &n));
             DT_MP_CHECK(n <= 1); /* the engine saves one range per unit */
             out->n_save[k][u] = n;
             if (n)
@@ -197,10 +198,14 @@ int dt_toy_env_open(dt_toy_env_t *env, const dt_toy_run_t *run, int rank, int si
     DT_MP_OK(D->init(&env->th_dev.host, &di, &env->dev));
     DT_MP_OK(D->stream_create(env->dev, &env->cs));
     env->dd = (dt_toy_dev_t){.ops = D, .dev = env->dev, .stream = env->cs};
-    dt_comm_init_v1_t ci = {.struct_size = sizeof ci, .rank = rank, .size = size,
-                            .local_rank = rank, .local_size = size, .job_id = job,
+    dt_comm_init_v1_t ci = {.struct_size = sizeof ci,
+                            .rank = rank,
+                            .size = size,
+                            .local_rank = rank,
+                            .local_size = size,
+                            .job_id = job,
                             .timeout_ms = run->timeout_ms ? run->timeout_ms : 20000,
-                            .dev_ops = D, .dev = env->dev};
+                            .dev = env->dev};
     DT_MP_OK(run->C->init(&env->th_comm.host, &ci, &env->comm));
     env->base.struct_size = sizeof env->base;
     DT_MP_OK(D->mem_stats(env->dev, &env->base));
@@ -208,10 +213,8 @@ int dt_toy_env_open(dt_toy_env_t *env, const dt_toy_run_t *run, int rank, int si
     env->optim = dt_toy_optim(run->optim);
     dt_strategy_init_v1_t a = {.struct_size = sizeof a,
                                .n_micro = run->n_micro,
-                               .dev_ops = D,
                                .dev = env->dev,
                                .compute_stream = env->cs,
-                               .comm_ops = run->C,
                                .comm = env->comm,
                                .model = &env->model,
                                .optim = &env->optim};
@@ -255,7 +258,7 @@ void dt_toy_env_close(dt_toy_env_t *env, const dt_toy_run_t *run)
 
 void dt_toy_env_load(dt_toy_env_t *env, const dt_toy_run_t *run)
 {
-    load_fresh(run->S, env->s);
+    load_fresh(env->s);
     DT_MP_OK(run->S->state_loaded(env->s));
 }
 
@@ -273,14 +276,14 @@ static int rank_main(int rank, int size, const char *job, void *arg)
         dt_toy_env_load(&env, run);
         double l;
         if (run->eval_first)
-            DT_MP_OK(dt_toy_forward(S, s, &env.dd, run->param_dtype, rank, 0, 0,
+            DT_MP_OK(dt_toy_forward(s, &env.dd, run->param_dtype, rank, 0, 0,
                                     DT_HOOK_NO_GRAD, &l));
         for (int t = 1; t <= run->steps; t++) {
             DT_MP_OK(S->begin_step(s, t));
             for (uint32_t m = 0; m < run->n_micro; m++) {
-                DT_MP_OK(dt_toy_forward(S, s, &env.dd, run->param_dtype, rank, m, run->n_micro,
+                DT_MP_OK(dt_toy_forward(s, &env.dd, run->param_dtype, rank, m, run->n_micro,
                                         0, &out->loss[t - 1][m]));
-                DT_MP_OK(dt_toy_backward(S, s, &env.dd, run->param_dtype, rank, m,
+                DT_MP_OK(dt_toy_backward(s, &env.dd, run->param_dtype, rank, m,
                                          run->n_micro));
             }
             dt_step_args_v1_t sa = {.struct_size = sizeof(dt_step_args_v1_t),
@@ -293,7 +296,7 @@ static int rank_main(int rank, int size, const char *job, void *arg)
             out->nonfinite[t - 1] = r.nonfinite;
         }
         dt_toy_env_mem(&env, run, &out->mem);
-        report_state(S, s, out);
+        report_state(s, out);
     }
     dt_toy_env_close(&env, run);
     return 0;
@@ -514,9 +517,17 @@ static int tr_comm(void *ctx, const dt_interpose_call_t *call)
     return DT_OK;
 }
 
+/* Defined below: the traced handles start with it (ts_init). */
+static dt_strategy_ops_v1_t trace_strategy;
+
 static int ts_init(const dt_host_v1_t *h, const dt_strategy_init_v1_t *a, dt_strategy_t **out)
 {
-    return tr_S->init(h, a, out);
+    int rc = tr_S->init(h, a, out);
+    /* callers reach a strategy through its handle's first member (its
+     * table, dtrain/strategy.h): point it here so the hooks are traced */
+    if (rc == DT_OK && *out)
+        *(const dt_strategy_ops_v1_t **)(void *)*out = &trace_strategy;
+    return rc;
 }
 static void ts_finalize(dt_strategy_t *s) { tr_S->finalize(s); }
 static int ts_begin_step(dt_strategy_t *s, int64_t step)

@@ -235,10 +235,10 @@ int dt_comm_check_host_memory(const dt_host_v1_t *h, const dt_comm_init_v1_t *a,
 {
     if (!h)
         return DT_ERR_INVALID;
-    if (!a || !a->dev_ops || !a->dev)
+    if (!a || !a->dev)
         return DT_OK;
     dt_device_props_v1_t props = {.struct_size = sizeof(dt_device_props_v1_t)};
-    if (a->dev_ops->props(a->dev, &props) != DT_OK || props.host_visible)
+    if (dt_device_ops(a->dev)->props(a->dev, &props) != DT_OK || props.host_visible)
         return DT_OK;
     return h->set_error(h, DT_ERR_UNSUPPORTED,
                         "device '%s' memory is not host memory; the %s communicator moves "

@@ -75,10 +75,10 @@ int dt_creq_check_op(const dt_host_v1_t *h, const dt_comm_names_t *g, dt_creq_t 
 
 /* A host-memory transport reads the caller's buffers on the host: what is
  * queued on `stream` must be done first (no device: nothing to wait for). */
-static inline int dt_creq_stream_sync(const dt_device_ops_v1_t *dev_ops, dt_device_t *dev,
+static inline int dt_creq_stream_sync(dt_device_t *dev,
                                       dt_stream_t *stream)
 {
-    return dev_ops && dev ? dev_ops->stream_sync(dev, stream) : DT_OK;
+    return dev && dev ? dt_device_ops(dev)->stream_sync(dev, stream) : DT_OK;
 }
 
 /* Give t the group's next number: collectives and p2p count apart. */

@@ -21,7 +21,7 @@ static void req_unref_locked(offload_queue_t *q, offload_req_t *r)
     if (--r->refs > 0)
         return;
     if (r->ev)
-        q->dev_ops->event_destroy(q->dev, r->ev);
+        dt_device_ops(q->dev)->event_destroy(q->dev, r->ev);
     r->magic = 0;
     free(r);
 }
@@ -29,7 +29,7 @@ static void req_unref_locked(offload_queue_t *q, offload_req_t *r)
 int offload_queue_device_copy(offload_queue_t *q, offload_req_t *r, uint64_t ext_off, void *host,
                               uint64_t bytes)
 {
-    const dt_device_ops_v1_t *d = q->dev_ops;
+    const dt_device_ops_v1_t *d = dt_device_ops(q->dev);
     char *dev = (char *)r->ext + ext_off;
     const char *step = "stream_wait_event";
     int rc = d->stream_wait_event(q->dev, q->stream, r->ev);
@@ -92,14 +92,19 @@ static void *worker_main(void *arg)
 }
 
 static int start(offload_queue_t *q, const dt_host_v1_t *host, int32_t rank, int64_t timeout_ms,
-                 const dt_device_ops_v1_t *dev_ops, dt_device_t *dev, offload_queue_run_fn run,
+                 dt_device_t *dev, offload_queue_run_fn run,
                  offload_queue_loop_fn loop, void *ctx)
 {
     memset(q, 0, sizeof *q);
-    *q = (offload_queue_t){.host = host, .rank = rank,
-                   .timeout_ms = timeout_ms > 0 ? timeout_ms : OFFLOAD_QUEUE_DEFAULT_TIMEOUT_MS,
-                   .dev_ops = dev_ops, .dev = dev, .run = run, .loop = loop, .ctx = ctx};
-    int rc = dev_ops->stream_create(dev, &q->stream);
+    *q = (offload_queue_t){.host = host,
+                           .rank = rank,
+                           .timeout_ms =
+                               timeout_ms > 0 ? timeout_ms : OFFLOAD_QUEUE_DEFAULT_TIMEOUT_MS,
+                           .dev = dev,
+                           .run = run,
+                           .loop = loop,
+                           .ctx = ctx};
+    int rc = dt_device_ops(dev)->stream_create(dev, &q->stream);
     if (rc != DT_OK) {
         host->log(host, DT_LOG_ERROR, "creating the transfer stream failed");
         return rc;
@@ -122,17 +127,17 @@ static int start(offload_queue_t *q, const dt_host_v1_t *host, int32_t rank, int
 }
 
 int offload_queue_start(offload_queue_t *q, const dt_host_v1_t *host, int32_t rank,
-                        int64_t timeout_ms, const dt_device_ops_v1_t *dev_ops, dt_device_t *dev,
+                        int64_t timeout_ms, dt_device_t *dev,
                         offload_queue_run_fn run, void *ctx)
 {
-    return start(q, host, rank, timeout_ms, dev_ops, dev, run, NULL, ctx);
+    return start(q, host, rank, timeout_ms, dev, run, NULL, ctx);
 }
 
 int offload_queue_start_loop(offload_queue_t *q, const dt_host_v1_t *host, int32_t rank,
-                             int64_t timeout_ms, const dt_device_ops_v1_t *dev_ops,
-                             dt_device_t *dev, offload_queue_loop_fn loop, void *ctx)
+                             int64_t timeout_ms, dt_device_t *dev, offload_queue_loop_fn loop,
+                             void *ctx)
 {
-    return start(q, host, rank, timeout_ms, dev_ops, dev, NULL, loop, ctx);
+    return start(q, host, rank, timeout_ms, dev, NULL, loop, ctx);
 }
 
 void offload_queue_stop(offload_queue_t *q)
@@ -148,7 +153,7 @@ void offload_queue_stop(offload_queue_t *q)
         q->started = 0;
     }
     if (q->stream) {
-        q->dev_ops->stream_destroy(q->dev, q->stream);
+        dt_device_ops(q->dev)->stream_destroy(q->dev, q->stream);
         pthread_cond_destroy(&q->work);
         pthread_cond_destroy(&q->done);
         pthread_mutex_destroy(&q->mu);
@@ -209,12 +214,12 @@ int offload_queue_submit(offload_queue_t *q, int op, void *buf, uint32_t *pendin
     snprintf(r->what, sizeof r->what, "%s", what);
     if (space == DT_MEM_DEVICE) {
         /* the copy follows what the caller queued on `stream` so far */
-        int rc = q->dev_ops->event_create(q->dev, &r->ev);
+        int rc = dt_device_ops(q->dev)->event_create(q->dev, &r->ev);
         if (rc == DT_OK)
-            rc = q->dev_ops->event_record(q->dev, r->ev, stream);
+            rc = dt_device_ops(q->dev)->event_record(q->dev, r->ev, stream);
         if (rc != DT_OK) {
             if (r->ev)
-                q->dev_ops->event_destroy(q->dev, r->ev);
+                dt_device_ops(q->dev)->event_destroy(q->dev, r->ev);
             free(r);
             host->log(host, DT_LOG_ERROR, "%s of %llu bytes to %s: ordering after the caller's "
                       "stream failed", dir, (unsigned long long)bytes, what);
@@ -277,9 +282,8 @@ int offload_queue_check_init(const dt_host_v1_t *host, const dt_offload_init_v1_
     int rc = dt_args_read(host, "init args", a, sizeof *a, args, DT_OFFLOAD_INIT_V1_SIZE0);
     if (rc != DT_OK)
         return rc;
-    if (!a->dev_ops || !a->dev)
-        return host->set_error(host, DT_ERR_INVALID, "init: no device (dev_ops %s, dev %s)%s",
-                               a->dev_ops ? "set" : "NULL", a->dev ? "set" : "NULL",
+    if (!a->dev)
+        return host->set_error(host, DT_ERR_INVALID, "init: no device (dev NULL)%s",
                                why_device ? why_device : "");
     return DT_OK;
 }

@@ -87,7 +87,6 @@ struct offload_queue {
     const dt_host_v1_t *host;
     int32_t rank;
     int64_t timeout_ms;        /* default bound of every wait */
-    const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
     dt_stream_t *stream;       /* the worker's, for device-side copies */
     offload_queue_run_fn run;          /* one request at a time, or */
@@ -104,20 +103,20 @@ struct offload_queue {
 /* A tier's init checks, the same words in every tier: host and out
  * non-NULL (DT_ERR_INVALID without a message: nowhere to put one), *out
  * set to NULL, args read into *a under the growth rule (dt_args_read,
- * "init args ..."), and a device given ("init: no device (dev_ops NULL,
- * dev set)" followed by `why_device`, "" or the tier's reason). */
+ * "init args ..."), and a device given ("init: no device (dev NULL)"
+ * followed by `why_device`, "" or the tier's reason). */
 int offload_queue_check_init(const dt_host_v1_t *host, const dt_offload_init_v1_t *args,
                              dt_offload_t **out, const char *why_device, dt_offload_init_v1_t *a);
 
 /* Set up `q` and start its worker (a stream of the device for device-side
  * copies).  timeout_ms <= 0: OFFLOAD_QUEUE_DEFAULT_TIMEOUT_MS. */
 int offload_queue_start(offload_queue_t *q, const dt_host_v1_t *host, int32_t rank,
-                        int64_t timeout_ms, const dt_device_ops_v1_t *dev_ops, dt_device_t *dev,
+                        int64_t timeout_ms, dt_device_t *dev,
                         offload_queue_run_fn run, void *ctx);
 /* The same with the tier's own worker loop instead of `run`. */
 int offload_queue_start_loop(offload_queue_t *q, const dt_host_v1_t *host, int32_t rank,
-                             int64_t timeout_ms, const dt_device_ops_v1_t *dev_ops,
-                             dt_device_t *dev, offload_queue_loop_fn loop, void *ctx);
+                             int64_t timeout_ms, dt_device_t *dev, offload_queue_loop_fn loop,
+                             void *ctx);
 /* For a loop: the oldest queued request, taken off the queue.  block = 0:
  * NULL when none is queued; block = 1: waits for one, NULL once the queue
  * is stopping and empty (the loop then returns).  The worker idles here;

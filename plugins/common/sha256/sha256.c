@@ -6,7 +6,7 @@
  * Written out here rather than linked from a crypto library: the core and
  * the plugins depend on nothing but libc and the SDK, and the few hundred
  * bytes a job secret's proof covers need no speed.  Checked against the
- * FIPS 180-4 and RFC 4231 test vectors in tests/unit/test_shm.c.
+ * FIPS 180-4 and RFC 4231 test vectors in tests/unit/plugins/shm/shm_job_secret.c.
  */
 #include "common/sha256/sha256.h"
 

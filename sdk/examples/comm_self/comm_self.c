@@ -19,15 +19,18 @@
 #include <dtrain/dtrain.h>
 
 struct dt_comm {
+    const dt_comm_ops_v1_t *ops; /* first: the table that made it (dtrain/comm.h) */
     const dt_host_v1_t *host;
     /* The compute device, when its memory is not the host's (a GPU):
      * buffers are device memory, copied by the device on the stream. */
-    const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
 };
 
 /* Completed operations need no state: a request is a marker. */
 static dt_comm_req_t *const done_req = (dt_comm_req_t *)&done_req;
+
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_comm_ops_v1_t self_ops;
 
 static int self_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *args, dt_comm_t **out)
 {
@@ -39,15 +42,15 @@ static int self_init(const dt_host_v1_t *host, const dt_comm_init_v1_t *args, dt
     if (!c)
         return host->set_error(host, DT_ERR_NOMEM, "out of memory");
     c->host = host;
-    if (args->dev_ops && args->dev) {
+    c->ops = &self_ops;
+    if (args->dev) {
         dt_device_props_v1_t p = {.struct_size = sizeof p};
-        int rc = args->dev_ops->props(args->dev, &p);
+        int rc = dt_device_ops(args->dev)->props(args->dev, &p);
         if (rc != DT_OK) {
             free(c);
             return rc;
         }
         if (!p.host_visible) {
-            c->dev_ops = args->dev_ops;
             c->dev = args->dev;
         }
     }
@@ -74,10 +77,10 @@ static int copy(dt_comm_t *c, void *dst, const void *src, uint64_t count, int dt
     size_t es = dt_dtype_size(dtype);
     if (es == 0)
         return c->host->set_error(c->host, DT_ERR_INVALID, "unknown dtype %d", dtype);
-    if (dst != src && count && c->dev_ops) {
-        int rc = c->dev_ops->memcpy_async(c->dev, dst, src, count * es, DT_COPY_D2D, s);
+    if (dst != src && count && c->dev) {
+        int rc = dt_device_ops(c->dev)->memcpy_async(c->dev, dst, src, count * es, DT_COPY_D2D, s);
         if (rc == DT_OK)
-            rc = c->dev_ops->stream_sync(c->dev, s);
+            rc = dt_device_ops(c->dev)->stream_sync(c->dev, s);
         if (rc != DT_OK)
             return rc;
     } else if (dst != src && count) {

@@ -15,7 +15,7 @@
  * it.  Its tensors and their names are those of arch = "mlp" with
  * mlp_layers = 0 and mlp_in = width, so both start from the same
  * parameters and compute the same losses (tests/integration's
- * sdk_model checks that, tests/unit/test_model_bigram checks it against a
+ * sdk_model checks that, tests/unit/sdk/test_model_bigram checks it against a
  * float64 reference).
  *
  * Everything core-side goes through m->svc (the static-inline dt_model_*

@@ -34,11 +34,10 @@
 #include <dtrain/dtrain.h>
 
 struct dt_schedule {
+    const dt_schedule_ops_v1_t *ops; /* first: the table that made it (dtrain/schedule.h) */
     const dt_host_v1_t *host;
-    const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
     dt_stream_t *cs;           /* the core's compute stream */
-    const dt_comm_ops_v1_t *comm_ops;
     dt_comm_t *comm;           /* the pipeline group: rank = stage */
     int32_t stage, n_stages;
     uint64_t bytes;            /* of one boundary tensor, as allocated */
@@ -62,10 +61,13 @@ static void seq_finalize(dt_schedule_t *s)
 {
     if (!s)
         return;
-    s->dev_ops->free(s->dev, s->in);
-    s->dev_ops->free(s->dev, s->out);
+    dt_device_ops(s->dev)->free(s->dev, s->in);
+    dt_device_ops(s->dev)->free(s->dev, s->out);
     s->host->free(s->host, s);
 }
+
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_schedule_ops_v1_t sequential_ops;
 
 static int seq_init(const dt_host_v1_t *host, const dt_schedule_init_v1_t *in,
                     dt_schedule_t **out)
@@ -80,12 +82,11 @@ static int seq_init(const dt_host_v1_t *host, const dt_schedule_init_v1_t *in,
         return host->set_error(host, DT_ERR_NOMEM, "init: instance");
     memset(s, 0, sizeof *s);
     s->host = host;
-    s->dev_ops = a.dev_ops;
+    s->ops = &sequential_ops;
     s->dev = a.dev;
     s->cs = a.compute_stream;
-    s->comm_ops = a.comm_ops;
     s->comm = a.comm;
-    if ((rc = a.comm_ops->rank_size(a.comm, &s->stage, &s->n_stages)) != DT_OK) {
+    if ((rc = dt_comm_ops(a.comm)->rank_size(a.comm, &s->stage, &s->n_stages)) != DT_OK) {
         seq_finalize(s);
         return rc;
     }
@@ -128,9 +129,9 @@ static int move(dt_schedule_t *s, const dt_schedule_args_v1_t *a, int send, void
                 int32_t peer, uint32_t m, int grad)
 {
     const int32_t tag = (int32_t)(2 * m + (grad ? 1u : 0u));
-    int rc = send ? s->comm_ops->send(s->comm, buf, a->act_count, a->act_dtype, peer, tag,
+    int rc = send ? dt_comm_ops(s->comm)->send(s->comm, buf, a->act_count, a->act_dtype, peer, tag,
                                       s->cs, NULL)
-                  : s->comm_ops->recv(s->comm, buf, a->act_count, a->act_dtype, peer, tag,
+                  : dt_comm_ops(s->comm)->recv(s->comm, buf, a->act_count, a->act_dtype, peer, tag,
                                       s->cs, NULL);
     if (rc != DT_OK)
         s->host->log(s->host, DT_LOG_ERROR, "step %lld: stage %d: %s of the %s of micro-batch "
@@ -158,12 +159,14 @@ static int seq_run(dt_schedule_t *s, const dt_schedule_args_v1_t *in, dt_schedul
         return host->set_error(host, DT_ERR_INVALID, "run: no stage runner");
     const uint64_t bytes = a.act_count * dt_dtype_size(a.act_dtype);
     if (bytes != s->bytes) {
-        s->dev_ops->free(s->dev, s->in);
-        s->dev_ops->free(s->dev, s->out);
+        dt_device_ops(s->dev)->free(s->dev, s->in);
+        dt_device_ops(s->dev)->free(s->dev, s->out);
         s->in = s->out = NULL;
         s->bytes = 0;
-        if ((rc = s->dev_ops->alloc(s->dev, bytes, DT_TAG_ACTIVATIONS, &s->in)) != DT_OK ||
-            (rc = s->dev_ops->alloc(s->dev, bytes, DT_TAG_ACTIVATIONS, &s->out)) != DT_OK)
+        if ((rc = dt_device_ops(s->dev)->alloc(s->dev, bytes, DT_TAG_ACTIVATIONS, &s->in)) !=
+                DT_OK ||
+            (rc = dt_device_ops(s->dev)->alloc(s->dev, bytes, DT_TAG_ACTIVATIONS, &s->out)) !=
+                DT_OK)
             return rc;
         s->bytes = bytes;
     }

@@ -94,6 +94,9 @@ static void local_sgd_finalize(dt_strategy_t *s)
     host->free(host, s);
 }
 
+/* Defined below; every handle this plugin makes starts with it. */
+static const dt_strategy_ops_v1_t local_sgd_ops;
+
 static int local_sgd_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
                           dt_strategy_t **out)
 {
@@ -106,7 +109,7 @@ static int local_sgd_init(const dt_host_v1_t *host, const dt_strategy_init_v1_t 
     int rc = read_config(host, &cfg, &s->sync_every, &s->average_optimizer,
                          &s->log_params_hash);
     if (rc == DT_OK)
-        rc = dt_replica_init(&s->rep, host, args, &cfg, "local_sgd");
+        rc = dt_replica_init(&s->rep, &local_sgd_ops, host, args, &cfg, "local_sgd");
     if (rc == DT_OK && s->log_params_hash &&
         !(s->staging = host->alloc(host, DT_REPLICA_HASH_STAGING, DT_TAG_STAGING)))
         rc = host->set_error(host, DT_ERR_NOMEM, "log_params_hash: %u bytes of staging",
@@ -126,7 +129,7 @@ static int log_hash(dt_strategy_t *s, int64_t step)
 {
     const dt_replica_t *r = &s->rep;
     uint64_t h = DT_HASH64_INIT;
-    int rc = dt_hash_device(r->dp.host, r->dp.dev_ops, r->dp.dev, r->dp.cs, r->master,
+    int rc = dt_hash_device(r->dp.host, r->dp.dev, r->dp.cs, r->master,
                             r->layout.total * sizeof(float), s->staging,
                             DT_REPLICA_HASH_STAGING, &h);
     if (rc == DT_OK)

@@ -92,6 +92,12 @@ extern "C" {
 #define DT_COMM_ABI_MAJOR 1
 #define DT_COMM_ABI_MINOR 0
 
+/* A communicator (dt_comm_t): opaque to the core, the plugin's own struct, which
+ * must start with a pointer to the table that made it (libfabric's rule):
+ *     struct dt_comm { const dt_comm_ops_v1_t *ops; ... };  // ops = &my_ops
+ * so a handle alone is enough to call it: dt_comm_ops(c)->slot(c, ...).
+ * Groups split returns follow the same rule.  The core refuses a handle
+ * whose first member is not the table it loaded from the plugin. */
 typedef struct dt_comm dt_comm_t;         /* a group of ranks, opaque */
 typedef struct dt_comm_req dt_comm_req_t; /* an operation in flight, opaque */
 
@@ -119,8 +125,8 @@ typedef struct dt_comm_init_v1 {
     int32_t master_port;     /* rendezvous port, 0 = none */
     int32_t reserved1;
     int64_t timeout_ms;      /* default bound for every wait, > 0 */
-    const dt_device_ops_v1_t *dev_ops; /* the compute device, for streams */
-    dt_device_t *dev;
+    dt_device_t *dev;        /* the compute device, for streams (its table:
+                              * dt_device_ops(dev)); NULL: none */
     /* A secret shared by the ranks of this job and nobody else (NUL-ended,
      * non-empty, any bytes; NULL: none).  Knowing job_id is then not
      * enough to join: a communicator that meets its peers through a named
@@ -269,6 +275,13 @@ typedef struct dt_comm_ops_v1 {
 
 /* Current-version names. */
 typedef dt_comm_ops_v1_t dt_comm_ops_t;
+
+/* The table instance `c` was made by: its first member (the rule at
+ * dt_comm_t above); NULL for a NULL handle. */
+static inline const dt_comm_ops_v1_t *dt_comm_ops(const dt_comm_t *c)
+{
+    return c ? *(const dt_comm_ops_v1_t *const *)(const void *)c : NULL;
+}
 typedef dt_comm_init_v1_t dt_comm_init_t;
 
 #ifdef __cplusplus

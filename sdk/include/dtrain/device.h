@@ -61,6 +61,12 @@ extern "C" {
 #define DT_KERNELS_ABI_MAJOR 1
 #define DT_KERNELS_ABI_MINOR 0
 
+/* A device instance (dt_device_t): opaque to the core, the plugin's own struct, which
+ * must start with a pointer to the table that made it (libfabric's rule):
+ *     struct dt_device { const dt_device_ops_v1_t *ops; ... };  // ops = &my_ops
+ * so a handle alone is enough to call it: dt_device_ops(d)->slot(d, ...).
+ * The core refuses a handle whose first member is not the table it
+ * loaded from the plugin. */
 typedef struct dt_device dt_device_t; /* plugin instance, opaque */
 typedef struct dt_stream dt_stream_t; /* ordered queue of work, opaque */
 typedef struct dt_event dt_event_t;   /* a point in a stream, opaque */
@@ -513,6 +519,13 @@ typedef struct dt_device_ops_v1 {
 /* Current-version names (NCCL's habit): core and plugins spell these, so a
  * new minor or major changes one line here, not every user. */
 typedef dt_device_ops_v1_t dt_device_ops_t;
+
+/* The table instance `d` was made by: its first member (the rule at
+ * dt_device_t above); NULL for a NULL handle. */
+static inline const dt_device_ops_v1_t *dt_device_ops(const dt_device_t *d)
+{
+    return d ? *(const dt_device_ops_v1_t *const *)(const void *)d : NULL;
+}
 typedef dt_kernels_v1_t dt_kernels_t;
 typedef dt_device_init_v1_t dt_device_init_t;
 typedef dt_device_props_v1_t dt_device_props_t;

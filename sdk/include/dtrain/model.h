@@ -73,11 +73,9 @@ extern "C" {
 /* The compute context a model runs in (in; the core's): an instance of
  * the device the model was created for, a stream of it, the strategy. */
 typedef struct dt_model_ctx_v1 {
-    const dt_device_ops_v1_t *dev_ops;
-    dt_device_t *dev;
+    dt_device_t *dev;       /* its table: dt_device_ops(dev) */
     dt_stream_t *stream;
-    const dt_strategy_ops_v1_t *strat_ops;
-    dt_strategy_t *strat;
+    dt_strategy_t *strat;   /* dt_strategy_ops(strat); NULL: none */
     const char *strat_name; /* for messages */
 } dt_model_ctx_v1_t;
 
@@ -402,8 +400,41 @@ typedef struct dt_model_ops_v1 {
     int64_t (*decoder_len)(const dt_model_decoder_t *d);
     void (*decoder_reset)(dt_model_decoder_t *d);
     void (*decoder_free)(dt_model_decoder_t *d);
+    /* Hugging Face transformers' files (`dtrain import`, `dtrain export
+     * --layout hf`): all five or none; no model instance needed.  Keys
+     * are [model] keys as the preset slot gives them (names and CHOICE
+     * strings static where the plugin fills them), "context" among them
+     * (the longest sequence; max_position_embeddings).  Messages go to
+     * err[err_cap]: "'<path>': \"<key>\" is <value>; <what the model
+     * computes>" for a config.json setting the model cannot compute.
+     *
+     * hf_architectures: the config.json `architectures` this plugin
+     * reads ("LlamaForCausalLM"): a static NULL-terminated list.
+     * hf_config_read: config.json's text[len] (`path` for messages) as
+     * keys into out[cap], their count in *n; DT_OK or DT_ERR_CONFIG.
+     * hf_config_write: config.json's text (ending in a newline) of a model
+     * with keys[n] (a checkpoint manifest's: a number carries its value
+     * in f and, truncated, in value) into buf[cap] (NUL-terminated when
+     * it fits): its length, or 0 with err set.
+     * hf_export_name: parameter `name`'s HF tensor name into hf[cap];
+     * *transpose 1 when HF stores that 2-D weight transposed.
+     * hf_import_name: what HF tensor `hf` is to a model with keys[n]:
+     * DT_HF_PARAM (parameter name[cap]), DT_HF_TIED (a tied copy that
+     * must equal parameter name[cap]), DT_HF_BUFFER (not a parameter:
+     * ignored) or DT_HF_UNKNOWN. */
+    const char *const *(*hf_architectures)(void);
+    int (*hf_config_read)(const char *path, const char *text, size_t len, dt_model_key_v1_t *out,
+                          uint32_t cap, uint32_t *n, char *err, size_t err_cap);
+    size_t (*hf_config_write)(const dt_model_key_v1_t *keys, uint32_t n, char *buf, size_t cap,
+                              char *err, size_t err_cap);
+    void (*hf_export_name)(const char *name, char *hf, size_t cap, int *transpose);
+    int (*hf_import_name)(const dt_model_key_v1_t *keys, uint32_t n, const char *hf, char *name,
+                          size_t cap);
     /* ---- minor 0 ends here; append only ---- */
 } dt_model_ops_v1_t;
+
+/* hf_import_name's answers. */
+enum { DT_HF_UNKNOWN = 0, DT_HF_PARAM = 1, DT_HF_TIED = 2, DT_HF_BUFFER = 3 };
 
 /* Current-version names. */
 typedef dt_model_ops_v1_t dt_model_ops_t;
@@ -448,7 +479,7 @@ static inline size_t dt_model_act_size(const dt_model_state_t *m)
 }
 static inline int dt_model_zero(const dt_model_ctx_t *ctx, void *p, uint64_t bytes)
 {
-    return ctx->dev_ops->memset_async(ctx->dev, p, 0, bytes, ctx->stream);
+    return dt_device_ops(ctx->dev)->memset_async(ctx->dev, p, 0, bytes, ctx->stream);
 }
 static inline const char *dt_model_cfg_name(const dt_model_state_t *m)
 {

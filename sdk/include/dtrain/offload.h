@@ -30,6 +30,12 @@ extern "C" {
 #define DT_OFFLOAD_ABI_MAJOR 1
 #define DT_OFFLOAD_ABI_MINOR 0
 
+/* An offload tier (dt_offload_t): opaque to the core, the plugin's own struct, which
+ * must start with a pointer to the table that made it (libfabric's rule):
+ *     struct dt_offload { const dt_offload_ops_v1_t *ops; ... };  // ops = &my_ops
+ * so a handle alone is enough to call it: dt_offload_ops(o)->slot(o, ...).
+ * The core refuses a handle whose first member is not the table it
+ * loaded from the plugin. */
 typedef struct dt_offload dt_offload_t;         /* the tier instance */
 typedef struct dt_offload_buf dt_offload_buf_t; /* a region held there */
 typedef struct dt_offload_req dt_offload_req_t; /* a transfer in flight */
@@ -42,10 +48,9 @@ typedef struct dt_offload_init_v1 {
     int32_t reserved0;
     const char *job_id;   /* unique per job: names files */
     int64_t timeout_ms;   /* default bound for every wait */
-    const dt_device_ops_v1_t *dev_ops; /* for copies to/from the device;
-                                        * pinned host buffers come from its
-                                        * host_alloc */
-    dt_device_t *dev;
+    dt_device_t *dev;     /* for copies to/from the device (its table:
+                           * dt_device_ops(dev)); pinned host buffers come
+                           * from its host_alloc */
     /* ---- minor 0 ends here; append only ---- */
 } dt_offload_init_v1_t;
 #define DT_OFFLOAD_INIT_V1_SIZE0 DT_FIELD_END(dt_offload_init_v1_t, dev)
@@ -93,6 +98,13 @@ typedef struct dt_offload_ops_v1 {
 
 /* Current-version names. */
 typedef dt_offload_ops_v1_t dt_offload_ops_t;
+
+/* The table instance `o` was made by: its first member (the rule at
+ * dt_offload_t above); NULL for a NULL handle. */
+static inline const dt_offload_ops_v1_t *dt_offload_ops(const dt_offload_t *o)
+{
+    return o ? *(const dt_offload_ops_v1_t *const *)(const void *)o : NULL;
+}
 typedef dt_offload_init_v1_t dt_offload_init_t;
 
 #ifdef __cplusplus

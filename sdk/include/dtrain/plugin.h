@@ -159,7 +159,7 @@ typedef struct dt_plugin_info {
  * `field` and the field is non-NULL: call optional methods only after this
  * check (libfabric's FI_CHECK_OP).  The type is explicit, so the macro is
  * plain C99:
- *     if (DT_HAS_OP(dt_comm_ops_t, comm_ops, test)) comm_ops->test(...);  */
+ *     if (DT_HAS_OP(dt_comm_ops_t, dt_comm_ops(c), test)) dt_comm_ops(c)->test(c, ...);  */
 #define DT_HAS_OP(type, ops, field)                                            \
     (DT_SIZE_HAS((ops)->info.struct_size, type, field) &&                     \
      (ops)->field != NULL)

@@ -55,6 +55,12 @@ extern "C" {
 #define DT_SCHEDULE_ABI_MAJOR 1
 #define DT_SCHEDULE_ABI_MINOR 0
 
+/* A schedule instance (dt_schedule_t): opaque to the core, the plugin's own struct, which
+ * must start with a pointer to the table that made it (libfabric's rule):
+ *     struct dt_schedule { const dt_schedule_ops_v1_t *ops; ... };  // ops = &my_ops
+ * so a handle alone is enough to call it: dt_schedule_ops(s)->slot(s, ...).
+ * The core refuses a handle whose first member is not the table it
+ * loaded from the plugin. */
 typedef struct dt_schedule dt_schedule_t; /* plugin instance, opaque */
 
 /* dt_stage_args_v1_t.balance: how units are spread over the (virtual)
@@ -111,10 +117,8 @@ typedef struct dt_stage_args_v1 {
 typedef struct dt_schedule_init_v1 {
     uint32_t struct_size;      /* sizeof(dt_schedule_init_v1_t), core's build */
     uint32_t n_micro;          /* micro-batches a training step */
-    const dt_device_ops_v1_t *dev_ops;
-    dt_device_t *dev;
+    dt_device_t *dev;          /* its table: dt_device_ops(dev) */
     dt_stream_t *compute_stream; /* where the core runs kernels */
-    const dt_comm_ops_v1_t *comm_ops;
     dt_comm_t *comm;           /* the pipeline group: rank = stage */
     uint32_t chunks;           /* as dt_stage_args_v1_t */
     uint32_t keep_activations; /* as dt_stage_args_v1_t */
@@ -226,6 +230,13 @@ typedef struct dt_schedule_ops_v1 {
 
 /* Current-version names. */
 typedef dt_schedule_ops_v1_t dt_schedule_ops_t;
+
+/* The table instance `s` was made by: its first member (the rule at
+ * dt_schedule_t above); NULL for a NULL handle. */
+static inline const dt_schedule_ops_v1_t *dt_schedule_ops(const dt_schedule_t *s)
+{
+    return s ? *(const dt_schedule_ops_v1_t *const *)(const void *)s : NULL;
+}
 typedef dt_schedule_init_v1_t dt_schedule_init_t;
 typedef dt_stage_args_v1_t dt_stage_args_t;
 typedef dt_stage_runner_v1_t dt_stage_runner_t;

@@ -84,6 +84,12 @@ extern "C" {
 #define DT_STRATEGY_ABI_MAJOR 1
 #define DT_STRATEGY_ABI_MINOR 0
 
+/* A strategy instance (dt_strategy_t): opaque to the core, the plugin's own struct, which
+ * must start with a pointer to the table that made it (libfabric's rule):
+ *     struct dt_strategy { const dt_strategy_ops_v1_t *ops; ... };  // ops = &my_ops
+ * so a handle alone is enough to call it: dt_strategy_ops(s)->slot(s, ...).
+ * The core refuses a handle whose first member is not the table it
+ * loaded from the plugin. */
 typedef struct dt_strategy dt_strategy_t; /* plugin instance, opaque */
 
 /* ------------------------------------------------------------------------
@@ -209,13 +215,11 @@ typedef enum dt_range_purpose {
 typedef struct dt_strategy_init_v1 {
     uint32_t struct_size;      /* sizeof(dt_strategy_init_v1_t), core's build */
     uint32_t n_micro;          /* accumulation micro-steps per step */
-    const dt_device_ops_v1_t *dev_ops;
+    /* Instances, each starting with its table (dt_device_ops(dev) etc.) */
     dt_device_t *dev;
     dt_stream_t *compute_stream; /* where the core runs kernels */
-    const dt_comm_ops_v1_t *comm_ops;
     dt_comm_t *comm;           /* this strategy's group (dp, tp or pp) */
-    const dt_offload_ops_v1_t *offload_ops; /* NULL: no offload tier */
-    dt_offload_t *offload;
+    dt_offload_t *offload;     /* NULL: no offload tier */
     const dt_model_desc_v1_t *model; /* valid until finalize */
     const dt_optim_desc_v1_t *optim; /* valid until finalize (a pointer, so
                                       * either struct grows on its own) */
@@ -427,6 +431,13 @@ typedef struct dt_strategy_ops_v1 {
 
 /* Current-version names. */
 typedef dt_strategy_ops_v1_t dt_strategy_ops_t;
+
+/* The table instance `s` was made by: its first member (the rule at
+ * dt_strategy_t above); NULL for a NULL handle. */
+static inline const dt_strategy_ops_v1_t *dt_strategy_ops(const dt_strategy_t *s)
+{
+    return s ? *(const dt_strategy_ops_v1_t *const *)(const void *)s : NULL;
+}
 typedef dt_strategy_init_v1_t dt_strategy_init_t;
 typedef dt_param_desc_v1_t dt_param_desc_t;
 typedef dt_param_split_v1_t dt_param_split_t;

@@ -62,15 +62,19 @@ extern "C" {
 #define DT_TENSOR_ABI_MAJOR 1
 #define DT_TENSOR_ABI_MINOR 0
 
+/* A tensor group (dt_tensor_group_t): opaque to the core, the plugin's own struct, which
+ * must start with a pointer to the table that made it (libfabric's rule):
+ *     struct dt_tensor_group { const dt_tensor_ops_v1_t *ops; ... };  // ops = &my_ops
+ * so a handle alone is enough to call it: dt_tensor_ops(g)->slot(g, ...).
+ * The core refuses a handle whose first member is not the table it
+ * loaded from the plugin. */
 typedef struct dt_tensor_group dt_tensor_group_t; /* plugin instance, opaque */
 
 /* init's arguments (in; valid during init). */
 typedef struct dt_tensor_init_v1 {
     uint32_t struct_size;        /* sizeof(dt_tensor_init_v1_t), core's build */
-    const dt_device_ops_v1_t *dev_ops;
-    dt_device_t *dev;
+    dt_device_t *dev;            /* its table: dt_device_ops(dev) */
     dt_stream_t *compute_stream; /* where the core runs kernels */
-    const dt_comm_ops_v1_t *comm_ops;
     dt_comm_t *comm;             /* the tensor group: P >= 2 ranks, group
                                   * rank = tensor rank (the model's part) */
     /* ---- minor 0 ends here; append only ---- */
@@ -121,6 +125,13 @@ typedef struct dt_tensor_ops_v1 {
 
 /* Current-version names. */
 typedef dt_tensor_ops_v1_t dt_tensor_ops_t;
+
+/* The table instance `g` was made by: its first member (the rule at
+ * dt_tensor_group_t above); NULL for a NULL handle. */
+static inline const dt_tensor_ops_v1_t *dt_tensor_ops(const dt_tensor_group_t *g)
+{
+    return g ? *(const dt_tensor_ops_v1_t *const *)(const void *)g : NULL;
+}
 typedef dt_tensor_init_v1_t dt_tensor_init_t;
 
 #ifdef __cplusplus

@@ -45,12 +45,13 @@ int dt_strategy_args_read(const dt_host_v1_t *host, const dt_strategy_init_v1_t 
                           dt_strategy_args_t *out);
 
 typedef struct dt_dp {
+    /* First, so a strategy instance that starts with its dt_dp_t (or a
+     * dt_replica_t, a shard engine) starts with its table (strategy.h). */
+    const dt_strategy_ops_v1_t *ops;
     const dt_host_v1_t *host;
-    const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
-    const dt_kernels_t *kernels;     /* dev_ops->kernels(), fetched once */
+    const dt_kernels_t *kernels;     /* dt_device_ops(dev)->kernels(), once */
     dt_stream_t *cs;                 /* the core's compute stream */
-    const dt_comm_ops_v1_t *comm_ops;
     dt_comm_t *comm;                 /* the data-parallel group */
     int32_t rank, size;              /* in comm */
     const dt_model_desc_v1_t *model; /* == &args.model */
@@ -116,10 +117,11 @@ static inline int dt_dp_is_stage(const dt_dp_t *b)
  * memory), and for a pipeline stage (init.unit_flags) the flags, checked
  * (COPY needs TIED, TIED needs HELD, some unit held, tied_comm exactly
  * when a unit is TIED), with model->units the stage's (dt_dp_t).  A hook
- * naming a unit not held is DT_ERR_INVALID.  On failure `b` holds what
+ * naming a unit not held is DT_ERR_INVALID.  b->ops = `ops`, the
+ * strategy's own table (NULL for a dt_dp_t no handle starts with).  On failure `b` holds what
  * was set; dt_dp_free it either way. */
-int dt_dp_init(dt_dp_t *b, const dt_host_v1_t *host, const dt_strategy_init_v1_t *args,
-               const char *what);
+int dt_dp_init(dt_dp_t *b, const dt_strategy_ops_v1_t *ops, const dt_host_v1_t *host,
+               const dt_strategy_init_v1_t *args, const char *what);
 void dt_dp_free(dt_dp_t *b);
 
 /* `bytes`, zeroed, for a buffer the group `comm` reduces or gathers

@@ -52,15 +52,13 @@ void dt_flat_layout_free(dt_flat_layout_t *l, const dt_host_v1_t *host);
 /* Allocate `elems` elements of `dtype` on the device, tagged `tag`, and
  * zero them on stream `s` (ordered; not waited for).  On failure *out is
  * NULL and the error is logged naming `what` ("grads"), the bytes and the
- * tag.  Free with dev_ops->free. */
-int dt_alloc_zeroed(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
-                    dt_device_t *dev, dt_stream_t *s, uint64_t elems, int dtype,
-                    int tag, const char *what, void **out);
+ * tag.  Free with dt_device_ops(dev)->free. */
+int dt_alloc_zeroed(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, uint64_t elems,
+                    int dtype, int tag, const char *what, void **out);
 
 /* dt_alloc_zeroed of a whole layout: l->total elements. */
-int dt_flat_alloc(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
-                  dt_device_t *dev, dt_stream_t *s, const dt_flat_layout_t *l,
-                  int dtype, int tag, const char *what, void **out);
+int dt_flat_alloc(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s,
+                  const dt_flat_layout_t *l, int dtype, int tag, const char *what, void **out);
 
 /* Pointer to slice `unit` of a flat buffer of `dtype` elements. */
 static inline void *dt_flat_unit_ptr(void *base, const dt_flat_layout_t *l,

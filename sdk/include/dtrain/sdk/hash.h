@@ -34,8 +34,7 @@ uint64_t dt_hash64_update(uint64_t h, const void *p, size_t bytes);
 /* Hash `bytes` of device memory `x` (continuing from *h), copying through
  * host memory `staging` (`staging_bytes`, >= 8) chunk by chunk on stream
  * `s`.  Blocking. */
-int dt_hash_device(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
-                   dt_device_t *dev, dt_stream_t *s, const void *x,
+int dt_hash_device(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, const void *x,
                    uint64_t bytes, void *staging, uint64_t staging_bytes,
                    uint64_t *h);
 
@@ -45,10 +44,8 @@ int dt_hash_device(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
  * = the first index that differs on some rank, or n when all agree (the
  * same answer on every rank).  Scratch comes from dev alloc / host alloc
  * (DT_TAG_OTHER) and is freed before return.  Blocking. */
-int dt_replica_check(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
-                     dt_comm_t *comm, const dt_device_ops_v1_t *ops,
-                     dt_device_t *dev, dt_stream_t *s, const uint64_t *hashes,
-                     uint32_t n, uint32_t *first_diff);
+int dt_replica_check(const dt_host_v1_t *host, dt_comm_t *comm, dt_device_t *dev, dt_stream_t *s,
+                     const uint64_t *hashes, uint32_t n, uint32_t *first_diff);
 
 #ifdef __cplusplus
 }

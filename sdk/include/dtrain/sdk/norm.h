@@ -24,8 +24,7 @@ extern "C" {
 /* *out = sum of x[i]^2 over (n) elements of `dtype`, in double, on the
  * host.  `slot` is device memory for one double (the caller's, reused each
  * step).  Blocking: synchronises stream `s`. */
-int dt_norm_sumsq(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
-                  dt_device_t *dev, dt_stream_t *s, double *slot,
+int dt_norm_sumsq(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, double *slot,
                   const void *x, int dtype, int64_t n, double *out);
 
 /* *sumsq (in: this rank's part; out: the sum over the group), through an
@@ -33,10 +32,8 @@ int dt_norm_sumsq(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
  * ranks each own part of the gradient (ZeRO, FSDP, a replica whose ranks
  * each sum a different part); a rank must not add elements another rank
  * counts too.  Blocking. */
-int dt_norm_allreduce(const dt_host_v1_t *host, const dt_comm_ops_v1_t *cops,
-                      dt_comm_t *comm, const dt_device_ops_v1_t *ops,
-                      dt_device_t *dev, dt_stream_t *s, double *slot,
-                      double *sumsq);
+int dt_norm_allreduce(const dt_host_v1_t *host, dt_comm_t *comm, dt_device_t *dev, dt_stream_t *s,
+                      double *slot, double *sumsq);
 
 /* ------------------------------------------------------------------------
  * A norm plan: the parts of a gradient buffer whose sums of squares make
@@ -68,9 +65,8 @@ void dt_norm_plan_free(const dt_host_v1_t *host, dt_norm_plan_t *p);
  * less its skip ranges', never below 0; NaN and Inf pass), each a
  * dt_norm_sumsq over f32 `x` (device) in plan order.  A plan of one part
  * without skips gives exactly dt_norm_sumsq over that part. */
-int dt_norm_plan_sumsq(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
-                       dt_device_t *dev, dt_stream_t *s, double *slot, const float *x,
-                       const dt_norm_plan_t *plan, double *out);
+int dt_norm_plan_sumsq(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s, double *slot,
+                       const float *x, const dt_norm_plan_t *plan, double *out);
 
 /* ------------------------------------------------------------------------
  * The sum of squares on the host, with the cpu device's bits (its sumsq

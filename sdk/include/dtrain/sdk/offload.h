@@ -93,9 +93,7 @@ void dt_offload_estimate(const dt_estimate_args_v1_t *args, uint32_t what, uint6
 struct dt_offload_state;
 typedef struct dt_offload_params {
     const dt_host_v1_t *host;
-    const dt_offload_ops_v1_t *ops;
     dt_offload_t *tier;
-    const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
     int32_t rank;
     int32_t pdtype;           /* DT_F32, DT_BF16 or DT_F16 */
@@ -151,9 +149,7 @@ int dt_offload_params_load(dt_offload_params_t *p, uint64_t at, uint64_t n, void
  * --------------------------------------------------------------------- */
 typedef struct dt_offload_state {
     const dt_host_v1_t *host;
-    const dt_offload_ops_v1_t *ops;
     dt_offload_t *tier;
-    const dt_device_ops_v1_t *dev_ops;
     dt_device_t *dev;
     dt_stream_t *cs;          /* the compute stream: copies are ordered on it */
     int32_t rank;
@@ -296,8 +292,8 @@ void dt_offload_state_report(dt_offload_state_t *st, const char *when);
  * rank's copy, root < 0 all-reduces with `op` (DT_OP_AVG: local SGD's
  * averaging).  Pieces travel through a transient device buffer (tag
  * comm), as communicators move device memory. */
-int dt_offload_state_collective(dt_offload_state_t *st, int kind, const dt_comm_ops_v1_t *cops,
-                                dt_comm_t *comm, int32_t root, int op);
+int dt_offload_state_collective(dt_offload_state_t *st, int kind, dt_comm_t *comm, int32_t root,
+                                int op);
 
 #ifdef __cplusplus
 }

@@ -46,8 +46,7 @@ typedef struct dt_optim_step {
  * the tensor has DT_PARAM_NO_DECAY; neighbouring pieces with the same decay
  * go to the device in one call.  DT_ERR_INVALID when r is outside the
  * unit, the kind is unknown, or a needed buffer is NULL. */
-int dt_optim_range(const dt_host_v1_t *host, const dt_device_ops_v1_t *ops,
-                   dt_device_t *dev, dt_stream_t *s,
+int dt_optim_range(const dt_host_v1_t *host, dt_device_t *dev, dt_stream_t *s,
                    const dt_unit_desc_v1_t *unit, dt_range_t r, float *param,
                    const float *grad, float *m, float *v,
                    const dt_optim_step_t *st);

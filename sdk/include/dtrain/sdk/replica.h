@@ -186,12 +186,13 @@ static inline int dt_replica_has_v(const dt_replica_t *r)
 }
 
 /* Set up `r` (its memory the caller's, e.g. first in a strategy instance)
- * for `args` and `cfg`: dt_dp_init (`what` names the strategy in its
+ * for `args` and `cfg`: dt_dp_init (`ops`: the strategy's table, which
+ * the instance then starts with; `what` names the strategy in its
  * messages), the flat buffers (zeroed; parameters undefined until
  * set_state), the buckets and, when gradients are reduced over more than
  * one rank, the reduction stream.  On failure everything it made is
  * freed again. */
-int dt_replica_init(dt_replica_t *r, const dt_host_v1_t *host,
+int dt_replica_init(dt_replica_t *r, const dt_strategy_ops_v1_t *ops, const dt_host_v1_t *host,
                     const dt_strategy_init_v1_t *args, const dt_replica_cfg_t *cfg,
                     const char *what);
 /* Free what init made (not `r` itself), dropping reductions a failed step

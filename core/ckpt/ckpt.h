@@ -41,18 +41,26 @@ int dt_ckpt_init_or_resume(const dt_world_t *w, const dt_settings_t *set,
 int dt_ckpt_save(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
                  dt_comm_t *comm, dt_strategy_t *s, dt_model_t *m, int64_t step, const cJSON *loop);
 
-/* The same save in two collective halves (checkpoint.async): the first
- * copies this rank's shard to memory and hands it to a thread that writes
- * and fsyncs it while training goes on; dt_ckpt_save_finish (called by
- * every rank at the same point, the step after) waits for the thread,
- * agrees on every rank's outcome and commits as dt_ckpt_save does, and
- * frees the handle.  dt_ckpt_save_discard (not collective: the run failed)
- * waits for the thread and removes what the save wrote, keeping the error
- * message as it was. */
+/* The same save in collective parts (checkpoint.async).
+ * dt_ckpt_save_async copies this rank's shard to memory (get_state
+ * straight into a buffer kept from the previous save) and hands it to a
+ * thread that checksums, writes and fsyncs it while training goes on.  dt_ckpt_save_advance (every rank at the same step
+ * boundaries; one all-reduce of an int while a thread works) moves the
+ * save on once every rank's thread is done: the outcomes agreed (a rank's
+ * failed write named with its file), the segment tables gathered, rank
+ * 0's thread writes the manifest, commits and prunes; at the boundary
+ * after that, every rank learns the outcome, and the handle is freed and
+ * *a set to NULL (also on failure: the save removed, the previous
+ * checkpoint intact).  dt_ckpt_save_finish (every rank, before the next
+ * save) does what is left, waiting for the threads, and frees the handle.
+ * dt_ckpt_save_discard (not collective: the run failed) waits for the
+ * thread and removes what the save wrote, keeping the error message as
+ * it was. */
 typedef struct dt_ckpt_async dt_ckpt_async_t;
 int dt_ckpt_save_async(const dt_world_t *w, const dt_settings_t *set, uint64_t config_hash,
                        dt_comm_t *comm, dt_strategy_t *s, dt_model_t *m, int64_t step,
                        const cJSON *loop, dt_ckpt_async_t **out);
+int dt_ckpt_save_advance(dt_ckpt_async_t **a);
 int dt_ckpt_save_finish(dt_ckpt_async_t *a);
 void dt_ckpt_save_discard(dt_ckpt_async_t *a);
 

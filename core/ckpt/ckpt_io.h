@@ -218,14 +218,20 @@ int dt_ckpt_shard_close(dt_ckpt_writer_t *w, dt_ckpt_seg_t **segs,
 void dt_ckpt_shard_abort(dt_ckpt_writer_t *w);
 /* A deferred shard (an asynchronous save, checkpoint.async): the appended
  * bytes stay in memory (starting in `buf` of `cap` bytes, the previous
- * save's, which the writer owns from here; NULL: a new one), and
- * dt_ckpt_shard_close returns the segments and keeps `w`;
- * dt_ckpt_shard_finish (on any one thread) then writes, fsyncs and commits
- * the file, frees `w` and hands the memory back in *buf, *cap for the next
- * save (dt_ckpt_shard_abort instead drops it all). */
+ * save's, which the writer owns from here; NULL: a new one), unchecksummed;
+ * dt_ckpt_shard_reserve hands out the next `nbytes` of the open segment's
+ * memory to be filled in place (valid until the next append or reserve),
+ * so a snapshot is copied once.  dt_ckpt_shard_close only checks that no
+ * segment is open and keeps `w`; dt_ckpt_shard_finish (on any one thread)
+ * then computes each segment's CRC-32, writes, fsyncs and commits the
+ * file, hands back the segments (*segs malloc'd, NULL on failure) and the
+ * memory in *buf, *cap for the next save, and frees `w`
+ * (dt_ckpt_shard_abort instead drops it all). */
 int dt_ckpt_shard_open_deferred(const char *tmp_dir, uint32_t shard, void *buf, size_t cap,
                                 dt_ckpt_writer_t **out);
-int dt_ckpt_shard_finish(dt_ckpt_writer_t *w, void **buf, size_t *cap);
+int dt_ckpt_shard_reserve(dt_ckpt_writer_t *w, size_t nbytes, void **dst);
+int dt_ckpt_shard_finish(dt_ckpt_writer_t *w, dt_ckpt_seg_t **segs, size_t *n, void **buf,
+                         size_t *cap);
 
 /* Rank 0: check that the segments partition every entry exactly (names,
  * dtypes, blocks inside the entry, no gap, no overlap; DT_ERR_INVALID

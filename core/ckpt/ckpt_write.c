@@ -2,8 +2,8 @@
  * core/ckpt/ckpt_write.c - the writing side of a checkpoint (ckpt_io.h):
  * shard writers that stream segments into one file per rank with their
  * CRC-32, or (deferred, for an asynchronous save) keep the bytes in memory
- * until dt_ckpt_shard_finish writes them.  Rank 0's manifest is
- * ckpt_manifest.c's.
+ * until dt_ckpt_shard_finish, on the save's thread, checksums and writes
+ * them.  Rank 0's manifest is ckpt_manifest.c's.
  */
 #include "ckpt/ckpt_internal.h"
 
@@ -141,8 +141,31 @@ int dt_ckpt_shard_append(dt_ckpt_writer_t *w, const void *data, size_t nbytes)
         return dt_err_set(DT_ERR_INVALID, "%s: %zu bytes appended outside a "
                           "segment or past its end (%" PRIu64 " left)",
                           w->file, nbytes, w->in_seg ? w->seg_left : 0);
-    int rc = DT_OK;
-    if (w->deferred && w->mem_len + nbytes > w->mem_cap) {
+    if (w->deferred) {
+        void *dst;
+        int rc = dt_ckpt_shard_reserve(w, nbytes, &dst);
+        if (!rc)
+            memcpy(dst, data, nbytes);
+        return rc;
+    }
+    int rc = dt_afile_write(w->f, data, nbytes);
+    if (rc)
+        return rc;
+    w->crc = dt_fileutil_crc32(w->crc, data, nbytes);
+    w->seg_left -= nbytes;
+    return DT_OK;
+}
+
+int dt_ckpt_shard_reserve(dt_ckpt_writer_t *w, size_t nbytes, void **dst)
+{
+    *dst = NULL;
+    if (!w->deferred || !w->in_seg || nbytes > w->seg_left)
+        return dt_err_set(DT_ERR_INVALID, "%s: %zu bytes reserved %s (%" PRIu64 " left)",
+                          w->file, nbytes,
+                          w->deferred ? "outside a segment or past its end"
+                                      : "in a shard that is not deferred",
+                          w->in_seg ? w->seg_left : 0);
+    if (w->mem_len + nbytes > w->mem_cap) {
         size_t nc = w->mem_cap ? w->mem_cap : 1 << 20;
         while (nc < w->mem_len + nbytes)
             nc *= 2;
@@ -153,13 +176,8 @@ int dt_ckpt_shard_append(dt_ckpt_writer_t *w, const void *data, size_t nbytes)
         w->mem = nm;
         w->mem_cap = nc;
     }
-    if (w->deferred) {
-        memcpy(w->mem + w->mem_len, data, nbytes);
-        w->mem_len += nbytes;
-    } else if ((rc = dt_afile_write(w->f, data, nbytes))) {
-        return rc;
-    }
-    w->crc = dt_fileutil_crc32(w->crc, data, nbytes);
+    *dst = w->mem + w->mem_len;
+    w->mem_len += nbytes;
     w->seg_left -= nbytes;
     return DT_OK;
 }
@@ -198,14 +216,8 @@ int dt_ckpt_shard_close(dt_ckpt_writer_t *w, dt_ckpt_seg_t **segs, size_t *n)
         dt_ckpt_shard_abort(w);
         return rc;
     }
-    if (w->deferred) {
-        /* the segments now; the bytes at dt_ckpt_shard_finish */
-        *segs = w->segs;
-        *n = w->n;
-        w->segs = NULL;
-        w->n = 0;
+    if (w->deferred) /* the segments and the bytes at dt_ckpt_shard_finish */
         return DT_OK;
-    }
     int rc = dt_afile_commit(w->f);
     w->f = NULL;
     if (rc) {
@@ -219,16 +231,39 @@ int dt_ckpt_shard_close(dt_ckpt_writer_t *w, dt_ckpt_seg_t **segs, size_t *n)
     return DT_OK;
 }
 
-int dt_ckpt_shard_finish(dt_ckpt_writer_t *w, void **buf, size_t *cap)
+/* Bytes checksummed and written at a time: the CRC reads them into the
+ * cache, the write copies them from there. */
+#define FINISH_CHUNK ((size_t)4 << 20)
+
+int dt_ckpt_shard_finish(dt_ckpt_writer_t *w, dt_ckpt_seg_t **segs, size_t *n, void **buf,
+                         size_t *cap)
 {
-    int rc = dt_afile_write(w->f, w->mem, w->mem_len);
+    int rc = DT_OK;
+    size_t at = 0; /* bytes of w->mem written */
+    for (size_t i = 0; i < w->n && !rc; i++) {
+        dt_ckpt_seg_t *s = &w->segs[i];
+        const size_t end = (size_t)s->byte_offset + (size_t)s->count * dt_dtype_size(s->dtype);
+        uint32_t crc = 0;
+        for (size_t p = (size_t)s->byte_offset; p < end && !rc; p += FINISH_CHUNK) {
+            const size_t len = end - p < FINISH_CHUNK ? end - p : FINISH_CHUNK;
+            crc = dt_fileutil_crc32(crc, w->mem + p, len);
+            rc = dt_afile_write(w->f, w->mem + at, p + len - at);
+            at = p + len;
+        }
+        s->crc32 = crc;
+    }
+    if (!rc && at < w->mem_len) /* nothing is appended outside a segment */
+        rc = dt_afile_write(w->f, w->mem + at, w->mem_len - at);
     if (rc)
         dt_afile_abort(w->f);
     else
         rc = dt_afile_commit(w->f);
+    *segs = rc ? NULL : w->segs;
+    *n = rc ? 0 : w->n;
+    if (rc)
+        free(w->segs);
     *buf = w->mem;
     *cap = w->mem_cap;
-    free(w->segs);
     free(w);
     return rc;
 }

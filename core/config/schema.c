@@ -192,10 +192,12 @@ static const dt_config_key_t checkpoint_keys[] = {
            "first; false = refused"),
     K_BOOL("async", "false",
            "periodic saves (every) written in the background: each rank copies its shard to "
-           "memory at the step, a thread writes and fsyncs it while the next step trains, and "
-           "the save commits after that step, so a restart (an elastic one: --nnodes MIN:MAX) "
-           "loses at most every + 1 steps; costs a copy of the rank's state in host memory; "
-           "the last step's save is written at once"),
+           "memory at the step; a thread checksums, writes and fsyncs it (rank 0's then "
+           "writes the manifest and commits) while the next steps train; the save "
+           "commits at a later step boundary, at the latest before the next save, so a restart "
+           "(an elastic one: --nnodes MIN:MAX) loses fewer than 2 x every steps (every + 2 "
+           "when the writes keep up); costs a copy of the rank's state in host memory; the last "
+           "step's save is written at once"),
 };
 
 /* Loss scaling of model.dtype = "fp16", under DeepSpeed's names (its

@@ -909,21 +909,29 @@ static int report_step(run_t *R, const step_report_t *rep)
 
 /* A checkpoint every checkpoint.every steps, at the last step and at
  * train.stop_at (then *stop).  With checkpoint.async the periodic ones
- * are written while the next step trains and committed after it (the
- * last step's and stop_at's are written at once: nothing trains after). */
+ * are written by threads while the next steps train, moved on at each
+ * step boundary where every rank's thread is done (dt_ckpt_save_advance)
+ * and finished at the latest before the next save (the last step's and
+ * stop_at's are written at once: nothing trains after). */
 static int checkpoint(run_t *R, int64_t step, int *stop)
 {
     const dt_settings_t *set = R->set;
     *stop = set->train.stop_at > 0 && step >= set->train.stop_at;
+    int last = step == set->train.steps || *stop;
+    int due = (set->checkpoint.every > 0 && step % set->checkpoint.every == 0) || last;
     if (R->pending) {
         dt_crash_set_phase("checkpoint commit", step);
-        int rc = dt_ckpt_save_finish(R->pending);
-        R->pending = NULL;
+        int rc;
+        if (due) {
+            rc = dt_ckpt_save_finish(R->pending);
+            R->pending = NULL;
+        } else {
+            rc = dt_ckpt_save_advance(&R->pending);
+        }
         if (rc)
             return rc;
     }
-    int last = step == set->train.steps || *stop;
-    if (!(set->checkpoint.every > 0 && step % set->checkpoint.every == 0) && !last)
+    if (!due)
         return DT_OK;
     dt_crash_set_phase("checkpoint save", step);
     cJSON *loop = R->ls_on ? cJSON_CreateObject() : NULL; /* the loss scaler's state */

@@ -13,6 +13,10 @@ header, raw little-endian data), and what the test compares.
     hf_llama.py loss OUT / gen OUT  llama_ref.py's loss / greedy ids
     hf_llama.py same A B [TIED]     the tensors of HF folder A are B's: names,
         dtypes, shapes and bytes (a tied lm_head.weight in A may be absent in B)
+    hf_llama.py params FOLDER OUT   HF folder FOLDER's tensors as llama_ref.py's
+        --params file OUT (its names: no "model." prefix)
+    hf_llama.py tokens N SEED OUT   N random tokens below the vocabulary as a
+        `dtrain data prepare` file (training data)
     hf_llama.py torch FOLDER TOK N  (torch + transformers) the folder loaded
         with AutoModelForCausalLM: its loss on TOK's tokens and the greedy
         continuation of the first sequence by N tokens
@@ -161,6 +165,20 @@ def torch_check(folder, tok, n):
     print(" ".join(str(int(x)) for x in out[0, t:].tolist()))
 
 
+def params(folder, out):
+    t = read_folder(folder)
+    write_st(out, [(n[len("model."):] if n.startswith("model.") else n, dt, shp, raw)
+                   for n, (dt, shp, raw) in sorted(t.items())])
+
+
+def tokens(n, seed, out):
+    toks = np.random.default_rng(seed).integers(0, V, n)
+    hdr = np.zeros(256, dtype="<i4")
+    hdr[0], hdr[1], hdr[2] = 20240520, 1, n
+    with open(out, "wb") as f:
+        f.write(hdr.tobytes() + toks.astype("<u2").tobytes())
+
+
 def main(argv):
     cmd = argv[1]
     if cmd == "make":
@@ -173,6 +191,10 @@ def main(argv):
         print(" ".join(str(int(x)) for x in ref_out(argv[2])["generated"]))
     elif cmd == "same":
         same(argv[2], argv[3], argv[4] if len(argv) > 4 else "0")
+    elif cmd == "params":
+        params(argv[2], argv[3])
+    elif cmd == "tokens":
+        tokens(int(argv[2]), int(argv[3]), argv[4])
     elif cmd == "torch":
         torch_check(argv[2], argv[3], int(argv[4]))
     else:

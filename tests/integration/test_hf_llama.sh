@@ -86,6 +86,57 @@ grep -q '"architectures":.*"Qwen2ForCausalLM"' <(tr -d '\n\t ' < exp-qwen2/confi
   ok "q/k/v biases export as a Qwen2ForCausalLM" || bad "qwen2 export's architectures" "$(cat exp-qwen2/config.json)"
 variant tied 4 1 8 1 0 2
 
+# after training in dtrain: the gqa import fine-tuned a few steps, exported;
+# the export's loss (the float64 oracle on its weights, and transformers'
+# where installed) is dtrain's on the trained checkpoint, and not the
+# import's (the weights moved)
+hf tokens 4000 7 ft.bin
+cat > ft.toml <<'T'
+[run]
+name = "ft"
+out_dir = "runs"
+comm = "self"
+[model]
+arch = "llama"
+n_layer = 2
+n_head = 4
+n_kv_head = 2
+n_embd = 32
+head_dim = 8
+intermediate_size = 64
+vocab_size = 96
+context = 14
+tie_embeddings = false
+[data]
+train = "ft.bin"
+[train]
+steps = 6
+micro_batch = 2
+seq_len = 8
+lr = 1e-2
+warmup_steps = 1
+[checkpoint]
+resume = "imp-gqa/step-00000000"
+[cpu]
+threads = 1
+T
+expect_exit 0 "gqa: fine-tuned from the import" "$bin" run ft.toml
+expect_exit 0 "gqa: the trained checkpoint exported" "$bin" export runs/ft/ckpt ft-hf/model.safetensors
+hf params ft-hf ft.p.safetensors
+expect_exit 0 "gqa: the float64 oracle on the export's weights" "$py" "$ref" \
+  --params ft.p.safetensors --tokens gqa.tok.bin --out ft.ref.safetensors \
+  --n-layer 2 --n-head 4 --n-kv-head 2 --tied 0 --qkv-bias 0
+want=$(hf loss ft.ref.safetensors) before=$(hf loss gqa.ref.safetensors)
+got=$(eval_loss runs/ft/ckpt gqa.val.bin --set train.micro_batch=2)
+if rel_ok "$got" "$want" 1e-5 && ! rel_ok "$want" "$before" 1e-3; then
+  ok "gqa after training: dtrain's loss $got = the export's $want (1e-5; the import's $before)"
+else bad "gqa after training: dtrain $got, the export's $want, the import's $before" ""; fi
+if [ "$have_torch" = 1 ]; then
+  tl=$("$tpy" "$here/hf_llama.py" torch ft-hf gqa.tok.bin 6 2>/dev/null | sed -n 1p) || tl=""
+  rel_ok "$tl" "$want" 1e-5 && ok "gqa after training: transformers' loss on the export $tl" ||
+    bad "gqa after training: transformers' loss $tl, the oracle's $want" ""
+else skip "gqa after training: transformers loads the export" "$tpy has no torch/transformers"; fi
+
 # any layout resumes the import: tensor parallelism over 2 ranks
 one=$(eval_loss imp-qwen2 qwen2.val.bin --set train.micro_batch=2)
 tp=$(eval_loss imp-qwen2 qwen2.val.bin --set train.micro_batch=2 --set run.comm=shm \
